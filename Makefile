@@ -1,0 +1,50 @@
+# remat — the two set-up commands are `make run` and `make test`.
+# Both install the Debian packages they need (when run as root) or print
+# the exact apt-get command to run.
+
+BUILD      ?= build
+BUILD_ASAN ?= build-asan
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_ARGS ?=
+
+.PHONY: all deps build run test test-asan test-clang werror bench fixtures clean
+
+all: build
+
+deps:
+	@sh scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# The main job: the remat program on its built-in default.
+run: build
+	./$(BUILD)/remat
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j 1
+
+# The suite under AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer.
+test-asan: deps
+	@cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DREMAT_SANITIZE=ON -DCMAKE_C_COMPILER=clang $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(BUILD_ASAN) -j $(JOBS)
+	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j 1
+
+# -Wall -Wextra -Werror under gcc and clang (build only).
+werror: deps
+	@for cc in gcc clang; do \
+	  cmake -S . -B build-werror-$$cc -DCMAKE_BUILD_TYPE=Release -DREMAT_WERROR=ON -DCMAKE_C_COMPILER=$$cc >/dev/null && \
+	  cmake --build build-werror-$$cc -j $(JOBS) || exit 1; \
+	done
+
+bench: build
+	./$(BUILD)/bench_gemm
+	./$(BUILD)/bench_ops
+
+# Regenerates tests/fixtures from PyTorch (needs python3-torch; CI does not).
+fixtures:
+	python3 scripts/gen_fixtures.py tests/fixtures
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN) build-werror-gcc build-werror-clang

@@ -1,0 +1,158 @@
+/*
+ * remat/autograd.h — reverse-mode automatic differentiation.
+ *
+ * Define-by-run: when grad mode is on and an op's input requires grad, the
+ * op records a node (remat_node) with the tensors it needs for backward.
+ * remat_backward() walks the graph from its roots and accumulates into the
+ * `.grad` of leaves; remat_grad() returns gradients without touching
+ * `.grad`.
+ *
+ * Every tensor an op saves for backward goes through the innermost pair of
+ * saved-tensor hooks on this thread (remat_saved_hooks_push): pack runs
+ * when the tensor is saved, unpack when backward needs it. Non-reentrant
+ * checkpointing, offloading and compression are built on these hooks.
+ *
+ * Custom functions (remat_function_apply) pair a user forward with a user
+ * backward, as P's autograd.Function.
+ */
+#ifndef REMAT_AUTOGRAD_H
+#define REMAT_AUTOGRAD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "remat/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- grad mode (thread-local) -------------------------------------------- */
+bool remat_is_grad_enabled(void);
+/* Sets grad mode; returns the previous mode (restore it with another call). */
+bool remat_set_grad_enabled(bool enabled);
+/* Helpers: `bool prev = remat_no_grad_begin(); ...; remat_grad_mode_restore(prev);` */
+bool remat_no_grad_begin(void);
+bool remat_enable_grad_begin(void);
+void remat_grad_mode_restore(bool prev);
+
+/* ---- backward ---------------------------------------------------------------
+ * Runs backward from roots[0..n). grad_outputs may be NULL (every root must
+ * then be a one-element tensor; its gradient is 1) or have NULL entries.
+ * inputs/n_inputs: if non-NULL, only these tensors' .grad are accumulated
+ * (P: backward(inputs=...)); otherwise every leaf that requires grad.
+ * Unless retain_graph, the graph's saved tensors are freed as it is
+ * walked; walking it again then fails with REMAT_ESTATE.
+ * Errors: REMAT_ENOGRAD if a root does not require grad; REMAT_ESHAPE if a
+ * grad_output does not match its root. */
+int remat_backward(int n, remat_tensor *const *roots, remat_tensor *const *grad_outputs,
+                   bool retain_graph, int n_inputs, remat_tensor *const *inputs);
+/* remat_backward of one scalar root with retain_graph off. */
+int remat_backward_scalar(remat_tensor *root);
+
+/* Computes d(outputs)/d(inputs) weighted by grad_outputs (may be NULL as
+ * above) and writes new references to grads[0..n_inputs): NULL where an
+ * input is unreachable from the outputs if allow_unused, else REMAT_EINVAL.
+ * Leaves `.grad` of every tensor untouched. Every input must require grad
+ * (REMAT_ENOGRAD). */
+int remat_grad(int n_outputs, remat_tensor *const *outputs, remat_tensor *const *grad_outputs,
+               int n_inputs, remat_tensor *const *inputs, bool retain_graph, bool allow_unused,
+               remat_tensor **grads);
+
+/* True while this thread runs a backward pass (inside node backward
+ * functions and hooks). */
+bool remat_in_backward(void);
+/* Id of the backward pass this thread is running (0 outside backward).
+ * Every remat_backward/remat_grad call gets a new id. */
+uint64_t remat_current_backward_id(void);
+/* True if the running backward pass was asked for specific inputs
+ * (remat_grad or remat_backward with inputs); reentrant checkpoint uses it. */
+bool remat_current_backward_is_partial(void);
+
+/* ---- graph nodes ------------------------------------------------------------ */
+/* Name of the op that recorded the node ("MulBackward", "AccumulateGrad"). */
+const char *remat_node_name(const remat_node *node);
+int remat_node_num_next(const remat_node *node);
+/* Borrowed pointer to the node behind edge i (NULL for an input that needs no grad). */
+remat_node *remat_node_next(const remat_node *node, int i);
+
+/* ---- tensor hooks -------------------------------------------------------------
+ * Called with the gradient flowing into t during backward. Return REMAT_OK
+ * and leave *replacement NULL to keep the gradient, or set it to a new
+ * reference to use instead. Non-zero return aborts backward with that
+ * status. */
+typedef int (*remat_grad_hook_fn)(void *user_data, remat_tensor *grad,
+                                  remat_tensor **replacement);
+/* Registers a hook on t (which must require grad). */
+int remat_register_hook(remat_tensor *t, remat_grad_hook_fn fn, void *user_data);
+
+/* ---- saved-tensor hooks ----------------------------------------------------
+ * pack(user_data, t) → opaque handle (may retain t, copy it, offload it...);
+ * returns NULL with an error set on failure.
+ * unpack(user_data, handle, &out) → a new reference to the tensor for
+ * backward.
+ * free_handle(user_data, handle) drops the handle (when the graph is freed
+ * or the node destroyed). May be NULL if handles need no freeing.
+ * The pair in force when a tensor is saved stays attached to it; pushing or
+ * popping hooks later does not change how it is unpacked. */
+typedef struct remat_saved_hooks {
+    void *(*pack)(void *user_data, remat_tensor *t);
+    int (*unpack)(void *user_data, void *handle, remat_tensor **out);
+    void (*free_handle)(void *user_data, void *handle);
+    void *user_data;
+} remat_saved_hooks;
+/* Pushes a hook pair on this thread's stack (copied). REMAT_ENOMEM when the
+ * stack (depth 64) is full. */
+int remat_saved_hooks_push(const remat_saved_hooks *hooks);
+/* Pops the innermost pair. REMAT_ESTATE if the stack is empty. */
+int remat_saved_hooks_pop(void);
+/* Pushes an entry that disables hooks (tensors saved directly) until popped. */
+int remat_saved_hooks_push_disabled(void);
+int remat_saved_hooks_depth(void);
+
+/* Observer of every tensor saved for backward (used by reports/debug traces):
+ * called with the op name and the tensor before packing. NULL removes it. */
+typedef void (*remat_save_observer_fn)(void *user_data, const char *op, remat_tensor *t);
+void remat_set_save_observer(remat_save_observer_fn fn, void *user_data);
+
+/* ---- custom functions ---------------------------------------------------------- */
+typedef struct remat_function_ctx remat_function_ctx;
+
+typedef struct remat_function_def {
+    const char *name; /* node name, e.g. "MyOpBackward"; copied */
+    /* Forward, run with grad mode off. Fill outputs[0..n_outputs) with new
+     * references. Save tensors with remat_ctx_save_for_backward. */
+    int (*forward)(remat_function_ctx *ctx, void *user_data, remat_tensor *const *inputs,
+                   int n_inputs, remat_tensor **outputs, int n_outputs);
+    /* Backward: grad_outputs[i] may be NULL (zero). Write new references to
+     * grad_inputs[0..n_inputs) (NULL = no gradient). */
+    int (*backward)(remat_function_ctx *ctx, void *user_data, remat_tensor *const *grad_outputs,
+                    int n_outputs, remat_tensor **grad_inputs, int n_inputs);
+    /* Called when the node is destroyed, to free user_data; may be NULL. */
+    void (*destroy)(void *user_data);
+} remat_function_def;
+
+/* Runs def->forward on inputs (NULL entries allowed: non-tensor slots) and,
+ * if grad mode is on and an input requires grad, records a node so that
+ * backward calls def->backward. n_outputs new references are written to
+ * outputs. user_data is owned by the node afterwards if def->destroy is set
+ * (also freed on failure). */
+int remat_function_apply(const remat_function_def *def, void *user_data, int n_inputs,
+                         remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs);
+/* Saves tensors for backward (through the saved-tensor hooks). NULL entries
+ * allowed. Call once from forward. */
+int remat_ctx_save_for_backward(remat_function_ctx *ctx, int n, remat_tensor *const *tensors);
+/* Number of saved tensors. */
+int remat_ctx_num_saved(const remat_function_ctx *ctx);
+/* New reference to saved tensor i (unpacked through its hooks; version
+ * checked). REMAT_ESTATE once the graph was freed. */
+int remat_ctx_saved(remat_function_ctx *ctx, int i, remat_tensor **out);
+/* Whether input i needs a gradient. */
+bool remat_ctx_needs_input_grad(const remat_function_ctx *ctx, int i);
+/* Marks output i as not differentiable. Call from forward. */
+int remat_ctx_mark_non_differentiable(remat_function_ctx *ctx, int i);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REMAT_AUTOGRAD_H */

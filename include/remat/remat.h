@@ -1,0 +1,53 @@
+/*
+ * remat.h — train neural networks in C with activation checkpointing.
+ *
+ * remat is an eager tensor library with reverse-mode autograd whose
+ * centrepiece is activation checkpointing with PyTorch's semantics
+ * (remat/checkpoint.h). This umbrella header includes every public area:
+ *
+ *   remat/error.h       status codes, thread-local error messages, warnings
+ *   remat/tensor.h      tensors, views, ownership, scopes
+ *   remat/device.h      device types, the accounting allocator, RNG
+ *   remat/ops.h         differentiable operations
+ *   remat/autograd.h    backward, grad, hooks, saved-tensor hooks, custom functions
+ *
+ * Example: one SGD step of y = relu(x W^T + b), loss = mse(y, t).
+ *
+ *   #include <remat/remat.h>
+ *
+ *   int step(remat_tensor *x, remat_tensor *t, remat_tensor *W, remat_tensor *b) {
+ *       remat_scope *s;
+ *       remat_tensor *h, *y, *loss;
+ *       int rc = remat_scope_begin(&s);              // collects temporaries
+ *       if (!rc) rc = remat_linear(&h, x, W, b);
+ *       if (!rc) rc = remat_relu(&y, h);
+ *       if (!rc) rc = remat_mse_loss(&loss, y, t);
+ *       if (!rc) rc = remat_backward_scalar(loss);   // fills W.grad, b.grad
+ *       if (!rc) {
+ *           bool prev = remat_no_grad_begin();
+ *           rc = remat_add_(W, remat_tensor_grad(W), -0.1);
+ *           if (!rc) rc = remat_add_(b, remat_tensor_grad(b), -0.1);
+ *           remat_grad_mode_restore(prev);
+ *       }
+ *       remat_scope_end(s);                          // releases h, y, loss
+ *       if (rc) fprintf(stderr, "%s\n", remat_last_error());
+ *       return rc;
+ *   }
+ *
+ * Conventions: every fallible call returns an int status (REMAT_OK == 0);
+ * outputs come first; inputs are borrowed; destructors accept NULL.
+ */
+#ifndef REMAT_REMAT_H
+#define REMAT_REMAT_H
+
+#include "remat/error.h"
+#include "remat/tensor.h"
+#include "remat/device.h"
+#include "remat/ops.h"
+#include "remat/autograd.h"
+
+#define REMAT_VERSION_MAJOR 0
+#define REMAT_VERSION_MINOR 1
+#define REMAT_VERSION_PATCH 0
+
+#endif /* REMAT_REMAT_H */

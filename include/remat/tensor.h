@@ -1,0 +1,170 @@
+/*
+ * remat/tensor.h — tensors: creation, ownership, views, data access, scopes.
+ *
+ * A remat_tensor is a strided view (shape, strides, element offset) onto a
+ * refcounted storage. Views (reshape, transpose, slice, expand, detach)
+ * share the storage; in-place ops bump the storage's version counter, which
+ * autograd uses to detect saved tensors modified after they were saved.
+ *
+ * Ownership: every call that hands out a tensor (through a `remat_tensor
+ * **out` parameter) gives the caller one reference, which the caller drops
+ * with remat_release(). If a scope is open on the calling thread
+ * (remat_scope_begin), that reference belongs to the innermost scope
+ * instead and is dropped when the scope ends; remat_scope_keep() moves it
+ * back to the caller. Destructors accept NULL and do nothing.
+ *
+ * Inputs are borrowed: functions never take over the caller's reference.
+ * On error *out is set to NULL and no input is changed.
+ */
+#ifndef REMAT_TENSOR_H
+#define REMAT_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "remat/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define REMAT_MAX_DIMS 8
+
+typedef enum remat_dtype { REMAT_F32 = 0, REMAT_F64 = 1, REMAT_I64 = 2 } remat_dtype;
+
+/* Size in bytes of one element of `dtype` (0 for an unknown dtype). */
+size_t remat_dtype_size(remat_dtype dtype);
+/* "f32", "f64", "i64" or "?". */
+const char *remat_dtype_name(remat_dtype dtype);
+
+/* A device: a registered device type (see remat/device.h; REMAT_CPU is 0)
+ * and an index within that type. */
+typedef struct remat_device {
+    int type;
+    int index;
+} remat_device;
+
+#define REMAT_CPU 0
+/* The cpu device, index 0. */
+#define REMAT_DEVICE_CPU ((remat_device){REMAT_CPU, 0})
+
+typedef struct remat_tensor remat_tensor;
+typedef struct remat_node remat_node; /* autograd graph node, remat/autograd.h */
+
+/* ---- creation ------------------------------------------------------------
+ * All return a new contiguous tensor on `device` with requires_grad off.
+ * shape may be NULL when ndim == 0 (a scalar). Fail with REMAT_EINVAL on a
+ * negative size or ndim > REMAT_MAX_DIMS, REMAT_EDEVICE on an unknown
+ * device, REMAT_ENOMEM when the allocator fails. */
+int remat_empty(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
+                remat_device device);
+int remat_zeros(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
+                remat_device device);
+int remat_full(remat_tensor **out, int ndim, const int64_t *shape, double value,
+               remat_dtype dtype, remat_device device);
+/* Copies `data` (ndim-dim row-major, of `dtype`) into a new cpu tensor. */
+int remat_from_data(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
+                    const void *data);
+/* Uniform in [lo, hi) / normal(mean, std) from the generator of `device`. */
+int remat_rand_uniform(remat_tensor **out, int ndim, const int64_t *shape, double lo, double hi,
+                       remat_dtype dtype, remat_device device);
+int remat_rand_normal(remat_tensor **out, int ndim, const int64_t *shape, double mean, double std,
+                      remat_dtype dtype, remat_device device);
+/* A 0-dim tensor holding `value`. */
+int remat_scalar(remat_tensor **out, double value, remat_dtype dtype);
+/* 0, 1, ..., n-1 as i64 on cpu. */
+int remat_arange(remat_tensor **out, int64_t n);
+
+/* ---- ownership ----------------------------------------------------------- */
+/* Adds a reference; returns t. NULL → NULL. */
+remat_tensor *remat_retain(remat_tensor *t);
+/* Drops a reference; frees the tensor (and its storage, grad and graph
+ * references) when the last one goes. NULL → no-op. */
+void remat_release(remat_tensor *t);
+/* Releases *pt and sets it to NULL. */
+void remat_release_p(remat_tensor **pt);
+/* Number of live tensor objects in the process (for leak checks in tests). */
+int64_t remat_live_tensors(void);
+
+/* ---- scopes ---------------------------------------------------------------
+ * A scope collects the references handed out while it is open and drops
+ * them at remat_scope_end. Scopes nest (per thread). */
+typedef struct remat_scope remat_scope;
+/* Opens a scope. Fails only with REMAT_ENOMEM. */
+int remat_scope_begin(remat_scope **out);
+/* Drops every reference collected by `s` and closes it. `s` must be the
+ * innermost open scope (REMAT_ESTATE otherwise; nothing is closed then).
+ * NULL → no-op returning REMAT_OK. */
+int remat_scope_end(remat_scope *s);
+/* Moves t's scope-owned reference to the caller (who must release it).
+ * Returns t. If t is not owned by an open scope, adds a reference. */
+remat_tensor *remat_scope_keep(remat_tensor *t);
+
+/* ---- metadata ------------------------------------------------------------ */
+int remat_ndim(const remat_tensor *t);
+/* Size of dim d; negative d counts from the end. -1 for a bad dim. */
+int64_t remat_size(const remat_tensor *t, int d);
+const int64_t *remat_shape(const remat_tensor *t);
+/* Strides in elements. */
+const int64_t *remat_strides(const remat_tensor *t);
+int64_t remat_numel(const remat_tensor *t);
+remat_dtype remat_tensor_dtype(const remat_tensor *t);
+remat_device remat_tensor_device(const remat_tensor *t);
+bool remat_is_contiguous(const remat_tensor *t);
+/* Storage version counter (bumped by every in-place op on any view). */
+uint64_t remat_version(const remat_tensor *t);
+/* True when a and b share storage. */
+bool remat_shares_storage(const remat_tensor *a, const remat_tensor *b);
+/* Bytes of the storage behind t. */
+size_t remat_storage_nbytes(const remat_tensor *t);
+/* Writes "[2, 3] f32" style text into buf (always NUL-terminated). */
+const char *remat_describe(const remat_tensor *t, char *buf, size_t n);
+
+/* Optional debug/residual name (copied). NULL clears. */
+int remat_set_name(remat_tensor *t, const char *name);
+const char *remat_name(const remat_tensor *t); /* NULL if unnamed */
+
+/* ---- data access ----------------------------------------------------------
+ * Pointer to element [0,...,0] of t (storage data + offset) on a
+ * host-addressable device; NULL otherwise or when t has no data (a tensor
+ * made while recomputation is stopping early). Honour remat_strides. */
+void *remat_data(const remat_tensor *t);
+/* Reads element at flat row-major index i as double. REMAT_EINVAL if out of
+ * range. */
+int remat_item_at(const remat_tensor *t, int64_t i, double *value);
+/* Value of a one-element tensor. */
+int remat_item(const remat_tensor *t, double *value);
+/* Copies t (any strides) row-major into dst as `dtype` values; n is the
+ * capacity of dst in elements. */
+int remat_copy_to_buffer(const remat_tensor *t, remat_dtype dtype, void *dst, int64_t n);
+
+/* ---- autograd attributes --------------------------------------------------- */
+bool remat_requires_grad(const remat_tensor *t);
+/* Marks a leaf as requiring grad. REMAT_EINVAL on a non-leaf (set it on the
+ * leaf instead, or detach) or on an i64 tensor. */
+int remat_set_requires_grad(remat_tensor *t, bool requires_grad);
+/* Borrowed pointer to t's accumulated gradient, or NULL. */
+remat_tensor *remat_tensor_grad(const remat_tensor *t);
+/* Replaces t's gradient (retains g; NULL clears). */
+int remat_set_grad(remat_tensor *t, remat_tensor *g);
+/* True if t was not produced by a differentiable op (grad_fn is NULL). */
+bool remat_is_leaf(const remat_tensor *t);
+/* Borrowed pointer to the node that produced t, or NULL for leaves. */
+remat_node *remat_grad_fn(const remat_tensor *t);
+/* A new tensor sharing t's storage with no grad_fn and requires_grad off. */
+int remat_detach(remat_tensor **out, remat_tensor *t);
+
+/* ---- device moves ---------------------------------------------------------- */
+/* A copy of t on `device` (contiguous). If t is already there, a new
+ * reference to t. Differentiable. */
+int remat_to_device(remat_tensor **out, remat_tensor *t, remat_device device);
+/* A copy of t converted to dtype (contiguous). Differentiable between f32/f64. */
+int remat_to_dtype(remat_tensor **out, remat_tensor *t, remat_dtype dtype);
+/* A new tensor with its own storage, same values (contiguous). Differentiable. */
+int remat_clone(remat_tensor **out, remat_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REMAT_TENSOR_H */

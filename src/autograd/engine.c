@@ -1,0 +1,569 @@
+/* src/autograd/engine.c — the backward engine: graph discovery, dependency
+ * counting, execution in reverse creation order, gradient accumulation,
+ * capture for remat_grad, and graph release.
+ *
+ * The engine is re-entrant (a node's backward may call remat_backward, as
+ * reentrant checkpointing does): all state of one pass lives in a `task`
+ * on the C stack; a thread-local stack of tasks answers "which backward am
+ * I in". */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../internal.h"
+
+/* ---- per-pass bookkeeping --------------------------------------------------------- */
+typedef struct ninfo {
+    remat_node *node;
+    int deps;
+    bool needed;
+    bool visited;
+    remat_tensor **buf; /* n_outputs accumulated input gradients */
+} ninfo;
+
+typedef struct capture {
+    remat_node *node;
+    int input_nr;
+    remat_tensor *tensor; /* backward(inputs=) non-leaf: accumulate into .grad */
+    remat_tensor *grad;   /* captured (grad()) */
+    bool is_leaf;
+} capture;
+
+typedef struct task {
+    uint64_t id;
+    bool partial;
+    bool keep_grad; /* false for remat_grad: never touch .grad */
+    bool retain_graph;
+    ninfo *tab;     /* open-addressing hash on node pointer */
+    size_t cap, count;
+    capture *caps;
+    int n_caps;
+    struct task *parent;
+} task;
+
+static RM_TLS task *tls_task;
+static atomic_uint_fast64_t g_task_id;
+
+bool remat_in_backward(void) { return tls_task != NULL; }
+uint64_t remat_current_backward_id(void) { return tls_task ? tls_task->id : 0; }
+bool remat_current_backward_is_partial(void) { return tls_task && tls_task->partial; }
+
+static size_t hash_ptr(const void *p) {
+    uintptr_t x = (uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t)x;
+}
+
+static int tab_grow(task *t) {
+    size_t ncap = t->cap ? t->cap * 2 : 256;
+    ninfo *nt = calloc(ncap, sizeof *nt);
+    if (!nt) return rm_err(REMAT_ENOMEM, "backward: out of memory");
+    for (size_t i = 0; i < t->cap; i++) {
+        if (!t->tab[i].node) continue;
+        size_t j = hash_ptr(t->tab[i].node) & (ncap - 1);
+        while (nt[j].node) j = (j + 1) & (ncap - 1);
+        nt[j] = t->tab[i];
+    }
+    free(t->tab);
+    t->tab = nt;
+    t->cap = ncap;
+    return REMAT_OK;
+}
+
+static ninfo *tab_find(task *t, remat_node *n) {
+    if (!t->cap) return NULL;
+    size_t j = hash_ptr(n) & (t->cap - 1);
+    while (t->tab[j].node) {
+        if (t->tab[j].node == n) return &t->tab[j];
+        j = (j + 1) & (t->cap - 1);
+    }
+    return NULL;
+}
+
+static int tab_insert(task *t, remat_node *n, ninfo **out) {
+    if ((t->count + 1) * 2 > t->cap) {
+        int rc = tab_grow(t);
+        if (rc) return rc;
+    }
+    size_t j = hash_ptr(n) & (t->cap - 1);
+    while (t->tab[j].node) j = (j + 1) & (t->cap - 1);
+    t->tab[j].node = n;
+    t->count++;
+    *out = &t->tab[j];
+    return REMAT_OK;
+}
+
+static void task_free(task *t) {
+    for (size_t i = 0; i < t->cap; i++) {
+        ninfo *ni = &t->tab[i];
+        if (!ni->node || !ni->buf) continue;
+        for (int k = 0; k < ni->node->n_outputs; k++) remat_release(ni->buf[k]);
+        free(ni->buf);
+    }
+    free(t->tab);
+    for (int i = 0; i < t->n_caps; i++) remat_release(t->caps[i].grad);
+    free(t->caps);
+}
+
+/* ---- discovery: dependency counts ------------------------------------------------------ */
+static int discover(task *t, remat_node **roots, int n_roots) {
+    remat_node **stack = NULL;
+    int sp = 0, cap = 0;
+    int rc = REMAT_OK;
+#define PUSH(x)                                                                  \
+    do {                                                                         \
+        if (sp == cap) {                                                         \
+            int nc = cap ? cap * 2 : 256;                                        \
+            remat_node **ns = realloc(stack, (size_t)nc * sizeof *ns);           \
+            if (!ns) { rc = rm_err(REMAT_ENOMEM, "backward: out of memory"); goto done; } \
+            stack = ns;                                                          \
+            cap = nc;                                                            \
+        }                                                                        \
+        stack[sp++] = (x);                                                       \
+    } while (0)
+    for (int i = 0; i < n_roots; i++) {
+        if (!roots[i] || tab_find(t, roots[i])) continue;
+        ninfo *ni;
+        rc = tab_insert(t, roots[i], &ni);
+        if (rc) goto done;
+        PUSH(roots[i]);
+    }
+    while (sp > 0) {
+        remat_node *n = stack[--sp];
+        for (int i = 0; i < n->n_next; i++) {
+            remat_node *c = n->next[i].node;
+            if (!c) continue;
+            ninfo *ci = tab_find(t, c);
+            if (!ci) {
+                rc = tab_insert(t, c, &ci);
+                if (rc) goto done;
+                PUSH(c);
+            }
+            ci->deps++;
+        }
+    }
+done:
+    free(stack);
+    return rc;
+#undef PUSH
+}
+
+/* Marks nodes from which a capture target is reachable (post-order DFS). */
+static int mark_needed(task *t, remat_node **roots, int n_roots) {
+    for (int i = 0; i < t->n_caps; i++) {
+        ninfo *ni = tab_find(t, t->caps[i].node);
+        if (ni) ni->needed = true;
+    }
+    /* iterative DFS with explicit (node, next child) frames */
+    typedef struct frame { remat_node *n; int i; } frame;
+    frame *st = NULL;
+    int sp = 0, cap = 0;
+    for (int r = 0; r < n_roots; r++) {
+        ninfo *ri = tab_find(t, roots[r]);
+        if (!ri || ri->visited) continue;
+        ri->visited = true;
+        if (sp == cap) {
+            cap = cap ? cap * 2 : 256;
+            frame *ns = realloc(st, (size_t)cap * sizeof *ns);
+            if (!ns) { free(st); return rm_err(REMAT_ENOMEM, "backward: out of memory"); }
+            st = ns;
+        }
+        st[sp++] = (frame){roots[r], 0};
+        while (sp > 0) {
+            frame *f = &st[sp - 1];
+            if (f->i < f->n->n_next) {
+                remat_node *c = f->n->next[f->i++].node;
+                if (!c) continue;
+                ninfo *ci = tab_find(t, c);
+                if (ci->visited) {
+                    if (ci->needed) tab_find(t, f->n)->needed = true;
+                    continue;
+                }
+                ci->visited = true;
+                if (sp == cap) {
+                    cap *= 2;
+                    frame *ns = realloc(st, (size_t)cap * sizeof *ns);
+                    if (!ns) { free(st); return rm_err(REMAT_ENOMEM, "backward: out of memory"); }
+                    st = ns;
+                }
+                st[sp++] = (frame){c, 0};
+            } else {
+                bool nd = tab_find(t, f->n)->needed;
+                sp--;
+                if (sp > 0 && nd) tab_find(t, st[sp - 1].n)->needed = true;
+            }
+        }
+    }
+    free(st);
+    return REMAT_OK;
+}
+
+/* ---- ready queue: max-heap on seq ---------------------------------------------------------- */
+typedef struct heap {
+    remat_node **a;
+    int n, cap;
+} heap;
+
+static int heap_push(heap *h, remat_node *n) {
+    if (h->n == h->cap) {
+        int nc = h->cap ? h->cap * 2 : 64;
+        remat_node **na = realloc(h->a, (size_t)nc * sizeof *na);
+        if (!na) return rm_err(REMAT_ENOMEM, "backward: out of memory");
+        h->a = na;
+        h->cap = nc;
+    }
+    int i = h->n++;
+    h->a[i] = n;
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        if (h->a[p]->seq >= h->a[i]->seq) break;
+        remat_node *tmp = h->a[p];
+        h->a[p] = h->a[i];
+        h->a[i] = tmp;
+        i = p;
+    }
+    return REMAT_OK;
+}
+
+static remat_node *heap_pop(heap *h) {
+    remat_node *top = h->a[0];
+    h->a[0] = h->a[--h->n];
+    int i = 0;
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < h->n && h->a[l]->seq > h->a[m]->seq) m = l;
+        if (r < h->n && h->a[r]->seq > h->a[m]->seq) m = r;
+        if (m == i) break;
+        remat_node *tmp = h->a[m];
+        h->a[m] = h->a[i];
+        h->a[i] = tmp;
+        i = m;
+    }
+    return top;
+}
+
+/* ---- gradient buffers ---------------------------------------------------------------------- */
+static int accumulate_into(remat_tensor **slot, remat_tensor *g) {
+    if (!*slot) {
+        *slot = remat_retain(g);
+        return REMAT_OK;
+    }
+    remat_tensor *sum;
+    int rc = remat_add(&sum, *slot, g);
+    if (rc) return rc;
+    remat_release(*slot);
+    *slot = sum;
+    return REMAT_OK;
+}
+
+static int buf_add(task *t, remat_node *n, int input_nr, remat_tensor *g) {
+    ninfo *ni = tab_find(t, n);
+    if (!ni) return REMAT_OK;
+    rm_out_meta *m = &n->out_meta[input_nr];
+    if (g->ndim != m->ndim || memcmp(g->shape, m->shape, sizeof(int64_t) * (size_t)m->ndim)) {
+        char b1[160], b2[160];
+        return rm_err(REMAT_ESHAPE,
+                      "backward: function %s returned a gradient of shape %s for a tensor of shape "
+                      "%s", remat_node_name(n), rm_shape_str(g->ndim, g->shape, b1, sizeof b1),
+                      rm_shape_str(m->ndim, m->shape, b2, sizeof b2));
+    }
+    if (!ni->buf) {
+        ni->buf = calloc((size_t)n->n_outputs, sizeof *ni->buf);
+        if (!ni->buf) return rm_err(REMAT_ENOMEM, "backward: out of memory");
+    }
+    return accumulate_into(&ni->buf[input_nr], g);
+}
+
+static int run_hook_chain(remat_grad_hook_fn fn, void *ud, remat_tensor **g) {
+    remat_tensor *rep = NULL;
+    int rc = fn(ud, *g, &rep);
+    if (rc) {
+        remat_release(rep);
+        return rc;
+    }
+    if (rep) {
+        remat_release(*g);
+        *g = rep;
+    }
+    return REMAT_OK;
+}
+
+/* Leaf gradient accumulation (P: AccumulateGrad). */
+static int accumulate_leaf(remat_tensor *leaf, remat_tensor *g) {
+    if (!leaf->grad) {
+        /* Take g if nothing else refers to it; otherwise copy, so later
+         * in-place accumulation cannot change another tensor. */
+        if (atomic_load(&g->refcount) == 1 && remat_is_contiguous(g) && !g->is_view) {
+            leaf->grad = remat_retain(g);
+            return REMAT_OK;
+        }
+        remat_tensor *c;
+        int rc = rm_new_output(&c, g->ndim, g->shape, g->dtype, g->storage->device);
+        if (rc) return rc;
+        rc = rm_copy_into(c, g);
+        if (rc) {
+            remat_release(c);
+            return rc;
+        }
+        leaf->grad = c;
+        return REMAT_OK;
+    }
+    return remat_add_(leaf->grad, g, 1.0);
+}
+
+static int make_zeros_like_meta(remat_tensor **out, const rm_out_meta *m) {
+    int rc = rm_new_output(out, m->ndim, m->shape, m->dtype, m->device);
+    if (rc) return rc;
+    if (rm_ptr(*out)) memset(rm_ptr(*out), 0, (*out)->storage->nbytes);
+    return REMAT_OK;
+}
+
+/* Executes one node with its accumulated input gradients. */
+static int run_node(task *t, ninfo *ni) {
+    remat_node *n = ni->node;
+    remat_tensor **buf = ni->buf;
+    int rc = REMAT_OK;
+    /* tensor hooks registered on non-leaf outputs */
+    for (rm_node_hook *h = n->hooks; h && buf; h = h->next) {
+        if (!buf[h->output_nr]) continue;
+        rc = run_hook_chain(h->fn, h->user_data, &buf[h->output_nr]);
+        if (rc) return rc;
+    }
+    if (n->leaf && buf && buf[0]) {
+        for (rm_hook *h = n->leaf->hooks; h; h = h->next) {
+            rc = run_hook_chain(h->fn, h->user_data, &buf[0]);
+            if (rc) return rc;
+        }
+    }
+    /* captures */
+    bool captured_leaf = false;
+    for (int i = 0; i < t->n_caps; i++) {
+        capture *c = &t->caps[i];
+        if (c->node != n || !buf || !buf[c->input_nr]) continue;
+        if (c->tensor && !c->is_leaf) {
+            rc = accumulate_leaf(c->tensor, buf[c->input_nr]);
+        } else if (!t->keep_grad) {
+            rc = accumulate_into(&c->grad, buf[c->input_nr]);
+        }
+        if (rc) return rc;
+        if (c->is_leaf && !t->keep_grad) captured_leaf = true;
+    }
+    if (n->leaf) {
+        if (captured_leaf || !buf || !buf[0]) return REMAT_OK;
+        if (t->partial && !t->keep_grad) return REMAT_OK;
+        if (t->partial && !ni->needed) return REMAT_OK;
+        return accumulate_leaf(n->leaf, buf[0]);
+    }
+    if (t->partial && !ni->needed) return REMAT_OK;
+    bool any = false;
+    for (int i = 0; buf && i < n->n_outputs; i++) any |= buf[i] != NULL;
+    if (!any || !n->backward) return REMAT_OK;
+    for (int i = 0; i < n->n_outputs; i++) {
+        if (buf[i]) continue;
+        rc = make_zeros_like_meta(&buf[i], &n->out_meta[i]);
+        if (rc) return rc;
+    }
+    remat_tensor **gin = n->n_next ? calloc((size_t)n->n_next, sizeof *gin) : NULL;
+    if (n->n_next && !gin) return rm_err(REMAT_ENOMEM, "backward: out of memory");
+    rc = n->backward(n, buf, gin);
+    /* free this node's input gradients right away: they are dead now */
+    for (int i = 0; i < n->n_outputs; i++) remat_release_p(&buf[i]);
+    if (rc == REMAT_OK) {
+        for (int i = 0; i < n->n_next; i++) {
+            if (!gin[i] || !n->next[i].node) continue;
+            ninfo *ci = tab_find(t, n->next[i].node);
+            if (t->partial && ci && !ci->needed) continue;
+            rc = buf_add(t, n->next[i].node, n->next[i].input_nr, gin[i]);
+            if (rc) break;
+        }
+    }
+    for (int i = 0; i < n->n_next; i++) remat_release(gin[i]);
+    free(gin);
+    if (rc == REMAT_OK && !t->retain_graph) {
+        rm_node_release_saved(n);
+        n->released = true;
+    }
+    return rc;
+}
+
+static int execute(task *t, remat_node **roots, int n_roots) {
+    heap h = {0};
+    int rc = REMAT_OK;
+    for (int i = 0; i < n_roots; i++) {
+        ninfo *ni = tab_find(t, roots[i]);
+        if (ni && ni->deps == 0 && !ni->visited) {
+            ni->visited = true; /* reused as "queued" */
+            rc = heap_push(&h, roots[i]);
+            if (rc) goto out;
+        }
+    }
+    while (h.n > 0) {
+        remat_node *n = heap_pop(&h);
+        ninfo *ni = tab_find(t, n);
+        rc = run_node(t, ni);
+        if (rc) goto out;
+        /* ni may have moved if the table grew; it cannot grow while running */
+        for (int i = 0; i < n->n_next; i++) {
+            remat_node *c = n->next[i].node;
+            if (!c) continue;
+            ninfo *ci = tab_find(t, c);
+            if (--ci->deps == 0) {
+                rc = heap_push(&h, c);
+                if (rc) goto out;
+            }
+        }
+    }
+out:
+    free(h.a);
+    return rc;
+}
+
+/* ---- entry points ------------------------------------------------------------------------------ */
+static int run_backward(const char *call, int n, remat_tensor *const *roots,
+                        remat_tensor *const *grad_outputs, bool retain_graph, int n_inputs,
+                        remat_tensor *const *inputs, bool keep_grad, bool allow_unused,
+                        remat_tensor **grads_out) {
+    if (n <= 0 || !roots) return rm_err(REMAT_EINVAL, "%s: no output tensors given", call);
+    if (n_inputs < 0 || (n_inputs > 0 && !inputs))
+        return rm_err(REMAT_EINVAL, "%s: inputs is NULL with n_inputs %d", call, n_inputs);
+    char b1[200], b2[200];
+    for (int i = 0; i < n; i++) {
+        if (!roots[i]) return rm_err(REMAT_EINVAL, "%s: output %d is NULL", call, i);
+        if (!roots[i]->requires_grad)
+            return rm_err(REMAT_ENOGRAD,
+                          "%s: element %d of tensors does not require grad and does not have a "
+                          "grad_fn (%s)", call, i, rm_tensor_str(roots[i], b1, sizeof b1));
+        remat_tensor *g = grad_outputs ? grad_outputs[i] : NULL;
+        if (g) {
+            if (g->ndim != roots[i]->ndim ||
+                memcmp(g->shape, roots[i]->shape, sizeof(int64_t) * (size_t)g->ndim))
+                return rm_err(REMAT_ESHAPE, "%s: grad_output %d has shape %s but output %d is %s",
+                              call, i, rm_tensor_str(g, b1, sizeof b1), i,
+                              rm_tensor_str(roots[i], b2, sizeof b2));
+        } else if (remat_numel(roots[i]) != 1) {
+            return rm_err(REMAT_EINVAL,
+                          "%s: grad can be implicitly created only for one-element outputs; "
+                          "output %d is %s — pass grad_outputs", call, i,
+                          rm_tensor_str(roots[i], b1, sizeof b1));
+        }
+    }
+    for (int i = 0; i < n_inputs; i++) {
+        if (!inputs[i]) return rm_err(REMAT_EINVAL, "%s: input %d is NULL", call, i);
+        if (!inputs[i]->requires_grad)
+            return rm_err(REMAT_ENOGRAD, "%s: input %d (%s) does not require grad", call, i,
+                          rm_tensor_str(inputs[i], b1, sizeof b1));
+    }
+
+    task t = {0};
+    t.id = atomic_fetch_add(&g_task_id, 1) + 1;
+    t.partial = n_inputs > 0;
+    t.keep_grad = keep_grad;
+    t.retain_graph = retain_graph;
+    int rc = REMAT_OK;
+    rm_edge *root_edges = calloc((size_t)n, sizeof *root_edges);
+    remat_node **root_nodes = calloc((size_t)n, sizeof *root_nodes);
+    if (!root_edges || !root_nodes) {
+        free(root_edges);
+        free(root_nodes);
+        return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    }
+    void *scope = rm_scope_suspend();
+    bool prev_grad = remat_set_grad_enabled(false);
+    t.parent = tls_task;
+    tls_task = &t;
+
+    for (int i = 0; i < n && rc == REMAT_OK; i++) {
+        rc = rm_gradient_edge(roots[i], &root_edges[i]);
+        root_nodes[i] = root_edges[i].node;
+    }
+    if (rc == REMAT_OK && n_inputs > 0) {
+        t.caps = calloc((size_t)n_inputs, sizeof *t.caps);
+        if (!t.caps) rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+        for (int i = 0; i < n_inputs && rc == REMAT_OK; i++) {
+            rm_edge e;
+            rc = rm_gradient_edge(inputs[i], &e);
+            if (rc) break;
+            t.caps[i].node = e.node;
+            t.caps[i].input_nr = e.input_nr;
+            t.caps[i].is_leaf = inputs[i]->grad_fn == NULL;
+            t.caps[i].tensor = keep_grad ? inputs[i] : NULL;
+            t.n_caps++;
+            rm_node_release(e.node); /* the tensor's graph keeps it alive */
+        }
+    }
+    if (rc == REMAT_OK) rc = discover(&t, root_nodes, n);
+    if (rc == REMAT_OK && t.partial) rc = mark_needed(&t, root_nodes, n);
+    if (rc == REMAT_OK) {
+        for (size_t i = 0; i < t.cap; i++) t.tab[i].visited = false;
+        for (int i = 0; i < n && rc == REMAT_OK; i++) {
+            remat_tensor *g = grad_outputs ? grad_outputs[i] : NULL;
+            remat_tensor *ones = NULL;
+            if (!g) {
+                rc = rm_new_output(&ones, roots[i]->ndim, roots[i]->shape, roots[i]->dtype,
+                                   roots[i]->storage->device);
+                if (rc) break;
+                if (rm_ptr(ones)) {
+                    if (ones->dtype == REMAT_F32) *(float *)rm_ptr(ones) = 1.0f;
+                    else *(double *)rm_ptr(ones) = 1.0;
+                }
+                g = ones;
+            }
+            rc = buf_add(&t, root_nodes[i], root_edges[i].input_nr, g);
+            remat_release(ones);
+        }
+    }
+    if (rc == REMAT_OK) rc = execute(&t, root_nodes, n);
+    if (rc == REMAT_OK && grads_out) {
+        for (int i = 0; i < n_inputs; i++) {
+            grads_out[i] = NULL;
+            if (!t.caps[i].grad && !allow_unused) {
+                rc = rm_err(REMAT_EINVAL,
+                            "%s: one of the differentiated tensors (input %d, %s) appears to not "
+                            "have been used in the graph; pass allow_unused=true if this is the "
+                            "desired behavior", call, i, rm_tensor_str(inputs[i], b1, sizeof b1));
+                for (int k = 0; k < i; k++) remat_release_p(&grads_out[k]);
+                break;
+            }
+            grads_out[i] = t.caps[i].grad;
+            t.caps[i].grad = NULL;
+        }
+    }
+
+    tls_task = t.parent;
+    remat_set_grad_enabled(prev_grad);
+    rm_scope_resume(scope);
+    for (int i = 0; i < n; i++) rm_node_release(root_edges[i].node);
+    free(root_edges);
+    free(root_nodes);
+    task_free(&t);
+    if (rc && call && !strstr(remat_last_error(), call)) rm_err_prefix(rc, call);
+    if (rc == REMAT_OK && grads_out) {
+        for (int i = 0; i < n_inputs; i++) {
+            remat_tensor *g = grads_out[i];
+            if (g) rm_hand_out(&grads_out[i], g);
+        }
+    }
+    return rc;
+}
+
+int remat_backward(int n, remat_tensor *const *roots, remat_tensor *const *grad_outputs,
+                   bool retain_graph, int n_inputs, remat_tensor *const *inputs) {
+    return run_backward("remat_backward", n, roots, grad_outputs, retain_graph, n_inputs, inputs,
+                        true, true, NULL);
+}
+
+int remat_backward_scalar(remat_tensor *root) {
+    return run_backward("remat_backward", 1, &root, NULL, false, 0, NULL, true, true, NULL);
+}
+
+int remat_grad(int n_outputs, remat_tensor *const *outputs, remat_tensor *const *grad_outputs,
+               int n_inputs, remat_tensor *const *inputs, bool retain_graph, bool allow_unused,
+               remat_tensor **grads) {
+    if (!grads) return rm_err(REMAT_EINVAL, "remat_grad: grads must not be NULL");
+    if (n_inputs <= 0 || !inputs)
+        return rm_err(REMAT_EINVAL, "remat_grad: at least one input is required");
+    for (int i = 0; i < n_inputs; i++) grads[i] = NULL;
+    return run_backward("remat_grad", n_outputs, outputs, grad_outputs, retain_graph, n_inputs,
+                        inputs, false, allow_unused, grads);
+}

@@ -1,0 +1,444 @@
+/* src/autograd/graph.c — grad mode, graph nodes, saved tensors and their
+ * hooks, leaf attributes and tensor hooks. The engine that walks the graph
+ * is in engine.c; custom functions in function.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../internal.h"
+
+/* ---- grad mode ------------------------------------------------------------------- */
+static RM_TLS bool tls_grad_disabled; /* zero-initialised: grad enabled */
+
+bool remat_is_grad_enabled(void) { return !tls_grad_disabled; }
+bool remat_set_grad_enabled(bool enabled) {
+    bool prev = !tls_grad_disabled;
+    tls_grad_disabled = !enabled;
+    return prev;
+}
+bool remat_no_grad_begin(void) { return remat_set_grad_enabled(false); }
+bool remat_enable_grad_begin(void) { return remat_set_grad_enabled(true); }
+void remat_grad_mode_restore(bool prev) { remat_set_grad_enabled(prev); }
+
+bool rm_needs_grad(int n, remat_tensor *const *inputs) {
+    if (tls_grad_disabled) return false;
+    for (int i = 0; i < n; i++)
+        if (inputs[i] && inputs[i]->requires_grad) return true;
+    return false;
+}
+
+/* ---- saved-tensor hooks stack ------------------------------------------------------- */
+#define RM_HOOK_DEPTH 64
+typedef struct hook_entry {
+    bool disabled;
+    remat_saved_hooks hooks;
+} hook_entry;
+static RM_TLS hook_entry tls_hooks[RM_HOOK_DEPTH];
+static RM_TLS int tls_n_hooks;
+
+int remat_saved_hooks_push(const remat_saved_hooks *hooks) {
+    if (!hooks || !hooks->pack || !hooks->unpack)
+        return rm_err(REMAT_EINVAL, "remat_saved_hooks_push: hooks must supply pack and unpack");
+    if (tls_n_hooks >= RM_HOOK_DEPTH)
+        return rm_err(REMAT_ENOMEM, "remat_saved_hooks_push: hook stack full (depth %d)",
+                      RM_HOOK_DEPTH);
+    tls_hooks[tls_n_hooks].disabled = false;
+    tls_hooks[tls_n_hooks].hooks = *hooks;
+    tls_n_hooks++;
+    return REMAT_OK;
+}
+
+int remat_saved_hooks_push_disabled(void) {
+    if (tls_n_hooks >= RM_HOOK_DEPTH)
+        return rm_err(REMAT_ENOMEM, "remat_saved_hooks_push_disabled: hook stack full");
+    memset(&tls_hooks[tls_n_hooks], 0, sizeof tls_hooks[0]);
+    tls_hooks[tls_n_hooks].disabled = true;
+    tls_n_hooks++;
+    return REMAT_OK;
+}
+
+int remat_saved_hooks_pop(void) {
+    if (tls_n_hooks == 0)
+        return rm_err(REMAT_ESTATE, "remat_saved_hooks_pop: no saved-tensor hooks are pushed");
+    tls_n_hooks--;
+    return REMAT_OK;
+}
+
+int remat_saved_hooks_depth(void) { return tls_n_hooks; }
+
+static remat_save_observer_fn g_save_obs;
+static void *g_save_obs_ud;
+void remat_set_save_observer(remat_save_observer_fn fn, void *user_data) {
+    g_save_obs = fn;
+    g_save_obs_ud = user_data;
+}
+void rm_notify_save(const char *op, remat_tensor *t) {
+    if (g_save_obs) g_save_obs(g_save_obs_ud, op, t);
+}
+
+/* ---- nodes ------------------------------------------------------------------------------ */
+static atomic_uint_fast64_t g_seq;
+
+remat_node *rm_node_retain(remat_node *n) {
+    if (n) atomic_fetch_add(&n->refcount, 1);
+    return n;
+}
+
+void rm_node_release_saved(remat_node *n) {
+    for (int i = 0; i < n->n_saved; i++) {
+        rm_saved *s = &n->saved[i];
+        if (!s->defined || s->freed) continue;
+        if (s->has_hooks) {
+            if (s->hooks.free_handle) s->hooks.free_handle(s->hooks.user_data, s->handle);
+            s->handle = NULL;
+        } else {
+            remat_release(s->data);
+            s->data = NULL;
+        }
+        s->freed = true;
+    }
+}
+
+/* Destroys nodes iteratively: a long chain would otherwise recurse once per
+ * node. */
+void rm_node_release(remat_node *n) {
+    if (!n) return;
+    remat_node **stack = NULL;
+    int sp = 0, cap = 0;
+    remat_node *cur = n;
+    for (;;) {
+        if (cur && atomic_fetch_sub(&cur->refcount, 1) == 1) {
+            rm_node_release_saved(cur);
+            for (int i = 0; i < cur->n_next; i++) {
+                remat_node *child = cur->next[i].node;
+                if (!child) continue;
+                if (sp == cap) {
+                    int nc = cap ? cap * 2 : 64;
+                    remat_node **ns = realloc(stack, (size_t)nc * sizeof *ns);
+                    if (!ns) {
+                        rm_node_release(child); /* fall back to recursion */
+                        continue;
+                    }
+                    stack = ns;
+                    cap = nc;
+                }
+                stack[sp++] = child;
+            }
+            if (cur->ctx_free) cur->ctx_free(cur->ctx);
+            else free(cur->ctx);
+            for (rm_node_hook *h = cur->hooks; h;) {
+                rm_node_hook *nx = h->next;
+                free(h);
+                h = nx;
+            }
+            if (cur->leaf) {
+                cur->leaf->grad_accumulator = NULL;
+                remat_release(cur->leaf);
+            }
+            free(cur->owned_name);
+            free(cur->next);
+            free(cur->out_meta);
+            free(cur->saved);
+            free(cur);
+        }
+        if (sp == 0) break;
+        cur = stack[--sp];
+    }
+    free(stack);
+}
+
+static remat_node *node_alloc(const char *name, rm_backward_fn backward, int n_next, int n_outputs,
+                              int n_saved) {
+    remat_node *n = calloc(1, sizeof *n);
+    if (!n) return NULL;
+    atomic_init(&n->refcount, 1);
+    n->name = name;
+    n->backward = backward;
+    n->seq = atomic_fetch_add(&g_seq, 1) + 1;
+    n->n_next = n_next;
+    n->n_outputs = n_outputs;
+    n->n_saved = n_saved;
+    n->next = n_next ? calloc((size_t)n_next, sizeof *n->next) : NULL;
+    n->out_meta = n_outputs ? calloc((size_t)n_outputs, sizeof *n->out_meta) : NULL;
+    n->saved = n_saved ? calloc((size_t)n_saved, sizeof *n->saved) : NULL;
+    if ((n_next && !n->next) || (n_outputs && !n->out_meta) || (n_saved && !n->saved)) {
+        free(n->next);
+        free(n->out_meta);
+        free(n->saved);
+        free(n);
+        return NULL;
+    }
+    return n;
+}
+
+int rm_gradient_edge(remat_tensor *t, rm_edge *edge) {
+    edge->node = NULL;
+    edge->input_nr = 0;
+    if (!t || !t->requires_grad) return REMAT_OK;
+    if (t->grad_fn) {
+        edge->node = rm_node_retain(t->grad_fn);
+        edge->input_nr = t->output_nr;
+        return REMAT_OK;
+    }
+    if (t->grad_accumulator) {
+        edge->node = rm_node_retain(t->grad_accumulator);
+        return REMAT_OK;
+    }
+    remat_node *acc = node_alloc("AccumulateGrad", NULL, 0, 1, 0);
+    if (!acc) return rm_err(REMAT_ENOMEM, "out of memory creating a graph node");
+    acc->seq = UINT64_MAX; /* accumulate as soon as ready */
+    acc->leaf = remat_retain(t);
+    acc->out_meta[0].ndim = t->ndim;
+    memcpy(acc->out_meta[0].shape, t->shape, sizeof t->shape);
+    acc->out_meta[0].dtype = t->dtype;
+    acc->out_meta[0].device = t->storage->device;
+    t->grad_accumulator = acc; /* weak */
+    edge->node = acc;
+    return REMAT_OK;
+}
+
+int rm_node_new(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
+                remat_tensor *const *inputs, int n_outputs, int n_saved) {
+    *out = NULL;
+    remat_node *n = node_alloc(name, backward, n_inputs, n_outputs, n_saved);
+    if (!n) return rm_err(REMAT_ENOMEM, "%s: out of memory creating a graph node", name);
+    for (int i = 0; i < n_inputs; i++) {
+        int rc = rm_gradient_edge(inputs[i], &n->next[i]);
+        if (rc) {
+            rm_node_release(n);
+            return rc;
+        }
+    }
+    *out = n;
+    return REMAT_OK;
+}
+
+void rm_node_set_ctx(remat_node *n, void *ctx, void (*ctx_free)(void *)) {
+    n->ctx = ctx;
+    n->ctx_free = ctx_free;
+}
+
+void rm_node_set_output(remat_node *n, int i, remat_tensor *t) {
+    rm_out_meta *m = &n->out_meta[i];
+    m->ndim = t->ndim;
+    memcpy(m->shape, t->shape, sizeof t->shape);
+    m->dtype = t->dtype;
+    m->device = t->storage->device;
+    remat_node *old = t->grad_fn;
+    t->grad_fn = rm_node_retain(n);
+    t->output_nr = i;
+    t->requires_grad = true;
+    if (old) rm_node_release(old);
+}
+
+static int make_alias(remat_tensor **out, remat_tensor *t) {
+    remat_tensor *a = rm_tensor_alloc(t->storage, t->offset, t->ndim, t->shape, t->strides,
+                                      t->dtype);
+    if (!a) return rm_err(REMAT_ENOMEM, "out of memory creating a tensor alias");
+    a->is_view = true;
+    if (t->name) a->name = strdup(t->name);
+    *out = a;
+    return REMAT_OK;
+}
+
+int rm_node_save(remat_node *n, int slot, remat_tensor *t) {
+    rm_saved *s = &n->saved[slot];
+    memset(s, 0, sizeof *s);
+    if (!t) return REMAT_OK;
+    s->defined = true;
+    s->ndim = t->ndim;
+    memcpy(s->shape, t->shape, sizeof t->shape);
+    s->dtype = t->dtype;
+    s->device = t->storage->device;
+    s->saved_version = remat_version(t);
+    s->was_output = t->grad_fn == n;
+    rm_notify_save(n->name, t);
+    remat_tensor *alias;
+    int rc = make_alias(&alias, t);
+    if (rc) return rc;
+    if (tls_n_hooks > 0 && !tls_hooks[tls_n_hooks - 1].disabled) {
+        remat_saved_hooks h = tls_hooks[tls_n_hooks - 1].hooks;
+        remat_clear_error();
+        void *prev_scope = rm_scope_suspend();
+        void *handle = h.pack(h.user_data, alias);
+        rm_scope_resume(prev_scope);
+        remat_release(alias);
+        if (!handle) {
+            s->defined = false;
+            if (!remat_last_error()[0])
+                return rm_err(REMAT_ECALLBACK, "%s: saved-tensor pack hook returned NULL", n->name);
+            return rm_err_prefix(REMAT_ECALLBACK, n->name);
+        }
+        s->has_hooks = true;
+        s->hooks = h;
+        s->handle = handle;
+    } else {
+        s->data = alias;
+    }
+    return REMAT_OK;
+}
+
+static const char *k_backward_twice =
+    "Trying to backward through the graph a second time (or directly access saved tensors after "
+    "they have already been freed). Saved intermediate values of the graph are freed when you "
+    "call remat_backward() or remat_grad(). Pass retain_graph=true if you need to backward "
+    "through the graph a second time or to access saved tensors after calling backward.";
+
+int rm_node_unpack(remat_node *n, int slot, remat_tensor **out) {
+    *out = NULL;
+    rm_saved *s = &n->saved[slot];
+    if (!s->defined) return REMAT_OK;
+    if (s->freed) return rm_err(REMAT_ESTATE, "%s: %s", n->name, k_backward_twice);
+    if (s->has_hooks) {
+        remat_tensor *t = NULL;
+        void *prev_scope = rm_scope_suspend();
+        int rc = s->hooks.unpack(s->hooks.user_data, s->handle, &t);
+        rm_scope_resume(prev_scope);
+        if (rc) return rc;
+        if (!t) return rm_err(REMAT_ECALLBACK, "%s: saved-tensor unpack hook returned no tensor",
+                              n->name);
+        *out = t;
+        return REMAT_OK;
+    }
+    uint64_t v = remat_version(s->data);
+    if (v != s->saved_version) {
+        char b[200];
+        return rm_err(REMAT_EVERSION,
+                      "one of the tensors needed for gradient computation has been modified by "
+                      "an in-place operation: %s, saved by %s, is at version %llu; expected "
+                      "version %llu instead",
+                      rm_shape_str(s->ndim, s->shape, b, sizeof b), n->name,
+                      (unsigned long long)v, (unsigned long long)s->saved_version);
+    }
+    *out = remat_retain(s->data);
+    return REMAT_OK;
+}
+
+/* ---- leaf attributes -------------------------------------------------------------------- */
+bool remat_requires_grad(const remat_tensor *t) { return t && t->requires_grad; }
+
+int remat_set_requires_grad(remat_tensor *t, bool requires_grad) {
+    if (!t) return rm_err(REMAT_EINVAL, "remat_set_requires_grad: tensor is NULL");
+    char b[200];
+    if (t->grad_fn) {
+        if (requires_grad) return REMAT_OK;
+        return rm_err(REMAT_EINVAL,
+                      "remat_set_requires_grad: %s is not a leaf (it was produced by %s); you can "
+                      "only change requires_grad of leaves — use remat_detach",
+                      rm_tensor_str(t, b, sizeof b), t->grad_fn->name);
+    }
+    if (requires_grad && t->dtype == REMAT_I64)
+        return rm_err(REMAT_EDTYPE,
+                      "remat_set_requires_grad: only floating point tensors can require grad, "
+                      "got %s", rm_tensor_str(t, b, sizeof b));
+    t->requires_grad = requires_grad;
+    return REMAT_OK;
+}
+
+remat_tensor *remat_tensor_grad(const remat_tensor *t) { return t ? t->grad : NULL; }
+
+int remat_set_grad(remat_tensor *t, remat_tensor *g) {
+    if (!t) return rm_err(REMAT_EINVAL, "remat_set_grad: tensor is NULL");
+    if (g) {
+        char b1[200], b2[200];
+        if (g->ndim != t->ndim || memcmp(g->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim))
+            return rm_err(REMAT_ESHAPE, "remat_set_grad: gradient %s does not match tensor %s",
+                          rm_tensor_str(g, b1, sizeof b1), rm_tensor_str(t, b2, sizeof b2));
+    }
+    remat_tensor *old = t->grad;
+    t->grad = remat_retain(g);
+    remat_release(old);
+    return REMAT_OK;
+}
+
+bool remat_is_leaf(const remat_tensor *t) { return t && !t->grad_fn; }
+remat_node *remat_grad_fn(const remat_tensor *t) { return t ? t->grad_fn : NULL; }
+
+int remat_detach(remat_tensor **out, remat_tensor *t) {
+    if (!out) return rm_err(REMAT_EINVAL, "remat_detach: out must not be NULL");
+    *out = NULL;
+    int rc = rm_check_tensor("remat_detach", "t", t);
+    if (rc) return rc;
+    remat_tensor *a;
+    rc = make_alias(&a, t);
+    if (rc) return rm_err_prefix(rc, "remat_detach");
+    return rm_hand_out(out, a);
+}
+
+const char *remat_node_name(const remat_node *node) {
+    if (!node) return NULL;
+    return node->owned_name ? node->owned_name : node->name;
+}
+int remat_node_num_next(const remat_node *node) { return node ? node->n_next : 0; }
+remat_node *remat_node_next(const remat_node *node, int i) {
+    if (!node || i < 0 || i >= node->n_next) return NULL;
+    return node->next[i].node;
+}
+
+int rm_check_inplace(const char *call, remat_tensor *t) {
+    if (remat_is_grad_enabled() && t->requires_grad && !t->grad_fn) {
+        char b[200];
+        return rm_err(REMAT_ESTATE,
+                      "%s: %s is a leaf that requires grad and is being used in an in-place "
+                      "operation; wrap the update in remat_no_grad_begin()/restore",
+                      call, rm_tensor_str(t, b, sizeof b));
+    }
+    return REMAT_OK;
+}
+
+/* ---- tensor hooks ------------------------------------------------------------------------ */
+int remat_register_hook(remat_tensor *t, remat_grad_hook_fn fn, void *user_data) {
+    if (!t || !fn) return rm_err(REMAT_EINVAL, "remat_register_hook: tensor and fn must not be NULL");
+    if (!t->requires_grad) {
+        char b[200];
+        return rm_err(REMAT_ENOGRAD,
+                      "remat_register_hook: cannot register a hook on %s, which does not "
+                      "require grad", rm_tensor_str(t, b, sizeof b));
+    }
+    if (t->grad_fn) {
+        rm_node_hook *h = calloc(1, sizeof *h);
+        if (!h) return rm_err(REMAT_ENOMEM, "remat_register_hook: out of memory");
+        h->output_nr = t->output_nr;
+        h->fn = fn;
+        h->user_data = user_data;
+        /* append: hooks run in registration order */
+        rm_node_hook **pp = &t->grad_fn->hooks;
+        while (*pp) pp = &(*pp)->next;
+        *pp = h;
+        return REMAT_OK;
+    }
+    rm_hook *h = calloc(1, sizeof *h);
+    if (!h) return rm_err(REMAT_ENOMEM, "remat_register_hook: out of memory");
+    h->fn = fn;
+    h->user_data = user_data;
+    rm_hook **pp = &t->hooks;
+    while (*pp) pp = &(*pp)->next;
+    *pp = h;
+    return REMAT_OK;
+}
+
+/* ---- gradient reduction for broadcasting ------------------------------------------------- */
+int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape) {
+    *out = NULL;
+    if (grad->ndim == ndim && memcmp(grad->shape, shape, sizeof(int64_t) * (size_t)ndim) == 0) {
+        *out = remat_retain(grad);
+        return REMAT_OK;
+    }
+    int dims[REMAT_MAX_DIMS], nd = 0;
+    int lead = grad->ndim - ndim;
+    for (int d = 0; d < grad->ndim; d++) {
+        if (d < lead) dims[nd++] = d;
+        else if (shape[d - lead] == 1 && grad->shape[d] != 1) dims[nd++] = d;
+    }
+    void *sc = rm_scope_suspend();
+    remat_tensor *s = NULL;
+    int rc = REMAT_OK;
+    if (nd > 0) rc = remat_sum(&s, grad, nd, dims, true);
+    else s = remat_retain(grad);
+    if (rc == REMAT_OK) {
+        rc = remat_reshape(out, s, ndim, shape);
+        remat_release(s);
+    }
+    rm_scope_resume(sc);
+    return rc;
+}

@@ -1,0 +1,140 @@
+/* src/error.c — status names, the thread-local error message, warnings. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define RM_MSG_CAP 4096
+
+static RM_TLS char tls_msg[RM_MSG_CAP];
+
+static const struct {
+    const char *name;
+    const char *text;
+} k_status[] = {
+    {"REMAT_OK", "success"},
+    {"REMAT_EINVAL", "invalid argument"},
+    {"REMAT_ESHAPE", "shape mismatch"},
+    {"REMAT_EDTYPE", "dtype mismatch or unsupported dtype"},
+    {"REMAT_EDEVICE", "device mismatch or unknown device"},
+    {"REMAT_ENOMEM", "out of memory"},
+    {"REMAT_ESTATE", "call not valid in the current state"},
+    {"REMAT_EVERSION", "saved tensor was modified by an in-place operation"},
+    {"REMAT_ENOGRAD", "tensor does not require grad"},
+    {"REMAT_EDETERMINISM", "recomputation differed from the original forward"},
+    {"REMAT_EUNSUPPORTED", "not supported"},
+    {"REMAT_EIO", "input/output error"},
+    {"REMAT_EFORMAT", "bad format"},
+    {"REMAT_ECALLBACK", "user callback failed"},
+};
+#define N_STATUS ((int)(sizeof k_status / sizeof k_status[0]))
+
+const char *remat_err_name(int status) {
+    if (status < 0 || status >= N_STATUS) return "REMAT_E?";
+    return k_status[status].name;
+}
+
+const char *remat_strerror(int status) {
+    if (status < 0 || status >= N_STATUS) return "unknown status";
+    return k_status[status].text;
+}
+
+const char *remat_last_error(void) { return tls_msg; }
+
+void remat_clear_error(void) { tls_msg[0] = '\0'; }
+
+static int vset(int status, const char *fmt, va_list ap) {
+    char tmp[RM_MSG_CAP];
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    memcpy(tls_msg, tmp, sizeof tmp);
+    return status;
+}
+
+int remat_set_error(int status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vset(status, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+int rm_err(int status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vset(status, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+int rm_err_prefix(int status, const char *call) {
+    char tmp[RM_MSG_CAP];
+    size_t k = strlen(call);
+    if (k > RM_MSG_CAP / 4) k = RM_MSG_CAP / 4;
+    memcpy(tmp, call, k);
+    tmp[k++] = ':';
+    tmp[k++] = ' ';
+    size_t m = strnlen(tls_msg, RM_MSG_CAP - k - 1);
+    memcpy(tmp + k, tls_msg, m);
+    tmp[k + m] = '\0';
+    memcpy(tls_msg, tmp, sizeof tmp);
+    return status;
+}
+
+/* ---- logging ------------------------------------------------------------------- */
+static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
+static remat_log_fn g_log_fn;
+static void *g_log_ud;
+/* Hashes of warnings already printed by the default logger. */
+static uint64_t g_seen[1024];
+static int g_n_seen;
+
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+void remat_set_log_callback(remat_log_fn fn, void *user_data) {
+    pthread_mutex_lock(&g_log_lock);
+    g_log_fn = fn;
+    g_log_ud = user_data;
+    pthread_mutex_unlock(&g_log_lock);
+}
+
+static void vwarn(const char *fmt, va_list ap) {
+    char msg[RM_MSG_CAP];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    pthread_mutex_lock(&g_log_lock);
+    remat_log_fn fn = g_log_fn;
+    void *ud = g_log_ud;
+    if (!fn) {
+        uint64_t h = fnv1a(msg);
+        bool seen = false;
+        for (int i = 0; i < g_n_seen; i++)
+            if (g_seen[i] == h) seen = true;
+        if (!seen) {
+            if (g_n_seen < (int)(sizeof g_seen / sizeof g_seen[0])) g_seen[g_n_seen++] = h;
+            fprintf(stderr, "remat warning: %s\n", msg);
+        }
+        pthread_mutex_unlock(&g_log_lock);
+        return;
+    }
+    pthread_mutex_unlock(&g_log_lock);
+    fn(ud, REMAT_LOG_WARN, msg);
+}
+
+void remat_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vwarn(fmt, ap);
+    va_end(ap);
+}
+
+void rm_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vwarn(fmt, ap);
+    va_end(ap);
+}

@@ -1,0 +1,280 @@
+/*
+ * src/internal.h — library-private structures and helpers shared by the
+ * core, the ops and the autograd engine. Not installed.
+ *
+ * Writing an op (see src/ops/unary.c for a full example):
+ *   1. validate inputs (rm_check_* helpers set the error message),
+ *   2. create the output with rm_new_output (handles skip mode: when it
+ *      returns REMAT_OK with *skip set, leave the data alone),
+ *   3. run the kernel,
+ *   4. if rm_needs_grad(inputs): rm_node_new + rm_node_save(...) +
+ *      rm_node_set_output(...). Backward functions run with grad mode off
+ *      and may call the public ops.
+ * Functions named rm_* are internal; they set the thread-local error
+ * message on failure like public calls do.
+ */
+#ifndef REMAT_INTERNAL_H
+#define REMAT_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "remat/autograd.h"
+#include "remat/device.h"
+#include "remat/error.h"
+#include "remat/ops.h"
+#include "remat/tensor.h"
+
+#define RM_UNUSED(x) ((void)(x))
+#define RM_TLS _Thread_local
+
+/* ---- errors ------------------------------------------------------------------ */
+int rm_err(int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Prefixes the current message with "call: " (used when an inner call fails). */
+int rm_err_prefix(int status, const char *call);
+/* Warning that is only printed once per distinct text by the default logger. */
+void rm_warn(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* ---- storage and tensors ------------------------------------------------------ */
+typedef struct rm_storage {
+    atomic_int refcount;
+    void *data;           /* NULL for a "meta" storage (skip mode) */
+    size_t nbytes;
+    remat_device device;
+    atomic_uint_fast64_t version;
+} rm_storage;
+
+typedef struct rm_hook {
+    remat_grad_hook_fn fn;
+    void *user_data;
+    struct rm_hook *next;
+} rm_hook;
+
+struct remat_tensor {
+    atomic_int refcount;
+    rm_storage *storage;
+    int64_t offset; /* elements */
+    int ndim;
+    int64_t shape[REMAT_MAX_DIMS];
+    int64_t strides[REMAT_MAX_DIMS];
+    remat_dtype dtype;
+    bool requires_grad;
+    bool is_view;          /* shares storage with a tensor it was derived from */
+    remat_tensor *grad;    /* owned */
+    remat_node *grad_fn;   /* owned (non-leaves) */
+    int output_nr;
+    remat_node *grad_accumulator; /* weak: AccumulateGrad node of a leaf */
+    rm_hook *hooks;        /* leaf hooks (non-leaf hooks live on grad_fn) */
+    char *name;
+    void *scope_owner;     /* remat_scope holding this tensor's creation ref */
+};
+
+/* Allocates a tensor struct with refcount 1 over `storage` (retained). */
+remat_tensor *rm_tensor_alloc(rm_storage *storage, int64_t offset, int ndim,
+                              const int64_t *shape, const int64_t *strides, remat_dtype dtype);
+/* Allocates storage on device (accounting). nbytes may be 0. meta → no data. */
+int rm_storage_new(rm_storage **out, size_t nbytes, remat_device device, bool meta);
+void rm_storage_retain(rm_storage *s);
+void rm_storage_release(rm_storage *s);
+void rm_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+int64_t rm_shape_numel(int ndim, const int64_t *shape);
+/* Hands a freshly created tensor to the caller: registers it with the open
+ * scope, if any, and stores it in *out. Always returns REMAT_OK. */
+int rm_hand_out(remat_tensor **out, remat_tensor *t);
+/* Element pointer of t (storage + offset * elemsize) — may be NULL (meta). */
+static inline void *rm_ptr(const remat_tensor *t) {
+    if (!t->storage->data) return NULL;
+    return (char *)t->storage->data + (size_t)t->offset * remat_dtype_size(t->dtype);
+}
+static inline void rm_bump_version(remat_tensor *t) {
+    atomic_fetch_add(&t->storage->version, 1);
+}
+/* Formats "[2, 3]" into buf. */
+const char *rm_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
+/* Formats "'name' [2, 3] f32" or "[2, 3] f32". */
+const char *rm_tensor_str(const remat_tensor *t, char *buf, size_t n);
+
+/* Scopes are suspended while remat runs user callbacks and backward
+ * passes, so that references made there are plain references. */
+void *rm_scope_suspend(void);
+void rm_scope_resume(void *prev);
+
+/* ---- skip mode (early-stopped recomputation) ----------------------------------
+ * While skip mode is on, ops create outputs with meta storage (no data, no
+ * allocation) and run no kernels; shapes are still computed. */
+bool rm_skip_mode(void);
+bool rm_set_skip_mode(bool on); /* returns previous */
+
+/* ---- validation helpers (set an error message naming `call`) ------------------- */
+int rm_check_tensor(const char *call, const char *arg, const remat_tensor *t);
+int rm_check_float(const char *call, const char *arg, const remat_tensor *t);
+int rm_check_same_dtype(const char *call, const remat_tensor *a, const remat_tensor *b);
+int rm_check_same_device(const char *call, const remat_tensor *a, const remat_tensor *b);
+int rm_check_host(const char *call, const remat_tensor *t);
+/* Normalises a possibly negative dim against ndim. */
+int rm_norm_dim(const char *call, int dim, int ndim, int *out);
+/* Broadcast shape of a and b. */
+int rm_broadcast_shape(const char *call, int nda, const int64_t *sa, int ndb, const int64_t *sb,
+                       int *nd_out, int64_t *shape_out);
+
+/* Creates a new contiguous output tensor (skip-mode aware). */
+int rm_new_output(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
+                  remat_device device);
+
+/* ---- autograd graph --------------------------------------------------------- */
+typedef struct rm_saved {
+    bool defined;
+    bool was_output;     /* saved tensor is an output of the node (informational) */
+    remat_tensor *data;  /* saved directly (no hooks): detached alias */
+    void *handle;        /* packed by hooks */
+    remat_saved_hooks hooks;
+    bool has_hooks;
+    bool freed;
+    uint64_t saved_version;
+    /* metadata kept for error messages */
+    int ndim;
+    int64_t shape[REMAT_MAX_DIMS];
+    remat_dtype dtype;
+    remat_device device;
+} rm_saved;
+
+typedef struct rm_edge {
+    remat_node *node; /* owned reference (NULL: no grad needed) */
+    int input_nr;
+} rm_edge;
+
+typedef int (*rm_backward_fn)(remat_node *node, remat_tensor *const *grad_outputs,
+                              remat_tensor **grad_inputs);
+
+typedef struct rm_node_hook {
+    int output_nr;
+    remat_grad_hook_fn fn;
+    void *user_data;
+    struct rm_node_hook *next;
+} rm_node_hook;
+
+typedef struct rm_out_meta {
+    int ndim;
+    int64_t shape[REMAT_MAX_DIMS];
+    remat_dtype dtype;
+    remat_device device;
+} rm_out_meta;
+
+struct remat_node {
+    atomic_int refcount;
+    const char *name;      /* static string */
+    char *owned_name;      /* for custom functions */
+    rm_backward_fn backward;
+    uint64_t seq;
+    int n_next;            /* one per differentiable input of the op */
+    rm_edge *next;
+    int n_outputs;
+    rm_out_meta *out_meta;
+    int n_saved;
+    rm_saved *saved;
+    void *ctx;                     /* op-specific parameters */
+    void (*ctx_free)(void *ctx);
+    remat_tensor *leaf;            /* AccumulateGrad: the leaf (owned) */
+    rm_node_hook *hooks;
+    bool released;                 /* saved tensors freed by a backward pass */
+};
+
+/* True if grad mode is on and any of the n inputs (NULL allowed) requires grad. */
+bool rm_needs_grad(int n, remat_tensor *const *inputs);
+/* Creates a node for an op with n_inputs inputs (NULL or non-grad inputs get
+ * empty edges), n_outputs outputs and room for n_saved saved tensors. */
+int rm_node_new(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
+                remat_tensor *const *inputs, int n_outputs, int n_saved);
+/* Drops a reference to the node. */
+void rm_node_release(remat_node *n);
+remat_node *rm_node_retain(remat_node *n);
+/* Saves t (may be NULL) into slot i, through the saved-tensor hooks. */
+int rm_node_save(remat_node *n, int slot, remat_tensor *t);
+/* Unpacks saved slot i: a new reference (NULL if the slot was saved NULL). */
+int rm_node_unpack(remat_node *n, int slot, remat_tensor **out);
+/* Attaches output `t` as output i of the node (sets grad_fn, requires_grad). */
+void rm_node_set_output(remat_node *n, int i, remat_tensor *t);
+/* Convenience: set ctx (freed with free() unless ctx_free given). */
+void rm_node_set_ctx(remat_node *n, void *ctx, void (*ctx_free)(void *));
+/* Edge to the gradient sink of t (grad_fn or the leaf accumulator). */
+int rm_gradient_edge(remat_tensor *t, rm_edge *edge);
+/* In-place ops: makes `node` (whose edge 0 came from t's old history) the
+ * new grad_fn of t. Fails on a leaf that requires grad with grad mode on. */
+int rm_check_inplace(const char *call, remat_tensor *t);
+/* Frees saved tensors of a node (graph release). */
+void rm_node_release_saved(remat_node *n);
+
+/* Sums grad down to shape (undoing broadcasting). New reference in *out. */
+int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape);
+
+/* Records the op name of the currently executing op for observers (debug
+ * traces, residual reports). Ops call rm_op_enter at entry. */
+void rm_notify_save(const char *op, remat_tensor *t);
+
+/* ---- allocator ------------------------------------------------------------------ */
+void *rm_device_alloc(remat_device device, size_t nbytes);
+void rm_device_free(remat_device device, void *ptr, size_t nbytes);
+int rm_device_copy(remat_device dst_dev, void *dst, remat_device src_dev, const void *src,
+                   size_t nbytes);
+
+/* ---- RNG ------------------------------------------------------------------------ */
+/* Reserves n_blocks Philox blocks (4 u32 each) from the device generator:
+ * returns key and the starting counter. */
+int rm_rng_reserve(remat_device device, uint64_t n_blocks, uint32_t key[2], uint64_t *counter);
+/* Fills 4 u32 for block `block` from key and base counter. */
+void rm_philox_block(const uint32_t key[2], uint64_t counter_lo, uint32_t out[4]);
+static inline double rm_u32_to_unit(uint32_t x) { return (x >> 8) * (1.0 / 16777216.0); }
+static inline double rm_u64_to_unit(uint32_t hi, uint32_t lo) {
+    return (double)((((uint64_t)hi << 32) | lo) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* ---- strided iteration ------------------------------------------------------------ */
+/* Iterates a row-major index over `shape`, tracking element offsets of up
+ * to 4 operands with their own strides (0 for broadcast dims). */
+typedef struct rm_iter {
+    int ndim;
+    int n_ops;
+    int64_t shape[REMAT_MAX_DIMS];
+    int64_t strides[4][REMAT_MAX_DIMS];
+    int64_t idx[REMAT_MAX_DIMS];
+    int64_t off[4];
+} rm_iter;
+/* Strides of t broadcast to (ndim, shape) (t's dims aligned to the right). */
+void rm_broadcast_strides(const remat_tensor *t, int ndim, const int64_t *shape, int64_t *out);
+void rm_iter_init(rm_iter *it, int ndim, const int64_t *shape, int n_ops);
+/* Advances one element; returns false after the last. */
+static inline bool rm_iter_next(rm_iter *it) {
+    for (int d = it->ndim - 1; d >= 0; d--) {
+        if (++it->idx[d] < it->shape[d]) {
+            for (int k = 0; k < it->n_ops; k++) it->off[k] += it->strides[k][d];
+            return true;
+        }
+        it->idx[d] = 0;
+        for (int k = 0; k < it->n_ops; k++) it->off[k] -= it->strides[k][d] * (it->shape[d] - 1);
+    }
+    return false;
+}
+/* Positions the iterator at flat row-major index `linear`. */
+void rm_iter_seek(rm_iter *it, int64_t linear);
+
+/* Contiguous copy of t (new reference; t itself retained if already contiguous). */
+int rm_contig(remat_tensor **out, remat_tensor *t);
+/* Copies src into dst elementwise (same numel view, broadcast src to dst's
+ * shape, converting dtype). No autograd. */
+int rm_copy_into(remat_tensor *dst, const remat_tensor *src);
+
+/* Number of OpenMP threads to use for n elements of simple work. */
+#define RM_OMP_MIN 32768
+
+#endif /* REMAT_INTERNAL_H */

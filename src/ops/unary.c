@@ -1,0 +1,251 @@
+/* src/ops/unary.c — elementwise unary ops and scalar variants.
+ *
+ * Each op is a forward kernel y = f(x) and a fused backward kernel
+ * dx = g * f'(.) reading either the saved input x or the saved output y
+ * (whichever f' needs; y is preferred as it is often needed anyway).
+ * x is made contiguous first; the kernels are flat loops the compiler
+ * vectorises, split across OpenMP threads. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../internal.h"
+
+typedef enum uop {
+    U_NEG, U_EXP, U_LOG, U_SQRT, U_TANH, U_SIGMOID, U_RELU, U_GELU_ERF, U_GELU_TANH,
+    U_POW, U_ADD, U_MUL, U_RSUB
+} uop;
+
+typedef struct uinfo {
+    const char *call;   /* public name */
+    const char *node;   /* graph node name */
+    bool save_out;      /* backward reads y (else x) */
+    bool needs_saved;   /* backward reads a saved tensor at all */
+} uinfo;
+
+static const uinfo k_uinfo[] = {
+    [U_NEG] = {"remat_neg", "NegBackward", false, false},
+    [U_EXP] = {"remat_exp", "ExpBackward", true, true},
+    [U_LOG] = {"remat_log", "LogBackward", false, true},
+    [U_SQRT] = {"remat_sqrt", "SqrtBackward", true, true},
+    [U_TANH] = {"remat_tanh", "TanhBackward", true, true},
+    [U_SIGMOID] = {"remat_sigmoid", "SigmoidBackward", true, true},
+    [U_RELU] = {"remat_relu", "ReluBackward", true, true},
+    [U_GELU_ERF] = {"remat_gelu", "GeluBackward", false, true},
+    [U_GELU_TANH] = {"remat_gelu", "GeluBackward", false, true},
+    [U_POW] = {"remat_pow_scalar", "PowBackward", false, true},
+    [U_ADD] = {"remat_add_scalar", "AddBackward", false, false},
+    [U_MUL] = {"remat_mul_scalar", "MulBackward", false, false},
+    [U_RSUB] = {"remat_rsub_scalar", "RsubBackward", false, false},
+};
+
+#define K_SQRT_2_OVER_PI 0.7978845608028654
+#define K_INV_SQRT_2 0.7071067811865476
+#define K_INV_SQRT_2PI 0.3989422804014327
+
+/* y = f(x); p = scalar parameter */
+#define UNARY_FWD(T, EXPF, LOGF, SQRTF, TANHF, ERFF, POWF)                                   \
+    static void fwd_##T(uop op, const T *restrict x, T *restrict y, int64_t n, T p) {        \
+        switch (op) {                                                                        \
+        case U_NEG: _Pragma("omp parallel for simd if (n > 65536)")                          \
+            for (int64_t i = 0; i < n; i++) y[i] = -x[i]; break;                             \
+        case U_EXP: _Pragma("omp parallel for if (n > 32768)")                               \
+            for (int64_t i = 0; i < n; i++) y[i] = EXPF(x[i]); break;                        \
+        case U_LOG: _Pragma("omp parallel for if (n > 32768)")                               \
+            for (int64_t i = 0; i < n; i++) y[i] = LOGF(x[i]); break;                        \
+        case U_SQRT: _Pragma("omp parallel for simd if (n > 65536)")                         \
+            for (int64_t i = 0; i < n; i++) y[i] = SQRTF(x[i]); break;                       \
+        case U_TANH: _Pragma("omp parallel for if (n > 32768)")                              \
+            for (int64_t i = 0; i < n; i++) y[i] = TANHF(x[i]); break;                       \
+        case U_SIGMOID: _Pragma("omp parallel for if (n > 32768)")                           \
+            for (int64_t i = 0; i < n; i++) y[i] = (T)1 / ((T)1 + EXPF(-x[i])); break;       \
+        case U_RELU: _Pragma("omp parallel for simd if (n > 65536)")                         \
+            for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : (T)0; break;            \
+        case U_GELU_ERF: _Pragma("omp parallel for if (n > 32768)")                          \
+            for (int64_t i = 0; i < n; i++)                                                  \
+                y[i] = (T)0.5 * x[i] * ((T)1 + ERFF(x[i] * (T)K_INV_SQRT_2));                \
+            break;                                                                           \
+        case U_GELU_TANH: _Pragma("omp parallel for if (n > 32768)")                         \
+            for (int64_t i = 0; i < n; i++) {                                                \
+                T v = x[i];                                                                  \
+                T in = (T)K_SQRT_2_OVER_PI * (v + (T)0.044715 * v * v * v);                  \
+                y[i] = (T)0.5 * v * ((T)1 + TANHF(in));                                      \
+            }                                                                                \
+            break;                                                                           \
+        case U_POW: _Pragma("omp parallel for if (n > 32768)")                               \
+            for (int64_t i = 0; i < n; i++) y[i] = POWF(x[i], p); break;                     \
+        case U_ADD: _Pragma("omp parallel for simd if (n > 65536)")                          \
+            for (int64_t i = 0; i < n; i++) y[i] = x[i] + p; break;                          \
+        case U_MUL: _Pragma("omp parallel for simd if (n > 65536)")                          \
+            for (int64_t i = 0; i < n; i++) y[i] = x[i] * p; break;                          \
+        case U_RSUB: _Pragma("omp parallel for simd if (n > 65536)")                         \
+            for (int64_t i = 0; i < n; i++) y[i] = p - x[i]; break;                          \
+        }                                                                                    \
+    }
+
+/* dx = g * f'(s) where s is the saved x or y (see k_uinfo) */
+#define UNARY_BWD(T, EXPF, TANHF, ERFF, POWF)                                                \
+    static void bwd_##T(uop op, const T *restrict g, const T *restrict s, T *restrict dx,    \
+                        int64_t n, T p) {                                                    \
+        switch (op) {                                                                        \
+        case U_NEG: for (int64_t i = 0; i < n; i++) dx[i] = -g[i]; break;                    \
+        case U_EXP: _Pragma("omp parallel for simd if (n > 65536)")                          \
+            for (int64_t i = 0; i < n; i++) dx[i] = g[i] * s[i]; break;                      \
+        case U_LOG: _Pragma("omp parallel for simd if (n > 65536)")                          \
+            for (int64_t i = 0; i < n; i++) dx[i] = g[i] / s[i]; break;                      \
+        case U_SQRT: _Pragma("omp parallel for simd if (n > 65536)")                         \
+            for (int64_t i = 0; i < n; i++) dx[i] = g[i] / ((T)2 * s[i]); break;             \
+        case U_TANH: _Pragma("omp parallel for simd if (n > 65536)")                         \
+            for (int64_t i = 0; i < n; i++) dx[i] = g[i] * ((T)1 - s[i] * s[i]); break;      \
+        case U_SIGMOID: _Pragma("omp parallel for simd if (n > 65536)")                      \
+            for (int64_t i = 0; i < n; i++) dx[i] = g[i] * s[i] * ((T)1 - s[i]); break;      \
+        case U_RELU: _Pragma("omp parallel for simd if (n > 65536)")                         \
+            for (int64_t i = 0; i < n; i++) dx[i] = s[i] > 0 ? g[i] : (T)0; break;           \
+        case U_GELU_ERF: _Pragma("omp parallel for if (n > 32768)")                          \
+            for (int64_t i = 0; i < n; i++) {                                                \
+                T v = s[i];                                                                  \
+                T cdf = (T)0.5 * ((T)1 + ERFF(v * (T)K_INV_SQRT_2));                         \
+                T pdf = (T)K_INV_SQRT_2PI * EXPF((T)-0.5 * v * v);                           \
+                dx[i] = g[i] * (cdf + v * pdf);                                              \
+            }                                                                                \
+            break;                                                                           \
+        case U_GELU_TANH: _Pragma("omp parallel for if (n > 32768)")                         \
+            for (int64_t i = 0; i < n; i++) {                                                \
+                T v = s[i];                                                                  \
+                T in = (T)K_SQRT_2_OVER_PI * (v + (T)0.044715 * v * v * v);                  \
+                T th = TANHF(in);                                                            \
+                T din = (T)K_SQRT_2_OVER_PI * ((T)1 + (T)3 * (T)0.044715 * v * v);           \
+                dx[i] = g[i] * ((T)0.5 * ((T)1 + th) + (T)0.5 * v * ((T)1 - th * th) * din); \
+            }                                                                                \
+            break;                                                                           \
+        case U_POW: _Pragma("omp parallel for if (n > 32768)")                               \
+            for (int64_t i = 0; i < n; i++)                                                  \
+                dx[i] = p == (T)0 ? (T)0 : g[i] * p * POWF(s[i], p - (T)1);                  \
+            break;                                                                           \
+        case U_ADD: memcpy(dx, g, (size_t)n * sizeof(T)); break;                             \
+        case U_MUL: _Pragma("omp parallel for simd if (n > 65536)")                          \
+            for (int64_t i = 0; i < n; i++) dx[i] = g[i] * p; break;                         \
+        case U_RSUB: for (int64_t i = 0; i < n; i++) dx[i] = -g[i]; break;                   \
+        }                                                                                    \
+    }
+
+UNARY_FWD(float, expf, logf, sqrtf, tanhf, erff, powf)
+UNARY_FWD(double, exp, log, sqrt, tanh, erf, pow)
+UNARY_BWD(float, expf, tanhf, erff, powf)
+UNARY_BWD(double, exp, tanh, erf, pow)
+
+typedef struct uctx {
+    uop op;
+    double p;
+} uctx;
+
+static int unary_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    uctx *c = node->ctx;
+    remat_tensor *s = NULL, *g = NULL, *dx = NULL;
+    int rc = REMAT_OK;
+    if (k_uinfo[c->op].needs_saved) {
+        rc = rm_node_unpack(node, 0, &s);
+        if (rc) return rc;
+        remat_tensor *sc;
+        rc = rm_contig(&sc, s);
+        remat_release(s);
+        s = sc;
+        if (rc) return rc;
+    }
+    rc = rm_contig(&g, gout[0]);
+    if (rc) goto out;
+    rc = rm_new_output(&dx, g->ndim, g->shape, g->dtype, g->storage->device);
+    if (rc) goto out;
+    int64_t n = remat_numel(g);
+    if (rm_ptr(dx)) {
+        if (g->dtype == REMAT_F32)
+            bwd_float(c->op, rm_ptr(g), s ? rm_ptr(s) : NULL, rm_ptr(dx), n, (float)c->p);
+        else
+            bwd_double(c->op, rm_ptr(g), s ? rm_ptr(s) : NULL, rm_ptr(dx), n, c->p);
+    }
+    gin[0] = dx;
+    dx = NULL;
+out:
+    remat_release(s);
+    remat_release(g);
+    remat_release(dx);
+    return rc;
+}
+
+static int unary_op(uop op, remat_tensor **out, remat_tensor *a, double p) {
+    const char *call = k_uinfo[op].call;
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
+    *out = NULL;
+    int rc = rm_check_float(call, "a", a);
+    if (rc) return rc;
+    remat_tensor *x = NULL, *y = NULL;
+    rc = rm_contig(&x, a);
+    if (rc) return rm_err_prefix(rc, call);
+    rc = rm_new_output(&y, a->ndim, a->shape, a->dtype, a->storage->device);
+    if (rc) {
+        remat_release(x);
+        return rm_err_prefix(rc, call);
+    }
+    int64_t n = remat_numel(a);
+    if (rm_ptr(y) && rm_ptr(x)) {
+        if (a->dtype == REMAT_F32) fwd_float(op, rm_ptr(x), rm_ptr(y), n, (float)p);
+        else fwd_double(op, rm_ptr(x), rm_ptr(y), n, p);
+    }
+    if (rm_needs_grad(1, &a)) {
+        remat_node *node;
+        const uinfo *ui = &k_uinfo[op];
+        rc = rm_node_new(&node, ui->node, unary_backward, 1, &a, 1, ui->needs_saved ? 1 : 0);
+        if (rc == REMAT_OK) {
+            uctx *c = malloc(sizeof *c);
+            if (!c) rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+            else {
+                c->op = op;
+                c->p = p;
+                rm_node_set_ctx(node, c, NULL);
+                rm_node_set_output(node, 0, y);
+                if (ui->needs_saved) rc = rm_node_save(node, 0, ui->save_out ? y : a);
+            }
+            rm_node_release(node);
+        }
+        if (rc) {
+            remat_release(x);
+            remat_release(y);
+            return rm_err_prefix(rc, call);
+        }
+    }
+    remat_release(x);
+    return rm_hand_out(out, y);
+}
+
+int remat_neg(remat_tensor **out, remat_tensor *a) { return unary_op(U_NEG, out, a, 0); }
+int remat_exp(remat_tensor **out, remat_tensor *a) { return unary_op(U_EXP, out, a, 0); }
+int remat_log(remat_tensor **out, remat_tensor *a) { return unary_op(U_LOG, out, a, 0); }
+int remat_sqrt(remat_tensor **out, remat_tensor *a) { return unary_op(U_SQRT, out, a, 0); }
+int remat_tanh(remat_tensor **out, remat_tensor *a) { return unary_op(U_TANH, out, a, 0); }
+int remat_sigmoid(remat_tensor **out, remat_tensor *a) { return unary_op(U_SIGMOID, out, a, 0); }
+int remat_relu(remat_tensor **out, remat_tensor *a) { return unary_op(U_RELU, out, a, 0); }
+int remat_gelu(remat_tensor **out, remat_tensor *a, remat_gelu_approx approximate) {
+    if (approximate != REMAT_GELU_ERF && approximate != REMAT_GELU_TANH)
+        return rm_err(REMAT_EINVAL, "remat_gelu: approximate must be REMAT_GELU_ERF or "
+                      "REMAT_GELU_TANH, got %d", (int)approximate);
+    return unary_op(approximate == REMAT_GELU_ERF ? U_GELU_ERF : U_GELU_TANH, out, a, 0);
+}
+int remat_pow_scalar(remat_tensor **out, remat_tensor *a, double exponent) {
+    return unary_op(U_POW, out, a, exponent);
+}
+int remat_add_scalar(remat_tensor **out, remat_tensor *a, double s) {
+    return unary_op(U_ADD, out, a, s);
+}
+int remat_sub_scalar(remat_tensor **out, remat_tensor *a, double s) {
+    return unary_op(U_ADD, out, a, -s);
+}
+int remat_rsub_scalar(remat_tensor **out, remat_tensor *a, double s) {
+    return unary_op(U_RSUB, out, a, s);
+}
+int remat_mul_scalar(remat_tensor **out, remat_tensor *a, double s) {
+    return unary_op(U_MUL, out, a, s);
+}
+int remat_div_scalar(remat_tensor **out, remat_tensor *a, double s) {
+    if (s == 0.0) return unary_op(U_MUL, out, a, INFINITY); /* as P: x / 0 = inf/nan */
+    return unary_op(U_MUL, out, a, 1.0 / s);
+}

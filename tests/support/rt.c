@@ -1,0 +1,296 @@
+/* tests/support/rt.c — helpers shared by the test suite (see rt.h). */
+#include "rt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+remat_tensor *rt_tensor(int ndim, const int64_t *shape, remat_dtype dtype, const double *values) {
+    int64_t n = rm_shape_numel(ndim, shape);
+    remat_tensor *t = NULL;
+    int rc = remat_empty(&t, ndim, shape, dtype, REMAT_DEVICE_CPU);
+    cr_assert_eq(rc, REMAT_OK, "rt_tensor: %s", remat_last_error());
+    void *p = remat_data(t);
+    for (int64_t i = 0; i < n; i++) {
+        if (dtype == REMAT_F32) ((float *)p)[i] = (float)values[i];
+        else if (dtype == REMAT_F64) ((double *)p)[i] = values[i];
+        else ((int64_t *)p)[i] = (int64_t)values[i];
+    }
+    return t;
+}
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+remat_tensor *rt_rand(int ndim, const int64_t *shape, remat_dtype dtype, double lo, double hi,
+                      unsigned seed) {
+    int64_t n = rm_shape_numel(ndim, shape);
+    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    uint64_t s = seed * 7919ULL + 17;
+    for (int64_t i = 0; i < n; i++)
+        v[i] = lo + (hi - lo) * ((double)(splitmix(&s) >> 11) / 9007199254740992.0);
+    remat_tensor *t = rt_tensor(ndim, shape, dtype, v);
+    free(v);
+    return t;
+}
+
+static double *to_doubles(const remat_tensor *t) {
+    int64_t n = remat_numel(t);
+    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    int rc = remat_copy_to_buffer(t, REMAT_F64, v, n);
+    cr_assert_eq(rc, REMAT_OK, "copy_to_buffer: %s", remat_last_error());
+    return v;
+}
+
+double rt_max_abs_diff(const remat_tensor *a, const remat_tensor *b) {
+    cr_assert_eq(remat_numel(a), remat_numel(b), "rt_max_abs_diff: numel %lld vs %lld",
+                 (long long)remat_numel(a), (long long)remat_numel(b));
+    double *va = to_doubles(a), *vb = to_doubles(b);
+    double m = 0;
+    for (int64_t i = 0; i < remat_numel(a); i++) {
+        double d = fabs(va[i] - vb[i]);
+        if (d > m || isnan(d)) m = isnan(d) ? INFINITY : d;
+    }
+    free(va);
+    free(vb);
+    return m;
+}
+
+bool rt_bitwise_equal(const remat_tensor *a, const remat_tensor *b) {
+    if (!a || !b) return a == b;
+    if (remat_ndim(a) != remat_ndim(b) || remat_tensor_dtype(a) != remat_tensor_dtype(b))
+        return false;
+    for (int d = 0; d < remat_ndim(a); d++)
+        if (remat_size(a, d) != remat_size(b, d)) return false;
+    int64_t n = remat_numel(a);
+    size_t es = remat_dtype_size(remat_tensor_dtype(a));
+    void *pa = malloc(es * (size_t)(n ? n : 1)), *pb = malloc(es * (size_t)(n ? n : 1));
+    remat_copy_to_buffer(a, remat_tensor_dtype(a), pa, n);
+    remat_copy_to_buffer(b, remat_tensor_dtype(b), pb, n);
+    bool eq = memcmp(pa, pb, es * (size_t)n) == 0;
+    free(pa);
+    free(pb);
+    return eq;
+}
+
+void rt_assert_close(const remat_tensor *a, const remat_tensor *b, double atol, double rtol,
+                     const char *what) {
+    cr_assert_eq(remat_numel(a), remat_numel(b), "%s: numel %lld vs %lld", what,
+                 (long long)remat_numel(a), (long long)remat_numel(b));
+    double *va = to_doubles(a), *vb = to_doubles(b);
+    for (int64_t i = 0; i < remat_numel(a); i++) {
+        double tol = atol + rtol * fabs(vb[i]);
+        if (!(fabs(va[i] - vb[i]) <= tol)) {
+            double x = va[i], y = vb[i];
+            free(va);
+            free(vb);
+            cr_assert_fail("%s: element %lld: %.9g vs expected %.9g (tol %.3g)", what,
+                           (long long)i, x, y, tol);
+        }
+    }
+    free(va);
+    free(vb);
+}
+
+/* ---- gradcheck ------------------------------------------------------------------------ */
+static int64_t elem_offset(const remat_tensor *t, int64_t i) {
+    int64_t off = t->offset;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        off += (i % t->shape[d]) * t->strides[d];
+        i /= t->shape[d];
+    }
+    return off;
+}
+
+/* Evaluates sum(f(inputs) * w) with grad off. */
+static int eval_loss(rt_fn f, void *ud, int n, remat_tensor *const *inputs, const double *w,
+                     int64_t nw, double *loss) {
+    bool prev = remat_no_grad_begin();
+    remat_tensor *out = NULL;
+    int rc = f(ud, inputs, n, &out);
+    remat_grad_mode_restore(prev);
+    if (rc) return rc;
+    if (remat_numel(out) != nw) {
+        remat_release(out);
+        return remat_set_error(REMAT_ESHAPE, "gradcheck: output size changed");
+    }
+    double *v = malloc(sizeof(double) * (size_t)(nw ? nw : 1));
+    remat_copy_to_buffer(out, REMAT_F64, v, nw);
+    double s = 0;
+    for (int64_t i = 0; i < nw; i++) s += v[i] * w[i];
+    free(v);
+    remat_release(out);
+    *loss = s;
+    return REMAT_OK;
+}
+
+bool rt_gradcheck(rt_fn f, void *ud, int n, remat_tensor *const *inputs, double eps, double atol,
+                  double rtol, char *msg, size_t msg_len) {
+    msg[0] = 0;
+    remat_tensor *out = NULL;
+    int rc = f(ud, inputs, n, &out);
+    if (rc) {
+        snprintf(msg, msg_len, "forward failed: %s", remat_last_error());
+        return false;
+    }
+    int64_t nw = remat_numel(out);
+    double *w = malloc(sizeof(double) * (size_t)(nw ? nw : 1));
+    uint64_t s = 12345;
+    for (int64_t i = 0; i < nw; i++) w[i] = 0.5 + (double)(splitmix(&s) >> 11) / 9007199254740992.0;
+    remat_tensor *wt = NULL;
+    remat_empty(&wt, out->ndim, out->shape, out->dtype, REMAT_DEVICE_CPU);
+    for (int64_t i = 0; i < nw; i++) {
+        if (out->dtype == REMAT_F32) ((float *)remat_data(wt))[i] = (float)w[i];
+        else ((double *)remat_data(wt))[i] = w[i];
+    }
+    remat_tensor *diff_in[16];
+    int idx[16], nd = 0;
+    for (int i = 0; i < n && nd < 16; i++)
+        if (inputs[i] && remat_requires_grad(inputs[i])) {
+            diff_in[nd] = inputs[i];
+            idx[nd++] = i;
+        }
+    remat_tensor *grads[16] = {0};
+    bool ok = true;
+    if (!remat_requires_grad(out)) {
+        snprintf(msg, msg_len, "output does not require grad");
+        ok = false;
+        goto done;
+    }
+    rc = remat_grad(1, &out, &wt, nd, diff_in, false, true, grads);
+    if (rc) {
+        snprintf(msg, msg_len, "remat_grad failed: %s", remat_last_error());
+        ok = false;
+        goto done;
+    }
+    for (int k = 0; k < nd && ok; k++) {
+        remat_tensor *x = diff_in[k];
+        int64_t ne = remat_numel(x);
+        double *an = NULL;
+        if (grads[k]) an = to_doubles(grads[k]);
+        /* positions sharing storage with an earlier one (expanded views) */
+        for (int64_t e = 0; e < ne && ok; e++) {
+            int64_t off = elem_offset(x, e);
+            bool dup = false;
+            for (int64_t e2 = 0; e2 < e && !dup; e2++) dup = elem_offset(x, e2) == off;
+            if (dup) continue;
+            double *p = (double *)x->storage->data + off;
+            if (x->dtype != REMAT_F64) {
+                snprintf(msg, msg_len, "gradcheck needs f64 inputs");
+                ok = false;
+                break;
+            }
+            double orig = *p, lp, lm;
+            *p = orig + eps;
+            rc = eval_loss(f, ud, n, inputs, w, nw, &lp);
+            *p = orig - eps;
+            if (!rc) rc = eval_loss(f, ud, n, inputs, w, nw, &lm);
+            *p = orig;
+            if (rc) {
+                snprintf(msg, msg_len, "perturbed forward failed: %s", remat_last_error());
+                ok = false;
+                break;
+            }
+            double num = (lp - lm) / (2 * eps);
+            /* sum the analytic grad over all positions aliasing this element */
+            double a = 0;
+            for (int64_t e2 = 0; e2 < ne; e2++)
+                if (elem_offset(x, e2) == off) a += an ? an[e2] : 0;
+            if (!(fabs(a - num) <= atol + rtol * fabs(num))) {
+                snprintf(msg, msg_len, "input %d element %lld: analytic %.10g vs numeric %.10g",
+                         idx[k], (long long)e, a, num);
+                ok = false;
+            }
+        }
+        free(an);
+    }
+done:
+    for (int k = 0; k < nd; k++) remat_release(grads[k]);
+    remat_release(wt);
+    remat_release(out);
+    free(w);
+    return ok;
+}
+
+/* ---- testdev ------------------------------------------------------------------------------- */
+static int g_testdev_id = -1;
+static bool g_testdev_init;
+static long g_testdev_allocs;
+
+static void *td_alloc(void *ud, int index, size_t nbytes) {
+    (void)ud;
+    (void)index;
+    g_testdev_init = true;
+    g_testdev_allocs++;
+    return aligned_alloc(64, (nbytes + 63) & ~(size_t)63);
+}
+static void td_free(void *ud, int index, void *p, size_t n) {
+    (void)ud;
+    (void)index;
+    (void)n;
+    free(p);
+}
+static int td_copy(void *ud, int index, void *dst, const void *src, size_t n, remat_copy_kind k) {
+    (void)ud;
+    (void)index;
+    (void)k;
+    memmove(dst, src, n);
+    return REMAT_OK;
+}
+static int td_count(void *ud) {
+    (void)ud;
+    return 2;
+}
+static bool td_is_init(void *ud) {
+    (void)ud;
+    return g_testdev_init;
+}
+
+int rt_testdev_register(void) {
+    if (g_testdev_id >= 0) return g_testdev_id;
+    g_testdev_id = remat_device_type_id("testdev");
+    if (g_testdev_id >= 0) return g_testdev_id;
+    remat_device_type_def def = {0};
+    def.name = "testdev";
+    def.host_addressable = true;
+    def.alloc = td_alloc;
+    def.free = td_free;
+    def.copy = td_copy;
+    def.device_count = td_count;
+    def.is_initialized = td_is_init;
+    int id = -1;
+    int rc = remat_register_device_type(&def, &id);
+    cr_assert_eq(rc, REMAT_OK, "register testdev: %s", remat_last_error());
+    g_testdev_id = id;
+    return id;
+}
+
+void rt_testdev_set_initialized(bool on) { g_testdev_init = on; }
+long rt_testdev_allocs(void) { return g_testdev_allocs; }
+
+/* ---- warnings ------------------------------------------------------------------------------ */
+static char g_warn[16384];
+static int g_warn_n;
+
+static void warn_cb(void *ud, remat_log_level lvl, const char *m) {
+    (void)ud;
+    (void)lvl;
+    size_t k = strlen(g_warn);
+    snprintf(g_warn + k, sizeof g_warn - k, "%s\n", m);
+    g_warn_n++;
+}
+
+void rt_capture_warnings(void) {
+    g_warn[0] = 0;
+    g_warn_n = 0;
+    remat_set_log_callback(warn_cb, NULL);
+}
+const char *rt_warnings(void) { return g_warn; }
+int rt_warning_count(void) { return g_warn_n; }

@@ -1,0 +1,85 @@
+/* tests/support/rt.h — shared helpers for the Criterion suite. */
+#ifndef REMAT_TEST_RT_H
+#define REMAT_TEST_RT_H
+
+#include <criterion/criterion.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "remat/remat.h"
+
+/* Asserts that a remat call returned REMAT_OK, showing the error otherwise. */
+#define RT_OK(expr)                                                                     \
+    do {                                                                                \
+        int rt_rc_ = (expr);                                                            \
+        cr_assert_eq(rt_rc_, REMAT_OK, "%s failed: %s: %s", #expr, remat_err_name(rt_rc_), \
+                     remat_last_error());                                               \
+    } while (0)
+
+/* Asserts that a remat call failed with `status` and that the message
+ * contains `needle` (may be NULL). */
+#define RT_FAILS(expr, status, needle)                                                  \
+    do {                                                                                \
+        int rt_rc_ = (expr);                                                            \
+        cr_assert_eq(rt_rc_, (status), "%s returned %s, expected %s (msg: %s)", #expr,   \
+                     remat_err_name(rt_rc_), remat_err_name(status), remat_last_error()); \
+        const char *rt_needle_ = (needle);                                              \
+        if (rt_needle_)                                                                 \
+            cr_assert(strstr(remat_last_error(), rt_needle_) != NULL,                   \
+                      "message of %s lacks \"%s\": %s", #expr, rt_needle_,              \
+                      remat_last_error());                                              \
+    } while (0)
+
+/* New tensor from a double array, converted to dtype (f32/f64/i64). */
+remat_tensor *rt_tensor(int ndim, const int64_t *shape, remat_dtype dtype, const double *values);
+/* Uniform random tensor in [lo, hi) from a private deterministic stream
+ * (does not touch remat's generators). */
+remat_tensor *rt_rand(int ndim, const int64_t *shape, remat_dtype dtype, double lo, double hi,
+                      unsigned seed);
+/* Max |a - b| over elements; shapes must match (asserts). */
+double rt_max_abs_diff(const remat_tensor *a, const remat_tensor *b);
+/* True if a and b have the same shape, dtype and bitwise identical values. */
+bool rt_bitwise_equal(const remat_tensor *a, const remat_tensor *b);
+/* Asserts elementwise |a-b| <= atol + rtol*|b|. */
+void rt_assert_close(const remat_tensor *a, const remat_tensor *b, double atol, double rtol,
+                     const char *what);
+
+/* ---- finite-difference gradient check (f64) ----------------------------------------
+ * f computes one output tensor from the inputs (must not retain inputs in
+ * globals). For every input that requires grad, compares remat_grad of
+ * sum(out * w) (w a fixed random weight) against central differences with
+ * step eps. Inputs may be non-contiguous views (perturbed through strides;
+ * an element shared by several positions — expanded views — is skipped
+ * after its first position). Returns true on success; on failure writes a
+ * description into msg. */
+typedef int (*rt_fn)(void *user_data, remat_tensor *const *inputs, int n_inputs,
+                     remat_tensor **out);
+bool rt_gradcheck(rt_fn f, void *user_data, int n_inputs, remat_tensor *const *inputs, double eps,
+                  double atol, double rtol, char *msg, size_t msg_len);
+/* Convenience assertion around rt_gradcheck with eps 1e-6, atol 1e-5, rtol 1e-4. */
+#define RT_GRADCHECK(f, ud, n, inputs)                                                  \
+    do {                                                                                \
+        char rt_msg_[2048];                                                             \
+        cr_assert(rt_gradcheck((f), (ud), (n), (inputs), 1e-6, 1e-5, 1e-4, rt_msg_,     \
+                               sizeof rt_msg_), "gradcheck %s: %s", #f, rt_msg_);       \
+    } while (0)
+
+/* ---- a second device type for multi-device tests -----------------------------------
+ * "testdev": host memory (malloc), 2 devices, host-addressable, with its
+ * own initialised flag (starts uninitialised; the first allocation
+ * initialises it) and RNG hooks kept by remat's default generators.
+ * Registers once per process; returns the type id. */
+int rt_testdev_register(void);
+/* Resets the initialised flag (to test "device initialised inside forward"). */
+void rt_testdev_set_initialized(bool on);
+/* Number of allocations made on testdev so far. */
+long rt_testdev_allocs(void);
+
+/* ---- warnings ------------------------------------------------------------------------------
+ * Captures warnings into a buffer (installs a log callback). */
+void rt_capture_warnings(void);
+/* All captured warnings joined by '\n' since the last capture call. */
+const char *rt_warnings(void);
+int rt_warning_count(void);
+
+#endif
