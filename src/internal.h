@@ -218,9 +218,17 @@ void rm_node_release_saved(remat_node *n);
 /* Sums grad down to shape (undoing broadcasting). New reference in *out. */
 int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape);
 
-/* Records the op name of the currently executing op for observers (debug
- * traces, residual reports). Ops call rm_op_enter at entry. */
+/* Calls the save observer (residual reports) for a tensor being saved. */
 void rm_notify_save(const char *op, remat_tensor *t);
+
+/* Op tracing: every public op calls rm_op_enter("remat_xxx") first thing
+ * (after argument NULL checks are fine too). A thread-local observer (used
+ * by checkpoint's debug traces) sees the op names in execution order. */
+typedef void (*rm_op_observer_fn)(void *user_data, const char *op);
+/* Installs the observer for this thread; returns the previous one via prev_fn/prev_ud. */
+void rm_set_op_observer(rm_op_observer_fn fn, void *user_data, rm_op_observer_fn *prev_fn,
+                        void **prev_ud);
+void rm_op_enter(const char *op);
 
 /* ---- allocator ------------------------------------------------------------------ */
 void *rm_device_alloc(remat_device device, size_t nbytes);

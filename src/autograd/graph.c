@@ -76,6 +76,19 @@ void rm_notify_save(const char *op, remat_tensor *t) {
     if (g_save_obs) g_save_obs(g_save_obs_ud, op, t);
 }
 
+static RM_TLS rm_op_observer_fn tls_op_obs;
+static RM_TLS void *tls_op_obs_ud;
+void rm_set_op_observer(rm_op_observer_fn fn, void *user_data, rm_op_observer_fn *prev_fn,
+                        void **prev_ud) {
+    if (prev_fn) *prev_fn = tls_op_obs;
+    if (prev_ud) *prev_ud = tls_op_obs_ud;
+    tls_op_obs = fn;
+    tls_op_obs_ud = user_data;
+}
+void rm_op_enter(const char *op) {
+    if (tls_op_obs) tls_op_obs(tls_op_obs_ud, op);
+}
+
 /* ---- nodes ------------------------------------------------------------------------------ */
 static atomic_uint_fast64_t g_seq;
 

@@ -174,6 +174,7 @@ out:
 
 static int unary_op(uop op, remat_tensor **out, remat_tensor *a, double p) {
     const char *call = k_uinfo[op].call;
+    rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
     *out = NULL;
     int rc = rm_check_float(call, "a", a);
