@@ -392,31 +392,35 @@ static int fill_any(remat_tensor *t, double v, void (*fill)(remat_tensor *, doub
     return rc;
 }
 
-int remat_full(remat_tensor **out, int ndim, const int64_t *shape, double value,
-               remat_dtype dtype, remat_device device) {
-    if (!out) return rm_err(REMAT_EINVAL, "remat_full: out must not be NULL");
+static int full_impl(const char *call, remat_tensor **out, int ndim, const int64_t *shape,
+                     double value, remat_dtype dtype, remat_device device) {
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
     *out = NULL;
-    int rc = check_shape("remat_full", ndim, shape);
+    int rc = check_shape(call, ndim, shape);
     if (rc) return rc;
     remat_tensor *t;
     rc = make_tensor(&t, ndim, shape, dtype, device, false);
-    if (rc) return rm_err_prefix(rc, "remat_full");
+    if (rc) return rm_err_prefix(rc, call);
     rc = fill_any(t, value, NULL, NULL);
     if (rc) {
         remat_release(t);
-        return rm_err_prefix(rc, "remat_full");
+        return rm_err_prefix(rc, call);
     }
     return rm_hand_out(out, t);
 }
 
+int remat_full(remat_tensor **out, int ndim, const int64_t *shape, double value,
+               remat_dtype dtype, remat_device device) {
+    return full_impl("remat_full", out, ndim, shape, value, dtype, device);
+}
+
 int remat_zeros(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
                 remat_device device) {
-    int rc = remat_full(out, ndim, shape, 0.0, dtype, device);
-    return rc;
+    return full_impl("remat_zeros", out, ndim, shape, 0.0, dtype, device);
 }
 
 int remat_scalar(remat_tensor **out, double value, remat_dtype dtype) {
-    return remat_full(out, 0, NULL, value, dtype, REMAT_DEVICE_CPU);
+    return full_impl("remat_scalar", out, 0, NULL, value, dtype, REMAT_DEVICE_CPU);
 }
 
 int remat_from_data(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,

@@ -1,0 +1,235 @@
+/*
+ * remat/checkpoint.h — activation checkpointing with PyTorch's semantics
+ * (P: torch.utils.checkpoint.checkpoint / checkpoint_sequential).
+ *
+ * A checkpointed function keeps only its inputs alive after the forward;
+ * everything it would have saved for backward is recomputed by running it
+ * again during backward. Two implementations, chosen with use_reentrant:
+ *
+ *  - non-reentrant (use_reentrant = REMAT_OPT_FALSE, recommended): built on
+ *    saved-tensor hooks. The forward records the graph as usual, but every
+ *    tensor saved for backward is replaced by a placeholder. The first
+ *    unpack in a backward pass re-runs the function once (per pass) and
+ *    fills every placeholder; each recomputed tensor is freed as soon as it
+ *    is unpacked. Works with remat_grad, with backward of part of the graph,
+ *    with nested checkpoints, with inputs that do not require grad. By
+ *    default recomputation stops early, as soon as every placeholder is
+ *    filled (see "early stop" below).
+ *  - reentrant (use_reentrant = REMAT_OPT_TRUE): the forward runs under
+ *    no_grad; the backward re-runs the function with grad enabled on
+ *    detached inputs and calls remat_backward on it (the engine is
+ *    re-entrant). Does not work with remat_grad or backward(inputs=...).
+ *
+ * Leaving use_reentrant unset warns (as P does) and then uses reentrant.
+ *
+ * Example (non-reentrant, one block of an MLP; user_data carries the
+ * parameters, which may require grad and receive gradients):
+ *
+ *   static int block(void *ud, remat_tensor *const *in, int n_in,
+ *                    remat_tensor **out, int n_out) {
+ *       block_params *p = ud;
+ *       remat_tensor *h = NULL;
+ *       int rc = remat_linear(&h, in[0], p->w1, p->b1);
+ *       if (!rc) rc = remat_gelu(&out[0], h, REMAT_GELU_TANH); // out[0] is a new reference
+ *       remat_release(h);
+ *       return rc;
+ *   }
+ *   remat_checkpoint_options o = {.use_reentrant = REMAT_OPT_FALSE};
+ *   remat_tensor *y;
+ *   int rc = remat_checkpoint(block, &params, 1, &x, 1, &y, &o);
+ *
+ * Writing the function (the contract of remat_checkpoint_fn):
+ *  - It is called once in forward and again for every recomputation, with
+ *    the same inputs (tensor inputs are re-unpacked; non-tensor arguments
+ *    travel in user_data) and must do the same computation each time.
+ *  - It must write a new reference (or NULL for a non-tensor/None result)
+ *    to each of outputs[0..n_outputs) and return REMAT_OK, or return an
+ *    error status (set a message with remat_set_error). Non-tensor results
+ *    can be written into user_data.
+ *  - It runs with no remat_scope open: release temporaries yourself, or open
+ *    a scope inside the function and remat_scope_keep() the outputs.
+ *  - Early stop: in a non-reentrant recomputation, once the last saved
+ *    tensor has been recomputed the rest of the function runs in "skip
+ *    mode": ops only compute shapes and return data-less tensors
+ *    (remat_data() returns NULL). Functions that read tensor values
+ *    themselves must check for NULL (or disable early stop). Errors the
+ *    function returns after that point are ignored.
+ *  - Side effects (counters, prints) happen once per run: twice for a
+ *    checkpointed segment whose backward runs.
+ *
+ * Threading: a checkpoint and its backward must run on one thread (hooks
+ * and grad mode are thread-local). The global overrides below are
+ * process-wide; set them while no other thread runs checkpoints.
+ */
+#ifndef REMAT_CHECKPOINT_H
+#define REMAT_CHECKPOINT_H
+
+#include <stdbool.h>
+
+#include "remat/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Tri-state option values. Zero means "not set": the PyTorch default (or,
+ * for a global override, "no override"). */
+#define REMAT_OPT_DEFAULT 0
+#define REMAT_OPT_TRUE 1
+#define REMAT_OPT_FALSE (-1)
+
+/* The checkpointed function: see "Writing the function" above. inputs has
+ * n_inputs entries (NULL entries are non-tensor slots), outputs n_outputs
+ * slots, all NULL on entry. */
+typedef int (*remat_checkpoint_fn)(void *user_data, remat_tensor *const *inputs, int n_inputs,
+                                   remat_tensor **outputs, int n_outputs);
+
+/* ---- context_fn (P: context_fn returning two context managers) ---------------
+ * A pair of contexts entered around the original forward and around every
+ * recomputation (non-reentrant only). This is how selective checkpointing
+ * plugs in. context_fn is called once per remat_checkpoint call (P calls
+ * context_fn() per call too) and fills *pair; the checkpoint owns
+ * pair->state from then on and calls pair->destroy(state) (if set) once no
+ * recomputation can happen any more. Each enter/exit callback may be NULL.
+ * enter returning non-zero fails the checkpoint (or the unpack that
+ * triggered the recompute) with that status; exit receives the status of
+ * the body it closes and returns the status to continue with (return
+ * `status` to keep it; an exit cannot turn a failure into success). */
+typedef struct remat_checkpoint_contexts {
+    int (*forward_enter)(void *state);
+    int (*forward_exit)(void *state, int status);
+    int (*recompute_enter)(void *state);
+    int (*recompute_exit)(void *state, int status);
+    void (*destroy)(void *state);
+    void *state;
+} remat_checkpoint_contexts;
+
+typedef int (*remat_checkpoint_context_fn)(void *user_data, remat_checkpoint_contexts *pair);
+
+/* ---- options --------------------------------------------------------------------
+ * A zero-initialised struct (or a NULL pointer) means PyTorch's defaults. */
+typedef struct remat_checkpoint_options {
+    /* REMAT_OPT_TRUE: reentrant; REMAT_OPT_FALSE: non-reentrant;
+     * REMAT_OPT_DEFAULT: warns that it should be passed explicitly, then
+     * reentrant (P's behaviour). */
+    int use_reentrant;
+    /* Stash and restore the RNG state of cpu and of the devices of one
+     * device type around the recomputation, so that dropout draws the same
+     * numbers. Default on; REMAT_OPT_FALSE turns it off. */
+    int preserve_rng_state;
+    /* "default" (or NULL): compare count, shape, dtype and device of every
+     * recomputed saved tensor with the original; "none": compare only the
+     * count. Any other value fails with REMAT_EINVAL. */
+    const char *determinism_check;
+    /* Record the ops (with call sites) run in forward and recompute and
+     * show them in determinism errors. Default off. Non-reentrant only
+     * (REMAT_OPT_TRUE with reentrant fails with REMAT_EINVAL). Overridden by
+     * remat_set_checkpoint_debug. */
+    int debug;
+    /* Stop recomputation as soon as every saved tensor is recomputed
+     * (non-reentrant; ignored by reentrant). Default on. Overridden by
+     * remat_set_checkpoint_early_stop. Read when the forward runs. */
+    int early_stop;
+    /* NULL: no contexts. Non-reentrant only (REMAT_EINVAL with reentrant
+     * and with debug). */
+    remat_checkpoint_context_fn context_fn;
+    void *context_fn_data;
+} remat_checkpoint_options;
+
+/* ---- checkpoint -----------------------------------------------------------------
+ * Runs fn(user_data, inputs, n_inputs, outputs, n_outputs) as a
+ * checkpointed segment and writes its outputs (new references, scope-owned
+ * if a scope is open; NULL where fn produced no tensor) to
+ * outputs[0..n_outputs). fn must not be NULL; inputs may be NULL when
+ * n_inputs is 0 and may contain NULL entries; n_outputs may be 0.
+ * opts NULL means the defaults. Inputs are borrowed; the checkpoint keeps
+ * its own references to the tensor inputs until backward no longer needs
+ * them.
+ *
+ * When grad mode is off, fn just runs (nothing is recorded).
+ *
+ * Errors (every output NULL then, nothing leaked):
+ *   REMAT_EINVAL   bad arguments; unknown determinism_check; context_fn or
+ *                  debug with reentrant; debug together with context_fn.
+ *   REMAT_ESTATE   a device type that was not initialised when the forward
+ *                  started was initialised by it while preserve_rng_state
+ *                  is on (its RNG state could not be stashed).
+ *   anything fn returns (its message is kept).
+ * Errors raised later, during backward (returned by remat_backward or
+ * remat_grad, message prefixed by them):
+ *   REMAT_EDETERMINISM  the recomputation saved a different number of
+ *                  tensors, or tensors of different shape/dtype/device
+ *                  (listing each differing position with both metadata).
+ *                  With debug on the message also shows the op traces of
+ *                  forward and recomputation side by side; the full report
+ *                  is in remat_checkpoint_debug_report().
+ *   REMAT_ESTATE   a saved tensor of a non-reentrant checkpoint unpacked
+ *                  twice in one backward pass ("already unpacked once").
+ *   REMAT_EUNSUPPORTED  reentrant checkpoint under remat_grad or
+ *                  remat_backward with inputs.
+ *   REMAT_ENOGRAD  reentrant: no recomputed output requires grad.
+ * Warnings: use_reentrant not set; reentrant with no input requiring grad
+ * ("Gradients will be None"); tensor inputs on several non-cpu device
+ * types. */
+int remat_checkpoint(remat_checkpoint_fn fn, void *user_data, int n_inputs,
+                     remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
+                     const remat_checkpoint_options *opts);
+
+/* ---- checkpoint_sequential ----------------------------------------------------------
+ * One stage of a sequential model: fn is called with exactly one input and
+ * one output (n_inputs == n_outputs == 1) and must produce a tensor. */
+typedef struct remat_stage {
+    remat_checkpoint_fn fn;
+    void *user_data;
+} remat_stage;
+
+/* Runs stages[0..n_stages) one after another on `input` (P:
+ * checkpoint_sequential). The stages are cut into `segments` chunks of
+ * n_stages / segments stages; the first segments - 1 chunks are each run
+ * through remat_checkpoint with opts, the rest (the last chunk and any
+ * remainder) runs normally. *out receives the final output (a new
+ * reference, scope-owned if a scope is open). n_stages == 0 returns a new
+ * reference to input. opts as for remat_checkpoint (use_reentrant unset →
+ * one warning, then reentrant).
+ * Errors: REMAT_EINVAL for NULL out/input/stages/fn, segments < 1, or a
+ * stage that returns no tensor; anything remat_checkpoint or a stage
+ * returns. *out is NULL on error. */
+int remat_checkpoint_sequential(remat_tensor **out, int n_stages, const remat_stage *stages,
+                                int segments, remat_tensor *input,
+                                const remat_checkpoint_options *opts);
+
+/* ---- global overrides (P: set_checkpoint_early_stop,
+ * set_checkpoint_debug_enabled) ----------------------------------------------------
+ * REMAT_OPT_TRUE / REMAT_OPT_FALSE take precedence over the per-call option
+ * of every non-reentrant checkpoint whose forward runs while the override
+ * is set (the value is captured at forward time, so the backward may run
+ * after the override is reset); REMAT_OPT_DEFAULT removes the override.
+ * Each returns the previous value, for restoring it. Other values are
+ * treated as REMAT_OPT_DEFAULT. */
+int remat_set_checkpoint_early_stop(int value);
+int remat_set_checkpoint_debug(int value);
+int remat_get_checkpoint_early_stop(void);
+int remat_get_checkpoint_debug(void);
+
+/* ---- device type for RNG preservation (P: DefaultDeviceType) ------------------------
+ * preserve_rng_state stashes the cpu generator plus the generators of the
+ * devices of one device type: the type of the non-cpu tensor inputs
+ * ("cuda" if present, else the first seen; several types → a warning),
+ * or, when every tensor input is on cpu, the default device type set
+ * here ("cuda" unless changed; a type that is not registered stashes
+ * nothing). name is copied (at most 31 characters); NULL restores "cuda".
+ * REMAT_EINVAL for an empty or too long name. */
+int remat_set_default_device_type(const char *name);
+/* The current default device type name. Never NULL. */
+const char *remat_get_default_device_type(void);
+
+/* ---- debug report ---------------------------------------------------------------------
+ * The full text of the last checkpoint debug report on this thread (the
+ * error message holds as much of it as fits), or "" if none. Valid until
+ * the next report on this thread. */
+const char *remat_checkpoint_debug_report(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REMAT_CHECKPOINT_H */

@@ -1,0 +1,405 @@
+/* src/ops/binary.c — broadcasting elementwise binary ops (add, sub, mul, div,
+ * pow) and the strided elementwise engine they share with the in-place ops
+ * (src/ops/inplace.c) and their backward kernels.
+ *
+ * The engine computes y = f(a, b, c; p) over y's shape, where a, b, c are
+ * broadcast to y and y may be any strided view (in-place ops write through
+ * the strides of their target). Before running it
+ *   1. drops size-1 dims (their strides never matter),
+ *   2. coalesces adjacent dims that are contiguous with each other in every
+ *      operand, so that a contiguous tensor becomes one flat dim and a bias
+ *      add (N, C) + (C) becomes two dims with unit inner strides,
+ * then walks the outer dims with rm_iter and runs a flat inner loop over
+ * the last dim, specialised for unit strides (vectorised) and for a scalar
+ * (stride 0) operand. OpenMP threads split the flat range; each seeks its
+ * iterator to its start, so any shape parallelises, even a single row. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../internal.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Engine ops. Arity: how many of a, b, c the expression reads. */
+typedef enum ewop {
+    EW_FILL,      /* 0: p                                    */
+    EW_SCALE,     /* 1: a * p                                */
+    EW_RELU,      /* 1: max(a, 0)                            */
+    EW_ADD,       /* 2: a + b                                */
+    EW_SUB,       /* 2: a - b                                */
+    EW_MUL,       /* 2: a * b                                */
+    EW_DIV,       /* 2: a / b                                */
+    EW_POW,       /* 2: a ^ b                                */
+    EW_AXPY,      /* 2: a + p * b                            */
+    EW_RELU_BWD,  /* 2: b > 0 ? a : 0        (a = g, b = y)  */
+    EW_DIV_GB,    /* 3: -a * b / (c * c)     (g, x, y)       */
+    EW_POW_GA,    /* 3: a * c * b^(c - 1)    (g, base, exp)  */
+    EW_POW_GB,    /* 3: a * b^c * log(b)     (g, base, exp)  */
+    EW_N_OPS
+} ewop;
+
+static const int k_arity[EW_N_OPS] = {
+    [EW_FILL] = 0, [EW_SCALE] = 1, [EW_RELU] = 1, [EW_ADD] = 2, [EW_SUB] = 2, [EW_MUL] = 2,
+    [EW_DIV] = 2, [EW_POW] = 2, [EW_AXPY] = 2, [EW_RELU_BWD] = 2, [EW_DIV_GB] = 3,
+    [EW_POW_GA] = 3, [EW_POW_GB] = 3,
+};
+
+/* Elementwise expressions. Macro arguments a function does not use are
+ * never evaluated, so unused (NULL) operands are never read. */
+#define F_FILL(A, B, C, P, POWF, LOGF) (P)
+#define F_SCALE(A, B, C, P, POWF, LOGF) ((A) * (P))
+#define F_RELU(A, B, C, P, POWF, LOGF) ((A) > 0 ? (A) : 0)
+#define F_ADD(A, B, C, P, POWF, LOGF) ((A) + (B))
+#define F_SUB(A, B, C, P, POWF, LOGF) ((A) - (B))
+#define F_MUL(A, B, C, P, POWF, LOGF) ((A) * (B))
+#define F_DIV(A, B, C, P, POWF, LOGF) ((A) / (B))
+#define F_POW(A, B, C, P, POWF, LOGF) POWF((A), (B))
+#define F_AXPY(A, B, C, P, POWF, LOGF) ((A) + (P) * (B))
+#define F_RELU_BWD(A, B, C, P, POWF, LOGF) ((B) > 0 ? (A) : 0)
+#define F_DIV_GB(A, B, C, P, POWF, LOGF) (-(A) * (B) / ((C) * (C)))
+/* d(x^e)/dx = e * x^(e-1); defined as 0 where e == 0 (as P does), so that
+ * x = 0, e = 0 gives 0 rather than 0 * inf = nan. */
+#define F_POW_GA(A, B, C, P, POWF, LOGF) ((C) == 0 ? 0 : (A) * (C) * POWF((B), (C) - 1))
+/* d(x^e)/de = x^e * log(x); 0 where x == 0 and e >= 0 (the limit), as P. */
+#define F_POW_GB(A, B, C, P, POWF, LOGF) \
+    (((B) == 0 && (C) >= 0) ? 0 : (A) * POWF((B), (C)) * LOGF(B))
+
+/* Inner loop over n elements with element strides sy, sa, sb, sc.
+ * Variants: everything unit-stride (the common contiguous case; `omp simd`
+ * is valid because y never partially overlaps an input — out-of-place
+ * outputs are fresh and inplace.c copies a partially overlapping operand
+ * first), b scalar, a scalar, and fully general strides. */
+#define EW_INNER(T, F, POWF, LOGF)                                                           \
+    do {                                                                                     \
+        if (sy == 1 && sa == 1 && sb == 1 && sc == 1) {                                      \
+            _Pragma("omp simd") for (int64_t i = 0; i < n; i++)                              \
+                y[i] = (T)F(a[i], b[i], c[i], p, POWF, LOGF);                                \
+        } else if (sy == 1 && sa == 1 && sb == 0 && sc == 1) {                               \
+            const T bv = b[0]; (void)bv;                                                             \
+            _Pragma("omp simd") for (int64_t i = 0; i < n; i++)                              \
+                y[i] = (T)F(a[i], bv, c[i], p, POWF, LOGF);                                  \
+        } else if (sy == 1 && sa == 0 && sb == 1 && sc == 1) {                               \
+            const T av = a[0]; (void)av;                                                             \
+            _Pragma("omp simd") for (int64_t i = 0; i < n; i++)                              \
+                y[i] = (T)F(av, b[i], c[i], p, POWF, LOGF);                                  \
+        } else {                                                                             \
+            for (int64_t i = 0; i < n; i++)                                                  \
+                y[i * sy] = (T)F(a[i * sa], b[i * sb], c[i * sc], p, POWF, LOGF);            \
+        }                                                                                    \
+    } while (0)
+
+/* Same loops without `omp simd`, for expressions calling pow/log: no SIMD
+ * variant of them may exist, and clang reports a forced but failed
+ * vectorisation as a warning (an error under -Werror). */
+#define EW_INNER_PLAIN(T, F, POWF, LOGF)                                                           \
+    do {                                                                                     \
+        if (sy == 1 && sa == 1 && sb == 1 && sc == 1) {                                      \
+                              for (int64_t i = 0; i < n; i++)                              \
+                y[i] = (T)F(a[i], b[i], c[i], p, POWF, LOGF);                                \
+        } else if (sy == 1 && sa == 1 && sb == 0 && sc == 1) {                               \
+            const T bv = b[0]; (void)bv;                                                             \
+                              for (int64_t i = 0; i < n; i++)                              \
+                y[i] = (T)F(a[i], bv, c[i], p, POWF, LOGF);                                  \
+        } else if (sy == 1 && sa == 0 && sb == 1 && sc == 1) {                               \
+            const T av = a[0]; (void)av;                                                             \
+                              for (int64_t i = 0; i < n; i++)                              \
+                y[i] = (T)F(av, b[i], c[i], p, POWF, LOGF);                                  \
+        } else {                                                                             \
+            for (int64_t i = 0; i < n; i++)                                                  \
+                y[i * sy] = (T)F(a[i * sa], b[i * sb], c[i * sc], p, POWF, LOGF);            \
+        }                                                                                    \
+    } while (0)
+
+#define EW_KERNEL(T, POWF, LOGF)                                                             \
+    static void ew_inner_##T(ewop op, T *y, int64_t sy, const T *a, int64_t sa, const T *b,  \
+                             int64_t sb, const T *c, int64_t sc, int64_t n, T p) {           \
+        switch (op) {                                                                        \
+        case EW_FILL: EW_INNER(T, F_FILL, POWF, LOGF); break;                                \
+        case EW_SCALE: EW_INNER(T, F_SCALE, POWF, LOGF); break;                              \
+        case EW_RELU: EW_INNER(T, F_RELU, POWF, LOGF); break;                                \
+        case EW_ADD: EW_INNER(T, F_ADD, POWF, LOGF); break;                                  \
+        case EW_SUB: EW_INNER(T, F_SUB, POWF, LOGF); break;                                  \
+        case EW_MUL: EW_INNER(T, F_MUL, POWF, LOGF); break;                                  \
+        case EW_DIV: EW_INNER(T, F_DIV, POWF, LOGF); break;                                  \
+        case EW_POW: EW_INNER_PLAIN(T, F_POW, POWF, LOGF); break;                                  \
+        case EW_AXPY: EW_INNER(T, F_AXPY, POWF, LOGF); break;                                \
+        case EW_RELU_BWD: EW_INNER(T, F_RELU_BWD, POWF, LOGF); break;                        \
+        case EW_DIV_GB: EW_INNER(T, F_DIV_GB, POWF, LOGF); break;                            \
+        case EW_POW_GA: EW_INNER_PLAIN(T, F_POW_GA, POWF, LOGF); break;                            \
+        case EW_POW_GB: EW_INNER_PLAIN(T, F_POW_GB, POWF, LOGF); break;                            \
+        case EW_N_OPS: break;                                                                \
+        }                                                                                    \
+    }
+
+EW_KERNEL(float, powf, logf)
+EW_KERNEL(double, pow, log)
+
+/* A coalesced iteration plan: operand 0 is y, 1..3 are a, b, c. */
+typedef struct ew_plan {
+    int nd;
+    int64_t shape[REMAT_MAX_DIMS];
+    int64_t st[4][REMAT_MAX_DIMS];
+} ew_plan;
+
+static void plan_build(ew_plan *p, const remat_tensor *y, remat_tensor *const *x, int n_in) {
+    int64_t st[4][REMAT_MAX_DIMS];
+    memcpy(st[0], y->strides, sizeof(int64_t) * (size_t)y->ndim);
+    for (int k = 0; k < 3; k++) {
+        if (k < n_in) rm_broadcast_strides(x[k], y->ndim, y->shape, st[k + 1]);
+        else for (int d = 0; d < y->ndim; d++) st[k + 1][d] = 0; /* unused operand */
+    }
+    int nd = 0;
+    for (int d = 0; d < y->ndim; d++) {
+        if (y->shape[d] == 1) continue; /* size-1 dims: strides irrelevant */
+        if (nd > 0) {
+            /* merge dim d into the previous kept dim if every operand steps
+             * over the previous dim exactly as over a whole row of d */
+            bool merge = true;
+            for (int k = 0; k < 4 && merge; k++)
+                merge = p->st[k][nd - 1] == st[k][d] * y->shape[d];
+            if (merge) {
+                p->shape[nd - 1] *= y->shape[d];
+                for (int k = 0; k < 4; k++) p->st[k][nd - 1] = st[k][d];
+                continue;
+            }
+        }
+        p->shape[nd] = y->shape[d];
+        for (int k = 0; k < 4; k++) p->st[k][nd] = st[k][d];
+        nd++;
+    }
+    if (nd == 0) { /* a single element */
+        p->shape[0] = 1;
+        for (int k = 0; k < 4; k++) p->st[k][0] = 1;
+        nd = 1;
+    }
+    p->nd = nd;
+}
+
+/* Runs flat elements [lo, hi) of the plan. */
+#define EW_RANGE(T)                                                                          \
+    static void ew_range_##T(ewop op, const ew_plan *pl, T *y, const T *a, const T *b,       \
+                             const T *c, T p, int64_t lo, int64_t hi) {                      \
+        int nd = pl->nd;                                                                     \
+        int64_t inner = pl->shape[nd - 1];                                                   \
+        rm_iter it;                                                                          \
+        rm_iter_init(&it, nd - 1, pl->shape, 4);                                             \
+        for (int k = 0; k < 4; k++)                                                          \
+            memcpy(it.strides[k], pl->st[k], sizeof(int64_t) * (size_t)(nd - 1));            \
+        rm_iter_seek(&it, lo / inner);                                                       \
+        int64_t col = lo % inner, pos = lo;                                                  \
+        int64_t s0 = pl->st[0][nd - 1], s1 = pl->st[1][nd - 1], s2 = pl->st[2][nd - 1],      \
+                s3 = pl->st[3][nd - 1];                                                      \
+        /* unused operands: unit stride so they never block the fast paths */               \
+        if (!a) s1 = 1;                                                                      \
+        if (!b) s2 = 1;                                                                      \
+        if (!c) s3 = 1;                                                                      \
+        while (pos < hi) {                                                                   \
+            int64_t len = inner - col < hi - pos ? inner - col : hi - pos;                   \
+            ew_inner_##T(op, y + it.off[0] + col * s0, s0,                                   \
+                         a ? a + it.off[1] + col * s1 : NULL, s1,                            \
+                         b ? b + it.off[2] + col * s2 : NULL, s2,                            \
+                         c ? c + it.off[3] + col * s3 : NULL, s3, len, p);                   \
+            pos += len;                                                                      \
+            col = 0;                                                                         \
+            rm_iter_next(&it);                                                               \
+        }                                                                                    \
+    }
+
+EW_RANGE(float)
+EW_RANGE(double)
+
+/* Work per element above which threads pay off; pow/log are ~20x dearer. */
+static int64_t ew_threshold(ewop op) {
+    return (op == EW_POW || op == EW_POW_GA || op == EW_POW_GB) ? RM_OMP_MIN / 16 : RM_OMP_MIN;
+}
+
+void rm_ew_run(int op_, remat_tensor *y, remat_tensor *a, remat_tensor *b, remat_tensor *c,
+               double p);
+
+/* y = f(a, b, c; p) with a, b, c (as many as the op reads; others NULL)
+ * broadcast to y's shape. All float of y's dtype, validated by the caller.
+ * y is written through its strides. No autograd; meta tensors → no-op. */
+void rm_ew_run(int op_, remat_tensor *y, remat_tensor *a, remat_tensor *b, remat_tensor *c,
+               double p) {
+    ewop op = (ewop)op_;
+    remat_tensor *x[3] = {a, b, c};
+    int n_in = k_arity[op];
+    if (!rm_ptr(y)) return;
+    for (int k = 0; k < n_in; k++)
+        if (!rm_ptr(x[k])) return;
+    int64_t n = rm_shape_numel(y->ndim, y->shape);
+    if (n == 0) return;
+    ew_plan pl;
+    plan_build(&pl, y, x, n_in);
+    void *py = rm_ptr(y), *pa = n_in > 0 ? rm_ptr(a) : NULL, *pb = n_in > 1 ? rm_ptr(b) : NULL,
+         *pc = n_in > 2 ? rm_ptr(c) : NULL;
+    bool f32 = y->dtype == REMAT_F32;
+#pragma omp parallel if (n > ew_threshold(op))
+    {
+        int nt = 1, id = 0;
+#ifdef _OPENMP
+        nt = omp_get_num_threads();
+        id = omp_get_thread_num();
+#endif
+        int64_t lo = n * id / nt, hi = n * (id + 1) / nt;
+        if (lo < hi) {
+            if (f32) ew_range_float(op, &pl, py, pa, pb, pc, (float)p, lo, hi);
+            else ew_range_double(op, &pl, py, pa, pb, pc, p, lo, hi);
+        }
+    }
+}
+
+/* New contiguous tensor of g's shape = f(g, x1, x2) (backward helper). */
+static int ew_new(remat_tensor **out, ewop op, remat_tensor *shape_of, remat_tensor *a,
+                  remat_tensor *b, remat_tensor *c, double p) {
+    int rc = rm_new_output(out, shape_of->ndim, shape_of->shape, shape_of->dtype,
+                           shape_of->storage->device);
+    if (rc) return rc;
+    rm_ew_run(op, *out, a, b, c, p);
+    return REMAT_OK;
+}
+
+/* ---- autograd ------------------------------------------------------------------- */
+typedef struct bctx {
+    ewop op;
+    int nda, ndb;
+    int64_t sa[REMAT_MAX_DIMS], sb[REMAT_MAX_DIMS];
+} bctx;
+
+static const char *k_node_name[EW_N_OPS] = {
+    [EW_ADD] = "AddBackward", [EW_SUB] = "SubBackward", [EW_MUL] = "MulBackward",
+    [EW_DIV] = "DivBackward", [EW_POW] = "PowBackward",
+};
+static const char *k_call_name[EW_N_OPS] = {
+    [EW_ADD] = "remat_add", [EW_SUB] = "remat_sub", [EW_MUL] = "remat_mul",
+    [EW_DIV] = "remat_div", [EW_POW] = "remat_pow",
+};
+
+/* Saved slots: 0 = a, 1 = b (each only when the backward formula needs it). */
+static void saves_needed(ewop op, bool need_a, bool need_b, bool *save_a, bool *save_b) {
+    *save_a = *save_b = false;
+    switch (op) {
+    case EW_MUL: /* da = g * b, db = g * a */
+        *save_a = need_b;
+        *save_b = need_a;
+        break;
+    case EW_DIV: /* da = g / b, db = -g * a / b^2 */
+        *save_a = need_b;
+        *save_b = need_a || need_b;
+        break;
+    case EW_POW: /* both formulas read a and b */
+        *save_a = *save_b = true;
+        break;
+    default: break;
+    }
+}
+
+/* g is the output gradient (broadcast shape); grads reduced to each input's shape. */
+static int binary_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    bctx *cx = node->ctx;
+    bool need_a = node->next[0].node != NULL, need_b = node->next[1].node != NULL;
+    remat_tensor *g = gout[0], *a = NULL, *b = NULL, *ta = NULL, *tb = NULL;
+    int rc = rm_node_unpack(node, 0, &a);
+    if (!rc) rc = rm_node_unpack(node, 1, &b);
+    if (rc) goto out;
+    switch (cx->op) {
+    case EW_ADD:
+        if (need_a) ta = remat_retain(g);
+        if (need_b) tb = remat_retain(g);
+        break;
+    case EW_SUB:
+        if (need_a) ta = remat_retain(g);
+        if (need_b) rc = ew_new(&tb, EW_SCALE, g, g, NULL, NULL, -1.0);
+        break;
+    case EW_MUL:
+        if (need_a) rc = ew_new(&ta, EW_MUL, g, g, b, NULL, 0);
+        if (!rc && need_b) rc = ew_new(&tb, EW_MUL, g, g, a, NULL, 0);
+        break;
+    case EW_DIV:
+        if (need_a) rc = ew_new(&ta, EW_DIV, g, g, b, NULL, 0);
+        if (!rc && need_b) rc = ew_new(&tb, EW_DIV_GB, g, g, a, b, 0);
+        break;
+    case EW_POW:
+        if (need_a) rc = ew_new(&ta, EW_POW_GA, g, g, a, b, 0);
+        if (!rc && need_b) rc = ew_new(&tb, EW_POW_GB, g, g, a, b, 0);
+        break;
+    default: rc = rm_err(REMAT_ESTATE, "%s: bad op", node->name); break;
+    }
+    if (rc) goto out;
+    if (ta) rc = rm_sum_to(&gin[0], ta, cx->nda, cx->sa);
+    if (!rc && tb) rc = rm_sum_to(&gin[1], tb, cx->ndb, cx->sb);
+out:
+    remat_release(a);
+    remat_release(b);
+    remat_release(ta);
+    remat_release(tb);
+    return rc;
+}
+
+static int binary_op(ewop op, remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+    const char *call = k_call_name[op];
+    rm_op_enter(call);
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
+    *out = NULL;
+    int rc = rm_check_float(call, "a", a);
+    if (!rc) rc = rm_check_float(call, "b", b);
+    if (!rc) rc = rm_check_same_dtype(call, a, b);
+    if (!rc) rc = rm_check_same_device(call, a, b);
+    if (rc) return rc;
+    int nd;
+    int64_t shape[REMAT_MAX_DIMS];
+    rc = rm_broadcast_shape(call, a->ndim, a->shape, b->ndim, b->shape, &nd, shape);
+    if (rc) return rc;
+    remat_tensor *y = NULL;
+    rc = rm_new_output(&y, nd, shape, a->dtype, a->storage->device);
+    if (rc) return rm_err_prefix(rc, call);
+    rm_ew_run(op, y, a, b, NULL, 0);
+    remat_tensor *in[2] = {a, b};
+    if (rm_needs_grad(2, in)) {
+        remat_node *node;
+        rc = rm_node_new(&node, k_node_name[op], binary_backward, 2, in, 1, 2);
+        if (rc == REMAT_OK) {
+            bctx *cx = malloc(sizeof *cx);
+            if (!cx) rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+            else {
+                cx->op = op;
+                cx->nda = a->ndim;
+                cx->ndb = b->ndim;
+                memcpy(cx->sa, a->shape, sizeof cx->sa);
+                memcpy(cx->sb, b->shape, sizeof cx->sb);
+                rm_node_set_ctx(node, cx, NULL);
+                rm_node_set_output(node, 0, y);
+                bool save_a, save_b;
+                saves_needed(op, node->next[0].node != NULL, node->next[1].node != NULL,
+                             &save_a, &save_b);
+                if (save_a) rc = rm_node_save(node, 0, a);
+                if (!rc && save_b) rc = rm_node_save(node, 1, b);
+            }
+            rm_node_release(node);
+        }
+        if (rc) {
+            remat_release(y);
+            return rm_err_prefix(rc, call);
+        }
+    }
+    return rm_hand_out(out, y);
+}
+
+int remat_add(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+    return binary_op(EW_ADD, out, a, b);
+}
+int remat_sub(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+    return binary_op(EW_SUB, out, a, b);
+}
+int remat_mul(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+    return binary_op(EW_MUL, out, a, b);
+}
+int remat_div(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+    return binary_op(EW_DIV, out, a, b);
+}
+int remat_pow(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+    return binary_op(EW_POW, out, a, b);
+}

@@ -1,0 +1,151 @@
+/* src/ops/concat.c — cat and split along a dim.
+ *
+ * cat copies each input into a strided window of the output (a view of
+ * the output with the input's extent along dim); its backward hands every
+ * input the matching slice (a view) of the output grad.
+ * split makes views: piece k is remat_slice(a, dim, k*s, (k+1)*s), so each
+ * piece has its own SliceBackward node scattering its grad into a
+ * zero-padded full-size grad of a (the engine sums them). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../internal.h"
+
+typedef struct cat_ctx {
+    int dim;
+    int n;
+    int64_t sizes[]; /* extent of each input along dim */
+} cat_ctx;
+
+/* y is (..., sum sizes, ...); input i gets y[..., off_i : off_i + size_i, ...]. */
+static int cat_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    cat_ctx *c = node->ctx;
+    int64_t off = 0;
+    for (int i = 0; i < c->n; i++) {
+        if (node->next[i].node) {
+            int rc = remat_slice(&gin[i], gout[0], c->dim, off, off + c->sizes[i], 1);
+            if (rc) return rc; /* the engine releases the grads already written */
+        }
+        off += c->sizes[i];
+    }
+    return REMAT_OK;
+}
+
+int remat_cat(remat_tensor **out, int n, remat_tensor *const *tensors, int dim) {
+    const char *call = "remat_cat";
+    rm_op_enter(call);
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
+    *out = NULL;
+    if (n < 1 || !tensors)
+        return rm_err(REMAT_EINVAL, "%s: need at least one tensor (got n = %d%s)", call, n,
+                      tensors ? "" : ", tensors NULL");
+    for (int i = 0; i < n; i++)
+        if (!tensors[i])
+            return rm_err(REMAT_EINVAL, "%s: tensors[%d] is NULL", call, i);
+    remat_tensor *t0 = tensors[0];
+    char b1[200], b2[200];
+    if (t0->ndim == 0)
+        return rm_err(REMAT_EINVAL, "%s: zero-dimensional tensor tensors[0] %s cannot be "
+                      "concatenated", call, rm_tensor_str(t0, b1, sizeof b1));
+    int d;
+    int rc = rm_norm_dim(call, dim, t0->ndim, &d);
+    if (rc) return rc;
+    int64_t shape[REMAT_MAX_DIMS];
+    memcpy(shape, t0->shape, sizeof shape);
+    shape[d] = 0;
+    for (int i = 0; i < n; i++) {
+        remat_tensor *t = tensors[i];
+        if ((rc = rm_check_same_dtype(call, t0, t))) return rc;
+        if ((rc = rm_check_same_device(call, t0, t))) return rc;
+        bool ok = t->ndim == t0->ndim;
+        for (int k = 0; ok && k < t->ndim; k++) ok = k == d || t->shape[k] == t0->shape[k];
+        if (!ok)
+            return rm_err(REMAT_ESHAPE, "%s: tensors[%d] %s does not match tensors[0] %s in the "
+                          "dims other than dim %d", call, i, rm_tensor_str(t, b1, sizeof b1),
+                          rm_tensor_str(t0, b2, sizeof b2), d);
+        shape[d] += t->shape[d];
+    }
+    if ((rc = rm_check_host(call, t0))) return rc;
+    remat_tensor *y;
+    rc = rm_new_output(&y, t0->ndim, shape, t0->dtype, t0->storage->device);
+    if (rc) return rm_err_prefix(rc, call);
+    if (rm_ptr(y)) {
+        /* window i of y: y's strides, input i's shape, offset off_i along d */
+        int64_t off = 0;
+        for (int i = 0; i < n && rc == REMAT_OK; i++) {
+            remat_tensor *t = tensors[i];
+            remat_tensor *win = rm_tensor_alloc(y->storage, y->offset + off * y->strides[d],
+                                                y->ndim, t->shape, y->strides, y->dtype);
+            if (!win) {
+                rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+                break;
+            }
+            rc = rm_copy_into(win, t);
+            remat_release(win);
+            off += t->shape[d];
+        }
+    }
+    if (rc == REMAT_OK && rm_needs_grad(n, tensors)) {
+        remat_node *node;
+        rc = rm_node_new(&node, "CatBackward", cat_backward, n, tensors, 1, 0);
+        if (rc == REMAT_OK) {
+            cat_ctx *c = malloc(sizeof *c + sizeof(int64_t) * (size_t)n);
+            if (!c) {
+                rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+            } else {
+                c->dim = d;
+                c->n = n;
+                for (int i = 0; i < n; i++) c->sizes[i] = tensors[i]->shape[d];
+                rm_node_set_ctx(node, c, NULL);
+                rm_node_set_output(node, 0, y);
+            }
+            rm_node_release(node);
+        }
+    }
+    if (rc) {
+        remat_release(y);
+        return rm_err_prefix(rc, call);
+    }
+    return rm_hand_out(out, y);
+}
+
+int remat_split(remat_tensor **outs, int max_out, int *n_out, remat_tensor *a, int64_t split_size,
+                int dim) {
+    const char *call = "remat_split";
+    rm_op_enter(call);
+    if (!outs || !n_out)
+        return rm_err(REMAT_EINVAL, "%s: outs and n_out must not be NULL", call);
+    *n_out = 0;
+    for (int i = 0; i < max_out; i++) outs[i] = NULL;
+    int rc = rm_check_tensor(call, "a", a);
+    if (rc) return rc;
+    char b[200];
+    if (a->ndim == 0)
+        return rm_err(REMAT_EINVAL, "%s: cannot split a 0-dim tensor %s", call,
+                      rm_tensor_str(a, b, sizeof b));
+    int d;
+    if ((rc = rm_norm_dim(call, dim, a->ndim, &d))) return rc;
+    if (split_size <= 0)
+        return rm_err(REMAT_EINVAL, "%s: split_size must be positive, got %lld", call,
+                      (long long)split_size);
+    int64_t size = a->shape[d];
+    /* an empty dim still gives one (empty) piece, as PyTorch */
+    int64_t count = size == 0 ? 1 : (size + split_size - 1) / split_size;
+    if (count > max_out)
+        return rm_err(REMAT_EINVAL, "%s: splitting dim %d of %s into pieces of %lld gives %lld "
+                      "pieces, but max_out is %d", call, d, rm_tensor_str(a, b, sizeof b),
+                      (long long)split_size, (long long)count, max_out);
+    /* the pieces are handed out below, not by remat_slice */
+    void *sc = rm_scope_suspend();
+    for (int64_t k = 0; k < count && rc == REMAT_OK; k++)
+        rc = remat_slice(&outs[k], a, d, k * split_size, (k + 1) * split_size, 1);
+    rm_scope_resume(sc);
+    if (rc) {
+        rc = rm_err_prefix(rc, call);
+        for (int64_t k = 0; k < count; k++) remat_release_p(&outs[k]);
+        return rc;
+    }
+    for (int64_t k = 0; k < count; k++) rm_hand_out(&outs[k], outs[k]);
+    *n_out = (int)count;
+    return REMAT_OK;
+}

@@ -1,0 +1,41 @@
+/* src/ops/gemm.h — private GEMM layer (row-major BLAS-style sgemm/dgemm).
+ *
+ *   C (M×N) = alpha · op(A) (M×K) · op(B) (K×N) + beta · C
+ *
+ * op(X) = X^T when the flag is set. All matrices are row-major; lda, ldb,
+ * ldc are the row strides (in elements) of the matrices as stored: A is
+ * stored (M, K) — or (K, M) when ta — so lda ≥ its column count, and so on.
+ * A leading dimension that does not matter (a stored matrix with one row)
+ * may be anything; it is fixed up before the backend sees it.
+ * beta == 0 overwrites C (values already there, NaN included, are ignored).
+ *
+ * The backend is chosen when the library is built (REMAT_GEMM=openblas,
+ * onednn or naive; remat_gemm_backend() names it). oneDNN has no dgemm, so
+ * f64 then uses the built-in blocked kernel (f64 is for gradient checks).
+ * These calls never fail: a backend error, a size beyond the BLAS's 32-bit
+ * integers, or a call from inside an OpenMP parallel region (OpenBLAS only)
+ * falls back to the built-in kernel.
+ *
+ * Threads: OpenBLAS (the pthread build on Debian) is kept at
+ * omp_get_max_threads() threads, re-synchronised whenever that changes;
+ * oneDNN and the built-in kernel use OpenMP directly. */
+#ifndef REMAT_OPS_GEMM_H
+#define REMAT_OPS_GEMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+void rm_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+              int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+void rm_dgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
+              int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc);
+
+/* The built-in cache-blocked kernel, whatever the backend (tests compare
+ * the backend against it; the benchmark reports it). */
+void rm_sgemm_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                  int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+void rm_dgemm_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
+                  const double *A, int64_t lda, const double *B, int64_t ldb, double beta,
+                  double *C, int64_t ldc);
+
+#endif /* REMAT_OPS_GEMM_H */

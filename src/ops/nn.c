@@ -1,0 +1,604 @@
+/* src/ops/nn.c — softmax, log_softmax, layer_norm and dropout.
+ *
+ * softmax / log_softmax over any dim: the input is made contiguous and seen
+ * as (O, R, I) with R the softmax dim. I == 1 (the last dim, the common
+ * case) runs row kernels; I > 1 runs the same maths on blocks of columns so
+ * the inner loops stay contiguous. Both are numerically stable (the row max
+ * is subtracted before exp) and their backward reads only the saved output.
+ *
+ * layer_norm follows llm.c's layernorm_forward/backward with x seen as
+ * (N, C), C the product of the normalised dims. The per-row statistics
+ * (mean, rstd) are accumulated in double for f32 inputs (rows are short, so
+ * this costs little and removes cancellation in the variance) and saved as
+ * small tensors; dweight/dbias are column sums over N, also accumulated in
+ * double, parallel over columns so the result does not depend on the
+ * thread count.
+ *
+ * dropout draws its mask from the Philox generator of x's device: element i
+ * (row-major over x's shape) uses word i % 4 of block counter + i / 4. The
+ * mask thus depends only on (seed, offset, i) and never on the thread
+ * count, so a recomputation after an RNG-state restore reproduces it
+ * bitwise. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../internal.h"
+
+#define NN_COL_BLOCK 64
+
+typedef float f32;
+typedef double f64;
+
+/* ---- softmax / log_softmax kernels ----------------------------------------------------- */
+#define SOFTMAX_KERNELS(T, EXPF, LOGF)                                                        \
+    /* y = softmax or log_softmax of x (O, R, I) over R. */                                   \
+    static void softmax_fwd_##T(const T *restrict x, T *restrict y, int64_t O, int64_t R,     \
+                                int64_t I, bool log_out) {                                    \
+        int64_t total = O * R * I;                                                            \
+        if (I == 1) {                                                                         \
+            _Pragma("omp parallel for if (total > RM_OMP_MIN / 4)")                           \
+            for (int64_t o = 0; o < O; o++) {                                                 \
+                const T *xo = x + o * R;                                                      \
+                T *yo = y + o * R;                                                            \
+                T mx = -INFINITY;                                                             \
+                for (int64_t r = 0; r < R; r++) mx = xo[r] > mx ? xo[r] : mx;                 \
+                if (mx == -INFINITY) mx = 0; /* all -inf: avoid inf - inf */                  \
+                T s = 0;                                                                      \
+                if (log_out) {                                                                \
+                    for (int64_t r = 0; r < R; r++) s += EXPF(xo[r] - mx);                    \
+                    T lse = mx + LOGF(s);                                                     \
+                    for (int64_t r = 0; r < R; r++) yo[r] = xo[r] - lse;                      \
+                } else {                                                                      \
+                    for (int64_t r = 0; r < R; r++) {                                         \
+                        yo[r] = EXPF(xo[r] - mx);                                             \
+                        s += yo[r];                                                           \
+                    }                                                                         \
+                    T inv = (T)1 / s;                                                         \
+                    for (int64_t r = 0; r < R; r++) yo[r] *= inv;                             \
+                }                                                                             \
+            }                                                                                 \
+            return;                                                                           \
+        }                                                                                     \
+        int64_t nb = (I + NN_COL_BLOCK - 1) / NN_COL_BLOCK;                                   \
+        _Pragma("omp parallel for if (total > RM_OMP_MIN / 4)")                               \
+        for (int64_t t = 0; t < O * nb; t++) {                                                \
+            int64_t o = t / nb, j0 = (t % nb) * NN_COL_BLOCK;                                 \
+            int w = (int)(I - j0 < NN_COL_BLOCK ? I - j0 : NN_COL_BLOCK);                     \
+            const T *xo = x + o * R * I + j0;                                                 \
+            T *yo = y + o * R * I + j0;                                                       \
+            T mx[NN_COL_BLOCK], s[NN_COL_BLOCK];                                              \
+            for (int j = 0; j < w; j++) {                                                     \
+                mx[j] = -INFINITY;                                                            \
+                s[j] = 0;                                                                     \
+            }                                                                                 \
+            for (int64_t r = 0; r < R; r++)                                                   \
+                for (int j = 0; j < w; j++) mx[j] = xo[r * I + j] > mx[j] ? xo[r * I + j] : mx[j]; \
+            for (int j = 0; j < w; j++)                                                       \
+                if (mx[j] == -INFINITY) mx[j] = 0;                                            \
+            for (int64_t r = 0; r < R; r++)                                                   \
+                for (int j = 0; j < w; j++) {                                                 \
+                    T e = EXPF(xo[r * I + j] - mx[j]);                                        \
+                    if (!log_out) yo[r * I + j] = e;                                          \
+                    s[j] += e;                                                                \
+                }                                                                             \
+            if (log_out) {                                                                    \
+                for (int j = 0; j < w; j++) s[j] = mx[j] + LOGF(s[j]); /* lse */              \
+                for (int64_t r = 0; r < R; r++)                                               \
+                    for (int j = 0; j < w; j++) yo[r * I + j] = xo[r * I + j] - s[j];         \
+            } else {                                                                          \
+                for (int j = 0; j < w; j++) s[j] = (T)1 / s[j];                               \
+                for (int64_t r = 0; r < R; r++)                                               \
+                    for (int j = 0; j < w; j++) yo[r * I + j] *= s[j];                        \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+                                                                                              \
+    /* softmax:     dx = y * (g - sum_r(g * y))                                               \
+     * log_softmax: dx = g - exp(y) * sum_r(g) */                                             \
+    static void softmax_bwd_##T(const T *restrict g, const T *restrict y, T *restrict dx,     \
+                                int64_t O, int64_t R, int64_t I, bool log_out) {              \
+        int64_t total = O * R * I;                                                            \
+        int64_t nb = (I + NN_COL_BLOCK - 1) / NN_COL_BLOCK;                                   \
+        _Pragma("omp parallel for if (total > RM_OMP_MIN / 4)")                               \
+        for (int64_t t = 0; t < O * nb; t++) {                                                \
+            int64_t o = t / nb, j0 = (t % nb) * NN_COL_BLOCK;                                 \
+            int w = (int)(I - j0 < NN_COL_BLOCK ? I - j0 : NN_COL_BLOCK);                     \
+            int64_t base = o * R * I + j0;                                                    \
+            const T *go = g + base, *yo = y + base;                                           \
+            T *d = dx + base;                                                                 \
+            T s[NN_COL_BLOCK];                                                                \
+            for (int j = 0; j < w; j++) s[j] = 0;                                             \
+            for (int64_t r = 0; r < R; r++)                                                   \
+                for (int j = 0; j < w; j++)                                                   \
+                    s[j] += log_out ? go[r * I + j] : go[r * I + j] * yo[r * I + j];          \
+            for (int64_t r = 0; r < R; r++)                                                   \
+                for (int j = 0; j < w; j++) {                                                 \
+                    int64_t k = r * I + j;                                                    \
+                    d[k] = log_out ? go[k] - EXPF(yo[k]) * s[j] : yo[k] * (go[k] - s[j]);     \
+                }                                                                             \
+        }                                                                                     \
+    }
+
+SOFTMAX_KERNELS(f32, expf, logf)
+SOFTMAX_KERNELS(f64, exp, log)
+
+static void ori_of(int ndim, const int64_t *shape, int dim, int64_t *O, int64_t *R, int64_t *I) {
+    *O = 1;
+    *R = ndim ? shape[dim] : 1;
+    *I = 1;
+    for (int d = 0; d < dim && d < ndim; d++) *O *= shape[d];
+    for (int d = dim + 1; d < ndim; d++) *I *= shape[d];
+}
+
+typedef struct softmax_ctx {
+    int dim;
+    bool log_out;
+} softmax_ctx;
+
+/* saved: 0 = output y */
+static int softmax_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    softmax_ctx *c = node->ctx;
+    if (!node->next[0].node) return REMAT_OK;
+    remat_tensor *ys = NULL, *y = NULL, *g = NULL, *dx = NULL;
+    int rc = rm_node_unpack(node, 0, &ys);
+    if (rc) return rc;
+    if (!ys) {
+        rc = rm_err(REMAT_ESTATE, "%s: output was not saved", node->name);
+        goto out;
+    }
+    rc = rm_contig(&y, ys);
+    if (rc) goto out;
+    rc = rm_contig(&g, gout[0]);
+    if (rc) goto out;
+    rc = rm_new_output(&dx, y->ndim, y->shape, y->dtype, y->storage->device);
+    if (rc) goto out;
+    if (rm_ptr(dx) && rm_ptr(g) && rm_ptr(y)) {
+        int64_t O, R, I;
+        ori_of(y->ndim, y->shape, c->dim, &O, &R, &I);
+        if (y->dtype == REMAT_F32)
+            softmax_bwd_f32(rm_ptr(g), rm_ptr(y), rm_ptr(dx), O, R, I, c->log_out);
+        else
+            softmax_bwd_f64(rm_ptr(g), rm_ptr(y), rm_ptr(dx), O, R, I, c->log_out);
+    }
+    gin[0] = dx;
+    dx = NULL;
+out:
+    remat_release(ys);
+    remat_release(y);
+    remat_release(g);
+    remat_release(dx);
+    return rc;
+}
+
+static int softmax_impl(const char *call, bool log_out, remat_tensor **out, remat_tensor *a,
+                        int dim) {
+    rm_op_enter(call);
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
+    *out = NULL;
+    int rc = rm_check_float(call, "a", a);
+    if (rc) return rc;
+    int d;
+    rc = rm_norm_dim(call, dim, a->ndim, &d);
+    if (rc) return rc;
+    remat_tensor *x = NULL, *y = NULL;
+    rc = rm_contig(&x, a);
+    if (rc) return rm_err_prefix(rc, call);
+    rc = rm_new_output(&y, a->ndim, a->shape, a->dtype, a->storage->device);
+    if (rc) {
+        remat_release(x);
+        return rm_err_prefix(rc, call);
+    }
+    if (rm_ptr(x) && rm_ptr(y)) {
+        int64_t O, R, I;
+        ori_of(a->ndim, a->shape, d, &O, &R, &I);
+        if (a->dtype == REMAT_F32) softmax_fwd_f32(rm_ptr(x), rm_ptr(y), O, R, I, log_out);
+        else softmax_fwd_f64(rm_ptr(x), rm_ptr(y), O, R, I, log_out);
+    }
+    remat_release(x);
+    if (rm_needs_grad(1, &a)) {
+        remat_node *node;
+        rc = rm_node_new(&node, log_out ? "LogSoftmaxBackward" : "SoftmaxBackward",
+                         softmax_backward, 1, &a, 1, 1);
+        if (rc == REMAT_OK) {
+            softmax_ctx *c = malloc(sizeof *c);
+            if (!c) {
+                rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+            } else {
+                c->dim = d;
+                c->log_out = log_out;
+                rm_node_set_ctx(node, c, NULL);
+                rm_node_set_output(node, 0, y);
+                rc = rm_node_save(node, 0, y);
+            }
+            rm_node_release(node);
+        }
+        if (rc) {
+            remat_release(y);
+            return rm_err_prefix(rc, call);
+        }
+    }
+    return rm_hand_out(out, y);
+}
+
+int remat_softmax(remat_tensor **out, remat_tensor *a, int dim) {
+    return softmax_impl("remat_softmax", false, out, a, dim);
+}
+
+int remat_log_softmax(remat_tensor **out, remat_tensor *a, int dim) {
+    return softmax_impl("remat_log_softmax", true, out, a, dim);
+}
+
+/* ---- layer_norm ------------------------------------------------------------------------- */
+#define LAYERNORM_KERNELS(T, SQRTF)                                                           \
+    /* x (N, C) -> y (N, C); mean, rstd (N). w, b (C) or NULL. */                             \
+    static void layernorm_fwd_##T(const T *restrict x, const T *restrict w,                   \
+                                  const T *restrict b, T *restrict y, T *restrict mean,       \
+                                  T *restrict rstd, int64_t N, int64_t C, double eps) {       \
+        _Pragma("omp parallel for if (N * C > RM_OMP_MIN / 4)")                               \
+        for (int64_t n = 0; n < N; n++) {                                                     \
+            const T *xn = x + n * C;                                                          \
+            double m = 0;                                                                     \
+            for (int64_t c = 0; c < C; c++) m += xn[c];                                       \
+            m /= (double)C;                                                                   \
+            double v = 0;                                                                     \
+            for (int64_t c = 0; c < C; c++) {                                                 \
+                double dv = (double)xn[c] - m;                                                \
+                v += dv * dv;                                                                 \
+            }                                                                                 \
+            v /= (double)C; /* biased variance, as PyTorch */                                 \
+            T s = (T)(1.0 / sqrt(v + eps));                                                   \
+            T mt = (T)m;                                                                      \
+            T *yn = y + n * C;                                                                \
+            for (int64_t c = 0; c < C; c++) {                                                 \
+                T o = (xn[c] - mt) * s;                                                       \
+                if (w) o *= w[c];                                                             \
+                if (b) o += b[c];                                                             \
+                yn[c] = o;                                                                    \
+            }                                                                                 \
+            mean[n] = mt;                                                                     \
+            rstd[n] = s;                                                                      \
+        }                                                                                     \
+    }                                                                                         \
+                                                                                              \
+    /* dx (N, C) from g (N, C); dw, db (C) (each may be NULL). As llm.c:                      \
+     *   norm = (x - mean) * rstd                                                             \
+     *   dx = (w*g - mean_c(w*g) - norm * mean_c(w*g*norm)) * rstd */                         \
+    static void layernorm_bwd_##T(const T *restrict g, const T *restrict x,                   \
+                                  const T *restrict w, const T *restrict mean,                \
+                                  const T *restrict rstd, T *restrict dx, T *restrict dw,     \
+                                  T *restrict db, int64_t N, int64_t C) {                     \
+        if (dx) {                                                                             \
+            _Pragma("omp parallel for if (N * C > RM_OMP_MIN / 4)")                           \
+            for (int64_t n = 0; n < N; n++) {                                                 \
+                const T *gn = g + n * C, *xn = x + n * C;                                     \
+                T mn = mean[n], rs = rstd[n];                                                 \
+                double s1 = 0, s2 = 0;                                                        \
+                for (int64_t c = 0; c < C; c++) {                                             \
+                    T norm = (xn[c] - mn) * rs;                                               \
+                    T wg = w ? w[c] * gn[c] : gn[c];                                          \
+                    s1 += wg;                                                                 \
+                    s2 += wg * norm;                                                          \
+                }                                                                             \
+                T m1 = (T)(s1 / (double)C), m2 = (T)(s2 / (double)C);                         \
+                T *d = dx + n * C;                                                            \
+                for (int64_t c = 0; c < C; c++) {                                             \
+                    T norm = (xn[c] - mn) * rs;                                               \
+                    T wg = w ? w[c] * gn[c] : gn[c];                                          \
+                    d[c] = (wg - m1 - norm * m2) * rs;                                        \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+        if (dw || db) {                                                                       \
+            int64_t nb = (C + NN_COL_BLOCK - 1) / NN_COL_BLOCK;                               \
+            _Pragma("omp parallel for if (N * C > RM_OMP_MIN / 4)")                           \
+            for (int64_t bk = 0; bk < nb; bk++) {                                             \
+                int64_t c0 = bk * NN_COL_BLOCK;                                               \
+                int wd = (int)(C - c0 < NN_COL_BLOCK ? C - c0 : NN_COL_BLOCK);                \
+                double aw[NN_COL_BLOCK], ab[NN_COL_BLOCK];                                    \
+                for (int j = 0; j < wd; j++) aw[j] = ab[j] = 0;                               \
+                for (int64_t n = 0; n < N; n++) {                                             \
+                    const T *gn = g + n * C + c0, *xn = x + n * C + c0;                       \
+                    T mn = mean[n], rs = rstd[n];                                             \
+                    for (int j = 0; j < wd; j++) {                                            \
+                        aw[j] += (double)((xn[j] - mn) * rs * gn[j]);                         \
+                        ab[j] += (double)gn[j];                                               \
+                    }                                                                         \
+                }                                                                             \
+                for (int j = 0; j < wd; j++) {                                                \
+                    if (dw) dw[c0 + j] = (T)aw[j];                                            \
+                    if (db) db[c0 + j] = (T)ab[j];                                            \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+LAYERNORM_KERNELS(f32, sqrtf)
+LAYERNORM_KERNELS(f64, sqrt)
+
+typedef struct ln_ctx {
+    int64_t N, C;
+    int n_norm;
+    int64_t norm_shape[REMAT_MAX_DIMS]; /* shape of weight, bias and their grads */
+} ln_ctx;
+
+/* saved: 0 = x, 1 = weight (or NULL), 2 = mean (N), 3 = rstd (N) */
+static int layer_norm_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    ln_ctx *c = node->ctx;
+    remat_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *cv[4] = {NULL, NULL, NULL, NULL};
+    remat_tensor *g = NULL, *dx = NULL, *dw = NULL, *db = NULL;
+    int rc = REMAT_OK;
+    for (int i = 0; i < 4 && rc == REMAT_OK; i++) {
+        rc = rm_node_unpack(node, i, &sv[i]);
+        if (rc == REMAT_OK && sv[i]) rc = rm_contig(&cv[i], sv[i]);
+    }
+    if (rc) goto out;
+    if (!cv[0] || !cv[2] || !cv[3]) {
+        rc = rm_err(REMAT_ESTATE, "%s: saved tensors are missing", node->name);
+        goto out;
+    }
+    rc = rm_contig(&g, gout[0]);
+    if (rc) goto out;
+    remat_tensor *x = cv[0], *w = cv[1];
+    remat_device dev = x->storage->device;
+    if (node->next[0].node) {
+        rc = rm_new_output(&dx, x->ndim, x->shape, x->dtype, dev);
+        if (rc) goto out;
+    }
+    if (node->n_next > 1 && node->next[1].node && w) {
+        rc = rm_new_output(&dw, c->n_norm, c->norm_shape, x->dtype, dev);
+        if (rc) goto out;
+    }
+    if (node->n_next > 2 && node->next[2].node) {
+        rc = rm_new_output(&db, c->n_norm, c->norm_shape, x->dtype, dev);
+        if (rc) goto out;
+    }
+    if (rm_ptr(g) && rm_ptr(x) && rm_ptr(cv[2]) && rm_ptr(cv[3]) && (!w || rm_ptr(w))) {
+        bool ok = (!dx || rm_ptr(dx)) && (!dw || rm_ptr(dw)) && (!db || rm_ptr(db));
+        if (ok) {
+            if (x->dtype == REMAT_F32)
+                layernorm_bwd_f32(rm_ptr(g), rm_ptr(x), w ? rm_ptr(w) : NULL, rm_ptr(cv[2]),
+                                  rm_ptr(cv[3]), dx ? rm_ptr(dx) : NULL, dw ? rm_ptr(dw) : NULL,
+                                  db ? rm_ptr(db) : NULL, c->N, c->C);
+            else
+                layernorm_bwd_f64(rm_ptr(g), rm_ptr(x), w ? rm_ptr(w) : NULL, rm_ptr(cv[2]),
+                                  rm_ptr(cv[3]), dx ? rm_ptr(dx) : NULL, dw ? rm_ptr(dw) : NULL,
+                                  db ? rm_ptr(db) : NULL, c->N, c->C);
+        }
+    }
+    gin[0] = dx;
+    if (node->n_next > 1) gin[1] = dw;
+    else remat_release(dw);
+    if (node->n_next > 2) gin[2] = db;
+    else remat_release(db);
+    dx = dw = db = NULL;
+out:
+    for (int i = 0; i < 4; i++) {
+        remat_release(sv[i]);
+        remat_release(cv[i]);
+    }
+    remat_release(g);
+    remat_release(dx);
+    remat_release(dw);
+    remat_release(db);
+    return rc;
+}
+
+static int check_param(const char *call, const char *arg, remat_tensor *p, remat_tensor *x,
+                       int n_norm) {
+    int rc = rm_check_float(call, arg, p);
+    if (rc) return rc;
+    rc = rm_check_same_dtype(call, x, p);
+    if (rc) return rc;
+    rc = rm_check_same_device(call, x, p);
+    if (rc) return rc;
+    bool ok = p->ndim == n_norm;
+    for (int d = 0; ok && d < n_norm; d++) ok = p->shape[d] == x->shape[x->ndim - n_norm + d];
+    if (!ok) {
+        char bp[200], bx[200], bn[160];
+        return rm_err(REMAT_ESHAPE,
+                      "%s: %s %s must have the normalised shape %s (last %d dims of x %s)", call,
+                      arg, rm_tensor_str(p, bp, sizeof bp),
+                      rm_shape_str(n_norm, x->shape + x->ndim - n_norm, bn, sizeof bn), n_norm,
+                      rm_tensor_str(x, bx, sizeof bx));
+    }
+    return REMAT_OK;
+}
+
+int remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
+                     remat_tensor *bias, double eps) {
+    const char *call = "remat_layer_norm";
+    rm_op_enter(call);
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
+    *out = NULL;
+    int rc = rm_check_float(call, "x", x);
+    if (rc) return rc;
+    if (n_norm < 1 || n_norm > x->ndim) {
+        char b[200];
+        return rm_err(REMAT_EINVAL, "%s: n_norm %d out of range for x %s (expected 1 to %d)",
+                      call, n_norm, rm_tensor_str(x, b, sizeof b), x->ndim);
+    }
+    if (!(eps >= 0) || isinf(eps))
+        return rm_err(REMAT_EINVAL, "%s: eps must be finite and >= 0, got %g", call, eps);
+    if (weight && (rc = check_param(call, "weight", weight, x, n_norm))) return rc;
+    if (bias && (rc = check_param(call, "bias", bias, x, n_norm))) return rc;
+
+    int lead = x->ndim - n_norm;
+    int64_t N = rm_shape_numel(lead, x->shape);
+    int64_t C = rm_shape_numel(n_norm, x->shape + lead);
+    remat_device dev = x->storage->device;
+    remat_tensor *xc = NULL, *wc = NULL, *bc = NULL, *y = NULL, *mean = NULL, *rstd = NULL;
+    rc = rm_contig(&xc, x);
+    if (!rc && weight) rc = rm_contig(&wc, weight);
+    if (!rc && bias) rc = rm_contig(&bc, bias);
+    if (!rc) rc = rm_new_output(&y, x->ndim, x->shape, x->dtype, dev);
+    if (!rc) rc = rm_new_output(&mean, lead, x->shape, x->dtype, dev);
+    if (!rc) rc = rm_new_output(&rstd, lead, x->shape, x->dtype, dev);
+    if (rc) goto fail;
+    if (rm_ptr(xc) && rm_ptr(y) && rm_ptr(mean) && rm_ptr(rstd) && (!wc || rm_ptr(wc)) &&
+        (!bc || rm_ptr(bc))) {
+        if (x->dtype == REMAT_F32)
+            layernorm_fwd_f32(rm_ptr(xc), wc ? rm_ptr(wc) : NULL, bc ? rm_ptr(bc) : NULL,
+                              rm_ptr(y), rm_ptr(mean), rm_ptr(rstd), N, C, eps);
+        else
+            layernorm_fwd_f64(rm_ptr(xc), wc ? rm_ptr(wc) : NULL, bc ? rm_ptr(bc) : NULL,
+                              rm_ptr(y), rm_ptr(mean), rm_ptr(rstd), N, C, eps);
+    }
+    remat_tensor *ins[3] = {x, weight, bias};
+    if (rm_needs_grad(3, ins)) {
+        remat_node *node;
+        rc = rm_node_new(&node, "LayerNormBackward", layer_norm_backward, 3, ins, 1, 4);
+        if (rc == REMAT_OK) {
+            ln_ctx *c = malloc(sizeof *c);
+            if (!c) {
+                rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+            } else {
+                c->N = N;
+                c->C = C;
+                c->n_norm = n_norm;
+                memcpy(c->norm_shape, x->shape + lead, sizeof(int64_t) * (size_t)n_norm);
+                rm_node_set_ctx(node, c, NULL);
+                rm_node_set_output(node, 0, y);
+                rc = rm_node_save(node, 0, x);
+                if (!rc) rc = rm_node_save(node, 1, weight);
+                if (!rc) rc = rm_node_save(node, 2, mean);
+                if (!rc) rc = rm_node_save(node, 3, rstd);
+            }
+            rm_node_release(node);
+        }
+        if (rc) goto fail;
+    }
+    remat_release(xc);
+    remat_release(wc);
+    remat_release(bc);
+    remat_release(mean);
+    remat_release(rstd);
+    return rm_hand_out(out, y);
+fail:
+    remat_release(xc);
+    remat_release(wc);
+    remat_release(bc);
+    remat_release(y);
+    remat_release(mean);
+    remat_release(rstd);
+    return rm_err_prefix(rc, call);
+}
+
+/* ---- dropout ---------------------------------------------------------------------------- */
+#define DROPOUT_KERNELS(T)                                                                    \
+    /* Element i keeps iff the uniform drawn from block counter + i/4, word i%4 is >= p.      \
+     * y = x * scale where kept, else 0; mask (may be NULL) gets scale or 0. */               \
+    static void dropout_fwd_##T(const T *restrict x, T *restrict y, T *restrict mask,         \
+                                int64_t n, double p, T scale, const uint32_t key[2],          \
+                                uint64_t counter) {                                           \
+        int64_t nblk = (n + 3) / 4;                                                           \
+        _Pragma("omp parallel for if (n > RM_OMP_MIN)")                                       \
+        for (int64_t j = 0; j < nblk; j++) {                                                  \
+            uint32_t r[4];                                                                    \
+            rm_philox_block(key, counter + (uint64_t)j, r);                                   \
+            for (int k = 0; k < 4; k++) {                                                     \
+                int64_t i = 4 * j + k;                                                        \
+                if (i >= n) break;                                                            \
+                T m = rm_u32_to_unit(r[k]) >= p ? scale : (T)0;                               \
+                if (mask) mask[i] = m;                                                        \
+                y[i] = x[i] * m;                                                              \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+    static void mul_##T(const T *restrict a, const T *restrict b, T *restrict y, int64_t n) { \
+        _Pragma("omp parallel for simd if (n > 65536)")                                       \
+        for (int64_t i = 0; i < n; i++) y[i] = a[i] * b[i];                                   \
+    }
+
+DROPOUT_KERNELS(f32)
+DROPOUT_KERNELS(f64)
+
+/* saved: 0 = mask (x's shape and dtype, 0 or 1/(1-p)) */
+static int dropout_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    if (!node->next[0].node) return REMAT_OK;
+    remat_tensor *ms = NULL, *m = NULL, *g = NULL, *dx = NULL;
+    int rc = rm_node_unpack(node, 0, &ms);
+    if (rc) return rc;
+    if (!ms) {
+        rc = rm_err(REMAT_ESTATE, "%s: mask was not saved", node->name);
+        goto out;
+    }
+    rc = rm_contig(&m, ms);
+    if (!rc) rc = rm_contig(&g, gout[0]);
+    if (!rc) rc = rm_new_output(&dx, m->ndim, m->shape, m->dtype, m->storage->device);
+    if (rc) goto out;
+    if (rm_ptr(dx) && rm_ptr(g) && rm_ptr(m)) {
+        int64_t n = remat_numel(m);
+        if (m->dtype == REMAT_F32) mul_f32(rm_ptr(g), rm_ptr(m), rm_ptr(dx), n);
+        else mul_f64(rm_ptr(g), rm_ptr(m), rm_ptr(dx), n);
+    }
+    gin[0] = dx;
+    dx = NULL;
+out:
+    remat_release(ms);
+    remat_release(m);
+    remat_release(g);
+    remat_release(dx);
+    return rc;
+}
+
+int remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool train) {
+    const char *call = "remat_dropout";
+    rm_op_enter(call);
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
+    *out = NULL;
+    int rc = rm_check_float(call, "x", x);
+    if (rc) return rc;
+    if (!(p >= 0.0 && p <= 1.0))
+        return rm_err(REMAT_EINVAL, "%s: dropout probability p must be in [0, 1], got %g", call,
+                      p);
+    /* identity: hand out a new reference to x itself (as PyTorch returns its input) */
+    if (!train || p == 0.0) return rm_hand_out(out, remat_retain(x));
+
+    remat_device dev = x->storage->device;
+    int64_t n = remat_numel(x);
+    bool grad = rm_needs_grad(1, &x);
+    uint32_t key[2] = {0, 0};
+    uint64_t counter = 0;
+    if (p < 1.0) {
+        /* reserved in skip mode too, so the generator advances exactly as in a real run */
+        rc = rm_rng_reserve(dev, (uint64_t)((n + 3) / 4), key, &counter);
+        if (rc) return rm_err_prefix(rc, call);
+    }
+    remat_tensor *xc = NULL, *y = NULL, *mask = NULL;
+    rc = rm_contig(&xc, x);
+    if (!rc) rc = rm_new_output(&y, x->ndim, x->shape, x->dtype, dev);
+    if (!rc && grad) rc = rm_new_output(&mask, x->ndim, x->shape, x->dtype, dev);
+    if (rc) goto fail;
+    if (rm_ptr(xc) && rm_ptr(y) && (!mask || rm_ptr(mask))) {
+        if (p >= 1.0) { /* everything dropped, no draw (as PyTorch) */
+            size_t nb = (size_t)n * remat_dtype_size(x->dtype);
+            memset(rm_ptr(y), 0, nb);
+            if (mask) memset(rm_ptr(mask), 0, nb);
+        } else if (x->dtype == REMAT_F32) {
+            dropout_fwd_f32(rm_ptr(xc), rm_ptr(y), mask ? rm_ptr(mask) : NULL, n, p,
+                            (f32)(1.0 / (1.0 - p)), key, counter);
+        } else {
+            dropout_fwd_f64(rm_ptr(xc), rm_ptr(y), mask ? rm_ptr(mask) : NULL, n, p,
+                            1.0 / (1.0 - p), key, counter);
+        }
+    }
+    if (grad) {
+        remat_node *node;
+        rc = rm_node_new(&node, "DropoutBackward", dropout_backward, 1, &x, 1, 1);
+        if (rc == REMAT_OK) {
+            rm_node_set_output(node, 0, y);
+            rc = rm_node_save(node, 0, mask);
+            rm_node_release(node);
+        }
+        if (rc) goto fail;
+    }
+    remat_release(xc);
+    remat_release(mask);
+    return rm_hand_out(out, y);
+fail:
+    remat_release(xc);
+    remat_release(y);
+    remat_release(mask);
+    return rm_err_prefix(rc, call);
+}

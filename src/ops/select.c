@@ -1,0 +1,213 @@
+/* src/ops/select.c — selection: masked_fill and where.
+ *
+ * Both are y = cond ? A : B over a broadcast shape, where A and B are each
+ * a tensor or a scalar; cond may be i64, f32 or f64 (non-zero = true, so a
+ * NaN counts as true). Their backward passes are the same selection applied
+ * to the output gradient with 0 in place of the other branch, reduced to
+ * each input's shape with rm_sum_to. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../internal.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Operand slots of the iterator: 0 = y, 1 = cond, 2 = A, 3 = B. A missing
+ * A/B tensor reads a local scalar through stride 0. */
+#define SEL_LOOP(T, CT)                                                                       \
+    do {                                                                                      \
+        T *py = rm_ptr(y);                                                                    \
+        const CT *pc = rm_ptr(cond);                                                          \
+        T sa = (T)va, sb = (T)vb;                                                             \
+        const T *pa = a ? (const T *)rm_ptr(a) : &sa;                                         \
+        const T *pb = b ? (const T *)rm_ptr(b) : &sb;                                         \
+        _Pragma("omp parallel if (n > 32768)")                                                 \
+        {                                                                                     \
+            int nt = 1, id = 0;                                                               \
+            sel_omp_ids(&nt, &id);                                                            \
+            int64_t lo = n * id / nt, hi = n * (id + 1) / nt;                                 \
+            if (lo < hi) {                                                                    \
+                rm_iter it = base;                                                            \
+                rm_iter_seek(&it, lo);                                                        \
+                for (int64_t i = lo; i < hi; i++) {                                           \
+                    bool c = pc[it.off[1]] != 0;                                               \
+                    py[it.off[0]] = c ? pa[it.off[2]] : pb[it.off[3]];                        \
+                    rm_iter_next(&it);                                                        \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+    } while (0)
+
+static void sel_omp_ids(int *nt, int *id) {
+#ifdef _OPENMP
+    *nt = omp_get_num_threads();
+    *id = omp_get_thread_num();
+#else
+    *nt = 1;
+    *id = 0;
+#endif
+}
+
+/* y = cond ? (a or va) : (b or vb), everything broadcast to y's
+ * shape (y contiguous, float). No autograd; meta tensors → no-op. */
+static void sel_run(remat_tensor *y, remat_tensor *cond, remat_tensor *a, double va,
+                    remat_tensor *b, double vb) {
+    if (!rm_ptr(y) || !rm_ptr(cond) || (a && !rm_ptr(a)) || (b && !rm_ptr(b))) return;
+    int64_t n = rm_shape_numel(y->ndim, y->shape);
+    if (n == 0) return;
+    rm_iter base;
+    rm_iter_init(&base, y->ndim, y->shape, 4);
+    memcpy(base.strides[0], y->strides, sizeof(int64_t) * (size_t)y->ndim);
+    rm_broadcast_strides(cond, y->ndim, y->shape, base.strides[1]);
+    if (a) rm_broadcast_strides(a, y->ndim, y->shape, base.strides[2]);
+    if (b) rm_broadcast_strides(b, y->ndim, y->shape, base.strides[3]);
+    bool f32 = y->dtype == REMAT_F32;
+    switch (cond->dtype) {
+    case REMAT_I64:
+        if (f32) SEL_LOOP(float, int64_t); else SEL_LOOP(double, int64_t);
+        break;
+    case REMAT_F32:
+        if (f32) SEL_LOOP(float, float); else SEL_LOOP(double, float);
+        break;
+    case REMAT_F64:
+        if (f32) SEL_LOOP(float, double); else SEL_LOOP(double, double);
+        break;
+    }
+}
+
+/* New tensor of g's shape: cond ? g : 0 (g_when_true) or cond ? 0 : g. */
+static int masked_grad(remat_tensor **out, remat_tensor *g, remat_tensor *cond, bool g_when_true) {
+    int rc = rm_new_output(out, g->ndim, g->shape, g->dtype, g->storage->device);
+    if (rc) return rc;
+    if (g_when_true) sel_run(*out, cond, g, 0, NULL, 0);
+    else sel_run(*out, cond, NULL, 0, g, 0);
+    return REMAT_OK;
+}
+
+static int check_cond(const char *call, const char *arg, const remat_tensor *c) {
+    int rc = rm_check_tensor(call, arg, c);
+    if (!rc) rc = rm_check_host(call, c);
+    if (rc) return rc;
+    if (!remat_dtype_size(c->dtype)) return rm_err(REMAT_EDTYPE, "%s: '%s' has a bad dtype", call, arg);
+    return REMAT_OK;
+}
+
+/* ---- masked_fill ------------------------------------------------------------------- */
+/* Saved slot 0: the mask. da = mask ? 0 : g. */
+static int masked_fill_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    remat_tensor *mask = NULL;
+    int rc = rm_node_unpack(node, 0, &mask);
+    if (rc) return rc;
+    if (node->next[0].node) rc = masked_grad(&gin[0], gout[0], mask, false);
+    remat_release(mask);
+    return rc;
+}
+
+int remat_masked_fill(remat_tensor **out, remat_tensor *a, remat_tensor *mask, double value) {
+    const char *call = "remat_masked_fill";
+    rm_op_enter(call);
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
+    *out = NULL;
+    int rc = rm_check_float(call, "a", a);
+    if (!rc) rc = check_cond(call, "mask", mask);
+    if (!rc) rc = rm_check_same_device(call, a, mask);
+    if (rc) return rc;
+    int nd;
+    int64_t shape[REMAT_MAX_DIMS];
+    rc = rm_broadcast_shape(call, a->ndim, a->shape, mask->ndim, mask->shape, &nd, shape);
+    if (rc) return rc;
+    if (nd != a->ndim || memcmp(shape, a->shape, sizeof(int64_t) * (size_t)nd)) {
+        char b1[200], b2[200];
+        return rm_err(REMAT_ESHAPE, "%s: mask %s cannot be broadcast to the shape of a %s", call,
+                      rm_tensor_str(mask, b1, sizeof b1), rm_tensor_str(a, b2, sizeof b2));
+    }
+    remat_tensor *y = NULL;
+    rc = rm_new_output(&y, a->ndim, a->shape, a->dtype, a->storage->device);
+    if (rc) return rm_err_prefix(rc, call);
+    sel_run(y, mask, NULL, value, a, 0);
+    if (rm_needs_grad(1, &a)) {
+        remat_node *node;
+        rc = rm_node_new(&node, "MaskedFillBackward", masked_fill_backward, 1, &a, 1, 1);
+        if (rc == REMAT_OK) {
+            rm_node_set_output(node, 0, y);
+            rc = rm_node_save(node, 0, mask);
+            rm_node_release(node);
+        }
+        if (rc) {
+            remat_release(y);
+            return rm_err_prefix(rc, call);
+        }
+    }
+    return rm_hand_out(out, y);
+}
+
+/* ---- where ---------------------------------------------------------------------------- */
+typedef struct wctx {
+    int nda, ndb;
+    int64_t sa[REMAT_MAX_DIMS], sb[REMAT_MAX_DIMS];
+} wctx;
+
+/* Saved slot 0: cond. da = sum_to(cond ? g : 0), db = sum_to(cond ? 0 : g). */
+static int where_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    wctx *cx = node->ctx;
+    remat_tensor *cond = NULL, *t = NULL;
+    int rc = rm_node_unpack(node, 0, &cond);
+    if (rc) return rc;
+    for (int i = 0; i < 2 && !rc; i++) {
+        if (!node->next[i].node) continue;
+        rc = masked_grad(&t, gout[0], cond, i == 0);
+        if (!rc) rc = rm_sum_to(&gin[i], t, i == 0 ? cx->nda : cx->ndb, i == 0 ? cx->sa : cx->sb);
+        remat_release_p(&t);
+    }
+    remat_release(cond);
+    return rc;
+}
+
+int remat_where(remat_tensor **out, remat_tensor *cond, remat_tensor *a, remat_tensor *b) {
+    const char *call = "remat_where";
+    rm_op_enter(call);
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
+    *out = NULL;
+    int rc = check_cond(call, "cond", cond);
+    if (!rc) rc = rm_check_float(call, "a", a);
+    if (!rc) rc = rm_check_float(call, "b", b);
+    if (!rc) rc = rm_check_same_dtype(call, a, b);
+    if (!rc) rc = rm_check_same_device(call, a, b);
+    if (!rc) rc = rm_check_same_device(call, cond, a);
+    if (rc) return rc;
+    int nd1, nd;
+    int64_t s1[REMAT_MAX_DIMS], shape[REMAT_MAX_DIMS];
+    rc = rm_broadcast_shape(call, cond->ndim, cond->shape, a->ndim, a->shape, &nd1, s1);
+    if (!rc) rc = rm_broadcast_shape(call, nd1, s1, b->ndim, b->shape, &nd, shape);
+    if (rc) return rc;
+    remat_tensor *y = NULL;
+    rc = rm_new_output(&y, nd, shape, a->dtype, a->storage->device);
+    if (rc) return rm_err_prefix(rc, call);
+    sel_run(y, cond, a, 0, b, 0);
+    remat_tensor *in[2] = {a, b};
+    if (rm_needs_grad(2, in)) {
+        remat_node *node;
+        rc = rm_node_new(&node, "WhereBackward", where_backward, 2, in, 1, 1);
+        if (rc == REMAT_OK) {
+            wctx *cx = malloc(sizeof *cx);
+            if (!cx) rc = rm_err(REMAT_ENOMEM, "out of memory");
+            else {
+                cx->nda = a->ndim;
+                cx->ndb = b->ndim;
+                memcpy(cx->sa, a->shape, sizeof cx->sa);
+                memcpy(cx->sb, b->shape, sizeof cx->sb);
+                rm_node_set_ctx(node, cx, NULL);
+                rm_node_set_output(node, 0, y);
+                rc = rm_node_save(node, 0, cond);
+            }
+            rm_node_release(node);
+        }
+        if (rc) {
+            remat_release(y);
+            return rm_err_prefix(rc, call);
+        }
+    }
+    return rm_hand_out(out, y);
+}
