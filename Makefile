@@ -29,7 +29,15 @@ test: build
 test-asan: deps
 	@cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DREMAT_SANITIZE=ON -DCMAKE_C_COMPILER=clang $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(BUILD_ASAN) -j $(JOBS)
-	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j 1
+	@# Criterion reports a test as passed before LeakSanitizer runs at the
+	@# worker's exit, so the log is also scanned for sanitizer reports.
+	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest -V -j 1 > sanitizers.log 2>&1; rc=$$?; \
+	  grep -E "Synthesis|tests passed|tests failed" sanitizers.log; \
+	  if grep -qE "ERROR: (Leak|Address)Sanitizer|runtime error:" sanitizers.log; then \
+	    grep -E -A25 "ERROR: (Leak|Address)Sanitizer|runtime error:" sanitizers.log | head -150; \
+	    echo "sanitizers reported errors (full log: $(BUILD_ASAN)/sanitizers.log)"; exit 1; fi; \
+	  if [ $$rc -ne 0 ]; then tail -80 sanitizers.log; exit $$rc; fi
 
 # -Wall -Wextra -Werror under gcc and clang (build only).
 werror: deps

@@ -68,44 +68,28 @@ static const int k_arity[EW_N_OPS] = {
     (((B) == 0 && (C) >= 0) ? 0 : (A) * POWF((B), (C)) * LOGF(B))
 
 /* Inner loop over n elements with element strides sy, sa, sb, sc.
- * Variants: everything unit-stride (the common contiguous case; `omp simd`
- * is valid because y never partially overlaps an input — out-of-place
- * outputs are fresh and inplace.c copies a partially overlapping operand
- * first), b scalar, a scalar, and fully general strides. */
-#define EW_INNER(T, F, POWF, LOGF)                                                           \
+ * Variants: everything unit-stride (the common contiguous case), b scalar,
+ * a scalar, and fully general strides. `omp simd` (SIMD = 1) is valid
+ * because y never partially overlaps an input: out-of-place outputs are
+ * fresh and inplace.c copies a partially overlapping operand first. The
+ * pow/log expressions use SIMD = 0: no SIMD variant of them may exist, and
+ * clang reports a forced but failed vectorisation as a warning. */
+#define EW_SIMD_1 _Pragma("omp simd")
+#define EW_SIMD_0
+#define EW_INNER(T, F, SIMD, POWF, LOGF)                                                      \
     do {                                                                                     \
         if (sy == 1 && sa == 1 && sb == 1 && sc == 1) {                                      \
-            _Pragma("omp simd") for (int64_t i = 0; i < n; i++)                              \
+            EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++)                                   \
                 y[i] = (T)F(a[i], b[i], c[i], p, POWF, LOGF);                                \
         } else if (sy == 1 && sa == 1 && sb == 0 && sc == 1) {                               \
-            const T bv = b[0]; (void)bv;                                                             \
-            _Pragma("omp simd") for (int64_t i = 0; i < n; i++)                              \
+            const T bv = b[0];                                                               \
+            (void)bv;                                                                        \
+            EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++)                                   \
                 y[i] = (T)F(a[i], bv, c[i], p, POWF, LOGF);                                  \
         } else if (sy == 1 && sa == 0 && sb == 1 && sc == 1) {                               \
-            const T av = a[0]; (void)av;                                                             \
-            _Pragma("omp simd") for (int64_t i = 0; i < n; i++)                              \
-                y[i] = (T)F(av, b[i], c[i], p, POWF, LOGF);                                  \
-        } else {                                                                             \
-            for (int64_t i = 0; i < n; i++)                                                  \
-                y[i * sy] = (T)F(a[i * sa], b[i * sb], c[i * sc], p, POWF, LOGF);            \
-        }                                                                                    \
-    } while (0)
-
-/* Same loops without `omp simd`, for expressions calling pow/log: no SIMD
- * variant of them may exist, and clang reports a forced but failed
- * vectorisation as a warning (an error under -Werror). */
-#define EW_INNER_PLAIN(T, F, POWF, LOGF)                                                           \
-    do {                                                                                     \
-        if (sy == 1 && sa == 1 && sb == 1 && sc == 1) {                                      \
-                              for (int64_t i = 0; i < n; i++)                              \
-                y[i] = (T)F(a[i], b[i], c[i], p, POWF, LOGF);                                \
-        } else if (sy == 1 && sa == 1 && sb == 0 && sc == 1) {                               \
-            const T bv = b[0]; (void)bv;                                                             \
-                              for (int64_t i = 0; i < n; i++)                              \
-                y[i] = (T)F(a[i], bv, c[i], p, POWF, LOGF);                                  \
-        } else if (sy == 1 && sa == 0 && sb == 1 && sc == 1) {                               \
-            const T av = a[0]; (void)av;                                                             \
-                              for (int64_t i = 0; i < n; i++)                              \
+            const T av = a[0];                                                               \
+            (void)av;                                                                        \
+            EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++)                                   \
                 y[i] = (T)F(av, b[i], c[i], p, POWF, LOGF);                                  \
         } else {                                                                             \
             for (int64_t i = 0; i < n; i++)                                                  \
@@ -117,19 +101,19 @@ static const int k_arity[EW_N_OPS] = {
     static void ew_inner_##T(ewop op, T *y, int64_t sy, const T *a, int64_t sa, const T *b,  \
                              int64_t sb, const T *c, int64_t sc, int64_t n, T p) {           \
         switch (op) {                                                                        \
-        case EW_FILL: EW_INNER(T, F_FILL, POWF, LOGF); break;                                \
-        case EW_SCALE: EW_INNER(T, F_SCALE, POWF, LOGF); break;                              \
-        case EW_RELU: EW_INNER(T, F_RELU, POWF, LOGF); break;                                \
-        case EW_ADD: EW_INNER(T, F_ADD, POWF, LOGF); break;                                  \
-        case EW_SUB: EW_INNER(T, F_SUB, POWF, LOGF); break;                                  \
-        case EW_MUL: EW_INNER(T, F_MUL, POWF, LOGF); break;                                  \
-        case EW_DIV: EW_INNER(T, F_DIV, POWF, LOGF); break;                                  \
-        case EW_POW: EW_INNER_PLAIN(T, F_POW, POWF, LOGF); break;                                  \
-        case EW_AXPY: EW_INNER(T, F_AXPY, POWF, LOGF); break;                                \
-        case EW_RELU_BWD: EW_INNER(T, F_RELU_BWD, POWF, LOGF); break;                        \
-        case EW_DIV_GB: EW_INNER(T, F_DIV_GB, POWF, LOGF); break;                            \
-        case EW_POW_GA: EW_INNER_PLAIN(T, F_POW_GA, POWF, LOGF); break;                            \
-        case EW_POW_GB: EW_INNER_PLAIN(T, F_POW_GB, POWF, LOGF); break;                            \
+        case EW_FILL: EW_INNER(T, F_FILL, 1, POWF, LOGF); break;                             \
+        case EW_SCALE: EW_INNER(T, F_SCALE, 1, POWF, LOGF); break;                           \
+        case EW_RELU: EW_INNER(T, F_RELU, 1, POWF, LOGF); break;                             \
+        case EW_ADD: EW_INNER(T, F_ADD, 1, POWF, LOGF); break;                               \
+        case EW_SUB: EW_INNER(T, F_SUB, 1, POWF, LOGF); break;                               \
+        case EW_MUL: EW_INNER(T, F_MUL, 1, POWF, LOGF); break;                               \
+        case EW_DIV: EW_INNER(T, F_DIV, 1, POWF, LOGF); break;                               \
+        case EW_POW: EW_INNER(T, F_POW, 0, POWF, LOGF); break;                               \
+        case EW_AXPY: EW_INNER(T, F_AXPY, 1, POWF, LOGF); break;                             \
+        case EW_RELU_BWD: EW_INNER(T, F_RELU_BWD, 1, POWF, LOGF); break;                     \
+        case EW_DIV_GB: EW_INNER(T, F_DIV_GB, 1, POWF, LOGF); break;                         \
+        case EW_POW_GA: EW_INNER(T, F_POW_GA, 0, POWF, LOGF); break;                         \
+        case EW_POW_GB: EW_INNER(T, F_POW_GB, 0, POWF, LOGF); break;                         \
         case EW_N_OPS: break;                                                                \
         }                                                                                    \
     }

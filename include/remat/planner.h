@@ -1,0 +1,266 @@
+/*
+ * remat/planner.h — the budget planner: optimal checkpoint schedules for a
+ * memory budget (P offers only uniform segments, checkpoint_sequential).
+ *
+ * Three steps, each usable on its own:
+ *
+ *   1. profile   remat_profile_stages measures every stage of a chain (the
+ *                remat_stage list checkpoint_sequential takes): forward and
+ *                backward time (median of a few runs), input/output bytes,
+ *                the bytes it keeps for backward and its temporary peaks,
+ *                all from the allocator's counters.
+ *   2. plan      remat_plan_create runs a dynamic program in the style of
+ *                rotor (Beaumont, Eyraud-Dubois, Herrmann, Joly, Shilova,
+ *                "Optimal checkpointing for heterogeneous chains", 2019):
+ *                for every stage it decides whether to keep everything the
+ *                stage saves ("store"), to keep only the stage's input
+ *                (start of a checkpointed segment) or to recompute it, so
+ *                that the predicted step time (forward + backward +
+ *                recomputation) is minimal and the predicted peak fits the
+ *                budget. remat_plan_revolve builds Revolve's binomial
+ *                schedule for uniform chains (Griewank & Walther) and
+ *                remat_plan_sequential P's uniform segments, for comparison.
+ *   3. run       remat_plan_run executes a plan with nested non-reentrant
+ *                remat_checkpoint calls: a checkpointed segment's function
+ *                runs its own sub-plan, so its recomputation is itself
+ *                checkpointed.
+ *
+ * Example (the `--checkpoint budget=SIZE` strategy of the remat program):
+ *
+ *   remat_plan *plan = NULL;
+ *   size_t budget;
+ *   int rc = remat_parse_bytes("96MiB", &budget);
+ *   if (!rc) rc = remat_plan_auto(&plan, n, stages, x, budget, NULL); // once
+ *   remat_plan_print(plan, stderr);
+ *   for (step = 0; !rc && step < steps; step++) {
+ *       remat_tensor *y = NULL, *loss = NULL;
+ *       rc = remat_plan_run(plan, stages, x, &y);       // every step
+ *       if (!rc) rc = remat_mse_loss(&loss, y, target);
+ *       if (!rc) rc = remat_backward_scalar(loss);
+ *       ...
+ *   }
+ *   remat_plan_free(plan);
+ *
+ * The memory model (what "budget" means). The budget bounds the allocator
+ * bytes a step adds above what is live when remat_plan_run is called (the
+ * input, the parameters and their existing .grad are therefore outside it):
+ * activations kept for backward, checkpoints, recomputed activations,
+ * gradients flowing down the chain and the stages' temporaries. With
+ * a_k the output of stage k (a_{-1} = the input), |a_k| its bytes,
+ * abar_k = |a_k| + saved_k what a stored stage keeps, and peaks measured
+ * above the bytes live just before the stage runs:
+ *   - a stored stage k keeps its input and abar_k until its backward;
+ *     its forward peaks at fwd_peak_k, its backward at
+ *     |a_k| (the incoming gradient) + abar_k + bwd_peak_k;
+ *   - in a checkpointed segment's first forward nothing is kept but its
+ *     input; stage k peaks at |a_{k-1}| + fwd_peak_nosave_k (the input of
+ *     the segment's first stage is the checkpoint and already counted);
+ *   - while a segment [s..t] is processed (its recomputation and backward),
+ *     the gradient of its output (|a_t|) is live, except for the last stage
+ *     of the chain, whose output gradient appears with the loss.
+ * Sizes are rounded up to "slots" (budget / mem_slots bytes) for the
+ * dynamic program, so the predicted peak of a plan never exceeds the
+ * budget. The loss computed from the output and parameter gradients are not
+ * modelled. Measured peaks stay within the budget up to allocator effects
+ * the model does not see (see docs/planner.md for the figures).
+ */
+#ifndef REMAT_PLANNER_H
+#define REMAT_PLANNER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "remat/checkpoint.h"
+#include "remat/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- profiles ------------------------------------------------------------------- */
+/* Measurements of one stage (bytes from the allocator, seconds). Peaks are
+ * relative to the allocator's current bytes just before the step they
+ * measure. */
+typedef struct remat_stage_profile {
+    double fwd_time;        /* forward with grad mode on (median) */
+    double bwd_time;        /* backward of the stage: input and parameter grads (median) */
+    size_t input_bytes;     /* storage bytes of the stage's input */
+    size_t output_bytes;    /* storage bytes of the stage's output */
+    size_t saved_bytes;     /* bytes kept for backward besides input and output */
+    size_t fwd_peak;        /* peak of a storing forward (>= output + saved) */
+    size_t fwd_peak_nosave; /* peak of a forward that keeps nothing (>= output) */
+    size_t bwd_peak;        /* peak of the backward above output grad + kept bytes */
+} remat_stage_profile;
+
+typedef struct remat_profile {
+    int n_stages;
+    remat_stage_profile *stages; /* n_stages entries */
+    int runs;                    /* timed runs per stage (0 for a hand-made profile) */
+} remat_profile;
+
+typedef struct remat_profile_options {
+    int runs;         /* timed runs per stage; 0 → 3. Times are medians. */
+    bool no_warmup;   /* skip the untimed warm-up run of every stage */
+} remat_profile_options;
+
+/* A zero-filled profile of n_stages stages, to fill by hand (n_stages >= 1). */
+int remat_profile_create(remat_profile **out, int n_stages);
+
+/* Measures stages[0..n_stages) on `input` (the tensor the chain will be run
+ * on; its values are not modified). Each stage runs on the output of the
+ * previous one: forward with grad, backward (through remat_grad, so no
+ * .grad is touched), forward keeping nothing — warm-up + opts->runs times.
+ * opts NULL → defaults. Grad mode is restored; the RNG state is stashed
+ * and put back (stages with dropout draw the same numbers afterwards).
+ * Errors: REMAT_EINVAL (NULL arguments, n_stages < 1, a stage without fn
+ * or returning no tensor), anything a stage returns (message prefixed with
+ * the stage index). */
+int remat_profile_stages(remat_profile **out, int n_stages, const remat_stage *stages,
+                         remat_tensor *input, const remat_profile_options *opts);
+
+/* NULL-safe. */
+void remat_profile_free(remat_profile *profile);
+
+/* One line per stage: times in ms, sizes in MiB. NULL profile/f → nothing. */
+void remat_profile_print(const remat_profile *profile, FILE *f);
+
+/* ---- plans ---------------------------------------------------------------------------
+ * A plan is a tree of nodes listed in pre-order. A STORE node runs one
+ * stage normally; a CHECKPOINT node runs stages [first..last] as one
+ * remat_checkpoint call whose function executes the node's children (the
+ * nodes that follow it with parent == its index), so a checkpoint's
+ * recomputation follows the sub-plan. A stage inside d checkpoints runs its
+ * forward 1 + d times per step. */
+typedef enum remat_plan_op {
+    REMAT_PLAN_STORE = 0,      /* run stage `first` keeping what it saves (rotor's F_all) */
+    REMAT_PLAN_CHECKPOINT = 1  /* checkpointed segment [first..last] */
+} remat_plan_op;
+
+typedef struct remat_plan_node {
+    remat_plan_op op;
+    int first, last; /* stage range, inclusive (first == last for STORE) */
+    int depth;       /* enclosing checkpoints */
+    int parent;      /* index of the enclosing CHECKPOINT node, -1 at top level */
+} remat_plan_node;
+
+/* What a stage does in the step's first forward pass. */
+typedef enum remat_stage_action {
+    REMAT_STAGE_STORE = 0,      /* keep everything it saves; never recomputed */
+    REMAT_STAGE_CHECKPOINT = 1, /* first stage of a checkpointed segment: keep its input only */
+    REMAT_STAGE_RECOMPUTE = 2   /* inside a segment: keep nothing, recompute in backward */
+} remat_stage_action;
+
+typedef struct remat_plan_stage {
+    remat_stage_action action;
+    int n_forward; /* forward runs per step: 1 + number of enclosing checkpoints */
+} remat_plan_stage;
+
+typedef enum remat_plan_kind {
+    REMAT_PLAN_OPTIMAL = 0,    /* remat_plan_create: minimal predicted time under the budget */
+    REMAT_PLAN_MIN_MEMORY = 1, /* remat_plan_create fell back to the minimal-peak plan (the
+                                  budget is feasible but too tight for the slot grid) */
+    REMAT_PLAN_SEQUENTIAL = 2, /* remat_plan_sequential: P's checkpoint_sequential */
+    REMAT_PLAN_REVOLVE = 3     /* remat_plan_revolve: binomial schedule */
+} remat_plan_kind;
+
+typedef struct remat_plan {
+    remat_plan_kind kind;
+    int n_stages;
+    remat_plan_stage *stages; /* n_stages entries */
+    int n_nodes;
+    remat_plan_node *nodes;   /* pre-order */
+    bool has_profile;         /* the predictions below come from a profile */
+    size_t budget_bytes;      /* REMAT_PLAN_OPTIMAL/MIN_MEMORY: the budget asked for */
+    size_t min_budget_bytes;  /* with a profile: smallest budget any plan fits */
+    size_t peak_bytes;        /* with a profile: predicted peak of this plan */
+    size_t peak_store_all;    /* with a profile: predicted peak without checkpointing */
+    double time;              /* predicted step time, seconds (without a profile:
+                                 forward runs + stages, in units of one stage forward) */
+    double time_store_all;    /* the same without checkpointing */
+    int64_t n_recomputed;     /* stage forwards run again in backward */
+    size_t slot_bytes;        /* remat_plan_create: bytes per memory slot */
+    int checkpoints;          /* remat_plan_revolve: c; remat_plan_sequential: segments */
+} remat_plan;
+
+typedef struct remat_plan_options {
+    /* Memory slots of the dynamic program (the budget is cut into this many
+     * equal slots; sizes are rounded up to whole slots). 0 → 500. More
+     * slots: closer to the budget, more time and memory
+     * (n_stages^2/2 * slots * 12 bytes of tables). */
+    int mem_slots;
+} remat_plan_options;
+
+/* The plan with minimal predicted step time whose predicted peak fits
+ * budget_bytes (see "memory model" above). Errors: REMAT_EINVAL for NULL
+ * arguments, an empty profile, or a budget below the smallest feasible one
+ * (the message states that minimum in bytes and MiB); REMAT_ENOMEM when
+ * the tables do not fit (use fewer slots). */
+int remat_plan_create(remat_plan **out, const remat_profile *profile, size_t budget_bytes);
+int remat_plan_create_ex(remat_plan **out, const remat_profile *profile, size_t budget_bytes,
+                         const remat_plan_options *opts);
+
+/* The smallest budget any plan fits (the minimal predicted peak). */
+int remat_plan_min_budget(const remat_profile *profile, size_t *bytes);
+
+/* P's checkpoint_sequential(stages, segments) as a plan: n_stages/segments
+ * stages per chunk, the first segments-1 chunks checkpointed, the rest
+ * stored. profile may be NULL (n_stages is then used; with a profile
+ * n_stages must match or be 0). */
+int remat_plan_sequential(remat_plan **out, const remat_profile *profile, int n_stages,
+                          int segments);
+
+/* Revolve's binomial schedule for a uniform chain of n_stages stages with
+ * `checkpoints` stored states (the input counts as one; Griewank's c).
+ * Recomputes exactly remat_revolve_cost(n_stages, checkpoints) stage
+ * forwards. profile may be NULL (as for remat_plan_sequential). */
+int remat_plan_revolve(remat_plan **out, const remat_profile *profile, int n_stages,
+                       int checkpoints);
+
+/* Griewank's closed form: the minimal number of forward steps recomputed to
+ * reverse `steps` steps with `checkpoints` checkpoints,
+ * t(l, c) = r*l - beta(c+1, r-1), r the smallest with beta(c, r) >= l,
+ * beta(c, r) = (c+r)!/(c! r!). REMAT_EINVAL for steps < 1, checkpoints < 1
+ * (unless steps == 1), REMAT_EUNSUPPORTED if the result overflows. */
+int remat_revolve_cost(int64_t steps, int64_t checkpoints, int64_t *recomputations);
+
+/* NULL-safe. */
+void remat_plan_free(remat_plan *plan);
+
+/* Summary, per-stage table and the nested structure, e.g.
+ *   [ckpt 0-5: [ckpt 0-2: 0 1 2] 3 4 5] 6 7
+ * NULL plan/f → nothing. */
+void remat_plan_print(const remat_plan *plan, FILE *f);
+
+/* Runs the plan's forward on input: stages[0..plan->n_stages) in order,
+ * checkpointed segments through non-reentrant remat_checkpoint (nested as
+ * the plan says). *output receives the last stage's output (new reference,
+ * scope-owned if a scope is open); backward through it as usual. */
+int remat_plan_run(const remat_plan *plan, const remat_stage *stages, remat_tensor *input,
+                   remat_tensor **output);
+/* Same with checkpoint options for every segment (use_reentrant is forced
+ * to REMAT_OPT_FALSE; base NULL → defaults). */
+int remat_plan_run_ex(const remat_plan *plan, const remat_stage *stages, remat_tensor *input,
+                      remat_tensor **output, const remat_checkpoint_options *base);
+
+/* Profile + plan (profile options NULL → defaults). The profile is freed. */
+int remat_plan_auto(remat_plan **out, int n_stages, const remat_stage *stages,
+                    remat_tensor *input, size_t budget_bytes,
+                    const remat_profile_options *profile_opts);
+
+/* checkpoint_sequential with a budget instead of a segment count: profiles,
+ * plans and runs in one call (for one-off use: a training loop should keep
+ * the plan of remat_plan_auto and call remat_plan_run each step). */
+int remat_checkpoint_budget(remat_tensor **out, int n_stages, const remat_stage *stages,
+                            size_t budget_bytes, remat_tensor *input);
+
+/* Parses a byte size: "1048576", "512K", "96MiB", "1.5G", "2GB" (K/M/G/T;
+ * both KB and KiB mean 1024, as P's memory stats do). REMAT_EFORMAT on
+ * anything else. */
+int remat_parse_bytes(const char *text, size_t *bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REMAT_PLANNER_H */
