@@ -386,7 +386,7 @@ static int check_rng_device(const char *call, remat_device d, rm_devtype **out) 
 }
 
 int remat_rng_get_state(remat_device device, uint8_t state[REMAT_RNG_STATE_BYTES]) {
-    rm_devtype *t;
+    rm_devtype *t = NULL;
     int rc = check_rng_device("remat_rng_get_state", device, &t);
     if (rc) return rc;
     if (!state) return rm_err(REMAT_EINVAL, "remat_rng_get_state: state must not be NULL");
@@ -398,12 +398,12 @@ int remat_rng_get_state(remat_device device, uint8_t state[REMAT_RNG_STATE_BYTES
 }
 
 int remat_rng_set_state(remat_device device, const uint8_t state[REMAT_RNG_STATE_BYTES]) {
-    rm_devtype *t;
+    rm_devtype *t = NULL;
     int rc = check_rng_device("remat_rng_set_state", device, &t);
     if (rc) return rc;
     if (!state) return rm_err(REMAT_EINVAL, "remat_rng_set_state: state must not be NULL");
     if (t->def.rng_set_state) return t->def.rng_set_state(t->def.user_data, device.index, state);
-    rm_gen g;
+    rm_gen g = {0, 0};
     rc = gen_from_blob(&g, state);
     if (rc) return rc;
     pthread_mutex_lock(&g_lock);
@@ -413,7 +413,7 @@ int remat_rng_set_state(remat_device device, const uint8_t state[REMAT_RNG_STATE
 }
 
 int remat_device_manual_seed(remat_device device, uint64_t seed) {
-    rm_devtype *t;
+    rm_devtype *t = NULL;
     int rc = check_rng_device("remat_device_manual_seed", device, &t);
     if (rc) return rc;
     rm_gen g = {seed, 0};
@@ -437,10 +437,10 @@ void remat_manual_seed(uint64_t seed) {
 }
 
 int rm_rng_reserve(remat_device device, uint64_t n_blocks, uint32_t key[2], uint64_t *counter) {
-    rm_devtype *t;
+    rm_devtype *t = NULL;
     int rc = check_rng_device("rng", device, &t);
     if (rc) return rc;
-    rm_gen g;
+    rm_gen g = {0, 0};
     if (t->def.rng_get_state) {
         /* The type keeps the state; it must be in remat's blob format. */
         uint8_t b[REMAT_RNG_STATE_BYTES];

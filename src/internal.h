@@ -209,8 +209,8 @@ void rm_node_set_output(remat_node *n, int i, remat_tensor *t);
 void rm_node_set_ctx(remat_node *n, void *ctx, void (*ctx_free)(void *));
 /* Edge to the gradient sink of t (grad_fn or the leaf accumulator). */
 int rm_gradient_edge(remat_tensor *t, rm_edge *edge);
-/* In-place ops: makes `node` (whose edge 0 came from t's old history) the
- * new grad_fn of t. Fails on a leaf that requires grad with grad mode on. */
+/* In-place ops: fails on a leaf that requires grad while grad mode is on.
+ * (The rebase onto the new node happens in rm_node_set_output.) */
 int rm_check_inplace(const char *call, remat_tensor *t);
 /* Frees saved tensors of a node (graph release). */
 void rm_node_release_saved(remat_node *n);
@@ -281,6 +281,29 @@ int rm_contig(remat_tensor **out, remat_tensor *t);
 /* Copies src into dst elementwise (same numel view, broadcast src to dst's
  * shape, converting dtype). No autograd. */
 int rm_copy_into(remat_tensor *dst, const remat_tensor *src);
+
+/* ---- the elementwise engine (src/ops/binary.c) ------------------------------------------
+ * y = op(a, b, c; p) elementwise over y's shape; a/b/c (as many as the op
+ * reads) are broadcast to y. Size-1 dims are dropped and dims contiguous in
+ * every operand merged, so most calls become flat vectorised loops. */
+typedef enum rm_ew_op {
+    RM_EW_FILL,      /* 0 operands: p                          */
+    RM_EW_SCALE,     /* 1: a * p                               */
+    RM_EW_RELU,      /* 1: max(a, 0)                           */
+    RM_EW_ADD,       /* 2: a + b                               */
+    RM_EW_SUB,       /* 2: a - b                               */
+    RM_EW_MUL,       /* 2: a * b                               */
+    RM_EW_DIV,       /* 2: a / b                               */
+    RM_EW_POW,       /* 2: a ^ b                               */
+    RM_EW_AXPY,      /* 2: a + p * b                           */
+    RM_EW_RELU_BWD,  /* 2: b > 0 ? a : 0        (a = g, b = y) */
+    RM_EW_DIV_GB,    /* 3: -a * b / (c * c)     (g, x, y)      */
+    RM_EW_POW_GA,    /* 3: a * c * b^(c - 1)    (g, base, exp) */
+    RM_EW_POW_GB,    /* 3: a * b^c * log(b)     (g, base, exp) */
+    RM_EW_N_OPS
+} rm_ew_op;
+void rm_ew_run(int op, remat_tensor *y, remat_tensor *a, remat_tensor *b, remat_tensor *c,
+               double p);
 
 /* Number of OpenMP threads to use for n elements of simple work. */
 #define RM_OMP_MIN 32768

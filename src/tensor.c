@@ -330,7 +330,7 @@ static int make_tensor(remat_tensor **out, int ndim, const int64_t *shape, remat
     size_t es = remat_dtype_size(dtype);
     if (!es) return rm_err(REMAT_EDTYPE, "unknown dtype %d", (int)dtype);
     int64_t numel = rm_shape_numel(ndim, shape);
-    rm_storage *s;
+    rm_storage *s = NULL;
     int rc = rm_storage_new(&s, (size_t)numel * es, device, meta);
     if (rc) return rc;
     int64_t strides[REMAT_MAX_DIMS];
@@ -353,7 +353,7 @@ int remat_empty(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype 
     *out = NULL;
     int rc = check_shape("remat_empty", ndim, shape);
     if (rc) return rc;
-    remat_tensor *t;
+    remat_tensor *t = NULL;
     rc = make_tensor(&t, ndim, shape, dtype, device, false);
     if (rc) return rm_err_prefix(rc, "remat_empty");
     return rm_hand_out(out, t);
@@ -398,7 +398,7 @@ static int full_impl(const char *call, remat_tensor **out, int ndim, const int64
     *out = NULL;
     int rc = check_shape(call, ndim, shape);
     if (rc) return rc;
-    remat_tensor *t;
+    remat_tensor *t = NULL;
     rc = make_tensor(&t, ndim, shape, dtype, device, false);
     if (rc) return rm_err_prefix(rc, call);
     rc = fill_any(t, value, NULL, NULL);
@@ -431,7 +431,7 @@ int remat_from_data(remat_tensor **out, int ndim, const int64_t *shape, remat_dt
     if (rc) return rc;
     int64_t n = rm_shape_numel(ndim, shape);
     if (!data && n > 0) return rm_err(REMAT_EINVAL, "remat_from_data: data is NULL");
-    remat_tensor *t;
+    remat_tensor *t = NULL;
     rc = make_tensor(&t, ndim, shape, dtype, REMAT_DEVICE_CPU, false);
     if (rc) return rm_err_prefix(rc, "remat_from_data");
     if (n) memcpy(rm_ptr(t), data, (size_t)n * remat_dtype_size(dtype));
@@ -442,7 +442,7 @@ int remat_arange(remat_tensor **out, int64_t n) {
     if (!out) return rm_err(REMAT_EINVAL, "remat_arange: out must not be NULL");
     *out = NULL;
     if (n < 0) return rm_err(REMAT_EINVAL, "remat_arange: n must be >= 0, got %lld", (long long)n);
-    remat_tensor *t;
+    remat_tensor *t = NULL;
     int rc = make_tensor(&t, 1, &n, REMAT_I64, REMAT_DEVICE_CPU, false);
     if (rc) return rm_err_prefix(rc, "remat_arange");
     int64_t *p = rm_ptr(t);
@@ -506,7 +506,7 @@ static int make_rand(const char *call, remat_tensor **out, int ndim, const int64
         return rm_err(REMAT_EINVAL, normal ? "%s: std must be >= 0, got %g"
                                             : "%s: need lo <= hi, got hi %g",
                       call, b);
-    remat_tensor *t;
+    remat_tensor *t = NULL;
     rc = make_tensor(&t, ndim, shape, dtype, device, false);
     if (rc) return rm_err_prefix(rc, call);
     rand_args ra = {normal, a, b, {0, 0}, 0};
@@ -749,7 +749,7 @@ int rm_contig(remat_tensor **out, remat_tensor *t) {
         *out = remat_retain(t);
         return REMAT_OK;
     }
-    remat_tensor *c;
+    remat_tensor *c = NULL;
     int rc = rm_new_output(&c, t->ndim, t->shape, t->dtype, t->storage->device);
     if (rc) return rc;
     rc = rm_copy_into(c, t);

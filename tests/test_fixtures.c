@@ -25,10 +25,20 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <dirent.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_ADDRESS__) || __has_feature(address_sanitizer)
+#include <sanitizer/common_interface_defs.h>
+#define FX_ASAN 1
+#endif
 
 #include "support/fixtures.h"
 #include "support/rt.h"
@@ -621,7 +631,29 @@ static struct criterion_test_params family_params(const char *family) {
     return cr_make_param_array(case_param, p, (size_t)k, free_params);
 }
 
+/* A crash (or a sanitizer report) ends the test process before any
+ * assertion can name the case; these print it on the way out. */
+static char g_case_line[FX_NAME_MAX + 64];
+
+static void say_case(void) {
+    ssize_t w = write(2, g_case_line, strlen(g_case_line));
+    (void)w;
+}
+
+static void on_crash(int sig) {
+    say_case();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 static void run_param(const case_param *p) {
+    snprintf(g_case_line, sizeof g_case_line, "\nfixtures: crashed in case %s\n",
+             p->name);
+    int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], on_crash);
+#ifdef FX_ASAN
+    __sanitizer_set_death_callback(say_case);
+#endif
     report rep;
     memset(&rep, 0, sizeof rep);
     run_case(p->name, &rep);

@@ -525,6 +525,36 @@ Test(ops_select, masked_fill_values_and_grad) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
+/* Causal-mask shape: (B, H, T, T) filled through a (T, T) mask, on the
+ * parallel path, contiguous and through a transposed view. */
+Test(ops_select, masked_fill_large_broadcast_mask) {
+    const int64_t T = 67;
+    int64_t s[] = {2, 5, T, T}, sm[] = {T, T};
+    remat_tensor *x = rt_rand(4, s, REMAT_F32, -1, 1, 1), *xt, *m, *y;
+    RT_OK(remat_zeros(&m, 2, sm, REMAT_I64, REMAT_DEVICE_CPU));
+    int64_t *pm = remat_data(m);
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < T; j++) pm[i * T + j] = j > i;
+    RT_OK(remat_transpose(&xt, x, 2, 3));
+    remat_tensor *srcs[] = {x, xt};
+    for (int v = 0; v < 2; v++) {
+        RT_OK(remat_masked_fill(&y, srcs[v], m, -1e9));
+        double *vx = values(srcs[v]), *vy = values(y);
+        for (int64_t i = 0; i < 10 * T * T; i++) {
+            int64_t r = (i / T) % T, c = i % T;
+            cr_assert_eq(vy[i], c > r ? (double)-1e9f : vx[i], "view %d element %lld", v,
+                         (long long)i);
+        }
+        free(vx);
+        free(vy);
+        remat_release(y);
+    }
+    remat_release(xt);
+    remat_release(x);
+    remat_release(m);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 Test(ops_select, masked_fill_errors) {
     int64_t sa[] = {2, 3}, sm[] = {2, 3, 1}, s4[] = {4};
     remat_tensor *a = rt_rand(2, sa, REMAT_F32, 0, 1, 1), *y = NULL;

@@ -93,9 +93,12 @@ Test(ops_inplace, copy_broadcasts_and_converts) {
     RT_OK(remat_copy_(i6, r64));
     double w3[] = {1, -2, 3, 1, -2, 3};
     assert_values(i6, w3, 6, 0, "copy_ f64 -> i64 truncates");
-    RT_OK(remat_zero_(i6));
+    remat_tensor *i6t;
+    RT_OK(remat_transpose(&i6t, i6, 0, 1));
+    RT_OK(remat_zero_(i6t)); /* strided i64 */
     double w4[] = {0, 0, 0, 0, 0, 0};
     assert_values(i6, w4, 6, 0, "zero_ i64");
+    remat_release(i6t);
     remat_release(a);
     remat_release(r64);
     remat_release(i3);
@@ -160,6 +163,25 @@ Test(ops_inplace, zero_dim_target) {
     remat_release(a);
     remat_release(b);
     remat_release(v1);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* In-place ops on strided targets inside an open scope (no temporaries may
+ * leak into or be double-released by the scope). */
+Test(ops_inplace, inside_scope) {
+    int64_t s[] = {3, 2};
+    remat_tensor *base = rt_rand(2, s, REMAT_F64, -1, 1, 1);
+    remat_scope *sc;
+    RT_OK(remat_scope_begin(&sc));
+    remat_tensor *t;
+    RT_OK(remat_transpose(&t, base, 0, 1));
+    RT_OK(remat_zero_(t));
+    RT_OK(remat_add_(t, t, 1));
+    RT_OK(remat_mul_(t, t));
+    RT_OK(remat_scope_end(sc));
+    double z[] = {0, 0, 0, 0, 0, 0};
+    assert_values(base, z, 6, 0, "zeroed");
+    remat_release(base);
     cr_assert_eq(remat_live_tensors(), 0);
 }
 

@@ -134,6 +134,14 @@ typedef struct remat_checkpoint_options {
      * and with debug). */
     remat_checkpoint_context_fn context_fn;
     void *context_fn_data;
+    /* If set, called with user_data once the checkpoint no longer needs it:
+     * when the last part of the graph that could recompute is freed, right
+     * after the forward if nothing was recorded (grad mode off, or
+     * reentrant with no input requiring grad), or when remat_checkpoint
+     * fails. Lets user_data be a heap closure. NULL: user_data is the
+     * caller's and must stay valid until the backward that recomputes has
+     * run (or the outputs' graph is released). */
+    void (*user_data_destroy)(void *user_data);
 } remat_checkpoint_options;
 
 /* ---- checkpoint -----------------------------------------------------------------

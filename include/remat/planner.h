@@ -182,6 +182,7 @@ typedef struct remat_plan {
     int64_t n_recomputed;     /* stage forwards run again in backward */
     size_t slot_bytes;        /* remat_plan_create: bytes per memory slot */
     int checkpoints;          /* remat_plan_revolve: c; remat_plan_sequential: segments */
+    void *internal;           /* private: executor state (remat_plan_run) */
 } remat_plan;
 
 typedef struct remat_plan_options {

@@ -45,6 +45,7 @@
 #include "remat/device.h"
 #include "remat/ops.h"
 #include "remat/autograd.h"
+#include "remat/checkpoint.h"
 
 #define REMAT_VERSION_MAJOR 0
 #define REMAT_VERSION_MINOR 1

@@ -294,7 +294,8 @@ static int accumulate_leaf(remat_tensor *leaf, remat_tensor *g) {
     if (!leaf->grad) {
         /* Take g if nothing else refers to it; otherwise copy, so later
          * in-place accumulation cannot change another tensor. */
-        if (atomic_load(&g->refcount) == 1 && remat_is_contiguous(g) && !g->is_view) {
+        if (atomic_load(&g->refcount) == 1 && atomic_load(&g->storage->refcount) == 1 &&
+            remat_is_contiguous(g) && !g->is_view && g->storage->data) {
             leaf->grad = remat_retain(g);
             return REMAT_OK;
         }

@@ -266,7 +266,7 @@ int rm_node_save(remat_node *n, int slot, remat_tensor *t) {
     s->saved_version = remat_version(t);
     s->was_output = t->grad_fn == n;
     rm_notify_save(n->name, t);
-    remat_tensor *alias;
+    remat_tensor *alias = NULL;
     int rc = make_alias(&alias, t);
     if (rc) return rc;
     if (tls_n_hooks > 0 && !tls_hooks[tls_n_hooks - 1].disabled) {
@@ -372,7 +372,7 @@ int remat_detach(remat_tensor **out, remat_tensor *t) {
     *out = NULL;
     int rc = rm_check_tensor("remat_detach", "t", t);
     if (rc) return rc;
-    remat_tensor *a;
+    remat_tensor *a = NULL;
     rc = make_alias(&a, t);
     if (rc) return rm_err_prefix(rc, "remat_detach");
     return rm_hand_out(out, a);

@@ -80,13 +80,16 @@ void ck_observe_end(ck_observe *o);
  * error message to it (truncated to fit). Returns status. */
 int ck_debug_error(int status, const char *err, const ck_trace *fwd, const ck_trace *rec);
 
-/* ---- entry points ------------------------------------------------------------------ */
+/* ---- entry points ------------------------------------------------------------------
+ * Both fill outputs with plain references (the caller hands them out) and
+ * call user_data_destroy(user_data), if set, once the checkpoint no longer
+ * needs user_data (also on failure). */
 int ck_run_nonreentrant(remat_checkpoint_fn fn, void *user_data, int n_inputs,
                         remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
-                        const ck_opts *o);
+                        const ck_opts *o, void (*user_data_destroy)(void *));
 int ck_run_reentrant(remat_checkpoint_fn fn, void *user_data, int n_inputs,
                      remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
-                     const ck_opts *o);
+                     const ck_opts *o, void (*user_data_destroy)(void *));
 
 /* Runs fn with scopes suspended and checks the result: on failure every
  * output is released and NULL, and the error message is set. */

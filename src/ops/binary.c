@@ -23,28 +23,13 @@
 #include <omp.h>
 #endif
 
-/* Engine ops. Arity: how many of a, b, c the expression reads. */
-typedef enum ewop {
-    EW_FILL,      /* 0: p                                    */
-    EW_SCALE,     /* 1: a * p                                */
-    EW_RELU,      /* 1: max(a, 0)                            */
-    EW_ADD,       /* 2: a + b                                */
-    EW_SUB,       /* 2: a - b                                */
-    EW_MUL,       /* 2: a * b                                */
-    EW_DIV,       /* 2: a / b                                */
-    EW_POW,       /* 2: a ^ b                                */
-    EW_AXPY,      /* 2: a + p * b                            */
-    EW_RELU_BWD,  /* 2: b > 0 ? a : 0        (a = g, b = y)  */
-    EW_DIV_GB,    /* 3: -a * b / (c * c)     (g, x, y)       */
-    EW_POW_GA,    /* 3: a * c * b^(c - 1)    (g, base, exp)  */
-    EW_POW_GB,    /* 3: a * b^c * log(b)     (g, base, exp)  */
-    EW_N_OPS
-} ewop;
+/* Engine ops: rm_ew_op in internal.h. */
+typedef rm_ew_op ewop;
 
-static const int k_arity[EW_N_OPS] = {
-    [EW_FILL] = 0, [EW_SCALE] = 1, [EW_RELU] = 1, [EW_ADD] = 2, [EW_SUB] = 2, [EW_MUL] = 2,
-    [EW_DIV] = 2, [EW_POW] = 2, [EW_AXPY] = 2, [EW_RELU_BWD] = 2, [EW_DIV_GB] = 3,
-    [EW_POW_GA] = 3, [EW_POW_GB] = 3,
+static const int k_arity[RM_EW_N_OPS] = {
+    [RM_EW_FILL] = 0, [RM_EW_SCALE] = 1, [RM_EW_RELU] = 1, [RM_EW_ADD] = 2, [RM_EW_SUB] = 2, [RM_EW_MUL] = 2,
+    [RM_EW_DIV] = 2, [RM_EW_POW] = 2, [RM_EW_AXPY] = 2, [RM_EW_RELU_BWD] = 2, [RM_EW_DIV_GB] = 3,
+    [RM_EW_POW_GA] = 3, [RM_EW_POW_GB] = 3,
 };
 
 /* Elementwise expressions. Macro arguments a function does not use are
@@ -74,22 +59,22 @@ static const int k_arity[EW_N_OPS] = {
  * fresh and inplace.c copies a partially overlapping operand first. The
  * pow/log expressions use SIMD = 0: no SIMD variant of them may exist, and
  * clang reports a forced but failed vectorisation as a warning. */
-#define EW_SIMD_1 _Pragma("omp simd")
-#define EW_SIMD_0
-#define EW_INNER(T, F, SIMD, POWF, LOGF)                                                      \
+#define RM_EW_SIMD_1 _Pragma("omp simd")
+#define RM_EW_SIMD_0
+#define RM_EW_INNER(T, F, SIMD, POWF, LOGF)                                                      \
     do {                                                                                     \
         if (sy == 1 && sa == 1 && sb == 1 && sc == 1) {                                      \
-            EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++)                                   \
+            RM_EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++)                                   \
                 y[i] = (T)F(a[i], b[i], c[i], p, POWF, LOGF);                                \
         } else if (sy == 1 && sa == 1 && sb == 0 && sc == 1) {                               \
             const T bv = b[0];                                                               \
             (void)bv;                                                                        \
-            EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++)                                   \
+            RM_EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++)                                   \
                 y[i] = (T)F(a[i], bv, c[i], p, POWF, LOGF);                                  \
         } else if (sy == 1 && sa == 0 && sb == 1 && sc == 1) {                               \
             const T av = a[0];                                                               \
             (void)av;                                                                        \
-            EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++)                                   \
+            RM_EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++)                                   \
                 y[i] = (T)F(av, b[i], c[i], p, POWF, LOGF);                                  \
         } else {                                                                             \
             for (int64_t i = 0; i < n; i++)                                                  \
@@ -97,29 +82,29 @@ static const int k_arity[EW_N_OPS] = {
         }                                                                                    \
     } while (0)
 
-#define EW_KERNEL(T, POWF, LOGF)                                                             \
+#define RM_EW_KERNEL(T, POWF, LOGF)                                                             \
     static void ew_inner_##T(ewop op, T *y, int64_t sy, const T *a, int64_t sa, const T *b,  \
                              int64_t sb, const T *c, int64_t sc, int64_t n, T p) {           \
         switch (op) {                                                                        \
-        case EW_FILL: EW_INNER(T, F_FILL, 1, POWF, LOGF); break;                             \
-        case EW_SCALE: EW_INNER(T, F_SCALE, 1, POWF, LOGF); break;                           \
-        case EW_RELU: EW_INNER(T, F_RELU, 1, POWF, LOGF); break;                             \
-        case EW_ADD: EW_INNER(T, F_ADD, 1, POWF, LOGF); break;                               \
-        case EW_SUB: EW_INNER(T, F_SUB, 1, POWF, LOGF); break;                               \
-        case EW_MUL: EW_INNER(T, F_MUL, 1, POWF, LOGF); break;                               \
-        case EW_DIV: EW_INNER(T, F_DIV, 1, POWF, LOGF); break;                               \
-        case EW_POW: EW_INNER(T, F_POW, 0, POWF, LOGF); break;                               \
-        case EW_AXPY: EW_INNER(T, F_AXPY, 1, POWF, LOGF); break;                             \
-        case EW_RELU_BWD: EW_INNER(T, F_RELU_BWD, 1, POWF, LOGF); break;                     \
-        case EW_DIV_GB: EW_INNER(T, F_DIV_GB, 1, POWF, LOGF); break;                         \
-        case EW_POW_GA: EW_INNER(T, F_POW_GA, 0, POWF, LOGF); break;                         \
-        case EW_POW_GB: EW_INNER(T, F_POW_GB, 0, POWF, LOGF); break;                         \
-        case EW_N_OPS: break;                                                                \
+        case RM_EW_FILL: RM_EW_INNER(T, F_FILL, 1, POWF, LOGF); break;                             \
+        case RM_EW_SCALE: RM_EW_INNER(T, F_SCALE, 1, POWF, LOGF); break;                           \
+        case RM_EW_RELU: RM_EW_INNER(T, F_RELU, 1, POWF, LOGF); break;                             \
+        case RM_EW_ADD: RM_EW_INNER(T, F_ADD, 1, POWF, LOGF); break;                               \
+        case RM_EW_SUB: RM_EW_INNER(T, F_SUB, 1, POWF, LOGF); break;                               \
+        case RM_EW_MUL: RM_EW_INNER(T, F_MUL, 1, POWF, LOGF); break;                               \
+        case RM_EW_DIV: RM_EW_INNER(T, F_DIV, 1, POWF, LOGF); break;                               \
+        case RM_EW_POW: RM_EW_INNER(T, F_POW, 0, POWF, LOGF); break;                               \
+        case RM_EW_AXPY: RM_EW_INNER(T, F_AXPY, 1, POWF, LOGF); break;                             \
+        case RM_EW_RELU_BWD: RM_EW_INNER(T, F_RELU_BWD, 1, POWF, LOGF); break;                     \
+        case RM_EW_DIV_GB: RM_EW_INNER(T, F_DIV_GB, 1, POWF, LOGF); break;                         \
+        case RM_EW_POW_GA: RM_EW_INNER(T, F_POW_GA, 0, POWF, LOGF); break;                         \
+        case RM_EW_POW_GB: RM_EW_INNER(T, F_POW_GB, 0, POWF, LOGF); break;                         \
+        case RM_EW_N_OPS: break;                                                                \
         }                                                                                    \
     }
 
-EW_KERNEL(float, powf, logf)
-EW_KERNEL(double, pow, log)
+RM_EW_KERNEL(float, powf, logf)
+RM_EW_KERNEL(double, pow, log)
 
 /* A coalesced iteration plan: operand 0 is y, 1..3 are a, b, c. */
 typedef struct ew_plan {
@@ -163,7 +148,7 @@ static void plan_build(ew_plan *p, const remat_tensor *y, remat_tensor *const *x
 }
 
 /* Runs flat elements [lo, hi) of the plan. */
-#define EW_RANGE(T)                                                                          \
+#define RM_EW_RANGE(T)                                                                          \
     static void ew_range_##T(ewop op, const ew_plan *pl, T *y, const T *a, const T *b,       \
                              const T *c, T p, int64_t lo, int64_t hi) {                      \
         int nd = pl->nd;                                                                     \
@@ -192,12 +177,12 @@ static void plan_build(ew_plan *p, const remat_tensor *y, remat_tensor *const *x
         }                                                                                    \
     }
 
-EW_RANGE(float)
-EW_RANGE(double)
+RM_EW_RANGE(float)
+RM_EW_RANGE(double)
 
 /* Work per element above which threads pay off; pow/log are ~20x dearer. */
 static int64_t ew_threshold(ewop op) {
-    return (op == EW_POW || op == EW_POW_GA || op == EW_POW_GB) ? RM_OMP_MIN / 16 : RM_OMP_MIN;
+    return (op == RM_EW_POW || op == RM_EW_POW_GA || op == RM_EW_POW_GB) ? RM_OMP_MIN / 16 : RM_OMP_MIN;
 }
 
 void rm_ew_run(int op_, remat_tensor *y, remat_tensor *a, remat_tensor *b, remat_tensor *c,
@@ -253,28 +238,28 @@ typedef struct bctx {
     int64_t sa[REMAT_MAX_DIMS], sb[REMAT_MAX_DIMS];
 } bctx;
 
-static const char *k_node_name[EW_N_OPS] = {
-    [EW_ADD] = "AddBackward", [EW_SUB] = "SubBackward", [EW_MUL] = "MulBackward",
-    [EW_DIV] = "DivBackward", [EW_POW] = "PowBackward",
+static const char *k_node_name[RM_EW_N_OPS] = {
+    [RM_EW_ADD] = "AddBackward", [RM_EW_SUB] = "SubBackward", [RM_EW_MUL] = "MulBackward",
+    [RM_EW_DIV] = "DivBackward", [RM_EW_POW] = "PowBackward",
 };
-static const char *k_call_name[EW_N_OPS] = {
-    [EW_ADD] = "remat_add", [EW_SUB] = "remat_sub", [EW_MUL] = "remat_mul",
-    [EW_DIV] = "remat_div", [EW_POW] = "remat_pow",
+static const char *k_call_name[RM_EW_N_OPS] = {
+    [RM_EW_ADD] = "remat_add", [RM_EW_SUB] = "remat_sub", [RM_EW_MUL] = "remat_mul",
+    [RM_EW_DIV] = "remat_div", [RM_EW_POW] = "remat_pow",
 };
 
 /* Saved slots: 0 = a, 1 = b (each only when the backward formula needs it). */
 static void saves_needed(ewop op, bool need_a, bool need_b, bool *save_a, bool *save_b) {
     *save_a = *save_b = false;
     switch (op) {
-    case EW_MUL: /* da = g * b, db = g * a */
+    case RM_EW_MUL: /* da = g * b, db = g * a */
         *save_a = need_b;
         *save_b = need_a;
         break;
-    case EW_DIV: /* da = g / b, db = -g * a / b^2 */
+    case RM_EW_DIV: /* da = g / b, db = -g * a / b^2 */
         *save_a = need_b;
         *save_b = need_a || need_b;
         break;
-    case EW_POW: /* both formulas read a and b */
+    case RM_EW_POW: /* both formulas read a and b */
         *save_a = *save_b = true;
         break;
     default: break;
@@ -290,25 +275,25 @@ static int binary_backward(remat_node *node, remat_tensor *const *gout, remat_te
     if (!rc) rc = rm_node_unpack(node, 1, &b);
     if (rc) goto out;
     switch (cx->op) {
-    case EW_ADD:
+    case RM_EW_ADD:
         if (need_a) ta = remat_retain(g);
         if (need_b) tb = remat_retain(g);
         break;
-    case EW_SUB:
+    case RM_EW_SUB:
         if (need_a) ta = remat_retain(g);
-        if (need_b) rc = ew_new(&tb, EW_SCALE, g, g, NULL, NULL, -1.0);
+        if (need_b) rc = ew_new(&tb, RM_EW_SCALE, g, g, NULL, NULL, -1.0);
         break;
-    case EW_MUL:
-        if (need_a) rc = ew_new(&ta, EW_MUL, g, g, b, NULL, 0);
-        if (!rc && need_b) rc = ew_new(&tb, EW_MUL, g, g, a, NULL, 0);
+    case RM_EW_MUL:
+        if (need_a) rc = ew_new(&ta, RM_EW_MUL, g, g, b, NULL, 0);
+        if (!rc && need_b) rc = ew_new(&tb, RM_EW_MUL, g, g, a, NULL, 0);
         break;
-    case EW_DIV:
-        if (need_a) rc = ew_new(&ta, EW_DIV, g, g, b, NULL, 0);
-        if (!rc && need_b) rc = ew_new(&tb, EW_DIV_GB, g, g, a, b, 0);
+    case RM_EW_DIV:
+        if (need_a) rc = ew_new(&ta, RM_EW_DIV, g, g, b, NULL, 0);
+        if (!rc && need_b) rc = ew_new(&tb, RM_EW_DIV_GB, g, g, a, b, 0);
         break;
-    case EW_POW:
-        if (need_a) rc = ew_new(&ta, EW_POW_GA, g, g, a, b, 0);
-        if (!rc && need_b) rc = ew_new(&tb, EW_POW_GB, g, g, a, b, 0);
+    case RM_EW_POW:
+        if (need_a) rc = ew_new(&ta, RM_EW_POW_GA, g, g, a, b, 0);
+        if (!rc && need_b) rc = ew_new(&tb, RM_EW_POW_GB, g, g, a, b, 0);
         break;
     default: rc = rm_err(REMAT_ESTATE, "%s: bad op", node->name); break;
     }
@@ -373,17 +358,17 @@ static int binary_op(ewop op, remat_tensor **out, remat_tensor *a, remat_tensor 
 }
 
 int remat_add(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
-    return binary_op(EW_ADD, out, a, b);
+    return binary_op(RM_EW_ADD, out, a, b);
 }
 int remat_sub(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
-    return binary_op(EW_SUB, out, a, b);
+    return binary_op(RM_EW_SUB, out, a, b);
 }
 int remat_mul(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
-    return binary_op(EW_MUL, out, a, b);
+    return binary_op(RM_EW_MUL, out, a, b);
 }
 int remat_div(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
-    return binary_op(EW_DIV, out, a, b);
+    return binary_op(RM_EW_DIV, out, a, b);
 }
 int remat_pow(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
-    return binary_op(EW_POW, out, a, b);
+    return binary_op(RM_EW_POW, out, a, b);
 }

@@ -16,11 +16,6 @@
 
 #include "../internal.h"
 
-/* Elementwise engine in binary.c (op codes mirror its ewop enum). */
-void rm_ew_run(int op, remat_tensor *y, remat_tensor *a, remat_tensor *b, remat_tensor *c,
-               double p);
-enum { IP_EW_FILL = 0, IP_EW_SCALE = 1, IP_EW_RELU = 2, IP_EW_MUL = 5, IP_EW_AXPY = 8,
-       IP_EW_RELU_BWD = 9 };
 
 typedef enum ipop { IP_ADD, IP_MUL, IP_MUL_SCALAR, IP_RELU, IP_ZERO, IP_COPY } ipop;
 
@@ -127,6 +122,18 @@ static int snapshot_copy(remat_tensor **out, remat_tensor *t) {
     return rc;
 }
 
+/* Zeroes a strided i64 view (the float case goes through the engine). */
+static void zero_strided_i64(remat_tensor *a) {
+    int64_t *p = rm_ptr(a), n = remat_numel(a);
+    rm_iter it;
+    rm_iter_init(&it, a->ndim, a->shape, 1);
+    memcpy(it.strides[0], a->strides, sizeof(int64_t) * (size_t)a->ndim);
+    for (int64_t i = 0; i < n; i++) {
+        p[it.off[0]] = 0;
+        rm_iter_next(&it);
+    }
+}
+
 /* ---- backward ---------------------------------------------------------------------- */
 static int zeros_like(remat_tensor **out, const remat_tensor *t) {
     int rc = rm_new_output(out, t->ndim, t->shape, t->dtype, t->storage->device);
@@ -174,22 +181,22 @@ static int inplace_backward(remat_node *node, remat_tensor *const *gout, remat_t
     case IP_ADD: /* a + alpha * b */
         if (need_a) gin[0] = remat_retain(g);
         if (need_b) {
-            rc = ew_new(&t, IP_EW_SCALE, g, NULL, cx->p);
+            rc = ew_new(&t, RM_EW_SCALE, g, NULL, cx->p);
             if (!rc) rc = grad_for_b(&gin[1], t, cx);
         }
         break;
     case IP_MUL: /* a_old * b */
-        if (need_a) rc = ew_new(&gin[0], IP_EW_MUL, g, s1, 0);
+        if (need_a) rc = ew_new(&gin[0], RM_EW_MUL, g, s1, 0);
         if (!rc && need_b) {
-            rc = ew_new(&t, IP_EW_MUL, g, s0, 0);
+            rc = ew_new(&t, RM_EW_MUL, g, s0, 0);
             if (!rc) rc = grad_for_b(&gin[1], t, cx);
         }
         break;
     case IP_MUL_SCALAR:
-        if (need_a) rc = ew_new(&gin[0], IP_EW_SCALE, g, NULL, cx->p);
+        if (need_a) rc = ew_new(&gin[0], RM_EW_SCALE, g, NULL, cx->p);
         break;
     case IP_RELU: /* s0 is the result; > 0 exactly where the input was */
-        if (need_a) rc = ew_new(&gin[0], IP_EW_RELU_BWD, g, s0, 0);
+        if (need_a) rc = ew_new(&gin[0], RM_EW_RELU_BWD, g, s0, 0);
         break;
     case IP_ZERO: /* the old value no longer matters */
         if (need_a) rc = zeros_like(&gin[0], g);
@@ -271,21 +278,18 @@ static int inplace_op(ipop op, remat_tensor *a, remat_tensor *b_in, double p) {
 
     /* the kernel */
     switch (op) {
-    case IP_ADD: rm_ew_run(IP_EW_AXPY, a, a, b, NULL, p); break;
-    case IP_MUL: rm_ew_run(IP_EW_MUL, a, a, b, NULL, 0); break;
-    case IP_MUL_SCALAR: rm_ew_run(IP_EW_SCALE, a, a, NULL, NULL, p); break;
-    case IP_RELU: rm_ew_run(IP_EW_RELU, a, a, NULL, NULL, 0); break;
+    case IP_ADD: rm_ew_run(RM_EW_AXPY, a, a, b, NULL, p); break;
+    case IP_MUL: rm_ew_run(RM_EW_MUL, a, a, b, NULL, 0); break;
+    case IP_MUL_SCALAR: rm_ew_run(RM_EW_SCALE, a, a, NULL, NULL, p); break;
+    case IP_RELU: rm_ew_run(RM_EW_RELU, a, a, NULL, NULL, 0); break;
     case IP_ZERO:
         if (!rm_ptr(a)) break;
-        if (remat_is_contiguous(a)) {
+        if (remat_is_contiguous(a))
             memset(rm_ptr(a), 0, (size_t)remat_numel(a) * remat_dtype_size(a->dtype));
-        } else {
-            remat_tensor *z = NULL;
-            rc = remat_zeros(&z, 0, NULL, a->dtype, a->storage->device);
-            if (!rc) rc = rm_copy_into(a, z);
-            remat_release(z);
-            if (rc) goto fail;
-        }
+        else if (a->dtype == REMAT_I64)
+            zero_strided_i64(a);
+        else
+            rm_ew_run(RM_EW_FILL, a, NULL, NULL, NULL, 0);
         break;
     case IP_COPY:
         rc = rm_copy_into(a, b);

@@ -30,8 +30,93 @@
 typedef float f32;
 typedef double f64;
 
+/* ---- exp for f32 -------------------------------------------------------------------------
+ * libm's expf is a function call the compiler cannot vectorise, and it
+ * dominates softmax and cross_entropy over wide rows. This is the Cephes
+ * expf (range reduction by ln 2, degree-6 polynomial, max error ~1 ulp over
+ * the normal range; inf/0/NaN handled like expf) written without branches
+ * or library calls, so the loops that use it vectorise. Rounding to the
+ * nearest integer uses the 1.5 * 2^23 trick (floorf does not vectorise
+ * without -ffast-math; the trick requires that the library is NOT built
+ * with -ffast-math, which CMakeLists.txt never does). 2^n is applied in
+ * two halves so results in the subnormal range stay correct. */
+static inline float nn_bits_to_f32(int32_t b) {
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+static inline int32_t nn_f32_to_bits(float f) {
+    int32_t b;
+    memcpy(&b, &f, sizeof b);
+    return b;
+}
+static inline float nn_expf(float x) {
+    float xc = x < -104.0f ? -104.0f : x;
+    xc = xc > 89.0f ? 89.0f : xc;
+    float t = xc * 1.44269504088896341f + 12582912.0f;
+    int32_t ni = nn_f32_to_bits(t) - 0x4B400000; /* round(xc / ln 2) */
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float r2 = r * r;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r2 + r + 1.0f;
+    int32_t n1 = ni >> 1, n2 = ni - n1;
+    float res = p * nn_bits_to_f32((n1 + 127) << 23) * nn_bits_to_f32((n2 + 127) << 23);
+    res = x > 88.72283935546875f ? INFINITY : res;
+    res = x < -103.972084045410f ? 0.0f : res;
+    res = x != x ? x : res;
+    return res;
+}
+
 /* ---- softmax / log_softmax kernels ----------------------------------------------------- */
+#define NN_LANES 16
 #define SOFTMAX_KERNELS(T, EXPF, LOGF)                                                        \
+    /* Row helpers with NN_LANES independent accumulators so they vectorise without          \
+     * reassociation flags. NaN inputs are skipped by the max but poison the sum, so a       \
+     * row with a NaN comes out all NaN (as PyTorch). */                                      \
+    static T rowmax_##T(const T *restrict x, int64_t n) {                                     \
+        T m[NN_LANES];                                                                        \
+        for (int j = 0; j < NN_LANES; j++) m[j] = -INFINITY;                                  \
+        int64_t i = 0;                                                                        \
+        for (; i + NN_LANES <= n; i += NN_LANES)                                              \
+            for (int j = 0; j < NN_LANES; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];      \
+        for (; i < n; i++) m[0] = x[i] > m[0] ? x[i] : m[0];                                  \
+        T r = m[0];                                                                           \
+        for (int j = 1; j < NN_LANES; j++) r = m[j] > r ? m[j] : r;                           \
+        return r;                                                                             \
+    }                                                                                         \
+    /* sum_i exp(x[i] - sub); also stores the terms in y unless y is NULL */                  \
+    static T expsum_##T(const T *restrict x, T sub, T *restrict y, int64_t n) {               \
+        T acc[NN_LANES];                                                                      \
+        for (int j = 0; j < NN_LANES; j++) acc[j] = 0;                                        \
+        int64_t i = 0;                                                                        \
+        if (y) {                                                                              \
+            for (; i + NN_LANES <= n; i += NN_LANES)                                          \
+                for (int j = 0; j < NN_LANES; j++) {                                          \
+                    T e = EXPF(x[i + j] - sub);                                               \
+                    y[i + j] = e;                                                             \
+                    acc[j] += e;                                                              \
+                }                                                                             \
+            for (; i < n; i++) {                                                              \
+                y[i] = EXPF(x[i] - sub);                                                      \
+                acc[0] += y[i];                                                               \
+            }                                                                                 \
+        } else {                                                                              \
+            for (; i + NN_LANES <= n; i += NN_LANES)                                          \
+                for (int j = 0; j < NN_LANES; j++) acc[j] += EXPF(x[i + j] - sub);            \
+            for (; i < n; i++) acc[0] += EXPF(x[i] - sub);                                    \
+        }                                                                                     \
+        for (int w = NN_LANES / 2; w > 0; w /= 2) /* pairwise combine of the lanes */         \
+            for (int j = 0; j < w; j++) acc[j] += acc[j + w];                                 \
+        return acc[0];                                                                        \
+    }                                                                                         \
+                                                                                              \
     /* y = softmax or log_softmax of x (O, R, I) over R. */                                   \
     static void softmax_fwd_##T(const T *restrict x, T *restrict y, int64_t O, int64_t R,     \
                                 int64_t I, bool log_out) {                                    \
@@ -41,20 +126,13 @@ typedef double f64;
             for (int64_t o = 0; o < O; o++) {                                                 \
                 const T *xo = x + o * R;                                                      \
                 T *yo = y + o * R;                                                            \
-                T mx = -INFINITY;                                                             \
-                for (int64_t r = 0; r < R; r++) mx = xo[r] > mx ? xo[r] : mx;                 \
+                T mx = rowmax_##T(xo, R);                                                     \
                 if (mx == -INFINITY) mx = 0; /* all -inf: avoid inf - inf */                  \
-                T s = 0;                                                                      \
                 if (log_out) {                                                                \
-                    for (int64_t r = 0; r < R; r++) s += EXPF(xo[r] - mx);                    \
-                    T lse = mx + LOGF(s);                                                     \
+                    T lse = mx + LOGF(expsum_##T(xo, mx, NULL, R));                           \
                     for (int64_t r = 0; r < R; r++) yo[r] = xo[r] - lse;                      \
                 } else {                                                                      \
-                    for (int64_t r = 0; r < R; r++) {                                         \
-                        yo[r] = EXPF(xo[r] - mx);                                             \
-                        s += yo[r];                                                           \
-                    }                                                                         \
-                    T inv = (T)1 / s;                                                         \
+                    T inv = (T)1 / expsum_##T(xo, mx, yo, R);                                 \
                     for (int64_t r = 0; r < R; r++) yo[r] *= inv;                             \
                 }                                                                             \
             }                                                                                 \
@@ -99,6 +177,33 @@ typedef double f64;
     static void softmax_bwd_##T(const T *restrict g, const T *restrict y, T *restrict dx,     \
                                 int64_t O, int64_t R, int64_t I, bool log_out) {              \
         int64_t total = O * R * I;                                                            \
+        if (I == 1) {                                                                         \
+            _Pragma("omp parallel for if (total > RM_OMP_MIN / 4)")                           \
+            for (int64_t o = 0; o < O; o++) {                                                 \
+                const T *go = g + o * R, *yo = y + o * R;                                     \
+                T *d = dx + o * R;                                                            \
+                T acc[NN_LANES];                                                              \
+                for (int j = 0; j < NN_LANES; j++) acc[j] = 0;                                \
+                int64_t r = 0;                                                                \
+                if (log_out) {                                                                \
+                    for (; r + NN_LANES <= R; r += NN_LANES)                                  \
+                        for (int j = 0; j < NN_LANES; j++) acc[j] += go[r + j];               \
+                    for (; r < R; r++) acc[0] += go[r];                                       \
+                } else {                                                                      \
+                    for (; r + NN_LANES <= R; r += NN_LANES)                                  \
+                        for (int j = 0; j < NN_LANES; j++) acc[j] += go[r + j] * yo[r + j];   \
+                    for (; r < R; r++) acc[0] += go[r] * yo[r];                               \
+                }                                                                             \
+                for (int w = NN_LANES / 2; w > 0; w /= 2)                                     \
+                    for (int j = 0; j < w; j++) acc[j] += acc[j + w];                         \
+                T s = acc[0];                                                                 \
+                if (log_out)                                                                  \
+                    for (r = 0; r < R; r++) d[r] = go[r] - EXPF(yo[r]) * s;                   \
+                else                                                                          \
+                    for (r = 0; r < R; r++) d[r] = yo[r] * (go[r] - s);                       \
+            }                                                                                 \
+            return;                                                                           \
+        }                                                                                     \
         int64_t nb = (I + NN_COL_BLOCK - 1) / NN_COL_BLOCK;                                   \
         _Pragma("omp parallel for if (total > RM_OMP_MIN / 4)")                               \
         for (int64_t t = 0; t < O * nb; t++) {                                                \
@@ -120,7 +225,7 @@ typedef double f64;
         }                                                                                     \
     }
 
-SOFTMAX_KERNELS(f32, expf, logf)
+SOFTMAX_KERNELS(f32, nn_expf, logf)
 SOFTMAX_KERNELS(f64, exp, log)
 
 static void ori_of(int ndim, const int64_t *shape, int dim, int64_t *O, int64_t *R, int64_t *I) {

@@ -119,6 +119,47 @@
     static void max_ori_##T(const T *restrict x, int64_t O, int64_t R, int64_t I,             \
                             T *restrict y, int64_t *restrict idx) {                           \
         int64_t total = O * R * I;                                                            \
+        if (I == 1) {                                                                         \
+            /* rows: a vectorisable max over 16 lanes (NaN-blind), a NaN flag, then a         \
+             * search for the first position holding the result */                          \
+            _Pragma("omp parallel for if (total > RM_OMP_MIN)")                               \
+            for (int64_t o = 0; o < O; o++) {                                                 \
+                const T *xo = x + o * R;                                                      \
+                T m[16];                                                                      \
+                int nan[16];                                                                  \
+                for (int j = 0; j < 16; j++) {                                                \
+                    m[j] = xo[0];                                                             \
+                    nan[j] = 0;                                                               \
+                }                                                                             \
+                int64_t r = 0;                                                                \
+                for (; r + 16 <= R; r += 16)                                                  \
+                    for (int j = 0; j < 16; j++) {                                            \
+                        T v = xo[r + j];                                                      \
+                        m[j] = v > m[j] ? v : m[j];                                           \
+                        nan[j] |= v != v;                                                     \
+                    }                                                                         \
+                for (; r < R; r++) {                                                          \
+                    T v = xo[r];                                                              \
+                    m[0] = v > m[0] ? v : m[0];                                               \
+                    nan[0] |= v != v;                                                         \
+                }                                                                             \
+                T best = m[0];                                                                \
+                int any_nan = nan[0];                                                         \
+                for (int j = 1; j < 16; j++) {                                                \
+                    best = m[j] > best ? m[j] : best;                                         \
+                    any_nan |= nan[j];                                                        \
+                }                                                                             \
+                int64_t at = 0;                                                               \
+                if (any_nan) {                                                                \
+                    while (xo[at] == xo[at]) at++;                                            \
+                } else {                                                                      \
+                    while (xo[at] != best) at++;                                              \
+                }                                                                             \
+                y[o] = xo[at]; /* the element itself: keeps the sign of a zero */             \
+                idx[o] = at;                                                                  \
+            }                                                                                 \
+            return;                                                                           \
+        }                                                                                     \
         _Pragma("omp parallel for if (total > RM_OMP_MIN)")                                   \
         for (int64_t o = 0; o < O; o++) {                                                     \
             const T *xo = x + o * R * I;                                                      \

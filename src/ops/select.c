@@ -15,7 +15,9 @@
 #endif
 
 /* Operand slots of the iterator: 0 = y, 1 = cond, 2 = A, 3 = B. A missing
- * A/B tensor reads a local scalar through stride 0. */
+ * A/B tensor reads a local scalar through stride 0. Threads split the flat
+ * range; each walks the outer dims with rm_iter and runs the (coalesced)
+ * last dim as a strided inner loop. */
 #define SEL_LOOP(T, CT)                                                                       \
     do {                                                                                      \
         T *py = rm_ptr(y);                                                                    \
@@ -23,19 +25,27 @@
         T sa = (T)va, sb = (T)vb;                                                             \
         const T *pa = a ? (const T *)rm_ptr(a) : &sa;                                         \
         const T *pb = b ? (const T *)rm_ptr(b) : &sb;                                         \
-        _Pragma("omp parallel if (n > 32768)")                                                 \
+        _Pragma("omp parallel if (n > 32768)")                                                \
         {                                                                                     \
             int nt = 1, id = 0;                                                               \
             sel_omp_ids(&nt, &id);                                                            \
             int64_t lo = n * id / nt, hi = n * (id + 1) / nt;                                 \
-            if (lo < hi) {                                                                    \
-                rm_iter it = base;                                                            \
-                rm_iter_seek(&it, lo);                                                        \
-                for (int64_t i = lo; i < hi; i++) {                                           \
-                    bool c = pc[it.off[1]] != 0;                                               \
-                    py[it.off[0]] = c ? pa[it.off[2]] : pb[it.off[3]];                        \
-                    rm_iter_next(&it);                                                        \
-                }                                                                             \
+            rm_iter it;                                                                       \
+            rm_iter_init(&it, nd - 1, base.shape, 4);                                         \
+            for (int k = 0; k < 4; k++)                                                       \
+                memcpy(it.strides[k], base.strides[k], sizeof(int64_t) * (size_t)(nd - 1));  \
+            rm_iter_seek(&it, lo / inner);                                                    \
+            int64_t col = lo % inner, pos = lo;                                               \
+            while (pos < hi) {                                                                \
+                int64_t len = inner - col < hi - pos ? inner - col : hi - pos;                \
+                T *yy = py + it.off[0] + col * s0;                                            \
+                const CT *cc = pc + it.off[1] + col * s1;                                     \
+                const T *aa = pa + it.off[2] + col * s2, *bb = pb + it.off[3] + col * s3;     \
+                for (int64_t i = 0; i < len; i++)                                             \
+                    yy[i * s0] = cc[i * s1] != 0 ? aa[i * s2] : bb[i * s3];                   \
+                pos += len;                                                                   \
+                col = 0;                                                                      \
+                rm_iter_next(&it);                                                            \
             }                                                                                 \
         }                                                                                     \
     } while (0)
@@ -48,6 +58,35 @@ static void sel_omp_ids(int *nt, int *id) {
     *nt = 1;
     *id = 0;
 #endif
+}
+
+/* Drops size-1 dims and merges adjacent dims that are contiguous with each
+ * other in every operand, so that the inner loop is as long as possible
+ * (a (B, H, T, T) fill with a (T, T) mask runs T*T-long inner loops). */
+static void iter_coalesce(rm_iter *it) {
+    int nd = 0;
+    for (int d = 0; d < it->ndim; d++) {
+        if (it->shape[d] == 1) continue;
+        if (nd > 0) {
+            bool merge = true;
+            for (int k = 0; k < it->n_ops && merge; k++)
+                merge = it->strides[k][nd - 1] == it->strides[k][d] * it->shape[d];
+            if (merge) {
+                it->shape[nd - 1] *= it->shape[d];
+                for (int k = 0; k < it->n_ops; k++) it->strides[k][nd - 1] = it->strides[k][d];
+                continue;
+            }
+        }
+        it->shape[nd] = it->shape[d];
+        for (int k = 0; k < it->n_ops; k++) it->strides[k][nd] = it->strides[k][d];
+        nd++;
+    }
+    if (nd == 0) { /* one element */
+        it->shape[0] = 1;
+        for (int k = 0; k < it->n_ops; k++) it->strides[k][0] = 0;
+        nd = 1;
+    }
+    it->ndim = nd;
 }
 
 /* y = cond ? (a or va) : (b or vb), everything broadcast to y's
@@ -63,6 +102,11 @@ static void sel_run(remat_tensor *y, remat_tensor *cond, remat_tensor *a, double
     rm_broadcast_strides(cond, y->ndim, y->shape, base.strides[1]);
     if (a) rm_broadcast_strides(a, y->ndim, y->shape, base.strides[2]);
     if (b) rm_broadcast_strides(b, y->ndim, y->shape, base.strides[3]);
+    iter_coalesce(&base);
+    int nd = base.ndim;
+    int64_t inner = base.shape[nd - 1];
+    int64_t s0 = base.strides[0][nd - 1], s1 = base.strides[1][nd - 1],
+            s2 = base.strides[2][nd - 1], s3 = base.strides[3][nd - 1];
     bool f32 = y->dtype == REMAT_F32;
     switch (cond->dtype) {
     case REMAT_I64:

@@ -301,7 +301,7 @@ int remat_transpose(remat_tensor **out, remat_tensor *a, int dim0, int dim1) {
         st[d0] = a->strides[d1];
         st[d1] = a->strides[d0];
     }
-    remat_tensor *y;
+    remat_tensor *y = NULL;
     rc = make_view(&y, a, a->offset, a->ndim, sh, st, call);
     if (rc) return rc;
     shape_ctx c;
@@ -339,7 +339,7 @@ int remat_permute(remat_tensor **out, remat_tensor *a, int ndim, const int *perm
         sh[d] = a->shape[p];
         st[d] = a->strides[p];
     }
-    remat_tensor *y;
+    remat_tensor *y = NULL;
     rc = make_view(&y, a, a->offset, ndim, sh, st, call);
     if (rc) return rc;
     return finish(out, y, a, "PermuteBackward", permute_backward, &c, call);
@@ -378,7 +378,7 @@ int remat_slice(remat_tensor **out, remat_tensor *a, int dim, int64_t start, int
     st[d] = a->strides[d] * step;
     /* an empty slice addresses nothing: keep the offset in range anyway */
     int64_t offset = a->offset + (len > 0 ? start * a->strides[d] : 0);
-    remat_tensor *y;
+    remat_tensor *y = NULL;
     rc = make_view(&y, a, offset, a->ndim, sh, st, call);
     if (rc) return rc;
     shape_ctx c;
@@ -429,7 +429,7 @@ int remat_expand(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *s
                           rm_shape_str(ndim, shape, b2, sizeof b2), j, (long long)a->shape[j]);
         }
     }
-    remat_tensor *y;
+    remat_tensor *y = NULL;
     rc = make_view(&y, a, a->offset, ndim, sh, st, call);
     if (rc) return rc;
     shape_ctx c;
@@ -464,7 +464,7 @@ int remat_unsqueeze(remat_tensor **out, remat_tensor *a, int dim) {
             j++;
         }
     }
-    remat_tensor *y;
+    remat_tensor *y = NULL;
     rc = make_view(&y, a, a->offset, a->ndim + 1, sh, st, call);
     if (rc) return rc;
     shape_ctx c;
@@ -489,7 +489,7 @@ int remat_squeeze(remat_tensor **out, remat_tensor *a, int dim) {
         st[nd] = a->strides[i];
         nd++;
     }
-    remat_tensor *y;
+    remat_tensor *y = NULL;
     rc = make_view(&y, a, a->offset, nd, sh, st, call);
     if (rc) return rc;
     shape_ctx c;
@@ -508,7 +508,7 @@ int remat_contiguous(remat_tensor **out, remat_tensor *a) {
     if (remat_is_contiguous(a)) return rm_hand_out(out, remat_retain(a));
     rc = rm_check_host(call, a);
     if (rc) return rc;
-    remat_tensor *y;
+    remat_tensor *y = NULL;
     rc = rm_contig(&y, a);
     if (rc) return rm_err_prefix(rc, call);
     shape_ctx c;

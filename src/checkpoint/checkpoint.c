@@ -1,0 +1,246 @@
+/* src/checkpoint/checkpoint.c — remat_checkpoint and
+ * remat_checkpoint_sequential: argument checks, option resolution (zero
+ * means P's default), the global overrides, and the sequential driver.
+ * The two implementations live in frame.c (non-reentrant) and reentrant.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ck.h"
+
+/* P keeps these as module globals too (set_checkpoint_early_stop,
+ * set_checkpoint_debug_enabled). */
+static int g_early_stop_override;
+static int g_debug_override;
+
+static int norm_tri(int v) { return v == REMAT_OPT_TRUE || v == REMAT_OPT_FALSE ? v : 0; }
+
+int remat_set_checkpoint_early_stop(int value) {
+    int prev = g_early_stop_override;
+    g_early_stop_override = norm_tri(value);
+    return prev;
+}
+int remat_set_checkpoint_debug(int value) {
+    int prev = g_debug_override;
+    g_debug_override = norm_tri(value);
+    return prev;
+}
+int remat_get_checkpoint_early_stop(void) { return g_early_stop_override; }
+int remat_get_checkpoint_debug(void) { return g_debug_override; }
+
+int ck_call_fn(remat_checkpoint_fn fn, void *user_data, int n_inputs,
+               remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs) {
+    for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
+    void *scope = rm_scope_suspend();
+    remat_clear_error();
+    int rc = fn(user_data, inputs, n_inputs, outputs, n_outputs);
+    rm_scope_resume(scope);
+    if (rc) {
+        for (int i = 0; i < n_outputs; i++) remat_release_p(&outputs[i]);
+        if (!remat_last_error()[0])
+            rm_err(rc, "remat_checkpoint: the checkpointed function failed (%s)",
+                   remat_err_name(rc));
+    }
+    return rc;
+}
+
+static int check_tri(const char *call, const char *name, int v) {
+    if (v == REMAT_OPT_DEFAULT || v == REMAT_OPT_TRUE || v == REMAT_OPT_FALSE) return REMAT_OK;
+    return rm_err(REMAT_EINVAL, "%s: option %s must be REMAT_OPT_DEFAULT (0), REMAT_OPT_TRUE (1) "
+                  "or REMAT_OPT_FALSE (-1), got %d", call, name, v);
+}
+
+/* Resolves the options into *o. warn_text: the warning for an unset
+ * use_reentrant (P words it differently for checkpoint_sequential). */
+static int resolve(const char *call, const remat_checkpoint_options *opts, ck_opts *o,
+                   const char *warn_text) {
+    static const remat_checkpoint_options k_defaults;
+    if (!opts) opts = &k_defaults;
+    int rc = check_tri(call, "use_reentrant", opts->use_reentrant);
+    if (!rc) rc = check_tri(call, "preserve_rng_state", opts->preserve_rng_state);
+    if (!rc) rc = check_tri(call, "debug", opts->debug);
+    if (!rc) rc = check_tri(call, "early_stop", opts->early_stop);
+    if (rc) return rc;
+    memset(o, 0, sizeof *o);
+    if (opts->use_reentrant == REMAT_OPT_DEFAULT) {
+        rm_warn("%s", warn_text);
+        o->reentrant = true;
+    } else {
+        o->reentrant = opts->use_reentrant == REMAT_OPT_TRUE;
+    }
+    o->preserve_rng = opts->preserve_rng_state != REMAT_OPT_FALSE;
+    const char *dc = opts->determinism_check;
+    if (!dc || strcmp(dc, "default") == 0) o->determinism = CK_DET_DEFAULT;
+    else if (strcmp(dc, "none") == 0) o->determinism = CK_DET_NONE;
+    else
+        return rm_err(REMAT_EINVAL, "%s: determinism_check should be one of ['default', 'none'], "
+                      "but got '%.64s'", call, dc);
+    o->debug_explicit = opts->debug == REMAT_OPT_TRUE;
+    o->debug = g_debug_override ? g_debug_override == REMAT_OPT_TRUE : o->debug_explicit;
+    o->early_stop = g_early_stop_override ? g_early_stop_override == REMAT_OPT_TRUE
+                                          : opts->early_stop != REMAT_OPT_FALSE;
+    o->context_fn = opts->context_fn;
+    o->context_fn_data = opts->context_fn_data;
+    if (o->reentrant) {
+        /* P looks at the explicit debug argument only, not the override */
+        if (o->context_fn || o->debug_explicit)
+            return rm_err(REMAT_EINVAL, "%s: passing context_fn or debug is only supported when "
+                          "use_reentrant = REMAT_OPT_FALSE", call);
+    } else if (o->debug && o->context_fn) {
+        return rm_err(REMAT_EINVAL, "%s: debug = true is incompatible with a non-default "
+                      "context_fn", call);
+    }
+    return REMAT_OK;
+}
+
+static const char *k_warn_checkpoint =
+    "remat_checkpoint: the use_reentrant option should be passed explicitly. use_reentrant = "
+    "REMAT_OPT_FALSE is recommended, but if you need to preserve the current default behavior, "
+    "you can pass use_reentrant = REMAT_OPT_TRUE. Refer to docs/checkpoint.md for details on the "
+    "differences between the two variants.";
+
+static const char *k_warn_sequential =
+    "remat_checkpoint_sequential: the use_reentrant option should be passed explicitly. "
+    "use_reentrant = REMAT_OPT_FALSE is recommended, but if you need to preserve the current "
+    "default behavior, you can pass use_reentrant = REMAT_OPT_TRUE. Refer to docs/checkpoint.md "
+    "for details on the differences between the two variants.";
+
+/* remat_checkpoint with a destructor for user_data (used by sequential). */
+static int checkpoint_impl(remat_checkpoint_fn fn, void *user_data,
+                           void (*user_data_destroy)(void *), int n_inputs,
+                           remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
+                           const remat_checkpoint_options *opts, const char *warn_text) {
+    if (outputs)
+        for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
+    int rc = REMAT_OK;
+    if (!fn) rc = rm_err(REMAT_EINVAL, "remat_checkpoint: fn must not be NULL");
+    else if (n_inputs < 0 || (n_inputs > 0 && !inputs))
+        rc = rm_err(REMAT_EINVAL, "remat_checkpoint: inputs is NULL or n_inputs (%d) is negative",
+                    n_inputs);
+    else if (n_outputs < 0 || (n_outputs > 0 && !outputs))
+        rc = rm_err(REMAT_EINVAL, "remat_checkpoint: outputs is NULL or n_outputs (%d) is "
+                    "negative", n_outputs);
+    ck_opts o;
+    if (rc == REMAT_OK) rc = resolve("remat_checkpoint", opts, &o, warn_text);
+    if (rc) {
+        if (user_data_destroy) user_data_destroy(user_data);
+        return rc;
+    }
+    /* Outputs are handed to the caller's scope once, here. */
+    void *scope = rm_scope_suspend();
+    if (o.reentrant)
+        rc = ck_run_reentrant(fn, user_data, n_inputs, inputs, n_outputs, outputs, &o,
+                              user_data_destroy);
+    else
+        rc = ck_run_nonreentrant(fn, user_data, n_inputs, inputs, n_outputs, outputs, &o,
+                                 user_data_destroy);
+    rm_scope_resume(scope);
+    if (rc) {
+        for (int i = 0; i < n_outputs; i++) remat_release_p(&outputs[i]);
+        return rc;
+    }
+    for (int i = 0; i < n_outputs; i++)
+        if (outputs[i]) rm_hand_out(&outputs[i], outputs[i]);
+    return REMAT_OK;
+}
+
+int remat_checkpoint(remat_checkpoint_fn fn, void *user_data, int n_inputs,
+                     remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
+                     const remat_checkpoint_options *opts) {
+    return checkpoint_impl(fn, user_data, opts ? opts->user_data_destroy : NULL, n_inputs, inputs,
+                           n_outputs, outputs, opts, k_warn_checkpoint);
+}
+
+/* ---- checkpoint_sequential ---------------------------------------------------------- */
+typedef struct seq_chunk {
+    int n;
+    int first;           /* index of the first stage, for messages */
+    remat_stage stages[]; /* copied: the caller's array may go away */
+} seq_chunk;
+
+static int run_stages(const remat_stage *stages, int first, int n, remat_tensor *input,
+                      remat_tensor **out) {
+    *out = NULL;
+    remat_tensor *x = remat_retain(input);
+    for (int j = 0; j < n; j++) {
+        remat_tensor *y = NULL;
+        remat_clear_error();
+        int rc = stages[j].fn(stages[j].user_data, &x, 1, &y, 1);
+        remat_release(x);
+        if (rc) {
+            remat_release(y);
+            if (!remat_last_error()[0])
+                rm_err(rc, "remat_checkpoint_sequential: stage %d failed (%s)", first + j,
+                       remat_err_name(rc));
+            return rc;
+        }
+        if (!y)
+            return rm_err(REMAT_EINVAL, "remat_checkpoint_sequential: stage %d returned no tensor "
+                          "(every stage must produce exactly one tensor)", first + j);
+        x = y;
+    }
+    *out = x;
+    return REMAT_OK;
+}
+
+static int chunk_fn(void *ud, remat_tensor *const *inputs, int n_inputs, remat_tensor **outputs,
+                    int n_outputs) {
+    seq_chunk *c = ud;
+    if (n_inputs != 1 || n_outputs != 1 || !inputs[0])
+        return rm_err(REMAT_EINVAL, "remat_checkpoint_sequential: a segment takes one tensor");
+    return run_stages(c->stages, c->first, c->n, inputs[0], &outputs[0]);
+}
+
+int remat_checkpoint_sequential(remat_tensor **out, int n_stages, const remat_stage *stages,
+                                int segments, remat_tensor *input,
+                                const remat_checkpoint_options *opts) {
+    const char *call = "remat_checkpoint_sequential";
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
+    *out = NULL;
+    int rc = rm_check_tensor(call, "input", input);
+    if (rc) return rc;
+    if (n_stages < 0 || (n_stages > 0 && !stages))
+        return rm_err(REMAT_EINVAL, "%s: stages is NULL or n_stages (%d) is negative", call,
+                      n_stages);
+    for (int i = 0; i < n_stages; i++)
+        if (!stages[i].fn) return rm_err(REMAT_EINVAL, "%s: stage %d has no fn", call, i);
+    if (segments < 1)
+        return rm_err(REMAT_EINVAL, "%s: segments must be at least 1, got %d", call, segments);
+    remat_checkpoint_options o = {0};
+    if (opts) o = *opts;
+    o.user_data_destroy = NULL;
+    /* validate once, warn once (P warns here and passes use_reentrant on) */
+    ck_opts resolved;
+    rc = resolve(call, &o, &resolved, k_warn_sequential);
+    if (rc) return rc;
+    o.use_reentrant = resolved.reentrant ? REMAT_OPT_TRUE : REMAT_OPT_FALSE;
+
+    int seg = n_stages / segments;
+    int end = -1;
+    void *scope = rm_scope_suspend();
+    remat_tensor *x = remat_retain(input);
+    for (int start = 0; seg > 0 && start < seg * (segments - 1) && rc == REMAT_OK;
+         start += seg) {
+        end = start + seg - 1;
+        seq_chunk *c = malloc(sizeof *c + (size_t)seg * sizeof(remat_stage));
+        if (!c) {
+            rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+            break;
+        }
+        c->n = seg;
+        c->first = start;
+        memcpy(c->stages, stages + start, (size_t)seg * sizeof(remat_stage));
+        remat_tensor *y = NULL;
+        rc = checkpoint_impl(chunk_fn, c, free, 1, &x, 1, &y, &o, k_warn_checkpoint);
+        remat_release(x);
+        x = y;
+    }
+    remat_tensor *y = NULL;
+    if (rc == REMAT_OK) rc = run_stages(stages + end + 1, end + 1, n_stages - end - 1, x, &y);
+    remat_release(x);
+    rm_scope_resume(scope);
+    if (rc) {
+        remat_release(y);
+        return rc;
+    }
+    return rm_hand_out(out, y);
+}

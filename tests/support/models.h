@@ -1,0 +1,55 @@
+/* tests/support/models.h — small models built from remat ops, shared by the
+ * checkpoint tests: an MLP block (linear → gelu → dropout → linear, plus a
+ * residual) and a pre-norm transformer block (layer_norm, causal softmax
+ * attention with matmul/transpose/reshape, dropout, MLP). Each block's
+ * forward is a remat_checkpoint_fn (one input, one output) whose user_data
+ * is the block, so it can be checkpointed directly; `calls` counts how
+ * often it ran. Parameters are initialised from a private deterministic
+ * stream (rt_rand), so two blocks built with the same seed are identical. */
+#ifndef REMAT_TEST_MODELS_H
+#define REMAT_TEST_MODELS_H
+
+#include "remat/remat.h"
+
+#define RT_MAX_PARAMS 16
+
+typedef struct rt_mlp_block {
+    int dim, hidden;
+    double p_drop;        /* dropout probability (0: no dropout op at all) */
+    remat_gelu_approx gelu;
+    remat_tensor *w1, *b1, *w2, *b2;
+    int calls;            /* forward runs (checkpointed forward + recomputations) */
+} rt_mlp_block;
+
+/* x (..., dim) → x + w2·dropout(gelu(w1·x + b1)) + b2. Parameters require grad. */
+void rt_mlp_block_init(rt_mlp_block *b, int dim, int hidden, double p_drop, remat_dtype dtype,
+                       unsigned seed);
+void rt_mlp_block_free(rt_mlp_block *b);
+int rt_mlp_block_fn(void *user_data, remat_tensor *const *inputs, int n_inputs,
+                    remat_tensor **outputs, int n_outputs);
+/* Writes borrowed pointers to the parameters; returns their count. */
+int rt_mlp_block_params(rt_mlp_block *b, remat_tensor **params);
+
+typedef struct rt_tblock {
+    int dim, heads, seq;
+    double p_drop;
+    remat_tensor *ln1_w, *ln1_b, *wqkv, *bqkv, *wo, *bo;
+    remat_tensor *ln2_w, *ln2_b, *w1, *b1, *w2, *b2;
+    remat_tensor *mask;   /* (seq, seq) i64, 1 above the diagonal (causal) */
+    int calls;
+} rt_tblock;
+
+/* x (B, seq, dim) → pre-norm transformer block with `heads` heads. */
+void rt_tblock_init(rt_tblock *b, int dim, int heads, int seq, double p_drop, remat_dtype dtype,
+                    unsigned seed);
+void rt_tblock_free(rt_tblock *b);
+int rt_tblock_fn(void *user_data, remat_tensor *const *inputs, int n_inputs,
+                 remat_tensor **outputs, int n_outputs);
+int rt_tblock_params(rt_tblock *b, remat_tensor **params);
+
+/* Sets .grad of each parameter to NULL. */
+void rt_zero_grads(int n, remat_tensor *const *params);
+/* Bytes of the storages of the n tensors. */
+size_t rt_bytes(int n, remat_tensor *const *tensors);
+
+#endif
