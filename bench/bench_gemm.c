@@ -7,7 +7,8 @@
  * repetitions are reported. remat's figures include allocating the output
  * (as a user sees it); linear includes the bias pass.
  *
- *   bench_gemm [reps]        (default 7; threads 1 and 2, or $BENCH_THREADS) */
+ *   bench_gemm [reps]        (default 7; threads 1 and 2, or $BENCH_THREADS;
+ *                             BENCH_NATIVE=1 adds OpenBLAS's own thread pool) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,10 +55,15 @@ static double median(double *v, int n) {
     } while (0)
 
 /* The BLAS itself, row-major. */
+static int g_threads = 1;
+
 static void blas_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
                        int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                        int64_t ldc) {
 #if defined(REMAT_GEMM_OPENBLAS)
+    /* OpenBLAS's own pool at the thread count of the run (remat may have
+     * left it at one thread) */
+    if (openblas_get_num_threads() != g_threads) openblas_set_num_threads(g_threads);
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 (blasint)M, (blasint)N, (blasint)K, 1.0f, A, (blasint)lda, B, (blasint)ldb, beta,
                 C, (blasint)ldc);
@@ -83,9 +89,13 @@ typedef struct shape {
     int64_t batch, M, K, N;
 } shape;
 
+static const char *g_mode = "";
+
 static void row(const char *what, int threads, const shape *s, double flops, double t_remat,
                 double t_ceil) {
-    printf("| %-22s | %-18s | %d | %8.1f | %8.1f | %5.1f%% |\n", what, s->name, threads,
+    char label[64];
+    snprintf(label, sizeof label, "%s%s", what, g_mode);
+    printf("| %-30s | %-15s | %d | %8.1f | %8.1f | %5.1f%% |\n", label, s->name, threads,
            flops / t_remat * 1e-9, flops / t_ceil * 1e-9, 100.0 * t_ceil / t_remat);
 }
 
@@ -105,7 +115,12 @@ static void bench_shape(const shape *s, int threads, int reps) {
     float *C = remat_data(c);
     double flops = 2.0 * (double)(B * M * K * N);
     double tc[MAX_REPS], tm[MAX_REPS], tcl[MAX_REPS], tl[MAX_REPS], tr[MAX_REPS];
-    double tcb[MAX_REPS], tlb[MAX_REPS];
+    double tcb[MAX_REPS], tlb[MAX_REPS], tca[MAX_REPS], tma[MAX_REPS];
+    /* an OpenMP elementwise kernel (relu on a 2048x1024 tensor) right before
+     * the GEMM, as in a network: shows what the other thread pool costs */
+    remat_tensor *act;
+    CHECK(remat_rand_uniform(&act, 2, (int64_t[]){2048, 1024}, -1, 1, REMAT_F32,
+                             REMAT_DEVICE_CPU));
     bool do_ref = threads <= 2 && B * M * K * N <= (int64_t)1 << 31;
     /* linear fwd+bwd: x (B·M, K), W (N, K); needs grads of x and W */
     remat_tensor *x, *wl;
@@ -162,7 +177,23 @@ static void bench_shape(const shape *s, int threads, int reps) {
         remat_release(y);
         remat_set_requires_grad(x, false);
         remat_set_requires_grad(wl, false);
+        remat_tensor *ra;
+        CHECK(remat_relu(&ra, act));
+        remat_release(ra);
+        double t11 = now();
+        for (int64_t i = 0; i < B; i++)
+            blas_sgemm(false, false, M, N, K, A + i * M * K, K, Bm + i * K * N, N, 0.0f,
+                       C + i * M * N, N);
+        double t12 = now();
+        CHECK(remat_relu(&ra, act));
+        remat_release(ra);
+        double t13 = now();
+        CHECK(remat_matmul(&y, a, b));
+        double t14 = now();
+        remat_release(y);
         if (r >= 0) {
+            tca[r] = t12 - t11;
+            tma[r] = t14 - t13;
             tc[r] = t1 - t0;
             tm[r] = t2 - t1;
             tcl[r] = t4 - t3;
@@ -177,13 +208,14 @@ static void bench_shape(const shape *s, int threads, int reps) {
     row("remat_matmul", threads, s, flops, mm, mc);
     row("remat_linear (+bias)", threads, s, flops, ml, mcl);
     row("linear fwd+bwd", threads, s, 3 * flops, mlb, mcb);
+    row("matmul after relu", threads, s, flops, median(tma, reps), median(tca, reps));
     if (do_ref) {
         double mr = median(tr, reps);
-        printf("| %-22s | %-18s | %d | %8.1f | %8.1f | %5.1f%% |\n", "built-in kernel", s->name,
+        printf("| %-30s | %-15s | %d | %8.1f | %8.1f | %5.1f%% |\n", "built-in kernel", s->name,
                threads, flops / mr * 1e-9, flops / mc * 1e-9, 100.0 * mc / mr);
     }
     fflush(stdout);
-    remat_tensor *rl[] = {a, b, w, bias, c, x, wl, dx, dw, gy};
+    remat_tensor *rl[] = {a, b, w, bias, c, x, wl, dx, dw, gy, act};
     for (size_t i = 0; i < sizeof rl / sizeof rl[0]; i++) remat_release(rl[i]);
 }
 
@@ -206,17 +238,30 @@ int main(int argc, char **argv) {
     remat_manual_seed(1);
     printf("backend: %s, ceiling: %s, median of %d runs; shapes are [batch x] M x K x N\n\n",
            remat_gemm_backend(), blas_name(), reps);
-    printf("| %-22s | %-18s | T | GFLOP/s  | ceiling  | remat/ceiling |\n", "op", "shape");
-    printf("|------------------------|--------------------|---|----------|----------|--------|\n");
+    printf("| %-30s | %-15s | T | GFLOP/s  | ceiling  | remat/ceiling |\n", "op", "shape");
+    printf("|--------------------------------|-----------------|---|----------|----------|--------|\n");
+#if defined(REMAT_GEMM_OPENBLAS)
+    /* OpenBLAS: remat's default threading (one OpenMP team, single-threaded
+     * OpenBLAS per panel) and OpenBLAS's own pool */
+    static const int modes[] = {RM_GEMM_THREADS_OMP, RM_GEMM_THREADS_NATIVE};
+    static const char *mode_names[] = {" [omp]", " [native]"};
+    int nmodes = getenv("BENCH_NATIVE") ? 2 : 1;
+#else
+    static const int modes[] = {RM_GEMM_THREADS_OMP};
+    static const char *mode_names[] = {""};
+    int nmodes = 1;
+#endif
     for (int ti = 0; ti < nthr; ti++) {
+        g_threads = thr[ti];
 #ifdef _OPENMP
         omp_set_num_threads(thr[ti]);
 #endif
-#if defined(REMAT_GEMM_OPENBLAS)
-        openblas_set_num_threads(thr[ti]); /* the direct calls too */
-#endif
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-            bench_shape(&shapes[si], thr[ti], reps);
+            for (int mi = 0; mi < nmodes; mi++) {
+                rm_gemm_set_threading(modes[mi]);
+                g_mode = mode_names[mi];
+                bench_shape(&shapes[si], thr[ti], reps);
+            }
     }
     return 0;
 }

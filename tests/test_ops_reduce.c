@@ -337,6 +337,43 @@ Test(reduce, max_values_indices_ties_and_nan) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
+/* Long rows take the lane-parallel path: ties, NaN and -0 must still
+ * follow the first-maximal rule. */
+Test(reduce, max_long_rows_match_scalar_rule) {
+    int64_t s[2] = {4, 1001};
+    double *v = malloc(sizeof(double) * 4 * 1001);
+    for (int i = 0; i < 4 * 1001; i++) v[i] = sin(i * 0.37) * 10 - 20;
+    v[0 * 1001 + 500] = 7;        /* row 0: tie at 500 and 700 */
+    v[0 * 1001 + 700] = 7;
+    v[1 * 1001 + 1000] = 50;      /* row 1: max in the scalar tail */
+    v[2 * 1001 + 300] = NAN;      /* row 2: first NaN wins */
+    v[2 * 1001 + 800] = NAN;
+    v[2 * 1001 + 10] = 100;
+    for (int i = 0; i < 1001; i++) v[3 * 1001 + i] = 0; /* row 3: zeros */
+    v[3 * 1001 + 3] = -0.0;
+    v[3 * 1001 + 0] = -1;
+    for (int dt = 0; dt < 2; dt++) {
+        remat_tensor *a = rt_tensor(2, s, dt ? REMAT_F64 : REMAT_F32, v), *y = NULL, *ix = NULL;
+        RT_OK(remat_max(&y, &ix, a, 1, false));
+        double *yv = values(y), *iv = values(ix);
+        cr_assert_eq(yv[0], 7);
+        cr_assert_eq(iv[0], 500);
+        cr_assert_eq(yv[1], 50);
+        cr_assert_eq(iv[1], 1000);
+        cr_assert(isnan(yv[2]));
+        cr_assert_eq(iv[2], 300);
+        cr_assert_eq(yv[3], 0);
+        cr_assert_eq(iv[3], 1);
+        free(yv);
+        free(iv);
+        remat_release(y);
+        remat_release(ix);
+        remat_release(a);
+    }
+    free(v);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 /* ---- gradchecks ------------------------------------------------------------------------------ */
 typedef struct red_args {
     int kind; /* 0 sum, 1 mean, 2 max, 3 sum_all */

@@ -88,7 +88,7 @@ static int tab_insert(task *t, remat_node *n, ninfo **out) {
     }
     size_t j = hash_ptr(n) & (t->cap - 1);
     while (t->tab[j].node) j = (j + 1) & (t->cap - 1);
-    t->tab[j].node = n;
+    t->tab[j].node = rm_node_retain(n); /* the pass keeps every node it may visit alive */
     t->count++;
     *out = &t->tab[j];
     return REMAT_OK;
@@ -97,9 +97,12 @@ static int tab_insert(task *t, remat_node *n, ninfo **out) {
 static void task_free(task *t) {
     for (size_t i = 0; i < t->cap; i++) {
         ninfo *ni = &t->tab[i];
-        if (!ni->node || !ni->buf) continue;
-        for (int k = 0; k < ni->node->n_outputs; k++) remat_release(ni->buf[k]);
-        free(ni->buf);
+        if (!ni->node) continue;
+        if (ni->buf) {
+            for (int k = 0; k < ni->node->n_outputs; k++) remat_release(ni->buf[k]);
+            free(ni->buf);
+        }
+        rm_node_release(ni->node);
     }
     free(t->tab);
     for (int i = 0; i < t->n_caps; i++) remat_release(t->caps[i].grad);

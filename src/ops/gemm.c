@@ -176,14 +176,32 @@ static int64_t fix_ld(int64_t rows, int64_t cols, int64_t ld) {
     return ld < 1 ? 1 : ld;
 }
 
+static _Atomic int g_threading = RM_GEMM_THREADS_OMP;
+
+void rm_gemm_set_threading(int mode) { atomic_store(&g_threading, mode); }
+int rm_gemm_threading(void) { return atomic_load(&g_threading); }
+
 #if defined(REMAT_GEMM_OPENBLAS)
-/* OpenBLAS (pthread build) has its own thread pool. Keep it the size of
- * OpenMP's so the two never add up to more threads than the user asked
- * for; re-synchronised when omp_set_num_threads changes the count (the
- * check is one relaxed load per call). Calls from inside a parallel region
- * use the built-in kernel instead: the pthread OpenBLAS would otherwise be
- * entered by several threads at once, each asking for the whole pool. */
-static atomic_int g_blas_threads;
+/* Threads. Debian's OpenBLAS is the pthread build: a pool of its own next
+ * to OpenMP's. Two pools on the same cores get in each other's way:
+ * libgomp's workers spin for a while after every parallel region, and
+ * OpenBLAS's after every call, so a GEMM right after an elementwise kernel
+ * (and the reverse) starts with part of its cores taken. Two modes:
+ *  - RM_GEMM_THREADS_OMP (default): OpenBLAS runs single-threaded and a
+ *    large GEMM is cut into row (or column) panels over an OpenMP team of
+ *    omp_get_max_threads(), one cblas call per panel: one pool for all of
+ *    remat. From inside a parallel region the call just runs in the calling
+ *    thread (a single-threaded OpenBLAS call is reentrant).
+ *  - RM_GEMM_THREADS_NATIVE: OpenBLAS's own pool, kept at
+ *    omp_get_max_threads() threads (re-set when that changes); from inside a parallel region the built-in kernel runs
+ *    instead, since the pool cannot be entered by several threads at once.
+ *
+ * openblas_get_num_threads() reads a global, so comparing first costs
+ * nothing, and a count someone else set (a benchmark calling OpenBLAS
+ * directly) is noticed. */
+static void blas_set_threads(int want) {
+    if (openblas_get_num_threads() != want) openblas_set_num_threads(want);
+}
 
 static inline bool in_parallel(void) {
 #ifdef _OPENMP
@@ -193,22 +211,87 @@ static inline bool in_parallel(void) {
 #endif
 }
 
-static void blas_sync_threads(void) {
+static inline int max_threads(void) {
 #ifdef _OPENMP
-    int want = omp_get_max_threads();
+    return omp_get_max_threads();
 #else
-    int want = 1;
+    return 1;
 #endif
-    if (atomic_load_explicit(&g_blas_threads, memory_order_relaxed) != want) {
-        openblas_set_num_threads(want);
-        atomic_store_explicit(&g_blas_threads, want, memory_order_relaxed);
-    }
 }
 
 static bool blas_int_ok(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
     return M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
            ldc <= INT_MAX;
 }
+
+/* Panel edges: D split in n parts, inner edges on multiples of 16 when the
+ * parts are large enough (keeps C's panels on whole cache lines). */
+static int64_t panel_edge(int64_t D, int t, int n) {
+    if (t <= 0) return 0;
+    if (t >= n) return D;
+    int64_t e = D * t / n;
+    return D >= 64 * (int64_t)n ? e / 16 * 16 : e;
+}
+
+/* Below this many multiply-adds a GEMM runs on one thread: the fork/join
+ * and the thinner panels would cost more than the second core brings. */
+#define RM_GEMM_SPLIT_MIN (1 << 18)
+
+#define BLAS_CALL(T, FN)                                                                       \
+    /* true if OpenBLAS took the call */                                                       \
+    static bool FN##_try(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,           \
+                         const T *A, int64_t lda, const T *B, int64_t ldb, T beta, T *C,       \
+                         int64_t ldc) {                                                        \
+        if (!blas_int_ok(M, N, K, lda, ldb, ldc)) return false;                                \
+        enum CBLAS_TRANSPOSE Ta = ta ? CblasTrans : CblasNoTrans;                              \
+        enum CBLAS_TRANSPOSE Tb = tb ? CblasTrans : CblasNoTrans;                              \
+        bool nested = in_parallel();                                                           \
+        if (atomic_load_explicit(&g_threading, memory_order_relaxed) == RM_GEMM_THREADS_NATIVE) { \
+            if (nested) return false;                                                          \
+            blas_set_threads(max_threads());                                                   \
+            FN(CblasRowMajor, Ta, Tb, (blasint)M, (blasint)N, (blasint)K, alpha, A,            \
+               (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);                          \
+            return true;                                                                       \
+        }                                                                                      \
+        blas_set_threads(1);                                                                   \
+        int nt = nested ? 1 : max_threads();                                                   \
+        bool by_rows = M >= N;                                                                 \
+        int64_t D = by_rows ? M : N;                                                           \
+        if (nt > D) nt = (int)D;                                                               \
+        if (nt <= 1 || (double)M * (double)N * (double)K < RM_GEMM_SPLIT_MIN) {                \
+            FN(CblasRowMajor, Ta, Tb, (blasint)M, (blasint)N, (blasint)K, alpha, A,            \
+               (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);                          \
+            return true;                                                                       \
+        }                                                                                      \
+        _Pragma("omp parallel num_threads(nt)")                                                \
+        {                                                                                      \
+            int n = 1, t = 0;                                                                  \
+            OMP_IDS(n, t);                                                                     \
+            int64_t lo = panel_edge(D, t, n), hi = panel_edge(D, t + 1, n);                    \
+            if (hi > lo && by_rows)                                                            \
+                FN(CblasRowMajor, Ta, Tb, (blasint)(hi - lo), (blasint)N, (blasint)K, alpha,   \
+                   ta ? A + lo : A + lo * lda, (blasint)lda, B, (blasint)ldb, beta,            \
+                   C + lo * ldc, (blasint)ldc);                                                \
+            else if (hi > lo)                                                                  \
+                FN(CblasRowMajor, Ta, Tb, (blasint)M, (blasint)(hi - lo), (blasint)K, alpha,   \
+                   A, (blasint)lda, tb ? B + lo * ldb : B + lo, (blasint)ldb, beta, C + lo,    \
+                   (blasint)ldc);                                                              \
+        }                                                                                      \
+        return true;                                                                           \
+    }
+
+#ifdef _OPENMP
+#define OMP_IDS(n, t)                                                                          \
+    do {                                                                                       \
+        n = omp_get_num_threads();                                                             \
+        t = omp_get_thread_num();                                                              \
+    } while (0)
+#else
+#define OMP_IDS(n, t) ((void)0)
+#endif
+
+BLAS_CALL(float, cblas_sgemm)
+BLAS_CALL(double, cblas_dgemm)
 #endif
 
 #define GEMM_DISPATCH(T, NAME, REF, CBLAS, DNNL)                                               \
@@ -229,13 +312,7 @@ static bool blas_int_ok(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ld
 
 #if defined(REMAT_GEMM_OPENBLAS)
 #define CBLAS_CALL(FN)                                                                         \
-    if (!in_parallel() && blas_int_ok(M, N, K, lda, ldb, ldc)) {                               \
-        blas_sync_threads();                                                                   \
-        FN(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,      \
-           (blasint)M, (blasint)N, (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb, beta,  \
-           C, (blasint)ldc);                                                                   \
-        return;                                                                                \
-    }
+    if (FN##_try(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
 #else
 #define CBLAS_CALL(FN)
 #endif

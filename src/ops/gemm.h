@@ -12,13 +12,12 @@
  * The backend is chosen when the library is built (REMAT_GEMM=openblas,
  * onednn or naive; remat_gemm_backend() names it). oneDNN has no dgemm, so
  * f64 then uses the built-in blocked kernel (f64 is for gradient checks).
- * These calls never fail: a backend error, a size beyond the BLAS's 32-bit
- * integers, or a call from inside an OpenMP parallel region (OpenBLAS only)
- * falls back to the built-in kernel.
+ * These calls never fail: a backend error or a size beyond the BLAS's
+ * 32-bit integers falls back to the built-in kernel.
  *
- * Threads: OpenBLAS (the pthread build on Debian) is kept at
- * omp_get_max_threads() threads, re-synchronised whenever that changes;
- * oneDNN and the built-in kernel use OpenMP directly. */
+ * Threads: everything runs on OpenMP's team of omp_get_max_threads()
+ * (OpenBLAS single-threaded per panel, see rm_gemm_set_threading); from
+ * inside a parallel region a call runs on the calling thread alone. */
 #ifndef REMAT_OPS_GEMM_H
 #define REMAT_OPS_GEMM_H
 
@@ -29,6 +28,15 @@ void rm_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, co
               int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 void rm_dgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
               int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc);
+
+/* How the OpenBLAS backend uses threads (see gemm.c): OMP (default) runs
+ * OpenBLAS single-threaded and splits large GEMMs over remat's OpenMP
+ * team; NATIVE uses OpenBLAS's own pthread pool sized to
+ * omp_get_max_threads(). No effect with the other backends. For
+ * benchmarks; not thread-safe against concurrent GEMMs. */
+enum { RM_GEMM_THREADS_OMP = 0, RM_GEMM_THREADS_NATIVE = 1 };
+void rm_gemm_set_threading(int mode);
+int rm_gemm_threading(void);
 
 /* The built-in cache-blocked kernel, whatever the backend (tests compare
  * the backend against it; the benchmark reports it). */

@@ -26,6 +26,15 @@
 typedef float f32;
 typedef double f64;
 
+/* Row kernels defined in nn.c (vectorised max, exp-sum and scaled exp; the
+ * f32 exp is nn.c's vectorisable expf). */
+f32 rm_row_max_f32(const f32 *restrict x, int64_t n);
+f64 rm_row_max_f64(const f64 *restrict x, int64_t n);
+f32 rm_row_expsum_f32(const f32 *restrict x, f32 sub, f32 *restrict y, int64_t n);
+f64 rm_row_expsum_f64(const f64 *restrict x, f64 sub, f64 *restrict y, int64_t n);
+void rm_row_exp_scale_f32(const f32 *restrict x, f32 sub, f32 scale, f32 *restrict y, int64_t n);
+void rm_row_exp_scale_f64(const f64 *restrict x, f64 sub, f64 scale, f64 *restrict y, int64_t n);
+
 /* ---- embedding ------------------------------------------------------------------------- */
 #define EMBEDDING_KERNELS(T)                                                                  \
     /* y (P, D) = w[idx[p], :] */                                                             \
@@ -179,19 +188,16 @@ fail:
 }
 
 /* ---- cross_entropy ------------------------------------------------------------------------ */
-#define CE_KERNELS(T, EXPF, LOGF)                                                             \
+#define CE_KERNELS(T, LOGF)                                                                   \
     /* x (N, C), t (N) -> loss[n] (0 for ignored rows), lse (N) */                            \
     static void ce_fwd_##T(const T *restrict x, const int64_t *restrict t, int64_t ignore,    \
                            T *restrict lse, double *restrict loss, int64_t N, int64_t C) {    \
         _Pragma("omp parallel for if (N * C > RM_OMP_MIN / 4)")                               \
         for (int64_t n = 0; n < N; n++) {                                                     \
             const T *xn = x + n * C;                                                          \
-            T mx = -INFINITY;                                                                 \
-            for (int64_t c = 0; c < C; c++) mx = xn[c] > mx ? xn[c] : mx;                     \
+            T mx = rm_row_max_##T(xn, C);                                                     \
             if (mx == -INFINITY) mx = 0;                                                      \
-            T s = 0;                                                                          \
-            for (int64_t c = 0; c < C; c++) s += EXPF(xn[c] - mx);                            \
-            T l = mx + LOGF(s);                                                               \
+            T l = mx + LOGF(rm_row_expsum_##T(xn, mx, NULL, C));                              \
             lse[n] = l;                                                                       \
             loss[n] = t[n] == ignore ? 0.0 : (double)(l - xn[t[n]]);                          \
         }                                                                                     \
@@ -207,15 +213,13 @@ fail:
                 memset(d, 0, (size_t)C * sizeof(T));                                          \
                 continue;                                                                     \
             }                                                                                 \
-            const T *xn = x + n * C;                                                          \
-            T l = lse[n];                                                                     \
-            for (int64_t c = 0; c < C; c++) d[c] = EXPF(xn[c] - l) * scale;                   \
+            rm_row_exp_scale_##T(x + n * C, lse[n], scale, d, C);                             \
             d[t[n]] -= scale;                                                                 \
         }                                                                                     \
     }
 
-CE_KERNELS(f32, expf, logf)
-CE_KERNELS(f64, exp, log)
+CE_KERNELS(f32, logf)
+CE_KERNELS(f64, log)
 
 /* Sum of n doubles over fixed chunks (thread-count independent). */
 static double sum_fixed_chunks(const double *v, int64_t n) {

@@ -126,6 +126,10 @@ static bool batch_broadcast_all(int nb, const int64_t *bshape, const int64_t *bs
     return true;
 }
 
+/* Batches of GEMMs below this many multiply-adds each run in parallel over
+ * the batch (about 128^3: below it a GEMM split over threads stops paying). */
+#define RM_BATCH_PAR_MAX ((double)(1 << 21))
+
 static void gemm_dt(remat_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                     const char *A, int64_t lda, const char *B, int64_t ldb, double beta, char *C,
                     int64_t ldc) {
@@ -175,17 +179,25 @@ static void mm_exec(remat_dtype dt, int nb, const int64_t *bshape, const mview *
         memset(C->p, 0, (size_t)c_numel * es);
         beta = 1.0;
     }
-    rm_iter it;
-    rm_iter_init(&it, nb, bshape, 3);
+    rm_iter base;
+    rm_iter_init(&base, nb, bshape, 3);
     for (int d = 0; d < nb; d++) {
-        it.strides[0][d] = A->bstr[d];
-        it.strides[1][d] = B->bstr[d];
-        it.strides[2][d] = C->bstr[d];
+        base.strides[0][d] = A->bstr[d];
+        base.strides[1][d] = B->bstr[d];
+        base.strides[2][d] = C->bstr[d];
     }
+    /* Small matrices (attention heads): one GEMM per thread, each on a
+     * single thread, beats splitting every small GEMM. Not when C is shared
+     * across the batch (accumulation), nor when the GEMM layer cannot be
+     * entered from a parallel region. */
+    bool par = !acc && nbatch > 1 && (double)m * (double)n * (double)k < RM_BATCH_PAR_MAX &&
+               rm_gemm_threading() == RM_GEMM_THREADS_OMP;
+#pragma omp parallel for schedule(static) if (par)
     for (int64_t i = 0; i < nbatch; i++) {
+        rm_iter it = base;
+        rm_iter_seek(&it, i);
         gemm_dt(dt, ta, tb, m, n, k, A->p + (size_t)it.off[0] * es, lda,
                 B->p + (size_t)it.off[1] * es, ldb, beta, C->p + (size_t)it.off[2] * es, ldc);
-        rm_iter_next(&it);
     }
 }
 

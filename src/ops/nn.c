@@ -30,6 +30,14 @@
 typedef float f32;
 typedef double f64;
 
+/* Row kernels shared with loss.c (cross_entropy), which declares them too. */
+f32 rm_row_max_f32(const f32 *restrict x, int64_t n);
+f64 rm_row_max_f64(const f64 *restrict x, int64_t n);
+f32 rm_row_expsum_f32(const f32 *restrict x, f32 sub, f32 *restrict y, int64_t n);
+f64 rm_row_expsum_f64(const f64 *restrict x, f64 sub, f64 *restrict y, int64_t n);
+void rm_row_exp_scale_f32(const f32 *restrict x, f32 sub, f32 scale, f32 *restrict y, int64_t n);
+void rm_row_exp_scale_f64(const f64 *restrict x, f64 sub, f64 scale, f64 *restrict y, int64_t n);
+
 /* ---- exp for f32 -------------------------------------------------------------------------
  * libm's expf is a function call the compiler cannot vectorise, and it
  * dominates softmax and cross_entropy over wide rows. This is the Cephes
@@ -74,25 +82,41 @@ static inline float nn_expf(float x) {
     return res;
 }
 
+/* ---- row max -------------------------------------------------------------------------
+ * Max of a row through an order-preserving integer key of each float
+ * (flip the magnitude bits of negatives): GCC does not vectorise a float
+ * `v > m ? v : m` reduction without -ffast-math, but does the integer one.
+ * A NaN anywhere makes the result NaN (exp(x - NaN) then poisons the row,
+ * as in PyTorch). */
+#define ROWMAX_KERNEL(T, IT, MINV, SH, ABS, INF)                                              \
+    T rm_row_max_##T(const T *restrict x, int64_t n) {                                        \
+        IT m = MINV; /* below every key */                                                    \
+        IT nan = 0;                                                                           \
+        for (int64_t i = 0; i < n; i++) {                                                     \
+            IT b;                                                                             \
+            memcpy(&b, x + i, sizeof b);                                                      \
+            IT k = b ^ ((b >> SH) & ABS);                                                     \
+            m = k > m ? k : m;                                                                \
+            nan |= (b & ABS) > INF;                                                           \
+        }                                                                                     \
+        if (nan) return (T)NAN;                                                               \
+        if (n == 0) return -INFINITY;                                                         \
+        IT b = m ^ ((m >> SH) & ABS);                                                         \
+        T v;                                                                                  \
+        memcpy(&v, &b, sizeof v);                                                             \
+        return v;                                                                             \
+    }
+
+ROWMAX_KERNEL(f32, int32_t, INT32_MIN, 31, INT32_C(0x7FFFFFFF), INT32_C(0x7F800000))
+ROWMAX_KERNEL(f64, int64_t, INT64_MIN, 63, INT64_C(0x7FFFFFFFFFFFFFFF), INT64_C(0x7FF0000000000000))
+
 /* ---- softmax / log_softmax kernels ----------------------------------------------------- */
 #define NN_LANES 16
 #define SOFTMAX_KERNELS(T, EXPF, LOGF)                                                        \
-    /* Row helpers with NN_LANES independent accumulators so they vectorise without          \
-     * reassociation flags. NaN inputs are skipped by the max but poison the sum, so a       \
-     * row with a NaN comes out all NaN (as PyTorch). */                                      \
-    static T rowmax_##T(const T *restrict x, int64_t n) {                                     \
-        T m[NN_LANES];                                                                        \
-        for (int j = 0; j < NN_LANES; j++) m[j] = -INFINITY;                                  \
-        int64_t i = 0;                                                                        \
-        for (; i + NN_LANES <= n; i += NN_LANES)                                              \
-            for (int j = 0; j < NN_LANES; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];      \
-        for (; i < n; i++) m[0] = x[i] > m[0] ? x[i] : m[0];                                  \
-        T r = m[0];                                                                           \
-        for (int j = 1; j < NN_LANES; j++) r = m[j] > r ? m[j] : r;                           \
-        return r;                                                                             \
-    }                                                                                         \
+    /* Row helpers (also used by cross_entropy in loss.c). Float reductions use NN_LANES      \
+     * independent accumulators so they vectorise without reassociation flags. */             \
     /* sum_i exp(x[i] - sub); also stores the terms in y unless y is NULL */                  \
-    static T expsum_##T(const T *restrict x, T sub, T *restrict y, int64_t n) {               \
+    T rm_row_expsum_##T(const T *restrict x, T sub, T *restrict y, int64_t n) {               \
         T acc[NN_LANES];                                                                      \
         for (int j = 0; j < NN_LANES; j++) acc[j] = 0;                                        \
         int64_t i = 0;                                                                        \
@@ -117,6 +141,10 @@ static inline float nn_expf(float x) {
         return acc[0];                                                                        \
     }                                                                                         \
                                                                                               \
+    /* y[i] = exp(x[i] - sub) * scale */                                                      \
+    void rm_row_exp_scale_##T(const T *restrict x, T sub, T scale, T *restrict y, int64_t n) { \
+        for (int64_t i = 0; i < n; i++) y[i] = EXPF(x[i] - sub) * scale;                      \
+    }                                                                                         \
     /* y = softmax or log_softmax of x (O, R, I) over R. */                                   \
     static void softmax_fwd_##T(const T *restrict x, T *restrict y, int64_t O, int64_t R,     \
                                 int64_t I, bool log_out) {                                    \
@@ -126,13 +154,13 @@ static inline float nn_expf(float x) {
             for (int64_t o = 0; o < O; o++) {                                                 \
                 const T *xo = x + o * R;                                                      \
                 T *yo = y + o * R;                                                            \
-                T mx = rowmax_##T(xo, R);                                                     \
+                T mx = rm_row_max_##T(xo, R);                                                 \
                 if (mx == -INFINITY) mx = 0; /* all -inf: avoid inf - inf */                  \
                 if (log_out) {                                                                \
-                    T lse = mx + LOGF(expsum_##T(xo, mx, NULL, R));                           \
+                    T lse = mx + LOGF(rm_row_expsum_##T(xo, mx, NULL, R));                    \
                     for (int64_t r = 0; r < R; r++) yo[r] = xo[r] - lse;                      \
                 } else {                                                                      \
-                    T inv = (T)1 / expsum_##T(xo, mx, yo, R);                                 \
+                    T inv = (T)1 / rm_row_expsum_##T(xo, mx, yo, R);                          \
                     for (int64_t r = 0; r < R; r++) yo[r] *= inv;                             \
                 }                                                                             \
             }                                                                                 \
@@ -336,6 +364,43 @@ int remat_log_softmax(remat_tensor **out, remat_tensor *a, int dim) {
 
 /* ---- layer_norm ------------------------------------------------------------------------- */
 #define LAYERNORM_KERNELS(T, SQRTF)                                                           \
+    /* Row mean and biased variance (two passes, 8 double lanes so it vectorises). */         \
+    static void ln_stats_##T(const T *restrict xn, int64_t C, double *mean, double *var) {    \
+        double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                               \
+        int64_t c = 0;                                                                        \
+        for (; c + 8 <= C; c += 8)                                                            \
+            for (int j = 0; j < 8; j++) a[j] += (double)xn[c + j];                            \
+        for (; c < C; c++) a[0] += (double)xn[c];                                             \
+        double m = (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))) / (double)C; \
+        for (int j = 0; j < 8; j++) a[j] = 0;                                                 \
+        for (c = 0; c + 8 <= C; c += 8)                                                       \
+            for (int j = 0; j < 8; j++) {                                                     \
+                double d = (double)xn[c + j] - m;                                             \
+                a[j] += d * d;                                                                \
+            }                                                                                 \
+        for (; c < C; c++) a[0] += ((double)xn[c] - m) * ((double)xn[c] - m);                 \
+        *mean = m;                                                                            \
+        *var = (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))) / (double)C; \
+    }                                                                                         \
+    /* s1 = sum_c w*g, s2 = sum_c w*g*norm for one row (w may be NULL: ones) */               \
+    static void ln_bsums_##T(const T *restrict gn, const T *restrict xn, const T *restrict w, \
+                             T mn, T rs, int64_t C, double *s1, double *s2) {                 \
+        double a[8] = {0, 0, 0, 0, 0, 0, 0, 0}, b[8] = {0, 0, 0, 0, 0, 0, 0, 0};              \
+        int64_t c = 0;                                                                        \
+        for (; c + 8 <= C; c += 8)                                                            \
+            for (int j = 0; j < 8; j++) {                                                     \
+                T wg = w ? w[c + j] * gn[c + j] : gn[c + j];                                  \
+                a[j] += (double)wg;                                                           \
+                b[j] += (double)(wg * ((xn[c + j] - mn) * rs));                               \
+            }                                                                                 \
+        for (; c < C; c++) {                                                                  \
+            T wg = w ? w[c] * gn[c] : gn[c];                                                  \
+            a[0] += (double)wg;                                                               \
+            b[0] += (double)(wg * ((xn[c] - mn) * rs));                                       \
+        }                                                                                     \
+        *s1 = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));              \
+        *s2 = ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7]));              \
+    }                                                                                         \
     /* x (N, C) -> y (N, C); mean, rstd (N). w, b (C) or NULL. */                             \
     static void layernorm_fwd_##T(const T *restrict x, const T *restrict w,                   \
                                   const T *restrict b, T *restrict y, T *restrict mean,       \
@@ -343,15 +408,8 @@ int remat_log_softmax(remat_tensor **out, remat_tensor *a, int dim) {
         _Pragma("omp parallel for if (N * C > RM_OMP_MIN / 4)")                               \
         for (int64_t n = 0; n < N; n++) {                                                     \
             const T *xn = x + n * C;                                                          \
-            double m = 0;                                                                     \
-            for (int64_t c = 0; c < C; c++) m += xn[c];                                       \
-            m /= (double)C;                                                                   \
-            double v = 0;                                                                     \
-            for (int64_t c = 0; c < C; c++) {                                                 \
-                double dv = (double)xn[c] - m;                                                \
-                v += dv * dv;                                                                 \
-            }                                                                                 \
-            v /= (double)C; /* biased variance, as PyTorch */                                 \
+            double m, v;                                                                      \
+            ln_stats_##T(xn, C, &m, &v);                                                      \
             T s = (T)(1.0 / sqrt(v + eps));                                                   \
             T mt = (T)m;                                                                      \
             T *yn = y + n * C;                                                                \
@@ -378,13 +436,8 @@ int remat_log_softmax(remat_tensor **out, remat_tensor *a, int dim) {
             for (int64_t n = 0; n < N; n++) {                                                 \
                 const T *gn = g + n * C, *xn = x + n * C;                                     \
                 T mn = mean[n], rs = rstd[n];                                                 \
-                double s1 = 0, s2 = 0;                                                        \
-                for (int64_t c = 0; c < C; c++) {                                             \
-                    T norm = (xn[c] - mn) * rs;                                               \
-                    T wg = w ? w[c] * gn[c] : gn[c];                                          \
-                    s1 += wg;                                                                 \
-                    s2 += wg * norm;                                                          \
-                }                                                                             \
+                double s1, s2;                                                                \
+                ln_bsums_##T(gn, xn, w, mn, rs, C, &s1, &s2);                                 \
                 T m1 = (T)(s1 / (double)C), m2 = (T)(s2 / (double)C);                         \
                 T *d = dx + n * C;                                                            \
                 for (int64_t c = 0; c < C; c++) {                                             \

@@ -7,10 +7,11 @@
  * a 3-dim tensor) are reduced one pass at a time, innermost first.
  *
  * Accuracy: f32 sums accumulate in f32 (as PyTorch does), but never as one
- * long running sum: rows (I == 1) use a pairwise (cascade) sum over blocks
- * of 8 lanes, columns (I > 1) a pairwise sum over blocks of 16 rows,
- * vectorised across the columns. The rounding error then grows like
- * O(log R) instead of O(R). The summation order depends only on the shape,
+ * long running sum: rows (I == 1) use a pairwise (cascade) sum whose
+ * leaves are blocks of <= 256 elements spread over 32 lanes, columns
+ * (I > 1) a pairwise sum over blocks of 16 rows, vectorised across the
+ * columns. The rounding error then grows like O(log R) instead of O(R)
+ * (PyTorch's cascade sum makes the same trade). The summation order depends only on the shape,
  * never on the thread count, so results are bitwise reproducible.
  *
  * Parallelism: over the kept elements (rows of O, or O x column blocks).
@@ -27,22 +28,52 @@
 #define RED_ROW_CHUNK 16384 /* elements per partial sum when a long row is split */
 #define RED_MAX_DEPTH 64    /* recursion levels of the pairwise column sum */
 
+typedef float f32;
+typedef double f64;
+
+/* ---- max through integer keys ----------------------------------------------------------
+ * GCC does not vectorise a float `v > m ? v : m` reduction without
+ * -ffast-math, but does the integer one. Flipping the magnitude bits of
+ * negative floats gives an integer key with the same order as the values
+ * (-0 sorts just below +0, which compare equal anyway: the caller searches
+ * for the first element == the max). NaNs are flagged separately. */
+#define MAXKEY(T, IT, MINV, SH, ABS, INF)                                                     \
+    /* Returns true if x holds a NaN; else *best = max(x). n >= 1. */                         \
+    static bool rowmax_key_##T(const T *restrict x, int64_t n, T *best) {                     \
+        IT m = MINV, nan = 0;                                                                 \
+        for (int64_t i = 0; i < n; i++) {                                                     \
+            IT b;                                                                             \
+            memcpy(&b, x + i, sizeof b);                                                      \
+            IT k = b ^ ((b >> SH) & ABS);                                                     \
+            m = k > m ? k : m;                                                                \
+            nan |= (b & ABS) > INF;                                                           \
+        }                                                                                     \
+        IT b = m ^ ((m >> SH) & ABS);                                                         \
+        memcpy(best, &b, sizeof b);                                                           \
+        return nan != 0;                                                                      \
+    }
+
+MAXKEY(f32, int32_t, INT32_MIN, 31, INT32_C(0x7FFFFFFF), INT32_C(0x7F800000))
+MAXKEY(f64, int64_t, INT64_MIN, 63, INT64_C(0x7FFFFFFFFFFFFFFF), INT64_C(0x7FF0000000000000))
+
 /* ---- kernels ------------------------------------------------------------------------- */
 #define REDUCE_KERNELS(T)                                                                     \
-    /* Pairwise sum of n contiguous elements: blocks of <= 128 use 8 independent lanes        \
-     * (vectorisable); longer ranges split in half. */                                        \
+    /* Pairwise sum of n contiguous elements: blocks of <= 256 use 32 independent lanes       \
+     * (several vector accumulators, so the adds are not latency-bound) combined pairwise;    \
+     * longer ranges split in half at a multiple of 32. */                                    \
     static T sum_contig_##T(const T *restrict x, int64_t n) {                                 \
-        if (n <= 128) {                                                                       \
-            T acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                              \
+        if (n <= 256) {                                                                       \
+            T acc[32];                                                                        \
+            for (int j = 0; j < 32; j++) acc[j] = 0;                                          \
             int64_t i = 0;                                                                    \
-            for (; i + 8 <= n; i += 8)                                                        \
-                for (int j = 0; j < 8; j++) acc[j] += x[i + j];                               \
-            T s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +                                   \
-                  ((acc[4] + acc[5]) + (acc[6] + acc[7]));                                    \
-            for (; i < n; i++) s += x[i];                                                     \
-            return s;                                                                         \
+            for (; i + 32 <= n; i += 32)                                                      \
+                for (int j = 0; j < 32; j++) acc[j] += x[i + j];                              \
+            for (int j = 0; i < n; i++, j++) acc[j] += x[i];                                  \
+            for (int w = 16; w > 0; w /= 2)                                                   \
+                for (int j = 0; j < w; j++) acc[j] += acc[j + w];                             \
+            return acc[0];                                                                    \
         }                                                                                     \
-        int64_t h = (n / 2 + 7) & ~(int64_t)7; /* keep blocks 8-aligned */                    \
+        int64_t h = (n / 2 + 31) & ~(int64_t)31;                                              \
         return sum_contig_##T(x, h) + sum_contig_##T(x + h, n - h);                           \
     }                                                                                         \
                                                                                               \
@@ -120,35 +151,13 @@
                             T *restrict y, int64_t *restrict idx) {                           \
         int64_t total = O * R * I;                                                            \
         if (I == 1) {                                                                         \
-            /* rows: a vectorisable max over 16 lanes (NaN-blind), a NaN flag, then a         \
+            /* rows: a vectorisable integer-key max plus a NaN flag (see MAXKEY), then a      \
              * search for the first position holding the result */                          \
             _Pragma("omp parallel for if (total > RM_OMP_MIN)")                               \
             for (int64_t o = 0; o < O; o++) {                                                 \
                 const T *xo = x + o * R;                                                      \
-                T m[16];                                                                      \
-                int nan[16];                                                                  \
-                for (int j = 0; j < 16; j++) {                                                \
-                    m[j] = xo[0];                                                             \
-                    nan[j] = 0;                                                               \
-                }                                                                             \
-                int64_t r = 0;                                                                \
-                for (; r + 16 <= R; r += 16)                                                  \
-                    for (int j = 0; j < 16; j++) {                                            \
-                        T v = xo[r + j];                                                      \
-                        m[j] = v > m[j] ? v : m[j];                                           \
-                        nan[j] |= v != v;                                                     \
-                    }                                                                         \
-                for (; r < R; r++) {                                                          \
-                    T v = xo[r];                                                              \
-                    m[0] = v > m[0] ? v : m[0];                                               \
-                    nan[0] |= v != v;                                                         \
-                }                                                                             \
-                T best = m[0];                                                                \
-                int any_nan = nan[0];                                                         \
-                for (int j = 1; j < 16; j++) {                                                \
-                    best = m[j] > best ? m[j] : best;                                         \
-                    any_nan |= nan[j];                                                        \
-                }                                                                             \
+                T best;                                                                       \
+                bool any_nan = rowmax_key_##T(xo, R, &best);                                  \
                 int64_t at = 0;                                                               \
                 if (any_nan) {                                                                \
                     while (xo[at] == xo[at]) at++;                                            \
@@ -197,8 +206,6 @@
         }                                                                                     \
     }
 
-typedef float f32;
-typedef double f64;
 REDUCE_KERNELS(f32)
 REDUCE_KERNELS(f64)
 

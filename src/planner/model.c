@@ -1,0 +1,421 @@
+/*
+ * src/planner/model.c — the planner's cost/memory model, plan trees
+ * (construction, validation, evaluation), the printers and the simple
+ * plans (store-all, P's checkpoint_sequential).
+ *
+ * Model (bytes; see include/remat/planner.h): processing a sub-chain
+ * [s..t] whose input is kept outside, with the output gradient D(t) live:
+ *   store s:   max(D + fpa[s], x[s+1] + abar[s] + bp[s], abar[s] + rest)
+ *   ckpt s..e: max(D + fpn[s], D + x[k] + fpn[k] for s < k <= e,
+ *                  x[e+1] + rest, children processed with D(e))
+ * where `rest` is the peak of the siblings that follow. Time: every stage's
+ * forward runs 1 + depth times, its backward once.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../internal.h"
+#include "planner_internal.h"
+
+/* ---- model ------------------------------------------------------------------------ */
+static uint64_t u64max(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+int pl_model_init(pl_model *m, const remat_profile *p, const char *call) {
+    memset(m, 0, sizeof *m);
+    if (!p) return rm_err(REMAT_EINVAL, "%s: profile is NULL", call);
+    if (p->n_stages < 1 || !p->stages)
+        return rm_err(REMAT_EINVAL, "%s: profile has no stages (n_stages %d)", call, p->n_stages);
+    int L = p->n_stages;
+    m->L = L;
+    m->x = calloc((size_t)L + 1, sizeof *m->x);
+    m->abar = calloc((size_t)L, sizeof *m->abar);
+    m->fpa = calloc((size_t)L, sizeof *m->fpa);
+    m->fpn = calloc((size_t)L, sizeof *m->fpn);
+    m->bp = calloc((size_t)L, sizeof *m->bp);
+    m->uf = calloc((size_t)L, sizeof *m->uf);
+    m->ub = calloc((size_t)L, sizeof *m->ub);
+    if (!m->x || !m->abar || !m->fpa || !m->fpn || !m->bp || !m->uf || !m->ub) {
+        pl_model_free(m);
+        return rm_err(REMAT_ENOMEM, "%s: out of memory for %d stages", call, L);
+    }
+    m->x[0] = p->stages[0].input_bytes;
+    for (int k = 0; k < L; k++) {
+        const remat_stage_profile *s = &p->stages[k];
+        if (!(s->fwd_time >= 0) || !(s->bwd_time >= 0) || isinf(s->fwd_time) ||
+            isinf(s->bwd_time)) {
+            pl_model_free(m);
+            return rm_err(REMAT_EINVAL, "%s: stage %d has invalid times (fwd %g s, bwd %g s)",
+                          call, k, s->fwd_time, s->bwd_time);
+        }
+        m->x[k + 1] = s->output_bytes;
+        m->abar[k] = (uint64_t)s->output_bytes + s->saved_bytes;
+        /* A peak below what the step leaves behind would be a measurement
+         * glitch; the model never assumes less than what stays live. */
+        m->fpa[k] = u64max(s->fwd_peak, m->abar[k]);
+        m->fpn[k] = u64max(s->fwd_peak_nosave, s->output_bytes);
+        m->bp[k] = s->bwd_peak;
+        m->uf[k] = s->fwd_time;
+        m->ub[k] = s->bwd_time;
+    }
+    return REMAT_OK;
+}
+
+void pl_model_free(pl_model *m) {
+    if (!m) return;
+    free(m->x);
+    free(m->abar);
+    free(m->fpa);
+    free(m->fpn);
+    free(m->bp);
+    free(m->uf);
+    free(m->ub);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- builder ---------------------------------------------------------------------- */
+int pl_push(pl_builder *b, remat_plan_op op, int first, int last, int depth, int parent) {
+    if (b->failed) return -1;
+    if (b->n == b->cap) {
+        int cap = b->cap ? b->cap * 2 : 16;
+        remat_plan_node *nn = realloc(b->nodes, (size_t)cap * sizeof *nn);
+        if (!nn) {
+            b->failed = 1;
+            return -1;
+        }
+        b->nodes = nn;
+        b->cap = cap;
+    }
+    b->nodes[b->n] = (remat_plan_node){op, first, last, depth, parent};
+    return b->n++;
+}
+
+int pl_build_store_all(pl_builder *b, int n_stages) {
+    for (int k = 0; k < n_stages; k++) pl_push(b, REMAT_PLAN_STORE, k, k, 0, -1);
+    return b->failed ? REMAT_ENOMEM : REMAT_OK;
+}
+
+/* next[i]: index just past node i's subtree (nodes are in pre-order). */
+static int *subtree_ends(const remat_plan_node *nodes, int n) {
+    int *next = malloc((size_t)(n > 0 ? n : 1) * sizeof *next);
+    if (!next) return NULL;
+    for (int i = n - 1; i >= 0; i--) {
+        int j = i + 1;
+        if (nodes[i].op == REMAT_PLAN_CHECKPOINT)
+            while (j < n && nodes[j].parent == i) j = next[j];
+        next[i] = j;
+    }
+    return next;
+}
+
+static int validate_level(const remat_plan *p, const int *next, int i, int end, int s, int t,
+                          int depth, int parent, const char *call) {
+    int cur = s;
+    if (i >= end)
+        return rm_err(REMAT_EINVAL, "%s: plan node %d (checkpoint of stages %d-%d) has no children",
+                      call, parent, s, t);
+    for (; i < end; i = next[i]) {
+        const remat_plan_node *nd = &p->nodes[i];
+        if (nd->parent != parent || nd->depth != depth || nd->first != cur ||
+            nd->last < nd->first || nd->last > t ||
+            (nd->op != REMAT_PLAN_STORE && nd->op != REMAT_PLAN_CHECKPOINT) ||
+            (nd->op == REMAT_PLAN_STORE && nd->last != nd->first) || next[i] > end)
+            return rm_err(REMAT_EINVAL,
+                          "%s: malformed plan: node %d (op %d, stages %d-%d, depth %d, parent %d) "
+                          "where stage %d at depth %d under node %d was expected",
+                          call, i, (int)nd->op, nd->first, nd->last, nd->depth, nd->parent, cur,
+                          depth, parent);
+        if (nd->op == REMAT_PLAN_CHECKPOINT) {
+            int rc = validate_level(p, next, i + 1, next[i], nd->first, nd->last, depth + 1, i,
+                                    call);
+            if (rc) return rc;
+        }
+        cur = nd->last + 1;
+    }
+    if (cur != t + 1)
+        return rm_err(REMAT_EINVAL, "%s: malformed plan: stages %d-%d are not covered", call, cur,
+                      t);
+    return REMAT_OK;
+}
+
+int pl_validate(const remat_plan *plan, const char *call) {
+    if (!plan) return rm_err(REMAT_EINVAL, "%s: plan is NULL", call);
+    if (plan->n_stages < 1 || plan->n_nodes < 1 || !plan->nodes || !plan->stages)
+        return rm_err(REMAT_EINVAL, "%s: plan is empty (%d stages, %d nodes)", call,
+                      plan->n_stages, plan->n_nodes);
+    int *next = subtree_ends(plan->nodes, plan->n_nodes);
+    if (!next) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    int rc = validate_level(plan, next, 0, plan->n_nodes, 0, plan->n_stages - 1, 0, -1, call);
+    free(next);
+    return rc;
+}
+
+/* Peak of the sibling list starting at node i (up to `end`) covering stages
+ * up to t, relative to the bytes live when the level starts. */
+static uint64_t level_peak(const remat_plan_node *nodes, const int *next, const pl_model *m,
+                           int i, int end, int t) {
+    uint64_t D = pl_dout(m, t), off = 0, peak = 0;
+    for (; i < end; i = next[i]) {
+        const remat_plan_node *nd = &nodes[i];
+        int s = nd->first;
+        if (nd->op == REMAT_PLAN_STORE) {
+            peak = u64max(peak, off + D + m->fpa[s]);
+            peak = u64max(peak, off + m->x[s + 1] + m->abar[s] + m->bp[s]);
+            off += m->abar[s];
+        } else {
+            int e = nd->last;
+            uint64_t f = D + m->fpn[s];
+            for (int k = s + 1; k <= e; k++) f = u64max(f, D + m->x[k] + m->fpn[k]);
+            peak = u64max(peak, off + f);
+            peak = u64max(peak, off + level_peak(nodes, next, m, i + 1, next[i], e));
+            off += m->x[e + 1];
+        }
+    }
+    return peak;
+}
+
+int pl_eval(const remat_plan *plan, const pl_model *m, uint64_t *peak, double *time) {
+    if (plan->n_stages != m->L) return -1;
+    int *next = subtree_ends(plan->nodes, plan->n_nodes);
+    if (!next) return -1;
+    *peak = level_peak(plan->nodes, next, m, 0, plan->n_nodes, m->L - 1);
+    free(next);
+    double tm = 0;
+    for (int k = 0; k < m->L; k++) tm += plan->stages[k].n_forward * m->uf[k] + m->ub[k];
+    *time = tm;
+    return 0;
+}
+
+int pl_finish(remat_plan **out, pl_builder *b, int n_stages, remat_plan_kind kind,
+              const pl_model *model, const char *call) {
+    *out = NULL;
+    if (b->failed) {
+        free(b->nodes);
+        memset(b, 0, sizeof *b);
+        return rm_err(REMAT_ENOMEM, "%s: out of memory building the plan", call);
+    }
+    remat_plan *p = calloc(1, sizeof *p);
+    remat_plan_stage *st = calloc((size_t)n_stages, sizeof *st);
+    if (!p || !st) {
+        free(p);
+        free(st);
+        free(b->nodes);
+        memset(b, 0, sizeof *b);
+        return rm_err(REMAT_ENOMEM, "%s: out of memory building the plan", call);
+    }
+    p->kind = kind;
+    p->n_stages = n_stages;
+    p->stages = st;
+    p->nodes = b->nodes;
+    p->n_nodes = b->n;
+    memset(b, 0, sizeof *b);
+    for (int i = 0; i < p->n_nodes; i++) {
+        const remat_plan_node *nd = &p->nodes[i];
+        if (nd->first < 0 || nd->last >= n_stages) continue; /* validate reports it */
+        if (nd->op == REMAT_PLAN_STORE) {
+            st[nd->first].n_forward = 1 + nd->depth;
+            if (nd->depth == 0) st[nd->first].action = REMAT_STAGE_STORE;
+        } else if (nd->depth == 0) {
+            st[nd->first].action = REMAT_STAGE_CHECKPOINT;
+            for (int k = nd->first + 1; k <= nd->last; k++) st[k].action = REMAT_STAGE_RECOMPUTE;
+        }
+    }
+    int rc = pl_validate(p, call);
+    if (rc) {
+        remat_plan_free(p);
+        return rc;
+    }
+    for (int k = 0; k < n_stages; k++) p->n_recomputed += st[k].n_forward - 1;
+    if (model) {
+        uint64_t peak;
+        double tm;
+        if (pl_eval(p, model, &peak, &tm)) {
+            remat_plan_free(p);
+            return rm_err(REMAT_ENOMEM, "%s: out of memory evaluating the plan", call);
+        }
+        p->has_profile = true;
+        p->peak_bytes = (size_t)peak;
+        p->time = tm;
+        p->time_store_all = 0;
+        uint64_t sa = 0, off = 0;
+        for (int k = 0; k < model->L; k++) {
+            p->time_store_all += model->uf[k] + model->ub[k];
+            /* top level: no output gradient until the loss */
+            sa = u64max(sa, off + model->fpa[k]);
+            sa = u64max(sa, off + model->x[k + 1] + model->abar[k] + model->bp[k]);
+            off += model->abar[k];
+        }
+        p->peak_store_all = (size_t)sa;
+        uint64_t mn;
+        pl_builder tmp = {0};
+        if (pl_min_peak(model, &mn, &tmp, call) == REMAT_OK) p->min_budget_bytes = (size_t)mn;
+        free(tmp.nodes);
+    } else {
+        /* Units of one stage forward: every forward run plus one backward
+         * per stage counted as one. */
+        p->time = (double)n_stages + (double)p->n_recomputed + (double)n_stages;
+        p->time_store_all = 2.0 * n_stages;
+    }
+    *out = p;
+    return REMAT_OK;
+}
+
+void remat_plan_free(remat_plan *plan) {
+    if (!plan) return;
+    pl_plan_internal_free(plan);
+    free(plan->nodes);
+    free(plan->stages);
+    free(plan);
+}
+
+/* ---- P's checkpoint_sequential --------------------------------------------------- */
+static int stages_for(const remat_profile *profile, int n_stages, const char *call, int *L) {
+    if (profile) {
+        if (profile->n_stages < 1 || !profile->stages)
+            return rm_err(REMAT_EINVAL, "%s: profile has no stages", call);
+        if (n_stages != 0 && n_stages != profile->n_stages)
+            return rm_err(REMAT_EINVAL, "%s: n_stages %d does not match the profile's %d stages",
+                          call, n_stages, profile->n_stages);
+        *L = profile->n_stages;
+        return REMAT_OK;
+    }
+    if (n_stages < 1) return rm_err(REMAT_EINVAL, "%s: n_stages must be >= 1, got %d", call, n_stages);
+    *L = n_stages;
+    return REMAT_OK;
+}
+
+int remat_plan_sequential(remat_plan **out, const remat_profile *profile, int n_stages,
+                          int segments) {
+    static const char *call = "remat_plan_sequential";
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
+    *out = NULL;
+    int L;
+    int rc = stages_for(profile, n_stages, call, &L);
+    if (rc) return rc;
+    if (segments < 1) return rm_err(REMAT_EINVAL, "%s: segments must be >= 1, got %d", call, segments);
+    if (segments > L) segments = L; /* chunks of zero stages mean nothing */
+    pl_model model, *mp = NULL;
+    if (profile) {
+        rc = pl_model_init(&model, profile, call);
+        if (rc) return rc;
+        mp = &model;
+    }
+    pl_builder b = {0};
+    int size = L / segments, k = 0;
+    for (int c = 0; c < segments - 1; c++) {
+        int p = pl_push(&b, REMAT_PLAN_CHECKPOINT, k, k + size - 1, 0, -1);
+        for (int j = 0; j < size; j++, k++) pl_push(&b, REMAT_PLAN_STORE, k, k, 1, p);
+    }
+    for (; k < L; k++) pl_push(&b, REMAT_PLAN_STORE, k, k, 0, -1);
+    rc = pl_finish(out, &b, L, REMAT_PLAN_SEQUENTIAL, mp, call);
+    if (!rc) (*out)->checkpoints = segments;
+    if (mp) pl_model_free(mp);
+    return rc;
+}
+
+/* ---- printers ------------------------------------------------------------------- */
+void remat_profile_print(const remat_profile *p, FILE *f) {
+    if (!p || !f || !p->stages) return;
+    fprintf(f, "profile: %d stages%s\n", p->n_stages, p->runs ? "" : " (hand-made)");
+    if (p->runs) fprintf(f, "  (median of %d runs)\n", p->runs);
+    fprintf(f, "  %5s %9s %9s %9s %9s %9s %9s %9s %9s\n", "stage", "fwd ms", "bwd ms", "in MiB",
+            "out MiB", "saved MiB", "fwdpk MiB", "nosv MiB", "bwdpk MiB");
+    double tf = 0, tb = 0;
+    for (int k = 0; k < p->n_stages; k++) {
+        const remat_stage_profile *s = &p->stages[k];
+        tf += s->fwd_time;
+        tb += s->bwd_time;
+        fprintf(f, "  %5d %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f\n", k,
+                s->fwd_time * 1e3, s->bwd_time * 1e3, PL_MIB(s->input_bytes),
+                PL_MIB(s->output_bytes), PL_MIB(s->saved_bytes), PL_MIB(s->fwd_peak),
+                PL_MIB(s->fwd_peak_nosave), PL_MIB(s->bwd_peak));
+    }
+    fprintf(f, "  total %9.3f %9.3f\n", tf * 1e3, tb * 1e3);
+}
+
+static void print_level(FILE *f, const remat_plan *p, const int *next, int i, int end) {
+    bool first = true;
+    while (i < end) {
+        const remat_plan_node *nd = &p->nodes[i];
+        if (!first) fputc(' ', f);
+        first = false;
+        if (nd->op == REMAT_PLAN_STORE) {
+            /* compress a run of consecutive stored stages into "a-b" */
+            int j = i, lastk = nd->first;
+            while (next[j] < end && p->nodes[next[j]].op == REMAT_PLAN_STORE) {
+                j = next[j];
+                lastk = p->nodes[j].first;
+            }
+            if (lastk > nd->first) fprintf(f, "%d-%d", nd->first, lastk);
+            else fprintf(f, "%d", nd->first);
+            i = next[j];
+        } else {
+            fprintf(f, "[ckpt %d-%d: ", nd->first, nd->last);
+            print_level(f, p, next, i + 1, next[i]);
+            fputc(']', f);
+            i = next[i];
+        }
+    }
+}
+
+static const char *kind_name(remat_plan_kind k) {
+    switch (k) {
+    case REMAT_PLAN_OPTIMAL: return "optimal (rotor dynamic program)";
+    case REMAT_PLAN_MIN_MEMORY: return "minimal memory (budget too tight for the slot grid)";
+    case REMAT_PLAN_SEQUENTIAL: return "uniform segments (checkpoint_sequential)";
+    case REMAT_PLAN_REVOLVE: return "Revolve binomial schedule";
+    }
+    return "?";
+}
+
+static const char *action_name(remat_stage_action a) {
+    switch (a) {
+    case REMAT_STAGE_STORE: return "store";
+    case REMAT_STAGE_CHECKPOINT: return "checkpoint";
+    case REMAT_STAGE_RECOMPUTE: return "recompute";
+    }
+    return "?";
+}
+
+void remat_plan_print(const remat_plan *p, FILE *f) {
+    if (!p || !f || !p->nodes || !p->stages) return;
+    int n_ckpt = 0, maxd = 0;
+    for (int i = 0; i < p->n_nodes; i++) {
+        if (p->nodes[i].op == REMAT_PLAN_CHECKPOINT) {
+            n_ckpt++;
+            if (p->nodes[i].depth + 1 > maxd) maxd = p->nodes[i].depth + 1;
+        }
+    }
+    fprintf(f, "remat plan: %s\n", kind_name(p->kind));
+    fprintf(f, "  %d stages, %d checkpointed segments (nesting depth %d), %" PRId64
+               " stage forwards recomputed\n",
+            p->n_stages, n_ckpt, maxd, p->n_recomputed);
+    if (p->kind == REMAT_PLAN_REVOLVE) fprintf(f, "  checkpoints (c): %d\n", p->checkpoints);
+    if (p->kind == REMAT_PLAN_SEQUENTIAL) fprintf(f, "  segments: %d\n", p->checkpoints);
+    if (p->has_profile) {
+        if (p->kind == REMAT_PLAN_OPTIMAL || p->kind == REMAT_PLAN_MIN_MEMORY)
+            fprintf(f, "  budget %.2f MiB (%zu bytes, slots of %zu bytes), feasible from %.2f MiB\n",
+                    PL_MIB(p->budget_bytes), p->budget_bytes, p->slot_bytes,
+                    PL_MIB(p->min_budget_bytes));
+        fprintf(f, "  predicted peak %.2f MiB (store-all %.2f MiB, minimum %.2f MiB)\n",
+                PL_MIB(p->peak_bytes), PL_MIB(p->peak_store_all), PL_MIB(p->min_budget_bytes));
+        double over = p->time_store_all > 0 ? (p->time / p->time_store_all - 1.0) * 100.0 : 0.0;
+        fprintf(f, "  predicted step %.3f ms (store-all %.3f ms, %+.1f%%)\n", p->time * 1e3,
+                p->time_store_all * 1e3, over);
+    } else {
+        fprintf(f, "  predicted cost %.0f stage-steps (store-all %.0f)\n", p->time,
+                p->time_store_all);
+    }
+    int *next = subtree_ends(p->nodes, p->n_nodes);
+    if (next) {
+        fprintf(f, "  structure: ");
+        print_level(f, p, next, 0, p->n_nodes);
+        fputc('\n', f);
+        free(next);
+    }
+    fprintf(f, "  %5s  %-10s %8s\n", "stage", "action", "fwd runs");
+    for (int k = 0; k < p->n_stages; k++)
+        fprintf(f, "  %5d  %-10s %8d\n", k, action_name(p->stages[k].action),
+                p->stages[k].n_forward);
+}

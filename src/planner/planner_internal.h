@@ -1,0 +1,66 @@
+/*
+ * src/planner/planner_internal.h — shared pieces of the budget planner:
+ * the cost/memory model built from a profile, plan construction and
+ * evaluation. See include/remat/planner.h for the model in words.
+ *
+ * Stages are 0-based. x[k] is the size of stage k's input (x[0] the chain's
+ * input, x[k+1] = stage k's output); a sub-chain [s..t] is processed with
+ * its input a_{s-1} kept outside its share of memory and, unless t is the
+ * last stage, the gradient of its output (x[t+1] bytes) live throughout.
+ */
+#ifndef REMAT_PLANNER_INTERNAL_H
+#define REMAT_PLANNER_INTERNAL_H
+
+#include <stdint.h>
+
+#include "remat/planner.h"
+
+/* The model in bytes (exact) derived from a profile. */
+typedef struct pl_model {
+    int L;
+    uint64_t *x;    /* L + 1: x[k] = input bytes of stage k, x[L] = output of the chain */
+    uint64_t *abar; /* bytes a stored stage keeps: output + saved */
+    uint64_t *fpa;  /* forward peak when storing (>= abar) */
+    uint64_t *fpn;  /* forward peak when keeping nothing (>= output) */
+    uint64_t *bp;   /* backward peak above grad + kept bytes */
+    double *uf, *ub;
+} pl_model;
+
+int pl_model_init(pl_model *m, const remat_profile *p, const char *call);
+void pl_model_free(pl_model *m);
+/* Gradient of the output of a sub-chain ending at t, live while it runs. */
+static inline uint64_t pl_dout(const pl_model *m, int t) { return t < m->L - 1 ? m->x[t + 1] : 0; }
+
+/* Growable plan under construction. */
+typedef struct pl_builder {
+    remat_plan_node *nodes;
+    int n, cap;
+    int failed; /* ENOMEM seen */
+} pl_builder;
+
+/* Appends a node; returns its index (or -1 after an allocation failure). */
+int pl_push(pl_builder *b, remat_plan_op op, int first, int last, int depth, int parent);
+/* Turns the builder into a plan (derives per-stage actions); on success the
+ * builder's nodes belong to the plan. Evaluates it with `model` if given. */
+int pl_finish(remat_plan **out, pl_builder *b, int n_stages, remat_plan_kind kind,
+              const pl_model *model, const char *call);
+
+/* Predicted peak (bytes above the step's start) and time of a plan tree.
+ * Returns -1 if the tree is malformed. */
+int pl_eval(const remat_plan *plan, const pl_model *m, uint64_t *peak, double *time);
+/* Checks that the nodes form a valid tree covering stages [0, n_stages). */
+int pl_validate(const remat_plan *plan, const char *call);
+
+/* Minimal predicted peak over all plans (exact, bytes) and a plan that
+ * reaches it (with the least time among those the recursion sees). */
+int pl_min_peak(const pl_model *m, uint64_t *peak, pl_builder *b, const char *call);
+
+/* Frees the executor's registry of a plan (run.c). */
+void pl_plan_internal_free(remat_plan *plan);
+
+/* Store-everything plan. */
+int pl_build_store_all(pl_builder *b, int n_stages);
+
+#define PL_MIB(b) ((double)(b) / (1024.0 * 1024.0))
+
+#endif /* REMAT_PLANNER_INTERNAL_H */

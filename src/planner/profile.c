@@ -1,0 +1,329 @@
+/*
+ * src/planner/profile.c — measures the stages of a chain for the planner.
+ *
+ * Every stage runs on the output of the previous one, three ways per run:
+ *   1. forward with grad (what a stored stage does): time, peak, and the
+ *      bytes that stay live afterwards besides the output (saved tensors);
+ *   2. backward of that forward from a gradient of ones, through
+ *      remat_grad over the stage input and every leaf the stage reaches
+ *      (its parameters), so that weight gradients are computed as in
+ *      training but no .grad is touched: time and peak;
+ *   3. forward with saved-tensor hooks that keep nothing (what a stage
+ *      inside a checkpointed segment does on its first run): peak.
+ * Bytes come from the allocator's counters of the input's device (current
+ * bytes and peak after remat_alloc_reset_peak); times from the monotonic
+ * clock, median over the timed runs; peaks are the maximum over runs.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../internal.h"
+#include "planner_internal.h"
+
+#define PL_DEFAULT_RUNS 3
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int remat_profile_create(remat_profile **out, int n_stages) {
+    if (!out) return rm_err(REMAT_EINVAL, "remat_profile_create: out is NULL");
+    *out = NULL;
+    if (n_stages < 1)
+        return rm_err(REMAT_EINVAL, "remat_profile_create: n_stages must be >= 1, got %d",
+                      n_stages);
+    remat_profile *p = calloc(1, sizeof *p);
+    if (p) p->stages = calloc((size_t)n_stages, sizeof *p->stages);
+    if (!p || !p->stages) {
+        free(p);
+        return rm_err(REMAT_ENOMEM, "remat_profile_create: out of memory for %d stages",
+                      n_stages);
+    }
+    p->n_stages = n_stages;
+    *out = p;
+    return REMAT_OK;
+}
+
+void remat_profile_free(remat_profile *p) {
+    if (!p) return;
+    free(p->stages);
+    free(p);
+}
+
+/* ---- saved-tensor hooks that keep nothing ---------------------------------------- */
+static char g_dropped; /* handle of a dropped tensor */
+static void *drop_pack(void *ud, remat_tensor *t) {
+    (void)ud;
+    (void)t;
+    return &g_dropped;
+}
+static int drop_unpack(void *ud, void *handle, remat_tensor **out) {
+    (void)ud;
+    (void)handle;
+    *out = NULL;
+    return rm_err(REMAT_ESTATE, "remat_profile_stages: internal: a dropped tensor was unpacked");
+}
+
+/* ---- leaves reached from a graph ---------------------------------------------------- */
+typedef struct ptr_set {
+    void **v;
+    int n, cap;
+} ptr_set;
+
+static bool set_has(const ptr_set *s, const void *p) {
+    for (int i = 0; i < s->n; i++)
+        if (s->v[i] == p) return true;
+    return false;
+}
+
+static int set_add(ptr_set *s, void *p) {
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 32;
+        void **nv = realloc(s->v, (size_t)cap * sizeof *nv);
+        if (!nv) return REMAT_ENOMEM;
+        s->v = nv;
+        s->cap = cap;
+    }
+    s->v[s->n++] = p;
+    return REMAT_OK;
+}
+
+/* Collects into `leaves` every leaf tensor (AccumulateGrad) reachable from
+ * root, except `skip`. Iterative walk with an explicit stack. */
+static int collect_leaves(remat_node *root, const remat_tensor *skip, ptr_set *leaves) {
+    ptr_set seen = {0}, stack = {0};
+    int rc = REMAT_OK;
+    if (root) rc = set_add(&stack, root);
+    if (!rc && root) rc = set_add(&seen, root);
+    while (!rc && stack.n > 0) {
+        remat_node *n = stack.v[--stack.n];
+        if (n->leaf && n->leaf != skip && !set_has(leaves, n->leaf)) rc = set_add(leaves, n->leaf);
+        for (int i = 0; !rc && i < remat_node_num_next(n); i++) {
+            remat_node *c = remat_node_next(n, i);
+            if (c && !set_has(&seen, c)) {
+                rc = set_add(&seen, c);
+                if (!rc) rc = set_add(&stack, c);
+            }
+        }
+    }
+    free(seen.v);
+    free(stack.v);
+    return rc;
+}
+
+/* ---- one stage --------------------------------------------------------------------------- */
+typedef struct stage_meas {
+    double tf, tb;
+    size_t out_bytes, saved, fpa, fpn, bp;
+} stage_meas;
+
+static size_t peak_above(remat_device dev, size_t base) {
+    remat_alloc_stats st;
+    if (remat_alloc_stats_get(dev, &st)) return 0;
+    return st.peak_bytes > base ? st.peak_bytes - base : 0;
+}
+
+static size_t current_bytes(remat_device dev) {
+    remat_alloc_stats st;
+    if (remat_alloc_stats_get(dev, &st)) return 0;
+    return st.current_bytes;
+}
+
+static int call_stage(const remat_stage *st, int k, remat_tensor *in, remat_tensor **y) {
+    *y = NULL;
+    (void)k;
+    int rc = st->fn(st->user_data, &in, 1, y, 1);
+    if (rc) {
+        remat_release(*y);
+        *y = NULL;
+        return rc;
+    }
+    if (!*y) return rm_err(REMAT_EINVAL, "the stage returned no tensor");
+    return REMAT_OK;
+}
+
+/* Runs stage k once on `a` the three ways; *next (if non-NULL) receives a
+ * detached copy of the output. */
+static int measure_once(const remat_stage *st, int k, remat_tensor *a, remat_device dev,
+                        stage_meas *m, remat_tensor **next) {
+    remat_tensor *y = NULL, *g = NULL, **grads = NULL;
+    ptr_set leaves = {0};
+    int rc;
+
+    /* 1. storing forward */
+    size_t before = current_bytes(dev);
+    remat_alloc_reset_peak(dev);
+    double t0 = now_s();
+    rc = call_stage(st, k, a, &y);
+    double t1 = now_s();
+    if (rc) goto out;
+    m->tf = t1 - t0;
+    m->fpa = peak_above(dev, before);
+    size_t after = current_bytes(dev);
+    size_t stored = after > before ? after - before : 0;
+    m->out_bytes = remat_shares_storage(y, a) ? 0 : remat_storage_nbytes(y);
+    m->saved = stored > m->out_bytes ? stored - m->out_bytes : 0;
+
+    /* 2. backward (parameters included, .grad untouched) */
+    m->tb = 0;
+    m->bp = 0;
+    if (remat_requires_grad(y) && remat_grad_fn(y)) {
+        if (remat_requires_grad(a)) rc = set_add(&leaves, a);
+        if (!rc) rc = collect_leaves(remat_grad_fn(y), a, &leaves);
+        if (rc) {
+            rc = rm_err(REMAT_ENOMEM, "out of memory");
+            goto out;
+        }
+        rc = remat_full(&g, remat_ndim(y), remat_shape(y), 1.0, remat_tensor_dtype(y),
+                        remat_tensor_device(y));
+        if (rc) goto out;
+        if (leaves.n > 0) {
+            grads = calloc((size_t)leaves.n, sizeof *grads);
+            if (!grads) {
+                rc = rm_err(REMAT_ENOMEM, "out of memory");
+                goto out;
+            }
+            size_t before_b = current_bytes(dev);
+            remat_alloc_reset_peak(dev);
+            double t2 = now_s();
+            rc = remat_grad(1, &y, &g, leaves.n, (remat_tensor *const *)leaves.v, false, true,
+                            grads);
+            double t3 = now_s();
+            if (rc) goto out;
+            m->tb = t3 - t2;
+            m->bp = peak_above(dev, before_b);
+        }
+    }
+    if (grads)
+        for (int i = 0; i < leaves.n; i++) remat_release(grads[i]);
+    free(grads);
+    grads = NULL;
+    remat_release_p(&g);
+    remat_release_p(&y);
+
+    /* 3. forward keeping nothing (as inside a checkpoint) */
+    remat_saved_hooks drop = {drop_pack, drop_unpack, NULL, NULL};
+    rc = remat_saved_hooks_push(&drop);
+    if (rc) goto out;
+    before = current_bytes(dev);
+    remat_alloc_reset_peak(dev);
+    rc = call_stage(st, k, a, &y);
+    remat_saved_hooks_pop();
+    if (rc) goto out;
+    m->fpn = peak_above(dev, before);
+    if (next) {
+        rc = remat_detach(next, y);
+        if (!rc && remat_tensor_dtype(*next) != REMAT_I64)
+            rc = remat_set_requires_grad(*next, true);
+        if (rc) remat_release_p(next);
+    }
+out:
+    if (grads)
+        for (int i = 0; i < leaves.n; i++) remat_release(grads[i]);
+    free(grads);
+    free(leaves.v);
+    remat_release(g);
+    remat_release(y);
+    return rc;
+}
+
+int remat_profile_stages(remat_profile **out, int n_stages, const remat_stage *stages,
+                         remat_tensor *input, const remat_profile_options *opts) {
+    static const char *call = "remat_profile_stages";
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
+    *out = NULL;
+    if (!stages) return rm_err(REMAT_EINVAL, "%s: stages is NULL", call);
+    if (!input) return rm_err(REMAT_EINVAL, "%s: input is NULL", call);
+    if (n_stages < 1) return rm_err(REMAT_EINVAL, "%s: n_stages must be >= 1, got %d", call, n_stages);
+    for (int k = 0; k < n_stages; k++)
+        if (!stages[k].fn) return rm_err(REMAT_EINVAL, "%s: stages[%d].fn is NULL", call, k);
+    int runs = opts && opts->runs > 0 ? opts->runs : PL_DEFAULT_RUNS;
+    int warm = opts && opts->no_warmup ? 0 : 1;
+    if (opts && opts->runs < 0)
+        return rm_err(REMAT_EINVAL, "%s: runs must be >= 0, got %d", call, opts->runs);
+
+    remat_profile *p = NULL;
+    int rc = remat_profile_create(&p, n_stages);
+    if (rc) return rm_err_prefix(rc, call);
+    p->runs = runs;
+    double *tf = malloc((size_t)runs * sizeof *tf), *tb = malloc((size_t)runs * sizeof *tb);
+    if (!tf || !tb) {
+        free(tf);
+        free(tb);
+        remat_profile_free(p);
+        return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    }
+
+    remat_device dev = remat_tensor_device(input);
+    remat_rng_fork fork;
+    rc = remat_rng_fork_begin(&fork, dev.type == REMAT_CPU ? 0 : 1, &dev);
+    if (rc) {
+        free(tf);
+        free(tb);
+        remat_profile_free(p);
+        return rm_err_prefix(rc, call);
+    }
+    void *scope = rm_scope_suspend();
+    bool prev_grad = remat_enable_grad_begin();
+
+    remat_tensor *a = NULL;
+    rc = remat_detach(&a, input);
+    if (!rc && remat_tensor_dtype(a) != REMAT_I64) rc = remat_set_requires_grad(a, true);
+    for (int k = 0; !rc && k < n_stages; k++) {
+        remat_stage_profile *sp = &p->stages[k];
+        sp->input_bytes = remat_storage_nbytes(a);
+        remat_tensor *next = NULL;
+        for (int r = 0; r < warm + runs; r++) {
+            stage_meas m = {0};
+            bool last = r == warm + runs - 1;
+            rc = measure_once(&stages[k], k, a, dev, &m, last ? &next : NULL);
+            if (rc) {
+                char where[64];
+                snprintf(where, sizeof where, "%s: stage %d", call, k);
+                rm_err_prefix(rc, where);
+                break;
+            }
+            if (r >= warm) {
+                tf[r - warm] = m.tf;
+                tb[r - warm] = m.tb;
+            }
+            if (m.out_bytes > sp->output_bytes) sp->output_bytes = m.out_bytes;
+            if (m.saved > sp->saved_bytes) sp->saved_bytes = m.saved;
+            if (m.fpa > sp->fwd_peak) sp->fwd_peak = m.fpa;
+            if (m.fpn > sp->fwd_peak_nosave) sp->fwd_peak_nosave = m.fpn;
+            if (m.bp > sp->bwd_peak) sp->bwd_peak = m.bp;
+        }
+        if (rc) break;
+        sp->fwd_time = median(tf, runs);
+        sp->bwd_time = median(tb, runs);
+        remat_release(a);
+        a = next;
+    }
+    remat_release(a);
+
+    remat_grad_mode_restore(prev_grad);
+    rm_scope_resume(scope);
+    int rc2 = remat_rng_fork_end(&fork);
+    if (!rc && rc2) rc = rm_err_prefix(rc2, call);
+    free(tf);
+    free(tb);
+    if (rc) {
+        remat_profile_free(p);
+        return rc;
+    }
+    *out = p;
+    return REMAT_OK;
+}

@@ -1,0 +1,356 @@
+/*
+ * src/planner/run.c — executing a plan with nested non-reentrant
+ * checkpoints, plus the one-call conveniences and byte-size parsing.
+ *
+ * A plan level (the children of a CHECKPOINT node, or the top level) runs
+ * its nodes in order: a STORE node calls its stage; a CHECKPOINT node calls
+ * remat_checkpoint with a function that runs the node's own children. In
+ * the first forward every stage under a checkpoint keeps nothing (the
+ * checkpoint replaces what it saves by placeholders, inner checkpoints'
+ * inputs included); when backward reaches the segment, its recomputation
+ * runs the children again: stored children now keep their tensors and
+ * inner checkpoints keep only their inputs, to be recomputed in turn when
+ * backward reaches them. That is exactly the rotor schedule of the plan.
+ *
+ * A checkpointed function may run long after remat_plan_run returned (in
+ * backward), so its user_data must outlive the call: each plan keeps a
+ * small registry of execution contexts (one per distinct stage list and
+ * options it was run with) that lives until remat_plan_free.
+ */
+#include <ctype.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../internal.h"
+#include "planner_internal.h"
+
+typedef struct pl_runctx pl_runctx;
+typedef struct pl_seg {
+    const pl_runctx *rc;
+    int node;
+} pl_seg;
+
+struct pl_runctx {
+    pl_runctx *next_ctx;
+    const remat_plan *plan;
+    remat_stage *stages; /* copy of the caller's list */
+    remat_checkpoint_options opts;
+    int *next;           /* subtree ends */
+    pl_seg *segs;        /* user_data of each CHECKPOINT node */
+};
+
+typedef struct pl_internal {
+    pthread_mutex_t lock;
+    pl_runctx *list;
+} pl_internal;
+
+static void runctx_free(pl_runctx *c) {
+    if (!c) return;
+    free(c->stages);
+    free(c->next);
+    free(c->segs);
+    free(c);
+}
+
+void pl_plan_internal_free(remat_plan *plan) {
+    pl_internal *in = plan->internal;
+    if (!in) return;
+    for (pl_runctx *c = in->list, *n; c; c = n) {
+        n = c->next_ctx;
+        runctx_free(c);
+    }
+    pthread_mutex_destroy(&in->lock);
+    free(in);
+    plan->internal = NULL;
+}
+
+static pthread_mutex_t g_init_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Field by field: struct padding must not make equal lists look different
+ * (a new context per call would grow without bound). */
+static bool same_stages(const remat_stage *a, const remat_stage *b, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (a[k].fn != b[k].fn || a[k].user_data != b[k].user_data) return false;
+    return true;
+}
+
+static bool same_opts(const remat_checkpoint_options *a, const remat_checkpoint_options *b) {
+    return a->use_reentrant == b->use_reentrant && a->preserve_rng_state == b->preserve_rng_state &&
+           a->determinism_check == b->determinism_check && a->debug == b->debug &&
+           a->early_stop == b->early_stop && a->context_fn == b->context_fn &&
+           a->context_fn_data == b->context_fn_data;
+}
+
+/* Finds or creates the context for (stages, opts). */
+static int get_runctx(const remat_plan *cplan, const remat_stage *stages,
+                      const remat_checkpoint_options *opts, const pl_runctx **out,
+                      const char *call) {
+    remat_plan *plan = (remat_plan *)cplan; /* only the private registry changes */
+    size_t n = (size_t)plan->n_stages;
+    pthread_mutex_lock(&g_init_lock);
+    pl_internal *in = plan->internal;
+    if (in) {
+        pthread_mutex_lock(&in->lock);
+        for (pl_runctx *c = in->list; c; c = c->next_ctx) {
+            if (same_stages(c->stages, stages, n) && same_opts(&c->opts, opts)) {
+                *out = c;
+                pthread_mutex_unlock(&in->lock);
+                pthread_mutex_unlock(&g_init_lock);
+                return REMAT_OK;
+            }
+        }
+        pthread_mutex_unlock(&in->lock);
+    }
+    /* First run with these stages/options: check the tree once. */
+    int rc = pl_validate(plan, call);
+    if (rc) {
+        pthread_mutex_unlock(&g_init_lock);
+        return rc;
+    }
+    if (!in) {
+        in = calloc(1, sizeof *in);
+        if (!in) {
+            pthread_mutex_unlock(&g_init_lock);
+            return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+        }
+        pthread_mutex_init(&in->lock, NULL);
+        plan->internal = in;
+    }
+    pthread_mutex_lock(&in->lock);
+    pthread_mutex_unlock(&g_init_lock);
+    pl_runctx *c = NULL;
+    if (!rc) {
+        c = calloc(1, sizeof *c);
+        if (c) {
+            c->stages = malloc(n * sizeof *c->stages);
+            c->next = malloc((size_t)plan->n_nodes * sizeof *c->next);
+            c->segs = malloc((size_t)plan->n_nodes * sizeof *c->segs);
+        }
+        if (!c || !c->stages || !c->next || !c->segs) {
+            runctx_free(c);
+            c = NULL;
+            rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+        }
+    }
+    if (!rc) {
+        c->plan = plan;
+        memcpy(c->stages, stages, n * sizeof *stages);
+        c->opts = *opts;
+        for (int i = plan->n_nodes - 1; i >= 0; i--) {
+            int j = i + 1;
+            if (plan->nodes[i].op == REMAT_PLAN_CHECKPOINT)
+                while (j < plan->n_nodes && plan->nodes[j].parent == i) j = c->next[j];
+            c->next[i] = j;
+            c->segs[i] = (pl_seg){c, i};
+        }
+        c->next_ctx = in->list;
+        in->list = c;
+        *out = c;
+    }
+    pthread_mutex_unlock(&in->lock);
+    return rc;
+}
+
+static int run_level(const pl_runctx *c, int i, int end, remat_tensor *in, remat_tensor **out);
+
+/* The function of a checkpointed segment: runs the node's children. */
+static int segment_fn(void *user_data, remat_tensor *const *inputs, int n_inputs,
+                      remat_tensor **outputs, int n_outputs) {
+    const pl_seg *sg = user_data;
+    if (n_inputs != 1 || n_outputs != 1 || !inputs[0])
+        return rm_err(REMAT_EINVAL, "remat_plan_run: internal: segment called with %d inputs",
+                      n_inputs);
+    return run_level(sg->rc, sg->node + 1, sg->rc->next[sg->node], inputs[0], &outputs[0]);
+}
+
+static int run_level(const pl_runctx *c, int i, int end, remat_tensor *in, remat_tensor **out) {
+    const remat_plan_node *nodes = c->plan->nodes;
+    remat_tensor *cur = in;
+    bool own = false;
+    *out = NULL;
+    for (; i < end; i = c->next[i]) {
+        const remat_plan_node *nd = &nodes[i];
+        remat_tensor *y = NULL;
+        int rc;
+        if (nd->op == REMAT_PLAN_STORE) {
+            const remat_stage *st = &c->stages[nd->first];
+            rc = st->fn(st->user_data, &cur, 1, &y, 1);
+            if (!rc && !y) rc = rm_err(REMAT_EINVAL, "the stage returned no tensor");
+            if (rc) {
+                char where[32];
+                snprintf(where, sizeof where, "stage %d", nd->first);
+                rm_err_prefix(rc, where);
+            }
+        } else {
+            rc = remat_checkpoint(segment_fn, (void *)&c->segs[i], 1, &cur, 1, &y, &c->opts);
+        }
+        if (own) remat_release(cur);
+        if (rc) {
+            remat_release(y);
+            return rc;
+        }
+        cur = y;
+        own = true;
+    }
+    *out = cur;
+    return REMAT_OK;
+}
+
+int remat_plan_run_ex(const remat_plan *plan, const remat_stage *stages, remat_tensor *input,
+                      remat_tensor **output, const remat_checkpoint_options *base) {
+    static const char *call = "remat_plan_run";
+    if (!output) return rm_err(REMAT_EINVAL, "%s: output is NULL", call);
+    *output = NULL;
+    if (!plan) return rm_err(REMAT_EINVAL, "%s: plan is NULL", call);
+    if (!stages) return rm_err(REMAT_EINVAL, "%s: stages is NULL", call);
+    if (!input) return rm_err(REMAT_EINVAL, "%s: input is NULL", call);
+    if (plan->n_stages < 1 || !plan->nodes || plan->n_nodes < 1)
+        return rm_err(REMAT_EINVAL, "%s: plan is empty", call);
+    for (int k = 0; k < plan->n_stages; k++)
+        if (!stages[k].fn) return rm_err(REMAT_EINVAL, "%s: stages[%d].fn is NULL", call, k);
+    remat_checkpoint_options o = {0};
+    if (base) o = *base;
+    o.use_reentrant = REMAT_OPT_FALSE; /* the nesting relies on saved-tensor hooks */
+    const pl_runctx *c = NULL;
+    int rc = get_runctx(plan, stages, &o, &c, call);
+    if (rc) return rc;
+    /* References made here are plain ones: the output alone goes to the
+     * caller's scope. */
+    void *scope = rm_scope_suspend();
+    remat_tensor *y = NULL;
+    rc = run_level(c, 0, plan->n_nodes, input, &y);
+    rm_scope_resume(scope);
+    if (rc) return rm_err_prefix(rc, call);
+    return rm_hand_out(output, y);
+}
+
+int remat_plan_run(const remat_plan *plan, const remat_stage *stages, remat_tensor *input,
+                   remat_tensor **output) {
+    return remat_plan_run_ex(plan, stages, input, output, NULL);
+}
+
+/* ---- conveniences ---------------------------------------------------------------------- */
+int remat_plan_auto(remat_plan **out, int n_stages, const remat_stage *stages,
+                    remat_tensor *input, size_t budget_bytes,
+                    const remat_profile_options *profile_opts) {
+    if (!out) return rm_err(REMAT_EINVAL, "remat_plan_auto: out is NULL");
+    *out = NULL;
+    remat_profile *prof = NULL;
+    int rc = remat_profile_stages(&prof, n_stages, stages, input, profile_opts);
+    if (rc) return rm_err_prefix(rc, "remat_plan_auto");
+    rc = remat_plan_create(out, prof, budget_bytes);
+    remat_profile_free(prof);
+    if (rc) return rm_err_prefix(rc, "remat_plan_auto");
+    return REMAT_OK;
+}
+
+/* Plans made by remat_checkpoint_budget, kept for the process's lifetime
+ * (their segments may be recomputed by any later backward). Keyed by the
+ * stage list, the budget and the input's shape, dtype and device. */
+typedef struct pl_cached {
+    struct pl_cached *next;
+    int n;
+    remat_stage *stages;
+    size_t budget;
+    int ndim;
+    int64_t shape[REMAT_MAX_DIMS];
+    remat_dtype dtype;
+    remat_device device;
+    remat_plan *plan;
+} pl_cached;
+static pl_cached *g_cache;
+static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool cache_match(const pl_cached *e, int n, const remat_stage *stages, size_t budget,
+                        const remat_tensor *x) {
+    return e->n == n && e->budget == budget && e->ndim == remat_ndim(x) &&
+           e->dtype == remat_tensor_dtype(x) && e->device.type == remat_tensor_device(x).type &&
+           e->device.index == remat_tensor_device(x).index &&
+           !memcmp(e->shape, remat_shape(x), (size_t)e->ndim * sizeof(int64_t)) &&
+           same_stages(e->stages, stages, (size_t)n);
+}
+
+int remat_checkpoint_budget(remat_tensor **out, int n_stages, const remat_stage *stages,
+                            size_t budget_bytes, remat_tensor *input) {
+    static const char *call = "remat_checkpoint_budget";
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
+    *out = NULL;
+    if (!stages || !input)
+        return rm_err(REMAT_EINVAL, "%s: %s is NULL", call, !stages ? "stages" : "input");
+    if (n_stages < 1) return rm_err(REMAT_EINVAL, "%s: n_stages must be >= 1, got %d", call, n_stages);
+    pthread_mutex_lock(&g_cache_lock);
+    pl_cached *e = g_cache;
+    while (e && !cache_match(e, n_stages, stages, budget_bytes, input)) e = e->next;
+    int rc = REMAT_OK;
+    if (!e) {
+        e = calloc(1, sizeof *e);
+        if (e) e->stages = malloc((size_t)n_stages * sizeof *stages);
+        if (!e || !e->stages) {
+            if (e) free(e->stages);
+            free(e);
+            pthread_mutex_unlock(&g_cache_lock);
+            return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+        }
+        rc = remat_plan_auto(&e->plan, n_stages, stages, input, budget_bytes, NULL);
+        if (rc) {
+            free(e->stages);
+            free(e);
+            pthread_mutex_unlock(&g_cache_lock);
+            return rm_err_prefix(rc, call);
+        }
+        e->n = n_stages;
+        memcpy(e->stages, stages, (size_t)n_stages * sizeof *stages);
+        e->budget = budget_bytes;
+        e->ndim = remat_ndim(input);
+        memcpy(e->shape, remat_shape(input), (size_t)e->ndim * sizeof(int64_t));
+        e->dtype = remat_tensor_dtype(input);
+        e->device = remat_tensor_device(input);
+        e->next = g_cache;
+        g_cache = e;
+    }
+    remat_plan *plan = e->plan;
+    pthread_mutex_unlock(&g_cache_lock);
+    rc = remat_plan_run(plan, stages, input, out);
+    if (rc) return rm_err_prefix(rc, call);
+    return REMAT_OK;
+}
+
+/* ---- byte sizes -------------------------------------------------------------------------------- */
+int remat_parse_bytes(const char *text, size_t *bytes) {
+    static const char *call = "remat_parse_bytes";
+    if (!bytes) return rm_err(REMAT_EINVAL, "%s: bytes is NULL", call);
+    *bytes = 0;
+    if (!text) return rm_err(REMAT_EINVAL, "%s: text is NULL", call);
+    const char *s = text;
+    while (isspace((unsigned char)*s)) s++;
+    if (!isdigit((unsigned char)*s) && *s != '.')
+        return rm_err(REMAT_EFORMAT, "%s: \"%s\" is not a size (e.g. 512MiB, 1.5G, 1048576)",
+                      call, text);
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v >= 0) || isinf(v))
+        return rm_err(REMAT_EFORMAT, "%s: \"%s\" is not a size (e.g. 512MiB, 1.5G, 1048576)",
+                      call, text);
+    while (isspace((unsigned char)*end)) end++;
+    double mul = 1;
+    char u = (char)toupper((unsigned char)*end);
+    if (u == 'K' || u == 'M' || u == 'G' || u == 'T') {
+        mul = u == 'K' ? 1024.0 : u == 'M' ? 1048576.0 : u == 'G' ? 1073741824.0 : 1099511627776.0;
+        end++;
+        if (toupper((unsigned char)*end) == 'I') end++;
+        if (toupper((unsigned char)*end) == 'B') end++;
+    } else if (u == 'B') {
+        end++;
+    }
+    while (isspace((unsigned char)*end)) end++;
+    if (*end)
+        return rm_err(REMAT_EFORMAT, "%s: \"%s\" has an unknown unit (use K, M, G, T, KiB, MB...)",
+                      call, text);
+    double b = v * mul;
+    if (b > 9.0e18 || b > (double)SIZE_MAX)
+        return rm_err(REMAT_EFORMAT, "%s: \"%s\" is too large", call, text);
+    *bytes = (size_t)(b + 0.5);
+    return REMAT_OK;
+}

@@ -1,0 +1,343 @@
+/*
+ * src/planner/solve.c — the optimal schedule under a byte budget: a dynamic
+ * program in the style of rotor (Beaumont, Eyraud-Dubois, Herrmann, Joly,
+ * Shilova 2019), over sub-chains [s..t] and memory m in slots.
+ *
+ * C(s, t, m) = least time to run forward and backward of stages s..t with
+ * their input kept outside m and the output gradient D(t) inside it:
+ *   s == t          uf[s] + ub[s]                      (store, then backward)
+ *   store s         uf[s] + ub[s] + C(s+1, t, m - abar[s])
+ *   checkpoint j    uf[s..j-1] + C(j, t, m - x[j]) + C(s, j-1, m)
+ *                   (run s..j-1 keeping nothing but a_{j-1}; handle j..t;
+ *                    then recompute s..j-1 following its own sub-plan)
+ * each option subject to the peaks of the steps it adds (see model.c).
+ * The peak of a plan is a max of terms each of which the recursion checks
+ * against the memory it passes down, so the table is exact for the model
+ * at slot granularity; sizes are rounded up to slots, so a plan that fits
+ * in slots fits in bytes.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../internal.h"
+#include "planner_internal.h"
+
+#define PL_DEFAULT_SLOTS 500
+/* Largest DP table we are willing to allocate. */
+#define PL_MAX_TABLE_BYTES ((size_t)1 << 30)
+
+static inline size_t tri(int s, int t) { return (size_t)t * (size_t)(t + 1) / 2 + (size_t)s; }
+static uint64_t u64max(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* ---- minimal peak (exact bytes) --------------------------------------------------- */
+typedef struct mp_tab {
+    uint64_t *peak;
+    double *time;
+    int *choice; /* 0: store s; j > s: checkpoint s..j-1 */
+} mp_tab;
+
+static bool better(uint64_t p, double t, uint64_t bp, double bt) {
+    return p < bp || (p == bp && t < bt);
+}
+
+static void mp_recon(const mp_tab *tb, int s, int t, int depth, int parent, pl_builder *b) {
+    while (s <= t && !b->failed) {
+        int ch = tb->choice[tri(s, t)];
+        if (ch == 0) {
+            pl_push(b, REMAT_PLAN_STORE, s, s, depth, parent);
+            s++;
+        } else {
+            int p = pl_push(b, REMAT_PLAN_CHECKPOINT, s, ch - 1, depth, parent);
+            mp_recon(tb, s, ch - 1, depth + 1, p, b);
+            s = ch;
+        }
+    }
+}
+
+int pl_min_peak(const pl_model *m, uint64_t *peak, pl_builder *b, const char *call) {
+    int L = m->L;
+    size_t n = tri(0, L);
+    mp_tab tb = {malloc(n * sizeof(uint64_t)), malloc(n * sizeof(double)), malloc(n * sizeof(int))};
+    if (!tb.peak || !tb.time || !tb.choice) {
+        free(tb.peak);
+        free(tb.time);
+        free(tb.choice);
+        return rm_err(REMAT_ENOMEM, "%s: out of memory (%d stages)", call, L);
+    }
+    for (int len = 1; len <= L; len++) {
+        for (int s = 0; s + len - 1 < L; s++) {
+            int t = s + len - 1;
+            uint64_t D = pl_dout(m, t);
+            /* store s */
+            uint64_t bpk = u64max(D + m->fpa[s], m->x[s + 1] + m->abar[s] + m->bp[s]);
+            double btm = m->uf[s] + m->ub[s];
+            if (s < t) {
+                size_t r = tri(s + 1, t);
+                bpk = u64max(bpk, m->abar[s] + tb.peak[r]);
+                btm += tb.time[r];
+            }
+            int bch = 0;
+            /* checkpoint s..j-1 */
+            uint64_t f = D + m->fpn[s];
+            double fsum = m->uf[s];
+            for (int j = s + 1; j <= t; j++) {
+                size_t r = tri(j, t), l = tri(s, j - 1);
+                uint64_t pk = u64max(f, u64max(m->x[j] + tb.peak[r], tb.peak[l]));
+                double tm = fsum + tb.time[r] + tb.time[l];
+                if (better(pk, tm, bpk, btm)) {
+                    bpk = pk;
+                    btm = tm;
+                    bch = j;
+                }
+                f = u64max(f, D + m->x[j] + m->fpn[j]);
+                fsum += m->uf[j];
+            }
+            size_t c = tri(s, t);
+            tb.peak[c] = bpk;
+            tb.time[c] = btm;
+            tb.choice[c] = bch;
+        }
+    }
+    *peak = tb.peak[tri(0, L - 1)];
+    if (b) mp_recon(&tb, 0, L - 1, 0, -1, b);
+    free(tb.peak);
+    free(tb.time);
+    free(tb.choice);
+    return REMAT_OK;
+}
+
+int remat_plan_min_budget(const remat_profile *profile, size_t *bytes) {
+    static const char *call = "remat_plan_min_budget";
+    if (!bytes) return rm_err(REMAT_EINVAL, "%s: bytes is NULL", call);
+    *bytes = 0;
+    pl_model m;
+    int rc = pl_model_init(&m, profile, call);
+    if (rc) return rc;
+    uint64_t pk;
+    rc = pl_min_peak(&m, &pk, NULL, call);
+    pl_model_free(&m);
+    if (!rc) *bytes = (size_t)pk;
+    return rc;
+}
+
+/* ---- the slot dynamic program ------------------------------------------------------ */
+typedef struct dp_tab {
+    int L;
+    int64_t M;      /* memory slots 0..M */
+    double *cost;   /* [tri(s,t) * (M+1) + m] */
+    int32_t *choice;/* -1 infeasible, 0 store, j > s checkpoint s..j-1 */
+    int64_t *X, *A, *FA, *FN, *BP; /* model in slots */
+} dp_tab;
+
+static inline size_t cell(const dp_tab *d, int s, int t, int64_t m) {
+    return tri(s, t) * (size_t)(d->M + 1) + (size_t)m;
+}
+
+static void dp_fill(dp_tab *d, const pl_model *md) {
+    int L = d->L;
+    int64_t M = d->M;
+    for (int len = 1; len <= L; len++) {
+        for (int s = 0; s + len - 1 < L; s++) {
+            int t = s + len - 1;
+            int64_t D = t < L - 1 ? d->X[t + 1] : 0;
+            int64_t need_store = D + d->FA[s];
+            int64_t need_bwd = d->X[s + 1] + d->A[s] + d->BP[s];
+            if (need_bwd > need_store) need_store = need_bwd;
+            for (int64_t m = 0; m <= M; m++) {
+                double best = 0;
+                int32_t ch = -1;
+                if (m >= need_store) {
+                    if (s == t) {
+                        best = md->uf[s] + md->ub[s];
+                        ch = 0;
+                    } else if (m >= d->A[s]) {
+                        size_t r = cell(d, s + 1, t, m - d->A[s]);
+                        if (d->choice[r] >= 0) {
+                            best = md->uf[s] + md->ub[s] + d->cost[r];
+                            ch = 0;
+                        }
+                    }
+                }
+                if (s < t && m >= D + d->FN[s]) {
+                    double fsum = md->uf[s];
+                    for (int j = s + 1; j <= t; j++) {
+                        if (m >= d->X[j]) {
+                            size_t r = cell(d, j, t, m - d->X[j]), l = cell(d, s, j - 1, m);
+                            if (d->choice[r] >= 0 && d->choice[l] >= 0) {
+                                double c = fsum + d->cost[r] + d->cost[l];
+                                if (ch < 0 || c < best) {
+                                    best = c;
+                                    ch = j;
+                                }
+                            }
+                        }
+                        /* stage j must also run keeping nothing to go further */
+                        if (j < t && D + d->X[j] + d->FN[j] > m) break;
+                        fsum += md->uf[j];
+                    }
+                }
+                size_t c = cell(d, s, t, m);
+                d->cost[c] = best;
+                d->choice[c] = ch;
+            }
+        }
+    }
+}
+
+static void dp_recon(const dp_tab *d, int s, int t, int64_t m, int depth, int parent,
+                     pl_builder *b) {
+    while (s <= t && !b->failed) {
+        int32_t ch = d->choice[cell(d, s, t, m)];
+        if (ch == 0) {
+            pl_push(b, REMAT_PLAN_STORE, s, s, depth, parent);
+            m -= d->A[s];
+            s++;
+        } else {
+            int p = pl_push(b, REMAT_PLAN_CHECKPOINT, s, ch - 1, depth, parent);
+            dp_recon(d, s, ch - 1, m, depth + 1, p, b);
+            m -= d->X[ch];
+            s = ch;
+        }
+    }
+}
+
+static void dp_free(dp_tab *d) {
+    free(d->cost);
+    free(d->choice);
+    free(d->X);
+    free(d->A);
+    free(d->FA);
+    free(d->FN);
+    free(d->BP);
+}
+
+/* Runs the slot DP with `slots` slots; *feasible tells whether a plan was
+ * found (then appended to b). */
+static int dp_solve(const pl_model *md, uint64_t budget, int64_t slots, pl_builder *b,
+                    bool *feasible, uint64_t *unit_out, const char *call) {
+    *feasible = false;
+    int L = md->L;
+    uint64_t unit = (budget + (uint64_t)slots - 1) / (uint64_t)slots;
+    if (unit == 0) unit = 1;
+    dp_tab d = {.L = L, .M = (int64_t)(budget / unit)};
+    *unit_out = unit;
+    size_t n_tri = tri(0, L);
+    size_t cells = n_tri * (size_t)(d.M + 1);
+    if (cells / (size_t)(d.M + 1) != n_tri || cells > PL_MAX_TABLE_BYTES / 12)
+        return rm_err(REMAT_ENOMEM,
+                      "%s: the planning tables for %d stages and %" PRId64
+                      " memory slots would take %.0f MiB; use fewer slots (remat_plan_options)",
+                      call, L, d.M + 1, PL_MIB((double)n_tri * (double)(d.M + 1) * 12.0));
+    d.cost = malloc(cells * sizeof *d.cost);
+    d.choice = malloc(cells * sizeof *d.choice);
+    d.X = malloc(((size_t)L + 1) * sizeof(int64_t));
+    d.A = malloc((size_t)L * sizeof(int64_t));
+    d.FA = malloc((size_t)L * sizeof(int64_t));
+    d.FN = malloc((size_t)L * sizeof(int64_t));
+    d.BP = malloc((size_t)L * sizeof(int64_t));
+    if (!d.cost || !d.choice || !d.X || !d.A || !d.FA || !d.FN || !d.BP) {
+        dp_free(&d);
+        return rm_err(REMAT_ENOMEM, "%s: out of memory for the planning tables (%.0f MiB)", call,
+                      PL_MIB((double)cells * 12.0));
+    }
+    /* Round sizes up: a plan whose slot sums fit M fits the budget in bytes.
+     * Sizes beyond the budget are clamped to M + 1 (never fit) to avoid
+     * overflow in the sums. */
+#define SLOTS(v) ((int64_t)((v) / unit + ((v) % unit != 0)) > d.M ? d.M + 1 \
+                  : (int64_t)((v) / unit + ((v) % unit != 0)))
+    for (int k = 0; k <= L; k++) d.X[k] = SLOTS(md->x[k]);
+    for (int k = 0; k < L; k++) {
+        d.A[k] = SLOTS(md->abar[k]);
+        d.FA[k] = SLOTS(md->fpa[k]);
+        d.FN[k] = SLOTS(md->fpn[k]);
+        d.BP[k] = SLOTS(md->bp[k]);
+    }
+#undef SLOTS
+    dp_fill(&d, md);
+    if (d.choice[cell(&d, 0, L - 1, d.M)] >= 0) {
+        *feasible = true;
+        dp_recon(&d, 0, L - 1, d.M, 0, -1, b);
+    }
+    dp_free(&d);
+    return REMAT_OK;
+}
+
+int remat_plan_create_ex(remat_plan **out, const remat_profile *profile, size_t budget_bytes,
+                         const remat_plan_options *opts) {
+    static const char *call = "remat_plan_create";
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
+    *out = NULL;
+    int slots = opts && opts->mem_slots ? opts->mem_slots : PL_DEFAULT_SLOTS;
+    if (slots < 1) return rm_err(REMAT_EINVAL, "%s: mem_slots must be >= 1, got %d", call, slots);
+    pl_model m;
+    int rc = pl_model_init(&m, profile, call);
+    if (rc) return rc;
+    uint64_t minpk = 0;
+    pl_builder b = {0};
+    rc = pl_min_peak(&m, &minpk, &b, call);
+    if (rc) goto done;
+    if ((uint64_t)budget_bytes < minpk) {
+        rc = rm_err(REMAT_EINVAL,
+                    "%s: budget %zu bytes (%.2f MiB) is below the minimum this chain of %d "
+                    "stages needs: %" PRIu64 " bytes (%.2f MiB)",
+                    call, budget_bytes, PL_MIB(budget_bytes), m.L, minpk, PL_MIB(minpk));
+        goto done;
+    }
+    remat_plan_kind kind = REMAT_PLAN_MIN_MEMORY;
+    uint64_t unit = 0;
+    /* Storing everything is optimal whenever it fits: no need for slots
+     * (whose rounding could make it look infeasible at the edge). */
+    {
+        pl_builder sa = {0};
+        remat_plan *tmp = NULL;
+        rc = pl_build_store_all(&sa, m.L);
+        if (!rc) rc = pl_finish(&tmp, &sa, m.L, REMAT_PLAN_OPTIMAL, &m, call);
+        if (rc) goto done;
+        if (tmp->peak_bytes <= budget_bytes) {
+            tmp->budget_bytes = budget_bytes;
+            tmp->min_budget_bytes = (size_t)minpk;
+            free(b.nodes);
+            pl_model_free(&m);
+            *out = tmp;
+            return REMAT_OK;
+        }
+        remat_plan_free(tmp);
+    }
+    /* The slot DP; if rounding makes a feasible budget look infeasible,
+     * refine the grid a few times, then settle for the minimal-peak plan. */
+    for (int attempt = 0; attempt < 3; attempt++) {
+        pl_builder opt = {0};
+        bool feasible = false;
+        int64_t sl = (int64_t)slots << (2 * attempt);
+        rc = dp_solve(&m, budget_bytes, sl, &opt, &feasible, &unit, call);
+        if (rc) {
+            free(opt.nodes);
+            if (attempt == 0) goto done;
+            rc = REMAT_OK; /* a finer grid does not fit: keep the fallback */
+            break;
+        }
+        if (feasible) {
+            free(b.nodes);
+            b = opt;
+            kind = REMAT_PLAN_OPTIMAL;
+            break;
+        }
+        free(opt.nodes);
+    }
+    rc = pl_finish(out, &b, m.L, kind, &m, call);
+    if (!rc) {
+        (*out)->budget_bytes = budget_bytes;
+        (*out)->slot_bytes = (size_t)unit;
+        (*out)->min_budget_bytes = (size_t)minpk;
+    }
+done:
+    free(b.nodes);
+    pl_model_free(&m);
+    return rc;
+}
+
+int remat_plan_create(remat_plan **out, const remat_profile *profile, size_t budget_bytes) {
+    return remat_plan_create_ex(out, profile, budget_bytes, NULL);
+}

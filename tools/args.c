@@ -1,0 +1,359 @@
+/* tools/args.c — flag parsing and usage texts of the remat program. */
+#include "args.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "strategy.h"
+#include "util.h"
+
+void args_usage_main(FILE *f) {
+    fprintf(f,
+            "usage: remat [COMMAND] [FLAGS]\n"
+            "\n"
+            "Train neural networks in C with activation checkpointing, and see what it buys.\n"
+            "\n"
+            "commands:\n"
+            "  bench   run one model under several checkpointing strategies side by side:\n"
+            "          step time, allocator peak, peak RSS, recompute overhead, gradient check,\n"
+            "          SVG plots (memory vs time, memory timelines)\n"
+            "  train   train a small GPT or a deep MLP on a built-in task or a text file\n"
+            "\n"
+            "With no command, remat runs `remat bench` on a small default GPT and writes its\n"
+            "plots to ./out/ (this is what `make run` does).\n"
+            "\n"
+            "  remat --help | remat train --help | remat bench --help\n");
+}
+
+static void usage_model(FILE *f) {
+    fprintf(f,
+            "model:\n"
+            "  --model gpt|mlp       GPT (byte-level, causal attention) or deep MLP   [gpt]\n"
+            "  --layers N            number of blocks\n"
+            "  --width N             model width (GPT: embedding size, MLP: hidden size)\n"
+            "  --heads N             GPT attention heads (must divide --width)\n"
+            "  --context N           GPT context length in bytes\n"
+            "  --batch N             sequences (GPT) or samples (MLP) per step\n"
+            "  --untied              GPT: separate output head (default: tied to the embedding)\n"
+            "  --seed N              seed of the initialisation and of the data        [1]\n"
+            "  --threads N           OpenMP/BLAS threads (default: all cores)\n"
+            "\n"
+            "checkpointing:\n"
+            "  --checkpoint S        none | block | sequential=N | selective[=POLICY] | budget=SIZE\n"
+            "                        block: every block checkpointed; sequential=N: the blocks\n"
+            "                        split into N segments (checkpoint_sequential)\n"
+            "  --reentrant           use reentrant checkpointing (default: non-reentrant)\n");
+}
+
+void args_usage_train(FILE *f) {
+    fprintf(f,
+            "usage: remat train [FLAGS]\n"
+            "\n"
+            "Trains a model and reports loss, accuracy on held-out examples, tokens/s and\n"
+            "peak memory. The built-in task (no --data) is two-digit addition, \"12+34=46\":\n"
+            "the loss is taken on the answer bytes, accuracy is per answer byte and per\n"
+            "problem (greedy decoding). --model mlp regresses a fixed smooth function.\n"
+            "\n");
+    usage_model(f);
+    fprintf(f,
+            "\n"
+            "training:\n"
+            "  --steps N             total optimizer steps (also with --resume)       [200]\n"
+            "  --lr X                learning rate                                   [3e-3]\n"
+            "  --optim adamw|sgd     optimizer                                     [adamw]\n"
+            "  --weight-decay X      AdamW decoupled weight decay of matrices         [0.01]\n"
+            "  --momentum X          SGD momentum                                        [0]\n"
+            "  --data FILE           train a byte-level GPT on any text file\n"
+            "  --eval-every N        evaluate on held-out data every N steps (0: at the end)\n"
+            "  --save FILE           write model + optimizer + RNG + step at the end\n"
+            "  --resume FILE         continue from a file written by --save\n"
+            "\n"
+            "output:\n"
+            "  --json                print one JSON object at the end (step_ms, tokens_per_s,\n"
+            "                        peak_alloc_bytes, peak_rss_bytes, loss, strategy, ...)\n"
+            "  --trace FILE          Chrome-trace JSON of the allocator during the last step\n"
+            "                        (open in chrome://tracing or ui.perfetto.dev)\n"
+            "  --timeline FILE       SVG plot of memory over time during the last step\n"
+            "  --quiet               no progress output\n");
+}
+
+void args_usage_bench(FILE *f) {
+    fprintf(f,
+            "usage: remat bench [FLAGS]\n"
+            "\n"
+            "Runs one forward+backward step of the same model (same seed, same batch) under\n"
+            "each strategy, interleaved over several repetitions, and prints medians: step\n"
+            "time, allocator peak, RSS growth, recompute overhead (time / time of `none`),\n"
+            "and whether every parameter gradient equals the un-checkpointed one bitwise.\n"
+            "\n");
+    usage_model(f);
+    fprintf(f,
+            "\n"
+            "bench:\n"
+            "  --strategies LIST     comma-separated strategies\n"
+            "                        [none,block,sequential=2,sequential=4]\n"
+            "  --reps N              timed repetitions per strategy                     [5]\n"
+            "  --out DIR             write tradeoff.svg, timeline_<strategy>.svg and\n"
+            "                        trace_<strategy>.json into DIR (default of `remat`\n"
+            "                        with no command: ./out)\n"
+            "  --svg FILE            SVG of peak memory vs step time per strategy\n"
+            "  --trace FILE          Chrome-trace JSON of every strategy's measured step\n"
+            "  --csv                 print CSV instead of the table\n"
+            "  --json                print one JSON object instead of the table\n"
+            "  --quiet               no progress output on stderr\n");
+}
+
+static void defaults_common(config *c) {
+    memset(c, 0, sizeof *c);
+    c->model = MODEL_GPT;
+    c->seed = 1;
+    c->lr = 3e-3;
+    c->weight_decay = 0.01;
+    c->optim = OPTIM_ADAMW;
+    c->reps = 5;
+    strategy_parse("none", false, &c->strat, NULL, 0);
+}
+
+/* Model sizes for a model kind (applied after parsing for flags not given). */
+static void model_defaults(config *c, bool bench) {
+    if (c->model == MODEL_GPT) {
+        if (!c->set_layers) c->layers = bench ? 8 : 2;
+        if (!c->set_width) c->width = bench ? 128 : 64;
+        if (!c->set_heads) c->heads = 4;
+        if (!c->set_context) c->context = bench ? 128 : 32;
+        if (!c->batch) c->batch = bench ? 8 : 16;
+    } else {
+        if (!c->set_layers) c->layers = bench ? 32 : 8;
+        if (!c->set_width) c->width = bench ? 512 : 128;
+        if (!c->set_heads) c->heads = 1;
+        if (!c->set_context) c->context = 1;
+        if (!c->batch) c->batch = bench ? 256 : 64;
+    }
+}
+
+void args_defaults_train(config *c) {
+    defaults_common(c);
+    c->steps = 200;
+}
+
+void args_defaults_bench(config *c) {
+    defaults_common(c);
+    c->steps = 1;
+    const char *def[] = {"none", "block", "sequential=2", "sequential=4"};
+    for (int i = 0; i < 4; i++) strategy_parse(def[i], false, &c->strategies[i], NULL, 0);
+    c->n_strategies = 4;
+}
+
+/* ---- parsing ---------------------------------------------------------------------- */
+typedef enum { A_NONE, A_INT, A_LONG, A_DOUBLE, A_STR } arg_type;
+
+static int fail(const char *cmd, const char *msg, const char *a, const char *b) {
+    fprintf(stderr, "remat %s: %s", cmd, msg);
+    if (a) fprintf(stderr, " '%s'", a);
+    if (b) fprintf(stderr, ": %s", b);
+    fprintf(stderr, "\n\n");
+    if (strcmp(cmd, "bench") == 0)
+        args_usage_bench(stderr);
+    else
+        args_usage_train(stderr);
+    return 2;
+}
+
+int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
+    bool bench = strcmp(cmd, "bench") == 0;
+    const char *strategies_text = NULL, *checkpoint_text = NULL;
+    bool reentrant = false, set_batch = false;
+    for (int i = first; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            if (bench)
+                args_usage_bench(stdout);
+            else
+                args_usage_train(stdout);
+            return -1;
+        }
+        if (strncmp(arg, "--", 2) != 0) return fail(cmd, "unexpected argument", arg, NULL);
+        /* --flag=value or --flag value */
+        char name[64];
+        const char *eq = strchr(arg, '=');
+        size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (nlen >= sizeof name) return fail(cmd, "unknown option", arg, NULL);
+        memcpy(name, arg, nlen);
+        name[nlen] = '\0';
+
+        /* flags without a value */
+        bool *flag = NULL;
+        if (!strcmp(name, "--json")) flag = &c->json;
+        else if (!strcmp(name, "--quiet")) flag = &c->quiet;
+        else if (!strcmp(name, "--untied")) { flag = &c->untied; c->set_untied = true; }
+        else if (!strcmp(name, "--reentrant")) flag = &reentrant;
+        else if (bench && !strcmp(name, "--csv")) flag = &c->csv;
+        if (flag) {
+            if (eq) return fail(cmd, "option takes no value", arg, NULL);
+            *flag = true;
+            continue;
+        }
+
+        /* flags with a value */
+        const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        long lv = 0;
+        double dv = 0;
+#define NEED_VAL() \
+    if (!val) return fail(cmd, "missing value for", name, NULL)
+#define INT_ARG(field, lo, hi, setflag)                                                   \
+    do {                                                                                  \
+        NEED_VAL();                                                                       \
+        if (!util_parse_long(val, lo, hi, &lv))                                           \
+            return fail(cmd, "bad value for", name, "expected an integer in [" #lo ", " #hi "]"); \
+        c->field = (int)lv;                                                               \
+        setflag;                                                                          \
+    } while (0)
+        if (!strcmp(name, "--model")) {
+            NEED_VAL();
+            if (!strcmp(val, "gpt")) c->model = MODEL_GPT;
+            else if (!strcmp(val, "mlp")) c->model = MODEL_MLP;
+            else return fail(cmd, "bad value for --model", val, "expected gpt or mlp");
+            c->set_model = true;
+        } else if (!strcmp(name, "--layers")) {
+            INT_ARG(layers, 1, 4096, c->set_layers = true);
+        } else if (!strcmp(name, "--width")) {
+            INT_ARG(width, 1, 65536, c->set_width = true);
+        } else if (!strcmp(name, "--heads")) {
+            INT_ARG(heads, 1, 1024, c->set_heads = true);
+        } else if (!strcmp(name, "--context")) {
+            INT_ARG(context, 1, 65536, c->set_context = true);
+        } else if (!strcmp(name, "--batch")) {
+            INT_ARG(batch, 1, 1 << 20, set_batch = c->set_batch = true);
+        } else if (!strcmp(name, "--threads")) {
+            INT_ARG(threads, 1, 1024, (void)0);
+        } else if (!strcmp(name, "--reps") && bench) {
+            INT_ARG(reps, 1, 1000, (void)0);
+        } else if (!strcmp(name, "--steps") && !bench) {
+            NEED_VAL();
+            if (!util_parse_long(val, 0, 1000000000L, &lv))
+                return fail(cmd, "bad value for", name, "expected an integer >= 0");
+            c->steps = lv;
+        } else if (!strcmp(name, "--eval-every") && !bench) {
+            NEED_VAL();
+            if (!util_parse_long(val, 0, 1000000000L, &lv))
+                return fail(cmd, "bad value for", name, "expected an integer >= 0");
+            c->eval_every = lv;
+        } else if (!strcmp(name, "--seed")) {
+            NEED_VAL();
+            if (!util_parse_long(val, 0, 0x7fffffffffffffffL, &lv))
+                return fail(cmd, "bad value for", name, "expected an integer >= 0");
+            c->seed = (uint64_t)lv;
+            c->set_seed = true;
+        } else if (!strcmp(name, "--lr") || !strcmp(name, "--weight-decay") ||
+                   !strcmp(name, "--momentum")) {
+            NEED_VAL();
+            if (!util_parse_double(val, &dv) || dv < 0)
+                return fail(cmd, "bad value for", name, "expected a number >= 0");
+            if (!strcmp(name, "--lr")) {
+                c->lr = dv;
+                c->set_lr = true;
+            }
+            else if (!strcmp(name, "--weight-decay")) {
+                c->weight_decay = dv;
+                c->set_weight_decay = true;
+            } else {
+                c->momentum = dv;
+                c->set_momentum = true;
+            }
+        } else if (!strcmp(name, "--optim") && !bench) {
+            NEED_VAL();
+            if (!strcmp(val, "adamw")) c->optim = OPTIM_ADAMW;
+            else if (!strcmp(val, "sgd")) c->optim = OPTIM_SGD;
+            else return fail(cmd, "bad value for --optim", val, "expected adamw or sgd");
+            c->set_optim = true;
+        } else if (!strcmp(name, "--checkpoint")) {
+            NEED_VAL();
+            checkpoint_text = val;
+        } else if (!strcmp(name, "--strategies") && bench) {
+            NEED_VAL();
+            strategies_text = val;
+        } else if (!strcmp(name, "--data") && !bench) {
+            NEED_VAL();
+            c->data = val;
+        } else if (!strcmp(name, "--save") && !bench) {
+            NEED_VAL();
+            c->save = val;
+        } else if (!strcmp(name, "--resume") && !bench) {
+            NEED_VAL();
+            c->resume = val;
+        } else if (!strcmp(name, "--trace")) {
+            NEED_VAL();
+            c->trace = val;
+        } else if (!strcmp(name, "--timeline") && !bench) {
+            NEED_VAL();
+            c->timeline = val;
+        } else if (!strcmp(name, "--svg") && bench) {
+            NEED_VAL();
+            c->svg = val;
+        } else if (!strcmp(name, "--out") && bench) {
+            NEED_VAL();
+            c->out_dir = val;
+        } else {
+            return fail(cmd, "unknown option", arg, NULL);
+        }
+#undef INT_ARG
+#undef NEED_VAL
+    }
+    if (!set_batch) c->batch = 0;
+    model_defaults(c, bench);
+
+    char err[256];
+    if (checkpoint_text) {
+        if (!strategy_parse(checkpoint_text, reentrant, &c->strat, err, sizeof err))
+            return fail(cmd, "bad value for --checkpoint", checkpoint_text, err);
+    } else {
+        strategy_parse("none", reentrant, &c->strat, NULL, 0);
+    }
+    if (bench) {
+        if (strategies_text && checkpoint_text)
+            return fail(cmd, "give --strategies or --checkpoint, not both", NULL, NULL);
+        if (checkpoint_text) {
+            /* bench --checkpoint S: compare S with none */
+            strategy_parse("none", reentrant, &c->strategies[0], NULL, 0);
+            c->strategies[1] = c->strat;
+            c->n_strategies = c->strat.kind == STRAT_NONE ? 1 : 2;
+        } else if (strategies_text) {
+            char buf[1024];
+            if (strlen(strategies_text) >= sizeof buf)
+                return fail(cmd, "bad value for --strategies", "(too long)", NULL);
+            strcpy(buf, strategies_text);
+            c->n_strategies = 0;
+            char *save = NULL;
+            for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                if (c->n_strategies == ARGS_MAX_STRATEGIES)
+                    return fail(cmd, "too many strategies (at most 16)", NULL, NULL);
+                if (!strategy_parse(tok, reentrant, &c->strategies[c->n_strategies], err,
+                                    sizeof err))
+                    return fail(cmd, "bad strategy", tok, err);
+                c->n_strategies++;
+            }
+            if (c->n_strategies == 0)
+                return fail(cmd, "bad value for --strategies", strategies_text, "empty list");
+        } else {
+            for (int i = 0; i < c->n_strategies; i++) c->strategies[i].reentrant = reentrant;
+        }
+        for (int i = 0; i < c->n_strategies; i++) {
+            strategy_name(&c->strategies[i]);
+            if (!strategy_available(&c->strategies[i], err, sizeof err))
+                return fail(cmd, "strategy not available", c->strategies[i].name, err);
+        }
+    } else if (!strategy_available(&c->strat, err, sizeof err)) {
+        return fail(cmd, "strategy not available", c->strat.name, err);
+    }
+
+    if (c->model == MODEL_GPT) {
+        if (c->width % c->heads != 0)
+            return fail(cmd, "--heads must divide --width", NULL, NULL);
+        if (c->data && c->model != MODEL_GPT)
+            return fail(cmd, "--data needs --model gpt", NULL, NULL);
+    } else if (c->data) {
+        return fail(cmd, "--data needs --model gpt", NULL, NULL);
+    }
+    if (c->optim == OPTIM_SGD && !c->set_lr) c->lr = 0.1;
+    return 0;
+}

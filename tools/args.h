@@ -1,0 +1,57 @@
+/*
+ * tools/args.h — command-line configuration of `remat train` and
+ * `remat bench`, and the checkpointing strategies they understand.
+ */
+#ifndef REMAT_TOOLS_ARGS_H
+#define REMAT_TOOLS_ARGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "strategy.h"
+
+typedef enum model_kind { MODEL_GPT = 0, MODEL_MLP = 1 } model_kind;
+typedef enum optim_kind { OPTIM_ADAMW = 0, OPTIM_SGD = 1 } optim_kind;
+
+#define ARGS_MAX_STRATEGIES 16
+
+typedef struct config {
+    model_kind model;
+    int layers, width, heads, context, batch;
+    long steps;
+    uint64_t seed;
+    int threads;        /* 0: leave OpenMP's default */
+    double lr, weight_decay, momentum;
+    optim_kind optim;
+    bool untied;        /* GPT: separate output head instead of tied embeddings */
+    strategy strat;     /* train: the strategy */
+    const char *data;   /* --data FILE, NULL: built-in task */
+    const char *save, *resume, *trace, *timeline;
+    bool json, csv, quiet;
+    long eval_every;
+    /* bench */
+    strategy strategies[ARGS_MAX_STRATEGIES];
+    int n_strategies;
+    int reps;
+    const char *svg, *out_dir;
+    /* which model-shape flags were given explicitly (a resumed file must agree) */
+    bool set_layers, set_width, set_heads, set_context, set_model, set_untied, set_lr;
+    bool set_batch, set_seed, set_optim, set_weight_decay, set_momentum;
+} config;
+
+/* Defaults for `remat train` / `remat bench` (bench's default is the
+ * small GPT that `make run` shows). */
+void args_defaults_train(config *c);
+void args_defaults_bench(config *c);
+
+/* Parses argv[first..argc) into c. On error prints "remat CMD: what" and
+ * the usage to stderr and returns 2; `--help` prints usage to stdout and
+ * returns -1 (caller exits 0); 0 on success. */
+int args_parse(config *c, const char *cmd, int argc, char **argv, int first);
+
+/* Usage texts. */
+void args_usage_main(FILE *f);
+void args_usage_train(FILE *f);
+void args_usage_bench(FILE *f);
+#endif

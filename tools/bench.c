@@ -1,0 +1,371 @@
+/*
+ * tools/bench.c — `remat bench`: one model, several strategies, side by side.
+ *
+ * Method (also in docs/cli.md):
+ *  1. One warm-up step without checkpointing (thread pools, BLAS buffers),
+ *     whose gradients become the reference.
+ *  2. A measured step per strategy, with the memory observer on: allocator
+ *     peak (remat_alloc_reset_peak before the step), the allocator level
+ *     before the step (parameters, batch), the timeline, and RSS sampled
+ *     at every allocator event (/proc/self/statm). ru_maxrss is a process-
+ *     wide high-water mark and cannot tell strategies apart in one process;
+ *     the growth of current RSS over the step can, because step_setup_process
+ *     makes glibc return every freed tensor to the OS. Its gradients are
+ *     compared bitwise with the reference.
+ *  3. Timed repetitions without observers, interleaved (rep r runs the
+ *     strategies starting at r mod n), medians reported.
+ * A "step" here is forward + backward; the optimizer update is the same for
+ * every strategy and is left out.
+ */
+#include "bench.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "models.h"
+#include "step.h"
+#include "svg.h"
+#include "trace.h"
+#include "util.h"
+
+typedef struct result {
+    double *times;
+    double step_ms, overhead;
+    size_t peak, baseline, rss_growth;
+    double loss;
+    bool grads_equal, loss_equal;
+    double max_diff;
+    int64_t recomputed;
+    trace tr;
+} result;
+
+/* Copies of every parameter's gradient (the reference). */
+static float **grab_grads(const model *m) {
+    float **g = calloc((size_t)m->n_params, sizeof *g);
+    if (!g) return NULL;
+    for (int i = 0; i < m->n_params; i++) {
+        remat_tensor *gr = remat_tensor_grad(m->params[i].t);
+        int64_t n = remat_numel(m->params[i].t);
+        g[i] = malloc(sizeof(float) * (size_t)n);
+        if (!g[i]) continue;
+        if (!gr || remat_copy_to_buffer(gr, REMAT_F32, g[i], n) != REMAT_OK)
+            memset(g[i], 0xFF, sizeof(float) * (size_t)n); /* NaN: never equal */
+    }
+    return g;
+}
+
+static void free_grads(float **g, int n) {
+    for (int i = 0; g && i < n; i++) free(g[i]);
+    free(g);
+}
+
+/* Bitwise comparison of the current grads with ref; max |diff| otherwise. */
+static bool compare_grads(const model *m, float **ref, double *max_diff) {
+    bool equal = true;
+    *max_diff = 0;
+    float **cur = grab_grads(m);
+    if (!cur) return false;
+    for (int i = 0; i < m->n_params; i++) {
+        int64_t n = remat_numel(m->params[i].t);
+        if (!ref[i] || !cur[i]) {
+            equal = false;
+            *max_diff = INFINITY;
+            continue;
+        }
+        if (memcmp(ref[i], cur[i], sizeof(float) * (size_t)n) == 0) continue;
+        equal = false;
+        for (int64_t k = 0; k < n; k++) {
+            double d = fabs((double)ref[i][k] - (double)cur[i][k]);
+            if (!(d <= *max_diff)) *max_diff = d; /* NaN propagates */
+        }
+    }
+    free_grads(cur, m->n_params);
+    return equal;
+}
+
+static void print_header(FILE *f, const config *c, const model *m, int threads) {
+    if (m->kind == MODEL_GPT)
+        fprintf(f,
+                "remat bench: GPT, %d layers, width %d, %d heads, context %d, batch %d "
+                "(%.2fM parameters), %d threads, %d reps\n",
+                m->layers, m->width, m->heads, m->context, c->batch, (double)m->n_weights / 1e6,
+                threads, c->reps);
+    else
+        fprintf(f,
+                "remat bench: MLP, %d layers, width %d, batch %d (%.2fM parameters), %d threads, "
+                "%d reps\n",
+                m->layers, m->width, c->batch, (double)m->n_weights / 1e6, threads, c->reps);
+}
+
+static void mib(char *buf, size_t n, double bytes) { snprintf(buf, n, "%.1f", bytes / 1048576.0); }
+
+static void print_table(const config *c, const model *m, int threads, result *r, int ref) {
+    print_header(stdout, c, m, threads);
+    printf("one step = forward + backward; medians of %d interleaved repetitions\n\n", c->reps);
+    printf("%-24s %9s %9s %11s %11s %9s %11s  %s\n", "strategy", "step ms", "time", "peak MiB",
+           "step MiB", "memory", "RSS+ MiB", "gradients");
+    for (int i = 0; i < c->n_strategies; i++) {
+        char pk[32], st[32], rss[32], tm[32], mem[32];
+        mib(pk, sizeof pk, (double)r[i].peak);
+        mib(st, sizeof st, (double)(r[i].peak - r[i].baseline));
+        mib(rss, sizeof rss, (double)r[i].rss_growth);
+        snprintf(tm, sizeof tm, "%.2fx", r[i].overhead);
+        double base = (double)(r[ref].peak - r[ref].baseline);
+        snprintf(mem, sizeof mem, "%.2fx", base > 0 ? (double)(r[i].peak - r[i].baseline) / base : 0);
+        char gr[64];
+        if (i == ref && c->strategies[i].kind == STRAT_NONE)
+            snprintf(gr, sizeof gr, "reference");
+        else if (r[i].grads_equal)
+            snprintf(gr, sizeof gr, "bitwise equal");
+        else
+            snprintf(gr, sizeof gr, "DIFFER (max |diff| %.3g)", r[i].max_diff);
+        printf("%-24s %9.1f %9s %11s %11s %9s %11s  %s\n", c->strategies[i].name, r[i].step_ms, tm,
+               pk, st, mem, rss, gr);
+    }
+    printf("\n"
+           "  time      step time / step time of %s (the recompute overhead)\n"
+           "  peak      remat allocator peak during the step (parameters included)\n"
+           "  step      what the step adds over the memory held before it (activations, grads)\n"
+           "  memory    step MiB / step MiB of %s\n"
+           "  RSS+      growth of the process's resident memory during the step\n",
+           c->strategies[ref].name, c->strategies[ref].name);
+}
+
+static void print_csv(const config *c, result *r) {
+    printf("strategy,step_ms,overhead,peak_alloc_bytes,baseline_bytes,step_alloc_bytes,"
+           "rss_growth_bytes,recomputed_blocks,grads_bitwise_equal,grads_max_abs_diff\n");
+    for (int i = 0; i < c->n_strategies; i++)
+        printf("%s,%.4f,%.4f,%zu,%zu,%zu,%zu,%" PRId64 ",%s,%.9g\n", c->strategies[i].name,
+               r[i].step_ms, r[i].overhead, r[i].peak, r[i].baseline, r[i].peak - r[i].baseline,
+               r[i].rss_growth, r[i].recomputed, r[i].grads_equal ? "true" : "false",
+               r[i].max_diff);
+}
+
+static void print_json(const config *c, const model *m, int threads, result *r) {
+    util_str j = {0};
+    util_str_printf(&j,
+                    "{\"command\":\"bench\",\"model\":\"%s\",\"layers\":%d,\"width\":%d,"
+                    "\"heads\":%d,\"context\":%d,\"batch\":%d,\"params\":%" PRId64
+                    ",\"threads\":%d,\"reps\":%d,\"strategies\":[",
+                    m->kind == MODEL_GPT ? "gpt" : "mlp", m->layers, m->width, m->heads,
+                    m->context, c->batch, m->n_weights, threads, c->reps);
+    for (int i = 0; i < c->n_strategies; i++) {
+        util_str_printf(&j, "%s{\"strategy\":\"", i ? "," : "");
+        util_str_json_escaped(&j, c->strategies[i].name);
+        util_str_printf(&j,
+                        "\",\"step_ms\":%.4f,\"overhead\":%.4f,\"peak_alloc_bytes\":%zu,"
+                        "\"baseline_bytes\":%zu,\"step_alloc_bytes\":%zu,\"rss_growth_bytes\":%zu,"
+                        "\"recomputed_blocks\":%" PRId64 ",\"loss\":%.9g,"
+                        "\"grads_bitwise_equal\":%s,\"grads_max_abs_diff\":",
+                        r[i].step_ms, r[i].overhead, r[i].peak, r[i].baseline,
+                        r[i].peak - r[i].baseline, r[i].rss_growth, r[i].recomputed, r[i].loss,
+                        r[i].grads_equal ? "true" : "false");
+        if (isfinite(r[i].max_diff))
+            util_str_printf(&j, "%.9g,\"step_ms_all\":[", r[i].max_diff);
+        else
+            util_str_printf(&j, "null,\"step_ms_all\":[");
+        for (int k = 0; k < c->reps; k++)
+            util_str_printf(&j, "%s%.4f", k ? "," : "", r[i].times[k] * 1e3);
+        util_str_printf(&j, "]}");
+    }
+    util_str_printf(&j, "],\"peak_rss_bytes\":%zu}\n", util_peak_rss_bytes());
+    if (!j.oom) fputs(j.s, stdout);
+    util_str_free(&j);
+}
+
+static bool join(char *buf, size_t n, const char *dir, const char *file) {
+    return (size_t)snprintf(buf, n, "%s/%s", dir, file) < n;
+}
+
+int cmd_bench(config *c, bool is_default) {
+    int rc = REMAT_OK;
+    model m;
+    memset(&m, 0, sizeof m);
+    task tk;
+    memset(&tk, 0, sizeof tk);
+    batch b;
+    memset(&b, 0, sizeof b);
+    float **ref = NULL;
+    const int n = c->n_strategies;
+    result *r = calloc((size_t)n, sizeof *r);
+    int threads = step_setup_process(c->threads);
+    const bool log = !c->quiet;
+    if (!r) {
+        rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        r[i].times = calloc((size_t)c->reps, sizeof(double));
+        if (!r[i].times) {
+            rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+            goto done;
+        }
+    }
+    if ((rc = task_init(&tk, c))) goto done;
+    if ((rc = model_init(&m, c, c->seed))) goto done;
+    if ((rc = task_batch(&tk, 0, &b))) goto done;
+    if (is_default && log)
+        fprintf(stderr,
+                "remat: no command given, so here is `remat bench` on a small GPT: the same\n"
+                "training step under each checkpointing strategy (see `remat --help`).\n");
+    if (log) print_header(stderr, c, &m, threads);
+
+    /* 1. warm-up + reference gradients (RSS tracking from here to step 2's end) */
+    step_malloc_mode(true);
+    strategy none;
+    strategy_parse("none", false, &none, NULL, 0);
+    double ref_loss = 0;
+    if (log) fprintf(stderr, "  warm-up step (reference gradients)...\n");
+    model_zero_grad(&m);
+    if ((rc = step_run(&m, &none, &b, NULL, NULL, &ref_loss))) goto done;
+    ref = grab_grads(&m);
+    if (!ref) {
+        rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+        goto done;
+    }
+
+    /* 2. one measured step per strategy */
+    for (int i = 0; i < n; i++) {
+        if (log) fprintf(stderr, "  measuring memory: %s\n", c->strategies[i].name);
+        model_zero_grad(&m);
+        remat_alloc_reset_peak(REMAT_DEVICE_CPU);
+        r[i].baseline = remat_cpu_current_bytes();
+        trace_begin(&r[i].tr, true);
+        rc = step_run(&m, &c->strategies[i], &b, NULL, &r[i].tr, &r[i].loss);
+        trace_end(&r[i].tr);
+        if (rc) goto done;
+        r[i].peak = remat_cpu_peak_bytes();
+        r[i].rss_growth = r[i].tr.peak_rss > r[i].tr.start_rss ? r[i].tr.peak_rss - r[i].tr.start_rss : 0;
+        r[i].recomputed = r[i].tr.n_recomputed_blocks;
+        r[i].loss_equal = memcmp(&r[i].loss, &ref_loss, sizeof ref_loss) == 0;
+        r[i].grads_equal = compare_grads(&m, ref, &r[i].max_diff) && r[i].loss_equal;
+    }
+
+    /* 3. timed, interleaved repetitions, with malloc in its fast setting */
+    step_malloc_mode(false);
+    const bool tty = util_isatty(stderr);
+    for (int rep = 0; rep < c->reps; rep++) {
+        if (log)
+            fprintf(stderr, "%s  timing: repetition %d/%d%s", tty ? "\r" : "", rep + 1, c->reps,
+                    tty ? "" : "\n");
+        for (int k = 0; k < n; k++) {
+            int i = (rep + k) % n;
+            double loss;
+            model_zero_grad(&m);
+            double t0 = util_now();
+            rc = step_run(&m, &c->strategies[i], &b, NULL, NULL, &loss);
+            r[i].times[rep] = util_now() - t0;
+            if (rc) goto done;
+        }
+    }
+    if (log && tty) fprintf(stderr, "\n");
+    model_zero_grad(&m);
+    int refi = 0;
+    for (int i = 0; i < n; i++)
+        if (c->strategies[i].kind == STRAT_NONE) {
+            refi = i;
+            break;
+        }
+    for (int i = 0; i < n; i++) r[i].step_ms = 1e3 * util_median(r[i].times, c->reps);
+    for (int i = 0; i < n; i++) r[i].overhead = r[refi].step_ms > 0 ? r[i].step_ms / r[refi].step_ms : 0;
+
+    if (c->json)
+        print_json(c, &m, threads, r);
+    else if (c->csv)
+        print_csv(c, r);
+    else
+        print_table(c, &m, threads, r, refi);
+
+    /* plots */
+    const trace **ts = calloc((size_t)n, sizeof *ts);
+    const char **labels = calloc((size_t)n, sizeof *labels);
+    tradeoff_point *pts = calloc((size_t)n, sizeof *pts);
+    if (!ts || !labels || !pts) {
+        free(ts);
+        free(labels);
+        free(pts);
+        rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        ts[i] = &r[i].tr;
+        labels[i] = c->strategies[i].name;
+        pts[i] = (tradeoff_point){c->strategies[i].name, r[i].step_ms, (double)r[i].peak,
+                                  (double)r[i].baseline};
+    }
+    char title[256];
+    snprintf(title, sizeof title, "remat: %s, %d layers, width %d: memory vs time per strategy",
+             m.kind == MODEL_GPT ? "GPT" : "MLP", m.layers, m.width);
+    char path[4096];
+    FILE *msg = (c->json || c->csv) ? stderr : stdout;
+    bool wrote_header = false;
+#define WROTE(p)                                                    \
+    do {                                                            \
+        if (!wrote_header) fprintf(msg, "\n");                      \
+        wrote_header = true;                                        \
+        fprintf(msg, "wrote %s\n", p);                              \
+    } while (0)
+#define FAILW(p) rc = remat_set_error(REMAT_EIO, "cannot write %s", p)
+    if (c->out_dir) {
+        if (!util_mkdir_p(c->out_dir)) {
+            rc = remat_set_error(REMAT_EIO, "--out %s: cannot create the directory", c->out_dir);
+        } else {
+            if (!rc && join(path, sizeof path, c->out_dir, "tradeoff.svg")) {
+                if (svg_tradeoff(path, title, n, pts)) WROTE(path); else FAILW(path);
+            }
+            if (!rc && join(path, sizeof path, c->out_dir, "timeline.svg")) {
+                snprintf(title, sizeof title, "remat: memory during one training step, %s, %d layers",
+                         m.kind == MODEL_GPT ? "GPT" : "MLP", m.layers);
+                if (svg_timeline(path, title, n, ts, labels)) WROTE(path); else FAILW(path);
+            }
+            if (!rc && join(path, sizeof path, c->out_dir, "trace.json")) {
+                if (trace_write_chrome(path, n, ts, labels)) WROTE(path); else FAILW(path);
+            }
+        }
+    }
+    if (!rc && c->svg) {
+        if (svg_tradeoff(c->svg, title, n, pts)) WROTE(c->svg); else FAILW(c->svg);
+    }
+    if (!rc && c->trace) {
+        if (trace_write_chrome(c->trace, n, ts, labels)) WROTE(c->trace); else FAILW(c->trace);
+    }
+#undef WROTE
+#undef FAILW
+    if (!rc && is_default && !c->json && !c->csv)
+        printf("\nOpen %s/timeline.svg to see memory over the step (forward, backward,\n"
+               "recompute shaded) and %s/tradeoff.svg for memory against time. Try\n"
+               "`remat train` to train this kind of model, `remat bench --help` for more.\n",
+               c->out_dir, c->out_dir);
+    free(ts);
+    free(labels);
+    free(pts);
+    for (int i = 0; !rc && i < n; i++)
+        if (!r[i].grads_equal) {
+            fprintf(stderr, "remat bench: gradients of %s differ from the un-checkpointed ones\n",
+                    c->strategies[i].name);
+            rc = REMAT_EDETERMINISM;
+        }
+    if (rc == REMAT_EDETERMINISM) {
+        free_grads(ref, m.n_params);
+        ref = NULL;
+        goto cleanup;
+    }
+
+done:
+    if (rc) fprintf(stderr, "\nremat bench: %s\n", remat_last_error());
+cleanup:
+    free_grads(ref, m.n_params);
+    for (int i = 0; r && i < n; i++) {
+        free(r[i].times);
+        trace_free(&r[i].tr);
+    }
+    free(r);
+    batch_free(&b);
+    model_free(&m);
+    task_free(&tk);
+    return rc ? 1 : 0;
+}

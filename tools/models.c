@@ -1,0 +1,333 @@
+/* tools/models.c — GPT and deep MLP on the public remat API (see models.h). */
+#include "models.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TRY(expr)                                  \
+    do {                                           \
+        if ((rc = (expr)) != REMAT_OK) goto done;  \
+    } while (0)
+
+static const double LN_EPS = 1e-5;
+
+void batch_free(batch *b) {
+    remat_release_p(&b->idx);
+    remat_release_p(&b->targets);
+    remat_release_p(&b->x);
+    remat_release_p(&b->y);
+}
+
+/* ---- parameters ----------------------------------------------------------------- */
+enum { INIT_NORMAL, INIT_ZEROS, INIT_ONES };
+
+static int new_param(model *m, const char *name, int ndim, const int64_t *shape, int init,
+                     double std, bool decay, remat_tensor **slot) {
+    remat_tensor *t = NULL;
+    int rc;
+    if (init == INIT_NORMAL)
+        rc = remat_rand_normal(&t, ndim, shape, 0.0, std, REMAT_F32, REMAT_DEVICE_CPU);
+    else
+        rc = remat_full(&t, ndim, shape, init == INIT_ONES ? 1.0 : 0.0, REMAT_F32,
+                        REMAT_DEVICE_CPU);
+    if (!rc) rc = remat_set_requires_grad(t, true);
+    if (!rc) rc = remat_set_name(t, name);
+    if (rc) {
+        remat_release(t);
+        return rc;
+    }
+    param *p = &m->params[m->n_params++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->t = t;
+    p->decay = decay;
+    m->n_weights += remat_numel(t);
+    *slot = t;
+    return REMAT_OK;
+}
+
+static int init_gpt(model *m) {
+    int rc = REMAT_OK;
+    const int64_t C = m->width, V = m->vocab, T = m->context, L = m->layers;
+    char nm[MODEL_MAX_NAME];
+    const double std = 0.02, proj_std = 0.02 / sqrt(2.0 * (double)L);
+    m->gblocks = calloc((size_t)L, sizeof *m->gblocks);
+    if (!m->gblocks) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    TRY(new_param(m, "wte", 2, (int64_t[]){V, C}, INIT_NORMAL, std, true, &m->wte));
+    TRY(new_param(m, "wpe", 2, (int64_t[]){T, C}, INIT_NORMAL, std, true, &m->wpe));
+    for (int l = 0; l < L; l++) {
+        gpt_block *b = &m->gblocks[l];
+#define P(field, nd, shp, init, sd, decay)                                            \
+    snprintf(nm, sizeof nm, "h.%d." #field, l);                                       \
+    TRY(new_param(m, nm, nd, shp, init, sd, decay, &b->field))
+        P(ln1_w, 1, (int64_t[]){C}, INIT_ONES, 0, false);
+        P(ln1_b, 1, (int64_t[]){C}, INIT_ZEROS, 0, false);
+        P(attn_w, 2, ((int64_t[]){3 * C, C}), INIT_NORMAL, std, true);
+        P(attn_b, 1, (int64_t[]){3 * C}, INIT_ZEROS, 0, false);
+        P(proj_w, 2, ((int64_t[]){C, C}), INIT_NORMAL, proj_std, true);
+        P(proj_b, 1, (int64_t[]){C}, INIT_ZEROS, 0, false);
+        P(ln2_w, 1, (int64_t[]){C}, INIT_ONES, 0, false);
+        P(ln2_b, 1, (int64_t[]){C}, INIT_ZEROS, 0, false);
+        P(fc_w, 2, ((int64_t[]){4 * C, C}), INIT_NORMAL, std, true);
+        P(fc_b, 1, (int64_t[]){4 * C}, INIT_ZEROS, 0, false);
+        P(fc2_w, 2, ((int64_t[]){C, 4 * C}), INIT_NORMAL, proj_std, true);
+        P(fc2_b, 1, (int64_t[]){C}, INIT_ZEROS, 0, false);
+#undef P
+    }
+    TRY(new_param(m, "ln_f.w", 1, (int64_t[]){C}, INIT_ONES, 0, false, &m->lnf_w));
+    TRY(new_param(m, "ln_f.b", 1, (int64_t[]){C}, INIT_ZEROS, 0, false, &m->lnf_b));
+    if (m->untied)
+        TRY(new_param(m, "head", 2, (int64_t[]){V, C}, INIT_NORMAL, std, true, &m->head));
+    else
+        m->head = m->wte;
+
+    /* causal mask: 1 where key position j > query position i */
+    int64_t *mask = malloc(sizeof(int64_t) * (size_t)(T * T));
+    if (!mask) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < T; j++) mask[i * T + j] = j > i;
+    rc = remat_from_data(&m->mask, 2, (int64_t[]){T, T}, REMAT_I64, mask);
+    free(mask);
+done:
+    return rc;
+}
+
+static int init_mlp(model *m) {
+    int rc = REMAT_OK;
+    const int64_t W = m->width;
+    const double std = 1.0 / sqrt((double)W);
+    char nm[MODEL_MAX_NAME];
+    m->mblocks = calloc((size_t)m->layers, sizeof *m->mblocks);
+    if (!m->mblocks) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    for (int l = 0; l < m->layers; l++) {
+        mlp_block *b = &m->mblocks[l];
+        snprintf(nm, sizeof nm, "h.%d.ln_w", l);
+        TRY(new_param(m, nm, 1, (int64_t[]){W}, INIT_ONES, 0, false, &b->ln_w));
+        snprintf(nm, sizeof nm, "h.%d.ln_b", l);
+        TRY(new_param(m, nm, 1, (int64_t[]){W}, INIT_ZEROS, 0, false, &b->ln_b));
+        snprintf(nm, sizeof nm, "h.%d.w", l);
+        TRY(new_param(m, nm, 2, (int64_t[]){W, W}, INIT_NORMAL, std, true, &b->w));
+        snprintf(nm, sizeof nm, "h.%d.b", l);
+        TRY(new_param(m, nm, 1, (int64_t[]){W}, INIT_ZEROS, 0, false, &b->b));
+    }
+    TRY(new_param(m, "ln_f.w", 1, (int64_t[]){W}, INIT_ONES, 0, false, &m->lnf_w));
+    TRY(new_param(m, "ln_f.b", 1, (int64_t[]){W}, INIT_ZEROS, 0, false, &m->lnf_b));
+    TRY(new_param(m, "head.w", 2, (int64_t[]){W, W}, INIT_NORMAL, std, true, &m->mhead_w));
+    TRY(new_param(m, "head.b", 1, (int64_t[]){W}, INIT_ZEROS, 0, false, &m->mhead_b));
+done:
+    return rc;
+}
+
+int model_init(model *m, const config *c, uint64_t seed) {
+    memset(m, 0, sizeof *m);
+    m->kind = c->model;
+    m->layers = c->layers;
+    m->width = c->width;
+    m->heads = c->heads;
+    m->context = c->context;
+    m->vocab = GPT_VOCAB;
+    m->untied = c->untied;
+    int cap = m->kind == MODEL_GPT ? 5 + 12 * m->layers : 4 + 4 * m->layers;
+    m->params = calloc((size_t)cap, sizeof *m->params);
+    m->ctx = calloc((size_t)m->layers, sizeof *m->ctx);
+    m->ud = calloc((size_t)m->layers, sizeof *m->ud);
+    if (!m->params || !m->ctx || !m->ud) {
+        model_free(m);
+        return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    }
+    for (int l = 0; l < m->layers; l++) {
+        m->ctx[l].m = m;
+        m->ctx[l].layer = l;
+        m->ud[l] = &m->ctx[l];
+    }
+    remat_manual_seed(seed);
+    int rc = m->kind == MODEL_GPT ? init_gpt(m) : init_mlp(m);
+    if (rc) model_free(m);
+    return rc;
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_params; i++) remat_release(m->params[i].t);
+    remat_release(m->mask);
+    free(m->params);
+    free(m->gblocks);
+    free(m->mblocks);
+    free(m->ctx);
+    free(m->ud);
+    memset(m, 0, sizeof *m);
+}
+
+void model_zero_grad(model *m) {
+    for (int i = 0; i < m->n_params; i++) remat_set_grad(m->params[i].t, NULL);
+}
+
+/* ---- blocks ------------------------------------------------------------------------ */
+/* (B, T, C) → (B, H, T, D): a view of one third of qkv split into heads. */
+static int to_heads(remat_tensor **out, remat_tensor *t, int64_t B, int64_t T, int64_t H,
+                    int64_t D) {
+    remat_tensor *r = NULL;
+    int rc = remat_reshape(&r, t, 4, (int64_t[]){B, T, H, D});
+    if (!rc) rc = remat_transpose(out, r, 1, 2);
+    return rc;
+}
+
+/* GPT block: x (B, T, C) → (B, T, C). Temporaries live in a scope; the
+ * output is handed out as a plain reference. */
+static int gpt_block_forward(void *user_data, remat_tensor *const *inputs, int n_inputs,
+                             remat_tensor **outputs, int n_outputs) {
+    if (n_inputs != 1 || n_outputs != 1 || !inputs[0])
+        return remat_set_error(REMAT_EINVAL, "gpt block: expected 1 input and 1 output");
+    block_ctx *bc = user_data;
+    model *m = bc->m;
+    gpt_block *b = &m->gblocks[bc->layer];
+    remat_tensor *x = inputs[0];
+    const int64_t B = remat_size(x, 0), T = remat_size(x, 1), C = m->width, H = m->heads,
+                  D = C / H;
+    remat_scope *s = NULL;
+    int rc = remat_scope_begin(&s);
+    if (rc) return rc;
+    remat_tensor *h, *qkv, *parts[3], *q, *k, *v, *kt, *att, *y, *x1, *f;
+    int n_parts = 0;
+    /* attention */
+    TRY(remat_layer_norm(&h, x, 1, b->ln1_w, b->ln1_b, LN_EPS));
+    TRY(remat_linear(&qkv, h, b->attn_w, b->attn_b));            /* (B, T, 3C) */
+    TRY(remat_split(parts, 3, &n_parts, qkv, C, -1));            /* 3 x (B, T, C) */
+    TRY(to_heads(&q, parts[0], B, T, H, D));                     /* (B, H, T, D) */
+    TRY(to_heads(&k, parts[1], B, T, H, D));
+    TRY(to_heads(&v, parts[2], B, T, H, D));
+    TRY(remat_transpose(&kt, k, -2, -1));                        /* (B, H, D, T) */
+    TRY(remat_matmul(&att, q, kt));                              /* (B, H, T, T) */
+    TRY(remat_mul_scalar(&att, att, 1.0 / sqrt((double)D)));
+    TRY(remat_masked_fill(&att, att, m->mask, -INFINITY));       /* causal */
+    TRY(remat_softmax(&att, att, -1));
+    TRY(remat_matmul(&y, att, v));                               /* (B, H, T, D) */
+    TRY(remat_transpose(&y, y, 1, 2));                           /* (B, T, H, D) */
+    TRY(remat_reshape(&y, y, 3, (int64_t[]){B, T, C}));
+    TRY(remat_linear(&y, y, b->proj_w, b->proj_b));
+    TRY(remat_add(&x1, x, y));
+    /* MLP */
+    TRY(remat_layer_norm(&h, x1, 1, b->ln2_w, b->ln2_b, LN_EPS));
+    TRY(remat_linear(&f, h, b->fc_w, b->fc_b));                  /* (B, T, 4C) */
+    TRY(remat_gelu(&f, f, REMAT_GELU_TANH));
+    TRY(remat_linear(&f, f, b->fc2_w, b->fc2_b));                /* (B, T, C) */
+    TRY(remat_add(&y, x1, f));
+    outputs[0] = remat_scope_keep(y);
+done:
+    remat_scope_end(s);
+    return rc;
+}
+
+/* MLP block: x (B, W) → x + gelu(linear(layer_norm(x))). */
+static int mlp_block_forward(void *user_data, remat_tensor *const *inputs, int n_inputs,
+                             remat_tensor **outputs, int n_outputs) {
+    if (n_inputs != 1 || n_outputs != 1 || !inputs[0])
+        return remat_set_error(REMAT_EINVAL, "mlp block: expected 1 input and 1 output");
+    block_ctx *bc = user_data;
+    mlp_block *b = &bc->m->mblocks[bc->layer];
+    remat_scope *s = NULL;
+    int rc = remat_scope_begin(&s);
+    if (rc) return rc;
+    remat_tensor *h, *y;
+    TRY(remat_layer_norm(&h, inputs[0], 1, b->ln_w, b->ln_b, LN_EPS));
+    TRY(remat_linear(&h, h, b->w, b->b));
+    TRY(remat_gelu(&h, h, REMAT_GELU_ERF));
+    TRY(remat_add(&y, inputs[0], h));
+    outputs[0] = remat_scope_keep(y);
+done:
+    remat_scope_end(s);
+    return rc;
+}
+
+static block_hook_fn g_hook;
+static void *g_hook_ud;
+
+void models_set_block_hook(block_hook_fn fn, void *user_data) {
+    g_hook = fn;
+    g_hook_ud = user_data;
+}
+
+/* The function every strategy runs: the model's block plus the trace hook. */
+static int traced_block(void *user_data, remat_tensor *const *inputs, int n_inputs,
+                        remat_tensor **outputs, int n_outputs) {
+    block_ctx *bc = user_data;
+    bool recompute = remat_in_backward();
+    if (g_hook) g_hook(g_hook_ud, bc->layer, true, recompute);
+    int rc = bc->m->kind == MODEL_GPT
+                 ? gpt_block_forward(user_data, inputs, n_inputs, outputs, n_outputs)
+                 : mlp_block_forward(user_data, inputs, n_inputs, outputs, n_outputs);
+    if (g_hook) g_hook(g_hook_ud, bc->layer, false, recompute);
+    return rc;
+}
+
+block_fn model_block_fn(void) { return traced_block; }
+
+/* ---- whole model -------------------------------------------------------------------- */
+static int embed(model *m, const batch *b, remat_tensor **out) {
+    remat_scope *s = NULL;
+    int rc = remat_scope_begin(&s);
+    if (rc) return rc;
+    if (m->kind == MODEL_GPT) {
+        remat_tensor *tok, *pos = m->wpe, *x;
+        int64_t T = remat_size(b->idx, 1);
+        TRY(remat_embedding(&tok, m->wte, b->idx)); /* (B, T, C) */
+        if (T != m->context) TRY(remat_slice(&pos, m->wpe, 0, 0, T, 1));
+        TRY(remat_add(&x, tok, pos));
+        *out = remat_scope_keep(x);
+    } else {
+        *out = remat_retain(b->x);
+    }
+done:
+    remat_scope_end(s);
+    return rc;
+}
+
+/* Final norm + head; the loss when want_loss, else the outputs. */
+static int head(model *m, remat_tensor *x, const batch *b, bool want_loss, remat_tensor **out) {
+    remat_scope *s = NULL;
+    int rc = remat_scope_begin(&s);
+    if (rc) return rc;
+    remat_tensor *h, *o, *r, *t;
+    TRY(remat_layer_norm(&h, x, 1, m->lnf_w, m->lnf_b, LN_EPS));
+    if (m->kind == MODEL_GPT) {
+        TRY(remat_linear(&o, h, m->head, NULL)); /* (B, T, V) */
+        if (want_loss) {
+            int64_t BT = remat_numel(b->targets);
+            TRY(remat_reshape(&r, o, 2, (int64_t[]){BT, m->vocab}));
+            TRY(remat_reshape(&t, b->targets, 1, (int64_t[]){BT}));
+            TRY(remat_cross_entropy(&o, r, t, -100));
+        }
+    } else {
+        TRY(remat_linear(&o, h, m->mhead_w, m->mhead_b));
+        if (want_loss) TRY(remat_mse_loss(&o, o, b->y));
+    }
+    *out = remat_scope_keep(o);
+done:
+    remat_scope_end(s);
+    return rc;
+}
+
+int model_loss(model *m, const strategy *s, const batch *b, remat_tensor **loss) {
+    remat_tensor *x = NULL, *y = NULL;
+    *loss = NULL;
+    int rc = embed(m, b, &x);
+    if (!rc) rc = strategy_run_chain(s, m->layers, traced_block, m->ud, x, &y);
+    if (!rc) rc = head(m, y, b, true, loss);
+    remat_release(x);
+    remat_release(y);
+    return rc;
+}
+
+int model_outputs(model *m, const batch *b, remat_tensor **out) {
+    strategy none;
+    strategy_parse("none", false, &none, NULL, 0);
+    remat_tensor *x = NULL, *y = NULL;
+    *out = NULL;
+    int rc = embed(m, b, &x);
+    if (!rc) rc = strategy_run_chain(&none, m->layers, traced_block, m->ud, x, &y);
+    if (!rc) rc = head(m, y, b, false, out);
+    remat_release(x);
+    remat_release(y);
+    return rc;
+}

@@ -1,0 +1,103 @@
+/*
+ * tools/models.h — the two models of the remat program, written on the
+ * public remat API.
+ *
+ * GPT (byte-level, vocab 256):
+ *   x = wte[idx] + wpe                                  (B, T, C)
+ *   block: x = x + proj(attn(ln1(x)))                   causal multi-head attention
+ *          x = x + fc2(gelu(fc(ln2(x))))                MLP 4x
+ *   logits = ln_f(x) · head^T (head = wte when tied)    (B, T, 256)
+ *   loss = cross_entropy(logits, targets, ignore -100)
+ *
+ * MLP (deep, width W):
+ *   block: x = x + gelu(linear(layer_norm(x)))          W → W
+ *   out = head(ln_f(x)); loss = mse(out, y)
+ *
+ * Every block is a block_fn (strategy.h) taking one tensor and returning one,
+ * so the strategies can wrap it in remat_checkpoint.
+ */
+#ifndef REMAT_TOOLS_MODELS_H
+#define REMAT_TOOLS_MODELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "args.h"
+#include "remat/remat.h"
+#include "strategy.h"
+
+#define GPT_VOCAB 256
+#define MODEL_MAX_NAME 48
+
+typedef struct param {
+    char name[MODEL_MAX_NAME];
+    remat_tensor *t; /* leaf, f32, contiguous, requires grad */
+    bool decay;      /* AdamW weight decay applies (matrices) */
+} param;
+
+typedef struct model model;
+
+/* user_data of one block */
+typedef struct block_ctx {
+    model *m;
+    int layer;
+} block_ctx;
+
+typedef struct gpt_block {
+    remat_tensor *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
+    remat_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w, *fc2_b;
+} gpt_block;
+
+typedef struct mlp_block {
+    remat_tensor *ln_w, *ln_b, *w, *b;
+} mlp_block;
+
+struct model {
+    model_kind kind;
+    int layers, width, heads, context, vocab;
+    bool untied;
+    param *params;
+    int n_params;
+    int64_t n_weights; /* total number of parameter elements */
+    /* GPT */
+    remat_tensor *wte, *wpe, *lnf_w, *lnf_b, *head; /* head == wte when tied */
+    gpt_block *gblocks;
+    remat_tensor *mask; /* (T, T) i64, 1 above the diagonal */
+    /* MLP */
+    mlp_block *mblocks;
+    remat_tensor *mhead_w, *mhead_b;
+    /* blocks as the strategies see them */
+    block_ctx *ctx;
+    void **ud;
+};
+
+/* One batch: GPT uses idx/targets (B, T) i64; MLP uses x/y (B, W) f32. */
+typedef struct batch {
+    remat_tensor *idx, *targets, *x, *y;
+    int64_t tokens; /* B*T for GPT, B for MLP */
+} batch;
+void batch_free(batch *b);
+
+/* Creates the model of config c with a deterministic init from `seed`
+ * (remat_manual_seed then remat_rand_normal in a fixed order). */
+int model_init(model *m, const config *c, uint64_t seed);
+void model_free(model *m);
+
+/* Forward to the loss under strategy s (grad mode as the caller set it).
+ * *loss gets a plain reference to a 0-dim tensor. */
+int model_loss(model *m, const strategy *s, const batch *b, remat_tensor **loss);
+/* GPT logits (B, T, V) or MLP outputs (B, W), no strategy; plain reference. */
+int model_outputs(model *m, const batch *b, remat_tensor **out);
+/* Drops every parameter's .grad. */
+void model_zero_grad(model *m);
+
+/* The block function the strategies run (traced). */
+block_fn model_block_fn(void);
+
+/* Block hook for traces: called on entry and exit of every block run,
+ * with recompute = remat_in_backward() (a block running inside backward is
+ * being recomputed by a checkpoint). */
+typedef void (*block_hook_fn)(void *user_data, int layer, bool enter, bool recompute);
+void models_set_block_hook(block_hook_fn fn, void *user_data);
+
+#endif /* REMAT_TOOLS_MODELS_H */

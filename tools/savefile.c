@@ -1,0 +1,426 @@
+/* tools/savefile.c — the --save / --resume file (see savefile.h, docs/file-format.md). */
+#include "savefile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define FIXED_HEADER_BYTES 144u /* version-1 header after the 24-byte preamble */
+#define PREAMBLE_BYTES 24u
+
+/* ---- CRC-32 --------------------------------------------------------------------------- */
+uint32_t savefile_crc32(const void *data, size_t n) {
+    static uint32_t table[256];
+    static int ready = 0;
+    if (!ready) {
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            table[i] = c;
+        }
+        ready = 1;
+    }
+    const unsigned char *p = data;
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+/* ---- little-endian byte buffer ---------------------------------------------------------- */
+typedef struct buf {
+    unsigned char *p;
+    size_t len, cap;
+    bool oom;
+} buf;
+
+static void put(buf *b, const void *src, size_t n) {
+    if (b->oom) return;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n) cap *= 2;
+        unsigned char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, src, n);
+    b->len += n;
+}
+static void put_u32(buf *b, uint32_t v) {
+    unsigned char x[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+                          (unsigned char)(v >> 24)};
+    put(b, x, 4);
+}
+static void put_u64(buf *b, uint64_t v) {
+    put_u32(b, (uint32_t)v);
+    put_u32(b, (uint32_t)(v >> 32));
+}
+static void put_f64(buf *b, double d) {
+    uint64_t v;
+    memcpy(&v, &d, 8);
+    put_u64(b, v);
+}
+static uint32_t get_u32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get_u64(const unsigned char *p) {
+    return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
+static double get_f64(const unsigned char *p) {
+    uint64_t v = get_u64(p);
+    double d;
+    memcpy(&d, &v, 8);
+    return d;
+}
+static bool host_little_endian(void) {
+    uint16_t x = 1;
+    unsigned char c;
+    memcpy(&c, &x, 1);
+    return c == 1;
+}
+
+static void put_tensor(buf *b, const char *prefix, const char *name, remat_tensor *t) {
+    char full[96];
+    snprintf(full, sizeof full, "%s%s", prefix, name);
+    uint32_t n = (uint32_t)strlen(full);
+    put_u32(b, n);
+    put(b, full, n);
+    put_u32(b, (uint32_t)remat_tensor_dtype(t));
+    put_u32(b, (uint32_t)remat_ndim(t));
+    for (int d = 0; d < remat_ndim(t); d++) put_u64(b, (uint64_t)remat_size(t, d));
+    uint64_t nbytes = (uint64_t)remat_numel(t) * remat_dtype_size(remat_tensor_dtype(t));
+    put_u64(b, nbytes);
+    /* parameters and optimizer state are dense f32 (made so by model/optim init) */
+    put(b, remat_data(t), (size_t)nbytes);
+}
+
+static int write_all(int fd, const unsigned char *p, size_t n) {
+    while (n) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+int savefile_write(const char *path, const config *c, const model *m, const optim *o,
+                   int64_t step) {
+    if (!host_little_endian())
+        return remat_set_error(REMAT_EUNSUPPORTED, "--save: big-endian hosts are not supported");
+    uint8_t rng[REMAT_RNG_STATE_BYTES];
+    int rc = remat_rng_get_state(REMAT_DEVICE_CPU, rng);
+    if (rc) return rc;
+    uint32_t n_tensors = (uint32_t)m->n_params;
+    for (int i = 0; i < o->n; i++) n_tensors += (o->m[i] != NULL) + (o->v[i] != NULL);
+
+    buf b = {0};
+    put(&b, SAVEFILE_MAGIC, 8);
+    put_u32(&b, SAVEFILE_VERSION);
+    put_u32(&b, FIXED_HEADER_BYTES);
+    put_u64(&b, 0); /* file size, patched below */
+    size_t h0 = b.len;
+    put_u32(&b, (uint32_t)m->kind);
+    put_u32(&b, (uint32_t)m->layers);
+    put_u32(&b, (uint32_t)m->width);
+    put_u32(&b, (uint32_t)m->heads);
+    put_u32(&b, (uint32_t)m->context);
+    put_u32(&b, (uint32_t)m->vocab);
+    put_u32(&b, m->untied ? 1u : 0u);
+    put_u32(&b, (uint32_t)o->kind);
+    put_u32(&b, (uint32_t)c->batch);
+    put_u32(&b, n_tensors);
+    put_f64(&b, o->lr);
+    put_f64(&b, o->weight_decay);
+    put_f64(&b, o->momentum);
+    put_f64(&b, o->beta1);
+    put_f64(&b, o->beta2);
+    put_f64(&b, o->eps);
+    put_u64(&b, c->seed);
+    put_u64(&b, (uint64_t)step);
+    put_u64(&b, (uint64_t)o->t);
+    put(&b, rng, sizeof rng);
+    if (!b.oom && b.len - h0 != FIXED_HEADER_BYTES) {
+        free(b.p);
+        return remat_set_error(REMAT_ESTATE, "--save: internal header size mismatch");
+    }
+    for (int i = 0; i < m->n_params; i++) put_tensor(&b, "", m->params[i].name, m->params[i].t);
+    for (int i = 0; i < o->n; i++) {
+        if (o->m[i]) put_tensor(&b, "optim.m.", m->params[i].name, o->m[i]);
+        if (o->v[i]) put_tensor(&b, "optim.v.", m->params[i].name, o->v[i]);
+    }
+    put_u32(&b, 0); /* CRC placeholder */
+    if (b.oom) {
+        free(b.p);
+        return remat_set_error(REMAT_ENOMEM, "--save %s: out of memory", path);
+    }
+    uint64_t size = b.len;
+    for (int k = 0; k < 8; k++) b.p[16 + k] = (unsigned char)(size >> (8 * k));
+    uint32_t crc = savefile_crc32(b.p, b.len - 4);
+    for (int k = 0; k < 4; k++) b.p[b.len - 4 + k] = (unsigned char)(crc >> (8 * k));
+
+    /* temp file in the target's directory, so rename() is atomic */
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 16);
+    char *dir = strdup(path);
+    if (!tmp || !dir) {
+        free(tmp);
+        free(dir);
+        free(b.p);
+        return remat_set_error(REMAT_ENOMEM, "--save %s: out of memory", path);
+    }
+    snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    rc = REMAT_OK;
+    if (fd < 0) {
+        rc = remat_set_error(REMAT_EIO, "--save %s: cannot create a temporary file: %s", path,
+                             strerror(errno));
+    } else {
+        if (write_all(fd, b.p, b.len) != 0 || fsync(fd) != 0) {
+            rc = remat_set_error(REMAT_EIO, "--save %s: write failed: %s", path, strerror(errno));
+        }
+        if (close(fd) != 0 && !rc)
+            rc = remat_set_error(REMAT_EIO, "--save %s: close failed: %s", path, strerror(errno));
+        if (!rc && rename(tmp, path) != 0)
+            rc = remat_set_error(REMAT_EIO, "--save %s: rename failed: %s", path, strerror(errno));
+        if (rc) {
+            unlink(tmp);
+        } else {
+            /* make the rename itself durable */
+            int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
+            if (dfd >= 0) {
+                fsync(dfd);
+                close(dfd);
+            }
+        }
+    }
+    free(tmp);
+    free(dir);
+    free(b.p);
+    return rc;
+}
+
+/* ---- reading --------------------------------------------------------------------------- */
+void savefile_free(saved_state *s) {
+    free(s->image);
+    free(s->tensors);
+    memset(s, 0, sizeof *s);
+}
+
+#define BAD(...) (savefile_free(s), remat_set_error(REMAT_EFORMAT, __VA_ARGS__))
+
+int savefile_read(const char *path, saved_state *s) {
+    memset(s, 0, sizeof *s);
+    FILE *f = fopen(path, "rb");
+    if (!f) return remat_set_error(REMAT_EIO, "--resume %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return remat_set_error(REMAT_EIO, "--resume %s: not a regular file", path);
+    }
+    size_t size = (size_t)st.st_size;
+    s->image = malloc(size ? size : 1);
+    if (!s->image) {
+        fclose(f);
+        return remat_set_error(REMAT_ENOMEM, "--resume %s: out of memory", path);
+    }
+    size_t got = fread(s->image, 1, size, f);
+    fclose(f);
+    if (got != size) {
+        savefile_free(s);
+        return remat_set_error(REMAT_EIO, "--resume %s: read error", path);
+    }
+    s->size = size;
+    const unsigned char *p = s->image;
+    if (size < 8 || memcmp(p, SAVEFILE_MAGIC, 8) != 0)
+        return BAD("--resume %s: not a remat save file (bad magic; expected \"%s\")", path,
+                   SAVEFILE_MAGIC);
+    if (size < PREAMBLE_BYTES)
+        return BAD("--resume %s: truncated file (%zu bytes, the preamble alone is %u)", path, size,
+                   PREAMBLE_BYTES);
+    uint32_t version = get_u32(p + 8), hbytes = get_u32(p + 12);
+    uint64_t fbytes = get_u64(p + 16);
+    if (version != SAVEFILE_VERSION)
+        return BAD("--resume %s: unsupported format version %u (this remat reads version %u)",
+                   path, version, SAVEFILE_VERSION);
+    if (fbytes > size)
+        return BAD("--resume %s: truncated file: %zu bytes of the %llu it should have", path, size,
+                   (unsigned long long)fbytes);
+    if (fbytes < size)
+        return BAD("--resume %s: %zu bytes of unexpected data after the end of the file", path,
+                   size - (size_t)fbytes);
+    if (hbytes != FIXED_HEADER_BYTES || size < PREAMBLE_BYTES + hbytes + 4)
+        return BAD("--resume %s: corrupt header (header size %u)", path, hbytes);
+    uint32_t crc = get_u32(p + size - 4), want = savefile_crc32(p, size - 4);
+    if (crc != want)
+        return BAD("--resume %s: corrupt file: checksum mismatch (stored CRC-32 %08x, computed "
+                   "%08x)",
+                   path, crc, want);
+    if (!host_little_endian()) return BAD("--resume %s: big-endian hosts are not supported", path);
+
+    const unsigned char *h = p + PREAMBLE_BYTES;
+    s->model = get_u32(h + 0);
+    s->layers = get_u32(h + 4);
+    s->width = get_u32(h + 8);
+    s->heads = get_u32(h + 12);
+    s->context = get_u32(h + 16);
+    s->vocab = get_u32(h + 20);
+    s->untied = get_u32(h + 24);
+    s->optim = get_u32(h + 28);
+    s->batch = get_u32(h + 32);
+    s->n_tensors = get_u32(h + 36);
+    s->lr = get_f64(h + 40);
+    s->weight_decay = get_f64(h + 48);
+    s->momentum = get_f64(h + 56);
+    s->beta1 = get_f64(h + 64);
+    s->beta2 = get_f64(h + 72);
+    s->eps = get_f64(h + 80);
+    s->seed = get_u64(h + 88);
+    s->step = (int64_t)get_u64(h + 96);
+    s->optim_t = (int64_t)get_u64(h + 104);
+    memcpy(s->rng, h + 112, 32);
+    if (s->model > 1 || s->optim > 1 || s->layers == 0 || s->width == 0 || s->heads == 0 ||
+        s->context == 0 || s->batch == 0 || s->untied > 1 || s->step < 0 ||
+        s->n_tensors > 1000000)
+        return BAD("--resume %s: corrupt header (impossible model settings)", path);
+
+    s->tensors = calloc(s->n_tensors ? s->n_tensors : 1, sizeof *s->tensors);
+    if (!s->tensors) {
+        savefile_free(s);
+        return remat_set_error(REMAT_ENOMEM, "--resume %s: out of memory", path);
+    }
+    size_t off = PREAMBLE_BYTES + hbytes, end = size - 4;
+    for (uint32_t i = 0; i < s->n_tensors; i++) {
+        saved_tensor *t = &s->tensors[i];
+        if (end - off < 4) return BAD("--resume %s: corrupt tensor record %u", path, i);
+        t->name_len = get_u32(p + off);
+        off += 4;
+        if (t->name_len == 0 || t->name_len > 256 || end - off < t->name_len + 8)
+            return BAD("--resume %s: corrupt tensor record %u (name)", path, i);
+        t->name = (const char *)(p + off);
+        off += t->name_len;
+        t->dtype = get_u32(p + off);
+        t->ndim = get_u32(p + off + 4);
+        off += 8;
+        if (t->ndim > 8 || end - off < 8u * t->ndim + 8)
+            return BAD("--resume %s: corrupt tensor record %u (shape)", path, i);
+        uint64_t numel = 1;
+        for (uint32_t d = 0; d < t->ndim; d++) {
+            t->shape[d] = (int64_t)get_u64(p + off);
+            off += 8;
+            if (t->shape[d] < 0 || t->shape[d] > (1ll << 40))
+                return BAD("--resume %s: corrupt tensor record %u (shape)", path, i);
+            numel *= (uint64_t)t->shape[d];
+        }
+        t->nbytes = get_u64(p + off);
+        off += 8;
+        if (t->dtype > 2 || t->nbytes != numel * remat_dtype_size((remat_dtype)t->dtype) ||
+            t->nbytes > end - off)
+            return BAD("--resume %s: corrupt tensor record %u (data size)", path, i);
+        t->data = p + off;
+        off += t->nbytes;
+    }
+    if (off != end) return BAD("--resume %s: corrupt file (%zu stray bytes)", path, end - off);
+    return REMAT_OK;
+}
+
+#define MISMATCH(flag, have, want)                                                            \
+    remat_set_error(REMAT_EINVAL,                                                             \
+                    "--resume %s: " flag " %lld does not match the saved run's %lld (leave "  \
+                    "it out to continue with the saved value)",                               \
+                    path, (long long)(have), (long long)(want))
+
+int savefile_merge_config(const saved_state *s, const char *path, config *c) {
+    if (c->set_model && (uint32_t)c->model != s->model)
+        return remat_set_error(REMAT_EINVAL, "--resume %s: --model %s does not match the saved %s",
+                               path, c->model == MODEL_GPT ? "gpt" : "mlp",
+                               s->model == MODEL_GPT ? "gpt" : "mlp");
+    if (c->set_layers && (uint32_t)c->layers != s->layers) return MISMATCH("--layers", c->layers, s->layers);
+    if (c->set_width && (uint32_t)c->width != s->width) return MISMATCH("--width", c->width, s->width);
+    if (c->set_heads && (uint32_t)c->heads != s->heads) return MISMATCH("--heads", c->heads, s->heads);
+    if (c->set_context && (uint32_t)c->context != s->context)
+        return MISMATCH("--context", c->context, s->context);
+    if (c->set_batch && (uint32_t)c->batch != s->batch) return MISMATCH("--batch", c->batch, s->batch);
+    if (c->set_seed && c->seed != s->seed) return MISMATCH("--seed", c->seed, s->seed);
+    if (c->set_untied && (uint32_t)c->untied != s->untied)
+        return remat_set_error(REMAT_EINVAL, "--resume %s: --untied does not match the saved model",
+                               path);
+    if (c->set_optim && (uint32_t)c->optim != s->optim)
+        return remat_set_error(REMAT_EINVAL, "--resume %s: --optim does not match the saved optimizer",
+                               path);
+    c->model = (model_kind)s->model;
+    c->layers = (int)s->layers;
+    c->width = (int)s->width;
+    c->heads = (int)s->heads;
+    c->context = (int)s->context;
+    c->batch = (int)s->batch;
+    c->seed = s->seed;
+    c->untied = s->untied != 0;
+    c->optim = (optim_kind)s->optim;
+    /* hyperparameters given on the command line win: changing the learning rate
+     * when resuming is common */
+    if (!c->set_lr) c->lr = s->lr;
+    if (!c->set_weight_decay) c->weight_decay = s->weight_decay;
+    if (!c->set_momentum) c->momentum = s->momentum;
+    if (c->model == MODEL_GPT && (c->width % c->heads != 0 || s->vocab != GPT_VOCAB))
+        return remat_set_error(REMAT_EFORMAT, "--resume %s: corrupt header (model shape)", path);
+    return REMAT_OK;
+}
+
+static const saved_tensor *find(const saved_state *s, const char *prefix, const char *name) {
+    size_t pl = strlen(prefix), nl = strlen(name);
+    for (uint32_t i = 0; i < s->n_tensors; i++) {
+        const saved_tensor *t = &s->tensors[i];
+        if (t->name_len == pl + nl && !memcmp(t->name, prefix, pl) && !memcmp(t->name + pl, name, nl))
+            return t;
+    }
+    return NULL;
+}
+
+static int load_into(const saved_state *s, const char *path, const char *prefix, const char *name,
+                     remat_tensor *dst) {
+    const saved_tensor *t = find(s, prefix, name);
+    if (!t)
+        return remat_set_error(REMAT_EFORMAT, "--resume %s: tensor %s%s is missing", path, prefix,
+                               name);
+    bool ok = t->dtype == (uint32_t)remat_tensor_dtype(dst) && (int)t->ndim == remat_ndim(dst);
+    for (uint32_t d = 0; ok && d < t->ndim; d++) ok = t->shape[d] == remat_size(dst, (int)d);
+    if (!ok) {
+        char want[64];
+        return remat_set_error(REMAT_EFORMAT, "--resume %s: tensor %s%s has the wrong shape (model "
+                                              "expects %s)",
+                               path, prefix, name, remat_describe(dst, want, sizeof want));
+    }
+    memcpy(remat_data(dst), t->data, (size_t)t->nbytes);
+    return REMAT_OK;
+}
+
+int savefile_restore(const saved_state *s, const char *path, model *m, optim *o, int64_t *step) {
+    int rc = REMAT_OK;
+    for (int i = 0; !rc && i < m->n_params; i++)
+        rc = load_into(s, path, "", m->params[i].name, m->params[i].t);
+    for (int i = 0; !rc && i < o->n; i++) {
+        if (o->m[i]) rc = load_into(s, path, "optim.m.", m->params[i].name, o->m[i]);
+        if (!rc && o->v[i]) rc = load_into(s, path, "optim.v.", m->params[i].name, o->v[i]);
+    }
+    if (rc) return rc;
+    o->t = s->optim_t;
+    o->beta1 = s->beta1;
+    o->beta2 = s->beta2;
+    o->eps = s->eps;
+    rc = remat_rng_set_state(REMAT_DEVICE_CPU, s->rng);
+    if (rc) return rc;
+    *step = s->step;
+    return REMAT_OK;
+}

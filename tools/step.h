@@ -1,0 +1,30 @@
+/*
+ * tools/step.h — one training step, shared by `train` and `bench`, and
+ * process-level set-up (threads, malloc behaviour).
+ */
+#ifndef REMAT_TOOLS_STEP_H
+#define REMAT_TOOLS_STEP_H
+
+#include "models.h"
+#include "optim.h"
+#include "strategy.h"
+#include "trace.h"
+
+/* Forward to the loss under s, then backward (grads accumulate into the
+ * parameters' .grad; call model_zero_grad first), then, if o is non-NULL,
+ * an optimizer update. tr (may be NULL) gets the phase marks. *loss gets
+ * the loss value. */
+int step_run(model *m, const strategy *s, const batch *b, optim *o, trace *tr, double *loss);
+
+/* --threads (OpenMP and, when linked, OpenBLAS). Returns the number of
+ * threads in use. */
+int step_setup_process(int threads);
+
+/* track_rss: glibc malloc is set so that every tensor above 64 KiB gets its
+ * own mapping, returned to the OS when freed — the process's RSS then rises
+ * and falls with remat's allocator and can be measured per step (at the
+ * price of page faults on every new tensor). Otherwise: large thresholds,
+ * freed memory is reused from the heap (the fast setting, for timing). */
+void step_malloc_mode(bool track_rss);
+
+#endif /* REMAT_TOOLS_STEP_H */

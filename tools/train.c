@@ -1,0 +1,284 @@
+/* tools/train.c — `remat train`. */
+#include "train.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "models.h"
+#include "optim.h"
+#include "savefile.h"
+#include "step.h"
+#include "svg.h"
+#include "trace.h"
+#include "util.h"
+
+#define N_EVAL_BATCHES 4
+
+typedef struct eval_summary {
+    double loss, accuracy, exact;
+    bool has_accuracy, has_exact;
+} eval_summary;
+
+static int evaluate(model *m, const task *t, eval_summary *out) {
+    eval_result r;
+    memset(&r, 0, sizeof r);
+    bool prev = remat_no_grad_begin();
+    int rc = REMAT_OK;
+    for (int i = 0; !rc && i < N_EVAL_BATCHES; i++) {
+        batch b;
+        remat_tensor *o = NULL;
+        rc = task_eval_batch(t, i, &b);
+        if (rc) break;
+        rc = model_outputs(m, &b, &o);
+        if (!rc) rc = task_score(t, i, &b, o, &r);
+        remat_release(o);
+        batch_free(&b);
+    }
+    remat_grad_mode_restore(prev);
+    memset(out, 0, sizeof *out);
+    out->loss = r.loss_n ? r.loss_sum / (double)r.loss_n : NAN;
+    out->has_accuracy = r.tokens > 0;
+    out->accuracy = r.tokens ? (double)r.tokens_ok / (double)r.tokens : 0;
+    out->has_exact = r.problems > 0;
+    out->exact = r.problems ? (double)r.problems_ok / (double)r.problems : 0;
+    return rc;
+}
+
+static void eval_text(const eval_summary *e, const task *t, char *buf, size_t n) {
+    if (t->kind == TASK_ADDITION)
+        snprintf(buf, n, "held-out: loss %.4f, answer bytes %.1f%%, problems %.1f%%", e->loss,
+                 100 * e->accuracy, 100 * e->exact);
+    else if (t->kind == TASK_TEXT)
+        snprintf(buf, n, "held-out: loss %.4f, next byte %.1f%%", e->loss, 100 * e->accuracy);
+    else
+        snprintf(buf, n, "held-out: mse %.5f", e->loss);
+}
+
+static void progress(bool tty, int64_t step, int64_t total, double loss, double tok_s,
+                     const char *extra) {
+    if (tty) {
+        int width = 24, fill = total ? (int)((double)width * (double)step / (double)total) : width;
+        char bar[32];
+        for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+        bar[width] = '\0';
+        fprintf(stderr, "\r[%s] step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f tok/s%s%s\033[K",
+                bar, step, total, loss, tok_s, extra ? "  " : "", extra ? extra : "");
+    } else {
+        fprintf(stderr, "step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f tok/s%s%s\n", step, total,
+                loss, tok_s, extra ? "  " : "", extra ? extra : "");
+    }
+    fflush(stderr);
+}
+
+static uint32_t float_bits(double v) {
+    float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+int cmd_train(config *c) {
+    int rc = REMAT_OK;
+    saved_state saved;
+    memset(&saved, 0, sizeof saved);
+    task tk;
+    memset(&tk, 0, sizeof tk);
+    model m;
+    memset(&m, 0, sizeof m);
+    optim o;
+    memset(&o, 0, sizeof o);
+    trace tr;
+    bool traced = false;
+    double *losses = NULL, *times = NULL;
+    int threads = step_setup_process(c->threads);
+    /* RSS is only sampled in the traced step; speed matters more here */
+    step_malloc_mode(false);
+
+    if (c->resume) {
+        rc = savefile_read(c->resume, &saved);
+        if (!rc) rc = savefile_merge_config(&saved, c->resume, c);
+        if (rc) goto done;
+    }
+    if ((rc = task_init(&tk, c))) goto done;
+    if ((rc = model_init(&m, c, c->seed))) goto done;
+    if ((rc = optim_init(&o, c, &m))) goto done;
+    int64_t start = 0;
+    if (c->resume && (rc = savefile_restore(&saved, c->resume, &m, &o, &start))) goto done;
+    savefile_free(&saved);
+    if (start > c->steps) {
+        rc = remat_set_error(REMAT_EINVAL,
+                             "--resume %s: the file is at step %" PRId64
+                             ", past --steps %ld (--steps counts from the start of the run)",
+                             c->resume, start, c->steps);
+        goto done;
+    }
+
+    const bool tty = !c->quiet && util_isatty(stderr);
+    const int64_t n_steps = c->steps - start;
+    if (!c->quiet) {
+        char pb[32];
+        if (m.kind == MODEL_GPT)
+            fprintf(stderr,
+                    "remat train: GPT, %d layers, width %d, %d heads, context %d, batch %d, "
+                    "%.2fM parameters (%s)\n",
+                    m.layers, m.width, m.heads, m.context, c->batch, (double)m.n_weights / 1e6,
+                    util_fmt_bytes(4.0 * (double)m.n_weights, pb, sizeof pb));
+        else
+            fprintf(stderr, "remat train: MLP, %d layers, width %d, batch %d, %.2fM parameters\n",
+                    m.layers, m.width, c->batch, (double)m.n_weights / 1e6);
+        fprintf(stderr, "  task %s%s%s, strategy %s, %s lr %g, %d threads%s\n", task_name(&tk),
+                c->data ? " " : "", c->data ? c->data : "", c->strat.name,
+                c->optim == OPTIM_ADAMW ? "AdamW" : "SGD", c->lr, threads,
+                start ? ", resumed" : "");
+        if (start) fprintf(stderr, "  resuming at step %" PRId64 " from %s\n", start, c->resume);
+    }
+
+    losses = malloc(sizeof(double) * (size_t)(n_steps > 0 ? n_steps : 1));
+    times = malloc(sizeof(double) * (size_t)(n_steps > 0 ? n_steps : 1));
+    if (!losses || !times) {
+        rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+        goto done;
+    }
+    const long eval_every = c->eval_every;
+    const int64_t tick = n_steps >= 20 ? n_steps / 20 : 1; /* plain-line progress */
+    double train_time = 0;
+    int64_t tokens = 0;
+    eval_summary ev;
+    memset(&ev, 0, sizeof ev);
+    bool have_eval = false;
+    char evbuf[160] = "";
+
+    for (int64_t k = 0; k < n_steps; k++) {
+        int64_t step = start + k;
+        batch b;
+        if ((rc = task_batch(&tk, step, &b))) goto done;
+        model_zero_grad(&m);
+        bool trace_this = (c->trace || c->timeline) && k == n_steps - 1;
+        if (trace_this) {
+            trace_begin(&tr, true);
+            traced = true;
+        }
+        double t0 = util_now(), loss = 0;
+        rc = step_run(&m, &c->strat, &b, &o, trace_this ? &tr : NULL, &loss);
+        double dt = util_now() - t0;
+        if (trace_this) trace_end(&tr);
+        batch_free(&b);
+        if (rc) goto done;
+        if (!isfinite(loss)) {
+            rc = remat_set_error(REMAT_EINVAL,
+                                 "the loss became %g at step %" PRId64 " (try a smaller --lr)",
+                                 loss, step + 1);
+            goto done;
+        }
+        losses[k] = loss;
+        times[k] = dt;
+        train_time += dt;
+        tokens += b.tokens;
+        bool do_eval = eval_every > 0 && (step + 1) % eval_every == 0 && k != n_steps - 1;
+        if (do_eval) {
+            if ((rc = evaluate(&m, &tk, &ev))) goto done;
+            have_eval = true;
+            eval_text(&ev, &tk, evbuf, sizeof evbuf);
+        }
+        if (!c->quiet && (tty || (k + 1) % tick == 0 || k == 0 || do_eval || k == n_steps - 1))
+            progress(tty, step + 1, c->steps, loss, (double)tokens / train_time,
+                     evbuf[0] ? evbuf : NULL);
+    }
+    if (tty) fputc('\n', stderr);
+    if ((rc = evaluate(&m, &tk, &ev))) goto done;
+    have_eval = true;
+    eval_text(&ev, &tk, evbuf, sizeof evbuf);
+
+    if (c->save && (rc = savefile_write(c->save, c, &m, &o, c->steps))) goto done;
+    if (traced && c->trace) {
+        const trace *ts[1] = {&tr};
+        const char *labels[1] = {c->strat.name};
+        if (!trace_write_chrome(c->trace, 1, ts, labels)) {
+            rc = remat_set_error(REMAT_EIO, "--trace %s: cannot write the file", c->trace);
+            goto done;
+        }
+    }
+    if (traced && c->timeline) {
+        const trace *ts[1] = {&tr};
+        const char *labels[1] = {c->strat.name};
+        char title[256];
+        snprintf(title, sizeof title, "remat: memory during the last training step (%s)",
+                 c->strat.name);
+        if (!svg_timeline(c->timeline, title, 1, ts, labels)) {
+            rc = remat_set_error(REMAT_EIO, "--timeline %s: cannot write the file", c->timeline);
+            goto done;
+        }
+    }
+
+    double step_ms = 1e3 * util_median(times, (int)n_steps);
+    double tok_s = train_time > 0 ? (double)tokens / train_time : 0;
+    size_t peak_alloc = remat_cpu_peak_bytes(), peak_rss = util_peak_rss_bytes();
+    double last = n_steps ? losses[n_steps - 1] : NAN;
+    if (c->json) {
+        util_str j = {0};
+        util_str_printf(&j,
+                        "{\"command\":\"train\",\"model\":\"%s\",\"task\":\"%s\",\"layers\":%d,"
+                        "\"width\":%d,\"heads\":%d,\"context\":%d,\"batch\":%d,\"params\":%" PRId64
+                        ",\"strategy\":\"%s\",\"threads\":%d,\"start_step\":%" PRId64
+                        ",\"steps\":%ld,",
+                        m.kind == MODEL_GPT ? "gpt" : "mlp", task_name(&tk), m.layers, m.width,
+                        m.heads, m.context, c->batch, m.n_weights, c->strat.name, threads, start,
+                        c->steps);
+        if (n_steps)
+            util_str_printf(&j, "\"loss\":%.9g,\"loss_bits\":\"0x%08x\",\"loss_first\":%.9g,", last,
+                            float_bits(last), losses[0]);
+        else
+            util_str_printf(&j, "\"loss\":null,\"loss_bits\":null,\"loss_first\":null,");
+        util_str_printf(&j, "\"losses\":[");
+        for (int64_t k = 0; k < n_steps && n_steps <= 100000; k++)
+            util_str_printf(&j, "%s%.9g", k ? "," : "", losses[k]);
+        if (have_eval && isfinite(ev.loss))
+            util_str_printf(&j, "],\"eval_loss\":%.9g,", ev.loss);
+        else
+            util_str_printf(&j, "],\"eval_loss\":null,");
+        if (ev.has_accuracy) util_str_printf(&j, "\"accuracy\":%.6f,", ev.accuracy);
+        if (ev.has_exact) util_str_printf(&j, "\"exact_accuracy\":%.6f,", ev.exact);
+        util_str_printf(&j,
+                        "\"step_ms\":%.4f,\"tokens_per_s\":%.2f,\"peak_alloc_bytes\":%zu,"
+                        "\"peak_rss_bytes\":%zu}\n",
+                        step_ms, tok_s, peak_alloc, peak_rss);
+        if (j.oom) {
+            util_str_free(&j);
+            rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+            goto done;
+        }
+        fputs(j.s, stdout);
+        util_str_free(&j);
+    } else {
+        char a[32], r[32];
+        printf("\n");
+        if (n_steps) printf("loss          %.4f (first step %.4f)\n", last, losses[0]);
+        printf("%s\n", evbuf);
+        printf("step time     %.1f ms (median of %" PRId64 ")\n", step_ms, n_steps);
+        printf("throughput    %.0f %s/s\n", tok_s, m.kind == MODEL_GPT ? "tokens" : "samples");
+        printf("peak memory   %s allocated by remat, %s RSS\n",
+               util_fmt_bytes((double)peak_alloc, a, sizeof a),
+               util_fmt_bytes((double)peak_rss, r, sizeof r));
+        if (c->save) printf("saved         %s (step %ld)\n", c->save, c->steps);
+        if (c->trace) printf("trace         %s\n", c->trace);
+        if (c->timeline) printf("timeline      %s\n", c->timeline);
+    }
+
+done:
+    if (traced) trace_free(&tr);
+    free(losses);
+    free(times);
+    optim_free(&o);
+    model_free(&m);
+    task_free(&tk);
+    savefile_free(&saved);
+    if (rc) {
+        fprintf(stderr, "%sremat train: %s\n", util_isatty(stderr) ? "\n" : "", remat_last_error());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,65 @@
+/*
+ * tools/util.h — small helpers shared by the remat program: clocks, memory
+ * probes (RSS), a deterministic host-side RNG for data, number parsing,
+ * medians, a growable string and JSON-escaping.
+ */
+#ifndef REMAT_TOOLS_UTIL_H
+#define REMAT_TOOLS_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Monotonic clock in seconds. */
+double util_now(void);
+
+/* Peak resident set size of the process (getrusage ru_maxrss) in bytes. */
+size_t util_peak_rss_bytes(void);
+/* Current resident set size (/proc/self/statm) in bytes; 0 if unknown.
+ * Cheap (keeps the file open and preads it). */
+size_t util_current_rss_bytes(void);
+
+/* splitmix64: the data RNG. Stateless use: util_mix(seed, a, b) hashes a
+ * tuple into 64 well-mixed bits, so every batch is a pure function of
+ * (seed, step, row) and resuming needs no data-RNG state. */
+uint64_t util_splitmix64(uint64_t *state);
+uint64_t util_mix(uint64_t seed, uint64_t a, uint64_t b);
+/* Uniform double in [0, 1) and a standard normal from a splitmix state. */
+double util_uniform(uint64_t *state);
+double util_normal(uint64_t *state);
+
+/* Strict parsers: the whole string must be consumed; range-checked.
+ * Return false on any problem. */
+bool util_parse_long(const char *s, long lo, long hi, long *out);
+bool util_parse_double(const char *s, double *out);
+/* Sizes: "1048576", "64K", "64KiB", "1.5M", "2GB" (K/M/G/T, powers of 1024). */
+bool util_parse_size(const char *s, uint64_t *out);
+/* "12.3 MiB" style text into buf. */
+const char *util_fmt_bytes(double bytes, char *buf, size_t n);
+
+/* Median of n values (copies and sorts; 0 for n == 0). */
+double util_median(const double *v, int n);
+
+/* A growable NUL-terminated string. */
+typedef struct util_str {
+    char *s;
+    size_t len, cap;
+    bool oom;
+} util_str;
+void util_str_printf(util_str *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Appends s JSON-escaped (without quotes). */
+void util_str_json_escaped(util_str *b, const char *s);
+void util_str_free(util_str *b);
+
+/* Creates directory `path` (and parents); true if it exists afterwards. */
+bool util_mkdir_p(const char *path);
+
+/* Whether stream is a terminal. */
+bool util_isatty(FILE *f);
+
+#endif /* REMAT_TOOLS_UTIL_H */
