@@ -23,7 +23,12 @@ listing every case. The format is described in docs/fixtures.md; in short:
     end
 
 Values are row-major; f32 as %.9g, f64 as the shortest repr that round-trips
-(at most 17 significant digits), i64 as integers. A `grad` line exists for
+(at most 17 significant digits), i64 as integers. The `*_large` cases (sizes
+above the kernels' OpenMP thresholds) write their inputs and upstream
+gradients as generator recipes ("@uniform SEED LO HI", "@randint SEED LO HI",
+regenerated bit for bit by tests/support/fixtures.c) and their outputs and
+gradients as samples ("@sample STRIDE v0 v1 ..." = flat elements 0, STRIDE,
+2*STRIDE, ...). A `grad` line exists for
 exactly the inputs that require grad; it is the gradient of the stored
 (base) tensor, i.e. after the views of that input were differentiated
 through. Dropout in training mode is not generated (remat and PyTorch draw
@@ -34,6 +39,7 @@ lives in /usr/bin/python3; if the `python3` on PATH cannot import torch (a
 pyenv shim, a venv) the script re-executes itself with /usr/bin/python3.
 """
 
+import math
 import os
 import sys
 import zlib
@@ -62,8 +68,9 @@ DTYPES = {"f32": torch.float32, "f64": torch.float64}
 class Case:
     """One fixture: op, params, inputs (base tensors + views), forward fn."""
 
-    def __init__(self, op, fn, inputs, params=(), views=None, nograd=(), check=None):
+    def __init__(self, op, fn, inputs, params=(), views=None, nograd=(), check=None, large=False):
         self.op = op
+        self.large = large  # inputs/grad_outputs as recipes, outputs/grads sampled
         self.fn = fn  # fn(dict name -> viewed input) -> tensor or tuple of tensors
         self.inputs = inputs  # list of (name, base tensor)
         self.params = list(params)  # list of (name, [tokens])
@@ -72,11 +79,70 @@ class Case:
         self.check = check  # optional fn(outputs) asserting something about torch's result
 
 
+M64 = (1 << 64) - 1
+
+
+def splitmix64(seed, n):
+    """The splitmix64 stream that tests/support/fixtures.c reproduces bit for bit."""
+    s = seed & M64
+    out = []
+    for _ in range(n):
+        s = (s + 0x9E3779B97F4A7C15) & M64
+        z = s
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+        out.append(z ^ (z >> 31))
+    return out
+
+
+def is_pow2(x):
+    m, _ = math.frexp(x)
+    return x > 0 and m == 0.5
+
+
+class Recipe:
+    """A large tensor written as a generator recipe instead of its values:
+    "@uniform SEED LO HI" = LO + (HI-LO) * ((z >> 11) * 2^-53) for the splitmix64
+    stream z of SEED (HI-LO a power of two, so the product is exact and C,
+    with or without FMA contraction, gets the same doubles), converted to the
+    dtype; "@randint SEED LO HI" = LO + (z >> 11) % (HI-LO) as i64."""
+
+    def __init__(self, kind, shape, seed, lo, hi, dt):
+        self.kind, self.shape, self.seed, self.lo, self.hi, self.dt = kind, tuple(shape), seed, lo, hi, dt
+        if kind == "uniform":
+            assert is_pow2(float(hi) - float(lo)), "recipe span must be a power of two"
+
+    def tensor(self):
+        n = math.prod(self.shape)
+        zs = splitmix64(self.seed, n)
+        if self.kind == "uniform":
+            lo, span = float(self.lo), float(self.hi) - float(self.lo)
+            vals = [lo + span * ((z >> 11) * 2.0 ** -53) for z in zs]
+            return torch.tensor(vals, dtype=torch.float64).reshape(self.shape).to(self.dt)
+        vals = [int(self.lo) + (z >> 11) % (int(self.hi) - int(self.lo)) for z in zs]
+        return torch.tensor(vals, dtype=torch.int64).reshape(self.shape)
+
+    def tail(self):
+        if self.kind == "uniform":
+            return ["@uniform", str(self.seed), repr(float(self.lo)), repr(float(self.hi))]
+        return ["@randint", str(self.seed), str(int(self.lo)), str(int(self.hi))]
+
+
 class Rng:
     """Per-case deterministic values (a private torch.Generator)."""
 
     def __init__(self, seed):
         self.g = torch.Generator().manual_seed(seed)
+        self.seed = seed
+        self.n_recipes = 0
+
+    def recipe(self, shape, lo, hi, dt):
+        self.n_recipes += 1
+        return Recipe("uniform", shape, (self.seed << 8) + self.n_recipes, lo, hi, dt)
+
+    def recipe_int(self, shape, lo, hi):
+        self.n_recipes += 1
+        return Recipe("randint", shape, (self.seed << 8) + self.n_recipes, lo, hi, torch.int64)
 
     def uniform(self, shape, lo=-2.0, hi=2.0):
         return torch.rand(shape, generator=self.g, dtype=torch.float64) * (hi - lo) + lo
@@ -605,6 +671,84 @@ case("copy_")(make_inplace("copy_", (2, 3), (2, 3), [], lambda y, x: y.copy_(x["
 case("copy__broadcast")(make_inplace("copy_", (2, 3), (3,), [], lambda y, x: y.copy_(x["b"])))
 
 
+# ---- large cases: sizes above the kernels' OpenMP thresholds (RM_OMP_MIN = 32768
+# elements and fractions of it) and GEMM blocking, so the parallel paths are
+# compared too. Inputs are recipes, outputs and gradients are sampled (see Recipe
+# and docs/fixtures.md) to keep the files small.
+def large(op, fn, specs, params=(), views=None, nograd=()):
+    """specs: list of (name, shape, lo, hi) for float inputs or (name, shape, 'int', lo, hi)."""
+
+    def build(r, dt):
+        inputs = []
+        for sp in specs:
+            if sp[2] == "int":
+                inputs.append((sp[0], r.recipe_int(sp[1], sp[3], sp[4])))
+            else:
+                inputs.append((sp[0], r.recipe(sp[1], sp[2], sp[3], dt)))
+        return Case(op, fn, inputs, params=params, views=views, nograd=nograd, large=True)
+
+    return build
+
+
+_R = (72, 1024)  # 73728 elements > 65536
+case("add_large")(large("add", lambda x: x["a"] + x["b"], [("a", _R, -2.0, 2.0), ("b", (1024,), -2.0, 2.0)]))
+case("mul_large_transposed")(large("mul", lambda x: x["a"] * x["b"],
+                                   [("a", (1024, 72), -2.0, 2.0), ("b", (72, 1), -2.0, 2.0)],
+                                   views={"a": [("transpose", [0, 1])]}))
+case("div_large")(large("div", lambda x: x["a"] / x["b"], [("a", _R, -2.0, 2.0), ("b", _R, 0.5, 2.5)]))
+case("pow_large")(large("pow", lambda x: torch.pow(x["a"], x["b"]),
+                        [("a", (48, 1024), 0.5, 2.5), ("b", (48, 1024), -2.0, 2.0)]))
+case("exp_large")(large("exp", lambda x: torch.exp(x["a"]), [("a", _R, -2.0, 2.0)]))
+case("tanh_large")(large("tanh", lambda x: torch.tanh(x["a"]), [("a", _R, -2.0, 2.0)]))
+case("gelu_erf_large")(large("gelu", lambda x: F.gelu(x["a"]), [("a", _R, -4.0, 4.0)],
+                             params=[("approximate", ["erf"])]))
+case("gelu_tanh_large")(large("gelu", lambda x: F.gelu(x["a"], approximate="tanh"), [("a", _R, -4.0, 4.0)],
+                              params=[("approximate", ["tanh"])]))
+case("mul_scalar_large")(large("mul_scalar", lambda x: x["a"] * -1.5, [("a", _R, -2.0, 2.0)],
+                               params=[("s", [-1.5])]))
+case("matmul_large")(large("matmul", lambda x: torch.matmul(x["a"], x["b"]),
+                           [("a", (192, 64), -1.0, 1.0), ("b", (64, 192), -1.0, 1.0)]))
+case("matmul_batched_large")(large("matmul", lambda x: torch.matmul(x["a"], x["b"]),
+                                   [("a", (3, 96, 64), -1.0, 1.0), ("b", (64, 128), -1.0, 1.0)]))
+case("linear_large")(large("linear", lambda x: F.linear(x["x"], x["weight"], x["bias"]),
+                           [("x", (256, 64), -1.0, 1.0), ("weight", (160, 64), -1.0, 1.0),
+                            ("bias", (160,), -1.0, 1.0)]))
+case("softmax_large")(large("softmax", lambda x: torch.softmax(x["a"], -1), [("a", (128, 160), -4.0, 4.0)],
+                            params=[("dim", [-1])]))
+case("softmax_dim0_large")(large("softmax", lambda x: torch.softmax(x["a"], 0), [("a", (160, 128), -4.0, 4.0)],
+                                 params=[("dim", [0])]))
+case("log_softmax_large")(large("log_softmax", lambda x: torch.log_softmax(x["a"], -1),
+                                [("a", (128, 160), -4.0, 4.0)], params=[("dim", [-1])]))
+case("layer_norm_large")(large("layer_norm", lambda x: F.layer_norm(x["x"], (288,), x["weight"], x["bias"], 1e-5),
+                               [("x", (128, 288), -2.0, 2.0), ("weight", (288,), 0.5, 1.5),
+                                ("bias", (288,), -0.5, 0.5)], params=[("n_norm", [1]), ("eps", [1e-5])]))
+case("cross_entropy_large")(large("cross_entropy", lambda x: F.cross_entropy(x["logits"], x["targets"], ignore_index=3),
+                                  [("logits", (256, 40), -4.0, 4.0), ("targets", (256,), "int", 0, 40)],
+                                  params=[("ignore_index", [3])]))
+case("embedding_large")(large("embedding", lambda x: F.embedding(x["indices"], x["weight"]),
+                              [("weight", (50, 64), -1.0, 1.0), ("indices", (600,), "int", 0, 50)]))
+case("mse_loss_large")(large("mse_loss", lambda x: F.mse_loss(x["a"], x["b"]),
+                             [("a", _R, -2.0, 2.0), ("b", _R, -2.0, 2.0)]))
+case("sum_dim0_large")(large("sum", lambda x: torch.sum(x["a"], dim=(0,)), [("a", (80, 1000), -2.0, 2.0)],
+                             params=[("dims", [0]), ("keepdim", [0])]))
+case("mean_dim1_large")(large("mean", lambda x: torch.mean(x["a"], dim=(1,), keepdim=True),
+                              [("a", (80, 1000), -2.0, 2.0)], params=[("dims", [1]), ("keepdim", [1])]))
+case("sum_all_large")(large("sum_all", lambda x: torch.sum(x["a"]), [("a", (80, 1000), -2.0, 2.0)]))
+case("max_large")(large("max", lambda x: torch.max(x["a"], 1), [("a", (80, 1000), -2.0, 2.0)],
+                        params=[("dim", [1]), ("keepdim", [0])]))
+case("max_dim0_large")(large("max", lambda x: torch.max(x["a"], 0), [("a", (80, 1000), -2.0, 2.0)],
+                             params=[("dim", [0]), ("keepdim", [0])]))
+case("cat_large")(large("cat", lambda x: torch.cat([x["t0"], x["t1"]], 1),
+                        [("t0", (72, 512), -2.0, 2.0), ("t1", (72, 512), -2.0, 2.0)], params=[("dim", [1])]))
+case("where_large")(large("where", lambda x: torch.where(x["cond"] != 0, x["a"], x["b"]),
+                          [("cond", (72, 1), "int", 0, 2), ("a", _R, -2.0, 2.0), ("b", (1024,), -2.0, 2.0)]))
+case("masked_fill_large")(large("masked_fill", lambda x: x["a"].masked_fill(x["mask"] != 0, 0.5),
+                                [("a", _R, -2.0, 2.0), ("mask", _R, "int", 0, 2)], params=[("value", [0.5])]))
+case("contiguous_large")(large("contiguous", lambda x: x["a"].contiguous(), [("a", (1024, 72), -2.0, 2.0)],
+                               views={"a": [("transpose", [0, 1])]}))
+case("relu__large")(large("relu_", lambda x: x["a"].clone().relu_(), [("a", _R, -2.0, 2.0)]))
+
+
 # ---------------------------------------------------------------------------
 # writing
 # ---------------------------------------------------------------------------
@@ -625,8 +769,29 @@ def fmt_values(t):
     return vals
 
 
-def tensor_line(key, name, t):
-    return " ".join([key, name, dtype_name(t), str(t.dim())] + [str(s) for s in t.shape] + fmt_values(t))
+def is_prime(n):
+    return n >= 2 and all(n % k for k in range(2, int(n ** 0.5) + 1))
+
+
+def sample_stride(n):
+    """Large outputs/gradients keep about 100 elements: flat indices 0, s, 2s, ...
+    with s prime, so the samples fall on every row and column pattern."""
+    if n <= 128:
+        return 1
+    s = max(2, n // 100)
+    while not is_prime(s):
+        s += 1
+    return s
+
+
+def tensor_line(key, name, t, recipe=None, sample=False):
+    head = [key, name, dtype_name(t), str(t.dim())] + [str(s) for s in t.shape]
+    if recipe is not None:
+        return " ".join(head + recipe.tail())
+    stride = sample_stride(t.numel()) if sample else 1
+    if stride > 1:
+        return " ".join(head + ["@sample", str(stride)] + fmt_values(t.detach().reshape(-1)[::stride]))
+    return " ".join(head + fmt_values(t))
 
 
 def fmt_param(v):
@@ -645,7 +810,11 @@ def run_case(name, build, dname):
     r = Rng(zlib.crc32(name.encode()))
     c = build(r, dt)
     bases = {}
+    recipes = {}
     for iname, t in c.inputs:
+        if isinstance(t, Recipe):
+            recipes[iname] = t
+            t = t.tensor()
         t = t.detach().clone()
         if t.is_floating_point() and iname not in c.nograd:
             t.requires_grad_(True)
@@ -669,10 +838,14 @@ def run_case(name, build, dname):
         out_names = ["out%d" % i for i in range(len(outs))]
 
     g = torch.Generator().manual_seed(zlib.crc32((name + ":grad").encode()))
-    diff_outs, grad_outs = [], []
+    diff_outs, grad_outs, go_recipes = [], [], {}
     for oname, o in zip(out_names, outs):
         if o.is_floating_point():
-            go = torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.dtype)
+            if c.large:
+                go_recipes[oname] = r.recipe(o.shape, -1.0, 1.0, o.dtype)
+                go = go_recipes[oname].tensor()
+            else:
+                go = torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.dtype)
             diff_outs.append((oname, o))
             grad_outs.append((oname, go))
     torch.autograd.backward([o for _, o in diff_outs], [go for _, go in grad_outs])
@@ -688,18 +861,18 @@ def run_case(name, build, dname):
     for pname, vals in c.params:
         lines.append(" ".join(["param", pname] + [fmt_param(v) for v in vals]))
     for iname, _ in c.inputs:
-        lines.append(tensor_line("input", iname, bases[iname]))
+        lines.append(tensor_line("input", iname, bases[iname], recipe=recipes.get(iname)))
         for kind, args in c.views.get(iname, []):
             lines.append(" ".join(["view", iname, kind] + [str(a) for a in args]))
     for oname, o in zip(out_names, outs):
-        lines.append(tensor_line("output", oname, o))
+        lines.append(tensor_line("output", oname, o, sample=c.large))
     for oname, go in grad_outs:
-        lines.append(tensor_line("grad_output", oname, go))
+        lines.append(tensor_line("grad_output", oname, go, recipe=go_recipes.get(oname)))
     for iname, _ in c.inputs:
         b = bases[iname]
         if b.requires_grad:
             gr = b.grad if b.grad is not None else torch.zeros_like(b)
-            lines.append(tensor_line("grad", iname, gr))
+            lines.append(tensor_line("grad", iname, gr, sample=c.large))
     lines.append("end")
     return "%s_%s" % (name, dname), c.op, "\n".join(lines) + "\n"
 

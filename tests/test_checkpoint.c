@@ -1031,6 +1031,52 @@ Test(checkpoint, nested_three_levels_both_early_stop) {
     }
 }
 
+/* alternates reentrant / non-reentrant by level */
+typedef struct mixnest {
+    int depth;
+    int reentrant_first;
+} mixnest;
+
+static int mixnest_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
+    mixnest *m = ud;
+    if (m->depth == 0) return f_fn(NULL, in, n_in, out, n_out);
+    mixnest *h = malloc(sizeof *h);
+    *h = (mixnest){m->depth - 1, !m->reentrant_first};
+    remat_checkpoint_options o = {0};
+    o.use_reentrant = m->reentrant_first ? REMAT_OPT_TRUE : REMAT_OPT_FALSE;
+    o.user_data_destroy = free;
+    return remat_checkpoint(mixnest_fn, h, n_in, in, n_out, out, &o);
+}
+
+Test(checkpoint, reentrant_and_non_reentrant_nest_in_each_other) {
+    int64_t sh[] = {2, 3};
+    remat_tensor *x = leaf(2, sh, 21);
+    remat_tensor *y0, *l0;
+    RT_OK(f_fn(NULL, &x, 1, &y0, 1));
+    RT_OK(remat_sum_all(&l0, y0));
+    RT_OK(remat_backward_scalar(l0));
+    remat_tensor *expected = remat_retain(remat_tensor_grad(x));
+    for (int first = 0; first < 2; first++) {
+        for (int depth = 2; depth <= 3; depth++) {
+            rt_zero_grads(1, &x);
+            mixnest m = {depth, first};
+            remat_tensor *y, *l;
+            RT_OK(mixnest_fn(&m, &x, 1, &y, 1));
+            RT_OK(remat_sum_all(&l, y));
+            RT_OK(remat_backward_scalar(l));
+            cr_assert(rt_bitwise_equal(expected, remat_tensor_grad(x)), "first %d depth %d",
+                      first, depth);
+            remat_release(l);
+            remat_release(y);
+        }
+    }
+    remat_release(expected);
+    remat_release(l0);
+    remat_release(y0);
+    remat_release(x);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 Test(checkpoint, nested_counts_three_levels) {
     /* every level's function runs once in forward; backward recomputes the
      * outermost once and each inner one twice more (once inside its parent's

@@ -830,6 +830,55 @@ Test(fixtures, parser_rejects_malformed) {
     expect_bad(GOOD_HEAD "param k 1\nparam k 2\n" GOOD_IN GOOD_OUT "end\n", "param 'k' given twice");
     expect_bad(GOOD_HEAD "case y\n" GOOD_IN GOOD_OUT "end\n", "t.txt:4: second 'case' line");
     expect_bad("", "missing 'case' line");
+    /* generated and sampled data */
+    expect_bad(GOOD_HEAD "input a f64 1 4 @uniform 1 -1.0 2.0\n" GOOD_OUT "end\n",
+               "bad range '-1.0 2.0' (HI-LO must be a positive power of two)");
+    expect_bad(GOOD_HEAD "input a f64 1 4 @uniform 1 -1.0\n" GOOD_OUT "end\n",
+               "expected '@uniform SEED LO HI'");
+    expect_bad(GOOD_HEAD "input a f64 1 4 @uniform -1 -1.0 1.0\n" GOOD_OUT "end\n",
+               "expected '@uniform SEED LO HI'");
+    expect_bad(GOOD_HEAD "input a f64 1 4 @randint 1 0 3\n" GOOD_OUT "end\n",
+               "@randint does not fit dtype f64");
+    expect_bad(GOOD_HEAD "input a i64 1 4 @randint 1 3 3\n" GOOD_OUT "end\n", "need LO < HI");
+    expect_bad(GOOD_HEAD "input a f64 1 4 @sample 2 1 2\n" GOOD_OUT "end\n",
+               "@sample is only for output and grad lines");
+    expect_bad(GOOD_HEAD GOOD_IN "output out f64 1 4 @uniform 1 0.0 1.0\nend\n",
+               "@uniform is only for input and grad_output lines");
+    expect_bad(GOOD_HEAD GOOD_IN "output out f64 1 10 @sample 3 1 2 3\nend\n",
+               "shape [10] sampled every 3 needs 4 values, found 3 (truncated line?)");
+    expect_bad(GOOD_HEAD GOOD_IN "output out f64 1 10 @sample 0 1\nend\n",
+               "expected '@sample STRIDE <values>...' with STRIDE >= 1");
+    expect_bad(GOOD_HEAD GOOD_IN "output out f64 1 2 @frob 1 2\nend\n", "unknown data form '@frob'");
+}
+
+/* Values scripts/gen_fixtures.py's Recipe gives for these seeds (printed
+ * by the script's own splitmix64): the C generator must match bit for bit. */
+Test(fixtures, parser_generated_and_sampled_data) {
+    char err[1024];
+    fx_case *c = fx_parse("case t\nop add\ndtype f64\n"
+                          "input a f64 1 3 @uniform 12345 -2.0 2.0\n"
+                          "input f f32 1 3 @uniform 12345 -2.0 2.0\n"
+                          "input i i64 1 5 @randint 7 0 10\n"
+                          "output out f64 3 2 3 4 @sample 5 1 2 3 4 5\n"
+                          "grad_output out f64 3 2 3 4 @uniform 1 -1.0 1.0\nend\n",
+                          "t.txt", err, sizeof err);
+    cr_assert(c, "%s", err);
+    const fx_tensor *a = fx_get(c, FX_INPUT, "a"), *f = fx_get(c, FX_INPUT, "f");
+    const fx_tensor *i = fx_get(c, FX_INPUT, "i"), *o = fx_get(c, FX_OUTPUT, "out");
+    cr_assert_eq(a->values[0], -1.4676813253542909);
+    cr_assert_eq(a->values[1], -1.1807334665533635);
+    cr_assert_eq(a->values[2], -1.5218296679635381);
+    cr_assert_eq((float)f->values[0], -1.46768129f);
+    cr_assert_eq((float)f->values[2], -1.52182972f);
+    double want_i[5] = {9, 0, 9, 3, 0};
+    for (int k = 0; k < 5; k++) cr_assert_eq(i->values[k], want_i[k], "randint %d", k);
+    cr_assert_eq(o->stride, 5);
+    cr_assert_eq(o->n_values, 5, "24 elements every 5: indices 0 5 10 15 20");
+    cr_assert_eq(o->values[4], 5.0);
+    remat_tensor *t = NULL;
+    cr_assert_neq(fx_make_tensor(o, &t), REMAT_OK, "a sampled tensor cannot be built");
+    cr_assert_null(t);
+    fx_free(c);
 }
 
 Test(fixtures, parser_param_errors_name_the_line) {
@@ -863,6 +912,16 @@ Test(fixtures, compare_reports_element_and_values) {
     remat_tensor *f32 = rt_tensor(2, (int64_t[]){2, 2}, REMAT_F32, (double[]){1, 2, 3, 4});
     cr_assert_gt(fx_compare(f32, a, 1e-10, 1e-9, msg, sizeof msg), 0);
     cr_assert_gt(fx_compare(NULL, a, 1e-10, 1e-9, msg, sizeof msg), 0);
+    /* sampled: elements 0, 3, 6 of a [2, 4] tensor; element 6 is [1, 2] */
+    fx_case *cs = fx_parse(GOOD_HEAD GOOD_IN "output s f64 2 2 4 @sample 3 0 3 6\nend\n", "t.txt",
+                           err, sizeof err);
+    cr_assert(cs, "%s", err);
+    remat_tensor *st = rt_tensor(2, (int64_t[]){2, 4}, REMAT_F64, (double[]){0, 9, 9, 3, 9, 9, 7, 9});
+    cr_assert_eq(fx_compare(st, fx_get(cs, FX_OUTPUT, "s"), 1e-10, 1e-9, msg, sizeof msg), 1);
+    cr_assert(strstr(msg, "output s[1, 2]: got 7 expected 6") && strstr(msg, "sampled elements"),
+              "%s", msg);
+    remat_release(st);
+    fx_free(cs);
     remat_release(t);
     remat_release(ok);
     remat_release(wrong);

@@ -723,6 +723,46 @@ Test(ops_matmul, gemm_backend_matches_builtin_kernel) {
     free(D2);
 }
 
+/* The GEMM layer called from inside an OpenMP parallel region (each thread
+ * its own product), in both OpenBLAS threading modes; and a batched matmul
+ * of small matrices (run in parallel over the batch) in both modes. */
+Test(ops_matmul, gemm_reentrant_and_threading_modes) {
+    const int64_t M = 70, N = 90, K = 110;
+    float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N);
+    float *C = malloc(sizeof(float) * 4 * M * N), *R = malloc(sizeof(float) * M * N);
+    for (int64_t i = 0; i < M * K; i++) A[i] = (float)sin((double)i);
+    for (int64_t i = 0; i < K * N; i++) B[i] = (float)cos((double)i);
+    rm_sgemm_ref(false, false, M, N, K, 1.0f, A, K, B, N, 0.0f, R, N);
+    const int modes[2] = {RM_GEMM_THREADS_OMP, RM_GEMM_THREADS_NATIVE};
+    for (int mi = 0; mi < 2; mi++) {
+        rm_gemm_set_threading(modes[mi]);
+        cr_assert_eq(rm_gemm_threading(), modes[mi]);
+#pragma omp parallel for num_threads(4)
+        for (int t = 0; t < 4; t++)
+            rm_sgemm(false, false, M, N, K, 1.0f, A, K, B, N, 0.0f, C + t * M * N, N);
+        for (int t = 0; t < 4; t++)
+            for (int64_t i = 0; i < M * N; i++)
+                cr_assert(fabsf(C[t * M * N + i] - R[i]) <= 1e-4f * (1 + fabsf(R[i])),
+                          "mode %d thread %d element %lld", mi, t, (long long)i);
+        remat_tensor *a = rt_rand(3, (int64_t[]){16, 5, 6}, REMAT_F32, -1, 1, 1);
+        remat_tensor *b = rt_rand(3, (int64_t[]){16, 6, 7}, REMAT_F32, -1, 1, 2);
+        remat_tensor *y;
+        RT_OK(remat_matmul(&y, a, b));
+        double *e = ref_matmul(a, b);
+        assert_values(y, e, 1e-5, "small batched");
+        free(e);
+        remat_release(y);
+        remat_release(a);
+        remat_release(b);
+    }
+    rm_gemm_set_threading(RM_GEMM_THREADS_OMP);
+    free(A);
+    free(B);
+    free(C);
+    free(R);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 /* ---- skip mode ------------------------------------------------------------------------------- */
 
 Test(ops_matmul, skip_mode_computes_shapes_only) {

@@ -109,6 +109,50 @@ Test(nn, softmax_rows_sum_to_one_any_dim) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
+/* The f32 kernels use their own vectorised exp: compare with f64 over wide
+ * rows and a wide input range (including underflow to subnormals / 0). */
+Test(nn, f32_softmax_and_cross_entropy_match_f64) {
+    int64_t s[2] = {8, 5000}, n8 = 8;
+    remat_tensor *x64 = rt_rand(2, s, REMAT_F64, -60, 60, 4), *x32 = NULL;
+    RT_OK(remat_to_dtype(&x32, x64, REMAT_F32));
+    remat_tensor *x32d = NULL; /* the f32 values, in f64, for a fair reference */
+    RT_OK(remat_to_dtype(&x32d, x32, REMAT_F64));
+    for (int op = 0; op < 2; op++) {
+        remat_tensor *a = NULL, *b = NULL, *b32 = NULL;
+        RT_OK(op ? remat_log_softmax(&a, x32, 1) : remat_softmax(&a, x32, 1));
+        RT_OK(op ? remat_log_softmax(&b, x32d, 1) : remat_softmax(&b, x32d, 1));
+        RT_OK(remat_to_dtype(&b32, b, REMAT_F32));
+        /* softmax: relative error (rounding x - max in f32 alone gives up to ~4e-6 at
+         * |x - max| ~ 100); probabilities below 1e-30 only need to be tiny */
+        double *va = values(a), *vb = values(b);
+        for (int64_t i = 0; i < 8 * 5000; i++) {
+            double tol = op ? 2e-6 * (1 + fabs(vb[i])) : (vb[i] < 1e-30 ? 1e-30 : 1.5e-5 * vb[i]);
+            cr_assert(fabs(va[i] - vb[i]) <= tol, "%s elem %lld: %.9g vs %.9g",
+                      op ? "log_softmax" : "softmax", (long long)i, va[i], vb[i]);
+        }
+        free(va);
+        free(vb);
+        remat_release(a);
+        remat_release(b);
+        remat_release(b32);
+    }
+    remat_tensor *t = i64_tensor(1, &n8, (double[]){0, 4999, 17, 2500, 3, 3, 100, 4000});
+    remat_tensor *l32 = NULL, *l64 = NULL;
+    RT_OK(remat_cross_entropy(&l32, x32, t, -100));
+    RT_OK(remat_cross_entropy(&l64, x32d, t, -100));
+    double v32, v64;
+    RT_OK(remat_item(l32, &v32));
+    RT_OK(remat_item(l64, &v64));
+    cr_assert(fabs(v32 - v64) <= 1e-5 * fabs(v64), "cross_entropy f32 %.9g vs f64 %.9g", v32, v64);
+    remat_release(l32);
+    remat_release(l64);
+    remat_release(t);
+    remat_release(x32d);
+    remat_release(x32);
+    remat_release(x64);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 typedef struct dim_args {
     int op; /* 0 softmax, 1 log_softmax */
     int dim;
@@ -368,6 +412,35 @@ Test(nn, dropout_seeded_masks) {
     remat_release(b);
     remat_release(t);
     remat_release(tc);
+    remat_release(x);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* The documented contract: element i (row-major) is kept iff
+ * rm_u32_to_unit(word i%4 of Philox block counter + i/4) >= p, with the
+ * counter reserved from the device generator. */
+Test(nn, dropout_mask_follows_the_philox_contract) {
+    int64_t n = 1003;
+    remat_tensor *x = NULL, *y = NULL;
+    RT_OK(remat_full(&x, 1, &n, 1.0, REMAT_F64, REMAT_DEVICE_CPU));
+    double ps[3] = {0.3, 0.5, 1.0 / 3.0};
+    for (int k = 0; k < 3; k++) {
+        remat_manual_seed(77 + (uint64_t)k);
+        uint32_t key[2];
+        uint64_t ctr;
+        RT_OK(rm_rng_reserve(REMAT_DEVICE_CPU, 0, key, &ctr)); /* peek: reserves nothing */
+        RT_OK(remat_dropout(&y, x, ps[k], true));
+        double *v = values(y);
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t r[4];
+            rm_philox_block(key, ctr + (uint64_t)(i / 4), r);
+            bool keep = rm_u32_to_unit(r[i % 4]) >= ps[k];
+            cr_assert_eq(v[i] != 0, keep, "p %g element %lld: kept %d, contract says %d", ps[k],
+                         (long long)i, v[i] != 0, keep);
+        }
+        free(v);
+        remat_release_p(&y);
+    }
     remat_release(x);
     cr_assert_eq(remat_live_tensors(), 0);
 }
@@ -715,6 +788,121 @@ Test(nn, mse_loss) {
     remat_release(w);
     remat_release(z);
     remat_release(z0);
+    remat_release(x);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* ---- devices ---------------------------------------------------------------------------------- */
+/* Mixed devices fail with REMAT_EDEVICE; a host-addressable device runs the
+ * cpu kernels, keeps outputs on its device and draws dropout masks from its
+ * own generator. */
+Test(nn, device_checks_and_second_device) {
+    int ty = rt_testdev_register();
+    remat_device td = {ty, 1};
+    int64_t s[2] = {4, 6}, c6 = 6, n4 = 4;
+    remat_tensor *a = NULL, *b = NULL, *w = NULL, *y = NULL, *idx = NULL, *t = NULL;
+    RT_OK(remat_rand_uniform(&a, 2, s, -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
+    RT_OK(remat_rand_uniform(&b, 2, s, -1, 1, REMAT_F32, td));
+    RT_OK(remat_rand_uniform(&w, 1, &c6, -1, 1, REMAT_F32, td));
+    RT_FAILS(remat_mse_loss(&y, a, b), REMAT_EDEVICE, "remat_mse_loss");
+    RT_FAILS(remat_layer_norm(&y, a, 1, w, NULL, 1e-5), REMAT_EDEVICE, "remat_layer_norm");
+    RT_FAILS(remat_layer_norm(&y, a, 1, NULL, w, 1e-5), REMAT_EDEVICE, "remat_layer_norm");
+    idx = i64_tensor(1, &n4, (double[]){0, 1, 2, 3});
+    RT_FAILS(remat_embedding(&y, b, idx), REMAT_EDEVICE, "remat_embedding");
+    RT_FAILS(remat_cross_entropy(&y, b, idx, -100), REMAT_EDEVICE, "remat_cross_entropy");
+    cr_assert_null(y);
+    /* on the second device: outputs stay there */
+    RT_OK(remat_layer_norm(&y, b, 1, w, w, 1e-5));
+    cr_assert_eq(remat_tensor_device(y).type, ty);
+    cr_assert_eq(remat_tensor_device(y).index, 1);
+    remat_release_p(&y);
+    int d0 = 0;
+    RT_OK(remat_sum(&y, b, 1, &d0, false));
+    cr_assert_eq(remat_tensor_device(y).type, ty);
+    remat_release_p(&y);
+    RT_OK(remat_softmax(&y, b, 0));
+    cr_assert_eq(remat_tensor_device(y).type, ty);
+    remat_release_p(&y);
+    RT_OK(remat_to_device(&t, idx, td));
+    RT_OK(remat_cross_entropy(&y, b, t, -100));
+    cr_assert_eq(remat_tensor_device(y).type, ty);
+    remat_release_p(&y);
+    /* dropout draws from the generator of b's device, not the cpu one */
+    uint8_t c0[REMAT_RNG_STATE_BYTES], c1[REMAT_RNG_STATE_BYTES];
+    remat_tensor *d1 = NULL, *d2 = NULL;
+    RT_OK(remat_rng_get_state(REMAT_DEVICE_CPU, c0));
+    RT_OK(remat_device_manual_seed(td, 5));
+    RT_OK(remat_dropout(&d1, b, 0.5, true));
+    RT_OK(remat_device_manual_seed(td, 5));
+    RT_OK(remat_dropout(&d2, b, 0.5, true));
+    RT_OK(remat_rng_get_state(REMAT_DEVICE_CPU, c1));
+    cr_assert(memcmp(c0, c1, sizeof c0) == 0, "dropout on testdev moved the cpu generator");
+    cr_assert(rt_bitwise_equal(d1, d2));
+    cr_assert_eq(remat_tensor_device(d1).type, ty);
+    remat_release(d1);
+    remat_release(d2);
+    remat_release(t);
+    remat_release(idx);
+    remat_release(a);
+    remat_release(b);
+    remat_release(w);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* Skip mode (early-stopped recomputation): every op computes shapes, makes
+ * meta outputs without data, and still records its node. */
+Test(nn, skip_mode_all_ops) {
+    int64_t s[2] = {4, 6}, c6 = 6, n4 = 4;
+    remat_tensor *x = leaf(rt_rand(2, s, REMAT_F32, -1, 1, 1));
+    remat_tensor *w = leaf(rt_rand(1, &c6, REMAT_F32, -1, 1, 2));
+    remat_tensor *idx = i64_tensor(1, &n4, (double[]){0, 5, 2, -100});
+    remat_tensor *out[7] = {NULL};
+    bool prev = rm_set_skip_mode(true);
+    int rc[7];
+    rc[0] = remat_softmax(&out[0], x, 0);
+    rc[1] = remat_log_softmax(&out[1], x, 1);
+    rc[2] = remat_layer_norm(&out[2], x, 1, w, w, 1e-5);
+    rc[3] = remat_embedding(&out[3], x, (remat_tensor *)NULL);
+    rc[4] = remat_cross_entropy(&out[4], x, idx, -100);
+    rc[5] = remat_mse_loss(&out[5], x, x);
+    rc[6] = remat_max(&out[6], NULL, x, 1, true);
+    rm_set_skip_mode(prev);
+    cr_assert_eq(rc[3], REMAT_EINVAL); /* validation still runs */
+    for (int i = 0; i < 7; i++) {
+        if (i == 3) continue;
+        RT_OK(rc[i]);
+        cr_assert_null(remat_data(out[i]), "op %d made data in skip mode", i);
+        cr_assert(remat_requires_grad(out[i]), "op %d recorded no node", i);
+    }
+    cr_assert_eq(remat_ndim(out[4]), 0);
+    cr_assert_eq(remat_size(out[6], 1), 1);
+    for (int i = 0; i < 7; i++) remat_release(out[i]);
+    remat_release(x);
+    remat_release(w);
+    remat_release(idx);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* What checkpoint recomputation relies on: restoring the RNG state (not just
+ * the seed: the offset too) reproduces the mask bitwise. */
+Test(nn, dropout_reproduces_after_rng_state_restore) {
+    int64_t n = 100003;
+    remat_tensor *x = rt_rand(1, &n, REMAT_F32, -1, 1, 3), *a = NULL, *b = NULL, *tmp = NULL;
+    remat_manual_seed(2024);
+    RT_OK(remat_dropout(&tmp, x, 0.2, true)); /* move the offset away from 0 */
+    uint8_t st[REMAT_RNG_STATE_BYTES];
+    RT_OK(remat_rng_get_state(REMAT_DEVICE_CPU, st));
+    omp_set_num_threads(2);
+    RT_OK(remat_dropout(&a, x, 0.2, true));
+    RT_OK(remat_rng_set_state(REMAT_DEVICE_CPU, st));
+    omp_set_num_threads(1);
+    RT_OK(remat_dropout(&b, x, 0.2, true));
+    omp_set_num_threads(2);
+    cr_assert(rt_bitwise_equal(a, b), "mask not reproduced after RNG state restore");
+    cr_assert(!rt_bitwise_equal(a, tmp), "the first call should have used other numbers");
+    remat_release(a);
+    remat_release(b);
+    remat_release(tmp);
     remat_release(x);
     cr_assert_eq(remat_live_tensors(), 0);
 }

@@ -96,8 +96,8 @@ static void addition_row(uint64_t rng, bool eval, int n, unsigned char *s, unsig
             b = (int)(util_splitmix64(&rng) % 100);
         } while (held_out(a, b) != eval);
         char line[16];
-        int q = snprintf(line, sizeof line, "%d+%d=", a, b);
-        int r = snprintf(line + q, sizeof line - (size_t)q, "%d\n", a + b);
+        int q = snprintf(line, sizeof line, "%02d+%02d=", a, b);
+        int r = snprintf(line + q, sizeof line - (size_t)q, "%03d\n", a + b);
         for (int i = 0; i < q + r && len < n; i++, len++) {
             s[len] = (unsigned char)line[i];
             ans[len] = i >= q;

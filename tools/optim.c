@@ -12,7 +12,7 @@ int optim_init(optim *o, const config *c, const model *mdl) {
     o->weight_decay = c->weight_decay;
     o->momentum = c->momentum;
     o->beta1 = 0.9;
-    o->beta2 = 0.999;
+    o->beta2 = 0.95;
     o->eps = 1e-8;
     o->n = mdl->n_params;
     o->m = calloc((size_t)o->n, sizeof *o->m);

@@ -24,10 +24,6 @@ int step_run(model *m, const strategy *s, const batch *b, optim *o, trace *tr, d
     return rc;
 }
 
-/* OpenBLAS keeps its own thread pool; set it too when it is linked in. */
-extern void openblas_set_num_threads(int n) __attribute__((weak));
-extern int openblas_get_num_threads(void) __attribute__((weak));
-
 void step_malloc_mode(bool track_rss) {
     /* Setting the mmap threshold also turns glibc's dynamic threshold off. */
     if (track_rss) {
@@ -41,9 +37,8 @@ void step_malloc_mode(bool track_rss) {
 }
 
 int step_setup_process(int threads) {
-    if (threads > 0) {
-        omp_set_num_threads(threads);
-        if (openblas_set_num_threads) openblas_set_num_threads(threads);
-    }
+    /* remat's GEMM runs OpenBLAS single-threaded inside OpenMP teams
+     * (src/ops/gemm.c), so OpenMP's thread count is the only knob */
+    if (threads > 0) omp_set_num_threads(threads);
     return omp_get_max_threads();
 }

@@ -16,7 +16,7 @@
  * the loss value. */
 int step_run(model *m, const strategy *s, const batch *b, optim *o, trace *tr, double *loss);
 
-/* --threads (OpenMP and, when linked, OpenBLAS). Returns the number of
+/* --threads (OpenMP; remat runs BLAS inside OpenMP teams). Returns the number of
  * threads in use. */
 int step_setup_process(int threads);
 

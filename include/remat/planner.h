@@ -182,7 +182,6 @@ typedef struct remat_plan {
     int64_t n_recomputed;     /* stage forwards run again in backward */
     size_t slot_bytes;        /* remat_plan_create: bytes per memory slot */
     int checkpoints;          /* remat_plan_revolve: c; remat_plan_sequential: segments */
-    void *internal;           /* private: executor state (remat_plan_run) */
 } remat_plan;
 
 typedef struct remat_plan_options {
@@ -237,7 +236,13 @@ void remat_plan_print(const remat_plan *plan, FILE *f);
 /* Runs the plan's forward on input: stages[0..plan->n_stages) in order,
  * checkpointed segments through non-reentrant remat_checkpoint (nested as
  * the plan says). *output receives the last stage's output (new reference,
- * scope-owned if a scope is open); backward through it as usual. */
+ * scope-owned if a scope is open); backward through it as usual. The call
+ * copies the plan's tree and the stage list for the recomputations, so the
+ * plan and the array may go right after it; the stages' user_data must
+ * stay valid until the backward has run. Errors: REMAT_EINVAL (NULL
+ * arguments, a NULL stage fn, a malformed plan, a stage returning no
+ * tensor), anything a stage or remat_checkpoint returns (message prefixed
+ * with "stage k"). */
 int remat_plan_run(const remat_plan *plan, const remat_stage *stages, remat_tensor *input,
                    remat_tensor **output);
 /* Same with checkpoint options for every segment (use_reentrant is forced
@@ -251,10 +256,13 @@ int remat_plan_auto(remat_plan **out, int n_stages, const remat_stage *stages,
                     const remat_profile_options *profile_opts);
 
 /* checkpoint_sequential with a budget instead of a segment count: profiles,
- * plans and runs in one call (for one-off use: a training loop should keep
- * the plan of remat_plan_auto and call remat_plan_run each step). */
+ * plans and runs in one call. The plan is cached (keyed by the stage list,
+ * the budget and the input's shape/dtype/device), so calling it every step
+ * profiles once; remat_checkpoint_budget_clear() drops the cache. Errors as
+ * remat_plan_auto and remat_plan_run. */
 int remat_checkpoint_budget(remat_tensor **out, int n_stages, const remat_stage *stages,
                             size_t budget_bytes, remat_tensor *input);
+void remat_checkpoint_budget_clear(void);
 
 /* Parses a byte size: "1048576", "512K", "96MiB", "1.5G", "2GB" (K/M/G/T;
  * both KB and KiB mean 1024, as P's memory stats do). REMAT_EFORMAT on

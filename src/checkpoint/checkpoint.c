@@ -235,7 +235,11 @@ int remat_checkpoint_sequential(remat_tensor **out, int n_stages, const remat_st
         x = y;
     }
     remat_tensor *y = NULL;
-    if (rc == REMAT_OK) rc = run_stages(stages + end + 1, end + 1, n_stages - end - 1, x, &y);
+    /* the last chunk and the remainder run normally (never empty unless
+     * there are no stages: segments - 1 chunks leave at least one) */
+    if (rc == REMAT_OK && n_stages == 0) y = remat_retain(x);
+    else if (rc == REMAT_OK)
+        rc = run_stages(stages + (end + 1), end + 1, n_stages - end - 1, x, &y);
     remat_release(x);
     rm_scope_resume(scope);
     if (rc) {

@@ -47,7 +47,7 @@ int ck_rng_exit(const ck_rng *r, const remat_rng_fork *fork);
 int ck_rng_check_initialized(const ck_rng *r);
 
 /* ---- debug traces (trace.c) ------------------------------------------------------- */
-#define CK_TRACE_DEPTH 6
+#define CK_TRACE_DEPTH 10
 typedef struct ck_trace_ent {
     char op[40];
     int n_frames;

@@ -69,6 +69,7 @@ typedef struct ck_frame {
     bool ignore_saved_mismatch;
     ck_determinism determinism;
     bool debug;
+    bool recomputing;          /* mutes the forward trace (grad inside forward) */
     ck_trace fwd_trace, rec_trace;
     ck_rng rng;
     bool has_ctx;
@@ -292,6 +293,8 @@ static int recompute(ck_frame *f, ck_rec *rec) {
         }
         if (entered) {
             ck_observe obs;
+            bool prev_recomputing = f->recomputing;
+            f->recomputing = true;
             if (f->debug) {
                 ck_trace_reset(&f->rec_trace);
                 ck_observe_begin(&obs, &f->rec_trace, &rec->stopped);
@@ -301,6 +304,7 @@ static int recompute(ck_frame *f, ck_rec *rec) {
             if (rec->stopped && !rec->err) rc = REMAT_OK;
             for (int i = 0; i < f->n_outputs; i++) remat_release_p(&outs[i]);
             if (f->debug) ck_observe_end(&obs);
+            f->recomputing = prev_recomputing;
             rm_set_skip_mode(prev_skip);
             if (f->has_ctx && f->ctx.recompute_exit) {
                 int xrc = f->ctx.recompute_exit(f->ctx.state, rc);
@@ -580,7 +584,7 @@ int ck_run_nonreentrant(remat_checkpoint_fn fn, void *user_data, int n_inputs,
     }
     if (rc == REMAT_OK) {
         ck_observe obs;
-        if (f->debug) ck_observe_begin(&obs, &f->fwd_trace, NULL);
+        if (f->debug) ck_observe_begin(&obs, &f->fwd_trace, &f->recomputing);
         rc = ck_call_fn(fn, user_data, n_inputs, inputs, n_outputs, outputs);
         if (f->debug) ck_observe_end(&obs);
         if (f->has_ctx && f->ctx.forward_exit) {

@@ -120,7 +120,21 @@ static void sites(sbuf *b, const char *label, const ck_trace *t) {
         sb_printf(b, "%s   (%d of %d in %s)\n", e->op, i + 1, t->n, label);
 #if CK_HAVE_BACKTRACE
         char **sym = e->n_frames ? backtrace_symbols(e->frames, e->n_frames) : NULL;
-        for (int k = 0; k < e->n_frames; k++) {
+        /* When symbols are known (-rdynamic), show the caller's frames only:
+         * after the op's own frames (remat_*, rm_*), up to the checkpoint
+         * machinery (ck_call_fn). */
+        int from = 0, to = e->n_frames;
+        if (sym) {
+            for (int k = 0; k < e->n_frames && k < 4; k++)
+                if (strstr(sym[k], "(remat_") || strstr(sym[k], "(rm_")) from = k + 1;
+            for (int k = from; k < e->n_frames; k++)
+                if (strstr(sym[k], "(ck_call_fn")) {
+                    to = k;
+                    break;
+                }
+            if (from >= to) from = 0;
+        }
+        for (int k = from; k < to; k++) {
             if (sym) sb_printf(b, "    at %s\n", sym[k]);
             else sb_printf(b, "    at %p\n", e->frames[k]);
         }
@@ -164,5 +178,9 @@ int ck_debug_error(int status, const char *err, const ck_trace *fwd, const ck_tr
     }
     free(tls_report);
     tls_report = b.s;
-    return rm_err(status, "%s", b.s);
+    /* The error message has a fixed capacity; the report may not fit. */
+    const size_t fit = 3300;
+    if (b.n <= fit) return rm_err(status, "%s", b.s);
+    return rm_err(status, "%.*s\n... (report truncated: the full text is in "
+                  "remat_checkpoint_debug_report())", (int)fit, b.s);
 }

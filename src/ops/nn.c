@@ -5,6 +5,9 @@
  * case) runs row kernels; I > 1 runs the same maths on blocks of columns so
  * the inner loops stay contiguous. Both are numerically stable (the row max
  * is subtracted before exp) and their backward reads only the saved output.
+ * f32 uses a branch-free expf (nn_expf, ~1 ulp) so the row loops vectorise;
+ * the row kernels (rm_row_max/expsum/exp_scale) are shared with
+ * cross_entropy in loss.c.
  *
  * layer_norm follows llm.c's layernorm_forward/backward with x seen as
  * (N, C), C the product of the normalised dims. The per-row statistics
@@ -18,7 +21,9 @@
  * (row-major over x's shape) uses word i % 4 of block counter + i / 4. The
  * mask thus depends only on (seed, offset, i) and never on the thread
  * count, so a recomputation after an RNG-state restore reproduces it
- * bitwise. */
+ * bitwise. Eval mode and p == 0 return x itself (a new reference, as
+ * PyTorch returns its input); p == 1 zeroes everything without drawing. In
+ * skip mode the generator is still advanced by the same amount. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -503,11 +508,12 @@ static int layer_norm_backward(remat_node *node, remat_tensor *const *gout, rema
         rc = rm_new_output(&dx, x->ndim, x->shape, x->dtype, dev);
         if (rc) goto out;
     }
-    if (node->n_next > 1 && node->next[1].node && w) {
+    /* inputs are (x, weight, bias): the node always has 3 edges */
+    if (node->next[1].node && w) {
         rc = rm_new_output(&dw, c->n_norm, c->norm_shape, x->dtype, dev);
         if (rc) goto out;
     }
-    if (node->n_next > 2 && node->next[2].node) {
+    if (node->next[2].node) {
         rc = rm_new_output(&db, c->n_norm, c->norm_shape, x->dtype, dev);
         if (rc) goto out;
     }
@@ -525,10 +531,8 @@ static int layer_norm_backward(remat_node *node, remat_tensor *const *gout, rema
         }
     }
     gin[0] = dx;
-    if (node->n_next > 1) gin[1] = dw;
-    else remat_release(dw);
-    if (node->n_next > 2) gin[2] = db;
-    else remat_release(db);
+    gin[1] = dw;
+    gin[2] = db;
     dx = dw = db = NULL;
 out:
     for (int i = 0; i < 4; i++) {
@@ -643,21 +647,81 @@ fail:
 }
 
 /* ---- dropout ---------------------------------------------------------------------------- */
+/* Philox4x32-10 of block `ctr` — the same function as rm_philox_block
+ * (device.c), inlined here so the mask loop vectorises across blocks
+ * (rm_philox_block is an out-of-line call per 4 elements). The test suite
+ * checks that both give the same mask. */
+static inline void nn_philox(uint32_t k0, uint32_t k1, uint64_t ctr, uint32_t out[4]) {
+    uint32_t c0 = (uint32_t)ctr, c1 = (uint32_t)(ctr >> 32), c2 = 0, c3 = 0;
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0;
+        uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n1 = (uint32_t)p1;
+        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1, n3 = (uint32_t)p0;
+        c0 = n0;
+        c1 = n1;
+        c2 = n2;
+        c3 = n3;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+/* keep iff rm_u32_to_unit(word) >= p, i.e. (word >> 8) >= thr with
+ * thr = ceil(p * 2^24): an integer compare, exact for every p. */
+static inline uint32_t nn_keep_threshold(double p) {
+    double t = ceil(p * 16777216.0);
+    return t > 16777216.0 ? 16777217u : (uint32_t)t;
+}
+
+#define DROPOUT_CHUNK 4096 /* Philox blocks per parallel task */
 #define DROPOUT_KERNELS(T)                                                                    \
-    /* Element i keeps iff the uniform drawn from block counter + i/4, word i%4 is >= p.      \
-     * y = x * scale where kept, else 0; mask (may be NULL) gets scale or 0. */               \
+    /* Full blocks [j0, j1): element i keeps iff word i%4 of block counter + i/4 passes the  \
+     * threshold; y = x * scale where kept, else 0; mask (may be NULL) gets scale or 0. A    \
+     * separate function with restrict pointers (OpenMP outlining drops them), one loop per  \
+     * mask case, so the Philox rounds vectorise across blocks. */                           \
+    static void dropout_blocks_##T(const T *restrict x, T *restrict y, T *restrict mask,      \
+                                   int64_t j0, int64_t j1, uint32_t thr, T scale,             \
+                                   uint32_t k0, uint32_t k1, uint64_t counter) {              \
+        if (mask) {                                                                           \
+            for (int64_t j = j0; j < j1; j++) {                                               \
+                uint32_t r[4];                                                                \
+                nn_philox(k0, k1, counter + (uint64_t)j, r);                                  \
+                for (int k = 0; k < 4; k++) {                                                 \
+                    T m = (r[k] >> 8) >= thr ? scale : (T)0;                                  \
+                    mask[4 * j + k] = m;                                                      \
+                    y[4 * j + k] = x[4 * j + k] * m;                                          \
+                }                                                                             \
+            }                                                                                 \
+        } else {                                                                              \
+            for (int64_t j = j0; j < j1; j++) {                                               \
+                uint32_t r[4];                                                                \
+                nn_philox(k0, k1, counter + (uint64_t)j, r);                                  \
+                for (int k = 0; k < 4; k++)                                                   \
+                    y[4 * j + k] = x[4 * j + k] * ((r[k] >> 8) >= thr ? scale : (T)0);        \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
     static void dropout_fwd_##T(const T *restrict x, T *restrict y, T *restrict mask,         \
-                                int64_t n, double p, T scale, const uint32_t key[2],          \
+                                int64_t n, uint32_t thr, T scale, const uint32_t key[2],      \
                                 uint64_t counter) {                                           \
-        int64_t nblk = (n + 3) / 4;                                                           \
+        int64_t nfull = n / 4, nch = (nfull + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;             \
+        uint32_t k0 = key[0], k1 = key[1];                                                    \
         _Pragma("omp parallel for if (n > RM_OMP_MIN)")                                       \
-        for (int64_t j = 0; j < nblk; j++) {                                                  \
+        for (int64_t c = 0; c < nch; c++) {                                                   \
+            int64_t j0 = c * DROPOUT_CHUNK;                                                   \
+            int64_t j1 = j0 + DROPOUT_CHUNK < nfull ? j0 + DROPOUT_CHUNK : nfull;             \
+            dropout_blocks_##T(x, y, mask, j0, j1, thr, scale, k0, k1, counter);              \
+        }                                                                                     \
+        if (nfull * 4 < n) { /* the last, partial block */                                   \
             uint32_t r[4];                                                                    \
-            rm_philox_block(key, counter + (uint64_t)j, r);                                   \
-            for (int k = 0; k < 4; k++) {                                                     \
-                int64_t i = 4 * j + k;                                                        \
-                if (i >= n) break;                                                            \
-                T m = rm_u32_to_unit(r[k]) >= p ? scale : (T)0;                               \
+            nn_philox(k0, k1, counter + (uint64_t)nfull, r);                                  \
+            for (int64_t i = nfull * 4; i < n; i++) {                                         \
+                T m = (r[i - nfull * 4] >> 8) >= thr ? scale : (T)0;                          \
                 if (mask) mask[i] = m;                                                        \
                 y[i] = x[i] * m;                                                              \
             }                                                                                 \
@@ -734,11 +798,11 @@ int remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool train) {
             memset(rm_ptr(y), 0, nb);
             if (mask) memset(rm_ptr(mask), 0, nb);
         } else if (x->dtype == REMAT_F32) {
-            dropout_fwd_f32(rm_ptr(xc), rm_ptr(y), mask ? rm_ptr(mask) : NULL, n, p,
-                            (f32)(1.0 / (1.0 - p)), key, counter);
+            dropout_fwd_f32(rm_ptr(xc), rm_ptr(y), mask ? rm_ptr(mask) : NULL, n,
+                            nn_keep_threshold(p), (f32)(1.0 / (1.0 - p)), key, counter);
         } else {
-            dropout_fwd_f64(rm_ptr(xc), rm_ptr(y), mask ? rm_ptr(mask) : NULL, n, p,
-                            1.0 / (1.0 - p), key, counter);
+            dropout_fwd_f64(rm_ptr(xc), rm_ptr(y), mask ? rm_ptr(mask) : NULL, n,
+                            nn_keep_threshold(p), 1.0 / (1.0 - p), key, counter);
         }
     }
     if (grad) {

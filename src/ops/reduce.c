@@ -82,6 +82,17 @@ MAXKEY(f64, int64_t, INT64_MIN, 63, INT64_C(0x7FFFFFFFFFFFFFFF), INT64_C(0x7FF00
     static void sum_cols_##T(const T *restrict x, int64_t R, int64_t stride, int w,           \
                              T *restrict dst, T (*ws)[RED_COL_BLOCK], int depth) {            \
         if (R <= 16 || depth >= RED_MAX_DEPTH) {                                              \
+            if (w == RED_COL_BLOCK) {                                                         \
+                /* full block: a fixed-size local accumulator stays in registers */           \
+                T acc[RED_COL_BLOCK];                                                         \
+                for (int j = 0; j < RED_COL_BLOCK; j++) acc[j] = 0;                           \
+                for (int64_t r = 0; r < R; r++) {                                             \
+                    const T *row = x + r * stride;                                            \
+                    for (int j = 0; j < RED_COL_BLOCK; j++) acc[j] += row[j];                 \
+                }                                                                             \
+                for (int j = 0; j < RED_COL_BLOCK; j++) dst[j] = acc[j];                      \
+                return;                                                                       \
+            }                                                                                 \
             for (int j = 0; j < w; j++) dst[j] = 0;                                           \
             for (int64_t r = 0; r < R; r++) {                                                 \
                 const T *row = x + r * stride;                                                \

@@ -263,7 +263,6 @@ int pl_finish(remat_plan **out, pl_builder *b, int n_stages, remat_plan_kind kin
 
 void remat_plan_free(remat_plan *plan) {
     if (!plan) return;
-    pl_plan_internal_free(plan);
     free(plan->nodes);
     free(plan->stages);
     free(plan);
@@ -290,7 +289,7 @@ int remat_plan_sequential(remat_plan **out, const remat_profile *profile, int n_
     static const char *call = "remat_plan_sequential";
     if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
     *out = NULL;
-    int L;
+    int L = 0;
     int rc = stages_for(profile, n_stages, call, &L);
     if (rc) return rc;
     if (segments < 1) return rm_err(REMAT_EINVAL, "%s: segments must be >= 1, got %d", call, segments);
@@ -414,8 +413,24 @@ void remat_plan_print(const remat_plan *p, FILE *f) {
         fputc('\n', f);
         free(next);
     }
-    fprintf(f, "  %5s  %-10s %8s\n", "stage", "action", "fwd runs");
-    for (int k = 0; k < p->n_stages; k++)
-        fprintf(f, "  %5d  %-10s %8d\n", k, action_name(p->stages[k].action),
-                p->stages[k].n_forward);
+    if (p->n_stages <= 32) {
+        fprintf(f, "  %5s  %-10s %8s\n", "stage", "action", "fwd runs");
+        for (int k = 0; k < p->n_stages; k++)
+            fprintf(f, "  %5d  %-10s %8d\n", k, action_name(p->stages[k].action),
+                    p->stages[k].n_forward);
+        return;
+    }
+    /* long chains: one character per stage, 64 per line */
+    fprintf(f, "  per stage (S store, C checkpoint = keep input only, digit = forward runs of a "
+               "recomputed stage):\n");
+    for (int k = 0; k < p->n_stages; k++) {
+        if (k % 64 == 0) fprintf(f, "  %5d  ", k);
+        const remat_plan_stage *st = &p->stages[k];
+        char c = st->action == REMAT_STAGE_STORE        ? 'S'
+                 : st->action == REMAT_STAGE_CHECKPOINT ? 'C'
+                 : st->n_forward < 10                   ? (char)('0' + st->n_forward)
+                                                        : '+';
+        fputc(c, f);
+        if (k % 64 == 63 || k == p->n_stages - 1) fputc('\n', f);
+    }
 }

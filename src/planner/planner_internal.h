@@ -55,9 +55,6 @@ int pl_validate(const remat_plan *plan, const char *call);
  * reaches it (with the least time among those the recursion sees). */
 int pl_min_peak(const pl_model *m, uint64_t *peak, pl_builder *b, const char *call);
 
-/* Frees the executor's registry of a plan (run.c). */
-void pl_plan_internal_free(remat_plan *plan);
-
 /* Store-everything plan. */
 int pl_build_store_all(pl_builder *b, int n_stages);
 

@@ -13,147 +13,90 @@
  * backward reaches them. That is exactly the rotor schedule of the plan.
  *
  * A checkpointed function may run long after remat_plan_run returned (in
- * backward), so its user_data must outlive the call: each plan keeps a
- * small registry of execution contexts (one per distinct stage list and
- * options it was run with) that lives until remat_plan_free.
+ * backward), so each checkpoint call gets a heap closure (freed by the
+ * checkpoint through user_data_destroy) pointing to a refcounted copy of
+ * the plan's tree and the stage list.
  */
 #include <ctype.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../internal.h"
 #include "planner_internal.h"
 
-typedef struct pl_runctx pl_runctx;
+/* Everything a segment needs to run its children, shared by the segments
+ * of one remat_plan_run call and kept alive by them (refcounted): the
+ * segments of a step may recompute long after the call returned, and even
+ * after the plan was freed. */
+typedef struct pl_runctx {
+    atomic_int ref;
+    int n_nodes;
+    remat_plan_node *nodes; /* copy of the plan's tree */
+    int *next;              /* subtree ends */
+    remat_stage *stages;    /* copy of the caller's list */
+    remat_checkpoint_options opts;
+} pl_runctx;
+
+/* user_data of one checkpoint call (owned by it: user_data_destroy). */
 typedef struct pl_seg {
-    const pl_runctx *rc;
+    pl_runctx *rc;
     int node;
 } pl_seg;
 
-struct pl_runctx {
-    pl_runctx *next_ctx;
-    const remat_plan *plan;
-    remat_stage *stages; /* copy of the caller's list */
-    remat_checkpoint_options opts;
-    int *next;           /* subtree ends */
-    pl_seg *segs;        /* user_data of each CHECKPOINT node */
-};
-
-typedef struct pl_internal {
-    pthread_mutex_t lock;
-    pl_runctx *list;
-} pl_internal;
-
-static void runctx_free(pl_runctx *c) {
-    if (!c) return;
-    free(c->stages);
+static void runctx_unref(pl_runctx *c) {
+    if (!c || atomic_fetch_sub(&c->ref, 1) != 1) return;
+    free(c->nodes);
     free(c->next);
-    free(c->segs);
+    free(c->stages);
     free(c);
 }
 
-void pl_plan_internal_free(remat_plan *plan) {
-    pl_internal *in = plan->internal;
-    if (!in) return;
-    for (pl_runctx *c = in->list, *n; c; c = n) {
-        n = c->next_ctx;
-        runctx_free(c);
-    }
-    pthread_mutex_destroy(&in->lock);
-    free(in);
-    plan->internal = NULL;
+static void seg_destroy(void *user_data) {
+    pl_seg *sg = user_data;
+    runctx_unref(sg->rc);
+    free(sg);
 }
 
-static pthread_mutex_t g_init_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* Field by field: struct padding must not make equal lists look different
- * (a new context per call would grow without bound). */
-static bool same_stages(const remat_stage *a, const remat_stage *b, size_t n) {
-    for (size_t k = 0; k < n; k++)
-        if (a[k].fn != b[k].fn || a[k].user_data != b[k].user_data) return false;
-    return true;
-}
-
-static bool same_opts(const remat_checkpoint_options *a, const remat_checkpoint_options *b) {
-    return a->use_reentrant == b->use_reentrant && a->preserve_rng_state == b->preserve_rng_state &&
-           a->determinism_check == b->determinism_check && a->debug == b->debug &&
-           a->early_stop == b->early_stop && a->context_fn == b->context_fn &&
-           a->context_fn_data == b->context_fn_data;
-}
-
-/* Finds or creates the context for (stages, opts). */
-static int get_runctx(const remat_plan *cplan, const remat_stage *stages,
-                      const remat_checkpoint_options *opts, const pl_runctx **out,
-                      const char *call) {
-    remat_plan *plan = (remat_plan *)cplan; /* only the private registry changes */
-    size_t n = (size_t)plan->n_stages;
-    pthread_mutex_lock(&g_init_lock);
-    pl_internal *in = plan->internal;
-    if (in) {
-        pthread_mutex_lock(&in->lock);
-        for (pl_runctx *c = in->list; c; c = c->next_ctx) {
-            if (same_stages(c->stages, stages, n) && same_opts(&c->opts, opts)) {
-                *out = c;
-                pthread_mutex_unlock(&in->lock);
-                pthread_mutex_unlock(&g_init_lock);
-                return REMAT_OK;
-            }
-        }
-        pthread_mutex_unlock(&in->lock);
-    }
-    /* First run with these stages/options: check the tree once. */
+static int runctx_new(const remat_plan *plan, const remat_stage *stages,
+                      const remat_checkpoint_options *opts, pl_runctx **out, const char *call) {
+    *out = NULL;
     int rc = pl_validate(plan, call);
-    if (rc) {
-        pthread_mutex_unlock(&g_init_lock);
-        return rc;
+    if (rc) return rc;
+    size_t n = (size_t)plan->n_stages, nn = (size_t)plan->n_nodes;
+    pl_runctx *c = calloc(1, sizeof *c);
+    if (c) {
+        c->nodes = malloc(nn * sizeof *c->nodes);
+        c->next = malloc(nn * sizeof *c->next);
+        c->stages = malloc(n * sizeof *c->stages);
     }
-    if (!in) {
-        in = calloc(1, sizeof *in);
-        if (!in) {
-            pthread_mutex_unlock(&g_init_lock);
-            return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-        }
-        pthread_mutex_init(&in->lock, NULL);
-        plan->internal = in;
-    }
-    pthread_mutex_lock(&in->lock);
-    pthread_mutex_unlock(&g_init_lock);
-    pl_runctx *c = NULL;
-    if (!rc) {
-        c = calloc(1, sizeof *c);
+    if (!c || !c->nodes || !c->next || !c->stages) {
         if (c) {
-            c->stages = malloc(n * sizeof *c->stages);
-            c->next = malloc((size_t)plan->n_nodes * sizeof *c->next);
-            c->segs = malloc((size_t)plan->n_nodes * sizeof *c->segs);
+            free(c->nodes);
+            free(c->next);
+            free(c->stages);
         }
-        if (!c || !c->stages || !c->next || !c->segs) {
-            runctx_free(c);
-            c = NULL;
-            rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-        }
+        free(c);
+        return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     }
-    if (!rc) {
-        c->plan = plan;
-        memcpy(c->stages, stages, n * sizeof *stages);
-        c->opts = *opts;
-        for (int i = plan->n_nodes - 1; i >= 0; i--) {
-            int j = i + 1;
-            if (plan->nodes[i].op == REMAT_PLAN_CHECKPOINT)
-                while (j < plan->n_nodes && plan->nodes[j].parent == i) j = c->next[j];
-            c->next[i] = j;
-            c->segs[i] = (pl_seg){c, i};
-        }
-        c->next_ctx = in->list;
-        in->list = c;
-        *out = c;
+    atomic_init(&c->ref, 1);
+    c->n_nodes = plan->n_nodes;
+    memcpy(c->nodes, plan->nodes, nn * sizeof *c->nodes);
+    memcpy(c->stages, stages, n * sizeof *c->stages);
+    c->opts = *opts;
+    for (int i = plan->n_nodes - 1; i >= 0; i--) {
+        int j = i + 1;
+        if (c->nodes[i].op == REMAT_PLAN_CHECKPOINT)
+            while (j < plan->n_nodes && c->nodes[j].parent == i) j = c->next[j];
+        c->next[i] = j;
     }
-    pthread_mutex_unlock(&in->lock);
-    return rc;
+    *out = c;
+    return REMAT_OK;
 }
 
-static int run_level(const pl_runctx *c, int i, int end, remat_tensor *in, remat_tensor **out);
+static int run_level(pl_runctx *c, int i, int end, remat_tensor *in, remat_tensor **out);
 
 /* The function of a checkpointed segment: runs the node's children. */
 static int segment_fn(void *user_data, remat_tensor *const *inputs, int n_inputs,
@@ -165,13 +108,12 @@ static int segment_fn(void *user_data, remat_tensor *const *inputs, int n_inputs
     return run_level(sg->rc, sg->node + 1, sg->rc->next[sg->node], inputs[0], &outputs[0]);
 }
 
-static int run_level(const pl_runctx *c, int i, int end, remat_tensor *in, remat_tensor **out) {
-    const remat_plan_node *nodes = c->plan->nodes;
+static int run_level(pl_runctx *c, int i, int end, remat_tensor *in, remat_tensor **out) {
     remat_tensor *cur = in;
     bool own = false;
     *out = NULL;
     for (; i < end; i = c->next[i]) {
-        const remat_plan_node *nd = &nodes[i];
+        const remat_plan_node *nd = &c->nodes[i];
         remat_tensor *y = NULL;
         int rc;
         if (nd->op == REMAT_PLAN_STORE) {
@@ -184,7 +126,15 @@ static int run_level(const pl_runctx *c, int i, int end, remat_tensor *in, remat
                 rm_err_prefix(rc, where);
             }
         } else {
-            rc = remat_checkpoint(segment_fn, (void *)&c->segs[i], 1, &cur, 1, &y, &c->opts);
+            pl_seg *sg = malloc(sizeof *sg);
+            if (!sg) {
+                rc = rm_err(REMAT_ENOMEM, "out of memory");
+            } else {
+                atomic_fetch_add(&c->ref, 1);
+                *sg = (pl_seg){c, i};
+                /* the checkpoint owns sg from here on, failure included */
+                rc = remat_checkpoint(segment_fn, sg, 1, &cur, 1, &y, &c->opts);
+            }
         }
         if (own) remat_release(cur);
         if (rc) {
@@ -213,15 +163,17 @@ int remat_plan_run_ex(const remat_plan *plan, const remat_stage *stages, remat_t
     remat_checkpoint_options o = {0};
     if (base) o = *base;
     o.use_reentrant = REMAT_OPT_FALSE; /* the nesting relies on saved-tensor hooks */
-    const pl_runctx *c = NULL;
-    int rc = get_runctx(plan, stages, &o, &c, call);
+    o.user_data_destroy = seg_destroy;  /* our closures, not the caller's */
+    pl_runctx *c = NULL;
+    int rc = runctx_new(plan, stages, &o, &c, call);
     if (rc) return rc;
     /* References made here are plain ones: the output alone goes to the
      * caller's scope. */
     void *scope = rm_scope_suspend();
     remat_tensor *y = NULL;
-    rc = run_level(c, 0, plan->n_nodes, input, &y);
+    rc = run_level(c, 0, c->n_nodes, input, &y);
     rm_scope_resume(scope);
+    runctx_unref(c);
     if (rc) return rm_err_prefix(rc, call);
     return rm_hand_out(output, y);
 }
@@ -246,9 +198,16 @@ int remat_plan_auto(remat_plan **out, int n_stages, const remat_stage *stages,
     return REMAT_OK;
 }
 
-/* Plans made by remat_checkpoint_budget, kept for the process's lifetime
- * (their segments may be recomputed by any later backward). Keyed by the
- * stage list, the budget and the input's shape, dtype and device. */
+static bool same_stages(const remat_stage *a, const remat_stage *b, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (a[k].fn != b[k].fn || a[k].user_data != b[k].user_data) return false;
+    return true;
+}
+
+/* Plans made by remat_checkpoint_budget, so that a training loop calling it
+ * every step profiles only once. Keyed by the stage list, the budget and
+ * the input's shape, dtype and device; remat_checkpoint_budget_clear()
+ * frees them. */
 typedef struct pl_cached {
     struct pl_cached *next;
     int n;
@@ -310,11 +269,24 @@ int remat_checkpoint_budget(remat_tensor **out, int n_stages, const remat_stage 
         e->next = g_cache;
         g_cache = e;
     }
-    remat_plan *plan = e->plan;
+    /* runs under the lock: a concurrent clear must not free the plan
+     * (the run copies what backward needs, so the plan may go after it) */
+    rc = remat_plan_run(e->plan, stages, input, out);
     pthread_mutex_unlock(&g_cache_lock);
-    rc = remat_plan_run(plan, stages, input, out);
     if (rc) return rm_err_prefix(rc, call);
     return REMAT_OK;
+}
+
+void remat_checkpoint_budget_clear(void) {
+    pthread_mutex_lock(&g_cache_lock);
+    for (pl_cached *e = g_cache, *n; e; e = n) {
+        n = e->next;
+        remat_plan_free(e->plan);
+        free(e->stages);
+        free(e);
+    }
+    g_cache = NULL;
+    pthread_mutex_unlock(&g_cache_lock);
 }
 
 /* ---- byte sizes -------------------------------------------------------------------------------- */

@@ -59,7 +59,7 @@ static void mp_recon(const mp_tab *tb, int s, int t, int depth, int parent, pl_b
 int pl_min_peak(const pl_model *m, uint64_t *peak, pl_builder *b, const char *call) {
     int L = m->L;
     size_t n = tri(0, L);
-    mp_tab tb = {malloc(n * sizeof(uint64_t)), malloc(n * sizeof(double)), malloc(n * sizeof(int))};
+    mp_tab tb = {calloc(n, sizeof(uint64_t)), calloc(n, sizeof(double)), calloc(n, sizeof(int))};
     if (!tb.peak || !tb.time || !tb.choice) {
         free(tb.peak);
         free(tb.time);
@@ -230,8 +230,8 @@ static int dp_solve(const pl_model *md, uint64_t budget, int64_t slots, pl_build
                       "%s: the planning tables for %d stages and %" PRId64
                       " memory slots would take %.0f MiB; use fewer slots (remat_plan_options)",
                       call, L, d.M + 1, PL_MIB((double)n_tri * (double)(d.M + 1) * 12.0));
-    d.cost = malloc(cells * sizeof *d.cost);
-    d.choice = malloc(cells * sizeof *d.choice);
+    d.cost = calloc(cells, sizeof *d.cost);
+    d.choice = calloc(cells, sizeof *d.choice);
     d.X = malloc(((size_t)L + 1) * sizeof(int64_t));
     d.A = malloc((size_t)L * sizeof(int64_t));
     d.FA = malloc((size_t)L * sizeof(int64_t));

@@ -142,6 +142,67 @@ static void shape_str(int ndim, const int64_t *shape, char *buf, size_t n) {
     if (k < n) snprintf(buf + k, n - k, "]");
 }
 
+uint64_t fx_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* "@uniform SEED LO HI" / "@randint SEED LO HI": the values are generated
+ * here exactly as scripts/gen_fixtures.py generated them. */
+static bool parse_generated(fx_tensor *t, char **data, int nv, bool uniform, const char *key,
+                            const char *where, char *err, size_t n) {
+    if (t->kind != FX_INPUT && t->kind != FX_GRAD_OUTPUT) {
+        seterr(err, n, "%s: %s %s: %s is only for input and grad_output lines", where, key,
+               t->name, data[0]);
+        return false;
+    }
+    if (uniform == (t->dtype == REMAT_I64)) {
+        seterr(err, n, "%s: %s %s: %s does not fit dtype %s", where, key, t->name, data[0],
+               remat_dtype_name(t->dtype));
+        return false;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long seed = nv == 4 ? strtoull(data[1], &end, 10) : 0;
+    if (nv != 4 || end == data[1] || *end || errno == ERANGE || data[1][0] == '-') {
+        seterr(err, n, "%s: %s %s: expected '%s SEED LO HI'", where, key, t->name, data[0]);
+        return false;
+    }
+    double lo = 0, hi = 0;
+    int64_t ilo = 0, ihi = 0;
+    bool ok = uniform ? parse_value(data[2], REMAT_F64, &lo) && parse_value(data[3], REMAT_F64, &hi)
+                      : parse_i64(data[2], &ilo) && parse_i64(data[3], &ihi);
+    int e2 = 0;
+    /* the product (HI-LO)*u must be exact: HI-LO a power of two */
+    if (ok && uniform) ok = hi > lo && frexp(hi - lo, &e2) == 0.5;
+    if (ok && !uniform) ok = ihi > ilo;
+    if (!ok) {
+        seterr(err, n, "%s: %s %s: bad range '%s %s' (%s)", where, key, t->name, data[2], data[3],
+               uniform ? "HI-LO must be a positive power of two" : "need LO < HI");
+        return false;
+    }
+    t->n_values = t->numel;
+    t->values = malloc(sizeof(double) * (size_t)(t->numel ? t->numel : 1));
+    if (!t->values) {
+        seterr(err, n, "%s: out of memory", where);
+        return false;
+    }
+    uint64_t state = seed;
+    for (int64_t i = 0; i < t->numel; i++) {
+        uint64_t z = fx_splitmix64(&state);
+        if (uniform) {
+            double v = lo + (hi - lo) * ((double)(z >> 11) * 0x1.0p-53);
+            /* f32 inputs are the f64 values rounded, as torch's .to(float32) */
+            t->values[i] = t->dtype == REMAT_F32 ? (double)(float)v : v;
+        } else {
+            t->values[i] = (double)(ilo + (int64_t)((z >> 11) % (uint64_t)(ihi - ilo)));
+        }
+    }
+    return true;
+}
+
 /* Parses "<kind> <name> <dtype> <ndim> <shape>... <values>..." (tok[0] is
  * the kind keyword). */
 static bool parse_tensor(fx_tensor *t, char **tok, int ntok, const char *where, char *err,
@@ -189,21 +250,50 @@ static bool parse_tensor(fx_tensor *t, char **tok, int ntok, const char *where, 
         }
     }
     int nv = ntok - 4 - t->ndim;
-    if (nv != t->numel) {
+    char **data = tok + 4 + t->ndim;
+    t->stride = 1;
+    if (nv > 0 && data[0][0] == '@') {
+        bool gen_u = strcmp(data[0], "@uniform") == 0, gen_i = strcmp(data[0], "@randint") == 0;
+        if (gen_u || gen_i) return parse_generated(t, data, nv, gen_u, tok[0], where, err, n);
+        if (strcmp(data[0], "@sample") != 0) {
+            seterr(err, n, "%s: %s %s: unknown data form '%s' (@uniform, @randint, @sample)",
+                   where, tok[0], tok[1], data[0]);
+            return false;
+        }
+        if (t->kind != FX_OUTPUT && t->kind != FX_GRAD) {
+            seterr(err, n, "%s: %s %s: @sample is only for output and grad lines", where, tok[0],
+                   tok[1]);
+            return false;
+        }
+        if (nv < 2 || !parse_i64(data[1], &t->stride) || t->stride < 1) {
+            seterr(err, n, "%s: %s %s: expected '@sample STRIDE <values>...' with STRIDE >= 1",
+                   where, tok[0], tok[1]);
+            return false;
+        }
+        data += 2;
+        nv -= 2;
+    }
+    t->n_values = t->numel ? (t->numel + t->stride - 1) / t->stride : 0;
+    if (nv != t->n_values) {
         char sh[128];
         shape_str(t->ndim, t->shape, sh, sizeof sh);
-        seterr(err, n, "%s: %s %s: shape %s needs %lld values, found %d%s", where, tok[0],
-               tok[1], sh, (long long)t->numel, nv,
-               nv < t->numel ? " (truncated line?)" : "");
+        if (t->stride > 1)
+            seterr(err, n, "%s: %s %s: shape %s sampled every %lld needs %lld values, found %d%s",
+                   where, tok[0], tok[1], sh, (long long)t->stride, (long long)t->n_values, nv,
+                   nv < t->n_values ? " (truncated line?)" : "");
+        else
+            seterr(err, n, "%s: %s %s: shape %s needs %lld values, found %d%s", where, tok[0],
+                   tok[1], sh, (long long)t->numel, nv,
+                   nv < t->numel ? " (truncated line?)" : "");
         return false;
     }
-    t->values = malloc(sizeof(double) * (size_t)(t->numel ? t->numel : 1));
+    t->values = malloc(sizeof(double) * (size_t)(t->n_values ? t->n_values : 1));
     if (!t->values) {
         seterr(err, n, "%s: out of memory", where);
         return false;
     }
-    for (int64_t i = 0; i < t->numel; i++) {
-        const char *s = tok[4 + t->ndim + i];
+    for (int64_t i = 0; i < t->n_values; i++) {
+        const char *s = data[i];
         if (!parse_value(s, t->dtype, &t->values[i])) {
             seterr(err, n, "%s: %s %s: value %lld '%s' is not a valid %s", where, tok[0], tok[1],
                    (long long)i, s, remat_dtype_name(t->dtype));
@@ -551,6 +641,9 @@ const char *fx_param_str(const fx_case *c, const char *name) {
 /* ---- tensors ---- */
 int fx_make_tensor(const fx_tensor *t, remat_tensor **out) {
     *out = NULL;
+    if (t->n_values != t->numel)
+        return remat_set_error(REMAT_EFORMAT, "fx_make_tensor: %s %s holds only samples",
+                               fx_kind_name(t->kind), t->name);
     size_t es = remat_dtype_size(t->dtype);
     void *buf = malloc(es * (size_t)(t->numel ? t->numel : 1));
     if (!buf) return remat_set_error(REMAT_ENOMEM, "fx_make_tensor: out of memory");
@@ -597,7 +690,7 @@ int fx_apply_views(const fx_case *c, const char *name, remat_tensor *base, remat
 }
 
 bool fx_all_zero(const fx_tensor *t) {
-    for (int64_t i = 0; i < t->numel; i++)
+    for (int64_t i = 0; i < t->n_values; i++)
         if (t->values[i] != 0) return false;
     return true;
 }
@@ -647,13 +740,15 @@ int64_t fx_compare(const remat_tensor *got, const fx_tensor *exp, double atol, d
     int64_t bad = 0, worst = -1;
     double worst_excess = 0;
     size_t k = 0;
-    for (int64_t i = 0; i < exp->numel; i++) {
-        double e = exp->values[i], g = v[i], d = fabs(g - e);
+    /* expected value j is element j*stride (stride 1 unless sampled) */
+    for (int64_t j = 0; j < exp->n_values; j++) {
+        int64_t i = j * exp->stride;
+        double e = exp->values[j], g = v[i], d = fabs(g - e);
         double tol = exact ? 0 : atol + rtol * fabs(e);
         bool ok = exact ? g == e : d <= tol; /* NaN fails */
         if (ok) continue;
         double excess = isnan(d) ? INFINITY : d - tol;
-        if (worst < 0 || excess > worst_excess) worst = i, worst_excess = excess;
+        if (worst < 0 || excess > worst_excess) worst = j, worst_excess = excess;
         if (bad < 4 && msg && k < msg_len) {
             char ix[128];
             index_str(i, exp->ndim, exp->shape, ix, sizeof ix);
@@ -666,10 +761,11 @@ int64_t fx_compare(const remat_tensor *got, const fx_tensor *exp, double atol, d
     }
     if (bad > 0 && msg && k < msg_len) {
         char ix[128];
-        index_str(worst, exp->ndim, exp->shape, ix, sizeof ix);
-        double e = exp->values[worst];
-        snprintf(msg + k, msg_len - k, "; %lld of %lld elements off, worst at %s: got %.17g expected %.17g",
-                 (long long)bad, (long long)exp->numel, ix, v[worst], e);
+        index_str(worst * exp->stride, exp->ndim, exp->shape, ix, sizeof ix);
+        snprintf(msg + k, msg_len - k,
+                 "; %lld of %lld %s off, worst at %s: got %.17g expected %.17g", (long long)bad,
+                 (long long)exp->n_values, exp->stride > 1 ? "sampled elements" : "elements", ix,
+                 v[worst * exp->stride], exp->values[worst]);
     }
     free(v);
     return bad;

@@ -30,9 +30,15 @@
 /* What a tensor line is. */
 typedef enum fx_kind { FX_INPUT = 0, FX_OUTPUT = 1, FX_GRAD_OUTPUT = 2, FX_GRAD = 3 } fx_kind;
 
-/* One tensor line: "<kind> <name> <dtype> <ndim> <shape>... <values>...".
- * values holds numel doubles (exact for f32 and for the small i64 values
- * fixtures use). */
+/* One tensor line: "<kind> <name> <dtype> <ndim> <shape>... <data>", data
+ * being one of
+ *   <values>...                   all numel values, row-major;
+ *   @uniform SEED LO HI           (input, grad_output) generated: see fx_splitmix64;
+ *   @randint SEED LO HI           (i64 input) generated;
+ *   @sample STRIDE <values>...    (output, grad) the values at flat indices
+ *                                 0, STRIDE, 2*STRIDE, ... < numel.
+ * values holds n_values doubles (exact for f32 and for the i64 values
+ * fixtures use): numel of them unless sampled. */
 typedef struct fx_tensor {
     fx_kind kind;
     char name[FX_NAME_MAX];
@@ -40,6 +46,8 @@ typedef struct fx_tensor {
     int ndim;
     int64_t shape[REMAT_MAX_DIMS];
     int64_t numel;
+    int64_t stride;   /* 1, or the @sample stride */
+    int64_t n_values; /* entries in values */
     double *values;
     int line; /* line number in the file, for messages */
 } fx_tensor;
@@ -73,6 +81,13 @@ typedef struct fx_case {
     int n_params;
     fx_param *params;
 } fx_case;
+
+/* The splitmix64 stream behind @uniform/@randint (scripts/gen_fixtures.py
+ * has the same function): state += 0x9E3779B97F4A7C15, then the usual
+ * splitmix64 finaliser. @uniform value i = LO + (HI-LO) * ((z_i >> 11) * 2^-53)
+ * (HI-LO must be a power of two so that every compiler gets the same
+ * double), converted to the dtype; @randint value i = LO + (z_i >> 11) % (HI-LO). */
+uint64_t fx_splitmix64(uint64_t *state);
 
 /* Loads REMAT_FIXTURE_DIR/<name>.txt and checks that its `case` line names
  * <name>. NULL on any failure, with the reason in err. */
@@ -114,7 +129,8 @@ int fx_apply_views(const fx_case *c, const char *name, remat_tensor *base, remat
  * (index, got, expected, difference, tolerance). */
 int64_t fx_compare(const remat_tensor *got, const fx_tensor *exp, double atol, double rtol,
                    char *msg, size_t msg_len);
-/* True if every expected value is 0 (a NULL remat gradient then matches). */
+/* True if every expected (stored or sampled) value is 0 (a NULL remat
+ * gradient then matches). */
 bool fx_all_zero(const fx_tensor *t);
 
 /* ---- the index (tests/fixtures/index.txt: "<case> <op> <dtype>" lines) ---- */

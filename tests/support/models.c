@@ -61,7 +61,7 @@ int rt_mlp_block_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **
     remat_scope *s;
     int rc = remat_scope_begin(&s);
     if (rc) return rc;
-    remat_tensor *h, *g, *d, *y, *r;
+    remat_tensor *h = NULL, *g = NULL, *d = NULL, *y = NULL, *r = NULL;
     rc = remat_linear(&h, in[0], b->w1, b->b1);
     if (!rc) rc = remat_gelu(&g, h, b->gelu);
     d = g;

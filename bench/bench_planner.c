@@ -1,0 +1,335 @@
+/* bench/bench_planner.c — the budget planner against P's uniform segments.
+ *
+ * Model: L blocks of Linear(D -> D) + GELU(tanh) + LayerNorm(D) on a batch
+ * of B rows (f32), loss = sum(output). One training step = forward, loss,
+ * backward (parameter gradients accumulate into existing .grad).
+ *
+ * Strategies, each run `reps` steps (median time; peak = max over steps of
+ * the allocator's peak above the bytes live when the step starts):
+ *   none          no checkpointing
+ *   uniform S     remat_checkpoint_sequential with S segments (S around
+ *                 sqrt(L)), non-reentrant
+ *   plan/block    remat_plan_create on the L block stages, budget = the
+ *                 measured peak of uniform S, run with remat_plan_run
+ *   plan/op       the same on 3L op stages (linear | gelu | layer_norm):
+ *                 the planner may keep a linear's output and recompute only
+ *                 the cheap GELU and LayerNorm
+ * then a Pareto sweep: planned schedules over budgets from the smallest
+ * feasible to "store everything", next to uniform segments S = 1..L.
+ *
+ * Parameter gradients: a hook on every parameter adds the incoming gradient
+ * into .grad right away and hands the engine a 0-dim zero instead, so the
+ * full-size gradient buffer dies at once (the engine otherwise keeps every
+ * leaf's gradient buffer until the end of the backward pass, which adds up
+ * to the size of all parameters on top of every strategy). --no-hook turns
+ * this off.
+ *
+ *   bench_planner [--blocks L] [--batch B] [--dim D] [--reps R] [--segments S]
+ *                 [--sweep N] [--no-sweep] [--no-hook] [--print-plans]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "remat/checkpoint.h"
+#include "remat/planner.h"
+#include "remat/remat.h"
+
+#define CHECK(expr)                                                                        \
+    do {                                                                                   \
+        int rc_ = (expr);                                                                  \
+        if (rc_) {                                                                         \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,           \
+                    remat_last_error());                                                   \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+#define MIB(b) ((double)(b) / (1024.0 * 1024.0))
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* ---- the model ----------------------------------------------------------------------------- */
+typedef struct block {
+    remat_tensor *w, *b, *g, *beta;
+} block;
+
+static int block_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
+    (void)n_in;
+    (void)n_out;
+    block *p = ud;
+    remat_tensor *h = NULL, *a = NULL;
+    int rc = remat_linear(&h, in[0], p->w, p->b);
+    if (!rc) rc = remat_gelu(&a, h, REMAT_GELU_TANH);
+    if (!rc) rc = remat_layer_norm(&out[0], a, 1, p->g, p->beta, 1e-5);
+    remat_release(h);
+    remat_release(a);
+    return rc;
+}
+static int linear_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
+    (void)n_in;
+    (void)n_out;
+    block *p = ud;
+    return remat_linear(&out[0], in[0], p->w, p->b);
+}
+static int gelu_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
+    (void)ud;
+    (void)n_in;
+    (void)n_out;
+    return remat_gelu(&out[0], in[0], REMAT_GELU_TANH);
+}
+static int ln_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
+    (void)n_in;
+    (void)n_out;
+    block *p = ud;
+    return remat_layer_norm(&out[0], in[0], 1, p->g, p->beta, 1e-5);
+}
+
+static remat_tensor *g_zero; /* 0-dim zero handed back by the accumulate hook */
+
+/* Accumulates the gradient into .grad now and lets the engine drop it. */
+static int accumulate_hook(void *ud, remat_tensor *grad, remat_tensor **replacement) {
+    remat_tensor *p = ud;
+    remat_tensor *acc = remat_tensor_grad(p);
+    if (!acc) return REMAT_OK; /* first step: let the engine create .grad */
+    int rc = remat_add_(acc, grad, 1.0);
+    if (rc) return rc;
+    *replacement = remat_retain(g_zero);
+    return REMAT_OK;
+}
+
+static remat_tensor *param(int ndim, const int64_t *shape, double lo, double hi, bool hook) {
+    remat_tensor *t;
+    CHECK(remat_rand_uniform(&t, ndim, shape, lo, hi, REMAT_F32, REMAT_DEVICE_CPU));
+    CHECK(remat_set_requires_grad(t, true));
+    if (hook) CHECK(remat_register_hook(t, accumulate_hook, t));
+    return t;
+}
+
+/* ---- strategies ------------------------------------------------------------------------------- */
+typedef struct runner {
+    int kind; /* 0: checkpoint_sequential, 1: plan */
+    int segments;
+    const remat_plan *plan;
+    const remat_stage *stages;
+    int n_stages;
+} runner;
+
+typedef struct result {
+    double time;  /* median seconds per step */
+    size_t peak;  /* max peak above the step's start */
+} result;
+
+static remat_tensor *g_x;
+
+static result measure(const runner *r, int reps) {
+    static const remat_checkpoint_options o = {.use_reentrant = REMAT_OPT_FALSE};
+    double *t = calloc((size_t)reps, sizeof *t);
+    result res = {0, 0};
+    for (int i = 0; i < reps; i++) {
+        remat_tensor *y = NULL, *loss = NULL;
+        size_t base = remat_cpu_current_bytes();
+        CHECK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
+        double t0 = now();
+        if (r->kind == 0)
+            CHECK(remat_checkpoint_sequential(&y, r->n_stages, r->stages, r->segments, g_x, &o));
+        else
+            CHECK(remat_plan_run(r->plan, r->stages, g_x, &y));
+        CHECK(remat_sum_all(&loss, y));
+        CHECK(remat_backward_scalar(loss));
+        remat_release(loss);
+        remat_release(y);
+        t[i] = now() - t0;
+        size_t pk = remat_cpu_peak_bytes() - base;
+        if (pk > res.peak) res.peak = pk;
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_d);
+    res.time = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    free(t);
+    return res;
+}
+
+static void row(const char *name, result r, const remat_plan *pred, result ref) {
+    printf("  %-22s %9.1f %+7.1f%% %10.1f", name, r.time * 1e3,
+           (r.time / ref.time - 1.0) * 100.0, MIB(r.peak));
+    if (pred)
+        printf(" %10.1f %9.1f %6lld", MIB(pred->peak_bytes), pred->time * 1e3,
+               (long long)pred->n_recomputed);
+    printf("\n");
+}
+
+int main(int argc, char **argv) {
+    int L = 32, B = 256, D = 1024, reps = 3, segs = 0, sweep = 8;
+    bool hook = true, print_plans = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--blocks") && v) L = atoi(v), i++;
+        else if (!strcmp(a, "--batch") && v) B = atoi(v), i++;
+        else if (!strcmp(a, "--dim") && v) D = atoi(v), i++;
+        else if (!strcmp(a, "--reps") && v) reps = atoi(v), i++;
+        else if (!strcmp(a, "--segments") && v) segs = atoi(v), i++;
+        else if (!strcmp(a, "--sweep") && v) sweep = atoi(v), i++;
+        else if (!strcmp(a, "--no-sweep")) sweep = 0;
+        else if (!strcmp(a, "--no-hook")) hook = false;
+        else if (!strcmp(a, "--print-plans")) print_plans = true;
+        else {
+            fprintf(stderr, "usage: %s [--blocks L] [--batch B] [--dim D] [--reps R] "
+                            "[--segments S] [--sweep N] [--no-sweep] [--no-hook] "
+                            "[--print-plans]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (L < 1 || B < 1 || D < 1 || reps < 1) return 2;
+    if (segs < 1) segs = (int)lround(sqrt((double)L));
+
+    remat_manual_seed(1);
+    CHECK(remat_scalar(&g_zero, 0.0, REMAT_F32));
+    block *blk = calloc((size_t)L, sizeof *blk);
+    remat_stage *sb = calloc((size_t)L, sizeof *sb), *so = calloc((size_t)3 * L, sizeof *so);
+    double bound = 1.0 / sqrt((double)D);
+    for (int k = 0; k < L; k++) {
+        int64_t ws[2] = {D, D}, vs[1] = {D};
+        blk[k].w = param(2, ws, -bound, bound, hook);
+        blk[k].b = param(1, vs, -bound, bound, hook);
+        blk[k].g = param(1, vs, 0.9, 1.1, hook);
+        blk[k].beta = param(1, vs, -0.1, 0.1, hook);
+        sb[k] = (remat_stage){block_fn, &blk[k]};
+        so[3 * k] = (remat_stage){linear_fn, &blk[k]};
+        so[3 * k + 1] = (remat_stage){gelu_fn, NULL};
+        so[3 * k + 2] = (remat_stage){ln_fn, &blk[k]};
+    }
+    int64_t xs[2] = {B, D};
+    CHECK(remat_rand_normal(&g_x, 2, xs, 0, 1, REMAT_F32, REMAT_DEVICE_CPU));
+
+    printf("bench_planner: %d blocks of Linear(%d->%d)+GELU+LayerNorm, batch %d, f32, gemm %s, "
+           "%d reps, parameter-gradient hook %s\n",
+           L, D, D, B, remat_gemm_backend(), reps, hook ? "on" : "off");
+    printf("  one activation: %.2f MiB; parameters %.1f MiB\n", MIB((size_t)B * D * 4),
+           MIB((size_t)L * ((size_t)D * D + 3 * (size_t)D) * 4));
+
+    /* warm-up step: creates every .grad (outside all budgets) */
+    runner none = {0, 1, NULL, sb, L};
+    measure(&none, 1);
+
+    double t0 = now();
+    remat_profile *pb = NULL, *po = NULL;
+    CHECK(remat_profile_stages(&pb, L, sb, g_x, NULL));
+    double t_prof_b = now() - t0;
+    t0 = now();
+    CHECK(remat_profile_stages(&po, 3 * L, so, g_x, NULL));
+    double t_prof_o = now() - t0;
+    printf("  profiling: %d block stages %.2f s, %d op stages %.2f s\n", L, t_prof_b, 3 * L,
+           t_prof_o);
+    if (print_plans) remat_profile_print(pb, stdout);
+
+    /* ---- headline: planned vs uniform at the uniform schedule's peak ---- */
+    remat_plan *p_none = NULL, *p_uni = NULL;
+    CHECK(remat_plan_sequential(&p_none, pb, 0, 1));
+    CHECK(remat_plan_sequential(&p_uni, pb, 0, segs));
+    result r_none = measure(&none, reps);
+    runner uni = {0, segs, NULL, sb, L};
+    result r_uni = measure(&uni, reps);
+
+    size_t budget = r_uni.peak;
+    t0 = now();
+    remat_plan *plan_b = NULL, *plan_o = NULL;
+    CHECK(remat_plan_create(&plan_b, pb, budget));
+    double t_plan_b = now() - t0;
+    t0 = now();
+    CHECK(remat_plan_create(&plan_o, po, budget));
+    double t_plan_o = now() - t0;
+    runner rb = {1, 0, plan_b, sb, L}, ro = {1, 0, plan_o, so, 3 * L};
+    result r_b = measure(&rb, reps), r_o = measure(&ro, reps);
+
+    printf("\nbudget = measured peak of uniform %d segments = %.2f MiB (planning: %.3f s block, "
+           "%.3f s op)\n", segs, MIB(budget), t_plan_b, t_plan_o);
+    printf("  %-22s %9s %8s %10s %10s %9s %6s\n", "strategy", "step ms", "vs none", "peak MiB",
+           "pred MiB", "pred ms", "recomp");
+    row("none", r_none, p_none, r_none);
+    char name[64];
+    snprintf(name, sizeof name, "uniform %d segments", segs);
+    row(name, r_uni, p_uni, r_none);
+    row("plan/block", r_b, plan_b, r_none);
+    row("plan/op", r_o, plan_o, r_none);
+    printf("  plan/op vs uniform: %+.1f%% step time at %+.1f%% peak\n",
+           (r_o.time / r_uni.time - 1) * 100, ((double)r_o.peak / (double)r_uni.peak - 1) * 100);
+    printf("  plan/block vs uniform: %+.1f%% step time at %+.1f%% peak\n",
+           (r_b.time / r_uni.time - 1) * 100, ((double)r_b.peak / (double)r_uni.peak - 1) * 100);
+    if (print_plans) {
+        remat_plan_print(plan_b, stdout);
+        remat_plan_print(plan_o, stdout);
+    }
+
+    /* ---- Pareto sweep ---- */
+    if (sweep > 0) {
+        size_t mb_b, mb_o;
+        CHECK(remat_plan_min_budget(pb, &mb_b));
+        CHECK(remat_plan_min_budget(po, &mb_o));
+        remat_plan *sa_o = NULL;
+        CHECK(remat_plan_sequential(&sa_o, po, 0, 1));
+        size_t lo = mb_o < mb_b ? mb_o : mb_b, hi = sa_o->peak_bytes;
+        printf("\nPareto sweep (time vs peak): budgets from %.2f to %.2f MiB\n", MIB(lo), MIB(hi));
+        printf("  %-10s %10s %9s %10s %10s %9s\n", "strategy", "budget", "step ms", "peak MiB",
+               "pred MiB", "pred ms");
+        for (int i = 0; i <= sweep; i++) {
+            size_t bud = lo + (size_t)((double)(hi - lo) * i / sweep);
+            for (int g = 0; g < 2; g++) {
+                remat_plan *pl = NULL;
+                const remat_profile *pf = g ? po : pb;
+                size_t mb = g ? mb_o : mb_b;
+                if (bud < mb) continue;
+                CHECK(remat_plan_create(&pl, pf, bud));
+                runner rr = {1, 0, pl, g ? so : sb, g ? 3 * L : L};
+                result r = measure(&rr, reps);
+                printf("  %-10s %10.2f %9.1f %10.2f %10.2f %9.1f\n", g ? "plan/op" : "plan/block",
+                       MIB(bud), r.time * 1e3, MIB(r.peak), MIB(pl->peak_bytes), pl->time * 1e3);
+                remat_plan_free(pl);
+            }
+        }
+        int seglist[] = {1, 2, 3, 4, 5, 6, 8, 11, 16, 32};
+        for (size_t i = 0; i < sizeof seglist / sizeof *seglist; i++) {
+            int s = seglist[i];
+            if (s > L) break;
+            remat_plan *pu = NULL;
+            CHECK(remat_plan_sequential(&pu, pb, 0, s));
+            runner ru = {0, s, NULL, sb, L};
+            result r = measure(&ru, reps);
+            snprintf(name, sizeof name, "uniform %d", s);
+            printf("  %-10s %10s %9.1f %10.2f %10.2f %9.1f\n", name, "-", r.time * 1e3,
+                   MIB(r.peak), MIB(pu->peak_bytes), pu->time * 1e3);
+            remat_plan_free(pu);
+        }
+        remat_plan_free(sa_o);
+    }
+
+    remat_plan_free(plan_b);
+    remat_plan_free(plan_o);
+    remat_plan_free(p_none);
+    remat_plan_free(p_uni);
+    remat_profile_free(pb);
+    remat_profile_free(po);
+    for (int k = 0; k < L; k++) {
+        remat_release(blk[k].w);
+        remat_release(blk[k].b);
+        remat_release(blk[k].g);
+        remat_release(blk[k].beta);
+    }
+    remat_release(g_x);
+    remat_release(g_zero);
+    free(blk);
+    free(sb);
+    free(so);
+    return 0;
+}

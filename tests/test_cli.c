@@ -1,0 +1,514 @@
+/*
+ * tests/test_cli.c — the remat program, run as a user would run it.
+ *
+ * The binary sits next to this test binary (both are built into the build
+ * directory): its path is dirname(/proc/self/exe) + "/remat".
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- running the program ------------------------------------------------------------- */
+static char g_bin[4096];
+static char g_dir[256];
+
+static void setup(void) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    cr_assert(n > 0, "readlink /proc/self/exe: %s", strerror(errno));
+    self[n] = '\0';
+    snprintf(g_bin, sizeof g_bin, "%s/remat", dirname(self));
+    cr_assert(access(g_bin, X_OK) == 0, "the remat program is not at %s", g_bin);
+    snprintf(g_dir, sizeof g_dir, "/tmp/remat_cli_test_XXXXXX");
+    cr_assert(mkdtemp(g_dir) != NULL);
+}
+
+static void teardown(void) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+}
+
+TestSuite(cli, .init = setup, .fini = teardown, .timeout = 300);
+
+/* Runs `remat ARGS` (stderr merged into the output when merge, else
+ * dropped); returns the exit status and the output (caller frees). */
+static int run(char **out, bool merge, const char *fmt, ...) {
+    char args[2048], cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "'%s' %s %s", g_bin, args, merge ? "2>&1" : "2>/dev/null");
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen %s", cmd);
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    size_t k;
+    while ((k = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += k;
+        if (len + 1 == cap) buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = '\0';
+    int st = pclose(p);
+    *out = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+static const char *path(const char *name) {
+    static char bufs[4][512];
+    static int i;
+    char *b = bufs[i++ % 4];
+    snprintf(b, 512, "%s/%s", g_dir, name);
+    return b;
+}
+
+/* ---- a tiny JSON validator (RFC 8259 grammar, no semantic checks) ------------------- */
+static const char *ws(const char *s) {
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
+    return s;
+}
+static const char *json_value(const char *s, int depth);
+static const char *json_string(const char *s) {
+    if (*s != '"') return NULL;
+    for (s++; *s && *s != '"'; s++) {
+        if ((unsigned char)*s < 0x20) return NULL;
+        if (*s == '\\') {
+            s++;
+            if (*s == 'u') {
+                for (int i = 1; i <= 4; i++)
+                    if (!strchr("0123456789abcdefABCDEF", s[i]) || !s[i]) return NULL;
+                s += 4;
+            } else if (!*s || !strchr("\"\\/bfnrt", *s)) {
+                return NULL;
+            }
+        }
+    }
+    return *s == '"' ? s + 1 : NULL;
+}
+static const char *json_number(const char *s) {
+    if (*s == '-') s++;
+    if (*s == '0') s++;
+    else if (*s >= '1' && *s <= '9') while (*s >= '0' && *s <= '9') s++;
+    else return NULL;
+    if (*s == '.') {
+        s++;
+        if (!(*s >= '0' && *s <= '9')) return NULL;
+        while (*s >= '0' && *s <= '9') s++;
+    }
+    if (*s == 'e' || *s == 'E') {
+        s++;
+        if (*s == '+' || *s == '-') s++;
+        if (!(*s >= '0' && *s <= '9')) return NULL;
+        while (*s >= '0' && *s <= '9') s++;
+    }
+    return s;
+}
+static const char *json_value(const char *s, int depth) {
+    if (depth > 64) return NULL;
+    s = ws(s);
+    if (*s == '{' || *s == '[') {
+        char close = *s == '{' ? '}' : ']';
+        bool obj = *s == '{';
+        s = ws(s + 1);
+        if (*s == close) return s + 1;
+        for (;;) {
+            if (obj) {
+                s = json_string(ws(s));
+                if (!s) return NULL;
+                s = ws(s);
+                if (*s++ != ':') return NULL;
+            }
+            s = json_value(s, depth + 1);
+            if (!s) return NULL;
+            s = ws(s);
+            if (*s == ',') {
+                s++;
+                continue;
+            }
+            return *s == close ? s + 1 : NULL;
+        }
+    }
+    if (*s == '"') return json_string(s);
+    if (!strncmp(s, "true", 4)) return s + 4;
+    if (!strncmp(s, "false", 5)) return s + 5;
+    if (!strncmp(s, "null", 4)) return s + 4;
+    return json_number(s);
+}
+static bool json_valid(const char *s) {
+    const char *e = json_value(s, 0);
+    return e && *ws(e) == '\0';
+}
+
+/* Number after "key": in a JSON text (first occurrence). */
+static double json_num(const char *j, const char *key) {
+    char pat[128];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(j, pat);
+    cr_assert(p, "no \"%s\" in %s", key, j);
+    return strtod(p + strlen(pat), NULL);
+}
+/* String value of "key": copied into buf. */
+static const char *json_str(const char *j, const char *key, char *buf, size_t n) {
+    char pat[128];
+    snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    const char *p = strstr(j, pat);
+    cr_assert(p, "no string \"%s\" in %s", key, j);
+    p += strlen(pat);
+    const char *e = strchr(p, '"');
+    size_t l = (size_t)(e - p) < n - 1 ? (size_t)(e - p) : n - 1;
+    memcpy(buf, p, l);
+    buf[l] = '\0';
+    return buf;
+}
+
+/* ---- a tag-balance checker for XML (what an SVG must be) --------------------------- */
+static bool xml_balanced(const char *s, char *why, size_t n) {
+    char stack[64][64];
+    int depth = 0, roots = 0;
+    while ((s = strchr(s, '<')) != NULL) {
+        if (!strncmp(s, "<?", 2) || !strncmp(s, "<!--", 4) || !strncmp(s, "<!", 2)) {
+            const char *e = strchr(s, '>');
+            if (!e) return snprintf(why, n, "unterminated declaration"), false;
+            s = e + 1;
+            continue;
+        }
+        const char *e = s + 1;
+        char quote = 0;
+        for (; *e && (quote || *e != '>'); e++) {
+            if (quote && *e == quote) quote = 0;
+            else if (!quote && (*e == '"' || *e == '\'')) quote = *e;
+            else if (!quote && *e == '<') return snprintf(why, n, "'<' inside a tag"), false;
+        }
+        if (!*e) return snprintf(why, n, "unterminated tag"), false;
+        bool closing = s[1] == '/', self = e[-1] == '/';
+        const char *nm = s + (closing ? 2 : 1);
+        size_t l = strcspn(nm, " \t\n/>");
+        if (l == 0 || l >= 64) return snprintf(why, n, "bad tag name"), false;
+        if (closing) {
+            if (depth == 0 || strlen(stack[depth - 1]) != l || strncmp(stack[depth - 1], nm, l))
+                return snprintf(why, n, "</%.*s> does not close <%s>", (int)l, nm,
+                                depth ? stack[depth - 1] : "(nothing)"), false;
+            depth--;
+        } else if (!self) {
+            if (depth == 0) roots++;
+            if (depth == 64) return snprintf(why, n, "too deep"), false;
+            memcpy(stack[depth], nm, l);
+            stack[depth++][l] = '\0';
+        } else if (depth == 0) {
+            roots++;
+        }
+        s = e + 1;
+    }
+    if (depth) return snprintf(why, n, "<%s> never closed", stack[depth - 1]), false;
+    if (roots != 1) return snprintf(why, n, "%d root elements", roots), false;
+    return true;
+}
+
+static char *slurp(const char *p) {
+    FILE *f = fopen(p, "rb");
+    cr_assert(f, "cannot open %s", p);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    cr_assert(fread(b, 1, (size_t)n, f) == (size_t)n);
+    b[n] = '\0';
+    fclose(f);
+    return b;
+}
+
+static void assert_svg(const char *p) {
+    char *s = slurp(p), why[256] = "";
+    cr_assert(strstr(s, "<svg") != NULL, "%s is not an SVG", p);
+    cr_assert(xml_balanced(s, why, sizeof why), "%s is not well-formed: %s", p, why);
+    free(s);
+    /* xmllint, when installed, is stricter */
+    if (system("command -v xmllint >/dev/null 2>&1") == 0) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "xmllint --noout '%s'", p);
+        cr_assert(system(cmd) == 0, "xmllint rejects %s", p);
+    }
+}
+
+/* A tiny GPT that trains in well under a second per step even in debug builds. */
+#define TINY "--layers 1 --width 32 --heads 2 --context 24 --batch 8 --threads 1 --quiet"
+
+/* ---- the validator itself ---------------------------------------------------------- */
+Test(cli, validators_reject_bad_input) {
+    cr_assert(json_valid("{\"a\":[1,2.5e3,true,null,\"x\\n\"]}"));
+    cr_assert(!json_valid("{\"a\":[1,2,]}"));
+    cr_assert(!json_valid("{\"a\":nan}"));
+    cr_assert(!json_valid("{\"a\":1"));
+    char why[128];
+    cr_assert(xml_balanced("<?xml?><svg><g><rect/></g></svg>", why, sizeof why));
+    cr_assert(!xml_balanced("<svg><g></svg>", why, sizeof why));
+    cr_assert(!xml_balanced("<svg></svg><svg/>", why, sizeof why));
+}
+
+/* ---- usage and argument errors ------------------------------------------------------ */
+Test(cli, help_prints_usage) {
+    char *o;
+    cr_assert_eq(run(&o, true, "--help"), 0);
+    cr_assert(strstr(o, "usage: remat") && strstr(o, "bench") && strstr(o, "train"), "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "train --help"), 0);
+    cr_assert(strstr(o, "usage: remat train") && strstr(o, "--checkpoint"), "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "bench --help"), 0);
+    cr_assert(strstr(o, "usage: remat bench") && strstr(o, "--strategies"), "%s", o);
+    free(o);
+}
+
+Test(cli, unknown_command_and_flag_fail_with_usage) {
+    char *o;
+    cr_assert_eq(run(&o, true, "frobnicate"), 2);
+    cr_assert(strstr(o, "unknown command") && strstr(o, "usage:"), "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "train --bogus-flag 3"), 2);
+    cr_assert(strstr(o, "unknown option '--bogus-flag'") && strstr(o, "usage: remat train"), "%s",
+              o);
+    free(o);
+    cr_assert_eq(run(&o, true, "bench --steps 3"), 2, "bench has no --steps");
+    cr_assert(strstr(o, "unknown option") && strstr(o, "usage: remat bench"), "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "train --layers"), 2);
+    cr_assert(strstr(o, "missing value"), "%s", o);
+    free(o);
+}
+
+Test(cli, bad_values_fail_with_usage) {
+    const char *bad[] = {"--layers abc",        "--layers 0",           "--width -3",
+                         "--heads 3 --width 32", "--lr x",               "--checkpoint what",
+                         "--checkpoint sequential=0", "--checkpoint budget=12Q",
+                         "--checkpoint budget=", "--model rnn",         "--threads 1.5",
+                         "--json=1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *o;
+        int rc = run(&o, true, "train %s", bad[i]);
+        cr_assert_eq(rc, 2, "`remat train %s` exited with %d: %s", bad[i], rc, o);
+        cr_assert(strstr(o, "usage: remat train"), "`remat train %s`: no usage: %s", bad[i], o);
+        free(o);
+    }
+    char *o;
+    cr_assert_eq(run(&o, true, "train --checkpoint budget=12Q"), 2);
+    cr_assert(strstr(o, "bad size"), "%s", o);
+    free(o);
+}
+
+Test(cli, later_strategies_are_rejected_not_ignored) {
+    char *o;
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 1 --checkpoint selective"), 2);
+    cr_assert(strstr(o, "not available yet"), "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "bench " TINY " --strategies none,budget=64M"), 2);
+    cr_assert(strstr(o, "not available yet"), "%s", o);
+    free(o);
+}
+
+Test(cli, missing_data_file_is_a_clear_error) {
+    char *o;
+    int rc = run(&o, true, "train " TINY " --steps 1 --data %s", path("no-such-file.txt"));
+    cr_assert_eq(rc, 1, "%s", o);
+    cr_assert(strstr(o, "no-such-file.txt") && strstr(o, "No such file"), "%s", o);
+    free(o);
+    FILE *f = fopen(path("short.txt"), "w");
+    fputs("tiny", f);
+    fclose(f);
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 1 --data %s", path("short.txt")), 1);
+    cr_assert(strstr(o, "at least"), "%s", o);
+    free(o);
+}
+
+/* ---- training ---------------------------------------------------------------------------- */
+Test(cli, gpt_learns_the_builtin_task) {
+    char *o;
+    int rc = run(&o, false, "train " TINY " --steps 30 --lr 1e-2 --json");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(json_valid(o), "not JSON: %s", o);
+    double first = json_num(o, "loss_first"), last = json_num(o, "loss");
+    cr_assert(last < 0.7 * first, "loss did not fall: %g -> %g", first, last);
+    for (const char *k = "step_ms\0tokens_per_s\0peak_alloc_bytes\0peak_rss_bytes\0accuracy\0";
+         *k; k += strlen(k) + 1)
+        cr_assert(json_num(o, k) > 0, "%s not positive in %s", k, o);
+    char s[64];
+    cr_assert_str_eq(json_str(o, "strategy", s, sizeof s), "none");
+    cr_assert_str_eq(json_str(o, "task", s, sizeof s), "addition");
+    free(o);
+}
+
+Test(cli, mlp_learns) {
+    char *o;
+    int rc = run(&o, false,
+                 "train --model mlp --layers 3 --width 32 --batch 16 --threads 1 --quiet "
+                 "--steps 40 --lr 3e-3 --json");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(json_valid(o), "%s", o);
+    cr_assert(json_num(o, "loss") < 0.8 * json_num(o, "loss_first"), "%s", o);
+    free(o);
+}
+
+Test(cli, text_file_training_runs) {
+    FILE *f = fopen(path("text.txt"), "w");
+    for (int i = 0; i < 200; i++) fprintf(f, "the quick brown fox %d jumps over the lazy dog\n", i);
+    fclose(f);
+    char *o;
+    int rc = run(&o, false, "train " TINY " --steps 3 --json --data %s", path("text.txt"));
+    cr_assert_eq(rc, 0, "%s", o);
+    char s[64];
+    cr_assert_str_eq(json_str(o, "task", s, sizeof s), "text");
+    free(o);
+}
+
+Test(cli, checkpointed_training_matches_plain_bitwise) {
+    char *a, *b, *c, la[32], lb[32], lc[32];
+    cr_assert_eq(run(&a, false, "train " TINY " --steps 3 --json"), 0);
+    cr_assert_eq(run(&b, false, "train " TINY " --steps 3 --json --checkpoint block"), 0, "%s", b);
+    cr_assert_eq(run(&c, false, "train " TINY " --layers 2 --steps 3 --json --checkpoint "
+                                "sequential=2 --reentrant"), 0, "%s", c);
+    json_str(a, "loss_bits", la, sizeof la);
+    json_str(b, "loss_bits", lb, sizeof lb);
+    cr_assert_str_eq(la, lb, "block: %s vs none: %s", lb, la);
+    json_str(c, "loss_bits", lc, sizeof lc);
+    free(a);
+    free(b);
+    free(c);
+    char *d, ld[32];
+    cr_assert_eq(run(&d, false, "train " TINY " --layers 2 --steps 3 --json"), 0);
+    cr_assert_str_eq(json_str(d, "loss_bits", ld, sizeof ld), lc);
+    free(d);
+}
+
+/* ---- save / resume ------------------------------------------------------------------------ */
+Test(cli, resume_continues_bitwise) {
+    char *full, *first, *rest, a[32], b[32];
+    cr_assert_eq(run(&full, false, "train " TINY " --steps 6 --json"), 0, "%s", full);
+    cr_assert_eq(run(&first, false, "train " TINY " --steps 3 --json --save %s", path("s.bin")), 0,
+                 "%s", first);
+    cr_assert_eq(run(&rest, false, "train " TINY " --steps 6 --json --resume %s", path("s.bin")), 0,
+                 "%s", rest);
+    cr_assert_eq(json_num(rest, "start_step"), 3);
+    cr_assert_str_eq(json_str(full, "loss_bits", a, sizeof a),
+                     json_str(rest, "loss_bits", b, sizeof b),
+                     "resumed run differs:\nfull %s\nresumed %s", full, rest);
+    /* every resumed step, not just the last */
+    const char *lf = strstr(full, "\"losses\":["), *lr = strstr(rest, "\"losses\":[");
+    cr_assert(lf && lr);
+    for (int skip = 0; skip < 3; skip++) lf = strchr(lf + 1, ',');
+    cr_assert(!strncmp(lf + 1, lr + strlen("\"losses\":["), strcspn(lf + 1, "]")),
+              "losses differ: %s vs %s", full, rest);
+    free(full);
+    free(first);
+    free(rest);
+    /* resuming with a different model shape is refused */
+    char *o;
+    cr_assert_eq(run(&o, true, "train " TINY " --width 64 --steps 6 --resume %s", path("s.bin")), 1);
+    cr_assert(strstr(o, "does not match"), "%s", o);
+    free(o);
+    /* no temporary files left next to the target */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -q tmp", g_dir);
+    cr_assert_neq(system(cmd), 0, "a temporary file was left in %s", g_dir);
+}
+
+static void copy_file(const char *from, const char *to, long truncate_to, long flip_at) {
+    char *s = slurp(from);
+    struct stat st;
+    stat(from, &st);
+    long n = truncate_to >= 0 ? truncate_to : (long)st.st_size;
+    if (flip_at >= 0) s[flip_at] ^= 0x40;
+    FILE *f = fopen(to, "wb");
+    fwrite(s, 1, (size_t)n, f);
+    fclose(f);
+    free(s);
+}
+
+Test(cli, corrupt_or_truncated_save_files_are_rejected) {
+    char *o;
+    cr_assert_eq(run(&o, false, "train " TINY " --steps 1 --save %s", path("good.bin")), 0, "%s", o);
+    free(o);
+    struct stat st;
+    cr_assert_eq(stat(path("good.bin"), &st), 0);
+    long size = (long)st.st_size;
+    struct {
+        const char *name;
+        long trunc, flip;
+        const char *msg;
+    } cases[] = {
+        {"trunc_half.bin", size / 2, -1, "truncated"},
+        {"trunc_last.bin", size - 1, -1, "truncated"},
+        {"trunc_tiny.bin", 12, -1, "truncated"},
+        {"empty.bin", 0, -1, "not a remat save file"},
+        {"magic.bin", -1, 0, "not a remat save file"},
+        {"flip_data.bin", -1, size / 2, "checksum"},
+        {"flip_header.bin", -1, 30, "checksum"},
+        {"flip_crc.bin", -1, size - 2, "checksum"},
+        {"version.bin", -1, 9, "version"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        copy_file(path("good.bin"), path(cases[i].name), cases[i].trunc, cases[i].flip);
+        int rc = run(&o, true, "train " TINY " --steps 2 --resume %s", path(cases[i].name));
+        cr_assert_eq(rc, 1, "%s accepted (rc %d): %s", cases[i].name, rc, o);
+        cr_assert(strstr(o, cases[i].msg), "%s: message lacks \"%s\": %s", cases[i].name,
+                  cases[i].msg, o);
+        free(o);
+    }
+    /* the intact file still works */
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 2 --resume %s", path("good.bin")), 0, "%s", o);
+    free(o);
+}
+
+/* ---- traces and plots ------------------------------------------------------------------- */
+Test(cli, trace_is_json_and_timeline_is_svg) {
+    char *o;
+    int rc = run(&o, true, "train " TINY " --layers 2 --steps 2 --checkpoint block --trace %s "
+                           "--timeline %s",
+                 path("t.json"), path("t.svg"));
+    cr_assert_eq(rc, 0, "%s", o);
+    free(o);
+    char *j = slurp(path("t.json"));
+    cr_assert(json_valid(j), "trace is not JSON");
+    cr_assert(strstr(j, "\"traceEvents\":["));
+    cr_assert(strstr(j, "\"ph\":\"C\""), "no counter events");
+    cr_assert(strstr(j, "\"ph\":\"B\"") && strstr(j, "\"ph\":\"E\""), "no phase events");
+    cr_assert(strstr(j, "\"name\":\"forward\"") && strstr(j, "\"name\":\"backward\""));
+    cr_assert(strstr(j, "recompute block"), "block checkpointing recomputed nothing?");
+    free(j);
+    assert_svg(path("t.svg"));
+}
+
+Test(cli, bench_compares_strategies) {
+    char *o;
+    int rc = run(&o, false, "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 "
+                            "--threads 1 --quiet --reps 2 --strategies none,block,sequential=2 "
+                            "--json --svg %s --out %s",
+                 path("b.svg"), path("out"));
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(json_valid(o), "%s", o);
+    const char *p = o;
+    int n = 0;
+    while ((p = strstr(p, "\"grads_bitwise_equal\":true")) != NULL) p++, n++;
+    cr_assert_eq(n, 3, "%s", o);
+    cr_assert(json_num(o, "step_ms") > 0 && json_num(o, "peak_alloc_bytes") > 0);
+    free(o);
+    assert_svg(path("b.svg"));
+    assert_svg(path("out/tradeoff.svg"));
+    assert_svg(path("out/timeline.svg"));
+    char *j = slurp(path("out/trace.json"));
+    cr_assert(json_valid(j));
+    free(j);
+
+    rc = run(&o, false, "bench --model mlp --layers 4 --width 32 --batch 4 --threads 1 --quiet "
+                        "--reps 1 --checkpoint block --csv");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(!strncmp(o, "strategy,step_ms,", 17), "%s", o);
+    cr_assert(strstr(o, "\nnone,") && strstr(o, "\nblock,"), "%s", o);
+    free(o);
+}
