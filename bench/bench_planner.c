@@ -128,45 +128,75 @@ typedef struct runner {
 
 typedef struct result {
     double time;  /* median seconds per step */
+    double best;  /* fastest step (the machine may be shared: noise only adds) */
     size_t peak;  /* max peak above the step's start */
 } result;
 
 static remat_tensor *g_x;
 
-static result measure(const runner *r, int reps) {
+static double one_step(const runner *r, size_t *peak) {
     static const remat_checkpoint_options o = {.use_reentrant = REMAT_OPT_FALSE};
-    double *t = calloc((size_t)reps, sizeof *t);
-    result res = {0, 0};
-    for (int i = 0; i < reps; i++) {
-        remat_tensor *y = NULL, *loss = NULL;
-        size_t base = remat_cpu_current_bytes();
-        CHECK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
-        double t0 = now();
-        if (r->kind == 0)
-            CHECK(remat_checkpoint_sequential(&y, r->n_stages, r->stages, r->segments, g_x, &o));
-        else
-            CHECK(remat_plan_run(r->plan, r->stages, g_x, &y));
-        CHECK(remat_sum_all(&loss, y));
-        CHECK(remat_backward_scalar(loss));
-        remat_release(loss);
-        remat_release(y);
-        t[i] = now() - t0;
-        size_t pk = remat_cpu_peak_bytes() - base;
-        if (pk > res.peak) res.peak = pk;
+    remat_tensor *y = NULL, *loss = NULL;
+    size_t base = remat_cpu_current_bytes();
+    CHECK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
+    double t0 = now();
+    if (r->kind == 0)
+        CHECK(remat_checkpoint_sequential(&y, r->n_stages, r->stages, r->segments, g_x, &o));
+    else
+        CHECK(remat_plan_run(r->plan, r->stages, g_x, &y));
+    CHECK(remat_sum_all(&loss, y));
+    CHECK(remat_backward_scalar(loss));
+    remat_release(loss);
+    remat_release(y);
+    double t = now() - t0;
+    *peak = remat_cpu_peak_bytes() - base;
+    return t;
+}
+
+/* Runs n strategies `reps` times each, interleaved (A B C A B C ...) so
+ * that load changes on a shared machine hit all of them alike. */
+static void measure_many(const runner *r, int n, int reps, result *res) {
+    double *t = calloc((size_t)(n * reps), sizeof *t);
+    for (int i = 0; i < n; i++) res[i] = (result){0, 0, 0};
+    for (int k = 0; k < reps; k++)
+        for (int i = 0; i < n; i++) {
+            size_t pk;
+            t[i * reps + k] = one_step(&r[i], &pk);
+            if (pk > res[i].peak) res[i].peak = pk;
+        }
+    for (int i = 0; i < n; i++) {
+        double *v = t + i * reps;
+        qsort(v, (size_t)reps, sizeof *v, cmp_d);
+        res[i].time = reps % 2 ? v[reps / 2] : 0.5 * (v[reps / 2 - 1] + v[reps / 2]);
+        res[i].best = v[0];
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_d);
-    res.time = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
     free(t);
+}
+
+static result measure(const runner *r, int reps) {
+    result res;
+    measure_many(r, 1, reps, &res);
     return res;
 }
 
+static void header(void) {
+    printf("  %-24s %9s %9s %8s %10s %10s %9s %6s\n", "strategy", "med ms", "min ms", "vs none",
+           "peak MiB", "pred MiB", "pred ms", "recomp");
+}
+
 static void row(const char *name, result r, const remat_plan *pred, result ref) {
-    printf("  %-22s %9.1f %+7.1f%% %10.1f", name, r.time * 1e3,
+    printf("  %-24s %9.1f %9.1f %+7.1f%% %10.2f", name, r.time * 1e3, r.best * 1e3,
            (r.time / ref.time - 1.0) * 100.0, MIB(r.peak));
     if (pred)
-        printf(" %10.1f %9.1f %6lld", MIB(pred->peak_bytes), pred->time * 1e3,
+        printf(" %10.2f %9.1f %6lld", MIB(pred->peak_bytes), pred->time * 1e3,
                (long long)pred->n_recomputed);
     printf("\n");
+}
+
+static void versus(const char *name, result a, result u) {
+    printf("  %s vs uniform: %+.1f%% median step time (%+.1f%% fastest step) at %+.1f%% peak\n",
+           name, (a.time / u.time - 1) * 100, (a.best / u.best - 1) * 100,
+           ((double)a.peak / (double)u.peak - 1) * 100);
 }
 
 int main(int argc, char **argv) {
@@ -238,38 +268,41 @@ int main(int argc, char **argv) {
     remat_plan *p_none = NULL, *p_uni = NULL;
     CHECK(remat_plan_sequential(&p_none, pb, 0, 1));
     CHECK(remat_plan_sequential(&p_uni, pb, 0, segs));
-    result r_none = measure(&none, reps);
     runner uni = {0, segs, NULL, sb, L};
-    result r_uni = measure(&uni, reps);
-
-    size_t budget = r_uni.peak;
-    t0 = now();
-    remat_plan *plan_b = NULL, *plan_o = NULL;
-    CHECK(remat_plan_create(&plan_b, pb, budget));
-    double t_plan_b = now() - t0;
-    t0 = now();
-    CHECK(remat_plan_create(&plan_o, po, budget));
-    double t_plan_o = now() - t0;
-    runner rb = {1, 0, plan_b, sb, L}, ro = {1, 0, plan_o, so, 3 * L};
-    result r_b = measure(&rb, reps), r_o = measure(&ro, reps);
-
-    printf("\nbudget = measured peak of uniform %d segments = %.2f MiB (planning: %.3f s block, "
-           "%.3f s op)\n", segs, MIB(budget), t_plan_b, t_plan_o);
-    printf("  %-22s %9s %8s %10s %10s %9s %6s\n", "strategy", "step ms", "vs none", "peak MiB",
-           "pred MiB", "pred ms", "recomp");
-    row("none", r_none, p_none, r_none);
+    result r_uni0 = measure(&uni, 1); /* its measured peak is the budget */
     char name[64];
-    snprintf(name, sizeof name, "uniform %d segments", segs);
-    row(name, r_uni, p_uni, r_none);
-    row("plan/block", r_b, plan_b, r_none);
-    row("plan/op", r_o, plan_o, r_none);
-    printf("  plan/op vs uniform: %+.1f%% step time at %+.1f%% peak\n",
-           (r_o.time / r_uni.time - 1) * 100, ((double)r_o.peak / (double)r_uni.peak - 1) * 100);
-    printf("  plan/block vs uniform: %+.1f%% step time at %+.1f%% peak\n",
-           (r_b.time / r_uni.time - 1) * 100, ((double)r_b.peak / (double)r_uni.peak - 1) * 100);
-    if (print_plans) {
-        remat_plan_print(plan_b, stdout);
-        remat_plan_print(plan_o, stdout);
+    for (int variant = 0; variant < 2; variant++) {
+        /* (a) budget = the uniform schedule's measured peak;
+         * (b) budget = its peak as the planner's model predicts it */
+        size_t budget = variant == 0 ? r_uni0.peak : p_uni->peak_bytes;
+        t0 = now();
+        remat_plan *plan_b = NULL, *plan_o = NULL;
+        CHECK(remat_plan_create(&plan_b, pb, budget));
+        double t_plan_b = now() - t0;
+        t0 = now();
+        CHECK(remat_plan_create(&plan_o, po, budget));
+        double t_plan_o = now() - t0;
+        runner rs[4] = {none, uni, {1, 0, plan_b, sb, L}, {1, 0, plan_o, so, 3 * L}};
+        result r[4];
+        measure_many(rs, 4, reps, r);
+        printf("\n(%c) budget = %s peak of uniform %d segments = %.2f MiB "
+               "(planning: %.3f s block, %.3f s op)\n",
+               'a' + variant, variant == 0 ? "measured" : "model-predicted", segs, MIB(budget),
+               t_plan_b, t_plan_o);
+        header();
+        row("none", r[0], p_none, r[0]);
+        snprintf(name, sizeof name, "uniform %d segments", segs);
+        row(name, r[1], p_uni, r[0]);
+        row("plan/block", r[2], plan_b, r[0]);
+        row("plan/op", r[3], plan_o, r[0]);
+        versus("plan/block", r[2], r[1]);
+        versus("plan/op", r[3], r[1]);
+        if (print_plans) {
+            remat_plan_print(plan_b, stdout);
+            remat_plan_print(plan_o, stdout);
+        }
+        remat_plan_free(plan_b);
+        remat_plan_free(plan_o);
     }
 
     /* ---- Pareto sweep ---- */
@@ -281,8 +314,8 @@ int main(int argc, char **argv) {
         CHECK(remat_plan_sequential(&sa_o, po, 0, 1));
         size_t lo = mb_o < mb_b ? mb_o : mb_b, hi = sa_o->peak_bytes;
         printf("\nPareto sweep (time vs peak): budgets from %.2f to %.2f MiB\n", MIB(lo), MIB(hi));
-        printf("  %-10s %10s %9s %10s %10s %9s\n", "strategy", "budget", "step ms", "peak MiB",
-               "pred MiB", "pred ms");
+        printf("  %-10s %10s %9s %9s %10s %10s %9s\n", "strategy", "budget", "med ms", "min ms",
+               "peak MiB", "pred MiB", "pred ms");
         for (int i = 0; i <= sweep; i++) {
             size_t bud = lo + (size_t)((double)(hi - lo) * i / sweep);
             for (int g = 0; g < 2; g++) {
@@ -293,8 +326,9 @@ int main(int argc, char **argv) {
                 CHECK(remat_plan_create(&pl, pf, bud));
                 runner rr = {1, 0, pl, g ? so : sb, g ? 3 * L : L};
                 result r = measure(&rr, reps);
-                printf("  %-10s %10.2f %9.1f %10.2f %10.2f %9.1f\n", g ? "plan/op" : "plan/block",
-                       MIB(bud), r.time * 1e3, MIB(r.peak), MIB(pl->peak_bytes), pl->time * 1e3);
+                printf("  %-10s %10.2f %9.1f %9.1f %10.2f %10.2f %9.1f\n",
+                       g ? "plan/op" : "plan/block", MIB(bud), r.time * 1e3, r.best * 1e3,
+                       MIB(r.peak), MIB(pl->peak_bytes), pl->time * 1e3);
                 remat_plan_free(pl);
             }
         }
@@ -307,15 +341,13 @@ int main(int argc, char **argv) {
             runner ru = {0, s, NULL, sb, L};
             result r = measure(&ru, reps);
             snprintf(name, sizeof name, "uniform %d", s);
-            printf("  %-10s %10s %9.1f %10.2f %10.2f %9.1f\n", name, "-", r.time * 1e3,
-                   MIB(r.peak), MIB(pu->peak_bytes), pu->time * 1e3);
+            printf("  %-10s %10s %9.1f %9.1f %10.2f %10.2f %9.1f\n", name, "-", r.time * 1e3,
+                   r.best * 1e3, MIB(r.peak), MIB(pu->peak_bytes), pu->time * 1e3);
             remat_plan_free(pu);
         }
         remat_plan_free(sa_o);
     }
 
-    remat_plan_free(plan_b);
-    remat_plan_free(plan_o);
     remat_plan_free(p_none);
     remat_plan_free(p_uni);
     remat_profile_free(pb);

@@ -58,13 +58,14 @@ void args_usage_train(FILE *f) {
     fprintf(f,
             "\n"
             "training:\n"
-            "  --steps N             total optimizer steps (also with --resume)       [200]\n"
+            "  --steps N             total optimizer steps (also with --resume)      [1000]\n"
             "  --lr X                learning rate                                   [3e-3]\n"
             "  --optim adamw|sgd     optimizer                                     [adamw]\n"
             "  --weight-decay X      AdamW decoupled weight decay of matrices         [0.01]\n"
             "  --momentum X          SGD momentum                                        [0]\n"
             "  --data FILE           train a byte-level GPT on any text file\n"
-            "  --eval-every N        evaluate on held-out data every N steps (0: at the end)\n"
+            "  --eval-every N        evaluate on held-out data every N steps\n"
+            "                        (0: only at the end)                  [--steps / 10]\n"
             "  --save FILE           write model + optimizer + RNG + step at the end\n"
             "  --resume FILE         continue from a file written by --save\n"
             "\n"
@@ -133,7 +134,8 @@ static void model_defaults(config *c, bool bench) {
 
 void args_defaults_train(config *c) {
     defaults_common(c);
-    c->steps = 200;
+    c->steps = 1000;
+    c->eval_every = -1; /* steps / 10 */
 }
 
 void args_defaults_bench(config *c) {
@@ -301,6 +303,7 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
     }
     if (!set_batch) c->batch = 0;
     model_defaults(c, bench);
+    if (c->eval_every < 0) c->eval_every = c->steps >= 10 ? c->steps / 10 : 0;
 
     char err[256];
     if (checkpoint_text) {

@@ -100,6 +100,8 @@ static int init_mlp(model *m) {
     char nm[MODEL_MAX_NAME];
     m->mblocks = calloc((size_t)m->layers, sizeof *m->mblocks);
     if (!m->mblocks) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    TRY(new_param(m, "in.w", 2, (int64_t[]){W, W}, INIT_NORMAL, std, true, &m->min_w));
+    TRY(new_param(m, "in.b", 1, (int64_t[]){W}, INIT_ZEROS, 0, false, &m->min_b));
     for (int l = 0; l < m->layers; l++) {
         mlp_block *b = &m->mblocks[l];
         snprintf(nm, sizeof nm, "h.%d.ln_w", l);
@@ -128,7 +130,7 @@ int model_init(model *m, const config *c, uint64_t seed) {
     m->context = c->context;
     m->vocab = GPT_VOCAB;
     m->untied = c->untied;
-    int cap = m->kind == MODEL_GPT ? 5 + 12 * m->layers : 4 + 4 * m->layers;
+    int cap = m->kind == MODEL_GPT ? 5 + 12 * m->layers : 6 + 4 * m->layers;
     m->params = calloc((size_t)cap, sizeof *m->params);
     m->ctx = calloc((size_t)m->layers, sizeof *m->ctx);
     m->ud = calloc((size_t)m->layers, sizeof *m->ud);
@@ -276,7 +278,9 @@ static int embed(model *m, const batch *b, remat_tensor **out) {
         TRY(remat_add(&x, tok, pos));
         *out = remat_scope_keep(x);
     } else {
-        *out = remat_retain(b->x);
+        remat_tensor *x;
+        TRY(remat_linear(&x, b->x, m->min_w, m->min_b));
+        *out = remat_scope_keep(x);
     }
 done:
     remat_scope_end(s);

@@ -10,8 +10,11 @@
  *   loss = cross_entropy(logits, targets, ignore -100)
  *
  * MLP (deep, width W):
+ *   x = linear_in(input)                                W → W
  *   block: x = x + gelu(linear(layer_norm(x)))          W → W
  *   out = head(ln_f(x)); loss = mse(out, y)
+ *   (the input layer makes the first block's input require grad, as the GPT's
+ *   embedding does, so reentrant checkpointing gets gradients there too)
  *
  * Every block is a block_fn (strategy.h) taking one tensor and returning one,
  * so the strategies can wrap it in remat_checkpoint.
@@ -65,7 +68,7 @@ struct model {
     remat_tensor *mask; /* (T, T) i64, 1 above the diagonal */
     /* MLP */
     mlp_block *mblocks;
-    remat_tensor *mhead_w, *mhead_b;
+    remat_tensor *min_w, *min_b, *mhead_w, *mhead_b;
     /* blocks as the strategies see them */
     block_ctx *ctx;
     void **ud;

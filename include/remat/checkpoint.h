@@ -38,6 +38,11 @@
  *   remat_tensor *y;
  *   int rc = remat_checkpoint(block, &params, 1, &x, 1, &y, &o);
  *
+ * Limits: the reentrant variant takes at most 64 inputs and 64 outputs
+ * (REMAT_EINVAL beyond); the non-reentrant one has no limit.
+ *
+ * See docs/checkpoint.md for the mechanics and the differences from P.
+ *
  * Writing the function (the contract of remat_checkpoint_fn):
  *  - It is called once in forward and again for every recomputation, with
  *    the same inputs (tensor inputs are re-unpacked; non-tensor arguments
@@ -56,6 +61,9 @@
  *    function returns after that point are ignored.
  *  - Side effects (counters, prints) happen once per run: twice for a
  *    checkpointed segment whose backward runs.
+ *  - user_data must stay valid while the graph may still recompute (until
+ *    the backward that needs it ran, or the outputs' graph is released),
+ *    or be handed over with options.user_data_destroy.
  *
  * Threading: a checkpoint and its backward must run on one thread (hooks
  * and grad mode are thread-local). The global overrides below are

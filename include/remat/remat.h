@@ -46,6 +46,7 @@
 #include "remat/ops.h"
 #include "remat/autograd.h"
 #include "remat/checkpoint.h"
+#include "remat/planner.h"
 
 #define REMAT_VERSION_MAJOR 0
 #define REMAT_VERSION_MINOR 1

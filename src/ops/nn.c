@@ -35,13 +35,7 @@
 typedef float f32;
 typedef double f64;
 
-/* Row kernels shared with loss.c (cross_entropy), which declares them too. */
-f32 rm_row_max_f32(const f32 *restrict x, int64_t n);
-f64 rm_row_max_f64(const f64 *restrict x, int64_t n);
-f32 rm_row_expsum_f32(const f32 *restrict x, f32 sub, f32 *restrict y, int64_t n);
-f64 rm_row_expsum_f64(const f64 *restrict x, f64 sub, f64 *restrict y, int64_t n);
-void rm_row_exp_scale_f32(const f32 *restrict x, f32 sub, f32 scale, f32 *restrict y, int64_t n);
-void rm_row_exp_scale_f64(const f64 *restrict x, f64 sub, f64 scale, f64 *restrict y, int64_t n);
+/* Row kernels (rm_row_*) are declared in internal.h. */
 
 /* ---- exp for f32 -------------------------------------------------------------------------
  * libm's expf is a function call the compiler cannot vectorise, and it
