@@ -6,7 +6,7 @@
 
 #include "internal.h"
 
-#define RM_MSG_CAP 4096
+#define RM_MSG_CAP 16384
 
 static RM_TLS char tls_msg[RM_MSG_CAP];
 

@@ -175,8 +175,18 @@ static int to_heads(remat_tensor **out, remat_tensor *t, int64_t B, int64_t T, i
     return rc;
 }
 
-/* GPT block: x (B, T, C) → (B, T, C). Temporaries live in a scope; the
- * output is handed out as a plain reference. */
+/* Drops a scope-owned temporary as soon as it is no longer needed (the
+ * scope would keep it to the block's end): what backward needs stays alive
+ * through the graph, the rest is freed at once, as Python's refcounting does
+ * in PyTorch. Matters most under checkpointing, where nothing is saved. */
+static void drop(remat_tensor **t) {
+    if (*t) remat_release(remat_scope_keep(*t));
+    *t = NULL;
+}
+
+/* GPT block: x (B, T, C) → (B, T, C). Temporaries live in a scope and are
+ * dropped after their last use; the output is handed out as a plain
+ * reference. */
 static int gpt_block_forward(void *user_data, remat_tensor *const *inputs, int n_inputs,
                              remat_tensor **outputs, int n_outputs) {
     if (n_inputs != 1 || n_outputs != 1 || !inputs[0])
@@ -190,30 +200,49 @@ static int gpt_block_forward(void *user_data, remat_tensor *const *inputs, int n
     remat_scope *s = NULL;
     int rc = remat_scope_begin(&s);
     if (rc) return rc;
-    remat_tensor *h, *qkv, *parts[3], *q, *k, *v, *kt, *att, *y, *x1, *f;
+    remat_tensor *h = NULL, *qkv = NULL, *parts[3] = {NULL, NULL, NULL}, *q = NULL, *k = NULL,
+                 *v = NULL, *kt = NULL, *att = NULL, *t = NULL, *y = NULL, *x1 = NULL, *f = NULL;
     int n_parts = 0;
     /* attention */
     TRY(remat_layer_norm(&h, x, 1, b->ln1_w, b->ln1_b, LN_EPS));
     TRY(remat_linear(&qkv, h, b->attn_w, b->attn_b));            /* (B, T, 3C) */
-    TRY(remat_split(parts, 3, &n_parts, qkv, C, -1));            /* 3 x (B, T, C) */
+    drop(&h);
+    TRY(remat_split(parts, 3, &n_parts, qkv, C, -1));            /* 3 x (B, T, C) views */
+    drop(&qkv);
     TRY(to_heads(&q, parts[0], B, T, H, D));                     /* (B, H, T, D) */
     TRY(to_heads(&k, parts[1], B, T, H, D));
     TRY(to_heads(&v, parts[2], B, T, H, D));
+    for (int i = 0; i < 3; i++) drop(&parts[i]);
     TRY(remat_transpose(&kt, k, -2, -1));                        /* (B, H, D, T) */
+    drop(&k);
     TRY(remat_matmul(&att, q, kt));                              /* (B, H, T, T) */
-    TRY(remat_mul_scalar(&att, att, 1.0 / sqrt((double)D)));
-    TRY(remat_masked_fill(&att, att, m->mask, -INFINITY));       /* causal */
-    TRY(remat_softmax(&att, att, -1));
-    TRY(remat_matmul(&y, att, v));                               /* (B, H, T, D) */
-    TRY(remat_transpose(&y, y, 1, 2));                           /* (B, T, H, D) */
-    TRY(remat_reshape(&y, y, 3, (int64_t[]){B, T, C}));
-    TRY(remat_linear(&y, y, b->proj_w, b->proj_b));
-    TRY(remat_add(&x1, x, y));
+    drop(&q);
+    drop(&kt);
+    TRY(remat_mul_scalar(&t, att, 1.0 / sqrt((double)D)));
+    drop(&att);
+    TRY(remat_masked_fill(&att, t, m->mask, -INFINITY));         /* causal */
+    drop(&t);
+    TRY(remat_softmax(&t, att, -1));
+    drop(&att);
+    TRY(remat_matmul(&att, t, v));                               /* (B, H, T, D) */
+    drop(&t);
+    drop(&v);
+    TRY(remat_transpose(&t, att, 1, 2));                         /* (B, T, H, D) */
+    drop(&att);
+    TRY(remat_reshape(&y, t, 3, (int64_t[]){B, T, C}));          /* copies */
+    drop(&t);
+    TRY(remat_linear(&t, y, b->proj_w, b->proj_b));
+    drop(&y);
+    TRY(remat_add(&x1, x, t));
+    drop(&t);
     /* MLP */
     TRY(remat_layer_norm(&h, x1, 1, b->ln2_w, b->ln2_b, LN_EPS));
     TRY(remat_linear(&f, h, b->fc_w, b->fc_b));                  /* (B, T, 4C) */
-    TRY(remat_gelu(&f, f, REMAT_GELU_TANH));
-    TRY(remat_linear(&f, f, b->fc2_w, b->fc2_b));                /* (B, T, C) */
+    drop(&h);
+    TRY(remat_gelu(&t, f, REMAT_GELU_TANH));
+    drop(&f);
+    TRY(remat_linear(&f, t, b->fc2_w, b->fc2_b));                /* (B, T, C) */
+    drop(&t);
     TRY(remat_add(&y, x1, f));
     outputs[0] = remat_scope_keep(y);
 done:
@@ -231,10 +260,12 @@ static int mlp_block_forward(void *user_data, remat_tensor *const *inputs, int n
     remat_scope *s = NULL;
     int rc = remat_scope_begin(&s);
     if (rc) return rc;
-    remat_tensor *h, *y;
+    remat_tensor *h = NULL, *t = NULL, *y = NULL;
     TRY(remat_layer_norm(&h, inputs[0], 1, b->ln_w, b->ln_b, LN_EPS));
-    TRY(remat_linear(&h, h, b->w, b->b));
-    TRY(remat_gelu(&h, h, REMAT_GELU_ERF));
+    TRY(remat_linear(&t, h, b->w, b->b));
+    drop(&h);
+    TRY(remat_gelu(&h, t, REMAT_GELU_ERF));
+    drop(&t);
     TRY(remat_add(&y, inputs[0], h));
     outputs[0] = remat_scope_keep(y);
 done:

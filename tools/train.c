@@ -58,18 +58,41 @@ static void eval_text(const eval_summary *e, const task *t, char *buf, size_t n)
         snprintf(buf, n, "held-out: mse %.5f", e->loss);
 }
 
+/* Short form of an evaluation for the terminal progress bar. */
+static void eval_short(const eval_summary *e, const task *t, char *buf, size_t n) {
+    if (t->kind == TASK_ADDITION)
+        snprintf(buf, n, "acc %.1f%% exact %.1f%%", 100 * e->accuracy, 100 * e->exact);
+    else if (t->kind == TASK_TEXT)
+        snprintf(buf, n, "acc %.1f%%", 100 * e->accuracy);
+    else
+        snprintf(buf, n, "mse %.4f", e->loss);
+}
+
+static void rate(char *buf, size_t n, double v) {
+    if (v >= 1e6)
+        snprintf(buf, n, "%.1fM", v / 1e6);
+    else if (v >= 1e4)
+        snprintf(buf, n, "%.1fk", v / 1e3);
+    else
+        snprintf(buf, n, "%.0f", v);
+}
+
+/* A bar redrawn in place on a terminal (one line, < 80 columns), else a
+ * plain line per call. extra: the last evaluation (bar) or this step's. */
 static void progress(bool tty, int64_t step, int64_t total, double loss, double tok_s,
-                     const char *extra) {
+                     const char *unit, const char *extra) {
+    char r[32];
+    rate(r, sizeof r, tok_s);
     if (tty) {
-        int width = 24, fill = total ? (int)((double)width * (double)step / (double)total) : width;
+        int width = 20, fill = total ? (int)((double)width * (double)step / (double)total) : width;
         char bar[32];
         for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
         bar[width] = '\0';
-        fprintf(stderr, "\r[%s] step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f tok/s%s%s\033[K",
-                bar, step, total, loss, tok_s, extra ? "  " : "", extra ? extra : "");
+        fprintf(stderr, "\r[%s] %" PRId64 "/%" PRId64 " loss %.4f %s %s/s%s%s\033[K", bar, step,
+                total, loss, r, unit, extra ? " | " : "", extra ? extra : "");
     } else {
-        fprintf(stderr, "step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f tok/s%s%s\n", step, total,
-                loss, tok_s, extra ? "  " : "", extra ? extra : "");
+        fprintf(stderr, "step %" PRId64 "/%" PRId64 "  loss %.4f  %s %s/s%s%s\n", step, total,
+                loss, r, unit, extra ? "  " : "", extra ? extra : "");
     }
     fflush(stderr);
 }
@@ -150,7 +173,8 @@ int cmd_train(config *c) {
     eval_summary ev;
     memset(&ev, 0, sizeof ev);
     bool have_eval = false;
-    char evbuf[160] = "";
+    char evbuf[160] = "", evshort[64] = "";
+    const char *unit = m.kind == MODEL_GPT ? "tok" : "samples";
 
     for (int64_t k = 0; k < n_steps; k++) {
         int64_t step = start + k;
@@ -183,10 +207,11 @@ int cmd_train(config *c) {
             if ((rc = evaluate(&m, &tk, &ev))) goto done;
             have_eval = true;
             eval_text(&ev, &tk, evbuf, sizeof evbuf);
+            eval_short(&ev, &tk, evshort, sizeof evshort);
         }
         if (!c->quiet && (tty || (k + 1) % tick == 0 || k == 0 || do_eval || k == n_steps - 1))
-            progress(tty, step + 1, c->steps, loss, (double)tokens / train_time,
-                     evbuf[0] ? evbuf : NULL);
+            progress(tty, step + 1, c->steps, loss, (double)tokens / train_time, unit,
+                     tty ? (evshort[0] ? evshort : NULL) : (do_eval ? evbuf : NULL));
     }
     if (tty) fputc('\n', stderr);
     if ((rc = evaluate(&m, &tk, &ev))) goto done;

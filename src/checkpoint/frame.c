@@ -327,8 +327,8 @@ out_args:
     return rc;
 }
 
-/* P: _CheckpointFrame.check_recomputed_tensors_match. Sets *own when the
- * error is the checkpoint's own (shown with the debug report). */
+/* P: _CheckpointFrame.check_recomputed_tensors_match: the count, then (for
+ * "default") the metadata of every live slot. */
 static int check_match(ck_frame *f, ck_rec *rec) {
     if (f->ignore_saved_mismatch) return REMAT_OK;
     if (rec->counter != f->n_slots)

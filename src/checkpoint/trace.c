@@ -179,7 +179,7 @@ int ck_debug_error(int status, const char *err, const ck_trace *fwd, const ck_tr
     free(tls_report);
     tls_report = b.s;
     /* The error message has a fixed capacity; the report may not fit. */
-    const size_t fit = 3300;
+    const size_t fit = 15000; /* below the 16 KiB message capacity */
     if (b.n <= fit) return rm_err(status, "%s", b.s);
     return rm_err(status, "%.*s\n... (report truncated: the full text is in "
                   "remat_checkpoint_debug_report())", (int)fit, b.s);

@@ -1,0 +1,160 @@
+#!/usr/bin/python3
+"""`remat bench`, in PyTorch: the same model, the same strategies, the same method.
+
+Runs one forward+backward step of the GPT or MLP of models.py under each
+strategy (none, block, sequential=N; torch.utils.checkpoint with an explicit
+use_reentrant), interleaved repetitions, medians; prints a table or (--json)
+one JSON object with the keys of `remat bench --json`.
+
+Memory: PyTorch has no allocator counters on cpu, so, as remat's RSS column,
+the growth of the process's resident memory over the step, sampled every
+~0.2 ms by a thread, with glibc malloc set (mallopt) to give every tensor above
+64 KiB its own mapping so freed memory leaves the RSS at once. Timed
+repetitions run with large malloc thresholds (the fast setting), as remat's.
+
+Needs python3-torch (Debian: /usr/bin/python3). Example:
+    /usr/bin/python3 bench/pytorch/bench_torch.py --model gpt --threads 2
+"""
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+
+_libc = ctypes.CDLL("libc.so.6")
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def malloc_mode(track_rss):
+    if track_rss:
+        _libc.mallopt(M_MMAP_THRESHOLD, 64 * 1024)
+        _libc.mallopt(M_TRIM_THRESHOLD, 128 * 1024)
+    else:
+        _libc.mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024)
+        _libc.mallopt(M_TRIM_THRESHOLD, 64 * 1024 * 1024)
+
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE
+
+
+class RssSampler:
+    """Max RSS over a block, sampled by a thread (torch releases the GIL in kernels)."""
+
+    def __enter__(self):
+        self.start = self.peak = rss()
+        self.stop = False
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+        return self
+
+    def run(self):
+        while not self.stop:
+            self.peak = max(self.peak, rss())
+            time.sleep(0.0002)
+
+    def __exit__(self, *exc):
+        self.stop = True
+        self.t.join()
+        self.peak = max(self.peak, rss())
+
+
+def step(model, batch, strategy, reentrant):
+    model.zero_grad(set_to_none=True)
+    loss = model.loss(*batch, strategy=strategy, reentrant=reentrant)
+    loss.backward()
+    return loss.item()
+
+
+def grads(model):
+    return [p.grad.detach().clone() if p.grad is not None else None for p in model.parameters()]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=["gpt", "mlp"], default="gpt")
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--width", type=int)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--context", type=int)
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--strategies", default="none,block,sequential=2,sequential=4")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reentrant", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    # the defaults of `remat bench`
+    gpt = a.model == "gpt"
+    a.layers = a.layers or (8 if gpt else 32)
+    a.width = a.width or (128 if gpt else 512)
+    a.context = a.context or (128 if gpt else 1)
+    a.batch = a.batch or (8 if gpt else 256)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    strategies = a.strategies.split(",")
+
+    model, batch = models.make(a.model, a.layers, a.width, a.heads, a.context, a.batch, a.seed)
+    malloc_mode(True)
+    step(model, batch, "none", a.reentrant)  # warm-up
+    ref = grads(model)
+    res = {s: {"times": []} for s in strategies}
+    for s in strategies:
+        model.zero_grad(set_to_none=True)
+        with RssSampler() as r:
+            loss = step(model, batch, s, a.reentrant)
+        g = grads(model)
+        res[s]["rss_growth_bytes"] = max(0, r.peak - r.start)
+        res[s]["loss"] = loss
+        res[s]["grads_bitwise_equal"] = all(
+            (x is None and y is None) or (x is not None and y is not None and torch.equal(x, y))
+            for x, y in zip(ref, g))
+    malloc_mode(False)
+    n = len(strategies)
+    for rep in range(a.reps):
+        for k in range(n):
+            s = strategies[(rep + k) % n]
+            t0 = time.perf_counter()
+            step(model, batch, s, a.reentrant)
+            res[s]["times"].append(time.perf_counter() - t0)
+    base = statistics.median(res[strategies[0]]["times"]) if "none" not in res else \
+        statistics.median(res["none"]["times"])
+    out = []
+    for s in strategies:
+        ms = 1e3 * statistics.median(res[s]["times"])
+        name = s + ("(reentrant)" if a.reentrant and s != "none" else "")
+        out.append({"strategy": name, "step_ms": ms, "overhead": ms / (1e3 * base),
+                    "rss_growth_bytes": res[s]["rss_growth_bytes"], "loss": res[s]["loss"],
+                    "grads_bitwise_equal": res[s]["grads_bitwise_equal"],
+                    "step_ms_all": [1e3 * t for t in res[s]["times"]]})
+    params = sum(p.numel() for p in model.parameters())
+    doc = {"command": "bench_torch", "torch": torch.__version__, "model": a.model,
+           "layers": a.layers, "width": a.width, "heads": a.heads, "context": a.context,
+           "batch": a.batch, "params": params, "threads": torch.get_num_threads(),
+           "reps": a.reps, "strategies": out}
+    if a.json:
+        print(json.dumps(doc))
+        return
+    print(f"PyTorch {torch.__version__}: {a.model.upper()}, {a.layers} layers, width {a.width}, "
+          f"batch {a.batch} ({params / 1e6:.2f}M parameters), {torch.get_num_threads()} threads, "
+          f"{a.reps} reps")
+    print(f"{'strategy':<24} {'step ms':>9} {'time':>8} {'RSS+ MiB':>10}  gradients")
+    for o in out:
+        print(f"{o['strategy']:<24} {o['step_ms']:>9.1f} {o['overhead']:>7.2f}x "
+              f"{o['rss_growth_bytes'] / 2**20:>10.1f}  "
+              f"{'bitwise equal' if o['grads_bitwise_equal'] else 'differ'}")
+
+
+if __name__ == "__main__":
+    main()

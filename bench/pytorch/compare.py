@@ -1,0 +1,89 @@
+#!/usr/bin/python3
+"""remat against PyTorch, side by side: same models, same strategies, same method.
+
+Alternates `remat bench --json` and `bench_torch.py --json` for --rounds rounds
+(each side runs its own interleaved repetitions), takes the median over rounds
+and prints, per model and strategy, step time and RSS growth of both and the
+ratios (PyTorch / remat: above 1 means remat is faster / smaller).
+
+    make build
+    /usr/bin/python3 bench/pytorch/compare.py                  # GPT and MLP, defaults
+    /usr/bin/python3 bench/pytorch/compare.py --models gpt --threads 2 --rounds 3
+    /usr/bin/python3 bench/pytorch/compare.py --models mlp --layers 8 --width 256 --quick
+
+Model flags (--layers, --width, --heads, --context, --batch) are passed to both
+sides; left out, both use the defaults of `remat bench`.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def run_json(cmd):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr}")
+    return json.loads(p.stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--remat", default=os.path.join(ROOT, "build", "remat"))
+    ap.add_argument("--models", default="gpt,mlp")
+    ap.add_argument("--strategies", default="none,block,sequential=2,sequential=4")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reentrant", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="1 round of 2 reps (a smoke test)")
+    for f in ("layers", "width", "heads", "context", "batch"):
+        ap.add_argument(f"--{f}", type=int)
+    a = ap.parse_args()
+    if a.quick:
+        a.rounds, a.reps = 1, 2
+    if not os.access(a.remat, os.X_OK):
+        sys.exit(f"{a.remat} not found: run `make build` first (or pass --remat PATH)")
+
+    for model in a.models.split(","):
+        common = ["--model", model, "--strategies", a.strategies, "--reps", str(a.reps)]
+        for f in ("layers", "width", "heads", "context", "batch", "threads"):
+            v = getattr(a, f)
+            if v:
+                common += [f"--{f}", str(v)]
+        if a.reentrant:
+            common.append("--reentrant")
+        remat_cmd = [a.remat, "bench", "--json", "--quiet"] + common
+        torch_cmd = [sys.executable, os.path.join(HERE, "bench_torch.py"), "--json"] + common
+        rounds = {"remat": [], "torch": []}
+        for r in range(a.rounds):
+            # alternate which side goes first, so neither always gets the cooler machine
+            order = [("remat", remat_cmd), ("torch", torch_cmd)]
+            for side, cmd in (order if r % 2 == 0 else order[::-1]):
+                print(f"  {model}: round {r + 1}/{a.rounds}: {side}", file=sys.stderr)
+                rounds[side].append(run_json(cmd))
+        first = rounds["remat"][0]
+        print(f"\n{model.upper()}: {first['layers']} layers, width {first['width']}, "
+              f"batch {first['batch']}, {first['params'] / 1e6:.2f}M parameters, "
+              f"{first['threads']} threads; medians of {a.rounds} rounds x {a.reps} reps "
+              f"(PyTorch {rounds['torch'][0]['torch']})")
+        print(f"{'strategy':<24} {'remat ms':>9} {'torch ms':>9} {'torch/remat':>12} "
+              f"{'remat RSS+':>11} {'torch RSS+':>11} {'torch/remat':>12}  remat alloc peak")
+        for i, s in enumerate(first["strategies"]):
+            rm = statistics.median(x["strategies"][i]["step_ms"] for x in rounds["remat"])
+            tm = statistics.median(x["strategies"][i]["step_ms"] for x in rounds["torch"])
+            rr = statistics.median(x["strategies"][i]["rss_growth_bytes"] for x in rounds["remat"])
+            tr = statistics.median(x["strategies"][i]["rss_growth_bytes"] for x in rounds["torch"])
+            pk = s["step_alloc_bytes"]
+            print(f"{s['strategy']:<24} {rm:>9.1f} {tm:>9.1f} {tm / rm:>11.2f}x "
+                  f"{rr / 2**20:>10.1f}M {tr / 2**20:>10.1f}M {tr / max(rr, 1):>11.2f}x  "
+                  f"{pk / 2**20:.1f}M")
+
+
+if __name__ == "__main__":
+    main()
