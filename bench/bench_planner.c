@@ -25,7 +25,12 @@
  * this off.
  *
  *   bench_planner [--blocks L] [--batch B] [--dim D] [--reps R] [--segments S]
- *                 [--sweep N] [--no-sweep] [--no-hook] [--print-plans]
+ *                 [--profile-runs P] [--sweep N] [--no-sweep] [--no-hook]
+ *                 [--print-plans]
+ * Defaults: L 32, B 256, D 1024, 5 reps, S = round(sqrt(L)), 5 profile runs,
+ * a sweep of 8 budgets (3 reps each). On a shared machine run it with
+ * OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1: spinning OpenMP threads that
+ * lose their core make 2-thread timings swing by 10x.
  */
 #include <math.h>
 #include <stdio.h>
@@ -200,7 +205,7 @@ static void versus(const char *name, result a, result u) {
 }
 
 int main(int argc, char **argv) {
-    int L = 32, B = 256, D = 1024, reps = 3, segs = 0, sweep = 8;
+    int L = 32, B = 256, D = 1024, reps = 5, segs = 0, sweep = 8, prof_runs = 5;
     bool hook = true, print_plans = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -209,6 +214,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--batch") && v) B = atoi(v), i++;
         else if (!strcmp(a, "--dim") && v) D = atoi(v), i++;
         else if (!strcmp(a, "--reps") && v) reps = atoi(v), i++;
+        else if (!strcmp(a, "--profile-runs") && v) prof_runs = atoi(v), i++;
         else if (!strcmp(a, "--segments") && v) segs = atoi(v), i++;
         else if (!strcmp(a, "--sweep") && v) sweep = atoi(v), i++;
         else if (!strcmp(a, "--no-sweep")) sweep = 0;
@@ -216,8 +222,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--print-plans")) print_plans = true;
         else {
             fprintf(stderr, "usage: %s [--blocks L] [--batch B] [--dim D] [--reps R] "
-                            "[--segments S] [--sweep N] [--no-sweep] [--no-hook] "
-                            "[--print-plans]\n", argv[0]);
+                            "[--segments S] [--profile-runs P] [--sweep N] [--no-sweep] "
+                            "[--no-hook] [--print-plans]\n", argv[0]);
             return 2;
         }
     }
@@ -255,10 +261,11 @@ int main(int argc, char **argv) {
 
     double t0 = now();
     remat_profile *pb = NULL, *po = NULL;
-    CHECK(remat_profile_stages(&pb, L, sb, g_x, NULL));
+    remat_profile_options popt = {.runs = prof_runs};
+    CHECK(remat_profile_stages(&pb, L, sb, g_x, &popt));
     double t_prof_b = now() - t0;
     t0 = now();
-    CHECK(remat_profile_stages(&po, 3 * L, so, g_x, NULL));
+    CHECK(remat_profile_stages(&po, 3 * L, so, g_x, &popt));
     double t_prof_o = now() - t0;
     printf("  profiling: %d block stages %.2f s, %d op stages %.2f s\n", L, t_prof_b, 3 * L,
            t_prof_o);
@@ -297,6 +304,19 @@ int main(int argc, char **argv) {
         row("plan/op", r[3], plan_o, r[0]);
         versus("plan/block", r[2], r[1]);
         versus("plan/op", r[3], r[1]);
+        if (variant == 0) {
+            /* the uniform schedule priced with the op profile, for an
+             * apples-to-apples prediction next to plan/op */
+            double tu = 0;
+            int size = L / segs;
+            for (int k = 0; k < 3 * L; k++) {
+                const remat_stage_profile *sp = &po->stages[k];
+                tu += sp->fwd_time + sp->bwd_time;
+                if (k / 3 < size * (segs - 1)) tu += sp->fwd_time;
+            }
+            printf("  predicted with the op profile: uniform %.1f ms, plan/op %.1f ms (%+.1f%%)\n",
+                   tu * 1e3, plan_o->time * 1e3, (plan_o->time / tu - 1) * 100);
+        }
         if (print_plans) {
             remat_plan_print(plan_b, stdout);
             remat_plan_print(plan_o, stdout);
@@ -325,7 +345,7 @@ int main(int argc, char **argv) {
                 if (bud < mb) continue;
                 CHECK(remat_plan_create(&pl, pf, bud));
                 runner rr = {1, 0, pl, g ? so : sb, g ? 3 * L : L};
-                result r = measure(&rr, reps);
+                result r = measure(&rr, reps > 3 ? 3 : reps);
                 printf("  %-10s %10.2f %9.1f %9.1f %10.2f %10.2f %9.1f\n",
                        g ? "plan/op" : "plan/block", MIB(bud), r.time * 1e3, r.best * 1e3,
                        MIB(r.peak), MIB(pl->peak_bytes), pl->time * 1e3);
@@ -339,7 +359,7 @@ int main(int argc, char **argv) {
             remat_plan *pu = NULL;
             CHECK(remat_plan_sequential(&pu, pb, 0, s));
             runner ru = {0, s, NULL, sb, L};
-            result r = measure(&ru, reps);
+            result r = measure(&ru, reps > 3 ? 3 : reps);
             snprintf(name, sizeof name, "uniform %d", s);
             printf("  %-10s %10s %9.1f %9.1f %10.2f %10.2f %9.1f\n", name, "-", r.time * 1e3,
                    r.best * 1e3, MIB(r.peak), MIB(pu->peak_bytes), pu->time * 1e3);

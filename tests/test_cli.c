@@ -289,7 +289,7 @@ Test(cli, bad_values_fail_with_usage) {
                          "--heads 3 --width 32", "--lr x",               "--checkpoint what",
                          "--checkpoint sequential=0", "--checkpoint budget=12Q",
                          "--checkpoint budget=", "--model rnn",         "--threads 1.5",
-                         "--json=1"};
+                         "--json=1",            "--layers 2 --checkpoint sequential=3"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char *o;
         int rc = run(&o, true, "train %s", bad[i]);
@@ -360,10 +360,19 @@ Test(cli, text_file_training_runs) {
     for (int i = 0; i < 200; i++) fprintf(f, "the quick brown fox %d jumps over the lazy dog\n", i);
     fclose(f);
     char *o;
-    int rc = run(&o, false, "train " TINY " --steps 3 --json --data %s", path("text.txt"));
+    int rc = run(&o, false, "train " TINY " --steps 3 --json --data %s --save %s",
+                 path("text.txt"), path("text.bin"));
     cr_assert_eq(rc, 0, "%s", o);
     char s[64];
     cr_assert_str_eq(json_str(o, "task", s, sizeof s), "text");
+    cr_assert(json_num(o, "accuracy") >= 0);
+    free(o);
+    /* a text run resumes only with its data */
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 4 --resume %s", path("text.bin")), 1);
+    cr_assert(strstr(o, "pass it again with --data"), "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 4 --resume %s --data %s", path("text.bin"),
+                     path("text.txt")), 0, "%s", o);
     free(o);
 }
 

@@ -713,6 +713,16 @@ Test(planner, run_inside_scope_and_errors) {
     cr_assert_eq(remat_live_tensors(), live + 3 * 2 + 1, "only the new .grad remain");
     cr_assert_not_null(remat_tensor_grad(c.st[0].w));
     chain_zero_grads(&c, 3);
+    /* under no_grad the plan just runs the stages (nothing recorded, no leak) */
+    bool prev = remat_no_grad_begin();
+    remat_tensor *y2 = NULL, *y3 = NULL;
+    RT_OK(remat_plan_run(plan, c.stages, c.x, &y2));
+    remat_grad_mode_restore(prev);
+    RT_OK(remat_plan_run(plan, c.stages, c.x, &y3));
+    cr_assert(rt_bitwise_equal(y2, y3));
+    cr_assert_not(remat_requires_grad(y2));
+    remat_release(y2);
+    remat_release(y3);
     /* a stage list with a hole */
     remat_stage bad[3] = {c.stages[0], {NULL, NULL}, c.stages[2]};
     RT_FAILS(remat_plan_run(plan, bad, c.x, &y), REMAT_EINVAL, "stages[1]");

@@ -19,10 +19,19 @@ void args_usage_main(FILE *f) {
             "          SVG plots (memory vs time, memory timelines)\n"
             "  train   train a small GPT or a deep MLP on a built-in task or a text file\n"
             "\n"
-            "With no command, remat runs `remat bench` on a small default GPT and writes its\n"
-            "plots to ./out/ (this is what `make run` does).\n"
+            "With no command (or only flags), remat runs `remat bench` on a small default GPT\n"
+            "and writes its plots to ./out/ (this is what `make run` does).\n"
             "\n"
-            "  remat --help | remat train --help | remat bench --help\n");
+            "examples:\n"
+            "  remat                                   the default comparison, plots in ./out\n"
+            "  remat train                             GPT learns two-digit addition\n"
+            "  remat train --checkpoint block --layers 8 --width 128 --context 128\n"
+            "  remat train --data README.md --steps 300 --save run.bin\n"
+            "  remat train --data README.md --resume run.bin --steps 600\n"
+            "  remat bench --model mlp --strategies none,block,sequential=4 --svg mlp.svg\n"
+            "\n"
+            "  remat --help | remat train --help | remat bench --help\n"
+            "  docs/cli.md has the details (what is measured and how).\n");
 }
 
 static void usage_model(FILE *f) {
@@ -349,6 +358,14 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
         return fail(cmd, "strategy not available", c->strat.name, err);
     }
 
+    /* sequential=N needs at least N blocks (as checkpoint_sequential's chunks) */
+    const strategy *all = bench ? c->strategies : &c->strat;
+    for (int i = 0; i < (bench ? c->n_strategies : 1); i++)
+        if (all[i].kind == STRAT_SEQUENTIAL && all[i].segments > c->layers) {
+            snprintf(err, sizeof err, "%d segments but only %d blocks (--layers)",
+                     all[i].segments, c->layers);
+            return fail(cmd, "bad strategy", all[i].name, err);
+        }
     if (c->model == MODEL_GPT) {
         if (c->width % c->heads != 0)
             return fail(cmd, "--heads must divide --width", NULL, NULL);

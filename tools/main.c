@@ -6,15 +6,32 @@
  *   remat bench [FLAGS]   compare strategies side by side
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "bench.h"
 #include "train.h"
 
+/* libgomp's workers spin after every parallel region by default
+ * (OMP_WAIT_POLICY=active). On a 2-core machine that also runs anything else
+ * the spinning threads take the cores the next kernel needs: steps measured
+ * 2-5x slower. The policy is read once, when libgomp loads, so remat sets it
+ * and re-executes itself once; an OMP_WAIT_POLICY of the user's is kept. */
+static void passive_openmp(char **argv) {
+    if (getenv("OMP_WAIT_POLICY")) return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    /* exec failed (no /proc): carry on with the default policy */
+}
+
 int main(int argc, char **argv) {
     config c;
-    if (argc < 2) {
+    passive_openmp(argv);
+    if (argc < 2 || (argv[1][0] == '-' && strcmp(argv[1], "--help") && strcmp(argv[1], "-h") &&
+                     strcmp(argv[1], "--version"))) {
+        /* `remat` or `remat --flags`: the default bench */
         args_defaults_bench(&c);
         int rc = args_parse(&c, "bench", argc, argv, 1);
         if (rc) return rc < 0 ? 0 : rc;

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define FIXED_HEADER_BYTES 144u /* version-1 header after the 24-byte preamble */
+#define FIXED_HEADER_BYTES 160u /* version-1 header after the 24-byte preamble */
 #define PREAMBLE_BYTES 24u
 
 /* ---- CRC-32 --------------------------------------------------------------------------- */
@@ -115,8 +115,8 @@ static int write_all(int fd, const unsigned char *p, size_t n) {
     return 0;
 }
 
-int savefile_write(const char *path, const config *c, const model *m, const optim *o,
-                   int64_t step) {
+int savefile_write(const char *path, const config *c, const task *t, const model *m,
+                   const optim *o, int64_t step) {
     if (!host_little_endian())
         return remat_set_error(REMAT_EUNSUPPORTED, "--save: big-endian hosts are not supported");
     uint8_t rng[REMAT_RNG_STATE_BYTES];
@@ -151,6 +151,9 @@ int savefile_write(const char *path, const config *c, const model *m, const opti
     put_u64(&b, (uint64_t)step);
     put_u64(&b, (uint64_t)o->t);
     put(&b, rng, sizeof rng);
+    put_u32(&b, (uint32_t)t->kind);
+    put_u32(&b, t->text ? savefile_crc32(t->text, t->text_len) : 0u);
+    put_u64(&b, t->text ? (uint64_t)t->text_len : 0u);
     if (!b.oom && b.len - h0 != FIXED_HEADER_BYTES) {
         free(b.p);
         return remat_set_error(REMAT_ESTATE, "--save: internal header size mismatch");
@@ -290,8 +293,11 @@ int savefile_read(const char *path, saved_state *s) {
     s->step = (int64_t)get_u64(h + 96);
     s->optim_t = (int64_t)get_u64(h + 104);
     memcpy(s->rng, h + 112, 32);
+    s->task = get_u32(h + 144);
+    s->data_crc = get_u32(h + 148);
+    s->data_bytes = get_u64(h + 152);
     if (s->model > 1 || s->optim > 1 || s->layers == 0 || s->width == 0 || s->heads == 0 ||
-        s->context == 0 || s->batch == 0 || s->untied > 1 || s->step < 0 ||
+        s->context == 0 || s->batch == 0 || s->untied > 1 || s->step < 0 || s->task > 2 ||
         s->n_tensors > 1000000)
         return BAD("--resume %s: corrupt header (impossible model settings)", path);
 
@@ -375,6 +381,25 @@ int savefile_merge_config(const saved_state *s, const char *path, config *c) {
     if (!c->set_momentum) c->momentum = s->momentum;
     if (c->model == MODEL_GPT && (c->width % c->heads != 0 || s->vocab != GPT_VOCAB))
         return remat_set_error(REMAT_EFORMAT, "--resume %s: corrupt header (model shape)", path);
+    return REMAT_OK;
+}
+
+int savefile_check_task(const saved_state *s, const char *path, const task *t) {
+    static const char *names[] = {"the built-in addition task", "a text file",
+                                  "the built-in MLP task"};
+    if (s->task == (uint32_t)TASK_TEXT && t->kind != TASK_TEXT)
+        return remat_set_error(REMAT_EINVAL,
+                               "--resume %s: the run was trained on a text file (%llu bytes): "
+                               "pass it again with --data FILE",
+                               path, (unsigned long long)s->data_bytes);
+    if (s->task != (uint32_t)t->kind)
+        return remat_set_error(REMAT_EINVAL, "--resume %s: the run was trained on %s, not on %s",
+                               path, names[s->task], names[t->kind]);
+    if (t->kind == TASK_TEXT &&
+        (s->data_bytes != t->text_len || s->data_crc != savefile_crc32(t->text, t->text_len)))
+        remat_warn("--resume %s: --data has other contents than the file the run was trained on "
+                   "(%llu bytes, CRC-32 %08x); continuing on the new data",
+                   path, (unsigned long long)s->data_bytes, s->data_crc);
     return REMAT_OK;
 }
 

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "args.h"
+#include "data.h"
 #include "models.h"
 #include "optim.h"
 
@@ -40,19 +41,25 @@ typedef struct saved_state {
     uint64_t seed;
     int64_t step, optim_t;
     uint8_t rng[32];
+    uint32_t task, data_crc; /* task_kind; CRC-32 of the --data file (text task) */
+    uint64_t data_bytes;
     uint32_t n_tensors;
     saved_tensor *tensors;
 } saved_state;
 
 /* Writes the state after `step` steps. Sets the remat error on failure. */
-int savefile_write(const char *path, const config *c, const model *m, const optim *o,
-                   int64_t step);
+int savefile_write(const char *path, const config *c, const task *t, const model *m,
+                   const optim *o, int64_t step);
 /* Reads and validates a file (REMAT_EIO / REMAT_EFORMAT with a message). */
 int savefile_read(const char *path, saved_state *s);
 void savefile_free(saved_state *s);
 /* Puts the file's model settings into c; an explicitly given flag that
  * disagrees with the file is an error. */
 int savefile_merge_config(const saved_state *s, const char *path, config *c);
+/* Checks that the run continues on the same data: a run trained on a text
+ * file needs --data (error otherwise); a file with other contents gets a
+ * warning; a built-in task must stay the same. */
+int savefile_check_task(const saved_state *s, const char *path, const task *t);
 /* Copies parameters and optimizer state into m and o (made from the merged
  * config), restores the cpu RNG, and returns the step in *step. */
 int savefile_restore(const saved_state *s, const char *path, model *m, optim *o, int64_t *step);

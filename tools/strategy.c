@@ -15,7 +15,6 @@ static bool perr(char *err, size_t n, const char *msg) {
 }
 
 void strategy_name(strategy *s) {
-    char size[32];
     switch (s->kind) {
     case STRAT_NONE: snprintf(s->name, sizeof s->name, "none"); return;
     case STRAT_BLOCK: snprintf(s->name, sizeof s->name, "block"); break;
@@ -24,7 +23,6 @@ void strategy_name(strategy *s) {
         snprintf(s->name, sizeof s->name, "selective%s%s", s->policy[0] ? "=" : "", s->policy);
         break;
     case STRAT_BUDGET:
-        util_fmt_bytes((double)s->budget, size, sizeof size);
         snprintf(s->name, sizeof s->name, "budget=%llu", (unsigned long long)s->budget);
         break;
     }

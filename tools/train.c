@@ -127,6 +127,7 @@ int cmd_train(config *c) {
         if (rc) goto done;
     }
     if ((rc = task_init(&tk, c))) goto done;
+    if (c->resume && (rc = savefile_check_task(&saved, c->resume, &tk))) goto done;
     if ((rc = model_init(&m, c, c->seed))) goto done;
     if ((rc = optim_init(&o, c, &m))) goto done;
     int64_t start = 0;
@@ -218,7 +219,7 @@ int cmd_train(config *c) {
     have_eval = true;
     eval_text(&ev, &tk, evbuf, sizeof evbuf);
 
-    if (c->save && (rc = savefile_write(c->save, c, &m, &o, c->steps))) goto done;
+    if (c->save && (rc = savefile_write(c->save, c, &tk, &m, &o, c->steps))) goto done;
     if (traced && c->trace) {
         const trace *ts[1] = {&tr};
         const char *labels[1] = {c->strat.name};

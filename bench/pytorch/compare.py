@@ -25,8 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
-def run_json(cmd):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def run_json(cmd, env):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     if p.returncode != 0:
         sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr}")
     return json.loads(p.stdout)
@@ -42,6 +42,9 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--reentrant", action="store_true")
     ap.add_argument("--quick", action="store_true", help="1 round of 2 reps (a smoke test)")
+    ap.add_argument("--wait-policy", default="passive", choices=["passive", "active"],
+                    help="OMP_WAIT_POLICY for both sides (remat defaults to passive, libgomp and "
+                         "so PyTorch to active; spinning workers slow both down on a busy machine)")
     for f in ("layers", "width", "heads", "context", "batch"):
         ap.add_argument(f"--{f}", type=int)
     a = ap.parse_args()
@@ -50,6 +53,7 @@ def main():
     if not os.access(a.remat, os.X_OK):
         sys.exit(f"{a.remat} not found: run `make build` first (or pass --remat PATH)")
 
+    env = dict(os.environ, OMP_WAIT_POLICY=a.wait_policy.upper())
     for model in a.models.split(","):
         common = ["--model", model, "--strategies", a.strategies, "--reps", str(a.reps)]
         for f in ("layers", "width", "heads", "context", "batch", "threads"):
@@ -66,12 +70,12 @@ def main():
             order = [("remat", remat_cmd), ("torch", torch_cmd)]
             for side, cmd in (order if r % 2 == 0 else order[::-1]):
                 print(f"  {model}: round {r + 1}/{a.rounds}: {side}", file=sys.stderr)
-                rounds[side].append(run_json(cmd))
+                rounds[side].append(run_json(cmd, env))
         first = rounds["remat"][0]
         print(f"\n{model.upper()}: {first['layers']} layers, width {first['width']}, "
               f"batch {first['batch']}, {first['params'] / 1e6:.2f}M parameters, "
               f"{first['threads']} threads; medians of {a.rounds} rounds x {a.reps} reps "
-              f"(PyTorch {rounds['torch'][0]['torch']})")
+              f"(PyTorch {rounds['torch'][0]['torch']}, OMP_WAIT_POLICY={a.wait_policy})")
         print(f"{'strategy':<24} {'remat ms':>9} {'torch ms':>9} {'torch/remat':>12} "
               f"{'remat RSS+':>11} {'torch RSS+':>11} {'torch/remat':>12}  remat alloc peak")
         for i, s in enumerate(first["strategies"]):

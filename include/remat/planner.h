@@ -258,8 +258,9 @@ int remat_plan_auto(remat_plan **out, int n_stages, const remat_stage *stages,
 /* checkpoint_sequential with a budget instead of a segment count: profiles,
  * plans and runs in one call. The plan is cached (keyed by the stage list,
  * the budget and the input's shape/dtype/device), so calling it every step
- * profiles once; remat_checkpoint_budget_clear() drops the cache. Errors as
- * remat_plan_auto and remat_plan_run. */
+ * profiles once; remat_checkpoint_budget_clear() drops the cache (not while
+ * another thread is inside remat_checkpoint_budget; pending backward passes
+ * are fine). Errors as remat_plan_auto and remat_plan_run. */
 int remat_checkpoint_budget(remat_tensor **out, int n_stages, const remat_stage *stages,
                             size_t budget_bytes, remat_tensor *input);
 void remat_checkpoint_budget_clear(void);

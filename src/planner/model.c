@@ -393,10 +393,12 @@ void remat_plan_print(const remat_plan *p, FILE *f) {
     if (p->kind == REMAT_PLAN_REVOLVE) fprintf(f, "  checkpoints (c): %d\n", p->checkpoints);
     if (p->kind == REMAT_PLAN_SEQUENTIAL) fprintf(f, "  segments: %d\n", p->checkpoints);
     if (p->has_profile) {
-        if (p->kind == REMAT_PLAN_OPTIMAL || p->kind == REMAT_PLAN_MIN_MEMORY)
-            fprintf(f, "  budget %.2f MiB (%zu bytes, slots of %zu bytes), feasible from %.2f MiB\n",
-                    PL_MIB(p->budget_bytes), p->budget_bytes, p->slot_bytes,
-                    PL_MIB(p->min_budget_bytes));
+        if (p->kind == REMAT_PLAN_OPTIMAL || p->kind == REMAT_PLAN_MIN_MEMORY) {
+            fprintf(f, "  budget %.2f MiB (%zu bytes", PL_MIB(p->budget_bytes), p->budget_bytes);
+            if (p->slot_bytes) fprintf(f, ", slots of %zu bytes", p->slot_bytes);
+            else fprintf(f, ", everything fits");
+            fprintf(f, "), feasible from %.2f MiB\n", PL_MIB(p->min_budget_bytes));
+        }
         fprintf(f, "  predicted peak %.2f MiB (store-all %.2f MiB, minimum %.2f MiB)\n",
                 PL_MIB(p->peak_bytes), PL_MIB(p->peak_store_all), PL_MIB(p->min_budget_bytes));
         double over = p->time_store_all > 0 ? (p->time / p->time_store_all - 1.0) * 100.0 : 0.0;

@@ -269,10 +269,12 @@ int remat_checkpoint_budget(remat_tensor **out, int n_stages, const remat_stage 
         e->next = g_cache;
         g_cache = e;
     }
-    /* runs under the lock: a concurrent clear must not free the plan
-     * (the run copies what backward needs, so the plan may go after it) */
-    rc = remat_plan_run(e->plan, stages, input, out);
+    /* Entries are only freed by remat_checkpoint_budget_clear, which must
+     * not run concurrently with this call; the run copies what backward
+     * needs. Not holding the lock lets stages use the planner themselves. */
+    remat_plan *plan = e->plan;
     pthread_mutex_unlock(&g_cache_lock);
+    rc = remat_plan_run(plan, stages, input, out);
     if (rc) return rm_err_prefix(rc, call);
     return REMAT_OK;
 }

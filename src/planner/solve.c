@@ -26,7 +26,7 @@
 
 #define PL_DEFAULT_SLOTS 500
 /* Largest DP table we are willing to allocate. */
-#define PL_MAX_TABLE_BYTES ((size_t)1 << 30)
+#define PL_MAX_TABLE_BYTES ((size_t)256 << 20)
 
 static inline size_t tri(int s, int t) { return (size_t)t * (size_t)(t + 1) / 2 + (size_t)s; }
 static uint64_t u64max(uint64_t a, uint64_t b) { return a > b ? a : b; }

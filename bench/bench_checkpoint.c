@@ -1,0 +1,705 @@
+/* bench/bench_checkpoint.c — what activation checkpointing costs and saves
+ * on a deep MLP: L blocks of  y = layer_norm(gelu(linear(x)))  (W → W,
+ * layer norm with weight and bias), batch B, MSE loss against a fixed
+ * random target, one plain SGD step.
+ *
+ * Strategies (one training step each):
+ *   none       every activation kept for backward
+ *   block-nr   remat_checkpoint around every block, non-reentrant
+ *   block-r    remat_checkpoint around every block, reentrant
+ *   seq-nr     remat_checkpoint_sequential, segments = round(sqrt(L)), non-reentrant
+ *   seq-r      the same, reentrant
+ * Checkpoint options are the defaults otherwise (RNG state preserved,
+ * determinism check "default", early stop on).
+ *
+ * Per strategy and step it measures
+ *   - the step time (forward + backward + SGD; median over --reps), split
+ *     into forward, backward and SGD, plus the recomputation inside the
+ *     backward and per-op times (linear / gelu / layer_norm) of the forward
+ *     and of the recomputation (timed inside the block function);
+ *   - the allocator peak of the step (remat_alloc_reset_peak before,
+ *     remat_cpu_peak_bytes after: exact bytes of live tensor storage);
+ *   - the activation peak: max over every allocation of the step of
+ *       current_bytes - base - grads_live
+ *     where base = remat_cpu_current_bytes() at the start of the step
+ *     (= parameters + input + target, checked) and grads_live = bytes of
+ *     the leaf gradients (parameters and input) stored so far in the step
+ *     (counted by a hook on each leaf, which runs when its gradient reaches
+ *     AccumulateGrad). That is "peak minus parameters, gradients and
+ *     input", with the gradients that exist at that moment; the simpler
+ *     bound peak - base - all gradients is printed too (CSV);
+ *   - the peak RSS growth: VmHWM after the step minus VmRSS before it, with
+ *     VmHWM reset by writing "5" to /proc/self/clear_refs before the step
+ *     (falls back to getrusage's process-wide ru_maxrss, marked, when the
+ *     reset is not allowed);
+ *   - whether the gradients of every parameter and of the input are bitwise
+ *     equal to those of "none" in the same repetition (every strategy of a
+ *     repetition starts from the same parameters: they are restored from a
+ *     snapshot before each strategy's step).
+ *
+ * Repetitions are interleaved (rep 1 of every strategy, then rep 2, ...) so
+ * that load from other processes hits every strategy alike. Rep 0 is a
+ * warm-up (not timed; its "none" step also times the backward of each op
+ * with tensor hooks for the per-op profile).
+ *
+ *   bench_checkpoint [--layers L] [--width W] [--batch B] [--reps N]
+ *                    [--threads T] [--segments S] [--gelu erf|tanh]
+ *                    [--no-trim] [--csv]
+ * Defaults: L=32, W=1024, B=2048, 3 reps, OpenMP's default thread count.
+ * One un-checkpointed step at the defaults is ~0.4 TFLOP (6·L·B·W²); see
+ * docs/bench-checkpoint.md for run times and results. */
+#include <malloc.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "remat/remat.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define CHECK(expr)                                                                        \
+    do {                                                                                   \
+        int rc_ = (expr);                                                                  \
+        if (rc_) {                                                                         \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,           \
+                    remat_last_error());                                                   \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* CPU time of the whole process (all threads). */
+static double cpu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of v[0..n) (sorts a copy). */
+static double median(const double *v, int n) {
+    double *c = malloc((size_t)n * sizeof *c);
+    if (!c) exit(1);
+    memcpy(c, v, (size_t)n * sizeof *c);
+    qsort(c, (size_t)n, sizeof *c, cmp_d);
+    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+    free(c);
+    return m;
+}
+
+static const double MiB = 1024.0 * 1024.0;
+
+/* ---- model ------------------------------------------------------------------ */
+
+typedef struct block {
+    int index;
+    remat_tensor *w, *b;       /* linear: w (W, W), b (W) */
+    remat_tensor *ln_w, *ln_b; /* layer norm over the last dim: (W) each */
+} block;
+
+typedef struct model {
+    int n_layers, width;
+    block *blocks;
+    int n_params;
+    remat_tensor **params; /* borrowed views of the block fields, in order */
+} model;
+
+static remat_tensor *param_uniform(int64_t n0, int64_t n1, double bound) {
+    remat_tensor *t;
+    int64_t shape[2] = {n0, n1};
+    CHECK(remat_rand_uniform(&t, n1 ? 2 : 1, shape, -bound, bound, REMAT_F32, REMAT_DEVICE_CPU));
+    CHECK(remat_set_requires_grad(t, true));
+    return t;
+}
+
+static remat_tensor *param_full(int64_t n, double value) {
+    remat_tensor *t;
+    CHECK(remat_full(&t, 1, &n, value, REMAT_F32, REMAT_DEVICE_CPU));
+    CHECK(remat_set_requires_grad(t, true));
+    return t;
+}
+
+static void model_init(model *m, int n_layers, int width, uint64_t seed) {
+    remat_manual_seed(seed);
+    m->n_layers = n_layers;
+    m->width = width;
+    m->blocks = calloc((size_t)n_layers, sizeof *m->blocks);
+    m->n_params = 4 * n_layers;
+    m->params = calloc((size_t)m->n_params, sizeof *m->params);
+    if (!m->blocks || !m->params) exit(1);
+    double bound = 1.0 / sqrt((double)width); /* P's nn.Linear init range */
+    for (int i = 0; i < n_layers; i++) {
+        block *b = &m->blocks[i];
+        b->index = i;
+        b->w = param_uniform(width, width, bound);
+        b->b = param_uniform(width, 0, bound);
+        b->ln_w = param_full(width, 1.0);
+        b->ln_b = param_full(width, 0.0);
+        m->params[4 * i + 0] = b->w;
+        m->params[4 * i + 1] = b->b;
+        m->params[4 * i + 2] = b->ln_w;
+        m->params[4 * i + 3] = b->ln_b;
+    }
+}
+
+static void model_free(model *m) {
+    for (int i = 0; i < m->n_params; i++) remat_release(m->params[i]);
+    free(m->params);
+    free(m->blocks);
+}
+
+/* ---- timing of the block function ----------------------------------------------
+ * The block function times its three ops and files them under "forward"
+ * or "recompute" (it runs inside backward only when a checkpoint
+ * recomputes it). Single-threaded: checkpoints and their backward run on
+ * the calling thread. */
+enum { PH_FWD, PH_REC, N_PH };
+enum { OP_LINEAR, OP_GELU, OP_LN, N_OP };
+static const char *k_op_name[N_OP] = {"linear", "gelu", "layer_norm"};
+static double g_optime[N_PH][N_OP];
+static remat_gelu_approx g_gelu = REMAT_GELU_ERF;
+
+/* Backward profile (warm-up step of "none"): arrival time of the gradient
+ * at each block's layer-norm output, gelu output and linear output, i.e.
+ * the moment the backward of layer_norm, gelu and linear starts. */
+static double *g_arrive; /* (L, 3) */
+static bool g_profile_hooks;
+
+static int arrive_hook(void *ud, remat_tensor *grad, remat_tensor **replacement) {
+    (void)grad;
+    (void)replacement;
+    *(double *)ud = now();
+    return REMAT_OK;
+}
+
+/* One block: x (B, W) → layer_norm(gelu(x·wᵀ + b)) (B, W). A
+ * remat_checkpoint_fn, so it can be checkpointed as is. */
+static int block_fn(void *user_data, remat_tensor *const *in, int n_in, remat_tensor **out,
+                    int n_out) {
+    block *bk = user_data;
+    (void)n_in;
+    (void)n_out;
+    int ph = remat_in_backward() ? PH_REC : PH_FWD;
+    remat_tensor *h = NULL, *g = NULL;
+    double t0 = now();
+    int rc = remat_linear(&h, in[0], bk->w, bk->b);
+    double t1 = now();
+    if (!rc) rc = remat_gelu(&g, h, g_gelu);
+    double t2 = now();
+    if (!rc) rc = remat_layer_norm(&out[0], g, 1, bk->ln_w, bk->ln_b, 1e-5);
+    double t3 = now();
+    g_optime[ph][OP_LINEAR] += t1 - t0;
+    g_optime[ph][OP_GELU] += t2 - t1;
+    g_optime[ph][OP_LN] += t3 - t2;
+    if (!rc && g_profile_hooks && ph == PH_FWD) {
+        double *a = g_arrive + 3 * bk->index;
+        rc = remat_register_hook(out[0], arrive_hook, &a[0]);
+        if (!rc) rc = remat_register_hook(g, arrive_hook, &a[1]);
+        if (!rc) rc = remat_register_hook(h, arrive_hook, &a[2]);
+    }
+    remat_release(h);
+    remat_release(g);
+    if (rc) remat_release_p(&out[0]);
+    return rc;
+}
+
+/* ---- memory accounting -------------------------------------------------------- */
+
+static bool g_tracking;
+static int64_t g_base, g_grads_live, g_act_max;
+
+/* Leaf hook: from now on this leaf's gradient counts as a gradient, not as
+ * an activation. user_data points to the leaf's byte count. */
+static int leaf_grad_hook(void *ud, remat_tensor *grad, remat_tensor **replacement) {
+    (void)grad;
+    (void)replacement;
+    g_grads_live += *(const int64_t *)ud;
+    return REMAT_OK;
+}
+
+static void alloc_observer(void *ud, remat_device device, int64_t delta, size_t current) {
+    (void)ud;
+    (void)device;
+    if (!g_tracking || delta <= 0) return;
+    int64_t act = (int64_t)current - g_base - g_grads_live;
+    if (act > g_act_max) g_act_max = act;
+}
+
+/* Reads a "Key:  123 kB" line of /proc/self/status; -1 if absent. */
+static long proc_status_kb(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long v = -1;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n) && line[n] == ':') {
+            v = atol(line + n + 1);
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* Resets VmHWM to the current RSS (Linux >= 4.0); false if not allowed. */
+static bool reset_hwm(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return false;
+    bool ok = fputs("5", f) >= 0;
+    ok = (fclose(f) == 0) && ok;
+    return ok;
+}
+
+static long maxrss_kb(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
+}
+
+/* ---- strategies ------------------------------------------------------------------ */
+
+enum { S_NONE, S_BLOCK_NR, S_BLOCK_R, S_SEQ_NR, S_SEQ_R, N_S };
+static const char *k_s_name[N_S] = {"none", "block-nr", "block-r", "seq-nr", "seq-r"};
+static const char *k_s_desc[N_S] = {
+    "no checkpointing",
+    "remat_checkpoint per block, non-reentrant",
+    "remat_checkpoint per block, reentrant",
+    "checkpoint_sequential, non-reentrant",
+    "checkpoint_sequential, reentrant",
+};
+
+typedef struct sample {
+    double fwd, bwd, sgd, step, rec, cpu;
+    double optime[N_PH][N_OP];
+    size_t peak;      /* allocator peak (absolute) */
+    int64_t act;      /* activation peak (tracked) */
+    int64_t act_simple; /* peak - base - all gradients */
+    long rss_growth_kb;
+    bool grads_equal, loss_equal;
+    double loss;
+} sample;
+
+typedef struct config {
+    int layers, width, batch, reps, threads, segments, warmup;
+    bool csv, trim;
+} config;
+
+static remat_tensor *forward(const config *c, model *m, remat_stage *stages, int s,
+                             remat_tensor *x, remat_tensor *target) {
+    remat_checkpoint_options o = {0};
+    o.use_reentrant = (s == S_BLOCK_R || s == S_SEQ_R) ? REMAT_OPT_TRUE : REMAT_OPT_FALSE;
+    remat_tensor *h = NULL;
+    if (s == S_SEQ_NR || s == S_SEQ_R) {
+        CHECK(remat_checkpoint_sequential(&h, m->n_layers, stages, c->segments, x, &o));
+    } else {
+        h = remat_retain(x);
+        for (int i = 0; i < m->n_layers; i++) {
+            remat_tensor *y;
+            if (s == S_NONE) CHECK(block_fn(&m->blocks[i], &h, 1, &y, 1));
+            else CHECK(remat_checkpoint(block_fn, &m->blocks[i], 1, &h, 1, &y, &o));
+            remat_release(h); /* the graph keeps whatever backward needs */
+            h = y;
+        }
+    }
+    remat_tensor *loss;
+    CHECK(remat_mse_loss(&loss, h, target));
+    remat_release(h);
+    return loss;
+}
+
+/* Leaves whose gradients are compared: every parameter, then the input. */
+typedef struct leaves {
+    int n;
+    remat_tensor **t;
+    int64_t *bytes;
+    int64_t total;
+} leaves;
+
+int main(int argc, char **argv) {
+    config c = {.layers = 32, .width = 1024, .batch = 2048, .reps = 3, .threads = 0,
+                .segments = 0, .warmup = 1, .csv = false, .trim = true};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define INTARG(flag, field)                                                                \
+    if (!strcmp(a, flag) && v) {                                                           \
+        c.field = atoi(v);                                                                 \
+        i++;                                                                               \
+        continue;                                                                          \
+    }
+        INTARG("--layers", layers)
+        INTARG("--width", width)
+        INTARG("--batch", batch)
+        INTARG("--reps", reps)
+        INTARG("--threads", threads)
+        INTARG("--segments", segments)
+        INTARG("--warmup", warmup)
+#undef INTARG
+        if (!strcmp(a, "--gelu") && v) {
+            if (!strcmp(v, "erf")) g_gelu = REMAT_GELU_ERF;
+            else if (!strcmp(v, "tanh")) g_gelu = REMAT_GELU_TANH;
+            else goto usage;
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--csv")) {
+            c.csv = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-trim")) {
+            c.trim = false;
+            continue;
+        }
+    usage:
+        fprintf(stderr,
+                "usage: %s [--layers L] [--width W] [--batch B] [--reps N] [--threads T]\n"
+                "          [--segments S] [--warmup N] [--gelu erf|tanh] [--no-trim] [--csv]\n"
+                "defaults: L=32 W=1024 B=2048 N=3 T=OpenMP default S=round(sqrt(L)) warmup=1\n",
+                argv[0]);
+        return 2;
+    }
+    if (c.layers < 1 || c.width < 1 || c.batch < 1 || c.reps < 1 || c.threads < 0 ||
+        c.segments < 0 || c.warmup < 1) {
+        fprintf(stderr, "bad arguments (all sizes >= 1, --warmup >= 1)\n");
+        return 2;
+    }
+    if (c.segments == 0) c.segments = (int)lround(sqrt((double)c.layers));
+#ifdef _OPENMP
+    if (c.threads > 0) omp_set_num_threads(c.threads);
+    c.threads = omp_get_max_threads();
+#else
+    c.threads = 1;
+#endif
+    const int L = c.layers, W = c.width, B = c.batch;
+
+    model m;
+    model_init(&m, L, W, 42);
+    remat_stage *stages = calloc((size_t)L, sizeof *stages);
+    g_arrive = calloc((size_t)L * 3, sizeof *g_arrive);
+    if (!stages || !g_arrive) return 1;
+    for (int i = 0; i < L; i++) stages[i] = (remat_stage){block_fn, &m.blocks[i]};
+
+    remat_tensor *x, *target;
+    int64_t xs[2] = {B, W};
+    CHECK(remat_rand_normal(&x, 2, xs, 0, 1, REMAT_F32, REMAT_DEVICE_CPU));
+    CHECK(remat_rand_normal(&target, 2, xs, 0, 1, REMAT_F32, REMAT_DEVICE_CPU));
+    /* The reentrant variant produces gradients only if an input of the
+     * checkpoint requires grad (P's rule); the first block's input is the
+     * data, so it requires grad in every strategy (same work for all). */
+    CHECK(remat_set_requires_grad(x, true));
+
+    leaves lv = {.n = m.n_params + 1};
+    lv.t = calloc((size_t)lv.n, sizeof *lv.t);
+    lv.bytes = calloc((size_t)lv.n, sizeof *lv.bytes);
+    if (!lv.t || !lv.bytes) return 1;
+    for (int i = 0; i < m.n_params; i++) lv.t[i] = m.params[i];
+    lv.t[m.n_params] = x;
+    for (int i = 0; i < lv.n; i++) {
+        lv.bytes[i] = (int64_t)remat_storage_nbytes(lv.t[i]);
+        lv.total += lv.bytes[i];
+        CHECK(remat_register_hook(lv.t[i], leaf_grad_hook, &lv.bytes[i]));
+    }
+    int64_t param_bytes = lv.total - lv.bytes[m.n_params];
+    int64_t input_bytes = (int64_t)(remat_storage_nbytes(x) + remat_storage_nbytes(target));
+
+    /* snapshot of the parameters at the start of a repetition; reference
+     * gradients (and loss) of "none" in the current repetition */
+    float **snap = calloc((size_t)m.n_params, sizeof *snap);
+    float **ref = calloc((size_t)lv.n, sizeof *ref);
+    if (!snap || !ref) return 1;
+    for (int i = 0; i < m.n_params; i++) snap[i] = malloc((size_t)lv.bytes[i]);
+    for (int i = 0; i < lv.n; i++) ref[i] = malloc((size_t)lv.bytes[i]);
+    double ref_loss = 0;
+
+    remat_set_alloc_observer(alloc_observer, NULL);
+    bool hwm_ok = reset_hwm();
+
+    double flops = 6.0 * (double)L * (double)B * (double)W * (double)W;
+    FILE *info = c.csv ? stderr : stdout;
+    fprintf(info,
+            "deep MLP: %d blocks of linear %d->%d + gelu(%s) + layer_norm, batch %d, f32, MSE, "
+            "SGD\n",
+            L, W, W, g_gelu == REMAT_GELU_ERF ? "erf" : "tanh", B);
+    fprintf(info,
+            "threads %d, gemm %s, segments %d, reps %d (+%d warm-up), interleaved; "
+            "~%.0f GFLOP per un-checkpointed step\n",
+            c.threads, remat_gemm_backend(), c.segments, c.reps, c.warmup, flops * 1e-9);
+    fprintf(info, "parameters %.1f MiB, input+target %.1f MiB, all gradients %.1f MiB\n",
+            (double)param_bytes / MiB, (double)input_bytes / MiB, (double)lv.total / MiB);
+
+    int total_reps = c.warmup + c.reps;
+    sample *samples = calloc((size_t)N_S * (size_t)c.reps, sizeof *samples);
+    double bwd_profile[N_OP] = {0}, bwd_loss = 0;
+    bool all_equal[N_S];
+    for (int s = 0; s < N_S; s++) all_equal[s] = true;
+    bool base_warned = false;
+    if (!samples) return 1;
+
+    for (int r = 0; r < total_reps; r++) {
+        for (int i = 0; i < m.n_params; i++)
+            memcpy(snap[i], remat_data(m.params[i]), (size_t)lv.bytes[i]);
+        for (int s = 0; s < N_S; s++) {
+            sample sm = {0};
+            for (int i = 0; i < m.n_params; i++)
+                memcpy(remat_data(m.params[i]), snap[i], (size_t)lv.bytes[i]);
+            memset(g_optime, 0, sizeof g_optime);
+            g_profile_hooks = (r == 0 && s == S_NONE);
+            /* hand freed memory back to the OS so that the RSS growth of this
+             * step is not hidden by pages a previous step left in the heap */
+            if (c.trim) malloc_trim(0);
+            long rss0 = proc_status_kb("VmRSS");
+            bool hwm_reset = hwm_ok && reset_hwm();
+            CHECK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
+            g_base = (int64_t)remat_cpu_current_bytes();
+            if (g_base != param_bytes + input_bytes && !base_warned) {
+                fprintf(stderr, "note: allocator holds %lld bytes at step start, expected %lld\n",
+                        (long long)g_base, (long long)(param_bytes + input_bytes));
+                base_warned = true;
+            }
+            g_grads_live = 0;
+            g_act_max = 0;
+            g_tracking = true;
+
+            double c0 = cpu_now();
+            double t0 = now();
+            remat_tensor *loss = forward(&c, &m, stages, s, x, target);
+            double t1 = now();
+            CHECK(remat_backward_scalar(loss));
+            double t2 = now();
+            double c2 = cpu_now();
+            g_tracking = false;
+            sm.peak = remat_cpu_peak_bytes();
+            long hwm = hwm_reset ? proc_status_kb("VmHWM") : maxrss_kb();
+            sm.rss_growth_kb = hwm - rss0;
+            CHECK(remat_item(loss, &sm.loss));
+            remat_release(loss);
+            sm.act = g_act_max;
+            sm.act_simple = (int64_t)sm.peak - g_base - lv.total;
+
+            /* gradients: reference copy (none) or bitwise comparison */
+            sm.grads_equal = true;
+            for (int i = 0; i < lv.n; i++) {
+                remat_tensor *g = remat_tensor_grad(lv.t[i]);
+                if (!g) {
+                    fprintf(stderr, "%s: leaf %d has no gradient\n", k_s_name[s], i);
+                    sm.grads_equal = false;
+                    continue;
+                }
+                if (s == S_NONE) memcpy(ref[i], remat_data(g), (size_t)lv.bytes[i]);
+                else if (memcmp(ref[i], remat_data(g), (size_t)lv.bytes[i]))
+                    sm.grads_equal = false;
+            }
+            if (s == S_NONE) ref_loss = sm.loss;
+            sm.loss_equal = sm.loss == ref_loss;
+
+            /* SGD (timed): p -= lr * grad, then drop the gradients */
+            double c3 = cpu_now();
+            double t3 = now();
+            bool prev = remat_no_grad_begin();
+            for (int i = 0; i < m.n_params; i++) {
+                CHECK(remat_add_(m.params[i], remat_tensor_grad(m.params[i]), -0.01));
+                CHECK(remat_set_grad(m.params[i], NULL));
+            }
+            remat_grad_mode_restore(prev);
+            CHECK(remat_set_grad(x, NULL));
+            double t4 = now();
+            double c4 = cpu_now();
+
+            sm.fwd = t1 - t0;
+            sm.bwd = t2 - t1;
+            sm.sgd = t4 - t3;
+            sm.step = sm.fwd + sm.bwd + sm.sgd;
+            sm.cpu = (c2 - c0) + (c4 - c3);
+            memcpy(sm.optime, g_optime, sizeof g_optime);
+            sm.rec = g_optime[PH_REC][0] + g_optime[PH_REC][1] + g_optime[PH_REC][2];
+            if (!sm.grads_equal || !sm.loss_equal) all_equal[s] = false;
+
+            if (g_profile_hooks) {
+                /* backward of block l: layer_norm from a[0] to a[1], gelu from a[1]
+                 * to a[2], linear from a[2] to the next arrival (block l-1's
+                 * a[0]; the end of backward for block 0) */
+                g_profile_hooks = false;
+                bwd_loss = g_arrive[3 * (L - 1)] - t1;
+                for (int l = 0; l < L; l++) {
+                    const double *a = g_arrive + 3 * l;
+                    double end = l > 0 ? g_arrive[3 * (l - 1)] : t2;
+                    bwd_profile[OP_LN] += a[1] - a[0];
+                    bwd_profile[OP_GELU] += a[2] - a[1];
+                    bwd_profile[OP_LINEAR] += end - a[2];
+                }
+            }
+            if (r >= c.warmup) samples[(size_t)s * (size_t)c.reps + (size_t)(r - c.warmup)] = sm;
+            fprintf(stderr,
+                    "%s %d/%d %-9s step %7.3f s (fwd %.3f bwd %.3f rec %.3f sgd %.3f cpu %.3f) "
+                    "peak %.1f MiB act %.1f MiB rss+ %.1f MiB loss %.6f%s\n",
+                    r < c.warmup ? "warm-up" : "rep", r < c.warmup ? r + 1 : r - c.warmup + 1,
+                    r < c.warmup ? c.warmup : c.reps, k_s_name[s], sm.step, sm.fwd, sm.bwd,
+                    sm.rec, sm.sgd, sm.cpu, (double)sm.peak / MiB, (double)sm.act / MiB,
+                    (double)sm.rss_growth_kb / 1024.0, sm.loss,
+                    sm.grads_equal && sm.loss_equal ? "" : "  GRADS/LOSS DIFFER");
+        }
+    }
+    remat_set_alloc_observer(NULL, NULL);
+
+    /* ---- summary ---- */
+    typedef struct summary {
+        double step, fwd, bwd, sgd, rec, cpu, ratio_med, step_min;
+        double optime[N_PH][N_OP];
+        size_t peak;
+        int64_t act, act_simple;
+        long rss_kb;
+    } summary;
+    summary sum[N_S];
+    double *tmp = malloc((size_t)c.reps * sizeof *tmp);
+    if (!tmp) return 1;
+    for (int s = 0; s < N_S; s++) {
+        sample *sp = samples + (size_t)s * (size_t)c.reps;
+        summary *u = &sum[s];
+#define MED(field)                                                                         \
+    do {                                                                                   \
+        for (int r = 0; r < c.reps; r++) tmp[r] = sp[r].field;                             \
+        u->field = median(tmp, c.reps);                                                    \
+    } while (0)
+        MED(step);
+        MED(fwd);
+        MED(bwd);
+        MED(sgd);
+        MED(rec);
+        MED(cpu);
+        u->step_min = sp[0].step;
+        for (int r = 1; r < c.reps; r++)
+            if (sp[r].step < u->step_min) u->step_min = sp[r].step;
+        for (int p = 0; p < N_PH; p++)
+            for (int o = 0; o < N_OP; o++) MED(optime[p][o]);
+#undef MED
+        /* per-repetition ratio to none (same rep, so same machine load) */
+        for (int r = 0; r < c.reps; r++)
+            tmp[r] = sp[r].step / samples[(size_t)r].step;
+        u->ratio_med = median(tmp, c.reps);
+        /* memory is deterministic; take the maximum over reps */
+        u->peak = 0;
+        u->act = u->act_simple = 0;
+        u->rss_kb = 0;
+        for (int r = 0; r < c.reps; r++) {
+            if (sp[r].peak > u->peak) u->peak = sp[r].peak;
+            if (sp[r].act > u->act) u->act = sp[r].act;
+            if (sp[r].act_simple > u->act_simple) u->act_simple = sp[r].act_simple;
+            if (sp[r].rss_growth_kb > u->rss_kb) u->rss_kb = sp[r].rss_growth_kb;
+        }
+    }
+    free(tmp);
+
+    const summary *n0 = &sum[S_NONE];
+    if (c.csv) {
+        printf("strategy,layers,width,batch,threads,segments,reps,step_s,step_min_s,fwd_s,bwd_s,"
+               "recompute_s,sgd_s,cpu_s,overhead,overhead_per_rep_median,overhead_min,alloc_peak_bytes,act_peak_bytes,"
+               "act_peak_simple_bytes,act_reduction,rss_growth_kib,rss_is_process_max,"
+               "grads_bitwise_equal\n");
+        for (int s = 0; s < N_S; s++) {
+            const summary *u = &sum[s];
+            printf("%s,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f,%.4f,%.4f,%zu,"
+                   "%lld,%lld,%.4f,%ld,%d,%d\n",
+                   k_s_name[s], L, W, B, c.threads, c.segments, c.reps, u->step, u->step_min,
+                   u->fwd, u->bwd, u->rec, u->sgd, u->cpu, u->step / n0->step, u->ratio_med,
+                   u->step_min / n0->step_min, u->peak,
+                   (long long)u->act, (long long)u->act_simple,
+                   1.0 - (double)u->act / (double)n0->act, u->rss_kb, hwm_ok ? 0 : 1,
+                   all_equal[s] ? 1 : 0);
+        }
+    } else {
+        printf("\nmedian of %d reps (min: fastest rep); overhead = median step / median step of "
+               "none [median of per-rep ratios] {min / min}; cpu = process CPU time\n\n",
+               c.reps);
+        printf("| strategy | step ms | min ms | fwd ms | bwd ms | recompute ms | sgd ms | cpu ms | "
+               "overhead [per-rep] {min} | "
+               "alloc peak MiB | act peak MiB | act reduction | RSS growth MiB%s | grads == none |\n",
+               hwm_ok ? "" : " (ru_maxrss)");
+        printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        for (int s = 0; s < N_S; s++) {
+            const summary *u = &sum[s];
+            printf("| %-8s | %8.1f | %8.1f | %7.1f | %7.1f | %7.1f | %6.1f | %8.1f | %5.3fx "
+                   "[%5.3fx] {%5.3fx} | %8.1f | %8.1f | %5.1f%% | %8.1f | %s |\n",
+                   k_s_name[s], 1e3 * u->step, 1e3 * u->step_min, 1e3 * u->fwd, 1e3 * u->bwd,
+                   1e3 * u->rec, 1e3 * u->sgd, 1e3 * u->cpu, u->step / n0->step, u->ratio_med,
+                   u->step_min / n0->step_min, (double)u->peak / MiB, (double)u->act / MiB,
+                   100.0 * (1.0 - (double)u->act / (double)n0->act), (double)u->rss_kb / 1024.0,
+                   all_equal[s] ? "yes (bitwise)" : "NO");
+        }
+        printf("\nstrategies: ");
+        for (int s = 0; s < N_S; s++)
+            printf("%s = %s%s", k_s_name[s], k_s_desc[s], s + 1 < N_S ? "; " : "\n");
+        printf("alloc peak: remat_cpu_peak_bytes after the step (params %.1f MiB + input/target "
+               "%.1f MiB included)\n",
+               (double)param_bytes / MiB, (double)input_bytes / MiB);
+        printf("act peak: max over the step's allocations of current - (params + input/target) "
+               "- leaf gradients stored so far\n");
+
+        printf("\nper-op times per step, ms (median over reps): forward | recomputation in "
+               "backward\n\n");
+        printf("| strategy | fwd linear | fwd gelu | fwd layer_norm | rec linear | rec gelu | "
+               "rec layer_norm | bwd - rec |\n");
+        printf("|---|---|---|---|---|---|---|---|\n");
+        for (int s = 0; s < N_S; s++) {
+            const summary *u = &sum[s];
+            printf("| %-8s | %7.1f | %7.1f | %7.1f | %7.1f | %7.1f | %7.1f | %7.1f |\n",
+                   k_s_name[s], 1e3 * u->optime[PH_FWD][0], 1e3 * u->optime[PH_FWD][1],
+                   1e3 * u->optime[PH_FWD][2], 1e3 * u->optime[PH_REC][0],
+                   1e3 * u->optime[PH_REC][1], 1e3 * u->optime[PH_REC][2],
+                   1e3 * (u->bwd - u->rec));
+        }
+        double bsum = bwd_loss + bwd_profile[0] + bwd_profile[1] + bwd_profile[2];
+        printf("\nbackward of none by op (warm-up step, tensor hooks), ms: loss %.1f",
+               1e3 * bwd_loss);
+        for (int o = 0; o < N_OP; o++) printf(", %s %.1f", k_op_name[o], 1e3 * bwd_profile[o]);
+        printf(" (sum %.1f)\n", 1e3 * bsum);
+        double ideal = n0->fwd / n0->step;
+        printf("recomputing every block once costs about one forward: fwd/step of none = %.3f, "
+               "so per-block checkpointing cannot go below ~%.2fx here\n",
+               ideal, 1.0 + ideal);
+
+        printf("\ntargets (issue): per-block overhead <= 1.30x, activation peak reduced by >= "
+               "60%%\n");
+        for (int s = S_BLOCK_NR; s < N_S; s++) {
+            const summary *u = &sum[s];
+            double ov = u->step / n0->step, red = 1.0 - (double)u->act / (double)n0->act;
+            double ovm = u->step_min / n0->step_min;
+            printf("  %-8s overhead %.3fx (median) %s, %.3fx (min) %s; act reduction %.1f%% %s\n",
+                   k_s_name[s], ov, ov <= 1.30 ? "met" : "MISSED", ovm,
+                   ovm <= 1.30 ? "met" : "MISSED", 100.0 * red, red >= 0.60 ? "met" : "MISSED");
+        }
+    }
+    long mr = maxrss_kb();
+    fprintf(info, "process max RSS (getrusage ru_maxrss, whole run): %.1f MiB%s\n",
+            (double)mr / 1024.0, hwm_ok ? "" : "; VmHWM reset not allowed: RSS column is ru_maxrss");
+
+    for (int i = 0; i < m.n_params; i++) free(snap[i]);
+    for (int i = 0; i < lv.n; i++) free(ref[i]);
+    free(snap);
+    free(ref);
+    free(samples);
+    free(lv.t);
+    free(lv.bytes);
+    free(stages);
+    free(g_arrive);
+    remat_release(x);
+    remat_release(target);
+    model_free(&m);
+    int live = (int)remat_live_tensors();
+    if (live) fprintf(stderr, "leak: %d tensors alive at exit\n", live);
+    bool ok = live == 0;
+    for (int s = 0; s < N_S; s++) ok = ok && all_equal[s];
+    return ok ? 0 : 1;
+}
