@@ -5,7 +5,7 @@
  * case) runs row kernels; I > 1 runs the same maths on blocks of columns so
  * the inner loops stay contiguous. Both are numerically stable (the row max
  * is subtracted before exp) and their backward reads only the saved output.
- * f32 uses a branch-free expf (nn_expf, ~1 ulp) so the row loops vectorise;
+ * f32 uses a branch-free expf (rm_expf_v, ~1 ulp) so the row loops vectorise;
  * the row kernels (rm_row_max/expsum/exp_scale) are shared with
  * cross_entropy in loss.c.
  *
@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "../internal.h"
+#include "vmath.h"
 
 #define NN_COL_BLOCK 64
 
@@ -37,49 +38,7 @@ typedef double f64;
 
 /* Row kernels (rm_row_*) are declared in internal.h. */
 
-/* ---- exp for f32 -------------------------------------------------------------------------
- * libm's expf is a function call the compiler cannot vectorise, and it
- * dominates softmax and cross_entropy over wide rows. This is the Cephes
- * expf (range reduction by ln 2, degree-6 polynomial, max error ~1 ulp over
- * the normal range; inf/0/NaN handled like expf) written without branches
- * or library calls, so the loops that use it vectorise. Rounding to the
- * nearest integer uses the 1.5 * 2^23 trick (floorf does not vectorise
- * without -ffast-math; the trick requires that the library is NOT built
- * with -ffast-math, which CMakeLists.txt never does). 2^n is applied in
- * two halves so results in the subnormal range stay correct. */
-static inline float nn_bits_to_f32(int32_t b) {
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
-static inline int32_t nn_f32_to_bits(float f) {
-    int32_t b;
-    memcpy(&b, &f, sizeof b);
-    return b;
-}
-static inline float nn_expf(float x) {
-    float xc = x < -104.0f ? -104.0f : x;
-    xc = xc > 89.0f ? 89.0f : xc;
-    float t = xc * 1.44269504088896341f + 12582912.0f;
-    int32_t ni = nn_f32_to_bits(t) - 0x4B400000; /* round(xc / ln 2) */
-    float n = t - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float r2 = r * r;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r2 + r + 1.0f;
-    int32_t n1 = ni >> 1, n2 = ni - n1;
-    float res = p * nn_bits_to_f32((n1 + 127) << 23) * nn_bits_to_f32((n2 + 127) << 23);
-    res = x > 88.72283935546875f ? INFINITY : res;
-    res = x < -103.972084045410f ? 0.0f : res;
-    res = x != x ? x : res;
-    return res;
-}
+/* f32 exp: rm_expf_v in vmath.h (vectorisable Cephes expf, ~1 ulp). */
 
 /* ---- row max -------------------------------------------------------------------------
  * Max of a row through an order-preserving integer key of each float
@@ -252,7 +211,7 @@ ROWMAX_KERNEL(f64, int64_t, INT64_MIN, 63, INT64_C(0x7FFFFFFFFFFFFFFF), INT64_C(
         }                                                                                     \
     }
 
-SOFTMAX_KERNELS(f32, nn_expf, logf)
+SOFTMAX_KERNELS(f32, rm_expf_v, logf)
 SOFTMAX_KERNELS(f64, exp, log)
 
 static void ori_of(int ndim, const int64_t *shape, int dim, int64_t *O, int64_t *R, int64_t *I) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../internal.h"
+#include "vmath.h"
 
 typedef enum uop {
     U_NEG, U_EXP, U_LOG, U_SQRT, U_TANH, U_SIGMOID, U_RELU, U_GELU_ERF, U_GELU_TANH,
@@ -129,9 +130,9 @@ static const uinfo k_uinfo[] = {
         }                                                                                    \
     }
 
-UNARY_FWD(float, expf, logf, sqrtf, tanhf, erff, powf)
+UNARY_FWD(float, rm_expf_v, logf, sqrtf, rm_tanhf_v, erff, powf)
 UNARY_FWD(double, exp, log, sqrt, tanh, erf, pow)
-UNARY_BWD(float, expf, tanhf, erff, powf)
+UNARY_BWD(float, rm_expf_v, rm_tanhf_v, erff, powf)
 UNARY_BWD(double, exp, tanh, erf, pow)
 
 typedef struct uctx {
