@@ -26,7 +26,9 @@
  *
  *   bench_planner [--blocks L] [--batch B] [--dim D] [--reps R] [--segments S]
  *                 [--profile-runs P] [--sweep N] [--no-sweep] [--no-hook]
- *                 [--print-plans]
+ *                 [--pyramid] [--print-plans]
+ * --pyramid makes the chain heterogeneous: block widths cycle through
+ * D/2, D, 2D, D (so sizes differ 4x and GEMM costs 4x between blocks).
  * Defaults: L 32, B 256, D 1024, 5 reps, S = round(sqrt(L)), 5 profile runs,
  * a sweep of 8 budgets (3 reps each). On a shared machine run it with
  * OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1: spinning OpenMP threads that
@@ -206,7 +208,7 @@ static void versus(const char *name, result a, result u) {
 
 int main(int argc, char **argv) {
     int L = 32, B = 256, D = 1024, reps = 5, segs = 0, sweep = 8, prof_runs = 5;
-    bool hook = true, print_plans = false;
+    bool hook = true, print_plans = false, pyramid = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -219,11 +221,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--sweep") && v) sweep = atoi(v), i++;
         else if (!strcmp(a, "--no-sweep")) sweep = 0;
         else if (!strcmp(a, "--no-hook")) hook = false;
+        else if (!strcmp(a, "--pyramid")) pyramid = true;
         else if (!strcmp(a, "--print-plans")) print_plans = true;
         else {
             fprintf(stderr, "usage: %s [--blocks L] [--batch B] [--dim D] [--reps R] "
                             "[--segments S] [--profile-runs P] [--sweep N] [--no-sweep] "
-                            "[--no-hook] [--print-plans]\n", argv[0]);
+                            "[--no-hook] [--pyramid] [--print-plans]\n", argv[0]);
             return 2;
         }
     }
@@ -234,9 +237,15 @@ int main(int argc, char **argv) {
     CHECK(remat_scalar(&g_zero, 0.0, REMAT_F32));
     block *blk = calloc((size_t)L, sizeof *blk);
     remat_stage *sb = calloc((size_t)L, sizeof *sb), *so = calloc((size_t)3 * L, sizeof *so);
-    double bound = 1.0 / sqrt((double)D);
+    /* widths: D everywhere, or the pyramid D/2, D, 2D, D, D/2, ... */
+    static const double pyr[4] = {0.5, 1.0, 2.0, 1.0};
+    int *width = calloc((size_t)L + 1, sizeof *width);
+    size_t n_params = 0;
+    for (int k = 0; k <= L; k++) width[k] = pyramid ? (int)(D * pyr[k % 4]) : D;
     for (int k = 0; k < L; k++) {
-        int64_t ws[2] = {D, D}, vs[1] = {D};
+        int64_t ws[2] = {width[k + 1], width[k]}, vs[1] = {width[k + 1]};
+        double bound = 1.0 / sqrt((double)width[k]);
+        n_params += (size_t)width[k + 1] * ((size_t)width[k] + 3);
         blk[k].w = param(2, ws, -bound, bound, hook);
         blk[k].b = param(1, vs, -bound, bound, hook);
         blk[k].g = param(1, vs, 0.9, 1.1, hook);
@@ -246,14 +255,20 @@ int main(int argc, char **argv) {
         so[3 * k + 1] = (remat_stage){gelu_fn, NULL};
         so[3 * k + 2] = (remat_stage){ln_fn, &blk[k]};
     }
-    int64_t xs[2] = {B, D};
+    int64_t xs[2] = {B, width[0]};
     CHECK(remat_rand_normal(&g_x, 2, xs, 0, 1, REMAT_F32, REMAT_DEVICE_CPU));
 
-    printf("bench_planner: %d blocks of Linear(%d->%d)+GELU+LayerNorm, batch %d, f32, gemm %s, "
-           "%d reps, parameter-gradient hook %s\n",
-           L, D, D, B, remat_gemm_backend(), reps, hook ? "on" : "off");
-    printf("  one activation: %.2f MiB; parameters %.1f MiB\n", MIB((size_t)B * D * 4),
-           MIB((size_t)L * ((size_t)D * D + 3 * (size_t)D) * 4));
+    if (pyramid)
+        printf("bench_planner: %d blocks of Linear+GELU+LayerNorm with widths %d, %d, %d, %d, ... "
+               "(pyramid), batch %d, f32, gemm %s, %d reps, parameter-gradient hook %s\n",
+               L, width[0], width[1], width[2], width[3], B, remat_gemm_backend(), reps,
+               hook ? "on" : "off");
+    else
+        printf("bench_planner: %d blocks of Linear(%d->%d)+GELU+LayerNorm, batch %d, f32, "
+               "gemm %s, %d reps, parameter-gradient hook %s\n",
+               L, D, D, B, remat_gemm_backend(), reps, hook ? "on" : "off");
+    printf("  one activation of width %d: %.2f MiB; parameters %.1f MiB\n", D,
+           MIB((size_t)B * D * 4), MIB(n_params * 4));
 
     /* warm-up step: creates every .grad (outside all budgets) */
     runner none = {0, 1, NULL, sb, L};
@@ -325,7 +340,7 @@ int main(int argc, char **argv) {
         remat_plan_free(plan_o);
     }
 
-    /* ---- Pareto sweep ---- */
+    /* ---- Pareto sweep (all points measured interleaved) ---- */
     if (sweep > 0) {
         size_t mb_b, mb_o;
         CHECK(remat_plan_min_budget(pb, &mb_b));
@@ -333,38 +348,46 @@ int main(int argc, char **argv) {
         remat_plan *sa_o = NULL;
         CHECK(remat_plan_sequential(&sa_o, po, 0, 1));
         size_t lo = mb_o < mb_b ? mb_o : mb_b, hi = sa_o->peak_bytes;
-        printf("\nPareto sweep (time vs peak): budgets from %.2f to %.2f MiB\n", MIB(lo), MIB(hi));
-        printf("  %-10s %10s %9s %9s %10s %10s %9s\n", "strategy", "budget", "med ms", "min ms",
-               "peak MiB", "pred MiB", "pred ms");
-        for (int i = 0; i <= sweep; i++) {
-            size_t bud = lo + (size_t)((double)(hi - lo) * i / sweep);
+        enum { MAXP = 64 };
+        runner rs[MAXP];
+        remat_plan *pl[MAXP];
+        char label[MAXP][32];
+        size_t bud[MAXP];
+        int n = 0;
+        for (int i = 0; i <= sweep && n + 2 <= MAXP; i++) {
+            size_t b = lo + (size_t)((double)(hi - lo) * i / sweep);
             for (int g = 0; g < 2; g++) {
-                remat_plan *pl = NULL;
-                const remat_profile *pf = g ? po : pb;
-                size_t mb = g ? mb_o : mb_b;
-                if (bud < mb) continue;
-                CHECK(remat_plan_create(&pl, pf, bud));
-                runner rr = {1, 0, pl, g ? so : sb, g ? 3 * L : L};
-                result r = measure(&rr, reps > 3 ? 3 : reps);
-                printf("  %-10s %10.2f %9.1f %9.1f %10.2f %10.2f %9.1f\n",
-                       g ? "plan/op" : "plan/block", MIB(bud), r.time * 1e3, r.best * 1e3,
-                       MIB(r.peak), MIB(pl->peak_bytes), pl->time * 1e3);
-                remat_plan_free(pl);
+                if (b < (g ? mb_o : mb_b)) continue;
+                CHECK(remat_plan_create(&pl[n], g ? po : pb, b));
+                rs[n] = (runner){1, 0, pl[n], g ? so : sb, g ? 3 * L : L};
+                snprintf(label[n], sizeof label[n], "%s", g ? "plan/op" : "plan/block");
+                bud[n++] = b;
             }
         }
         int seglist[] = {1, 2, 3, 4, 5, 6, 8, 11, 16, 32};
-        for (size_t i = 0; i < sizeof seglist / sizeof *seglist; i++) {
-            int s = seglist[i];
-            if (s > L) break;
-            remat_plan *pu = NULL;
-            CHECK(remat_plan_sequential(&pu, pb, 0, s));
-            runner ru = {0, s, NULL, sb, L};
-            result r = measure(&ru, reps > 3 ? 3 : reps);
-            snprintf(name, sizeof name, "uniform %d", s);
-            printf("  %-10s %10s %9.1f %9.1f %10.2f %10.2f %9.1f\n", name, "-", r.time * 1e3,
-                   r.best * 1e3, MIB(r.peak), MIB(pu->peak_bytes), pu->time * 1e3);
-            remat_plan_free(pu);
+        for (size_t i = 0; i < sizeof seglist / sizeof *seglist && n < MAXP; i++) {
+            int sg = seglist[i];
+            if (sg > L) break;
+            CHECK(remat_plan_sequential(&pl[n], pb, 0, sg));
+            rs[n] = (runner){0, sg, NULL, sb, L};
+            snprintf(label[n], sizeof label[n], "uniform %d", sg);
+            bud[n++] = 0;
         }
+        result *r = calloc((size_t)n, sizeof *r);
+        measure_many(rs, n, reps > 3 ? 3 : reps, r);
+        printf("\nPareto sweep (time vs peak), budgets from %.2f to %.2f MiB, measured "
+               "interleaved\n", MIB(lo), MIB(hi));
+        printf("  %-10s %10s %9s %9s %10s %10s %9s\n", "strategy", "budget", "med ms", "min ms",
+               "peak MiB", "pred MiB", "pred ms");
+        for (int i = 0; i < n; i++) {
+            char bs[16] = "-";
+            if (bud[i]) snprintf(bs, sizeof bs, "%.2f", MIB(bud[i]));
+            printf("  %-10s %10s %9.1f %9.1f %10.2f %10.2f %9.1f\n", label[i], bs,
+                   r[i].time * 1e3, r[i].best * 1e3, MIB(r[i].peak), MIB(pl[i]->peak_bytes),
+                   pl[i]->time * 1e3);
+            remat_plan_free(pl[i]);
+        }
+        free(r);
         remat_plan_free(sa_o);
     }
 
@@ -381,6 +404,7 @@ int main(int argc, char **argv) {
     remat_release(g_x);
     remat_release(g_zero);
     free(blk);
+    free(width);
     free(sb);
     free(so);
     return 0;

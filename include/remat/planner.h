@@ -61,8 +61,11 @@
  * Sizes are rounded up to "slots" (budget / mem_slots bytes) for the
  * dynamic program, so the predicted peak of a plan never exceeds the
  * budget. The loss computed from the output and parameter gradients are not
- * modelled. Measured peaks stay within the budget up to allocator effects
- * the model does not see (see docs/planner.md for the figures).
+ * modelled. Measured peaks match the prediction to within about one
+ * activation (the output gradient is counted in full even when the loss
+ * makes it a broadcast view), plus, at present, the parameter-gradient
+ * buffers the autograd engine keeps until the end of backward; see
+ * docs/planner.md for the figures.
  */
 #ifndef REMAT_PLANNER_H
 #define REMAT_PLANNER_H
@@ -186,9 +189,11 @@ typedef struct remat_plan {
 
 typedef struct remat_plan_options {
     /* Memory slots of the dynamic program (the budget is cut into this many
-     * equal slots; sizes are rounded up to whole slots). 0 → 500. More
-     * slots: closer to the budget, more time and memory
-     * (n_stages^2/2 * slots * 12 bytes of tables). */
+     * equal slots; sizes are rounded up to whole slots). More slots: less
+     * of the budget lost to rounding, more time (n_stages^3/6 * slots
+     * steps) and memory (n_stages^2/2 * slots * 12 bytes). 0 → automatic:
+     * 500 to 4000 (tables under 64 MiB, ~2e8 steps at most; 32 stages get
+     * 4000, 96 stages ~1300). */
     int mem_slots;
 } remat_plan_options;
 

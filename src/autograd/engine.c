@@ -354,10 +354,13 @@ static int run_node(task *t, ninfo *ni) {
         if (c->is_leaf && !t->keep_grad) captured_leaf = true;
     }
     if (n->leaf) {
-        if (captured_leaf || !buf || !buf[0]) return REMAT_OK;
-        if (t->partial && !t->keep_grad) return REMAT_OK;
-        if (t->partial && !ni->needed) return REMAT_OK;
-        return accumulate_leaf(n->leaf, buf[0]);
+        if (!buf || !buf[0]) return REMAT_OK;
+        bool skip = captured_leaf || (t->partial && (!t->keep_grad || !ni->needed));
+        if (!skip) rc = accumulate_leaf(n->leaf, buf[0]);
+        /* The buffer is dead now: freeing it here keeps the pass from
+         * holding one gradient per parameter until it ends. */
+        remat_release_p(&buf[0]);
+        return rc;
     }
     if (t->partial && !ni->needed) return REMAT_OK;
     bool any = false;

@@ -24,7 +24,8 @@
 #include "../internal.h"
 #include "planner_internal.h"
 
-#define PL_DEFAULT_SLOTS 500
+#define PL_DEFAULT_SLOTS 500   /* least slots of the automatic grid (rotor's default) */
+#define PL_MAX_AUTO_SLOTS 4000
 /* Largest DP table we are willing to allocate. */
 #define PL_MAX_TABLE_BYTES ((size_t)256 << 20)
 
@@ -269,11 +270,21 @@ int remat_plan_create_ex(remat_plan **out, const remat_profile *profile, size_t 
     static const char *call = "remat_plan_create";
     if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
     *out = NULL;
-    int slots = opts && opts->mem_slots ? opts->mem_slots : PL_DEFAULT_SLOTS;
-    if (slots < 1) return rm_err(REMAT_EINVAL, "%s: mem_slots must be >= 1, got %d", call, slots);
+    int slots = opts ? opts->mem_slots : 0;
+    if (slots < 0) return rm_err(REMAT_EINVAL, "%s: mem_slots must be >= 0, got %d", call, slots);
     pl_model m;
     int rc = pl_model_init(&m, profile, call);
     if (rc) return rc;
+    if (slots == 0) {
+        /* Automatic: a finer grid wastes less of the budget to rounding;
+         * keep the tables under 64 MiB and the work under ~2e8 steps. */
+        double n_tri = (double)m.L * (m.L + 1) / 2, work = n_tri * m.L / 3;
+        double s_mem = (double)(64 << 20) / (n_tri * 12), s_time = 2e8 / work;
+        double s = s_mem < s_time ? s_mem : s_time;
+        slots = s > PL_MAX_AUTO_SLOTS ? PL_MAX_AUTO_SLOTS
+                : s < PL_DEFAULT_SLOTS ? PL_DEFAULT_SLOTS
+                                       : (int)s;
+    }
     uint64_t minpk = 0;
     pl_builder b = {0};
     rc = pl_min_peak(&m, &minpk, &b, call);
