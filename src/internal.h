@@ -100,6 +100,19 @@ static inline void *rm_ptr(const remat_tensor *t) {
 static inline void rm_bump_version(remat_tensor *t) {
     atomic_fetch_add(&t->storage->version, 1);
 }
+/* bf16 <-> f32 (storage-only dtype REMAT_BF16). f32 → bf16 rounds to
+ * nearest, ties to even; NaN stays NaN (quiet), infinities stay infinite. */
+static inline uint16_t rm_f32_to_bf16(float f) {
+    union { float f; uint32_t u; } v = {f};
+    if ((v.u & 0x7F800000u) == 0x7F800000u && (v.u & 0x007FFFFFu))
+        return (uint16_t)((v.u >> 16) | 0x0040u); /* NaN: keep it a (quiet) NaN */
+    uint32_t lsb = (v.u >> 16) & 1u;
+    return (uint16_t)((v.u + 0x7FFFu + lsb) >> 16);
+}
+static inline float rm_bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v = {(uint32_t)h << 16};
+    return v.f;
+}
 /* Formats "[2, 3]" into buf. */
 const char *rm_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
 /* Formats "'name' [2, 3] f32" or "[2, 3] f32". */
@@ -229,6 +242,78 @@ typedef void (*rm_op_observer_fn)(void *user_data, const char *op);
 void rm_set_op_observer(rm_op_observer_fn fn, void *user_data, rm_op_observer_fn *prev_fn,
                         void **prev_ud);
 void rm_op_enter(const char *op);
+
+/* ---- op interception (src/sac/intercept.c) ------------------------------------------
+ * Every public op is bracketed by rm_op_begin / rm_op_end (use RM_OP_RUN1 /
+ * RM_OP_RUN0 below) and saves its tensors with rm_op_save instead of
+ * rm_node_save. This is the one place where selective checkpointing
+ * (remat/selective.h) sees ops: the policy is asked in rm_op_begin, a
+ * cached op runs in skip mode and gets its saved tensors (rm_op_save) and
+ * outputs (rm_op_end) substituted by those of the original forward. Only
+ * top-level ops are intercepted (ops called by ops are not); the depth and
+ * the call site of the running top-level op are kept per thread for the
+ * residual report. */
+typedef struct rm_op_frame {
+    void *region;      /* intercepting selective-checkpoint region, or NULL */
+    bool counted;      /* depth was incremented (begin succeeded) */
+    bool top;          /* a top-level op */
+    bool prev_skip;    /* skip mode before this op (restored by rm_op_end) */
+    bool set_skip;     /* this frame turned skip mode on */
+    const char *prev_op;
+    void *prev_site;
+} rm_op_frame;
+/* Starts a public op. `site` is the caller's return address (RM_OP_SITE()),
+ * `tag` the name of a remat_tag op (NULL otherwise). On failure (a policy
+ * error, a cache miss) the op must return the status at once, without
+ * calling rm_op_end. */
+int rm_op_begin(rm_op_frame *f, const char *op, int n_in, remat_tensor *const *inputs, void *site,
+                const char *tag);
+/* Ends a public op with its status and its tensor outputs (NULL entries
+ * allowed). Never fails: problems found here are reported when the
+ * checkpoint's context exits. */
+void rm_op_end(rm_op_frame *f, int status, int n_out, remat_tensor *const *outs);
+/* rm_node_save as seen by selective checkpointing: ops save through this. */
+int rm_op_save(remat_node *n, int slot, remat_tensor *t);
+/* Name and call site of the top-level op running on this thread (NULL, and
+ * *site NULL, outside ops). site may be NULL. */
+const char *rm_op_current(void **site);
+/* Nesting depth of public ops on this thread (0 outside ops). */
+int rm_op_depth(void);
+
+#if defined(__GNUC__)
+#define RM_OP_SITE() __builtin_return_address(0)
+#else
+#define RM_OP_SITE() NULL
+#endif
+
+/* Body of a public op with one output `out` (remat_tensor **): runs `expr`
+ * (the op's implementation, which sets *out) between begin and end. The
+ * _AT forms take the call site from a helper's caller: pass RM_OP_SITE()
+ * from the public function. */
+#define RM_OP_RUN1_AT(site, name, out, n_in, ins, tag, expr)                                \
+    do {                                                                                    \
+        rm_op_frame rm_f_;                                                                  \
+        int rm_rc_ = rm_op_begin(&rm_f_, (name), (n_in), (ins), (site), (tag));              \
+        if (rm_rc_) {                                                                       \
+            if (out) *(out) = NULL;                                                         \
+            return rm_rc_;                                                                  \
+        }                                                                                   \
+        rm_rc_ = (expr);                                                                    \
+        rm_op_end(&rm_f_, rm_rc_, (out) && !rm_rc_ ? 1 : 0, (out));                          \
+        return rm_rc_;                                                                      \
+    } while (0)
+#define RM_OP_RUN1(name, out, n_in, ins, tag, expr)                                         \
+    RM_OP_RUN1_AT(RM_OP_SITE(), name, out, n_in, ins, tag, expr)
+/* Body of a public op without tensor outputs (the in-place ops). */
+#define RM_OP_RUN0_AT(site, name, n_in, ins, expr)                                          \
+    do {                                                                                    \
+        rm_op_frame rm_f_;                                                                  \
+        int rm_rc_ = rm_op_begin(&rm_f_, (name), (n_in), (ins), (site), NULL);               \
+        if (rm_rc_) return rm_rc_;                                                          \
+        rm_rc_ = (expr);                                                                    \
+        rm_op_end(&rm_f_, rm_rc_, 0, NULL);                                                 \
+        return rm_rc_;                                                                      \
+    } while (0)
 
 /* ---- allocator ------------------------------------------------------------------ */
 void *rm_device_alloc(remat_device device, size_t nbytes);

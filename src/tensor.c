@@ -14,6 +14,8 @@ size_t remat_dtype_size(remat_dtype dtype) {
     case REMAT_F32: return 4;
     case REMAT_F64: return 8;
     case REMAT_I64: return 8;
+    case REMAT_U8: return 1;
+    case REMAT_BF16: return 2;
     }
     return 0;
 }
@@ -23,6 +25,8 @@ const char *remat_dtype_name(remat_dtype dtype) {
     case REMAT_F32: return "f32";
     case REMAT_F64: return "f64";
     case REMAT_I64: return "i64";
+    case REMAT_U8: return "u8";
+    case REMAT_BF16: return "bf16";
     }
     return "?";
 }
@@ -369,9 +373,14 @@ static void fill_value(remat_tensor *t, double v) {
     } else if (t->dtype == REMAT_F64) {
         double *f = p;
         for (int64_t i = 0; i < n; i++) f[i] = v;
-    } else {
+    } else if (t->dtype == REMAT_I64) {
         int64_t *f = p;
         for (int64_t i = 0; i < n; i++) f[i] = (int64_t)v;
+    } else if (t->dtype == REMAT_U8) {
+        memset(p, (int)(uint8_t)(v > 0 ? (v < 255 ? v : 255) : 0), (size_t)n);
+    } else if (t->dtype == REMAT_BF16) {
+        uint16_t h = rm_f32_to_bf16((float)v), *f = p;
+        for (int64_t i = 0; i < n; i++) f[i] = h;
     }
 }
 
@@ -591,6 +600,8 @@ static double read_elem(const remat_tensor *t, int64_t off) {
     case REMAT_F32: return *(const float *)p;
     case REMAT_F64: return *(const double *)p;
     case REMAT_I64: return (double)*(const int64_t *)p;
+    case REMAT_U8: return (double)*(const uint8_t *)p;
+    case REMAT_BF16: return (double)rm_bf16_to_f32(*(const uint16_t *)p);
     }
     return 0;
 }
@@ -729,6 +740,35 @@ int rm_copy_into(remat_tensor *dst, const remat_tensor *src) {
     rm_iter_init(&base, dst->ndim, dst->shape, 2);
     memcpy(base.strides[0], dst->strides, sizeof(int64_t) * (size_t)dst->ndim);
     rm_broadcast_strides(src, dst->ndim, dst->shape, base.strides[1]);
+    if (dst->dtype > REMAT_I64 || src->dtype > REMAT_I64) {
+        /* storage-only dtypes (u8, bf16): element by element through double */
+        size_t des = remat_dtype_size(dst->dtype), ses = remat_dtype_size(src->dtype);
+        if (!des || !ses) return rm_err(REMAT_EDTYPE, "copy: unsupported dtypes");
+        char *d = (char *)dst->storage->data + (size_t)dst->offset * des;
+        const char *s = (const char *)src->storage->data + (size_t)src->offset * ses;
+        rm_iter it = base;
+        for (int64_t i = 0; i < n; i++) {
+            const char *sp = s + (size_t)it.off[1] * ses;
+            char *dp = d + (size_t)it.off[0] * des;
+            double v;
+            switch (src->dtype) {
+            case REMAT_F32: v = *(const float *)sp; break;
+            case REMAT_F64: v = *(const double *)sp; break;
+            case REMAT_I64: v = (double)*(const int64_t *)sp; break;
+            case REMAT_U8: v = *(const uint8_t *)sp; break;
+            default: v = rm_bf16_to_f32(*(const uint16_t *)sp); break;
+            }
+            switch (dst->dtype) {
+            case REMAT_F32: *(float *)dp = (float)v; break;
+            case REMAT_F64: *(double *)dp = v; break;
+            case REMAT_I64: *(int64_t *)dp = (int64_t)v; break;
+            case REMAT_U8: *(uint8_t *)dp = (uint8_t)(v > 0 ? (v < 255 ? v : 255) : 0); break;
+            default: *(uint16_t *)dp = rm_f32_to_bf16((float)v); break;
+            }
+            rm_iter_next(&it);
+        }
+        return REMAT_OK;
+    }
     switch (dst->dtype * 3 + src->dtype) {
     case REMAT_F32 * 3 + REMAT_F32: RM_COPY_CASE(float, float); break;
     case REMAT_F32 * 3 + REMAT_F64: RM_COPY_CASE(float, double); break;

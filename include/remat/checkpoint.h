@@ -138,8 +138,7 @@ typedef struct remat_checkpoint_options {
      * (non-reentrant; ignored by reentrant). Default on. Overridden by
      * remat_set_checkpoint_early_stop. Read when the forward runs. */
     int early_stop;
-    /* NULL: no contexts. Non-reentrant only (REMAT_EINVAL with reentrant
-     * and with debug). */
+    /* NULL: no contexts. Non-reentrant only (REMAT_EINVAL with reentrant). */
     remat_checkpoint_context_fn context_fn;
     void *context_fn_data;
     /* If set, called with user_data once the checkpoint no longer needs it:
@@ -166,7 +165,8 @@ typedef struct remat_checkpoint_options {
  *
  * Errors (every output NULL then, nothing leaked):
  *   REMAT_EINVAL   bad arguments; unknown determinism_check; context_fn or
- *                  debug with reentrant; debug together with context_fn.
+ *                  debug with reentrant. (Unlike P, debug combines with a
+ *                  context_fn, so traces cover selective regions.)
  *   REMAT_ESTATE   a device type that was not initialised when the forward
  *                  started was initialised by it while preserve_rng_state
  *                  is on (its RNG state could not be stashed).

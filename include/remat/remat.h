@@ -10,6 +10,9 @@
  *   remat/device.h      device types, the accounting allocator, RNG
  *   remat/ops.h         differentiable operations
  *   remat/autograd.h    backward, grad, hooks, saved-tensor hooks, custom functions
+ *   remat/selective.h   selective checkpointing policies, named residuals (remat_tag)
+ *   remat/report.h      residual reports: what is saved for backward, and where
+ *   remat/compress.h    bf16 and host-offload saved-tensor hooks
  *
  * Example: one SGD step of y = relu(x W^T + b), loss = mse(y, t).
  *
@@ -47,6 +50,9 @@
 #include "remat/autograd.h"
 #include "remat/checkpoint.h"
 #include "remat/planner.h"
+#include "remat/selective.h"
+#include "remat/report.h"
+#include "remat/compress.h"
 
 #define REMAT_VERSION_MAJOR 0
 #define REMAT_VERSION_MINOR 1

@@ -31,11 +31,22 @@ extern "C" {
 
 #define REMAT_MAX_DIMS 8
 
-typedef enum remat_dtype { REMAT_F32 = 0, REMAT_F64 = 1, REMAT_I64 = 2 } remat_dtype;
+/* REMAT_U8 and REMAT_BF16 are storage-only dtypes: they hold saved
+ * activations in compact form (1-bit masks packed 8 per byte, bf16 copies
+ * of f32 values; see remat/compress.h). Tensors of these dtypes can be
+ * created, copied and converted (remat_copy_to_buffer), but ops reject
+ * them (REMAT_EDTYPE). */
+typedef enum remat_dtype {
+    REMAT_F32 = 0,
+    REMAT_F64 = 1,
+    REMAT_I64 = 2,
+    REMAT_U8 = 3,
+    REMAT_BF16 = 4
+} remat_dtype;
 
 /* Size in bytes of one element of `dtype` (0 for an unknown dtype). */
 size_t remat_dtype_size(remat_dtype dtype);
-/* "f32", "f64", "i64" or "?". */
+/* "f32", "f64", "i64", "u8", "bf16" or "?". */
 const char *remat_dtype_name(remat_dtype dtype);
 
 /* A device: a registered device type (see remat/device.h; REMAT_CPU is 0)

@@ -340,7 +340,7 @@ int remat_set_requires_grad(remat_tensor *t, bool requires_grad) {
                       "only change requires_grad of leaves — use remat_detach",
                       rm_tensor_str(t, b, sizeof b), t->grad_fn->name);
     }
-    if (requires_grad && t->dtype == REMAT_I64)
+    if (requires_grad && t->dtype != REMAT_F32 && t->dtype != REMAT_F64)
         return rm_err(REMAT_EDTYPE,
                       "remat_set_requires_grad: only floating point tensors can require grad, "
                       "got %s", rm_tensor_str(t, b, sizeof b));

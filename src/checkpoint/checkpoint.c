@@ -85,10 +85,11 @@ static int resolve(const char *call, const remat_checkpoint_options *opts, ck_op
         if (o->context_fn || o->debug_explicit)
             return rm_err(REMAT_EINVAL, "%s: passing context_fn or debug is only supported when "
                           "use_reentrant = REMAT_OPT_FALSE", call);
-    } else if (o->debug && o->context_fn) {
-        return rm_err(REMAT_EINVAL, "%s: debug = true is incompatible with a non-default "
-                      "context_fn", call);
     }
+    /* P rejects debug with a non-default context_fn; remat allows it, so
+     * that debug traces cover selective-checkpointing regions too (ops
+     * served from the selective cache still report to the op observer, so
+     * forward and recompute traces line up op for op). */
     return REMAT_OK;
 }
 

@@ -308,7 +308,7 @@ out:
     return rc;
 }
 
-static int binary_op(ewop op, remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+static int binary_impl(ewop op, remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     const char *call = k_call_name[op];
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -344,8 +344,8 @@ static int binary_op(ewop op, remat_tensor **out, remat_tensor *a, remat_tensor 
                 bool save_a, save_b;
                 saves_needed(op, node->next[0].node != NULL, node->next[1].node != NULL,
                              &save_a, &save_b);
-                if (save_a) rc = rm_node_save(node, 0, a);
-                if (!rc && save_b) rc = rm_node_save(node, 1, b);
+                if (save_a) rc = rm_op_save(node, 0, a);
+                if (!rc && save_b) rc = rm_op_save(node, 1, b);
             }
             rm_node_release(node);
         }
@@ -357,18 +357,24 @@ static int binary_op(ewop op, remat_tensor **out, remat_tensor *a, remat_tensor 
     return rm_hand_out(out, y);
 }
 
+/* The public entry: interception bracket around binary_impl. */
+static int binary_op(ewop op, remat_tensor **out, remat_tensor *a, remat_tensor *b, void *site) {
+    remat_tensor *in[2] = {a, b};
+    RM_OP_RUN1_AT(site, k_call_name[op], out, 2, in, NULL, binary_impl(op, out, a, b));
+}
+
 int remat_add(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
-    return binary_op(RM_EW_ADD, out, a, b);
+    return binary_op(RM_EW_ADD, out, a, b, RM_OP_SITE());
 }
 int remat_sub(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
-    return binary_op(RM_EW_SUB, out, a, b);
+    return binary_op(RM_EW_SUB, out, a, b, RM_OP_SITE());
 }
 int remat_mul(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
-    return binary_op(RM_EW_MUL, out, a, b);
+    return binary_op(RM_EW_MUL, out, a, b, RM_OP_SITE());
 }
 int remat_div(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
-    return binary_op(RM_EW_DIV, out, a, b);
+    return binary_op(RM_EW_DIV, out, a, b, RM_OP_SITE());
 }
 int remat_pow(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
-    return binary_op(RM_EW_POW, out, a, b);
+    return binary_op(RM_EW_POW, out, a, b, RM_OP_SITE());
 }

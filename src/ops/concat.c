@@ -31,7 +31,7 @@ static int cat_backward(remat_node *node, remat_tensor *const *gout, remat_tenso
     return REMAT_OK;
 }
 
-int remat_cat(remat_tensor **out, int n, remat_tensor *const *tensors, int dim) {
+static int cat_impl(remat_tensor **out, int n, remat_tensor *const *tensors, int dim) {
     const char *call = "remat_cat";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -109,8 +109,8 @@ int remat_cat(remat_tensor **out, int n, remat_tensor *const *tensors, int dim) 
     return rm_hand_out(out, y);
 }
 
-int remat_split(remat_tensor **outs, int max_out, int *n_out, remat_tensor *a, int64_t split_size,
-                int dim) {
+static int split_impl(remat_tensor **outs, int max_out, int *n_out, remat_tensor *a,
+                      int64_t split_size, int dim) {
     const char *call = "remat_split";
     rm_op_enter(call);
     if (!outs || !n_out)
@@ -148,4 +148,27 @@ int remat_split(remat_tensor **outs, int max_out, int *n_out, remat_tensor *a, i
     for (int64_t k = 0; k < count; k++) rm_hand_out(&outs[k], outs[k]);
     *n_out = (int)count;
     return REMAT_OK;
+}
+
+/* ---- public entries: interception brackets (src/sac/intercept.c) ---------------------- */
+int remat_cat(remat_tensor **out, int n, remat_tensor *const *tensors, int dim) {
+    /* the policy sees the tensors themselves as the inputs */
+    RM_OP_RUN1("remat_cat", out, n > 0 && tensors ? n : 0, tensors, NULL,
+               cat_impl(out, n, tensors, dim));
+}
+
+int remat_split(remat_tensor **outs, int max_out, int *n_out, remat_tensor *a, int64_t split_size,
+                int dim) {
+    remat_tensor *in[1] = {a};
+    rm_op_frame f;
+    int rc = rm_op_begin(&f, "remat_split", 1, in, RM_OP_SITE(), NULL);
+    if (rc) {
+        if (n_out) *n_out = 0;
+        for (int i = 0; outs && i < max_out; i++) outs[i] = NULL;
+        return rc;
+    }
+    rc = split_impl(outs, max_out, n_out, a, split_size, dim);
+    /* the pieces are views of a: nothing to cache or substitute */
+    rm_op_end(&f, rc, rc == REMAT_OK ? *n_out : 0, outs);
+    return rc;
 }

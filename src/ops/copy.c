@@ -134,7 +134,7 @@ static int copy_op(const char *call, const char *node_name, remat_tensor **out, 
     return rm_hand_out(out, y);
 }
 
-int remat_clone(remat_tensor **out, remat_tensor *t) {
+static int clone_impl(remat_tensor **out, remat_tensor *t) {
     const char *call = "remat_clone";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -144,7 +144,7 @@ int remat_clone(remat_tensor **out, remat_tensor *t) {
     return copy_op(call, "CloneBackward", out, t, t->dtype, t->storage->device);
 }
 
-int remat_to_dtype(remat_tensor **out, remat_tensor *t, remat_dtype dtype) {
+static int to_dtype_impl(remat_tensor **out, remat_tensor *t, remat_dtype dtype) {
     const char *call = "remat_to_dtype";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -158,7 +158,7 @@ int remat_to_dtype(remat_tensor **out, remat_tensor *t, remat_dtype dtype) {
     return copy_op(call, "ToCopyBackward", out, t, dtype, t->storage->device);
 }
 
-int remat_to_device(remat_tensor **out, remat_tensor *t, remat_device device) {
+static int to_device_impl(remat_tensor **out, remat_tensor *t, remat_device device) {
     const char *call = "remat_to_device";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -169,4 +169,20 @@ int remat_to_device(remat_tensor **out, remat_tensor *t, remat_device device) {
     if (rc) return rm_err_prefix(rc, call);
     if (same_device(t->storage->device, device)) return rm_hand_out(out, remat_retain(t));
     return copy_op(call, "ToCopyBackward", out, t, t->dtype, device);
+}
+
+/* ---- public entries: interception brackets (src/sac/intercept.c) ---------------------- */
+int remat_clone(remat_tensor **out, remat_tensor *t) {
+    remat_tensor *in_[] = {t};
+    RM_OP_RUN1("remat_clone", out, 1, in_, NULL, clone_impl(out, t));
+}
+
+int remat_to_dtype(remat_tensor **out, remat_tensor *t, remat_dtype dtype) {
+    remat_tensor *in_[] = {t};
+    RM_OP_RUN1("remat_to_dtype", out, 1, in_, NULL, to_dtype_impl(out, t, dtype));
+}
+
+int remat_to_device(remat_tensor **out, remat_tensor *t, remat_device device) {
+    remat_tensor *in_[] = {t};
+    RM_OP_RUN1("remat_to_device", out, 1, in_, NULL, to_device_impl(out, t, device));
 }

@@ -233,9 +233,10 @@ static int64_t panel_edge(int64_t D, int t, int n) {
     return D >= 64 * (int64_t)n ? e / 16 * 16 : e;
 }
 
-/* Below this many multiply-adds a GEMM runs on one thread: the fork/join
- * and the thinner panels would cost more than the second core brings. */
-#define RM_GEMM_SPLIT_MIN (1 << 18)
+/* Below this many multiply-adds (about 100^3, ~20 us on one core) a GEMM
+ * runs on one thread: the fork/join and the thinner panels would cost about
+ * what the other cores bring. */
+#define RM_GEMM_SPLIT_MIN (1 << 20)
 
 #define BLAS_CALL(T, FN)                                                                       \
     /* true if OpenBLAS took the call */                                                       \

@@ -214,7 +214,7 @@ out:
 }
 
 /* ---- driver ----------------------------------------------------------------------------- */
-static int inplace_op(ipop op, remat_tensor *a, remat_tensor *b_in, double p) {
+static int inplace_impl(ipop op, remat_tensor *a, remat_tensor *b_in, double p) {
     const char *call = k_ip[op].call;
     rm_op_enter(call);
     bool has_b = op == IP_ADD || op == IP_MUL || op == IP_COPY;
@@ -263,13 +263,13 @@ static int inplace_op(ipop op, remat_tensor *a, remat_tensor *b_in, double p) {
             /* db = g * a_old: a is about to be overwritten, save a copy */
             if (need_b) {
                 rc = snapshot_copy(&a_old, a);
-                if (!rc) rc = rm_node_save(node, 0, a_old);
+                if (!rc) rc = rm_op_save(node, 0, a_old);
             }
             /* da = g * b: if b shares a's memory (mul_(x, x)) the write would
              * invalidate it, so save the pre-op copy instead */
             if (!rc && need_a) {
                 if (remat_shares_storage(a, b) && !a_old) rc = snapshot_copy(&b_old, b);
-                if (!rc) rc = rm_node_save(node, 1, remat_shares_storage(a, b)
+                if (!rc) rc = rm_op_save(node, 1, remat_shares_storage(a, b)
                                                         ? (b_old ? b_old : a_old) : b);
             }
             if (rc) goto fail;
@@ -303,7 +303,7 @@ static int inplace_op(ipop op, remat_tensor *a, remat_tensor *b_in, double p) {
          * rebase so that a failing pack hook leaves a's history intact
          * (a's data is modified all the same; the error is reported). */
         if (op == IP_RELU) {
-            rc = rm_node_save(node, 0, a);
+            rc = rm_op_save(node, 0, a);
             if (rc) goto fail;
         }
         rm_node_set_output(node, 0, a); /* rebase a's history onto the node */
@@ -321,11 +321,24 @@ fail:
     return rm_err_prefix(rc, call);
 }
 
-int remat_add_(remat_tensor *a, remat_tensor *b, double alpha) {
-    return inplace_op(IP_ADD, a, b, alpha);
+/* The public entry: interception bracket around inplace_impl (in-place ops
+ * are never served from a selective-checkpoint cache). */
+static int inplace_op(ipop op, remat_tensor *a, remat_tensor *b, double p, void *site) {
+    remat_tensor *in[2] = {a, b};
+    RM_OP_RUN0_AT(site, k_ip[op].call, b ? 2 : 1, in, inplace_impl(op, a, b, p));
 }
-int remat_mul_(remat_tensor *a, remat_tensor *b) { return inplace_op(IP_MUL, a, b, 0); }
-int remat_mul_scalar_(remat_tensor *a, double s) { return inplace_op(IP_MUL_SCALAR, a, NULL, s); }
-int remat_relu_(remat_tensor *a) { return inplace_op(IP_RELU, a, NULL, 0); }
-int remat_zero_(remat_tensor *a) { return inplace_op(IP_ZERO, a, NULL, 0); }
-int remat_copy_(remat_tensor *a, remat_tensor *src) { return inplace_op(IP_COPY, a, src, 0); }
+
+int remat_add_(remat_tensor *a, remat_tensor *b, double alpha) {
+    return inplace_op(IP_ADD, a, b, alpha, RM_OP_SITE());
+}
+int remat_mul_(remat_tensor *a, remat_tensor *b) {
+    return inplace_op(IP_MUL, a, b, 0, RM_OP_SITE());
+}
+int remat_mul_scalar_(remat_tensor *a, double s) {
+    return inplace_op(IP_MUL_SCALAR, a, NULL, s, RM_OP_SITE());
+}
+int remat_relu_(remat_tensor *a) { return inplace_op(IP_RELU, a, NULL, 0, RM_OP_SITE()); }
+int remat_zero_(remat_tensor *a) { return inplace_op(IP_ZERO, a, NULL, 0, RM_OP_SITE()); }
+int remat_copy_(remat_tensor *a, remat_tensor *src) {
+    return inplace_op(IP_COPY, a, src, 0, RM_OP_SITE());
+}

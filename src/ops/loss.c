@@ -105,7 +105,7 @@ static int check_i64(const char *call, const char *arg, const remat_tensor *t) {
     return rm_check_host(call, t);
 }
 
-int remat_embedding(remat_tensor **out, remat_tensor *weight, remat_tensor *indices) {
+static int embedding_impl(remat_tensor **out, remat_tensor *weight, remat_tensor *indices) {
     const char *call = "remat_embedding";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -164,7 +164,7 @@ int remat_embedding(remat_tensor **out, remat_tensor *weight, remat_tensor *indi
                 c->dim = D;
                 rm_node_set_ctx(node, c, NULL);
                 rm_node_set_output(node, 0, y);
-                rc = rm_node_save(node, 0, indices);
+                rc = rm_op_save(node, 0, indices);
             }
             rm_node_release(node);
         }
@@ -277,8 +277,8 @@ out:
     return rc;
 }
 
-int remat_cross_entropy(remat_tensor **out, remat_tensor *logits, remat_tensor *targets,
-                        int64_t ignore_index) {
+static int cross_entropy_impl(remat_tensor **out, remat_tensor *logits, remat_tensor *targets,
+                              int64_t ignore_index) {
     const char *call = "remat_cross_entropy";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -347,9 +347,9 @@ int remat_cross_entropy(remat_tensor **out, remat_tensor *logits, remat_tensor *
                 c->count = count;
                 rm_node_set_ctx(node, c, NULL);
                 rm_node_set_output(node, 0, y);
-                rc = rm_node_save(node, 0, logits);
-                if (!rc) rc = rm_node_save(node, 1, targets);
-                if (!rc) rc = rm_node_save(node, 2, lse);
+                rc = rm_op_save(node, 0, logits);
+                if (!rc) rc = rm_op_save(node, 1, targets);
+                if (!rc) rc = rm_op_save(node, 2, lse);
             }
             rm_node_release(node);
         }
@@ -447,7 +447,7 @@ out:
     return rc;
 }
 
-int remat_mse_loss(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+static int mse_loss_impl(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     const char *call = "remat_mse_loss";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -491,8 +491,8 @@ int remat_mse_loss(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
         rc = rm_node_new(&node, "MseLossBackward", mse_backward, 2, ins, 1, 2);
         if (rc == REMAT_OK) {
             rm_node_set_output(node, 0, y);
-            rc = rm_node_save(node, 0, a);
-            if (!rc) rc = rm_node_save(node, 1, b);
+            rc = rm_op_save(node, 0, a);
+            if (!rc) rc = rm_op_save(node, 1, b);
             rm_node_release(node);
         }
         if (rc) goto fail;
@@ -505,4 +505,22 @@ fail:
     remat_release(bc);
     remat_release(y);
     return rm_err_prefix(rc, call);
+}
+
+/* ---- public entries: interception brackets (src/sac/intercept.c) ---------------------- */
+int remat_embedding(remat_tensor **out, remat_tensor *weight, remat_tensor *indices) {
+    remat_tensor *in_[] = {weight, indices};
+    RM_OP_RUN1("remat_embedding", out, 2, in_, NULL, embedding_impl(out, weight, indices));
+}
+
+int remat_cross_entropy(remat_tensor **out, remat_tensor *logits, remat_tensor *targets,
+                        int64_t ignore_index) {
+    remat_tensor *in_[] = {logits, targets};
+    RM_OP_RUN1("remat_cross_entropy", out, 2, in_, NULL,
+               cross_entropy_impl(out, logits, targets, ignore_index));
+}
+
+int remat_mse_loss(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+    remat_tensor *in_[] = {a, b};
+    RM_OP_RUN1("remat_mse_loss", out, 2, in_, NULL, mse_loss_impl(out, a, b));
 }

@@ -189,15 +189,27 @@ static void mm_exec(remat_dtype dt, int nb, const int64_t *bshape, const mview *
     /* Small matrices (attention heads): one GEMM per thread, each on a
      * single thread, beats splitting every small GEMM. Not when C is shared
      * across the batch (accumulation), nor when the GEMM layer cannot be
-     * entered from a parallel region. */
+     * entered from a parallel region. (Two loops rather than one with an
+     * `if (par)` clause: a GEMM that opens its own parallel region from
+     * inside an inactive one gets a freshly created nested team from
+     * libgomp — about 2 ms per call.) */
     bool par = !acc && nbatch > 1 && (double)m * (double)n * (double)k < RM_BATCH_PAR_MAX &&
                rm_gemm_threading() == RM_GEMM_THREADS_OMP;
-#pragma omp parallel for schedule(static) if (par)
-    for (int64_t i = 0; i < nbatch; i++) {
+    if (par) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < nbatch; i++) {
+            rm_iter it = base;
+            rm_iter_seek(&it, i);
+            gemm_dt(dt, ta, tb, m, n, k, A->p + (size_t)it.off[0] * es, lda,
+                    B->p + (size_t)it.off[1] * es, ldb, beta, C->p + (size_t)it.off[2] * es, ldc);
+        }
+    } else {
         rm_iter it = base;
-        rm_iter_seek(&it, i);
-        gemm_dt(dt, ta, tb, m, n, k, A->p + (size_t)it.off[0] * es, lda,
-                B->p + (size_t)it.off[1] * es, ldb, beta, C->p + (size_t)it.off[2] * es, ldc);
+        for (int64_t i = 0; i < nbatch; i++) {
+            gemm_dt(dt, ta, tb, m, n, k, A->p + (size_t)it.off[0] * es, lda,
+                    B->p + (size_t)it.off[1] * es, ldb, beta, C->p + (size_t)it.off[2] * es, ldc);
+            rm_iter_next(&it);
+        }
     }
 }
 
@@ -316,7 +328,7 @@ out:
     return rc;
 }
 
-int remat_matmul(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+static int matmul_impl(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     static const char *call = "remat_matmul";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -364,8 +376,8 @@ int remat_matmul(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
             rm_node_set_ctx(node, c, NULL);
             rm_node_set_output(node, 0, y);
             /* each input is needed only for the other one's gradient */
-            if (node->next[1].node) rc = rm_node_save(node, 0, a);
-            if (!rc && node->next[0].node) rc = rm_node_save(node, 1, b);
+            if (node->next[1].node) rc = rm_op_save(node, 0, a);
+            if (!rc && node->next[0].node) rc = rm_op_save(node, 1, b);
         }
         rm_node_release(node);
         if (rc) goto fail;
@@ -386,10 +398,12 @@ typedef struct lin_ctx {
     int64_t out_f, in_f;
 } lin_ctx;
 
-/* y (rows, n) = bias (n) in every row, before the GEMM adds x·W^T (beta = 1) */
+/* y (rows, n) = bias (n) in every row, before the GEMM adds x·W^T (beta = 1).
+ * One thread: a single memcpy stream already runs at copy bandwidth, and
+ * this pass is ~1/(2·in_features) of the GEMM's time; a parallel region
+ * right before the GEMM would cost more in wake-ups than it saves. */
 static void fill_rows(void *y, const void *bias, int64_t rows, int64_t n, size_t es) {
     size_t row = (size_t)n * es;
-#pragma omp parallel for if (rows * n > RM_OMP_MIN)
     for (int64_t r = 0; r < rows; r++) memcpy((char *)y + (size_t)r * row, bias, row);
 }
 
@@ -483,7 +497,8 @@ out:
     return rc;
 }
 
-int remat_linear(remat_tensor **out, remat_tensor *x, remat_tensor *weight, remat_tensor *bias) {
+static int linear_impl(remat_tensor **out, remat_tensor *x, remat_tensor *weight,
+                       remat_tensor *bias) {
     static const char *call = "remat_linear";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -559,8 +574,8 @@ int remat_linear(remat_tensor **out, remat_tensor *x, remat_tensor *weight, rema
             rm_node_set_ctx(node, c, NULL);
             rm_node_set_output(node, 0, y);
             /* x is needed only for dW, weight only for dx; bias for nothing */
-            if (node->next[1].node) rc = rm_node_save(node, 0, x);
-            if (!rc && node->next[0].node) rc = rm_node_save(node, 1, weight);
+            if (node->next[1].node) rc = rm_op_save(node, 0, x);
+            if (!rc && node->next[0].node) rc = rm_op_save(node, 1, weight);
         }
         rm_node_release(node);
         if (rc) goto fail;
@@ -572,4 +587,15 @@ fail:
     remat_release(bc);
     remat_release(y);
     return rm_err_prefix(rc, call);
+}
+
+/* ---- public entries: interception brackets (src/sac/intercept.c) ---------------------- */
+int remat_matmul(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+    remat_tensor *in[2] = {a, b};
+    RM_OP_RUN1("remat_matmul", out, 2, in, NULL, matmul_impl(out, a, b));
+}
+
+int remat_linear(remat_tensor **out, remat_tensor *x, remat_tensor *weight, remat_tensor *bias) {
+    remat_tensor *in[3] = {x, weight, bias};
+    RM_OP_RUN1("remat_linear", out, 3, in, NULL, linear_impl(out, x, weight, bias));
 }

@@ -300,7 +300,7 @@ static int softmax_impl(const char *call, bool log_out, remat_tensor **out, rema
                 c->log_out = log_out;
                 rm_node_set_ctx(node, c, NULL);
                 rm_node_set_output(node, 0, y);
-                rc = rm_node_save(node, 0, y);
+                rc = rm_op_save(node, 0, y);
             }
             rm_node_release(node);
         }
@@ -313,11 +313,15 @@ static int softmax_impl(const char *call, bool log_out, remat_tensor **out, rema
 }
 
 int remat_softmax(remat_tensor **out, remat_tensor *a, int dim) {
-    return softmax_impl("remat_softmax", false, out, a, dim);
+    remat_tensor *in[1] = {a};
+    RM_OP_RUN1("remat_softmax", out, 1, in, NULL,
+               softmax_impl("remat_softmax", false, out, a, dim));
 }
 
 int remat_log_softmax(remat_tensor **out, remat_tensor *a, int dim) {
-    return softmax_impl("remat_log_softmax", true, out, a, dim);
+    remat_tensor *in[1] = {a};
+    RM_OP_RUN1("remat_log_softmax", out, 1, in, NULL,
+               softmax_impl("remat_log_softmax", true, out, a, dim));
 }
 
 /* ---- layer_norm ------------------------------------------------------------------------- */
@@ -520,8 +524,8 @@ static int check_param(const char *call, const char *arg, remat_tensor *p, remat
     return REMAT_OK;
 }
 
-int remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
-                     remat_tensor *bias, double eps) {
+static int layer_norm_impl(remat_tensor **out, remat_tensor *x, int n_norm,
+                           remat_tensor *weight, remat_tensor *bias, double eps) {
     const char *call = "remat_layer_norm";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -574,10 +578,10 @@ int remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tens
                 memcpy(c->norm_shape, x->shape + lead, sizeof(int64_t) * (size_t)n_norm);
                 rm_node_set_ctx(node, c, NULL);
                 rm_node_set_output(node, 0, y);
-                rc = rm_node_save(node, 0, x);
-                if (!rc) rc = rm_node_save(node, 1, weight);
-                if (!rc) rc = rm_node_save(node, 2, mean);
-                if (!rc) rc = rm_node_save(node, 3, rstd);
+                rc = rm_op_save(node, 0, x);
+                if (!rc) rc = rm_op_save(node, 1, weight);
+                if (!rc) rc = rm_op_save(node, 2, mean);
+                if (!rc) rc = rm_op_save(node, 3, rstd);
             }
             rm_node_release(node);
         }
@@ -631,24 +635,32 @@ static inline uint32_t nn_keep_threshold(double p) {
     return t > 16777216.0 ? 16777217u : (uint32_t)t;
 }
 
-#define DROPOUT_CHUNK 4096 /* Philox blocks per parallel task */
+#define DROPOUT_CHUNK 4096 /* Philox blocks per parallel task (an even number: see below) */
+/* Lean saves: the mask kept for backward is one bit per element (bit i of
+ * byte i / 8: element i was kept), plus the scale in the node's context,
+ * instead of a tensor of x's size holding 0 or scale. Block j's 4 bits are
+ * nibble j % 2 of byte j / 2; chunks start at even blocks, so every thread
+ * writes its own bytes. */
 #define DROPOUT_KERNELS(T)                                                                    \
     /* Full blocks [j0, j1): element i keeps iff word i%4 of block counter + i/4 passes the  \
-     * threshold; y = x * scale where kept, else 0; mask (may be NULL) gets scale or 0. A    \
+     * threshold; y = x * scale where kept, else 0; bits (may be NULL) get the keep bits. A  \
      * separate function with restrict pointers (OpenMP outlining drops them), one loop per  \
      * mask case, so the Philox rounds vectorise across blocks. */                           \
-    static void dropout_blocks_##T(const T *restrict x, T *restrict y, T *restrict mask,      \
+    static void dropout_blocks_##T(const T *restrict x, T *restrict y, uint8_t *restrict bits,\
                                    int64_t j0, int64_t j1, uint32_t thr, T scale,             \
                                    uint32_t k0, uint32_t k1, uint64_t counter) {              \
-        if (mask) {                                                                           \
+        if (bits) {                                                                           \
             for (int64_t j = j0; j < j1; j++) {                                               \
                 uint32_t r[4];                                                                \
                 nn_philox(k0, k1, counter + (uint64_t)j, r);                                  \
+                unsigned nib = 0;                                                             \
                 for (int k = 0; k < 4; k++) {                                                 \
-                    T m = (r[k] >> 8) >= thr ? scale : (T)0;                                  \
-                    mask[4 * j + k] = m;                                                      \
-                    y[4 * j + k] = x[4 * j + k] * m;                                          \
+                    bool keep = (r[k] >> 8) >= thr;                                           \
+                    nib |= (unsigned)keep << k;                                               \
+                    y[4 * j + k] = x[4 * j + k] * (keep ? scale : (T)0);                      \
                 }                                                                             \
+                if (j & 1) bits[j >> 1] = (uint8_t)(bits[j >> 1] | (nib << 4));              \
+                else bits[j >> 1] = (uint8_t)nib;                                             \
             }                                                                                 \
         } else {                                                                              \
             for (int64_t j = j0; j < j1; j++) {                                               \
@@ -659,7 +671,7 @@ static inline uint32_t nn_keep_threshold(double p) {
             }                                                                                 \
         }                                                                                     \
     }                                                                                         \
-    static void dropout_fwd_##T(const T *restrict x, T *restrict y, T *restrict mask,         \
+    static void dropout_fwd_##T(const T *restrict x, T *restrict y, uint8_t *restrict bits,   \
                                 int64_t n, uint32_t thr, T scale, const uint32_t key[2],      \
                                 uint64_t counter) {                                           \
         int64_t nfull = n / 4, nch = (nfull + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;             \
@@ -668,29 +680,42 @@ static inline uint32_t nn_keep_threshold(double p) {
         for (int64_t c = 0; c < nch; c++) {                                                   \
             int64_t j0 = c * DROPOUT_CHUNK;                                                   \
             int64_t j1 = j0 + DROPOUT_CHUNK < nfull ? j0 + DROPOUT_CHUNK : nfull;             \
-            dropout_blocks_##T(x, y, mask, j0, j1, thr, scale, k0, k1, counter);              \
+            dropout_blocks_##T(x, y, bits, j0, j1, thr, scale, k0, k1, counter);              \
         }                                                                                     \
         if (nfull * 4 < n) { /* the last, partial block */                                   \
             uint32_t r[4];                                                                    \
             nn_philox(k0, k1, counter + (uint64_t)nfull, r);                                  \
+            unsigned nib = 0;                                                                 \
             for (int64_t i = nfull * 4; i < n; i++) {                                         \
-                T m = (r[i - nfull * 4] >> 8) >= thr ? scale : (T)0;                          \
-                if (mask) mask[i] = m;                                                        \
-                y[i] = x[i] * m;                                                              \
+                bool keep = (r[i - nfull * 4] >> 8) >= thr;                                   \
+                nib |= (unsigned)keep << (i - nfull * 4);                                     \
+                y[i] = x[i] * (keep ? scale : (T)0);                                          \
+            }                                                                                 \
+            if (bits) {                                                                       \
+                if (nfull & 1) bits[nfull >> 1] = (uint8_t)(bits[nfull >> 1] | (nib << 4));   \
+                else bits[nfull >> 1] = (uint8_t)nib;                                         \
             }                                                                                 \
         }                                                                                     \
     }                                                                                         \
-    static void mul_##T(const T *restrict a, const T *restrict b, T *restrict y, int64_t n) { \
-        _Pragma("omp parallel for simd if (n > 65536)")                                       \
-        for (int64_t i = 0; i < n; i++) y[i] = a[i] * b[i];                                   \
+    /* dx = g * (kept ? scale : 0): the same products as g * mask with the full mask */      \
+    static void dropout_bwd_##T(const T *restrict g, const uint8_t *restrict bits, T scale,   \
+                                T *restrict dx, int64_t n) {                                  \
+        _Pragma("omp parallel for if (n > 65536)")                                            \
+        for (int64_t i = 0; i < n; i++)                                                       \
+            dx[i] = g[i] * ((bits[i >> 3] >> (i & 7)) & 1u ? scale : (T)0);                   \
     }
 
 DROPOUT_KERNELS(f32)
 DROPOUT_KERNELS(f64)
 
-/* saved: 0 = mask (x's shape and dtype, 0 or 1/(1-p)) */
+/* saved: 0 = keep bits (u8, ceil(n / 8) bytes); ctx: p */
+typedef struct dropout_ctx {
+    double p;
+} dropout_ctx;
+
 static int dropout_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
+    const dropout_ctx *c = node->ctx;
     remat_tensor *ms = NULL, *m = NULL, *g = NULL, *dx = NULL;
     int rc = rm_node_unpack(node, 0, &ms);
     if (rc) return rc;
@@ -700,12 +725,22 @@ static int dropout_backward(remat_node *node, remat_tensor *const *gout, remat_t
     }
     rc = rm_contig(&m, ms);
     if (!rc) rc = rm_contig(&g, gout[0]);
-    if (!rc) rc = rm_new_output(&dx, m->ndim, m->shape, m->dtype, m->storage->device);
+    if (rc) goto out;
+    int64_t n = remat_numel(g);
+    if (m->dtype != REMAT_U8 || remat_numel(m) != (n + 7) / 8) {
+        char b1[200], b2[200];
+        rc = rm_err(REMAT_ESTATE, "%s: the saved mask %s does not match the gradient %s",
+                    node->name, rm_tensor_str(m, b1, sizeof b1), rm_tensor_str(g, b2, sizeof b2));
+        goto out;
+    }
+    rc = rm_new_output(&dx, g->ndim, g->shape, g->dtype, g->storage->device);
     if (rc) goto out;
     if (rm_ptr(dx) && rm_ptr(g) && rm_ptr(m)) {
-        int64_t n = remat_numel(m);
-        if (m->dtype == REMAT_F32) mul_f32(rm_ptr(g), rm_ptr(m), rm_ptr(dx), n);
-        else mul_f64(rm_ptr(g), rm_ptr(m), rm_ptr(dx), n);
+        /* the scale exactly as the forward computed it */
+        if (g->dtype == REMAT_F32)
+            dropout_bwd_f32(rm_ptr(g), rm_ptr(m), (f32)(1.0 / (1.0 - c->p)), rm_ptr(dx), n);
+        else
+            dropout_bwd_f64(rm_ptr(g), rm_ptr(m), 1.0 / (1.0 - c->p), rm_ptr(dx), n);
     }
     gin[0] = dx;
     dx = NULL;
@@ -717,7 +752,7 @@ out:
     return rc;
 }
 
-int remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool train) {
+static int dropout_impl(remat_tensor **out, remat_tensor *x, double p, bool train) {
     const char *call = "remat_dropout";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -743,13 +778,13 @@ int remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool train) {
     remat_tensor *xc = NULL, *y = NULL, *mask = NULL;
     rc = rm_contig(&xc, x);
     if (!rc) rc = rm_new_output(&y, x->ndim, x->shape, x->dtype, dev);
-    if (!rc && grad) rc = rm_new_output(&mask, x->ndim, x->shape, x->dtype, dev);
+    int64_t mask_bytes = (n + 7) / 8;
+    if (!rc && grad) rc = rm_new_output(&mask, 1, &mask_bytes, REMAT_U8, dev);
     if (rc) goto fail;
     if (rm_ptr(xc) && rm_ptr(y) && (!mask || rm_ptr(mask))) {
         if (p >= 1.0) { /* everything dropped, no draw (as PyTorch) */
-            size_t nb = (size_t)n * remat_dtype_size(x->dtype);
-            memset(rm_ptr(y), 0, nb);
-            if (mask) memset(rm_ptr(mask), 0, nb);
+            memset(rm_ptr(y), 0, (size_t)n * remat_dtype_size(x->dtype));
+            if (mask) memset(rm_ptr(mask), 0, (size_t)mask_bytes);
         } else if (x->dtype == REMAT_F32) {
             dropout_fwd_f32(rm_ptr(xc), rm_ptr(y), mask ? rm_ptr(mask) : NULL, n,
                             nn_keep_threshold(p), (f32)(1.0 / (1.0 - p)), key, counter);
@@ -762,8 +797,15 @@ int remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool train) {
         remat_node *node;
         rc = rm_node_new(&node, "DropoutBackward", dropout_backward, 1, &x, 1, 1);
         if (rc == REMAT_OK) {
-            rm_node_set_output(node, 0, y);
-            rc = rm_node_save(node, 0, mask);
+            dropout_ctx *c = malloc(sizeof *c);
+            if (!c) {
+                rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+            } else {
+                c->p = p;
+                rm_node_set_ctx(node, c, NULL);
+                rm_node_set_output(node, 0, y);
+                rc = rm_op_save(node, 0, mask);
+            }
             rm_node_release(node);
         }
         if (rc) goto fail;
@@ -776,4 +818,17 @@ fail:
     remat_release(y);
     remat_release(mask);
     return rm_err_prefix(rc, call);
+}
+
+/* ---- public entries: interception brackets (src/sac/intercept.c) ---------------------- */
+int remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
+                     remat_tensor *bias, double eps) {
+    remat_tensor *in[3] = {x, weight, bias};
+    RM_OP_RUN1("remat_layer_norm", out, 3, in, NULL,
+               layer_norm_impl(out, x, n_norm, weight, bias, eps));
+}
+
+int remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool train) {
+    remat_tensor *in[1] = {x};
+    RM_OP_RUN1("remat_dropout", out, 1, in, NULL, dropout_impl(out, x, p, train));
 }

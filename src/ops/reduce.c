@@ -493,15 +493,21 @@ static int sum_impl(const char *call, bool mean, remat_tensor **out, remat_tenso
 }
 
 int remat_sum(remat_tensor **out, remat_tensor *a, int n_dims, const int *dims, bool keepdim) {
-    return sum_impl("remat_sum", false, out, a, n_dims, dims, keepdim);
+    remat_tensor *in[1] = {a};
+    RM_OP_RUN1("remat_sum", out, 1, in, NULL,
+               sum_impl("remat_sum", false, out, a, n_dims, dims, keepdim));
 }
 
 int remat_mean(remat_tensor **out, remat_tensor *a, int n_dims, const int *dims, bool keepdim) {
-    return sum_impl("remat_mean", true, out, a, n_dims, dims, keepdim);
+    remat_tensor *in[1] = {a};
+    RM_OP_RUN1("remat_mean", out, 1, in, NULL,
+               sum_impl("remat_mean", true, out, a, n_dims, dims, keepdim));
 }
 
 int remat_sum_all(remat_tensor **out, remat_tensor *a) {
-    return sum_impl("remat_sum_all", false, out, a, 0, NULL, false);
+    remat_tensor *in[1] = {a};
+    RM_OP_RUN1("remat_sum_all", out, 1, in, NULL,
+               sum_impl("remat_sum_all", false, out, a, 0, NULL, false));
 }
 
 /* ---- max ------------------------------------------------------------------------------------- */
@@ -552,7 +558,8 @@ out:
     return rc;
 }
 
-int remat_max(remat_tensor **out, remat_tensor **indices, remat_tensor *a, int dim, bool keepdim) {
+static int max_impl(remat_tensor **out, remat_tensor **indices, remat_tensor *a, int dim,
+                    bool keepdim) {
     const char *call = "remat_max";
     rm_op_enter(call);
     if (indices) *indices = NULL;
@@ -603,7 +610,7 @@ int remat_max(remat_tensor **out, remat_tensor **indices, remat_tensor *a, int d
                 c->dim = d;
                 rm_node_set_ctx(node, c, NULL);
                 rm_node_set_output(node, 0, y);
-                rc = rm_node_save(node, 0, ix);
+                rc = rm_op_save(node, 0, ix);
             }
             rm_node_release(node);
         }
@@ -617,4 +624,21 @@ int remat_max(remat_tensor **out, remat_tensor **indices, remat_tensor *a, int d
     if (indices) rm_hand_out(indices, ix);
     else remat_release(ix);
     return REMAT_OK;
+}
+
+/* The public entry: interception bracket with both outputs. */
+int remat_max(remat_tensor **out, remat_tensor **indices, remat_tensor *a, int dim, bool keepdim) {
+    remat_tensor *in[1] = {a};
+    rm_op_frame f;
+    int rc = rm_op_begin(&f, "remat_max", 1, in, RM_OP_SITE(), NULL);
+    if (rc) {
+        if (out) *out = NULL;
+        if (indices) *indices = NULL;
+        return rc;
+    }
+    rc = max_impl(out, indices, a, dim, keepdim);
+    remat_tensor *outs[2] = {rc == REMAT_OK && out ? *out : NULL,
+                             rc == REMAT_OK && indices ? *indices : NULL};
+    rm_op_end(&f, rc, 2, outs);
+    return rc;
 }

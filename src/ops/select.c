@@ -118,6 +118,8 @@ static void sel_run(remat_tensor *y, remat_tensor *cond, remat_tensor *a, double
     case REMAT_F64:
         if (f32) SEL_LOOP(float, double); else SEL_LOOP(double, double);
         break;
+    default: /* storage-only dtypes never get here (rejected by the checks) */
+        break;
     }
 }
 
@@ -134,7 +136,11 @@ static int check_cond(const char *call, const char *arg, const remat_tensor *c) 
     int rc = rm_check_tensor(call, arg, c);
     if (!rc) rc = rm_check_host(call, c);
     if (rc) return rc;
-    if (!remat_dtype_size(c->dtype)) return rm_err(REMAT_EDTYPE, "%s: '%s' has a bad dtype", call, arg);
+    if (c->dtype != REMAT_I64 && c->dtype != REMAT_F32 && c->dtype != REMAT_F64) {
+        char b[200];
+        return rm_err(REMAT_EDTYPE, "%s: '%s' must be i64, f32 or f64, got %s", call, arg,
+                      rm_tensor_str(c, b, sizeof b));
+    }
     return REMAT_OK;
 }
 
@@ -149,7 +155,7 @@ static int masked_fill_backward(remat_node *node, remat_tensor *const *gout, rem
     return rc;
 }
 
-int remat_masked_fill(remat_tensor **out, remat_tensor *a, remat_tensor *mask, double value) {
+static int masked_fill_impl(remat_tensor **out, remat_tensor *a, remat_tensor *mask, double value) {
     const char *call = "remat_masked_fill";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -176,7 +182,7 @@ int remat_masked_fill(remat_tensor **out, remat_tensor *a, remat_tensor *mask, d
         rc = rm_node_new(&node, "MaskedFillBackward", masked_fill_backward, 1, &a, 1, 1);
         if (rc == REMAT_OK) {
             rm_node_set_output(node, 0, y);
-            rc = rm_node_save(node, 0, mask);
+            rc = rm_op_save(node, 0, mask);
             rm_node_release(node);
         }
         if (rc) {
@@ -209,7 +215,7 @@ static int where_backward(remat_node *node, remat_tensor *const *gout, remat_ten
     return rc;
 }
 
-int remat_where(remat_tensor **out, remat_tensor *cond, remat_tensor *a, remat_tensor *b) {
+static int where_impl(remat_tensor **out, remat_tensor *cond, remat_tensor *a, remat_tensor *b) {
     const char *call = "remat_where";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -244,7 +250,7 @@ int remat_where(remat_tensor **out, remat_tensor *cond, remat_tensor *a, remat_t
                 memcpy(cx->sb, b->shape, sizeof cx->sb);
                 rm_node_set_ctx(node, cx, NULL);
                 rm_node_set_output(node, 0, y);
-                rc = rm_node_save(node, 0, cond);
+                rc = rm_op_save(node, 0, cond);
             }
             rm_node_release(node);
         }
@@ -254,4 +260,15 @@ int remat_where(remat_tensor **out, remat_tensor *cond, remat_tensor *a, remat_t
         }
     }
     return rm_hand_out(out, y);
+}
+
+/* ---- public entries: interception brackets (src/sac/intercept.c) ---------------------- */
+int remat_masked_fill(remat_tensor **out, remat_tensor *a, remat_tensor *mask, double value) {
+    remat_tensor *in_[] = {a, mask};
+    RM_OP_RUN1("remat_masked_fill", out, 2, in_, NULL, masked_fill_impl(out, a, mask, value));
+}
+
+int remat_where(remat_tensor **out, remat_tensor *cond, remat_tensor *a, remat_tensor *b) {
+    remat_tensor *in_[] = {cond, a, b};
+    RM_OP_RUN1("remat_where", out, 3, in_, NULL, where_impl(out, cond, a, b));
 }

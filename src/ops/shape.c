@@ -274,15 +274,19 @@ static int reshape_impl(remat_tensor **out, remat_tensor *a, int ndim, const int
 }
 
 int remat_reshape(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
-    return reshape_impl(out, a, ndim, shape, true, "remat_reshape");
+    remat_tensor *in[1] = {a};
+    RM_OP_RUN1("remat_reshape", out, 1, in, NULL,
+               reshape_impl(out, a, ndim, shape, true, "remat_reshape"));
 }
 
 int remat_view(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
-    return reshape_impl(out, a, ndim, shape, false, "remat_view");
+    remat_tensor *in[1] = {a};
+    RM_OP_RUN1("remat_view", out, 1, in, NULL,
+               reshape_impl(out, a, ndim, shape, false, "remat_view"));
 }
 
 /* ---- transpose / permute ------------------------------------------------------------- */
-int remat_transpose(remat_tensor **out, remat_tensor *a, int dim0, int dim1) {
+static int transpose_impl(remat_tensor **out, remat_tensor *a, int dim0, int dim1) {
     const char *call = "remat_transpose";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -311,7 +315,7 @@ int remat_transpose(remat_tensor **out, remat_tensor *a, int dim0, int dim1) {
     return finish(out, y, a, "TransposeBackward", transpose_backward, &c, call);
 }
 
-int remat_permute(remat_tensor **out, remat_tensor *a, int ndim, const int *perm) {
+static int permute_impl(remat_tensor **out, remat_tensor *a, int ndim, const int *perm) {
     const char *call = "remat_permute";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -346,8 +350,8 @@ int remat_permute(remat_tensor **out, remat_tensor *a, int ndim, const int *perm
 }
 
 /* ---- slice ------------------------------------------------------------------------------ */
-int remat_slice(remat_tensor **out, remat_tensor *a, int dim, int64_t start, int64_t end,
-                int64_t step) {
+static int slice_impl(remat_tensor **out, remat_tensor *a, int dim, int64_t start, int64_t end,
+                      int64_t step) {
     const char *call = "remat_slice";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -390,7 +394,7 @@ int remat_slice(remat_tensor **out, remat_tensor *a, int dim, int64_t start, int
 }
 
 /* ---- expand ------------------------------------------------------------------------------- */
-int remat_expand(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
+static int expand_impl(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
     const char *call = "remat_expand";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -438,7 +442,7 @@ int remat_expand(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *s
 }
 
 /* ---- squeeze / unsqueeze -------------------------------------------------------------------- */
-int remat_unsqueeze(remat_tensor **out, remat_tensor *a, int dim) {
+static int unsqueeze_impl(remat_tensor **out, remat_tensor *a, int dim) {
     const char *call = "remat_unsqueeze";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -472,7 +476,7 @@ int remat_unsqueeze(remat_tensor **out, remat_tensor *a, int dim) {
     return finish(out, y, a, "UnsqueezeBackward", reshape_backward, &c, call);
 }
 
-int remat_squeeze(remat_tensor **out, remat_tensor *a, int dim) {
+static int squeeze_impl(remat_tensor **out, remat_tensor *a, int dim) {
     const char *call = "remat_squeeze";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -498,7 +502,7 @@ int remat_squeeze(remat_tensor **out, remat_tensor *a, int dim) {
 }
 
 /* ---- contiguous ------------------------------------------------------------------------------- */
-int remat_contiguous(remat_tensor **out, remat_tensor *a) {
+static int contiguous_impl(remat_tensor **out, remat_tensor *a) {
     const char *call = "remat_contiguous";
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -514,4 +518,41 @@ int remat_contiguous(remat_tensor **out, remat_tensor *a) {
     shape_ctx c;
     ctx_from_input(&c, a);
     return finish(out, y, a, "CloneBackward", identity_backward, &c, call);
+}
+
+/* ---- public entries: interception brackets (src/sac/intercept.c) ---------------------- */
+int remat_transpose(remat_tensor **out, remat_tensor *a, int dim0, int dim1) {
+    remat_tensor *in_[] = {a};
+    RM_OP_RUN1("remat_transpose", out, 1, in_, NULL, transpose_impl(out, a, dim0, dim1));
+}
+
+int remat_permute(remat_tensor **out, remat_tensor *a, int ndim, const int *perm) {
+    remat_tensor *in_[] = {a};
+    RM_OP_RUN1("remat_permute", out, 1, in_, NULL, permute_impl(out, a, ndim, perm));
+}
+
+int remat_slice(remat_tensor **out, remat_tensor *a, int dim, int64_t start, int64_t end,
+                int64_t step) {
+    remat_tensor *in_[] = {a};
+    RM_OP_RUN1("remat_slice", out, 1, in_, NULL, slice_impl(out, a, dim, start, end, step));
+}
+
+int remat_expand(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
+    remat_tensor *in_[] = {a};
+    RM_OP_RUN1("remat_expand", out, 1, in_, NULL, expand_impl(out, a, ndim, shape));
+}
+
+int remat_unsqueeze(remat_tensor **out, remat_tensor *a, int dim) {
+    remat_tensor *in_[] = {a};
+    RM_OP_RUN1("remat_unsqueeze", out, 1, in_, NULL, unsqueeze_impl(out, a, dim));
+}
+
+int remat_squeeze(remat_tensor **out, remat_tensor *a, int dim) {
+    remat_tensor *in_[] = {a};
+    RM_OP_RUN1("remat_squeeze", out, 1, in_, NULL, squeeze_impl(out, a, dim));
+}
+
+int remat_contiguous(remat_tensor **out, remat_tensor *a) {
+    remat_tensor *in_[] = {a};
+    RM_OP_RUN1("remat_contiguous", out, 1, in_, NULL, contiguous_impl(out, a));
 }

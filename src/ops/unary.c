@@ -4,7 +4,11 @@
  * dx = g * f'(.) reading either the saved input x or the saved output y
  * (whichever f' needs; y is preferred as it is often needed anyway).
  * x is made contiguous first; the kernels are flat loops the compiler
- * vectorises, split across OpenMP threads. */
+ * vectorises, split across OpenMP threads.
+ *
+ * Lean saves: relu keeps a 1-bit mask (y > 0, packed 8 per byte into a u8
+ * tensor) instead of y, so its saved bytes are 1/32 of an f32 output (1/64
+ * of f64); the gradient g * [y > 0] is bitwise the same. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +139,32 @@ UNARY_FWD(double, exp, log, sqrt, tanh, erf, pow)
 UNARY_BWD(float, rm_expf_v, rm_tanhf_v, erff, powf)
 UNARY_BWD(double, exp, tanh, erf, pow)
 
+/* Bit-packed relu mask: bit i of m (byte i / 8, bit i % 8) is y[i] > 0. */
+#define RELU_MASK(T)                                                                         \
+    static void relu_mask_##T(const T *restrict y, uint8_t *restrict m, int64_t n) {         \
+        int64_t nb = n / 8;                                                                  \
+        _Pragma("omp parallel for if (n > 65536)")                                           \
+        for (int64_t b = 0; b < nb; b++) {                                                   \
+            const T *p = y + 8 * b;                                                          \
+            unsigned v = 0;                                                                  \
+            for (int k = 0; k < 8; k++) v |= (unsigned)(p[k] > 0) << k;                      \
+            m[b] = (uint8_t)v;                                                               \
+        }                                                                                    \
+        if (nb * 8 < n) {                                                                    \
+            unsigned v = 0;                                                                  \
+            for (int64_t i = nb * 8; i < n; i++) v |= (unsigned)(y[i] > 0) << (i - nb * 8);  \
+            m[nb] = (uint8_t)v;                                                              \
+        }                                                                                    \
+    }                                                                                        \
+    /* dx = bit i ? g : 0 — the same values as (y > 0 ? g : 0) */                          \
+    static void relu_mask_bwd_##T(const T *restrict g, const uint8_t *restrict m,            \
+                                  T *restrict dx, int64_t n) {                               \
+        _Pragma("omp parallel for if (n > 65536)")                                           \
+        for (int64_t i = 0; i < n; i++) dx[i] = (m[i >> 3] >> (i & 7)) & 1u ? g[i] : (T)0;    \
+    }
+RELU_MASK(float)
+RELU_MASK(double)
+
 typedef struct uctx {
     uop op;
     double p;
@@ -158,7 +188,18 @@ static int unary_backward(remat_node *node, remat_tensor *const *gout, remat_ten
     rc = rm_new_output(&dx, g->ndim, g->shape, g->dtype, g->storage->device);
     if (rc) goto out;
     int64_t n = remat_numel(g);
-    if (rm_ptr(dx)) {
+    if (c->op == U_RELU) {
+        /* s is the bit mask (u8, ceil(n / 8) bytes) */
+        if (!s || s->dtype != REMAT_U8 || remat_numel(s) != (n + 7) / 8) {
+            rc = rm_err(REMAT_ESTATE, "%s: the saved relu mask does not match the gradient",
+                        node->name);
+            goto out;
+        }
+        if (rm_ptr(dx) && rm_ptr(g) && rm_ptr(s)) {
+            if (g->dtype == REMAT_F32) relu_mask_bwd_float(rm_ptr(g), rm_ptr(s), rm_ptr(dx), n);
+            else relu_mask_bwd_double(rm_ptr(g), rm_ptr(s), rm_ptr(dx), n);
+        }
+    } else if (rm_ptr(dx)) {
         if (g->dtype == REMAT_F32)
             bwd_float(c->op, rm_ptr(g), s ? rm_ptr(s) : NULL, rm_ptr(dx), n, (float)c->p);
         else
@@ -173,7 +214,22 @@ out:
     return rc;
 }
 
-static int unary_op(uop op, remat_tensor **out, remat_tensor *a, double p) {
+/* Saves relu's bit mask of y into slot 0 (a data-less mask in skip mode). */
+static int save_relu_mask(remat_node *node, remat_tensor *y, const char *call) {
+    int64_t n = remat_numel(y), nb = (n + 7) / 8;
+    remat_tensor *m = NULL;
+    int rc = rm_new_output(&m, 1, &nb, REMAT_U8, y->storage->device);
+    if (rc) return rm_err_prefix(rc, call);
+    if (rm_ptr(m) && rm_ptr(y)) {
+        if (y->dtype == REMAT_F32) relu_mask_float(rm_ptr(y), rm_ptr(m), n);
+        else relu_mask_double(rm_ptr(y), rm_ptr(m), n);
+    }
+    rc = rm_op_save(node, 0, m);
+    remat_release(m);
+    return rc;
+}
+
+static int unary_impl(uop op, remat_tensor **out, remat_tensor *a, double p) {
     const char *call = k_uinfo[op].call;
     rm_op_enter(call);
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -205,7 +261,8 @@ static int unary_op(uop op, remat_tensor **out, remat_tensor *a, double p) {
                 c->p = p;
                 rm_node_set_ctx(node, c, NULL);
                 rm_node_set_output(node, 0, y);
-                if (ui->needs_saved) rc = rm_node_save(node, 0, ui->save_out ? y : a);
+                if (op == U_RELU) rc = save_relu_mask(node, y, call);
+                else if (ui->needs_saved) rc = rm_op_save(node, 0, ui->save_out ? y : a);
             }
             rm_node_release(node);
         }
@@ -219,35 +276,49 @@ static int unary_op(uop op, remat_tensor **out, remat_tensor *a, double p) {
     return rm_hand_out(out, y);
 }
 
-int remat_neg(remat_tensor **out, remat_tensor *a) { return unary_op(U_NEG, out, a, 0); }
-int remat_exp(remat_tensor **out, remat_tensor *a) { return unary_op(U_EXP, out, a, 0); }
-int remat_log(remat_tensor **out, remat_tensor *a) { return unary_op(U_LOG, out, a, 0); }
-int remat_sqrt(remat_tensor **out, remat_tensor *a) { return unary_op(U_SQRT, out, a, 0); }
-int remat_tanh(remat_tensor **out, remat_tensor *a) { return unary_op(U_TANH, out, a, 0); }
-int remat_sigmoid(remat_tensor **out, remat_tensor *a) { return unary_op(U_SIGMOID, out, a, 0); }
-int remat_relu(remat_tensor **out, remat_tensor *a) { return unary_op(U_RELU, out, a, 0); }
+/* The public entry: interception bracket around unary_impl (site: the
+ * caller of the public function). */
+static int unary_op_named(const char *name, uop op, remat_tensor **out, remat_tensor *a,
+                          double p, void *site) {
+    remat_tensor *in[1] = {a};
+    RM_OP_RUN1_AT(site, name, out, 1, in, NULL, unary_impl(op, out, a, p));
+}
+static int unary_op(uop op, remat_tensor **out, remat_tensor *a, double p, void *site) {
+    return unary_op_named(k_uinfo[op].call, op, out, a, p, site);
+}
+
+#define S RM_OP_SITE()
+int remat_neg(remat_tensor **out, remat_tensor *a) { return unary_op(U_NEG, out, a, 0, S); }
+int remat_exp(remat_tensor **out, remat_tensor *a) { return unary_op(U_EXP, out, a, 0, S); }
+int remat_log(remat_tensor **out, remat_tensor *a) { return unary_op(U_LOG, out, a, 0, S); }
+int remat_sqrt(remat_tensor **out, remat_tensor *a) { return unary_op(U_SQRT, out, a, 0, S); }
+int remat_tanh(remat_tensor **out, remat_tensor *a) { return unary_op(U_TANH, out, a, 0, S); }
+int remat_sigmoid(remat_tensor **out, remat_tensor *a) { return unary_op(U_SIGMOID, out, a, 0, S); }
+int remat_relu(remat_tensor **out, remat_tensor *a) { return unary_op(U_RELU, out, a, 0, S); }
 int remat_gelu(remat_tensor **out, remat_tensor *a, remat_gelu_approx approximate) {
     if (approximate != REMAT_GELU_ERF && approximate != REMAT_GELU_TANH)
         return rm_err(REMAT_EINVAL, "remat_gelu: approximate must be REMAT_GELU_ERF or "
                       "REMAT_GELU_TANH, got %d", (int)approximate);
-    return unary_op(approximate == REMAT_GELU_ERF ? U_GELU_ERF : U_GELU_TANH, out, a, 0);
+    return unary_op(approximate == REMAT_GELU_ERF ? U_GELU_ERF : U_GELU_TANH, out, a, 0, S);
 }
 int remat_pow_scalar(remat_tensor **out, remat_tensor *a, double exponent) {
-    return unary_op(U_POW, out, a, exponent);
+    return unary_op(U_POW, out, a, exponent, S);
 }
 int remat_add_scalar(remat_tensor **out, remat_tensor *a, double s) {
-    return unary_op(U_ADD, out, a, s);
+    return unary_op(U_ADD, out, a, s, S);
 }
 int remat_sub_scalar(remat_tensor **out, remat_tensor *a, double s) {
-    return unary_op(U_ADD, out, a, -s);
+    return unary_op_named("remat_sub_scalar", U_ADD, out, a, -s, S);
 }
 int remat_rsub_scalar(remat_tensor **out, remat_tensor *a, double s) {
-    return unary_op(U_RSUB, out, a, s);
+    return unary_op(U_RSUB, out, a, s, S);
 }
 int remat_mul_scalar(remat_tensor **out, remat_tensor *a, double s) {
-    return unary_op(U_MUL, out, a, s);
+    return unary_op(U_MUL, out, a, s, S);
 }
 int remat_div_scalar(remat_tensor **out, remat_tensor *a, double s) {
-    if (s == 0.0) return unary_op(U_MUL, out, a, INFINITY); /* as P: x / 0 = inf/nan */
-    return unary_op(U_MUL, out, a, 1.0 / s);
+    if (s == 0.0) /* as P: x / 0 = inf/nan */
+        return unary_op_named("remat_div_scalar", U_MUL, out, a, INFINITY, S);
+    return unary_op_named("remat_div_scalar", U_MUL, out, a, 1.0 / s, S);
 }
+#undef S

@@ -1,0 +1,60 @@
+/*
+ * remat/compress.h — compact storage of saved activations, as saved-tensor
+ * hook pairs (remat_saved_hooks_push, remat/autograd.h).
+ *
+ *  - bf16: every saved f32 tensor is stored as bf16 (2 bytes per element
+ *    instead of 4) and converted back to f32 when backward unpacks it.
+ *    LOSSY: the conversion rounds to nearest (ties to even) to 8
+ *    significant bits, so each value comes back with a relative error of
+ *    at most 2^-8 (normal numbers; subnormals below 2^-126 lose more,
+ *    NaN and infinities are kept). Gradients change accordingly. Other
+ *    dtypes are saved unchanged, as are tensors without data (skip mode)
+ *    and tensors on devices the CPU cannot read.
+ *  - offload: every saved tensor living on a non-cpu device is copied to
+ *    host memory and copied back to its device when unpacked (cpu
+ *    tensors are saved unchanged). Exact.
+ *
+ * Each pack makes its own copy: a tensor saved by several ops is stored
+ * several times (P's hooks behave the same). The original is freed as soon
+ * as nothing else refers to it, which is where the saving comes from.
+ *
+ * 1-bit masks for relu and dropout need no hooks: those ops always save a
+ * bit mask (u8, one bit per element) instead of a full tensor.
+ *
+ * Example:
+ *   remat_saved_hooks h;
+ *   remat_bf16_saved_hooks(&h, 0);
+ *   remat_saved_hooks_push(&h);
+ *   ... forward ...
+ *   remat_saved_hooks_pop();
+ *   remat_backward_scalar(loss);   // unpacks through the hooks
+ */
+#ifndef REMAT_COMPRESS_H
+#define REMAT_COMPRESS_H
+
+#include <stdint.h>
+
+#include "remat/autograd.h"
+#include "remat/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Fills *out with the bf16 hook pair. f32 tensors with fewer than
+ * min_numel elements are saved unchanged (0: convert every f32 tensor). */
+void remat_bf16_saved_hooks(remat_saved_hooks *out, int64_t min_numel);
+/* Fills *out with the host-offload hook pair. */
+void remat_offload_saved_hooks(remat_saved_hooks *out);
+
+/* The conversions the bf16 hooks use, on host-addressable tensors (no
+ * autograd): f32 (any strides) → a new contiguous bf16 tensor, and back.
+ * REMAT_EDTYPE for another input dtype, REMAT_EDEVICE for memory the CPU
+ * cannot read. */
+int remat_to_bf16(remat_tensor **out, remat_tensor *t);
+int remat_bf16_to_f32(remat_tensor **out, remat_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REMAT_COMPRESS_H */

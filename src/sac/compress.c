@@ -1,0 +1,184 @@
+/* src/sac/compress.c — saved-tensor hooks that store saved activations
+ * compactly: f32 → bf16 (lossy, round to nearest even) and device → host
+ * offload (exact). See remat/compress.h. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../internal.h"
+#include "remat/compress.h"
+
+/* ---- conversions ----------------------------------------------------------------------- */
+static void f32_to_bf16_kernel(const float *restrict x, uint16_t *restrict y, int64_t n) {
+#pragma omp parallel for if (n > RM_OMP_MIN)
+    for (int64_t i = 0; i < n; i++) y[i] = rm_f32_to_bf16(x[i]);
+}
+
+static void bf16_to_f32_kernel(const uint16_t *restrict x, float *restrict y, int64_t n) {
+#pragma omp parallel for if (n > RM_OMP_MIN)
+    for (int64_t i = 0; i < n; i++) y[i] = rm_bf16_to_f32(x[i]);
+}
+
+/* Converts t (dtype `from`, any strides, with data) into a new contiguous
+ * tensor of dtype `to`. Not skip-mode aware on purpose: saved values must
+ * be real even while a recomputation runs in skip mode. */
+static int convert(remat_tensor **out, remat_tensor *t, remat_dtype from, remat_dtype to,
+                   const char *call) {
+    *out = NULL;
+    int rc = rm_check_tensor(call, "t", t);
+    if (rc) return rc;
+    char b[200];
+    if (t->dtype != from)
+        return rm_err(REMAT_EDTYPE, "%s: t must be %s, got %s", call, remat_dtype_name(from),
+                      rm_tensor_str(t, b, sizeof b));
+    rc = rm_check_host(call, t);
+    if (rc) return rc;
+    if (!t->storage->data)
+        return rm_err(REMAT_ESTATE, "%s: t %s has no data (made in skip mode)", call,
+                      rm_tensor_str(t, b, sizeof b));
+    bool prev = rm_set_skip_mode(false);
+    remat_tensor *c = NULL, *y = NULL;
+    rc = rm_contig(&c, t);
+    if (!rc) rc = rm_new_output(&y, t->ndim, t->shape, to, t->storage->device);
+    rm_set_skip_mode(prev);
+    if (rc) {
+        remat_release(c);
+        return rm_err_prefix(rc, call);
+    }
+    int64_t n = remat_numel(t);
+    if (to == REMAT_BF16) f32_to_bf16_kernel(rm_ptr(c), rm_ptr(y), n);
+    else bf16_to_f32_kernel(rm_ptr(c), rm_ptr(y), n);
+    remat_release(c);
+    *out = y;
+    return REMAT_OK;
+}
+
+int remat_to_bf16(remat_tensor **out, remat_tensor *t) {
+    if (!out) return rm_err(REMAT_EINVAL, "remat_to_bf16: out must not be NULL");
+    remat_tensor *y;
+    int rc = convert(&y, t, REMAT_F32, REMAT_BF16, "remat_to_bf16");
+    if (rc) {
+        *out = NULL;
+        return rc;
+    }
+    return rm_hand_out(out, y);
+}
+
+int remat_bf16_to_f32(remat_tensor **out, remat_tensor *t) {
+    if (!out) return rm_err(REMAT_EINVAL, "remat_bf16_to_f32: out must not be NULL");
+    remat_tensor *y;
+    int rc = convert(&y, t, REMAT_BF16, REMAT_F32, "remat_bf16_to_f32");
+    if (rc) {
+        *out = NULL;
+        return rc;
+    }
+    return rm_hand_out(out, y);
+}
+
+/* ---- the hooks ------------------------------------------------------------------------------ */
+enum { PK_ASIS = 0, PK_BF16, PK_HOST };
+
+typedef struct packed {
+    int kind;
+    remat_tensor *t;   /* the stored tensor */
+    remat_device dev;  /* PK_HOST: the original device */
+} packed;
+
+static void packed_free(void *ud, void *handle) {
+    RM_UNUSED(ud);
+    packed *p = handle;
+    if (!p) return;
+    remat_release(p->t);
+    free(p);
+}
+
+static void *bf16_pack(void *ud, remat_tensor *t) {
+    int64_t min_numel = (int64_t)(intptr_t)ud;
+    packed *p = calloc(1, sizeof *p);
+    if (!p) {
+        rm_err(REMAT_ENOMEM, "bf16 saved-tensor hooks: out of memory");
+        return NULL;
+    }
+    if (t->dtype == REMAT_F32 && t->storage->data &&
+        remat_device_host_addressable(t->storage->device.type) && remat_numel(t) >= min_numel) {
+        if (convert(&p->t, t, REMAT_F32, REMAT_BF16, "bf16 saved-tensor hooks")) {
+            free(p);
+            return NULL;
+        }
+        p->kind = PK_BF16;
+    } else {
+        p->t = remat_retain(t);
+        p->kind = PK_ASIS;
+    }
+    return p;
+}
+
+static int bf16_unpack(void *ud, void *handle, remat_tensor **out) {
+    RM_UNUSED(ud);
+    packed *p = handle;
+    if (p->kind == PK_BF16)
+        return convert(out, p->t, REMAT_BF16, REMAT_F32, "bf16 saved-tensor hooks");
+    *out = remat_retain(p->t);
+    return REMAT_OK;
+}
+
+void remat_bf16_saved_hooks(remat_saved_hooks *out, int64_t min_numel) {
+    if (!out) return;
+    out->pack = bf16_pack;
+    out->unpack = bf16_unpack;
+    out->free_handle = packed_free;
+    out->user_data = (void *)(intptr_t)(min_numel > 0 ? min_numel : 0);
+}
+
+/* The same view over a copy of t's whole storage on `dev` (works for
+ * device memory the CPU cannot read: one block copy). */
+static int storage_move(remat_tensor **out, remat_tensor *t, remat_device dev) {
+    *out = NULL;
+    rm_storage *s;
+    int rc = rm_storage_new(&s, t->storage->nbytes, dev, false);
+    if (rc) return rc;
+    rc = rm_device_copy(dev, s->data, t->storage->device, t->storage->data, t->storage->nbytes);
+    if (rc == REMAT_OK) {
+        *out = rm_tensor_alloc(s, t->offset, t->ndim, t->shape, t->strides, t->dtype);
+        if (!*out) rc = rm_err(REMAT_ENOMEM, "offload saved-tensor hooks: out of memory");
+    }
+    rm_storage_release(s);
+    return rc;
+}
+
+static void *offload_pack(void *ud, remat_tensor *t) {
+    RM_UNUSED(ud);
+    packed *p = calloc(1, sizeof *p);
+    if (!p) {
+        rm_err(REMAT_ENOMEM, "offload saved-tensor hooks: out of memory");
+        return NULL;
+    }
+    if (t->storage->device.type != REMAT_CPU && t->storage->data) {
+        if (storage_move(&p->t, t, REMAT_DEVICE_CPU)) {
+            free(p);
+            return NULL;
+        }
+        p->kind = PK_HOST;
+        p->dev = t->storage->device;
+    } else {
+        p->t = remat_retain(t);
+        p->kind = PK_ASIS;
+    }
+    return p;
+}
+
+static int offload_unpack(void *ud, void *handle, remat_tensor **out) {
+    RM_UNUSED(ud);
+    packed *p = handle;
+    if (p->kind == PK_HOST) return storage_move(out, p->t, p->dev);
+    *out = remat_retain(p->t);
+    return REMAT_OK;
+}
+
+void remat_offload_saved_hooks(remat_saved_hooks *out) {
+    if (!out) return;
+    out->pack = offload_pack;
+    out->unpack = offload_unpack;
+    out->free_handle = packed_free;
+    out->user_data = NULL;
+}
