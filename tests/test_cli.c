@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -288,11 +289,16 @@ Test(cli, bad_values_fail_with_usage) {
     const char *bad[] = {"--layers abc",        "--layers 0",           "--width -3",
                          "--heads 3 --width 32", "--lr x",               "--checkpoint what",
                          "--checkpoint sequential=0", "--checkpoint budget=12Q",
-                         "--checkpoint budget=", "--model rnn",         "--threads 1.5",
+                         "--checkpoint budget=", "--checkpoint budget=0", "--checkpoint budget=-5M",
+                         "--checkpoint 'budget=5 M'", "--checkpoint budget=150%",
+                         "--checkpoint budget=0%", "--checkpoint budget=abc%",
+                         "--checkpoint budget=12%%", "--checkpoint budget=1.5GiBx",
+                         "--checkpoint budget=50% --reentrant",
+                         "--model rnn",         "--threads 1.5",
                          "--json=1",            "--layers 2 --checkpoint sequential=3"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char *o;
-        int rc = run(&o, true, "train %s", bad[i]);
+        int rc = run(&o, true, "train %s", bad[i]); /* quoted below where it has a space */
         cr_assert_eq(rc, 2, "`remat train %s` exited with %d: %s", bad[i], rc, o);
         cr_assert(strstr(o, "usage: remat train"), "`remat train %s`: no usage: %s", bad[i], o);
         free(o);
@@ -301,6 +307,12 @@ Test(cli, bad_values_fail_with_usage) {
     cr_assert_eq(run(&o, true, "train --checkpoint budget=12Q"), 2);
     cr_assert(strstr(o, "bad size"), "%s", o);
     free(o);
+    cr_assert_eq(run(&o, true, "bench --strategies none,budget=7.5XB"), 2);
+    cr_assert(strstr(o, "bad size") && strstr(o, "usage: remat bench"), "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "bench --sweep-budgets=1"), 2);
+    cr_assert(strstr(o, "--sweep-budgets") && strstr(o, "usage: remat bench"), "%s", o);
+    free(o);
 }
 
 Test(cli, later_strategies_are_rejected_not_ignored) {
@@ -308,7 +320,7 @@ Test(cli, later_strategies_are_rejected_not_ignored) {
     cr_assert_eq(run(&o, true, "train " TINY " --steps 1 --checkpoint selective"), 2);
     cr_assert(strstr(o, "not available yet"), "%s", o);
     free(o);
-    cr_assert_eq(run(&o, true, "bench " TINY " --strategies none,budget=64M"), 2);
+    cr_assert_eq(run(&o, true, "bench " TINY " --strategies none,selective=attn"), 2);
     cr_assert(strstr(o, "not available yet"), "%s", o);
     free(o);
 }
@@ -520,4 +532,133 @@ Test(cli, bench_compares_strategies) {
     cr_assert(!strncmp(o, "strategy,step_ms,", 17), "%s", o);
     cr_assert(strstr(o, "\nnone,") && strstr(o, "\nblock,"), "%s", o);
     free(o);
+}
+
+/* ---- the budget planner (--checkpoint budget=SIZE) ----------------------------------- */
+/* Size of the tiny GPT's chain as the planner sees it: [min, store-all]. */
+static void chain_range(const char *model_flags, double *min, double *store_all) {
+    char *o;
+    int rc = run(&o, false, "train %s --steps 1 --json --checkpoint budget=100%%", model_flags);
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(json_valid(o), "%s", o);
+    *min = json_num(o, "plan_min_budget_bytes");
+    *store_all = json_num(o, "plan_store_all_bytes");
+    cr_assert(*min > 0 && *store_all > *min, "%s", o);
+    cr_assert_eq(json_num(o, "budget_bytes"), floor(*store_all), "100%% is the store-all peak: %s",
+                 o);
+    free(o);
+}
+
+/* Whether the table row of strategy `name` (a line starting "name ") ends with `end`. */
+static bool row_ends_with(const char *out, const char *name, const char *end) {
+    size_t nl = strlen(name), el = strlen(end);
+    for (const char *l = out; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+        if (strncmp(l, name, nl) || l[nl] != ' ') continue;
+        size_t len = strcspn(l, "\n");
+        return len >= el && !strncmp(l + len - el, end, el);
+    }
+    return false;
+}
+
+Test(cli, budget_trains_and_matches_none_bitwise) {
+    double min, all;
+    chain_range(TINY " --layers 3", &min, &all);
+    /* a budget between the minimum and store-all, in KiB: the plan must checkpoint */
+    long kib = (long)((min + 0.5 * (all - min)) / 1024);
+    char *a, *b, la[32], lb[32];
+    cr_assert_eq(run(&a, false, "train " TINY " --layers 3 --steps 30 --lr 1e-2 --json"), 0, "%s", a);
+    int rc = run(&b, false, "train " TINY " --layers 3 --steps 30 --lr 1e-2 --json --checkpoint "
+                            "budget=%ldKiB", kib);
+    cr_assert_eq(rc, 0, "%s", b);
+    cr_assert(json_valid(b), "%s", b);
+    char s[64];
+    snprintf(s, sizeof s, "budget=%ldKiB", kib);
+    char got[64];
+    cr_assert_str_eq(json_str(b, "strategy", got, sizeof got), s);
+    cr_assert_eq(json_num(b, "budget_bytes"), (double)kib * 1024);
+    cr_assert(json_num(b, "plan_peak_bytes") <= (double)kib * 1024, "%s", b);
+    cr_assert(json_num(b, "plan_recomputed_blocks") >= 1, "nothing checkpointed: %s", b);
+    double first = json_num(b, "loss_first"), last = json_num(b, "loss");
+    cr_assert(last < 0.7 * first, "loss did not fall: %g -> %g", first, last);
+    /* every step's loss equals the un-checkpointed run's, to the bit */
+    cr_assert_str_eq(json_str(a, "loss_bits", la, sizeof la), json_str(b, "loss_bits", lb, sizeof lb));
+    const char *pa = strstr(a, "\"losses\":["), *pb = strstr(b, "\"losses\":[");
+    cr_assert(pa && pb);
+    cr_assert(!strncmp(pa, pb, strcspn(pa, "]")), "losses differ:\n%s\n%s", a, b);
+    free(a);
+    free(b);
+
+    /* the plan is shown on stderr */
+    rc = run(&b, true, "train --layers 3 --width 32 --heads 2 --context 24 --batch 8 --threads 1 "
+                       "--steps 2 --checkpoint budget=60%%");
+    cr_assert_eq(rc, 0, "%s", b);
+    cr_assert(strstr(b, "remat plan:") && strstr(b, "structure:") && strstr(b, "plan          budget"),
+              "%s", b);
+    free(b);
+}
+
+Test(cli, bench_budget_gradients_equal_none) {
+    char *o;
+    int rc = run(&o, true, "bench --layers 3 --width 32 --heads 2 --context 16 --batch 2 "
+                           "--threads 1 --reps 1 --verbose --strategies none,budget=70%%,budget=64MiB");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(row_ends_with(o, "budget=70%", "bitwise equal"), "%s", o);
+    cr_assert(row_ends_with(o, "budget=64MiB", "bitwise equal"), "%s", o);
+    cr_assert(row_ends_with(o, "none", "reference"), "%s", o);
+    cr_assert(strstr(o, "plans (a budget bounds"), "%s", o);
+    /* --verbose: the profile and the planner's own print-out */
+    cr_assert(strstr(o, "remat plan: optimal") && strstr(o, "profile of the 3 blocks"), "%s", o);
+    free(o);
+}
+
+Test(cli, too_small_budget_states_the_minimum) {
+    char *o;
+    int rc = run(&o, true, "train " TINY " --layers 2 --steps 2 --checkpoint budget=1KiB");
+    cr_assert_eq(rc, 1, "%s", o);
+    const char *line = strstr(o, "remat train: --checkpoint budget=1KiB:");
+    cr_assert(line, "%s", o);
+    cr_assert(strstr(line, "minimum") && strstr(line, "bytes"), "%s", o);
+    cr_assert(strstr(line, "give at least budget="), "%s", o);
+    cr_assert(strchr(line, '\n') == NULL || strchr(line, '\n')[1] == '\0',
+              "not one line: %s", line);
+    cr_assert(!strstr(o, "usage:"), "a feasible-size problem is no usage error: %s", o);
+    free(o);
+    /* percentages too, and in bench */
+    rc = run(&o, true, "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 --threads 1 "
+                       "--quiet --reps 1 --strategies none,budget=1%%");
+    cr_assert_eq(rc, 1, "%s", o);
+    cr_assert(strstr(o, "budget=1%") && strstr(o, "minimum"), "%s", o);
+    free(o);
+}
+
+Test(cli, sweep_draws_a_pareto_svg) {
+    char *o;
+    int rc = run(&o, false, "bench --layers 3 --width 32 --heads 2 --context 16 --batch 2 "
+                            "--threads 1 --quiet --reps 1 --sweep-budgets=3 --strategies block "
+                            "--json --svg-pareto %s --out %s",
+                 path("p.svg"), path("sweep"));
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(json_valid(o), "%s", o);
+    /* none, block, sequential=2..3 and 3 budgets, every one bitwise equal */
+    int n_strat = 0, n_equal = 0, n_budget = 0;
+    for (const char *p = o; (p = strstr(p, "\"strategy\":\"")) != NULL; p++) n_strat++;
+    for (const char *p = o; (p = strstr(p, "\"grads_bitwise_equal\":true")) != NULL; p++) n_equal++;
+    for (const char *p = o; (p = strstr(p, "\"strategy\":\"budget=")) != NULL; p++) n_budget++;
+    cr_assert_eq(n_strat, 7, "%s", o);
+    cr_assert_eq(n_equal, n_strat, "%s", o);
+    cr_assert_eq(n_budget, 3, "%s", o);
+    cr_assert(strstr(o, "\"strategy\":\"none\"") && strstr(o, "\"strategy\":\"block\"") &&
+              strstr(o, "\"strategy\":\"sequential=2\"") && strstr(o, "\"strategy\":\"sequential=3\""),
+              "%s", o);
+    /* the lowest budget is the planner's minimum */
+    double min = json_num(o, "min_budget_bytes");
+    const char *b = strstr(o, "\"budget_bytes\":");
+    cr_assert(b && strtod(b + strlen("\"budget_bytes\":"), NULL) == min, "%s", o);
+    free(o);
+    assert_svg(path("p.svg"));
+    assert_svg(path("sweep/pareto.svg"));
+    char *svg = slurp(path("p.svg"));
+    cr_assert(strstr(svg, "uniform: sequential=N") && strstr(svg, "planner: budget=SIZE") &&
+              strstr(svg, "N=2") && strstr(svg, "Pareto front"), "%s", svg);
+    free(svg);
 }

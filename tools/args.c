@@ -29,6 +29,8 @@ void args_usage_main(FILE *f) {
             "  remat train --data README.md --steps 300 --save run.bin\n"
             "  remat train --data README.md --resume run.bin --steps 600\n"
             "  remat bench --model mlp --strategies none,block,sequential=4 --svg mlp.svg\n"
+            "  remat train --checkpoint budget=200MiB --layers 8 --width 128 --context 128\n"
+            "  remat bench --sweep-budgets            planner vs uniform segments, out/pareto.svg\n"
             "\n"
             "  remat --help | remat train --help | remat bench --help\n"
             "  docs/cli.md has the details (what is measured and how).\n");
@@ -50,8 +52,13 @@ static void usage_model(FILE *f) {
             "checkpointing:\n"
             "  --checkpoint S        none | block | sequential=N | selective[=POLICY] | budget=SIZE\n"
             "                        block: every block checkpointed; sequential=N: the blocks\n"
-            "                        split into N segments (checkpoint_sequential)\n"
-            "  --reentrant           use reentrant checkpointing (default: non-reentrant)\n");
+            "                        split into N segments (checkpoint_sequential);\n"
+            "                        budget=SIZE: the planner's fastest schedule whose memory\n"
+            "                        fits SIZE (200MiB, 64M, 1.5GiB, 500000 bytes, or 40%% of\n"
+            "                        what the blocks add without checkpointing)\n"
+            "  --reentrant           use reentrant checkpointing (default: non-reentrant;\n"
+            "                        not for budget=, whose plans are non-reentrant)\n"
+            "  --verbose             print the planner's profile of the blocks and its plans\n");
 }
 
 void args_usage_train(FILE *f) {
@@ -101,11 +108,18 @@ void args_usage_bench(FILE *f) {
             "\n"
             "bench:\n"
             "  --strategies LIST     comma-separated strategies\n"
-            "                        [none,block,sequential=2,sequential=4]\n"
+            "                        [none,block,sequential=2,sequential=4,budget=50%%]\n"
             "  --reps N              timed repetitions per strategy                     [5]\n"
-            "  --out DIR             write tradeoff.svg, timeline_<strategy>.svg and\n"
-            "                        trace_<strategy>.json into DIR (default of `remat`\n"
-            "                        with no command: ./out)\n"
+            "  --out DIR             write tradeoff.svg, timeline.svg and trace.json into\n"
+            "                        DIR (and pareto.svg when a budget= strategy ran;\n"
+            "                        default of `remat` with no command: ./out)\n"
+            "  --sweep-budgets[=N]   (or --pareto) sweep the planner: none, sequential=2..L\n"
+            "                        and N budgets from the planner's minimum to the\n"
+            "                        un-checkpointed peak [N=8; --reps defaults to 3];\n"
+            "                        draws the Pareto curve, time vs peak, to\n"
+            "                        DIR/pareto.svg or ./out/pareto.svg\n"
+            "  --svg-pareto FILE     SVG of step time vs peak memory, uniform segments and\n"
+            "                        planned budgets marked apart\n"
             "  --svg FILE            SVG of peak memory vs step time per strategy\n"
             "  --trace FILE          Chrome-trace JSON of every strategy's measured step\n"
             "  --csv                 print CSV instead of the table\n"
@@ -150,9 +164,9 @@ void args_defaults_train(config *c) {
 void args_defaults_bench(config *c) {
     defaults_common(c);
     c->steps = 1;
-    const char *def[] = {"none", "block", "sequential=2", "sequential=4"};
-    for (int i = 0; i < 4; i++) strategy_parse(def[i], false, &c->strategies[i], NULL, 0);
-    c->n_strategies = 4;
+    const char *def[] = {"none", "block", "sequential=2", "sequential=4", "budget=50%"};
+    for (int i = 0; i < 5; i++) strategy_parse(def[i], false, &c->strategies[i], NULL, 0);
+    c->n_strategies = 5;
 }
 
 /* ---- parsing ---------------------------------------------------------------------- */
@@ -192,12 +206,21 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
         memcpy(name, arg, nlen);
         name[nlen] = '\0';
 
+        /* --sweep-budgets[=N] (alias --pareto): a value only with '=' */
+        if (bench && (!strcmp(name, "--sweep-budgets") || !strcmp(name, "--pareto"))) {
+            long n = 8;
+            if (eq && !util_parse_long(eq + 1, 2, 32, &n))
+                return fail(cmd, "bad value for", name, "expected an integer in [2, 32]");
+            c->sweep = (int)n;
+            continue;
+        }
         /* flags without a value */
         bool *flag = NULL;
         if (!strcmp(name, "--json")) flag = &c->json;
         else if (!strcmp(name, "--quiet")) flag = &c->quiet;
         else if (!strcmp(name, "--untied")) { flag = &c->untied; c->set_untied = true; }
         else if (!strcmp(name, "--reentrant")) flag = &reentrant;
+        else if (!strcmp(name, "--verbose")) flag = &c->verbose;
         else if (bench && !strcmp(name, "--csv")) flag = &c->csv;
         if (flag) {
             if (eq) return fail(cmd, "option takes no value", arg, NULL);
@@ -238,7 +261,7 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
         } else if (!strcmp(name, "--threads")) {
             INT_ARG(threads, 1, 1024, (void)0);
         } else if (!strcmp(name, "--reps") && bench) {
-            INT_ARG(reps, 1, 1000, (void)0);
+            INT_ARG(reps, 1, 1000, c->set_reps = true);
         } else if (!strcmp(name, "--steps") && !bench) {
             NEED_VAL();
             if (!util_parse_long(val, 0, 1000000000L, &lv))
@@ -301,6 +324,9 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
         } else if (!strcmp(name, "--svg") && bench) {
             NEED_VAL();
             c->svg = val;
+        } else if (!strcmp(name, "--svg-pareto") && bench) {
+            NEED_VAL();
+            c->svg_pareto = val;
         } else if (!strcmp(name, "--out") && bench) {
             NEED_VAL();
             c->out_dir = val;
@@ -318,6 +344,9 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
     if (checkpoint_text) {
         if (!strategy_parse(checkpoint_text, reentrant, &c->strat, err, sizeof err))
             return fail(cmd, "bad value for --checkpoint", checkpoint_text, err);
+        if (c->strat.kind == STRAT_BUDGET && reentrant)
+            return fail(cmd, "--reentrant does not combine with", checkpoint_text,
+                        "the planner's schedules are nested non-reentrant checkpoints");
     } else {
         strategy_parse("none", reentrant, &c->strat, NULL, 0);
     }
@@ -337,7 +366,7 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
             c->n_strategies = 0;
             char *save = NULL;
             for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-                if (c->n_strategies == ARGS_MAX_STRATEGIES)
+                if (c->n_strategies == ARGS_MAX_LISTED)
                     return fail(cmd, "too many strategies (at most 16)", NULL, NULL);
                 if (!strategy_parse(tok, reentrant, &c->strategies[c->n_strategies], err,
                                     sizeof err))
@@ -346,9 +375,15 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
             }
             if (c->n_strategies == 0)
                 return fail(cmd, "bad value for --strategies", strategies_text, "empty list");
-        } else {
+        } else if (!c->sweep) {
             for (int i = 0; i < c->n_strategies; i++) c->strategies[i].reentrant = reentrant;
+            c->default_strategies = true;
+        } else {
+            /* the sweep builds its own list (cmd_bench adds none, sequential=2..L and
+             * the budgets once the blocks are profiled) */
+            c->n_strategies = 0;
         }
+        if (c->sweep && !c->set_reps) c->reps = 3;
         for (int i = 0; i < c->n_strategies; i++) {
             strategy_name(&c->strategies[i]);
             if (!strategy_available(&c->strategies[i], err, sizeof err))

@@ -14,7 +14,8 @@
 typedef enum model_kind { MODEL_GPT = 0, MODEL_MLP = 1 } model_kind;
 typedef enum optim_kind { OPTIM_ADAMW = 0, OPTIM_SGD = 1 } optim_kind;
 
-#define ARGS_MAX_STRATEGIES 16
+#define ARGS_MAX_STRATEGIES 64 /* --strategies takes up to 16; the sweep adds more */
+#define ARGS_MAX_LISTED 16
 
 typedef struct config {
     model_kind model;
@@ -29,12 +30,17 @@ typedef struct config {
     const char *data;   /* --data FILE, NULL: built-in task */
     const char *save, *resume, *trace, *timeline;
     bool json, csv, quiet;
+    bool verbose;       /* print the planner's profile and plans */
     long eval_every;
     /* bench */
     strategy strategies[ARGS_MAX_STRATEGIES];
     int n_strategies;
     int reps;
     const char *svg, *out_dir;
+    bool set_reps;
+    bool default_strategies; /* no --strategies/--checkpoint: the list may adapt to the model */
+    int sweep;               /* --sweep-budgets[=N]: N planner budgets (0: no sweep) */
+    const char *svg_pareto;  /* --svg-pareto FILE */
     /* which model-shape flags were given explicitly (a resumed file must agree) */
     bool set_layers, set_width, set_heads, set_context, set_model, set_untied, set_lr;
     bool set_batch, set_seed, set_optim, set_weight_decay, set_momentum;

@@ -16,6 +16,12 @@
  *     strategies starting at r mod n), medians reported.
  * A "step" here is forward + backward; the optimizer update is the same for
  * every strategy and is left out.
+ *
+ * budget=SIZE strategies and --sweep-budgets need the planner: after the
+ * warm-up, the chain of blocks is profiled once (model_profile_chain) and
+ * every budget strategy gets its plan from that profile. The sweep adds
+ * none, sequential=2..L and budgets from the planner's minimum to the
+ * store-all peak, and draws them in pareto.svg.
  */
 #include "bench.h"
 
@@ -87,6 +93,13 @@ static bool compare_grads(const model *m, float **ref, double *max_diff) {
     return equal;
 }
 
+/* The planner's numbers for the chain, shared by every budget strategy. */
+typedef struct planner_info {
+    remat_profile *prof; /* NULL: no strategy needed the planner */
+    size_t min_budget, store_all;
+    double profile_s;
+} planner_info;
+
 static void print_header(FILE *f, const config *c, const model *m, int threads) {
     if (m->kind == MODEL_GPT)
         fprintf(f,
@@ -102,6 +115,29 @@ static void print_header(FILE *f, const config *c, const model *m, int threads) 
 }
 
 static void mib(char *buf, size_t n, double bytes) { snprintf(buf, n, "%.1f", bytes / 1048576.0); }
+
+/* What the planner was given and chose, one line per budget strategy. */
+static void print_plans(const config *c) {
+    bool any = false;
+    for (int i = 0; i < c->n_strategies; i++) {
+        const strategy *s = &c->strategies[i];
+        if (s->kind != STRAT_BUDGET || !s->plan) continue;
+        const remat_plan *p = s->plan;
+        if (!any)
+            printf("\nplans (a budget bounds what the %d block%s add%s to memory; feasible from "
+                   "%.2f MiB, %.2f MiB without checkpointing):\n",
+                   p->n_stages, p->n_stages == 1 ? "" : "s", p->n_stages == 1 ? "s" : "",
+                   (double)p->min_budget_bytes / 1048576.0,
+                   (double)p->peak_store_all / 1048576.0);
+        any = true;
+        char st[256];
+        strategy_plan_structure(p, st, sizeof st);
+        printf("  %-22s budget %8.2f MiB, predicted %8.2f MiB, %3" PRId64
+               " block forwards recomputed: %s\n",
+               s->name, (double)p->budget_bytes / 1048576.0, (double)p->peak_bytes / 1048576.0,
+               p->n_recomputed, st);
+    }
+}
 
 static void print_table(const config *c, const model *m, int threads, result *r, int ref) {
     print_header(stdout, c, m, threads);
@@ -126,6 +162,7 @@ static void print_table(const config *c, const model *m, int threads, result *r,
         printf("%-24s %9.1f %9s %11s %11s %9s %11s  %s\n", c->strategies[i].name, r[i].step_ms, tm,
                pk, st, mem, rss, gr);
     }
+    print_plans(c);
     printf("\n"
            "  time      step time / step time of %s (the recompute overhead)\n"
            "  peak      remat allocator peak during the step (parameters included)\n"
@@ -137,15 +174,23 @@ static void print_table(const config *c, const model *m, int threads, result *r,
 
 static void print_csv(const config *c, result *r) {
     printf("strategy,step_ms,overhead,peak_alloc_bytes,baseline_bytes,step_alloc_bytes,"
-           "rss_growth_bytes,recomputed_blocks,grads_bitwise_equal,grads_max_abs_diff\n");
-    for (int i = 0; i < c->n_strategies; i++)
-        printf("%s,%.4f,%.4f,%zu,%zu,%zu,%zu,%" PRId64 ",%s,%.9g\n", c->strategies[i].name,
+           "rss_growth_bytes,recomputed_blocks,grads_bitwise_equal,grads_max_abs_diff,"
+           "budget_bytes,plan_peak_bytes\n");
+    for (int i = 0; i < c->n_strategies; i++) {
+        const remat_plan *p = c->strategies[i].plan;
+        printf("%s,%.4f,%.4f,%zu,%zu,%zu,%zu,%" PRId64 ",%s,%.9g,", c->strategies[i].name,
                r[i].step_ms, r[i].overhead, r[i].peak, r[i].baseline, r[i].peak - r[i].baseline,
                r[i].rss_growth, r[i].recomputed, r[i].grads_equal ? "true" : "false",
                r[i].max_diff);
+        if (p)
+            printf("%zu,%zu\n", p->budget_bytes, p->peak_bytes);
+        else
+            printf(",\n");
+    }
 }
 
-static void print_json(const config *c, const model *m, int threads, result *r) {
+static void print_json(const config *c, const model *m, int threads, result *r,
+                       const planner_info *pl) {
     util_str j = {0};
     util_str_printf(&j,
                     "{\"command\":\"bench\",\"model\":\"%s\",\"layers\":%d,\"width\":%d,"
@@ -170,15 +215,173 @@ static void print_json(const config *c, const model *m, int threads, result *r) 
             util_str_printf(&j, "null,\"step_ms_all\":[");
         for (int k = 0; k < c->reps; k++)
             util_str_printf(&j, "%s%.4f", k ? "," : "", r[i].times[k] * 1e3);
-        util_str_printf(&j, "]}");
+        util_str_printf(&j, "]");
+        const remat_plan *p = c->strategies[i].plan;
+        if (p) {
+            char st[1024];
+            strategy_plan_structure(p, st, sizeof st);
+            util_str_printf(&j,
+                            ",\"budget_bytes\":%zu,\"plan_peak_bytes\":%zu,"
+                            "\"plan_step_ms\":%.4f,\"plan_recomputed_blocks\":%" PRId64
+                            ",\"plan_structure\":\"",
+                            p->budget_bytes, p->peak_bytes, p->time * 1e3, p->n_recomputed);
+            util_str_json_escaped(&j, st);
+            util_str_printf(&j, "\"");
+        }
+        util_str_printf(&j, "}");
     }
-    util_str_printf(&j, "],\"peak_rss_bytes\":%zu}\n", util_peak_rss_bytes());
+    util_str_printf(&j, "]");
+    if (pl->prof)
+        util_str_printf(&j,
+                        ",\"planner\":{\"min_budget_bytes\":%zu,\"store_all_bytes\":%zu,"
+                        "\"profile_s\":%.3f}",
+                        pl->min_budget, pl->store_all, pl->profile_s);
+    util_str_printf(&j, ",\"peak_rss_bytes\":%zu}\n", util_peak_rss_bytes());
     if (!j.oom) fputs(j.s, stdout);
     util_str_free(&j);
 }
 
 static bool join(char *buf, size_t n, const char *dir, const char *file) {
     return (size_t)snprintf(buf, n, "%s/%s", dir, file) < n;
+}
+
+/* Appends s to c's list unless a strategy of that name is there. */
+static void add_strategy(config *c, const strategy *s) {
+    for (int i = 0; i < c->n_strategies; i++)
+        if (!strcmp(c->strategies[i].name, s->name)) return;
+    if (c->n_strategies < ARGS_MAX_STRATEGIES) c->strategies[c->n_strategies++] = *s;
+}
+
+/* --sweep-budgets, before the profile: none first, then the listed
+ * strategies, then sequential=N for N in 2..L (at most 24 values of N, spread
+ * evenly, when L is larger). */
+static void sweep_uniform(config *c) {
+    strategy listed[ARGS_MAX_STRATEGIES], s;
+    int n = c->n_strategies;
+    memcpy(listed, c->strategies, sizeof(strategy) * (size_t)n);
+    c->n_strategies = 0;
+    strategy_parse("none", false, &s, NULL, 0);
+    add_strategy(c, &s);
+    for (int i = 0; i < n; i++) add_strategy(c, &listed[i]);
+    const int L = c->layers, max_n = 24;
+    int prev = 0;
+    for (int k = 0; k < max_n && L >= 2; k++) {
+        int segs = L - 1 <= max_n ? 2 + k : 2 + (int)lround((double)k * (L - 2) / (max_n - 1));
+        if (segs > L) break;
+        if (segs == prev) continue;
+        prev = segs;
+        strategy_parse("sequential=2", false, &s, NULL, 0);
+        s.segments = segs;
+        strategy_name(&s);
+        add_strategy(c, &s);
+    }
+}
+
+/* --sweep-budgets, after the profile: N budgets evenly from the planner's
+ * minimum to the chain's store-all peak. */
+static void sweep_budgets(config *c, const planner_info *pl) {
+    for (int k = 0; k < c->sweep; k++) {
+        double f = (double)k / (double)(c->sweep - 1);
+        strategy s;
+        strategy_budget_bytes(&s, (uint64_t)((double)pl->min_budget +
+                                             f * (double)(pl->store_all - pl->min_budget)));
+        add_strategy(c, &s);
+    }
+}
+
+/* Profiles the chain once and plans every budget strategy. */
+static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, bool log) {
+    bool need = c->sweep > 0;
+    for (int i = 0; i < c->n_strategies; i++) need = need || c->strategies[i].kind == STRAT_BUDGET;
+    if (!need) return REMAT_OK;
+    if (log) fprintf(stderr, "  profiling the %d block%s for the planner...\n", m->layers,
+                     m->layers == 1 ? "" : "s");
+    /* malloc in its fast setting: the profile's times are the planner's cost model */
+    step_malloc_mode(false);
+    double t0 = util_now();
+    int rc = model_profile_chain(m, b, NULL, &pl->prof);
+    pl->profile_s = util_now() - t0;
+    step_malloc_mode(true);
+    if (!rc) rc = remat_plan_min_budget(pl->prof, &pl->min_budget);
+    if (!rc) rc = strategy_store_all_bytes(pl->prof, &pl->store_all);
+    if (rc) return rc;
+    if (c->verbose) {
+        fprintf(stderr, "profile of the %d block%s (%.2f s):\n", m->layers,
+                m->layers == 1 ? "" : "s", pl->profile_s);
+        remat_profile_print(pl->prof, stderr);
+    }
+    if (c->sweep) sweep_budgets(c, pl);
+    for (int i = 0; i < c->n_strategies; i++) {
+        strategy *s = &c->strategies[i];
+        if (s->kind != STRAT_BUDGET) continue;
+        rc = strategy_plan(s, pl->prof);
+        if (rc && c->default_strategies && s->budget < pl->min_budget) {
+            /* the default list's budget=50% does not fit every model: leave it out */
+            if (log)
+                fprintf(stderr, "  (%s left out: below the planner's minimum for this model, "
+                                "%.2f MiB)\n", s->name, (double)pl->min_budget / 1048576.0);
+            memmove(s, s + 1, sizeof *s * (size_t)(c->n_strategies - i - 1));
+            c->n_strategies--;
+            i--;
+            rc = REMAT_OK;
+            continue;
+        }
+        if (rc) {
+            char msg[768]; /* remat_set_error must not read the buffer it writes */
+            snprintf(msg, sizeof msg, "%s", remat_last_error());
+            remat_set_error(rc, "%s: %s", s->name, msg);
+            return rc;
+        }
+        if (c->verbose) {
+            fprintf(stderr, "%s:\n", s->name);
+            remat_plan_print(s->plan, stderr);
+        }
+    }
+    return REMAT_OK;
+}
+
+static pareto_kind kind_of(const strategy *s) {
+    switch (s->kind) {
+    case STRAT_NONE: return PARETO_NONE;
+    case STRAT_SEQUENTIAL: return PARETO_UNIFORM;
+    case STRAT_BUDGET: return PARETO_PLANNED;
+    default: return PARETO_OTHER;
+    }
+}
+
+static bool write_pareto(const char *file, const config *c, const model *m, const result *r,
+                         const planner_info *pl) {
+    const int n = c->n_strategies;
+    pareto_point *pts = calloc((size_t)n, sizeof *pts);
+    if (!pts) return false;
+    int differ = 0;
+    for (int i = 0; i < n; i++) {
+        const strategy *s = &c->strategies[i];
+        pts[i].label = s->name;
+        pts[i].kind = kind_of(s);
+        pts[i].segments = s->segments;
+        pts[i].budget_bytes = s->plan ? (double)s->plan->budget_bytes : 0;
+        pts[i].step_ms = r[i].step_ms;
+        pts[i].peak_bytes = (double)r[i].peak;
+        pts[i].baseline_bytes = (double)r[i].baseline;
+        differ += !r[i].grads_equal;
+    }
+    char title[256], sub[512];
+    snprintf(title, sizeof title, "remat: %s, %d layers, width %d: step time vs memory",
+             m->kind == MODEL_GPT ? "GPT" : "MLP", m->layers, m->width);
+    if (pl->prof)
+        snprintf(sub, sizeof sub,
+                 "planner budgets bound what the %d block%s add%s: feasible from %.2f MiB, %.2f MiB "
+                 "without checkpointing; %s",
+                 m->layers, m->layers == 1 ? "" : "s", m->layers == 1 ? "s" : "",
+                 (double)pl->min_budget / 1048576.0, (double)pl->store_all / 1048576.0,
+                 differ ? "SOME GRADIENTS DIFFER from none" : "every gradient bitwise equal to none");
+    else
+        snprintf(sub, sizeof sub, "%s",
+                 differ ? "SOME GRADIENTS DIFFER from none" : "every gradient bitwise equal to none");
+    bool ok = svg_pareto(file, title, sub, n, pts);
+    free(pts);
+    return ok;
 }
 
 int cmd_bench(config *c, bool is_default) {
@@ -189,22 +392,14 @@ int cmd_bench(config *c, bool is_default) {
     memset(&tk, 0, sizeof tk);
     batch b;
     memset(&b, 0, sizeof b);
+    planner_info pl;
+    memset(&pl, 0, sizeof pl);
     float **ref = NULL;
-    const int n = c->n_strategies;
-    result *r = calloc((size_t)n, sizeof *r);
+    result *r = NULL;
+    int n = 0;
     int threads = step_setup_process(c->threads);
     const bool log = !c->quiet;
-    if (!r) {
-        rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
-        goto done;
-    }
-    for (int i = 0; i < n; i++) {
-        r[i].times = calloc((size_t)c->reps, sizeof(double));
-        if (!r[i].times) {
-            rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
-            goto done;
-        }
-    }
+    if (c->sweep) sweep_uniform(c);
     if ((rc = task_init(&tk, c))) goto done;
     if ((rc = model_init(&m, c, c->seed))) goto done;
     if ((rc = task_batch(&tk, 0, &b))) goto done;
@@ -226,6 +421,22 @@ int cmd_bench(config *c, bool is_default) {
     if (!ref) {
         rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
         goto done;
+    }
+    /* the planner's profile and plans (budget strategies, the sweep) */
+    if ((rc = plan_budgets(c, &m, &b, &pl, log))) goto done;
+
+    n = c->n_strategies > 0 ? c->n_strategies : 0;
+    r = calloc((size_t)n + 1, sizeof *r);
+    if (!r) {
+        rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        r[i].times = calloc((size_t)c->reps, sizeof(double));
+        if (!r[i].times) {
+            rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+            goto done;
+        }
     }
 
     /* 2. one measured step per strategy */
@@ -274,7 +485,7 @@ int cmd_bench(config *c, bool is_default) {
     for (int i = 0; i < n; i++) r[i].overhead = r[refi].step_ms > 0 ? r[i].step_ms / r[refi].step_ms : 0;
 
     if (c->json)
-        print_json(c, &m, threads, r);
+        print_json(c, &m, threads, r, &pl);
     else if (c->csv)
         print_csv(c, r);
     else
@@ -303,6 +514,10 @@ int cmd_bench(config *c, bool is_default) {
     char path[4096];
     FILE *msg = (c->json || c->csv) ? stderr : stdout;
     bool wrote_header = false;
+    /* pareto.svg: wherever asked, and into the output directory (--out DIR,
+     * else ./out for the sweep) when the planner ran */
+    const char *pareto_dir = c->out_dir ? c->out_dir : (c->sweep ? "out" : NULL);
+    if (!pl.prof) pareto_dir = NULL;
 #define WROTE(p)                                                    \
     do {                                                            \
         if (!wrote_header) fprintf(msg, "\n");                      \
@@ -327,6 +542,16 @@ int cmd_bench(config *c, bool is_default) {
             }
         }
     }
+    if (!rc && pareto_dir) {
+        if (!util_mkdir_p(pareto_dir))
+            rc = remat_set_error(REMAT_EIO, "cannot create the directory %s", pareto_dir);
+        else if (join(path, sizeof path, pareto_dir, "pareto.svg")) {
+            if (write_pareto(path, c, &m, r, &pl)) WROTE(path); else FAILW(path);
+        }
+    }
+    if (!rc && c->svg_pareto) {
+        if (write_pareto(c->svg_pareto, c, &m, r, &pl)) WROTE(c->svg_pareto); else FAILW(c->svg_pareto);
+    }
     if (!rc && c->svg) {
         if (svg_tradeoff(c->svg, title, n, pts)) WROTE(c->svg); else FAILW(c->svg);
     }
@@ -337,9 +562,12 @@ int cmd_bench(config *c, bool is_default) {
 #undef FAILW
     if (!rc && is_default && !c->json && !c->csv)
         printf("\nOpen %s/timeline.svg to see memory over the step (forward, backward,\n"
-               "recompute shaded) and %s/tradeoff.svg for memory against time. Try\n"
-               "`remat train` to train this kind of model, `remat bench --help` for more.\n",
-               c->out_dir, c->out_dir);
+               "recompute shaded), %s/tradeoff.svg for memory against time%s%s%s.\n"
+               "Try `remat train` to train this kind of model, `remat bench --sweep-budgets`\n"
+               "to set the planner against every uniform segmentation, `remat bench --help`\n"
+               "for more.\n",
+               c->out_dir, c->out_dir, pareto_dir ? "\nand " : "", pareto_dir ? pareto_dir : "",
+               pareto_dir ? "/pareto.svg for step time against memory" : "");
     free(ts);
     free(labels);
     free(pts);
@@ -349,11 +577,7 @@ int cmd_bench(config *c, bool is_default) {
                     c->strategies[i].name);
             rc = REMAT_EDETERMINISM;
         }
-    if (rc == REMAT_EDETERMINISM) {
-        free_grads(ref, m.n_params);
-        ref = NULL;
-        goto cleanup;
-    }
+    if (rc == REMAT_EDETERMINISM) goto cleanup;
 
 done:
     if (rc) fprintf(stderr, "\nremat bench: %s\n", remat_last_error());
@@ -364,6 +588,8 @@ cleanup:
         trace_free(&r[i].tr);
     }
     free(r);
+    for (int i = 0; i < c->n_strategies; i++) strategy_free(&c->strategies[i]);
+    remat_profile_free(pl.prof);
     batch_free(&b);
     model_free(&m);
     task_free(&tk);

@@ -354,6 +354,24 @@ int model_loss(model *m, const strategy *s, const batch *b, remat_tensor **loss)
     return rc;
 }
 
+int model_profile_chain(model *m, const batch *b, const remat_profile_options *opts,
+                        remat_profile **out) {
+    *out = NULL;
+    remat_tensor *x = NULL;
+    remat_stage *st = malloc(sizeof *st * (size_t)m->layers);
+    if (!st) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    for (int i = 0; i < m->layers; i++) st[i] = (remat_stage){traced_block, m->ud[i]};
+    /* the blocks' input as in training: it requires grad (through the
+     * embedding), so the profile's backward computes what training's does */
+    bool prev = remat_enable_grad_begin();
+    int rc = embed(m, b, &x);
+    if (!rc) rc = remat_profile_stages(out, m->layers, st, x, opts);
+    remat_grad_mode_restore(prev);
+    remat_release(x);
+    free(st);
+    return rc;
+}
+
 int model_outputs(model *m, const batch *b, remat_tensor **out) {
     strategy none;
     strategy_parse("none", false, &none, NULL, 0);

@@ -91,6 +91,12 @@ void model_free(model *m);
 int model_loss(model *m, const strategy *s, const batch *b, remat_tensor **loss);
 /* GPT logits (B, T, V) or MLP outputs (B, W), no strategy; plain reference. */
 int model_outputs(model *m, const batch *b, remat_tensor **out);
+/* The planner's view of the model: profiles the chain of blocks (the
+ * functions every strategy runs; embedding and head stay outside) on the
+ * embedding of batch b, with remat_profile_stages (opts NULL: defaults).
+ * No .grad is touched and the RNG state is put back. */
+int model_profile_chain(model *m, const batch *b, const remat_profile_options *opts,
+                        remat_profile **out);
 /* Drops every parameter's .grad. */
 void model_zero_grad(model *m);
 

@@ -7,7 +7,10 @@
  *                   unless --reentrant): only block inputs are kept
  *   sequential=N    remat_checkpoint_sequential over the blocks, N segments
  *   selective[=P]   selective activation checkpointing   (not available yet)
- *   budget=SIZE     budget planner                        (not available yet)
+ *   budget=SIZE     the budget planner (remat/planner.h): the blocks are
+ *                   profiled once, remat_plan_create picks the fastest
+ *                   schedule whose predicted peak fits SIZE bytes (or P% of
+ *                   the chain's un-checkpointed peak), remat_plan_run runs it
  */
 #ifndef REMAT_TOOLS_STRATEGY_H
 #define REMAT_TOOLS_STRATEGY_H
@@ -28,11 +31,14 @@ typedef enum strategy_kind {
 
 typedef struct strategy {
     strategy_kind kind;
-    int segments;     /* sequential=N */
-    uint64_t budget;  /* budget=SIZE, in bytes */
-    bool reentrant;   /* --reentrant */
-    char policy[64];  /* selective=POLICY */
-    char name[96];    /* canonical text, e.g. "sequential=2", "block(reentrant)" */
+    int segments;       /* sequential=N */
+    uint64_t budget;    /* budget=SIZE, in bytes (budget=P%: set by strategy_plan) */
+    double budget_pct;  /* budget=P%: P, a share of the chain's un-checkpointed peak; 0 else */
+    bool reentrant;     /* --reentrant (never for budget: plans run non-reentrant) */
+    char policy[64];    /* selective=POLICY */
+    char budget_text[40]; /* budget=SIZE: SIZE as given ("64MiB", "40%") */
+    char name[96];      /* canonical text, e.g. "sequential=2", "block(reentrant)", "budget=64MiB" */
+    remat_plan *plan;   /* budget: made by strategy_plan, freed by strategy_free */
 } strategy;
 
 /* A block of the model: the signature remat_checkpoint wraps. One input
@@ -41,12 +47,30 @@ typedef int (*block_fn)(void *user_data, remat_tensor *const *inputs, int n_inpu
                         remat_tensor **outputs, int n_outputs);
 
 /* Parses "none", "block", "sequential=N", "selective[=POLICY]",
- * "budget=SIZE" into s (err may be NULL). Does not judge availability. */
+ * "budget=SIZE" (SIZE: bytes, K/M/G/T with optional i/B, or P% with
+ * 0 < P <= 100) into s (err may be NULL). Does not judge availability. */
 bool strategy_parse(const char *text, bool reentrant, strategy *s, char *err, size_t n_err);
-/* Rewrites s->name from its fields. */
+/* Rewrites s->name from its fields (budget=SIZE keeps the text it was parsed from). */
 void strategy_name(strategy *s);
 /* Whether this build can run s; if not, err says why. */
 bool strategy_available(const strategy *s, char *err, size_t n_err);
+
+/* The predicted peak of the chain without checkpointing (store-all), from
+ * a profile: what budget=P% is a share of. */
+int strategy_store_all_bytes(const remat_profile *prof, size_t *bytes);
+/* budget=SIZE: plans s->plan from a profile of the chain (the model's
+ * blocks, see model_profile_chain). A budget below the smallest feasible
+ * one fails with remat_plan_create's message, which states that minimum,
+ * followed by what budget=P% it corresponds to. Other kinds: nothing to do. */
+int strategy_plan(strategy *s, const remat_profile *prof);
+/* Releases what strategy_plan made. */
+void strategy_free(strategy *s);
+/* A budget=... strategy for an exact byte count (the bench sweep), named
+ * "budget=12.34MiB" (the MiB figure rounded; s->budget is exact). */
+void strategy_budget_bytes(strategy *s, uint64_t bytes);
+/* The plan's nested structure as text, e.g. "[ckpt 0-3: [ckpt 0-1: 0-1] 2-3] 4-7"
+ * (checkpointed segments in brackets, stored stages as ranges). */
+void strategy_plan_structure(const remat_plan *plan, char *buf, size_t n);
 
 /* Runs x through blocks fn(user_data[0]) ... fn(user_data[n-1]) under s;
  * *out receives a new (plain, not scope-owned) reference. */

@@ -280,3 +280,245 @@ bool svg_tradeoff(const char *path, const char *title, int n, const tradeoff_poi
                     ML + 6, MT + 16);
     return write_file(path, &o);
 }
+
+/* ---- Pareto plot ------------------------------------------------------------------------ */
+static const char *const PARETO_COLOR[] = {"#111827", "#ea580c", "#1d4ed8", "#059669"};
+
+/* A marker of kind k centred on (x, y): circle (planned), square (uniform),
+ * diamond (none), triangle (other). */
+static void pareto_marker(util_str *o, pareto_kind k, double x, double y, double r) {
+    const char *c = PARETO_COLOR[k];
+    switch (k) {
+    case PARETO_PLANNED:
+        util_str_printf(o, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"%.1f\" fill=\"%s\" "
+                           "stroke=\"white\" stroke-width=\"1\"/>\n", x, y, r, c);
+        break;
+    case PARETO_UNIFORM:
+        util_str_printf(o, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.1f\" height=\"%.1f\" "
+                           "fill=\"%s\" stroke=\"white\" stroke-width=\"1\"/>\n",
+                        x - r, y - r, 2 * r, 2 * r, c);
+        break;
+    case PARETO_NONE:
+        util_str_printf(o, "<path d=\"M%.2f,%.2f L%.2f,%.2f L%.2f,%.2f L%.2f,%.2f Z\" "
+                           "fill=\"%s\"/>\n",
+                        x, y - 1.4 * r, x + 1.4 * r, y, x, y + 1.4 * r, x - 1.4 * r, y, c);
+        break;
+    default:
+        util_str_printf(o, "<path d=\"M%.2f,%.2f L%.2f,%.2f L%.2f,%.2f Z\" fill=\"%s\"/>\n", x,
+                        y - 1.3 * r, x + 1.2 * r, y + 0.9 * r, x - 1.2 * r, y + 0.9 * r, c);
+    }
+}
+
+static int cmp_peak(const void *a, const void *b) {
+    const pareto_point *p = *(const pareto_point *const *)a, *q = *(const pareto_point *const *)b;
+    if (p->peak_bytes != q->peak_bytes) return p->peak_bytes < q->peak_bytes ? -1 : 1;
+    return (p->step_ms > q->step_ms) - (p->step_ms < q->step_ms);
+}
+
+static int cmp_budget(const void *a, const void *b) {
+    const pareto_point *p = *(const pareto_point *const *)a, *q = *(const pareto_point *const *)b;
+    return (p->budget_bytes > q->budget_bytes) - (p->budget_bytes < q->budget_bytes);
+}
+
+/* An axis range [lo, hi] around [vmin, vmax] on a nice step. */
+static void axis_range(double vmin, double vmax, int ticks, double *lo, double *hi, double *step) {
+    double pad = (vmax - vmin) * 0.08;
+    if (pad <= 0) pad = vmax > 0 ? vmax * 0.05 : 1;
+    *step = nice_step(vmax - vmin + 2 * pad, ticks);
+    *lo = floor((vmin - pad) / *step) * *step;
+    if (*lo < 0) *lo = 0;
+    *hi = ceil((vmax + pad) / *step) * *step;
+    if (*hi <= *lo) *hi = *lo + *step;
+}
+
+bool svg_pareto(const char *path, const char *title, const char *subtitle, int n,
+                const pareto_point *pts) {
+    const double W = 900, ML = 78, MR = 230, MT = 70, PH = 430, MB = 58;
+    /* the list of points beside the plot starts ~200 px down, 13 px a row */
+    const double H = fmax(MT + PH + MB, MT + 215 + 13.0 * n), pw = W - ML - MR;
+    const pareto_point **ord = malloc(sizeof *ord * (size_t)(n > 0 ? n : 1));
+    if (!ord) return false;
+    double xmin = INFINITY, xmax = 0, ymin = INFINITY, ymax = 0, base = INFINITY;
+    for (int i = 0; i < n; i++) {
+        ord[i] = &pts[i];
+        xmin = fmin(xmin, pts[i].peak_bytes / MIB);
+        xmax = fmax(xmax, pts[i].peak_bytes / MIB);
+        ymin = fmin(ymin, pts[i].step_ms);
+        ymax = fmax(ymax, pts[i].step_ms);
+        base = fmin(base, pts[i].baseline_bytes / MIB);
+    }
+    if (n == 0) xmin = ymin = base = 0;
+    qsort(ord, (size_t)n, sizeof *ord, cmp_peak);
+    double x0, x1, xs, y0, y1, ys;
+    axis_range(xmin, xmax, 8, &x0, &x1, &xs);
+    axis_range(ymin, ymax, 6, &y0, &y1, &ys);
+#define PX(v) (ML + pw * ((v) - x0) / (x1 - x0))
+#define PY(v) (MT + PH - PH * ((v) - y0) / (y1 - y0))
+
+    util_str o = {0};
+    header(&o, W, H);
+    util_str_printf(&o, "<text x=\"%.0f\" y=\"24\" font-size=\"16\" font-weight=\"bold\">", ML);
+    esc(&o, title);
+    util_str_printf(&o, "</text>\n");
+    if (subtitle) {
+        util_str_printf(&o, "<text x=\"%.0f\" y=\"44\" font-size=\"11\" fill=\"#444\">", ML);
+        esc(&o, subtitle);
+        util_str_printf(&o, "</text>\n");
+    }
+    util_str_printf(&o, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" "
+                        "fill=\"#fafafa\" stroke=\"#bbb\"/>\n",
+                    ML, MT, pw, PH);
+    for (double v = x0; v <= x1 + xs * 1e-6; v += xs)
+        util_str_printf(&o,
+                        "<line x1=\"%.2f\" y1=\"%.0f\" x2=\"%.2f\" y2=\"%.0f\" stroke=\"#e5e5e5\"/>"
+                        "<text x=\"%.2f\" y=\"%.0f\" text-anchor=\"middle\">%g</text>\n",
+                        PX(v), MT, PX(v), MT + PH, PX(v), MT + PH + 16, v);
+    for (double v = y0; v <= y1 + ys * 1e-6; v += ys)
+        util_str_printf(&o,
+                        "<line x1=\"%.0f\" y1=\"%.2f\" x2=\"%.0f\" y2=\"%.2f\" stroke=\"#e5e5e5\"/>"
+                        "<text x=\"%.0f\" y=\"%.2f\" text-anchor=\"end\">%g</text>\n",
+                        ML, PY(v), ML + pw, PY(v), ML - 5, PY(v) + 4, v);
+    util_str_printf(&o,
+                    "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">allocator peak during "
+                    "the step (MiB, parameters included)</text>\n"
+                    "<text x=\"18\" y=\"%.0f\" text-anchor=\"middle\" transform=\"rotate(-90 18 "
+                    "%.0f)\">step time, forward + backward (ms, median)</text>\n",
+                    ML + pw / 2, MT + PH + 40, MT + PH / 2, MT + PH / 2);
+    /* what the step starts from: parameters and batch (no strategy goes below) */
+    if (n > 0 && base >= x0 && base <= x1)
+        util_str_printf(&o,
+                        "<line x1=\"%.2f\" y1=\"%.0f\" x2=\"%.2f\" y2=\"%.0f\" stroke=\"#9ca3af\" "
+                        "stroke-dasharray=\"2,3\"/><text x=\"%.2f\" y=\"%.0f\" font-size=\"10\" "
+                        "fill=\"#6b7280\">before the step</text>\n",
+                        PX(base), MT, PX(base), MT + PH, PX(base) + 3, MT + 12);
+
+    /* the Pareto front of every point: the fastest step at each memory level,
+     * as a staircase (a point is on it if nothing uses less memory and less time) */
+    util_str_printf(&o, "<path fill=\"none\" stroke=\"#6b7280\" stroke-width=\"1.5\" "
+                        "stroke-dasharray=\"6,4\" d=\"");
+    double best = INFINITY, lastx = 0;
+    bool started = false;
+    for (int i = 0; i < n; i++) {
+        if (!(ord[i]->step_ms < best)) continue;
+        double x = PX(ord[i]->peak_bytes / MIB), y = PY(ord[i]->step_ms);
+        if (!started)
+            util_str_printf(&o, "M%.2f,%.2f", x, y);
+        else
+            util_str_printf(&o, " L%.2f,%.2f L%.2f,%.2f", x, PY(best), x, y);
+        started = true;
+        best = ord[i]->step_ms;
+        lastx = x;
+    }
+    if (started) util_str_printf(&o, " L%.2f,%.2f", fmax(lastx, ML + pw), PY(best));
+    util_str_printf(&o, "\"/>\n");
+
+    /* planned points joined in order of budget: the planner's curve */
+    const pareto_point **pl = malloc(sizeof *pl * (size_t)(n > 0 ? n : 1));
+    int npl = 0;
+    for (int i = 0; pl && i < n; i++)
+        if (pts[i].kind == PARETO_PLANNED) pl[npl++] = &pts[i];
+    if (pl) qsort(pl, (size_t)npl, sizeof *pl, cmp_budget);
+    util_str_printf(&o, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
+                        "stroke-opacity=\"0.6\" d=\"",
+                    PARETO_COLOR[PARETO_PLANNED]);
+    for (int i = 0; i < npl; i++)
+        util_str_printf(&o, "%s%.2f,%.2f", i ? " L" : "M", PX(pl[i]->peak_bytes / MIB),
+                        PY(pl[i]->step_ms));
+    util_str_printf(&o, "\"/>\n");
+    free(pl);
+
+    /* markers, then labels: uniform below-right, planned above-left, others right */
+    for (int i = 0; i < n; i++)
+        pareto_marker(&o, ord[i]->kind, PX(ord[i]->peak_bytes / MIB), PY(ord[i]->step_ms), 5);
+    /* labels that would overlap one already placed are left out (the list
+     * beside the plot names every point); none and planned points first */
+    double (*boxes)[4] = malloc(sizeof *boxes * (size_t)(n > 0 ? n : 1));
+    int nbox = 0;
+    const pareto_kind label_order[] = {PARETO_NONE, PARETO_PLANNED, PARETO_OTHER, PARETO_UNIFORM};
+    for (int pass = 0; boxes && pass < 4; pass++)
+    for (int i = 0; i < n; i++) {
+        const pareto_point *p = ord[i];
+        if (p->kind != label_order[pass]) continue;
+        double x = PX(p->peak_bytes / MIB), y = PY(p->step_ms);
+        char lab[96];
+        const char *anchor = "start";
+        double dx = 8, dy = 4;
+        switch (p->kind) {
+        case PARETO_UNIFORM:
+            snprintf(lab, sizeof lab, "N=%d", p->segments);
+            dx = 5, dy = 17;
+            break;
+        case PARETO_PLANNED:
+            snprintf(lab, sizeof lab, p->budget_bytes < 10 * MIB ? "%.2f" : "%.1f",
+                     p->budget_bytes / MIB);
+            anchor = "end", dx = -5, dy = -8;
+            break;
+        default: snprintf(lab, sizeof lab, "%s", p->label ? p->label : "?");
+        }
+        double w = 5.6 * (double)strlen(lab), bx = x + dx - (anchor[0] == 'e' ? w : 0),
+               by = y + dy - 9;
+        bool clash = false;
+        for (int k = 0; k < nbox && !clash; k++)
+            clash = bx < boxes[k][2] && boxes[k][0] < bx + w && by < boxes[k][3] &&
+                    boxes[k][1] < by + 11;
+        if (clash) continue;
+        boxes[nbox][0] = bx, boxes[nbox][1] = by, boxes[nbox][2] = bx + w, boxes[nbox][3] = by + 11;
+        nbox++;
+        util_str_printf(&o, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"10\" fill=\"%s\" "
+                            "text-anchor=\"%s\">",
+                        x + dx, y + dy, PARETO_COLOR[p->kind], anchor);
+        esc(&o, lab);
+        util_str_printf(&o, "</text>\n");
+    }
+    free(boxes);
+
+    /* legend */
+    const double lx = ML + pw + 22;
+    double ly = MT + 10;
+    static const char *const what[] = {"none (no checkpointing)",
+                                       "uniform: sequential=N", "planner: budget=SIZE",
+                                       "other strategies"};
+    static const char *const note[] = {"", "label: N segments", "label: budget in MiB", ""};
+    int count[4] = {0, 0, 0, 0};
+    for (int i = 0; i < n; i++) count[pts[i].kind]++;
+    const pareto_kind order[] = {PARETO_PLANNED, PARETO_UNIFORM, PARETO_NONE, PARETO_OTHER};
+    for (int k = 0; k < 4; k++) {
+        pareto_kind kd = order[k];
+        if (!count[kd]) continue;
+        pareto_marker(&o, kd, lx + 6, ly, 5);
+        util_str_printf(&o, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", lx + 18, ly + 4, what[kd]);
+        if (note[kd][0]) {
+            ly += 15;
+            util_str_printf(&o, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" fill=\"#555\">%s"
+                                "</text>\n", lx + 18, ly + 4, note[kd]);
+        }
+        ly += 22;
+    }
+    util_str_printf(&o,
+                    "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#6b7280\" "
+                    "stroke-width=\"1.5\" stroke-dasharray=\"6,4\"/>"
+                    "<text x=\"%.0f\" y=\"%.0f\">Pareto front (all points)</text>\n",
+                    lx, ly, lx + 14, ly, lx + 18, ly + 4);
+    ly += 30;
+    /* the points as a list too: exact numbers, and labels that cannot collide */
+    util_str_printf(&o, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" font-weight=\"bold\" "
+                        "font-family=\"monospace\" xml:space=\"preserve\">%8s %6s  %s</text>\n",
+                    lx, ly, "peak MiB", "ms", "strategy");
+    for (int i = 0; i < n && ly < H - 14; i++) {
+        ly += 13;
+        const pareto_point *p = ord[i];
+        char line[160];
+        snprintf(line, sizeof line, "%8.1f %6.1f  %s", p->peak_bytes / MIB, p->step_ms,
+                 p->label ? p->label : "?");
+        util_str_printf(&o, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" "
+                            "font-family=\"monospace\" xml:space=\"preserve\" fill=\"%s\">",
+                        lx, ly, PARETO_COLOR[p->kind]);
+        esc(&o, line);
+        util_str_printf(&o, "</text>\n");
+    }
+    util_str_printf(&o, "</svg>\n");
+#undef PX
+#undef PY
+    free(ord);
+    return write_file(path, &o);
+}

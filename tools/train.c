@@ -161,6 +161,37 @@ int cmd_train(config *c) {
         if (start) fprintf(stderr, "  resuming at step %" PRId64 " from %s\n", start, c->resume);
     }
 
+    /* budget=SIZE: profile the blocks once, on the first batch of this run,
+     * and plan; every step then runs the plan */
+    if (c->strat.kind == STRAT_BUDGET) {
+        batch pb;
+        remat_profile *prof = NULL;
+        if (!c->quiet) fprintf(stderr, "  profiling the %d block%s for the planner...\n",
+                               m.layers, m.layers == 1 ? "" : "s");
+        double t0 = util_now();
+        rc = task_batch(&tk, start, &pb);
+        if (!rc) {
+            rc = model_profile_chain(&m, &pb, NULL, &prof);
+            batch_free(&pb);
+        }
+        if (!rc && c->verbose && !c->quiet) {
+            fprintf(stderr, "profile of the %d block%s (%.2f s):\n", m.layers,
+                    m.layers == 1 ? "" : "s", util_now() - t0);
+            remat_profile_print(prof, stderr);
+        }
+        if (!rc) rc = strategy_plan(&c->strat, prof);
+        remat_profile_free(prof);
+        if (rc) {
+            char msg[768]; /* remat_set_error must not read the buffer it writes */
+            snprintf(msg, sizeof msg, "%s", remat_last_error());
+            remat_set_error(rc, "--checkpoint %s: %s", c->strat.name, msg);
+            goto done;
+        }
+        if (!c->quiet) remat_plan_print(c->strat.plan, stderr);
+        /* the profile's own peak is not training's */
+        remat_alloc_reset_peak(REMAT_DEVICE_CPU);
+    }
+
     losses = malloc(sizeof(double) * (size_t)(n_steps > 0 ? n_steps : 1));
     times = malloc(sizeof(double) * (size_t)(n_steps > 0 ? n_steps : 1));
     if (!losses || !times) {
@@ -268,6 +299,14 @@ int cmd_train(config *c) {
             util_str_printf(&j, "],\"eval_loss\":null,");
         if (ev.has_accuracy) util_str_printf(&j, "\"accuracy\":%.6f,", ev.accuracy);
         if (ev.has_exact) util_str_printf(&j, "\"exact_accuracy\":%.6f,", ev.exact);
+        const remat_plan *p = c->strat.plan;
+        if (p)
+            util_str_printf(&j,
+                            "\"budget_bytes\":%zu,\"plan_peak_bytes\":%zu,"
+                            "\"plan_min_budget_bytes\":%zu,\"plan_store_all_bytes\":%zu,"
+                            "\"plan_recomputed_blocks\":%" PRId64 ",",
+                            p->budget_bytes, p->peak_bytes, p->min_budget_bytes,
+                            p->peak_store_all, p->n_recomputed);
         util_str_printf(&j,
                         "\"step_ms\":%.4f,\"tokens_per_s\":%.2f,\"peak_alloc_bytes\":%zu,"
                         "\"peak_rss_bytes\":%zu}\n",
@@ -289,12 +328,21 @@ int cmd_train(config *c) {
         printf("peak memory   %s allocated by remat, %s RSS\n",
                util_fmt_bytes((double)peak_alloc, a, sizeof a),
                util_fmt_bytes((double)peak_rss, r, sizeof r));
+        const remat_plan *p = c->strat.plan;
+        if (p) {
+            char bb[32], pk[32];
+            printf("plan          budget %s, predicted %s for the blocks, %" PRId64
+                   " block forwards recomputed per step\n",
+                   util_fmt_bytes((double)p->budget_bytes, bb, sizeof bb),
+                   util_fmt_bytes((double)p->peak_bytes, pk, sizeof pk), p->n_recomputed);
+        }
         if (c->save) printf("saved         %s (step %ld)\n", c->save, c->steps);
         if (c->trace) printf("trace         %s\n", c->trace);
         if (c->timeline) printf("timeline      %s\n", c->timeline);
     }
 
 done:
+    strategy_free(&c->strat);
     if (traced) trace_free(&tr);
     free(losses);
     free(times);
