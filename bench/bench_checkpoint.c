@@ -13,10 +13,15 @@
  * determinism check "default", early stop on).
  *
  * Per strategy and step it measures
- *   - the step time (forward + backward + SGD; median over --reps), split
- *     into forward, backward and SGD, plus the recomputation inside the
- *     backward and per-op times (linear / gelu / layer_norm) of the forward
- *     and of the recomputation (timed inside the block function);
+ *   - the step time (forward + backward + SGD; median and minimum over
+ *     --reps), split into forward, backward and SGD, plus the recomputation
+ *     inside the backward and per-op times (linear / gelu / layer_norm) of
+ *     the forward and of the recomputation (timed inside the block
+ *     function). Every time is taken on two clocks: wall (CLOCK_MONOTONIC)
+ *     and process CPU time (CLOCK_PROCESS_CPUTIME_ID). With --threads 1 the
+ *     CPU clock is immune to preemption by other processes and is the one
+ *     the tables use (--clock overrides); with more threads it also counts
+ *     OpenMP threads spinning, so the tables use wall time;
  *   - the allocator peak of the step (remat_alloc_reset_peak before,
  *     remat_cpu_peak_bytes after: exact bytes of live tensor storage);
  *   - the activation peak: max over every allocation of the step of
@@ -27,34 +32,57 @@
  *     (counted by a hook on each leaf, which runs when its gradient reaches
  *     AccumulateGrad). That is "peak minus parameters, gradients and
  *     input", with the gradients that exist at that moment; the simpler
- *     bound peak - base - all gradients is printed too (CSV);
- *   - the peak RSS growth: VmHWM after the step minus VmRSS before it, with
- *     VmHWM reset by writing "5" to /proc/self/clear_refs before the step
- *     (falls back to getrusage's process-wide ru_maxrss, marked, when the
- *     reset is not allowed);
- *   - whether the gradients of every parameter and of the input are bitwise
- *     equal to those of "none" in the same repetition (every strategy of a
- *     repetition starts from the same parameters: they are restored from a
- *     snapshot before each strategy's step).
+ *     bound peak - base - all gradients is in the CSV too;
+ *   - the RSS that training adds, measured in a fresh child process per
+ *     strategy (forked before this process allocates anything, glibc's
+ *     default malloc policy): VmHWM after --rss-steps steps (default 2)
+ *     minus VmRSS once the model, input and target exist. Also, in the
+ *     CSV/table as "in-process": VmHWM - VmRSS over a warm-up step of this
+ *     process started after malloc_trim(0), with VmHWM reset by writing
+ *     "5" to /proc/self/clear_refs (getrusage's process-wide ru_maxrss,
+ *     marked, when the reset is not allowed); that one inherits the heap
+ *     left by the strategies run before it. How the timed steps get their
+ *     memory (--heap):
+ *       steady  (default) after the warm-up, glibc keeps freed memory
+ *               (mallopt: no trimming, tensors up to 32 MiB from the
+ *               heap) and one more untimed rep touches it, so no timed
+ *               step pays page faults, as in a long training loop with a
+ *               caching allocator;
+ *       trim    malloc_trim(0) before every step: every step pays
+ *               first-touch page faults for its whole footprint;
+ *       default glibc's own policy (big tensors mmap'ed or trimmed
+ *               partly; what a plain remat program gets): in between;
+ *   - whether the gradients of every parameter and of the input, and the
+ *     loss, are bitwise equal to those of "none" in the same repetition
+ *     (every strategy of a repetition starts from the same parameters:
+ *     they are restored from a snapshot before each strategy's step).
  *
  * Repetitions are interleaved (rep 1 of every strategy, then rep 2, ...) so
- * that load from other processes hits every strategy alike. Rep 0 is a
- * warm-up (not timed; its "none" step also times the backward of each op
- * with tensor hooks for the per-op profile).
+ * that load from other processes hits every strategy alike. The warm-up
+ * rep is not timed; its "none" step also times the backward of each op
+ * with tensor hooks for the per-op profile.
  *
  *   bench_checkpoint [--layers L] [--width W] [--batch B] [--reps N]
- *                    [--threads T] [--segments S] [--gelu erf|tanh]
- *                    [--no-trim] [--csv]
- * Defaults: L=32, W=1024, B=2048, 3 reps, OpenMP's default thread count.
- * One un-checkpointed step at the defaults is ~0.4 TFLOP (6·L·B·W²); see
- * docs/bench-checkpoint.md for run times and results. */
+ *                    [--threads T] [--segments S] [--warmup N]
+ *                    [--gelu erf|tanh] [--clock wall|cpu]
+ *                    [--heap steady|trim|default] [--rss-steps N]
+ *                    [--csv]
+ * Defaults: L=32, W=1024, B=2048, 3 reps, 1 warm-up, gelu erf (P's
+ * nn.GELU default), OpenMP's default thread count. One un-checkpointed
+ * step at the defaults is ~0.4 TFLOP (6·L·B·W²); see
+ * docs/bench-checkpoint.md for run times and results. Exit status 1 if
+ * some gradients differ (or tensors leak). --csv prints one CSV row per
+ * strategy (both clocks) instead of the tables; progress goes to stderr. */
+#include <limits.h>
 #include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "remat/remat.h"
 
@@ -78,11 +106,27 @@ static double now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* CPU time of the whole process (all threads). */
+/* CPU time of the whole process (all threads). With one thread it is
+ * immune to preemption by other processes, which wall time is not; with
+ * more it also counts OpenMP threads spinning at barriers. */
 static double cpu_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Every time is taken on both clocks: [CLK_WALL] and [CLK_CPU]. */
+enum { CLK_WALL, CLK_CPU, N_CLK };
+static const char *k_clk_name[N_CLK] = {"wall", "cpu"};
+typedef struct stamp {
+    double t[N_CLK];
+} stamp;
+
+static stamp stamp_now(void) {
+    stamp s;
+    s.t[CLK_WALL] = now();
+    s.t[CLK_CPU] = cpu_now();
+    return s;
 }
 
 static int cmp_d(const void *a, const void *b) {
@@ -170,19 +214,19 @@ static void model_free(model *m) {
 enum { PH_FWD, PH_REC, N_PH };
 enum { OP_LINEAR, OP_GELU, OP_LN, N_OP };
 static const char *k_op_name[N_OP] = {"linear", "gelu", "layer_norm"};
-static double g_optime[N_PH][N_OP];
+static double g_optime[N_CLK][N_PH][N_OP];
 static remat_gelu_approx g_gelu = REMAT_GELU_ERF;
 
 /* Backward profile (warm-up step of "none"): arrival time of the gradient
  * at each block's layer-norm output, gelu output and linear output, i.e.
  * the moment the backward of layer_norm, gelu and linear starts. */
-static double *g_arrive; /* (L, 3) */
+static stamp *g_arrive; /* (L, 3) */
 static bool g_profile_hooks;
 
 static int arrive_hook(void *ud, remat_tensor *grad, remat_tensor **replacement) {
     (void)grad;
     (void)replacement;
-    *(double *)ud = now();
+    *(stamp *)ud = stamp_now();
     return REMAT_OK;
 }
 
@@ -195,18 +239,20 @@ static int block_fn(void *user_data, remat_tensor *const *in, int n_in, remat_te
     (void)n_out;
     int ph = remat_in_backward() ? PH_REC : PH_FWD;
     remat_tensor *h = NULL, *g = NULL;
-    double t0 = now();
+    stamp t0 = stamp_now();
     int rc = remat_linear(&h, in[0], bk->w, bk->b);
-    double t1 = now();
+    stamp t1 = stamp_now();
     if (!rc) rc = remat_gelu(&g, h, g_gelu);
-    double t2 = now();
+    stamp t2 = stamp_now();
     if (!rc) rc = remat_layer_norm(&out[0], g, 1, bk->ln_w, bk->ln_b, 1e-5);
-    double t3 = now();
-    g_optime[ph][OP_LINEAR] += t1 - t0;
-    g_optime[ph][OP_GELU] += t2 - t1;
-    g_optime[ph][OP_LN] += t3 - t2;
+    stamp t3 = stamp_now();
+    for (int k = 0; k < N_CLK; k++) {
+        g_optime[k][ph][OP_LINEAR] += t1.t[k] - t0.t[k];
+        g_optime[k][ph][OP_GELU] += t2.t[k] - t1.t[k];
+        g_optime[k][ph][OP_LN] += t3.t[k] - t2.t[k];
+    }
     if (!rc && g_profile_hooks && ph == PH_FWD) {
-        double *a = g_arrive + 3 * bk->index;
+        stamp *a = g_arrive + 3 * bk->index;
         rc = remat_register_hook(out[0], arrive_hook, &a[0]);
         if (!rc) rc = remat_register_hook(g, arrive_hook, &a[1]);
         if (!rc) rc = remat_register_hook(h, arrive_hook, &a[2]);
@@ -282,8 +328,8 @@ static const char *k_s_desc[N_S] = {
 };
 
 typedef struct sample {
-    double fwd, bwd, sgd, step, rec, cpu;
-    double optime[N_PH][N_OP];
+    double fwd[N_CLK], bwd[N_CLK], sgd[N_CLK], step[N_CLK], rec[N_CLK];
+    double optime[N_CLK][N_PH][N_OP];
     size_t peak;      /* allocator peak (absolute) */
     int64_t act;      /* activation peak (tracked) */
     int64_t act_simple; /* peak - base - all gradients */
@@ -292,9 +338,14 @@ typedef struct sample {
     double loss;
 } sample;
 
+enum { HEAP_STEADY, HEAP_TRIM, HEAP_DEFAULT };
+static const char *k_heap_name[] = {"steady", "trim", "default"};
+
 typedef struct config {
-    int layers, width, batch, reps, threads, segments, warmup;
-    bool csv, trim;
+    int layers, width, batch, reps, threads, segments, warmup, clock;
+    int heap;      /* HEAP_* */
+    int rss_steps; /* steps of each fresh-process RSS measurement; 0: none */
+    bool csv;
 } config;
 
 static remat_tensor *forward(const config *c, model *m, remat_stage *stages, int s,
@@ -320,6 +371,76 @@ static remat_tensor *forward(const config *c, model *m, remat_stage *stages, int
     return loss;
 }
 
+/* ---- RSS of a fresh process ---------------------------------------------------
+ * The RSS a step adds depends on the heap's history: measured inside this
+ * process, a strategy that runs after "none" inherits none's big, partly
+ * fragmented heap, and glibc places its tensors all over it (see
+ * docs/bench-checkpoint.md). So each strategy's RSS is measured in a child
+ * forked before the parent allocates anything: it builds the same model,
+ * trains rss_steps steps with glibc's default malloc policy, and reports
+ * VmHWM at the end minus VmRSS after building the model (parameters,
+ * input and target touched): the memory training adds, as `ps` sees it. */
+typedef struct rss_result {
+    long init_kb, hwm_kb;
+    size_t alloc_peak;
+    int ok;
+} rss_result;
+
+static void child_step(const config *c, model *m, remat_stage *stages, int s, remat_tensor *x,
+                       remat_tensor *target) {
+    remat_tensor *loss = forward(c, m, stages, s, x, target);
+    CHECK(remat_backward_scalar(loss));
+    remat_release(loss);
+    bool prev = remat_no_grad_begin();
+    for (int i = 0; i < m->n_params; i++) {
+        CHECK(remat_add_(m->params[i], remat_tensor_grad(m->params[i]), -0.01));
+        CHECK(remat_set_grad(m->params[i], NULL));
+    }
+    remat_grad_mode_restore(prev);
+    CHECK(remat_set_grad(x, NULL));
+}
+
+static rss_result measure_rss_fresh(const config *c, int s) {
+    rss_result res = {0};
+    int fd[2];
+    if (pipe(fd)) return res;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]);
+        close(fd[1]);
+        return res;
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        model m;
+        model_init(&m, c->layers, c->width, 42);
+        remat_stage *stages = calloc((size_t)c->layers, sizeof *stages);
+        if (!stages) _exit(1);
+        for (int i = 0; i < c->layers; i++) stages[i] = (remat_stage){block_fn, &m.blocks[i]};
+        remat_tensor *x, *target;
+        int64_t xs[2] = {c->batch, c->width};
+        CHECK(remat_rand_normal(&x, 2, xs, 0, 1, REMAT_F32, REMAT_DEVICE_CPU));
+        CHECK(remat_rand_normal(&target, 2, xs, 0, 1, REMAT_F32, REMAT_DEVICE_CPU));
+        CHECK(remat_set_requires_grad(x, true));
+        rss_result r = {.ok = 1};
+        r.init_kb = proc_status_kb("VmRSS");
+        CHECK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
+        for (int k = 0; k < c->rss_steps; k++) child_step(c, &m, stages, s, x, target);
+        r.hwm_kb = proc_status_kb("VmHWM");
+        r.alloc_peak = remat_cpu_peak_bytes();
+        ssize_t n = write(fd[1], &r, sizeof r);
+        _exit(n == (ssize_t)sizeof r ? 0 : 1);
+    }
+    close(fd[1]);
+    ssize_t n = read(fd[0], &res, sizeof res);
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (n != (ssize_t)sizeof res || !WIFEXITED(status) || WEXITSTATUS(status) != 0) res.ok = 0;
+    return res;
+}
+
 /* Leaves whose gradients are compared: every parameter, then the input. */
 typedef struct leaves {
     int n;
@@ -330,7 +451,8 @@ typedef struct leaves {
 
 int main(int argc, char **argv) {
     config c = {.layers = 32, .width = 1024, .batch = 2048, .reps = 3, .threads = 0,
-                .segments = 0, .warmup = 1, .csv = false, .trim = true};
+                .segments = 0, .warmup = 1, .clock = -1, .csv = false,
+                .heap = HEAP_STEADY, .rss_steps = 2};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -347,6 +469,7 @@ int main(int argc, char **argv) {
         INTARG("--threads", threads)
         INTARG("--segments", segments)
         INTARG("--warmup", warmup)
+        INTARG("--rss-steps", rss_steps)
 #undef INTARG
         if (!strcmp(a, "--gelu") && v) {
             if (!strcmp(v, "erf")) g_gelu = REMAT_GELU_ERF;
@@ -355,25 +478,38 @@ int main(int argc, char **argv) {
             i++;
             continue;
         }
+        if (!strcmp(a, "--clock") && v) {
+            if (!strcmp(v, "wall")) c.clock = CLK_WALL;
+            else if (!strcmp(v, "cpu")) c.clock = CLK_CPU;
+            else goto usage;
+            i++;
+            continue;
+        }
         if (!strcmp(a, "--csv")) {
             c.csv = true;
             continue;
         }
-        if (!strcmp(a, "--no-trim")) {
-            c.trim = false;
+        if (!strcmp(a, "--heap") && v) {
+            if (!strcmp(v, "steady")) c.heap = HEAP_STEADY;
+            else if (!strcmp(v, "trim")) c.heap = HEAP_TRIM;
+            else if (!strcmp(v, "default")) c.heap = HEAP_DEFAULT;
+            else goto usage;
+            i++;
             continue;
         }
     usage:
         fprintf(stderr,
                 "usage: %s [--layers L] [--width W] [--batch B] [--reps N] [--threads T]\n"
-                "          [--segments S] [--warmup N] [--gelu erf|tanh] [--no-trim] [--csv]\n"
-                "defaults: L=32 W=1024 B=2048 N=3 T=OpenMP default S=round(sqrt(L)) warmup=1\n",
+                "          [--segments S] [--warmup N] [--gelu erf|tanh] [--clock wall|cpu]\n"
+                "          [--heap steady|trim|default] [--rss-steps N] [--csv]\n"
+                "defaults: L=32 W=1024 B=2048 N=3 T=OpenMP default S=round(sqrt(L)) warmup=1,\n"
+                "          clock cpu with 1 thread, wall otherwise\n",
                 argv[0]);
         return 2;
     }
     if (c.layers < 1 || c.width < 1 || c.batch < 1 || c.reps < 1 || c.threads < 0 ||
-        c.segments < 0 || c.warmup < 1) {
-        fprintf(stderr, "bad arguments (all sizes >= 1, --warmup >= 1)\n");
+        c.segments < 0 || c.warmup < 1 || c.rss_steps < 0) {
+        fprintf(stderr, "bad arguments (all sizes >= 1, --warmup >= 1, --rss-steps >= 0)\n");
         return 2;
     }
     if (c.segments == 0) c.segments = (int)lround(sqrt((double)c.layers));
@@ -383,7 +519,17 @@ int main(int argc, char **argv) {
 #else
     c.threads = 1;
 #endif
+    if (c.clock < 0) c.clock = c.threads == 1 ? CLK_CPU : CLK_WALL;
+    const int K = c.clock; /* the clock the tables are in */
     const int L = c.layers, W = c.width, B = c.batch;
+
+    /* fresh-process RSS first, while this process has allocated nothing */
+    rss_result rss[N_S] = {{0}};
+    for (int s = 0; s < N_S && c.rss_steps > 0; s++) {
+        fprintf(stderr, "RSS: %s in a fresh process (%d steps)...\n", k_s_name[s], c.rss_steps);
+        rss[s] = measure_rss_fresh(&c, s);
+        if (!rss[s].ok) fprintf(stderr, "RSS measurement of %s failed\n", k_s_name[s]);
+    }
 
     model m;
     model_init(&m, L, W, 42);
@@ -426,6 +572,8 @@ int main(int argc, char **argv) {
 
     remat_set_alloc_observer(alloc_observer, NULL);
     bool hwm_ok = reset_hwm();
+    long warm_rss[N_S];
+    for (int s = 0; s < N_S; s++) warm_rss[s] = -1;
 
     double flops = 6.0 * (double)L * (double)B * (double)W * (double)W;
     FILE *info = c.csv ? stderr : stdout;
@@ -434,21 +582,35 @@ int main(int argc, char **argv) {
             "SGD\n",
             L, W, W, g_gelu == REMAT_GELU_ERF ? "erf" : "tanh", B);
     fprintf(info,
-            "threads %d, gemm %s, segments %d, reps %d (+%d warm-up), interleaved; "
-            "~%.0f GFLOP per un-checkpointed step\n",
-            c.threads, remat_gemm_backend(), c.segments, c.reps, c.warmup, flops * 1e-9);
+            "threads %d, gemm %s, segments %d, reps %d (+%d warm-up), interleaved, clock %s, "
+            "heap %s; ~%.0f GFLOP per un-checkpointed step\n",
+            c.threads, remat_gemm_backend(), c.segments, c.reps, c.warmup + (c.heap == HEAP_STEADY),
+            k_clk_name[K],
+            k_heap_name[c.heap], flops * 1e-9);
     fprintf(info, "parameters %.1f MiB, input+target %.1f MiB, all gradients %.1f MiB\n",
             (double)param_bytes / MiB, (double)input_bytes / MiB, (double)lv.total / MiB);
 
-    int total_reps = c.warmup + c.reps;
+    /* reps [0, warmup): RSS warm-up under glibc's default policy; with
+     * --heap steady one more untimed rep then touches the steady heap */
+    int n_warm = c.warmup + (c.heap == HEAP_STEADY ? 1 : 0);
+    int total_reps = n_warm + c.reps;
     sample *samples = calloc((size_t)N_S * (size_t)c.reps, sizeof *samples);
-    double bwd_profile[N_OP] = {0}, bwd_loss = 0;
+    double bwd_profile[N_CLK][N_OP] = {{0}}, bwd_loss[N_CLK] = {0};
     bool all_equal[N_S];
     for (int s = 0; s < N_S; s++) all_equal[s] = true;
     bool base_warned = false;
     if (!samples) return 1;
 
     for (int r = 0; r < total_reps; r++) {
+        if (r == c.warmup && c.heap == HEAP_STEADY) {
+            /* Steady-state heap from here on: tensors up to 32 MiB come from
+             * the heap rather than mmap, and freed memory stays mapped, so
+             * once the next (untimed) rep has touched the footprint no timed
+             * step pays page faults. Larger tensors are still mmap'ed per
+             * allocation. */
+            mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
+            mallopt(M_TRIM_THRESHOLD, INT_MAX);
+        }
         for (int i = 0; i < m.n_params; i++)
             memcpy(snap[i], remat_data(m.params[i]), (size_t)lv.bytes[i]);
         for (int s = 0; s < N_S; s++) {
@@ -457,9 +619,11 @@ int main(int argc, char **argv) {
                 memcpy(remat_data(m.params[i]), snap[i], (size_t)lv.bytes[i]);
             memset(g_optime, 0, sizeof g_optime);
             g_profile_hooks = (r == 0 && s == S_NONE);
-            /* hand freed memory back to the OS so that the RSS growth of this
-             * step is not hidden by pages a previous step left in the heap */
-            if (c.trim) malloc_trim(0);
+            /* The first warm-up steps (and every step with --heap trim) run
+             * under glibc's default policy and start from a trimmed heap, so
+             * that their RSS growth is their footprint. */
+            bool measure_rss = r < c.warmup || c.heap == HEAP_TRIM;
+            if (measure_rss) malloc_trim(0);
             long rss0 = proc_status_kb("VmRSS");
             bool hwm_reset = hwm_ok && reset_hwm();
             CHECK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
@@ -473,17 +637,16 @@ int main(int argc, char **argv) {
             g_act_max = 0;
             g_tracking = true;
 
-            double c0 = cpu_now();
-            double t0 = now();
+            stamp t0 = stamp_now();
             remat_tensor *loss = forward(&c, &m, stages, s, x, target);
-            double t1 = now();
+            stamp t1 = stamp_now();
             CHECK(remat_backward_scalar(loss));
-            double t2 = now();
-            double c2 = cpu_now();
+            stamp t2 = stamp_now();
             g_tracking = false;
             sm.peak = remat_cpu_peak_bytes();
             long hwm = hwm_reset ? proc_status_kb("VmHWM") : maxrss_kb();
-            sm.rss_growth_kb = hwm - rss0;
+            sm.rss_growth_kb = measure_rss ? hwm - rss0 : -1;
+            if (r < c.warmup && sm.rss_growth_kb > warm_rss[s]) warm_rss[s] = sm.rss_growth_kb;
             CHECK(remat_item(loss, &sm.loss));
             remat_release(loss);
             sm.act = g_act_max;
@@ -506,8 +669,7 @@ int main(int argc, char **argv) {
             sm.loss_equal = sm.loss == ref_loss;
 
             /* SGD (timed): p -= lr * grad, then drop the gradients */
-            double c3 = cpu_now();
-            double t3 = now();
+            stamp t3 = stamp_now();
             bool prev = remat_no_grad_begin();
             for (int i = 0; i < m.n_params; i++) {
                 CHECK(remat_add_(m.params[i], remat_tensor_grad(m.params[i]), -0.01));
@@ -515,16 +677,17 @@ int main(int argc, char **argv) {
             }
             remat_grad_mode_restore(prev);
             CHECK(remat_set_grad(x, NULL));
-            double t4 = now();
-            double c4 = cpu_now();
+            stamp t4 = stamp_now();
 
-            sm.fwd = t1 - t0;
-            sm.bwd = t2 - t1;
-            sm.sgd = t4 - t3;
-            sm.step = sm.fwd + sm.bwd + sm.sgd;
-            sm.cpu = (c2 - c0) + (c4 - c3);
+            for (int k = 0; k < N_CLK; k++) {
+                sm.fwd[k] = t1.t[k] - t0.t[k];
+                sm.bwd[k] = t2.t[k] - t1.t[k];
+                sm.sgd[k] = t4.t[k] - t3.t[k];
+                sm.step[k] = sm.fwd[k] + sm.bwd[k] + sm.sgd[k];
+                sm.rec[k] = g_optime[k][PH_REC][0] + g_optime[k][PH_REC][1] +
+                            g_optime[k][PH_REC][2];
+            }
             memcpy(sm.optime, g_optime, sizeof g_optime);
-            sm.rec = g_optime[PH_REC][0] + g_optime[PH_REC][1] + g_optime[PH_REC][2];
             if (!sm.grads_equal || !sm.loss_equal) all_equal[s] = false;
 
             if (g_profile_hooks) {
@@ -532,23 +695,29 @@ int main(int argc, char **argv) {
                  * to a[2], linear from a[2] to the next arrival (block l-1's
                  * a[0]; the end of backward for block 0) */
                 g_profile_hooks = false;
-                bwd_loss = g_arrive[3 * (L - 1)] - t1;
-                for (int l = 0; l < L; l++) {
-                    const double *a = g_arrive + 3 * l;
-                    double end = l > 0 ? g_arrive[3 * (l - 1)] : t2;
-                    bwd_profile[OP_LN] += a[1] - a[0];
-                    bwd_profile[OP_GELU] += a[2] - a[1];
-                    bwd_profile[OP_LINEAR] += end - a[2];
+                for (int k = 0; k < N_CLK; k++) {
+                    bwd_loss[k] = g_arrive[3 * (L - 1)].t[k] - t1.t[k];
+                    for (int l = 0; l < L; l++) {
+                        const stamp *a = g_arrive + 3 * l;
+                        double end = l > 0 ? g_arrive[3 * (l - 1)].t[k] : t2.t[k];
+                        bwd_profile[k][OP_LN] += a[1].t[k] - a[0].t[k];
+                        bwd_profile[k][OP_GELU] += a[2].t[k] - a[1].t[k];
+                        bwd_profile[k][OP_LINEAR] += end - a[2].t[k];
+                    }
                 }
             }
-            if (r >= c.warmup) samples[(size_t)s * (size_t)c.reps + (size_t)(r - c.warmup)] = sm;
+            char rss[48] = "";
+            if (sm.rss_growth_kb >= 0)
+                snprintf(rss, sizeof rss, " rss+ %.1f MiB", (double)sm.rss_growth_kb / 1024.0);
+            if (r >= n_warm) samples[(size_t)s * (size_t)c.reps + (size_t)(r - n_warm)] = sm;
             fprintf(stderr,
-                    "%s %d/%d %-9s step %7.3f s (fwd %.3f bwd %.3f rec %.3f sgd %.3f cpu %.3f) "
-                    "peak %.1f MiB act %.1f MiB rss+ %.1f MiB loss %.6f%s\n",
-                    r < c.warmup ? "warm-up" : "rep", r < c.warmup ? r + 1 : r - c.warmup + 1,
-                    r < c.warmup ? c.warmup : c.reps, k_s_name[s], sm.step, sm.fwd, sm.bwd,
-                    sm.rec, sm.sgd, sm.cpu, (double)sm.peak / MiB, (double)sm.act / MiB,
-                    (double)sm.rss_growth_kb / 1024.0, sm.loss,
+                    "%s %d/%d %-9s wall %7.3f s cpu %7.3f s (%s: fwd %.3f bwd %.3f rec %.3f "
+                    "sgd %.3f) peak %.1f MiB act %.1f MiB%s loss %.9g%s\n",
+                    r < n_warm ? "warm-up" : "rep", r < n_warm ? r + 1 : r - n_warm + 1,
+                    r < n_warm ? n_warm : c.reps, k_s_name[s], sm.step[CLK_WALL],
+                    sm.step[CLK_CPU], k_clk_name[K], sm.fwd[K], sm.bwd[K], sm.rec[K], sm.sgd[K],
+                    (double)sm.peak / MiB, (double)sm.act / MiB,
+                    rss, sm.loss,
                     sm.grads_equal && sm.loss_equal ? "" : "  GRADS/LOSS DIFFER");
         }
     }
@@ -556,11 +725,14 @@ int main(int argc, char **argv) {
 
     /* ---- summary ---- */
     typedef struct summary {
-        double step, fwd, bwd, sgd, rec, cpu, ratio_med, step_min;
-        double optime[N_PH][N_OP];
+        /* per clock: medians over reps, fastest rep, median of per-rep ratios to none */
+        double step[N_CLK], fwd[N_CLK], bwd[N_CLK], sgd[N_CLK], rec[N_CLK];
+        double step_min[N_CLK], ratio_med[N_CLK];
+        double optime[N_CLK][N_PH][N_OP];
         size_t peak;
         int64_t act, act_simple;
-        long rss_kb;
+        long rss_kb;       /* in this process, after malloc_trim (warm-up steps) */
+        long rss_fresh_kb; /* fresh process, -1 if not measured */
     } summary;
     summary sum[N_S];
     double *tmp = malloc((size_t)c.reps * sizeof *tmp);
@@ -573,69 +745,89 @@ int main(int argc, char **argv) {
         for (int r = 0; r < c.reps; r++) tmp[r] = sp[r].field;                             \
         u->field = median(tmp, c.reps);                                                    \
     } while (0)
-        MED(step);
-        MED(fwd);
-        MED(bwd);
-        MED(sgd);
-        MED(rec);
-        MED(cpu);
-        u->step_min = sp[0].step;
-        for (int r = 1; r < c.reps; r++)
-            if (sp[r].step < u->step_min) u->step_min = sp[r].step;
-        for (int p = 0; p < N_PH; p++)
-            for (int o = 0; o < N_OP; o++) MED(optime[p][o]);
+        for (int k = 0; k < N_CLK; k++) {
+            MED(step[k]);
+            MED(fwd[k]);
+            MED(bwd[k]);
+            MED(sgd[k]);
+            MED(rec[k]);
+            for (int p = 0; p < N_PH; p++)
+                for (int o = 0; o < N_OP; o++) MED(optime[k][p][o]);
+            u->step_min[k] = sp[0].step[k];
+            for (int r = 1; r < c.reps; r++)
+                if (sp[r].step[k] < u->step_min[k]) u->step_min[k] = sp[r].step[k];
+            /* per-repetition ratio to none (same rep, so similar machine load) */
+            for (int r = 0; r < c.reps; r++) tmp[r] = sp[r].step[k] / samples[(size_t)r].step[k];
+            u->ratio_med[k] = median(tmp, c.reps);
+        }
 #undef MED
-        /* per-repetition ratio to none (same rep, so same machine load) */
-        for (int r = 0; r < c.reps; r++)
-            tmp[r] = sp[r].step / samples[(size_t)r].step;
-        u->ratio_med = median(tmp, c.reps);
-        /* memory is deterministic; take the maximum over reps */
+        /* memory is deterministic; take the maximum over reps anyway */
         u->peak = 0;
         u->act = u->act_simple = 0;
-        u->rss_kb = 0;
+        u->rss_kb = warm_rss[s]; /* max over the steps that measured it */
+        u->rss_fresh_kb = rss[s].ok ? rss[s].hwm_kb - rss[s].init_kb : -1;
         for (int r = 0; r < c.reps; r++) {
             if (sp[r].peak > u->peak) u->peak = sp[r].peak;
             if (sp[r].act > u->act) u->act = sp[r].act;
             if (sp[r].act_simple > u->act_simple) u->act_simple = sp[r].act_simple;
             if (sp[r].rss_growth_kb > u->rss_kb) u->rss_kb = sp[r].rss_growth_kb;
         }
+        if (rss[s].ok && rss[s].alloc_peak != u->peak)
+            fprintf(stderr, "note: %s: allocator peak %zu in the RSS child, %zu here\n",
+                    k_s_name[s], rss[s].alloc_peak, u->peak);
     }
     free(tmp);
 
     const summary *n0 = &sum[S_NONE];
     if (c.csv) {
-        printf("strategy,layers,width,batch,threads,segments,reps,step_s,step_min_s,fwd_s,bwd_s,"
-               "recompute_s,sgd_s,cpu_s,overhead,overhead_per_rep_median,overhead_min,alloc_peak_bytes,act_peak_bytes,"
-               "act_peak_simple_bytes,act_reduction,rss_growth_kib,rss_is_process_max,"
+        printf("strategy,layers,width,batch,threads,segments,reps,gelu");
+        for (int k = 0; k < N_CLK; k++) {
+            const char *cn = k_clk_name[k];
+            printf(",%s_step_s,%s_step_min_s,%s_fwd_s,%s_bwd_s,%s_recompute_s,%s_sgd_s,"
+                   "%s_overhead,%s_overhead_per_rep_median,%s_overhead_min",
+                   cn, cn, cn, cn, cn, cn, cn, cn, cn);
+        }
+        printf(",alloc_peak_bytes,act_peak_bytes,act_peak_simple_bytes,act_reduction,"
+               "rss_growth_fresh_kib,rss_growth_inproc_kib,rss_inproc_is_process_max,"
                "grads_bitwise_equal\n");
         for (int s = 0; s < N_S; s++) {
             const summary *u = &sum[s];
-            printf("%s,%d,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f,%.4f,%.4f,%zu,"
-                   "%lld,%lld,%.4f,%ld,%d,%d\n",
-                   k_s_name[s], L, W, B, c.threads, c.segments, c.reps, u->step, u->step_min,
-                   u->fwd, u->bwd, u->rec, u->sgd, u->cpu, u->step / n0->step, u->ratio_med,
-                   u->step_min / n0->step_min, u->peak,
-                   (long long)u->act, (long long)u->act_simple,
-                   1.0 - (double)u->act / (double)n0->act, u->rss_kb, hwm_ok ? 0 : 1,
-                   all_equal[s] ? 1 : 0);
+            printf("%s,%d,%d,%d,%d,%d,%d,%s", k_s_name[s], L, W, B, c.threads, c.segments, c.reps,
+                   g_gelu == REMAT_GELU_ERF ? "erf" : "tanh");
+            for (int k = 0; k < N_CLK; k++)
+                printf(",%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f,%.4f,%.4f", u->step[k], u->step_min[k],
+                       u->fwd[k], u->bwd[k], u->rec[k], u->sgd[k], u->step[k] / n0->step[k],
+                       u->ratio_med[k], u->step_min[k] / n0->step_min[k]);
+            printf(",%zu,%lld,%lld,%.4f,%ld,%ld,%d,%d\n", u->peak, (long long)u->act,
+                   (long long)u->act_simple, 1.0 - (double)u->act / (double)n0->act,
+                   u->rss_fresh_kb, u->rss_kb, hwm_ok ? 0 : 1, all_equal[s] ? 1 : 0);
         }
     } else {
-        printf("\nmedian of %d reps (min: fastest rep); overhead = median step / median step of "
-               "none [median of per-rep ratios] {min / min}; cpu = process CPU time\n\n",
-               c.reps);
-        printf("| strategy | step ms | min ms | fwd ms | bwd ms | recompute ms | sgd ms | cpu ms | "
-               "overhead [per-rep] {min} | "
-               "alloc peak MiB | act peak MiB | act reduction | RSS growth MiB%s | grads == none |\n",
-               hwm_ok ? "" : " (ru_maxrss)");
-        printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        const int K2 = 1 - K; /* the other clock */
+        printf("\ntimes: %s clock, median of %d reps (min: fastest rep); overhead = median / "
+               "median of none [median of per-rep ratios] {min / min}; the %s-clock overhead "
+               "for comparison\n\n",
+               k_clk_name[K], c.reps, k_clk_name[K2]);
+        printf("| strategy | step ms | min ms | fwd ms | bwd ms | recompute ms | sgd ms | "
+               "overhead [per-rep] {min} | %s overhead | alloc peak MiB | act peak MiB | "
+               "act reduction | RSS growth MiB (fresh process) | RSS growth MiB (in-process%s) | "
+               "grads == none |\n",
+               k_clk_name[K2], hwm_ok ? "" : ", ru_maxrss");
+        printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (int s = 0; s < N_S; s++) {
             const summary *u = &sum[s];
-            printf("| %-8s | %8.1f | %8.1f | %7.1f | %7.1f | %7.1f | %6.1f | %8.1f | %5.3fx "
-                   "[%5.3fx] {%5.3fx} | %8.1f | %8.1f | %5.1f%% | %8.1f | %s |\n",
-                   k_s_name[s], 1e3 * u->step, 1e3 * u->step_min, 1e3 * u->fwd, 1e3 * u->bwd,
-                   1e3 * u->rec, 1e3 * u->sgd, 1e3 * u->cpu, u->step / n0->step, u->ratio_med,
-                   u->step_min / n0->step_min, (double)u->peak / MiB, (double)u->act / MiB,
-                   100.0 * (1.0 - (double)u->act / (double)n0->act), (double)u->rss_kb / 1024.0,
+            char fresh[32] = "-", inproc[32] = "-";
+            if (u->rss_fresh_kb >= 0)
+                snprintf(fresh, sizeof fresh, "%.1f", (double)u->rss_fresh_kb / 1024.0);
+            if (u->rss_kb >= 0) snprintf(inproc, sizeof inproc, "%.1f", (double)u->rss_kb / 1024.0);
+            printf("| %-8s | %8.1f | %8.1f | %7.1f | %7.1f | %7.1f | %6.1f | %5.3fx [%5.3fx] "
+                   "{%5.3fx} | %5.3fx | %8.1f | %8.1f | %5.1f%% | %8s | %8s | %s |\n",
+                   k_s_name[s], 1e3 * u->step[K], 1e3 * u->step_min[K], 1e3 * u->fwd[K],
+                   1e3 * u->bwd[K], 1e3 * u->rec[K], 1e3 * u->sgd[K], u->step[K] / n0->step[K],
+                   u->ratio_med[K], u->step_min[K] / n0->step_min[K], u->step[K2] / n0->step[K2],
+                   (double)u->peak / MiB, (double)u->act / MiB,
+                   100.0 * (1.0 - (double)u->act / (double)n0->act),
+                   fresh, inproc,
                    all_equal[s] ? "yes (bitwise)" : "NO");
         }
         printf("\nstrategies: ");
@@ -646,36 +838,46 @@ int main(int argc, char **argv) {
                (double)param_bytes / MiB, (double)input_bytes / MiB);
         printf("act peak: max over the step's allocations of current - (params + input/target) "
                "- leaf gradients stored so far\n");
+        printf("RSS growth (fresh process): VmHWM after %d steps - VmRSS after building the "
+               "model, one child process per strategy, glibc's default malloc; (in-process): "
+               "VmHWM - VmRSS over a warm-up step started after malloc_trim(0) in this process "
+               "(inherits earlier strategies' heap)\n",
+               c.rss_steps);
 
-        printf("\nper-op times per step, ms (median over reps): forward | recomputation in "
-               "backward\n\n");
+        printf("\nper-op times per step, %s ms (median over reps): forward | recomputation in "
+               "backward | rest of backward\n\n",
+               k_clk_name[K]);
         printf("| strategy | fwd linear | fwd gelu | fwd layer_norm | rec linear | rec gelu | "
                "rec layer_norm | bwd - rec |\n");
         printf("|---|---|---|---|---|---|---|---|\n");
         for (int s = 0; s < N_S; s++) {
             const summary *u = &sum[s];
             printf("| %-8s | %7.1f | %7.1f | %7.1f | %7.1f | %7.1f | %7.1f | %7.1f |\n",
-                   k_s_name[s], 1e3 * u->optime[PH_FWD][0], 1e3 * u->optime[PH_FWD][1],
-                   1e3 * u->optime[PH_FWD][2], 1e3 * u->optime[PH_REC][0],
-                   1e3 * u->optime[PH_REC][1], 1e3 * u->optime[PH_REC][2],
-                   1e3 * (u->bwd - u->rec));
+                   k_s_name[s], 1e3 * u->optime[K][PH_FWD][0], 1e3 * u->optime[K][PH_FWD][1],
+                   1e3 * u->optime[K][PH_FWD][2], 1e3 * u->optime[K][PH_REC][0],
+                   1e3 * u->optime[K][PH_REC][1], 1e3 * u->optime[K][PH_REC][2],
+                   1e3 * (u->bwd[K] - u->rec[K]));
         }
-        double bsum = bwd_loss + bwd_profile[0] + bwd_profile[1] + bwd_profile[2];
-        printf("\nbackward of none by op (warm-up step, tensor hooks), ms: loss %.1f",
-               1e3 * bwd_loss);
-        for (int o = 0; o < N_OP; o++) printf(", %s %.1f", k_op_name[o], 1e3 * bwd_profile[o]);
+        double bsum = bwd_loss[K];
+        printf("\nbackward of none by op (warm-up step, tensor hooks), %s ms: loss %.1f",
+               k_clk_name[K], 1e3 * bwd_loss[K]);
+        for (int o = 0; o < N_OP; o++) {
+            printf(", %s %.1f", k_op_name[o], 1e3 * bwd_profile[K][o]);
+            bsum += bwd_profile[K][o];
+        }
         printf(" (sum %.1f)\n", 1e3 * bsum);
-        double ideal = n0->fwd / n0->step;
-        printf("recomputing every block once costs about one forward: fwd/step of none = %.3f, "
-               "so per-block checkpointing cannot go below ~%.2fx here\n",
+        double ideal = n0->fwd[K] / n0->step[K];
+        printf("recomputing every block costs one more forward: fwd/step of none = %.3f, so "
+               "per-block checkpointing costs ~%.2fx unless the recomputation (or the backward "
+               "after it) runs faster than the original forward (backward)\n",
                ideal, 1.0 + ideal);
 
         printf("\ntargets (issue): per-block overhead <= 1.30x, activation peak reduced by >= "
                "60%%\n");
         for (int s = S_BLOCK_NR; s < N_S; s++) {
             const summary *u = &sum[s];
-            double ov = u->step / n0->step, red = 1.0 - (double)u->act / (double)n0->act;
-            double ovm = u->step_min / n0->step_min;
+            double ov = u->step[K] / n0->step[K], red = 1.0 - (double)u->act / (double)n0->act;
+            double ovm = u->step_min[K] / n0->step_min[K];
             printf("  %-8s overhead %.3fx (median) %s, %.3fx (min) %s; act reduction %.1f%% %s\n",
                    k_s_name[s], ov, ov <= 1.30 ? "met" : "MISSED", ovm,
                    ovm <= 1.30 ? "met" : "MISSED", 100.0 * red, red >= 0.60 ? "met" : "MISSED");

@@ -49,6 +49,10 @@ static const uinfo k_uinfo[] = {
 #define K_INV_SQRT_2PI 0.3989422804014327
 
 /* y = f(x); p = scalar parameter */
+/* Standard normal CDF in f64 (the f32 one, rm_phif_v, is in vmath.h). */
+static inline double phi_d(double x) { return 0.5 * (1.0 + erf(x * K_INV_SQRT_2)); }
+
+/* ERFF below is the normal CDF Phi (GELU erf form: x * Phi(x)). */
 #define UNARY_FWD(T, EXPF, LOGF, SQRTF, TANHF, ERFF, POWF)                                   \
     static void fwd_##T(uop op, const T *restrict x, T *restrict y, int64_t n, T p) {        \
         switch (op) {                                                                        \
@@ -68,7 +72,7 @@ static const uinfo k_uinfo[] = {
             for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : (T)0; break;            \
         case U_GELU_ERF: _Pragma("omp parallel for if (n > 32768)")                          \
             for (int64_t i = 0; i < n; i++)                                                  \
-                y[i] = (T)0.5 * x[i] * ((T)1 + ERFF(x[i] * (T)K_INV_SQRT_2));                \
+                y[i] = x[i] * ERFF(x[i]);                                                    \
             break;                                                                           \
         case U_GELU_TANH: _Pragma("omp parallel for if (n > 32768)")                         \
             for (int64_t i = 0; i < n; i++) {                                                \
@@ -109,7 +113,7 @@ static const uinfo k_uinfo[] = {
         case U_GELU_ERF: _Pragma("omp parallel for if (n > 32768)")                          \
             for (int64_t i = 0; i < n; i++) {                                                \
                 T v = s[i];                                                                  \
-                T cdf = (T)0.5 * ((T)1 + ERFF(v * (T)K_INV_SQRT_2));                         \
+                T cdf = ERFF(v);                                                             \
                 T pdf = (T)K_INV_SQRT_2PI * EXPF((T)-0.5 * v * v);                           \
                 dx[i] = g[i] * (cdf + v * pdf);                                              \
             }                                                                                \
@@ -134,10 +138,10 @@ static const uinfo k_uinfo[] = {
         }                                                                                    \
     }
 
-UNARY_FWD(float, rm_expf_v, logf, sqrtf, rm_tanhf_v, erff, powf)
-UNARY_FWD(double, exp, log, sqrt, tanh, erf, pow)
-UNARY_BWD(float, rm_expf_v, rm_tanhf_v, erff, powf)
-UNARY_BWD(double, exp, tanh, erf, pow)
+UNARY_FWD(float, rm_expf_v, logf, sqrtf, rm_tanhf_v, rm_phif_v, powf)
+UNARY_FWD(double, exp, log, sqrt, tanh, phi_d, pow)
+UNARY_BWD(float, rm_expf_v, rm_tanhf_v, rm_phif_v, powf)
+UNARY_BWD(double, exp, tanh, phi_d, pow)
 
 /* Bit-packed relu mask: bit i of m (byte i / 8, bit i % 8) is y[i] > 0. */
 #define RELU_MASK(T)                                                                         \
