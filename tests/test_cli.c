@@ -294,6 +294,8 @@ Test(cli, bad_values_fail_with_usage) {
                          "--checkpoint budget=0%", "--checkpoint budget=abc%",
                          "--checkpoint budget=12%%", "--checkpoint budget=1.5GiBx",
                          "--checkpoint budget=50% --reentrant",
+                         "--checkpoint selective=foo", "--checkpoint selective --reentrant",
+                         "--checkpoint selective=names:nosuchtag",
                          "--model rnn",         "--threads 1.5",
                          "--json=1",            "--layers 2 --checkpoint sequential=3"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -315,14 +317,40 @@ Test(cli, bad_values_fail_with_usage) {
     free(o);
 }
 
-Test(cli, later_strategies_are_rejected_not_ignored) {
+Test(cli, unknown_selective_policy_fails_with_usage) {
     char *o;
-    cr_assert_eq(run(&o, true, "train " TINY " --steps 1 --checkpoint selective"), 2);
-    cr_assert(strstr(o, "not available yet"), "%s", o);
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 1 --checkpoint selective=foo"), 2, "%s", o);
+    /* the message lists every valid policy */
+    cr_assert(strstr(o, "unknown policy 'foo'"), "%s", o);
+    for (const char *k = "dots\0names:A+B\0all-but:A+B\0except:A+B\0nothing\0everything\0"; *k;
+         k += strlen(k) + 1)
+        cr_assert(strstr(o, k), "policy %s not listed: %s", k, o);
+    cr_assert(strstr(o, "usage: remat train"), "%s", o);
     free(o);
-    cr_assert_eq(run(&o, true, "bench " TINY " --strategies none,selective=attn"), 2);
-    cr_assert(strstr(o, "not available yet"), "%s", o);
+    cr_assert_eq(run(&o, true, "bench " TINY " --strategies none,selective=attn"), 2, "%s", o);
+    cr_assert(strstr(o, "unknown policy 'attn'") && strstr(o, "usage: remat bench"), "%s", o);
     free(o);
+    /* a misspelt tag would save nothing: refused, with the model's tags */
+    cr_assert_eq(run(&o, true, "train " TINY " --checkpoint selective=names:qkv+atn_out"), 2, "%s", o);
+    cr_assert(strstr(o, "'atn_out'") && strstr(o, "attn_out") && strstr(o, "mlp_up"), "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "train --model mlp --checkpoint selective=names:qkv"), 2, "%s", o);
+    cr_assert(strstr(o, "MLP") && strstr(o, "linear, gelu"), "%s", o);
+    free(o);
+    /* a comma inside --strategies ends the strategy: the message says to use '+' */
+    cr_assert_eq(run(&o, true, "bench " TINY " --strategies none,selective=names:qkv,attn_out"), 2,
+                 "%s", o);
+    cr_assert(strstr(o, "selective=names:qkv+attn_out"), "%s", o);
+    free(o);
+    const char *bad[] = {"selective=",          "selective=names",   "selective=names:",
+                         "selective=names:a++b", "selective=dots:qkv", "selective=all-but",
+                         "'selective=names:q kv'", "selective --reentrant"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int rc = run(&o, true, "train " TINY " --checkpoint %s", bad[i]);
+        cr_assert_eq(rc, 2, "--checkpoint %s exited with %d: %s", bad[i], rc, o);
+        cr_assert(strstr(o, "usage: remat train"), "--checkpoint %s: %s", bad[i], o);
+        free(o);
+    }
 }
 
 Test(cli, missing_data_file_is_a_clear_error) {
@@ -661,4 +689,149 @@ Test(cli, sweep_draws_a_pareto_svg) {
     cr_assert(strstr(svg, "uniform: sequential=N") && strstr(svg, "planner: budget=SIZE") &&
               strstr(svg, "N=2") && strstr(svg, "Pareto front"), "%s", svg);
     free(svg);
+}
+
+/* ---- selective activation checkpointing (--checkpoint selective[=POLICY]) ---------------- */
+/* The "losses" array of a train --json output, as text. */
+static const char *losses_of(const char *j, char *buf, size_t n) {
+    const char *p = strstr(j, "\"losses\":[");
+    cr_assert(p, "%s", j);
+    size_t l = strcspn(p, "]");
+    cr_assert(l < n, "%s", j);
+    memcpy(buf, p, l);
+    buf[l] = '\0';
+    return buf;
+}
+
+Test(cli, selective_trains_bitwise_like_none) {
+    char *ref, *o, lr[4096], lo[4096], s[256];
+    cr_assert_eq(run(&ref, false, "train " TINY " --layers 2 --steps 4 --json"), 0, "%s", ref);
+    losses_of(ref, lr, sizeof lr);
+    /* policy, canonical name, ops cached per block (the GPT block runs 4 linears and 2
+     * matmuls; it tags 6 tensors) */
+    struct {
+        const char *arg, *name;
+        int cached_per_block;
+    } cases[] = {
+        {"selective", "selective=dots", 6},
+        {"selective=dots", "selective=dots", 6},
+        {"selective=names:qkv+attn_out", "selective=names:qkv+attn_out", 2},
+        {"selective=names=qkv,attn_out,mlp_up", "selective=names:qkv+attn_out+mlp_up", 3},
+        {"selective=all-but:attn_probs", "selective=all-but:attn_probs", 5},
+        {"selective=nothing", "selective=nothing", 0},
+        {"selective=everything", "selective=everything", -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int rc = run(&o, false, "train " TINY " --layers 2 --steps 4 --json --checkpoint %s",
+                     cases[i].arg);
+        cr_assert_eq(rc, 0, "%s: %s", cases[i].arg, o);
+        cr_assert(json_valid(o), "%s", o);
+        cr_assert_str_eq(json_str(o, "strategy", s, sizeof s), cases[i].name);
+        /* every step's loss, to the bit */
+        cr_assert_str_eq(losses_of(o, lo, sizeof lo), lr, "%s:\n%s\nvs none:\n%s", cases[i].arg,
+                         o, ref);
+        double cached = json_num(o, "sac_ops_cached"), fwd = json_num(o, "sac_ops_forward");
+        if (cases[i].cached_per_block >= 0)
+            cr_assert_eq(cached, 2 * cases[i].cached_per_block, "%s: %s", cases[i].arg, o);
+        else
+            cr_assert(cached > 12 && cached <= fwd, "everything cached only %g: %s", cached, o);
+        cr_assert_eq(json_num(o, "sac_bytes_cached") > 0, cached > 0, "%s", o);
+        free(o);
+    }
+    free(ref);
+
+    /* the MLP's tags */
+    char *a, *b, la[4096], lb[4096];
+    const char *mlp = "train --model mlp --layers 3 --width 32 --batch 16 --threads 1 --quiet "
+                      "--steps 4 --json";
+    cr_assert_eq(run(&a, false, "%s", mlp), 0, "%s", a);
+    cr_assert_eq(run(&b, false, "%s --checkpoint selective=names:gelu", mlp), 0, "%s", b);
+    cr_assert_str_eq(losses_of(a, la, sizeof la), losses_of(b, lb, sizeof lb), "%s\n%s", a, b);
+    cr_assert_eq(json_num(b, "sac_ops_cached"), 3, "%s", b);
+    free(a);
+    free(b);
+
+    /* the text summary says what the policy cached */
+    cr_assert_eq(run(&o, false, "train " TINY " --steps 2 --checkpoint selective=names:qkv"), 0);
+    cr_assert(strstr(o, "selective     names:qkv: 1 of "), "%s", o);
+    free(o);
+}
+
+Test(cli, bench_selective_gradients_equal_none) {
+    char *o;
+    const char *pol[] = {"selective=dots", "selective=names:qkv+attn_out",
+                         "selective=all-but:attn_probs", "selective=except:mlp_act",
+                         "selective=nothing", "selective=everything"};
+    int rc = run(&o, true, "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 "
+                           "--threads 1 --reps 1 --strategies none,block,selective,"
+                           "selective=names:qkv+attn_out,selective=all-but:attn_probs,"
+                           "selective=except:mlp_act,selective=nothing,selective=everything");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(row_ends_with(o, "none", "reference"), "%s", o);
+    for (size_t i = 0; i < sizeof pol / sizeof *pol; i++)
+        cr_assert(row_ends_with(o, pol[i], "bitwise equal"), "%s: %s", pol[i], o);
+    cr_assert(strstr(o, "selective policies (one step"), "%s", o);
+    cr_assert(strstr(o, "selective=dots") && strstr(o, "  12 of   60 ops cached ("), "%s", o);
+    free(o);
+
+    /* JSON: one entry per strategy, the cache counters for the selective ones */
+    rc = run(&o, false, "bench --model mlp --layers 4 --width 32 --batch 4 --threads 1 --quiet "
+                        "--reps 1 --strategies none,selective=names:linear,selective --json");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(json_valid(o), "%s", o);
+    int n = 0;
+    for (const char *p = o; (p = strstr(p, "\"grads_bitwise_equal\":true")) != NULL; p++) n++;
+    cr_assert_eq(n, 3, "%s", o);
+    cr_assert_eq(json_num(o, "sac_ops_cached"), 4, "names:linear caches one op per block: %s", o);
+    char s[64];
+    cr_assert_str_eq(json_str(o, "sac_policy", s, sizeof s), "names:linear");
+    free(o);
+}
+
+/* The count on the report's "total" line after `from`, and the one in its header. */
+static void report_counts(const char *from, int *header, int *total) {
+    const char *h = strstr(from, "residual report: ");
+    cr_assert(h, "no report header: %s", from);
+    *header = atoi(h + strlen("residual report: "));
+    const char *t = strstr(h, "\n      total ");
+    cr_assert(t, "no total line: %s", h);
+    *total = atoi(t + strlen("\n      total "));
+}
+
+Test(cli, report_prints_the_residuals_of_a_step) {
+    char *o;
+    int rc = run(&o, false, "train " TINY " --steps 2 --report");
+    cr_assert_eq(rc, 0, "%s", o);
+    const char *f = strstr(o, "residual report of step 1 (strategy none), forward:");
+    cr_assert(f, "%s", o);
+    cr_assert(strstr(f, "per op:") && strstr(f, "LinearBackward") && strstr(f, "mlp_act"), "%s", o);
+    int header, total;
+    report_counts(f, &header, &total);
+    cr_assert(header > 10 && total == header, "header %d, total %d: %s", header, total, o);
+    cr_assert(strstr(o, "nothing was saved during backward"), "%s", o);
+    cr_assert(strstr(o, "loss "), "no summary after the report: %s", o);
+    free(o);
+
+    /* checkpointed: the forward's saves go to the checkpoint (flag h), the
+     * recomputation saves during backward (flag b), and the policy's cache is named */
+    rc = run(&o, false, "train " TINY " --steps 1 --report --checkpoint selective=names:mlp_up");
+    cr_assert_eq(rc, 0, "%s", o);
+    f = strstr(o, "forward:");
+    const char *b = strstr(o, "backward (saved while recomputing");
+    cr_assert(f && b && b > f, "%s", o);
+    report_counts(f, &header, &total);
+    cr_assert_eq(header, total, "%s", o);
+    report_counts(b, &header, &total);
+    cr_assert(header > 0 && header == total, "%s", o);
+    cr_assert(strstr(b, " hb "), "no recomputation entries: %s", o);
+    cr_assert(strstr(o, "in the selective cache (1 ops)"), "%s", o);
+    free(o);
+
+    /* with --json the report goes to stderr, stdout stays one JSON object */
+    rc = run(&o, false, "train " TINY " --steps 1 --report --json --checkpoint block");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(json_valid(o), "%s", o);
+    cr_assert(json_num(o, "count") > 0 && json_num(o, "kept_bytes") > 0, "%s", o);
+    cr_assert(strstr(o, "\"residuals_backward\":{\"count\":"), "%s", o);
+    free(o);
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models.h"
 #include "strategy.h"
 #include "util.h"
 
@@ -30,6 +31,8 @@ void args_usage_main(FILE *f) {
             "  remat train --data README.md --resume run.bin --steps 600\n"
             "  remat bench --model mlp --strategies none,block,sequential=4 --svg mlp.svg\n"
             "  remat train --checkpoint budget=200MiB --layers 8 --width 128 --context 128\n"
+            "  remat train --checkpoint selective=names:qkv+attn_out --report --steps 20\n"
+            "  remat bench --strategies none,block,selective=dots,selective=names:qkv+mlp_up\n"
             "  remat bench --sweep-budgets            planner vs uniform segments, out/pareto.svg\n"
             "\n"
             "  remat --help | remat train --help | remat bench --help\n"
@@ -55,9 +58,19 @@ static void usage_model(FILE *f) {
             "                        split into N segments (checkpoint_sequential);\n"
             "                        budget=SIZE: the planner's fastest schedule whose memory\n"
             "                        fits SIZE (200MiB, 64M, 1.5GiB, 500000 bytes, or 40%% of\n"
-            "                        what the blocks add without checkpointing)\n"
+            "                        what the blocks add without checkpointing);\n"
+            "                        selective=POLICY: every block checkpointed, but the\n"
+            "                        policy's op outputs are kept from the forward:\n"
+            "                          dots          matmul/linear outputs (the default)\n"
+            "                          names:A+B     only the tensors tagged A, B\n"
+            "                          all-but:A+B   every tagged tensor but A, B\n"
+            "                          except:A+B    every op's output but A's and B's\n"
+            "                          nothing       nothing (= block)\n"
+            "                          everything    everything (no recomputation)\n"
+            "                        tags: GPT qkv, attn_probs, attn_out, mlp_up, mlp_act,\n"
+            "                        mlp_out; MLP linear, gelu\n"
             "  --reentrant           use reentrant checkpointing (default: non-reentrant;\n"
-            "                        not for budget=, whose plans are non-reentrant)\n"
+            "                        not for budget= and selective=, which are non-reentrant)\n"
             "  --verbose             print the planner's profile of the blocks and its plans\n");
 }
 
@@ -91,6 +104,9 @@ void args_usage_train(FILE *f) {
             "  --trace FILE          Chrome-trace JSON of the allocator during the last step\n"
             "                        (open in chrome://tracing or ui.perfetto.dev)\n"
             "  --timeline FILE       SVG plot of memory over time during the last step\n"
+            "  --report              print the residual report of the first step: every\n"
+            "                        tensor saved for backward (op, name, shape, bytes),\n"
+            "                        per-op totals and the total; with --json on stderr\n"
             "  --quiet               no progress output\n");
 }
 
@@ -107,8 +123,9 @@ void args_usage_bench(FILE *f) {
     fprintf(f,
             "\n"
             "bench:\n"
-            "  --strategies LIST     comma-separated strategies\n"
-            "                        [none,block,sequential=2,sequential=4,budget=50%%]\n"
+            "  --strategies LIST     comma-separated strategies; tag names inside one are\n"
+            "                        joined by '+': none,selective=names:qkv+attn_out,block\n"
+            "                 [none,block,sequential=2,sequential=4,budget=50%%,selective=dots]\n"
             "  --reps N              timed repetitions per strategy                     [5]\n"
             "  --out DIR             write tradeoff.svg, timeline.svg and trace.json into\n"
             "                        DIR (and pareto.svg when a budget= strategy ran;\n"
@@ -164,9 +181,11 @@ void args_defaults_train(config *c) {
 void args_defaults_bench(config *c) {
     defaults_common(c);
     c->steps = 1;
-    const char *def[] = {"none", "block", "sequential=2", "sequential=4", "budget=50%"};
-    for (int i = 0; i < 5; i++) strategy_parse(def[i], false, &c->strategies[i], NULL, 0);
-    c->n_strategies = 5;
+    const char *def[] = {"none",         "block",      "sequential=2",
+                         "sequential=4", "budget=50%", "selective=dots"};
+    const int n = (int)(sizeof def / sizeof *def);
+    for (int i = 0; i < n; i++) strategy_parse(def[i], false, &c->strategies[i], NULL, 0);
+    c->n_strategies = n;
 }
 
 /* ---- parsing ---------------------------------------------------------------------- */
@@ -221,6 +240,7 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
         else if (!strcmp(name, "--untied")) { flag = &c->untied; c->set_untied = true; }
         else if (!strcmp(name, "--reentrant")) flag = &reentrant;
         else if (!strcmp(name, "--verbose")) flag = &c->verbose;
+        else if (!bench && !strcmp(name, "--report")) flag = &c->report;
         else if (bench && !strcmp(name, "--csv")) flag = &c->csv;
         if (flag) {
             if (eq) return fail(cmd, "option takes no value", arg, NULL);
@@ -340,13 +360,17 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
     model_defaults(c, bench);
     if (c->eval_every < 0) c->eval_every = c->steps >= 10 ? c->steps / 10 : 0;
 
-    char err[256];
+    char err[512];
     if (checkpoint_text) {
         if (!strategy_parse(checkpoint_text, reentrant, &c->strat, err, sizeof err))
             return fail(cmd, "bad value for --checkpoint", checkpoint_text, err);
         if (c->strat.kind == STRAT_BUDGET && reentrant)
             return fail(cmd, "--reentrant does not combine with", checkpoint_text,
                         "the planner's schedules are nested non-reentrant checkpoints");
+        if (c->strat.kind == STRAT_SELECTIVE && reentrant)
+            return fail(cmd, "--reentrant does not combine with", checkpoint_text,
+                        "selective checkpointing runs in non-reentrant checkpoints (as in "
+                        "PyTorch, context_fn needs use_reentrant=False)");
     } else {
         strategy_parse("none", reentrant, &c->strat, NULL, 0);
     }
@@ -369,14 +393,26 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
                 if (c->n_strategies == ARGS_MAX_LISTED)
                     return fail(cmd, "too many strategies (at most 16)", NULL, NULL);
                 if (!strategy_parse(tok, reentrant, &c->strategies[c->n_strategies], err,
-                                    sizeof err))
+                                    sizeof err)) {
+                    /* "selective=names:qkv,attn_out": the comma ended the strategy */
+                    const strategy *prev =
+                        c->n_strategies ? &c->strategies[c->n_strategies - 1] : NULL;
+                    if (prev && prev->kind == STRAT_SELECTIVE && prev->n_sac_names > 0)
+                        snprintf(err, sizeof err,
+                                 "not a strategy (commas separate strategies: join the tag "
+                                 "names of one policy with '+', e.g. %s+%s)",
+                                 prev->name, tok);
                     return fail(cmd, "bad strategy", tok, err);
+                }
                 c->n_strategies++;
             }
             if (c->n_strategies == 0)
                 return fail(cmd, "bad value for --strategies", strategies_text, "empty list");
         } else if (!c->sweep) {
-            for (int i = 0; i < c->n_strategies; i++) c->strategies[i].reentrant = reentrant;
+            /* budget= and selective= entries stay non-reentrant (their checkpoints need it) */
+            for (int i = 0; i < c->n_strategies; i++)
+                if (c->strategies[i].kind == STRAT_BLOCK || c->strategies[i].kind == STRAT_SEQUENTIAL)
+                    c->strategies[i].reentrant = reentrant;
             c->default_strategies = true;
         } else {
             /* the sweep builds its own list (cmd_bench adds none, sequential=2..L and
@@ -395,12 +431,19 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
 
     /* sequential=N needs at least N blocks (as checkpoint_sequential's chunks) */
     const strategy *all = bench ? c->strategies : &c->strat;
-    for (int i = 0; i < (bench ? c->n_strategies : 1); i++)
+    int n_tags = 0;
+    const char *const *tags = model_tags(c->model, &n_tags);
+    for (int i = 0; i < (bench ? c->n_strategies : 1); i++) {
         if (all[i].kind == STRAT_SEQUENTIAL && all[i].segments > c->layers) {
             snprintf(err, sizeof err, "%d segments but only %d blocks (--layers)",
                      all[i].segments, c->layers);
             return fail(cmd, "bad strategy", all[i].name, err);
         }
+        /* a misspelt tag would silently save nothing */
+        if (!strategy_check_tags(&all[i], n_tags, tags, c->model == MODEL_GPT ? "GPT" : "MLP",
+                                 err, sizeof err))
+            return fail(cmd, "bad strategy", all[i].name, err);
+    }
     if (c->model == MODEL_GPT) {
         if (c->width % c->heads != 0)
             return fail(cmd, "--heads must divide --width", NULL, NULL);

@@ -31,6 +31,7 @@ typedef struct config {
     const char *save, *resume, *trace, *timeline;
     bool json, csv, quiet;
     bool verbose;       /* print the planner's profile and plans */
+    bool report;        /* train --report: residual report of the run's first step */
     long eval_every;
     /* bench */
     strategy strategies[ARGS_MAX_STRATEGIES];

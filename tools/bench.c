@@ -46,6 +46,7 @@ typedef struct result {
     bool grads_equal, loss_equal;
     double max_diff;
     int64_t recomputed;
+    remat_sac_stats sac; /* selective: the measured step's counters */
     trace tr;
 } result;
 
@@ -139,10 +140,38 @@ static void print_plans(const config *c) {
     }
 }
 
+/* What each selective policy kept, from the measured step's counters. */
+static void print_selective(const config *c, const result *r) {
+    bool any = false;
+    int w = 22;
+    for (int i = 0; i < c->n_strategies; i++) {
+        int l = (int)strlen(c->strategies[i].name);
+        if (c->strategies[i].kind == STRAT_SELECTIVE && l > w) w = l;
+    }
+    for (int i = 0; i < c->n_strategies; i++) {
+        const strategy *s = &c->strategies[i];
+        if (s->kind != STRAT_SELECTIVE) continue;
+        if (!any)
+            printf("\nselective policies (one step, all blocks; cached = kept from the forward "
+                   "instead of recomputed):\n");
+        any = true;
+        const remat_sac_stats *st = &r[i].sac;
+        printf("  %-*s %4" PRId64 " of %4" PRId64 " ops cached (%7.2f MiB), %4" PRId64
+               " recomputed\n",
+               w, s->name, st->ops_cached, st->ops_forward, (double)st->bytes_cached / 1048576.0,
+               st->ops_recomputed);
+    }
+}
+
 static void print_table(const config *c, const model *m, int threads, result *r, int ref) {
     print_header(stdout, c, m, threads);
     printf("one step = forward + backward; medians of %d interleaved repetitions\n\n", c->reps);
-    printf("%-24s %9s %9s %11s %11s %9s %11s  %s\n", "strategy", "step ms", "time", "peak MiB",
+    int w = 24; /* the name column, wider for long names (selective=names:...) */
+    for (int i = 0; i < c->n_strategies; i++) {
+        int l = (int)strlen(c->strategies[i].name);
+        if (l > w) w = l;
+    }
+    printf("%-*s %9s %9s %11s %11s %9s %11s  %s\n", w, "strategy", "step ms", "time", "peak MiB",
            "step MiB", "memory", "RSS+ MiB", "gradients");
     for (int i = 0; i < c->n_strategies; i++) {
         char pk[32], st[32], rss[32], tm[32], mem[32];
@@ -159,10 +188,11 @@ static void print_table(const config *c, const model *m, int threads, result *r,
             snprintf(gr, sizeof gr, "bitwise equal");
         else
             snprintf(gr, sizeof gr, "DIFFER (max |diff| %.3g)", r[i].max_diff);
-        printf("%-24s %9.1f %9s %11s %11s %9s %11s  %s\n", c->strategies[i].name, r[i].step_ms, tm,
+        printf("%-*s %9.1f %9s %11s %11s %9s %11s  %s\n", w, c->strategies[i].name, r[i].step_ms, tm,
                pk, st, mem, rss, gr);
     }
     print_plans(c);
+    print_selective(c, r);
     printf("\n"
            "  time      step time / step time of %s (the recompute overhead)\n"
            "  peak      remat allocator peak during the step (parameters included)\n"
@@ -216,6 +246,15 @@ static void print_json(const config *c, const model *m, int threads, result *r,
         for (int k = 0; k < c->reps; k++)
             util_str_printf(&j, "%s%.4f", k ? "," : "", r[i].times[k] * 1e3);
         util_str_printf(&j, "]");
+        if (c->strategies[i].kind == STRAT_SELECTIVE) {
+            const remat_sac_stats *st = &r[i].sac;
+            util_str_printf(&j,
+                            ",\"sac_policy\":\"%s\",\"sac_ops_forward\":%" PRId64
+                            ",\"sac_ops_cached\":%" PRId64 ",\"sac_bytes_cached\":%" PRId64
+                            ",\"sac_ops_recomputed\":%" PRId64 ",\"sac_ops_from_cache\":%" PRId64,
+                            c->strategies[i].policy, st->ops_forward, st->ops_cached,
+                            st->bytes_cached, st->ops_recomputed, st->ops_from_cache);
+        }
         const remat_plan *p = c->strategies[i].plan;
         if (p) {
             char st[1024];
@@ -416,7 +455,7 @@ int cmd_bench(config *c, bool is_default) {
     double ref_loss = 0;
     if (log) fprintf(stderr, "  warm-up step (reference gradients)...\n");
     model_zero_grad(&m);
-    if ((rc = step_run(&m, &none, &b, NULL, NULL, &ref_loss))) goto done;
+    if ((rc = step_run(&m, &none, &b, NULL, NULL, NULL, &ref_loss))) goto done;
     ref = grab_grads(&m);
     if (!ref) {
         rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
@@ -446,7 +485,9 @@ int cmd_bench(config *c, bool is_default) {
         remat_alloc_reset_peak(REMAT_DEVICE_CPU);
         r[i].baseline = remat_cpu_current_bytes();
         trace_begin(&r[i].tr, true);
-        rc = step_run(&m, &c->strategies[i], &b, NULL, &r[i].tr, &r[i].loss);
+        c->strategies[i].sac_stats = &r[i].sac; /* selective: what its regions cached */
+        rc = step_run(&m, &c->strategies[i], &b, NULL, &r[i].tr, NULL, &r[i].loss);
+        c->strategies[i].sac_stats = NULL;
         trace_end(&r[i].tr);
         if (rc) goto done;
         r[i].peak = remat_cpu_peak_bytes();
@@ -468,7 +509,7 @@ int cmd_bench(config *c, bool is_default) {
             double loss;
             model_zero_grad(&m);
             double t0 = util_now();
-            rc = step_run(&m, &c->strategies[i], &b, NULL, NULL, &loss);
+            rc = step_run(&m, &c->strategies[i], &b, NULL, NULL, NULL, &loss);
             r[i].times[rep] = util_now() - t0;
             if (rc) goto done;
         }

@@ -184,6 +184,30 @@ static void drop(remat_tensor **t) {
     *t = NULL;
 }
 
+static const char *const GPT_TAGS[] = {"qkv", "attn_probs", "attn_out", "mlp_up", "mlp_act",
+                                       "mlp_out"};
+static const char *const MLP_TAGS[] = {"linear", "gelu"};
+
+const char *const *model_tags(model_kind kind, int *n) {
+    if (kind == MODEL_GPT) {
+        *n = (int)(sizeof GPT_TAGS / sizeof *GPT_TAGS);
+        return GPT_TAGS;
+    }
+    *n = (int)(sizeof MLP_TAGS / sizeof *MLP_TAGS);
+    return MLP_TAGS;
+}
+
+/* Replaces *t by a view of it named `name` (remat_tag), the residual a
+ * selective policy can ask for by name; the untagged reference goes. */
+static int tag(remat_tensor **t, const char *name) {
+    remat_tensor *v = NULL;
+    int rc = remat_tag(&v, *t, name);
+    if (rc) return rc;
+    drop(t);
+    *t = v;
+    return REMAT_OK;
+}
+
 /* GPT block: x (B, T, C) → (B, T, C). Temporaries live in a scope and are
  * dropped after their last use; the output is handed out as a plain
  * reference. */
@@ -207,6 +231,7 @@ static int gpt_block_forward(void *user_data, remat_tensor *const *inputs, int n
     TRY(remat_layer_norm(&h, x, 1, b->ln1_w, b->ln1_b, LN_EPS));
     TRY(remat_linear(&qkv, h, b->attn_w, b->attn_b));            /* (B, T, 3C) */
     drop(&h);
+    TRY(tag(&qkv, "qkv"));
     TRY(remat_split(parts, 3, &n_parts, qkv, C, -1));            /* 3 x (B, T, C) views */
     drop(&qkv);
     TRY(to_heads(&q, parts[0], B, T, H, D));                     /* (B, H, T, D) */
@@ -224,6 +249,7 @@ static int gpt_block_forward(void *user_data, remat_tensor *const *inputs, int n
     drop(&t);
     TRY(remat_softmax(&t, att, -1));
     drop(&att);
+    TRY(tag(&t, "attn_probs"));
     TRY(remat_matmul(&att, t, v));                               /* (B, H, T, D) */
     drop(&t);
     drop(&v);
@@ -233,16 +259,20 @@ static int gpt_block_forward(void *user_data, remat_tensor *const *inputs, int n
     drop(&t);
     TRY(remat_linear(&t, y, b->proj_w, b->proj_b));
     drop(&y);
+    TRY(tag(&t, "attn_out"));
     TRY(remat_add(&x1, x, t));
     drop(&t);
     /* MLP */
     TRY(remat_layer_norm(&h, x1, 1, b->ln2_w, b->ln2_b, LN_EPS));
     TRY(remat_linear(&f, h, b->fc_w, b->fc_b));                  /* (B, T, 4C) */
     drop(&h);
+    TRY(tag(&f, "mlp_up"));
     TRY(remat_gelu(&t, f, REMAT_GELU_TANH));
     drop(&f);
+    TRY(tag(&t, "mlp_act"));
     TRY(remat_linear(&f, t, b->fc2_w, b->fc2_b));                /* (B, T, C) */
     drop(&t);
+    TRY(tag(&f, "mlp_out"));
     TRY(remat_add(&y, x1, f));
     outputs[0] = remat_scope_keep(y);
 done:
@@ -264,8 +294,10 @@ static int mlp_block_forward(void *user_data, remat_tensor *const *inputs, int n
     TRY(remat_layer_norm(&h, inputs[0], 1, b->ln_w, b->ln_b, LN_EPS));
     TRY(remat_linear(&t, h, b->w, b->b));
     drop(&h);
+    TRY(tag(&t, "linear"));
     TRY(remat_gelu(&h, t, REMAT_GELU_ERF));
     drop(&t);
+    TRY(tag(&h, "gelu"));
     TRY(remat_add(&y, inputs[0], h));
     outputs[0] = remat_scope_keep(y);
 done:

@@ -18,6 +18,17 @@
  *
  * Every block is a block_fn (strategy.h) taking one tensor and returning one,
  * so the strategies can wrap it in remat_checkpoint.
+ *
+ * Named residuals (remat_tag; what selective=names:... policies save):
+ *   GPT  qkv         linear(ln1(x)), (B, T, 3C)
+ *        attn_probs  softmax of the masked scores, (B, H, T, T)
+ *        attn_out    the attention projection's output, (B, T, C)
+ *        mlp_up      fc(ln2(x)), (B, T, 4C)
+ *        mlp_act     gelu(mlp_up), (B, T, 4C)
+ *        mlp_out     fc2(mlp_act), (B, T, C)
+ *   MLP  linear      linear(layer_norm(x)), (B, W)
+ *        gelu        gelu(linear), (B, W)
+ * A tag is an identity view: values, gradients and memory are unchanged.
  */
 #ifndef REMAT_TOOLS_MODELS_H
 #define REMAT_TOOLS_MODELS_H
@@ -99,6 +110,9 @@ int model_profile_chain(model *m, const batch *b, const remat_profile_options *o
                         remat_profile **out);
 /* Drops every parameter's .grad. */
 void model_zero_grad(model *m);
+
+/* The tag names of a model kind's blocks (see above), n of them. */
+const char *const *model_tags(model_kind kind, int *n);
 
 /* The block function the strategies run (traced). */
 block_fn model_block_fn(void);

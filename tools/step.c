@@ -4,16 +4,40 @@
 #include <malloc.h>
 #include <omp.h>
 
-int step_run(model *m, const strategy *s, const batch *b, optim *o, trace *tr, double *loss) {
+void step_report_free(step_report *r) {
+    if (!r) return;
+    remat_residual_report_free(r->forward);
+    remat_residual_report_free(r->backward);
+    r->forward = r->backward = NULL;
+}
+
+int step_run(model *m, const strategy *s, const batch *b, optim *o, trace *tr, step_report *rep,
+             double *loss) {
     remat_tensor *l = NULL;
+    int rc = REMAT_OK;
+    if (rep) {
+        step_report_free(rep);
+        rc = remat_residual_report_begin(&rep->forward);
+        if (rc) return rc;
+    }
     if (tr) trace_phase(tr, PH_FORWARD, true);
-    int rc = model_loss(m, s, b, &l);
+    rc = model_loss(m, s, b, &l);
     if (tr) trace_phase(tr, PH_FORWARD, false);
+    if (rep) {
+        /* one report records at a time: the forward's ends before the backward's */
+        int rc2 = remat_residual_report_end(rep->forward);
+        if (!rc) rc = rc2;
+        if (!rc) rc = remat_residual_report_begin(&rep->backward);
+    }
     if (!rc) rc = remat_item(l, loss);
     if (!rc) {
         if (tr) trace_phase(tr, PH_BACKWARD, true);
         rc = remat_backward_scalar(l);
         if (tr) trace_phase(tr, PH_BACKWARD, false);
+    }
+    if (rep && rep->backward) {
+        int rc2 = remat_residual_report_end(rep->backward);
+        if (!rc) rc = rc2;
     }
     remat_release(l);
     if (!rc && o) {

@@ -10,11 +10,20 @@
 #include "strategy.h"
 #include "trace.h"
 
+/* Residual reports of one step (remat/report.h): the forward's saves and
+ * the backward's (what checkpoints' recomputations save). */
+typedef struct step_report {
+    remat_residual_report *forward, *backward;
+} step_report;
+void step_report_free(step_report *r);
+
 /* Forward to the loss under s, then backward (grads accumulate into the
  * parameters' .grad; call model_zero_grad first), then, if o is non-NULL,
- * an optimizer update. tr (may be NULL) gets the phase marks. *loss gets
- * the loss value. */
-int step_run(model *m, const strategy *s, const batch *b, optim *o, trace *tr, double *loss);
+ * an optimizer update. tr (may be NULL) gets the phase marks; rep (may be
+ * NULL) gets the residual reports of the forward and of the backward.
+ * *loss gets the loss value. */
+int step_run(model *m, const strategy *s, const batch *b, optim *o, trace *tr, step_report *rep,
+             double *loss);
 
 /* --threads (OpenMP; remat runs BLAS inside OpenMP teams). Returns the number of
  * threads in use. */

@@ -25,8 +25,8 @@ void strategy_name(strategy *s) {
     case STRAT_BLOCK: snprintf(s->name, sizeof s->name, "block"); break;
     case STRAT_SEQUENTIAL: snprintf(s->name, sizeof s->name, "sequential=%d", s->segments); break;
     case STRAT_SELECTIVE:
-        snprintf(s->name, sizeof s->name, "selective%s%s", s->policy[0] ? "=" : "", s->policy);
-        break;
+        snprintf(s->name, sizeof s->name, "selective=%s", s->policy);
+        return; /* selective-checkpoint contexts need non-reentrant checkpoints */
     case STRAT_BUDGET:
         /* the size as the user wrote it reads better than a byte count */
         if (s->budget_text[0])
@@ -56,6 +56,87 @@ static bool parse_percent(const char *val, double *pct) {
     return true;
 }
 
+/* selective=POLICY (val NULL: the default, dots). Fills s->sac_* and the
+ * canonical s->policy. */
+static bool parse_policy(const char *val, strategy *s, char *err, size_t n) {
+    static const struct {
+        const char *word;
+        sac_policy_kind kind;
+        bool names;
+    } kinds[] = {{"dots", SAC_DOTS, false},        {"nothing", SAC_NOTHING, false},
+                 {"everything", SAC_EVERYTHING, false}, {"names", SAC_NAMES, true},
+                 {"all-but", SAC_ALL_BUT, true},   {"except", SAC_EXCEPT, true}};
+    char msg[512];
+    if (!val) val = "dots";
+    if (!*val) {
+        snprintf(msg, sizeof msg, "selective=POLICY needs a policy: %s", SAC_POLICY_HELP);
+        return perr(err, n, msg);
+    }
+    size_t wl = strcspn(val, ":=");
+    int k = -1;
+    for (int i = 0; i < (int)(sizeof kinds / sizeof *kinds); i++)
+        if (strlen(kinds[i].word) == wl && !strncmp(val, kinds[i].word, wl)) k = i;
+    if (k < 0) {
+        snprintf(msg, sizeof msg, "unknown policy '%.*s': expected %s", (int)(wl < 64 ? wl : 64),
+                 val, SAC_POLICY_HELP);
+        return perr(err, n, msg);
+    }
+    s->sac_kind = kinds[k].kind;
+    s->n_sac_names = 0;
+    if (!kinds[k].names) {
+        if (val[wl]) {
+            snprintf(msg, sizeof msg, "policy %s takes no names", kinds[k].word);
+            return perr(err, n, msg);
+        }
+        snprintf(s->policy, sizeof s->policy, "%s", kinds[k].word);
+        return true;
+    }
+    const char *p = val + wl;
+    if (!*p || !p[1]) {
+        snprintf(msg, sizeof msg,
+                 "policy %s needs tag names: %s:A+B (e.g. selective=%s:qkv+attn_out)",
+                 kinds[k].word, kinds[k].word, kinds[k].word);
+        return perr(err, n, msg);
+    }
+    p++;
+    util_str canon = {0};
+    util_str_printf(&canon, "%s:", kinds[k].word);
+    bool ok = true;
+    while (ok) {
+        size_t l = strcspn(p, "+,");
+        bool good = l > 0 && l < SAC_NAME_LEN;
+        for (size_t i = 0; good && i < l; i++)
+            good = isalnum((unsigned char)p[i]) || strchr("_.-", p[i]);
+        if (!good) {
+            snprintf(msg, sizeof msg,
+                     "bad tag name '%.*s' in selective=%s (letters, digits, '_', '.', '-'; "
+                     "names joined by '+')",
+                     (int)(l < 64 ? l : 64), p, val);
+            ok = perr(err, n, msg);
+            break;
+        }
+        if (s->n_sac_names == SAC_MAX_NAMES) {
+            snprintf(msg, sizeof msg, "too many names in selective=%s (at most %d)", val,
+                     SAC_MAX_NAMES);
+            ok = perr(err, n, msg);
+            break;
+        }
+        memcpy(s->sac_names[s->n_sac_names], p, l);
+        s->sac_names[s->n_sac_names][l] = '\0';
+        util_str_printf(&canon, "%s%s", s->n_sac_names ? "+" : "", s->sac_names[s->n_sac_names]);
+        s->n_sac_names++;
+        if (!p[l]) break;
+        p += l + 1;
+    }
+    if (ok && (canon.oom || !canon.s || canon.len >= sizeof s->policy)) {
+        snprintf(msg, sizeof msg, "selective=%s is too long", val);
+        ok = perr(err, n, msg);
+    }
+    if (ok) snprintf(s->policy, sizeof s->policy, "%s", canon.s);
+    util_str_free(&canon);
+    return ok;
+}
+
 bool strategy_parse(const char *text, bool reentrant, strategy *s, char *err, size_t n_err) {
     strategy r;
     memset(&r, 0, sizeof r);
@@ -76,12 +157,9 @@ bool strategy_parse(const char *text, bool reentrant, strategy *s, char *err, si
         r.kind = STRAT_SEQUENTIAL;
         r.segments = (int)n;
     } else if (klen == 9 && !strncmp(text, "selective", 9)) {
+        if (!parse_policy(val, &r, err, n_err)) return false;
         r.kind = STRAT_SELECTIVE;
-        if (val) {
-            if (!*val || strlen(val) >= sizeof r.policy)
-                return perr(err, n_err, "selective=POLICY needs a policy name");
-            strcpy(r.policy, val);
-        }
+        r.reentrant = false;
     } else if (klen == 6 && !strncmp(text, "budget", 6)) {
         if (!val || !*val)
             return perr(err, n_err, "budget needs a size: budget=SIZE (e.g. budget=64MiB, budget=40%)");
@@ -117,12 +195,46 @@ bool strategy_available(const strategy *s, char *err, size_t n_err) {
     case STRAT_NONE:
     case STRAT_BLOCK:
     case STRAT_SEQUENTIAL:
-    case STRAT_BUDGET: return true;
-    case STRAT_SELECTIVE:
-        return perr(err, n_err,
-                    "not available yet: selective activation checkpointing is not in this build");
+    case STRAT_BUDGET:
+    case STRAT_SELECTIVE: return true;
     }
     return perr(err, n_err, "unknown strategy");
+}
+
+bool strategy_check_tags(const strategy *s, int n, const char *const *tags, const char *model,
+                         char *err, size_t n_err) {
+    if (s->kind != STRAT_SELECTIVE) return true;
+    for (int i = 0; i < s->n_sac_names; i++) {
+        bool known = false;
+        for (int k = 0; k < n && !known; k++) known = !strcmp(s->sac_names[i], tags[k]);
+        if (known) continue;
+        util_str o = {0};
+        util_str_printf(&o, "the %s tags no tensor '%s' (its tags: ", model, s->sac_names[i]);
+        for (int k = 0; k < n; k++) util_str_printf(&o, "%s%s", k ? ", " : "", tags[k]);
+        util_str_printf(&o, ")");
+        perr(err, n_err, o.oom || !o.s ? "unknown tag name" : o.s);
+        util_str_free(&o);
+        return false;
+    }
+    return true;
+}
+
+int strategy_make_policy(const strategy *s, remat_policy **out) {
+    *out = NULL;
+    if (s->kind != STRAT_SELECTIVE)
+        return remat_set_error(REMAT_EINVAL, "remat: strategy %s has no policy", s->name);
+    const char *names[SAC_MAX_NAMES];
+    for (int i = 0; i < s->n_sac_names; i++) names[i] = s->sac_names[i];
+    switch (s->sac_kind) {
+    case SAC_DOTS: return remat_policy_dots_saveable(out);
+    case SAC_NOTHING: return remat_policy_nothing_saveable(out);
+    case SAC_EVERYTHING: return remat_policy_everything_saveable(out);
+    case SAC_NAMES: return remat_policy_save_only_these_names(out, s->n_sac_names, names);
+    case SAC_ALL_BUT: return remat_policy_save_any_names_but_these(out, s->n_sac_names, names);
+    case SAC_EXCEPT:
+        return remat_policy_save_anything_except_these_names(out, s->n_sac_names, names);
+    }
+    return remat_set_error(REMAT_EINVAL, "remat: strategy %s: unknown policy", s->name);
 }
 
 void strategy_budget_bytes(strategy *s, uint64_t bytes) {
@@ -260,6 +372,27 @@ static int run_block(const remat_checkpoint_options *o, int n, block_fn fn, void
     return REMAT_OK;
 }
 
+/* Each block its own non-reentrant checkpoint whose context_fn hands out
+ * a fresh selective-checkpoint pair per call (P: context_fn=partial(
+ * create_selective_checkpoint_contexts, policy)). The policy object lives
+ * for this forward only: every region takes its own reference. */
+static int run_selective(const strategy *s, int n, block_fn fn, void *const *ud, remat_tensor *x,
+                         remat_tensor **out) {
+    remat_policy *pol = NULL;
+    int rc = strategy_make_policy(s, &pol);
+    if (rc) return rc;
+    remat_sac_config cfg = {.policy = pol, .allow_cache_entry_mutation = false,
+                            .stats = s->sac_stats};
+    remat_checkpoint_options o;
+    memset(&o, 0, sizeof o);
+    o.use_reentrant = REMAT_OPT_FALSE;
+    o.context_fn = remat_sac_context_fn;
+    o.context_fn_data = &cfg; /* read at each remat_checkpoint call, not later */
+    rc = run_block(&o, n, fn, ud, x, out);
+    remat_policy_release(pol);
+    return rc;
+}
+
 static remat_stage *make_stages(int n, block_fn fn, void *const *ud) {
     remat_stage *st = malloc(sizeof *st * (size_t)(n > 0 ? n : 1));
     if (!st) return NULL;
@@ -309,6 +442,7 @@ int strategy_run_chain(const strategy *s, int n, block_fn fn, void *const *user_
                                    s->name, n);
         return run_sequential(&o, s->segments, n, fn, user_data, x, out);
     case STRAT_BUDGET: return run_plan(s, n, fn, user_data, x, out);
+    case STRAT_SELECTIVE: return run_selective(s, n, fn, user_data, x, out);
     default: break;
     }
     char err[160];

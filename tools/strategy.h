@@ -6,7 +6,12 @@
  *   block           every block wrapped in remat_checkpoint (non-reentrant
  *                   unless --reentrant): only block inputs are kept
  *   sequential=N    remat_checkpoint_sequential over the blocks, N segments
- *   selective[=P]   selective activation checkpointing   (not available yet)
+ *   selective[=P]   every block in a non-reentrant remat_checkpoint whose
+ *                   context_fn is the selective-checkpoint pair
+ *                   (remat_sac_context_fn): policy P decides which op outputs
+ *                   are kept from the forward; the rest is recomputed.
+ *                   P: dots (default) | names:A+B | all-but:A+B | except:A+B
+ *                      | nothing | everything  (A, B: the model's tags)
  *   budget=SIZE     the budget planner (remat/planner.h): the blocks are
  *                   profiled once, remat_plan_create picks the fastest
  *                   schedule whose predicted peak fits SIZE bytes (or P% of
@@ -29,16 +34,36 @@ typedef enum strategy_kind {
     STRAT_BUDGET = 4
 } strategy_kind;
 
+/* selective=POLICY: which remat_policy preset runs */
+typedef enum sac_policy_kind {
+    SAC_DOTS = 0,       /* remat_policy_dots_saveable: matmul/linear outputs */
+    SAC_NAMES,          /* remat_policy_save_only_these_names */
+    SAC_ALL_BUT,        /* remat_policy_save_any_names_but_these: every tag but these */
+    SAC_EXCEPT,         /* remat_policy_save_anything_except_these_names: every op but these tags */
+    SAC_NOTHING,        /* remat_policy_nothing_saveable: a plain checkpoint */
+    SAC_EVERYTHING      /* remat_policy_everything_saveable: no recomputation */
+} sac_policy_kind;
+
+#define SAC_MAX_NAMES 16
+#define SAC_NAME_LEN 32
+
 typedef struct strategy {
     strategy_kind kind;
     int segments;       /* sequential=N */
     uint64_t budget;    /* budget=SIZE, in bytes (budget=P%: set by strategy_plan) */
     double budget_pct;  /* budget=P%: P, a share of the chain's un-checkpointed peak; 0 else */
     bool reentrant;     /* --reentrant (never for budget: plans run non-reentrant) */
-    char policy[64];    /* selective=POLICY */
+    char policy[192];   /* selective: canonical POLICY, e.g. "dots", "names:qkv+attn_out" */
+    sac_policy_kind sac_kind;                     /* selective */
+    int n_sac_names;                              /* selective names/all-but/except */
+    char sac_names[SAC_MAX_NAMES][SAC_NAME_LEN];
     char budget_text[40]; /* budget=SIZE: SIZE as given ("64MiB", "40%") */
-    char name[96];      /* canonical text, e.g. "sequential=2", "block(reentrant)", "budget=64MiB" */
+    char name[224];     /* canonical text, e.g. "sequential=2", "block(reentrant)", "budget=64MiB",
+                         * "selective=names:qkv+attn_out" */
     remat_plan *plan;   /* budget: made by strategy_plan, freed by strategy_free */
+    /* selective: counters the regions add to while this is non-NULL (the
+     * caller's storage, which must outlive the step's backward) */
+    remat_sac_stats *sac_stats;
 } strategy;
 
 /* A block of the model: the signature remat_checkpoint wraps. One input
@@ -48,12 +73,29 @@ typedef int (*block_fn)(void *user_data, remat_tensor *const *inputs, int n_inpu
 
 /* Parses "none", "block", "sequential=N", "selective[=POLICY]",
  * "budget=SIZE" (SIZE: bytes, K/M/G/T with optional i/B, or P% with
- * 0 < P <= 100) into s (err may be NULL). Does not judge availability. */
+ * 0 < P <= 100) into s (err may be NULL). Does not judge availability.
+ * POLICY: dots | nothing | everything | names:LIST | all-but:LIST |
+ * except:LIST, where LIST is tag names joined by '+' (',' also accepted:
+ * only --checkpoint can pass one, --strategies splits at commas) and ':'
+ * may be '='. The name is canonical: "selective" → "selective=dots",
+ * "selective=names=qkv,attn_out" → "selective=names:qkv+attn_out". Tag
+ * names are checked for their spelling only (see strategy_check_tags). */
 bool strategy_parse(const char *text, bool reentrant, strategy *s, char *err, size_t n_err);
 /* Rewrites s->name from its fields (budget=SIZE keeps the text it was parsed from). */
 void strategy_name(strategy *s);
 /* Whether this build can run s; if not, err says why. */
 bool strategy_available(const strategy *s, char *err, size_t n_err);
+/* selective with names: whether every listed name is one of the n tags
+ * the model puts on its tensors; if not, err names the stranger and lists
+ * the tags. Other strategies: true. */
+bool strategy_check_tags(const strategy *s, int n, const char *const *tags, const char *model,
+                         char *err, size_t n_err);
+/* The valid selective policies, for messages. */
+#define SAC_POLICY_HELP                                                                     \
+    "dots (matmul/linear outputs, the default), names:A+B (only these tags), all-but:A+B " \
+    "(every tag but these), except:A+B (every op but these tags), nothing, everything"
+/* selective: a new reference to the policy s names. */
+int strategy_make_policy(const strategy *s, remat_policy **out);
 
 /* The predicted peak of the chain without checkpointing (store-all), from
  * a profile: what budget=P% is a share of. */

@@ -97,6 +97,47 @@ static void progress(bool tty, int64_t step, int64_t total, double loss, double 
     fflush(stderr);
 }
 
+/* --report: the residual reports of the run's first step. */
+static int print_reports(FILE *f, const config *c, const step_report *rep, int64_t step,
+                         const remat_sac_stats *sac) {
+    fprintf(f, "\nresidual report of step %" PRId64 " (strategy %s), forward:\n", step,
+            c->strat.name);
+    int rc = remat_residual_report_print(rep->forward, f);
+    if (rc) return rc;
+    remat_residual_totals t;
+    memset(&t, 0, sizeof t);
+    remat_residual_report_totals(rep->forward, &t);
+    char kb[32], cb[32];
+    util_fmt_bytes((double)t.kept_bytes, kb, sizeof kb);
+    if (c->strat.kind == STRAT_NONE)
+        fprintf(f, "the forward keeps %s for backward (the graph's saves)\n", kb);
+    else if (sac)
+        fprintf(f, "the forward keeps %s for backward (the graph's saves, block inputs included) "
+                   "+ %s in the selective cache (%" PRId64 " ops); 'h' entries went to "
+                   "checkpoints and are recomputed or served from the cache\n",
+                kb, util_fmt_bytes((double)sac->bytes_cached, cb, sizeof cb), sac->ops_cached);
+    else
+        fprintf(f, "the forward keeps %s for backward (the graph's saves, checkpoint inputs "
+                   "included); 'h' entries went to checkpoints and are recomputed\n", kb);
+    if (remat_residual_report_count(rep->backward) > 0) {
+        fprintf(f, "\nresidual report of step %" PRId64
+                   ", backward (saved while recomputing checkpointed blocks):\n", step);
+        rc = remat_residual_report_print(rep->backward, f);
+    } else {
+        fprintf(f, "\nnothing was saved during backward (no block was recomputed)\n");
+    }
+    return rc;
+}
+
+static void json_totals(util_str *j, const char *key, const remat_residual_report *r) {
+    remat_residual_totals t;
+    memset(&t, 0, sizeof t);
+    remat_residual_report_totals(r, &t);
+    util_str_printf(j, "\"%s\":{\"count\":%d,\"bytes\":%zu,\"unique_bytes\":%zu,"
+                       "\"kept_bytes\":%zu},", key, t.count, t.bytes, t.unique_bytes,
+                    t.kept_bytes);
+}
+
 static uint32_t float_bits(double v) {
     float f = (float)v;
     uint32_t u;
@@ -116,6 +157,10 @@ int cmd_train(config *c) {
     memset(&o, 0, sizeof o);
     trace tr;
     bool traced = false;
+    step_report rep = {NULL, NULL};
+    remat_sac_stats sac; /* selective: the first step's counters */
+    memset(&sac, 0, sizeof sac);
+    bool have_sac = false;
     double *losses = NULL, *times = NULL;
     int threads = step_setup_process(c->threads);
     /* RSS is only sampled in the traced step; speed matters more here */
@@ -219,8 +264,12 @@ int cmd_train(config *c) {
             traced = true;
         }
         double t0 = util_now(), loss = 0;
-        rc = step_run(&m, &c->strat, &b, &o, trace_this ? &tr : NULL, &loss);
+        if (k == 0 && c->strat.kind == STRAT_SELECTIVE) c->strat.sac_stats = &sac;
+        rc = step_run(&m, &c->strat, &b, &o, trace_this ? &tr : NULL,
+                      k == 0 && c->report ? &rep : NULL, &loss);
         double dt = util_now() - t0;
+        if (c->strat.sac_stats) have_sac = true;
+        c->strat.sac_stats = NULL;
         if (trace_this) trace_end(&tr);
         batch_free(&b);
         if (rc) goto done;
@@ -262,7 +311,7 @@ int cmd_train(config *c) {
     if (traced && c->timeline) {
         const trace *ts[1] = {&tr};
         const char *labels[1] = {c->strat.name};
-        char title[256];
+        char title[384];
         snprintf(title, sizeof title, "remat: memory during the last training step (%s)",
                  c->strat.name);
         if (!svg_timeline(c->timeline, title, 1, ts, labels)) {
@@ -275,6 +324,11 @@ int cmd_train(config *c) {
     double tok_s = train_time > 0 ? (double)tokens / train_time : 0;
     size_t peak_alloc = remat_cpu_peak_bytes(), peak_rss = util_peak_rss_bytes();
     double last = n_steps ? losses[n_steps - 1] : NAN;
+    if (c->report && rep.forward && (rc = print_reports(c->json ? stderr : stdout, c, &rep, start + 1,
+                                               have_sac ? &sac : NULL)))
+        goto done;
+    if (c->report && !rep.forward)
+        fprintf(c->json ? stderr : stdout, "\nno residual report: no step ran\n");
     if (c->json) {
         util_str j = {0};
         util_str_printf(&j,
@@ -299,6 +353,17 @@ int cmd_train(config *c) {
             util_str_printf(&j, "],\"eval_loss\":null,");
         if (ev.has_accuracy) util_str_printf(&j, "\"accuracy\":%.6f,", ev.accuracy);
         if (ev.has_exact) util_str_printf(&j, "\"exact_accuracy\":%.6f,", ev.exact);
+        if (have_sac)
+            util_str_printf(&j,
+                            "\"sac_policy\":\"%s\",\"sac_ops_forward\":%" PRId64
+                            ",\"sac_ops_cached\":%" PRId64 ",\"sac_bytes_cached\":%" PRId64
+                            ",\"sac_ops_recomputed\":%" PRId64 ",",
+                            c->strat.policy, sac.ops_forward, sac.ops_cached, sac.bytes_cached,
+                            sac.ops_recomputed);
+        if (rep.forward) {
+            json_totals(&j, "residuals_forward", rep.forward);
+            json_totals(&j, "residuals_backward", rep.backward);
+        }
         const remat_plan *p = c->strat.plan;
         if (p)
             util_str_printf(&j,
@@ -336,12 +401,21 @@ int cmd_train(config *c) {
                    util_fmt_bytes((double)p->budget_bytes, bb, sizeof bb),
                    util_fmt_bytes((double)p->peak_bytes, pk, sizeof pk), p->n_recomputed);
         }
+        if (have_sac) {
+            char cb[32];
+            printf("selective     %s: %" PRId64 " of %" PRId64 " ops cached (%s), %" PRId64
+                   " recomputed in step %" PRId64 "\n",
+                   c->strat.policy, sac.ops_cached, sac.ops_forward,
+                   util_fmt_bytes((double)sac.bytes_cached, cb, sizeof cb), sac.ops_recomputed,
+                   start + 1);
+        }
         if (c->save) printf("saved         %s (step %ld)\n", c->save, c->steps);
         if (c->trace) printf("trace         %s\n", c->trace);
         if (c->timeline) printf("timeline      %s\n", c->timeline);
     }
 
 done:
+    step_report_free(&rep);
     strategy_free(&c->strat);
     if (traced) trace_free(&tr);
     free(losses);
