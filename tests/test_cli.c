@@ -687,7 +687,7 @@ Test(cli, sweep_draws_a_pareto_svg) {
     assert_svg(path("sweep/pareto.svg"));
     char *svg = slurp(path("p.svg"));
     cr_assert(strstr(svg, "uniform: sequential=N") && strstr(svg, "planner: budget=SIZE") &&
-              strstr(svg, "N=2") && strstr(svg, "Pareto front"), "%s", svg);
+              strstr(svg, "sequential=2") && strstr(svg, "Pareto front"), "%s", svg);
     free(svg);
 }
 
