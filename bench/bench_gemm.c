@@ -5,7 +5,9 @@
  * Each repetition times the ceiling and the remat call back to back, so
  * load from other processes hits both alike; the medians of REPS
  * repetitions are reported. remat's figures include allocating the output
- * (as a user sees it); linear includes the bias pass.
+ * (as a user sees it); linear includes the bias pass. With one thread the
+ * last two columns divide by the thread's CPU time instead of wall time,
+ * which leaves out time the thread was preempted (a shared machine).
  *
  *   bench_gemm [reps]        (default 7; threads 1 and 2, or $BENCH_THREADS;
  *                             BENCH_NATIVE=1 adds OpenBLAS's own thread pool) */
@@ -32,6 +34,14 @@
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* CPU time of the calling thread: with one thread it leaves out the time the
+ * thread was preempted, so it gives the kernel's speed on a shared machine */
+static double now_cpu(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
@@ -91,130 +101,120 @@ typedef struct shape {
 
 static const char *g_mode = "";
 
+/* one table row: remat's and the ceiling's median times, wall and (T = 1)
+ * thread-CPU */
 static void row(const char *what, int threads, const shape *s, double flops, double t_remat,
-                double t_ceil) {
-    char label[64];
+                double t_ceil, double c_remat, double c_ceil) {
+    char label[64], cpu[48] = "      -  |       - ";
     snprintf(label, sizeof label, "%s%s", what, g_mode);
-    printf("| %-30s | %-15s | %d | %8.1f | %8.1f | %5.1f%% |\n", label, s->name, threads,
-           flops / t_remat * 1e-9, flops / t_ceil * 1e-9, 100.0 * t_ceil / t_remat);
+    if (threads == 1)
+        snprintf(cpu, sizeof cpu, "%8.1f | %8.1f", flops / c_remat * 1e-9, flops / c_ceil * 1e-9);
+    printf("| %-30s | %-15s | %d | %8.1f | %8.1f | %5.1f%% | %s |\n", label, s->name, threads,
+           flops / t_remat * 1e-9, flops / t_ceil * 1e-9, 100.0 * t_ceil / t_remat, cpu);
 }
+
+enum { K_MM, K_LIN, K_BWD, K_AFTER, K_REF, K_N };
+
+typedef struct timing {
+    double w[2][MAX_REPS], c[2][MAX_REPS]; /* [0] remat, [1] ceiling */
+} timing;
+
+#define TIMED(tm, who, r, code)                                                            \
+    do {                                                                                   \
+        double w0_ = now(), c0_ = now_cpu();                                               \
+        code;                                                                              \
+        double c1_ = now_cpu(), w1_ = now();                                               \
+        if ((r) >= 0) {                                                                    \
+            (tm)->w[who][r] = w1_ - w0_;                                                   \
+            (tm)->c[who][r] = c1_ - c0_;                                                   \
+        }                                                                                  \
+    } while (0)
 
 static void bench_shape(const shape *s, int threads, int reps) {
     int64_t B = s->batch, M = s->M, K = s->K, N = s->N;
-    int64_t sa[3] = {B, M, K}, sb[3] = {B, K, N};
-    int nd = B > 1 ? 3 : 2;
-    const int64_t *pa = B > 1 ? sa : sa + 1, *pb = B > 1 ? sb : sb + 1;
-    remat_tensor *a, *b, *w, *bias, *c;
-    CHECK(remat_rand_uniform(&a, nd, pa, -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
-    CHECK(remat_rand_uniform(&b, nd, pb, -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
+    int64_t sa[3] = {B, M, K}, sb[3] = {B, K, N}, sc[3] = {B, M, N};
+    int nd = B > 1 ? 3 : 2, o = B > 1 ? 0 : 1;
+    remat_tensor *a, *b, *w, *bias, *c, *x, *wl, *dx, *dw, *gy, *act;
+    CHECK(remat_rand_uniform(&a, nd, sa + o, -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
+    CHECK(remat_rand_uniform(&b, nd, sb + o, -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
     CHECK(remat_rand_uniform(&w, 2, (int64_t[]){N, K}, -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
     CHECK(remat_rand_uniform(&bias, 1, &N, -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
-    CHECK(remat_empty(&c, nd, (int64_t[]){B, M, N} + (B > 1 ? 0 : 1), REMAT_F32,
-                      REMAT_DEVICE_CPU));
+    CHECK(remat_empty(&c, nd, sc + o, REMAT_F32, REMAT_DEVICE_CPU));
+    /* linear fwd+bwd on x (B·M, K), W (N, K) */
+    CHECK(remat_rand_uniform(&x, 2, (int64_t[]){B * M, K}, -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
+    CHECK(remat_rand_uniform(&wl, 2, (int64_t[]){N, K}, -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
+    CHECK(remat_empty(&dx, 2, (int64_t[]){B * M, K}, REMAT_F32, REMAT_DEVICE_CPU));
+    CHECK(remat_empty(&dw, 2, (int64_t[]){N, K}, REMAT_F32, REMAT_DEVICE_CPU));
+    CHECK(remat_full(&gy, 2, (int64_t[]){B * M, N}, 1.0, REMAT_F32, REMAT_DEVICE_CPU));
+    /* an OpenMP elementwise kernel (relu on 2048x1024) right before a GEMM,
+     * as in a network: shows what a second thread pool costs */
+    CHECK(remat_rand_uniform(&act, 2, (int64_t[]){2048, 1024}, -1, 1, REMAT_F32,
+                             REMAT_DEVICE_CPU));
     const float *A = remat_data(a), *Bm = remat_data(b), *W = remat_data(w);
     float *C = remat_data(c);
     double flops = 2.0 * (double)(B * M * K * N);
-    double tc[MAX_REPS], tm[MAX_REPS], tcl[MAX_REPS], tl[MAX_REPS], tr[MAX_REPS];
-    double tcb[MAX_REPS], tlb[MAX_REPS], tca[MAX_REPS], tma[MAX_REPS];
-    /* an OpenMP elementwise kernel (relu on a 2048x1024 tensor) right before
-     * the GEMM, as in a network: shows what the other thread pool costs */
-    remat_tensor *act;
-    CHECK(remat_rand_uniform(&act, 2, (int64_t[]){2048, 1024}, -1, 1, REMAT_F32,
-                             REMAT_DEVICE_CPU));
-    bool do_ref = threads <= 2 && B * M * K * N <= (int64_t)1 << 31;
-    /* linear fwd+bwd: x (B·M, K), W (N, K); needs grads of x and W */
-    remat_tensor *x, *wl;
-    CHECK(remat_rand_uniform(&x, 2, (int64_t[]){B * M, K}, -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
-    CHECK(remat_rand_uniform(&wl, 2, (int64_t[]){N, K}, -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
-    remat_tensor *dx, *dw;
-    CHECK(remat_empty(&dx, 2, (int64_t[]){B * M, K}, REMAT_F32, REMAT_DEVICE_CPU));
-    CHECK(remat_empty(&dw, 2, (int64_t[]){N, K}, REMAT_F32, REMAT_DEVICE_CPU));
-    remat_tensor *gy;
-    CHECK(remat_full(&gy, 2, (int64_t[]){B * M, N}, 1.0, REMAT_F32, REMAT_DEVICE_CPU));
+    bool do_ref = B * M * K * N <= (int64_t)1 << 31;
+    timing *t = calloc(K_N, sizeof *t);
+    if (!t) exit(1);
     for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
-        double t0 = now();
-        for (int64_t i = 0; i < B; i++)
-            blas_sgemm(false, false, M, N, K, A + i * M * K, K, Bm + i * K * N, N, 0.0f,
-                       C + i * M * N, N);
-        double t1 = now();
-        remat_tensor *y;
-        CHECK(remat_matmul(&y, a, b));
-        double t2 = now();
+        remat_tensor *y, *ra;
+        /* matmul vs the same GEMMs called directly */
+        TIMED(&t[K_MM], 1, r, for (int64_t i = 0; i < B; i++) blas_sgemm(
+            false, false, M, N, K, A + i * M * K, K, Bm + i * K * N, N, 0.0f, C + i * M * N, N));
+        TIMED(&t[K_MM], 0, r, CHECK(remat_matmul(&y, a, b)));
         remat_release(y);
-        /* linear: the ceiling is the NT GEMM on the flattened x */
-        double t3 = now();
-        blas_sgemm(false, true, B * M, N, K, A, K, W, K, 0.0f, C, N);
-        double t4 = now();
-        CHECK(remat_linear(&y, a, w, bias));
-        double t5 = now();
+        /* linear (with bias) vs the NT GEMM on the flattened x */
+        TIMED(&t[K_LIN], 1, r, blas_sgemm(false, true, B * M, N, K, A, K, W, K, 0.0f, C, N));
+        TIMED(&t[K_LIN], 0, r, CHECK(remat_linear(&y, a, w, bias)));
         remat_release(y);
-        double t6 = now(), t7 = t6;
+        /* linear forward + backward (3 GEMMs) vs the 3 GEMMs */
+        TIMED(&t[K_BWD], 1, r, {
+            blas_sgemm(false, true, B * M, N, K, remat_data(x), K, remat_data(wl), K, 0.0f, C, N);
+            blas_sgemm(false, false, B * M, K, N, remat_data(gy), N, remat_data(wl), K, 0.0f,
+                       remat_data(dx), K);
+            blas_sgemm(true, false, N, K, B * M, remat_data(gy), N, remat_data(x), K, 0.0f,
+                       remat_data(dw), K);
+        });
+        CHECK(remat_set_requires_grad(x, true));
+        CHECK(remat_set_requires_grad(wl, true));
+        remat_tensor *ins[2] = {x, wl}, *gr[2] = {NULL, NULL};
+        TIMED(&t[K_BWD], 0, r, {
+            CHECK(remat_linear(&y, x, wl, NULL));
+            CHECK(remat_grad(1, &y, &gy, 2, ins, false, false, gr));
+        });
+        remat_release(gr[0]);
+        remat_release(gr[1]);
+        remat_release(y);
+        CHECK(remat_set_requires_grad(x, false));
+        CHECK(remat_set_requires_grad(wl, false));
+        /* the same after an OpenMP kernel */
+        CHECK(remat_relu(&ra, act));
+        remat_release(ra);
+        TIMED(&t[K_AFTER], 1, r, for (int64_t i = 0; i < B; i++) blas_sgemm(
+            false, false, M, N, K, A + i * M * K, K, Bm + i * K * N, N, 0.0f, C + i * M * N, N));
+        CHECK(remat_relu(&ra, act));
+        remat_release(ra);
+        TIMED(&t[K_AFTER], 0, r, CHECK(remat_matmul(&y, a, b)));
+        remat_release(y);
+        /* the built-in kernel vs the BLAS */
         if (do_ref) {
-            for (int64_t i = 0; i < B; i++)
-                rm_sgemm_ref(false, false, M, N, K, 1.0f, A + i * M * K, K, Bm + i * K * N, N,
-                             0.0f, C + i * M * N, N);
-            t7 = now();
-        }
-        /* linear forward + backward (3 GEMMs) vs the 3 GEMMs called directly */
-        double t8 = now();
-        blas_sgemm(false, true, B * M, N, K, remat_data(x), K, remat_data(wl), K, 0.0f, C, N);
-        blas_sgemm(false, false, B * M, K, N, remat_data(gy), N, remat_data(wl), K, 0.0f,
-                   remat_data(dx), K);
-        blas_sgemm(true, false, N, K, B * M, remat_data(gy), N, remat_data(x), K, 0.0f,
-                   remat_data(dw), K);
-        double t9 = now();
-        remat_set_requires_grad(x, true);
-        remat_set_requires_grad(wl, true);
-        CHECK(remat_linear(&y, x, wl, NULL));
-        remat_tensor *xg = NULL, *wg = NULL;
-        remat_tensor *ins[2] = {x, wl}, *gr[2];
-        CHECK(remat_grad(1, &y, &gy, 2, ins, false, false, gr));
-        double t10 = now();
-        xg = gr[0];
-        wg = gr[1];
-        remat_release(xg);
-        remat_release(wg);
-        remat_release(y);
-        remat_set_requires_grad(x, false);
-        remat_set_requires_grad(wl, false);
-        remat_tensor *ra;
-        CHECK(remat_relu(&ra, act));
-        remat_release(ra);
-        double t11 = now();
-        for (int64_t i = 0; i < B; i++)
-            blas_sgemm(false, false, M, N, K, A + i * M * K, K, Bm + i * K * N, N, 0.0f,
-                       C + i * M * N, N);
-        double t12 = now();
-        CHECK(remat_relu(&ra, act));
-        remat_release(ra);
-        double t13 = now();
-        CHECK(remat_matmul(&y, a, b));
-        double t14 = now();
-        remat_release(y);
-        if (r >= 0) {
-            tca[r] = t12 - t11;
-            tma[r] = t14 - t13;
-            tc[r] = t1 - t0;
-            tm[r] = t2 - t1;
-            tcl[r] = t4 - t3;
-            tl[r] = t5 - t4;
-            tr[r] = t7 - t6;
-            tcb[r] = t9 - t8;
-            tlb[r] = t10 - t9;
+            TIMED(&t[K_REF], 0, r, for (int64_t i = 0; i < B; i++) rm_sgemm_ref(
+                false, false, M, N, K, 1.0f, A + i * M * K, K, Bm + i * K * N, N, 0.0f,
+                C + i * M * N, N));
+            t[K_REF].w[1][r < 0 ? 0 : r] = t[K_MM].w[1][r < 0 ? 0 : r];
+            t[K_REF].c[1][r < 0 ? 0 : r] = t[K_MM].c[1][r < 0 ? 0 : r];
         }
     }
-    double mc = median(tc, reps), mm = median(tm, reps), mcl = median(tcl, reps);
-    double ml = median(tl, reps), mcb = median(tcb, reps), mlb = median(tlb, reps);
-    row("remat_matmul", threads, s, flops, mm, mc);
-    row("remat_linear (+bias)", threads, s, flops, ml, mcl);
-    row("linear fwd+bwd", threads, s, 3 * flops, mlb, mcb);
-    row("matmul after relu", threads, s, flops, median(tma, reps), median(tca, reps));
-    if (do_ref) {
-        double mr = median(tr, reps);
-        printf("| %-30s | %-15s | %d | %8.1f | %8.1f | %5.1f%% |\n", "built-in kernel", s->name,
-               threads, flops / mr * 1e-9, flops / mc * 1e-9, 100.0 * mc / mr);
+    static const char *names[K_N] = {"remat_matmul", "remat_linear (+bias)", "linear fwd+bwd",
+                                     "matmul after relu", "built-in kernel"};
+    for (int k = 0; k < K_N; k++) {
+        if (k == K_REF && !do_ref) continue;
+        double mul = k == K_BWD ? 3 : 1;
+        row(names[k], threads, s, mul * flops, median(t[k].w[0], reps), median(t[k].w[1], reps),
+            median(t[k].c[0], reps), median(t[k].c[1], reps));
     }
     fflush(stdout);
+    free(t);
     remat_tensor *rl[] = {a, b, w, bias, c, x, wl, dx, dw, gy, act};
     for (size_t i = 0; i < sizeof rl / sizeof rl[0]; i++) remat_release(rl[i]);
 }
@@ -234,12 +234,20 @@ int main(int argc, char **argv) {
         {"256x1024x1024", 1, 256, 1024, 1024},
         {"8x256x384x384", 8, 256, 384, 384},
         {"64x64x64", 1, 64, 64, 64},
+        /* the GPT of `remat train` (width 128, context 128, batch 16, 4
+         * heads): the qkv linear, and the attention scores per head */
+        {"2048x128x384", 1, 2048, 128, 384},
+        {"64x128x32x128", 64, 128, 32, 128},
     };
     remat_manual_seed(1);
     printf("backend: %s, ceiling: %s, median of %d runs; shapes are [batch x] M x K x N\n\n",
            remat_gemm_backend(), blas_name(), reps);
-    printf("| %-30s | %-15s | T | GFLOP/s  | ceiling  | remat/ceiling |\n", "op", "shape");
-    printf("|--------------------------------|-----------------|---|----------|----------|--------|\n");
+    printf("| %-30s | %-15s | T | remat    | ceiling  | ratio  | remat    | ceiling  |\n", "",
+           "");
+    printf("| %-30s | %-15s |   | GFLOP/s  | GFLOP/s  |        | cpu-time | cpu-time |\n", "op",
+           "shape");
+    printf("|--------------------------------|-----------------|---|----------|----------|--------|"
+           "----------|----------|\n");
 #if defined(REMAT_GEMM_OPENBLAS)
     /* OpenBLAS: remat's default threading (one OpenMP team, single-threaded
      * OpenBLAS per panel) and OpenBLAS's own pool */
