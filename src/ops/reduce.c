@@ -148,6 +148,15 @@ MAXKEY(f64, int64_t, INT64_MIN, 63, INT64_C(0x7FFFFFFFFFFFFFFF), INT64_C(0x7FF00
     static void bcast_ori_##T(const T *restrict g, int64_t O, int64_t R, int64_t I, T scale,  \
                               T *restrict dx) {                                               \
         int64_t total = O * R * I;                                                            \
+        if (I == 1) { /* reduced over the last dim: fill each row with one value */          \
+            _Pragma("omp parallel for if (total > RM_OMP_MIN)")                               \
+            for (int64_t o = 0; o < O; o++) {                                                 \
+                T v = g[o] * scale;                                                           \
+                T *d = dx + o * R;                                                            \
+                for (int64_t r = 0; r < R; r++) d[r] = v;                                     \
+            }                                                                                 \
+            return;                                                                           \
+        }                                                                                     \
         _Pragma("omp parallel for if (total > RM_OMP_MIN)")                                   \
         for (int64_t orow = 0; orow < O * R; orow++) {                                        \
             const T *gi = g + (orow / R) * I;                                                 \
