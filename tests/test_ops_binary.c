@@ -33,26 +33,14 @@ static int call_binop(void *ud, remat_tensor *const *in, int n, remat_tensor **o
     return ((const binop *)ud)->f(out, in[0], in[1]);
 }
 
-static remat_tensor *leaf(remat_tensor *t) {
-    RT_OK(remat_set_requires_grad(t, true));
-    return t;
-}
-
 /* Row-major values of t as doubles (malloc'ed). */
-static double *values(const remat_tensor *t) {
-    int64_t n = remat_numel(t);
-    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    RT_OK(remat_copy_to_buffer(t, REMAT_F64, v, n));
-    return v;
-}
-
 /* Checks out == ref(a, b) elementwise with NumPy broadcasting, computed
  * independently from flat indices. */
 static void check_broadcast_values(const binop *op, remat_tensor *a, remat_tensor *b,
                                    remat_tensor *out, double tol) {
     int nd = remat_ndim(out);
     const int64_t *so = remat_shape(out);
-    double *va = values(a), *vb = values(b), *vo = values(out);
+    double *va = rt_values(a), *vb = rt_values(b), *vo = rt_values(out);
     int64_t n = remat_numel(out);
     for (int64_t i = 0; i < n; i++) {
         int64_t idx[REMAT_MAX_DIMS], r = i;
@@ -223,8 +211,8 @@ Test(ops_binary, f32_matches_f64) {
 static void gradcheck_shapes(int nda, const int64_t *sa, int ndb, const int64_t *sb) {
     for (int k = 0; k < N_OPS; k++) {
         /* positive bases for pow and divisors away from 0 */
-        remat_tensor *a = leaf(rt_rand(nda, sa, REMAT_F64, 0.5, 2, 7));
-        remat_tensor *b = leaf(rt_rand(ndb, sb, REMAT_F64, 0.5, 2, 8));
+        remat_tensor *a = rt_leaf(rt_rand(nda, sa, REMAT_F64, 0.5, 2, 7));
+        remat_tensor *b = rt_leaf(rt_rand(ndb, sb, REMAT_F64, 0.5, 2, 8));
         remat_tensor *in[2] = {a, b};
         RT_GRADCHECK(call_binop, (void *)&k_ops[k], 2, in);
         /* only one input requiring grad */
@@ -274,17 +262,17 @@ static int call_binop_on_views(void *ud, remat_tensor *const *in, int n, remat_t
 Test(ops_binary, gradcheck_strided_views) {
     int64_t sa[] = {3, 2}, sb[] = {2, 6};
     for (int k = 0; k < N_OPS; k++) {
-        remat_tensor *a = leaf(rt_rand(2, sa, REMAT_F64, 0.5, 2, 9));
-        remat_tensor *b = leaf(rt_rand(2, sb, REMAT_F64, 0.5, 2, 10));
+        remat_tensor *a = rt_leaf(rt_rand(2, sa, REMAT_F64, 0.5, 2, 9));
+        remat_tensor *b = rt_leaf(rt_rand(2, sb, REMAT_F64, 0.5, 2, 10));
         remat_tensor *in[2] = {a, b};
         RT_GRADCHECK(call_binop_on_views, (void *)&k_ops[k], 2, in);
         remat_release(a);
         remat_release(b);
     }
     /* a transposed view passed directly as the differentiated input */
-    remat_tensor *a = leaf(rt_rand(2, sa, REMAT_F64, 0.5, 2, 11)), *at;
+    remat_tensor *a = rt_leaf(rt_rand(2, sa, REMAT_F64, 0.5, 2, 11)), *at;
     int64_t sr[] = {3};
-    remat_tensor *r = leaf(rt_rand(1, sr, REMAT_F64, 0.5, 2, 12));
+    remat_tensor *r = rt_leaf(rt_rand(1, sr, REMAT_F64, 0.5, 2, 12));
     RT_OK(remat_transpose(&at, a, 0, 1));
     remat_tensor *in[2] = {at, r};
     for (int k = 0; k < N_OPS; k++) RT_GRADCHECK(call_binop, (void *)&k_ops[k], 2, in);
@@ -298,7 +286,7 @@ Test(ops_binary, analytic_broadcast_grads) {
     /* y = a (2,3) * b (3): da = b broadcast, db = column sums of a */
     int64_t sa[] = {2, 3}, sb[] = {3};
     double av[] = {1, 2, 3, 4, 5, 6}, bv[] = {7, 8, 9};
-    remat_tensor *a = leaf(rt_tensor(2, sa, REMAT_F64, av)), *b = leaf(rt_tensor(1, sb, REMAT_F64, bv));
+    remat_tensor *a = rt_leaf(rt_tensor(2, sa, REMAT_F64, av)), *b = rt_leaf(rt_tensor(1, sb, REMAT_F64, bv));
     remat_tensor *y, *l;
     RT_OK(remat_mul(&y, a, b));
     cr_assert_str_eq(remat_node_name(remat_grad_fn(y)), "MulBackward");
@@ -325,7 +313,7 @@ Test(ops_binary, analytic_broadcast_grads) {
 
 Test(ops_binary, node_names) {
     int64_t s[] = {2};
-    remat_tensor *a = leaf(rt_rand(1, s, REMAT_F64, 0.5, 1, 1)), *b = rt_rand(1, s, REMAT_F64, 0.5, 1, 2);
+    remat_tensor *a = rt_leaf(rt_rand(1, s, REMAT_F64, 0.5, 1, 1)), *b = rt_rand(1, s, REMAT_F64, 0.5, 1, 2);
     const char *names[] = {"AddBackward", "SubBackward", "MulBackward", "DivBackward", "PowBackward"};
     for (int k = 0; k < N_OPS; k++) {
         remat_tensor *y;
@@ -350,7 +338,7 @@ Test(ops_binary, node_names) {
 Test(ops_binary, same_tensor_both_operands) {
     int64_t s[] = {3};
     double xv[] = {1, -2, 3};
-    remat_tensor *x = leaf(rt_tensor(1, s, REMAT_F64, xv)), *y, *l;
+    remat_tensor *x = rt_leaf(rt_tensor(1, s, REMAT_F64, xv)), *y, *l;
     RT_OK(remat_mul(&y, x, x));
     RT_OK(remat_sum_all(&l, y));
     RT_OK(remat_backward_scalar(l));
@@ -371,7 +359,7 @@ Test(ops_binary, same_tensor_both_operands) {
 Test(ops_binary, pow_gradient_at_zero_base) {
     int64_t s[] = {3};
     double av[] = {0, 0, 2}, bv[] = {0, 2, 3};
-    remat_tensor *a = leaf(rt_tensor(1, s, REMAT_F64, av)), *b = leaf(rt_tensor(1, s, REMAT_F64, bv));
+    remat_tensor *a = rt_leaf(rt_tensor(1, s, REMAT_F64, av)), *b = rt_leaf(rt_tensor(1, s, REMAT_F64, bv));
     remat_tensor *y, *l, *g[2], *in[2] = {a, b};
     RT_OK(remat_pow(&y, a, b));
     RT_OK(remat_sum_all(&l, y));
@@ -412,7 +400,7 @@ static void count_free(void *ud, void *h) {
 }
 Test(ops_binary, saves_only_what_backward_needs) {
     int64_t s[] = {4};
-    remat_tensor *a = leaf(rt_rand(1, s, REMAT_F64, 0.5, 1, 1)), *b = rt_rand(1, s, REMAT_F64, 0.5, 1, 2);
+    remat_tensor *a = rt_leaf(rt_rand(1, s, REMAT_F64, 0.5, 1, 1)), *b = rt_rand(1, s, REMAT_F64, 0.5, 1, 2);
     remat_saved_hooks h = {count_pack, count_unpack, count_free, NULL};
     RT_OK(remat_saved_hooks_push(&h));
     struct { binfn f; int want; } cases[] = {
@@ -489,7 +477,7 @@ static int call_masked_fill(void *ud, remat_tensor *const *in, int n, remat_tens
 Test(ops_select, masked_fill_values_and_grad) {
     int64_t sa[] = {2, 3}, sm[] = {3};
     double av[] = {1, 2, 3, 4, 5, 6}, mv[] = {0, 1, 0};
-    remat_tensor *a = leaf(rt_tensor(2, sa, REMAT_F64, av));
+    remat_tensor *a = rt_leaf(rt_tensor(2, sa, REMAT_F64, av));
     remat_dtype mdt[] = {REMAT_I64, REMAT_F32, REMAT_F64};
     for (int d = 0; d < 3; d++) {
         remat_tensor *m = rt_tensor(1, sm, mdt[d], mv), *y;
@@ -512,7 +500,7 @@ Test(ops_select, masked_fill_values_and_grad) {
     }
     /* strided a and a full-shape mask */
     int64_t st[] = {3, 2};
-    remat_tensor *b = leaf(rt_rand(2, st, REMAT_F64, -1, 1, 3)), *bt, *m;
+    remat_tensor *b = rt_leaf(rt_rand(2, st, REMAT_F64, -1, 1, 3)), *bt, *m;
     RT_OK(remat_transpose(&bt, b, 0, 1));
     double mz[] = {0, 1, 1, 0, 0, 1};
     m = rt_tensor(2, sa, REMAT_I64, mz);
@@ -539,7 +527,7 @@ Test(ops_select, masked_fill_large_broadcast_mask) {
     remat_tensor *srcs[] = {x, xt};
     for (int v = 0; v < 2; v++) {
         RT_OK(remat_masked_fill(&y, srcs[v], m, -1e9));
-        double *vx = values(srcs[v]), *vy = values(y);
+        double *vx = rt_values(srcs[v]), *vy = rt_values(y);
         for (int64_t i = 0; i < 10 * T * T; i++) {
             int64_t r = (i / T) % T, c = i % T;
             cr_assert_eq(vy[i], c > r ? (double)-1e9f : vx[i], "view %d element %lld", v,
@@ -585,7 +573,7 @@ Test(ops_select, where_values_broadcast_and_grad) {
     int64_t sc[] = {2, 1}, sa[] = {3}, sb[] = {2, 3};
     double cv[] = {1, 0}, av[] = {1, 2, 3}, bv[] = {10, 20, 30, 40, 50, 60};
     remat_tensor *c = rt_tensor(2, sc, REMAT_I64, cv);
-    remat_tensor *a = leaf(rt_tensor(1, sa, REMAT_F64, av)), *b = leaf(rt_tensor(2, sb, REMAT_F64, bv));
+    remat_tensor *a = rt_leaf(rt_tensor(1, sa, REMAT_F64, av)), *b = rt_leaf(rt_tensor(2, sb, REMAT_F64, bv));
     remat_tensor *y;
     RT_OK(remat_where(&y, c, a, b));
     cr_assert_eq(remat_ndim(y), 2);
@@ -606,8 +594,8 @@ Test(ops_select, where_values_broadcast_and_grad) {
     int64_t s3[] = {3, 2};
     double fz[] = {0.5, 0, -2, 0, 1, 0};
     remat_tensor *fc = rt_tensor(2, sb, REMAT_F32, fz);
-    remat_tensor *base = leaf(rt_rand(2, s3, REMAT_F64, -1, 1, 6)), *at;
-    remat_tensor *s0 = leaf(rt_rand(0, NULL, REMAT_F64, -1, 1, 7));
+    remat_tensor *base = rt_leaf(rt_rand(2, s3, REMAT_F64, -1, 1, 6)), *at;
+    remat_tensor *s0 = rt_leaf(rt_rand(0, NULL, REMAT_F64, -1, 1, 7));
     RT_OK(remat_transpose(&at, base, 0, 1));
     remat_tensor *in2[2] = {at, s0};
     RT_GRADCHECK(call_where, fc, 2, in2);
@@ -621,7 +609,7 @@ Test(ops_select, where_large_matches_reference) {
     remat_tensor *c = rt_rand(2, s, REMAT_F64, -1, 1, 1), *a = rt_rand(2, s, REMAT_F32, -1, 1, 2);
     remat_tensor *b = rt_rand(2, s, REMAT_F32, -1, 1, 3), *y;
     RT_OK(remat_where(&y, c, a, b));
-    double *vc = values(c), *va = values(a), *vb = values(b), *vy = values(y);
+    double *vc = rt_values(c), *va = rt_values(a), *vb = rt_values(b), *vy = rt_values(y);
     for (int64_t i = 0; i < 200 * 300; i++)
         cr_assert_eq(vy[i], vc[i] != 0 ? va[i] : vb[i], "element %lld", (long long)i);
     free(vc);

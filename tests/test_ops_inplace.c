@@ -8,11 +8,6 @@
 
 #include "support/rt.h"
 
-static remat_tensor *leaf(remat_tensor *t) {
-    RT_OK(remat_set_requires_grad(t, true));
-    return t;
-}
-
 static void assert_values(const remat_tensor *t, const double *want, int64_t n, double tol,
                           const char *what) {
     cr_assert_eq(remat_numel(t), n, "%s: numel", what);
@@ -232,7 +227,7 @@ Test(ops_inplace, large_strided_add_) {
 Test(ops_inplace, leaf_requiring_grad_rejected_under_grad_mode) {
     int64_t s[] = {2};
     double wv[] = {1, 2}, gv[] = {0.5, 0.5};
-    remat_tensor *w = leaf(rt_tensor(1, s, REMAT_F64, wv)), *g = rt_tensor(1, s, REMAT_F64, gv);
+    remat_tensor *w = rt_leaf(rt_tensor(1, s, REMAT_F64, wv)), *g = rt_tensor(1, s, REMAT_F64, gv);
     uint64_t v0 = remat_version(w);
     RT_FAILS(remat_add_(w, g, -0.1), REMAT_ESTATE, "remat_add_");
     RT_FAILS(remat_mul_(w, g), REMAT_ESTATE, "remat_mul_");
@@ -261,7 +256,7 @@ Test(ops_inplace, leaf_requiring_grad_rejected_under_grad_mode) {
 Test(ops_inplace, grad_accumulation_and_sgd_step) {
     int64_t s[] = {3};
     double wv[] = {1, 2, 3};
-    remat_tensor *w = leaf(rt_tensor(1, s, REMAT_F64, wv));
+    remat_tensor *w = rt_leaf(rt_tensor(1, s, REMAT_F64, wv));
     for (int it = 0; it < 2; it++) {
         remat_tensor *y, *l;
         RT_OK(remat_mul(&y, w, w));
@@ -286,7 +281,7 @@ Test(ops_inplace, grad_accumulation_and_sgd_step) {
 /* ---- autograd through in-place ops --------------------------------------------------------- */
 Test(ops_inplace, add_rebases_history) {
     int64_t s[] = {2, 3}, sr[] = {3};
-    remat_tensor *x = leaf(rt_rand(2, s, REMAT_F64, -1, 1, 1)), *w = leaf(rt_rand(1, sr, REMAT_F64, -1, 1, 2));
+    remat_tensor *x = rt_leaf(rt_rand(2, s, REMAT_F64, -1, 1, 1)), *w = rt_leaf(rt_rand(1, sr, REMAT_F64, -1, 1, 2));
     remat_tensor *y, *l;
     RT_OK(remat_mul_scalar(&y, x, 2));
     remat_node *old = remat_grad_fn(y);
@@ -309,7 +304,7 @@ Test(ops_inplace, add_rebases_history) {
 /* A non-grad tensor modified in place by one that requires grad joins the graph. */
 Test(ops_inplace, non_grad_target_gets_history) {
     int64_t s[] = {2};
-    remat_tensor *buf, *w = leaf(rt_rand(1, s, REMAT_F64, -1, 1, 1)), *l;
+    remat_tensor *buf, *w = rt_leaf(rt_rand(1, s, REMAT_F64, -1, 1, 1)), *l;
     RT_OK(remat_zeros(&buf, 1, s, REMAT_F64, REMAT_DEVICE_CPU));
     RT_OK(remat_copy_(buf, w));
     cr_assert(remat_requires_grad(buf));
@@ -366,8 +361,8 @@ Test(ops_inplace, gradchecks) {
     int bnd[] = {2, 1, 2};
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (int bs = 0; bs < 3; bs++) {
-            remat_tensor *x = leaf(rt_rand(2, s, REMAT_F64, -1, 1, 1 + (unsigned)k));
-            remat_tensor *b = leaf(rt_rand(bnd[bs], bshapes[bs], REMAT_F64, -1, 1, 50 + (unsigned)bs));
+            remat_tensor *x = rt_leaf(rt_rand(2, s, REMAT_F64, -1, 1, 1 + (unsigned)k));
+            remat_tensor *b = rt_leaf(rt_rand(bnd[bs], bshapes[bs], REMAT_F64, -1, 1, 50 + (unsigned)bs));
             remat_tensor *in[2] = {x, b};
             char msg[2048];
             bool ok = rt_gradcheck(call_inplace, &kinds[k], 2, in, 1e-6, 1e-5, 1e-4, msg, sizeof msg);
@@ -385,7 +380,7 @@ Test(ops_inplace, gradchecks) {
 /* copy_ from an f32 source: the source's gradient comes back in f32. */
 Test(ops_inplace, copy_grad_converted_to_src_dtype) {
     int64_t s[] = {2, 2};
-    remat_tensor *x = leaf(rt_rand(2, s, REMAT_F64, -1, 1, 1)), *src = leaf(rt_rand(2, s, REMAT_F32, -1, 1, 2));
+    remat_tensor *x = rt_leaf(rt_rand(2, s, REMAT_F64, -1, 1, 1)), *src = rt_leaf(rt_rand(2, s, REMAT_F32, -1, 1, 2));
     remat_tensor *t, *l;
     RT_OK(remat_mul_scalar(&t, x, 1));
     RT_OK(remat_copy_(t, src));
@@ -404,7 +399,7 @@ Test(ops_inplace, copy_grad_converted_to_src_dtype) {
 
 Test(ops_inplace, view_requiring_grad_is_unsupported) {
     int64_t s[] = {2, 3}, sr[] = {3};
-    remat_tensor *x = leaf(rt_rand(2, s, REMAT_F64, -1, 1, 1)), *h, *v;
+    remat_tensor *x = rt_leaf(rt_rand(2, s, REMAT_F64, -1, 1, 1)), *h, *v;
     remat_tensor *b = rt_rand(1, sr, REMAT_F64, -1, 1, 2);
     RT_OK(remat_mul_scalar(&h, x, 2));
     RT_OK(remat_transpose(&v, h, 0, 1));
@@ -425,7 +420,7 @@ Test(ops_inplace, view_requiring_grad_is_unsupported) {
 
 Test(ops_inplace, saved_tensor_modified_is_detected) {
     int64_t s[] = {2, 2};
-    remat_tensor *x = leaf(rt_rand(2, s, REMAT_F64, -1, 1, 1)), *w = leaf(rt_rand(2, s, REMAT_F64, -1, 1, 2));
+    remat_tensor *x = rt_leaf(rt_rand(2, s, REMAT_F64, -1, 1, 1)), *w = rt_leaf(rt_rand(2, s, REMAT_F64, -1, 1, 2));
     remat_tensor *one, *h, *y, *l;
     RT_OK(remat_scalar(&one, 1.0, REMAT_F64));
     RT_OK(remat_mul_scalar(&h, x, 1)); /* non-leaf */
@@ -445,7 +440,7 @@ Test(ops_inplace, saved_tensor_modified_is_detected) {
 /* relu_ saves its result; modifying it afterwards is caught too. */
 Test(ops_inplace, relu_result_modified_is_detected) {
     int64_t s[] = {3};
-    remat_tensor *x = leaf(rt_rand(1, s, REMAT_F64, -1, 1, 1)), *h, *l;
+    remat_tensor *x = rt_leaf(rt_rand(1, s, REMAT_F64, -1, 1, 1)), *h, *l;
     RT_OK(remat_mul_scalar(&h, x, 1));
     RT_OK(remat_relu_(h));
     RT_OK(remat_mul_scalar_(h, 2));

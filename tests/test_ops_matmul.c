@@ -11,18 +11,6 @@
 #include "ops/gemm.h"
 #include "support/rt.h"
 
-static remat_tensor *leaf(remat_tensor *t) {
-    RT_OK(remat_set_requires_grad(t, true));
-    return t;
-}
-
-static double *values(const remat_tensor *t) {
-    int64_t n = remat_numel(t);
-    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    RT_OK(remat_copy_to_buffer(t, REMAT_F64, v, n));
-    return v;
-}
-
 static void assert_shape(const remat_tensor *t, int nd, const int64_t *shape, const char *what) {
     cr_assert_eq(remat_ndim(t), nd, "%s: ndim %d, expected %d", what, remat_ndim(t), nd);
     for (int d = 0; d < nd; d++)
@@ -32,7 +20,7 @@ static void assert_shape(const remat_tensor *t, int nd, const int64_t *shape, co
 
 static void assert_values(const remat_tensor *t, const double *expect, double tol,
                           const char *what) {
-    double *v = values(t);
+    double *v = rt_values(t);
     for (int64_t i = 0; i < remat_numel(t); i++)
         cr_assert(fabs(v[i] - expect[i]) <= tol * (1 + fabs(expect[i])),
                   "%s element %lld: %.10g vs expected %.10g", what, (long long)i, v[i], expect[i]);
@@ -60,7 +48,7 @@ static double *ref_matmul(const remat_tensor *a, const remat_tensor *b) {
         bs[d] = x == 1 ? y : x;
         nbatch *= bs[d];
     }
-    double *va = values(a), *vb = values(b);
+    double *va = rt_values(a), *vb = rt_values(b);
     int64_t no = nbatch * M * N;
     double *o = calloc((size_t)(no > 0 ? no : 1), sizeof(double));
     for (int64_t bi = 0; bi < nbatch; bi++) {
@@ -337,8 +325,8 @@ Test(ops_matmul, empty_sizes) {
     assert_shape(y, 3, (int64_t[]){0, 3, 4}, "empty batch");
     remat_release(y);
     /* gradients through K = 0: zeros of the input shapes */
-    remat_tensor *a64 = leaf(rt_rand(2, (int64_t[]){2, 0}, REMAT_F64, -1, 1, 5));
-    remat_tensor *b64 = leaf(rt_rand(2, (int64_t[]){0, 3}, REMAT_F64, -1, 1, 6));
+    remat_tensor *a64 = rt_leaf(rt_rand(2, (int64_t[]){2, 0}, REMAT_F64, -1, 1, 5));
+    remat_tensor *b64 = rt_leaf(rt_rand(2, (int64_t[]){0, 3}, REMAT_F64, -1, 1, 6));
     remat_tensor *p, *s;
     RT_OK(remat_matmul(&p, a64, b64)); /* (2, 3) zeros */
     RT_OK(remat_sum_all(&s, p));
@@ -357,8 +345,8 @@ Test(ops_matmul, empty_sizes) {
 Test(ops_matmul, gradcheck_every_shape_case) {
     for (int c = 0; c < N_CASES; c++) {
         const shape_case *sc = &k_cases[c];
-        remat_tensor *in[2] = {leaf(rt_rand(sc->nda, sc->sa, REMAT_F64, -1, 1, 100 + c)),
-                               leaf(rt_rand(sc->ndb, sc->sb, REMAT_F64, -1, 1, 200 + c))};
+        remat_tensor *in[2] = {rt_leaf(rt_rand(sc->nda, sc->sa, REMAT_F64, -1, 1, 100 + c)),
+                               rt_leaf(rt_rand(sc->ndb, sc->sb, REMAT_F64, -1, 1, 200 + c))};
         char msg[2048];
         cr_assert(rt_gradcheck(f_matmul, NULL, 2, in, 1e-6, 1e-5, 1e-4, msg, sizeof msg),
                   "gradcheck case %d: %s", c, msg);
@@ -391,14 +379,14 @@ static int f_matmul_tt(void *ud, remat_tensor *const *in, int n, remat_tensor **
 
 Test(ops_matmul, gradcheck_transposed_operands) {
     /* transposes made inside the function */
-    remat_tensor *in[2] = {leaf(rt_rand(3, (int64_t[]){2, 4, 3}, REMAT_F64, -1, 1, 31)),
-                           leaf(rt_rand(2, (int64_t[]){5, 4}, REMAT_F64, -1, 1, 32))};
+    remat_tensor *in[2] = {rt_leaf(rt_rand(3, (int64_t[]){2, 4, 3}, REMAT_F64, -1, 1, 31)),
+                           rt_leaf(rt_rand(2, (int64_t[]){5, 4}, REMAT_F64, -1, 1, 32))};
     RT_GRADCHECK(f_matmul_tt, NULL, 2, in);
     remat_release(in[0]);
     remat_release(in[1]);
     /* non-contiguous views passed as the differentiated inputs */
-    remat_tensor *a = leaf(rt_rand(3, (int64_t[]){3, 4, 2}, REMAT_F64, -1, 1, 33));
-    remat_tensor *b = leaf(rt_rand(2, (int64_t[]){5, 4}, REMAT_F64, -1, 1, 34));
+    remat_tensor *a = rt_leaf(rt_rand(3, (int64_t[]){3, 4, 2}, REMAT_F64, -1, 1, 33));
+    remat_tensor *b = rt_leaf(rt_rand(2, (int64_t[]){5, 4}, REMAT_F64, -1, 1, 34));
     remat_tensor *at, *bt;
     RT_OK(remat_transpose(&at, a, 1, 2)); /* (3, 2, 4) */
     RT_OK(remat_transpose(&bt, b, 0, 1)); /* (4, 5) */
@@ -407,11 +395,11 @@ Test(ops_matmul, gradcheck_transposed_operands) {
     /* a permuted (not just transposed) view: batch dims out of order */
     remat_tensor *p;
     RT_OK(remat_transpose(&p, a, 0, 1)); /* (4, 3, 2) */
-    remat_tensor *c = leaf(rt_rand(2, (int64_t[]){2, 3}, REMAT_F64, -1, 1, 35));
+    remat_tensor *c = rt_leaf(rt_rand(2, (int64_t[]){2, 3}, REMAT_F64, -1, 1, 35));
     remat_tensor *v2[2] = {p, c};
     RT_GRADCHECK(f_matmul, NULL, 2, v2);
     /* an expanded operand (gradient summed over the repeats) */
-    remat_tensor *r = leaf(rt_rand(2, (int64_t[]){1, 4}, REMAT_F64, -1, 1, 36)), *ex;
+    remat_tensor *r = rt_leaf(rt_rand(2, (int64_t[]){1, 4}, REMAT_F64, -1, 1, 36)), *ex;
     RT_OK(remat_expand(&ex, r, 2, (int64_t[]){3, 4}));
     remat_tensor *v3[2] = {ex, bt};
     RT_GRADCHECK(f_matmul, NULL, 2, v3);
@@ -423,14 +411,14 @@ Test(ops_matmul, gradcheck_transposed_operands) {
 /* The broadcast batch gradient against a hand reduction: for a (2,1,3,4)
  * and b (5,4,2), grad a = sum over the 5 of g · b^T with g = ones. */
 Test(ops_matmul, broadcast_batch_gradient_values) {
-    remat_tensor *a = leaf(rt_rand(4, (int64_t[]){2, 1, 3, 4}, REMAT_F64, -1, 1, 41));
-    remat_tensor *b = leaf(rt_rand(3, (int64_t[]){5, 4, 2}, REMAT_F64, -1, 1, 42));
+    remat_tensor *a = rt_leaf(rt_rand(4, (int64_t[]){2, 1, 3, 4}, REMAT_F64, -1, 1, 41));
+    remat_tensor *b = rt_leaf(rt_rand(3, (int64_t[]){5, 4, 2}, REMAT_F64, -1, 1, 42));
     remat_tensor *y, *s;
     RT_OK(remat_matmul(&y, a, b));
     RT_OK(remat_sum_all(&s, y));
     RT_OK(remat_backward_scalar(s));
-    double *vb = values(b), *va = values(a);
-    double *ga = values(remat_tensor_grad(a)), *gb = values(remat_tensor_grad(b));
+    double *vb = rt_values(b), *va = rt_values(a);
+    double *ga = rt_values(remat_tensor_grad(a)), *gb = rt_values(remat_tensor_grad(b));
     /* d/da[i, 0, r, k] = sum_{j<5} sum_n b[j, k, n] (the same for every i, r) */
     for (int i = 0; i < 2; i++)
         for (int r = 0; r < 3; r++)
@@ -547,9 +535,9 @@ Test(ops_matmul, linear_values_by_hand) {
     assert_values(y, (double[]){8, 24, 8, 33}, 0, "linear 3-D");
     remat_release(y);
     /* the gradient by hand: y = sum(linear(x, w, b)) */
-    remat_tensor *xl = leaf(rt_tensor(2, (int64_t[]){2, 3}, REMAT_F64, (double[]){1, 2, 3, 4, 5, 6}));
-    remat_tensor *wl = leaf(rt_tensor(2, (int64_t[]){2, 3}, REMAT_F64, (double[]){1, 0, -1, 2, 1, 0}));
-    remat_tensor *bl = leaf(rt_tensor(1, (int64_t[]){2}, REMAT_F64, (double[]){10, 20}));
+    remat_tensor *xl = rt_leaf(rt_tensor(2, (int64_t[]){2, 3}, REMAT_F64, (double[]){1, 2, 3, 4, 5, 6}));
+    remat_tensor *wl = rt_leaf(rt_tensor(2, (int64_t[]){2, 3}, REMAT_F64, (double[]){1, 0, -1, 2, 1, 0}));
+    remat_tensor *bl = rt_leaf(rt_tensor(1, (int64_t[]){2}, REMAT_F64, (double[]){10, 20}));
     remat_tensor *s;
     RT_OK(remat_linear(&y, xl, wl, bl));
     RT_OK(remat_sum_all(&s, y));
@@ -582,9 +570,9 @@ Test(ops_matmul, gradcheck_linear) {
     const int64_t xs[4][3] = {{3, 4, 0}, {2, 3, 4}, {4, 0, 0}, {5, 4, 0}};
     const int xnd[4] = {2, 3, 1, 2};
     for (int c = 0; c < 4; c++) {
-        remat_tensor *x = leaf(rt_rand(xnd[c], xs[c], REMAT_F64, -1, 1, 70 + c));
-        remat_tensor *w = leaf(rt_rand(2, (int64_t[]){3, 4}, REMAT_F64, -1, 1, 80 + c));
-        remat_tensor *bias = leaf(rt_rand(1, (int64_t[]){3}, REMAT_F64, -1, 1, 90 + c));
+        remat_tensor *x = rt_leaf(rt_rand(xnd[c], xs[c], REMAT_F64, -1, 1, 70 + c));
+        remat_tensor *w = rt_leaf(rt_rand(2, (int64_t[]){3, 4}, REMAT_F64, -1, 1, 80 + c));
+        remat_tensor *bias = rt_leaf(rt_rand(1, (int64_t[]){3}, REMAT_F64, -1, 1, 90 + c));
         remat_tensor *in3[3] = {x, w, bias}, *in2[2] = {x, w};
         char msg[2048];
         cr_assert(rt_gradcheck(f_linear, NULL, 3, in3, 1e-6, 1e-5, 1e-4, msg, sizeof msg),
@@ -605,16 +593,16 @@ Test(ops_matmul, gradcheck_linear) {
         remat_release(bias);
     }
     /* strided x (a permuted 3-D view) and a transposed weight view */
-    remat_tensor *xb = leaf(rt_rand(3, (int64_t[]){3, 2, 4}, REMAT_F64, -1, 1, 95));
-    remat_tensor *wb = leaf(rt_rand(2, (int64_t[]){4, 5}, REMAT_F64, -1, 1, 96));
-    remat_tensor *bias = leaf(rt_rand(1, (int64_t[]){5}, REMAT_F64, -1, 1, 97));
+    remat_tensor *xb = rt_leaf(rt_rand(3, (int64_t[]){3, 2, 4}, REMAT_F64, -1, 1, 95));
+    remat_tensor *wb = rt_leaf(rt_rand(2, (int64_t[]){4, 5}, REMAT_F64, -1, 1, 96));
+    remat_tensor *bias = rt_leaf(rt_rand(1, (int64_t[]){5}, REMAT_F64, -1, 1, 97));
     remat_tensor *xp, *wt, *xt;
     RT_OK(remat_transpose(&xp, xb, 0, 1)); /* (2, 3, 4): batch dims out of order */
     RT_OK(remat_transpose(&wt, wb, 0, 1)); /* (5, 4) with strides (1, 5) */
     RT_OK(remat_transpose(&xt, xb, 1, 2)); /* (3, 4, 2): last dim strided -> copied */
     remat_tensor *in[3] = {xp, wt, bias};
     RT_GRADCHECK(f_linear, NULL, 3, in);
-    remat_tensor *w2 = leaf(rt_rand(2, (int64_t[]){3, 2}, REMAT_F64, -1, 1, 98));
+    remat_tensor *w2 = rt_leaf(rt_rand(2, (int64_t[]){3, 2}, REMAT_F64, -1, 1, 98));
     remat_tensor *in2[2] = {xt, w2};
     RT_GRADCHECK(f_linear, NULL, 2, in2);
     remat_tensor *rl[] = {xb, wb, bias, xp, wt, xt, w2};
@@ -623,9 +611,9 @@ Test(ops_matmul, gradcheck_linear) {
 }
 
 Test(ops_matmul, linear_f32_gradients_agree_with_f64) {
-    remat_tensor *x64 = leaf(rt_rand(3, (int64_t[]){4, 33, 70}, REMAT_F64, -1, 1, 11));
-    remat_tensor *w64 = leaf(rt_rand(2, (int64_t[]){50, 70}, REMAT_F64, -1, 1, 12));
-    remat_tensor *b64 = leaf(rt_rand(1, (int64_t[]){50}, REMAT_F64, -1, 1, 13));
+    remat_tensor *x64 = rt_leaf(rt_rand(3, (int64_t[]){4, 33, 70}, REMAT_F64, -1, 1, 11));
+    remat_tensor *w64 = rt_leaf(rt_rand(2, (int64_t[]){50, 70}, REMAT_F64, -1, 1, 12));
+    remat_tensor *b64 = rt_leaf(rt_rand(1, (int64_t[]){50}, REMAT_F64, -1, 1, 13));
     remat_tensor *x32, *w32, *b32;
     RT_OK(remat_to_dtype(&x32, x64, REMAT_F32));
     RT_OK(remat_to_dtype(&w32, w64, REMAT_F32));
@@ -635,9 +623,9 @@ Test(ops_matmul, linear_f32_gradients_agree_with_f64) {
     RT_OK(remat_detach(&x32l, x32));
     RT_OK(remat_detach(&w32l, w32));
     RT_OK(remat_detach(&b32l, b32));
-    leaf(x32l);
-    leaf(w32l);
-    leaf(b32l);
+    rt_leaf(x32l);
+    rt_leaf(w32l);
+    rt_leaf(b32l);
     remat_tensor *y32, *y64;
     RT_OK(remat_linear(&y32, x32l, w32l, b32l));
     RT_OK(remat_linear(&y64, x64, w64, b64));

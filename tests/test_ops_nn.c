@@ -12,23 +12,11 @@
 #include "internal.h"
 #include "support/rt.h"
 
-static remat_tensor *leaf(remat_tensor *t) {
-    RT_OK(remat_set_requires_grad(t, true));
-    return t;
-}
-
-static double *values(const remat_tensor *t) {
-    int64_t n = remat_numel(t);
-    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    RT_OK(remat_copy_to_buffer(t, REMAT_F64, v, n));
-    return v;
-}
-
 static void assert_values(const remat_tensor *t, int n, const double *expect, double tol,
                           const char *what) {
     cr_assert_eq(remat_numel(t), n, "%s: numel %lld, expected %d", what,
                  (long long)remat_numel(t), n);
-    double *v = values(t);
+    double *v = rt_values(t);
     for (int i = 0; i < n; i++)
         cr_assert(fabs(v[i] - expect[i]) <= tol * (1 + fabs(expect[i])),
                   "%s: element %d is %.10g, expected %.10g", what, i, v[i], expect[i]);
@@ -63,7 +51,7 @@ Test(nn, softmax_hand_computed) {
     remat_release(ly);
     /* over dim 0: columns */
     RT_OK(remat_softmax(&y, a, 0));
-    double *c = values(y);
+    double *c = rt_values(y);
     for (int j = 0; j < 3; j++) {
         cr_assert(fabs(c[j]) < 1e-300 || c[j] < 1e-100, "tiny column entry, got %g", c[j]);
         cr_assert(fabs(c[3 + j] - 1) < 1e-15, "column %d: %g", j, c[3 + j]);
@@ -90,7 +78,7 @@ Test(nn, softmax_rows_sum_to_one_any_dim) {
             remat_tensor *y = NULL, *ly = NULL, *sm = NULL, *ey = NULL;
             RT_OK(remat_softmax(&y, a, dim));
             RT_OK(remat_sum(&sm, y, 1, &dim, false));
-            double *v = values(sm);
+            double *v = rt_values(sm);
             for (int64_t i = 0; i < remat_numel(sm); i++)
                 cr_assert(fabs(v[i] - 1) < (dt ? 1e-12 : 1e-5), "dim %d: row %lld sums to %.9g",
                           dim, (long long)i, v[i]);
@@ -124,7 +112,7 @@ Test(nn, f32_softmax_and_cross_entropy_match_f64) {
         RT_OK(remat_to_dtype(&b32, b, REMAT_F32));
         /* softmax: relative error (rounding x - max in f32 alone gives up to ~4e-6 at
          * |x - max| ~ 100); probabilities below 1e-30 only need to be tiny */
-        double *va = values(a), *vb = values(b);
+        double *va = rt_values(a), *vb = rt_values(b);
         for (int64_t i = 0; i < 8 * 5000; i++) {
             double tol = op ? 2e-6 * (1 + fabs(vb[i])) : (vb[i] < 1e-30 ? 1e-30 : 1.5e-5 * vb[i]);
             cr_assert(fabs(va[i] - vb[i]) <= tol, "%s elem %lld: %.9g vs %.9g",
@@ -179,7 +167,7 @@ Test(nn, gradcheck_softmax_log_softmax) {
         for (int dim = -1; dim < 3; dim++)
             for (int tr = 0; tr < 2; tr++) {
                 dim_args d = {op, dim, tr};
-                remat_tensor *a = leaf(rt_rand(3, s, REMAT_F64, -2, 2, (unsigned)(dim + 5)));
+                remat_tensor *a = rt_leaf(rt_rand(3, s, REMAT_F64, -2, 2, (unsigned)(dim + 5)));
                 char what[64];
                 snprintf(what, sizeof what, "%s dim %d transpose %d",
                          op ? "log_softmax" : "softmax", dim, tr);
@@ -232,7 +220,7 @@ Test(nn, layer_norm_values) {
     for (int dt = 0; dt < 2; dt++) {
         x = rt_rand(3, s3, dt ? REMAT_F64 : REMAT_F32, -3, 7, 9);
         RT_OK(remat_layer_norm(&y, x, 2, NULL, NULL, 1e-5));
-        double *o = values(y);
+        double *o = rt_values(y);
         for (int r = 0; r < 4; r++) {
             double m = 0, q = 0;
             for (int i = 0; i < 512; i++) m += o[r * 512 + i];
@@ -284,10 +272,10 @@ Test(nn, gradcheck_layer_norm) {
             xs[0] = 4;
             xs[1] = 3;
         }
-        remat_tensor *x = leaf(rt_rand(3, xs, REMAT_F64, -2, 2, (unsigned)k + 1));
+        remat_tensor *x = rt_leaf(rt_rand(3, xs, REMAT_F64, -2, 2, (unsigned)k + 1));
         const int64_t *ns = c->transpose ? (int64_t[]){5} : s + 3 - nn;
-        remat_tensor *w = leaf(rt_rand(nn, ns, REMAT_F64, 0.5, 1.5, (unsigned)k + 20));
-        remat_tensor *b = leaf(rt_rand(nn, ns, REMAT_F64, -1, 1, (unsigned)k + 40));
+        remat_tensor *w = rt_leaf(rt_rand(nn, ns, REMAT_F64, 0.5, 1.5, (unsigned)k + 20));
+        remat_tensor *b = rt_leaf(rt_rand(nn, ns, REMAT_F64, -1, 1, (unsigned)k + 40));
         remat_tensor *ins[3] = {x, w, b};
         char what[64];
         snprintf(what, sizeof what, "layer_norm case %zu", k);
@@ -302,9 +290,9 @@ Test(nn, gradcheck_layer_norm) {
 /* llm.c-style (N, C) layer norm in f32 agrees with the f64 result. */
 Test(nn, layer_norm_f32_matches_f64) {
     int64_t s[2] = {64, 768}, c = 768;
-    remat_tensor *x64 = leaf(rt_rand(2, s, REMAT_F64, -2, 2, 3));
-    remat_tensor *w64 = leaf(rt_rand(1, &c, REMAT_F64, 0.5, 1.5, 4));
-    remat_tensor *b64 = leaf(rt_rand(1, &c, REMAT_F64, -1, 1, 5));
+    remat_tensor *x64 = rt_leaf(rt_rand(2, s, REMAT_F64, -2, 2, 3));
+    remat_tensor *w64 = rt_leaf(rt_rand(1, &c, REMAT_F64, 0.5, 1.5, 4));
+    remat_tensor *b64 = rt_leaf(rt_rand(1, &c, REMAT_F64, -1, 1, 5));
     remat_tensor *x32 = NULL, *w32 = NULL, *b32 = NULL;
     RT_OK(remat_to_dtype(&x32, x64, REMAT_F32));
     RT_OK(remat_to_dtype(&w32, w64, REMAT_F32));
@@ -364,7 +352,7 @@ Test(nn, dropout_statistics_and_scaling) {
     for (int k = 0; k < 3; k++) {
         remat_manual_seed(42);
         RT_OK(remat_dropout(&y, x, ps[k], true));
-        double *v = values(y);
+        double *v = rt_values(y);
         int64_t zeros = 0;
         float kept = (float)(2.0 * (double)(float)(1.0 / (1.0 - ps[k])));
         for (int64_t i = 0; i < n; i++) {
@@ -430,7 +418,7 @@ Test(nn, dropout_mask_follows_the_philox_contract) {
         uint64_t ctr;
         RT_OK(rm_rng_reserve(REMAT_DEVICE_CPU, 0, key, &ctr)); /* peek: reserves nothing */
         RT_OK(remat_dropout(&y, x, ps[k], true));
-        double *v = values(y);
+        double *v = rt_values(y);
         for (int64_t i = 0; i < n; i++) {
             uint32_t r[4];
             rm_philox_block(key, ctr + (uint64_t)(i / 4), r);
@@ -492,7 +480,7 @@ Test(nn, dropout_identity_and_edge_p) {
  * advances the generator exactly as a real call does. */
 Test(nn, dropout_skip_mode_advances_rng) {
     int64_t s[2] = {7, 9};
-    remat_tensor *x = leaf(rt_rand(2, s, REMAT_F32, -1, 1, 2)), *y = NULL, *z = NULL;
+    remat_tensor *x = rt_leaf(rt_rand(2, s, REMAT_F32, -1, 1, 2)), *y = NULL, *z = NULL;
     uint8_t real[REMAT_RNG_STATE_BYTES], skip[REMAT_RNG_STATE_BYTES];
     remat_manual_seed(5);
     RT_OK(remat_dropout(&y, x, 0.3, true));
@@ -535,7 +523,7 @@ static int call_dropout(void *ud, remat_tensor *const *in, int n, remat_tensor *
 
 Test(nn, dropout_gradcheck_and_mask_grad) {
     int64_t s[2] = {6, 5};
-    remat_tensor *x = leaf(rt_rand(2, s, REMAT_F64, -1, 1, 2));
+    remat_tensor *x = rt_leaf(rt_rand(2, s, REMAT_F64, -1, 1, 2));
     GRADCHECK_CASE(call_dropout, NULL, 1, &x, "dropout");
     /* the grad is exactly the mask 0 or 1/(1-p) */
     remat_tensor *y = NULL, *l = NULL;
@@ -544,7 +532,7 @@ Test(nn, dropout_gradcheck_and_mask_grad) {
     cr_assert_str_eq(remat_node_name(remat_grad_fn(y)), "DropoutBackward");
     RT_OK(remat_sum_all(&l, y));
     RT_OK(remat_backward_scalar(l));
-    double *g = values(remat_tensor_grad(x)), *yv = values(y), *xv = values(x);
+    double *g = rt_values(remat_tensor_grad(x)), *yv = rt_values(y), *xv = rt_values(x);
     for (int i = 0; i < 30; i++) {
         double m = yv[i] == 0 ? 0 : 1 / 0.75;
         cr_assert(fabs(g[i] - m) < 1e-15, "elem %d: grad %g vs mask %g", i, g[i], m);
@@ -563,7 +551,7 @@ Test(nn, dropout_gradcheck_and_mask_grad) {
 Test(nn, embedding_forward_and_repeated_index_grad) {
     int64_t ws[2] = {4, 3};
     double wv[12] = {0, 1, 2, 10, 11, 12, 20, 21, 22, 30, 31, 32};
-    remat_tensor *w = leaf(rt_tensor(2, ws, REMAT_F32, wv));
+    remat_tensor *w = rt_leaf(rt_tensor(2, ws, REMAT_F32, wv));
     int64_t is[2] = {2, 3};
     remat_tensor *idx = i64_tensor(2, is, (double[]){3, 1, 3, 0, 3, 1});
     remat_tensor *y = NULL, *l = NULL;
@@ -592,7 +580,7 @@ static int call_embedding(void *ud, remat_tensor *const *in, int n, remat_tensor
 
 Test(nn, gradcheck_embedding) {
     int64_t ws[2] = {5, 4}, is[2] = {3, 2};
-    remat_tensor *w = leaf(rt_rand(2, ws, REMAT_F64, -1, 1, 3));
+    remat_tensor *w = rt_leaf(rt_rand(2, ws, REMAT_F64, -1, 1, 3));
     remat_tensor *idx = i64_tensor(2, is, (double[]){4, 0, 4, 2, 2, 4});
     GRADCHECK_CASE(call_embedding, idx, 1, &w, "embedding");
     /* a transposed weight (strided) */
@@ -665,10 +653,10 @@ Test(nn, cross_entropy_values_and_ignore_index) {
     remat_release_p(&y);
     remat_release(ta);
     /* grad of the ignored row is zero, others are (softmax - onehot)/count */
-    leaf(x);
+    rt_leaf(x);
     RT_OK(remat_cross_entropy(&y, x, ti, -100));
     RT_OK(remat_backward_scalar(y));
-    double *g = values(remat_tensor_grad(x));
+    double *g = rt_values(remat_tensor_grad(x));
     for (int c = 0; c < 3; c++) cr_assert_eq(g[3 + c], 0.0, "ignored row grad %g", g[3 + c]);
     double z = exp(1) + exp(2) + exp(3);
     cr_assert(fabs(g[2] - (exp(3) / z - 1) / 2) < 1e-15);
@@ -705,7 +693,7 @@ Test(nn, gradcheck_cross_entropy) {
     remat_tensor *t = i64_tensor(1, &n5, (double[]){3, -100, 0, 3, 1});
     for (int tr = 0; tr < 2; tr++) {
         int64_t xs[2] = {tr ? 4 : 5, tr ? 5 : 4};
-        remat_tensor *x = leaf(rt_rand(2, xs, REMAT_F64, -3, 3, 5));
+        remat_tensor *x = rt_leaf(rt_rand(2, xs, REMAT_F64, -3, 3, 5));
         ce_args a = {t, tr};
         GRADCHECK_CASE(call_ce, &a, 1, &x, tr ? "cross_entropy strided" : "cross_entropy");
         remat_release(x);
@@ -771,8 +759,8 @@ Test(nn, mse_loss) {
     remat_release(b);
     /* gradcheck, one side strided */
     int64_t s3[2] = {3, 4}, s3t[2] = {4, 3};
-    remat_tensor *x = leaf(rt_rand(2, s3, REMAT_F64, -1, 1, 1));
-    remat_tensor *z0 = leaf(rt_rand(2, s3t, REMAT_F64, -1, 1, 2)), *z = NULL;
+    remat_tensor *x = rt_leaf(rt_rand(2, s3, REMAT_F64, -1, 1, 1));
+    remat_tensor *z0 = rt_leaf(rt_rand(2, s3t, REMAT_F64, -1, 1, 2)), *z = NULL;
     RT_OK(remat_transpose(&z, z0, 0, 1));
     remat_tensor *ins[2] = {x, z};
     GRADCHECK_CASE(call_mse, NULL, 2, ins, "mse_loss");
@@ -853,8 +841,8 @@ Test(nn, device_checks_and_second_device) {
  * meta outputs without data, and still records its node. */
 Test(nn, skip_mode_all_ops) {
     int64_t s[2] = {4, 6}, c6 = 6, n4 = 4;
-    remat_tensor *x = leaf(rt_rand(2, s, REMAT_F32, -1, 1, 1));
-    remat_tensor *w = leaf(rt_rand(1, &c6, REMAT_F32, -1, 1, 2));
+    remat_tensor *x = rt_leaf(rt_rand(2, s, REMAT_F32, -1, 1, 1));
+    remat_tensor *w = rt_leaf(rt_rand(1, &c6, REMAT_F32, -1, 1, 2));
     remat_tensor *idx = i64_tensor(1, &n4, (double[]){0, 5, 2, -100});
     remat_tensor *out[7] = {NULL};
     bool prev = rm_set_skip_mode(true);

@@ -12,23 +12,11 @@
 #include "internal.h"
 #include "support/rt.h"
 
-static remat_tensor *leaf(remat_tensor *t) {
-    RT_OK(remat_set_requires_grad(t, true));
-    return t;
-}
-
-static double *values(const remat_tensor *t) {
-    int64_t n = remat_numel(t);
-    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    RT_OK(remat_copy_to_buffer(t, REMAT_F64, v, n));
-    return v;
-}
-
 static void assert_values(const remat_tensor *t, int n, const double *expect, double tol,
                           const char *what) {
     cr_assert_eq(remat_numel(t), n, "%s: numel %lld, expected %d", what,
                  (long long)remat_numel(t), n);
-    double *v = values(t);
+    double *v = rt_values(t);
     for (int i = 0; i < n; i++)
         cr_assert(fabs(v[i] - expect[i]) <= tol * (1 + fabs(expect[i])),
                   "%s: element %d is %.10g, expected %.10g", what, i, v[i], expect[i]);
@@ -47,7 +35,7 @@ static void assert_shape(const remat_tensor *t, int ndim, const int64_t *shape, 
 static double *ref_reduce(const remat_tensor *a, const bool *mask, bool mean, int64_t *n_out) {
     int nd = remat_ndim(a);
     const int64_t *sh = remat_shape(a);
-    double *v = values(a);
+    double *v = rt_values(a);
     int64_t no = 1, cnt = 1;
     for (int d = 0; d < nd; d++) {
         if (mask[d]) cnt *= sh[d];
@@ -202,7 +190,7 @@ Test(reduce, zero_dim_and_empty) {
     assert_values(y, 3, (double[]){0, 0, 0}, 0, "sum over empty dim");
     remat_release_p(&y);
     RT_OK(remat_mean(&y, e, 1, &d0, false));
-    double *v = values(y);
+    double *v = rt_values(y);
     cr_assert(isnan(v[0]), "mean over an empty dim is NaN, got %g", v[0]);
     free(v);
     remat_release_p(&y);
@@ -232,7 +220,7 @@ Test(reduce, f32_sum_is_accurate) {
     int d0 = 0;
     RT_OK(remat_sum(&y, a, 1, &d0, false));
     exact = (double)0.1f * 200000.0;
-    double *c = values(y);
+    double *c = rt_values(y);
     for (int j = 0; j < 3; j++)
         cr_assert(fabs(c[j] - exact) / exact < 1e-5, "column %d: %.9g vs %.9g", j, c[j], exact);
     free(c);
@@ -277,7 +265,7 @@ Test(reduce, results_independent_of_thread_count) {
         }
         int64_t no;
         double *ref = ref_reduce(a, mask, false, &no);
-        double *got = values(y[0]);
+        double *got = rt_values(y[0]);
         for (int64_t i = 0; i < no; i++)
             cr_assert(fabs(got[i] - ref[i]) < 1e-3, "case %zu elem %lld: %g vs %g", k,
                       (long long)i, got[i], ref[i]);
@@ -312,7 +300,7 @@ Test(reduce, max_values_indices_ties_and_nan) {
     remat_release_p(&y);
     remat_release_p(&ix);
     /* gradient goes to the first maximal element only */
-    leaf(a);
+    rt_leaf(a);
     RT_OK(remat_max(&y, NULL, a, 1, false));
     cr_assert_str_eq(remat_node_name(remat_grad_fn(y)), "MaxBackward");
     remat_tensor *l = NULL;
@@ -355,7 +343,7 @@ Test(reduce, max_long_rows_match_scalar_rule) {
     for (int dt = 0; dt < 2; dt++) {
         remat_tensor *a = rt_tensor(2, s, dt ? REMAT_F64 : REMAT_F32, v), *y = NULL, *ix = NULL;
         RT_OK(remat_max(&y, &ix, a, 1, false));
-        double *yv = values(y), *iv = values(ix);
+        double *yv = rt_values(y), *iv = rt_values(ix);
         cr_assert_eq(yv[0], 7);
         cr_assert_eq(iv[0], 500);
         cr_assert_eq(yv[1], 50);
@@ -417,7 +405,7 @@ Test(reduce, gradcheck_sum_mean_max) {
         {3, 0, {0}, false, true},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        remat_tensor *a = leaf(rt_rand(3, s, REMAT_F64, -2, 2, (unsigned)k + 11));
+        remat_tensor *a = rt_leaf(rt_rand(3, s, REMAT_F64, -2, 2, (unsigned)k + 11));
         char msg[2048];
         cr_assert(rt_gradcheck(call_red, &cases[k], 1, &a, 1e-6, 1e-5, 1e-4, msg, sizeof msg),
                   "case %zu (kind %d): %s", k, cases[k].kind, msg);
@@ -430,8 +418,8 @@ Test(reduce, gradcheck_sum_mean_max) {
  * flows through a broadcasting add must come back summed. */
 Test(reduce, backward_through_broadcast) {
     int64_t sa[2] = {4, 3}, sb[1] = {3};
-    remat_tensor *a = leaf(rt_rand(2, sa, REMAT_F64, -1, 1, 1));
-    remat_tensor *b = leaf(rt_rand(1, sb, REMAT_F64, -1, 1, 2));
+    remat_tensor *a = rt_leaf(rt_rand(2, sa, REMAT_F64, -1, 1, 1));
+    remat_tensor *b = rt_leaf(rt_rand(1, sb, REMAT_F64, -1, 1, 2));
     remat_tensor *c = NULL, *l = NULL;
     RT_OK(remat_add(&c, a, b));
     RT_OK(remat_sum_all(&l, c));
@@ -447,7 +435,7 @@ Test(reduce, backward_through_broadcast) {
 /* Skip mode (early-stopped recomputation): shapes are computed, no data. */
 Test(reduce, skip_mode_makes_meta_outputs) {
     int64_t s[2] = {3, 4};
-    remat_tensor *a = leaf(rt_rand(2, s, REMAT_F32, -1, 1, 1)), *y = NULL, *ix = NULL;
+    remat_tensor *a = rt_leaf(rt_rand(2, s, REMAT_F32, -1, 1, 1)), *y = NULL, *ix = NULL;
     bool prev = rm_set_skip_mode(true);
     int d = 1;
     int rc1 = remat_sum(&y, a, 1, &d, true);

@@ -22,6 +22,18 @@ remat_tensor *rt_tensor(int ndim, const int64_t *shape, remat_dtype dtype, const
     return t;
 }
 
+remat_tensor *rt_leaf(remat_tensor *t) {
+    RT_OK(remat_set_requires_grad(t, true));
+    return t;
+}
+
+double *rt_values(const remat_tensor *t) {
+    int64_t n = remat_numel(t);
+    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    RT_OK(remat_copy_to_buffer(t, REMAT_F64, v, n));
+    return v;
+}
+
 static uint64_t splitmix(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -41,18 +53,11 @@ remat_tensor *rt_rand(int ndim, const int64_t *shape, remat_dtype dtype, double 
     return t;
 }
 
-static double *to_doubles(const remat_tensor *t) {
-    int64_t n = remat_numel(t);
-    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    int rc = remat_copy_to_buffer(t, REMAT_F64, v, n);
-    cr_assert_eq(rc, REMAT_OK, "copy_to_buffer: %s", remat_last_error());
-    return v;
-}
 
 double rt_max_abs_diff(const remat_tensor *a, const remat_tensor *b) {
     cr_assert_eq(remat_numel(a), remat_numel(b), "rt_max_abs_diff: numel %lld vs %lld",
                  (long long)remat_numel(a), (long long)remat_numel(b));
-    double *va = to_doubles(a), *vb = to_doubles(b);
+    double *va = rt_values(a), *vb = rt_values(b);
     double m = 0;
     for (int64_t i = 0; i < remat_numel(a); i++) {
         double d = fabs(va[i] - vb[i]);
@@ -84,7 +89,7 @@ void rt_assert_close(const remat_tensor *a, const remat_tensor *b, double atol, 
                      const char *what) {
     cr_assert_eq(remat_numel(a), remat_numel(b), "%s: numel %lld vs %lld", what,
                  (long long)remat_numel(a), (long long)remat_numel(b));
-    double *va = to_doubles(a), *vb = to_doubles(b);
+    double *va = rt_values(a), *vb = rt_values(b);
     for (int64_t i = 0; i < remat_numel(a); i++) {
         double tol = atol + rtol * fabs(vb[i]);
         if (!(fabs(va[i] - vb[i]) <= tol)) {
@@ -174,7 +179,7 @@ bool rt_gradcheck(rt_fn f, void *ud, int n, remat_tensor *const *inputs, double 
         remat_tensor *x = diff_in[k];
         int64_t ne = remat_numel(x);
         double *an = NULL;
-        if (grads[k]) an = to_doubles(grads[k]);
+        if (grads[k]) an = rt_values(grads[k]);
         /* positions sharing storage with an earlier one (expanded views) */
         for (int64_t e = 0; e < ne && ok; e++) {
             int64_t off = elem_offset(x, e);

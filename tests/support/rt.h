@@ -36,6 +36,10 @@ remat_tensor *rt_tensor(int ndim, const int64_t *shape, remat_dtype dtype, const
  * (does not touch remat's generators). */
 remat_tensor *rt_rand(int ndim, const int64_t *shape, remat_dtype dtype, double lo, double hi,
                       unsigned seed);
+/* Marks t as requiring grad (asserts success); returns t. */
+remat_tensor *rt_leaf(remat_tensor *t);
+/* t's values as a malloc'd array of doubles (row-major; caller frees). */
+double *rt_values(const remat_tensor *t);
 /* Max |a - b| over elements; shapes must match (asserts). */
 double rt_max_abs_diff(const remat_tensor *a, const remat_tensor *b);
 /* True if a and b have the same shape, dtype and bitwise identical values. */
