@@ -17,6 +17,7 @@ sides; left out, both use the defaults of `remat bench`.
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -64,6 +65,13 @@ def main():
             common.append("--reentrant")
         remat_cmd = [a.remat, "bench", "--json", "--quiet"] + common
         torch_cmd = [sys.executable, os.path.join(HERE, "bench_torch.py"), "--json"] + common
+        if a.threads > 0 and shutil.which("taskset"):
+            # torch.set_num_threads(1) still leaves PyTorch ~1.9 cores busy here (measured:
+            # 20 s of CPU time in 11 s of wall time); pin both sides to `threads` cores so
+            # the comparison is like for like.
+            cores = "0-%d" % (a.threads - 1)
+            remat_cmd = ["taskset", "-c", cores] + remat_cmd
+            torch_cmd = ["taskset", "-c", cores] + torch_cmd
         rounds = {"remat": [], "torch": []}
         for r in range(a.rounds):
             # alternate which side goes first, so neither always gets the cooler machine
