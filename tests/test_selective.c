@@ -77,75 +77,6 @@ static void assert_same(const grads *a, const grads *b, const char *what) {
     }
 }
 
-/* ---- a transformer block with named residuals ------------------------------------------------
- * rt_tblock_fn with remat_tag on the attention projections: "qkv" (the
- * fused q/k/v projection), "attn_out" (the output projection) and, for the
- * MLP, "mlp_up" (the first linear). */
-#define TRY(expr)                                                                           \
-    do {                                                                                    \
-        if (!rc) rc = (expr);                                                               \
-    } while (0)
-
-static int heads_view(int rc, remat_tensor **out, remat_tensor *x, int64_t B, int64_t T, int64_t H,
-                      int64_t hd) {
-    remat_tensor *r = NULL;
-    int64_t sh[] = {B, T, H, hd};
-    TRY(remat_reshape(&r, x, 4, sh));
-    TRY(remat_transpose(out, r, 1, 2));
-    return rc;
-}
-
-static int tagged_tblock_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
-                            int n_out) {
-    rt_tblock *b = ud;
-    if (n_in != 1 || n_out != 1 || !in[0]) return remat_set_error(REMAT_EINVAL, "one in, one out");
-    b->calls++;
-    remat_tensor *x = in[0];
-    int64_t B = remat_size(x, 0), T = remat_size(x, 1), D = b->dim, H = b->heads, hd = D / H;
-    remat_scope *s;
-    int rc = remat_scope_begin(&s);
-    if (rc) return rc;
-    remat_tensor *h = NULL, *qkv0 = NULL, *qkv = NULL, *parts[3] = {NULL, NULL, NULL}, *q = NULL,
-                 *k = NULL, *v = NULL, *kt = NULL, *att = NULL, *att2 = NULL, *att3 = NULL,
-                 *p = NULL, *pd = NULL, *y = NULL, *yt = NULL, *yr = NULL, *proj0 = NULL,
-                 *proj = NULL, *pdrop = NULL, *x1 = NULL, *h2 = NULL, *f10 = NULL, *f1 = NULL,
-                 *f2 = NULL, *f3 = NULL, *f4 = NULL, *r = NULL;
-    int n_parts = 0;
-    TRY(remat_layer_norm(&h, x, 1, b->ln1_w, b->ln1_b, 1e-5));
-    TRY(remat_linear(&qkv0, h, b->wqkv, b->bqkv));
-    TRY(remat_tag(&qkv, qkv0, "qkv"));
-    TRY(remat_split(parts, 3, &n_parts, qkv, D, -1));
-    rc = heads_view(rc, &q, parts[0], B, T, H, hd);
-    rc = heads_view(rc, &k, parts[1], B, T, H, hd);
-    rc = heads_view(rc, &v, parts[2], B, T, H, hd);
-    TRY(remat_transpose(&kt, k, -2, -1));
-    TRY(remat_matmul(&att, q, kt));
-    TRY(remat_mul_scalar(&att2, att, 1.0 / sqrt((double)hd)));
-    TRY(remat_masked_fill(&att3, att2, b->mask, -1e9));
-    TRY(remat_softmax(&p, att3, -1));
-    pd = p;
-    if (b->p_drop > 0) TRY(remat_dropout(&pd, p, b->p_drop, true));
-    TRY(remat_matmul(&y, pd, v));
-    TRY(remat_transpose(&yt, y, 1, 2));
-    int64_t sh3[] = {B, T, D};
-    TRY(remat_reshape(&yr, yt, 3, sh3));
-    TRY(remat_linear(&proj0, yr, b->wo, b->bo));
-    TRY(remat_tag(&proj, proj0, "attn_out"));
-    pdrop = proj;
-    if (b->p_drop > 0) TRY(remat_dropout(&pdrop, proj, b->p_drop, true));
-    TRY(remat_add(&x1, x, pdrop));
-    TRY(remat_layer_norm(&h2, x1, 1, b->ln2_w, b->ln2_b, 1e-5));
-    TRY(remat_linear(&f10, h2, b->w1, b->b1));
-    TRY(remat_tag(&f1, f10, "mlp_up"));
-    TRY(remat_gelu(&f2, f1, REMAT_GELU_ERF));
-    TRY(remat_linear(&f3, f2, b->w2, b->b2));
-    f4 = f3;
-    if (b->p_drop > 0) TRY(remat_dropout(&f4, f3, b->p_drop, true));
-    TRY(remat_add(&r, x1, f4));
-    if (!rc) out[0] = remat_scope_keep(r);
-    remat_scope_end(s);
-    return rc;
-}
 
 /* ---- policies: arguments ------------------------------------------------------------------- */
 static remat_checkpoint_policy always_save(const remat_sac_context *ctx, const char *op, int n,
@@ -153,6 +84,11 @@ static remat_checkpoint_policy always_save(const remat_sac_context *ctx, const c
     (void)ctx, (void)op, (void)n, (void)in, (void)st;
     return REMAT_MUST_SAVE;
 }
+
+#define TRY(expr)                                                                           \
+    do {                                                                                    \
+        if (!rc) rc = (expr);                                                               \
+    } while (0)
 
 Test(selective, bad_policy_arguments) {
     remat_policy *p = NULL;
@@ -477,6 +413,7 @@ Test(selective, every_preset_gives_bitwise_equal_gradients) {
         int np = 0;
         for (int i = 0; i < NB; i++) {
             rt_tblock_init(&b[i], 16, 4, 6, drop ? 0.2 : 0.0, REMAT_F32, 30 + (unsigned)i);
+            b[i].tagged = true; /* "qkv", "attn_out", "mlp_up" */
             uds[i] = &b[i];
             np += rt_tblock_params(&b[i], params + np);
         }
@@ -484,7 +421,7 @@ Test(selective, every_preset_gives_bitwise_equal_gradients) {
         remat_tensor *x = rt_rand(3, sh, REMAT_F32, -1, 1, 6);
         RT_OK(remat_set_requires_grad(x, true));
         grads ref;
-        run_blocks(NB, tagged_tblock_fn, uds, params, np, x, NULL, &ref);
+        run_blocks(NB, rt_tblock_fn, uds, params, np, x, NULL, &ref);
         remat_policy *pols[12];
         const char *what[12];
         int n = 0;
@@ -515,7 +452,7 @@ Test(selective, every_preset_gives_bitwise_equal_gradients) {
                 remat_checkpoint_options o = sac_opts(&cfg);
                 o.early_stop = early ? REMAT_OPT_DEFAULT : REMAT_OPT_FALSE;
                 grads got;
-                run_blocks(NB, tagged_tblock_fn, uds, params, np, x, &o, &got);
+                run_blocks(NB, rt_tblock_fn, uds, params, np, x, &o, &got);
                 char msg[96];
                 snprintf(msg, sizeof msg, "%s (dropout %d, early stop %d)", what[i], drop, early);
                 assert_same(&ref, &got, msg);
@@ -537,6 +474,7 @@ Test(selective, every_preset_gives_bitwise_equal_gradients) {
 Test(selective, names_save_attention_projections_and_recompute_the_rest) {
     rt_tblock b;
     rt_tblock_init(&b, 32, 4, 8, 0.1, REMAT_F32, 40);
+    b.tagged = true; /* "qkv", "attn_out", "mlp_up" */
     remat_tensor *params[12];
     int np = rt_tblock_params(&b, params);
     void *ud = &b;
@@ -544,7 +482,7 @@ Test(selective, names_save_attention_projections_and_recompute_the_rest) {
     remat_tensor *x = rt_rand(3, sh, REMAT_F32, -1, 1, 8);
     RT_OK(remat_set_requires_grad(x, true));
     grads ref, got;
-    run_blocks(1, tagged_tblock_fn, &ud, params, np, x, NULL, &ref);
+    run_blocks(1, rt_tblock_fn, &ud, params, np, x, NULL, &ref);
 
     const char *names[] = {"qkv", "attn_out"};
     remat_policy *pol;
@@ -552,7 +490,7 @@ Test(selective, names_save_attention_projections_and_recompute_the_rest) {
     remat_sac_stats st = {0};
     remat_sac_config cfg = {.policy = pol, .stats = &st};
     remat_checkpoint_options o = sac_opts(&cfg);
-    run_blocks(1, tagged_tblock_fn, &ud, params, np, x, &o, &got);
+    run_blocks(1, rt_tblock_fn, &ud, params, np, x, &o, &got);
     assert_same(&ref, &got, "save only qkv and attn_out");
     /* the two projections (the ops producing the tagged tensors) were
      * cached and served; every other op ran again */
@@ -575,10 +513,10 @@ Test(selective, names_save_attention_projections_and_recompute_the_rest) {
     RT_OK(remat_policy_everything_saveable(&every));
     remat_sac_config cfg3 = {.policy = every, .stats = &st3};
     remat_checkpoint_options o3 = sac_opts(&cfg3);
-    run_blocks(1, tagged_tblock_fn, &ud, params, np, x, &o2, &got);
+    run_blocks(1, rt_tblock_fn, &ud, params, np, x, &o2, &got);
     assert_same(&ref, &got, "save all but qkv");
     grads_free(&got);
-    run_blocks(1, tagged_tblock_fn, &ud, params, np, x, &o3, &got);
+    run_blocks(1, rt_tblock_fn, &ud, params, np, x, &o3, &got);
     assert_same(&ref, &got, "save everything");
     grads_free(&got);
     cr_assert_eq(st2.ops_cached, st3.ops_cached - 1, "all-but-qkv cached %lld, everything %lld",

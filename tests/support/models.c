@@ -80,6 +80,7 @@ void rt_tblock_init(rt_tblock *b, int dim, int heads, int seq, double p_drop, re
     b->heads = heads;
     b->seq = seq;
     b->p_drop = p_drop;
+    b->tagged = false;
     b->calls = 0;
     int64_t d[] = {dim}, d3[] = {3 * dim}, d4[] = {4 * dim};
     int64_t qkv[] = {3 * dim, dim}, o[] = {dim, dim}, f1[] = {4 * dim, dim}, f2[] = {dim, 4 * dim};
@@ -135,6 +136,15 @@ static int heads_view(int *prc, remat_tensor **out, remat_tensor *x, int64_t B, 
     return rc;
 }
 
+/* With b->tagged, *t becomes a remat_tag view of itself named `name`, so
+ * selective-checkpoint name policies can match it (scope-owned). */
+static void tag(const rt_tblock *b, int *prc, remat_tensor **t, const char *name) {
+    if (*prc || !b->tagged) return;
+    remat_tensor *named = NULL;
+    *prc = remat_tag(&named, *t, name);
+    if (!*prc) *t = named;
+}
+
 int rt_tblock_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
     rt_tblock *b = ud;
     if (n_in != 1 || n_out != 1 || !in[0] || remat_ndim(in[0]) != 3)
@@ -153,6 +163,7 @@ int rt_tblock_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out
     /* attention */
     TRY(remat_layer_norm(&h, x, 1, b->ln1_w, b->ln1_b, 1e-5));
     TRY(remat_linear(&qkv, h, b->wqkv, b->bqkv));
+    tag(b, &rc, &qkv, "qkv");
     TRY(remat_split(parts, 3, &n_parts, qkv, D, -1));
     heads_view(&rc, &q, parts[0], B, T, H, hd);
     heads_view(&rc, &k, parts[1], B, T, H, hd);
@@ -169,12 +180,14 @@ int rt_tblock_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out
     int64_t sh3[] = {B, T, D};
     TRY(remat_reshape(&yr, yt, 3, sh3));
     TRY(remat_linear(&proj, yr, b->wo, b->bo));
+    tag(b, &rc, &proj, "attn_out");
     pdrop = proj;
     if (b->p_drop > 0) TRY(remat_dropout(&pdrop, proj, b->p_drop, true));
     TRY(remat_add(&x1, x, pdrop));
     /* MLP */
     TRY(remat_layer_norm(&h2, x1, 1, b->ln2_w, b->ln2_b, 1e-5));
     TRY(remat_linear(&f1, h2, b->w1, b->b1));
+    tag(b, &rc, &f1, "mlp_up");
     TRY(remat_gelu(&f2, f1, REMAT_GELU_ERF));
     TRY(remat_linear(&f3, f2, b->w2, b->b2));
     f4 = f3;

@@ -36,6 +36,7 @@ typedef struct rt_tblock {
     remat_tensor *ln1_w, *ln1_b, *wqkv, *bqkv, *wo, *bo;
     remat_tensor *ln2_w, *ln2_b, *w1, *b1, *w2, *b2;
     remat_tensor *mask;   /* (seq, seq) i64, 1 above the diagonal (causal) */
+    bool tagged;          /* tag "qkv", "attn_out" and "mlp_up" with remat_tag */
     int calls;
 } rt_tblock;
 
