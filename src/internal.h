@@ -401,6 +401,18 @@ void rm_row_exp_scale_f32(const float *restrict x, float sub, float scale, float
 void rm_row_exp_scale_f64(const double *restrict x, double sub, double scale,
                           double *restrict y, int64_t n);
 
+/* Views a contiguous shape as (O, R, I) around `dim`: O = product of the dims
+ * before it, R = its size, I = product of the dims after it (a 0-dim shape
+ * is (1, 1, 1)). Reductions and softmax work on this 3-D view. */
+static inline void rm_outer_reduce_inner(int ndim, const int64_t *shape, int dim, int64_t *O,
+                                         int64_t *R, int64_t *I) {
+    *O = 1;
+    *R = ndim ? shape[dim] : 1;
+    *I = 1;
+    for (int d = 0; d < dim && d < ndim; d++) *O *= shape[d];
+    for (int d = dim + 1; d < ndim; d++) *I *= shape[d];
+}
+
 /* Number of OpenMP threads to use for n elements of simple work. */
 #define RM_OMP_MIN 32768
 

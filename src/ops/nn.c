@@ -214,14 +214,6 @@ ROWMAX_KERNEL(f64, int64_t, INT64_MIN, 63, INT64_C(0x7FFFFFFFFFFFFFFF), INT64_C(
 SOFTMAX_KERNELS(f32, rm_expf_v, logf)
 SOFTMAX_KERNELS(f64, exp, log)
 
-static void ori_of(int ndim, const int64_t *shape, int dim, int64_t *O, int64_t *R, int64_t *I) {
-    *O = 1;
-    *R = ndim ? shape[dim] : 1;
-    *I = 1;
-    for (int d = 0; d < dim && d < ndim; d++) *O *= shape[d];
-    for (int d = dim + 1; d < ndim; d++) *I *= shape[d];
-}
-
 typedef struct softmax_ctx {
     int dim;
     bool log_out;
@@ -246,7 +238,7 @@ static int softmax_backward(remat_node *node, remat_tensor *const *gout, remat_t
     if (rc) goto out;
     if (rm_ptr(dx) && rm_ptr(g) && rm_ptr(y)) {
         int64_t O, R, I;
-        ori_of(y->ndim, y->shape, c->dim, &O, &R, &I);
+        rm_outer_reduce_inner(y->ndim, y->shape, c->dim, &O, &R, &I);
         if (y->dtype == REMAT_F32)
             softmax_bwd_f32(rm_ptr(g), rm_ptr(y), rm_ptr(dx), O, R, I, c->log_out);
         else
@@ -282,7 +274,7 @@ static int softmax_impl(const char *call, bool log_out, remat_tensor **out, rema
     }
     if (rm_ptr(x) && rm_ptr(y)) {
         int64_t O, R, I;
-        ori_of(a->ndim, a->shape, d, &O, &R, &I);
+        rm_outer_reduce_inner(a->ndim, a->shape, d, &O, &R, &I);
         if (a->dtype == REMAT_F32) softmax_fwd_f32(rm_ptr(x), rm_ptr(y), O, R, I, log_out);
         else softmax_fwd_f64(rm_ptr(x), rm_ptr(y), O, R, I, log_out);
     }

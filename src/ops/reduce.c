@@ -526,14 +526,6 @@ typedef struct max_ctx {
     int dim;
 } max_ctx;
 
-static void ori_of(int ndim, const int64_t *shape, int dim, int64_t *O, int64_t *R, int64_t *I) {
-    *O = 1;
-    *R = ndim ? shape[dim] : 1;
-    *I = 1;
-    for (int d = 0; d < dim && d < ndim; d++) *O *= shape[d];
-    for (int d = dim + 1; d < ndim; d++) *I *= shape[d];
-}
-
 /* saved: 0 = argmax indices (i64, output shape) */
 static int max_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     max_ctx *c = node->ctx;
@@ -553,7 +545,7 @@ static int max_backward(remat_node *node, remat_tensor *const *gout, remat_tenso
     if (rc) goto out;
     if (rm_ptr(dx) && rm_ptr(g) && rm_ptr(idxc)) {
         int64_t O, R, I;
-        ori_of(c->ndim, c->shape, c->dim, &O, &R, &I);
+        rm_outer_reduce_inner(c->ndim, c->shape, c->dim, &O, &R, &I);
         if (g->dtype == REMAT_F32) max_bwd_f32(rm_ptr(g), rm_ptr(idxc), O, R, I, rm_ptr(dx));
         else max_bwd_f64(rm_ptr(g), rm_ptr(idxc), O, R, I, rm_ptr(dx));
     }
@@ -601,7 +593,7 @@ static int max_impl(remat_tensor **out, remat_tensor **indices, remat_tensor *a,
     }
     if (rm_ptr(x) && rm_ptr(y) && rm_ptr(ix)) {
         int64_t O, R, I;
-        ori_of(a->ndim, a->shape, d, &O, &R, &I);
+        rm_outer_reduce_inner(a->ndim, a->shape, d, &O, &R, &I);
         if (a->dtype == REMAT_F32) max_ori_f32(rm_ptr(x), O, R, I, rm_ptr(y), rm_ptr(ix));
         else max_ori_f64(rm_ptr(x), O, R, I, rm_ptr(y), rm_ptr(ix));
     }
