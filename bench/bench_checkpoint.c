@@ -85,26 +85,11 @@
 #include <unistd.h>
 
 #include "remat/remat.h"
+#include "bench_util.h"
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-
-#define CHECK(expr)                                                                        \
-    do {                                                                                   \
-        int rc_ = (expr);                                                                  \
-        if (rc_) {                                                                         \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,           \
-                    remat_last_error());                                                   \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* CPU time of the whole process (all threads). With one thread it is
  * immune to preemption by other processes, which wall time is not; with
@@ -127,22 +112,6 @@ static stamp stamp_now(void) {
     s.t[CLK_WALL] = now();
     s.t[CLK_CPU] = cpu_now();
     return s;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Median of v[0..n) (sorts a copy). */
-static double median(const double *v, int n) {
-    double *c = malloc((size_t)n * sizeof *c);
-    if (!c) exit(1);
-    memcpy(c, v, (size_t)n * sizeof *c);
-    qsort(c, (size_t)n, sizeof *c, cmp_d);
-    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
-    free(c);
-    return m;
 }
 
 static const double MiB = 1024.0 * 1024.0;

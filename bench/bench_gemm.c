@@ -19,6 +19,7 @@
 
 #include "internal.h"
 #include "ops/gemm.h"
+#include "bench_util.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -31,12 +32,6 @@
 
 #define MAX_REPS 64
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* CPU time of the calling thread: with one thread it leaves out the time the
  * thread was preempted, so it gives the kernel's speed on a shared machine */
 static double now_cpu(void) {
@@ -44,25 +39,6 @@ static double now_cpu(void) {
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-#define CHECK(expr)                                                                        \
-    do {                                                                                   \
-        int rc_ = (expr);                                                                  \
-        if (rc_) {                                                                         \
-            fprintf(stderr, "%s failed: %s\n", #expr, remat_last_error());                 \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 /* The BLAS itself, row-major. */
 static int g_threads = 1;

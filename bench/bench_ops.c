@@ -19,37 +19,13 @@
 #include <time.h>
 
 #include "internal.h"
+#include "bench_util.h"
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 #define MAX_REPS 64
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-#define CHECK(expr)                                                                        \
-    do {                                                                                   \
-        int rc_ = (expr);                                                                  \
-        if (rc_) {                                                                         \
-            fprintf(stderr, "%s failed: %s\n", #expr, remat_last_error());                 \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 /* ---- the ops -------------------------------------------------------------------------------- */
 

@@ -43,29 +43,9 @@
 #include "remat/checkpoint.h"
 #include "remat/planner.h"
 #include "remat/remat.h"
-
-#define CHECK(expr)                                                                        \
-    do {                                                                                   \
-        int rc_ = (expr);                                                                  \
-        if (rc_) {                                                                         \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,           \
-                    remat_last_error());                                                   \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
+#include "bench_util.h"
 
 #define MIB(b) ((double)(b) / (1024.0 * 1024.0))
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* ---- the model ----------------------------------------------------------------------------- */
 typedef struct block {

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "remat/remat.h"
+#include "bench_util.h"
 
 typedef struct block {
     int64_t dim, heads;
@@ -27,15 +28,6 @@ typedef struct block {
     remat_tensor *ln1_w, *ln1_b, *wqkv, *bqkv, *wo, *bo, *ln2_w, *ln2_b, *w1, *b1, *w2, *b2;
     remat_tensor *mask;
 } block;
-
-#define CHECK(expr)                                                                         \
-    do {                                                                                    \
-        int rc_ = (expr);                                                                   \
-        if (rc_) {                                                                          \
-            fprintf(stderr, "%s failed: %s\n", #expr, remat_last_error());                 \
-            exit(1);                                                                        \
-        }                                                                                   \
-    } while (0)
 
 static remat_tensor *param(int nd, const int64_t *sh, double bound, bool grad) {
     remat_tensor *t;
@@ -168,11 +160,6 @@ static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* One training step (forward + backward, grads dropped); returns ms. */
