@@ -22,57 +22,7 @@ static remat_checkpoint_options opts_for(int mode) {
 }
 
 /* ---- a stack of blocks ----------------------------------------------------------------------- */
-typedef enum { RUN_PLAIN, RUN_CKPT } run_kind;
-
-typedef struct grads {
-    int n;
-    remat_tensor *g[RT_MAX_PARAMS * 8 + 1];
-    remat_tensor *out;
-} grads;
-
-static void grads_free(grads *g) {
-    for (int i = 0; i < g->n; i++) remat_release(g->g[i]);
-    remat_release(g->out);
-    g->n = 0;
-}
-
-/* Runs x through n blocks (fn/ud pairs), checkpointing each if asked, then
- * backward of sum(out); collects the gradients of x and all parameters. */
-static void run_stack(int n, remat_checkpoint_fn fn, void **uds, remat_tensor **params,
-                      int n_params, remat_tensor *x, run_kind kind,
-                      const remat_checkpoint_options *o, grads *out) {
-    remat_manual_seed(SEED);
-    rt_zero_grads(n_params, params);
-    rt_zero_grads(1, &x);
-    remat_tensor *h = remat_retain(x);
-    for (int i = 0; i < n; i++) {
-        remat_tensor *y = NULL;
-        if (kind == RUN_CKPT) RT_OK(remat_checkpoint(fn, uds[i], 1, &h, 1, &y, o));
-        else RT_OK(fn(uds[i], &h, 1, &y, 1));
-        remat_release(h);
-        h = y;
-    }
-    remat_tensor *l;
-    RT_OK(remat_sum_all(&l, h));
-    RT_OK(remat_backward_scalar(l));
-    remat_release(l);
-    out->out = h;
-    out->n = 0;
-    out->g[out->n++] = remat_retain(remat_tensor_grad(x));
-    for (int i = 0; i < n_params; i++) out->g[out->n++] = remat_retain(remat_tensor_grad(params[i]));
-}
-
-static void assert_same(const grads *a, const grads *b, const char *what) {
-    cr_assert_eq(a->n, b->n);
-    cr_assert(rt_bitwise_equal(a->out, b->out), "%s: outputs differ", what);
-    for (int i = 0; i < a->n; i++) {
-        cr_assert_not_null(a->g[i], "%s: gradient %d missing", what, i);
-        cr_assert(rt_bitwise_equal(a->g[i], b->g[i]), "%s: gradient %d differs (max |d| %g)", what,
-                  i, rt_max_abs_diff(a->g[i], b->g[i]));
-    }
-}
-
-static bool any_differs(const grads *a, const grads *b) {
+static bool any_differs(const rt_grads *a, const rt_grads *b) {
     for (int i = 0; i < a->n; i++)
         if (!rt_bitwise_equal(a->g[i], b->g[i])) return true;
     return false;
@@ -109,18 +59,18 @@ Test(checkpoint_models, mlp_gradients_bitwise_equal_with_dropout) {
     int np;
     mlp_setup(b, uds, params, &np, 0.3);
     remat_tensor *x = mlp_input();
-    grads ref, got;
-    run_stack(L_MLP, rt_mlp_block_fn, uds, params, np, x, RUN_PLAIN, NULL, &ref);
+    rt_grads ref, got;
+    rt_run_blocks(SEED, L_MLP, rt_mlp_block_fn, uds, params, np, x, NULL, &ref);
     for (int i = 0; i < L_MLP; i++) cr_assert_eq(b[i].calls, 1);
     for (int mode = 0; mode < 2; mode++) {
         remat_checkpoint_options o = opts_for(mode);
-        run_stack(L_MLP, rt_mlp_block_fn, uds, params, np, x, RUN_CKPT, &o, &got);
-        assert_same(&ref, &got, mode ? "mlp reentrant" : "mlp non-reentrant");
+        rt_run_blocks(SEED, L_MLP, rt_mlp_block_fn, uds, params, np, x, &o, &got);
+        rt_assert_same_grads(&ref, &got, mode ? "mlp reentrant" : "mlp non-reentrant");
         for (int i = 0; i < L_MLP; i++)
             cr_assert_eq(b[i].calls, 1 + 2 * (mode + 1), "block %d ran %d times", i, b[i].calls);
-        grads_free(&got);
+        rt_grads_free(&got);
     }
-    grads_free(&ref);
+    rt_grads_free(&ref);
     remat_release(x);
     mlp_teardown(b);
     cr_assert_eq(remat_live_tensors(), 0);
@@ -133,18 +83,18 @@ Test(checkpoint_models, preserve_rng_state_off_runs_and_changes_dropout) {
     int np;
     mlp_setup(b, uds, params, &np, 0.5);
     remat_tensor *x = mlp_input();
-    grads ref, got;
-    run_stack(L_MLP, rt_mlp_block_fn, uds, params, np, x, RUN_PLAIN, NULL, &ref);
+    rt_grads ref, got;
+    rt_run_blocks(SEED, L_MLP, rt_mlp_block_fn, uds, params, np, x, NULL, &ref);
     for (int mode = 0; mode < 2; mode++) {
         remat_checkpoint_options o = opts_for(mode);
         o.preserve_rng_state = REMAT_OPT_FALSE;
-        run_stack(L_MLP, rt_mlp_block_fn, uds, params, np, x, RUN_CKPT, &o, &got);
+        rt_run_blocks(SEED, L_MLP, rt_mlp_block_fn, uds, params, np, x, &o, &got);
         /* the forward is the same, but the recomputation drew other masks */
         cr_assert(rt_bitwise_equal(ref.out, got.out));
         cr_assert(any_differs(&ref, &got), "without RNG restore the dropout masks should differ");
-        grads_free(&got);
+        rt_grads_free(&got);
     }
-    grads_free(&ref);
+    rt_grads_free(&ref);
     remat_release(x);
     mlp_teardown(b);
     cr_assert_eq(remat_live_tensors(), 0);
@@ -160,15 +110,15 @@ Test(checkpoint_models, rng_state_after_checkpointed_backward_is_untouched) {
     mlp_setup(b, uds, params, &np, 0.3);
     remat_tensor *x = mlp_input();
     uint8_t s_ref[REMAT_RNG_STATE_BYTES], s_ck[REMAT_RNG_STATE_BYTES];
-    grads g;
-    run_stack(L_MLP, rt_mlp_block_fn, uds, params, np, x, RUN_PLAIN, NULL, &g);
+    rt_grads g;
+    rt_run_blocks(SEED, L_MLP, rt_mlp_block_fn, uds, params, np, x, NULL, &g);
     RT_OK(remat_rng_get_state(REMAT_DEVICE_CPU, s_ref));
-    grads_free(&g);
+    rt_grads_free(&g);
     remat_checkpoint_options o = opts_for(0);
-    run_stack(L_MLP, rt_mlp_block_fn, uds, params, np, x, RUN_CKPT, &o, &g);
+    rt_run_blocks(SEED, L_MLP, rt_mlp_block_fn, uds, params, np, x, &o, &g);
     RT_OK(remat_rng_get_state(REMAT_DEVICE_CPU, s_ck));
     cr_assert(memcmp(s_ref, s_ck, sizeof s_ref) == 0);
-    grads_free(&g);
+    rt_grads_free(&g);
     remat_release(x);
     mlp_teardown(b);
     cr_assert_eq(remat_live_tensors(), 0);
@@ -191,21 +141,21 @@ Test(checkpoint_models, transformer_gradients_bitwise_equal_with_dropout) {
         int64_t sh[] = {2, 6, 16};
         remat_tensor *x = rt_rand(3, sh, REMAT_F32, -1, 1, 5);
         RT_OK(remat_set_requires_grad(x, true));
-        grads ref, got;
-        run_stack(L_TF, rt_tblock_fn, uds, params, np, x, RUN_PLAIN, NULL, &ref);
+        rt_grads ref, got;
+        rt_run_blocks(SEED, L_TF, rt_tblock_fn, uds, params, np, x, NULL, &ref);
         for (int mode = 0; mode < 2; mode++) {
             for (int early = 0; early < 2; early++) {
                 remat_checkpoint_options o = opts_for(mode);
                 o.early_stop = early ? REMAT_OPT_TRUE : REMAT_OPT_FALSE;
-                run_stack(L_TF, rt_tblock_fn, uds, params, np, x, RUN_CKPT, &o, &got);
+                rt_run_blocks(SEED, L_TF, rt_tblock_fn, uds, params, np, x, &o, &got);
                 char what[64];
                 snprintf(what, sizeof what, "transformer mode %d early %d drop %d", mode, early,
                          drop);
-                assert_same(&ref, &got, what);
-                grads_free(&got);
+                rt_assert_same_grads(&ref, &got, what);
+                rt_grads_free(&got);
             }
         }
-        grads_free(&ref);
+        rt_grads_free(&ref);
         remat_release(x);
         for (int i = 0; i < L_TF; i++) rt_tblock_free(&b[i]);
         cr_assert_eq(remat_live_tensors(), 0);
@@ -268,7 +218,7 @@ Test(checkpoint_models, sequential_segments_and_remainder) {
     }
     remat_tensor *x = mlp_input();
     /* reference: all stages plain */
-    grads ref = {0};
+    rt_grads ref = {0};
     {
         remat_manual_seed(SEED);
         remat_tensor *h = remat_retain(x), *y, *l;
@@ -297,24 +247,24 @@ Test(checkpoint_models, sequential_segments_and_remainder) {
             RT_OK(remat_checkpoint_sequential(&y, L_SEQ, st, segments, x, &o));
             RT_OK(remat_sum_all(&l, y));
             RT_OK(remat_backward_scalar(l));
-            grads got = {0};
+            rt_grads got = {0};
             got.out = y;
             got.g[got.n++] = remat_retain(remat_tensor_grad(x));
             for (int i = 0; i < np; i++)
                 got.g[got.n++] = remat_retain(remat_tensor_grad(params[i]));
             char what[64];
             snprintf(what, sizeof what, "sequential mode %d segments %d", mode, segments);
-            assert_same(&ref, &got, what);
+            rt_assert_same_grads(&ref, &got, what);
             /* segments-1 chunks of L/segments stages are checkpointed */
             int seg = L_SEQ / segments, n_ck = seg * (segments - 1);
             for (int i = 0; i < L_SEQ; i++)
                 cr_assert_eq(b[i].calls, i < n_ck ? 2 : 1, "%s: stage %d ran %d times", what, i,
                              b[i].calls);
             remat_release(l);
-            grads_free(&got);
+            rt_grads_free(&got);
         }
     }
-    grads_free(&ref);
+    rt_grads_free(&ref);
     remat_release(x);
     for (int i = 0; i < L_SEQ; i++) rt_mlp_block_free(&b[i]);
     cr_assert_eq(remat_live_tensors(), 0);

@@ -26,58 +26,6 @@ static remat_checkpoint_options sac_opts(remat_sac_config *cfg) {
     return o;
 }
 
-/* ---- running blocks --------------------------------------------------------------------- */
-typedef struct grads {
-    int n;
-    remat_tensor *g[RT_MAX_PARAMS * 4 + 1];
-    remat_tensor *out;
-} grads;
-
-static void grads_free(grads *g) {
-    for (int i = 0; i < g->n; i++) remat_release(g->g[i]);
-    remat_release(g->out);
-    memset(g, 0, sizeof *g);
-}
-
-/* x through n blocks (checkpointed with o unless o is NULL), backward of
- * sum(out); gradients of x and every parameter. */
-static void run_blocks(int n, remat_checkpoint_fn fn, void **uds, remat_tensor **params,
-                       int n_params, remat_tensor *x, const remat_checkpoint_options *o,
-                       grads *out) {
-    remat_manual_seed(SEED);
-    rt_zero_grads(n_params, params);
-    rt_zero_grads(1, &x);
-    remat_tensor *h = remat_retain(x);
-    for (int i = 0; i < n; i++) {
-        remat_tensor *y = NULL;
-        if (o) RT_OK(remat_checkpoint(fn, uds[i], 1, &h, 1, &y, o));
-        else RT_OK(fn(uds[i], &h, 1, &y, 1));
-        remat_release(h);
-        h = y;
-    }
-    remat_tensor *l;
-    RT_OK(remat_sum_all(&l, h));
-    RT_OK(remat_backward_scalar(l));
-    remat_release(l);
-    out->out = h;
-    out->n = 0;
-    out->g[out->n++] = remat_retain(remat_tensor_grad(x));
-    for (int i = 0; i < n_params; i++)
-        out->g[out->n++] = remat_retain(remat_tensor_grad(params[i]));
-}
-
-static void assert_same(const grads *a, const grads *b, const char *what) {
-    cr_assert_eq(a->n, b->n);
-    cr_assert(rt_bitwise_equal(a->out, b->out), "%s: outputs differ", what);
-    for (int i = 0; i < a->n; i++) {
-        cr_assert_not_null(a->g[i], "%s: gradient %d missing", what, i);
-        cr_assert_not_null(b->g[i], "%s: gradient %d missing", what, i);
-        cr_assert(rt_bitwise_equal(a->g[i], b->g[i]), "%s: gradient %d differs (max |d| %g)", what,
-                  i, rt_max_abs_diff(a->g[i], b->g[i]));
-    }
-}
-
-
 /* ---- policies: arguments ------------------------------------------------------------------- */
 static remat_checkpoint_policy always_save(const remat_sac_context *ctx, const char *op, int n,
                                            remat_tensor *const *in, void *st) {
@@ -420,8 +368,8 @@ Test(selective, every_preset_gives_bitwise_equal_gradients) {
         int64_t sh[] = {2, 6, 16};
         remat_tensor *x = rt_rand(3, sh, REMAT_F32, -1, 1, 6);
         RT_OK(remat_set_requires_grad(x, true));
-        grads ref;
-        run_blocks(NB, rt_tblock_fn, uds, params, np, x, NULL, &ref);
+        rt_grads ref;
+        rt_run_blocks(SEED, NB, rt_tblock_fn, uds, params, np, x, NULL, &ref);
         remat_policy *pols[12];
         const char *what[12];
         int n = 0;
@@ -451,19 +399,19 @@ Test(selective, every_preset_gives_bitwise_equal_gradients) {
                 remat_sac_config cfg = {.policy = pols[i], .stats = &st};
                 remat_checkpoint_options o = sac_opts(&cfg);
                 o.early_stop = early ? REMAT_OPT_DEFAULT : REMAT_OPT_FALSE;
-                grads got;
-                run_blocks(NB, rt_tblock_fn, uds, params, np, x, &o, &got);
+                rt_grads got;
+                rt_run_blocks(SEED, NB, rt_tblock_fn, uds, params, np, x, &o, &got);
                 char msg[96];
                 snprintf(msg, sizeof msg, "%s (dropout %d, early stop %d)", what[i], drop, early);
-                assert_same(&ref, &got, msg);
-                grads_free(&got);
+                rt_assert_same_grads(&ref, &got, msg);
+                rt_grads_free(&got);
                 cr_assert_eq(rm_op_depth(), 0);
                 if (i == 0) cr_assert_eq(st.ops_cached, 0);
                 else cr_assert(st.ops_cached > 0, "%s cached nothing", msg);
             }
         }
         for (int i = 0; i < n; i++) remat_policy_release(pols[i]);
-        grads_free(&ref);
+        rt_grads_free(&ref);
         remat_release(x);
         for (int i = 0; i < NB; i++) rt_tblock_free(&b[i]);
         cr_assert_eq(remat_live_tensors(), 0);
@@ -481,8 +429,8 @@ Test(selective, names_save_attention_projections_and_recompute_the_rest) {
     int64_t sh[] = {2, 8, 32};
     remat_tensor *x = rt_rand(3, sh, REMAT_F32, -1, 1, 8);
     RT_OK(remat_set_requires_grad(x, true));
-    grads ref, got;
-    run_blocks(1, rt_tblock_fn, &ud, params, np, x, NULL, &ref);
+    rt_grads ref, got;
+    rt_run_blocks(SEED, 1, rt_tblock_fn, &ud, params, np, x, NULL, &ref);
 
     const char *names[] = {"qkv", "attn_out"};
     remat_policy *pol;
@@ -490,8 +438,8 @@ Test(selective, names_save_attention_projections_and_recompute_the_rest) {
     remat_sac_stats st = {0};
     remat_sac_config cfg = {.policy = pol, .stats = &st};
     remat_checkpoint_options o = sac_opts(&cfg);
-    run_blocks(1, rt_tblock_fn, &ud, params, np, x, &o, &got);
-    assert_same(&ref, &got, "save only qkv and attn_out");
+    rt_run_blocks(SEED, 1, rt_tblock_fn, &ud, params, np, x, &o, &got);
+    rt_assert_same_grads(&ref, &got, "save only qkv and attn_out");
     /* the two projections (the ops producing the tagged tensors) were
      * cached and served; every other op ran again */
     cr_assert_eq(st.ops_cached, 2);
@@ -500,7 +448,7 @@ Test(selective, names_save_attention_projections_and_recompute_the_rest) {
     cr_assert_eq((size_t)st.bytes_cached, expect, "cached %lld bytes, expected %zu",
                  (long long)st.bytes_cached, expect);
     cr_assert(st.ops_recomputed > 10);
-    grads_free(&got);
+    rt_grads_free(&got);
 
     /* everything but qkv: the qkv projection is dropped from the cache by its tag */
     remat_policy *pol2;
@@ -513,12 +461,12 @@ Test(selective, names_save_attention_projections_and_recompute_the_rest) {
     RT_OK(remat_policy_everything_saveable(&every));
     remat_sac_config cfg3 = {.policy = every, .stats = &st3};
     remat_checkpoint_options o3 = sac_opts(&cfg3);
-    run_blocks(1, rt_tblock_fn, &ud, params, np, x, &o2, &got);
-    assert_same(&ref, &got, "save all but qkv");
-    grads_free(&got);
-    run_blocks(1, rt_tblock_fn, &ud, params, np, x, &o3, &got);
-    assert_same(&ref, &got, "save everything");
-    grads_free(&got);
+    rt_run_blocks(SEED, 1, rt_tblock_fn, &ud, params, np, x, &o2, &got);
+    rt_assert_same_grads(&ref, &got, "save all but qkv");
+    rt_grads_free(&got);
+    rt_run_blocks(SEED, 1, rt_tblock_fn, &ud, params, np, x, &o3, &got);
+    rt_assert_same_grads(&ref, &got, "save everything");
+    rt_grads_free(&got);
     cr_assert_eq(st2.ops_cached, st3.ops_cached - 1, "all-but-qkv cached %lld, everything %lld",
                  (long long)st2.ops_cached, (long long)st3.ops_cached);
     cr_assert_eq(st3.bytes_cached - st2.bytes_cached, (int64_t)(2 * 8 * 96 * 4));
@@ -527,7 +475,7 @@ Test(selective, names_save_attention_projections_and_recompute_the_rest) {
     remat_policy_release(pol);
     remat_policy_release(pol2);
     remat_policy_release(every);
-    grads_free(&ref);
+    rt_grads_free(&ref);
     remat_release(x);
     rt_tblock_free(&b);
     cr_assert_eq(remat_live_tensors(), 0);
@@ -903,7 +851,7 @@ Test(selective, nested_inside_a_plain_checkpoint) {
     remat_sac_config cfg = {.policy = pol, .stats = &st};
     outer_ud u = {blk, &cfg};
     void *ud = &u;
-    grads ref, got;
+    rt_grads ref, got;
     /* reference: the same function without any checkpoint */
     remat_sac_config none_cfg = cfg;
     (void)none_cfg;
@@ -922,11 +870,11 @@ Test(selective, nested_inside_a_plain_checkpoint) {
         remat_release(l);
     }
     remat_checkpoint_options plain = {.use_reentrant = REMAT_OPT_FALSE};
-    run_blocks(1, outer_fn, &ud, params, np, x, &plain, &got);
-    assert_same(&ref, &got, "SAC region inside a plain checkpoint");
+    rt_run_blocks(SEED, 1, outer_fn, &ud, params, np, x, &plain, &got);
+    rt_assert_same_grads(&ref, &got, "SAC region inside a plain checkpoint");
     cr_assert(st.ops_from_cache >= 2, "%lld", (long long)st.ops_from_cache);
-    grads_free(&got);
-    grads_free(&ref);
+    rt_grads_free(&got);
+    rt_grads_free(&ref);
     remat_policy_release(pol);
     remat_release(x);
     for (int i = 0; i < 2; i++) rt_mlp_block_free(&blk[i]);

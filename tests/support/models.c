@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "rt.h"
 
@@ -206,4 +207,47 @@ size_t rt_bytes(int n, remat_tensor *const *tensors) {
     size_t s = 0;
     for (int i = 0; i < n; i++) s += remat_storage_nbytes(tensors[i]);
     return s;
+}
+
+/* ---- running a stack of blocks ------------------------------------------------------------ */
+void rt_grads_free(rt_grads *g) {
+    for (int i = 0; i < g->n; i++) remat_release(g->g[i]);
+    remat_release(g->out);
+    memset(g, 0, sizeof *g);
+}
+
+void rt_run_blocks(uint64_t seed, int n, remat_checkpoint_fn fn, void **uds,
+                   remat_tensor **params, int n_params, remat_tensor *x,
+                   const remat_checkpoint_options *o, rt_grads *out) {
+    remat_manual_seed(seed);
+    rt_zero_grads(n_params, params);
+    rt_zero_grads(1, &x);
+    remat_tensor *h = remat_retain(x);
+    for (int i = 0; i < n; i++) {
+        remat_tensor *y = NULL;
+        if (o) RT_OK(remat_checkpoint(fn, uds[i], 1, &h, 1, &y, o));
+        else RT_OK(fn(uds[i], &h, 1, &y, 1));
+        remat_release(h);
+        h = y;
+    }
+    remat_tensor *l;
+    RT_OK(remat_sum_all(&l, h));
+    RT_OK(remat_backward_scalar(l));
+    remat_release(l);
+    out->out = h;
+    out->n = 0;
+    out->g[out->n++] = remat_retain(remat_tensor_grad(x));
+    for (int i = 0; i < n_params; i++)
+        out->g[out->n++] = remat_retain(remat_tensor_grad(params[i]));
+}
+
+void rt_assert_same_grads(const rt_grads *a, const rt_grads *b, const char *what) {
+    cr_assert_eq(a->n, b->n);
+    cr_assert(rt_bitwise_equal(a->out, b->out), "%s: outputs differ", what);
+    for (int i = 0; i < a->n; i++) {
+        cr_assert_not_null(a->g[i], "%s: gradient %d missing", what, i);
+        cr_assert_not_null(b->g[i], "%s: gradient %d missing", what, i);
+        cr_assert(rt_bitwise_equal(a->g[i], b->g[i]), "%s: gradient %d differs (max |d| %g)", what,
+                  i, rt_max_abs_diff(a->g[i], b->g[i]));
+    }
 }

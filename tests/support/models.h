@@ -48,6 +48,25 @@ int rt_tblock_fn(void *user_data, remat_tensor *const *inputs, int n_inputs,
                  remat_tensor **outputs, int n_outputs);
 int rt_tblock_params(rt_tblock *b, remat_tensor **params);
 
+/* ---- running a stack of blocks --------------------------------------------------------------
+ * Output and gradients of one run: out, then .grad of x and of every
+ * parameter (new references). */
+typedef struct rt_grads {
+    int n;
+    remat_tensor *g[RT_MAX_PARAMS * 8 + 1];
+    remat_tensor *out;
+} rt_grads;
+/* Releases everything in g and empties it. */
+void rt_grads_free(rt_grads *g);
+/* Seeds remat with `seed`, clears the gradients, runs x through n blocks
+ * (fn, uds[i]) — each under remat_checkpoint(o) unless o is NULL — then
+ * backward of sum(out); collects the gradients into *out (asserts success). */
+void rt_run_blocks(uint64_t seed, int n, remat_checkpoint_fn fn, void **uds,
+                   remat_tensor **params, int n_params, remat_tensor *x,
+                   const remat_checkpoint_options *o, rt_grads *out);
+/* Asserts a and b hold bitwise equal outputs and gradients, none missing. */
+void rt_assert_same_grads(const rt_grads *a, const rt_grads *b, const char *what);
+
 /* Sets .grad of each parameter to NULL. */
 void rt_zero_grads(int n, remat_tensor *const *params);
 /* Bytes of the storages of the n tensors. */
