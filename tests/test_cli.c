@@ -296,7 +296,7 @@ Test(cli, bad_values_fail_with_usage) {
                          "--checkpoint budget=50% --reentrant",
                          "--checkpoint selective=foo", "--checkpoint selective --reentrant",
                          "--checkpoint selective=names:nosuchtag",
-                         "--model rnn",         "--threads 1.5",
+                         "--model rnn",         "--threads 1.5",        "--attention flash",
                          "--json=1",            "--layers 2 --checkpoint sequential=3"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char *o;
@@ -707,29 +707,43 @@ Test(cli, selective_trains_bitwise_like_none) {
     char *ref, *o, lr[4096], lo[4096], s[256];
     cr_assert_eq(run(&ref, false, "train " TINY " --layers 2 --steps 4 --json"), 0, "%s", ref);
     losses_of(ref, lr, sizeof lr);
-    /* policy, canonical name, ops cached per block (the GPT block runs 4 linears and 2
-     * matmuls; it tags 6 tensors) */
+    /* policy, canonical name, ops cached per block, attention flag (the GPT block runs 4
+     * linears and the fused attention, or 2 matmuls with --attention ops; it tags 6
+     * tensors, 7 with --attention ops: attn_probs) */
     struct {
         const char *arg, *name;
         int cached_per_block;
+        const char *attn;
     } cases[] = {
-        {"selective", "selective=dots", 6},
-        {"selective=dots", "selective=dots", 6},
-        {"selective=names:qkv+attn_out", "selective=names:qkv+attn_out", 2},
-        {"selective=names=qkv,attn_out,mlp_up", "selective=names:qkv+attn_out+mlp_up", 3},
-        {"selective=all-but:attn_probs", "selective=all-but:attn_probs", 5},
-        {"selective=nothing", "selective=nothing", 0},
-        {"selective=everything", "selective=everything", -1},
+        {"selective", "selective=dots", 5, ""},
+        {"selective=dots", "selective=dots", 5, ""},
+        {"selective=dots", "selective=dots", 6, "--attention ops"},
+        {"selective=names:qkv+attn_out", "selective=names:qkv+attn_out", 2, ""},
+        {"selective=names=qkv,attn_out,mlp_up", "selective=names:qkv+attn_out+mlp_up", 3, ""},
+        {"selective=all-but:attn_probs", "selective=all-but:attn_probs", 6, ""},
+        {"selective=all-but:attn_probs", "selective=all-but:attn_probs", 6, "--attention ops"},
+        {"selective=all-but:attn+qkv", "selective=all-but:attn+qkv", 4, ""},
+        {"selective=nothing", "selective=nothing", 0, ""},
+        {"selective=everything", "selective=everything", -1, ""},
     };
+    char *ref_ops, lr_ops[4096];
+    cr_assert_eq(run(&ref_ops, false, "train " TINY " --layers 2 --steps 4 --json --attention ops"),
+                 0, "%s", ref_ops);
+    losses_of(ref_ops, lr_ops, sizeof lr_ops);
+    /* the fused attention changes the rounding, not the result */
+    cr_assert(fabs(json_num(ref, "loss") - json_num(ref_ops, "loss")) < 1e-4, "%s\n%s", ref,
+              ref_ops);
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        int rc = run(&o, false, "train " TINY " --layers 2 --steps 4 --json --checkpoint %s",
-                     cases[i].arg);
+        bool ops = cases[i].attn[0] != '\0';
+        int rc = run(&o, false, "train " TINY " --layers 2 --steps 4 --json %s --checkpoint %s",
+                     cases[i].attn, cases[i].arg);
         cr_assert_eq(rc, 0, "%s: %s", cases[i].arg, o);
         cr_assert(json_valid(o), "%s", o);
         cr_assert_str_eq(json_str(o, "strategy", s, sizeof s), cases[i].name);
         /* every step's loss, to the bit */
-        cr_assert_str_eq(losses_of(o, lo, sizeof lo), lr, "%s:\n%s\nvs none:\n%s", cases[i].arg,
-                         o, ref);
+        cr_assert_str_eq(losses_of(o, lo, sizeof lo), ops ? lr_ops : lr,
+                         "%s %s:\n%s\nvs none:\n%s", cases[i].attn, cases[i].arg, o,
+                         ops ? ref_ops : ref);
         double cached = json_num(o, "sac_ops_cached"), fwd = json_num(o, "sac_ops_forward");
         if (cases[i].cached_per_block >= 0)
             cr_assert_eq(cached, 2 * cases[i].cached_per_block, "%s: %s", cases[i].arg, o);
@@ -739,6 +753,7 @@ Test(cli, selective_trains_bitwise_like_none) {
         free(o);
     }
     free(ref);
+    free(ref_ops);
 
     /* the MLP's tags */
     char *a, *b, la[4096], lb[4096];
@@ -771,7 +786,7 @@ Test(cli, bench_selective_gradients_equal_none) {
     for (size_t i = 0; i < sizeof pol / sizeof *pol; i++)
         cr_assert(row_ends_with(o, pol[i], "bitwise equal"), "%s: %s", pol[i], o);
     cr_assert(strstr(o, "selective policies (one step"), "%s", o);
-    cr_assert(strstr(o, "selective=dots") && strstr(o, "  12 of   60 ops cached ("), "%s", o);
+    cr_assert(strstr(o, "selective=dots") && strstr(o, "  10 of   50 ops cached ("), "%s", o);
     free(o);
 
     /* JSON: one entry per strategy, the cache counters for the selective ones */

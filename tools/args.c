@@ -49,6 +49,9 @@ static void usage_model(FILE *f) {
             "  --context N           GPT context length in bytes\n"
             "  --batch N             sequences (GPT) or samples (MLP) per step\n"
             "  --untied              GPT: separate output head (default: tied to the embedding)\n"
+            "  --attention K         GPT attention: fused (remat_attention: causal blocks\n"
+            "                        skipped, no (T, T) matrix kept) or ops (matmul, scale,\n"
+            "                        masked_fill, softmax, matmul, as in PyTorch 1.13) [fused]\n"
             "  --seed N              seed of the initialisation and of the data        [1]\n"
             "  --threads N           OpenMP/BLAS threads (default: all cores)\n"
             "\n"
@@ -67,8 +70,8 @@ static void usage_model(FILE *f) {
             "                          except:A+B    every op's output but A's and B's\n"
             "                          nothing       nothing (= block)\n"
             "                          everything    everything (no recomputation)\n"
-            "                        tags: GPT qkv, attn_probs, attn_out, mlp_up, mlp_act,\n"
-            "                        mlp_out; MLP linear, gelu\n"
+            "                        tags: GPT qkv, attn, attn_probs (--attention ops),\n"
+            "                        attn_out, mlp_up, mlp_act, mlp_out; MLP linear, gelu\n"
             "  --reentrant           use reentrant checkpointing (default: non-reentrant;\n"
             "                        not for budget= and selective=, which are non-reentrant)\n"
             "  --verbose             print the planner's profile of the blocks and its plans\n");
@@ -268,6 +271,11 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
             else if (!strcmp(val, "mlp")) c->model = MODEL_MLP;
             else return fail(cmd, "bad value for --model", val, "expected gpt or mlp");
             c->set_model = true;
+        } else if (!strcmp(name, "--attention")) {
+            NEED_VAL();
+            if (!strcmp(val, "fused")) c->attn_ops = false;
+            else if (!strcmp(val, "ops")) c->attn_ops = true;
+            else return fail(cmd, "bad value for --attention", val, "expected fused or ops");
         } else if (!strcmp(name, "--layers")) {
             INT_ARG(layers, 1, 4096, c->set_layers = true);
         } else if (!strcmp(name, "--width")) {

@@ -26,6 +26,7 @@ typedef struct config {
     double lr, weight_decay, momentum;
     optim_kind optim;
     bool untied;        /* GPT: separate output head instead of tied embeddings */
+    bool attn_ops;      /* GPT: attention composed of ops instead of remat_attention */
     strategy strat;     /* train: the strategy */
     const char *data;   /* --data FILE, NULL: built-in task */
     const char *save, *resume, *trace, *timeline;

@@ -105,9 +105,9 @@ static void print_header(FILE *f, const config *c, const model *m, int threads) 
     if (m->kind == MODEL_GPT)
         fprintf(f,
                 "remat bench: GPT, %d layers, width %d, %d heads, context %d, batch %d "
-                "(%.2fM parameters), %d threads, %d reps\n",
+                "(%.2fM parameters), %s attention, %d threads, %d reps\n",
                 m->layers, m->width, m->heads, m->context, c->batch, (double)m->n_weights / 1e6,
-                threads, c->reps);
+                m->attn_ops ? "composed" : "fused", threads, c->reps);
     else
         fprintf(f,
                 "remat bench: MLP, %d layers, width %d, batch %d (%.2fM parameters), %d threads, "
@@ -225,9 +225,10 @@ static void print_json(const config *c, const model *m, int threads, result *r,
     util_str_printf(&j,
                     "{\"command\":\"bench\",\"model\":\"%s\",\"layers\":%d,\"width\":%d,"
                     "\"heads\":%d,\"context\":%d,\"batch\":%d,\"params\":%" PRId64
-                    ",\"threads\":%d,\"reps\":%d,\"strategies\":[",
+                    ",\"attention\":\"%s\",\"threads\":%d,\"reps\":%d,\"strategies\":[",
                     m->kind == MODEL_GPT ? "gpt" : "mlp", m->layers, m->width, m->heads,
-                    m->context, c->batch, m->n_weights, threads, c->reps);
+                    m->context, c->batch, m->n_weights, m->attn_ops ? "ops" : "fused", threads,
+                    c->reps);
     for (int i = 0; i < c->n_strategies; i++) {
         util_str_printf(&j, "%s{\"strategy\":\"", i ? "," : "");
         util_str_json_escaped(&j, c->strategies[i].name);

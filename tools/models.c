@@ -130,6 +130,7 @@ int model_init(model *m, const config *c, uint64_t seed) {
     m->context = c->context;
     m->vocab = GPT_VOCAB;
     m->untied = c->untied;
+    m->attn_ops = c->attn_ops;
     int cap = m->kind == MODEL_GPT ? 5 + 12 * m->layers : 6 + 4 * m->layers;
     m->params = calloc((size_t)cap, sizeof *m->params);
     m->ctx = calloc((size_t)m->layers, sizeof *m->ctx);
@@ -184,8 +185,8 @@ static void drop(remat_tensor **t) {
     *t = NULL;
 }
 
-static const char *const GPT_TAGS[] = {"qkv", "attn_probs", "attn_out", "mlp_up", "mlp_act",
-                                       "mlp_out"};
+static const char *const GPT_TAGS[] = {"qkv",    "attn",   "attn_probs", "attn_out",
+                                       "mlp_up", "mlp_act", "mlp_out"};
 static const char *const MLP_TAGS[] = {"linear", "gelu"};
 
 const char *const *model_tags(model_kind kind, int *n) {
@@ -238,24 +239,31 @@ static int gpt_block_forward(void *user_data, remat_tensor *const *inputs, int n
     TRY(to_heads(&k, parts[1], B, T, H, D));
     TRY(to_heads(&v, parts[2], B, T, H, D));
     for (int i = 0; i < 3; i++) drop(&parts[i]);
-    TRY(remat_transpose(&kt, k, -2, -1));                        /* (B, H, D, T) */
-    drop(&k);
-    TRY(remat_matmul(&att, q, kt));                              /* (B, H, T, T) */
-    drop(&q);
-    drop(&kt);
-    TRY(remat_mul_scalar(&t, att, 1.0 / sqrt((double)D)));
-    drop(&att);
-    TRY(remat_masked_fill(&att, t, m->mask, -INFINITY));         /* causal */
-    drop(&t);
-    TRY(remat_softmax(&t, att, -1));
-    drop(&att);
-    TRY(tag(&t, "attn_probs"));
-    TRY(remat_matmul(&att, t, v));                               /* (B, H, T, D) */
-    drop(&t);
+    if (m->attn_ops) { /* composed, as bench/pytorch/models.py on PyTorch 1.13 */
+        TRY(remat_transpose(&kt, k, -2, -1));                    /* (B, H, D, T) */
+        drop(&k);
+        TRY(remat_matmul(&att, q, kt));                          /* (B, H, T, T) */
+        drop(&q);
+        drop(&kt);
+        TRY(remat_mul_scalar(&t, att, 1.0 / sqrt((double)D)));
+        drop(&att);
+        TRY(remat_masked_fill(&att, t, m->mask, -INFINITY));     /* causal */
+        drop(&t);
+        TRY(remat_softmax(&t, att, -1));
+        drop(&att);
+        TRY(tag(&t, "attn_probs"));
+        TRY(remat_matmul(&att, t, v));                           /* (B, H, T, D) */
+        drop(&t);
+    } else { /* fused; its output is stored as (B, T, H, D) */
+        TRY(remat_attention(&att, q, k, v, true, 1.0 / sqrt((double)D)));
+        drop(&q);
+        drop(&k);
+    }
     drop(&v);
+    TRY(tag(&att, "attn"));
     TRY(remat_transpose(&t, att, 1, 2));                         /* (B, T, H, D) */
     drop(&att);
-    TRY(remat_reshape(&y, t, 3, (int64_t[]){B, T, C}));          /* copies */
+    TRY(remat_reshape(&y, t, 3, (int64_t[]){B, T, C}));          /* a view when fused */
     drop(&t);
     TRY(remat_linear(&t, y, b->proj_w, b->proj_b));
     drop(&y);

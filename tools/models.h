@@ -21,7 +21,9 @@
  *
  * Named residuals (remat_tag; what selective=names:... policies save):
  *   GPT  qkv         linear(ln1(x)), (B, T, 3C)
- *        attn_probs  softmax of the masked scores, (B, H, T, T)
+ *        attn        the attention's output before the projection, (B, H, T, D)
+ *        attn_probs  softmax of the masked scores, (B, H, T, T); only with
+ *                    --attention ops (the fused op never stores them)
  *        attn_out    the attention projection's output, (B, T, C)
  *        mlp_up      fc(ln2(x)), (B, T, 4C)
  *        mlp_act     gelu(mlp_up), (B, T, 4C)
@@ -70,6 +72,7 @@ struct model {
     model_kind kind;
     int layers, width, heads, context, vocab;
     bool untied;
+    bool attn_ops; /* attention composed of ops instead of remat_attention */
     param *params;
     int n_params;
     int64_t n_weights; /* total number of parameter elements */

@@ -70,6 +70,20 @@ int remat_log_softmax(remat_tensor **out, remat_tensor *a, int dim);
  * that shape or NULL. */
 int remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
                      remat_tensor *bias, double eps);
+/* Scaled dot-product attention, as torch's F.scaled_dot_product_attention
+ * without dropout: out = softmax(scale · q·kᵀ) · v over the last two dims.
+ * q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) → out (..., Tq, Dv); the
+ * leading dims must be equal (no broadcasting). causal: query i sees keys
+ * j ≤ i only (top-left aligned, as is_causal=True). scale 0 selects
+ * 1/sqrt(D); it must be finite. Fused: the (Tq, Tk) scores are never
+ * stored, masked blocks are skipped, and backward recomputes them from a
+ * saved per-row log-sum-exp (memory O(Tq), not O(Tq·Tk)). Inputs may be
+ * views (read in place when their last dim is contiguous). For 4-D inputs
+ * (B, H, T, D) the output is stored as (B, T, H, Dv): transpose(out, 1, 2)
+ * is contiguous. Fails on mismatched shapes/dtypes with REMAT_ESHAPE /
+ * REMAT_EDTYPE; inputs are never modified. */
+int remat_attention(remat_tensor **out, remat_tensor *q, remat_tensor *k, remat_tensor *v,
+                    bool causal, double scale);
 /* Zeroes elements with probability p (drawn from the generator of x's
  * device) and scales the rest by 1/(1-p); identity when !train or p == 0. */
 int remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool train);

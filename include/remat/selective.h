@@ -122,7 +122,7 @@ int remat_policy_from_ops(remat_policy **out, int n, const char *const *ops);
 int remat_policy_nothing_saveable(remat_policy **out);
 /* Every op PREFER_SAVE (no recomputation at all; memory as without checkpoint). */
 int remat_policy_everything_saveable(remat_policy **out);
-/* remat_matmul and remat_linear MUST_SAVE, the rest PREFER_RECOMPUTE
+/* remat_matmul, remat_linear and remat_attention MUST_SAVE, the rest PREFER_RECOMPUTE
  * (JAX: dots_saveable / checkpoint_dots). */
 int remat_policy_dots_saveable(remat_policy **out);
 /* Tags named in names → MUST_SAVE; every other op → PREFER_RECOMPUTE

@@ -196,7 +196,8 @@ int remat_policy_eval(const remat_policy *p, const remat_sac_context *ctx, const
     case POL_NOTHING: return REMAT_PREFER_RECOMPUTE;
     case POL_EVERYTHING: return REMAT_PREFER_SAVE;
     case POL_DOTS:
-        return strcmp(op, "remat_matmul") == 0 || strcmp(op, "remat_linear") == 0
+        return strcmp(op, "remat_matmul") == 0 || strcmp(op, "remat_linear") == 0 ||
+                       strcmp(op, "remat_attention") == 0
                    ? REMAT_MUST_SAVE
                    : REMAT_PREFER_RECOMPUTE;
     case POL_ONLY_NAMES:
