@@ -34,10 +34,16 @@ class GPTBlock(nn.Module):
         q = q.reshape(B, T, H, D).transpose(1, 2)
         k = k.reshape(B, T, H, D).transpose(1, 2)
         v = v.reshape(B, T, H, D).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
-        att = att.masked_fill(self.mask[:T, :T], float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        if hasattr(F, "scaled_dot_product_attention"):
+            # PyTorch >= 2.0: its fused attention, the counterpart of remat_attention
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            # PyTorch 1.13 (Debian bookworm) has no fused attention: the ops
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+            att = att.masked_fill(self.mask[:T, :T], float("-inf"))
+            att = F.softmax(att, dim=-1)
+            y = att @ v
+        y = y.transpose(1, 2).reshape(B, T, C)
         x = x + self.proj(y)
         return x + self.fc2(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
