@@ -379,6 +379,37 @@ for _op in ("softmax", "log_softmax"):
     case(_op + "_transposed")(make_softmax(_op, -1, shape=(5, 3), views={"a": [("transpose", [0, 1])]}))
 
 
+def make_attention(sq, sk, dv, causal, scale, views=None):
+    """remat_attention against the attention of PyTorch's ops (1.13 has no
+    F.scaled_dot_product_attention): softmax(q·kᵀ·scale, causal) · v."""
+
+    def build(r, dt):
+        q, k = T(r.uniform(sq, -1.5, 1.5), dt), T(r.uniform(sk, -1.5, 1.5), dt)
+        v = T(r.uniform(tuple(sk[:-1]) + (dv,)), dt)
+
+        def fn(x):
+            qq, kk, vv = x["q"], x["k"], x["v"]
+            s = (qq @ kk.transpose(-2, -1)) * (scale or 1.0 / math.sqrt(qq.shape[-1]))
+            if causal:
+                tq, tk = qq.shape[-2], kk.shape[-2]
+                s = s.masked_fill(torch.ones(tq, tk, dtype=torch.bool).triu(1), float("-inf"))
+            return torch.softmax(s, -1) @ vv
+
+        return Case("attention", fn, [("q", q), ("k", k), ("v", v)],
+                    params=[("causal", [int(causal)]), ("scale", [scale])], views=views)
+
+    return build
+
+
+case("attention_causal")(make_attention((2, 2, 5, 3), (2, 2, 5, 3), 4, True, 0.0))
+case("attention_full_scaled")(make_attention((2, 4, 3), (2, 6, 3), 2, False, 0.4))
+case("attention_causal_blocks")(make_attention((1, 70, 4), (1, 70, 4), 3, True, 0.0))
+case("attention_transposed")(make_attention((2, 5, 3, 4), (2, 5, 3, 4), 4, True, 0.0,
+                                            views={"q": [("transpose", [1, 2])],
+                                                   "k": [("transpose", [1, 2])],
+                                                   "v": [("transpose", [1, 2])]}))
+
+
 def make_layer_norm(shape, n_norm, affine, eps=1e-5, views=None):
     def build(r, dt):
         x = T(r.uniform(shape, -2.0, 2.0), dt)

@@ -191,6 +191,16 @@ static int op_layer_norm(run *r, remat_tensor **o, int *n) {
                             input_or_null(r, "bias"), eps);
 }
 
+static int op_attention(run *r, remat_tensor **o, int *n) {
+    NEED("q", q);
+    NEED("k", k);
+    NEED("v", v);
+    PINT("causal", causal);
+    PDBL("scale", scale);
+    *n = 1;
+    return remat_attention(&o[0], q, k, v, causal != 0, scale);
+}
+
 static int op_dropout(run *r, remat_tensor **o, int *n) {
     NEED("a", a);
     PDBL("p", p);
@@ -405,6 +415,7 @@ static const op_entry k_ops[] = {
     {"softmax", "softmax", op_softmax},
     {"log_softmax", "softmax", op_log_softmax},
     {"layer_norm", "layer_norm", op_layer_norm},
+    {"attention", "attention", op_attention},
     {"dropout", "dropout", op_dropout},
     {"embedding", "embedding", op_embedding},
     {"cross_entropy", "losses", op_cross_entropy},
@@ -662,6 +673,13 @@ static void run_param(const case_param *p) {
     cr_assert_eq(remat_live_tensors(), 0, "case %s: live tensors at the end", p->name);
 }
 
+/* The families run below, one FAMILY line each: the index test checks that
+ * every dispatcher entry belongs to one of them, so no op's cases go unrun. */
+static const char *const k_families[] = {
+    "binary", "scalar",     "unary", "matmul", "linear",    "softmax",   "layer_norm", "attention",
+    "dropout", "embedding", "losses", "reductions", "max", "views", "cat_split", "selection",
+    "inplace"};
+
 #define FAMILY(fam)                                                                        \
     ParameterizedTestParameters(fixtures, fam) { return family_params(#fam); }             \
     ParameterizedTest(case_param *p, fixtures, fam) { run_param(p); }
@@ -673,6 +691,7 @@ FAMILY(matmul)
 FAMILY(linear)
 FAMILY(softmax)
 FAMILY(layer_norm)
+FAMILY(attention)
 FAMILY(dropout)
 FAMILY(embedding)
 FAMILY(losses)
@@ -699,6 +718,13 @@ Test(fixtures, index) {
         cr_assert_eq(c->dtype, idx[i].dtype, "%s: dtype differs from the index", c->path);
         cr_assert(find_op(c->op), "%s: op '%s' is unknown to the dispatcher", c->path, c->op);
         fx_free(c);
+    }
+    /* every op's family is run by a FAMILY test */
+    for (int i = 0; i < N_OPS; i++) {
+        bool run = false;
+        for (size_t f = 0; f < sizeof k_families / sizeof *k_families; f++)
+            run = run || strcmp(k_ops[i].family, k_families[f]) == 0;
+        cr_assert(run, "op %s: family %s has no FAMILY() test", k_ops[i].op, k_ops[i].family);
     }
     /* every fixture file is listed (so no case goes unrun) */
     DIR *d = opendir(REMAT_FIXTURE_DIR);
