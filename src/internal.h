@@ -366,6 +366,14 @@ int rm_contig(remat_tensor **out, remat_tensor *t);
 /* Copies src into dst elementwise (same numel view, broadcast src to dst's
  * shape, converting dtype). No autograd. */
 int rm_copy_into(remat_tensor *dst, const remat_tensor *src);
+/* (src/ops/copy.c) rm_copy_into's fast kernel for dst and src of the same
+ * dtype: bit-for-bit, row memcpy / tiled transpose / strided rows, OpenMP
+ * split. Returns false, doing nothing, when the dtypes differ (meta
+ * tensors: true, nothing to do). Cannot fail. */
+bool rm_copy_same_dtype(remat_tensor *dst, const remat_tensor *src);
+/* (src/ops/copy.c) t contiguous: zeroes t[..., lo:hi, ...] along dim d
+ * (no-op for a meta tensor). */
+void rm_zero_dim_range(remat_tensor *t, int d, int64_t lo, int64_t hi);
 
 /* ---- the elementwise engine (src/ops/binary.c) ------------------------------------------
  * y = op(a, b, c; p) elementwise over y's shape; a/b/c (as many as the op

@@ -1,7 +1,12 @@
 /* tests/test_ops_shape.c — shape ops (reshape/view, transpose/permute, slice,
  * expand, (un)squeeze, contiguous), cat/split and copies (clone, to_dtype,
  * to_device): forward values, view semantics, f64 gradient checks and the
- * error cases. */
+ * error cases; then the paths of the kernels that views feed: the strided
+ * copy (rows, tiled transpose, strided, broadcast; serial and OpenMP
+ * sizes), the slice-backward scatter, and the selection kernel of
+ * masked_fill / where (packed broadcast masks, unit-stride and strided
+ * loops), each against an element-by-element reference. (Split's
+ * SplitBackward node: tests/test_split_backward.c.) */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1029,5 +1034,345 @@ Test(shape_copy, to_device_not_host_addressable) {
     remat_release(yt);
     remat_release(y);
     remat_release(x);
+    end_check();
+}
+
+/* ---- copy kernel paths ------------------------------------------------------------------ */
+/* t's values (f32, f64 or i64) read one by one through its strides. */
+static double *strided_ref(const remat_tensor *t) {
+    int nd = remat_ndim(t);
+    int64_t n = remat_numel(t), idx[REMAT_MAX_DIMS] = {0};
+    const int64_t *st = remat_strides(t);
+    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    const char *p = remat_data(t);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t off = 0;
+        for (int d = 0; d < nd; d++) off += idx[d] * st[d];
+        switch (remat_tensor_dtype(t)) {
+        case REMAT_F32: v[i] = ((const float *)(const void *)p)[off]; break;
+        case REMAT_F64: v[i] = ((const double *)(const void *)p)[off]; break;
+        default: v[i] = (double)((const int64_t *)(const void *)p)[off]; break;
+        }
+        for (int d = nd - 1; d >= 0; d--) {
+            if (++idx[d] < remat_size(t, d)) break;
+            idx[d] = 0;
+        }
+    }
+    return v;
+}
+
+/* contiguous(view) and reshape(view) hold exactly the view's values. */
+static void check_copy_of(remat_tensor *view, const char *what) {
+    double *want = strided_ref(view);
+    int64_t n = remat_numel(view);
+    remat_tensor *c = NULL, *r = NULL;
+    RT_OK(remat_contiguous(&c, view));
+    /* (a 0-element result may report non-contiguous strides: tensor.c) */
+    if (n > 0) cr_assert(remat_is_contiguous(c), "%s", what);
+    cr_assert_eq(remat_tensor_dtype(c), remat_tensor_dtype(view));
+    double *got = rt_values(c);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert(got[i] == want[i], "%s: element %lld is %g, expected %g", what, (long long)i,
+                  got[i], want[i]);
+    free(got);
+    int64_t flat = -1;
+    RT_OK(remat_reshape(&r, view, 1, &flat));
+    got = rt_values(r);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert(got[i] == want[i], "%s (reshape): element %lld", what, (long long)i);
+    free(got);
+    free(want);
+    remat_release(c);
+    remat_release(r);
+}
+
+Test(shape_copy_kernel, layouts_and_dtypes) {
+    remat_dtype dts[] = {REMAT_F32, REMAT_F64, REMAT_I64};
+    /* small (serial) and large (> 32768 elements: the OpenMP split) */
+    int64_t small[] = {3, 5, 19, 37}, large[] = {4, 6, 45, 70};
+    for (int di = 0; di < 3; di++) {
+        for (int si = 0; si < 2; si++) {
+            const int64_t *sh = si ? large : small;
+            remat_tensor *b = iota(4, sh, dts[di]), *v = NULL, *w = NULL;
+            char what[120];
+            /* tiled transpose of the last two dims, with tile remainders */
+            RT_OK(remat_transpose(&v, b, 2, 3));
+            snprintf(what, sizeof what, "dtype %d size %d transpose(2,3)", di, si);
+            check_copy_of(v, what);
+            remat_release(v);
+            /* (B, H, T, D) -> (B, T, H, D): rows of D */
+            RT_OK(remat_transpose(&v, b, 1, 2));
+            snprintf(what, sizeof what, "dtype %d size %d transpose(1,2)", di, si);
+            check_copy_of(v, what);
+            /* and its last two dims transposed too: src stride 1 on dim 2 */
+            RT_OK(remat_transpose(&w, v, 2, 3));
+            snprintf(what, sizeof what, "dtype %d size %d transpose(1,2)(2,3)", di, si);
+            check_copy_of(w, what);
+            remat_release(w);
+            remat_release(v);
+            /* a full reversal of the dims */
+            RT_OK(remat_permute(&v, b, 4, (int[]){3, 2, 1, 0}));
+            snprintf(what, sizeof what, "dtype %d size %d permute(3,2,1,0)", di, si);
+            check_copy_of(v, what);
+            remat_release(v);
+            /* strided rows: a step-3 slice of the last dim, then a column
+             * window of a middle dim */
+            RT_OK(remat_slice(&v, b, 3, 1, INT64_MAX, 3));
+            snprintf(what, sizeof what, "dtype %d size %d step slice", di, si);
+            check_copy_of(v, what);
+            remat_release(v);
+            RT_OK(remat_slice(&v, b, 2, 2, sh[2] - 1, 1));
+            RT_OK(remat_transpose(&w, v, 0, 3));
+            snprintf(what, sizeof what, "dtype %d size %d window transposed", di, si);
+            check_copy_of(w, what);
+            remat_release(w);
+            remat_release(v);
+            /* broadcast: an expanded row and an expanded column */
+            RT_OK(remat_slice(&v, b, 0, 0, 1, 1));
+            RT_OK(remat_expand(&w, v, 4, (int64_t[]){5, -1, -1, -1}));
+            snprintf(what, sizeof what, "dtype %d size %d expand dim 0", di, si);
+            check_copy_of(w, what);
+            remat_release(w);
+            remat_release(v);
+            RT_OK(remat_slice(&v, b, 3, 4, 5, 1));
+            RT_OK(remat_expand(&w, v, 4, (int64_t[]){-1, -1, -1, 33}));
+            snprintf(what, sizeof what, "dtype %d size %d expand last dim", di, si);
+            check_copy_of(w, what);
+            remat_release(w);
+            remat_release(v);
+            remat_release(b);
+        }
+    }
+    /* one element, and zero elements */
+    int64_t one[] = {1, 1}, none[] = {0, 4};
+    remat_tensor *b = iota(2, one, REMAT_F32), *v;
+    RT_OK(remat_transpose(&v, b, 0, 1));
+    check_copy_of(v, "one element");
+    remat_release(v);
+    remat_release(b);
+    b = iota(2, none, REMAT_F64);
+    RT_OK(remat_transpose(&v, b, 0, 1));
+    check_copy_of(v, "zero elements");
+    remat_release(v);
+    remat_release(b);
+    end_check();
+}
+
+/* The copy is bit-for-bit: NaN payloads, -0 and infinities survive. */
+Test(shape_copy_kernel, bitwise_specials) {
+    int64_t sh[] = {9, 40};
+    remat_tensor *b = iota(2, sh, REMAT_F32), *t, *c;
+    float *p = remat_data(b);
+    uint32_t payload = 0x7fa12345u;
+    memcpy(&p[3], &payload, sizeof payload);
+    p[4] = -0.0f;
+    p[5] = -INFINITY;
+    RT_OK(remat_transpose(&t, b, 0, 1));
+    RT_OK(remat_contiguous(&c, t));
+    const float *q = remat_data(c);
+    uint32_t got;
+    memcpy(&got, &q[3 * 9], sizeof got); /* b[0][3] is c[3][0] */
+    cr_assert_eq(got, payload);
+    cr_assert(signbit(q[4 * 9]) && q[4 * 9] == 0.0f);
+    cr_assert(isinf(q[5 * 9]) && q[5 * 9] < 0);
+    remat_release(c);
+    remat_release(t);
+    remat_release(b);
+    end_check();
+}
+
+/* Slice backward writes the gradient into the slice and zeros exactly the
+ * complement, for steps, offsets, empty slices and large (parallel) sizes. */
+Test(shape_copy_kernel, slice_backward_scatter) {
+    struct {
+        int64_t rows, cols;
+        int dim;
+        int64_t start, end, step;
+    } cs[] = {
+        {7, 11, 1, 2, 9, 1},  {7, 11, 1, 1, 11, 3}, {7, 11, 0, 0, 7, 2},  {7, 11, 0, 5, 6, 1},
+        {7, 11, 1, 4, 4, 1},  {300, 150, 1, 10, 140, 1}, {300, 150, 0, 3, 290, 4},
+        {300, 150, 1, 0, 150, 7},
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        int64_t sh[] = {cs[k].rows, cs[k].cols};
+        remat_tensor *a = rt_rand(2, sh, REMAT_F32, -1, 1, (unsigned)k + 40), *y, *g, *ga;
+        RT_OK(remat_set_requires_grad(a, true));
+        RT_OK(remat_slice(&y, a, cs[k].dim, cs[k].start, cs[k].end, cs[k].step));
+        g = rt_rand(remat_ndim(y), remat_shape(y), REMAT_F32, 1, 2, (unsigned)k + 80);
+        RT_OK(remat_grad(1, &y, &g, 1, &a, false, false, &ga));
+        double *vg = rt_values(g), *va = rt_values(ga);
+        int64_t gc = remat_size(y, 1);
+        for (int64_t i = 0; i < sh[0]; i++) {
+            for (int64_t j = 0; j < sh[1]; j++) {
+                int64_t x = cs[k].dim == 0 ? i : j;
+                int64_t lim = cs[k].end < sh[cs[k].dim] ? cs[k].end : sh[cs[k].dim];
+                bool in = x >= cs[k].start && x < lim && (x - cs[k].start) % cs[k].step == 0;
+                double want = 0;
+                if (in) {
+                    int64_t gi = cs[k].dim == 0 ? (i - cs[k].start) / cs[k].step : i;
+                    int64_t gj = cs[k].dim == 1 ? (j - cs[k].start) / cs[k].step : j;
+                    want = vg[gi * gc + gj];
+                }
+                cr_assert(va[i * sh[1] + j] == want, "case %zu: grad[%lld][%lld] is %g, want %g",
+                          k, (long long)i, (long long)j, va[i * sh[1] + j], want);
+            }
+        }
+        free(vg);
+        free(va);
+        remat_release(ga);
+        remat_release(g);
+        remat_release(y);
+        remat_release(a);
+    }
+    end_check();
+}
+
+/* ---- selection kernel paths (masked_fill / where) ----------------------------------------- */
+/* y[b][r][c] against a[b][r][c] and mask[(b)][r][c] */
+static void check_fill(const remat_tensor *y, const remat_tensor *a, const double *mask,
+                       int64_t mask_period, double value, const char *what) {
+    int64_t n = remat_numel(y);
+    double *vy = rt_values(y), *va = rt_values(a);
+    for (int64_t i = 0; i < n; i++) {
+        double m = mask[i % mask_period];
+        double want = (m != 0 || isnan(m)) ? value : va[i];
+        cr_assert(vy[i] == want || (isnan(vy[i]) && isnan(want)),
+                  "%s: element %lld is %g, expected %g", what, (long long)i, vy[i], want);
+    }
+    free(vy);
+    free(va);
+}
+
+Test(shape_select_kernel, masked_fill_mask_kinds) {
+    const int64_t B = 3, H = 4, T = 45; /* 24300 elements: serial; x4 below: parallel */
+    remat_dtype mdts[] = {REMAT_I64, REMAT_F32, REMAT_F64};
+    for (int big = 0; big < 2; big++) {
+        int64_t Bb = big ? 4 * B : B;
+        int64_t s[] = {Bb, H, T, T}, sm[] = {T, T};
+        for (int di = 0; di < 3; di++) {
+            double *mv = malloc(sizeof(double) * (size_t)(T * T));
+            for (int64_t i = 0; i < T * T; i++)
+                mv[i] = (i % 7 == 3) ? (mdts[di] == REMAT_I64 ? 5 : NAN)
+                                     : (i / T < i % T ? -2.0 : 0.0);
+            remat_tensor *m = rt_tensor(2, sm, mdts[di], mv);
+            for (int fd = 0; fd < 2; fd++) {
+                remat_dtype dt = fd ? REMAT_F64 : REMAT_F32;
+                remat_tensor *x = rt_rand(4, s, dt, -1, 1, 7), *y, *xt;
+                char what[100];
+                snprintf(what, sizeof what, "big %d mask dtype %d x dtype %d", big, di, fd);
+                RT_OK(remat_masked_fill(&y, x, m, -7.25));
+                check_fill(y, x, mv, T * T, -7.25, what);
+                remat_release(y);
+                /* the backward: the gradient where the mask is false */
+                RT_OK(remat_set_requires_grad(x, true));
+                RT_OK(remat_masked_fill(&y, x, m, -7.25));
+                remat_tensor *g = rt_rand(4, s, dt, 1, 2, 8), *gx;
+                RT_OK(remat_grad(1, &y, &g, 1, &x, false, false, &gx));
+                check_fill(gx, g, mv, T * T, 0.0, what);
+                remat_release(gx);
+                remat_release(g);
+                remat_release(y);
+                /* a strided input: the strided loop */
+                RT_OK(remat_transpose(&xt, x, 0, 1));
+                remat_tensor *mt;
+                RT_OK(remat_masked_fill(&y, xt, m, 1.5));
+                RT_OK(remat_contiguous(&mt, xt));
+                check_fill(y, mt, mv, T * T, 1.5, what);
+                remat_release(mt);
+                remat_release(y);
+                remat_release(xt);
+                remat_release(x);
+            }
+            remat_release(m);
+            free(mv);
+        }
+    }
+    end_check();
+}
+
+/* Masks broadcast along other dims: (B, 1, T, T) (the packed mask has
+ * non-zero outer strides), (1, T) rows, a (T, 1) column, a full-shape mask
+ * (not packed) and a 0-dim one. */
+Test(shape_select_kernel, masked_fill_broadcast_shapes) {
+    const int64_t B = 2, H = 3, T = 20;
+    int64_t s[] = {B, H, T, T};
+    remat_tensor *x = rt_rand(4, s, REMAT_F32, -1, 1, 9);
+    double *vx = rt_values(x);
+    struct {
+        int nd;
+        int64_t sh[4];
+    } ms[] = {{4, {B, 1, T, T}}, {2, {1, T}}, {2, {T, 1}}, {4, {B, H, T, T}}, {0, {0}}};
+    for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) {
+        int64_t nm = 1;
+        for (int d = 0; d < ms[k].nd; d++) nm *= ms[k].sh[d];
+        double *mv = malloc(sizeof(double) * (size_t)nm);
+        for (int64_t i = 0; i < nm; i++) mv[i] = (i * 5 + 1) % 3 == 0;
+        remat_tensor *m = rt_tensor(ms[k].nd, ms[k].sh, REMAT_I64, mv), *y;
+        RT_OK(remat_masked_fill(&y, x, m, 9.0));
+        double *vy = rt_values(y);
+        for (int64_t i = 0; i < B * H * T * T; i++) {
+            int64_t b = i / (H * T * T), h = i / (T * T) % H, r = i / T % T, c = i % T;
+            int64_t mi = 0;
+            switch (k) {
+            case 0: mi = (b * T + r) * T + c; break;
+            case 1: mi = c; break;
+            case 2: mi = r; break;
+            case 3: mi = ((b * H + h) * T + r) * T + c; break;
+            default: mi = 0; break;
+            }
+            double want = mv[mi] != 0 ? 9.0 : vx[i];
+            cr_assert(vy[i] == want, "mask %zu element %lld: %g, expected %g", k, (long long)i,
+                      vy[i], want);
+        }
+        free(vy);
+        free(mv);
+        remat_release(y);
+        remat_release(m);
+    }
+    free(vx);
+    remat_release(x);
+    end_check();
+}
+
+/* where: both tensors full (unit loop), a broadcast tensor operand (stride 0
+ * in the inner loop) and the backward's "g where true, 0 elsewhere". */
+Test(shape_select_kernel, where_paths) {
+    const int64_t R = 40, C = 900; /* 36000: the parallel path */
+    int64_t s[] = {R, C}, sc[] = {C}, s1[] = {R, 1};
+    double *cv = malloc(sizeof(double) * (size_t)C);
+    for (int64_t j = 0; j < C; j++) cv[j] = j % 4 == 1 ? 0.0 : (j % 5 ? 1.0 : -0.5);
+    remat_tensor *cond = rt_tensor(1, sc, REMAT_F32, cv);
+    remat_tensor *a = rt_leaf(rt_rand(2, s, REMAT_F64, -1, 1, 10));
+    remat_tensor *b = rt_leaf(rt_rand(2, s1, REMAT_F64, -1, 1, 11)); /* (R, 1) */
+    remat_tensor *y, *g = rt_rand(2, s, REMAT_F64, 1, 2, 12);
+    RT_OK(remat_where(&y, cond, a, b));
+    double *va = rt_values(a), *vb = rt_values(b), *vy = rt_values(y), *vg = rt_values(g);
+    for (int64_t i = 0; i < R * C; i++)
+        cr_assert(vy[i] == (cv[i % C] != 0 ? va[i] : vb[i / C]), "element %lld", (long long)i);
+    remat_tensor *ins[2] = {a, b}, *gs[2] = {NULL, NULL};
+    RT_OK(remat_grad(1, &y, &g, 2, ins, false, false, gs));
+    double *ga = rt_values(gs[0]), *gb = rt_values(gs[1]);
+    for (int64_t r = 0; r < R; r++) {
+        double sum = 0;
+        for (int64_t j = 0; j < C; j++) {
+            double gij = vg[r * C + j];
+            cr_assert(ga[r * C + j] == (cv[j] != 0 ? gij : 0.0));
+            if (cv[j] == 0) sum += gij;
+        }
+        cr_assert(fabs(gb[r] - sum) <= 1e-12 * fabs(sum) + 1e-12, "row %lld", (long long)r);
+    }
+    free(ga);
+    free(gb);
+    free(va);
+    free(vb);
+    free(vy);
+    free(vg);
+    free(cv);
+    for (int i = 0; i < 2; i++) remat_release(gs[i]);
+    remat_release(y);
+    remat_release(g);
+    remat_release(a);
+    remat_release(b);
+    remat_release(cond);
     end_check();
 }

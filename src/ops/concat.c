@@ -3,9 +3,14 @@
  * cat copies each input into a strided window of the output (a view of
  * the output with the input's extent along dim); its backward hands every
  * input the matching slice (a view) of the output grad.
- * split makes views: piece k is remat_slice(a, dim, k*s, (k+1)*s), so each
- * piece has its own SliceBackward node scattering its grad into a
- * zero-padded full-size grad of a (the engine sums them). */
+ * split makes views: piece k is a[..., k*s : (k+1)*s, ...] sharing a's
+ * storage. All pieces are outputs of ONE SplitBackward node (as PyTorch's
+ * SplitBackward0), whose backward allocates a's gradient once and copies
+ * each piece's gradient into its window; a window whose piece got no
+ * gradient is zero-filled. (One slice node per piece would build a
+ * zero-padded full-size gradient per piece and leave the engine to sum
+ * them: 3x the memory and traffic for the (B, T, 3C) qkv split of a GPT
+ * block.) */
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,7 +85,7 @@ static int cat_impl(remat_tensor **out, int n, remat_tensor *const *tensors, int
                 rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
                 break;
             }
-            rc = rm_copy_into(win, t);
+            if (!rm_copy_same_dtype(win, t)) rc = rm_copy_into(win, t);
             remat_release(win);
             off += t->shape[d];
         }
@@ -109,6 +114,73 @@ static int cat_impl(remat_tensor **out, int n, remat_tensor *const *tensors, int
     return rm_hand_out(out, y);
 }
 
+/* Split parameters (no tensors: SplitBackward saves nothing). */
+typedef struct split_ctx {
+    int dim;
+    int64_t split_size;
+    int ndim;
+    int64_t shape[REMAT_MAX_DIMS]; /* a's shape */
+    remat_dtype dtype;
+    remat_device device;
+} split_ctx;
+
+/* a is (..., size, ...) along dim; piece k is [k*s, min((k+1)*s, size)).
+ * gout[k] is piece k's gradient, or NULL when it got none: its window is
+ * zero-filled. (The engine today materialises zeros for a piece without a
+ * gradient instead; those are copied like any other gradient.) Every
+ * element of the result is written once. */
+static int split_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    split_ctx *c = node->ctx;
+    if (!node->next[0].node) return REMAT_OK;
+    int rc = REMAT_OK;
+    remat_dtype dt = c->dtype;
+    remat_device dev = c->device;
+    bool found = false;
+    for (int k = 0; k < node->n_outputs; k++) {
+        if (!gout[k]) continue;
+        if ((rc = rm_check_host("SplitBackward", gout[k]))) return rc;
+        if (!found) {
+            dt = gout[k]->dtype;
+            dev = gout[k]->storage->device;
+            found = true;
+        }
+    }
+    remat_tensor *z = NULL;
+    rc = rm_new_output(&z, c->ndim, c->shape, dt, dev);
+    if (rc) return rc;
+    if (rm_ptr(z)) { /* a meta z (skip mode): nothing to compute */
+        int d = c->dim;
+        int64_t size = c->shape[d];
+        int64_t sh[REMAT_MAX_DIMS];
+        memcpy(sh, z->shape, sizeof sh);
+        for (int k = 0; k < node->n_outputs && rc == REMAT_OK; k++) {
+            int64_t lo = k * c->split_size;
+            int64_t hi = lo + c->split_size < size ? lo + c->split_size : size;
+            if (!gout[k] || !rm_ptr(gout[k])) { /* missing (or meta: as zeros) */
+                rm_zero_dim_range(z, d, lo, hi);
+                continue;
+            }
+            if (hi <= lo) continue;
+            /* window k of z: z's strides, the piece's extent along d */
+            sh[d] = hi - lo;
+            remat_tensor *win = rm_tensor_alloc(z->storage, z->offset + lo * z->strides[d],
+                                                z->ndim, sh, z->strides, z->dtype);
+            if (!win) {
+                rc = rm_err(REMAT_ENOMEM, "SplitBackward: out of memory");
+                break;
+            }
+            if (!rm_copy_same_dtype(win, gout[k])) rc = rm_copy_into(win, gout[k]);
+            remat_release(win);
+        }
+    }
+    if (rc) {
+        remat_release(z);
+        return rc;
+    }
+    gin[0] = z;
+    return REMAT_OK;
+}
+
 static int split_impl(remat_tensor **outs, int max_out, int *n_out, remat_tensor *a,
                       int64_t split_size, int dim) {
     const char *call = "remat_split";
@@ -135,13 +207,42 @@ static int split_impl(remat_tensor **outs, int max_out, int *n_out, remat_tensor
         return rm_err(REMAT_EINVAL, "%s: splitting dim %d of %s into pieces of %lld gives %lld "
                       "pieces, but max_out is %d", call, d, rm_tensor_str(a, b, sizeof b),
                       (long long)split_size, (long long)count, max_out);
-    /* the pieces are handed out below, not by remat_slice */
-    void *sc = rm_scope_suspend();
-    for (int64_t k = 0; k < count && rc == REMAT_OK; k++)
-        rc = remat_slice(&outs[k], a, d, k * split_size, (k + 1) * split_size, 1);
-    rm_scope_resume(sc);
+    /* the pieces: views of a (new headers over a's storage, is_view set, so
+     * that in-place ops on them are refused while they require grad) */
+    int64_t sh[REMAT_MAX_DIMS];
+    memcpy(sh, a->shape, sizeof sh);
+    for (int64_t k = 0; k < count && rc == REMAT_OK; k++) {
+        int64_t lo = k * split_size;
+        int64_t hi = lo + split_size < size ? lo + split_size : size;
+        sh[d] = hi - lo;
+        /* an empty piece addresses nothing: keep the offset in range anyway */
+        int64_t off = a->offset + (hi > lo ? lo * a->strides[d] : 0);
+        outs[k] = rm_tensor_alloc(a->storage, off, a->ndim, sh, a->strides, a->dtype);
+        if (!outs[k]) rc = rm_err(REMAT_ENOMEM, "%s: out of memory creating a view", call);
+        else outs[k]->is_view = true;
+    }
+    if (rc == REMAT_OK && rm_needs_grad(1, &a)) {
+        remat_node *node;
+        rc = rm_node_new(&node, "SplitBackward", split_backward, 1, &a, (int)count, 0);
+        if (rc == REMAT_OK) {
+            split_ctx *c = malloc(sizeof *c);
+            if (!c) {
+                rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+            } else {
+                c->dim = d;
+                c->split_size = split_size;
+                c->ndim = a->ndim;
+                memcpy(c->shape, a->shape, sizeof c->shape);
+                c->dtype = a->dtype;
+                c->device = a->storage->device;
+                rm_node_set_ctx(node, c, NULL);
+                for (int64_t k = 0; k < count; k++) rm_node_set_output(node, (int)k, outs[k]);
+            }
+            rm_node_release(node); /* the pieces hold it now (or it dies here) */
+        }
+        if (rc) rc = rm_err_prefix(rc, call);
+    }
     if (rc) {
-        rc = rm_err_prefix(rc, call);
         for (int64_t k = 0; k < count; k++) remat_release_p(&outs[k]);
         return rc;
     }

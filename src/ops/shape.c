@@ -108,8 +108,11 @@ static int identity_backward(remat_node *node, remat_tensor *const *gout, remat_
     return REMAT_OK;
 }
 
-/* slice: zeros of the input shape with g written into the sliced positions
- * (through a strided view of the zeros with the forward's slicing). */
+/* slice: a tensor of the input shape holding g at the sliced positions
+ * (through a strided view with the forward's slicing) and zeros elsewhere.
+ * Only the complement of the slice is zeroed, so every element is written
+ * once: the rows before start, the gaps between steps, the rows after the
+ * last taken one. */
 static int slice_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     shape_ctx *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
@@ -119,19 +122,55 @@ static int slice_backward(remat_node *node, remat_tensor *const *gout, remat_ten
     remat_tensor *z = NULL, *v = NULL;
     rc = rm_new_output(&z, c->ndim, c->shape, g->dtype, g->storage->device);
     if (rc) return rc;
-    if (rm_ptr(z)) memset(rm_ptr(z), 0, z->storage->nbytes);
+    if (!rm_ptr(z)) { /* skip mode: shapes only */
+        gin[0] = z;
+        return REMAT_OK;
+    }
+    int d = c->dim0;
+    int64_t size = c->shape[d], len = g->shape[d], step = c->step, start = c->start;
+    if (len == 0 || !rm_ptr(g)) { /* nothing to scatter (a meta g: as zeros) */
+        rm_zero_dim_range(z, d, 0, size);
+        gin[0] = z;
+        return REMAT_OK;
+    }
+    rm_zero_dim_range(z, d, 0, start);
+    for (int64_t k = 0; k < len; k++) {
+        int64_t lo = start + k * step + 1;
+        int64_t hi = k + 1 < len ? start + (k + 1) * step : size;
+        rm_zero_dim_range(z, d, lo, hi);
+    }
     int64_t strides[REMAT_MAX_DIMS];
     memcpy(strides, z->strides, sizeof strides);
-    int64_t offset = z->offset + c->start * strides[c->dim0];
-    strides[c->dim0] *= c->step;
+    int64_t offset = z->offset + start * strides[d];
+    strides[d] *= step;
     rc = make_view(&v, z, offset, g->ndim, g->shape, strides, "SliceBackward");
-    if (rc == REMAT_OK) rc = rm_copy_into(v, g);
+    if (rc == REMAT_OK && !rm_copy_same_dtype(v, g)) rc = rm_copy_into(v, g);
     remat_release(v);
     if (rc) {
         remat_release(z);
         return rc;
     }
     gin[0] = z;
+    return REMAT_OK;
+}
+
+/* A contiguous copy of t (new reference; t itself when already contiguous),
+ * through the fast same-dtype kernel. */
+static int contig_copy(remat_tensor **out, remat_tensor *t) {
+    *out = NULL;
+    if (remat_is_contiguous(t)) {
+        *out = remat_retain(t);
+        return REMAT_OK;
+    }
+    remat_tensor *y = NULL;
+    int rc = rm_new_output(&y, t->ndim, t->shape, t->dtype, t->storage->device);
+    if (rc) return rc;
+    if (!rm_copy_same_dtype(y, t)) rc = rm_copy_into(y, t);
+    if (rc) {
+        remat_release(y);
+        return rc;
+    }
+    *out = y;
     return REMAT_OK;
 }
 
@@ -263,7 +302,7 @@ static int reshape_impl(remat_tensor **out, remat_tensor *a, int ndim, const int
     rc = rm_check_host(call, a);
     if (rc) return rc;
     remat_tensor *tmp = NULL;
-    rc = rm_contig(&tmp, a);
+    rc = contig_copy(&tmp, a);
     if (rc) return rm_err_prefix(rc, call);
     rm_contiguous_strides(ndim, rs, st);
     rc = make_view(&y, tmp, tmp->offset, ndim, rs, st, call);
@@ -513,7 +552,7 @@ static int contiguous_impl(remat_tensor **out, remat_tensor *a) {
     rc = rm_check_host(call, a);
     if (rc) return rc;
     remat_tensor *y = NULL;
-    rc = rm_contig(&y, a);
+    rc = contig_copy(&y, a);
     if (rc) return rm_err_prefix(rc, call);
     shape_ctx c;
     ctx_from_input(&c, a);
