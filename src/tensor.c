@@ -728,14 +728,8 @@ int rm_copy_into(remat_tensor *dst, const remat_tensor *src) {
     if (!dst->storage->data || !src->storage->data) return REMAT_OK; /* meta */
     int64_t n = rm_shape_numel(dst->ndim, dst->shape);
     if (n == 0) return REMAT_OK;
-    /* fast path: same dtype, both contiguous, same numel */
-    if (dst->dtype == src->dtype && remat_is_contiguous(dst) && remat_is_contiguous(src) &&
-        rm_shape_numel(src->ndim, src->shape) == n && src->ndim == dst->ndim) {
-        size_t es = remat_dtype_size(dst->dtype);
-        memcpy((char *)dst->storage->data + (size_t)dst->offset * es,
-               (const char *)src->storage->data + (size_t)src->offset * es, (size_t)n * es);
-        return REMAT_OK;
-    }
+    /* same dtype: the bit-for-bit strided kernel (row memcpy, tiled transpose) */
+    if (rm_copy_same_dtype(dst, src)) return REMAT_OK;
     rm_iter base;
     rm_iter_init(&base, dst->ndim, dst->shape, 2);
     memcpy(base.strides[0], dst->strides, sizeof(int64_t) * (size_t)dst->ndim);

@@ -3,6 +3,7 @@
  * / 3-D x), the GEMM layer against the built-in kernel, what backward saves,
  * empty sizes, skip mode, and argument errors. */
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -642,6 +643,47 @@ Test(ops_matmul, linear_f32_gradients_agree_with_f64) {
     }
     remat_tensor *rl[] = {x64, w64, b64, x32, w32, b32, x32l, w32l, b32l, y32, y64, l32, l64};
     for (size_t i = 0; i < sizeof rl / sizeof rl[0]; i++) remat_release(rl[i]);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* The bias gradient (column sums of g) on the shapes of each path: narrow
+ * (n < 64), streamed row chunks with a partial last chunk, and many chunks
+ * (rows above 64 * 1024); f32 against the exact sums of the same values, and
+ * bitwise the same on 1 and 2 threads. */
+Test(ops_matmul, linear_bias_grad_paths_and_thread_count) {
+    struct {
+        int64_t rows, n;
+    } cases[] = {{300, 10}, {300, 100}, {64, 64}, {1, 70}, {70000, 65}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int64_t rows = cases[k].rows, n = cases[k].n, in_f = 3;
+        remat_tensor *x = rt_rand(2, (int64_t[]){rows, in_f}, REMAT_F32, -1, 1, 81);
+        remat_tensor *w = rt_rand(2, (int64_t[]){n, in_f}, REMAT_F32, -1, 1, 82);
+        remat_tensor *b = rt_leaf(rt_rand(1, &n, REMAT_F32, -1, 1, 83));
+        remat_tensor *g = rt_rand(2, (int64_t[]){rows, n}, REMAT_F32, -1, 1, 84);
+        remat_tensor *y[2] = {NULL, NULL}, *db[2] = {NULL, NULL};
+        for (int t = 0; t < 2; t++) {
+            omp_set_num_threads(t + 1);
+            RT_OK(remat_linear(&y[t], x, w, b));
+            RT_OK(remat_grad(1, &y[t], &g, 1, &b, false, false, &db[t]));
+        }
+        omp_set_num_threads(2);
+        cr_assert(rt_bitwise_equal(db[0], db[1]), "rows %lld n %lld: bias grad depends on the "
+                  "thread count", (long long)rows, (long long)n);
+        double *gv = rt_values(g), *dv = rt_values(db[0]);
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0, sa = 0;
+            for (int64_t r = 0; r < rows; r++) {
+                s += gv[r * n + j];
+                sa += fabs(gv[r * n + j]);
+            }
+            cr_assert(fabs(dv[j] - s) <= 1e-6 * sa + 1e-6, "rows %lld n %lld column %lld: %.9g "
+                      "vs %.9g", (long long)rows, (long long)n, (long long)j, dv[j], s);
+        }
+        free(gv);
+        free(dv);
+        remat_tensor *rl[] = {x, w, b, g, y[0], y[1], db[0], db[1]};
+        for (size_t i = 0; i < sizeof rl / sizeof rl[0]; i++) remat_release(rl[i]);
+    }
     cr_assert_eq(remat_live_tensors(), 0);
 }
 

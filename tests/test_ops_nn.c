@@ -192,6 +192,92 @@ Test(nn, softmax_errors) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
+/* ---- gelu (erf) f32 kernels ---------------------------------------------------------------
+ * The f32 forward and backward (vectorised Phi through erfcx, one shared exp)
+ * against f64 over a dense range: relative accuracy in the left tail where
+ * x * Phi(x) is tiny, absolute near the zero of the derivative. */
+Test(nn, gelu_erf_f32_accuracy) {
+    int64_t n = 48001;
+    double *xv = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) xv[i] = -12.0 + 24.0 * (double)i / (double)(n - 1);
+    remat_tensor *x32 = rt_leaf(rt_tensor(1, &n, REMAT_F32, xv)), *y32 = NULL, *g32 = NULL;
+    free(xv);
+    remat_tensor *ones = NULL;
+    RT_OK(remat_full(&ones, 1, &n, 1.0, REMAT_F32, REMAT_DEVICE_CPU));
+    RT_OK(remat_gelu(&y32, x32, REMAT_GELU_ERF));
+    RT_OK(remat_grad(1, &y32, &ones, 1, &x32, false, false, &g32));
+    double *x = rt_values(x32), *y = rt_values(y32), *g = rt_values(g32);
+    for (int64_t i = 0; i < n; i++) {
+        double phi = 0.5 * erfc(-x[i] / sqrt(2.0)); /* f64 reference, no cancellation */
+        double ye = x[i] * phi, ge = phi + x[i] * exp(-0.5 * x[i] * x[i]) / sqrt(2 * M_PI);
+        /* relative in the forward (x^2 rounds in f32: exp(-x^2/2) is off by x^2 * 2^-25) */
+        double rtol = 1e-6 + 6e-8 * x[i] * x[i];
+        cr_assert(fabs(y[i] - ye) <= rtol * fabs(ye), "gelu(%.9g) = %.9g, expected %.9g", x[i],
+                  y[i], ye);
+        cr_assert(fabs(g[i] - ge) <= 1e-6 * fabs(ge) + 3e-7, "gelu'(%.9g) = %.9g, expected %.9g",
+                  x[i], g[i], ge);
+    }
+    free(x);
+    free(y);
+    free(g);
+    /* special values: NaN stays NaN, +inf -> inf, 0 -> 0, the far left tail -> 0 */
+    int64_t k = 4;
+    double sv[4] = {NAN, INFINITY, 0.0, -30.0};
+    remat_tensor *s = rt_tensor(1, &k, REMAT_F32, sv), *ys = NULL;
+    RT_OK(remat_gelu(&ys, s, REMAT_GELU_ERF));
+    double *yv = rt_values(ys);
+    cr_assert(isnan(yv[0]) && yv[1] == INFINITY && yv[2] == 0.0 && yv[3] == 0.0,
+              "gelu specials: %g %g %g %g", yv[0], yv[1], yv[2], yv[3]);
+    free(yv);
+    remat_tensor *rl[] = {x32, y32, g32, ones, s, ys};
+    for (size_t i = 0; i < sizeof rl / sizeof rl[0]; i++) remat_release(rl[i]);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* The f32 tanh-form GELU (computed as x * sigmoid(2u)) and its derivative
+ * against long double references of the tanh formula, written in the
+ * sigmoid form where 1 + tanh(u) would cancel. */
+Test(nn, gelu_tanh_f32_accuracy) {
+    int64_t n = 48001;
+    double *xv = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) xv[i] = -12.0 + 24.0 * (double)i / (double)(n - 1);
+    remat_tensor *x32 = rt_leaf(rt_tensor(1, &n, REMAT_F32, xv)), *y32 = NULL, *g32 = NULL;
+    free(xv);
+    remat_tensor *ones = NULL;
+    RT_OK(remat_full(&ones, 1, &n, 1.0, REMAT_F32, REMAT_DEVICE_CPU));
+    RT_OK(remat_gelu(&y32, x32, REMAT_GELU_TANH));
+    RT_OK(remat_grad(1, &y32, &ones, 1, &x32, false, false, &g32));
+    double *x = rt_values(x32), *y = rt_values(y32), *g = rt_values(g32);
+    for (int64_t i = 0; i < n; i++) {
+        long double v = x[i], k = 0.7978845608028654L;
+        long double u = k * (v + 0.044715L * v * v * v), du = k * (1 + 3 * 0.044715L * v * v);
+        long double s = 1 / (1 + expl(-2 * u)); /* 0.5 (1 + tanh u) */
+        double ye = (double)(v * s), ge = (double)(s + 2 * v * s * (1 - s) * du);
+        /* relative in the forward: u's rounding is amplified by exp(-2u) in the left tail */
+        double rtol = 1e-6 + 5e-7 * fabs((double)u);
+        /* (exp is clamped at exp(88): a floor of ~1e-38 * |x| in the far left tail) */
+        cr_assert(fabs(y[i] - ye) <= rtol * fabs(ye) + 1e-36,
+                  "gelu_tanh(%.9g) = %.9g, expected %.9g",
+                  x[i], y[i], ye);
+        cr_assert(fabs(g[i] - ge) <= 1e-6 * fabs(ge) + 3e-7,
+                  "gelu_tanh'(%.9g) = %.9g, expected %.9g", x[i], g[i], ge);
+    }
+    free(x);
+    free(y);
+    free(g);
+    int64_t k = 3;
+    double sv[3] = {NAN, INFINITY, 0.0};
+    remat_tensor *sp = rt_tensor(1, &k, REMAT_F32, sv), *ys = NULL;
+    RT_OK(remat_gelu(&ys, sp, REMAT_GELU_TANH));
+    double *yv = rt_values(ys);
+    cr_assert(isnan(yv[0]) && yv[1] == INFINITY && yv[2] == 0.0, "gelu_tanh specials: %g %g %g",
+              yv[0], yv[1], yv[2]);
+    free(yv);
+    remat_tensor *rl[] = {x32, y32, g32, ones, sp, ys};
+    for (size_t i = 0; i < sizeof rl / sizeof rl[0]; i++) remat_release(rl[i]);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 /* ---- layer_norm ----------------------------------------------------------------------------- */
 Test(nn, layer_norm_values) {
     int64_t s[2] = {2, 3};
@@ -321,6 +407,174 @@ Test(nn, layer_norm_f32_matches_f64) {
     remat_release(x64);
     remat_release(w64);
     remat_release(b64);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* Naive f64 layer norm over the last dim of x (N, C) and its backward for
+ * the upstream gradient g: y, dx, dw, db (w, b may be NULL: ones, zeros). */
+static void ln_reference(const double *x, const double *w, const double *b, const double *g,
+                         int64_t N, int64_t C, double eps, double *y, double *dx, double *dw,
+                         double *db) {
+    for (int64_t c = 0; c < C; c++) dw[c] = db[c] = 0;
+    for (int64_t n = 0; n < N; n++) {
+        const double *xn = x + n * C, *gn = g + n * C;
+        double m = 0, v = 0, s1 = 0, s2 = 0;
+        for (int64_t c = 0; c < C; c++) m += xn[c];
+        m /= (double)C;
+        for (int64_t c = 0; c < C; c++) v += (xn[c] - m) * (xn[c] - m);
+        double rs = 1.0 / sqrt(v / (double)C + eps);
+        for (int64_t c = 0; c < C; c++) {
+            double nv = (xn[c] - m) * rs, wv = w ? w[c] : 1.0;
+            y[n * C + c] = nv * wv + (b ? b[c] : 0.0);
+            s1 += wv * gn[c];
+            s2 += wv * gn[c] * nv;
+            dw[c] += nv * gn[c];
+            db[c] += gn[c];
+        }
+        for (int64_t c = 0; c < C; c++) {
+            double nv = (xn[c] - m) * rs, wv = w ? w[c] : 1.0;
+            dx[n * C + c] = (wv * gn[c] - s1 / (double)C - nv * s2 / (double)C) * rs;
+        }
+    }
+}
+
+/* Max |got - want| / (atol + rtol |want|) over n elements (<= 1: within tolerance). */
+static double worst_ratio(const remat_tensor *got, const double *want, int64_t n, double atol,
+                          double rtol) {
+    cr_assert_eq(remat_numel(got), n);
+    double *v = rt_values(got), worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double r = fabs(v[i] - want[i]) / (atol + rtol * fabs(want[i]));
+        if (!(r <= worst)) worst = r; /* NaN sticks */
+    }
+    free(v);
+    return worst;
+}
+
+/* f32 layer norm forward and backward (dx, dweight, dbias) against a naive f64
+ * reference on shapes that exercise every kernel path: several backward row
+ * chunks with a short last one, a single row, widths that are not a multiple
+ * of the lane count (16), with and without weight/bias, and rows with a
+ * large common offset (the mean is taken of shifted data). */
+Test(nn, layer_norm_f32_against_reference_odd_shapes) {
+    struct {
+        int64_t N, C;
+        bool use_w, use_b;
+        double offset;
+    } cases[] = {
+        {300, 37, true, true, 0},   {130, 16, true, false, 0}, {65, 5, false, true, 0},
+        {200, 100, false, false, 0}, {1, 1000, true, true, 0},  {129, 48, true, true, 1000},
+        {64, 33, true, true, -300},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int64_t N = cases[k].N, C = cases[k].C, s[2] = {N, C};
+        remat_tensor *x64 = rt_rand(2, s, REMAT_F64, -2, 2, (unsigned)k + 7);
+        if (cases[k].offset != 0) {
+            remat_tensor *t = NULL;
+            RT_OK(remat_add_scalar(&t, x64, cases[k].offset));
+            remat_release(x64);
+            x64 = t;
+        }
+        remat_tensor *w64 = rt_rand(1, &C, REMAT_F64, 0.5, 1.5, (unsigned)k + 8);
+        remat_tensor *b64 = rt_rand(1, &C, REMAT_F64, -1, 1, (unsigned)k + 9);
+        remat_tensor *g64 = rt_rand(2, s, REMAT_F64, -1, 1, (unsigned)k + 10);
+        remat_tensor *x = NULL, *w = NULL, *b = NULL, *g = NULL;
+        RT_OK(remat_to_dtype(&x, x64, REMAT_F32));
+        RT_OK(remat_to_dtype(&w, w64, REMAT_F32));
+        RT_OK(remat_to_dtype(&b, b64, REMAT_F32));
+        RT_OK(remat_to_dtype(&g, g64, REMAT_F32));
+        /* the reference runs on the f32 values, widened */
+        remat_tensor *xr = NULL, *wr = NULL, *br = NULL, *gr = NULL;
+        RT_OK(remat_to_dtype(&xr, x, REMAT_F64));
+        RT_OK(remat_to_dtype(&wr, w, REMAT_F64));
+        RT_OK(remat_to_dtype(&br, b, REMAT_F64));
+        RT_OK(remat_to_dtype(&gr, g, REMAT_F64));
+        double *xv = rt_values(xr), *wv = rt_values(wr), *bv = rt_values(br), *gv = rt_values(gr);
+        double *ye = malloc(sizeof(double) * (size_t)(2 * N * C + 2 * C));
+        double *dxe = ye + N * C, *dwe = dxe + N * C, *dbe = dwe + C;
+        bool uw = cases[k].use_w, ub = cases[k].use_b;
+        ln_reference(xv, uw ? wv : NULL, ub ? bv : NULL, gv, N, C, 1e-5, ye, dxe, dwe, dbe);
+        rt_leaf(x);
+        if (uw) rt_leaf(w);
+        if (ub) rt_leaf(b);
+        remat_tensor *y = NULL, *gin[3] = {NULL, NULL, NULL};
+        RT_OK(remat_layer_norm(&y, x, 1, uw ? w : NULL, ub ? b : NULL, 1e-5));
+        /* gradients for x, then weight and bias where used */
+        int nin = 1 + (uw ? 1 : 0) + (ub ? 1 : 0);
+        remat_tensor *ins[3] = {x, uw ? w : b, b};
+        RT_OK(remat_grad(1, &y, &g, nin, ins, false, false, gin));
+        /* with an offset, the f32 mean itself is rounded (to ulp(offset) / 2) */
+        double at = 1e-5 + 2e-7 * fabs(cases[k].offset);
+        double tol_y = worst_ratio(y, ye, N * C, at, 1e-4);
+        double tol_dx = worst_ratio(gin[0], dxe, N * C, 10 * at, 1e-4);
+        cr_assert(tol_y <= 1, "case %zu: y off by %.3g x tolerance", k, tol_y);
+        cr_assert(tol_dx <= 1, "case %zu: dx off by %.3g x tolerance", k, tol_dx);
+        int gi = 1;
+        if (uw) {
+            /* the rounded means' errors add up over the rows */
+            double r = worst_ratio(gin[gi++], dwe, C, 1e-4 + 4 * at * sqrt((double)N), 1e-4);
+            cr_assert(r <= 1, "case %zu: dweight off by %.3g x tolerance", k, r);
+        }
+        if (ub) {
+            double r = worst_ratio(gin[gi++], dbe, C, 1e-4, 1e-4);
+            cr_assert(r <= 1, "case %zu: dbias off by %.3g x tolerance", k, r);
+        }
+        free(xv);
+        free(wv);
+        free(bv);
+        free(gv);
+        free(ye);
+        remat_tensor *rl[] = {x64, w64, b64, g64, x, w, b, g, xr, wr, br, gr, y, gin[0], gin[1], gin[2]};
+        for (size_t i = 0; i < sizeof rl / sizeof rl[0]; i++) remat_release(rl[i]);
+    }
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* f64 gradcheck on shapes with several backward row chunks and a lane tail. */
+Test(nn, gradcheck_layer_norm_multi_chunk) {
+    int64_t s[2] = {130, 19}, c = 19;
+    ln_args a = {1, true, true, false};
+    remat_tensor *x = rt_leaf(rt_rand(2, s, REMAT_F64, -2, 2, 61));
+    remat_tensor *w = rt_leaf(rt_rand(1, &c, REMAT_F64, 0.5, 1.5, 62));
+    remat_tensor *b = rt_leaf(rt_rand(1, &c, REMAT_F64, -1, 1, 63));
+    remat_tensor *ins[3] = {x, w, b};
+    GRADCHECK_CASE(call_ln, &a, 3, ins, "layer_norm 130 x 19");
+    remat_release(x);
+    remat_release(w);
+    remat_release(b);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* Forward and every gradient are bitwise the same on 1 and 2 threads
+ * (checkpoint recomputation relies on it). */
+Test(nn, layer_norm_independent_of_thread_count) {
+    int64_t s[2] = {1000, 200}, c = 200;
+    remat_dtype dts[2] = {REMAT_F32, REMAT_F64};
+    for (int d = 0; d < 2; d++) {
+        remat_tensor *x = rt_leaf(rt_rand(2, s, dts[d], -2, 2, 71));
+        remat_tensor *w = rt_leaf(rt_rand(1, &c, dts[d], 0.5, 1.5, 72));
+        remat_tensor *b = rt_leaf(rt_rand(1, &c, dts[d], -1, 1, 73));
+        remat_tensor *g = rt_rand(2, s, dts[d], -1, 1, 74);
+        remat_tensor *y[2], *gr[2][3], *ins[3] = {x, w, b};
+        for (int t = 0; t < 2; t++) {
+            omp_set_num_threads(t + 1);
+            RT_OK(remat_layer_norm(&y[t], x, 1, w, b, 1e-5));
+            RT_OK(remat_grad(1, &y[t], &g, 3, ins, false, false, gr[t]));
+        }
+        omp_set_num_threads(2);
+        cr_assert(rt_bitwise_equal(y[0], y[1]), "layer_norm forward depends on the thread count");
+        for (int i = 0; i < 3; i++)
+            cr_assert(rt_bitwise_equal(gr[0][i], gr[1][i]),
+                      "layer_norm gradient %d depends on the thread count", i);
+        for (int t = 0; t < 2; t++) {
+            remat_release(y[t]);
+            for (int i = 0; i < 3; i++) remat_release(gr[t][i]);
+        }
+        remat_release(x);
+        remat_release(w);
+        remat_release(b);
+        remat_release(g);
+    }
     cr_assert_eq(remat_live_tensors(), 0);
 }
 

@@ -10,12 +10,13 @@
  * cross_entropy in loss.c.
  *
  * layer_norm follows llm.c's layernorm_forward/backward with x seen as
- * (N, C), C the product of the normalised dims. The per-row statistics
- * (mean, rstd) are accumulated in double for f32 inputs (rows are short, so
- * this costs little and removes cancellation in the variance) and saved as
- * small tensors; dweight/dbias are column sums over N, also accumulated in
- * double, parallel over columns so the result does not depend on the
- * thread count.
+ * (N, C), C the product of the normalised dims, one row at a time so each
+ * row comes from memory once. The per-row statistics (mean of the shifted
+ * data, then the centred variance: no cancellation) are lane sums in the
+ * input's type and saved as small tensors. The backward is one sweep over
+ * the rows: dx, plus dweight/dbias as column sums per fixed chunk of rows,
+ * the chunks then summed in double in order, so results do not depend on
+ * the thread count.
  *
  * dropout draws its mask from the Philox generator of x's device: element i
  * (row-major over x's shape) uses word i % 4 of block counter + i / 4. The
@@ -317,116 +318,195 @@ int remat_log_softmax(remat_tensor **out, remat_tensor *a, int dim) {
 }
 
 /* ---- layer_norm ------------------------------------------------------------------------- */
-#define LAYERNORM_KERNELS(T, SQRTF)                                                           \
-    /* Row mean and biased variance (two passes, 8 double lanes so it vectorises). */         \
-    static void ln_stats_##T(const T *restrict xn, int64_t C, double *mean, double *var) {    \
-        double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                               \
+/* Row kernels work on one row at a time, so a row of x (and g) is read from
+ * memory once and the later passes over it hit L1. Float reductions use
+ * LN_LANES independent accumulators in T (vectorised without reassociation
+ * flags) combined pairwise; the row sum is taken of x - x[0] (shifted data:
+ * a large common offset then costs no precision). The summation order
+ * depends only on C, and dweight / dbias (column sums over the rows) are
+ * summed per fixed chunk of rows, then over the chunks in order: results
+ * never depend on the thread count. */
+#define LN_LANES 16
+#define LN_CHUNK_ROWS 64            /* rows per partial dweight / dbias sum, at most... */
+#define LN_MIN_CHUNKS 16            /* ...but few rows still make this many chunks (threads) */
+#define LN_MAX_CHUNKS 1024          /* more rows per chunk above this many chunks */
+#define LN_MAX_PART (1 << 24)       /* and above this many partial sums (elements) */
+
+/* Rows per chunk of the backward (the unit of work of a thread and of the
+ * dweight / dbias partial sums): a function of N and C only, never of the
+ * thread count. */
+static int64_t ln_chunk_rows(int64_t N, int64_t C) {
+    int64_t r = (N + LN_MIN_CHUNKS - 1) / LN_MIN_CHUNKS;
+    if (r > LN_CHUNK_ROWS) r = LN_CHUNK_ROWS;
+    int64_t lo = (N + LN_MAX_CHUNKS - 1) / LN_MAX_CHUNKS;
+    if (r < lo) r = lo;
+    if (r < 1) r = 1;
+    while (r < N && (N + r - 1) / r * C > LN_MAX_PART) r *= 2;
+    return r;
+}
+
+#define LN_REDUCE(acc) /* pairwise combine of the lanes into acc[0] */                        \
+    for (int w_ = LN_LANES / 2; w_ > 0; w_ /= 2)                                              \
+        for (int j_ = 0; j_ < w_; j_++) acc[j_] += acc[j_ + w_]
+
+/* The backward's first pass over a row's full lane blocks: lane sums of wg = w * g and
+ * wg * norm, and with COLS the chunk's column sums. Needs gn, xn, mn, rs, c, C, a, bb,
+ * pw and pb in scope. Lane loops use a * b + c, not fmaf: GCC 12's SLP vectoriser
+ * turns fmaf lanes into element-by-element loads. */
+#define LN_BWD_LANES(T, WG, COLS)                                                             \
+    do {                                                                                      \
+        for (; c + LN_LANES <= C; c += LN_LANES)                                              \
+            for (int j = 0; j < LN_LANES; j++) {                                              \
+                T gv = gn[c + j], nv = (xn[c + j] - mn) * rs, wg = WG;                        \
+                a[j] += wg;                                                                   \
+                bb[j] += wg * nv;                                                             \
+                if (COLS) {                                                                   \
+                    pw[c + j] += nv * gv;                                                     \
+                    pb[c + j] += gv;                                                          \
+                }                                                                             \
+            }                                                                                 \
+    } while (0)
+
+#define LAYERNORM_KERNELS(T, FMA)                                                             \
+    /* Row mean and rstd = 1 / sqrt(biased variance + eps), the variance two-pass. */         \
+    static void ln_stats_##T(const T *restrict xn, int64_t C, double eps, T *mean, T *rstd) { \
+        T sh = C > 0 ? xn[0] : (T)0;                                                          \
+        T a[LN_LANES];                                                                        \
+        for (int j = 0; j < LN_LANES; j++) a[j] = 0;                                          \
         int64_t c = 0;                                                                        \
-        for (; c + 8 <= C; c += 8)                                                            \
-            for (int j = 0; j < 8; j++) a[j] += (double)xn[c + j];                            \
-        for (; c < C; c++) a[0] += (double)xn[c];                                             \
-        double m = (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))) / (double)C; \
-        for (int j = 0; j < 8; j++) a[j] = 0;                                                 \
-        for (c = 0; c + 8 <= C; c += 8)                                                       \
-            for (int j = 0; j < 8; j++) {                                                     \
-                double d = (double)xn[c + j] - m;                                             \
+        for (; c + LN_LANES <= C; c += LN_LANES)                                              \
+            for (int j = 0; j < LN_LANES; j++) a[j] += xn[c + j] - sh;                        \
+        for (; c < C; c++) a[0] += xn[c] - sh;                                                \
+        LN_REDUCE(a);                                                                         \
+        T m = sh + a[0] / (T)C;                                                               \
+        for (int j = 0; j < LN_LANES; j++) a[j] = 0;                                          \
+        for (c = 0; c + LN_LANES <= C; c += LN_LANES)                                         \
+            for (int j = 0; j < LN_LANES; j++) {                                              \
+                T d = xn[c + j] - m;                                                          \
                 a[j] += d * d;                                                                \
             }                                                                                 \
-        for (; c < C; c++) a[0] += ((double)xn[c] - m) * ((double)xn[c] - m);                 \
+        for (; c < C; c++) a[0] += (xn[c] - m) * (xn[c] - m);                                 \
+        LN_REDUCE(a);                                                                         \
         *mean = m;                                                                            \
-        *var = (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))) / (double)C; \
+        *rstd = (T)(1.0 / sqrt((double)(a[0] / (T)C) + eps));                                 \
     }                                                                                         \
-    /* s1 = sum_c w*g, s2 = sum_c w*g*norm for one row (w may be NULL: ones) */               \
-    static void ln_bsums_##T(const T *restrict gn, const T *restrict xn, const T *restrict w, \
-                             T mn, T rs, int64_t C, double *s1, double *s2) {                 \
-        double a[8] = {0, 0, 0, 0, 0, 0, 0, 0}, b[8] = {0, 0, 0, 0, 0, 0, 0, 0};              \
-        int64_t c = 0;                                                                        \
-        for (; c + 8 <= C; c += 8)                                                            \
-            for (int j = 0; j < 8; j++) {                                                     \
-                T wg = w ? w[c + j] * gn[c + j] : gn[c + j];                                  \
-                a[j] += (double)wg;                                                           \
-                b[j] += (double)(wg * ((xn[c + j] - mn) * rs));                               \
-            }                                                                                 \
-        for (; c < C; c++) {                                                                  \
-            T wg = w ? w[c] * gn[c] : gn[c];                                                  \
-            a[0] += (double)wg;                                                               \
-            b[0] += (double)(wg * ((xn[c] - mn) * rs));                                       \
-        }                                                                                     \
-        *s1 = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));              \
-        *s2 = ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7]));              \
-    }                                                                                         \
+                                                                                              \
     /* x (N, C) -> y (N, C); mean, rstd (N). w, b (C) or NULL. */                             \
     static void layernorm_fwd_##T(const T *restrict x, const T *restrict w,                   \
                                   const T *restrict b, T *restrict y, T *restrict mean,       \
                                   T *restrict rstd, int64_t N, int64_t C, double eps) {       \
         _Pragma("omp parallel for if (N * C > RM_OMP_MIN / 4)")                               \
         for (int64_t n = 0; n < N; n++) {                                                     \
-            const T *xn = x + n * C;                                                          \
-            double m, v;                                                                      \
-            ln_stats_##T(xn, C, &m, &v);                                                      \
-            T s = (T)(1.0 / sqrt(v + eps));                                                   \
-            T mt = (T)m;                                                                      \
-            T *yn = y + n * C;                                                                \
-            for (int64_t c = 0; c < C; c++) {                                                 \
-                T o = (xn[c] - mt) * s;                                                       \
-                if (w) o *= w[c];                                                             \
-                if (b) o += b[c];                                                             \
-                yn[c] = o;                                                                    \
-            }                                                                                 \
-            mean[n] = mt;                                                                     \
+            const T *restrict xn = x + n * C;                                                 \
+            T *restrict yn = y + n * C;                                                       \
+            T m, s;                                                                           \
+            ln_stats_##T(xn, C, eps, &m, &s);                                                 \
+            if (w && b)                                                                       \
+                for (int64_t c = 0; c < C; c++) yn[c] = FMA((xn[c] - m) * s, w[c], b[c]);     \
+            else if (w)                                                                       \
+                for (int64_t c = 0; c < C; c++) yn[c] = (xn[c] - m) * s * w[c];               \
+            else if (b)                                                                       \
+                for (int64_t c = 0; c < C; c++) yn[c] = FMA(xn[c] - m, s, b[c]);              \
+            else                                                                              \
+                for (int64_t c = 0; c < C; c++) yn[c] = (xn[c] - m) * s;                      \
+            mean[n] = m;                                                                      \
             rstd[n] = s;                                                                      \
         }                                                                                     \
     }                                                                                         \
                                                                                               \
-    /* dx (N, C) from g (N, C); dw, db (C) (each may be NULL). As llm.c:                      \
+    /* Rows [r0, r1) of the backward (see layernorm_bwd): dx rows (dx may be NULL) and, if    \
+     * pw is not NULL, this chunk's column sums pw[c] = sum_n norm * g, pb[c] = sum_n g.      \
+     * s1 = sum_c w*g and s2 = sum_c w*g*norm are lane sums over the row held in L1. */       \
+    static void ln_bwd_rows_##T(const T *restrict g, const T *restrict x,                     \
+                                const T *restrict w, const T *restrict mean,                  \
+                                const T *restrict rstd, T *restrict dx, T *restrict pw,       \
+                                T *restrict pb, int64_t r0, int64_t r1, int64_t C) {          \
+        if (pw)                                                                               \
+            for (int64_t c = 0; c < C; c++) pw[c] = pb[c] = 0;                                \
+        for (int64_t n = r0; n < r1; n++) {                                                   \
+            const T *restrict gn = g + n * C, *restrict xn = x + n * C;                       \
+            const T mn = mean[n], rs = rstd[n];                                               \
+            if (!dx) { /* column sums only */                                                 \
+                for (int64_t c = 0; c < C; c++) {                                             \
+                    pw[c] += (xn[c] - mn) * rs * gn[c];                                       \
+                    pb[c] += gn[c];                                                           \
+                }                                                                             \
+                continue;                                                                     \
+            }                                                                                 \
+            T a[LN_LANES], bb[LN_LANES];                                                      \
+            for (int j = 0; j < LN_LANES; j++) a[j] = bb[j] = 0;                              \
+            int64_t c = 0;                                                                    \
+            if (w) {                                                                          \
+                if (pw) LN_BWD_LANES(T, w[c + j] * gv, 1);                                    \
+                else LN_BWD_LANES(T, w[c + j] * gv, 0);                                       \
+            } else {                                                                          \
+                if (pw) LN_BWD_LANES(T, gv, 1);                                               \
+                else LN_BWD_LANES(T, gv, 0);                                                  \
+            }                                                                                 \
+            for (; c < C; c++) {                                                              \
+                T gv = gn[c], nv = (xn[c] - mn) * rs, wg = w ? w[c] * gv : gv;                \
+                a[0] += wg;                                                                   \
+                bb[0] += wg * nv;                                                             \
+                if (pw) {                                                                     \
+                    pw[c] += nv * gv;                                                         \
+                    pb[c] += gv;                                                              \
+                }                                                                             \
+            }                                                                                 \
+            LN_REDUCE(a);                                                                     \
+            LN_REDUCE(bb);                                                                    \
+            const T m1 = a[0] / (T)C, m2 = bb[0] / (T)C;                                      \
+            T *restrict d = dx + n * C;                                                       \
+            if (w)                                                                            \
+                for (c = 0; c < C; c++)                                                       \
+                    d[c] = FMA(-(xn[c] - mn) * rs, m2, w[c] * gn[c] - m1) * rs;               \
+            else                                                                              \
+                for (c = 0; c < C; c++)                                                       \
+                    d[c] = FMA(-(xn[c] - mn) * rs, m2, gn[c] - m1) * rs;                      \
+        }                                                                                     \
+    }                                                                                         \
+                                                                                              \
+    /* dx (N, C) from g (N, C); dw, db (C) (each may be NULL; part, scratch of 2 * C *        \
+     * ceil(N / ln_chunk_rows(N, C)) elements, is needed when either is not). As llm.c:       \
      *   norm = (x - mean) * rstd                                                             \
-     *   dx = (w*g - mean_c(w*g) - norm * mean_c(w*g*norm)) * rstd */                         \
+     *   dx = (w*g - mean_c(w*g) - norm * mean_c(w*g*norm)) * rstd                            \
+     *   dw = sum_n norm * g,  db = sum_n g (chunk partials in T, summed in double) */        \
     static void layernorm_bwd_##T(const T *restrict g, const T *restrict x,                   \
                                   const T *restrict w, const T *restrict mean,                \
                                   const T *restrict rstd, T *restrict dx, T *restrict dw,     \
-                                  T *restrict db, int64_t N, int64_t C) {                     \
-        if (dx) {                                                                             \
-            _Pragma("omp parallel for if (N * C > RM_OMP_MIN / 4)")                           \
-            for (int64_t n = 0; n < N; n++) {                                                 \
-                const T *gn = g + n * C, *xn = x + n * C;                                     \
-                T mn = mean[n], rs = rstd[n];                                                 \
-                double s1, s2;                                                                \
-                ln_bsums_##T(gn, xn, w, mn, rs, C, &s1, &s2);                                 \
-                T m1 = (T)(s1 / (double)C), m2 = (T)(s2 / (double)C);                         \
-                T *d = dx + n * C;                                                            \
-                for (int64_t c = 0; c < C; c++) {                                             \
-                    T norm = (xn[c] - mn) * rs;                                               \
-                    T wg = w ? w[c] * gn[c] : gn[c];                                          \
-                    d[c] = (wg - m1 - norm * m2) * rs;                                        \
+                                  T *restrict db, T *restrict part, int64_t N, int64_t C) {   \
+        bool cols = dw || db;                                                                 \
+        if (!dx && !cols) return;                                                             \
+        int64_t rb = ln_chunk_rows(N, C), nch = (N + rb - 1) / rb;                            \
+        _Pragma("omp parallel for if (N * C > RM_OMP_MIN / 4)")                               \
+        for (int64_t k = 0; k < nch; k++) {                                                   \
+            int64_t r0 = k * rb, r1 = r0 + rb < N ? r0 + rb : N;                              \
+            T *pw = cols ? part + k * 2 * C : NULL;                                           \
+            ln_bwd_rows_##T(g, x, w, mean, rstd, dx, pw, pw ? pw + C : NULL, r0, r1, C);      \
+        }                                                                                     \
+        if (!cols) return;                                                                    \
+        int64_t nb = (C + NN_COL_BLOCK - 1) / NN_COL_BLOCK;                                   \
+        _Pragma("omp parallel for if (nch * C > RM_OMP_MIN)")                                 \
+        for (int64_t bk = 0; bk < nb; bk++) { /* blocks of columns: rows of part stream */    \
+            int64_t c0 = bk * NN_COL_BLOCK;                                                   \
+            int wd = (int)(C - c0 < NN_COL_BLOCK ? C - c0 : NN_COL_BLOCK);                    \
+            double sw[NN_COL_BLOCK], sb[NN_COL_BLOCK];                                        \
+            for (int j = 0; j < wd; j++) sw[j] = sb[j] = 0;                                   \
+            for (int64_t k = 0; k < nch; k++) {                                               \
+                const T *pw = part + k * 2 * C + c0, *pb = pw + C;                            \
+                for (int j = 0; j < wd; j++) {                                                \
+                    sw[j] += (double)pw[j];                                                   \
+                    sb[j] += (double)pb[j];                                                   \
                 }                                                                             \
             }                                                                                 \
-        }                                                                                     \
-        if (dw || db) {                                                                       \
-            int64_t nb = (C + NN_COL_BLOCK - 1) / NN_COL_BLOCK;                               \
-            _Pragma("omp parallel for if (N * C > RM_OMP_MIN / 4)")                           \
-            for (int64_t bk = 0; bk < nb; bk++) {                                             \
-                int64_t c0 = bk * NN_COL_BLOCK;                                               \
-                int wd = (int)(C - c0 < NN_COL_BLOCK ? C - c0 : NN_COL_BLOCK);                \
-                double aw[NN_COL_BLOCK], ab[NN_COL_BLOCK];                                    \
-                for (int j = 0; j < wd; j++) aw[j] = ab[j] = 0;                               \
-                for (int64_t n = 0; n < N; n++) {                                             \
-                    const T *gn = g + n * C + c0, *xn = x + n * C + c0;                       \
-                    T mn = mean[n], rs = rstd[n];                                             \
-                    for (int j = 0; j < wd; j++) {                                            \
-                        aw[j] += (double)((xn[j] - mn) * rs * gn[j]);                         \
-                        ab[j] += (double)gn[j];                                               \
-                    }                                                                         \
-                }                                                                             \
-                for (int j = 0; j < wd; j++) {                                                \
-                    if (dw) dw[c0 + j] = (T)aw[j];                                            \
-                    if (db) db[c0 + j] = (T)ab[j];                                            \
-                }                                                                             \
+            for (int j = 0; j < wd; j++) {                                                    \
+                if (dw) dw[c0 + j] = (T)sw[j];                                                \
+                if (db) db[c0 + j] = (T)sb[j];                                                \
             }                                                                                 \
         }                                                                                     \
     }
 
-LAYERNORM_KERNELS(f32, sqrtf)
-LAYERNORM_KERNELS(f64, sqrt)
+LAYERNORM_KERNELS(f32, RM_FMAF)
+LAYERNORM_KERNELS(f64, RM_FMA)
 
 typedef struct ln_ctx {
     int64_t N, C;
@@ -468,16 +548,26 @@ static int layer_norm_backward(remat_node *node, remat_tensor *const *gout, rema
     }
     if (rm_ptr(g) && rm_ptr(x) && rm_ptr(cv[2]) && rm_ptr(cv[3]) && (!w || rm_ptr(w))) {
         bool ok = (!dx || rm_ptr(dx)) && (!dw || rm_ptr(dw)) && (!db || rm_ptr(db));
+        void *part = NULL; /* per-chunk column sums for dw / db */
+        if (ok && (dw || db) && c->N > 0) {
+            int64_t rb = ln_chunk_rows(c->N, c->C), nch = (c->N + rb - 1) / rb;
+            part = malloc((size_t)(2 * nch * c->C) * remat_dtype_size(x->dtype) + 1);
+            if (!part) {
+                rc = rm_err(REMAT_ENOMEM, "%s: out of memory", node->name);
+                goto out;
+            }
+        }
         if (ok) {
             if (x->dtype == REMAT_F32)
                 layernorm_bwd_f32(rm_ptr(g), rm_ptr(x), w ? rm_ptr(w) : NULL, rm_ptr(cv[2]),
                                   rm_ptr(cv[3]), dx ? rm_ptr(dx) : NULL, dw ? rm_ptr(dw) : NULL,
-                                  db ? rm_ptr(db) : NULL, c->N, c->C);
+                                  db ? rm_ptr(db) : NULL, part, c->N, c->C);
             else
                 layernorm_bwd_f64(rm_ptr(g), rm_ptr(x), w ? rm_ptr(w) : NULL, rm_ptr(cv[2]),
                                   rm_ptr(cv[3]), dx ? rm_ptr(dx) : NULL, dw ? rm_ptr(dw) : NULL,
-                                  db ? rm_ptr(db) : NULL, c->N, c->C);
+                                  db ? rm_ptr(db) : NULL, part, c->N, c->C);
         }
+        free(part);
     }
     gin[0] = dx;
     gin[1] = dw;

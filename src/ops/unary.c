@@ -48,12 +48,31 @@ static const uinfo k_uinfo[] = {
 #define K_INV_SQRT_2 0.7071067811865476
 #define K_INV_SQRT_2PI 0.3989422804014327
 
-/* y = f(x); p = scalar parameter */
-/* Standard normal CDF in f64 (the f32 one, rm_phif_v, is in vmath.h). */
-static inline double phi_d(double x) { return 0.5 * (1.0 + erf(x * K_INV_SQRT_2)); }
+/* GELU (erf form) in f64: x * Phi(x) and its derivative Phi(x) + x * pdf(x),
+ * with libm's erfc and exp (the f32 ones, rm_gelu_erff_v and
+ * rm_gelu_erff_grad_v, are in vmath.h: one shared exp, vectorised).
+ * Phi = 0.5 * erfc(-x / sqrt 2) stays accurate in the left tail, where
+ * 0.5 * (1 + erf) cancels to 0 below x ~ -8. */
+static inline double phi_d(double x) { return 0.5 * erfc(-x * K_INV_SQRT_2); }
+static inline double gelu_erf_d(double x) { return x * phi_d(x); }
+static inline double gelu_erf_grad_d(double x) {
+    return phi_d(x) + x * (K_INV_SQRT_2PI * exp(-0.5 * x * x));
+}
+/* GELU (tanh form) in f64: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3),
+ * and its derivative (the f32 ones, through sigmoid(2u), are in vmath.h). */
+static inline double gelu_tanh_d(double v) {
+    double in = K_SQRT_2_OVER_PI * (v + 0.044715 * v * v * v);
+    return 0.5 * v * (1.0 + tanh(in));
+}
+static inline double gelu_tanh_grad_d(double v) {
+    double in = K_SQRT_2_OVER_PI * (v + 0.044715 * v * v * v);
+    double th = tanh(in);
+    double din = K_SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * v * v);
+    return 0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * din;
+}
 
-/* ERFF below is the normal CDF Phi (GELU erf form: x * Phi(x)). */
-#define UNARY_FWD(T, EXPF, LOGF, SQRTF, TANHF, ERFF, POWF)                                   \
+/* y = f(x); p = scalar parameter. GELU / GELU_T are the erf- and tanh-form GELUs. */
+#define UNARY_FWD(T, EXPF, LOGF, SQRTF, TANHF, GELU, GELU_T, POWF)                           \
     static void fwd_##T(uop op, const T *restrict x, T *restrict y, int64_t n, T p) {        \
         switch (op) {                                                                        \
         case U_NEG: _Pragma("omp parallel for simd if (n > 65536)")                          \
@@ -71,15 +90,10 @@ static inline double phi_d(double x) { return 0.5 * (1.0 + erf(x * K_INV_SQRT_2)
         case U_RELU: _Pragma("omp parallel for simd if (n > 65536)")                         \
             for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : (T)0; break;            \
         case U_GELU_ERF: _Pragma("omp parallel for if (n > 32768)")                          \
-            for (int64_t i = 0; i < n; i++)                                                  \
-                y[i] = x[i] * ERFF(x[i]);                                                    \
+            for (int64_t i = 0; i < n; i++) y[i] = GELU(x[i]);                               \
             break;                                                                           \
         case U_GELU_TANH: _Pragma("omp parallel for if (n > 32768)")                         \
-            for (int64_t i = 0; i < n; i++) {                                                \
-                T v = x[i];                                                                  \
-                T in = (T)K_SQRT_2_OVER_PI * (v + (T)0.044715 * v * v * v);                  \
-                y[i] = (T)0.5 * v * ((T)1 + TANHF(in));                                      \
-            }                                                                                \
+            for (int64_t i = 0; i < n; i++) y[i] = GELU_T(x[i]);                             \
             break;                                                                           \
         case U_POW: _Pragma("omp parallel for if (n > 32768)")                               \
             for (int64_t i = 0; i < n; i++) y[i] = POWF(x[i], p); break;                     \
@@ -92,8 +106,9 @@ static inline double phi_d(double x) { return 0.5 * (1.0 + erf(x * K_INV_SQRT_2)
         }                                                                                    \
     }
 
-/* dx = g * f'(s) where s is the saved x or y (see k_uinfo) */
-#define UNARY_BWD(T, EXPF, TANHF, ERFF, POWF)                                                \
+/* dx = g * f'(s) where s is the saved x or y (see k_uinfo); GELU_GRAD and
+ * GELU_T_GRAD are the erf- and tanh-form GELUs' derivatives. */
+#define UNARY_BWD(T, GELU_GRAD, GELU_T_GRAD, POWF)                                           \
     static void bwd_##T(uop op, const T *restrict g, const T *restrict s, T *restrict dx,    \
                         int64_t n, T p) {                                                    \
         switch (op) {                                                                        \
@@ -111,21 +126,10 @@ static inline double phi_d(double x) { return 0.5 * (1.0 + erf(x * K_INV_SQRT_2)
         case U_RELU: _Pragma("omp parallel for simd if (n > 65536)")                         \
             for (int64_t i = 0; i < n; i++) dx[i] = s[i] > 0 ? g[i] : (T)0; break;           \
         case U_GELU_ERF: _Pragma("omp parallel for if (n > 32768)")                          \
-            for (int64_t i = 0; i < n; i++) {                                                \
-                T v = s[i];                                                                  \
-                T cdf = ERFF(v);                                                             \
-                T pdf = (T)K_INV_SQRT_2PI * EXPF((T)-0.5 * v * v);                           \
-                dx[i] = g[i] * (cdf + v * pdf);                                              \
-            }                                                                                \
+            for (int64_t i = 0; i < n; i++) dx[i] = g[i] * GELU_GRAD(s[i]);                  \
             break;                                                                           \
         case U_GELU_TANH: _Pragma("omp parallel for if (n > 32768)")                         \
-            for (int64_t i = 0; i < n; i++) {                                                \
-                T v = s[i];                                                                  \
-                T in = (T)K_SQRT_2_OVER_PI * (v + (T)0.044715 * v * v * v);                  \
-                T th = TANHF(in);                                                            \
-                T din = (T)K_SQRT_2_OVER_PI * ((T)1 + (T)3 * (T)0.044715 * v * v);           \
-                dx[i] = g[i] * ((T)0.5 * ((T)1 + th) + (T)0.5 * v * ((T)1 - th * th) * din); \
-            }                                                                                \
+            for (int64_t i = 0; i < n; i++) dx[i] = g[i] * GELU_T_GRAD(s[i]);                \
             break;                                                                           \
         case U_POW: _Pragma("omp parallel for if (n > 32768)")                               \
             for (int64_t i = 0; i < n; i++)                                                  \
@@ -138,10 +142,10 @@ static inline double phi_d(double x) { return 0.5 * (1.0 + erf(x * K_INV_SQRT_2)
         }                                                                                    \
     }
 
-UNARY_FWD(float, rm_expf_v, logf, sqrtf, rm_tanhf_v, rm_phif_v, powf)
-UNARY_FWD(double, exp, log, sqrt, tanh, phi_d, pow)
-UNARY_BWD(float, rm_expf_v, rm_tanhf_v, rm_phif_v, powf)
-UNARY_BWD(double, exp, tanh, phi_d, pow)
+UNARY_FWD(float, rm_expf_v, logf, sqrtf, rm_tanhf_v, rm_gelu_erff_v, rm_gelu_tanhf_v, powf)
+UNARY_FWD(double, exp, log, sqrt, tanh, gelu_erf_d, gelu_tanh_d, pow)
+UNARY_BWD(float, rm_gelu_erff_grad_v, rm_gelu_tanhf_grad_v, powf)
+UNARY_BWD(double, gelu_erf_grad_d, gelu_tanh_grad_d, pow)
 
 /* Bit-packed relu mask: bit i of m (byte i / 8, bit i % 8) is y[i] > 0. */
 #define RELU_MASK(T, IT)                                                                         \
