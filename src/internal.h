@@ -10,6 +10,13 @@
  *   4. if rm_needs_grad(inputs): rm_node_new + rm_node_save(...) +
  *      rm_node_set_output(...). Backward functions run with grad mode off
  *      and may call the public ops.
+ * rm_save_before_kernel: an op whose backward reads only its inputs (linear,
+ * matmul, gelu, ...) does step 4's rm_node_new and saves *before* steps 2
+ * and 3, and sets the output afterwards. In an early-stopping recomputation
+ * the save that fills the last placeholder turns skip mode on, so the
+ * output is then made without data and the kernel is not run: the last
+ * GEMM of a checkpointed transformer block is never recomputed (PyTorch
+ * computes it and then stops). The saved values are the same either way.
  * Functions named rm_* are internal; they set the thread-local error
  * message on failure like public calls do.
  */

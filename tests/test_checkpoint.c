@@ -917,6 +917,92 @@ Test(checkpoint, early_stop_skips_the_rest_and_global_override_wins) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
+/* Ops that save only their inputs (linear, matmul, gelu) save before their
+ * kernel, so an early-stopped recomputation does not run the last one:
+ * y = linear2(gelu(linear1(x))) (last save: linear2's inputs) and
+ * y = gelu(linear1(x)) (last save: gelu's input). `real` counts the calls in
+ * which y was really computed (it has data), `mid` those in which the
+ * tensor feeding the last op was. */
+typedef struct last_op {
+    remat_tensor *w1, *b1, *w2, *b2;
+    bool gelu_last;
+    int real, mid;
+} last_op;
+
+static int last_op_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
+                      int n_out) {
+    (void)n_in;
+    (void)n_out;
+    last_op *l = ud;
+    remat_tensor *h = NULL, *g = NULL;
+    int rc = remat_linear(&h, in[0], l->w1, l->b1);
+    if (!rc && l->gelu_last) {
+        rc = remat_gelu(&out[0], h, REMAT_GELU_TANH);
+        g = remat_retain(h);
+    } else if (!rc) {
+        rc = remat_gelu(&g, h, REMAT_GELU_ERF);
+        if (!rc) rc = remat_linear(&out[0], g, l->w2, l->b2);
+    }
+    if (!rc && remat_data(out[0])) l->real++;
+    if (!rc && remat_data(g)) l->mid++;
+    remat_release(h);
+    remat_release(g);
+    return rc;
+}
+
+/* one step of last_op_fn (checkpointed or not); returns x's gradient and
+ * fills the parameters' */
+static remat_tensor *last_op_step(last_op *l, remat_tensor *x, const remat_checkpoint_options *o,
+                                  remat_tensor **pg) {
+    remat_tensor *y = NULL, *p[4] = {l->w1, l->b1, l->w2, l->b2};
+    for (int i = 0; i < 4; i++) RT_OK(remat_set_grad(p[i], NULL));
+    RT_OK(remat_set_grad(x, NULL));
+    if (o) RT_OK(remat_checkpoint(last_op_fn, l, 1, &x, 1, &y, o));
+    else RT_OK(last_op_fn(l, &x, 1, &y, 1));
+    remat_tensor *s = sum_all(y);
+    RT_OK(remat_backward_scalar(s));
+    remat_release(s);
+    remat_release(y);
+    for (int i = 0; i < 4; i++) pg[i] = remat_retain(remat_tensor_grad(p[i]));
+    return remat_retain(remat_tensor_grad(x));
+}
+
+Test(checkpoint, early_stop_does_not_run_the_last_ops_kernel) {
+    int64_t sx[] = {4, 5}, sw1[] = {6, 5}, sb1[] = {6}, sw2[] = {3, 6}, sb2[] = {3};
+    for (int gelu_last = 0; gelu_last < 2; gelu_last++) {
+        last_op l = {leaf(2, sw1, 11), leaf(1, sb1, 12), leaf(2, sw2, 13), leaf(1, sb2, 14),
+                     gelu_last, 0, 0};
+        remat_tensor *x = leaf(2, sx, 15), *ref_p[4], *got_p[4];
+        remat_tensor *ref = last_op_step(&l, x, NULL, ref_p);
+        for (int early = 0; early < 2; early++) {
+            remat_checkpoint_options o = nonre();
+            o.early_stop = early ? REMAT_OPT_TRUE : REMAT_OPT_FALSE;
+            l.real = l.mid = 0;
+            remat_tensor *got = last_op_step(&l, x, &o, got_p);
+            /* forward + recomputation; with early stop the last op is not run again */
+            cr_assert_eq(l.real, early ? 1 : 2, "gelu_last=%d early=%d: y computed %d times",
+                         gelu_last, early, l.real);
+            cr_assert_eq(l.mid, 2, "the last op's input is recomputed (%d)", l.mid);
+            cr_assert(rt_bitwise_equal(got, ref), "x grad");
+            for (int i = 0; i < 4; i++) {
+                /* gelu_last leaves w2, b2 out of the graph */
+                if (!ref_p[i]) continue;
+                cr_assert(rt_bitwise_equal(got_p[i], ref_p[i]), "param %d grad", i);
+                remat_release(got_p[i]);
+            }
+            remat_release(got);
+        }
+        for (int i = 0; i < 4; i++) remat_release(ref_p[i]);
+        remat_release(ref);
+        remat_release(x);
+        remat_release(l.w1);
+        remat_release(l.b1);
+        remat_release(l.w2);
+        remat_release(l.b2);
+    }
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 /* P: test_nested_checkpoint_set_early_stop_no_recompution_needed, case 2:
  * a function that saves nothing is never recomputed. */
 static int clone_only_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,

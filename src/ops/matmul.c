@@ -359,9 +359,30 @@ static int matmul_impl(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     if (rc) return rc;
     bool row = a->ndim > 1, col = b->ndim > 1;
 
-    remat_tensor *y = NULL, *ac = NULL, *bc = NULL;
+    /* The node and its saves come first (rm_save_before_kernel in internal.h). */
+    remat_tensor *y = NULL, *ac = NULL, *bc = NULL, *ins[2] = {a, b};
+    remat_node *node = NULL;
+    if (rm_needs_grad(2, ins)) {
+        rc = rm_node_new(&node, "MmBackward", mm_backward, 2, ins, 1, 2);
+        if (rc) return rm_err_prefix(rc, call);
+        mm_ctx *c = calloc(1, sizeof *c);
+        if (!c) {
+            rc = rm_err(REMAT_ENOMEM, "out of memory");
+            goto fail;
+        }
+        c->nda = a->ndim;
+        c->ndb = b->ndim;
+        memcpy(c->sa, a->shape, sizeof c->sa);
+        memcpy(c->sb, b->shape, sizeof c->sb);
+        rm_node_set_ctx(node, c, NULL);
+        /* each input is needed only for the other one's gradient */
+        if (node->next[1].node) rc = rm_op_save(node, 0, a);
+        if (!rc && node->next[0].node) rc = rm_op_save(node, 1, b);
+        if (rc) goto fail;
+    }
+
     rc = rm_new_output(&y, ndo, oshape, a->dtype, a->storage->device);
-    if (rc) return rm_err_prefix(rc, call);
+    if (rc) goto fail;
     if (rm_ptr(y) && rm_ptr(a) && rm_ptr(b)) {
         rc = prep_operand(&ac, a, row, true);
         if (!rc) rc = prep_operand(&bc, b, true, col);
@@ -374,31 +395,13 @@ static int matmul_impl(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
         remat_release_p(&ac);
         remat_release_p(&bc);
     }
-
-    remat_tensor *ins[2] = {a, b};
-    if (rm_needs_grad(2, ins)) {
-        remat_node *node;
-        rc = rm_node_new(&node, "MmBackward", mm_backward, 2, ins, 1, 2);
-        if (rc) goto fail;
-        mm_ctx *c = calloc(1, sizeof *c);
-        if (!c) {
-            rc = rm_err(REMAT_ENOMEM, "out of memory");
-        } else {
-            c->nda = a->ndim;
-            c->ndb = b->ndim;
-            memcpy(c->sa, a->shape, sizeof c->sa);
-            memcpy(c->sb, b->shape, sizeof c->sb);
-            rm_node_set_ctx(node, c, NULL);
-            rm_node_set_output(node, 0, y);
-            /* each input is needed only for the other one's gradient */
-            if (node->next[1].node) rc = rm_op_save(node, 0, a);
-            if (!rc && node->next[0].node) rc = rm_op_save(node, 1, b);
-        }
+    if (node) {
+        rm_node_set_output(node, 0, y);
         rm_node_release(node);
-        if (rc) goto fail;
     }
     return rm_hand_out(out, y);
 fail:
+    rm_node_release(node);
     remat_release(ac);
     remat_release(bc);
     remat_release(y);
@@ -608,9 +611,30 @@ static int linear_impl(remat_tensor **out, remat_tensor *x, remat_tensor *weight
     memcpy(oshape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     oshape[x->ndim - 1] = out_f;
 
-    remat_tensor *y = NULL, *xc = NULL, *wc = NULL, *bc = NULL;
+    /* The node and its saves come first (rm_save_before_kernel in internal.h). */
+    remat_tensor *y = NULL, *xc = NULL, *wc = NULL, *bc = NULL, *ins[3] = {x, weight, bias};
+    remat_node *node = NULL;
+    if (rm_needs_grad(3, ins)) {
+        rc = rm_node_new(&node, "LinearBackward", linear_backward, 3, ins, 1, 2);
+        if (rc) return rm_err_prefix(rc, call);
+        lin_ctx *c = calloc(1, sizeof *c);
+        if (!c) {
+            rc = rm_err(REMAT_ENOMEM, "out of memory");
+            goto fail;
+        }
+        c->ndx = x->ndim;
+        memcpy(c->sx, x->shape, sizeof c->sx);
+        c->out_f = out_f;
+        c->in_f = in_f;
+        rm_node_set_ctx(node, c, NULL);
+        /* x is needed only for dW, weight only for dx; bias for nothing */
+        if (node->next[1].node) rc = rm_op_save(node, 0, x);
+        if (!rc && node->next[0].node) rc = rm_op_save(node, 1, weight);
+        if (rc) goto fail;
+    }
+
     rc = rm_new_output(&y, x->ndim, oshape, x->dtype, x->storage->device);
-    if (rc) return rm_err_prefix(rc, call);
+    if (rc) goto fail;
     if (rm_ptr(y) && rm_ptr(x) && rm_ptr(weight) && (!bias || rm_ptr(bias))) {
         rc = prep_operand(&xc, x, row, true);
         if (!rc) rc = prep_operand(&wc, weight, true, true);
@@ -628,31 +652,13 @@ static int linear_impl(remat_tensor **out, remat_tensor *x, remat_tensor *weight
         remat_release_p(&wc);
         remat_release_p(&bc);
     }
-
-    remat_tensor *ins[3] = {x, weight, bias};
-    if (rm_needs_grad(3, ins)) {
-        remat_node *node;
-        rc = rm_node_new(&node, "LinearBackward", linear_backward, 3, ins, 1, 2);
-        if (rc) goto fail;
-        lin_ctx *c = calloc(1, sizeof *c);
-        if (!c) {
-            rc = rm_err(REMAT_ENOMEM, "out of memory");
-        } else {
-            c->ndx = x->ndim;
-            memcpy(c->sx, x->shape, sizeof c->sx);
-            c->out_f = out_f;
-            c->in_f = in_f;
-            rm_node_set_ctx(node, c, NULL);
-            rm_node_set_output(node, 0, y);
-            /* x is needed only for dW, weight only for dx; bias for nothing */
-            if (node->next[1].node) rc = rm_op_save(node, 0, x);
-            if (!rc && node->next[0].node) rc = rm_op_save(node, 1, weight);
-        }
+    if (node) {
+        rm_node_set_output(node, 0, y);
         rm_node_release(node);
-        if (rc) goto fail;
     }
     return rm_hand_out(out, y);
 fail:
+    rm_node_release(node);
     remat_release(xc);
     remat_release(wc);
     remat_release(bc);

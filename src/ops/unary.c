@@ -256,43 +256,47 @@ static int unary_impl(uop op, remat_tensor **out, remat_tensor *a, double p) {
     int rc = rm_check_float(call, "a", a);
     if (rc) return rc;
     remat_tensor *x = NULL, *y = NULL;
-    rc = rm_contig(&x, a);
-    if (rc) return rm_err_prefix(rc, call);
-    rc = rm_new_output(&y, a->ndim, a->shape, a->dtype, a->storage->device);
-    if (rc) {
-        remat_release(x);
-        return rm_err_prefix(rc, call);
+    remat_node *node = NULL;
+    const uinfo *ui = &k_uinfo[op];
+    /* An op that saves its input makes its node and saves before the kernel
+     * (rm_save_before_kernel in internal.h); relu's mask and the saved outputs
+     * of exp, tanh, ... can only be saved after it. */
+    const bool save_in = ui->needs_saved && !ui->save_out && op != U_RELU;
+    if (rm_needs_grad(1, &a)) {
+        rc = rm_node_new(&node, ui->node, unary_backward, 1, &a, 1, ui->needs_saved ? 1 : 0);
+        if (rc) return rm_err_prefix(rc, call);
+        uctx *c = malloc(sizeof *c);
+        if (!c) {
+            rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+            goto fail;
+        }
+        c->op = op;
+        c->p = p;
+        rm_node_set_ctx(node, c, NULL);
+        if (save_in && (rc = rm_op_save(node, 0, a))) goto fail;
     }
+    rc = rm_contig(&x, a);
+    if (!rc) rc = rm_new_output(&y, a->ndim, a->shape, a->dtype, a->storage->device);
+    if (rc) goto fail;
     int64_t n = remat_numel(a);
     if (rm_ptr(y) && rm_ptr(x)) {
         if (a->dtype == REMAT_F32) fwd_float(op, rm_ptr(x), rm_ptr(y), n, (float)p);
         else fwd_double(op, rm_ptr(x), rm_ptr(y), n, p);
     }
-    if (rm_needs_grad(1, &a)) {
-        remat_node *node;
-        const uinfo *ui = &k_uinfo[op];
-        rc = rm_node_new(&node, ui->node, unary_backward, 1, &a, 1, ui->needs_saved ? 1 : 0);
-        if (rc == REMAT_OK) {
-            uctx *c = malloc(sizeof *c);
-            if (!c) rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-            else {
-                c->op = op;
-                c->p = p;
-                rm_node_set_ctx(node, c, NULL);
-                rm_node_set_output(node, 0, y);
-                if (op == U_RELU) rc = save_relu_mask(node, y, call);
-                else if (ui->needs_saved) rc = rm_op_save(node, 0, ui->save_out ? y : a);
-            }
-            rm_node_release(node);
-        }
-        if (rc) {
-            remat_release(x);
-            remat_release(y);
-            return rm_err_prefix(rc, call);
-        }
+    if (node) {
+        rm_node_set_output(node, 0, y);
+        if (op == U_RELU) rc = save_relu_mask(node, y, call);
+        else if (ui->needs_saved && !save_in) rc = rm_op_save(node, 0, y);
+        if (rc) goto fail;
+        rm_node_release(node);
     }
     remat_release(x);
     return rm_hand_out(out, y);
+fail:
+    rm_node_release(node);
+    remat_release(x);
+    remat_release(y);
+    return rm_err_prefix(rc, call);
 }
 
 /* The public entry: interception bracket around unary_impl (site: the
