@@ -234,6 +234,22 @@ int rm_gradient_edge(remat_tensor *t, rm_edge *edge);
 int rm_check_inplace(const char *call, remat_tensor *t);
 /* Frees saved tensors of a node (graph release). */
 void rm_node_release_saved(remat_node *n);
+/* Called by a backward function once it has read saved slot `slot` for the
+ * last time: frees it now, as the graph release after the node would, if
+ * the running backward pass does not retain the graph (otherwise nothing).
+ * Lets a backward free a large saved input before it allocates the next
+ * gradient (linear: x after dW, before dx), lowering the pass's peak. */
+void rm_node_done_with_saved(remat_node *n, int slot);
+/* For a backward that can compute a gradient in place over a saved input
+ * (elementwise, same shape and dtype): when the pass does not retain the
+ * graph and saved slot `slot` (saved without hooks) is the only holder of a
+ * contiguous storage it spans exactly, moves it out as a plain new tensor
+ * in *out (the slot counts as freed) and returns true. Otherwise *out is
+ * NULL, nothing changes, and the backward allocates as usual. */
+bool rm_node_take_saved(remat_node *n, int slot, remat_tensor **out);
+/* Whether the backward pass running on this thread retains the graph (true
+ * outside backward). */
+bool rm_backward_retains_graph(void);
 
 /* Sums grad down to shape (undoing broadcasting). New reference in *out. */
 int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape);

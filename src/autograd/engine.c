@@ -44,6 +44,7 @@ static RM_TLS task *tls_task;
 static atomic_uint_fast64_t g_task_id;
 
 bool remat_in_backward(void) { return tls_task != NULL; }
+bool rm_backward_retains_graph(void) { return !tls_task || tls_task->retain_graph; }
 uint64_t remat_current_backward_id(void) { return tls_task ? tls_task->id : 0; }
 bool remat_current_backward_is_partial(void) { return tls_task && tls_task->partial; }
 

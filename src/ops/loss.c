@@ -387,9 +387,9 @@ fail:
         for (int64_t c = 0; c < nch; c++) total += part[c];                                   \
         return total;                                                                         \
     }                                                                                         \
-    /* da = s * (a - b), db = -da (each may be NULL) */                                       \
-    static void mse_bwd_##T(const T *restrict a, const T *restrict b, T s, T *restrict da,    \
-                            T *restrict db, int64_t n) {                                      \
+    /* da = s * (a - b), db = -da (each may be NULL); da may be a (in place) */              \
+    static void mse_bwd_##T(const T *a, const T *restrict b, T s, T *da, T *restrict db,      \
+                            int64_t n) {                                                      \
         _Pragma("omp parallel for if (n > RM_OMP_MIN)")                                       \
         for (int64_t i = 0; i < n; i++) {                                                     \
             T v = s * (a[i] - b[i]);                                                          \
@@ -405,8 +405,13 @@ MSE_KERNELS(f64)
 static int mse_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     remat_tensor *sv[2] = {NULL, NULL}, *cv[2] = {NULL, NULL}, *da = NULL, *db = NULL;
     int rc = REMAT_OK;
+    /* The usual loss (a prediction against a target that needs no gradient)
+     * writes da over the saved prediction when nothing else holds it: the
+     * pass then never holds both (the kernel is elementwise). */
+    if (node->next[0].node && !node->next[1].node && rm_node_take_saved(node, 0, &da))
+        sv[0] = remat_retain(da);
     for (int i = 0; i < 2 && rc == REMAT_OK; i++) {
-        rc = rm_node_unpack(node, i, &sv[i]);
+        if (!sv[i]) rc = rm_node_unpack(node, i, &sv[i]);
         if (!rc && sv[i]) rc = rm_contig(&cv[i], sv[i]);
     }
     if (rc) goto out;
@@ -416,7 +421,7 @@ static int mse_backward(remat_node *node, remat_tensor *const *gout, remat_tenso
     }
     remat_tensor *a = cv[0], *b = cv[1];
     remat_device dev = a->storage->device;
-    if (node->next[0].node) rc = rm_new_output(&da, a->ndim, a->shape, a->dtype, dev);
+    if (node->next[0].node && !da) rc = rm_new_output(&da, a->ndim, a->shape, a->dtype, dev);
     if (!rc && node->next[1].node) rc = rm_new_output(&db, a->ndim, a->shape, a->dtype, dev);
     if (rc) goto out;
     double g = 0;

@@ -510,20 +510,8 @@ static int linear_backward(remat_node *node, remat_tensor *const *gout, remat_te
     int64_t wshape[2] = {c->out_f, c->in_f};
     int rc = rm_contig(&g, gout[0]);
     if (rc) return rc;
-    if (gx) {
-        rc = rm_node_unpack(node, 1, &w);
-        if (!rc) rc = check_saved("LinearBackward", "weight", w, 2, wshape);
-        if (!rc) rc = prep_operand(&wc, w, true, true);
-        if (!rc) rc = rm_new_output(&dx, c->ndx, c->sx, dt, dev);
-        if (rc) goto out;
-        if (rm_ptr(dx) && rm_ptr(g) && rm_ptr(wc)) {
-            mview G, W, D;
-            view_of(&G, g, row, true, nb);
-            view_of(&W, wc, true, true, nb);
-            view_of(&D, dx, row, true, nb);
-            mm_exec(dt, nb, bshape, &G, &W, &D, remat_numel(dx), false);
-        }
-    }
+    /* dW first: x (often the largest saved tensor) is then let go before dx
+     * is allocated, so the two never coexist when the graph is not kept. */
     if (gw) {
         rc = rm_node_unpack(node, 0, &x);
         if (!rc) rc = check_saved("LinearBackward", "x", x, c->ndx, c->sx);
@@ -537,6 +525,23 @@ static int linear_backward(remat_node *node, remat_tensor *const *gout, remat_te
             view_of(&D, dw, true, true, nb);
             mview Gt = view_t(&G);
             mm_exec(dt, nb, bshape, &Gt, &X, &D, remat_numel(dw), false);
+        }
+        remat_release_p(&xc);
+        remat_release_p(&x);
+        rm_node_done_with_saved(node, 0);
+    }
+    if (gx) {
+        rc = rm_node_unpack(node, 1, &w);
+        if (!rc) rc = check_saved("LinearBackward", "weight", w, 2, wshape);
+        if (!rc) rc = prep_operand(&wc, w, true, true);
+        if (!rc) rc = rm_new_output(&dx, c->ndx, c->sx, dt, dev);
+        if (rc) goto out;
+        if (rm_ptr(dx) && rm_ptr(g) && rm_ptr(wc)) {
+            mview G, W, D;
+            view_of(&G, g, row, true, nb);
+            view_of(&W, wc, true, true, nb);
+            view_of(&D, dx, row, true, nb);
+            mm_exec(dt, nb, bshape, &G, &W, &D, remat_numel(dx), false);
         }
     }
     if (gbias) {
