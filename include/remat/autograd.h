@@ -42,7 +42,11 @@ void remat_grad_mode_restore(bool prev);
  * inputs/n_inputs: if non-NULL, only these tensors' .grad are accumulated
  * (P: backward(inputs=...)); otherwise every leaf that requires grad.
  * Unless retain_graph, the graph's saved tensors are freed as it is
- * walked; walking it again then fails with REMAT_ESTATE.
+ * walked; walking it again then fails with REMAT_ESTATE. Some are freed
+ * even within their node, which lowers the pass's peak below P's: linear
+ * lets go of its input once dW is computed, before dx is allocated, and
+ * mse_loss writes the prediction's gradient over the saved prediction when
+ * nothing else holds it (tensors you still hold are never written).
  * Errors: REMAT_ENOGRAD if a root does not require grad; REMAT_ESHAPE if a
  * grad_output does not match its root. */
 int remat_backward(int n, remat_tensor *const *roots, remat_tensor *const *grad_outputs,
