@@ -31,7 +31,14 @@ static void *cpu_alloc(void *ud, int index, size_t nbytes) {
     RM_UNUSED(index);
     if (g_cpu_alloc.alloc) return g_cpu_alloc.alloc(g_cpu_alloc.user_data, nbytes);
     size_t rounded = (nbytes + 63) & ~(size_t)63;
-    return aligned_alloc(64, rounded);
+    void *p = rm_cpu_cache_take(rounded);
+    if (p) return p;
+    p = aligned_alloc(64, rounded);
+    if (!p && remat_cpu_cache_bytes() > 0) { /* what the cache holds may make room */
+        remat_cpu_cache_empty();
+        p = aligned_alloc(64, rounded);
+    }
+    return p;
 }
 static void cpu_free(void *ud, int index, void *ptr, size_t nbytes) {
     RM_UNUSED(ud);
@@ -40,7 +47,11 @@ static void cpu_free(void *ud, int index, void *ptr, size_t nbytes) {
         g_cpu_alloc.free(g_cpu_alloc.user_data, ptr, nbytes);
         return;
     }
-    free(ptr);
+    /* called after the accounting: in_use no longer counts this buffer */
+    pthread_mutex_lock(&g_lock);
+    size_t in_use = g_types[0].stats[0].current_bytes, peak = g_types[0].stats[0].peak_bytes;
+    pthread_mutex_unlock(&g_lock);
+    if (!rm_cpu_cache_put(ptr, (nbytes + 63) & ~(size_t)63, in_use, peak)) free(ptr);
 }
 static int cpu_copy(void *ud, int index, void *dst, const void *src, size_t n, remat_copy_kind k) {
     RM_UNUSED(ud);
@@ -306,6 +317,7 @@ size_t remat_cpu_peak_bytes(void) {
 }
 
 void remat_set_cpu_allocator(const remat_allocator *allocator) {
+    remat_cpu_cache_empty(); /* its buffers came from the allocator being replaced */
     pthread_mutex_lock(&g_lock);
     if (allocator && allocator->alloc && allocator->free)
         g_cpu_alloc = *allocator;

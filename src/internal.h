@@ -130,6 +130,13 @@ const char *rm_tensor_str(const remat_tensor *t, char *buf, size_t n);
 void *rm_scope_suspend(void);
 void rm_scope_resume(void *prev);
 
+/* ---- the default cpu allocator's buffer cache (src/cpu_cache.c) ------------------
+ * take: a cached buffer of exactly `size` (64-byte rounded) bytes, or NULL.
+ * put: keeps p if it may (size large enough, cache on, and in_use + cached +
+ * size <= peak, the device's counters after this free); false: free it. */
+void *rm_cpu_cache_take(size_t size);
+bool rm_cpu_cache_put(void *p, size_t size, size_t in_use, size_t peak);
+
 /* ---- skip mode (early-stopped recomputation) ----------------------------------
  * While skip mode is on, ops create outputs with meta storage (no data, no
  * allocation) and run no kernels; shapes are still computed. */

@@ -33,7 +33,9 @@ int step_setup_process(int threads);
  * own mapping, returned to the OS when freed — the process's RSS then rises
  * and falls with remat's allocator and can be measured per step (at the
  * price of page faults on every new tensor). Otherwise: large thresholds,
- * freed memory is reused from the heap (the fast setting, for timing). */
+ * freed memory is reused from the heap (the fast setting, for timing).
+ * remat's cpu buffer cache (remat/device.h) is off while RSS is tracked and
+ * as it was at the first call otherwise. */
 void step_malloc_mode(bool track_rss);
 
 #endif /* REMAT_TOOLS_STEP_H */

@@ -113,6 +113,27 @@ typedef struct remat_allocator {
 } remat_allocator;
 void remat_set_cpu_allocator(const remat_allocator *allocator);
 
+/* ---- cpu buffer cache ------------------------------------------------------
+ * The default cpu allocator keeps freed buffers of 64 KiB and more and hands
+ * them to later allocations of the same size: a training loop's steady state
+ * then makes no malloc/free calls and takes no page faults for its tensors
+ * (left to malloc, freed buffers may go back to the kernel between steps and
+ * be faulted in again, ~10 % of a step). The cache never holds more than the
+ * cpu device's peak bytes minus the bytes in use, so with it the process
+ * holds no more tensor memory than remat's own peak; a failed allocation
+ * empties it and retries. Accounting (current/peak bytes, observers) counts
+ * live tensors only, cached buffers never. On by default; off when the
+ * environment has REMAT_CPU_CACHE=0, under AddressSanitizer (reuse would hide
+ * use-after-free), and with a user allocator (remat_set_cpu_allocator, which
+ * empties it). */
+/* Turns the cache on or off (off empties it); overrides the environment. */
+void remat_cpu_cache_enable(bool on);
+bool remat_cpu_cache_enabled(void);
+/* Frees every cached buffer (e.g. before handing memory to other code). */
+void remat_cpu_cache_empty(void);
+/* Bytes held by the cache (64-byte rounded buffer sizes). */
+size_t remat_cpu_cache_bytes(void);
+
 /* Observer of allocator events (for memory timelines): called after every
  * successful allocation (nbytes > 0) and before every free (nbytes < 0),
  * with the device's current bytes after the event. NULL removes it. */
