@@ -49,12 +49,8 @@ int step_run(model *m, const strategy *s, const batch *b, optim *o, trace *tr, s
 }
 
 void step_malloc_mode(bool track_rss) {
-    /* remat's buffer cache keeps freed tensors resident, so RSS would show
-     * the cache, not the step: off while RSS is tracked (unless the
-     * environment turned it off for good: REMAT_CPU_CACHE=0). */
     static int cache_default = -1;
     if (cache_default < 0) cache_default = remat_cpu_cache_enabled();
-    remat_cpu_cache_enable(!track_rss && cache_default);
     /* Setting the mmap threshold also turns glibc's dynamic threshold off. */
     if (track_rss) {
         mallopt(M_MMAP_THRESHOLD, 64 * 1024);
@@ -64,6 +60,14 @@ void step_malloc_mode(bool track_rss) {
         mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
         mallopt(M_TRIM_THRESHOLD, 64 * 1024 * 1024);
     }
+    /* remat's buffer cache keeps freed tensors resident, so RSS would show
+     * the cache, not the step: off while RSS is tracked (unless the
+     * environment turned it off for good: REMAT_CPU_CACHE=0). What it and
+     * the fast setting left in malloc's heap goes back to the OS too:
+     * malloc serves a request from free heap chunks before it maps new
+     * memory, and reused resident chunks would hide a step's growth. */
+    remat_cpu_cache_enable(!track_rss && cache_default);
+    if (track_rss) malloc_trim(0);
 }
 
 int step_setup_process(int threads) {
