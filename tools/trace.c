@@ -94,7 +94,10 @@ void trace_begin(trace *tr, bool sample_rss) {
     tr->sample_rss = sample_rss;
     tr->top = PH_OTHER;
     tr->start_current = tr->peak_current = remat_cpu_current_bytes();
-    if (sample_rss) tr->start_rss = tr->peak_rss = util_current_rss_bytes();
+    if (sample_rss) {
+        tr->hwm = util_reset_rss_hwm();
+        tr->start_rss = tr->peak_rss = util_current_rss_bytes();
+    }
     tr->t0 = util_now();
     remat_set_alloc_observer(on_alloc, tr);
     models_set_block_hook(on_block, tr);
@@ -106,6 +109,10 @@ void trace_end(trace *tr) {
     if (tr->sample_rss) {
         size_t rss = util_current_rss_bytes();
         if (rss > tr->peak_rss) tr->peak_rss = rss;
+        /* a peak between two allocator events (pages touched, nothing
+         * allocated) is in the kernel's high-water mark */
+        size_t hwm = tr->hwm ? util_rss_hwm_bytes() : 0;
+        if (hwm > tr->peak_rss) tr->peak_rss = hwm;
     }
     tr->t_end = util_now() - tr->t0;
 }

@@ -50,7 +50,9 @@ typedef struct trace {
     phase top;            /* current top-level phase */
     int recompute_depth;  /* > 0 while a block is being recomputed */
     size_t start_current, peak_current; /* allocator bytes at start, max seen */
-    size_t start_rss, peak_rss;         /* RSS at start, max seen (sampled) */
+    size_t start_rss, peak_rss;         /* RSS at start, max seen (sampled, and the
+                                           kernel's high-water mark where available) */
+    bool hwm;                           /* the high-water mark was reset at start */
     int64_t n_recomputed_blocks;
     bool oom;
 } trace;

@@ -19,6 +19,12 @@ size_t util_peak_rss_bytes(void);
 /* Current resident set size (/proc/self/statm) in bytes; 0 if unknown.
  * Cheap (keeps the file open and preads it). */
 size_t util_current_rss_bytes(void);
+/* The kernel's resident-memory high-water mark (VmHWM): reset sets it to the
+ * current RSS (writes 5 to /proc/self/clear_refs; false where that is not
+ * allowed), read returns it in bytes (0 if unavailable). Unlike sampling, it
+ * cannot miss a short peak. */
+bool util_reset_rss_hwm(void);
+size_t util_rss_hwm_bytes(void);
 
 /* splitmix64: the data RNG. Stateless use: util_mix(seed, a, b) hashes a
  * tuple into 64 well-mixed bits, so every batch is a pure function of

@@ -8,8 +8,11 @@ one JSON object with the keys of `remat bench --json`.
 
 Memory: PyTorch has no allocator counters on cpu, so, as remat's RSS column,
 the growth of the process's resident memory over the step, sampled every
-~0.2 ms by a thread, with glibc malloc set (mallopt) to give every tensor above
-64 KiB its own mapping so freed memory leaves the RSS at once. Timed
+~0.2 ms by a thread and, where /proc/self/clear_refs can reset it, taken from
+the kernel's high-water mark (VmHWM) too: a sampler sharing one pinned core
+with the step misses short peaks (compare.py --threads 1). glibc malloc is set
+(mallopt) to give every tensor above 64 KiB its own mapping so freed memory
+leaves the RSS at once. Timed
 repetitions run with large malloc thresholds (the fast setting), as remat's.
 
 Needs python3-torch (Debian: /usr/bin/python3). Example:
@@ -48,10 +51,30 @@ def rss():
         return int(f.read().split()[1]) * PAGE
 
 
+def reset_hwm():
+    """Resets VmHWM to the current RSS; False where that is not allowed."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def hwm():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 class RssSampler:
-    """Max RSS over a block, sampled by a thread (torch releases the GIL in kernels)."""
+    """Max RSS over a block: sampled by a thread (torch releases the GIL in
+    kernels) and the kernel's high-water mark, as remat bench does."""
 
     def __enter__(self):
+        self.hwm = reset_hwm()
         self.start = self.peak = rss()
         self.stop = False
         self.t = threading.Thread(target=self.run, daemon=True)
@@ -66,7 +89,7 @@ class RssSampler:
     def __exit__(self, *exc):
         self.stop = True
         self.t.join()
-        self.peak = max(self.peak, rss())
+        self.peak = max(self.peak, rss(), hwm() if self.hwm else 0)
 
 
 def step(model, batch, strategy, reentrant):
