@@ -86,6 +86,7 @@
 
 #include "remat/remat.h"
 #include "bench_util.h"
+#include "util.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -254,31 +255,6 @@ static void alloc_observer(void *ud, remat_device device, int64_t delta, size_t 
     if (act > g_act_max) g_act_max = act;
 }
 
-/* Reads a "Key:  123 kB" line of /proc/self/status; -1 if absent. */
-static long proc_status_kb(const char *key) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return -1;
-    char line[256];
-    long v = -1;
-    size_t n = strlen(key);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, n) && line[n] == ':') {
-            v = atol(line + n + 1);
-            break;
-        }
-    fclose(f);
-    return v;
-}
-
-/* Resets VmHWM to the current RSS (Linux >= 4.0); false if not allowed. */
-static bool reset_hwm(void) {
-    FILE *f = fopen("/proc/self/clear_refs", "w");
-    if (!f) return false;
-    bool ok = fputs("5", f) >= 0;
-    ok = (fclose(f) == 0) && ok;
-    return ok;
-}
-
 static long maxrss_kb(void) {
     struct rusage ru;
     return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
@@ -393,10 +369,10 @@ static rss_result measure_rss_fresh(const config *c, int s) {
         CHECK(remat_rand_normal(&target, 2, xs, 0, 1, REMAT_F32, REMAT_DEVICE_CPU));
         CHECK(remat_set_requires_grad(x, true));
         rss_result r = {.ok = 1};
-        r.init_kb = proc_status_kb("VmRSS");
+        r.init_kb = util_proc_status_kb("VmRSS");
         CHECK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
         for (int k = 0; k < c->rss_steps; k++) child_step(c, &m, stages, s, x, target);
-        r.hwm_kb = proc_status_kb("VmHWM");
+        r.hwm_kb = util_proc_status_kb("VmHWM");
         r.alloc_peak = remat_cpu_peak_bytes();
         ssize_t n = write(fd[1], &r, sizeof r);
         _exit(n == (ssize_t)sizeof r ? 0 : 1);
@@ -540,7 +516,7 @@ int main(int argc, char **argv) {
     double ref_loss = 0;
 
     remat_set_alloc_observer(alloc_observer, NULL);
-    bool hwm_ok = reset_hwm();
+    bool hwm_ok = util_reset_rss_hwm();
     long warm_rss[N_S];
     for (int s = 0; s < N_S; s++) warm_rss[s] = -1;
 
@@ -593,8 +569,8 @@ int main(int argc, char **argv) {
              * that their RSS growth is their footprint. */
             bool measure_rss = r < c.warmup || c.heap == HEAP_TRIM;
             if (measure_rss) malloc_trim(0);
-            long rss0 = proc_status_kb("VmRSS");
-            bool hwm_reset = hwm_ok && reset_hwm();
+            long rss0 = util_proc_status_kb("VmRSS");
+            bool hwm_reset = hwm_ok && util_reset_rss_hwm();
             CHECK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
             g_base = (int64_t)remat_cpu_current_bytes();
             if (g_base != param_bytes + input_bytes && !base_warned) {
@@ -613,7 +589,7 @@ int main(int argc, char **argv) {
             stamp t2 = stamp_now();
             g_tracking = false;
             sm.peak = remat_cpu_peak_bytes();
-            long hwm = hwm_reset ? proc_status_kb("VmHWM") : maxrss_kb();
+            long hwm = hwm_reset ? util_proc_status_kb("VmHWM") : maxrss_kb();
             sm.rss_growth_kb = measure_rss ? hwm - rss0 : -1;
             if (r < c.warmup && sm.rss_growth_kb > warm_rss[s]) warm_rss[s] = sm.rss_growth_kb;
             CHECK(remat_item(loss, &sm.loss));

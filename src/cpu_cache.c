@@ -9,7 +9,7 @@
  * ~10 % of a GPT step on one thread). Kept here, a steady-state step makes no
  * malloc/free calls for its tensors at all.
  *
- * What: buffers of at least RM_CACHE_MIN bytes are kept on free, one list per
+ * What: buffers of at least RM_CPU_CACHE_MIN bytes are kept on free, one list per
  * exact (64-byte rounded) size, and handed out again to an allocation of the
  * same size. The cache never holds more than the device's peak bytes minus
  * the bytes in use, so the tensor memory the process holds never exceeds
@@ -20,7 +20,6 @@
 
 #include "internal.h"
 
-#define RM_CACHE_MIN (64 * 1024)
 #define RM_CACHE_SIZES 256 /* distinct sizes cached at once (open addressing) */
 
 typedef struct cblock {
@@ -70,7 +69,7 @@ static cbucket *find(size_t size, bool create) {
 }
 
 void *rm_cpu_cache_take(size_t size) {
-    if (size < RM_CACHE_MIN) return NULL;
+    if (size < RM_CPU_CACHE_MIN) return NULL;
     pthread_mutex_lock(&g_lock);
     cblock *c = NULL;
     cbucket *b = enabled_locked() ? find(size, false) : NULL;
@@ -84,7 +83,7 @@ void *rm_cpu_cache_take(size_t size) {
 }
 
 bool rm_cpu_cache_put(void *p, size_t size, size_t in_use, size_t peak) {
-    if (size < RM_CACHE_MIN || !p) return false;
+    if (size < RM_CPU_CACHE_MIN || !p) return false;
     pthread_mutex_lock(&g_lock);
     bool kept = false;
     if (enabled_locked() && in_use + g_cached + size <= peak) {

@@ -26,11 +26,15 @@ static void *g_observer_ud;
 static const uint64_t k_default_seed = 67280421310721ULL; /* P's default seed */
 
 /* ---- built-in cpu type ------------------------------------------------------- */
+/* Bytes the default allocator really takes for nbytes (aligned_alloc wants a
+ * multiple of the alignment); also the cache's size key. */
+static size_t cpu_rounded(size_t nbytes) { return (nbytes + 63) & ~(size_t)63; }
+
 static void *cpu_alloc(void *ud, int index, size_t nbytes) {
     RM_UNUSED(ud);
     RM_UNUSED(index);
     if (g_cpu_alloc.alloc) return g_cpu_alloc.alloc(g_cpu_alloc.user_data, nbytes);
-    size_t rounded = (nbytes + 63) & ~(size_t)63;
+    size_t rounded = cpu_rounded(nbytes);
     void *p = rm_cpu_cache_take(rounded);
     if (p) return p;
     p = aligned_alloc(64, rounded);
@@ -47,11 +51,16 @@ static void cpu_free(void *ud, int index, void *ptr, size_t nbytes) {
         g_cpu_alloc.free(g_cpu_alloc.user_data, ptr, nbytes);
         return;
     }
+    size_t rounded = cpu_rounded(nbytes);
+    if (rounded < RM_CPU_CACHE_MIN) { /* never cached: no need for the counters */
+        free(ptr);
+        return;
+    }
     /* called after the accounting: in_use no longer counts this buffer */
     pthread_mutex_lock(&g_lock);
     size_t in_use = g_types[0].stats[0].current_bytes, peak = g_types[0].stats[0].peak_bytes;
     pthread_mutex_unlock(&g_lock);
-    if (!rm_cpu_cache_put(ptr, (nbytes + 63) & ~(size_t)63, in_use, peak)) free(ptr);
+    if (!rm_cpu_cache_put(ptr, rounded, in_use, peak)) free(ptr);
 }
 static int cpu_copy(void *ud, int index, void *dst, const void *src, size_t n, remat_copy_kind k) {
     RM_UNUSED(ud);

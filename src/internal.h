@@ -134,6 +134,7 @@ void rm_scope_resume(void *prev);
  * take: a cached buffer of exactly `size` (64-byte rounded) bytes, or NULL.
  * put: keeps p if it may (size large enough, cache on, and in_use + cached +
  * size <= peak, the device's counters after this free); false: free it. */
+#define RM_CPU_CACHE_MIN (64 * 1024) /* smaller buffers go straight to malloc */
 void *rm_cpu_cache_take(size_t size);
 bool rm_cpu_cache_put(void *p, size_t size, size_t in_use, size_t peak);
 

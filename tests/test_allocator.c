@@ -67,6 +67,29 @@ static void fail_free(void *ud, void *p, size_t n) {
     free(p);
 }
 
+/* The buffer cache serves the default allocator only: with a hook, every
+ * allocation reaches it (and installing it empties the cache). */
+Test(allocator, user_hook_bypasses_the_buffer_cache) {
+    remat_cpu_cache_enable(true);
+    remat_cpu_cache_empty();
+    int64_t sh[] = {1 << 18}; /* 1 MiB of f32: a size the cache keeps */
+    remat_tensor *t;
+    RT_OK(remat_empty(&t, 1, sh, REMAT_F32, REMAT_DEVICE_CPU));
+    remat_release(t);
+    cr_assert_eq(remat_cpu_cache_bytes(), (size_t)1 << 20);
+    remat_allocator al = {fail_alloc, fail_free, NULL};
+    remat_set_cpu_allocator(&al);
+    cr_assert_eq(remat_cpu_cache_bytes(), 0, "installing an allocator empties the cache");
+    for (int i = 0; i < 2; i++) {
+        RT_OK(remat_empty(&t, 1, sh, REMAT_F32, REMAT_DEVICE_CPU));
+        remat_release(t);
+    }
+    cr_assert_eq(g_user_allocs, 2);
+    cr_assert_eq(g_user_frees, 2);
+    cr_assert_eq(remat_cpu_cache_bytes(), 0);
+    remat_set_cpu_allocator(NULL);
+}
+
 Test(allocator, user_hook_is_used) {
     remat_allocator al = {fail_alloc, fail_free, NULL};
     remat_set_cpu_allocator(&al);

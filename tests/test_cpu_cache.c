@@ -1,10 +1,10 @@
 /* tests/test_cpu_cache.c — the default cpu allocator's buffer cache
  * (remat_cpu_cache_* in remat/device.h): reuse of same-size buffers, the
- * bound (never more than peak − in use), small buffers and user allocators
- * left alone, on/off. Each test turns the cache on itself (it is off by
+ * bound (never more than peak − in use), small buffers left alone, on/off.
+ * That a user allocator bypasses it is in test_allocator.c, beside the
+ * hook's other tests. Each test turns the cache on itself (it is off by
  * default under AddressSanitizer). */
 #include <criterion/criterion.h>
-#include <stdlib.h>
 
 #include "support/rt.h"
 
@@ -67,32 +67,4 @@ Test(cpu_cache, small_buffers_and_the_off_switch) {
     cr_assert_eq(remat_cpu_cache_bytes(), 0, "off empties it");
     remat_release(buffer(MIB));
     cr_assert_eq(remat_cpu_cache_bytes(), 0, "off keeps nothing");
-}
-
-static int g_user_allocs, g_user_frees;
-static void *user_alloc(void *ud, size_t n) {
-    (void)ud;
-    g_user_allocs++;
-    return aligned_alloc(64, (n + 63) & ~(size_t)63);
-}
-static void user_free(void *ud, void *p, size_t n) {
-    (void)ud;
-    (void)n;
-    g_user_frees++;
-    free(p);
-}
-
-Test(cpu_cache, a_user_allocator_sees_every_allocation) {
-    fresh_cache();
-    remat_release(buffer(MIB));
-    cr_assert_eq(remat_cpu_cache_bytes(), (size_t)MIB);
-    remat_allocator al = {user_alloc, user_free, NULL};
-    remat_set_cpu_allocator(&al);
-    cr_assert_eq(remat_cpu_cache_bytes(), 0, "installing an allocator empties the cache");
-    remat_release(buffer(MIB));
-    remat_release(buffer(MIB));
-    cr_assert_eq(g_user_allocs, 2);
-    cr_assert_eq(g_user_frees, 2);
-    cr_assert_eq(remat_cpu_cache_bytes(), 0);
-    remat_set_cpu_allocator(NULL);
 }

@@ -111,8 +111,8 @@ void trace_end(trace *tr) {
         if (rss > tr->peak_rss) tr->peak_rss = rss;
         /* a peak between two allocator events (pages touched, nothing
          * allocated) is in the kernel's high-water mark */
-        size_t hwm = tr->hwm ? util_rss_hwm_bytes() : 0;
-        if (hwm > tr->peak_rss) tr->peak_rss = hwm;
+        long hwm_kb = tr->hwm ? util_proc_status_kb("VmHWM") : -1;
+        if (hwm_kb > 0 && (size_t)hwm_kb * 1024 > tr->peak_rss) tr->peak_rss = (size_t)hwm_kb * 1024;
     }
     tr->t_end = util_now() - tr->t0;
 }

@@ -50,15 +50,19 @@ bool util_reset_rss_hwm(void) {
     return fclose(f) == 0 && ok;
 }
 
-size_t util_rss_hwm_bytes(void) {
+long util_proc_status_kb(const char *key) {
     FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
+    if (!f) return -1;
     char line[256];
-    unsigned long kb = 0;
+    long v = -1;
+    size_t n = strlen(key);
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %lu kB", &kb) == 1) break;
+        if (!strncmp(line, key, n) && line[n] == ':') {
+            v = atol(line + n + 1);
+            break;
+        }
     fclose(f);
-    return (size_t)kb * 1024;
+    return v;
 }
 
 uint64_t util_splitmix64(uint64_t *state) {

@@ -20,11 +20,13 @@ size_t util_peak_rss_bytes(void);
  * Cheap (keeps the file open and preads it). */
 size_t util_current_rss_bytes(void);
 /* The kernel's resident-memory high-water mark (VmHWM): reset sets it to the
- * current RSS (writes 5 to /proc/self/clear_refs; false where that is not
- * allowed), read returns it in bytes (0 if unavailable). Unlike sampling, it
- * cannot miss a short peak. */
+ * current RSS (writes 5 to /proc/self/clear_refs, Linux >= 4.0; false where
+ * that is not allowed). Read it with util_proc_status_kb("VmHWM"). Unlike
+ * sampling, it cannot miss a short peak. */
 bool util_reset_rss_hwm(void);
-size_t util_rss_hwm_bytes(void);
+/* The value of a "Key:  123 kB" line of /proc/self/status (VmRSS, VmHWM,
+ * ...) in kB; -1 if absent or unreadable. */
+long util_proc_status_kb(const char *key);
 
 /* splitmix64: the data RNG. Stateless use: util_mix(seed, a, b) hashes a
  * tuple into 64 well-mixed bits, so every batch is a pure function of
