@@ -19,6 +19,7 @@
 /* ---- running the program ------------------------------------------------------------- */
 static char g_bin[4096];
 static char g_dir[256];
+static char g_env[1024]; /* "VAR=value " put before the program by run() */
 
 static void setup(void) {
     char self[4096];
@@ -47,7 +48,7 @@ static int run(char **out, bool merge, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s' %s %s", g_bin, args, merge ? "2>&1" : "2>/dev/null");
+    snprintf(cmd, sizeof cmd, "%s'%s' %s %s", g_env, g_bin, args, merge ? "2>&1" : "2>/dev/null");
     FILE *p = popen(cmd, "r");
     cr_assert(p, "popen %s", cmd);
     size_t cap = 4096, len = 0;
@@ -560,6 +561,38 @@ Test(cli, bench_compares_strategies) {
     cr_assert(!strncmp(o, "strategy,step_ms,", 17), "%s", o);
     cr_assert(strstr(o, "\nnone,") && strstr(o, "\nblock,"), "%s", o);
     free(o);
+}
+
+/* With bench/preload/heap_peak.c preloaded, bench reports the C heap's
+ * growth over each strategy's step: at least what remat's allocator added
+ * (every tensor is a malloc'd block then), and smaller with checkpointing.
+ * Without it the field is null. */
+Test(cli, bench_reports_heap_growth_when_preloaded) {
+#ifndef REMAT_HEAP_PEAK_LIB
+    cr_skip_test("built with sanitizers: no heap_peak library to preload");
+#else
+    const char *args = "bench --model mlp --layers 6 --width 64 --batch 256 --threads 1 --quiet "
+                       "--reps 1 --strategies none,block --json";
+    char *o;
+    int rc = run(&o, false, "%s", args);
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(strstr(o, "\"heap_growth_bytes\":null"), "%s", o);
+    free(o);
+
+    snprintf(g_env, sizeof g_env, "LD_PRELOAD='%s' ", REMAT_HEAP_PEAK_LIB);
+    rc = run(&o, false, "%s", args);
+    g_env[0] = '\0';
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(json_valid(o), "%s", o);
+    const char *none = strstr(o, "\"strategy\":\"none\""), *block = strstr(o, "\"strategy\":\"block\"");
+    cr_assert(none && block, "%s", o);
+    double heap_none = json_num(none, "heap_growth_bytes"), heap_block = json_num(block, "heap_growth_bytes");
+    double step_none = json_num(none, "step_alloc_bytes"), step_block = json_num(block, "step_alloc_bytes");
+    cr_assert(heap_none >= step_none, "heap %.0f < allocator %.0f: %s", heap_none, step_none, o);
+    cr_assert(heap_block >= step_block, "heap %.0f < allocator %.0f: %s", heap_block, step_block, o);
+    cr_assert(heap_block < 0.75 * heap_none, "checkpointing did not shrink the heap: %s", o);
+    free(o);
+#endif
 }
 
 /* ---- the budget planner (--checkpoint budget=SIZE) ----------------------------------- */

@@ -42,6 +42,8 @@ typedef struct result {
     double *times;
     double step_ms, overhead;
     size_t peak, baseline, rss_growth;
+    bool has_heap;      /* run with bench/preload/heap_peak.c: heap_growth is measured */
+    size_t heap_growth; /* the C heap's peak over the step - its bytes at the start */
     double loss;
     bool grads_equal, loss_equal;
     double max_diff;
@@ -171,13 +173,19 @@ static void print_table(const config *c, const model *m, int threads, result *r,
         int l = (int)strlen(c->strategies[i].name);
         if (l > w) w = l;
     }
-    printf("%-*s %9s %9s %11s %11s %9s %11s  %s\n", w, "strategy", "step ms", "time", "peak MiB",
-           "step MiB", "memory", "RSS+ MiB", "gradients");
+    bool heap = c->n_strategies > 0 && r[0].has_heap;
+    printf("%-*s %9s %9s %11s %11s %9s %11s%s  %s\n", w, "strategy", "step ms", "time",
+           "peak MiB", "step MiB", "memory", "RSS+ MiB", heap ? "   heap+ MiB" : "", "gradients");
     for (int i = 0; i < c->n_strategies; i++) {
-        char pk[32], st[32], rss[32], tm[32], mem[32];
+        char pk[32], st[32], rss[32], tm[32], mem[32], hp[48] = "";
         mib(pk, sizeof pk, (double)r[i].peak);
         mib(st, sizeof st, (double)(r[i].peak - r[i].baseline));
         mib(rss, sizeof rss, (double)r[i].rss_growth);
+        if (heap) {
+            char v[32];
+            mib(v, sizeof v, (double)r[i].heap_growth);
+            snprintf(hp, sizeof hp, " %11s", v);
+        }
         snprintf(tm, sizeof tm, "%.2fx", r[i].overhead);
         double base = (double)(r[ref].peak - r[ref].baseline);
         snprintf(mem, sizeof mem, "%.2fx", base > 0 ? (double)(r[i].peak - r[i].baseline) / base : 0);
@@ -188,8 +196,8 @@ static void print_table(const config *c, const model *m, int threads, result *r,
             snprintf(gr, sizeof gr, "bitwise equal");
         else
             snprintf(gr, sizeof gr, "DIFFER (max |diff| %.3g)", r[i].max_diff);
-        printf("%-*s %9.1f %9s %11s %11s %9s %11s  %s\n", w, c->strategies[i].name, r[i].step_ms, tm,
-               pk, st, mem, rss, gr);
+        printf("%-*s %9.1f %9s %11s %11s %9s %11s%s  %s\n", w, c->strategies[i].name, r[i].step_ms,
+               tm, pk, st, mem, rss, hp, gr);
     }
     print_plans(c);
     print_selective(c, r);
@@ -200,12 +208,15 @@ static void print_table(const config *c, const model *m, int threads, result *r,
            "  memory    step MiB / step MiB of %s\n"
            "  RSS+      growth of the process's resident memory during the step\n",
            c->strategies[ref].name, c->strategies[ref].name);
+    if (heap)
+        printf("  heap+     peak of the C heap (every malloc: remat, oneDNN, libc) over the step\n"
+               "            minus its bytes at the start (bench/preload/heap_peak.c)\n");
 }
 
 static void print_csv(const config *c, result *r) {
     printf("strategy,step_ms,overhead,peak_alloc_bytes,baseline_bytes,step_alloc_bytes,"
            "rss_growth_bytes,recomputed_blocks,grads_bitwise_equal,grads_max_abs_diff,"
-           "budget_bytes,plan_peak_bytes\n");
+           "budget_bytes,plan_peak_bytes,heap_growth_bytes\n");
     for (int i = 0; i < c->n_strategies; i++) {
         const remat_plan *p = c->strategies[i].plan;
         printf("%s,%.4f,%.4f,%zu,%zu,%zu,%zu,%" PRId64 ",%s,%.9g,", c->strategies[i].name,
@@ -213,9 +224,13 @@ static void print_csv(const config *c, result *r) {
                r[i].rss_growth, r[i].recomputed, r[i].grads_equal ? "true" : "false",
                r[i].max_diff);
         if (p)
-            printf("%zu,%zu\n", p->budget_bytes, p->peak_bytes);
+            printf("%zu,%zu,", p->budget_bytes, p->peak_bytes);
         else
-            printf(",\n");
+            printf(",,");
+        if (r[i].has_heap)
+            printf("%zu\n", r[i].heap_growth);
+        else
+            printf("\n");
     }
 }
 
@@ -247,6 +262,10 @@ static void print_json(const config *c, const model *m, int threads, result *r,
         for (int k = 0; k < c->reps; k++)
             util_str_printf(&j, "%s%.4f", k ? "," : "", r[i].times[k] * 1e3);
         util_str_printf(&j, "]");
+        if (r[i].has_heap)
+            util_str_printf(&j, ",\"heap_growth_bytes\":%zu", r[i].heap_growth);
+        else
+            util_str_printf(&j, ",\"heap_growth_bytes\":null");
         if (c->strategies[i].kind == STRAT_SELECTIVE) {
             const remat_sac_stats *st = &r[i].sac;
             util_str_printf(&j,
@@ -493,6 +512,8 @@ int cmd_bench(config *c, bool is_default) {
         if (rc) goto done;
         r[i].peak = remat_cpu_peak_bytes();
         r[i].rss_growth = r[i].tr.peak_rss > r[i].tr.start_rss ? r[i].tr.peak_rss - r[i].tr.start_rss : 0;
+        r[i].has_heap = r[i].tr.heap;
+        r[i].heap_growth = r[i].tr.heap_growth;
         r[i].recomputed = r[i].tr.n_recomputed_blocks;
         r[i].loss_equal = memcmp(&r[i].loss, &ref_loss, sizeof ref_loss) == 0;
         r[i].grads_equal = compare_grads(&m, ref, &r[i].max_diff) && r[i].loss_equal;

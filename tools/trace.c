@@ -18,6 +18,10 @@ const char *phase_name(phase p) {
     }
 }
 
+/* capacity trace_begin reserves: a 12-layer GPT step makes ~10k events */
+#define TRACE_RESERVE_EVENTS 16384
+#define TRACE_RESERVE_SPANS 1024
+
 static phase current_phase(const trace *tr) {
     if (tr->recompute_depth > 0) return PH_RECOMPUTE;
     if (remat_in_backward()) return PH_BACKWARD;
@@ -94,9 +98,16 @@ void trace_begin(trace *tr, bool sample_rss) {
     tr->sample_rss = sample_rss;
     tr->top = PH_OTHER;
     tr->start_current = tr->peak_current = remat_cpu_current_bytes();
+    /* room for a typical step's events, taken before the heap peak starts:
+     * the timeline's own growth would otherwise count as the step's */
+    tr->ev = malloc(TRACE_RESERVE_EVENTS * sizeof *tr->ev);
+    tr->cap = tr->ev ? TRACE_RESERVE_EVENTS : 0;
+    tr->sp = malloc(TRACE_RESERVE_SPANS * sizeof *tr->sp);
+    tr->caps = tr->sp ? TRACE_RESERVE_SPANS : 0;
     if (sample_rss) {
         tr->hwm = util_reset_rss_hwm();
         tr->start_rss = tr->peak_rss = util_current_rss_bytes();
+        tr->heap = util_heap_peak_reset(&tr->start_heap);
     }
     tr->t0 = util_now();
     remat_set_alloc_observer(on_alloc, tr);
@@ -113,6 +124,10 @@ void trace_end(trace *tr) {
          * allocated) is in the kernel's high-water mark */
         long hwm_kb = tr->hwm ? util_proc_status_kb("VmHWM") : -1;
         if (hwm_kb > 0 && (size_t)hwm_kb * 1024 > tr->peak_rss) tr->peak_rss = (size_t)hwm_kb * 1024;
+        if (tr->heap) {
+            int64_t pk = util_heap_peak_bytes();
+            tr->heap_growth = pk > tr->start_heap ? (size_t)(pk - tr->start_heap) : 0;
+        }
     }
     tr->t_end = util_now() - tr->t0;
 }

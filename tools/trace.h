@@ -53,6 +53,9 @@ typedef struct trace {
     size_t start_rss, peak_rss;         /* RSS at start, max seen (sampled, and the
                                            kernel's high-water mark where available) */
     bool hwm;                           /* the high-water mark was reset at start */
+    bool heap;                          /* heap counters preloaded (util_heap_peak_reset) */
+    int64_t start_heap;                 /* heap bytes live at start */
+    size_t heap_growth;                 /* heap peak over the step - start_heap */
     int64_t n_recomputed_blocks;
     bool oom;
 } trace;

@@ -2,6 +2,7 @@
 #include "util.h"
 
 #include <ctype.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -63,6 +64,39 @@ long util_proc_status_kb(const char *key) {
         }
     fclose(f);
     return v;
+}
+
+/* the preloaded library's entry points, looked up once (NULL without it);
+ * dlopen(NULL) searches the global scope, where LD_PRELOAD puts it */
+typedef int64_t (*heap_fn)(void);
+static heap_fn heap_sym(const char *name) {
+    void *self = dlopen(NULL, RTLD_LAZY);
+    if (!self) return NULL;
+    void *f = dlsym(self, name);
+    dlclose(self);
+    heap_fn fn;
+    memcpy(&fn, &f, sizeof fn); /* ISO C has no object-to-function pointer cast */
+    return fn;
+}
+static heap_fn g_heap_reset, g_heap_peak;
+static bool g_heap_looked;
+static void heap_lookup(void) {
+    if (g_heap_looked) return;
+    g_heap_reset = heap_sym("remat_heap_peak_reset");
+    g_heap_peak = heap_sym("remat_heap_peak_bytes");
+    g_heap_looked = true;
+}
+
+bool util_heap_peak_reset(int64_t *live) {
+    heap_lookup();
+    if (!g_heap_reset || !g_heap_peak) return false;
+    *live = g_heap_reset();
+    return true;
+}
+
+int64_t util_heap_peak_bytes(void) {
+    heap_lookup();
+    return g_heap_peak ? g_heap_peak() : -1;
 }
 
 uint64_t util_splitmix64(uint64_t *state) {

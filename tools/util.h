@@ -27,6 +27,14 @@ bool util_reset_rss_hwm(void);
 /* The value of a "Key:  123 kB" line of /proc/self/status (VmRSS, VmHWM,
  * ...) in kB; -1 if absent or unreadable. */
 long util_proc_status_kb(const char *key);
+/* The heap counters of bench/preload/heap_peak.c, when the process runs
+ * with it preloaded (LD_PRELOAD=build/libremat_heap_peak.so): every byte
+ * malloc hands out, whoever asks (remat, oneDNN, libc). Reset starts a new
+ * peak at the bytes live now and stores them in *live; it returns false,
+ * changing nothing, when the library is not loaded. util_heap_peak_bytes is
+ * the peak since the last reset (-1 without the library). */
+bool util_heap_peak_reset(int64_t *live);
+int64_t util_heap_peak_bytes(void);
 
 /* splitmix64: the data RNG. Stateless use: util_mix(seed, a, b) hashes a
  * tuple into 64 well-mixed bits, so every batch is a pure function of

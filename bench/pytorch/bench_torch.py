@@ -14,6 +14,11 @@ with the step misses short peaks (compare.py --threads 1). glibc malloc is set
 (mallopt) to give every tensor above 64 KiB its own mapping so freed memory
 leaves the RSS at once. Timed
 repetitions run with large malloc thresholds (the fast setting), as remat's.
+Run with build/libremat_heap_peak.so preloaded (bench/preload/heap_peak.c;
+compare.py does it), the measured step also reports heap_growth_bytes: the
+peak of the bytes live on the C heap over the step, minus those at its start,
+counted exactly as for `remat bench`. Unlike RSS it does not depend on which
+pages were touched or reused.
 
 Needs python3-torch (Debian: /usr/bin/python3). Example:
     /usr/bin/python3 bench/pytorch/bench_torch.py --model gpt --threads 2
@@ -51,6 +56,22 @@ def rss():
         return int(f.read().split()[1]) * PAGE
 
 
+def heap_counters():
+    """(reset, peak) of bench/preload/heap_peak.c when this process runs with it
+    preloaded (compare.py does that), else None: the C heap's live bytes and
+    peak, counted the same way for remat (`remat bench`: heap_growth_bytes)."""
+    try:
+        lib = ctypes.CDLL(None)
+        reset, peak = lib.remat_heap_peak_reset, lib.remat_heap_peak_bytes
+    except (OSError, AttributeError):
+        return None
+    reset.restype = peak.restype = ctypes.c_int64
+    return reset, peak
+
+
+HEAP = heap_counters()
+
+
 def reset_hwm():
     """Resets VmHWM to the current RSS; False where that is not allowed."""
     try:
@@ -75,6 +96,7 @@ class RssSampler:
 
     def __enter__(self):
         self.hwm = reset_hwm()
+        self.heap_start = HEAP[0]() if HEAP else None
         self.start = self.peak = rss()
         self.stop = False
         self.t = threading.Thread(target=self.run, daemon=True)
@@ -90,6 +112,7 @@ class RssSampler:
         self.stop = True
         self.t.join()
         self.peak = max(self.peak, rss(), hwm() if self.hwm else 0)
+        self.heap_growth = max(0, HEAP[1]() - self.heap_start) if HEAP else None
 
 
 def step(model, batch, strategy, reentrant):
@@ -139,6 +162,7 @@ def main():
             loss = step(model, batch, s, a.reentrant)
         g = grads(model)
         res[s]["rss_growth_bytes"] = max(0, r.peak - r.start)
+        res[s]["heap_growth_bytes"] = r.heap_growth
         res[s]["loss"] = loss
         res[s]["grads_bitwise_equal"] = all(
             (x is None and y is None) or (x is not None and y is not None and torch.equal(x, y))
@@ -158,7 +182,8 @@ def main():
         ms = 1e3 * statistics.median(res[s]["times"])
         name = s + ("(reentrant)" if a.reentrant and s != "none" else "")
         out.append({"strategy": name, "step_ms": ms, "overhead": ms / (1e3 * base),
-                    "rss_growth_bytes": res[s]["rss_growth_bytes"], "loss": res[s]["loss"],
+                    "rss_growth_bytes": res[s]["rss_growth_bytes"],
+                    "heap_growth_bytes": res[s]["heap_growth_bytes"], "loss": res[s]["loss"],
                     "grads_bitwise_equal": res[s]["grads_bitwise_equal"],
                     "step_ms_all": [1e3 * t for t in res[s]["times"]]})
     params = sum(p.numel() for p in model.parameters())
@@ -172,10 +197,12 @@ def main():
     print(f"PyTorch {torch.__version__}: {a.model.upper()}, {a.layers} layers, width {a.width}, "
           f"batch {a.batch} ({params / 1e6:.2f}M parameters), {torch.get_num_threads()} threads, "
           f"{a.reps} reps")
-    print(f"{'strategy':<24} {'step ms':>9} {'time':>8} {'RSS+ MiB':>10}  gradients")
+    heap = f" {'heap+ MiB':>10}" if HEAP else ""
+    print(f"{'strategy':<24} {'step ms':>9} {'time':>8} {'RSS+ MiB':>10}{heap}  gradients")
     for o in out:
+        h = f" {o['heap_growth_bytes'] / 2**20:>10.1f}" if HEAP else ""
         print(f"{o['strategy']:<24} {o['step_ms']:>9.1f} {o['overhead']:>7.2f}x "
-              f"{o['rss_growth_bytes'] / 2**20:>10.1f}  "
+              f"{o['rss_growth_bytes'] / 2**20:>10.1f}{h}  "
               f"{'bitwise equal' if o['grads_bitwise_equal'] else 'differ'}")
 
 

@@ -3,8 +3,10 @@
 
 Alternates `remat bench --json` and `bench_torch.py --json` for --rounds rounds
 (each side runs its own interleaved repetitions), takes the median over rounds
-and prints, per model and strategy, step time and RSS growth of both and the
-ratios (PyTorch / remat: above 1 means remat is faster / smaller).
+and prints, per model and strategy, step time, RSS growth and heap growth of
+both and the ratios (PyTorch / remat: above 1 means remat is faster / smaller).
+Heap growth needs build/libremat_heap_peak.so (`make build`), which both sides
+run preloaded: it counts every malloc'd byte the same way in both processes.
 
     make build
     /usr/bin/python3 bench/pytorch/compare.py                  # GPT and MLP, defaults
@@ -43,6 +45,8 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--reentrant", action="store_true")
     ap.add_argument("--quick", action="store_true", help="1 round of 2 reps (a smoke test)")
+    ap.add_argument("--no-heap", dest="heap", action="store_false",
+                    help="do not preload the heap counters (libremat_heap_peak.so)")
     ap.add_argument("--wait-policy", default="passive", choices=["passive", "active"],
                     help="OMP_WAIT_POLICY for both sides (remat defaults to passive, libgomp and "
                          "so PyTorch to active; spinning workers slow both down on a busy machine)")
@@ -55,6 +59,14 @@ def main():
         sys.exit(f"{a.remat} not found: run `make build` first (or pass --remat PATH)")
 
     env = dict(os.environ, OMP_WAIT_POLICY=a.wait_policy.upper())
+    # the same heap counters in both processes (bench/preload/heap_peak.c): exact
+    # bytes where RSS depends on page faults; built by `make build`
+    heap_lib = os.path.join(os.path.dirname(os.path.abspath(a.remat)), "libremat_heap_peak.so")
+    if a.heap and os.path.exists(heap_lib):
+        env["LD_PRELOAD"] = heap_lib
+    elif a.heap:
+        print(f"note: {heap_lib} not found (`make build` makes it): no heap+ columns",
+              file=sys.stderr)
     for model in a.models.split(","):
         common = ["--model", model, "--strategies", a.strategies, "--reps", str(a.reps)]
         for f in ("layers", "width", "heads", "context", "batch", "threads"):
@@ -84,17 +96,28 @@ def main():
               f"batch {first['batch']}, {first['params'] / 1e6:.2f}M parameters, "
               f"{first['threads']} threads; medians of {a.rounds} rounds x {a.reps} reps "
               f"(PyTorch {rounds['torch'][0]['torch']}, OMP_WAIT_POLICY={a.wait_policy})")
+        heap = all(x["strategies"][i].get("heap_growth_bytes") is not None
+                   for side in rounds.values() for x in side for i in range(len(x["strategies"])))
         print(f"{'strategy':<24} {'remat ms':>9} {'torch ms':>9} {'torch/remat':>12} "
-              f"{'remat RSS+':>11} {'torch RSS+':>11} {'torch/remat':>12}  remat alloc peak")
+              f"{'remat RSS+':>11} {'torch RSS+':>11} {'torch/remat':>12}"
+              + (f" {'remat heap+':>12} {'torch heap+':>12} {'torch/remat':>12}" if heap else "")
+              + "  remat alloc peak")
         for i, s in enumerate(first["strategies"]):
-            rm = statistics.median(x["strategies"][i]["step_ms"] for x in rounds["remat"])
-            tm = statistics.median(x["strategies"][i]["step_ms"] for x in rounds["torch"])
-            rr = statistics.median(x["strategies"][i]["rss_growth_bytes"] for x in rounds["remat"])
-            tr = statistics.median(x["strategies"][i]["rss_growth_bytes"] for x in rounds["torch"])
+            def med(side, key):
+                return statistics.median(x["strategies"][i][key] for x in rounds[side])
+            rm, tm = med("remat", "step_ms"), med("torch", "step_ms")
+            rr, tr = med("remat", "rss_growth_bytes"), med("torch", "rss_growth_bytes")
+            h = ""
+            if heap:
+                rh, th = med("remat", "heap_growth_bytes"), med("torch", "heap_growth_bytes")
+                h = f" {rh / 2**20:>11.1f}M {th / 2**20:>11.1f}M {th / max(rh, 1):>11.2f}x"
             pk = s["step_alloc_bytes"]
             print(f"{s['strategy']:<24} {rm:>9.1f} {tm:>9.1f} {tm / rm:>11.2f}x "
-                  f"{rr / 2**20:>10.1f}M {tr / 2**20:>10.1f}M {tr / max(rr, 1):>11.2f}x  "
+                  f"{rr / 2**20:>10.1f}M {tr / 2**20:>10.1f}M {tr / max(rr, 1):>11.2f}x{h}  "
                   f"{pk / 2**20:.1f}M")
+        if heap:
+            print("heap+: peak of the C heap over the step minus its bytes at the start, both "
+                  "sides counted by bench/preload/heap_peak.c")
 
 
 if __name__ == "__main__":
