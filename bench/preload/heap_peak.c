@@ -78,19 +78,23 @@ int64_t remat_heap_live_bytes(void) { return atomic_load(&g_live); }
 
 /* ---- the interposed allocator ------------------------------------------------------------ */
 
-void *malloc(size_t n) { return counted(__libc_malloc(n)); }
-
-void free(void *p) {
+/* realloc calls these, not malloc and free: those names resolve to libc's
+ * when the library is dlopen'ed rather than preloaded (tests do that) */
+static void *heap_malloc(size_t n) { return counted(__libc_malloc(n)); }
+static void heap_free(void *p) {
     uncount(p);
     __libc_free(p);
 }
 
+void *malloc(size_t n) { return heap_malloc(n); }
+void free(void *p) { heap_free(p); }
+
 void *calloc(size_t n, size_t size) { return counted(__libc_calloc(n, size)); }
 
-void *realloc(void *p, size_t n) {
-    if (!p) return malloc(n);
+static void *heap_realloc(void *p, size_t n) {
+    if (!p) return heap_malloc(n);
     if (n == 0) { /* glibc frees p and returns NULL */
-        free(p);
+        heap_free(p);
         return NULL;
     }
     int64_t old = (int64_t)malloc_usable_size(p);
@@ -100,12 +104,14 @@ void *realloc(void *p, size_t n) {
     return counted(q);
 }
 
+void *realloc(void *p, size_t n) { return heap_realloc(p, n); }
+
 void *reallocarray(void *p, size_t n, size_t size) {
     if (size && n > SIZE_MAX / size) {
         errno = ENOMEM;
         return NULL;
     }
-    return realloc(p, n * size);
+    return heap_realloc(p, n * size);
 }
 
 int posix_memalign(void **out, size_t align, size_t n) {
