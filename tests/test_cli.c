@@ -563,6 +563,31 @@ Test(cli, bench_compares_strategies) {
     free(o);
 }
 
+/* RSS+ is measured per strategy from the same clean state: a step must not
+ * read low by reusing heap pages that earlier work left resident (it did
+ * after the planner's profiling run, which budget= strategies need: the
+ * default GPT's block row read 10 MiB for a 16 MiB step). Not under the sanitizers, whose allocator keeps freed memory in
+ * quarantine and reuses it on its own schedule. */
+Test(cli, bench_rss_growth_covers_each_strategys_step) {
+#ifdef REMAT_TEST_SANITIZE
+    cr_skip_test("sanitizer build: RSS follows ASan's allocator, not the step");
+#else
+    char *o;
+    int rc = run(&o, false, "bench --threads 1 --quiet --reps 1 "
+                            "--strategies none,block,sequential=2,budget=50%% --json");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(json_valid(o), "%s", o);
+    int n = 0;
+    for (const char *p = strstr(o, "{\"strategy\":"); p; p = strstr(p + 1, "{\"strategy\":"), n++) {
+        double rss = json_num(p, "rss_growth_bytes"), step = json_num(p, "step_alloc_bytes");
+        cr_assert(rss >= 0.9 * step, "strategy %d: RSS+ %.0f below its step's %.0f bytes: %s", n,
+                  rss, step, o);
+    }
+    cr_assert_eq(n, 4, "%s", o);
+    free(o);
+#endif
+}
+
 /* With bench/preload/heap_peak.c preloaded, bench reports the C heap's
  * growth over each strategy's step: at least what remat's allocator added
  * (every tensor is a malloc'd block then), and smaller with checkpointing.

@@ -9,9 +9,11 @@
  *     before the step (parameters, batch), the timeline, and RSS sampled
  *     at every allocator event (/proc/self/statm). ru_maxrss is a process-
  *     wide high-water mark and cannot tell strategies apart in one process;
- *     the growth of current RSS over the step can, because step_setup_process
- *     makes glibc return every freed tensor to the OS. Its gradients are
- *     compared bitwise with the reference.
+ *     the growth of current RSS over the step can, because step_malloc_mode
+ *     makes glibc return every freed tensor to the OS, and hands back free
+ *     heap pages before each measured step (else a strategy measured later
+ *     reuses pages an earlier one left resident and reads low). Its
+ *     gradients are compared bitwise with the reference.
  *  3. Timed repetitions without observers, interleaved (rep r runs the
  *     strategies starting at r mod n), medians reported.
  * A "step" here is forward + backward; the optimizer update is the same for
@@ -502,6 +504,11 @@ int cmd_bench(config *c, bool is_default) {
     for (int i = 0; i < n; i++) {
         if (log) fprintf(stderr, "  measuring memory: %s\n", c->strategies[i].name);
         model_zero_grad(&m);
+        /* free heap memory left resident by earlier work (steps, the planner's
+         * profile) would be reused without a page fault and hide part of this
+         * step from RSS+ (small blocks sit below live ones, where glibc's
+         * trimming of the heap top does not reach): hand it back first */
+        step_malloc_mode(true);
         remat_alloc_reset_peak(REMAT_DEVICE_CPU);
         r[i].baseline = remat_cpu_current_bytes();
         trace_begin(&r[i].tr, true);
