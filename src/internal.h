@@ -436,28 +436,13 @@ bool rm_copy_same_dtype(remat_tensor *dst, const remat_tensor *src);
  * (no-op for a meta tensor). */
 void rm_zero_dim_range(remat_tensor *t, int d, int64_t lo, int64_t hi);
 
-/* ---- the elementwise engine (src/ops/binary.c) ------------------------------------------
+/* ---- the elementwise engine (RM_K_ELEMENTWISE, src/dispatch/kernels.h) ----------------
  * y = op(a, b, c; p) elementwise over y's shape; a/b/c (as many as the op
- * reads) are broadcast to y. Size-1 dims are dropped and dims contiguous in
- * every operand merged, so most calls become flat vectorised loops. */
-typedef enum rm_ew_op {
-    RM_EW_FILL,      /* 0 operands: p                          */
-    RM_EW_SCALE,     /* 1: a * p                               */
-    RM_EW_RELU,      /* 1: max(a, 0)                           */
-    RM_EW_ADD,       /* 2: a + b                               */
-    RM_EW_SUB,       /* 2: a - b                               */
-    RM_EW_MUL,       /* 2: a * b                               */
-    RM_EW_DIV,       /* 2: a / b                               */
-    RM_EW_POW,       /* 2: a ^ b                               */
-    RM_EW_AXPY,      /* 2: a + p * b                           */
-    RM_EW_RELU_BWD,  /* 2: b > 0 ? a : 0        (a = g, b = y) */
-    RM_EW_DIV_GB,    /* 3: -a * b / (c * c)     (g, x, y)      */
-    RM_EW_POW_GA,    /* 3: a * c * b^(c - 1)    (g, base, exp) */
-    RM_EW_POW_GB,    /* 3: a * b^c * log(b)     (g, base, exp) */
-    RM_EW_N_OPS
-} rm_ew_op;
-void rm_ew_run(int op, remat_tensor *y, remat_tensor *a, remat_tensor *b, remat_tensor *c,
-               double p);
+ * reads, others NULL) are broadcast to y, y may be a strided view. Runs the
+ * kernel of y's device and dtype; nothing when an operand has no data (skip
+ * mode). `call` names the op in errors (REMAT_EUNSUPPORTED: no kernel). */
+int rm_ew_run(const char *call, int op, remat_tensor *y, remat_tensor *a, remat_tensor *b,
+              remat_tensor *c, double p);
 
 /* ---- row kernels (src/ops/nn.c), shared by softmax and cross_entropy ---------------------
  * max of a row; sum of exp(x - sub) written to y; y = exp(x - sub) * scale. */

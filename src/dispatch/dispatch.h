@@ -77,6 +77,9 @@ struct rm_op_desc {
     unsigned flags;        /* RM_OPF_* */
     rm_kernel_id kernel;
     size_t params_size;    /* bytes of *params, copied into the node as its ctx */
+    /* Records in the node's ctx (the params' copy) what the backward needs
+     * from the checked inputs, e.g. their shapes (NULL: nothing). */
+    void (*fill_ctx)(const rm_op_call *c, void *ctx);
     /* Extra argument checks after the flags' (NULL: none). Sets the error. */
     int (*check)(const rm_op_call *c);
     /* Output shapes and dtypes (NULL: one output shaped like in[0]). */

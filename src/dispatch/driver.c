@@ -93,6 +93,7 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
         if (rm_needs_grad(op->n_in, in)) {
             rc = rm_node_new_ctx(&c.node, op->node_name, op->backward, op->n_in, in, op->n_out,
                                  op->n_saved, params, op->params_size);
+            if (!rc && op->fill_ctx) op->fill_ctx(&c, c.node->ctx);
             if (!rc && (op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, RM_SAVE_INPUT);
             if (rc) goto fail;
         }

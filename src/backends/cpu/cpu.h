@@ -16,4 +16,7 @@ int rm_cpu_relu_mask_f64(const rm_kargs *k);
 int rm_cpu_relu_mask_bwd_f32(const rm_kargs *k);
 int rm_cpu_relu_mask_bwd_f64(const rm_kargs *k);
 
+/* elementwise.c (f32 and f64 alike: the engine switches on y's dtype) */
+int rm_cpu_elementwise(const rm_kargs *k);
+
 #endif /* REMAT_BACKENDS_CPU_H */

@@ -9,4 +9,5 @@ const rm_kernel_fn rm_cpu_kernels[RM_K_COUNT][RM_N_DTYPES] = {
     [RM_K_UNARY_BWD] = F32_F64(unary_bwd),
     [RM_K_RELU_MASK] = F32_F64(relu_mask),
     [RM_K_RELU_MASK_BWD] = F32_F64(relu_mask_bwd),
+    [RM_K_ELEMENTWISE] = {[REMAT_F32] = rm_cpu_elementwise, [REMAT_F64] = rm_cpu_elementwise},
 };
