@@ -30,6 +30,12 @@ extern "C" {
 #endif
 
 #define REMAT_MAX_DIMS 8
+/* The largest tensor: its elements take at most 2^62 bytes (so every
+ * element and byte offset fits in an int64_t). A shape whose element count
+ * overflows, or whose bytes exceed this, is refused with REMAT_EINVAL (the
+ * shape in the message) by every call that creates or views a tensor; a
+ * shape within the limit that the allocator cannot serve is REMAT_ENOMEM. */
+#define REMAT_MAX_TENSOR_BYTES (INT64_C(1) << 62)
 
 /* REMAT_U8 and REMAT_BF16 are storage-only dtypes: they hold saved
  * activations in compact form (1-bit masks packed 8 per byte, bf16 copies
@@ -66,7 +72,8 @@ typedef struct remat_node remat_node; /* autograd graph node, remat/autograd.h *
 /* ---- creation ------------------------------------------------------------
  * All return a new contiguous tensor on `device` with requires_grad off.
  * shape may be NULL when ndim == 0 (a scalar). Fail with REMAT_EINVAL on a
- * negative size or ndim > REMAT_MAX_DIMS, REMAT_EDEVICE on an unknown
+ * negative size, ndim > REMAT_MAX_DIMS or a size over REMAT_MAX_TENSOR_BYTES
+ * (see above), REMAT_EDEVICE on an unknown
  * device, REMAT_ENOMEM when the allocator fails. */
 int remat_empty(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
                 remat_device device);
