@@ -89,8 +89,8 @@ extern "C" {
 /* The checkpointed function: see "Writing the function" above. inputs has
  * n_inputs entries (NULL entries are non-tensor slots), outputs n_outputs
  * slots, all NULL on entry. */
-typedef int (*remat_checkpoint_fn)(void *user_data, remat_tensor *const *inputs, int n_inputs,
-                                   remat_tensor **outputs, int n_outputs);
+typedef remat_status (*remat_checkpoint_fn)(void *user_data, remat_tensor *const *inputs,
+                                            int n_inputs, remat_tensor **outputs, int n_outputs);
 
 /* ---- context_fn (P: context_fn returning two context managers) ---------------
  * A pair of contexts entered around the original forward and around every
@@ -104,15 +104,16 @@ typedef int (*remat_checkpoint_fn)(void *user_data, remat_tensor *const *inputs,
  * the body it closes and returns the status to continue with (return
  * `status` to keep it; an exit cannot turn a failure into success). */
 typedef struct remat_checkpoint_contexts {
-    int (*forward_enter)(void *state);
-    int (*forward_exit)(void *state, int status);
-    int (*recompute_enter)(void *state);
-    int (*recompute_exit)(void *state, int status);
+    remat_status (*forward_enter)(void *state);
+    remat_status (*forward_exit)(void *state, remat_status status);
+    remat_status (*recompute_enter)(void *state);
+    remat_status (*recompute_exit)(void *state, remat_status status);
     void (*destroy)(void *state);
     void *state;
 } remat_checkpoint_contexts;
 
-typedef int (*remat_checkpoint_context_fn)(void *user_data, remat_checkpoint_contexts *pair);
+typedef remat_status (*remat_checkpoint_context_fn)(void *user_data,
+                                                    remat_checkpoint_contexts *pair);
 
 /* ---- options --------------------------------------------------------------------
  * A zero-initialised struct (or a NULL pointer) means PyTorch's defaults. */
@@ -187,9 +188,9 @@ typedef struct remat_checkpoint_options {
  * Warnings: use_reentrant not set; reentrant with no input requiring grad
  * ("Gradients will be None"); tensor inputs on several non-cpu device
  * types. */
-int remat_checkpoint(remat_checkpoint_fn fn, void *user_data, int n_inputs,
-                     remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
-                     const remat_checkpoint_options *opts);
+remat_status remat_checkpoint(remat_checkpoint_fn fn, void *user_data, int n_inputs,
+                              remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
+                              const remat_checkpoint_options *opts);
 
 /* ---- checkpoint_sequential ----------------------------------------------------------
  * One stage of a sequential model: fn is called with exactly one input and
@@ -210,9 +211,9 @@ typedef struct remat_stage {
  * Errors: REMAT_EINVAL for NULL out/input/stages/fn, segments < 1, or a
  * stage that returns no tensor; anything remat_checkpoint or a stage
  * returns. *out is NULL on error. */
-int remat_checkpoint_sequential(remat_tensor **out, int n_stages, const remat_stage *stages,
-                                int segments, remat_tensor *input,
-                                const remat_checkpoint_options *opts);
+remat_status remat_checkpoint_sequential(remat_tensor **out, int n_stages,
+                                         const remat_stage *stages, int segments,
+                                         remat_tensor *input, const remat_checkpoint_options *opts);
 
 /* ---- global overrides (P: set_checkpoint_early_stop,
  * set_checkpoint_debug_enabled) ----------------------------------------------------
@@ -235,7 +236,7 @@ int remat_get_checkpoint_debug(void);
  * here ("cuda" unless changed; a type that is not registered stashes
  * nothing). name is copied (at most 31 characters); NULL restores "cuda".
  * REMAT_EINVAL for an empty or too long name. */
-int remat_set_default_device_type(const char *name);
+remat_status remat_set_default_device_type(const char *name);
 /* The current default device type name. Never NULL. */
 const char *remat_get_default_device_type(void);
 
