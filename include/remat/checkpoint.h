@@ -80,11 +80,32 @@
 extern "C" {
 #endif
 
-/* Tri-state option values. Zero means "not set": the PyTorch default (or,
- * for a global override, "no override"). */
-#define REMAT_OPT_DEFAULT 0
-#define REMAT_OPT_TRUE 1
-#define REMAT_OPT_FALSE (-1)
+/* A yes/no option that can also be left unset. REMAT_OPT_DEFAULT is zero,
+ * so a zero-initialised options struct leaves every such option at the
+ * PyTorch default (for a global override: "no override"). Any other value
+ * is REMAT_EINVAL where an option is checked. */
+typedef enum remat_tristate {
+    REMAT_OPT_FALSE = -1,
+    REMAT_OPT_DEFAULT = 0,
+    REMAT_OPT_TRUE = 1,
+} remat_tristate;
+
+/* How a recomputation is compared with the original forward
+ * (P: determinism_check). Zero is P's default. */
+typedef enum remat_determinism_check {
+    /* P's "default": the count, and the shape, dtype and device of every
+     * recomputed saved tensor */
+    REMAT_DETERMINISM_DEFAULT = 0,
+    /* P's "none": the count only */
+    REMAT_DETERMINISM_NONE = 1,
+} remat_determinism_check;
+
+/* Parses P's spelling of determinism_check, "default" or "none", into
+ * *out (for programs and bindings that take it as text). REMAT_EINVAL for
+ * NULL arguments or any other text ("determinism_check should be one of
+ * ['default', 'none'], but got 'x'", as P words it); *out is then
+ * unchanged. */
+remat_status remat_determinism_check_parse(const char *text, remat_determinism_check *out);
 
 /* The checkpointed function: see "Writing the function" above. inputs has
  * n_inputs entries (NULL entries are non-tensor slots), outputs n_outputs
@@ -121,24 +142,25 @@ typedef struct remat_checkpoint_options {
     /* REMAT_OPT_TRUE: reentrant; REMAT_OPT_FALSE: non-reentrant;
      * REMAT_OPT_DEFAULT: warns that it should be passed explicitly, then
      * reentrant (P's behaviour). */
-    int use_reentrant;
+    remat_tristate use_reentrant;
     /* Stash and restore the RNG state of cpu and of the devices of one
      * device type around the recomputation, so that dropout draws the same
      * numbers. Default on; REMAT_OPT_FALSE turns it off. */
-    int preserve_rng_state;
-    /* "default" (or NULL): compare count, shape, dtype and device of every
-     * recomputed saved tensor with the original; "none": compare only the
-     * count. Any other value fails with REMAT_EINVAL. */
-    const char *determinism_check;
+    remat_tristate preserve_rng_state;
+    /* REMAT_DETERMINISM_DEFAULT (zero): compare count, shape, dtype and
+     * device of every recomputed saved tensor with the original;
+     * REMAT_DETERMINISM_NONE: compare only the count. Any other value fails
+     * with REMAT_EINVAL. */
+    remat_determinism_check determinism_check;
     /* Record the ops (with call sites) run in forward and recompute and
      * show them in determinism errors. Default off. Non-reentrant only
      * (REMAT_OPT_TRUE with reentrant fails with REMAT_EINVAL). Overridden by
      * remat_set_checkpoint_debug. */
-    int debug;
+    remat_tristate debug;
     /* Stop recomputation as soon as every saved tensor is recomputed
      * (non-reentrant; ignored by reentrant). Default on. Overridden by
      * remat_set_checkpoint_early_stop. Read when the forward runs. */
-    int early_stop;
+    remat_tristate early_stop;
     /* NULL: no contexts. Non-reentrant only (REMAT_EINVAL with reentrant). */
     remat_checkpoint_context_fn context_fn;
     void *context_fn_data;
@@ -165,7 +187,7 @@ typedef struct remat_checkpoint_options {
  * When grad mode is off, fn just runs (nothing is recorded).
  *
  * Errors (every output NULL then, nothing leaked):
- *   REMAT_EINVAL   bad arguments; unknown determinism_check; context_fn or
+ *   REMAT_EINVAL   bad arguments; an option outside its enum; context_fn or
  *                  debug with reentrant. (Unlike P, debug combines with a
  *                  context_fn, so traces cover selective regions.)
  *   REMAT_ESTATE   a device type that was not initialised when the forward
@@ -223,10 +245,10 @@ remat_status remat_checkpoint_sequential(remat_tensor **out, int n_stages,
  * after the override is reset); REMAT_OPT_DEFAULT removes the override.
  * Each returns the previous value, for restoring it. Other values are
  * treated as REMAT_OPT_DEFAULT. */
-int remat_set_checkpoint_early_stop(int value);
-int remat_set_checkpoint_debug(int value);
-int remat_get_checkpoint_early_stop(void);
-int remat_get_checkpoint_debug(void);
+remat_tristate remat_set_checkpoint_early_stop(remat_tristate value);
+remat_tristate remat_set_checkpoint_debug(remat_tristate value);
+remat_tristate remat_get_checkpoint_early_stop(void);
+remat_tristate remat_get_checkpoint_debug(void);
 
 /* ---- device type for RNG preservation (P: DefaultDeviceType) ------------------------
  * preserve_rng_state stashes the cpu generator plus the generators of the
