@@ -25,7 +25,7 @@
 
 #define RM_OP_MAX_IN RM_KERNEL_MAX_IN
 #define RM_OP_MAX_OUT RM_KERNEL_MAX_OUT
-#define RM_OP_MAX_SAVED 3
+#define RM_OP_MAX_SAVED 6
 
 /* Flags of a descriptor. */
 enum {
@@ -75,6 +75,8 @@ struct rm_op_desc {
     const char *node_name; /* name of the backward node */
     unsigned char n_in, n_out, n_saved;
     unsigned flags;        /* RM_OPF_* */
+    /* Argument names in messages ("a must be a float tensor"); NULL: a, b, c, ... */
+    const char *const *arg_names;
     rm_kernel_id kernel;
     size_t params_size;    /* bytes of *params, copied into the node as its ctx */
     /* Records in the node's ctx (the params' copy) what the backward needs

@@ -14,21 +14,22 @@
 
 #include "../internal.h"
 
-/* Every kernel, with the operands it is handed (in[], out[]) and its
- * parameter struct. Elementwise kernels get contiguous operands of one
- * dtype; the dtype a kernel is looked up under is that of in[0]. */
+/* Every kernel: the families' lists (src/dispatch/kernels/<family>.h say
+ * what each kernel is handed: in[], out[] and its parameter struct).
+ * Elementwise kernels get contiguous operands of one dtype; the dtype a
+ * kernel is looked up under is that of in[0] (out[0] when in[0] is NULL). */
+#include "kernels/elementwise.h"
+#include "kernels/matmul.h"
+#include "kernels/nn.h"
+#include "kernels/reduce.h"
+#include "kernels/shape.h"
+
 #define RM_KERNEL_LIST(X)                                                                    \
-    /* y = f(x; p) elementwise. in: x; out: y (same shape). rm_unary_params */              \
-    X(UNARY, "unary")                                                                        \
-    /* dx = g * f'(s). in: g, s (the saved x or y; NULL if f' needs none); out: dx */        \
-    X(UNARY_BWD, "unary backward")                                                           \
-    /* m = bits(y > 0), 8 per byte. in: y; out: m (u8, ceil(n / 8) elements) */             \
-    X(RELU_MASK, "relu mask")                                                                \
-    /* dx = bit i of m ? g : 0. in: g, m; out: dx */                                         \
-    X(RELU_MASK_BWD, "relu mask backward")                                                   \
-    /* y = f(a, b, c; p), a/b/c broadcast to y, y any strided view. in: a, b, c (as many as  \
-     * the op reads); out: y. rm_ew_params */                                                \
-    X(ELEMENTWISE, "elementwise")
+    RM_KERNELS_ELEMENTWISE(X)                                                                \
+    RM_KERNELS_REDUCE(X)                                                                     \
+    RM_KERNELS_NN(X)                                                                         \
+    RM_KERNELS_MATMUL(X)                                                                     \
+    RM_KERNELS_SHAPE(X)
 
 typedef enum rm_kernel_id {
 #define RM_KERNEL_ENUM_(id, text) RM_K_##id,
@@ -38,8 +39,8 @@ typedef enum rm_kernel_id {
 } rm_kernel_id;
 
 #define RM_N_DTYPES 5 /* REMAT_F32 .. REMAT_BF16 */
-#define RM_KERNEL_MAX_IN 3
-#define RM_KERNEL_MAX_OUT 2
+#define RM_KERNEL_MAX_IN 6
+#define RM_KERNEL_MAX_OUT 3
 
 /* What a kernel is handed: operands (unused ones NULL) and its parameters. */
 typedef struct rm_kargs {
@@ -52,37 +53,8 @@ typedef struct rm_kargs {
  * Returns REMAT_OK or a status with the message set (rm_err). */
 typedef int (*rm_kernel_fn)(const rm_kargs *k);
 
-/* ---- parameter structs ---------------------------------------------------------------- */
-typedef enum rm_unary_op {
-    RM_U_NEG, RM_U_EXP, RM_U_LOG, RM_U_SQRT, RM_U_TANH, RM_U_SIGMOID, RM_U_RELU,
-    RM_U_GELU_ERF, RM_U_GELU_TANH, RM_U_POW, RM_U_ADD, RM_U_MUL, RM_U_RSUB
-} rm_unary_op;
-typedef struct rm_unary_params {
-    rm_unary_op op;
-    double p; /* the scalar of pow/add/mul/rsub */
-} rm_unary_params;
-
-/* The elementwise engine's formulas (operands g = gradient, x, y as noted). */
-typedef enum rm_ew_op {
-    RM_EW_FILL,      /* 0 operands: p                          */
-    RM_EW_SCALE,     /* 1: a * p                               */
-    RM_EW_RELU,      /* 1: max(a, 0)                           */
-    RM_EW_ADD,       /* 2: a + b                               */
-    RM_EW_SUB,       /* 2: a - b                               */
-    RM_EW_MUL,       /* 2: a * b                               */
-    RM_EW_DIV,       /* 2: a / b                               */
-    RM_EW_POW,       /* 2: a ^ b                               */
-    RM_EW_AXPY,      /* 2: a + p * b                           */
-    RM_EW_RELU_BWD,  /* 2: b > 0 ? a : 0        (a = g, b = y) */
-    RM_EW_DIV_GB,    /* 3: -a * b / (c * c)     (g, x, y)      */
-    RM_EW_POW_GA,    /* 3: a * c * b^(c - 1)    (g, base, exp) */
-    RM_EW_POW_GB,    /* 3: a * b^c * log(b)     (g, base, exp) */
-    RM_EW_N_OPS
-} rm_ew_op;
-typedef struct rm_ew_params {
-    rm_ew_op op;
-    double p;
-} rm_ew_params;
+/* The f32 and f64 kernels rm_cpu_<name>_f32/_f64 as one table row. */
+#define RM_CPU_F32_F64(name) {[REMAT_F32] = rm_cpu_##name##_f32, [REMAT_F64] = rm_cpu_##name##_f64}
 
 /* ---- the table -------------------------------------------------------------------------- */
 /* The cpu backend's kernels (src/backends/cpu/table.c), indexed [kernel][dtype]. */
