@@ -130,7 +130,11 @@ typedef struct remat_function_def {
     remat_status (*forward)(remat_function_ctx *ctx, void *user_data, remat_tensor *const *inputs,
                             int n_inputs, remat_tensor **outputs, int n_outputs);
     /* Backward: grad_outputs[i] may be NULL (zero). Write new references to
-     * grad_inputs[0..n_inputs) (NULL = no gradient). */
+     * grad_inputs[0..n_inputs) (NULL = no gradient). Each gradient is
+     * checked against its input, as P's validate_outputs: another dtype is
+     * converted to the input's, a shape the input broadcasts to is summed
+     * down to it, any other shape fails the pass with REMAT_ESHAPE, another
+     * device with REMAT_EDEVICE. */
     remat_status (*backward)(remat_function_ctx *ctx, void *user_data,
                              remat_tensor *const *grad_outputs, int n_outputs,
                              remat_tensor **grad_inputs, int n_inputs);

@@ -365,7 +365,7 @@ int remat_set_requires_grad(remat_tensor *t, bool requires_grad) {
                       rm_tensor_str(t, b, sizeof b), t->grad_fn->name);
     }
     if (requires_grad && t->dtype != REMAT_F32 && t->dtype != REMAT_F64)
-        return rm_err(REMAT_EDTYPE,
+        return rm_err(REMAT_EINVAL,
                       "remat_set_requires_grad: only floating point tensors can require grad, "
                       "got %s", rm_tensor_str(t, b, sizeof b));
     t->requires_grad = requires_grad;
@@ -381,6 +381,11 @@ int remat_set_grad(remat_tensor *t, remat_tensor *g) {
         if (g->ndim != t->ndim || memcmp(g->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim))
             return rm_err(REMAT_ESHAPE, "remat_set_grad: gradient %s does not match tensor %s",
                           rm_tensor_str(g, b1, sizeof b1), rm_tensor_str(t, b2, sizeof b2));
+        if (g->dtype != t->dtype)
+            return rm_err(REMAT_EDTYPE, "remat_set_grad: gradient %s has another dtype than "
+                          "tensor %s", rm_tensor_str(g, b1, sizeof b1), rm_tensor_str(t, b2, sizeof b2));
+        int rc = rm_check_same_device("remat_set_grad", t, g);
+        if (rc) return rc;
     }
     remat_tensor *old = t->grad;
     t->grad = remat_retain(g);
