@@ -106,8 +106,9 @@ typedef struct remat_saved_hooks {
     void (*free_handle)(void *user_data, void *handle);
     void *user_data;
 } remat_saved_hooks;
-/* Pushes a hook pair on this thread's stack (copied). REMAT_ENOMEM when the
- * stack (depth 64) is full. */
+/* Pushes a hook pair on this thread's stack (copied). The stack has no
+ * depth limit (it grows on the heap past 64 entries and gives that memory
+ * back when it empties); REMAT_ENOMEM only when growing fails. */
 remat_status remat_saved_hooks_push(const remat_saved_hooks *hooks);
 /* Pops the innermost pair. REMAT_ESTATE if the stack is empty. */
 remat_status remat_saved_hooks_pop(void);
