@@ -38,7 +38,7 @@
 #include <string.h>
 
 #include "../internal.h"
-#include "gemm.h"
+#include "../backends/cpu/gemm.h"
 #include "../backends/cpu/vmath.h"
 
 /* Query rows per block: small enough that a block's scores (ATT_QB × Tk)

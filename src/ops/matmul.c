@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "../internal.h"
-#include "gemm.h"
+#include "../backends/cpu/gemm.h"
 
 #ifdef _OPENMP
 #include <omp.h>
