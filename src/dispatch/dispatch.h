@@ -12,7 +12,7 @@
  *   4. the outputs (data-less in skip mode) and the kernel, unless an
  *      operand has no data,
  *   5. the node's outputs and the saves made after the kernel (outputs,
- *      custom tensors such as relu's bit mask, late inputs),
+ *      custom tensors such as relu's bit mask, late inputs), in slot order,
  *   6. the outputs handed to the caller (and the open scope).
  * Saving inputs before the kernel matters for early-stopped recomputation:
  * the save that fills a checkpoint's last placeholder turns skip mode on,
@@ -24,7 +24,7 @@
 #include "kernels.h"
 
 #define RM_OP_MAX_IN RM_KERNEL_MAX_IN
-#define RM_OP_MAX_OUT RM_KERNEL_MAX_OUT
+#define RM_OP_MAX_OUT RM_KERNEL_MAX_OUT /* n_out + n_aux_out */
 #define RM_OP_MAX_SAVED 6
 
 /* Flags of a descriptor. */
@@ -74,6 +74,13 @@ struct rm_op_desc {
     const char *name;      /* public name, as policies, traces and reports see it */
     const char *node_name; /* name of the backward node */
     unsigned char n_in, n_out, n_saved;
+    /* Outputs after the n_out the caller gets that the kernel also writes,
+     * kept only as saved tensors (RM_SAVE_OUTPUT n_out + i): not handed
+     * out, not outputs of the node (attention's row log-sum-exp). */
+    unsigned char n_aux_out;
+    /* bit i: in[i] may be NULL (linear's bias): not checked, and the
+     * kernel gets NULL for it. in[0] is never optional. */
+    unsigned char optional_in;
     unsigned flags;        /* RM_OPF_* */
     /* Argument names in messages ("a must be a float tensor"); NULL: a, b, c, ... */
     const char *const *arg_names;
@@ -86,6 +93,11 @@ struct rm_op_desc {
     int (*check)(const rm_op_call *c);
     /* Output shapes and dtypes (NULL: one output shaped like in[0]). */
     int (*infer)(const rm_op_call *c, rm_out_spec *out);
+    /* Makes output i from its spec on `device` in a layout of the op's
+     * choosing, skip-mode aware as rm_new_output (NULL: rm_new_output,
+     * contiguous). Attention stores a 4-D (B, H, T, D) output as (B, T, H, D). */
+    int (*new_output)(const rm_op_call *c, int i, const rm_out_spec *s, remat_device device,
+                      remat_tensor **out);
     rm_save_spec saves[RM_OP_MAX_SAVED];
     /* Makes the tensor of an RM_SAVE_CUSTOM slot (new reference in *out). */
     int (*save_custom)(rm_op_call *c, int slot, remat_tensor **out);

@@ -12,6 +12,7 @@ static int check_inputs(const rm_op_call *c) {
     const char *const *names = op->arg_names ? op->arg_names : k_arg_names;
     int rc = REMAT_OK;
     for (int i = 0; i < op->n_in && !rc; i++) {
+        if (!in[i] && i > 0 && (op->optional_in >> i & 1u)) continue;
         rc = (op->flags & RM_OPF_FLOAT) ? rm_check_float(op->name, names[i], in[i])
                                         : rm_check_tensor(op->name, names[i], in[i]);
         if (!rc && i > 0 && (op->flags & RM_OPF_SAME_DTYPE))
@@ -32,12 +33,19 @@ static bool slot_wanted(const rm_op_call *c, const rm_save_spec *s) {
     return false;
 }
 
-/* Saves the plan's slots of kind `kind` (inputs: before or after the kernel). */
-static int save_slots(rm_op_call *c, rm_save_kind kind) {
+/* Saves the plan's slots: early, its inputs (before the kernel); late,
+ * every other slot, in slot order (the order the saved-tensor hooks see).
+ * (Slot order rather than kind by kind: attention saves q, k, v, out, lse
+ * in that order, as it did before it ran on the driver.) */
+static int save_slots(rm_op_call *c, bool early) {
     const rm_op_desc *op = c->op;
+    const bool inputs_early = op->flags & RM_OPF_SAVE_EARLY;
     for (int s = 0; s < op->n_saved; s++) {
         const rm_save_spec *sp = &op->saves[s];
-        if (sp->kind != kind || !slot_wanted(c, sp)) continue;
+        const rm_save_kind kind = (rm_save_kind)sp->kind;
+        if (kind == RM_SAVE_NONE || early != (kind == RM_SAVE_INPUT && inputs_early) ||
+            !slot_wanted(c, sp))
+            continue;
         int rc;
         if (kind == RM_SAVE_CUSTOM) {
             remat_tensor *t = NULL;
@@ -63,7 +71,7 @@ static bool operands_have_data(const rm_kargs *k) {
 static void release_call(rm_op_call *c) {
     rm_node_release(c->node);
     for (int i = 0; i < c->op->n_in; i++) remat_release(c->k.in[i]);
-    for (int i = 0; i < c->op->n_out; i++) remat_release(c->k.out[i]);
+    for (int i = 0; i < c->op->n_out + c->op->n_aux_out; i++) remat_release(c->k.out[i]);
 }
 
 /* Steps 1-6 without the interception bracket. */
@@ -95,26 +103,26 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
             rc = rm_node_new_ctx(&c.node, op->node_name, op->backward, op->n_in, in, op->n_out,
                                  op->n_saved, params, op->params_size);
             if (!rc && op->fill_ctx) op->fill_ctx(&c, c.node->ctx);
-            if (!rc && (op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, RM_SAVE_INPUT);
+            if (!rc && (op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, true);
             if (rc) goto fail;
         }
     }
     for (int i = 0; i < op->n_in; i++) {
-        if (op->flags & RM_OPF_CONTIGUOUS) rc = rm_contig(&c.k.in[i], in[i]);
+        if ((op->flags & RM_OPF_CONTIGUOUS) && in[i]) rc = rm_contig(&c.k.in[i], in[i]);
         else c.k.in[i] = remat_retain(in[i]);
         if (rc) goto fail;
     }
-    for (int i = 0; i < op->n_out; i++) {
-        rc = rm_new_output(&c.k.out[i], spec[i].ndim, spec[i].shape, spec[i].dtype, device);
+    for (int i = 0; i < op->n_out + op->n_aux_out; i++) {
+        rc = op->new_output ? op->new_output(&c, i, &spec[i], device, &c.k.out[i])
+                            : rm_new_output(&c.k.out[i], spec[i].ndim, spec[i].shape,
+                                            spec[i].dtype, device);
         if (rc) goto fail;
     }
     c.k.params = params;
     if (operands_have_data(&c.k) && (rc = kernel(&c.k))) goto fail;
     if (c.node) {
         for (int i = 0; i < op->n_out; i++) rm_node_set_output(c.node, i, c.k.out[i]);
-        rc = save_slots(&c, RM_SAVE_OUTPUT);
-        if (!rc) rc = save_slots(&c, RM_SAVE_CUSTOM);
-        if (!rc && !(op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, RM_SAVE_INPUT);
+        rc = save_slots(&c, false);
         if (rc) goto fail;
     }
     for (int i = 0; i < op->n_out; i++) {
