@@ -10,33 +10,33 @@
 
 static RM_TLS char tls_msg[RM_MSG_CAP];
 
+/* Name and text of every status, indexed by its value; generated from
+ * REMAT_STATUS_MAP (remat/error.h), the one list of codes. */
 static const struct {
     const char *name;
     const char *text;
 } k_status[] = {
-    {"REMAT_OK", "success"},
-    {"REMAT_EINVAL", "invalid argument"},
-    {"REMAT_ESHAPE", "shape mismatch"},
-    {"REMAT_EDTYPE", "dtype mismatch or unsupported dtype"},
-    {"REMAT_EDEVICE", "device mismatch or unknown device"},
-    {"REMAT_ENOMEM", "out of memory"},
-    {"REMAT_ESTATE", "call not valid in the current state"},
-    {"REMAT_EVERSION", "saved tensor was modified by an in-place operation"},
-    {"REMAT_ENOGRAD", "tensor does not require grad"},
-    {"REMAT_EDETERMINISM", "recomputation differed from the original forward"},
-    {"REMAT_EUNSUPPORTED", "not supported"},
-    {"REMAT_EIO", "input/output error"},
-    {"REMAT_EFORMAT", "bad format"},
-    {"REMAT_ECALLBACK", "user callback failed"},
+#define STATUS_ENTRY(name, value, text) [value] = {"REMAT_" #name, text},
+    REMAT_STATUS_MAP(STATUS_ENTRY)
+#undef STATUS_ENTRY
 };
 #define N_STATUS ((int)(sizeof k_status / sizeof k_status[0]))
 
-const char *remat_err_name(int status) {
+/* The list's values must be exactly 0..N-1: a gap would leave a NULL name
+ * in the table, a duplicate would overwrite an entry. */
+#define STATUS_COUNT(name, value, text) +1
+_Static_assert(N_STATUS == 0 REMAT_STATUS_MAP(STATUS_COUNT),
+               "REMAT_STATUS_MAP values must be distinct and run from 0 without gaps");
+#undef STATUS_COUNT
+
+const char *remat_status_name(remat_status status) {
     if (status < 0 || status >= N_STATUS) return "REMAT_E?";
     return k_status[status].name;
 }
 
-const char *remat_strerror(int status) {
+const char *remat_err_name(remat_status status) { return remat_status_name(status); }
+
+const char *remat_strerror(remat_status status) {
     if (status < 0 || status >= N_STATUS) return "unknown status";
     return k_status[status].text;
 }
@@ -52,7 +52,7 @@ static int vset(int status, const char *fmt, va_list ap) {
     return status;
 }
 
-int remat_set_error(int status, const char *fmt, ...) {
+remat_status remat_set_error(remat_status status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vset(status, fmt, ap);

@@ -139,14 +139,15 @@ Test(checkpoint, bad_arguments_and_options) {
     RT_FAILS(remat_checkpoint(chain_fn, &c, 1, NULL, 1, &y, &o), REMAT_EINVAL, "inputs");
     RT_FAILS(remat_checkpoint(chain_fn, &c, -1, &x, 1, &y, &o), REMAT_EINVAL, "n_inputs");
     RT_FAILS(remat_checkpoint(chain_fn, &c, 1, &x, 1, NULL, &o), REMAT_EINVAL, "outputs");
-    o.determinism_check = "bogus";
+    o.determinism_check = (remat_determinism_check)7;
     RT_FAILS(remat_checkpoint(chain_fn, &c, 1, &x, 1, &y, &o), REMAT_EINVAL,
-             "determinism_check should be one of ['default', 'none'], but got 'bogus'");
+             "remat_checkpoint: option determinism_check must be REMAT_DETERMINISM_DEFAULT (0) "
+             "or REMAT_DETERMINISM_NONE (1), got 7");
     o = reent();
-    o.determinism_check = "strict";
+    o.determinism_check = (remat_determinism_check)-1;
     RT_FAILS(remat_checkpoint(chain_fn, &c, 1, &x, 1, &y, &o), REMAT_EINVAL, "determinism_check");
     o = nonre();
-    o.early_stop = 7;
+    o.early_stop = (remat_tristate)7;
     RT_FAILS(remat_checkpoint(chain_fn, &c, 1, &x, 1, &y, &o), REMAT_EINVAL, "early_stop");
     /* reentrant rejects context_fn and debug */
     o = reent();
@@ -271,7 +272,7 @@ Test(checkpoint, user_data_destroy_runs_when_graph_dies) {
         cr_assert_eq(destroy_calls, 1);
         /* failure: destroyed at once */
         destroy_calls = 0;
-        o.determinism_check = "nope";
+        o.determinism_check = (remat_determinism_check)2;
         RT_FAILS(remat_checkpoint(chain_fn, &c, 1, &x, 1, &y, &o), REMAT_EINVAL, NULL);
         cr_assert_eq(destroy_calls, 1);
     }
@@ -774,7 +775,7 @@ Test(checkpoint, determinism_fewer_tensors_saved) {
                  "saved during recomputation: 2");
         cr_assert(strstr(remat_last_error(), "remat_backward"), "%s", remat_last_error());
         /* "none" still checks the count */
-        o.determinism_check = "none";
+        o.determinism_check = REMAT_DETERMINISM_NONE;
         RT_FAILS(run_nondet(M_SAVE3, M_SAVE2, o), REMAT_EDETERMINISM,
                  "A different number of tensors was saved");
     }
@@ -791,6 +792,32 @@ Test(checkpoint, determinism_more_tensors_saved_masked_by_early_stop) {
     RT_OK(run_nondet(M_SAVE2, M_SAVE3, o));
 }
 
+/* P's spelling of determinism_check, for programs that take it as text. */
+Test(checkpoint, determinism_check_parse) {
+    remat_determinism_check dc = REMAT_DETERMINISM_NONE;
+    RT_OK(remat_determinism_check_parse("default", &dc));
+    cr_assert_eq(dc, REMAT_DETERMINISM_DEFAULT);
+    RT_OK(remat_determinism_check_parse("none", &dc));
+    cr_assert_eq(dc, REMAT_DETERMINISM_NONE);
+    RT_FAILS(remat_determinism_check_parse("bogus", &dc), REMAT_EINVAL,
+             "determinism_check should be one of ['default', 'none'], but got 'bogus'");
+    cr_assert_eq(dc, REMAT_DETERMINISM_NONE, "a failed parse leaves *out alone");
+    RT_FAILS(remat_determinism_check_parse("Default", &dc), REMAT_EINVAL, "'Default'");
+    RT_FAILS(remat_determinism_check_parse(NULL, &dc), REMAT_EINVAL, "NULL");
+    RT_FAILS(remat_determinism_check_parse("none", NULL), REMAT_EINVAL, "NULL");
+}
+
+/* A zero-initialised options struct is P's defaults: the enums' zero values
+ * are the "not set" / "default" ones. */
+Test(checkpoint, zero_options_are_defaults) {
+    remat_checkpoint_options o = {0};
+    cr_assert_eq(o.use_reentrant, REMAT_OPT_DEFAULT);
+    cr_assert_eq(o.preserve_rng_state, REMAT_OPT_DEFAULT);
+    cr_assert_eq(o.debug, REMAT_OPT_DEFAULT);
+    cr_assert_eq(o.early_stop, REMAT_OPT_DEFAULT);
+    cr_assert_eq(o.determinism_check, REMAT_DETERMINISM_DEFAULT);
+}
+
 Test(checkpoint, determinism_metadata_lists_every_position) {
     remat_checkpoint_options o = nonre();
     RT_FAILS(run_nondet(M_SAVE2, M_SAVE2_RESHAPED, o), REMAT_EDETERMINISM,
@@ -801,11 +828,11 @@ Test(checkpoint, determinism_metadata_lists_every_position) {
     cr_assert(strstr(remat_last_error(), "Tip: to see a more detailed error message"));
     /* "none": no up-front metadata comparison — but a tensor of another
      * shape is still never handed to a backward kernel */
-    o.determinism_check = "none";
+    o.determinism_check = REMAT_DETERMINISM_NONE;
     RT_FAILS(run_nondet(M_SAVE2, M_SAVE2_RESHAPED, o), REMAT_EDETERMINISM,
              "determinism_check \"none\"");
     /* different values with equal metadata pass both checks (as in P) */
-    o.determinism_check = "default";
+    o.determinism_check = REMAT_DETERMINISM_DEFAULT;
     RT_OK(run_nondet(M_SAVE2, M_SAVE2_OTHER_VALUES, o));
 }
 
@@ -887,11 +914,11 @@ static int clone_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **
     return rc;
 }
 
-static int clones_for(remat_checkpoint_options o, int global) {
+static int clones_for(remat_checkpoint_options o, remat_tristate global) {
     int64_t sh[] = {3};
     remat_tensor *x = leaf(1, sh, 1), *y;
     real_clones = 0;
-    int prev = remat_set_checkpoint_early_stop(global);
+    remat_tristate prev = remat_set_checkpoint_early_stop(global);
     RT_OK(remat_checkpoint(clone_fn, NULL, 1, &x, 1, &y, &o));
     /* the override is read at forward time: reset it before backward */
     remat_set_checkpoint_early_stop(prev);

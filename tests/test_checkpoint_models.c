@@ -302,7 +302,7 @@ Test(checkpoint_models, sequential_edge_cases_and_errors) {
     RT_FAILS(remat_checkpoint_sequential(&y, 2, bad, 2, x, &o), REMAT_EINVAL,
              "stage 1 returned no tensor");
     RT_FAILS(remat_checkpoint_sequential(&y, 2, bad, 1, x, &o), REMAT_EINVAL, "stage 1");
-    o.determinism_check = "x";
+    o.determinism_check = (remat_determinism_check)9;
     RT_FAILS(remat_checkpoint_sequential(&y, 2, st, 2, x, &o), REMAT_EINVAL,
              "determinism_check");
     /* the stage array may go away after the call */

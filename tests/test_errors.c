@@ -16,6 +16,65 @@ Test(errors, names_and_messages) {
     cr_assert_str_eq(remat_last_error(), "");
 }
 
+/* Every code of REMAT_STATUS_MAP (the one list) is an enum constant with the
+ * list's value, has a distinct name that remat_status_name returns, and a
+ * non-empty text; the values run from 0 without gaps, so no code is left
+ * out of the name table. */
+Test(errors, status_list_enum_names_and_texts_agree) {
+    static const struct {
+        int code, value;
+        const char *name, *text;
+    } list[] = {
+#define ROW(name, value, text) {REMAT_##name, value, "REMAT_" #name, text},
+        REMAT_STATUS_MAP(ROW)
+#undef ROW
+    };
+    const int n = (int)(sizeof list / sizeof list[0]);
+    cr_assert_geq(n, 14, "the list lost codes");
+    bool seen_value[64] = {false};
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(list[i].code, list[i].value, "%s: enum %d, list %d", list[i].name,
+                     list[i].code, list[i].value);
+        cr_assert(list[i].value >= 0 && list[i].value < n, "%s = %d outside 0..%d", list[i].name,
+                  list[i].value, n - 1);
+        cr_assert_not(seen_value[list[i].value], "value %d used twice", list[i].value);
+        seen_value[list[i].value] = true;
+        cr_assert_str_eq(remat_status_name(list[i].code), list[i].name);
+        cr_assert_str_eq(remat_err_name(list[i].code), list[i].name);
+        cr_assert_str_eq(remat_strerror(list[i].code), list[i].text);
+        cr_assert_gt(strlen(list[i].text), 0, "%s has no text", list[i].name);
+        for (int j = 0; j < i; j++) {
+            cr_assert_str_neq(list[i].name, list[j].name);
+            cr_assert_str_neq(remat_strerror(list[i].code), remat_strerror(list[j].code),
+                              "%s and %s share a text", list[i].name, list[j].name);
+        }
+    }
+    cr_assert_str_eq(remat_status_name(n), "REMAT_E?");
+    cr_assert_str_eq(remat_status_name(-1), "REMAT_E?");
+    cr_assert_str_eq(remat_strerror(n), "unknown status");
+    /* The numbers are part of the ABI: spot-check that they did not move. */
+    cr_assert_eq(REMAT_OK, 0);
+    cr_assert_eq(REMAT_EINVAL, 1);
+    cr_assert_eq(REMAT_ENOMEM, 5);
+    cr_assert_eq(REMAT_EUNSUPPORTED, 10);
+    cr_assert_eq(REMAT_ECALLBACK, 13);
+}
+
+/* remat_status is an int: functions and callbacks written with `int` keep
+ * compiling against the remat_status declarations. */
+static int int_stage(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
+    (void)ud, (void)n_in, (void)n_out;
+    return remat_relu(&out[0], in[0]);
+}
+
+Test(errors, status_type_is_int_compatible) {
+    remat_checkpoint_fn fn = int_stage;
+    int (*add)(remat_tensor **, remat_tensor *, remat_tensor *) = remat_add;
+    cr_assert_not_null(fn);
+    cr_assert_not_null(add);
+    cr_assert_eq(sizeof(remat_status), sizeof(int));
+}
+
 Test(errors, null_is_harmless_for_destructors) {
     remat_release(NULL);
     remat_release_p(NULL);

@@ -357,7 +357,7 @@ Test(split_checkpoint, bitwise_equal_to_plain) {
                 opts[i].use_reentrant = REMAT_OPT_FALSE;
                 opts[i].early_stop = i == 0 ? REMAT_OPT_TRUE : REMAT_OPT_FALSE;
             }
-            opts[2].determinism_check = "none";
+            opts[2].determinism_check = REMAT_DETERMINISM_NONE;
             opts[3].use_reentrant = REMAT_OPT_TRUE;
             for (int i = 0; i < 4; i++) {
                 b.calls = 0;

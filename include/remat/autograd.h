@@ -49,19 +49,20 @@ void remat_grad_mode_restore(bool prev);
  * nothing else holds it (tensors you still hold are never written).
  * Errors: REMAT_ENOGRAD if a root does not require grad; REMAT_ESHAPE if a
  * grad_output does not match its root. */
-int remat_backward(int n, remat_tensor *const *roots, remat_tensor *const *grad_outputs,
-                   bool retain_graph, int n_inputs, remat_tensor *const *inputs);
+remat_status remat_backward(int n, remat_tensor *const *roots, remat_tensor *const *grad_outputs,
+                            bool retain_graph, int n_inputs, remat_tensor *const *inputs);
 /* remat_backward of one scalar root with retain_graph off. */
-int remat_backward_scalar(remat_tensor *root);
+remat_status remat_backward_scalar(remat_tensor *root);
 
 /* Computes d(outputs)/d(inputs) weighted by grad_outputs (may be NULL as
  * above) and writes new references to grads[0..n_inputs): NULL where an
  * input is unreachable from the outputs if allow_unused, else REMAT_EINVAL.
  * Leaves `.grad` of every tensor untouched. Every input must require grad
  * (REMAT_ENOGRAD). */
-int remat_grad(int n_outputs, remat_tensor *const *outputs, remat_tensor *const *grad_outputs,
-               int n_inputs, remat_tensor *const *inputs, bool retain_graph, bool allow_unused,
-               remat_tensor **grads);
+remat_status remat_grad(int n_outputs, remat_tensor *const *outputs,
+                        remat_tensor *const *grad_outputs, int n_inputs,
+                        remat_tensor *const *inputs, bool retain_graph, bool allow_unused,
+                        remat_tensor **grads);
 
 /* True while this thread runs a backward pass (inside node backward
  * functions and hooks). */
@@ -85,10 +86,10 @@ remat_node *remat_node_next(const remat_node *node, int i);
  * and leave *replacement NULL to keep the gradient, or set it to a new
  * reference to use instead. Non-zero return aborts backward with that
  * status. */
-typedef int (*remat_grad_hook_fn)(void *user_data, remat_tensor *grad,
-                                  remat_tensor **replacement);
+typedef remat_status (*remat_grad_hook_fn)(void *user_data, remat_tensor *grad,
+                                           remat_tensor **replacement);
 /* Registers a hook on t (which must require grad). */
-int remat_register_hook(remat_tensor *t, remat_grad_hook_fn fn, void *user_data);
+remat_status remat_register_hook(remat_tensor *t, remat_grad_hook_fn fn, void *user_data);
 
 /* ---- saved-tensor hooks ----------------------------------------------------
  * pack(user_data, t) → opaque handle (may retain t, copy it, offload it...);
@@ -101,17 +102,17 @@ int remat_register_hook(remat_tensor *t, remat_grad_hook_fn fn, void *user_data)
  * popping hooks later does not change how it is unpacked. */
 typedef struct remat_saved_hooks {
     void *(*pack)(void *user_data, remat_tensor *t);
-    int (*unpack)(void *user_data, void *handle, remat_tensor **out);
+    remat_status (*unpack)(void *user_data, void *handle, remat_tensor **out);
     void (*free_handle)(void *user_data, void *handle);
     void *user_data;
 } remat_saved_hooks;
 /* Pushes a hook pair on this thread's stack (copied). REMAT_ENOMEM when the
  * stack (depth 64) is full. */
-int remat_saved_hooks_push(const remat_saved_hooks *hooks);
+remat_status remat_saved_hooks_push(const remat_saved_hooks *hooks);
 /* Pops the innermost pair. REMAT_ESTATE if the stack is empty. */
-int remat_saved_hooks_pop(void);
+remat_status remat_saved_hooks_pop(void);
 /* Pushes an entry that disables hooks (tensors saved directly) until popped. */
-int remat_saved_hooks_push_disabled(void);
+remat_status remat_saved_hooks_push_disabled(void);
 int remat_saved_hooks_depth(void);
 
 /* Observer of every tensor saved for backward (used by reports/debug traces):
@@ -126,12 +127,13 @@ typedef struct remat_function_def {
     const char *name; /* node name, e.g. "MyOpBackward"; copied */
     /* Forward, run with grad mode off. Fill outputs[0..n_outputs) with new
      * references. Save tensors with remat_ctx_save_for_backward. */
-    int (*forward)(remat_function_ctx *ctx, void *user_data, remat_tensor *const *inputs,
-                   int n_inputs, remat_tensor **outputs, int n_outputs);
+    remat_status (*forward)(remat_function_ctx *ctx, void *user_data, remat_tensor *const *inputs,
+                            int n_inputs, remat_tensor **outputs, int n_outputs);
     /* Backward: grad_outputs[i] may be NULL (zero). Write new references to
      * grad_inputs[0..n_inputs) (NULL = no gradient). */
-    int (*backward)(remat_function_ctx *ctx, void *user_data, remat_tensor *const *grad_outputs,
-                    int n_outputs, remat_tensor **grad_inputs, int n_inputs);
+    remat_status (*backward)(remat_function_ctx *ctx, void *user_data,
+                             remat_tensor *const *grad_outputs, int n_outputs,
+                             remat_tensor **grad_inputs, int n_inputs);
     /* Called when the node is destroyed, to free user_data; may be NULL. */
     void (*destroy)(void *user_data);
 } remat_function_def;
@@ -141,20 +143,22 @@ typedef struct remat_function_def {
  * backward calls def->backward. n_outputs new references are written to
  * outputs. user_data is owned by the node afterwards if def->destroy is set
  * (also freed on failure). */
-int remat_function_apply(const remat_function_def *def, void *user_data, int n_inputs,
-                         remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs);
+remat_status remat_function_apply(const remat_function_def *def, void *user_data, int n_inputs,
+                                  remat_tensor *const *inputs, int n_outputs,
+                                  remat_tensor **outputs);
 /* Saves tensors for backward (through the saved-tensor hooks). NULL entries
  * allowed. Call once from forward. */
-int remat_ctx_save_for_backward(remat_function_ctx *ctx, int n, remat_tensor *const *tensors);
+remat_status remat_ctx_save_for_backward(remat_function_ctx *ctx, int n,
+                                         remat_tensor *const *tensors);
 /* Number of saved tensors. */
 int remat_ctx_num_saved(const remat_function_ctx *ctx);
 /* New reference to saved tensor i (unpacked through its hooks; version
  * checked). REMAT_ESTATE once the graph was freed. */
-int remat_ctx_saved(remat_function_ctx *ctx, int i, remat_tensor **out);
+remat_status remat_ctx_saved(remat_function_ctx *ctx, int i, remat_tensor **out);
 /* Whether input i needs a gradient. */
 bool remat_ctx_needs_input_grad(const remat_function_ctx *ctx, int i);
 /* Marks output i as not differentiable. Call from forward. */
-int remat_ctx_mark_non_differentiable(remat_function_ctx *ctx, int i);
+remat_status remat_ctx_mark_non_differentiable(remat_function_ctx *ctx, int i);
 
 #ifdef __cplusplus
 }

@@ -80,17 +80,38 @@
 extern "C" {
 #endif
 
-/* Tri-state option values. Zero means "not set": the PyTorch default (or,
- * for a global override, "no override"). */
-#define REMAT_OPT_DEFAULT 0
-#define REMAT_OPT_TRUE 1
-#define REMAT_OPT_FALSE (-1)
+/* A yes/no option that can also be left unset. REMAT_OPT_DEFAULT is zero,
+ * so a zero-initialised options struct leaves every such option at the
+ * PyTorch default (for a global override: "no override"). Any other value
+ * is REMAT_EINVAL where an option is checked. */
+typedef enum remat_tristate {
+    REMAT_OPT_FALSE = -1,
+    REMAT_OPT_DEFAULT = 0,
+    REMAT_OPT_TRUE = 1,
+} remat_tristate;
+
+/* How a recomputation is compared with the original forward
+ * (P: determinism_check). Zero is P's default. */
+typedef enum remat_determinism_check {
+    /* P's "default": the count, and the shape, dtype and device of every
+     * recomputed saved tensor */
+    REMAT_DETERMINISM_DEFAULT = 0,
+    /* P's "none": the count only */
+    REMAT_DETERMINISM_NONE = 1,
+} remat_determinism_check;
+
+/* Parses P's spelling of determinism_check, "default" or "none", into
+ * *out (for programs and bindings that take it as text). REMAT_EINVAL for
+ * NULL arguments or any other text ("determinism_check should be one of
+ * ['default', 'none'], but got 'x'", as P words it); *out is then
+ * unchanged. */
+remat_status remat_determinism_check_parse(const char *text, remat_determinism_check *out);
 
 /* The checkpointed function: see "Writing the function" above. inputs has
  * n_inputs entries (NULL entries are non-tensor slots), outputs n_outputs
  * slots, all NULL on entry. */
-typedef int (*remat_checkpoint_fn)(void *user_data, remat_tensor *const *inputs, int n_inputs,
-                                   remat_tensor **outputs, int n_outputs);
+typedef remat_status (*remat_checkpoint_fn)(void *user_data, remat_tensor *const *inputs,
+                                            int n_inputs, remat_tensor **outputs, int n_outputs);
 
 /* ---- context_fn (P: context_fn returning two context managers) ---------------
  * A pair of contexts entered around the original forward and around every
@@ -104,15 +125,16 @@ typedef int (*remat_checkpoint_fn)(void *user_data, remat_tensor *const *inputs,
  * the body it closes and returns the status to continue with (return
  * `status` to keep it; an exit cannot turn a failure into success). */
 typedef struct remat_checkpoint_contexts {
-    int (*forward_enter)(void *state);
-    int (*forward_exit)(void *state, int status);
-    int (*recompute_enter)(void *state);
-    int (*recompute_exit)(void *state, int status);
+    remat_status (*forward_enter)(void *state);
+    remat_status (*forward_exit)(void *state, remat_status status);
+    remat_status (*recompute_enter)(void *state);
+    remat_status (*recompute_exit)(void *state, remat_status status);
     void (*destroy)(void *state);
     void *state;
 } remat_checkpoint_contexts;
 
-typedef int (*remat_checkpoint_context_fn)(void *user_data, remat_checkpoint_contexts *pair);
+typedef remat_status (*remat_checkpoint_context_fn)(void *user_data,
+                                                    remat_checkpoint_contexts *pair);
 
 /* ---- options --------------------------------------------------------------------
  * A zero-initialised struct (or a NULL pointer) means PyTorch's defaults. */
@@ -120,24 +142,25 @@ typedef struct remat_checkpoint_options {
     /* REMAT_OPT_TRUE: reentrant; REMAT_OPT_FALSE: non-reentrant;
      * REMAT_OPT_DEFAULT: warns that it should be passed explicitly, then
      * reentrant (P's behaviour). */
-    int use_reentrant;
+    remat_tristate use_reentrant;
     /* Stash and restore the RNG state of cpu and of the devices of one
      * device type around the recomputation, so that dropout draws the same
      * numbers. Default on; REMAT_OPT_FALSE turns it off. */
-    int preserve_rng_state;
-    /* "default" (or NULL): compare count, shape, dtype and device of every
-     * recomputed saved tensor with the original; "none": compare only the
-     * count. Any other value fails with REMAT_EINVAL. */
-    const char *determinism_check;
+    remat_tristate preserve_rng_state;
+    /* REMAT_DETERMINISM_DEFAULT (zero): compare count, shape, dtype and
+     * device of every recomputed saved tensor with the original;
+     * REMAT_DETERMINISM_NONE: compare only the count. Any other value fails
+     * with REMAT_EINVAL. */
+    remat_determinism_check determinism_check;
     /* Record the ops (with call sites) run in forward and recompute and
      * show them in determinism errors. Default off. Non-reentrant only
      * (REMAT_OPT_TRUE with reentrant fails with REMAT_EINVAL). Overridden by
      * remat_set_checkpoint_debug. */
-    int debug;
+    remat_tristate debug;
     /* Stop recomputation as soon as every saved tensor is recomputed
      * (non-reentrant; ignored by reentrant). Default on. Overridden by
      * remat_set_checkpoint_early_stop. Read when the forward runs. */
-    int early_stop;
+    remat_tristate early_stop;
     /* NULL: no contexts. Non-reentrant only (REMAT_EINVAL with reentrant). */
     remat_checkpoint_context_fn context_fn;
     void *context_fn_data;
@@ -164,7 +187,7 @@ typedef struct remat_checkpoint_options {
  * When grad mode is off, fn just runs (nothing is recorded).
  *
  * Errors (every output NULL then, nothing leaked):
- *   REMAT_EINVAL   bad arguments; unknown determinism_check; context_fn or
+ *   REMAT_EINVAL   bad arguments; an option outside its enum; context_fn or
  *                  debug with reentrant. (Unlike P, debug combines with a
  *                  context_fn, so traces cover selective regions.)
  *   REMAT_ESTATE   a device type that was not initialised when the forward
@@ -187,9 +210,9 @@ typedef struct remat_checkpoint_options {
  * Warnings: use_reentrant not set; reentrant with no input requiring grad
  * ("Gradients will be None"); tensor inputs on several non-cpu device
  * types. */
-int remat_checkpoint(remat_checkpoint_fn fn, void *user_data, int n_inputs,
-                     remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
-                     const remat_checkpoint_options *opts);
+remat_status remat_checkpoint(remat_checkpoint_fn fn, void *user_data, int n_inputs,
+                              remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
+                              const remat_checkpoint_options *opts);
 
 /* ---- checkpoint_sequential ----------------------------------------------------------
  * One stage of a sequential model: fn is called with exactly one input and
@@ -210,9 +233,9 @@ typedef struct remat_stage {
  * Errors: REMAT_EINVAL for NULL out/input/stages/fn, segments < 1, or a
  * stage that returns no tensor; anything remat_checkpoint or a stage
  * returns. *out is NULL on error. */
-int remat_checkpoint_sequential(remat_tensor **out, int n_stages, const remat_stage *stages,
-                                int segments, remat_tensor *input,
-                                const remat_checkpoint_options *opts);
+remat_status remat_checkpoint_sequential(remat_tensor **out, int n_stages,
+                                         const remat_stage *stages, int segments,
+                                         remat_tensor *input, const remat_checkpoint_options *opts);
 
 /* ---- global overrides (P: set_checkpoint_early_stop,
  * set_checkpoint_debug_enabled) ----------------------------------------------------
@@ -222,10 +245,10 @@ int remat_checkpoint_sequential(remat_tensor **out, int n_stages, const remat_st
  * after the override is reset); REMAT_OPT_DEFAULT removes the override.
  * Each returns the previous value, for restoring it. Other values are
  * treated as REMAT_OPT_DEFAULT. */
-int remat_set_checkpoint_early_stop(int value);
-int remat_set_checkpoint_debug(int value);
-int remat_get_checkpoint_early_stop(void);
-int remat_get_checkpoint_debug(void);
+remat_tristate remat_set_checkpoint_early_stop(remat_tristate value);
+remat_tristate remat_set_checkpoint_debug(remat_tristate value);
+remat_tristate remat_get_checkpoint_early_stop(void);
+remat_tristate remat_get_checkpoint_debug(void);
 
 /* ---- device type for RNG preservation (P: DefaultDeviceType) ------------------------
  * preserve_rng_state stashes the cpu generator plus the generators of the
@@ -235,7 +258,7 @@ int remat_get_checkpoint_debug(void);
  * here ("cuda" unless changed; a type that is not registered stashes
  * nothing). name is copied (at most 31 characters); NULL restores "cuda".
  * REMAT_EINVAL for an empty or too long name. */
-int remat_set_default_device_type(const char *name);
+remat_status remat_set_default_device_type(const char *name);
 /* The current default device type name. Never NULL. */
 const char *remat_get_default_device_type(void);
 

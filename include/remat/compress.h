@@ -51,8 +51,8 @@ void remat_offload_saved_hooks(remat_saved_hooks *out);
  * autograd): f32 (any strides) → a new contiguous bf16 tensor, and back.
  * REMAT_EDTYPE for another input dtype, REMAT_EDEVICE for memory the CPU
  * cannot read. */
-int remat_to_bf16(remat_tensor **out, remat_tensor *t);
-int remat_bf16_to_f32(remat_tensor **out, remat_tensor *t);
+remat_status remat_to_bf16(remat_tensor **out, remat_tensor *t);
+remat_status remat_bf16_to_f32(remat_tensor **out, remat_tensor *t);
 
 #ifdef __cplusplus
 }

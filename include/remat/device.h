@@ -49,26 +49,27 @@ typedef struct remat_device_type_def {
     /* Free memory from alloc. Required. */
     void (*free)(void *user_data, int index, void *ptr, size_t nbytes);
     /* Copy nbytes. For HOST_TO_DEVICE dst is on device `index`, etc. Required. */
-    int (*copy)(void *user_data, int index, void *dst, const void *src, size_t nbytes,
-                remat_copy_kind kind);
-    int (*device_count)(void *user_data);              /* required */
-    int (*current_device)(void *user_data);            /* NULL → 0 */
-    int (*set_current_device)(void *user_data, int index); /* NULL → only 0 accepted */
+    remat_status (*copy)(void *user_data, int index, void *dst, const void *src, size_t nbytes,
+                         remat_copy_kind kind);
+    int (*device_count)(void *user_data);                           /* required */
+    int (*current_device)(void *user_data);                         /* NULL → 0 */
+    remat_status (*set_current_device)(void *user_data, int index); /* NULL → only 0 accepted */
     /* Whether the runtime has been initialised (P: torch.cuda.is_initialized).
      * NULL → always initialised. */
     bool (*is_initialized)(void *user_data);
     /* RNG state hooks; NULL → remat's built-in Philox generator per index. */
-    int (*rng_get_state)(void *user_data, int index, uint8_t state[REMAT_RNG_STATE_BYTES]);
-    int (*rng_set_state)(void *user_data, int index, const uint8_t state[REMAT_RNG_STATE_BYTES]);
+    remat_status (*rng_get_state)(void *user_data, int index, uint8_t state[REMAT_RNG_STATE_BYTES]);
+    remat_status (*rng_set_state)(void *user_data, int index,
+                                  const uint8_t state[REMAT_RNG_STATE_BYTES]);
 } remat_device_type_def;
 
 /* Registers a device type; *type_id receives its id (> 0). REMAT_EINVAL on
  * a missing required callback or a duplicate name; REMAT_ENOMEM when the
  * registry is full. Not thread-safe: register at start-up. */
-int remat_register_device_type(const remat_device_type_def *def, int *type_id);
+remat_status remat_register_device_type(const remat_device_type_def *def, int *type_id);
 /* Removes a registered type (not cpu). REMAT_ESTATE while memory allocated
  * on it is still live. */
-int remat_unregister_device_type(int type_id);
+remat_status remat_unregister_device_type(int type_id);
 /* Looks up a type by name; -1 if none. */
 int remat_device_type_id(const char *name);
 /* Name of a type id, or NULL. */
@@ -77,13 +78,13 @@ const char *remat_device_type_name(int type_id);
 int remat_device_count(int type_id);
 /* Current device index of the type (0 for an unknown type). */
 int remat_current_device(int type_id);
-int remat_set_current_device(int type_id, int index);
+remat_status remat_set_current_device(int type_id, int index);
 /* Whether the type's runtime is initialised. */
 bool remat_device_is_initialized(int type_id);
 /* Whether tensors of this type can be read by the CPU. */
 bool remat_device_host_addressable(int type_id);
 /* Checks that `device` names a registered type and a valid index. */
-int remat_device_check(remat_device device);
+remat_status remat_device_check(remat_device device);
 
 /* ---- allocator accounting ------------------------------------------------- */
 typedef struct remat_alloc_stats {
@@ -95,9 +96,9 @@ typedef struct remat_alloc_stats {
 } remat_alloc_stats;
 
 /* Counters of one device; REMAT_EDEVICE for an unknown device. */
-int remat_alloc_stats_get(remat_device device, remat_alloc_stats *stats);
+remat_status remat_alloc_stats_get(remat_device device, remat_alloc_stats *stats);
 /* Sets the device's peak to its current bytes. */
-int remat_alloc_reset_peak(remat_device device);
+remat_status remat_alloc_reset_peak(remat_device device);
 /* Convenience: current / peak bytes of the cpu device. */
 size_t remat_cpu_current_bytes(void);
 size_t remat_cpu_peak_bytes(void);
@@ -145,12 +146,12 @@ void remat_set_alloc_observer(remat_alloc_observer_fn fn, void *user_data);
 /* Seeds every generator of every device type (P: torch.manual_seed). */
 void remat_manual_seed(uint64_t seed);
 /* Seeds the generator of one device. */
-int remat_device_manual_seed(remat_device device, uint64_t seed);
+remat_status remat_device_manual_seed(remat_device device, uint64_t seed);
 /* Copies out / restores the generator state of `device` as an opaque blob
  * of REMAT_RNG_STATE_BYTES bytes. Uses the device type's hooks if it has
  * them. */
-int remat_rng_get_state(remat_device device, uint8_t state[REMAT_RNG_STATE_BYTES]);
-int remat_rng_set_state(remat_device device, const uint8_t state[REMAT_RNG_STATE_BYTES]);
+remat_status remat_rng_get_state(remat_device device, uint8_t state[REMAT_RNG_STATE_BYTES]);
+remat_status remat_rng_set_state(remat_device device, const uint8_t state[REMAT_RNG_STATE_BYTES]);
 
 /* Fork: stashes the cpu generator and those of `devices`, to be put back by
  * remat_rng_fork_end (P: torch.random.fork_rng). */
@@ -159,8 +160,8 @@ typedef struct remat_rng_fork {
     remat_device devices[1 + REMAT_MAX_DEVICES_PER_TYPE];
     uint8_t states[1 + REMAT_MAX_DEVICES_PER_TYPE][REMAT_RNG_STATE_BYTES];
 } remat_rng_fork;
-int remat_rng_fork_begin(remat_rng_fork *fork, int n_devices, const remat_device *devices);
-int remat_rng_fork_end(const remat_rng_fork *fork);
+remat_status remat_rng_fork_begin(remat_rng_fork *fork, int n_devices, const remat_device *devices);
+remat_status remat_rng_fork_end(const remat_rng_fork *fork);
 
 /* Philox4x32-10 block function (exposed for known-answer tests): encrypts
  * `counter` with `key`, writes 4 words to out. */

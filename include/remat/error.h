@@ -17,30 +17,64 @@
 extern "C" {
 #endif
 
-/* Status codes. Stable numbers; name with remat_err_name, describe with
- * remat_strerror. */
-typedef enum remat_status {
-    REMAT_OK = 0,
-    REMAT_EINVAL = 1,       /* invalid argument (NULL, out-of-range dim, bad option) */
-    REMAT_ESHAPE = 2,       /* shapes do not fit together */
-    REMAT_EDTYPE = 3,       /* dtypes do not fit together or are unsupported */
-    REMAT_EDEVICE = 4,      /* tensors on different devices / unknown device */
-    REMAT_ENOMEM = 5,       /* an allocation failed */
-    REMAT_ESTATE = 6,       /* call not valid in the current state (graph freed, ...) */
-    REMAT_EVERSION = 7,     /* a saved tensor was modified in place */
-    REMAT_ENOGRAD = 8,      /* gradient requested of something that does not require grad */
-    REMAT_EDETERMINISM = 9, /* recomputation differed from the original forward */
-    REMAT_EUNSUPPORTED = 10,/* feature not supported (combination of options, dtype) */
-    REMAT_EIO = 11,         /* file could not be read or written */
-    REMAT_EFORMAT = 12,     /* file or string has the wrong format */
-    REMAT_ECALLBACK = 13    /* a user callback reported failure */
-} remat_status;
+/* ---- status codes ---------------------------------------------------------------
+ * The one list of status codes: REMAT_STATUS_MAP(XX) calls XX(NAME, value,
+ * text) once per code. The enum below, remat_status_name and
+ * remat_strerror are all generated from it, so a code is added in exactly
+ * one place. Numbers are stable (never reused or renumbered) and run from 0
+ * without gaps; text is the one-line generic description remat_strerror
+ * returns. */
+#define REMAT_STATUS_MAP(XX)                                                                    \
+    XX(OK, 0, "success")                                                                        \
+    /* invalid argument (NULL, out-of-range dim, bad option) */                                 \
+    XX(EINVAL, 1, "invalid argument")                                                           \
+    /* shapes do not fit together */                                                            \
+    XX(ESHAPE, 2, "shape mismatch")                                                             \
+    /* dtypes do not fit together or are unsupported */                                         \
+    XX(EDTYPE, 3, "dtype mismatch or unsupported dtype")                                        \
+    /* tensors on different devices / unknown device */                                         \
+    XX(EDEVICE, 4, "device mismatch or unknown device")                                         \
+    /* an allocation failed */                                                                  \
+    XX(ENOMEM, 5, "out of memory")                                                              \
+    /* call not valid in the current state (graph freed, ...) */                                \
+    XX(ESTATE, 6, "call not valid in the current state")                                        \
+    /* a saved tensor was modified in place */                                                  \
+    XX(EVERSION, 7, "saved tensor was modified by an in-place operation")                       \
+    /* gradient requested of something that does not require grad */                           \
+    XX(ENOGRAD, 8, "tensor does not require grad")                                              \
+    /* recomputation differed from the original forward */                                     \
+    XX(EDETERMINISM, 9, "recomputation differed from the original forward")                     \
+    /* feature not supported (combination of options, dtype, device) */                        \
+    XX(EUNSUPPORTED, 10, "not supported")                                                       \
+    /* file could not be read or written */                                                     \
+    XX(EIO, 11, "input/output error")                                                           \
+    /* file or string has the wrong format */                                                   \
+    XX(EFORMAT, 12, "bad format")                                                               \
+    /* a user callback reported failure */                                                      \
+    XX(ECALLBACK, 13, "user callback failed")
 
-/* Short constant-like name of a status, e.g. "REMAT_ESHAPE". Never NULL. */
-const char *remat_err_name(int status);
+/* The codes as constants: REMAT_OK, REMAT_EINVAL, ... */
+typedef enum remat_status_code {
+#define REMAT_STATUS_ENUM_(name, value, text) REMAT_##name = (value),
+    REMAT_STATUS_MAP(REMAT_STATUS_ENUM_)
+#undef REMAT_STATUS_ENUM_
+} remat_status_code;
 
-/* One-line generic description of a status. Never NULL. */
-const char *remat_strerror(int status);
+/* The return type of every fallible call: holds one of the REMAT_* codes
+ * above (REMAT_OK = 0 on success). An int, so that functions and user
+ * callbacks written with `int` stay compatible. */
+typedef int remat_status;
+
+/* Constant-like name of a status, e.g. "REMAT_ESHAPE"; "REMAT_E?" for a
+ * value that is not a code. Never NULL; static storage. */
+const char *remat_status_name(remat_status status);
+
+/* The same as remat_status_name (the older name, kept). */
+const char *remat_err_name(remat_status status);
+
+/* One-line generic description of a status ("shape mismatch"); "unknown
+ * status" for a value that is not a code. Never NULL; static storage. */
+const char *remat_strerror(remat_status status);
 
 /* The message of the last error raised on this thread (empty string if
  * none). Valid until the next remat call on this thread. Never NULL. */
@@ -52,7 +86,7 @@ void remat_clear_error(void);
 /* Sets this thread's last error and returns `status`; for user callbacks
  * (custom functions, checkpointed functions) that want to fail with a
  * message of their own. printf-style. */
-int remat_set_error(int status, const char *fmt, ...)
+remat_status remat_set_error(remat_status status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif

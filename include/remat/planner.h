@@ -109,7 +109,7 @@ typedef struct remat_profile_options {
 } remat_profile_options;
 
 /* A zero-filled profile of n_stages stages, to fill by hand (n_stages >= 1). */
-int remat_profile_create(remat_profile **out, int n_stages);
+remat_status remat_profile_create(remat_profile **out, int n_stages);
 
 /* Measures stages[0..n_stages) on `input` (the tensor the chain will be run
  * on; its values are not modified). Each stage runs on the output of the
@@ -120,8 +120,8 @@ int remat_profile_create(remat_profile **out, int n_stages);
  * Errors: REMAT_EINVAL (NULL arguments, n_stages < 1, a stage without fn
  * or returning no tensor), anything a stage returns (message prefixed with
  * the stage index). */
-int remat_profile_stages(remat_profile **out, int n_stages, const remat_stage *stages,
-                         remat_tensor *input, const remat_profile_options *opts);
+remat_status remat_profile_stages(remat_profile **out, int n_stages, const remat_stage *stages,
+                                  remat_tensor *input, const remat_profile_options *opts);
 
 /* NULL-safe. */
 void remat_profile_free(remat_profile *profile);
@@ -202,33 +202,33 @@ typedef struct remat_plan_options {
  * arguments, an empty profile, or a budget below the smallest feasible one
  * (the message states that minimum in bytes and MiB); REMAT_ENOMEM when
  * the tables do not fit (use fewer slots). */
-int remat_plan_create(remat_plan **out, const remat_profile *profile, size_t budget_bytes);
-int remat_plan_create_ex(remat_plan **out, const remat_profile *profile, size_t budget_bytes,
-                         const remat_plan_options *opts);
+remat_status remat_plan_create(remat_plan **out, const remat_profile *profile, size_t budget_bytes);
+remat_status remat_plan_create_ex(remat_plan **out, const remat_profile *profile,
+                                  size_t budget_bytes, const remat_plan_options *opts);
 
 /* The smallest budget any plan fits (the minimal predicted peak). */
-int remat_plan_min_budget(const remat_profile *profile, size_t *bytes);
+remat_status remat_plan_min_budget(const remat_profile *profile, size_t *bytes);
 
 /* P's checkpoint_sequential(stages, segments) as a plan: n_stages/segments
  * stages per chunk, the first segments-1 chunks checkpointed, the rest
  * stored. profile may be NULL (n_stages is then used; with a profile
  * n_stages must match or be 0). */
-int remat_plan_sequential(remat_plan **out, const remat_profile *profile, int n_stages,
-                          int segments);
+remat_status remat_plan_sequential(remat_plan **out, const remat_profile *profile, int n_stages,
+                                   int segments);
 
 /* Revolve's binomial schedule for a uniform chain of n_stages stages with
  * `checkpoints` stored states (the input counts as one; Griewank's c).
  * Recomputes exactly remat_revolve_cost(n_stages, checkpoints) stage
  * forwards. profile may be NULL (as for remat_plan_sequential). */
-int remat_plan_revolve(remat_plan **out, const remat_profile *profile, int n_stages,
-                       int checkpoints);
+remat_status remat_plan_revolve(remat_plan **out, const remat_profile *profile, int n_stages,
+                                int checkpoints);
 
 /* Griewank's closed form: the minimal number of forward steps recomputed to
  * reverse `steps` steps with `checkpoints` checkpoints,
  * t(l, c) = r*l - beta(c+1, r-1), r the smallest with beta(c, r) >= l,
  * beta(c, r) = (c+r)!/(c! r!). REMAT_EINVAL for steps < 1, checkpoints < 1
  * (unless steps == 1), REMAT_EUNSUPPORTED if the result overflows. */
-int remat_revolve_cost(int64_t steps, int64_t checkpoints, int64_t *recomputations);
+remat_status remat_revolve_cost(int64_t steps, int64_t checkpoints, int64_t *recomputations);
 
 /* NULL-safe. */
 void remat_plan_free(remat_plan *plan);
@@ -248,17 +248,18 @@ void remat_plan_print(const remat_plan *plan, FILE *f);
  * arguments, a NULL stage fn, a malformed plan, a stage returning no
  * tensor), anything a stage or remat_checkpoint returns (message prefixed
  * with "stage k"). */
-int remat_plan_run(const remat_plan *plan, const remat_stage *stages, remat_tensor *input,
-                   remat_tensor **output);
+remat_status remat_plan_run(const remat_plan *plan, const remat_stage *stages, remat_tensor *input,
+                            remat_tensor **output);
 /* Same with checkpoint options for every segment (use_reentrant is forced
  * to REMAT_OPT_FALSE; base NULL → defaults). */
-int remat_plan_run_ex(const remat_plan *plan, const remat_stage *stages, remat_tensor *input,
-                      remat_tensor **output, const remat_checkpoint_options *base);
+remat_status remat_plan_run_ex(const remat_plan *plan, const remat_stage *stages,
+                               remat_tensor *input, remat_tensor **output,
+                               const remat_checkpoint_options *base);
 
 /* Profile + plan (profile options NULL → defaults). The profile is freed. */
-int remat_plan_auto(remat_plan **out, int n_stages, const remat_stage *stages,
-                    remat_tensor *input, size_t budget_bytes,
-                    const remat_profile_options *profile_opts);
+remat_status remat_plan_auto(remat_plan **out, int n_stages, const remat_stage *stages,
+                             remat_tensor *input, size_t budget_bytes,
+                             const remat_profile_options *profile_opts);
 
 /* checkpoint_sequential with a budget instead of a segment count: profiles,
  * plans and runs in one call. The plan is cached (keyed by the stage list,
@@ -266,14 +267,14 @@ int remat_plan_auto(remat_plan **out, int n_stages, const remat_stage *stages,
  * profiles once; remat_checkpoint_budget_clear() drops the cache (not while
  * another thread is inside remat_checkpoint_budget; pending backward passes
  * are fine). Errors as remat_plan_auto and remat_plan_run. */
-int remat_checkpoint_budget(remat_tensor **out, int n_stages, const remat_stage *stages,
-                            size_t budget_bytes, remat_tensor *input);
+remat_status remat_checkpoint_budget(remat_tensor **out, int n_stages, const remat_stage *stages,
+                                     size_t budget_bytes, remat_tensor *input);
 void remat_checkpoint_budget_clear(void);
 
 /* Parses a byte size: "1048576", "512K", "96MiB", "1.5G", "2GB" (K/M/G/T;
  * both KB and KiB mean 1024, as P's memory stats do). REMAT_EFORMAT on
  * anything else. */
-int remat_parse_bytes(const char *text, size_t *bytes);
+remat_status remat_parse_bytes(const char *text, size_t *bytes);
 
 #ifdef __cplusplus
 }

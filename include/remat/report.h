@@ -84,10 +84,10 @@ typedef struct remat_residual_report remat_residual_report;
 
 /* Starts recording. REMAT_ESTATE if another report is recording,
  * REMAT_EINVAL for NULL out, REMAT_ENOMEM. */
-int remat_residual_report_begin(remat_residual_report **out);
+remat_status remat_residual_report_begin(remat_residual_report **out);
 /* Stops recording (the report stays readable). REMAT_ESTATE if r is not
  * the recording report. */
-int remat_residual_report_end(remat_residual_report *r);
+remat_status remat_residual_report_end(remat_residual_report *r);
 /* Stops recording if needed and frees. NULL → no-op. */
 void remat_residual_report_free(remat_residual_report *r);
 
@@ -95,7 +95,7 @@ int remat_residual_report_count(const remat_residual_report *r);
 /* Entry i (borrowed, valid until the report is freed), NULL if out of range. */
 const remat_residual *remat_residual_report_entry(const remat_residual_report *r, int i);
 /* Totals over all entries. */
-int remat_residual_report_totals(const remat_residual_report *r, remat_residual_totals *t);
+remat_status remat_residual_report_totals(const remat_residual_report *r, remat_residual_totals *t);
 /* Per-op totals, in order of first appearance. */
 int remat_residual_report_n_ops(const remat_residual_report *r);
 const remat_residual_op_total *remat_residual_report_op(const remat_residual_report *r, int i);
@@ -105,7 +105,7 @@ remat_residual_op_total remat_residual_report_op_named(const remat_residual_repo
 
 /* Writes the human-readable report (one line per entry, per-op totals,
  * grand totals) to f. REMAT_EIO on a write error. */
-int remat_residual_report_print(const remat_residual_report *r, FILE *f);
+remat_status remat_residual_report_print(const remat_residual_report *r, FILE *f);
 /* The same text into buf (always NUL-terminated when n > 0); returns the
  * length the full text needs (as snprintf). */
 size_t remat_residual_report_format(const remat_residual_report *r, char *buf, size_t n);

@@ -108,42 +108,44 @@ typedef struct remat_policy remat_policy;
 
 /* A callback policy. destroy_state (may be NULL) is called with user_state
  * when the last reference goes. */
-int remat_policy_from_fn(remat_policy **out, remat_sac_policy_fn fn, void *user_state,
-                         void (*destroy_state)(void *));
+remat_status remat_policy_from_fn(remat_policy **out, remat_sac_policy_fn fn, void *user_state,
+                                  void (*destroy_state)(void *));
 /* P's list form: ops named in ops[0..n) → MUST_SAVE, every other op →
  * PREFER_RECOMPUTE. Names are copied. n may be 0 (saves nothing). */
-int remat_policy_from_ops(remat_policy **out, int n, const char *const *ops);
+remat_status remat_policy_from_ops(remat_policy **out, int n, const char *const *ops);
 
 /* JAX presets. "Named" values are the outputs of remat_tag. Saving a named
  * value saves the output of the op that produced the tagged tensor (the
  * producer is then not recomputed), and a MUST_RECOMPUTE answer for a tag
  * drops a producer that the policy had cached. */
 /* Nothing is cached (a plain checkpoint): every op PREFER_RECOMPUTE. */
-int remat_policy_nothing_saveable(remat_policy **out);
+remat_status remat_policy_nothing_saveable(remat_policy **out);
 /* Every op PREFER_SAVE (no recomputation at all; memory as without checkpoint). */
-int remat_policy_everything_saveable(remat_policy **out);
+remat_status remat_policy_everything_saveable(remat_policy **out);
 /* remat_matmul, remat_linear and remat_attention MUST_SAVE, the rest PREFER_RECOMPUTE
  * (JAX: dots_saveable / checkpoint_dots). */
-int remat_policy_dots_saveable(remat_policy **out);
+remat_status remat_policy_dots_saveable(remat_policy **out);
 /* Tags named in names → MUST_SAVE; every other op → PREFER_RECOMPUTE
  * (JAX: save_only_these_names). */
-int remat_policy_save_only_these_names(remat_policy **out, int n, const char *const *names);
+remat_status remat_policy_save_only_these_names(remat_policy **out, int n,
+                                                const char *const *names);
 /* Tags named in names → MUST_RECOMPUTE; every other op → PREFER_SAVE
  * (JAX: save_anything_except_these_names). */
-int remat_policy_save_anything_except_these_names(remat_policy **out, int n,
-                                                  const char *const *names);
+remat_status remat_policy_save_anything_except_these_names(remat_policy **out, int n,
+                                                           const char *const *names);
 /* Tags not named in names → MUST_SAVE; every other op (and the listed tags)
  * → PREFER_RECOMPUTE (JAX: save_any_names_but_these). */
-int remat_policy_save_any_names_but_these(remat_policy **out, int n, const char *const *names);
+remat_status remat_policy_save_any_names_but_these(remat_policy **out, int n,
+                                                   const char *const *names);
 /* Tags named in names → MUST_CPU_OFFLOAD; every other op → PREFER_RECOMPUTE
  * (JAX: save_and_offload_only_these_names with no names to save). */
-int remat_policy_offload_these_names(remat_policy **out, int n, const char *const *names);
+remat_status remat_policy_offload_these_names(remat_policy **out, int n, const char *const *names);
 /* Saves what either policy saves (JAX: save_from_both_policies): the
  * answer is the first of MUST_SAVE, MUST_CPU_OFFLOAD, PREFER_SAVE,
  * PREFER_CPU_OFFLOAD that either gives; otherwise MUST_RECOMPUTE if either
  * says so, else PREFER_RECOMPUTE. Both are always called (stateful
  * policies see every op). Takes its own references to a and b. */
-int remat_policy_or(remat_policy **out, remat_policy *a, remat_policy *b);
+remat_status remat_policy_or(remat_policy **out, remat_policy *a, remat_policy *b);
 
 remat_policy *remat_policy_retain(remat_policy *p);
 void remat_policy_release(remat_policy *p); /* NULL → no-op */
@@ -172,10 +174,10 @@ typedef struct remat_sac_stats {
  * and is freed by pair->destroy (the checkpoint does that). stats (may be
  * NULL) must stay valid while the pair lives. REMAT_EINVAL for a NULL pair
  * or policy. */
-int remat_create_selective_checkpoint_contexts(remat_checkpoint_contexts *pair,
-                                               remat_policy *policy,
-                                               bool allow_cache_entry_mutation,
-                                               remat_sac_stats *stats);
+remat_status remat_create_selective_checkpoint_contexts(remat_checkpoint_contexts *pair,
+                                                        remat_policy *policy,
+                                                        bool allow_cache_entry_mutation,
+                                                        remat_sac_stats *stats);
 
 /* What remat_sac_context_fn reads from context_fn_data. */
 typedef struct remat_sac_config {
@@ -187,7 +189,7 @@ typedef struct remat_sac_config {
 /* A remat_checkpoint_context_fn: context_fn_data must point to a
  * remat_sac_config (read at every remat_checkpoint call; it may change or
  * go away afterwards, but *stats must outlive the regions). */
-int remat_sac_context_fn(void *config, remat_checkpoint_contexts *pair);
+remat_status remat_sac_context_fn(void *config, remat_checkpoint_contexts *pair);
 
 /* ---- named residuals (JAX: checkpoint_name) --------------------------------------------
  * An identity op: *out is a view of t (gradient passes through unchanged)
@@ -195,7 +197,7 @@ int remat_sac_context_fn(void *config, remat_checkpoint_contexts *pair);
  * the policy sees it as op "remat_tag" with ctx->tag == name, which is how
  * the name presets find the values to save. Works anywhere (outside a
  * region it only names the view). REMAT_EINVAL for a NULL/empty name. */
-int remat_tag(remat_tensor **out, remat_tensor *t, const char *name);
+remat_status remat_tag(remat_tensor **out, remat_tensor *t, const char *name);
 
 #ifdef __cplusplus
 }

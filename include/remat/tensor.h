@@ -30,6 +30,12 @@ extern "C" {
 #endif
 
 #define REMAT_MAX_DIMS 8
+/* The largest tensor: its elements take at most 2^62 bytes (so every
+ * element and byte offset fits in an int64_t). A shape whose element count
+ * overflows, or whose bytes exceed this, is refused with REMAT_EINVAL (the
+ * shape in the message) by every call that creates or views a tensor; a
+ * shape within the limit that the allocator cannot serve is REMAT_ENOMEM. */
+#define REMAT_MAX_TENSOR_BYTES (INT64_C(1) << 62)
 
 /* REMAT_U8 and REMAT_BF16 are storage-only dtypes: they hold saved
  * activations in compact form (1-bit masks packed 8 per byte, bf16 copies
@@ -66,26 +72,27 @@ typedef struct remat_node remat_node; /* autograd graph node, remat/autograd.h *
 /* ---- creation ------------------------------------------------------------
  * All return a new contiguous tensor on `device` with requires_grad off.
  * shape may be NULL when ndim == 0 (a scalar). Fail with REMAT_EINVAL on a
- * negative size or ndim > REMAT_MAX_DIMS, REMAT_EDEVICE on an unknown
+ * negative size, ndim > REMAT_MAX_DIMS or a size over REMAT_MAX_TENSOR_BYTES
+ * (see above), REMAT_EDEVICE on an unknown
  * device, REMAT_ENOMEM when the allocator fails. */
-int remat_empty(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
-                remat_device device);
-int remat_zeros(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
-                remat_device device);
-int remat_full(remat_tensor **out, int ndim, const int64_t *shape, double value,
-               remat_dtype dtype, remat_device device);
+remat_status remat_empty(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
+                         remat_device device);
+remat_status remat_zeros(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
+                         remat_device device);
+remat_status remat_full(remat_tensor **out, int ndim, const int64_t *shape, double value,
+                        remat_dtype dtype, remat_device device);
 /* Copies `data` (ndim-dim row-major, of `dtype`) into a new cpu tensor. */
-int remat_from_data(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
-                    const void *data);
+remat_status remat_from_data(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
+                             const void *data);
 /* Uniform in [lo, hi) / normal(mean, std) from the generator of `device`. */
-int remat_rand_uniform(remat_tensor **out, int ndim, const int64_t *shape, double lo, double hi,
-                       remat_dtype dtype, remat_device device);
-int remat_rand_normal(remat_tensor **out, int ndim, const int64_t *shape, double mean, double std,
-                      remat_dtype dtype, remat_device device);
+remat_status remat_rand_uniform(remat_tensor **out, int ndim, const int64_t *shape, double lo,
+                                double hi, remat_dtype dtype, remat_device device);
+remat_status remat_rand_normal(remat_tensor **out, int ndim, const int64_t *shape, double mean,
+                               double std, remat_dtype dtype, remat_device device);
 /* A 0-dim tensor holding `value`. */
-int remat_scalar(remat_tensor **out, double value, remat_dtype dtype);
+remat_status remat_scalar(remat_tensor **out, double value, remat_dtype dtype);
 /* 0, 1, ..., n-1 as i64 on cpu. */
-int remat_arange(remat_tensor **out, int64_t n);
+remat_status remat_arange(remat_tensor **out, int64_t n);
 
 /* ---- ownership ----------------------------------------------------------- */
 /* Adds a reference; returns t. NULL → NULL. */
@@ -103,11 +110,11 @@ int64_t remat_live_tensors(void);
  * them at remat_scope_end. Scopes nest (per thread). */
 typedef struct remat_scope remat_scope;
 /* Opens a scope. Fails only with REMAT_ENOMEM. */
-int remat_scope_begin(remat_scope **out);
+remat_status remat_scope_begin(remat_scope **out);
 /* Drops every reference collected by `s` and closes it. `s` must be the
  * innermost open scope (REMAT_ESTATE otherwise; nothing is closed then).
  * NULL → no-op returning REMAT_OK. */
-int remat_scope_end(remat_scope *s);
+remat_status remat_scope_end(remat_scope *s);
 /* Moves t's scope-owned reference to the caller (who must release it).
  * Returns t. If t is not owned by an open scope, adds a reference. */
 remat_tensor *remat_scope_keep(remat_tensor *t);
@@ -133,7 +140,7 @@ size_t remat_storage_nbytes(const remat_tensor *t);
 const char *remat_describe(const remat_tensor *t, char *buf, size_t n);
 
 /* Optional debug/residual name (copied). NULL clears. */
-int remat_set_name(remat_tensor *t, const char *name);
+remat_status remat_set_name(remat_tensor *t, const char *name);
 const char *remat_name(const remat_tensor *t); /* NULL if unnamed */
 
 /* ---- data access ----------------------------------------------------------
@@ -143,37 +150,37 @@ const char *remat_name(const remat_tensor *t); /* NULL if unnamed */
 void *remat_data(const remat_tensor *t);
 /* Reads element at flat row-major index i as double. REMAT_EINVAL if out of
  * range. */
-int remat_item_at(const remat_tensor *t, int64_t i, double *value);
+remat_status remat_item_at(const remat_tensor *t, int64_t i, double *value);
 /* Value of a one-element tensor. */
-int remat_item(const remat_tensor *t, double *value);
+remat_status remat_item(const remat_tensor *t, double *value);
 /* Copies t (any strides) row-major into dst as `dtype` values; n is the
  * capacity of dst in elements. */
-int remat_copy_to_buffer(const remat_tensor *t, remat_dtype dtype, void *dst, int64_t n);
+remat_status remat_copy_to_buffer(const remat_tensor *t, remat_dtype dtype, void *dst, int64_t n);
 
 /* ---- autograd attributes --------------------------------------------------- */
 bool remat_requires_grad(const remat_tensor *t);
 /* Marks a leaf as requiring grad. REMAT_EINVAL on a non-leaf (set it on the
  * leaf instead, or detach) or on an i64 tensor. */
-int remat_set_requires_grad(remat_tensor *t, bool requires_grad);
+remat_status remat_set_requires_grad(remat_tensor *t, bool requires_grad);
 /* Borrowed pointer to t's accumulated gradient, or NULL. */
 remat_tensor *remat_tensor_grad(const remat_tensor *t);
 /* Replaces t's gradient (retains g; NULL clears). */
-int remat_set_grad(remat_tensor *t, remat_tensor *g);
+remat_status remat_set_grad(remat_tensor *t, remat_tensor *g);
 /* True if t was not produced by a differentiable op (grad_fn is NULL). */
 bool remat_is_leaf(const remat_tensor *t);
 /* Borrowed pointer to the node that produced t, or NULL for leaves. */
 remat_node *remat_grad_fn(const remat_tensor *t);
 /* A new tensor sharing t's storage with no grad_fn and requires_grad off. */
-int remat_detach(remat_tensor **out, remat_tensor *t);
+remat_status remat_detach(remat_tensor **out, remat_tensor *t);
 
 /* ---- device moves ---------------------------------------------------------- */
 /* A copy of t on `device` (contiguous). If t is already there, a new
  * reference to t. Differentiable. */
-int remat_to_device(remat_tensor **out, remat_tensor *t, remat_device device);
+remat_status remat_to_device(remat_tensor **out, remat_tensor *t, remat_device device);
 /* A copy of t converted to dtype (contiguous). Differentiable between f32/f64. */
-int remat_to_dtype(remat_tensor **out, remat_tensor *t, remat_dtype dtype);
+remat_status remat_to_dtype(remat_tensor **out, remat_tensor *t, remat_dtype dtype);
 /* A new tensor with its own storage, same values (contiguous). Differentiable. */
-int remat_clone(remat_tensor **out, remat_tensor *t);
+remat_status remat_clone(remat_tensor **out, remat_tensor *t);
 
 #ifdef __cplusplus
 }

@@ -9,23 +9,36 @@
 
 /* P keeps these as module globals too (set_checkpoint_early_stop,
  * set_checkpoint_debug_enabled). */
-static int g_early_stop_override;
-static int g_debug_override;
+static remat_tristate g_early_stop_override;
+static remat_tristate g_debug_override;
 
-static int norm_tri(int v) { return v == REMAT_OPT_TRUE || v == REMAT_OPT_FALSE ? v : 0; }
+static remat_tristate norm_tri(remat_tristate v) {
+    return v == REMAT_OPT_TRUE || v == REMAT_OPT_FALSE ? v : REMAT_OPT_DEFAULT;
+}
 
-int remat_set_checkpoint_early_stop(int value) {
-    int prev = g_early_stop_override;
+remat_tristate remat_set_checkpoint_early_stop(remat_tristate value) {
+    remat_tristate prev = g_early_stop_override;
     g_early_stop_override = norm_tri(value);
     return prev;
 }
-int remat_set_checkpoint_debug(int value) {
-    int prev = g_debug_override;
+remat_tristate remat_set_checkpoint_debug(remat_tristate value) {
+    remat_tristate prev = g_debug_override;
     g_debug_override = norm_tri(value);
     return prev;
 }
-int remat_get_checkpoint_early_stop(void) { return g_early_stop_override; }
-int remat_get_checkpoint_debug(void) { return g_debug_override; }
+remat_tristate remat_get_checkpoint_early_stop(void) { return g_early_stop_override; }
+remat_tristate remat_get_checkpoint_debug(void) { return g_debug_override; }
+
+remat_status remat_determinism_check_parse(const char *text, remat_determinism_check *out) {
+    if (!text || !out)
+        return rm_err(REMAT_EINVAL, "remat_determinism_check_parse: text and out must not be NULL");
+    if (strcmp(text, "default") == 0) *out = REMAT_DETERMINISM_DEFAULT;
+    else if (strcmp(text, "none") == 0) *out = REMAT_DETERMINISM_NONE;
+    else
+        return rm_err(REMAT_EINVAL, "determinism_check should be one of ['default', 'none'], "
+                      "but got '%.64s'", text);
+    return REMAT_OK;
+}
 
 int ck_call_fn(remat_checkpoint_fn fn, void *user_data, int n_inputs,
                remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs) {
@@ -43,10 +56,16 @@ int ck_call_fn(remat_checkpoint_fn fn, void *user_data, int n_inputs,
     return rc;
 }
 
-static int check_tri(const char *call, const char *name, int v) {
+static int check_tri(const char *call, const char *name, remat_tristate v) {
     if (v == REMAT_OPT_DEFAULT || v == REMAT_OPT_TRUE || v == REMAT_OPT_FALSE) return REMAT_OK;
     return rm_err(REMAT_EINVAL, "%s: option %s must be REMAT_OPT_DEFAULT (0), REMAT_OPT_TRUE (1) "
-                  "or REMAT_OPT_FALSE (-1), got %d", call, name, v);
+                  "or REMAT_OPT_FALSE (-1), got %d", call, name, (int)v);
+}
+
+static int check_determinism(const char *call, remat_determinism_check v) {
+    if (v == REMAT_DETERMINISM_DEFAULT || v == REMAT_DETERMINISM_NONE) return REMAT_OK;
+    return rm_err(REMAT_EINVAL, "%s: option determinism_check must be REMAT_DETERMINISM_DEFAULT "
+                  "(0) or REMAT_DETERMINISM_NONE (1), got %d", call, (int)v);
 }
 
 /* Resolves the options into *o. warn_text: the warning for an unset
@@ -59,6 +78,7 @@ static int resolve(const char *call, const remat_checkpoint_options *opts, ck_op
     if (!rc) rc = check_tri(call, "preserve_rng_state", opts->preserve_rng_state);
     if (!rc) rc = check_tri(call, "debug", opts->debug);
     if (!rc) rc = check_tri(call, "early_stop", opts->early_stop);
+    if (!rc) rc = check_determinism(call, opts->determinism_check);
     if (rc) return rc;
     memset(o, 0, sizeof *o);
     if (opts->use_reentrant == REMAT_OPT_DEFAULT) {
@@ -68,12 +88,7 @@ static int resolve(const char *call, const remat_checkpoint_options *opts, ck_op
         o->reentrant = opts->use_reentrant == REMAT_OPT_TRUE;
     }
     o->preserve_rng = opts->preserve_rng_state != REMAT_OPT_FALSE;
-    const char *dc = opts->determinism_check;
-    if (!dc || strcmp(dc, "default") == 0) o->determinism = CK_DET_DEFAULT;
-    else if (strcmp(dc, "none") == 0) o->determinism = CK_DET_NONE;
-    else
-        return rm_err(REMAT_EINVAL, "%s: determinism_check should be one of ['default', 'none'], "
-                      "but got '%.64s'", call, dc);
+    o->determinism = opts->determinism_check;
     o->debug_explicit = opts->debug == REMAT_OPT_TRUE;
     o->debug = g_debug_override ? g_debug_override == REMAT_OPT_TRUE : o->debug_explicit;
     o->early_stop = g_early_stop_override ? g_early_stop_override == REMAT_OPT_TRUE

@@ -10,12 +10,10 @@
 #define CK_CALL "remat_checkpoint"
 
 /* ---- resolved options ------------------------------------------------------------ */
-typedef enum ck_determinism { CK_DET_DEFAULT = 0, CK_DET_NONE = 1 } ck_determinism;
-
 typedef struct ck_opts {
     bool reentrant;
     bool preserve_rng;
-    ck_determinism determinism;
+    remat_determinism_check determinism;
     bool debug;
     bool debug_explicit; /* opts->debug == TRUE (reentrant rejects it) */
     bool early_stop;

@@ -67,7 +67,7 @@ typedef struct ck_frame {
     bool early_stop;
     bool forward_completed;
     bool ignore_saved_mismatch;
-    ck_determinism determinism;
+    remat_determinism_check determinism;
     bool debug;
     bool recomputing;          /* mutes the forward trace (grad inside forward) */
     ck_trace fwd_trace, rec_trace;
@@ -337,7 +337,7 @@ static int check_match(ck_frame *f, ck_rec *rec) {
                       "original forward and recomputation.\nNumber of tensors saved during "
                       "forward: %d\nNumber of tensors saved during recomputation: %d.%s",
                       f->n_slots, rec->counter, k_tip);
-    if (f->determinism == CK_DET_NONE) return REMAT_OK;
+    if (f->determinism == REMAT_DETERMINISM_NONE) return REMAT_OK;
     /* every differing position, with both metadata */
     size_t cap = 1024, len = 0;
     char *list = NULL;
