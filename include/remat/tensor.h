@@ -160,11 +160,13 @@ remat_status remat_copy_to_buffer(const remat_tensor *t, remat_dtype dtype, void
 /* ---- autograd attributes --------------------------------------------------- */
 bool remat_requires_grad(const remat_tensor *t);
 /* Marks a leaf as requiring grad. REMAT_EINVAL on a non-leaf (set it on the
- * leaf instead, or detach) or on an i64 tensor. */
+ * leaf instead, or detach) or, when requires_grad is true, on a tensor
+ * that is not f32 or f64. */
 remat_status remat_set_requires_grad(remat_tensor *t, bool requires_grad);
 /* Borrowed pointer to t's accumulated gradient, or NULL. */
 remat_tensor *remat_tensor_grad(const remat_tensor *t);
-/* Replaces t's gradient (retains g; NULL clears). */
+/* Replaces t's gradient (retains g; NULL clears). g must have t's shape
+ * (REMAT_ESHAPE), dtype (REMAT_EDTYPE) and device (REMAT_EDEVICE). */
 remat_status remat_set_grad(remat_tensor *t, remat_tensor *g);
 /* True if t was not produced by a differentiable op (grad_fn is NULL). */
 bool remat_is_leaf(const remat_tensor *t);
