@@ -14,6 +14,7 @@
  *   remat/report.h      residual reports: what is saved for backward, and where
  *   remat/compress.h    bf16 and host-offload saved-tensor hooks
  *   remat/optim.h       SGD, AdamW, clipping, lr schedules, gradient accumulation
+ *   remat/dist.h        data parallelism over MPI: process groups, DDP, ZeRO-1
  *
  * Example: one SGD step of y = relu(x W^T + b), loss = mse(y, t).
  *
@@ -55,6 +56,7 @@
 #include "remat/report.h"
 #include "remat/compress.h"
 #include "remat/optim.h"
+#include "remat/dist.h"
 
 #define REMAT_VERSION_MAJOR 0
 #define REMAT_VERSION_MINOR 1
