@@ -164,7 +164,10 @@ bool rm_set_skip_mode(bool on); /* returns previous */
 
 /* ---- validation helpers (set an error message naming `call`) ------------------- */
 int rm_check_tensor(const char *call, const char *arg, const remat_tensor *t);
+/* f32 or f64 and host-addressable (ops that run cpu code directly). */
 int rm_check_float(const char *call, const char *arg, const remat_tensor *t);
+/* f32 or f64 on any device (rm_dispatch: the kernel table decides devices). */
+int rm_check_float_dtype(const char *call, const char *arg, const remat_tensor *t);
 int rm_check_same_dtype(const char *call, const remat_tensor *a, const remat_tensor *b);
 int rm_check_same_device(const char *call, const remat_tensor *a, const remat_tensor *b);
 int rm_check_host(const char *call, const remat_tensor *t);

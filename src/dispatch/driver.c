@@ -12,7 +12,7 @@ static int check_inputs(const rm_op_call *c) {
     const char *const *names = op->arg_names ? op->arg_names : k_arg_names;
     int rc = REMAT_OK;
     for (int i = 0; i < op->n_in && !rc; i++) {
-        rc = (op->flags & RM_OPF_FLOAT) ? rm_check_float(op->name, names[i], in[i])
+        rc = (op->flags & RM_OPF_FLOAT) ? rm_check_float_dtype(op->name, names[i], in[i])
                                         : rm_check_tensor(op->name, names[i], in[i]);
         if (!rc && i > 0 && (op->flags & RM_OPF_SAME_DTYPE))
             rc = rm_check_same_dtype(op->name, in[0], in[i]);
