@@ -138,7 +138,7 @@ void remat_release(remat_tensor *t) {
     if (!t) return;
     if (atomic_fetch_sub(&t->refcount, 1) != 1) return;
     remat_release(t->grad);
-    if (t->grad_fn) rm_node_release(t->grad_fn);
+    if (t->grad_fn) t->grad_fn->release(t->grad_fn);
     rm_storage_release(t->storage);
     for (rm_hook *h = t->hooks; h;) {
         rm_hook *n = h->next;

@@ -1,8 +1,14 @@
-/* src/dispatch/driver.c — rm_dispatch, the one driver of every op (the
+/* src/ops/driver.c — rm_dispatch, the one driver of every op (the
  * steps are listed in dispatch.h). */
 #include <string.h>
 
-#include "dispatch.h"
+#include "../dispatch/dispatch.h"
+
+int rm_op_save(remat_node *n, int slot, remat_tensor *t) {
+    void *self;
+    rm_saver_fn saver = rm_saver_current(&self);
+    return saver ? saver(self, n, slot, t) : rm_node_save(n, slot, t);
+}
 
 static const char *const k_arg_names[RM_OP_MAX_IN] = {"a", "b", "c", "d", "e", "f"};
 
