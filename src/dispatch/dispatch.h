@@ -24,7 +24,7 @@
 #include "kernels.h"
 
 #define RM_OP_MAX_IN RM_KERNEL_MAX_IN
-#define RM_OP_MAX_OUT RM_KERNEL_MAX_OUT /* n_out + n_aux_out */
+#define RM_OP_MAX_OUT RM_KERNEL_MAX_OUT
 #define RM_OP_MAX_SAVED 6
 
 /* Flags of a descriptor. */
@@ -74,12 +74,12 @@ struct rm_op_desc {
     const char *name;      /* public name, as policies, traces and reports see it */
     const char *node_name; /* name of the backward node */
     unsigned char n_in, n_out, n_saved;
-    /* Outputs after the n_out the caller gets that the kernel also writes,
-     * kept only as saved tensors (RM_SAVE_OUTPUT n_out + i): not handed
-     * out, not outputs of the node (attention's row log-sum-exp). */
-    unsigned char n_aux_out;
-    /* bit i: in[i] may be NULL (linear's bias): not checked, and the
-     * kernel gets NULL for it. in[0] is never optional. */
+    /* Outputs handed to the caller (and the node's): the first n_ret (0:
+     * all n_out). The others are by-products the kernel writes for the
+     * backward (attention's row log-sum-exp): saved, then released. */
+    unsigned char n_ret;
+    /* Bit i: in[i] may be NULL (linear's bias): not checked, and NULL among
+     * the kernel's operands. */
     unsigned char optional_in;
     unsigned flags;        /* RM_OPF_* */
     /* Argument names in messages ("a must be a float tensor"); NULL: a, b, c, ... */
@@ -104,7 +104,7 @@ struct rm_op_desc {
     rm_backward_fn backward;
 };
 
-/* Runs op on in[0..n_in) with params, writing its n_out outputs to outs.
+/* Runs op on in[0..n_in) with params, writing its n_ret outputs to outs.
  * `site` is the public function's caller (RM_OP_SITE() there). On failure
  * every outs[i] is NULL and the inputs are untouched. */
 int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,

@@ -11,7 +11,7 @@
  * each block's probabilities from it instead of keeping the (Tq, Tk) matrix
  * alive between forward and backward, so the memory saved for backward is
  * O(Tq) per batch entry, not O(Tq·Tk). The lse is an output the caller
- * does not see (n_aux_out). q, k and v are saved as they are (views are
+ * does not see (n_ret). q, k and v are saved as they are (views are
  * saved as views: no copies kept).
  *
  * Layout: for 4-D inputs (B, H, T, D) the output and the input gradients
@@ -60,7 +60,8 @@ static int attention_backward(remat_node *node, remat_tensor *const *gout, remat
         if (!rc && !sv[i])
             rc = rm_err(REMAT_ESTATE, "%s: saved tensor %d was not saved", node->name, i);
     }
-    if (!rc) rc = rm_check_host(node->name, gout[0]);
+    /* the gradient arrives from outside the op: the kernel runs on q's device */
+    if (!rc) rc = rm_check_same_device(node->name, sv[SAVED_Q], gout[0]);
     const remat_tensor *q = sv[SAVED_Q];
     for (int i = 0; i < 3 && !rc; i++)
         if (want[i])
@@ -91,8 +92,7 @@ static int att_check(const rm_op_call *c) {
     const double scale = ((const rm_attention_params *)c->params)->scale;
     int rc;
     if ((rc = rm_check_same_dtype(call, q, k)) || (rc = rm_check_same_dtype(call, q, v)) ||
-        (rc = rm_check_same_device(call, q, k)) || (rc = rm_check_same_device(call, q, v)) ||
-        (rc = rm_check_host(call, q)))
+        (rc = rm_check_same_device(call, q, k)) || (rc = rm_check_same_device(call, q, v)))
         return rc;
     char bq[160], bk[160], bv[160];
     rm_tensor_str(q, bq, sizeof bq);
@@ -141,8 +141,8 @@ static int att_new_output(const rm_op_call *c, int i, const rm_out_spec *s, rema
 static const char *const k_att_args[] = {"q", "k", "v"};
 
 const rm_op_desc rm_op_attention = {
-    .name = "remat_attention", .node_name = "AttentionBackward", .n_in = 3, .n_out = 1,
-    .n_aux_out = 1, .n_saved = N_SAVED, .flags = RM_OPF_FLOAT, .arg_names = k_att_args,
+    .name = "remat_attention", .node_name = "AttentionBackward", .n_in = 3, .n_out = 2,
+    .n_ret = 1, .n_saved = N_SAVED, .flags = RM_OPF_FLOAT, .arg_names = k_att_args,
     .kernel = RM_K_ATTENTION, .params_size = sizeof(rm_attention_params),
     .fill_ctx = att_fill_ctx, .check = att_check, .infer = att_infer,
     .new_output = att_new_output,

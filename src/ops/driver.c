@@ -1,8 +1,14 @@
-/* src/dispatch/driver.c — rm_dispatch, the one driver of every op (the
+/* src/ops/driver.c — rm_dispatch, the one driver of every op (the
  * steps are listed in dispatch.h). */
 #include <string.h>
 
-#include "dispatch.h"
+#include "../dispatch/dispatch.h"
+
+int rm_op_save(remat_node *n, int slot, remat_tensor *t) {
+    void *self;
+    rm_saver_fn saver = rm_saver_current(&self);
+    return saver ? saver(self, n, slot, t) : rm_node_save(n, slot, t);
+}
 
 static const char *const k_arg_names[RM_OP_MAX_IN] = {"a", "b", "c", "d", "e", "f"};
 
@@ -12,8 +18,8 @@ static int check_inputs(const rm_op_call *c) {
     const char *const *names = op->arg_names ? op->arg_names : k_arg_names;
     int rc = REMAT_OK;
     for (int i = 0; i < op->n_in && !rc; i++) {
-        if (!in[i] && i > 0 && (op->optional_in >> i & 1u)) continue;
-        rc = (op->flags & RM_OPF_FLOAT) ? rm_check_float(op->name, names[i], in[i])
+        if (!in[i] && (op->optional_in >> i & 1u)) continue;
+        rc = (op->flags & RM_OPF_FLOAT) ? rm_check_float_dtype(op->name, names[i], in[i])
                                         : rm_check_tensor(op->name, names[i], in[i]);
         if (!rc && i > 0 && (op->flags & RM_OPF_SAME_DTYPE))
             rc = rm_check_same_dtype(op->name, in[0], in[i]);
@@ -33,17 +39,17 @@ static bool slot_wanted(const rm_op_call *c, const rm_save_spec *s) {
     return false;
 }
 
-/* Saves the plan's slots: early, its inputs (before the kernel); late,
- * every other slot, in slot order (the order the saved-tensor hooks see).
- * (Slot order rather than kind by kind: attention saves q, k, v, out, lse
- * in that order, as it did before it ran on the driver.) */
+/* Saves the plan's slots, in slot order: before the kernel (early) the
+ * inputs of an RM_OPF_SAVE_EARLY op, after it (late) every other slot.
+ * Slot order is the order the ops saved in before the driver, which the
+ * saved-tensor hooks see. */
 static int save_slots(rm_op_call *c, bool early) {
     const rm_op_desc *op = c->op;
-    const bool inputs_early = op->flags & RM_OPF_SAVE_EARLY;
+    const bool early_inputs = op->flags & RM_OPF_SAVE_EARLY;
     for (int s = 0; s < op->n_saved; s++) {
         const rm_save_spec *sp = &op->saves[s];
-        const rm_save_kind kind = (rm_save_kind)sp->kind;
-        if (kind == RM_SAVE_NONE || early != (kind == RM_SAVE_INPUT && inputs_early) ||
+        rm_save_kind kind = (rm_save_kind)sp->kind;
+        if (kind == RM_SAVE_NONE || (kind == RM_SAVE_INPUT && early_inputs) != early ||
             !slot_wanted(c, sp))
             continue;
         int rc;
@@ -71,8 +77,10 @@ static bool operands_have_data(const rm_kargs *k) {
 static void release_call(rm_op_call *c) {
     rm_node_release(c->node);
     for (int i = 0; i < c->op->n_in; i++) remat_release(c->k.in[i]);
-    for (int i = 0; i < c->op->n_out + c->op->n_aux_out; i++) remat_release(c->k.out[i]);
+    for (int i = 0; i < c->op->n_out; i++) remat_release(c->k.out[i]);
 }
+
+static int n_ret(const rm_op_desc *op) { return op->n_ret ? op->n_ret : op->n_out; }
 
 /* Steps 1-6 without the interception bracket. */
 static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
@@ -80,7 +88,8 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
     const char *call = op->name;
     rm_op_enter(call);
     if (!outs) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    for (int i = 0; i < op->n_out; i++) outs[i] = NULL;
+    const int nr = n_ret(op);
+    for (int i = 0; i < nr; i++) outs[i] = NULL;
     rm_op_call c = {.op = op, .in = in, .params = params};
     int rc = check_inputs(&c);
     if (rc) return rc;
@@ -100,7 +109,7 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
 
     if (op->n_saved || op->backward) {
         if (rm_needs_grad(op->n_in, in)) {
-            rc = rm_node_new_ctx(&c.node, op->node_name, op->backward, op->n_in, in, op->n_out,
+            rc = rm_node_new_ctx(&c.node, op->node_name, op->backward, op->n_in, in, nr,
                                  op->n_saved, params, op->params_size);
             if (!rc && op->fill_ctx) op->fill_ctx(&c, c.node->ctx);
             if (!rc && (op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, true);
@@ -108,11 +117,12 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
         }
     }
     for (int i = 0; i < op->n_in; i++) {
-        if ((op->flags & RM_OPF_CONTIGUOUS) && in[i]) rc = rm_contig(&c.k.in[i], in[i]);
+        if (!in[i]) continue; /* an optional input not given */
+        if (op->flags & RM_OPF_CONTIGUOUS) rc = rm_contig(&c.k.in[i], in[i]);
         else c.k.in[i] = remat_retain(in[i]);
         if (rc) goto fail;
     }
-    for (int i = 0; i < op->n_out + op->n_aux_out; i++) {
+    for (int i = 0; i < op->n_out; i++) {
         rc = op->new_output ? op->new_output(&c, i, &spec[i], device, &c.k.out[i])
                             : rm_new_output(&c.k.out[i], spec[i].ndim, spec[i].shape,
                                             spec[i].dtype, device);
@@ -121,11 +131,11 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
     c.k.params = params;
     if (operands_have_data(&c.k) && (rc = kernel(&c.k))) goto fail;
     if (c.node) {
-        for (int i = 0; i < op->n_out; i++) rm_node_set_output(c.node, i, c.k.out[i]);
+        for (int i = 0; i < nr; i++) rm_node_set_output(c.node, i, c.k.out[i]);
         rc = save_slots(&c, false);
         if (rc) goto fail;
     }
-    for (int i = 0; i < op->n_out; i++) {
+    for (int i = 0; i < nr; i++) {
         rm_hand_out(&outs[i], c.k.out[i]);
         c.k.out[i] = NULL;
     }
@@ -142,10 +152,10 @@ int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *
     int rc = rm_op_begin(&f, op->name, op->n_in, in, site, NULL);
     if (rc) {
         if (outs)
-            for (int i = 0; i < op->n_out; i++) outs[i] = NULL;
+            for (int i = 0; i < n_ret(op); i++) outs[i] = NULL;
         return rc;
     }
     rc = run(op, outs, in, params);
-    rm_op_end(&f, rc, outs && !rc ? op->n_out : 0, outs);
+    rm_op_end(&f, rc, outs && !rc ? n_ret(op) : 0, outs);
     return rc;
 }
