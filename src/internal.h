@@ -44,6 +44,10 @@ int rm_err(int status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* Status the current message was set with (rm_err, remat_set_error);
+ * REMAT_OK when there is no message. For callbacks that can only signal
+ * failure (a pack hook returning NULL): their own status is kept. */
+int rm_last_status(void);
 /* Prefixes the current message with "call: " (used when an inner call fails). */
 int rm_err_prefix(int status, const char *call);
 /* Warning that is only printed once per distinct text by the default logger. */
@@ -105,9 +109,14 @@ int64_t rm_shape_numel(int ndim, const int64_t *shape);
  * input's (creation, broadcasting outputs, expand, reshape) goes through it. */
 int rm_check_size(const char *call, int ndim, const int64_t *shape, remat_dtype dtype,
                   int64_t *numel);
-/* Hands a freshly created tensor to the caller: registers it with the open
- * scope, if any, and stores it in *out. Always returns REMAT_OK. */
+/* Hands a freshly created tensor to the caller: stores it in *out and
+ * registers it with the open scope, if any. When the scope cannot grow,
+ * releases t, sets *out to NULL and returns REMAT_ENOMEM (so `return
+ * rm_hand_out(out, t);` ends an op correctly either way). */
 int rm_hand_out(remat_tensor **out, remat_tensor *t);
+/* The same for n outputs of one call (NULL entries skipped): all are
+ * registered, or, on REMAT_ENOMEM, all released and set to NULL. */
+int rm_hand_out_n(remat_tensor **ts, int n);
 /* Element pointer of t (storage + offset * elemsize) — may be NULL (meta). */
 static inline void *rm_ptr(const remat_tensor *t) {
     if (!t->storage->data) return NULL;

@@ -191,26 +191,35 @@ int remat_scope_end(remat_scope *s) {
     return REMAT_OK;
 }
 
-int rm_hand_out(remat_tensor **out, remat_tensor *t) {
+int rm_hand_out_n(remat_tensor **ts, int n) {
     remat_scope *s = tls_scope;
-    if (s && t) {
-        if (s->n == s->cap) {
-            int cap = s->cap ? s->cap * 2 : 64;
-            remat_tensor **items = realloc(s->items, (size_t)cap * sizeof *items);
-            if (items) {
-                s->items = items;
-                s->cap = cap;
-            }
+    if (!s) return REMAT_OK;
+    int need = 0;
+    for (int i = 0; i < n; i++) need += ts[i] != NULL;
+    if (s->cap - s->n < need) { /* grow once for all n, so none is handed out on failure */
+        int cap = s->cap ? s->cap : 64;
+        while (cap - s->n < need && cap <= INT32_MAX / 2) cap *= 2;
+        remat_tensor **items = cap - s->n >= need ? realloc(s->items, (size_t)cap * sizeof *items)
+                                                  : NULL;
+        if (!items) {
+            for (int i = 0; i < n; i++) remat_release_p(&ts[i]);
+            return rm_err(REMAT_ENOMEM, "out of memory registering %d output%s with the open "
+                          "remat_scope (%d tensors in it)", need, need == 1 ? "" : "s", s->n);
         }
-        if (s->n < s->cap) {
-            s->items[s->n++] = t;
-            t->scope_owner = s;
-        }
-        /* If the scope could not grow, the caller owns the reference; the
-         * tensor is merely not collected (a leak is better than a crash). */
+        s->items = items;
+        s->cap = cap;
     }
-    *out = t;
+    for (int i = 0; i < n; i++) {
+        if (!ts[i]) continue;
+        s->items[s->n++] = ts[i];
+        ts[i]->scope_owner = s;
+    }
     return REMAT_OK;
+}
+
+int rm_hand_out(remat_tensor **out, remat_tensor *t) {
+    *out = t;
+    return rm_hand_out_n(out, 1);
 }
 
 remat_tensor *remat_scope_keep(remat_tensor *t) {

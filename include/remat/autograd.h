@@ -93,7 +93,9 @@ remat_status remat_register_hook(remat_tensor *t, remat_grad_hook_fn fn, void *u
 
 /* ---- saved-tensor hooks ----------------------------------------------------
  * pack(user_data, t) → opaque handle (may retain t, copy it, offload it...);
- * returns NULL with an error set on failure.
+ * returns NULL on failure, after remat_set_error(status, ...): the op that
+ * saved fails with that status (e.g. REMAT_ENOMEM), or REMAT_ECALLBACK when
+ * the hook set no error.
  * unpack(user_data, handle, &out) → a new reference to the tensor for
  * backward.
  * free_handle(user_data, handle) drops the handle (when the graph is freed

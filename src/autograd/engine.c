@@ -602,12 +602,8 @@ static int run_backward(const char *call, int n, remat_tensor *const *roots,
     free(root_nodes);
     task_free(&t);
     if (rc && call && !strstr(remat_last_error(), call)) rm_err_prefix(rc, call);
-    if (rc == REMAT_OK && grads_out) {
-        for (int i = 0; i < n_inputs; i++) {
-            remat_tensor *g = grads_out[i];
-            if (g) rm_hand_out(&grads_out[i], g);
-        }
-    }
+    if (rc == REMAT_OK && grads_out && (rc = rm_hand_out_n(grads_out, n_inputs)) && call)
+        rm_err_prefix(rc, call);
     return rc;
 }
 

@@ -154,9 +154,7 @@ static int checkpoint_impl(remat_checkpoint_fn fn, void *user_data,
         for (int i = 0; i < n_outputs; i++) remat_release_p(&outputs[i]);
         return rc;
     }
-    for (int i = 0; i < n_outputs; i++)
-        if (outputs[i]) rm_hand_out(&outputs[i], outputs[i]);
-    return REMAT_OK;
+    return rm_hand_out_n(outputs, n_outputs);
 }
 
 int remat_checkpoint(remat_checkpoint_fn fn, void *user_data, int n_inputs,

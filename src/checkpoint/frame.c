@@ -89,7 +89,8 @@ static const char *k_tip =
 /* ---- frame lifetime ------------------------------------------------------------ */
 static void rec_free(ck_rec *r) {
     if (!r) return;
-    for (int i = 0; i < r->n_vals; i++) remat_release(r->vals[i]);
+    /* vals is NULL when its allocation failed (n_vals is set before it) */
+    for (int i = 0; r->vals && i < r->n_vals; i++) remat_release(r->vals[i]);
     free(r->vals);
     free(r->filled);
     free(r->errmsg);
