@@ -58,7 +58,10 @@ remat_status remat_backward_scalar(remat_tensor *root);
  * above) and writes new references to grads[0..n_inputs): NULL where an
  * input is unreachable from the outputs if allow_unused, else REMAT_EINVAL.
  * Leaves `.grad` of every tensor untouched. Every input must require grad
- * (REMAT_ENOGRAD). */
+ * (REMAT_ENOGRAD). As in P, the pass stops at a non-leaf input: the input's
+ * own backward node is neither run nor freed (unless another input lies
+ * beyond it), so grad of z wrt y and then of y wrt x both work without
+ * retain_graph. */
 remat_status remat_grad(int n_outputs, remat_tensor *const *outputs,
                         remat_tensor *const *grad_outputs, int n_inputs,
                         remat_tensor *const *inputs, bool retain_graph, bool allow_unused,
