@@ -103,8 +103,9 @@ void rm_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
  * every tensor's shape passed rm_check_size when it was made). */
 int64_t rm_shape_numel(int ndim, const int64_t *shape);
 /* Checked size of a new tensor or view of (ndim, shape) (sizes >= 0) and
- * dtype: REMAT_EINVAL, naming `call` (if not NULL) and the shape, when the element count
- * overflows int64 or its bytes exceed REMAT_MAX_TENSOR_BYTES. *numel (may be
+ * dtype: REMAT_EINVAL, naming `call` (if not NULL) and the shape, when the
+ * product of the sizes (0 counted as 1: the strides) overflows int64 or the
+ * bytes exceed REMAT_MAX_TENSOR_BYTES. *numel (may be
  * NULL) gets the count. Every path that makes a shape larger than its
  * input's (creation, broadcasting outputs, expand, reshape) goes through it. */
 int rm_check_size(const char *call, int ndim, const int64_t *shape, remat_dtype dtype,

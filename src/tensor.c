@@ -89,25 +89,24 @@ int64_t rm_shape_numel(int ndim, const int64_t *shape) {
 
 int rm_check_size(const char *call, int ndim, const int64_t *shape, remat_dtype dtype,
                   int64_t *numel) {
-    int64_t es = (int64_t)remat_dtype_size(dtype), n = 1;
-    bool over = false;
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] == 0) { /* no elements, whatever the other dims say */
-            n = 0;
-            over = false;
-            break;
-        }
-        if (!over && n > INT64_MAX / shape[d]) over = true;
-        if (!over) n *= shape[d];
+    int64_t es = (int64_t)remat_dtype_size(dtype), span = 1;
+    bool over = false, empty = false;
+    /* span: the product with 0 counted as 1 — the contiguous strides, which
+     * must fit even when the tensor has no elements */
+    for (int d = 0; d < ndim && !over; d++) {
+        int64_t s = shape[d] > 0 ? shape[d] : 1;
+        empty |= shape[d] == 0;
+        if (span > INT64_MAX / s) over = true;
+        else span *= s;
     }
-    if (!over && es > 0 && n > REMAT_MAX_TENSOR_BYTES / es) over = true;
+    if (!over && !empty && es > 0 && span > REMAT_MAX_TENSOR_BYTES / es) over = true;
     if (over) {
         char b[200];
         return rm_err(REMAT_EINVAL, "%s%sshape %s of %s is larger than the maximum tensor size "
-                      "(2^62 bytes)", call ? call : "", call ? ": " : "", rm_shape_str(ndim, shape, b, sizeof b),
-                      remat_dtype_name(dtype));
+                      "(2^62 bytes)", call ? call : "", call ? ": " : "",
+                      rm_shape_str(ndim, shape, b, sizeof b), remat_dtype_name(dtype));
     }
-    if (numel) *numel = n;
+    if (numel) *numel = empty ? 0 : span;
     return REMAT_OK;
 }
 
