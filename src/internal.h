@@ -166,6 +166,15 @@ void rm_scope_resume(void *prev);
 void *rm_cpu_cache_take(size_t size);
 bool rm_cpu_cache_put(void *p, size_t size, size_t in_use, size_t peak);
 
+/* ---- the running recomputation (src/checkpoint/frame.c) ------------------------
+ * How many more tensors the innermost non-reentrant recomputation on this
+ * thread must see saved, directly under its own hooks, before it stops
+ * early; -1 when none is running, early stop is off, it has stopped, or
+ * other hooks (a nested checkpoint's) are in force. Selective regions use
+ * it to leave the policy out of an op whose saved inputs end the
+ * recomputation (P saves an op's inputs before its policy sees the op). */
+int rm_recompute_remaining(void);
+
 /* ---- skip mode (early-stopped recomputation) ----------------------------------
  * While skip mode is on, ops create outputs with meta storage (no data, no
  * allocation) and run no kernels; shapes are still computed. */

@@ -219,6 +219,9 @@ int remat_checkpoint_sequential(remat_tensor **out, int n_stages, const remat_st
         if (!stages[i].fn) return rm_err(REMAT_EINVAL, "%s: stage %d has no fn", call, i);
     if (segments < 1)
         return rm_err(REMAT_EINVAL, "%s: segments must be at least 1, got %d", call, segments);
+    if (n_stages > 0 && segments > n_stages) /* P refuses it too: chunks of no stage */
+        return rm_err(REMAT_EINVAL, "%s: %d segments for %d stages: segments must not exceed "
+                      "the number of stages", call, segments, n_stages);
     remat_checkpoint_options o = {0};
     if (opts) o = *opts;
     o.user_data_destroy = NULL;
