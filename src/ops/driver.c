@@ -135,10 +135,13 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
         rc = save_slots(&c, false);
         if (rc) goto fail;
     }
+    /* all outputs registered with the open scope, or (ENOMEM) all released */
+    rc = rm_hand_out_n(c.k.out, nr);
     for (int i = 0; i < nr; i++) {
-        rm_hand_out(&outs[i], c.k.out[i]);
+        outs[i] = c.k.out[i];
         c.k.out[i] = NULL;
     }
+    if (rc) goto fail;
     release_call(&c);
     return REMAT_OK;
 fail:
