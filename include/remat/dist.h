@@ -45,9 +45,12 @@
 
 #include "remat/tensor.h"
 
+#include "remat/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+REMAT_BEGIN_PUBLIC
 
 /* True when remat was built with MPI. */
 bool remat_dist_available(void);
@@ -183,6 +186,7 @@ void remat_ddp_get_stats(const remat_ddp *ddp, remat_ddp_stats *stats);
 /* Bucket index of a parameter and the number of buckets (-1 on a bad index). */
 int remat_ddp_bucket_of(const remat_ddp *ddp, int param);
 
+REMAT_END_PUBLIC
 #ifdef __cplusplus
 }
 #endif
