@@ -12,11 +12,13 @@ static int check_inputs(const rm_op_call *c) {
     const char *const *names = op->arg_names ? op->arg_names : k_arg_names;
     int rc = REMAT_OK;
     for (int i = 0; i < op->n_in && !rc; i++) {
-        rc = (op->flags & RM_OPF_FLOAT) ? rm_check_float(op->name, names[i], in[i])
-                                        : rm_check_tensor(op->name, names[i], in[i]);
-        if (!rc && i > 0 && (op->flags & RM_OPF_SAME_DTYPE))
+        if (!in[i] && (op->optional_in >> i & 1u)) continue;
+        bool is_float = (op->flags & RM_OPF_FLOAT) || (i == 0 && (op->flags & RM_OPF_FLOAT_IN0));
+        rc = is_float ? rm_check_float(op->name, names[i], in[i])
+                      : rm_check_tensor(op->name, names[i], in[i]);
+        if (!rc && i > 0 && in[0] && (op->flags & RM_OPF_SAME_DTYPE))
             rc = rm_check_same_dtype(op->name, in[0], in[i]);
-        if (!rc && i > 0 && (op->flags & RM_OPF_SAME_DEVICE))
+        if (!rc && i > 0 && in[0] && (op->flags & RM_OPF_SAME_DEVICE))
             rc = rm_check_same_device(op->name, in[0], in[i]);
     }
     if (!rc && op->check) rc = op->check(c);
@@ -32,12 +34,19 @@ static bool slot_wanted(const rm_op_call *c, const rm_save_spec *s) {
     return false;
 }
 
-/* Saves the plan's slots of kind `kind` (inputs: before or after the kernel). */
-static int save_slots(rm_op_call *c, rm_save_kind kind) {
+/* Saves the plan's slots, in slot order: before the kernel (early) the
+ * inputs of an RM_OPF_SAVE_EARLY op, after it (late) every other slot.
+ * Slot order is the order the ops saved in before the driver, which the
+ * saved-tensor hooks see. */
+static int save_slots(rm_op_call *c, bool early) {
     const rm_op_desc *op = c->op;
+    const bool early_inputs = op->flags & RM_OPF_SAVE_EARLY;
     for (int s = 0; s < op->n_saved; s++) {
         const rm_save_spec *sp = &op->saves[s];
-        if (sp->kind != kind || !slot_wanted(c, sp)) continue;
+        rm_save_kind kind = (rm_save_kind)sp->kind;
+        if (kind == RM_SAVE_NONE || (kind == RM_SAVE_INPUT && early_inputs) != early ||
+            !slot_wanted(c, sp))
+            continue;
         int rc;
         if (kind == RM_SAVE_CUSTOM) {
             remat_tensor *t = NULL;
@@ -66,16 +75,20 @@ static void release_call(rm_op_call *c) {
     for (int i = 0; i < c->op->n_out; i++) remat_release(c->k.out[i]);
 }
 
+static int n_ret(const rm_op_desc *op) { return op->n_ret ? op->n_ret : op->n_out; }
+
 /* Steps 1-6 without the interception bracket. */
 static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
                const void *params) {
     const char *call = op->name;
     rm_op_enter(call);
     if (!outs) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    for (int i = 0; i < op->n_out; i++) outs[i] = NULL;
+    const int nr = n_ret(op), ng = op->n_grad_out ? op->n_grad_out : nr;
+    for (int i = 0; i < nr; i++) outs[i] = NULL;
     rm_op_call c = {.op = op, .in = in, .params = params};
     int rc = check_inputs(&c);
     if (rc) return rc;
+    if (op->identity && op->identity(&c)) return rm_hand_out(&outs[0], remat_retain(in[0]));
     rm_out_spec spec[RM_OP_MAX_OUT];
     if (op->infer) {
         rc = op->infer(&c, spec);
@@ -92,32 +105,32 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
 
     if (op->n_saved || op->backward) {
         if (rm_needs_grad(op->n_in, in)) {
-            rc = rm_node_new_ctx(&c.node, op->node_name, op->backward, op->n_in, in, op->n_out,
+            rc = rm_node_new_ctx(&c.node, op->node_name, op->backward, op->n_in, in, ng,
                                  op->n_saved, params, op->params_size);
             if (!rc && op->fill_ctx) op->fill_ctx(&c, c.node->ctx);
-            if (!rc && (op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, RM_SAVE_INPUT);
+            if (!rc && (op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, true);
             if (rc) goto fail;
         }
     }
     for (int i = 0; i < op->n_in; i++) {
+        if (!in[i]) continue; /* an optional input not given */
         if (op->flags & RM_OPF_CONTIGUOUS) rc = rm_contig(&c.k.in[i], in[i]);
         else c.k.in[i] = remat_retain(in[i]);
         if (rc) goto fail;
     }
     for (int i = 0; i < op->n_out; i++) {
+        if ((op->grad_only_out >> i & 1u) && !c.node) continue;
         rc = rm_new_output(&c.k.out[i], spec[i].ndim, spec[i].shape, spec[i].dtype, device);
         if (rc) goto fail;
     }
     c.k.params = params;
     if (operands_have_data(&c.k) && (rc = kernel(&c.k))) goto fail;
     if (c.node) {
-        for (int i = 0; i < op->n_out; i++) rm_node_set_output(c.node, i, c.k.out[i]);
-        rc = save_slots(&c, RM_SAVE_OUTPUT);
-        if (!rc) rc = save_slots(&c, RM_SAVE_CUSTOM);
-        if (!rc && !(op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, RM_SAVE_INPUT);
+        for (int i = 0; i < ng; i++) rm_node_set_output(c.node, i, c.k.out[i]);
+        rc = save_slots(&c, false);
         if (rc) goto fail;
     }
-    for (int i = 0; i < op->n_out; i++) {
+    for (int i = 0; i < nr; i++) {
         rm_hand_out(&outs[i], c.k.out[i]);
         c.k.out[i] = NULL;
     }
@@ -134,10 +147,10 @@ int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *
     int rc = rm_op_begin(&f, op->name, op->n_in, in, site, NULL);
     if (rc) {
         if (outs)
-            for (int i = 0; i < op->n_out; i++) outs[i] = NULL;
+            for (int i = 0; i < n_ret(op); i++) outs[i] = NULL;
         return rc;
     }
     rc = run(op, outs, in, params);
-    rm_op_end(&f, rc, outs && !rc ? op->n_out : 0, outs);
+    rm_op_end(&f, rc, outs && !rc ? n_ret(op) : 0, outs);
     return rc;
 }
