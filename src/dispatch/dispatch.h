@@ -82,6 +82,9 @@ struct rm_op_desc {
     const char *name;      /* public name, as policies, traces and reports see it */
     const char *node_name; /* name of the backward node */
     unsigned char n_in, n_out, n_saved;
+    /* Inputs the node differentiates: the first n_grad_in (0: all n_in).
+     * embedding's indices and cross_entropy's targets get no edge. */
+    unsigned char n_grad_in;
     /* Outputs handed to the caller: the first n_ret (0: all n_out). The
      * others are by-products the kernel writes for the backward (layer_norm's
      * mean and rstd, cross_entropy's logsumexp): saved, then released. */

@@ -29,7 +29,7 @@ static int check_inputs(const rm_op_call *c) {
  * gradient (the node's edges). */
 static bool slot_wanted(const rm_op_call *c, const rm_save_spec *s) {
     if (!s->for_grads) return true;
-    for (int i = 0; i < c->op->n_in; i++)
+    for (int i = 0; i < c->node->n_next; i++)
         if ((s->for_grads >> i & 1u) && c->node->next[i].node) return true;
     return false;
 }
@@ -84,6 +84,7 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
     rm_op_enter(call);
     if (!outs) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
     const int nr = n_ret(op), ng = op->n_grad_out ? op->n_grad_out : nr;
+    const int ngi = op->n_grad_in ? op->n_grad_in : op->n_in;
     for (int i = 0; i < nr; i++) outs[i] = NULL;
     rm_op_call c = {.op = op, .in = in, .params = params};
     int rc = check_inputs(&c);
@@ -104,8 +105,8 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
     if (rc) return rc;
 
     if (op->n_saved || op->backward) {
-        if (rm_needs_grad(op->n_in, in)) {
-            rc = rm_node_new_ctx(&c.node, op->node_name, op->backward, op->n_in, in, ng,
+        if (rm_needs_grad(ngi, in)) {
+            rc = rm_node_new_ctx(&c.node, op->node_name, op->backward, ngi, in, ng,
                                  op->n_saved, params, op->params_size);
             if (!rc && op->fill_ctx) op->fill_ctx(&c, c.node->ctx);
             if (!rc && (op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, true);

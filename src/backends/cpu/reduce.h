@@ -24,5 +24,10 @@ RM_CPU_REDUCE_DECL_(mse_bwd)
     [RM_K_SUM_BWD] = RM_CPU_F32_F64(sum_bwd),                                                \
     [RM_K_MAX] = RM_CPU_F32_F64(max),                                                        \
     [RM_K_MAX_BWD] = RM_CPU_F32_F64(max_bwd),                                                \
-    /*LOSS*/
+    [RM_K_EMBEDDING] = RM_CPU_F32_F64(embedding),                                            \
+    [RM_K_EMBEDDING_BWD] = RM_CPU_F32_F64(embedding_bwd),                                    \
+    [RM_K_CROSS_ENTROPY] = RM_CPU_F32_F64(cross_entropy),                                    \
+    [RM_K_CROSS_ENTROPY_BWD] = RM_CPU_F32_F64(cross_entropy_bwd),                            \
+    [RM_K_MSE] = RM_CPU_F32_F64(mse),                                                        \
+    [RM_K_MSE_BWD] = RM_CPU_F32_F64(mse_bwd),
 #endif /* REMAT_CPU_REDUCE_H */
