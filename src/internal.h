@@ -462,7 +462,7 @@ void rm_zero_dim_range(remat_tensor *t, int d, int64_t lo, int64_t hi);
 int rm_ew_run(const char *call, int op, remat_tensor *y, remat_tensor *a, remat_tensor *b,
               remat_tensor *c, double p);
 
-/* ---- row kernels (src/ops/nn.c), shared by softmax and cross_entropy ---------------------
+/* ---- row kernels (src/backends/cpu/nn.c), shared by softmax, cross_entropy, attention -----
  * max of a row; sum of exp(x - sub) written to y; y = exp(x - sub) * scale. */
 float rm_row_max_f32(const float *restrict x, int64_t n);
 double rm_row_max_f64(const double *restrict x, int64_t n);
