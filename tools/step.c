@@ -11,7 +11,15 @@ void step_report_free(step_report *r) {
     r->forward = r->backward = NULL;
 }
 
-int step_run(model *m, const strategy *s, const batch *b, optim *o, trace *tr, step_report *rep,
+static step_backward_fn g_backward;
+static void *g_backward_ud;
+
+void step_set_backward(step_backward_fn fn, void *user_data) {
+    g_backward = fn;
+    g_backward_ud = user_data;
+}
+
+int step_run(model *m, const strategy *s, const batch *b, remat_optimizer *o, trace *tr, step_report *rep,
              double *loss) {
     remat_tensor *l = NULL;
     int rc = REMAT_OK;
@@ -32,7 +40,7 @@ int step_run(model *m, const strategy *s, const batch *b, optim *o, trace *tr, s
     if (!rc) rc = remat_item(l, loss);
     if (!rc) {
         if (tr) trace_phase(tr, PH_BACKWARD, true);
-        rc = remat_backward_scalar(l);
+        rc = g_backward ? g_backward(g_backward_ud, l) : remat_backward_scalar(l);
         if (tr) trace_phase(tr, PH_BACKWARD, false);
     }
     if (rep && rep->backward) {
@@ -42,7 +50,7 @@ int step_run(model *m, const strategy *s, const batch *b, optim *o, trace *tr, s
     remat_release(l);
     if (!rc && o) {
         if (tr) trace_phase(tr, PH_OPTIMIZER, true);
-        rc = optim_step(o, m);
+        rc = remat_optim_step(o, NULL);
         if (tr) trace_phase(tr, PH_OPTIMIZER, false);
     }
     return rc;
