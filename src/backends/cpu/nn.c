@@ -38,32 +38,17 @@ typedef double f64;
 /* f32 exp: rm_expf_v in vmath.h (vectorisable Cephes expf, ~1 ulp). */
 
 /* ---- row max -------------------------------------------------------------------------
- * Max of a row through an order-preserving integer key of each float
- * (flip the magnitude bits of negatives): GCC does not vectorise a float
- * `v > m ? v : m` reduction without -ffast-math, but does the integer one.
- * A NaN anywhere makes the result NaN (exp(x - NaN) then poisons the row,
- * as in PyTorch). */
-#define ROWMAX_KERNEL(T, IT, MINV, SH, ABS, INF)                                              \
+ * Through the integer keys of rm_rowmax_key (cpu/nn.h). A NaN anywhere makes
+ * the result NaN (exp(x - NaN) then poisons the row, as in PyTorch). */
+#define ROWMAX_KERNEL(T)                                                                      \
     T rm_row_max_##T(const T *restrict x, int64_t n) {                                        \
-        IT m = MINV; /* below every key */                                                    \
-        IT nan = 0;                                                                           \
-        for (int64_t i = 0; i < n; i++) {                                                     \
-            IT b;                                                                             \
-            memcpy(&b, x + i, sizeof b);                                                      \
-            IT k = b ^ ((b >> SH) & ABS);                                                     \
-            m = k > m ? k : m;                                                                \
-            nan |= (b & ABS) > INF;                                                           \
-        }                                                                                     \
-        if (nan) return (T)NAN;                                                               \
+        T best;                                                                               \
+        if (rm_rowmax_key_##T(x, n, &best)) return (T)NAN;                                    \
         if (n == 0) return -INFINITY;                                                         \
-        IT b = m ^ ((m >> SH) & ABS);                                                         \
-        T v;                                                                                  \
-        memcpy(&v, &b, sizeof v);                                                             \
-        return v;                                                                             \
+        return best;                                                                          \
     }
-
-ROWMAX_KERNEL(f32, int32_t, INT32_MIN, 31, INT32_C(0x7FFFFFFF), INT32_C(0x7F800000))
-ROWMAX_KERNEL(f64, int64_t, INT64_MIN, 63, INT64_C(0x7FFFFFFFFFFFFFFF), INT64_C(0x7FF0000000000000))
+ROWMAX_KERNEL(f32)
+ROWMAX_KERNEL(f64)
 
 /* ---- softmax / log_softmax kernels ----------------------------------------------------- */
 #define NN_LANES 16

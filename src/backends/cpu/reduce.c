@@ -32,31 +32,6 @@
 typedef float f32;
 typedef double f64;
 
-/* ---- max through integer keys ----------------------------------------------------------
- * GCC does not vectorise a float `v > m ? v : m` reduction without
- * -ffast-math, but does the integer one. Flipping the magnitude bits of
- * negative floats gives an integer key with the same order as the values
- * (-0 sorts just below +0, which compare equal anyway: the caller searches
- * for the first element == the max). NaNs are flagged separately. */
-#define MAXKEY(T, IT, MINV, SH, ABS, INF)                                                     \
-    /* Returns true if x holds a NaN; else *best = max(x). n >= 1. */                         \
-    static bool rowmax_key_##T(const T *restrict x, int64_t n, T *best) {                     \
-        IT m = MINV, nan = 0;                                                                 \
-        for (int64_t i = 0; i < n; i++) {                                                     \
-            IT b;                                                                             \
-            memcpy(&b, x + i, sizeof b);                                                      \
-            IT k = b ^ ((b >> SH) & ABS);                                                     \
-            m = k > m ? k : m;                                                                \
-            nan |= (b & ABS) > INF;                                                           \
-        }                                                                                     \
-        IT b = m ^ ((m >> SH) & ABS);                                                         \
-        memcpy(best, &b, sizeof b);                                                           \
-        return nan != 0;                                                                      \
-    }
-
-MAXKEY(f32, int32_t, INT32_MIN, 31, INT32_C(0x7FFFFFFF), INT32_C(0x7F800000))
-MAXKEY(f64, int64_t, INT64_MIN, 63, INT64_C(0x7FFFFFFFFFFFFFFF), INT64_C(0x7FF0000000000000))
-
 /* ---- kernels ------------------------------------------------------------------------- */
 #define REDUCE_KERNELS(T)                                                                     \
     /* Pairwise sum of n contiguous elements: blocks of <= 256 use 32 independent lanes       \
@@ -172,13 +147,13 @@ MAXKEY(f64, int64_t, INT64_MIN, 63, INT64_C(0x7FFFFFFFFFFFFFFF), INT64_C(0x7FF00
                             T *restrict y, int64_t *restrict idx) {                           \
         int64_t total = O * R * I;                                                            \
         if (I == 1) {                                                                         \
-            /* rows: a vectorisable integer-key max plus a NaN flag (see MAXKEY), then a      \
+            /* rows: a vectorisable integer-key max plus a NaN flag (rm_rowmax_key), then a      \
              * search for the first position holding the result */                          \
             _Pragma("omp parallel for if (total > RM_OMP_MIN)")                               \
             for (int64_t o = 0; o < O; o++) {                                                 \
                 const T *xo = x + o * R;                                                      \
                 T best;                                                                       \
-                bool any_nan = rowmax_key_##T(xo, R, &best);                                  \
+                bool any_nan = rm_rowmax_key_##T(xo, R, &best);                                  \
                 int64_t at = 0;                                                               \
                 if (any_nan) {                                                                \
                     while (xo[at] == xo[at]) at++;                                            \
