@@ -1,8 +1,14 @@
-/* src/dispatch/driver.c — rm_dispatch, the one driver of every op (the
+/* src/ops/driver.c — rm_dispatch, the one driver of every op (the
  * steps are listed in dispatch.h). */
 #include <string.h>
 
-#include "dispatch.h"
+#include "../dispatch/dispatch.h"
+
+int rm_op_save(remat_node *n, int slot, remat_tensor *t) {
+    void *self;
+    rm_saver_fn saver = rm_saver_current(&self);
+    return saver ? saver(self, n, slot, t) : rm_node_save(n, slot, t);
+}
 
 static const char *const k_arg_names[RM_OP_MAX_IN] = {"a", "b", "c", "d", "e", "f"};
 
@@ -14,7 +20,7 @@ static int check_inputs(const rm_op_call *c) {
     for (int i = 0; i < op->n_in && !rc; i++) {
         if (!in[i] && (op->optional_in >> i & 1u)) continue;
         bool is_float = (op->flags & RM_OPF_FLOAT) || (i == 0 && (op->flags & RM_OPF_FLOAT_IN0));
-        rc = is_float ? rm_check_float(op->name, names[i], in[i])
+        rc = is_float ? rm_check_float_dtype(op->name, names[i], in[i])
                       : rm_check_tensor(op->name, names[i], in[i]);
         if (!rc && i > 0 && in[0] && (op->flags & RM_OPF_SAME_DTYPE))
             rc = rm_check_same_dtype(op->name, in[0], in[i]);
