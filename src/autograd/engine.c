@@ -16,7 +16,8 @@
 typedef struct ninfo {
     remat_node *node;
     int deps;
-    bool needed;
+    bool needed;   /* partial pass: must run (a capture lies beyond it) */
+    bool captured; /* partial pass: an input's gradient is captured here */
     bool visited;
     remat_tensor **buf; /* n_outputs accumulated input gradients */
 } ninfo;
@@ -154,11 +155,16 @@ done:
 #undef PUSH
 }
 
-/* Marks nodes from which a capture target is reachable (post-order DFS). */
+/* Marks nodes from which a capture target is reachable (post-order DFS).
+ * As in P, a non-leaf input's own node is not needed for its capture: the
+ * pass stops there (neither running nor freeing it) unless another input
+ * lies beyond it. A leaf's accumulator is needed (it accumulates .grad). */
 static int mark_needed(task *t, remat_node **roots, int n_roots) {
     for (int i = 0; i < t->n_caps; i++) {
         ninfo *ni = tab_find(t, t->caps[i].node);
-        if (ni) ni->needed = true;
+        if (!ni) continue;
+        ni->captured = true;
+        if (t->caps[i].node->leaf) ni->needed = true;
     }
     /* iterative DFS with explicit (node, next child) frames */
     typedef struct frame { remat_node *n; int i; } frame;
@@ -182,7 +188,7 @@ static int mark_needed(task *t, remat_node **roots, int n_roots) {
                 if (!c) continue;
                 ninfo *ci = tab_find(t, c);
                 if (ci->visited) {
-                    if (ci->needed) tab_find(t, f->n)->needed = true;
+                    if (ci->needed || ci->captured) tab_find(t, f->n)->needed = true;
                     continue;
                 }
                 ci->visited = true;
@@ -194,7 +200,8 @@ static int mark_needed(task *t, remat_node **roots, int n_roots) {
                 }
                 st[sp++] = (frame){c, 0};
             } else {
-                bool nd = tab_find(t, f->n)->needed;
+                ninfo *fi = tab_find(t, f->n);
+                bool nd = fi->needed || fi->captured;
                 sp--;
                 if (sp > 0 && nd) tab_find(t, st[sp - 1].n)->needed = true;
             }
@@ -450,7 +457,7 @@ static int run_node(task *t, ninfo *ni) {
         for (int i = 0; i < n->n_next; i++) {
             if (!gin[i] || !n->next[i].node) continue;
             ninfo *ci = tab_find(t, n->next[i].node);
-            if (t->partial && ci && !ci->needed) continue;
+            if (t->partial && ci && !ci->needed && !ci->captured) continue;
             rc = buf_add(t, n, n->next[i].node, n->next[i].input_nr, gin[i]);
             if (rc) break;
         }
@@ -615,12 +622,8 @@ static int run_backward(const char *call, int n, remat_tensor *const *roots,
     free(root_nodes);
     task_free(&t);
     if (rc && call && !strstr(remat_last_error(), call)) rm_err_prefix(rc, call);
-    if (rc == REMAT_OK && grads_out) {
-        for (int i = 0; i < n_inputs; i++) {
-            remat_tensor *g = grads_out[i];
-            if (g) rm_hand_out(&grads_out[i], g);
-        }
-    }
+    if (rc == REMAT_OK && grads_out && (rc = rm_hand_out_n(grads_out, n_inputs)) && call)
+        rm_err_prefix(rc, call);
     return rc;
 }
 

@@ -138,11 +138,12 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
         if (rc) goto fail;
     }
     for (int i = 0; i < nr; i++) {
-        rm_hand_out(&outs[i], c.k.out[i]);
+        outs[i] = c.k.out[i];
         c.k.out[i] = NULL;
     }
     release_call(&c);
-    return REMAT_OK;
+    /* all registered with the open scope, or (ENOMEM) all released and NULL */
+    return rm_hand_out_n(outs, nr);
 fail:
     release_call(&c);
     return rm_err_prefix(rc, call);
