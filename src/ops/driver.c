@@ -83,6 +83,16 @@ static void release_call(rm_op_call *c) {
 
 static int n_ret(const rm_op_desc *op) { return op->n_ret ? op->n_ret : op->n_out; }
 
+/* out = a view of in's storage with the spec's geometry. */
+static int make_view(remat_tensor **out, remat_tensor *in, const rm_out_spec *sp) {
+    remat_tensor *v = rm_tensor_alloc(in->storage, sp->offset, sp->ndim, sp->shape, sp->strides,
+                                      in->dtype);
+    if (!v) return rm_err(REMAT_ENOMEM, "out of memory creating a view");
+    v->is_view = true;
+    *out = v;
+    return REMAT_OK;
+}
+
 /* Steps 1-6 without the interception bracket. */
 static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
                const void *params) {
@@ -95,43 +105,60 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
     rm_op_call c = {.op = op, .in = in, .params = params};
     int rc = check_inputs(&c);
     if (rc) return rc;
-    if (op->identity && op->identity(&c)) return rm_hand_out(&outs[0], remat_retain(in[0]));
     rm_out_spec spec[RM_OP_MAX_OUT];
+    bool any_new = true, all_inputs = false;
     if (op->infer) {
+        for (int i = 0; i < op->n_out; i++) spec[i].kind = RM_OUT_NEW;
+        spec[0].node_name = NULL;
         rc = op->infer(&c, spec);
         if (rc) return rc;
+        all_inputs = true;
+        for (int i = 0; i < nr; i++) all_inputs &= spec[i].kind == RM_OUT_INPUT;
+        any_new = false;
+        for (int i = 0; i < (all_inputs ? nr : op->n_out); i++)
+            any_new |= spec[i].kind == RM_OUT_NEW;
     } else {
         spec[0].ndim = in[0]->ndim;
         memcpy(spec[0].shape, in[0]->shape, sizeof spec[0].shape);
         spec[0].dtype = in[0]->dtype;
+        spec[0].kind = RM_OUT_NEW;
+        spec[0].node_name = NULL;
     }
     const remat_device device = in[0]->storage->device;
-    rm_kernel_fn kernel;
-    rc = rm_kernel_find(op->kernel, device, in[0]->dtype, call, &kernel);
-    if (rc) return rc;
+    rm_kernel_fn kernel = NULL;
+    if (any_new && (rc = rm_kernel_find(op->kernel, device, in[0]->dtype, call, &kernel)))
+        return rc;
 
-    if (op->n_saved || op->backward) {
-        if (rm_needs_grad(ngi, in)) {
-            rc = rm_node_new_ctx(&c.node, op->node_name, op->backward, ngi, in, ng,
-                                 op->n_saved, params, op->params_size);
-            if (!rc && op->fill_ctx) op->fill_ctx(&c, c.node->ctx);
-            if (!rc && (op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, true);
-            if (rc) goto fail;
-        }
+    /* A node unless every handed-out output is an input itself (dropout in
+     * eval mode, contiguous of a contiguous tensor) */
+    if (!all_inputs && (op->n_saved || op->backward) && rm_needs_grad(ngi, in)) {
+        const char *node_name = spec[0].node_name ? spec[0].node_name : op->node_name;
+        rc = rm_node_new_ctx(&c.node, node_name, op->backward, ngi, in, ng, op->n_saved, params,
+                             op->params_size);
+        if (!rc && op->fill_ctx) op->fill_ctx(&c, c.node->ctx);
+        if (!rc && (op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, true);
+        if (rc) goto fail;
     }
     for (int i = 0; i < op->n_in; i++) {
         if (!in[i]) continue; /* an optional input not given */
-        if (op->flags & RM_OPF_CONTIGUOUS) rc = rm_contig(&c.k.in[i], in[i]);
+        if (any_new && (op->flags & RM_OPF_CONTIGUOUS)) rc = rm_contig(&c.k.in[i], in[i]);
         else c.k.in[i] = remat_retain(in[i]);
         if (rc) goto fail;
     }
     for (int i = 0; i < op->n_out; i++) {
-        if ((op->grad_only_out >> i & 1u) && !c.node) continue;
-        rc = rm_new_output(&c.k.out[i], spec[i].ndim, spec[i].shape, spec[i].dtype, device);
+        /* by-products only the node reads, and those of an identity call: not made */
+        if (((op->grad_only_out >> i & 1u) && !c.node) || (all_inputs && i >= nr)) continue;
+        switch (spec[i].kind) {
+        case RM_OUT_NEW:
+            rc = rm_new_output(&c.k.out[i], spec[i].ndim, spec[i].shape, spec[i].dtype, device);
+            break;
+        case RM_OUT_VIEW: rc = make_view(&c.k.out[i], in[0], &spec[i]); break;
+        case RM_OUT_INPUT: c.k.out[i] = remat_retain(in[0]); break;
+        }
         if (rc) goto fail;
     }
     c.k.params = params;
-    if (operands_have_data(&c.k) && (rc = kernel(&c.k))) goto fail;
+    if (any_new && operands_have_data(&c.k) && (rc = kernel(&c.k))) goto fail;
     if (c.node) {
         for (int i = 0; i < ng; i++) rm_node_set_output(c.node, i, c.k.out[i]);
         rc = save_slots(&c, false);

@@ -9,8 +9,8 @@
  * check, before the driver makes outputs: the draw happens in skip mode
  * too, so the generator advances exactly as in a real run and a
  * recomputation after an RNG-state restore reproduces the mask bitwise.
- * Eval mode and p == 0 return x itself (a new reference, as PyTorch
- * returns its input); p == 1 zeroes everything without drawing. The mask
+ * Eval mode and p == 0 return x itself (RM_OUT_INPUT: a new reference, as
+ * PyTorch returns its input); p == 1 zeroes everything without drawing. The mask
  * kept for backward is one bit per element (made only when a node is
  * recorded), plus p in the node's context.
  *
@@ -242,11 +242,11 @@ static int dropout_check(const rm_op_call *c) {
     return rc ? rm_err_prefix(rc, call) : REMAT_OK;
 }
 
-static bool dropout_identity(const rm_op_call *c) { return dropout_is_identity(c->params); }
-
-/* y like x; the keep bits (u8, one bit per element), made only for the node */
+/* y like x, or x itself (eval mode, p = 0: no node, no kernel); the keep
+ * bits (u8, one bit per element), made only for the node */
 static int dropout_infer(const rm_op_call *c, rm_out_spec *out) {
     const remat_tensor *x = c->in[0];
+    if (dropout_is_identity(c->params)) out[0].kind = RM_OUT_INPUT;
     out[0].ndim = x->ndim;
     memcpy(out[0].shape, x->shape, sizeof out[0].shape);
     out[0].dtype = x->dtype;
@@ -301,7 +301,7 @@ const rm_op_desc rm_op_dropout = {
     .grad_only_out = 2u, .n_saved = 1, .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS,
     .arg_names = k_dropout_args, .kernel = RM_K_DROPOUT,
     .params_size = sizeof(dropout_params), .check = dropout_check,
-    .identity = dropout_identity, .infer = dropout_infer, .saves = {{RM_SAVE_OUTPUT, 1, 0}},
+    .infer = dropout_infer, .saves = {{RM_SAVE_OUTPUT, 1, 0}},
     .backward = dropout_backward};
 
 int remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool train) {
