@@ -19,11 +19,12 @@ static int check_inputs(const rm_op_call *c) {
     int rc = REMAT_OK;
     for (int i = 0; i < op->n_in && !rc; i++) {
         if (!in[i] && (op->optional_in >> i & 1u)) continue;
-        rc = (op->flags & RM_OPF_FLOAT) ? rm_check_float_dtype(op->name, names[i], in[i])
-                                        : rm_check_tensor(op->name, names[i], in[i]);
-        if (!rc && i > 0 && (op->flags & RM_OPF_SAME_DTYPE))
+        bool is_float = (op->flags & RM_OPF_FLOAT) || (i == 0 && (op->flags & RM_OPF_FLOAT_IN0));
+        rc = is_float ? rm_check_float_dtype(op->name, names[i], in[i])
+                      : rm_check_tensor(op->name, names[i], in[i]);
+        if (!rc && i > 0 && in[0] && (op->flags & RM_OPF_SAME_DTYPE))
             rc = rm_check_same_dtype(op->name, in[0], in[i]);
-        if (!rc && i > 0 && (op->flags & RM_OPF_SAME_DEVICE))
+        if (!rc && i > 0 && in[0] && (op->flags & RM_OPF_SAME_DEVICE))
             rc = rm_check_same_device(op->name, in[0], in[i]);
     }
     if (!rc && op->check) rc = op->check(c);
@@ -34,7 +35,7 @@ static int check_inputs(const rm_op_call *c) {
  * gradient (the node's edges). */
 static bool slot_wanted(const rm_op_call *c, const rm_save_spec *s) {
     if (!s->for_grads) return true;
-    for (int i = 0; i < c->op->n_in; i++)
+    for (int i = 0; i < c->node->n_next; i++)
         if ((s->for_grads >> i & 1u) && c->node->next[i].node) return true;
     return false;
 }
@@ -98,7 +99,8 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
     const char *call = op->name;
     rm_op_enter(call);
     if (!outs) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    const int nr = n_ret(op);
+    const int nr = n_ret(op), ng = op->n_grad_out ? op->n_grad_out : nr;
+    const int ngi = op->n_grad_in ? op->n_grad_in : op->n_in;
     for (int i = 0; i < nr; i++) outs[i] = NULL;
     rm_op_call c = {.op = op, .in = in, .params = params};
     int rc = check_inputs(&c);
@@ -110,12 +112,11 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
         spec[0].node_name = NULL;
         rc = op->infer(&c, spec);
         if (rc) return rc;
-        any_new = false;
         all_inputs = true;
-        for (int i = 0; i < op->n_out; i++) {
+        for (int i = 0; i < nr; i++) all_inputs &= spec[i].kind == RM_OUT_INPUT;
+        any_new = false;
+        for (int i = 0; i < (all_inputs ? nr : op->n_out); i++)
             any_new |= spec[i].kind == RM_OUT_NEW;
-            all_inputs &= spec[i].kind == RM_OUT_INPUT;
-        }
     } else {
         spec[0].ndim = in[0]->ndim;
         memcpy(spec[0].shape, in[0]->shape, sizeof spec[0].shape);
@@ -128,10 +129,12 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
     if (any_new && (rc = rm_kernel_find(op->kernel, device, in[0]->dtype, call, &kernel)))
         return rc;
 
-    if (!all_inputs && (op->n_saved || op->backward) && rm_needs_grad(op->n_in, in)) {
+    /* A node unless every handed-out output is an input itself (dropout in
+     * eval mode, contiguous of a contiguous tensor) */
+    if (!all_inputs && (op->n_saved || op->backward) && rm_needs_grad(ngi, in)) {
         const char *node_name = spec[0].node_name ? spec[0].node_name : op->node_name;
-        rc = rm_node_new_ctx(&c.node, node_name, op->backward, op->n_in, in, nr, op->n_saved,
-                             params, op->params_size);
+        rc = rm_node_new_ctx(&c.node, node_name, op->backward, ngi, in, ng, op->n_saved, params,
+                             op->params_size);
         if (!rc && op->fill_ctx) op->fill_ctx(&c, c.node->ctx);
         if (!rc && (op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, true);
         if (rc) goto fail;
@@ -143,6 +146,8 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
         if (rc) goto fail;
     }
     for (int i = 0; i < op->n_out; i++) {
+        /* by-products only the node reads, and those of an identity call: not made */
+        if (((op->grad_only_out >> i & 1u) && !c.node) || (all_inputs && i >= nr)) continue;
         switch (spec[i].kind) {
         case RM_OUT_NEW:
             rc = op->new_output ? op->new_output(&c, i, &spec[i], device, &c.k.out[i])
@@ -157,19 +162,17 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
     c.k.params = params;
     if (any_new && operands_have_data(&c.k) && (rc = kernel(&c.k))) goto fail;
     if (c.node) {
-        for (int i = 0; i < nr; i++) rm_node_set_output(c.node, i, c.k.out[i]);
+        for (int i = 0; i < ng; i++) rm_node_set_output(c.node, i, c.k.out[i]);
         rc = save_slots(&c, false);
         if (rc) goto fail;
     }
-    /* all outputs registered with the open scope, or (ENOMEM) all released */
-    rc = rm_hand_out_n(c.k.out, nr);
     for (int i = 0; i < nr; i++) {
         outs[i] = c.k.out[i];
         c.k.out[i] = NULL;
     }
-    if (rc) goto fail;
     release_call(&c);
-    return REMAT_OK;
+    /* all registered with the open scope, or (ENOMEM) all released and NULL */
+    return rm_hand_out_n(outs, nr);
 fail:
     release_call(&c);
     return rm_err_prefix(rc, call);

@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
+#include "cpu.h" /* nn.h: rm_row_max */
 #include "gemm.h"
 #include "vmath.h"
 
