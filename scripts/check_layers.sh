@@ -10,7 +10,7 @@
 #   3 top       src/checkpoint/, src/sac/, src/planner/ and any other
 #               directory of src/ (optimizers, distributed training, ...)
 # OBJ_DIR is the library's CMake object directory for src/
-# (build/CMakeFiles/remat.dir/src). Private headers are checked the same way
+# (build/CMakeFiles/remat_objects.dir/src). Private headers are checked the same way
 # (a file includes headers of its layer or below). Known exceptions, each
 # with its reason, are listed in scripts/layers.allow as "user-file symbol"
 # or "user-file included-header".
