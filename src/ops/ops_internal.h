@@ -15,15 +15,4 @@
 int rm_ew_run(const char *call, int op, remat_tensor *y, remat_tensor *a, remat_tensor *b,
               remat_tensor *c, double p);
 
-/* ---- row kernels (src/ops/nn.c), shared by softmax and cross_entropy ---------------------
- * max of a row; sum of exp(x - sub) written to y; y = exp(x - sub) * scale. */
-float rm_row_max_f32(const float *restrict x, int64_t n);
-double rm_row_max_f64(const double *restrict x, int64_t n);
-float rm_row_expsum_f32(const float *restrict x, float sub, float *restrict y, int64_t n);
-double rm_row_expsum_f64(const double *restrict x, double sub, double *restrict y, int64_t n);
-void rm_row_exp_scale_f32(const float *restrict x, float sub, float scale, float *restrict y,
-                          int64_t n);
-void rm_row_exp_scale_f64(const double *restrict x, double sub, double scale,
-                          double *restrict y, int64_t n);
-
 #endif /* REMAT_OPS_INTERNAL_H */
