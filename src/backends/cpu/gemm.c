@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../internal.h"
+#include "../../core.h"
 
 #ifdef _OPENMP
 #include <omp.h>
