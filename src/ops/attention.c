@@ -37,9 +37,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cpu/clones.h"
+#include "../backends/cpu/clones.h"
 #include "../internal.h"
 #include "gemm.h"
+#include "../backends/cpu/nn.h" /* rm_row_max */
 #include "../backends/cpu/vmath.h"
 
 /* Query rows per block: small enough that a block's scores (ATT_QB × Tk)
