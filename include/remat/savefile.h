@@ -21,9 +21,12 @@
 
 #include "remat/tensor.h"
 
+#include "remat/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+REMAT_BEGIN_PUBLIC
 
 #define REMAT_SAVEFILE_MAGIC "REMATSAV"
 #define REMAT_SAVEFILE_VERSION 1u
@@ -74,6 +77,7 @@ remat_status remat_savefile_parse_header(const void *prefix, size_t n, uint64_t 
 remat_status remat_savefile_parse(const void *buf, size_t n, remat_savefile_header *hdr,
                                   remat_saved_record **records);
 
+REMAT_END_PUBLIC
 #ifdef __cplusplus
 }
 #endif
