@@ -118,7 +118,7 @@ void args_usage_train(FILE *f) {
             "  --save FILE           write model + optimizer + RNG + step at the end, and\n"
             "                        on SIGINT/SIGTERM (the step finishes, the file is\n"
             "                        written, remat exits with 130/143 and says how to\n"
-            "                        resume; a second signal stops at once)\n"
+            "                        resume; a second one while saving stops at once)\n"
             "  --save-every N        also write --save every N steps                    [0]\n"
             "  --resume FILE         continue from a file written by --save\n"
             "\n"

@@ -13,6 +13,7 @@
 #include "args.h"
 #include "bench.h"
 #include "train.h"
+#include "util.h"
 
 /* libgomp's workers spin after every parallel region by default
  * (OMP_WAIT_POLICY=active). On a 2-core machine that also runs anything else
@@ -29,6 +30,7 @@ static void passive_openmp(char **argv) {
 int main(int argc, char **argv) {
     config c;
     passive_openmp(argv);
+    stop_signals_block(); /* before any thread exists: see util.h */
     if (argc < 2 || (argv[1][0] == '-' && strcmp(argv[1], "--help") && strcmp(argv[1], "-h") &&
                      strcmp(argv[1], "--version"))) {
         /* `remat` or `remat --flags`: the default bench */
@@ -36,6 +38,7 @@ int main(int argc, char **argv) {
         int rc = args_parse(&c, "bench", argc, argv, 1);
         if (rc) return rc < 0 ? 0 : rc;
         c.out_dir = "out";
+        stop_signals_default();
         return cmd_bench(&c, true);
     }
     const char *cmd = argv[1];
@@ -56,6 +59,7 @@ int main(int argc, char **argv) {
             args_defaults_train(&c);
         int rc = args_parse(&c, cmd, argc, argv, 2);
         if (rc) return rc < 0 ? 0 : rc;
+        if (bench) stop_signals_default();
         return bench ? cmd_bench(&c, false) : cmd_train(&c);
     }
     fprintf(stderr, "remat: unknown command '%s'\n\n", cmd);

@@ -147,32 +147,20 @@ static uint32_t float_bits(double v) {
     return u;
 }
 
-/* SIGINT/SIGTERM during training: the handler only records the signal
- * (async-signal-safe); the loop finishes its step, saves and exits. The
- * handler is one-shot (SA_RESETHAND): a second signal stops at once, and
- * the save file is then the previous complete one (written crash-safely). */
-static volatile sig_atomic_t g_stop_signal;
-
-static void on_stop_signal(int sig) { g_stop_signal = sig; }
-
-typedef struct stop_handlers {
-    struct sigaction old_int, old_term;
-} stop_handlers;
-
-static void stop_handlers_install(stop_handlers *h) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    g_stop_signal = 0;
-    sigaction(SIGINT, &sa, &h->old_int);
-    sigaction(SIGTERM, &sa, &h->old_term);
-}
-
-static void stop_handlers_restore(const stop_handlers *h) {
-    sigaction(SIGINT, &h->old_int, NULL);
-    sigaction(SIGTERM, &h->old_term, NULL);
+/* SIGINT/SIGTERM during training. They are blocked in every thread from
+ * the start of main (stop_signals_block in tools/main.c), so neither ever
+ * interrupts a kernel: an asynchronous handler running on top of oneDNN's
+ * GEMM corrupted the heap about once in 40 interrupted runs. The loop polls
+ * for them at each step boundary (the step finishes), saves and exits;
+ * after that the main thread takes them again with their default action,
+ * so a second signal stops at once (the file is then the last complete
+ * one, written crash-safely). */
+static int pending_stop_signal(void) {
+    sigset_t set;
+    stop_signal_set(&set);
+    struct timespec now = {0, 0};
+    int sig = sigtimedwait(&set, NULL, &now);
+    return sig > 0 ? sig : 0;
 }
 
 /* --log FILE: one JSON object per line. */
@@ -240,8 +228,6 @@ static int make_optimizer(const config *c, model *m, remat_optimizer **out) {
 int cmd_train(config *c) {
     int rc = REMAT_OK;
     FILE *logf = NULL;
-    stop_handlers handlers;
-    bool handlers_set = false;
     int stopped = 0; /* the signal that ended the run early */
     saved_state saved;
     memset(&saved, 0, sizeof saved);
@@ -377,8 +363,6 @@ int cmd_train(config *c) {
         rc = remat_set_error(REMAT_EIO, "--log %s: %s", c->log, strerror(errno));
         goto done;
     }
-    stop_handlers_install(&handlers);
-    handlers_set = true;
 
     for (int64_t k = 0; k < n_steps; k++) {
         int64_t step = start + k;
@@ -441,14 +425,16 @@ int cmd_train(config *c) {
                      tty ? (evshort[0] ? evshort : NULL) : (do_eval ? evbuf : NULL));
         /* --save-every, and the step boundary where a signal stops the run
          * (every rank stops at the same step: the flag is agreed on) */
-        double stop = g_stop_signal;
+        if (!stopped) stopped = pending_stop_signal();
+        double stop = stopped;
         if ((rc = prog_dist_max(&pd, &stop, 1))) goto done;
         bool periodic = c->save_every > 0 && (step + 1) % c->save_every == 0 && k != n_steps - 1;
         if (c->save && (periodic || stop != 0) &&
             (rc = savefile_write(c->save, c, &tk, &m, o, step + 1)))
             goto done;
         if (stop != 0) {
-            stopped = g_stop_signal ? (int)g_stop_signal : SIGTERM;
+            if (!stopped) stopped = SIGTERM; /* another rank was stopped */
+            stop_signals_default();
             break;
         }
     }
@@ -616,7 +602,6 @@ int cmd_train(config *c) {
     }
 
 done:
-    if (handlers_set) stop_handlers_restore(&handlers);
     if (logf && fclose(logf) != 0 && !rc)
         rc = remat_set_error(REMAT_EIO, "--log %s: write failed", c->log);
     step_report_free(&rep);

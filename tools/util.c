@@ -297,3 +297,21 @@ int util_open_regular(const char *path, const char *flag) {
     if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     return fd;
 }
+
+void stop_signal_set(sigset_t *set) {
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+}
+
+void stop_signals_block(void) {
+    sigset_t set;
+    stop_signal_set(&set);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
+void stop_signals_default(void) {
+    sigset_t set;
+    stop_signal_set(&set);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+}

@@ -83,4 +83,15 @@ int util_open_regular(const char *path, const char *flag);
 /* Whether stream is a terminal. */
 bool util_isatty(FILE *f);
 
+/* ---- SIGINT / SIGTERM ------------------------------------------------------------------
+ * The program blocks both in every thread from the start of main, before
+ * any thread exists (threads inherit the mask), so no signal handler ever
+ * runs on top of a kernel. `train` polls for them at step boundaries;
+ * every other command, and train once it has stopped, gives them back to
+ * the main thread with their default action (the process ends). */
+#include <signal.h>
+void stop_signal_set(sigset_t *set);
+void stop_signals_block(void);
+void stop_signals_default(void);
+
 #endif /* REMAT_TOOLS_UTIL_H */
