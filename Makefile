@@ -4,10 +4,11 @@
 
 BUILD      ?= build
 BUILD_ASAN ?= build-asan
+BUILD_LINT ?= build-lint
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build run test test-asan test-clang werror bench fixtures clean
+.PHONY: all deps build run test test-asan test-clang werror lint bench fixtures clean
 
 all: build
 
@@ -46,6 +47,11 @@ werror: deps
 	  cmake --build build-werror-$$cc -j $(JOBS) || exit 1; \
 	done
 
+# clang-tidy over src/ (checks in .clang-tidy), with the flags CMake exports for a clang build.
+lint:
+	@sh scripts/deps.sh lint
+	@bash scripts/lint.sh $(BUILD_LINT) $(JOBS)
+
 bench: build
 	./$(BUILD)/bench_gemm
 	./$(BUILD)/bench_ops
@@ -55,4 +61,4 @@ fixtures:
 	python3 scripts/gen_fixtures.py tests/fixtures
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) build-werror-gcc build-werror-clang
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_LINT) build-werror-gcc build-werror-clang
