@@ -28,7 +28,9 @@ static const uint64_t k_default_seed = 67280421310721ULL; /* P's default seed */
 /* ---- built-in cpu type ------------------------------------------------------- */
 /* Bytes the default allocator really takes for nbytes (aligned_alloc wants a
  * multiple of the alignment); also the cache's size key. */
-static size_t cpu_rounded(size_t nbytes) { return (nbytes + 63) & ~(size_t)63; }
+static size_t cpu_rounded(size_t nbytes) {
+    return nbytes > SIZE_MAX - 63 ? SIZE_MAX : (nbytes + 63) & ~(size_t)63; /* SIZE_MAX: fails */
+}
 
 static void *cpu_alloc(void *ud, int index, size_t nbytes) {
     RM_UNUSED(ud);

@@ -95,7 +95,16 @@ int rm_storage_new(rm_storage **out, size_t nbytes, remat_device device, bool me
 void rm_storage_retain(rm_storage *s);
 void rm_storage_release(rm_storage *s);
 void rm_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+/* Element count of a shape already known to be valid (no overflow check:
+ * every tensor's shape passed rm_check_size when it was made). */
 int64_t rm_shape_numel(int ndim, const int64_t *shape);
+/* Checked size of a new tensor or view of (ndim, shape) (sizes >= 0) and
+ * dtype: REMAT_EINVAL, naming `call` (if not NULL) and the shape, when the element count
+ * overflows int64 or its bytes exceed REMAT_MAX_TENSOR_BYTES. *numel (may be
+ * NULL) gets the count. Every path that makes a shape larger than its
+ * input's (creation, broadcasting outputs, expand, reshape) goes through it. */
+int rm_check_size(const char *call, int ndim, const int64_t *shape, remat_dtype dtype,
+                  int64_t *numel);
 /* Hands a freshly created tensor to the caller: registers it with the open
  * scope, if any, and stores it in *out. Always returns REMAT_OK. */
 int rm_hand_out(remat_tensor **out, remat_tensor *t);
@@ -119,6 +128,15 @@ static inline uint16_t rm_f32_to_bf16(float f) {
 static inline float rm_bf16_to_f32(uint16_t h) {
     union { uint32_t u; float f; } v = {(uint32_t)h << 16};
     return v.f;
+}
+/* double -> i64 as remat converts floats to integers (copies, fills):
+ * truncation toward zero; NaN gives 0 and values beyond the i64 range
+ * saturate (a plain cast is undefined behaviour there). */
+static inline int64_t rm_f64_to_i64(double v) {
+    if (v != v) return 0;
+    if (v >= 9223372036854775808.0) return INT64_MAX;
+    if (v < -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)v;
 }
 /* Formats "[2, 3]" into buf. */
 const char *rm_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);

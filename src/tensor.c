@@ -38,6 +38,9 @@ int rm_storage_new(rm_storage **out, size_t nbytes, remat_device device, bool me
     *out = NULL;
     int rc = remat_device_check(device);
     if (rc) return rc;
+    if (nbytes > (size_t)REMAT_MAX_TENSOR_BYTES) /* also keeps allocator rounding exact */
+        return rm_err(REMAT_EINVAL, "a storage of %zu bytes is larger than the maximum tensor "
+                      "size (2^62 bytes)", nbytes);
     rm_storage *s = calloc(1, sizeof *s);
     if (!s) return rm_err(REMAT_ENOMEM, "out of host memory for a storage header");
     if (meta) {
@@ -82,6 +85,30 @@ int64_t rm_shape_numel(int ndim, const int64_t *shape) {
     int64_t n = 1;
     for (int d = 0; d < ndim; d++) n *= shape[d];
     return n;
+}
+
+int rm_check_size(const char *call, int ndim, const int64_t *shape, remat_dtype dtype,
+                  int64_t *numel) {
+    int64_t es = (int64_t)remat_dtype_size(dtype), n = 1;
+    bool over = false;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 0) { /* no elements, whatever the other dims say */
+            n = 0;
+            over = false;
+            break;
+        }
+        if (!over && n > INT64_MAX / shape[d]) over = true;
+        if (!over) n *= shape[d];
+    }
+    if (!over && es > 0 && n > REMAT_MAX_TENSOR_BYTES / es) over = true;
+    if (over) {
+        char b[200];
+        return rm_err(REMAT_EINVAL, "%s%sshape %s of %s is larger than the maximum tensor size "
+                      "(2^62 bytes)", call ? call : "", call ? ": " : "", rm_shape_str(ndim, shape, b, sizeof b),
+                      remat_dtype_name(dtype));
+    }
+    if (numel) *numel = n;
+    return REMAT_OK;
 }
 
 remat_tensor *rm_tensor_alloc(rm_storage *storage, int64_t offset, int ndim,
@@ -333,9 +360,11 @@ static int make_tensor(remat_tensor **out, int ndim, const int64_t *shape, remat
                        remat_device device, bool meta) {
     size_t es = remat_dtype_size(dtype);
     if (!es) return rm_err(REMAT_EDTYPE, "unknown dtype %d", (int)dtype);
-    int64_t numel = rm_shape_numel(ndim, shape);
+    int64_t numel = 0;
+    int rc = rm_check_size(NULL, ndim, shape, dtype, &numel);
+    if (rc) return rc;
     rm_storage *s = NULL;
-    int rc = rm_storage_new(&s, (size_t)numel * es, device, meta);
+    rc = rm_storage_new(&s, (size_t)numel * es, device, meta);
     if (rc) return rc;
     int64_t strides[REMAT_MAX_DIMS];
     rm_contiguous_strides(ndim, shape, strides);
@@ -375,7 +404,8 @@ static void fill_value(remat_tensor *t, double v) {
         for (int64_t i = 0; i < n; i++) f[i] = v;
     } else if (t->dtype == REMAT_I64) {
         int64_t *f = p;
-        for (int64_t i = 0; i < n; i++) f[i] = (int64_t)v;
+        int64_t iv = rm_f64_to_i64(v);
+        for (int64_t i = 0; i < n; i++) f[i] = iv;
     } else if (t->dtype == REMAT_U8) {
         memset(p, (int)(uint8_t)(v > 0 ? (v < 255 ? v : 255) : 0), (size_t)n);
     } else if (t->dtype == REMAT_BF16) {
@@ -391,7 +421,7 @@ static int fill_any(remat_tensor *t, double v, void (*fill)(remat_tensor *, doub
         if (fill) fill(t, v, ud); else fill_value(t, v);
         return REMAT_OK;
     }
-    remat_tensor *tmp;
+    remat_tensor *tmp = NULL;
     int rc = make_tensor(&tmp, t->ndim, t->shape, t->dtype, REMAT_DEVICE_CPU, false);
     if (rc) return rc;
     if (fill) fill(tmp, v, ud); else fill_value(tmp, v);
@@ -691,7 +721,10 @@ void rm_iter_seek(rm_iter *it, int64_t linear) {
     }
 }
 
-#define RM_COPY_CASE(DT, ST)                                                        \
+/* CONV converts one element (a cast, or rm_f64_to_i64 from floats to i64). */
+#define RM_CAST(DT, x) ((DT)(x))
+#define RM_TO_I64(DT, x) rm_f64_to_i64((double)(x))
+#define RM_COPY_CASE(DT, ST, CONV)                                                  \
     do {                                                                            \
         DT *d = (DT *)dst->storage->data + dst->offset;                             \
         const ST *s = (const ST *)src->storage->data + src->offset;                 \
@@ -704,7 +737,7 @@ void rm_iter_seek(rm_iter *it, int64_t linear) {
                 rm_iter it = base;                                                  \
                 rm_iter_seek(&it, lo);                                              \
                 for (int64_t i = lo; i < hi; i++) {                                 \
-                    d[it.off[0]] = (DT)s[it.off[1]];                                \
+                    d[it.off[0]] = CONV(DT, s[it.off[1]]);                          \
                     rm_iter_next(&it);                                              \
                 }                                                                   \
             }                                                                       \
@@ -755,7 +788,7 @@ int rm_copy_into(remat_tensor *dst, const remat_tensor *src) {
             switch (dst->dtype) {
             case REMAT_F32: *(float *)dp = (float)v; break;
             case REMAT_F64: *(double *)dp = v; break;
-            case REMAT_I64: *(int64_t *)dp = (int64_t)v; break;
+            case REMAT_I64: *(int64_t *)dp = rm_f64_to_i64(v); break;
             case REMAT_U8: *(uint8_t *)dp = (uint8_t)(v > 0 ? (v < 255 ? v : 255) : 0); break;
             default: *(uint16_t *)dp = rm_f32_to_bf16((float)v); break;
             }
@@ -764,15 +797,15 @@ int rm_copy_into(remat_tensor *dst, const remat_tensor *src) {
         return REMAT_OK;
     }
     switch (dst->dtype * 3 + src->dtype) {
-    case REMAT_F32 * 3 + REMAT_F32: RM_COPY_CASE(float, float); break;
-    case REMAT_F32 * 3 + REMAT_F64: RM_COPY_CASE(float, double); break;
-    case REMAT_F32 * 3 + REMAT_I64: RM_COPY_CASE(float, int64_t); break;
-    case REMAT_F64 * 3 + REMAT_F32: RM_COPY_CASE(double, float); break;
-    case REMAT_F64 * 3 + REMAT_F64: RM_COPY_CASE(double, double); break;
-    case REMAT_F64 * 3 + REMAT_I64: RM_COPY_CASE(double, int64_t); break;
-    case REMAT_I64 * 3 + REMAT_F32: RM_COPY_CASE(int64_t, float); break;
-    case REMAT_I64 * 3 + REMAT_F64: RM_COPY_CASE(int64_t, double); break;
-    case REMAT_I64 * 3 + REMAT_I64: RM_COPY_CASE(int64_t, int64_t); break;
+    case REMAT_F32 * 3 + REMAT_F32: RM_COPY_CASE(float, float, RM_CAST); break;
+    case REMAT_F32 * 3 + REMAT_F64: RM_COPY_CASE(float, double, RM_CAST); break;
+    case REMAT_F32 * 3 + REMAT_I64: RM_COPY_CASE(float, int64_t, RM_CAST); break;
+    case REMAT_F64 * 3 + REMAT_F32: RM_COPY_CASE(double, float, RM_CAST); break;
+    case REMAT_F64 * 3 + REMAT_F64: RM_COPY_CASE(double, double, RM_CAST); break;
+    case REMAT_F64 * 3 + REMAT_I64: RM_COPY_CASE(double, int64_t, RM_CAST); break;
+    case REMAT_I64 * 3 + REMAT_F32: RM_COPY_CASE(int64_t, float, RM_TO_I64); break;
+    case REMAT_I64 * 3 + REMAT_F64: RM_COPY_CASE(int64_t, double, RM_TO_I64); break;
+    case REMAT_I64 * 3 + REMAT_I64: RM_COPY_CASE(int64_t, int64_t, RM_CAST); break;
     default: return rm_err(REMAT_EDTYPE, "copy: unsupported dtypes");
     }
     return REMAT_OK;

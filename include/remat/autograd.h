@@ -106,8 +106,9 @@ typedef struct remat_saved_hooks {
     void (*free_handle)(void *user_data, void *handle);
     void *user_data;
 } remat_saved_hooks;
-/* Pushes a hook pair on this thread's stack (copied). REMAT_ENOMEM when the
- * stack (depth 64) is full. */
+/* Pushes a hook pair on this thread's stack (copied). The stack has no
+ * depth limit (it grows on the heap past 64 entries and gives that memory
+ * back when it empties); REMAT_ENOMEM only when growing fails. */
 remat_status remat_saved_hooks_push(const remat_saved_hooks *hooks);
 /* Pops the innermost pair. REMAT_ESTATE if the stack is empty. */
 remat_status remat_saved_hooks_pop(void);
@@ -130,7 +131,11 @@ typedef struct remat_function_def {
     remat_status (*forward)(remat_function_ctx *ctx, void *user_data, remat_tensor *const *inputs,
                             int n_inputs, remat_tensor **outputs, int n_outputs);
     /* Backward: grad_outputs[i] may be NULL (zero). Write new references to
-     * grad_inputs[0..n_inputs) (NULL = no gradient). */
+     * grad_inputs[0..n_inputs) (NULL = no gradient). Each gradient is
+     * checked against its input, as P's validate_outputs: another dtype is
+     * converted to the input's, a shape the input broadcasts to is summed
+     * down to it, any other shape fails the pass with REMAT_ESHAPE, another
+     * device with REMAT_EDEVICE. */
     remat_status (*backward)(remat_function_ctx *ctx, void *user_data,
                              remat_tensor *const *grad_outputs, int n_outputs,
                              remat_tensor **grad_inputs, int n_inputs);

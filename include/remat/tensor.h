@@ -30,6 +30,12 @@ extern "C" {
 #endif
 
 #define REMAT_MAX_DIMS 8
+/* The largest tensor: its elements take at most 2^62 bytes (so every
+ * element and byte offset fits in an int64_t). A shape whose element count
+ * overflows, or whose bytes exceed this, is refused with REMAT_EINVAL (the
+ * shape in the message) by every call that creates or views a tensor; a
+ * shape within the limit that the allocator cannot serve is REMAT_ENOMEM. */
+#define REMAT_MAX_TENSOR_BYTES (INT64_C(1) << 62)
 
 /* REMAT_U8 and REMAT_BF16 are storage-only dtypes: they hold saved
  * activations in compact form (1-bit masks packed 8 per byte, bf16 copies
@@ -66,7 +72,8 @@ typedef struct remat_node remat_node; /* autograd graph node, remat/autograd.h *
 /* ---- creation ------------------------------------------------------------
  * All return a new contiguous tensor on `device` with requires_grad off.
  * shape may be NULL when ndim == 0 (a scalar). Fail with REMAT_EINVAL on a
- * negative size or ndim > REMAT_MAX_DIMS, REMAT_EDEVICE on an unknown
+ * negative size, ndim > REMAT_MAX_DIMS or a size over REMAT_MAX_TENSOR_BYTES
+ * (see above), REMAT_EDEVICE on an unknown
  * device, REMAT_ENOMEM when the allocator fails. */
 remat_status remat_empty(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
                          remat_device device);
@@ -153,11 +160,13 @@ remat_status remat_copy_to_buffer(const remat_tensor *t, remat_dtype dtype, void
 /* ---- autograd attributes --------------------------------------------------- */
 bool remat_requires_grad(const remat_tensor *t);
 /* Marks a leaf as requiring grad. REMAT_EINVAL on a non-leaf (set it on the
- * leaf instead, or detach) or on an i64 tensor. */
+ * leaf instead, or detach) or, when requires_grad is true, on a tensor
+ * that is not f32 or f64. */
 remat_status remat_set_requires_grad(remat_tensor *t, bool requires_grad);
 /* Borrowed pointer to t's accumulated gradient, or NULL. */
 remat_tensor *remat_tensor_grad(const remat_tensor *t);
-/* Replaces t's gradient (retains g; NULL clears). */
+/* Replaces t's gradient (retains g; NULL clears). g must have t's shape
+ * (REMAT_ESHAPE), dtype (REMAT_EDTYPE) and device (REMAT_EDEVICE). */
 remat_status remat_set_grad(remat_tensor *t, remat_tensor *g);
 /* True if t was not produced by a differentiable op (grad_fn is NULL). */
 bool remat_is_leaf(const remat_tensor *t);

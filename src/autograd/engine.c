@@ -261,22 +261,78 @@ static int accumulate_into(remat_tensor **slot, remat_tensor *g) {
     return REMAT_OK;
 }
 
-static int buf_add(task *t, remat_node *n, int input_nr, remat_tensor *g) {
+/* P: validate_outputs. The gradient g that `producer` (NULL: a root's
+ * gradient) computed for output input_nr of n, checked against that
+ * output's metadata: another device is REMAT_EDEVICE; a shape the output
+ * broadcasts to is summed down to it, any other shape is REMAT_ESHAPE;
+ * another dtype is converted to the output's. *out: g itself (retained) or
+ * the fixed-up copy. */
+static int validate_grad(remat_tensor **out, const remat_node *producer, remat_node *n,
+                         int input_nr, remat_tensor *g) {
+    *out = NULL;
+    const rm_out_meta *m = &n->out_meta[input_nr];
+    const char *who = producer ? remat_node_name(producer) : "the gradient given for a root";
+    char b1[200], b2[160];
+    remat_device d = g->storage->device;
+    if (d.type != m->device.type || d.index != m->device.index)
+        return rm_err(REMAT_EDEVICE, "backward: function %s returned a gradient %s on %s:%d for a "
+                      "tensor on %s:%d", who, rm_tensor_str(g, b1, sizeof b1),
+                      remat_device_type_name(d.type), d.index,
+                      remat_device_type_name(m->device.type), m->device.index);
+    remat_tensor *cur = remat_retain(g);
+    int rc = REMAT_OK;
+    if (g->ndim != m->ndim || memcmp(g->shape, m->shape, sizeof(int64_t) * (size_t)m->ndim) != 0) {
+        int nd;
+        int64_t bs[REMAT_MAX_DIMS];
+        bool expandable = m->ndim <= g->ndim &&
+                          rm_broadcast_shape("backward", m->ndim, m->shape, g->ndim, g->shape, &nd,
+                                             bs) == REMAT_OK &&
+                          memcmp(bs, g->shape, sizeof(int64_t) * (size_t)nd) == 0;
+        if (!expandable) {
+            remat_release(cur);
+            return rm_err(REMAT_ESHAPE, "backward: function %s returned a gradient of shape %s for "
+                          "a tensor of shape %s", who,
+                          rm_shape_str(g->ndim, g->shape, b1, sizeof b1),
+                          rm_shape_str(m->ndim, m->shape, b2, sizeof b2));
+        }
+        remat_tensor *sum = NULL;
+        rc = rm_sum_to(&sum, cur, m->ndim, m->shape);
+        remat_release(cur);
+        if (rc) return rm_err_prefix(rc, "backward");
+        cur = sum;
+    }
+    if (cur->dtype != m->dtype) {
+        remat_tensor *conv = NULL;
+        rc = rm_new_output(&conv, m->ndim, m->shape, m->dtype, m->device);
+        if (!rc) rc = rm_copy_into(conv, cur);
+        remat_release(cur);
+        if (rc) {
+            remat_release(conv);
+            return rm_err_prefix(rc, "backward");
+        }
+        cur = conv;
+    }
+    *out = cur;
+    return REMAT_OK;
+}
+
+static int buf_add(task *t, const remat_node *producer, remat_node *n, int input_nr,
+                   remat_tensor *g) {
     ninfo *ni = tab_find(t, n);
     if (!ni) return REMAT_OK;
-    rm_out_meta *m = &n->out_meta[input_nr];
-    if (g->ndim != m->ndim || memcmp(g->shape, m->shape, sizeof(int64_t) * (size_t)m->ndim) != 0) {
-        char b1[160], b2[160];
-        return rm_err(REMAT_ESHAPE,
-                      "backward: function %s returned a gradient of shape %s for a tensor of shape "
-                      "%s", remat_node_name(n), rm_shape_str(g->ndim, g->shape, b1, sizeof b1),
-                      rm_shape_str(m->ndim, m->shape, b2, sizeof b2));
-    }
+    remat_tensor *v = NULL;
+    int rc = validate_grad(&v, producer, n, input_nr, g);
+    if (rc) return rc;
     if (!ni->buf) {
         ni->buf = calloc((size_t)n->n_outputs, sizeof *ni->buf);
-        if (!ni->buf) return rm_err(REMAT_ENOMEM, "backward: out of memory");
+        if (!ni->buf) {
+            remat_release(v);
+            return rm_err(REMAT_ENOMEM, "backward: out of memory");
+        }
     }
-    return accumulate_into(&ni->buf[input_nr], g);
+    rc = accumulate_into(&ni->buf[input_nr], v);
+    remat_release(v);
+    return rc;
 }
 
 static int run_hook_chain(remat_grad_hook_fn fn, void *ud, remat_tensor **g) {
@@ -379,7 +435,7 @@ static int call_backward(task *t, remat_node *n, remat_tensor **buf) {
         if (!gin[i] || !n->next[i].node) continue;
         ninfo *ci = tab_find(t, n->next[i].node);
         if (t->partial && ci && !ci->needed) continue;
-        rc = buf_add(t, n->next[i].node, n->next[i].input_nr, gin[i]);
+        rc = buf_add(t, n, n->next[i].node, n->next[i].input_nr, gin[i]);
     }
     for (int i = 0; i < n->n_next; i++) remat_release(gin[i]);
     free(gin);
@@ -524,7 +580,7 @@ static int seed_root_grads(task *t, int n, remat_tensor *const *roots,
             }
             g = ones;
         }
-        rc = buf_add(t, root_nodes[i], root_edges[i].input_nr, g);
+        rc = buf_add(t, NULL, root_nodes[i], root_edges[i].input_nr, g);
         remat_release(ones);
     }
     return rc;

@@ -27,33 +27,58 @@ bool rm_needs_grad(int n, remat_tensor *const *inputs) {
     return false;
 }
 
-/* ---- saved-tensor hooks stack ------------------------------------------------------- */
-#define RM_HOOK_DEPTH 64
+/* ---- saved-tensor hooks stack -------------------------------------------------------
+ * Per thread. The first RM_HOOK_INLINE entries live in thread-local
+ * storage (no allocation for ordinary nesting); deeper stacks (a chain of
+ * nested non-reentrant checkpoints, as the planner's minimum-memory plans
+ * make) move to a heap array that doubles as needed and is freed when the
+ * stack empties again. */
+#define RM_HOOK_INLINE 64
 typedef struct hook_entry {
     bool disabled;
     remat_saved_hooks hooks;
 } hook_entry;
-static RM_TLS hook_entry tls_hooks[RM_HOOK_DEPTH];
+static RM_TLS hook_entry tls_hooks_inline[RM_HOOK_INLINE];
+static RM_TLS hook_entry *tls_hooks_heap; /* NULL: the inline array is in use */
+static RM_TLS int tls_hooks_cap;          /* capacity of tls_hooks_heap */
 static RM_TLS int tls_n_hooks;
+
+static hook_entry *hook_stack(void) { return tls_hooks_heap ? tls_hooks_heap : tls_hooks_inline; }
+
+/* Room for one more entry; REMAT_ENOMEM (naming `call`) when it cannot grow. */
+static int hook_reserve(const char *call) {
+    int cap = tls_hooks_heap ? tls_hooks_cap : RM_HOOK_INLINE;
+    if (tls_n_hooks < cap) return REMAT_OK;
+    if (cap > INT32_MAX / 2)
+        return rm_err(REMAT_ENOMEM, "%s: hook stack depth %d cannot grow", call, tls_n_hooks);
+    int ncap = cap * 2;
+    hook_entry *a = realloc(tls_hooks_heap, (size_t)ncap * sizeof *a);
+    if (!a)
+        return rm_err(REMAT_ENOMEM, "%s: out of memory growing the hook stack past depth %d",
+                      call, tls_n_hooks);
+    if (!tls_hooks_heap) memcpy(a, tls_hooks_inline, sizeof tls_hooks_inline);
+    tls_hooks_heap = a;
+    tls_hooks_cap = ncap;
+    return REMAT_OK;
+}
 
 int remat_saved_hooks_push(const remat_saved_hooks *hooks) {
     if (!hooks || !hooks->pack || !hooks->unpack)
         return rm_err(REMAT_EINVAL, "remat_saved_hooks_push: hooks must supply pack and unpack");
-    if (tls_n_hooks >= RM_HOOK_DEPTH)
-        return rm_err(REMAT_ENOMEM, "remat_saved_hooks_push: hook stack full (depth %d)",
-                      RM_HOOK_DEPTH);
-    tls_hooks[tls_n_hooks].disabled = false;
-    tls_hooks[tls_n_hooks].hooks = *hooks;
-    tls_n_hooks++;
+    int rc = hook_reserve("remat_saved_hooks_push");
+    if (rc) return rc;
+    hook_entry *e = &hook_stack()[tls_n_hooks++];
+    e->disabled = false;
+    e->hooks = *hooks;
     return REMAT_OK;
 }
 
 int remat_saved_hooks_push_disabled(void) {
-    if (tls_n_hooks >= RM_HOOK_DEPTH)
-        return rm_err(REMAT_ENOMEM, "remat_saved_hooks_push_disabled: hook stack full");
-    memset(&tls_hooks[tls_n_hooks], 0, sizeof tls_hooks[0]);
-    tls_hooks[tls_n_hooks].disabled = true;
-    tls_n_hooks++;
+    int rc = hook_reserve("remat_saved_hooks_push_disabled");
+    if (rc) return rc;
+    hook_entry *e = &hook_stack()[tls_n_hooks++];
+    memset(e, 0, sizeof *e);
+    e->disabled = true;
     return REMAT_OK;
 }
 
@@ -61,6 +86,11 @@ int remat_saved_hooks_pop(void) {
     if (tls_n_hooks == 0)
         return rm_err(REMAT_ESTATE, "remat_saved_hooks_pop: no saved-tensor hooks are pushed");
     tls_n_hooks--;
+    if (tls_n_hooks == 0 && tls_hooks_heap) { /* back to the inline array */
+        free(tls_hooks_heap);
+        tls_hooks_heap = NULL;
+        tls_hooks_cap = 0;
+    }
     return REMAT_OK;
 }
 
@@ -293,8 +323,8 @@ int rm_node_save(remat_node *n, int slot, remat_tensor *t) {
     remat_tensor *alias = NULL;
     int rc = make_alias(&alias, t);
     if (rc) return rc;
-    if (tls_n_hooks > 0 && !tls_hooks[tls_n_hooks - 1].disabled) {
-        remat_saved_hooks h = tls_hooks[tls_n_hooks - 1].hooks;
+    if (tls_n_hooks > 0 && !hook_stack()[tls_n_hooks - 1].disabled) {
+        remat_saved_hooks h = hook_stack()[tls_n_hooks - 1].hooks;
         remat_clear_error();
         void *prev_scope = rm_scope_suspend();
         void *handle = h.pack(h.user_data, alias);
@@ -365,7 +395,7 @@ int remat_set_requires_grad(remat_tensor *t, bool requires_grad) {
                       rm_tensor_str(t, b, sizeof b), t->grad_fn->name);
     }
     if (requires_grad && t->dtype != REMAT_F32 && t->dtype != REMAT_F64)
-        return rm_err(REMAT_EDTYPE,
+        return rm_err(REMAT_EINVAL,
                       "remat_set_requires_grad: only floating point tensors can require grad, "
                       "got %s", rm_tensor_str(t, b, sizeof b));
     t->requires_grad = requires_grad;
@@ -382,6 +412,11 @@ int remat_set_grad(remat_tensor *t, remat_tensor *g) {
             memcmp(g->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0)
             return rm_err(REMAT_ESHAPE, "remat_set_grad: gradient %s does not match tensor %s",
                           rm_tensor_str(g, b1, sizeof b1), rm_tensor_str(t, b2, sizeof b2));
+        if (g->dtype != t->dtype)
+            return rm_err(REMAT_EDTYPE, "remat_set_grad: gradient %s has another dtype than "
+                          "tensor %s", rm_tensor_str(g, b1, sizeof b1), rm_tensor_str(t, b2, sizeof b2));
+        int rc = rm_check_same_device("remat_set_grad", t, g);
+        if (rc) return rc;
     }
     remat_tensor *old = t->grad;
     t->grad = remat_retain(g);

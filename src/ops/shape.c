@@ -196,11 +196,12 @@ static int infer_shape(const char *call, const remat_tensor *a, int ndim, const 
         } else if (shape[d] < 0) {
             return rm_err(REMAT_EINVAL, "%s: invalid size %lld in dim %d of shape %s", call,
                           (long long)shape[d], d, rm_shape_str(ndim, shape, b2, sizeof b2));
-        } else {
-            known *= shape[d];
         }
-        resolved[d] = shape[d];
+        resolved[d] = infer == d ? 1 : shape[d];
     }
+    int rc = rm_check_size(call, ndim, resolved, a->dtype, &known); /* known dims only */
+    if (rc) return rc;
+    if (infer >= 0) resolved[infer] = -1;
     int64_t numel = remat_numel(a);
     if (infer >= 0) {
         if (known == 0) {
@@ -275,7 +276,7 @@ static int reshape_impl(remat_tensor **out, remat_tensor *a, int ndim, const int
     *out = NULL;
     int rc = rm_check_tensor(call, "a", a);
     if (rc) return rc;
-    int64_t rs[REMAT_MAX_DIMS];
+    int64_t rs[REMAT_MAX_DIMS] = {0};
     rc = infer_shape(call, a, ndim, shape, rs);
     if (rc) return rc;
     shape_ctx c;
@@ -413,12 +414,13 @@ static int slice_impl(remat_tensor **out, remat_tensor *a, int dim, int64_t star
     if (start > size) start = size;
     if (end < start) end = start;
     if (end > size) end = size;
-    int64_t len = (end - start + step - 1) / step;
+    int64_t len = end > start ? 1 + (end - start - 1) / step : 0; /* no overflow for any step */
     int64_t sh[REMAT_MAX_DIMS], st[REMAT_MAX_DIMS];
     memcpy(sh, a->shape, sizeof sh);
     memcpy(st, a->strides, sizeof st);
     sh[d] = len;
-    st[d] = a->strides[d] * step;
+    /* with 2+ elements step < size, so the stride stays within the storage's span */
+    st[d] = len > 1 ? a->strides[d] * step : a->strides[d];
     /* an empty slice addresses nothing: keep the offset in range anyway */
     int64_t offset = a->offset + (len > 0 ? start * a->strides[d] : 0);
     remat_tensor *y = NULL;
@@ -472,6 +474,7 @@ static int expand_impl(remat_tensor **out, remat_tensor *a, int ndim, const int6
                           rm_shape_str(ndim, shape, b2, sizeof b2), j, (long long)a->shape[j]);
         }
     }
+    if ((rc = rm_check_size(call, ndim, sh, a->dtype, NULL))) return rc;
     remat_tensor *y = NULL;
     rc = make_view(&y, a, a->offset, ndim, sh, st, call);
     if (rc) return rc;

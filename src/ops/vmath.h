@@ -31,6 +31,7 @@ static inline int32_t rm_f32_to_bits(float f) {
 static inline float rm_expf_v(float x) {
     float xc = x < -104.0f ? -104.0f : x;
     xc = xc > 89.0f ? 89.0f : xc;
+    xc = x != x ? 0.0f : xc; /* NaN: any in-range value (the result is x); keeps ni in range */
     float t = xc * 1.44269504088896341f + 12582912.0f;
     int32_t ni = rm_f32_to_bits(t) - 0x4B400000; /* round(xc / ln 2) */
     float n = t - 12582912.0f;
@@ -45,7 +46,8 @@ static inline float rm_expf_v(float x) {
     p = p * r + 5.0000001201e-1f;
     p = p * r2 + r + 1.0f;
     int32_t n1 = ni >> 1, n2 = ni - n1;
-    float res = p * rm_bits_to_f32((n1 + 127) << 23) * rm_bits_to_f32((n2 + 127) << 23);
+    float res = p * rm_bits_to_f32((int32_t)((uint32_t)(n1 + 127) << 23)) *
+                rm_bits_to_f32((int32_t)((uint32_t)(n2 + 127) << 23));
     res = x > 88.72283935546875f ? INFINITY : res;
     res = x < -103.972084045410f ? 0.0f : res;
     res = x != x ? x : res;
