@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dispatch/kernels.h"
 #include "internal.h"
 
 typedef struct rm_gen {
@@ -136,6 +137,9 @@ int remat_register_device_type(const remat_device_type_def *def, int *type_id) {
     strcpy(t->name, def->name);
     t->def.name = t->name;
     for (int i = 0; i < REMAT_MAX_DEVICES_PER_TYPE; i++) t->gen[i].seed = k_default_seed;
+    /* a host-addressable type runs the cpu kernels on its memory; another
+     * registers its own (rm_kernel_register) */
+    rm_kernels_adopt_cpu(free_slot, def->host_addressable);
     *type_id = free_slot;
     pthread_mutex_unlock(&g_lock);
     return REMAT_OK;
@@ -160,6 +164,7 @@ int remat_unregister_device_type(int type_id) {
         }
     }
     memset(t, 0, sizeof *t);
+    rm_kernels_adopt_cpu(type_id, false);
     pthread_mutex_unlock(&g_lock);
     return REMAT_OK;
 }

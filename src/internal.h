@@ -242,6 +242,11 @@ bool rm_needs_grad(int n, remat_tensor *const *inputs);
  * empty edges), n_outputs outputs and room for n_saved saved tensors. */
 int rm_node_new(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
                 remat_tensor *const *inputs, int n_outputs, int n_saved);
+/* rm_node_new, then a copy of ctx_size bytes of ctx as the node's ctx
+ * (freed with the node); ctx_size 0: no ctx. */
+int rm_node_new_ctx(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
+                    remat_tensor *const *inputs, int n_outputs, int n_saved, const void *ctx,
+                    size_t ctx_size);
 /* Drops a reference to the node. */
 void rm_node_release(remat_node *n);
 remat_node *rm_node_retain(remat_node *n);
@@ -292,18 +297,20 @@ void rm_set_op_observer(rm_op_observer_fn fn, void *user_data, rm_op_observer_fn
                         void **prev_ud);
 void rm_op_enter(const char *op);
 
-/* ---- op interception (src/sac/intercept.c) ------------------------------------------
- * Every public op is bracketed by rm_op_begin / rm_op_end (use RM_OP_RUN1 /
- * RM_OP_RUN0 below) and saves its tensors with rm_op_save instead of
- * rm_node_save. This is the one place where selective checkpointing
- * (remat/selective.h) sees ops: the policy is asked in rm_op_begin, a
- * cached op runs in skip mode and gets its saved tensors (rm_op_save) and
- * outputs (rm_op_end) substituted by those of the original forward. Only
- * top-level ops are intercepted (ops called by ops are not); the depth and
- * the call site of the running top-level op are kept per thread for the
- * residual report. */
+/* ---- op interception (src/dispatch/intercept.c) -------------------------------------
+ * Every public op is bracketed by rm_op_begin / rm_op_end (rm_dispatch
+ * does it; ops not yet on the driver use RM_OP_RUN1 / RM_OP_RUN0 below)
+ * and saves its tensors with rm_op_save instead of rm_node_save. The
+ * bracket keeps, per thread, the op nesting depth and the name and call
+ * site of the running top-level op (the residual report reads them), and
+ * hands ops to the thread's interceptor, if one is installed: selective
+ * checkpointing installs its region there (src/sac/selective.c). The
+ * interceptor may run the op in skip mode and substitute its saved
+ * tensors (through the saver it installs for the op) and its outputs. */
+typedef struct rm_interceptor rm_interceptor;
 typedef struct rm_op_frame {
-    void *region;      /* intercepting selective-checkpoint region, or NULL */
+    void *region;      /* the interceptor's object handling this op, or NULL */
+    const rm_interceptor *vt; /* its functions */
     bool counted;      /* depth was incremented (begin succeeded) */
     bool top;          /* a top-level op */
     bool prev_skip;    /* skip mode before this op (restored by rm_op_end) */
@@ -311,6 +318,29 @@ typedef struct rm_op_frame {
     const char *prev_op;
     void *prev_site;
 } rm_op_frame;
+/* What an interceptor supplies; `self` is the object installed with it. */
+struct rm_interceptor {
+    /* Whether it takes the op starting at nesting depth `depth` (the ops
+     * already running on the thread). */
+    bool (*wants)(void *self, int depth);
+    /* The op starts (depth already counts it). Sets f->region to self when
+     * it is to see the op's end. A failure is the op's status. */
+    int (*begin)(void *self, rm_op_frame *f, const char *op, int n_in,
+                 remat_tensor *const *inputs, const char *tag);
+    void (*end)(void *self, rm_op_frame *f, int status, int n_out, remat_tensor *const *outs);
+};
+/* An installed object and its functions (both NULL: none). */
+typedef struct rm_icpt_ref {
+    const rm_interceptor *vt;
+    void *self;
+} rm_icpt_ref;
+/* Installs r as this thread's op interceptor; returns the one it replaces. */
+rm_icpt_ref rm_interceptor_set(rm_icpt_ref r);
+/* The saver receives the running op's saves (rm_op_save) instead of
+ * rm_node_save; installs fn/self on this thread and returns the previous
+ * through prev_fn/prev_self. */
+typedef int (*rm_saver_fn)(void *self, remat_node *n, int slot, remat_tensor *t);
+void rm_saver_set(rm_saver_fn fn, void *self, rm_saver_fn *prev_fn, void **prev_self);
 /* Starts a public op. `site` is the caller's return address (RM_OP_SITE()),
  * `tag` the name of a remat_tag op (NULL otherwise). On failure (a policy
  * error, a cache miss) the op must return the status at once, without
@@ -321,7 +351,7 @@ int rm_op_begin(rm_op_frame *f, const char *op, int n_in, remat_tensor *const *i
  * allowed). Never fails: problems found here are reported when the
  * checkpoint's context exits. */
 void rm_op_end(rm_op_frame *f, int status, int n_out, remat_tensor *const *outs);
-/* rm_node_save as seen by selective checkpointing: ops save through this. */
+/* rm_node_save as seen by the interceptor: ops save through this. */
 int rm_op_save(remat_node *n, int slot, remat_tensor *t);
 /* Name and call site of the top-level op running on this thread (NULL, and
  * *site NULL, outside ops). site may be NULL. */
@@ -424,28 +454,13 @@ bool rm_copy_same_dtype(remat_tensor *dst, const remat_tensor *src);
  * (no-op for a meta tensor). */
 void rm_zero_dim_range(remat_tensor *t, int d, int64_t lo, int64_t hi);
 
-/* ---- the elementwise engine (src/ops/binary.c) ------------------------------------------
+/* ---- the elementwise engine (RM_K_ELEMENTWISE, src/dispatch/kernels.h) ----------------
  * y = op(a, b, c; p) elementwise over y's shape; a/b/c (as many as the op
- * reads) are broadcast to y. Size-1 dims are dropped and dims contiguous in
- * every operand merged, so most calls become flat vectorised loops. */
-typedef enum rm_ew_op {
-    RM_EW_FILL,      /* 0 operands: p                          */
-    RM_EW_SCALE,     /* 1: a * p                               */
-    RM_EW_RELU,      /* 1: max(a, 0)                           */
-    RM_EW_ADD,       /* 2: a + b                               */
-    RM_EW_SUB,       /* 2: a - b                               */
-    RM_EW_MUL,       /* 2: a * b                               */
-    RM_EW_DIV,       /* 2: a / b                               */
-    RM_EW_POW,       /* 2: a ^ b                               */
-    RM_EW_AXPY,      /* 2: a + p * b                           */
-    RM_EW_RELU_BWD,  /* 2: b > 0 ? a : 0        (a = g, b = y) */
-    RM_EW_DIV_GB,    /* 3: -a * b / (c * c)     (g, x, y)      */
-    RM_EW_POW_GA,    /* 3: a * c * b^(c - 1)    (g, base, exp) */
-    RM_EW_POW_GB,    /* 3: a * b^c * log(b)     (g, base, exp) */
-    RM_EW_N_OPS
-} rm_ew_op;
-void rm_ew_run(int op, remat_tensor *y, remat_tensor *a, remat_tensor *b, remat_tensor *c,
-               double p);
+ * reads, others NULL) are broadcast to y, y may be a strided view. Runs the
+ * kernel of y's device and dtype; nothing when an operand has no data (skip
+ * mode). `call` names the op in errors (REMAT_EUNSUPPORTED: no kernel). */
+int rm_ew_run(const char *call, int op, remat_tensor *y, remat_tensor *a, remat_tensor *b,
+              remat_tensor *c, double p);
 
 /* ---- row kernels (src/ops/nn.c), shared by softmax and cross_entropy ---------------------
  * max of a row; sum of exp(x - sub) written to y; y = exp(x - sub) * scale. */

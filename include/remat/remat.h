@@ -13,6 +13,7 @@
  *   remat/selective.h   selective checkpointing policies, named residuals (remat_tag)
  *   remat/report.h      residual reports: what is saved for backward, and where
  *   remat/compress.h    bf16 and host-offload saved-tensor hooks
+ *   remat/dist.h        data parallelism over MPI: process groups, DDP, ZeRO-1
  *
  * Example: one SGD step of y = relu(x W^T + b), loss = mse(y, t).
  *
@@ -53,6 +54,7 @@
 #include "remat/selective.h"
 #include "remat/report.h"
 #include "remat/compress.h"
+#include "remat/dist.h"
 
 #define REMAT_VERSION_MAJOR 0
 #define REMAT_VERSION_MINOR 1

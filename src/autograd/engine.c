@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../internal.h"
+#include "accumulate.h"
 
 /* ---- per-pass bookkeeping --------------------------------------------------------- */
 typedef struct ninfo {
@@ -349,6 +350,17 @@ static int run_hook_chain(remat_grad_hook_fn fn, void *ud, remat_tensor **g) {
     return REMAT_OK;
 }
 
+static RM_TLS rm_accumulate_observer_fn tls_acc_fn;
+static RM_TLS void *tls_acc_ud;
+
+void rm_set_accumulate_observer(rm_accumulate_observer_fn fn, void *user_data,
+                                rm_accumulate_observer_fn *prev_fn, void **prev_ud) {
+    if (prev_fn) *prev_fn = tls_acc_fn;
+    if (prev_ud) *prev_ud = tls_acc_ud;
+    tls_acc_fn = fn;
+    tls_acc_ud = user_data;
+}
+
 /* Leaf gradient accumulation (P: AccumulateGrad). */
 static int accumulate_leaf(remat_tensor *leaf, remat_tensor *g) {
     if (!leaf->grad) {
@@ -454,6 +466,7 @@ static int run_node(task *t, ninfo *ni) {
         if (!buf || !buf[0]) return REMAT_OK;
         bool skip = captured_leaf || (t->partial && (!t->keep_grad || !ni->needed));
         if (!skip) rc = accumulate_leaf(n->leaf, buf[0]);
+        if (!skip && rc == REMAT_OK && tls_acc_fn) tls_acc_fn(tls_acc_ud, n->leaf);
         /* The buffer is dead now: freeing it here keeps the pass from
          * holding one gradient per parameter until it ends. */
         remat_release_p(&buf[0]);

@@ -106,19 +106,6 @@ void rm_notify_save(const char *op, remat_tensor *t) {
     if (g_save_obs) g_save_obs(g_save_obs_ud, op, t);
 }
 
-static RM_TLS rm_op_observer_fn tls_op_obs;
-static RM_TLS void *tls_op_obs_ud;
-void rm_set_op_observer(rm_op_observer_fn fn, void *user_data, rm_op_observer_fn *prev_fn,
-                        void **prev_ud) {
-    if (prev_fn) *prev_fn = tls_op_obs;
-    if (prev_ud) *prev_ud = tls_op_obs_ud;
-    tls_op_obs = fn;
-    tls_op_obs_ud = user_data;
-}
-void rm_op_enter(const char *op) {
-    if (tls_op_obs) tls_op_obs(tls_op_obs_ud, op);
-}
-
 /* ---- nodes ------------------------------------------------------------------------------ */
 static atomic_uint_fast64_t g_seq;
 
@@ -277,6 +264,22 @@ int rm_node_new(remat_node **out, const char *name, rm_backward_fn backward, int
         }
     }
     *out = n;
+    return REMAT_OK;
+}
+
+int rm_node_new_ctx(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
+                    remat_tensor *const *inputs, int n_outputs, int n_saved, const void *ctx,
+                    size_t ctx_size) {
+    int rc = rm_node_new(out, name, backward, n_inputs, inputs, n_outputs, n_saved);
+    if (rc || !ctx_size) return rc;
+    void *copy = malloc(ctx_size);
+    if (!copy) {
+        rm_node_release(*out);
+        *out = NULL;
+        return rm_err(REMAT_ENOMEM, "%s: out of memory for the node's parameters", name);
+    }
+    memcpy(copy, ctx, ctx_size);
+    rm_node_set_ctx(*out, copy, NULL);
     return REMAT_OK;
 }
 

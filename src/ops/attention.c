@@ -39,7 +39,7 @@
 
 #include "../internal.h"
 #include "gemm.h"
-#include "vmath.h"
+#include "../backends/cpu/vmath.h"
 
 /* Query rows per block: small enough that a block's scores (ATT_QB × Tk)
  * stay in L2, large enough for efficient GEMMs. */

@@ -1,301 +1,82 @@
-/* src/ops/binary.c — broadcasting elementwise binary ops (add, sub, mul, div,
- * pow) and the strided elementwise engine they share with the in-place ops
- * (src/ops/inplace.c) and their backward kernels.
- *
- * The engine computes y = f(a, b, c; p) over y's shape, where a, b, c are
- * broadcast to y and y may be any strided view (in-place ops write through
- * the strides of their target). Before running it
- *   1. drops size-1 dims (their strides never matter),
- *   2. coalesces adjacent dims that are contiguous with each other in every
- *      operand, so that a contiguous tensor becomes one flat dim and a bias
- *      add (N, C) + (C) becomes two dims with unit inner strides,
- * then walks the outer dims with rm_iter and runs a flat inner loop over
- * the last dim, specialised for unit strides (vectorised) and for a scalar
- * (stride 0) operand. OpenMP threads split the flat range; each seeks its
- * iterator to its start, so any shape parallelises, even a single row. */
-#include <math.h>
-#include <stdlib.h>
+/* src/ops/binary.c — broadcasting elementwise binary ops (add, sub, mul,
+ * div, pow): y = f(a, b) over the broadcast shape of a and b, on the
+ * elementwise kernel (src/backends/cpu/elementwise.c on the cpu), and
+ * rm_ew_run, through which the in-place ops and the backward formulas run
+ * the same kernel. */
 #include <string.h>
 
-#include "../internal.h"
+#include "../dispatch/dispatch.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-/* Engine ops: rm_ew_op in internal.h. */
-typedef rm_ew_op ewop;
-
-static const int k_arity[RM_EW_N_OPS] = {
-    [RM_EW_FILL] = 0, [RM_EW_SCALE] = 1, [RM_EW_RELU] = 1, [RM_EW_ADD] = 2, [RM_EW_SUB] = 2, [RM_EW_MUL] = 2,
-    [RM_EW_DIV] = 2, [RM_EW_POW] = 2, [RM_EW_AXPY] = 2, [RM_EW_RELU_BWD] = 2, [RM_EW_DIV_GB] = 3,
-    [RM_EW_POW_GA] = 3, [RM_EW_POW_GB] = 3,
-};
-
-/* Elementwise expressions. Macro arguments a function does not use are
- * never evaluated, so unused (NULL) operands are never read. */
-#define F_FILL(A, B, C, P, POWF, LOGF) (P)
-#define F_SCALE(A, B, C, P, POWF, LOGF) ((A) * (P))
-#define F_RELU(A, B, C, P, POWF, LOGF) ((A) > 0 ? (A) : 0)
-#define F_ADD(A, B, C, P, POWF, LOGF) ((A) + (B))
-#define F_SUB(A, B, C, P, POWF, LOGF) ((A) - (B))
-#define F_MUL(A, B, C, P, POWF, LOGF) ((A) * (B))
-#define F_DIV(A, B, C, P, POWF, LOGF) ((A) / (B))
-#define F_POW(A, B, C, P, POWF, LOGF) POWF((A), (B))
-#define F_AXPY(A, B, C, P, POWF, LOGF) ((A) + (P) * (B))
-#define F_RELU_BWD(A, B, C, P, POWF, LOGF) ((B) > 0 ? (A) : 0)
-#define F_DIV_GB(A, B, C, P, POWF, LOGF) (-(A) * (B) / ((C) * (C)))
-/* d(x^e)/dx = e * x^(e-1); defined as 0 where e == 0 (as P does), so that
- * x = 0, e = 0 gives 0 rather than 0 * inf = nan. */
-#define F_POW_GA(A, B, C, P, POWF, LOGF) ((C) == 0 ? 0 : (A) * (C) * POWF((B), (C) - 1))
-/* d(x^e)/de = x^e * log(x); 0 where x == 0 and e >= 0 (the limit), as P. */
-#define F_POW_GB(A, B, C, P, POWF, LOGF) \
-    (((B) == 0 && (C) >= 0) ? 0 : (A) * POWF((B), (C)) * LOGF(B))
-
-/* Inner loop over n elements with element strides sy, sa, sb, sc.
- * Variants: everything unit-stride (the common contiguous case), b scalar,
- * a scalar, and fully general strides. `omp simd` (SIMD = 1) is valid
- * because y never partially overlaps an input: out-of-place outputs are
- * fresh and inplace.c copies a partially overlapping operand first. The
- * pow/log expressions use SIMD = 0: no SIMD variant of them may exist, and
- * clang reports a forced but failed vectorisation as a warning. */
-#define RM_EW_SIMD_1 _Pragma("omp simd")
-#define RM_EW_SIMD_0
-#define RM_EW_INNER(T, F, SIMD, POWF, LOGF)                                                      \
-    do {                                                                                     \
-        if (sy == 1 && sa == 1 && sb == 1 && sc == 1) {                                      \
-            RM_EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++)                                   \
-                y[i] = (T)F(a[i], b[i], c[i], p, POWF, LOGF);                                \
-        } else if (sy == 1 && sa == 1 && sb == 0 && sc == 1) {                               \
-            const T bv = b[0];                                                               \
-            (void)bv;                                                                        \
-            RM_EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++)                                   \
-                y[i] = (T)F(a[i], bv, c[i], p, POWF, LOGF);                                  \
-        } else if (sy == 1 && sa == 0 && sb == 1 && sc == 1) {                               \
-            const T av = a[0];                                                               \
-            (void)av;                                                                        \
-            RM_EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++)                                   \
-                y[i] = (T)F(av, b[i], c[i], p, POWF, LOGF);                                  \
-        } else {                                                                             \
-            for (int64_t i = 0; i < n; i++)                                                  \
-                y[i * sy] = (T)F(a[i * sa], b[i * sb], c[i * sc], p, POWF, LOGF);            \
-        }                                                                                    \
-    } while (0)
-
-#define RM_EW_KERNEL(T, POWF, LOGF)                                                             \
-    static void ew_inner_##T(ewop op, T *y, int64_t sy, const T *a, int64_t sa, const T *b,  \
-                             int64_t sb, const T *c, int64_t sc, int64_t n, T p) {           \
-        switch (op) {                                                                        \
-        case RM_EW_FILL: RM_EW_INNER(T, F_FILL, 1, POWF, LOGF); break;                             \
-        case RM_EW_SCALE: RM_EW_INNER(T, F_SCALE, 1, POWF, LOGF); break;                           \
-        case RM_EW_RELU: RM_EW_INNER(T, F_RELU, 1, POWF, LOGF); break;                             \
-        case RM_EW_ADD: RM_EW_INNER(T, F_ADD, 1, POWF, LOGF); break;                               \
-        case RM_EW_SUB: RM_EW_INNER(T, F_SUB, 1, POWF, LOGF); break;                               \
-        case RM_EW_MUL: RM_EW_INNER(T, F_MUL, 1, POWF, LOGF); break;                               \
-        case RM_EW_DIV: RM_EW_INNER(T, F_DIV, 1, POWF, LOGF); break;                               \
-        case RM_EW_POW: RM_EW_INNER(T, F_POW, 0, POWF, LOGF); break;                               \
-        case RM_EW_AXPY: RM_EW_INNER(T, F_AXPY, 1, POWF, LOGF); break;                             \
-        case RM_EW_RELU_BWD: RM_EW_INNER(T, F_RELU_BWD, 1, POWF, LOGF); break;                     \
-        case RM_EW_DIV_GB: RM_EW_INNER(T, F_DIV_GB, 1, POWF, LOGF); break;                         \
-        case RM_EW_POW_GA: RM_EW_INNER(T, F_POW_GA, 0, POWF, LOGF); break;                         \
-        case RM_EW_POW_GB: RM_EW_INNER(T, F_POW_GB, 0, POWF, LOGF); break;                         \
-        case RM_EW_N_OPS: break;                                                                \
-        }                                                                                    \
-    }
-
-RM_EW_KERNEL(float, powf, logf)
-RM_EW_KERNEL(double, pow, log)
-
-/* A coalesced iteration plan: operand 0 is y, 1..3 are a, b, c. */
-typedef struct ew_plan {
-    int nd;
-    int64_t shape[REMAT_MAX_DIMS];
-    int64_t st[4][REMAT_MAX_DIMS];
-} ew_plan;
-
-static void plan_build(ew_plan *p, const remat_tensor *y, remat_tensor *const *x, int n_in) {
-    int64_t st[4][REMAT_MAX_DIMS];
-    memcpy(st[0], y->strides, sizeof(int64_t) * (size_t)y->ndim);
-    for (int k = 0; k < 3; k++) {
-        if (k < n_in) rm_broadcast_strides(x[k], y->ndim, y->shape, st[k + 1]);
-        else for (int d = 0; d < y->ndim; d++) st[k + 1][d] = 0; /* unused operand */
-    }
-    int nd = 0;
-    for (int d = 0; d < y->ndim; d++) {
-        if (y->shape[d] == 1) continue; /* size-1 dims: strides irrelevant */
-        if (nd > 0) {
-            /* merge dim d into the previous kept dim if every operand steps
-             * over the previous dim exactly as over a whole row of d */
-            bool merge = true;
-            for (int k = 0; k < 4 && merge; k++)
-                merge = p->st[k][nd - 1] == st[k][d] * y->shape[d];
-            if (merge) {
-                p->shape[nd - 1] *= y->shape[d];
-                for (int k = 0; k < 4; k++) p->st[k][nd - 1] = st[k][d];
-                continue;
-            }
-        }
-        p->shape[nd] = y->shape[d];
-        for (int k = 0; k < 4; k++) p->st[k][nd] = st[k][d];
-        nd++;
-    }
-    if (nd == 0) { /* a single element */
-        p->shape[0] = 1;
-        for (int k = 0; k < 4; k++) p->st[k][0] = 1;
-        nd = 1;
-    }
-    p->nd = nd;
+int rm_ew_run(const char *call, int op, remat_tensor *y, remat_tensor *a, remat_tensor *b,
+              remat_tensor *c, double p) {
+    const rm_ew_params params = {(rm_ew_op)op, p};
+    rm_kargs k = {.in = {a, b, c}, .out = {y}, .params = &params};
+    return rm_kernel_run(RM_K_ELEMENTWISE, call, &k);
 }
 
-/* Runs flat elements [lo, hi) of the plan. */
-#define RM_EW_RANGE(T)                                                                          \
-    static void ew_range_##T(ewop op, const ew_plan *pl, T *y, const T *a, const T *b,       \
-                             const T *c, T p, int64_t lo, int64_t hi) {                      \
-        int nd = pl->nd;                                                                     \
-        int64_t inner = pl->shape[nd - 1];                                                   \
-        rm_iter it;                                                                          \
-        rm_iter_init(&it, nd - 1, pl->shape, 4);                                             \
-        for (int k = 0; k < 4; k++)                                                          \
-            memcpy(it.strides[k], pl->st[k], sizeof(int64_t) * (size_t)(nd - 1));            \
-        rm_iter_seek(&it, lo / inner);                                                       \
-        int64_t col = lo % inner, pos = lo;                                                  \
-        int64_t s0 = pl->st[0][nd - 1], s1 = pl->st[1][nd - 1], s2 = pl->st[2][nd - 1],      \
-                s3 = pl->st[3][nd - 1];                                                      \
-        /* unused operands: unit stride so they never block the fast paths */               \
-        if (!a) s1 = 1;                                                                      \
-        if (!b) s2 = 1;                                                                      \
-        if (!c) s3 = 1;                                                                      \
-        while (pos < hi) {                                                                   \
-            int64_t len = inner - col < hi - pos ? inner - col : hi - pos;                   \
-            ew_inner_##T(op, y + it.off[0] + col * s0, s0,                                   \
-                         a ? a + it.off[1] + col * s1 : NULL, s1,                            \
-                         b ? b + it.off[2] + col * s2 : NULL, s2,                            \
-                         c ? c + it.off[3] + col * s3 : NULL, s3, len, p);                   \
-            pos += len;                                                                      \
-            col = 0;                                                                         \
-            rm_iter_next(&it);                                                               \
-        }                                                                                    \
-    }
-
-RM_EW_RANGE(float)
-RM_EW_RANGE(double)
-
-/* Work per element above which threads pay off; pow/log are ~20x dearer. */
-static int64_t ew_threshold(ewop op) {
-    return (op == RM_EW_POW || op == RM_EW_POW_GA || op == RM_EW_POW_GB) ? RM_OMP_MIN / 16 : RM_OMP_MIN;
-}
-
-void rm_ew_run(int op_, remat_tensor *y, remat_tensor *a, remat_tensor *b, remat_tensor *c,
-               double p);
-
-/* y = f(a, b, c; p) with a, b, c (as many as the op reads; others NULL)
- * broadcast to y's shape. All float of y's dtype, validated by the caller.
- * y is written through its strides. No autograd; meta tensors → no-op. */
-void rm_ew_run(int op_, remat_tensor *y, remat_tensor *a, remat_tensor *b, remat_tensor *c,
-               double p) {
-    ewop op = (ewop)op_;
-    remat_tensor *x[3] = {a, b, c};
-    int n_in = k_arity[op];
-    if (!rm_ptr(y)) return;
-    for (int k = 0; k < n_in; k++)
-        if (!rm_ptr(x[k])) return;
-    int64_t n = rm_shape_numel(y->ndim, y->shape);
-    if (n == 0) return;
-    ew_plan pl;
-    plan_build(&pl, y, x, n_in);
-    void *py = rm_ptr(y), *pa = n_in > 0 ? rm_ptr(a) : NULL, *pb = n_in > 1 ? rm_ptr(b) : NULL,
-         *pc = n_in > 2 ? rm_ptr(c) : NULL;
-    bool f32 = y->dtype == REMAT_F32;
-#pragma omp parallel if (n > ew_threshold(op))
-    {
-        int nt = 1, id = 0;
-#ifdef _OPENMP
-        nt = omp_get_num_threads();
-        id = omp_get_thread_num();
-#endif
-        int64_t lo = n * id / nt, hi = n * (id + 1) / nt;
-        if (lo < hi) {
-            if (f32) ew_range_float(op, &pl, py, pa, pb, pc, (float)p, lo, hi);
-            else ew_range_double(op, &pl, py, pa, pb, pc, p, lo, hi);
-        }
-    }
-}
-
-/* New contiguous tensor of g's shape = f(g, x1, x2) (backward helper). */
-static int ew_new(remat_tensor **out, ewop op, remat_tensor *shape_of, remat_tensor *a,
-                  remat_tensor *b, remat_tensor *c, double p) {
+/* New contiguous tensor of shape_of's shape = f(a, b, c) (backward helper). */
+static int ew_new(const char *call, remat_tensor **out, rm_ew_op op, remat_tensor *shape_of,
+                  remat_tensor *a, remat_tensor *b, remat_tensor *c, double p) {
     int rc = rm_new_output(out, shape_of->ndim, shape_of->shape, shape_of->dtype,
                            shape_of->storage->device);
-    if (rc) return rc;
-    rm_ew_run(op, *out, a, b, c, p);
-    return REMAT_OK;
+    if (!rc) rc = rm_ew_run(call, op, *out, a, b, c, p);
+    return rc;
 }
 
-/* ---- autograd ------------------------------------------------------------------- */
+/* What the backward needs: the formula and the input shapes (gradients are
+ * summed back down to them, undoing the broadcast). */
 typedef struct bctx {
-    ewop op;
+    rm_ew_params ew;
     int nda, ndb;
     int64_t sa[REMAT_MAX_DIMS], sb[REMAT_MAX_DIMS];
 } bctx;
 
-static const char *k_node_name[RM_EW_N_OPS] = {
-    [RM_EW_ADD] = "AddBackward", [RM_EW_SUB] = "SubBackward", [RM_EW_MUL] = "MulBackward",
-    [RM_EW_DIV] = "DivBackward", [RM_EW_POW] = "PowBackward",
-};
-static const char *k_call_name[RM_EW_N_OPS] = {
-    [RM_EW_ADD] = "remat_add", [RM_EW_SUB] = "remat_sub", [RM_EW_MUL] = "remat_mul",
-    [RM_EW_DIV] = "remat_div", [RM_EW_POW] = "remat_pow",
-};
+static void fill_ctx(const rm_op_call *c, void *ctx) {
+    bctx *cx = ctx;
+    cx->nda = c->in[0]->ndim;
+    cx->ndb = c->in[1]->ndim;
+    memcpy(cx->sa, c->in[0]->shape, sizeof cx->sa);
+    memcpy(cx->sb, c->in[1]->shape, sizeof cx->sb);
+}
 
-/* Saved slots: 0 = a, 1 = b (each only when the backward formula needs it). */
-static void saves_needed(ewop op, bool need_a, bool need_b, bool *save_a, bool *save_b) {
-    *save_a = *save_b = false;
-    switch (op) {
-    case RM_EW_MUL: /* da = g * b, db = g * a */
-        *save_a = need_b;
-        *save_b = need_a;
-        break;
-    case RM_EW_DIV: /* da = g / b, db = -g * a / b^2 */
-        *save_a = need_b;
-        *save_b = need_a || need_b;
-        break;
-    case RM_EW_POW: /* both formulas read a and b */
-        *save_a = *save_b = true;
-        break;
-    default: break;
-    }
+static int infer_broadcast(const rm_op_call *c, rm_out_spec *out) {
+    remat_tensor *a = c->in[0], *b = c->in[1];
+    out[0].dtype = a->dtype;
+    return rm_broadcast_shape(c->op->name, a->ndim, a->shape, b->ndim, b->shape, &out[0].ndim,
+                              out[0].shape);
 }
 
 /* g is the output gradient (broadcast shape); grads reduced to each input's shape. */
 static int binary_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
-    bctx *cx = node->ctx;
+    const bctx *cx = node->ctx;
+    const char *nm = node->name;
     bool need_a = node->next[0].node != NULL, need_b = node->next[1].node != NULL;
     remat_tensor *g = gout[0], *a = NULL, *b = NULL, *ta = NULL, *tb = NULL;
     int rc = rm_node_unpack(node, 0, &a);
     if (!rc) rc = rm_node_unpack(node, 1, &b);
     if (rc) goto out;
-    switch (cx->op) {
+    switch (cx->ew.op) {
     case RM_EW_ADD:
         if (need_a) ta = remat_retain(g);
         if (need_b) tb = remat_retain(g);
         break;
     case RM_EW_SUB:
         if (need_a) ta = remat_retain(g);
-        if (need_b) rc = ew_new(&tb, RM_EW_SCALE, g, g, NULL, NULL, -1.0);
+        if (need_b) rc = ew_new(nm, &tb, RM_EW_SCALE, g, g, NULL, NULL, -1.0);
         break;
     case RM_EW_MUL:
-        if (need_a) rc = ew_new(&ta, RM_EW_MUL, g, g, b, NULL, 0);
-        if (!rc && need_b) rc = ew_new(&tb, RM_EW_MUL, g, g, a, NULL, 0);
+        if (need_a) rc = ew_new(nm, &ta, RM_EW_MUL, g, g, b, NULL, 0);
+        if (!rc && need_b) rc = ew_new(nm, &tb, RM_EW_MUL, g, g, a, NULL, 0);
         break;
     case RM_EW_DIV:
-        if (need_a) rc = ew_new(&ta, RM_EW_DIV, g, g, b, NULL, 0);
-        if (!rc && need_b) rc = ew_new(&tb, RM_EW_DIV_GB, g, g, a, b, 0);
+        if (need_a) rc = ew_new(nm, &ta, RM_EW_DIV, g, g, b, NULL, 0);
+        if (!rc && need_b) rc = ew_new(nm, &tb, RM_EW_DIV_GB, g, g, a, b, 0);
         break;
     case RM_EW_POW:
-        if (need_a) rc = ew_new(&ta, RM_EW_POW_GA, g, g, a, b, 0);
-        if (!rc && need_b) rc = ew_new(&tb, RM_EW_POW_GB, g, g, a, b, 0);
+        if (need_a) rc = ew_new(nm, &ta, RM_EW_POW_GA, g, g, a, b, 0);
+        if (!rc && need_b) rc = ew_new(nm, &tb, RM_EW_POW_GB, g, g, a, b, 0);
         break;
-    default: rc = rm_err(REMAT_ESTATE, "%s: bad op", node->name); break;
+    default: rc = rm_err(REMAT_ESTATE, "%s: bad op", nm); break;
     }
     if (rc) goto out;
     if (ta) rc = rm_sum_to(&gin[0], ta, cx->nda, cx->sa);
@@ -308,73 +89,44 @@ out:
     return rc;
 }
 
-static int binary_impl(ewop op, remat_tensor **out, remat_tensor *a, remat_tensor *b) {
-    const char *call = k_call_name[op];
-    rm_op_enter(call);
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    *out = NULL;
-    int rc = rm_check_float(call, "a", a);
-    if (!rc) rc = rm_check_float(call, "b", b);
-    if (!rc) rc = rm_check_same_dtype(call, a, b);
-    if (!rc) rc = rm_check_same_device(call, a, b);
-    if (rc) return rc;
-    int nd;
-    int64_t shape[REMAT_MAX_DIMS];
-    rc = rm_broadcast_shape(call, a->ndim, a->shape, b->ndim, b->shape, &nd, shape);
-    if (rc) return rc;
-    remat_tensor *y = NULL;
-    rc = rm_new_output(&y, nd, shape, a->dtype, a->storage->device);
-    if (rc) return rm_err_prefix(rc, call);
-    rm_ew_run(op, y, a, b, NULL, 0);
-    remat_tensor *in[2] = {a, b};
-    if (rm_needs_grad(2, in)) {
-        remat_node *node;
-        rc = rm_node_new(&node, k_node_name[op], binary_backward, 2, in, 1, 2);
-        if (rc == REMAT_OK) {
-            bctx *cx = malloc(sizeof *cx);
-            if (!cx) rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-            else {
-                cx->op = op;
-                cx->nda = a->ndim;
-                cx->ndb = b->ndim;
-                memcpy(cx->sa, a->shape, sizeof cx->sa);
-                memcpy(cx->sb, b->shape, sizeof cx->sb);
-                rm_node_set_ctx(node, cx, NULL);
-                rm_node_set_output(node, 0, y);
-                bool save_a, save_b;
-                saves_needed(op, node->next[0].node != NULL, node->next[1].node != NULL,
-                             &save_a, &save_b);
-                if (save_a) rc = rm_op_save(node, 0, a);
-                if (!rc && save_b) rc = rm_op_save(node, 1, b);
-            }
-            rm_node_release(node);
-        }
-        if (rc) {
-            remat_release(y);
-            return rm_err_prefix(rc, call);
-        }
-    }
-    return rm_hand_out(out, y);
-}
+/* Saved slots: 0 = a, 1 = b, each only when a gradient formula reads it
+ * (the for_grads bits: 1 = a's gradient, 2 = b's). */
+#define NO_SAVES {{RM_SAVE_NONE, 0, 0}, {RM_SAVE_NONE, 1, 0}}
+#define BINARY_OP(sym, call, node, ...)                                                      \
+    const rm_op_desc sym = {                                                                 \
+        .name = call, .node_name = node, .n_in = 2, .n_out = 1, .n_saved = 2,                \
+        .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE,                      \
+        .kernel = RM_K_ELEMENTWISE, .params_size = sizeof(bctx), .fill_ctx = fill_ctx,       \
+        .infer = infer_broadcast, .saves = __VA_ARGS__, .backward = binary_backward}
 
-/* The public entry: interception bracket around binary_impl. */
-static int binary_op(ewop op, remat_tensor **out, remat_tensor *a, remat_tensor *b, void *site) {
+BINARY_OP(rm_op_add, "remat_add", "AddBackward", NO_SAVES);
+BINARY_OP(rm_op_sub, "remat_sub", "SubBackward", NO_SAVES);
+/* da = g * b, db = g * a */
+BINARY_OP(rm_op_mul, "remat_mul", "MulBackward", {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}});
+/* da = g / b, db = -g * a / b^2 */
+BINARY_OP(rm_op_div, "remat_div", "DivBackward", {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 3}});
+/* both formulas read a and b */
+BINARY_OP(rm_op_pow, "remat_pow", "PowBackward", {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}});
+
+static int binary(const rm_op_desc *d, rm_ew_op op, remat_tensor **out, remat_tensor *a,
+                  remat_tensor *b, void *site) {
+    const bctx params = {.ew = {op, 0}};
     remat_tensor *in[2] = {a, b};
-    RM_OP_RUN1_AT(site, k_call_name[op], out, 2, in, NULL, binary_impl(op, out, a, b));
+    return rm_dispatch(d, out, in, &params, site);
 }
 
 int remat_add(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
-    return binary_op(RM_EW_ADD, out, a, b, RM_OP_SITE());
+    return binary(&rm_op_add, RM_EW_ADD, out, a, b, RM_OP_SITE());
 }
 int remat_sub(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
-    return binary_op(RM_EW_SUB, out, a, b, RM_OP_SITE());
+    return binary(&rm_op_sub, RM_EW_SUB, out, a, b, RM_OP_SITE());
 }
 int remat_mul(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
-    return binary_op(RM_EW_MUL, out, a, b, RM_OP_SITE());
+    return binary(&rm_op_mul, RM_EW_MUL, out, a, b, RM_OP_SITE());
 }
 int remat_div(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
-    return binary_op(RM_EW_DIV, out, a, b, RM_OP_SITE());
+    return binary(&rm_op_div, RM_EW_DIV, out, a, b, RM_OP_SITE());
 }
 int remat_pow(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
-    return binary_op(RM_EW_POW, out, a, b, RM_OP_SITE());
+    return binary(&rm_op_pow, RM_EW_POW, out, a, b, RM_OP_SITE());
 }

@@ -251,7 +251,7 @@ static int split_impl(remat_tensor **outs, int max_out, int *n_out, remat_tensor
     return REMAT_OK;
 }
 
-/* ---- public entries: interception brackets (src/sac/intercept.c) ---------------------- */
+/* ---- public entries: interception brackets (src/dispatch/intercept.c) ---------------------- */
 int remat_cat(remat_tensor **out, int n, remat_tensor *const *tensors, int dim) {
     /* the policy sees the tensors themselves as the inputs */
     RM_OP_RUN1("remat_cat", out, n > 0 && tensors ? n : 0, tensors, NULL,

@@ -398,7 +398,7 @@ static int to_device_impl(remat_tensor **out, remat_tensor *t, remat_device devi
     return copy_op(call, "ToCopyBackward", out, t, t->dtype, device);
 }
 
-/* ---- public entries: interception brackets (src/sac/intercept.c) ---------------------- */
+/* ---- public entries: interception brackets (src/dispatch/intercept.c) ---------------------- */
 int remat_clone(remat_tensor **out, remat_tensor *t) {
     remat_tensor *in_[] = {t};
     RM_OP_RUN1("remat_clone", out, 1, in_, NULL, clone_impl(out, t));

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "../dispatch/kernels.h"
 
 
 typedef enum ipop { IP_ADD, IP_MUL, IP_MUL_SCALAR, IP_RELU, IP_ZERO, IP_COPY } ipop;
@@ -146,8 +146,7 @@ static int zeros_like(remat_tensor **out, const remat_tensor *t) {
 static int ew_new(remat_tensor **out, int op, remat_tensor *g, remat_tensor *x, double p) {
     int rc = rm_new_output(out, g->ndim, g->shape, g->dtype, g->storage->device);
     if (rc) return rc;
-    rm_ew_run(op, *out, g, x, NULL, p);
-    return REMAT_OK;
+    return rm_ew_run("in-place backward", op, *out, g, x, NULL, p);
 }
 
 /* Reduces a gradient of a's shape to operand b's shape and dtype. */
@@ -278,10 +277,10 @@ static int inplace_impl(ipop op, remat_tensor *a, remat_tensor *b_in, double p) 
 
     /* the kernel */
     switch (op) {
-    case IP_ADD: rm_ew_run(RM_EW_AXPY, a, a, b, NULL, p); break;
-    case IP_MUL: rm_ew_run(RM_EW_MUL, a, a, b, NULL, 0); break;
-    case IP_MUL_SCALAR: rm_ew_run(RM_EW_SCALE, a, a, NULL, NULL, p); break;
-    case IP_RELU: rm_ew_run(RM_EW_RELU, a, a, NULL, NULL, 0); break;
+    case IP_ADD: rc = rm_ew_run(call, RM_EW_AXPY, a, a, b, NULL, p); break;
+    case IP_MUL: rc = rm_ew_run(call, RM_EW_MUL, a, a, b, NULL, 0); break;
+    case IP_MUL_SCALAR: rc = rm_ew_run(call, RM_EW_SCALE, a, a, NULL, NULL, p); break;
+    case IP_RELU: rc = rm_ew_run(call, RM_EW_RELU, a, a, NULL, NULL, 0); break;
     case IP_ZERO:
         if (!rm_ptr(a)) break;
         if (remat_is_contiguous(a))
@@ -289,13 +288,13 @@ static int inplace_impl(ipop op, remat_tensor *a, remat_tensor *b_in, double p) 
         else if (a->dtype == REMAT_I64)
             zero_strided_i64(a);
         else
-            rm_ew_run(RM_EW_FILL, a, NULL, NULL, NULL, 0);
+            rc = rm_ew_run(call, RM_EW_FILL, a, NULL, NULL, NULL, 0);
         break;
     case IP_COPY:
         rc = rm_copy_into(a, b);
-        if (rc) goto fail;
         break;
     }
+    if (rc) goto fail;
     rm_bump_version(a);
 
     if (node) {

@@ -512,7 +512,7 @@ fail:
     return rm_err_prefix(rc, call);
 }
 
-/* ---- public entries: interception brackets (src/sac/intercept.c) ---------------------- */
+/* ---- public entries: interception brackets (src/dispatch/intercept.c) ---------------------- */
 int remat_embedding(remat_tensor **out, remat_tensor *weight, remat_tensor *indices) {
     remat_tensor *in_[] = {weight, indices};
     RM_OP_RUN1("remat_embedding", out, 2, in_, NULL, embedding_impl(out, weight, indices));

@@ -671,7 +671,7 @@ fail:
     return rm_err_prefix(rc, call);
 }
 
-/* ---- public entries: interception brackets (src/sac/intercept.c) ---------------------- */
+/* ---- public entries: interception brackets (src/dispatch/intercept.c) ---------------------- */
 int remat_matmul(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     remat_tensor *in[2] = {a, b};
     RM_OP_RUN1("remat_matmul", out, 2, in, NULL, matmul_impl(out, a, b));

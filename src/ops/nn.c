@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "../internal.h"
-#include "vmath.h"
+#include "../backends/cpu/vmath.h"
 
 #define NN_COL_BLOCK 64
 
@@ -902,7 +902,7 @@ fail:
     return rm_err_prefix(rc, call);
 }
 
-/* ---- public entries: interception brackets (src/sac/intercept.c) ---------------------- */
+/* ---- public entries: interception brackets (src/dispatch/intercept.c) ---------------------- */
 int remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
                      remat_tensor *bias, double eps) {
     remat_tensor *in[3] = {x, weight, bias};

@@ -330,7 +330,7 @@ static int where_impl(remat_tensor **out, remat_tensor *cond, remat_tensor *a, r
     return rm_hand_out(out, y);
 }
 
-/* ---- public entries: interception brackets (src/sac/intercept.c) ---------------------- */
+/* ---- public entries: interception brackets (src/dispatch/intercept.c) ---------------------- */
 int remat_masked_fill(remat_tensor **out, remat_tensor *a, remat_tensor *mask, double value) {
     remat_tensor *in_[] = {a, mask};
     RM_OP_RUN1("remat_masked_fill", out, 2, in_, NULL, masked_fill_impl(out, a, mask, value));

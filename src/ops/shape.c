@@ -562,7 +562,7 @@ static int contiguous_impl(remat_tensor **out, remat_tensor *a) {
     return finish(out, y, a, "CloneBackward", identity_backward, &c, call);
 }
 
-/* ---- public entries: interception brackets (src/sac/intercept.c) ---------------------- */
+/* ---- public entries: interception brackets (src/dispatch/intercept.c) ---------------------- */
 int remat_transpose(remat_tensor **out, remat_tensor *a, int dim0, int dim1) {
     remat_tensor *in_[] = {a};
     RM_OP_RUN1("remat_transpose", out, 1, in_, NULL, transpose_impl(out, a, dim0, dim1));

@@ -98,14 +98,15 @@ struct sac_region {
     uint64_t bid;
     bool stopped;   /* skip mode was on at a top-level op: early stop */
     bool consumed_any; /* this recomputation served an op from the cache */
-    sac_region *prev;
     /* the running top-level op */
     int cur;        /* record index (forward) or served record (recompute); -1 none */
     bool serving;
     int save_pos;
     int cur_n_in;
     remat_tensor *const *cur_in;
-    sac_region *prev_saver;
+    rm_saver_fn prev_saver;   /* the saver and interceptor this region replaced */
+    void *prev_saver_self;
+    rm_icpt_ref prev_icpt;
     /* first problem found where no status can be returned; reported when
      * the context exits */
     int err;
@@ -329,8 +330,11 @@ static void tag_override(sac_region *r, int p, remat_tensor *t) {
     }
 }
 
+static int saver(void *self, remat_node *n, int slot, remat_tensor *t);
+
 /* ---- interception -------------------------------------------------------------------- */
-bool sac_wants(sac_region *r, int depth) {
+static bool sac_wants(void *self, int depth) {
+    sac_region *r = self;
     return r->mode != MODE_IDLE && !r->stopped && depth == r->base_depth &&
            remat_current_backward_id() == r->bid;
 }
@@ -399,8 +403,7 @@ static int begin_forward(sac_region *r, rm_op_frame *f, const char *op, int n_in
     r->save_pos = 0;
     r->cur_n_in = n_in;
     r->cur_in = inputs;
-    r->prev_saver = sac_tls_saver;
-    sac_tls_saver = r;
+    rm_saver_set(saver, r, &r->prev_saver, &r->prev_saver_self);
     f->region = r;
     return REMAT_OK;
 }
@@ -479,16 +482,16 @@ static int begin_recompute(sac_region *r, rm_op_frame *f, const char *op, int n_
     r->save_pos = 0;
     r->cur_n_in = n_in;
     r->cur_in = inputs;
-    r->prev_saver = sac_tls_saver;
-    sac_tls_saver = r;
+    rm_saver_set(saver, r, &r->prev_saver, &r->prev_saver_self);
     f->region = r;
     f->prev_skip = rm_set_skip_mode(true);
     f->set_skip = true;
     return REMAT_OK;
 }
 
-int sac_begin(sac_region *r, rm_op_frame *f, const char *op, int n_in,
-              remat_tensor *const *inputs, const char *tag) {
+static int sac_begin(void *self, rm_op_frame *f, const char *op, int n_in,
+                     remat_tensor *const *inputs, const char *tag) {
+    sac_region *r = self;
     if (rm_skip_mode()) {
         /* The checkpoint stopped the recomputation early (P leaves the
          * function there): nothing after this point is asked or served. */
@@ -509,7 +512,8 @@ static int save_through(sac_region *r, remat_node *n, int slot, remat_tensor *t)
     return rc;
 }
 
-int sac_save(sac_region *r, remat_node *n, int slot, remat_tensor *t) {
+static int saver(void *self, remat_node *n, int slot, remat_tensor *t) {
+    sac_region *r = self;
     sac_rec *rec = &r->recs[r->cur];
     int pos = r->save_pos++;
     if (!r->serving) {
@@ -679,8 +683,10 @@ static void end_recompute(sac_region *r, rm_op_frame *f, int status, int n_out,
     rec_release(rec);
 }
 
-void sac_end(sac_region *r, rm_op_frame *f, int status, int n_out, remat_tensor *const *outs) {
-    sac_tls_saver = r->prev_saver;
+static void sac_end(void *self, rm_op_frame *f, int status, int n_out,
+                    remat_tensor *const *outs) {
+    sac_region *r = self;
+    rm_saver_set(r->prev_saver, r->prev_saver_self, NULL, NULL);
     if (r->serving) end_recompute(r, f, status, n_out, outs);
     else end_forward(r, status, n_out, outs);
     r->cur = -1;
@@ -688,6 +694,8 @@ void sac_end(sac_region *r, rm_op_frame *f, int status, int n_out, remat_tensor 
     r->cur_in = NULL;
     r->cur_n_in = 0;
 }
+
+static const rm_interceptor k_sac_interceptor = {sac_wants, sac_begin, sac_end};
 
 /* ---- the context pair ------------------------------------------------------------------ */
 static void enter(sac_region *r, int mode) {
@@ -698,14 +706,13 @@ static void enter(sac_region *r, int mode) {
     r->cur = -1;
     r->base_depth = rm_op_depth();
     r->bid = remat_current_backward_id();
-    r->prev = sac_tls_region;
-    sac_tls_region = r;
+    r->prev_icpt = rm_interceptor_set((rm_icpt_ref){&k_sac_interceptor, r});
 }
 
 static int leave(sac_region *r, int status) {
     /* contexts nest strictly (the checkpoint enters and exits around one call) */
-    sac_tls_region = r->prev;
-    r->prev = NULL;
+    rm_interceptor_set(r->prev_icpt);
+    r->prev_icpt = (rm_icpt_ref){0};
     r->mode = MODE_IDLE;
     if (r->err) {
         int e = r->err;

@@ -1,4 +1,4 @@
-/* src/ops/vmath.h — vectorisable f32 exp and tanh for the elementwise and
+/* src/backends/cpu/vmath.h — vectorisable f32 exp and tanh for the elementwise and
  * row kernels (libm's expf/tanhf are calls the compiler cannot vectorise;
  * they dominated GELU and softmax profiles). Private to src/ops. */
 #ifndef REMAT_OPS_VMATH_H

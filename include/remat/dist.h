@@ -1,0 +1,189 @@
+/*
+ * remat/dist.h — data parallelism over MPI (Open MPI).
+ *
+ * A process group (remat_dist) wraps an MPI communicator: MPI_COMM_WORLD or
+ * one the user passes. It gives rank and world size, broadcast, all-reduce
+ * (sum / mean / max) of tensors and doubles, and a barrier. remat_ddp keeps
+ * a model's parameters identical across ranks while each rank trains on its
+ * own shard of the data (P: DistributedDataParallel); remat_zero shards the
+ * AdamW state across ranks (ZeRO stage 1).
+ *
+ * Typical loop (every rank runs the same program, `mpirun -np N prog`):
+ *
+ *   remat_dist *pg;  remat_ddp *ddp;
+ *   rc = remat_dist_init(&pg, NULL);                 // MPI_Init if needed
+ *   remat_manual_seed(remat_dist_rank_seed(pg, seed)); // own dropout stream
+ *   rc = remat_ddp_create(&ddp, pg, n, params, NULL); // params := rank 0's
+ *   for each step:
+ *       batch = shard `remat_dist_rank(pg)` of the global batch
+ *       loss = model(batch)                          // any checkpoint mode
+ *       rc = remat_ddp_backward(ddp, loss);          // .grad = mean over ranks
+ *       optimizer step (identical on every rank)
+ *   remat_ddp_free(ddp);
+ *   remat_dist_finalize(pg);                         // MPI_Finalize if we inited
+ *
+ * Built when CMake finds MPI. Without it every call below fails with
+ * REMAT_EUNSUPPORTED and a message naming the Debian packages to install
+ * (remat_dist_available() says which build this is).
+ *
+ * Failures: every wait is bounded by the group's timeout (default 60 s).
+ * A rank whose step failed tells the others at the end of the backward
+ * (they fail with "rank R failed: <its message>"); a rank that stops
+ * answering makes the others fail with REMAT_EIO naming it once the timeout
+ * has passed. After such an error the group is broken: collective calls fail with
+ * REMAT_ESTATE, and the program should end every rank with
+ * remat_dist_abort (MPI cannot finish collectives a dead rank left open).
+ * Threading: MPI is initialised with MPI_THREAD_FUNNELED; call dist
+ * functions from the thread that initialised it.
+ */
+#ifndef REMAT_DIST_H
+#define REMAT_DIST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "remat/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* True when remat was built with MPI. */
+bool remat_dist_available(void);
+
+/* ---- process group ---------------------------------------------------------- */
+typedef struct remat_dist remat_dist;
+
+typedef struct remat_dist_options {
+    /* Address of an MPI_Comm (MPI_Comm *) to use; the group duplicates it,
+     * so the caller keeps its own. NULL → MPI_COMM_WORLD. The user must have
+     * initialised MPI to pass one. */
+    const void *comm;
+    /* Bound on every wait, in seconds; 0 → 60. */
+    double timeout_s;
+} remat_dist_options;
+
+/* Creates a process group (opts may be NULL). Initialises MPI (threads:
+ * FUNNELED) when the user has not; remat_dist_finalize then finalises it.
+ * Errors: REMAT_EUNSUPPORTED (no MPI build), REMAT_EIO (MPI failed),
+ * REMAT_EINVAL (bad timeout), REMAT_ENOMEM. */
+int remat_dist_init(remat_dist **out, const remat_dist_options *opts);
+/* Frees the group; finalises MPI if remat_dist_init initialised it and no
+ * other group is alive. NULL → REMAT_OK. */
+int remat_dist_finalize(remat_dist *pg);
+/* Ends every process of the job now (MPI_Abort with `code`), for programs
+ * that got a dist error: the only remat call that does not return. */
+void remat_dist_abort(remat_dist *pg, int code);
+
+/* Rank of this process in the group, and the group's size (0 and 1 for a
+ * NULL group). */
+int remat_dist_rank(const remat_dist *pg);
+int remat_dist_world_size(const remat_dist *pg);
+/* The timeout in force, seconds. */
+double remat_dist_timeout(const remat_dist *pg);
+/* A seed for this rank's generators derived from (seed, rank): pass it to
+ * remat_manual_seed so that each rank draws its own dropout masks. Rank 0
+ * keeps `seed` itself, so one rank reproduces a single-process run. */
+uint64_t remat_dist_rank_seed(const remat_dist *pg, uint64_t seed);
+/* The shard [*begin, *end) of n items that this rank owns: contiguous,
+ * sizes differing by at most one, lower ranks first. */
+void remat_dist_shard(const remat_dist *pg, int64_t n, int64_t *begin, int64_t *end);
+
+/* ---- collectives (blocking, bounded by the timeout) ------------------------- */
+typedef enum remat_reduce_op {
+    REMAT_REDUCE_SUM = 0,
+    REMAT_REDUCE_MEAN = 1,
+    REMAT_REDUCE_MAX = 2
+} remat_reduce_op;
+
+/* Overwrites t on every rank with rank `root`'s values. t must be a
+ * contiguous f32/f64/i64 cpu tensor of the same shape and dtype on every
+ * rank. Does not bump t's version (use outside of graphs). */
+int remat_dist_broadcast(remat_dist *pg, remat_tensor *t, int root);
+/* Replaces t on every rank by the element-wise reduction over ranks
+ * (MEAN = SUM / world size). Same requirements as broadcast; the result is
+ * bitwise identical on every rank. */
+int remat_dist_all_reduce(remat_dist *pg, remat_tensor *t, remat_reduce_op op);
+/* The same for n doubles in place (program statistics). */
+int remat_dist_all_reduce_f64(remat_dist *pg, double *values, int n, remat_reduce_op op);
+/* Waits until every rank has called it. */
+int remat_dist_barrier(remat_dist *pg);
+/* Sets *same to whether every tensor of the list holds bitwise the same
+ * bytes on every rank (an FNV hash per rank, compared on all). Collective. */
+int remat_dist_check_identical(remat_dist *pg, int n, remat_tensor *const *tensors, bool *same);
+
+/* ---- DDP: gradient synchronisation ------------------------------------------------
+ * Parameters are grouped into buckets of about bucket_bytes, in reverse
+ * registration order (the order backward usually reaches them). During
+ * remat_ddp_backward a parameter is "ready" once its gradient is final
+ * for this backward; the event fires exactly once per parameter per
+ * backward whatever the checkpointing (none, reentrant, non-reentrant,
+ * nested, selective, planner): a parameter that several reentrant
+ * recomputations accumulate into is ready after the last of them. When
+ * every parameter of a bucket is ready, the bucket's non-blocking
+ * all-reduce starts (buckets start in order, as MPI requires), so the
+ * communication overlaps the rest of the backward pass. One wait at the
+ * end; .grad is then the mean over ranks, bitwise identical everywhere.
+ *
+ * How "final" is known: the first backward (and any backward after the
+ * graph changed) learns how many accumulations each parameter receives;
+ * it starts every bucket at its end. From the next backward on a parameter
+ * is ready at its learned count. If a parameter receives more than that
+ * (the graph changed), its bucket is reduced again at the end, so .grad
+ * is always right; the count is relearned.
+ *
+ * Unused parameters: a parameter without a gradient on a rank contributes
+ * zeros; if no rank produced one, its .grad stays NULL everywhere. */
+typedef struct remat_ddp remat_ddp;
+
+/* Gradient-ready observer: param is the index in the params list. */
+typedef void (*remat_ddp_ready_fn)(void *user_data, int param);
+
+typedef struct remat_ddp_options {
+    size_t bucket_bytes;          /* 0 → 25 MiB */
+    remat_ddp_ready_fn on_ready;  /* optional: called at each ready event */
+    void *on_ready_data;
+    bool no_broadcast;            /* keep each rank's initial values (tests) */
+} remat_ddp_options;
+
+/* Registers n parameters (f32 or f64 leaf cpu tensors that require grad;
+ * retained until remat_ddp_free). Collective: checks that every rank
+ * passes the same count, shapes and dtypes (REMAT_EINVAL naming the first
+ * difference and the ranks), then copies rank 0's values into every
+ * rank's parameters. opts may be NULL. */
+int remat_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *params,
+                     const remat_ddp_options *opts);
+void remat_ddp_free(remat_ddp *ddp);
+
+/* remat_backward_scalar(loss) with the gradients synchronised as described
+ * above. While sync is off (remat_ddp_set_sync) it is a plain local
+ * backward: gradients accumulate, and the next synchronised backward
+ * reduces the accumulated .grad (P: no_sync for gradient accumulation).
+ * If the local backward fails, this rank still takes part in the
+ * collectives and reports the failure to the others; every rank then
+ * returns an error naming the failed rank(s). */
+int remat_ddp_backward(remat_ddp *ddp, remat_tensor *loss);
+/* Turns synchronisation off (P: no_sync) or back on. */
+void remat_ddp_set_sync(remat_ddp *ddp, bool sync);
+
+typedef struct remat_ddp_stats {
+    int n_buckets;
+    int n_params;
+    int64_t n_ready_events;      /* in the last synchronised backward */
+    int64_t n_accumulations;     /* leaf accumulations seen in it */
+    int n_rereduced;             /* buckets reduced again at its end */
+    bool learning;               /* it started every bucket at the end */
+    double backward_s;           /* its local backward (compute) time */
+    double comm_s;               /* first bucket start → last bucket done */
+    double exposed_s;            /* waited for communication after compute */
+} remat_ddp_stats;
+/* Statistics of the last synchronised backward. */
+void remat_ddp_get_stats(const remat_ddp *ddp, remat_ddp_stats *stats);
+/* Bucket index of a parameter and the number of buckets (-1 on a bad index). */
+int remat_ddp_bucket_of(const remat_ddp *ddp, int param);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REMAT_DIST_H */

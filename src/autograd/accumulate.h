@@ -1,0 +1,25 @@
+/* src/autograd/accumulate.h — an observer of leaf gradient accumulation.
+ *
+ * The engine calls the observer installed on the running thread right
+ * after it has added a gradient into a leaf's .grad (P: a post-accumulate
+ * grad hook, seen for every leaf). Under reentrant checkpointing a leaf used
+ * in several recomputed regions is accumulated once per nested backward
+ * pass: the observer sees each of them. Data parallelism (src/dist/ddp.c)
+ * turns these into one gradient-ready event per parameter per backward.
+ * Not installed; thread-local, like grad mode. */
+#ifndef REMAT_AUTOGRAD_ACCUMULATE_H
+#define REMAT_AUTOGRAD_ACCUMULATE_H
+
+#include "remat/tensor.h"
+
+/* Called with the leaf whose .grad was just updated. Must not fail or run
+ * backward; it may read the leaf's .grad. */
+typedef void (*rm_accumulate_observer_fn)(void *user_data, remat_tensor *leaf);
+
+/* Installs fn (NULL removes) for this thread; the previous observer is
+ * returned through prev_fn / prev_ud (either may be NULL) so that callers
+ * can restore it. */
+void rm_set_accumulate_observer(rm_accumulate_observer_fn fn, void *user_data,
+                                rm_accumulate_observer_fn *prev_fn, void **prev_ud);
+
+#endif

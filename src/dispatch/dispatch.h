@@ -1,0 +1,101 @@
+/* src/dispatch/dispatch.h — op descriptors and the one driver every op
+ * runs through.
+ *
+ * An op is a descriptor (rm_op_desc): its name, arity, checks, output
+ * shapes, save plan, backward and kernel. rm_dispatch runs it:
+ *   1. the interception bracket (selective checkpointing, traces), then
+ *      the argument checks the flags ask for and the op's own check,
+ *   2. output shapes and dtype (infer), the kernel looked up for the first
+ *      input's device type and dtype (REMAT_EUNSUPPORTED if none),
+ *   3. when grad is needed: the graph node (with a copy of the params as
+ *      its ctx) and, for RM_OPF_SAVE_EARLY ops, the saved inputs,
+ *   4. the outputs (data-less in skip mode) and the kernel, unless an
+ *      operand has no data,
+ *   5. the node's outputs and the saves made after the kernel (outputs,
+ *      custom tensors such as relu's bit mask, late inputs),
+ *   6. the outputs handed to the caller (and the open scope).
+ * Saving inputs before the kernel matters for early-stopped recomputation:
+ * the save that fills a checkpoint's last placeholder turns skip mode on,
+ * so the output is made without data and the kernel is not run.
+ * docs/ops.md walks through adding an op. */
+#ifndef REMAT_DISPATCH_H
+#define REMAT_DISPATCH_H
+
+#include "kernels.h"
+
+#define RM_OP_MAX_IN RM_KERNEL_MAX_IN
+#define RM_OP_MAX_OUT RM_KERNEL_MAX_OUT
+#define RM_OP_MAX_SAVED 6
+
+/* Flags of a descriptor. */
+enum {
+    RM_OPF_FLOAT = 1u << 0,      /* every input is f32 or f64 (rm_check_float) */
+    RM_OPF_SAME_DTYPE = 1u << 1, /* every input has in[0]'s dtype */
+    RM_OPF_SAME_DEVICE = 1u << 2,/* every input is on in[0]'s device */
+    RM_OPF_CONTIGUOUS = 1u << 3, /* the kernel reads contiguous inputs */
+    RM_OPF_SAVE_EARLY = 1u << 4, /* saved inputs are saved before the kernel */
+};
+
+/* What a save slot holds. */
+typedef enum rm_save_kind {
+    RM_SAVE_NONE = 0,
+    RM_SAVE_INPUT,  /* in[index] */
+    RM_SAVE_OUTPUT, /* out[index], after the kernel */
+    RM_SAVE_CUSTOM, /* what desc->save_custom makes, after the kernel */
+} rm_save_kind;
+
+typedef struct rm_save_spec {
+    unsigned char kind;      /* rm_save_kind */
+    unsigned char index;
+    /* bit i: the gradient of input i reads this slot; the slot is saved
+     * only if one of those inputs needs a gradient. 0: always saved. */
+    unsigned char for_grads;
+} rm_save_spec;
+
+/* Shape and dtype of one output (on in[0]'s device). */
+typedef struct rm_out_spec {
+    int ndim;
+    int64_t shape[REMAT_MAX_DIMS];
+    remat_dtype dtype;
+} rm_out_spec;
+
+typedef struct rm_op_desc rm_op_desc;
+
+/* One running op, as the driver and the descriptor's functions see it. */
+typedef struct rm_op_call {
+    const rm_op_desc *op;
+    remat_tensor *const *in; /* the caller's inputs */
+    const void *params;      /* the op's parameter struct */
+    remat_node *node;        /* NULL when no graph is recorded */
+    rm_kargs k;              /* the kernel's operands: (contiguous) inputs, outputs */
+} rm_op_call;
+
+struct rm_op_desc {
+    const char *name;      /* public name, as policies, traces and reports see it */
+    const char *node_name; /* name of the backward node */
+    unsigned char n_in, n_out, n_saved;
+    unsigned flags;        /* RM_OPF_* */
+    /* Argument names in messages ("a must be a float tensor"); NULL: a, b, c, ... */
+    const char *const *arg_names;
+    rm_kernel_id kernel;
+    size_t params_size;    /* bytes of *params, copied into the node as its ctx */
+    /* Records in the node's ctx (the params' copy) what the backward needs
+     * from the checked inputs, e.g. their shapes (NULL: nothing). */
+    void (*fill_ctx)(const rm_op_call *c, void *ctx);
+    /* Extra argument checks after the flags' (NULL: none). Sets the error. */
+    int (*check)(const rm_op_call *c);
+    /* Output shapes and dtypes (NULL: one output shaped like in[0]). */
+    int (*infer)(const rm_op_call *c, rm_out_spec *out);
+    rm_save_spec saves[RM_OP_MAX_SAVED];
+    /* Makes the tensor of an RM_SAVE_CUSTOM slot (new reference in *out). */
+    int (*save_custom)(rm_op_call *c, int slot, remat_tensor **out);
+    rm_backward_fn backward;
+};
+
+/* Runs op on in[0..n_in) with params, writing its n_out outputs to outs.
+ * `site` is the public function's caller (RM_OP_SITE() there). On failure
+ * every outs[i] is NULL and the inputs are untouched. */
+int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
+                const void *params, void *site);
+
+#endif /* REMAT_DISPATCH_H */

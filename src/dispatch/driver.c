@@ -1,0 +1,143 @@
+/* src/dispatch/driver.c — rm_dispatch, the one driver of every op (the
+ * steps are listed in dispatch.h). */
+#include <string.h>
+
+#include "dispatch.h"
+
+static const char *const k_arg_names[RM_OP_MAX_IN] = {"a", "b", "c", "d", "e", "f"};
+
+static int check_inputs(const rm_op_call *c) {
+    const rm_op_desc *op = c->op;
+    remat_tensor *const *in = c->in;
+    const char *const *names = op->arg_names ? op->arg_names : k_arg_names;
+    int rc = REMAT_OK;
+    for (int i = 0; i < op->n_in && !rc; i++) {
+        rc = (op->flags & RM_OPF_FLOAT) ? rm_check_float(op->name, names[i], in[i])
+                                        : rm_check_tensor(op->name, names[i], in[i]);
+        if (!rc && i > 0 && (op->flags & RM_OPF_SAME_DTYPE))
+            rc = rm_check_same_dtype(op->name, in[0], in[i]);
+        if (!rc && i > 0 && (op->flags & RM_OPF_SAME_DEVICE))
+            rc = rm_check_same_device(op->name, in[0], in[i]);
+    }
+    if (!rc && op->check) rc = op->check(c);
+    return rc;
+}
+
+/* Whether slot s of the plan is to be saved, given which inputs need a
+ * gradient (the node's edges). */
+static bool slot_wanted(const rm_op_call *c, const rm_save_spec *s) {
+    if (!s->for_grads) return true;
+    for (int i = 0; i < c->op->n_in; i++)
+        if ((s->for_grads >> i & 1u) && c->node->next[i].node) return true;
+    return false;
+}
+
+/* Saves the plan's slots of kind `kind` (inputs: before or after the kernel). */
+static int save_slots(rm_op_call *c, rm_save_kind kind) {
+    const rm_op_desc *op = c->op;
+    for (int s = 0; s < op->n_saved; s++) {
+        const rm_save_spec *sp = &op->saves[s];
+        if (sp->kind != kind || !slot_wanted(c, sp)) continue;
+        int rc;
+        if (kind == RM_SAVE_CUSTOM) {
+            remat_tensor *t = NULL;
+            rc = op->save_custom(c, s, &t);
+            if (!rc) rc = rm_op_save(c->node, s, t);
+            remat_release(t);
+        } else {
+            rc = rm_op_save(c->node, s, kind == RM_SAVE_INPUT ? c->in[sp->index] : c->k.out[sp->index]);
+        }
+        if (rc) return rc;
+    }
+    return REMAT_OK;
+}
+
+static bool operands_have_data(const rm_kargs *k) {
+    for (int i = 0; i < RM_KERNEL_MAX_IN; i++)
+        if (k->in[i] && !k->in[i]->storage->data) return false;
+    for (int i = 0; i < RM_KERNEL_MAX_OUT; i++)
+        if (k->out[i] && !k->out[i]->storage->data) return false;
+    return true;
+}
+
+static void release_call(rm_op_call *c) {
+    rm_node_release(c->node);
+    for (int i = 0; i < c->op->n_in; i++) remat_release(c->k.in[i]);
+    for (int i = 0; i < c->op->n_out; i++) remat_release(c->k.out[i]);
+}
+
+/* Steps 1-6 without the interception bracket. */
+static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
+               const void *params) {
+    const char *call = op->name;
+    rm_op_enter(call);
+    if (!outs) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
+    for (int i = 0; i < op->n_out; i++) outs[i] = NULL;
+    rm_op_call c = {.op = op, .in = in, .params = params};
+    int rc = check_inputs(&c);
+    if (rc) return rc;
+    rm_out_spec spec[RM_OP_MAX_OUT];
+    if (op->infer) {
+        rc = op->infer(&c, spec);
+        if (rc) return rc;
+    } else {
+        spec[0].ndim = in[0]->ndim;
+        memcpy(spec[0].shape, in[0]->shape, sizeof spec[0].shape);
+        spec[0].dtype = in[0]->dtype;
+    }
+    const remat_device device = in[0]->storage->device;
+    rm_kernel_fn kernel;
+    rc = rm_kernel_find(op->kernel, device, in[0]->dtype, call, &kernel);
+    if (rc) return rc;
+
+    if (op->n_saved || op->backward) {
+        if (rm_needs_grad(op->n_in, in)) {
+            rc = rm_node_new_ctx(&c.node, op->node_name, op->backward, op->n_in, in, op->n_out,
+                                 op->n_saved, params, op->params_size);
+            if (!rc && op->fill_ctx) op->fill_ctx(&c, c.node->ctx);
+            if (!rc && (op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, RM_SAVE_INPUT);
+            if (rc) goto fail;
+        }
+    }
+    for (int i = 0; i < op->n_in; i++) {
+        if (op->flags & RM_OPF_CONTIGUOUS) rc = rm_contig(&c.k.in[i], in[i]);
+        else c.k.in[i] = remat_retain(in[i]);
+        if (rc) goto fail;
+    }
+    for (int i = 0; i < op->n_out; i++) {
+        rc = rm_new_output(&c.k.out[i], spec[i].ndim, spec[i].shape, spec[i].dtype, device);
+        if (rc) goto fail;
+    }
+    c.k.params = params;
+    if (operands_have_data(&c.k) && (rc = kernel(&c.k))) goto fail;
+    if (c.node) {
+        for (int i = 0; i < op->n_out; i++) rm_node_set_output(c.node, i, c.k.out[i]);
+        rc = save_slots(&c, RM_SAVE_OUTPUT);
+        if (!rc) rc = save_slots(&c, RM_SAVE_CUSTOM);
+        if (!rc && !(op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, RM_SAVE_INPUT);
+        if (rc) goto fail;
+    }
+    for (int i = 0; i < op->n_out; i++) {
+        rm_hand_out(&outs[i], c.k.out[i]);
+        c.k.out[i] = NULL;
+    }
+    release_call(&c);
+    return REMAT_OK;
+fail:
+    release_call(&c);
+    return rm_err_prefix(rc, call);
+}
+
+int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
+                const void *params, void *site) {
+    rm_op_frame f;
+    int rc = rm_op_begin(&f, op->name, op->n_in, in, site, NULL);
+    if (rc) {
+        if (outs)
+            for (int i = 0; i < op->n_out; i++) outs[i] = NULL;
+        return rc;
+    }
+    rc = run(op, outs, in, params);
+    rm_op_end(&f, rc, outs && !rc ? op->n_out : 0, outs);
+    return rc;
+}

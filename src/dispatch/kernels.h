@@ -1,0 +1,87 @@
+/* src/dispatch/kernels.h — the kernel ABI: which kernels exist, what they
+ * are handed, and the table that maps (kernel, device type, dtype) to the
+ * function a device type registered for it.
+ *
+ * Kernels are the device half of an op: they read and write tensor data
+ * and nothing else (no graph, no errors about the user's call, no skip
+ * mode). The op half (src/ops) decides shapes, saves and backward; the
+ * driver (dispatch.h) looks the kernel up and calls it. The cpu kernels
+ * live under src/backends/cpu and are registered statically; another
+ * device type registers its own with rm_kernel_register, and a
+ * host-addressable type adopts the cpu ones when it is registered. */
+#ifndef REMAT_DISPATCH_KERNELS_H
+#define REMAT_DISPATCH_KERNELS_H
+
+#include "../internal.h"
+
+/* Every kernel: the families' lists (src/dispatch/kernels/<family>.h say
+ * what each kernel is handed: in[], out[] and its parameter struct).
+ * Elementwise kernels get contiguous operands of one dtype; the dtype a
+ * kernel is looked up under is that of in[0] (out[0] when in[0] is NULL). */
+#include "kernels/elementwise.h"
+#include "kernels/matmul.h"
+#include "kernels/nn.h"
+#include "kernels/reduce.h"
+#include "kernels/shape.h"
+
+#define RM_KERNEL_LIST(X)                                                                    \
+    RM_KERNELS_ELEMENTWISE(X)                                                                \
+    RM_KERNELS_REDUCE(X)                                                                     \
+    RM_KERNELS_NN(X)                                                                         \
+    RM_KERNELS_MATMUL(X)                                                                     \
+    RM_KERNELS_SHAPE(X)
+
+typedef enum rm_kernel_id {
+#define RM_KERNEL_ENUM_(id, text) RM_K_##id,
+    RM_KERNEL_LIST(RM_KERNEL_ENUM_)
+#undef RM_KERNEL_ENUM_
+    RM_K_COUNT
+} rm_kernel_id;
+
+#define RM_N_DTYPES 5 /* REMAT_F32 .. REMAT_BF16 */
+#define RM_KERNEL_MAX_IN 6
+#define RM_KERNEL_MAX_OUT 3
+
+/* What a kernel is handed: operands (unused ones NULL) and its parameters. */
+typedef struct rm_kargs {
+    remat_tensor *in[RM_KERNEL_MAX_IN];
+    remat_tensor *out[RM_KERNEL_MAX_OUT];
+    const void *params;
+} rm_kargs;
+
+/* A kernel. Called only when every operand has data (never in skip mode).
+ * Returns REMAT_OK or a status with the message set (rm_err). */
+typedef int (*rm_kernel_fn)(const rm_kargs *k);
+
+/* The f32 and f64 kernels rm_cpu_<name>_f32/_f64 as one table row. */
+#define RM_CPU_F32_F64(name) {[REMAT_F32] = rm_cpu_##name##_f32, [REMAT_F64] = rm_cpu_##name##_f64}
+
+/* ---- the table -------------------------------------------------------------------------- */
+/* The cpu backend's kernels (src/backends/cpu/table.c), indexed [kernel][dtype]. */
+extern const rm_kernel_fn rm_cpu_kernels[RM_K_COUNT][RM_N_DTYPES];
+
+/* Registers fn for (kernel, device type, dtype); fn NULL removes it. The
+ * cpu type's kernels are fixed. Not thread-safe: register at start-up, as
+ * device types are. REMAT_EINVAL for an id, type or dtype out of range. */
+int rm_kernel_register(rm_kernel_id id, int device_type, remat_dtype dtype, rm_kernel_fn fn);
+/* Gives device type `type` the cpu kernels (host-addressable types), or
+ * clears every kernel of it (adopt false: the type is unregistered). */
+void rm_kernels_adopt_cpu(int type, bool adopt);
+/* The kernel for (id, device type, dtype), or NULL. */
+static inline rm_kernel_fn rm_kernel_lookup(rm_kernel_id id, int type, remat_dtype dtype);
+/* Looks the kernel up for `device` and `dtype`; REMAT_EUNSUPPORTED naming
+ * `call`, the device type and the dtype when there is none. */
+int rm_kernel_find(rm_kernel_id id, remat_device device, remat_dtype dtype, const char *call,
+                   rm_kernel_fn *out);
+/* Runs kernel id on k, looked up for in[0]'s device and dtype (out[0]'s
+ * when in[0] is NULL). Does nothing when an operand has no data (skip
+ * mode). Errors name `call`. */
+int rm_kernel_run(rm_kernel_id id, const char *call, rm_kargs *k);
+
+extern rm_kernel_fn rm_kernel_table_[RM_K_COUNT][REMAT_MAX_DEVICE_TYPES][RM_N_DTYPES];
+static inline rm_kernel_fn rm_kernel_lookup(rm_kernel_id id, int type, remat_dtype dtype) {
+    if ((unsigned)dtype >= RM_N_DTYPES || (unsigned)type >= REMAT_MAX_DEVICE_TYPES) return NULL;
+    return type == 0 ? rm_cpu_kernels[id][dtype] : rm_kernel_table_[id][type][dtype];
+}
+
+#endif /* REMAT_DISPATCH_KERNELS_H */

@@ -1,0 +1,471 @@
+/* src/dist/ddp.c — DDP-style gradient synchronisation (remat/dist.h).
+ *
+ * The engine tells us each time it adds into a leaf's .grad
+ * (src/autograd/accumulate.h). A parameter is "ready" when its count of
+ * accumulations in this backward reaches the count learned in the previous
+ * one; then its .grad is copied into its bucket's flat buffer, and a bucket
+ * whose parameters are all ready starts its MPI_Iallreduce — in bucket
+ * order, since every rank must start MPI collectives in the same order.
+ * Counting accumulations instead of trusting one hook call per parameter is
+ * what keeps reentrant checkpointing (one nested backward per recomputed
+ * region, each accumulating into the parameters it uses) from marking a
+ * parameter ready twice, the way PyTorch's DDP does.
+ *
+ * At the end of the local backward every parameter not yet ready becomes
+ * ready (unused ones contribute zeros), the remaining buckets start, and
+ * the ranks exchange status point to point while the reductions finish: a
+ * failed rank is named to the others, a silent one too (after the timeout).
+ * Flags per parameter ride along: used (had a gradient) and late (grew
+ * after it was copied); late buckets are reduced again, so .grad is right
+ * even when the graph changed. Then .grad = sum / world size. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../autograd/accumulate.h"
+#include "dist_internal.h"
+
+#define DDP_DEFAULT_BUCKET ((size_t)25 << 20)
+enum { FLAG_USED = 1, FLAG_LATE = 2 };
+
+typedef struct dparam {
+    remat_tensor *t;   /* retained */
+    int bucket;
+    int64_t offset;    /* elements into the bucket's buffer */
+    int64_t numel;
+    int count;         /* accumulations in this backward */
+    int expected;      /* learned from the previous synchronised backward */
+    bool ready;
+    bool late;
+} dparam;
+
+typedef struct dbucket {
+    remat_tensor *buf; /* flat buffer (through remat's allocator: counted) */
+    remat_dtype dtype;
+    int64_t numel;
+    int n_params, n_ready;
+    bool launched, done;
+    MPI_Request req;
+    double t_launch, t_done;
+} dbucket;
+
+struct remat_ddp {
+    remat_dist *pg;
+    int n;
+    dparam *p;
+    int nb;
+    dbucket *b;
+    int next_launch;
+    bool sync;
+    bool learned;           /* expected counts are known */
+    int mpi_failed;         /* MPI error code while launching (reported at the end) */
+    remat_ddp_options o;
+    /* leaf → index: open addressing over 2^k slots */
+    remat_tensor **hkey;
+    int *hval;
+    size_t hcap;
+    remat_ddp_stats st;
+};
+
+static size_t hptr(const void *p) {
+    uintptr_t x = (uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    return (size_t)(x ^ (x >> 33));
+}
+
+static int lookup(const remat_ddp *d, const remat_tensor *t) {
+    size_t j = hptr(t) & (d->hcap - 1);
+    while (d->hkey[j]) {
+        if (d->hkey[j] == t) return d->hval[j];
+        j = (j + 1) & (d->hcap - 1);
+    }
+    return -1;
+}
+
+/* ---- buckets ------------------------------------------------------------------------- */
+static void test_pending(remat_ddp *d) {
+    for (int k = 0; k < d->next_launch; k++) {
+        dbucket *b = &d->b[k];
+        if (b->done) continue;
+        int flag = 0;
+        if (MPI_Test(&b->req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
+        if (!flag) return; /* one test drives MPI's progress for all of them */
+        b->done = true;
+        b->t_done = rmd_now();
+    }
+}
+
+static void launch_in_order(remat_ddp *d) {
+    while (d->next_launch < d->nb && !d->mpi_failed) {
+        dbucket *b = &d->b[d->next_launch];
+        if (b->n_ready < b->n_params) break;
+        int m = MPI_Iallreduce(MPI_IN_PLACE, rm_ptr(b->buf), (int)b->numel, rmd_mpi_type(b->dtype),
+                               MPI_SUM, d->pg->comm, &b->req);
+        if (m != MPI_SUCCESS) {
+            d->mpi_failed = m;
+            break;
+        }
+        b->launched = true;
+        b->t_launch = rmd_now();
+        d->next_launch++;
+    }
+}
+
+/* Copies the parameter's gradient (zeros if none) into its bucket slot. */
+static void fill_slot(remat_ddp *d, int i) {
+    dparam *p = &d->p[i];
+    dbucket *b = &d->b[p->bucket];
+    size_t es = remat_dtype_size(b->dtype);
+    char *dst = (char *)rm_ptr(b->buf) + (size_t)p->offset * es;
+    remat_tensor *g = p->t->grad;
+    if (!g || remat_copy_to_buffer(g, b->dtype, dst, p->numel) != REMAT_OK)
+        memset(dst, 0, (size_t)p->numel * es);
+}
+
+static void mark_ready(remat_ddp *d, int i) {
+    dparam *p = &d->p[i];
+    p->ready = true;
+    fill_slot(d, i);
+    d->st.n_ready_events++;
+    if (d->o.on_ready) d->o.on_ready(d->o.on_ready_data, i);
+    if (++d->b[p->bucket].n_ready == d->b[p->bucket].n_params) launch_in_order(d);
+}
+
+static void on_accumulate(void *ud, remat_tensor *leaf) {
+    remat_ddp *d = ud;
+    int i = lookup(d, leaf);
+    if (i < 0) return;
+    dparam *p = &d->p[i];
+    d->st.n_accumulations++;
+    p->count++;
+    if (p->ready) p->late = true;
+    else if (d->learned && p->count == p->expected) mark_ready(d, i);
+    test_pending(d);
+}
+
+/* ---- set-up ---------------------------------------------------------------------------- */
+static int check_params(const char *call, int n, remat_tensor *const *params) {
+    char b[160];
+    if (n <= 0 || !params) return rm_err(REMAT_EINVAL, "%s: no parameters given (n = %d)", call, n);
+    for (int i = 0; i < n; i++) {
+        remat_tensor *t = params[i];
+        if (!t) return rm_err(REMAT_EINVAL, "%s: parameter %d is NULL", call, i);
+        if (t->dtype != REMAT_F32 && t->dtype != REMAT_F64)
+            return rm_err(REMAT_EDTYPE, "%s: parameter %d is %s; only f32 and f64 are supported",
+                          call, i, rm_tensor_str(t, b, sizeof b));
+        if (!t->requires_grad || t->grad_fn)
+            return rm_err(REMAT_EINVAL, "%s: parameter %d (%s) must be a leaf that requires grad",
+                          call, i, rm_tensor_str(t, b, sizeof b));
+        if (!remat_is_contiguous(t) || !rm_ptr(t) || !remat_device_host_addressable(t->storage->device.type))
+            return rm_err(REMAT_EINVAL, "%s: parameter %d (%s) must be contiguous and in host "
+                          "memory", call, i, rm_tensor_str(t, b, sizeof b));
+        for (int k = 0; k < i; k++)
+            if (params[k] == t)
+                return rm_err(REMAT_EINVAL, "%s: parameter %d is parameter %d again", call, i, k);
+    }
+    return REMAT_OK;
+}
+
+/* Every rank must register the same list: count, then dtype and shape of each. */
+static int check_same_everywhere(remat_dist *pg, const char *call, int n,
+                                 remat_tensor *const *params) {
+    const int W = pg->size;
+    int64_t *counts = calloc((size_t)W, sizeof *counts);
+    if (!counts) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    int64_t mine = n;
+    MPI_Request req;
+    int m = MPI_Iallgather(&mine, 1, MPI_INT64_T, counts, 1, MPI_INT64_T, pg->comm, &req);
+    int rc = m != MPI_SUCCESS ? rmd_mpi_err(pg, call, "comparing parameter lists", m)
+                              : rmd_wait(pg, call, "comparing parameter lists", 1, &req, NULL);
+    for (int r = 1; rc == REMAT_OK && r < W; r++)
+        if (counts[r] != counts[0])
+            rc = rm_err(REMAT_EINVAL, "%s: rank %d registers %lld parameters but rank 0 registers "
+                        "%lld: every rank must pass the same parameters in the same order", call,
+                        r, (long long)counts[r], (long long)counts[0]);
+    free(counts);
+    if (rc) return rc;
+    enum { SIG = 2 + REMAT_MAX_DIMS };
+    int64_t *sig = calloc((size_t)n * SIG, sizeof *sig);
+    int64_t *all = calloc((size_t)n * SIG * (size_t)W, sizeof *all);
+    if (!sig || !all) {
+        free(sig);
+        free(all);
+        return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    }
+    for (int i = 0; i < n; i++) {
+        int64_t *row = sig + (size_t)i * SIG;
+        row[0] = params[i]->dtype;
+        row[1] = params[i]->ndim;
+        for (int k = 0; k < params[i]->ndim; k++) row[2 + k] = params[i]->shape[k];
+    }
+    m = MPI_Iallgather(sig, n * SIG, MPI_INT64_T, all, n * SIG, MPI_INT64_T, pg->comm, &req);
+    rc = m != MPI_SUCCESS ? rmd_mpi_err(pg, call, "comparing parameter shapes", m)
+                          : rmd_wait(pg, call, "comparing parameter shapes", 1, &req, NULL);
+    for (int r = 1; rc == REMAT_OK && r < W; r++) {
+        for (int i = 0; i < n; i++) {
+            const int64_t *a = all + ((size_t)r * n + i) * SIG, *z = all + (size_t)i * SIG;
+            if (!memcmp(a, z, SIG * sizeof *a)) continue;
+            char s1[160], s2[160];
+            rm_shape_str((int)a[1], a + 2, s1, sizeof s1);
+            rm_shape_str((int)z[1], z + 2, s2, sizeof s2);
+            rc = rm_err(REMAT_EINVAL, "%s: parameter %d is %s %s on rank %d but %s %s on rank 0: "
+                        "every rank must pass the same parameters in the same order", call, i, s1,
+                        remat_dtype_name((remat_dtype)a[0]), r, s2,
+                        remat_dtype_name((remat_dtype)z[0]));
+            break;
+        }
+    }
+    free(sig);
+    free(all);
+    return rc;
+}
+
+static int build_buckets(remat_ddp *d, const char *call) {
+    size_t cap = d->o.bucket_bytes ? d->o.bucket_bytes : DDP_DEFAULT_BUCKET;
+    d->b = calloc((size_t)d->n, sizeof *d->b); /* at most one bucket per parameter */
+    if (!d->b) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    int cur = -1;
+    size_t bytes = 0;
+    for (int i = d->n - 1; i >= 0; i--) { /* reverse registration order */
+        dparam *p = &d->p[i];
+        size_t pb = (size_t)p->numel * remat_dtype_size(p->t->dtype);
+        if (cur < 0 || d->b[cur].dtype != p->t->dtype || (bytes + pb > cap && bytes > 0)) {
+            cur = d->nb++;
+            d->b[cur].dtype = p->t->dtype;
+            bytes = 0;
+        }
+        p->bucket = cur;
+        p->offset = d->b[cur].numel;
+        d->b[cur].numel += p->numel;
+        d->b[cur].n_params++;
+        bytes += pb;
+    }
+    for (int k = 0; k < d->nb; k++) {
+        int64_t shape = d->b[k].numel;
+        int rc = remat_empty(&d->b[k].buf, 1, &shape, d->b[k].dtype, REMAT_DEVICE_CPU);
+        if (rc) return rm_err_prefix(rc, call);
+        if (shape > INT32_MAX)
+            return rm_err(REMAT_EINVAL, "%s: a bucket of %lld elements is too large for MPI; lower "
+                          "bucket_bytes", call, (long long)shape);
+    }
+    return REMAT_OK;
+}
+
+int remat_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *params,
+                     const remat_ddp_options *opts) {
+    static const char *call = "remat_ddp_create";
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
+    *out = NULL;
+    int rc = rmd_check_group(call, pg);
+    if (rc) return rc;
+    rc = check_params(call, n, params);
+    /* a rank with bad arguments still joins the comparison, so that the
+     * others fail with its message instead of waiting for it */
+    int rc2 = rmd_exchange_status(pg, call, rc, remat_last_error(), NULL, 0, NULL, 0, NULL);
+    if (rc) return rc;
+    if (rc2) return rc2;
+    rc = check_same_everywhere(pg, call, n, params);
+    if (rc) return rc;
+    remat_ddp *d = calloc(1, sizeof *d);
+    if (!d) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    d->pg = pg;
+    d->n = n;
+    d->sync = true;
+    if (opts) d->o = *opts;
+    d->p = calloc((size_t)n, sizeof *d->p);
+    d->hcap = 16;
+    while (d->hcap < (size_t)n * 2) d->hcap *= 2;
+    d->hkey = calloc(d->hcap, sizeof *d->hkey);
+    d->hval = calloc(d->hcap, sizeof *d->hval);
+    if (!d->p || !d->hkey || !d->hval) {
+        remat_ddp_free(d);
+        return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    }
+    for (int i = 0; i < n; i++) {
+        d->p[i].t = remat_retain(params[i]);
+        d->p[i].numel = remat_numel(params[i]);
+        size_t j = hptr(params[i]) & (d->hcap - 1);
+        while (d->hkey[j]) j = (j + 1) & (d->hcap - 1);
+        d->hkey[j] = params[i];
+        d->hval[j] = i;
+    }
+    rc = build_buckets(d, call);
+    /* everyone starts from rank 0's values */
+    for (int i = 0; rc == REMAT_OK && !d->o.no_broadcast && i < n; i++) {
+        rc = remat_dist_broadcast(pg, params[i], 0);
+        if (rc == REMAT_OK) rm_bump_version(params[i]);
+    }
+    if (rc) {
+        remat_ddp_free(d);
+        return rc == REMAT_ENOMEM ? rc : rm_err_prefix(rc, call);
+    }
+    d->st.n_params = n;
+    d->st.n_buckets = d->nb;
+    *out = d;
+    return REMAT_OK;
+}
+
+void remat_ddp_free(remat_ddp *d) {
+    if (!d) return;
+    for (int i = 0; d->p && i < d->n; i++) remat_release(d->p[i].t);
+    for (int k = 0; d->b && k < d->nb; k++) remat_release(d->b[k].buf);
+    free(d->p);
+    free(d->b);
+    free(d->hkey);
+    free(d->hval);
+    free(d);
+}
+
+void remat_ddp_set_sync(remat_ddp *d, bool sync) {
+    if (d) d->sync = sync;
+}
+
+void remat_ddp_get_stats(const remat_ddp *d, remat_ddp_stats *st) {
+    if (!st) return;
+    if (!d) {
+        memset(st, 0, sizeof *st);
+        return;
+    }
+    *st = d->st;
+}
+
+int remat_ddp_bucket_of(const remat_ddp *d, int param) {
+    if (!d || param < 0 || param >= d->n) return -1;
+    return d->p[param].bucket;
+}
+
+/* ---- backward ------------------------------------------------------------------------- */
+/* Reduces bucket k again with the parameters' current local gradients. */
+static int rereduce(remat_ddp *d, const char *call, int k) {
+    for (int i = 0; i < d->n; i++)
+        if (d->p[i].bucket == k) fill_slot(d, i);
+    dbucket *b = &d->b[k];
+    int m = MPI_Iallreduce(MPI_IN_PLACE, rm_ptr(b->buf), (int)b->numel, rmd_mpi_type(b->dtype),
+                           MPI_SUM, d->pg->comm, &b->req);
+    if (m != MPI_SUCCESS) return rmd_mpi_err(d->pg, call, "reducing a bucket again", m);
+    return rmd_wait(d->pg, call, "reducing a bucket again", 1, &b->req, NULL);
+}
+
+/* .grad := bucket sum / world size for parameters some rank used. */
+static int write_back(remat_ddp *d, const char *call, const unsigned char *used_any) {
+    const double W = d->pg->size;
+    for (int i = 0; i < d->n; i++) {
+        dparam *p = &d->p[i];
+        if (!used_any[i]) continue;
+        dbucket *b = &d->b[p->bucket];
+        remat_tensor *g = p->t->grad;
+        if (!g || !remat_is_contiguous(g) || g->dtype != b->dtype || !rm_ptr(g) ||
+            atomic_load(&g->storage->refcount) > 1) {
+            remat_tensor *ng;
+            int rc = remat_empty(&ng, p->t->ndim, p->t->shape, p->t->dtype, p->t->storage->device);
+            if (rc) return rm_err_prefix(rc, call);
+            rc = remat_set_grad(p->t, ng);
+            remat_release(ng);
+            if (rc) return rc;
+            g = p->t->grad;
+        }
+        if (b->dtype == REMAT_F32) {
+            const float *s = (const float *)rm_ptr(b->buf) + p->offset;
+            float *x = rm_ptr(g), w = (float)W;
+            for (int64_t e = 0; e < p->numel; e++) x[e] = s[e] / w;
+        } else {
+            const double *s = (const double *)rm_ptr(b->buf) + p->offset;
+            double *x = rm_ptr(g);
+            for (int64_t e = 0; e < p->numel; e++) x[e] = s[e] / W;
+        }
+        rm_bump_version(g);
+    }
+    return REMAT_OK;
+}
+
+int remat_ddp_backward(remat_ddp *d, remat_tensor *loss) {
+    static const char *call = "remat_ddp_backward";
+    if (!d) return rm_err(REMAT_EINVAL, "%s: ddp is NULL", call);
+    int rc = rmd_check_group(call, d->pg);
+    if (rc) return rc;
+    if (!d->sync) return remat_backward_scalar(loss);
+
+    for (int i = 0; i < d->n; i++) {
+        d->p[i].count = 0;
+        d->p[i].ready = d->p[i].late = false;
+    }
+    for (int k = 0; k < d->nb; k++) {
+        d->b[k].n_ready = 0;
+        d->b[k].launched = d->b[k].done = false;
+        d->b[k].req = MPI_REQUEST_NULL;
+    }
+    d->next_launch = 0;
+    d->mpi_failed = 0;
+    remat_ddp_stats st = {.n_buckets = d->nb, .n_params = d->n, .learning = !d->learned};
+    d->st = st;
+
+    rm_accumulate_observer_fn prev_fn;
+    void *prev_ud;
+    double t0 = rmd_now();
+    rm_set_accumulate_observer(on_accumulate, d, &prev_fn, &prev_ud);
+    int local = remat_backward_scalar(loss);
+    rm_set_accumulate_observer(prev_fn, prev_ud, NULL, NULL);
+    double t_bwd = rmd_now();
+    d->st.backward_s = t_bwd - t0;
+    char local_msg[RMD_MSG] = "";
+    if (local) snprintf(local_msg, sizeof local_msg, "%s", remat_last_error());
+
+    /* whatever happened locally, every bucket starts: the others wait for it */
+    for (int i = d->n - 1; i >= 0; i--)
+        if (!d->p[i].ready) mark_ready(d, i);
+    if (d->mpi_failed && !local) {
+        local = rmd_mpi_err(d->pg, call, "starting a bucket's all-reduce", d->mpi_failed);
+        snprintf(local_msg, sizeof local_msg, "%s", remat_last_error());
+    }
+    unsigned char *flags = calloc((size_t)d->n, 1);
+    unsigned char *all = calloc((size_t)d->n * (size_t)d->pg->size, 1);
+    unsigned char *any = calloc((size_t)d->n, 1);
+    MPI_Request *reqs = calloc((size_t)d->nb, sizeof *reqs);
+    if (!flags || !all || !any || !reqs) {
+        /* cannot even take part: stop the others with a timeout, not a hang */
+        free(flags); free(all); free(any); free(reqs);
+        d->pg->broken = true;
+        return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    }
+    for (int i = 0; i < d->n; i++)
+        flags[i] = (unsigned char)((d->p[i].t->grad ? FLAG_USED : 0) | (d->p[i].late ? FLAG_LATE : 0));
+    int nr = 0;
+    for (int k = 0; k < d->next_launch; k++)
+        if (!d->b[k].done) reqs[nr++] = d->b[k].req;
+    rc = rmd_exchange_status(d->pg, call, local, local_msg, flags, (size_t)d->n, all, nr, reqs);
+    double t_end = rmd_now();
+    for (int k = 0; k < d->nb; k++)
+        if (!d->b[k].done) d->b[k].t_done = t_end;
+    d->st.exposed_s = t_end - t_bwd;
+    if (rc == REMAT_OK) {
+        for (int r = 0; r < d->pg->size; r++)
+            for (int i = 0; i < d->n; i++) any[i] |= all[(size_t)r * d->n + i];
+        bool *late_bucket = calloc((size_t)d->nb, sizeof *late_bucket);
+        if (!late_bucket) rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+        for (int i = 0; late_bucket && i < d->n; i++)
+            if (any[i] & FLAG_LATE) late_bucket[d->p[i].bucket] = true;
+        for (int k = 0; rc == REMAT_OK && k < d->nb; k++) {
+            if (!late_bucket[k]) continue;
+            rc = rereduce(d, call, k);
+            d->st.n_rereduced++;
+        }
+        free(late_bucket);
+        for (int i = 0; i < d->n; i++) any[i] &= FLAG_USED;
+        if (rc == REMAT_OK) rc = write_back(d, call, any);
+    }
+    if (rc == REMAT_OK) {
+        double first = 0, last = 0;
+        for (int k = 0; k < d->nb; k++) {
+            if (k == 0 || d->b[k].t_launch < first) first = d->b[k].t_launch;
+            if (d->b[k].t_done > last) last = d->b[k].t_done;
+        }
+        d->st.comm_s = last - first;
+        for (int i = 0; i < d->n; i++) d->p[i].expected = d->p[i].count;
+        d->learned = true;
+    }
+    free(flags);
+    free(all);
+    free(any);
+    free(reqs);
+    return rc;
+}

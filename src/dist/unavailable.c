@@ -1,0 +1,66 @@
+/* src/dist/unavailable.c — remat/dist.h in a build without MPI: every call
+ * fails with REMAT_EUNSUPPORTED naming the packages to install. Compiled
+ * instead of the other src/dist sources when CMake did not find MPI. */
+#include "../internal.h"
+#include "remat/dist.h"
+
+#define NO_MPI(call)                                                                          \
+    rm_err(REMAT_EUNSUPPORTED, "%s: remat was built without MPI; install Open MPI "            \
+           "(apt-get install libopenmpi-dev openmpi-bin) and rebuild remat", call)
+
+bool remat_dist_available(void) { return false; }
+
+int remat_dist_init(remat_dist **out, const remat_dist_options *opts) {
+    RM_UNUSED(opts);
+    if (out) *out = NULL;
+    return NO_MPI("remat_dist_init");
+}
+int remat_dist_finalize(remat_dist *pg) { return pg ? NO_MPI("remat_dist_finalize") : REMAT_OK; }
+void remat_dist_abort(remat_dist *pg, int code) {
+    RM_UNUSED(pg);
+    _Exit(code ? code : 1);
+}
+int remat_dist_rank(const remat_dist *pg) { RM_UNUSED(pg); return 0; }
+int remat_dist_world_size(const remat_dist *pg) { RM_UNUSED(pg); return 1; }
+double remat_dist_timeout(const remat_dist *pg) { RM_UNUSED(pg); return 0; }
+uint64_t remat_dist_rank_seed(const remat_dist *pg, uint64_t seed) { RM_UNUSED(pg); return seed; }
+void remat_dist_shard(const remat_dist *pg, int64_t n, int64_t *begin, int64_t *end) {
+    RM_UNUSED(pg);
+    if (begin) *begin = 0;
+    if (end) *end = n < 0 ? 0 : n;
+}
+int remat_dist_broadcast(remat_dist *pg, remat_tensor *t, int root) {
+    RM_UNUSED(pg); RM_UNUSED(t); RM_UNUSED(root);
+    return NO_MPI("remat_dist_broadcast");
+}
+int remat_dist_all_reduce(remat_dist *pg, remat_tensor *t, remat_reduce_op op) {
+    RM_UNUSED(pg); RM_UNUSED(t); RM_UNUSED(op);
+    return NO_MPI("remat_dist_all_reduce");
+}
+int remat_dist_all_reduce_f64(remat_dist *pg, double *values, int n, remat_reduce_op op) {
+    RM_UNUSED(pg); RM_UNUSED(values); RM_UNUSED(n); RM_UNUSED(op);
+    return NO_MPI("remat_dist_all_reduce_f64");
+}
+int remat_dist_barrier(remat_dist *pg) { RM_UNUSED(pg); return NO_MPI("remat_dist_barrier"); }
+int remat_dist_check_identical(remat_dist *pg, int n, remat_tensor *const *tensors, bool *same) {
+    RM_UNUSED(pg); RM_UNUSED(n); RM_UNUSED(tensors);
+    if (same) *same = false;
+    return NO_MPI("remat_dist_check_identical");
+}
+int remat_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *params,
+                     const remat_ddp_options *opts) {
+    RM_UNUSED(pg); RM_UNUSED(n); RM_UNUSED(params); RM_UNUSED(opts);
+    if (out) *out = NULL;
+    return NO_MPI("remat_ddp_create");
+}
+void remat_ddp_free(remat_ddp *ddp) { RM_UNUSED(ddp); }
+int remat_ddp_backward(remat_ddp *ddp, remat_tensor *loss) {
+    RM_UNUSED(ddp); RM_UNUSED(loss);
+    return NO_MPI("remat_ddp_backward");
+}
+void remat_ddp_set_sync(remat_ddp *ddp, bool sync) { RM_UNUSED(ddp); RM_UNUSED(sync); }
+void remat_ddp_get_stats(const remat_ddp *ddp, remat_ddp_stats *stats) {
+    RM_UNUSED(ddp);
+    if (stats) *stats = (remat_ddp_stats){0};
+}
+int remat_ddp_bucket_of(const remat_ddp *ddp, int param) { RM_UNUSED(ddp); RM_UNUSED(param); return -1; }

@@ -1,0 +1,660 @@
+/* tests/dist/dist_check.c — the data-parallel tests, run by CTest under
+ * `mpirun -np 2` and `-np 3` (tests/dist/run.sh). Every rank runs every
+ * check; a check fails on all ranks if it fails on one (the failure count
+ * is all-reduced), and the program exits non-zero then.
+ *
+ *   dist_check all     the checks below
+ *   dist_check hang    rank 1 stops answering: the others must fail with
+ *                      "no answer from rank 1" within the 2 s timeout
+ *   dist_check kill    rank 1 is killed mid-backward (mpirun must end the job)
+ *   dist_check error   rank 1's backward fails: the others must name it
+ *
+ * The model: x -> linear(w_in) -> L residual blocks -> * s -> mse. Each
+ * block is h + linear2(gelu(linear1(layer_norm(h) * s))), with dropout
+ * optional. The parameter s is shared by every block and used outside
+ * them too: under reentrant checkpointing it receives L + 1 separate
+ * accumulations per backward (one per recomputed block), the case that
+ * makes PyTorch's DDP mark a variable ready twice. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "remat/remat.h"
+
+#define D 16
+#define L 4
+#define B 12 /* global batch: divisible by 1, 2, 3 and 4 */
+
+static remat_dist *pg;
+static int rank, world;
+static int failures;
+
+#define CHECK(cond, ...)                                                                    \
+    do {                                                                                    \
+        if (!(cond)) {                                                                      \
+            failures++;                                                                     \
+            fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __func__, __LINE__);             \
+            fprintf(stderr, __VA_ARGS__);                                                   \
+            fprintf(stderr, " [%s]\n", remat_last_error());                                 \
+        }                                                                                   \
+    } while (0)
+#define OK(expr)                                                                            \
+    do {                                                                                    \
+        int rc_ = (expr);                                                                   \
+        CHECK(rc_ == REMAT_OK, "%s returned %s", #expr, remat_err_name(rc_));               \
+    } while (0)
+
+/* ---- the model ----------------------------------------------------------------------------- */
+typedef struct model model;
+typedef struct blk {
+    model *m;
+    int i;
+} blk;
+/* Two blocks, each checkpointed inside (nested checkpoints). */
+typedef struct pair_ud {
+    blk b[2];
+    int reentrant;
+} pair_ud;
+
+struct model {
+    blk bl[L];          /* user_data of the checkpointed blocks: lives with the model */
+    pair_ud pr[L / 2];
+    remat_tensor *w_in, *s;
+    remat_tensor *ln_w[L], *ln_b[L], *w1[L], *b1[L], *w2[L], *b2[L];
+    remat_tensor *params[2 + 6 * L];
+    int n;
+    double p_drop;
+};
+
+static remat_tensor *param(model *m, int ndim, const int64_t *shape, double std, double mean) {
+    remat_tensor *t = NULL;
+    if (remat_rand_normal(&t, ndim, shape, mean, std, REMAT_F32, REMAT_DEVICE_CPU) ||
+        remat_set_requires_grad(t, true)) {
+        fprintf(stderr, "rank %d: cannot make a parameter: %s\n", rank, remat_last_error());
+        exit(2);
+    }
+    m->params[m->n++] = t;
+    return t;
+}
+
+static void model_init(model *m, uint64_t seed, double p_drop) {
+    memset(m, 0, sizeof *m);
+    m->p_drop = p_drop;
+    remat_manual_seed(seed);
+    int64_t dd[2] = {D, D}, d1[1] = {D};
+    m->w_in = param(m, 2, dd, 0.3, 0);
+    m->s = param(m, 1, d1, 0.1, 1.0);
+    for (int i = 0; i < L; i++) {
+        m->ln_w[i] = param(m, 1, d1, 0.1, 1.0);
+        m->ln_b[i] = param(m, 1, d1, 0.1, 0);
+        m->w1[i] = param(m, 2, dd, 0.25, 0);
+        m->b1[i] = param(m, 1, d1, 0.1, 0);
+        m->w2[i] = param(m, 2, dd, 0.25, 0);
+        m->b2[i] = param(m, 1, d1, 0.1, 0);
+    }
+}
+
+static void model_free(model *m) {
+    for (int i = 0; i < m->n; i++) remat_release(m->params[i]);
+    m->n = 0;
+}
+
+static void zero_grads(model *m) {
+    for (int i = 0; i < m->n; i++) remat_set_grad(m->params[i], NULL);
+}
+
+static int block_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
+    (void)n_in;
+    (void)n_out;
+    blk *b = ud;
+    model *m = b->m;
+    int i = b->i;
+    remat_scope *sc;
+    remat_tensor *h, *t;
+    int rc = remat_scope_begin(&sc);
+    if (!rc) rc = remat_layer_norm(&h, in[0], 1, m->ln_w[i], m->ln_b[i], 1e-5);
+    if (!rc) rc = remat_mul(&h, h, m->s);
+    if (!rc) rc = remat_linear(&h, h, m->w1[i], m->b1[i]);
+    if (!rc) rc = remat_gelu(&h, h, REMAT_GELU_TANH);
+    if (!rc && m->p_drop > 0) rc = remat_dropout(&h, h, m->p_drop, true);
+    if (!rc) rc = remat_linear(&h, h, m->w2[i], m->b2[i]);
+    if (!rc) rc = remat_add(&t, in[0], h);
+    if (!rc) out[0] = remat_scope_keep(t);
+    remat_scope_end(sc);
+    return rc;
+}
+
+static int pair_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
+    (void)n_in;
+    (void)n_out;
+    pair_ud *p = ud;
+    remat_checkpoint_options o = {.use_reentrant = p->reentrant ? REMAT_OPT_TRUE : REMAT_OPT_FALSE};
+    remat_tensor *mid = NULL;
+    int rc = remat_checkpoint(block_fn, &p->b[0], 1, in, 1, &mid, &o);
+    if (!rc) rc = remat_checkpoint(block_fn, &p->b[1], 1, &mid, 1, out, &o);
+    remat_release(mid);
+    return rc;
+}
+
+enum mode { M_NONE, M_REENTRANT, M_NONREENTRANT, M_NESTED, M_NESTED_REENTRANT, M_SELECTIVE,
+            M_PLANNER, N_MODES };
+static const char *mode_name[N_MODES] = {"none", "reentrant", "non-reentrant", "nested",
+                                         "nested-reentrant", "selective", "planner"};
+
+/* Loss of the model on rows [r0, r1) of the global batch (x, y). */
+static int forward(model *m, int mode, remat_tensor *x, remat_tensor *y, int64_t r0, int64_t r1,
+                   remat_tensor **loss) {
+    remat_scope *sc;
+    remat_tensor *xs, *ys, *h, *t;
+    blk *bl = m->bl;
+    pair_ud *pr = m->pr;
+    for (int i = 0; i < L; i++) bl[i] = (blk){m, i};
+    int rc = remat_scope_begin(&sc);
+    if (!rc) rc = remat_slice(&xs, x, 0, r0, r1, 1);
+    if (!rc) rc = remat_slice(&ys, y, 0, r0, r1, 1);
+    if (!rc) rc = remat_linear(&h, xs, m->w_in, NULL);
+    remat_checkpoint_options o = {.use_reentrant = REMAT_OPT_FALSE};
+    remat_sac_config cfg = {0};
+    remat_policy *pol = NULL;
+    remat_plan *plan = NULL;
+    if (!rc && mode == M_SELECTIVE) {
+        rc = remat_policy_dots_saveable(&pol);
+        cfg.policy = pol;
+        o.context_fn = remat_sac_context_fn;
+        o.context_fn_data = &cfg;
+    }
+    if (!rc && (mode == M_REENTRANT)) o.use_reentrant = REMAT_OPT_TRUE;
+    if (!rc && mode == M_PLANNER) {
+        remat_stage st[L];
+        for (int i = 0; i < L; i++) st[i] = (remat_stage){block_fn, &bl[i]};
+        rc = remat_plan_revolve(&plan, NULL, L, 2);
+        if (!rc) rc = remat_plan_run(plan, st, h, &h);
+    } else if (!rc && (mode == M_NESTED || mode == M_NESTED_REENTRANT)) {
+        o.use_reentrant = mode == M_NESTED_REENTRANT ? REMAT_OPT_TRUE : REMAT_OPT_FALSE;
+        for (int i = 0; !rc && i < L / 2; i++) {
+            pr[i] = (pair_ud){{bl[2 * i], bl[2 * i + 1]}, mode == M_NESTED_REENTRANT};
+            rc = remat_checkpoint(pair_fn, &pr[i], 1, &h, 1, &t, &o);
+            if (!rc) h = t;
+        }
+    } else {
+        remat_tensor *plain[L] = {0}; /* block_fn's outputs are the caller's */
+        for (int i = 0; !rc && i < L; i++) {
+            if (mode == M_NONE) rc = block_fn(&bl[i], &h, 1, &plain[i], 1), t = plain[i];
+            else rc = remat_checkpoint(block_fn, &bl[i], 1, &h, 1, &t, &o);
+            if (!rc) h = t; /* (the checkpoint hands its output to the scope) */
+        }
+        if (!rc) rc = remat_mul(&h, h, m->s);
+        for (int i = 0; i < L; i++) remat_release(plain[i]);
+        if (!rc) rc = remat_mse_loss(&t, h, ys);
+        if (!rc) *loss = remat_scope_keep(t);
+        remat_scope_end(sc);
+        remat_policy_release(pol);
+        remat_plan_free(plan);
+        return rc;
+    }
+    if (!rc) rc = remat_mul(&h, h, m->s);
+    if (!rc) rc = remat_mse_loss(&t, h, ys);
+    if (!rc) *loss = remat_scope_keep(t);
+    remat_scope_end(sc);
+    remat_policy_release(pol);
+    remat_plan_free(plan);
+    return rc;
+}
+
+static void make_data(uint64_t seed, remat_tensor **x, remat_tensor **y) {
+    int64_t sh[2] = {B, D};
+    remat_manual_seed(seed);
+    if (remat_rand_normal(x, 2, sh, 0, 1, REMAT_F32, REMAT_DEVICE_CPU) ||
+        remat_rand_normal(y, 2, sh, 0, 1, REMAT_F32, REMAT_DEVICE_CPU)) {
+        fprintf(stderr, "rank %d: data: %s\n", rank, remat_last_error());
+        exit(2);
+    }
+}
+
+static void shard(int64_t *r0, int64_t *r1) { remat_dist_shard(pg, B, r0, r1); }
+
+static bool bitwise_equal(remat_tensor *a, remat_tensor *b) {
+    if (!a || !b) return a == b;
+    if (remat_numel(a) != remat_numel(b)) return false;
+    return !memcmp(remat_data(a), remat_data(b), (size_t)remat_numel(a) * sizeof(float));
+}
+
+static void sgd(model *m, double lr) {
+    bool prev = remat_no_grad_begin();
+    for (int i = 0; i < m->n; i++) {
+        remat_tensor *g = remat_tensor_grad(m->params[i]);
+        if (g) OK(remat_add_(m->params[i], g, -lr));
+    }
+    remat_grad_mode_restore(prev);
+}
+
+/* ---- checks --------------------------------------------------------------------------------- */
+static void check_collectives(void) {
+    CHECK(remat_dist_available(), "built without MPI");
+    CHECK(world == remat_dist_world_size(pg) && world >= 2, "world size %d", world);
+    remat_tensor *t = NULL;
+    int64_t n = 5;
+    OK(remat_full(&t, 1, &n, rank + 1, REMAT_F32, REMAT_DEVICE_CPU));
+    OK(remat_dist_all_reduce(pg, t, REMAT_REDUCE_SUM));
+    double v = 0;
+    remat_item_at(t, 4, &v);
+    CHECK(v == world * (world + 1) / 2.0, "sum %g", v);
+    remat_release(t);
+    OK(remat_full(&t, 1, &n, rank + 1, REMAT_F32, REMAT_DEVICE_CPU));
+    OK(remat_dist_all_reduce(pg, t, REMAT_REDUCE_MEAN));
+    remat_item_at(t, 0, &v);
+    CHECK(fabs(v - (world + 1) / 2.0) < 1e-6, "mean %g", v);
+    remat_release(t);
+    OK(remat_full(&t, 1, &n, rank, REMAT_F64, REMAT_DEVICE_CPU));
+    OK(remat_dist_all_reduce(pg, t, REMAT_REDUCE_MAX));
+    remat_item_at(t, 2, &v);
+    CHECK(v == world - 1, "max %g", v);
+    remat_release(t);
+    OK(remat_full(&t, 1, &n, rank == 1 ? 42 : -1, REMAT_F32, REMAT_DEVICE_CPU));
+    OK(remat_dist_broadcast(pg, t, 1));
+    remat_item_at(t, 3, &v);
+    CHECK(v == 42, "broadcast %g", v);
+    bool same = false;
+    OK(remat_dist_check_identical(pg, 1, &t, &same));
+    CHECK(same, "identical after broadcast");
+    float *d = remat_data(t);
+    if (rank == world - 1) d[0] += 1;
+    OK(remat_dist_check_identical(pg, 1, &t, &same));
+    CHECK(!same, "a changed element is seen");
+    CHECK(remat_dist_broadcast(pg, t, world) == REMAT_EINVAL, "root out of range");
+    remat_release(t);
+    double st[2] = {rank, 1};
+    OK(remat_dist_all_reduce_f64(pg, st, 2, REMAT_REDUCE_SUM));
+    CHECK(st[1] == world, "f64 sum %g", st[1]);
+    OK(remat_dist_barrier(pg));
+    /* shards tile [0, n) */
+    for (int64_t m = 0; m < 8; m++) {
+        int64_t b, e;
+        remat_dist_shard(pg, m, &b, &e);
+        double cnt[1] = {(double)(e - b)};
+        OK(remat_dist_all_reduce_f64(pg, cnt, 1, REMAT_REDUCE_SUM));
+        CHECK(cnt[0] == (double)m && e - b <= m / world + 1, "shard of %lld", (long long)m);
+    }
+    CHECK(remat_dist_rank_seed(pg, 7) == 7 || rank != 0, "rank 0 keeps the seed");
+}
+
+/* Per-parameter ready counts of one backward. */
+typedef struct ready_log {
+    int count[2 + 6 * L];
+    int in_backward;
+} ready_log;
+static void on_ready(void *ud, int i) {
+    ready_log *r = ud;
+    r->count[i]++;
+    r->in_backward += remat_in_backward();
+}
+
+/* Gradients under every checkpoint mode equal those of none, bitwise; the
+ * ready event fires exactly once per parameter per backward. */
+static void check_modes(void) {
+    model m;
+    model_init(&m, 1, 0.1);
+    ready_log log;
+    remat_ddp *ddp = NULL;
+    remat_ddp_options o = {.bucket_bytes = 2048, .on_ready = on_ready, .on_ready_data = &log};
+    OK(remat_ddp_create(&ddp, pg, m.n, m.params, &o));
+    if (!ddp) return;
+    CHECK(remat_ddp_bucket_of(ddp, m.n - 1) == 0 && remat_ddp_bucket_of(ddp, 0) > 0,
+          "buckets in reverse registration order");
+    remat_tensor *x, *y;
+    make_data(99, &x, &y);
+    int64_t r0, r1;
+    shard(&r0, &r1);
+    remat_tensor *ref[2 + 6 * L] = {0};
+    for (int mode = 0; mode < N_MODES; mode++) {
+        for (int rep = 0; rep < 2; rep++) {
+            zero_grads(&m);
+            memset(&log, 0, sizeof log);
+            remat_manual_seed(remat_dist_rank_seed(pg, 5)); /* same masks in every mode */
+            remat_tensor *loss = NULL;
+            OK(forward(&m, mode, x, y, r0, r1, &loss));
+            OK(remat_ddp_backward(ddp, loss));
+            remat_release(loss);
+            remat_ddp_stats st;
+            remat_ddp_get_stats(ddp, &st);
+            int once = 0;
+            for (int i = 0; i < m.n; i++) once += log.count[i] == 1;
+            CHECK(once == m.n && st.n_ready_events == m.n,
+                  "%s: %d of %d parameters got exactly one ready event (%lld events)",
+                  mode_name[mode], once, m.n, (long long)st.n_ready_events);
+            if (mode == M_REENTRANT || mode == M_NESTED_REENTRANT)
+                CHECK(st.n_accumulations > m.n, "%s: the shared parameter is accumulated once per "
+                      "recomputed block (%lld accumulations)", mode_name[mode],
+                      (long long)st.n_accumulations);
+            if (mode != M_NONE && rep == 1) {
+                CHECK(!st.learning && st.n_rereduced == 0, "%s: second backward learned (%d)",
+                      mode_name[mode], st.n_rereduced);
+                CHECK(log.in_backward == m.n, "%s: %d of %d ready events during backward",
+                      mode_name[mode], log.in_backward, m.n);
+            }
+            if (mode == M_REENTRANT && rep == 0)
+                CHECK(st.n_rereduced > 0, "reentrant after none: the shared parameter's bucket "
+                      "is reduced again (graph changed)");
+            for (int i = 0; i < m.n; i++) {
+                remat_tensor *g = remat_tensor_grad(m.params[i]);
+                if (mode == M_NONE && rep == 0) {
+                    ref[i] = NULL;
+                    if (g) OK(remat_clone(&ref[i], g));
+                } else {
+                    CHECK(bitwise_equal(g, ref[i]), "%s (backward %d): gradient %d differs from "
+                          "none's", mode_name[mode], rep, i);
+                }
+            }
+            bool same = false;
+            OK(remat_dist_check_identical(pg, 1, &m.params[1], &same));
+        }
+    }
+    for (int i = 0; i < m.n; i++) remat_release(ref[i]);
+    remat_release(x);
+    remat_release(y);
+    remat_ddp_free(ddp);
+    model_free(&m);
+}
+
+/* 2 ranks x B/2 vs 1 rank x B: losses within 1e-5 relative for 20 steps;
+ * parameters bitwise identical across ranks after every step. */
+static void check_vs_single(void) {
+    model m, ref;
+    model_init(&ref, 3, 0);
+    model_init(&m, 3, 0);
+    /* other ranks start elsewhere: remat_ddp_create must copy rank 0's */
+    if (rank) {
+        bool prev = remat_no_grad_begin();
+        for (int i = 0; i < m.n; i++) remat_mul_scalar_(m.params[i], 1.0 + 0.5 * rank);
+        remat_grad_mode_restore(prev);
+    }
+    remat_ddp *ddp = NULL;
+    OK(remat_ddp_create(&ddp, pg, m.n, m.params, NULL));
+    if (!ddp) return;
+    bool same = false;
+    OK(remat_dist_check_identical(pg, m.n, m.params, &same));
+    CHECK(same, "parameters identical after create");
+    for (int i = 0; i < m.n; i++) CHECK(bitwise_equal(m.params[i], ref.params[i]), "param %d is rank 0's", i);
+    int64_t r0, r1;
+    shard(&r0, &r1);
+    double worst = 0;
+    for (int step = 0; step < 20; step++) {
+        remat_tensor *x, *y, *loss = NULL, *rloss = NULL;
+        make_data(1000 + (uint64_t)step, &x, &y);
+        zero_grads(&m);
+        zero_grads(&ref);
+        OK(forward(&m, step % 2 ? M_REENTRANT : M_NONREENTRANT, x, y, r0, r1, &loss));
+        double l = 0, lr = 0;
+        if (loss) remat_item(loss, &l);
+        OK(remat_ddp_backward(ddp, loss));
+        OK(remat_dist_all_reduce_f64(pg, &l, 1, REMAT_REDUCE_MEAN));
+        OK(forward(&ref, M_NONE, x, y, 0, B, &rloss));
+        if (rloss) remat_item(rloss, &lr);
+        OK(remat_backward_scalar(rloss));
+        double rel = fabs(l - lr) / fabs(lr);
+        if (rel > worst) worst = rel;
+        CHECK(rel <= 1e-5, "step %d: loss %.9g vs single-process %.9g", step, l, lr);
+        sgd(&m, 0.05);
+        sgd(&ref, 0.05);
+        OK(remat_dist_check_identical(pg, m.n, m.params, &same));
+        CHECK(same, "step %d: parameters differ across ranks", step);
+        remat_release(loss);
+        remat_release(rloss);
+        remat_release(x);
+        remat_release(y);
+    }
+    if (rank == 0) printf("  vs single process: worst relative loss difference %.2e\n", worst);
+    remat_ddp_free(ddp);
+    model_free(&m);
+    model_free(&ref);
+}
+
+/* Own dropout stream per rank; parameters still identical after steps. */
+static void check_dropout_streams(void) {
+    remat_manual_seed(remat_dist_rank_seed(pg, 11));
+    remat_tensor *ones = NULL, *dr = NULL;
+    int64_t n = 256;
+    OK(remat_full(&ones, 1, &n, 1, REMAT_F32, REMAT_DEVICE_CPU));
+    OK(remat_dropout(&dr, ones, 0.5, true));
+    bool same = true;
+    if (dr) OK(remat_dist_check_identical(pg, 1, &dr, &same));
+    CHECK(!same, "ranks drew the same dropout mask");
+    remat_release(ones);
+    remat_release(dr);
+    model m;
+    model_init(&m, 4, 0.2);
+    remat_ddp *ddp = NULL;
+    OK(remat_ddp_create(&ddp, pg, m.n, m.params, NULL));
+    if (!ddp) return;
+    remat_tensor *x, *y;
+    make_data(5, &x, &y);
+    int64_t r0, r1;
+    shard(&r0, &r1);
+    remat_manual_seed(remat_dist_rank_seed(pg, 11));
+    for (int step = 0; step < 5; step++) {
+        remat_tensor *loss = NULL;
+        zero_grads(&m);
+        OK(forward(&m, M_NONREENTRANT, x, y, r0, r1, &loss));
+        OK(remat_ddp_backward(ddp, loss));
+        remat_release(loss);
+        sgd(&m, 0.05);
+        OK(remat_dist_check_identical(pg, m.n, m.params, &same));
+        CHECK(same, "dropout step %d: parameters differ across ranks", step);
+    }
+    remat_release(x);
+    remat_release(y);
+    remat_ddp_free(ddp);
+    model_free(&m);
+}
+
+/* no_sync: micro-batch 1 without communication, micro-batch 2 synchronised
+ * = the mean over ranks of the summed local gradients. */
+static void check_no_sync(void) {
+    model m, ref;
+    model_init(&m, 6, 0);
+    model_init(&ref, 6, 0);
+    remat_ddp *ddp = NULL;
+    OK(remat_ddp_create(&ddp, pg, m.n, m.params, NULL));
+    if (!ddp) return;
+    remat_tensor *x, *y;
+    make_data(8, &x, &y);
+    int64_t r0, r1;
+    shard(&r0, &r1);
+    int64_t mid = r0 + (r1 - r0) / 2;
+    remat_tensor *l1 = NULL, *l2 = NULL, *q1 = NULL, *q2 = NULL;
+    remat_ddp_set_sync(ddp, false);
+    OK(forward(&m, M_REENTRANT, x, y, r0, mid, &l1));
+    OK(remat_ddp_backward(ddp, l1));
+    remat_ddp_stats st;
+    remat_ddp_set_sync(ddp, true);
+    OK(forward(&m, M_REENTRANT, x, y, mid, r1, &l2));
+    OK(remat_ddp_backward(ddp, l2));
+    remat_ddp_get_stats(ddp, &st);
+    CHECK(st.n_ready_events == m.n, "one ready event per parameter after no_sync");
+    OK(forward(&ref, M_NONE, x, y, r0, mid, &q1));
+    OK(remat_backward_scalar(q1));
+    OK(forward(&ref, M_NONE, x, y, mid, r1, &q2));
+    OK(remat_backward_scalar(q2));
+    for (int i = 0; i < ref.n; i++) {
+        remat_tensor *g = remat_tensor_grad(ref.params[i]);
+        OK(remat_dist_all_reduce(pg, g, REMAT_REDUCE_MEAN));
+        remat_tensor *a = remat_tensor_grad(m.params[i]);
+        const float *pa = remat_data(a), *pb = remat_data(g);
+        double err = 0;
+        for (int64_t e = 0; e < remat_numel(g); e++) {
+            double d = fabs((double)pa[e] - pb[e]) / (fabs(pb[e]) + 1e-6);
+            if (d > err) err = d;
+        }
+        CHECK(err < 1e-5, "no_sync: gradient %d differs by %g", i, err);
+    }
+    remat_release(l1); remat_release(l2); remat_release(q1); remat_release(q2);
+    remat_release(x);
+    remat_release(y);
+    remat_ddp_free(ddp);
+    model_free(&m);
+    model_free(&ref);
+}
+
+/* Unused parameters: used on rank 0 only → mean over ranks everywhere;
+ * unused on every rank → .grad stays NULL everywhere. */
+static void check_unused(void) {
+    remat_tensor *p[3] = {0};
+    int64_t n = 4;
+    for (int i = 0; i < 3; i++) {
+        OK(remat_full(&p[i], 1, &n, 1 + i, REMAT_F32, REMAT_DEVICE_CPU));
+        OK(remat_set_requires_grad(p[i], true));
+    }
+    remat_ddp *ddp = NULL;
+    OK(remat_ddp_create(&ddp, pg, 3, p, NULL));
+    if (!ddp) return;
+    for (int rep = 0; rep < 2; rep++) {
+        for (int i = 0; i < 3; i++) remat_set_grad(p[i], NULL);
+        remat_tensor *a = NULL, *s = NULL;
+        OK(rank == 0 ? remat_mul(&a, p[0], p[1]) : remat_mul_scalar(&a, p[0], 3.0));
+        OK(remat_sum(&s, a, 0, NULL, false));
+        OK(remat_ddp_backward(ddp, s));
+        remat_tensor *g0 = remat_tensor_grad(p[0]), *g1 = remat_tensor_grad(p[1]);
+        double v0 = 0, v1 = 0;
+        if (g0) remat_item_at(g0, 0, &v0);
+        if (g1) remat_item_at(g1, 0, &v1);
+        /* rank 0: d/dp0 = p1 = 2, others 3; d/dp1 = p0 = 1 on rank 0 only */
+        double want0 = (2.0 + 3.0 * (world - 1)) / world;
+        CHECK(fabs(v0 - want0) < 1e-6, "used everywhere: %g, want %g", v0, want0);
+        CHECK(g1 && fabs(v1 - 1.0 / world) < 1e-6, "used on rank 0 only: %g", v1);
+        CHECK(remat_tensor_grad(p[2]) == NULL, "unused everywhere keeps no .grad");
+        remat_release(a);
+        remat_release(s);
+    }
+    remat_ddp_free(ddp);
+    for (int i = 0; i < 3; i++) remat_release(p[i]);
+}
+
+/* Mismatched parameter lists are caught at set-up, on every rank. */
+static void check_mismatch(void) {
+    remat_tensor *p[2] = {0};
+    int64_t sh[2] = {3, rank == 1 ? 5 : 4}, n1 = 2;
+    OK(remat_zeros(&p[0], 1, &n1, REMAT_F32, REMAT_DEVICE_CPU));
+    OK(remat_zeros(&p[1], 2, sh, REMAT_F32, REMAT_DEVICE_CPU));
+    for (int i = 0; i < 2; i++) remat_set_requires_grad(p[i], true);
+    remat_ddp *ddp = NULL;
+    int rc = remat_ddp_create(&ddp, pg, 2, p, NULL);
+    CHECK(rc == REMAT_EINVAL && strstr(remat_last_error(), "parameter 1 is [3, 5] f32 on rank 1"),
+          "shape mismatch: %s", remat_err_name(rc));
+    rc = remat_ddp_create(&ddp, pg, rank == 1 ? 1 : 2, p, NULL);
+    CHECK(rc == REMAT_EINVAL && strstr(remat_last_error(), "rank 1 registers 1 parameters"),
+          "count mismatch: %s", remat_err_name(rc));
+    /* bad arguments on one rank: the others get its message */
+    remat_tensor *bad[2] = {p[0], rank == 1 ? NULL : p[1]};
+    rc = remat_ddp_create(&ddp, pg, 2, bad, NULL);
+    CHECK(rc != REMAT_OK && (rank == 1 ? strstr(remat_last_error(), "parameter 1 is NULL") != NULL
+                                       : strstr(remat_last_error(), "rank 1 failed") != NULL),
+          "bad argument on rank 1: %s", remat_err_name(rc));
+    CHECK(ddp == NULL, "no ddp on failure");
+    remat_release(p[0]);
+    remat_release(p[1]);
+}
+
+/* A rank whose backward fails: the others are told, naming it; the group
+ * stays usable. */
+static void check_error_reported(void) {
+    remat_tensor *p = NULL, *s = NULL, *c = NULL;
+    int64_t n = 4;
+    OK(remat_full(&p, 1, &n, 1, REMAT_F32, REMAT_DEVICE_CPU));
+    OK(remat_set_requires_grad(p, true));
+    remat_ddp *ddp = NULL;
+    OK(remat_ddp_create(&ddp, pg, 1, &p, NULL));
+    if (!ddp) return;
+    OK(remat_sum(&s, p, 0, NULL, false));
+    OK(remat_scalar(&c, 1.0, REMAT_F32)); /* does not require grad */
+    int rc = remat_ddp_backward(ddp, rank == 1 ? c : s);
+    if (rank == 1) CHECK(rc == REMAT_ENOGRAD, "the failing rank keeps its error: %s", remat_err_name(rc));
+    else CHECK(rc == REMAT_EIO && strstr(remat_last_error(), "rank 1 failed (REMAT_ENOGRAD)"),
+               "others name rank 1: %s", remat_err_name(rc));
+    remat_release(s);
+    OK(remat_sum(&s, p, 0, NULL, false));
+    OK(remat_ddp_backward(ddp, s));
+    remat_release(s);
+    remat_release(c);
+    remat_ddp_free(ddp);
+    remat_release(p);
+}
+
+/* ---- fault modes: rank 1 stops answering / is killed ------------------------------------- */
+static void on_ready_kill(void *ud, int i) {
+    (void)ud;
+    if (rank == 1 && i == 0) raise(SIGKILL);
+}
+
+static int fault(const char *what) {
+    model m;
+    model_init(&m, 1, 0);
+    remat_ddp *ddp = NULL;
+    remat_ddp_options o = {.bucket_bytes = 1024};
+    if (!strcmp(what, "kill")) o.on_ready = on_ready_kill;
+    int rc = remat_ddp_create(&ddp, pg, m.n, m.params, &o);
+    remat_tensor *x, *y;
+    make_data(2, &x, &y);
+    int64_t r0, r1;
+    shard(&r0, &r1);
+    for (int step = 0; !rc && step < 3; step++) {
+        remat_tensor *loss = NULL;
+        zero_grads(&m);
+        if (step == 2 && rank == 1 && !strcmp(what, "hang")) sleep(30);
+        rc = forward(&m, M_REENTRANT, x, y, r0, r1, &loss);
+        bool err = step == 2 && rank == 1 && !strcmp(what, "error");
+        if (!rc) rc = remat_ddp_backward(ddp, err ? x : loss); /* x needs no grad: fails */
+        remat_release(loss);
+    }
+    fprintf(stderr, "rank %d: %s\n", rank, rc ? remat_last_error() : "finished");
+    if (rc) remat_dist_abort(pg, 3);
+    remat_release(x);
+    remat_release(y);
+    remat_ddp_free(ddp);
+    model_free(&m);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    const char *what = argc > 1 ? argv[1] : "all";
+    remat_dist_options o = {.timeout_s = strcmp(what, "all") ? 2.0 : 60.0};
+    int rc = remat_dist_init(&pg, &o);
+    if (rc) {
+        fprintf(stderr, "dist_check: %s\n", remat_last_error());
+        return 2;
+    }
+    rank = remat_dist_rank(pg);
+    world = remat_dist_world_size(pg);
+    if (strcmp(what, "all")) {
+        rc = fault(what);
+        remat_dist_finalize(pg);
+        return rc ? 3 : 0;
+    }
+    struct { const char *name; void (*fn)(void); } checks[] = {
+        {"collectives", check_collectives},
+        {"checkpoint_modes_bitwise_and_ready_once", check_modes},
+        {"vs_single_process_20_steps", check_vs_single},
+        {"dropout_streams", check_dropout_streams},
+        {"no_sync", check_no_sync},
+        {"unused_parameters", check_unused},
+        {"mismatch_at_setup", check_mismatch},
+        {"failed_rank_named", check_error_reported},
+    };
+    int total = 0;
+    for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {
+        failures = 0;
+        checks[i].fn();
+        double f = failures;
+        remat_dist_all_reduce_f64(pg, &f, 1, REMAT_REDUCE_SUM);
+        if (rank == 0) printf("%s %s (np %d)\n", f ? "FAIL" : "ok  ", checks[i].name, world);
+        if (getenv("DIST_CHECK_LIVE")) printf("live %lld\n", (long long)remat_live_tensors());
+        total += f > 0;
+    }
+    if (rank == 0) fflush(stdout);
+    int64_t live = remat_live_tensors();
+    if (live) fprintf(stderr, "rank %d: %lld tensors leaked\n", rank, (long long)live);
+    remat_dist_finalize(pg);
+    return total || live ? 1 : 0;
+}
