@@ -74,7 +74,14 @@ static void usage_model(FILE *f) {
             "                        attn_out, mlp_up, mlp_act, mlp_out; MLP linear, gelu\n"
             "  --reentrant           use reentrant checkpointing (default: non-reentrant;\n"
             "                        not for budget= and selective=, which are non-reentrant)\n"
-            "  --verbose             print the planner's profile of the blocks and its plans\n");
+            "  --verbose             print the planner's profile of the blocks and its plans\n"
+            "\n"
+            "data parallelism (mpirun -np N remat ...; docs/dist.md):\n"
+            "  --batch is per rank; rank r takes rows [r*batch, (r+1)*batch) of each step's\n"
+            "  global batch; rank 0 prints and writes files\n"
+            "  --dist-timeout S      a rank that fails or stops answering ends the job\n"
+            "                        within S seconds, naming it                       [60]\n"
+            "  --bucket-size MIB     gradient all-reduce bucket size                   [25]\n");
 }
 
 void args_usage_train(FILE *f) {
@@ -337,6 +344,12 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
         } else if (!strcmp(name, "--data") && !bench) {
             NEED_VAL();
             c->data = val;
+        } else if (!strcmp(name, "--dist-timeout") || !strcmp(name, "--bucket-size")) {
+            NEED_VAL();
+            if (!util_parse_double(val, &dv) || !(dv > 0) || dv > 1e9)
+                return fail(cmd, "bad value for", name, "expected a number > 0");
+            if (name[2] == 'd') c->dist_timeout = dv;
+            else c->bucket_mib = dv;
         } else if (!strcmp(name, "--save") && !bench) {
             NEED_VAL();
             c->save = val;

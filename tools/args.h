@@ -34,6 +34,9 @@ typedef struct config {
     bool verbose;       /* print the planner's profile and plans */
     bool report;        /* train --report: residual report of the run's first step */
     long eval_every;
+    /* under mpirun (tools/dist.h) */
+    double dist_timeout;  /* --dist-timeout seconds (0: 60) */
+    double bucket_mib;    /* --bucket-size MiB (0: 25) */
     /* bench */
     strategy strategies[ARGS_MAX_STRATEGIES];
     int n_strategies;

@@ -119,7 +119,8 @@ static int make_tokens(const task *t, bool eval, int64_t key, batch *b) {
         goto done;
     }
     for (int r = 0; r < B; r++) {
-        uint64_t rng = util_mix(t->seed ^ (eval ? EVAL_TAG : 0), (uint64_t)key, (uint64_t)r);
+        uint64_t rng = util_mix(t->seed ^ (eval ? EVAL_TAG : 0), (uint64_t)key,
+                                (uint64_t)(eval ? r : t->row0 + r));
         if (t->kind == TASK_ADDITION) {
             addition_row(rng, eval, T + 1, s, ans, prob);
         } else {
@@ -161,7 +162,8 @@ static int make_function(const task *t, bool eval, int64_t key, batch *b) {
         goto done;
     }
     for (int r = 0; r < B; r++) {
-        uint64_t rng = util_mix(t->seed ^ (eval ? EVAL_TAG : 0), (uint64_t)key, (uint64_t)r);
+        uint64_t rng = util_mix(t->seed ^ (eval ? EVAL_TAG : 0), (uint64_t)key,
+                                (uint64_t)(eval ? r : t->row0 + r));
         float *xr = x + (size_t)r * W, *yr = y + (size_t)r * W;
         for (int i = 0; i < W; i++) xr[i] = (float)util_normal(&rng);
         for (int i = 0; i < W; i++) yr[i] = sinf(2.0f * xr[i]) * cosf(xr[(i + 1) % W]);

@@ -27,6 +27,7 @@ typedef struct task {
     task_kind kind;
     int batch, context, width;
     uint64_t seed;
+    int64_t row0; /* training rows are rows row0.. of the step's global batch (rank * batch) */
     unsigned char *text; /* TASK_TEXT: the file */
     size_t text_len, split; /* [0, split) trains, [split, len) is held out */
 } task;

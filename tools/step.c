@@ -11,6 +11,14 @@ void step_report_free(step_report *r) {
     r->forward = r->backward = NULL;
 }
 
+static step_backward_fn g_backward;
+static void *g_backward_ud;
+
+void step_set_backward(step_backward_fn fn, void *user_data) {
+    g_backward = fn;
+    g_backward_ud = user_data;
+}
+
 int step_run(model *m, const strategy *s, const batch *b, optim *o, trace *tr, step_report *rep,
              double *loss) {
     remat_tensor *l = NULL;
@@ -32,7 +40,7 @@ int step_run(model *m, const strategy *s, const batch *b, optim *o, trace *tr, s
     if (!rc) rc = remat_item(l, loss);
     if (!rc) {
         if (tr) trace_phase(tr, PH_BACKWARD, true);
-        rc = remat_backward_scalar(l);
+        rc = g_backward ? g_backward(g_backward_ud, l) : remat_backward_scalar(l);
         if (tr) trace_phase(tr, PH_BACKWARD, false);
     }
     if (rep && rep->backward) {

@@ -25,6 +25,11 @@ void step_report_free(step_report *r);
 int step_run(model *m, const strategy *s, const batch *b, optim *o, trace *tr, step_report *rep,
              double *loss);
 
+/* The backward step_run runs on the loss: fn (data parallelism: DDP's,
+ * tools/dist.c) or, with NULL, remat_backward_scalar. */
+typedef int (*step_backward_fn)(void *user_data, remat_tensor *loss);
+void step_set_backward(step_backward_fn fn, void *user_data);
+
 /* --threads (OpenMP; remat runs BLAS inside OpenMP teams). Returns the number of
  * threads in use. */
 int step_setup_process(int threads);

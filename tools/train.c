@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "dist.h"
 #include "models.h"
 #include "optim.h"
 #include "savefile.h"
@@ -165,6 +166,8 @@ int cmd_train(config *c) {
     int threads = step_setup_process(c->threads);
     /* RSS is only sampled in the traced step; speed matters more here */
     step_malloc_mode(false);
+    prog_dist pd;
+    if ((rc = prog_dist_init(&pd, c))) goto done;
 
     if (c->resume) {
         rc = savefile_read(c->resume, &saved);
@@ -172,12 +175,16 @@ int cmd_train(config *c) {
         if (rc) goto done;
     }
     if ((rc = task_init(&tk, c))) goto done;
+    tk.row0 = (int64_t)pd.rank * c->batch; /* this rank's rows of each global batch */
     if (c->resume && (rc = savefile_check_task(&saved, c->resume, &tk))) goto done;
     if ((rc = model_init(&m, c, c->seed))) goto done;
     if ((rc = optim_init(&o, c, &m))) goto done;
     int64_t start = 0;
     if (c->resume && (rc = savefile_restore(&saved, c->resume, &m, &o, &start))) goto done;
     savefile_free(&saved);
+    if ((rc = prog_dist_attach(&pd, &m, c->bucket_mib))) goto done;
+    /* each rank its own random stream (rank 0 keeps the one it has) */
+    if (pd.rank > 0) remat_manual_seed(remat_dist_rank_seed(pd.pg, c->seed + (uint64_t)start));
     if (start > c->steps) {
         rc = remat_set_error(REMAT_EINVAL,
                              "--resume %s: the file is at step %" PRId64
@@ -204,6 +211,9 @@ int cmd_train(config *c) {
                 c->optim == OPTIM_ADAMW ? "AdamW" : "SGD", c->lr, threads,
                 start ? ", resumed" : "");
         if (start) fprintf(stderr, "  resuming at step %" PRId64 " from %s\n", start, c->resume);
+        if (pd.pg)
+            fprintf(stderr, "  data parallel: %d ranks x batch %d (global batch %d)\n", pd.world,
+                    c->batch, pd.world * c->batch);
     }
 
     /* budget=SIZE: profile the blocks once, on the first batch of this run,
@@ -267,6 +277,8 @@ int cmd_train(config *c) {
         if (k == 0 && c->strat.kind == STRAT_SELECTIVE) c->strat.sac_stats = &sac;
         rc = step_run(&m, &c->strat, &b, &o, trace_this ? &tr : NULL,
                       k == 0 && c->report ? &rep : NULL, &loss);
+        if (!rc) prog_dist_after_step(&pd);
+        if (!rc) rc = prog_dist_mean(&pd, &loss); /* the global batch's loss */
         double dt = util_now() - t0;
         if (c->strat.sac_stats) have_sac = true;
         c->strat.sac_stats = NULL;
@@ -282,7 +294,7 @@ int cmd_train(config *c) {
         losses[k] = loss;
         times[k] = dt;
         train_time += dt;
-        tokens += b.tokens;
+        tokens += b.tokens * pd.world;
         bool do_eval = eval_every > 0 && (step + 1) % eval_every == 0 && k != n_steps - 1;
         if (do_eval) {
             if ((rc = evaluate(&m, &tk, &ev))) goto done;
@@ -323,6 +335,13 @@ int cmd_train(config *c) {
     double step_ms = 1e3 * util_median(times, (int)n_steps);
     double tok_s = train_time > 0 ? (double)tokens / train_time : 0;
     size_t peak_alloc = remat_cpu_peak_bytes(), peak_rss = util_peak_rss_bytes();
+    double peaks[2] = {(double)peak_alloc, (double)peak_rss}; /* max over ranks */
+    if ((rc = prog_dist_max(&pd, peaks, 2))) goto done;
+    peak_alloc = (size_t)peaks[0];
+    peak_rss = (size_t)peaks[1];
+    const double hidden = prog_dist_hidden_fraction(&pd);
+    const double comm_ms = pd.n_steps ? 1e3 * pd.comm_s / pd.n_steps : 0;
+    const double exposed_ms = pd.n_steps ? 1e3 * pd.exposed_s / pd.n_steps : 0;
     double last = n_steps ? losses[n_steps - 1] : NAN;
     if (c->report && rep.forward && (rc = print_reports(c->json ? stderr : stdout, c, &rep, start + 1,
                                                have_sac ? &sac : NULL)))
@@ -372,6 +391,10 @@ int cmd_train(config *c) {
                             "\"plan_recomputed_blocks\":%" PRId64 ",",
                             p->budget_bytes, p->peak_bytes, p->min_budget_bytes,
                             p->peak_store_all, p->n_recomputed);
+        util_str_printf(&j, "\"world_size\":%d,", pd.world);
+        if (pd.pg && hidden >= 0)
+            util_str_printf(&j, "\"comm_ms\":%.4f,\"comm_exposed_ms\":%.4f,"
+                                "\"comm_hidden_fraction\":%.4f,", comm_ms, exposed_ms, hidden);
         util_str_printf(&j,
                         "\"step_ms\":%.4f,\"tokens_per_s\":%.2f,\"peak_alloc_bytes\":%zu,"
                         "\"peak_rss_bytes\":%zu}\n",
@@ -383,7 +406,7 @@ int cmd_train(config *c) {
         }
         fputs(j.s, stdout);
         util_str_free(&j);
-    } else {
+    } else if (pd.rank == 0) {
         char a[32], r[32];
         printf("\n");
         if (n_steps) printf("loss          %.4f (first step %.4f)\n", last, losses[0]);
@@ -393,6 +416,13 @@ int cmd_train(config *c) {
         printf("peak memory   %s allocated by remat, %s RSS\n",
                util_fmt_bytes((double)peak_alloc, a, sizeof a),
                util_fmt_bytes((double)peak_rss, r, sizeof r));
+        if (pd.pg) {
+            printf("ranks         %d (throughput and loss: the global batch; memory: the max "
+                   "over ranks)\n", pd.world);
+            if (hidden >= 0)
+                printf("all-reduce    %.1f ms per step, %.1f ms of it after backward (%.0f%% "
+                       "hidden)\n", comm_ms, exposed_ms, 100 * hidden);
+        }
         const remat_plan *p = c->strat.plan;
         if (p) {
             char bb[32], pk[32];
@@ -425,7 +455,13 @@ done:
     task_free(&tk);
     savefile_free(&saved);
     if (rc) {
-        fprintf(stderr, "%sremat train: %s\n", util_isatty(stderr) ? "\n" : "", remat_last_error());
+        if (pd.pg) fprintf(stderr, "remat train: rank %d: %s\n", pd.rank, remat_last_error());
+        else fprintf(stderr, "%sremat train: %s\n", util_isatty(stderr) ? "\n" : "", remat_last_error());
+        prog_dist_end(&pd, 1); /* under mpirun: ends every rank */
+        return 1;
+    }
+    if (prog_dist_end(&pd, 0)) {
+        fprintf(stderr, "remat train: %s\n", remat_last_error());
         return 1;
     }
     return 0;

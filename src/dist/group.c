@@ -2,6 +2,7 @@
  * seeds and shards, bounded waits and the status exchange. */
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #include "dist_internal.h"
@@ -47,15 +48,22 @@ MPI_Datatype rmd_mpi_type(remat_dtype dtype) {
 
 int rmd_wait(remat_dist *pg, const char *call, const char *what, int n, MPI_Request *reqs,
              const int *peer) {
-    double deadline = rmd_now() + pg->timeout_s;
+    double start = rmd_now(), deadline = start + pg->timeout_s;
     long sleep_ns = 1000;
     for (;;) {
         int flag = 0;
         int rc = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) return rmd_mpi_err(pg, call, what, rc);
         if (flag) return REMAT_OK;
-        if (rmd_now() > deadline) break;
-        /* back off to 1 ms: a waiting rank leaves the cores to the others */
+        double now = rmd_now();
+        if (now > deadline) break;
+        if (now - start < 0.05) {
+            /* a collective usually ends within milliseconds: poll, but let
+             * a rank sharing this core run meanwhile */
+            sched_yield();
+            continue;
+        }
+        /* then back off to 1 ms: a long wait leaves the cores to the others */
         struct timespec ts = {0, sleep_ns};
         nanosleep(&ts, NULL);
         if (sleep_ns < 1000000) sleep_ns *= 2;
