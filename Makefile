@@ -59,6 +59,7 @@ bench: build
 # Regenerates tests/fixtures from PyTorch (needs python3-torch; CI does not).
 fixtures:
 	python3 scripts/gen_fixtures.py tests/fixtures
+	python3 scripts/gen_optim_fixtures.py tests/fixtures/optim
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_LINT) build-werror-gcc build-werror-clang

@@ -908,3 +908,37 @@ Test(cli, report_prints_the_residuals_of_a_step) {
     cr_assert(strstr(o, "\"residuals_backward\":{\"count\":"), "%s", o);
     free(o);
 }
+
+/* --lr-schedule, --clip and --accum reach the library optimizer (each one
+ * changes the run) and a run with all of them resumes bitwise. */
+Test(cli, schedule_clip_and_accum_flags_train_and_resume_bitwise) {
+    const char *flags[4] = {"", "--lr-schedule cosine --warmup 2 --min-lr 1e-4", "--clip 0.05",
+                            "--accum 2"};
+    char bits[4][32];
+    for (int i = 0; i < 4; i++) {
+        char *o;
+        cr_assert_eq(run(&o, false, "train " TINY " --steps 6 --json %s", flags[i]), 0, "%s", o);
+        json_str(o, "loss_bits", bits[i], sizeof bits[i]);
+        cr_assert(json_num(o, "loss") < json_num(o, "loss_first"), "%s did not train: %s",
+                  flags[i], o);
+        for (int j = 0; j < i; j++)
+            cr_assert_str_neq(bits[i], bits[j], "'%s' changed nothing", flags[i]);
+        free(o);
+    }
+    const char *all = "--lr-schedule cosine --warmup 2 --clip 0.05 --accum 2";
+    char *full, *first, *rest, a[32], b[32];
+    cr_assert_eq(run(&full, false, "train " TINY " --steps 6 --json %s", all), 0, "%s", full);
+    cr_assert_eq(run(&first, false, "train " TINY " --steps 3 --json %s --save %s", all,
+                     path("acc.bin")), 0, "%s", first);
+    cr_assert_eq(run(&rest, false, "train " TINY " --steps 6 --json %s --resume %s", all,
+                     path("acc.bin")), 0, "%s", rest);
+    cr_assert_str_eq(json_str(full, "loss_bits", a, sizeof a),
+                     json_str(rest, "loss_bits", b, sizeof b), "resumed run differs");
+    free(full);
+    free(first);
+    free(rest);
+    char *o;
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 4 --lr-schedule cosine --warmup 4"), 2);
+    cr_assert(strstr(o, "--warmup must be below --steps"), "%s", o);
+    free(o);
+}

@@ -102,6 +102,13 @@ void args_usage_train(FILE *f) {
             "  --optim adamw|sgd     optimizer                                     [adamw]\n"
             "  --weight-decay X      AdamW decoupled weight decay of matrices         [0.01]\n"
             "  --momentum X          SGD momentum                                        [0]\n"
+            "  --lr-schedule S       constant, or cosine: linear warm-up over --warmup\n"
+            "                        steps to --lr, then cosine decay to --min-lr  [constant]\n"
+            "  --warmup N            warm-up steps of the cosine schedule                [0]\n"
+            "  --min-lr X            where the cosine schedule ends                      [0]\n"
+            "  --clip X              clip the gradients' global L2 norm to X (0: off)    [0]\n"
+            "  --accum N             accumulate the gradients of N micro-batches (each\n"
+            "                        --batch big) per optimizer step                     [1]\n"
             "  --data FILE           train a byte-level GPT on any text file\n"
             "  --eval-every N        evaluate on held-out data every N steps\n"
             "                        (0: only at the end)                  [--steps / 10]\n"
@@ -161,6 +168,7 @@ static void defaults_common(config *c) {
     c->lr = 3e-3;
     c->weight_decay = 0.01;
     c->optim = OPTIM_ADAMW;
+    c->accum = 1;
     c->reps = 5;
     strategy_parse("none", false, &c->strat, NULL, 0);
 }
@@ -329,6 +337,23 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
                 c->momentum = dv;
                 c->set_momentum = true;
             }
+        } else if ((!strcmp(name, "--min-lr") || !strcmp(name, "--clip")) && !bench) {
+            NEED_VAL();
+            if (!util_parse_double(val, &dv) || dv < 0)
+                return fail(cmd, "bad value for", name, "expected a number >= 0");
+            *(!strcmp(name, "--clip") ? &c->clip : &c->min_lr) = dv;
+        } else if (!strcmp(name, "--warmup") && !bench) {
+            NEED_VAL();
+            if (!util_parse_long(val, 0, 1000000000L, &lv))
+                return fail(cmd, "bad value for", name, "expected an integer >= 0");
+            c->warmup = lv;
+        } else if (!strcmp(name, "--accum") && !bench) {
+            INT_ARG(accum, 1, 1 << 20, (void)0);
+        } else if (!strcmp(name, "--lr-schedule") && !bench) {
+            NEED_VAL();
+            if (!strcmp(val, "constant")) c->cosine = false;
+            else if (!strcmp(val, "cosine")) c->cosine = true;
+            else return fail(cmd, "bad value for --lr-schedule", val, "expected constant or cosine");
         } else if (!strcmp(name, "--optim") && !bench) {
             NEED_VAL();
             if (!strcmp(val, "adamw")) c->optim = OPTIM_ADAMW;
@@ -474,5 +499,7 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
         return fail(cmd, "--data needs --model gpt", NULL, NULL);
     }
     if (c->optim == OPTIM_SGD && !c->set_lr) c->lr = 0.1;
+    if (!bench && c->cosine && c->steps > 0 && c->warmup >= c->steps)
+        return fail(cmd, "--warmup must be below --steps with --lr-schedule cosine", NULL, NULL);
     return 0;
 }

@@ -25,6 +25,11 @@ typedef struct config {
     int threads;        /* 0: leave OpenMP's default */
     double lr, weight_decay, momentum;
     optim_kind optim;
+    bool cosine;        /* --lr-schedule cosine: linear warm-up, cosine decay to min_lr */
+    long warmup;        /* --warmup N steps (cosine) */
+    double min_lr;      /* --min-lr X (cosine floor) */
+    double clip;        /* --clip X: gradient norm clipping (0: off) */
+    int accum;          /* --accum N: micro-batches per optimizer step */
     bool untied;        /* GPT: separate output head instead of tied embeddings */
     bool attn_ops;      /* GPT: attention composed of ops instead of remat_attention */
     strategy strat;     /* train: the strategy */

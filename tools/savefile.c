@@ -115,15 +115,32 @@ static int write_all(int fd, const unsigned char *p, size_t n) {
     return 0;
 }
 
+/* The optimizer's index of model parameter j (the optimizer orders them by
+ * group), -1 if it has none. */
+static int optim_index(const remat_optimizer *o, const model *m, int j) {
+    for (int k = 0; k < remat_optim_n_params(o); k++)
+        if (remat_optim_param(o, k) == m->params[j].t) return k;
+    return -1;
+}
+
+static remat_tensor *optim_slot(const remat_optimizer *o, const model *m, int j,
+                                remat_optim_slot slot) {
+    int k = optim_index(o, m, j);
+    return k < 0 ? NULL : remat_optim_state(o, k, slot);
+}
+
 int savefile_write(const char *path, const config *c, const task *t, const model *m,
-                   const optim *o, int64_t step) {
+                   const remat_optimizer *o, int64_t step) {
     if (!host_little_endian())
         return remat_set_error(REMAT_EUNSUPPORTED, "--save: big-endian hosts are not supported");
     uint8_t rng[REMAT_RNG_STATE_BYTES];
     int rc = remat_rng_get_state(REMAT_DEVICE_CPU, rng);
     if (rc) return rc;
     uint32_t n_tensors = (uint32_t)m->n_params;
-    for (int i = 0; i < o->n; i++) n_tensors += (o->m[i] != NULL) + (o->v[i] != NULL);
+    for (int i = 0; i < m->n_params; i++)
+        n_tensors += (optim_slot(o, m, i, REMAT_OPTIM_EXP_AVG) != NULL) +
+                     (optim_slot(o, m, i, REMAT_OPTIM_EXP_AVG_SQ) != NULL);
+    const remat_optim_options *oo = remat_optim_get_options(o);
 
     buf b = {0};
     put(&b, SAVEFILE_MAGIC, 8);
@@ -138,18 +155,18 @@ int savefile_write(const char *path, const config *c, const task *t, const model
     put_u32(&b, (uint32_t)m->context);
     put_u32(&b, (uint32_t)m->vocab);
     put_u32(&b, m->untied ? 1u : 0u);
-    put_u32(&b, (uint32_t)o->kind);
+    put_u32(&b, (uint32_t)c->optim);
     put_u32(&b, (uint32_t)c->batch);
     put_u32(&b, n_tensors);
-    put_f64(&b, o->lr);
-    put_f64(&b, o->weight_decay);
-    put_f64(&b, o->momentum);
-    put_f64(&b, o->beta1);
-    put_f64(&b, o->beta2);
-    put_f64(&b, o->eps);
+    put_f64(&b, c->lr);
+    put_f64(&b, c->weight_decay);
+    put_f64(&b, c->momentum);
+    put_f64(&b, oo->beta1);
+    put_f64(&b, oo->beta2);
+    put_f64(&b, oo->eps);
     put_u64(&b, c->seed);
     put_u64(&b, (uint64_t)step);
-    put_u64(&b, (uint64_t)o->t);
+    put_u64(&b, (uint64_t)remat_optim_updates(o));
     put(&b, rng, sizeof rng);
     put_u32(&b, (uint32_t)t->kind);
     put_u32(&b, t->text ? savefile_crc32(t->text, t->text_len) : 0u);
@@ -159,9 +176,11 @@ int savefile_write(const char *path, const config *c, const task *t, const model
         return remat_set_error(REMAT_ESTATE, "--save: internal header size mismatch");
     }
     for (int i = 0; i < m->n_params; i++) put_tensor(&b, "", m->params[i].name, m->params[i].t);
-    for (int i = 0; i < o->n; i++) {
-        if (o->m[i]) put_tensor(&b, "optim.m.", m->params[i].name, o->m[i]);
-        if (o->v[i]) put_tensor(&b, "optim.v.", m->params[i].name, o->v[i]);
+    for (int i = 0; i < m->n_params; i++) {
+        remat_tensor *sm = optim_slot(o, m, i, REMAT_OPTIM_EXP_AVG);
+        remat_tensor *sv = optim_slot(o, m, i, REMAT_OPTIM_EXP_AVG_SQ);
+        if (sm) put_tensor(&b, "optim.m.", m->params[i].name, sm);
+        if (sv) put_tensor(&b, "optim.v.", m->params[i].name, sv);
     }
     put_u32(&b, 0); /* CRC placeholder */
     if (b.oom) {
@@ -431,19 +450,26 @@ static int load_into(const saved_state *s, const char *path, const char *prefix,
     return REMAT_OK;
 }
 
-int savefile_restore(const saved_state *s, const char *path, model *m, optim *o, int64_t *step) {
+int savefile_restore(const saved_state *s, const char *path, model *m, remat_optimizer *o,
+                     int64_t *step) {
+    const remat_optim_options *oo = remat_optim_get_options(o);
+    if (oo->kind == REMAT_OPTIM_ADAMW &&
+        (s->beta1 != oo->beta1 || s->beta2 != oo->beta2 || s->eps != oo->eps))
+        return remat_set_error(REMAT_EFORMAT,
+                               "--resume %s: AdamW betas (%g, %g), eps %g in the file; this remat "
+                               "uses (%g, %g), eps %g",
+                               path, s->beta1, s->beta2, s->eps, oo->beta1, oo->beta2, oo->eps);
     int rc = REMAT_OK;
     for (int i = 0; !rc && i < m->n_params; i++)
         rc = load_into(s, path, "", m->params[i].name, m->params[i].t);
-    for (int i = 0; !rc && i < o->n; i++) {
-        if (o->m[i]) rc = load_into(s, path, "optim.m.", m->params[i].name, o->m[i]);
-        if (!rc && o->v[i]) rc = load_into(s, path, "optim.v.", m->params[i].name, o->v[i]);
+    for (int i = 0; !rc && i < m->n_params; i++) {
+        remat_tensor *sm = optim_slot(o, m, i, REMAT_OPTIM_EXP_AVG);
+        remat_tensor *sv = optim_slot(o, m, i, REMAT_OPTIM_EXP_AVG_SQ);
+        if (sm) rc = load_into(s, path, "optim.m.", m->params[i].name, sm);
+        if (!rc && sv) rc = load_into(s, path, "optim.v.", m->params[i].name, sv);
     }
+    if (!rc) rc = remat_optim_set_updates(o, s->optim_t);
     if (rc) return rc;
-    o->t = s->optim_t;
-    o->beta1 = s->beta1;
-    o->beta2 = s->beta2;
-    o->eps = s->eps;
     rc = remat_rng_set_state(REMAT_DEVICE_CPU, s->rng);
     if (rc) return rc;
     *step = s->step;

@@ -18,7 +18,6 @@
 #include "args.h"
 #include "data.h"
 #include "models.h"
-#include "optim.h"
 
 #define SAVEFILE_MAGIC "REMATSAV"
 #define SAVEFILE_VERSION 1u
@@ -49,7 +48,7 @@ typedef struct saved_state {
 
 /* Writes the state after `step` steps. Sets the remat error on failure. */
 int savefile_write(const char *path, const config *c, const task *t, const model *m,
-                   const optim *o, int64_t step);
+                   const remat_optimizer *o, int64_t step);
 /* Reads and validates a file (REMAT_EIO / REMAT_EFORMAT with a message). */
 int savefile_read(const char *path, saved_state *s);
 void savefile_free(saved_state *s);
@@ -61,8 +60,10 @@ int savefile_merge_config(const saved_state *s, const char *path, config *c);
  * warning; a built-in task must stay the same. */
 int savefile_check_task(const saved_state *s, const char *path, const task *t);
 /* Copies parameters and optimizer state into m and o (made from the merged
- * config), restores the cpu RNG, and returns the step in *step. */
-int savefile_restore(const saved_state *s, const char *path, model *m, optim *o, int64_t *step);
+ * config over m's parameters), restores the optimizer's update count and
+ * the cpu RNG, and returns the step in *step. */
+int savefile_restore(const saved_state *s, const char *path, model *m, remat_optimizer *o,
+                     int64_t *step);
 
 /* CRC-32 (IEEE 802.3, as zlib's crc32) of n bytes. */
 uint32_t savefile_crc32(const void *data, size_t n);

@@ -19,7 +19,7 @@ void step_set_backward(step_backward_fn fn, void *user_data) {
     g_backward_ud = user_data;
 }
 
-int step_run(model *m, const strategy *s, const batch *b, optim *o, trace *tr, step_report *rep,
+int step_run(model *m, const strategy *s, const batch *b, remat_optimizer *o, trace *tr, step_report *rep,
              double *loss) {
     remat_tensor *l = NULL;
     int rc = REMAT_OK;
@@ -50,7 +50,7 @@ int step_run(model *m, const strategy *s, const batch *b, optim *o, trace *tr, s
     remat_release(l);
     if (!rc && o) {
         if (tr) trace_phase(tr, PH_OPTIMIZER, true);
-        rc = optim_step(o, m);
+        rc = remat_optim_step(o, NULL);
         if (tr) trace_phase(tr, PH_OPTIMIZER, false);
     }
     return rc;

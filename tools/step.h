@@ -6,7 +6,6 @@
 #define REMAT_TOOLS_STEP_H
 
 #include "models.h"
-#include "optim.h"
 #include "strategy.h"
 #include "trace.h"
 
@@ -19,10 +18,11 @@ void step_report_free(step_report *r);
 
 /* Forward to the loss under s, then backward (grads accumulate into the
  * parameters' .grad; call model_zero_grad first), then, if o is non-NULL,
- * an optimizer update. tr (may be NULL) gets the phase marks; rep (may be
+ * remat_optim_step (an update once o's micro-batches are complete; it
+ * drops the gradients then). tr (may be NULL) gets the phase marks; rep (may be
  * NULL) gets the residual reports of the forward and of the backward.
  * *loss gets the loss value. */
-int step_run(model *m, const strategy *s, const batch *b, optim *o, trace *tr, step_report *rep,
+int step_run(model *m, const strategy *s, const batch *b, remat_optimizer *o, trace *tr, step_report *rep,
              double *loss);
 
 /* The backward step_run runs on the loss: fn (data parallelism: DDP's,

@@ -10,7 +10,6 @@
 #include "data.h"
 #include "dist.h"
 #include "models.h"
-#include "optim.h"
 #include "savefile.h"
 #include "step.h"
 #include "svg.h"
@@ -146,6 +145,45 @@ static uint32_t float_bits(double v) {
     return u;
 }
 
+/* The program's optimizer: AdamW (betas 0.9, 0.95) with weight decay on
+ * the matrices only (biases, norms and positions in a no-decay group), or
+ * SGD (no weight decay); schedule, clipping and accumulation from the flags. */
+static int make_optimizer(const config *c, model *m, remat_optimizer **out) {
+    remat_optim_options o;
+    remat_optim_options_init(&o, c->optim == OPTIM_SGD ? REMAT_OPTIM_SGD : REMAT_OPTIM_ADAMW);
+    o.lr = c->lr;
+    if (c->optim == OPTIM_SGD) {
+        o.momentum = c->momentum;
+        o.weight_decay = 0;
+    } else {
+        o.beta2 = 0.95;
+        o.weight_decay = c->weight_decay;
+    }
+    if (c->cosine && c->steps > 0)
+        o.schedule = (remat_lr_schedule){REMAT_LR_WARMUP_COSINE, c->warmup, c->steps, c->min_lr};
+    o.clip_norm = c->clip;
+    o.accum_steps = c->accum;
+    remat_tensor **decay = malloc(sizeof *decay * (size_t)m->n_params);
+    remat_tensor **plain = malloc(sizeof *plain * (size_t)m->n_params);
+    int nd = 0, np = 0, rc = REMAT_OK;
+    if (!decay || !plain) rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    for (int i = 0; !rc && i < m->n_params; i++) {
+        if (m->params[i].decay || c->optim == OPTIM_SGD)
+            decay[nd++] = m->params[i].t;
+        else
+            plain[np++] = m->params[i].t;
+    }
+    if (!rc) rc = remat_optim_create(out, &o, decay, nd);
+    if (!rc && np) rc = remat_optim_add_group(*out, plain, np, 0.0);
+    if (rc) {
+        remat_optim_free(*out);
+        *out = NULL;
+    }
+    free(decay);
+    free(plain);
+    return rc;
+}
+
 int cmd_train(config *c) {
     int rc = REMAT_OK;
     saved_state saved;
@@ -154,8 +192,7 @@ int cmd_train(config *c) {
     memset(&tk, 0, sizeof tk);
     model m;
     memset(&m, 0, sizeof m);
-    optim o;
-    memset(&o, 0, sizeof o);
+    remat_optimizer *o = NULL;
     trace tr;
     bool traced = false;
     step_report rep = {NULL, NULL};
@@ -178,9 +215,9 @@ int cmd_train(config *c) {
     tk.row0 = (int64_t)pd.rank * c->batch; /* this rank's rows of each global batch */
     if (c->resume && (rc = savefile_check_task(&saved, c->resume, &tk))) goto done;
     if ((rc = model_init(&m, c, c->seed))) goto done;
-    if ((rc = optim_init(&o, c, &m))) goto done;
+    if ((rc = make_optimizer(c, &m, &o))) goto done;
     int64_t start = 0;
-    if (c->resume && (rc = savefile_restore(&saved, c->resume, &m, &o, &start))) goto done;
+    if (c->resume && (rc = savefile_restore(&saved, c->resume, &m, o, &start))) goto done;
     savefile_free(&saved);
     if ((rc = prog_dist_attach(&pd, &m, c->bucket_mib))) goto done;
     /* each rank its own random stream (rank 0 keeps the one it has) */
@@ -265,8 +302,6 @@ int cmd_train(config *c) {
 
     for (int64_t k = 0; k < n_steps; k++) {
         int64_t step = start + k;
-        batch b;
-        if ((rc = task_batch(&tk, step, &b))) goto done;
         model_zero_grad(&m);
         bool trace_this = (c->trace || c->timeline) && k == n_steps - 1;
         if (trace_this) {
@@ -275,15 +310,24 @@ int cmd_train(config *c) {
         }
         double t0 = util_now(), loss = 0;
         if (k == 0 && c->strat.kind == STRAT_SELECTIVE) c->strat.sac_stats = &sac;
-        rc = step_run(&m, &c->strat, &b, &o, trace_this ? &tr : NULL,
-                      k == 0 && c->report ? &rep : NULL, &loss);
-        if (!rc) prog_dist_after_step(&pd);
+        /* --accum N: micro-batches step*N .. step*N+N-1; the optimizer
+         * updates after the last (remat_optim_step counts them) */
+        for (int j = 0; !rc && j < c->accum; j++) {
+            batch b;
+            double l = 0;
+            if ((rc = task_batch(&tk, step * c->accum + j, &b))) break;
+            rc = step_run(&m, &c->strat, &b, o, trace_this ? &tr : NULL,
+                          k == 0 && j == 0 && c->report ? &rep : NULL, &l);
+            if (!rc) prog_dist_after_step(&pd);
+            loss += l / c->accum;
+            tokens += b.tokens * pd.world;
+            batch_free(&b);
+            c->strat.sac_stats = NULL;
+        }
         if (!rc) rc = prog_dist_mean(&pd, &loss); /* the global batch's loss */
         double dt = util_now() - t0;
-        if (c->strat.sac_stats) have_sac = true;
-        c->strat.sac_stats = NULL;
+        if (k == 0 && c->strat.kind == STRAT_SELECTIVE) have_sac = true;
         if (trace_this) trace_end(&tr);
-        batch_free(&b);
         if (rc) goto done;
         if (!isfinite(loss)) {
             rc = remat_set_error(REMAT_EINVAL,
@@ -294,7 +338,6 @@ int cmd_train(config *c) {
         losses[k] = loss;
         times[k] = dt;
         train_time += dt;
-        tokens += b.tokens * pd.world;
         bool do_eval = eval_every > 0 && (step + 1) % eval_every == 0 && k != n_steps - 1;
         if (do_eval) {
             if ((rc = evaluate(&m, &tk, &ev))) goto done;
@@ -311,7 +354,7 @@ int cmd_train(config *c) {
     have_eval = true;
     eval_text(&ev, &tk, evbuf, sizeof evbuf);
 
-    if (c->save && (rc = savefile_write(c->save, c, &tk, &m, &o, c->steps))) goto done;
+    if (c->save && (rc = savefile_write(c->save, c, &tk, &m, o, c->steps))) goto done;
     if (traced && c->trace) {
         const trace *ts[1] = {&tr};
         const char *labels[1] = {c->strat.name};
@@ -450,7 +493,7 @@ done:
     if (traced) trace_free(&tr);
     free(losses);
     free(times);
-    optim_free(&o);
+    remat_optim_free(o);
     model_free(&m);
     task_free(&tk);
     savefile_free(&saved);

@@ -13,6 +13,7 @@
  *   remat/selective.h   selective checkpointing policies, named residuals (remat_tag)
  *   remat/report.h      residual reports: what is saved for backward, and where
  *   remat/compress.h    bf16 and host-offload saved-tensor hooks
+ *   remat/optim.h       SGD, AdamW, clipping, lr schedules, gradient accumulation
  *   remat/dist.h        data parallelism over MPI: process groups, DDP, ZeRO-1
  *
  * Example: one SGD step of y = relu(x W^T + b), loss = mse(y, t).
@@ -54,6 +55,7 @@
 #include "remat/selective.h"
 #include "remat/report.h"
 #include "remat/compress.h"
+#include "remat/optim.h"
 #include "remat/dist.h"
 
 #define REMAT_VERSION_MAJOR 0

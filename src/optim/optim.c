@@ -1,0 +1,410 @@
+/*
+ * src/optim/optim.c — the optimizer object (remat/optim.h): parameters,
+ * groups, state tensors, and the step that runs accumulation, clipping,
+ * the schedule and the update (the loops themselves are in update.c).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "remat/optim.h"
+
+typedef struct opt_param {
+    remat_tensor *p;     /* retained */
+    remat_tensor *s[2];  /* state slots (remat_optim_slot), NULL where none */
+    int64_t steps;       /* updates this parameter had (PyTorch's state['step']) */
+    double weight_decay; /* its group's */
+} opt_param;
+
+struct remat_optimizer {
+    remat_optim_options opts;
+    opt_param *ps;
+    int n, cap;
+    int64_t updates;  /* updates applied (the schedule's k) */
+    int micro;        /* micro-batches counted since the last update */
+    double last_norm; /* before the last update's clipping */
+};
+
+static int n_slots(const remat_optim_options *o) {
+    if (o->kind == REMAT_OPTIM_ADAMW) return 2;
+    return o->momentum != 0 ? 1 : 0;
+}
+
+static int check_options(const remat_optim_options *o) {
+    if (!o) return rm_err(REMAT_EINVAL, "remat_optim_create: options is NULL");
+    if (o->kind != REMAT_OPTIM_SGD && o->kind != REMAT_OPTIM_ADAMW)
+        return rm_err(REMAT_EINVAL, "remat_optim_create: unknown optimizer kind %d", (int)o->kind);
+#define NONNEG(f)                                                                              \
+    if (!(o->f >= 0) || !isfinite(o->f))                                                     \
+        return rm_err(REMAT_EINVAL, "remat_optim_create: " #f " is %g (need a finite value >= 0)", \
+                      o->f)
+    NONNEG(lr);
+    NONNEG(weight_decay);
+    NONNEG(clip_norm);
+    if (o->kind == REMAT_OPTIM_SGD) {
+        NONNEG(momentum);
+        NONNEG(dampening);
+        if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
+            return rm_err(REMAT_EINVAL, "remat_optim_create: nesterov needs momentum > 0 and "
+                                        "dampening 0 (as PyTorch)");
+    } else {
+        if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
+            return rm_err(REMAT_EINVAL, "remat_optim_create: betas (%g, %g) must be in [0, 1)",
+                          o->beta1, o->beta2);
+        if (!(o->eps >= 0) || !isfinite(o->eps))
+            return rm_err(REMAT_EINVAL, "remat_optim_create: eps is %g (need >= 0)", o->eps);
+    }
+#undef NONNEG
+    if (o->accum_steps < 0)
+        return rm_err(REMAT_EINVAL, "remat_optim_create: accum_steps is %d (need >= 0)",
+                      o->accum_steps);
+    int rc = remat_lr_schedule_check(&o->schedule);
+    return rc ? rm_err_prefix(rc, "remat_optim_create") : REMAT_OK;
+}
+
+int remat_optim_options_init(remat_optim_options *o, remat_optim_kind kind) {
+    if (!o) return rm_err(REMAT_EINVAL, "remat_optim_options_init: o is NULL");
+    memset(o, 0, sizeof *o);
+    o->kind = kind;
+    o->lr = 1e-3;
+    if (kind == REMAT_OPTIM_ADAMW) {
+        o->weight_decay = 1e-2;
+        o->beta1 = 0.9;
+        o->beta2 = 0.999;
+        o->eps = 1e-8;
+    } else if (kind != REMAT_OPTIM_SGD) {
+        return rm_err(REMAT_EINVAL, "remat_optim_options_init: unknown optimizer kind %d",
+                      (int)kind);
+    }
+    return REMAT_OK;
+}
+
+static void param_clear(opt_param *q) {
+    remat_release(q->p);
+    remat_release(q->s[0]);
+    remat_release(q->s[1]);
+    memset(q, 0, sizeof *q);
+}
+
+void remat_optim_free(remat_optimizer *o) {
+    if (!o) return;
+    for (int i = 0; i < o->n; i++) param_clear(&o->ps[i]);
+    free(o->ps);
+    free(o);
+}
+
+static int check_param(const remat_optimizer *o, remat_tensor *const *params, int i,
+                       const char *call) {
+    remat_tensor *p = params[i];
+    if (!p) return rm_err(REMAT_EINVAL, "%s: params[%d] is NULL", call, i);
+    remat_dtype dt = remat_tensor_dtype(p);
+    if (dt != REMAT_F32 && dt != REMAT_F64)
+        return rm_err(REMAT_EDTYPE, "%s: params[%d] is %s (f32 or f64 parameters only)", call, i,
+                      remat_dtype_name(dt));
+    if (remat_tensor_device(p).type != REMAT_DEVICE_CPU.type)
+        return rm_err(REMAT_EDEVICE, "%s: params[%d] is not on the cpu device", call, i);
+    if (!remat_is_leaf(p))
+        return rm_err(REMAT_EINVAL, "%s: params[%d] is not a leaf (it has a grad_fn)", call, i);
+    if (!remat_is_contiguous(p))
+        return rm_err(REMAT_EINVAL, "%s: params[%d] is not contiguous", call, i);
+    for (int j = 0; j < o->n; j++)
+        if (o->ps[j].p == p) return rm_err(REMAT_EINVAL, "%s: params[%d] is already added", call, i);
+    for (int j = 0; j < i; j++)
+        if (params[j] == p)
+            return rm_err(REMAT_EINVAL, "%s: params[%d] repeats params[%d]", call, i, j);
+    return REMAT_OK;
+}
+
+static int add_group(remat_optimizer *o, remat_tensor *const *params, int n, double weight_decay,
+                     const char *call) {
+    if (!o) return rm_err(REMAT_EINVAL, "%s: optimizer is NULL", call);
+    if (n < 0 || (n > 0 && !params))
+        return rm_err(REMAT_EINVAL, "%s: %d parameters at %p", call, n, (const void *)params);
+    if (!(weight_decay >= 0) || !isfinite(weight_decay))
+        return rm_err(REMAT_EINVAL, "%s: weight_decay is %g (need a finite value >= 0)", call,
+                      weight_decay);
+    for (int i = 0; i < n; i++) {
+        int rc = check_param(o, params, i, call);
+        if (rc) return rc;
+    }
+    if (o->n + n > o->cap) {
+        int cap = o->cap ? o->cap : 16;
+        while (cap < o->n + n) cap *= 2;
+        opt_param *ps = realloc(o->ps, sizeof *ps * (size_t)cap);
+        if (!ps) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+        o->ps = ps;
+        o->cap = cap;
+    }
+    const int slots = n_slots(&o->opts);
+    for (int i = 0; i < n; i++) {
+        opt_param *q = &o->ps[o->n + i];
+        memset(q, 0, sizeof *q);
+        remat_tensor *p = params[i];
+        q->weight_decay = weight_decay;
+        for (int s = 0; s < slots; s++) {
+            int rc = remat_zeros(&q->s[s], remat_ndim(p), remat_shape(p), remat_tensor_dtype(p),
+                                 REMAT_DEVICE_CPU);
+            if (rc) {
+                for (int j = 0; j <= i; j++) param_clear(&o->ps[o->n + j]);
+                return rm_err_prefix(rc, call);
+            }
+        }
+        q->p = remat_retain(p);
+    }
+    o->n += n;
+    return REMAT_OK;
+}
+
+int remat_optim_add_group(remat_optimizer *o, remat_tensor *const *params, int n,
+                          double weight_decay) {
+    return add_group(o, params, n, weight_decay, "remat_optim_add_group");
+}
+
+int remat_optim_create(remat_optimizer **out, const remat_optim_options *opts,
+                       remat_tensor *const *params, int n) {
+    if (!out) return rm_err(REMAT_EINVAL, "remat_optim_create: out is NULL");
+    *out = NULL;
+    int rc = check_options(opts);
+    if (rc) return rc;
+    remat_optimizer *o = calloc(1, sizeof *o);
+    if (!o) return rm_err(REMAT_ENOMEM, "remat_optim_create: out of memory");
+    o->opts = *opts;
+    rc = add_group(o, params, n, opts->weight_decay, "remat_optim_create");
+    if (rc) {
+        remat_optim_free(o);
+        return rc;
+    }
+    *out = o;
+    return REMAT_OK;
+}
+
+void remat_optim_zero_grad(remat_optimizer *o) {
+    if (!o) return;
+    for (int i = 0; i < o->n; i++) remat_set_grad(o->ps[i].p, NULL);
+    o->micro = 0;
+}
+
+/* Every gradient checked, and made dense, before anything is changed. */
+static int prepare_grads(remat_optimizer *o, const char *call) {
+    for (int i = 0; i < o->n; i++) {
+        remat_tensor *p = o->ps[i].p, *g = remat_tensor_grad(p);
+        if (!g) continue;
+        bool same = remat_tensor_dtype(g) == remat_tensor_dtype(p) && remat_ndim(g) == remat_ndim(p);
+        for (int d = 0; same && d < remat_ndim(p); d++) same = remat_size(g, d) == remat_size(p, d);
+        if (!same) {
+            char a[64], b[64];
+            return rm_err(REMAT_ESHAPE, "%s: parameter %d is %s but its gradient is %s", call, i,
+                          remat_describe(p, a, sizeof a), remat_describe(g, b, sizeof b));
+        }
+        if (remat_tensor_device(g).type != REMAT_DEVICE_CPU.type)
+            return rm_err(REMAT_EDEVICE, "%s: the gradient of parameter %d is not on the cpu", call,
+                          i);
+    }
+    for (int i = 0; i < o->n; i++) {
+        remat_tensor *p = o->ps[i].p, *g = remat_tensor_grad(p), *dense = NULL;
+        if (!g || remat_is_contiguous(g)) continue;
+        bool prev = remat_no_grad_begin();
+        int rc = remat_contiguous(&dense, g);
+        remat_grad_mode_restore(prev);
+        if (!rc) rc = remat_set_grad(p, dense);
+        remat_release(dense);
+        if (rc) return rm_err_prefix(rc, call);
+    }
+    return REMAT_OK;
+}
+
+static double grad_sumsq(const remat_optimizer *o) {
+    double s = 0;
+    for (int i = 0; i < o->n; i++) {
+        remat_tensor *g = remat_tensor_grad(o->ps[i].p);
+        if (!g) continue;
+        if (remat_tensor_dtype(g) == REMAT_F64)
+            s += remat_sum_squares_f64(remat_data(g), remat_numel(g));
+        else
+            s += remat_sum_squares_f32(remat_data(g), remat_numel(g));
+    }
+    return s;
+}
+
+static void scale_dense(remat_tensor *g, double f) {
+    int64_t n = remat_numel(g);
+    if (remat_tensor_dtype(g) == REMAT_F64) {
+        double *x = remat_data(g);
+#pragma omp parallel for if (n > 65536)
+        for (int64_t i = 0; i < n; i++) x[i] *= f;
+    } else {
+        float *x = remat_data(g);
+        const float ff = (float)f;
+#pragma omp parallel for if (n > 65536)
+        for (int64_t i = 0; i < n; i++) x[i] *= ff;
+    }
+    rm_bump_version(g);
+}
+
+int remat_optim_grad_norm(const remat_optimizer *o, double *norm) {
+    if (!o || !norm) return rm_err(REMAT_EINVAL, "remat_optim_grad_norm: NULL argument");
+    int rc = prepare_grads((remat_optimizer *)o, "remat_optim_grad_norm");
+    if (rc) return rc;
+    *norm = sqrt(grad_sumsq(o));
+    return REMAT_OK;
+}
+
+int remat_optim_scale_grads(remat_optimizer *o, double f) {
+    if (!o) return rm_err(REMAT_EINVAL, "remat_optim_scale_grads: optimizer is NULL");
+    int rc = prepare_grads(o, "remat_optim_scale_grads");
+    if (rc) return rc;
+    for (int i = 0; i < o->n; i++) {
+        remat_tensor *g = remat_tensor_grad(o->ps[i].p);
+        if (g) scale_dense(g, f);
+    }
+    return REMAT_OK;
+}
+
+static int update_param(remat_optimizer *o, opt_param *q, double lr) {
+    remat_tensor *g = remat_tensor_grad(q->p);
+    const remat_optim_options *op = &o->opts;
+    const int64_t n = remat_numel(q->p);
+    const bool f64 = remat_tensor_dtype(q->p) == REMAT_F64;
+    void *p = remat_data(q->p), *gd = remat_data(g);
+    void *s0 = q->s[0] ? remat_data(q->s[0]) : NULL, *s1 = q->s[1] ? remat_data(q->s[1]) : NULL;
+    int rc;
+    if (op->kind == REMAT_OPTIM_ADAMW) {
+        remat_adamw_hparams h = {lr, op->beta1, op->beta2, op->eps, q->weight_decay, q->steps + 1};
+        rc = f64 ? remat_adamw_update_f64(p, gd, s0, s1, n, &h)
+                 : remat_adamw_update_f32(p, gd, s0, s1, n, &h);
+    } else {
+        remat_sgd_hparams h = {lr, op->momentum, op->dampening, q->weight_decay, op->nesterov,
+                               q->steps == 0};
+        rc = f64 ? remat_sgd_update_f64(p, gd, s0, n, &h) : remat_sgd_update_f32(p, gd, s0, n, &h);
+    }
+    if (rc) return rc;
+    q->steps++;
+    rm_bump_version(q->p);
+    return REMAT_OK;
+}
+
+int remat_optim_step(remat_optimizer *o, bool *updated) {
+    const char *call = "remat_optim_step";
+    if (updated) *updated = false;
+    if (!o) return rm_err(REMAT_EINVAL, "%s: optimizer is NULL", call);
+    const int accum = o->opts.accum_steps > 1 ? o->opts.accum_steps : 1;
+    if (o->micro + 1 < accum) {
+        o->micro++;
+        return REMAT_OK;
+    }
+    int rc = prepare_grads(o, call);
+    if (rc) return rc;
+    /* the mean over the micro-batches, then the clip: one pass when both apply */
+    double scale = 1.0 / (double)accum;
+    o->last_norm = 0;
+    if (o->opts.clip_norm > 0) {
+        o->last_norm = sqrt(grad_sumsq(o)) * scale;
+        scale *= remat_clip_factor(o->last_norm, o->opts.clip_norm);
+    }
+    if (accum > 1 || o->opts.clip_norm > 0)
+        for (int i = 0; i < o->n; i++) {
+            remat_tensor *g = remat_tensor_grad(o->ps[i].p);
+            if (g && scale != 1.0) scale_dense(g, scale);
+        }
+    const double lr = remat_optim_lr(o);
+    for (int i = 0; i < o->n; i++)
+        if (remat_tensor_grad(o->ps[i].p) && (rc = update_param(o, &o->ps[i], lr)))
+            return rm_err_prefix(rc, call);
+    o->updates++;
+    remat_optim_zero_grad(o);
+    if (updated) *updated = true;
+    return REMAT_OK;
+}
+
+double remat_optim_lr(const remat_optimizer *o) {
+    return o ? remat_lr_at(&o->opts.schedule, o->opts.lr, o->updates) : 0;
+}
+int64_t remat_optim_updates(const remat_optimizer *o) { return o ? o->updates : 0; }
+double remat_optim_last_grad_norm(const remat_optimizer *o) { return o ? o->last_norm : 0; }
+const remat_optim_options *remat_optim_get_options(const remat_optimizer *o) {
+    return o ? &o->opts : NULL;
+}
+
+int remat_optim_set_lr(remat_optimizer *o, double lr) {
+    if (!o) return rm_err(REMAT_EINVAL, "remat_optim_set_lr: optimizer is NULL");
+    if (!(lr >= 0) || !isfinite(lr))
+        return rm_err(REMAT_EINVAL, "remat_optim_set_lr: lr is %g (need a finite value >= 0)", lr);
+    o->opts.lr = lr;
+    return REMAT_OK;
+}
+
+int remat_optim_n_params(const remat_optimizer *o) { return o ? o->n : 0; }
+
+remat_tensor *remat_optim_param(const remat_optimizer *o, int i) {
+    return o && i >= 0 && i < o->n ? o->ps[i].p : NULL;
+}
+
+remat_tensor *remat_optim_state(const remat_optimizer *o, int i, remat_optim_slot slot) {
+    if (!o || i < 0 || i >= o->n || (slot != REMAT_OPTIM_EXP_AVG && slot != REMAT_OPTIM_EXP_AVG_SQ))
+        return NULL;
+    return o->ps[i].s[slot];
+}
+
+int64_t remat_optim_param_steps(const remat_optimizer *o, int i) {
+    return o && i >= 0 && i < o->n ? o->ps[i].steps : 0;
+}
+
+int remat_optim_set_updates(remat_optimizer *o, int64_t updates) {
+    if (!o || updates < 0)
+        return rm_err(REMAT_EINVAL, "remat_optim_set_updates: %s", o ? "updates < 0" : "optimizer is NULL");
+    o->updates = updates;
+    for (int i = 0; i < o->n; i++) o->ps[i].steps = updates;
+    o->micro = 0;
+    return REMAT_OK;
+}
+
+size_t remat_optim_state_bytes(const remat_optimizer *o) {
+    size_t b = 0;
+    for (int i = 0; o && i < o->n; i++)
+        for (int s = 0; s < 2; s++)
+            if (o->ps[i].s[s])
+                b += (size_t)remat_numel(o->ps[i].s[s]) *
+                     remat_dtype_size(remat_tensor_dtype(o->ps[i].s[s]));
+    return b;
+}
+
+size_t remat_optim_state_bytes_for(const remat_optim_options *opts, const int64_t *numels,
+                                   const remat_dtype *dtypes, int n) {
+    if (!opts || !numels || !dtypes) return 0;
+    size_t b = 0;
+    for (int i = 0; i < n; i++) b += (size_t)numels[i] * remat_dtype_size(dtypes[i]);
+    return b * (size_t)n_slots(opts);
+}
+
+int remat_clip_grad_norm(remat_tensor *const *params, int n, double max_norm, double *total_norm) {
+    const char *call = "remat_clip_grad_norm";
+    if (n < 0 || (n > 0 && !params)) return rm_err(REMAT_EINVAL, "%s: bad parameter list", call);
+    if (!(max_norm >= 0)) return rm_err(REMAT_EINVAL, "%s: max_norm is %g", call, max_norm);
+    /* a temporary optimizer-like view of the parameters: plain SGD keeps no state */
+    remat_optimizer o;
+    memset(&o, 0, sizeof o);
+    o.opts.kind = REMAT_OPTIM_SGD;
+    opt_param *ps = calloc(n ? (size_t)n : 1, sizeof *ps);
+    if (!ps) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    for (int i = 0; i < n; i++) {
+        if (!params[i]) {
+            free(ps);
+            return rm_err(REMAT_EINVAL, "%s: params[%d] is NULL", call, i);
+        }
+        ps[i].p = params[i];
+    }
+    o.ps = ps;
+    o.n = n;
+    int rc = prepare_grads(&o, call);
+    if (!rc) {
+        double norm = sqrt(grad_sumsq(&o)), f = remat_clip_factor(norm, max_norm);
+        if (total_norm) *total_norm = norm;
+        for (int i = 0; f != 1.0 && i < n; i++) {
+            remat_tensor *g = remat_tensor_grad(params[i]);
+            if (g) scale_dense(g, f);
+        }
+    }
+    free(ps);
+    return rc;
+}
