@@ -164,7 +164,10 @@ bool rm_set_skip_mode(bool on); /* returns previous */
 
 /* ---- validation helpers (set an error message naming `call`) ------------------- */
 int rm_check_tensor(const char *call, const char *arg, const remat_tensor *t);
+/* f32 or f64 and host-addressable (ops that run cpu code directly). */
 int rm_check_float(const char *call, const char *arg, const remat_tensor *t);
+/* f32 or f64 on any device (rm_dispatch: the kernel table decides devices). */
+int rm_check_float_dtype(const char *call, const char *arg, const remat_tensor *t);
 int rm_check_same_dtype(const char *call, const remat_tensor *a, const remat_tensor *b);
 int rm_check_same_device(const char *call, const remat_tensor *a, const remat_tensor *b);
 int rm_check_host(const char *call, const remat_tensor *t);
@@ -219,6 +222,9 @@ typedef struct rm_out_meta {
 
 struct remat_node {
     atomic_int refcount;
+    /* rm_node_release: lets the core drop a tensor's grad_fn without
+     * depending on the autograd layer that implements nodes */
+    void (*release)(remat_node *n);
     const char *name;      /* static string */
     char *owned_name;      /* for custom functions */
     rm_backward_fn backward;
@@ -341,6 +347,8 @@ rm_icpt_ref rm_interceptor_set(rm_icpt_ref r);
  * through prev_fn/prev_self. */
 typedef int (*rm_saver_fn)(void *self, remat_node *n, int slot, remat_tensor *t);
 void rm_saver_set(rm_saver_fn fn, void *self, rm_saver_fn *prev_fn, void **prev_self);
+/* The installed saver (NULL: none) and its object. */
+rm_saver_fn rm_saver_current(void **self);
 /* Starts a public op. `site` is the caller's return address (RM_OP_SITE()),
  * `tag` the name of a remat_tag op (NULL otherwise). On failure (a policy
  * error, a cache miss) the op must return the status at once, without
@@ -351,7 +359,8 @@ int rm_op_begin(rm_op_frame *f, const char *op, int n_in, remat_tensor *const *i
  * allowed). Never fails: problems found here are reported when the
  * checkpoint's context exits. */
 void rm_op_end(rm_op_frame *f, int status, int n_out, remat_tensor *const *outs);
-/* rm_node_save as seen by the interceptor: ops save through this. */
+/* rm_node_save as seen by the interceptor: ops save through this
+ * (src/ops/driver.c). */
 int rm_op_save(remat_node *n, int slot, remat_tensor *t);
 /* Name and call site of the top-level op running on this thread (NULL, and
  * *site NULL, outside ops). site may be NULL. */
@@ -445,12 +454,12 @@ int rm_contig(remat_tensor **out, remat_tensor *t);
 /* Copies src into dst elementwise (same numel view, broadcast src to dst's
  * shape, converting dtype). No autograd. */
 int rm_copy_into(remat_tensor *dst, const remat_tensor *src);
-/* (src/ops/copy.c) rm_copy_into's fast kernel for dst and src of the same
+/* (src/backends/cpu/copy.c) rm_copy_into's fast kernel for dst and src of the same
  * dtype: bit-for-bit, row memcpy / tiled transpose / strided rows, OpenMP
  * split. Returns false, doing nothing, when the dtypes differ (meta
  * tensors: true, nothing to do). Cannot fail. */
 bool rm_copy_same_dtype(remat_tensor *dst, const remat_tensor *src);
-/* (src/ops/copy.c) t contiguous: zeroes t[..., lo:hi, ...] along dim d
+/* (src/backends/cpu/copy.c) t contiguous: zeroes t[..., lo:hi, ...] along dim d
  * (no-op for a meta tensor). */
 void rm_zero_dim_range(remat_tensor *t, int d, int64_t lo, int64_t hi);
 

@@ -138,7 +138,7 @@ void remat_release(remat_tensor *t) {
     if (!t) return;
     if (atomic_fetch_sub(&t->refcount, 1) != 1) return;
     remat_release(t->grad);
-    if (t->grad_fn) rm_node_release(t->grad_fn);
+    if (t->grad_fn) t->grad_fn->release(t->grad_fn);
     rm_storage_release(t->storage);
     for (rm_hook *h = t->hooks; h;) {
         rm_hook *n = h->next;
@@ -277,7 +277,7 @@ int rm_check_tensor(const char *call, const char *arg, const remat_tensor *t) {
     return REMAT_OK;
 }
 
-int rm_check_float(const char *call, const char *arg, const remat_tensor *t) {
+int rm_check_float_dtype(const char *call, const char *arg, const remat_tensor *t) {
     int rc = rm_check_tensor(call, arg, t);
     if (rc) return rc;
     if (t->dtype != REMAT_F32 && t->dtype != REMAT_F64) {
@@ -285,7 +285,12 @@ int rm_check_float(const char *call, const char *arg, const remat_tensor *t) {
         return rm_err(REMAT_EDTYPE, "%s: '%s' must be f32 or f64, got %s", call, arg,
                       rm_tensor_str(t, b, sizeof b));
     }
-    return rm_check_host(call, t);
+    return REMAT_OK;
+}
+
+int rm_check_float(const char *call, const char *arg, const remat_tensor *t) {
+    int rc = rm_check_float_dtype(call, arg, t);
+    return rc ? rc : rm_check_host(call, t);
 }
 
 int rm_check_same_dtype(const char *call, const remat_tensor *a, const remat_tensor *b) {

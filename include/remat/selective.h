@@ -111,7 +111,9 @@ typedef struct remat_policy remat_policy;
 remat_status remat_policy_from_fn(remat_policy **out, remat_sac_policy_fn fn, void *user_state,
                                   void (*destroy_state)(void *));
 /* P's list form: ops named in ops[0..n) → MUST_SAVE, every other op →
- * PREFER_RECOMPUTE. Names are copied. n may be 0 (saves nothing). */
+ * PREFER_RECOMPUTE. Names are copied. n may be 0 (saves nothing). Each
+ * name must be a public op's full name ("remat_linear", "remat_gelu", ...):
+ * anything else is REMAT_EINVAL naming the closest op names. */
 remat_status remat_policy_from_ops(remat_policy **out, int n, const char *const *ops);
 
 /* JAX presets. "Named" values are the outputs of remat_tag. Saving a named

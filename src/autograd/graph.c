@@ -206,6 +206,7 @@ static remat_node *node_alloc(const char *name, rm_backward_fn backward, int n_n
     remat_node *n = calloc(1, sizeof *n);
     if (!n) return NULL;
     atomic_init(&n->refcount, 1);
+    n->release = rm_node_release;
     n->name = name;
     n->backward = backward;
     n->seq = atomic_fetch_add(&g_seq, 1) + 1;

@@ -92,9 +92,9 @@ void rm_op_end(rm_op_frame *f, int status, int n_out, remat_tensor *const *outs)
     }
 }
 
-int rm_op_save(remat_node *n, int slot, remat_tensor *t) {
-    if (tls_saver) return tls_saver(tls_saver_self, n, slot, t);
-    return rm_node_save(n, slot, t);
+rm_saver_fn rm_saver_current(void **self) {
+    *self = tls_saver_self;
+    return tls_saver;
 }
 
 const char *rm_op_current(void **site) {

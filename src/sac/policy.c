@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ops/registry.h"
 #include "sac.h"
 
 typedef enum pol_kind {
@@ -107,6 +108,18 @@ int remat_policy_from_fn(remat_policy **out, remat_sac_policy_fn fn, void *user_
     return REMAT_OK;
 }
 
+/* Every name must be a registered op: a typo would otherwise save nothing. */
+static int check_op_names(int n, const char *const *names, const char *call) {
+    for (int i = 0; i < n; i++) {
+        if (rm_op_find(names[i]) >= 0) continue;
+        char close[256];
+        rm_op_closest(names[i], 3, close, sizeof close);
+        return rm_err(REMAT_EINVAL, "%s: ops[%d] = '%s' is not an op name; the closest are %s",
+                      call, i, names[i], close);
+    }
+    return REMAT_OK;
+}
+
 static int named(remat_policy **out, pol_kind kind, int n, const char *const *names,
                  const char *call, const char *what) {
     int rc = check_out(out, call);
@@ -115,6 +128,7 @@ static int named(remat_policy **out, pol_kind kind, int n, const char *const *na
     rc = new_policy(&p, kind, call);
     if (rc) return rc;
     rc = copy_names(p, n, names, call, what);
+    if (!rc && kind == POL_OPS) rc = check_op_names(n, names, call);
     if (rc) {
         remat_policy_release(p);
         return rc;

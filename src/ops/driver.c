@@ -1,8 +1,14 @@
-/* src/dispatch/driver.c — rm_dispatch, the one driver of every op (the
+/* src/ops/driver.c — rm_dispatch, the one driver of every op (the
  * steps are listed in dispatch.h). */
 #include <string.h>
 
-#include "dispatch.h"
+#include "../dispatch/dispatch.h"
+
+int rm_op_save(remat_node *n, int slot, remat_tensor *t) {
+    void *self;
+    rm_saver_fn saver = rm_saver_current(&self);
+    return saver ? saver(self, n, slot, t) : rm_node_save(n, slot, t);
+}
 
 static const char *const k_arg_names[RM_OP_MAX_IN] = {"a", "b", "c", "d", "e", "f"};
 
@@ -12,7 +18,7 @@ static int check_inputs(const rm_op_call *c) {
     const char *const *names = op->arg_names ? op->arg_names : k_arg_names;
     int rc = REMAT_OK;
     for (int i = 0; i < op->n_in && !rc; i++) {
-        rc = (op->flags & RM_OPF_FLOAT) ? rm_check_float(op->name, names[i], in[i])
+        rc = (op->flags & RM_OPF_FLOAT) ? rm_check_float_dtype(op->name, names[i], in[i])
                                         : rm_check_tensor(op->name, names[i], in[i]);
         if (!rc && i > 0 && (op->flags & RM_OPF_SAME_DTYPE))
             rc = rm_check_same_dtype(op->name, in[0], in[i]);

@@ -1,0 +1,104 @@
+/* src/ops/registry.c — the op registry (registry.h). One list names every
+ * public op; an op converted to a descriptor is listed with it. */
+#include <stdio.h>
+#include <string.h>
+
+#include "registry.h"
+
+/* Descriptors (defined in the op files). */
+extern const rm_op_desc rm_op_neg, rm_op_exp, rm_op_log, rm_op_sqrt, rm_op_tanh, rm_op_sigmoid,
+    rm_op_relu, rm_op_gelu, rm_op_pow_scalar, rm_op_add_scalar, rm_op_sub_scalar,
+    rm_op_mul_scalar, rm_op_div_scalar, rm_op_rsub_scalar;
+extern const rm_op_desc rm_op_add, rm_op_sub, rm_op_mul, rm_op_div, rm_op_pow;
+
+typedef struct entry {
+    const char *name;
+    const rm_op_desc *desc;
+} entry;
+
+/* D: runs through rm_dispatch. B: still on the bracket macros (its file
+ * has not been moved to descriptors yet). */
+#define D(sym) {NULL, &rm_op_##sym}
+#define B(name) {name, NULL}
+static const entry k_ops[] = {
+    /* unary.c */
+    D(neg), D(exp), D(log), D(sqrt), D(tanh), D(sigmoid), D(relu), D(gelu), D(pow_scalar),
+    D(add_scalar), D(sub_scalar), D(mul_scalar), D(div_scalar), D(rsub_scalar),
+    /* binary.c */
+    D(add), D(sub), D(mul), D(div), D(pow),
+    /* inplace.c */
+    B("remat_add_"), B("remat_mul_"), B("remat_mul_scalar_"), B("remat_relu_"),
+    B("remat_zero_"), B("remat_copy_"),
+    /* reduce.c, loss.c */
+    B("remat_sum"), B("remat_sum_all"), B("remat_mean"), B("remat_max"), B("remat_mse_loss"),
+    B("remat_cross_entropy"),
+    /* nn.c */
+    B("remat_softmax"), B("remat_log_softmax"), B("remat_layer_norm"), B("remat_dropout"),
+    B("remat_embedding"),
+    /* matmul.c, attention.c */
+    B("remat_matmul"), B("remat_linear"), B("remat_attention"),
+    /* shape.c, select.c, concat.c, copy.c */
+    B("remat_reshape"), B("remat_view"), B("remat_transpose"), B("remat_permute"),
+    B("remat_slice"), B("remat_expand"), B("remat_unsqueeze"), B("remat_squeeze"),
+    B("remat_contiguous"), B("remat_masked_fill"), B("remat_where"), B("remat_cat"),
+    B("remat_split"), B("remat_clone"), B("remat_to_device"), B("remat_to_dtype"),
+    /* src/sac/tag.c */
+    B("remat_tag"),
+};
+#undef D
+#undef B
+#define N_OPS ((int)(sizeof k_ops / sizeof k_ops[0]))
+
+int rm_op_count(void) { return N_OPS; }
+
+const char *rm_op_name(int i) {
+    if (i < 0 || i >= N_OPS) return NULL;
+    return k_ops[i].desc ? k_ops[i].desc->name : k_ops[i].name;
+}
+
+const rm_op_desc *rm_op_desc_at(int i) { return i < 0 || i >= N_OPS ? NULL : k_ops[i].desc; }
+
+int rm_op_find(const char *name) {
+    for (int i = 0; i < N_OPS; i++)
+        if (strcmp(rm_op_name(i), name) == 0) return i;
+    return -1;
+}
+
+/* Levenshtein distance, capped: names are short. */
+static int distance(const char *a, const char *b) {
+    enum { CAP = 64 };
+    size_t la = strnlen(a, CAP - 1), lb = strnlen(b, CAP - 1);
+    int row[CAP];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+void rm_op_closest(const char *name, int k, char *buf, size_t n) {
+    bool taken[N_OPS] = {false};
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int round = 0; round < k && round < N_OPS; round++) {
+        int best = -1, best_d = 0;
+        for (int i = 0; i < N_OPS; i++) {
+            if (taken[i]) continue;
+            int d = distance(name, rm_op_name(i));
+            if (best < 0 || d < best_d) best = i, best_d = d;
+        }
+        taken[best] = true;
+        int w = snprintf(buf + used, n - used, "%s%s", round ? ", " : "", rm_op_name(best));
+        if (w < 0 || (size_t)w >= n - used) break;
+        used += (size_t)w;
+    }
+}
