@@ -40,6 +40,8 @@
 #define FX_ASAN 1
 #endif
 
+#include "../src/internal.h"
+#include "../src/ops/registry.h"
 #include "support/fixtures.h"
 #include "support/rt.h"
 
@@ -954,4 +956,226 @@ Test(fixtures, compare_reports_element_and_values) {
     remat_release(f32);
     fx_free(c);
     cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * The op registry (src/ops/registry.c) drives the rest: every registered op has a fixture
+ * runner above (hence its PyTorch cases, f32 and f64), and each runs, on its first f64
+ * fixture case with gradients and no views, through an f64 finite-difference gradcheck, skip
+ * mode (outputs without data, no allocation) and a non-reentrant checkpoint under the
+ * everything-saveable selective policy (gradients bitwise equal to the plain run). A new op
+ * cannot be half-registered.
+ * ------------------------------------------------------------------------------------------ */
+/* Registered ops without a fixture runner, and why. */
+static const char *const k_no_fixture[] = {
+    "remat_clone",     /* a copy: tested against its source in test_ops_shape */
+    "remat_to_dtype",  /* conversions: rounding tested in test_ops_shape */
+    "remat_to_device", /* device moves: tested with test devices in test_ops_shape */
+    "remat_tag",       /* an identity view with a name: test_selective */
+};
+
+static bool no_fixture(const char *name) {
+    for (size_t i = 0; i < sizeof k_no_fixture / sizeof k_no_fixture[0]; i++)
+        if (strcmp(k_no_fixture[i], name) == 0) return true;
+    return false;
+}
+
+Test(registry, every_registered_op_has_a_fixture_runner) {
+    for (int i = 0; i < rm_op_count(); i++) {
+        const char *name = rm_op_name(i);
+        if (no_fixture(name)) continue;
+        cr_assert(find_op(name + strlen("remat_")),
+                  "registered op %s has no fixture runner in tests/test_fixtures.c", name);
+    }
+    for (int k = 0; k < N_OPS; k++) {
+        char full[FX_NAME_MAX + 8];
+        snprintf(full, sizeof full, "remat_%s", k_ops[k].op);
+        cr_assert(rm_op_find(full) >= 0, "fixture op %s is not in the op registry", full);
+    }
+}
+
+/* The inputs of op's first f64 case that has gradients and no views (r->in = r->base). */
+static fx_case *load_plain_f64(const char *op, run *r) {
+    fx_index_entry *idx = NULL;
+    int n = 0;
+    char err[1024];
+    cr_assert(fx_index_load(&idx, &n, err, sizeof err), "%s", err);
+    fx_case *c = NULL;
+    for (int i = 0; i < n && !c; i++) {
+        if (strcmp(idx[i].op, op) != 0 || idx[i].dtype != REMAT_F64) continue;
+        c = fx_load(idx[i].name, err, sizeof err);
+        cr_assert(c, "%s", err);
+        if (c->n_views || fx_count(c, FX_GRAD) == 0) {
+            fx_free(c);
+            c = NULL;
+        }
+    }
+    free(idx);
+    cr_assert(c, "op %s has no f64 fixture case with gradients and without views", op);
+    memset(r, 0, sizeof *r);
+    r->c = c;
+    for (int i = 0; i < c->n_tensors && r->n_in < MAX_IN; i++) {
+        const fx_tensor *t = &c->tensors[i];
+        if (t->kind != FX_INPUT) continue;
+        int k = r->n_in++;
+        r->fin[k] = t;
+        RT_OK(fx_make_tensor(t, &r->base[k]));
+        if (fx_get(c, FX_GRAD, t->name)) RT_OK(remat_set_requires_grad(r->base[k], true));
+        r->in[k] = r->base[k];
+    }
+    return c;
+}
+
+static void free_run(run *r, fx_case *c) {
+    for (int i = 0; i < r->n_in; i++) remat_release(r->base[i]);
+    fx_free(c);
+}
+
+/* Runs the op on `inputs` in place of r's (dropout draws from a fixed seed, so that every
+ * evaluation draws the same mask); new references in outs. */
+typedef struct op_call {
+    run *r;
+    const op_entry *e;
+} op_call;
+
+static int call_op(op_call *oc, remat_tensor *const *inputs, remat_tensor **outs, int *n_out) {
+    run *r = oc->r;
+    remat_tensor *keep[MAX_IN];
+    memcpy(keep, r->in, sizeof keep);
+    for (int k = 0; k < r->n_in; k++) r->in[k] = inputs[k];
+    remat_manual_seed(20261124);
+    int rc = oc->e->fn(r, outs, n_out);
+    memcpy(r->in, keep, sizeof keep);
+    return rc;
+}
+
+/* rt_fn: the sum of the op's float outputs. */
+static int float_outputs_sum(void *ud, remat_tensor *const *inputs, int n_inputs,
+                             remat_tensor **out) {
+    (void)n_inputs;
+    remat_tensor *outs[MAX_OUT] = {0}, *sum = NULL;
+    int n_out = 0;
+    int rc = call_op(ud, inputs, outs, &n_out);
+    for (int i = 0; i < n_out && !rc; i++) {
+        remat_dtype dt = remat_tensor_dtype(outs[i]);
+        if (dt != REMAT_F32 && dt != REMAT_F64) continue;
+        remat_tensor *s = NULL, *acc = NULL;
+        rc = remat_sum_all(&s, outs[i]);
+        if (!rc && sum) rc = remat_add(&acc, sum, s);
+        if (!rc && sum) {
+            remat_release(sum);
+            remat_release(s);
+            sum = acc;
+        } else if (!rc) {
+            sum = s;
+        } else {
+            remat_release(s);
+        }
+    }
+    for (int i = 0; i < MAX_OUT; i++) remat_release(outs[i]);
+    if (!rc && !sum) rc = remat_set_error(REMAT_ESTATE, "the op has no float output");
+    if (rc) remat_release(sum);
+    else *out = sum;
+    return rc;
+}
+
+/* remat_checkpoint_fn over the op: one output, the sum of its float outputs. */
+static int checkpointed(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
+                        int n_out) {
+    (void)n_out;
+    return float_outputs_sum(ud, in, n_in, &out[0]);
+}
+
+/* Gradients of every input after backward of the op's float-output sum, run plainly or
+ * under a non-reentrant checkpoint with `policy` (NULL: plain). */
+static void grads_of(op_call *oc, remat_policy *policy, remat_tensor **grads) {
+    run *r = oc->r;
+    for (int k = 0; k < r->n_in; k++) RT_OK(remat_set_grad(r->base[k], NULL));
+    remat_tensor *loss = NULL;
+    if (policy) {
+        remat_sac_config cfg = {.policy = policy};
+        remat_checkpoint_options o = {0};
+        o.use_reentrant = REMAT_OPT_FALSE;
+        o.context_fn = remat_sac_context_fn;
+        o.context_fn_data = &cfg;
+        RT_OK(remat_checkpoint(checkpointed, oc, r->n_in, r->in, 1, &loss, &o));
+    } else {
+        RT_OK(float_outputs_sum(oc, r->in, r->n_in, &loss));
+    }
+    RT_OK(remat_backward_scalar(loss));
+    remat_release(loss);
+    for (int k = 0; k < r->n_in; k++) {
+        remat_tensor *g = remat_tensor_grad(r->base[k]);
+        grads[k] = g ? remat_retain(g) : NULL;
+    }
+}
+
+static void registry_op_checks(const char *name) {
+    const op_entry *e = find_op(name + strlen("remat_"));
+    cr_assert(e, "%s: no fixture runner", name);
+    run r;
+    fx_case *c = load_plain_f64(e->op, &r);
+    op_call oc = {&r, e};
+
+    /* f64 finite differences */
+    char msg[2048];
+    cr_assert(rt_gradcheck(float_outputs_sum, &oc, r.n_in, r.in, 1e-6, 1e-5, 1e-4, msg,
+                           sizeof msg),
+              "%s (case %s): gradcheck: %s", name, c->name, msg);
+
+    /* skip mode: shapes, no allocation, no data unless a view of an input */
+    remat_tensor *outs[MAX_OUT] = {0};
+    int n_out = 0;
+    size_t bytes0 = remat_cpu_current_bytes();
+    bool prev = rm_set_skip_mode(true);
+    int rc = call_op(&oc, r.in, outs, &n_out);
+    size_t bytes1 = remat_cpu_current_bytes();
+    rm_set_skip_mode(prev);
+    cr_assert_eq(rc, REMAT_OK, "%s in skip mode: %s", name, remat_last_error());
+    cr_assert_gt(n_out, 0, "%s in skip mode: no output", name);
+    for (int i = 0; i < n_out; i++) {
+        bool view = false;
+        for (int k = 0; k < r.n_in; k++) view = view || remat_shares_storage(outs[i], r.in[k]);
+        cr_assert(view || !remat_data(outs[i]), "%s in skip mode: output %d has data", name, i);
+        remat_release(outs[i]);
+    }
+    cr_assert_eq(bytes1, bytes0, "%s in skip mode allocated %zu bytes", name, bytes1 - bytes0);
+
+    /* everything-saveable selective checkpointing: bitwise the plain gradients. An in-place
+     * op's runner mutates the clone it made of its target, which that policy would cache
+     * (P refuses the mutation as remat does, and allowing it makes results undefined):
+     * in-place ops are checked under the nothing-saveable policy instead. */
+    remat_tensor *plain[MAX_IN] = {0}, *sac[MAX_IN] = {0};
+    remat_policy *everything = NULL;
+    if (name[strlen(name) - 1] == '_') RT_OK(remat_policy_nothing_saveable(&everything));
+    else RT_OK(remat_policy_everything_saveable(&everything));
+    grads_of(&oc, NULL, plain);
+    grads_of(&oc, everything, sac);
+    for (int k = 0; k < r.n_in; k++) {
+        cr_assert_eq(!plain[k], !sac[k], "%s: input %s has a gradient in one run only", name,
+                     r.fin[k]->name);
+        if (!plain[k]) continue;
+        size_t nb = (size_t)remat_numel(plain[k]) * remat_dtype_size(remat_tensor_dtype(plain[k]));
+        cr_assert(memcmp(remat_data(plain[k]), remat_data(sac[k]), nb) == 0,
+                  "%s: gradient of %s differs under everything-saveable checkpointing", name,
+                  r.fin[k]->name);
+        remat_release(plain[k]);
+        remat_release(sac[k]);
+    }
+    remat_policy_release(everything);
+    free_run(&r, c);
+}
+
+static struct criterion_test_params registry_params(void) {
+    int n = rm_op_count(), k = 0;
+    case_param *p = cr_malloc(sizeof *p * (size_t)n);
+    for (int i = 0; i < n; i++)
+        if (!no_fixture(rm_op_name(i))) snprintf(p[k++].name, FX_NAME_MAX, "%s", rm_op_name(i));
+    return cr_make_param_array(case_param, p, (size_t)k, free_params);
+}
+
+ParameterizedTestParameters(registry, every_op) { return registry_params(); }
+ParameterizedTest(case_param *p, registry, every_op) {
+    snprintf(g_case_line, sizeof g_case_line, "\nregistry: crashed in op %s\n", p->name);
+    registry_op_checks(p->name);
 }
