@@ -9,6 +9,7 @@
 #define RM_MSG_CAP 16384
 
 static RM_TLS char tls_msg[RM_MSG_CAP];
+static RM_TLS int tls_status; /* status the message was set with (0: none) */
 
 /* Name and text of every status, indexed by its value; generated from
  * REMAT_STATUS_MAP (remat/error.h), the one list of codes. */
@@ -43,12 +44,18 @@ const char *remat_strerror(remat_status status) {
 
 const char *remat_last_error(void) { return tls_msg; }
 
-void remat_clear_error(void) { tls_msg[0] = '\0'; }
+void remat_clear_error(void) {
+    tls_msg[0] = '\0';
+    tls_status = REMAT_OK;
+}
+
+int rm_last_status(void) { return tls_msg[0] ? tls_status : REMAT_OK; }
 
 static int vset(int status, const char *fmt, va_list ap) {
     char tmp[RM_MSG_CAP];
     vsnprintf(tmp, sizeof tmp, fmt, ap);
     memcpy(tls_msg, tmp, sizeof tmp);
+    tls_status = status;
     return status;
 }
 

@@ -44,6 +44,10 @@ int rm_err(int status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* Status the current message was set with (rm_err, remat_set_error);
+ * REMAT_OK when there is no message. For callbacks that can only signal
+ * failure (a pack hook returning NULL): their own status is kept. */
+int rm_last_status(void);
 /* Prefixes the current message with "call: " (used when an inner call fails). */
 int rm_err_prefix(int status, const char *call);
 /* Warning that is only printed once per distinct text by the default logger. */
@@ -99,15 +103,21 @@ void rm_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
  * every tensor's shape passed rm_check_size when it was made). */
 int64_t rm_shape_numel(int ndim, const int64_t *shape);
 /* Checked size of a new tensor or view of (ndim, shape) (sizes >= 0) and
- * dtype: REMAT_EINVAL, naming `call` (if not NULL) and the shape, when the element count
- * overflows int64 or its bytes exceed REMAT_MAX_TENSOR_BYTES. *numel (may be
+ * dtype: REMAT_EINVAL, naming `call` (if not NULL) and the shape, when the
+ * product of the sizes (0 counted as 1: the strides) overflows int64 or the
+ * bytes exceed REMAT_MAX_TENSOR_BYTES. *numel (may be
  * NULL) gets the count. Every path that makes a shape larger than its
  * input's (creation, broadcasting outputs, expand, reshape) goes through it. */
 int rm_check_size(const char *call, int ndim, const int64_t *shape, remat_dtype dtype,
                   int64_t *numel);
-/* Hands a freshly created tensor to the caller: registers it with the open
- * scope, if any, and stores it in *out. Always returns REMAT_OK. */
+/* Hands a freshly created tensor to the caller: stores it in *out and
+ * registers it with the open scope, if any. When the scope cannot grow,
+ * releases t, sets *out to NULL and returns REMAT_ENOMEM (so `return
+ * rm_hand_out(out, t);` ends an op correctly either way). */
 int rm_hand_out(remat_tensor **out, remat_tensor *t);
+/* The same for n outputs of one call (NULL entries skipped): all are
+ * registered, or, on REMAT_ENOMEM, all released and set to NULL. */
+int rm_hand_out_n(remat_tensor **ts, int n);
 /* Element pointer of t (storage + offset * elemsize) — may be NULL (meta). */
 static inline void *rm_ptr(const remat_tensor *t) {
     if (!t->storage->data) return NULL;
@@ -155,6 +165,15 @@ void rm_scope_resume(void *prev);
 #define RM_CPU_CACHE_MIN (64 * 1024) /* smaller buffers go straight to malloc */
 void *rm_cpu_cache_take(size_t size);
 bool rm_cpu_cache_put(void *p, size_t size, size_t in_use, size_t peak);
+
+/* ---- the running recomputation (src/checkpoint/frame.c) ------------------------
+ * How many more tensors the innermost non-reentrant recomputation on this
+ * thread must see saved, directly under its own hooks, before it stops
+ * early; -1 when none is running, early stop is off, it has stopped, or
+ * other hooks (a nested checkpoint's) are in force. Selective regions use
+ * it to leave the policy out of an op whose saved inputs end the
+ * recomputation (P saves an op's inputs before its policy sees the op). */
+int rm_recompute_remaining(void);
 
 /* ---- skip mode (early-stopped recomputation) ----------------------------------
  * While skip mode is on, ops create outputs with meta storage (no data, no

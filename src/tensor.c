@@ -89,25 +89,24 @@ int64_t rm_shape_numel(int ndim, const int64_t *shape) {
 
 int rm_check_size(const char *call, int ndim, const int64_t *shape, remat_dtype dtype,
                   int64_t *numel) {
-    int64_t es = (int64_t)remat_dtype_size(dtype), n = 1;
-    bool over = false;
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] == 0) { /* no elements, whatever the other dims say */
-            n = 0;
-            over = false;
-            break;
-        }
-        if (!over && n > INT64_MAX / shape[d]) over = true;
-        if (!over) n *= shape[d];
+    int64_t es = (int64_t)remat_dtype_size(dtype), span = 1;
+    bool over = false, empty = false;
+    /* span: the product with 0 counted as 1 — the contiguous strides, which
+     * must fit even when the tensor has no elements */
+    for (int d = 0; d < ndim && !over; d++) {
+        int64_t s = shape[d] > 0 ? shape[d] : 1;
+        empty |= shape[d] == 0;
+        if (span > INT64_MAX / s) over = true;
+        else span *= s;
     }
-    if (!over && es > 0 && n > REMAT_MAX_TENSOR_BYTES / es) over = true;
+    if (!over && !empty && es > 0 && span > REMAT_MAX_TENSOR_BYTES / es) over = true;
     if (over) {
         char b[200];
         return rm_err(REMAT_EINVAL, "%s%sshape %s of %s is larger than the maximum tensor size "
-                      "(2^62 bytes)", call ? call : "", call ? ": " : "", rm_shape_str(ndim, shape, b, sizeof b),
-                      remat_dtype_name(dtype));
+                      "(2^62 bytes)", call ? call : "", call ? ": " : "",
+                      rm_shape_str(ndim, shape, b, sizeof b), remat_dtype_name(dtype));
     }
-    if (numel) *numel = n;
+    if (numel) *numel = empty ? 0 : span;
     return REMAT_OK;
 }
 
@@ -191,26 +190,35 @@ int remat_scope_end(remat_scope *s) {
     return REMAT_OK;
 }
 
-int rm_hand_out(remat_tensor **out, remat_tensor *t) {
+int rm_hand_out_n(remat_tensor **ts, int n) {
     remat_scope *s = tls_scope;
-    if (s && t) {
-        if (s->n == s->cap) {
-            int cap = s->cap ? s->cap * 2 : 64;
-            remat_tensor **items = realloc(s->items, (size_t)cap * sizeof *items);
-            if (items) {
-                s->items = items;
-                s->cap = cap;
-            }
+    if (!s) return REMAT_OK;
+    int need = 0;
+    for (int i = 0; i < n; i++) need += ts[i] != NULL;
+    if (s->cap - s->n < need) { /* grow once for all n, so none is handed out on failure */
+        int cap = s->cap ? s->cap : 64;
+        while (cap - s->n < need && cap <= INT32_MAX / 2) cap *= 2;
+        remat_tensor **items = cap - s->n >= need ? realloc(s->items, (size_t)cap * sizeof *items)
+                                                  : NULL;
+        if (!items) {
+            for (int i = 0; i < n; i++) remat_release_p(&ts[i]);
+            return rm_err(REMAT_ENOMEM, "out of memory registering %d output%s with the open "
+                          "remat_scope (%d tensors in it)", need, need == 1 ? "" : "s", s->n);
         }
-        if (s->n < s->cap) {
-            s->items[s->n++] = t;
-            t->scope_owner = s;
-        }
-        /* If the scope could not grow, the caller owns the reference; the
-         * tensor is merely not collected (a leak is better than a crash). */
+        s->items = items;
+        s->cap = cap;
     }
-    *out = t;
+    for (int i = 0; i < n; i++) {
+        if (!ts[i]) continue;
+        s->items[s->n++] = ts[i];
+        ts[i]->scope_owner = s;
+    }
     return REMAT_OK;
+}
+
+int rm_hand_out(remat_tensor **out, remat_tensor *t) {
+    *out = t;
+    return rm_hand_out_n(out, 1);
 }
 
 remat_tensor *remat_scope_keep(remat_tensor *t) {

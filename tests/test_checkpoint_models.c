@@ -234,7 +234,7 @@ Test(checkpoint_models, sequential_segments_and_remainder) {
         ref.g[ref.n++] = remat_retain(remat_tensor_grad(x));
         for (int i = 0; i < np; i++) ref.g[ref.n++] = remat_retain(remat_tensor_grad(params[i]));
     }
-    int seg_counts[] = {1, 2, 3, 4, 7, 9};
+    int seg_counts[] = {1, 2, 3, 4, 7}; /* more than L_SEQ is refused (test_ck_semantics) */
     for (int mode = 0; mode < 2; mode++) {
         for (size_t k = 0; k < sizeof seg_counts / sizeof seg_counts[0]; k++) {
             int segments = seg_counts[k];

@@ -58,7 +58,10 @@ remat_status remat_backward_scalar(remat_tensor *root);
  * above) and writes new references to grads[0..n_inputs): NULL where an
  * input is unreachable from the outputs if allow_unused, else REMAT_EINVAL.
  * Leaves `.grad` of every tensor untouched. Every input must require grad
- * (REMAT_ENOGRAD). */
+ * (REMAT_ENOGRAD). As in P, the pass stops at a non-leaf input: the input's
+ * own backward node is neither run nor freed (unless another input lies
+ * beyond it), so grad of z wrt y and then of y wrt x both work without
+ * retain_graph. */
 remat_status remat_grad(int n_outputs, remat_tensor *const *outputs,
                         remat_tensor *const *grad_outputs, int n_inputs,
                         remat_tensor *const *inputs, bool retain_graph, bool allow_unused,
@@ -93,7 +96,9 @@ remat_status remat_register_hook(remat_tensor *t, remat_grad_hook_fn fn, void *u
 
 /* ---- saved-tensor hooks ----------------------------------------------------
  * pack(user_data, t) → opaque handle (may retain t, copy it, offload it...);
- * returns NULL with an error set on failure.
+ * returns NULL on failure, after remat_set_error(status, ...): the op that
+ * saved fails with that status (e.g. REMAT_ENOMEM), or REMAT_ECALLBACK when
+ * the hook set no error.
  * unpack(user_data, handle, &out) → a new reference to the tensor for
  * backward.
  * free_handle(user_data, handle) drops the handle (when the graph is freed

@@ -230,8 +230,9 @@ typedef struct remat_stage {
  * reference, scope-owned if a scope is open). n_stages == 0 returns a new
  * reference to input. opts as for remat_checkpoint (use_reentrant unset →
  * one warning, then reentrant).
- * Errors: REMAT_EINVAL for NULL out/input/stages/fn, segments < 1, or a
- * stage that returns no tensor; anything remat_checkpoint or a stage
+ * Errors: REMAT_EINVAL for NULL out/input/stages/fn, segments < 1,
+ * segments > n_stages (n_stages >= 1; P refuses it too), or a stage that
+ * returns no tensor; anything remat_checkpoint or a stage
  * returns. *out is NULL on error. */
 remat_status remat_checkpoint_sequential(remat_tensor **out, int n_stages,
                                          const remat_stage *stages, int segments,

@@ -92,7 +92,8 @@ typedef struct remat_sac_context {
  * user_state the pointer given with the policy. Must return one of the six
  * values; anything else fails the op with REMAT_ECALLBACK. May keep state
  * (counters) in user_state: it is called once per op in the forward and
- * once per op in the recomputation (until the recomputation stops early). */
+ * once per op in the recomputation (until the recomputation stops early;
+ * as in P, not for the op whose saved inputs complete it). */
 typedef remat_checkpoint_policy (*remat_sac_policy_fn)(const remat_sac_context *ctx,
                                                        const char *op, int n_inputs,
                                                        remat_tensor *const *inputs,

@@ -16,7 +16,8 @@
 typedef struct ninfo {
     remat_node *node;
     int deps;
-    bool needed;
+    bool needed;   /* partial pass: must run (a capture lies beyond it) */
+    bool captured; /* partial pass: an input's gradient is captured here */
     bool visited;
     remat_tensor **buf; /* n_outputs accumulated input gradients */
 } ninfo;
@@ -154,54 +155,72 @@ done:
 #undef PUSH
 }
 
-/* Marks nodes from which a capture target is reachable (post-order DFS). */
-static int mark_needed(task *t, remat_node **roots, int n_roots) {
+/* The explicit stack of mark_needed's DFS: (node, next child) frames. */
+typedef struct dfs_frame {
+    remat_node *n;
+    int i;
+} dfs_frame;
+typedef struct dfs_stack {
+    dfs_frame *a;
+    int n, cap;
+} dfs_stack;
+
+static int dfs_push(dfs_stack *s, remat_node *n) {
+    if (s->n == s->cap) {
+        int nc = s->cap ? s->cap * 2 : 256;
+        dfs_frame *ns = realloc(s->a, (size_t)nc * sizeof *ns);
+        if (!ns) return rm_err(REMAT_ENOMEM, "backward: out of memory");
+        s->a = ns;
+        s->cap = nc;
+    }
+    s->a[s->n++] = (dfs_frame){n, 0};
+    return REMAT_OK;
+}
+
+/* As in P, a non-leaf input's own node is not needed for its capture: the
+ * pass stops there (neither running nor freeing it) unless another input
+ * lies beyond it. A leaf's accumulator is needed (it accumulates .grad). */
+static void mark_captures(task *t) {
     for (int i = 0; i < t->n_caps; i++) {
         ninfo *ni = tab_find(t, t->caps[i].node);
-        if (ni) ni->needed = true;
+        if (!ni) continue;
+        ni->captured = true;
+        if (t->caps[i].node->leaf) ni->needed = true;
     }
-    /* iterative DFS with explicit (node, next child) frames */
-    typedef struct frame { remat_node *n; int i; } frame;
-    frame *st = NULL;
-    int sp = 0, cap = 0;
-    for (int r = 0; r < n_roots; r++) {
+}
+
+/* Marks nodes from which a capture target is reachable (post-order DFS). */
+static int mark_needed(task *t, remat_node **roots, int n_roots) {
+    mark_captures(t);
+    dfs_stack st = {0};
+    int rc = REMAT_OK;
+    for (int r = 0; r < n_roots && rc == REMAT_OK; r++) {
         ninfo *ri = tab_find(t, roots[r]);
         if (!ri || ri->visited) continue;
         ri->visited = true;
-        if (sp == cap) {
-            cap = cap ? cap * 2 : 256;
-            frame *ns = realloc(st, (size_t)cap * sizeof *ns);
-            if (!ns) { free(st); return rm_err(REMAT_ENOMEM, "backward: out of memory"); }
-            st = ns;
-        }
-        st[sp++] = (frame){roots[r], 0};
-        while (sp > 0) {
-            frame *f = &st[sp - 1];
+        rc = dfs_push(&st, roots[r]);
+        while (rc == REMAT_OK && st.n > 0) {
+            dfs_frame *f = &st.a[st.n - 1];
             if (f->i < f->n->n_next) {
                 remat_node *c = f->n->next[f->i++].node;
                 if (!c) continue;
                 ninfo *ci = tab_find(t, c);
                 if (ci->visited) {
-                    if (ci->needed) tab_find(t, f->n)->needed = true;
+                    if (ci->needed || ci->captured) tab_find(t, f->n)->needed = true;
                     continue;
                 }
                 ci->visited = true;
-                if (sp == cap) {
-                    cap *= 2;
-                    frame *ns = realloc(st, (size_t)cap * sizeof *ns);
-                    if (!ns) { free(st); return rm_err(REMAT_ENOMEM, "backward: out of memory"); }
-                    st = ns;
-                }
-                st[sp++] = (frame){c, 0};
+                rc = dfs_push(&st, c);
             } else {
-                bool nd = tab_find(t, f->n)->needed;
-                sp--;
-                if (sp > 0 && nd) tab_find(t, st[sp - 1].n)->needed = true;
+                ninfo *fi = tab_find(t, f->n);
+                bool nd = fi->needed || fi->captured;
+                st.n--;
+                if (st.n > 0 && nd) tab_find(t, st.a[st.n - 1].n)->needed = true;
             }
         }
     }
-    free(st);
-    return REMAT_OK;
+    free(st.a);
+    return rc;
 }
 
 /* ---- ready queue: max-heap on seq ---------------------------------------------------------- */
@@ -446,7 +465,7 @@ static int call_backward(task *t, remat_node *n, remat_tensor **buf) {
     for (int i = 0; i < n->n_next && rc == REMAT_OK; i++) {
         if (!gin[i] || !n->next[i].node) continue;
         ninfo *ci = tab_find(t, n->next[i].node);
-        if (t->partial && ci && !ci->needed) continue;
+        if (t->partial && ci && !ci->needed && !ci->captured) continue;
         rc = buf_add(t, n, n->next[i].node, n->next[i].input_nr, gin[i]);
     }
     for (int i = 0; i < n->n_next; i++) remat_release(gin[i]);
@@ -667,12 +686,8 @@ static int run_backward(const char *call, int n, remat_tensor *const *roots,
     free(root_nodes);
     task_free(&t);
     if (rc && call && !strstr(remat_last_error(), call)) rm_err_prefix(rc, call);
-    if (rc == REMAT_OK && grads_out) {
-        for (int i = 0; i < n_inputs; i++) {
-            remat_tensor *g = grads_out[i];
-            if (g) rm_hand_out(&grads_out[i], g);
-        }
-    }
+    if (rc == REMAT_OK && grads_out && (rc = rm_hand_out_n(grads_out, n_inputs)) && call)
+        rm_err_prefix(rc, call);
     return rc;
 }
 

@@ -196,6 +196,5 @@ int remat_function_apply(const remat_function_def *def, void *user_data, int n_i
         for (int i = 0; i < n_outputs; i++) remat_release_p(&outputs[i]);
     if (!c_owned) ctx_free(c);
     if (rc) return rc;
-    for (int i = 0; i < n_outputs; i++) rm_hand_out(&outputs[i], outputs[i]);
-    return REMAT_OK;
+    return rm_hand_out_n(outputs, n_outputs);
 }

@@ -338,7 +338,8 @@ int rm_node_save(remat_node *n, int slot, remat_tensor *t) {
             s->defined = false;
             if (!remat_last_error()[0])
                 return rm_err(REMAT_ECALLBACK, "%s: saved-tensor pack hook returned NULL", n->name);
-            return rm_err_prefix(REMAT_ECALLBACK, n->name);
+            int st = rm_last_status(); /* e.g. REMAT_ENOMEM set by the hook: keep it */
+            return rm_err_prefix(st ? st : REMAT_ECALLBACK, n->name);
         }
         s->has_hooks = true;
         s->hooks = h;

@@ -154,9 +154,7 @@ static int checkpoint_impl(remat_checkpoint_fn fn, void *user_data,
         for (int i = 0; i < n_outputs; i++) remat_release_p(&outputs[i]);
         return rc;
     }
-    for (int i = 0; i < n_outputs; i++)
-        if (outputs[i]) rm_hand_out(&outputs[i], outputs[i]);
-    return REMAT_OK;
+    return rm_hand_out_n(outputs, n_outputs);
 }
 
 int remat_checkpoint(remat_checkpoint_fn fn, void *user_data, int n_inputs,
@@ -221,6 +219,9 @@ int remat_checkpoint_sequential(remat_tensor **out, int n_stages, const remat_st
         if (!stages[i].fn) return rm_err(REMAT_EINVAL, "%s: stage %d has no fn", call, i);
     if (segments < 1)
         return rm_err(REMAT_EINVAL, "%s: segments must be at least 1, got %d", call, segments);
+    if (n_stages > 0 && segments > n_stages) /* P refuses it too: chunks of no stage */
+        return rm_err(REMAT_EINVAL, "%s: %d segments for %d stages: segments must not exceed "
+                      "the number of stages", call, segments, n_stages);
     remat_checkpoint_options o = {0};
     if (opts) o = *opts;
     o.user_data_destroy = NULL;

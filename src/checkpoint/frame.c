@@ -89,7 +89,8 @@ static const char *k_tip =
 /* ---- frame lifetime ------------------------------------------------------------ */
 static void rec_free(ck_rec *r) {
     if (!r) return;
-    for (int i = 0; i < r->n_vals; i++) remat_release(r->vals[i]);
+    /* vals is NULL when its allocation failed (n_vals is set before it) */
+    for (int i = 0; r->vals && i < r->n_vals; i++) remat_release(r->vals[i]);
     free(r->vals);
     free(r->filled);
     free(r->errmsg);
@@ -193,6 +194,19 @@ typedef struct ck_rctx {
     ck_rec *rec;
 } ck_rctx;
 
+/* The recomputation running on this thread and the hook depth its hooks
+ * sit at (rm_recompute_remaining). */
+static RM_TLS const ck_rctx *tls_rctx;
+static RM_TLS int tls_rctx_depth;
+
+int rm_recompute_remaining(void) {
+    const ck_rctx *c = tls_rctx;
+    if (!c || !c->f->early_stop || c->rec->stopped || !c->f->forward_completed ||
+        remat_saved_hooks_depth() != tls_rctx_depth)
+        return -1;
+    return c->f->n_slots - c->rec->counter;
+}
+
 /* The handle of a tensor saved by the recomputed graph is the tensor
  * itself: the recomputed graph may be backwarded too (grad() inside the
  * function), and dies with the recompute's outputs. */
@@ -281,8 +295,10 @@ static int ctx_enter(remat_status (*enter)(void *), void *state, const char *whi
 /* Runs the function once more inside the context_fn's recompute context
  * (if any), tracing its ops when debug is on. Skip mode is back to
  * prev_skip on return. */
-static int run_in_recompute_context(ck_frame *f, ck_rec *rec, remat_tensor **args,
-                                    remat_tensor **outs, bool prev_skip) {
+static int run_in_recompute_context(const ck_rctx *rctx, remat_tensor **args, remat_tensor **outs,
+                                    bool prev_skip) {
+    ck_frame *f = rctx->f;
+    ck_rec *rec = rctx->rec;
     int rc = f->has_ctx ? ctx_enter(f->ctx.recompute_enter, f->ctx.state, "recompute") : 0;
     if (rc) return rc;
     ck_observe obs;
@@ -292,7 +308,13 @@ static int run_in_recompute_context(ck_frame *f, ck_rec *rec, remat_tensor **arg
         ck_trace_reset(&f->rec_trace);
         ck_observe_begin(&obs, &f->rec_trace, &rec->stopped);
     }
+    const ck_rctx *prev_rctx = tls_rctx;
+    int prev_depth = tls_rctx_depth;
+    tls_rctx = rctx;
+    tls_rctx_depth = remat_saved_hooks_depth();
     rc = ck_call_fn(f->fn, f->user_data, f->n_inputs, args, f->n_outputs, outs);
+    tls_rctx = prev_rctx;
+    tls_rctx_depth = prev_depth;
     /* Whatever the function did after early stop, P never ran it. */
     if (rec->stopped && !rec->err) rc = REMAT_OK;
     for (int i = 0; i < f->n_outputs; i++) remat_release_p(&outs[i]);
@@ -328,7 +350,7 @@ static int recompute(ck_frame *f, ck_rec *rec) {
     remat_rng_fork fork;
     rc = ck_rng_enter(&f->rng, &fork);
     if (rc == REMAT_OK) {
-        rc = run_in_recompute_context(f, rec, args, outs, prev_skip);
+        rc = run_in_recompute_context(&rctx, args, outs, prev_skip);
         int frc = ck_rng_exit(&f->rng, &fork);
         if (rc == REMAT_OK) rc = frc;
     }

@@ -246,9 +246,9 @@ static int split_impl(remat_tensor **outs, int max_out, int *n_out, remat_tensor
         for (int64_t k = 0; k < count; k++) remat_release_p(&outs[k]);
         return rc;
     }
-    for (int64_t k = 0; k < count; k++) rm_hand_out(&outs[k], outs[k]);
-    *n_out = (int)count;
-    return REMAT_OK;
+    rc = rm_hand_out_n(outs, (int)count);
+    *n_out = rc ? 0 : (int)count;
+    return rc;
 }
 
 /* ---- public entries: interception brackets (src/dispatch/intercept.c) ---------------------- */

@@ -621,10 +621,15 @@ static int max_impl(remat_tensor **out, remat_tensor **indices, remat_tensor *a,
             return rm_err_prefix(rc, call);
         }
     }
-    rm_hand_out(out, y);
-    if (indices) rm_hand_out(indices, ix);
-    else remat_release(ix);
-    return REMAT_OK;
+    if (!indices) {
+        remat_release(ix);
+        return rm_hand_out(out, y);
+    }
+    remat_tensor *both[2] = {y, ix};
+    int hrc = rm_hand_out_n(both, 2);
+    *out = both[0];
+    *indices = both[1];
+    return hrc;
 }
 
 /* The public entry: interception bracket with both outputs. */

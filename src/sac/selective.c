@@ -408,9 +408,26 @@ static int begin_forward(sac_region *r, rm_op_frame *f, const char *op, int n_in
     return REMAT_OK;
 }
 
+/* Tensors op `rec` saved in the forward that were its own inputs. */
+static int input_saves(const sac_rec *rec) {
+    int k = 0;
+    for (int i = 0; i < rec->n_saves; i++) k += rec->saves[i].kind == SAVE_INPUT;
+    return k;
+}
+
 static int begin_recompute(sac_region *r, rm_op_frame *f, const char *op, int n_in,
                            remat_tensor *const *inputs, const char *tag) {
     int idx = r->next_index;
+    int remaining = rm_recompute_remaining();
+    if (remaining > 0 && idx < r->n_recs && strcmp(r->recs[idx].op, op) == 0 &&
+        input_saves(&r->recs[idx]) >= remaining) {
+        /* P saves an op's inputs before its policy sees the op; these saves
+         * end the recomputation, so P never asks about it: run it plainly
+         * (its saves stop the recomputation) and ask nothing more. */
+        r->next_index++;
+        r->stopped = true;
+        return REMAT_OK;
+    }
     int p;
     int rc = ask_policy(r, op, idx, n_in, inputs, tag, &p);
     if (rc) return rc;
