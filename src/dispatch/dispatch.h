@@ -9,8 +9,8 @@
  *      input's device type and dtype (REMAT_EUNSUPPORTED if none),
  *   3. when grad is needed: the graph node (with a copy of the params as
  *      its ctx) and, for RM_OPF_SAVE_EARLY ops, the saved inputs,
- *   4. the outputs (data-less in skip mode) and the kernel, unless an
- *      operand has no data,
+ *   4. the outputs (data-less in skip mode; or views of the first input)
+ *      and the kernel, unless an operand has no data,
  *   5. the node's outputs and the saves made after the kernel (outputs,
  *      custom tensors such as relu's bit mask, late inputs),
  *   6. the outputs handed to the caller (and the open scope).
@@ -52,11 +52,25 @@ typedef struct rm_save_spec {
     unsigned char for_grads;
 } rm_save_spec;
 
-/* Shape and dtype of one output (on in[0]'s device). */
+/* How an output comes to be. */
+typedef enum rm_out_kind {
+    RM_OUT_NEW = 0, /* allocated (data-less in skip mode); the kernel writes it */
+    RM_OUT_VIEW,    /* a view of in[0]'s storage: shape, strides, offset below; no kernel */
+    RM_OUT_INPUT,   /* in[0] itself (e.g. contiguous of a contiguous tensor): no node */
+} rm_out_kind;
+
+/* Shape and dtype of one output (on in[0]'s device), and how it is made
+ * (infer leaves kind RM_OUT_NEW unless it sets another). */
 typedef struct rm_out_spec {
     int ndim;
     int64_t shape[REMAT_MAX_DIMS];
     remat_dtype dtype;
+    rm_out_kind kind;
+    int64_t strides[REMAT_MAX_DIMS]; /* RM_OUT_VIEW */
+    int64_t offset;                  /* RM_OUT_VIEW, elements */
+    /* spec[0] only: the node's name when it is not the descriptor's
+     * (reshape that has to copy: UnsafeViewBackward); NULL otherwise */
+    const char *node_name;
 } rm_out_spec;
 
 typedef struct rm_op_desc rm_op_desc;
@@ -84,7 +98,8 @@ struct rm_op_desc {
     void (*fill_ctx)(const rm_op_call *c, void *ctx);
     /* Extra argument checks after the flags' (NULL: none). Sets the error. */
     int (*check)(const rm_op_call *c);
-    /* Output shapes and dtypes (NULL: one output shaped like in[0]). */
+    /* Output shapes and dtypes, and views (NULL: one new output shaped like
+     * in[0]). Ops whose outputs are all views or inputs need no kernel. */
     int (*infer)(const rm_op_call *c, rm_out_spec *out);
     rm_save_spec saves[RM_OP_MAX_SAVED];
     /* Makes the tensor of an RM_SAVE_CUSTOM slot (new reference in *out). */

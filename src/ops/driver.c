@@ -72,6 +72,16 @@ static void release_call(rm_op_call *c) {
     for (int i = 0; i < c->op->n_out; i++) remat_release(c->k.out[i]);
 }
 
+/* out = a view of in's storage with the spec's geometry. */
+static int make_view(remat_tensor **out, remat_tensor *in, const rm_out_spec *sp) {
+    remat_tensor *v = rm_tensor_alloc(in->storage, sp->offset, sp->ndim, sp->shape, sp->strides,
+                                      in->dtype);
+    if (!v) return rm_err(REMAT_ENOMEM, "out of memory creating a view");
+    v->is_view = true;
+    *out = v;
+    return REMAT_OK;
+}
+
 /* Steps 1-6 without the interception bracket. */
 static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
                const void *params) {
@@ -83,39 +93,55 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
     int rc = check_inputs(&c);
     if (rc) return rc;
     rm_out_spec spec[RM_OP_MAX_OUT];
+    bool any_new = true, all_inputs = false;
     if (op->infer) {
+        for (int i = 0; i < op->n_out; i++) spec[i].kind = RM_OUT_NEW;
+        spec[0].node_name = NULL;
         rc = op->infer(&c, spec);
         if (rc) return rc;
+        any_new = false;
+        all_inputs = true;
+        for (int i = 0; i < op->n_out; i++) {
+            any_new |= spec[i].kind == RM_OUT_NEW;
+            all_inputs &= spec[i].kind == RM_OUT_INPUT;
+        }
     } else {
         spec[0].ndim = in[0]->ndim;
         memcpy(spec[0].shape, in[0]->shape, sizeof spec[0].shape);
         spec[0].dtype = in[0]->dtype;
+        spec[0].kind = RM_OUT_NEW;
+        spec[0].node_name = NULL;
     }
     const remat_device device = in[0]->storage->device;
-    rm_kernel_fn kernel;
-    rc = rm_kernel_find(op->kernel, device, in[0]->dtype, call, &kernel);
-    if (rc) return rc;
+    rm_kernel_fn kernel = NULL;
+    if (any_new && (rc = rm_kernel_find(op->kernel, device, in[0]->dtype, call, &kernel)))
+        return rc;
 
-    if (op->n_saved || op->backward) {
-        if (rm_needs_grad(op->n_in, in)) {
-            rc = rm_node_new_ctx(&c.node, op->node_name, op->backward, op->n_in, in, op->n_out,
-                                 op->n_saved, params, op->params_size);
-            if (!rc && op->fill_ctx) op->fill_ctx(&c, c.node->ctx);
-            if (!rc && (op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, RM_SAVE_INPUT);
-            if (rc) goto fail;
-        }
+    if (!all_inputs && (op->n_saved || op->backward) && rm_needs_grad(op->n_in, in)) {
+        const char *node_name = spec[0].node_name ? spec[0].node_name : op->node_name;
+        rc = rm_node_new_ctx(&c.node, node_name, op->backward, op->n_in, in, op->n_out,
+                             op->n_saved, params, op->params_size);
+        if (!rc && op->fill_ctx) op->fill_ctx(&c, c.node->ctx);
+        if (!rc && (op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, RM_SAVE_INPUT);
+        if (rc) goto fail;
     }
     for (int i = 0; i < op->n_in; i++) {
-        if (op->flags & RM_OPF_CONTIGUOUS) rc = rm_contig(&c.k.in[i], in[i]);
+        if (any_new && (op->flags & RM_OPF_CONTIGUOUS)) rc = rm_contig(&c.k.in[i], in[i]);
         else c.k.in[i] = remat_retain(in[i]);
         if (rc) goto fail;
     }
     for (int i = 0; i < op->n_out; i++) {
-        rc = rm_new_output(&c.k.out[i], spec[i].ndim, spec[i].shape, spec[i].dtype, device);
+        switch (spec[i].kind) {
+        case RM_OUT_NEW:
+            rc = rm_new_output(&c.k.out[i], spec[i].ndim, spec[i].shape, spec[i].dtype, device);
+            break;
+        case RM_OUT_VIEW: rc = make_view(&c.k.out[i], in[0], &spec[i]); break;
+        case RM_OUT_INPUT: c.k.out[i] = remat_retain(in[0]); break;
+        }
         if (rc) goto fail;
     }
     c.k.params = params;
-    if (operands_have_data(&c.k) && (rc = kernel(&c.k))) goto fail;
+    if (any_new && operands_have_data(&c.k) && (rc = kernel(&c.k))) goto fail;
     if (c.node) {
         for (int i = 0; i < op->n_out; i++) rm_node_set_output(c.node, i, c.k.out[i]);
         rc = save_slots(&c, RM_SAVE_OUTPUT);

@@ -10,6 +10,8 @@ extern const rm_op_desc rm_op_neg, rm_op_exp, rm_op_log, rm_op_sqrt, rm_op_tanh,
     rm_op_relu, rm_op_gelu, rm_op_pow_scalar, rm_op_add_scalar, rm_op_sub_scalar,
     rm_op_mul_scalar, rm_op_div_scalar, rm_op_rsub_scalar;
 extern const rm_op_desc rm_op_add, rm_op_sub, rm_op_mul, rm_op_div, rm_op_pow;
+extern const rm_op_desc rm_op_reshape, rm_op_view, rm_op_transpose, rm_op_permute, rm_op_slice,
+    rm_op_expand, rm_op_unsqueeze, rm_op_squeeze, rm_op_contiguous;
 
 typedef struct entry {
     const char *name;
@@ -37,10 +39,11 @@ static const entry k_ops[] = {
     B("remat_embedding"),
     /* matmul.c, attention.c */
     B("remat_matmul"), B("remat_linear"), B("remat_attention"),
-    /* shape.c, select.c, concat.c, copy.c */
-    B("remat_reshape"), B("remat_view"), B("remat_transpose"), B("remat_permute"),
-    B("remat_slice"), B("remat_expand"), B("remat_unsqueeze"), B("remat_squeeze"),
-    B("remat_contiguous"), B("remat_masked_fill"), B("remat_where"), B("remat_cat"),
+    /* shape.c */
+    D(reshape), D(view), D(transpose), D(permute), D(slice), D(expand), D(unsqueeze), D(squeeze),
+    D(contiguous),
+    /* select.c, concat.c, copy.c */
+    B("remat_masked_fill"), B("remat_where"), B("remat_cat"),
     B("remat_split"), B("remat_clone"), B("remat_to_device"), B("remat_to_dtype"),
     /* src/sac/tag.c */
     B("remat_tag"),

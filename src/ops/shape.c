@@ -1,104 +1,79 @@
 /* src/ops/shape.c — views and shape ops: reshape/view, transpose/permute,
  * slice, expand, (un)squeeze, contiguous.
  *
- * Views allocate nothing: the output is a new tensor header over the
- * input's storage (rm_tensor_alloc retains it) with its own shape, strides
- * and offset, so writes through one are seen through the other and the
- * version counter (which lives in the storage) is shared. Views are fine
- * in skip mode for that reason: a meta input gives a meta view.
+ * Views allocate nothing: infer describes the output as a view of the
+ * input's storage (RM_OUT_VIEW: shape, strides, offset) and the driver
+ * makes the header, so writes through one are seen through the other and
+ * the version counter (which lives in the storage) is shared. Views are
+ * fine in skip mode for that reason: a meta input gives a meta view, and
+ * they need no kernel on any device. reshape and contiguous copy when no
+ * view can do (the COPY kernel).
  *
  * Backward of a view op is another shape op on the gradient (reshape back,
  * transpose back, sum over expanded dims, scatter into zeros for slice).
  * Backward functions run with scopes suspended and grad mode off, so they
  * may call the public ops and get plain references. */
-#include <stdlib.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "../dispatch/dispatch.h"
 
-/* Parameters a shape op's backward needs (no tensors: those go through
- * rm_node_save, and none of these ops needs one). */
-typedef struct shape_ctx {
-    int ndim;                     /* input ndim */
-    int64_t shape[REMAT_MAX_DIMS]; /* input shape */
-    int perm[REMAT_MAX_DIMS];     /* permute: the forward permutation */
-    int dim0, dim1;               /* transpose dims; slice dim */
-    int64_t start, step;          /* slice */
-} shape_ctx;
+/* A shape op's parameters: the call's arguments, then what its backward
+ * needs (fill_ctx records the input's shape and the normalised dims; no
+ * tensor is saved). */
+typedef struct shape_args {
+    int ndim;                      /* reshape/view/expand: target dims; permute: perm's length */
+    bool given;                    /* the shape / perm argument was not NULL */
+    int64_t shape[REMAT_MAX_DIMS]; /* reshape, view, expand */
+    int perm[REMAT_MAX_DIMS];      /* permute */
+    int dim0, dim1;                /* transpose; slice, (un)squeeze: dim0 */
+    int64_t start, end, step;      /* slice */
+    bool allow_copy;               /* reshape (view: false) */
+    /* recorded for backward */
+    int in_ndim;
+    int64_t in_shape[REMAT_MAX_DIMS];
+} shape_args;
 
-static void ctx_from_input(shape_ctx *c, const remat_tensor *a) {
-    memset(c, 0, sizeof *c);
-    c->ndim = a->ndim;
-    memcpy(c->shape, a->shape, sizeof(int64_t) * (size_t)a->ndim);
+#define ARGS(c) ((const shape_args *)(c)->params)
+
+static void record_input(const rm_op_call *c, shape_args *ctx) {
+    ctx->in_ndim = c->in[0]->ndim;
+    memcpy(ctx->in_shape, c->in[0]->shape, sizeof ctx->in_shape);
 }
 
-/* A view of a's storage: new header, shared (retained) storage. */
-static int make_view(remat_tensor **out, const remat_tensor *a, int64_t offset, int ndim,
-                     const int64_t *shape, const int64_t *strides, const char *call) {
-    remat_tensor *v = rm_tensor_alloc(a->storage, offset, ndim, shape, strides, a->dtype);
-    if (!v) return rm_err(REMAT_ENOMEM, "%s: out of memory creating a view", call);
-    v->is_view = true;
-    *out = v;
-    return REMAT_OK;
-}
-
-/* Records the graph node of a single-input shape op when a needs grad.
- * On failure y is left alone (the caller releases it). */
-static int attach_node(remat_tensor *y, remat_tensor *a, const char *node_name,
-                       rm_backward_fn backward, const shape_ctx *c, const char *call) {
-    if (!rm_needs_grad(1, &a)) return REMAT_OK;
-    remat_node *node;
-    int rc = rm_node_new(&node, node_name, backward, 1, &a, 1, 0);
-    if (rc) return rm_err_prefix(rc, call);
-    shape_ctx *cc = malloc(sizeof *cc);
-    if (!cc) {
-        rm_node_release(node);
-        return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-    }
-    *cc = *c;
-    rm_node_set_ctx(node, cc, NULL);
-    rm_node_set_output(node, 0, y);
-    rm_node_release(node);
-    return REMAT_OK;
-}
-
-/* Finishes a public op: attach the node, hand out (or clean up). */
-static int finish(remat_tensor **out, remat_tensor *y, remat_tensor *a, const char *node_name,
-                  rm_backward_fn backward, const shape_ctx *c, const char *call) {
-    int rc = attach_node(y, a, node_name, backward, c, call);
-    if (rc) {
-        remat_release(y);
-        return rc;
-    }
-    return rm_hand_out(out, y);
+/* An output viewing a's storage with a's offset (views that keep it). */
+static void view_spec(rm_out_spec *o, const remat_tensor *a, int ndim) {
+    o->kind = RM_OUT_VIEW;
+    o->ndim = ndim;
+    o->dtype = a->dtype;
+    o->offset = a->offset;
 }
 
 /* ---- backward functions ---------------------------------------------------------- */
 /* view / reshape / squeeze / unsqueeze: the grad reshaped to the input shape. */
 static int reshape_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
-    shape_ctx *c = node->ctx;
+    const shape_args *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
-    return remat_reshape(&gin[0], gout[0], c->ndim, c->shape);
+    return remat_reshape(&gin[0], gout[0], c->in_ndim, c->in_shape);
 }
 
 static int transpose_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
-    shape_ctx *c = node->ctx;
+    const shape_args *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     return remat_transpose(&gin[0], gout[0], c->dim0, c->dim1);
 }
 
 static int permute_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
-    shape_ctx *c = node->ctx;
+    const shape_args *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     int inv[REMAT_MAX_DIMS];
-    for (int d = 0; d < c->ndim; d++) inv[c->perm[d]] = d;
-    return remat_permute(&gin[0], gout[0], c->ndim, inv);
+    for (int d = 0; d < c->in_ndim; d++) inv[c->perm[d]] = d;
+    return remat_permute(&gin[0], gout[0], c->in_ndim, inv);
 }
 
 static int expand_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
-    shape_ctx *c = node->ctx;
+    const shape_args *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
-    return rm_sum_to(&gin[0], gout[0], c->ndim, c->shape);
+    return rm_sum_to(&gin[0], gout[0], c->in_ndim, c->in_shape);
 }
 
 /* contiguous (when it copied): the copy's grad is the input's grad. */
@@ -114,20 +89,20 @@ static int identity_backward(remat_node *node, remat_tensor *const *gout, remat_
  * once: the rows before start, the gaps between steps, the rows after the
  * last taken one. */
 static int slice_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
-    shape_ctx *c = node->ctx;
+    const shape_args *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     remat_tensor *g = gout[0];
     int rc = rm_check_host("SliceBackward", g);
     if (rc) return rc;
     remat_tensor *z = NULL, *v = NULL;
-    rc = rm_new_output(&z, c->ndim, c->shape, g->dtype, g->storage->device);
+    rc = rm_new_output(&z, c->in_ndim, c->in_shape, g->dtype, g->storage->device);
     if (rc) return rc;
     if (!rm_ptr(z)) { /* skip mode: shapes only */
         gin[0] = z;
         return REMAT_OK;
     }
     int d = c->dim0;
-    int64_t size = c->shape[d], len = g->shape[d], step = c->step, start = c->start;
+    int64_t size = c->in_shape[d], len = g->shape[d], step = c->step, start = c->start;
     if (len == 0 || !rm_ptr(g)) { /* nothing to scatter (a meta g: as zeros) */
         rm_zero_dim_range(z, d, 0, size);
         gin[0] = z;
@@ -143,34 +118,15 @@ static int slice_backward(remat_node *node, remat_tensor *const *gout, remat_ten
     memcpy(strides, z->strides, sizeof strides);
     int64_t offset = z->offset + start * strides[d];
     strides[d] *= step;
-    rc = make_view(&v, z, offset, g->ndim, g->shape, strides, "SliceBackward");
-    if (rc == REMAT_OK && !rm_copy_same_dtype(v, g)) rc = rm_copy_into(v, g);
+    v = rm_tensor_alloc(z->storage, offset, g->ndim, g->shape, strides, z->dtype);
+    if (!v) rc = rm_err(REMAT_ENOMEM, "SliceBackward: out of memory creating a view");
+    else if (!rm_copy_same_dtype(v, g)) rc = rm_copy_into(v, g);
     remat_release(v);
     if (rc) {
         remat_release(z);
         return rc;
     }
     gin[0] = z;
-    return REMAT_OK;
-}
-
-/* A contiguous copy of t (new reference; t itself when already contiguous),
- * through the fast same-dtype kernel. */
-static int contig_copy(remat_tensor **out, remat_tensor *t) {
-    *out = NULL;
-    if (remat_is_contiguous(t)) {
-        *out = remat_retain(t);
-        return REMAT_OK;
-    }
-    remat_tensor *y = NULL;
-    int rc = rm_new_output(&y, t->ndim, t->shape, t->dtype, t->storage->device);
-    if (rc) return rc;
-    if (!rm_copy_same_dtype(y, t)) rc = rm_copy_into(y, t);
-    if (rc) {
-        remat_release(y);
-        return rc;
-    }
-    *out = y;
     return REMAT_OK;
 }
 
@@ -268,27 +224,18 @@ static bool compute_view_strides(const remat_tensor *a, int ndim, const int64_t 
     return view_d == -1;
 }
 
-/* allow_copy: reshape semantics (copy when no view is possible). */
-static int reshape_impl(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape,
-                        bool allow_copy, const char *call) {
-    rm_op_enter(call);
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    *out = NULL;
-    int rc = rm_check_tensor(call, "a", a);
-    if (rc) return rc;
+/* ---- reshape / view ------------------------------------------------------------------------ */
+static int infer_reshape(const rm_op_call *c, rm_out_spec *o) {
+    const shape_args *p = ARGS(c);
+    const char *call = c->op->name;
+    remat_tensor *a = c->in[0];
     int64_t rs[REMAT_MAX_DIMS] = {0};
-    rc = infer_shape(call, a, ndim, shape, rs);
+    int rc = infer_shape(call, a, p->ndim, p->given ? p->shape : NULL, rs);
     if (rc) return rc;
-    shape_ctx c;
-    ctx_from_input(&c, a);
-    int64_t st[REMAT_MAX_DIMS];
-    remat_tensor *y = NULL;
-    if (compute_view_strides(a, ndim, rs, st)) {
-        rc = make_view(&y, a, a->offset, ndim, rs, st, call);
-        if (rc) return rc;
-        return finish(out, y, a, "ViewBackward", reshape_backward, &c, call);
-    }
-    if (!allow_copy) {
+    view_spec(o, a, p->ndim);
+    memcpy(o->shape, rs, sizeof rs);
+    if (compute_view_strides(a, p->ndim, rs, o->strides)) return REMAT_OK;
+    if (!p->allow_copy) {
         char b1[200], b2[160], b3[160];
         return rm_err(REMAT_ESHAPE,
                       "%s: cannot view %s (strides %s) as shape %s: the view size is not "
@@ -296,158 +243,139 @@ static int reshape_impl(remat_tensor **out, remat_tensor *a, int ndim, const int
                       "across two contiguous subspaces); use remat_reshape instead (it copies)",
                       call, rm_tensor_str(a, b1, sizeof b1),
                       rm_shape_str(a->ndim, a->strides, b3, sizeof b3),
-                      rm_shape_str(ndim, rs, b2, sizeof b2));
+                      rm_shape_str(p->ndim, rs, b2, sizeof b2));
     }
-    /* Copy to a contiguous tensor of the new shape: row-major order is
-     * preserved, so a contiguous copy of a viewed with the new shape. */
-    rc = rm_check_host(call, a);
-    if (rc) return rc;
-    remat_tensor *tmp = NULL;
-    rc = contig_copy(&tmp, a);
-    if (rc) return rm_err_prefix(rc, call);
-    rm_contiguous_strides(ndim, rs, st);
-    rc = make_view(&y, tmp, tmp->offset, ndim, rs, st, call);
-    remat_release(tmp);
-    if (rc) return rc;
-    y->is_view = false; /* owns the only reference to its (fresh) storage */
-    return finish(out, y, a, "UnsafeViewBackward", reshape_backward, &c, call);
+    /* a contiguous copy with the new shape: row-major order is preserved */
+    if (!rm_kernel_lookup(RM_K_COPY, a->storage->device.type, a->dtype))
+        return rm_check_host(call, a);
+    o->kind = RM_OUT_NEW;
+    o->node_name = "UnsafeViewBackward";
+    return REMAT_OK;
 }
 
-int remat_reshape(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
-    remat_tensor *in[1] = {a};
-    RM_OP_RUN1("remat_reshape", out, 1, in, NULL,
-               reshape_impl(out, a, ndim, shape, true, "remat_reshape"));
-}
+static void fill_input_shape(const rm_op_call *c, void *ctx) { record_input(c, ctx); }
 
-int remat_view(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
-    remat_tensor *in[1] = {a};
-    RM_OP_RUN1("remat_view", out, 1, in, NULL,
-               reshape_impl(out, a, ndim, shape, false, "remat_view"));
-}
-
-/* ---- transpose / permute ------------------------------------------------------------- */
-static int transpose_impl(remat_tensor **out, remat_tensor *a, int dim0, int dim1) {
-    const char *call = "remat_transpose";
-    rm_op_enter(call);
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    *out = NULL;
-    int rc = rm_check_tensor(call, "a", a);
-    if (rc) return rc;
-    int d0, d1;
-    if ((rc = rm_norm_dim(call, dim0, a->ndim, &d0))) return rc;
-    if ((rc = rm_norm_dim(call, dim1, a->ndim, &d1))) return rc;
-    int64_t sh[REMAT_MAX_DIMS], st[REMAT_MAX_DIMS];
-    memcpy(sh, a->shape, sizeof sh);
-    memcpy(st, a->strides, sizeof st);
+/* ---- transpose / permute ------------------------------------------------------------------------ */
+static int infer_transpose(const rm_op_call *c, rm_out_spec *o) {
+    const shape_args *p = ARGS(c);
+    remat_tensor *a = c->in[0];
+    int d0, d1, rc;
+    if ((rc = rm_norm_dim(c->op->name, p->dim0, a->ndim, &d0))) return rc;
+    if ((rc = rm_norm_dim(c->op->name, p->dim1, a->ndim, &d1))) return rc;
+    view_spec(o, a, a->ndim);
+    memcpy(o->shape, a->shape, sizeof o->shape);
+    memcpy(o->strides, a->strides, sizeof o->strides);
     if (a->ndim > 0) {
-        sh[d0] = a->shape[d1];
-        sh[d1] = a->shape[d0];
-        st[d0] = a->strides[d1];
-        st[d1] = a->strides[d0];
+        o->shape[d0] = a->shape[d1];
+        o->shape[d1] = a->shape[d0];
+        o->strides[d0] = a->strides[d1];
+        o->strides[d1] = a->strides[d0];
     }
-    remat_tensor *y = NULL;
-    rc = make_view(&y, a, a->offset, a->ndim, sh, st, call);
-    if (rc) return rc;
-    shape_ctx c;
-    ctx_from_input(&c, a);
-    c.dim0 = d0;
-    c.dim1 = d1;
-    return finish(out, y, a, "TransposeBackward", transpose_backward, &c, call);
+    return REMAT_OK;
 }
 
-static int permute_impl(remat_tensor **out, remat_tensor *a, int ndim, const int *perm) {
-    const char *call = "remat_permute";
-    rm_op_enter(call);
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    *out = NULL;
-    int rc = rm_check_tensor(call, "a", a);
-    if (rc) return rc;
+static void fill_transpose(const rm_op_call *c, void *ctx) {
+    shape_args *p = ctx;
+    record_input(c, p);
+    int n = c->in[0]->ndim == 0 ? 1 : c->in[0]->ndim; /* validated by infer */
+    p->dim0 = p->dim0 < 0 ? p->dim0 + n : p->dim0;
+    p->dim1 = p->dim1 < 0 ? p->dim1 + n : p->dim1;
+}
+
+static int infer_permute(const rm_op_call *c, rm_out_spec *o) {
+    const shape_args *p = ARGS(c);
+    const char *call = c->op->name;
+    remat_tensor *a = c->in[0];
     char b[200];
+    int ndim = p->ndim;
     if (ndim != a->ndim)
         return rm_err(REMAT_EINVAL, "%s: perm has %d dims but input %s has %d", call, ndim,
                       rm_tensor_str(a, b, sizeof b), a->ndim);
-    if (ndim > 0 && !perm) return rm_err(REMAT_EINVAL, "%s: perm is NULL", call);
-    shape_ctx c;
-    ctx_from_input(&c, a);
+    if (ndim > 0 && !p->given) return rm_err(REMAT_EINVAL, "%s: perm is NULL", call);
     bool seen[REMAT_MAX_DIMS] = {false};
-    int64_t sh[REMAT_MAX_DIMS] = {0}, st[REMAT_MAX_DIMS] = {0};
+    view_spec(o, a, ndim);
     for (int d = 0; d < ndim; d++) {
-        int p;
-        rc = rm_norm_dim(call, perm[d], ndim, &p);
+        int q;
+        int rc = rm_norm_dim(call, p->perm[d], ndim, &q);
         if (rc) return rc;
-        if (seen[p])
+        if (seen[q])
             return rm_err(REMAT_EINVAL, "%s: perm is not a permutation: dim %d appears twice "
-                          "(input %s)", call, p, rm_tensor_str(a, b, sizeof b));
-        seen[p] = true;
-        c.perm[d] = p;
-        sh[d] = a->shape[p];
-        st[d] = a->strides[p];
+                          "(input %s)", call, q, rm_tensor_str(a, b, sizeof b));
+        seen[q] = true;
+        o->shape[d] = a->shape[q];
+        o->strides[d] = a->strides[q];
     }
-    remat_tensor *y = NULL;
-    rc = make_view(&y, a, a->offset, ndim, sh, st, call);
-    if (rc) return rc;
-    return finish(out, y, a, "PermuteBackward", permute_backward, &c, call);
+    return REMAT_OK;
 }
 
-/* ---- slice ------------------------------------------------------------------------------ */
-static int slice_impl(remat_tensor **out, remat_tensor *a, int dim, int64_t start, int64_t end,
-                      int64_t step) {
-    const char *call = "remat_slice";
-    rm_op_enter(call);
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    *out = NULL;
-    int rc = rm_check_tensor(call, "a", a);
-    if (rc) return rc;
+static void fill_permute(const rm_op_call *c, void *ctx) {
+    shape_args *p = ctx;
+    record_input(c, p);
+    for (int d = 0; d < p->ndim; d++) p->perm[d] = p->perm[d] < 0 ? p->perm[d] + p->ndim : p->perm[d];
+}
+
+/* ---- slice ------------------------------------------------------------------------------------------ */
+/* Python semantics: negative counts from the end, then clamp. Returns the
+ * slice's length and sets *start to its first index (0 when empty). */
+static int64_t slice_range(int64_t size, int64_t *start, int64_t end, int64_t step) {
+    int64_t s = *start;
+    if (s < 0) s += size;
+    if (end < 0) end += size;
+    if (s < 0) s = 0;
+    if (s > size) s = size;
+    if (end < s) end = s;
+    if (end > size) end = size;
+    int64_t len = end > s ? 1 + (end - s - 1) / step : 0; /* no overflow for any step */
+    *start = len > 0 ? s : 0;
+    return len;
+}
+
+static int infer_slice(const rm_op_call *c, rm_out_spec *o) {
+    const shape_args *p = ARGS(c);
+    const char *call = c->op->name;
+    remat_tensor *a = c->in[0];
     char b[200];
     if (a->ndim == 0)
         return rm_err(REMAT_EINVAL, "%s: cannot slice a 0-dim tensor %s", call,
                       rm_tensor_str(a, b, sizeof b));
-    int d;
-    if ((rc = rm_norm_dim(call, dim, a->ndim, &d))) return rc;
-    if (step <= 0)
-        return rm_err(REMAT_EINVAL, "%s: step must be positive, got %lld", call, (long long)step);
-    int64_t size = a->shape[d];
-    /* Python semantics: negative counts from the end, then clamp */
-    if (start < 0) start += size;
-    if (end < 0) end += size;
-    if (start < 0) start = 0;
-    if (start > size) start = size;
-    if (end < start) end = start;
-    if (end > size) end = size;
-    int64_t len = end > start ? 1 + (end - start - 1) / step : 0; /* no overflow for any step */
-    int64_t sh[REMAT_MAX_DIMS], st[REMAT_MAX_DIMS];
-    memcpy(sh, a->shape, sizeof sh);
-    memcpy(st, a->strides, sizeof st);
-    sh[d] = len;
+    int d, rc;
+    if ((rc = rm_norm_dim(call, p->dim0, a->ndim, &d))) return rc;
+    if (p->step <= 0)
+        return rm_err(REMAT_EINVAL, "%s: step must be positive, got %lld", call,
+                      (long long)p->step);
+    int64_t start = p->start, len = slice_range(a->shape[d], &start, p->end, p->step);
+    view_spec(o, a, a->ndim);
+    memcpy(o->shape, a->shape, sizeof o->shape);
+    memcpy(o->strides, a->strides, sizeof o->strides);
+    o->shape[d] = len;
     /* with 2+ elements step < size, so the stride stays within the storage's span */
-    st[d] = len > 1 ? a->strides[d] * step : a->strides[d];
+    o->strides[d] = len > 1 ? a->strides[d] * p->step : a->strides[d];
     /* an empty slice addresses nothing: keep the offset in range anyway */
-    int64_t offset = a->offset + (len > 0 ? start * a->strides[d] : 0);
-    remat_tensor *y = NULL;
-    rc = make_view(&y, a, offset, a->ndim, sh, st, call);
-    if (rc) return rc;
-    shape_ctx c;
-    ctx_from_input(&c, a);
-    c.dim0 = d;
-    c.start = len > 0 ? start : 0;
-    c.step = step;
-    return finish(out, y, a, "SliceBackward", slice_backward, &c, call);
+    o->offset = a->offset + start * a->strides[d];
+    return REMAT_OK;
 }
 
-/* ---- expand ------------------------------------------------------------------------------- */
-static int expand_impl(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
-    const char *call = "remat_expand";
-    rm_op_enter(call);
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    *out = NULL;
-    int rc = rm_check_tensor(call, "a", a);
-    if (rc) return rc;
+static void fill_slice(const rm_op_call *c, void *ctx) {
+    shape_args *p = ctx;
+    record_input(c, p);
+    int n = c->in[0]->ndim;
+    p->dim0 = p->dim0 < 0 ? p->dim0 + n : p->dim0;
+    slice_range(p->in_shape[p->dim0], &p->start, p->end, p->step);
+}
+
+/* ---- expand ------------------------------------------------------------------------------------------ */
+static int infer_expand(const rm_op_call *c, rm_out_spec *o) {
+    const shape_args *p = ARGS(c);
+    const char *call = c->op->name;
+    remat_tensor *a = c->in[0];
     char b1[200], b2[160];
+    int ndim = p->ndim;
     if (ndim < a->ndim || ndim > REMAT_MAX_DIMS)
         return rm_err(REMAT_EINVAL, "%s: cannot expand %s to %d dims (need %d to %d)", call,
                       rm_tensor_str(a, b1, sizeof b1), ndim, a->ndim, REMAT_MAX_DIMS);
-    if (ndim > 0 && !shape) return rm_err(REMAT_EINVAL, "%s: shape is NULL", call);
-    int64_t sh[REMAT_MAX_DIMS], st[REMAT_MAX_DIMS];
+    if (ndim > 0 && !p->given) return rm_err(REMAT_EINVAL, "%s: shape is NULL", call);
+    const int64_t *shape = p->shape;
+    int64_t *sh = o->shape, *st = o->strides;
     int lead = ndim - a->ndim;
     for (int i = 0; i < ndim; i++) {
         int j = i - lead;
@@ -474,127 +402,146 @@ static int expand_impl(remat_tensor **out, remat_tensor *a, int ndim, const int6
                           rm_shape_str(ndim, shape, b2, sizeof b2), j, (long long)a->shape[j]);
         }
     }
-    if ((rc = rm_check_size(call, ndim, sh, a->dtype, NULL))) return rc;
-    remat_tensor *y = NULL;
-    rc = make_view(&y, a, a->offset, ndim, sh, st, call);
+    int rc = rm_check_size(call, ndim, sh, a->dtype, NULL);
     if (rc) return rc;
-    shape_ctx c;
-    ctx_from_input(&c, a);
-    return finish(out, y, a, "ExpandBackward", expand_backward, &c, call);
+    view_spec(o, a, ndim);
+    return REMAT_OK;
 }
 
-/* ---- squeeze / unsqueeze -------------------------------------------------------------------- */
-static int unsqueeze_impl(remat_tensor **out, remat_tensor *a, int dim) {
-    const char *call = "remat_unsqueeze";
-    rm_op_enter(call);
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    *out = NULL;
-    int rc = rm_check_tensor(call, "a", a);
-    if (rc) return rc;
+/* ---- squeeze / unsqueeze ------------------------------------------------------------------------------ */
+static int infer_unsqueeze(const rm_op_call *c, rm_out_spec *o) {
+    const char *call = c->op->name;
+    remat_tensor *a = c->in[0];
     char b[200];
     if (a->ndim >= REMAT_MAX_DIMS)
         return rm_err(REMAT_EINVAL, "%s: %s already has the maximum of %d dims", call,
                       rm_tensor_str(a, b, sizeof b), REMAT_MAX_DIMS);
     int d;
-    if ((rc = rm_norm_dim(call, dim, a->ndim + 1, &d))) return rc;
-    int64_t sh[REMAT_MAX_DIMS], st[REMAT_MAX_DIMS];
+    int rc = rm_norm_dim(call, ARGS(c)->dim0, a->ndim + 1, &d);
+    if (rc) return rc;
+    view_spec(o, a, a->ndim + 1);
     for (int i = 0, j = 0; i <= a->ndim; i++) {
         if (i == d) {
-            sh[i] = 1;
+            o->shape[i] = 1;
             /* any stride works for a size-1 dim; this one keeps a contiguous
              * input contiguous (as PyTorch) */
-            st[i] = d < a->ndim ? a->shape[d] * a->strides[d] : 1;
+            o->strides[i] = d < a->ndim ? a->shape[d] * a->strides[d] : 1;
         } else {
-            sh[i] = a->shape[j];
-            st[i] = a->strides[j];
+            o->shape[i] = a->shape[j];
+            o->strides[i] = a->strides[j];
             j++;
         }
     }
-    remat_tensor *y = NULL;
-    rc = make_view(&y, a, a->offset, a->ndim + 1, sh, st, call);
-    if (rc) return rc;
-    shape_ctx c;
-    ctx_from_input(&c, a);
-    return finish(out, y, a, "UnsqueezeBackward", reshape_backward, &c, call);
+    return REMAT_OK;
 }
 
-static int squeeze_impl(remat_tensor **out, remat_tensor *a, int dim) {
-    const char *call = "remat_squeeze";
-    rm_op_enter(call);
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    *out = NULL;
-    int rc = rm_check_tensor(call, "a", a);
-    if (rc) return rc;
+static int infer_squeeze(const rm_op_call *c, rm_out_spec *o) {
+    remat_tensor *a = c->in[0];
     int d;
-    if ((rc = rm_norm_dim(call, dim, a->ndim, &d))) return rc;
-    int64_t sh[REMAT_MAX_DIMS], st[REMAT_MAX_DIMS];
+    int rc = rm_norm_dim(c->op->name, ARGS(c)->dim0, a->ndim, &d);
+    if (rc) return rc;
     int nd = 0;
     for (int i = 0; i < a->ndim; i++) {
         if (i == d && a->shape[i] == 1) continue; /* size != 1: unchanged, as PyTorch */
-        sh[nd] = a->shape[i];
-        st[nd] = a->strides[i];
+        o->shape[nd] = a->shape[i];
+        o->strides[nd] = a->strides[i];
         nd++;
     }
-    remat_tensor *y = NULL;
-    rc = make_view(&y, a, a->offset, nd, sh, st, call);
-    if (rc) return rc;
-    shape_ctx c;
-    ctx_from_input(&c, a);
-    return finish(out, y, a, "SqueezeBackward", reshape_backward, &c, call);
+    view_spec(o, a, nd);
+    return REMAT_OK;
 }
 
-/* ---- contiguous ------------------------------------------------------------------------------- */
-static int contiguous_impl(remat_tensor **out, remat_tensor *a) {
-    const char *call = "remat_contiguous";
-    rm_op_enter(call);
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    *out = NULL;
-    int rc = rm_check_tensor(call, "a", a);
-    if (rc) return rc;
-    if (remat_is_contiguous(a)) return rm_hand_out(out, remat_retain(a));
-    rc = rm_check_host(call, a);
-    if (rc) return rc;
-    remat_tensor *y = NULL;
-    rc = contig_copy(&y, a);
-    if (rc) return rm_err_prefix(rc, call);
-    shape_ctx c;
-    ctx_from_input(&c, a);
-    return finish(out, y, a, "CloneBackward", identity_backward, &c, call);
+/* ---- contiguous ------------------------------------------------------------------------------------------ */
+static int infer_contiguous(const rm_op_call *c, rm_out_spec *o) {
+    remat_tensor *a = c->in[0];
+    o->ndim = a->ndim;
+    memcpy(o->shape, a->shape, sizeof o->shape);
+    o->dtype = a->dtype;
+    if (remat_is_contiguous(a)) {
+        o->kind = RM_OUT_INPUT;
+        return REMAT_OK;
+    }
+    if (!rm_kernel_lookup(RM_K_COPY, a->storage->device.type, a->dtype))
+        return rm_check_host(c->op->name, a);
+    return REMAT_OK;
 }
 
-/* ---- public entries: interception brackets (src/dispatch/intercept.c) ---------------------- */
+/* ---- descriptors and entry points ------------------------------------------------------------------------ */
+#define SHAPE_OP(sym, call, node, infer_fn, fill_fn, backward_fn)                                \
+    const rm_op_desc sym = {.name = call, .node_name = node, .n_in = 1, .n_out = 1,              \
+                            .kernel = RM_K_COPY, .params_size = sizeof(shape_args),              \
+                            .infer = infer_fn, .fill_ctx = fill_fn, .backward = backward_fn}
+
+SHAPE_OP(rm_op_reshape, "remat_reshape", "ViewBackward", infer_reshape, fill_input_shape, reshape_backward);
+SHAPE_OP(rm_op_view, "remat_view", "ViewBackward", infer_reshape, fill_input_shape, reshape_backward);
+SHAPE_OP(rm_op_transpose, "remat_transpose", "TransposeBackward", infer_transpose, fill_transpose, transpose_backward);
+SHAPE_OP(rm_op_permute, "remat_permute", "PermuteBackward", infer_permute, fill_permute, permute_backward);
+SHAPE_OP(rm_op_slice, "remat_slice", "SliceBackward", infer_slice, fill_slice, slice_backward);
+SHAPE_OP(rm_op_expand, "remat_expand", "ExpandBackward", infer_expand, fill_input_shape, expand_backward);
+SHAPE_OP(rm_op_unsqueeze, "remat_unsqueeze", "UnsqueezeBackward", infer_unsqueeze, fill_input_shape, reshape_backward);
+SHAPE_OP(rm_op_squeeze, "remat_squeeze", "SqueezeBackward", infer_squeeze, fill_input_shape, reshape_backward);
+SHAPE_OP(rm_op_contiguous, "remat_contiguous", "CloneBackward", infer_contiguous, NULL, identity_backward);
+
+static int shape_op(const rm_op_desc *d, remat_tensor **out, remat_tensor *a, const shape_args *p,
+                    void *site) {
+    remat_tensor *in[1] = {a};
+    return rm_dispatch(d, out, in, p, site);
+}
+
+/* A target shape argument, copied when it can be read. */
+static void take_shape(shape_args *p, int ndim, const int64_t *shape) {
+    p->ndim = ndim;
+    p->given = shape != NULL;
+    if (shape && ndim > 0 && ndim <= REMAT_MAX_DIMS)
+        memcpy(p->shape, shape, sizeof(int64_t) * (size_t)ndim);
+}
+
+int remat_reshape(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
+    shape_args p = {.allow_copy = true};
+    take_shape(&p, ndim, shape);
+    return shape_op(&rm_op_reshape, out, a, &p, RM_OP_SITE());
+}
+
+int remat_view(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
+    shape_args p = {.allow_copy = false};
+    take_shape(&p, ndim, shape);
+    return shape_op(&rm_op_view, out, a, &p, RM_OP_SITE());
+}
+
 int remat_transpose(remat_tensor **out, remat_tensor *a, int dim0, int dim1) {
-    remat_tensor *in_[] = {a};
-    RM_OP_RUN1("remat_transpose", out, 1, in_, NULL, transpose_impl(out, a, dim0, dim1));
+    shape_args p = {.dim0 = dim0, .dim1 = dim1};
+    return shape_op(&rm_op_transpose, out, a, &p, RM_OP_SITE());
 }
 
 int remat_permute(remat_tensor **out, remat_tensor *a, int ndim, const int *perm) {
-    remat_tensor *in_[] = {a};
-    RM_OP_RUN1("remat_permute", out, 1, in_, NULL, permute_impl(out, a, ndim, perm));
+    shape_args p = {.ndim = ndim, .given = perm != NULL};
+    if (perm && ndim > 0 && ndim <= REMAT_MAX_DIMS) memcpy(p.perm, perm, sizeof(int) * (size_t)ndim);
+    return shape_op(&rm_op_permute, out, a, &p, RM_OP_SITE());
 }
 
 int remat_slice(remat_tensor **out, remat_tensor *a, int dim, int64_t start, int64_t end,
                 int64_t step) {
-    remat_tensor *in_[] = {a};
-    RM_OP_RUN1("remat_slice", out, 1, in_, NULL, slice_impl(out, a, dim, start, end, step));
+    shape_args p = {.dim0 = dim, .start = start, .end = end, .step = step};
+    return shape_op(&rm_op_slice, out, a, &p, RM_OP_SITE());
 }
 
 int remat_expand(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
-    remat_tensor *in_[] = {a};
-    RM_OP_RUN1("remat_expand", out, 1, in_, NULL, expand_impl(out, a, ndim, shape));
+    shape_args p = {0};
+    take_shape(&p, ndim, shape);
+    return shape_op(&rm_op_expand, out, a, &p, RM_OP_SITE());
 }
 
 int remat_unsqueeze(remat_tensor **out, remat_tensor *a, int dim) {
-    remat_tensor *in_[] = {a};
-    RM_OP_RUN1("remat_unsqueeze", out, 1, in_, NULL, unsqueeze_impl(out, a, dim));
+    shape_args p = {.dim0 = dim};
+    return shape_op(&rm_op_unsqueeze, out, a, &p, RM_OP_SITE());
 }
 
 int remat_squeeze(remat_tensor **out, remat_tensor *a, int dim) {
-    remat_tensor *in_[] = {a};
-    RM_OP_RUN1("remat_squeeze", out, 1, in_, NULL, squeeze_impl(out, a, dim));
+    shape_args p = {.dim0 = dim};
+    return shape_op(&rm_op_squeeze, out, a, &p, RM_OP_SITE());
 }
 
 int remat_contiguous(remat_tensor **out, remat_tensor *a) {
-    remat_tensor *in_[] = {a};
-    RM_OP_RUN1("remat_contiguous", out, 1, in_, NULL, contiguous_impl(out, a));
+    shape_args p = {0};
+    return shape_op(&rm_op_contiguous, out, a, &p, RM_OP_SITE());
 }

@@ -4,7 +4,7 @@
  * across OpenMP threads. */
 #include <string.h>
 
-#include "../../internal.h"
+#include "shape.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -228,4 +228,18 @@ void rm_zero_dim_range(remat_tensor *t, int d, int64_t lo, int64_t hi) {
     size_t es = remat_dtype_size(t->dtype), row = (size_t)((hi - lo) * I) * es;
 #pragma omp parallel for schedule(static) if (O * (hi - lo) * I > RM_OMP_MIN)
     for (int64_t o = 0; o < O; o++) memset(base + (size_t)((o * S + lo) * I) * es, 0, row);
+}
+
+/* The COPY kernel: x into contiguous y of the same numel, through a view of
+ * y's storage with x's shape (row-major order is the same). */
+int rm_cpu_copy(const rm_kargs *k) {
+    const remat_tensor *x = k->in[0];
+    remat_tensor *y = k->out[0];
+    int64_t st[REMAT_MAX_DIMS];
+    rm_contiguous_strides(x->ndim, x->shape, st);
+    remat_tensor *v = rm_tensor_alloc(y->storage, y->offset, x->ndim, x->shape, st, y->dtype);
+    if (!v) return rm_err(REMAT_ENOMEM, "out of memory creating a view");
+    rm_copy_same_dtype(v, x);
+    remat_release(v);
+    return REMAT_OK;
 }

@@ -5,6 +5,10 @@
 
 #include "../../dispatch/kernels.h"
 
-#define RM_CPU_KERNELS_SHAPE
+/* copy.c */
+int rm_cpu_copy(const rm_kargs *k);
+
+#define RM_CPU_KERNELS_SHAPE                                                                 \
+    [RM_K_COPY] = {rm_cpu_copy, rm_cpu_copy, rm_cpu_copy, rm_cpu_copy, rm_cpu_copy},
 
 #endif /* REMAT_CPU_SHAPE_H */

@@ -4,6 +4,9 @@
 #ifndef REMAT_KERNELS_SHAPE_H
 #define REMAT_KERNELS_SHAPE_H
 
-#define RM_KERNELS_SHAPE(X)
+#define RM_KERNELS_SHAPE(X)                                                                  \
+    /* y = x bit for bit, x any strides, y contiguous with x's numel (its shape may differ:  \
+     * reshape's copy). in: x; out: y. Every dtype. No params */                            \
+    X(COPY, "copy")
 
 #endif /* REMAT_KERNELS_SHAPE_H */
