@@ -43,6 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "remat/optim.h"
 #include "remat/tensor.h"
 
 #ifdef __cplusplus
@@ -182,6 +183,49 @@ typedef struct remat_ddp_stats {
 void remat_ddp_get_stats(const remat_ddp *ddp, remat_ddp_stats *stats);
 /* Bucket index of a parameter and the number of buckets (-1 on a bad index). */
 int remat_ddp_bucket_of(const remat_ddp *ddp, int param);
+
+/* ---- ZeRO-1: AdamW state sharded across ranks ------------------------------------
+ * Gradient synchronisation as remat_ddp (same buckets, ready events and
+ * failure handling), but each bucket is reduce-scattered: rank r receives
+ * the sums of slice r of every bucket (buckets are padded with zeros to a
+ * multiple of the world size). remat_zero_step then applies the library's
+ * AdamW (remat_adamw_update_f32, remat/optim.h) to that slice only — the
+ * exp_avg / exp_avg_sq state exists for the slice only, 1/world of the
+ * unsharded state — and all-gathers the updated parameters, so every rank
+ * ends the step with the same parameters, bitwise (each element is computed
+ * on one rank). f32 parameters only.
+ *
+ * Options are remat/optim.h's AdamW options: lr, betas, eps, weight_decay
+ * (per parameter through weight_decay[], NULL: opts->weight_decay for
+ * every one), schedule and clip_norm (the global norm is summed over the
+ * shards). accum_steps > 1 is REMAT_EUNSUPPORTED: accumulate with
+ * remat_ddp_set_sync(remat_zero_ddp(z), false) and scale the loss. A
+ * parameter no rank produced a gradient for is skipped (its state and step
+ * count unchanged), as PyTorch's AdamW skips a parameter without .grad. */
+typedef struct remat_zero remat_zero;
+
+/* Collective. params as for remat_ddp_create (rank 0's values are copied
+ * everywhere); ddp_opts may be NULL. */
+int remat_zero_create(remat_zero **out, remat_dist *pg, int n, remat_tensor *const *params,
+                      const double *weight_decay, const remat_optim_options *opts,
+                      const remat_ddp_options *ddp_opts);
+void remat_zero_free(remat_zero *z);
+/* Backward with the gradients reduce-scattered (the shard holds the sums;
+ * each parameter's .grad is left as this rank computed it). */
+int remat_zero_backward(remat_zero *z, remat_tensor *loss);
+/* Mean over ranks of the shard, clipping (clip_norm), AdamW on this rank's
+ * slice, all-gather of the parameters; then every parameter's .grad is
+ * dropped (set to none) as remat_optim_step does. */
+int remat_zero_step(remat_zero *z);
+/* Exact allocator bytes of this rank's optimizer state (exp_avg and
+ * exp_avg_sq of its slices), and of the communication buffers (the
+ * buckets and the gradient shard), which are not optimizer state. */
+size_t remat_zero_state_bytes(const remat_zero *z);
+size_t remat_zero_buffer_bytes(const remat_zero *z);
+/* The gradient-synchronising object inside (stats, no_sync). Borrowed. */
+remat_ddp *remat_zero_ddp(remat_zero *z);
+/* Updates applied so far. */
+int64_t remat_zero_updates(const remat_zero *z);
 
 #ifdef __cplusplus
 }

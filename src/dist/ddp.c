@@ -22,49 +22,7 @@
 #include <string.h>
 
 #include "../autograd/accumulate.h"
-#include "dist_internal.h"
-
-#define DDP_DEFAULT_BUCKET ((size_t)25 << 20)
-enum { FLAG_USED = 1, FLAG_LATE = 2 };
-
-typedef struct dparam {
-    remat_tensor *t;   /* retained */
-    int bucket;
-    int64_t offset;    /* elements into the bucket's buffer */
-    int64_t numel;
-    int count;         /* accumulations in this backward */
-    int expected;      /* learned from the previous synchronised backward */
-    bool ready;
-    bool late;
-} dparam;
-
-typedef struct dbucket {
-    remat_tensor *buf; /* flat buffer (through remat's allocator: counted) */
-    remat_dtype dtype;
-    int64_t numel;
-    int n_params, n_ready;
-    bool launched, done;
-    MPI_Request req;
-    double t_launch, t_done;
-} dbucket;
-
-struct remat_ddp {
-    remat_dist *pg;
-    int n;
-    dparam *p;
-    int nb;
-    dbucket *b;
-    int next_launch;
-    bool sync;
-    bool learned;           /* expected counts are known */
-    int mpi_failed;         /* MPI error code while launching (reported at the end) */
-    remat_ddp_options o;
-    /* leaf → index: open addressing over 2^k slots */
-    remat_tensor **hkey;
-    int *hval;
-    size_t hcap;
-    remat_ddp_stats st;
-};
+#include "ddp_internal.h"
 
 static size_t hptr(const void *p) {
     uintptr_t x = (uintptr_t)p;
@@ -95,12 +53,23 @@ static void test_pending(remat_ddp *d) {
     }
 }
 
+/* Starts bucket b's reduction: all-reduce in place, or (ZeRO) the
+ * reduce-scatter that leaves this rank's slice of the sums in the shard. */
+static int start_reduce(remat_ddp *d, dbucket *b) {
+    MPI_Datatype t = rmd_mpi_type(b->dtype);
+    if (!d->zero)
+        return MPI_Iallreduce(MPI_IN_PLACE, rm_ptr(b->buf), (int)b->numel, t, MPI_SUM,
+                              d->pg->comm, &b->req);
+    void *dst = (char *)rm_ptr(d->shard) + (size_t)b->shard_off * remat_dtype_size(b->dtype);
+    return MPI_Ireduce_scatter_block(rm_ptr(b->buf), dst, (int)b->slice, t, MPI_SUM, d->pg->comm,
+                                     &b->req);
+}
+
 static void launch_in_order(remat_ddp *d) {
     while (d->next_launch < d->nb && !d->mpi_failed) {
         dbucket *b = &d->b[d->next_launch];
         if (b->n_ready < b->n_params) break;
-        int m = MPI_Iallreduce(MPI_IN_PLACE, rm_ptr(b->buf), (int)b->numel, rmd_mpi_type(b->dtype),
-                               MPI_SUM, d->pg->comm, &b->req);
+        int m = start_reduce(d, b);
         if (m != MPI_SUCCESS) {
             d->mpi_failed = m;
             break;
@@ -240,25 +209,45 @@ static int build_buckets(remat_ddp *d, const char *call) {
         d->b[cur].n_params++;
         bytes += pb;
     }
+    const int64_t W = d->pg->size;
+    int64_t shard = 0;
     for (int k = 0; k < d->nb; k++) {
-        int64_t shape = d->b[k].numel;
-        int rc = remat_empty(&d->b[k].buf, 1, &shape, d->b[k].dtype, REMAT_DEVICE_CPU);
+        dbucket *b = &d->b[k];
+        b->padded = d->zero ? (b->numel + W - 1) / W * W : b->numel;
+        b->slice = b->padded / W;
+        b->shard_off = shard;
+        shard += b->slice;
+        int64_t shape = b->padded;
+        /* zeros: a ZeRO bucket's padding is reduced too and must be finite */
+        int rc = remat_zeros(&b->buf, 1, &shape, b->dtype, REMAT_DEVICE_CPU);
         if (rc) return rm_err_prefix(rc, call);
         if (shape > INT32_MAX)
             return rm_err(REMAT_EINVAL, "%s: a bucket of %lld elements is too large for MPI; lower "
                           "bucket_bytes", call, (long long)shape);
+    }
+    if (d->zero) {
+        int rc = remat_zeros(&d->shard, 1, &shard, d->b[0].dtype, REMAT_DEVICE_CPU);
+        if (rc) return rm_err_prefix(rc, call);
     }
     return REMAT_OK;
 }
 
 int remat_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *params,
                      const remat_ddp_options *opts) {
-    static const char *call = "remat_ddp_create";
+    return rmd_ddp_create(out, pg, n, params, opts, false, "remat_ddp_create");
+}
+
+int rmd_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *params,
+                   const remat_ddp_options *opts, bool zero, const char *call) {
     if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
     *out = NULL;
     int rc = rmd_check_group(call, pg);
     if (rc) return rc;
     rc = check_params(call, n, params);
+    for (int i = 0; zero && !rc && i < n; i++)
+        if (params[i]->dtype != REMAT_F32)
+            rc = rm_err(REMAT_EDTYPE, "%s: parameter %d is %s; ZeRO-1 shards f32 parameters only",
+                        call, i, remat_dtype_name(params[i]->dtype));
     /* a rank with bad arguments still joins the comparison, so that the
      * others fail with its message instead of waiting for it */
     int rc2 = rmd_exchange_status(pg, call, rc, remat_last_error(), NULL, 0, NULL, 0, NULL);
@@ -271,13 +260,15 @@ int remat_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const
     d->pg = pg;
     d->n = n;
     d->sync = true;
+    d->zero = zero;
     if (opts) d->o = *opts;
     d->p = calloc((size_t)n, sizeof *d->p);
+    d->used_any = calloc((size_t)n, 1);
     d->hcap = 16;
     while (d->hcap < (size_t)n * 2) d->hcap *= 2;
     d->hkey = calloc(d->hcap, sizeof *d->hkey);
     d->hval = calloc(d->hcap, sizeof *d->hval);
-    if (!d->p || !d->hkey || !d->hval) {
+    if (!d->p || !d->hkey || !d->hval || !d->used_any) {
         remat_ddp_free(d);
         return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     }
@@ -309,6 +300,8 @@ void remat_ddp_free(remat_ddp *d) {
     if (!d) return;
     for (int i = 0; d->p && i < d->n; i++) remat_release(d->p[i].t);
     for (int k = 0; d->b && k < d->nb; k++) remat_release(d->b[k].buf);
+    remat_release(d->shard);
+    free(d->used_any);
     free(d->p);
     free(d->b);
     free(d->hkey);
@@ -340,8 +333,7 @@ static int rereduce(remat_ddp *d, const char *call, int k) {
     for (int i = 0; i < d->n; i++)
         if (d->p[i].bucket == k) fill_slot(d, i);
     dbucket *b = &d->b[k];
-    int m = MPI_Iallreduce(MPI_IN_PLACE, rm_ptr(b->buf), (int)b->numel, rmd_mpi_type(b->dtype),
-                           MPI_SUM, d->pg->comm, &b->req);
+    int m = start_reduce(d, b);
     if (m != MPI_SUCCESS) return rmd_mpi_err(d->pg, call, "reducing a bucket again", m);
     return rmd_wait(d->pg, call, "reducing a bucket again", 1, &b->req, NULL);
 }
@@ -451,7 +443,9 @@ int remat_ddp_backward(remat_ddp *d, remat_tensor *loss) {
         }
         free(late_bucket);
         for (int i = 0; i < d->n; i++) any[i] &= FLAG_USED;
-        if (rc == REMAT_OK) rc = write_back(d, call, any);
+        memcpy(d->used_any, any, (size_t)d->n);
+        /* ZeRO keeps the sums in the shard; .grad stays this rank's own */
+        if (rc == REMAT_OK && !d->zero) rc = write_back(d, call, any);
     }
     if (rc == REMAT_OK) {
         double first = 0, last = 0;

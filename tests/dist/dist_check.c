@@ -64,7 +64,7 @@ struct model {
     pair_ud pr[L / 2];
     remat_tensor *w_in, *s;
     remat_tensor *ln_w[L], *ln_b[L], *w1[L], *b1[L], *w2[L], *b2[L];
-    remat_tensor *params[2 + 6 * L];
+    remat_tensor *params[2 + 6 * L + 1]; /* + 1: check_zero adds one */
     int n;
     double p_drop;
 };
@@ -582,6 +582,100 @@ static void check_error_reported(void) {
     remat_release(p);
 }
 
+/* ZeRO-1: optimizer state per rank = 1/world of the unsharded (exact
+ * allocator bytes); the trajectory equals DDP + the library's AdamW within
+ * 1e-6; parameters bitwise identical across ranks after every step. */
+static void check_zero(void) {
+    model a, b;
+    model_init(&a, 21, 0);
+    model_init(&b, 21, 0);
+    /* one more small parameter each: 2580 elements, divisible by 1..6 */
+    int64_t four = 4;
+    for (model *m = &a; m; m = m == &a ? &b : NULL) {
+        remat_tensor *t = NULL;
+        OK(remat_full(&t, 1, &four, 0.5, REMAT_F32, REMAT_DEVICE_CPU));
+        OK(remat_set_requires_grad(t, true));
+        m->params[m->n++] = t;
+    }
+    int64_t total = 0;
+    for (int i = 0; i < a.n; i++) total += remat_numel(a.params[i]);
+    CHECK(total % 6 == 0, "test model has %lld elements", (long long)total);
+    remat_optim_options o;
+    OK(remat_optim_options_init(&o, REMAT_OPTIM_ADAMW));
+    o.lr = 1e-2;
+    o.beta2 = 0.95;
+    o.weight_decay = 0.1;
+    o.clip_norm = 0.5;
+    o.schedule = (remat_lr_schedule){REMAT_LR_WARMUP_COSINE, 2, 10, 1e-3};
+    /* plain: DDP + remat_optim (matrices decay, vectors do not) */
+    remat_tensor *dec[2 + 6 * L + 1], *nodec[2 + 6 * L + 1];
+    double wd[2 + 6 * L + 1];
+    int nd = 0, nn = 0;
+    for (int i = 0; i < a.n; i++) {
+        bool matrix = remat_ndim(a.params[i]) == 2;
+        wd[i] = matrix ? o.weight_decay : 0.0;
+        if (matrix) dec[nd++] = a.params[i];
+        else nodec[nn++] = a.params[i];
+    }
+    remat_ddp *ddp = NULL;
+    remat_optimizer *opt = NULL;
+    OK(remat_ddp_create(&ddp, pg, a.n, a.params, NULL));
+    OK(remat_optim_create(&opt, &o, dec, nd));
+    OK(remat_optim_add_group(opt, nodec, nn, 0.0));
+    size_t before = remat_cpu_current_bytes();
+    remat_zero *z = NULL;
+    OK(remat_zero_create(&z, pg, b.n, b.params, wd, &o, NULL));
+    size_t grew = remat_cpu_current_bytes() - before;
+    if (!ddp || !opt || !z) return;
+    size_t unsharded = remat_optim_state_bytes(opt);
+    CHECK(unsharded == 2 * sizeof(float) * (size_t)total, "unsharded AdamW state %zu", unsharded);
+    CHECK(remat_zero_state_bytes(z) * (size_t)world == unsharded,
+          "ZeRO state %zu bytes per rank, unsharded %zu, world %d", remat_zero_state_bytes(z),
+          unsharded, world);
+    CHECK(grew == remat_zero_state_bytes(z) + remat_zero_buffer_bytes(z),
+          "allocator grew %zu at create = state %zu + buffers %zu", grew,
+          remat_zero_state_bytes(z), remat_zero_buffer_bytes(z));
+    if (rank == 0)
+        printf("  ZeRO-1: optimizer state %zu bytes per rank, unsharded %zu (1/%d)\n",
+               remat_zero_state_bytes(z), unsharded, world);
+    int64_t r0, r1;
+    shard(&r0, &r1);
+    double worst = 0;
+    for (int step = 0; step < 10; step++) {
+        remat_tensor *x, *y, *la = NULL, *lb = NULL;
+        make_data(300 + (uint64_t)step, &x, &y);
+        OK(forward(&a, M_NONREENTRANT, x, y, r0, r1, &la));
+        OK(remat_ddp_backward(ddp, la));
+        OK(remat_optim_step(opt, NULL));
+        OK(forward(&b, step % 2 ? M_REENTRANT : M_NONREENTRANT, x, y, r0, r1, &lb));
+        OK(remat_zero_backward(z, lb));
+        OK(remat_zero_step(z));
+        for (int i = 0; i < a.n; i++) {
+            const float *pa = remat_data(a.params[i]), *pb = remat_data(b.params[i]);
+            for (int64_t e = 0; e < remat_numel(a.params[i]); e++) {
+                double dlt = fabs((double)pa[e] - pb[e]) / (fabs(pa[e]) + 1e-3);
+                if (dlt > worst) worst = dlt;
+            }
+        }
+        CHECK(worst <= 1e-6, "step %d: ZeRO-1 differs from DDP + AdamW by %g", step, worst);
+        bool same = false;
+        OK(remat_dist_check_identical(pg, b.n, b.params, &same));
+        CHECK(same, "step %d: ZeRO-1 parameters differ across ranks", step);
+        CHECK(remat_tensor_grad(b.params[0]) == NULL, "step drops the gradients");
+        remat_release(la);
+        remat_release(lb);
+        remat_release(x);
+        remat_release(y);
+    }
+    CHECK(remat_zero_updates(z) == 10, "updates %lld", (long long)remat_zero_updates(z));
+    if (rank == 0) printf("  ZeRO-1 vs DDP + AdamW: worst relative parameter difference %.2e\n", worst);
+    remat_zero_free(z);
+    remat_optim_free(opt);
+    remat_ddp_free(ddp);
+    model_free(&a);
+    model_free(&b);
+}
+
 /* ---- fault modes: rank 1 stops answering / is killed ------------------------------------- */
 static void on_ready_kill(void *ud, int i) {
     (void)ud;
@@ -641,6 +735,7 @@ int main(int argc, char **argv) {
         {"unused_parameters", check_unused},
         {"mismatch_at_setup", check_mismatch},
         {"failed_rank_named", check_error_reported},
+        {"zero1_state_bytes_and_trajectory", check_zero},
     };
     int total = 0;
     for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {

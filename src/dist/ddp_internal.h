@@ -1,0 +1,65 @@
+/* src/dist/ddp_internal.h — remat_ddp's insides, shared with ZeRO-1
+ * (zero.c), which reuses its buckets, ready events and status exchange and
+ * swaps the all-reduce for a reduce-scatter. */
+#ifndef REMAT_DDP_INTERNAL_H
+#define REMAT_DDP_INTERNAL_H
+
+#include "dist_internal.h"
+
+#define DDP_DEFAULT_BUCKET ((size_t)25 << 20)
+enum { FLAG_USED = 1, FLAG_LATE = 2 };
+
+typedef struct dparam {
+    remat_tensor *t;   /* retained */
+    int bucket;
+    int64_t offset;    /* elements into the bucket's buffer */
+    int64_t numel;
+    int count;         /* accumulations in this backward */
+    int expected;      /* learned from the previous synchronised backward */
+    bool ready;
+    bool late;
+} dparam;
+
+typedef struct dbucket {
+    remat_tensor *buf; /* flat buffer (through remat's allocator: counted) */
+    remat_dtype dtype;
+    int64_t numel;
+    int64_t padded;    /* ZeRO: numel rounded up to a multiple of the world size */
+    int64_t slice;     /* ZeRO: padded / world, this rank's part of the bucket */
+    int64_t shard_off; /* ZeRO: where that part lies in the shard buffer */
+    int n_params, n_ready;
+    bool launched, done;
+    MPI_Request req;
+    double t_launch, t_done;
+} dbucket;
+
+struct remat_ddp {
+    remat_dist *pg;
+    int n;
+    dparam *p;
+    int nb;
+    dbucket *b;
+    int next_launch;
+    bool sync;
+    bool learned;           /* expected counts are known */
+    int mpi_failed;         /* MPI error code while launching (reported at the end) */
+    remat_ddp_options o;
+    /* ZeRO-1: gradients are reduce-scattered into `shard` (each rank gets the
+     * sums of its slice of every bucket) and .grad is left alone */
+    bool zero;
+    remat_tensor *shard;
+    unsigned char *used_any; /* per parameter, after a backward: some rank had a gradient */
+    /* leaf → index: open addressing over 2^k slots */
+    remat_tensor **hkey;
+    int *hval;
+    size_t hcap;
+    remat_ddp_stats st;
+};
+
+
+/* remat_ddp_create with ZeRO's layout (zero true): buckets padded to a
+ * multiple of the world size, one shard buffer. */
+int rmd_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *params,
+                   const remat_ddp_options *opts, bool zero, const char *call);
+
+#endif
