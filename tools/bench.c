@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "dist.h"
 #include "models.h"
 #include "step.h"
 #include "svg.h"
@@ -52,6 +53,8 @@ typedef struct result {
     int64_t recomputed;
     remat_sac_stats sac; /* selective: the measured step's counters */
     trace tr;
+    double comm_s, exposed_s; /* under mpirun: sums over the timed repetitions */
+    int comm_n;
 } result;
 
 /* Copies of every parameter's gradient (the reference). */
@@ -237,15 +240,16 @@ static void print_csv(const config *c, result *r) {
 }
 
 static void print_json(const config *c, const model *m, int threads, result *r,
-                       const planner_info *pl) {
+                       const planner_info *pl, int world) {
     util_str j = {0};
     util_str_printf(&j,
                     "{\"command\":\"bench\",\"model\":\"%s\",\"layers\":%d,\"width\":%d,"
                     "\"heads\":%d,\"context\":%d,\"batch\":%d,\"params\":%" PRId64
-                    ",\"attention\":\"%s\",\"threads\":%d,\"reps\":%d,\"strategies\":[",
+                    ",\"attention\":\"%s\",\"threads\":%d,\"reps\":%d,\"world_size\":%d,"
+                    "\"strategies\":[",
                     m->kind == MODEL_GPT ? "gpt" : "mlp", m->layers, m->width, m->heads,
                     m->context, c->batch, m->n_weights, m->attn_ops ? "ops" : "fused", threads,
-                    c->reps);
+                    c->reps, world);
     for (int i = 0; i < c->n_strategies; i++) {
         util_str_printf(&j, "%s{\"strategy\":\"", i ? "," : "");
         util_str_json_escaped(&j, c->strategies[i].name);
@@ -264,6 +268,12 @@ static void print_json(const config *c, const model *m, int threads, result *r,
         for (int k = 0; k < c->reps; k++)
             util_str_printf(&j, "%s%.4f", k ? "," : "", r[i].times[k] * 1e3);
         util_str_printf(&j, "]");
+        if (r[i].comm_n) { /* under mpirun */
+            double cm = r[i].comm_s / r[i].comm_n, ex = r[i].exposed_s / r[i].comm_n;
+            util_str_printf(&j, ",\"comm_ms\":%.4f,\"comm_exposed_ms\":%.4f,"
+                                "\"comm_hidden_fraction\":%.4f", 1e3 * cm, 1e3 * ex,
+                            cm > 0 ? 1 - (ex < cm ? ex / cm : 1) : 0);
+        }
         if (r[i].has_heap)
             util_str_printf(&j, ",\"heap_growth_bytes\":%zu", r[i].heap_growth);
         else
@@ -459,10 +469,14 @@ int cmd_bench(config *c, bool is_default) {
     result *r = NULL;
     int n = 0;
     int threads = step_setup_process(c->threads);
+    prog_dist pd;
+    if ((rc = prog_dist_init(&pd, c))) goto done; /* under mpirun: rank 0 prints */
     const bool log = !c->quiet;
     if (c->sweep) sweep_uniform(c);
     if ((rc = task_init(&tk, c))) goto done;
+    tk.row0 = (int64_t)pd.rank * c->batch;
     if ((rc = model_init(&m, c, c->seed))) goto done;
+    if ((rc = prog_dist_attach(&pd, &m, c->bucket_mib))) goto done;
     if ((rc = task_batch(&tk, 0, &b))) goto done;
     if (is_default && log)
         fprintf(stderr,
@@ -541,6 +555,13 @@ int cmd_bench(config *c, bool is_default) {
             rc = step_run(&m, &c->strategies[i], &b, NULL, NULL, NULL, &loss);
             r[i].times[rep] = util_now() - t0;
             if (rc) goto done;
+            prog_dist d1 = pd; /* this step's communication figures */
+            d1.comm_s = d1.exposed_s = d1.backward_s = 0;
+            d1.n_steps = 0;
+            prog_dist_after_step(&d1);
+            r[i].comm_s += d1.comm_s;
+            r[i].exposed_s += d1.exposed_s;
+            r[i].comm_n += d1.n_steps;
         }
     }
     if (log && tty) fprintf(stderr, "\n");
@@ -552,14 +573,33 @@ int cmd_bench(config *c, bool is_default) {
             break;
         }
     for (int i = 0; i < n; i++) r[i].step_ms = 1e3 * util_median(r[i].times, c->reps);
+    for (int i = 0; pd.pg && i < n; i++) { /* memory: the max over ranks */
+        double pk[2] = {(double)r[i].peak, (double)r[i].rss_growth};
+        if ((rc = prog_dist_max(&pd, pk, 2))) goto done;
+        r[i].peak = (size_t)pk[0];
+        r[i].rss_growth = (size_t)pk[1];
+    }
     for (int i = 0; i < n; i++) r[i].overhead = r[refi].step_ms > 0 ? r[i].step_ms / r[refi].step_ms : 0;
 
-    if (c->json)
-        print_json(c, &m, threads, r, &pl);
+    if (pd.rank > 0)
+        ; /* rank 0 reports for the job */
+    else if (c->json)
+        print_json(c, &m, threads, r, &pl, pd.world);
     else if (c->csv)
         print_csv(c, r);
     else
         print_table(c, &m, threads, r, refi);
+    if (pd.pg && pd.rank == 0 && !c->json && !c->csv) {
+        printf("\n%d ranks (mpirun), batch %d per rank; memory: the max over ranks\n", pd.world,
+               c->batch);
+        printf("strategy                all-reduce ms   after backward ms   hidden\n");
+        for (int i = 0; i < n; i++) {
+            if (!r[i].comm_n) continue;
+            double cm = 1e3 * r[i].comm_s / r[i].comm_n, ex = 1e3 * r[i].exposed_s / r[i].comm_n;
+            printf("%-22s %14.2f %19.2f %7.0f%%\n", c->strategies[i].name, cm, ex,
+                   cm > 0 ? 100 * (1 - (ex < cm ? ex / cm : 1)) : 0);
+        }
+    }
 
     /* plots */
     const trace **ts = calloc((size_t)n, sizeof *ts);
@@ -630,7 +670,7 @@ int cmd_bench(config *c, bool is_default) {
     }
 #undef WROTE
 #undef FAILW
-    if (!rc && is_default && !c->json && !c->csv)
+    if (!rc && is_default && !c->json && !c->csv && pd.rank == 0)
         printf("\nOpen %s/timeline.svg to see memory over the step (forward, backward,\n"
                "recompute shaded), %s/tradeoff.svg for memory against time%s%s%s.\n"
                "Try `remat train` to train this kind of model, `remat bench --sweep-budgets`\n"
@@ -663,5 +703,9 @@ cleanup:
     batch_free(&b);
     model_free(&m);
     task_free(&tk);
+    if (prog_dist_end(&pd, rc ? 1 : 0)) { /* with rc under mpirun: ends every rank */
+        fprintf(stderr, "remat bench: %s\n", remat_last_error());
+        return 1;
+    }
     return rc ? 1 : 0;
 }

@@ -1,7 +1,9 @@
 /* tools/dist.c — data parallelism in the program (see dist.h). */
 #include "dist.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "step.h"
 
@@ -70,7 +72,13 @@ int prog_dist_end(prog_dist *d, int rc) {
     step_set_backward(NULL, NULL);
     remat_ddp_free(d->ddp);
     d->ddp = NULL;
-    if (d->pg && rc) remat_dist_abort(d->pg, rc); /* does not return */
+    if (d->pg && rc) {
+        /* every rank of a failed step prints its message (the others name the
+         * failed rank); give them that long before MPI_Abort ends the job */
+        fflush(stderr);
+        usleep(300000);
+        remat_dist_abort(d->pg, rc); /* does not return */
+    }
     int frc = remat_dist_finalize(d->pg);
     d->pg = NULL;
     return rc ? rc : frc;

@@ -703,7 +703,11 @@ static int fault(const char *what) {
         remat_release(loss);
     }
     fprintf(stderr, "rank %d: %s\n", rank, rc ? remat_last_error() : "finished");
-    if (rc) remat_dist_abort(pg, 3);
+    if (rc) {
+        /* the others may be printing the same failure: MPI_Abort would cut them off */
+        usleep(300000);
+        remat_dist_abort(pg, 3);
+    }
     remat_release(x);
     remat_release(y);
     remat_ddp_free(ddp);

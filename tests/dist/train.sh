@@ -4,7 +4,8 @@
 #     relative for 20 steps (reentrant checkpointing under DDP);
 #  2. --save under mpirun then --resume under mpirun = the uninterrupted
 #     run, bitwise (loss_bits and every loss);
-#  3. only rank 0 prints (one JSON object, one summary);
+#  3. only rank 0 prints (one JSON object, one summary); `remat bench`
+#     under mpirun reports once, with the communication figures;
 #  4. a rank that cannot start (bad --data on rank 1 only is not possible
 #     from one command line, so: a missing --resume file) fails the whole
 #     job with a message, non-zero, within the time bound.
@@ -42,6 +43,17 @@ import json, sys
 a, c = (json.load(open(f)) for f in sys.argv[1:3])
 assert a["loss_bits"] == c["loss_bits"] and a["losses"][10:] == c["losses"], (a["loss_bits"], c["loss_bits"])
 print("save/resume under mpirun: bitwise the uninterrupted run")
+PY
+mpirun --oversubscribe -np 2 "$remat" bench --layers 2 --width 32 --heads 4 --context 16 \
+  --threads 1 --reps 2 --strategies none,block,selective=dots --json 2> /dev/null > "$tmp/bench.json" \
+  || fail "bench under mpirun"
+python3 - "$tmp/bench.json" <<'PY' || fail "bench under mpirun"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["world_size"] == 2, d["world_size"]
+for s in d["strategies"]:
+    assert s["grads_bitwise_equal"] and "comm_hidden_fraction" in s, s["strategy"]
+print("remat bench under mpirun: one report, gradients bitwise equal across strategies")
 PY
 start=$(date +%s)
 out=$(timeout 60 mpirun --oversubscribe -np 2 "$remat" train $M --resume "$tmp/none.bin" 2>&1); rc=$?
