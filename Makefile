@@ -8,7 +8,7 @@ BUILD_LINT ?= build-lint
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build run test test-asan test-clang werror lint bench fixtures clean
+.PHONY: all deps build run test test-asan test-clang werror lint bench fixtures install clean
 
 all: build
 
@@ -18,6 +18,13 @@ deps:
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
+
+PREFIX     ?= /usr/local
+
+# Headers, libremat.so.0 + libremat.a, remat.pc, the CMake package (and the
+# remat program) under $(PREFIX): `make install PREFIX=$$HOME/.local`.
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # The main job: the remat program on its built-in default.
 run: build

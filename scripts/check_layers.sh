@@ -10,7 +10,7 @@
 #   3 top       src/checkpoint/, src/sac/, src/planner/ and any other
 #               directory of src/ (optimizers, distributed training, ...)
 # OBJ_DIR is the library's CMake object directory for src/
-# (build/CMakeFiles/remat.dir/src). Known exceptions, each with its reason,
+# (build/CMakeFiles/remat_objects.dir/src). Known exceptions, each with its reason,
 # are listed in scripts/layers.allow as "user-file symbol".
 set -eu
 src=$1

@@ -23,9 +23,12 @@
 
 #include "remat/tensor.h"
 
+#include "remat/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+REMAT_BEGIN_PUBLIC
 
 /* ---- grad mode (thread-local) -------------------------------------------- */
 bool remat_is_grad_enabled(void);
@@ -170,6 +173,7 @@ bool remat_ctx_needs_input_grad(const remat_function_ctx *ctx, int i);
 /* Marks output i as not differentiable. Call from forward. */
 remat_status remat_ctx_mark_non_differentiable(remat_function_ctx *ctx, int i);
 
+REMAT_END_PUBLIC
 #ifdef __cplusplus
 }
 #endif

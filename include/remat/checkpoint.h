@@ -76,9 +76,12 @@
 
 #include "remat/tensor.h"
 
+#include "remat/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+REMAT_BEGIN_PUBLIC
 
 /* A yes/no option that can also be left unset. REMAT_OPT_DEFAULT is zero,
  * so a zero-initialised options struct leaves every such option at the
@@ -269,6 +272,7 @@ const char *remat_get_default_device_type(void);
  * the next report on this thread. */
 const char *remat_checkpoint_debug_report(void);
 
+REMAT_END_PUBLIC
 #ifdef __cplusplus
 }
 #endif

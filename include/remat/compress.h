@@ -37,9 +37,12 @@
 #include "remat/autograd.h"
 #include "remat/tensor.h"
 
+#include "remat/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+REMAT_BEGIN_PUBLIC
 
 /* Fills *out with the bf16 hook pair. f32 tensors with fewer than
  * min_numel elements are saved unchanged (0: convert every f32 tensor). */
@@ -54,6 +57,7 @@ void remat_offload_saved_hooks(remat_saved_hooks *out);
 remat_status remat_to_bf16(remat_tensor **out, remat_tensor *t);
 remat_status remat_bf16_to_f32(remat_tensor **out, remat_tensor *t);
 
+REMAT_END_PUBLIC
 #ifdef __cplusplus
 }
 #endif

@@ -24,9 +24,12 @@
 
 #include "remat/tensor.h"
 
+#include "remat/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+REMAT_BEGIN_PUBLIC
 
 #define REMAT_MAX_DEVICE_TYPES 8
 #define REMAT_MAX_DEVICES_PER_TYPE 16
@@ -167,6 +170,7 @@ remat_status remat_rng_fork_end(const remat_rng_fork *fork);
  * `counter` with `key`, writes 4 words to out. */
 void remat_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]);
 
+REMAT_END_PUBLIC
 #ifdef __cplusplus
 }
 #endif

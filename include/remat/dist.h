@@ -46,9 +46,12 @@
 #include "remat/optim.h"
 #include "remat/tensor.h"
 
+#include "remat/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+REMAT_BEGIN_PUBLIC
 
 /* True when remat was built with MPI. */
 bool remat_dist_available(void);
@@ -227,6 +230,7 @@ remat_ddp *remat_zero_ddp(remat_zero *z);
 /* Updates applied so far. */
 int64_t remat_zero_updates(const remat_zero *z);
 
+REMAT_END_PUBLIC
 #ifdef __cplusplus
 }
 #endif

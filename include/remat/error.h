@@ -13,9 +13,12 @@
 #ifndef REMAT_ERROR_H
 #define REMAT_ERROR_H
 
+#include "remat/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+REMAT_BEGIN_PUBLIC
 
 /* ---- status codes ---------------------------------------------------------------
  * The one list of status codes: REMAT_STATUS_MAP(XX) calls XX(NAME, value,
@@ -110,6 +113,7 @@ void remat_warn(const char *fmt, ...)
 #endif
     ;
 
+REMAT_END_PUBLIC
 #ifdef __cplusplus
 }
 #endif

@@ -23,9 +23,12 @@
 
 #include "remat/tensor.h"
 
+#include "remat/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+REMAT_BEGIN_PUBLIC
 
 /* ---- elementwise binary (broadcasting) ---------------------------------------- */
 remat_status remat_add(remat_tensor **out, remat_tensor *a, remat_tensor *b);
@@ -155,6 +158,7 @@ remat_status remat_zero_(remat_tensor *a);
 /* Copies src (broadcast, converted) into a. */
 remat_status remat_copy_(remat_tensor *a, remat_tensor *src);
 
+REMAT_END_PUBLIC
 #ifdef __cplusplus
 }
 #endif

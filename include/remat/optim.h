@@ -49,9 +49,12 @@
 
 #include "remat/tensor.h"
 
+#include "remat/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+REMAT_BEGIN_PUBLIC
 
 typedef enum remat_optim_kind {
     REMAT_OPTIM_SGD = 1,  /* torch.optim.SGD */
@@ -231,6 +234,7 @@ double remat_clip_factor(double total_norm, double max_norm);
 int remat_clip_grad_norm(remat_tensor *const *params, int n, double max_norm,
                          double *total_norm /* OUT */);
 
+REMAT_END_PUBLIC
 #ifdef __cplusplus
 }
 #endif

@@ -78,9 +78,12 @@
 #include "remat/checkpoint.h"
 #include "remat/tensor.h"
 
+#include "remat/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+REMAT_BEGIN_PUBLIC
 
 /* ---- profiles ------------------------------------------------------------------- */
 /* Measurements of one stage (bytes from the allocator, seconds). Peaks are
@@ -276,6 +279,7 @@ void remat_checkpoint_budget_clear(void);
  * anything else. */
 remat_status remat_parse_bytes(const char *text, size_t *bytes);
 
+REMAT_END_PUBLIC
 #ifdef __cplusplus
 }
 #endif

@@ -41,6 +41,16 @@
  *
  * Conventions: every fallible call returns an int status (REMAT_OK == 0);
  * outputs come first; inputs are borrowed; destructors accept NULL.
+ *
+ * Linking: pkg-config --cflags --libs remat, or CMake find_package(remat)
+ * and the target remat::remat (README.md, "Using remat in your project").
+ *
+ * Threads: the kernels run on OpenMP's team (omp_set_num_threads sets its
+ * size). OpenMP's default wait policy lets idle threads spin between
+ * parallel regions; where other work shares the cores, a training step
+ * then measured up to 2x slower. Run programs with OMP_WAIT_POLICY=passive
+ * (the remat program sets it for itself): OpenMP reads the variable once at
+ * start-up, before any library code runs, so remat cannot set it for you.
  */
 #ifndef REMAT_REMAT_H
 #define REMAT_REMAT_H

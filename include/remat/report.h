@@ -45,9 +45,12 @@
 
 #include "remat/tensor.h"
 
+#include "remat/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+REMAT_BEGIN_PUBLIC
 
 typedef struct remat_residual {
     const char *op;          /* graph node that saved it, e.g. "LinearBackward" */
@@ -110,6 +113,7 @@ remat_status remat_residual_report_print(const remat_residual_report *r, FILE *f
  * length the full text needs (as snprintf). */
 size_t remat_residual_report_format(const remat_residual_report *r, char *buf, size_t n);
 
+REMAT_END_PUBLIC
 #ifdef __cplusplus
 }
 #endif

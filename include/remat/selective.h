@@ -63,9 +63,12 @@
 #include "remat/checkpoint.h"
 #include "remat/tensor.h"
 
+#include "remat/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+REMAT_BEGIN_PUBLIC
 
 /* P: CheckpointPolicy (same numbering for the first four). */
 typedef enum remat_checkpoint_policy {
@@ -202,6 +205,7 @@ remat_status remat_sac_context_fn(void *config, remat_checkpoint_contexts *pair)
  * region it only names the view). REMAT_EINVAL for a NULL/empty name. */
 remat_status remat_tag(remat_tensor **out, remat_tensor *t, const char *name);
 
+REMAT_END_PUBLIC
 #ifdef __cplusplus
 }
 #endif

@@ -25,9 +25,12 @@
 
 #include "remat/error.h"
 
+#include "remat/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+REMAT_BEGIN_PUBLIC
 
 #define REMAT_MAX_DIMS 8
 /* The largest tensor: its elements take at most 2^62 bytes (so every
@@ -184,6 +187,7 @@ remat_status remat_to_dtype(remat_tensor **out, remat_tensor *t, remat_dtype dty
 /* A new tensor with its own storage, same values (contiguous). Differentiable. */
 remat_status remat_clone(remat_tensor **out, remat_tensor *t);
 
+REMAT_END_PUBLIC
 #ifdef __cplusplus
 }
 #endif
