@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <libgen.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -940,5 +941,101 @@ Test(cli, schedule_clip_and_accum_flags_train_and_resume_bitwise) {
     char *o;
     cr_assert_eq(run(&o, true, "train " TINY " --steps 4 --lr-schedule cosine --warmup 4"), 2);
     cr_assert(strstr(o, "--warmup must be below --steps"), "%s", o);
+    free(o);
+}
+
+static int count_lines(const char *p) {
+    FILE *f = fopen(p, "r");
+    if (!f) return 0;
+    int n = 0, ch;
+    while ((ch = fgetc(f)) != EOF) n += ch == '\n';
+    fclose(f);
+    return n;
+}
+
+/* Issue 15's "never loses a run": SIGINT (and SIGTERM) in the middle of
+ * `train --save F` finishes the step, writes F, exits 130 (143) saying how
+ * to resume, and the resumed run ends bitwise where an uninterrupted one
+ * does. --log has one JSON line per step. */
+static void interrupt_and_resume(int sig) {
+    const char *flags = TINY " --steps 1500 --lr-schedule cosine --warmup 20 --clip 1";
+    char *full, a[32], b[32];
+    cr_assert_eq(run(&full, false, "train %s --json", flags), 0, "%s", full);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "exec '%s' train %s --save %s --log %s 2>%s", g_bin, flags,
+             path("int.bin"), path("int.jsonl"), path("int.err"));
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    /* interrupt once some steps are logged (well before the last) */
+    int lines = 0;
+    for (int i = 0; i < 20000 && (lines = count_lines(path("int.jsonl"))) < 40; i++) usleep(1000);
+    cr_assert_geq(lines, 40, "the run logged no steps");
+    kill(pid, sig);
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    char *err = slurp(path("int.err"));
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 128 + sig, "exit status %d: %s", st, err);
+    cr_assert(strstr(err, "--resume") && strstr(err, sig == SIGINT ? "SIGINT" : "SIGTERM"),
+              "%s", err);
+    int logged = count_lines(path("int.jsonl"));
+    cr_assert(logged < 1500, "the run finished before the signal (%d steps)", logged);
+    /* every log line is a JSON object with the step's fields */
+    char *log = slurp(path("int.jsonl"));
+    for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
+        cr_assert(json_valid(line), "not JSON: %s", line);
+        cr_assert(strstr(line, "\"step\":") && (strstr(line, "\"eval_loss\":") ||
+                  (strstr(line, "\"lr\":") && strstr(line, "\"step_ms\":") &&
+                   strstr(line, "\"peak_bytes\":") && strstr(line, "\"grad_norm\":"))), "%s", line);
+    }
+    char *rest;
+    cr_assert_eq(run(&rest, false, "train %s --json --resume %s", flags, path("int.bin")), 0,
+                 "%s", rest);
+    cr_assert_eq(json_num(rest, "start_step"), logged, "resumed at %g, %d steps were logged",
+                 json_num(rest, "start_step"), logged);
+    cr_assert_str_eq(json_str(full, "loss_bits", a, sizeof a),
+                     json_str(rest, "loss_bits", b, sizeof b),
+                     "interrupted + resumed differs from uninterrupted");
+    free(full);
+    free(err);
+    free(log);
+    free(rest);
+}
+
+Test(cli, sigint_saves_and_the_resumed_run_equals_an_uninterrupted_one) {
+    interrupt_and_resume(SIGINT);
+}
+
+Test(cli, sigterm_saves_too) { interrupt_and_resume(SIGTERM); }
+
+/* --save-every N: a run killed outright (SIGKILL, no handler) leaves the
+ * file of its last multiple of N steps. */
+Test(cli, save_every_survives_a_kill) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "exec '%s' train " TINY " --steps 1500 --save-every 50 --save %s "
+             "--log %s 2>/dev/null", g_bin, path("every.bin"), path("every.jsonl"));
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int lines = 0;
+    for (int i = 0; i < 20000 && (lines = count_lines(path("every.jsonl"))) < 120; i++) usleep(1000);
+    kill(pid, SIGKILL);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFSIGNALED(st), "the run ended before the kill");
+    char *o;
+    cr_assert_eq(run(&o, false, "train " TINY " --steps 1500 --json --resume %s", path("every.bin")),
+                 0, "%s", o);
+    double at = json_num(o, "start_step");
+    cr_assert(at >= 100 && fmod(at, 50) == 0, "resumed at step %g", at);
+    free(o);
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 3 --save-every 2"), 2);
+    cr_assert(strstr(o, "--save-every needs --save"), "%s", o);
     free(o);
 }

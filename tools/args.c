@@ -112,7 +112,11 @@ void args_usage_train(FILE *f) {
             "  --data FILE           train a byte-level GPT on any text file\n"
             "  --eval-every N        evaluate on held-out data every N steps\n"
             "                        (0: only at the end)                  [--steps / 10]\n"
-            "  --save FILE           write model + optimizer + RNG + step at the end\n"
+            "  --save FILE           write model + optimizer + RNG + step at the end, and\n"
+            "                        on SIGINT/SIGTERM (the step finishes, the file is\n"
+            "                        written, remat exits with 130/143 and says how to\n"
+            "                        resume; a second signal stops at once)\n"
+            "  --save-every N        also write --save every N steps                    [0]\n"
             "  --resume FILE         continue from a file written by --save\n"
             "\n"
             "output:\n"
@@ -124,6 +128,8 @@ void args_usage_train(FILE *f) {
             "  --report              print the residual report of the first step: every\n"
             "                        tensor saved for backward (op, name, shape, bytes),\n"
             "                        per-op totals and the total; with --json on stderr\n"
+            "  --log FILE            one JSON line per step (step, loss, lr, step_ms,\n"
+            "                        peak_bytes) and per evaluation (eval_loss, ...)\n"
             "  --quiet               no progress output\n");
 }
 
@@ -342,6 +348,14 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
             if (!util_parse_double(val, &dv) || dv < 0)
                 return fail(cmd, "bad value for", name, "expected a number >= 0");
             *(!strcmp(name, "--clip") ? &c->clip : &c->min_lr) = dv;
+        } else if (!strcmp(name, "--save-every") && !bench) {
+            NEED_VAL();
+            if (!util_parse_long(val, 0, 1000000000L, &lv))
+                return fail(cmd, "bad value for", name, "expected an integer >= 0");
+            c->save_every = lv;
+        } else if (!strcmp(name, "--log") && !bench) {
+            NEED_VAL();
+            c->log = val;
         } else if (!strcmp(name, "--warmup") && !bench) {
             NEED_VAL();
             if (!util_parse_long(val, 0, 1000000000L, &lv))
@@ -499,6 +513,8 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
         return fail(cmd, "--data needs --model gpt", NULL, NULL);
     }
     if (c->optim == OPTIM_SGD && !c->set_lr) c->lr = 0.1;
+    if (!bench && c->save_every > 0 && !c->save)
+        return fail(cmd, "--save-every needs --save FILE", NULL, NULL);
     if (!bench && c->cosine && c->steps > 0 && c->warmup >= c->steps)
         return fail(cmd, "--warmup must be below --steps with --lr-schedule cosine", NULL, NULL);
     return 0;

@@ -35,6 +35,8 @@ typedef struct config {
     strategy strat;     /* train: the strategy */
     const char *data;   /* --data FILE, NULL: built-in task */
     const char *save, *resume, *trace, *timeline;
+    long save_every;    /* --save-every N: also write --save every N steps (0: at the end only) */
+    const char *log;    /* --log FILE: one JSON line per step and per evaluation */
     bool json, csv, quiet;
     bool verbose;       /* print the planner's profile and plans */
     bool report;        /* train --report: residual report of the run's first step */

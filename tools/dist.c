@@ -23,7 +23,7 @@ int prog_dist_init(prog_dist *d, config *c) {
         /* rank 0 speaks and writes for the job */
         c->quiet = true;
         c->json = c->csv = c->report = false;
-        c->save = c->trace = c->timeline = c->svg = c->svg_pareto = NULL;
+        c->save = c->trace = c->timeline = c->svg = c->svg_pareto = c->log = NULL;
         c->out_dir = NULL;
     }
     return REMAT_OK;

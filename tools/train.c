@@ -1,8 +1,10 @@
 /* tools/train.c — `remat train`. */
 #include "train.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +147,51 @@ static uint32_t float_bits(double v) {
     return u;
 }
 
+/* SIGINT/SIGTERM during training: the handler only records the signal
+ * (async-signal-safe); the loop finishes its step, saves and exits. The
+ * handler is one-shot (SA_RESETHAND): a second signal stops at once, and
+ * the save file is then the previous complete one (written crash-safely). */
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+typedef struct stop_handlers {
+    struct sigaction old_int, old_term;
+} stop_handlers;
+
+static void stop_handlers_install(stop_handlers *h) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    g_stop_signal = 0;
+    sigaction(SIGINT, &sa, &h->old_int);
+    sigaction(SIGTERM, &sa, &h->old_term);
+}
+
+static void stop_handlers_restore(const stop_handlers *h) {
+    sigaction(SIGINT, &h->old_int, NULL);
+    sigaction(SIGTERM, &h->old_term, NULL);
+}
+
+/* --log FILE: one JSON object per line. */
+static void log_step(FILE *f, int64_t step, double loss, double lr, double grad_norm, double ms,
+                     size_t peak) {
+    fprintf(f, "{\"step\":%" PRId64 ",\"loss\":%.9g,\"lr\":%.9g,", step, loss, lr);
+    if (grad_norm >= 0) fprintf(f, "\"grad_norm\":%.9g,", grad_norm); /* with --clip */
+    fprintf(f, "\"step_ms\":%.4f,\"peak_bytes\":%zu}\n", ms, peak);
+    fflush(f);
+}
+
+static void log_eval(FILE *f, int64_t step, const eval_summary *e) {
+    fprintf(f, "{\"step\":%" PRId64 ",\"eval_loss\":%.9g", step, e->loss);
+    if (e->has_accuracy) fprintf(f, ",\"accuracy\":%.6f", e->accuracy);
+    if (e->has_exact) fprintf(f, ",\"exact_accuracy\":%.6f", e->exact);
+    fputs("}\n", f);
+    fflush(f);
+}
+
 /* The program's optimizer: AdamW (betas 0.9, 0.95) with weight decay on
  * the matrices only (biases, norms and positions in a no-decay group), or
  * SGD (no weight decay); schedule, clipping and accumulation from the flags. */
@@ -186,6 +233,10 @@ static int make_optimizer(const config *c, model *m, remat_optimizer **out) {
 
 int cmd_train(config *c) {
     int rc = REMAT_OK;
+    FILE *logf = NULL;
+    stop_handlers handlers;
+    bool handlers_set = false;
+    int stopped = 0; /* the signal that ended the run early */
     saved_state saved;
     memset(&saved, 0, sizeof saved);
     task tk;
@@ -299,10 +350,22 @@ int cmd_train(config *c) {
     bool have_eval = false;
     char evbuf[160] = "", evshort[64] = "";
     const char *unit = m.kind == MODEL_GPT ? "tok" : "samples";
+    size_t run_peak = 0; /* the allocator's peak over the run (steps, evaluations) */
+    int64_t done_steps = start;
+    if (c->log && !(logf = fopen(c->log, "w"))) {
+        rc = remat_set_error(REMAT_EIO, "--log %s: %s", c->log, strerror(errno));
+        goto done;
+    }
+    stop_handlers_install(&handlers);
+    handlers_set = true;
 
     for (int64_t k = 0; k < n_steps; k++) {
         int64_t step = start + k;
         model_zero_grad(&m);
+        size_t pk = remat_cpu_peak_bytes();
+        if (pk > run_peak) run_peak = pk;
+        remat_alloc_reset_peak(REMAT_DEVICE_CPU);
+        const double lr_used = remat_optim_lr(o);
         bool trace_this = (c->trace || c->timeline) && k == n_steps - 1;
         if (trace_this) {
             trace_begin(&tr, true);
@@ -338,21 +401,56 @@ int cmd_train(config *c) {
         losses[k] = loss;
         times[k] = dt;
         train_time += dt;
+        done_steps = step + 1;
+        if (logf)
+            log_step(logf, step + 1, loss, lr_used, c->clip > 0 ? remat_optim_last_grad_norm(o) : -1,
+                     1e3 * dt,
+                     remat_cpu_peak_bytes());
         bool do_eval = eval_every > 0 && (step + 1) % eval_every == 0 && k != n_steps - 1;
         if (do_eval) {
             if ((rc = evaluate(&m, &tk, &ev))) goto done;
             have_eval = true;
             eval_text(&ev, &tk, evbuf, sizeof evbuf);
             eval_short(&ev, &tk, evshort, sizeof evshort);
+            if (logf) log_eval(logf, step + 1, &ev);
         }
         if (!c->quiet && (tty || (k + 1) % tick == 0 || k == 0 || do_eval || k == n_steps - 1))
             progress(tty, step + 1, c->steps, loss, (double)tokens / train_time, unit,
                      tty ? (evshort[0] ? evshort : NULL) : (do_eval ? evbuf : NULL));
+        /* --save-every, and the step boundary where a signal stops the run
+         * (every rank stops at the same step: the flag is agreed on) */
+        double stop = g_stop_signal;
+        if ((rc = prog_dist_max(&pd, &stop, 1))) goto done;
+        bool periodic = c->save_every > 0 && (step + 1) % c->save_every == 0 && k != n_steps - 1;
+        if (c->save && (periodic || stop != 0) &&
+            (rc = savefile_write(c->save, c, &tk, &m, o, step + 1)))
+            goto done;
+        if (stop != 0) {
+            stopped = g_stop_signal ? (int)g_stop_signal : SIGTERM;
+            break;
+        }
+    }
+    if (stopped) {
+        if (tty) fputc('\n', stderr);
+        if (c->save)
+            fprintf(stderr,
+                    "remat train: stopped by %s after step %" PRId64 " of %ld; saved %s.\n"
+                    "  resume with the same flags plus --resume %s (--steps %ld counts from "
+                    "the start)\n",
+                    stopped == SIGINT ? "SIGINT" : "SIGTERM", done_steps, c->steps, c->save,
+                    c->save, c->steps);
+        else
+            fprintf(stderr,
+                    "remat train: stopped by %s after step %" PRId64 " of %ld; nothing saved "
+                    "(run with --save FILE to keep an interrupted run)\n",
+                    stopped == SIGINT ? "SIGINT" : "SIGTERM", done_steps, c->steps);
+        goto done;
     }
     if (tty) fputc('\n', stderr);
     if ((rc = evaluate(&m, &tk, &ev))) goto done;
     have_eval = true;
     eval_text(&ev, &tk, evbuf, sizeof evbuf);
+    if (logf) log_eval(logf, c->steps, &ev);
 
     if (c->save && (rc = savefile_write(c->save, c, &tk, &m, o, c->steps))) goto done;
     if (traced && c->trace) {
@@ -378,6 +476,7 @@ int cmd_train(config *c) {
     double step_ms = 1e3 * util_median(times, (int)n_steps);
     double tok_s = train_time > 0 ? (double)tokens / train_time : 0;
     size_t peak_alloc = remat_cpu_peak_bytes(), peak_rss = util_peak_rss_bytes();
+    if (run_peak > peak_alloc) peak_alloc = run_peak;
     double peaks[2] = {(double)peak_alloc, (double)peak_rss}; /* max over ranks */
     if ((rc = prog_dist_max(&pd, peaks, 2))) goto done;
     peak_alloc = (size_t)peaks[0];
@@ -488,6 +587,9 @@ int cmd_train(config *c) {
     }
 
 done:
+    if (handlers_set) stop_handlers_restore(&handlers);
+    if (logf && fclose(logf) != 0 && !rc)
+        rc = remat_set_error(REMAT_EIO, "--log %s: write failed", c->log);
     step_report_free(&rep);
     strategy_free(&c->strat);
     if (traced) trace_free(&tr);
@@ -507,5 +609,5 @@ done:
         fprintf(stderr, "remat train: %s\n", remat_last_error());
         return 1;
     }
-    return 0;
+    return stopped ? 128 + stopped : 0; /* as a shell reports a process the signal ended */
 }
