@@ -490,17 +490,6 @@ void rm_zero_dim_range(remat_tensor *t, int d, int64_t lo, int64_t hi);
 int rm_ew_run(const char *call, int op, remat_tensor *y, remat_tensor *a, remat_tensor *b,
               remat_tensor *c, double p);
 
-/* ---- row kernels (src/ops/nn.c), shared by softmax and cross_entropy ---------------------
- * max of a row; sum of exp(x - sub) written to y; y = exp(x - sub) * scale. */
-float rm_row_max_f32(const float *restrict x, int64_t n);
-double rm_row_max_f64(const double *restrict x, int64_t n);
-float rm_row_expsum_f32(const float *restrict x, float sub, float *restrict y, int64_t n);
-double rm_row_expsum_f64(const double *restrict x, double sub, double *restrict y, int64_t n);
-void rm_row_exp_scale_f32(const float *restrict x, float sub, float scale, float *restrict y,
-                          int64_t n);
-void rm_row_exp_scale_f64(const double *restrict x, double sub, double scale,
-                          double *restrict y, int64_t n);
-
 /* Views a contiguous shape as (O, R, I) around `dim`: O = product of the dims
  * before it, R = its size, I = product of the dims after it (a 0-dim shape
  * is (1, 1, 1)). Reductions and softmax work on this 3-D view. */

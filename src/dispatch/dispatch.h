@@ -12,7 +12,7 @@
  *   4. the outputs (data-less in skip mode; or views of the first input)
  *      and the kernel, unless an operand has no data,
  *   5. the node's outputs and the saves made after the kernel (outputs,
- *      custom tensors such as relu's bit mask, late inputs),
+ *      custom tensors such as relu's bit mask, late inputs), in slot order,
  *   6. the outputs handed to the caller (and the open scope).
  * Saving inputs before the kernel matters for early-stopped recomputation:
  * the save that fills a checkpoint's last placeholder turns skip mode on,
@@ -34,6 +34,10 @@ enum {
     RM_OPF_SAME_DEVICE = 1u << 2,/* every input is on in[0]'s device */
     RM_OPF_CONTIGUOUS = 1u << 3, /* the kernel reads contiguous inputs */
     RM_OPF_SAVE_EARLY = 1u << 4, /* saved inputs are saved before the kernel */
+    /* in[0] is f32 or f64, the other inputs only non-NULL (the op's check
+     * says what they are: embedding's and cross_entropy's i64 indices come
+     * second, and their old messages checked in[0]'s dtype first) */
+    RM_OPF_FLOAT_IN0 = 1u << 5,
 };
 
 /* What a save slot holds. */
@@ -56,7 +60,9 @@ typedef struct rm_save_spec {
 typedef enum rm_out_kind {
     RM_OUT_NEW = 0, /* allocated (data-less in skip mode); the kernel writes it */
     RM_OUT_VIEW,    /* a view of in[0]'s storage: shape, strides, offset below; no kernel */
-    RM_OUT_INPUT,   /* in[0] itself (e.g. contiguous of a contiguous tensor): no node */
+    /* in[0] itself (contiguous of a contiguous tensor, dropout in eval mode):
+     * when every handed-out output is, no node, no by-product, no kernel */
+    RM_OUT_INPUT,
 } rm_out_kind;
 
 /* Shape and dtype of one output (on in[0]'s device), and how it is made
@@ -79,7 +85,11 @@ typedef struct rm_op_desc rm_op_desc;
 typedef struct rm_op_call {
     const rm_op_desc *op;
     remat_tensor *const *in; /* the caller's inputs */
-    const void *params;      /* the op's parameter struct */
+    /* The op's parameter struct. It is the caller's: an op whose check
+     * completes it (normalised dims, a reduction mask, dropout's RNG draw,
+     * which must happen in skip mode too) is handed a writable one by its
+     * public function, and only that op's own functions write it. */
+    const void *params;
     remat_node *node;        /* NULL when no graph is recorded */
     rm_kargs k;              /* the kernel's operands: (contiguous) inputs, outputs */
 } rm_op_call;
@@ -88,6 +98,22 @@ struct rm_op_desc {
     const char *name;      /* public name, as policies, traces and reports see it */
     const char *node_name; /* name of the backward node */
     unsigned char n_in, n_out, n_saved;
+    /* Inputs the node differentiates: the first n_grad_in (0: all n_in).
+     * embedding's indices and cross_entropy's targets get no edge. */
+    unsigned char n_grad_in;
+    /* Outputs handed to the caller: the first n_ret (0: all n_out). The
+     * others are by-products the kernel writes for the backward (layer_norm's
+     * mean and rstd, cross_entropy's logsumexp): saved, then released. */
+    unsigned char n_ret;
+    /* Outputs the node differentiates: the first n_grad_out (0: all the
+     * handed-out ones). max's indices are handed out but not differentiable. */
+    unsigned char n_grad_out;
+    /* Bit i: out[i] is made only when a node is recorded (the kernel gets
+     * NULL otherwise): dropout's keep bits, which only the backward reads. */
+    unsigned char grad_only_out;
+    /* Bit i: in[i] may be NULL (layer_norm's weight and bias): not checked,
+     * and NULL among the kernel's operands. */
+    unsigned char optional_in;
     unsigned flags;        /* RM_OPF_* */
     /* Argument names in messages ("a must be a float tensor"); NULL: a, b, c, ... */
     const char *const *arg_names;
@@ -107,7 +133,7 @@ struct rm_op_desc {
     rm_backward_fn backward;
 };
 
-/* Runs op on in[0..n_in) with params, writing its n_out outputs to outs.
+/* Runs op on in[0..n_in) with params, writing its n_ret outputs to outs.
  * `site` is the public function's caller (RM_OP_SITE() there). On failure
  * every outs[i] is NULL and the inputs are untouched. */
 int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,

@@ -49,5 +49,8 @@ int rm_kernel_run(rm_kernel_id id, const char *call, rm_kargs *k) {
         if (!has_data(k->in[i])) return REMAT_OK;
     for (int i = 0; i < RM_KERNEL_MAX_OUT; i++)
         if (!has_data(k->out[i])) return REMAT_OK;
-    return fn(k);
+    /* a kernel's own failure (out of memory for scratch, an index out of
+     * range) is named after the call, as rm_dispatch names it */
+    rc = fn(k);
+    return rc ? rm_err_prefix(rc, call) : REMAT_OK;
 }

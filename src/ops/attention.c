@@ -39,6 +39,7 @@
 
 #include "../internal.h"
 #include "gemm.h"
+#include "../backends/cpu/nn.h" /* rm_row_max */
 #include "../backends/cpu/vmath.h"
 
 /* Query rows per block: small enough that a block's scores (ATT_QB × Tk)

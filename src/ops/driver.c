@@ -18,11 +18,13 @@ static int check_inputs(const rm_op_call *c) {
     const char *const *names = op->arg_names ? op->arg_names : k_arg_names;
     int rc = REMAT_OK;
     for (int i = 0; i < op->n_in && !rc; i++) {
-        rc = (op->flags & RM_OPF_FLOAT) ? rm_check_float_dtype(op->name, names[i], in[i])
-                                        : rm_check_tensor(op->name, names[i], in[i]);
-        if (!rc && i > 0 && (op->flags & RM_OPF_SAME_DTYPE))
+        if (!in[i] && (op->optional_in >> i & 1u)) continue;
+        bool is_float = (op->flags & RM_OPF_FLOAT) || (i == 0 && (op->flags & RM_OPF_FLOAT_IN0));
+        rc = is_float ? rm_check_float_dtype(op->name, names[i], in[i])
+                      : rm_check_tensor(op->name, names[i], in[i]);
+        if (!rc && i > 0 && in[0] && (op->flags & RM_OPF_SAME_DTYPE))
             rc = rm_check_same_dtype(op->name, in[0], in[i]);
-        if (!rc && i > 0 && (op->flags & RM_OPF_SAME_DEVICE))
+        if (!rc && i > 0 && in[0] && (op->flags & RM_OPF_SAME_DEVICE))
             rc = rm_check_same_device(op->name, in[0], in[i]);
     }
     if (!rc && op->check) rc = op->check(c);
@@ -33,17 +35,24 @@ static int check_inputs(const rm_op_call *c) {
  * gradient (the node's edges). */
 static bool slot_wanted(const rm_op_call *c, const rm_save_spec *s) {
     if (!s->for_grads) return true;
-    for (int i = 0; i < c->op->n_in; i++)
+    for (int i = 0; i < c->node->n_next; i++)
         if ((s->for_grads >> i & 1u) && c->node->next[i].node) return true;
     return false;
 }
 
-/* Saves the plan's slots of kind `kind` (inputs: before or after the kernel). */
-static int save_slots(rm_op_call *c, rm_save_kind kind) {
+/* Saves the plan's slots, in slot order: before the kernel (early) the
+ * inputs of an RM_OPF_SAVE_EARLY op, after it (late) every other slot.
+ * Slot order is the order the ops saved in before the driver, which the
+ * saved-tensor hooks see. */
+static int save_slots(rm_op_call *c, bool early) {
     const rm_op_desc *op = c->op;
+    const bool early_inputs = op->flags & RM_OPF_SAVE_EARLY;
     for (int s = 0; s < op->n_saved; s++) {
         const rm_save_spec *sp = &op->saves[s];
-        if (sp->kind != kind || !slot_wanted(c, sp)) continue;
+        rm_save_kind kind = (rm_save_kind)sp->kind;
+        if (kind == RM_SAVE_NONE || (kind == RM_SAVE_INPUT && early_inputs) != early ||
+            !slot_wanted(c, sp))
+            continue;
         int rc;
         if (kind == RM_SAVE_CUSTOM) {
             remat_tensor *t = NULL;
@@ -72,6 +81,8 @@ static void release_call(rm_op_call *c) {
     for (int i = 0; i < c->op->n_out; i++) remat_release(c->k.out[i]);
 }
 
+static int n_ret(const rm_op_desc *op) { return op->n_ret ? op->n_ret : op->n_out; }
+
 /* out = a view of in's storage with the spec's geometry. */
 static int make_view(remat_tensor **out, remat_tensor *in, const rm_out_spec *sp) {
     remat_tensor *v = rm_tensor_alloc(in->storage, sp->offset, sp->ndim, sp->shape, sp->strides,
@@ -88,7 +99,9 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
     const char *call = op->name;
     rm_op_enter(call);
     if (!outs) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    for (int i = 0; i < op->n_out; i++) outs[i] = NULL;
+    const int nr = n_ret(op), ng = op->n_grad_out ? op->n_grad_out : nr;
+    const int ngi = op->n_grad_in ? op->n_grad_in : op->n_in;
+    for (int i = 0; i < nr; i++) outs[i] = NULL;
     rm_op_call c = {.op = op, .in = in, .params = params};
     int rc = check_inputs(&c);
     if (rc) return rc;
@@ -99,12 +112,11 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
         spec[0].node_name = NULL;
         rc = op->infer(&c, spec);
         if (rc) return rc;
-        any_new = false;
         all_inputs = true;
-        for (int i = 0; i < op->n_out; i++) {
+        for (int i = 0; i < nr; i++) all_inputs &= spec[i].kind == RM_OUT_INPUT;
+        any_new = false;
+        for (int i = 0; i < (all_inputs ? nr : op->n_out); i++)
             any_new |= spec[i].kind == RM_OUT_NEW;
-            all_inputs &= spec[i].kind == RM_OUT_INPUT;
-        }
     } else {
         spec[0].ndim = in[0]->ndim;
         memcpy(spec[0].shape, in[0]->shape, sizeof spec[0].shape);
@@ -117,20 +129,25 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
     if (any_new && (rc = rm_kernel_find(op->kernel, device, in[0]->dtype, call, &kernel)))
         return rc;
 
-    if (!all_inputs && (op->n_saved || op->backward) && rm_needs_grad(op->n_in, in)) {
+    /* A node unless every handed-out output is an input itself (dropout in
+     * eval mode, contiguous of a contiguous tensor) */
+    if (!all_inputs && (op->n_saved || op->backward) && rm_needs_grad(ngi, in)) {
         const char *node_name = spec[0].node_name ? spec[0].node_name : op->node_name;
-        rc = rm_node_new_ctx(&c.node, node_name, op->backward, op->n_in, in, op->n_out,
-                             op->n_saved, params, op->params_size);
+        rc = rm_node_new_ctx(&c.node, node_name, op->backward, ngi, in, ng, op->n_saved, params,
+                             op->params_size);
         if (!rc && op->fill_ctx) op->fill_ctx(&c, c.node->ctx);
-        if (!rc && (op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, RM_SAVE_INPUT);
+        if (!rc && (op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, true);
         if (rc) goto fail;
     }
     for (int i = 0; i < op->n_in; i++) {
+        if (!in[i]) continue; /* an optional input not given */
         if (any_new && (op->flags & RM_OPF_CONTIGUOUS)) rc = rm_contig(&c.k.in[i], in[i]);
         else c.k.in[i] = remat_retain(in[i]);
         if (rc) goto fail;
     }
     for (int i = 0; i < op->n_out; i++) {
+        /* by-products only the node reads, and those of an identity call: not made */
+        if (((op->grad_only_out >> i & 1u) && !c.node) || (all_inputs && i >= nr)) continue;
         switch (spec[i].kind) {
         case RM_OUT_NEW:
             rc = rm_new_output(&c.k.out[i], spec[i].ndim, spec[i].shape, spec[i].dtype, device);
@@ -143,18 +160,17 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
     c.k.params = params;
     if (any_new && operands_have_data(&c.k) && (rc = kernel(&c.k))) goto fail;
     if (c.node) {
-        for (int i = 0; i < op->n_out; i++) rm_node_set_output(c.node, i, c.k.out[i]);
-        rc = save_slots(&c, RM_SAVE_OUTPUT);
-        if (!rc) rc = save_slots(&c, RM_SAVE_CUSTOM);
-        if (!rc && !(op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, RM_SAVE_INPUT);
+        for (int i = 0; i < ng; i++) rm_node_set_output(c.node, i, c.k.out[i]);
+        rc = save_slots(&c, false);
         if (rc) goto fail;
     }
-    for (int i = 0; i < op->n_out; i++) {
-        rm_hand_out(&outs[i], c.k.out[i]);
+    for (int i = 0; i < nr; i++) {
+        outs[i] = c.k.out[i];
         c.k.out[i] = NULL;
     }
     release_call(&c);
-    return REMAT_OK;
+    /* all registered with the open scope, or (ENOMEM) all released and NULL */
+    return rm_hand_out_n(outs, nr);
 fail:
     release_call(&c);
     return rm_err_prefix(rc, call);
@@ -166,10 +182,10 @@ int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *
     int rc = rm_op_begin(&f, op->name, op->n_in, in, site, NULL);
     if (rc) {
         if (outs)
-            for (int i = 0; i < op->n_out; i++) outs[i] = NULL;
+            for (int i = 0; i < n_ret(op); i++) outs[i] = NULL;
         return rc;
     }
     rc = run(op, outs, in, params);
-    rm_op_end(&f, rc, outs && !rc ? op->n_out : 0, outs);
+    rm_op_end(&f, rc, outs && !rc ? n_ret(op) : 0, outs);
     return rc;
 }

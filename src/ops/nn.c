@@ -1,228 +1,41 @@
-/* src/ops/nn.c — softmax, log_softmax, layer_norm and dropout.
+/* src/ops/nn.c — softmax, log_softmax, layer_norm and dropout: descriptors
+ * over the nn kernels (src/backends/cpu/nn.c on the cpu, which describes
+ * the maths, the vectorised rows and the thread-count independent sums).
  *
- * softmax / log_softmax over any dim: the input is made contiguous and seen
- * as (O, R, I) with R the softmax dim. I == 1 (the last dim, the common
- * case) runs row kernels; I > 1 runs the same maths on blocks of columns so
- * the inner loops stay contiguous. Both are numerically stable (the row max
- * is subtracted before exp) and their backward reads only the saved output.
- * f32 uses a branch-free expf (rm_expf_v, ~1 ulp) so the row loops vectorise;
- * the row kernels (rm_row_max/expsum/exp_scale) are shared with
- * cross_entropy in loss.c.
+ * softmax and log_softmax save their output; layer_norm saves x, weight
+ * and the per-row mean and rstd its kernel writes as by-products.
  *
- * layer_norm follows llm.c's layernorm_forward/backward with x seen as
- * (N, C), C the product of the normalised dims, one row at a time so each
- * row comes from memory once. The per-row statistics (mean of the shifted
- * data, then the centred variance: no cancellation) are lane sums in the
- * input's type and saved as small tensors. The backward is one sweep over
- * the rows: dx, plus dweight/dbias as column sums per fixed chunk of rows,
- * the chunks then summed in double in order, so results do not depend on
- * the thread count.
+ * dropout draws its Philox offset from the generator of x's device in its
+ * check, before the driver makes outputs: the draw happens in skip mode
+ * too, so the generator advances exactly as in a real run and a
+ * recomputation after an RNG-state restore reproduces the mask bitwise.
+ * Eval mode and p == 0 return x itself (RM_OUT_INPUT: a new reference, as
+ * PyTorch returns its input); p == 1 zeroes everything without drawing. The mask
+ * kept for backward is one bit per element (made only when a node is
+ * recorded), plus p in the node's context.
  *
- * dropout draws its mask from the Philox generator of x's device: element i
- * (row-major over x's shape) uses word i % 4 of block counter + i / 4. The
- * mask thus depends only on (seed, offset, i) and never on the thread
- * count, so a recomputation after an RNG-state restore reproduces it
- * bitwise. Eval mode and p == 0 return x itself (a new reference, as
- * PyTorch returns its input); p == 1 zeroes everything without drawing. In
- * skip mode the generator is still advanced by the same amount. */
+ * The public functions hand the driver a writable parameter struct: the
+ * op's check completes it (the normalised dim, the draw) once the
+ * arguments are known to be valid. */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "../internal.h"
-#include "../backends/cpu/vmath.h"
+#include "../dispatch/dispatch.h"
 
-#define NN_COL_BLOCK 64
+/* ---- softmax / log_softmax ---------------------------------------------------------------- */
+typedef struct softmax_params {
+    rm_softmax_params k; /* first: the kernels read it (normalised dim, log) */
+    int dim;             /* the call's */
+} softmax_params;
 
-typedef float f32;
-typedef double f64;
-
-/* Row kernels (rm_row_*) are declared in internal.h. */
-
-/* f32 exp: rm_expf_v in vmath.h (vectorisable Cephes expf, ~1 ulp). */
-
-/* ---- row max -------------------------------------------------------------------------
- * Max of a row through an order-preserving integer key of each float
- * (flip the magnitude bits of negatives): GCC does not vectorise a float
- * `v > m ? v : m` reduction without -ffast-math, but does the integer one.
- * A NaN anywhere makes the result NaN (exp(x - NaN) then poisons the row,
- * as in PyTorch). */
-#define ROWMAX_KERNEL(T, IT, MINV, SH, ABS, INF)                                              \
-    T rm_row_max_##T(const T *restrict x, int64_t n) {                                        \
-        IT m = MINV; /* below every key */                                                    \
-        IT nan = 0;                                                                           \
-        for (int64_t i = 0; i < n; i++) {                                                     \
-            IT b;                                                                             \
-            memcpy(&b, x + i, sizeof b);                                                      \
-            IT k = b ^ ((b >> SH) & ABS);                                                     \
-            m = k > m ? k : m;                                                                \
-            nan |= (b & ABS) > INF;                                                           \
-        }                                                                                     \
-        if (nan) return (T)NAN;                                                               \
-        if (n == 0) return -INFINITY;                                                         \
-        IT b = m ^ ((m >> SH) & ABS);                                                         \
-        T v;                                                                                  \
-        memcpy(&v, &b, sizeof v);                                                             \
-        return v;                                                                             \
-    }
-
-ROWMAX_KERNEL(f32, int32_t, INT32_MIN, 31, INT32_C(0x7FFFFFFF), INT32_C(0x7F800000))
-ROWMAX_KERNEL(f64, int64_t, INT64_MIN, 63, INT64_C(0x7FFFFFFFFFFFFFFF), INT64_C(0x7FF0000000000000))
-
-/* ---- softmax / log_softmax kernels ----------------------------------------------------- */
-#define NN_LANES 16
-#define SOFTMAX_KERNELS(T, EXPF, LOGF)                                                        \
-    /* Row helpers (also used by cross_entropy in loss.c). Float reductions use NN_LANES      \
-     * independent accumulators so they vectorise without reassociation flags. */             \
-    /* sum_i exp(x[i] - sub); also stores the terms in y unless y is NULL */                  \
-    T rm_row_expsum_##T(const T *restrict x, T sub, T *restrict y, int64_t n) {               \
-        T acc[NN_LANES];                                                                      \
-        for (int j = 0; j < NN_LANES; j++) acc[j] = 0;                                        \
-        int64_t i = 0;                                                                        \
-        if (y) {                                                                              \
-            for (; i + NN_LANES <= n; i += NN_LANES)                                          \
-                for (int j = 0; j < NN_LANES; j++) {                                          \
-                    T e = EXPF(x[i + j] - sub);                                               \
-                    y[i + j] = e;                                                             \
-                    acc[j] += e;                                                              \
-                }                                                                             \
-            for (; i < n; i++) {                                                              \
-                y[i] = EXPF(x[i] - sub);                                                      \
-                acc[0] += y[i];                                                               \
-            }                                                                                 \
-        } else {                                                                              \
-            for (; i + NN_LANES <= n; i += NN_LANES)                                          \
-                for (int j = 0; j < NN_LANES; j++) acc[j] += EXPF(x[i + j] - sub);            \
-            for (; i < n; i++) acc[0] += EXPF(x[i] - sub);                                    \
-        }                                                                                     \
-        for (int w = NN_LANES / 2; w > 0; w /= 2) /* pairwise combine of the lanes */         \
-            for (int j = 0; j < w; j++) acc[j] += acc[j + w];                                 \
-        return acc[0];                                                                        \
-    }                                                                                         \
-                                                                                              \
-    /* y[i] = exp(x[i] - sub) * scale */                                                      \
-    void rm_row_exp_scale_##T(const T *restrict x, T sub, T scale, T *restrict y, int64_t n) { \
-        for (int64_t i = 0; i < n; i++) y[i] = EXPF(x[i] - sub) * scale;                      \
-    }                                                                                         \
-    /* y = softmax or log_softmax of x (O, R, I) over R. */                                   \
-    static void softmax_fwd_##T(const T *restrict x, T *restrict y, int64_t O, int64_t R,     \
-                                int64_t I, bool log_out) {                                    \
-        int64_t total = O * R * I;                                                            \
-        if (I == 1) {                                                                         \
-            _Pragma("omp parallel for if (total > RM_OMP_MIN / 4)")                           \
-            for (int64_t o = 0; o < O; o++) {                                                 \
-                const T *xo = x + o * R;                                                      \
-                T *yo = y + o * R;                                                            \
-                T mx = rm_row_max_##T(xo, R);                                                 \
-                if (mx == -INFINITY) mx = 0; /* all -inf: avoid inf - inf */                  \
-                if (log_out) {                                                                \
-                    T lse = mx + LOGF(rm_row_expsum_##T(xo, mx, NULL, R));                    \
-                    for (int64_t r = 0; r < R; r++) yo[r] = xo[r] - lse;                      \
-                } else {                                                                      \
-                    T inv = (T)1 / rm_row_expsum_##T(xo, mx, yo, R);                          \
-                    for (int64_t r = 0; r < R; r++) yo[r] *= inv;                             \
-                }                                                                             \
-            }                                                                                 \
-            return;                                                                           \
-        }                                                                                     \
-        int64_t nb = (I + NN_COL_BLOCK - 1) / NN_COL_BLOCK;                                   \
-        _Pragma("omp parallel for if (total > RM_OMP_MIN / 4)")                               \
-        for (int64_t t = 0; t < O * nb; t++) {                                                \
-            int64_t o = t / nb, j0 = (t % nb) * NN_COL_BLOCK;                                 \
-            int w = (int)(I - j0 < NN_COL_BLOCK ? I - j0 : NN_COL_BLOCK);                     \
-            const T *xo = x + o * R * I + j0;                                                 \
-            T *yo = y + o * R * I + j0;                                                       \
-            T mx[NN_COL_BLOCK], s[NN_COL_BLOCK];                                              \
-            for (int j = 0; j < w; j++) {                                                     \
-                mx[j] = -INFINITY;                                                            \
-                s[j] = 0;                                                                     \
-            }                                                                                 \
-            for (int64_t r = 0; r < R; r++)                                                   \
-                for (int j = 0; j < w; j++) mx[j] = xo[r * I + j] > mx[j] ? xo[r * I + j] : mx[j]; \
-            for (int j = 0; j < w; j++)                                                       \
-                if (mx[j] == -INFINITY) mx[j] = 0;                                            \
-            for (int64_t r = 0; r < R; r++)                                                   \
-                for (int j = 0; j < w; j++) {                                                 \
-                    T e = EXPF(xo[r * I + j] - mx[j]);                                        \
-                    if (!log_out) yo[r * I + j] = e;                                          \
-                    s[j] += e;                                                                \
-                }                                                                             \
-            if (log_out) {                                                                    \
-                for (int j = 0; j < w; j++) s[j] = mx[j] + LOGF(s[j]); /* lse */              \
-                for (int64_t r = 0; r < R; r++)                                               \
-                    for (int j = 0; j < w; j++) yo[r * I + j] = xo[r * I + j] - s[j];         \
-            } else {                                                                          \
-                for (int j = 0; j < w; j++) s[j] = (T)1 / s[j];                               \
-                for (int64_t r = 0; r < R; r++)                                               \
-                    for (int j = 0; j < w; j++) yo[r * I + j] *= s[j];                        \
-            }                                                                                 \
-        }                                                                                     \
-    }                                                                                         \
-                                                                                              \
-    /* softmax:     dx = y * (g - sum_r(g * y))                                               \
-     * log_softmax: dx = g - exp(y) * sum_r(g) */                                             \
-    static void softmax_bwd_##T(const T *restrict g, const T *restrict y, T *restrict dx,     \
-                                int64_t O, int64_t R, int64_t I, bool log_out) {              \
-        int64_t total = O * R * I;                                                            \
-        if (I == 1) {                                                                         \
-            _Pragma("omp parallel for if (total > RM_OMP_MIN / 4)")                           \
-            for (int64_t o = 0; o < O; o++) {                                                 \
-                const T *go = g + o * R, *yo = y + o * R;                                     \
-                T *d = dx + o * R;                                                            \
-                T acc[NN_LANES];                                                              \
-                for (int j = 0; j < NN_LANES; j++) acc[j] = 0;                                \
-                int64_t r = 0;                                                                \
-                if (log_out) {                                                                \
-                    for (; r + NN_LANES <= R; r += NN_LANES)                                  \
-                        for (int j = 0; j < NN_LANES; j++) acc[j] += go[r + j];               \
-                    for (; r < R; r++) acc[0] += go[r];                                       \
-                } else {                                                                      \
-                    for (; r + NN_LANES <= R; r += NN_LANES)                                  \
-                        for (int j = 0; j < NN_LANES; j++) acc[j] += go[r + j] * yo[r + j];   \
-                    for (; r < R; r++) acc[0] += go[r] * yo[r];                               \
-                }                                                                             \
-                for (int w = NN_LANES / 2; w > 0; w /= 2)                                     \
-                    for (int j = 0; j < w; j++) acc[j] += acc[j + w];                         \
-                T s = acc[0];                                                                 \
-                if (log_out)                                                                  \
-                    for (r = 0; r < R; r++) d[r] = go[r] - EXPF(yo[r]) * s;                   \
-                else                                                                          \
-                    for (r = 0; r < R; r++) d[r] = yo[r] * (go[r] - s);                       \
-            }                                                                                 \
-            return;                                                                           \
-        }                                                                                     \
-        int64_t nb = (I + NN_COL_BLOCK - 1) / NN_COL_BLOCK;                                   \
-        _Pragma("omp parallel for if (total > RM_OMP_MIN / 4)")                               \
-        for (int64_t t = 0; t < O * nb; t++) {                                                \
-            int64_t o = t / nb, j0 = (t % nb) * NN_COL_BLOCK;                                 \
-            int w = (int)(I - j0 < NN_COL_BLOCK ? I - j0 : NN_COL_BLOCK);                     \
-            int64_t base = o * R * I + j0;                                                    \
-            const T *go = g + base, *yo = y + base;                                           \
-            T *d = dx + base;                                                                 \
-            T s[NN_COL_BLOCK];                                                                \
-            for (int j = 0; j < w; j++) s[j] = 0;                                             \
-            for (int64_t r = 0; r < R; r++)                                                   \
-                for (int j = 0; j < w; j++)                                                   \
-                    s[j] += log_out ? go[r * I + j] : go[r * I + j] * yo[r * I + j];          \
-            for (int64_t r = 0; r < R; r++)                                                   \
-                for (int j = 0; j < w; j++) {                                                 \
-                    int64_t k = r * I + j;                                                    \
-                    d[k] = log_out ? go[k] - EXPF(yo[k]) * s[j] : yo[k] * (go[k] - s[j]);     \
-                }                                                                             \
-        }                                                                                     \
-    }
-
-SOFTMAX_KERNELS(f32, rm_expf_v, logf)
-SOFTMAX_KERNELS(f64, exp, log)
-
-typedef struct softmax_ctx {
-    int dim;
-    bool log_out;
-} softmax_ctx;
+static int softmax_check(const rm_op_call *c) {
+    softmax_params *p = (softmax_params *)c->params; /* writable: see the top of the file */
+    return rm_norm_dim(c->op->name, p->dim, c->in[0]->ndim, &p->k.dim);
+}
 
 /* saved: 0 = output y */
 static int softmax_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
-    softmax_ctx *c = node->ctx;
+    const softmax_params *p = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     remat_tensor *ys = NULL, *y = NULL, *g = NULL, *dx = NULL;
     int rc = rm_node_unpack(node, 0, &ys);
@@ -232,19 +45,13 @@ static int softmax_backward(remat_node *node, remat_tensor *const *gout, remat_t
         goto out;
     }
     rc = rm_contig(&y, ys);
-    if (rc) goto out;
-    rc = rm_contig(&g, gout[0]);
-    if (rc) goto out;
-    rc = rm_new_output(&dx, y->ndim, y->shape, y->dtype, y->storage->device);
-    if (rc) goto out;
-    if (rm_ptr(dx) && rm_ptr(g) && rm_ptr(y)) {
-        int64_t O, R, I;
-        rm_outer_reduce_inner(y->ndim, y->shape, c->dim, &O, &R, &I);
-        if (y->dtype == REMAT_F32)
-            softmax_bwd_f32(rm_ptr(g), rm_ptr(y), rm_ptr(dx), O, R, I, c->log_out);
-        else
-            softmax_bwd_f64(rm_ptr(g), rm_ptr(y), rm_ptr(dx), O, R, I, c->log_out);
+    if (!rc) rc = rm_contig(&g, gout[0]);
+    if (!rc) rc = rm_new_output(&dx, y->ndim, y->shape, y->dtype, y->storage->device);
+    if (!rc) {
+        rm_kargs k = {.in = {g, y}, .out = {dx}, .params = &p->k};
+        rc = rm_kernel_run(RM_K_SOFTMAX_BWD, node->name, &k);
     }
+    if (rc) goto out;
     gin[0] = dx;
     dx = NULL;
 out:
@@ -255,335 +62,36 @@ out:
     return rc;
 }
 
-static int softmax_impl(const char *call, bool log_out, remat_tensor **out, remat_tensor *a,
-                        int dim) {
-    rm_op_enter(call);
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    *out = NULL;
-    int rc = rm_check_float(call, "a", a);
-    if (rc) return rc;
-    int d;
-    rc = rm_norm_dim(call, dim, a->ndim, &d);
-    if (rc) return rc;
-    remat_tensor *x = NULL, *y = NULL;
-    rc = rm_contig(&x, a);
-    if (rc) return rm_err_prefix(rc, call);
-    rc = rm_new_output(&y, a->ndim, a->shape, a->dtype, a->storage->device);
-    if (rc) {
-        remat_release(x);
-        return rm_err_prefix(rc, call);
-    }
-    if (rm_ptr(x) && rm_ptr(y)) {
-        int64_t O, R, I;
-        rm_outer_reduce_inner(a->ndim, a->shape, d, &O, &R, &I);
-        if (a->dtype == REMAT_F32) softmax_fwd_f32(rm_ptr(x), rm_ptr(y), O, R, I, log_out);
-        else softmax_fwd_f64(rm_ptr(x), rm_ptr(y), O, R, I, log_out);
-    }
-    remat_release(x);
-    if (rm_needs_grad(1, &a)) {
-        remat_node *node;
-        rc = rm_node_new(&node, log_out ? "LogSoftmaxBackward" : "SoftmaxBackward",
-                         softmax_backward, 1, &a, 1, 1);
-        if (rc == REMAT_OK) {
-            softmax_ctx *c = malloc(sizeof *c);
-            if (!c) {
-                rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-            } else {
-                c->dim = d;
-                c->log_out = log_out;
-                rm_node_set_ctx(node, c, NULL);
-                rm_node_set_output(node, 0, y);
-                rc = rm_op_save(node, 0, y);
-            }
-            rm_node_release(node);
-        }
-        if (rc) {
-            remat_release(y);
-            return rm_err_prefix(rc, call);
-        }
-    }
-    return rm_hand_out(out, y);
+#define SOFTMAX_OP(sym, call, node)                                                          \
+    const rm_op_desc sym = {                                                                 \
+        .name = call, .node_name = node, .n_in = 1, .n_out = 1, .n_saved = 1,                \
+        .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS, .kernel = RM_K_SOFTMAX,                   \
+        .params_size = sizeof(softmax_params), .check = softmax_check,                       \
+        .saves = {{RM_SAVE_OUTPUT, 0, 0}}, .backward = softmax_backward}
+SOFTMAX_OP(rm_op_softmax, "remat_softmax", "SoftmaxBackward");
+SOFTMAX_OP(rm_op_log_softmax, "remat_log_softmax", "LogSoftmaxBackward");
+
+static int softmax(const rm_op_desc *d, bool log_out, remat_tensor **out, remat_tensor *a,
+                   int dim, void *site) {
+    softmax_params p = {.k = {.log = log_out}, .dim = dim};
+    remat_tensor *in[1] = {a};
+    return rm_dispatch(d, out, in, &p, site);
 }
 
 int remat_softmax(remat_tensor **out, remat_tensor *a, int dim) {
-    remat_tensor *in[1] = {a};
-    RM_OP_RUN1("remat_softmax", out, 1, in, NULL,
-               softmax_impl("remat_softmax", false, out, a, dim));
+    return softmax(&rm_op_softmax, false, out, a, dim, RM_OP_SITE());
 }
-
 int remat_log_softmax(remat_tensor **out, remat_tensor *a, int dim) {
-    remat_tensor *in[1] = {a};
-    RM_OP_RUN1("remat_log_softmax", out, 1, in, NULL,
-               softmax_impl("remat_log_softmax", true, out, a, dim));
+    return softmax(&rm_op_log_softmax, true, out, a, dim, RM_OP_SITE());
 }
 
 /* ---- layer_norm ------------------------------------------------------------------------- */
-/* Row kernels work on one row at a time, so a row of x (and g) is read from
- * memory once and the later passes over it hit L1. Float reductions use
- * LN_LANES independent accumulators in T (vectorised without reassociation
- * flags) combined pairwise; the row sum is taken of x - x[0] (shifted data:
- * a large common offset then costs no precision). The summation order
- * depends only on C, and dweight / dbias (column sums over the rows) are
- * summed per fixed chunk of rows, then over the chunks in order: results
- * never depend on the thread count. */
-#define LN_LANES 16
-#define LN_CHUNK_ROWS 64            /* rows per partial dweight / dbias sum, at most... */
-#define LN_MIN_CHUNKS 16            /* ...but few rows still make this many chunks (threads) */
-#define LN_MAX_CHUNKS 1024          /* more rows per chunk above this many chunks */
-#define LN_MAX_PART (1 << 24)       /* and above this many partial sums (elements) */
+typedef struct ln_params {
+    rm_layer_norm_params k;             /* first: the kernels read it (n_norm, eps) */
+    int64_t norm_shape[REMAT_MAX_DIMS]; /* shape of weight, bias and their grads (fill_ctx) */
+} ln_params;
 
-/* Rows per chunk of the backward (the unit of work of a thread and of the
- * dweight / dbias partial sums): a function of N and C only, never of the
- * thread count. */
-static int64_t ln_chunk_rows(int64_t N, int64_t C) {
-    int64_t r = (N + LN_MIN_CHUNKS - 1) / LN_MIN_CHUNKS;
-    if (r > LN_CHUNK_ROWS) r = LN_CHUNK_ROWS;
-    int64_t lo = (N + LN_MAX_CHUNKS - 1) / LN_MAX_CHUNKS;
-    if (r < lo) r = lo;
-    if (r < 1) r = 1;
-    while (r < N && (N + r - 1) / r * C > LN_MAX_PART) r *= 2;
-    return r;
-}
-
-#define LN_REDUCE(acc) /* pairwise combine of the lanes into acc[0] */                        \
-    for (int w_ = LN_LANES / 2; w_ > 0; w_ /= 2)                                              \
-        for (int j_ = 0; j_ < w_; j_++) acc[j_] += acc[j_ + w_]
-
-/* The backward's first pass over a row's full lane blocks: lane sums of wg = w * g and
- * wg * norm, and with COLS the chunk's column sums. Needs gn, xn, mn, rs, c, C, a, bb,
- * pw and pb in scope. Lane loops use a * b + c, not fmaf: GCC 12's SLP vectoriser
- * turns fmaf lanes into element-by-element loads. */
-#define LN_BWD_LANES(T, WG, COLS)                                                             \
-    do {                                                                                      \
-        for (; c + LN_LANES <= C; c += LN_LANES)                                              \
-            for (int j = 0; j < LN_LANES; j++) {                                              \
-                T gv = gn[c + j], nv = (xn[c + j] - mn) * rs, wg = WG;                        \
-                a[j] += wg;                                                                   \
-                bb[j] += wg * nv;                                                             \
-                if (COLS) {                                                                   \
-                    pw[c + j] += nv * gv;                                                     \
-                    pb[c + j] += gv;                                                          \
-                }                                                                             \
-            }                                                                                 \
-    } while (0)
-
-#define LAYERNORM_KERNELS(T, FMA)                                                             \
-    /* Row mean and rstd = 1 / sqrt(biased variance + eps), the variance two-pass. */         \
-    static void ln_stats_##T(const T *restrict xn, int64_t C, double eps, T *mean, T *rstd) { \
-        T sh = C > 0 ? xn[0] : (T)0;                                                          \
-        T a[LN_LANES];                                                                        \
-        for (int j = 0; j < LN_LANES; j++) a[j] = 0;                                          \
-        int64_t c = 0;                                                                        \
-        for (; c + LN_LANES <= C; c += LN_LANES)                                              \
-            for (int j = 0; j < LN_LANES; j++) a[j] += xn[c + j] - sh;                        \
-        for (; c < C; c++) a[0] += xn[c] - sh;                                                \
-        LN_REDUCE(a);                                                                         \
-        T m = sh + a[0] / (T)C;                                                               \
-        for (int j = 0; j < LN_LANES; j++) a[j] = 0;                                          \
-        for (c = 0; c + LN_LANES <= C; c += LN_LANES)                                         \
-            for (int j = 0; j < LN_LANES; j++) {                                              \
-                T d = xn[c + j] - m;                                                          \
-                a[j] += d * d;                                                                \
-            }                                                                                 \
-        for (; c < C; c++) a[0] += (xn[c] - m) * (xn[c] - m);                                 \
-        LN_REDUCE(a);                                                                         \
-        *mean = m;                                                                            \
-        *rstd = (T)(1.0 / sqrt((double)(a[0] / (T)C) + eps));                                 \
-    }                                                                                         \
-                                                                                              \
-    /* x (N, C) -> y (N, C); mean, rstd (N). w, b (C) or NULL. */                             \
-    static void layernorm_fwd_##T(const T *restrict x, const T *restrict w,                   \
-                                  const T *restrict b, T *restrict y, T *restrict mean,       \
-                                  T *restrict rstd, int64_t N, int64_t C, double eps) {       \
-        _Pragma("omp parallel for if (N * C > RM_OMP_MIN / 4)")                               \
-        for (int64_t n = 0; n < N; n++) {                                                     \
-            const T *restrict xn = x + n * C;                                                 \
-            T *restrict yn = y + n * C;                                                       \
-            T m, s;                                                                           \
-            ln_stats_##T(xn, C, eps, &m, &s);                                                 \
-            if (w && b)                                                                       \
-                for (int64_t c = 0; c < C; c++) yn[c] = FMA((xn[c] - m) * s, w[c], b[c]);     \
-            else if (w)                                                                       \
-                for (int64_t c = 0; c < C; c++) yn[c] = (xn[c] - m) * s * w[c];               \
-            else if (b)                                                                       \
-                for (int64_t c = 0; c < C; c++) yn[c] = FMA(xn[c] - m, s, b[c]);              \
-            else                                                                              \
-                for (int64_t c = 0; c < C; c++) yn[c] = (xn[c] - m) * s;                      \
-            mean[n] = m;                                                                      \
-            rstd[n] = s;                                                                      \
-        }                                                                                     \
-    }                                                                                         \
-                                                                                              \
-    /* Rows [r0, r1) of the backward (see layernorm_bwd): dx rows (dx may be NULL) and, if    \
-     * pw is not NULL, this chunk's column sums pw[c] = sum_n norm * g, pb[c] = sum_n g.      \
-     * s1 = sum_c w*g and s2 = sum_c w*g*norm are lane sums over the row held in L1. */       \
-    static void ln_bwd_rows_##T(const T *restrict g, const T *restrict x,                     \
-                                const T *restrict w, const T *restrict mean,                  \
-                                const T *restrict rstd, T *restrict dx, T *restrict pw,       \
-                                T *restrict pb, int64_t r0, int64_t r1, int64_t C) {          \
-        if (pw)                                                                               \
-            for (int64_t c = 0; c < C; c++) pw[c] = pb[c] = 0;                                \
-        for (int64_t n = r0; n < r1; n++) {                                                   \
-            const T *restrict gn = g + n * C, *restrict xn = x + n * C;                       \
-            const T mn = mean[n], rs = rstd[n];                                               \
-            if (!dx) { /* column sums only */                                                 \
-                for (int64_t c = 0; c < C; c++) {                                             \
-                    pw[c] += (xn[c] - mn) * rs * gn[c];                                       \
-                    pb[c] += gn[c];                                                           \
-                }                                                                             \
-                continue;                                                                     \
-            }                                                                                 \
-            T a[LN_LANES], bb[LN_LANES];                                                      \
-            for (int j = 0; j < LN_LANES; j++) a[j] = bb[j] = 0;                              \
-            int64_t c = 0;                                                                    \
-            if (w) {                                                                          \
-                if (pw) LN_BWD_LANES(T, w[c + j] * gv, 1);                                    \
-                else LN_BWD_LANES(T, w[c + j] * gv, 0);                                       \
-            } else {                                                                          \
-                if (pw) LN_BWD_LANES(T, gv, 1);                                               \
-                else LN_BWD_LANES(T, gv, 0);                                                  \
-            }                                                                                 \
-            for (; c < C; c++) {                                                              \
-                T gv = gn[c], nv = (xn[c] - mn) * rs, wg = w ? w[c] * gv : gv;                \
-                a[0] += wg;                                                                   \
-                bb[0] += wg * nv;                                                             \
-                if (pw) {                                                                     \
-                    pw[c] += nv * gv;                                                         \
-                    pb[c] += gv;                                                              \
-                }                                                                             \
-            }                                                                                 \
-            LN_REDUCE(a);                                                                     \
-            LN_REDUCE(bb);                                                                    \
-            const T m1 = a[0] / (T)C, m2 = bb[0] / (T)C;                                      \
-            T *restrict d = dx + n * C;                                                       \
-            if (w)                                                                            \
-                for (c = 0; c < C; c++)                                                       \
-                    d[c] = FMA(-(xn[c] - mn) * rs, m2, w[c] * gn[c] - m1) * rs;               \
-            else                                                                              \
-                for (c = 0; c < C; c++)                                                       \
-                    d[c] = FMA(-(xn[c] - mn) * rs, m2, gn[c] - m1) * rs;                      \
-        }                                                                                     \
-    }                                                                                         \
-                                                                                              \
-    /* dx (N, C) from g (N, C); dw, db (C) (each may be NULL; part, scratch of 2 * C *        \
-     * ceil(N / ln_chunk_rows(N, C)) elements, is needed when either is not). As llm.c:       \
-     *   norm = (x - mean) * rstd                                                             \
-     *   dx = (w*g - mean_c(w*g) - norm * mean_c(w*g*norm)) * rstd                            \
-     *   dw = sum_n norm * g,  db = sum_n g (chunk partials in T, summed in double) */        \
-    static void layernorm_bwd_##T(const T *restrict g, const T *restrict x,                   \
-                                  const T *restrict w, const T *restrict mean,                \
-                                  const T *restrict rstd, T *restrict dx, T *restrict dw,     \
-                                  T *restrict db, T *restrict part, int64_t N, int64_t C) {   \
-        bool cols = dw || db;                                                                 \
-        if (!dx && !cols) return;                                                             \
-        int64_t rb = ln_chunk_rows(N, C), nch = (N + rb - 1) / rb;                            \
-        _Pragma("omp parallel for if (N * C > RM_OMP_MIN / 4)")                               \
-        for (int64_t k = 0; k < nch; k++) {                                                   \
-            int64_t r0 = k * rb, r1 = r0 + rb < N ? r0 + rb : N;                              \
-            T *pw = cols ? part + k * 2 * C : NULL;                                           \
-            ln_bwd_rows_##T(g, x, w, mean, rstd, dx, pw, pw ? pw + C : NULL, r0, r1, C);      \
-        }                                                                                     \
-        if (!cols) return;                                                                    \
-        int64_t nb = (C + NN_COL_BLOCK - 1) / NN_COL_BLOCK;                                   \
-        _Pragma("omp parallel for if (nch * C > RM_OMP_MIN)")                                 \
-        for (int64_t bk = 0; bk < nb; bk++) { /* blocks of columns: rows of part stream */    \
-            int64_t c0 = bk * NN_COL_BLOCK;                                                   \
-            int wd = (int)(C - c0 < NN_COL_BLOCK ? C - c0 : NN_COL_BLOCK);                    \
-            double sw[NN_COL_BLOCK], sb[NN_COL_BLOCK];                                        \
-            for (int j = 0; j < wd; j++) sw[j] = sb[j] = 0;                                   \
-            for (int64_t k = 0; k < nch; k++) {                                               \
-                const T *pw = part + k * 2 * C + c0, *pb = pw + C;                            \
-                for (int j = 0; j < wd; j++) {                                                \
-                    sw[j] += (double)pw[j];                                                   \
-                    sb[j] += (double)pb[j];                                                   \
-                }                                                                             \
-            }                                                                                 \
-            for (int j = 0; j < wd; j++) {                                                    \
-                if (dw) dw[c0 + j] = (T)sw[j];                                                \
-                if (db) db[c0 + j] = (T)sb[j];                                                \
-            }                                                                                 \
-        }                                                                                     \
-    }
-
-LAYERNORM_KERNELS(f32, RM_FMAF)
-LAYERNORM_KERNELS(f64, RM_FMA)
-
-typedef struct ln_ctx {
-    int64_t N, C;
-    int n_norm;
-    int64_t norm_shape[REMAT_MAX_DIMS]; /* shape of weight, bias and their grads */
-} ln_ctx;
-
-/* saved: 0 = x, 1 = weight (or NULL), 2 = mean (N), 3 = rstd (N) */
-static int layer_norm_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
-    ln_ctx *c = node->ctx;
-    remat_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *cv[4] = {NULL, NULL, NULL, NULL};
-    remat_tensor *g = NULL, *dx = NULL, *dw = NULL, *db = NULL;
-    int rc = REMAT_OK;
-    for (int i = 0; i < 4 && rc == REMAT_OK; i++) {
-        rc = rm_node_unpack(node, i, &sv[i]);
-        if (rc == REMAT_OK && sv[i]) rc = rm_contig(&cv[i], sv[i]);
-    }
-    if (rc) goto out;
-    if (!cv[0] || !cv[2] || !cv[3]) {
-        rc = rm_err(REMAT_ESTATE, "%s: saved tensors are missing", node->name);
-        goto out;
-    }
-    rc = rm_contig(&g, gout[0]);
-    if (rc) goto out;
-    remat_tensor *x = cv[0], *w = cv[1];
-    remat_device dev = x->storage->device;
-    if (node->next[0].node) {
-        rc = rm_new_output(&dx, x->ndim, x->shape, x->dtype, dev);
-        if (rc) goto out;
-    }
-    /* inputs are (x, weight, bias): the node always has 3 edges */
-    if (node->next[1].node && w) {
-        rc = rm_new_output(&dw, c->n_norm, c->norm_shape, x->dtype, dev);
-        if (rc) goto out;
-    }
-    if (node->next[2].node) {
-        rc = rm_new_output(&db, c->n_norm, c->norm_shape, x->dtype, dev);
-        if (rc) goto out;
-    }
-    if (rm_ptr(g) && rm_ptr(x) && rm_ptr(cv[2]) && rm_ptr(cv[3]) && (!w || rm_ptr(w))) {
-        bool ok = (!dx || rm_ptr(dx)) && (!dw || rm_ptr(dw)) && (!db || rm_ptr(db));
-        void *part = NULL; /* per-chunk column sums for dw / db */
-        if (ok && (dw || db) && c->N > 0) {
-            int64_t rb = ln_chunk_rows(c->N, c->C), nch = (c->N + rb - 1) / rb;
-            part = malloc((size_t)(2 * nch * c->C) * remat_dtype_size(x->dtype) + 1);
-            if (!part) {
-                rc = rm_err(REMAT_ENOMEM, "%s: out of memory", node->name);
-                goto out;
-            }
-        }
-        if (ok) {
-            if (x->dtype == REMAT_F32)
-                layernorm_bwd_f32(rm_ptr(g), rm_ptr(x), w ? rm_ptr(w) : NULL, rm_ptr(cv[2]),
-                                  rm_ptr(cv[3]), dx ? rm_ptr(dx) : NULL, dw ? rm_ptr(dw) : NULL,
-                                  db ? rm_ptr(db) : NULL, part, c->N, c->C);
-            else
-                layernorm_bwd_f64(rm_ptr(g), rm_ptr(x), w ? rm_ptr(w) : NULL, rm_ptr(cv[2]),
-                                  rm_ptr(cv[3]), dx ? rm_ptr(dx) : NULL, dw ? rm_ptr(dw) : NULL,
-                                  db ? rm_ptr(db) : NULL, part, c->N, c->C);
-        }
-        free(part);
-    }
-    gin[0] = dx;
-    gin[1] = dw;
-    gin[2] = db;
-    dx = dw = db = NULL;
-out:
-    for (int i = 0; i < 4; i++) {
-        remat_release(sv[i]);
-        remat_release(cv[i]);
-    }
-    remat_release(g);
-    remat_release(dx);
-    remat_release(dw);
-    remat_release(db);
-    return rc;
-}
+static const char *const k_ln_args[] = {"x", "weight", "bias"};
 
 static int check_param(const char *call, const char *arg, remat_tensor *p, remat_tensor *x,
                        int n_norm) {
@@ -606,12 +114,14 @@ static int check_param(const char *call, const char *arg, remat_tensor *p, remat
     return REMAT_OK;
 }
 
-static int layer_norm_impl(remat_tensor **out, remat_tensor *x, int n_norm,
-                           remat_tensor *weight, remat_tensor *bias, double eps) {
-    const char *call = "remat_layer_norm";
-    rm_op_enter(call);
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    *out = NULL;
+/* All of layer_norm's checks, in their order before the driver (the driver
+ * only rejects a NULL x first, with the same message). */
+static int layer_norm_check(const rm_op_call *c) {
+    const char *call = c->op->name;
+    const ln_params *p = c->params;
+    remat_tensor *x = c->in[0], *weight = c->in[1], *bias = c->in[2];
+    const int n_norm = p->k.n_norm;
+    const double eps = p->k.eps;
     int rc = rm_check_float(call, "x", x);
     if (rc) return rc;
     if (n_norm < 1 || n_norm > x->ndim) {
@@ -623,181 +133,133 @@ static int layer_norm_impl(remat_tensor **out, remat_tensor *x, int n_norm,
         return rm_err(REMAT_EINVAL, "%s: eps must be finite and >= 0, got %g", call, eps);
     if (weight && (rc = check_param(call, "weight", weight, x, n_norm))) return rc;
     if (bias && (rc = check_param(call, "bias", bias, x, n_norm))) return rc;
+    return REMAT_OK;
+}
 
-    int lead = x->ndim - n_norm;
-    int64_t N = rm_shape_numel(lead, x->shape);
-    int64_t C = rm_shape_numel(n_norm, x->shape + lead);
+/* y like x; the rows' mean and rstd (x's leading dims), by-products for the backward */
+static int layer_norm_infer(const rm_op_call *c, rm_out_spec *out) {
+    const ln_params *p = c->params;
+    const remat_tensor *x = c->in[0];
+    const int lead = x->ndim - p->k.n_norm;
+    out[0].ndim = x->ndim;
+    memcpy(out[0].shape, x->shape, sizeof out[0].shape);
+    out[0].dtype = x->dtype;
+    out[1].ndim = lead;
+    memcpy(out[1].shape, x->shape, sizeof(int64_t) * (size_t)lead);
+    out[1].dtype = x->dtype;
+    out[2] = out[1];
+    return REMAT_OK;
+}
+
+static void layer_norm_fill_ctx(const rm_op_call *c, void *ctx) {
+    ln_params *p = ctx;
+    const remat_tensor *x = c->in[0];
+    memcpy(p->norm_shape, x->shape + x->ndim - p->k.n_norm, sizeof(int64_t) * (size_t)p->k.n_norm);
+}
+
+/* saved: 0 = x, 1 = weight (or NULL), 2 = mean (N), 3 = rstd (N) */
+static int layer_norm_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    const ln_params *p = node->ctx;
+    const int n_norm = p->k.n_norm;
+    remat_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *cv[4] = {NULL, NULL, NULL, NULL};
+    remat_tensor *g = NULL, *dx = NULL, *dw = NULL, *db = NULL;
+    int rc = REMAT_OK;
+    for (int i = 0; i < 4 && rc == REMAT_OK; i++) {
+        rc = rm_node_unpack(node, i, &sv[i]);
+        if (rc == REMAT_OK && sv[i]) rc = rm_contig(&cv[i], sv[i]);
+    }
+    if (rc) goto out;
+    if (!cv[0] || !cv[2] || !cv[3]) {
+        rc = rm_err(REMAT_ESTATE, "%s: saved tensors are missing", node->name);
+        goto out;
+    }
+    rc = rm_contig(&g, gout[0]);
+    if (rc) goto out;
+    remat_tensor *x = cv[0], *w = cv[1];
     remat_device dev = x->storage->device;
-    remat_tensor *xc = NULL, *wc = NULL, *bc = NULL, *y = NULL, *mean = NULL, *rstd = NULL;
-    rc = rm_contig(&xc, x);
-    if (!rc && weight) rc = rm_contig(&wc, weight);
-    if (!rc && bias) rc = rm_contig(&bc, bias);
-    if (!rc) rc = rm_new_output(&y, x->ndim, x->shape, x->dtype, dev);
-    if (!rc) rc = rm_new_output(&mean, lead, x->shape, x->dtype, dev);
-    if (!rc) rc = rm_new_output(&rstd, lead, x->shape, x->dtype, dev);
-    if (rc) goto fail;
-    if (rm_ptr(xc) && rm_ptr(y) && rm_ptr(mean) && rm_ptr(rstd) && (!wc || rm_ptr(wc)) &&
-        (!bc || rm_ptr(bc))) {
-        if (x->dtype == REMAT_F32)
-            layernorm_fwd_f32(rm_ptr(xc), wc ? rm_ptr(wc) : NULL, bc ? rm_ptr(bc) : NULL,
-                              rm_ptr(y), rm_ptr(mean), rm_ptr(rstd), N, C, eps);
-        else
-            layernorm_fwd_f64(rm_ptr(xc), wc ? rm_ptr(wc) : NULL, bc ? rm_ptr(bc) : NULL,
-                              rm_ptr(y), rm_ptr(mean), rm_ptr(rstd), N, C, eps);
+    if (node->next[0].node) rc = rm_new_output(&dx, x->ndim, x->shape, x->dtype, dev);
+    /* inputs are (x, weight, bias): the node always has 3 edges */
+    if (!rc && node->next[1].node && w)
+        rc = rm_new_output(&dw, n_norm, p->norm_shape, x->dtype, dev);
+    if (!rc && node->next[2].node) rc = rm_new_output(&db, n_norm, p->norm_shape, x->dtype, dev);
+    if (!rc) {
+        rm_kargs k = {.in = {g, x, w, cv[2], cv[3]}, .out = {dx, dw, db}, .params = &p->k};
+        rc = rm_kernel_run(RM_K_LAYER_NORM_BWD, node->name, &k);
     }
-    remat_tensor *ins[3] = {x, weight, bias};
-    if (rm_needs_grad(3, ins)) {
-        remat_node *node;
-        rc = rm_node_new(&node, "LayerNormBackward", layer_norm_backward, 3, ins, 1, 4);
-        if (rc == REMAT_OK) {
-            ln_ctx *c = malloc(sizeof *c);
-            if (!c) {
-                rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-            } else {
-                c->N = N;
-                c->C = C;
-                c->n_norm = n_norm;
-                memcpy(c->norm_shape, x->shape + lead, sizeof(int64_t) * (size_t)n_norm);
-                rm_node_set_ctx(node, c, NULL);
-                rm_node_set_output(node, 0, y);
-                rc = rm_op_save(node, 0, x);
-                if (!rc) rc = rm_op_save(node, 1, weight);
-                if (!rc) rc = rm_op_save(node, 2, mean);
-                if (!rc) rc = rm_op_save(node, 3, rstd);
-            }
-            rm_node_release(node);
-        }
-        if (rc) goto fail;
+    if (rc) goto out;
+    gin[0] = dx;
+    gin[1] = dw;
+    gin[2] = db;
+    dx = dw = db = NULL;
+out:
+    for (int i = 0; i < 4; i++) {
+        remat_release(sv[i]);
+        remat_release(cv[i]);
     }
-    remat_release(xc);
-    remat_release(wc);
-    remat_release(bc);
-    remat_release(mean);
-    remat_release(rstd);
-    return rm_hand_out(out, y);
-fail:
-    remat_release(xc);
-    remat_release(wc);
-    remat_release(bc);
-    remat_release(y);
-    remat_release(mean);
-    remat_release(rstd);
-    return rm_err_prefix(rc, call);
+    remat_release(g);
+    remat_release(dx);
+    remat_release(dw);
+    remat_release(db);
+    return rc;
+}
+
+/* Outputs: y (handed out), mean and rstd (saved); weight and bias optional. */
+const rm_op_desc rm_op_layer_norm = {
+    .name = "remat_layer_norm", .node_name = "LayerNormBackward", .n_in = 3, .n_out = 3,
+    .n_ret = 1, .n_saved = 4, .optional_in = 2u | 4u, .flags = RM_OPF_CONTIGUOUS,
+    .arg_names = k_ln_args, .kernel = RM_K_LAYER_NORM, .params_size = sizeof(ln_params),
+    .fill_ctx = layer_norm_fill_ctx, .check = layer_norm_check, .infer = layer_norm_infer,
+    .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}, {RM_SAVE_OUTPUT, 1, 0},
+              {RM_SAVE_OUTPUT, 2, 0}},
+    .backward = layer_norm_backward};
+
+int remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
+                     remat_tensor *bias, double eps) {
+    const ln_params params = {.k = {n_norm, eps}};
+    remat_tensor *in[3] = {x, weight, bias};
+    return rm_dispatch(&rm_op_layer_norm, out, in, &params, RM_OP_SITE());
 }
 
 /* ---- dropout ---------------------------------------------------------------------------- */
-/* Philox4x32-10 of block `ctr` — the same function as rm_philox_block
- * (device.c), inlined here so the mask loop vectorises across blocks
- * (rm_philox_block is an out-of-line call per 4 elements). The test suite
- * checks that both give the same mask. */
-static inline void nn_philox(uint32_t k0, uint32_t k1, uint64_t ctr, uint32_t out[4]) {
-    uint32_t c0 = (uint32_t)ctr, c1 = (uint32_t)(ctr >> 32), c2 = 0, c3 = 0;
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-        uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n1 = (uint32_t)p1;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1, n3 = (uint32_t)p0;
-        c0 = n0;
-        c1 = n1;
-        c2 = n2;
-        c3 = n3;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
+typedef struct dropout_params {
+    rm_dropout_params k; /* first: the kernels read it (p, the draw) */
+    bool train;
+} dropout_params;
+
+static bool dropout_is_identity(const dropout_params *p) { return !p->train || p->k.p == 0.0; }
+
+/* Checks p, then draws the mask's Philox blocks (in skip mode too). */
+static int dropout_check(const rm_op_call *c) {
+    dropout_params *p = (dropout_params *)c->params; /* writable: see the top of the file */
+    const char *call = c->op->name;
+    if (!(p->k.p >= 0.0 && p->k.p <= 1.0))
+        return rm_err(REMAT_EINVAL, "%s: dropout probability p must be in [0, 1], got %g", call,
+                      p->k.p);
+    if (dropout_is_identity(p) || p->k.p >= 1.0) return REMAT_OK; /* no draw */
+    const remat_tensor *x = c->in[0];
+    int rc = rm_rng_reserve(x->storage->device, (uint64_t)((remat_numel(x) + 3) / 4), p->k.key,
+                            &p->k.counter);
+    return rc ? rm_err_prefix(rc, call) : REMAT_OK;
 }
 
-/* keep iff rm_u32_to_unit(word) >= p, i.e. (word >> 8) >= thr with
- * thr = ceil(p * 2^24): an integer compare, exact for every p. */
-static inline uint32_t nn_keep_threshold(double p) {
-    double t = ceil(p * 16777216.0);
-    return t > 16777216.0 ? 16777217u : (uint32_t)t;
+/* y like x, or x itself (eval mode, p = 0: no node, no kernel); the keep
+ * bits (u8, one bit per element), made only for the node */
+static int dropout_infer(const rm_op_call *c, rm_out_spec *out) {
+    const remat_tensor *x = c->in[0];
+    if (dropout_is_identity(c->params)) out[0].kind = RM_OUT_INPUT;
+    out[0].ndim = x->ndim;
+    memcpy(out[0].shape, x->shape, sizeof out[0].shape);
+    out[0].dtype = x->dtype;
+    out[1].ndim = 1;
+    out[1].shape[0] = (remat_numel(x) + 7) / 8;
+    out[1].dtype = REMAT_U8;
+    return REMAT_OK;
 }
 
-#define DROPOUT_CHUNK 4096 /* Philox blocks per parallel task (an even number: see below) */
-/* Lean saves: the mask kept for backward is one bit per element (bit i of
- * byte i / 8: element i was kept), plus the scale in the node's context,
- * instead of a tensor of x's size holding 0 or scale. Block j's 4 bits are
- * nibble j % 2 of byte j / 2; chunks start at even blocks, so every thread
- * writes its own bytes. */
-#define DROPOUT_KERNELS(T)                                                                    \
-    /* Full blocks [j0, j1): element i keeps iff word i%4 of block counter + i/4 passes the  \
-     * threshold; y = x * scale where kept, else 0; bits (may be NULL) get the keep bits. A  \
-     * separate function with restrict pointers (OpenMP outlining drops them), one loop per  \
-     * mask case, so the Philox rounds vectorise across blocks. */                           \
-    static void dropout_blocks_##T(const T *restrict x, T *restrict y, uint8_t *restrict bits,\
-                                   int64_t j0, int64_t j1, uint32_t thr, T scale,             \
-                                   uint32_t k0, uint32_t k1, uint64_t counter) {              \
-        if (bits) {                                                                           \
-            for (int64_t j = j0; j < j1; j++) {                                               \
-                uint32_t r[4];                                                                \
-                nn_philox(k0, k1, counter + (uint64_t)j, r);                                  \
-                unsigned nib = 0;                                                             \
-                for (int k = 0; k < 4; k++) {                                                 \
-                    bool keep = (r[k] >> 8) >= thr;                                           \
-                    nib |= (unsigned)keep << k;                                               \
-                    y[4 * j + k] = x[4 * j + k] * (keep ? scale : (T)0);                      \
-                }                                                                             \
-                if (j & 1) bits[j >> 1] = (uint8_t)(bits[j >> 1] | (nib << 4));              \
-                else bits[j >> 1] = (uint8_t)nib;                                             \
-            }                                                                                 \
-        } else {                                                                              \
-            for (int64_t j = j0; j < j1; j++) {                                               \
-                uint32_t r[4];                                                                \
-                nn_philox(k0, k1, counter + (uint64_t)j, r);                                  \
-                for (int k = 0; k < 4; k++)                                                   \
-                    y[4 * j + k] = x[4 * j + k] * ((r[k] >> 8) >= thr ? scale : (T)0);        \
-            }                                                                                 \
-        }                                                                                     \
-    }                                                                                         \
-    static void dropout_fwd_##T(const T *restrict x, T *restrict y, uint8_t *restrict bits,   \
-                                int64_t n, uint32_t thr, T scale, const uint32_t key[2],      \
-                                uint64_t counter) {                                           \
-        int64_t nfull = n / 4, nch = (nfull + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;             \
-        uint32_t k0 = key[0], k1 = key[1];                                                    \
-        _Pragma("omp parallel for if (n > RM_OMP_MIN)")                                       \
-        for (int64_t c = 0; c < nch; c++) {                                                   \
-            int64_t j0 = c * DROPOUT_CHUNK;                                                   \
-            int64_t j1 = j0 + DROPOUT_CHUNK < nfull ? j0 + DROPOUT_CHUNK : nfull;             \
-            dropout_blocks_##T(x, y, bits, j0, j1, thr, scale, k0, k1, counter);              \
-        }                                                                                     \
-        if (nfull * 4 < n) { /* the last, partial block */                                   \
-            uint32_t r[4];                                                                    \
-            nn_philox(k0, k1, counter + (uint64_t)nfull, r);                                  \
-            unsigned nib = 0;                                                                 \
-            for (int64_t i = nfull * 4; i < n; i++) {                                         \
-                bool keep = (r[i - nfull * 4] >> 8) >= thr;                                   \
-                nib |= (unsigned)keep << (i - nfull * 4);                                     \
-                y[i] = x[i] * (keep ? scale : (T)0);                                          \
-            }                                                                                 \
-            if (bits) {                                                                       \
-                if (nfull & 1) bits[nfull >> 1] = (uint8_t)(bits[nfull >> 1] | (nib << 4));   \
-                else bits[nfull >> 1] = (uint8_t)nib;                                         \
-            }                                                                                 \
-        }                                                                                     \
-    }                                                                                         \
-    /* dx = g * (kept ? scale : 0): the same products as g * mask with the full mask */      \
-    static void dropout_bwd_##T(const T *restrict g, const uint8_t *restrict bits, T scale,   \
-                                T *restrict dx, int64_t n) {                                  \
-        _Pragma("omp parallel for if (n > 65536)")                                            \
-        for (int64_t i = 0; i < n; i++)                                                       \
-            dx[i] = g[i] * ((bits[i >> 3] >> (i & 7)) & 1u ? scale : (T)0);                   \
-    }
-
-DROPOUT_KERNELS(f32)
-DROPOUT_KERNELS(f64)
-
-/* saved: 0 = keep bits (u8, ceil(n / 8) bytes); ctx: p */
-typedef struct dropout_ctx {
-    double p;
-} dropout_ctx;
-
+/* saved: 0 = keep bits (u8, ceil(n / 8) bytes) */
 static int dropout_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
-    const dropout_ctx *c = node->ctx;
+    const dropout_params *p = node->ctx;
     remat_tensor *ms = NULL, *m = NULL, *g = NULL, *dx = NULL;
     int rc = rm_node_unpack(node, 0, &ms);
     if (rc) return rc;
@@ -816,14 +278,11 @@ static int dropout_backward(remat_node *node, remat_tensor *const *gout, remat_t
         goto out;
     }
     rc = rm_new_output(&dx, g->ndim, g->shape, g->dtype, g->storage->device);
-    if (rc) goto out;
-    if (rm_ptr(dx) && rm_ptr(g) && rm_ptr(m)) {
-        /* the scale exactly as the forward computed it */
-        if (g->dtype == REMAT_F32)
-            dropout_bwd_f32(rm_ptr(g), rm_ptr(m), (f32)(1.0 / (1.0 - c->p)), rm_ptr(dx), n);
-        else
-            dropout_bwd_f64(rm_ptr(g), rm_ptr(m), 1.0 / (1.0 - c->p), rm_ptr(dx), n);
+    if (!rc) {
+        rm_kargs k = {.in = {g, m}, .out = {dx}, .params = &p->k};
+        rc = rm_kernel_run(RM_K_DROPOUT_BWD, node->name, &k);
     }
+    if (rc) goto out;
     gin[0] = dx;
     dx = NULL;
 out:
@@ -834,83 +293,19 @@ out:
     return rc;
 }
 
-static int dropout_impl(remat_tensor **out, remat_tensor *x, double p, bool train) {
-    const char *call = "remat_dropout";
-    rm_op_enter(call);
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    *out = NULL;
-    int rc = rm_check_float(call, "x", x);
-    if (rc) return rc;
-    if (!(p >= 0.0 && p <= 1.0))
-        return rm_err(REMAT_EINVAL, "%s: dropout probability p must be in [0, 1], got %g", call,
-                      p);
-    /* identity: hand out a new reference to x itself (as PyTorch returns its input) */
-    if (!train || p == 0.0) return rm_hand_out(out, remat_retain(x));
+static const char *const k_dropout_args[] = {"x"};
 
-    remat_device dev = x->storage->device;
-    int64_t n = remat_numel(x);
-    bool grad = rm_needs_grad(1, &x);
-    uint32_t key[2] = {0, 0};
-    uint64_t counter = 0;
-    if (p < 1.0) {
-        /* reserved in skip mode too, so the generator advances exactly as in a real run */
-        rc = rm_rng_reserve(dev, (uint64_t)((n + 3) / 4), key, &counter);
-        if (rc) return rm_err_prefix(rc, call);
-    }
-    remat_tensor *xc = NULL, *y = NULL, *mask = NULL;
-    rc = rm_contig(&xc, x);
-    if (!rc) rc = rm_new_output(&y, x->ndim, x->shape, x->dtype, dev);
-    int64_t mask_bytes = (n + 7) / 8;
-    if (!rc && grad) rc = rm_new_output(&mask, 1, &mask_bytes, REMAT_U8, dev);
-    if (rc) goto fail;
-    if (rm_ptr(xc) && rm_ptr(y) && (!mask || rm_ptr(mask))) {
-        if (p >= 1.0) { /* everything dropped, no draw (as PyTorch) */
-            memset(rm_ptr(y), 0, (size_t)n * remat_dtype_size(x->dtype));
-            if (mask) memset(rm_ptr(mask), 0, (size_t)mask_bytes);
-        } else if (x->dtype == REMAT_F32) {
-            dropout_fwd_f32(rm_ptr(xc), rm_ptr(y), mask ? rm_ptr(mask) : NULL, n,
-                            nn_keep_threshold(p), (f32)(1.0 / (1.0 - p)), key, counter);
-        } else {
-            dropout_fwd_f64(rm_ptr(xc), rm_ptr(y), mask ? rm_ptr(mask) : NULL, n,
-                            nn_keep_threshold(p), 1.0 / (1.0 - p), key, counter);
-        }
-    }
-    if (grad) {
-        remat_node *node;
-        rc = rm_node_new(&node, "DropoutBackward", dropout_backward, 1, &x, 1, 1);
-        if (rc == REMAT_OK) {
-            dropout_ctx *c = malloc(sizeof *c);
-            if (!c) {
-                rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-            } else {
-                c->p = p;
-                rm_node_set_ctx(node, c, NULL);
-                rm_node_set_output(node, 0, y);
-                rc = rm_op_save(node, 0, mask);
-            }
-            rm_node_release(node);
-        }
-        if (rc) goto fail;
-    }
-    remat_release(xc);
-    remat_release(mask);
-    return rm_hand_out(out, y);
-fail:
-    remat_release(xc);
-    remat_release(y);
-    remat_release(mask);
-    return rm_err_prefix(rc, call);
-}
-
-/* ---- public entries: interception brackets (src/dispatch/intercept.c) ---------------------- */
-int remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
-                     remat_tensor *bias, double eps) {
-    remat_tensor *in[3] = {x, weight, bias};
-    RM_OP_RUN1("remat_layer_norm", out, 3, in, NULL,
-               layer_norm_impl(out, x, n_norm, weight, bias, eps));
-}
+/* Outputs: y (handed out) and the keep bits (only with a node, saved). */
+const rm_op_desc rm_op_dropout = {
+    .name = "remat_dropout", .node_name = "DropoutBackward", .n_in = 1, .n_out = 2, .n_ret = 1,
+    .grad_only_out = 2u, .n_saved = 1, .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS,
+    .arg_names = k_dropout_args, .kernel = RM_K_DROPOUT,
+    .params_size = sizeof(dropout_params), .check = dropout_check,
+    .infer = dropout_infer, .saves = {{RM_SAVE_OUTPUT, 1, 0}},
+    .backward = dropout_backward};
 
 int remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool train) {
+    dropout_params params = {.k = {.p = p}, .train = train};
     remat_tensor *in[1] = {x};
-    RM_OP_RUN1("remat_dropout", out, 1, in, NULL, dropout_impl(out, x, p, train));
+    return rm_dispatch(&rm_op_dropout, out, in, &params, RM_OP_SITE());
 }

@@ -10,6 +10,9 @@ extern const rm_op_desc rm_op_neg, rm_op_exp, rm_op_log, rm_op_sqrt, rm_op_tanh,
     rm_op_relu, rm_op_gelu, rm_op_pow_scalar, rm_op_add_scalar, rm_op_sub_scalar,
     rm_op_mul_scalar, rm_op_div_scalar, rm_op_rsub_scalar;
 extern const rm_op_desc rm_op_add, rm_op_sub, rm_op_mul, rm_op_div, rm_op_pow;
+extern const rm_op_desc rm_op_sum, rm_op_sum_all, rm_op_mean, rm_op_max, rm_op_mse_loss,
+    rm_op_cross_entropy, rm_op_embedding;
+extern const rm_op_desc rm_op_softmax, rm_op_log_softmax, rm_op_layer_norm, rm_op_dropout;
 extern const rm_op_desc rm_op_reshape, rm_op_view, rm_op_transpose, rm_op_permute, rm_op_slice,
     rm_op_expand, rm_op_unsqueeze, rm_op_squeeze, rm_op_contiguous;
 
@@ -32,11 +35,9 @@ static const entry k_ops[] = {
     B("remat_add_"), B("remat_mul_"), B("remat_mul_scalar_"), B("remat_relu_"),
     B("remat_zero_"), B("remat_copy_"),
     /* reduce.c, loss.c */
-    B("remat_sum"), B("remat_sum_all"), B("remat_mean"), B("remat_max"), B("remat_mse_loss"),
-    B("remat_cross_entropy"),
-    /* nn.c */
-    B("remat_softmax"), B("remat_log_softmax"), B("remat_layer_norm"), B("remat_dropout"),
-    B("remat_embedding"),
+    D(sum), D(sum_all), D(mean), D(max), D(mse_loss), D(cross_entropy),
+    /* nn.c, loss.c */
+    D(softmax), D(log_softmax), D(layer_norm), D(dropout), D(embedding),
     /* matmul.c, attention.c */
     B("remat_matmul"), B("remat_linear"), B("remat_attention"),
     /* shape.c */

@@ -1,10 +1,67 @@
 /* src/backends/cpu/nn.h — the cpu kernels of the nn family
- * (src/dispatch/kernels/nn.h) and their table rows. */
+ * (src/dispatch/kernels/nn.h), their table rows, and the row kernels
+ * other cpu kernels share (cross_entropy, attention). */
 #ifndef REMAT_CPU_NN_H
 #define REMAT_CPU_NN_H
+#include <string.h>
 
 #include "../../dispatch/kernels.h"
+/* nn.c */
+int rm_cpu_softmax_f32(const rm_kargs *k);
+int rm_cpu_softmax_f64(const rm_kargs *k);
+int rm_cpu_softmax_bwd_f32(const rm_kargs *k);
+int rm_cpu_softmax_bwd_f64(const rm_kargs *k);
+int rm_cpu_layer_norm_f32(const rm_kargs *k);
+int rm_cpu_layer_norm_f64(const rm_kargs *k);
+int rm_cpu_layer_norm_bwd_f32(const rm_kargs *k);
+int rm_cpu_layer_norm_bwd_f64(const rm_kargs *k);
+int rm_cpu_dropout_f32(const rm_kargs *k);
+int rm_cpu_dropout_f64(const rm_kargs *k);
+int rm_cpu_dropout_bwd_f32(const rm_kargs *k);
+int rm_cpu_dropout_bwd_f64(const rm_kargs *k);
+/* ---- row kernels (nn.c), shared by softmax, cross_entropy (loss.c) and attention ----
+ * max of a row (NaN if any, -inf if empty); sum of exp(x - sub), the terms
+ * written to y unless y is NULL; y = exp(x - sub) * scale. */
+float rm_row_max_f32(const float *restrict x, int64_t n);
+double rm_row_max_f64(const double *restrict x, int64_t n);
+float rm_row_expsum_f32(const float *restrict x, float sub, float *restrict y, int64_t n);
+double rm_row_expsum_f64(const double *restrict x, double sub, double *restrict y, int64_t n);
+void rm_row_exp_scale_f32(const float *restrict x, float sub, float scale, float *restrict y,
+                          int64_t n);
+void rm_row_exp_scale_f64(const double *restrict x, double sub, double scale,
+                          double *restrict y, int64_t n);
 
-#define RM_CPU_KERNELS_NN
+/* ---- row max through integer keys (max over dims and rm_row_max) ------------------------
+ * GCC does not vectorise a float `v > m ? v : m` reduction without
+ * -ffast-math, but does the integer one. Flipping the magnitude bits of
+ * negative floats gives an integer key with the same order as the values
+ * (-0 sorts just below +0, which compare equal anyway). NaNs are flagged
+ * separately. Returns true if x[0..n) holds a NaN; else *best = the max
+ * (n >= 1). */
+#define RM_ROWMAX_KEY_(T, SFX, IT, MINV, SH, ABS, INF)                                            \
+    static inline bool rm_rowmax_key_##SFX(const T *restrict x, int64_t n, T *best) {          \
+        IT m = MINV, nan = 0;                                                                \
+        for (int64_t i = 0; i < n; i++) {                                                    \
+            IT b;                                                                            \
+            memcpy(&b, x + i, sizeof b);                                                     \
+            IT k = b ^ ((b >> SH) & ABS);                                                    \
+            m = k > m ? k : m;                                                               \
+            nan |= (b & ABS) > INF;                                                          \
+        }                                                                                    \
+        IT b = m ^ ((m >> SH) & ABS);                                                        \
+        memcpy(best, &b, sizeof b);                                                          \
+        return nan != 0;                                                                     \
+    }
+RM_ROWMAX_KEY_(float, f32, int32_t, INT32_MIN, 31, INT32_C(0x7FFFFFFF), INT32_C(0x7F800000))
+RM_ROWMAX_KEY_(double, f64, int64_t, INT64_MIN, 63, INT64_C(0x7FFFFFFFFFFFFFFF),
+               INT64_C(0x7FF0000000000000))
+#undef RM_ROWMAX_KEY_
 
+#define RM_CPU_KERNELS_NN                                                                    \
+    [RM_K_SOFTMAX] = RM_CPU_F32_F64(softmax),                                                \
+    [RM_K_SOFTMAX_BWD] = RM_CPU_F32_F64(softmax_bwd),                                        \
+    [RM_K_LAYER_NORM] = RM_CPU_F32_F64(layer_norm),                                          \
+    [RM_K_LAYER_NORM_BWD] = RM_CPU_F32_F64(layer_norm_bwd),                                  \
+    [RM_K_DROPOUT] = RM_CPU_F32_F64(dropout),                                                \
+    [RM_K_DROPOUT_BWD] = RM_CPU_F32_F64(dropout_bwd),
 #endif /* REMAT_CPU_NN_H */
