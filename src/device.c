@@ -235,6 +235,24 @@ int remat_device_check(remat_device device) {
 }
 
 /* ---- allocator ------------------------------------------------------------------- */
+static RM_TLS rm_meter tls_meter;
+
+void rm_meter_start(remat_device device, rm_meter *prev) {
+    *prev = tls_meter;
+    tls_meter = (rm_meter){true, device, 0, 0};
+}
+void rm_meter_stop(const rm_meter *prev) { tls_meter = *prev; }
+void rm_meter_mark_peak(void) { tls_meter.peak = tls_meter.current; }
+int64_t rm_meter_current(void) { return tls_meter.current; }
+int64_t rm_meter_peak(void) { return tls_meter.peak; }
+
+static void meter_add(remat_device device, int64_t delta) {
+    rm_meter *m = &tls_meter;
+    if (!m->on || m->device.type != device.type || m->device.index != device.index) return;
+    m->current += delta;
+    if (m->current > m->peak) m->peak = m->current;
+}
+
 void *rm_device_alloc(remat_device device, size_t nbytes) {
     rm_devtype *t = get_type(device.type);
     if (!t || device.index < 0 || device.index >= REMAT_MAX_DEVICES_PER_TYPE) return NULL;
@@ -250,6 +268,7 @@ void *rm_device_alloc(remat_device device, size_t nbytes) {
     remat_alloc_observer_fn obs = g_observer;
     void *obs_ud = g_observer_ud;
     pthread_mutex_unlock(&g_lock);
+    meter_add(device, (int64_t)nbytes);
     if (obs) obs(obs_ud, device, (int64_t)nbytes, cur);
     return p;
 }
@@ -267,6 +286,7 @@ void rm_device_free(remat_device device, void *ptr, size_t nbytes) {
     remat_alloc_observer_fn obs = g_observer;
     void *obs_ud = g_observer_ud;
     pthread_mutex_unlock(&g_lock);
+    meter_add(device, -(int64_t)nbytes);
     if (obs) obs(obs_ud, device, -(int64_t)nbytes, cur);
     t->def.free(t->def.user_data, device.index, ptr, nbytes);
 }

@@ -423,6 +423,22 @@ int rm_op_depth(void);
     } while (0)
 
 /* ---- allocator ------------------------------------------------------------------ */
+/* Per-thread allocation meter (src/device.c): the bytes this thread
+ * allocates minus those it frees through the allocator on one device, and
+ * the peak of that, ignoring every other thread — for measurements (the
+ * planner's profile) that must hold while other threads allocate. Start
+ * saves the thread's previous meter in *prev (meters nest); stop restores
+ * it. mark_peak sets the peak to the current value. */
+typedef struct rm_meter {
+    bool on;
+    remat_device device;
+    int64_t current, peak;
+} rm_meter;
+void rm_meter_start(remat_device device, rm_meter *prev);
+void rm_meter_stop(const rm_meter *prev);
+void rm_meter_mark_peak(void);
+int64_t rm_meter_current(void);
+int64_t rm_meter_peak(void);
 void *rm_device_alloc(remat_device device, size_t nbytes);
 void rm_device_free(remat_device device, void *ptr, size_t nbytes);
 int rm_device_copy(remat_device dst_dev, void *dst, remat_device src_dev, const void *src,

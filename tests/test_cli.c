@@ -10,6 +10,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -499,7 +500,7 @@ Test(cli, corrupt_or_truncated_save_files_are_rejected) {
         {"empty.bin", 0, -1, "not a remat save file"},
         {"magic.bin", -1, 0, "not a remat save file"},
         {"flip_data.bin", -1, size / 2, "checksum"},
-        {"flip_header.bin", -1, 30, "checksum"},
+        {"flip_header.bin", -1, 30, "corrupt header"}, /* checked before the rest is read */
         {"flip_crc.bin", -1, size - 2, "checksum"},
         {"version.bin", -1, 9, "version"},
     };
@@ -941,6 +942,160 @@ Test(cli, schedule_clip_and_accum_flags_train_and_resume_bitwise) {
     char *o;
     cr_assert_eq(run(&o, true, "train " TINY " --steps 4 --lr-schedule cosine --warmup 4"), 2);
     cr_assert(strstr(o, "--warmup must be below --steps"), "%s", o);
+    free(o);
+}
+
+/* ---- issue 14 items 8-10: save-file values, paths, flags --------------------------------- */
+static uint32_t crc32_of(const unsigned char *p, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = (c & 1u) ? 0xEDB88320u ^ (c >> 1) : (c >> 1);
+    }
+    return c ^ 0xFFFFFFFFu;
+}
+
+/* Copies `from` to `to` with the u32 at header offset `field` (after the
+ * 24-byte preamble) set to v and a valid CRC. */
+static void patch_u32(const char *from, const char *to, int field, uint32_t v) {
+    struct stat st;
+    cr_assert_eq(stat(from, &st), 0);
+    unsigned char *s = (unsigned char *)slurp(from);
+    size_t n = (size_t)st.st_size;
+    for (int k = 0; k < 4; k++) s[24 + field + k] = (unsigned char)(v >> (8 * k));
+    uint32_t c = crc32_of(s, n - 4);
+    for (int k = 0; k < 4; k++) s[n - 4 + k] = (unsigned char)(c >> (8 * k));
+    FILE *f = fopen(to, "wb");
+    fwrite(s, 1, n, f);
+    fclose(f);
+    free(s);
+}
+
+Test(cli, save_file_header_values_are_bounded_before_use) {
+    char *o;
+    cr_assert_eq(run(&o, false, "train " TINY " --steps 1 --save %s", path("g.bin")), 0, "%s", o);
+    free(o);
+    struct {
+        int field;
+        uint32_t v;
+        const char *msg;
+    } cases[] = {
+        {4, 0x7fffffffu, "layers 2147483647 is outside"},
+        {4, 4096, "cannot fit in a file"},     /* within the flag's limit, not the file's */
+        {32, 16777216u, "batch 16777216 is outside"},
+        {8, 0x80000000u, "width 2147483648 is outside"},
+        {16, 0, "context 0 is outside"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        patch_u32(path("g.bin"), path("p.bin"), cases[i].field, cases[i].v);
+        int rc = run(&o, true, "train " TINY " --steps 2 --resume %s", path("p.bin"));
+        cr_assert_eq(rc, 1, "case %zu accepted (rc %d): %s", i, rc, o);
+        cr_assert(strstr(o, cases[i].msg) && strstr(o, path("p.bin")), "case %zu: %s", i, o);
+        free(o);
+    }
+}
+
+Test(cli, data_and_resume_refuse_what_is_not_a_regular_file) {
+    char *o;
+    cr_assert_eq(mkfifo(path("fifo"), 0600), 0);
+    /* a FIFO used to block forever in open() */
+    int rc = run(&o, true, "train " TINY " --steps 1 --data %s", path("fifo"));
+    cr_assert_eq(rc, 1, "rc %d: %s", rc, o);
+    cr_assert(strstr(o, "is a FIFO"), "%s", o);
+    free(o);
+    rc = run(&o, true, "train " TINY " --steps 1 --resume %s", path("fifo"));
+    cr_assert_eq(rc, 1, "rc %d: %s", rc, o);
+    cr_assert(strstr(o, "is a FIFO"), "%s", o);
+    free(o);
+    rc = run(&o, true, "train " TINY " --steps 1 --data %s", g_dir);
+    cr_assert_eq(rc, 1, "%s", o);
+    cr_assert(strstr(o, "is a directory"), "%s", o);
+    free(o);
+    rc = run(&o, true, "train " TINY " --steps 1 --data /dev/zero");
+    cr_assert_eq(rc, 1, "%s", o);
+    cr_assert(strstr(o, "is a device"), "%s", o);
+    free(o);
+}
+
+Test(cli, save_refuses_non_regular_targets_honours_umask_and_cleans_temporaries) {
+    char *o;
+    /* a symlink, a FIFO and a directory are left alone */
+    cr_assert_eq(symlink("/dev/null", path("link")), 0);
+    int rc = run(&o, true, "train " TINY " --steps 1 --save %s", path("link"));
+    cr_assert_eq(rc, 1, "%s", o);
+    cr_assert(strstr(o, "symbolic link"), "%s", o);
+    free(o);
+    struct stat st;
+    cr_assert_eq(lstat(path("link"), &st), 0);
+    cr_assert(S_ISLNK(st.st_mode), "the symlink was replaced");
+    cr_assert_eq(mkfifo(path("fifo2"), 0600), 0);
+    rc = run(&o, true, "train " TINY " --steps 1 --save %s", path("fifo2"));
+    cr_assert_eq(rc, 1, "%s", o);
+    cr_assert(strstr(o, "a FIFO"), "%s", o);
+    free(o);
+    cr_assert_eq(lstat(path("fifo2"), &st), 0);
+    cr_assert(S_ISFIFO(st.st_mode));
+    /* leftovers of killed saves of the same target go; others stay */
+    FILE *f = fopen(path("s.bin.tmp.AbC123"), "w");
+    fputs("stale", f);
+    fclose(f);
+    f = fopen(path("other.bin.tmp.AbC123"), "w");
+    fputs("not ours", f);
+    fclose(f);
+    /* run() puts the program first: through the shell for the umask */
+    char cmd[8800];
+    snprintf(cmd, sizeof cmd, "cd '%s' && umask 022 && '%s' train " TINY " --steps 1 --save s.bin",
+             g_dir, g_bin);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(stat(path("s.bin"), &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0644, "mode %o with umask 022", st.st_mode & 0777);
+    cr_assert_neq(access(path("s.bin.tmp.AbC123"), F_OK), 0, "stale temporary not removed");
+    cr_assert_eq(access(path("other.bin.tmp.AbC123"), F_OK), 0, "another target's file removed");
+}
+
+Test(cli, flags_checked_against_the_model_in_use) {
+    char *o;
+    /* on --resume the strategy is checked against the file's model (4 layers) */
+    cr_assert_eq(run(&o, true, "train --layers 4 --width 32 --heads 2 --context 24 --batch 8 "
+                               "--threads 1 --quiet --steps 1 --save %s", path("l4.bin")), 0, "%s", o);
+    free(o);
+    int rc = run(&o, true, "train --threads 1 --quiet --steps 2 --checkpoint sequential=4 "
+                           "--resume %s", path("l4.bin"));
+    cr_assert_eq(rc, 0, "sequential=4 on a 4-layer file refused: %s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "train --model mlp --layers 2 --width 32 --batch 8 --threads 1 "
+                               "--quiet --steps 1 --save %s", path("mlp.bin")), 0, "%s", o);
+    free(o);
+    rc = run(&o, true, "train --threads 1 --quiet --steps 2 --checkpoint selective=names:qkv "
+                       "--resume %s", path("mlp.bin"));
+    cr_assert_neq(rc, 0, "a GPT tag on an MLP file accepted: %s", o);
+    cr_assert(strstr(o, "qkv"), "%s", o);
+    free(o);
+    /* the addition task needs a few tokens of context */
+    rc = run(&o, true, "train --layers 1 --width 32 --heads 2 --context 5 --batch 8 --threads 1 "
+                       "--quiet --steps 1");
+    cr_assert_eq(rc, 2, "%s", o);
+    cr_assert(strstr(o, "--context 5 is too short"), "%s", o);
+    free(o);
+    /* bench's default list fits the model */
+    rc = run(&o, true, "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 --threads 1 "
+                       "--quiet --reps 1");
+    cr_assert_eq(rc, 0, "%s", o);
+    free(o);
+    /* ignored flags are named */
+    rc = run(&o, true, "train --model mlp --layers 1 --width 32 --batch 8 --threads 1 --quiet "
+                       "--steps 1 --heads 4");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(strstr(o, "the MLP ignores them"), "%s", o);
+    free(o);
+    rc = run(&o, true, "train " TINY " --steps 1 --momentum 0.9");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(strstr(o, "--optim adamw ignores it"), "%s", o);
+    free(o);
+    /* --threads is bounded by the machine */
+    rc = run(&o, true, "train " TINY " --steps 1 --threads 1024");
+    cr_assert_eq(rc, 2, "%s", o);
+    cr_assert(strstr(o, "per online cpu"), "%s", o);
     free(o);
 }
 

@@ -2,6 +2,7 @@
 #include "args.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "models.h"
@@ -227,6 +228,61 @@ static int fail(const char *cmd, const char *msg, const char *a, const char *b) 
     return 2;
 }
 
+/* Smallest --context of the built-in addition task: its rows ("a+b=ccc\n")
+ * must leave answer tokens to learn, or the loss is a mean over nothing. */
+#define ADDITION_MIN_CONTEXT 6
+
+int args_check_model(config *c, bool bench, char *err, size_t n) {
+    if (c->model == MODEL_GPT) {
+        if (c->width % c->heads != 0) {
+            snprintf(err, n, "--heads (%d) must divide --width (%d)", c->heads, c->width);
+            return 1;
+        }
+        if (!c->data && c->context < ADDITION_MIN_CONTEXT) {
+            snprintf(err, n, "--context %d is too short for the built-in addition task (at least "
+                     "%d, or train on a file with --data)", c->context, ADDITION_MIN_CONTEXT);
+            return 1;
+        }
+    } else {
+        if (c->data) {
+            snprintf(err, n, "--data needs --model gpt");
+            return 1;
+        }
+        if (c->set_heads || c->set_context || c->set_attention || c->set_untied)
+            remat_warn("--heads, --context, --attention and --untied are GPT settings: the MLP "
+                       "ignores them");
+    }
+    if (c->set_momentum && c->optim == OPTIM_ADAMW && c->momentum != 0)
+        remat_warn("--momentum is an SGD setting: --optim adamw ignores it");
+    /* bench's default list keeps what fits the model; chosen strategies must fit */
+    if (bench && c->default_strategies) {
+        int w = 0;
+        for (int i = 0; i < c->n_strategies; i++)
+            if (!(c->strategies[i].kind == STRAT_SEQUENTIAL && c->strategies[i].segments > c->layers))
+                c->strategies[w++] = c->strategies[i];
+        c->n_strategies = w;
+    }
+    const strategy *all = bench ? c->strategies : &c->strat;
+    int n_tags = 0;
+    const char *const *tags = model_tags(c->model, &n_tags);
+    char why[400];
+    for (int i = 0; i < (bench ? c->n_strategies : 1); i++) {
+        /* sequential=N needs at least N blocks (as checkpoint_sequential's chunks) */
+        if (all[i].kind == STRAT_SEQUENTIAL && all[i].segments > c->layers) {
+            snprintf(err, n, "bad strategy '%s': %d segments but only %d blocks (--layers)",
+                     all[i].name, all[i].segments, c->layers);
+            return 1;
+        }
+        /* a misspelt tag would silently save nothing */
+        if (!strategy_check_tags(&all[i], n_tags, tags, c->model == MODEL_GPT ? "GPT" : "MLP",
+                                 why, sizeof why)) {
+            snprintf(err, n, "bad strategy '%s': %s", all[i].name, why);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
     bool bench = strcmp(cmd, "bench") == 0;
     const char *strategies_text = NULL, *checkpoint_text = NULL;
@@ -297,18 +353,26 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
             if (!strcmp(val, "fused")) c->attn_ops = false;
             else if (!strcmp(val, "ops")) c->attn_ops = true;
             else return fail(cmd, "bad value for --attention", val, "expected fused or ops");
+            c->set_attention = true;
         } else if (!strcmp(name, "--layers")) {
-            INT_ARG(layers, 1, 4096, c->set_layers = true);
+            INT_ARG(layers, 1, ARGS_MAX_LAYERS, c->set_layers = true);
         } else if (!strcmp(name, "--width")) {
-            INT_ARG(width, 1, 65536, c->set_width = true);
+            INT_ARG(width, 1, ARGS_MAX_WIDTH, c->set_width = true);
         } else if (!strcmp(name, "--heads")) {
-            INT_ARG(heads, 1, 1024, c->set_heads = true);
+            INT_ARG(heads, 1, ARGS_MAX_HEADS, c->set_heads = true);
         } else if (!strcmp(name, "--context")) {
-            INT_ARG(context, 1, 65536, c->set_context = true);
+            INT_ARG(context, 1, ARGS_MAX_CONTEXT, c->set_context = true);
         } else if (!strcmp(name, "--batch")) {
-            INT_ARG(batch, 1, 1 << 20, set_batch = c->set_batch = true);
+            INT_ARG(batch, 1, ARGS_MAX_BATCH, set_batch = c->set_batch = true);
         } else if (!strcmp(name, "--threads")) {
             INT_ARG(threads, 1, 1024, (void)0);
+            long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+            int max_threads = ncpu > 0 && ncpu < 256 ? 4 * (int)ncpu : 1024;
+            if (c->threads > max_threads) { /* the OpenMP runtime may exit the process */
+                char why[96];
+                snprintf(why, sizeof why, "at most %d (4 per online cpu)", max_threads);
+                return fail(cmd, "bad value for", name, why);
+            }
         } else if (!strcmp(name, "--reps") && bench) {
             INT_ARG(reps, 1, 1000, c->set_reps = true);
         } else if (!strcmp(name, "--steps") && !bench) {
@@ -489,29 +553,9 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
         return fail(cmd, "strategy not available", c->strat.name, err);
     }
 
-    /* sequential=N needs at least N blocks (as checkpoint_sequential's chunks) */
-    const strategy *all = bench ? c->strategies : &c->strat;
-    int n_tags = 0;
-    const char *const *tags = model_tags(c->model, &n_tags);
-    for (int i = 0; i < (bench ? c->n_strategies : 1); i++) {
-        if (all[i].kind == STRAT_SEQUENTIAL && all[i].segments > c->layers) {
-            snprintf(err, sizeof err, "%d segments but only %d blocks (--layers)",
-                     all[i].segments, c->layers);
-            return fail(cmd, "bad strategy", all[i].name, err);
-        }
-        /* a misspelt tag would silently save nothing */
-        if (!strategy_check_tags(&all[i], n_tags, tags, c->model == MODEL_GPT ? "GPT" : "MLP",
-                                 err, sizeof err))
-            return fail(cmd, "bad strategy", all[i].name, err);
-    }
-    if (c->model == MODEL_GPT) {
-        if (c->width % c->heads != 0)
-            return fail(cmd, "--heads must divide --width", NULL, NULL);
-        if (c->data && c->model != MODEL_GPT)
-            return fail(cmd, "--data needs --model gpt", NULL, NULL);
-    } else if (c->data) {
-        return fail(cmd, "--data needs --model gpt", NULL, NULL);
-    }
+    /* on --resume the model comes from the file: train checks it after reading
+     * the header (savefile_merge_config) */
+    if (!c->resume && args_check_model(c, bench, err, sizeof err)) return fail(cmd, err, NULL, NULL);
     if (c->optim == OPTIM_SGD && !c->set_lr) c->lr = 0.1;
     if (!bench && c->save_every > 0 && !c->save)
         return fail(cmd, "--save-every needs --save FILE", NULL, NULL);

@@ -16,6 +16,12 @@ typedef enum optim_kind { OPTIM_ADAMW = 0, OPTIM_SGD = 1 } optim_kind;
 
 #define ARGS_MAX_STRATEGIES 64 /* --strategies takes up to 16; the sweep adds more */
 #define ARGS_MAX_LISTED 16
+/* Model and batch limits of the flags; --resume bounds a file's header by them too. */
+#define ARGS_MAX_LAYERS 4096
+#define ARGS_MAX_WIDTH 65536
+#define ARGS_MAX_HEADS 1024
+#define ARGS_MAX_CONTEXT 65536
+#define ARGS_MAX_BATCH (1 << 20)
 
 typedef struct config {
     model_kind model;
@@ -55,7 +61,7 @@ typedef struct config {
     const char *svg_pareto;  /* --svg-pareto FILE */
     /* which model-shape flags were given explicitly (a resumed file must agree) */
     bool set_layers, set_width, set_heads, set_context, set_model, set_untied, set_lr;
-    bool set_batch, set_seed, set_optim, set_weight_decay, set_momentum;
+    bool set_batch, set_seed, set_optim, set_weight_decay, set_momentum, set_attention;
 } config;
 
 /* Defaults for `remat train` / `remat bench` (bench's default is the
@@ -67,6 +73,12 @@ void args_defaults_bench(config *c);
  * the usage to stderr and returns 2; `--help` prints usage to stdout and
  * returns -1 (caller exits 0); 0 on success. */
 int args_parse(config *c, const char *cmd, int argc, char **argv, int first);
+/* The checks that depend on the model (strategies against its blocks and
+ * tags, --heads against --width, the addition task's --context), warnings
+ * for flags the model ignores; bench's default strategy list is trimmed to
+ * what fits. Run by args_parse, or, with --resume, once the file's model
+ * is known (savefile_merge_config). 0, or 1 with a message in err. */
+int args_check_model(config *c, bool bench, char *err, size_t n);
 
 /* Usage texts. */
 void args_usage_main(FILE *f);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -26,8 +27,13 @@ int task_init(task *t, const config *c) {
         return REMAT_OK;
     }
     t->kind = TASK_TEXT;
-    FILE *f = fopen(c->data, "rb");
-    if (!f) return remat_set_error(REMAT_EIO, "--data %s: %s", c->data, strerror(errno));
+    int fd = util_open_regular(c->data, "--data"); /* a FIFO or /dev/zero would never end */
+    if (fd < 0) return REMAT_EIO;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return remat_set_error(REMAT_EIO, "--data %s: %s", c->data, strerror(errno));
+    }
     size_t cap = 1 << 16, len = 0;
     unsigned char *buf = malloc(cap);
     while (buf) {

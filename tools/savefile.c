@@ -1,6 +1,9 @@
 /* tools/savefile.c — the --save / --resume file (see savefile.h, docs/file-format.md). */
 #include "savefile.h"
 
+#include "util.h"
+
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -129,6 +132,34 @@ static remat_tensor *optim_slot(const remat_optimizer *o, const model *m, int j,
     return k < 0 ? NULL : remat_optim_state(o, k, slot);
 }
 
+/* Removes PATH.tmp.XXXXXX files (regular, 6-character suffix) that saves
+ * killed before their rename left next to path. */
+static void remove_stale_temporaries(const char *path) {
+    char *dcopy = strdup(path), *bcopy = strdup(path);
+    if (!dcopy || !bcopy) {
+        free(dcopy);
+        free(bcopy);
+        return;
+    }
+    const char *dir = dirname(dcopy), *base = basename(bcopy);
+    size_t bl = strlen(base);
+    DIR *d = opendir(dir);
+    if (d) {
+        int dfd = dirfd(d);
+        for (struct dirent *e; (e = readdir(d)) != NULL;) {
+            if (strlen(e->d_name) != bl + 11 || strncmp(e->d_name, base, bl) != 0 ||
+                strncmp(e->d_name + bl, ".tmp.", 5) != 0)
+                continue;
+            struct stat st;
+            if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+                unlinkat(dfd, e->d_name, 0);
+        }
+        closedir(d);
+    }
+    free(dcopy);
+    free(bcopy);
+}
+
 int savefile_write(const char *path, const config *c, const task *t, const model *m,
                    const remat_optimizer *o, int64_t step) {
     if (!host_little_endian())
@@ -192,6 +223,19 @@ int savefile_write(const char *path, const config *c, const task *t, const model
     uint32_t crc = savefile_crc32(b.p, b.len - 4);
     for (int k = 0; k < 4; k++) b.p[b.len - 4 + k] = (unsigned char)(crc >> (8 * k));
 
+    /* rename() would replace whatever path is: only a regular file (or
+     * nothing) may be there — not a symlink, FIFO, device or directory */
+    struct stat tst;
+    if (lstat(path, &tst) == 0 && !S_ISREG(tst.st_mode)) {
+        free(b.p);
+        return remat_set_error(REMAT_EIO, "--save %s: is %s; --save writes regular files only",
+                               path, S_ISLNK(tst.st_mode) ? "a symbolic link"
+                                     : S_ISDIR(tst.st_mode) ? "a directory"
+                                     : S_ISFIFO(tst.st_mode) ? "a FIFO"
+                                     : S_ISCHR(tst.st_mode) || S_ISBLK(tst.st_mode) ? "a device"
+                                                                                     : "not a regular file");
+    }
+    remove_stale_temporaries(path);
     /* temp file in the target's directory, so rename() is atomic */
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 16);
@@ -205,11 +249,17 @@ int savefile_write(const char *path, const config *c, const task *t, const model
     snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
     int fd = mkstemp(tmp);
     rc = REMAT_OK;
+    if (fd >= 0) { /* mkstemp makes 0600; a saved file gets the mode the umask gives */
+        mode_t mask = umask(0);
+        umask(mask);
+        if (fchmod(fd, 0666 & ~mask) != 0)
+            rc = remat_set_error(REMAT_EIO, "--save %s: chmod failed: %s", path, strerror(errno));
+    }
     if (fd < 0) {
         rc = remat_set_error(REMAT_EIO, "--save %s: cannot create a temporary file: %s", path,
                              strerror(errno));
     } else {
-        if (write_all(fd, b.p, b.len) != 0 || fsync(fd) != 0) {
+        if (!rc && (write_all(fd, b.p, b.len) != 0 || fsync(fd) != 0)) {
             rc = remat_set_error(REMAT_EIO, "--save %s: write failed: %s", path, strerror(errno));
         }
         if (close(fd) != 0 && !rc)
@@ -242,56 +292,8 @@ void savefile_free(saved_state *s) {
 
 #define BAD(...) (savefile_free(s), remat_set_error(REMAT_EFORMAT, __VA_ARGS__))
 
-int savefile_read(const char *path, saved_state *s) {
-    memset(s, 0, sizeof *s);
-    FILE *f = fopen(path, "rb");
-    if (!f) return remat_set_error(REMAT_EIO, "--resume %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return remat_set_error(REMAT_EIO, "--resume %s: not a regular file", path);
-    }
-    size_t size = (size_t)st.st_size;
-    s->image = malloc(size ? size : 1);
-    if (!s->image) {
-        fclose(f);
-        return remat_set_error(REMAT_ENOMEM, "--resume %s: out of memory", path);
-    }
-    size_t got = fread(s->image, 1, size, f);
-    fclose(f);
-    if (got != size) {
-        savefile_free(s);
-        return remat_set_error(REMAT_EIO, "--resume %s: read error", path);
-    }
-    s->size = size;
-    const unsigned char *p = s->image;
-    if (size < 8 || memcmp(p, SAVEFILE_MAGIC, 8) != 0)
-        return BAD("--resume %s: not a remat save file (bad magic; expected \"%s\")", path,
-                   SAVEFILE_MAGIC);
-    if (size < PREAMBLE_BYTES)
-        return BAD("--resume %s: truncated file (%zu bytes, the preamble alone is %u)", path, size,
-                   PREAMBLE_BYTES);
-    uint32_t version = get_u32(p + 8), hbytes = get_u32(p + 12);
-    uint64_t fbytes = get_u64(p + 16);
-    if (version != SAVEFILE_VERSION)
-        return BAD("--resume %s: unsupported format version %u (this remat reads version %u)",
-                   path, version, SAVEFILE_VERSION);
-    if (fbytes > size)
-        return BAD("--resume %s: truncated file: %zu bytes of the %llu it should have", path, size,
-                   (unsigned long long)fbytes);
-    if (fbytes < size)
-        return BAD("--resume %s: %zu bytes of unexpected data after the end of the file", path,
-                   size - (size_t)fbytes);
-    if (hbytes != FIXED_HEADER_BYTES || size < PREAMBLE_BYTES + hbytes + 4)
-        return BAD("--resume %s: corrupt header (header size %u)", path, hbytes);
-    uint32_t crc = get_u32(p + size - 4), want = savefile_crc32(p, size - 4);
-    if (crc != want)
-        return BAD("--resume %s: corrupt file: checksum mismatch (stored CRC-32 %08x, computed "
-                   "%08x)",
-                   path, crc, want);
-    if (!host_little_endian()) return BAD("--resume %s: big-endian hosts are not supported", path);
-
-    const unsigned char *h = p + PREAMBLE_BYTES;
+/* Fills *s's header fields from the fixed header h (FIXED_HEADER_BYTES). */
+static void parse_header(saved_state *s, const unsigned char *h) {
     s->model = get_u32(h + 0);
     s->layers = get_u32(h + 4);
     s->width = get_u32(h + 8);
@@ -315,17 +317,134 @@ int savefile_read(const char *path, saved_state *s) {
     s->task = get_u32(h + 144);
     s->data_crc = get_u32(h + 148);
     s->data_bytes = get_u64(h + 152);
-    if (s->model > 1 || s->optim > 1 || s->layers == 0 || s->width == 0 || s->heads == 0 ||
-        s->context == 0 || s->batch == 0 || s->untied > 1 || s->step < 0 || s->task > 2 ||
-        s->n_tensors > 1000000)
-        return BAD("--resume %s: corrupt header (impossible model settings)", path);
+}
+
+/* The header's values against the flags' limits and the file's size (each
+ * block has at least a width x width f32 matrix, a GPT a context x width
+ * position table; a tensor record takes at least 21 bytes): a corrupt
+ * header is refused before the rest of the file is read or a model built. */
+static int check_header(const saved_state *s, const char *path, uint64_t size) {
+    const char *bad = NULL;
+    uint64_t v = 0, lim = 0;
+#define LIMIT(field, max)                                                                         \
+    if (!bad && (s->field == 0 || s->field > (uint64_t)(max))) {                                 \
+        bad = #field;                                                                             \
+        v = s->field;                                                                             \
+        lim = (uint64_t)(max);                                                                    \
+    }
+    LIMIT(layers, ARGS_MAX_LAYERS)
+    LIMIT(width, ARGS_MAX_WIDTH)
+    LIMIT(heads, ARGS_MAX_HEADS)
+    LIMIT(context, ARGS_MAX_CONTEXT)
+    LIMIT(batch, ARGS_MAX_BATCH)
+#undef LIMIT
+    if (bad)
+        return remat_set_error(REMAT_EFORMAT, "--resume %s: corrupt header: %s %llu is outside "
+                               "1..%llu (the --%s limit)", path, bad, (unsigned long long)v,
+                               (unsigned long long)lim, bad);
+    if (s->model > 1 || s->optim > 1 || s->untied > 1 || s->step < 0 || s->optim_t < 0 ||
+        s->task > 2)
+        return remat_set_error(REMAT_EFORMAT, "--resume %s: corrupt header (impossible model "
+                               "settings)", path);
+    uint64_t min_bytes = (uint64_t)s->layers * s->width * s->width * 4u;
+    if (s->model == MODEL_GPT) min_bytes += (uint64_t)s->context * s->width * 4u;
+    if (min_bytes > size || (uint64_t)s->n_tensors * 21u > size)
+        return remat_set_error(REMAT_EFORMAT, "--resume %s: corrupt header: %u layers of width "
+                               "%u%s and %u tensors cannot fit in a file of %llu bytes", path,
+                               s->layers, s->width, s->model == MODEL_GPT ? " (GPT)" : "",
+                               s->n_tensors, (unsigned long long)size);
+    return REMAT_OK;
+}
+
+/* Reads exactly n bytes at the descriptor's position; -1 on error or EOF. */
+static int read_full(int fd, unsigned char *p, size_t n) {
+    while (n) {
+        ssize_t k = read(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+int savefile_read(const char *path, saved_state *s) {
+    memset(s, 0, sizeof *s);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; only regular
+     * files are read */
+    int fd = util_open_regular(path, "--resume");
+    if (fd < 0) return REMAT_EIO;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return remat_set_error(REMAT_EIO, "--resume %s: %s", path, strerror(errno));
+    }
+    size_t size = (size_t)st.st_size;
+    unsigned char head[PREAMBLE_BYTES + FIXED_HEADER_BYTES];
+    size_t hn = size < sizeof head ? size : sizeof head;
+    if (read_full(fd, head, hn) != 0) {
+        close(fd);
+        return remat_set_error(REMAT_EIO, "--resume %s: read error", path);
+    }
+    const unsigned char *p = head;
+#define BAD_EARLY(...) (close(fd), remat_set_error(REMAT_EFORMAT, __VA_ARGS__))
+    if (size < 8 || memcmp(p, SAVEFILE_MAGIC, 8) != 0)
+        return BAD_EARLY("--resume %s: not a remat save file (bad magic; expected \"%s\")", path,
+                         SAVEFILE_MAGIC);
+    if (size < PREAMBLE_BYTES)
+        return BAD_EARLY("--resume %s: truncated file (%zu bytes, the preamble alone is %u)", path,
+                         size, PREAMBLE_BYTES);
+    uint32_t version = get_u32(p + 8), hbytes = get_u32(p + 12);
+    uint64_t fbytes = get_u64(p + 16);
+    if (version != SAVEFILE_VERSION)
+        return BAD_EARLY("--resume %s: unsupported format version %u (this remat reads version %u)",
+                         path, version, SAVEFILE_VERSION);
+    if (fbytes > size)
+        return BAD_EARLY("--resume %s: truncated file: %zu bytes of the %llu it should have", path,
+                         size, (unsigned long long)fbytes);
+    if (fbytes < size)
+        return BAD_EARLY("--resume %s: %zu bytes of unexpected data after the end of the file",
+                         path, size - (size_t)fbytes);
+    if (hbytes != FIXED_HEADER_BYTES || size < PREAMBLE_BYTES + hbytes + 4)
+        return BAD_EARLY("--resume %s: corrupt header (header size %u)", path, hbytes);
+    if (!host_little_endian())
+        return BAD_EARLY("--resume %s: big-endian hosts are not supported", path);
+#undef BAD_EARLY
+    parse_header(s, p + PREAMBLE_BYTES);
+    int rc = check_header(s, path, size);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    /* the header is plausible: now the rest of the file */
+    s->image = malloc(size);
+    if (!s->image) {
+        close(fd);
+        return remat_set_error(REMAT_ENOMEM, "--resume %s: out of memory for %zu bytes", path,
+                               size);
+    }
+    memcpy(s->image, head, sizeof head);
+    int got = read_full(fd, s->image + sizeof head, size - sizeof head);
+    close(fd);
+    if (got != 0) {
+        savefile_free(s);
+        return remat_set_error(REMAT_EIO, "--resume %s: read error (the file changed while it "
+                               "was read?)", path);
+    }
+    s->size = size;
+    p = s->image;
+    uint32_t crc = get_u32(p + size - 4), want = savefile_crc32(p, size - 4);
+    if (crc != want)
+        return BAD("--resume %s: corrupt file: checksum mismatch (stored CRC-32 %08x, computed "
+                   "%08x)",
+                   path, crc, want);
 
     s->tensors = calloc(s->n_tensors ? s->n_tensors : 1, sizeof *s->tensors);
     if (!s->tensors) {
         savefile_free(s);
         return remat_set_error(REMAT_ENOMEM, "--resume %s: out of memory", path);
     }
-    size_t off = PREAMBLE_BYTES + hbytes, end = size - 4;
+    size_t off = PREAMBLE_BYTES + FIXED_HEADER_BYTES, end = size - 4;
     for (uint32_t i = 0; i < s->n_tensors; i++) {
         saved_tensor *t = &s->tensors[i];
         if (end - off < 4) return BAD("--resume %s: corrupt tensor record %u", path, i);
@@ -400,6 +519,10 @@ int savefile_merge_config(const saved_state *s, const char *path, config *c) {
     if (!c->set_momentum) c->momentum = s->momentum;
     if (c->model == MODEL_GPT && (c->width % c->heads != 0 || s->vocab != GPT_VOCAB))
         return remat_set_error(REMAT_EFORMAT, "--resume %s: corrupt header (model shape)", path);
+    /* the strategy and flag checks args_parse left for the file's model */
+    char err[512];
+    if (args_check_model(c, false, err, sizeof err))
+        return remat_set_error(REMAT_EINVAL, "--resume %s: %s", path, err);
     return REMAT_OK;
 }
 
@@ -468,10 +591,12 @@ int savefile_restore(const saved_state *s, const char *path, model *m, remat_opt
         if (sm) rc = load_into(s, path, "optim.m.", m->params[i].name, sm);
         if (!rc && sv) rc = load_into(s, path, "optim.v.", m->params[i].name, sv);
     }
-    if (!rc) rc = remat_optim_set_updates(o, s->optim_t);
     if (rc) return rc;
+    rc = remat_optim_set_updates(o, s->optim_t);
+    if (rc) return remat_set_error(rc, "--resume %s: %s", path, remat_last_error());
     rc = remat_rng_set_state(REMAT_DEVICE_CPU, s->rng);
-    if (rc) return rc;
+    if (rc) return remat_set_error(rc, "--resume %s: the saved RNG state: %s", path,
+                                   remat_last_error());
     *step = s->step;
     return REMAT_OK;
 }

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "remat/remat.h"
+
 double util_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -268,3 +270,30 @@ bool util_mkdir_p(const char *path) {
 }
 
 bool util_isatty(FILE *f) { return isatty(fileno(f)) == 1; }
+
+int util_open_regular(const char *path, const char *flag) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        remat_set_error(REMAT_EIO, "%s %s: %s", flag, path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        remat_set_error(REMAT_EIO, "%s %s: %s", flag, path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        const char *what = S_ISDIR(st.st_mode)    ? "a directory"
+                           : S_ISFIFO(st.st_mode) ? "a FIFO"
+                           : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                           : S_ISSOCK(st.st_mode) ? "a socket"
+                                                  : "not a regular file";
+        remat_set_error(REMAT_EIO, "%s %s: is %s; expected a regular file", flag, path, what);
+        close(fd);
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}

@@ -74,6 +74,11 @@ void util_str_free(util_str *b);
 
 /* Creates directory `path` (and parents); true if it exists afterwards. */
 bool util_mkdir_p(const char *path);
+/* Opens path read-only if it is a regular file (O_NONBLOCK for the open, so
+ * a FIFO cannot block it, then cleared), close-on-exec. -1 otherwise, with
+ * remat_set_error(REMAT_EIO, "FLAG PATH: why") (a directory, a FIFO, a
+ * device, or the open's own error). */
+int util_open_regular(const char *path, const char *flag);
 
 /* Whether stream is a terminal. */
 bool util_isatty(FILE *f);

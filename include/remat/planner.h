@@ -86,9 +86,10 @@ extern "C" {
 REMAT_BEGIN_PUBLIC
 
 /* ---- profiles ------------------------------------------------------------------- */
-/* Measurements of one stage (bytes from the allocator, seconds). Peaks are
- * relative to the allocator's current bytes just before the step they
- * measure. */
+/* Measurements of one stage (bytes from the allocator, seconds). Bytes are
+ * those the profiling thread allocates (other threads allocating meanwhile
+ * do not count, and the process-wide peak is not reset); peaks are relative
+ * to that thread's bytes just before the step they measure. */
 typedef struct remat_stage_profile {
     double fwd_time;        /* forward with grad mode on (median) */
     double bwd_time;        /* backward of the stage: input and parameter grads (median) */

@@ -51,6 +51,32 @@
  * then measured up to 2x slower. Run programs with OMP_WAIT_POLICY=passive
  * (the remat program sets it for itself): OpenMP reads the variable once at
  * start-up, before any library code runs, so remat cannot set it for you.
+ *
+ * Thread safety: remat may be used from several threads at once. What is
+ * shared:
+ *  - Per thread (each thread has its own, nothing to coordinate): the last
+ *    error and its status, grad mode, the saved-tensor hook stack, open
+ *    scopes, the running backward pass, checkpoint recomputation and
+ *    selective-checkpoint regions, the checkpoint debug report, and the
+ *    allocation meter remat_profile_stages measures with (so profiles are
+ *    right while other threads allocate).
+ *  - Process-wide, synchronised (safe to use from any thread at any time):
+ *    the device registry, the allocator and its counters
+ *    (remat_alloc_stats_get; remat_alloc_reset_peak resets them for every
+ *    thread), the cpu buffer cache, each device's random generator (one
+ *    stream per device shared by all threads: draws from several threads
+ *    interleave, so seed and draw on one thread for reproducible runs), the
+ *    planner's remat_checkpoint_budget cache, tensor and node refcounts.
+ *  - Process-wide settings, not synchronised with calls in flight: set them
+ *    before other threads use remat — the cpu allocator override
+ *    (remat_set_cpu_allocator), the allocation observer, the log callback,
+ *    the save observer, the checkpoint global overrides
+ *    (remat_set_checkpoint_*), the default device type, device
+ *    registration.
+ *  - Objects: a tensor, its gradient and its graph may be read by several
+ *    threads, but must be written (in-place ops, .grad, hooks, backward
+ *    through its graph) by one thread at a time; a checkpoint and the
+ *    backward that recomputes it run on one thread.
  */
 #ifndef REMAT_REMAT_H
 #define REMAT_REMAT_H

@@ -10,8 +10,9 @@
  *      training but no .grad is touched: time and peak;
  *   3. forward with saved-tensor hooks that keep nothing (what a stage
  *      inside a checkpointed segment does on its first run): peak.
- * Bytes come from the allocator's counters of the input's device (current
- * bytes and peak after remat_alloc_reset_peak); times from the monotonic
+ * Bytes come from this thread's allocation meter on the input's device
+ * (rm_meter_*: what this thread allocates and frees, not other threads,
+ * and the process-wide counters are untouched); times from the monotonic
  * clock, median over the timed runs; peaks are the maximum over runs.
  */
 #include <stdlib.h>
@@ -130,16 +131,16 @@ typedef struct stage_meas {
     size_t out_bytes, saved, fpa, fpn, bp;
 } stage_meas;
 
-static size_t peak_above(remat_device dev, size_t base) {
-    remat_alloc_stats st;
-    if (remat_alloc_stats_get(dev, &st)) return 0;
-    return st.peak_bytes > base ? st.peak_bytes - base : 0;
+/* Measured with this thread's allocation meter (rm_meter_*), so other
+ * threads allocating meanwhile change nothing, and the process-wide peak
+ * the user may be watching is left alone. */
+static int64_t meter_begin(void) {
+    rm_meter_mark_peak();
+    return rm_meter_current();
 }
-
-static size_t current_bytes(remat_device dev) {
-    remat_alloc_stats st;
-    if (remat_alloc_stats_get(dev, &st)) return 0;
-    return st.current_bytes;
+static size_t peak_above(int64_t base) {
+    int64_t p = rm_meter_peak();
+    return p > base ? (size_t)(p - base) : 0;
 }
 
 static int call_stage(const remat_stage *st, int k, remat_tensor *in, remat_tensor **y) {
@@ -157,23 +158,22 @@ static int call_stage(const remat_stage *st, int k, remat_tensor *in, remat_tens
 
 /* Runs stage k once on `a` the three ways; *next (if non-NULL) receives a
  * detached copy of the output. */
-static int measure_once(const remat_stage *st, int k, remat_tensor *a, remat_device dev,
+static int measure_once(const remat_stage *st, int k, remat_tensor *a,
                         stage_meas *m, remat_tensor **next) {
     remat_tensor *y = NULL, *g = NULL, **grads = NULL;
     ptr_set leaves = {0};
     int rc;
 
     /* 1. storing forward */
-    size_t before = current_bytes(dev);
-    remat_alloc_reset_peak(dev);
+    int64_t before = meter_begin();
     double t0 = now_s();
     rc = call_stage(st, k, a, &y);
     double t1 = now_s();
     if (rc) goto out;
     m->tf = t1 - t0;
-    m->fpa = peak_above(dev, before);
-    size_t after = current_bytes(dev);
-    size_t stored = after > before ? after - before : 0;
+    m->fpa = peak_above(before);
+    int64_t after = rm_meter_current();
+    size_t stored = after > before ? (size_t)(after - before) : 0;
     m->out_bytes = remat_shares_storage(y, a) ? 0 : remat_storage_nbytes(y);
     m->saved = stored > m->out_bytes ? stored - m->out_bytes : 0;
 
@@ -196,15 +196,14 @@ static int measure_once(const remat_stage *st, int k, remat_tensor *a, remat_dev
                 rc = rm_err(REMAT_ENOMEM, "out of memory");
                 goto out;
             }
-            size_t before_b = current_bytes(dev);
-            remat_alloc_reset_peak(dev);
+            int64_t before_b = meter_begin();
             double t2 = now_s();
             rc = remat_grad(1, &y, &g, leaves.n, (remat_tensor *const *)leaves.v, false, true,
                             grads);
             double t3 = now_s();
             if (rc) goto out;
             m->tb = t3 - t2;
-            m->bp = peak_above(dev, before_b);
+            m->bp = peak_above(before_b);
         }
     }
     if (grads)
@@ -218,12 +217,11 @@ static int measure_once(const remat_stage *st, int k, remat_tensor *a, remat_dev
     remat_saved_hooks drop = {drop_pack, drop_unpack, NULL, NULL};
     rc = remat_saved_hooks_push(&drop);
     if (rc) goto out;
-    before = current_bytes(dev);
-    remat_alloc_reset_peak(dev);
+    before = meter_begin();
     rc = call_stage(st, k, a, &y);
     remat_saved_hooks_pop();
     if (rc) goto out;
-    m->fpn = peak_above(dev, before);
+    m->fpn = peak_above(before);
     if (next) {
         rc = remat_detach(next, y);
         if (!rc && remat_tensor_dtype(*next) != REMAT_I64)
@@ -243,14 +241,13 @@ out:
 /* Measures stage k on `a`: warm untimed runs, then `runs` timed ones
  * (times in tf/tb, medians into *sp, peaks the largest seen). *next
  * receives the last run's detached output. */
-static int profile_stage(const remat_stage *st, int k, remat_tensor *a, remat_device dev,
-                         int warm, int runs, double *tf, double *tb, remat_stage_profile *sp,
-                         remat_tensor **next) {
+static int profile_stage(const remat_stage *st, int k, remat_tensor *a, int warm, int runs,
+                         double *tf, double *tb, remat_stage_profile *sp, remat_tensor **next) {
     sp->input_bytes = remat_storage_nbytes(a);
     for (int r = 0; r < warm + runs; r++) {
         stage_meas m = {0};
         bool last = r == warm + runs - 1;
-        int rc = measure_once(st, k, a, dev, &m, last ? next : NULL);
+        int rc = measure_once(st, k, a, &m, last ? next : NULL);
         if (rc) return rc;
         if (r >= warm) {
             tf[r - warm] = m.tf;
@@ -312,13 +309,15 @@ int remat_profile_stages(remat_profile **out, int n_stages, const remat_stage *s
     }
     void *scope = rm_scope_suspend();
     bool prev_grad = remat_enable_grad_begin();
+    rm_meter prev_meter;
+    rm_meter_start(dev, &prev_meter);
 
     remat_tensor *a = NULL;
     rc = remat_detach(&a, input);
     if (!rc && remat_tensor_dtype(a) != REMAT_I64) rc = remat_set_requires_grad(a, true);
     for (int k = 0; !rc && k < n_stages; k++) {
         remat_tensor *next = NULL;
-        rc = profile_stage(&stages[k], k, a, dev, warm, runs, tf, tb, &p->stages[k], &next);
+        rc = profile_stage(&stages[k], k, a, warm, runs, tf, tb, &p->stages[k], &next);
         if (rc) {
             char where[64];
             snprintf(where, sizeof where, "%s: stage %d", call, k);
@@ -331,6 +330,7 @@ int remat_profile_stages(remat_profile **out, int n_stages, const remat_stage *s
     }
     remat_release(a);
 
+    rm_meter_stop(&prev_meter);
     remat_grad_mode_restore(prev_grad);
     rm_scope_resume(scope);
     int rc2 = remat_rng_fork_end(&fork);
