@@ -18,7 +18,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "core.h"
 
 #define RM_CACHE_SIZES 256 /* distinct sizes cached at once (open addressing) */
 

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "dispatch/kernels.h"
-#include "internal.h"
+#include "core.h"
 
 typedef struct rm_gen {
     uint64_t seed;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core.h"
 
 static atomic_int_fast64_t g_live_tensors;
 static char g_empty_storage[64]; /* data address for 0-byte storages */
@@ -137,7 +137,7 @@ void remat_release(remat_tensor *t) {
     if (!t) return;
     if (atomic_fetch_sub(&t->refcount, 1) != 1) return;
     remat_release(t->grad);
-    if (t->grad_fn) t->grad_fn->release(t->grad_fn);
+    if (t->grad_fn) ((rm_node_head *)(void *)t->grad_fn)->release(t->grad_fn);
     rm_storage_release(t->storage);
     for (rm_hook *h = t->hooks; h;) {
         rm_hook *n = h->next;
@@ -233,15 +233,6 @@ remat_tensor *remat_scope_keep(remat_tensor *t) {
         }
     }
     return remat_retain(t);
-}
-
-/* ---- skip mode ------------------------------------------------------------------------------ */
-static RM_TLS bool tls_skip;
-bool rm_skip_mode(void) { return tls_skip; }
-bool rm_set_skip_mode(bool on) {
-    bool prev = tls_skip;
-    tls_skip = on;
-    return prev;
 }
 
 /* ---- formatting and validation -------------------------------------------------------------- */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "graph.h"
 #include "accumulate.h"
 
 /* ---- per-pass bookkeeping --------------------------------------------------------- */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "graph.h"
 
 #define RM_FN_MAX_SAVED 64
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "graph.h"
 
 /* ---- grad mode ------------------------------------------------------------------- */
 static RM_TLS bool tls_grad_disabled; /* zero-initialised: grad enabled */
@@ -110,7 +110,7 @@ void rm_notify_save(const char *op, remat_tensor *t) {
 static atomic_uint_fast64_t g_seq;
 
 remat_node *rm_node_retain(remat_node *n) {
-    if (n) atomic_fetch_add(&n->refcount, 1);
+    if (n) atomic_fetch_add(&n->head.refcount, 1);
     return n;
 }
 
@@ -161,7 +161,7 @@ void rm_node_release(remat_node *n) {
     int sp = 0, cap = 0;
     remat_node *cur = n;
     for (;;) {
-        if (cur && atomic_fetch_sub(&cur->refcount, 1) == 1) {
+        if (cur && atomic_fetch_sub(&cur->head.refcount, 1) == 1) {
             rm_node_release_saved(cur);
             for (int i = 0; i < cur->n_next; i++) {
                 remat_node *child = cur->next[i].node;
@@ -205,8 +205,8 @@ static remat_node *node_alloc(const char *name, rm_backward_fn backward, int n_n
                               int n_saved) {
     remat_node *n = calloc(1, sizeof *n);
     if (!n) return NULL;
-    atomic_init(&n->refcount, 1);
-    n->release = rm_node_release;
+    atomic_init(&n->head.refcount, 1);
+    n->head.release = rm_node_release;
     n->name = name;
     n->backward = backward;
     n->seq = atomic_fetch_add(&g_seq, 1) + 1;

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "ck.h"
+#include "recompute.h"
 
 /* One tensor saved during the original forward (P: _Holder + x_metadata). */
 typedef struct ck_slot {

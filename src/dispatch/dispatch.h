@@ -21,7 +21,7 @@
 #ifndef REMAT_DISPATCH_H
 #define REMAT_DISPATCH_H
 
-#include "kernels.h"
+#include "../ops/ops_internal.h"
 
 #define RM_OP_MAX_IN RM_KERNEL_MAX_IN
 #define RM_OP_MAX_OUT RM_KERNEL_MAX_OUT

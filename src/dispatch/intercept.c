@@ -10,7 +10,7 @@
  * cost is a few thread-local loads and stores per op. */
 #include <string.h>
 
-#include "../internal.h"
+#include "intercept.h"
 
 static RM_TLS rm_icpt_ref tls_icpt;
 static RM_TLS rm_saver_fn tls_saver;

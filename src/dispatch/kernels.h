@@ -12,7 +12,7 @@
 #ifndef REMAT_DISPATCH_KERNELS_H
 #define REMAT_DISPATCH_KERNELS_H
 
-#include "../internal.h"
+#include "../core.h"
 
 /* Every kernel: the families' lists (src/dispatch/kernels/<family>.h say
  * what each kernel is handed: in[], out[] and its parameter struct).

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../dispatch/kernels.h"
+#include "../internal.h"
 
 
 typedef enum ipop { IP_ADD, IP_MUL, IP_MUL_SCALAR, IP_RELU, IP_ZERO, IP_COPY } ipop;

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../checkpoint/recompute.h"
 #include "sac.h"
 
 typedef enum save_kind { SAVE_NONE = 0, SAVE_INPUT, SAVE_OUT_VIEW, SAVE_OWN } save_kind;

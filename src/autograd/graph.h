@@ -1,0 +1,119 @@
+/* src/autograd/graph.h — the autograd layer's private declarations: graph
+ * nodes, their saved tensors and edges, and what backward functions may
+ * call. Not installed. */
+#ifndef REMAT_AUTOGRAD_GRAPH_H
+#define REMAT_AUTOGRAD_GRAPH_H
+
+#include "../core.h"
+
+/* ---- autograd graph --------------------------------------------------------- */
+typedef struct rm_saved {
+    bool defined;
+    bool was_output;     /* saved tensor is an output of the node (informational) */
+    remat_tensor *data;  /* saved directly (no hooks): detached alias */
+    void *handle;        /* packed by hooks */
+    remat_saved_hooks hooks;
+    bool has_hooks;
+    bool freed;
+    uint64_t saved_version;
+    /* metadata kept for error messages */
+    int ndim;
+    int64_t shape[REMAT_MAX_DIMS];
+    remat_dtype dtype;
+    remat_device device;
+} rm_saved;
+
+typedef struct rm_edge {
+    remat_node *node; /* owned reference (NULL: no grad needed) */
+    int input_nr;
+} rm_edge;
+
+typedef int (*rm_backward_fn)(remat_node *node, remat_tensor *const *grad_outputs,
+                              remat_tensor **grad_inputs);
+
+typedef struct rm_node_hook {
+    int output_nr;
+    remat_grad_hook_fn fn;
+    void *user_data;
+    struct rm_node_hook *next;
+} rm_node_hook;
+
+typedef struct rm_out_meta {
+    int ndim;
+    int64_t shape[REMAT_MAX_DIMS];
+    remat_dtype dtype;
+    remat_device device;
+} rm_out_meta;
+
+struct remat_node {
+    rm_node_head head; /* refcount, release (src/core.h) */
+    const char *name;      /* static string */
+    char *owned_name;      /* for custom functions */
+    rm_backward_fn backward;
+    uint64_t seq;
+    int n_next;            /* one per differentiable input of the op */
+    rm_edge *next;
+    int n_outputs;
+    rm_out_meta *out_meta;
+    int n_saved;
+    rm_saved *saved;
+    void *ctx;                     /* op-specific parameters */
+    void (*ctx_free)(void *ctx);
+    remat_tensor *leaf;            /* AccumulateGrad: the leaf (owned) */
+    rm_node_hook *hooks;
+    bool released;                 /* saved tensors freed by a backward pass */
+};
+
+/* True if grad mode is on and any of the n inputs (NULL allowed) requires grad. */
+bool rm_needs_grad(int n, remat_tensor *const *inputs);
+/* Creates a node for an op with n_inputs inputs (NULL or non-grad inputs get
+ * empty edges), n_outputs outputs and room for n_saved saved tensors. */
+int rm_node_new(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
+                remat_tensor *const *inputs, int n_outputs, int n_saved);
+/* rm_node_new, then a copy of ctx_size bytes of ctx as the node's ctx
+ * (freed with the node); ctx_size 0: no ctx. */
+int rm_node_new_ctx(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
+                    remat_tensor *const *inputs, int n_outputs, int n_saved, const void *ctx,
+                    size_t ctx_size);
+/* Drops a reference to the node. */
+void rm_node_release(remat_node *n);
+remat_node *rm_node_retain(remat_node *n);
+/* Saves t (may be NULL) into slot i, through the saved-tensor hooks. */
+int rm_node_save(remat_node *n, int slot, remat_tensor *t);
+/* Unpacks saved slot i: a new reference (NULL if the slot was saved NULL). */
+int rm_node_unpack(remat_node *n, int slot, remat_tensor **out);
+/* Attaches output `t` as output i of the node (sets grad_fn, requires_grad). */
+void rm_node_set_output(remat_node *n, int i, remat_tensor *t);
+/* Convenience: set ctx (freed with free() unless ctx_free given). */
+void rm_node_set_ctx(remat_node *n, void *ctx, void (*ctx_free)(void *));
+/* Edge to the gradient sink of t (grad_fn or the leaf accumulator). */
+int rm_gradient_edge(remat_tensor *t, rm_edge *edge);
+/* In-place ops: fails on a leaf that requires grad while grad mode is on.
+ * (The rebase onto the new node happens in rm_node_set_output.) */
+int rm_check_inplace(const char *call, remat_tensor *t);
+/* Frees saved tensors of a node (graph release). */
+void rm_node_release_saved(remat_node *n);
+/* Called by a backward function once it has read saved slot `slot` for the
+ * last time: frees it now, as the graph release after the node would, if
+ * the running backward pass does not retain the graph (otherwise nothing).
+ * Lets a backward free a large saved input before it allocates the next
+ * gradient (linear: x after dW, before dx), lowering the pass's peak. */
+void rm_node_done_with_saved(remat_node *n, int slot);
+/* For a backward that can compute a gradient in place over a saved input
+ * (elementwise, same shape and dtype): when the pass does not retain the
+ * graph and saved slot `slot` (saved without hooks) is the only holder of a
+ * contiguous storage it spans exactly, moves it out as a plain new tensor
+ * in *out (the slot counts as freed) and returns true. Otherwise *out is
+ * NULL, nothing changes, and the backward allocates as usual. */
+bool rm_node_take_saved(remat_node *n, int slot, remat_tensor **out);
+/* Whether the backward pass running on this thread retains the graph (true
+ * outside backward). */
+bool rm_backward_retains_graph(void);
+
+/* Sums grad down to shape (undoing broadcasting). New reference in *out. */
+int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape);
+
+/* Calls the save observer (residual reports) for a tensor being saved. */
+void rm_notify_save(const char *op, remat_tensor *t);
+
+#endif /* REMAT_AUTOGRAD_GRAPH_H */
