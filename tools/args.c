@@ -82,7 +82,9 @@ static void usage_model(FILE *f) {
             "  global batch; rank 0 prints and writes files\n"
             "  --dist-timeout S      a rank that fails or stops answering ends the job\n"
             "                        within S seconds, naming it                       [60]\n"
-            "  --bucket-size MIB     gradient all-reduce bucket size                   [25]\n");
+            "  --bucket-size MIB     gradient all-reduce bucket size                   [25]\n"
+            "  --zero                train: ZeRO-1, AdamW state sharded across the ranks\n"
+            "                        (1/N per rank; not with --accum, --save, --resume)\n");
 }
 
 void args_usage_train(FILE *f) {
@@ -321,6 +323,7 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
         else if (!strcmp(name, "--reentrant")) flag = &reentrant;
         else if (!strcmp(name, "--verbose")) flag = &c->verbose;
         else if (!bench && !strcmp(name, "--report")) flag = &c->report;
+        else if (!bench && !strcmp(name, "--zero")) flag = &c->zero;
         else if (bench && !strcmp(name, "--csv")) flag = &c->csv;
         if (flag) {
             if (eq) return fail(cmd, "option takes no value", arg, NULL);

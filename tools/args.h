@@ -50,6 +50,7 @@ typedef struct config {
     /* under mpirun (tools/dist.h) */
     double dist_timeout;  /* --dist-timeout seconds (0: 60) */
     double bucket_mib;    /* --bucket-size MiB (0: 25) */
+    bool zero;            /* --zero: AdamW state sharded across ranks (ZeRO-1) */
     /* bench */
     strategy strategies[ARGS_MAX_STRATEGIES];
     int n_strategies;

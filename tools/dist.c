@@ -43,6 +43,30 @@ int prog_dist_attach(prog_dist *d, model *m, double bucket_mib) {
     return rc;
 }
 
+static int zero_backward(void *ud, remat_tensor *loss) { return remat_zero_backward(ud, loss); }
+
+int prog_dist_attach_zero(prog_dist *d, model *m, double bucket_mib,
+                          const remat_optim_options *o) {
+    if (!d->pg) return remat_set_error(REMAT_EINVAL, "--zero: run under mpirun");
+    remat_tensor **p = malloc(sizeof *p * (size_t)m->n_params);
+    double *wd = malloc(sizeof *wd * (size_t)m->n_params);
+    int rc = REMAT_OK;
+    if (!p || !wd) rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    for (int i = 0; !rc && i < m->n_params; i++) {
+        p[i] = m->params[i].t;
+        wd[i] = m->params[i].decay ? o->weight_decay : 0.0; /* as make_optimizer's groups */
+    }
+    remat_ddp_options dopt = {.bucket_bytes = bucket_mib > 0 ? (size_t)(bucket_mib * 1048576.0) : 0};
+    if (!rc) rc = remat_zero_create(&d->zero, d->pg, m->n_params, p, wd, o, &dopt);
+    free(p);
+    free(wd);
+    if (!rc) {
+        d->ddp = remat_zero_ddp(d->zero); /* borrowed: for the statistics */
+        step_set_backward(zero_backward, d->zero);
+    }
+    return rc;
+}
+
 void prog_dist_after_step(prog_dist *d) {
     if (!d->ddp) return;
     remat_ddp_stats st;
@@ -70,8 +94,10 @@ double prog_dist_hidden_fraction(const prog_dist *d) {
 
 int prog_dist_end(prog_dist *d, int rc) {
     step_set_backward(NULL, NULL);
-    remat_ddp_free(d->ddp);
+    if (d->zero) remat_zero_free(d->zero); /* with its ddp */
+    else remat_ddp_free(d->ddp);
     d->ddp = NULL;
+    d->zero = NULL;
     if (d->pg && rc) {
         /* every rank of a failed step prints its message (the others name the
          * failed rank); give them that long before MPI_Abort ends the job */

@@ -24,6 +24,7 @@
 typedef struct prog_dist {
     remat_dist *pg;   /* NULL: not under mpirun */
     remat_ddp *ddp;   /* after prog_dist_attach */
+    remat_zero *zero; /* after prog_dist_attach_zero (--zero) */
     int rank, world;
     /* sums over the synchronised steps that did not learn (see remat_ddp) */
     double comm_s, exposed_s, backward_s;
@@ -39,6 +40,11 @@ int prog_dist_init(prog_dist *d, config *c);
 /* Registers the model's parameters (copies rank 0's values everywhere) and
  * routes step_run's backward through DDP. No-op when not distributed. */
 int prog_dist_attach(prog_dist *d, model *m, double bucket_mib);
+/* --zero: the same with AdamW sharded across the ranks (remat_zero); the
+ * caller then calls remat_zero_step(d->zero) after each backward instead
+ * of an optimizer. Matrices decay (o->weight_decay), the rest do not. */
+int prog_dist_attach_zero(prog_dist *d, model *m, double bucket_mib,
+                          const remat_optim_options *o);
 /* After a step: adds the last backward's communication figures. */
 void prog_dist_after_step(prog_dist *d);
 /* Mean over ranks of *v (no-op alone). */

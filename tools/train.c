@@ -195,7 +195,7 @@ static void log_eval(FILE *f, int64_t step, const eval_summary *e) {
 /* The program's optimizer: AdamW (betas 0.9, 0.95) with weight decay on
  * the matrices only (biases, norms and positions in a no-decay group), or
  * SGD (no weight decay); schedule, clipping and accumulation from the flags. */
-static int make_optimizer(const config *c, model *m, remat_optimizer **out) {
+static void optimizer_options(const config *c, remat_optim_options *out) {
     remat_optim_options o;
     remat_optim_options_init(&o, c->optim == OPTIM_SGD ? REMAT_OPTIM_SGD : REMAT_OPTIM_ADAMW);
     o.lr = c->lr;
@@ -210,6 +210,12 @@ static int make_optimizer(const config *c, model *m, remat_optimizer **out) {
         o.schedule = (remat_lr_schedule){REMAT_LR_WARMUP_COSINE, c->warmup, c->steps, c->min_lr};
     o.clip_norm = c->clip;
     o.accum_steps = c->accum;
+    *out = o;
+}
+
+static int make_optimizer(const config *c, model *m, remat_optimizer **out) {
+    remat_optim_options o;
+    optimizer_options(c, &o);
     remat_tensor **decay = malloc(sizeof *decay * (size_t)m->n_params);
     remat_tensor **plain = malloc(sizeof *plain * (size_t)m->n_params);
     int nd = 0, np = 0, rc = REMAT_OK;
@@ -266,11 +272,26 @@ int cmd_train(config *c) {
     tk.row0 = (int64_t)pd.rank * c->batch; /* this rank's rows of each global batch */
     if (c->resume && (rc = savefile_check_task(&saved, c->resume, &tk))) goto done;
     if ((rc = model_init(&m, c, c->seed))) goto done;
-    if ((rc = make_optimizer(c, &m, &o))) goto done;
+    if (c->zero) { /* --zero: the sharded AdamW (tools/dist.c) replaces the optimizer */
+        if (!pd.pg || c->optim != OPTIM_ADAMW || c->accum > 1 || c->save || c->resume) {
+            rc = remat_set_error(REMAT_EINVAL, "--zero shards AdamW across the ranks of an "
+                                 "mpirun job; it does not take --optim sgd, --accum, --save or "
+                                 "--resume%s", pd.pg ? "" : " (run under mpirun)");
+            goto done;
+        }
+    } else if ((rc = make_optimizer(c, &m, &o))) {
+        goto done;
+    }
     int64_t start = 0;
     if (c->resume && (rc = savefile_restore(&saved, c->resume, &m, o, &start))) goto done;
     savefile_free(&saved);
-    if ((rc = prog_dist_attach(&pd, &m, c->bucket_mib))) goto done;
+    if (c->zero) {
+        remat_optim_options zo;
+        optimizer_options(c, &zo);
+        if ((rc = prog_dist_attach_zero(&pd, &m, c->bucket_mib, &zo))) goto done;
+    } else if ((rc = prog_dist_attach(&pd, &m, c->bucket_mib))) {
+        goto done;
+    }
     /* each rank its own random stream (rank 0 keeps the one it has) */
     if (pd.rank > 0) remat_manual_seed(remat_dist_rank_seed(pd.pg, c->seed + (uint64_t)start));
     if (start > c->steps) {
@@ -387,6 +408,7 @@ int cmd_train(config *c) {
             batch_free(&b);
             c->strat.sac_stats = NULL;
         }
+        if (!rc && pd.zero) rc = remat_zero_step(pd.zero);
         if (!rc) rc = prog_dist_mean(&pd, &loss); /* the global batch's loss */
         double dt = util_now() - t0;
         if (k == 0 && c->strat.kind == STRAT_SELECTIVE) have_sac = true;
@@ -533,7 +555,9 @@ int cmd_train(config *c) {
                             "\"plan_recomputed_blocks\":%" PRId64 ",",
                             p->budget_bytes, p->peak_bytes, p->min_budget_bytes,
                             p->peak_store_all, p->n_recomputed);
-        util_str_printf(&j, "\"world_size\":%d,", pd.world);
+        util_str_printf(&j, "\"world_size\":%d,\"zero\":%s,\"optim_state_bytes\":%zu,", pd.world,
+                        pd.zero ? "true" : "false",
+                        pd.zero ? remat_zero_state_bytes(pd.zero) : remat_optim_state_bytes(o));
         if (pd.pg && hidden >= 0)
             util_str_printf(&j, "\"comm_ms\":%.4f,\"comm_exposed_ms\":%.4f,"
                                 "\"comm_hidden_fraction\":%.4f,", comm_ms, exposed_ms, hidden);
@@ -564,6 +588,11 @@ int cmd_train(config *c) {
             if (hidden >= 0)
                 printf("all-reduce    %.1f ms per step, %.1f ms of it after backward (%.0f%% "
                        "hidden)\n", comm_ms, exposed_ms, 100 * hidden);
+            char ob[32];
+            if (pd.zero)
+                printf("optimizer     ZeRO-1: %s of AdamW state per rank (1/%d of it)\n",
+                       util_fmt_bytes((double)remat_zero_state_bytes(pd.zero), ob, sizeof ob),
+                       pd.world);
         }
         const remat_plan *p = c->strat.plan;
         if (p) {

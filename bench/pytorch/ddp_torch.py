@@ -47,7 +47,8 @@ def worker(rank, a, q):
     # gloo cannot broadcast the bool causal-mask buffers (identical anyway)
     DDP._set_params_and_buffers_to_ignore_for_model(
         m, [n for n, _ in m.named_buffers() if n.endswith("mask")])
-    ddp = DDP(m, static_graph=a.checkpoint != "none" and a.reentrant)
+    static = a.checkpoint != "none" and a.reentrant and not a.find_unused
+    ddp = DDP(m, static_graph=static, find_unused_parameters=a.find_unused)
     opt = torch.optim.AdamW(m.parameters(), lr=3e-3, weight_decay=0.01, betas=(0.9, 0.95))
     g = torch.Generator().manual_seed(100 + rank)
     times = []
@@ -75,6 +76,9 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--checkpoint", default="none", choices=["none", "block"])
     ap.add_argument("--reentrant", action="store_true")
+    ap.add_argument("--find-unused", action="store_true",
+                    help="find_unused_parameters=True (no static graph): with --reentrant this is "
+                         "PyTorch's 'Expected to mark a variable ready only once' failure")
     ap.add_argument("--port", type=int, default=29517)
     a = ap.parse_args()
     ctx = mp.get_context("spawn")

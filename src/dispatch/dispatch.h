@@ -139,4 +139,10 @@ struct rm_op_desc {
 int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
                 const void *params, void *site);
 
+/* For a backward: saved slot `slot` of node, contiguous, as a new
+ * reference in *out. A slot saved as NULL is REMAT_ESTATE "<node name>:
+ * <missing>" unless missing is NULL (then *out is NULL: an optional
+ * input). */
+int rm_saved_contig(remat_node *node, int slot, const char *missing, remat_tensor **out);
+
 #endif /* REMAT_DISPATCH_H */

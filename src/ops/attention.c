@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backends/cpu/clones.h"
 #include "../internal.h"
 #include "gemm.h"
 #include "../backends/cpu/nn.h" /* rm_row_max */
@@ -121,7 +122,7 @@ static inline int64_t att_row_keys(const att_dims *d, int64_t i) {
      * turned into probabilities in place: s is (m, kn). With lse == NULL they                \
      * are normalised and the row log-sum-exp is stored in lse_out; otherwise                 \
      * P = exp(S - lse) from the saved lse. Masked entries are 0. */                          \
-    static void att_probs_##T(const att_dims *d, const att_mat *q, const att_mat *k,         \
+    RM_CPU_CLONES static void att_probs_##T(const att_dims *d, const att_mat *q, const att_mat *k,         \
                               int64_t b, int64_t i0, int64_t m, int64_t kn, T *restrict s,    \
                               const T *lse, T *lse_out) {                                     \
         const T *qb = (const T *)q->base + q->off[b] + i0 * q->ld;                            \

@@ -189,3 +189,14 @@ int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *
     rm_op_end(&f, rc, outs && !rc ? n_ret(op) : 0, outs);
     return rc;
 }
+
+int rm_saved_contig(remat_node *node, int slot, const char *missing, remat_tensor **out) {
+    *out = NULL;
+    remat_tensor *t = NULL;
+    int rc = rm_node_unpack(node, slot, &t);
+    if (rc) return rc;
+    if (!t) return missing ? rm_err(REMAT_ESTATE, "%s: %s", node->name, missing) : REMAT_OK;
+    rc = rm_contig(out, t);
+    remat_release(t);
+    return rc;
+}

@@ -63,14 +63,8 @@ static void embedding_fill_ctx(const rm_op_call *c, void *ctx) {
 static int embedding_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const emb_ctx *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
-    remat_tensor *is = NULL, *ic = NULL, *g = NULL, *dw = NULL;
-    int rc = rm_node_unpack(node, 0, &is);
-    if (rc) return rc;
-    if (!is) {
-        rc = rm_err(REMAT_ESTATE, "%s: indices were not saved", node->name);
-        goto out;
-    }
-    rc = rm_contig(&ic, is);
+    remat_tensor *ic = NULL, *g = NULL, *dw = NULL;
+    int rc = rm_saved_contig(node, 0, "indices were not saved", &ic);
     if (!rc) rc = rm_contig(&g, gout[0]);
     int64_t wshape[2] = {c->num, c->dim};
     if (!rc) rc = rm_new_output(&dw, 2, wshape, g->dtype, g->storage->device);
@@ -78,11 +72,10 @@ static int embedding_backward(remat_node *node, remat_tensor *const *gout, remat
         rm_kargs k = {.in = {g, ic}, .out = {dw}};
         rc = rm_kernel_run(RM_K_EMBEDDING_BWD, node->name, &k);
     }
-    if (rc) goto out;
-    gin[0] = dw;
-    dw = NULL;
-out:
-    remat_release(is);
+    if (!rc) {
+        gin[0] = dw;
+        dw = NULL;
+    }
     remat_release(ic);
     remat_release(g);
     remat_release(dw);
@@ -133,31 +126,21 @@ static int cross_entropy_infer(const rm_op_call *c, rm_out_spec *out) {
 static int cross_entropy_backward(remat_node *node, remat_tensor *const *gout,
                                   remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
-    remat_tensor *sv[3] = {NULL, NULL, NULL}, *cv[3] = {NULL, NULL, NULL}, *dx = NULL;
+    remat_tensor *sv[3] = {NULL, NULL, NULL}, *dx = NULL;
     int rc = REMAT_OK;
-    for (int i = 0; i < 3 && rc == REMAT_OK; i++) {
-        rc = rm_node_unpack(node, i, &sv[i]);
-        if (!rc && sv[i]) rc = rm_contig(&cv[i], sv[i]);
-    }
-    if (rc) goto out;
-    if (!cv[0] || !cv[1] || !cv[2]) {
-        rc = rm_err(REMAT_ESTATE, "%s: saved tensors are missing", node->name);
-        goto out;
-    }
-    remat_tensor *x = cv[0];
-    rc = rm_new_output(&dx, x->ndim, x->shape, x->dtype, x->storage->device);
+    for (int i = 0; i < 3 && rc == REMAT_OK; i++)
+        rc = rm_saved_contig(node, i, "saved tensors are missing", &sv[i]);
+    remat_tensor *x = sv[0];
+    if (!rc) rc = rm_new_output(&dx, x->ndim, x->shape, x->dtype, x->storage->device);
     if (!rc) {
-        rm_kargs k = {.in = {x, cv[1], cv[2], gout[0]}, .out = {dx}, .params = node->ctx};
+        rm_kargs k = {.in = {x, sv[1], sv[2], gout[0]}, .out = {dx}, .params = node->ctx};
         rc = rm_kernel_run(RM_K_CROSS_ENTROPY_BWD, node->name, &k);
     }
-    if (rc) goto out;
-    gin[0] = dx;
-    dx = NULL;
-out:
-    for (int i = 0; i < 3; i++) {
-        remat_release(sv[i]);
-        remat_release(cv[i]);
+    if (!rc) {
+        gin[0] = dx;
+        dx = NULL;
     }
+    for (int i = 0; i < 3; i++) remat_release(sv[i]);
     remat_release(dx);
     return rc;
 }

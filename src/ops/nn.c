@@ -37,25 +37,18 @@ static int softmax_check(const rm_op_call *c) {
 static int softmax_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const softmax_params *p = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
-    remat_tensor *ys = NULL, *y = NULL, *g = NULL, *dx = NULL;
-    int rc = rm_node_unpack(node, 0, &ys);
-    if (rc) return rc;
-    if (!ys) {
-        rc = rm_err(REMAT_ESTATE, "%s: output was not saved", node->name);
-        goto out;
-    }
-    rc = rm_contig(&y, ys);
+    remat_tensor *y = NULL, *g = NULL, *dx = NULL;
+    int rc = rm_saved_contig(node, 0, "output was not saved", &y);
     if (!rc) rc = rm_contig(&g, gout[0]);
     if (!rc) rc = rm_new_output(&dx, y->ndim, y->shape, y->dtype, y->storage->device);
     if (!rc) {
         rm_kargs k = {.in = {g, y}, .out = {dx}, .params = &p->k};
         rc = rm_kernel_run(RM_K_SOFTMAX_BWD, node->name, &k);
     }
-    if (rc) goto out;
-    gin[0] = dx;
-    dx = NULL;
-out:
-    remat_release(ys);
+    if (!rc) {
+        gin[0] = dx;
+        dx = NULL;
+    }
     remat_release(y);
     remat_release(g);
     remat_release(dx);
@@ -161,21 +154,13 @@ static void layer_norm_fill_ctx(const rm_op_call *c, void *ctx) {
 static int layer_norm_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const ln_params *p = node->ctx;
     const int n_norm = p->k.n_norm;
-    remat_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *cv[4] = {NULL, NULL, NULL, NULL};
-    remat_tensor *g = NULL, *dx = NULL, *dw = NULL, *db = NULL;
+    remat_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *g = NULL, *dx = NULL, *dw = NULL, *db = NULL;
     int rc = REMAT_OK;
-    for (int i = 0; i < 4 && rc == REMAT_OK; i++) {
-        rc = rm_node_unpack(node, i, &sv[i]);
-        if (rc == REMAT_OK && sv[i]) rc = rm_contig(&cv[i], sv[i]);
-    }
+    for (int i = 0; i < 4 && rc == REMAT_OK; i++) /* the weight (1) may be absent */
+        rc = rm_saved_contig(node, i, i == 1 ? NULL : "saved tensors are missing", &sv[i]);
+    if (!rc) rc = rm_contig(&g, gout[0]);
     if (rc) goto out;
-    if (!cv[0] || !cv[2] || !cv[3]) {
-        rc = rm_err(REMAT_ESTATE, "%s: saved tensors are missing", node->name);
-        goto out;
-    }
-    rc = rm_contig(&g, gout[0]);
-    if (rc) goto out;
-    remat_tensor *x = cv[0], *w = cv[1];
+    remat_tensor *x = sv[0], *w = sv[1];
     remat_device dev = x->storage->device;
     if (node->next[0].node) rc = rm_new_output(&dx, x->ndim, x->shape, x->dtype, dev);
     /* inputs are (x, weight, bias): the node always has 3 edges */
@@ -183,7 +168,7 @@ static int layer_norm_backward(remat_node *node, remat_tensor *const *gout, rema
         rc = rm_new_output(&dw, n_norm, p->norm_shape, x->dtype, dev);
     if (!rc && node->next[2].node) rc = rm_new_output(&db, n_norm, p->norm_shape, x->dtype, dev);
     if (!rc) {
-        rm_kargs k = {.in = {g, x, w, cv[2], cv[3]}, .out = {dx, dw, db}, .params = &p->k};
+        rm_kargs k = {.in = {g, x, w, sv[2], sv[3]}, .out = {dx, dw, db}, .params = &p->k};
         rc = rm_kernel_run(RM_K_LAYER_NORM_BWD, node->name, &k);
     }
     if (rc) goto out;
@@ -192,10 +177,7 @@ static int layer_norm_backward(remat_node *node, remat_tensor *const *gout, rema
     gin[2] = db;
     dx = dw = db = NULL;
 out:
-    for (int i = 0; i < 4; i++) {
-        remat_release(sv[i]);
-        remat_release(cv[i]);
-    }
+    for (int i = 0; i < 4; i++) remat_release(sv[i]);
     remat_release(g);
     remat_release(dx);
     remat_release(dw);
@@ -260,14 +242,8 @@ static int dropout_infer(const rm_op_call *c, rm_out_spec *out) {
 static int dropout_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
     const dropout_params *p = node->ctx;
-    remat_tensor *ms = NULL, *m = NULL, *g = NULL, *dx = NULL;
-    int rc = rm_node_unpack(node, 0, &ms);
-    if (rc) return rc;
-    if (!ms) {
-        rc = rm_err(REMAT_ESTATE, "%s: mask was not saved", node->name);
-        goto out;
-    }
-    rc = rm_contig(&m, ms);
+    remat_tensor *m = NULL, *g = NULL, *dx = NULL;
+    int rc = rm_saved_contig(node, 0, "mask was not saved", &m);
     if (!rc) rc = rm_contig(&g, gout[0]);
     if (rc) goto out;
     int64_t n = remat_numel(g);
@@ -286,7 +262,6 @@ static int dropout_backward(remat_node *node, remat_tensor *const *gout, remat_t
     gin[0] = dx;
     dx = NULL;
 out:
-    remat_release(ms);
     remat_release(m);
     remat_release(g);
     remat_release(dx);

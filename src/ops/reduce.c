@@ -180,26 +180,19 @@ static void max_fill_ctx(const rm_op_call *c, void *ctx) {
 static int max_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const max_params *p = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
-    remat_tensor *idx = NULL, *idxc = NULL, *g = NULL, *dx = NULL;
-    int rc = rm_node_unpack(node, 0, &idx);
-    if (rc) return rc;
-    if (!idx) {
-        rc = rm_err(REMAT_ESTATE, "%s: argmax indices were not saved", node->name);
-        goto out;
-    }
-    rc = rm_contig(&idxc, idx);
+    remat_tensor *idx = NULL, *g = NULL, *dx = NULL;
+    int rc = rm_saved_contig(node, 0, "argmax indices were not saved", &idx);
     if (!rc) rc = rm_contig(&g, gout[0]);
     if (!rc) rc = rm_new_output(&dx, p->ndim, p->shape, g->dtype, g->storage->device);
     if (!rc) {
-        rm_kargs k = {.in = {g, idxc}, .out = {dx}, .params = &p->k};
+        rm_kargs k = {.in = {g, idx}, .out = {dx}, .params = &p->k};
         rc = rm_kernel_run(RM_K_MAX_BWD, node->name, &k);
     }
-    if (rc) goto out;
-    gin[0] = dx;
-    dx = NULL;
-out:
+    if (!rc) {
+        gin[0] = dx;
+        dx = NULL;
+    }
     remat_release(idx);
-    remat_release(idxc);
     remat_release(g);
     remat_release(dx);
     return rc;

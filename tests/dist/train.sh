@@ -4,6 +4,8 @@
 #     relative for 20 steps (reentrant checkpointing under DDP);
 #  2. --save under mpirun then --resume under mpirun = the uninterrupted
 #     run, bitwise (loss_bits and every loss);
+#  2b. --zero (ZeRO-1): half the AdamW state per rank, losses bitwise those
+#     of DDP + AdamW;
 #  3. only rank 0 prints (one JSON object, one summary); `remat bench`
 #     under mpirun reports once, with the communication figures;
 #  4. a rank that cannot start (bad --data on rank 1 only is not possible
@@ -35,6 +37,15 @@ worst = max(abs(x - y) / abs(y) for x, y in zip(a["losses"], b["losses"]))
 assert len(a["losses"]) == 20 and worst <= 1e-5, worst
 assert a["tokens_per_s"] > 0 and "comm_hidden_fraction" in a
 print("2 ranks x batch 2 vs 1 x batch 4: worst relative loss difference %.2e" % worst)
+PY
+run2 --batch 2 --steps 20 --checkpoint block --reentrant --zero > "$tmp/z.json" || fail "--zero run"
+python3 - "$tmp/a.json" "$tmp/z.json" <<'PY' || fail "--zero"
+import json, sys
+a, z = (json.load(open(f)) for f in sys.argv[1:3])
+assert z["zero"] and not a["zero"]
+assert 2 * z["optim_state_bytes"] == a["optim_state_bytes"], (z["optim_state_bytes"], a["optim_state_bytes"])
+assert z["losses"] == a["losses"], "ZeRO-1 losses differ from DDP + AdamW"
+print("--zero: AdamW state per rank %d of %d bytes; losses bitwise DDP's" % (z["optim_state_bytes"], a["optim_state_bytes"]))
 PY
 run2 --batch 2 --steps 10 --checkpoint block --save "$tmp/s.bin" > /dev/null || fail "save run"
 run2 --batch 2 --steps 20 --checkpoint block --resume "$tmp/s.bin" > "$tmp/c.json" || fail "resume run"

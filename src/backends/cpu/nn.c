@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clones.h"
 #include "cpu.h"
 #include "vmath.h"
 
@@ -41,7 +42,7 @@ typedef double f64;
  * Through the integer keys of rm_rowmax_key (cpu/nn.h). A NaN anywhere makes
  * the result NaN (exp(x - NaN) then poisons the row, as in PyTorch). */
 #define ROWMAX_KERNEL(T)                                                                      \
-    T rm_row_max_##T(const T *restrict x, int64_t n) {                                        \
+    RM_CPU_CLONES_EXTERN T rm_row_max_##T(const T *restrict x, int64_t n) {                                        \
         T best;                                                                               \
         if (rm_rowmax_key_##T(x, n, &best)) return (T)NAN;                                    \
         if (n == 0) return -INFINITY;                                                         \
@@ -56,7 +57,7 @@ ROWMAX_KERNEL(f64)
     /* Row helpers (also used by cross_entropy in loss.c). Float reductions use NN_LANES      \
      * independent accumulators so they vectorise without reassociation flags. */             \
     /* sum_i exp(x[i] - sub); also stores the terms in y unless y is NULL */                  \
-    T rm_row_expsum_##T(const T *restrict x, T sub, T *restrict y, int64_t n) {               \
+    RM_CPU_CLONES_EXTERN T rm_row_expsum_##T(const T *restrict x, T sub, T *restrict y, int64_t n) {               \
         T acc[NN_LANES];                                                                      \
         for (int j = 0; j < NN_LANES; j++) acc[j] = 0;                                        \
         int64_t i = 0;                                                                        \
@@ -82,11 +83,11 @@ ROWMAX_KERNEL(f64)
     }                                                                                         \
                                                                                               \
     /* y[i] = exp(x[i] - sub) * scale */                                                      \
-    void rm_row_exp_scale_##T(const T *restrict x, T sub, T scale, T *restrict y, int64_t n) { \
+    RM_CPU_CLONES_EXTERN void rm_row_exp_scale_##T(const T *restrict x, T sub, T scale, T *restrict y, int64_t n) { \
         for (int64_t i = 0; i < n; i++) y[i] = EXPF(x[i] - sub) * scale;                      \
     }                                                                                         \
     /* y = softmax or log_softmax of x (O, R, I) over R. */                                   \
-    static void softmax_fwd_##T(const T *restrict x, T *restrict y, int64_t O, int64_t R,     \
+    RM_CPU_CLONES static void softmax_fwd_##T(const T *restrict x, T *restrict y, int64_t O, int64_t R,     \
                                 int64_t I, bool log_out) {                                    \
         int64_t total = O * R * I;                                                            \
         if (I == 1) {                                                                         \
@@ -142,7 +143,7 @@ ROWMAX_KERNEL(f64)
                                                                                               \
     /* softmax:     dx = y * (g - sum_r(g * y))                                               \
      * log_softmax: dx = g - exp(y) * sum_r(g) */                                             \
-    static void softmax_bwd_##T(const T *restrict g, const T *restrict y, T *restrict dx,     \
+    RM_CPU_CLONES static void softmax_bwd_##T(const T *restrict g, const T *restrict y, T *restrict dx,     \
                                 int64_t O, int64_t R, int64_t I, bool log_out) {              \
         int64_t total = O * R * I;                                                            \
         if (I == 1) {                                                                         \
@@ -271,7 +272,7 @@ static int64_t ln_chunk_rows(int64_t N, int64_t C) {
     }                                                                                         \
                                                                                               \
     /* x (N, C) -> y (N, C); mean, rstd (N). w, b (C) or NULL. */                             \
-    static void layernorm_fwd_##T(const T *restrict x, const T *restrict w,                   \
+    RM_CPU_CLONES static void layernorm_fwd_##T(const T *restrict x, const T *restrict w,                   \
                                   const T *restrict b, T *restrict y, T *restrict mean,       \
                                   T *restrict rstd, int64_t N, int64_t C, double eps) {       \
         _Pragma("omp parallel for if (N * C > RM_OMP_MIN / 4)")                               \
@@ -296,7 +297,7 @@ static int64_t ln_chunk_rows(int64_t N, int64_t C) {
     /* Rows [r0, r1) of the backward (see layernorm_bwd): dx rows (dx may be NULL) and, if    \
      * pw is not NULL, this chunk's column sums pw[c] = sum_n norm * g, pb[c] = sum_n g.      \
      * s1 = sum_c w*g and s2 = sum_c w*g*norm are lane sums over the row held in L1. */       \
-    static void ln_bwd_rows_##T(const T *restrict g, const T *restrict x,                     \
+    RM_CPU_CLONES static void ln_bwd_rows_##T(const T *restrict g, const T *restrict x,                     \
                                 const T *restrict w, const T *restrict mean,                  \
                                 const T *restrict rstd, T *restrict dx, T *restrict pw,       \
                                 T *restrict pb, int64_t r0, int64_t r1, int64_t C) {          \
@@ -349,7 +350,7 @@ static int64_t ln_chunk_rows(int64_t N, int64_t C) {
      *   norm = (x - mean) * rstd                                                             \
      *   dx = (w*g - mean_c(w*g) - norm * mean_c(w*g*norm)) * rstd                            \
      *   dw = sum_n norm * g,  db = sum_n g (chunk partials in T, summed in double) */        \
-    static void layernorm_bwd_##T(const T *restrict g, const T *restrict x,                   \
+    RM_CPU_CLONES static void layernorm_bwd_##T(const T *restrict g, const T *restrict x,                   \
                                   const T *restrict w, const T *restrict mean,                \
                                   const T *restrict rstd, T *restrict dx, T *restrict dw,     \
                                   T *restrict db, T *restrict part, int64_t N, int64_t C) {   \

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "clones.h"
 #include "cpu.h"
 #include "vmath.h"
 
@@ -40,7 +41,7 @@ static inline double gelu_tanh_grad_d(double v) {
 
 /* y = f(x); p = scalar parameter. GELU / GELU_T are the erf- and tanh-form GELUs. */
 #define UNARY_FWD(T, EXPF, LOGF, SQRTF, TANHF, GELU, GELU_T, POWF)                           \
-    static void fwd_##T(rm_unary_op op, const T *restrict x, T *restrict y, int64_t n, T p) {        \
+    RM_CPU_CLONES static void fwd_##T(rm_unary_op op, const T *restrict x, T *restrict y, int64_t n, T p) {        \
         switch (op) {                                                                        \
         case RM_U_NEG: _Pragma("omp parallel for simd if (n > 65536)")                          \
             for (int64_t i = 0; i < n; i++) y[i] = -x[i]; break;                             \
@@ -76,7 +77,7 @@ static inline double gelu_tanh_grad_d(double v) {
 /* dx = g * f'(s) where s is the saved x or y (see k_uinfo); GELU_GRAD and
  * GELU_T_GRAD are the erf- and tanh-form GELUs' derivatives. */
 #define UNARY_BWD(T, GELU_GRAD, GELU_T_GRAD, POWF)                                           \
-    static void bwd_##T(rm_unary_op op, const T *restrict g, const T *restrict s, T *restrict dx,    \
+    RM_CPU_CLONES static void bwd_##T(rm_unary_op op, const T *restrict g, const T *restrict s, T *restrict dx,    \
                         int64_t n, T p) {                                                    \
         switch (op) {                                                                        \
         case RM_U_NEG: for (int64_t i = 0; i < n; i++) dx[i] = -g[i]; break;                    \
