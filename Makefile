@@ -8,7 +8,7 @@ BUILD_LINT ?= build-lint
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build run test test-asan test-clang werror lint bench fixtures install clean
+.PHONY: all deps build run test test-asan test-clang werror lint bench fixtures install fuzz clean
 
 all: build
 
@@ -59,6 +59,19 @@ lint:
 	@sh scripts/deps.sh lint
 	@bash scripts/lint.sh $(BUILD_LINT) $(JOBS)
 
+# libFuzzer on the save-file parser (clang, -fsanitize=fuzzer,address,undefined)
+# for FUZZ_SECONDS, from the committed seeds (copied: libFuzzer adds what it
+# finds to its first corpus directory, which stays in the build tree).
+BUILD_FUZZ   ?= build-fuzz
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@cmake -S . -B $(BUILD_FUZZ) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DREMAT_FUZZ=ON \
+	  -DREMAT_BUILD_TESTS=OFF -DREMAT_BUILD_PROGRAMS=OFF $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_savefile
+	@mkdir -p $(BUILD_FUZZ)/corpus && cp tests/fuzz/corpus/savefile/* $(BUILD_FUZZ)/corpus/
+	./$(BUILD_FUZZ)/fuzz_savefile -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	  -print_final_stats=1 $(BUILD_FUZZ)/corpus
+
 bench: build
 	./$(BUILD)/bench_gemm
 	./$(BUILD)/bench_ops
@@ -69,4 +82,4 @@ fixtures:
 	python3 scripts/gen_optim_fixtures.py tests/fixtures/optim
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_LINT) build-werror-gcc build-werror-clang
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_LINT) $(BUILD_FUZZ) build-werror-gcc build-werror-clang

@@ -2,6 +2,7 @@
 #include "savefile.h"
 
 #include "util.h"
+#include "remat/savefile.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -13,26 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define FIXED_HEADER_BYTES 160u /* version-1 header after the 24-byte preamble */
-#define PREAMBLE_BYTES 24u
+#define FIXED_HEADER_BYTES REMAT_SAVEFILE_HEADER_BYTES
 
 /* ---- CRC-32 --------------------------------------------------------------------------- */
-uint32_t savefile_crc32(const void *data, size_t n) {
-    static uint32_t table[256];
-    static int ready = 0;
-    if (!ready) {
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            table[i] = c;
-        }
-        ready = 1;
-    }
-    const unsigned char *p = data;
-    uint32_t c = 0xFFFFFFFFu;
-    for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
-}
+uint32_t savefile_crc32(const void *data, size_t n) { return remat_crc32(data, n); }
 
 /* ---- little-endian byte buffer ---------------------------------------------------------- */
 typedef struct buf {
@@ -70,18 +55,6 @@ static void put_f64(buf *b, double d) {
     uint64_t v;
     memcpy(&v, &d, 8);
     put_u64(b, v);
-}
-static uint32_t get_u32(const unsigned char *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get_u64(const unsigned char *p) {
-    return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
-}
-static double get_f64(const unsigned char *p) {
-    uint64_t v = get_u64(p);
-    double d;
-    memcpy(&d, &v, 8);
-    return d;
 }
 static bool host_little_endian(void) {
     uint16_t x = 1;
@@ -290,33 +263,31 @@ void savefile_free(saved_state *s) {
     memset(s, 0, sizeof *s);
 }
 
-#define BAD(...) (savefile_free(s), remat_set_error(REMAT_EFORMAT, __VA_ARGS__))
-
-/* Fills *s's header fields from the fixed header h (FIXED_HEADER_BYTES). */
-static void parse_header(saved_state *s, const unsigned char *h) {
-    s->model = get_u32(h + 0);
-    s->layers = get_u32(h + 4);
-    s->width = get_u32(h + 8);
-    s->heads = get_u32(h + 12);
-    s->context = get_u32(h + 16);
-    s->vocab = get_u32(h + 20);
-    s->untied = get_u32(h + 24);
-    s->optim = get_u32(h + 28);
-    s->batch = get_u32(h + 32);
-    s->n_tensors = get_u32(h + 36);
-    s->lr = get_f64(h + 40);
-    s->weight_decay = get_f64(h + 48);
-    s->momentum = get_f64(h + 56);
-    s->beta1 = get_f64(h + 64);
-    s->beta2 = get_f64(h + 72);
-    s->eps = get_f64(h + 80);
-    s->seed = get_u64(h + 88);
-    s->step = (int64_t)get_u64(h + 96);
-    s->optim_t = (int64_t)get_u64(h + 104);
-    memcpy(s->rng, h + 112, 32);
-    s->task = get_u32(h + 144);
-    s->data_crc = get_u32(h + 148);
-    s->data_bytes = get_u64(h + 152);
+/* The program's copy of the library's header fields. */
+static void take_header(saved_state *s, const remat_savefile_header *h) {
+    s->model = h->model;
+    s->layers = h->layers;
+    s->width = h->width;
+    s->heads = h->heads;
+    s->context = h->context;
+    s->vocab = h->vocab;
+    s->untied = h->untied;
+    s->optim = h->optim;
+    s->batch = h->batch;
+    s->n_tensors = h->n_tensors;
+    s->lr = h->lr;
+    s->weight_decay = h->weight_decay;
+    s->momentum = h->momentum;
+    s->beta1 = h->beta1;
+    s->beta2 = h->beta2;
+    s->eps = h->eps;
+    s->seed = h->seed;
+    s->step = h->step;
+    s->optim_t = h->optim_t;
+    memcpy(s->rng, h->rng, sizeof s->rng);
+    s->task = h->task;
+    s->data_crc = h->data_crc;
+    s->data_bytes = h->data_bytes;
 }
 
 /* The header's values against the flags' limits and the file's size (each
@@ -370,8 +341,10 @@ static int read_full(int fd, unsigned char *p, size_t n) {
 
 int savefile_read(const char *path, saved_state *s) {
     memset(s, 0, sizeof *s);
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer; only regular
-     * files are read */
+    if (!host_little_endian())
+        return remat_set_error(REMAT_EUNSUPPORTED, "--resume %s: big-endian hosts are not "
+                               "supported", path);
+    /* only a regular file (a FIFO must not block the open) */
     int fd = util_open_regular(path, "--resume");
     if (fd < 0) return REMAT_EIO;
     struct stat st;
@@ -380,43 +353,26 @@ int savefile_read(const char *path, saved_state *s) {
         return remat_set_error(REMAT_EIO, "--resume %s: %s", path, strerror(errno));
     }
     size_t size = (size_t)st.st_size;
-    unsigned char head[PREAMBLE_BYTES + FIXED_HEADER_BYTES];
+    /* the preamble and header first: a bad header is refused before the
+     * rest of the file is read or anything is allocated for it */
+    unsigned char head[REMAT_SAVEFILE_PREFIX_BYTES];
     size_t hn = size < sizeof head ? size : sizeof head;
     if (read_full(fd, head, hn) != 0) {
         close(fd);
         return remat_set_error(REMAT_EIO, "--resume %s: read error", path);
     }
-    const unsigned char *p = head;
-#define BAD_EARLY(...) (close(fd), remat_set_error(REMAT_EFORMAT, __VA_ARGS__))
-    if (size < 8 || memcmp(p, SAVEFILE_MAGIC, 8) != 0)
-        return BAD_EARLY("--resume %s: not a remat save file (bad magic; expected \"%s\")", path,
-                         SAVEFILE_MAGIC);
-    if (size < PREAMBLE_BYTES)
-        return BAD_EARLY("--resume %s: truncated file (%zu bytes, the preamble alone is %u)", path,
-                         size, PREAMBLE_BYTES);
-    uint32_t version = get_u32(p + 8), hbytes = get_u32(p + 12);
-    uint64_t fbytes = get_u64(p + 16);
-    if (version != SAVEFILE_VERSION)
-        return BAD_EARLY("--resume %s: unsupported format version %u (this remat reads version %u)",
-                         path, version, SAVEFILE_VERSION);
-    if (fbytes > size)
-        return BAD_EARLY("--resume %s: truncated file: %zu bytes of the %llu it should have", path,
-                         size, (unsigned long long)fbytes);
-    if (fbytes < size)
-        return BAD_EARLY("--resume %s: %zu bytes of unexpected data after the end of the file",
-                         path, size - (size_t)fbytes);
-    if (hbytes != FIXED_HEADER_BYTES || size < PREAMBLE_BYTES + hbytes + 4)
-        return BAD_EARLY("--resume %s: corrupt header (header size %u)", path, hbytes);
-    if (!host_little_endian())
-        return BAD_EARLY("--resume %s: big-endian hosts are not supported", path);
-#undef BAD_EARLY
-    parse_header(s, p + PREAMBLE_BYTES);
-    int rc = check_header(s, path, size);
+    remat_savefile_header h;
+    int rc = remat_savefile_parse_header(head, hn, size, &h);
+    if (!rc) {
+        take_header(s, &h);
+        rc = check_header(s, path, size);
+    } else {
+        rc = remat_set_error(rc, "--resume %s: %s", path, remat_last_error());
+    }
     if (rc) {
         close(fd);
         return rc;
     }
-    /* the header is plausible: now the rest of the file */
     s->image = malloc(size);
     if (!s->image) {
         close(fd);
@@ -432,50 +388,29 @@ int savefile_read(const char *path, saved_state *s) {
                                "was read?)", path);
     }
     s->size = size;
-    p = s->image;
-    uint32_t crc = get_u32(p + size - 4), want = savefile_crc32(p, size - 4);
-    if (crc != want)
-        return BAD("--resume %s: corrupt file: checksum mismatch (stored CRC-32 %08x, computed "
-                   "%08x)",
-                   path, crc, want);
-
-    s->tensors = calloc(s->n_tensors ? s->n_tensors : 1, sizeof *s->tensors);
+    remat_saved_record *recs = NULL;
+    rc = remat_savefile_parse(s->image, size, &h, &recs);
+    if (rc) {
+        savefile_free(s);
+        return remat_set_error(rc, "--resume %s: %s", path, remat_last_error());
+    }
+    s->tensors = calloc(h.n_tensors ? h.n_tensors : 1, sizeof *s->tensors);
     if (!s->tensors) {
+        free(recs);
         savefile_free(s);
         return remat_set_error(REMAT_ENOMEM, "--resume %s: out of memory", path);
     }
-    size_t off = PREAMBLE_BYTES + FIXED_HEADER_BYTES, end = size - 4;
-    for (uint32_t i = 0; i < s->n_tensors; i++) {
+    for (uint32_t i = 0; i < h.n_tensors; i++) {
         saved_tensor *t = &s->tensors[i];
-        if (end - off < 4) return BAD("--resume %s: corrupt tensor record %u", path, i);
-        t->name_len = get_u32(p + off);
-        off += 4;
-        if (t->name_len == 0 || t->name_len > 256 || end - off < t->name_len + 8)
-            return BAD("--resume %s: corrupt tensor record %u (name)", path, i);
-        t->name = (const char *)(p + off);
-        off += t->name_len;
-        t->dtype = get_u32(p + off);
-        t->ndim = get_u32(p + off + 4);
-        off += 8;
-        if (t->ndim > 8 || end - off < 8u * t->ndim + 8)
-            return BAD("--resume %s: corrupt tensor record %u (shape)", path, i);
-        uint64_t numel = 1;
-        for (uint32_t d = 0; d < t->ndim; d++) {
-            t->shape[d] = (int64_t)get_u64(p + off);
-            off += 8;
-            if (t->shape[d] < 0 || t->shape[d] > (1ll << 40))
-                return BAD("--resume %s: corrupt tensor record %u (shape)", path, i);
-            numel *= (uint64_t)t->shape[d];
-        }
-        t->nbytes = get_u64(p + off);
-        off += 8;
-        if (t->dtype > 2 || t->nbytes != numel * remat_dtype_size((remat_dtype)t->dtype) ||
-            t->nbytes > end - off)
-            return BAD("--resume %s: corrupt tensor record %u (data size)", path, i);
-        t->data = p + off;
-        off += t->nbytes;
+        t->name = recs[i].name;
+        t->name_len = recs[i].name_len;
+        t->dtype = recs[i].dtype;
+        t->ndim = recs[i].ndim;
+        memcpy(t->shape, recs[i].shape, sizeof t->shape);
+        t->nbytes = recs[i].nbytes;
+        t->data = recs[i].data;
     }
-    if (off != end) return BAD("--resume %s: corrupt file (%zu stray bytes)", path, end - off);
+    free(recs);
     return REMAT_OK;
 }
 

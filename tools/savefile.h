@@ -15,12 +15,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "remat/savefile.h"
+
 #include "args.h"
 #include "data.h"
 #include "models.h"
 
-#define SAVEFILE_MAGIC "REMATSAV"
-#define SAVEFILE_VERSION 1u
+#define SAVEFILE_MAGIC REMAT_SAVEFILE_MAGIC
+#define SAVEFILE_VERSION REMAT_SAVEFILE_VERSION
 
 typedef struct saved_tensor {
     const char *name; /* points into the file image (not NUL-terminated) */

@@ -15,6 +15,7 @@
  *   remat/compress.h    bf16 and host-offload saved-tensor hooks
  *   remat/optim.h       SGD, AdamW, clipping, lr schedules, gradient accumulation
  *   remat/dist.h        data parallelism over MPI: process groups, DDP, ZeRO-1
+ *   remat/savefile.h    the `remat train --save` file format, parsed from memory
  *
  * Example: one SGD step of y = relu(x W^T + b), loss = mse(y, t).
  *
@@ -93,6 +94,7 @@
 #include "remat/compress.h"
 #include "remat/optim.h"
 #include "remat/dist.h"
+#include "remat/savefile.h"
 
 #define REMAT_VERSION_MAJOR 0
 #define REMAT_VERSION_MINOR 1

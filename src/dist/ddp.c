@@ -54,15 +54,16 @@ static void test_pending(remat_ddp *d) {
 }
 
 /* Starts bucket b's reduction: all-reduce in place, or (ZeRO) the
- * reduce-scatter that leaves this rank's slice of the sums in the shard. */
+ * reduce-scatter that leaves the sums of this rank's slice in the bucket's
+ * first `slice` elements. */
 static int start_reduce(remat_ddp *d, dbucket *b) {
     MPI_Datatype t = rmd_mpi_type(b->dtype);
     if (!d->zero)
         return MPI_Iallreduce(MPI_IN_PLACE, rm_ptr(b->buf), (int)b->numel, t, MPI_SUM,
                               d->pg->comm, &b->req);
-    void *dst = (char *)rm_ptr(d->shard) + (size_t)b->shard_off * remat_dtype_size(b->dtype);
-    return MPI_Ireduce_scatter_block(rm_ptr(b->buf), dst, (int)b->slice, t, MPI_SUM, d->pg->comm,
-                                     &b->req);
+    /* in place: the sums of this rank's slice land at the start of the bucket */
+    return MPI_Ireduce_scatter_block(MPI_IN_PLACE, rm_ptr(b->buf), (int)b->slice, t, MPI_SUM,
+                                     d->pg->comm, &b->req);
 }
 
 static void launch_in_order(remat_ddp *d) {
@@ -225,10 +226,7 @@ static int build_buckets(remat_ddp *d, const char *call) {
             return rm_err(REMAT_EINVAL, "%s: a bucket of %lld elements is too large for MPI; lower "
                           "bucket_bytes", call, (long long)shape);
     }
-    if (d->zero) {
-        int rc = remat_zeros(&d->shard, 1, &shard, d->b[0].dtype, REMAT_DEVICE_CPU);
-        if (rc) return rm_err_prefix(rc, call);
-    }
+    d->shard_len = shard;
     return REMAT_OK;
 }
 
@@ -300,7 +298,6 @@ void remat_ddp_free(remat_ddp *d) {
     if (!d) return;
     for (int i = 0; d->p && i < d->n; i++) remat_release(d->p[i].t);
     for (int k = 0; d->b && k < d->nb; k++) remat_release(d->b[k].buf);
-    remat_release(d->shard);
     free(d->used_any);
     free(d->p);
     free(d->b);
@@ -444,7 +441,7 @@ int remat_ddp_backward(remat_ddp *d, remat_tensor *loss) {
         free(late_bucket);
         for (int i = 0; i < d->n; i++) any[i] &= FLAG_USED;
         memcpy(d->used_any, any, (size_t)d->n);
-        /* ZeRO keeps the sums in the shard; .grad stays this rank's own */
+        /* ZeRO keeps the sums in the buckets; .grad stays this rank's own */
         if (rc == REMAT_OK && !d->zero) rc = write_back(d, call, any);
     }
     if (rc == REMAT_OK) {

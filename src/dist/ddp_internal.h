@@ -26,7 +26,7 @@ typedef struct dbucket {
     int64_t numel;
     int64_t padded;    /* ZeRO: numel rounded up to a multiple of the world size */
     int64_t slice;     /* ZeRO: padded / world, this rank's part of the bucket */
-    int64_t shard_off; /* ZeRO: where that part lies in the shard buffer */
+    int64_t shard_off; /* ZeRO: where that part lies in the optimizer state */
     int n_params, n_ready;
     bool launched, done;
     MPI_Request req;
@@ -44,10 +44,11 @@ struct remat_ddp {
     bool learned;           /* expected counts are known */
     int mpi_failed;         /* MPI error code while launching (reported at the end) */
     remat_ddp_options o;
-    /* ZeRO-1: gradients are reduce-scattered into `shard` (each rank gets the
-     * sums of its slice of every bucket) and .grad is left alone */
+    /* ZeRO-1: each bucket is reduce-scattered in place (this rank gets the
+     * sums of its slice of the bucket in the bucket's first elements) and
+     * .grad is left alone; shard_len = the slices' total */
     bool zero;
-    remat_tensor *shard;
+    int64_t shard_len;
     unsigned char *used_any; /* per parameter, after a backward: some rank had a gradient */
     /* leaf → index: open addressing over 2^k slots */
     remat_tensor **hkey;

@@ -3,9 +3,11 @@
  *
  * Layout: bucket b is padded to P_b = W * S_b elements; rank r owns bucket
  * elements [r S_b, (r+1) S_b), which map to ranges of the parameters (a
- * slice may cover parts of several). The shard buffer (remat_ddp's) holds
- * the reduced gradient sums of every owned slice, back to back; exp_avg and
- * exp_avg_sq have exactly that many elements. */
+ * slice may cover parts of several). The in-place reduce-scatter leaves the
+ * gradient sums of the owned slice in the bucket's first S_b elements;
+ * exp_avg and exp_avg_sq hold the owned slices of every bucket back to back
+ * (offset shard_off for bucket b). No other buffer: the bucket is then
+ * reused for the all-gather of the parameters. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +32,7 @@ size_t remat_zero_state_bytes(const remat_zero *z) {
 
 size_t remat_zero_buffer_bytes(const remat_zero *z) {
     if (!z) return 0;
-    size_t s = remat_storage_nbytes(z->ddp->shard);
+    size_t s = 0;
     for (int k = 0; k < z->ddp->nb; k++) s += remat_storage_nbytes(z->ddp->b[k].buf);
     return s;
 }
@@ -80,7 +82,7 @@ int remat_zero_create(remat_zero **out, remat_dist *pg, int n, remat_tensor *con
     }
     for (int i = 0; i < n; i++) z->wd[i] = weight_decay ? weight_decay[i] : opts->weight_decay;
     /* the state: exactly the shard's elements */
-    int64_t len = remat_numel(z->ddp->shard);
+    int64_t len = z->ddp->shard_len;
     rc = remat_zeros(&z->m, 1, &len, REMAT_F32, REMAT_DEVICE_CPU);
     if (!rc) rc = remat_zeros(&z->v, 1, &len, REMAT_F32, REMAT_DEVICE_CPU);
     if (rc) {
@@ -120,7 +122,8 @@ static int adamw_piece(remat_zero *z, int i, int64_t e0, int64_t e1, int64_t s, 
     if (!z->ddp->used_any[i]) return REMAT_OK; /* no gradient anywhere: skipped */
     remat_adamw_hparams h = {*lr, z->o.beta1, z->o.beta2, z->o.eps, z->wd[i], z->steps[i] + 1};
     float *p = (float *)rm_ptr(z->ddp->p[i].t) + e0;
-    const float *g = (const float *)rm_ptr(z->ddp->shard) + s;
+    const dbucket *b = &z->ddp->b[z->ddp->p[i].bucket];
+    const float *g = (const float *)rm_ptr(b->buf) + (s - b->shard_off);
     float *m = (float *)rm_ptr(z->m) + s, *v = (float *)rm_ptr(z->v) + s;
     return remat_adamw_update_f32(p, g, m, v, e1 - e0, &h);
 }
@@ -144,18 +147,23 @@ int remat_zero_step(remat_zero *z) {
     int rc = rmd_check_group(call, d->pg);
     if (rc) return rc;
     /* mean over ranks, as DDP's write-back divides */
-    float *g = rm_ptr(d->shard), w = (float)d->pg->size;
-    int64_t len = remat_numel(d->shard);
-    for (int64_t e = 0; e < len; e++) g[e] /= w;
+    const float w = (float)d->pg->size;
+    double ss = 0;
+    for (int k = 0; k < d->nb; k++) {
+        float *g = rm_ptr(d->b[k].buf);
+        for (int64_t e = 0; e < d->b[k].slice; e++) g[e] /= w;
+        if (z->o.clip_norm > 0) ss += remat_sum_squares_f32(g, d->b[k].slice);
+    }
     if (z->o.clip_norm > 0) {
-        /* padding is zero: the shards' sums of squares add up to the norm's square */
-        double ss = remat_sum_squares_f32(g, len);
+        /* padding is zero: the slices' sums of squares add up to the norm's square */
         rc = remat_dist_all_reduce_f64(d->pg, &ss, 1, REMAT_REDUCE_SUM);
         if (rc) return rm_err_prefix(rc, call);
         double f = remat_clip_factor(sqrt(ss), z->o.clip_norm);
         const float ff = (float)f; /* scaled as remat_optim_step scales */
-        if (f != 1.0)
-            for (int64_t e = 0; e < len; e++) g[e] *= ff;
+        for (int k = 0; f != 1.0 && k < d->nb; k++) {
+            float *g = rm_ptr(d->b[k].buf);
+            for (int64_t e = 0; e < d->b[k].slice; e++) g[e] *= ff;
+        }
     }
     double lr = remat_lr_at(&z->o.schedule, z->o.lr, z->updates);
     for (int k = 0; k < d->nb && !rc; k++) rc = each_piece(z, k, adamw_piece, &lr);
