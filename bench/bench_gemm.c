@@ -18,7 +18,7 @@
 #include <time.h>
 
 #include "internal.h"
-#include "ops/gemm.h"
+#include "backends/cpu/gemm.h"
 #include "bench_util.h"
 
 #ifdef _OPENMP

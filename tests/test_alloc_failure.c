@@ -165,3 +165,62 @@ static void sweep(variant v) {
 Test(alloc_failure, every_allocation_of_a_reentrant_step) { sweep(REENTRANT); }
 Test(alloc_failure, every_allocation_of_a_non_reentrant_step) { sweep(NON_REENTRANT); }
 Test(alloc_failure, every_allocation_of_a_selective_step) { sweep(SELECTIVE); }
+
+/* ---- one op on the driver (issue 13) ------------------------------------------------------ */
+
+typedef int (*op_fn)(remat_tensor **out, remat_tensor *const *in);
+static int run_matmul(remat_tensor **o, remat_tensor *const *in) { return remat_matmul(o, in[0], in[1]); }
+static int run_linear(remat_tensor **o, remat_tensor *const *in) {
+    return remat_linear(o, in[0], in[1], in[2]);
+}
+static int run_attention(remat_tensor **o, remat_tensor *const *in) {
+    return remat_attention(o, in[0], in[1], in[2], true, 0);
+}
+
+/* Every allocation of one op (inputs requiring grad) inside a fresh scope
+ * fails in turn, the last being the scope's growth to register the output:
+ * the op returns REMAT_ENOMEM with *out NULL, or REMAT_OK with an output
+ * (never REMAT_OK without one: the driver used to drop the status of the
+ * hand-out), and leaves no tensor behind. */
+static void sweep_op(const char *name, op_fn f, int n, remat_tensor *const *in) {
+    long k;
+    for (k = 1;; k++) {
+        int64_t live0 = remat_live_tensors();
+        remat_scope *s = NULL;
+        cr_assert_eq(remat_scope_begin(&s), REMAT_OK);
+        remat_tensor *y = NULL;
+        g_calls = 0;
+        g_failed = false;
+        g_fail_at = k;
+        int rc = f(&y, in);
+        g_fail_at = 0;
+        bool reached = g_failed;
+        if (rc == REMAT_OK)
+            cr_assert_not_null(y, "%s, allocation %ld failed: REMAT_OK without an output", name, k);
+        else
+            cr_assert(rc == REMAT_ENOMEM && !y, "%s, allocation %ld failed: %s (%s), out %p", name,
+                      k, remat_err_name(rc), remat_last_error(), (void *)y);
+        cr_assert_eq(remat_scope_end(s), REMAT_OK);
+        cr_assert_eq(remat_live_tensors(), live0, "%s, allocation %ld: tensors leaked", name, k);
+        if (!reached) break;
+    }
+    cr_assert_gt(k, 3, "%s: only %ld allocations swept", name, k);
+    for (int i = 0; i < n; i++) remat_release(in[i]);
+}
+
+Test(alloc_failure, every_allocation_of_matmul_linear_and_attention) {
+    int64_t sa[] = {3, 4}, sb[] = {4, 5}, sx[] = {2, 3, 4}, sw[] = {5, 4}, sbias[] = {5};
+    int64_t sq[] = {1, 2, 8, 4};
+    remat_tensor *mm[2] = {rt_leaf(rt_rand(2, sa, REMAT_F32, -1, 1, 1)),
+                           rt_leaf(rt_rand(2, sb, REMAT_F32, -1, 1, 2))};
+    sweep_op("remat_matmul", run_matmul, 2, mm);
+    remat_tensor *lin[3] = {rt_leaf(rt_rand(3, sx, REMAT_F32, -1, 1, 3)),
+                            rt_leaf(rt_rand(2, sw, REMAT_F32, -1, 1, 4)),
+                            rt_leaf(rt_rand(1, sbias, REMAT_F32, -1, 1, 5))};
+    sweep_op("remat_linear", run_linear, 3, lin);
+    remat_tensor *att[3] = {rt_leaf(rt_rand(4, sq, REMAT_F32, -1, 1, 6)),
+                            rt_leaf(rt_rand(4, sq, REMAT_F32, -1, 1, 7)),
+                            rt_leaf(rt_rand(4, sq, REMAT_F32, -1, 1, 8))};
+    sweep_op("remat_attention", run_attention, 3, att);
+    cr_assert_eq(remat_live_tensors(), 0);
+}

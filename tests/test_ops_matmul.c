@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "ops/gemm.h"
+#include "backends/cpu/gemm.h"
 #include "support/rt.h"
 
 static void assert_shape(const remat_tensor *t, int nd, const int64_t *shape, const char *what) {

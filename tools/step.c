@@ -80,7 +80,7 @@ void step_malloc_mode(bool track_rss) {
 
 int step_setup_process(int threads) {
     /* remat's GEMMs run on OpenMP's team (oneDNN shares it; OpenBLAS builds run
-     * single-threaded per panel inside it: src/ops/gemm.c), so OpenMP's thread
+     * single-threaded per panel inside it: src/backends/cpu/gemm.c), so OpenMP's thread
      * count is the only knob */
     if (threads > 0) omp_set_num_threads(threads);
     return omp_get_max_threads();

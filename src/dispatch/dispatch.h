@@ -103,7 +103,7 @@ struct rm_op_desc {
     unsigned char n_grad_in;
     /* Outputs handed to the caller: the first n_ret (0: all n_out). The
      * others are by-products the kernel writes for the backward (layer_norm's
-     * mean and rstd, cross_entropy's logsumexp): saved, then released. */
+     * mean and rstd, cross_entropy's logsumexp, attention's row log-sum-exp): saved, then released. */
     unsigned char n_ret;
     /* Outputs the node differentiates: the first n_grad_out (0: all the
      * handed-out ones). max's indices are handed out but not differentiable. */
@@ -111,7 +111,7 @@ struct rm_op_desc {
     /* Bit i: out[i] is made only when a node is recorded (the kernel gets
      * NULL otherwise): dropout's keep bits, which only the backward reads. */
     unsigned char grad_only_out;
-    /* Bit i: in[i] may be NULL (layer_norm's weight and bias): not checked,
+    /* Bit i: in[i] may be NULL (layer_norm's weight and bias, linear's bias): not checked,
      * and NULL among the kernel's operands. */
     unsigned char optional_in;
     unsigned flags;        /* RM_OPF_* */
@@ -127,6 +127,11 @@ struct rm_op_desc {
     /* Output shapes and dtypes, and views (NULL: one new output shaped like
      * in[0]). Ops whose outputs are all views or inputs need no kernel. */
     int (*infer)(const rm_op_call *c, rm_out_spec *out);
+    /* Makes output i from its spec on `device` in a layout of the op's
+     * choosing, skip-mode aware as rm_new_output (NULL: rm_new_output,
+     * contiguous). Attention stores a 4-D (B, H, T, D) output as (B, T, H, D). */
+    int (*new_output)(const rm_op_call *c, int i, const rm_out_spec *s, remat_device device,
+                      remat_tensor **out);
     rm_save_spec saves[RM_OP_MAX_SAVED];
     /* Makes the tensor of an RM_SAVE_CUSTOM slot (new reference in *out). */
     int (*save_custom)(rm_op_call *c, int slot, remat_tensor **out);

@@ -1,275 +1,27 @@
-/* src/ops/attention.c — fused scaled dot-product attention.
+/* src/ops/attention.c — fused scaled dot-product attention: the
+ * descriptor and the backward. The kernels (src/backends/cpu/attention.c
+ * on the cpu) say how the work is cut into blocks.
  *
  *   out = softmax(scale · q·kᵀ, causal mask) · v        over the last two dims
  *
  * q is (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv), out (..., Tq, Dv); the
  * leading dims ("batch": B·H for multi-head attention) are equal for all
- * three. The composed version (matmul, scale, masked_fill, softmax, matmul)
- * writes and reads the (Tq, Tk) score matrix of every batch entry several
- * times and computes the half of it a causal mask throws away. Here the work
- * is cut into blocks of ATT_QB query rows; a block's scores live in a small
- * per-thread buffer that stays in cache, and with the causal mask a block
- * only multiplies against the keys its rows can see (row i sees keys j ≤ i,
- * top-left aligned as torch's is_causal), which skips about half the GEMM
- * work of the two products.
- *
- * As FlashAttention, only the per-row log-sum-exp of the scores is saved
- * (besides q, k, v and out): backward recomputes each block's probabilities
- * from it (one more GEMM of a block) instead of keeping the (Tq, Tk) matrix
+ * three. As FlashAttention, only the per-row log-sum-exp of the scores is
+ * saved (besides q, k, v and out, after the kernel): backward recomputes
+ * each block's probabilities from it instead of keeping the (Tq, Tk) matrix
  * alive between forward and backward, so the memory saved for backward is
- * O(Tq) per batch entry, not O(Tq·Tk). With P the probabilities of a block
- * and dO its output gradient:
- *   dV += Pᵀ·dO,  dP = dO·Vᵀ,  dS = P ∘ (dP − rowsum(dO ∘ O)) · scale,
- *   dQ = dS·K,    dK += dSᵀ·Q.
+ * O(Tq) per batch entry, not O(Tq·Tk). The lse is an output the caller
+ * does not see (n_ret). q, k and v are saved as they are (views are
+ * saved as views: no copies kept).
  *
- * Layout: q, k, v may be any views whose last dim is contiguous (the GPT's
- * per-head views of one packed qkv projection are read in place, their row
- * stride passed to the GEMM); others are copied first. For 4-D inputs
- * (B, H, T, D) the output and the input gradients are stored as
- * (B, T, H, D), as PyTorch's CPU flash kernel does: transposing dims 1 and 2
- * back then gives a contiguous (B, T, H·D) without a copy.
- *
- * Threads: forward splits (batch, query block) items over OpenMP threads,
- * backward splits batch entries (each owns its dK, dV). Every item is
- * computed by one thread in a fixed order with single-threaded GEMMs, so the
- * results do not depend on the thread count or the schedule. */
+ * Layout: for 4-D inputs (B, H, T, D) the output and the input gradients
+ * are stored as (B, T, H, D), as PyTorch's CPU flash kernel does:
+ * transposing dims 1 and 2 back then gives a contiguous (B, T, H·D) without
+ * a copy. */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "../backends/cpu/clones.h"
-#include "../internal.h"
-#include "gemm.h"
-#include "../backends/cpu/nn.h" /* rm_row_max */
-#include "../backends/cpu/vmath.h"
-
-/* Query rows per block: small enough that a block's scores (ATT_QB × Tk)
- * stay in L2, large enough for efficient GEMMs. */
-#define ATT_QB 64
-
-typedef float f32;
-typedef double f64;
-
-/* A (..., T, C) operand seen as nb matrices of T rows: element (b, t, c) is
- * at base[off[b] + t * ld + c]. */
-typedef struct att_mat {
-    void *base;
-    const int64_t *off; /* nb batch offsets (elements, relative to base) */
-    int64_t ld;         /* row stride */
-} att_mat;
-
-typedef struct att_dims {
-    int64_t nb, Tq, Tk, D, Dv;
-    bool causal;
-    double scale;
-} att_dims;
-
-/* Keys visible to query rows [i0, i1): with the causal mask row i sees
- * keys 0..i, so the block needs keys [0, min(Tk, i1)). */
-static inline int64_t att_keys(const att_dims *d, int64_t i1) {
-    return d->causal ? (i1 < d->Tk ? i1 : d->Tk) : d->Tk;
-}
-/* Keys visible to query row i. */
-static inline int64_t att_row_keys(const att_dims *d, int64_t i) {
-    return d->causal ? (i + 1 < d->Tk ? i + 1 : d->Tk) : d->Tk;
-}
-
-#ifdef _OPENMP
-#include <omp.h>
-#define ATT_IN_PARALLEL() omp_in_parallel()
-#else
-#define ATT_IN_PARALLEL() 0
-#endif
-
-/* Runs body(i) for i in [0, n) on OpenMP's team when there is enough work
- * and more than one item, else on the calling thread. Two separate loops on
- * purpose: an `omp parallel if(false)` region still counts as a nesting
- * level, and the GEMMs called in it would then start nested teams. */
-#define ATT_FOR(n, work, body)                                                                \
-    do {                                                                                      \
-        if ((n) > 1 && (work) > RM_OMP_MIN && !ATT_IN_PARALLEL()) {                           \
-            _Pragma("omp parallel for schedule(dynamic, 1)")                                  \
-            for (int64_t it_ = 0; it_ < (n); it_++) body(it_);                                \
-        } else {                                                                              \
-            for (int64_t it_ = 0; it_ < (n); it_++) body(it_);                                \
-        }                                                                                     \
-    } while (0)
-
-#define ATT_LANES 16
-
-#define ATT_KERNELS(T, GEMM, EXPF, LOGF)                                                      \
-    /* x[i] = exp(x[i] - sub), returns their sum (ATT_LANES partial sums, so the             \
-     * loop vectorises without reassociation flags). */                                       \
-    static T att_exp_inplace_##T(T *x, T sub, int64_t n) {                                    \
-        T acc[ATT_LANES] = {0};                                                               \
-        int64_t i = 0;                                                                        \
-        for (; i + ATT_LANES <= n; i += ATT_LANES)                                            \
-            for (int j = 0; j < ATT_LANES; j++) {                                             \
-                T e = EXPF(x[i + j] - sub);                                                   \
-                x[i + j] = e;                                                                 \
-                acc[j] += e;                                                                  \
-            }                                                                                 \
-        for (; i < n; i++) {                                                                  \
-            x[i] = EXPF(x[i] - sub);                                                          \
-            acc[0] += x[i];                                                                   \
-        }                                                                                     \
-        for (int w = ATT_LANES / 2; w > 0; w /= 2)                                            \
-            for (int j = 0; j < w; j++) acc[j] += acc[j + w];                                 \
-        return acc[0];                                                                        \
-    }                                                                                         \
-                                                                                              \
-    /* Scores of query rows [i0, i0 + m) of batch entry b against keys [0, kn),               \
-     * turned into probabilities in place: s is (m, kn). With lse == NULL they                \
-     * are normalised and the row log-sum-exp is stored in lse_out; otherwise                 \
-     * P = exp(S - lse) from the saved lse. Masked entries are 0. */                          \
-    RM_CPU_CLONES static void att_probs_##T(const att_dims *d, const att_mat *q, const att_mat *k,         \
-                              int64_t b, int64_t i0, int64_t m, int64_t kn, T *restrict s,    \
-                              const T *lse, T *lse_out) {                                     \
-        const T *qb = (const T *)q->base + q->off[b] + i0 * q->ld;                            \
-        const T *kb = (const T *)k->base + k->off[b];                                         \
-        GEMM(false, true, m, kn, d->D, (T)d->scale, qb, q->ld, kb, k->ld, (T)0, s, kn);       \
-        for (int64_t r = 0; r < m; r++) {                                                     \
-            T *sr = s + r * kn;                                                               \
-            int64_t lim = att_row_keys(d, i0 + r);                                            \
-            if (lim > kn) lim = kn;                                                           \
-            if (lse) {                                                                        \
-                T l = lse[i0 + r];                                                            \
-                if (l == (T)-INFINITY) l = 0; /* no keys: every p is 0 anyway */              \
-                for (int64_t j = 0; j < lim; j++) sr[j] = EXPF(sr[j] - l);                    \
-            } else {                                                                          \
-                T mx = lim > 0 ? rm_row_max_##T(sr, lim) : (T)-INFINITY;                      \
-                T sub = mx == (T)-INFINITY ? (T)0 : mx; /* all -inf: avoid inf - inf */       \
-                T sum = att_exp_inplace_##T(sr, sub, lim);                                    \
-                T inv = (T)1 / sum;                                                           \
-                for (int64_t j = 0; j < lim; j++) sr[j] *= inv;                               \
-                lse_out[i0 + r] = lim > 0 ? sub + LOGF(sum) : (T)-INFINITY;                   \
-            }                                                                                 \
-            for (int64_t j = lim; j < kn; j++) sr[j] = 0;                                     \
-        }                                                                                     \
-    }                                                                                         \
-                                                                                              \
-    /* Forward of one (batch entry, query block) item. lse is (nb, Tq). */                    \
-    static int att_fwd_item_##T(const att_dims *d, const att_mat *q, const att_mat *k,       \
-                                const att_mat *v, const att_mat *o, T *lse, int64_t item) {   \
-        int64_t nqb = (d->Tq + ATT_QB - 1) / ATT_QB;                                          \
-        int64_t b = item / nqb, i0 = (item % nqb) * ATT_QB;                                   \
-        int64_t m = d->Tq - i0 < ATT_QB ? d->Tq - i0 : ATT_QB;                                \
-        int64_t kn = att_keys(d, i0 + m);                                                     \
-        T *ob = (T *)o->base + o->off[b] + i0 * o->ld;                                        \
-        if (kn == 0) { /* no keys: an empty sum, as matmul with an empty inner dim */         \
-            for (int64_t r = 0; r < m; r++) {                                                 \
-                memset(ob + r * o->ld, 0, sizeof(T) * (size_t)d->Dv);                         \
-                lse[b * d->Tq + i0 + r] = (T)-INFINITY;                                       \
-            }                                                                                 \
-            return REMAT_OK;                                                                  \
-        }                                                                                     \
-        T *s = malloc(sizeof(T) * (size_t)(m * kn));                                          \
-        if (!s) return REMAT_ENOMEM;                                                          \
-        att_probs_##T(d, q, k, b, i0, m, kn, s, NULL, lse + b * d->Tq);                       \
-        const T *vb = (const T *)v->base + v->off[b];                                         \
-        GEMM(false, false, m, d->Dv, kn, (T)1, s, kn, vb, v->ld, (T)0, ob, o->ld);            \
-        free(s);                                                                              \
-        return REMAT_OK;                                                                      \
-    }                                                                                         \
-                                                                                              \
-    /* Backward of one batch entry: its dq rows, dk and dv (each may be NULL                  \
-     * when not wanted). Query blocks in order, so dk/dv sum in a fixed order. */             \
-    static int att_bwd_item_##T(const att_dims *d, const att_mat *q, const att_mat *k,       \
-                                const att_mat *v, const att_mat *o, const att_mat *go,        \
-                                const T *lse, const att_mat *dq, const att_mat *dk,           \
-                                const att_mat *dv, int64_t b) {                               \
-        const T *kb = (const T *)k->base + k->off[b];                                         \
-        const T *vb = (const T *)v->base + v->off[b];                                         \
-        T *dkb = dk ? (T *)dk->base + dk->off[b] : NULL;                                      \
-        T *dvb = dv ? (T *)dv->base + dv->off[b] : NULL;                                      \
-        for (int64_t j = 0; dkb && j < d->Tk; j++)                                            \
-            memset(dkb + j * dk->ld, 0, sizeof(T) * (size_t)d->D);                            \
-        for (int64_t j = 0; dvb && j < d->Tk; j++)                                            \
-            memset(dvb + j * dv->ld, 0, sizeof(T) * (size_t)d->Dv);                           \
-        int64_t kmax = att_keys(d, d->Tq);                                                    \
-        int64_t mb = d->Tq < ATT_QB ? d->Tq : ATT_QB;                                         \
-        T *p = malloc(sizeof(T) * (size_t)(2 * mb * kmax + mb) + 1);                          \
-        if (!p) return REMAT_ENOMEM;                                                          \
-        T *ds = p + mb * kmax, *delta = ds + mb * kmax;                                       \
-        for (int64_t i0 = 0; i0 < d->Tq; i0 += ATT_QB) {                                      \
-            int64_t m = d->Tq - i0 < ATT_QB ? d->Tq - i0 : ATT_QB;                            \
-            int64_t kn = att_keys(d, i0 + m);                                                 \
-            const T *qi = (const T *)q->base + q->off[b] + i0 * q->ld;                        \
-            const T *goi = (const T *)go->base + go->off[b] + i0 * go->ld;                    \
-            const T *oi = (const T *)o->base + o->off[b] + i0 * o->ld;                        \
-            T *dqi = dq ? (T *)dq->base + dq->off[b] + i0 * dq->ld : NULL;                    \
-            if (kn == 0) {                                                                    \
-                for (int64_t r = 0; dqi && r < m; r++)                                        \
-                    memset(dqi + r * dq->ld, 0, sizeof(T) * (size_t)d->D);                    \
-                continue;                                                                     \
-            }                                                                                 \
-            att_probs_##T(d, q, k, b, i0, m, kn, p, lse + b * d->Tq, NULL);                   \
-            if (dvb) /* dV[0:kn] += Pᵀ · dO */                                                \
-                GEMM(true, false, kn, d->Dv, m, (T)1, p, kn, goi, go->ld, (T)1, dvb, dv->ld); \
-            if (!dqi && !dkb) continue;                                                       \
-            /* dP = dO · Vᵀ */                                                                \
-            GEMM(false, true, m, kn, d->Dv, (T)1, goi, go->ld, vb, v->ld, (T)0, ds, kn);      \
-            for (int64_t r = 0; r < m; r++) { /* delta = rowsum(dO ∘ O) = rowsum(dP ∘ P) */   \
-                T acc = 0;                                                                    \
-                const T *g = goi + r * go->ld, *y = oi + r * o->ld;                           \
-                for (int64_t c = 0; c < d->Dv; c++) acc += g[c] * y[c];                       \
-                delta[r] = acc;                                                               \
-            }                                                                                 \
-            const T sc = (T)d->scale;                                                         \
-            for (int64_t r = 0; r < m; r++) {                                                 \
-                T *dsr = ds + r * kn;                                                         \
-                const T *pr = p + r * kn;                                                     \
-                const T dl = delta[r];                                                        \
-                for (int64_t j = 0; j < kn; j++) dsr[j] = pr[j] * (dsr[j] - dl) * sc;         \
-            }                                                                                 \
-            if (dqi) /* dQ = dS · K */                                                        \
-                GEMM(false, false, m, d->D, kn, (T)1, ds, kn, kb, k->ld, (T)0, dqi, dq->ld);  \
-            if (dkb) /* dK[0:kn] += dSᵀ · Q */                                                \
-                GEMM(true, false, kn, d->D, m, (T)1, ds, kn, qi, q->ld, (T)1, dkb, dk->ld);   \
-        }                                                                                     \
-        free(p);                                                                              \
-        return REMAT_OK;                                                                      \
-    }
-
-ATT_KERNELS(f32, rm_sgemm, rm_expf_v, logf)
-ATT_KERNELS(f64, rm_dgemm, exp, log)
-
-/* ---- layout helpers ------------------------------------------------------------------- */
-
-/* Batch offsets (relative to rm_ptr(t)) of the nb matrices of t (..., R, C). */
-static int64_t *batch_offsets(const remat_tensor *t, int64_t nb) {
-    int64_t *off = malloc(sizeof *off * (size_t)(nb > 0 ? nb : 1));
-    if (!off) return NULL;
-    int lead = t->ndim - 2;
-    int64_t idx[REMAT_MAX_DIMS] = {0};
-    for (int64_t b = 0; b < nb; b++) {
-        int64_t o = 0;
-        for (int i = 0; i < lead; i++) o += idx[i] * t->strides[i];
-        off[b] = o;
-        for (int i = lead - 1; i >= 0; i--) { /* odometer over the leading dims */
-            if (++idx[i] < t->shape[i]) break;
-            idx[i] = 0;
-        }
-    }
-    return off;
-}
-
-/* True if the GEMMs can read t (..., R, C) in place: unit column stride and
- * rows that do not overlap. */
-static bool gemm_readable(const remat_tensor *t) {
-    int64_t R = t->shape[t->ndim - 2], C = t->shape[t->ndim - 1];
-    if (C > 1 && t->strides[t->ndim - 1] != 1) return false;
-    return R <= 1 || t->strides[t->ndim - 2] >= C;
-}
-
-/* In-place readable t, or a contiguous copy (a new reference either way). */
-static int readable(remat_tensor **out, remat_tensor *t) {
-    if (gemm_readable(t)) {
-        *out = remat_retain(t);
-        return REMAT_OK;
-    }
-    return rm_contig(out, t);
-}
+#include "../dispatch/dispatch.h"
 
 /* A new tensor of `shape` (ndim dims). 4-D shapes (B, H, T, C) are stored
  * as (B, T, H, C) — see the file comment. */
@@ -288,124 +40,59 @@ static int new_attn_tensor(remat_tensor **out, int ndim, const int64_t *shape, r
     return REMAT_OK;
 }
 
-typedef struct att_views {
-    att_mat m[8];
-    int64_t *off[8];
-} att_views;
-
-static int att_view(att_views *w, int slot, remat_tensor *t, int64_t nb) {
-    w->off[slot] = batch_offsets(t, nb);
-    if (!w->off[slot]) return REMAT_ENOMEM;
-    w->m[slot] = (att_mat){rm_ptr(t), w->off[slot], t->strides[t->ndim - 2]};
-    return REMAT_OK;
-}
-
-static void att_views_free(att_views *w) {
-    for (int i = 0; i < 8; i++) free(w->off[i]);
-}
-
-/* ---- autograd ---------------------------------------------------------------------------- */
-
-typedef struct att_ctx {
-    bool causal;
-    double scale;
-} att_ctx;
-
 enum { SAVED_Q, SAVED_K, SAVED_V, SAVED_OUT, SAVED_LSE, N_SAVED };
 
+/* The node's ctx is the params with the scale resolved (never 0). */
+static void att_fill_ctx(const rm_op_call *c, void *ctx) {
+    rm_attention_params *p = ctx;
+    const remat_tensor *q = c->in[0];
+    p->scale = rm_attention_scale(p, q->shape[q->ndim - 1]);
+}
+
 static int attention_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
-    att_ctx *c = node->ctx;
     bool want[3];
     for (int i = 0; i < 3; i++) want[i] = node->next[i].node != NULL;
     if (!want[0] && !want[1] && !want[2]) return REMAT_OK;
-    remat_tensor *sv[N_SAVED] = {NULL}, *in[4] = {NULL}, *g[3] = {NULL};
-    att_views w = {0};
+    remat_tensor *sv[N_SAVED] = {NULL}, *g[3] = {NULL};
     int rc = REMAT_OK;
     for (int i = 0; i < N_SAVED && !rc; i++) {
         rc = rm_node_unpack(node, i, &sv[i]);
         if (!rc && !sv[i])
             rc = rm_err(REMAT_ESTATE, "%s: saved tensor %d was not saved", node->name, i);
     }
-    if (rc) goto out;
-    if ((rc = rm_check_host(node->name, gout[0]))) goto out;
-    /* q, k, v, out and the gradient, readable by the GEMMs */
-    for (int i = 0; i < 4 && !rc; i++) rc = readable(&in[i], sv[i]);
-    remat_tensor *go = NULL;
-    if (!rc) rc = readable(&go, gout[0]);
-    if (rc) goto out;
-    const remat_tensor *q = in[0], *k = in[1], *v = in[2];
-    att_dims d = {.nb = rm_shape_numel(q->ndim - 2, q->shape),
-                  .Tq = q->shape[q->ndim - 2],
-                  .Tk = k->shape[k->ndim - 2],
-                  .D = q->shape[q->ndim - 1],
-                  .Dv = v->shape[v->ndim - 1],
-                  .causal = c->causal,
-                  .scale = c->scale};
+    /* the gradient arrives from outside the op: the kernel runs on q's device */
+    if (!rc) rc = rm_check_same_device(node->name, sv[SAVED_Q], gout[0]);
+    const remat_tensor *q = sv[SAVED_Q];
     for (int i = 0; i < 3 && !rc; i++)
         if (want[i])
-            rc = new_attn_tensor(&g[i], in[i]->ndim, in[i]->shape, q->dtype, q->storage->device);
-    if (rc) {
-        remat_release(go);
-        goto out;
+            rc = new_attn_tensor(&g[i], sv[i]->ndim, sv[i]->shape, q->dtype, q->storage->device);
+    if (rc) goto out;
+    rm_kargs k = {.in = {sv[SAVED_Q], sv[SAVED_K], sv[SAVED_V], sv[SAVED_OUT], gout[0],
+                         sv[SAVED_LSE]},
+                  .out = {g[0], g[1], g[2]},
+                  .params = node->ctx};
+    rc = rm_kernel_run(RM_K_ATTENTION_BWD, node->name, &k);
+    if (rc) goto out;
+    for (int i = 0; i < 3; i++) {
+        gin[i] = g[i];
+        g[i] = NULL;
     }
-    bool data = rm_ptr(go) && rm_ptr(sv[SAVED_LSE]);
-    for (int i = 0; i < 4; i++) data = data && rm_ptr(in[i]);
-    for (int i = 0; i < 3; i++) data = data && (!g[i] || rm_ptr(g[i]));
-    if (data && d.nb > 0 && d.Tk > 0) {
-        for (int i = 0; i < 4 && !rc; i++) rc = att_view(&w, i, in[i], d.nb);
-        if (!rc) rc = att_view(&w, 4, go, d.nb);
-        for (int i = 0; i < 3 && !rc; i++)
-            if (g[i]) rc = att_view(&w, 5 + i, g[i], d.nb);
-        if (rc) rc = rm_err(REMAT_ENOMEM, "%s: out of memory", node->name);
-    }
-    if (!rc && data && d.nb > 0 && d.Tk > 0) {
-        int fail = 0;
-        const att_mat *dq = g[0] ? &w.m[5] : NULL, *dk = g[1] ? &w.m[6] : NULL,
-                      *dv = g[2] ? &w.m[7] : NULL;
-        double work = (double)d.Tq * (double)d.Tk * (double)(d.D + d.Dv) * (double)d.nb;
-#define ATT_BWD(T, b)                                                                          \
-    do {                                                                                       \
-        if (att_bwd_item_##T(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], &w.m[4],                  \
-                             (const T *)rm_ptr(sv[SAVED_LSE]), dq, dk, dv, (b)))               \
-            _Pragma("omp atomic write") fail = 1;                                              \
-    } while (0)
-#define ATT_BWD_F32(b) ATT_BWD(f32, b)
-#define ATT_BWD_F64(b) ATT_BWD(f64, b)
-        if (q->dtype == REMAT_F32) ATT_FOR(d.nb, work, ATT_BWD_F32);
-        else ATT_FOR(d.nb, work, ATT_BWD_F64);
-#undef ATT_BWD_F32
-#undef ATT_BWD_F64
-#undef ATT_BWD
-        if (fail) rc = rm_err(REMAT_ENOMEM, "%s: out of memory", node->name);
-    } else if (!rc && data) { /* nothing to multiply (no keys or no batch): zeros */
-        for (int i = 0; i < 3; i++)
-            if (g[i]) memset(rm_ptr(g[i]), 0, g[i]->storage->nbytes);
-    }
-    remat_release(go);
-    if (!rc)
-        for (int i = 0; i < 3; i++) {
-            gin[i] = g[i];
-            g[i] = NULL;
-        }
 out:
-    att_views_free(&w);
     for (int i = 0; i < N_SAVED; i++) remat_release(sv[i]);
-    for (int i = 0; i < 4; i++) remat_release(in[i]);
     for (int i = 0; i < 3; i++) remat_release(g[i]);
     return rc;
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-static int check_inputs(const char *call, remat_tensor *q, remat_tensor *k, remat_tensor *v,
-                        double scale) {
+/* After the flags' float checks of q, k and v (in that order, as before). */
+static int att_check(const rm_op_call *c) {
+    const char *call = c->op->name;
+    remat_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
+    const double scale = ((const rm_attention_params *)c->params)->scale;
     int rc;
-    if ((rc = rm_check_float(call, "q", q)) || (rc = rm_check_float(call, "k", k)) ||
-        (rc = rm_check_float(call, "v", v)))
-        return rc;
     if ((rc = rm_check_same_dtype(call, q, k)) || (rc = rm_check_same_dtype(call, q, v)) ||
-        (rc = rm_check_same_device(call, q, k)) || (rc = rm_check_same_device(call, q, v)) ||
-        (rc = rm_check_host(call, q)))
+        (rc = rm_check_same_device(call, q, k)) || (rc = rm_check_same_device(call, q, v)))
         return rc;
     char bq[160], bk[160], bv[160];
     rm_tensor_str(q, bq, sizeof bq);
@@ -431,96 +118,41 @@ static int check_inputs(const char *call, remat_tensor *q, remat_tensor *k, rema
     return REMAT_OK;
 }
 
-static int attention_impl(remat_tensor **out, remat_tensor *q, remat_tensor *k, remat_tensor *v,
-                          bool causal, double scale) {
-    const char *call = "remat_attention";
-    rm_op_enter(call);
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    *out = NULL;
-    int rc = check_inputs(call, q, k, v, scale);
-    if (rc) return rc;
+/* out (..., Tq, Dv) and the lse (..., Tq) */
+static int att_infer(const rm_op_call *c, rm_out_spec *out) {
+    const remat_tensor *q = c->in[0];
     int n = q->ndim;
-    att_dims d = {.nb = rm_shape_numel(n - 2, q->shape),
-                  .Tq = q->shape[n - 2],
-                  .Tk = k->shape[n - 2],
-                  .D = q->shape[n - 1],
-                  .Dv = v->shape[n - 1],
-                  .causal = causal,
-                  .scale = scale != 0 ? scale : (q->shape[n - 1] > 0
-                                                     ? 1.0 / sqrt((double)q->shape[n - 1])
-                                                     : 1.0)};
-    remat_tensor *in[3] = {NULL, NULL, NULL}, *y = NULL, *lse = NULL;
-    att_views w = {0};
-    remat_tensor *orig[3] = {q, k, v};
-    for (int i = 0; i < 3 && !rc; i++) rc = readable(&in[i], orig[i]);
-    int64_t yshape[REMAT_MAX_DIMS];
-    memcpy(yshape, q->shape, sizeof(int64_t) * (size_t)n);
-    yshape[n - 1] = d.Dv;
-    if (!rc) rc = new_attn_tensor(&y, n, yshape, q->dtype, q->storage->device);
-    if (!rc) rc = rm_new_output(&lse, n - 1, q->shape, q->dtype, q->storage->device);
-    if (rc) goto fail;
-    bool data = rm_ptr(y) && rm_ptr(lse) && rm_ptr(in[0]) && rm_ptr(in[1]) && rm_ptr(in[2]);
-    int64_t nqb = (d.Tq + ATT_QB - 1) / ATT_QB;
-    if (data && d.nb > 0 && d.Tq > 0) {
-        for (int i = 0; i < 3 && !rc; i++) rc = att_view(&w, i, in[i], d.nb);
-        if (!rc) rc = att_view(&w, 3, y, d.nb);
-        if (rc) {
-            rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-            goto fail;
-        }
-        int fail = 0;
-        double work = (double)d.Tq * (double)d.Tk * (double)(d.D + d.Dv) * (double)d.nb;
-#define ATT_FWD(T, it)                                                                         \
-    do {                                                                                       \
-        if (att_fwd_item_##T(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], (T *)rm_ptr(lse), (it)))  \
-            _Pragma("omp atomic write") fail = 1;                                              \
-    } while (0)
-#define ATT_FWD_F32(it) ATT_FWD(f32, it)
-#define ATT_FWD_F64(it) ATT_FWD(f64, it)
-        if (q->dtype == REMAT_F32) ATT_FOR(d.nb * nqb, work, ATT_FWD_F32);
-        else ATT_FOR(d.nb * nqb, work, ATT_FWD_F64);
-#undef ATT_FWD_F32
-#undef ATT_FWD_F64
-#undef ATT_FWD
-        if (fail) {
-            rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-            goto fail;
-        }
-    }
-    if (rm_needs_grad(3, orig)) {
-        remat_node *node;
-        rc = rm_node_new(&node, "AttentionBackward", attention_backward, 3, orig, 1, N_SAVED);
-        if (rc == REMAT_OK) {
-            att_ctx *c = malloc(sizeof *c);
-            if (!c) rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-            else {
-                *c = (att_ctx){causal, d.scale};
-                rm_node_set_ctx(node, c, NULL);
-                rm_node_set_output(node, 0, y);
-                /* the originals (views are saved as views: no copies kept) */
-                for (int i = 0; i < 3 && !rc; i++) rc = rm_op_save(node, i, orig[i]);
-                if (!rc) rc = rm_op_save(node, SAVED_OUT, y);
-                if (!rc) rc = rm_op_save(node, SAVED_LSE, lse);
-            }
-            rm_node_release(node);
-        }
-        if (rc) goto fail;
-    }
-    att_views_free(&w);
-    for (int i = 0; i < 3; i++) remat_release(in[i]);
-    remat_release(lse);
-    return rm_hand_out(out, y);
-fail:
-    att_views_free(&w);
-    for (int i = 0; i < 3; i++) remat_release(in[i]);
-    remat_release(lse);
-    remat_release(y);
-    return rm_err_prefix(rc, call);
+    out[0].ndim = n;
+    memcpy(out[0].shape, q->shape, sizeof(int64_t) * (size_t)n);
+    out[0].shape[n - 1] = c->in[2]->shape[n - 1];
+    out[1].ndim = n - 1;
+    memcpy(out[1].shape, q->shape, sizeof(int64_t) * (size_t)(n - 1));
+    out[0].dtype = out[1].dtype = q->dtype;
+    return REMAT_OK;
 }
+
+static int att_new_output(const rm_op_call *c, int i, const rm_out_spec *s, remat_device device,
+                          remat_tensor **out) {
+    RM_UNUSED(c);
+    return i == 0 ? new_attn_tensor(out, s->ndim, s->shape, s->dtype, device)
+                  : rm_new_output(out, s->ndim, s->shape, s->dtype, device);
+}
+
+static const char *const k_att_args[] = {"q", "k", "v"};
+
+const rm_op_desc rm_op_attention = {
+    .name = "remat_attention", .node_name = "AttentionBackward", .n_in = 3, .n_out = 2,
+    .n_ret = 1, .n_saved = N_SAVED, .flags = RM_OPF_FLOAT, .arg_names = k_att_args,
+    .kernel = RM_K_ATTENTION, .params_size = sizeof(rm_attention_params),
+    .fill_ctx = att_fill_ctx, .check = att_check, .infer = att_infer,
+    .new_output = att_new_output,
+    .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}, {RM_SAVE_INPUT, 2, 0},
+              {RM_SAVE_OUTPUT, 0, 0}, {RM_SAVE_OUTPUT, 1, 0}},
+    .backward = attention_backward};
 
 int remat_attention(remat_tensor **out, remat_tensor *q, remat_tensor *k, remat_tensor *v,
                     bool causal, double scale) {
-    remat_tensor *ins[3] = {q, k, v};
-    RM_OP_RUN1("remat_attention", out, 3, ins, NULL,
-               attention_impl(out, q, k, v, causal, scale));
+    const rm_attention_params p = {causal, scale};
+    remat_tensor *in[3] = {q, k, v};
+    return rm_dispatch(&rm_op_attention, out, in, &p, RM_OP_SITE());
 }

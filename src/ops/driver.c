@@ -150,7 +150,9 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
         if (((op->grad_only_out >> i & 1u) && !c.node) || (all_inputs && i >= nr)) continue;
         switch (spec[i].kind) {
         case RM_OUT_NEW:
-            rc = rm_new_output(&c.k.out[i], spec[i].ndim, spec[i].shape, spec[i].dtype, device);
+            rc = op->new_output ? op->new_output(&c, i, &spec[i], device, &c.k.out[i])
+                                : rm_new_output(&c.k.out[i], spec[i].ndim, spec[i].shape,
+                                                spec[i].dtype, device);
             break;
         case RM_OUT_VIEW: rc = make_view(&c.k.out[i], in[0], &spec[i]); break;
         case RM_OUT_INPUT: c.k.out[i] = remat_retain(in[0]); break;

@@ -10,6 +10,7 @@ extern const rm_op_desc rm_op_neg, rm_op_exp, rm_op_log, rm_op_sqrt, rm_op_tanh,
     rm_op_relu, rm_op_gelu, rm_op_pow_scalar, rm_op_add_scalar, rm_op_sub_scalar,
     rm_op_mul_scalar, rm_op_div_scalar, rm_op_rsub_scalar;
 extern const rm_op_desc rm_op_add, rm_op_sub, rm_op_mul, rm_op_div, rm_op_pow;
+extern const rm_op_desc rm_op_matmul, rm_op_linear, rm_op_attention;
 extern const rm_op_desc rm_op_sum, rm_op_sum_all, rm_op_mean, rm_op_max, rm_op_mse_loss,
     rm_op_cross_entropy, rm_op_embedding;
 extern const rm_op_desc rm_op_softmax, rm_op_log_softmax, rm_op_layer_norm, rm_op_dropout;
@@ -39,7 +40,7 @@ static const entry k_ops[] = {
     /* nn.c, loss.c */
     D(softmax), D(log_softmax), D(layer_norm), D(dropout), D(embedding),
     /* matmul.c, attention.c */
-    B("remat_matmul"), B("remat_linear"), B("remat_attention"),
+    D(matmul), D(linear), D(attention),
     /* shape.c */
     D(reshape), D(view), D(transpose), D(permute), D(slice), D(expand), D(unsqueeze), D(squeeze),
     D(contiguous),

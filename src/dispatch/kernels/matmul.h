@@ -1,9 +1,54 @@
-/* src/dispatch/kernels/matmul.h — kernels of the matmul family (src/ops/matmul.c, gemm.c, attention.c):
+/* src/dispatch/kernels/matmul.h — kernels of the matmul family (src/ops/matmul.c, attention.c;
+ * the cpu backend's GEMM layer, src/backends/cpu/gemm.h, is what they run on there):
  * ids (RM_KERNELS_MATMUL, each with its operands in a comment) and their
  * parameter structs. */
 #ifndef REMAT_KERNELS_MATMUL_H
 #define REMAT_KERNELS_MATMUL_H
 
-#define RM_KERNELS_MATMUL(X)
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define RM_KERNELS_MATMUL(X)                                                                 \
+    /* C = bias + op(A) · op(B) over a batch of matrices (rm_mm_params says how each operand \
+     * is one). in: A, B, bias (NULL: none; else (n), added to every row of C); out: C.      \
+     * f32 and f64. matmul, linear and every GEMM of their backward. */                      \
+    X(MATMUL, "matmul")                                                                      \
+    /* db (n) = column sums of g (rows, n), contiguous; the order of the sums depends on    \
+     * the shape only. in: g; out: db. linear's bias gradient. */                            \
+    X(COLSUM, "column sum")                                                                  \
+    /* y = softmax(scale · q·kᵀ, causal mask) · v over the last two dims, lse = the rows'   \
+     * log-sum-exp of the scaled scores. in: q (..., Tq, D), k (..., Tk, D),                 \
+     * v (..., Tk, Dv); out: y (..., Tq, Dv), lse (..., Tq). rm_attention_params */          \
+    X(ATTENTION, "attention")                                                                \
+    /* The input gradients from the saved lse (FlashAttention's backward). in: q, k, v, y,   \
+     * gy (y's gradient), lse; out: dq, dk, dv (each NULL when not wanted).                  \
+     * rm_attention_params */                                                                \
+    X(ATTENTION_BWD, "attention backward")
+
+/* How an operand of RM_K_MATMUL is a batch of matrices: its trailing dims
+ * are a row dim (RM_MM_ROW; without it the matrix has one row) and a column
+ * dim (RM_MM_COL; without it one column), as torch.matmul reads a 1-D
+ * operand; its leading dims are batch dims, aligned right against the batch
+ * shape (the broadcast of the three operands' batch dims), broadcast where
+ * they have size 1 or are missing. RM_MM_T: the operand is the transpose of
+ * that matrix. C (out[0]) is never transposed; where it is broadcast over
+ * batch dims, the products of those batch entries are summed into it (how
+ * a backward reduces a gradient over the dims its input was broadcast along). */
+enum { RM_MM_ROW = 1, RM_MM_COL = 2, RM_MM_T = 4 };
+typedef struct rm_mm_params {
+    unsigned char a, b, c; /* RM_MM_* of in[0], in[1], out[0] */
+} rm_mm_params;
+
+typedef struct rm_attention_params {
+    bool causal; /* row i sees keys 0..i (top-left aligned, as torch's is_causal) */
+    double scale; /* 0: 1 / sqrt(D) */
+} rm_attention_params;
+
+/* The scale attention uses for head size D. */
+static inline double rm_attention_scale(const rm_attention_params *p, int64_t D) {
+    if (p->scale != 0) return p->scale;
+    return D > 0 ? 1.0 / sqrt((double)D) : 1.0;
+}
 
 #endif /* REMAT_KERNELS_MATMUL_H */

@@ -1,4 +1,4 @@
-/* src/ops/gemm.h — private GEMM layer (row-major BLAS-style sgemm/dgemm).
+/* src/backends/cpu/gemm.h — the cpu backend's GEMM layer (row-major BLAS-style sgemm/dgemm).
  *
  *   C (M×N) = alpha · op(A) (M×K) · op(B) (K×N) + beta · C
  *
@@ -18,8 +18,8 @@
  * Threads: everything runs on OpenMP's team of omp_get_max_threads()
  * (OpenBLAS single-threaded per panel, see rm_gemm_set_threading); from
  * inside a parallel region a call runs on the calling thread alone. */
-#ifndef REMAT_OPS_GEMM_H
-#define REMAT_OPS_GEMM_H
+#ifndef REMAT_CPU_GEMM_H
+#define REMAT_CPU_GEMM_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -46,4 +46,4 @@ void rm_dgemm_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alph
                   const double *A, int64_t lda, const double *B, int64_t ldb, double beta,
                   double *C, int64_t ldc);
 
-#endif /* REMAT_OPS_GEMM_H */
+#endif /* REMAT_CPU_GEMM_H */

@@ -1,4 +1,4 @@
-/* src/ops/gemm.c — the private GEMM layer: row-major sgemm/dgemm over the
+/* src/backends/cpu/gemm.c — the cpu backend's GEMM layer: row-major sgemm/dgemm over the
  * BLAS chosen at build time, plus the built-in cache-blocked kernel that
  * serves as the "naive" backend, as oneDNN's missing dgemm, and as the
  * fallback for anything a backend cannot take (see gemm.h). */
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "../../core.h"
 
 #ifdef _OPENMP
 #include <omp.h>

@@ -1,0 +1,380 @@
+/* src/backends/cpu/attention.c — cpu kernels of fused scaled dot-product
+ * attention (src/ops/attention.c): the forward (RM_K_ATTENTION) and the
+ * backward from the saved row log-sum-exp (RM_K_ATTENTION_BWD).
+ *
+ *   out = softmax(scale · q·kᵀ, causal mask) · v        over the last two dims
+ *
+ * The composed version (matmul, scale, masked_fill, softmax, matmul)
+ * writes and reads the (Tq, Tk) score matrix of every batch entry several
+ * times and computes the half of it a causal mask throws away. Here the work
+ * is cut into blocks of ATT_QB query rows; a block's scores live in a small
+ * per-thread buffer that stays in cache, and with the causal mask a block
+ * only multiplies against the keys its rows can see (row i sees keys j ≤ i,
+ * top-left aligned as torch's is_causal), which skips about half the GEMM
+ * work of the two products.
+ *
+ * Backward recomputes each block's probabilities from the saved lse (one
+ * more GEMM of a block). With P the probabilities of a block and dO its
+ * output gradient:
+ *   dV += Pᵀ·dO,  dP = dO·Vᵀ,  dS = P ∘ (dP − rowsum(dO ∘ O)) · scale,
+ *   dQ = dS·K,    dK += dSᵀ·Q.
+ *
+ * Layout: operands may be any views whose last dim is contiguous (the GPT's
+ * per-head views of one packed qkv projection are read in place, their row
+ * stride passed to the GEMM); others are copied first. Outputs may be any
+ * such views too (the op stores 4-D ones as (B, T, H, D)).
+ *
+ * Threads: forward splits (batch, query block) items over OpenMP threads,
+ * backward splits batch entries (each owns its dK, dV). Every item is
+ * computed by one thread in a fixed order with single-threaded GEMMs, so the
+ * results do not depend on the thread count or the schedule. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clones.h"
+#include "cpu.h" /* nn.h: rm_row_max */
+#include "gemm.h"
+#include "vmath.h"
+
+/* Query rows per block: small enough that a block's scores (ATT_QB × Tk)
+ * stay in L2, large enough for efficient GEMMs. */
+#define ATT_QB 64
+
+typedef float f32;
+typedef double f64;
+
+/* A (..., T, C) operand seen as nb matrices of T rows: element (b, t, c) is
+ * at base[off[b] + t * ld + c]. */
+typedef struct att_mat {
+    void *base;
+    const int64_t *off; /* nb batch offsets (elements, relative to base) */
+    int64_t ld;         /* row stride */
+} att_mat;
+
+typedef struct att_dims {
+    int64_t nb, Tq, Tk, D, Dv;
+    bool causal;
+    double scale;
+} att_dims;
+
+/* Keys visible to query rows [i0, i1): with the causal mask row i sees
+ * keys 0..i, so the block needs keys [0, min(Tk, i1)). */
+static inline int64_t att_keys(const att_dims *d, int64_t i1) {
+    return d->causal ? (i1 < d->Tk ? i1 : d->Tk) : d->Tk;
+}
+/* Keys visible to query row i. */
+static inline int64_t att_row_keys(const att_dims *d, int64_t i) {
+    return d->causal ? (i + 1 < d->Tk ? i + 1 : d->Tk) : d->Tk;
+}
+
+#ifdef _OPENMP
+#include <omp.h>
+#define ATT_IN_PARALLEL() omp_in_parallel()
+#else
+#define ATT_IN_PARALLEL() 0
+#endif
+
+/* Runs body(i) for i in [0, n) on OpenMP's team when there is enough work
+ * and more than one item, else on the calling thread. Two separate loops on
+ * purpose: an `omp parallel if(false)` region still counts as a nesting
+ * level, and the GEMMs called in it would then start nested teams. */
+#define ATT_FOR(n, work, body)                                                                \
+    do {                                                                                      \
+        if ((n) > 1 && (work) > RM_OMP_MIN && !ATT_IN_PARALLEL()) {                           \
+            _Pragma("omp parallel for schedule(dynamic, 1)")                                  \
+            for (int64_t it_ = 0; it_ < (n); it_++) body(it_);                                \
+        } else {                                                                              \
+            for (int64_t it_ = 0; it_ < (n); it_++) body(it_);                                \
+        }                                                                                     \
+    } while (0)
+
+#define ATT_LANES 16
+
+#define ATT_KERNELS(T, GEMM, EXPF, LOGF)                                                      \
+    /* x[i] = exp(x[i] - sub), returns their sum (ATT_LANES partial sums, so the             \
+     * loop vectorises without reassociation flags). */                                       \
+    static T att_exp_inplace_##T(T *x, T sub, int64_t n) {                                    \
+        T acc[ATT_LANES] = {0};                                                               \
+        int64_t i = 0;                                                                        \
+        for (; i + ATT_LANES <= n; i += ATT_LANES)                                            \
+            for (int j = 0; j < ATT_LANES; j++) {                                             \
+                T e = EXPF(x[i + j] - sub);                                                   \
+                x[i + j] = e;                                                                 \
+                acc[j] += e;                                                                  \
+            }                                                                                 \
+        for (; i < n; i++) {                                                                  \
+            x[i] = EXPF(x[i] - sub);                                                          \
+            acc[0] += x[i];                                                                   \
+        }                                                                                     \
+        for (int w = ATT_LANES / 2; w > 0; w /= 2)                                            \
+            for (int j = 0; j < w; j++) acc[j] += acc[j + w];                                 \
+        return acc[0];                                                                        \
+    }                                                                                         \
+                                                                                              \
+    /* Scores of query rows [i0, i0 + m) of batch entry b against keys [0, kn),               \
+     * turned into probabilities in place: s is (m, kn). With lse == NULL they                \
+     * are normalised and the row log-sum-exp is stored in lse_out; otherwise                 \
+     * P = exp(S - lse) from the saved lse. Masked entries are 0. */                          \
+    RM_CPU_CLONES static void att_probs_##T(const att_dims *d, const att_mat *q, const att_mat *k,         \
+                              int64_t b, int64_t i0, int64_t m, int64_t kn, T *restrict s,    \
+                              const T *lse, T *lse_out) {                                     \
+        const T *qb = (const T *)q->base + q->off[b] + i0 * q->ld;                            \
+        const T *kb = (const T *)k->base + k->off[b];                                         \
+        GEMM(false, true, m, kn, d->D, (T)d->scale, qb, q->ld, kb, k->ld, (T)0, s, kn);       \
+        for (int64_t r = 0; r < m; r++) {                                                     \
+            T *sr = s + r * kn;                                                               \
+            int64_t lim = att_row_keys(d, i0 + r);                                            \
+            if (lim > kn) lim = kn;                                                           \
+            if (lse) {                                                                        \
+                T l = lse[i0 + r];                                                            \
+                if (l == (T)-INFINITY) l = 0; /* no keys: every p is 0 anyway */              \
+                for (int64_t j = 0; j < lim; j++) sr[j] = EXPF(sr[j] - l);                    \
+            } else {                                                                          \
+                T mx = lim > 0 ? rm_row_max_##T(sr, lim) : (T)-INFINITY;                      \
+                T sub = mx == (T)-INFINITY ? (T)0 : mx; /* all -inf: avoid inf - inf */       \
+                T sum = att_exp_inplace_##T(sr, sub, lim);                                    \
+                T inv = (T)1 / sum;                                                           \
+                for (int64_t j = 0; j < lim; j++) sr[j] *= inv;                               \
+                lse_out[i0 + r] = lim > 0 ? sub + LOGF(sum) : (T)-INFINITY;                   \
+            }                                                                                 \
+            for (int64_t j = lim; j < kn; j++) sr[j] = 0;                                     \
+        }                                                                                     \
+    }                                                                                         \
+                                                                                              \
+    /* Forward of one (batch entry, query block) item. lse is (nb, Tq). */                    \
+    static int att_fwd_item_##T(const att_dims *d, const att_mat *q, const att_mat *k,       \
+                                const att_mat *v, const att_mat *o, T *lse, int64_t item) {   \
+        int64_t nqb = (d->Tq + ATT_QB - 1) / ATT_QB;                                          \
+        int64_t b = item / nqb, i0 = (item % nqb) * ATT_QB;                                   \
+        int64_t m = d->Tq - i0 < ATT_QB ? d->Tq - i0 : ATT_QB;                                \
+        int64_t kn = att_keys(d, i0 + m);                                                     \
+        T *ob = (T *)o->base + o->off[b] + i0 * o->ld;                                        \
+        if (kn == 0) { /* no keys: an empty sum, as matmul with an empty inner dim */         \
+            for (int64_t r = 0; r < m; r++) {                                                 \
+                memset(ob + r * o->ld, 0, sizeof(T) * (size_t)d->Dv);                         \
+                lse[b * d->Tq + i0 + r] = (T)-INFINITY;                                       \
+            }                                                                                 \
+            return REMAT_OK;                                                                  \
+        }                                                                                     \
+        T *s = malloc(sizeof(T) * (size_t)(m * kn));                                          \
+        if (!s) return REMAT_ENOMEM;                                                          \
+        att_probs_##T(d, q, k, b, i0, m, kn, s, NULL, lse + b * d->Tq);                       \
+        const T *vb = (const T *)v->base + v->off[b];                                         \
+        GEMM(false, false, m, d->Dv, kn, (T)1, s, kn, vb, v->ld, (T)0, ob, o->ld);            \
+        free(s);                                                                              \
+        return REMAT_OK;                                                                      \
+    }                                                                                         \
+                                                                                              \
+    /* Backward of one batch entry: its dq rows, dk and dv (each may be NULL                  \
+     * when not wanted). Query blocks in order, so dk/dv sum in a fixed order. */             \
+    static int att_bwd_item_##T(const att_dims *d, const att_mat *q, const att_mat *k,       \
+                                const att_mat *v, const att_mat *o, const att_mat *go,        \
+                                const T *lse, const att_mat *dq, const att_mat *dk,           \
+                                const att_mat *dv, int64_t b) {                               \
+        const T *kb = (const T *)k->base + k->off[b];                                         \
+        const T *vb = (const T *)v->base + v->off[b];                                         \
+        T *dkb = dk ? (T *)dk->base + dk->off[b] : NULL;                                      \
+        T *dvb = dv ? (T *)dv->base + dv->off[b] : NULL;                                      \
+        for (int64_t j = 0; dkb && j < d->Tk; j++)                                            \
+            memset(dkb + j * dk->ld, 0, sizeof(T) * (size_t)d->D);                            \
+        for (int64_t j = 0; dvb && j < d->Tk; j++)                                            \
+            memset(dvb + j * dv->ld, 0, sizeof(T) * (size_t)d->Dv);                           \
+        int64_t kmax = att_keys(d, d->Tq);                                                    \
+        int64_t mb = d->Tq < ATT_QB ? d->Tq : ATT_QB;                                         \
+        T *p = malloc(sizeof(T) * (size_t)(2 * mb * kmax + mb) + 1);                          \
+        if (!p) return REMAT_ENOMEM;                                                          \
+        T *ds = p + mb * kmax, *delta = ds + mb * kmax;                                       \
+        for (int64_t i0 = 0; i0 < d->Tq; i0 += ATT_QB) {                                      \
+            int64_t m = d->Tq - i0 < ATT_QB ? d->Tq - i0 : ATT_QB;                            \
+            int64_t kn = att_keys(d, i0 + m);                                                 \
+            const T *qi = (const T *)q->base + q->off[b] + i0 * q->ld;                        \
+            const T *goi = (const T *)go->base + go->off[b] + i0 * go->ld;                    \
+            const T *oi = (const T *)o->base + o->off[b] + i0 * o->ld;                        \
+            T *dqi = dq ? (T *)dq->base + dq->off[b] + i0 * dq->ld : NULL;                    \
+            if (kn == 0) {                                                                    \
+                for (int64_t r = 0; dqi && r < m; r++)                                        \
+                    memset(dqi + r * dq->ld, 0, sizeof(T) * (size_t)d->D);                    \
+                continue;                                                                     \
+            }                                                                                 \
+            att_probs_##T(d, q, k, b, i0, m, kn, p, lse + b * d->Tq, NULL);                   \
+            if (dvb) /* dV[0:kn] += Pᵀ · dO */                                                \
+                GEMM(true, false, kn, d->Dv, m, (T)1, p, kn, goi, go->ld, (T)1, dvb, dv->ld); \
+            if (!dqi && !dkb) continue;                                                       \
+            /* dP = dO · Vᵀ */                                                                \
+            GEMM(false, true, m, kn, d->Dv, (T)1, goi, go->ld, vb, v->ld, (T)0, ds, kn);      \
+            for (int64_t r = 0; r < m; r++) { /* delta = rowsum(dO ∘ O) = rowsum(dP ∘ P) */   \
+                T acc = 0;                                                                    \
+                const T *g = goi + r * go->ld, *y = oi + r * o->ld;                           \
+                for (int64_t c = 0; c < d->Dv; c++) acc += g[c] * y[c];                       \
+                delta[r] = acc;                                                               \
+            }                                                                                 \
+            const T sc = (T)d->scale;                                                         \
+            for (int64_t r = 0; r < m; r++) {                                                 \
+                T *dsr = ds + r * kn;                                                         \
+                const T *pr = p + r * kn;                                                     \
+                const T dl = delta[r];                                                        \
+                for (int64_t j = 0; j < kn; j++) dsr[j] = pr[j] * (dsr[j] - dl) * sc;         \
+            }                                                                                 \
+            if (dqi) /* dQ = dS · K */                                                        \
+                GEMM(false, false, m, d->D, kn, (T)1, ds, kn, kb, k->ld, (T)0, dqi, dq->ld);  \
+            if (dkb) /* dK[0:kn] += dSᵀ · Q */                                                \
+                GEMM(true, false, kn, d->D, m, (T)1, ds, kn, qi, q->ld, (T)1, dkb, dk->ld);   \
+        }                                                                                     \
+        free(p);                                                                              \
+        return REMAT_OK;                                                                      \
+    }
+
+ATT_KERNELS(f32, rm_sgemm, rm_expf_v, logf)
+ATT_KERNELS(f64, rm_dgemm, exp, log)
+
+/* ---- layout helpers ------------------------------------------------------------------- */
+
+/* Batch offsets (relative to rm_ptr(t)) of the nb matrices of t (..., R, C). */
+static int64_t *batch_offsets(const remat_tensor *t, int64_t nb) {
+    int64_t *off = malloc(sizeof *off * (size_t)(nb > 0 ? nb : 1));
+    if (!off) return NULL;
+    int lead = t->ndim - 2;
+    int64_t idx[REMAT_MAX_DIMS] = {0};
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t o = 0;
+        for (int i = 0; i < lead; i++) o += idx[i] * t->strides[i];
+        off[b] = o;
+        for (int i = lead - 1; i >= 0; i--) { /* odometer over the leading dims */
+            if (++idx[i] < t->shape[i]) break;
+            idx[i] = 0;
+        }
+    }
+    return off;
+}
+
+/* True if the GEMMs can read t (..., R, C) in place: unit column stride and
+ * rows that do not overlap. */
+static bool gemm_readable(const remat_tensor *t) {
+    int64_t R = t->shape[t->ndim - 2], C = t->shape[t->ndim - 1];
+    if (C > 1 && t->strides[t->ndim - 1] != 1) return false;
+    return R <= 1 || t->strides[t->ndim - 2] >= C;
+}
+
+/* In-place readable t, or a contiguous copy (a new reference either way). */
+static int readable(remat_tensor **out, remat_tensor *t) {
+    if (gemm_readable(t)) {
+        *out = remat_retain(t);
+        return REMAT_OK;
+    }
+    return rm_contig(out, t);
+}
+
+typedef struct att_views {
+    att_mat m[8];
+    int64_t *off[8];
+} att_views;
+
+static int att_view(att_views *w, int slot, remat_tensor *t, int64_t nb) {
+    w->off[slot] = batch_offsets(t, nb);
+    if (!w->off[slot]) return REMAT_ENOMEM;
+    w->m[slot] = (att_mat){rm_ptr(t), w->off[slot], t->strides[t->ndim - 2]};
+    return REMAT_OK;
+}
+
+static void att_views_free(att_views *w) {
+    for (int i = 0; i < 8; i++) free(w->off[i]);
+}
+
+/* Operands the GEMMs read, in place where they can. */
+static int readable_all(remat_tensor **out, remat_tensor *const *in, int n) {
+    int rc = REMAT_OK;
+    for (int i = 0; i < n && !rc; i++) rc = readable(&out[i], in[i]);
+    return rc;
+}
+
+static att_dims dims_of(const rm_attention_params *p, const remat_tensor *q,
+                        const remat_tensor *k, const remat_tensor *v) {
+    int n = q->ndim;
+    return (att_dims){.nb = rm_shape_numel(n - 2, q->shape),
+                      .Tq = q->shape[n - 2],
+                      .Tk = k->shape[n - 2],
+                      .D = q->shape[n - 1],
+                      .Dv = v->shape[n - 1],
+                      .causal = p->causal,
+                      .scale = rm_attention_scale(p, q->shape[n - 1])};
+}
+
+int rm_cpu_attention(const rm_kargs *k) {
+    remat_tensor *in[3] = {NULL, NULL, NULL}, *y = k->out[0], *lse = k->out[1];
+    att_views w = {0};
+    int rc = readable_all(in, k->in, 3);
+    if (rc) goto out;
+    const att_dims d = dims_of(k->params, in[0], in[1], in[2]);
+    int64_t nqb = (d.Tq + ATT_QB - 1) / ATT_QB;
+    if (d.nb > 0 && d.Tq > 0) {
+        for (int i = 0; i < 3 && !rc; i++) rc = att_view(&w, i, in[i], d.nb);
+        if (!rc) rc = att_view(&w, 3, y, d.nb);
+        if (rc) {
+            rc = rm_err(REMAT_ENOMEM, "out of memory");
+            goto out;
+        }
+        int fail = 0;
+        double work = (double)d.Tq * (double)d.Tk * (double)(d.D + d.Dv) * (double)d.nb;
+#define ATT_FWD(T, it)                                                                         \
+    do {                                                                                       \
+        if (att_fwd_item_##T(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], (T *)rm_ptr(lse), (it)))  \
+            _Pragma("omp atomic write") fail = 1;                                              \
+    } while (0)
+#define ATT_FWD_F32(it) ATT_FWD(f32, it)
+#define ATT_FWD_F64(it) ATT_FWD(f64, it)
+        if (y->dtype == REMAT_F32) ATT_FOR(d.nb * nqb, work, ATT_FWD_F32);
+        else ATT_FOR(d.nb * nqb, work, ATT_FWD_F64);
+#undef ATT_FWD_F32
+#undef ATT_FWD_F64
+#undef ATT_FWD
+        if (fail) rc = rm_err(REMAT_ENOMEM, "out of memory");
+    }
+out:
+    att_views_free(&w);
+    for (int i = 0; i < 3; i++) remat_release(in[i]);
+    return rc;
+}
+
+int rm_cpu_attention_bwd(const rm_kargs *k) {
+    /* q, k, v, y and gy as the GEMMs read them; lse is the op's own, contiguous */
+    remat_tensor *in[5] = {NULL}, *lse = k->in[5], *const *g = k->out;
+    att_views w = {0};
+    int rc = readable_all(in, k->in, 5);
+    if (rc) goto out;
+    const att_dims d = dims_of(k->params, in[0], in[1], in[2]);
+    if (d.nb > 0 && d.Tk > 0) {
+        for (int i = 0; i < 5 && !rc; i++) rc = att_view(&w, i, in[i], d.nb);
+        for (int i = 0; i < 3 && !rc; i++)
+            if (g[i]) rc = att_view(&w, 5 + i, g[i], d.nb);
+        if (rc) {
+            rc = rm_err(REMAT_ENOMEM, "out of memory");
+            goto out;
+        }
+        int fail = 0;
+        const att_mat *dq = g[0] ? &w.m[5] : NULL, *dk = g[1] ? &w.m[6] : NULL,
+                      *dv = g[2] ? &w.m[7] : NULL;
+        double work = (double)d.Tq * (double)d.Tk * (double)(d.D + d.Dv) * (double)d.nb;
+#define ATT_BWD(T, b)                                                                          \
+    do {                                                                                       \
+        if (att_bwd_item_##T(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], &w.m[4],                  \
+                             (const T *)rm_ptr(lse), dq, dk, dv, (b)))                         \
+            _Pragma("omp atomic write") fail = 1;                                              \
+    } while (0)
+#define ATT_BWD_F32(b) ATT_BWD(f32, b)
+#define ATT_BWD_F64(b) ATT_BWD(f64, b)
+        if (lse->dtype == REMAT_F32) ATT_FOR(d.nb, work, ATT_BWD_F32);
+        else ATT_FOR(d.nb, work, ATT_BWD_F64);
+#undef ATT_BWD_F32
+#undef ATT_BWD_F64
+#undef ATT_BWD
+        if (fail) rc = rm_err(REMAT_ENOMEM, "out of memory");
+    } else { /* nothing to multiply (no keys or no batch): zeros */
+        for (int i = 0; i < 3; i++)
+            if (g[i]) memset(rm_ptr(g[i]), 0, g[i]->storage->nbytes);
+    }
+out:
+    att_views_free(&w);
+    for (int i = 0; i < 5; i++) remat_release(in[i]);
+    return rc;
+}

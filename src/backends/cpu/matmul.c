@@ -1,0 +1,379 @@
+/* src/backends/cpu/matmul.c — cpu kernels of matmul and linear
+ * (src/ops/matmul.c): the batched GEMM of strided matrices (RM_K_MATMUL)
+ * on the GEMM layer of gemm.c, and linear's bias-gradient column sums
+ * (RM_K_COLSUM).
+ *
+ * Every operand is seen as a batch of strided matrices (mview): a row dim,
+ * a column dim, and batch dims aligned to the broadcast batch shape with
+ * stride 0 where the operand is broadcast. A 1-D operand has a missing row
+ * (a) or column (b) dim of size 1, which is how torch.matmul's "prepend /
+ * append a dim, then remove it" is done without any reshaping.
+ *
+ * A matrix whose elements are row-major with some row stride, or the
+ * transpose of that (a transposed contiguous matrix, or a column slice),
+ * goes to the GEMM as it is, with the transpose flag; anything else is
+ * copied with rm_contig first. Then one of three plans runs (mm_exec):
+ *   - fold-M: when op(B) is the same for every batch and A's and C's rows
+ *     run on with one stride across batches, the whole batch is one GEMM
+ *     with M = batch·m (x (B, T, C) @ W (C, D), linear on a 3-D x);
+ *   - fold-K: when C is one matrix for the whole batch (C broadcast over
+ *     every batch dim) and both operands run along k across batches, one
+ *     GEMM with K = batch·k (the weight gradient of the above);
+ *   - otherwise a loop over the batch, one GEMM per matrix; where C is
+ *     broadcast over some batch dims, the GEMMs accumulate into it
+ *     (beta = 1). That is how the backward reduces gradients over the
+ *     batch dims an input was broadcast along: straight into the input's
+ *     shape, without materialising the broadcast gradient and summing it
+ *     (which is what rm_sum_to would do, at batch× the memory). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "gemm.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* ---- batched strided matrices ------------------------------------------------------------ */
+
+typedef struct mview {
+    char *p;                       /* element [0, ..., 0] */
+    int64_t rows, cols;
+    int64_t rs, cs;                /* row / column strides (elements) */
+    int64_t bstr[REMAT_MAX_DIMS];  /* batch strides, aligned to the batch shape */
+} mview;
+
+/* v = t as a batch of matrices. The matrix dims are t's trailing dims: a row
+ * dim if has_row, a column dim if has_col (a missing one has size 1); the
+ * leading dims are batch dims, aligned right against the nb batch dims of
+ * the operation (stride 0 where t has size 1 or lacks the dim). */
+static void view_of(mview *v, const remat_tensor *t, bool has_row, bool has_col, int nb) {
+    int nm = (int)has_row + (int)has_col;
+    int tb = t->ndim - nm; /* t's own batch dims */
+    v->p = rm_ptr(t);
+    v->rows = has_row ? t->shape[tb] : 1;
+    v->rs = has_row ? t->strides[tb] : 0;
+    v->cols = has_col ? t->shape[t->ndim - 1] : 1;
+    v->cs = has_col ? t->strides[t->ndim - 1] : 0;
+    for (int d = 0; d < nb; d++) {
+        int j = d - (nb - tb);
+        v->bstr[d] = (j >= 0 && t->shape[j] != 1) ? t->strides[j] : 0;
+    }
+}
+
+static mview view_t(const mview *v) {
+    mview r = *v;
+    r.rows = v->cols;
+    r.cols = v->rows;
+    r.rs = v->cs;
+    r.cs = v->rs;
+    return r;
+}
+
+/* Whether the matrices of v are row-major with row stride *ld (*t false) or
+ * the transpose of such a matrix (*t true, v's column stride is *ld). A
+ * size-1 dim may have any stride. Empty matrices always pass (the GEMM
+ * never reads them). */
+static bool mv_layout(const mview *v, bool *t, int64_t *ld) {
+    int64_t R = v->rows, C = v->cols;
+    int64_t needc = C > 1 ? C : 1, needr = R > 1 ? R : 1;
+    *t = false;
+    *ld = needc;
+    if (R == 0 || C == 0) return true;
+    if (C == 1 || v->cs == 1) {
+        int64_t l = R == 1 ? needc : v->rs;
+        if (l >= needc) {
+            *ld = l;
+            return true;
+        }
+    }
+    if (R == 1 || v->rs == 1) {
+        int64_t l = C == 1 ? needr : v->cs;
+        if (l >= needr) {
+            *t = true;
+            *ld = l;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* *owned = t, or a contiguous copy of t when its matrices (as view_of sees
+ * them) are not a layout the GEMM can take. New reference. */
+static int prep_operand(remat_tensor **owned, remat_tensor *t, bool has_row, bool has_col) {
+    mview v;
+    bool tr;
+    int64_t ld;
+    view_of(&v, t, has_row, has_col, 0);
+    if (mv_layout(&v, &tr, &ld)) {
+        *owned = remat_retain(t);
+        return REMAT_OK;
+    }
+    return rm_contig(owned, t);
+}
+
+/* True if, over the batch dims of size > 1 (innermost first), the strides
+ * continue the matrix dim that has `inner` = count · stride elements: the
+ * batch then is just more rows of that dim. */
+static bool batch_chains(int nb, const int64_t *bshape, const int64_t *bstr, int64_t inner) {
+    int64_t expect = inner;
+    for (int d = nb - 1; d >= 0; d--) {
+        if (bshape[d] == 1) continue;
+        if (bstr[d] != expect) return false;
+        expect *= bshape[d];
+    }
+    return true;
+}
+
+static bool batch_broadcast_all(int nb, const int64_t *bshape, const int64_t *bstr) {
+    for (int d = 0; d < nb; d++)
+        if (bshape[d] != 1 && bstr[d] != 0) return false;
+    return true;
+}
+
+/* Batches of GEMMs below this many multiply-adds each run in parallel over
+ * the batch (about 128^3: below it a GEMM split over threads stops paying). */
+#define RM_BATCH_PAR_MAX ((double)(1 << 21))
+
+static int max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static void gemm_dt(remat_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                    const char *A, int64_t lda, const char *B, int64_t ldb, double beta, char *C,
+                    int64_t ldc) {
+    if (dt == REMAT_F32)
+        rm_sgemm(ta, tb, m, n, k, 1.0f, (const float *)A, lda, (const float *)B, ldb,
+                 (float)beta, (float *)C, ldc);
+    else
+        rm_dgemm(ta, tb, m, n, k, 1.0, (const double *)A, lda, (const double *)B, ldb, beta,
+                 (double *)C, ldc);
+}
+
+/* C[b] = A[b] · B[b] for every index b of the batch shape (nb dims), where
+ * A is m×k, B k×n and C m×n (row-major, C->cs == 1, made by us). C may be
+ * broadcast over batch dims (stride 0): products then accumulate into it.
+ * add_to_c: C already holds a term to add (linear's bias). c_numel: number
+ * of elements of the tensor behind C (zeroed before accumulating). All views
+ * must pass mv_layout. */
+static void mm_exec(remat_dtype dt, int nb, const int64_t *bshape, const mview *A, const mview *B,
+                    const mview *C, int64_t c_numel, bool add_to_c) {
+    bool ta, tb, tc;
+    int64_t lda, ldb, ldc;
+    mv_layout(A, &ta, &lda);
+    mv_layout(B, &tb, &ldb);
+    mv_layout(C, &tc, &ldc);
+    int64_t m = A->rows, k = A->cols, n = B->cols;
+    int64_t nbatch = rm_shape_numel(nb, bshape);
+    size_t es = remat_dtype_size(dt);
+    double beta = add_to_c ? 1.0 : 0.0;
+    if (m == 0 || n == 0) return;
+
+    /* fold-M: one GEMM over batch·m rows */
+    if (!ta && !tc && batch_broadcast_all(nb, bshape, B->bstr) &&
+        batch_chains(nb, bshape, A->bstr, m * lda) && batch_chains(nb, bshape, C->bstr, m * ldc)) {
+        gemm_dt(dt, ta, tb, nbatch * m, n, k, A->p, lda, B->p, ldb, beta, C->p, ldc);
+        return;
+    }
+    /* fold-K: one GEMM summing over batch·k */
+    if (ta && !tb && !tc && batch_broadcast_all(nb, bshape, C->bstr) &&
+        batch_chains(nb, bshape, A->bstr, k * lda) && batch_chains(nb, bshape, B->bstr, k * ldb)) {
+        gemm_dt(dt, ta, tb, m, n, nbatch * k, A->p, lda, B->p, ldb, beta, C->p, ldc);
+        return;
+    }
+    /* one GEMM per batch entry; accumulate where C is broadcast */
+    bool acc = false;
+    for (int d = 0; d < nb; d++) acc |= bshape[d] != 1 && C->bstr[d] == 0;
+    if (acc && !add_to_c) {
+        memset(C->p, 0, (size_t)c_numel * es);
+        beta = 1.0;
+    }
+    rm_iter base;
+    rm_iter_init(&base, nb, bshape, 3);
+    for (int d = 0; d < nb; d++) {
+        base.strides[0][d] = A->bstr[d];
+        base.strides[1][d] = B->bstr[d];
+        base.strides[2][d] = C->bstr[d];
+    }
+    /* Whole GEMMs per thread (each single-threaded) rather than every GEMM
+     * split over the threads: for small matrices (attention heads), where a
+     * split does not pay, and whenever the batch divides evenly among the
+     * threads (8 x 256x384x384 on 2 threads: 160 vs 134 GFLOP/s with
+     * OpenBLAS). Not when C is shared across the batch (accumulation), nor
+     * when the GEMM layer cannot be entered from a parallel region. (Two
+     * loops rather than one with an `if (par)` clause: a GEMM that opens its
+     * own parallel region from inside an inactive one gets a freshly created
+     * nested team from libgomp — about 2 ms per call.) */
+    int nt = max_threads();
+    bool par = !acc && nbatch > 1 && nt > 1 && rm_gemm_threading() == RM_GEMM_THREADS_OMP &&
+               ((double)m * (double)n * (double)k < RM_BATCH_PAR_MAX || nbatch % nt == 0);
+    if (par) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < nbatch; i++) {
+            rm_iter it = base;
+            rm_iter_seek(&it, i);
+            gemm_dt(dt, ta, tb, m, n, k, A->p + (size_t)it.off[0] * es, lda,
+                    B->p + (size_t)it.off[1] * es, ldb, beta, C->p + (size_t)it.off[2] * es, ldc);
+        }
+    } else {
+        rm_iter it = base;
+        for (int64_t i = 0; i < nbatch; i++) {
+            gemm_dt(dt, ta, tb, m, n, k, A->p + (size_t)it.off[0] * es, lda,
+                    B->p + (size_t)it.off[1] * es, ldb, beta, C->p + (size_t)it.off[2] * es, ldc);
+            rm_iter_next(&it);
+        }
+    }
+}
+
+/* ---- RM_K_MATMUL ---------------------------------------------------------------------------- */
+
+/* The batch shape (*nb dims) of the operands t[0..3) as flags f[] sees
+ * them: their leading dims aligned right, a dim of size 1 broadcast. */
+static void batch_shape(remat_tensor *const *t, const unsigned char *f, int *nb, int64_t *bshape) {
+    int tb[3], n = 0;
+    for (int i = 0; i < 3; i++) {
+        tb[i] = t[i]->ndim - !!(f[i] & RM_MM_ROW) - !!(f[i] & RM_MM_COL);
+        if (tb[i] > n) n = tb[i];
+    }
+    for (int d = 0; d < n; d++) {
+        bshape[d] = 1;
+        for (int i = 0; i < 3; i++) {
+            int j = d - (n - tb[i]);
+            if (j >= 0 && t[i]->shape[j] != 1) bshape[d] = t[i]->shape[j];
+        }
+    }
+    *nb = n;
+}
+
+/* The view of operand t (flags f) against the nb batch dims. */
+static mview operand_view(const remat_tensor *t, unsigned f, int nb) {
+    mview v;
+    view_of(&v, t, f & RM_MM_ROW, f & RM_MM_COL, nb);
+    return (f & RM_MM_T) ? view_t(&v) : v;
+}
+
+/* y (rows, n) = bias (n) in every row, before the GEMM adds x·W^T (beta = 1).
+ * A write pass over y: with in_features = 128 it is ~10 % of the GEMM's
+ * time on one thread, so it is split over the team like the GEMM after it. */
+static void fill_rows(void *y, const void *bias, int64_t rows, int64_t n, size_t es) {
+    size_t row = (size_t)n * es;
+#pragma omp parallel for schedule(static) if (rows * n > RM_OMP_MIN)
+    for (int64_t r = 0; r < rows; r++) memcpy((char *)y + (size_t)r * row, bias, row);
+}
+
+/* db (n) = sum over rows of g (rows, n), contiguous. The rows are cut into
+ * fixed chunks (a function of the shape only); each chunk streams its rows
+ * (contiguous, vectorised across the columns) into a partial sum in T held
+ * in part (n elements per chunk, L1-sized for the usual widths), and the
+ * partials are then summed in double, chunk after chunk, by blocks of 64
+ * columns. The summation order never depends on the thread count. Narrow
+ * g (n < 64: rows too short to stream) sums each column block down all the
+ * rows in double instead; part is then unused. */
+#define COLSUM_CHUNK_ROWS 64     /* rows per chunk, at most... */
+#define COLSUM_MIN_CHUNKS 16     /* ...but few rows still make this many chunks (threads) */
+#define COLSUM_MAX_CHUNKS 1024   /* more rows per chunk above this many chunks */
+#define COLSUM_MAX_PART (1 << 24) /* and above this many partial sums (elements) */
+static int64_t colsum_chunk_rows(int64_t rows, int64_t n) {
+    int64_t r = (rows + COLSUM_MIN_CHUNKS - 1) / COLSUM_MIN_CHUNKS;
+    if (r > COLSUM_CHUNK_ROWS) r = COLSUM_CHUNK_ROWS;
+    int64_t lo = (rows + COLSUM_MAX_CHUNKS - 1) / COLSUM_MAX_CHUNKS;
+    if (r < lo) r = lo;
+    if (r < 1) r = 1;
+    while (r < rows && (rows + r - 1) / r * n > COLSUM_MAX_PART) r *= 2;
+    return r;
+}
+/* elements of scratch colsum needs (0: none) */
+static int64_t colsum_scratch(int64_t rows, int64_t n) {
+    if (n < 64 || rows == 0) return 0;
+    int64_t rb = colsum_chunk_rows(rows, n);
+    return (rows + rb - 1) / rb * n;
+}
+#define COLSUM(T)                                                                               \
+    static void colsum_##T(const T *restrict g, T *restrict db, int64_t rows, int64_t n,        \
+                           T *restrict part) {                                                  \
+        int64_t nblk = (n + 63) / 64;                                                           \
+        if (!part) { /* narrow: column blocks down the rows */                                  \
+            _Pragma("omp parallel for if (rows * n > RM_OMP_MIN)")                              \
+            for (int64_t bi = 0; bi < nblk; bi++) {                                             \
+                int64_t j0 = bi * 64, nc = n - j0 < 64 ? n - j0 : 64;                           \
+                double acc[64] = {0};                                                           \
+                for (int64_t r = 0; r < rows; r++) {                                            \
+                    const T *restrict gr = g + r * n + j0;                                      \
+                    for (int64_t j = 0; j < nc; j++) acc[j] += gr[j];                           \
+                }                                                                               \
+                for (int64_t j = 0; j < nc; j++) db[j0 + j] = (T)acc[j];                        \
+            }                                                                                   \
+            return;                                                                             \
+        }                                                                                       \
+        int64_t rb = colsum_chunk_rows(rows, n), nch = (rows + rb - 1) / rb;                    \
+        _Pragma("omp parallel for if (rows * n > RM_OMP_MIN)")                                  \
+        for (int64_t k = 0; k < nch; k++) {                                                     \
+            T *restrict p = part + k * n;                                                       \
+            int64_t r1 = (k + 1) * rb < rows ? (k + 1) * rb : rows;                             \
+            memcpy(p, g + k * rb * n, sizeof(T) * (size_t)n);                                   \
+            for (int64_t r = k * rb + 1; r < r1; r++) {                                         \
+                const T *restrict gr = g + r * n;                                               \
+                for (int64_t j = 0; j < n; j++) p[j] += gr[j];                                  \
+            }                                                                                   \
+        }                                                                                       \
+        _Pragma("omp parallel for if (nch * n > RM_OMP_MIN)")                                   \
+        for (int64_t bi = 0; bi < nblk; bi++) {                                                 \
+            int64_t j0 = bi * 64, nc = n - j0 < 64 ? n - j0 : 64;                               \
+            double acc[64] = {0};                                                               \
+            for (int64_t k = 0; k < nch; k++) {                                                 \
+                const T *restrict pk = part + k * n + j0;                                       \
+                for (int64_t j = 0; j < nc; j++) acc[j] += pk[j];                               \
+            }                                                                                   \
+            for (int64_t j = 0; j < nc; j++) db[j0 + j] = (T)acc[j];                            \
+        }                                                                                       \
+    }
+COLSUM(float)
+COLSUM(double)
+
+int rm_cpu_matmul(const rm_kargs *k) {
+    const rm_mm_params *p = k->params;
+    remat_tensor *y = k->out[0], *bias = k->in[2];
+    remat_tensor *ac = NULL, *bc = NULL, *biasc = NULL;
+    int nb;
+    int64_t bshape[REMAT_MAX_DIMS];
+    remat_tensor *ops[3] = {k->in[0], k->in[1], y};
+    const unsigned char flags[3] = {p->a, p->b, p->c};
+    batch_shape(ops, flags, &nb, bshape);
+    int rc = prep_operand(&ac, k->in[0], p->a & RM_MM_ROW, p->a & RM_MM_COL);
+    if (!rc) rc = prep_operand(&bc, k->in[1], p->b & RM_MM_ROW, p->b & RM_MM_COL);
+    if (!rc && bias) rc = rm_contig(&biasc, bias);
+    if (rc) goto out;
+    if (biasc) {
+        int64_t n = biasc->shape[0];
+        fill_rows(rm_ptr(y), rm_ptr(biasc), n ? remat_numel(y) / n : 0, n,
+                  remat_dtype_size(y->dtype));
+    }
+    mview A = operand_view(ac, p->a, nb), B = operand_view(bc, p->b, nb);
+    mview C = operand_view(y, p->c, nb);
+    mm_exec(y->dtype, nb, bshape, &A, &B, &C, remat_numel(y), biasc != NULL);
+out:
+    remat_release(ac);
+    remat_release(bc);
+    remat_release(biasc);
+    return rc;
+}
+
+/* ---- RM_K_COLSUM ----------------------------------------------------------------------------- */
+
+int rm_cpu_colsum(const rm_kargs *k) {
+    remat_tensor *g = k->in[0], *db = k->out[0];
+    int64_t n = db->shape[0];
+    int64_t rows = n ? remat_numel(g) / n : 0;
+    int64_t ns = colsum_scratch(rows, n);
+    void *part = ns ? malloc((size_t)ns * remat_dtype_size(g->dtype)) : NULL;
+    if (ns && !part) return rm_err(REMAT_ENOMEM, "out of memory");
+    if (g->dtype == REMAT_F32) colsum_float(rm_ptr(g), rm_ptr(db), rows, n, part);
+    else colsum_double(rm_ptr(g), rm_ptr(db), rows, n, part);
+    free(part);
+    return REMAT_OK;
+}
