@@ -4,10 +4,11 @@
 
 BUILD      ?= build
 BUILD_ASAN ?= build-asan
+BUILD_LINT ?= build-lint
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build run test test-asan test-clang werror bench fixtures install fuzz clean
+.PHONY: all deps build run test test-asan test-clang werror lint bench fixtures install fuzz clean
 
 all: build
 
@@ -53,6 +54,11 @@ werror: deps
 	  cmake --build build-werror-$$cc -j $(JOBS) || exit 1; \
 	done
 
+# clang-tidy over src/ (checks in .clang-tidy), with the flags CMake exports for a clang build.
+lint:
+	@sh scripts/deps.sh lint
+	@bash scripts/lint.sh $(BUILD_LINT) $(JOBS)
+
 # libFuzzer on the save-file parser (clang, -fsanitize=fuzzer,address,undefined)
 # for FUZZ_SECONDS, from the committed seeds (copied: libFuzzer adds what it
 # finds to its first corpus directory, which stays in the build tree).
@@ -76,4 +82,4 @@ fixtures:
 	python3 scripts/gen_optim_fixtures.py tests/fixtures/optim
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ) build-werror-gcc build-werror-clang
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_LINT) $(BUILD_FUZZ) build-werror-gcc build-werror-clang

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Installs (as root) or requests (otherwise) the Debian packages remat needs.
+# `deps.sh lint` also wants clang-tidy (for `make lint`).
 set -e
 PKGS="cmake make gcc clang libomp-dev libdnnl-dev libopenblas-dev libcriterion-dev pkg-config libopenmpi-dev openmpi-bin"
+[ "${1:-}" = "lint" ] && PKGS="$PKGS clang-tidy"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -69,7 +69,7 @@ static cbucket *find(size_t size, bool create) {
 }
 
 void *rm_cpu_cache_take(size_t size) {
-    if (size < RM_CPU_CACHE_MIN) return NULL;
+    if (size < (size_t)RM_CPU_CACHE_MIN) return NULL;
     pthread_mutex_lock(&g_lock);
     cblock *c = NULL;
     cbucket *b = enabled_locked() ? find(size, false) : NULL;
@@ -83,7 +83,7 @@ void *rm_cpu_cache_take(size_t size) {
 }
 
 bool rm_cpu_cache_put(void *p, size_t size, size_t in_use, size_t peak) {
-    if (size < RM_CPU_CACHE_MIN || !p) return false;
+    if (size < (size_t)RM_CPU_CACHE_MIN || !p) return false;
     pthread_mutex_lock(&g_lock);
     bool kept = false;
     if (enabled_locked() && in_use + g_cached + size <= peak) {

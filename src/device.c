@@ -55,7 +55,7 @@ static void cpu_free(void *ud, int index, void *ptr, size_t nbytes) {
         return;
     }
     size_t rounded = cpu_rounded(nbytes);
-    if (rounded < RM_CPU_CACHE_MIN) { /* never cached: no need for the counters */
+    if (rounded < (size_t)RM_CPU_CACHE_MIN) { /* never cached: no need for the counters */
         free(ptr);
         return;
     }
@@ -405,7 +405,8 @@ void rm_philox_block(const uint32_t key[2], uint64_t counter, uint32_t out[4]) {
 /* Blob layout: magic "RMRG" u32, version u32, seed u64, offset u64, 8 zero bytes. */
 static void gen_to_blob(const rm_gen *g, uint8_t b[REMAT_RNG_STATE_BYTES]) {
     memset(b, 0, REMAT_RNG_STATE_BYTES);
-    memcpy(b, "RMRG", 4);
+    static const uint8_t k_magic[4] = {'R', 'M', 'R', 'G'};
+    memcpy(b, k_magic, sizeof k_magic);
     uint32_t ver = 1;
     memcpy(b + 4, &ver, 4);
     memcpy(b + 8, &g->seed, 8);

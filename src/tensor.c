@@ -12,7 +12,7 @@ static char g_empty_storage[64]; /* data address for 0-byte storages */
 size_t remat_dtype_size(remat_dtype dtype) {
     switch (dtype) {
     case REMAT_F32: return 4;
-    case REMAT_F64: return 8;
+    case REMAT_F64:
     case REMAT_I64: return 8;
     case REMAT_U8: return 1;
     case REMAT_BF16: return 2;

@@ -155,34 +155,52 @@ done:
 #undef PUSH
 }
 
-/* Marks nodes from which a capture target is reachable (post-order DFS).
- * As in P, a non-leaf input's own node is not needed for its capture: the
+/* The explicit stack of mark_needed's DFS: (node, next child) frames. */
+typedef struct dfs_frame {
+    remat_node *n;
+    int i;
+} dfs_frame;
+typedef struct dfs_stack {
+    dfs_frame *a;
+    int n, cap;
+} dfs_stack;
+
+static int dfs_push(dfs_stack *s, remat_node *n) {
+    if (s->n == s->cap) {
+        int nc = s->cap ? s->cap * 2 : 256;
+        dfs_frame *ns = realloc(s->a, (size_t)nc * sizeof *ns);
+        if (!ns) return rm_err(REMAT_ENOMEM, "backward: out of memory");
+        s->a = ns;
+        s->cap = nc;
+    }
+    s->a[s->n++] = (dfs_frame){n, 0};
+    return REMAT_OK;
+}
+
+/* As in P, a non-leaf input's own node is not needed for its capture: the
  * pass stops there (neither running nor freeing it) unless another input
  * lies beyond it. A leaf's accumulator is needed (it accumulates .grad). */
-static int mark_needed(task *t, remat_node **roots, int n_roots) {
+static void mark_captures(task *t) {
     for (int i = 0; i < t->n_caps; i++) {
         ninfo *ni = tab_find(t, t->caps[i].node);
         if (!ni) continue;
         ni->captured = true;
         if (t->caps[i].node->leaf) ni->needed = true;
     }
-    /* iterative DFS with explicit (node, next child) frames */
-    typedef struct frame { remat_node *n; int i; } frame;
-    frame *st = NULL;
-    int sp = 0, cap = 0;
-    for (int r = 0; r < n_roots; r++) {
+}
+
+/* Marks nodes from which a capture target is reachable (post-order DFS). */
+static int mark_needed(task *t, remat_node **roots, int n_roots) {
+    mark_captures(t);
+    dfs_stack st = {0};
+    int rc = REMAT_OK;
+    for (int r = 0; r < n_roots && rc == REMAT_OK; r++) {
         ninfo *ri = tab_find(t, roots[r]);
         if (!ri || ri->visited) continue;
         ri->visited = true;
-        if (sp == cap) {
-            cap = cap ? cap * 2 : 256;
-            frame *ns = realloc(st, (size_t)cap * sizeof *ns);
-            if (!ns) { free(st); return rm_err(REMAT_ENOMEM, "backward: out of memory"); }
-            st = ns;
-        }
-        st[sp++] = (frame){roots[r], 0};
-        while (sp > 0) {
-            frame *f = &st[sp - 1];
+        rc = dfs_push(&st, roots[r]);
+        while (rc == REMAT_OK && st.n > 0) {
+            dfs_frame *f = &st.a[st.n - 1];
             if (f->i < f->n->n_next) {
                 remat_node *c = f->n->next[f->i++].node;
                 if (!c) continue;
@@ -192,23 +210,17 @@ static int mark_needed(task *t, remat_node **roots, int n_roots) {
                     continue;
                 }
                 ci->visited = true;
-                if (sp == cap) {
-                    cap *= 2;
-                    frame *ns = realloc(st, (size_t)cap * sizeof *ns);
-                    if (!ns) { free(st); return rm_err(REMAT_ENOMEM, "backward: out of memory"); }
-                    st = ns;
-                }
-                st[sp++] = (frame){c, 0};
+                rc = dfs_push(&st, c);
             } else {
                 ninfo *fi = tab_find(t, f->n);
                 bool nd = fi->needed || fi->captured;
-                sp--;
-                if (sp > 0 && nd) tab_find(t, st[sp - 1].n)->needed = true;
+                st.n--;
+                if (st.n > 0 && nd) tab_find(t, st.a[st.n - 1].n)->needed = true;
             }
         }
     }
-    free(st);
-    return REMAT_OK;
+    free(st.a);
+    return rc;
 }
 
 /* ---- ready queue: max-heap on seq ---------------------------------------------------------- */
@@ -289,7 +301,7 @@ static int validate_grad(remat_tensor **out, const remat_node *producer, remat_n
                       remat_device_type_name(m->device.type), m->device.index);
     remat_tensor *cur = remat_retain(g);
     int rc = REMAT_OK;
-    if (g->ndim != m->ndim || memcmp(g->shape, m->shape, sizeof(int64_t) * (size_t)m->ndim)) {
+    if (g->ndim != m->ndim || memcmp(g->shape, m->shape, sizeof(int64_t) * (size_t)m->ndim) != 0) {
         int nd;
         int64_t bs[REMAT_MAX_DIMS];
         bool expandable = m->ndim <= g->ndim &&
@@ -399,36 +411,76 @@ static int make_zeros_like_meta(remat_tensor **out, const rm_out_meta *m) {
     return REMAT_OK;
 }
 
-/* Executes one node with its accumulated input gradients. */
-static int run_node(task *t, ninfo *ni) {
-    remat_node *n = ni->node;
-    remat_tensor **buf = ni->buf;
-    int rc = REMAT_OK;
-    /* tensor hooks registered on non-leaf outputs */
-    for (rm_node_hook *h = n->hooks; h && buf; h = h->next) {
+/* Runs the tensor hooks registered on the node's outputs (non-leaf) or on
+ * its leaf tensor, each of which may replace the gradient in buf. */
+static int run_grad_hooks(remat_node *n, remat_tensor **buf) {
+    if (!buf) return REMAT_OK;
+    for (rm_node_hook *h = n->hooks; h; h = h->next) {
         if (!buf[h->output_nr]) continue;
-        rc = run_hook_chain(h->fn, h->user_data, &buf[h->output_nr]);
+        int rc = run_hook_chain(h->fn, h->user_data, &buf[h->output_nr]);
         if (rc) return rc;
     }
-    if (n->leaf && buf && buf[0]) {
-        for (rm_hook *h = n->leaf->hooks; h; h = h->next) {
-            rc = run_hook_chain(h->fn, h->user_data, &buf[0]);
-            if (rc) return rc;
-        }
+    if (!n->leaf || !buf[0]) return REMAT_OK;
+    for (rm_hook *h = n->leaf->hooks; h; h = h->next) {
+        int rc = run_hook_chain(h->fn, h->user_data, &buf[0]);
+        if (rc) return rc;
     }
-    /* captures */
-    bool captured_leaf = false;
+    return REMAT_OK;
+}
+
+/* Hands the gradients arriving at n to the captures of a partial
+ * backward/grad; *captured_leaf: a grad() capture took a leaf's gradient
+ * (it must then not reach the leaf's .grad). */
+static int apply_captures(task *t, remat_node *n, remat_tensor **buf, bool *captured_leaf) {
+    *captured_leaf = false;
+    if (!buf) return REMAT_OK;
     for (int i = 0; i < t->n_caps; i++) {
         capture *c = &t->caps[i];
-        if (c->node != n || !buf || !buf[c->input_nr]) continue;
+        if (c->node != n || !buf[c->input_nr]) continue;
+        int rc = REMAT_OK;
         if (c->tensor && !c->is_leaf) {
             rc = accumulate_leaf(c->tensor, buf[c->input_nr]);
         } else if (!t->keep_grad) {
             rc = accumulate_into(&c->grad, buf[c->input_nr]);
         }
         if (rc) return rc;
-        if (c->is_leaf && !t->keep_grad) captured_leaf = true;
+        if (c->is_leaf && !t->keep_grad) *captured_leaf = true;
     }
+    return REMAT_OK;
+}
+
+/* Calls n's backward on its output gradients (missing ones as zeros) and
+ * routes the input gradients to the next nodes that need them. */
+static int call_backward(task *t, remat_node *n, remat_tensor **buf) {
+    for (int i = 0; i < n->n_outputs; i++) {
+        if (buf[i]) continue;
+        int rc = make_zeros_like_meta(&buf[i], &n->out_meta[i]);
+        if (rc) return rc;
+    }
+    remat_tensor **gin = n->n_next ? calloc((size_t)n->n_next, sizeof *gin) : NULL;
+    if (n->n_next && !gin) return rm_err(REMAT_ENOMEM, "backward: out of memory");
+    int rc = n->backward(n, buf, gin);
+    /* free this node's input gradients right away: they are dead now */
+    for (int i = 0; i < n->n_outputs; i++) remat_release_p(&buf[i]);
+    for (int i = 0; i < n->n_next && rc == REMAT_OK; i++) {
+        if (!gin[i] || !n->next[i].node) continue;
+        ninfo *ci = tab_find(t, n->next[i].node);
+        if (t->partial && ci && !ci->needed && !ci->captured) continue;
+        rc = buf_add(t, n, n->next[i].node, n->next[i].input_nr, gin[i]);
+    }
+    for (int i = 0; i < n->n_next; i++) remat_release(gin[i]);
+    free(gin);
+    return rc;
+}
+
+/* Executes one node with its accumulated input gradients. */
+static int run_node(task *t, ninfo *ni) {
+    remat_node *n = ni->node;
+    remat_tensor **buf = ni->buf;
+    bool captured_leaf = false;
+    int rc = run_grad_hooks(n, buf);
+    if (!rc) rc = apply_captures(t, n, buf, &captured_leaf);
+    if (rc) return rc;
     if (n->leaf) {
         if (!buf || !buf[0]) return REMAT_OK;
         bool skip = captured_leaf || (t->partial && (!t->keep_grad || !ni->needed));
@@ -443,27 +495,7 @@ static int run_node(task *t, ninfo *ni) {
     bool any = false;
     for (int i = 0; buf && i < n->n_outputs; i++) any |= buf[i] != NULL;
     if (!any || !n->backward) return REMAT_OK;
-    for (int i = 0; i < n->n_outputs; i++) {
-        if (buf[i]) continue;
-        rc = make_zeros_like_meta(&buf[i], &n->out_meta[i]);
-        if (rc) return rc;
-    }
-    remat_tensor **gin = n->n_next ? calloc((size_t)n->n_next, sizeof *gin) : NULL;
-    if (n->n_next && !gin) return rm_err(REMAT_ENOMEM, "backward: out of memory");
-    rc = n->backward(n, buf, gin);
-    /* free this node's input gradients right away: they are dead now */
-    for (int i = 0; i < n->n_outputs; i++) remat_release_p(&buf[i]);
-    if (rc == REMAT_OK) {
-        for (int i = 0; i < n->n_next; i++) {
-            if (!gin[i] || !n->next[i].node) continue;
-            ninfo *ci = tab_find(t, n->next[i].node);
-            if (t->partial && ci && !ci->needed && !ci->captured) continue;
-            rc = buf_add(t, n, n->next[i].node, n->next[i].input_nr, gin[i]);
-            if (rc) break;
-        }
-    }
-    for (int i = 0; i < n->n_next; i++) remat_release(gin[i]);
-    free(gin);
+    rc = call_backward(t, n, buf);
     if (rc == REMAT_OK && !t->retain_graph) {
         rm_node_release_saved(n);
         n->released = true;
@@ -504,10 +536,10 @@ out:
 }
 
 /* ---- entry points ------------------------------------------------------------------------------ */
-static int run_backward(const char *call, int n, remat_tensor *const *roots,
-                        remat_tensor *const *grad_outputs, bool retain_graph, int n_inputs,
-                        remat_tensor *const *inputs, bool keep_grad, bool allow_unused,
-                        remat_tensor **grads_out) {
+/* Checks the arguments of a backward/grad call before anything runs. */
+static int check_backward_args(const char *call, int n, remat_tensor *const *roots,
+                               remat_tensor *const *grad_outputs, int n_inputs,
+                               remat_tensor *const *inputs) {
     if (n <= 0 || !roots) return rm_err(REMAT_EINVAL, "%s: no output tensors given", call);
     if (n_inputs < 0 || (n_inputs > 0 && !inputs))
         return rm_err(REMAT_EINVAL, "%s: inputs is NULL with n_inputs %d", call, n_inputs);
@@ -521,7 +553,7 @@ static int run_backward(const char *call, int n, remat_tensor *const *roots,
         remat_tensor *g = grad_outputs ? grad_outputs[i] : NULL;
         if (g) {
             if (g->ndim != roots[i]->ndim ||
-                memcmp(g->shape, roots[i]->shape, sizeof(int64_t) * (size_t)g->ndim))
+                memcmp(g->shape, roots[i]->shape, sizeof(int64_t) * (size_t)g->ndim) != 0)
                 return rm_err(REMAT_ESHAPE, "%s: grad_output %d has shape %s but output %d is %s",
                               call, i, rm_tensor_str(g, b1, sizeof b1), i,
                               rm_tensor_str(roots[i], b2, sizeof b2));
@@ -538,13 +570,87 @@ static int run_backward(const char *call, int n, remat_tensor *const *roots,
             return rm_err(REMAT_ENOGRAD, "%s: input %d (%s) does not require grad", call, i,
                           rm_tensor_str(inputs[i], b1, sizeof b1));
     }
+    return REMAT_OK;
+}
+
+/* One capture per input of a partial backward/grad: where its gradient
+ * arrives in the graph, and whether it is a leaf. */
+static int add_captures(task *t, const char *call, int n_inputs, remat_tensor *const *inputs,
+                        bool keep_grad) {
+    t->caps = calloc((size_t)n_inputs, sizeof *t->caps);
+    if (!t->caps) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    for (int i = 0; i < n_inputs; i++) {
+        rm_edge e;
+        int rc = rm_gradient_edge(inputs[i], &e);
+        if (rc) return rc;
+        t->caps[i].node = e.node;
+        t->caps[i].input_nr = e.input_nr;
+        t->caps[i].is_leaf = inputs[i]->grad_fn == NULL;
+        t->caps[i].tensor = keep_grad ? inputs[i] : NULL;
+        t->n_caps++;
+        rm_node_release(e.node); /* the tensor's graph keeps it alive */
+    }
+    return REMAT_OK;
+}
+
+/* Puts each root's gradient (grad_outputs[i], or a one for a one-element
+ * root) into the buffer of its node. */
+static int seed_root_grads(task *t, int n, remat_tensor *const *roots,
+                           remat_tensor *const *grad_outputs, remat_node **root_nodes,
+                           const rm_edge *root_edges) {
+    int rc = REMAT_OK;
+    for (int i = 0; i < n && rc == REMAT_OK; i++) {
+        remat_tensor *g = grad_outputs ? grad_outputs[i] : NULL;
+        remat_tensor *ones = NULL;
+        if (!g) {
+            rc = rm_new_output(&ones, roots[i]->ndim, roots[i]->shape, roots[i]->dtype,
+                               roots[i]->storage->device);
+            if (rc) break;
+            if (rm_ptr(ones)) {
+                if (ones->dtype == REMAT_F32) *(float *)rm_ptr(ones) = 1.0f;
+                else *(double *)rm_ptr(ones) = 1.0;
+            }
+            g = ones;
+        }
+        rc = buf_add(t, NULL, root_nodes[i], root_edges[i].input_nr, g);
+        remat_release(ones);
+    }
+    return rc;
+}
+
+/* Moves the captured gradients of a grad() call to grads_out (all or
+ * nothing: an unused input without allow_unused fails and releases the
+ * ones already moved). */
+static int take_grads(task *t, const char *call, int n_inputs, remat_tensor *const *inputs,
+                      bool allow_unused, remat_tensor **grads_out) {
+    char b1[200];
+    for (int i = 0; i < n_inputs; i++) {
+        grads_out[i] = NULL;
+        if (!t->caps[i].grad && !allow_unused) {
+            for (int k = 0; k < i; k++) remat_release_p(&grads_out[k]);
+            return rm_err(REMAT_EINVAL,
+                          "%s: one of the differentiated tensors (input %d, %s) appears to not "
+                          "have been used in the graph; pass allow_unused=true if this is the "
+                          "desired behavior", call, i, rm_tensor_str(inputs[i], b1, sizeof b1));
+        }
+        grads_out[i] = t->caps[i].grad;
+        t->caps[i].grad = NULL;
+    }
+    return REMAT_OK;
+}
+
+static int run_backward(const char *call, int n, remat_tensor *const *roots,
+                        remat_tensor *const *grad_outputs, bool retain_graph, int n_inputs,
+                        remat_tensor *const *inputs, bool keep_grad, bool allow_unused,
+                        remat_tensor **grads_out) {
+    int rc = check_backward_args(call, n, roots, grad_outputs, n_inputs, inputs);
+    if (rc) return rc;
 
     task t = {0};
     t.id = atomic_fetch_add(&g_task_id, 1) + 1;
     t.partial = n_inputs > 0;
     t.keep_grad = keep_grad;
     t.retain_graph = retain_graph;
-    int rc = REMAT_OK;
     rm_edge *root_edges = calloc((size_t)n, sizeof *root_edges);
     remat_node **root_nodes = calloc((size_t)n, sizeof *root_nodes);
     if (!root_edges || !root_nodes) {
@@ -561,58 +667,16 @@ static int run_backward(const char *call, int n, remat_tensor *const *roots,
         rc = rm_gradient_edge(roots[i], &root_edges[i]);
         root_nodes[i] = root_edges[i].node;
     }
-    if (rc == REMAT_OK && n_inputs > 0) {
-        t.caps = calloc((size_t)n_inputs, sizeof *t.caps);
-        if (!t.caps) rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-        for (int i = 0; i < n_inputs && rc == REMAT_OK; i++) {
-            rm_edge e;
-            rc = rm_gradient_edge(inputs[i], &e);
-            if (rc) break;
-            t.caps[i].node = e.node;
-            t.caps[i].input_nr = e.input_nr;
-            t.caps[i].is_leaf = inputs[i]->grad_fn == NULL;
-            t.caps[i].tensor = keep_grad ? inputs[i] : NULL;
-            t.n_caps++;
-            rm_node_release(e.node); /* the tensor's graph keeps it alive */
-        }
-    }
+    if (rc == REMAT_OK && n_inputs > 0) rc = add_captures(&t, call, n_inputs, inputs, keep_grad);
     if (rc == REMAT_OK) rc = discover(&t, root_nodes, n);
     if (rc == REMAT_OK && t.partial) rc = mark_needed(&t, root_nodes, n);
     if (rc == REMAT_OK) {
         for (size_t i = 0; i < t.cap; i++) t.tab[i].visited = false;
-        for (int i = 0; i < n && rc == REMAT_OK; i++) {
-            remat_tensor *g = grad_outputs ? grad_outputs[i] : NULL;
-            remat_tensor *ones = NULL;
-            if (!g) {
-                rc = rm_new_output(&ones, roots[i]->ndim, roots[i]->shape, roots[i]->dtype,
-                                   roots[i]->storage->device);
-                if (rc) break;
-                if (rm_ptr(ones)) {
-                    if (ones->dtype == REMAT_F32) *(float *)rm_ptr(ones) = 1.0f;
-                    else *(double *)rm_ptr(ones) = 1.0;
-                }
-                g = ones;
-            }
-            rc = buf_add(&t, NULL, root_nodes[i], root_edges[i].input_nr, g);
-            remat_release(ones);
-        }
+        rc = seed_root_grads(&t, n, roots, grad_outputs, root_nodes, root_edges);
     }
     if (rc == REMAT_OK) rc = execute(&t, root_nodes, n);
-    if (rc == REMAT_OK && grads_out) {
-        for (int i = 0; i < n_inputs; i++) {
-            grads_out[i] = NULL;
-            if (!t.caps[i].grad && !allow_unused) {
-                rc = rm_err(REMAT_EINVAL,
-                            "%s: one of the differentiated tensors (input %d, %s) appears to not "
-                            "have been used in the graph; pass allow_unused=true if this is the "
-                            "desired behavior", call, i, rm_tensor_str(inputs[i], b1, sizeof b1));
-                for (int k = 0; k < i; k++) remat_release_p(&grads_out[k]);
-                break;
-            }
-            grads_out[i] = t.caps[i].grad;
-            t.caps[i].grad = NULL;
-        }
-    }
+    if (rc == REMAT_OK && grads_out)
+        rc = take_grads(&t, call, n_inputs, inputs, allow_unused, grads_out);
 
     tls_task = t.parent;
     remat_set_grad_enabled(prev_grad);

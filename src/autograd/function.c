@@ -91,6 +91,73 @@ int remat_ctx_mark_non_differentiable(remat_function_ctx *ctx, int i) {
     return REMAT_OK;
 }
 
+/* Runs the user's forward with grad mode off and scopes suspended (the
+ * outputs are plain references) and checks that it filled every output. */
+static int run_forward(remat_function_ctx *c, void *user_data, const char *name, int n_inputs,
+                       remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs) {
+    c->in_forward = true;
+    bool prev = remat_set_grad_enabled(false);
+    void *scope = rm_scope_suspend();
+    remat_clear_error();
+    int rc = c->def.forward(c, user_data, inputs, n_inputs, outputs, n_outputs);
+    rm_scope_resume(scope);
+    remat_set_grad_enabled(prev);
+    c->in_forward = false;
+    if (rc != REMAT_OK) {
+        if (!remat_last_error()[0])
+            rm_err(rc, "remat_function_apply(%s): forward callback failed (%s)", name,
+                   remat_err_name(rc));
+        return rc;
+    }
+    for (int i = 0; i < n_outputs; i++)
+        if (!outputs[i])
+            return rm_err(REMAT_ECALLBACK, "remat_function_apply(%s): forward left output %d NULL",
+                          name, i);
+    return REMAT_OK;
+}
+
+/* An output that is an input (or already in a graph) is replaced by a
+ * fresh alias, so the input's own history stays as it was. */
+static int alias_outputs(const char *name, int n_inputs, remat_tensor *const *inputs,
+                         int n_outputs, remat_tensor **outputs) {
+    for (int i = 0; i < n_outputs; i++) {
+        remat_tensor *o = outputs[i];
+        bool is_input = false;
+        for (int k = 0; k < n_inputs; k++) is_input |= inputs[k] == o;
+        if (!is_input && !o->grad_fn && !o->requires_grad && !o->scope_owner) continue;
+        remat_tensor *a = rm_tensor_alloc(o->storage, o->offset, o->ndim, o->shape, o->strides,
+                                          o->dtype);
+        if (!a) return rm_err(REMAT_ENOMEM, "remat_function_apply(%s): out of memory", name);
+        a->is_view = true;
+        if (!o->scope_owner) remat_release(o);
+        outputs[i] = a;
+    }
+    return REMAT_OK;
+}
+
+/* Records the graph node: the tensors saved by forward, the
+ * differentiable outputs. On success the node owns c (*c_owned set). */
+static int record_node(remat_function_ctx *c, bool *c_owned, const char *name, int n_inputs,
+                       remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs) {
+    remat_node *node;
+    int rc = rm_node_new(&node, "CustomFunction", fn_backward, n_inputs, inputs, n_outputs,
+                         c->n_pending);
+    if (rc) return rc;
+    node->owned_name = strdup(name);
+    rm_node_set_ctx(node, c, ctx_free);
+    *c_owned = true;
+    c->node = node;
+    for (int i = 0; i < c->n_pending && rc == REMAT_OK; i++)
+        rc = rm_node_save(node, i, c->pending[i]);
+    for (int i = 0; i < c->n_pending; i++) remat_release(c->pending[i]);
+    c->n_pending = 0;
+    for (int i = 0; i < n_outputs && rc == REMAT_OK; i++)
+        if (!c->non_diff[i] && outputs[i]->dtype != REMAT_I64)
+            rm_node_set_output(node, i, outputs[i]);
+    rm_node_release(node); /* outputs hold it now (or it dies here) */
+    return rc;
+}
+
 int remat_function_apply(const remat_function_def *def, void *user_data, int n_inputs,
                          remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs) {
     if (!def || !def->forward || !def->backward) {
@@ -120,73 +187,14 @@ int remat_function_apply(const remat_function_def *def, void *user_data, int n_i
     bool needs = rm_needs_grad(n_inputs, inputs);
     for (int i = 0; i < n_inputs; i++) c->needs_grad[i] = needs && inputs[i] && inputs[i]->requires_grad;
 
-    /* forward: grad mode off, scopes suspended (outputs are plain references) */
-    c->in_forward = true;
-    bool prev = remat_set_grad_enabled(false);
-    void *scope = rm_scope_suspend();
-    remat_clear_error();
-    int rc = def->forward(c, user_data, inputs, n_inputs, outputs, n_outputs);
-    rm_scope_resume(scope);
-    remat_set_grad_enabled(prev);
-    c->in_forward = false;
-    if (rc == REMAT_OK) {
-        for (int i = 0; i < n_outputs; i++) {
-            if (!outputs[i]) {
-                rc = rm_err(REMAT_ECALLBACK, "remat_function_apply(%s): forward left output %d NULL",
-                            name, i);
-                break;
-            }
-        }
-    } else if (!remat_last_error()[0]) {
-        rm_err(rc, "remat_function_apply(%s): forward callback failed (%s)", name,
-               remat_err_name(rc));
-    }
-    if (rc) {
+    bool c_owned = false; /* by the graph node */
+    int rc = run_forward(c, user_data, name, n_inputs, inputs, n_outputs, outputs);
+    if (rc == REMAT_OK) rc = alias_outputs(name, n_inputs, inputs, n_outputs, outputs);
+    if (rc == REMAT_OK && needs)
+        rc = record_node(c, &c_owned, name, n_inputs, inputs, n_outputs, outputs);
+    if (rc)
         for (int i = 0; i < n_outputs; i++) remat_release_p(&outputs[i]);
-        ctx_free(c);
-        return rc;
-    }
-    /* An output that is an input (or already in a graph) is replaced by a
-     * fresh alias, so the input's own history stays as it was. */
-    for (int i = 0; i < n_outputs; i++) {
-        remat_tensor *o = outputs[i];
-        bool is_input = false;
-        for (int k = 0; k < n_inputs; k++) is_input |= inputs[k] == o;
-        if (is_input || o->grad_fn || o->requires_grad || o->scope_owner) {
-            remat_tensor *a = rm_tensor_alloc(o->storage, o->offset, o->ndim, o->shape, o->strides,
-                                              o->dtype);
-            if (!a) {
-                rc = rm_err(REMAT_ENOMEM, "remat_function_apply(%s): out of memory", name);
-                break;
-            }
-            a->is_view = true;
-            if (!o->scope_owner) remat_release(o);
-            outputs[i] = a;
-        }
-    }
-    if (rc == REMAT_OK && needs) {
-        remat_node *node;
-        rc = rm_node_new(&node, "CustomFunction", fn_backward, n_inputs, inputs, n_outputs,
-                         c->n_pending);
-        if (rc == REMAT_OK) {
-            node->owned_name = strdup(name);
-            rm_node_set_ctx(node, c, ctx_free);
-            c->node = node;
-            for (int i = 0; i < c->n_pending && rc == REMAT_OK; i++)
-                rc = rm_node_save(node, i, c->pending[i]);
-            for (int i = 0; i < c->n_pending; i++) remat_release(c->pending[i]);
-            c->n_pending = 0;
-            for (int i = 0; i < n_outputs && rc == REMAT_OK; i++)
-                if (!c->non_diff[i] && outputs[i]->dtype != REMAT_I64)
-                    rm_node_set_output(node, i, outputs[i]);
-            rm_node_release(node); /* outputs hold it now (or it dies here) */
-            c = NULL;
-        }
-    }
-    if (c) ctx_free(c);
-    if (rc) {
-        for (int i = 0; i < n_outputs; i++) remat_release_p(&outputs[i]);
-        return rc;
-    }
+    if (!c_owned) ctx_free(c);
+    if (rc) return rc;
     return rm_hand_out_n(outputs, n_outputs);
 }

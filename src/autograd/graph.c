@@ -413,7 +413,8 @@ int remat_set_grad(remat_tensor *t, remat_tensor *g) {
     if (!t) return rm_err(REMAT_EINVAL, "remat_set_grad: tensor is NULL");
     if (g) {
         char b1[200], b2[200];
-        if (g->ndim != t->ndim || memcmp(g->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim))
+        if (g->ndim != t->ndim ||
+            memcmp(g->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim) != 0)
             return rm_err(REMAT_ESHAPE, "remat_set_grad: gradient %s does not match tensor %s",
                           rm_tensor_str(g, b1, sizeof b1), rm_tensor_str(t, b2, sizeof b2));
         if (g->dtype != t->dtype)
@@ -504,8 +505,8 @@ int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *s
     int dims[REMAT_MAX_DIMS], nd = 0;
     int lead = grad->ndim - ndim;
     for (int d = 0; d < grad->ndim; d++) {
-        if (d < lead) dims[nd++] = d;
-        else if (shape[d - lead] == 1 && grad->shape[d] != 1) dims[nd++] = d;
+        /* leading dims the target lacks, and dims it broadcast from 1 */
+        if (d < lead || (shape[d - lead] == 1 && grad->shape[d] != 1)) dims[nd++] = d;
     }
     void *sc = rm_scope_suspend();
     remat_tensor *s = NULL;

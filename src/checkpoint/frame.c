@@ -261,17 +261,10 @@ static void *rec_pack(void *ud, remat_tensor *t) {
 }
 
 /* ---- recomputation ------------------------------------------------------------------- */
-static int recompute(ck_frame *f, ck_rec *rec) {
-    int n = f->n_inputs;
-    remat_tensor **args = calloc((size_t)(n ? n : 1), sizeof *args);
-    remat_tensor **outs = calloc((size_t)(f->n_outputs ? f->n_outputs : 1), sizeof *outs);
-    if (!args || !outs) {
-        free(args);
-        free(outs);
-        return rm_err(REMAT_ENOMEM, "remat_checkpoint: out of memory in recomputation");
-    }
-    int rc = REMAT_OK;
-    /* Unpacking the inputs may recompute the parent checkpoint (nesting). */
+/* The function's inputs for a recomputation, into args[0..n_inputs).
+ * Unpacking them may recompute the parent checkpoint (nesting). */
+static int unpack_inputs(ck_frame *f, remat_tensor **args) {
+    int n = f->n_inputs, rc = REMAT_OK;
     remat_node *saver = f->input_saver->grad_fn;
     for (int i = 0; i < n && rc == REMAT_OK; i++) rc = rm_node_unpack(saver, i, &args[i]);
     /* An unpacked saved tensor is a bare alias; P gives the function its
@@ -285,6 +278,67 @@ static int recompute(ck_frame *f, ck_rec *rec) {
         remat_release(args[i]);
         args[i] = a;
     }
+    return rc;
+}
+
+/* Enters one context of a context_fn pair (enter may be NULL); a failure
+ * that set no message gets one naming the context. */
+static int ctx_enter(remat_status (*enter)(void *), void *state, const char *which) {
+    if (!enter) return REMAT_OK;
+    remat_clear_error();
+    int rc = enter(state);
+    if (rc && !remat_last_error()[0])
+        rm_err(rc, "remat_checkpoint: context_fn's %s context failed to enter (%s)", which,
+               remat_err_name(rc));
+    return rc;
+}
+
+/* Runs the function once more inside the context_fn's recompute context
+ * (if any), tracing its ops when debug is on. Skip mode is back to
+ * prev_skip on return. */
+static int run_in_recompute_context(const ck_rctx *rctx, remat_tensor **args, remat_tensor **outs,
+                                    bool prev_skip) {
+    ck_frame *f = rctx->f;
+    ck_rec *rec = rctx->rec;
+    int rc = f->has_ctx ? ctx_enter(f->ctx.recompute_enter, f->ctx.state, "recompute") : 0;
+    if (rc) return rc;
+    ck_observe obs;
+    bool prev_recomputing = f->recomputing;
+    f->recomputing = true;
+    if (f->debug) {
+        ck_trace_reset(&f->rec_trace);
+        ck_observe_begin(&obs, &f->rec_trace, &rec->stopped);
+    }
+    const ck_rctx *prev_rctx = tls_rctx;
+    int prev_depth = tls_rctx_depth;
+    tls_rctx = rctx;
+    tls_rctx_depth = remat_saved_hooks_depth();
+    rc = ck_call_fn(f->fn, f->user_data, f->n_inputs, args, f->n_outputs, outs);
+    tls_rctx = prev_rctx;
+    tls_rctx_depth = prev_depth;
+    /* Whatever the function did after early stop, P never ran it. */
+    if (rec->stopped && !rec->err) rc = REMAT_OK;
+    for (int i = 0; i < f->n_outputs; i++) remat_release_p(&outs[i]);
+    if (f->debug) ck_observe_end(&obs);
+    f->recomputing = prev_recomputing;
+    rm_set_skip_mode(prev_skip);
+    if (f->has_ctx && f->ctx.recompute_exit) {
+        int xrc = f->ctx.recompute_exit(f->ctx.state, rc);
+        if (rc == REMAT_OK) rc = xrc;
+    }
+    return rc;
+}
+
+static int recompute(ck_frame *f, ck_rec *rec) {
+    int n = f->n_inputs;
+    remat_tensor **args = calloc((size_t)(n ? n : 1), sizeof *args);
+    remat_tensor **outs = calloc((size_t)(f->n_outputs ? f->n_outputs : 1), sizeof *outs);
+    if (!args || !outs) {
+        free(args);
+        free(outs);
+        return rm_err(REMAT_ENOMEM, "remat_checkpoint: out of memory in recomputation");
+    }
+    int rc = unpack_inputs(f, args);
     if (rc) goto out_args;
 
     ck_rctx rctx = {f, rec};
@@ -297,41 +351,7 @@ static int recompute(ck_frame *f, ck_rec *rec) {
     remat_rng_fork fork;
     rc = ck_rng_enter(&f->rng, &fork);
     if (rc == REMAT_OK) {
-        bool entered = true;
-        if (f->has_ctx && f->ctx.recompute_enter) {
-            remat_clear_error();
-            rc = f->ctx.recompute_enter(f->ctx.state);
-            if (rc && !remat_last_error()[0])
-                rm_err(rc, "remat_checkpoint: context_fn's recompute context failed to enter (%s)",
-                       remat_err_name(rc));
-            entered = rc == REMAT_OK;
-        }
-        if (entered) {
-            ck_observe obs;
-            bool prev_recomputing = f->recomputing;
-            f->recomputing = true;
-            if (f->debug) {
-                ck_trace_reset(&f->rec_trace);
-                ck_observe_begin(&obs, &f->rec_trace, &rec->stopped);
-            }
-            const ck_rctx *prev_rctx = tls_rctx;
-            int prev_depth = tls_rctx_depth;
-            tls_rctx = &rctx;
-            tls_rctx_depth = remat_saved_hooks_depth();
-            rc = ck_call_fn(f->fn, f->user_data, n, args, f->n_outputs, outs);
-            tls_rctx = prev_rctx;
-            tls_rctx_depth = prev_depth;
-            /* Whatever the function did after early stop, P never ran it. */
-            if (rec->stopped && !rec->err) rc = REMAT_OK;
-            for (int i = 0; i < f->n_outputs; i++) remat_release_p(&outs[i]);
-            if (f->debug) ck_observe_end(&obs);
-            f->recomputing = prev_recomputing;
-            rm_set_skip_mode(prev_skip);
-            if (f->has_ctx && f->ctx.recompute_exit) {
-                int xrc = f->ctx.recompute_exit(f->ctx.state, rc);
-                if (rc == REMAT_OK) rc = xrc;
-            }
-        }
+        rc = run_in_recompute_context(&rctx, args, outs, prev_skip);
         int frc = ck_rng_exit(&f->rng, &fork);
         if (rc == REMAT_OK) rc = frc;
     }
@@ -596,13 +616,7 @@ int ck_run_nonreentrant(remat_checkpoint_fn fn, void *user_data, int n_inputs,
         frame_release(f);
         return rc;
     }
-    if (f->has_ctx && f->ctx.forward_enter) {
-        remat_clear_error();
-        rc = f->ctx.forward_enter(f->ctx.state);
-        if (rc && !remat_last_error()[0])
-            rm_err(rc, "remat_checkpoint: context_fn's forward context failed to enter (%s)",
-                   remat_err_name(rc));
-    }
+    if (f->has_ctx) rc = ctx_enter(f->ctx.forward_enter, f->ctx.state, "forward");
     if (rc == REMAT_OK) {
         ck_observe obs;
         if (f->debug) ck_observe_begin(&obs, &f->fwd_trace, &f->recomputing);

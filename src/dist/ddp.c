@@ -163,9 +163,10 @@ static int check_same_everywhere(remat_dist *pg, const char *call, int n,
         return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     }
     for (int i = 0; i < n; i++) {
-        sig[i * SIG] = params[i]->dtype;
-        sig[i * SIG + 1] = params[i]->ndim;
-        for (int k = 0; k < params[i]->ndim; k++) sig[i * SIG + 2 + k] = params[i]->shape[k];
+        int64_t *row = sig + (size_t)i * SIG;
+        row[0] = params[i]->dtype;
+        row[1] = params[i]->ndim;
+        for (int k = 0; k < params[i]->ndim; k++) row[2 + k] = params[i]->shape[k];
     }
     m = MPI_Iallgather(sig, n * SIG, MPI_INT64_T, all, n * SIG, MPI_INT64_T, pg->comm, &req);
     rc = m != MPI_SUCCESS ? rmd_mpi_err(pg, call, "comparing parameter shapes", m)

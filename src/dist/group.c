@@ -95,8 +95,9 @@ int rmd_exchange_status(remat_dist *pg, const char *call, int status, const char
     const int W = pg->size;
     const size_t rec = sizeof(int32_t) + RMD_MSG + n_extra;
     unsigned char *mine = calloc(1, rec), *all = calloc((size_t)W, rec);
-    MPI_Request *reqs = calloc((size_t)(2 * W + n_pend), sizeof *reqs);
-    int *peer = calloc((size_t)(2 * W + n_pend), sizeof *peer);
+    size_t n_req = 2 * (size_t)W + (size_t)n_pend;
+    MPI_Request *reqs = calloc(n_req, sizeof *reqs);
+    int *peer = calloc(n_req, sizeof *peer);
     if (!mine || !all || !reqs || !peer) {
         free(mine); free(all); free(reqs); free(peer);
         return rm_err(REMAT_ENOMEM, "%s: out of memory", call);

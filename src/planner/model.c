@@ -428,10 +428,10 @@ void remat_plan_print(const remat_plan *p, FILE *f) {
     for (int k = 0; k < p->n_stages; k++) {
         if (k % 64 == 0) fprintf(f, "  %5d  ", k);
         const remat_plan_stage *st = &p->stages[k];
-        char c = st->action == REMAT_STAGE_STORE        ? 'S'
-                 : st->action == REMAT_STAGE_CHECKPOINT ? 'C'
-                 : st->n_forward < 10                   ? (char)('0' + st->n_forward)
-                                                        : '+';
+        int c = st->action == REMAT_STAGE_STORE        ? 'S'
+                : st->action == REMAT_STAGE_CHECKPOINT ? 'C'
+                : st->n_forward < 10                   ? '0' + st->n_forward
+                                                       : '+';
         fputc(c, f);
         if (k % 64 == 63 || k == p->n_stages - 1) fputc('\n', f);
     }

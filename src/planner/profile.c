@@ -238,23 +238,56 @@ out:
     return rc;
 }
 
-int remat_profile_stages(remat_profile **out, int n_stages, const remat_stage *stages,
-                         remat_tensor *input, const remat_profile_options *opts) {
-    static const char *call = "remat_profile_stages";
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
-    *out = NULL;
+/* Measures stage k on `a`: warm untimed runs, then `runs` timed ones
+ * (times in tf/tb, medians into *sp, peaks the largest seen). *next
+ * receives the last run's detached output. */
+static int profile_stage(const remat_stage *st, int k, remat_tensor *a, int warm, int runs,
+                         double *tf, double *tb, remat_stage_profile *sp, remat_tensor **next) {
+    sp->input_bytes = remat_storage_nbytes(a);
+    for (int r = 0; r < warm + runs; r++) {
+        stage_meas m = {0};
+        bool last = r == warm + runs - 1;
+        int rc = measure_once(st, k, a, &m, last ? next : NULL);
+        if (rc) return rc;
+        if (r >= warm) {
+            tf[r - warm] = m.tf;
+            tb[r - warm] = m.tb;
+        }
+        if (m.out_bytes > sp->output_bytes) sp->output_bytes = m.out_bytes;
+        if (m.saved > sp->saved_bytes) sp->saved_bytes = m.saved;
+        if (m.fpa > sp->fwd_peak) sp->fwd_peak = m.fpa;
+        if (m.fpn > sp->fwd_peak_nosave) sp->fwd_peak_nosave = m.fpn;
+        if (m.bp > sp->bwd_peak) sp->bwd_peak = m.bp;
+    }
+    sp->fwd_time = median(tf, runs);
+    sp->bwd_time = median(tb, runs);
+    return REMAT_OK;
+}
+
+static int check_profile_args(const char *call, int n_stages, const remat_stage *stages,
+                              const remat_tensor *input, const remat_profile_options *opts) {
     if (!stages) return rm_err(REMAT_EINVAL, "%s: stages is NULL", call);
     if (!input) return rm_err(REMAT_EINVAL, "%s: input is NULL", call);
     if (n_stages < 1) return rm_err(REMAT_EINVAL, "%s: n_stages must be >= 1, got %d", call, n_stages);
     for (int k = 0; k < n_stages; k++)
         if (!stages[k].fn) return rm_err(REMAT_EINVAL, "%s: stages[%d].fn is NULL", call, k);
-    int runs = opts && opts->runs > 0 ? opts->runs : PL_DEFAULT_RUNS;
-    int warm = opts && opts->no_warmup ? 0 : 1;
     if (opts && opts->runs < 0)
         return rm_err(REMAT_EINVAL, "%s: runs must be >= 0, got %d", call, opts->runs);
+    return REMAT_OK;
+}
+
+int remat_profile_stages(remat_profile **out, int n_stages, const remat_stage *stages,
+                         remat_tensor *input, const remat_profile_options *opts) {
+    static const char *call = "remat_profile_stages";
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
+    *out = NULL;
+    int rc = check_profile_args(call, n_stages, stages, input, opts);
+    if (rc) return rc;
+    int runs = opts && opts->runs > 0 ? opts->runs : PL_DEFAULT_RUNS;
+    int warm = opts && opts->no_warmup ? 0 : 1;
 
     remat_profile *p = NULL;
-    int rc = remat_profile_create(&p, n_stages);
+    rc = remat_profile_create(&p, n_stages);
     if (rc) return rm_err_prefix(rc, call);
     p->runs = runs;
     double *tf = malloc((size_t)runs * sizeof *tf), *tb = malloc((size_t)runs * sizeof *tb);
@@ -283,32 +316,15 @@ int remat_profile_stages(remat_profile **out, int n_stages, const remat_stage *s
     rc = remat_detach(&a, input);
     if (!rc && remat_tensor_dtype(a) != REMAT_I64) rc = remat_set_requires_grad(a, true);
     for (int k = 0; !rc && k < n_stages; k++) {
-        remat_stage_profile *sp = &p->stages[k];
-        sp->input_bytes = remat_storage_nbytes(a);
         remat_tensor *next = NULL;
-        for (int r = 0; r < warm + runs; r++) {
-            stage_meas m = {0};
-            bool last = r == warm + runs - 1;
-            rc = measure_once(&stages[k], k, a, &m, last ? &next : NULL);
-            if (rc) {
-                char where[64];
-                snprintf(where, sizeof where, "%s: stage %d", call, k);
-                rm_err_prefix(rc, where);
-                break;
-            }
-            if (r >= warm) {
-                tf[r - warm] = m.tf;
-                tb[r - warm] = m.tb;
-            }
-            if (m.out_bytes > sp->output_bytes) sp->output_bytes = m.out_bytes;
-            if (m.saved > sp->saved_bytes) sp->saved_bytes = m.saved;
-            if (m.fpa > sp->fwd_peak) sp->fwd_peak = m.fpa;
-            if (m.fpn > sp->fwd_peak_nosave) sp->fwd_peak_nosave = m.fpn;
-            if (m.bp > sp->bwd_peak) sp->bwd_peak = m.bp;
+        rc = profile_stage(&stages[k], k, a, warm, runs, tf, tb, &p->stages[k], &next);
+        if (rc) {
+            char where[64];
+            snprintf(where, sizeof where, "%s: stage %d", call, k);
+            rm_err_prefix(rc, where);
+            remat_release(next);
+            break;
         }
-        if (rc) break;
-        sp->fwd_time = median(tf, runs);
-        sp->bwd_time = median(tb, runs);
         remat_release(a);
         a = next;
     }

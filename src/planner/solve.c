@@ -136,6 +136,44 @@ static inline size_t cell(const dp_tab *d, int s, int t, int64_t m) {
     return tri(s, t) * (size_t)(d->M + 1) + (size_t)m;
 }
 
+/* Segment s..t in m slots with stage s stored (its residuals kept until
+ * its backward): sets *best, *ch = 0 when that fits. */
+static inline void dp_try_store(const dp_tab *d, const pl_model *md, int s, int t, int64_t m,
+                                double *best, int32_t *ch) {
+    if (s == t) {
+        *best = md->uf[s] + md->ub[s];
+        *ch = 0;
+    } else if (m >= d->A[s]) {
+        size_t r = cell(d, s + 1, t, m - d->A[s]);
+        if (d->choice[r] >= 0) {
+            *best = md->uf[s] + md->ub[s] + d->cost[r];
+            *ch = 0;
+        }
+    }
+}
+
+/* Segment s..t in m slots with s..j-1 checkpointed (j = s+1..t; D: the
+ * slots of the segment's output): keeps the cheapest j in *best, *ch. */
+static inline void dp_try_checkpoint(const dp_tab *d, const pl_model *md, int s, int t, int64_t m,
+                                     int64_t D, double *best, int32_t *ch) {
+    double fsum = md->uf[s];
+    for (int j = s + 1; j <= t; j++) {
+        if (m >= d->X[j]) {
+            size_t r = cell(d, j, t, m - d->X[j]), l = cell(d, s, j - 1, m);
+            if (d->choice[r] >= 0 && d->choice[l] >= 0) {
+                double c = fsum + d->cost[r] + d->cost[l];
+                if (*ch < 0 || c < *best) {
+                    *best = c;
+                    *ch = j;
+                }
+            }
+        }
+        /* stage j must also run keeping nothing to go further */
+        if (j < t && D + d->X[j] + d->FN[j] > m) break;
+        fsum += md->uf[j];
+    }
+}
+
 static void dp_fill(dp_tab *d, const pl_model *md) {
     int L = d->L;
     int64_t M = d->M;
@@ -149,36 +187,8 @@ static void dp_fill(dp_tab *d, const pl_model *md) {
             for (int64_t m = 0; m <= M; m++) {
                 double best = 0;
                 int32_t ch = -1;
-                if (m >= need_store) {
-                    if (s == t) {
-                        best = md->uf[s] + md->ub[s];
-                        ch = 0;
-                    } else if (m >= d->A[s]) {
-                        size_t r = cell(d, s + 1, t, m - d->A[s]);
-                        if (d->choice[r] >= 0) {
-                            best = md->uf[s] + md->ub[s] + d->cost[r];
-                            ch = 0;
-                        }
-                    }
-                }
-                if (s < t && m >= D + d->FN[s]) {
-                    double fsum = md->uf[s];
-                    for (int j = s + 1; j <= t; j++) {
-                        if (m >= d->X[j]) {
-                            size_t r = cell(d, j, t, m - d->X[j]), l = cell(d, s, j - 1, m);
-                            if (d->choice[r] >= 0 && d->choice[l] >= 0) {
-                                double c = fsum + d->cost[r] + d->cost[l];
-                                if (ch < 0 || c < best) {
-                                    best = c;
-                                    ch = j;
-                                }
-                            }
-                        }
-                        /* stage j must also run keeping nothing to go further */
-                        if (j < t && D + d->X[j] + d->FN[j] > m) break;
-                        fsum += md->uf[j];
-                    }
-                }
+                if (m >= need_store) dp_try_store(d, md, s, t, m, &best, &ch);
+                if (s < t && m >= D + d->FN[s]) dp_try_checkpoint(d, md, s, t, m, D, &best, &ch);
                 size_t c = cell(d, s, t, m);
                 d->cost[c] = best;
                 d->choice[c] = ch;

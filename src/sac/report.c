@@ -234,9 +234,10 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
 
 static const char *human(size_t bytes, char *buf, size_t n) {
     if (bytes < 1024) snprintf(buf, n, "%zu B", bytes);
-    else if (bytes < 1024 * 1024) snprintf(buf, n, "%.1f KiB", bytes / 1024.0);
-    else if (bytes < (size_t)1024 * 1024 * 1024) snprintf(buf, n, "%.2f MiB", bytes / 1048576.0);
-    else snprintf(buf, n, "%.2f GiB", bytes / 1073741824.0);
+    else if (bytes < (size_t)1024 * 1024) snprintf(buf, n, "%.1f KiB", (double)bytes / 1024.0);
+    else if (bytes < (size_t)1024 * 1024 * 1024)
+        snprintf(buf, n, "%.2f MiB", (double)bytes / 1048576.0);
+    else snprintf(buf, n, "%.2f GiB", (double)bytes / 1073741824.0);
     return buf;
 }
 
