@@ -38,17 +38,20 @@ int rm_kernel_find(rm_kernel_id id, remat_device device, remat_dtype dtype, cons
                   k_kernel_text[id], dev ? dev : "?", remat_dtype_name(dtype));
 }
 
-static bool has_data(const remat_tensor *t) { return !t || t->storage->data; }
+bool rm_kargs_have_data(const rm_kargs *k) {
+    for (int i = 0; i < RM_KERNEL_MAX_IN; i++)
+        if (k->in[i] && !k->in[i]->storage->data) return false;
+    for (int i = 0; i < RM_KERNEL_MAX_OUT; i++)
+        if (k->out[i] && !k->out[i]->storage->data) return false;
+    return true;
+}
 
 int rm_kernel_run(rm_kernel_id id, const char *call, rm_kargs *k) {
     const remat_tensor *first = k->in[0] ? k->in[0] : k->out[0];
     rm_kernel_fn fn;
     int rc = rm_kernel_find(id, first->storage->device, first->dtype, call, &fn);
     if (rc) return rc;
-    for (int i = 0; i < RM_KERNEL_MAX_IN; i++)
-        if (!has_data(k->in[i])) return REMAT_OK;
-    for (int i = 0; i < RM_KERNEL_MAX_OUT; i++)
-        if (!has_data(k->out[i])) return REMAT_OK;
+    if (!rm_kargs_have_data(k)) return REMAT_OK; /* skip mode */
     /* a kernel's own failure (out of memory for scratch, an index out of
      * range) is named after the call, as rm_dispatch names it */
     rc = fn(k);

@@ -73,6 +73,9 @@ static inline rm_kernel_fn rm_kernel_lookup(rm_kernel_id id, int type, remat_dty
  * `call`, the device type and the dtype when there is none. */
 int rm_kernel_find(rm_kernel_id id, remat_device device, remat_dtype dtype, const char *call,
                    rm_kernel_fn *out);
+/* Whether every operand of k (NULL ones aside) has data: kernels run only
+ * then (an operand without data is skip mode's). */
+bool rm_kargs_have_data(const rm_kargs *k);
 /* Runs kernel id on k, looked up for in[0]'s device and dtype (out[0]'s
  * when in[0] is NULL). Does nothing when an operand has no data (skip
  * mode). Errors name `call`. */

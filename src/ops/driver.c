@@ -67,14 +67,6 @@ static int save_slots(rm_op_call *c, bool early) {
     return REMAT_OK;
 }
 
-static bool operands_have_data(const rm_kargs *k) {
-    for (int i = 0; i < RM_KERNEL_MAX_IN; i++)
-        if (k->in[i] && !k->in[i]->storage->data) return false;
-    for (int i = 0; i < RM_KERNEL_MAX_OUT; i++)
-        if (k->out[i] && !k->out[i]->storage->data) return false;
-    return true;
-}
-
 static void release_call(rm_op_call *c) {
     rm_node_release(c->node);
     for (int i = 0; i < c->op->n_in; i++) remat_release(c->k.in[i]);
@@ -160,7 +152,7 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
         if (rc) goto fail;
     }
     c.k.params = params;
-    if (any_new && operands_have_data(&c.k) && (rc = kernel(&c.k))) goto fail;
+    if (any_new && rm_kargs_have_data(&c.k) && (rc = kernel(&c.k))) goto fail;
     if (c.node) {
         for (int i = 0; i < ng; i++) rm_node_set_output(c.node, i, c.k.out[i]);
         rc = save_slots(&c, false);

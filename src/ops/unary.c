@@ -19,13 +19,7 @@ static int unary_backward(remat_node *node, remat_tensor *const *gout, remat_ten
     const bool relu = p->op == RM_U_RELU;
     remat_tensor *s = NULL, *g = NULL, *dx = NULL;
     int rc = REMAT_OK;
-    if (node->n_saved) {
-        remat_tensor *saved = NULL;
-        rc = rm_node_unpack(node, 0, &saved);
-        if (!rc) rc = rm_contig(&s, saved);
-        remat_release(saved);
-        if (rc) goto out;
-    }
+    if (node->n_saved && (rc = rm_saved_contig(node, 0, NULL, &s))) goto out;
     rc = rm_contig(&g, gout[0]);
     if (!rc) rc = rm_new_output(&dx, g->ndim, g->shape, g->dtype, g->storage->device);
     if (rc) goto out;
