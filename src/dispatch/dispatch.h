@@ -40,6 +40,16 @@ enum {
     RM_OPF_FLOAT_IN0 = 1u << 5,
 };
 
+/* How autocast treats an op's floating inputs (remat/autocast.h,
+ * docs/autocast.md; src/ops/autocast.c casts them before the op runs).
+ * f64 inputs are never cast. */
+typedef enum rm_autocast_kind {
+    RM_AC_NONE = 0, /* runs in its inputs' dtype */
+    RM_AC_LOWER,    /* autocast on: f32 inputs cast to bf16 (matmul, linear, attention) */
+    RM_AC_F32,      /* autocast on: bf16 inputs cast to f32 (norms, softmax, losses, sums) */
+    RM_AC_PROMOTE,  /* always: bf16 inputs mixed with wider ones cast to the widest */
+} rm_autocast_kind;
+
 /* What a save slot holds. */
 typedef enum rm_save_kind {
     RM_SAVE_NONE = 0,
@@ -115,6 +125,7 @@ struct rm_op_desc {
      * and NULL among the kernel's operands. */
     unsigned char optional_in;
     unsigned flags;        /* RM_OPF_* */
+    unsigned char autocast; /* rm_autocast_kind */
     /* Argument names in messages ("a must be a float tensor"); NULL: a, b, c, ... */
     const char *const *arg_names;
     rm_kernel_id kernel;
@@ -143,6 +154,12 @@ struct rm_op_desc {
  * every outs[i] is NULL and the inputs are untouched. */
 int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
                 const void *params, void *site);
+
+/* The inputs op runs on under the thread's autocast state: use[i] is in[i]
+ * or its cast, cast[i] the new reference to the cast (NULL: none; the
+ * caller releases them). The casts are differentiable ops of their own. */
+int rm_autocast_inputs(const rm_op_desc *op, remat_tensor *const *in, remat_tensor **use,
+                       remat_tensor **cast);
 
 /* For a backward: saved slot `slot` of node, contiguous, as a new
  * reference in *out. A slot saved as NULL is REMAT_ESTATE "<node name>:

@@ -114,7 +114,7 @@ static int copy_op(const char *call, const char *node_name, remat_tensor **out, 
     int rc = copy_to(&y, t, dtype, device);
     if (rc) return rm_err_prefix(rc, call);
     /* only float -> float copies are differentiable (i64 has no grad) */
-    bool float_out = dtype == REMAT_F32 || dtype == REMAT_F64;
+    bool float_out = dtype == REMAT_F32 || dtype == REMAT_F64 || dtype == REMAT_BF16;
     if (float_out && rm_needs_grad(1, &t)) {
         remat_node *node;
         rc = rm_node_new(&node, node_name, copy_backward, 1, &t, 1, 0);
@@ -155,7 +155,7 @@ static int to_dtype_impl(remat_tensor **out, remat_tensor *t, remat_dtype dtype)
     *out = NULL;
     int rc = rm_check_tensor(call, "t", t);
     if (rc) return rc;
-    if (dtype != REMAT_F32 && dtype != REMAT_F64 && dtype != REMAT_I64)
+    if (dtype != REMAT_F32 && dtype != REMAT_F64 && dtype != REMAT_I64 && dtype != REMAT_BF16)
         return rm_err(REMAT_EDTYPE, "%s: unknown dtype %d", call, (int)dtype);
     rc = rm_check_host(call, t);
     if (rc) return rc;

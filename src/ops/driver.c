@@ -172,15 +172,19 @@ fail:
 
 int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
                 const void *params, void *site) {
+    /* autocast: the op (and its bracket: policies, traces) sees the cast inputs */
+    remat_tensor *use[RM_OP_MAX_IN], *cast[RM_OP_MAX_IN] = {0};
     rm_op_frame f;
-    int rc = rm_op_begin(&f, op->name, op->n_in, in, site, NULL);
-    if (rc) {
-        if (outs)
-            for (int i = 0; i < n_ret(op); i++) outs[i] = NULL;
-        return rc;
+    int rc = op->autocast ? rm_autocast_inputs(op, in, use, cast) : REMAT_OK;
+    if (!rc && op->autocast) in = use;
+    if (!rc) rc = rm_op_begin(&f, op->name, op->n_in, in, site, NULL);
+    if (!rc) {
+        rc = run(op, outs, in, params);
+        rm_op_end(&f, rc, outs && !rc ? n_ret(op) : 0, outs);
+    } else if (outs) {
+        for (int i = 0; i < n_ret(op); i++) outs[i] = NULL;
     }
-    rc = run(op, outs, in, params);
-    rm_op_end(&f, rc, outs && !rc ? n_ret(op) : 0, outs);
+    for (int i = 0; i < op->n_in; i++) remat_release(cast[i]);
     return rc;
 }
 
