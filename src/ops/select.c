@@ -138,8 +138,33 @@ static uint8_t *pack_cond(const remat_tensor *cond, int64_t n) {
 /* y = cond ? (a or va) : (b or vb), everything broadcast to y's
  * shape (y contiguous, float). No autograd; meta tensors → no-op. */
 static void sel_run(remat_tensor *y, remat_tensor *cond, remat_tensor *a, double va,
+                    remat_tensor *b, double vb);
+
+/* sel_run for a bf16 y: on f32 copies, rounded back (bf16 values are exact in
+ * f32, so only the final rounding is bf16's). Out of memory leaves y unwritten. */
+static void sel_run_bf16(remat_tensor *y, remat_tensor *cond, remat_tensor *a, double va,
+                         remat_tensor *b, double vb) {
+    remat_tensor *t[3] = {y, a, b}, *f[3] = {NULL, NULL, NULL};
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; i++) {
+        if (!t[i]) continue;
+        ok = rm_new_output(&f[i], t[i]->ndim, t[i]->shape, REMAT_F32, t[i]->storage->device) == 0 &&
+             (i == 0 || rm_copy_into(f[i], t[i]) == 0);
+    }
+    if (ok) {
+        sel_run(f[0], cond, f[1], va, f[2], vb);
+        rm_copy_into(y, f[0]);
+    }
+    for (int i = 0; i < 3; i++) remat_release(f[i]);
+}
+
+static void sel_run(remat_tensor *y, remat_tensor *cond, remat_tensor *a, double va,
                     remat_tensor *b, double vb) {
     if (!rm_ptr(y) || !rm_ptr(cond) || (a && !rm_ptr(a)) || (b && !rm_ptr(b))) return;
+    if (y->dtype == REMAT_BF16) {
+        sel_run_bf16(y, cond, a, va, b, vb);
+        return;
+    }
     int64_t n = rm_shape_numel(y->ndim, y->shape);
     if (n == 0) return;
     uint8_t *packed = pack_cond(cond, n);

@@ -64,7 +64,7 @@ typedef struct bkey {
 typedef struct bentry {
     bkey key;
     dnnl_primitive_t prim;
-    dnnl_memory_desc_t a, b, c;
+    dnnl_memory_desc_t a, b, c, scratch;
 } bentry;
 
 /* Primitives by shape, created once and kept for the process (a model has
@@ -75,6 +75,11 @@ static int g_n;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static dnnl_engine_t g_engine;
 static _Thread_local dnnl_stream_t tls_stream;
+/* Each call brings its own scratchpad (user mode): oneDNN's library-owned
+ * one is shared by the calls of a primitive, which run concurrently when
+ * matmul.c spreads a batch of GEMMs over threads. Kept per thread. */
+static _Thread_local void *tls_scratch;
+static _Thread_local size_t tls_scratch_size;
 
 static bool make_entry(bentry *e, const bkey *k) {
     dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
@@ -89,7 +94,9 @@ static bool make_entry(bentry *e, const bkey *k) {
     if (dnnl_matmul_desc_init(&md, &e->a, &e->b, NULL, &e->c)) return false;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
-    bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
+    bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success &&
+              dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) ==
+                  dnnl_success;
     if (ok && k->acc)
         ok = dnnl_post_ops_create(&po) == dnnl_success &&
              dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
@@ -97,6 +104,9 @@ static bool make_entry(bentry *e, const bkey *k) {
     dnnl_primitive_desc_t pd = NULL;
     ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL) == dnnl_success;
     ok = ok && dnnl_primitive_create(&e->prim, pd) == dnnl_success;
+    const dnnl_memory_desc_t *smd = ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0) : NULL;
+    if (smd) e->scratch = *smd;
+    else ok = false;
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
@@ -134,16 +144,27 @@ static bool bgemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const 
     }
     if (!tls_stream && dnnl_stream_create(&tls_stream, g_engine, dnnl_stream_default_flags))
         tls_stream = NULL;
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
-    bool ok = tls_stream && dnnl_memory_create(&ma, &e->a, g_engine, (void *)A) == dnnl_success &&
+    size_t ss = dnnl_memory_desc_get_size(&e->scratch);
+    if (ss > tls_scratch_size) {
+        free(tls_scratch);
+        tls_scratch = malloc(ss);
+        tls_scratch_size = tls_scratch ? ss : 0;
+    }
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
+    bool ok = tls_stream && (ss == 0 || tls_scratch) &&
+              dnnl_memory_create(&ma, &e->a, g_engine, (void *)A) == dnnl_success &&
               dnnl_memory_create(&mb, &e->b, g_engine, (void *)B) == dnnl_success &&
-              dnnl_memory_create(&mc, &e->c, g_engine, C) == dnnl_success;
+              dnnl_memory_create(&mc, &e->c, g_engine, C) == dnnl_success &&
+              dnnl_memory_create(&ms, &e->scratch, g_engine, tls_scratch) == dnnl_success;
     if (ok) {
-        dnnl_exec_arg_t args[3] = {
-            {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-        ok = dnnl_primitive_execute(e->prim, tls_stream, 3, args) == dnnl_success &&
+        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma},
+                                   {DNNL_ARG_WEIGHTS, mb},
+                                   {DNNL_ARG_DST, mc},
+                                   {DNNL_ARG_SCRATCHPAD, ms}};
+        ok = dnnl_primitive_execute(e->prim, tls_stream, 4, args) == dnnl_success &&
              dnnl_stream_wait(tls_stream) == dnnl_success;
     }
+    if (ms) dnnl_memory_destroy(ms);
     if (ma) dnnl_memory_destroy(ma);
     if (mb) dnnl_memory_destroy(mb);
     if (mc) dnnl_memory_destroy(mc);
@@ -168,7 +189,7 @@ void rm_bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t 
     if (remat_cpu_has_bf16()) {
         if (bgemm_dnnl(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc)) return;
     } else {
-        rm_warn("bf16 matmul: this CPU has neither AVX512_BF16 nor AMX-BF16; bf16 GEMMs run "
+        rm_warn("bf16 matmul: this CPU has neither AVX512_BF16 nor AMX-BF16 (or REMAT_NO_BF16 is set); bf16 GEMMs run "
                 "in f32 (slower than f32 itself, same results up to summation order)");
     }
 #else
