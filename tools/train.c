@@ -566,6 +566,12 @@ int cmd_train(config *c) {
         util_str_printf(&j, "\"world_size\":%d,\"zero\":%s,\"optim_state_bytes\":%zu,", pd.world,
                         pd.zero ? "true" : "false",
                         pd.zero ? remat_zero_state_bytes(pd.zero) : remat_optim_state_bytes(o));
+        if (pd.ddp) { /* gradient reductions started: one per bucket per step */
+            remat_ddp_stats ds;
+            remat_ddp_get_stats(pd.ddp, &ds);
+            util_str_printf(&j, "\"buckets\":%d,\"grad_reductions\":%" PRId64 ",", ds.n_buckets,
+                            ds.n_collectives);
+        }
         if (pd.pg && hidden >= 0)
             util_str_printf(&j, "\"comm_ms\":%.4f,\"comm_exposed_ms\":%.4f,"
                                 "\"comm_hidden_fraction\":%.4f,", comm_ms, exposed_ms, hidden);
