@@ -16,7 +16,8 @@ extern const rm_op_desc rm_op_sum, rm_op_sum_all, rm_op_mean, rm_op_max, rm_op_m
 extern const rm_op_desc rm_op_softmax, rm_op_log_softmax, rm_op_layer_norm, rm_op_dropout;
 extern const rm_op_desc rm_op_reshape, rm_op_view, rm_op_transpose, rm_op_permute, rm_op_slice,
     rm_op_expand, rm_op_unsqueeze, rm_op_squeeze, rm_op_contiguous;
-extern const rm_op_desc rm_op_masked_fill, rm_op_where;
+extern const rm_op_desc rm_op_masked_fill, rm_op_where, rm_op_clone, rm_op_to_device,
+    rm_op_to_dtype, rm_op_tag;
 
 typedef struct entry {
     const char *name;
@@ -47,9 +48,9 @@ static const entry k_ops[] = {
     D(contiguous),
     /* select.c, concat.c, copy.c */
     D(masked_fill), D(where), B("remat_cat"),
-    B("remat_split"), B("remat_clone"), B("remat_to_device"), B("remat_to_dtype"),
-    /* src/sac/tag.c */
-    B("remat_tag"),
+    B("remat_split"), D(clone), D(to_device), D(to_dtype),
+    /* tag.c */
+    D(tag),
 };
 #undef D
 #undef B
