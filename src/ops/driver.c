@@ -224,12 +224,14 @@ static int make_outputs(run_state *r) {
     return REMAT_OK;
 }
 
-/* Step 4c: the kernel, unless an operand has no data (skip mode). */
+/* Step 4c: the kernel, unless an operand has no data (skip mode); an
+ * in-place op's version bump. */
 static int run_kernel(run_state *r) {
     rm_op_call *c = &r->c;
     c->k.params = c->params;
-    if (!r->any_new || !rm_kargs_have_data(&c->k)) return REMAT_OK;
-    int rc = r->kernel(&c->k);
+    int rc = REMAT_OK;
+    if (r->any_new && rm_kargs_have_data(&c->k)) rc = r->kernel(&c->k);
+    /* the target's version moves in skip mode too */
     if (!rc && (c->op->flags & RM_OPF_INPLACE)) rm_bump_version(c->in[0]);
     return rc;
 }
