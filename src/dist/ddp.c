@@ -58,6 +58,7 @@ static void test_pending(remat_ddp *d) {
  * first `slice` elements. */
 static int start_reduce(remat_ddp *d, dbucket *b) {
     MPI_Datatype t = rmd_mpi_type(b->dtype);
+    d->n_collectives++;
     if (!d->zero)
         return MPI_Iallreduce(MPI_IN_PLACE, rm_ptr(b->buf), (int)b->numel, t, MPI_SUM,
                               d->pg->comm, &b->req);
@@ -211,13 +212,10 @@ static int build_buckets(remat_ddp *d, const char *call) {
         bytes += pb;
     }
     const int64_t W = d->pg->size;
-    int64_t shard = 0;
     for (int k = 0; k < d->nb; k++) {
         dbucket *b = &d->b[k];
         b->padded = d->zero ? (b->numel + W - 1) / W * W : b->numel;
         b->slice = b->padded / W;
-        b->shard_off = shard;
-        shard += b->slice;
         int64_t shape = b->padded;
         /* zeros: a ZeRO bucket's padding is reduced too and must be finite */
         int rc = remat_zeros(&b->buf, 1, &shape, b->dtype, REMAT_DEVICE_CPU);
@@ -226,7 +224,6 @@ static int build_buckets(remat_ddp *d, const char *call) {
             return rm_err(REMAT_EINVAL, "%s: a bucket of %lld elements is too large for MPI; lower "
                           "bucket_bytes", call, (long long)shape);
     }
-    d->shard_len = shard;
     return REMAT_OK;
 }
 
@@ -242,10 +239,6 @@ int rmd_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *
     int rc = rmd_check_group(call, pg);
     if (rc) return rc;
     rc = check_params(call, n, params);
-    for (int i = 0; zero && !rc && i < n; i++)
-        if (params[i]->dtype != REMAT_F32)
-            rc = rm_err(REMAT_EDTYPE, "%s: parameter %d is %s; ZeRO-1 shards f32 parameters only",
-                        call, i, remat_dtype_name(params[i]->dtype));
     /* a rank with bad arguments still joins the comparison, so that the
      * others fail with its message instead of waiting for it */
     int rc2 = rmd_exchange_status(pg, call, rc, remat_last_error(), NULL, 0, NULL, 0, NULL);
@@ -317,6 +310,7 @@ void remat_ddp_get_stats(const remat_ddp *d, remat_ddp_stats *st) {
         return;
     }
     *st = d->st;
+    st->n_collectives = d->n_collectives;
 }
 
 int remat_ddp_bucket_of(const remat_ddp *d, int param) {
@@ -380,7 +374,8 @@ static void reset_step(remat_ddp *d) {
     }
     d->next_launch = 0;
     d->mpi_failed = 0;
-    remat_ddp_stats st = {.n_buckets = d->nb, .n_params = d->n, .learning = !d->learned};
+    remat_ddp_stats st = {.n_buckets = d->nb, .n_params = d->n, .learning = !d->learned,
+                          .n_sync_backwards = d->st.n_sync_backwards + 1};
     d->st = st;
 }
 
