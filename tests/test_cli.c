@@ -963,8 +963,8 @@ Test(cli, schedule_clip_and_accum_flags_train_and_resume_bitwise) {
             cr_assert_str_neq(bits[i], bits[j], "'%s' changed nothing", flags[i]);
         free(o);
     }
-    const char *all = "--lr-schedule cosine --warmup 2 --clip 0.05 --accum 2";
-    char *full, *first, *rest, a[32], b[32];
+    const char *all = "--lr-schedule cosine --warmup 2 --min-lr 1e-3 --clip 0.05 --accum 2";
+    char *full, *first, *rest, *bare, a[32], b[32];
     cr_assert_eq(run(&full, false, "train " TINY " --steps 6 --json %s", all), 0, "%s", full);
     cr_assert_eq(run(&first, false, "train " TINY " --steps 3 --json %s --save %s", all,
                      path("acc.bin")), 0, "%s", first);
@@ -972,9 +972,16 @@ Test(cli, schedule_clip_and_accum_flags_train_and_resume_bitwise) {
                      path("acc.bin")), 0, "%s", rest);
     cr_assert_str_eq(json_str(full, "loss_bits", a, sizeof a),
                      json_str(rest, "loss_bits", b, sizeof b), "resumed run differs");
+    /* the flags are in the save file (format version 2): --resume alone
+     * continues the same schedule, clipping and accumulation */
+    cr_assert_eq(run(&bare, false, "train " TINY " --steps 6 --json --resume %s", path("acc.bin")),
+                 0, "%s", bare);
+    cr_assert_str_eq(json_str(full, "loss_bits", a, sizeof a),
+                     json_str(bare, "loss_bits", b, sizeof b), "resumed run without the flags differs");
     free(full);
     free(first);
     free(rest);
+    free(bare);
     char *o;
     cr_assert_eq(run(&o, true, "train " TINY " --steps 4 --lr-schedule cosine --warmup 4"), 2);
     cr_assert(strstr(o, "--warmup must be below --steps"), "%s", o);
@@ -1005,6 +1012,49 @@ static void patch_u32(const char *from, const char *to, int field, uint32_t v) {
     fwrite(s, 1, n, f);
     fclose(f);
     free(s);
+}
+
+/* Rewrites a version-2 save file as version 1 (the format before the
+ * schedule was stored: a 160-byte header, the same records). */
+static void downgrade_to_v1(const char *from, const char *to) {
+    struct stat st;
+    cr_assert_eq(stat(from, &st), 0);
+    unsigned char *s = (unsigned char *)slurp(from);
+    size_t n = (size_t)st.st_size, cut = 32; /* version 2's header is 192 bytes */
+    cr_assert(s[8] == 2 && s[12] == 192, "not a version-2 file");
+    memmove(s + 24 + 160, s + 24 + 192, n - 24 - 192);
+    n -= cut;
+    s[8] = 1;
+    s[12] = 160;
+    for (int k = 0; k < 8; k++) s[16 + k] = (unsigned char)((uint64_t)n >> (8 * k));
+    uint32_t c = crc32_of(s, n - 4);
+    for (int k = 0; k < 4; k++) s[n - 4 + k] = (unsigned char)(c >> (8 * k));
+    FILE *f = fopen(to, "wb");
+    fwrite(s, 1, n, f);
+    fclose(f);
+    free(s);
+}
+
+/* Files written before the format stored the schedule (version 1) still
+ * resume, to the same bits as the version-2 file of the same run (the
+ * schedule flags given again, as version 1 needed). */
+Test(cli, version_1_save_files_still_resume) {
+    const char *flags = "--lr-schedule cosine --warmup 2 --clip 0.05";
+    char *o, a[32], b[32];
+    cr_assert_eq(run(&o, false, "train " TINY " --steps 3 --json %s --save %s", flags,
+                     path("v2.bin")), 0, "%s", o);
+    free(o);
+    downgrade_to_v1(path("v2.bin"), path("v1.bin"));
+    char *r2, *r1;
+    cr_assert_eq(run(&r2, false, "train " TINY " --steps 6 --json %s --resume %s", flags,
+                     path("v2.bin")), 0, "%s", r2);
+    cr_assert_eq(run(&r1, true, "train " TINY " --steps 6 --json %s --resume %s", flags,
+                     path("v1.bin")), 0, "%s", r1);
+    cr_assert_eq(json_num(r1, "start_step"), 3);
+    cr_assert_str_eq(json_str(r2, "loss_bits", a, sizeof a), json_str(r1, "loss_bits", b, sizeof b),
+                     "the version-1 file resumed differently");
+    free(r1);
+    free(r2);
 }
 
 Test(cli, save_file_header_values_are_bounded_before_use) {
