@@ -19,7 +19,7 @@ extern const rm_op_desc rm_op_reshape, rm_op_view, rm_op_transpose, rm_op_permut
 extern const rm_op_desc rm_op_add_, rm_op_mul_, rm_op_mul_scalar_, rm_op_relu_, rm_op_zero_,
     rm_op_copy_;
 extern const rm_op_desc rm_op_masked_fill, rm_op_where, rm_op_clone, rm_op_to_device,
-    rm_op_to_dtype, rm_op_tag;
+    rm_op_to_dtype, rm_op_tag, rm_op_cat, rm_op_split;
 
 typedef struct entry {
     const char *name;
@@ -48,8 +48,7 @@ static const entry k_ops[] = {
     D(reshape), D(view), D(transpose), D(permute), D(slice), D(expand), D(unsqueeze), D(squeeze),
     D(contiguous),
     /* select.c, concat.c, copy.c */
-    D(masked_fill), D(where), B("remat_cat"),
-    B("remat_split"), D(clone), D(to_device), D(to_dtype),
+    D(masked_fill), D(where), D(cat), D(split), D(clone), D(to_device), D(to_dtype),
     /* tag.c */
     D(tag),
 };
