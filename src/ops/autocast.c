@@ -12,9 +12,9 @@ static bool castable(const remat_tensor *t) {
 }
 
 /* The dtype op's castable inputs are to have, or -1 for "leave them". */
-static int target_dtype(const rm_op_desc *op, remat_tensor *const *in) {
+static int target_dtype(const rm_op_desc *op, int n_in, remat_tensor *const *in) {
     const remat_tensor *first = NULL;
-    for (int i = 0; i < op->n_in && !first; i++) first = in[i];
+    for (int i = 0; i < n_in && !first; i++) first = in[i];
     if (!first) return -1;
     switch ((rm_autocast_kind)op->autocast) {
     case RM_AC_LOWER:
@@ -26,7 +26,7 @@ static int target_dtype(const rm_op_desc *op, remat_tensor *const *in) {
     case RM_AC_PROMOTE: { /* bf16 next to f32 or f64: the widest of them */
         bool bf16 = false;
         int wide = -1;
-        for (int i = 0; i < op->n_in; i++) {
+        for (int i = 0; i < n_in; i++) {
             if (!in[i]) continue;
             if (in[i]->dtype == REMAT_BF16) bf16 = true;
             else if (in[i]->dtype == REMAT_F64) wide = REMAT_F64;
@@ -39,14 +39,14 @@ static int target_dtype(const rm_op_desc *op, remat_tensor *const *in) {
     return -1;
 }
 
-int rm_autocast_inputs(const rm_op_desc *op, remat_tensor *const *in, remat_tensor **use,
-                       remat_tensor **cast) {
-    for (int i = 0; i < op->n_in; i++) use[i] = in[i], cast[i] = NULL;
-    int to = target_dtype(op, in);
+int rm_autocast_inputs(const rm_op_desc *op, int n_in, remat_tensor *const *in,
+                       remat_tensor **use, remat_tensor **cast) {
+    for (int i = 0; i < n_in; i++) use[i] = in[i], cast[i] = NULL;
+    int to = target_dtype(op, n_in, in);
     if (to < 0) return REMAT_OK;
     /* f64 stays f64 under the lower/f32 categories (PyTorch: not eligible) */
     bool promote = op->autocast == RM_AC_PROMOTE;
-    for (int i = 0; i < op->n_in; i++) {
+    for (int i = 0; i < n_in; i++) {
         if (!in[i] || in[i]->dtype == (remat_dtype)to) continue;
         if (!promote && !castable(in[i])) continue;
         if (promote && in[i]->dtype != REMAT_BF16) continue;
