@@ -601,6 +601,58 @@ Test(cli, bench_compares_strategies) {
     free(o);
 }
 
+/* Times come with their spread: min, quartiles, max from the repetitions
+ * (step_ms_all), and a ratio to none whose IQRs overlap is marked as within
+ * noise. */
+Test(cli, bench_reports_the_spread_and_marks_noise) {
+    char *o;
+    int rc = run(&o, false, "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 "
+                            "--threads 1 --quiet --reps 5 --json --strategies none,block,sequential=2");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(json_valid(o), "%s", o);
+    double ref_q1 = 0, ref_q3 = 0;
+    int n = 0;
+    for (const char *p = o; (p = strstr(p, "{\"strategy\":\"")) != NULL; p++, n++) {
+        double med = json_num(p, "step_ms"), mn = json_num(p, "step_ms_min"),
+               q1 = json_num(p, "step_ms_q1"), q3 = json_num(p, "step_ms_q3"),
+               mx = json_num(p, "step_ms_max");
+        cr_assert(mn <= q1 && q1 <= med && med <= q3 && q3 <= mx, "%s", p);
+        /* min and max are those of the repetitions */
+        const char *all = strstr(p, "\"step_ms_all\":[") + strlen("\"step_ms_all\":[");
+        double lo = 1e300, hi = -1;
+        for (int k = 0; k < 5; k++) {
+            char *end;
+            double v = strtod(all, &end);
+            lo = v < lo ? v : lo;
+            hi = v > hi ? v : hi;
+            all = end + 1;
+        }
+        cr_assert(fabs(lo - mn) < 1e-3 && fabs(hi - mx) < 1e-3, "%g %g vs %g %g", lo, hi, mn, mx);
+        const char *nz = strstr(p, "\"time_within_noise\":");
+        cr_assert(nz, "%s", p);
+        bool noise = !strncmp(nz + strlen("\"time_within_noise\":"), "true", 4);
+        if (n == 0) {
+            ref_q1 = q1;
+            ref_q3 = q3;
+            cr_assert(!noise, "the reference is not compared with itself");
+        } else {
+            cr_assert_eq(noise, q1 <= ref_q3 && ref_q1 <= q3, "%s", p);
+        }
+    }
+    cr_assert_eq(n, 3, "%s", o);
+    free(o);
+    rc = run(&o, false, "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 --threads 1 "
+                        "--quiet --reps 3 --strategies none,block");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(strstr(o, "IQR ms") && strstr(o, "IQR: their middle half"), "%s", o);
+    const char *row = strstr(o, "\nblock ");
+    cr_assert(row, "%s", o);
+    size_t len = strcspn(row + 1, "\n");
+    bool marked = memchr(row + 1, '~', len) != NULL;
+    cr_assert_eq(marked, strstr(o, "~ within noise") != NULL, "%s", o);
+    free(o);
+}
+
 /* RSS+ is measured per strategy from the same clean state: a step must not
  * read low by reusing heap pages that earlier work left resident (it did
  * after the planner's profiling run, which budget= strategies need: the
