@@ -127,6 +127,7 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
         const char *node_name = spec[0].node_name ? spec[0].node_name : op->node_name;
         rc = rm_node_new_ctx(&c.node, node_name, op->backward, ngi, in, ng, op->n_saved, params,
                              op->params_size);
+        if (!rc) c.node->backward_diff = op->backward_diff;
         if (!rc && op->fill_ctx) op->fill_ctx(&c, c.node->ctx);
         if (!rc && (op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, true);
         if (rc) goto fail;
