@@ -284,3 +284,67 @@ Test(double_backward_checkpoint, options_defaults) {
     cr_assert(remat_tensor_grad(x)->requires_grad, ".grad lacks its graph");
     remat_release(x), remat_release(y), remat_release(sum);
 }
+
+/* ---- planner plans ------------------------------------------------------------------------ */
+enum { STAGES = 6 };
+static remat_tensor *g_sw[STAGES];
+
+static int stage_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    remat_tensor *l = NULL;
+    int rc = remat_linear(&l, in[0], g_sw[(int)(intptr_t)ud], NULL);
+    if (!rc) rc = remat_tanh(&out[0], l);
+    remat_release(l);
+    return rc;
+}
+
+/* grad of sum(dL/dx ^ 2) wrt every weight, with L = sum(chain(x)^2), the
+ * chain run by plan (NULL: plainly). */
+static void plan_penalty(const remat_plan *plan, remat_tensor **grads) {
+    remat_stage st[STAGES];
+    for (int i = 0; i < STAGES; i++) st[i] = (remat_stage){stage_fn, (void *)(intptr_t)i};
+    const int64_t xs[2] = {B, D};
+    remat_tensor *x = rt_leaf(rt_rand(2, xs, REMAT_F64, -1, 1, 4)), *y = NULL, *sq = NULL,
+                 *L = NULL, *gx = NULL, *g2 = NULL, *P = NULL;
+    if (plan) {
+        RT_OK(remat_plan_run(plan, st, x, &y));
+    } else {
+        y = remat_retain(x);
+        for (int i = 0; i < STAGES; i++) {
+            remat_tensor *nx = NULL;
+            RT_OK(stage_fn(st[i].user_data, &y, 1, &nx, 1));
+            remat_release(y);
+            y = nx;
+        }
+    }
+    RT_OK(remat_mul(&sq, y, y));
+    RT_OK(remat_sum_all(&L, sq));
+    const remat_backward_options o = {.create_graph = true};
+    RT_OK(remat_grad_ex(1, &L, NULL, 1, &x, &o, &gx));
+    RT_OK(remat_mul(&g2, gx, gx));
+    RT_OK(remat_sum_all(&P, g2));
+    RT_OK(remat_grad(1, &P, NULL, STAGES, g_sw, false, false, grads));
+    remat_release(x), remat_release(y), remat_release(sq), remat_release(L), remat_release(gx);
+    remat_release(g2), remat_release(P);
+}
+
+Test(double_backward_checkpoint, planner_plans_bitwise) {
+    const int64_t ws[2] = {D, D};
+    for (int i = 0; i < STAGES; i++)
+        g_sw[i] = rt_leaf(rt_rand(2, ws, REMAT_F64, -0.9, 0.9, 40 + (unsigned)i));
+    remat_tensor *ref[STAGES], *got[STAGES];
+    plan_penalty(NULL, ref);
+    remat_plan *plans[2] = {NULL, NULL};
+    RT_OK(remat_plan_revolve(&plans[0], NULL, STAGES, 2)); /* nested segments */
+    RT_OK(remat_plan_sequential(&plans[1], NULL, STAGES, 3));
+    for (int k = 0; k < 2; k++) {
+        plan_penalty(plans[k], got);
+        for (int i = 0; i < STAGES; i++) {
+            cr_assert(rt_bitwise_equal(got[i], ref[i]), "plan %d: weight %d's gradient differs "
+                      "(max |diff| %g)", k, i, rt_max_abs_diff(got[i], ref[i]));
+            remat_release(got[i]);
+        }
+        remat_plan_free(plans[k]);
+    }
+    for (int i = 0; i < STAGES; i++) remat_release(ref[i]), remat_release(g_sw[i]);
+}
