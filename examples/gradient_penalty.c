@@ -202,13 +202,13 @@ int main(int argc, char **argv) {
             CHECK(remat_rand_uniform(&eps, 2, es, 0.0, 1.0, REMAT_F32, REMAT_DEVICE_CPU));
             size_t base = remat_cpu_current_bytes();
             CHECK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
-            if (heap_reset) heap_reset();
+            long long heap_base = heap_reset ? heap_reset() : 0;
             losses[mode][s] = critic_step(&c, xr, xf, eps);
             remat_alloc_stats st;
             CHECK(remat_alloc_stats_get(REMAT_DEVICE_CPU, &st));
             printf("  step %d  loss %.6f  peak %zu bytes above the step's start", s,
                    losses[mode][s], st.peak_bytes - base);
-            if (heap_peak) printf("  heap+ %lld bytes", heap_peak());
+            if (heap_peak) printf("  heap+ %lld bytes", heap_peak() - heap_base);
             printf("\n");
             remat_release(xr), remat_release(xf), remat_release(eps);
         }
