@@ -196,7 +196,7 @@ static int relu_mask_grad_backward(remat_node *node, remat_tensor *const *gout,
 
 const rm_op_desc rm_op_relu_mask_grad = {
     .name = "ReluBackward", .node_name = "ReluBackwardBackward", .n_in = 2, .n_out = 1,
-    .n_saved = 1, .n_grad_in = 1,
+    .n_saved = 1, .no_grad_in = 2u,
     .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS | RM_OPF_SAVE_EARLY,
     .kernel = RM_K_RELU_MASK_BWD, .params_size = sizeof(rm_unary_params),
     .saves = {{RM_SAVE_INPUT, 1, 0}}, .backward = relu_mask_grad_backward,
