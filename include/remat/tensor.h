@@ -40,6 +40,16 @@ REMAT_BEGIN_PUBLIC
  * shape within the limit that the allocator cannot serve is REMAT_ENOMEM. */
 #define REMAT_MAX_TENSOR_BYTES (INT64_C(1) << 62)
 
+/* A yes/no option that can also be left unset. REMAT_OPT_DEFAULT is zero,
+ * so a zero-initialised options struct leaves every such option at the
+ * PyTorch default (for a global override: "no override"). Any other value
+ * is REMAT_EINVAL where an option is checked. */
+typedef enum remat_tristate {
+    REMAT_OPT_FALSE = -1,
+    REMAT_OPT_DEFAULT = 0,
+    REMAT_OPT_TRUE = 1,
+} remat_tristate;
+
 /* REMAT_U8 is a storage-only dtype (1-bit masks packed 8 per byte, see
  * remat/compress.h): u8 tensors can be created, copied and converted
  * (remat_copy_to_buffer), but ops reject them (REMAT_EDTYPE).
