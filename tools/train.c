@@ -574,7 +574,8 @@ int cmd_train(config *c) {
         }
         if (pd.pg && hidden >= 0)
             util_str_printf(&j, "\"comm_ms\":%.4f,\"comm_exposed_ms\":%.4f,"
-                                "\"comm_hidden_fraction\":%.4f,", comm_ms, exposed_ms, hidden);
+                                "\"comm_hidden_fraction\":%.4f,\"comm_done_in_backward\":%.4f,",
+                            comm_ms, exposed_ms, hidden, pd.done_in_backward / pd.n_steps);
         util_str_printf(&j,
                         "\"step_ms\":%.4f,\"tokens_per_s\":%.2f,\"peak_alloc_bytes\":%zu,"
                         "\"peak_rss_bytes\":%zu}\n",
