@@ -35,7 +35,7 @@ if [ $# -ge 3 ]; then shift 3; else shift $#; fi
 L=${LAYERS:-6}; D=${WIDTH:-384}; H=${HEADS:-6}; T=${CONTEXT:-128}; B=${BATCH:-8}; S=${STEPS:-10}
 py=${PYTHON:-/usr/bin/python3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_MCA_btl=self,vader
 model="--layers $L --width $D --heads $H --context $T --batch $B --steps $S --eval-every 0 --threads 1 --quiet --json"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 t_start=$(date +%s)

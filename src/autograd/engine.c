@@ -381,6 +381,10 @@ void rm_set_accumulate_observer(rm_accumulate_observer_fn fn, void *user_data,
 }
 
 /* Leaf gradient accumulation (P: AccumulateGrad). */
+void rm_progress_point(void) {
+    if (tls_acc_fn) tls_acc_fn(tls_acc_ud, NULL);
+}
+
 static int accumulate_leaf(remat_tensor *leaf, remat_tensor *g) {
     if (!leaf->grad) {
         /* Take g if nothing else refers to it; otherwise copy, so later
@@ -495,6 +499,7 @@ static int run_node(task *t, ninfo *ni) {
     bool any = false;
     for (int i = 0; buf && i < n->n_outputs; i++) any |= buf[i] != NULL;
     if (!any || !n->backward) return REMAT_OK;
+    rm_progress_point();
     rc = call_backward(t, n, buf);
     if (rc == REMAT_OK && !t->retain_graph) {
         rm_node_release_saved(n);

@@ -106,6 +106,10 @@ static void mark_ready(remat_ddp *d, int i) {
 
 static void on_accumulate(void *ud, remat_tensor *leaf) {
     remat_ddp *d = ud;
+    if (!leaf) { /* a progress point (accumulate.h): only let MPI move */
+        if (d->next_launch > 0) test_pending(d);
+        return;
+    }
     int i = lookup(d, leaf);
     if (i < 0) return;
     dparam *p = &d->p[i];
