@@ -724,12 +724,13 @@ Test(cli, budget_trains_and_matches_none_bitwise) {
 Test(cli, bench_budget_gradients_equal_none) {
     char *o;
     int rc = run(&o, true, "bench --layers 3 --width 32 --heads 2 --context 16 --batch 2 "
-                           "--threads 1 --reps 1 --verbose --strategies none,budget=70%%,budget=64MiB");
+                           "--threads 1 --reps 1 --verbose --strategies none,blocks-budget=70%%,budget=64MiB");
     cr_assert_eq(rc, 0, "%s", o);
-    cr_assert(row_ends_with(o, "budget=70%", "bitwise equal"), "%s", o);
+    cr_assert(row_ends_with(o, "blocks-budget=70%", "bitwise equal"), "%s", o);
     cr_assert(row_ends_with(o, "budget=64MiB", "bitwise equal"), "%s", o);
     cr_assert(row_ends_with(o, "none", "reference"), "%s", o);
-    cr_assert(strstr(o, "plans (a budget bounds"), "%s", o);
+    cr_assert(strstr(o, "plans (budget= bounds the whole step") &&
+              strstr(o, "blocks-budget= bounds what the 3 blocks add"), "%s", o);
     /* --verbose: the profile and the planner's own print-out */
     cr_assert(strstr(o, "remat plan: optimal") && strstr(o, "profile of the 3 blocks"), "%s", o);
     free(o);
@@ -741,17 +742,109 @@ Test(cli, too_small_budget_states_the_minimum) {
     cr_assert_eq(rc, 1, "%s", o);
     const char *line = strstr(o, "remat train: --checkpoint budget=1KiB:");
     cr_assert(line, "%s", o);
-    cr_assert(strstr(line, "minimum") && strstr(line, "bytes"), "%s", o);
-    cr_assert(strstr(line, "give at least budget="), "%s", o);
+    cr_assert(strstr(line, "smallest whole-step peak") && strstr(line, "bytes"), "%s", o);
+    const char *sug = strstr(line, "the smallest feasible budget is budget=");
+    cr_assert(sug, "%s", o);
     cr_assert(strchr(line, '\n') == NULL || strchr(line, '\n')[1] == '\0',
               "not one line: %s", line);
     cr_assert(!strstr(o, "usage:"), "a feasible-size problem is no usage error: %s", o);
+    /* the smallest feasible budget it names is feasible */
+    char size[32];
+    sscanf(sug + strlen("the smallest feasible budget is budget="), "%31[0-9.A-Za-z]", size);
+    char *ok;
+    rc = run(&ok, true, "train " TINY " --layers 2 --steps 2 --checkpoint budget=%s", size);
+    cr_assert_eq(rc, 0, "budget=%s named as feasible: %s", size, ok);
+    free(ok);
     free(o);
-    /* percentages too, and in bench */
+    /* percentages too, and in bench; blocks-budget= names its own minimum */
     rc = run(&o, true, "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 --threads 1 "
                        "--quiet --reps 1 --strategies none,budget=1%%");
     cr_assert_eq(rc, 1, "%s", o);
-    cr_assert(strstr(o, "budget=1%") && strstr(o, "minimum"), "%s", o);
+    cr_assert(strstr(o, "budget=1%") && strstr(o, "smallest feasible budget is budget="), "%s", o);
+    free(o);
+    rc = run(&o, true, "train " TINY " --layers 2 --steps 2 --checkpoint blocks-budget=1KiB");
+    cr_assert_eq(rc, 1, "%s", o);
+    cr_assert(strstr(o, "below the minimum this chain of 2 stages needs") &&
+              strstr(o, "smallest feasible budget is blocks-budget="), "%s", o);
+    free(o);
+}
+
+/* Each budget= strategy's measured allocator peak (bench --json), checked
+ * against its budget; returns how many plans recomputed something. */
+static int check_bench_budgets(const char *j) {
+    int n = 0, checkpointed = 0;
+    for (const char *p = j; (p = strstr(p, "{\"strategy\":\"budget=")) != NULL; p++, n++) {
+        double peak = json_num(p, "peak_alloc_bytes"), budget = json_num(p, "budget_bytes");
+        double pred = json_num(p, "plan_peak_bytes");
+        cr_assert(peak <= budget, "measured step peak %.0f above the budget %.0f: %s", peak,
+                  budget, p);
+        cr_assert(pred <= budget, "predicted %.0f above the budget %.0f", pred, budget);
+        /* the prediction is an upper bound that is not far off */
+        cr_assert(peak <= pred && pred - peak < 0.05 * budget, "predicted %.0f, measured %.0f",
+                  pred, peak);
+        checkpointed += json_num(p, "plan_recomputed_blocks") > 0;
+    }
+    cr_assert_eq(n, 3, "%s", j);
+    return checkpointed;
+}
+
+/* budget=SIZE bounds the whole step: parameters, gradients and activations
+ * (blocks-budget= would not: its plans exceed the same number by the bytes
+ * outside the blocks). Three budgets between the planner's minimum and the
+ * step's store-all peak, on the GPT and on the MLP, in bench and in train. */
+Test(cli, budget_bounds_the_measured_step_peak) {
+    const char *models[] = {"--layers 4 --width 64 --heads 2 --context 32 --batch 4",
+                            "--model mlp --layers 6 --width 64 --batch 512"};
+    for (int mi = 0; mi < 2; mi++) {
+        char *o;
+        int rc = run(&o, false, "bench %s --threads 1 --quiet --reps 1 --json --strategies "
+                                "none,budget=100%%", models[mi]);
+        cr_assert_eq(rc, 0, "%s", o);
+        double min = json_num(o, "min_budget_bytes"), all = json_num(o, "store_all_bytes");
+        double fixed = json_num(o, "step_fixed_bytes");
+        cr_assert(fixed > 0 && min > fixed && all > min, "%s", o);
+        free(o);
+        long b[3];
+        for (int k = 0; k < 3; k++) b[k] = (long)(min + (all - min) * (0.1 + 0.35 * k));
+        rc = run(&o, false, "bench %s --threads 1 --quiet --reps 1 --json --strategies "
+                            "none,budget=%ld,budget=%ld,budget=%ld",
+                 models[mi], b[0], b[1], b[2]);
+        cr_assert_eq(rc, 0, "%s", o);
+        cr_assert(json_valid(o), "%s", o);
+        cr_assert_geq(check_bench_budgets(o), 2, "the budgets must make the planner checkpoint: %s",
+                      o);
+        free(o);
+        /* train: the largest step's peak, the optimizer's state included */
+        char flags[256];
+        snprintf(flags, sizeof flags, "%s --threads 1 --quiet", models[mi]);
+        double tmin, tall;
+        chain_range(flags, &tmin, &tall);
+        cr_assert(tmin > min && tall > all, "the optimizer's state counts in train");
+        rc = run(&o, false, "train %s --steps 3 --json --checkpoint budget=%ld", flags,
+                 (long)(tmin + 0.4 * (tall - tmin)));
+        cr_assert_eq(rc, 0, "%s", o);
+        double step = json_num(o, "step_peak_bytes"), budget = json_num(o, "budget_bytes");
+        cr_assert(step > 0 && step <= budget, "train: step peak %.0f, budget %.0f: %s", step,
+                  budget, o);
+        cr_assert(strstr(o, "\"plan_whole_step\":true"), "%s", o);
+        free(o);
+    }
+}
+
+/* A budget at or above what the step needs without checkpointing (as the
+ * README's budget=200MiB once was) says so; one below does not. */
+Test(cli, budget_above_store_all_warns) {
+    char *o;
+    int rc = run(&o, true, "train " TINY " --layers 2 --steps 2 --checkpoint budget=200MiB");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(strstr(o, "warning: budget=200MiB") && strstr(o, "nothing is checkpointed"), "%s",
+              o);
+    free(o);
+    rc = run(&o, true, "bench --layers 4 --width 64 --heads 2 --context 32 --batch 4 --threads 1 "
+                       "--reps 1 --strategies none,budget=100%%,budget=85%%");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(strstr(o, "warning: budget=100%"), "%s", o);
+    cr_assert(!strstr(o, "warning: budget=85%"), "%s", o);
     free(o);
 }
 
