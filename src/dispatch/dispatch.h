@@ -51,6 +51,11 @@ enum {
      * leaves that history intact. With RM_OPF_SAVE_EARLY, custom slots are
      * early too (mul_ saves a copy of its target before overwriting it). */
     RM_OPF_INPLACE = 1u << 7,
+    /* the call gives the number of inputs (rm_dispatch_n: remat_cat's n
+     * tensors): each is checked as the flags say, each gets an edge; the
+     * kernel gets none in k.in (too few slots): the op's run hook reads
+     * c->in */
+    RM_OPF_VARIADIC = 1u << 8,
 };
 
 /* What a save slot holds. */
@@ -108,11 +113,14 @@ typedef struct rm_op_call {
     const void *params;
     remat_node *node;        /* NULL when no graph is recorded */
     rm_kargs k;              /* the kernel's operands: (contiguous) inputs, outputs */
+    int n_in, n_out;         /* this call's: the descriptor's, or a variadic op's */
+    remat_tensor **out;      /* the outputs: k.out, or n_out of them (variadic outputs) */
 } rm_op_call;
 
 struct rm_op_desc {
     const char *name;      /* public name, as policies, traces and reports see it */
     const char *node_name; /* name of the backward node */
+    /* Arity; a variadic op's least (cat: n_in 1; split: n_out 1). */
     unsigned char n_in, n_out, n_saved;
     /* Bit i: in[i] gets no edge in the node (0: every input does).
      * embedding's indices, cross_entropy's targets, where's condition and
@@ -158,6 +166,17 @@ struct rm_op_desc {
     int (*new_output)(const rm_op_call *c, int i, const rm_out_spec *s, remat_device device,
                       remat_tensor **out);
     rm_save_spec saves[RM_OP_MAX_SAVED];
+    /* Variadic outputs (remat_split's pieces): the number this call makes,
+     * asked after the checks (which check the caller's array: the driver
+     * neither checks nor clears `outs` then). NULL: n_out. */
+    int (*n_outputs)(const rm_op_call *c);
+    /* Runs the looked-up kernel itself, in place of one call on c->k
+     * (remat_cat: once per input, into its window of the output). Called
+     * when the kernel would be. NULL: kernel(&c->k). */
+    int (*run)(rm_op_call *c, rm_kernel_fn kernel);
+    /* Bytes per input after the params in the node's ctx, for fill_ctx
+     * (remat_cat: each input's extent along dim). */
+    unsigned char ctx_per_in;
     /* Makes the tensor of an RM_SAVE_CUSTOM slot (new reference in *out). */
     int (*save_custom)(rm_op_call *c, int slot, remat_tensor **out);
     /* Completes the outputs after the kernel, before the node takes them
@@ -174,6 +193,12 @@ struct rm_op_desc {
  * every outs[i] is NULL and the inputs are untouched. */
 int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
                 const void *params, void *site);
+/* rm_dispatch with n_in inputs (RM_OPF_VARIADIC; otherwise op->n_in) and,
+ * for a variadic-output op, as many outputs as its n_outputs says (outs
+ * has room for the count its check allows). *n_out (NULL: not wanted) is
+ * the number of outputs handed out, 0 on failure. */
+int rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_in,
+                  remat_tensor *const *in, const void *params, void *site);
 
 /* For a backward: saved slot `slot` of node, contiguous, as a new
  * reference in *out. A slot saved as NULL is REMAT_ESTATE "<node name>:
