@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accumulate.h"
 #include "graph.h"
 #include "../dispatch/intercept.h"
 
@@ -266,6 +267,7 @@ int rm_gradient_edge(remat_tensor *t, rm_edge *edge) {
 int rm_node_new(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
                 remat_tensor *const *inputs, int n_outputs, int n_saved) {
     *out = NULL;
+    rm_progress_point(); /* an op recorded: recomputation in backward passes here too */
     remat_node *n = node_alloc(name, backward, n_inputs, n_outputs, n_saved);
     if (!n) return rm_err(REMAT_ENOMEM, "%s: out of memory creating a graph node", name);
     n->op_name = rm_op_current(NULL); /* the public op running (NULL: none) */
