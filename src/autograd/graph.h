@@ -110,8 +110,17 @@ bool rm_node_take_saved(remat_node *n, int slot, remat_tensor **out);
  * outside backward). */
 bool rm_backward_retains_graph(void);
 
-/* Sums grad down to shape (undoing broadcasting). New reference in *out. */
+/* Sums grad down to shape (undoing broadcasting) on the sum kernel: a view
+ * of the sum (or of grad), or grad itself when the shapes match. New
+ * reference in *out. */
 int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape);
+/* Gradient accumulation on the kernels (no op, no node, no scope): *out =
+ * a + b, a new tensor of a's shape, dtype and device (b the same shape and
+ * dtype); and acc += g in place through acc's strides (its version bumped),
+ * g read from a copy when it shares acc's memory. Errors name remat_add /
+ * remat_add_, the ops they stand for. */
+int rm_grad_add(remat_tensor **out, remat_tensor *a, remat_tensor *b);
+int rm_grad_add_into(remat_tensor *acc, remat_tensor *g);
 
 /* Calls the save observer (residual reports) for a tensor being saved. */
 void rm_notify_save(const char *op, remat_tensor *t);
