@@ -186,6 +186,12 @@ struct rm_op_desc {
      * none). NULL: no tag. */
     const char *(*tag)(const void *params);
     rm_backward_fn backward;
+    /* The differentiable backward create_graph runs (see remat_node's
+     * backward_diff, src/autograd/graph.h): written with public ops, or with
+     * registered ops that have a backward of their own, so that a gradient
+     * of it can be taken again. It may be `backward` itself when that is
+     * already made of public ops. NULL: the op refuses create_graph. */
+    rm_backward_fn backward_diff;
 };
 
 /* Runs op on in[0..n_in) with params, writing its n_ret outputs to outs.
@@ -205,5 +211,25 @@ int rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_i
  * <missing>" unless missing is NULL (then *out is NULL: an optional
  * input). */
 int rm_saved_contig(remat_node *node, int slot, const char *missing, remat_tensor **out);
+
+/* ---- differentiable backwards (src/ops/double_backward.c) ------------------------------
+ * For an op's backward_diff. An adjoint maps a gradient gg of the op's
+ * input gradient back to a gradient of g (new reference in *out); it must
+ * be differentiable itself. */
+typedef int (*rm_adjoint_fn)(remat_node *node, remat_tensor *gg, remat_tensor **out);
+/* gin[0] = node->backward's gradient of input 0 (linear in gout[0] alone),
+ * recorded as a custom function whose backward is `adjoint`. */
+int rm_backward_linear(remat_node *node, remat_tensor *const *gout, remat_tensor **gin,
+                       rm_adjoint_fn adjoint);
+/* The adjoint of a self-adjoint backward (an elementwise mask): itself. */
+int rm_adjoint_self(remat_node *node, remat_tensor *gg, remat_tensor **out);
+/* Rebuilds the op's output from its inputs with public ops (xs[i]: input i
+ * as saved, NULL where not saved or absent): new reference in *y. */
+typedef int (*rm_recompose_fn)(remat_node *node, remat_tensor *const *xs, remat_tensor **y);
+/* gin[i] for every input i that needs a gradient: a nested create_graph
+ * grad of forward(xs) with gout[0] as its output gradient. slots[i]: the
+ * saved slot holding input i (-1: none). */
+int rm_backward_recompose(remat_node *node, const int *slots, rm_recompose_fn forward,
+                          remat_tensor *const *gout, remat_tensor **gin);
 
 #endif /* REMAT_DISPATCH_H */

@@ -188,6 +188,7 @@ static int make_node(run_state *r) {
         return REMAT_OK;
     int rc = new_node(r, ngi, gin);
     if (rc) return rc;
+    c->node->backward_diff = op->backward_diff;
     if (op->fill_ctx) op->fill_ctx(c, c->node->ctx);
     return op->flags & RM_OPF_SAVE_EARLY ? save_slots(c, true) : REMAT_OK;
 }
