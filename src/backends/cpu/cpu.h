@@ -1,6 +1,6 @@
 /* src/backends/cpu/cpu.h — the cpu backend's kernels (rm_kernel_fn, the
  * ABI in src/dispatch/kernels.h): one list, RM_CPU_KERNELS, of
- * X(ID, name, dtypes) (dtypes: F32_F64, FLOAT or ALL; RM_CPU_DECL in
+ * X(ID, name, dtypes) (dtypes: F32_F64, FLOAT, FLOAT_BF16 or ALL; RM_CPU_DECL in
  * kernels.h says what they mean), from which come the kernels'
  * declarations here and the cpu row of the table (table.c). The nn
  * family's header also declares the row kernels other cpu kernels share. */
@@ -35,8 +35,9 @@
     X(LAYER_NORM_BWD, layer_norm_bwd, F32_F64)                                               \
     X(DROPOUT, dropout, F32_F64)                                                             \
     X(DROPOUT_BWD, dropout_bwd, F32_F64)                                                     \
-    /* matmul: matmul.c, attention.c (they switch on the operands' dtype) */                 \
-    X(MATMUL, matmul, FLOAT)                                                                 \
+    /* matmul: matmul.c (bf16 too: oneDNN's bf16 GEMM), attention.c (they switch on the   \
+     * operands' dtype) */                                                                   \
+    X(MATMUL, matmul, FLOAT_BF16)                                                               \
     X(COLSUM, colsum, FLOAT)                                                                 \
     X(ATTENTION, attention, FLOAT)                                                           \
     X(ATTENTION_BWD, attention_bwd, FLOAT)                                                   \
