@@ -35,6 +35,7 @@
 
 #include "data.h"
 #include "dist.h"
+#include "json.h"
 #include "models.h"
 #include "step.h"
 #include "svg.h"
@@ -300,84 +301,93 @@ static void print_csv(const config *c, result *r) {
     }
 }
 
+/* One strategy's object in bench --json's "strategies". */
+static void json_result(json *j, const config *c, int i, const result *r, bool is_ref) {
+    const strategy *s = &c->strategies[i];
+    json_object(j, NULL);
+    json_str(j, "strategy", s->name);
+    json_fixed(j, "step_ms", r->step_ms, 4);
+    json_fixed(j, "overhead", r->overhead, 4);
+    json_uint(j, "peak_alloc_bytes", r->peak);
+    json_uint(j, "baseline_bytes", r->baseline);
+    json_uint(j, "step_alloc_bytes", r->peak - r->baseline);
+    json_uint(j, "rss_growth_bytes", r->rss_growth);
+    json_int(j, "recomputed_blocks", r->recomputed);
+    json_num(j, "loss", r->loss);
+    json_bool(j, "grads_bitwise_equal", r->grads_equal);
+    json_num(j, "grads_max_abs_diff", r->max_diff);
+    json_fixed(j, "step_ms_min", r->ms_min, 4);
+    json_fixed(j, "step_ms_q1", r->ms_q1, 4);
+    json_fixed(j, "step_ms_q3", r->ms_q3, 4);
+    json_fixed(j, "step_ms_max", r->ms_max, 4);
+    json_bool(j, "time_within_noise", !is_ref && r->noise);
+    json_array(j, "step_ms_all");
+    for (int k = 0; k < c->reps; k++) json_fixed(j, NULL, r->times[k] * 1e3, 4);
+    json_end(j);
+    if (r->comm_n) { /* under mpirun */
+        double cm = r->comm_s / r->comm_n, ex = r->exposed_s / r->comm_n;
+        json_fixed(j, "comm_ms", 1e3 * cm, 4);
+        json_fixed(j, "comm_exposed_ms", 1e3 * ex, 4);
+        json_fixed(j, "comm_hidden_fraction", cm > 0 ? 1 - (ex < cm ? ex / cm : 1) : 0, 4);
+    }
+    if (r->has_heap) json_uint(j, "heap_growth_bytes", r->heap_growth);
+    else json_null(j, "heap_growth_bytes");
+    if (s->kind == STRAT_SELECTIVE) {
+        json_str(j, "sac_policy", s->policy);
+        json_int(j, "sac_ops_forward", r->sac.ops_forward);
+        json_int(j, "sac_ops_cached", r->sac.ops_cached);
+        json_int(j, "sac_bytes_cached", r->sac.bytes_cached);
+        json_int(j, "sac_ops_recomputed", r->sac.ops_recomputed);
+        json_int(j, "sac_ops_from_cache", r->sac.ops_from_cache);
+    }
+    const remat_plan *p = s->plan;
+    if (p) {
+        char st[1024];
+        strategy_plan_structure(p, st, sizeof st);
+        json_uint(j, "budget_bytes", p->budget_bytes);
+        json_uint(j, "plan_peak_bytes", p->peak_bytes);
+        json_fixed(j, "plan_step_ms", p->time * 1e3, 4);
+        json_int(j, "plan_recomputed_blocks", p->n_recomputed);
+        json_str(j, "plan_structure", st);
+    }
+    json_end(j);
+}
+
 static void print_json(const config *c, const model *m, int threads, result *r,
                        const planner_info *pl, int world, int refi) {
-    util_str j = {0};
-    util_str_printf(&j,
-                    "{\"command\":\"bench\",\"model\":\"%s\",\"layers\":%d,\"width\":%d,"
-                    "\"heads\":%d,\"context\":%d,\"batch\":%d,\"params\":%" PRId64
-                    ",\"attention\":\"%s\",\"threads\":%d,\"reps\":%d,\"world_size\":%d,"
-                    "\"strategies\":[",
-                    m->kind == MODEL_GPT ? "gpt" : "mlp", m->layers, m->width, m->heads,
-                    m->context, c->batch, m->n_weights, m->attn_ops ? "ops" : "fused", threads,
-                    c->reps, world);
-    for (int i = 0; i < c->n_strategies; i++) {
-        util_str_printf(&j, "%s{\"strategy\":\"", i ? "," : "");
-        util_str_json_escaped(&j, c->strategies[i].name);
-        util_str_printf(&j,
-                        "\",\"step_ms\":%.4f,\"overhead\":%.4f,\"peak_alloc_bytes\":%zu,"
-                        "\"baseline_bytes\":%zu,\"step_alloc_bytes\":%zu,\"rss_growth_bytes\":%zu,"
-                        "\"recomputed_blocks\":%" PRId64 ",\"loss\":%.9g,"
-                        "\"grads_bitwise_equal\":%s,\"grads_max_abs_diff\":",
-                        r[i].step_ms, r[i].overhead, r[i].peak, r[i].baseline,
-                        r[i].peak - r[i].baseline, r[i].rss_growth, r[i].recomputed, r[i].loss,
-                        r[i].grads_equal ? "true" : "false");
-        if (isfinite(r[i].max_diff))
-            util_str_printf(&j, "%.9g,", r[i].max_diff);
-        else
-            util_str_printf(&j, "null,");
-        util_str_printf(&j,
-                        "\"step_ms_min\":%.4f,\"step_ms_q1\":%.4f,\"step_ms_q3\":%.4f,"
-                        "\"step_ms_max\":%.4f,\"time_within_noise\":%s,\"step_ms_all\":[",
-                        r[i].ms_min, r[i].ms_q1, r[i].ms_q3, r[i].ms_max,
-                        i != refi && r[i].noise ? "true" : "false");
-        for (int k = 0; k < c->reps; k++)
-            util_str_printf(&j, "%s%.4f", k ? "," : "", r[i].times[k] * 1e3);
-        util_str_printf(&j, "]");
-        if (r[i].comm_n) { /* under mpirun */
-            double cm = r[i].comm_s / r[i].comm_n, ex = r[i].exposed_s / r[i].comm_n;
-            util_str_printf(&j, ",\"comm_ms\":%.4f,\"comm_exposed_ms\":%.4f,"
-                                "\"comm_hidden_fraction\":%.4f", 1e3 * cm, 1e3 * ex,
-                            cm > 0 ? 1 - (ex < cm ? ex / cm : 1) : 0);
-        }
-        if (r[i].has_heap)
-            util_str_printf(&j, ",\"heap_growth_bytes\":%zu", r[i].heap_growth);
-        else
-            util_str_printf(&j, ",\"heap_growth_bytes\":null");
-        if (c->strategies[i].kind == STRAT_SELECTIVE) {
-            const remat_sac_stats *st = &r[i].sac;
-            util_str_printf(&j,
-                            ",\"sac_policy\":\"%s\",\"sac_ops_forward\":%" PRId64
-                            ",\"sac_ops_cached\":%" PRId64 ",\"sac_bytes_cached\":%" PRId64
-                            ",\"sac_ops_recomputed\":%" PRId64 ",\"sac_ops_from_cache\":%" PRId64,
-                            c->strategies[i].policy, st->ops_forward, st->ops_cached,
-                            st->bytes_cached, st->ops_recomputed, st->ops_from_cache);
-        }
-        const remat_plan *p = c->strategies[i].plan;
-        if (p) {
-            char st[1024];
-            strategy_plan_structure(p, st, sizeof st);
-            util_str_printf(&j,
-                            ",\"budget_bytes\":%zu,\"plan_peak_bytes\":%zu,"
-                            "\"plan_step_ms\":%.4f,\"plan_recomputed_blocks\":%" PRId64
-                            ",\"plan_structure\":\"",
-                            p->budget_bytes, p->peak_bytes, p->time * 1e3, p->n_recomputed);
-            util_str_json_escaped(&j, st);
-            util_str_printf(&j, "\"");
-        }
-        util_str_printf(&j, "}");
+    util_str out = {0};
+    json j;
+    json_start(&j, &out);
+    json_object(&j, NULL);
+    json_str(&j, "command", "bench");
+    json_str(&j, "model", m->kind == MODEL_GPT ? "gpt" : "mlp");
+    json_int(&j, "layers", m->layers);
+    json_int(&j, "width", m->width);
+    json_int(&j, "heads", m->heads);
+    json_int(&j, "context", m->context);
+    json_int(&j, "batch", c->batch);
+    json_int(&j, "params", m->n_weights);
+    json_str(&j, "attention", m->attn_ops ? "ops" : "fused");
+    json_int(&j, "threads", threads);
+    json_int(&j, "reps", c->reps);
+    json_int(&j, "world_size", world);
+    json_array(&j, "strategies");
+    for (int i = 0; i < c->n_strategies; i++) json_result(&j, c, i, &r[i], i == refi);
+    json_end(&j);
+    if (pl->prof) {
+        json_object(&j, "planner");
+        json_uint(&j, "min_budget_bytes", pl->min_budget);
+        json_uint(&j, "store_all_bytes", pl->store_all);
+        json_uint(&j, "blocks_min_budget_bytes", pl->blocks_min_budget);
+        json_uint(&j, "blocks_store_all_bytes", pl->blocks_store_all);
+        json_uint(&j, "step_fixed_bytes", pl->step.fixed_bytes);
+        json_fixed(&j, "profile_s", pl->profile_s, 3);
+        json_end(&j);
     }
-    util_str_printf(&j, "]");
-    if (pl->prof)
-        util_str_printf(&j,
-                        ",\"planner\":{\"min_budget_bytes\":%zu,\"store_all_bytes\":%zu,"
-                        "\"blocks_min_budget_bytes\":%zu,\"blocks_store_all_bytes\":%zu,"
-                        "\"step_fixed_bytes\":%zu,\"profile_s\":%.3f}",
-                        pl->min_budget, pl->store_all, pl->blocks_min_budget,
-                        pl->blocks_store_all, pl->step.fixed_bytes, pl->profile_s);
-    util_str_printf(&j, ",\"peak_rss_bytes\":%zu}\n", util_peak_rss_bytes());
-    if (!j.oom) fputs(j.s, stdout);
-    util_str_free(&j);
+    json_uint(&j, "peak_rss_bytes", util_peak_rss_bytes());
+    json_end(&j);
+    if (!out.oom) puts(out.s);
+    util_str_free(&out);
 }
 
 static bool join(char *buf, size_t n, const char *dir, const char *file) {
