@@ -115,9 +115,14 @@ class RssSampler:
         self.heap_growth = max(0, HEAP[1]() - self.heap_start) if HEAP else None
 
 
+AUTOCAST = False  # --autocast bf16
+
+
 def step(model, batch, strategy, reentrant):
     model.zero_grad(set_to_none=True)
-    loss = model.loss(*batch, strategy=strategy, reentrant=reentrant)
+    # --autocast bf16: the forward under torch.autocast('cpu', bfloat16), as remat's
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=AUTOCAST):
+        loss = model.loss(*batch, strategy=strategy, reentrant=reentrant)
     loss.backward()
     return loss.item()
 
@@ -140,7 +145,10 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--reentrant", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--autocast", choices=["off", "bf16"], default="off")
     a = ap.parse_args()
+    global AUTOCAST
+    AUTOCAST = a.autocast == "bf16"
     # the defaults of `remat bench`
     gpt = a.model == "gpt"
     a.layers = a.layers or (8 if gpt else 32)
