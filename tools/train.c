@@ -617,6 +617,7 @@ int cmd_train(config *c) {
             json_fixed(&j, "comm_ms", comm_ms, 4);
             json_fixed(&j, "comm_exposed_ms", exposed_ms, 4);
             json_fixed(&j, "comm_hidden_fraction", hidden, 4);
+            json_fixed(&j, "comm_done_in_backward", pd.done_in_backward / pd.n_steps, 4);
         }
         json_fixed(&j, "step_ms", step_ms, 4);
         json_fixed(&j, "tokens_per_s", tok_s, 2);

@@ -412,6 +412,10 @@ static int accumulate_leaf_in_graph(remat_tensor *leaf, remat_tensor *g) {
 }
 
 /* Leaf gradient accumulation (P: AccumulateGrad). */
+void rm_progress_point(void) {
+    if (tls_acc_fn) tls_acc_fn(tls_acc_ud, NULL);
+}
+
 static int accumulate_leaf(remat_tensor *leaf, remat_tensor *g) {
     if (tls_task && tls_task->create_graph) return accumulate_leaf_in_graph(leaf, g);
     if (!leaf->grad) {
@@ -544,6 +548,7 @@ static int run_node(task *t, ninfo *ni) {
     bool any = false;
     for (int i = 0; buf && i < n->n_outputs; i++) any |= buf[i] != NULL;
     if (!any || !n->backward) return REMAT_OK;
+    rm_progress_point();
     rc = call_backward(t, n, buf);
     if (rc == REMAT_OK && !t->retain_graph) {
         rm_node_release_saved(n);

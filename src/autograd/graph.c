@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accumulate.h"
 #include "graph.h"
 #include "../dispatch/intercept.h"
 
@@ -266,6 +267,7 @@ int rm_gradient_edge(remat_tensor *t, rm_edge *edge) {
 int rm_node_new(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
                 remat_tensor *const *inputs, int n_outputs, int n_saved) {
     *out = NULL;
+    rm_progress_point(); /* an op recorded: recomputation in backward passes here too */
     remat_node *n = node_alloc(name, backward, n_inputs, n_outputs, n_saved);
     if (!n) return rm_err(REMAT_ENOMEM, "%s: out of memory creating a graph node", name);
     n->op_name = rm_op_current(NULL); /* the public op running (NULL: none) */
@@ -463,7 +465,8 @@ int remat_set_requires_grad(remat_tensor *t, bool requires_grad) {
                       "only change requires_grad of leaves — use remat_detach",
                       rm_tensor_str(t, b, sizeof b), t->grad_fn->name);
     }
-    if (requires_grad && t->dtype != REMAT_F32 && t->dtype != REMAT_F64)
+    if (requires_grad && t->dtype != REMAT_F32 && t->dtype != REMAT_F64 &&
+        t->dtype != REMAT_BF16)
         return rm_err(REMAT_EINVAL,
                       "remat_set_requires_grad: only floating point tensors can require grad, "
                       "got %s", rm_tensor_str(t, b, sizeof b));

@@ -147,7 +147,8 @@ int remat_clone(remat_tensor **out, remat_tensor *t) {
 
 static int to_dtype_check(const rm_op_call *c) {
     const copy_ctx *p = c->params;
-    if (p->dtype != REMAT_F32 && p->dtype != REMAT_F64 && p->dtype != REMAT_I64)
+    if (p->dtype != REMAT_F32 && p->dtype != REMAT_F64 && p->dtype != REMAT_I64 &&
+        p->dtype != REMAT_BF16)
         return rm_err(REMAT_EDTYPE, "%s: unknown dtype %d", c->op->name, (int)p->dtype);
     return rm_check_host(c->op->name, c->in[0]);
 }

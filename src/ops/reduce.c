@@ -127,6 +127,7 @@ static int sum_backward_diff(remat_node *node, remat_tensor *const *gout, remat_
     const rm_op_desc sym = {                                                                 \
         .name = call, .node_name = node, .n_in = 1, .n_out = 1,                              \
         .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS, .kernel = RM_K_SUM,                       \
+        .autocast = RM_AC_F32,                                                               \
         .params_size = sizeof(sum_params), .fill_ctx = sum_fill_ctx, .check = sum_check,     \
         .infer = sum_infer, .backward = sum_backward, .backward_diff = sum_backward_diff}
 SUM_OP(rm_op_sum, "remat_sum", "SumBackward");
