@@ -71,7 +71,7 @@ remat_status remat_grad(int n_outputs, remat_tensor *const *outputs,
                         remat_tensor **grads);
 
 /* ---- options: create_graph (double backward) ----------------------------------
- * A zero-initialised struct gives P's defaults (create_graph false,
+ * A zero-initialised struct gives PyTorch's defaults (create_graph false,
  * retain_graph = create_graph, allow_unused false).
  *
  * create_graph (P: create_graph=True): backward runs with grad mode on and
