@@ -29,14 +29,16 @@ case $remat in /*) ;; *) remat=$(pwd)/$remat ;; esac
 scratch=$(mktemp -d) || exit 2
 trap 'rm -rf "$scratch"' EXIT INT TERM
 
-# The shape of a text: numbers, widths, plan structures, which plan actions and the
-# ~ (within noise) mark vary from run to run; the lines and their words do not.
+# The shape of a text: numbers (and their k/M or byte units), widths, plan structures,
+# which plan actions and the ~ (within noise) mark vary from run to run; the lines and
+# their words do not.
 shape() {
     grep -v 'within noise' "$1" |
         sed -E -e 's/recomputed: .*/recomputed: .../' -e 's/structure: .*/structure: .../' \
             -e 's/~//g' \
             -e 's/\b(store|checkpoint|recompute)\b/ACTION/g' \
-            -e 's/[0-9]+(\.[0-9]+)?/#/g' -e 's/[ \t]+/ /g' -e 's/ $//' -e 's/;$//'
+            -e 's/[0-9]+(\.[0-9]+)?/#/g' -e 's/#[kM]\b/#/g' -e 's/# ?(B|KiB|MiB|GiB)\b/# BYTES/g' \
+            -e 's/[ \t]+/ /g' -e 's/ $//' -e 's/;$//'
 }
 
 status=0
