@@ -662,6 +662,7 @@ static int seed_root_grads(task *t, int n, remat_tensor *const *roots,
             if (rc) break;
             if (rm_ptr(ones)) {
                 if (ones->dtype == REMAT_F32) *(float *)rm_ptr(ones) = 1.0f;
+                else if (ones->dtype == REMAT_BF16) *(uint16_t *)rm_ptr(ones) = 0x3F80; /* 1.0 */
                 else *(double *)rm_ptr(ones) = 1.0;
             }
             g = ones;
