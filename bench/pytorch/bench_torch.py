@@ -120,6 +120,9 @@ class RssSampler:
         self.heap_growth = max(0, HEAP[1]() - self.heap_start) if HEAP else None
 
 
+AUTOCAST = False  # --autocast bf16
+
+
 COMPILED = {}  # strategy name -> compiled loss function (compile, compile-budget=F)
 
 
@@ -164,7 +167,9 @@ def step(model, batch, strategy, reentrant):
     if strategy in COMPILED:
         loss = COMPILED[strategy](model, *batch)
     else:
-        loss = model.loss(*batch, strategy=strategy, reentrant=reentrant)
+        # --autocast bf16: the forward under torch.autocast('cpu', bfloat16), as remat's
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=AUTOCAST):
+            loss = model.loss(*batch, strategy=strategy, reentrant=reentrant)
     loss.backward()
     return loss.item()
 
@@ -187,7 +192,10 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--reentrant", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--autocast", choices=["off", "bf16"], default="off")
     a = ap.parse_args()
+    global AUTOCAST
+    AUTOCAST = a.autocast == "bf16"
     # the defaults of `remat bench`
     gpt = a.model == "gpt"
     a.layers = a.layers or (8 if gpt else 32)
