@@ -40,6 +40,7 @@ typedef struct config {
     int accum;          /* --accum N: micro-batches per optimizer step */
     bool untied;        /* GPT: separate output head instead of tied embeddings */
     bool attn_ops;      /* GPT: attention composed of ops instead of remat_attention */
+    bool autocast;      /* --autocast bf16: forward under remat_autocast (bf16 mixed precision) */
     strategy strat;     /* train: the strategy */
     const char *checkpoint_text; /* --checkpoint S as given (parsed into strat) */
     bool reentrant;     /* --reentrant */
@@ -48,6 +49,7 @@ typedef struct config {
     long save_every;    /* --save-every N: also write --save every N steps (0: at the end only) */
     const char *log;    /* --log FILE: one JSON line per step and per evaluation */
     bool json, csv, quiet;
+    bool progress;      /* train --progress: the bar even when stderr is no terminal */
     bool verbose;       /* print the planner's profile and plans */
     bool report;        /* train --report: residual report of the run's first step */
     long eval_every;

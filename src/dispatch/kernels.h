@@ -55,10 +55,34 @@ typedef int (*rm_kernel_fn)(const rm_kargs *k);
 
 /* The f32 and f64 kernels rm_cpu_<name>_f32/_f64 as one table row. */
 #define RM_CPU_F32_F64(name) {[REMAT_F32] = rm_cpu_##name##_f32, [REMAT_F64] = rm_cpu_##name##_f64}
+/* A cpu family header lists its kernels once, X(ID, name, dtypes), and
+ * derives from the list their declarations (RM_CPU_DECL) and its rows of
+ * the table (RM_CPU_ROW). dtypes: F32_F64, rm_cpu_<name>_f32 and _f64;
+ * FLOAT, one rm_cpu_<name> for f32 and f64 (it switches on the dtype);
+ * FLOAT_BF16, the same for bf16 too (the cpu's other bf16 kernels go
+ * through f32: rm_cpu_bf16_via_f32); ALL, one rm_cpu_<name> for every
+ * dtype. */
+#define RM_CPU_DECL(id, name, dtypes) RM_CPU_DECL_##dtypes(name)
+#define RM_CPU_DECL_F32_F64(name)                                                            \
+    int rm_cpu_##name##_f32(const rm_kargs *k);                                              \
+    int rm_cpu_##name##_f64(const rm_kargs *k);
+#define RM_CPU_DECL_FLOAT(name) int rm_cpu_##name(const rm_kargs *k);
+#define RM_CPU_DECL_FLOAT_BF16(name) int rm_cpu_##name(const rm_kargs *k);
+#define RM_CPU_DECL_ALL(name) int rm_cpu_##name(const rm_kargs *k);
+#define RM_CPU_ROW(id, name, dtypes) [RM_K_##id] = RM_CPU_ROW_##dtypes(name),
+#define RM_CPU_ROW_F32_F64(name) RM_CPU_F32_F64(name)
+#define RM_CPU_ROW_FLOAT(name) {[REMAT_F32] = rm_cpu_##name, [REMAT_F64] = rm_cpu_##name}
+#define RM_CPU_ROW_FLOAT_BF16(name)                                                           \
+    {[REMAT_F32] = rm_cpu_##name, [REMAT_F64] = rm_cpu_##name, [REMAT_BF16] = rm_cpu_##name}
+#define RM_CPU_ROW_ALL(name) {rm_cpu_##name, rm_cpu_##name, rm_cpu_##name, rm_cpu_##name, rm_cpu_##name}
 
 /* ---- the table -------------------------------------------------------------------------- */
 /* The cpu backend's kernels (src/backends/cpu/table.c), indexed [kernel][dtype]. */
 extern const rm_kernel_fn rm_cpu_kernels[RM_K_COUNT][RM_N_DTYPES];
+/* (src/backends/cpu/bf16.c) For every kernel, its f32 kernel run on f32
+ * copies of the bf16 operands, the bf16 outputs rounded back (to nearest
+ * even): the cpu's bf16 kernel where it has no native one. */
+extern const rm_kernel_fn rm_cpu_bf16_via_f32[RM_K_COUNT];
 
 /* Registers fn for (kernel, device type, dtype); fn NULL removes it. The
  * cpu type's kernels are fixed. Not thread-safe: register at start-up, as
@@ -84,7 +108,10 @@ int rm_kernel_run(rm_kernel_id id, const char *call, rm_kargs *k);
 extern rm_kernel_fn rm_kernel_table_[RM_K_COUNT][REMAT_MAX_DEVICE_TYPES][RM_N_DTYPES];
 static inline rm_kernel_fn rm_kernel_lookup(rm_kernel_id id, int type, remat_dtype dtype) {
     if ((unsigned)dtype >= RM_N_DTYPES || (unsigned)type >= REMAT_MAX_DEVICE_TYPES) return NULL;
-    return type == 0 ? rm_cpu_kernels[id][dtype] : rm_kernel_table_[id][type][dtype];
+    if (type != 0) return rm_kernel_table_[id][type][dtype];
+    /* cpu bf16 without a kernel of its own: the f32 one through conversions */
+    rm_kernel_fn f = rm_cpu_kernels[id][dtype];
+    return f || dtype != REMAT_BF16 ? f : rm_cpu_bf16_via_f32[id];
 }
 
 #endif /* REMAT_DISPATCH_KERNELS_H */

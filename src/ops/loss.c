@@ -178,6 +178,7 @@ static int cross_entropy_recompose(remat_node *node, remat_tensor *const *xs, re
         if (tp[i] == p->ignore_index) continue;
         count++;
         if (x->dtype == REMAT_F32) ((float *)rm_ptr(w))[i * ncls + tp[i]] = 1.0f;
+        else if (x->dtype == REMAT_BF16) ((uint16_t *)rm_ptr(w))[i * ncls + tp[i]] = 0x3F80;
         else ((double *)rm_ptr(w))[i * ncls + tp[i]] = 1.0;
     }
     rc = remat_log_softmax(&ls, x, 1);
@@ -200,6 +201,7 @@ const rm_op_desc rm_op_cross_entropy = {
     .name = "remat_cross_entropy", .node_name = "CrossEntropyBackward", .n_in = 2,
     .no_grad_in = 2u, .n_out = 2, .n_ret = 1, .n_saved = 3,
     .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS, .arg_names = k_ce_args,
+    .autocast = RM_AC_F32,
     .kernel = RM_K_CROSS_ENTROPY, .params_size = sizeof(rm_ce_params),
     .check = cross_entropy_check, .infer = cross_entropy_infer,
     .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}, {RM_SAVE_OUTPUT, 1, 0}},
@@ -291,7 +293,7 @@ const rm_op_desc rm_op_mse_loss = {
     .name = "remat_mse_loss", .node_name = "MseLossBackward", .n_in = 2, .n_out = 1,
     .n_saved = 2, .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE |
                            RM_OPF_CONTIGUOUS,
-    .kernel = RM_K_MSE, .check = mse_check, .infer = mse_infer,
+    .autocast = RM_AC_F32, .kernel = RM_K_MSE, .check = mse_check, .infer = mse_infer,
     .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}}, .backward = mse_backward,
     .backward_diff = mse_backward_diff};
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shape.h"
+#include "cpu.h"
 
 #ifdef _OPENMP
 #include <omp.h>
