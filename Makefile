@@ -85,6 +85,7 @@ bench: build
 fixtures:
 	python3 scripts/gen_fixtures.py tests/fixtures
 	python3 scripts/gen_optim_fixtures.py tests/fixtures/optim
+	/usr/bin/python3 scripts/gen_autocast_fixtures.py tests/fixtures/autocast/ops.txt
 	python3 scripts/gen_double_fixtures.py tests/fixtures/double
 
 clean:

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Golden outputs and gradients of remat's autocast ops from PyTorch 1.13's cpu autocast.
 
-Writes tests/fixtures/autocast.txt (read by tests/test_autocast_fixtures.c). Each case runs
+Writes tests/fixtures/autocast/ops.txt (read by tests/test_autocast_fixtures.c). Each case runs
 one op under torch.autocast('cpu', dtype=torch.bfloat16) on inputs of the dtype given, then
 backward of sum(out.float() * gout). For the ops remat keeps in f32 that PyTorch 1.13's cpu
 list leaves in bf16 (softmax, log_softmax, layer_norm, sum: docs/autocast.md), the reference
@@ -9,7 +9,7 @@ is the op on the input cast to f32 (PyTorch's CUDA policy). Inputs are generated
 formula both sides compute (x[i] = lo + (hi - lo) * frac(i * 0.6180339887 + seed * 0.1)).
 Format, one item per line:  case NAME OP ATOL RTOL / in DTYPE NDIM SHAPE... / gout NDIM
 SHAPE... VALUES / out NDIM SHAPE... VALUES / grad INDEX NDIM SHAPE... VALUES / end.
-Usage: /usr/bin/python3 scripts/gen_autocast_fixtures.py tests/fixtures/autocast.txt
+Usage: /usr/bin/python3 scripts/gen_autocast_fixtures.py tests/fixtures/autocast/ops.txt
 """
 import math
 import sys
@@ -89,4 +89,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/autocast.txt")
+    main(sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/autocast/ops.txt")

@@ -1,5 +1,5 @@
 /* tests/test_autocast_fixtures.c — each autocast op against PyTorch 1.13's cpu autocast
- * (tests/fixtures/autocast.txt, written by scripts/gen_autocast_fixtures.py, which says
+ * (tests/fixtures/autocast/ops.txt, written by scripts/gen_autocast_fixtures.py, which says
  * the format and where the reference follows remat's f32 list rather than 1.13's):
  * outputs and input gradients within the per-op bf16 tolerances the fixture gives, and the
  * output dtype of each category (bf16 for matmul/linear/attention, f32 for the rest). */
@@ -75,8 +75,8 @@ static void check(const char *what, remat_tensor *got, const arr *want, double a
 }
 
 Test(autocast_fixtures, every_autocast_op_matches_pytorch_1_13) {
-    FILE *f = fopen(REMAT_FIXTURE_DIR "/autocast.txt", "r");
-    cr_assert_not_null(f, "missing %s/autocast.txt", REMAT_FIXTURE_DIR);
+    FILE *f = fopen(REMAT_FIXTURE_DIR "/autocast/ops.txt", "r");
+    cr_assert_not_null(f, "missing %s/autocast/ops.txt", REMAT_FIXTURE_DIR);
     static char line[1 << 20];
     static arr a;
     char name[64] = "", op[64] = "";
