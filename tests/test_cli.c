@@ -271,6 +271,42 @@ Test(cli, help_prints_usage) {
     free(o);
 }
 
+/* The usage is generated from the parser's table: every flag a command's
+ * --help lists is one its parser knows (a flag with a value gets a bad one,
+ * so the parser must name it as a bad value, never as an unknown option),
+ * and the usage fits 80 columns. */
+Test(cli, every_flag_in_the_usage_is_parsed) {
+    const char *cmds[] = {"train", "bench"};
+    for (size_t c = 0; c < sizeof cmds / sizeof *cmds; c++) {
+        char *help;
+        cr_assert_eq(run(&help, true, "%s --help", cmds[c]), 0);
+        int listed = 0;
+        for (char *line = strtok(help, "\n"); line; line = strtok(NULL, "\n")) {
+            cr_assert(strlen(line) <= 80, "`%s --help` line wider than 80: %s", cmds[c], line);
+            char name[64];
+            if (strncmp(line, "  --", 4) != 0 || sscanf(line + 4, "%62[a-z-]", name) != 1) continue;
+            /* the next word, if any, is its value's name (N, FILE, gpt|mlp, [=N]) */
+            const char *after = line + 4 + strlen(name);
+            bool takes_value = after[0] == ' ' && after[1] != ' ' && after[1] != '\0';
+            if (strncmp(after, "[=", 2) == 0) takes_value = false; /* --sweep-budgets[=N] */
+            char *o;
+            int rc = run(&o, true, "%s --%s%s --help", cmds[c], name, takes_value ? "=@bad" : "");
+            cr_assert(!strstr(o, "unknown option"), "`%s --%s` listed but unknown: %s", cmds[c], name, o);
+            if (takes_value && strcmp(name, "data") && strcmp(name, "save") && strcmp(name, "resume") &&
+                strcmp(name, "trace") && strcmp(name, "timeline") && strcmp(name, "log") &&
+                strcmp(name, "svg") && strcmp(name, "svg-pareto") && strcmp(name, "out") &&
+                strcmp(name, "checkpoint") && strcmp(name, "strategies"))
+                cr_assert(rc == 2 && strstr(o, "bad value"), "`%s --%s=@bad`: %d %s", cmds[c], name, rc, o);
+            else
+                cr_assert_eq(rc, 0, "`%s --%s --help`: %d %s", cmds[c], name, rc, o);
+            free(o);
+            listed++;
+        }
+        cr_assert(listed > 15, "`%s --help` lists %d flags", cmds[c], listed);
+        free(help);
+    }
+}
+
 Test(cli, unknown_command_and_flag_fail_with_usage) {
     char *o;
     cr_assert_eq(run(&o, true, "frobnicate"), 2);

@@ -1,11 +1,14 @@
-/* tools/args.c — flag parsing and usage texts of the remat program. */
+/* tools/args.c — the flags of the remat program (one table: parsing and usage
+ * text), their defaults, and the checks that span several flags. */
 #include "args.h"
 
+#include <math.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "models.h"
+#include "options.h"
 #include "strategy.h"
 #include "util.h"
 
@@ -40,134 +43,195 @@ void args_usage_main(FILE *f) {
             "  docs/cli.md has the details (what is measured and how).\n");
 }
 
-static void usage_model(FILE *f) {
-    fprintf(f,
-            "model:\n"
-            "  --model gpt|mlp       GPT (byte-level, causal attention) or deep MLP   [gpt]\n"
-            "  --layers N            number of blocks\n"
-            "  --width N             model width (GPT: embedding size, MLP: hidden size)\n"
-            "  --heads N             GPT attention heads (must divide --width)\n"
-            "  --context N           GPT context length in bytes\n"
-            "  --batch N             sequences (GPT) or samples (MLP) per step\n"
-            "  --untied              GPT: separate output head (default: tied to the embedding)\n"
-            "  --attention K         GPT attention: fused (remat_attention: causal blocks\n"
-            "                        skipped, no (T, T) matrix kept) or ops (matmul, scale,\n"
-            "                        masked_fill, softmax, matmul, as in PyTorch 1.13) [fused]\n"
-            "  --seed N              seed of the initialisation and of the data        [1]\n"
-            "  --threads N           OpenMP/BLAS threads (default: all cores)\n"
-            "\n"
-            "checkpointing:\n"
-            "  --checkpoint S        none | block | sequential=N | selective[=POLICY] | budget=SIZE\n"
-            "                        block: every block checkpointed; sequential=N: the blocks\n"
-            "                        split into N segments (checkpoint_sequential);\n"
-            "                        budget=SIZE: the planner's fastest schedule whose memory\n"
-            "                        fits SIZE (200MiB, 64M, 1.5GiB, 500000 bytes, or 40%% of\n"
-            "                        what the blocks add without checkpointing);\n"
-            "                        selective=POLICY: every block checkpointed, but the\n"
-            "                        policy's op outputs are kept from the forward:\n"
-            "                          dots          matmul/linear outputs (the default)\n"
-            "                          names:A+B     only the tensors tagged A, B\n"
-            "                          all-but:A+B   every tagged tensor but A, B\n"
-            "                          except:A+B    every op's output but A's and B's\n"
-            "                          nothing       nothing (= block)\n"
-            "                          everything    everything (no recomputation)\n"
-            "                        tags: GPT qkv, attn, attn_probs (--attention ops),\n"
-            "                        attn_out, mlp_up, mlp_act, mlp_out; MLP linear, gelu\n"
-            "  --reentrant           use reentrant checkpointing (default: non-reentrant;\n"
-            "                        not for budget= and selective=, which are non-reentrant)\n"
-            "  --verbose             print the planner's profile of the blocks and its plans\n"
-            "\n"
-            "data parallelism (mpirun -np N remat ...; docs/dist.md):\n"
-            "  --batch is per rank; rank r takes rows [r*batch, (r+1)*batch) of each step's\n"
-            "  global batch; rank 0 prints and writes files\n"
-            "  --dist-timeout S      a rank that fails or stops answering ends the job\n"
-            "                        within S seconds, naming it                       [60]\n"
-            "  --bucket-size MIB     gradient all-reduce bucket size                   [25]\n"
-            "  --zero                train: ZeRO-1, AdamW state sharded across the ranks\n"
-            "                        (1/N per rank; not with --accum, --save, --resume)\n");
-}
+/* ---- the flags ------------------------------------------------------------------- */
+enum { SEC_MODEL, SEC_CKPT, SEC_DIST, SEC_TRAIN, SEC_OUTPUT, SEC_BENCH, N_SECTIONS };
 
-void args_usage_train(FILE *f) {
-    fprintf(f,
-            "usage: remat train [FLAGS]\n"
-            "\n"
-            "Trains a model and reports loss, accuracy on held-out examples, tokens/s and\n"
-            "peak memory. The built-in task (no --data) is two-digit addition, \"12+34=46\":\n"
-            "the loss is taken on the answer bytes, accuracy is per answer byte and per\n"
-            "problem (greedy decoding). --model mlp regresses a fixed smooth function.\n"
-            "\n");
-    usage_model(f);
-    fprintf(f,
-            "\n"
-            "training:\n"
-            "  --steps N             total optimizer steps (also with --resume)      [1000]\n"
-            "  --lr X                learning rate                                   [3e-3]\n"
-            "  --optim adamw|sgd     optimizer                                     [adamw]\n"
-            "  --weight-decay X      AdamW decoupled weight decay of matrices         [0.01]\n"
-            "  --momentum X          SGD momentum                                        [0]\n"
-            "  --lr-schedule S       constant, or cosine: linear warm-up over --warmup\n"
-            "                        steps to --lr, then cosine decay to --min-lr  [constant]\n"
-            "  --warmup N            warm-up steps of the cosine schedule                [0]\n"
-            "  --min-lr X            where the cosine schedule ends                      [0]\n"
-            "  --clip X              clip the gradients' global L2 norm to X (0: off)    [0]\n"
-            "  --accum N             accumulate the gradients of N micro-batches (each\n"
-            "                        --batch big) per optimizer step                     [1]\n"
-            "  --data FILE           train a byte-level GPT on any text file\n"
-            "  --eval-every N        evaluate on held-out data every N steps\n"
-            "                        (0: only at the end)                  [--steps / 10]\n"
-            "  --save FILE           write model + optimizer + RNG + step at the end, and\n"
-            "                        on SIGINT/SIGTERM (the step finishes, the file is\n"
-            "                        written, remat exits with 130/143 and says how to\n"
-            "                        resume; a second one while saving stops at once)\n"
-            "  --save-every N        also write --save every N steps                    [0]\n"
-            "  --resume FILE         continue from a file written by --save\n"
-            "\n"
-            "output:\n"
-            "  --json                print one JSON object at the end (step_ms, tokens_per_s,\n"
-            "                        peak_alloc_bytes, peak_rss_bytes, loss, strategy, ...)\n"
-            "  --trace FILE          Chrome-trace JSON of the allocator during the last step\n"
-            "                        (open in chrome://tracing or ui.perfetto.dev)\n"
-            "  --timeline FILE       SVG plot of memory over time during the last step\n"
-            "  --report              print the residual report of the first step: every\n"
-            "                        tensor saved for backward (op, name, shape, bytes),\n"
-            "                        per-op totals and the total; with --json on stderr\n"
-            "  --log FILE            one JSON line per step (step, loss, lr, step_ms,\n"
-            "                        peak_bytes) and per evaluation (eval_loss, ...)\n"
-            "  --quiet               no progress output\n");
-}
+static const opt_section sections[N_SECTIONS] = {
+    [SEC_MODEL] = {"model:", NULL},
+    [SEC_CKPT] = {"checkpointing:", NULL},
+    [SEC_DIST] = {"data parallelism (mpirun -np N remat ...; docs/dist.md):",
+                  "  --batch is per rank; rank r takes rows [r*batch, (r+1)*batch) of each step's\n"
+                  "  global batch; rank 0 prints and writes files\n"},
+    [SEC_TRAIN] = {"training:", NULL},
+    [SEC_OUTPUT] = {"output:", NULL},
+    [SEC_BENCH] = {"bench:", NULL},
+};
 
-void args_usage_bench(FILE *f) {
-    fprintf(f,
-            "usage: remat bench [FLAGS]\n"
-            "\n"
-            "Runs one forward+backward step of the same model (same seed, same batch) under\n"
-            "each strategy, interleaved over several repetitions, and prints medians: step\n"
-            "time, allocator peak, RSS growth, recompute overhead (time / time of `none`),\n"
-            "and whether every parameter gradient equals the un-checkpointed one bitwise.\n"
-            "\n");
-    usage_model(f);
-    fprintf(f,
-            "\n"
-            "bench:\n"
-            "  --strategies LIST     comma-separated strategies; tag names inside one are\n"
-            "                        joined by '+': none,selective=names:qkv+attn_out,block\n"
-            "                 [none,block,sequential=2,sequential=4,budget=50%%,selective=dots]\n"
-            "  --reps N              timed repetitions per strategy                     [5]\n"
-            "  --out DIR             write tradeoff.svg, timeline.svg and trace.json into\n"
-            "                        DIR (and pareto.svg when a budget= strategy ran;\n"
-            "                        default of `remat` with no command: ./out)\n"
-            "  --sweep-budgets[=N]   (or --pareto) sweep the planner: none, sequential=2..L\n"
-            "                        and N budgets from the planner's minimum to the\n"
-            "                        un-checkpointed peak [N=8; --reps defaults to 3];\n"
-            "                        draws the Pareto curve, time vs peak, to\n"
-            "                        DIR/pareto.svg or ./out/pareto.svg\n"
-            "  --svg-pareto FILE     SVG of step time vs peak memory, uniform segments and\n"
-            "                        planned budgets marked apart\n"
-            "  --svg FILE            SVG of peak memory vs step time per strategy\n"
-            "  --trace FILE          Chrome-trace JSON of every strategy's measured step\n"
-            "  --csv                 print CSV instead of the table\n"
-            "  --json                print one JSON object instead of the table\n"
-            "  --quiet               no progress output on stderr\n");
+#define T(field) OPT_TARGET(config, field)
+#define SETS(field) OPT_SETS(config, field)
+#define TB (CMD_TRAIN | CMD_BENCH)
+#define BIG 1000000000.0
+
+static const opt_row rows[] = {
+    /* model */
+    {"--model", "gpt|mlp", OPT_CHOICE, TB, SEC_MODEL, T(model), SETS(set_model), .choices = "gpt|mlp",
+     .help = "GPT (byte-level, causal attention) or deep MLP", .dflt = "[gpt]"},
+    {"--layers", "N", OPT_INT, TB, SEC_MODEL, T(layers), SETS(set_layers), 1, ARGS_MAX_LAYERS,
+     .help = "number of blocks"},
+    {"--width", "N", OPT_INT, TB, SEC_MODEL, T(width), SETS(set_width), 1, ARGS_MAX_WIDTH,
+     .help = "model width (GPT: embedding size, MLP: hidden size)"},
+    {"--heads", "N", OPT_INT, TB, SEC_MODEL, T(heads), SETS(set_heads), 1, ARGS_MAX_HEADS,
+     .help = "GPT attention heads (must divide --width)"},
+    {"--context", "N", OPT_INT, TB, SEC_MODEL, T(context), SETS(set_context), 1, ARGS_MAX_CONTEXT,
+     .help = "GPT context length in bytes"},
+    {"--batch", "N", OPT_INT, TB, SEC_MODEL, T(batch), SETS(set_batch), 1, ARGS_MAX_BATCH,
+     .help = "sequences (GPT) or samples (MLP) per step"},
+    {"--untied", NULL, OPT_FLAG, TB, SEC_MODEL, T(untied), SETS(set_untied),
+     .help = "GPT: separate output head (default: tied to the\nembedding)"},
+    {"--attention", "K", OPT_CHOICE, TB, SEC_MODEL, T(attn_ops), SETS(set_attention),
+     .choices = "fused|ops",
+     .help = "GPT attention: fused (remat_attention: causal blocks\n"
+             "skipped, no (T, T) matrix kept) or ops (matmul, scale,\n"
+             "masked_fill, softmax, matmul, as in PyTorch 1.13)",
+     .dflt = "[fused]"},
+    {"--seed", "N", OPT_U64, TB, SEC_MODEL, T(seed), SETS(set_seed), 0, 9e18,
+     .help = "seed of the initialisation and of the data", .dflt = "[1]"},
+    {"--threads", "N", OPT_INT, TB, SEC_MODEL, T(threads), .lo = 1, .hi = 1024,
+     .help = "OpenMP/BLAS threads (default: all cores)"},
+    /* checkpointing */
+    {"--checkpoint", "S", OPT_STR, TB, SEC_CKPT, T(checkpoint_text),
+     .help = "none | block | sequential=N | selective[=POLICY] |\n"
+             "budget=SIZE. block: every block checkpointed;\n"
+             "sequential=N: the blocks split into N segments\n"
+             "(checkpoint_sequential);\n"
+             "budget=SIZE: the planner's fastest schedule whose memory\n"
+             "fits SIZE (200MiB, 64M, 1.5GiB, 500000 bytes, or 40% of\n"
+             "what the blocks add without checkpointing);\n"
+             "selective=POLICY: every block checkpointed, but the\n"
+             "policy's op outputs are kept from the forward:\n"
+             "  dots          matmul/linear outputs (the default)\n"
+             "  names:A+B     only the tensors tagged A, B\n"
+             "  all-but:A+B   every tagged tensor but A, B\n"
+             "  except:A+B    every op's output but A's and B's\n"
+             "  nothing       nothing (= block)\n"
+             "  everything    everything (no recomputation)\n"
+             "tags: GPT qkv, attn, attn_probs (--attention ops),\n"
+             "attn_out, mlp_up, mlp_act, mlp_out; MLP linear, gelu"},
+    {"--reentrant", NULL, OPT_FLAG, TB, SEC_CKPT, T(reentrant),
+     .help = "use reentrant checkpointing (default: non-reentrant;\n"
+             "not for budget= and selective=, which are non-reentrant)"},
+    {"--verbose", NULL, OPT_FLAG, TB, SEC_CKPT, T(verbose),
+     .help = "print the planner's profile of the blocks and its plans"},
+    /* data parallelism */
+    {"--dist-timeout", "S", OPT_POSNUM, TB, SEC_DIST, T(dist_timeout), .lo = 0, .hi = BIG,
+     .help = "a rank that fails or stops answering ends the job\nwithin S seconds, naming it",
+     .dflt = "[60]"},
+    {"--bucket-size", "MIB", OPT_POSNUM, TB, SEC_DIST, T(bucket_mib), .lo = 0, .hi = BIG,
+     .help = "gradient all-reduce bucket size", .dflt = "[25]"},
+    {"--zero", NULL, OPT_FLAG, CMD_TRAIN, SEC_DIST, T(zero),
+     .help = "train: ZeRO-1, AdamW state sharded across the ranks\n"
+             "(1/N per rank; not with --accum, --save, --resume)"},
+    /* training */
+    {"--steps", "N", OPT_LONG, CMD_TRAIN, SEC_TRAIN, T(steps), .lo = 0, .hi = BIG,
+     .help = "total optimizer steps (also with --resume)", .dflt = "[1000]"},
+    {"--lr", "X", OPT_NUM, CMD_TRAIN, SEC_TRAIN, T(lr), SETS(set_lr), 0, HUGE_VAL,
+     .help = "learning rate", .dflt = "[3e-3]"},
+    {"--optim", "adamw|sgd", OPT_CHOICE, CMD_TRAIN, SEC_TRAIN, T(optim), SETS(set_optim),
+     .choices = "adamw|sgd", .help = "optimizer", .dflt = "[adamw]"},
+    {"--weight-decay", "X", OPT_NUM, CMD_TRAIN, SEC_TRAIN, T(weight_decay), SETS(set_weight_decay), 0,
+     HUGE_VAL, .help = "AdamW decoupled weight decay of matrices", .dflt = "[0.01]"},
+    {"--momentum", "X", OPT_NUM, CMD_TRAIN, SEC_TRAIN, T(momentum), SETS(set_momentum), 0, HUGE_VAL,
+     .help = "SGD momentum", .dflt = "[0]"},
+    {"--lr-schedule", "S", OPT_CHOICE, CMD_TRAIN, SEC_TRAIN, T(cosine), SETS(set_schedule),
+     .choices = "constant|cosine",
+     .help = "constant, or cosine: linear warm-up over --warmup\nsteps to --lr, then cosine decay to --min-lr",
+     .dflt = "[constant]"},
+    {"--warmup", "N", OPT_LONG, CMD_TRAIN, SEC_TRAIN, T(warmup), SETS(set_schedule), 0, BIG,
+     .help = "warm-up steps of the cosine schedule", .dflt = "[0]"},
+    {"--min-lr", "X", OPT_NUM, CMD_TRAIN, SEC_TRAIN, T(min_lr), SETS(set_schedule), 0, HUGE_VAL,
+     .help = "where the cosine schedule ends", .dflt = "[0]"},
+    {"--clip", "X", OPT_NUM, CMD_TRAIN, SEC_TRAIN, T(clip), SETS(set_clip), 0, HUGE_VAL,
+     .help = "clip the gradients' global L2 norm to X (0: off)", .dflt = "[0]"},
+    {"--accum", "N", OPT_INT, CMD_TRAIN, SEC_TRAIN, T(accum), SETS(set_accum), 1, 1 << 20,
+     .help = "accumulate the gradients of N micro-batches (each\n--batch big) per optimizer step",
+     .dflt = "[1]"},
+    {"--data", "FILE", OPT_STR, CMD_TRAIN, SEC_TRAIN, T(data),
+     .help = "train a byte-level GPT on any text file"},
+    {"--eval-every", "N", OPT_LONG, CMD_TRAIN, SEC_TRAIN, T(eval_every), .lo = 0, .hi = BIG,
+     .help = "evaluate on held-out data every N steps\n(0: only at the end)",
+     .dflt = "[--steps / 10]"},
+    {"--save", "FILE", OPT_STR, CMD_TRAIN, SEC_TRAIN, T(save),
+     .help = "write model + optimizer + RNG + step at the end, and\n"
+             "on SIGINT/SIGTERM (the step finishes, the file is\n"
+             "written, remat exits with 130/143 and says how to\n"
+             "resume; a second one while saving stops at once)"},
+    {"--save-every", "N", OPT_LONG, CMD_TRAIN, SEC_TRAIN, T(save_every), .lo = 0, .hi = BIG,
+     .help = "also write --save every N steps", .dflt = "[0]"},
+    {"--resume", "FILE", OPT_STR, CMD_TRAIN, SEC_TRAIN, T(resume),
+     .help = "continue from a file written by --save"},
+    /* output (train) */
+    {"--json", NULL, OPT_FLAG, CMD_TRAIN, SEC_OUTPUT, T(json),
+     .help = "print one JSON object at the end (step_ms, tokens_per_s,\n"
+             "peak_alloc_bytes, peak_rss_bytes, loss, strategy, ...)"},
+    {"--trace", "FILE", OPT_STR, CMD_TRAIN, SEC_OUTPUT, T(trace),
+     .help = "Chrome-trace JSON of the allocator during the last step\n"
+             "(open in chrome://tracing or ui.perfetto.dev)"},
+    {"--timeline", "FILE", OPT_STR, CMD_TRAIN, SEC_OUTPUT, T(timeline),
+     .help = "SVG plot of memory over time during the last step"},
+    {"--report", NULL, OPT_FLAG, CMD_TRAIN, SEC_OUTPUT, T(report),
+     .help = "print the residual report of the first step: every\n"
+             "tensor saved for backward (op, name, shape, bytes),\n"
+             "per-op totals and the total; with --json on stderr"},
+    {"--log", "FILE", OPT_STR, CMD_TRAIN, SEC_OUTPUT, T(log),
+     .help = "one JSON line per step (step, loss, lr, step_ms,\n"
+             "peak_bytes) and per evaluation (eval_loss, ...)"},
+    {"--quiet", NULL, OPT_FLAG, CMD_TRAIN, SEC_OUTPUT, T(quiet), .help = "no progress output"},
+    /* bench */
+    {"--strategies", "LIST", OPT_STR, CMD_BENCH, SEC_BENCH, T(strategies_text),
+     .help = "comma-separated strategies; tag names inside one are\n"
+             "joined by '+': none,selective=names:qkv+attn_out,block",
+     .dflt = "[none,block,sequential=2,sequential=4,budget=50%,selective=dots]"},
+    {"--reps", "N", OPT_INT, CMD_BENCH, SEC_BENCH, T(reps), SETS(set_reps), 1, 1000,
+     .help = "timed repetitions per strategy", .dflt = "[5]"},
+    {"--out", "DIR", OPT_STR, CMD_BENCH, SEC_BENCH, T(out_dir),
+     .help = "write tradeoff.svg, timeline.svg and trace.json into\n"
+             "DIR (and pareto.svg when a budget= strategy ran;\n"
+             "default of `remat` with no command: ./out)"},
+    {"--sweep-budgets", "N", OPT_OPTINT, CMD_BENCH, SEC_BENCH, T(sweep), .lo = 2, .hi = 32, .bare = 8,
+     .help = "(or --pareto) sweep the planner: none, sequential=2..L\n"
+             "and N budgets from the planner's minimum to the\n"
+             "un-checkpointed peak [N=8; --reps defaults to 3];\n"
+             "draws the Pareto curve, time vs peak, to\n"
+             "DIR/pareto.svg or ./out/pareto.svg"},
+    {"--pareto", "N", OPT_OPTINT, CMD_BENCH, SEC_BENCH, T(sweep), .lo = 2, .hi = 32, .bare = 8},
+    {"--svg-pareto", "FILE", OPT_STR, CMD_BENCH, SEC_BENCH, T(svg_pareto),
+     .help = "SVG of step time vs peak memory, uniform segments and\nplanned budgets marked apart"},
+    {"--svg", "FILE", OPT_STR, CMD_BENCH, SEC_BENCH, T(svg),
+     .help = "SVG of peak memory vs step time per strategy"},
+    {"--trace", "FILE", OPT_STR, CMD_BENCH, SEC_BENCH, T(trace),
+     .help = "Chrome-trace JSON of every strategy's measured step"},
+    {"--csv", NULL, OPT_FLAG, CMD_BENCH, SEC_BENCH, T(csv), .help = "print CSV instead of the table"},
+    {"--json", NULL, OPT_FLAG, CMD_BENCH, SEC_BENCH, T(json),
+     .help = "print one JSON object instead of the table"},
+    {"--quiet", NULL, OPT_FLAG, CMD_BENCH, SEC_BENCH, T(quiet),
+     .help = "no progress output on stderr"},
+};
+#undef T
+#undef SETS
+
+static const opt_table table = {rows, (int)(sizeof rows / sizeof *rows), sections, N_SECTIONS};
+
+/* ---- usage ------------------------------------------------------------------------- */
+static const char *const cmd_names[] = {"train", "bench"};
+
+/* What each command does, above its flags. */
+static const char *const cmd_intro[] = {
+    "Trains a model and reports loss, accuracy on held-out examples, tokens/s and\n"
+    "peak memory. The built-in task (no --data) is two-digit addition, \"12+34=46\":\n"
+    "the loss is taken on the answer bytes, accuracy is per answer byte and per\n"
+    "problem (greedy decoding). --model mlp regresses a fixed smooth function.\n",
+    "Runs one forward+backward step of the same model (same seed, same batch) under\n"
+    "each strategy, interleaved over several repetitions, and prints medians: step\n"
+    "time, allocator peak, RSS growth, recompute overhead (time / time of `none`),\n"
+    "and whether every parameter gradient equals the un-checkpointed one bitwise.\n",
+};
+
+static int cmd_index(command cmd) { return cmd == CMD_TRAIN ? 0 : 1; }
+
+void args_usage(command cmd, FILE *f) {
+    int i = cmd_index(cmd);
+    fprintf(f, "usage: remat %s [FLAGS]\n\n%s\n", cmd_names[i], cmd_intro[i]);
+    opt_usage(&table, cmd, f);
 }
 
 static void defaults_common(config *c) {
@@ -215,20 +279,6 @@ void args_defaults_bench(config *c) {
     c->n_strategies = n;
 }
 
-/* ---- parsing ---------------------------------------------------------------------- */
-typedef enum { A_NONE, A_INT, A_LONG, A_DOUBLE, A_STR } arg_type;
-
-static int fail(const char *cmd, const char *msg, const char *a, const char *b) {
-    fprintf(stderr, "remat %s: %s", cmd, msg);
-    if (a) fprintf(stderr, " '%s'", a);
-    if (b) fprintf(stderr, ": %s", b);
-    fprintf(stderr, "\n\n");
-    if (strcmp(cmd, "bench") == 0)
-        args_usage_bench(stderr);
-    else
-        args_usage_train(stderr);
-    return 2;
-}
 
 /* Smallest --context of the built-in addition task: its rows ("a+b=ccc\n")
  * must leave answer tokens to learn, or the loss is a mean over nothing. */
@@ -285,277 +335,126 @@ int args_check_model(config *c, bool bench, char *err, size_t n) {
     return 0;
 }
 
-int args_parse(config *c, const char *cmd, int argc, char **argv, int first) {
-    bool bench = strcmp(cmd, "bench") == 0;
-    const char *strategies_text = NULL, *checkpoint_text = NULL;
-    bool reentrant = false, set_batch = false;
-    for (int i = first; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            if (bench)
-                args_usage_bench(stdout);
-            else
-                args_usage_train(stdout);
-            return -1;
-        }
-        if (strncmp(arg, "--", 2) != 0) return fail(cmd, "unexpected argument", arg, NULL);
-        /* --flag=value or --flag value */
-        char name[64];
-        const char *eq = strchr(arg, '=');
-        size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
-        if (nlen >= sizeof name) return fail(cmd, "unknown option", arg, NULL);
-        memcpy(name, arg, nlen);
-        name[nlen] = '\0';
+/* ---- parsing ---------------------------------------------------------------------- */
+static int fail(command cmd, const char *msg, const char *a, const char *b) {
+    fprintf(stderr, "remat %s: %s", cmd_names[cmd_index(cmd)], msg);
+    if (a) fprintf(stderr, " '%s'", a);
+    if (b) fprintf(stderr, ": %s", b);
+    fprintf(stderr, "\n\n");
+    args_usage(cmd, stderr);
+    return 2;
+}
 
-        /* --sweep-budgets[=N] (alias --pareto): a value only with '=' */
-        if (bench && (!strcmp(name, "--sweep-budgets") || !strcmp(name, "--pareto"))) {
-            long n = 8;
-            if (eq && !util_parse_long(eq + 1, 2, 32, &n))
-                return fail(cmd, "bad value for", name, "expected an integer in [2, 32]");
-            c->sweep = (int)n;
-            continue;
+/* --strategies LIST into c->strategies. */
+static int parse_strategy_list(config *c, command cmd, char *err, size_t n) {
+    char buf[1024];
+    if (strlen(c->strategies_text) >= sizeof buf)
+        return fail(cmd, "bad value for --strategies", "(too long)", NULL);
+    strcpy(buf, c->strategies_text);
+    c->n_strategies = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (c->n_strategies == ARGS_MAX_LISTED)
+            return fail(cmd, "too many strategies (at most 16)", NULL, NULL);
+        if (!strategy_parse(tok, c->reentrant, &c->strategies[c->n_strategies], err, n)) {
+            /* "selective=names:qkv,attn_out": the comma ended the strategy */
+            const strategy *prev = c->n_strategies ? &c->strategies[c->n_strategies - 1] : NULL;
+            if (prev && prev->kind == STRAT_SELECTIVE && prev->n_sac_names > 0)
+                snprintf(err, n,
+                         "not a strategy (commas separate strategies: join the tag "
+                         "names of one policy with '+', e.g. %s+%s)",
+                         prev->name, tok);
+            return fail(cmd, "bad strategy", tok, err);
         }
-        /* flags without a value */
-        bool *flag = NULL;
-        if (!strcmp(name, "--json")) flag = &c->json;
-        else if (!strcmp(name, "--quiet")) flag = &c->quiet;
-        else if (!strcmp(name, "--untied")) { flag = &c->untied; c->set_untied = true; }
-        else if (!strcmp(name, "--reentrant")) flag = &reentrant;
-        else if (!strcmp(name, "--verbose")) flag = &c->verbose;
-        else if (!bench && !strcmp(name, "--report")) flag = &c->report;
-        else if (!bench && !strcmp(name, "--zero")) flag = &c->zero;
-        else if (bench && !strcmp(name, "--csv")) flag = &c->csv;
-        if (flag) {
-            if (eq) return fail(cmd, "option takes no value", arg, NULL);
-            *flag = true;
-            continue;
-        }
-
-        /* flags with a value */
-        const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-        long lv = 0;
-        double dv = 0;
-#define NEED_VAL() \
-    if (!val) return fail(cmd, "missing value for", name, NULL)
-#define INT_ARG(field, lo, hi, setflag)                                                   \
-    do {                                                                                  \
-        NEED_VAL();                                                                       \
-        if (!util_parse_long(val, lo, hi, &lv))                                           \
-            return fail(cmd, "bad value for", name, "expected an integer in [" #lo ", " #hi "]"); \
-        c->field = (int)lv;                                                               \
-        setflag;                                                                          \
-    } while (0)
-        if (!strcmp(name, "--model")) {
-            NEED_VAL();
-            if (!strcmp(val, "gpt")) c->model = MODEL_GPT;
-            else if (!strcmp(val, "mlp")) c->model = MODEL_MLP;
-            else return fail(cmd, "bad value for --model", val, "expected gpt or mlp");
-            c->set_model = true;
-        } else if (!strcmp(name, "--attention")) {
-            NEED_VAL();
-            if (!strcmp(val, "fused")) c->attn_ops = false;
-            else if (!strcmp(val, "ops")) c->attn_ops = true;
-            else return fail(cmd, "bad value for --attention", val, "expected fused or ops");
-            c->set_attention = true;
-        } else if (!strcmp(name, "--layers")) {
-            INT_ARG(layers, 1, ARGS_MAX_LAYERS, c->set_layers = true);
-        } else if (!strcmp(name, "--width")) {
-            INT_ARG(width, 1, ARGS_MAX_WIDTH, c->set_width = true);
-        } else if (!strcmp(name, "--heads")) {
-            INT_ARG(heads, 1, ARGS_MAX_HEADS, c->set_heads = true);
-        } else if (!strcmp(name, "--context")) {
-            INT_ARG(context, 1, ARGS_MAX_CONTEXT, c->set_context = true);
-        } else if (!strcmp(name, "--batch")) {
-            INT_ARG(batch, 1, ARGS_MAX_BATCH, set_batch = c->set_batch = true);
-        } else if (!strcmp(name, "--threads")) {
-            INT_ARG(threads, 1, 1024, (void)0);
-            long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-            int max_threads = ncpu > 0 && ncpu < 256 ? 4 * (int)ncpu : 1024;
-            if (c->threads > max_threads) { /* the OpenMP runtime may exit the process */
-                char why[96];
-                snprintf(why, sizeof why, "at most %d (4 per online cpu)", max_threads);
-                return fail(cmd, "bad value for", name, why);
-            }
-        } else if (!strcmp(name, "--reps") && bench) {
-            INT_ARG(reps, 1, 1000, c->set_reps = true);
-        } else if (!strcmp(name, "--steps") && !bench) {
-            NEED_VAL();
-            if (!util_parse_long(val, 0, 1000000000L, &lv))
-                return fail(cmd, "bad value for", name, "expected an integer >= 0");
-            c->steps = lv;
-        } else if (!strcmp(name, "--eval-every") && !bench) {
-            NEED_VAL();
-            if (!util_parse_long(val, 0, 1000000000L, &lv))
-                return fail(cmd, "bad value for", name, "expected an integer >= 0");
-            c->eval_every = lv;
-        } else if (!strcmp(name, "--seed")) {
-            NEED_VAL();
-            if (!util_parse_long(val, 0, 0x7fffffffffffffffL, &lv))
-                return fail(cmd, "bad value for", name, "expected an integer >= 0");
-            c->seed = (uint64_t)lv;
-            c->set_seed = true;
-        } else if (!strcmp(name, "--lr") || !strcmp(name, "--weight-decay") ||
-                   !strcmp(name, "--momentum")) {
-            NEED_VAL();
-            if (!util_parse_double(val, &dv) || dv < 0)
-                return fail(cmd, "bad value for", name, "expected a number >= 0");
-            if (!strcmp(name, "--lr")) {
-                c->lr = dv;
-                c->set_lr = true;
-            }
-            else if (!strcmp(name, "--weight-decay")) {
-                c->weight_decay = dv;
-                c->set_weight_decay = true;
-            } else {
-                c->momentum = dv;
-                c->set_momentum = true;
-            }
-        } else if ((!strcmp(name, "--min-lr") || !strcmp(name, "--clip")) && !bench) {
-            NEED_VAL();
-            if (!util_parse_double(val, &dv) || dv < 0)
-                return fail(cmd, "bad value for", name, "expected a number >= 0");
-            *(!strcmp(name, "--clip") ? &c->clip : &c->min_lr) = dv;
-        } else if (!strcmp(name, "--save-every") && !bench) {
-            NEED_VAL();
-            if (!util_parse_long(val, 0, 1000000000L, &lv))
-                return fail(cmd, "bad value for", name, "expected an integer >= 0");
-            c->save_every = lv;
-        } else if (!strcmp(name, "--log") && !bench) {
-            NEED_VAL();
-            c->log = val;
-        } else if (!strcmp(name, "--warmup") && !bench) {
-            NEED_VAL();
-            if (!util_parse_long(val, 0, 1000000000L, &lv))
-                return fail(cmd, "bad value for", name, "expected an integer >= 0");
-            c->warmup = lv;
-        } else if (!strcmp(name, "--accum") && !bench) {
-            INT_ARG(accum, 1, 1 << 20, (void)0);
-        } else if (!strcmp(name, "--lr-schedule") && !bench) {
-            NEED_VAL();
-            if (!strcmp(val, "constant")) c->cosine = false;
-            else if (!strcmp(val, "cosine")) c->cosine = true;
-            else return fail(cmd, "bad value for --lr-schedule", val, "expected constant or cosine");
-        } else if (!strcmp(name, "--optim") && !bench) {
-            NEED_VAL();
-            if (!strcmp(val, "adamw")) c->optim = OPTIM_ADAMW;
-            else if (!strcmp(val, "sgd")) c->optim = OPTIM_SGD;
-            else return fail(cmd, "bad value for --optim", val, "expected adamw or sgd");
-            c->set_optim = true;
-        } else if (!strcmp(name, "--checkpoint")) {
-            NEED_VAL();
-            checkpoint_text = val;
-        } else if (!strcmp(name, "--strategies") && bench) {
-            NEED_VAL();
-            strategies_text = val;
-        } else if (!strcmp(name, "--data") && !bench) {
-            NEED_VAL();
-            c->data = val;
-        } else if (!strcmp(name, "--dist-timeout") || !strcmp(name, "--bucket-size")) {
-            NEED_VAL();
-            if (!util_parse_double(val, &dv) || !(dv > 0) || dv > 1e9)
-                return fail(cmd, "bad value for", name, "expected a number > 0");
-            if (name[2] == 'd') c->dist_timeout = dv;
-            else c->bucket_mib = dv;
-        } else if (!strcmp(name, "--save") && !bench) {
-            NEED_VAL();
-            c->save = val;
-        } else if (!strcmp(name, "--resume") && !bench) {
-            NEED_VAL();
-            c->resume = val;
-        } else if (!strcmp(name, "--trace")) {
-            NEED_VAL();
-            c->trace = val;
-        } else if (!strcmp(name, "--timeline") && !bench) {
-            NEED_VAL();
-            c->timeline = val;
-        } else if (!strcmp(name, "--svg") && bench) {
-            NEED_VAL();
-            c->svg = val;
-        } else if (!strcmp(name, "--svg-pareto") && bench) {
-            NEED_VAL();
-            c->svg_pareto = val;
-        } else if (!strcmp(name, "--out") && bench) {
-            NEED_VAL();
-            c->out_dir = val;
-        } else {
-            return fail(cmd, "unknown option", arg, NULL);
-        }
-#undef INT_ARG
-#undef NEED_VAL
+        c->n_strategies++;
     }
-    if (!set_batch) c->batch = 0;
+    if (c->n_strategies == 0)
+        return fail(cmd, "bad value for --strategies", c->strategies_text, "empty list");
+    return 0;
+}
+
+/* bench: the strategies to compare, from --strategies, --checkpoint, the
+ * sweep, or the default list. */
+static int bench_strategies(config *c, char *err, size_t n) {
+    if (c->strategies_text && c->checkpoint_text)
+        return fail(CMD_BENCH, "give --strategies or --checkpoint, not both", NULL, NULL);
+    if (c->checkpoint_text) {
+        /* bench --checkpoint S: compare S with none */
+        strategy_parse("none", c->reentrant, &c->strategies[0], NULL, 0);
+        c->strategies[1] = c->strat;
+        c->n_strategies = c->strat.kind == STRAT_NONE ? 1 : 2;
+    } else if (c->strategies_text) {
+        int rc = parse_strategy_list(c, CMD_BENCH, err, n);
+        if (rc) return rc;
+    } else if (!c->sweep) {
+        /* budget= and selective= entries stay non-reentrant (their checkpoints need it) */
+        for (int i = 0; i < c->n_strategies; i++)
+            if (c->strategies[i].kind == STRAT_BLOCK || c->strategies[i].kind == STRAT_SEQUENTIAL)
+                c->strategies[i].reentrant = c->reentrant;
+        c->default_strategies = true;
+    } else {
+        /* the sweep builds its own list (cmd_bench adds none, sequential=2..L and
+         * the budgets once the blocks are profiled) */
+        c->n_strategies = 0;
+    }
+    if (c->sweep && !c->set_reps) c->reps = 3;
+    for (int i = 0; i < c->n_strategies; i++) {
+        strategy_name(&c->strategies[i]);
+        if (!strategy_available(&c->strategies[i], err, n))
+            return fail(CMD_BENCH, "strategy not available", c->strategies[i].name, err);
+    }
+    return 0;
+}
+
+/* --checkpoint S (or none) into c->strat. */
+static int parse_checkpoint(config *c, command cmd, char *err, size_t n) {
+    const char *text = c->checkpoint_text;
+    if (!text) {
+        strategy_parse("none", c->reentrant, &c->strat, NULL, 0);
+        return 0;
+    }
+    if (!strategy_parse(text, c->reentrant, &c->strat, err, n))
+        return fail(cmd, "bad value for --checkpoint", text, err);
+    if (c->strat.kind == STRAT_BUDGET && c->reentrant)
+        return fail(cmd, "--reentrant does not combine with", text,
+                    "the planner's schedules are nested non-reentrant checkpoints");
+    if (c->strat.kind == STRAT_SELECTIVE && c->reentrant)
+        return fail(cmd, "--reentrant does not combine with", text,
+                    "selective checkpointing runs in non-reentrant checkpoints (as in "
+                    "PyTorch, context_fn needs use_reentrant=False)");
+    return 0;
+}
+
+/* More threads than the OpenMP runtime accepts may make it exit the process. */
+static int check_threads(const config *c, command cmd) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int max_threads = ncpu > 0 && ncpu < 256 ? 4 * (int)ncpu : 1024;
+    if (c->threads <= max_threads) return 0;
+    char why[96];
+    snprintf(why, sizeof why, "at most %d (4 per online cpu)", max_threads);
+    return fail(cmd, "bad value for", "--threads", why);
+}
+
+int args_parse(config *c, command cmd, int argc, char **argv, int first) {
+    char err[512];
+    int rc = opt_parse(&table, cmd, c, argc, argv, first, err, sizeof err);
+    if (rc == 1) {
+        args_usage(cmd, stdout);
+        return -1;
+    }
+    if (rc) return fail(cmd, err, NULL, NULL);
+    if ((rc = check_threads(c, cmd))) return rc;
+    bool bench = cmd == CMD_BENCH;
+    if (!c->set_batch) c->batch = 0;
     model_defaults(c, bench);
     if (c->eval_every < 0) c->eval_every = c->steps >= 10 ? c->steps / 10 : 0;
 
-    char err[512];
-    if (checkpoint_text) {
-        if (!strategy_parse(checkpoint_text, reentrant, &c->strat, err, sizeof err))
-            return fail(cmd, "bad value for --checkpoint", checkpoint_text, err);
-        if (c->strat.kind == STRAT_BUDGET && reentrant)
-            return fail(cmd, "--reentrant does not combine with", checkpoint_text,
-                        "the planner's schedules are nested non-reentrant checkpoints");
-        if (c->strat.kind == STRAT_SELECTIVE && reentrant)
-            return fail(cmd, "--reentrant does not combine with", checkpoint_text,
-                        "selective checkpointing runs in non-reentrant checkpoints (as in "
-                        "PyTorch, context_fn needs use_reentrant=False)");
-    } else {
-        strategy_parse("none", reentrant, &c->strat, NULL, 0);
-    }
+    if ((rc = parse_checkpoint(c, cmd, err, sizeof err))) return rc;
     if (bench) {
-        if (strategies_text && checkpoint_text)
-            return fail(cmd, "give --strategies or --checkpoint, not both", NULL, NULL);
-        if (checkpoint_text) {
-            /* bench --checkpoint S: compare S with none */
-            strategy_parse("none", reentrant, &c->strategies[0], NULL, 0);
-            c->strategies[1] = c->strat;
-            c->n_strategies = c->strat.kind == STRAT_NONE ? 1 : 2;
-        } else if (strategies_text) {
-            char buf[1024];
-            if (strlen(strategies_text) >= sizeof buf)
-                return fail(cmd, "bad value for --strategies", "(too long)", NULL);
-            strcpy(buf, strategies_text);
-            c->n_strategies = 0;
-            char *save = NULL;
-            for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-                if (c->n_strategies == ARGS_MAX_LISTED)
-                    return fail(cmd, "too many strategies (at most 16)", NULL, NULL);
-                if (!strategy_parse(tok, reentrant, &c->strategies[c->n_strategies], err,
-                                    sizeof err)) {
-                    /* "selective=names:qkv,attn_out": the comma ended the strategy */
-                    const strategy *prev =
-                        c->n_strategies ? &c->strategies[c->n_strategies - 1] : NULL;
-                    if (prev && prev->kind == STRAT_SELECTIVE && prev->n_sac_names > 0)
-                        snprintf(err, sizeof err,
-                                 "not a strategy (commas separate strategies: join the tag "
-                                 "names of one policy with '+', e.g. %s+%s)",
-                                 prev->name, tok);
-                    return fail(cmd, "bad strategy", tok, err);
-                }
-                c->n_strategies++;
-            }
-            if (c->n_strategies == 0)
-                return fail(cmd, "bad value for --strategies", strategies_text, "empty list");
-        } else if (!c->sweep) {
-            /* budget= and selective= entries stay non-reentrant (their checkpoints need it) */
-            for (int i = 0; i < c->n_strategies; i++)
-                if (c->strategies[i].kind == STRAT_BLOCK || c->strategies[i].kind == STRAT_SEQUENTIAL)
-                    c->strategies[i].reentrant = reentrant;
-            c->default_strategies = true;
-        } else {
-            /* the sweep builds its own list (cmd_bench adds none, sequential=2..L and
-             * the budgets once the blocks are profiled) */
-            c->n_strategies = 0;
-        }
-        if (c->sweep && !c->set_reps) c->reps = 3;
-        for (int i = 0; i < c->n_strategies; i++) {
-            strategy_name(&c->strategies[i]);
-            if (!strategy_available(&c->strategies[i], err, sizeof err))
-                return fail(cmd, "strategy not available", c->strategies[i].name, err);
-        }
+        if ((rc = bench_strategies(c, err, sizeof err))) return rc;
     } else if (!strategy_available(&c->strat, err, sizeof err)) {
         return fail(cmd, "strategy not available", c->strat.name, err);
     }
-
     /* on --resume the model comes from the file: train checks it after reading
      * the header (savefile_merge_config) */
     if (!c->resume && args_check_model(c, bench, err, sizeof err)) return fail(cmd, err, NULL, NULL);

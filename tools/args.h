@@ -13,6 +13,8 @@
 
 typedef enum model_kind { MODEL_GPT = 0, MODEL_MLP = 1 } model_kind;
 typedef enum optim_kind { OPTIM_ADAMW = 0, OPTIM_SGD = 1 } optim_kind;
+/* The program's commands, as bits: a flag's row says which accept it. */
+typedef enum command { CMD_TRAIN = 1, CMD_BENCH = 2 } command;
 
 #define ARGS_MAX_STRATEGIES 64 /* --strategies takes up to 16; the sweep adds more */
 #define ARGS_MAX_LISTED 16
@@ -39,6 +41,8 @@ typedef struct config {
     bool untied;        /* GPT: separate output head instead of tied embeddings */
     bool attn_ops;      /* GPT: attention composed of ops instead of remat_attention */
     strategy strat;     /* train: the strategy */
+    const char *checkpoint_text; /* --checkpoint S as given (parsed into strat) */
+    bool reentrant;     /* --reentrant */
     const char *data;   /* --data FILE, NULL: built-in task */
     const char *save, *resume, *trace, *timeline;
     long save_every;    /* --save-every N: also write --save every N steps (0: at the end only) */
@@ -52,6 +56,7 @@ typedef struct config {
     double bucket_mib;    /* --bucket-size MiB (0: 25) */
     bool zero;            /* --zero: AdamW state sharded across ranks (ZeRO-1) */
     /* bench */
+    const char *strategies_text; /* --strategies LIST as given (parsed into strategies) */
     strategy strategies[ARGS_MAX_STRATEGIES];
     int n_strategies;
     int reps;
@@ -63,6 +68,7 @@ typedef struct config {
     /* which model-shape flags were given explicitly (a resumed file must agree) */
     bool set_layers, set_width, set_heads, set_context, set_model, set_untied, set_lr;
     bool set_batch, set_seed, set_optim, set_weight_decay, set_momentum, set_attention;
+    bool set_schedule, set_clip, set_accum; /* --lr-schedule/--warmup/--min-lr, --clip, --accum */
 } config;
 
 /* Defaults for `remat train` / `remat bench` (bench's default is the
@@ -70,10 +76,11 @@ typedef struct config {
 void args_defaults_train(config *c);
 void args_defaults_bench(config *c);
 
-/* Parses argv[first..argc) into c. On error prints "remat CMD: what" and
- * the usage to stderr and returns 2; `--help` prints usage to stdout and
- * returns -1 (caller exits 0); 0 on success. */
-int args_parse(config *c, const char *cmd, int argc, char **argv, int first);
+/* Parses argv[first..argc) of command cmd into c (the flags and their
+ * usage lines are one table in args.c). On error prints "remat CMD: what"
+ * and the usage to stderr and returns 2; `--help` prints usage to stdout
+ * and returns -1 (caller exits 0); 0 on success. */
+int args_parse(config *c, command cmd, int argc, char **argv, int first);
 /* The checks that depend on the model (strategies against its blocks and
  * tags, --heads against --width, the addition task's --context), warnings
  * for flags the model ignores; bench's default strategy list is trimmed to
@@ -81,8 +88,7 @@ int args_parse(config *c, const char *cmd, int argc, char **argv, int first);
  * is known (savefile_merge_config). 0, or 1 with a message in err. */
 int args_check_model(config *c, bool bench, char *err, size_t n);
 
-/* Usage texts. */
+/* Usage texts: the program's, and a command's (generated from its flags). */
 void args_usage_main(FILE *f);
-void args_usage_train(FILE *f);
-void args_usage_bench(FILE *f);
+void args_usage(command cmd, FILE *f);
 #endif

@@ -476,7 +476,7 @@ int cmd_bench(config *c, bool is_default) {
     if ((rc = task_init(&tk, c))) goto done;
     tk.row0 = (int64_t)pd.rank * c->batch;
     if ((rc = model_init(&m, c, c->seed))) goto done;
-    if ((rc = prog_dist_attach(&pd, &m, c->bucket_mib))) goto done;
+    if ((rc = prog_dist_attach(&pd, &m, c->bucket_mib, 1))) goto done;
     if ((rc = task_batch(&tk, 0, &b))) goto done;
     if (is_default && log)
         fprintf(stderr,

@@ -19,6 +19,7 @@ int prog_dist_init(prog_dist *d, config *c) {
     if (rc) return rc;
     d->rank = remat_dist_rank(d->pg);
     d->world = remat_dist_world_size(d->pg);
+    d->saving = c->save != NULL;
     if (d->rank > 0) {
         /* rank 0 speaks and writes for the job */
         c->quiet = true;
@@ -29,17 +30,26 @@ int prog_dist_init(prog_dist *d, config *c) {
     return REMAT_OK;
 }
 
-static int ddp_backward(void *ud, remat_tensor *loss) { return remat_ddp_backward(ud, loss); }
+/* --accum A: the micro-batches before the last of a step accumulate
+ * locally (no_sync); the last one reduces the sum, once per bucket. */
+static int ddp_backward(void *ud, remat_tensor *loss) {
+    prog_dist *d = ud;
+    remat_ddp_set_sync(d->ddp, d->micro + 1 >= d->accum);
+    d->micro = d->micro + 1 >= d->accum ? 0 : d->micro + 1;
+    return remat_ddp_backward(d->ddp, loss);
+}
 
-int prog_dist_attach(prog_dist *d, model *m, double bucket_mib) {
+int prog_dist_attach(prog_dist *d, model *m, double bucket_mib, int accum) {
     if (!d->pg) return REMAT_OK;
+    d->accum = accum > 1 ? accum : 1;
+    d->micro = 0;
     remat_tensor **p = malloc(sizeof *p * (size_t)m->n_params);
     if (!p) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
     for (int i = 0; i < m->n_params; i++) p[i] = m->params[i].t;
     remat_ddp_options o = {.bucket_bytes = bucket_mib > 0 ? (size_t)(bucket_mib * 1048576.0) : 0};
     int rc = remat_ddp_create(&d->ddp, d->pg, m->n_params, p, &o);
     free(p);
-    if (!rc) step_set_backward(ddp_backward, d->ddp);
+    if (!rc) step_set_backward(ddp_backward, d);
     return rc;
 }
 
@@ -71,6 +81,8 @@ void prog_dist_after_step(prog_dist *d) {
     if (!d->ddp) return;
     remat_ddp_stats st;
     remat_ddp_get_stats(d->ddp, &st);
+    if (st.n_sync_backwards == d->counted) return; /* a no_sync micro-batch */
+    d->counted = st.n_sync_backwards;
     if (st.learning) return; /* the first backward starts every bucket at its end */
     d->comm_s += st.comm_s;
     d->exposed_s += st.exposed_s;

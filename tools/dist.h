@@ -26,6 +26,9 @@ typedef struct prog_dist {
     remat_ddp *ddp;   /* after prog_dist_attach */
     remat_zero *zero; /* after prog_dist_attach_zero (--zero) */
     int rank, world;
+    bool saving;      /* --save was given (rank 0 writes; under --zero all take part) */
+    int accum, micro; /* --accum: micro-batches per step, and this one's index */
+    int64_t counted;  /* synchronised backwards added by prog_dist_after_step */
     /* sums over the synchronised steps that did not learn (see remat_ddp) */
     double comm_s, exposed_s, backward_s;
     int n_steps;
@@ -38,10 +41,13 @@ bool prog_dist_launched(void);
  * output (rank 0 writes). */
 int prog_dist_init(prog_dist *d, config *c);
 /* Registers the model's parameters (copies rank 0's values everywhere) and
- * routes step_run's backward through DDP. No-op when not distributed. */
-int prog_dist_attach(prog_dist *d, model *m, double bucket_mib);
-/* --zero: the same with AdamW sharded across the ranks (remat_zero); the
- * caller then calls remat_zero_step(d->zero) after each backward instead
+ * routes step_run's backward through DDP; with accum > 1 micro-batches per
+ * step only the last one's backward communicates (no_sync before it). No-op
+ * when not distributed. */
+int prog_dist_attach(prog_dist *d, model *m, double bucket_mib, int accum);
+/* --zero: the same with AdamW sharded across the ranks (remat_zero, which
+ * handles o->accum_steps itself); the caller then calls
+ * remat_zero_step(d->zero, NULL) after each micro-batch's backward instead
  * of an optimizer. Matrices decay (o->weight_decay), the rest do not. */
 int prog_dist_attach_zero(prog_dist *d, model *m, double bucket_mib,
                           const remat_optim_options *o);

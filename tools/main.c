@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
                      strcmp(argv[1], "--version"))) {
         /* `remat` or `remat --flags`: the default bench */
         args_defaults_bench(&c);
-        int rc = args_parse(&c, "bench", argc, argv, 1);
+        int rc = args_parse(&c, CMD_BENCH, argc, argv, 1);
         if (rc) return rc < 0 ? 0 : rc;
         c.out_dir = "out";
         stop_signals_default();
@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
             args_defaults_bench(&c);
         else
             args_defaults_train(&c);
-        int rc = args_parse(&c, cmd, argc, argv, 2);
+        int rc = args_parse(&c, bench ? CMD_BENCH : CMD_TRAIN, argc, argv, 2);
         if (rc) return rc < 0 ? 0 : rc;
         if (bench) stop_signals_default();
         return bench ? cmd_bench(&c, false) : cmd_train(&c);

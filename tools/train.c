@@ -225,6 +225,27 @@ static int make_optimizer(const config *c, model *m, remat_optimizer **out) {
     return rc;
 }
 
+/* --save: rank 0 writes the file. Under --zero every rank first sends its
+ * slices of the AdamW state to rank 0, which writes them as a run without
+ * --zero would (so either kind of run resumes the other's file); the whole
+ * state exists on rank 0 for the time of the write only and is left out of
+ * the run's peak, as the file's image is. */
+static int save_state(const config *c, const task *tk, const model *m, remat_optimizer *o,
+                      prog_dist *pd, int64_t step, size_t *run_peak) {
+    if (!pd->zero) return c->save ? savefile_write(c->save, c, tk, m, o, step) : REMAT_OK;
+    if (!pd->saving) return REMAT_OK;
+    size_t pk = remat_cpu_peak_bytes();
+    if (pk > *run_peak) *run_peak = pk;
+    remat_optimizer *whole = NULL;
+    int rc = pd->rank == 0 ? make_optimizer(c, (model *)m, &whole) : REMAT_OK;
+    int rc2 = remat_zero_gather_state(pd->zero, 0, whole); /* every rank takes part */
+    if (!rc) rc = rc2;
+    if (!rc && pd->rank == 0) rc = savefile_write(c->save, c, tk, m, whole, step);
+    remat_optim_free(whole);
+    remat_alloc_reset_peak(REMAT_DEVICE_CPU);
+    return rc;
+}
+
 int cmd_train(config *c) {
     int rc = REMAT_OK;
     FILE *logf = NULL;
@@ -258,16 +279,14 @@ int cmd_train(config *c) {
     tk.row0 = (int64_t)pd.rank * c->batch; /* this rank's rows of each global batch */
     if (c->resume && (rc = savefile_check_task(&saved, c->resume, &tk))) goto done;
     if ((rc = model_init(&m, c, c->seed))) goto done;
-    if (c->zero) { /* --zero: the sharded AdamW (tools/dist.c) replaces the optimizer */
-        if (!pd.pg || c->optim != OPTIM_ADAMW || c->accum > 1 || c->save || c->resume) {
-            rc = remat_set_error(REMAT_EINVAL, "--zero shards AdamW across the ranks of an "
-                                 "mpirun job; it does not take --optim sgd, --accum, --save or "
-                                 "--resume%s", pd.pg ? "" : " (run under mpirun)");
-            goto done;
-        }
-    } else if ((rc = make_optimizer(c, &m, &o))) {
+    if (c->zero && (!pd.pg || c->optim != OPTIM_ADAMW)) {
+        rc = remat_set_error(REMAT_EINVAL, "--zero shards AdamW across the ranks of an mpirun "
+                             "job; it does not take --optim sgd%s", pd.pg ? "" : " (run under mpirun)");
         goto done;
     }
+    /* --zero: the sharded AdamW (tools/dist.c) replaces the optimizer; a
+     * whole one exists only to take a --resume file's state */
+    if ((!c->zero || c->resume) && (rc = make_optimizer(c, &m, &o))) goto done;
     int64_t start = 0;
     if (c->resume && (rc = savefile_restore(&saved, c->resume, &m, o, &start))) goto done;
     savefile_free(&saved);
@@ -275,7 +294,11 @@ int cmd_train(config *c) {
         remat_optim_options zo;
         optimizer_options(c, &zo);
         if ((rc = prog_dist_attach_zero(&pd, &m, c->bucket_mib, &zo))) goto done;
-    } else if ((rc = prog_dist_attach(&pd, &m, c->bucket_mib))) {
+        if (o && (rc = remat_zero_load_state(pd.zero, o))) goto done;
+        remat_optim_free(o);
+        o = NULL;
+        remat_alloc_reset_peak(REMAT_DEVICE_CPU); /* the whole state is not training's */
+    } else if ((rc = prog_dist_attach(&pd, &m, c->bucket_mib, c->accum))) {
         goto done;
     }
     /* each rank its own random stream (rank 0 keeps the one it has) */
@@ -386,13 +409,13 @@ int cmd_train(config *c) {
             if ((rc = task_batch(&tk, step * c->accum + j, &b))) break;
             rc = step_run(&m, &c->strat, &b, o, trace_this ? &tr : NULL,
                           k == 0 && j == 0 && c->report ? &rep : NULL, &l);
+            if (!rc && pd.zero) rc = remat_zero_step(pd.zero, NULL); /* counts micro-batches */
             if (!rc) prog_dist_after_step(&pd);
             loss += l / c->accum;
             tokens += b.tokens * pd.world;
             batch_free(&b);
             c->strat.sac_stats = NULL;
         }
-        if (!rc && pd.zero) rc = remat_zero_step(pd.zero);
         if (!rc) rc = prog_dist_mean(&pd, &loss); /* the global batch's loss */
         double dt = util_now() - t0;
         if (k == 0 && c->strat.kind == STRAT_SELECTIVE) have_sac = true;
@@ -429,8 +452,7 @@ int cmd_train(config *c) {
         double stop = stopped;
         if ((rc = prog_dist_max(&pd, &stop, 1))) goto done;
         bool periodic = c->save_every > 0 && (step + 1) % c->save_every == 0 && k != n_steps - 1;
-        if (c->save && (periodic || stop != 0) &&
-            (rc = savefile_write(c->save, c, &tk, &m, o, step + 1)))
+        if ((periodic || stop != 0) && (rc = save_state(c, &tk, &m, o, &pd, step + 1, &run_peak)))
             goto done;
         if (stop != 0) {
             if (!stopped) stopped = SIGTERM; /* another rank was stopped */
@@ -460,7 +482,7 @@ int cmd_train(config *c) {
     eval_text(&ev, &tk, evbuf, sizeof evbuf);
     if (logf) log_eval(logf, c->steps, &ev);
 
-    if (c->save && (rc = savefile_write(c->save, c, &tk, &m, o, c->steps))) goto done;
+    if ((rc = save_state(c, &tk, &m, o, &pd, c->steps, &run_peak))) goto done;
     if (traced && c->trace) {
         const trace *ts[1] = {&tr};
         const char *labels[1] = {c->strat.name};
@@ -544,6 +566,12 @@ int cmd_train(config *c) {
         util_str_printf(&j, "\"world_size\":%d,\"zero\":%s,\"optim_state_bytes\":%zu,", pd.world,
                         pd.zero ? "true" : "false",
                         pd.zero ? remat_zero_state_bytes(pd.zero) : remat_optim_state_bytes(o));
+        if (pd.ddp) { /* gradient reductions started: one per bucket per step */
+            remat_ddp_stats ds;
+            remat_ddp_get_stats(pd.ddp, &ds);
+            util_str_printf(&j, "\"buckets\":%d,\"grad_reductions\":%" PRId64 ",", ds.n_buckets,
+                            ds.n_collectives);
+        }
         if (pd.pg && hidden >= 0)
             util_str_printf(&j, "\"comm_ms\":%.4f,\"comm_exposed_ms\":%.4f,"
                                 "\"comm_hidden_fraction\":%.4f,", comm_ms, exposed_ms, hidden);

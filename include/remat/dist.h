@@ -181,6 +181,10 @@ typedef struct remat_ddp_stats {
     double backward_s;           /* its local backward (compute) time */
     double comm_s;               /* first bucket start → last bucket done */
     double exposed_s;            /* waited for communication after compute */
+    /* counters since remat_ddp_create */
+    int64_t n_sync_backwards;    /* synchronised backwards */
+    int64_t n_collectives;       /* bucket reductions started (re-reductions included):
+                                  * n_buckets per synchronised backward, none in no_sync */
 } remat_ddp_stats;
 /* Statistics of the last synchronised backward. */
 void remat_ddp_get_stats(const remat_ddp *ddp, remat_ddp_stats *stats);
@@ -192,19 +196,23 @@ int remat_ddp_bucket_of(const remat_ddp *ddp, int param);
  * failure handling), but each bucket is reduce-scattered: rank r receives
  * the sums of slice r of every bucket (buckets are padded with zeros to a
  * multiple of the world size). remat_zero_step then applies the library's
- * AdamW (remat_adamw_update_f32, remat/optim.h) to that slice only — the
- * exp_avg / exp_avg_sq state exists for the slice only, 1/world of the
+ * AdamW (remat_adamw_update_f32 / _f64, remat/optim.h) to that slice only —
+ * the exp_avg / exp_avg_sq state exists for the slice only, 1/world of the
  * unsharded state — and all-gathers the updated parameters, so every rank
  * ends the step with the same parameters, bitwise (each element is computed
- * on one rank). f32 parameters only.
+ * on one rank). f32 and f64 parameters (a bucket holds one dtype).
  *
  * Options are remat/optim.h's AdamW options: lr, betas, eps, weight_decay
  * (per parameter through weight_decay[], NULL: opts->weight_decay for
- * every one), schedule and clip_norm (the global norm is summed over the
- * shards). accum_steps > 1 is REMAT_EUNSUPPORTED: accumulate with
- * remat_ddp_set_sync(remat_zero_ddp(z), false) and scale the loss. A
- * parameter no rank produced a gradient for is skipped (its state and step
- * count unchanged), as PyTorch's AdamW skips a parameter without .grad. */
+ * every one), schedule, clip_norm (the global norm is summed over the
+ * shards) and accum_steps. With accum_steps = A > 1, call
+ * remat_zero_backward and remat_zero_step once per micro-batch, as with
+ * remat_optim_step: the first A-1 backwards accumulate locally (no_sync,
+ * no communication), the A-th reduce-scatters the accumulated gradients
+ * (one collective per bucket per update), and the A-th step updates with
+ * the mean over the micro-batches. A parameter no rank produced a gradient
+ * for is skipped (its state and step count unchanged), as PyTorch's AdamW
+ * skips a parameter without .grad. */
 typedef struct remat_zero remat_zero;
 
 /* Collective. params as for remat_ddp_create (rank 0's values are copied
@@ -214,21 +222,43 @@ int remat_zero_create(remat_zero **out, remat_dist *pg, int n, remat_tensor *con
                       const remat_ddp_options *ddp_opts);
 void remat_zero_free(remat_zero *z);
 /* Backward with the gradients reduce-scattered (the shard holds the sums;
- * each parameter's .grad is left as this rank computed it). */
+ * each parameter's .grad is left as this rank computed it). With
+ * accum_steps > 1 it sets the synchronisation (remat_ddp_set_sync) itself:
+ * on for the last micro-batch of an update only. */
 int remat_zero_backward(remat_zero *z, remat_tensor *loss);
-/* Mean over ranks of the shard, clipping (clip_norm), AdamW on this rank's
- * slice, all-gather of the parameters; then every parameter's .grad is
- * dropped (set to none) as remat_optim_step does. */
-int remat_zero_step(remat_zero *z);
+/* One call per micro-batch, after remat_zero_backward. The call that
+ * completes accum_steps micro-batches (every call when accum_steps <= 1):
+ * mean over ranks (and micro-batches) of the shard, clipping (clip_norm),
+ * AdamW on this rank's slice, all-gather of the parameters; then every
+ * parameter's .grad is dropped (set to none) as remat_optim_step does, and
+ * *updated (may be NULL) is set. Other calls only count. */
+int remat_zero_step(remat_zero *z, bool *updated /* OUT */);
 /* Exact allocator bytes of this rank's optimizer state (exp_avg and
  * exp_avg_sq of its slices), and of the communication buffers (the
- * buckets and the gradient shard), which are not optimizer state. */
+ * buckets), which are not optimizer state. */
 size_t remat_zero_state_bytes(const remat_zero *z);
 size_t remat_zero_buffer_bytes(const remat_zero *z);
 /* The gradient-synchronising object inside (stats, no_sync). Borrowed. */
 remat_ddp *remat_zero_ddp(remat_zero *z);
 /* Updates applied so far. */
 int64_t remat_zero_updates(const remat_zero *z);
+
+/* Saving and resuming: the sharded state as a whole, in an ordinary
+ * AdamW optimizer (remat_optim_create over the same parameter tensors, in
+ * any order and grouping) — what a run without ZeRO saves, so that a ZeRO
+ * run resumes from a plain run's state and the other way round.
+ *
+ * remat_zero_gather_state is collective: every rank's slices of exp_avg and
+ * exp_avg_sq are gathered, bucket by bucket through the bucket buffers, into
+ * o's state on rank `root`, and o's update count becomes remat_zero_updates
+ * (the same for every parameter: remat_optim_set_updates). o is ignored on
+ * the other ranks (pass NULL). A root whose o does not fit (not AdamW, other
+ * parameters) still takes part and then fails with REMAT_EINVAL.
+ * remat_zero_load_state is local: every rank copies its own slices out of
+ * o (which holds the whole state, e.g. read from a file on every rank) and
+ * takes o's update and per-parameter step counts. */
+int remat_zero_gather_state(remat_zero *z, int root, remat_optimizer *o);
+int remat_zero_load_state(remat_zero *z, const remat_optimizer *o);
 
 REMAT_END_PUBLIC
 #ifdef __cplusplus

@@ -58,6 +58,7 @@ static void test_pending(remat_ddp *d) {
  * first `slice` elements. */
 static int start_reduce(remat_ddp *d, dbucket *b) {
     MPI_Datatype t = rmd_mpi_type(b->dtype);
+    d->n_collectives++;
     if (!d->zero)
         return MPI_Iallreduce(MPI_IN_PLACE, rm_ptr(b->buf), (int)b->numel, t, MPI_SUM,
                               d->pg->comm, &b->req);
@@ -211,13 +212,10 @@ static int build_buckets(remat_ddp *d, const char *call) {
         bytes += pb;
     }
     const int64_t W = d->pg->size;
-    int64_t shard = 0;
     for (int k = 0; k < d->nb; k++) {
         dbucket *b = &d->b[k];
         b->padded = d->zero ? (b->numel + W - 1) / W * W : b->numel;
         b->slice = b->padded / W;
-        b->shard_off = shard;
-        shard += b->slice;
         int64_t shape = b->padded;
         /* zeros: a ZeRO bucket's padding is reduced too and must be finite */
         int rc = remat_zeros(&b->buf, 1, &shape, b->dtype, REMAT_DEVICE_CPU);
@@ -226,7 +224,6 @@ static int build_buckets(remat_ddp *d, const char *call) {
             return rm_err(REMAT_EINVAL, "%s: a bucket of %lld elements is too large for MPI; lower "
                           "bucket_bytes", call, (long long)shape);
     }
-    d->shard_len = shard;
     return REMAT_OK;
 }
 
@@ -242,10 +239,6 @@ int rmd_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *
     int rc = rmd_check_group(call, pg);
     if (rc) return rc;
     rc = check_params(call, n, params);
-    for (int i = 0; zero && !rc && i < n; i++)
-        if (params[i]->dtype != REMAT_F32)
-            rc = rm_err(REMAT_EDTYPE, "%s: parameter %d is %s; ZeRO-1 shards f32 parameters only",
-                        call, i, remat_dtype_name(params[i]->dtype));
     /* a rank with bad arguments still joins the comparison, so that the
      * others fail with its message instead of waiting for it */
     int rc2 = rmd_exchange_status(pg, call, rc, remat_last_error(), NULL, 0, NULL, 0, NULL);
@@ -317,6 +310,7 @@ void remat_ddp_get_stats(const remat_ddp *d, remat_ddp_stats *st) {
         return;
     }
     *st = d->st;
+    st->n_collectives = d->n_collectives;
 }
 
 int remat_ddp_bucket_of(const remat_ddp *d, int param) {
@@ -367,13 +361,8 @@ static int write_back(remat_ddp *d, const char *call, const unsigned char *used_
     return REMAT_OK;
 }
 
-int remat_ddp_backward(remat_ddp *d, remat_tensor *loss) {
-    static const char *call = "remat_ddp_backward";
-    if (!d) return rm_err(REMAT_EINVAL, "%s: ddp is NULL", call);
-    int rc = rmd_check_group(call, d->pg);
-    if (rc) return rc;
-    if (!d->sync) return remat_backward_scalar(loss);
-
+/* Clears the per-step state of parameters, buckets and statistics. */
+static void reset_step(remat_ddp *d) {
     for (int i = 0; i < d->n; i++) {
         d->p[i].count = 0;
         d->p[i].ready = d->p[i].late = false;
@@ -385,27 +374,103 @@ int remat_ddp_backward(remat_ddp *d, remat_tensor *loss) {
     }
     d->next_launch = 0;
     d->mpi_failed = 0;
-    remat_ddp_stats st = {.n_buckets = d->nb, .n_params = d->n, .learning = !d->learned};
+    remat_ddp_stats st = {.n_buckets = d->nb, .n_params = d->n, .learning = !d->learned,
+                          .n_sync_backwards = d->st.n_sync_backwards + 1};
     d->st = st;
+}
 
+/* The local backward, with buckets launched as their gradients arrive; then
+ * every bucket not yet started is started (the other ranks wait for it,
+ * whatever happened here). Returns the local status; its message goes to
+ * msg (msg_size bytes). */
+static int local_backward(remat_ddp *d, const char *call, remat_tensor *loss, char *msg,
+                          size_t msg_size, double *t_bwd /* OUT: when it ended */) {
     rm_accumulate_observer_fn prev_fn;
     void *prev_ud;
     double t0 = rmd_now();
     rm_set_accumulate_observer(on_accumulate, d, &prev_fn, &prev_ud);
     int local = remat_backward_scalar(loss);
     rm_set_accumulate_observer(prev_fn, prev_ud, NULL, NULL);
-    double t_bwd = rmd_now();
-    d->st.backward_s = t_bwd - t0;
-    char local_msg[RMD_MSG] = "";
-    if (local) snprintf(local_msg, sizeof local_msg, "%s", remat_last_error());
-
-    /* whatever happened locally, every bucket starts: the others wait for it */
+    *t_bwd = rmd_now();
+    d->st.backward_s = *t_bwd - t0;
+    if (local) snprintf(msg, msg_size, "%s", remat_last_error());
     for (int i = d->n - 1; i >= 0; i--)
         if (!d->p[i].ready) mark_ready(d, i);
     if (d->mpi_failed && !local) {
         local = rmd_mpi_err(d->pg, call, "starting a bucket's all-reduce", d->mpi_failed);
-        snprintf(local_msg, sizeof local_msg, "%s", remat_last_error());
+        snprintf(msg, msg_size, "%s", remat_last_error());
     }
+    return local;
+}
+
+/* Reduces again every bucket holding a parameter some rank saw a late
+ * gradient for (any: the OR of every rank's flags). */
+static int rereduce_late(remat_ddp *d, const char *call, const unsigned char *any) {
+    bool *late_bucket = calloc((size_t)d->nb, sizeof *late_bucket);
+    if (!late_bucket) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    for (int i = 0; i < d->n; i++)
+        if (any[i] & FLAG_LATE) late_bucket[d->p[i].bucket] = true;
+    int rc = REMAT_OK;
+    for (int k = 0; rc == REMAT_OK && k < d->nb; k++) {
+        if (!late_bucket[k]) continue;
+        rc = rereduce(d, call, k);
+        d->st.n_rereduced++;
+    }
+    free(late_bucket);
+    return rc;
+}
+
+/* After a successful step: the communication span and what the next step
+ * expects of each parameter. */
+static void finish_step(remat_ddp *d) {
+    double first = 0, last = 0;
+    for (int k = 0; k < d->nb; k++) {
+        if (k == 0 || d->b[k].t_launch < first) first = d->b[k].t_launch;
+        if (d->b[k].t_done > last) last = d->b[k].t_done;
+    }
+    d->st.comm_s = last - first;
+    for (int i = 0; i < d->n; i++) d->p[i].expected = d->p[i].count;
+    d->learned = true;
+}
+
+/* Every rank's status and per-parameter flags (used, late), waiting for the
+ * buckets in flight; then the late buckets reduced again and the sums
+ * written back. `all` holds n flags per rank, `any` n; t_bwd is when the
+ * local backward ended. */
+static int exchange_and_write_back(remat_ddp *d, const char *call, int local,
+                                   const char *local_msg, double t_bwd, unsigned char *flags,
+                                   unsigned char *all, unsigned char *any, MPI_Request *reqs) {
+    for (int i = 0; i < d->n; i++)
+        flags[i] = (unsigned char)((d->p[i].t->grad ? FLAG_USED : 0) | (d->p[i].late ? FLAG_LATE : 0));
+    int nr = 0;
+    for (int k = 0; k < d->next_launch; k++)
+        if (!d->b[k].done) reqs[nr++] = d->b[k].req;
+    int rc = rmd_exchange_status(d->pg, call, local, local_msg, flags, (size_t)d->n, all, nr, reqs);
+    double t_end = rmd_now();
+    for (int k = 0; k < d->nb; k++)
+        if (!d->b[k].done) d->b[k].t_done = t_end;
+    d->st.exposed_s = t_end - t_bwd;
+    if (rc) return rc;
+    for (int r = 0; r < d->pg->size; r++)
+        for (int i = 0; i < d->n; i++) any[i] |= all[(size_t)r * d->n + i];
+    rc = rereduce_late(d, call, any);
+    for (int i = 0; i < d->n; i++) any[i] &= FLAG_USED;
+    memcpy(d->used_any, any, (size_t)d->n);
+    /* ZeRO keeps the sums in the buckets; .grad stays this rank's own */
+    if (rc == REMAT_OK && !d->zero) rc = write_back(d, call, any);
+    return rc;
+}
+int remat_ddp_backward(remat_ddp *d, remat_tensor *loss) {
+    static const char *call = "remat_ddp_backward";
+    if (!d) return rm_err(REMAT_EINVAL, "%s: ddp is NULL", call);
+    int rc = rmd_check_group(call, d->pg);
+    if (rc) return rc;
+    if (!d->sync) return remat_backward_scalar(loss);
+
+    reset_step(d);
+    char local_msg[RMD_MSG] = "";
+    double t_bwd;
+    int local = local_backward(d, call, loss, local_msg, sizeof local_msg, &t_bwd);
     unsigned char *flags = calloc((size_t)d->n, 1);
     unsigned char *all = calloc((size_t)d->n * (size_t)d->pg->size, 1);
     unsigned char *any = calloc((size_t)d->n, 1);
@@ -416,44 +481,8 @@ int remat_ddp_backward(remat_ddp *d, remat_tensor *loss) {
         d->pg->broken = true;
         return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     }
-    for (int i = 0; i < d->n; i++)
-        flags[i] = (unsigned char)((d->p[i].t->grad ? FLAG_USED : 0) | (d->p[i].late ? FLAG_LATE : 0));
-    int nr = 0;
-    for (int k = 0; k < d->next_launch; k++)
-        if (!d->b[k].done) reqs[nr++] = d->b[k].req;
-    rc = rmd_exchange_status(d->pg, call, local, local_msg, flags, (size_t)d->n, all, nr, reqs);
-    double t_end = rmd_now();
-    for (int k = 0; k < d->nb; k++)
-        if (!d->b[k].done) d->b[k].t_done = t_end;
-    d->st.exposed_s = t_end - t_bwd;
-    if (rc == REMAT_OK) {
-        for (int r = 0; r < d->pg->size; r++)
-            for (int i = 0; i < d->n; i++) any[i] |= all[(size_t)r * d->n + i];
-        bool *late_bucket = calloc((size_t)d->nb, sizeof *late_bucket);
-        if (!late_bucket) rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-        for (int i = 0; late_bucket && i < d->n; i++)
-            if (any[i] & FLAG_LATE) late_bucket[d->p[i].bucket] = true;
-        for (int k = 0; rc == REMAT_OK && k < d->nb; k++) {
-            if (!late_bucket[k]) continue;
-            rc = rereduce(d, call, k);
-            d->st.n_rereduced++;
-        }
-        free(late_bucket);
-        for (int i = 0; i < d->n; i++) any[i] &= FLAG_USED;
-        memcpy(d->used_any, any, (size_t)d->n);
-        /* ZeRO keeps the sums in the buckets; .grad stays this rank's own */
-        if (rc == REMAT_OK && !d->zero) rc = write_back(d, call, any);
-    }
-    if (rc == REMAT_OK) {
-        double first = 0, last = 0;
-        for (int k = 0; k < d->nb; k++) {
-            if (k == 0 || d->b[k].t_launch < first) first = d->b[k].t_launch;
-            if (d->b[k].t_done > last) last = d->b[k].t_done;
-        }
-        d->st.comm_s = last - first;
-        for (int i = 0; i < d->n; i++) d->p[i].expected = d->p[i].count;
-        d->learned = true;
-    }
+    rc = exchange_and_write_back(d, call, local, local_msg, t_bwd, flags, all, any, reqs);
+    if (rc == REMAT_OK) finish_step(d);
     free(flags);
     free(all);
     free(any);

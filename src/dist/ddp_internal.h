@@ -26,7 +26,6 @@ typedef struct dbucket {
     int64_t numel;
     int64_t padded;    /* ZeRO: numel rounded up to a multiple of the world size */
     int64_t slice;     /* ZeRO: padded / world, this rank's part of the bucket */
-    int64_t shard_off; /* ZeRO: where that part lies in the optimizer state */
     int n_params, n_ready;
     bool launched, done;
     MPI_Request req;
@@ -46,9 +45,9 @@ struct remat_ddp {
     remat_ddp_options o;
     /* ZeRO-1: each bucket is reduce-scattered in place (this rank gets the
      * sums of its slice of the bucket in the bucket's first elements) and
-     * .grad is left alone; shard_len = the slices' total */
+     * .grad is left alone */
     bool zero;
-    int64_t shard_len;
+    int64_t n_collectives;  /* bucket reductions started since creation */
     unsigned char *used_any; /* per parameter, after a backward: some rank had a gradient */
     /* leaf → index: open addressing over 2^k slots */
     remat_tensor **hkey;

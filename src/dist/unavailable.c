@@ -64,3 +64,34 @@ void remat_ddp_get_stats(const remat_ddp *ddp, remat_ddp_stats *stats) {
     if (stats) *stats = (remat_ddp_stats){0};
 }
 int remat_ddp_bucket_of(const remat_ddp *ddp, int param) { RM_UNUSED(ddp); RM_UNUSED(param); return -1; }
+
+int remat_zero_create(remat_zero **out, remat_dist *pg, int n, remat_tensor *const *params,
+                      const double *weight_decay, const remat_optim_options *opts,
+                      const remat_ddp_options *ddp_opts) {
+    RM_UNUSED(pg); RM_UNUSED(n); RM_UNUSED(params); RM_UNUSED(weight_decay); RM_UNUSED(opts);
+    RM_UNUSED(ddp_opts);
+    if (out) *out = NULL;
+    return NO_MPI("remat_zero_create");
+}
+void remat_zero_free(remat_zero *z) { RM_UNUSED(z); }
+int remat_zero_backward(remat_zero *z, remat_tensor *loss) {
+    RM_UNUSED(z); RM_UNUSED(loss);
+    return NO_MPI("remat_zero_backward");
+}
+int remat_zero_step(remat_zero *z, bool *updated) {
+    RM_UNUSED(z);
+    if (updated) *updated = false;
+    return NO_MPI("remat_zero_step");
+}
+size_t remat_zero_state_bytes(const remat_zero *z) { RM_UNUSED(z); return 0; }
+size_t remat_zero_buffer_bytes(const remat_zero *z) { RM_UNUSED(z); return 0; }
+remat_ddp *remat_zero_ddp(remat_zero *z) { RM_UNUSED(z); return NULL; }
+int64_t remat_zero_updates(const remat_zero *z) { RM_UNUSED(z); return 0; }
+int remat_zero_gather_state(remat_zero *z, int root, remat_optimizer *o) {
+    RM_UNUSED(z); RM_UNUSED(root); RM_UNUSED(o);
+    return NO_MPI("remat_zero_gather_state");
+}
+int remat_zero_load_state(remat_zero *z, const remat_optimizer *o) {
+    RM_UNUSED(z); RM_UNUSED(o);
+    return NO_MPI("remat_zero_load_state");
+}

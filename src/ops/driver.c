@@ -85,30 +85,37 @@ static int make_view(remat_tensor **out, remat_tensor *in, const rm_out_spec *sp
     return REMAT_OK;
 }
 
-/* Steps 1-6 without the interception bracket. */
-static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
-               const void *params) {
-    const char *call = op->name;
-    rm_op_enter(call);
-    if (!outs) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    const int nr = n_ret(op), ng = op->n_grad_out ? op->n_grad_out : nr;
-    const int ngi = op->n_grad_in ? op->n_grad_in : op->n_in;
-    for (int i = 0; i < nr; i++) outs[i] = NULL;
-    rm_op_call c = {.op = op, .in = in, .params = params};
-    int rc = check_inputs(&c);
-    if (rc) return rc;
+/* One run of the driver: the call and what infer decided. */
+typedef struct run_state {
+    rm_op_call c;
     rm_out_spec spec[RM_OP_MAX_OUT];
-    bool any_new = true, all_inputs = false;
+    bool any_new;    /* some output is made new: the kernel runs */
+    bool all_inputs; /* every handed-out output is in[0] itself: no node, no kernel */
+    remat_device device;
+    rm_kernel_fn kernel;
+} run_state;
+
+static int n_grad_out(const rm_op_desc *op) { return op->n_grad_out ? op->n_grad_out : n_ret(op); }
+static int n_grad_in(const rm_op_desc *op) { return op->n_grad_in ? op->n_grad_in : op->n_in; }
+
+/* Step 2: output specs (infer, or one new output like in[0]) and the kernel. */
+static int infer_outputs(run_state *r) {
+    const rm_op_desc *op = r->c.op;
+    remat_tensor *const *in = r->c.in;
+    rm_out_spec *spec = r->spec;
+    r->any_new = true;
+    r->all_inputs = false;
     if (op->infer) {
+        const int nr = n_ret(op);
         for (int i = 0; i < op->n_out; i++) spec[i].kind = RM_OUT_NEW;
         spec[0].node_name = NULL;
-        rc = op->infer(&c, spec);
+        int rc = op->infer(&r->c, spec);
         if (rc) return rc;
-        all_inputs = true;
-        for (int i = 0; i < nr; i++) all_inputs &= spec[i].kind == RM_OUT_INPUT;
-        any_new = false;
-        for (int i = 0; i < (all_inputs ? nr : op->n_out); i++)
-            any_new |= spec[i].kind == RM_OUT_NEW;
+        r->all_inputs = true;
+        for (int i = 0; i < nr; i++) r->all_inputs &= spec[i].kind == RM_OUT_INPUT;
+        r->any_new = false;
+        for (int i = 0; i < (r->all_inputs ? nr : op->n_out); i++)
+            r->any_new |= spec[i].kind == RM_OUT_NEW;
     } else {
         spec[0].ndim = in[0]->ndim;
         memcpy(spec[0].shape, in[0]->shape, sizeof spec[0].shape);
@@ -116,58 +123,108 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
         spec[0].kind = RM_OUT_NEW;
         spec[0].node_name = NULL;
     }
-    const remat_device device = in[0]->storage->device;
-    rm_kernel_fn kernel = NULL;
-    if (any_new && (rc = rm_kernel_find(op->kernel, device, in[0]->dtype, call, &kernel)))
-        return rc;
+    r->device = in[0]->storage->device;
+    r->kernel = NULL;
+    return r->any_new ? rm_kernel_find(op->kernel, r->device, in[0]->dtype, op->name, &r->kernel)
+                      : REMAT_OK;
+}
 
-    /* A node unless every handed-out output is an input itself (dropout in
-     * eval mode, contiguous of a contiguous tensor) */
-    if (!all_inputs && (op->n_saved || op->backward) && rm_needs_grad(ngi, in)) {
-        const char *node_name = spec[0].node_name ? spec[0].node_name : op->node_name;
-        rc = rm_node_new_ctx(&c.node, node_name, op->backward, ngi, in, ng, op->n_saved, params,
-                             op->params_size);
-        if (!rc && op->fill_ctx) op->fill_ctx(&c, c.node->ctx);
-        if (!rc && (op->flags & RM_OPF_SAVE_EARLY)) rc = save_slots(&c, true);
-        if (rc) goto fail;
-    }
+/* Step 3: the node, unless no input needs a gradient or every handed-out
+ * output is an input itself (dropout in eval mode, contiguous of a
+ * contiguous tensor); then the early saves. */
+static int make_node(run_state *r) {
+    rm_op_call *c = &r->c;
+    const rm_op_desc *op = c->op;
+    const int ngi = n_grad_in(op);
+    if (r->all_inputs || !(op->n_saved || op->backward) || !rm_needs_grad(ngi, c->in))
+        return REMAT_OK;
+    const char *node_name = r->spec[0].node_name ? r->spec[0].node_name : op->node_name;
+    int rc = rm_node_new_ctx(&c->node, node_name, op->backward, ngi, c->in, n_grad_out(op),
+                             op->n_saved, c->params, op->params_size);
+    if (rc) return rc;
+    if (op->fill_ctx) op->fill_ctx(c, c->node->ctx);
+    return op->flags & RM_OPF_SAVE_EARLY ? save_slots(c, true) : REMAT_OK;
+}
+
+/* Step 4a: the kernel's inputs (contiguous copies when it wants them). */
+static int take_inputs(run_state *r) {
+    const rm_op_desc *op = r->c.op;
+    remat_tensor *const *in = r->c.in;
     for (int i = 0; i < op->n_in; i++) {
         if (!in[i]) continue; /* an optional input not given */
-        if (any_new && (op->flags & RM_OPF_CONTIGUOUS)) rc = rm_contig(&c.k.in[i], in[i]);
-        else c.k.in[i] = remat_retain(in[i]);
-        if (rc) goto fail;
-    }
-    for (int i = 0; i < op->n_out; i++) {
-        /* by-products only the node reads, and those of an identity call: not made */
-        if (((op->grad_only_out >> i & 1u) && !c.node) || (all_inputs && i >= nr)) continue;
-        switch (spec[i].kind) {
-        case RM_OUT_NEW:
-            rc = op->new_output ? op->new_output(&c, i, &spec[i], device, &c.k.out[i])
-                                : rm_new_output(&c.k.out[i], spec[i].ndim, spec[i].shape,
-                                                spec[i].dtype, device);
-            break;
-        case RM_OUT_VIEW: rc = make_view(&c.k.out[i], in[0], &spec[i]); break;
-        case RM_OUT_INPUT: c.k.out[i] = remat_retain(in[0]); break;
+        if (r->any_new && (op->flags & RM_OPF_CONTIGUOUS)) {
+            int rc = rm_contig(&r->c.k.in[i], in[i]);
+            if (rc) return rc;
+        } else {
+            r->c.k.in[i] = remat_retain(in[i]);
         }
-        if (rc) goto fail;
     }
-    c.k.params = params;
-    if (any_new && rm_kargs_have_data(&c.k) && (rc = kernel(&c.k))) goto fail;
-    if (c.node) {
-        for (int i = 0; i < ng; i++) rm_node_set_output(c.node, i, c.k.out[i]);
-        rc = save_slots(&c, false);
-        if (rc) goto fail;
+    return REMAT_OK;
+}
+
+/* Step 4b: the outputs, each as its spec says. By-products only the node
+ * reads, and those of an identity call, are not made. */
+static int make_outputs(run_state *r) {
+    rm_op_call *c = &r->c;
+    const rm_op_desc *op = c->op;
+    const int nr = n_ret(op);
+    for (int i = 0; i < op->n_out; i++) {
+        const rm_out_spec *sp = &r->spec[i];
+        if (((op->grad_only_out >> i & 1u) && !c->node) || (r->all_inputs && i >= nr)) continue;
+        int rc = REMAT_OK;
+        switch (sp->kind) {
+        case RM_OUT_NEW:
+            rc = op->new_output
+                     ? op->new_output(c, i, sp, r->device, &c->k.out[i])
+                     : rm_new_output(&c->k.out[i], sp->ndim, sp->shape, sp->dtype, r->device);
+            break;
+        case RM_OUT_VIEW: rc = make_view(&c->k.out[i], c->in[0], sp); break;
+        case RM_OUT_INPUT: c->k.out[i] = remat_retain(c->in[0]); break;
+        }
+        if (rc) return rc;
+    }
+    return REMAT_OK;
+}
+
+/* Steps 3-5, each failure leaving the call to be released by the caller. */
+static int run_steps(run_state *r) {
+    rm_op_call *c = &r->c;
+    int rc = make_node(r);
+    if (!rc) rc = take_inputs(r);
+    if (!rc) rc = make_outputs(r);
+    if (rc) return rc;
+    c->k.params = c->params;
+    if (r->any_new && rm_kargs_have_data(&c->k) && (rc = r->kernel(&c->k))) return rc;
+    if (!c->node) return REMAT_OK;
+    for (int i = 0; i < n_grad_out(c->op); i++) rm_node_set_output(c->node, i, c->k.out[i]);
+    return save_slots(c, false);
+}
+
+/* Steps 1-6 without the interception bracket. */
+static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
+               const void *params) {
+    const char *call = op->name;
+    rm_op_enter(call);
+    if (!outs) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
+    const int nr = n_ret(op);
+    for (int i = 0; i < nr; i++) outs[i] = NULL;
+    run_state r = {.c = {.op = op, .in = in, .params = params}};
+    /* check and infer failures name the call themselves */
+    int rc = check_inputs(&r.c);
+    if (!rc) rc = infer_outputs(&r);
+    if (rc) return rc;
+    rc = run_steps(&r);
+    if (rc) {
+        release_call(&r.c);
+        return rm_err_prefix(rc, call);
     }
     for (int i = 0; i < nr; i++) {
-        outs[i] = c.k.out[i];
-        c.k.out[i] = NULL;
+        outs[i] = r.c.k.out[i];
+        r.c.k.out[i] = NULL;
     }
-    release_call(&c);
+    release_call(&r.c);
     /* all registered with the open scope, or (ENOMEM) all released and NULL */
     return rm_hand_out_n(outs, nr);
-fail:
-    release_call(&c);
-    return rm_err_prefix(rc, call);
 }
 
 int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,

@@ -31,6 +31,7 @@
 static remat_dist *pg;
 static int rank, world;
 static int failures;
+static remat_dtype g_dtype = REMAT_F32; /* of the model and data (ZeRO-1's f64 check) */
 
 #define CHECK(cond, ...)                                                                    \
     do {                                                                                    \
@@ -71,7 +72,7 @@ struct model {
 
 static remat_tensor *param(model *m, int ndim, const int64_t *shape, double std, double mean) {
     remat_tensor *t = NULL;
-    if (remat_rand_normal(&t, ndim, shape, mean, std, REMAT_F32, REMAT_DEVICE_CPU) ||
+    if (remat_rand_normal(&t, ndim, shape, mean, std, g_dtype, REMAT_DEVICE_CPU) ||
         remat_set_requires_grad(t, true)) {
         fprintf(stderr, "rank %d: cannot make a parameter: %s\n", rank, remat_last_error());
         exit(2);
@@ -207,8 +208,8 @@ static int forward(model *m, int mode, remat_tensor *x, remat_tensor *y, int64_t
 static void make_data(uint64_t seed, remat_tensor **x, remat_tensor **y) {
     int64_t sh[2] = {B, D};
     remat_manual_seed(seed);
-    if (remat_rand_normal(x, 2, sh, 0, 1, REMAT_F32, REMAT_DEVICE_CPU) ||
-        remat_rand_normal(y, 2, sh, 0, 1, REMAT_F32, REMAT_DEVICE_CPU)) {
+    if (remat_rand_normal(x, 2, sh, 0, 1, g_dtype, REMAT_DEVICE_CPU) ||
+        remat_rand_normal(y, 2, sh, 0, 1, g_dtype, REMAT_DEVICE_CPU)) {
         fprintf(stderr, "rank %d: data: %s\n", rank, remat_last_error());
         exit(2);
     }
@@ -219,7 +220,26 @@ static void shard(int64_t *r0, int64_t *r1) { remat_dist_shard(pg, B, r0, r1); }
 static bool bitwise_equal(remat_tensor *a, remat_tensor *b) {
     if (!a || !b) return a == b;
     if (remat_numel(a) != remat_numel(b)) return false;
-    return !memcmp(remat_data(a), remat_data(b), (size_t)remat_numel(a) * sizeof(float));
+    if (remat_tensor_dtype(a) != remat_tensor_dtype(b)) return false;
+    return !memcmp(remat_data(a), remat_data(b),
+                   (size_t)remat_numel(a) * remat_dtype_size(remat_tensor_dtype(a)));
+}
+
+/* Element e of a f32 or f64 tensor. */
+static double at(remat_tensor *t, int64_t e) {
+    return remat_tensor_dtype(t) == REMAT_F64 ? ((const double *)remat_data(t))[e]
+                                              : ((const float *)remat_data(t))[e];
+}
+
+/* Worst relative difference between the parameters of two models
+ * (|a - b| / (|a| + 1e-3)), folded into *worst. */
+static void param_diff(const model *a, const model *b, double *worst) {
+    for (int i = 0; i < a->n; i++)
+        for (int64_t e = 0; e < remat_numel(a->params[i]); e++) {
+            double x = at(a->params[i], e), y = at(b->params[i], e);
+            double d = fabs(x - y) / (fabs(x) + 1e-3);
+            if (!(d <= *worst)) *worst = d; /* NaN counts */
+        }
 }
 
 static void sgd(model *m, double lr) {
@@ -585,6 +605,7 @@ static void check_error_reported(void) {
 /* ZeRO-1: optimizer state per rank = 1/world of the unsharded (exact
  * allocator bytes); the trajectory equals DDP + the library's AdamW within
  * 1e-6; parameters bitwise identical across ranks after every step. */
+/* ZeRO-1 against DDP + remat_optim over the same model, in g_dtype. */
 static void check_zero(void) {
     model a, b;
     model_init(&a, 21, 0);
@@ -593,7 +614,7 @@ static void check_zero(void) {
     int64_t four = 4;
     for (model *m = &a; m; m = m == &a ? &b : NULL) {
         remat_tensor *t = NULL;
-        OK(remat_full(&t, 1, &four, 0.5, REMAT_F32, REMAT_DEVICE_CPU));
+        OK(remat_full(&t, 1, &four, 0.5, g_dtype, REMAT_DEVICE_CPU));
         OK(remat_set_requires_grad(t, true));
         m->params[m->n++] = t;
     }
@@ -628,7 +649,8 @@ static void check_zero(void) {
     size_t grew = remat_cpu_current_bytes() - before;
     if (!ddp || !opt || !z) return;
     size_t unsharded = remat_optim_state_bytes(opt);
-    CHECK(unsharded == 2 * sizeof(float) * (size_t)total, "unsharded AdamW state %zu", unsharded);
+    CHECK(unsharded == 2 * remat_dtype_size(g_dtype) * (size_t)total, "unsharded AdamW state %zu",
+          unsharded);
     CHECK(remat_zero_state_bytes(z) * (size_t)world == unsharded,
           "ZeRO state %zu bytes per rank, unsharded %zu, world %d", remat_zero_state_bytes(z),
           unsharded, world);
@@ -636,8 +658,8 @@ static void check_zero(void) {
           "allocator grew %zu at create = state %zu + buffers %zu", grew,
           remat_zero_state_bytes(z), remat_zero_buffer_bytes(z));
     if (rank == 0)
-        printf("  ZeRO-1: optimizer state %zu bytes per rank, unsharded %zu (1/%d)\n",
-               remat_zero_state_bytes(z), unsharded, world);
+        printf("  ZeRO-1 (%s): optimizer state %zu bytes per rank, unsharded %zu (1/%d)\n",
+               remat_dtype_name(g_dtype), remat_zero_state_bytes(z), unsharded, world);
     int64_t r0, r1;
     shard(&r0, &r1);
     double worst = 0;
@@ -649,14 +671,8 @@ static void check_zero(void) {
         OK(remat_optim_step(opt, NULL));
         OK(forward(&b, step % 2 ? M_REENTRANT : M_NONREENTRANT, x, y, r0, r1, &lb));
         OK(remat_zero_backward(z, lb));
-        OK(remat_zero_step(z));
-        for (int i = 0; i < a.n; i++) {
-            const float *pa = remat_data(a.params[i]), *pb = remat_data(b.params[i]);
-            for (int64_t e = 0; e < remat_numel(a.params[i]); e++) {
-                double dlt = fabs((double)pa[e] - pb[e]) / (fabs(pa[e]) + 1e-3);
-                if (dlt > worst) worst = dlt;
-            }
-        }
+        OK(remat_zero_step(z, NULL));
+        param_diff(&a, &b, &worst);
         CHECK(worst <= 1e-6, "step %d: ZeRO-1 differs from DDP + AdamW by %g", step, worst);
         bool same = false;
         OK(remat_dist_check_identical(pg, b.n, b.params, &same));
@@ -668,12 +684,246 @@ static void check_zero(void) {
         remat_release(y);
     }
     CHECK(remat_zero_updates(z) == 10, "updates %lld", (long long)remat_zero_updates(z));
-    if (rank == 0) printf("  ZeRO-1 vs DDP + AdamW: worst relative parameter difference %.2e\n", worst);
+    if (rank == 0)
+        printf("  ZeRO-1 vs DDP + AdamW (%s): worst relative parameter difference %.2e\n",
+               remat_dtype_name(g_dtype), worst);
     remat_zero_free(z);
     remat_optim_free(opt);
     remat_ddp_free(ddp);
     model_free(&a);
     model_free(&b);
+}
+
+
+static void check_zero_f64(void) {
+    g_dtype = REMAT_F64;
+    check_zero();
+    g_dtype = REMAT_F32;
+}
+
+/* Gradient accumulation over 2 micro-batches (each rank's shard split in
+ * halves) against one batch of both: DDP with no_sync before the last
+ * micro-batch + remat_optim (accum_steps 2), and ZeRO-1 with accum_steps 2,
+ * follow DDP + remat_optim without accumulation for 5 steps: the loss
+ * (mean over the micro-batches) within 1e-6 relative, the parameters
+ * within 1e-6 absolute (AdamW divides by sqrt(v): where a gradient is near
+ * 0 the float rounding of another summation order moves an update by a
+ * sizeable part of lr; at lr 1e-2 the worst was 1e-6 with 3 ranks, at the
+ * 1e-3 used here 1e-7); each update costs exactly one collective per
+ * bucket. */
+static void check_accum(void) {
+    model ref, a, zm;
+    model_init(&ref, 31, 0);
+    model_init(&a, 31, 0);
+    model_init(&zm, 31, 0);
+    remat_optim_options o;
+    OK(remat_optim_options_init(&o, REMAT_OPTIM_ADAMW));
+    o.lr = 1e-3;
+    o.clip_norm = 0.5;
+    remat_ddp_options dopt = {.bucket_bytes = 2048}; /* several buckets */
+    remat_ddp *dref = NULL, *da = NULL;
+    remat_optimizer *oref = NULL, *oa = NULL;
+    remat_zero *z = NULL;
+    OK(remat_ddp_create(&dref, pg, ref.n, ref.params, &dopt));
+    OK(remat_ddp_create(&da, pg, a.n, a.params, &dopt));
+    OK(remat_optim_create(&oref, &o, ref.params, ref.n));
+    remat_optim_options oacc = o;
+    oacc.accum_steps = 2;
+    OK(remat_optim_create(&oa, &oacc, a.params, a.n));
+    OK(remat_zero_create(&z, pg, zm.n, zm.params, NULL, &oacc, &dopt));
+    if (!dref || !da || !oref || !oa || !z) return;
+    remat_ddp_stats st;
+    remat_ddp_get_stats(da, &st);
+    const int nb = st.n_buckets;
+    CHECK(nb >= 3, "only %d buckets", nb);
+    int64_t r0, r1;
+    shard(&r0, &r1);
+    const int64_t mid = r0 + (r1 - r0) / 2; /* equal halves: B / world is even for 1..3 */
+    double worst = 0, worst_loss = 0;
+    for (int step = 0; step < 5; step++) {
+        remat_tensor *x, *y, *l = NULL;
+        double lref = 0, lacc = 0;
+        make_data(500 + (uint64_t)step, &x, &y);
+        OK(forward(&ref, M_NONE, x, y, r0, r1, &l));
+        if (l) OK(remat_item(l, &lref));
+        OK(remat_ddp_backward(dref, l));
+        OK(remat_optim_step(oref, NULL));
+        remat_release(l);
+        remat_ddp_stats s0, s1;
+        remat_ddp_get_stats(da, &s0);
+        for (int j = 0; j < 2; j++) {
+            bool last = j == 1, updated = false;
+            remat_ddp_set_sync(da, last);
+            OK(forward(&a, j ? M_REENTRANT : M_NONE, x, y, j ? mid : r0, j ? r1 : mid, &l));
+            double lj = 0;
+            if (l) OK(remat_item(l, &lj));
+            lacc += lj / 2;
+            OK(remat_ddp_backward(da, l));
+            OK(remat_optim_step(oa, &updated));
+            CHECK(updated == last, "DDP accum: micro-batch %d updated %d", j, updated);
+            remat_release(l);
+        }
+        remat_ddp_get_stats(da, &s1);
+        CHECK(s1.n_collectives - s0.n_collectives == nb, "DDP accum: %lld collectives in a step, "
+              "%d buckets", (long long)(s1.n_collectives - s0.n_collectives), nb);
+        remat_ddp_get_stats(remat_zero_ddp(z), &s0);
+        for (int j = 0; j < 2; j++) {
+            bool updated = false;
+            OK(forward(&zm, j ? M_NONREENTRANT : M_REENTRANT, x, y, j ? mid : r0, j ? r1 : mid, &l));
+            OK(remat_zero_backward(z, l));
+            OK(remat_zero_step(z, &updated));
+            CHECK(updated == (j == 1), "ZeRO accum: micro-batch %d updated %d", j, updated);
+            remat_release(l);
+        }
+        remat_ddp_get_stats(remat_zero_ddp(z), &s1);
+        CHECK(s1.n_collectives - s0.n_collectives == nb, "ZeRO accum: %lld collectives in a step, "
+              "%d buckets", (long long)(s1.n_collectives - s0.n_collectives), nb);
+        CHECK(s1.n_sync_backwards - s0.n_sync_backwards == 1, "ZeRO accum: %lld synchronised "
+              "backwards in a step", (long long)(s1.n_sync_backwards - s0.n_sync_backwards));
+        double dl = fabs(lref - lacc) / fabs(lref);
+        if (dl > worst_loss) worst_loss = dl;
+        CHECK(dl <= 1e-6, "step %d: accumulated loss %.9g, one batch %.9g", step, lacc, lref);
+        for (int i = 0; i < ref.n; i++)
+            for (int64_t e = 0; e < remat_numel(ref.params[i]); e++) {
+                double d = fabs(at(ref.params[i], e) - at(a.params[i], e));
+                double dz = fabs(at(ref.params[i], e) - at(zm.params[i], e));
+                if (!(d <= worst)) worst = d;
+                if (!(dz <= worst)) worst = dz;
+            }
+        CHECK(worst <= 1e-6, "step %d: accumulation differs from one batch by %g", step, worst);
+        bool same = false;
+        OK(remat_dist_check_identical(pg, zm.n, zm.params, &same));
+        CHECK(same, "step %d: ZeRO accum parameters differ across ranks", step);
+        remat_release(x);
+        remat_release(y);
+    }
+    if (rank == 0)
+        printf("  accumulation (2 micro-batches, %d buckets: %d collectives per step) vs one "
+               "batch: loss %.2e relative, parameters %.2e absolute\n", nb, nb, worst_loss, worst);
+    remat_zero_free(z);
+    remat_optim_free(oref);
+    remat_optim_free(oa);
+    remat_ddp_free(dref);
+    remat_ddp_free(da);
+    model_free(&ref);
+    model_free(&a);
+    model_free(&zm);
+}
+
+/* The sharded state as a whole: ZeRO-1 for 3 steps, gathered into a plain
+ * AdamW on rank 0 and broadcast (as a file read on every rank would give
+ * it), loaded into a fresh ZeRO-1 (resume under ZeRO) and into a plain
+ * optimizer (resume without ZeRO): 3 more steps of each equal 6 steps of
+ * the uninterrupted ZeRO-1 run bitwise. And the other way: a plain
+ * optimizer's state loaded into ZeRO-1 continues it bitwise. */
+static void check_zero_state(void) {
+    model u, r, p;
+    model_init(&u, 41, 0);
+    model_init(&r, 41, 0);
+    model_init(&p, 41, 0);
+    remat_optim_options o;
+    OK(remat_optim_options_init(&o, REMAT_OPTIM_ADAMW));
+    o.lr = 1e-2;
+    o.clip_norm = 0.5;
+    remat_ddp_options dopt = {.bucket_bytes = 2048};
+    remat_zero *zu = NULL, *zr = NULL, *zr2 = NULL;
+    remat_ddp *dp = NULL;
+    remat_optimizer *whole = NULL, *op = NULL;
+    OK(remat_zero_create(&zu, pg, u.n, u.params, NULL, &o, &dopt));
+    OK(remat_zero_create(&zr, pg, r.n, r.params, NULL, &o, &dopt));
+    OK(remat_ddp_create(&dp, pg, p.n, p.params, &dopt));
+    OK(remat_optim_create(&whole, &o, r.params, r.n));
+    OK(remat_optim_create(&op, &o, p.params, p.n));
+    if (!zu || !zr || !dp || !whole || !op) return;
+    int64_t r0, r1;
+    shard(&r0, &r1);
+    for (int step = 0; step < 6; step++) {
+        remat_tensor *x, *y, *l = NULL;
+        make_data(700 + (uint64_t)step, &x, &y);
+        OK(forward(&u, M_NONE, x, y, r0, r1, &l));
+        OK(remat_zero_backward(zu, l));
+        OK(remat_zero_step(zu, NULL));
+        remat_release(l);
+        if (step < 3) { /* the interrupted run: ZeRO-1 too */
+            OK(forward(&r, M_NONE, x, y, r0, r1, &l));
+            OK(remat_zero_backward(zr, l));
+            OK(remat_zero_step(zr, NULL));
+            remat_release(l);
+        }
+        if (step == 2) {
+            /* "save" on rank 0, "read" everywhere; parameters are as r's */
+            OK(remat_zero_gather_state(zr, 0, rank == 0 ? whole : NULL));
+            for (int i = 0; i < r.n; i++)
+                for (int sl = 0; sl < 2; sl++)
+                    OK(remat_dist_broadcast(pg, remat_optim_state(whole, i, (remat_optim_slot)sl), 0));
+            double upd = (double)remat_optim_updates(whole);
+            OK(remat_dist_all_reduce_f64(pg, &upd, 1, REMAT_REDUCE_MAX));
+            CHECK(upd == 3, "gathered update count %g", upd);
+            OK(remat_optim_set_updates(whole, (int64_t)upd));
+            bool prev = remat_no_grad_begin();
+            for (int i = 0; i < r.n; i++) {
+                OK(remat_copy_(p.params[i], r.params[i]));
+                for (int sl = 0; sl < 2; sl++)
+                    OK(remat_copy_(remat_optim_state(op, i, (remat_optim_slot)sl),
+                                   remat_optim_state(whole, i, (remat_optim_slot)sl)));
+            }
+            remat_grad_mode_restore(prev);
+            OK(remat_optim_set_updates(op, 3));
+            /* a fresh ZeRO-1 (another layout: one bucket) resumes from it */
+            remat_zero_free(zr);
+            zr = NULL;
+            OK(remat_zero_create(&zr2, pg, r.n, r.params, NULL, &o, NULL));
+            if (zr2) OK(remat_zero_load_state(zr2, whole));
+            CHECK(remat_zero_updates(zr2) == 3, "loaded update count");
+        }
+        if (step >= 3 && zr2) {
+            OK(forward(&r, M_NONE, x, y, r0, r1, &l));
+            OK(remat_zero_backward(zr2, l));
+            OK(remat_zero_step(zr2, NULL));
+            remat_release(l);
+            OK(forward(&p, M_NONE, x, y, r0, r1, &l));
+            OK(remat_ddp_backward(dp, l));
+            OK(remat_optim_step(op, NULL));
+            remat_release(l);
+        }
+        remat_release(x);
+        remat_release(y);
+    }
+    for (int i = 0; i < u.n; i++) {
+        CHECK(bitwise_equal(u.params[i], r.params[i]), "ZeRO resumed under ZeRO: parameter %d "
+              "differs from the uninterrupted run", i);
+        CHECK(bitwise_equal(u.params[i], p.params[i]), "ZeRO resumed without ZeRO: parameter %d "
+              "differs from the uninterrupted run", i);
+    }
+    /* and back: the plain optimizer's state (6 updates) into ZeRO-1, gathered again */
+    remat_optimizer *again = NULL;
+    OK(remat_optim_create(&again, &o, p.params, p.n));
+    remat_zero *zp = NULL;
+    OK(remat_zero_create(&zp, pg, p.n, p.params, NULL, &o, &dopt));
+    if (zp && again) {
+        OK(remat_zero_load_state(zp, op));
+        OK(remat_zero_gather_state(zp, world - 1, rank == world - 1 ? again : NULL));
+        for (int i = 0; rank == world - 1 && i < p.n; i++)
+            for (int sl = 0; sl < 2; sl++)
+                CHECK(bitwise_equal(remat_optim_state(op, i, (remat_optim_slot)sl),
+                                    remat_optim_state(again, i, (remat_optim_slot)sl)),
+                      "state of parameter %d slot %d: load then gather changed it", i, sl);
+        CHECK(rank != world - 1 || remat_optim_updates(again) == 6, "update count");
+    }
+    /* a root that passes no optimizer still takes part, then fails */
+    int rc = remat_zero_gather_state(zu, 0, NULL);
+    CHECK((rank == 0) == (rc == REMAT_EINVAL), "gather with no optimizer on the root: %s on rank %d",
+          remat_err_name(rc), rank);
+    remat_optim_free(again);
+    remat_zero_free(zp);
+    remat_zero_free(zu);
+    remat_zero_free(zr2);
+    remat_ddp_free(dp);
+    remat_optim_free(whole);
+    remat_optim_free(op);
+    model_free(&u);
+    model_free(&r);
+    model_free(&p);
 }
 
 /* ---- fault modes: rank 1 stops answering / is killed ------------------------------------- */
@@ -740,6 +990,9 @@ int main(int argc, char **argv) {
         {"mismatch_at_setup", check_mismatch},
         {"failed_rank_named", check_error_reported},
         {"zero1_state_bytes_and_trajectory", check_zero},
+        {"zero1_f64", check_zero_f64},
+        {"accumulation_no_sync_one_collective_per_bucket", check_accum},
+        {"zero1_state_gather_load_resume_bitwise", check_zero_state},
     };
     int total = 0;
     for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {

@@ -5,7 +5,10 @@
 #  2. --save under mpirun then --resume under mpirun = the uninterrupted
 #     run, bitwise (loss_bits and every loss);
 #  2b. --zero (ZeRO-1): half the AdamW state per rank, losses bitwise those
-#     of DDP + AdamW;
+#     of DDP + AdamW; --zero --save / --resume (np 2 and 3) bitwise the
+#     uninterrupted run, its file interchangeable with a plain run's;
+#  2c. --accum under mpirun (DDP and --zero): one gradient reduction per
+#     bucket per step, losses those of one process with the global batch;
 #  3. only rank 0 prints (one JSON object, one summary); `remat bench`
 #     under mpirun reports once, with the communication figures;
 #  4. a rank that cannot start (bad --data on rank 1 only is not possible
@@ -54,6 +57,40 @@ import json, sys
 a, c = (json.load(open(f)) for f in sys.argv[1:3])
 assert a["loss_bits"] == c["loss_bits"] and a["losses"][10:] == c["losses"], (a["loss_bits"], c["loss_bits"])
 print("save/resume under mpirun: bitwise the uninterrupted run")
+PY
+# --zero with --save/--resume: rank 0 gathers the sharded state and writes
+# the file a run without --zero writes; either kind resumes the other's
+run2 --batch 2 --steps 10 --checkpoint block --zero --save "$tmp/zs.bin" > /dev/null || fail "--zero save run"
+run2 --batch 2 --steps 20 --checkpoint block --zero --resume "$tmp/zs.bin" > "$tmp/zz.json" || fail "--zero resume run"
+run2 --batch 2 --steps 20 --checkpoint block --resume "$tmp/zs.bin" > "$tmp/zp.json" || fail "resume of a --zero file without --zero"
+run2 --batch 2 --steps 20 --checkpoint block --zero --resume "$tmp/s.bin" > "$tmp/pz.json" || fail "--zero resume of a plain file"
+run3() { mpirun --oversubscribe -np 3 "$remat" train $M "$@"; }
+run3 --batch 2 --steps 12 --zero > "$tmp/z3.json" || fail "--zero np 3"
+run3 --batch 2 --steps 6 --zero --save "$tmp/z3.bin" > /dev/null || fail "--zero save np 3"
+run3 --batch 2 --steps 12 --zero --resume "$tmp/z3.bin" > "$tmp/z3r.json" || fail "--zero resume np 3"
+python3 - "$tmp/a.json" "$tmp/zz.json" "$tmp/zp.json" "$tmp/pz.json" "$tmp/z3.json" "$tmp/z3r.json" <<'PY' || fail "--zero save/resume"
+import json, sys
+a, zz, zp, pz, z3, z3r = (json.load(open(f)) for f in sys.argv[1:7])
+for name, r in (("--zero -> --zero", zz), ("--zero -> plain", zp), ("plain -> --zero", pz)):
+    assert r["losses"] == a["losses"][10:] and r["loss_bits"] == a["loss_bits"], name
+assert z3r["losses"] == z3["losses"][6:] and z3r["loss_bits"] == z3["loss_bits"], "np 3"
+print("--zero save/resume (np 2 and 3; --zero and plain files interchangeable): bitwise the uninterrupted run")
+PY
+# --accum under mpirun: no_sync before the last micro-batch (one reduction per
+# bucket per step), the same trajectory as one process with the global batch;
+# --zero --accum bitwise DDP's
+run2 --batch 2 --steps 8 --accum 2 --bucket-size 0.01 > "$tmp/acc.json" || fail "--accum run"
+"$remat" train $M --batch 4 --steps 8 --accum 2 > "$tmp/acc1.json" || fail "--accum 1-process run"
+run2 --batch 2 --steps 8 --accum 2 --bucket-size 0.01 --zero > "$tmp/accz.json" || fail "--zero --accum run"
+python3 - "$tmp/acc.json" "$tmp/acc1.json" "$tmp/accz.json" <<'PY' || fail "--accum"
+import json, sys
+a, b, z = (json.load(open(f)) for f in sys.argv[1:4])
+worst = max(abs(x - y) / abs(y) for x, y in zip(a["losses"], b["losses"]))
+assert len(a["losses"]) == 8 and worst <= 1e-5, worst
+assert a["buckets"] > 1 and a["grad_reductions"] == 8 * a["buckets"], (a["buckets"], a["grad_reductions"])
+assert z["grad_reductions"] == 8 * z["buckets"], (z["buckets"], z["grad_reductions"])
+assert z["losses"] == a["losses"], "--zero --accum differs from DDP --accum"
+print("--accum 2 under mpirun: %d reductions in 8 steps (%d buckets), worst relative loss difference to 1 process %.2e; --zero bitwise" % (a["grad_reductions"], a["buckets"], worst))
 PY
 mpirun --oversubscribe -np 2 "$remat" bench --layers 2 --width 32 --heads 4 --context 16 \
   --threads 1 --reps 2 --strategies none,block,selective=dots --json 2> /dev/null > "$tmp/bench.json" \
