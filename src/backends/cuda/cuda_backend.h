@@ -26,11 +26,11 @@
  *     once, when the cuda device type is registered; a family declared
  *     below with nothing registered yet leaves its ops failing with
  *     REMAT_EUNSUPPORTED ("no <kernel> kernel for device 'cuda' ...").
- * Ownership of the families: elementwise, reduce, nn, loss, attention and
- * shape are w17k's (issue 17): their rm_cuda_register_<family> live in
- * src/backends/cuda/register_families.c until a family has a file of its
- * own (then the definition moves there). matmul (cuBLAS GEMM, column sums)
- * and random (Philox, dropout) are defined in gemm.c and rng.c.
+ * Where the families are: elementwise, reduce, loss, nn, attention and
+ * shape in <family>_kernels.c over <family>.cu (their shared pieces: kwrap.h
+ * for the wrappers, kplan.h for the host-side index plans, kcommon.cuh for
+ * the device helpers); matmul (cuBLAS GEMM, column sums) and random
+ * (Philox, dropout) in gemm.c and rng.c.
  *
  * Streams: every device has one stream of its own (created at first use,
  * non-blocking with respect to the legacy default stream); every kernel,

@@ -1,7 +1,7 @@
 /* src/backends/cuda/elementwise.cu — CUDA kernels of the elementwise family
  * (src/dispatch/kernels/elementwise.h): the unary ops and their fused
- * backward, relu's bit mask, dropout's mask application, the broadcasting
- * elementwise engine, and the shape family's strided copy.
+ * backward, relu's bit mask, the broadcasting elementwise engine, and the
+ * shape family's strided copy.
  *
  * The formulas are the cpu kernels' (src/backends/cpu/unary.c,
  * elementwise.c), case for case, including their conventions at the edges:
@@ -139,13 +139,6 @@ __global__ void relu_mask_bwd_kernel(const T *__restrict__ g, const uint8_t *__r
                                      T *__restrict__ dx, int64_t n) {
     RMK_GRID_LOOP(i, n) dx[i] = (m[i >> 3] >> (i & 7)) & 1u ? g[i] : (T)0;
 }
-/* dx = g * (bit ? scale : 0): the product, as cpu (g * 0 keeps a NaN's NaN) */
-template <typename T>
-__global__ void dropout_bwd_kernel(const T *__restrict__ g, const uint8_t *__restrict__ bits,
-                                   T scale, T *__restrict__ dx, int64_t n) {
-    RMK_GRID_LOOP(i, n) dx[i] = g[i] * ((bits[i >> 3] >> (i & 7)) & 1u ? scale : (T)0);
-}
-
 /* ---- the elementwise engine ------------------------------------------------------------------ */
 template <typename T, int OP> __device__ __forceinline__ T ew_f(T a, T b, T c, T p) {
     switch (OP) {
@@ -286,20 +279,6 @@ extern "C" cudaError_t rmk_relu_mask_bwd(int dt, const void *g, const uint8_t *m
     else if (dt == 1)
         relu_mask_bwd_kernel<double><<<nb, RMK_THREADS, 0, s>>>((const double *)g, m, (double *)dx,
                                                                  n);
-    else return cudaErrorInvalidValue;
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t rmk_dropout_bwd(int dt, const void *g, const uint8_t *bits, double scale,
-                                       void *dx, int64_t n, cudaStream_t s) {
-    unsigned nb = rmk_blocks(n, RMK_THREADS);
-    if (nb == 0) return cudaSuccess;
-    if (dt == 0)
-        dropout_bwd_kernel<float><<<nb, RMK_THREADS, 0, s>>>((const float *)g, bits, (float)scale,
-                                                             (float *)dx, n);
-    else if (dt == 1)
-        dropout_bwd_kernel<double><<<nb, RMK_THREADS, 0, s>>>((const double *)g, bits, scale,
-                                                              (double *)dx, n);
     else return cudaErrorInvalidValue;
     return cudaGetLastError();
 }

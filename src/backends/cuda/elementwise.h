@@ -25,10 +25,6 @@ cudaError_t rmk_relu_mask(int dt, const void *y, uint8_t *m, int64_t n, cudaStre
 /* dx[i] = bit i of m ? g[i] : 0. */
 cudaError_t rmk_relu_mask_bwd(int dt, const void *g, const uint8_t *m, void *dx, int64_t n,
                               cudaStream_t s);
-/* dx[i] = g[i] * (bit i of bits ? scale : 0): dropout's backward, scale the
- * forward's 1 / (1 - p) as the type holds it. */
-cudaError_t rmk_dropout_bwd(int dt, const void *g, const uint8_t *bits, double scale, void *dx,
-                            int64_t n, cudaStream_t s);
 /* The elementwise engine: y = f(a, b, c; p) (op an rm_ew_op) over the plan's
  * iteration space; plan operand 0 is y, 1..3 are a, b, c (as many as the op
  * reads; the others may be NULL). y may be any strided view that does not

@@ -1,8 +1,6 @@
 /* src/backends/cuda/nn_kernels.c — the cuda kernels (rm_kernel_fn) of
- * softmax, log_softmax, layer_norm and dropout's backward
- * (src/dispatch/kernels/nn.h), launching nn.cu's and elementwise.cu's
- * kernels. dropout's forward (Philox) is rng.c's. */
-#include "elementwise.h"
+ * softmax, log_softmax and layer_norm (src/dispatch/kernels/nn.h),
+ * launching nn.cu's kernels. dropout (Philox) is rng.c's. */
 #include "kwrap.h"
 #include "nn.h"
 
@@ -71,24 +69,12 @@ static int cuda_layer_norm_bwd(const rm_kargs *k) {
     return rmk_leave(&c, e);
 }
 
-/* dx = g * (kept ? 1 / (1 - p) : 0), the scale as the forward computed it */
-static int cuda_dropout_bwd(const rm_kargs *k) {
-    const rm_dropout_params *p = k->params;
-    remat_tensor *dx = k->out[0];
-    rmk_call c;
-    int rc = rmk_enter(&c, dx, "cuda dropout backward kernel");
-    if (rc) return rc;
-    return rmk_leave(&c, rmk_dropout_bwd(rmk_dt(dx), rm_ptr(k->in[0]), rm_ptr(k->in[1]),
-                                         1.0 / (1.0 - p->p), rm_ptr(dx), remat_numel(dx), c.s));
-}
-
 void rm_cuda_register_nn(int type) {
     static const rmk_row rows[] = {
         {RM_K_SOFTMAX, cuda_softmax},
         {RM_K_SOFTMAX_BWD, cuda_softmax_bwd},
         {RM_K_LAYER_NORM, cuda_layer_norm},
         {RM_K_LAYER_NORM_BWD, cuda_layer_norm_bwd},
-        {RM_K_DROPOUT_BWD, cuda_dropout_bwd},
     };
     RMK_REGISTER_ROWS(type, rows);
 }
