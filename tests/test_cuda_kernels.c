@@ -503,3 +503,40 @@ Test(cuda_kernels, contiguous_copies_of_permuted_views) {
         remat_release(x);
     }
 }
+
+/* remat_zero_ through a transposed view of a clone, then remat_copy_ of the
+ * other input (another dtype, broadcast) into a slice of it */
+static int build_zero_copy(remat_tensor *const *in, int n, remat_tensor **out, const void *user) {
+    (void)n;
+    (void)user;
+    remat_tensor *c = NULL, *ct = NULL, *s = NULL;
+    int rc = remat_clone(&c, in[0]);
+    if (!rc) rc = remat_transpose(&ct, c, 0, 1);
+    if (!rc) rc = remat_slice(&s, ct, 0, 1, 4, 1);
+    if (!rc) rc = remat_zero_(s);
+    remat_release_p(&s);
+    if (!rc) rc = remat_slice(&s, ct, 0, 4, 7, 1);
+    if (!rc) rc = remat_copy_(s, in[1]);
+    remat_release_p(&s);
+    remat_release_p(&ct);
+    if (rc) {
+        remat_release_p(&c);
+        return rc;
+    }
+    *out = c;
+    return REMAT_OK;
+}
+
+Test(cuda_kernels, zero_and_converting_copy_through_views) {
+    NEED_CUDA();
+    const int64_t sa[2] = {5, 9}, sb[1] = {5};
+    for (int dt = REMAT_F32; dt <= REMAT_F64; dt++) {
+        /* the source in the other float dtype: a conversion, broadcast over the slice */
+        remat_tensor *in[2] = {rt_rand(2, sa, dt, -1, 1, 90),
+                               rt_rand(1, sb, dt == REMAT_F32 ? REMAT_F64 : REMAT_F32, -1, 1, 91)};
+        bool g[2] = {false, false};
+        run_case("zero_ and copy_", build_zero_copy, NULL, 2, in, g, 0);
+        remat_release(in[0]);
+        remat_release(in[1]);
+    }
+}
