@@ -46,7 +46,8 @@ static void check_plan(int nd, const int64_t *shape, int nops, const int64_t (*s
             cr_assert_eq(got[k], want[k], "%s: index %lld operand %d: offset %lld, expected %lld",
                          what, (long long)i, k, (long long)got[k], (long long)want[k]);
         for (int k = nops; k < RMK_MAX_OPS; k++)
-            cr_assert_eq(got[k], 0, "%s: unused operand %d has offset %lld", what, k, (long long)got[k]);
+            cr_assert_eq(got[k], 0, "%s: unused operand %d has offset %lld", what, k,
+                         (long long)got[k]);
     }
 }
 
@@ -217,17 +218,17 @@ Test(cuda_indexing, reduction_groups_merge_neighbours) {
     cr_assert_eq(g.n, 3);
     cr_assert_eq(rmk_groups_nred(&g), 2);
     cr_assert(rmk_groups_next_pass(&g, &O, &R, &I));
-    cr_assert(O == 6 && R == 4 && I == 1, "first pass (%lld, %lld, %lld)", (long long)O, (long long)R,
-              (long long)I);
+    cr_assert(O == 6 && R == 4 && I == 1, "first pass (%lld, %lld, %lld)", (long long)O,
+              (long long)R, (long long)I);
     cr_assert(rmk_groups_next_pass(&g, &O, &R, &I));
-    cr_assert(O == 1 && R == 2 && I == 3, "second pass (%lld, %lld, %lld)", (long long)O, (long long)R,
-              (long long)I);
+    cr_assert(O == 1 && R == 2 && I == 3, "second pass (%lld, %lld, %lld)", (long long)O,
+              (long long)R, (long long)I);
     cr_assert_not(rmk_groups_next_pass(&g, &O, &R, &I));
 }
 
 Test(cuda_indexing, sum_split_covers_every_row_once) {
-    const int64_t cases[][3] = {{1, 10000000, 1}, {4, 65537, 1}, {1000, 100, 1}, {1, 5000, 3},
-                                {2, 100000, 768}, {8192, 768, 1}, {1, 1, 1}, {3, 0, 5}};
+    const int64_t cases[][3] = {{1, 10000000, 1}, {4, 65537, 1},  {1000, 100, 1}, {1, 5000, 3},
+                                {2, 100000, 768}, {8192, 768, 1}, {1, 1, 1},      {3, 0, 5}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int64_t O = cases[c][0], R = cases[c][1], I = cases[c][2], chunk, nch;
         rmk_sum_split(O, R, I, &chunk, &nch);
@@ -252,7 +253,8 @@ Test(cuda_indexing, attention_batch_offsets_follow_the_leading_strides) {
     rmk_att_operand o = {{T * row, D}, row, 1};
     for (int64_t b = 0; b < B * H; b++) {
         int64_t bb = b / H, h = b % H;
-        cr_assert_eq(rmk_att_boff(&l, &o, b), bb * T * row + h * D, "batch entry %lld", (long long)b);
+        cr_assert_eq(rmk_att_boff(&l, &o, b), bb * T * row + h * D, "batch entry %lld",
+                     (long long)b);
     }
     rmk_att_lead none = {0, {0}};
     cr_assert_eq(rmk_att_boff(&none, &o, 0), 0);

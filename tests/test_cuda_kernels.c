@@ -19,11 +19,11 @@
 /* ---- device plumbing -------------------------------------------------------------------- */
 static int cuda_type(void) { return remat_device_type_id("cuda"); }
 
-#define NEED_CUDA()                                                                               \
-    do {                                                                                          \
-        int t_ = cuda_type();                                                                     \
-        if (t_ < 0) cr_skip_test("remat was built without the cuda device");                      \
-        if (remat_device_count(t_) < 1) cr_skip_test("no CUDA device on this machine");          \
+#define NEED_CUDA()                                                                                \
+    do {                                                                                           \
+        int t_ = cuda_type();                                                                      \
+        if (t_ < 0) cr_skip_test("remat was built without the cuda device");                       \
+        if (remat_device_count(t_) < 1) cr_skip_test("no CUDA device on this machine");            \
     } while (0)
 
 static remat_device cuda0(void) { return (remat_device){cuda_type(), 0}; }
@@ -77,7 +77,8 @@ static void run_case(const char *name, build_fn build, const void *user, int n,
         int64_t shape[8];
         int nd = remat_ndim(yc);
         for (int d = 0; d < nd; d++) shape[d] = remat_size(yc, d);
-        remat_tensor *w = rt_rand(nd, shape, remat_tensor_dtype(yc), -1, 1, 77), *wg = leaf_on(w, cuda0(), false);
+        remat_tensor *w = rt_rand(nd, shape, remat_tensor_dtype(yc), -1, 1, 77),
+                     *wg = leaf_on(w, cuda0(), false);
         remat_tensor *pc, *pg, *lc, *lg;
         RT_OK(remat_mul(&pc, yc, w));
         RT_OK(remat_mul(&pg, yg, wg));
@@ -96,7 +97,7 @@ static void run_case(const char *name, build_fn build, const void *user, int n,
 
 static double tol_of(remat_dtype dt) { return dt == REMAT_F64 ? 1e-10 : 2e-5; }
 
-/* ---- unary ------------------------------------------------------------------------------------ */
+/* ---- unary --------------------------------------------------------------------------------- */
 typedef struct unary_case {
     const char *name;
     int kind; /* index into the switch below */
@@ -125,10 +126,10 @@ static int build_unary(remat_tensor *const *in, int n, remat_tensor **out, const
 
 Test(cuda_kernels, unary_ops_forward_and_backward) {
     NEED_CUDA();
-    const unary_case cases[] = {{"neg", 0, 0},  {"exp", 1, 0},       {"log", 2, 0},
-                                {"sqrt", 3, 0}, {"tanh", 4, 0},      {"sigmoid", 5, 0},
-                                {"relu", 6, 0}, {"gelu erf", 7, 0},  {"gelu tanh", 8, 0},
-                                {"pow", 9, 3},  {"pow 0", 9, 0},     {"add", 10, 2.5},
+    const unary_case cases[] = {{"neg", 0, 0},   {"exp", 1, 0},      {"log", 2, 0},
+                                {"sqrt", 3, 0},  {"tanh", 4, 0},     {"sigmoid", 5, 0},
+                                {"relu", 6, 0},  {"gelu erf", 7, 0}, {"gelu tanh", 8, 0},
+                                {"pow", 9, 3},   {"pow 0", 9, 0},    {"add", 10, 2.5},
                                 {"mul", 11, -3}, {"rsub", 12, 1.5}};
     const int64_t shape[3] = {3, 37, 11}; /* odd sizes: partial mask bytes, grid tails */
     for (int dt = REMAT_F32; dt <= REMAT_F64; dt++)
@@ -143,7 +144,7 @@ Test(cuda_kernels, unary_ops_forward_and_backward) {
         }
 }
 
-/* ---- binary, broadcasting, strided, in place ------------------------------------------------------ */
+/* ---- binary, broadcasting, strided, in place ----------------------------------------------- */
 static int build_binary(remat_tensor *const *in, int n, remat_tensor **out, const void *user) {
     (void)n;
     switch (*(const int *)user) {
@@ -156,7 +157,8 @@ static int build_binary(remat_tensor *const *in, int n, remat_tensor **out, cons
 }
 
 /* a (transposed view) op b, b broadcast */
-static int build_binary_strided(remat_tensor *const *in, int n, remat_tensor **out, const void *user) {
+static int build_binary_strided(remat_tensor *const *in, int n, remat_tensor **out,
+                                const void *user) {
     remat_tensor *at;
     int rc = remat_transpose(&at, in[0], 0, 1);
     if (rc) return rc;
@@ -175,14 +177,16 @@ Test(cuda_kernels, binary_ops_with_broadcasting_and_strides) {
             double lo = op >= 3 ? 0.5 : -2; /* div and pow: positive operands */
             remat_tensor *in[2] = {rt_rand(3, sa, dt, lo, 2, 1), rt_rand(2, sb, dt, lo, 2, 2)};
             bool g[2] = {true, true};
-            snprintf(name, sizeof name, "%s broadcast %s", names[op], dt == REMAT_F32 ? "f32" : "f64");
+            snprintf(name, sizeof name, "%s broadcast %s", names[op],
+                     dt == REMAT_F32 ? "f32" : "f64");
             run_case(name, build_binary, &op, 2, in, g, tol_of(dt) * 10);
             remat_release(in[0]);
             in[0] = rt_rand(3, st, dt, lo, 2, 3); /* (6, 4, 33) seen as (4, 6, 33) */
             remat_release(in[1]);
             int64_t sb1[1] = {33};
             in[1] = rt_rand(1, sb1, dt, lo, 2, 4);
-            snprintf(name, sizeof name, "%s strided %s", names[op], dt == REMAT_F32 ? "f32" : "f64");
+            snprintf(name, sizeof name, "%s strided %s", names[op],
+                     dt == REMAT_F32 ? "f32" : "f64");
             run_case(name, build_binary_strided, &op, 2, in, g, tol_of(dt) * 10);
             remat_release(in[0]);
             remat_release(in[1]);
@@ -221,7 +225,7 @@ Test(cuda_kernels, in_place_ops_through_views) {
     }
 }
 
-/* ---- reductions ----------------------------------------------------------------------------------- */
+/* ---- reductions ---------------------------------------------------------------------------- */
 typedef struct red_case {
     int kind; /* 0 sum, 1 mean, 2 sum_all, 3 max */
     int n_dims;
@@ -247,10 +251,10 @@ static int build_reduce(remat_tensor *const *in, int n, remat_tensor **out, cons
 
 Test(cuda_kernels, sums_means_and_max_over_dims) {
     NEED_CUDA();
-    const red_case cases[] = {
-        {0, 1, {3}, false}, {0, 1, {0}, true},       {0, 2, {0, 2}, false}, {0, 2, {1, 3}, true},
-        {0, 3, {0, 1, 3}, false}, {1, 1, {2}, false}, {1, 2, {0, 3}, true},  {2, 0, {0}, false},
-        {3, 1, {3}, false}, {3, 1, {1}, true},       {3, 1, {0}, false}};
+    const red_case cases[] = {{0, 1, {3}, false},   {0, 1, {0}, true},        {0, 2, {0, 2}, false},
+                              {0, 2, {1, 3}, true}, {0, 3, {0, 1, 3}, false}, {1, 1, {2}, false},
+                              {1, 2, {0, 3}, true}, {2, 0, {0}, false},       {3, 1, {3}, false},
+                              {3, 1, {1}, true},    {3, 1, {0}, false}};
     const int64_t shape[4] = {5, 7, 3, 129};
     for (int dt = REMAT_F32; dt <= REMAT_F64; dt++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -304,7 +308,7 @@ Test(cuda_kernels, max_picks_the_first_maximum_and_nan) {
     remat_release(yc);
 }
 
-/* ---- nn ---------------------------------------------------------------------------------------------- */
+/* ---- nn ------------------------------------------------------------------------------------ */
 typedef struct nn_case {
     int kind; /* 0 softmax, 1 log_softmax, 2 layer_norm (w, b as given) */
     int dim;
@@ -317,7 +321,8 @@ static int build_nn(remat_tensor *const *in, int n, remat_tensor **out, const vo
     case 0: return remat_softmax(out, in[0], c->dim);
     case 1: return remat_log_softmax(out, in[0], c->dim);
     default:
-        return remat_layer_norm(out, in[0], c->n_norm, n > 1 ? in[1] : NULL, n > 2 ? in[2] : NULL, 1e-5);
+        return remat_layer_norm(out, in[0], c->n_norm, n > 1 ? in[1] : NULL, n > 2 ? in[2] : NULL,
+                                1e-5);
     }
 }
 
@@ -357,7 +362,7 @@ Test(cuda_kernels, layer_norm_with_and_without_affine) {
     }
 }
 
-/* ---- attention ---------------------------------------------------------------------------------------- */
+/* ---- attention ----------------------------------------------------------------------------- */
 typedef struct att_case {
     int64_t B, H, Tq, Tk, D, Dv;
     bool causal;
@@ -414,7 +419,7 @@ Test(cuda_kernels, attention_head_size_over_256_is_unsupported) {
     remat_release(qg);
 }
 
-/* ---- losses and embedding ----------------------------------------------------------------------------- */
+/* ---- losses and embedding ------------------------------------------------------------------ */
 static int build_ce(remat_tensor *const *in, int n, remat_tensor **out, const void *user) {
     (void)n;
     return remat_cross_entropy(out, in[0], in[1], *(const int64_t *)user);
@@ -481,7 +486,7 @@ Test(cuda_kernels, bad_indices_and_targets_fail_as_on_cpu) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) remat_release(all[i]);
 }
 
-/* ---- copies -------------------------------------------------------------------------------------------- */
+/* ---- copies -------------------------------------------------------------------------------- */
 static int build_contig(remat_tensor *const *in, int n, remat_tensor **out, const void *user) {
     (void)n;
     (void)user;

@@ -38,12 +38,12 @@
  * memory fits the 227 KiB an H100 block may opt into, and 16 accumulators
  * per thread (32 in dK/dV) stay in registers. */
 template <typename T, int HD> struct att_cfg {
-    static constexpr int TPR = HD / 16;                                     /* threads per row */
+    static constexpr int TPR = HD / 16; /* threads per row */
     static constexpr int BQ = (HD == 256 || (HD == 128 && sizeof(T) == 8)) ? 32 : 64; /* rows */
-    static constexpr int BK = (HD == 256 && sizeof(T) == 8) ? 16 : 32;     /* keys per tile */
-    static constexpr int NT = BQ * TPR;                                     /* threads */
-    static constexpr int LD = HD + 1;                                       /* smem row stride */
-    static constexpr int PER = HD / TPR;                                    /* columns per thread */
+    static constexpr int BK = (HD == 256 && sizeof(T) == 8) ? 16 : 32; /* keys per tile */
+    static constexpr int NT = BQ * TPR;                                /* threads */
+    static constexpr int LD = HD + 1;                                  /* smem row stride */
+    static constexpr int PER = HD / TPR;                               /* columns per thread */
 };
 
 /* rows [r0, r0 + rows) x cols of an operand into a zero-padded (rows, HD)
@@ -59,26 +59,27 @@ __device__ __forceinline__ void load_tile(T *sm, int rows, const T *base, int64_
     }
 }
 
-template <typename T, int HD>
-__device__ __forceinline__ T dot_row(const T *a, const T *b) {
+template <typename T, int HD> __device__ __forceinline__ T dot_row(const T *a, const T *b) {
     T acc = 0;
 #pragma unroll 16
     for (int c = 0; c < HD; c++) acc = rmk_fma(a[c], b[c], acc);
     return acc;
 }
 
-/* ---- forward -------------------------------------------------------------------------------------- */
+/* ---- forward ------------------------------------------------------------------------------- */
 template <typename T, int HD>
 __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
-    att_fwd(const __grid_constant__ rmk_att_dims d, const __grid_constant__ rmk_att_lead lead, const __grid_constant__ rmk_att_operand oq, const T *q,
-            const __grid_constant__ rmk_att_operand ok, const T *k, const __grid_constant__ rmk_att_operand ov, const T *v,
+    att_fwd(const __grid_constant__ rmk_att_dims d, const __grid_constant__ rmk_att_lead lead,
+            const __grid_constant__ rmk_att_operand oq, const T *q,
+            const __grid_constant__ rmk_att_operand ok, const T *k,
+            const __grid_constant__ rmk_att_operand ov, const T *v,
             const __grid_constant__ rmk_att_operand oy, T *y, T *lse) {
     typedef att_cfg<T, HD> C;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    T *Qs = (T *)smem_raw;          /* BQ x LD */
-    T *Ks = Qs + C::BQ * C::LD;     /* BK x LD */
-    T *Vs = Ks + C::BK * C::LD;     /* BK x LD */
-    T *Ss = Vs + C::BK * C::LD;     /* BQ x (BK + 1): scores, then probabilities */
+    T *Qs = (T *)smem_raw;      /* BQ x LD */
+    T *Ks = Qs + C::BQ * C::LD; /* BK x LD */
+    T *Vs = Ks + C::BK * C::LD; /* BK x LD */
+    T *Ss = Vs + C::BK * C::LD; /* BQ x (BK + 1): scores, then probabilities */
     const int r = threadIdx.x / C::TPR, t = threadIdx.x % C::TPR;
     const int64_t nqb = (d.Tq + C::BQ - 1) / C::BQ;
     const T scale = (T)d.scale;
@@ -109,7 +110,8 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
                 mloc = rmk_nanmax(mloc, sv);
             }
             const T mnew = rmk_nanmax(mrun, rmk_group_max(mloc, C::TPR));
-            const T nsub = mnew == (T)-INFINITY ? (T)0 : mnew; /* nothing seen yet: avoid inf - inf */
+            const T nsub =
+                mnew == (T)-INFINITY ? (T)0 : mnew; /* nothing seen yet: avoid inf - inf */
             const T corr = rmk_exp(mrun - nsub);
             T lloc = 0;
             for (int jj = t; jj < C::BK; jj += C::TPR) {
@@ -124,7 +126,8 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
             for (int jj = 0; jj < C::BK; jj++) {
                 const T p = sr[jj];
 #pragma unroll
-                for (int m = 0; m < C::PER; m++) o[m] = rmk_fma(p, Vs[jj * C::LD + t + C::TPR * m], o[m]);
+                for (int m = 0; m < C::PER; m++)
+                    o[m] = rmk_fma(p, Vs[jj * C::LD + t + C::TPR * m], o[m]);
             }
             __syncwarp(); /* the group is done reading sr before the next tile writes it */
             mrun = mnew;
@@ -143,20 +146,23 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
     }
 }
 
-/* ---- backward: delta and dQ, by query tiles ------------------------------------------------------- */
+/* ---- backward: delta and dQ, by query tiles ------------------------------------------------ */
 template <typename T, int HD>
 __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
-    att_bwd_dq(const __grid_constant__ rmk_att_dims d, const __grid_constant__ rmk_att_lead lead, const __grid_constant__ rmk_att_operand oq, const T *q,
-               const __grid_constant__ rmk_att_operand ok, const T *k, const __grid_constant__ rmk_att_operand ov, const T *v,
-               const __grid_constant__ rmk_att_operand oy, const T *y, const __grid_constant__ rmk_att_operand og, const T *gy,
+    att_bwd_dq(const __grid_constant__ rmk_att_dims d, const __grid_constant__ rmk_att_lead lead,
+               const __grid_constant__ rmk_att_operand oq, const T *q,
+               const __grid_constant__ rmk_att_operand ok, const T *k,
+               const __grid_constant__ rmk_att_operand ov, const T *v,
+               const __grid_constant__ rmk_att_operand oy, const T *y,
+               const __grid_constant__ rmk_att_operand og, const T *gy,
                const __grid_constant__ rmk_att_operand odq, T *dq, const T *lse, T *delta) {
     typedef att_cfg<T, HD> C;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    T *Qs = (T *)smem_raw;       /* BQ x LD */
-    T *Gs = Qs + C::BQ * C::LD;  /* BQ x LD: dO */
-    T *Ks = Gs + C::BQ * C::LD;  /* BK x LD */
-    T *Vs = Ks + C::BK * C::LD;  /* BK x LD */
-    T *Ss = Vs + C::BK * C::LD;  /* BQ x (BK + 1): dS */
+    T *Qs = (T *)smem_raw;      /* BQ x LD */
+    T *Gs = Qs + C::BQ * C::LD; /* BQ x LD: dO */
+    T *Ks = Gs + C::BQ * C::LD; /* BK x LD */
+    T *Vs = Ks + C::BK * C::LD; /* BK x LD */
+    T *Ss = Vs + C::BK * C::LD; /* BQ x (BK + 1): dS */
     const int r = threadIdx.x / C::TPR, t = threadIdx.x % C::TPR;
     const int64_t nqb = (d.Tq + C::BQ - 1) / C::BQ;
     const T scale = (T)d.scale;
@@ -173,7 +179,8 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
         /* delta_i = sum_c dO[i, c] * y[i, c] */
         T dl = 0;
         if (i < d.Tq)
-            for (int c = t; c < d.Dv; c += C::TPR) dl += Gs[r * C::LD + c] * y[by + i * oy.rs + c * oy.cs];
+            for (int c = t; c < d.Dv; c += C::TPR)
+                dl += Gs[r * C::LD + c] * y[by + i * oy.rs + c * oy.cs];
         dl = rmk_group_sum(dl, C::TPR);
         if (i < d.Tq && t == 0) delta[b * d.Tq + i] = dl;
         if (!dq) continue; /* uniform: every thread of the block skips */
@@ -203,7 +210,8 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
             for (int jj = 0; jj < C::BK; jj++) {
                 const T ds = sr[jj];
 #pragma unroll
-                for (int m = 0; m < C::PER; m++) acc[m] = rmk_fma(ds, Ks[jj * C::LD + t + C::TPR * m], acc[m]);
+                for (int m = 0; m < C::PER; m++)
+                    acc[m] = rmk_fma(ds, Ks[jj * C::LD + t + C::TPR * m], acc[m]);
             }
             __syncwarp();
         }
@@ -218,24 +226,27 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
     }
 }
 
-/* ---- backward: dK and dV, by key tiles -------------------------------------------------------------- */
+/* ---- backward: dK and dV, by key tiles ----------------------------------------------------- */
 template <typename T, int HD>
 __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
-    att_bwd_dkdv(const __grid_constant__ rmk_att_dims d, const __grid_constant__ rmk_att_lead lead, const __grid_constant__ rmk_att_operand oq, const T *q,
-                 const __grid_constant__ rmk_att_operand ok, const T *k, const __grid_constant__ rmk_att_operand ov, const T *v,
-                 const __grid_constant__ rmk_att_operand og, const T *gy, const __grid_constant__ rmk_att_operand odk, T *dk,
+    att_bwd_dkdv(const __grid_constant__ rmk_att_dims d, const __grid_constant__ rmk_att_lead lead,
+                 const __grid_constant__ rmk_att_operand oq, const T *q,
+                 const __grid_constant__ rmk_att_operand ok, const T *k,
+                 const __grid_constant__ rmk_att_operand ov, const T *v,
+                 const __grid_constant__ rmk_att_operand og, const T *gy,
+                 const __grid_constant__ rmk_att_operand odk, T *dk,
                  const __grid_constant__ rmk_att_operand odv, T *dv, const T *lse, const T *delta) {
     typedef att_cfg<T, HD> C;
     constexpr int BKV = C::BQ, BQ2 = C::BK; /* keys per block, queries per tile */
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    T *Ks = (T *)smem_raw;          /* BKV x LD */
-    T *Vs = Ks + BKV * C::LD;       /* BKV x LD */
-    T *Qs = Vs + BKV * C::LD;       /* BQ2 x LD */
-    T *Gs = Qs + BQ2 * C::LD;       /* BQ2 x LD */
-    T *Ps = Gs + BQ2 * C::LD;       /* BKV x (BQ2 + 1) */
-    T *Ds = Ps + BKV * (BQ2 + 1);   /* BKV x (BQ2 + 1) */
-    T *Ls = Ds + BKV * (BQ2 + 1);   /* BQ2: lse */
-    T *Dl = Ls + BQ2;               /* BQ2: delta */
+    T *Ks = (T *)smem_raw;        /* BKV x LD */
+    T *Vs = Ks + BKV * C::LD;     /* BKV x LD */
+    T *Qs = Vs + BKV * C::LD;     /* BQ2 x LD */
+    T *Gs = Qs + BQ2 * C::LD;     /* BQ2 x LD */
+    T *Ps = Gs + BQ2 * C::LD;     /* BKV x (BQ2 + 1) */
+    T *Ds = Ps + BKV * (BQ2 + 1); /* BKV x (BQ2 + 1) */
+    T *Ls = Ds + BKV * (BQ2 + 1); /* BQ2: lse */
+    T *Dl = Ls + BQ2;             /* BQ2: delta */
     const int r = threadIdx.x / C::TPR, t = threadIdx.x % C::TPR;
     const int64_t nkb = (d.Tk + BKV - 1) / BKV;
     const T scale = (T)d.scale;
@@ -308,7 +319,7 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
     }
 }
 
-/* ---- launchers ---------------------------------------------------------------------------------------- */
+/* ---- launchers ----------------------------------------------------------------------------- */
 template <typename T, int HD> static size_t fwd_smem() {
     typedef att_cfg<T, HD> C;
     return sizeof(T) * (size_t)((C::BQ + 2 * C::BK) * C::LD + C::BQ * (C::BK + 1));
@@ -319,7 +330,8 @@ template <typename T, int HD> static size_t dq_smem() {
 }
 template <typename T, int HD> static size_t dkdv_smem() {
     typedef att_cfg<T, HD> C;
-    return sizeof(T) * (size_t)((2 * C::BQ + 2 * C::BK) * C::LD + 2 * C::BQ * (C::BK + 1) + 2 * C::BK);
+    return sizeof(T) *
+           (size_t)((2 * C::BQ + 2 * C::BK) * C::LD + 2 * C::BQ * (C::BK + 1) + 2 * C::BK);
 }
 
 /* Blocks for n items: enough to fill the GPU several times over, capped. */
@@ -331,17 +343,17 @@ static unsigned att_grid(int64_t n) {
 template <typename T, int HD>
 static cudaError_t fwd_t(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_att_operand *oq,
                          const void *q, const rmk_att_operand *ok, const void *k,
-                         const rmk_att_operand *ov, const void *v, const rmk_att_operand *oy, void *y,
-                         void *lse, cudaStream_t s) {
+                         const rmk_att_operand *ov, const void *v, const rmk_att_operand *oy,
+                         void *y, void *lse, cudaStream_t s) {
     typedef att_cfg<T, HD> C;
     unsigned grid = att_grid(d->nb * ((d->Tq + C::BQ - 1) / C::BQ));
     if (grid == 0) return cudaSuccess;
     size_t sm = fwd_smem<T, HD>();
-    cudaError_t e = cudaFuncSetAttribute(att_fwd<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)sm);
+    cudaError_t e =
+        cudaFuncSetAttribute(att_fwd<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
     if (e != cudaSuccess) return e;
     att_fwd<T, HD><<<grid, C::NT, sm, s>>>(*d, *lead, *oq, (const T *)q, *ok, (const T *)k, *ov,
-                                          (const T *)v, *oy, (T *)y, (T *)lse);
+                                           (const T *)v, *oy, (T *)y, (T *)lse);
     return cudaGetLastError();
 }
 
@@ -356,10 +368,9 @@ static cudaError_t bwd_t(const rmk_att_dims *d, const rmk_att_lead *lead, const 
         cudaError_t e = cudaFuncSetAttribute(att_bwd_dq<T, HD>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
         if (e != cudaSuccess) return e;
-        att_bwd_dq<T, HD><<<g1, C::NT, sm, s>>>(*d, *lead, o[0], (const T *)p[0], o[1],
-                                                (const T *)p[1], o[2], (const T *)p[2], o[3],
-                                                (const T *)p[3], o[4], (const T *)p[4], o[5],
-                                                (T *)p[5], (const T *)lse, delta);
+        att_bwd_dq<T, HD><<<g1, C::NT, sm, s>>>(
+            *d, *lead, o[0], (const T *)p[0], o[1], (const T *)p[1], o[2], (const T *)p[2], o[3],
+            (const T *)p[3], o[4], (const T *)p[4], o[5], (T *)p[5], (const T *)lse, delta);
         e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
@@ -369,39 +380,37 @@ static cudaError_t bwd_t(const rmk_att_dims *d, const rmk_att_lead *lead, const 
         cudaError_t e = cudaFuncSetAttribute(att_bwd_dkdv<T, HD>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
         if (e != cudaSuccess) return e;
-        att_bwd_dkdv<T, HD><<<g2, C::NT, sm, s>>>(*d, *lead, o[0], (const T *)p[0], o[1],
-                                                  (const T *)p[1], o[2], (const T *)p[2], o[4],
-                                                  (const T *)p[4], o[6], (T *)p[6], o[7], (T *)p[7],
-                                                  (const T *)lse, delta);
+        att_bwd_dkdv<T, HD><<<g2, C::NT, sm, s>>>(
+            *d, *lead, o[0], (const T *)p[0], o[1], (const T *)p[1], o[2], (const T *)p[2], o[4],
+            (const T *)p[4], o[6], (T *)p[6], o[7], (T *)p[7], (const T *)lse, delta);
     }
     return cudaGetLastError();
 }
 
-#define RMK_ATT_DISPATCH(dt, hd, CALL)                                                            \
-    do {                                                                                          \
-        if ((dt) == 0) {                                                                          \
-            switch (hd) {                                                                         \
-            case 32: return CALL(float, 32);                                                      \
-            case 64: return CALL(float, 64);                                                      \
-            case 128: return CALL(float, 128);                                                    \
-            case 256: return CALL(float, 256);                                                    \
-            }                                                                                     \
-        } else if ((dt) == 1) {                                                                   \
-            switch (hd) {                                                                         \
-            case 32: return CALL(double, 32);                                                     \
-            case 64: return CALL(double, 64);                                                     \
-            case 128: return CALL(double, 128);                                                   \
-            case 256: return CALL(double, 256);                                                   \
-            }                                                                                     \
-        }                                                                                         \
-        return cudaErrorInvalidValue;                                                             \
+#define RMK_ATT_DISPATCH(dt, hd, CALL)                                                             \
+    do {                                                                                           \
+        if ((dt) == 0) {                                                                           \
+            switch (hd) {                                                                          \
+            case 32: return CALL(float, 32);                                                       \
+            case 64: return CALL(float, 64);                                                       \
+            case 128: return CALL(float, 128);                                                     \
+            case 256: return CALL(float, 256);                                                     \
+            }                                                                                      \
+        } else if ((dt) == 1) {                                                                    \
+            switch (hd) {                                                                          \
+            case 32: return CALL(double, 32);                                                      \
+            case 64: return CALL(double, 64);                                                      \
+            case 128: return CALL(double, 128);                                                    \
+            case 256: return CALL(double, 256);                                                    \
+            }                                                                                      \
+        }                                                                                          \
+        return cudaErrorInvalidValue;                                                              \
     } while (0)
 
-extern "C" cudaError_t rmk_attention(int dt, const rmk_att_dims *d, const rmk_att_lead *lead,
-                                     const rmk_att_operand *oq, const void *q,
-                                     const rmk_att_operand *ok, const void *k,
-                                     const rmk_att_operand *ov, const void *v,
-                                     const rmk_att_operand *oy, void *y, void *lse, cudaStream_t s) {
+extern "C" cudaError_t
+rmk_attention(int dt, const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_att_operand *oq,
+              const void *q, const rmk_att_operand *ok, const void *k, const rmk_att_operand *ov,
+              const void *v, const rmk_att_operand *oy, void *y, void *lse, cudaStream_t s) {
     int hd = rmk_att_head_class(d->D, d->Dv);
 #define FWD_CALL(T, HD) fwd_t<T, HD>(d, lead, oq, q, ok, k, ov, v, oy, y, lse, s)
     RMK_ATT_DISPATCH(dt, hd, FWD_CALL);

@@ -54,9 +54,9 @@ static int cuda_attention(const rm_kargs *k) {
     rmk_call c;
     rc = rmk_enter(&c, in[0], "cuda attention kernel");
     if (rc) return rc;
-    return rmk_leave(&c, rmk_attention(rmk_dt(in[0]), &d, &lead, &oq, rm_ptr(in[0]), &ok,
-                                       rm_ptr(in[1]), &ov, rm_ptr(in[2]), &oy, rm_ptr(y),
-                                       rm_ptr(k->out[1]), c.s));
+    return rmk_leave(&c,
+                     rmk_attention(rmk_dt(in[0]), &d, &lead, &oq, rm_ptr(in[0]), &ok, rm_ptr(in[1]),
+                                   &ov, rm_ptr(in[2]), &oy, rm_ptr(y), rm_ptr(k->out[1]), c.s));
 }
 
 static int cuda_attention_bwd(const rm_kargs *k) {

@@ -52,15 +52,15 @@ template <typename T, int OP> __device__ __forceinline__ T unary_f(T x, T p) {
 template <typename T, int OP> __device__ __forceinline__ T unary_df(T g, T s, T p) {
     switch (OP) {
     case RM_U_NEG: return -g;
-    case RM_U_EXP: return g * s;                      /* s = y */
-    case RM_U_LOG: return g / s;                      /* s = x */
-    case RM_U_SQRT: return g / ((T)2 * s);            /* s = y */
-    case RM_U_TANH: return g * ((T)1 - s * s);        /* s = y */
-    case RM_U_SIGMOID: return g * s * ((T)1 - s);     /* s = y */
-    case RM_U_RELU: return s > 0 ? g : (T)0;          /* s = y */
-    case RM_U_GELU_ERF:                               /* s = x */
+    case RM_U_EXP: return g * s;                  /* s = y */
+    case RM_U_LOG: return g / s;                  /* s = x */
+    case RM_U_SQRT: return g / ((T)2 * s);        /* s = y */
+    case RM_U_TANH: return g * ((T)1 - s * s);    /* s = y */
+    case RM_U_SIGMOID: return g * s * ((T)1 - s); /* s = y */
+    case RM_U_RELU: return s > 0 ? g : (T)0;      /* s = y */
+    case RM_U_GELU_ERF:                           /* s = x */
         return g * (phi(s) + s * ((T)K_INV_SQRT_2PI * rmk_exp((T)-0.5 * s * s)));
-    case RM_U_GELU_TANH: {                            /* s = x */
+    case RM_U_GELU_TANH: { /* s = x */
         T th = rmk_tanh(gelu_tanh_u(s));
         T din = (T)K_SQRT_2_OVER_PI * ((T)1 + (T)3 * (T)0.044715 * s * s);
         return g * ((T)0.5 * ((T)1 + th) + (T)0.5 * s * ((T)1 - th * th) * din);
@@ -83,20 +83,18 @@ __global__ void unary_bwd_kernel(const T *__restrict__ g, const T *__restrict__ 
 }
 
 /* Calls X(op) for every rm_unary_op (inside a switch). */
-#define RMK_UNARY_CASES(X)                                                                    \
-    X(RM_U_NEG) X(RM_U_EXP) X(RM_U_LOG) X(RM_U_SQRT) X(RM_U_TANH) X(RM_U_SIGMOID)            \
-    X(RM_U_RELU) X(RM_U_GELU_ERF) X(RM_U_GELU_TANH) X(RM_U_POW) X(RM_U_ADD) X(RM_U_MUL)      \
-    X(RM_U_RSUB)
+#define RMK_UNARY_CASES(X)                                                                         \
+    X(RM_U_NEG)                                                                                    \
+    X(RM_U_EXP) X(RM_U_LOG) X(RM_U_SQRT) X(RM_U_TANH) X(RM_U_SIGMOID) X(RM_U_RELU)                 \
+        X(RM_U_GELU_ERF) X(RM_U_GELU_TANH) X(RM_U_POW) X(RM_U_ADD) X(RM_U_MUL) X(RM_U_RSUB)
 
 template <typename T>
 static cudaError_t unary_t(int op, double p, const void *x, void *y, int64_t n, cudaStream_t s) {
     unsigned nb = rmk_blocks(n, RMK_THREADS);
     if (nb == 0) return cudaSuccess;
     switch (op) {
-#define X(OP)                                                                                 \
-    case OP:                                                                                  \
-        unary_kernel<T, OP><<<nb, RMK_THREADS, 0, s>>>((const T *)x, (T *)y, n, (T)p);        \
-        break;
+#define X(OP)                                                                                      \
+    case OP: unary_kernel<T, OP><<<nb, RMK_THREADS, 0, s>>>((const T *)x, (T *)y, n, (T)p); break;
         RMK_UNARY_CASES(X)
 #undef X
     default: return cudaErrorInvalidValue;
@@ -110,10 +108,10 @@ static cudaError_t unary_bwd_t(int op, double p, const void *g, const void *sv, 
     unsigned nb = rmk_blocks(n, RMK_THREADS);
     if (nb == 0) return cudaSuccess;
     switch (op) {
-#define X(OP)                                                                                 \
-    case OP:                                                                                  \
-        unary_bwd_kernel<T, OP><<<nb, RMK_THREADS, 0, s>>>((const T *)g, (const T *)sv,       \
-                                                           (T *)dx, n, (T)p);                 \
+#define X(OP)                                                                                      \
+    case OP:                                                                                       \
+        unary_bwd_kernel<T, OP>                                                                    \
+            <<<nb, RMK_THREADS, 0, s>>>((const T *)g, (const T *)sv, (T *)dx, n, (T)p);            \
         break;
         RMK_UNARY_CASES(X)
 #undef X
@@ -139,7 +137,7 @@ __global__ void relu_mask_bwd_kernel(const T *__restrict__ g, const uint8_t *__r
                                      T *__restrict__ dx, int64_t n) {
     RMK_GRID_LOOP(i, n) dx[i] = (m[i >> 3] >> (i & 7)) & 1u ? g[i] : (T)0;
 }
-/* ---- the elementwise engine ------------------------------------------------------------------ */
+/* ---- the elementwise engine ---------------------------------------------------------------- */
 template <typename T, int OP> __device__ __forceinline__ T ew_f(T a, T b, T c, T p) {
     switch (OP) {
     case RM_EW_FILL: return p;
@@ -154,22 +152,23 @@ template <typename T, int OP> __device__ __forceinline__ T ew_f(T a, T b, T c, T
     case RM_EW_RELU_BWD: return b > 0 ? a : (T)0;
     case RM_EW_DIV_GB: return -a * b / (c * c);
     case RM_EW_POW_GA: return c == (T)0 ? (T)0 : a * c * rmk_pow(b, c - (T)1);
-    default: /* RM_EW_POW_GB */ return (b == (T)0 && c >= (T)0) ? (T)0 : a * rmk_pow(b, c) * rmk_log(b);
+    default: /* RM_EW_POW_GB */
+        return (b == (T)0 && c >= (T)0) ? (T)0 : a * rmk_pow(b, c) * rmk_log(b);
     }
 }
 
 /* Operands the op reads (cpu elementwise.c's k_arity). */
 __host__ __device__ constexpr int ew_arity(int op) {
-    return op == RM_EW_FILL ? 0
-           : (op == RM_EW_SCALE || op == RM_EW_RELU) ? 1
+    return op == RM_EW_FILL                                                   ? 0
+           : (op == RM_EW_SCALE || op == RM_EW_RELU)                          ? 1
            : (op == RM_EW_DIV_GB || op == RM_EW_POW_GA || op == RM_EW_POW_GB) ? 3
-                                                                                : 2;
+                                                                              : 2;
 }
 
 /* FLAT: the plan is one dim (offsets i * stride); else decompose i. */
 template <typename T, int OP, bool FLAT>
-__global__ void ew_kernel(const __grid_constant__ rmk_plan pl, T *y, const T *a, const T *b, const T *c, int64_t n,
-                          T p) {
+__global__ void ew_kernel(const __grid_constant__ rmk_plan pl, T *y, const T *a, const T *b,
+                          const T *c, int64_t n, T p) {
     constexpr int ar = ew_arity(OP);
     RMK_GRID_LOOP(i, n) {
         int64_t off[RMK_MAX_OPS];
@@ -185,10 +184,10 @@ __global__ void ew_kernel(const __grid_constant__ rmk_plan pl, T *y, const T *a,
     }
 }
 
-#define RMK_EW_CASES(X)                                                                       \
-    X(RM_EW_FILL) X(RM_EW_SCALE) X(RM_EW_RELU) X(RM_EW_ADD) X(RM_EW_SUB) X(RM_EW_MUL)          \
-    X(RM_EW_DIV) X(RM_EW_POW) X(RM_EW_AXPY) X(RM_EW_RELU_BWD) X(RM_EW_DIV_GB)                  \
-    X(RM_EW_POW_GA) X(RM_EW_POW_GB)
+#define RMK_EW_CASES(X)                                                                            \
+    X(RM_EW_FILL)                                                                                  \
+    X(RM_EW_SCALE) X(RM_EW_RELU) X(RM_EW_ADD) X(RM_EW_SUB) X(RM_EW_MUL) X(RM_EW_DIV) X(RM_EW_POW)  \
+        X(RM_EW_AXPY) X(RM_EW_RELU_BWD) X(RM_EW_DIV_GB) X(RM_EW_POW_GA) X(RM_EW_POW_GB)
 
 template <typename T>
 static cudaError_t ew_t(int op, double p, const rmk_plan *pl, void *y, const void *a, const void *b,
@@ -199,16 +198,14 @@ static cudaError_t ew_t(int op, double p, const rmk_plan *pl, void *y, const voi
     if (nb == 0) return cudaSuccess;
     bool flat = pl->nd == 1;
     switch (op) {
-#define X(OP)                                                                                 \
-    case OP:                                                                                  \
-        if (flat)                                                                             \
-            ew_kernel<T, OP, true><<<nb, RMK_THREADS, 0, s>>>(*pl, (T *)y, (const T *)a,      \
-                                                              (const T *)b, (const T *)c, n,  \
-                                                              (T)p);                          \
-        else                                                                                  \
-            ew_kernel<T, OP, false><<<nb, RMK_THREADS, 0, s>>>(*pl, (T *)y, (const T *)a,     \
-                                                               (const T *)b, (const T *)c, n, \
-                                                               (T)p);                         \
+#define X(OP)                                                                                      \
+    case OP:                                                                                       \
+        if (flat)                                                                                  \
+            ew_kernel<T, OP, true><<<nb, RMK_THREADS, 0, s>>>(                                     \
+                *pl, (T *)y, (const T *)a, (const T *)b, (const T *)c, n, (T)p);                   \
+        else                                                                                       \
+            ew_kernel<T, OP, false><<<nb, RMK_THREADS, 0, s>>>(                                    \
+                *pl, (T *)y, (const T *)a, (const T *)b, (const T *)c, n, (T)p);                   \
         break;
         RMK_EW_CASES(X)
 #undef X
@@ -217,7 +214,7 @@ static cudaError_t ew_t(int op, double p, const rmk_plan *pl, void *y, const voi
     return cudaGetLastError();
 }
 
-/* ---- strided copy ------------------------------------------------------------------------------ */
+/* ---- strided copy -------------------------------------------------------------------------- */
 template <typename U, bool FLAT>
 __global__ void copy_kernel(const __grid_constant__ rmk_plan pl, U *dst, const U *src, int64_t n) {
     RMK_GRID_LOOP(i, n) {
@@ -241,13 +238,12 @@ static cudaError_t copy_t(const rmk_plan *pl, void *dst, const void *src, cudaSt
         return cudaMemcpyAsync(dst, src, (size_t)n * sizeof(U), cudaMemcpyDeviceToDevice, s);
     if (pl->nd == 1)
         copy_kernel<U, true><<<nb, RMK_THREADS, 0, s>>>(*pl, (U *)dst, (const U *)src, n);
-    else
-        copy_kernel<U, false><<<nb, RMK_THREADS, 0, s>>>(*pl, (U *)dst, (const U *)src, n);
+    else copy_kernel<U, false><<<nb, RMK_THREADS, 0, s>>>(*pl, (U *)dst, (const U *)src, n);
     return cudaGetLastError();
 }
 
-/* ---- launchers ------------------------------------------------------------------------------- */
-#define RMK_BY_DTYPE(dt, call_f32, call_f64)                                                  \
+/* ---- launchers ----------------------------------------------------------------------------- */
+#define RMK_BY_DTYPE(dt, call_f32, call_f64)                                                       \
     ((dt) == 0 ? (call_f32) : (dt) == 1 ? (call_f64) : cudaErrorInvalidValue)
 
 extern "C" cudaError_t rmk_unary(int dt, int op, double p, const void *x, void *y, int64_t n,
@@ -277,8 +273,8 @@ extern "C" cudaError_t rmk_relu_mask_bwd(int dt, const void *g, const uint8_t *m
     if (dt == 0)
         relu_mask_bwd_kernel<float><<<nb, RMK_THREADS, 0, s>>>((const float *)g, m, (float *)dx, n);
     else if (dt == 1)
-        relu_mask_bwd_kernel<double><<<nb, RMK_THREADS, 0, s>>>((const double *)g, m, (double *)dx,
-                                                                 n);
+        relu_mask_bwd_kernel<double>
+            <<<nb, RMK_THREADS, 0, s>>>((const double *)g, m, (double *)dx, n);
     else return cudaErrorInvalidValue;
     return cudaGetLastError();
 }

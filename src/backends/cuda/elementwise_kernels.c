@@ -66,7 +66,8 @@ static int cuda_elementwise(const rm_kargs *k) {
     if (rc) return rc;
     const void *a = n_in > 0 ? rm_ptr(k->in[0]) : NULL, *b = n_in > 1 ? rm_ptr(k->in[1]) : NULL,
                *cc = n_in > 2 ? rm_ptr(k->in[2]) : NULL;
-    return rmk_leave(&c, rmk_elementwise(rmk_dt(y), (int)p->op, p->p, &pl, rm_ptr(y), a, b, cc, c.s));
+    return rmk_leave(&c,
+                     rmk_elementwise(rmk_dt(y), (int)p->op, p->p, &pl, rm_ptr(y), a, b, cc, c.s));
 }
 
 void rm_cuda_register_elementwise(int type) {

@@ -16,8 +16,8 @@
 #include "kplan.h"
 
 /* for (i = global thread; i < n; i += grid stride), 64-bit indices */
-#define RMK_GRID_LOOP(i, n)                                                                   \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                 \
+#define RMK_GRID_LOOP(i, n)                                                                        \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
          i += (int64_t)gridDim.x * blockDim.x)
 
 /* ---- per-type math -------------------------------------------------------------------- */

@@ -101,7 +101,8 @@ typedef struct rmk_groups {
     bool red[RMK_MAX_DIMS];
 } rmk_groups;
 
-static inline void rmk_groups_make(int ndim, const int64_t *shape, const bool *mask, rmk_groups *g) {
+static inline void rmk_groups_make(int ndim, const int64_t *shape, const bool *mask,
+                                   rmk_groups *g) {
     g->n = 0;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] == 1) continue;
@@ -180,7 +181,7 @@ static inline void rmk_sum_split(int64_t O, int64_t R, int64_t I, int64_t *chunk
     *nch = R > 0 ? (R + *chunk - 1) / *chunk : 1;
 }
 
-/* ---- grids -------------------------------------------------------------------------------- */
+/* ---- grids --------------------------------------------------------------------------------- */
 /* Blocks of `threads` for n elements, capped (the kernels loop grid-stride
  * beyond the cap). 0 elements: 0 blocks (the launcher skips the launch). */
 #define RMK_MAX_BLOCKS 65535 /* also gridDim.y's limit: any axis may use it */
@@ -204,7 +205,8 @@ typedef struct rmk_att_lead {
     int64_t shape[RMK_MAX_DIMS];
 } rmk_att_lead;
 
-static inline RMK_HD int64_t rmk_att_boff(const rmk_att_lead *l, const rmk_att_operand *o, int64_t b) {
+static inline RMK_HD int64_t rmk_att_boff(const rmk_att_lead *l, const rmk_att_operand *o,
+                                          int64_t b) {
     int64_t off = 0;
     for (int d = l->nlead - 1; d >= 0; d--) {
         int64_t n = l->shape[d];

@@ -68,7 +68,8 @@ static inline int rmk_dt(const remat_tensor *t) { return t->dtype == REMAT_F64 ?
 
 /* The plan of y = f(x[0..n_in)) with the inputs broadcast to y's shape and
  * y written through its strides (plan operand 0 is y, k + 1 is x[k]). */
-static inline void rmk_plan_ew(rmk_plan *p, const remat_tensor *y, remat_tensor *const *x, int n_in) {
+static inline void rmk_plan_ew(rmk_plan *p, const remat_tensor *y, remat_tensor *const *x,
+                               int n_in) {
     int64_t st[RMK_MAX_OPS][RMK_MAX_DIMS];
     for (int d = 0; d < y->ndim; d++) st[0][d] = y->strides[d];
     for (int k = 0; k < n_in; k++)
@@ -95,6 +96,7 @@ static inline void rmk_register_rows(int type, const rmk_row *rows, size_t n) {
         rm_kernel_register(rows[i].id, type, REMAT_F64, rows[i].fn);
     }
 }
-#define RMK_REGISTER_ROWS(type, rows) rmk_register_rows((type), (rows), sizeof(rows) / sizeof((rows)[0]))
+#define RMK_REGISTER_ROWS(type, rows)                                                              \
+    rmk_register_rows((type), (rows), sizeof(rows) / sizeof((rows)[0]))
 
 #endif /* REMAT_CUDA_KWRAP_H */

@@ -26,7 +26,7 @@
 #define RMK_THREADS 256
 #define RMK_LOSS_CHUNK 4096
 
-/* ---- index checks ------------------------------------------------------------------------- */
+/* ---- index checks -------------------------------------------------------------------------- */
 __global__ void init_i64(int64_t *p, int64_t v) { *p = v; }
 
 __global__ void first_bad_kernel(const int64_t *__restrict__ idx, int64_t P, int64_t lo, int64_t hi,
@@ -47,7 +47,7 @@ extern "C" cudaError_t rmk_first_bad_index(const int64_t *idx, int64_t P, int64_
     return cudaGetLastError();
 }
 
-/* ---- embedding -------------------------------------------------------------------------------- */
+/* ---- embedding ----------------------------------------------------------------------------- */
 /* y (P, D) = w[idx[p], :] */
 template <typename T>
 __global__ void embedding_kernel(const T *__restrict__ w, const int64_t *__restrict__ idx,
@@ -65,8 +65,8 @@ extern "C" cudaError_t rmk_embedding(int dt, const void *w, const int64_t *idx, 
     if (dt == 0)
         embedding_kernel<float><<<nb, RMK_THREADS, 0, s>>>((const float *)w, idx, (float *)y, P, D);
     else if (dt == 1)
-        embedding_kernel<double><<<nb, RMK_THREADS, 0, s>>>((const double *)w, idx, (double *)y, P,
-                                                            D);
+        embedding_kernel<double>
+            <<<nb, RMK_THREADS, 0, s>>>((const double *)w, idx, (double *)y, P, D);
     else return cudaErrorInvalidValue;
     return cudaGetLastError();
 }
@@ -131,15 +131,15 @@ extern "C" cudaError_t rmk_embedding_bwd(int dt, const void *g, const int64_t *i
     if (e != cudaSuccess) return e;
     unsigned nb = rmk_blocks(P, 1);
     if (dt == 0)
-        embedding_bwd_runs<float><<<nb, RMK_THREADS, 0, s>>>((const float *)g, keys, pos,
-                                                             (float *)dw, P, D);
+        embedding_bwd_runs<float>
+            <<<nb, RMK_THREADS, 0, s>>>((const float *)g, keys, pos, (float *)dw, P, D);
     else
-        embedding_bwd_runs<double><<<nb, RMK_THREADS, 0, s>>>((const double *)g, keys, pos,
-                                                              (double *)dw, P, D);
+        embedding_bwd_runs<double>
+            <<<nb, RMK_THREADS, 0, s>>>((const double *)g, keys, pos, (double *)dw, P, D);
     return cudaGetLastError();
 }
 
-/* ---- cross_entropy ------------------------------------------------------------------------------ */
+/* ---- cross_entropy ------------------------------------------------------------------------- */
 /* lse[n] = logsumexp(x[n, :]), one block per row */
 template <typename T>
 __global__ void row_lse(const T *__restrict__ x, int64_t N, int64_t C, T *__restrict__ lse) {
@@ -240,9 +240,10 @@ __global__ void ce_bwd_rows(const T *__restrict__ x, const int64_t *__restrict__
 
 extern "C" size_t rmk_cross_entropy_bwd_ws(void) { return sizeof(int64_t); }
 
-extern "C" cudaError_t rmk_cross_entropy_bwd(int dt, const void *x, const int64_t *t, int64_t ignore,
-                                             const void *lse, const void *g, void *dx, int64_t N,
-                                             int64_t C, void *ws, cudaStream_t s) {
+extern "C" cudaError_t rmk_cross_entropy_bwd(int dt, const void *x, const int64_t *t,
+                                             int64_t ignore, const void *lse, const void *g,
+                                             void *dx, int64_t N, int64_t C, void *ws,
+                                             cudaStream_t s) {
     if (dt != 0 && dt != 1) return cudaErrorInvalidValue;
     unsigned nb = rmk_blocks(N, 1);
     if (nb == 0 || C == 0) return cudaSuccess;
@@ -259,7 +260,7 @@ extern "C" cudaError_t rmk_cross_entropy_bwd(int dt, const void *x, const int64_
     return cudaGetLastError();
 }
 
-/* ---- mse_loss ------------------------------------------------------------------------------------- */
+/* ---- mse_loss ------------------------------------------------------------------------------ */
 template <typename T>
 __global__ void mse_chunks(const T *__restrict__ a, const T *__restrict__ b, int64_t n,
                            double *__restrict__ part) {
@@ -277,7 +278,8 @@ __global__ void mse_chunks(const T *__restrict__ a, const T *__restrict__ b, int
     }
 }
 template <typename T>
-__global__ void mse_total(const double *__restrict__ part, int64_t nch, int64_t n, T *__restrict__ y) {
+__global__ void mse_total(const double *__restrict__ part, int64_t nch, int64_t n,
+                          T *__restrict__ y) {
     __shared__ double sh[32];
     double acc = 0;
     for (int64_t c = threadIdx.x; c < nch; c += blockDim.x) acc += part[c];
@@ -296,11 +298,14 @@ extern "C" cudaError_t rmk_mse(int dt, const void *a, const void *b, void *y, in
     unsigned nb = rmk_blocks(nch, 1);
     double *part = (double *)ws;
     if (dt == 0) {
-        if (nb) mse_chunks<float><<<nb, RMK_THREADS, 0, s>>>((const float *)a, (const float *)b, n, part);
+        if (nb)
+            mse_chunks<float>
+                <<<nb, RMK_THREADS, 0, s>>>((const float *)a, (const float *)b, n, part);
         mse_total<float><<<1, 1024, 0, s>>>(part, nch, n, (float *)y);
     } else if (dt == 1) {
         if (nb)
-            mse_chunks<double><<<nb, RMK_THREADS, 0, s>>>((const double *)a, (const double *)b, n, part);
+            mse_chunks<double>
+                <<<nb, RMK_THREADS, 0, s>>>((const double *)a, (const double *)b, n, part);
         mse_total<double><<<1, 1024, 0, s>>>(part, nch, n, (double *)y);
     } else {
         return cudaErrorInvalidValue;
@@ -325,13 +330,11 @@ extern "C" cudaError_t rmk_mse_bwd(int dt, const void *a, const void *b, const v
     unsigned nb = rmk_blocks(n, RMK_THREADS);
     if (nb == 0) return cudaSuccess;
     if (dt == 0)
-        mse_bwd_kernel<float><<<nb, RMK_THREADS, 0, s>>>((const float *)a, (const float *)b,
-                                                         (const float *)g, (float *)da,
-                                                         (float *)db, n);
+        mse_bwd_kernel<float><<<nb, RMK_THREADS, 0, s>>>(
+            (const float *)a, (const float *)b, (const float *)g, (float *)da, (float *)db, n);
     else if (dt == 1)
-        mse_bwd_kernel<double><<<nb, RMK_THREADS, 0, s>>>((const double *)a, (const double *)b,
-                                                          (const double *)g, (double *)da,
-                                                          (double *)db, n);
+        mse_bwd_kernel<double><<<nb, RMK_THREADS, 0, s>>>(
+            (const double *)a, (const double *)b, (const double *)g, (double *)da, (double *)db, n);
     else return cudaErrorInvalidValue;
     return cudaGetLastError();
 }

@@ -51,8 +51,8 @@ static int cuda_embedding_bwd(const rm_kargs *k) {
     size_t wsb = rmk_embedding_bwd_ws(P, num);
     void *ws = rmk_scratch(&c, wsb);
     if (!ws) return rmk_leave_rc(&c, rm_last_status());
-    cudaError_t e = rmk_embedding_bwd(rmk_dt(dw), rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(dw), num,
-                                      P, D, ws, wsb, c.s);
+    cudaError_t e = rmk_embedding_bwd(rmk_dt(dw), rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(dw),
+                                      num, P, D, ws, wsb, c.s);
     rmk_scratch_free(&c, ws);
     return rmk_leave(&c, e);
 }
@@ -68,8 +68,8 @@ static int cuda_cross_entropy(const rm_kargs *k) {
     int64_t *badp = rmk_scratch(&c, sizeof(int64_t));
     if (!badp) return rmk_leave_rc(&c, rm_last_status());
     int64_t bad = N, val = 0;
-    rc = rm_cuda_check(rmk_cross_entropy(rmk_dt(x), rm_ptr(x), t, p->ignore_index, rm_ptr(k->out[1]),
-                                         rm_ptr(k->out[0]), badp, N, C, c.s),
+    rc = rm_cuda_check(rmk_cross_entropy(rmk_dt(x), rm_ptr(x), t, p->ignore_index,
+                                         rm_ptr(k->out[1]), rm_ptr(k->out[0]), badp, N, C, c.s),
                        c.what);
     if (!rc) rc = read_i64(&c, badp, &bad);
     if (!rc && bad < N) {
@@ -79,8 +79,8 @@ static int cuda_cross_entropy(const rm_kargs *k) {
             rc = rm_err(REMAT_EINVAL,
                         "target out of range: targets[%lld] = %lld, logits %s has %lld classes "
                         "(valid: 0 to %lld, or ignore_index %lld)",
-                        (long long)bad, (long long)val, rm_tensor_str(x, bl, sizeof bl), (long long)C,
-                        (long long)C - 1, (long long)p->ignore_index);
+                        (long long)bad, (long long)val, rm_tensor_str(x, bl, sizeof bl),
+                        (long long)C, (long long)C - 1, (long long)p->ignore_index);
         }
     }
     rmk_scratch_free(&c, badp);
@@ -121,8 +121,8 @@ static int cuda_mse_bwd(const rm_kargs *k) {
     int rc = rmk_enter(&c, k->in[0], "cuda mse_loss backward kernel");
     if (rc) return rc;
     return rmk_leave(&c, rmk_mse_bwd(rmk_dt(k->in[0]), rm_ptr(k->in[0]), rm_ptr(k->in[1]),
-                                     rm_ptr(k->in[2]), da ? rm_ptr(da) : NULL, db ? rm_ptr(db) : NULL,
-                                     remat_numel(k->in[0]), c.s));
+                                     rm_ptr(k->in[2]), da ? rm_ptr(da) : NULL,
+                                     db ? rm_ptr(db) : NULL, remat_numel(k->in[0]), c.s));
 }
 
 void rm_cuda_register_loss(int type) {

@@ -22,7 +22,7 @@
 
 static int row_threads(int64_t R) { return R <= 128 ? 32 : R <= 1024 ? 128 : 256; }
 
-/* ---- softmax ------------------------------------------------------------------------------------ */
+/* ---- softmax ------------------------------------------------------------------------------- */
 template <typename T>
 __global__ void softmax_rows(const T *__restrict__ x, T *__restrict__ y, int64_t O, int64_t R,
                              bool log_out) {
@@ -79,14 +79,15 @@ __global__ void softmax_cols(const T *__restrict__ x, T *__restrict__ y, int64_t
 }
 
 template <typename T>
-__global__ void softmax_bwd_rows(const T *__restrict__ g, const T *__restrict__ y, T *__restrict__ dx,
-                                 int64_t O, int64_t R, bool log_out) {
+__global__ void softmax_bwd_rows(const T *__restrict__ g, const T *__restrict__ y,
+                                 T *__restrict__ dx, int64_t O, int64_t R, bool log_out) {
     __shared__ T sh[32];
     for (int64_t o = blockIdx.x; o < O; o += gridDim.x) {
         const T *go = g + o * R, *yo = y + o * R;
         T *d = dx + o * R;
         T acc = 0;
-        for (int64_t r = threadIdx.x; r < R; r += blockDim.x) acc += log_out ? go[r] : go[r] * yo[r];
+        for (int64_t r = threadIdx.x; r < R; r += blockDim.x)
+            acc += log_out ? go[r] : go[r] * yo[r];
         const T sm = rmk_block_sum(acc, sh);
         for (int64_t r = threadIdx.x; r < R; r += blockDim.x)
             d[r] = log_out ? go[r] - rmk_exp(yo[r]) * sm : yo[r] * (go[r] - sm);
@@ -94,8 +95,9 @@ __global__ void softmax_bwd_rows(const T *__restrict__ g, const T *__restrict__ 
 }
 
 template <typename T>
-__global__ void softmax_bwd_cols(const T *__restrict__ g, const T *__restrict__ y, T *__restrict__ dx,
-                                 int64_t O, int64_t R, int64_t I, bool log_out) {
+__global__ void softmax_bwd_cols(const T *__restrict__ g, const T *__restrict__ y,
+                                 T *__restrict__ dx, int64_t O, int64_t R, int64_t I,
+                                 bool log_out) {
     RMK_GRID_LOOP(oi, O * I) {
         int64_t o = oi / I, i = oi % I, base = o * R * I + i;
         T acc = 0;
@@ -118,8 +120,8 @@ static cudaError_t softmax_t(const T *x, T *y, int64_t O, int64_t R, int64_t I, 
         int th = row_threads(R);
         softmax_rows<T><<<rmk_blocks(O, 1), th, 0, s>>>(x, y, O, R, log_out);
     } else {
-        softmax_cols<T><<<rmk_blocks(O * I, RMK_COL_THREADS), RMK_COL_THREADS, 0, s>>>(x, y, O, R, I,
-                                                                                       log_out);
+        softmax_cols<T>
+            <<<rmk_blocks(O * I, RMK_COL_THREADS), RMK_COL_THREADS, 0, s>>>(x, y, O, R, I, log_out);
     }
     return cudaGetLastError();
 }
@@ -146,14 +148,15 @@ extern "C" cudaError_t rmk_softmax(int dt, const void *x, void *y, int64_t O, in
 extern "C" cudaError_t rmk_softmax_bwd(int dt, const void *g, const void *y, void *dx, int64_t O,
                                        int64_t R, int64_t I, bool log, cudaStream_t s) {
     if (dt == 0)
-        return softmax_bwd_t<float>((const float *)g, (const float *)y, (float *)dx, O, R, I, log, s);
+        return softmax_bwd_t<float>((const float *)g, (const float *)y, (float *)dx, O, R, I, log,
+                                    s);
     if (dt == 1)
         return softmax_bwd_t<double>((const double *)g, (const double *)y, (double *)dx, O, R, I,
                                      log, s);
     return cudaErrorInvalidValue;
 }
 
-/* ---- layer_norm ----------------------------------------------------------------------------------- */
+/* ---- layer_norm ---------------------------------------------------------------------------- */
 /* x (N, C) -> y, mean, rstd: one block per row */
 template <typename T>
 __global__ void ln_fwd(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ b,
@@ -194,8 +197,8 @@ __global__ void ln_fwd(const T *__restrict__ x, const T *__restrict__ w, const T
  *   dx = (wg - mean_c(wg) - norm * mean_c(wg * norm)) * rstd */
 template <typename T>
 __global__ void ln_bwd_dx(const T *__restrict__ g, const T *__restrict__ x, const T *__restrict__ w,
-                          const T *__restrict__ mean, const T *__restrict__ rstd, T *__restrict__ dx,
-                          int64_t N, int64_t C) {
+                          const T *__restrict__ mean, const T *__restrict__ rstd,
+                          T *__restrict__ dx, int64_t N, int64_t C) {
     __shared__ T sh[32];
     for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
         const T *gn = g + n * C, *xn = x + n * C;
@@ -235,7 +238,8 @@ __global__ void ln_bwd_cols(const T *__restrict__ g, const T *__restrict__ x,
     }
 }
 template <typename T>
-__global__ void ln_bwd_cols_total(const T *__restrict__ part, int64_t C, int64_t nch, T *dw, T *db) {
+__global__ void ln_bwd_cols_total(const T *__restrict__ part, int64_t C, int64_t nch, T *dw,
+                                  T *db) {
     RMK_GRID_LOOP(c, C) {
         double sw = 0, sb = 0;
         for (int64_t k = 0; k < nch; k++) {
@@ -270,7 +274,8 @@ static cudaError_t ln_bwd_t(const T *g, const T *x, const T *w, const T *mean, c
     if ((dw || db) && C > 0) {
         int64_t nch = ln_chunks(N);
         if (nch > 0)
-            ln_bwd_cols<T><<<rmk_blocks(nch * C, 256), 256, 0, s>>>(g, x, mean, rstd, ws, N, C, nch);
+            ln_bwd_cols<T>
+                <<<rmk_blocks(nch * C, 256), 256, 0, s>>>(g, x, mean, rstd, ws, N, C, nch);
         ln_bwd_cols_total<T><<<rmk_blocks(C, 256), 256, 0, s>>>(ws, C, nch, dw, db);
     }
     return cudaGetLastError();
@@ -290,7 +295,8 @@ extern "C" cudaError_t rmk_layer_norm(int dt, const void *x, const void *w, cons
 
 extern "C" cudaError_t rmk_layer_norm_bwd(int dt, const void *g, const void *x, const void *w,
                                           const void *mean, const void *rstd, void *dx, void *dw,
-                                          void *db, int64_t N, int64_t C, void *ws, cudaStream_t s) {
+                                          void *db, int64_t N, int64_t C, void *ws,
+                                          cudaStream_t s) {
     if (dt == 0)
         return ln_bwd_t<float>((const float *)g, (const float *)x, (const float *)w,
                                (const float *)mean, (const float *)rstd, (float *)dx, (float *)dw,

@@ -25,9 +25,9 @@ cudaError_t rmk_layer_norm(int dt, const void *x, const void *w, const void *b, 
 /* dx (N, C), dw, db (C) from g (N, C) (each output may be NULL; w may be
  * NULL). Scratch for the column sums of dw / db. */
 size_t rmk_layer_norm_bwd_ws(int dt, int64_t N, int64_t C);
-cudaError_t rmk_layer_norm_bwd(int dt, const void *g, const void *x, const void *w, const void *mean,
-                               const void *rstd, void *dx, void *dw, void *db, int64_t N, int64_t C,
-                               void *ws, cudaStream_t s);
+cudaError_t rmk_layer_norm_bwd(int dt, const void *g, const void *x, const void *w,
+                               const void *mean, const void *rstd, void *dx, void *dw, void *db,
+                               int64_t N, int64_t C, void *ws, cudaStream_t s);
 
 /* ---- attention.cu --------------------------------------------------------------------------------- */
 /* The shapes of one attention call: nb batch entries (the leading dims,

@@ -12,7 +12,8 @@ static int cuda_softmax(const rm_kargs *k) {
     rmk_call c;
     int rc = rmk_enter(&c, x, "cuda softmax kernel");
     if (rc) return rc;
-    return rmk_leave(&c, rmk_softmax(rmk_dt(x), rm_ptr(x), rm_ptr(k->out[0]), O, R, I, p->log, c.s));
+    return rmk_leave(&c,
+                     rmk_softmax(rmk_dt(x), rm_ptr(x), rm_ptr(k->out[0]), O, R, I, p->log, c.s));
 }
 
 static int cuda_softmax_bwd(const rm_kargs *k) {
@@ -23,8 +24,8 @@ static int cuda_softmax_bwd(const rm_kargs *k) {
     rmk_call c;
     int rc = rmk_enter(&c, y, "cuda softmax backward kernel");
     if (rc) return rc;
-    return rmk_leave(&c, rmk_softmax_bwd(rmk_dt(y), rm_ptr(k->in[0]), rm_ptr(y), rm_ptr(k->out[0]), O,
-                                         R, I, p->log, c.s));
+    return rmk_leave(&c, rmk_softmax_bwd(rmk_dt(y), rm_ptr(k->in[0]), rm_ptr(y), rm_ptr(k->out[0]),
+                                         O, R, I, p->log, c.s));
 }
 
 /* x's shape as (N, C): C the product of the last n_norm dims. */
@@ -62,9 +63,9 @@ static int cuda_layer_norm_bwd(const rm_kargs *k) {
         ws = rmk_scratch(&c, rmk_layer_norm_bwd_ws(rmk_dt(x), N, C));
         if (!ws) return rmk_leave_rc(&c, rm_last_status());
     }
-    cudaError_t e = rmk_layer_norm_bwd(rmk_dt(x), rm_ptr(k->in[0]), rm_ptr(x), ptr_or_null(k->in[2]),
-                                       rm_ptr(k->in[3]), rm_ptr(k->in[4]), ptr_or_null(dx),
-                                       ptr_or_null(dw), ptr_or_null(db), N, C, ws, c.s);
+    cudaError_t e = rmk_layer_norm_bwd(
+        rmk_dt(x), rm_ptr(k->in[0]), rm_ptr(x), ptr_or_null(k->in[2]), rm_ptr(k->in[3]),
+        rm_ptr(k->in[4]), ptr_or_null(dx), ptr_or_null(dw), ptr_or_null(db), N, C, ws, c.s);
     rmk_scratch_free(&c, ws);
     return rmk_leave(&c, e);
 }

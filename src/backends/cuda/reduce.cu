@@ -20,7 +20,7 @@
 
 #define RMK_THREADS 256
 
-/* ---- sum ------------------------------------------------------------------------------------- */
+/* ---- sum ----------------------------------------------------------------------------------- */
 /* rows, one thread each: y[o] = sum_r x[o, r] / div (short rows) */
 template <typename T>
 __global__ void sum_rows_thread(const T *__restrict__ x, int64_t O, int64_t R, T div,
@@ -108,8 +108,8 @@ static cudaError_t sum_ori_t(const T *x, int64_t O, int64_t R, int64_t I, T div,
             sum_rows_thread<T><<<rmk_blocks(O, RMK_THREADS), RMK_THREADS, 0, s>>>(x, O, R, div, y);
         } else {
             unsigned nb = rmk_blocks(O * nch, 1);
-            sum_rows_block<T><<<nb, RMK_THREADS, 0, s>>>(x, O, R, chunk, nch, div, y,
-                                                          nch > 1 ? ws : NULL);
+            sum_rows_block<T>
+                <<<nb, RMK_THREADS, 0, s>>>(x, O, R, chunk, nch, div, y, nch > 1 ? ws : NULL);
             if (nch > 1)
                 sum_parts_rows<T><<<rmk_blocks(O, 1), RMK_THREADS, 0, s>>>(ws, O, nch, div, y);
         }
@@ -118,8 +118,8 @@ static cudaError_t sum_ori_t(const T *x, int64_t O, int64_t R, int64_t I, T div,
     sum_cols<T><<<rmk_blocks(O * I * nch, RMK_THREADS), RMK_THREADS, 0, s>>>(x, O, R, I, chunk, nch,
                                                                              div, y, ws);
     if (nch > 1)
-        sum_parts_cols<T><<<rmk_blocks(O * I, RMK_THREADS), RMK_THREADS, 0, s>>>(ws, O * I, nch,
-                                                                                  div, y);
+        sum_parts_cols<T>
+            <<<rmk_blocks(O * I, RMK_THREADS), RMK_THREADS, 0, s>>>(ws, O * I, nch, div, y);
     return cudaGetLastError();
 }
 
@@ -132,7 +132,7 @@ extern "C" cudaError_t rmk_sum_ori(int dt, const void *x, int64_t O, int64_t R, 
     return cudaErrorInvalidValue;
 }
 
-/* ---- max ------------------------------------------------------------------------------------- */
+/* ---- max ----------------------------------------------------------------------------------- */
 /* Whether (v, i) beats (b, j): a NaN beats a number, a larger value a
  * smaller one, and among equals (or NaNs) the smaller index wins. */
 template <typename T> __device__ __forceinline__ bool max_better(T v, int64_t i, T b, int64_t j) {
@@ -166,8 +166,8 @@ __global__ void max_rows(const T *__restrict__ x, int64_t O, int64_t R, T *__res
             if ((int)threadIdx.x < w) {
                 T v = shv[threadIdx.x + w];
                 int64_t j = shi[threadIdx.x + w];
-                if (j != INT64_MAX &&
-                    (shi[threadIdx.x] == INT64_MAX || max_better(v, j, shv[threadIdx.x], shi[threadIdx.x]))) {
+                if (j != INT64_MAX && (shi[threadIdx.x] == INT64_MAX ||
+                                       max_better(v, j, shv[threadIdx.x], shi[threadIdx.x]))) {
                     shv[threadIdx.x] = v;
                     shi[threadIdx.x] = j;
                 }
@@ -239,9 +239,10 @@ extern "C" cudaError_t rmk_max_bwd_ori(int dt, const void *g, const int64_t *idx
     if (e != cudaSuccess) return e;
     unsigned nb = rmk_blocks(O * I, RMK_THREADS);
     if (dt == 0)
-        max_bwd_scatter<float><<<nb, RMK_THREADS, 0, s>>>((const float *)g, idx, O, R, I, (float *)dx);
+        max_bwd_scatter<float>
+            <<<nb, RMK_THREADS, 0, s>>>((const float *)g, idx, O, R, I, (float *)dx);
     else
-        max_bwd_scatter<double><<<nb, RMK_THREADS, 0, s>>>((const double *)g, idx, O, R, I,
-                                                           (double *)dx);
+        max_bwd_scatter<double>
+            <<<nb, RMK_THREADS, 0, s>>>((const double *)g, idx, O, R, I, (double *)dx);
     return cudaGetLastError();
 }

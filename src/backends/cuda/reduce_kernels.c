@@ -9,7 +9,8 @@
 #include "reduce.h"
 
 /* y = sum of x over the mask's dims (mean: / count); x, y contiguous. */
-static int sum_passes(rmk_call *c, const remat_tensor *x, const rm_reduce_params *p, remat_tensor *y) {
+static int sum_passes(rmk_call *c, const remat_tensor *x, const rm_reduce_params *p,
+                      remat_tensor *y) {
     const int dt = rmk_dt(x);
     const size_t es = remat_dtype_size(x->dtype);
     int64_t n_in = remat_numel(x), n_out = remat_numel(y), count = 1;
@@ -19,15 +20,17 @@ static int sum_passes(rmk_call *c, const remat_tensor *x, const rm_reduce_params
     if (n_in == 0) { /* an empty sum: 0; the mean then 0 / 0 */
         rmk_plan pl;
         rmk_plan_flat(&pl, n_out, 1);
-        return rm_cuda_check(rmk_elementwise(dt, RM_EW_FILL, p->mean ? NAN : 0.0, &pl, rm_ptr(y), NULL,
-                                             NULL, NULL, c->s), c->what);
+        return rm_cuda_check(rmk_elementwise(dt, RM_EW_FILL, p->mean ? NAN : 0.0, &pl, rm_ptr(y),
+                                             NULL, NULL, NULL, c->s),
+                             c->what);
     }
     rmk_groups g;
     rmk_groups_make(x->ndim, x->shape, p->mask, &g);
     int n_red = rmk_groups_nred(&g);
     if (n_red == 0) /* only size-1 dims reduced: a copy (count 1) */
         return rm_cuda_check(cudaMemcpyAsync(rm_ptr(y), rm_ptr(x), (size_t)n_out * es,
-                                             cudaMemcpyDeviceToDevice, c->s), c->what);
+                                             cudaMemcpyDeviceToDevice, c->s),
+                             c->what);
     const void *src = rm_ptr(x);
     void *held[2] = {NULL, NULL}; /* intermediate results, alternating */
     int which = 0, rc = REMAT_OK;
@@ -96,8 +99,8 @@ static int cuda_max(const rm_kargs *k) {
     rmk_call c;
     int rc = rmk_enter(&c, x, "cuda max kernel");
     if (rc) return rc;
-    return rmk_leave(&c, rmk_max_ori(rmk_dt(x), rm_ptr(x), O, R, I, rm_ptr(k->out[0]),
-                                     rm_ptr(k->out[1]), c.s));
+    return rmk_leave(
+        &c, rmk_max_ori(rmk_dt(x), rm_ptr(x), O, R, I, rm_ptr(k->out[0]), rm_ptr(k->out[1]), c.s));
 }
 
 static int cuda_max_bwd(const rm_kargs *k) {

@@ -17,7 +17,7 @@
 /* remat dtype codes (remat/tensor.h) */
 enum { DT_F32 = 0, DT_F64 = 1, DT_I64 = 2, DT_U8 = 3, DT_BF16 = 4 };
 
-/* ---- select ------------------------------------------------------------------------------------ */
+/* ---- select -------------------------------------------------------------------------------- */
 /* plan operands: 0 y, 1 cond, 2 A, 3 B; a missing A / B is the scalar va / vb */
 template <typename T, typename CT>
 __global__ void select_kernel(const __grid_constant__ rmk_plan pl, T *y, const CT *cond, const T *a,
@@ -44,13 +44,13 @@ extern "C" cudaError_t rmk_select(int ydt, int cdt, const rmk_plan *plan, void *
     int64_t n = 1;
     for (int d = 0; d < plan->nd; d++) n *= plan->shape[d];
     if (n == 0) return cudaSuccess;
-#define SEL_CT(T)                                                                                 \
-    switch (cdt) {                                                                                \
-    case DT_F32: return select_t<T, float>(plan, y, cond, a, va, b, vb, n, s);                    \
-    case DT_F64: return select_t<T, double>(plan, y, cond, a, va, b, vb, n, s);                   \
-    case DT_I64: return select_t<T, long long>(plan, y, cond, a, va, b, vb, n, s);                \
-    case DT_U8: return select_t<T, unsigned char>(plan, y, cond, a, va, b, vb, n, s);             \
-    default: return cudaErrorInvalidValue;                                                        \
+#define SEL_CT(T)                                                                                  \
+    switch (cdt) {                                                                                 \
+    case DT_F32: return select_t<T, float>(plan, y, cond, a, va, b, vb, n, s);                     \
+    case DT_F64: return select_t<T, double>(plan, y, cond, a, va, b, vb, n, s);                    \
+    case DT_I64: return select_t<T, long long>(plan, y, cond, a, va, b, vb, n, s);                 \
+    case DT_U8: return select_t<T, unsigned char>(plan, y, cond, a, va, b, vb, n, s);              \
+    default: return cudaErrorInvalidValue;                                                         \
     }
     if (ydt == DT_F32) SEL_CT(float)
     if (ydt == DT_F64) SEL_CT(double)
@@ -58,7 +58,7 @@ extern "C" cudaError_t rmk_select(int ydt, int cdt, const rmk_plan *plan, void *
     return cudaErrorInvalidValue;
 }
 
-/* ---- zero ------------------------------------------------------------------------------------------ */
+/* ---- zero ---------------------------------------------------------------------------------- */
 template <typename U>
 __global__ void zero_kernel(const __grid_constant__ rmk_plan pl, U *y, int64_t n) {
     RMK_GRID_LOOP(i, n) {
@@ -75,16 +75,25 @@ extern "C" cudaError_t rmk_zero(size_t es, const rmk_plan *plan, void *y, cudaSt
     if (plan->nd == 1 && plan->st[0][0] == 1) return cudaMemsetAsync(y, 0, (size_t)n * es, s);
     unsigned nb = rmk_blocks(n, RMK_THREADS);
     switch (es) {
-    case 1: zero_kernel<unsigned char><<<nb, RMK_THREADS, 0, s>>>(*plan, (unsigned char *)y, n); break;
-    case 2: zero_kernel<unsigned short><<<nb, RMK_THREADS, 0, s>>>(*plan, (unsigned short *)y, n); break;
-    case 4: zero_kernel<unsigned int><<<nb, RMK_THREADS, 0, s>>>(*plan, (unsigned int *)y, n); break;
-    case 8: zero_kernel<unsigned long long><<<nb, RMK_THREADS, 0, s>>>(*plan, (unsigned long long *)y, n); break;
+    case 1:
+        zero_kernel<unsigned char><<<nb, RMK_THREADS, 0, s>>>(*plan, (unsigned char *)y, n);
+        break;
+    case 2:
+        zero_kernel<unsigned short><<<nb, RMK_THREADS, 0, s>>>(*plan, (unsigned short *)y, n);
+        break;
+    case 4:
+        zero_kernel<unsigned int><<<nb, RMK_THREADS, 0, s>>>(*plan, (unsigned int *)y, n);
+        break;
+    case 8:
+        zero_kernel<unsigned long long>
+            <<<nb, RMK_THREADS, 0, s>>>(*plan, (unsigned long long *)y, n);
+        break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
 }
 
-/* ---- converting copy ------------------------------------------------------------------------------------ */
+/* ---- converting copy ----------------------------------------------------------------------- */
 __device__ __forceinline__ long long f64_to_i64(double v) {
     if (v != v) return 0;
     if (v >= 9223372036854775808.0) return INT64_MAX;
@@ -143,7 +152,8 @@ __global__ void convert_kernel(const __grid_constant__ rmk_plan pl, typename st_
 }
 
 template <int YD, int XD>
-static cudaError_t convert_t(const rmk_plan *pl, void *y, const void *x, int64_t n, cudaStream_t s) {
+static cudaError_t convert_t(const rmk_plan *pl, void *y, const void *x, int64_t n,
+                             cudaStream_t s) {
     convert_kernel<YD, XD><<<rmk_blocks(n, RMK_THREADS), RMK_THREADS, 0, s>>>(
         *pl, (typename st_of<YD>::type *)y, (const typename st_of<XD>::type *)x, n);
     return cudaGetLastError();

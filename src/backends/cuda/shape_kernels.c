@@ -26,7 +26,8 @@ static int cuda_copy(const rm_kargs *k) {
     rmk_call c;
     int rc = rmk_enter(&c, y, "cuda copy kernel");
     if (rc) return rc;
-    return rmk_leave(&c, rmk_copy_strided(remat_dtype_size(x->dtype), &pl, rm_ptr(y), rm_ptr(x), c.s));
+    return rmk_leave(&c,
+                     rmk_copy_strided(remat_dtype_size(x->dtype), &pl, rm_ptr(y), rm_ptr(x), c.s));
 }
 
 static int cuda_select(const rm_kargs *k) {
@@ -64,14 +65,14 @@ static int cuda_copy_into(const rm_kargs *k) {
     if (x->dtype == y->dtype && remat_is_contiguous(y) && remat_is_contiguous(x) &&
         remat_numel(x) == n)
         rmk_plan_flat(&pl, n, 2); /* the same numel view, whatever the shapes (as the cpu) */
-    else
-        rmk_plan_ew(&pl, y, &x, 1);
+    else rmk_plan_ew(&pl, y, &x, 1);
     rmk_call c;
     int rc = rmk_enter(&c, y, "cuda copy kernel");
     if (rc) return rc;
-    cudaError_t e = x->dtype == y->dtype
-                        ? rmk_copy_strided(remat_dtype_size(y->dtype), &pl, rm_ptr(y), rm_ptr(x), c.s)
-                        : rmk_convert((int)y->dtype, (int)x->dtype, &pl, rm_ptr(y), rm_ptr(x), c.s);
+    cudaError_t e =
+        x->dtype == y->dtype
+            ? rmk_copy_strided(remat_dtype_size(y->dtype), &pl, rm_ptr(y), rm_ptr(x), c.s)
+            : rmk_convert((int)y->dtype, (int)x->dtype, &pl, rm_ptr(y), rm_ptr(x), c.s);
     return rmk_leave(&c, e);
 }
 
