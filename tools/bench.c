@@ -523,15 +523,15 @@ int cmd_bench(config *c, bool is_default) {
          * step from RSS+ (small blocks sit below live ones, where glibc's
          * trimming of the heap top does not reach): hand it back first */
         step_malloc_mode(true);
-        remat_alloc_reset_peak(REMAT_DEVICE_CPU);
-        r[i].baseline = remat_cpu_current_bytes();
+        remat_alloc_reset_peak(c->device);
+        r[i].baseline = util_current_bytes(c->device);
         trace_begin(&r[i].tr, true);
         c->strategies[i].sac_stats = &r[i].sac; /* selective: what its regions cached */
         rc = step_run(&m, &c->strategies[i], &b, NULL, &r[i].tr, NULL, &r[i].loss);
         c->strategies[i].sac_stats = NULL;
         trace_end(&r[i].tr);
         if (rc) goto done;
-        r[i].peak = remat_cpu_peak_bytes();
+        r[i].peak = util_peak_bytes(c->device);
         r[i].rss_growth = r[i].tr.peak_rss > r[i].tr.start_rss ? r[i].tr.peak_rss - r[i].tr.start_rss : 0;
         r[i].has_heap = r[i].tr.heap;
         r[i].heap_growth = r[i].tr.heap_growth;

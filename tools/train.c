@@ -234,7 +234,7 @@ static int save_state(const config *c, const task *tk, const model *m, remat_opt
                       prog_dist *pd, int64_t step, size_t *run_peak) {
     if (!pd->zero) return c->save ? savefile_write(c->save, c, tk, m, o, step) : REMAT_OK;
     if (!pd->saving) return REMAT_OK;
-    size_t pk = remat_cpu_peak_bytes();
+    size_t pk = util_peak_bytes(c->device);
     if (pk > *run_peak) *run_peak = pk;
     remat_optimizer *whole = NULL;
     int rc = pd->rank == 0 ? make_optimizer(c, (model *)m, &whole) : REMAT_OK;
@@ -242,7 +242,7 @@ static int save_state(const config *c, const task *tk, const model *m, remat_opt
     if (!rc) rc = rc2;
     if (!rc && pd->rank == 0) rc = savefile_write(c->save, c, tk, m, whole, step);
     remat_optim_free(whole);
-    remat_alloc_reset_peak(REMAT_DEVICE_CPU);
+    remat_alloc_reset_peak(c->device);
     return rc;
 }
 
@@ -297,7 +297,7 @@ int cmd_train(config *c) {
         if (o && (rc = remat_zero_load_state(pd.zero, o))) goto done;
         remat_optim_free(o);
         o = NULL;
-        remat_alloc_reset_peak(REMAT_DEVICE_CPU); /* the whole state is not training's */
+        remat_alloc_reset_peak(c->device); /* the whole state is not training's */
     } else if ((rc = prog_dist_attach(&pd, &m, c->bucket_mib, c->accum))) {
         goto done;
     }
@@ -362,7 +362,7 @@ int cmd_train(config *c) {
         }
         if (!c->quiet) remat_plan_print(c->strat.plan, stderr);
         /* the profile's own peak is not training's */
-        remat_alloc_reset_peak(REMAT_DEVICE_CPU);
+        remat_alloc_reset_peak(c->device);
     }
 
     losses = malloc(sizeof(double) * (size_t)(n_steps > 0 ? n_steps : 1));
@@ -390,9 +390,9 @@ int cmd_train(config *c) {
     for (int64_t k = 0; k < n_steps; k++) {
         int64_t step = start + k;
         model_zero_grad(&m);
-        size_t pk = remat_cpu_peak_bytes();
+        size_t pk = util_peak_bytes(c->device);
         if (pk > run_peak) run_peak = pk;
-        remat_alloc_reset_peak(REMAT_DEVICE_CPU);
+        remat_alloc_reset_peak(c->device);
         const double lr_used = remat_optim_lr(o);
         bool trace_this = (c->trace || c->timeline) && k == n_steps - 1;
         if (trace_this) {
@@ -434,7 +434,7 @@ int cmd_train(config *c) {
         if (logf)
             log_step(logf, step + 1, loss, lr_used, c->clip > 0 ? remat_optim_last_grad_norm(o) : -1,
                      1e3 * dt,
-                     remat_cpu_peak_bytes());
+                     util_peak_bytes(c->device));
         bool do_eval = eval_every > 0 && (step + 1) % eval_every == 0 && k != n_steps - 1;
         if (do_eval) {
             if ((rc = evaluate(&m, &tk, &ev))) goto done;
@@ -505,7 +505,7 @@ int cmd_train(config *c) {
 
     double step_ms = 1e3 * util_median(times, (int)n_steps);
     double tok_s = train_time > 0 ? (double)tokens / train_time : 0;
-    size_t peak_alloc = remat_cpu_peak_bytes(), peak_rss = util_peak_rss_bytes();
+    size_t peak_alloc = util_peak_bytes(c->device), peak_rss = util_peak_rss_bytes();
     if (run_peak > peak_alloc) peak_alloc = run_peak;
     double peaks[2] = {(double)peak_alloc, (double)peak_rss}; /* max over ranks */
     if ((rc = prog_dist_max(&pd, peaks, 2))) goto done;
