@@ -457,6 +457,7 @@ static bool write_pareto(const char *file, const config *c, const model *m, cons
 
 int cmd_bench(config *c, bool is_default) {
     int rc = REMAT_OK;
+    trace_device(c->device);
     model m;
     memset(&m, 0, sizeof m);
     task tk;

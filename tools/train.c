@@ -248,6 +248,7 @@ static int save_state(const config *c, const task *tk, const model *m, remat_opt
 
 int cmd_train(config *c) {
     int rc = REMAT_OK;
+    trace_device(c->device);
     FILE *logf = NULL;
     int stopped = 0; /* the signal that ended the run early */
     saved_state saved;
