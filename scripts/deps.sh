@@ -2,7 +2,7 @@
 # Installs (as root) or requests (otherwise) the Debian packages remat needs.
 # `deps.sh lint` also wants clang-tidy (for `make lint`).
 set -e
-PKGS="cmake make gcc clang libomp-dev libdnnl-dev libopenblas-dev libcriterion-dev pkg-config libopenmpi-dev openmpi-bin"
+PKGS="cmake make gcc clang libomp-dev libdnnl-dev libopenblas-dev libcriterion-dev zlib1g-dev pkg-config libopenmpi-dev openmpi-bin"
 [ "${1:-}" = "lint" ] && PKGS="$PKGS clang-tidy"
 missing=""
 for p in $PKGS; do

@@ -1,5 +1,5 @@
 #!/bin/bash
-# `make lint`: clang-tidy (checks in .clang-tidy, src/ops/.clang-tidy) over every src/*.c, with
+# `make lint`: clang-tidy (checks in .clang-tidy, src/backends/cpu/.clang-tidy) over every src/*.c, with
 # the compile flags of a CMake build's compile_commands.json. Exits non-zero on any finding.
 # Usage: scripts/lint.sh [build-dir] [jobs]
 set -euo pipefail

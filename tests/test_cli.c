@@ -747,12 +747,13 @@ Test(cli, budget_trains_and_matches_none_bitwise) {
 Test(cli, bench_budget_gradients_equal_none) {
     char *o;
     int rc = run(&o, true, "bench --layers 3 --width 32 --heads 2 --context 16 --batch 2 "
-                           "--threads 1 --reps 1 --verbose --strategies none,budget=70%%,budget=64MiB");
+                           "--threads 1 --reps 1 --verbose --strategies none,blocks-budget=70%%,budget=64MiB");
     cr_assert_eq(rc, 0, "%s", o);
-    cr_assert(row_ends_with(o, "budget=70%", "bitwise equal"), "%s", o);
+    cr_assert(row_ends_with(o, "blocks-budget=70%", "bitwise equal"), "%s", o);
     cr_assert(row_ends_with(o, "budget=64MiB", "bitwise equal"), "%s", o);
     cr_assert(row_ends_with(o, "none", "reference"), "%s", o);
-    cr_assert(strstr(o, "plans (a budget bounds"), "%s", o);
+    cr_assert(strstr(o, "plans (budget= bounds the whole step") &&
+              strstr(o, "blocks-budget= bounds what the 3 blocks add"), "%s", o);
     /* --verbose: the profile and the planner's own print-out */
     cr_assert(strstr(o, "remat plan: optimal") && strstr(o, "profile of the 3 blocks"), "%s", o);
     free(o);
@@ -764,17 +765,109 @@ Test(cli, too_small_budget_states_the_minimum) {
     cr_assert_eq(rc, 1, "%s", o);
     const char *line = strstr(o, "remat train: --checkpoint budget=1KiB:");
     cr_assert(line, "%s", o);
-    cr_assert(strstr(line, "minimum") && strstr(line, "bytes"), "%s", o);
-    cr_assert(strstr(line, "give at least budget="), "%s", o);
+    cr_assert(strstr(line, "smallest whole-step peak") && strstr(line, "bytes"), "%s", o);
+    const char *sug = strstr(line, "the smallest feasible budget is budget=");
+    cr_assert(sug, "%s", o);
     cr_assert(strchr(line, '\n') == NULL || strchr(line, '\n')[1] == '\0',
               "not one line: %s", line);
     cr_assert(!strstr(o, "usage:"), "a feasible-size problem is no usage error: %s", o);
+    /* the smallest feasible budget it names is feasible */
+    char size[32];
+    sscanf(sug + strlen("the smallest feasible budget is budget="), "%31[0-9.A-Za-z]", size);
+    char *ok;
+    rc = run(&ok, true, "train " TINY " --layers 2 --steps 2 --checkpoint budget=%s", size);
+    cr_assert_eq(rc, 0, "budget=%s named as feasible: %s", size, ok);
+    free(ok);
     free(o);
-    /* percentages too, and in bench */
+    /* percentages too, and in bench; blocks-budget= names its own minimum */
     rc = run(&o, true, "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 --threads 1 "
                        "--quiet --reps 1 --strategies none,budget=1%%");
     cr_assert_eq(rc, 1, "%s", o);
-    cr_assert(strstr(o, "budget=1%") && strstr(o, "minimum"), "%s", o);
+    cr_assert(strstr(o, "budget=1%") && strstr(o, "smallest feasible budget is budget="), "%s", o);
+    free(o);
+    rc = run(&o, true, "train " TINY " --layers 2 --steps 2 --checkpoint blocks-budget=1KiB");
+    cr_assert_eq(rc, 1, "%s", o);
+    cr_assert(strstr(o, "below the minimum this chain of 2 stages needs") &&
+              strstr(o, "smallest feasible budget is blocks-budget="), "%s", o);
+    free(o);
+}
+
+/* Each budget= strategy's measured allocator peak (bench --json), checked
+ * against its budget; returns how many plans recomputed something. */
+static int check_bench_budgets(const char *j) {
+    int n = 0, checkpointed = 0;
+    for (const char *p = j; (p = strstr(p, "{\"strategy\":\"budget=")) != NULL; p++, n++) {
+        double peak = json_num(p, "peak_alloc_bytes"), budget = json_num(p, "budget_bytes");
+        double pred = json_num(p, "plan_peak_bytes");
+        cr_assert(peak <= budget, "measured step peak %.0f above the budget %.0f: %s", peak,
+                  budget, p);
+        cr_assert(pred <= budget, "predicted %.0f above the budget %.0f", pred, budget);
+        /* the prediction is an upper bound that is not far off */
+        cr_assert(peak <= pred && pred - peak < 0.05 * budget, "predicted %.0f, measured %.0f",
+                  pred, peak);
+        checkpointed += json_num(p, "plan_recomputed_blocks") > 0;
+    }
+    cr_assert_eq(n, 3, "%s", j);
+    return checkpointed;
+}
+
+/* budget=SIZE bounds the whole step: parameters, gradients and activations
+ * (blocks-budget= would not: its plans exceed the same number by the bytes
+ * outside the blocks). Three budgets between the planner's minimum and the
+ * step's store-all peak, on the GPT and on the MLP, in bench and in train. */
+Test(cli, budget_bounds_the_measured_step_peak) {
+    const char *models[] = {"--layers 4 --width 64 --heads 2 --context 32 --batch 4",
+                            "--model mlp --layers 6 --width 64 --batch 512"};
+    for (int mi = 0; mi < 2; mi++) {
+        char *o;
+        int rc = run(&o, false, "bench %s --threads 1 --quiet --reps 1 --json --strategies "
+                                "none,budget=100%%", models[mi]);
+        cr_assert_eq(rc, 0, "%s", o);
+        double min = json_num(o, "min_budget_bytes"), all = json_num(o, "store_all_bytes");
+        double fixed = json_num(o, "step_fixed_bytes");
+        cr_assert(fixed > 0 && min > fixed && all > min, "%s", o);
+        free(o);
+        long b[3];
+        for (int k = 0; k < 3; k++) b[k] = (long)(min + (all - min) * (0.1 + 0.35 * k));
+        rc = run(&o, false, "bench %s --threads 1 --quiet --reps 1 --json --strategies "
+                            "none,budget=%ld,budget=%ld,budget=%ld",
+                 models[mi], b[0], b[1], b[2]);
+        cr_assert_eq(rc, 0, "%s", o);
+        cr_assert(json_valid(o), "%s", o);
+        cr_assert_geq(check_bench_budgets(o), 2, "the budgets must make the planner checkpoint: %s",
+                      o);
+        free(o);
+        /* train: the largest step's peak, the optimizer's state included */
+        char flags[256];
+        snprintf(flags, sizeof flags, "%s --threads 1 --quiet", models[mi]);
+        double tmin, tall;
+        chain_range(flags, &tmin, &tall);
+        cr_assert(tmin > min && tall > all, "the optimizer's state counts in train");
+        rc = run(&o, false, "train %s --steps 3 --json --checkpoint budget=%ld", flags,
+                 (long)(tmin + 0.4 * (tall - tmin)));
+        cr_assert_eq(rc, 0, "%s", o);
+        double step = json_num(o, "step_peak_bytes"), budget = json_num(o, "budget_bytes");
+        cr_assert(step > 0 && step <= budget, "train: step peak %.0f, budget %.0f: %s", step,
+                  budget, o);
+        cr_assert(strstr(o, "\"plan_whole_step\":true"), "%s", o);
+        free(o);
+    }
+}
+
+/* A budget at or above what the step needs without checkpointing (as the
+ * README's budget=200MiB once was) says so; one below does not. */
+Test(cli, budget_above_store_all_warns) {
+    char *o;
+    int rc = run(&o, true, "train " TINY " --layers 2 --steps 2 --checkpoint budget=200MiB");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(strstr(o, "warning: budget=200MiB") && strstr(o, "nothing is checkpointed"), "%s",
+              o);
+    free(o);
+    rc = run(&o, true, "bench --layers 4 --width 64 --heads 2 --context 32 --batch 4 --threads 1 "
+                       "--reps 1 --strategies none,budget=100%%,budget=85%%");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(strstr(o, "warning: budget=100%"), "%s", o);
+    cr_assert(!strstr(o, "warning: budget=85%"), "%s", o);
     free(o);
 }
 
@@ -986,8 +1079,8 @@ Test(cli, schedule_clip_and_accum_flags_train_and_resume_bitwise) {
             cr_assert_str_neq(bits[i], bits[j], "'%s' changed nothing", flags[i]);
         free(o);
     }
-    const char *all = "--lr-schedule cosine --warmup 2 --clip 0.05 --accum 2";
-    char *full, *first, *rest, a[32], b[32];
+    const char *all = "--lr-schedule cosine --warmup 2 --min-lr 1e-3 --clip 0.05 --accum 2";
+    char *full, *first, *rest, *bare, a[32], b[32];
     cr_assert_eq(run(&full, false, "train " TINY " --steps 6 --json %s", all), 0, "%s", full);
     cr_assert_eq(run(&first, false, "train " TINY " --steps 3 --json %s --save %s", all,
                      path("acc.bin")), 0, "%s", first);
@@ -995,9 +1088,16 @@ Test(cli, schedule_clip_and_accum_flags_train_and_resume_bitwise) {
                      path("acc.bin")), 0, "%s", rest);
     cr_assert_str_eq(json_str(full, "loss_bits", a, sizeof a),
                      json_str(rest, "loss_bits", b, sizeof b), "resumed run differs");
+    /* the flags are in the save file (format version 2): --resume alone
+     * continues the same schedule, clipping and accumulation */
+    cr_assert_eq(run(&bare, false, "train " TINY " --steps 6 --json --resume %s", path("acc.bin")),
+                 0, "%s", bare);
+    cr_assert_str_eq(json_str(full, "loss_bits", a, sizeof a),
+                     json_str(bare, "loss_bits", b, sizeof b), "resumed run without the flags differs");
     free(full);
     free(first);
     free(rest);
+    free(bare);
     char *o;
     cr_assert_eq(run(&o, true, "train " TINY " --steps 4 --lr-schedule cosine --warmup 4"), 2);
     cr_assert(strstr(o, "--warmup must be below --steps"), "%s", o);
@@ -1028,6 +1128,49 @@ static void patch_u32(const char *from, const char *to, int field, uint32_t v) {
     fwrite(s, 1, n, f);
     fclose(f);
     free(s);
+}
+
+/* Rewrites a version-2 save file as version 1 (the format before the
+ * schedule was stored: a 160-byte header, the same records). */
+static void downgrade_to_v1(const char *from, const char *to) {
+    struct stat st;
+    cr_assert_eq(stat(from, &st), 0);
+    unsigned char *s = (unsigned char *)slurp(from);
+    size_t n = (size_t)st.st_size, cut = 32; /* version 2's header is 192 bytes */
+    cr_assert(s[8] == 2 && s[12] == 192, "not a version-2 file");
+    memmove(s + 24 + 160, s + 24 + 192, n - 24 - 192);
+    n -= cut;
+    s[8] = 1;
+    s[12] = 160;
+    for (int k = 0; k < 8; k++) s[16 + k] = (unsigned char)((uint64_t)n >> (8 * k));
+    uint32_t c = crc32_of(s, n - 4);
+    for (int k = 0; k < 4; k++) s[n - 4 + k] = (unsigned char)(c >> (8 * k));
+    FILE *f = fopen(to, "wb");
+    fwrite(s, 1, n, f);
+    fclose(f);
+    free(s);
+}
+
+/* Files written before the format stored the schedule (version 1) still
+ * resume, to the same bits as the version-2 file of the same run (the
+ * schedule flags given again, as version 1 needed). */
+Test(cli, version_1_save_files_still_resume) {
+    const char *flags = "--lr-schedule cosine --warmup 2 --clip 0.05";
+    char *o, a[32], b[32];
+    cr_assert_eq(run(&o, false, "train " TINY " --steps 3 --json %s --save %s", flags,
+                     path("v2.bin")), 0, "%s", o);
+    free(o);
+    downgrade_to_v1(path("v2.bin"), path("v1.bin"));
+    char *r2, *r1;
+    cr_assert_eq(run(&r2, false, "train " TINY " --steps 6 --json %s --resume %s", flags,
+                     path("v2.bin")), 0, "%s", r2);
+    cr_assert_eq(run(&r1, true, "train " TINY " --steps 6 --json %s --resume %s", flags,
+                     path("v1.bin")), 0, "%s", r1);
+    cr_assert_eq(json_num(r1, "start_step"), 3);
+    cr_assert_str_eq(json_str(r2, "loss_bits", a, sizeof a), json_str(r1, "loss_bits", b, sizeof b),
+                     "the version-1 file resumed differently");
+    free(r1);
+    free(r2);
 }
 
 Test(cli, save_file_header_values_are_bounded_before_use) {

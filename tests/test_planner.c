@@ -163,7 +163,7 @@ static void sim_level(sim *S, int i, int t) {
         }
         bump(S, (int64_t)ps->bwd_peak);
         S->cur -= ABAR(S, s) + X(S, s + 1);
-        S->cur += X(S, s);
+        S->cur += X(S, s) + (int64_t)ps->grad_bytes; /* parameter gradients stay */
         S->time += ps->bwd_time;
     } else {
         int e = nd->last;
@@ -194,7 +194,10 @@ static void sim_run(sim *S, const remat_profile *p, const remat_plan_node *nodes
     S->cur = S->peak = 0;
     S->time = 0;
     sim_level(S, 0, p->n_stages - 1);
-    cr_assert_eq(S->cur, X(S, 0), "simulation must end with only the input gradient live");
+    int64_t grads = 0;
+    for (int k = 0; k < p->n_stages; k++) grads += (int64_t)p->stages[k].grad_bytes;
+    cr_assert_eq(S->cur, X(S, 0) + grads,
+                 "simulation must end with the input gradient and the parameter gradients live");
 }
 
 Test(planner, dp_equals_exhaustive_search) {
@@ -261,6 +264,88 @@ Test(planner, dp_equals_exhaustive_search) {
     }
     cr_assert_gt(checked_feasible, 8000);
     cr_assert_gt(checked_infeasible, 100);
+}
+
+/* Whole-step budgets: the chain followed by a head (always stored), with
+ * parameter gradients that appear in each stage's backward and stay, fixed
+ * bytes, and the backward before the chain. The DP over the chain must give
+ * the fastest plan whose simulated step peak fits, exactly as a search over
+ * every plan of chain + head finds it. */
+Test(planner, step_budget_equals_exhaustive_search) {
+    g_rng = 0x2545F4914F6CDD1Dull;
+    int feasible = 0, infeasible = 0;
+    for (int iter = 0; iter < 1200; iter++) {
+        int L = 1 + iter % (MAXL - 1);
+        remat_profile *ext = random_chain(L + 1); /* stage L plays the head */
+        for (int k = 0; k <= L; k++) ext->stages[k].grad_bytes = (size_t)rnd_in(0, 5);
+        remat_step_profile step = {.fixed_bytes = (size_t)rnd_in(0, 30),
+                                   .head = ext->stages[L],
+                                   .tail_peak = (size_t)rnd_in(0, 12)};
+        remat_profile chain = {.n_stages = L, .stages = ext->stages, .runs = 0};
+        int64_t grads = 0;
+        for (int k = 0; k <= L; k++) grads += (int64_t)ext->stages[k].grad_bytes;
+        int64_t tail = (int64_t)ext->stages[0].input_bytes + grads + (int64_t)step.tail_peak;
+        const tlist *all = gen(0, L);
+        int64_t minpk = INT64_MAX, maxpk = 0;
+        int64_t *pk = malloc((size_t)all->n * sizeof *pk);
+        double *tm = malloc((size_t)all->n * sizeof *tm);
+        for (int i = 0; i < all->n; i++) {
+            const tplan *tp = &all->v[i];
+            cr_assert(tp->v[tp->n - 1].op == REMAT_PLAN_STORE && tp->v[tp->n - 1].first == L &&
+                      tp->v[tp->n - 1].depth == 0, "the grammar never checkpoints the last stage");
+            sim S;
+            sim_run(&S, ext, tp->v, tp->n);
+            pk[i] = (int64_t)step.fixed_bytes + (S.peak > tail ? S.peak : tail);
+            tm[i] = S.time;
+            if (pk[i] < minpk) minpk = pk[i];
+            if (pk[i] > maxpk) maxpk = pk[i];
+        }
+        for (int b = 0; b < 5; b++) {
+            int64_t budget = rnd_in((int)minpk - 2, (int)maxpk + 1);
+            if (budget < 1) budget = 1;
+            double best = -1;
+            for (int i = 0; i < all->n; i++)
+                if (pk[i] <= budget && (best < 0 || tm[i] < best)) best = tm[i];
+            remat_plan_options o = {.mem_slots = (int)budget}; /* 1 byte per slot at most */
+            remat_plan *plan = NULL;
+            int rc = remat_plan_create_step(&plan, &chain, &step, (size_t)budget, &o);
+            if (best < 0) {
+                char num[32];
+                snprintf(num, sizeof num, "%" PRId64 " bytes", minpk);
+                RT_FAILS(rc, REMAT_EINVAL, num);
+                cr_assert(strstr(remat_last_error(), "outside the chain"), "%s",
+                          remat_last_error());
+                cr_assert_null(plan);
+                infeasible++;
+                continue;
+            }
+            cr_assert_eq(rc, REMAT_OK, "L=%d budget %" PRId64 ": %s", L, budget,
+                         remat_last_error());
+            cr_assert(plan->whole_step);
+            cr_assert_eq(plan->n_stages, L);
+            cr_assert_eq(plan->time, best, "L=%d budget %" PRId64 ": DP %g, search %g", L, budget,
+                         plan->time, best);
+            tplan run = {0}; /* the plan as it runs: the chain, then the head */
+            memcpy(run.v, plan->nodes, (size_t)plan->n_nodes * sizeof *run.v);
+            run.n = plan->n_nodes;
+            run.v[run.n++] = (remat_plan_node){REMAT_PLAN_STORE, L, L, 0, -1};
+            sim S;
+            sim_run(&S, ext, run.v, run.n);
+            int64_t total = (int64_t)step.fixed_bytes + (S.peak > tail ? S.peak : tail);
+            cr_assert_leq(total, budget);
+            cr_assert_eq((int64_t)plan->peak_bytes, total, "model %zu, simulated %" PRId64,
+                         plan->peak_bytes, total);
+            cr_assert_eq((int64_t)plan->min_budget_bytes, minpk);
+            remat_plan_free(plan);
+            feasible++;
+        }
+        free(pk);
+        free(tm);
+        remat_profile_free(ext);
+        memo_clear();
+    }
+    cr_assert_gt(feasible, 4000);
+    cr_assert_gt(infeasible, 50);
 }
 
 /* With the default slot grid (sizes rounded up) the plan still fits the

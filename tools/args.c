@@ -138,9 +138,9 @@ static const opt_row rows[] = {
      .choices = "constant|cosine",
      .help = "constant, or cosine: linear warm-up over --warmup\nsteps to --lr, then cosine decay to --min-lr",
      .dflt = "[constant]"},
-    {"--warmup", "N", OPT_LONG, CMD_TRAIN, SEC_TRAIN, T(warmup), SETS(set_schedule), 0, BIG,
+    {"--warmup", "N", OPT_LONG, CMD_TRAIN, SEC_TRAIN, T(warmup), SETS(set_warmup), 0, BIG,
      .help = "warm-up steps of the cosine schedule", .dflt = "[0]"},
-    {"--min-lr", "X", OPT_NUM, CMD_TRAIN, SEC_TRAIN, T(min_lr), SETS(set_schedule), 0, HUGE_VAL,
+    {"--min-lr", "X", OPT_NUM, CMD_TRAIN, SEC_TRAIN, T(min_lr), SETS(set_min_lr), 0, HUGE_VAL,
      .help = "where the cosine schedule ends", .dflt = "[0]"},
     {"--clip", "X", OPT_NUM, CMD_TRAIN, SEC_TRAIN, T(clip), SETS(set_clip), 0, HUGE_VAL,
      .help = "clip the gradients' global L2 norm to X (0: off)", .dflt = "[0]"},
@@ -305,6 +305,11 @@ int args_check_model(config *c, bool bench, char *err, size_t n) {
         if (c->set_heads || c->set_context || c->set_attention || c->set_untied)
             remat_warn("--heads, --context, --attention and --untied are GPT settings: the MLP "
                        "ignores them");
+    }
+    if (!bench && c->cosine && c->steps > 0 && c->warmup >= c->steps) {
+        snprintf(err, n, "--warmup must be below --steps with --lr-schedule cosine (--warmup %ld, "
+                 "--steps %ld)", c->warmup, c->steps);
+        return 1;
     }
     if (c->set_momentum && c->optim == OPTIM_ADAMW && c->momentum != 0)
         remat_warn("--momentum is an SGD setting: --optim adamw ignores it");
@@ -494,7 +499,5 @@ int args_parse(config *c, command cmd, int argc, char **argv, int first) {
     if (c->optim == OPTIM_SGD && !c->set_lr) c->lr = 0.1;
     if (!bench && c->save_every > 0 && !c->save)
         return fail(cmd, "--save-every needs --save FILE", NULL, NULL);
-    if (!bench && c->cosine && c->steps > 0 && c->warmup >= c->steps)
-        return fail(cmd, "--warmup must be below --steps with --lr-schedule cosine", NULL, NULL);
     return 0;
 }

@@ -70,7 +70,7 @@ typedef struct config {
     /* which model-shape flags were given explicitly (a resumed file must agree) */
     bool set_layers, set_width, set_heads, set_context, set_model, set_untied, set_lr;
     bool set_batch, set_seed, set_optim, set_weight_decay, set_momentum, set_attention;
-    bool set_schedule, set_clip, set_accum; /* --lr-schedule/--warmup/--min-lr, --clip, --accum */
+    bool set_schedule, set_warmup, set_min_lr, set_clip, set_accum; /* --resume takes the rest from the file */
 } config;
 
 /* Defaults for `remat train` / `remat bench` (bench's default is the

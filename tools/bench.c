@@ -103,8 +103,10 @@ static bool compare_grads(const model *m, float **ref, double *max_diff) {
 
 /* The planner's numbers for the chain, shared by every budget strategy. */
 typedef struct planner_info {
-    remat_profile *prof; /* NULL: no strategy needed the planner */
-    size_t min_budget, store_all;
+    remat_profile *prof;     /* NULL: no strategy needed the planner */
+    remat_step_profile step; /* the step around the chain (model_profile_step) */
+    size_t min_budget, store_all;               /* budget=: the whole step's allocator peak */
+    size_t blocks_min_budget, blocks_store_all; /* blocks-budget=: what the blocks add */
     double profile_s;
 } planner_info;
 
@@ -124,26 +126,42 @@ static void print_header(FILE *f, const config *c, const model *m, int threads) 
 
 static void mib(char *buf, size_t n, double bytes) { snprintf(buf, n, "%.1f", bytes / 1048576.0); }
 
-/* What the planner was given and chose, one line per budget strategy. */
-static void print_plans(const config *c) {
-    bool any = false;
+/* What the planner was given and chose, one line per budget strategy, with
+ * its predicted peak next to the measured one. */
+static void print_plans(const config *c, const result *r, const planner_info *pl) {
+    bool step = false, blocks = false;
+    for (int i = 0; i < c->n_strategies; i++) {
+        const strategy *s = &c->strategies[i];
+        if (s->kind != STRAT_BUDGET || !s->plan) continue;
+        step |= !s->blocks_only;
+        blocks |= s->blocks_only;
+    }
+    if (!step && !blocks) return;
+    const double M = 1048576.0;
+    printf("\nplans (");
+    if (step)
+        printf("budget= bounds the whole step's allocator peak, parameters and gradients "
+               "included: feasible from %.2f MiB, %.2f MiB without checkpointing",
+               (double)pl->min_budget / M, (double)pl->store_all / M);
+    if (blocks)
+        printf("%sblocks-budget= bounds what the %d blocks add: feasible from %.2f MiB, %.2f MiB "
+               "without checkpointing",
+               step ? ";\n       " : "", pl->prof ? pl->prof->n_stages : 0,
+               (double)pl->blocks_min_budget / M, (double)pl->blocks_store_all / M);
+    printf("):\n");
     for (int i = 0; i < c->n_strategies; i++) {
         const strategy *s = &c->strategies[i];
         if (s->kind != STRAT_BUDGET || !s->plan) continue;
         const remat_plan *p = s->plan;
-        if (!any)
-            printf("\nplans (a budget bounds what the %d block%s add%s to memory; feasible from "
-                   "%.2f MiB, %.2f MiB without checkpointing):\n",
-                   p->n_stages, p->n_stages == 1 ? "" : "s", p->n_stages == 1 ? "s" : "",
-                   (double)p->min_budget_bytes / 1048576.0,
-                   (double)p->peak_store_all / 1048576.0);
-        any = true;
         char st[256];
         strategy_plan_structure(p, st, sizeof st);
-        printf("  %-22s budget %8.2f MiB, predicted %8.2f MiB, %3" PRId64
+        /* budget=: the step's peak; blocks-budget=: what the step adds
+         * (the blocks' share plus the head's, measured as one) */
+        double measured = s->blocks_only ? (double)(r[i].peak - r[i].baseline) : (double)r[i].peak;
+        printf("  %-22s budget %8.2f MiB, %s predicted %8.2f measured %8.2f MiB, %3" PRId64
                " block forwards recomputed: %s\n",
-               s->name, (double)p->budget_bytes / 1048576.0, (double)p->peak_bytes / 1048576.0,
-               p->n_recomputed, st);
+               s->name, (double)p->budget_bytes / M, s->blocks_only ? "blocks" : "peak  ",
+               (double)p->peak_bytes / M, measured / M, p->n_recomputed, st);
     }
 }
 
@@ -170,7 +188,8 @@ static void print_selective(const config *c, const result *r) {
     }
 }
 
-static void print_table(const config *c, const model *m, int threads, result *r, int ref) {
+static void print_table(const config *c, const model *m, int threads, result *r, int ref,
+                        const planner_info *pl) {
     print_header(stdout, c, m, threads);
     printf("one step = forward + backward; medians of %d interleaved repetitions\n\n", c->reps);
     int w = 24; /* the name column, wider for long names (selective=names:...) */
@@ -204,7 +223,7 @@ static void print_table(const config *c, const model *m, int threads, result *r,
         printf("%-*s %9.1f %9s %11s %11s %9s %11s%s  %s\n", w, c->strategies[i].name, r[i].step_ms,
                tm, pk, st, mem, rss, hp, gr);
     }
-    print_plans(c);
+    print_plans(c, r, pl);
     print_selective(c, r);
     printf("\n"
            "  time      step time / step time of %s (the recompute overhead)\n"
@@ -305,8 +324,10 @@ static void print_json(const config *c, const model *m, int threads, result *r,
     if (pl->prof)
         util_str_printf(&j,
                         ",\"planner\":{\"min_budget_bytes\":%zu,\"store_all_bytes\":%zu,"
-                        "\"profile_s\":%.3f}",
-                        pl->min_budget, pl->store_all, pl->profile_s);
+                        "\"blocks_min_budget_bytes\":%zu,\"blocks_store_all_bytes\":%zu,"
+                        "\"step_fixed_bytes\":%zu,\"profile_s\":%.3f}",
+                        pl->min_budget, pl->store_all, pl->blocks_min_budget,
+                        pl->blocks_store_all, pl->step.fixed_bytes, pl->profile_s);
     util_str_printf(&j, ",\"peak_rss_bytes\":%zu}\n", util_peak_rss_bytes());
     if (!j.oom) fputs(j.s, stdout);
     util_str_free(&j);
@@ -348,14 +369,16 @@ static void sweep_uniform(config *c) {
     }
 }
 
-/* --sweep-budgets, after the profile: N budgets evenly from the planner's
- * minimum to the chain's store-all peak. */
+/* --sweep-budgets, after the profile: N whole-step budgets evenly from the
+ * planner's minimum to the step's store-all peak. */
 static void sweep_budgets(config *c, const planner_info *pl) {
     for (int k = 0; k < c->sweep; k++) {
         double f = (double)k / (double)(c->sweep - 1);
         strategy s;
-        strategy_budget_bytes(&s, (uint64_t)((double)pl->min_budget +
-                                             f * (double)(pl->store_all - pl->min_budget)));
+        strategy_budget_bytes(&s,
+                              (uint64_t)((double)pl->min_budget +
+                                         f * (double)(pl->store_all - pl->min_budget)),
+                              false);
         add_strategy(c, &s);
     }
 }
@@ -370,11 +393,13 @@ static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, b
     /* malloc in its fast setting: the profile's times are the planner's cost model */
     step_malloc_mode(false);
     double t0 = util_now();
-    int rc = model_profile_chain(m, b, NULL, &pl->prof);
+    model_zero_grad(m); /* as every measured step starts: no .grad */
+    int rc = model_profile_step(m, b, false, &pl->prof, &pl->step);
     pl->profile_s = util_now() - t0;
     step_malloc_mode(true);
-    if (!rc) rc = remat_plan_min_budget(pl->prof, &pl->min_budget);
-    if (!rc) rc = strategy_store_all_bytes(pl->prof, &pl->store_all);
+    if (!rc) rc = strategy_step_range(pl->prof, &pl->step, &pl->store_all, &pl->min_budget);
+    if (!rc) rc = remat_plan_min_budget(pl->prof, &pl->blocks_min_budget);
+    if (!rc) rc = strategy_store_all_bytes(pl->prof, &pl->blocks_store_all);
     if (rc) return rc;
     if (c->verbose) {
         fprintf(stderr, "profile of the %d block%s (%.2f s):\n", m->layers,
@@ -385,7 +410,7 @@ static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, b
     for (int i = 0; i < c->n_strategies; i++) {
         strategy *s = &c->strategies[i];
         if (s->kind != STRAT_BUDGET) continue;
-        rc = strategy_plan(s, pl->prof);
+        rc = strategy_plan(s, pl->prof, &pl->step);
         if (rc && c->default_strategies && s->budget < pl->min_budget) {
             /* the default list's budget=50% does not fit every model: leave it out */
             if (log)
@@ -403,6 +428,9 @@ static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, b
             remat_set_error(rc, "%s: %s", s->name, msg);
             return rc;
         }
+        char warn[320];
+        if (log && !c->sweep && strategy_budget_warning(s, warn, sizeof warn))
+            fprintf(stderr, "  %s\n", warn);
         if (c->verbose) {
             fprintf(stderr, "%s:\n", s->name);
             remat_plan_print(s->plan, stderr);
@@ -442,9 +470,8 @@ static bool write_pareto(const char *file, const config *c, const model *m, cons
              m->kind == MODEL_GPT ? "GPT" : "MLP", m->layers, m->width);
     if (pl->prof)
         snprintf(sub, sizeof sub,
-                 "planner budgets bound what the %d block%s add%s: feasible from %.2f MiB, %.2f MiB "
+                 "planner budgets bound the whole step's peak: feasible from %.2f MiB, %.2f MiB "
                  "without checkpointing; %s",
-                 m->layers, m->layers == 1 ? "" : "s", m->layers == 1 ? "s" : "",
                  (double)pl->min_budget / 1048576.0, (double)pl->store_all / 1048576.0,
                  differ ? "SOME GRADIENTS DIFFER from none" : "every gradient bitwise equal to none");
     else
@@ -589,7 +616,7 @@ int cmd_bench(config *c, bool is_default) {
     else if (c->csv)
         print_csv(c, r);
     else
-        print_table(c, &m, threads, r, refi);
+        print_table(c, &m, threads, r, refi, &pl);
     if (pd.pg && pd.rank == 0 && !c->json && !c->csv) {
         printf("\n%d ranks (mpirun), batch %d per rank; memory: the max over ranks\n", pd.world,
                c->batch);
@@ -705,7 +732,7 @@ cleanup:
     model_free(&m);
     task_free(&tk);
     if (prog_dist_end(&pd, rc ? 1 : 0)) { /* with rc under mpirun: ends every rank */
-        fprintf(stderr, "remat bench: %s\n", remat_last_error());
+        if (!rc) fprintf(stderr, "remat bench: %s\n", remat_last_error()); /* else printed */
         return 1;
     }
     return rc ? 1 : 0;

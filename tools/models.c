@@ -435,6 +435,65 @@ int model_profile_chain(model *m, const batch *b, const remat_profile_options *o
     return rc;
 }
 
+/* The parts of a step outside the chain, as one-stage chains for
+ * remat_profile_stages: the head (its input: the chain's output) and the
+ * embedding (its input is ignored: it reads the batch). */
+typedef struct outside_ctx {
+    model *m;
+    const batch *b;
+} outside_ctx;
+
+static int head_stage(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    outside_ctx *o = ud;
+    return head(o->m, in[0], o->b, true, out);
+}
+
+static int embed_stage(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
+                       int n_out) {
+    (void)in, (void)n_in, (void)n_out;
+    outside_ctx *o = ud;
+    return embed(o->m, o->b, out);
+}
+
+int model_profile_step(model *m, const batch *b, bool grads_kept, remat_profile **chain,
+                       remat_step_profile *step) {
+    *chain = NULL;
+    memset(step, 0, sizeof *step);
+    remat_tensor *x = NULL;
+    remat_profile *hp = NULL, *ep = NULL;
+    outside_ctx o = {m, b};
+    remat_stage hs = {head_stage, &o}, es = {embed_stage, &o};
+    bool prev = remat_enable_grad_begin();
+    /* fixed: what is live when the chain starts (parameters, optimizer
+     * state, the batch, the embedding's output and what it keeps) */
+    int rc = embed(m, b, &x);
+    if (!rc) step->fixed_bytes = remat_cpu_current_bytes();
+    if (!rc) rc = model_profile_chain(m, b, NULL, chain);
+    /* the blocks keep the shape, so the embedding's output stands in for
+     * the chain's output: the head's bytes do not depend on the values */
+    if (!rc) rc = remat_profile_stages(&hp, 1, &hs, x, NULL);
+    if (!rc) rc = remat_profile_stages(&ep, 1, &es, x, NULL);
+    remat_grad_mode_restore(prev);
+    if (!rc) {
+        step->head = hp->stages[0];
+        step->tail_peak = ep->stages[0].bwd_peak;
+        if (grads_kept) { /* accumulation: every .grad exists before the step */
+            for (int i = 0; i < m->n_params; i++)
+                step->fixed_bytes += remat_storage_nbytes(m->params[i].t);
+            for (int k = 0; k < (*chain)->n_stages; k++) (*chain)->stages[k].grad_bytes = 0;
+            step->head.grad_bytes = 0;
+        }
+    } else {
+        remat_profile_free(*chain);
+        *chain = NULL;
+    }
+    remat_profile_free(hp);
+    remat_profile_free(ep);
+    remat_release(x);
+    return rc;
+}
+
 int model_outputs(model *m, const batch *b, remat_tensor **out) {
     strategy none;
     strategy_parse("none", false, &none, NULL, 0);

@@ -112,6 +112,15 @@ int model_outputs(model *m, const batch *b, remat_tensor **out);
  * No .grad is touched and the RNG state is put back. */
 int model_profile_chain(model *m, const batch *b, const remat_profile_options *opts,
                         remat_profile **out);
+/* The planner's view of a whole training step (remat_plan_create_step):
+ * the chain's profile (model_profile_chain) plus what lies outside it —
+ * the bytes live when the chain starts (parameters, optimizer state, the
+ * batch, the embedding), the head and loss profiled as one stage, the
+ * embedding's backward. grads_kept: every .grad exists before the step
+ * (--accum > 1), so gradients count as fixed bytes. Run it with no .grad
+ * set unless grads_kept. */
+int model_profile_step(model *m, const batch *b, bool grads_kept, remat_profile **chain,
+                       remat_step_profile *step);
 /* Drops every parameter's .grad. */
 void model_zero_grad(model *m);
 

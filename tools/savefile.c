@@ -175,6 +175,11 @@ int savefile_write(const char *path, const config *c, const task *t, const model
     put_u32(&b, (uint32_t)t->kind);
     put_u32(&b, t->text ? savefile_crc32(t->text, t->text_len) : 0u);
     put_u64(&b, t->text ? (uint64_t)t->text_len : 0u);
+    put_u32(&b, c->cosine ? 1u : 0u); /* version 2: the schedule */
+    put_u32(&b, (uint32_t)c->accum);
+    put_u64(&b, (uint64_t)c->warmup);
+    put_f64(&b, c->min_lr);
+    put_f64(&b, c->clip);
     if (!b.oom && b.len - h0 != FIXED_HEADER_BYTES) {
         free(b.p);
         return remat_set_error(REMAT_ESTATE, "--save: internal header size mismatch");
@@ -288,6 +293,12 @@ static void take_header(saved_state *s, const remat_savefile_header *h) {
     s->task = h->task;
     s->data_crc = h->data_crc;
     s->data_bytes = h->data_bytes;
+    s->has_schedule = h->has_schedule;
+    s->schedule = h->schedule;
+    s->accum = h->accum;
+    s->warmup = h->warmup;
+    s->min_lr = h->min_lr;
+    s->clip = h->clip;
 }
 
 /* The header's values against the flags' limits and the file's size (each
@@ -314,7 +325,8 @@ static int check_header(const saved_state *s, const char *path, uint64_t size) {
                                "1..%llu (the --%s limit)", path, bad, (unsigned long long)v,
                                (unsigned long long)lim, bad);
     if (s->model > 1 || s->optim > 1 || s->untied > 1 || s->step < 0 || s->optim_t < 0 ||
-        s->task > 2)
+        s->task > 2 || s->accum > (1u << 20) || s->warmup > 1000000000u || !(s->min_lr >= 0) ||
+        !(s->clip >= 0) || !(s->lr >= 0))
         return remat_set_error(REMAT_EFORMAT, "--resume %s: corrupt header (impossible model "
                                "settings)", path);
     uint64_t min_bytes = (uint64_t)s->layers * s->width * s->width * 4u;
@@ -379,8 +391,8 @@ int savefile_read(const char *path, saved_state *s) {
         return remat_set_error(REMAT_ENOMEM, "--resume %s: out of memory for %zu bytes", path,
                                size);
     }
-    memcpy(s->image, head, sizeof head);
-    int got = read_full(fd, s->image + sizeof head, size - sizeof head);
+    memcpy(s->image, head, hn);
+    int got = read_full(fd, s->image + hn, size - hn);
     close(fd);
     if (got != 0) {
         savefile_free(s);
@@ -452,6 +464,13 @@ int savefile_merge_config(const saved_state *s, const char *path, config *c) {
     if (!c->set_lr) c->lr = s->lr;
     if (!c->set_weight_decay) c->weight_decay = s->weight_decay;
     if (!c->set_momentum) c->momentum = s->momentum;
+    if (s->has_schedule) { /* a version-1 file: the flags as given */
+        if (!c->set_schedule) c->cosine = s->schedule == 1;
+        if (!c->set_warmup) c->warmup = (long)s->warmup;
+        if (!c->set_min_lr) c->min_lr = s->min_lr;
+        if (!c->set_clip) c->clip = s->clip;
+        if (!c->set_accum) c->accum = (int)s->accum;
+    }
     if (c->model == MODEL_GPT && (c->width % c->heads != 0 || s->vocab != GPT_VOCAB))
         return remat_set_error(REMAT_EFORMAT, "--resume %s: corrupt header (model shape)", path);
     /* the strategy and flag checks args_parse left for the file's model */

@@ -44,6 +44,11 @@ typedef struct saved_state {
     uint8_t rng[32];
     uint32_t task, data_crc; /* task_kind; CRC-32 of the --data file (text task) */
     uint64_t data_bytes;
+    /* version 2: the schedule flags (has_schedule false for a version-1 file) */
+    bool has_schedule;
+    uint32_t schedule, accum;
+    uint64_t warmup;
+    double min_lr, clip;
     uint32_t n_tensors;
     saved_tensor *tensors;
 } saved_state;
@@ -55,7 +60,10 @@ int savefile_write(const char *path, const config *c, const task *t, const model
 int savefile_read(const char *path, saved_state *s);
 void savefile_free(saved_state *s);
 /* Puts the file's model settings into c; an explicitly given flag that
- * disagrees with the file is an error. */
+ * disagrees with the file is an error. The training settings (--lr,
+ * --weight-decay, --momentum, --lr-schedule, --warmup, --min-lr, --clip,
+ * --accum) come from the file unless given: a resumed run continues the same
+ * schedule. */
 int savefile_merge_config(const saved_state *s, const char *path, config *c);
 /* Checks that the run continues on the same data: a run trained on a text
  * file needs --data (error otherwise); a file with other contents gets a

@@ -30,9 +30,11 @@ void strategy_name(strategy *s) {
     case STRAT_BUDGET:
         /* the size as the user wrote it reads better than a byte count */
         if (s->budget_text[0])
-            snprintf(s->name, sizeof s->name, "budget=%s", s->budget_text);
+            snprintf(s->name, sizeof s->name, "%s=%s", s->blocks_only ? "blocks-budget" : "budget",
+                     s->budget_text);
         else
-            snprintf(s->name, sizeof s->name, "budget=%llu", (unsigned long long)s->budget);
+            snprintf(s->name, sizeof s->name, "%s=%llu",
+                     s->blocks_only ? "blocks-budget" : "budget", (unsigned long long)s->budget);
         return; /* plans always run non-reentrant checkpoints */
     }
     if (s->reentrant) {
@@ -160,9 +162,15 @@ bool strategy_parse(const char *text, bool reentrant, strategy *s, char *err, si
         if (!parse_policy(val, &r, err, n_err)) return false;
         r.kind = STRAT_SELECTIVE;
         r.reentrant = false;
-    } else if (klen == 6 && !strncmp(text, "budget", 6)) {
+    } else if ((klen == 6 && !strncmp(text, "budget", 6)) ||
+               (klen == 13 && !strncmp(text, "blocks-budget", 13))) {
+        r.blocks_only = klen == 13;
         if (!val || !*val)
-            return perr(err, n_err, "budget needs a size: budget=SIZE (e.g. budget=64MiB, budget=40%)");
+            return perr(err, n_err,
+                        r.blocks_only ? "blocks-budget needs a size: blocks-budget=SIZE (e.g. "
+                                        "blocks-budget=32MiB, blocks-budget=40%)"
+                                      : "budget needs a size: budget=SIZE (e.g. budget=64MiB, "
+                                        "budget=40%)");
         if (strlen(val) >= sizeof r.budget_text)
             return perr(err, n_err, "bad size in budget=SIZE (too long)");
         if (strchr(val, '%')) {
@@ -183,7 +191,8 @@ bool strategy_parse(const char *text, bool reentrant, strategy *s, char *err, si
         r.reentrant = false;
     } else {
         return perr(err, n_err,
-                    "expected none, block, sequential=N, selective[=POLICY] or budget=SIZE");
+                    "expected none, block, sequential=N, selective[=POLICY], budget=SIZE or "
+                    "blocks-budget=SIZE");
     }
     strategy_name(&r);
     *s = r;
@@ -237,9 +246,10 @@ int strategy_make_policy(const strategy *s, remat_policy **out) {
     return remat_set_error(REMAT_EINVAL, "remat: strategy %s: unknown policy", s->name);
 }
 
-void strategy_budget_bytes(strategy *s, uint64_t bytes) {
+void strategy_budget_bytes(strategy *s, uint64_t bytes, bool blocks_only) {
     memset(s, 0, sizeof *s);
     s->kind = STRAT_BUDGET;
+    s->blocks_only = blocks_only;
     s->budget = bytes;
     snprintf(s->budget_text, sizeof s->budget_text, "%.2fMiB", (double)bytes / MIB);
     strategy_name(s);
@@ -256,35 +266,74 @@ int strategy_store_all_bytes(const remat_profile *prof, size_t *bytes) {
     return REMAT_OK;
 }
 
-int strategy_plan(strategy *s, const remat_profile *prof) {
+int strategy_step_range(const remat_profile *prof, const remat_step_profile *step,
+                        size_t *store_all, size_t *min_budget) {
+    /* any budget at or above the store-all peak gives the store-all plan */
+    remat_plan *p = NULL;
+    int rc = remat_plan_create_step(&p, prof, step, SIZE_MAX, NULL);
+    if (rc) return rc;
+    *store_all = p->peak_store_all;
+    *min_budget = p->min_budget_bytes;
+    remat_plan_free(p);
+    return REMAT_OK;
+}
+
+/* "budget=12.35MiB": rounded up, so that what we suggest is feasible. */
+static void size_at_least(char *buf, size_t n, double bytes) {
+    if (bytes < MIB)
+        snprintf(buf, n, "%.0fKiB", ceil(bytes / 1024.0));
+    else
+        snprintf(buf, n, "%.2fMiB", ceil(bytes / MIB * 100.0) / 100.0);
+}
+
+int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profile *step) {
     if (s->kind != STRAT_BUDGET) return REMAT_OK;
     remat_plan_free(s->plan);
     s->plan = NULL;
+    s->covers_all = false;
+    const bool whole = !s->blocks_only && step;
     size_t store_all = 0, min = 0;
-    int rc = strategy_store_all_bytes(prof, &store_all);
-    if (!rc) rc = remat_plan_min_budget(prof, &min);
+    int rc;
+    if (whole) {
+        rc = strategy_step_range(prof, step, &store_all, &min);
+    } else {
+        rc = strategy_store_all_bytes(prof, &store_all);
+        if (!rc) rc = remat_plan_min_budget(prof, &min);
+    }
     if (rc) return rc;
     if (s->budget_pct > 0) s->budget = (uint64_t)(s->budget_pct / 100.0 * (double)store_all);
-    rc = remat_plan_create(&s->plan, prof, (size_t)s->budget);
+    rc = whole ? remat_plan_create_step(&s->plan, prof, step, (size_t)s->budget, NULL)
+               : remat_plan_create(&s->plan, prof, (size_t)s->budget);
     if (rc == REMAT_EINVAL && s->budget < min) {
         /* the planner's message states the minimum in bytes; add what to type */
         char msg[512];
         snprintf(msg, sizeof msg, "%s", remat_last_error());
-        /* rounded up, so that what we suggest is feasible */
-        char at_least[32];
-        if ((double)min < MIB)
-            snprintf(at_least, sizeof at_least, "%.0fKiB", ceil((double)min / 1024.0));
-        else
-            snprintf(at_least, sizeof at_least, "%.2fMiB", ceil((double)min / MIB * 100.0) / 100.0);
+        char at_least[32], sa[32];
+        size_at_least(at_least, sizeof at_least, (double)min);
         double pct = store_all ? ceil(100.0 * (double)min / (double)store_all) : 100.0;
-        char sa[32];
+        const char *key = s->blocks_only ? "blocks-budget" : "budget";
         return remat_set_error(rc,
-                               "%s; the blocks need %s without checkpointing, so give at least "
-                               "budget=%s or budget=%.0f%%",
-                               msg, util_fmt_bytes((double)store_all, sa, sizeof sa), at_least,
-                               pct > 100 ? 100 : pct);
+                               "%s; %s %s without checkpointing, so the smallest feasible "
+                               "budget is %s=%s (or %s=%.0f%%)",
+                               msg, whole ? "the step needs" : "the blocks need",
+                               util_fmt_bytes((double)store_all, sa, sizeof sa), key, at_least,
+                               key, pct > 100 ? 100 : pct);
     }
+    if (!rc) s->covers_all = s->budget >= store_all;
     return rc;
+}
+
+bool strategy_budget_warning(const strategy *s, char *buf, size_t n) {
+    if (n) buf[0] = '\0';
+    if (s->kind != STRAT_BUDGET || !s->covers_all || !s->plan) return false;
+    char b[32], sa[32];
+    snprintf(buf, n,
+             "warning: %s (%s) is at or above what the %s needs without checkpointing (%s): "
+             "nothing is checkpointed; a smaller budget trades time for memory",
+             s->name, util_fmt_bytes((double)s->budget, b, sizeof b),
+             s->plan->whole_step ? "step" : "blocks' share of the step",
+             util_fmt_bytes((double)s->plan->peak_store_all, sa, sizeof sa));
+    return true;
 }
 
 void strategy_free(strategy *s) {

@@ -12,10 +12,14 @@
  *                   are kept from the forward; the rest is recomputed.
  *                   P: dots (default) | names:A+B | all-but:A+B | except:A+B
  *                      | nothing | everything  (A, B: the model's tags)
- *   budget=SIZE     the budget planner (remat/planner.h): the blocks are
- *                   profiled once, remat_plan_create picks the fastest
- *                   schedule whose predicted peak fits SIZE bytes (or P% of
- *                   the chain's un-checkpointed peak), remat_plan_run runs it
+ *   budget=SIZE     the budget planner (remat/planner.h) for the whole step:
+ *                   the blocks, the head and the embedding are profiled once,
+ *                   remat_plan_create_step picks the fastest schedule whose
+ *                   predicted step peak (parameters, optimizer state,
+ *                   gradients, activations) fits SIZE bytes (or P% of the
+ *                   step's un-checkpointed peak), remat_plan_run runs it
+ *   blocks-budget=SIZE  the same with SIZE bounding only what the blocks add
+ *                   (remat_plan_create; P%: of the blocks' store-all peak)
  */
 #ifndef REMAT_TOOLS_STRATEGY_H
 #define REMAT_TOOLS_STRATEGY_H
@@ -53,6 +57,9 @@ typedef struct strategy {
     uint64_t budget;    /* budget=SIZE, in bytes (budget=P%: set by strategy_plan) */
     double budget_pct;  /* budget=P%: P, a share of the chain's un-checkpointed peak; 0 else */
     bool reentrant;     /* --reentrant (never for budget: plans run non-reentrant) */
+    bool blocks_only;   /* blocks-budget=SIZE: the budget bounds the blocks' share only */
+    bool covers_all;    /* budget: set by strategy_plan when SIZE is at or above what the
+                           step (blocks) needs without checkpointing: nothing is checkpointed */
     char policy[192];   /* selective: canonical POLICY, e.g. "dots", "names:qkv+attn_out" */
     sac_policy_kind sac_kind;                     /* selective */
     int n_sac_names;                              /* selective names/all-but/except */
@@ -100,16 +107,26 @@ int strategy_make_policy(const strategy *s, remat_policy **out);
 /* The predicted peak of the chain without checkpointing (store-all), from
  * a profile: what budget=P% is a share of. */
 int strategy_store_all_bytes(const remat_profile *prof, size_t *bytes);
-/* budget=SIZE: plans s->plan from a profile of the chain (the model's
- * blocks, see model_profile_chain). A budget below the smallest feasible
- * one fails with remat_plan_create's message, which states that minimum,
- * followed by what budget=P% it corresponds to. Other kinds: nothing to do. */
-int strategy_plan(strategy *s, const remat_profile *prof);
+/* The predicted whole-step peak without checkpointing and the smallest
+ * feasible whole-step budget, from a step profile. */
+int strategy_step_range(const remat_profile *prof, const remat_step_profile *step,
+                        size_t *store_all, size_t *min_budget);
+/* budget=SIZE / blocks-budget=SIZE: plans s->plan from a profile of the
+ * chain (the model's blocks) and, for budget=, of the step around it (see
+ * model_profile_step). A budget below the smallest feasible one fails with
+ * the planner's message, which states that minimum, followed by what to type
+ * (budget=SIZE and budget=P%). Sets s->covers_all when nothing needs
+ * checkpointing (see strategy_budget_warning). Other kinds: nothing to do. */
+int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profile *step);
+/* After strategy_plan: a one-line warning when the budget is at or above
+ * what no checkpointing needs (then false with buf empty otherwise). */
+bool strategy_budget_warning(const strategy *s, char *buf, size_t n);
 /* Releases what strategy_plan made. */
 void strategy_free(strategy *s);
-/* A budget=... strategy for an exact byte count (the bench sweep), named
- * "budget=12.34MiB" (the MiB figure rounded; s->budget is exact). */
-void strategy_budget_bytes(strategy *s, uint64_t bytes);
+/* A budget=... (blocks_only: blocks-budget=...) strategy for an exact byte
+ * count (the bench sweep), named "budget=12.34MiB" (the MiB figure rounded;
+ * s->budget is exact). */
+void strategy_budget_bytes(strategy *s, uint64_t bytes, bool blocks_only);
 /* The plan's nested structure as text, e.g. "[ckpt 0-3: [ckpt 0-1: 0-1] 2-3] 4-7"
  * (checkpointed segments in brackets, stored stages as ranges). */
 void strategy_plan_structure(const remat_plan *plan, char *buf, size_t n);

@@ -343,9 +343,12 @@ int cmd_train(config *c) {
         if (!c->quiet) fprintf(stderr, "  profiling the %d block%s for the planner...\n",
                                m.layers, m.layers == 1 ? "" : "s");
         double t0 = util_now();
+        remat_step_profile sp;
         rc = task_batch(&tk, start, &pb);
         if (!rc) {
-            rc = model_profile_chain(&m, &pb, NULL, &prof);
+            /* the step around the blocks too (budget= bounds the whole step);
+             * with --accum > 1 every .grad exists during most micro-batches */
+            rc = model_profile_step(&m, &pb, c->accum > 1, &prof, &sp);
             batch_free(&pb);
         }
         if (!rc && c->verbose && !c->quiet) {
@@ -353,7 +356,7 @@ int cmd_train(config *c) {
                     m.layers == 1 ? "" : "s", util_now() - t0);
             remat_profile_print(prof, stderr);
         }
-        if (!rc) rc = strategy_plan(&c->strat, prof);
+        if (!rc) rc = strategy_plan(&c->strat, prof, &sp);
         remat_profile_free(prof);
         if (rc) {
             char msg[768]; /* remat_set_error must not read the buffer it writes */
@@ -362,6 +365,8 @@ int cmd_train(config *c) {
             goto done;
         }
         if (!c->quiet) remat_plan_print(c->strat.plan, stderr);
+        char warn[320];
+        if (strategy_budget_warning(&c->strat, warn, sizeof warn)) fprintf(stderr, "%s\n", warn);
         /* the profile's own peak is not training's */
         remat_alloc_reset_peak(c->device);
     }
@@ -381,7 +386,8 @@ int cmd_train(config *c) {
     bool have_eval = false;
     char evbuf[160] = "", evshort[64] = "";
     const char *unit = m.kind == MODEL_GPT ? "tok" : "samples";
-    size_t run_peak = 0; /* the allocator's peak over the run (steps, evaluations) */
+    size_t run_peak = 0;  /* the allocator's peak over the run (steps, evaluations) */
+    size_t step_peak = 0; /* the largest step's peak (forward, backward, optimizer) */
     int64_t done_steps = start;
     if (c->log && !(logf = fopen(c->log, "w"))) {
         rc = remat_set_error(REMAT_EIO, "--log %s: %s", c->log, strerror(errno));
@@ -432,6 +438,7 @@ int cmd_train(config *c) {
         times[k] = dt;
         train_time += dt;
         done_steps = step + 1;
+        if (remat_cpu_peak_bytes() > step_peak) step_peak = remat_cpu_peak_bytes();
         if (logf)
             log_step(logf, step + 1, loss, lr_used, c->clip > 0 ? remat_optim_last_grad_norm(o) : -1,
                      1e3 * dt,
@@ -561,9 +568,11 @@ int cmd_train(config *c) {
             util_str_printf(&j,
                             "\"budget_bytes\":%zu,\"plan_peak_bytes\":%zu,"
                             "\"plan_min_budget_bytes\":%zu,\"plan_store_all_bytes\":%zu,"
-                            "\"plan_recomputed_blocks\":%" PRId64 ",",
+                            "\"plan_recomputed_blocks\":%" PRId64 ",\"plan_whole_step\":%s,"
+                            "\"step_peak_bytes\":%zu,",
                             p->budget_bytes, p->peak_bytes, p->min_budget_bytes,
-                            p->peak_store_all, p->n_recomputed);
+                            p->peak_store_all, p->n_recomputed, p->whole_step ? "true" : "false",
+                            step_peak);
         util_str_printf(&j, "\"world_size\":%d,\"zero\":%s,\"optim_state_bytes\":%zu,", pd.world,
                         pd.zero ? "true" : "false",
                         pd.zero ? remat_zero_state_bytes(pd.zero) : remat_optim_state_bytes(o));
@@ -611,11 +620,19 @@ int cmd_train(config *c) {
         }
         const remat_plan *p = c->strat.plan;
         if (p) {
-            char bb[32], pk[32];
-            printf("plan          budget %s, predicted %s for the blocks, %" PRId64
-                   " block forwards recomputed per step\n",
-                   util_fmt_bytes((double)p->budget_bytes, bb, sizeof bb),
-                   util_fmt_bytes((double)p->peak_bytes, pk, sizeof pk), p->n_recomputed);
+            char bb[32], pk[32], ms[32];
+            if (p->whole_step)
+                printf("plan          budget %s for the step: predicted peak %s, measured %s "
+                       "(largest step), %" PRId64 " block forwards recomputed per step\n",
+                       util_fmt_bytes((double)p->budget_bytes, bb, sizeof bb),
+                       util_fmt_bytes((double)p->peak_bytes, pk, sizeof pk),
+                       util_fmt_bytes((double)step_peak, ms, sizeof ms), p->n_recomputed);
+            else
+                printf("plan          blocks-budget %s: predicted %s for the blocks (step peak "
+                       "measured %s), %" PRId64 " block forwards recomputed per step\n",
+                       util_fmt_bytes((double)p->budget_bytes, bb, sizeof bb),
+                       util_fmt_bytes((double)p->peak_bytes, pk, sizeof pk),
+                       util_fmt_bytes((double)step_peak, ms, sizeof ms), p->n_recomputed);
         }
         if (have_sac) {
             char cb[32];

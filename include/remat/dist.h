@@ -130,12 +130,17 @@ int remat_dist_check_identical(remat_dist *pg, int n, remat_tensor *const *tenso
  * communication overlaps the rest of the backward pass. One wait at the
  * end; .grad is then the mean over ranks, bitwise identical everywhere.
  *
- * How "final" is known: the first backward (and any backward after the
- * graph changed) learns how many accumulations each parameter receives;
- * it starts every bucket at its end. From the next backward on a parameter
- * is ready at its learned count. If a parameter receives more than that
- * (the graph changed), its bucket is reduced again at the end, so .grad
- * is always right; the count is relearned.
+ * How "final" is known: before the backward runs, the graph behind the
+ * loss says how many times each parameter will be accumulated into (once
+ * per leaf accumulator reached: the engine sums a leaf's incoming gradients
+ * first), so buckets overlap the backward from the first step on. Where the
+ * graph holds a custom function (remat_function_apply; a reentrant
+ * checkpoint is one) its backward runs nested passes that the graph does
+ * not show; then the counts of the previous backward are used, and the
+ * first such backward (nothing learned yet) starts every bucket at its end.
+ * If a parameter receives more than expected (the graph changed), its
+ * bucket is reduced again at the end, so .grad is always right; the count
+ * is relearned.
  *
  * Unused parameters: a parameter without a gradient on a rank contributes
  * zeros; if no rank produced one, its .grad stays NULL everywhere. */
@@ -178,6 +183,7 @@ typedef struct remat_ddp_stats {
     int64_t n_accumulations;     /* leaf accumulations seen in it */
     int n_rereduced;             /* buckets reduced again at its end */
     bool learning;               /* it started every bucket at the end */
+    bool graph_counts;           /* the expected counts came from the graph */
     double backward_s;           /* its local backward (compute) time */
     double comm_s;               /* first bucket start → last bucket done */
     double exposed_s;            /* waited for communication after compute */

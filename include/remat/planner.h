@@ -99,6 +99,8 @@ typedef struct remat_stage_profile {
     size_t fwd_peak;        /* peak of a storing forward (>= output + saved) */
     size_t fwd_peak_nosave; /* peak of a forward that keeps nothing (>= output) */
     size_t bwd_peak;        /* peak of the backward above output grad + kept bytes */
+    size_t grad_bytes;      /* parameter gradients its backward makes (they become .grad and
+                               stay until the optimizer drops them; whole-step budgets only) */
 } remat_stage_profile;
 
 typedef struct remat_profile {
@@ -189,6 +191,10 @@ typedef struct remat_plan {
     int64_t n_recomputed;     /* stage forwards run again in backward */
     size_t slot_bytes;        /* remat_plan_create: bytes per memory slot */
     int checkpoints;          /* remat_plan_revolve: c; remat_plan_sequential: segments */
+    bool whole_step;          /* remat_plan_create_step: budget_bytes, min_budget_bytes,
+                                 peak_bytes and peak_store_all are the whole step's allocator
+                                 bytes (step profile's fixed bytes included); time includes
+                                 the head */
 } remat_plan;
 
 typedef struct remat_plan_options {
@@ -212,6 +218,48 @@ remat_status remat_plan_create_ex(remat_plan **out, const remat_profile *profile
 
 /* The smallest budget any plan fits (the minimal predicted peak). */
 remat_status remat_plan_min_budget(const remat_profile *profile, size_t *bytes);
+
+/* ---- whole-step budgets ------------------------------------------------------------
+ * A chain is usually the middle of a training step: something makes its input
+ * (an embedding), something consumes its output (a head and the loss), and the
+ * step also holds parameters, optimizer state, the batch and the parameter
+ * gradients. Someone with a memory limit means all of it. A step profile
+ * describes what lies outside the chain, so that the budget bounds the whole
+ * step's allocator peak:
+ *   - fixed_bytes are live for the whole step (the level when the chain starts);
+ *   - the head is one more stage after the chain, always stored (never
+ *     checkpointed), whose output is the loss: its backward makes the chain
+ *     output's gradient;
+ *   - every stage's grad_bytes (and the head's) become .grad in its backward
+ *     and stay to the end of the step (accumulated, the model counts them
+ *     where they appear: a segment's recomputation and backward run with the
+ *     gradients of every later stage live);
+ *   - after the chain's backward, the part before the chain runs its backward
+ *     with the chain input's gradient and every parameter gradient live,
+ *     peaking tail_peak above them.
+ * A step peak = fixed_bytes + max(the chain's and head's peak, all gradients +
+ * the input gradient + tail_peak). When the .grad buffers already exist at the
+ * step's start (gradient accumulation over micro-batches), count them in
+ * fixed_bytes and set grad_bytes to 0. */
+typedef struct remat_step_profile {
+    size_t fixed_bytes;       /* live from the chain's start to the step's end: parameters,
+                                 optimizer state, existing .grad, the batch, the chain's input and
+                                 what the part before the chain keeps for its backward */
+    remat_stage_profile head; /* the part after the chain up to the loss, measured as a stage on
+                                 the chain's output (remat_profile_stages with one stage) */
+    size_t tail_peak;         /* peak of the backward before the chain, above the bytes live
+                                 when it starts */
+} remat_step_profile;
+
+/* remat_plan_create_ex with a budget for the whole step (see above): the
+ * fastest plan of the chain whose predicted step peak fits budget_bytes. The
+ * plan covers the chain's stages only (profile->n_stages); its byte fields
+ * are whole-step figures (plan->whole_step). A budget at or above
+ * plan->peak_store_all stores everything. Errors as remat_plan_create_ex;
+ * an infeasible budget's message states the smallest feasible one. */
+remat_status remat_plan_create_step(remat_plan **out, const remat_profile *profile,
+                                    const remat_step_profile *step, size_t budget_bytes,
+                                    const remat_plan_options *opts);
 
 /* P's checkpoint_sequential(stages, segments) as a plan: n_stages/segments
  * stages per chunk, the first segments-1 chunks checkpointed, the rest

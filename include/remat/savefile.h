@@ -16,6 +16,7 @@
 #ifndef REMAT_SAVEFILE_H
 #define REMAT_SAVEFILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,10 +30,11 @@ extern "C" {
 REMAT_BEGIN_PUBLIC
 
 #define REMAT_SAVEFILE_MAGIC "REMATSAV"
-#define REMAT_SAVEFILE_VERSION 1u
+#define REMAT_SAVEFILE_VERSION 2u          /* written; versions 1 and 2 are read */
 #define REMAT_SAVEFILE_PREAMBLE_BYTES 24u   /* magic, version, header size, file size */
-#define REMAT_SAVEFILE_HEADER_BYTES 160u    /* the version-1 fixed header */
-#define REMAT_SAVEFILE_PREFIX_BYTES 184u    /* preamble + header */
+#define REMAT_SAVEFILE_HEADER_BYTES 192u    /* the version-2 fixed header */
+#define REMAT_SAVEFILE_HEADER_BYTES_V1 160u /* the version-1 fixed header */
+#define REMAT_SAVEFILE_PREFIX_BYTES 216u    /* preamble + the longest header */
 #define REMAT_SAVEFILE_MAX_TENSORS 1000000u
 #define REMAT_SAVEFILE_MAX_NAME 256u
 
@@ -45,6 +47,14 @@ typedef struct remat_savefile_header {
     uint8_t rng[32];
     uint32_t task, data_crc;
     uint64_t data_bytes;
+    /* version 2: the training schedule (a version-1 file reads as constant
+     * lr, no warm-up, no clipping, accum 1, and has_schedule false) */
+    uint32_t version;
+    bool has_schedule;
+    uint32_t schedule; /* 0 constant, 1 linear warm-up + cosine */
+    uint32_t accum;    /* micro-batches per optimizer step */
+    uint64_t warmup;   /* warm-up steps */
+    double min_lr, clip;
 } remat_savefile_header;
 
 /* One tensor record; name and data point into the parsed buffer. */
@@ -57,10 +67,10 @@ typedef struct remat_saved_record {
     const unsigned char *data;
 } remat_saved_record;
 
-/* CRC-32 (IEEE, as zlib) of n bytes. */
+/* CRC-32 (IEEE 802.3) of n bytes: zlib's crc32. */
 uint32_t remat_crc32(const void *data, size_t n);
 
-/* Checks the preamble (magic, version, header size, and that the size it
+/* Checks the preamble (magic, a version this remat reads, its header size, and that the size it
  * records equals file_size) and decodes the fixed header from `prefix`, the
  * first n bytes of the file (n >= min(file_size, REMAT_SAVEFILE_PREFIX_BYTES)).
  * No CRC check (it needs the whole file). REMAT_EFORMAT on a bad file,

@@ -22,4 +22,18 @@ typedef void (*rm_accumulate_observer_fn)(void *user_data, remat_tensor *leaf);
 void rm_set_accumulate_observer(rm_accumulate_observer_fn fn, void *user_data,
                                 rm_accumulate_observer_fn *prev_fn, void **prev_ud);
 
+/* Walks the graph behind root before a backward pass over it and calls fn
+ * once per leaf accumulator reachable from root (a pass runs each such node
+ * once, after summing its incoming gradients, so this is how many times it
+ * will accumulate into that leaf, or fewer where no gradient reaches it).
+ * *opaque is set when a reachable node is a custom function
+ * (remat_function_apply, e.g. a reentrant checkpoint): its backward may run
+ * backward passes of its own, whose accumulations this walk cannot see.
+ * REMAT_ENOMEM (the counts are then incomplete). */
+int rm_graph_leaf_accumulators(remat_tensor *root, rm_accumulate_observer_fn fn, void *user_data,
+                               bool *opaque /* OUT */);
+
+/* True for a custom function's node (src/autograd/function.c). */
+bool rm_node_runs_backward(const remat_node *n);
+
 #endif

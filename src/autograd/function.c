@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accumulate.h"
 #include "graph.h"
 
 #define RM_FN_MAX_SAVED 64
@@ -49,6 +50,8 @@ static int fn_backward(remat_node *node, remat_tensor *const *grad_outputs,
         if (!node->next[i].node) remat_release_p(&grad_inputs[i]);
     return REMAT_OK;
 }
+
+bool rm_node_runs_backward(const remat_node *n) { return n && n->backward == fn_backward; }
 
 int remat_ctx_save_for_backward(remat_function_ctx *ctx, int n, remat_tensor *const *tensors) {
     if (!ctx) return rm_err(REMAT_EINVAL, "remat_ctx_save_for_backward: ctx is NULL");

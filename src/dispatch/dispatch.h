@@ -38,6 +38,19 @@ enum {
      * says what they are: embedding's and cross_entropy's i64 indices come
      * second, and their old messages checked in[0]'s dtype first) */
     RM_OPF_FLOAT_IN0 = 1u << 5,
+    /* the op's check makes every argument check itself, in its own order
+     * (the driver checks only `out`): masked_fill's mask, the in-place ops */
+    RM_OPF_OWN_CHECKS = 1u << 6,
+    /* out[0] is in[0], written in place (the in-place ops): nothing is
+     * handed out (outs may be NULL); the kernel gets in[0] as it is (any
+     * strides) and every other input as it is or, when it overlaps in[0]
+     * in another view, as a copy (taken before the node and the early
+     * saves); in[0]'s version is bumped after the kernel, and the saves
+     * made after the kernel come before the node takes in[0] over
+     * (rm_node_set_output rebases its history), so that a failing save
+     * leaves that history intact. With RM_OPF_SAVE_EARLY, custom slots are
+     * early too (mul_ saves a copy of its target before overwriting it). */
+    RM_OPF_INPLACE = 1u << 7,
 };
 
 /* What a save slot holds. */
@@ -74,6 +87,9 @@ typedef struct rm_out_spec {
     rm_out_kind kind;
     int64_t strides[REMAT_MAX_DIMS]; /* RM_OUT_VIEW */
     int64_t offset;                  /* RM_OUT_VIEW, elements */
+    /* RM_OUT_NEW on `device` instead of in[0]'s (remat_to_device) */
+    bool other_device;
+    remat_device device;
     /* spec[0] only: the node's name when it is not the descriptor's
      * (reshape that has to copy: UnsafeViewBackward); NULL otherwise */
     const char *node_name;
@@ -98,9 +114,14 @@ struct rm_op_desc {
     const char *name;      /* public name, as policies, traces and reports see it */
     const char *node_name; /* name of the backward node */
     unsigned char n_in, n_out, n_saved;
-    /* Inputs the node differentiates: the first n_grad_in (0: all n_in).
-     * embedding's indices and cross_entropy's targets get no edge. */
-    unsigned char n_grad_in;
+    /* Bit i: in[i] gets no edge in the node (0: every input does).
+     * embedding's indices, cross_entropy's targets, where's condition and
+     * masked_fill's mask are not differentiated; the node's inputs (and the
+     * backward's gin[]) are the other inputs, in order. */
+    unsigned char no_grad_in;
+    /* The input whose dtype selects the kernel and is the default output
+     * dtype (0 unless set): where(cond, a, b) computes in a's dtype. */
+    unsigned char dtype_in;
     /* Outputs handed to the caller: the first n_ret (0: all n_out). The
      * others are by-products the kernel writes for the backward (layer_norm's
      * mean and rstd, cross_entropy's logsumexp, attention's row log-sum-exp): saved, then released. */
@@ -118,6 +139,10 @@ struct rm_op_desc {
     /* Argument names in messages ("a must be a float tensor"); NULL: a, b, c, ... */
     const char *const *arg_names;
     rm_kernel_id kernel;
+    /* A function the driver calls instead of looking `kernel` up, for work
+     * every device type can do through its registered functions (the
+     * copies: rm_device_copy). NULL: the table's kernel. */
+    rm_kernel_fn direct;
     size_t params_size;    /* bytes of *params, copied into the node as its ctx */
     /* Records in the node's ctx (the params' copy) what the backward needs
      * from the checked inputs, e.g. their shapes (NULL: nothing). */
@@ -135,6 +160,12 @@ struct rm_op_desc {
     rm_save_spec saves[RM_OP_MAX_SAVED];
     /* Makes the tensor of an RM_SAVE_CUSTOM slot (new reference in *out). */
     int (*save_custom)(rm_op_call *c, int slot, remat_tensor **out);
+    /* Completes the outputs after the kernel, before the node takes them
+     * (remat_tag names its view). NULL: nothing. */
+    int (*finish)(rm_op_call *c);
+    /* The tag selective-checkpoint policies see (remat_tag's name; NULL:
+     * none). NULL: no tag. */
+    const char *(*tag)(const void *params);
     rm_backward_fn backward;
 };
 

@@ -2,8 +2,10 @@
  *
  * The engine tells us each time it adds into a leaf's .grad
  * (src/autograd/accumulate.h). A parameter is "ready" when its count of
- * accumulations in this backward reaches the count learned in the previous
- * one; then its .grad is copied into its bucket's flat buffer, and a bucket
+ * accumulations in this backward reaches the expected count — read from
+ * the graph before the pass, or, where a custom function (reentrant
+ * checkpoint) hides nested passes, learned in the previous backward; then
+ * its .grad is copied into its bucket's flat buffer, and a bucket
  * whose parameters are all ready starts its MPI_Iallreduce — in bucket
  * order, since every rank must start MPI collectives in the same order.
  * Counting accumulations instead of trusting one hook call per parameter is
@@ -110,8 +112,36 @@ static void on_accumulate(void *ud, remat_tensor *leaf) {
     d->st.n_accumulations++;
     p->count++;
     if (p->ready) p->late = true;
-    else if (d->learned && p->count == p->expected) mark_ready(d, i);
+    else if (d->have_counts && p->count == p->expected) mark_ready(d, i);
     test_pending(d);
+}
+
+static void count_graph_leaf(void *ud, remat_tensor *leaf) {
+    remat_ddp *d = ud;
+    int i = lookup(d, leaf);
+    if (i >= 0) d->p[i].expected++;
+}
+
+/* The accumulations each parameter will receive in this backward. Read
+ * from the graph behind the loss (every leaf accumulator runs once per
+ * pass) when that is exact: when no custom function lies in it — a
+ * reentrant checkpoint's backward runs nested passes, which accumulate into
+ * parameters the outer graph does not show. Otherwise the counts of the
+ * previous backward, if there was one. Returns whether counts are known. */
+static bool expected_counts(remat_ddp *d, remat_tensor *loss) {
+    int *learned = malloc(sizeof *learned * (size_t)d->n);
+    if (!learned) return d->learned;
+    for (int i = 0; i < d->n; i++) {
+        learned[i] = d->p[i].expected;
+        d->p[i].expected = 0;
+    }
+    bool opaque = true;
+    if (rm_graph_leaf_accumulators(loss, count_graph_leaf, d, &opaque) != REMAT_OK) opaque = true;
+    d->st.graph_counts = !opaque;
+    if (opaque)
+        for (int i = 0; i < d->n; i++) d->p[i].expected = learned[i];
+    free(learned);
+    return !opaque || d->learned;
 }
 
 /* ---- set-up ---------------------------------------------------------------------------- */
@@ -361,8 +391,9 @@ static int write_back(remat_ddp *d, const char *call, const unsigned char *used_
     return REMAT_OK;
 }
 
-/* Clears the per-step state of parameters, buckets and statistics. */
-static void reset_step(remat_ddp *d) {
+/* Clears the per-step state of parameters, buckets and statistics, and
+ * sets the counts expected in the backward of loss. */
+static void reset_step(remat_ddp *d, remat_tensor *loss) {
     for (int i = 0; i < d->n; i++) {
         d->p[i].count = 0;
         d->p[i].ready = d->p[i].late = false;
@@ -374,9 +405,11 @@ static void reset_step(remat_ddp *d) {
     }
     d->next_launch = 0;
     d->mpi_failed = 0;
-    remat_ddp_stats st = {.n_buckets = d->nb, .n_params = d->n, .learning = !d->learned,
+    remat_ddp_stats st = {.n_buckets = d->nb, .n_params = d->n,
                           .n_sync_backwards = d->st.n_sync_backwards + 1};
     d->st = st;
+    d->have_counts = expected_counts(d, loss);
+    d->st.learning = !d->have_counts;
 }
 
 /* The local backward, with buckets launched as their gradients arrive; then
@@ -467,7 +500,7 @@ int remat_ddp_backward(remat_ddp *d, remat_tensor *loss) {
     if (rc) return rc;
     if (!d->sync) return remat_backward_scalar(loss);
 
-    reset_step(d);
+    reset_step(d, loss);
     char local_msg[RMD_MSG] = "";
     double t_bwd;
     int local = local_backward(d, call, loss, local_msg, sizeof local_msg, &t_bwd);

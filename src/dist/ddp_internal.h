@@ -15,7 +15,7 @@ typedef struct dparam {
     int64_t offset;    /* elements into the bucket's buffer */
     int64_t numel;
     int count;         /* accumulations in this backward */
-    int expected;      /* learned from the previous synchronised backward */
+    int expected;      /* from the graph, else learned from the previous backward */
     bool ready;
     bool late;
 } dparam;
@@ -40,7 +40,8 @@ struct remat_ddp {
     dbucket *b;
     int next_launch;
     bool sync;
-    bool learned;           /* expected counts are known */
+    bool learned;           /* a synchronised backward completed: its counts are known */
+    bool have_counts;       /* this backward knows the expected counts (graph or learned) */
     int mpi_failed;         /* MPI error code while launching (reported at the end) */
     remat_ddp_options o;
     /* ZeRO-1: each bucket is reduce-scattered in place (this rank gets the

@@ -3,19 +3,13 @@
  * offset is checked against the buffer's end before it is used. */
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "../internal.h"
 #include "remat/savefile.h"
 
 uint32_t remat_crc32(const void *data, size_t n) {
-    static const uint32_t poly = 0xEDB88320u;
-    const unsigned char *p = data;
-    uint32_t c = 0xFFFFFFFFu;
-    for (size_t i = 0; i < n; i++) {
-        c ^= p[i];
-        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (poly & (0u - (c & 1u)));
-    }
-    return c ^ 0xFFFFFFFFu;
+    return (uint32_t)crc32_z(crc32_z(0L, Z_NULL, 0), data, n);
 }
 
 static uint32_t get_u32(const unsigned char *p) {
@@ -48,16 +42,18 @@ remat_status remat_savefile_parse_header(const void *prefix, size_t n, uint64_t 
                       (unsigned long long)file_size, REMAT_SAVEFILE_PREAMBLE_BYTES);
     uint32_t version = get_u32(p + 8), hbytes = get_u32(p + 12);
     uint64_t fbytes = get_u64(p + 16);
-    if (version != REMAT_SAVEFILE_VERSION)
-        return rm_err(REMAT_EFORMAT, "unsupported format version %u (this remat reads version %u)",
-                      version, REMAT_SAVEFILE_VERSION);
+    if (version < 1 || version > REMAT_SAVEFILE_VERSION)
+        return rm_err(REMAT_EFORMAT, "unsupported format version %u (this remat reads versions "
+                      "1 to %u)", version, REMAT_SAVEFILE_VERSION);
+    const uint32_t want_hbytes =
+        version == 1 ? REMAT_SAVEFILE_HEADER_BYTES_V1 : REMAT_SAVEFILE_HEADER_BYTES;
     if (fbytes > file_size)
         return rm_err(REMAT_EFORMAT, "truncated file: %llu bytes of the %llu it should have",
                       (unsigned long long)file_size, (unsigned long long)fbytes);
     if (fbytes < file_size)
         return rm_err(REMAT_EFORMAT, "%llu bytes of unexpected data after the end of the file",
                       (unsigned long long)(file_size - fbytes));
-    if (hbytes != REMAT_SAVEFILE_HEADER_BYTES || file_size < REMAT_SAVEFILE_PREFIX_BYTES + 4)
+    if (hbytes != want_hbytes || file_size < REMAT_SAVEFILE_PREAMBLE_BYTES + hbytes + 4)
         return rm_err(REMAT_EFORMAT, "corrupt header (header size %u)", hbytes);
     const unsigned char *h = p + REMAT_SAVEFILE_PREAMBLE_BYTES;
     remat_savefile_header r;
@@ -84,6 +80,15 @@ remat_status remat_savefile_parse_header(const void *prefix, size_t n, uint64_t 
     r.task = get_u32(h + 144);
     r.data_crc = get_u32(h + 148);
     r.data_bytes = get_u64(h + 152);
+    r.version = version;
+    r.has_schedule = version >= 2;
+    r.schedule = r.has_schedule ? get_u32(h + 160) : 0;
+    r.accum = r.has_schedule ? get_u32(h + 164) : 1;
+    r.warmup = r.has_schedule ? get_u64(h + 168) : 0;
+    r.min_lr = r.has_schedule ? get_f64(h + 176) : 0;
+    r.clip = r.has_schedule ? get_f64(h + 184) : 0;
+    if (r.schedule > 1 || r.accum == 0)
+        return rm_err(REMAT_EFORMAT, "corrupt header (schedule %u, accum %u)", r.schedule, r.accum);
     if (r.n_tensors > REMAT_SAVEFILE_MAX_TENSORS)
         return rm_err(REMAT_EFORMAT, "corrupt header (%u tensors)", r.n_tensors);
     *out = r;
@@ -103,7 +108,7 @@ remat_status remat_savefile_parse(const void *buf, size_t n, remat_savefile_head
         return rm_err(REMAT_EFORMAT, "corrupt file: checksum mismatch (stored CRC-32 %08x, "
                       "computed %08x)", crc, want);
     uint32_t count = hdr->n_tensors;
-    size_t off = REMAT_SAVEFILE_PREFIX_BYTES, end = n - 4;
+    size_t off = REMAT_SAVEFILE_PREAMBLE_BYTES + get_u32(p + 12), end = n - 4;
     /* every record takes at least 21 bytes: no allocation beyond what the file can hold */
     if ((uint64_t)count * 21u > end - off)
         return rm_err(REMAT_EFORMAT, "corrupt header (%u tensors cannot fit in %zu bytes)", count,

@@ -12,10 +12,9 @@
  * read: such memory is only ever touched through rm_device_copy, with a
  * contiguous source. A strided source on such a device is first staged
  * (the span of storage it addresses) into host memory and compacted there. */
-#include <stdlib.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "../dispatch/dispatch.h"
 
 static bool same_device(remat_device a, remat_device b) {
     return a.type == b.type && a.index == b.index;
@@ -41,30 +40,27 @@ static int stage_to_host(remat_tensor **out, const remat_tensor *t) {
     return rc;
 }
 
-/* A new contiguous tensor on `device` with `dtype` holding t's values (no
- * autograd). A dtype change needs CPU-readable memory on both sides (it
- * runs the conversion kernel); a pure move works for any device type. */
-static int copy_to(remat_tensor **out, remat_tensor *t, remat_dtype dtype, remat_device device) {
-    *out = NULL;
-    remat_tensor *y = NULL, *src = NULL;
-    int rc = rm_new_output(&y, t->ndim, t->shape, dtype, device);
-    if (rc) return rc;
+/* y := t's values (no autograd), y contiguous, of t's shape, already made
+ * with its dtype on its device. A dtype change needs CPU-readable memory on
+ * both sides (it runs the conversion kernel); a pure move works for any
+ * device type. */
+static int copy_fill(remat_tensor *y, remat_tensor *t) {
+    remat_tensor *src = NULL;
+    const remat_dtype dtype = y->dtype;
+    const remat_device device = y->storage->device;
     int64_t n = remat_numel(t);
-    /* skip mode (meta output) or a meta source: nothing to move */
-    if (!rm_ptr(y) || !t->storage->data || n == 0) goto done;
+    if (n == 0) return REMAT_OK;
     remat_device sd = t->storage->device;
     bool src_host = remat_device_host_addressable(sd.type);
     if (dtype != t->dtype || (same_device(sd, device) && src_host)) {
         /* conversion or same-device copy: strided CPU kernel */
-        if (!src_host || !remat_device_host_addressable(device.type)) {
-            rc = rm_check_host("copy", src_host ? y : t);
-            goto done;
-        }
-        if (!rm_copy_same_dtype(y, t)) rc = rm_copy_into(y, t);
-        goto done;
+        if (!src_host || !remat_device_host_addressable(device.type))
+            return rm_check_host("copy", src_host ? y : t);
+        return rm_copy_same_dtype(y, t) ? REMAT_OK : rm_copy_into(y, t);
     }
     /* a move between devices (or a copy within a device the CPU cannot
      * read): one contiguous block through the device copy functions */
+    int rc = REMAT_OK;
     if (remat_is_contiguous(t)) {
         src = remat_retain(t);
     } else if (src_host) {
@@ -80,8 +76,22 @@ static int copy_to(remat_tensor **out, remat_tensor *t, remat_dtype dtype, remat
     if (rc == REMAT_OK)
         rc = rm_device_copy(device, rm_ptr(y), src->storage->device, rm_ptr(src),
                             (size_t)n * remat_dtype_size(dtype));
-done:
     remat_release(src);
+    return rc;
+}
+
+/* The ops' kernel: out[0] := in[0]. Not looked up in the kernel table:
+ * every device type can copy through its registered functions. */
+static int copy_kernel(const rm_kargs *k) { return copy_fill(k->out[0], k->in[0]); }
+
+/* A new contiguous tensor on `device` with `dtype` holding t's values (no
+ * autograd; skip mode or a meta source: no data moved). */
+static int copy_to(remat_tensor **out, remat_tensor *t, remat_dtype dtype, remat_device device) {
+    *out = NULL;
+    remat_tensor *y = NULL;
+    int rc = rm_new_output(&y, t->ndim, t->shape, dtype, device);
+    if (rc) return rc;
+    if (rm_ptr(y) && t->storage->data) rc = copy_fill(y, t);
     if (rc) {
         remat_release(y);
         return rc;
@@ -90,103 +100,98 @@ done:
     return REMAT_OK;
 }
 
+/* The ops' parameters (the target) and, in the node's ctx, the source's
+ * dtype and device, to which the gradient is brought back. */
 typedef struct copy_ctx {
-    remat_dtype dtype;   /* source dtype */
-    remat_device device; /* source device */
+    remat_dtype dtype;       /* target dtype (to_dtype) */
+    remat_device device;     /* target device (to_device) */
+    remat_dtype src_dtype;   /* source dtype */
+    remat_device src_device; /* source device */
 } copy_ctx;
+
+static void copy_fill_ctx(const rm_op_call *c, void *ctx) {
+    copy_ctx *cx = ctx;
+    cx->src_dtype = c->in[0]->dtype;
+    cx->src_device = c->in[0]->storage->device;
+}
 
 /* The grad of the copy, brought back to the source's dtype and device. */
 static int copy_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     copy_ctx *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     remat_tensor *g = gout[0];
-    if (g->dtype == c->dtype && same_device(g->storage->device, c->device)) {
+    if (g->dtype == c->src_dtype && same_device(g->storage->device, c->src_device)) {
         gin[0] = remat_retain(g);
         return REMAT_OK;
     }
-    return copy_to(&gin[0], g, c->dtype, c->device);
+    return copy_to(&gin[0], g, c->src_dtype, c->src_device);
 }
 
-/* Shared body of the three public calls. */
-static int copy_op(const char *call, const char *node_name, remat_tensor **out, remat_tensor *t,
-                   remat_dtype dtype, remat_device device) {
-    remat_tensor *y;
-    int rc = copy_to(&y, t, dtype, device);
-    if (rc) return rm_err_prefix(rc, call);
-    /* only float -> float copies are differentiable (i64 has no grad) */
-    bool float_out = dtype == REMAT_F32 || dtype == REMAT_F64;
-    if (float_out && rm_needs_grad(1, &t)) {
-        remat_node *node;
-        rc = rm_node_new(&node, node_name, copy_backward, 1, &t, 1, 0);
-        if (rc == REMAT_OK) {
-            copy_ctx *c = malloc(sizeof *c);
-            if (!c) {
-                rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-            } else {
-                c->dtype = t->dtype;
-                c->device = t->storage->device;
-                rm_node_set_ctx(node, c, NULL);
-                rm_node_set_output(node, 0, y);
-            }
-            rm_node_release(node);
-        }
-        if (rc) {
-            remat_release(y);
-            return rm_err_prefix(rc, call);
-        }
-    }
-    return rm_hand_out(out, y);
-}
+static const char *const k_t_name[] = {"t"};
 
-static int clone_impl(remat_tensor **out, remat_tensor *t) {
-    const char *call = "remat_clone";
-    rm_op_enter(call);
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    *out = NULL;
-    int rc = rm_check_tensor(call, "t", t);
-    if (rc) return rc;
-    return copy_op(call, "CloneBackward", out, t, t->dtype, t->storage->device);
-}
+/* Every copy: one tensor t, a new contiguous output; only float -> float
+ * copies are differentiable (the driver records no node for an i64 output). */
+#define COPY_OP(sym, call, node, ...)                                                        \
+    const rm_op_desc sym = {                                                                 \
+        .name = call, .node_name = node, .n_in = 1, .n_out = 1, .arg_names = k_t_name,       \
+        .direct = copy_kernel, .params_size = sizeof(copy_ctx), .fill_ctx = copy_fill_ctx,   \
+        .backward = copy_backward, __VA_ARGS__}
 
-static int to_dtype_impl(remat_tensor **out, remat_tensor *t, remat_dtype dtype) {
-    const char *call = "remat_to_dtype";
-    rm_op_enter(call);
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    *out = NULL;
-    int rc = rm_check_tensor(call, "t", t);
-    if (rc) return rc;
-    if (dtype != REMAT_F32 && dtype != REMAT_F64 && dtype != REMAT_I64)
-        return rm_err(REMAT_EDTYPE, "%s: unknown dtype %d", call, (int)dtype);
-    rc = rm_check_host(call, t);
-    if (rc) return rc;
-    return copy_op(call, "ToCopyBackward", out, t, dtype, t->storage->device);
-}
+COPY_OP(rm_op_clone, "remat_clone", "CloneBackward", .check = NULL);
 
-static int to_device_impl(remat_tensor **out, remat_tensor *t, remat_device device) {
-    const char *call = "remat_to_device";
-    rm_op_enter(call);
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    *out = NULL;
-    int rc = rm_check_tensor(call, "t", t);
-    if (rc) return rc;
-    rc = remat_device_check(device);
-    if (rc) return rm_err_prefix(rc, call);
-    if (same_device(t->storage->device, device)) return rm_hand_out(out, remat_retain(t));
-    return copy_op(call, "ToCopyBackward", out, t, t->dtype, device);
-}
-
-/* ---- public entries: interception brackets (src/dispatch/intercept.c) ---------------------- */
 int remat_clone(remat_tensor **out, remat_tensor *t) {
-    remat_tensor *in_[] = {t};
-    RM_OP_RUN1("remat_clone", out, 1, in_, NULL, clone_impl(out, t));
+    const copy_ctx p = {0};
+    remat_tensor *in[1] = {t};
+    return rm_dispatch(&rm_op_clone, out, in, &p, RM_OP_SITE());
 }
+
+static int to_dtype_check(const rm_op_call *c) {
+    const copy_ctx *p = c->params;
+    if (p->dtype != REMAT_F32 && p->dtype != REMAT_F64 && p->dtype != REMAT_I64)
+        return rm_err(REMAT_EDTYPE, "%s: unknown dtype %d", c->op->name, (int)p->dtype);
+    return rm_check_host(c->op->name, c->in[0]);
+}
+
+static int to_dtype_infer(const rm_op_call *c, rm_out_spec *out) {
+    out[0].ndim = c->in[0]->ndim;
+    memcpy(out[0].shape, c->in[0]->shape, sizeof out[0].shape);
+    out[0].dtype = ((const copy_ctx *)c->params)->dtype;
+    return REMAT_OK;
+}
+
+COPY_OP(rm_op_to_dtype, "remat_to_dtype", "ToCopyBackward", .check = to_dtype_check,
+        .infer = to_dtype_infer);
 
 int remat_to_dtype(remat_tensor **out, remat_tensor *t, remat_dtype dtype) {
-    remat_tensor *in_[] = {t};
-    RM_OP_RUN1("remat_to_dtype", out, 1, in_, NULL, to_dtype_impl(out, t, dtype));
+    const copy_ctx p = {.dtype = dtype};
+    remat_tensor *in[1] = {t};
+    return rm_dispatch(&rm_op_to_dtype, out, in, &p, RM_OP_SITE());
 }
 
+static int to_device_check(const rm_op_call *c) {
+    int rc = remat_device_check(((const copy_ctx *)c->params)->device);
+    return rc ? rm_err_prefix(rc, c->op->name) : REMAT_OK;
+}
+
+/* t itself when it is already there, else a new tensor on the device. */
+static int to_device_infer(const rm_op_call *c, rm_out_spec *out) {
+    const remat_device device = ((const copy_ctx *)c->params)->device;
+    out[0].ndim = c->in[0]->ndim;
+    memcpy(out[0].shape, c->in[0]->shape, sizeof out[0].shape);
+    if (same_device(c->in[0]->storage->device, device)) {
+        out[0].kind = RM_OUT_INPUT;
+    } else {
+        out[0].other_device = true;
+        out[0].device = device;
+    }
+    return REMAT_OK;
+}
+
+COPY_OP(rm_op_to_device, "remat_to_device", "ToCopyBackward", .check = to_device_check,
+        .infer = to_device_infer);
+
 int remat_to_device(remat_tensor **out, remat_tensor *t, remat_device device) {
-    remat_tensor *in_[] = {t};
-    RM_OP_RUN1("remat_to_device", out, 1, in_, NULL, to_device_impl(out, t, device));
+    const copy_ctx p = {.device = device};
+    remat_tensor *in[1] = {t};
+    return rm_dispatch(&rm_op_to_device, out, in, &p, RM_OP_SITE());
 }

@@ -17,7 +17,7 @@ static int check_inputs(const rm_op_call *c) {
     remat_tensor *const *in = c->in;
     const char *const *names = op->arg_names ? op->arg_names : k_arg_names;
     int rc = REMAT_OK;
-    for (int i = 0; i < op->n_in && !rc; i++) {
+    for (int i = 0; i < op->n_in && !rc && !(op->flags & RM_OPF_OWN_CHECKS); i++) {
         if (!in[i] && (op->optional_in >> i & 1u)) continue;
         bool is_float = (op->flags & RM_OPF_FLOAT) || (i == 0 && (op->flags & RM_OPF_FLOAT_IN0));
         rc = is_float ? rm_check_float_dtype(op->name, names[i], in[i])
@@ -41,16 +41,17 @@ static bool slot_wanted(const rm_op_call *c, const rm_save_spec *s) {
 }
 
 /* Saves the plan's slots, in slot order: before the kernel (early) the
- * inputs of an RM_OPF_SAVE_EARLY op, after it (late) every other slot.
+ * inputs and custom slots of an RM_OPF_SAVE_EARLY op, after it (late)
+ * every other slot.
  * Slot order is the order the ops saved in before the driver, which the
  * saved-tensor hooks see. */
 static int save_slots(rm_op_call *c, bool early) {
     const rm_op_desc *op = c->op;
-    const bool early_inputs = op->flags & RM_OPF_SAVE_EARLY;
+    const bool early_op = op->flags & RM_OPF_SAVE_EARLY;
     for (int s = 0; s < op->n_saved; s++) {
         const rm_save_spec *sp = &op->saves[s];
         rm_save_kind kind = (rm_save_kind)sp->kind;
-        if (kind == RM_SAVE_NONE || (kind == RM_SAVE_INPUT && early_inputs) != early ||
+        if (kind == RM_SAVE_NONE || (kind != RM_SAVE_OUTPUT && early_op) != early ||
             !slot_wanted(c, sp))
             continue;
         int rc;
@@ -89,26 +90,32 @@ static int make_view(remat_tensor **out, remat_tensor *in, const rm_out_spec *sp
 typedef struct run_state {
     rm_op_call c;
     rm_out_spec spec[RM_OP_MAX_OUT];
-    bool any_new;    /* some output is made new: the kernel runs */
+    bool any_new;    /* some output is made new (or written in place): the kernel runs */
     bool all_inputs; /* every handed-out output is in[0] itself: no node, no kernel */
     remat_device device;
     rm_kernel_fn kernel;
 } run_state;
 
 static int n_grad_out(const rm_op_desc *op) { return op->n_grad_out ? op->n_grad_out : n_ret(op); }
-static int n_grad_in(const rm_op_desc *op) { return op->n_grad_in ? op->n_grad_in : op->n_in; }
 
-/* Step 2: output specs (infer, or one new output like in[0]) and the kernel. */
+/* Step 2: output specs (infer, or one new output like in[0]; in place:
+ * in[0] itself) and the kernel. */
 static int infer_outputs(run_state *r) {
     const rm_op_desc *op = r->c.op;
     remat_tensor *const *in = r->c.in;
     rm_out_spec *spec = r->spec;
+    const remat_tensor *kin = in[op->dtype_in];
     r->any_new = true;
     r->all_inputs = false;
+    spec[0].node_name = NULL;
+    spec[0].other_device = false;
     if (op->infer) {
         const int nr = n_ret(op);
-        for (int i = 0; i < op->n_out; i++) spec[i].kind = RM_OUT_NEW;
-        spec[0].node_name = NULL;
+        for (int i = 0; i < op->n_out; i++) {
+            spec[i].kind = RM_OUT_NEW;
+            spec[i].dtype = kin->dtype;
+            spec[i].other_device = false;
+        }
         int rc = op->infer(&r->c, spec);
         if (rc) return rc;
         r->all_inputs = true;
@@ -117,47 +124,78 @@ static int infer_outputs(run_state *r) {
         for (int i = 0; i < (r->all_inputs ? nr : op->n_out); i++)
             r->any_new |= spec[i].kind == RM_OUT_NEW;
     } else {
-        spec[0].ndim = in[0]->ndim;
-        memcpy(spec[0].shape, in[0]->shape, sizeof spec[0].shape);
-        spec[0].dtype = in[0]->dtype;
-        spec[0].kind = RM_OUT_NEW;
-        spec[0].node_name = NULL;
+        spec[0].ndim = kin->ndim;
+        memcpy(spec[0].shape, kin->shape, sizeof spec[0].shape);
+        spec[0].dtype = kin->dtype;
+        spec[0].kind = (op->flags & RM_OPF_INPLACE) ? RM_OUT_INPUT : RM_OUT_NEW;
     }
     r->device = in[0]->storage->device;
-    r->kernel = NULL;
-    return r->any_new ? rm_kernel_find(op->kernel, r->device, in[0]->dtype, op->name, &r->kernel)
-                      : REMAT_OK;
+    r->kernel = op->direct;
+    if (!r->any_new || r->kernel) return REMAT_OK;
+    return rm_kernel_find(op->kernel, r->device, kin->dtype, op->name, &r->kernel);
 }
 
-/* Step 3: the node, unless no input needs a gradient or every handed-out
- * output is an input itself (dropout in eval mode, contiguous of a
- * contiguous tensor); then the early saves. */
+/* Integer outputs have no gradient (to_dtype to i64 records no node). */
+static bool differentiable(remat_dtype dt) { return dt != REMAT_I64 && dt != REMAT_U8; }
+
+/* Step 3: the node, unless no differentiated input needs a gradient, the
+ * output is not a float (a copy to i64), or every handed-out output is an
+ * input itself (dropout in eval mode, contiguous of a contiguous tensor);
+ * then the early saves. */
 static int make_node(run_state *r) {
     rm_op_call *c = &r->c;
     const rm_op_desc *op = c->op;
-    const int ngi = n_grad_in(op);
-    if (r->all_inputs || !(op->n_saved || op->backward) || !rm_needs_grad(ngi, c->in))
+    remat_tensor *gin[RM_OP_MAX_IN];
+    int ngi = 0;
+    for (int i = 0; i < op->n_in; i++)
+        if (!(op->no_grad_in >> i & 1u)) gin[ngi++] = c->in[i];
+    if (r->all_inputs || !(op->n_saved || op->backward) || !differentiable(r->spec[0].dtype) ||
+        !rm_needs_grad(ngi, gin))
         return REMAT_OK;
     const char *node_name = r->spec[0].node_name ? r->spec[0].node_name : op->node_name;
-    int rc = rm_node_new_ctx(&c->node, node_name, op->backward, ngi, c->in, n_grad_out(op),
+    int rc = rm_node_new_ctx(&c->node, node_name, op->backward, ngi, gin, n_grad_out(op),
                              op->n_saved, c->params, op->params_size);
     if (rc) return rc;
     if (op->fill_ctx) op->fill_ctx(c, c->node->ctx);
     return op->flags & RM_OPF_SAVE_EARLY ? save_slots(c, true) : REMAT_OK;
 }
 
-/* Step 4a: the kernel's inputs (contiguous copies when it wants them). */
+/* Whether b and a are the very same view (same storage, offset, geometry). */
+static bool same_view(const remat_tensor *a, const remat_tensor *b) {
+    size_t nb = sizeof(int64_t) * (size_t)a->ndim;
+    return a->storage == b->storage && b->offset == a->offset && b->ndim == a->ndim &&
+           b->dtype == a->dtype && memcmp(b->shape, a->shape, nb) == 0 &&
+           memcmp(b->strides, a->strides, nb) == 0;
+}
+
+/* An in-place op's operand b: b itself, or a copy when it shares memory
+ * with the target a other than as the same view (reading b while writing a
+ * could read values already updated). */
+static int inplace_operand(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+    if (!remat_shares_storage(a, b) || same_view(a, b)) {
+        *out = remat_retain(b);
+        return REMAT_OK;
+    }
+    int rc = rm_new_output(out, b->ndim, b->shape, b->dtype, b->storage->device);
+    if (!rc) rc = rm_copy_into(*out, b);
+    if (rc) remat_release_p(out);
+    return rc;
+}
+
+/* Step 4a: the kernel's inputs (contiguous copies when it wants them; an
+ * in-place op's target as it is). */
 static int take_inputs(run_state *r) {
     const rm_op_desc *op = r->c.op;
     remat_tensor *const *in = r->c.in;
+    const bool inplace = op->flags & RM_OPF_INPLACE;
     for (int i = 0; i < op->n_in; i++) {
+        int rc = REMAT_OK;
         if (!in[i]) continue; /* an optional input not given */
-        if (r->any_new && (op->flags & RM_OPF_CONTIGUOUS)) {
-            int rc = rm_contig(&r->c.k.in[i], in[i]);
-            if (rc) return rc;
-        } else {
-            r->c.k.in[i] = remat_retain(in[i]);
-        }
+        if (inplace && i > 0) rc = inplace_operand(&r->c.k.in[i], in[0], in[i]);
+        else if (r->any_new && !inplace && (op->flags & RM_OPF_CONTIGUOUS))
+            rc = rm_contig(&r->c.k.in[i], in[i]);
+        else r->c.k.in[i] = remat_retain(in[i]);
+        if (rc) return rc;
     }
     return REMAT_OK;
 }
@@ -171,12 +209,12 @@ static int make_outputs(run_state *r) {
     for (int i = 0; i < op->n_out; i++) {
         const rm_out_spec *sp = &r->spec[i];
         if (((op->grad_only_out >> i & 1u) && !c->node) || (r->all_inputs && i >= nr)) continue;
+        const remat_device dev = sp->other_device ? sp->device : r->device;
         int rc = REMAT_OK;
         switch (sp->kind) {
         case RM_OUT_NEW:
-            rc = op->new_output
-                     ? op->new_output(c, i, sp, r->device, &c->k.out[i])
-                     : rm_new_output(&c->k.out[i], sp->ndim, sp->shape, sp->dtype, r->device);
+            rc = op->new_output ? op->new_output(c, i, sp, dev, &c->k.out[i])
+                                : rm_new_output(&c->k.out[i], sp->ndim, sp->shape, sp->dtype, dev);
             break;
         case RM_OUT_VIEW: rc = make_view(&c->k.out[i], c->in[0], sp); break;
         case RM_OUT_INPUT: c->k.out[i] = remat_retain(c->in[0]); break;
@@ -186,18 +224,47 @@ static int make_outputs(run_state *r) {
     return REMAT_OK;
 }
 
-/* Steps 3-5, each failure leaving the call to be released by the caller. */
-static int run_steps(run_state *r) {
+/* Step 4c: the kernel, unless an operand has no data (skip mode); an
+ * in-place op's version bump. */
+static int run_kernel(run_state *r) {
     rm_op_call *c = &r->c;
-    int rc = make_node(r);
-    if (!rc) rc = take_inputs(r);
-    if (!rc) rc = make_outputs(r);
-    if (rc) return rc;
     c->k.params = c->params;
-    if (r->any_new && rm_kargs_have_data(&c->k) && (rc = r->kernel(&c->k))) return rc;
+    int rc = REMAT_OK;
+    if (r->any_new && rm_kargs_have_data(&c->k)) rc = r->kernel(&c->k);
+    /* the target's version moves in skip mode too */
+    if (!rc && (c->op->flags & RM_OPF_INPLACE)) rm_bump_version(c->in[0]);
+    return rc;
+}
+
+/* Step 5: the node's outputs and the late saves (an in-place op saves
+ * first: its output is the target, whose history the node takes over). */
+static int finish_node(run_state *r) {
+    rm_op_call *c = &r->c;
     if (!c->node) return REMAT_OK;
+    const bool inplace = c->op->flags & RM_OPF_INPLACE;
+    int rc = inplace ? save_slots(c, false) : REMAT_OK;
+    if (rc) return rc;
     for (int i = 0; i < n_grad_out(c->op); i++) rm_node_set_output(c->node, i, c->k.out[i]);
-    return save_slots(c, false);
+    return inplace ? REMAT_OK : save_slots(c, false);
+}
+
+/* Steps 3-5, each failure leaving the call to be released by the caller.
+ * An in-place op takes its operands first: a copy of an overlapping
+ * operand is what it reads and saves. */
+static int run_steps(run_state *r) {
+    int rc;
+    if (r->c.op->flags & RM_OPF_INPLACE) {
+        rc = take_inputs(r);
+        if (!rc) rc = make_node(r);
+    } else {
+        rc = make_node(r);
+        if (!rc) rc = take_inputs(r);
+    }
+    if (!rc) rc = make_outputs(r);
+    if (!rc) rc = run_kernel(r);
+    if (!rc && r->c.op->finish) rc = r->c.op->finish(&r->c);
+    if (!rc) rc = finish_node(r);
+    return rc;
 }
 
 /* Steps 1-6 without the interception bracket. */
@@ -205,8 +272,9 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
                const void *params) {
     const char *call = op->name;
     rm_op_enter(call);
-    if (!outs) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    const int nr = n_ret(op);
+    const bool inplace = op->flags & RM_OPF_INPLACE;
+    if (!outs && !inplace) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
+    const int nr = inplace ? 0 : n_ret(op);
     for (int i = 0; i < nr; i++) outs[i] = NULL;
     run_state r = {.c = {.op = op, .in = in, .params = params}};
     /* check and infer failures name the call themselves */
@@ -230,14 +298,15 @@ static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *i
 int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
                 const void *params, void *site) {
     rm_op_frame f;
-    int rc = rm_op_begin(&f, op->name, op->n_in, in, site, NULL);
+    const int nr = op->flags & RM_OPF_INPLACE ? 0 : n_ret(op);
+    int rc = rm_op_begin(&f, op->name, op->n_in, in, site, op->tag ? op->tag(params) : NULL);
     if (rc) {
         if (outs)
-            for (int i = 0; i < n_ret(op); i++) outs[i] = NULL;
+            for (int i = 0; i < nr; i++) outs[i] = NULL;
         return rc;
     }
     rc = run(op, outs, in, params);
-    rm_op_end(&f, rc, outs && !rc ? n_ret(op) : 0, outs);
+    rm_op_end(&f, rc, outs && !rc ? nr : 0, outs);
     return rc;
 }
 

@@ -83,7 +83,7 @@ static int embedding_backward(remat_node *node, remat_tensor *const *gout, remat
 }
 
 const rm_op_desc rm_op_embedding = {
-    .name = "remat_embedding", .node_name = "EmbeddingBackward", .n_in = 2, .n_grad_in = 1,
+    .name = "remat_embedding", .node_name = "EmbeddingBackward", .n_in = 2, .no_grad_in = 2u,
     .n_out = 1, .n_saved = 1, .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS,
     .arg_names = k_emb_args, .kernel = RM_K_EMBEDDING, .params_size = sizeof(emb_ctx),
     .fill_ctx = embedding_fill_ctx, .check = embedding_check, .infer = embedding_infer,
@@ -147,7 +147,7 @@ static int cross_entropy_backward(remat_node *node, remat_tensor *const *gout,
 
 const rm_op_desc rm_op_cross_entropy = {
     .name = "remat_cross_entropy", .node_name = "CrossEntropyBackward", .n_in = 2,
-    .n_grad_in = 1, .n_out = 2, .n_ret = 1, .n_saved = 3,
+    .no_grad_in = 2u, .n_out = 2, .n_ret = 1, .n_saved = 3,
     .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS, .arg_names = k_ce_args,
     .kernel = RM_K_CROSS_ENTROPY, .params_size = sizeof(rm_ce_params),
     .check = cross_entropy_check, .infer = cross_entropy_infer,

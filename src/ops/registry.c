@@ -16,6 +16,10 @@ extern const rm_op_desc rm_op_sum, rm_op_sum_all, rm_op_mean, rm_op_max, rm_op_m
 extern const rm_op_desc rm_op_softmax, rm_op_log_softmax, rm_op_layer_norm, rm_op_dropout;
 extern const rm_op_desc rm_op_reshape, rm_op_view, rm_op_transpose, rm_op_permute, rm_op_slice,
     rm_op_expand, rm_op_unsqueeze, rm_op_squeeze, rm_op_contiguous;
+extern const rm_op_desc rm_op_add_, rm_op_mul_, rm_op_mul_scalar_, rm_op_relu_, rm_op_zero_,
+    rm_op_copy_;
+extern const rm_op_desc rm_op_masked_fill, rm_op_where, rm_op_clone, rm_op_to_device,
+    rm_op_to_dtype, rm_op_tag;
 
 typedef struct entry {
     const char *name;
@@ -33,8 +37,7 @@ static const entry k_ops[] = {
     /* binary.c */
     D(add), D(sub), D(mul), D(div), D(pow),
     /* inplace.c */
-    B("remat_add_"), B("remat_mul_"), B("remat_mul_scalar_"), B("remat_relu_"),
-    B("remat_zero_"), B("remat_copy_"),
+    D(add_), D(mul_), D(mul_scalar_), D(relu_), D(zero_), D(copy_),
     /* reduce.c, loss.c */
     D(sum), D(sum_all), D(mean), D(max), D(mse_loss), D(cross_entropy),
     /* nn.c, loss.c */
@@ -45,10 +48,10 @@ static const entry k_ops[] = {
     D(reshape), D(view), D(transpose), D(permute), D(slice), D(expand), D(unsqueeze), D(squeeze),
     D(contiguous),
     /* select.c, concat.c, copy.c */
-    B("remat_masked_fill"), B("remat_where"), B("remat_cat"),
-    B("remat_split"), B("remat_clone"), B("remat_to_device"), B("remat_to_dtype"),
-    /* src/sac/tag.c */
-    B("remat_tag"),
+    D(masked_fill), D(where), B("remat_cat"),
+    B("remat_split"), D(clone), D(to_device), D(to_dtype),
+    /* tag.c */
+    D(tag),
 };
 #undef D
 #undef B

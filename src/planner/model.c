@@ -22,44 +22,99 @@
 /* ---- model ------------------------------------------------------------------------ */
 static uint64_t u64max(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
-int pl_model_init(pl_model *m, const remat_profile *p, const char *call) {
+/* Fills stage k of m from one profiled stage (with_grads: its parameter
+ * gradients count). */
+static int model_stage(pl_model *m, int k, const remat_stage_profile *s, bool with_grads,
+                       const char *what, const char *call) {
+    if (!(s->fwd_time >= 0) || !(s->bwd_time >= 0) || isinf(s->fwd_time) || isinf(s->bwd_time))
+        return rm_err(REMAT_EINVAL, "%s: %s has invalid times (fwd %g s, bwd %g s)", call, what,
+                      s->fwd_time, s->bwd_time);
+    m->x[k + 1] = s->output_bytes;
+    m->abar[k] = (uint64_t)s->output_bytes + s->saved_bytes;
+    /* A peak below what the step leaves behind would be a measurement
+     * glitch; the model never assumes less than what stays live. */
+    m->fpa[k] = u64max(s->fwd_peak, m->abar[k]);
+    m->fpn[k] = u64max(s->fwd_peak_nosave, s->output_bytes);
+    m->bp[k] = s->bwd_peak;
+    m->gp[k + 1] = m->gp[k] + (with_grads ? s->grad_bytes : 0);
+    m->uf[k] = s->fwd_time;
+    m->ub[k] = s->bwd_time;
+    return REMAT_OK;
+}
+
+/* n_extra: stages after the profile's (the head). */
+static int model_alloc(pl_model *m, const remat_profile *p, int n_extra, const char *call) {
     memset(m, 0, sizeof *m);
     if (!p) return rm_err(REMAT_EINVAL, "%s: profile is NULL", call);
     if (p->n_stages < 1 || !p->stages)
         return rm_err(REMAT_EINVAL, "%s: profile has no stages (n_stages %d)", call, p->n_stages);
-    int L = p->n_stages;
+    int L = p->n_stages + n_extra;
     m->L = L;
+    m->n_chain = p->n_stages;
     m->x = calloc((size_t)L + 1, sizeof *m->x);
     m->abar = calloc((size_t)L, sizeof *m->abar);
     m->fpa = calloc((size_t)L, sizeof *m->fpa);
     m->fpn = calloc((size_t)L, sizeof *m->fpn);
     m->bp = calloc((size_t)L, sizeof *m->bp);
+    m->gp = calloc((size_t)L + 1, sizeof *m->gp);
     m->uf = calloc((size_t)L, sizeof *m->uf);
     m->ub = calloc((size_t)L, sizeof *m->ub);
-    if (!m->x || !m->abar || !m->fpa || !m->fpn || !m->bp || !m->uf || !m->ub) {
+    if (!m->x || !m->abar || !m->fpa || !m->fpn || !m->bp || !m->gp || !m->uf || !m->ub) {
         pl_model_free(m);
         return rm_err(REMAT_ENOMEM, "%s: out of memory for %d stages", call, L);
     }
     m->x[0] = p->stages[0].input_bytes;
-    for (int k = 0; k < L; k++) {
-        const remat_stage_profile *s = &p->stages[k];
-        if (!(s->fwd_time >= 0) || !(s->bwd_time >= 0) || isinf(s->fwd_time) ||
-            isinf(s->bwd_time)) {
+    return REMAT_OK;
+}
+
+static int model_fill(pl_model *m, const remat_profile *p, bool with_grads, const char *call) {
+    for (int k = 0; k < p->n_stages; k++) {
+        char what[32];
+        snprintf(what, sizeof what, "stage %d", k);
+        int rc = model_stage(m, k, &p->stages[k], with_grads, what, call);
+        if (rc) {
             pl_model_free(m);
-            return rm_err(REMAT_EINVAL, "%s: stage %d has invalid times (fwd %g s, bwd %g s)",
-                          call, k, s->fwd_time, s->bwd_time);
+            return rc;
         }
-        m->x[k + 1] = s->output_bytes;
-        m->abar[k] = (uint64_t)s->output_bytes + s->saved_bytes;
-        /* A peak below what the step leaves behind would be a measurement
-         * glitch; the model never assumes less than what stays live. */
-        m->fpa[k] = u64max(s->fwd_peak, m->abar[k]);
-        m->fpn[k] = u64max(s->fwd_peak_nosave, s->output_bytes);
-        m->bp[k] = s->bwd_peak;
-        m->uf[k] = s->fwd_time;
-        m->ub[k] = s->bwd_time;
     }
     return REMAT_OK;
+}
+
+int pl_model_init(pl_model *m, const remat_profile *p, const char *call) {
+    int rc = model_alloc(m, p, 0, call);
+    return rc ? rc : model_fill(m, p, false, call);
+}
+
+int pl_model_init_step(pl_model *m, const remat_profile *p, const remat_step_profile *st,
+                       const char *call) {
+    if (!st) return rm_err(REMAT_EINVAL, "%s: step is NULL", call);
+    int rc = model_alloc(m, p, 1, call);
+    if (!rc) rc = model_fill(m, p, true, call);
+    if (!rc) rc = model_stage(m, m->L - 1, &st->head, true, "the head", call);
+    if (rc) {
+        pl_model_free(m);
+        return rc;
+    }
+    m->step = true;
+    m->fixed = st->fixed_bytes;
+    m->tail = st->tail_peak;
+    return REMAT_OK;
+}
+
+uint64_t pl_store_all_peak(const pl_model *m) {
+    /* top level: no output gradient until the loss */
+    uint64_t sa = 0, off = 0;
+    for (int k = 0; k < m->L; k++) {
+        sa = u64max(sa, off + m->fpa[k]);
+        sa = u64max(sa, off + m->x[k + 1] + m->abar[k] + m->bp[k] + pl_grads(m, k + 1, m->L - 1));
+        off += m->abar[k];
+    }
+    return sa;
+}
+
+uint64_t pl_total(const pl_model *m, uint64_t chain_peak) {
+    if (!m->step) return chain_peak;
+    return m->fixed + u64max(chain_peak, pl_grads(m, 0, m->L - 1) + m->x[0] + m->tail);
 }
 
 void pl_model_free(pl_model *m) {
@@ -69,6 +124,7 @@ void pl_model_free(pl_model *m) {
     free(m->fpa);
     free(m->fpn);
     free(m->bp);
+    free(m->gp);
     free(m->uf);
     free(m->ub);
     memset(m, 0, sizeof *m);
@@ -161,14 +217,17 @@ static uint64_t level_peak(const remat_plan_node *nodes, const int *next, const 
         int s = nd->first;
         if (nd->op == REMAT_PLAN_STORE) {
             peak = u64max(peak, off + D + m->fpa[s]);
-            peak = u64max(peak, off + m->x[s + 1] + m->abar[s] + m->bp[s]);
+            peak = u64max(peak, off + m->x[s + 1] + m->abar[s] + m->bp[s] + pl_grads(m, s + 1, t));
             off += m->abar[s];
         } else {
             int e = nd->last;
             uint64_t f = D + m->fpn[s];
             for (int k = s + 1; k <= e; k++) f = u64max(f, D + m->x[k] + m->fpn[k]);
             peak = u64max(peak, off + f);
-            peak = u64max(peak, off + level_peak(nodes, next, m, i + 1, next[i], e));
+            /* its recomputation and backward come after those of the stages
+             * behind it, whose parameter gradients are then live */
+            peak = u64max(peak, off + pl_grads(m, e + 1, t) +
+                                    level_peak(nodes, next, m, i + 1, next[i], e));
             off += m->x[e + 1];
         }
     }
@@ -176,13 +235,26 @@ static uint64_t level_peak(const remat_plan_node *nodes, const int *next, const 
 }
 
 int pl_eval(const remat_plan *plan, const pl_model *m, uint64_t *peak, double *time) {
-    if (plan->n_stages != m->L) return -1;
-    int *next = subtree_ends(plan->nodes, plan->n_nodes);
-    if (!next) return -1;
-    *peak = level_peak(plan->nodes, next, m, 0, plan->n_nodes, m->L - 1);
+    if (plan->n_stages != m->n_chain) return -1;
+    /* a whole-step model ends with the head, stored at the top level */
+    int n = plan->n_nodes + (m->L - m->n_chain);
+    remat_plan_node *nodes = malloc((size_t)n * sizeof *nodes);
+    int *next = NULL;
+    if (!nodes) return -1;
+    memcpy(nodes, plan->nodes, (size_t)plan->n_nodes * sizeof *nodes);
+    for (int k = m->n_chain, i = plan->n_nodes; k < m->L; k++, i++)
+        nodes[i] = (remat_plan_node){REMAT_PLAN_STORE, k, k, 0, -1};
+    next = subtree_ends(nodes, n);
+    if (!next) {
+        free(nodes);
+        return -1;
+    }
+    *peak = pl_total(m, level_peak(nodes, next, m, 0, n, m->L - 1));
     free(next);
+    free(nodes);
     double tm = 0;
-    for (int k = 0; k < m->L; k++) tm += plan->stages[k].n_forward * m->uf[k] + m->ub[k];
+    for (int k = 0; k < m->L; k++)
+        tm += (k < m->n_chain ? plan->stages[k].n_forward : 1) * m->uf[k] + m->ub[k];
     *time = tm;
     return 0;
 }
@@ -235,21 +307,16 @@ int pl_finish(remat_plan **out, pl_builder *b, int n_stages, remat_plan_kind kin
             return rm_err(REMAT_ENOMEM, "%s: out of memory evaluating the plan", call);
         }
         p->has_profile = true;
+        p->whole_step = model->step;
         p->peak_bytes = (size_t)peak;
         p->time = tm;
         p->time_store_all = 0;
-        uint64_t sa = 0, off = 0;
-        for (int k = 0; k < model->L; k++) {
-            p->time_store_all += model->uf[k] + model->ub[k];
-            /* top level: no output gradient until the loss */
-            sa = u64max(sa, off + model->fpa[k]);
-            sa = u64max(sa, off + model->x[k + 1] + model->abar[k] + model->bp[k]);
-            off += model->abar[k];
-        }
-        p->peak_store_all = (size_t)sa;
+        for (int k = 0; k < model->L; k++) p->time_store_all += model->uf[k] + model->ub[k];
+        p->peak_store_all = (size_t)pl_total(model, pl_store_all_peak(model));
         uint64_t mn;
         pl_builder tmp = {0};
-        if (pl_min_peak(model, &mn, &tmp, call) == REMAT_OK) p->min_budget_bytes = (size_t)mn;
+        if (pl_min_peak(model, &mn, &tmp, call) == REMAT_OK)
+            p->min_budget_bytes = (size_t)pl_total(model, mn);
         free(tmp.nodes);
     } else {
         /* Units of one stage forward: every forward run plus one backward
@@ -394,13 +461,14 @@ void remat_plan_print(const remat_plan *p, FILE *f) {
     if (p->kind == REMAT_PLAN_SEQUENTIAL) fprintf(f, "  segments: %d\n", p->checkpoints);
     if (p->has_profile) {
         if (p->kind == REMAT_PLAN_OPTIMAL || p->kind == REMAT_PLAN_MIN_MEMORY) {
-            fprintf(f, "  budget %.2f MiB (%zu bytes", PL_MIB(p->budget_bytes), p->budget_bytes);
+            fprintf(f, "  budget %.2f MiB%s (%zu bytes", PL_MIB(p->budget_bytes),
+                    p->whole_step ? " for the whole step" : "", p->budget_bytes);
             if (p->slot_bytes) fprintf(f, ", slots of %zu bytes", p->slot_bytes);
             else fprintf(f, ", everything fits");
             fprintf(f, "), feasible from %.2f MiB\n", PL_MIB(p->min_budget_bytes));
         }
-        fprintf(f, "  predicted peak %.2f MiB (store-all %.2f MiB, minimum %.2f MiB)\n",
-                PL_MIB(p->peak_bytes), PL_MIB(p->peak_store_all), PL_MIB(p->min_budget_bytes));
+        fprintf(f, "  predicted %speak %.2f MiB (store-all %.2f MiB, minimum %.2f MiB)\n",
+                p->whole_step ? "step " : "", PL_MIB(p->peak_bytes), PL_MIB(p->peak_store_all), PL_MIB(p->min_budget_bytes));
         double over = p->time_store_all > 0 ? (p->time / p->time_store_all - 1.0) * 100.0 : 0.0;
         fprintf(f, "  predicted step %.3f ms (store-all %.3f ms, %+.1f%%)\n", p->time * 1e3,
                 p->time_store_all * 1e3, over);

@@ -11,6 +11,7 @@
 #ifndef REMAT_PLANNER_INTERNAL_H
 #define REMAT_PLANNER_INTERNAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "remat/planner.h"
@@ -23,13 +24,34 @@ typedef struct pl_model {
     uint64_t *fpa;  /* forward peak when storing (>= abar) */
     uint64_t *fpn;  /* forward peak when keeping nothing (>= output) */
     uint64_t *bp;   /* backward peak above grad + kept bytes */
+    uint64_t *gp;   /* L + 1 prefix sums of the parameter-gradient bytes: gp[k] = g[0..k) */
     double *uf, *ub;
+    /* Whole-step model (pl_model_init_step): stage L-1 is the head, always
+     * stored; n_chain = L - 1 stages are the user's chain. Otherwise
+     * n_chain = L, gp all zero (parameter gradients outside the budget),
+     * fixed = tail = 0. */
+    int n_chain;
+    bool step;
+    uint64_t fixed, tail;
 } pl_model;
 
 int pl_model_init(pl_model *m, const remat_profile *p, const char *call);
+/* The chain of p followed by the step's head, with gradients, fixed bytes and tail. */
+int pl_model_init_step(pl_model *m, const remat_profile *p, const remat_step_profile *st,
+                       const char *call);
 void pl_model_free(pl_model *m);
 /* Gradient of the output of a sub-chain ending at t, live while it runs. */
 static inline uint64_t pl_dout(const pl_model *m, int t) { return t < m->L - 1 ? m->x[t + 1] : 0; }
+/* Parameter-gradient bytes of stages a..b (0 when a > b): live while the
+ * stages before a recompute and run backward. */
+static inline uint64_t pl_grads(const pl_model *m, int a, int b) {
+    return a <= b ? m->gp[b + 1] - m->gp[a] : 0;
+}
+/* Predicted peak of the store-all plan over the model's L stages (chain share). */
+uint64_t pl_store_all_peak(const pl_model *m);
+/* A chain-share peak as the budget counts it: for a whole-step model,
+ * fixed + max(peak, every gradient + the input's gradient + tail); else peak. */
+uint64_t pl_total(const pl_model *m, uint64_t chain_peak);
 
 /* Growable plan under construction. */
 typedef struct pl_builder {

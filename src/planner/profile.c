@@ -128,7 +128,7 @@ static int collect_leaves(remat_node *root, const remat_tensor *skip, ptr_set *l
 /* ---- one stage --------------------------------------------------------------------------- */
 typedef struct stage_meas {
     double tf, tb;
-    size_t out_bytes, saved, fpa, fpn, bp;
+    size_t out_bytes, saved, fpa, fpn, bp, grads;
 } stage_meas;
 
 /* Measured with this thread's allocation meter (rm_meter_*), so other
@@ -204,6 +204,9 @@ static int measure_once(const remat_stage *st, int k, remat_tensor *a,
             if (rc) goto out;
             m->tb = t3 - t2;
             m->bp = peak_above(before_b);
+            /* the parameters' gradients (not the input's): .grad in training */
+            for (int i = 0; i < leaves.n; i++)
+                if (leaves.v[i] != a && grads[i]) m->grads += remat_storage_nbytes(grads[i]);
         }
     }
     if (grads)
@@ -258,6 +261,7 @@ static int profile_stage(const remat_stage *st, int k, remat_tensor *a, int warm
         if (m.fpa > sp->fwd_peak) sp->fwd_peak = m.fpa;
         if (m.fpn > sp->fwd_peak_nosave) sp->fwd_peak_nosave = m.fpn;
         if (m.bp > sp->bwd_peak) sp->bwd_peak = m.bp;
+        if (m.grads > sp->grad_bytes) sp->grad_bytes = m.grads;
     }
     sp->fwd_time = median(tf, runs);
     sp->bwd_time = median(tb, runs);

@@ -72,7 +72,8 @@ int pl_min_peak(const pl_model *m, uint64_t *peak, pl_builder *b, const char *ca
             int t = s + len - 1;
             uint64_t D = pl_dout(m, t);
             /* store s */
-            uint64_t bpk = u64max(D + m->fpa[s], m->x[s + 1] + m->abar[s] + m->bp[s]);
+            uint64_t bpk = u64max(D + m->fpa[s], m->x[s + 1] + m->abar[s] + m->bp[s] +
+                                                     pl_grads(m, s + 1, t));
             double btm = m->uf[s] + m->ub[s];
             if (s < t) {
                 size_t r = tri(s + 1, t);
@@ -85,7 +86,8 @@ int pl_min_peak(const pl_model *m, uint64_t *peak, pl_builder *b, const char *ca
             double fsum = m->uf[s];
             for (int j = s + 1; j <= t; j++) {
                 size_t r = tri(j, t), l = tri(s, j - 1);
-                uint64_t pk = u64max(f, u64max(m->x[j] + tb.peak[r], tb.peak[l]));
+                uint64_t pk =
+                    u64max(f, u64max(m->x[j] + tb.peak[r], pl_grads(m, j, t) + tb.peak[l]));
                 double tm = fsum + tb.time[r] + tb.time[l];
                 if (better(pk, tm, bpk, btm)) {
                     bpk = pk;
@@ -130,7 +132,16 @@ typedef struct dp_tab {
     double *cost;   /* [tri(s,t) * (M+1) + m] */
     int32_t *choice;/* -1 infeasible, 0 store, j > s checkpoint s..j-1 */
     int64_t *X, *A, *FA, *FN, *BP; /* model in slots */
+    const uint64_t *gp;            /* parameter-gradient prefix sums, bytes */
+    uint64_t unit;                 /* bytes per slot */
 } dp_tab;
+
+/* Gradients of stages a..b in slots, rounded up (M + 1 when they never fit). */
+static inline int64_t dp_grads(const dp_tab *d, int a, int b) {
+    if (a > b) return 0;
+    uint64_t v = d->gp[b + 1] - d->gp[a], q = v / d->unit + (v % d->unit != 0);
+    return q > (uint64_t)d->M ? d->M + 1 : (int64_t)q;
+}
 
 static inline size_t cell(const dp_tab *d, int s, int t, int64_t m) {
     return tri(s, t) * (size_t)(d->M + 1) + (size_t)m;
@@ -158,8 +169,11 @@ static inline void dp_try_checkpoint(const dp_tab *d, const pl_model *md, int s,
                                      int64_t D, double *best, int32_t *ch) {
     double fsum = md->uf[s];
     for (int j = s + 1; j <= t; j++) {
-        if (m >= d->X[j]) {
-            size_t r = cell(d, j, t, m - d->X[j]), l = cell(d, s, j - 1, m);
+        /* [j..t] first, keeping the checkpoint; then [s..j-1] is recomputed
+         * and run backward with the gradients of j..t live */
+        int64_t g = dp_grads(d, j, t);
+        if (m >= d->X[j] && m >= g) {
+            size_t r = cell(d, j, t, m - d->X[j]), l = cell(d, s, j - 1, m - g);
             if (d->choice[r] >= 0 && d->choice[l] >= 0) {
                 double c = fsum + d->cost[r] + d->cost[l];
                 if (*ch < 0 || c < *best) {
@@ -182,7 +196,7 @@ static void dp_fill(dp_tab *d, const pl_model *md) {
             int t = s + len - 1;
             int64_t D = t < L - 1 ? d->X[t + 1] : 0;
             int64_t need_store = D + d->FA[s];
-            int64_t need_bwd = d->X[s + 1] + d->A[s] + d->BP[s];
+            int64_t need_bwd = d->X[s + 1] + d->A[s] + d->BP[s] + dp_grads(d, s + 1, t);
             if (need_bwd > need_store) need_store = need_bwd;
             for (int64_t m = 0; m <= M; m++) {
                 double best = 0;
@@ -207,7 +221,7 @@ static void dp_recon(const dp_tab *d, int s, int t, int64_t m, int depth, int pa
             s++;
         } else {
             int p = pl_push(b, REMAT_PLAN_CHECKPOINT, s, ch - 1, depth, parent);
-            dp_recon(d, s, ch - 1, m, depth + 1, p, b);
+            dp_recon(d, s, ch - 1, m - dp_grads(d, ch, t), depth + 1, p, b);
             m -= d->X[ch];
             s = ch;
         }
@@ -232,7 +246,7 @@ static int dp_solve(const pl_model *md, uint64_t budget, int64_t slots, pl_build
     int L = md->L;
     uint64_t unit = (budget + (uint64_t)slots - 1) / (uint64_t)slots;
     if (unit == 0) unit = 1;
-    dp_tab d = {.L = L, .M = (int64_t)(budget / unit)};
+    dp_tab d = {.L = L, .M = (int64_t)(budget / unit), .gp = md->gp, .unit = unit};
     *unit_out = unit;
     size_t n_tri = tri(0, L);
     size_t cells = n_tri * (size_t)(d.M + 1);
@@ -275,37 +289,51 @@ static int dp_solve(const pl_model *md, uint64_t budget, int64_t slots, pl_build
     return REMAT_OK;
 }
 
-int remat_plan_create_ex(remat_plan **out, const remat_profile *profile, size_t budget_bytes,
-                         const remat_plan_options *opts) {
-    static const char *call = "remat_plan_create";
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
-    *out = NULL;
-    int slots = opts ? opts->mem_slots : 0;
-    if (slots < 0) return rm_err(REMAT_EINVAL, "%s: mem_slots must be >= 0, got %d", call, slots);
-    pl_model m;
-    int rc = pl_model_init(&m, profile, call);
-    if (rc) return rc;
-    if (slots == 0) {
-        /* Automatic: a finer grid wastes less of the budget to rounding;
-         * keep the tables under 64 MiB and the work under ~2e8 steps. */
-        double n_tri = (double)m.L * (m.L + 1) / 2, work = n_tri * m.L / 3;
-        double s_mem = (double)(64 << 20) / (n_tri * 12), s_time = 2e8 / work;
-        double s = s_mem < s_time ? s_mem : s_time;
-        slots = s > PL_MAX_AUTO_SLOTS ? PL_MAX_AUTO_SLOTS
-                : s < PL_DEFAULT_SLOTS ? PL_DEFAULT_SLOTS
-                                       : (int)s;
-    }
+/* A whole-step model's plans end with the head's STORE node (the head is
+ * never checkpointed, so it is the last node in pre-order): the plan the
+ * user runs covers the chain only. */
+static void strip_head(pl_builder *b, const pl_model *m) {
+    if (m->n_chain < m->L && b->n > 0 && !b->failed) b->n--;
+}
+
+static int auto_slots(const pl_model *m) {
+    /* A finer grid wastes less of the budget to rounding; keep the tables
+     * under 64 MiB and the work under ~2e8 steps. */
+    double n_tri = (double)m->L * (m->L + 1) / 2, work = n_tri * m->L / 3;
+    double s_mem = (double)(64 << 20) / (n_tri * 12), s_time = 2e8 / work;
+    double s = s_mem < s_time ? s_mem : s_time;
+    return s > PL_MAX_AUTO_SLOTS ? PL_MAX_AUTO_SLOTS
+           : s < PL_DEFAULT_SLOTS ? PL_DEFAULT_SLOTS
+                                  : (int)s;
+}
+
+static int create_from_model(remat_plan **out, const pl_model *m, size_t budget_bytes, int slots,
+                             const char *call) {
+    if (slots == 0) slots = auto_slots(m);
     uint64_t minpk = 0;
     pl_builder b = {0};
-    rc = pl_min_peak(&m, &minpk, &b, call);
+    int rc = pl_min_peak(m, &minpk, &b, call);
     if (rc) goto done;
-    if ((uint64_t)budget_bytes < minpk) {
-        rc = rm_err(REMAT_EINVAL,
-                    "%s: budget %zu bytes (%.2f MiB) is below the minimum this chain of %d "
-                    "stages needs: %" PRIu64 " bytes (%.2f MiB)",
-                    call, budget_bytes, PL_MIB(budget_bytes), m.L, minpk, PL_MIB(minpk));
+    uint64_t min_total = pl_total(m, minpk);
+    if ((uint64_t)budget_bytes < min_total) {
+        if (m->step)
+            rc = rm_err(REMAT_EINVAL,
+                        "%s: budget %zu bytes (%.2f MiB) is below the smallest whole-step peak "
+                        "any plan of this chain of %d stages reaches: %" PRIu64
+                        " bytes (%.2f MiB), of which %.2f MiB lie outside the chain (parameters, "
+                        "optimizer state, batch)",
+                        call, budget_bytes, PL_MIB(budget_bytes), m->n_chain, min_total,
+                        PL_MIB(min_total), PL_MIB(m->fixed));
+        else
+            rc = rm_err(REMAT_EINVAL,
+                        "%s: budget %zu bytes (%.2f MiB) is below the minimum this chain of %d "
+                        "stages needs: %" PRIu64 " bytes (%.2f MiB)",
+                        call, budget_bytes, PL_MIB(budget_bytes), m->n_chain, min_total,
+                        PL_MIB(min_total));
         goto done;
     }
+    /* the chain's share: what is left beside the fixed bytes */
+    uint64_t chain_budget = (uint64_t)budget_bytes - m->fixed;
     remat_plan_kind kind = REMAT_PLAN_MIN_MEMORY;
     uint64_t unit = 0;
     /* Storing everything is optimal whenever it fits: no need for slots
@@ -313,14 +341,13 @@ int remat_plan_create_ex(remat_plan **out, const remat_profile *profile, size_t 
     {
         pl_builder sa = {0};
         remat_plan *tmp = NULL;
-        rc = pl_build_store_all(&sa, m.L);
-        if (!rc) rc = pl_finish(&tmp, &sa, m.L, REMAT_PLAN_OPTIMAL, &m, call);
+        rc = pl_build_store_all(&sa, m->n_chain);
+        if (!rc) rc = pl_finish(&tmp, &sa, m->n_chain, REMAT_PLAN_OPTIMAL, m, call);
         if (rc) goto done;
         if (tmp->peak_bytes <= budget_bytes) {
             tmp->budget_bytes = budget_bytes;
-            tmp->min_budget_bytes = (size_t)minpk;
+            tmp->min_budget_bytes = (size_t)min_total;
             free(b.nodes);
-            pl_model_free(&m);
             *out = tmp;
             return REMAT_OK;
         }
@@ -332,7 +359,7 @@ int remat_plan_create_ex(remat_plan **out, const remat_profile *profile, size_t 
         pl_builder opt = {0};
         bool feasible = false;
         int64_t sl = (int64_t)slots << (2 * attempt);
-        rc = dp_solve(&m, budget_bytes, sl, &opt, &feasible, &unit, call);
+        rc = dp_solve(m, chain_budget, sl, &opt, &feasible, &unit, call);
         if (rc) {
             free(opt.nodes);
             if (attempt == 0) goto done;
@@ -347,14 +374,45 @@ int remat_plan_create_ex(remat_plan **out, const remat_profile *profile, size_t 
         }
         free(opt.nodes);
     }
-    rc = pl_finish(out, &b, m.L, kind, &m, call);
+    strip_head(&b, m);
+    rc = pl_finish(out, &b, m->n_chain, kind, m, call);
     if (!rc) {
         (*out)->budget_bytes = budget_bytes;
         (*out)->slot_bytes = (size_t)unit;
-        (*out)->min_budget_bytes = (size_t)minpk;
+        (*out)->min_budget_bytes = (size_t)min_total;
     }
 done:
     free(b.nodes);
+    return rc;
+}
+
+int remat_plan_create_ex(remat_plan **out, const remat_profile *profile, size_t budget_bytes,
+                         const remat_plan_options *opts) {
+    static const char *call = "remat_plan_create";
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
+    *out = NULL;
+    int slots = opts ? opts->mem_slots : 0;
+    if (slots < 0) return rm_err(REMAT_EINVAL, "%s: mem_slots must be >= 0, got %d", call, slots);
+    pl_model m;
+    int rc = pl_model_init(&m, profile, call);
+    if (rc) return rc;
+    rc = create_from_model(out, &m, budget_bytes, slots, call);
+    pl_model_free(&m);
+    return rc;
+}
+
+int remat_plan_create_step(remat_plan **out, const remat_profile *profile,
+                           const remat_step_profile *step, size_t budget_bytes,
+                           const remat_plan_options *opts) {
+    static const char *call = "remat_plan_create_step";
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
+    *out = NULL;
+    int slots = opts ? opts->mem_slots : 0;
+    if (slots < 0) return rm_err(REMAT_EINVAL, "%s: mem_slots must be >= 0, got %d", call, slots);
+    pl_model m;
+    int rc = pl_model_init_step(&m, profile, step, call);
+    if (rc) return rc;
+    rc = create_from_model(out, &m, budget_bytes, slots, call);
     pl_model_free(&m);
     return rc;
 }

@@ -701,6 +701,51 @@ static void check_zero_f64(void) {
     g_dtype = REMAT_F32;
 }
 
+/* Overlap from the first backward: where the graph shows every
+ * accumulation (no custom function in it) a fresh DDP knows the counts
+ * before the pass, so every bucket starts during it — still exactly one
+ * ready event per parameter, no re-reduction; under reentrant checkpoints
+ * (custom functions running nested passes) the first backward learns. */
+static void check_first_step_overlap(void) {
+    for (int mode = 0; mode < N_MODES; mode++) {
+        model m;
+        model_init(&m, 3, 0);
+        ready_log log;
+        memset(&log, 0, sizeof log);
+        remat_ddp *ddp = NULL;
+        remat_ddp_options o = {.bucket_bytes = 2048, .on_ready = on_ready, .on_ready_data = &log};
+        OK(remat_ddp_create(&ddp, pg, m.n, m.params, &o));
+        remat_tensor *x, *y, *loss = NULL;
+        make_data(77, &x, &y);
+        int64_t r0, r1;
+        shard(&r0, &r1);
+        OK(forward(&m, mode, x, y, r0, r1, &loss));
+        if (ddp) OK(remat_ddp_backward(ddp, loss));
+        remat_ddp_stats st;
+        remat_ddp_get_stats(ddp, &st);
+        int once = 0;
+        for (int i = 0; i < m.n; i++) once += log.count[i] == 1;
+        CHECK(once == m.n && st.n_ready_events == m.n, "%s: %d of %d parameters got exactly one "
+              "ready event", mode_name[mode], once, m.n);
+        bool opaque = mode == M_REENTRANT || mode == M_NESTED_REENTRANT;
+        if (opaque) {
+            CHECK(st.learning && !st.graph_counts, "%s: the first backward must learn",
+                  mode_name[mode]);
+        } else {
+            CHECK(!st.learning && st.graph_counts && st.n_rereduced == 0,
+                  "%s: first backward: learning %d, graph counts %d, %d re-reduced",
+                  mode_name[mode], st.learning, st.graph_counts, st.n_rereduced);
+            CHECK(log.in_backward == m.n, "%s: %d of %d ready events during the first backward",
+                  mode_name[mode], log.in_backward, m.n);
+        }
+        remat_release(loss);
+        remat_release(x);
+        remat_release(y);
+        remat_ddp_free(ddp);
+        model_free(&m);
+    }
+}
+
 /* Gradient accumulation over 2 micro-batches (each rank's shard split in
  * halves) against one batch of both: DDP with no_sync before the last
  * micro-batch + remat_optim (accum_steps 2), and ZeRO-1 with accum_steps 2,
@@ -991,6 +1036,7 @@ int main(int argc, char **argv) {
         {"failed_rank_named", check_error_reported},
         {"zero1_state_bytes_and_trajectory", check_zero},
         {"zero1_f64", check_zero_f64},
+        {"overlap_from_the_first_backward", check_first_step_overlap},
         {"accumulation_no_sync_one_collective_per_bucket", check_accum},
         {"zero1_state_gather_load_resume_bitwise", check_zero_state},
     };

@@ -4,6 +4,7 @@
  * across OpenMP threads. */
 #include <string.h>
 
+#include "elementwise.h"
 #include "shape.h"
 
 #ifdef _OPENMP
@@ -243,3 +244,36 @@ int rm_cpu_copy(const rm_kargs *k) {
     remat_release(v);
     return REMAT_OK;
 }
+
+/* Zeroes a strided i64 view (the float case goes through the elementwise
+ * engine). */
+static void zero_strided_i64(remat_tensor *a) {
+    int64_t *p = rm_ptr(a), n = remat_numel(a);
+    rm_iter it;
+    rm_iter_init(&it, a->ndim, a->shape, 1);
+    memcpy(it.strides[0], a->strides, sizeof(int64_t) * (size_t)a->ndim);
+    for (int64_t i = 0; i < n; i++) {
+        p[it.off[0]] = 0;
+        rm_iter_next(&it);
+    }
+}
+
+/* The ZERO kernel: y := 0 through y's strides; one memset when contiguous. */
+int rm_cpu_zero(const rm_kargs *k) {
+    remat_tensor *y = k->out[0];
+    if (remat_is_contiguous(y)) {
+        memset(rm_ptr(y), 0, (size_t)remat_numel(y) * remat_dtype_size(y->dtype));
+        return REMAT_OK;
+    }
+    if (y->dtype == REMAT_I64) {
+        zero_strided_i64(y);
+        return REMAT_OK;
+    }
+    const rm_ew_params fill = {RM_EW_FILL, 0};
+    rm_kargs ek = {.out = {y}, .params = &fill};
+    return rm_cpu_elementwise(&ek);
+}
+
+/* The COPY_INTO kernel: y := x (in[1]) converted to y's dtype, broadcast,
+ * through both tensors' strides. */
+int rm_cpu_copy_into(const rm_kargs *k) { return rm_copy_into(k->out[0], k->in[1]); }

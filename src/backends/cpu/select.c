@@ -1,0 +1,196 @@
+/* src/backends/cpu/select.c — the cpu selection kernel behind
+ * masked_fill and where (and their backward): y = cond ? A : B over y's
+ * shape, A and B each a broadcast tensor or a scalar, cond i64, f32 or f64
+ * (non-zero = true, so a NaN counts as true). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "shape.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Operand slots of the iterator: 0 = y, 1 = cond, 2 = A, 3 = B. A missing
+ * A/B tensor reads a local scalar through stride 0. Threads split the flat
+ * range; each walks the outer dims with rm_iter and runs the (coalesced)
+ * last dim as the inner loop. The inner loop has unit-stride versions (the
+ * strides are fixed for the whole call, so the branch is predictable) that
+ * the compiler vectorises: y = c ? A : b (masked_fill and its backward),
+ * y = c ? a : B (where's backward), y = c ? a : b; anything else runs the
+ * strided loop. */
+#define SEL_LOOP(T, CT)                                                                       \
+    do {                                                                                      \
+        T *py = rm_ptr(y);                                                                    \
+        const CT *pc = (const CT *)cbase;                                                     \
+        T sa = (T)va, sb = (T)vb;                                                             \
+        const T *pa = a ? (const T *)rm_ptr(a) : &sa;                                         \
+        const T *pb = b ? (const T *)rm_ptr(b) : &sb;                                         \
+        _Pragma("omp parallel if (n > 32768)")                                                \
+        {                                                                                     \
+            int nt = 1, id = 0;                                                               \
+            sel_omp_ids(&nt, &id);                                                            \
+            int64_t lo = n * id / nt, hi = n * (id + 1) / nt;                                 \
+            rm_iter it;                                                                       \
+            rm_iter_init(&it, nd - 1, base.shape, 4);                                         \
+            for (int k = 0; k < 4; k++)                                                       \
+                memcpy(it.strides[k], base.strides[k], sizeof(int64_t) * (size_t)(nd - 1));  \
+            rm_iter_seek(&it, lo / inner);                                                    \
+            int64_t col = lo % inner, pos = lo;                                               \
+            while (pos < hi) {                                                                \
+                int64_t len = inner - col < hi - pos ? inner - col : hi - pos;                \
+                T *restrict yy = py + it.off[0] + col * s0;                                   \
+                const CT *restrict cc = pc + it.off[1] + col * s1;                            \
+                const T *restrict aa = pa + it.off[2] + col * s2;                             \
+                const T *restrict bb = pb + it.off[3] + col * s3;                             \
+                if (kind == SEL_SCALAR_A) {                                                   \
+                    const T av = aa[0];                                                       \
+                    for (int64_t i = 0; i < len; i++) yy[i] = cc[i] != 0 ? av : bb[i];       \
+                } else if (kind == SEL_SCALAR_B) {                                            \
+                    const T bv = bb[0];                                                       \
+                    for (int64_t i = 0; i < len; i++) yy[i] = cc[i] != 0 ? aa[i] : bv;       \
+                } else if (kind == SEL_UNIT) {                                                \
+                    for (int64_t i = 0; i < len; i++) yy[i] = cc[i] != 0 ? aa[i] : bb[i];    \
+                } else {                                                                      \
+                    for (int64_t i = 0; i < len; i++)                                         \
+                        yy[i * s0] = cc[i * s1] != 0 ? aa[i * s2] : bb[i * s3];               \
+                }                                                                             \
+                pos += len;                                                                   \
+                col = 0;                                                                      \
+                rm_iter_next(&it);                                                            \
+            }                                                                                 \
+        }                                                                                     \
+    } while (0)
+
+enum { SEL_STRIDED, SEL_SCALAR_A, SEL_SCALAR_B, SEL_UNIT };
+
+static void sel_omp_ids(int *nt, int *id) {
+#ifdef _OPENMP
+    *nt = omp_get_num_threads();
+    *id = omp_get_thread_num();
+#else
+    *nt = 1;
+    *id = 0;
+#endif
+}
+
+/* Drops size-1 dims and merges adjacent dims that are contiguous with each
+ * other in every operand, so that the inner loop is as long as possible
+ * (a (B, H, T, T) fill with a (T, T) mask runs T*T-long inner loops). */
+static void iter_coalesce(rm_iter *it) {
+    int nd = 0;
+    for (int d = 0; d < it->ndim; d++) {
+        if (it->shape[d] == 1) continue;
+        if (nd > 0) {
+            bool merge = true;
+            for (int k = 0; k < it->n_ops && merge; k++)
+                merge = it->strides[k][nd - 1] == it->strides[k][d] * it->shape[d];
+            if (merge) {
+                it->shape[nd - 1] *= it->shape[d];
+                for (int k = 0; k < it->n_ops; k++) it->strides[k][nd - 1] = it->strides[k][d];
+                continue;
+            }
+        }
+        it->shape[nd] = it->shape[d];
+        for (int k = 0; k < it->n_ops; k++) it->strides[k][nd] = it->strides[k][d];
+        nd++;
+    }
+    if (nd == 0) { /* one element */
+        it->shape[0] = 1;
+        for (int k = 0; k < it->n_ops; k++) it->strides[k][0] = 0;
+        nd = 1;
+    }
+    it->ndim = nd;
+}
+
+/* A broadcast cond (a (T, T) mask under (B, H, T, T) scores) is read many
+ * times: it is first packed into a contiguous byte mask (1 = true), 8x
+ * smaller than an i64 mask, so that it stays in cache and the selection
+ * loop compares bytes. Returns NULL (use cond as it is) when cond is not
+ * reused at least twice or on allocation failure. */
+static uint8_t *pack_cond(const remat_tensor *cond, int64_t n) {
+    int64_t nc = rm_shape_numel(cond->ndim, cond->shape);
+    if (nc == 0 || nc * 2 > n) return NULL;
+    uint8_t *m = malloc((size_t)nc);
+    if (!m) return NULL;
+    rm_iter it;
+    rm_iter_init(&it, cond->ndim, cond->shape, 1);
+    memcpy(it.strides[0], cond->strides, sizeof(int64_t) * (size_t)cond->ndim);
+    const void *p = rm_ptr(cond);
+#define PACK(CT)                                                                              \
+    do {                                                                                      \
+        const CT *pc = p;                                                                     \
+        for (int64_t i = 0; i < nc; i++) {                                                    \
+            m[i] = pc[it.off[0]] != 0;                                                        \
+            rm_iter_next(&it);                                                                \
+        }                                                                                     \
+    } while (0)
+    if (cond->dtype == REMAT_I64) PACK(int64_t);
+    else if (cond->dtype == REMAT_F32) PACK(float);
+    else PACK(double);
+#undef PACK
+    return m;
+}
+
+/* y = cond ? (a or va) : (b or vb), everything broadcast to y's
+ * shape (y contiguous, float). */
+static void sel_run(remat_tensor *y, const remat_tensor *cond, const remat_tensor *a, double va,
+                    const remat_tensor *b, double vb) {
+    int64_t n = rm_shape_numel(y->ndim, y->shape);
+    if (n == 0) return;
+    uint8_t *packed = pack_cond(cond, n);
+    rm_iter base;
+    rm_iter_init(&base, y->ndim, y->shape, 4);
+    memcpy(base.strides[0], y->strides, sizeof(int64_t) * (size_t)y->ndim);
+    if (packed) { /* the packed mask is cond made contiguous */
+        int64_t cs[REMAT_MAX_DIMS];
+        rm_contiguous_strides(cond->ndim, cond->shape, cs);
+        for (int i = 0; i < y->ndim; i++) {
+            int j = cond->ndim - y->ndim + i;
+            base.strides[1][i] =
+                j >= 0 && cond->shape[j] == y->shape[i] && cond->shape[j] != 1 ? cs[j] : 0;
+        }
+    } else {
+        rm_broadcast_strides(cond, y->ndim, y->shape, base.strides[1]);
+    }
+    if (a) rm_broadcast_strides(a, y->ndim, y->shape, base.strides[2]);
+    if (b) rm_broadcast_strides(b, y->ndim, y->shape, base.strides[3]);
+    iter_coalesce(&base);
+    int nd = base.ndim;
+    int64_t inner = base.shape[nd - 1];
+    int64_t s0 = base.strides[0][nd - 1], s1 = base.strides[1][nd - 1],
+            s2 = base.strides[2][nd - 1], s3 = base.strides[3][nd - 1];
+    int kind = SEL_STRIDED;
+    if (s0 == 1 && s1 == 1) {
+        if (s2 == 0 && s3 == 1) kind = SEL_SCALAR_A;
+        else if (s2 == 1 && s3 == 0) kind = SEL_SCALAR_B;
+        else if (s2 == 1 && s3 == 1) kind = SEL_UNIT;
+    }
+    const void *cbase = packed ? (const void *)packed : rm_ptr(cond);
+    bool f32 = y->dtype == REMAT_F32;
+    switch (packed ? REMAT_U8 : cond->dtype) {
+    case REMAT_U8:
+        if (f32) SEL_LOOP(float, uint8_t); else SEL_LOOP(double, uint8_t);
+        break;
+    case REMAT_I64:
+        if (f32) SEL_LOOP(float, int64_t); else SEL_LOOP(double, int64_t);
+        break;
+    case REMAT_F32:
+        if (f32) SEL_LOOP(float, float); else SEL_LOOP(double, float);
+        break;
+    case REMAT_F64:
+        if (f32) SEL_LOOP(float, double); else SEL_LOOP(double, double);
+        break;
+    default: /* storage-only dtypes never get here (rejected by the checks) */
+        break;
+    }
+    free(packed);
+}
+
+int rm_cpu_select(const rm_kargs *k) {
+    const rm_select_params *p = k->params;
+    const remat_tensor *a = p->a >= 0 ? k->in[p->a] : NULL;
+    const remat_tensor *b = p->b >= 0 ? k->in[p->b] : NULL;
+    sel_run(k->out[0], k->in[p->cond], a, p->va, b, p->vb);
+    return REMAT_OK;
+}
