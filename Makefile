@@ -88,6 +88,7 @@ bench: build
 fixtures:
 	python3 scripts/gen_fixtures.py tests/fixtures
 	python3 scripts/gen_optim_fixtures.py tests/fixtures/optim
+	python3 scripts/gen_double_fixtures.py tests/fixtures/double
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_LINT) $(BUILD_FUZZ) build-werror-gcc build-werror-clang
