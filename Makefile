@@ -8,7 +8,7 @@ BUILD_LINT ?= build-lint
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build run test test-asan test-clang werror lint bench fixtures install fuzz clean
+.PHONY: all deps build run test test-cuda test-asan test-clang werror lint bench fixtures install fuzz clean
 
 all: build
 
@@ -32,6 +32,14 @@ run: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j 1
+
+# The device suites (op fixtures and gradchecks, checkpoint, selective, planner) and the
+# cuda tests with cuda as the test device (tests/support/rt.h, docs/cuda.md). Without a GPU
+# they report themselves skipped with the reason. CUDA_DEVICE=cuda:1 picks another GPU.
+CUDA_DEVICE ?= cuda
+test-cuda: build
+	cd $(BUILD) && REMAT_TEST_DEVICE=$(CUDA_DEVICE) ctest --output-on-failure -j 1 \
+	  -R '^test_(fixtures|checkpoint|checkpoint_models|checkpoint_rng|selective|planner|cuda_.*)$$'
 
 # The suite under AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer.
 test-asan: deps
@@ -80,6 +88,7 @@ bench: build
 fixtures:
 	python3 scripts/gen_fixtures.py tests/fixtures
 	python3 scripts/gen_optim_fixtures.py tests/fixtures/optim
+	python3 scripts/gen_double_fixtures.py tests/fixtures/double
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_LINT) $(BUILD_FUZZ) build-werror-gcc build-werror-clang

@@ -18,6 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "remat/cuda.h"
+
 /* ---- running the program ------------------------------------------------------------- */
 static char g_bin[4096];
 static char g_dir[256];
@@ -276,7 +278,7 @@ Test(cli, help_prints_usage) {
  * so the parser must name it as a bad value, never as an unknown option),
  * and the usage fits 80 columns. */
 Test(cli, every_flag_in_the_usage_is_parsed) {
-    const char *cmds[] = {"train", "bench"};
+    const char *cmds[] = {"train", "bench", "sample"};
     for (size_t c = 0; c < sizeof cmds / sizeof *cmds; c++) {
         char *help;
         cr_assert_eq(run(&help, true, "%s --help", cmds[c]), 0);
@@ -295,14 +297,15 @@ Test(cli, every_flag_in_the_usage_is_parsed) {
             if (takes_value && strcmp(name, "data") && strcmp(name, "save") && strcmp(name, "resume") &&
                 strcmp(name, "trace") && strcmp(name, "timeline") && strcmp(name, "log") &&
                 strcmp(name, "svg") && strcmp(name, "svg-pareto") && strcmp(name, "out") &&
-                strcmp(name, "checkpoint") && strcmp(name, "strategies"))
+                strcmp(name, "checkpoint") && strcmp(name, "strategies") && strcmp(name, "prompt") &&
+                strcmp(name, "device"))
                 cr_assert(rc == 2 && strstr(o, "bad value"), "`%s --%s=@bad`: %d %s", cmds[c], name, rc, o);
             else
                 cr_assert_eq(rc, 0, "`%s --%s --help`: %d %s", cmds[c], name, rc, o);
             free(o);
             listed++;
         }
-        cr_assert(listed > 15, "`%s --help` lists %d flags", cmds[c], listed);
+        cr_assert(listed >= 8, "`%s --help` lists %d flags", cmds[c], listed);
         free(help);
     }
 }
@@ -354,6 +357,27 @@ Test(cli, bad_values_fail_with_usage) {
     cr_assert_eq(run(&o, true, "bench --sweep-budgets=1"), 2);
     cr_assert(strstr(o, "--sweep-budgets") && strstr(o, "usage: remat bench"), "%s", o);
     free(o);
+}
+
+Test(cli, device_flag) {
+    const char *bad[] = {"--device tpu", "--device cuda:x", "--device cuda:-1", "--device :0"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *o;
+        int rc = run(&o, true, "train %s", bad[i]);
+        cr_assert(rc == 2 && strstr(o, "'--device'") && strstr(o, "usage: remat train"),
+                  "`remat train %s`: %d %s", bad[i], rc, o);
+        free(o);
+    }
+    char *o;
+    cr_assert_eq(run(&o, true, "train --device cpu --steps 1 --quiet"), 0, "%s", o);
+    free(o);
+    /* a GPU that cannot be used: the reason, before any work */
+    const char *why = NULL;
+    if (!remat_cuda_available(&why)) {
+        cr_assert_eq(run(&o, true, "bench --device cuda"), 2);
+        cr_assert(strstr(o, "cannot use '--device'") && strstr(o, why), "%s", o);
+        free(o);
+    }
 }
 
 Test(cli, unknown_selective_policy_fails_with_usage) {
@@ -598,6 +622,58 @@ Test(cli, bench_compares_strategies) {
     cr_assert_eq(rc, 0, "%s", o);
     cr_assert(!strncmp(o, "strategy,step_ms,", 17), "%s", o);
     cr_assert(strstr(o, "\nnone,") && strstr(o, "\nblock,"), "%s", o);
+    free(o);
+}
+
+/* Times come with their spread: min, quartiles, max from the repetitions
+ * (step_ms_all), and a ratio to none whose IQRs overlap is marked as within
+ * noise. */
+Test(cli, bench_reports_the_spread_and_marks_noise) {
+    char *o;
+    int rc = run(&o, false, "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 "
+                            "--threads 1 --quiet --reps 5 --json --strategies none,block,sequential=2");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(json_valid(o), "%s", o);
+    double ref_q1 = 0, ref_q3 = 0;
+    int n = 0;
+    for (const char *p = o; (p = strstr(p, "{\"strategy\":\"")) != NULL; p++, n++) {
+        double med = json_num(p, "step_ms"), mn = json_num(p, "step_ms_min"),
+               q1 = json_num(p, "step_ms_q1"), q3 = json_num(p, "step_ms_q3"),
+               mx = json_num(p, "step_ms_max");
+        cr_assert(mn <= q1 && q1 <= med && med <= q3 && q3 <= mx, "%s", p);
+        /* min and max are those of the repetitions */
+        const char *all = strstr(p, "\"step_ms_all\":[") + strlen("\"step_ms_all\":[");
+        double lo = 1e300, hi = -1;
+        for (int k = 0; k < 5; k++) {
+            char *end;
+            double v = strtod(all, &end);
+            lo = v < lo ? v : lo;
+            hi = v > hi ? v : hi;
+            all = end + 1;
+        }
+        cr_assert(fabs(lo - mn) < 1e-3 && fabs(hi - mx) < 1e-3, "%g %g vs %g %g", lo, hi, mn, mx);
+        const char *nz = strstr(p, "\"time_within_noise\":");
+        cr_assert(nz, "%s", p);
+        bool noise = !strncmp(nz + strlen("\"time_within_noise\":"), "true", 4);
+        if (n == 0) {
+            ref_q1 = q1;
+            ref_q3 = q3;
+            cr_assert(!noise, "the reference is not compared with itself");
+        } else {
+            cr_assert_eq(noise, q1 <= ref_q3 && ref_q1 <= q3, "%s", p);
+        }
+    }
+    cr_assert_eq(n, 3, "%s", o);
+    free(o);
+    rc = run(&o, false, "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 --threads 1 "
+                        "--quiet --reps 3 --strategies none,block");
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(strstr(o, "IQR ms") && strstr(o, "IQR: their middle half"), "%s", o);
+    const char *row = strstr(o, "\nblock ");
+    cr_assert(row, "%s", o);
+    size_t len = strcspn(row + 1, "\n");
+    bool marked = memchr(row + 1, '~', len) != NULL;
+    cr_assert_eq(marked, strstr(o, "~ within noise") != NULL, "%s", o);
     free(o);
 }
 
@@ -1371,5 +1447,49 @@ Test(cli, save_every_survives_a_kill) {
     free(o);
     cr_assert_eq(run(&o, true, "train " TINY " --steps 3 --save-every 2"), 2);
     cr_assert(strstr(o, "--save-every needs --save"), "%s", o);
+    free(o);
+}
+
+/* ---- remat sample ------------------------------------------------------------------------ */
+/* A briefly trained GPT is saved and sampled: the output is the prompt and
+ * --tokens bytes after it; the same --seed gives the same text, another
+ * seed another (at a high temperature), and temperature 0 ignores the seed. */
+Test(cli, sample_generates_text_deterministically_from_a_saved_gpt) {
+    char *o;
+    cr_assert_eq(run(&o, false, "train " TINY " --steps 30 --save %s", path("s.bin")), 0, "%s", o);
+    free(o);
+    char *a, *b, *c2;
+    const char *f = "sample --threads 1 --resume %s --prompt 12+34= --tokens 24 --seed %d %s";
+    cr_assert_eq(run(&a, true, f, path("s.bin"), 7, "--top-k 8"), 0, "%s", a);
+    cr_assert_eq(strlen(a), 6 + 24 + 1, "not prompt + 24 bytes + newline: [%s]", a);
+    cr_assert(strncmp(a, "12+34=", 6) == 0 && a[30] == '\n', "%s", a);
+    cr_assert_eq(run(&b, true, f, path("s.bin"), 7, "--top-k 8"), 0, "%s", b);
+    cr_assert_str_eq(a, b, "the same seed gave other text");
+    free(a);
+    free(b);
+    cr_assert_eq(run(&a, true, f, path("s.bin"), 7, "--temperature 3 --json"), 0, "%s", a);
+    cr_assert_eq(run(&b, true, f, path("s.bin"), 8, "--temperature 3 --json"), 0, "%s", b);
+    cr_assert(json_valid(a) && json_valid(b), "%s\n%s", a, b);
+    cr_assert_eq(json_num(a, "tokens"), 24, "%s", a);
+    char ta[256], tb[256];
+    json_str(a, "text", ta, sizeof ta);
+    json_str(b, "text", tb, sizeof tb);
+    cr_assert_str_neq(ta, tb, "seeds 7 and 8 gave the same text at temperature 3");
+    free(a);
+    free(b);
+    cr_assert_eq(run(&a, true, f, path("s.bin"), 1, "--temperature 0"), 0, "%s", a);
+    cr_assert_eq(run(&c2, true, f, path("s.bin"), 2, "--temperature 0"), 0, "%s", c2);
+    cr_assert_str_eq(a, c2, "greedy decoding depends on the seed");
+    free(a);
+    free(c2);
+    /* an MLP has no text to give; --resume is required */
+    cr_assert_eq(run(&o, false, "train --model mlp --layers 1 --width 8 --batch 4 --steps 1 "
+                     "--quiet --save %s", path("m.bin")), 0, "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "sample --resume %s", path("m.bin")), 1, "%s", o);
+    cr_assert(strstr(o, "needs a GPT"), "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "sample --tokens 3"), 2, "%s", o);
+    cr_assert(strstr(o, "--resume") && strstr(o, "usage: remat sample"), "%s", o);
     free(o);
 }

@@ -23,6 +23,7 @@ void args_usage_main(FILE *f) {
             "          step time, allocator peak, peak RSS, recompute overhead, gradient check,\n"
             "          SVG plots (memory vs time, memory timelines)\n"
             "  train   train a small GPT or a deep MLP on a built-in task or a text file\n"
+            "  sample  generate text from a GPT saved by `remat train --save FILE`\n"
             "\n"
             "With no command (or only flags), remat runs `remat bench` on a small default GPT\n"
             "and writes its plots to ./out/ (this is what `make run` does).\n"
@@ -33,18 +34,19 @@ void args_usage_main(FILE *f) {
             "  remat train --checkpoint block --layers 8 --width 128 --context 128\n"
             "  remat train --data README.md --steps 300 --save run.bin\n"
             "  remat train --data README.md --resume run.bin --steps 600\n"
+            "  remat sample --resume run.bin --prompt \"## \" --tokens 200 --top-k 8\n"
             "  remat bench --model mlp --strategies none,block,sequential=4 --svg mlp.svg\n"
             "  remat train --checkpoint budget=200MiB --layers 8 --width 128 --context 128\n"
             "  remat train --checkpoint selective=names:qkv+attn_out --report --steps 20\n"
             "  remat bench --strategies none,block,selective=dots,selective=names:qkv+mlp_up\n"
             "  remat bench --sweep-budgets            planner vs uniform segments, out/pareto.svg\n"
             "\n"
-            "  remat --help | remat train --help | remat bench --help\n"
+            "  remat --help | remat train --help | remat bench --help | remat sample --help\n"
             "  docs/cli.md has the details (what is measured and how).\n");
 }
 
 /* ---- the flags ------------------------------------------------------------------- */
-enum { SEC_MODEL, SEC_CKPT, SEC_DIST, SEC_TRAIN, SEC_OUTPUT, SEC_BENCH, N_SECTIONS };
+enum { SEC_MODEL, SEC_CKPT, SEC_DIST, SEC_TRAIN, SEC_OUTPUT, SEC_BENCH, SEC_SAMPLE, N_SECTIONS };
 
 static const opt_section sections[N_SECTIONS] = {
     [SEC_MODEL] = {"model:", NULL},
@@ -55,6 +57,7 @@ static const opt_section sections[N_SECTIONS] = {
     [SEC_TRAIN] = {"training:", NULL},
     [SEC_OUTPUT] = {"output:", NULL},
     [SEC_BENCH] = {"bench:", NULL},
+    [SEC_SAMPLE] = {"sampling:", NULL},
 };
 
 #define T(field) OPT_TARGET(config, field)
@@ -88,6 +91,8 @@ static const opt_row rows[] = {
      .help = "seed of the initialisation and of the data", .dflt = "[1]"},
     {"--threads", "N", OPT_INT, TB, SEC_MODEL, T(threads), .lo = 1, .hi = 1024,
      .help = "OpenMP/BLAS threads (default: all cores)"},
+    {"--device", "D", OPT_STR, TB, SEC_MODEL, T(device_text),
+     .help = "where the model trains: cpu, or cuda[:N] (GPU N;\ndocs/cuda.md)", .dflt = "[cpu]"},
     /* checkpointing */
     {"--checkpoint", "S", OPT_STR, TB, SEC_CKPT, T(checkpoint_text),
      .help = "none | block | sequential=N | selective[=POLICY] |\n"
@@ -205,6 +210,24 @@ static const opt_row rows[] = {
      .help = "print one JSON object instead of the table"},
     {"--quiet", NULL, OPT_FLAG, CMD_BENCH, SEC_BENCH, T(quiet),
      .help = "no progress output on stderr"},
+    /* sample */
+    {"--resume", "FILE", OPT_STR, CMD_SAMPLE, SEC_SAMPLE, T(resume),
+     .help = "the GPT to sample from: a file written by train --save"},
+    {"--prompt", "TEXT", OPT_STR, CMD_SAMPLE, SEC_SAMPLE, T(prompt),
+     .help = "the text the generation continues (empty: a newline)"},
+    {"--tokens", "N", OPT_LONG, CMD_SAMPLE, SEC_SAMPLE, T(tokens), .lo = 0, .hi = 1000000,
+     .help = "bytes to generate", .dflt = "[200]"},
+    {"--temperature", "T", OPT_NUM, CMD_SAMPLE, SEC_SAMPLE, T(temperature), .lo = 0, .hi = 100,
+     .help = "divides the logits; 0: always the likeliest byte", .dflt = "[1]"},
+    {"--top-k", "K", OPT_INT, CMD_SAMPLE, SEC_SAMPLE, T(top_k), .lo = 0, .hi = GPT_VOCAB,
+     .help = "sample among the K likeliest bytes (0: all 256)", .dflt = "[0]"},
+    {"--seed", "N", OPT_U64, CMD_SAMPLE, SEC_SAMPLE, T(seed), SETS(set_seed), 0, 9e18,
+     .help = "seed of the sampling (same seed, same text)", .dflt = "[1]"},
+    {"--threads", "N", OPT_INT, CMD_SAMPLE, SEC_SAMPLE, T(threads), .lo = 1, .hi = 1024,
+     .help = "OpenMP/BLAS threads (default: all cores)"},
+    {"--json", NULL, OPT_FLAG, CMD_SAMPLE, SEC_SAMPLE, T(json),
+     .help = "print one JSON object (prompt, text, tokens, seed, ...);\n"
+             "bytes outside ASCII are \\u00XX, one per byte"},
 };
 #undef T
 #undef SETS
@@ -212,7 +235,7 @@ static const opt_row rows[] = {
 static const opt_table table = {rows, (int)(sizeof rows / sizeof *rows), sections, N_SECTIONS};
 
 /* ---- usage ------------------------------------------------------------------------- */
-static const char *const cmd_names[] = {"train", "bench"};
+static const char *const cmd_names[] = {"train", "bench", "sample"};
 
 /* What each command does, above its flags. */
 static const char *const cmd_intro[] = {
@@ -224,9 +247,15 @@ static const char *const cmd_intro[] = {
     "each strategy, interleaved over several repetitions, and prints medians: step\n"
     "time, allocator peak, RSS growth, recompute overhead (time / time of `none`),\n"
     "and whether every parameter gradient equals the un-checkpointed one bitwise.\n",
+    "Generates text from a GPT trained by `remat train --save FILE`: the model reads\n"
+    "the prompt (its last --context bytes), one byte is drawn from the softmax of\n"
+    "its logits (divided by --temperature, limited to the --top-k likeliest), and\n"
+    "so on for --tokens bytes. Prints the prompt and what follows it. The draws\n"
+    "come from remat's random generator: the same file, flags and --seed give the\n"
+    "same text.\n",
 };
 
-static int cmd_index(command cmd) { return cmd == CMD_TRAIN ? 0 : 1; }
+static int cmd_index(command cmd) { return cmd == CMD_TRAIN ? 0 : cmd == CMD_BENCH ? 1 : 2; }
 
 void args_usage(command cmd, FILE *f) {
     int i = cmd_index(cmd);
@@ -340,6 +369,13 @@ int args_check_model(config *c, bool bench, char *err, size_t n) {
     return 0;
 }
 
+void args_defaults_sample(config *c) {
+    defaults_common(c);
+    c->prompt = "";
+    c->tokens = 200;
+    c->temperature = 1.0;
+}
+
 /* ---- parsing ---------------------------------------------------------------------- */
 static int fail(command cmd, const char *msg, const char *a, const char *b) {
     fprintf(stderr, "remat %s: %s", cmd_names[cmd_index(cmd)], msg);
@@ -440,6 +476,36 @@ static int check_threads(const config *c, command cmd) {
     return fail(cmd, "bad value for", "--threads", why);
 }
 
+/* --device: cpu, cuda or cuda:N; a GPU that cannot be used is an error
+ * naming why (no driver, no device, a build without CUDA). */
+static int parse_device(config *c, command cmd) {
+    const char *s = c->device_text;
+    c->device = REMAT_DEVICE_CPU;
+    if (!s || strcmp(s, "cpu") == 0 || strcmp(s, "cpu:0") == 0) return 0;
+    size_t len = strcspn(s, ":");
+    char name[32];
+    long index = 0;
+    if (len == 0 || len >= sizeof name)
+        return fail(cmd, "bad value for", "--device", "expected cpu or cuda[:N]");
+    memcpy(name, s, len);
+    name[len] = '\0';
+    if (s[len] == ':') {
+        char *end = NULL;
+        index = strtol(s + len + 1, &end, 10);
+        if (end == s + len + 1 || *end || index < 0 || index >= REMAT_MAX_DEVICES_PER_TYPE)
+            return fail(cmd, "bad value for", "--device", "expected cuda[:N], N a GPU index");
+    }
+    const char *why = NULL;
+    if (strcmp(name, "cuda") == 0 && !remat_cuda_available(&why))
+        return fail(cmd, "cannot use", "--device", why);
+    int type = remat_device_type_id(name);
+    if (type < 0) return fail(cmd, "bad value for", "--device", "expected cpu or cuda[:N]");
+    c->device = (remat_device){type, (int)index};
+    if (remat_device_check(c->device) != REMAT_OK)
+        return fail(cmd, "cannot use", "--device", remat_last_error());
+    return 0;
+}
+
 int args_parse(config *c, command cmd, int argc, char **argv, int first) {
     char err[512];
     int rc = opt_parse(&table, cmd, c, argc, argv, first, err, sizeof err);
@@ -449,6 +515,10 @@ int args_parse(config *c, command cmd, int argc, char **argv, int first) {
     }
     if (rc) return fail(cmd, err, NULL, NULL);
     if ((rc = check_threads(c, cmd))) return rc;
+    if (cmd == CMD_SAMPLE)
+        return c->resume ? 0 : fail(cmd, "give --resume FILE (a GPT saved by remat train --save)",
+                                    NULL, NULL);
+    if ((rc = parse_device(c, cmd))) return rc;
     bool bench = cmd == CMD_BENCH;
     if (!c->set_batch) c->batch = 0;
     model_defaults(c, bench);

@@ -14,7 +14,7 @@
 typedef enum model_kind { MODEL_GPT = 0, MODEL_MLP = 1 } model_kind;
 typedef enum optim_kind { OPTIM_ADAMW = 0, OPTIM_SGD = 1 } optim_kind;
 /* The program's commands, as bits: a flag's row says which accept it. */
-typedef enum command { CMD_TRAIN = 1, CMD_BENCH = 2 } command;
+typedef enum command { CMD_TRAIN = 1, CMD_BENCH = 2, CMD_SAMPLE = 4 } command;
 
 #define ARGS_MAX_STRATEGIES 64 /* --strategies takes up to 16; the sweep adds more */
 #define ARGS_MAX_LISTED 16
@@ -31,6 +31,8 @@ typedef struct config {
     long steps;
     uint64_t seed;
     int threads;        /* 0: leave OpenMP's default */
+    const char *device_text; /* --device D as given (cpu, cuda, cuda:N) */
+    remat_device device;     /* where the model, the batches and the peaks are */
     double lr, weight_decay, momentum;
     optim_kind optim;
     bool cosine;        /* --lr-schedule cosine: linear warm-up, cosine decay to min_lr */
@@ -55,6 +57,11 @@ typedef struct config {
     double dist_timeout;  /* --dist-timeout seconds (0: 60) */
     double bucket_mib;    /* --bucket-size MiB (0: 25) */
     bool zero;            /* --zero: AdamW state sharded across ranks (ZeRO-1) */
+    /* sample */
+    const char *prompt; /* --prompt TEXT */
+    long tokens;        /* --tokens N to generate */
+    double temperature; /* --temperature T (0: greedy) */
+    int top_k;          /* --top-k K (0: all 256 bytes) */
     /* bench */
     const char *strategies_text; /* --strategies LIST as given (parsed into strategies) */
     strategy strategies[ARGS_MAX_STRATEGIES];
@@ -75,6 +82,7 @@ typedef struct config {
  * small GPT that `make run` shows). */
 void args_defaults_train(config *c);
 void args_defaults_bench(config *c);
+void args_defaults_sample(config *c);
 
 /* Parses argv[first..argc) of command cmd into c (the flags and their
  * usage lines are one table in args.c). On error prints "remat CMD: what"

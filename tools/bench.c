@@ -44,6 +44,8 @@
 typedef struct result {
     double *times;
     double step_ms, overhead;
+    double ms_min, ms_q1, ms_q3, ms_max; /* spread of the timed repetitions */
+    bool noise; /* its IQR overlaps the reference's: the time ratio is within noise */
     size_t peak, baseline, rss_growth;
     bool has_heap;      /* run with bench/preload/heap_peak.c: heap_growth is measured */
     size_t heap_growth; /* the C heap's peak over the step - its bytes at the start */
@@ -109,6 +111,35 @@ typedef struct planner_info {
     size_t blocks_min_budget, blocks_store_all; /* blocks-budget=: what the blocks add */
     double profile_s;
 } planner_info;
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Min, quartiles (linear interpolation) and max of n step times, in ms. */
+static void spread(const double *t, int n, result *r) {
+    double *v = malloc(sizeof *v * (size_t)(n > 0 ? n : 1));
+    if (!v || n < 1) {
+        free(v);
+        r->ms_min = r->ms_q1 = r->ms_q3 = r->ms_max = r->step_ms;
+        return;
+    }
+    for (int i = 0; i < n; i++) v[i] = 1e3 * t[i];
+    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+    double q[2];
+    for (int k = 0; k < 2; k++) {
+        double pos = (k ? 0.75 : 0.25) * (n - 1);
+        int lo = (int)pos;
+        double f = pos - lo;
+        q[k] = lo + 1 < n ? v[lo] + f * (v[lo + 1] - v[lo]) : v[lo];
+    }
+    r->ms_min = v[0];
+    r->ms_q1 = q[0];
+    r->ms_q3 = q[1];
+    r->ms_max = v[n - 1];
+    free(v);
+}
 
 static void print_header(FILE *f, const config *c, const model *m, int threads) {
     if (m->kind == MODEL_GPT)
@@ -198,8 +229,10 @@ static void print_table(const config *c, const model *m, int threads, result *r,
         if (l > w) w = l;
     }
     bool heap = c->n_strategies > 0 && r[0].has_heap;
-    printf("%-*s %9s %9s %11s %11s %9s %11s%s  %s\n", w, "strategy", "step ms", "time",
-           "peak MiB", "step MiB", "memory", "RSS+ MiB", heap ? "   heap+ MiB" : "", "gradients");
+    printf("%-*s %9s %15s %9s %11s %11s %9s %11s%s  %s\n", w, "strategy", "step ms", "IQR ms",
+           "time", "peak MiB", "step MiB", "memory", "RSS+ MiB", heap ? "   heap+ MiB" : "",
+           "gradients");
+    bool any_noise = false;
     for (int i = 0; i < c->n_strategies; i++) {
         char pk[32], st[32], rss[32], tm[32], mem[32], hp[48] = "";
         mib(pk, sizeof pk, (double)r[i].peak);
@@ -210,7 +243,11 @@ static void print_table(const config *c, const model *m, int threads, result *r,
             mib(v, sizeof v, (double)r[i].heap_growth);
             snprintf(hp, sizeof hp, " %11s", v);
         }
-        snprintf(tm, sizeof tm, "%.2fx", r[i].overhead);
+        /* "~": the interquartile ranges overlap, the ratio is within the noise */
+        snprintf(tm, sizeof tm, "%s%.2fx", i != ref && r[i].noise ? "~" : "", r[i].overhead);
+        any_noise |= i != ref && r[i].noise;
+        char range[48];
+        snprintf(range, sizeof range, "%.1f-%.1f", r[i].ms_q1, r[i].ms_q3);
         double base = (double)(r[ref].peak - r[ref].baseline);
         snprintf(mem, sizeof mem, "%.2fx", base > 0 ? (double)(r[i].peak - r[i].baseline) / base : 0);
         char gr[64];
@@ -220,31 +257,36 @@ static void print_table(const config *c, const model *m, int threads, result *r,
             snprintf(gr, sizeof gr, "bitwise equal");
         else
             snprintf(gr, sizeof gr, "DIFFER (max |diff| %.3g)", r[i].max_diff);
-        printf("%-*s %9.1f %9s %11s %11s %9s %11s%s  %s\n", w, c->strategies[i].name, r[i].step_ms,
-               tm, pk, st, mem, rss, hp, gr);
+        printf("%-*s %9.1f %15s %9s %11s %11s %9s %11s%s  %s\n", w, c->strategies[i].name,
+               r[i].step_ms, range, tm, pk, st, mem, rss, hp, gr);
     }
     print_plans(c, r, pl);
     print_selective(c, r);
     printf("\n"
-           "  time      step time / step time of %s (the recompute overhead)\n"
+           "  step ms   median of the timed repetitions; IQR: their middle half (quartiles)\n"
+           "  time      step time / step time of %s (the recompute overhead)%s\n"
            "  peak      remat allocator peak during the step (parameters included)\n"
            "  step      what the step adds over the memory held before it (activations, grads)\n"
            "  memory    step MiB / step MiB of %s\n"
            "  RSS+      growth of the process's resident memory during the step\n",
-           c->strategies[ref].name, c->strategies[ref].name);
+           c->strategies[ref].name,
+           any_noise ? ";\n            ~ within noise: the two IQRs overlap (more --reps may "
+                       "separate them)"
+                     : "",
+           c->strategies[ref].name);
     if (heap)
         printf("  heap+     peak of the C heap (every malloc: remat, oneDNN, libc) over the step\n"
                "            minus its bytes at the start (bench/preload/heap_peak.c)\n");
 }
 
 static void print_csv(const config *c, result *r) {
-    printf("strategy,step_ms,overhead,peak_alloc_bytes,baseline_bytes,step_alloc_bytes,"
+    printf("strategy,step_ms,step_ms_min,step_ms_max,overhead,peak_alloc_bytes,baseline_bytes,step_alloc_bytes,"
            "rss_growth_bytes,recomputed_blocks,grads_bitwise_equal,grads_max_abs_diff,"
            "budget_bytes,plan_peak_bytes,heap_growth_bytes\n");
     for (int i = 0; i < c->n_strategies; i++) {
         const remat_plan *p = c->strategies[i].plan;
-        printf("%s,%.4f,%.4f,%zu,%zu,%zu,%zu,%" PRId64 ",%s,%.9g,", c->strategies[i].name,
-               r[i].step_ms, r[i].overhead, r[i].peak, r[i].baseline, r[i].peak - r[i].baseline,
+        printf("%s,%.4f,%.4f,%.4f,%.4f,%zu,%zu,%zu,%zu,%" PRId64 ",%s,%.9g,", c->strategies[i].name,
+               r[i].step_ms, r[i].ms_min, r[i].ms_max, r[i].overhead, r[i].peak, r[i].baseline, r[i].peak - r[i].baseline,
                r[i].rss_growth, r[i].recomputed, r[i].grads_equal ? "true" : "false",
                r[i].max_diff);
         if (p)
@@ -259,7 +301,7 @@ static void print_csv(const config *c, result *r) {
 }
 
 static void print_json(const config *c, const model *m, int threads, result *r,
-                       const planner_info *pl, int world) {
+                       const planner_info *pl, int world, int refi) {
     util_str j = {0};
     util_str_printf(&j,
                     "{\"command\":\"bench\",\"model\":\"%s\",\"layers\":%d,\"width\":%d,"
@@ -281,9 +323,14 @@ static void print_json(const config *c, const model *m, int threads, result *r,
                         r[i].peak - r[i].baseline, r[i].rss_growth, r[i].recomputed, r[i].loss,
                         r[i].grads_equal ? "true" : "false");
         if (isfinite(r[i].max_diff))
-            util_str_printf(&j, "%.9g,\"step_ms_all\":[", r[i].max_diff);
+            util_str_printf(&j, "%.9g,", r[i].max_diff);
         else
-            util_str_printf(&j, "null,\"step_ms_all\":[");
+            util_str_printf(&j, "null,");
+        util_str_printf(&j,
+                        "\"step_ms_min\":%.4f,\"step_ms_q1\":%.4f,\"step_ms_q3\":%.4f,"
+                        "\"step_ms_max\":%.4f,\"time_within_noise\":%s,\"step_ms_all\":[",
+                        r[i].ms_min, r[i].ms_q1, r[i].ms_q3, r[i].ms_max,
+                        i != refi && r[i].noise ? "true" : "false");
         for (int k = 0; k < c->reps; k++)
             util_str_printf(&j, "%s%.4f", k ? "," : "", r[i].times[k] * 1e3);
         util_str_printf(&j, "]");
@@ -484,6 +531,7 @@ static bool write_pareto(const char *file, const config *c, const model *m, cons
 
 int cmd_bench(config *c, bool is_default) {
     int rc = REMAT_OK;
+    trace_device(c->device);
     model m;
     memset(&m, 0, sizeof m);
     task tk;
@@ -550,15 +598,15 @@ int cmd_bench(config *c, bool is_default) {
          * step from RSS+ (small blocks sit below live ones, where glibc's
          * trimming of the heap top does not reach): hand it back first */
         step_malloc_mode(true);
-        remat_alloc_reset_peak(REMAT_DEVICE_CPU);
-        r[i].baseline = remat_cpu_current_bytes();
+        remat_alloc_reset_peak(c->device);
+        r[i].baseline = util_current_bytes(c->device);
         trace_begin(&r[i].tr, true);
         c->strategies[i].sac_stats = &r[i].sac; /* selective: what its regions cached */
         rc = step_run(&m, &c->strategies[i], &b, NULL, &r[i].tr, NULL, &r[i].loss);
         c->strategies[i].sac_stats = NULL;
         trace_end(&r[i].tr);
         if (rc) goto done;
-        r[i].peak = remat_cpu_peak_bytes();
+        r[i].peak = util_peak_bytes(c->device);
         r[i].rss_growth = r[i].tr.peak_rss > r[i].tr.start_rss ? r[i].tr.peak_rss - r[i].tr.start_rss : 0;
         r[i].has_heap = r[i].tr.heap;
         r[i].heap_growth = r[i].tr.heap_growth;
@@ -607,11 +655,14 @@ int cmd_bench(config *c, bool is_default) {
         r[i].rss_growth = (size_t)pk[1];
     }
     for (int i = 0; i < n; i++) r[i].overhead = r[refi].step_ms > 0 ? r[i].step_ms / r[refi].step_ms : 0;
+    for (int i = 0; i < n; i++) spread(r[i].times, c->reps, &r[i]);
+    for (int i = 0; i < n; i++)
+        r[i].noise = r[i].ms_q1 <= r[refi].ms_q3 && r[refi].ms_q1 <= r[i].ms_q3;
 
     if (pd.rank > 0)
         ; /* rank 0 reports for the job */
     else if (c->json)
-        print_json(c, &m, threads, r, &pl, pd.world);
+        print_json(c, &m, threads, r, &pl, pd.world, refi);
     else if (c->csv)
         print_csv(c, r);
     else

@@ -85,6 +85,7 @@ void prog_dist_after_step(prog_dist *d) {
     d->counted = st.n_sync_backwards;
     if (st.learning) return; /* the first backward starts every bucket at its end */
     d->comm_s += st.comm_s;
+    d->done_in_backward += st.n_buckets ? (double)st.n_done_in_backward / st.n_buckets : 0;
     d->exposed_s += st.exposed_s;
     d->backward_s += st.backward_s;
     d->n_steps++;

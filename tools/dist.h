@@ -31,6 +31,7 @@ typedef struct prog_dist {
     int64_t counted;  /* synchronised backwards added by prog_dist_after_step */
     /* sums over the synchronised steps that did not learn (see remat_ddp) */
     double comm_s, exposed_s, backward_s;
+    double done_in_backward; /* sum of the fractions of buckets reduced before backward ended */
     int n_steps;
 } prog_dist;
 

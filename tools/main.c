@@ -4,6 +4,7 @@
  *   remat                 bench on a small default GPT, plots in ./out (make run)
  *   remat train [FLAGS]   train a GPT or MLP with a checkpointing strategy
  *   remat bench [FLAGS]   compare strategies side by side
+ *   remat sample [FLAGS]  generate text from a saved GPT
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 
 #include "args.h"
 #include "bench.h"
+#include "sample.h"
 #include "train.h"
 #include "util.h"
 
@@ -61,6 +63,13 @@ int main(int argc, char **argv) {
         if (rc) return rc < 0 ? 0 : rc;
         if (bench) stop_signals_default();
         return bench ? cmd_bench(&c, false) : cmd_train(&c);
+    }
+    if (!strcmp(cmd, "sample")) {
+        args_defaults_sample(&c);
+        int rc = args_parse(&c, CMD_SAMPLE, argc, argv, 2);
+        if (rc) return rc < 0 ? 0 : rc;
+        stop_signals_default();
+        return cmd_sample(&c);
     }
     fprintf(stderr, "remat: unknown command '%s'\n\n", cmd);
     args_usage_main(stderr);

@@ -432,6 +432,17 @@ int savefile_read(const char *path, saved_state *s) {
                     "it out to continue with the saved value)",                               \
                     path, (long long)(have), (long long)(want))
 
+void savefile_model_config(const saved_state *s, config *c) {
+    c->model = (model_kind)s->model;
+    c->layers = (int)s->layers;
+    c->width = (int)s->width;
+    c->heads = (int)s->heads;
+    c->context = (int)s->context;
+    c->batch = (int)s->batch;
+    c->untied = s->untied != 0;
+    c->optim = (optim_kind)s->optim;
+}
+
 int savefile_merge_config(const saved_state *s, const char *path, config *c) {
     if (c->set_model && (uint32_t)c->model != s->model)
         return remat_set_error(REMAT_EINVAL, "--resume %s: --model %s does not match the saved %s",
@@ -450,15 +461,8 @@ int savefile_merge_config(const saved_state *s, const char *path, config *c) {
     if (c->set_optim && (uint32_t)c->optim != s->optim)
         return remat_set_error(REMAT_EINVAL, "--resume %s: --optim does not match the saved optimizer",
                                path);
-    c->model = (model_kind)s->model;
-    c->layers = (int)s->layers;
-    c->width = (int)s->width;
-    c->heads = (int)s->heads;
-    c->context = (int)s->context;
-    c->batch = (int)s->batch;
+    savefile_model_config(s, c);
     c->seed = s->seed;
-    c->untied = s->untied != 0;
-    c->optim = (optim_kind)s->optim;
     /* hyperparameters given on the command line win: changing the learning rate
      * when resuming is common */
     if (!c->set_lr) c->lr = s->lr;
@@ -527,6 +531,13 @@ static int load_into(const saved_state *s, const char *path, const char *prefix,
     return REMAT_OK;
 }
 
+int savefile_load_params(const saved_state *s, const char *path, model *m) {
+    int rc = REMAT_OK;
+    for (int i = 0; !rc && i < m->n_params; i++)
+        rc = load_into(s, path, "", m->params[i].name, m->params[i].t);
+    return rc;
+}
+
 int savefile_restore(const saved_state *s, const char *path, model *m, remat_optimizer *o,
                      int64_t *step) {
     const remat_optim_options *oo = remat_optim_get_options(o);
@@ -536,9 +547,7 @@ int savefile_restore(const saved_state *s, const char *path, model *m, remat_opt
                                "--resume %s: AdamW betas (%g, %g), eps %g in the file; this remat "
                                "uses (%g, %g), eps %g",
                                path, s->beta1, s->beta2, s->eps, oo->beta1, oo->beta2, oo->eps);
-    int rc = REMAT_OK;
-    for (int i = 0; !rc && i < m->n_params; i++)
-        rc = load_into(s, path, "", m->params[i].name, m->params[i].t);
+    int rc = savefile_load_params(s, path, m);
     for (int i = 0; !rc && i < m->n_params; i++) {
         remat_tensor *sm = optim_slot(o, m, i, REMAT_OPTIM_EXP_AVG);
         remat_tensor *sv = optim_slot(o, m, i, REMAT_OPTIM_EXP_AVG_SQ);

@@ -65,6 +65,12 @@ void savefile_free(saved_state *s);
  * --accum) come from the file unless given: a resumed run continues the same
  * schedule. */
 int savefile_merge_config(const saved_state *s, const char *path, config *c);
+/* The file's model shape (model, layers, width, heads, context, untied;
+ * batch and optimizer kind) into c, with no checks against flags. */
+void savefile_model_config(const saved_state *s, config *c);
+/* Copies the parameters (not the optimizer state) into m, made from the
+ * file's model config. */
+int savefile_load_params(const saved_state *s, const char *path, model *m);
 /* Checks that the run continues on the same data: a run trained on a text
  * file needs --data (error otherwise); a file with other contents gets a
  * warning; a built-in task must stay the same. */

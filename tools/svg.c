@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "svg_layout.h"
 #include "util.h"
 
 static const double MIB = 1024.0 * 1024.0;
@@ -97,7 +98,7 @@ static void bands(util_str *o, const trace *tr, double x0, double y0, double pw,
 
 bool svg_timeline(const char *path, const char *title, int n, const trace *const *traces,
                   const char *const *labels) {
-    const double W = 960, ML = 70, MR = 20, PH = 150, GAP = 46, TOP = 58;
+    const double W = 960, ML = 70, MR = 20, PH = 150, GAP = 46, TOP = 86;
     const double pw = W - ML - MR;
     double H = TOP + n * (PH + GAP) + 30;
     double tmax = 0, ymax = 0;
@@ -128,6 +129,15 @@ bool svg_timeline(const char *path, const char *title, int n, const trace *const
                     "<line x1=\"%.0f\" y1=\"38\" x2=\"%.0f\" y2=\"38\" stroke=\"#1d4ed8\" "
                     "stroke-width=\"2\"/><text x=\"%.0f\" y=\"43\">allocated bytes</text>\n",
                     ML + 480, ML + 500, ML + 505);
+    /* why these times exceed the table's medians */
+    util_str_printf(&o,
+                    "<text x=\"%.0f\" y=\"62\" font-size=\"11\" fill=\"#555\">times are those of "
+                    "the traced step: every allocation is recorded with a read of the RSS, and in "
+                    "remat bench every tensor</text>\n<text x=\"%.0f\" y=\"75\" font-size=\"11\" "
+                    "fill=\"#555\">above 64 KiB gets fresh pages (page faults) so that RSS can be "
+                    "measured: slower than the untraced repetitions whose median the table shows"
+                    "</text>\n",
+                    ML, ML);
 
     int cols = (int)pw;
     double *colv = malloc(sizeof(double) * (size_t)cols);
@@ -141,7 +151,7 @@ bool svg_timeline(const char *path, const char *title, int n, const trace *const
         util_fmt_bytes((double)tr->peak_current - (double)tr->start_current, act, sizeof act);
         util_str_printf(&o,
                         "</text><text x=\"%.0f\" y=\"%.0f\" fill=\"#444\">peak %s (+%s over the "
-                        "step's start), %.1f ms",
+                        "step's start), %.1f ms traced",
                         ML + 170, y0 - 6, pk, act, tr->t_end * 1e3);
         if (tr->n_recomputed_blocks)
             util_str_printf(&o, ", %lld block runs recomputed",
@@ -246,20 +256,41 @@ bool svg_tradeoff(const char *path, const char *title, int n, const tradeoff_poi
                     "%.0f)\">allocator peak during the step</text>\n",
                     ML + pw / 2, MT + ph + 36, MT + ph / 2, MT + ph / 2);
     /* points carry their number; the legend under the plot names them (labels
-     * beside points collide as soon as two strategies cost about the same) */
+     * beside points collide as soon as two strategies cost about the same).
+     * Bars first, so that no bar covers a marker. */
     for (int i = 0; i < n; i++) {
         double x = ML + pw * pts[i].step_ms / xmax, y = MT + ph - ph * pts[i].peak_bytes / ymax;
         double yb = MT + ph - ph * pts[i].baseline_bytes / ymax;
         /* the bar from the baseline (parameters + state) to the peak is what the step adds */
         util_str_printf(&o,
                         "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#93c5fd\" "
-                        "stroke-width=\"6\" stroke-opacity=\"0.7\"/>\n"
+                        "stroke-width=\"6\" stroke-opacity=\"0.7\"/>\n",
+                        x, yb, x, y);
+    }
+    /* Two strategies of about the same time and memory would put one marker
+     * on the other: a marker that would overlap one already drawn moves
+     * sideways to the nearest free place, joined to its true point (a dot)
+     * by a thin line. */
+    double(*placed)[2] = malloc(sizeof *placed * (size_t)(n > 0 ? n : 1));
+    for (int i = 0; placed && i < n; i++) {
+        double x = ML + pw * pts[i].step_ms / xmax, y = MT + ph - ph * pts[i].peak_bytes / ymax;
+        double mx = svg_dodge_x((const double(*)[2])placed, i, x, y, 18); /* r 8, 2 apart */
+        placed[i][0] = mx;
+        placed[i][1] = y;
+        if (mx != x)
+            util_str_printf(&o,
+                            "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
+                            "stroke=\"#1d4ed8\" stroke-width=\"1\"/>"
+                            "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"2.5\" fill=\"#1d4ed8\"/>\n",
+                            x, y, mx, y, x, y);
+        util_str_printf(&o,
                         "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"8\" fill=\"#1d4ed8\" "
-                        "fill-opacity=\"0.85\"/>\n"
+                        "stroke=\"white\" stroke-width=\"1.5\"/>\n"
                         "<text x=\"%.2f\" y=\"%.2f\" fill=\"white\" font-size=\"10\" "
                         "font-weight=\"bold\" text-anchor=\"middle\">%d</text>\n",
-                        x, yb, x, y, x, y, x, y + 3.5, i + 1);
+                        mx, y, mx, y + 3.5, i + 1);
     }
+    free(placed);
     for (int i = 0; i < n; i++) {
         double lx = ML, ly = MT + ph + 62 + i * 18;
         char b[32], text[160];
@@ -284,8 +315,6 @@ bool svg_tradeoff(const char *path, const char *title, int n, const tradeoff_poi
 /* ---- Pareto plot ------------------------------------------------------------------------ */
 static const char *const PARETO_COLOR[] = {"#111827", "#ea580c", "#1d4ed8", "#059669"};
 
-/* A marker of kind k centred on (x, y): circle (planned), square (uniform),
- * diamond (none), triangle (other). */
 static void pareto_marker(util_str *o, pareto_kind k, double x, double y, double r) {
     const char *c = PARETO_COLOR[k];
     switch (k) {
@@ -394,6 +423,7 @@ bool svg_pareto(const char *path, const char *title, const char *subtitle, int n
 
     /* the Pareto front of every point: the fastest step at each memory level,
      * as a staircase (a point is on it if nothing uses less memory and less time) */
+    svg_obstacles obst = {0}; /* lines, markers and labels a label must not meet */
     util_str_printf(&o, "<path fill=\"none\" stroke=\"#6b7280\" stroke-width=\"1.5\" "
                         "stroke-dasharray=\"6,4\" d=\"");
     double best = INFINITY, lastx = 0;
@@ -401,15 +431,21 @@ bool svg_pareto(const char *path, const char *title, const char *subtitle, int n
     for (int i = 0; i < n; i++) {
         if (!(ord[i]->step_ms < best)) continue;
         double x = PX(ord[i]->peak_bytes / MIB), y = PY(ord[i]->step_ms);
-        if (!started)
+        if (!started) {
             util_str_printf(&o, "M%.2f,%.2f", x, y);
-        else
+        } else {
             util_str_printf(&o, " L%.2f,%.2f L%.2f,%.2f", x, PY(best), x, y);
+            svg_obstacles_add_seg(&obst, lastx, PY(best), x, PY(best));
+            svg_obstacles_add_seg(&obst, x, PY(best), x, y);
+        }
         started = true;
         best = ord[i]->step_ms;
         lastx = x;
     }
-    if (started) util_str_printf(&o, " L%.2f,%.2f", fmax(lastx, ML + pw), PY(best));
+    if (started) {
+        util_str_printf(&o, " L%.2f,%.2f", fmax(lastx, ML + pw), PY(best));
+        svg_obstacles_add_seg(&obst, lastx, PY(best), fmax(lastx, ML + pw), PY(best));
+    }
     util_str_printf(&o, "\"/>\n");
 
     /* planned points joined in order of budget: the planner's curve */
@@ -421,56 +457,73 @@ bool svg_pareto(const char *path, const char *title, const char *subtitle, int n
     util_str_printf(&o, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
                         "stroke-opacity=\"0.6\" d=\"",
                     PARETO_COLOR[PARETO_PLANNED]);
-    for (int i = 0; i < npl; i++)
+    for (int i = 0; i < npl; i++) {
         util_str_printf(&o, "%s%.2f,%.2f", i ? " L" : "M", PX(pl[i]->peak_bytes / MIB),
                         PY(pl[i]->step_ms));
+        if (i)
+            svg_obstacles_add_seg(&obst, PX(pl[i - 1]->peak_bytes / MIB), PY(pl[i - 1]->step_ms),
+                    PX(pl[i]->peak_bytes / MIB), PY(pl[i]->step_ms));
+    }
     util_str_printf(&o, "\"/>\n");
     free(pl);
 
-    /* markers, then labels: uniform below-right, planned above-left, others right */
+    /* markers, then labels */
     for (int i = 0; i < n; i++)
         pareto_marker(&o, ord[i]->kind, PX(ord[i]->peak_bytes / MIB), PY(ord[i]->step_ms), 5);
-    /* labels that would overlap one already placed are left out (the list
-     * beside the plot names every point); none and planned points first */
-    double (*boxes)[4] = malloc(sizeof *boxes * (size_t)(n > 0 ? n : 1));
-    int nbox = 0;
+    /* Each label goes to the first of eight places around its marker (uniform
+     * below-right, planned above-left, others right first) where it meets no
+     * marker, no label already placed and no line (the Pareto front, the
+     * planner's curve), inside the plot; a label with no such place is left
+     * out (the list beside the plot names every point). none and planned
+     * points are labelled first. */
+    for (int i = 0; i < n; i++) { /* the markers are obstacles too */
+        double x = PX(ord[i]->peak_bytes / MIB), y = PY(ord[i]->step_ms);
+        svg_obstacles_add_box(&obst, (svg_box){x - 6, y - 6, x + 6, y + 6});
+    }
+    const svg_box area = {ML + 2, MT + 2, ML + pw - 2, MT + PH - 2};
+    /* offsets of the label's anchor point; text-anchor start (s), end (e) or middle (m) */
+    static const struct { double dx, dy; char anchor; } spot[8] = {
+        {7, 17, 's'}, {-7, -8, 'e'}, {9, 4, 's'}, {-9, 4, 'e'},
+        {7, -8, 's'}, {-7, 17, 'e'}, {0, -10, 'm'}, {0, 20, 'm'}};
+    static const int prefer[4][8] = {
+        /* none */ {2, 4, 0, 3, 1, 5, 6, 7},
+        /* uniform */ {0, 5, 7, 2, 3, 4, 1, 6},
+        /* planned */ {1, 4, 6, 3, 2, 0, 5, 7},
+        /* other */ {2, 4, 0, 3, 1, 5, 6, 7}};
     const pareto_kind label_order[] = {PARETO_NONE, PARETO_PLANNED, PARETO_OTHER, PARETO_UNIFORM};
-    for (int pass = 0; boxes && pass < 4; pass++)
+    for (int pass = 0; pass < 4; pass++)
     for (int i = 0; i < n; i++) {
         const pareto_point *p = ord[i];
         if (p->kind != label_order[pass]) continue;
         double x = PX(p->peak_bytes / MIB), y = PY(p->step_ms);
         char lab[96];
-        const char *anchor = "start";
-        double dx = 8, dy = 4;
         switch (p->kind) {
-        case PARETO_UNIFORM:
-            snprintf(lab, sizeof lab, "N=%d", p->segments);
-            dx = 5, dy = 17;
-            break;
+        case PARETO_UNIFORM: snprintf(lab, sizeof lab, "N=%d", p->segments); break;
         case PARETO_PLANNED:
             snprintf(lab, sizeof lab, p->budget_bytes < 10 * MIB ? "%.2f" : "%.1f",
                      p->budget_bytes / MIB);
-            anchor = "end", dx = -5, dy = -8;
             break;
         default: snprintf(lab, sizeof lab, "%s", p->label ? p->label : "?");
         }
-        double w = 5.6 * (double)strlen(lab), bx = x + dx - (anchor[0] == 'e' ? w : 0),
-               by = y + dy - 9;
-        bool clash = false;
-        for (int k = 0; k < nbox && !clash; k++)
-            clash = bx < boxes[k][2] && boxes[k][0] < bx + w && by < boxes[k][3] &&
-                    boxes[k][1] < by + 11;
-        if (clash) continue;
-        boxes[nbox][0] = bx, boxes[nbox][1] = by, boxes[nbox][2] = bx + w, boxes[nbox][3] = by + 11;
-        nbox++;
-        util_str_printf(&o, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"10\" fill=\"%s\" "
-                            "text-anchor=\"%s\">",
-                        x + dx, y + dy, PARETO_COLOR[p->kind], anchor);
-        esc(&o, lab);
-        util_str_printf(&o, "</text>\n");
+        double w = 5.8 * (double)strlen(lab);
+        for (int c = 0; c < 8; c++) {
+            int sp = prefer[p->kind][c];
+            double ax = x + spot[sp].dx, ay = y + spot[sp].dy;
+            double bx = spot[sp].anchor == 's' ? ax : spot[sp].anchor == 'e' ? ax - w : ax - w / 2;
+            svg_box box = {bx, ay - 9, bx + w, ay + 2};
+            if (!svg_place_free(&obst, box, area)) continue;
+            svg_obstacles_add_box(&obst, box);
+            util_str_printf(&o, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"10\" fill=\"%s\" "
+                                "text-anchor=\"%s\">",
+                            ax, ay, PARETO_COLOR[p->kind],
+                            spot[sp].anchor == 's' ? "start" : spot[sp].anchor == 'e' ? "end"
+                                                                                      : "middle");
+            esc(&o, lab);
+            util_str_printf(&o, "</text>\n");
+            break;
+        }
     }
-    free(boxes);
+    svg_obstacles_free(&obst);
 
     /* legend */
     const double lx = ML + pw + 22;

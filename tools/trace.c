@@ -1,6 +1,8 @@
 /* tools/trace.c — recording allocator events of a step (see trace.h). */
 #include "trace.h"
 
+#include "json.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,9 +49,13 @@ static void push_span(trace *tr, char ph, phase p, const char *name) {
     snprintf(e->name, sizeof e->name, "%s", name);
 }
 
+static remat_device g_device; /* whose allocations are traced: cpu unless trace_device */
+
+void trace_device(remat_device device) { g_device = device; }
+
 static void on_alloc(void *user_data, remat_device device, int64_t delta, size_t current) {
     trace *tr = user_data;
-    if (device.type != REMAT_CPU) return;
+    if (device.type != g_device.type || device.index != g_device.index) return;
     /* RSS is read outside the lock: it is a syscall */
     size_t rss = tr->sample_rss ? util_current_rss_bytes() : 0;
     pthread_mutex_lock(&tr->lock);
@@ -153,56 +159,72 @@ void trace_phase(trace *tr, phase p, bool begin) {
 }
 
 /* ---- Chrome trace ------------------------------------------------------------------- */
-void trace_chrome_events(const trace *tr, util_str *out, int pid, const char *label, bool *first) {
-#define SEP() util_str_printf(out, "%s\n", *first ? "" : ","), *first = false
-    SEP();
-    util_str_printf(out, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,"
-                         "\"args\":{\"name\":\"",
-                    pid);
-    util_str_json_escaped(out, label);
-    util_str_printf(out, "\"}}");
-    SEP();
-    util_str_printf(out, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,"
-                         "\"args\":{\"name\":\"step\"}}",
-                    pid);
+/* One event: {"name":..., "ph":..., "ts":..., "pid":..., "tid":1, ...} left open. */
+static void event(json *j, const char *name, const char *ph, double ts_us, int pid) {
+    json_object(j, NULL);
+    json_str(j, "name", name);
+    json_str(j, "ph", ph);
+    if (ts_us >= 0) json_fixed(j, "ts", ts_us, 3);
+    json_int(j, "pid", pid);
+    json_int(j, "tid", 1);
+}
+
+static void memory_event(json *j, double ts_us, int pid, size_t current, bool has_rss, size_t rss) {
+    event(j, "memory", "C", ts_us, pid);
+    json_object(j, "args");
+    json_uint(j, "allocated_bytes", current);
+    if (has_rss) json_uint(j, "rss_bytes", rss);
+    json_end(j);
+    json_end(j);
+}
+
+void trace_chrome_events(const trace *tr, json *j, int pid, const char *label) {
+    event(j, "process_name", "M", -1, pid);
+    json_object(j, "args");
+    json_str(j, "name", label);
+    json_end(j);
+    json_end(j);
+    event(j, "thread_name", "M", -1, pid);
+    json_object(j, "args");
+    json_str(j, "name", "step");
+    json_end(j);
+    json_end(j);
     /* counters start at the trace's baseline so the plot starts where the step did */
-    SEP();
-    util_str_printf(out,
-                    "{\"name\":\"memory\",\"ph\":\"C\",\"ts\":0,\"pid\":%d,\"tid\":1,"
-                    "\"args\":{\"allocated_bytes\":%zu}}",
-                    pid, tr->start_current);
-    size_t i = 0, j = 0;
+    memory_event(j, 0, pid, tr->start_current, false, 0);
+    size_t i = 0, k = 0;
     /* merge the two time-ordered streams */
-    while (i < tr->n || j < tr->ns) {
-        bool take_span = j < tr->ns && (i >= tr->n || tr->sp[j].t <= tr->ev[i].t);
-        SEP();
+    while (i < tr->n || k < tr->ns) {
+        bool take_span = k < tr->ns && (i >= tr->n || tr->sp[k].t <= tr->ev[i].t);
         if (take_span) {
-            const span_event *e = &tr->sp[j++];
-            util_str_printf(out, "{\"name\":\"");
-            util_str_json_escaped(out, e->name);
-            util_str_printf(out,
-                            "\",\"cat\":\"%s\",\"ph\":\"%c\",\"ts\":%.3f,\"pid\":%d,\"tid\":1}",
-                            phase_name((phase)e->phase), e->ph, e->t * 1e6, pid);
+            const span_event *e = &tr->sp[k++];
+            char ph[2] = {e->ph, '\0'};
+            json_object(j, NULL);
+            json_str(j, "name", e->name);
+            json_str(j, "cat", phase_name((phase)e->phase));
+            json_str(j, "ph", ph);
+            json_fixed(j, "ts", e->t * 1e6, 3);
+            json_int(j, "pid", pid);
+            json_int(j, "tid", 1);
+            json_end(j);
         } else {
             const mem_event *e = &tr->ev[i++];
-            util_str_printf(out,
-                            "{\"name\":\"memory\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":%d,\"tid\":1,"
-                            "\"args\":{\"allocated_bytes\":%zu",
-                            e->t * 1e6, pid, e->current);
-            if (tr->sample_rss) util_str_printf(out, ",\"rss_bytes\":%zu", e->rss);
-            util_str_printf(out, "}}");
+            memory_event(j, e->t * 1e6, pid, e->current, tr->sample_rss, e->rss);
         }
     }
-#undef SEP
 }
 
 bool trace_write_chrome(const char *path, int n, const trace *const *traces,
                         const char *const *labels) {
     util_str out = {0};
-    bool first = true;
-    util_str_printf(&out, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
-    for (int k = 0; k < n; k++) trace_chrome_events(traces[k], &out, k + 1, labels[k], &first);
-    util_str_printf(&out, "\n]}\n");
+    json j;
+    json_start(&j, &out);
+    json_object(&j, NULL);
+    json_str(&j, "displayTimeUnit", "ms");
+    json_array(&j, "traceEvents");
+    for (int k = 0; k < n; k++) trace_chrome_events(traces[k], &j, k + 1, labels[k]);
+    json_end(&j);
+    json_end(&j);
+    util_str_printf(&out, "\n");
     bool ok = !out.oom;
     FILE *f = ok ? fopen(path, "w") : NULL;
     if (f) {

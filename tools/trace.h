@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "json.h"
 #include "util.h"
 
 typedef enum phase { PH_OTHER = 0, PH_FORWARD, PH_BACKWARD, PH_RECOMPUTE, PH_OPTIMIZER } phase;
@@ -63,15 +64,18 @@ typedef struct trace {
 /* Starts recording (installs the allocator observer and the block hook).
  * One trace at a time. */
 void trace_begin(trace *tr, bool sample_rss);
+/* The device whose allocations every trace records (cpu by default; the program's
+ * --device). */
+void trace_device(remat_device device);
 /* Stops recording (removes the observers); the data stays until trace_free. */
 void trace_end(trace *tr);
 void trace_free(trace *tr);
 /* Marks the start / end of a top-level phase (forward, backward, optimizer). */
 void trace_phase(trace *tr, phase p, bool begin);
 
-/* Appends the trace's events to a Chrome-trace "traceEvents" array in out,
- * as process `pid` named `label`. *first tracks the comma between events. */
-void trace_chrome_events(const trace *tr, util_str *out, int pid, const char *label, bool *first);
+/* Appends the trace's events to the open Chrome-trace "traceEvents" array
+ * of j, as process `pid` named `label`. */
+void trace_chrome_events(const trace *tr, json *j, int pid, const char *label);
 /* Writes a whole Chrome-trace file of n traces. Returns false on I/O error. */
 bool trace_write_chrome(const char *path, int n, const trace *const *traces,
                         const char *const *labels);

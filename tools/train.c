@@ -11,6 +11,7 @@
 
 #include "data.h"
 #include "dist.h"
+#include "json.h"
 #include "models.h"
 #include "savefile.h"
 #include "step.h"
@@ -131,13 +132,16 @@ static int print_reports(FILE *f, const config *c, const step_report *rep, int64
     return rc;
 }
 
-static void json_totals(util_str *j, const char *key, const remat_residual_report *r) {
+static void json_totals(json *j, const char *key, const remat_residual_report *r) {
     remat_residual_totals t;
     memset(&t, 0, sizeof t);
     remat_residual_report_totals(r, &t);
-    util_str_printf(j, "\"%s\":{\"count\":%d,\"bytes\":%zu,\"unique_bytes\":%zu,"
-                       "\"kept_bytes\":%zu},", key, t.count, t.bytes, t.unique_bytes,
-                    t.kept_bytes);
+    json_object(j, key);
+    json_int(j, "count", t.count);
+    json_uint(j, "bytes", t.bytes);
+    json_uint(j, "unique_bytes", t.unique_bytes);
+    json_uint(j, "kept_bytes", t.kept_bytes);
+    json_end(j);
 }
 
 static uint32_t float_bits(double v) {
@@ -164,20 +168,42 @@ static int pending_stop_signal(void) {
 }
 
 /* --log FILE: one JSON object per line. */
-static void log_step(FILE *f, int64_t step, double loss, double lr, double grad_norm, double ms,
-                     size_t peak) {
-    fprintf(f, "{\"step\":%" PRId64 ",\"loss\":%.9g,\"lr\":%.9g,", step, loss, lr);
-    if (grad_norm >= 0) fprintf(f, "\"grad_norm\":%.9g,", grad_norm); /* with --clip */
-    fprintf(f, "\"step_ms\":%.4f,\"peak_bytes\":%zu}\n", ms, peak);
+static void log_line(FILE *f, util_str *line) {
+    if (line->oom) return;
+    fputs(line->s, f);
+    fputc('\n', f);
     fflush(f);
 }
 
+static void log_step(FILE *f, int64_t step, double loss, double lr, double grad_norm, double ms,
+                     size_t peak) {
+    util_str line = {0};
+    json j;
+    json_start(&j, &line);
+    json_object(&j, NULL);
+    json_int(&j, "step", step);
+    json_num(&j, "loss", loss);
+    json_num(&j, "lr", lr);
+    if (grad_norm >= 0) json_num(&j, "grad_norm", grad_norm); /* with --clip */
+    json_fixed(&j, "step_ms", ms, 4);
+    json_uint(&j, "peak_bytes", peak);
+    json_end(&j);
+    log_line(f, &line);
+    util_str_free(&line);
+}
+
 static void log_eval(FILE *f, int64_t step, const eval_summary *e) {
-    fprintf(f, "{\"step\":%" PRId64 ",\"eval_loss\":%.9g", step, e->loss);
-    if (e->has_accuracy) fprintf(f, ",\"accuracy\":%.6f", e->accuracy);
-    if (e->has_exact) fprintf(f, ",\"exact_accuracy\":%.6f", e->exact);
-    fputs("}\n", f);
-    fflush(f);
+    util_str line = {0};
+    json j;
+    json_start(&j, &line);
+    json_object(&j, NULL);
+    json_int(&j, "step", step);
+    json_num(&j, "eval_loss", e->loss);
+    if (e->has_accuracy) json_fixed(&j, "accuracy", e->accuracy, 6);
+    if (e->has_exact) json_fixed(&j, "exact_accuracy", e->exact, 6);
+    json_end(&j);
+    log_line(f, &line);
+    util_str_free(&line);
 }
 
 /* The program's optimizer: AdamW (betas 0.9, 0.95) with weight decay on
@@ -234,7 +260,7 @@ static int save_state(const config *c, const task *tk, const model *m, remat_opt
                       prog_dist *pd, int64_t step, size_t *run_peak) {
     if (!pd->zero) return c->save ? savefile_write(c->save, c, tk, m, o, step) : REMAT_OK;
     if (!pd->saving) return REMAT_OK;
-    size_t pk = remat_cpu_peak_bytes();
+    size_t pk = util_peak_bytes(c->device);
     if (pk > *run_peak) *run_peak = pk;
     remat_optimizer *whole = NULL;
     int rc = pd->rank == 0 ? make_optimizer(c, (model *)m, &whole) : REMAT_OK;
@@ -242,12 +268,13 @@ static int save_state(const config *c, const task *tk, const model *m, remat_opt
     if (!rc) rc = rc2;
     if (!rc && pd->rank == 0) rc = savefile_write(c->save, c, tk, m, whole, step);
     remat_optim_free(whole);
-    remat_alloc_reset_peak(REMAT_DEVICE_CPU);
+    remat_alloc_reset_peak(c->device);
     return rc;
 }
 
 int cmd_train(config *c) {
     int rc = REMAT_OK;
+    trace_device(c->device);
     FILE *logf = NULL;
     int stopped = 0; /* the signal that ended the run early */
     saved_state saved;
@@ -297,7 +324,7 @@ int cmd_train(config *c) {
         if (o && (rc = remat_zero_load_state(pd.zero, o))) goto done;
         remat_optim_free(o);
         o = NULL;
-        remat_alloc_reset_peak(REMAT_DEVICE_CPU); /* the whole state is not training's */
+        remat_alloc_reset_peak(c->device); /* the whole state is not training's */
     } else if ((rc = prog_dist_attach(&pd, &m, c->bucket_mib, c->accum))) {
         goto done;
     }
@@ -367,7 +394,7 @@ int cmd_train(config *c) {
         char warn[320];
         if (strategy_budget_warning(&c->strat, warn, sizeof warn)) fprintf(stderr, "%s\n", warn);
         /* the profile's own peak is not training's */
-        remat_alloc_reset_peak(REMAT_DEVICE_CPU);
+        remat_alloc_reset_peak(c->device);
     }
 
     losses = malloc(sizeof(double) * (size_t)(n_steps > 0 ? n_steps : 1));
@@ -396,9 +423,9 @@ int cmd_train(config *c) {
     for (int64_t k = 0; k < n_steps; k++) {
         int64_t step = start + k;
         model_zero_grad(&m);
-        size_t pk = remat_cpu_peak_bytes();
+        size_t pk = util_peak_bytes(c->device);
         if (pk > run_peak) run_peak = pk;
-        remat_alloc_reset_peak(REMAT_DEVICE_CPU);
+        remat_alloc_reset_peak(c->device);
         const double lr_used = remat_optim_lr(o);
         bool trace_this = (c->trace || c->timeline) && k == n_steps - 1;
         if (trace_this) {
@@ -437,11 +464,11 @@ int cmd_train(config *c) {
         times[k] = dt;
         train_time += dt;
         done_steps = step + 1;
-        if (remat_cpu_peak_bytes() > step_peak) step_peak = remat_cpu_peak_bytes();
+        if (util_peak_bytes(c->device) > step_peak) step_peak = util_peak_bytes(c->device);
         if (logf)
             log_step(logf, step + 1, loss, lr_used, c->clip > 0 ? remat_optim_last_grad_norm(o) : -1,
                      1e3 * dt,
-                     remat_cpu_peak_bytes());
+                     util_peak_bytes(c->device));
         bool do_eval = eval_every > 0 && (step + 1) % eval_every == 0 && k != n_steps - 1;
         if (do_eval) {
             if ((rc = evaluate(&m, &tk, &ev))) goto done;
@@ -512,7 +539,7 @@ int cmd_train(config *c) {
 
     double step_ms = 1e3 * util_median(times, (int)n_steps);
     double tok_s = train_time > 0 ? (double)tokens / train_time : 0;
-    size_t peak_alloc = remat_cpu_peak_bytes(), peak_rss = util_peak_rss_bytes();
+    size_t peak_alloc = util_peak_bytes(c->device), peak_rss = util_peak_rss_bytes();
     if (run_peak > peak_alloc) peak_alloc = run_peak;
     double peaks[2] = {(double)peak_alloc, (double)peak_rss}; /* max over ranks */
     if ((rc = prog_dist_max(&pd, peaks, 2))) goto done;
@@ -528,73 +555,83 @@ int cmd_train(config *c) {
     if (c->report && !rep.forward)
         fprintf(c->json ? stderr : stdout, "\nno residual report: no step ran\n");
     if (c->json) {
-        util_str j = {0};
-        util_str_printf(&j,
-                        "{\"command\":\"train\",\"model\":\"%s\",\"task\":\"%s\",\"layers\":%d,"
-                        "\"width\":%d,\"heads\":%d,\"context\":%d,\"batch\":%d,\"params\":%" PRId64
-                        ",\"strategy\":\"%s\",\"threads\":%d,\"start_step\":%" PRId64
-                        ",\"steps\":%ld,",
-                        m.kind == MODEL_GPT ? "gpt" : "mlp", task_name(&tk), m.layers, m.width,
-                        m.heads, m.context, c->batch, m.n_weights, c->strat.name, threads, start,
-                        c->steps);
-        if (n_steps)
-            util_str_printf(&j, "\"loss\":%.9g,\"loss_bits\":\"0x%08x\",\"loss_first\":%.9g,", last,
-                            float_bits(last), losses[0]);
-        else
-            util_str_printf(&j, "\"loss\":null,\"loss_bits\":null,\"loss_first\":null,");
-        util_str_printf(&j, "\"losses\":[");
-        for (int64_t k = 0; k < n_steps && n_steps <= 100000; k++)
-            util_str_printf(&j, "%s%.9g", k ? "," : "", losses[k]);
-        if (have_eval && isfinite(ev.loss))
-            util_str_printf(&j, "],\"eval_loss\":%.9g,", ev.loss);
-        else
-            util_str_printf(&j, "],\"eval_loss\":null,");
-        if (ev.has_accuracy) util_str_printf(&j, "\"accuracy\":%.6f,", ev.accuracy);
-        if (ev.has_exact) util_str_printf(&j, "\"exact_accuracy\":%.6f,", ev.exact);
-        if (have_sac)
-            util_str_printf(&j,
-                            "\"sac_policy\":\"%s\",\"sac_ops_forward\":%" PRId64
-                            ",\"sac_ops_cached\":%" PRId64 ",\"sac_bytes_cached\":%" PRId64
-                            ",\"sac_ops_recomputed\":%" PRId64 ",",
-                            c->strat.policy, sac.ops_forward, sac.ops_cached, sac.bytes_cached,
-                            sac.ops_recomputed);
+        util_str out = {0};
+        json j;
+        json_start(&j, &out);
+        json_object(&j, NULL);
+        json_str(&j, "command", "train");
+        json_str(&j, "model", m.kind == MODEL_GPT ? "gpt" : "mlp");
+        json_str(&j, "task", task_name(&tk));
+        json_int(&j, "layers", m.layers);
+        json_int(&j, "width", m.width);
+        json_int(&j, "heads", m.heads);
+        json_int(&j, "context", m.context);
+        json_int(&j, "batch", c->batch);
+        json_int(&j, "params", m.n_weights);
+        json_str(&j, "strategy", c->strat.name);
+        json_int(&j, "threads", threads);
+        json_int(&j, "start_step", start);
+        json_int(&j, "steps", c->steps);
+        char bits[16];
+        snprintf(bits, sizeof bits, "0x%08x", float_bits(last));
+        json_num(&j, "loss", last); /* null when no step ran */
+        json_str(&j, "loss_bits", n_steps ? bits : NULL);
+        json_num(&j, "loss_first", n_steps ? losses[0] : NAN);
+        json_array(&j, "losses");
+        for (int64_t k = 0; k < n_steps && n_steps <= 100000; k++) json_num(&j, NULL, losses[k]);
+        json_end(&j);
+        json_num(&j, "eval_loss", have_eval ? ev.loss : NAN);
+        if (ev.has_accuracy) json_fixed(&j, "accuracy", ev.accuracy, 6);
+        if (ev.has_exact) json_fixed(&j, "exact_accuracy", ev.exact, 6);
+        if (have_sac) {
+            json_str(&j, "sac_policy", c->strat.policy);
+            json_int(&j, "sac_ops_forward", sac.ops_forward);
+            json_int(&j, "sac_ops_cached", sac.ops_cached);
+            json_int(&j, "sac_bytes_cached", sac.bytes_cached);
+            json_int(&j, "sac_ops_recomputed", sac.ops_recomputed);
+        }
         if (rep.forward) {
             json_totals(&j, "residuals_forward", rep.forward);
             json_totals(&j, "residuals_backward", rep.backward);
         }
         const remat_plan *p = c->strat.plan;
-        if (p)
-            util_str_printf(&j,
-                            "\"budget_bytes\":%zu,\"plan_peak_bytes\":%zu,"
-                            "\"plan_min_budget_bytes\":%zu,\"plan_store_all_bytes\":%zu,"
-                            "\"plan_recomputed_blocks\":%" PRId64 ",\"plan_whole_step\":%s,"
-                            "\"step_peak_bytes\":%zu,",
-                            p->budget_bytes, p->peak_bytes, p->min_budget_bytes,
-                            p->peak_store_all, p->n_recomputed, p->whole_step ? "true" : "false",
-                            step_peak);
-        util_str_printf(&j, "\"world_size\":%d,\"zero\":%s,\"optim_state_bytes\":%zu,", pd.world,
-                        pd.zero ? "true" : "false",
-                        pd.zero ? remat_zero_state_bytes(pd.zero) : remat_optim_state_bytes(o));
+        if (p) {
+            json_uint(&j, "budget_bytes", p->budget_bytes);
+            json_uint(&j, "plan_peak_bytes", p->peak_bytes);
+            json_uint(&j, "plan_min_budget_bytes", p->min_budget_bytes);
+            json_uint(&j, "plan_store_all_bytes", p->peak_store_all);
+            json_int(&j, "plan_recomputed_blocks", p->n_recomputed);
+            json_bool(&j, "plan_whole_step", p->whole_step);
+            json_uint(&j, "step_peak_bytes", step_peak);
+        }
+        json_int(&j, "world_size", pd.world);
+        json_bool(&j, "zero", pd.zero != NULL);
+        json_uint(&j, "optim_state_bytes",
+                  pd.zero ? remat_zero_state_bytes(pd.zero) : remat_optim_state_bytes(o));
         if (pd.ddp) { /* gradient reductions started: one per bucket per step */
             remat_ddp_stats ds;
             remat_ddp_get_stats(pd.ddp, &ds);
-            util_str_printf(&j, "\"buckets\":%d,\"grad_reductions\":%" PRId64 ",", ds.n_buckets,
-                            ds.n_collectives);
+            json_int(&j, "buckets", ds.n_buckets);
+            json_int(&j, "grad_reductions", ds.n_collectives);
         }
-        if (pd.pg && hidden >= 0)
-            util_str_printf(&j, "\"comm_ms\":%.4f,\"comm_exposed_ms\":%.4f,"
-                                "\"comm_hidden_fraction\":%.4f,", comm_ms, exposed_ms, hidden);
-        util_str_printf(&j,
-                        "\"step_ms\":%.4f,\"tokens_per_s\":%.2f,\"peak_alloc_bytes\":%zu,"
-                        "\"peak_rss_bytes\":%zu}\n",
-                        step_ms, tok_s, peak_alloc, peak_rss);
-        if (j.oom) {
-            util_str_free(&j);
+        if (pd.pg && hidden >= 0) {
+            json_fixed(&j, "comm_ms", comm_ms, 4);
+            json_fixed(&j, "comm_exposed_ms", exposed_ms, 4);
+            json_fixed(&j, "comm_hidden_fraction", hidden, 4);
+            json_fixed(&j, "comm_done_in_backward", pd.done_in_backward / pd.n_steps, 4);
+        }
+        json_fixed(&j, "step_ms", step_ms, 4);
+        json_fixed(&j, "tokens_per_s", tok_s, 2);
+        json_uint(&j, "peak_alloc_bytes", peak_alloc);
+        json_uint(&j, "peak_rss_bytes", peak_rss);
+        json_end(&j);
+        if (out.oom) {
+            util_str_free(&out);
             rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
             goto done;
         }
-        fputs(j.s, stdout);
-        util_str_free(&j);
+        puts(out.s);
+        util_str_free(&out);
     } else if (pd.rank == 0) {
         char a[32], r[32];
         printf("\n");

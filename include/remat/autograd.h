@@ -70,6 +70,44 @@ remat_status remat_grad(int n_outputs, remat_tensor *const *outputs,
                         remat_tensor *const *inputs, bool retain_graph, bool allow_unused,
                         remat_tensor **grads);
 
+/* ---- options: create_graph (double backward) ----------------------------------
+ * A zero-initialised struct gives P's defaults (create_graph false,
+ * retain_graph = create_graph, allow_unused false).
+ *
+ * create_graph (P: create_graph=True): backward runs with grad mode on and
+ * records a differentiable graph of the gradient computation, so the
+ * gradients it returns (remat_grad_ex) or accumulates into .grad
+ * (remat_backward_ex: .grad then has a grad_fn) can be differentiated
+ * again, to any order: Hessian-vector products, gradient penalties. Saved
+ * tensors unpack as the tensors they were (with their grad_fn and
+ * requires_grad), gradients are summed with differentiable adds, and each
+ * node whose gradient depends on something that requires grad runs its
+ * op's differentiable backward. An op remat has no such backward for fails
+ * the pass with REMAT_EUNSUPPORTED naming the op, never a silently
+ * detached gradient (docs/double_backward.md lists the ops). Nodes whose
+ * gradients are constants run today's kernels. Custom functions: the user
+ * backward runs with grad mode on, so one written with remat ops is
+ * differentiable. Non-reentrant checkpoints support it (nested, selective,
+ * planned); the reentrant variant refuses it (REMAT_EUNSUPPORTED). With
+ * create_graph off, backward is exactly remat_backward / remat_grad. */
+typedef struct remat_backward_options {
+    bool create_graph;
+    remat_tristate retain_graph; /* REMAT_OPT_DEFAULT: create_graph */
+    bool allow_unused;           /* remat_grad_ex only, as remat_grad's */
+} remat_backward_options;
+
+/* remat_backward with options (opts NULL: the zero struct). */
+remat_status remat_backward_ex(int n, remat_tensor *const *roots,
+                               remat_tensor *const *grad_outputs, int n_inputs,
+                               remat_tensor *const *inputs, const remat_backward_options *opts);
+/* remat_grad with options (opts NULL: the zero struct). With create_graph
+ * the gradients written to grads have a grad_fn where they depend on
+ * something that requires grad. */
+remat_status remat_grad_ex(int n_outputs, remat_tensor *const *outputs,
+                           remat_tensor *const *grad_outputs, int n_inputs,
+                           remat_tensor *const *inputs, const remat_backward_options *opts,
+                           remat_tensor **grads);
+
 /* True while this thread runs a backward pass (inside node backward
  * functions and hooks). */
 bool remat_in_backward(void);

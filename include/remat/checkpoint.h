@@ -83,15 +83,7 @@ extern "C" {
 #endif
 REMAT_BEGIN_PUBLIC
 
-/* A yes/no option that can also be left unset. REMAT_OPT_DEFAULT is zero,
- * so a zero-initialised options struct leaves every such option at the
- * PyTorch default (for a global override: "no override"). Any other value
- * is REMAT_EINVAL where an option is checked. */
-typedef enum remat_tristate {
-    REMAT_OPT_FALSE = -1,
-    REMAT_OPT_DEFAULT = 0,
-    REMAT_OPT_TRUE = 1,
-} remat_tristate;
+/* remat_tristate (a yes/no option that can be left unset) is in remat/tensor.h. */
 
 /* How a recomputation is compared with the original forward
  * (P: determinism_check). Zero is P's default. */

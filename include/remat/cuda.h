@@ -65,7 +65,7 @@ remat_status remat_cuda_empty_cache(void);
 typedef struct remat_cuda_memory_stats {
     size_t allocated_bytes;      /* blocks held by tensors, 512-rounded (P: memory_allocated) */
     size_t peak_allocated_bytes; /* (P: max_memory_allocated) */
-    size_t reserved_bytes;       /* segments from cudaMalloc, in use or cached (P: memory_reserved) */
+    size_t reserved_bytes;       /* cudaMalloc'd segments, used or cached (P: memory_reserved) */
     size_t peak_reserved_bytes;  /* (P: max_memory_reserved) */
     uint64_t n_segments;         /* segments held now */
     uint64_t n_device_mallocs;   /* cudaMalloc calls made */

@@ -182,6 +182,8 @@ typedef struct remat_ddp_stats {
     int64_t n_ready_events;      /* in the last synchronised backward */
     int64_t n_accumulations;     /* leaf accumulations seen in it */
     int n_rereduced;             /* buckets reduced again at its end */
+    int n_done_in_backward;      /* buckets whose reduction had completed when the
+                                  * local backward ended (MPI progressed meanwhile) */
     bool learning;               /* it started every bucket at the end */
     bool graph_counts;           /* the expected counts came from the graph */
     double backward_s;           /* its local backward (compute) time */

@@ -45,6 +45,16 @@ REMAT_BEGIN_PUBLIC
  * of f32 values; see remat/compress.h). Tensors of these dtypes can be
  * created, copied and converted (remat_copy_to_buffer), but ops reject
  * them (REMAT_EDTYPE). */
+/* A yes/no option that can also be left unset. REMAT_OPT_DEFAULT is zero,
+ * so a zero-initialised options struct leaves every such option at the
+ * PyTorch default (for a global override: "no override"). Any other value
+ * is REMAT_EINVAL where an option is checked. */
+typedef enum remat_tristate {
+    REMAT_OPT_FALSE = -1,
+    REMAT_OPT_DEFAULT = 0,
+    REMAT_OPT_TRUE = 1,
+} remat_tristate;
+
 typedef enum remat_dtype {
     REMAT_F32 = 0,
     REMAT_F64 = 1,

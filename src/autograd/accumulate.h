@@ -13,7 +13,11 @@
 #include "remat/tensor.h"
 
 /* Called with the leaf whose .grad was just updated. Must not fail or run
- * backward; it may read the leaf's .grad. */
+ * backward; it may read the leaf's .grad. Called with leaf NULL at progress
+ * points: before each node's backward runs and whenever an op records a
+ * node (so also during the recomputation a checkpoint runs inside backward)
+ * — where data parallelism drives MPI's progress (Open MPI moves
+ * non-blocking collectives only inside MPI calls). */
 typedef void (*rm_accumulate_observer_fn)(void *user_data, remat_tensor *leaf);
 
 /* Installs fn (NULL removes) for this thread; the previous observer is
@@ -21,6 +25,9 @@ typedef void (*rm_accumulate_observer_fn)(void *user_data, remat_tensor *leaf);
  * can restore it. */
 void rm_set_accumulate_observer(rm_accumulate_observer_fn fn, void *user_data,
                                 rm_accumulate_observer_fn *prev_fn, void **prev_ud);
+
+/* Calls the observer with leaf NULL, if one is installed on this thread. */
+void rm_progress_point(void);
 
 /* Walks the graph behind root before a backward pass over it and calls fn
  * once per leaf accumulator reachable from root (a pass runs each such node

@@ -35,6 +35,7 @@ typedef struct task {
     bool partial;
     bool keep_grad; /* false for remat_grad: never touch .grad */
     bool retain_graph;
+    bool create_graph; /* backward records a differentiable graph */
     ninfo *tab;     /* open-addressing hash on node pointer */
     size_t cap, count;
     capture *caps;
@@ -47,6 +48,15 @@ static atomic_uint_fast64_t g_task_id;
 
 bool remat_in_backward(void) { return tls_task != NULL; }
 bool rm_backward_retains_graph(void) { return !tls_task || tls_task->retain_graph; }
+bool rm_backward_creates_graph(void) { return tls_task && tls_task->create_graph; }
+
+int rm_no_double_backward(const remat_node *n, const char *what) {
+    const char *op = n->op_name ? n->op_name : remat_node_name(n);
+    return rm_err(REMAT_EUNSUPPORTED,
+                  "%s: double backward (create_graph) through %s%s%s is not supported: remat has "
+                  "no differentiable backward for it", remat_node_name(n), op, what ? " " : "",
+                  what ? what : "");
+}
 uint64_t remat_current_backward_id(void) { return tls_task ? tls_task->id : 0; }
 bool remat_current_backward_is_partial(void) { return tls_task && tls_task->partial; }
 
@@ -322,6 +332,13 @@ static int validate_grad(remat_tensor **out, const remat_node *producer, remat_n
         cur = sum;
     }
     if (cur->dtype != m->dtype) {
+        if (cur->requires_grad && remat_is_grad_enabled()) {
+            remat_release(cur);
+            return rm_err(REMAT_EUNSUPPORTED, "backward: function %s returned a gradient of "
+                          "dtype %s for a tensor of dtype %s; converting it under create_graph is "
+                          "not supported", who, remat_dtype_name(g->dtype),
+                          remat_dtype_name(m->dtype));
+        }
         remat_tensor *conv = NULL;
         rc = rm_new_output(&conv, m->ndim, m->shape, m->dtype, m->device);
         if (!rc) rc = rm_copy_into(conv, cur);
@@ -380,8 +397,27 @@ void rm_set_accumulate_observer(rm_accumulate_observer_fn fn, void *user_data,
     tls_acc_ud = user_data;
 }
 
+/* Leaf gradient accumulation under create_graph (P: AccumulateGrad with
+ * grad mode on): .grad keeps g's graph, a later gradient is added out of
+ * place (a differentiable add), so .grad can itself be differentiated. */
+static int accumulate_leaf_in_graph(remat_tensor *leaf, remat_tensor *g) {
+    remat_tensor *sum = NULL;
+    /* the first gradient is copied (g * 1 is exact) so that .grad shares
+     * no storage with a tensor of the graph */
+    int rc = leaf->grad ? remat_add(&sum, leaf->grad, g) : remat_mul_scalar(&sum, g, 1.0);
+    if (rc) return rc;
+    remat_release(leaf->grad);
+    leaf->grad = sum;
+    return REMAT_OK;
+}
+
 /* Leaf gradient accumulation (P: AccumulateGrad). */
+void rm_progress_point(void) {
+    if (tls_acc_fn) tls_acc_fn(tls_acc_ud, NULL);
+}
+
 static int accumulate_leaf(remat_tensor *leaf, remat_tensor *g) {
+    if (tls_task && tls_task->create_graph) return accumulate_leaf_in_graph(leaf, g);
     if (!leaf->grad) {
         /* Take g if nothing else refers to it; otherwise copy, so later
          * in-place accumulation cannot change another tensor. */
@@ -449,6 +485,18 @@ static int apply_captures(task *t, remat_node *n, remat_tensor **buf, bool *capt
     return REMAT_OK;
 }
 
+/* Under create_graph, whether n's input gradients depend on something that
+ * requires grad (a gradient arriving at n, a tensor n saved): then they
+ * must be computed by the differentiable backward. Otherwise they are
+ * constants and the first-order kernels give them exactly. */
+static bool needs_differentiable_backward(const remat_node *n, remat_tensor *const *buf) {
+    for (int i = 0; i < n->n_outputs; i++)
+        if (buf[i] && buf[i]->requires_grad) return true;
+    for (int i = 0; i < n->n_saved; i++)
+        if (n->saved[i].defined && n->saved[i].requires_grad) return true;
+    return false;
+}
+
 /* Calls n's backward on its output gradients (missing ones as zeros) and
  * routes the input gradients to the next nodes that need them. */
 static int call_backward(task *t, remat_node *n, remat_tensor **buf) {
@@ -457,9 +505,14 @@ static int call_backward(task *t, remat_node *n, remat_tensor **buf) {
         int rc = make_zeros_like_meta(&buf[i], &n->out_meta[i]);
         if (rc) return rc;
     }
+    rm_backward_fn backward = n->backward;
+    if (t->create_graph && needs_differentiable_backward(n, buf)) {
+        if (!n->backward_diff) return rm_no_double_backward(n, NULL);
+        backward = n->backward_diff;
+    }
     remat_tensor **gin = n->n_next ? calloc((size_t)n->n_next, sizeof *gin) : NULL;
     if (n->n_next && !gin) return rm_err(REMAT_ENOMEM, "backward: out of memory");
-    int rc = n->backward(n, buf, gin);
+    int rc = backward(n, buf, gin);
     /* free this node's input gradients right away: they are dead now */
     for (int i = 0; i < n->n_outputs; i++) remat_release_p(&buf[i]);
     for (int i = 0; i < n->n_next && rc == REMAT_OK; i++) {
@@ -495,6 +548,7 @@ static int run_node(task *t, ninfo *ni) {
     bool any = false;
     for (int i = 0; buf && i < n->n_outputs; i++) any |= buf[i] != NULL;
     if (!any || !n->backward) return REMAT_OK;
+    rm_progress_point();
     rc = call_backward(t, n, buf);
     if (rc == REMAT_OK && !t->retain_graph) {
         rm_node_release_saved(n);
@@ -640,9 +694,9 @@ static int take_grads(task *t, const char *call, int n_inputs, remat_tensor *con
 }
 
 static int run_backward(const char *call, int n, remat_tensor *const *roots,
-                        remat_tensor *const *grad_outputs, bool retain_graph, int n_inputs,
-                        remat_tensor *const *inputs, bool keep_grad, bool allow_unused,
-                        remat_tensor **grads_out) {
+                        remat_tensor *const *grad_outputs, bool retain_graph, bool create_graph,
+                        int n_inputs, remat_tensor *const *inputs, bool keep_grad,
+                        bool allow_unused, remat_tensor **grads_out) {
     int rc = check_backward_args(call, n, roots, grad_outputs, n_inputs, inputs);
     if (rc) return rc;
 
@@ -651,6 +705,7 @@ static int run_backward(const char *call, int n, remat_tensor *const *roots,
     t.partial = n_inputs > 0;
     t.keep_grad = keep_grad;
     t.retain_graph = retain_graph;
+    t.create_graph = create_graph;
     rm_edge *root_edges = calloc((size_t)n, sizeof *root_edges);
     remat_node **root_nodes = calloc((size_t)n, sizeof *root_nodes);
     if (!root_edges || !root_nodes) {
@@ -659,7 +714,8 @@ static int run_backward(const char *call, int n, remat_tensor *const *roots,
         return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     }
     void *scope = rm_scope_suspend();
-    bool prev_grad = remat_set_grad_enabled(false);
+    /* P: the engine runs backward functions with grad mode = create_graph */
+    bool prev_grad = remat_set_grad_enabled(create_graph);
     t.parent = tls_task;
     tls_task = &t;
 
@@ -693,12 +749,13 @@ static int run_backward(const char *call, int n, remat_tensor *const *roots,
 
 int remat_backward(int n, remat_tensor *const *roots, remat_tensor *const *grad_outputs,
                    bool retain_graph, int n_inputs, remat_tensor *const *inputs) {
-    return run_backward("remat_backward", n, roots, grad_outputs, retain_graph, n_inputs, inputs,
-                        true, true, NULL);
+    return run_backward("remat_backward", n, roots, grad_outputs, retain_graph, false, n_inputs,
+                        inputs, true, true, NULL);
 }
 
 int remat_backward_scalar(remat_tensor *root) {
-    return run_backward("remat_backward", 1, &root, NULL, false, 0, NULL, true, true, NULL);
+    return run_backward("remat_backward", 1, &root, NULL, false, false, 0, NULL, true, true,
+                        NULL);
 }
 
 int remat_grad(int n_outputs, remat_tensor *const *outputs, remat_tensor *const *grad_outputs,
@@ -708,6 +765,42 @@ int remat_grad(int n_outputs, remat_tensor *const *outputs, remat_tensor *const 
     if (n_inputs <= 0 || !inputs)
         return rm_err(REMAT_EINVAL, "remat_grad: at least one input is required");
     for (int i = 0; i < n_inputs; i++) grads[i] = NULL;
-    return run_backward("remat_grad", n_outputs, outputs, grad_outputs, retain_graph, n_inputs,
-                        inputs, false, allow_unused, grads);
+    return run_backward("remat_grad", n_outputs, outputs, grad_outputs, retain_graph, false,
+                        n_inputs, inputs, false, allow_unused, grads);
+}
+
+/* retain_graph as the options give it: unset means create_graph (P). */
+static int resolve_retain(const char *call, const remat_backward_options *o, bool *retain) {
+    *retain = o && o->create_graph;
+    if (!o || o->retain_graph == REMAT_OPT_DEFAULT) return REMAT_OK;
+    if (o->retain_graph != REMAT_OPT_TRUE && o->retain_graph != REMAT_OPT_FALSE)
+        return rm_err(REMAT_EINVAL, "%s: retain_graph must be REMAT_OPT_DEFAULT, REMAT_OPT_TRUE "
+                      "or REMAT_OPT_FALSE, got %d", call, (int)o->retain_graph);
+    *retain = o->retain_graph == REMAT_OPT_TRUE;
+    return REMAT_OK;
+}
+
+int remat_backward_ex(int n, remat_tensor *const *roots, remat_tensor *const *grad_outputs,
+                      int n_inputs, remat_tensor *const *inputs,
+                      const remat_backward_options *opts) {
+    bool retain;
+    int rc = resolve_retain("remat_backward", opts, &retain);
+    if (rc) return rc;
+    return run_backward("remat_backward", n, roots, grad_outputs, retain,
+                        opts && opts->create_graph, n_inputs, inputs, true, true, NULL);
+}
+
+int remat_grad_ex(int n_outputs, remat_tensor *const *outputs, remat_tensor *const *grad_outputs,
+                  int n_inputs, remat_tensor *const *inputs, const remat_backward_options *opts,
+                  remat_tensor **grads) {
+    if (!grads) return rm_err(REMAT_EINVAL, "remat_grad: grads must not be NULL");
+    if (n_inputs <= 0 || !inputs)
+        return rm_err(REMAT_EINVAL, "remat_grad: at least one input is required");
+    for (int i = 0; i < n_inputs; i++) grads[i] = NULL;
+    bool retain;
+    int rc = resolve_retain("remat_grad", opts, &retain);
+    if (rc) return rc;
+    return run_backward("remat_grad", n_outputs, outputs, grad_outputs, retain,
+                        opts && opts->create_graph, n_inputs, inputs, false,
+                        opts && opts->allow_unused, grads);
 }

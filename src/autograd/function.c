@@ -147,6 +147,9 @@ static int record_node(remat_function_ctx *c, bool *c_owned, const char *name, i
                          c->n_pending);
     if (rc) return rc;
     node->owned_name = strdup(name);
+    /* the user's backward runs with grad mode on under create_graph: made
+     * of remat ops, it is differentiable (P: autograd.Function) */
+    node->backward_diff = fn_backward;
     rm_node_set_ctx(node, c, ctx_free);
     *c_owned = true;
     c->node = node;

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accumulate.h"
 #include "graph.h"
+#include "../dispatch/intercept.h"
 
 /* ---- grad mode ------------------------------------------------------------------- */
 static RM_TLS bool tls_grad_disabled; /* zero-initialised: grad enabled */
@@ -116,6 +118,8 @@ remat_node *rm_node_retain(remat_node *n) {
 
 static void free_saved(rm_saved *s) {
     if (!s->defined || s->freed) return;
+    rm_node_release(s->grad_node);
+    s->grad_node = NULL;
     if (s->has_hooks) {
         if (s->hooks.free_handle) s->hooks.free_handle(s->hooks.user_data, s->handle);
         s->handle = NULL;
@@ -162,9 +166,16 @@ void rm_node_release(remat_node *n) {
     remat_node *cur = n;
     for (;;) {
         if (cur && atomic_fetch_sub(&cur->head.refcount, 1) == 1) {
-            rm_node_release_saved(cur);
-            for (int i = 0; i < cur->n_next; i++) {
-                remat_node *child = cur->next[i].node;
+            /* the saved tensors' grad nodes and the edges go on the stack:
+             * releasing them here could recurse once per node of a chain */
+            for (int i = 0; i < cur->n_saved + cur->n_next; i++) {
+                remat_node *child;
+                if (i < cur->n_saved) {
+                    child = cur->saved[i].freed ? NULL : cur->saved[i].grad_node;
+                    cur->saved[i].grad_node = NULL;
+                } else {
+                    child = cur->next[i - cur->n_saved].node;
+                }
                 if (!child) continue;
                 if (sp == cap) {
                     int nc = cap ? cap * 2 : 64;
@@ -178,6 +189,7 @@ void rm_node_release(remat_node *n) {
                 }
                 stack[sp++] = child;
             }
+            rm_node_release_saved(cur);
             if (cur->ctx_free) cur->ctx_free(cur->ctx);
             else free(cur->ctx);
             for (rm_node_hook *h = cur->hooks; h;) {
@@ -255,8 +267,10 @@ int rm_gradient_edge(remat_tensor *t, rm_edge *edge) {
 int rm_node_new(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
                 remat_tensor *const *inputs, int n_outputs, int n_saved) {
     *out = NULL;
+    rm_progress_point(); /* an op recorded: recomputation in backward passes here too */
     remat_node *n = node_alloc(name, backward, n_inputs, n_outputs, n_saved);
     if (!n) return rm_err(REMAT_ENOMEM, "%s: out of memory creating a graph node", name);
+    n->op_name = rm_op_current(NULL); /* the public op running (NULL: none) */
     for (int i = 0; i < n_inputs; i++) {
         int rc = rm_gradient_edge(inputs[i], &n->next[i]);
         if (rc) {
@@ -347,6 +361,46 @@ int rm_node_save(remat_node *n, int slot, remat_tensor *t) {
     } else {
         s->data = alias;
     }
+    /* the tensor's place in the graph, for a create_graph unpack */
+    s->requires_grad = t->requires_grad;
+    s->output_nr = t->output_nr;
+    if (t->requires_grad && !s->was_output) {
+        if (t->grad_fn) {
+            s->grad_node = rm_node_retain(t->grad_fn);
+        } else {
+            rm_edge e;
+            int rc = rm_gradient_edge(t, &e);
+            if (rc) {
+                free_saved(s);
+                s->defined = false;
+                return rc;
+            }
+            s->grad_node = e.node;
+            s->leaf = true;
+        }
+    }
+    return REMAT_OK;
+}
+
+/* Under create_graph: *t (the unpacked data) replaced by an alias that
+ * has the saved tensor's place in the graph (P: SavedVariable::unpack
+ * rebuilding the variable around the data). A leaf's alias refers to the
+ * leaf's AccumulateGrad node (weakly, as the leaf does; the saved slot
+ * holds it), so gradients flowing into it reach the leaf's .grad. */
+static int unpack_in_graph(remat_node *n, const rm_saved *s, remat_tensor **t) {
+    if (!s->requires_grad) return REMAT_OK;
+    remat_tensor *a = NULL;
+    int rc = make_alias(&a, *t);
+    if (rc) return rc;
+    a->requires_grad = true;
+    if (s->leaf) {
+        a->grad_accumulator = s->grad_node;
+    } else {
+        a->grad_fn = rm_node_retain(s->was_output ? n : s->grad_node);
+        a->output_nr = s->output_nr;
+    }
+    remat_release(*t);
+    *t = a;
     return REMAT_OK;
 }
 
@@ -369,6 +423,10 @@ int rm_node_unpack(remat_node *n, int slot, remat_tensor **out) {
         if (rc) return rc;
         if (!t) return rm_err(REMAT_ECALLBACK, "%s: saved-tensor unpack hook returned no tensor",
                               n->name);
+        if (rm_backward_creates_graph() && (rc = unpack_in_graph(n, s, &t))) {
+            remat_release(t);
+            return rc;
+        }
         *out = t;
         return REMAT_OK;
     }
@@ -382,7 +440,15 @@ int rm_node_unpack(remat_node *n, int slot, remat_tensor **out) {
                       rm_shape_str(s->ndim, s->shape, b, sizeof b), n->name,
                       (unsigned long long)v, (unsigned long long)s->saved_version);
     }
-    *out = remat_retain(s->data);
+    remat_tensor *t = remat_retain(s->data);
+    if (rm_backward_creates_graph()) {
+        int rc = unpack_in_graph(n, s, &t);
+        if (rc) {
+            remat_release(t);
+            return rc;
+        }
+    }
+    *out = t;
     return REMAT_OK;
 }
 

@@ -16,6 +16,19 @@ typedef struct rm_saved {
     bool has_hooks;
     bool freed;
     uint64_t saved_version;
+    /* The saved tensor's place in the graph (P: SavedVariable's grad_fn,
+     * output_nr, requires_grad, grad_accumulator): under create_graph the
+     * unpacked tensor is rebuilt with it, so a backward written with
+     * differentiable ops records a graph that reaches the forward graph.
+     * grad_node is an owned reference to the tensor's grad_fn (a non-leaf
+     * that is not an output of this node) or to its AccumulateGrad node (a
+     * leaf that requires grad); NULL for an output of this node (its
+     * grad_fn is the node itself: a reference would be a cycle) and for a
+     * tensor that does not require grad. */
+    remat_node *grad_node;
+    int output_nr;
+    bool requires_grad;
+    bool leaf; /* grad_node is an AccumulateGrad node */
     /* metadata kept for error messages */
     int ndim;
     int64_t shape[REMAT_MAX_DIMS];
@@ -49,7 +62,14 @@ struct remat_node {
     rm_node_head head; /* refcount, release (src/core.h) */
     const char *name;      /* static string */
     char *owned_name;      /* for custom functions */
+    const char *op_name;   /* the public op that recorded it (NULL: name) */
     rm_backward_fn backward;
+    /* The backward create_graph runs when the node's gradient must itself
+     * be differentiable (a gradient or a saved tensor requires grad): one
+     * written with differentiable ops (it runs with grad mode on). NULL:
+     * the op has no second derivative in remat; create_graph through it
+     * fails with REMAT_EUNSUPPORTED naming the op. */
+    rm_backward_fn backward_diff;
     uint64_t seq;
     int n_next;            /* one per differentiable input of the op */
     rm_edge *next;
@@ -109,6 +129,13 @@ bool rm_node_take_saved(remat_node *n, int slot, remat_tensor **out);
 /* Whether the backward pass running on this thread retains the graph (true
  * outside backward). */
 bool rm_backward_retains_graph(void);
+/* Whether the backward pass running on this thread was asked to create a
+ * graph (create_graph; false outside backward). Saved tensors then unpack
+ * with their place in the graph (requires_grad, grad_fn). */
+bool rm_backward_creates_graph(void);
+/* For a backward_diff: REMAT_EUNSUPPORTED naming the node's op and `what`
+ * (a case of the op whose second derivative remat does not have). */
+int rm_no_double_backward(const remat_node *n, const char *what);
 
 /* Sums grad down to shape (undoing broadcasting). New reference in *out. */
 int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape);

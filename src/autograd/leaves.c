@@ -56,8 +56,8 @@ int rm_graph_leaf_accumulators(remat_tensor *root, rm_accumulate_observer_fn fn,
     remat_node **stack = NULL;
     size_t n = 0, cap = 0;
     int rc = REMAT_OK;
-    if (set_add(&seen, root->grad_fn) < 0) rc = REMAT_ENOMEM;
-    else if (!(stack = malloc((cap = 64) * sizeof *stack))) rc = REMAT_ENOMEM;
+    if (set_add(&seen, root->grad_fn) < 0 || !(stack = malloc((cap = 64) * sizeof *stack)))
+        rc = REMAT_ENOMEM;
     else stack[n++] = root->grad_fn;
     while (rc == REMAT_OK && n > 0) {
         remat_node *v = stack[--n];

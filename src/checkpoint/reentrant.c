@@ -54,6 +54,12 @@ static int reent_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const
                           int n_outputs, remat_tensor **grad_inputs, int n_inputs) {
     reent *r = ud;
     RM_UNUSED(n_outputs);
+    if (rm_backward_creates_graph())
+        return rm_err(REMAT_EUNSUPPORTED,
+                      "remat_checkpoint: When use_reentrant=true, remat_checkpoint does not "
+                      "support double backward (create_graph): its backward runs a nested "
+                      "backward pass whose graph is not recorded. Use use_reentrant = "
+                      "REMAT_OPT_FALSE, which supports create_graph.");
     if (remat_current_backward_is_partial())
         return rm_err(REMAT_EUNSUPPORTED,
                       "remat_checkpoint: When use_reentrant=true, remat_checkpoint is incompatible "

@@ -51,6 +51,11 @@ enum {
      * leaves that history intact. With RM_OPF_SAVE_EARLY, custom slots are
      * early too (mul_ saves a copy of its target before overwriting it). */
     RM_OPF_INPLACE = 1u << 7,
+    /* the call gives the number of inputs (rm_dispatch_n: remat_cat's n
+     * tensors): each is checked as the flags say, each gets an edge; the
+     * kernel gets none in k.in (too few slots): the op's run hook reads
+     * c->in */
+    RM_OPF_VARIADIC = 1u << 8,
 };
 
 /* What a save slot holds. */
@@ -108,11 +113,14 @@ typedef struct rm_op_call {
     const void *params;
     remat_node *node;        /* NULL when no graph is recorded */
     rm_kargs k;              /* the kernel's operands: (contiguous) inputs, outputs */
+    int n_in, n_out;         /* this call's: the descriptor's, or a variadic op's */
+    remat_tensor **out;      /* the outputs: k.out, or n_out of them (variadic outputs) */
 } rm_op_call;
 
 struct rm_op_desc {
     const char *name;      /* public name, as policies, traces and reports see it */
     const char *node_name; /* name of the backward node */
+    /* Arity; a variadic op's least (cat: n_in 1; split: n_out 1). */
     unsigned char n_in, n_out, n_saved;
     /* Bit i: in[i] gets no edge in the node (0: every input does).
      * embedding's indices, cross_entropy's targets, where's condition and
@@ -158,6 +166,17 @@ struct rm_op_desc {
     int (*new_output)(const rm_op_call *c, int i, const rm_out_spec *s, remat_device device,
                       remat_tensor **out);
     rm_save_spec saves[RM_OP_MAX_SAVED];
+    /* Variadic outputs (remat_split's pieces): the number this call makes,
+     * asked after the checks (which check the caller's array: the driver
+     * neither checks nor clears `outs` then). NULL: n_out. */
+    int (*n_outputs)(const rm_op_call *c);
+    /* Runs the looked-up kernel itself, in place of one call on c->k
+     * (remat_cat: once per input, into its window of the output). Called
+     * when the kernel would be. NULL: kernel(&c->k). */
+    int (*run)(rm_op_call *c, rm_kernel_fn kernel);
+    /* Bytes per input after the params in the node's ctx, for fill_ctx
+     * (remat_cat: each input's extent along dim). */
+    unsigned char ctx_per_in;
     /* Makes the tensor of an RM_SAVE_CUSTOM slot (new reference in *out). */
     int (*save_custom)(rm_op_call *c, int slot, remat_tensor **out);
     /* Completes the outputs after the kernel, before the node takes them
@@ -167,6 +186,12 @@ struct rm_op_desc {
      * none). NULL: no tag. */
     const char *(*tag)(const void *params);
     rm_backward_fn backward;
+    /* The differentiable backward create_graph runs (see remat_node's
+     * backward_diff, src/autograd/graph.h): written with public ops, or with
+     * registered ops that have a backward of their own, so that a gradient
+     * of it can be taken again. It may be `backward` itself when that is
+     * already made of public ops. NULL: the op refuses create_graph. */
+    rm_backward_fn backward_diff;
 };
 
 /* Runs op on in[0..n_in) with params, writing its n_ret outputs to outs.
@@ -174,11 +199,37 @@ struct rm_op_desc {
  * every outs[i] is NULL and the inputs are untouched. */
 int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
                 const void *params, void *site);
+/* rm_dispatch with n_in inputs (RM_OPF_VARIADIC; otherwise op->n_in) and,
+ * for a variadic-output op, as many outputs as its n_outputs says (outs
+ * has room for the count its check allows). *n_out (NULL: not wanted) is
+ * the number of outputs handed out, 0 on failure. */
+int rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_in,
+                  remat_tensor *const *in, const void *params, void *site);
 
 /* For a backward: saved slot `slot` of node, contiguous, as a new
  * reference in *out. A slot saved as NULL is REMAT_ESTATE "<node name>:
  * <missing>" unless missing is NULL (then *out is NULL: an optional
  * input). */
 int rm_saved_contig(remat_node *node, int slot, const char *missing, remat_tensor **out);
+
+/* ---- differentiable backwards (src/ops/double_backward.c) ------------------------------
+ * For an op's backward_diff. An adjoint maps a gradient gg of the op's
+ * input gradient back to a gradient of g (new reference in *out); it must
+ * be differentiable itself. */
+typedef int (*rm_adjoint_fn)(remat_node *node, remat_tensor *gg, remat_tensor **out);
+/* gin[0] = node->backward's gradient of input 0 (linear in gout[0] alone),
+ * recorded as a custom function whose backward is `adjoint`. */
+int rm_backward_linear(remat_node *node, remat_tensor *const *gout, remat_tensor **gin,
+                       rm_adjoint_fn adjoint);
+/* The adjoint of a self-adjoint backward (an elementwise mask): itself. */
+int rm_adjoint_self(remat_node *node, remat_tensor *gg, remat_tensor **out);
+/* Rebuilds the op's output from its inputs with public ops (xs[i]: input i
+ * as saved, NULL where not saved or absent): new reference in *y. */
+typedef int (*rm_recompose_fn)(remat_node *node, remat_tensor *const *xs, remat_tensor **y);
+/* gin[i] for every input i that needs a gradient: a nested create_graph
+ * grad of forward(xs) with gout[0] as its output gradient. slots[i]: the
+ * saved slot holding input i (-1: none). */
+int rm_backward_recompose(remat_node *node, const int *slots, rm_recompose_fn forward,
+                          remat_tensor *const *gout, remat_tensor **gin);
 
 #endif /* REMAT_DISPATCH_H */

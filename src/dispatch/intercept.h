@@ -6,8 +6,8 @@
 
 #include "../core.h"
 
-/* Op tracing: every public op calls rm_op_enter("remat_xxx") first thing
- * (after argument NULL checks are fine too). A thread-local observer (used
+/* Op tracing: the driver calls rm_op_enter("remat_xxx") first thing for
+ * every public op. A thread-local observer (used
  * by checkpoint's debug traces) sees the op names in execution order. */
 typedef void (*rm_op_observer_fn)(void *user_data, const char *op);
 /* Installs the observer for this thread; returns the previous one via prev_fn/prev_ud. */
@@ -17,7 +17,7 @@ void rm_op_enter(const char *op);
 
 /* ---- op interception (src/dispatch/intercept.c) -------------------------------------
  * Every public op is bracketed by rm_op_begin / rm_op_end (rm_dispatch
- * does it; ops not yet on the driver use RM_OP_RUN1 / RM_OP_RUN0 below)
+ * does it)
  * and saves its tensors with rm_op_save instead of rm_node_save. The
  * bracket keeps, per thread, the op nesting depth and the name and call
  * site of the running top-level op (the residual report reads them), and
@@ -85,34 +85,5 @@ int rm_op_depth(void);
 #else
 #define RM_OP_SITE() NULL
 #endif
-
-/* Body of a public op with one output `out` (remat_tensor **): runs `expr`
- * (the op's implementation, which sets *out) between begin and end. The
- * _AT forms take the call site from a helper's caller: pass RM_OP_SITE()
- * from the public function. */
-#define RM_OP_RUN1_AT(site, name, out, n_in, ins, tag, expr)                                \
-    do {                                                                                    \
-        rm_op_frame rm_f_;                                                                  \
-        int rm_rc_ = rm_op_begin(&rm_f_, (name), (n_in), (ins), (site), (tag));              \
-        if (rm_rc_) {                                                                       \
-            if (out) *(out) = NULL;                                                         \
-            return rm_rc_;                                                                  \
-        }                                                                                   \
-        rm_rc_ = (expr);                                                                    \
-        rm_op_end(&rm_f_, rm_rc_, (out) && !rm_rc_ ? 1 : 0, (out));                          \
-        return rm_rc_;                                                                      \
-    } while (0)
-#define RM_OP_RUN1(name, out, n_in, ins, tag, expr)                                         \
-    RM_OP_RUN1_AT(RM_OP_SITE(), name, out, n_in, ins, tag, expr)
-/* Body of a public op without tensor outputs (the in-place ops). */
-#define RM_OP_RUN0_AT(site, name, n_in, ins, expr)                                          \
-    do {                                                                                    \
-        rm_op_frame rm_f_;                                                                  \
-        int rm_rc_ = rm_op_begin(&rm_f_, (name), (n_in), (ins), (site), NULL);               \
-        if (rm_rc_) return rm_rc_;                                                          \
-        rm_rc_ = (expr);                                                                    \
-        rm_op_end(&rm_f_, rm_rc_, 0, NULL);                                                 \
-        return rm_rc_;                                                                      \
-    } while (0)
 
 #endif /* REMAT_DISPATCH_INTERCEPT_H */

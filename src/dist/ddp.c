@@ -106,6 +106,10 @@ static void mark_ready(remat_ddp *d, int i) {
 
 static void on_accumulate(void *ud, remat_tensor *leaf) {
     remat_ddp *d = ud;
+    if (!leaf) { /* a progress point (accumulate.h): only let MPI move */
+        if (d->next_launch > 0) test_pending(d);
+        return;
+    }
     int i = lookup(d, leaf);
     if (i < 0) return;
     dparam *p = &d->p[i];
@@ -426,6 +430,7 @@ static int local_backward(remat_ddp *d, const char *call, remat_tensor *loss, ch
     rm_set_accumulate_observer(prev_fn, prev_ud, NULL, NULL);
     *t_bwd = rmd_now();
     d->st.backward_s = *t_bwd - t0;
+    for (int k = 0; k < d->next_launch; k++) d->st.n_done_in_backward += d->b[k].done;
     if (local) snprintf(msg, msg_size, "%s", remat_last_error());
     for (int i = d->n - 1; i >= 0; i--)
         if (!d->p[i].ready) mark_ready(d, i);

@@ -138,6 +138,40 @@ static int att_new_output(const rm_op_call *c, int i, const rm_out_spec *s, rema
                   : rm_new_output(out, s->ndim, s->shape, s->dtype, device);
 }
 
+/* create_graph: attention rebuilt from public ops, softmax(q k^T scale + M) v,
+ * M = -inf above the diagonal (top-left aligned) when causal, 0 otherwise. */
+static int attention_recompose(remat_node *node, remat_tensor *const *xs, remat_tensor **y) {
+    const rm_attention_params *p = node->ctx;
+    remat_tensor *q = xs[0], *kt = NULL, *s = NULL, *m = NULL, *t = NULL, *pr = NULL;
+    int rc = remat_transpose(&kt, xs[1], -2, -1);
+    if (!rc) rc = remat_matmul(&t, q, kt);
+    if (!rc) rc = remat_mul_scalar(&s, t, p->scale);
+    remat_release_p(&t);
+    if (!rc && p->causal) {
+        const int64_t tq = q->shape[q->ndim - 2], tk = xs[1]->shape[xs[1]->ndim - 2];
+        const int64_t shape[2] = {tq, tk};
+        rc = remat_zeros(&m, 2, shape, q->dtype, q->storage->device);
+        if (!rc) rc = rm_check_host(node->name, m);
+        for (int64_t i = 0; !rc && i < tq; i++)
+            for (int64_t j = i + 1; j < tk; j++) {
+                if (q->dtype == REMAT_F32) ((float *)rm_ptr(m))[i * tk + j] = -INFINITY;
+                else ((double *)rm_ptr(m))[i * tk + j] = -INFINITY;
+            }
+        if (!rc) rc = remat_add(&t, s, m);
+        if (!rc) remat_release(s), s = t, t = NULL;
+    }
+    if (!rc) rc = remat_softmax(&pr, s, -1);
+    if (!rc) rc = remat_matmul(y, pr, xs[2]);
+    remat_release(kt), remat_release(s), remat_release(m), remat_release(t), remat_release(pr);
+    return rc;
+}
+
+static int attention_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                   remat_tensor **gin) {
+    static const int slots[3] = {SAVED_Q, SAVED_K, SAVED_V};
+    return rm_backward_recompose(node, slots, attention_recompose, gout, gin);
+}
+
 static const char *const k_att_args[] = {"q", "k", "v"};
 
 const rm_op_desc rm_op_attention = {
@@ -148,7 +182,7 @@ const rm_op_desc rm_op_attention = {
     .new_output = att_new_output,
     .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}, {RM_SAVE_INPUT, 2, 0},
               {RM_SAVE_OUTPUT, 0, 0}, {RM_SAVE_OUTPUT, 1, 0}},
-    .backward = attention_backward};
+    .backward = attention_backward, .backward_diff = attention_backward_diff};
 
 int remat_attention(remat_tensor **out, remat_tensor *q, remat_tensor *k, remat_tensor *v,
                     bool causal, double scale) {

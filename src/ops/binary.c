@@ -89,6 +89,73 @@ out:
     return rc;
 }
 
+/* The same gradients with public ops (create_graph): they record a graph
+ * reaching g, a and b. pow at a == 0: the first-order kernels take the
+ * limits (0); these formulas give NaN there (0 * inf), never a silent 0. */
+static int binary_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    const bctx *cx = node->ctx;
+    bool need_a = node->next[0].node != NULL, need_b = node->next[1].node != NULL;
+    remat_tensor *g = gout[0], *a = NULL, *b = NULL, *ta = NULL, *tb = NULL, *u = NULL,
+                 *v = NULL;
+    int rc = rm_node_unpack(node, 0, &a);
+    if (!rc) rc = rm_node_unpack(node, 1, &b);
+    if (rc) goto out;
+    switch (cx->ew.op) {
+    case RM_EW_ADD:
+        if (need_a) ta = remat_retain(g);
+        if (need_b) tb = remat_retain(g);
+        break;
+    case RM_EW_SUB:
+        if (need_a) ta = remat_retain(g);
+        if (need_b) rc = remat_neg(&tb, g);
+        break;
+    case RM_EW_MUL:
+        if (need_a) rc = remat_mul(&ta, g, b);
+        if (!rc && need_b) rc = remat_mul(&tb, g, a);
+        break;
+    case RM_EW_DIV: /* da = g / b; db = -(g / b) (a / b) */
+        rc = remat_div(&u, g, b);
+        if (!rc && need_b) rc = remat_div(&v, a, b);
+        if (!rc && need_b) rc = remat_mul(&tb, u, v);
+        if (!rc && need_b) {
+            remat_release_p(&v);
+            rc = remat_neg(&v, tb);
+            remat_release(tb);
+            tb = v, v = NULL;
+        }
+        if (!rc && need_a) ta = remat_retain(u);
+        break;
+    case RM_EW_POW: /* da = g b a^(b - 1); db = g a^b log(a) */
+        if (need_a) {
+            rc = remat_sub_scalar(&u, b, 1.0);
+            if (!rc) rc = remat_pow(&v, a, u);
+            if (!rc) rc = remat_mul(&ta, v, b);
+            remat_release_p(&u), remat_release_p(&v);
+            if (!rc) rc = remat_mul(&u, ta, g);
+            remat_release(ta);
+            ta = u, u = NULL;
+        }
+        if (!rc && need_b) {
+            rc = remat_pow(&u, a, b);
+            if (!rc) rc = remat_log(&v, a);
+            if (!rc) rc = remat_mul(&tb, u, v);
+            remat_release_p(&u), remat_release_p(&v);
+            if (!rc) rc = remat_mul(&u, tb, g);
+            remat_release(tb);
+            tb = u, u = NULL;
+        }
+        break;
+    default: rc = rm_err(REMAT_ESTATE, "%s: bad op", node->name); break;
+    }
+    if (rc) goto out;
+    if (ta) rc = rm_sum_to(&gin[0], ta, cx->nda, cx->sa);
+    if (!rc && tb) rc = rm_sum_to(&gin[1], tb, cx->ndb, cx->sb);
+out:
+    remat_release(a), remat_release(b), remat_release(ta), remat_release(tb);
+    remat_release(u), remat_release(v);
+    return rc;
+}
+
 /* Saved slots: 0 = a, 1 = b, each only when a gradient formula reads it
  * (the for_grads bits: 1 = a's gradient, 2 = b's). */
 #define NO_SAVES {{RM_SAVE_NONE, 0, 0}, {RM_SAVE_NONE, 1, 0}}
@@ -97,7 +164,8 @@ out:
         .name = call, .node_name = node, .n_in = 2, .n_out = 1, .n_saved = 2,                \
         .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE,                      \
         .kernel = RM_K_ELEMENTWISE, .params_size = sizeof(bctx), .fill_ctx = fill_ctx,       \
-        .infer = infer_broadcast, .saves = __VA_ARGS__, .backward = binary_backward}
+        .infer = infer_broadcast, .saves = __VA_ARGS__, .backward = binary_backward,         \
+        .backward_diff = binary_backward_diff}
 
 BINARY_OP(rm_op_add, "remat_add", "AddBackward", NO_SAVES);
 BINARY_OP(rm_op_sub, "remat_sub", "SubBackward", NO_SAVES);

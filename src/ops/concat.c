@@ -11,16 +11,86 @@
  * zero-padded full-size gradient per piece and leave the engine to sum
  * them: 3x the memory and traffic for the (B, T, 3C) qkv split of a GPT
  * block.) */
-#include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "../dispatch/dispatch.h"
 
+/* ---- cat ---------------------------------------------------------------------------- */
+/* The parameters (n and dim as given; d normalised by the check) and, in
+ * the node's ctx, each input's extent along d. */
 typedef struct cat_ctx {
-    int dim;
     int n;
-    int64_t sizes[]; /* extent of each input along dim */
+    int dim, d;
+    bool no_list; /* tensors was NULL */
+    int64_t sizes[];
 } cat_ctx;
+
+static int cat_check(const rm_op_call *c) {
+    const char *call = c->op->name;
+    cat_ctx *p = (cat_ctx *)c->params; /* the public function's, writable: d */
+    const int n = p->n;
+    remat_tensor *const *tensors = c->in;
+    if (n < 1 || p->no_list)
+        return rm_err(REMAT_EINVAL, "%s: need at least one tensor (got n = %d%s)", call, n,
+                      p->no_list ? ", tensors NULL" : "");
+    for (int i = 0; i < n; i++)
+        if (!tensors[i]) return rm_err(REMAT_EINVAL, "%s: tensors[%d] is NULL", call, i);
+    remat_tensor *t0 = tensors[0];
+    char b1[200], b2[200];
+    if (t0->ndim == 0)
+        return rm_err(REMAT_EINVAL, "%s: zero-dimensional tensor tensors[0] %s cannot be "
+                      "concatenated", call, rm_tensor_str(t0, b1, sizeof b1));
+    int rc = rm_norm_dim(call, p->dim, t0->ndim, &p->d);
+    if (rc) return rc;
+    for (int i = 0; i < n; i++) {
+        remat_tensor *t = tensors[i];
+        if ((rc = rm_check_same_dtype(call, t0, t))) return rc;
+        if ((rc = rm_check_same_device(call, t0, t))) return rc;
+        bool ok = t->ndim == t0->ndim;
+        for (int k = 0; ok && k < t->ndim; k++) ok = k == p->d || t->shape[k] == t0->shape[k];
+        if (!ok)
+            return rm_err(REMAT_ESHAPE, "%s: tensors[%d] %s does not match tensors[0] %s in the "
+                          "dims other than dim %d", call, i, rm_tensor_str(t, b1, sizeof b1),
+                          rm_tensor_str(t0, b2, sizeof b2), p->d);
+    }
+    return rm_check_host(call, t0);
+}
+
+/* y: tensors[0]'s shape with the sum of the extents along d. */
+static int cat_infer(const rm_op_call *c, rm_out_spec *out) {
+    const int d = ((const cat_ctx *)c->params)->d;
+    out[0].ndim = c->in[0]->ndim;
+    memcpy(out[0].shape, c->in[0]->shape, sizeof out[0].shape);
+    out[0].shape[d] = 0;
+    for (int i = 0; i < c->n_in; i++) out[0].shape[d] += c->in[i]->shape[d];
+    return REMAT_OK;
+}
+
+/* The copy kernel once per input, into window i of y: y's strides, input
+ * i's shape, offset off_i along d. */
+static int cat_run(rm_op_call *c, rm_kernel_fn copy) {
+    const int d = ((const cat_ctx *)c->params)->d;
+    remat_tensor *y = c->out[0];
+    int64_t off = 0;
+    int rc = REMAT_OK;
+    for (int i = 0; i < c->n_in && rc == REMAT_OK; i++) {
+        remat_tensor *t = c->in[i];
+        remat_tensor *win = rm_tensor_alloc(y->storage, y->offset + off * y->strides[d], y->ndim,
+                                            t->shape, y->strides, y->dtype);
+        if (!win) return rm_err(REMAT_ENOMEM, "out of memory creating a window");
+        rm_kargs k = {.in = {win, t}, .out = {win}};
+        if (rm_kargs_have_data(&k)) rc = copy(&k);
+        remat_release(win);
+        off += t->shape[d];
+    }
+    return rc;
+}
+
+static void cat_fill_ctx(const rm_op_call *c, void *ctx) {
+    cat_ctx *cx = ctx;
+    for (int i = 0; i < c->n_in; i++) cx->sizes[i] = c->in[i]->shape[cx->d];
+}
 
 /* y is (..., sum sizes, ...); input i gets y[..., off_i : off_i + size_i, ...]. */
 static int cat_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
@@ -28,7 +98,7 @@ static int cat_backward(remat_node *node, remat_tensor *const *gout, remat_tenso
     int64_t off = 0;
     for (int i = 0; i < c->n; i++) {
         if (node->next[i].node) {
-            int rc = remat_slice(&gin[i], gout[0], c->dim, off, off + c->sizes[i], 1);
+            int rc = remat_slice(&gin[i], gout[0], c->d, off, off + c->sizes[i], 1);
             if (rc) return rc; /* the engine releases the grads already written */
         }
         off += c->sizes[i];
@@ -36,88 +106,30 @@ static int cat_backward(remat_node *node, remat_tensor *const *gout, remat_tenso
     return REMAT_OK;
 }
 
-static int cat_impl(remat_tensor **out, int n, remat_tensor *const *tensors, int dim) {
-    const char *call = "remat_cat";
-    rm_op_enter(call);
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    *out = NULL;
-    if (n < 1 || !tensors)
-        return rm_err(REMAT_EINVAL, "%s: need at least one tensor (got n = %d%s)", call, n,
-                      tensors ? "" : ", tensors NULL");
-    for (int i = 0; i < n; i++)
-        if (!tensors[i])
-            return rm_err(REMAT_EINVAL, "%s: tensors[%d] is NULL", call, i);
-    remat_tensor *t0 = tensors[0];
-    char b1[200], b2[200];
-    if (t0->ndim == 0)
-        return rm_err(REMAT_EINVAL, "%s: zero-dimensional tensor tensors[0] %s cannot be "
-                      "concatenated", call, rm_tensor_str(t0, b1, sizeof b1));
-    int d;
-    int rc = rm_norm_dim(call, dim, t0->ndim, &d);
-    if (rc) return rc;
-    int64_t shape[REMAT_MAX_DIMS];
-    memcpy(shape, t0->shape, sizeof shape);
-    shape[d] = 0;
-    for (int i = 0; i < n; i++) {
-        remat_tensor *t = tensors[i];
-        if ((rc = rm_check_same_dtype(call, t0, t))) return rc;
-        if ((rc = rm_check_same_device(call, t0, t))) return rc;
-        bool ok = t->ndim == t0->ndim;
-        for (int k = 0; ok && k < t->ndim; k++) ok = k == d || t->shape[k] == t0->shape[k];
-        if (!ok)
-            return rm_err(REMAT_ESHAPE, "%s: tensors[%d] %s does not match tensors[0] %s in the "
-                          "dims other than dim %d", call, i, rm_tensor_str(t, b1, sizeof b1),
-                          rm_tensor_str(t0, b2, sizeof b2), d);
-        shape[d] += t->shape[d];
-    }
-    if ((rc = rm_check_host(call, t0))) return rc;
-    remat_tensor *y;
-    rc = rm_new_output(&y, t0->ndim, shape, t0->dtype, t0->storage->device);
-    if (rc) return rm_err_prefix(rc, call);
-    if (rm_ptr(y)) {
-        /* window i of y: y's strides, input i's shape, offset off_i along d */
-        int64_t off = 0;
-        for (int i = 0; i < n && rc == REMAT_OK; i++) {
-            remat_tensor *t = tensors[i];
-            remat_tensor *win = rm_tensor_alloc(y->storage, y->offset + off * y->strides[d],
-                                                y->ndim, t->shape, y->strides, y->dtype);
-            if (!win) {
-                rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-                break;
-            }
-            if (!rm_copy_same_dtype(win, t)) rc = rm_copy_into(win, t);
-            remat_release(win);
-            off += t->shape[d];
-        }
-    }
-    if (rc == REMAT_OK && rm_needs_grad(n, tensors)) {
-        remat_node *node;
-        rc = rm_node_new(&node, "CatBackward", cat_backward, n, tensors, 1, 0);
-        if (rc == REMAT_OK) {
-            cat_ctx *c = malloc(sizeof *c + sizeof(int64_t) * (size_t)n);
-            if (!c) {
-                rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-            } else {
-                c->dim = d;
-                c->n = n;
-                for (int i = 0; i < n; i++) c->sizes[i] = tensors[i]->shape[d];
-                rm_node_set_ctx(node, c, NULL);
-                rm_node_set_output(node, 0, y);
-            }
-            rm_node_release(node);
-        }
-    }
-    if (rc) {
-        remat_release(y);
-        return rm_err_prefix(rc, call);
-    }
-    return rm_hand_out(out, y);
+const rm_op_desc rm_op_cat = {
+    .name = "remat_cat", .node_name = "CatBackward", .n_in = 1 /* at least */, .n_out = 1,
+    .flags = RM_OPF_OWN_CHECKS | RM_OPF_VARIADIC, .kernel = RM_K_COPY_INTO,
+    .params_size = sizeof(cat_ctx), .ctx_per_in = sizeof(int64_t), .fill_ctx = cat_fill_ctx,
+    .check = cat_check, .infer = cat_infer, .run = cat_run, .backward = cat_backward,
+};
+
+int remat_cat(remat_tensor **out, int n, remat_tensor *const *tensors, int dim) {
+    cat_ctx p = {.n = n, .dim = dim, .no_list = !tensors};
+    /* the policy sees the tensors themselves as the inputs */
+    return rm_dispatch_n(&rm_op_cat, out, NULL, n > 0 && tensors ? n : 0, tensors, &p,
+                         RM_OP_SITE());
 }
 
-/* Split parameters (no tensors: SplitBackward saves nothing). */
+/* ---- split -------------------------------------------------------------------------- */
+/* The parameters (dim as given, normalised by the check, and the piece
+ * count it computes) and, in the node's ctx, a's shape, dtype and device
+ * (SplitBackward saves no tensor). */
 typedef struct split_ctx {
-    int dim;
+    bool no_outs; /* outs or n_out was NULL */
+    int max_out;
+    int dim_arg, dim;
     int64_t split_size;
+    int count;
     int ndim;
     int64_t shape[REMAT_MAX_DIMS]; /* a's shape */
     remat_dtype dtype;
@@ -181,95 +193,78 @@ static int split_backward(remat_node *node, remat_tensor *const *gout, remat_ten
     return REMAT_OK;
 }
 
-static int split_impl(remat_tensor **outs, int max_out, int *n_out, remat_tensor *a,
-                      int64_t split_size, int dim) {
-    const char *call = "remat_split";
-    rm_op_enter(call);
-    if (!outs || !n_out)
-        return rm_err(REMAT_EINVAL, "%s: outs and n_out must not be NULL", call);
-    *n_out = 0;
-    for (int i = 0; i < max_out; i++) outs[i] = NULL;
+static int split_check(const rm_op_call *c) {
+    const char *call = c->op->name;
+    split_ctx *p = (split_ctx *)c->params; /* the public function's, writable: d, count */
+    remat_tensor *a = c->in[0];
+    if (p->no_outs) return rm_err(REMAT_EINVAL, "%s: outs and n_out must not be NULL", call);
     int rc = rm_check_tensor(call, "a", a);
     if (rc) return rc;
     char b[200];
     if (a->ndim == 0)
         return rm_err(REMAT_EINVAL, "%s: cannot split a 0-dim tensor %s", call,
                       rm_tensor_str(a, b, sizeof b));
-    int d;
-    if ((rc = rm_norm_dim(call, dim, a->ndim, &d))) return rc;
-    if (split_size <= 0)
+    if ((rc = rm_norm_dim(call, p->dim_arg, a->ndim, &p->dim))) return rc;
+    if (p->split_size <= 0)
         return rm_err(REMAT_EINVAL, "%s: split_size must be positive, got %lld", call,
-                      (long long)split_size);
-    int64_t size = a->shape[d];
+                      (long long)p->split_size);
+    int64_t size = a->shape[p->dim];
     /* an empty dim still gives one (empty) piece, as PyTorch */
-    int64_t count = size == 0 ? 1 : (size + split_size - 1) / split_size;
-    if (count > max_out)
+    int64_t count = size == 0 ? 1 : (size + p->split_size - 1) / p->split_size;
+    if (count > p->max_out)
         return rm_err(REMAT_EINVAL, "%s: splitting dim %d of %s into pieces of %lld gives %lld "
-                      "pieces, but max_out is %d", call, d, rm_tensor_str(a, b, sizeof b),
-                      (long long)split_size, (long long)count, max_out);
-    /* the pieces: views of a (new headers over a's storage, is_view set, so
-     * that in-place ops on them are refused while they require grad) */
-    int64_t sh[REMAT_MAX_DIMS];
-    memcpy(sh, a->shape, sizeof sh);
-    for (int64_t k = 0; k < count && rc == REMAT_OK; k++) {
-        int64_t lo = k * split_size;
-        int64_t hi = lo + split_size < size ? lo + split_size : size;
-        sh[d] = hi - lo;
-        /* an empty piece addresses nothing: keep the offset in range anyway */
-        int64_t off = a->offset + (hi > lo ? lo * a->strides[d] : 0);
-        outs[k] = rm_tensor_alloc(a->storage, off, a->ndim, sh, a->strides, a->dtype);
-        if (!outs[k]) rc = rm_err(REMAT_ENOMEM, "%s: out of memory creating a view", call);
-        else outs[k]->is_view = true;
-    }
-    if (rc == REMAT_OK && rm_needs_grad(1, &a)) {
-        remat_node *node;
-        rc = rm_node_new(&node, "SplitBackward", split_backward, 1, &a, (int)count, 0);
-        if (rc == REMAT_OK) {
-            split_ctx *c = malloc(sizeof *c);
-            if (!c) {
-                rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-            } else {
-                c->dim = d;
-                c->split_size = split_size;
-                c->ndim = a->ndim;
-                memcpy(c->shape, a->shape, sizeof c->shape);
-                c->dtype = a->dtype;
-                c->device = a->storage->device;
-                rm_node_set_ctx(node, c, NULL);
-                for (int64_t k = 0; k < count; k++) rm_node_set_output(node, (int)k, outs[k]);
-            }
-            rm_node_release(node); /* the pieces hold it now (or it dies here) */
-        }
-        if (rc) rc = rm_err_prefix(rc, call);
-    }
-    if (rc) {
-        for (int64_t k = 0; k < count; k++) remat_release_p(&outs[k]);
-        return rc;
-    }
-    rc = rm_hand_out_n(outs, (int)count);
-    *n_out = rc ? 0 : (int)count;
-    return rc;
+                      "pieces, but max_out is %d", call, p->dim, rm_tensor_str(a, b, sizeof b),
+                      (long long)p->split_size, (long long)count, p->max_out);
+    p->count = (int)count;
+    return REMAT_OK;
 }
 
-/* ---- public entries: interception brackets (src/dispatch/intercept.c) ---------------------- */
-int remat_cat(remat_tensor **out, int n, remat_tensor *const *tensors, int dim) {
-    /* the policy sees the tensors themselves as the inputs */
-    RM_OP_RUN1("remat_cat", out, n > 0 && tensors ? n : 0, tensors, NULL,
-               cat_impl(out, n, tensors, dim));
+static int split_n_outputs(const rm_op_call *c) { return ((const split_ctx *)c->params)->count; }
+
+/* Piece k: a view of a (is_view set, so that in-place ops on it are
+ * refused while it requires grad), [k*s, min((k+1)*s, size)) along dim. */
+static int split_infer(const rm_op_call *c, rm_out_spec *out) {
+    const split_ctx *p = c->params;
+    const remat_tensor *a = c->in[0];
+    const int d = p->dim;
+    const int64_t size = a->shape[d];
+    for (int k = 0; k < p->count; k++) {
+        int64_t lo = k * p->split_size;
+        int64_t hi = lo + p->split_size < size ? lo + p->split_size : size;
+        out[k].kind = RM_OUT_VIEW;
+        out[k].ndim = a->ndim;
+        memcpy(out[k].shape, a->shape, sizeof out[k].shape);
+        out[k].shape[d] = hi - lo;
+        memcpy(out[k].strides, a->strides, sizeof out[k].strides);
+        /* an empty piece addresses nothing: keep the offset in range anyway */
+        out[k].offset = a->offset + (hi > lo ? lo * a->strides[d] : 0);
+    }
+    return REMAT_OK;
 }
+
+static void split_fill_ctx(const rm_op_call *c, void *ctx) {
+    split_ctx *cx = ctx;
+    const remat_tensor *a = c->in[0];
+    cx->ndim = a->ndim;
+    memcpy(cx->shape, a->shape, sizeof cx->shape);
+    cx->dtype = a->dtype;
+    cx->device = a->storage->device;
+}
+
+const rm_op_desc rm_op_split = {
+    .name = "remat_split", .node_name = "SplitBackward", .n_in = 1, .n_out = 1 /* at least */,
+    .flags = RM_OPF_OWN_CHECKS, .params_size = sizeof(split_ctx), .fill_ctx = split_fill_ctx,
+    .check = split_check, .n_outputs = split_n_outputs, .infer = split_infer,
+    .backward = split_backward,
+};
 
 int remat_split(remat_tensor **outs, int max_out, int *n_out, remat_tensor *a, int64_t split_size,
                 int dim) {
+    split_ctx p = {.no_outs = !outs || !n_out, .max_out = max_out, .split_size = split_size,
+                   .dim_arg = dim};
+    if (n_out) *n_out = 0;
+    for (int i = 0; outs && i < max_out; i++) outs[i] = NULL;
     remat_tensor *in[1] = {a};
-    rm_op_frame f;
-    int rc = rm_op_begin(&f, "remat_split", 1, in, RM_OP_SITE(), NULL);
-    if (rc) {
-        if (n_out) *n_out = 0;
-        for (int i = 0; outs && i < max_out; i++) outs[i] = NULL;
-        return rc;
-    }
-    rc = split_impl(outs, max_out, n_out, a, split_size, dim);
     /* the pieces are views of a: nothing to cache or substitute */
-    rm_op_end(&f, rc, rc == REMAT_OK ? *n_out : 0, outs);
-    return rc;
+    return rm_dispatch_n(&rm_op_split, outs, n_out, 1, in, &p, RM_OP_SITE());
 }

@@ -1,5 +1,6 @@
 /* src/ops/driver.c — rm_dispatch, the one driver of every op (the
  * steps are listed in dispatch.h). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "../dispatch/dispatch.h"
@@ -17,7 +18,7 @@ static int check_inputs(const rm_op_call *c) {
     remat_tensor *const *in = c->in;
     const char *const *names = op->arg_names ? op->arg_names : k_arg_names;
     int rc = REMAT_OK;
-    for (int i = 0; i < op->n_in && !rc && !(op->flags & RM_OPF_OWN_CHECKS); i++) {
+    for (int i = 0; i < c->n_in && !rc && !(op->flags & RM_OPF_OWN_CHECKS); i++) {
         if (!in[i] && (op->optional_in >> i & 1u)) continue;
         bool is_float = (op->flags & RM_OPF_FLOAT) || (i == 0 && (op->flags & RM_OPF_FLOAT_IN0));
         rc = is_float ? rm_check_float_dtype(op->name, names[i], in[i])
@@ -61,7 +62,7 @@ static int save_slots(rm_op_call *c, bool early) {
             if (!rc) rc = rm_op_save(c->node, s, t);
             remat_release(t);
         } else {
-            rc = rm_op_save(c->node, s, kind == RM_SAVE_INPUT ? c->in[sp->index] : c->k.out[sp->index]);
+            rc = rm_op_save(c->node, s, kind == RM_SAVE_INPUT ? c->in[sp->index] : c->out[sp->index]);
         }
         if (rc) return rc;
     }
@@ -70,11 +71,15 @@ static int save_slots(rm_op_call *c, bool early) {
 
 static void release_call(rm_op_call *c) {
     rm_node_release(c->node);
-    for (int i = 0; i < c->op->n_in; i++) remat_release(c->k.in[i]);
-    for (int i = 0; i < c->op->n_out; i++) remat_release(c->k.out[i]);
+    for (int i = 0; i < RM_KERNEL_MAX_IN; i++) remat_release(c->k.in[i]);
+    for (int i = 0; i < c->n_out; i++) remat_release(c->out[i]);
 }
 
-static int n_ret(const rm_op_desc *op) { return op->n_ret ? op->n_ret : op->n_out; }
+/* Outputs handed to the caller (none in place; a variadic op's are all). */
+static int n_ret(const rm_op_desc *op) {
+    if (op->flags & RM_OPF_INPLACE) return 0;
+    return op->n_ret ? op->n_ret : op->n_out;
+}
 
 /* out = a view of in's storage with the spec's geometry. */
 static int make_view(remat_tensor **out, remat_tensor *in, const rm_out_spec *sp) {
@@ -89,14 +94,21 @@ static int make_view(remat_tensor **out, remat_tensor *in, const rm_out_spec *sp
 /* One run of the driver: the call and what infer decided. */
 typedef struct run_state {
     rm_op_call c;
-    rm_out_spec spec[RM_OP_MAX_OUT];
+    int nr;                /* outputs handed out */
+    rm_out_spec *spec;     /* c.n_out of them: fixed below, or allocated (variadic outputs) */
+    rm_out_spec fixed[RM_OP_MAX_OUT];
     bool any_new;    /* some output is made new (or written in place): the kernel runs */
     bool all_inputs; /* every handed-out output is in[0] itself: no node, no kernel */
     remat_device device;
     rm_kernel_fn kernel;
 } run_state;
 
-static int n_grad_out(const rm_op_desc *op) { return op->n_grad_out ? op->n_grad_out : n_ret(op); }
+/* Outputs the node differentiates (an in-place op's: its target). */
+static int n_grad_out(const run_state *r) {
+    const rm_op_desc *op = r->c.op;
+    if (op->n_grad_out) return op->n_grad_out;
+    return op->flags & RM_OPF_INPLACE ? r->c.n_out : r->nr;
+}
 
 /* Step 2: output specs (infer, or one new output like in[0]; in place:
  * in[0] itself) and the kernel. */
@@ -110,8 +122,7 @@ static int infer_outputs(run_state *r) {
     spec[0].node_name = NULL;
     spec[0].other_device = false;
     if (op->infer) {
-        const int nr = n_ret(op);
-        for (int i = 0; i < op->n_out; i++) {
+        for (int i = 0; i < r->c.n_out; i++) {
             spec[i].kind = RM_OUT_NEW;
             spec[i].dtype = kin->dtype;
             spec[i].other_device = false;
@@ -119,9 +130,9 @@ static int infer_outputs(run_state *r) {
         int rc = op->infer(&r->c, spec);
         if (rc) return rc;
         r->all_inputs = true;
-        for (int i = 0; i < nr; i++) r->all_inputs &= spec[i].kind == RM_OUT_INPUT;
+        for (int i = 0; i < r->nr; i++) r->all_inputs &= spec[i].kind == RM_OUT_INPUT;
         r->any_new = false;
-        for (int i = 0; i < (r->all_inputs ? nr : op->n_out); i++)
+        for (int i = 0; i < (r->all_inputs ? r->nr : r->c.n_out); i++)
             r->any_new |= spec[i].kind == RM_OUT_NEW;
     } else {
         spec[0].ndim = kin->ndim;
@@ -138,6 +149,24 @@ static int infer_outputs(run_state *r) {
 /* Integer outputs have no gradient (to_dtype to i64 records no node). */
 static bool differentiable(remat_dtype dt) { return dt != REMAT_I64 && dt != REMAT_U8; }
 
+/* The node with the inputs that get edges (gin) and its ctx: a copy of the
+ * params, with ctx_per_in bytes per input after them for fill_ctx. */
+static int new_node(run_state *r, int ngi, remat_tensor *const *gin) {
+    rm_op_call *c = &r->c;
+    const rm_op_desc *op = c->op;
+    const char *node_name = r->spec[0].node_name ? r->spec[0].node_name : op->node_name;
+    if (!op->ctx_per_in)
+        return rm_node_new_ctx(&c->node, node_name, op->backward, ngi, gin, n_grad_out(r),
+                               op->n_saved, c->params, op->params_size);
+    int rc = rm_node_new(&c->node, node_name, op->backward, ngi, gin, n_grad_out(r), op->n_saved);
+    if (rc) return rc;
+    char *ctx = malloc(op->params_size + (size_t)op->ctx_per_in * (size_t)c->n_in);
+    if (!ctx) return rm_err(REMAT_ENOMEM, "%s: out of memory for the node's parameters", node_name);
+    memcpy(ctx, c->params, op->params_size);
+    rm_node_set_ctx(c->node, ctx, NULL);
+    return REMAT_OK;
+}
+
 /* Step 3: the node, unless no differentiated input needs a gradient, the
  * output is not a float (a copy to i64), or every handed-out output is an
  * input itself (dropout in eval mode, contiguous of a contiguous tensor);
@@ -145,17 +174,21 @@ static bool differentiable(remat_dtype dt) { return dt != REMAT_I64 && dt != REM
 static int make_node(run_state *r) {
     rm_op_call *c = &r->c;
     const rm_op_desc *op = c->op;
-    remat_tensor *gin[RM_OP_MAX_IN];
-    int ngi = 0;
-    for (int i = 0; i < op->n_in; i++)
-        if (!(op->no_grad_in >> i & 1u)) gin[ngi++] = c->in[i];
+    remat_tensor *fixed[RM_OP_MAX_IN];
+    remat_tensor *const *gin = c->in;
+    int ngi = c->n_in;
+    if (op->no_grad_in) {
+        gin = fixed;
+        ngi = 0;
+        for (int i = 0; i < c->n_in; i++)
+            if (!(op->no_grad_in >> i & 1u)) fixed[ngi++] = c->in[i];
+    }
     if (r->all_inputs || !(op->n_saved || op->backward) || !differentiable(r->spec[0].dtype) ||
         !rm_needs_grad(ngi, gin))
         return REMAT_OK;
-    const char *node_name = r->spec[0].node_name ? r->spec[0].node_name : op->node_name;
-    int rc = rm_node_new_ctx(&c->node, node_name, op->backward, ngi, gin, n_grad_out(op),
-                             op->n_saved, c->params, op->params_size);
+    int rc = new_node(r, ngi, gin);
     if (rc) return rc;
+    c->node->backward_diff = op->backward_diff;
     if (op->fill_ctx) op->fill_ctx(c, c->node->ctx);
     return op->flags & RM_OPF_SAVE_EARLY ? save_slots(c, true) : REMAT_OK;
 }
@@ -183,11 +216,13 @@ static int inplace_operand(remat_tensor **out, remat_tensor *a, remat_tensor *b)
 }
 
 /* Step 4a: the kernel's inputs (contiguous copies when it wants them; an
- * in-place op's target as it is). */
+ * in-place op's target as it is; none for a variadic op, whose run hook
+ * reads c->in). */
 static int take_inputs(run_state *r) {
     const rm_op_desc *op = r->c.op;
     remat_tensor *const *in = r->c.in;
     const bool inplace = op->flags & RM_OPF_INPLACE;
+    if (op->flags & RM_OPF_VARIADIC) return REMAT_OK;
     for (int i = 0; i < op->n_in; i++) {
         int rc = REMAT_OK;
         if (!in[i]) continue; /* an optional input not given */
@@ -205,19 +240,18 @@ static int take_inputs(run_state *r) {
 static int make_outputs(run_state *r) {
     rm_op_call *c = &r->c;
     const rm_op_desc *op = c->op;
-    const int nr = n_ret(op);
-    for (int i = 0; i < op->n_out; i++) {
+    for (int i = 0; i < c->n_out; i++) {
         const rm_out_spec *sp = &r->spec[i];
-        if (((op->grad_only_out >> i & 1u) && !c->node) || (r->all_inputs && i >= nr)) continue;
+        if (((op->grad_only_out >> i & 1u) && !c->node) || (r->all_inputs && i >= r->nr)) continue;
         const remat_device dev = sp->other_device ? sp->device : r->device;
         int rc = REMAT_OK;
         switch (sp->kind) {
         case RM_OUT_NEW:
-            rc = op->new_output ? op->new_output(c, i, sp, dev, &c->k.out[i])
-                                : rm_new_output(&c->k.out[i], sp->ndim, sp->shape, sp->dtype, dev);
+            rc = op->new_output ? op->new_output(c, i, sp, dev, &c->out[i])
+                                : rm_new_output(&c->out[i], sp->ndim, sp->shape, sp->dtype, dev);
             break;
-        case RM_OUT_VIEW: rc = make_view(&c->k.out[i], c->in[0], sp); break;
-        case RM_OUT_INPUT: c->k.out[i] = remat_retain(c->in[0]); break;
+        case RM_OUT_VIEW: rc = make_view(&c->out[i], c->in[0], sp); break;
+        case RM_OUT_INPUT: c->out[i] = remat_retain(c->in[0]); break;
         }
         if (rc) return rc;
     }
@@ -230,7 +264,8 @@ static int run_kernel(run_state *r) {
     rm_op_call *c = &r->c;
     c->k.params = c->params;
     int rc = REMAT_OK;
-    if (r->any_new && rm_kargs_have_data(&c->k)) rc = r->kernel(&c->k);
+    if (r->any_new && rm_kargs_have_data(&c->k))
+        rc = c->op->run ? c->op->run(c, r->kernel) : r->kernel(&c->k);
     /* the target's version moves in skip mode too */
     if (!rc && (c->op->flags & RM_OPF_INPLACE)) rm_bump_version(c->in[0]);
     return rc;
@@ -244,7 +279,7 @@ static int finish_node(run_state *r) {
     const bool inplace = c->op->flags & RM_OPF_INPLACE;
     int rc = inplace ? save_slots(c, false) : REMAT_OK;
     if (rc) return rc;
-    for (int i = 0; i < n_grad_out(c->op); i++) rm_node_set_output(c->node, i, c->k.out[i]);
+    for (int i = 0; i < n_grad_out(r); i++) rm_node_set_output(c->node, i, c->out[i]);
     return inplace ? REMAT_OK : save_slots(c, false);
 }
 
@@ -267,47 +302,82 @@ static int run_steps(run_state *r) {
     return rc;
 }
 
-/* Steps 1-6 without the interception bracket. */
-static int run(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
-               const void *params) {
+/* The output count of a variadic-output op (after its checks) and room
+ * for its specs and outputs beyond the fixed arrays. */
+static int size_outputs(run_state *r) {
+    rm_op_call *c = &r->c;
+    if (!c->op->n_outputs) return REMAT_OK;
+    c->n_out = r->nr = c->op->n_outputs(c);
+    if (c->n_out <= RM_OP_MAX_OUT) return REMAT_OK;
+    r->spec = malloc(sizeof *r->spec * (size_t)c->n_out);
+    c->out = calloc((size_t)c->n_out, sizeof *c->out);
+    if (r->spec && c->out) return REMAT_OK;
+    return rm_err(REMAT_ENOMEM, "%s: out of memory", c->op->name);
+}
+
+static void free_outputs(run_state *r) {
+    if (r->spec != r->fixed) free(r->spec);
+    if (r->c.out != r->c.k.out) free(r->c.out);
+}
+
+/* Steps 1-6 without the interception bracket; *n_out gets the number of
+ * outputs handed out. */
+static int run(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_in,
+               remat_tensor *const *in, const void *params) {
     const char *call = op->name;
     rm_op_enter(call);
-    const bool inplace = op->flags & RM_OPF_INPLACE;
-    if (!outs && !inplace) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
-    const int nr = inplace ? 0 : n_ret(op);
-    for (int i = 0; i < nr; i++) outs[i] = NULL;
-    run_state r = {.c = {.op = op, .in = in, .params = params}};
+    /* a variadic-output op's check checks outs itself, and clears it */
+    if (!outs && !(op->flags & RM_OPF_INPLACE) && !op->n_outputs)
+        return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
+    run_state r = {.c = {.op = op, .in = in, .params = params, .n_in = n_in, .n_out = op->n_out},
+                   .nr = n_ret(op)};
+    r.c.out = r.c.k.out;
+    r.spec = r.fixed;
+    for (int i = 0; i < r.nr && !op->n_outputs; i++) outs[i] = NULL;
     /* check and infer failures name the call themselves */
     int rc = check_inputs(&r.c);
+    if (!rc) rc = size_outputs(&r);
     if (!rc) rc = infer_outputs(&r);
-    if (rc) return rc;
-    rc = run_steps(&r);
+    if (!rc) {
+        rc = run_steps(&r);
+        if (rc) rc = rm_err_prefix(rc, call);
+    }
     if (rc) {
         release_call(&r.c);
-        return rm_err_prefix(rc, call);
+        free_outputs(&r);
+        return rc;
     }
-    for (int i = 0; i < nr; i++) {
-        outs[i] = r.c.k.out[i];
-        r.c.k.out[i] = NULL;
+    for (int i = 0; i < r.nr; i++) {
+        outs[i] = r.c.out[i];
+        r.c.out[i] = NULL;
     }
     release_call(&r.c);
+    free_outputs(&r);
     /* all registered with the open scope, or (ENOMEM) all released and NULL */
-    return rm_hand_out_n(outs, nr);
+    rc = rm_hand_out_n(outs, r.nr);
+    *n_out = rc ? 0 : r.nr;
+    return rc;
+}
+
+int rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_in,
+                  remat_tensor *const *in, const void *params, void *site) {
+    rm_op_frame f;
+    int nr = 0;
+    int rc = rm_op_begin(&f, op->name, n_in, in, site, op->tag ? op->tag(params) : NULL);
+    if (rc) {
+        if (outs && !op->n_outputs)
+            for (int i = 0; i < n_ret(op); i++) outs[i] = NULL;
+    } else {
+        rc = run(op, outs, &nr, n_in, in, params);
+        rm_op_end(&f, rc, nr, outs);
+    }
+    if (n_out) *n_out = nr;
+    return rc;
 }
 
 int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
                 const void *params, void *site) {
-    rm_op_frame f;
-    const int nr = op->flags & RM_OPF_INPLACE ? 0 : n_ret(op);
-    int rc = rm_op_begin(&f, op->name, op->n_in, in, site, op->tag ? op->tag(params) : NULL);
-    if (rc) {
-        if (outs)
-            for (int i = 0; i < nr; i++) outs[i] = NULL;
-        return rc;
-    }
-    rc = run(op, outs, in, params);
-    rm_op_end(&f, rc, outs && !rc ? nr : 0, outs);
-    return rc;
+    return rm_dispatch_n(op, outs, NULL, op->n_in, in, params, site);
 }
 
 int rm_saved_contig(remat_node *node, int slot, const char *missing, remat_tensor **out) {

@@ -82,12 +82,28 @@ static int embedding_backward(remat_node *node, remat_tensor *const *gout, remat
     return rc;
 }
 
+/* create_graph: the scatter of g into the weight rows is linear in g; its
+ * adjoint gathers the rows back, which is embedding itself. */
+static int embedding_gather(remat_node *node, remat_tensor *gg, remat_tensor **out) {
+    remat_tensor *idx = NULL;
+    int rc = rm_node_unpack(node, 0, &idx);
+    if (!rc) rc = remat_embedding(out, gg, idx);
+    remat_release(idx);
+    return rc;
+}
+
+static int embedding_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                   remat_tensor **gin) {
+    return rm_backward_linear(node, gout, gin, embedding_gather);
+}
+
 const rm_op_desc rm_op_embedding = {
     .name = "remat_embedding", .node_name = "EmbeddingBackward", .n_in = 2, .no_grad_in = 2u,
     .n_out = 1, .n_saved = 1, .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS,
     .arg_names = k_emb_args, .kernel = RM_K_EMBEDDING, .params_size = sizeof(emb_ctx),
     .fill_ctx = embedding_fill_ctx, .check = embedding_check, .infer = embedding_infer,
-    .saves = {{RM_SAVE_INPUT, 1, 0}}, .backward = embedding_backward};
+    .saves = {{RM_SAVE_INPUT, 1, 0}}, .backward = embedding_backward,
+    .backward_diff = embedding_backward_diff};
 
 int remat_embedding(remat_tensor **out, remat_tensor *weight, remat_tensor *indices) {
     emb_ctx params = {0, 0};
@@ -145,6 +161,41 @@ static int cross_entropy_backward(remat_node *node, remat_tensor *const *gout,
     return rc;
 }
 
+/* create_graph: the loss rebuilt from public ops, -sum(log_softmax(x) * w) / count,
+ * where w (N, C) holds 1 at each row's target (0 on ignored rows) and count
+ * is the number of rows not ignored. */
+static int cross_entropy_recompose(remat_node *node, remat_tensor *const *xs, remat_tensor **y) {
+    const rm_ce_params *p = node->ctx;
+    remat_tensor *x = xs[0], *t = NULL, *tc = NULL, *w = NULL, *ls = NULL, *prod = NULL,
+                 *sum = NULL;
+    int rc = rm_saved_contig(node, 1, "targets were not saved", &t);
+    if (!rc) rc = rm_check_host(node->name, t);
+    if (!rc) rc = remat_zeros(&w, 2, x->shape, x->dtype, x->storage->device);
+    if (rc) goto out;
+    const int64_t n = x->shape[0], ncls = x->shape[1], *tp = rm_ptr(t);
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (tp[i] == p->ignore_index) continue;
+        count++;
+        if (x->dtype == REMAT_F32) ((float *)rm_ptr(w))[i * ncls + tp[i]] = 1.0f;
+        else ((double *)rm_ptr(w))[i * ncls + tp[i]] = 1.0;
+    }
+    rc = remat_log_softmax(&ls, x, 1);
+    if (!rc) rc = remat_mul(&prod, ls, w);
+    if (!rc) rc = remat_sum_all(&sum, prod);
+    if (!rc) rc = remat_mul_scalar(y, sum, -1.0 / (double)count); /* count 0: NaN, as P */
+out:
+    remat_release(t), remat_release(tc), remat_release(w), remat_release(ls);
+    remat_release(prod), remat_release(sum);
+    return rc;
+}
+
+static int cross_entropy_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                       remat_tensor **gin) {
+    static const int slots[1] = {0};
+    return rm_backward_recompose(node, slots, cross_entropy_recompose, gout, gin);
+}
+
 const rm_op_desc rm_op_cross_entropy = {
     .name = "remat_cross_entropy", .node_name = "CrossEntropyBackward", .n_in = 2,
     .no_grad_in = 2u, .n_out = 2, .n_ret = 1, .n_saved = 3,
@@ -152,7 +203,7 @@ const rm_op_desc rm_op_cross_entropy = {
     .kernel = RM_K_CROSS_ENTROPY, .params_size = sizeof(rm_ce_params),
     .check = cross_entropy_check, .infer = cross_entropy_infer,
     .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}, {RM_SAVE_OUTPUT, 1, 0}},
-    .backward = cross_entropy_backward};
+    .backward = cross_entropy_backward, .backward_diff = cross_entropy_backward_diff};
 
 int remat_cross_entropy(remat_tensor **out, remat_tensor *logits, remat_tensor *targets,
                         int64_t ignore_index) {
@@ -221,12 +272,28 @@ out:
     return rc;
 }
 
+/* create_graph: da = g * 2 (a - b) / N, db = -da, with public ops. */
+static int mse_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    remat_tensor *a = NULL, *b = NULL, *d = NULL, *da = NULL;
+    int rc = rm_node_unpack(node, 0, &a);
+    if (!rc) rc = rm_node_unpack(node, 1, &b);
+    if (!rc) rc = remat_sub(&d, a, b);
+    if (!rc) rc = remat_mul(&da, d, gout[0]);
+    remat_release_p(&d);
+    if (!rc) rc = remat_mul_scalar(&d, da, 2.0 / (double)remat_numel(a));
+    if (!rc && node->next[1].node) rc = remat_neg(&gin[1], d);
+    if (!rc && node->next[0].node) gin[0] = remat_retain(d);
+    remat_release(a), remat_release(b), remat_release(d), remat_release(da);
+    return rc;
+}
+
 const rm_op_desc rm_op_mse_loss = {
     .name = "remat_mse_loss", .node_name = "MseLossBackward", .n_in = 2, .n_out = 1,
     .n_saved = 2, .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE |
                            RM_OPF_CONTIGUOUS,
     .kernel = RM_K_MSE, .check = mse_check, .infer = mse_infer,
-    .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}}, .backward = mse_backward};
+    .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}}, .backward = mse_backward,
+    .backward_diff = mse_backward_diff};
 
 int remat_mse_loss(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     remat_tensor *in[2] = {a, b};

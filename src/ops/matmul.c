@@ -130,13 +130,57 @@ out:
     return rc;
 }
 
+/* create_graph: the same products with public ops. A 1-D operand is
+ * promoted to a matrix (a: (1, K), b: (K, 1)) and g to the promoted
+ * product's shape; the results are summed back down to the (promoted)
+ * input shapes and reshaped to the inputs'. */
+static int mm_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    const mm_ctx *c = node->ctx;
+    remat_tensor *a = NULL, *b = NULL, *g = NULL, *t = NULL, *p = NULL, *s = NULL;
+    int64_t pa[REMAT_MAX_DIMS + 1], pb[REMAT_MAX_DIMS + 1], pg[REMAT_MAX_DIMS + 1];
+    int nda = c->nda, ndb = c->ndb, ndg = gout[0]->ndim;
+    memcpy(pa, c->sa, sizeof(int64_t) * (size_t)nda);
+    memcpy(pb, c->sb, sizeof(int64_t) * (size_t)ndb);
+    memcpy(pg, gout[0]->shape, sizeof(int64_t) * (size_t)ndg);
+    if (nda == 1) { /* (K) -> (1, K); g gains the row dim */
+        pa[1] = pa[0], pa[0] = 1, nda = 2;
+        memmove(pg + ndg, pg + ndg - (ndb > 1 ? 1 : 0), sizeof(int64_t) * (ndb > 1 ? 1 : 0));
+        pg[ndg - (ndb > 1 ? 1 : 0)] = 1;
+        ndg++;
+    }
+    if (ndb == 1) pb[1] = 1, ndb = 2, pg[ndg++] = 1; /* (K) -> (K, 1); g gains the col dim */
+    int rc = remat_reshape(&g, gout[0], ndg, pg);
+    if (!rc && node->next[0].node) { /* dA = g B^T */
+        rc = rm_node_unpack(node, 1, &b);
+        if (!rc) rc = remat_reshape(&t, b, ndb, pb);
+        if (!rc) rc = remat_transpose(&p, t, -2, -1);
+        remat_release_p(&t);
+        if (!rc) rc = remat_matmul(&t, g, p);
+        if (!rc) rc = rm_sum_to(&s, t, nda, pa);
+        if (!rc) rc = remat_reshape(&gin[0], s, c->nda, c->sa);
+        remat_release_p(&t), remat_release_p(&p), remat_release_p(&s);
+    }
+    if (!rc && node->next[1].node) { /* dB = A^T g */
+        rc = rm_node_unpack(node, 0, &a);
+        if (!rc) rc = remat_reshape(&t, a, nda, pa);
+        if (!rc) rc = remat_transpose(&p, t, -2, -1);
+        remat_release_p(&t);
+        if (!rc) rc = remat_matmul(&t, p, g);
+        if (!rc) rc = rm_sum_to(&s, t, ndb, pb);
+        if (!rc) rc = remat_reshape(&gin[1], s, c->ndb, c->sb);
+    }
+    remat_release(a), remat_release(b), remat_release(g);
+    remat_release(t), remat_release(p), remat_release(s);
+    return rc;
+}
+
 /* Slot 0 = a (read by b's gradient), slot 1 = b (read by a's). */
 const rm_op_desc rm_op_matmul = {
     .name = "remat_matmul", .node_name = "MmBackward", .n_in = 2, .n_out = 1, .n_saved = 2,
     .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE | RM_OPF_SAVE_EARLY,
     .kernel = RM_K_MATMUL, .params_size = sizeof(mm_ctx), .fill_ctx = mm_fill_ctx,
     .infer = mm_infer, .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}},
-    .backward = mm_backward};
+    .backward = mm_backward, .backward_diff = mm_backward_diff};
 
 int remat_matmul(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     mm_ctx p = {.nda = 0}; /* the flags are read by the kernel only, after the checks */
@@ -258,6 +302,32 @@ out:
     return rc;
 }
 
+/* create_graph: dx = g W, dW = g2^T x2 and db = the column sums of g2,
+ * where g2 (R, out) and x2 (R, in) flatten the leading dims. */
+static int linear_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    const lin_ctx *c = node->ctx;
+    remat_tensor *x = NULL, *w = NULL, *g2 = NULL, *x2 = NULL, *t = NULL;
+    const int64_t rows = remat_numel(gout[0]) / (c->out_f ? c->out_f : 1);
+    const int64_t sg[2] = {rows, c->out_f}, sx[2] = {rows, c->in_f};
+    int rc = remat_reshape(&g2, gout[0], 2, sg);
+    if (!rc && node->next[1].node) {
+        rc = rm_node_unpack(node, 0, &x);
+        if (!rc) rc = remat_reshape(&x2, x, 2, sx);
+        if (!rc) rc = remat_transpose(&t, g2, 0, 1);
+        if (!rc) rc = remat_matmul(&gin[1], t, x2);
+    }
+    if (!rc && node->next[0].node) {
+        rc = rm_node_unpack(node, 1, &w);
+        if (!rc) rc = remat_matmul(&gin[0], gout[0], w);
+    }
+    if (!rc && node->next[2].node) {
+        const int dim0 = 0;
+        rc = remat_sum(&gin[2], g2, 1, &dim0, false);
+    }
+    remat_release(x), remat_release(w), remat_release(g2), remat_release(x2), remat_release(t);
+    return rc;
+}
+
 static const char *const k_linear_args[] = {"x", "weight", "bias"};
 
 /* Slot 0 = x (read by weight's gradient), slot 1 = weight (read by x's);
@@ -267,7 +337,8 @@ const rm_op_desc rm_op_linear = {
     .n_saved = 2, .flags = RM_OPF_FLOAT | RM_OPF_SAVE_EARLY, .optional_in = 1u << 2,
     .arg_names = k_linear_args, .kernel = RM_K_MATMUL, .params_size = sizeof(lin_ctx),
     .fill_ctx = lin_fill_ctx, .check = lin_check, .infer = lin_infer,
-    .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}}, .backward = linear_backward};
+    .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}}, .backward = linear_backward,
+    .backward_diff = linear_backward_diff};
 
 int remat_linear(remat_tensor **out, remat_tensor *x, remat_tensor *weight, remat_tensor *bias) {
     /* y = bias + x · weightᵀ; the flags are read by the kernel only, after the checks */

@@ -55,12 +55,38 @@ static int softmax_backward(remat_node *node, remat_tensor *const *gout, remat_t
     return rc;
 }
 
+/* create_graph: softmax dx = y (g - sum(g y)); log_softmax dx = g - exp(y) sum(g),
+ * sums over dim, kept; public ops on g and the saved y. */
+static int softmax_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                 remat_tensor **gin) {
+    const softmax_params *p = node->ctx;
+    if (!node->next[0].node) return REMAT_OK;
+    remat_tensor *y = NULL, *g = gout[0], *t = NULL, *s = NULL, *u = NULL;
+    const int dim = p->k.dim;
+    int rc = rm_node_unpack(node, 0, &y);
+    if (rc) return rc;
+    if (p->k.log) {
+        rc = remat_sum(&s, g, 1, &dim, true);
+        if (!rc) rc = remat_exp(&t, y);
+        if (!rc) rc = remat_mul(&u, t, s);
+        if (!rc) rc = remat_sub(&gin[0], g, u);
+    } else {
+        rc = remat_mul(&t, g, y);
+        if (!rc) rc = remat_sum(&s, t, 1, &dim, true);
+        if (!rc) rc = remat_sub(&u, g, s);
+        if (!rc) rc = remat_mul(&gin[0], y, u);
+    }
+    remat_release(y), remat_release(t), remat_release(s), remat_release(u);
+    return rc;
+}
+
 #define SOFTMAX_OP(sym, call, node)                                                          \
     const rm_op_desc sym = {                                                                 \
         .name = call, .node_name = node, .n_in = 1, .n_out = 1, .n_saved = 1,                \
         .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS, .kernel = RM_K_SOFTMAX,                   \
         .params_size = sizeof(softmax_params), .check = softmax_check,                       \
-        .saves = {{RM_SAVE_OUTPUT, 0, 0}}, .backward = softmax_backward}
+        .saves = {{RM_SAVE_OUTPUT, 0, 0}}, .backward = softmax_backward,                    \
+        .backward_diff = softmax_backward_diff}
 SOFTMAX_OP(rm_op_softmax, "remat_softmax", "SoftmaxBackward");
 SOFTMAX_OP(rm_op_log_softmax, "remat_log_softmax", "LogSoftmaxBackward");
 
@@ -185,6 +211,53 @@ out:
     return rc;
 }
 
+/* create_graph: layer_norm rebuilt from public ops (xs: x, weight, bias):
+ * xc = x - mean(x), y = xc (mean(xc^2) + eps)^-1/2 * w + b over the last
+ * n_norm dims. The bias is not saved: its gradient is a sum of g, which
+ * needs no input. */
+static int layer_norm_recompose(remat_node *node, remat_tensor *const *xs, remat_tensor **y) {
+    const ln_params *p = node->ctx;
+    remat_tensor *x = xs[0], *mu = NULL, *xc = NULL, *v = NULL, *r = NULL, *cur = NULL,
+                 *nx = NULL;
+    int dims[REMAT_MAX_DIMS];
+    for (int i = 0; i < p->k.n_norm; i++) dims[i] = x->ndim - p->k.n_norm + i;
+    int rc = remat_mean(&mu, x, p->k.n_norm, dims, true);
+    if (!rc) rc = remat_sub(&xc, x, mu);
+    if (!rc) rc = remat_mul(&cur, xc, xc);
+    if (!rc) rc = remat_mean(&v, cur, p->k.n_norm, dims, true);
+    remat_release_p(&cur);
+    if (!rc) rc = remat_add_scalar(&cur, v, p->k.eps);
+    if (!rc) rc = remat_pow_scalar(&r, cur, -0.5);
+    remat_release_p(&cur);
+    if (!rc) rc = remat_mul(&cur, xc, r);
+    if (!rc && xs[1]) {
+        rc = remat_mul(&nx, cur, xs[1]);
+        remat_release(cur);
+        cur = nx, nx = NULL;
+    }
+    remat_release(mu), remat_release(xc), remat_release(v), remat_release(r);
+    if (rc) {
+        remat_release(cur);
+        return rc;
+    }
+    *y = cur;
+    return REMAT_OK;
+}
+
+static int layer_norm_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                    remat_tensor **gin) {
+    const ln_params *p = node->ctx;
+    static const int slots[3] = {0, 1, -1};
+    int rc = rm_backward_recompose(node, slots, layer_norm_recompose, gout, gin);
+    if (!rc && node->next[2].node) { /* db = g summed over the leading dims */
+        remat_tensor *g = gout[0];
+        int dims[REMAT_MAX_DIMS], lead = g->ndim - p->k.n_norm;
+        for (int i = 0; i < lead; i++) dims[i] = i;
+        rc = lead ? remat_sum(&gin[2], g, lead, dims, false) : remat_contiguous(&gin[2], g);
+    }
+    return rc;
+}
+
 /* Outputs: y (handed out), mean and rstd (saved); weight and bias optional. */
 const rm_op_desc rm_op_layer_norm = {
     .name = "remat_layer_norm", .node_name = "LayerNormBackward", .n_in = 3, .n_out = 3,
@@ -193,7 +266,7 @@ const rm_op_desc rm_op_layer_norm = {
     .fill_ctx = layer_norm_fill_ctx, .check = layer_norm_check, .infer = layer_norm_infer,
     .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}, {RM_SAVE_OUTPUT, 1, 0},
               {RM_SAVE_OUTPUT, 2, 0}},
-    .backward = layer_norm_backward};
+    .backward = layer_norm_backward, .backward_diff = layer_norm_backward_diff};
 
 int remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
                      remat_tensor *bias, double eps) {
@@ -268,6 +341,12 @@ out:
     return rc;
 }
 
+/* create_graph: g * mask / (1 - p) is linear in g and its own adjoint. */
+static int dropout_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                 remat_tensor **gin) {
+    return rm_backward_linear(node, gout, gin, rm_adjoint_self);
+}
+
 static const char *const k_dropout_args[] = {"x"};
 
 /* Outputs: y (handed out) and the keep bits (only with a node, saved). */
@@ -277,7 +356,7 @@ const rm_op_desc rm_op_dropout = {
     .arg_names = k_dropout_args, .kernel = RM_K_DROPOUT,
     .params_size = sizeof(dropout_params), .check = dropout_check,
     .infer = dropout_infer, .saves = {{RM_SAVE_OUTPUT, 1, 0}},
-    .backward = dropout_backward};
+    .backward = dropout_backward, .backward_diff = dropout_backward_diff};
 
 int remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool train) {
     dropout_params params = {.k = {.p = p}, .train = train};

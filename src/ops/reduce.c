@@ -107,12 +107,28 @@ static int sum_backward(remat_node *node, remat_tensor *const *gout, remat_tenso
     return rc;
 }
 
+/* create_graph: g reshaped to the kept-dims shape, expanded to the input's
+ * (a view) and scaled for mean, with public ops. */
+static int sum_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    const sum_params *p = node->ctx;
+    if (!node->next[0].node) return REMAT_OK;
+    int64_t kept[REMAT_MAX_DIMS];
+    for (int d = 0; d < p->ndim; d++) kept[d] = p->k.mask[d] ? 1 : p->shape[d];
+    remat_tensor *r = NULL, *e = NULL;
+    int rc = remat_reshape(&r, gout[0], p->ndim, kept);
+    if (!rc) rc = remat_expand(&e, r, p->ndim, p->shape);
+    if (!rc && p->k.mean) rc = remat_mul_scalar(&gin[0], e, p->k.scale);
+    else if (!rc) gin[0] = remat_retain(e);
+    remat_release(r), remat_release(e);
+    return rc;
+}
+
 #define SUM_OP(sym, call, node)                                                              \
     const rm_op_desc sym = {                                                                 \
         .name = call, .node_name = node, .n_in = 1, .n_out = 1,                              \
         .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS, .kernel = RM_K_SUM,                       \
         .params_size = sizeof(sum_params), .fill_ctx = sum_fill_ctx, .check = sum_check,     \
-        .infer = sum_infer, .backward = sum_backward}
+        .infer = sum_infer, .backward = sum_backward, .backward_diff = sum_backward_diff}
 SUM_OP(rm_op_sum, "remat_sum", "SumBackward");
 SUM_OP(rm_op_mean, "remat_mean", "MeanBackward");
 SUM_OP(rm_op_sum_all, "remat_sum_all", "SumBackward");

@@ -1,5 +1,5 @@
-/* src/ops/registry.c — the op registry (registry.h). One list names every
- * public op; an op converted to a descriptor is listed with it. */
+/* src/ops/registry.c — the op registry (registry.h): one list of every
+ * public op's descriptor. */
 #include <stdio.h>
 #include <string.h>
 
@@ -19,18 +19,10 @@ extern const rm_op_desc rm_op_reshape, rm_op_view, rm_op_transpose, rm_op_permut
 extern const rm_op_desc rm_op_add_, rm_op_mul_, rm_op_mul_scalar_, rm_op_relu_, rm_op_zero_,
     rm_op_copy_;
 extern const rm_op_desc rm_op_masked_fill, rm_op_where, rm_op_clone, rm_op_to_device,
-    rm_op_to_dtype, rm_op_tag;
+    rm_op_to_dtype, rm_op_tag, rm_op_cat, rm_op_split;
 
-typedef struct entry {
-    const char *name;
-    const rm_op_desc *desc;
-} entry;
-
-/* D: runs through rm_dispatch. B: still on the bracket macros (its file
- * has not been moved to descriptors yet). */
-#define D(sym) {NULL, &rm_op_##sym}
-#define B(name) {name, NULL}
-static const entry k_ops[] = {
+#define D(sym) &rm_op_##sym
+static const rm_op_desc *const k_ops[] = {
     /* unary.c */
     D(neg), D(exp), D(log), D(sqrt), D(tanh), D(sigmoid), D(relu), D(gelu), D(pow_scalar),
     D(add_scalar), D(sub_scalar), D(mul_scalar), D(div_scalar), D(rsub_scalar),
@@ -48,23 +40,21 @@ static const entry k_ops[] = {
     D(reshape), D(view), D(transpose), D(permute), D(slice), D(expand), D(unsqueeze), D(squeeze),
     D(contiguous),
     /* select.c, concat.c, copy.c */
-    D(masked_fill), D(where), B("remat_cat"),
-    B("remat_split"), D(clone), D(to_device), D(to_dtype),
+    D(masked_fill), D(where), D(cat), D(split), D(clone), D(to_device), D(to_dtype),
     /* tag.c */
     D(tag),
 };
 #undef D
-#undef B
 #define N_OPS ((int)(sizeof k_ops / sizeof k_ops[0]))
 
 int rm_op_count(void) { return N_OPS; }
 
 const char *rm_op_name(int i) {
     if (i < 0 || i >= N_OPS) return NULL;
-    return k_ops[i].desc ? k_ops[i].desc->name : k_ops[i].name;
+    return k_ops[i]->name;
 }
 
-const rm_op_desc *rm_op_desc_at(int i) { return i < 0 || i >= N_OPS ? NULL : k_ops[i].desc; }
+const rm_op_desc *rm_op_desc_at(int i) { return i < 0 || i >= N_OPS ? NULL : k_ops[i]; }
 
 int rm_op_find(const char *name) {
     for (int i = 0; i < N_OPS; i++)

@@ -1,6 +1,6 @@
-/* src/ops/registry.h — the op registry: every public op by the name
- * policies, traces and reports see (the name rm_op_begin is given), with
- * its descriptor once it runs through rm_dispatch. */
+/* src/ops/registry.h — the op registry: every public op's descriptor, by
+ * the name policies, traces and reports see (the name rm_op_begin is
+ * given). */
 #ifndef REMAT_OPS_REGISTRY_H
 #define REMAT_OPS_REGISTRY_H
 
@@ -12,8 +12,7 @@
 int rm_op_count(void);
 /* Name of op i (0 <= i < rm_op_count()), e.g. "remat_linear". */
 const char *rm_op_name(int i);
-/* Descriptor of op i, or NULL while the op still runs on the bracket
- * macros (RM_OP_RUN1/RM_OP_RUN0) instead of rm_dispatch. */
+/* Descriptor of op i (NULL for i out of range). */
 const rm_op_desc *rm_op_desc_at(int i);
 /* Index of the op named `name`, or -1. */
 int rm_op_find(const char *name);

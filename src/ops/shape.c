@@ -13,6 +13,7 @@
  * transpose back, sum over expanded dims, scatter into zeros for slice).
  * Backward functions run with scopes suspended and grad mode off, so they
  * may call the public ops and get plain references. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "../dispatch/dispatch.h"
@@ -88,10 +89,7 @@ static int identity_backward(remat_node *node, remat_tensor *const *gout, remat_
  * Only the complement of the slice is zeroed, so every element is written
  * once: the rows before start, the gaps between steps, the rows after the
  * last taken one. */
-static int slice_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
-    const shape_args *c = node->ctx;
-    if (!node->next[0].node) return REMAT_OK;
-    remat_tensor *g = gout[0];
+static int slice_scatter(const shape_args *c, remat_tensor *g, remat_tensor **gin) {
     int rc = rm_check_host("SliceBackward", g);
     if (rc) return rc;
     remat_tensor *z = NULL, *v = NULL;
@@ -128,6 +126,43 @@ static int slice_backward(remat_node *node, remat_tensor *const *gout, remat_ten
     }
     gin[0] = z;
     return REMAT_OK;
+}
+
+static int slice_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    if (!node->next[0].node) return REMAT_OK;
+    return slice_scatter(node->ctx, gout[0], gin);
+}
+
+/* slice's differentiable backward (create_graph): the same scatter as a
+ * custom function whose backward is the forward slice of the incoming
+ * gradient (the scatter is linear; slice is its adjoint), so it can be
+ * differentiated to any order. */
+static int scatter_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const *in, int n_in,
+                           remat_tensor **out, int n_out) {
+    RM_UNUSED(ctx), RM_UNUSED(n_in), RM_UNUSED(n_out);
+    return slice_scatter(ud, in[0], out);
+}
+
+static int scatter_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *gout,
+                            int n_out, remat_tensor **gin, int n_in) {
+    RM_UNUSED(ctx), RM_UNUSED(n_out), RM_UNUSED(n_in);
+    const shape_args *c = ud;
+    if (!gout[0]) return REMAT_OK;
+    const int64_t len = c->end; /* the slice's length along dim0 (slice_backward_diff) */
+    return remat_slice(&gin[0], gout[0], c->dim0, c->start, c->start + (len - 1) * c->step + 1,
+                       c->step);
+}
+
+static int slice_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    if (!node->next[0].node) return REMAT_OK;
+    shape_args *ud = malloc(sizeof *ud);
+    if (!ud) return rm_err(REMAT_ENOMEM, "SliceBackward: out of memory");
+    *ud = *(const shape_args *)node->ctx;
+    ud->end = gout[0]->shape[ud->dim0]; /* reused: the slice's length */
+    static const remat_function_def def = {.name = "SliceBackwardBackward",
+                                           .forward = scatter_forward,
+                                           .backward = scatter_backward, .destroy = free};
+    return remat_function_apply(&def, ud, 1, gout, 1, gin);
 }
 
 /* ---- reshape / view ---------------------------------------------------------------- */
@@ -467,16 +502,22 @@ static int infer_contiguous(const rm_op_call *c, rm_out_spec *o) {
 }
 
 /* ---- descriptors and entry points ------------------------------------------------------------------------ */
-#define SHAPE_OP(sym, call, node, infer_fn, fill_fn, backward_fn)                                \
+/* The backward of every shape op but slice is made of public shape ops: it
+ * is its own differentiable backward. */
+#define SHAPE_OP_(sym, call, node, infer_fn, fill_fn, backward_fn, diff_fn)                      \
     const rm_op_desc sym = {.name = call, .node_name = node, .n_in = 1, .n_out = 1,              \
                             .kernel = RM_K_COPY, .params_size = sizeof(shape_args),              \
-                            .infer = infer_fn, .fill_ctx = fill_fn, .backward = backward_fn}
+                            .infer = infer_fn, .fill_ctx = fill_fn, .backward = backward_fn,     \
+                            .backward_diff = diff_fn}
+#define SHAPE_OP(sym, call, node, infer_fn, fill_fn, backward_fn)                                \
+    SHAPE_OP_(sym, call, node, infer_fn, fill_fn, backward_fn, backward_fn)
 
 SHAPE_OP(rm_op_reshape, "remat_reshape", "ViewBackward", infer_reshape, fill_input_shape, reshape_backward);
 SHAPE_OP(rm_op_view, "remat_view", "ViewBackward", infer_reshape, fill_input_shape, reshape_backward);
 SHAPE_OP(rm_op_transpose, "remat_transpose", "TransposeBackward", infer_transpose, fill_transpose, transpose_backward);
 SHAPE_OP(rm_op_permute, "remat_permute", "PermuteBackward", infer_permute, fill_permute, permute_backward);
-SHAPE_OP(rm_op_slice, "remat_slice", "SliceBackward", infer_slice, fill_slice, slice_backward);
+SHAPE_OP_(rm_op_slice, "remat_slice", "SliceBackward", infer_slice, fill_slice, slice_backward,
+          slice_backward_diff);
 SHAPE_OP(rm_op_expand, "remat_expand", "ExpandBackward", infer_expand, fill_input_shape, expand_backward);
 SHAPE_OP(rm_op_unsqueeze, "remat_unsqueeze", "UnsqueezeBackward", infer_unsqueeze, fill_input_shape, reshape_backward);
 SHAPE_OP(rm_op_squeeze, "remat_squeeze", "SqueezeBackward", infer_squeeze, fill_input_shape, reshape_backward);

@@ -39,7 +39,7 @@ static int tag_infer(const rm_op_call *c, rm_out_spec *out) {
 }
 
 static int tag_finish(rm_op_call *c) {
-    return remat_set_name(c->k.out[0], ((const tag_params *)c->params)->name);
+    return remat_set_name(c->out[0], ((const tag_params *)c->params)->name);
 }
 
 /* An empty or NULL name reaches the policy as no tag (the check rejects it). */

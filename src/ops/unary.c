@@ -51,6 +51,183 @@ static int save_relu_mask(rm_op_call *c, int slot, remat_tensor **out) {
     return rm_kernel_run(RM_K_RELU_MASK, c->op->name, &k);
 }
 
+/* ---- double backward (create_graph) -------------------------------------------------
+ * The differentiable backward: the same formulas written with public ops
+ * (grad mode is on, so they record a graph reaching g and the saved x or
+ * y). Two formulas have no public-op form and run as registered ops with
+ * a backward of their own: relu's g * mask (linear in g: its backward is
+ * itself on the incoming gradient) and GELU's g * gelu'(x), whose
+ * derivative in x, gelu''(x), is again written with public ops. */
+extern const rm_op_desc rm_op_relu_mask_grad, rm_op_gelu_grad;
+
+/* dx = relu_mask_grad(g, mask) = g * [mask bit], as a differentiable op. */
+static int relu_mask_grad(remat_tensor **out, remat_tensor *g, remat_tensor *mask) {
+    const rm_unary_params p = {RM_U_RELU, 0};
+    remat_tensor *gc = NULL, *in[2] = {NULL, mask};
+    int rc = remat_contiguous(&gc, g);
+    in[0] = gc;
+    if (!rc) rc = rm_dispatch(&rm_op_relu_mask_grad, out, in, &p, NULL);
+    remat_release(gc);
+    return rc;
+}
+
+static int gelu_grad(remat_tensor **out, rm_unary_op op, remat_tensor *g, remat_tensor *x) {
+    const rm_unary_params p = {op, 0};
+    remat_tensor *in[2] = {g, x};
+    return rm_dispatch(&rm_op_gelu_grad, out, in, &p, NULL);
+}
+
+/* A chain of public ops on temporaries: each step's result replaces `cur`
+ * (the previous one released), stopping at the first failure. */
+#define STEP(call)                                                                           \
+    do {                                                                                     \
+        remat_tensor *nx_ = NULL;                                                            \
+        if (!rc) rc = (call);                                                                \
+        remat_release(cur);                                                                  \
+        cur = rc ? NULL : nx_;                                                               \
+    } while (0)
+
+/* gelu''(x). erf form: pdf(x) * (2 - x^2). tanh form, with
+ * u = c (x + a x^3), t = tanh(u), u' = c (1 + 3 a x^2), u'' = 6 c a x:
+ * (1 - t^2) (u' - x t u'^2 + x u'' / 2). */
+static int gelu_second(remat_tensor **out, rm_unary_op op, remat_tensor *x) {
+    int rc = REMAT_OK;
+    remat_tensor *cur = NULL, *x2 = NULL, *a = NULL, *t = NULL, *du = NULL;
+    rc = remat_mul(&x2, x, x);
+    if (op == RM_U_GELU_ERF) {
+        cur = remat_retain(x2);
+        STEP(remat_mul_scalar(&nx_, cur, -0.5));
+        STEP(remat_exp(&nx_, cur));
+        STEP(remat_mul_scalar(&nx_, cur, 0.3989422804014327)); /* 1/sqrt(2 pi) */
+        if (!rc) rc = remat_rsub_scalar(&a, x2, 2.0);
+        STEP(remat_mul(&nx_, cur, a));
+    } else {
+        const double c = 0.7978845608028654, k = 0.044715; /* sqrt(2/pi) */
+        /* u = c x (1 + k x^2); t = tanh(u) */
+        if (!rc) rc = remat_mul_scalar(&a, x2, k);
+        cur = remat_retain(a);
+        STEP(remat_add_scalar(&nx_, cur, 1.0));
+        STEP(remat_mul(&nx_, cur, x));
+        STEP(remat_mul_scalar(&nx_, cur, c));
+        STEP(remat_tanh(&nx_, cur));
+        t = cur, cur = NULL;
+        /* u' = c (1 + 3 k x^2) */
+        if (!rc) rc = remat_mul_scalar(&du, x2, 3.0 * c * k);
+        if (!rc) { cur = du, du = NULL; }
+        STEP(remat_add_scalar(&nx_, cur, c));
+        du = cur, cur = NULL;
+        /* inner = u' - x t u'^2 + 3 c k x^2 (x u''/2 = 3 c k x^2) */
+        if (!rc) rc = remat_mul(&cur, du, du);
+        STEP(remat_mul(&nx_, cur, t));
+        STEP(remat_mul(&nx_, cur, x));
+        STEP(remat_sub(&nx_, du, cur));
+        remat_release_p(&a);
+        if (!rc) rc = remat_mul_scalar(&a, x2, 3.0 * c * k);
+        STEP(remat_add(&nx_, cur, a));
+        /* times 1 - t^2 */
+        remat_release_p(&a);
+        if (!rc) rc = remat_mul(&a, t, t);
+        remat_tensor *b = NULL;
+        if (!rc) rc = remat_rsub_scalar(&b, a, 1.0);
+        STEP(remat_mul(&nx_, cur, b));
+        remat_release(b);
+    }
+    remat_release(x2), remat_release(a), remat_release(t), remat_release(du);
+    *out = cur;
+    return rc;
+}
+
+/* dx for a unary op, with public ops. Slot 0: s (or relu's mask). */
+static int unary_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    const rm_unary_params *p = node->ctx;
+    remat_tensor *s = NULL, *g = gout[0], *cur = NULL, *a = NULL;
+    int rc = node->n_saved ? rm_node_unpack(node, 0, &s) : REMAT_OK;
+    if (rc) return rc;
+    switch (p->op) {
+    case RM_U_NEG: case RM_U_RSUB: rc = remat_neg(&cur, g); break;
+    case RM_U_ADD: cur = remat_retain(g); break;
+    case RM_U_MUL: rc = remat_mul_scalar(&cur, g, p->p); break;
+    case RM_U_EXP: rc = remat_mul(&cur, g, s); break;           /* g y */
+    case RM_U_LOG: rc = remat_div(&cur, g, s); break;           /* g / x */
+    case RM_U_SQRT:                                             /* g / (2 y) */
+        rc = remat_div(&cur, g, s);
+        STEP(remat_mul_scalar(&nx_, cur, 0.5));
+        break;
+    case RM_U_TANH:                                             /* g (1 - y^2) */
+        rc = remat_mul(&a, s, s);
+        if (!rc) rc = remat_rsub_scalar(&cur, a, 1.0);
+        STEP(remat_mul(&nx_, g, cur));
+        break;
+    case RM_U_SIGMOID:                                          /* g y (1 - y) */
+        rc = remat_rsub_scalar(&a, s, 1.0);
+        if (!rc) rc = remat_mul(&cur, s, a);
+        STEP(remat_mul(&nx_, g, cur));
+        break;
+    case RM_U_POW:                                              /* g p x^(p-1) */
+        if (p->p == 0.0) {
+            rc = remat_mul_scalar(&cur, g, 0.0);
+            break;
+        }
+        rc = remat_pow_scalar(&cur, s, p->p - 1.0);
+        STEP(remat_mul_scalar(&nx_, cur, p->p));
+        STEP(remat_mul(&nx_, g, cur));
+        break;
+    case RM_U_RELU: rc = relu_mask_grad(&cur, g, s); break;
+    case RM_U_GELU_ERF: case RM_U_GELU_TANH: rc = gelu_grad(&cur, p->op, g, s); break;
+    default: rc = rm_no_double_backward(node, NULL); break;
+    }
+    remat_release(s);
+    remat_release(a);
+    if (!rc) gin[0] = cur;
+    else remat_release(cur);
+    return rc;
+}
+
+/* relu_mask_grad: y = g * [mask bit]; linear in g, so its gradient is the
+ * same op on the incoming gradient. Slot 0: the mask. */
+static int relu_mask_grad_backward(remat_node *node, remat_tensor *const *gout,
+                                   remat_tensor **gin) {
+    remat_tensor *mask = NULL;
+    int rc = rm_node_unpack(node, 0, &mask);
+    if (!rc) rc = relu_mask_grad(&gin[0], gout[0], mask);
+    remat_release(mask);
+    return rc;
+}
+
+const rm_op_desc rm_op_relu_mask_grad = {
+    .name = "ReluBackward", .node_name = "ReluBackwardBackward", .n_in = 2, .n_out = 1,
+    .n_saved = 1, .no_grad_in = 2u,
+    .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS | RM_OPF_SAVE_EARLY,
+    .kernel = RM_K_RELU_MASK_BWD, .params_size = sizeof(rm_unary_params),
+    .saves = {{RM_SAVE_INPUT, 1, 0}}, .backward = relu_mask_grad_backward,
+    .backward_diff = relu_mask_grad_backward};
+
+/* gelu_grad: y = g * gelu'(x). dg = gelu_grad(gy, x); dx = gy * g * gelu''(x).
+ * Slots: 0 = g (read by x's gradient), 1 = x. */
+static int gelu_grad_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    const rm_unary_params *p = node->ctx;
+    remat_tensor *g = NULL, *x = NULL, *cur = NULL;
+    int rc = rm_node_unpack(node, 1, &x);
+    if (!rc && node->next[0].node) rc = gelu_grad(&gin[0], p->op, gout[0], x);
+    if (!rc && node->next[1].node) {
+        rc = rm_node_unpack(node, 0, &g);
+        if (!rc) rc = gelu_second(&cur, p->op, x);
+        STEP(remat_mul(&nx_, cur, g));
+        STEP(remat_mul(&nx_, cur, gout[0]));
+        if (!rc) gin[1] = cur, cur = NULL;
+    }
+    remat_release(g), remat_release(x), remat_release(cur);
+    return rc;
+}
+
+const rm_op_desc rm_op_gelu_grad = {
+    .name = "GeluBackward", .node_name = "GeluBackwardBackward", .n_in = 2, .n_out = 1,
+    .n_saved = 2, .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_CONTIGUOUS | RM_OPF_SAVE_EARLY,
+    .kernel = RM_K_UNARY_BWD, .params_size = sizeof(rm_unary_params),
+    .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 0}}, .backward = gelu_grad_backward,
+    .backward_diff = gelu_grad_backward};
+#undef STEP
+
 #define SAVES_NOTHING 0, 0, {{0}}
 #define SAVES_X RM_OPF_SAVE_EARLY, 1, {{RM_SAVE_INPUT, 0, 0}}
 #define SAVES_Y 0, 1, {{RM_SAVE_OUTPUT, 0, 0}}
@@ -60,7 +237,8 @@ static int save_relu_mask(rm_op_call *c, int slot, remat_tensor **out) {
         .name = call, .node_name = node, .n_in = 1, .n_out = 1, .n_saved = n_saved_,         \
         .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS | save_flags, .kernel = RM_K_UNARY,        \
         .params_size = sizeof(rm_unary_params), .saves = __VA_ARGS__,                        \
-        .save_custom = save_relu_mask, .backward = unary_backward}
+        .save_custom = save_relu_mask, .backward = unary_backward,                           \
+        .backward_diff = unary_backward_diff}
 #define UNARY_OP(sym, call, node, plan) UNARY_OP_(sym, call, node, plan)
 
 UNARY_OP(rm_op_neg, "remat_neg", "NegBackward", SAVES_NOTHING);

@@ -99,6 +99,10 @@ struct sac_region {
     uint64_t bid;
     bool stopped;   /* skip mode was on at a top-level op: early stop */
     bool consumed_any; /* this recomputation served an op from the cache */
+    /* this recomputation runs in a create_graph backward: the region will
+     * be recomputed again by the backward of the graph it records (grad of
+     * grad), so it serves cache entries without consuming them */
+    bool keep;
     /* the running top-level op */
     int cur;        /* record index (forward) or served record (recompute); -1 none */
     bool serving;
@@ -492,8 +496,8 @@ static int begin_recompute(sac_region *r, rm_op_frame *f, const char *op, int n_
         }
     }
     if (rc) return rm_err_prefix(rc, op);
-    rec->state = REC_CONSUMED;
-    r->consumed_any = true;
+    if (!r->keep) rec->state = REC_CONSUMED;
+    r->consumed_any = !r->keep;
     STATS(r)->ops_from_cache++;
     r->cur = idx;
     r->serving = true;
@@ -697,8 +701,8 @@ static void end_recompute(sac_region *r, rm_op_frame *f, int status, int n_out,
         }
     }
     /* consumed: the recomputed graph and the checkpoint's placeholders hold
-     * what is still needed */
-    rec_release(rec);
+     * what is still needed (kept for the next recomputation under create_graph) */
+    if (!r->keep) rec_release(rec);
 }
 
 static void sac_end(void *self, rm_op_frame *f, int status, int n_out,
@@ -758,6 +762,7 @@ static int ctx_forward_exit(void *state, int status) {
 
 static int ctx_recompute_enter(void *state) {
     enter(state, MODE_RECOMPUTE);
+    ((sac_region *)state)->keep = rm_backward_creates_graph();
     return REMAT_OK;
 }
 

@@ -727,6 +727,9 @@ static void check_first_step_overlap(void) {
         for (int i = 0; i < m.n; i++) once += log.count[i] == 1;
         CHECK(once == m.n && st.n_ready_events == m.n, "%s: %d of %d parameters got exactly one "
               "ready event", mode_name[mode], once, m.n);
+        CHECK(st.n_done_in_backward >= 0 && st.n_done_in_backward <= st.n_buckets,
+              "%s: %d of %d buckets done in backward", mode_name[mode], st.n_done_in_backward,
+              st.n_buckets);
         bool opaque = mode == M_REENTRANT || mode == M_NESTED_REENTRANT;
         if (opaque) {
             CHECK(st.learning && !st.graph_counts, "%s: the first backward must learn",

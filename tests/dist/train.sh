@@ -39,6 +39,7 @@ assert a["world_size"] == 2 and b["world_size"] == 1, (a["world_size"], b["world
 worst = max(abs(x - y) / abs(y) for x, y in zip(a["losses"], b["losses"]))
 assert len(a["losses"]) == 20 and worst <= 1e-5, worst
 assert a["tokens_per_s"] > 0 and "comm_hidden_fraction" in a
+assert 0 <= a["comm_done_in_backward"] <= 1, a["comm_done_in_backward"]
 print("2 ranks x batch 2 vs 1 x batch 4: worst relative loss difference %.2e" % worst)
 PY
 run2 --batch 2 --steps 20 --checkpoint block --reentrant --zero > "$tmp/z.json" || fail "--zero run"

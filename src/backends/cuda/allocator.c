@@ -137,7 +137,7 @@ void rm_cuda_scratch_free(int index, void *ptr) {
     if (pool) rm_pool_free(pool, ptr);
 }
 
-/* ---- public ----------------------------------------------------------------------------------- */
+/* ---- public ------------------------------------------------------------------------------ */
 int remat_cuda_set_allocator(const remat_allocator *allocator) {
     int type = rm_cuda_type();
     for (int i = 0; type > 0 && i < REMAT_MAX_DEVICES_PER_TYPE; i++) {

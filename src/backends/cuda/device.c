@@ -85,7 +85,8 @@ static int copy_d2h(int index, cudaStream_t s, char *dst, const char *src, size_
     /* chunk i goes to buffer i % 2; chunk i + 1 is enqueued before chunk i is read */
     for (size_t i = 0; !rc && i <= nchunks; i++) {
         if (i < nchunks) {
-            size_t off = i * RM_STAGE_BYTES, c = n - off < RM_STAGE_BYTES ? n - off : RM_STAGE_BYTES;
+            size_t off = i * RM_STAGE_BYTES;
+            size_t c = n - off < RM_STAGE_BYTES ? n - off : RM_STAGE_BYTES;
             rc = rm_cuda_check(cudaMemcpyAsync(st->buf[i & 1], src + off, c,
                                                cudaMemcpyDeviceToHost, s),
                                "cuda to host copy");
