@@ -1,6 +1,6 @@
 /* src/backends/cuda/kwrap.h — what the C wrappers of w17k's kernel families
  * (<family>_kernels.c) share: entering a kernel on the operands' device
- * (guard + stream), leaving it with the launcher's status, scratch, the
+ * (rm_cuda_begin), leaving it with the launcher's status, scratch, the
  * dtype code of the launchers, and plans built from tensors.
  *
  * A wrapper is an rm_kernel_fn: it runs only when every operand has data,
@@ -13,37 +13,35 @@
 #include "cuda_backend.h"
 #include "kplan.h"
 
-/* One kernel call: the device made current, its stream, and what errors say. */
+/* One kernel call: rm_cuda_begin's context (the device made current, its
+ * stream), with the device index and stream at hand and what errors say. */
 typedef struct rmk_call {
-    int dev, prev;
+    rm_cuda_ctx ctx;
+    int dev;
     cudaStream_t s;
     const char *what;
 } rmk_call;
 
 /* Enters the call on t's device. On failure nothing is left to undo. */
 static inline int rmk_enter(rmk_call *c, const remat_tensor *t, const char *what) {
-    c->dev = rm_cuda_index(t);
     c->what = what;
-    int rc = rm_cuda_guard(what, c->dev, &c->prev);
-    if (rc) return rc;
-    c->s = rm_cuda_stream(c->dev);
-    if (!c->s) {
-        rm_cuda_unguard(c->prev);
-        return rm_last_status() ? rm_last_status() : rm_err(REMAT_EDEVICE, "%s: no stream", what);
-    }
-    return REMAT_OK;
+    int rc = rm_cuda_begin(&c->ctx, what, t);
+    c->dev = c->ctx.index;
+    c->s = c->ctx.stream;
+    if (rc) rm_cuda_end(&c->ctx);
+    return rc;
 }
 
 /* Leaves the call: the launcher's error as a status (REMAT_OK for success). */
 static inline int rmk_leave(rmk_call *c, cudaError_t e) {
     int rc = rm_cuda_check(e, c->what);
-    rm_cuda_unguard(c->prev);
+    rm_cuda_end(&c->ctx);
     return rc;
 }
 
 /* Leaves the call with a status already set (rc != 0) or REMAT_OK. */
 static inline int rmk_leave_rc(rmk_call *c, int rc) {
-    rm_cuda_unguard(c->prev);
+    rm_cuda_end(&c->ctx);
     return rc;
 }
 
