@@ -132,6 +132,10 @@ static inline float rm_bf16_to_f32(uint16_t h) {
     union { uint32_t u; float f; } v = {(uint32_t)h << 16};
     return v.f;
 }
+/* (src/backends/cpu/bf16.c) n contiguous elements f32 -> bf16 (rounded as
+ * rm_f32_to_bf16) and back, vectorised and split over OpenMP. */
+void rm_cpu_f32_to_bf16(const float *restrict x, uint16_t *restrict y, int64_t n);
+void rm_cpu_bf16_to_f32(const uint16_t *restrict x, float *restrict y, int64_t n);
 /* double -> i64 as remat converts floats to integers (copies, fills):
  * truncation toward zero; NaN gives 0 and values beyond the i64 range
  * saturate (a plain cast is undefined behaviour there). */

@@ -280,9 +280,9 @@ int rm_check_tensor(const char *call, const char *arg, const remat_tensor *t) {
 int rm_check_float_dtype(const char *call, const char *arg, const remat_tensor *t) {
     int rc = rm_check_tensor(call, arg, t);
     if (rc) return rc;
-    if (t->dtype != REMAT_F32 && t->dtype != REMAT_F64) {
+    if (t->dtype != REMAT_F32 && t->dtype != REMAT_F64 && t->dtype != REMAT_BF16) {
         char b[200];
-        return rm_err(REMAT_EDTYPE, "%s: '%s' must be f32 or f64, got %s", call, arg,
+        return rm_err(REMAT_EDTYPE, "%s: '%s' must be f32, f64 or bf16, got %s", call, arg,
                       rm_tensor_str(t, b, sizeof b));
     }
     return REMAT_OK;
@@ -820,6 +820,14 @@ int rm_copy_into(remat_tensor *dst, const remat_tensor *src) {
     rm_iter_init(&base, dst->ndim, dst->shape, 2);
     memcpy(base.strides[0], dst->strides, sizeof(int64_t) * (size_t)dst->ndim);
     rm_broadcast_strides(src, dst->ndim, dst->shape, base.strides[1]);
+    bool f32_bf16 = dst->dtype == REMAT_BF16 && src->dtype == REMAT_F32;
+    bool bf16_f32 = dst->dtype == REMAT_F32 && src->dtype == REMAT_BF16;
+    if ((f32_bf16 || bf16_f32) && remat_is_contiguous(dst) && remat_is_contiguous(src) &&
+        remat_numel(src) == n) { /* the casts autocast makes: vectorised */
+        if (f32_bf16) rm_cpu_f32_to_bf16(rm_ptr(src), rm_ptr(dst), n);
+        else rm_cpu_bf16_to_f32(rm_ptr(src), rm_ptr(dst), n);
+        return REMAT_OK;
+    }
     if (dst->dtype > REMAT_I64 || src->dtype > REMAT_I64) {
         /* storage-only dtypes (u8, bf16): element by element through double */
         size_t des = remat_dtype_size(dst->dtype), ses = remat_dtype_size(src->dtype);

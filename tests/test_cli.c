@@ -1493,3 +1493,43 @@ Test(cli, sample_generates_text_deterministically_from_a_saved_gpt) {
     cr_assert(strstr(o, "--resume") && strstr(o, "usage: remat sample"), "%s", o);
     free(o);
 }
+
+/* ---- the progress bar ------------------------------------------------------------------- */
+/* The bar is redrawn in place ("\r...\033[K") and never wider than the
+ * terminal less one column ($COLUMNS here: --progress draws it into a
+ * pipe), with an ETA; --json never gets it. */
+Test(cli, progress_bar_fits_the_terminal_width) {
+    const char *flags = "--layers 1 --width 32 --heads 2 --context 24 --batch 8 --threads 1 "
+                        "--steps 40 --eval-every 10 --progress";
+    const int widths[] = {60, 30, 140};
+    for (int w = 0; w < 3; w++) {
+        snprintf(g_env, sizeof g_env, "COLUMNS=%d ", widths[w]);
+        char *o;
+        cr_assert_eq(run(&o, true, "train %s", flags), 0, "%s", o);
+        int bars = 0, with_eta = 0;
+        for (char *p = strchr(o, '\r'); p; p = strchr(p + 1, '\r')) {
+            size_t len = strcspn(p + 1, "\r\n\033");
+            cr_assert(len <= (size_t)widths[w] - 1, "COLUMNS=%d: a bar of %zu columns: %.*s",
+                      widths[w], len, (int)len, p + 1);
+            cr_assert(strncmp(p + 1 + len, "\033[K", 3) == 0, "no clear-to-end after the bar");
+            bars++;
+            char seg[512];
+            snprintf(seg, sizeof seg, "%.*s", (int)len, p + 1);
+            with_eta += strstr(seg, " ETA ") != NULL;
+            if (widths[w] == 140) /* room for everything: the bar, the rate, the evaluation */
+                cr_assert(seg[0] == '[' && strstr(seg, "tok/s") &&
+                          (bars <= 10 || strstr(seg, "| acc")), "%s", seg);
+        }
+        cr_assert_eq(bars, 40, "COLUMNS=%d: %d bars drawn", widths[w], bars);
+        if (widths[w] >= 60) cr_assert_eq(with_eta, 40, "COLUMNS=%d: no ETA", widths[w]);
+        free(o);
+    }
+    g_env[0] = '\0';
+    char *o;
+    cr_assert_eq(run(&o, true, "train %s --json", flags), 0, "%s", o);
+    cr_assert(!strchr(o, '\r'), "a bar with --json: %s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "train %s --quiet", flags), 0, "%s", o);
+    cr_assert(!strchr(o, '\r'), "a bar with --quiet: %s", o);
+    free(o);
+}

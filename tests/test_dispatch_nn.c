@@ -167,7 +167,7 @@ Test(dispatch_nn, layer_norm_optional_inputs_and_check_order) {
 Test(dispatch_nn, embedding_check_order) {
     int64_t ws[2] = {4, 3};
     remat_tensor *wi = rt_tensor(2, ws, REMAT_I64, (double[12]){0}), *y = NULL;
-    RT_FAILS(remat_embedding(&y, wi, NULL), REMAT_EDTYPE, "'weight' must be f32 or f64");
+    RT_FAILS(remat_embedding(&y, wi, NULL), REMAT_EDTYPE, "'weight' must be f32, f64 or bf16");
     remat_release(wi);
     cr_assert_eq(remat_live_tensors(), 0);
 }

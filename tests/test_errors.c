@@ -97,7 +97,7 @@ Test(errors, null_and_bad_arguments_give_clear_errors) {
     RT_FAILS(remat_empty(&out, 2, sh, REMAT_F32, (remat_device){6, 0}), REMAT_EDEVICE, NULL);
     remat_tensor *i;
     RT_OK(remat_arange(&i, 4));
-    RT_FAILS(remat_exp(&out, i), REMAT_EDTYPE, "f32 or f64");
+    RT_FAILS(remat_exp(&out, i), REMAT_EDTYPE, "f32, f64 or bf16");
     cr_assert_null(out);
     remat_release(i);
 }

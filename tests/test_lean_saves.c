@@ -239,7 +239,10 @@ Test(lean, bf16_conversion_rounds_to_nearest_even_within_bound) {
     RT_FAILS(remat_to_bf16(&back, b), REMAT_EDTYPE, "remat_to_bf16");
     RT_FAILS(remat_bf16_to_f32(&back, v), REMAT_EDTYPE, "must be bf16");
     remat_tensor *bad = NULL;
-    RT_FAILS(remat_exp(&bad, b), REMAT_EDTYPE, "remat_exp"); /* ops reject storage dtypes */
+    /* bf16 is a compute dtype (autocast): ops take it and keep it */
+    RT_OK(remat_exp(&bad, b));
+    cr_assert_eq(remat_tensor_dtype(bad), REMAT_BF16);
+    remat_release_p(&bad);
     remat_release(b);
     remat_release(v);
     remat_release(x);

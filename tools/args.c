@@ -181,6 +181,11 @@ static const opt_row rows[] = {
      .help = "one JSON line per step (step, loss, lr, step_ms,\n"
              "peak_bytes) and per evaluation (eval_loss, ...)"},
     {"--quiet", NULL, OPT_FLAG, CMD_TRAIN, SEC_OUTPUT, T(quiet), .help = "no progress output"},
+    {"--progress", NULL, OPT_FLAG, CMD_TRAIN, SEC_OUTPUT, T(progress),
+     .help = "draw the progress bar (redrawn in place, as wide as\n"
+             "$COLUMNS or the terminal, with an ETA) even when stderr\n"
+             "is no terminal; without it, only on a terminal; never\n"
+             "with --json or --quiet (--json: a line per 5% of steps)"},
     /* bench */
     {"--strategies", "LIST", OPT_STR, CMD_BENCH, SEC_BENCH, T(strategies_text),
      .help = "comma-separated strategies; tag names inside one are\n"

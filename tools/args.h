@@ -50,6 +50,7 @@ typedef struct config {
     long save_every;    /* --save-every N: also write --save every N steps (0: at the end only) */
     const char *log;    /* --log FILE: one JSON line per step and per evaluation */
     bool json, csv, quiet;
+    bool progress;      /* train --progress: the bar even when stderr is no terminal */
     bool verbose;       /* print the planner's profile and plans */
     bool report;        /* train --report: residual report of the run's first step */
     long eval_every;

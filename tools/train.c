@@ -13,6 +13,7 @@
 #include "dist.h"
 #include "json.h"
 #include "models.h"
+#include "progress.h"
 #include "savefile.h"
 #include "step.h"
 #include "svg.h"
@@ -80,19 +81,18 @@ static void rate(char *buf, size_t n, double v) {
         snprintf(buf, n, "%.0f", v);
 }
 
-/* A bar redrawn in place on a terminal (one line, < 80 columns), else a
- * plain line per call. extra: the last evaluation (bar) or this step's. */
-static void progress(bool tty, int64_t step, int64_t total, double loss, double tok_s,
-                     const char *unit, const char *extra) {
+/* A bar redrawn in place (tools/progress.h: it fits the terminal's width,
+ * with an ETA), else a plain line per call. extra: the last evaluation
+ * (bar) or this step's. */
+static void progress(bool bar, int64_t step, int64_t total, double loss, double tok_s,
+                     double eta_s, const char *unit, const char *extra) {
     char r[32];
     rate(r, sizeof r, tok_s);
-    if (tty) {
-        int width = 20, fill = total ? (int)((double)width * (double)step / (double)total) : width;
-        char bar[32];
-        for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
-        bar[width] = '\0';
-        fprintf(stderr, "\r[%s] %" PRId64 "/%" PRId64 " loss %.4f %s %s/s%s%s\033[K", bar, step,
-                total, loss, r, unit, extra ? " | " : "", extra ? extra : "");
+    if (bar) {
+        char line[512];
+        progress_line(line, sizeof line, progress_columns(fileno(stderr)), step, total, loss, r,
+                      unit, eta_s, extra);
+        fprintf(stderr, "\r%s\033[K", line);
     } else {
         fprintf(stderr, "step %" PRId64 "/%" PRId64 "  loss %.4f  %s %s/s%s%s\n", step, total,
                 loss, r, unit, extra ? "  " : "", extra ? extra : "");
@@ -338,7 +338,8 @@ int cmd_train(config *c) {
         goto done;
     }
 
-    const bool tty = !c->quiet && util_isatty(stderr);
+    /* the bar on a terminal (or with --progress), never with --json */
+    const bool tty = !c->quiet && !c->json && (c->progress || util_isatty(stderr));
     const int64_t n_steps = c->steps - start;
     if (!c->quiet) {
         char pb[32];
@@ -420,6 +421,7 @@ int cmd_train(config *c) {
         goto done;
     }
 
+    const double loop_t0 = util_now(); /* the ETA: the loop's time per step so far */
     for (int64_t k = 0; k < n_steps; k++) {
         int64_t step = start + k;
         model_zero_grad(&m);
@@ -478,7 +480,8 @@ int cmd_train(config *c) {
             if (logf) log_eval(logf, step + 1, &ev);
         }
         if (!c->quiet && (tty || (k + 1) % tick == 0 || k == 0 || do_eval || k == n_steps - 1))
-            progress(tty, step + 1, c->steps, loss, (double)tokens / train_time, unit,
+            progress(tty, step + 1, c->steps, loss, (double)tokens / train_time,
+                     (util_now() - loop_t0) / (double)(k + 1) * (double)(n_steps - k - 1), unit,
                      tty ? (evshort[0] ? evshort : NULL) : (do_eval ? evbuf : NULL));
         /* --save-every, and the step boundary where a signal stops the run
          * (every rank stops at the same step: the flag is agreed on) */

@@ -40,11 +40,6 @@ REMAT_BEGIN_PUBLIC
  * shape within the limit that the allocator cannot serve is REMAT_ENOMEM. */
 #define REMAT_MAX_TENSOR_BYTES (INT64_C(1) << 62)
 
-/* REMAT_U8 and REMAT_BF16 are storage-only dtypes: they hold saved
- * activations in compact form (1-bit masks packed 8 per byte, bf16 copies
- * of f32 values; see remat/compress.h). Tensors of these dtypes can be
- * created, copied and converted (remat_copy_to_buffer), but ops reject
- * them (REMAT_EDTYPE). */
 /* A yes/no option that can also be left unset. REMAT_OPT_DEFAULT is zero,
  * so a zero-initialised options struct leaves every such option at the
  * PyTorch default (for a global override: "no override"). Any other value
@@ -55,6 +50,15 @@ typedef enum remat_tristate {
     REMAT_OPT_TRUE = 1,
 } remat_tristate;
 
+/* REMAT_U8 is a storage-only dtype (1-bit masks packed 8 per byte, see
+ * remat/compress.h): u8 tensors can be created, copied and converted
+ * (remat_copy_to_buffer), but ops reject them (REMAT_EDTYPE).
+ * REMAT_BF16 (bfloat16: f32's exponent, 8 bits of mantissa) is a compute
+ * dtype: every float op takes it (computing in f32 inside and rounding its
+ * outputs to nearest even; matmul, linear and attention with bf16 GEMMs
+ * that accumulate in f32), and autocast (remat/autocast.h) makes it the
+ * dtype of matmul, linear and attention. Conversions f32 → bf16 round to
+ * nearest even and keep NaN and infinities. */
 typedef enum remat_dtype {
     REMAT_F32 = 0,
     REMAT_F64 = 1,
@@ -192,7 +196,9 @@ remat_status remat_detach(remat_tensor **out, remat_tensor *t);
 /* A copy of t on `device` (contiguous). If t is already there, a new
  * reference to t. Differentiable. */
 remat_status remat_to_device(remat_tensor **out, remat_tensor *t, remat_device device);
-/* A copy of t converted to dtype (contiguous). Differentiable between f32/f64. */
+/* A copy of t converted to dtype (contiguous; to bf16: rounded to nearest
+ * even). Differentiable between the float dtypes f32, f64 and bf16: the
+ * gradient is converted back to t's dtype. */
 remat_status remat_to_dtype(remat_tensor **out, remat_tensor *t, remat_dtype dtype);
 /* A new tensor with its own storage, same values (contiguous). Differentiable. */
 remat_status remat_clone(remat_tensor **out, remat_tensor *t);

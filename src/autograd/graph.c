@@ -465,7 +465,8 @@ int remat_set_requires_grad(remat_tensor *t, bool requires_grad) {
                       "only change requires_grad of leaves — use remat_detach",
                       rm_tensor_str(t, b, sizeof b), t->grad_fn->name);
     }
-    if (requires_grad && t->dtype != REMAT_F32 && t->dtype != REMAT_F64)
+    if (requires_grad && t->dtype != REMAT_F32 && t->dtype != REMAT_F64 &&
+        t->dtype != REMAT_BF16)
         return rm_err(REMAT_EINVAL,
                       "remat_set_requires_grad: only floating point tensors can require grad, "
                       "got %s", rm_tensor_str(t, b, sizeof b));

@@ -4,6 +4,7 @@
 #ifndef REMAT_CK_H
 #define REMAT_CK_H
 
+#include "remat/autocast.h"
 #include "../internal.h"
 #include "remat/checkpoint.h"
 
@@ -30,6 +31,10 @@ typedef struct ck_rng {
     int n_devices;
     remat_device devices[REMAT_MAX_DEVICES_PER_TYPE];
     uint8_t states[REMAT_MAX_DEVICES_PER_TYPE][REMAT_RNG_STATE_BYTES];
+    /* The forward's autocast state, stashed whatever preserve says: the
+     * recomputation runs under it (P: checkpoint stashes the autocast
+     * state), whatever state is active during backward. */
+    remat_autocast_state autocast;
 } ck_rng;
 
 /* Infers the device type of the inputs (warning for several types) and,
@@ -37,7 +42,7 @@ typedef struct ck_rng {
  * of that type (when the type is initialised). */
 int ck_rng_stash(ck_rng *r, bool preserve, int n, remat_tensor *const *inputs);
 /* Forks the generators (cpu + stashed devices) and sets the stashed
- * forward states. No-op unless preserve. */
+ * forward states (no-op unless preserve). */
 int ck_rng_enter(const ck_rng *r, remat_rng_fork *fork);
 /* Puts the forked states back. */
 int ck_rng_exit(const ck_rng *r, const remat_rng_fork *fork);

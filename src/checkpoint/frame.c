@@ -349,12 +349,16 @@ static int recompute(ck_frame *f, ck_rec *rec) {
     bool prev_grad = remat_set_grad_enabled(true);
     bool prev_skip = rm_skip_mode();
     remat_rng_fork fork;
+    remat_autocast_state prev_ac;
+    remat_autocast_get_state(&prev_ac);
+    remat_autocast_set_state(&f->rng.autocast);
     rc = ck_rng_enter(&f->rng, &fork);
     if (rc == REMAT_OK) {
         rc = run_in_recompute_context(&rctx, args, outs, prev_skip);
         int frc = ck_rng_exit(&f->rng, &fork);
         if (rc == REMAT_OK) rc = frc;
     }
+    remat_autocast_set_state(&prev_ac);
     rm_set_skip_mode(prev_skip);
     remat_set_grad_enabled(prev_grad);
     remat_saved_hooks_pop();

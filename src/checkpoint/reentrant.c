@@ -88,7 +88,11 @@ static int reent_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const
     rc = ck_rng_enter(&r->rng, &fork);
     if (rc) goto out;
     bool prev = remat_set_grad_enabled(true);
+    remat_autocast_state prev_ac;
+    remat_autocast_get_state(&prev_ac);
+    remat_autocast_set_state(&r->rng.autocast);
     rc = ck_call_fn(r->fn, r->user_data, n_inputs, det, r->n_outputs, outs);
+    remat_autocast_set_state(&prev_ac);
     remat_set_grad_enabled(prev);
     int frc = ck_rng_exit(&r->rng, &fork);
     if (rc == REMAT_OK) rc = frc;

@@ -79,6 +79,7 @@ static int infer_device_type(int n, remat_tensor *const *inputs) {
 int ck_rng_stash(ck_rng *r, bool preserve, int n, remat_tensor *const *inputs) {
     memset(r, 0, sizeof *r);
     r->preserve = preserve;
+    remat_autocast_get_state(&r->autocast);
     r->device_type = infer_device_type(n, inputs);
     if (!preserve) return REMAT_OK;
     int rc = remat_rng_get_state(REMAT_DEVICE_CPU, r->cpu_state);

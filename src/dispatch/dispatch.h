@@ -58,6 +58,16 @@ enum {
     RM_OPF_VARIADIC = 1u << 8,
 };
 
+/* How autocast treats an op's floating inputs (remat/autocast.h,
+ * docs/autocast.md; src/ops/autocast.c casts them before the op runs).
+ * f64 inputs are never cast. */
+typedef enum rm_autocast_kind {
+    RM_AC_NONE = 0, /* runs in its inputs' dtype */
+    RM_AC_LOWER,    /* autocast on: f32 inputs cast to bf16 (matmul, linear, attention) */
+    RM_AC_F32,      /* autocast on: bf16 inputs cast to f32 (norms, softmax, losses, sums) */
+    RM_AC_PROMOTE,  /* always: bf16 inputs mixed with wider ones cast to the widest */
+} rm_autocast_kind;
+
 /* What a save slot holds. */
 typedef enum rm_save_kind {
     RM_SAVE_NONE = 0,
@@ -144,6 +154,7 @@ struct rm_op_desc {
      * and NULL among the kernel's operands. */
     unsigned char optional_in;
     unsigned flags;        /* RM_OPF_* */
+    unsigned char autocast; /* rm_autocast_kind */
     /* Argument names in messages ("a must be a float tensor"); NULL: a, b, c, ... */
     const char *const *arg_names;
     rm_kernel_id kernel;
@@ -205,6 +216,12 @@ int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *
  * the number of outputs handed out, 0 on failure. */
 int rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_in,
                   remat_tensor *const *in, const void *params, void *site);
+
+/* The n_in (<= RM_OP_MAX_IN) inputs op runs on under the thread's autocast state: use[i] is in[i]
+ * or its cast, cast[i] the new reference to the cast (NULL: none; the
+ * caller releases them). The casts are differentiable ops of their own. */
+int rm_autocast_inputs(const rm_op_desc *op, int n_in, remat_tensor *const *in,
+                       remat_tensor **use, remat_tensor **cast);
 
 /* For a backward: saved slot `slot` of node, contiguous, as a new
  * reference in *out. A slot saved as NULL is REMAT_ESTATE "<node name>:

@@ -26,7 +26,8 @@ void rm_kernels_adopt_cpu(int type, bool adopt) {
     if (type <= 0 || type >= REMAT_MAX_DEVICE_TYPES) return;
     for (int id = 0; id < RM_K_COUNT; id++)
         for (int dt = 0; dt < RM_N_DTYPES; dt++)
-            rm_kernel_table_[id][type][dt] = adopt ? rm_cpu_kernels[id][dt] : NULL;
+            rm_kernel_table_[id][type][dt] =
+                adopt ? rm_kernel_lookup((rm_kernel_id)id, 0, (remat_dtype)dt) : NULL;
 }
 
 int rm_kernel_find(rm_kernel_id id, remat_device device, remat_dtype dtype, const char *call,

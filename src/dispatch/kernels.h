@@ -59,6 +59,10 @@ typedef int (*rm_kernel_fn)(const rm_kargs *k);
 /* ---- the table -------------------------------------------------------------------------- */
 /* The cpu backend's kernels (src/backends/cpu/table.c), indexed [kernel][dtype]. */
 extern const rm_kernel_fn rm_cpu_kernels[RM_K_COUNT][RM_N_DTYPES];
+/* (src/backends/cpu/bf16.c) For every kernel, its f32 kernel run on f32
+ * copies of the bf16 operands, the bf16 outputs rounded back (to nearest
+ * even): the cpu's bf16 kernel where it has no native one. */
+extern const rm_kernel_fn rm_cpu_bf16_via_f32[RM_K_COUNT];
 
 /* Registers fn for (kernel, device type, dtype); fn NULL removes it. The
  * cpu type's kernels are fixed. Not thread-safe: register at start-up, as
@@ -84,7 +88,10 @@ int rm_kernel_run(rm_kernel_id id, const char *call, rm_kargs *k);
 extern rm_kernel_fn rm_kernel_table_[RM_K_COUNT][REMAT_MAX_DEVICE_TYPES][RM_N_DTYPES];
 static inline rm_kernel_fn rm_kernel_lookup(rm_kernel_id id, int type, remat_dtype dtype) {
     if ((unsigned)dtype >= RM_N_DTYPES || (unsigned)type >= REMAT_MAX_DEVICE_TYPES) return NULL;
-    return type == 0 ? rm_cpu_kernels[id][dtype] : rm_kernel_table_[id][type][dtype];
+    if (type != 0) return rm_kernel_table_[id][type][dtype];
+    /* cpu bf16 without a kernel of its own: the f32 one through conversions */
+    rm_kernel_fn f = rm_cpu_kernels[id][dtype];
+    return f || dtype != REMAT_BF16 ? f : rm_cpu_bf16_via_f32[id];
 }
 
 #endif /* REMAT_DISPATCH_KERNELS_H */

@@ -127,7 +127,8 @@ static int att_infer(const rm_op_call *c, rm_out_spec *out) {
     out[0].shape[n - 1] = c->in[2]->shape[n - 1];
     out[1].ndim = n - 1;
     memcpy(out[1].shape, q->shape, sizeof(int64_t) * (size_t)(n - 1));
-    out[0].dtype = out[1].dtype = q->dtype;
+    out[0].dtype = q->dtype;
+    out[1].dtype = q->dtype == REMAT_BF16 ? REMAT_F32 : q->dtype; /* bf16 q: the lse stays f32 */
     return REMAT_OK;
 }
 
@@ -177,6 +178,7 @@ static const char *const k_att_args[] = {"q", "k", "v"};
 const rm_op_desc rm_op_attention = {
     .name = "remat_attention", .node_name = "AttentionBackward", .n_in = 3, .n_out = 2,
     .n_ret = 1, .n_saved = N_SAVED, .flags = RM_OPF_FLOAT, .arg_names = k_att_args,
+    .autocast = RM_AC_LOWER,
     .kernel = RM_K_ATTENTION, .params_size = sizeof(rm_attention_params),
     .fill_ctx = att_fill_ctx, .check = att_check, .infer = att_infer,
     .new_output = att_new_output,

@@ -163,6 +163,7 @@ out:
     const rm_op_desc sym = {                                                                 \
         .name = call, .node_name = node, .n_in = 2, .n_out = 1, .n_saved = 2,                \
         .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE,                      \
+        .autocast = RM_AC_PROMOTE,                                                           \
         .kernel = RM_K_ELEMENTWISE, .params_size = sizeof(bctx), .fill_ctx = fill_ctx,       \
         .infer = infer_broadcast, .saves = __VA_ARGS__, .backward = binary_backward,         \
         .backward_diff = binary_backward_diff}

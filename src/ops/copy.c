@@ -127,6 +127,17 @@ static int copy_backward(remat_node *node, remat_tensor *const *gout, remat_tens
     return copy_to(&gin[0], g, c->src_dtype, c->src_device);
 }
 
+/* create_graph: the same, with the public (differentiable) copies. */
+static int copy_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    copy_ctx *c = node->ctx;
+    if (!node->next[0].node) return REMAT_OK;
+    remat_tensor *t = NULL;
+    int rc = remat_to_device(&t, gout[0], c->src_device);
+    if (!rc) rc = remat_to_dtype(&gin[0], t, c->src_dtype);
+    remat_release(t);
+    return rc;
+}
+
 static const char *const k_t_name[] = {"t"};
 
 /* Every copy: one tensor t, a new contiguous output; only float -> float
@@ -135,7 +146,7 @@ static const char *const k_t_name[] = {"t"};
     const rm_op_desc sym = {                                                                 \
         .name = call, .node_name = node, .n_in = 1, .n_out = 1, .arg_names = k_t_name,       \
         .direct = copy_kernel, .params_size = sizeof(copy_ctx), .fill_ctx = copy_fill_ctx,   \
-        .backward = copy_backward, __VA_ARGS__}
+        .backward = copy_backward, .backward_diff = copy_backward_diff, __VA_ARGS__}
 
 COPY_OP(rm_op_clone, "remat_clone", "CloneBackward", .check = NULL);
 
@@ -147,7 +158,8 @@ int remat_clone(remat_tensor **out, remat_tensor *t) {
 
 static int to_dtype_check(const rm_op_call *c) {
     const copy_ctx *p = c->params;
-    if (p->dtype != REMAT_F32 && p->dtype != REMAT_F64 && p->dtype != REMAT_I64)
+    if (p->dtype != REMAT_F32 && p->dtype != REMAT_F64 && p->dtype != REMAT_I64 &&
+        p->dtype != REMAT_BF16)
         return rm_err(REMAT_EDTYPE, "%s: unknown dtype %d", c->op->name, (int)p->dtype);
     return rm_check_host(c->op->name, c->in[0]);
 }

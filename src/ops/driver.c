@@ -363,7 +363,12 @@ int rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_i
                   remat_tensor *const *in, const void *params, void *site) {
     rm_op_frame f;
     int nr = 0;
-    int rc = rm_op_begin(&f, op->name, n_in, in, site, op->tag ? op->tag(params) : NULL);
+    /* autocast: the op (and its bracket: policies, traces) sees the cast inputs */
+    remat_tensor *use[RM_OP_MAX_IN], *cast[RM_OP_MAX_IN] = {0};
+    const bool ac = op->autocast && n_in <= RM_OP_MAX_IN;
+    int rc = ac ? rm_autocast_inputs(op, n_in, in, use, cast) : REMAT_OK;
+    if (!rc && ac) in = use;
+    if (!rc) rc = rm_op_begin(&f, op->name, n_in, in, site, op->tag ? op->tag(params) : NULL);
     if (rc) {
         if (outs && !op->n_outputs)
             for (int i = 0; i < n_ret(op); i++) outs[i] = NULL;
@@ -371,6 +376,7 @@ int rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_i
         rc = run(op, outs, &nr, n_in, in, params);
         rm_op_end(&f, rc, nr, outs);
     }
+    for (int i = 0; ac && i < n_in; i++) remat_release(cast[i]);
     if (n_out) *n_out = nr;
     return rc;
 }

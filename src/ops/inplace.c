@@ -212,6 +212,46 @@ static int inplace_backward(remat_node *node, remat_tensor *const *gout, remat_t
     return rc;
 }
 
+/* create_graph: the same gradients with public ops. mul_'s old value of a
+ * is a snapshot without a graph (as P's original_self), and so is b when it
+ * shares a's storage: through them there is no second derivative, so that
+ * case refuses instead of dropping the term. */
+static int inplace_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                 remat_tensor **gin) {
+    const ipctx *cx = node->ctx;
+    remat_tensor *g = gout[0], *s = NULL, *t = NULL, *u = NULL;
+    bool need_a = node->next[0].node != NULL;
+    bool need_b = node->n_next > 1 && node->next[1].node != NULL;
+    int rc = REMAT_OK;
+    switch (cx->op) {
+    case IP_ADD: /* a + alpha * b */
+        if (need_a) gin[0] = remat_retain(g);
+        if (need_b) rc = remat_mul_scalar(&t, g, cx->ew.p);
+        break;
+    case IP_MUL_SCALAR:
+        if (need_a) rc = remat_mul_scalar(&gin[0], g, cx->ew.p);
+        break;
+    case IP_MUL: /* a_old * b */
+        if (need_a && need_b)
+            return rm_no_double_backward(node, "when both operands require grad (the old "
+                                               "value of a is a snapshot without a graph)");
+        if (need_a && !(rc = rm_node_unpack(node, 1, &s))) rc = remat_mul(&gin[0], g, s);
+        if (!rc && need_b && !(rc = rm_node_unpack(node, 0, &s))) rc = remat_mul(&t, g, s);
+        break;
+    case IP_RELU: /* g * [result > 0]: linear in g, its own adjoint */
+        return rm_backward_linear(node, gout, gin, rm_adjoint_self);
+    case IP_ZERO: case IP_COPY: /* a's gradient is a constant zero */
+        if (need_a) rc = zeros_like(&gin[0], g);
+        if (cx->op == IP_COPY && need_b) t = remat_retain(g);
+        break;
+    }
+    if (!rc && t) rc = rm_sum_to(&u, t, cx->ndb, cx->sb);
+    if (!rc && u) rc = u->dtype == cx->db ? (gin[1] = remat_retain(u), REMAT_OK)
+                                         : remat_to_dtype(&gin[1], u, cx->db);
+    remat_release(s), remat_release(t), remat_release(u);
+    return rc;
+}
+
 /* ---- descriptors ----------------------------------------------------------------- */
 static const char *const k_src_names[] = {"a", "src"};
 
@@ -220,7 +260,7 @@ static const char *const k_src_names[] = {"a", "src"};
         .name = call, .node_name = node, .n_in = nin, .n_out = 1,                            \
         .flags = RM_OPF_OWN_CHECKS | RM_OPF_INPLACE | (flags_), .kernel = kern,              \
         .params_size = sizeof(ipctx), .fill_ctx = inplace_fill_ctx, .check = inplace_check,  \
-        .backward = inplace_backward, __VA_ARGS__}
+        .backward = inplace_backward, .backward_diff = inplace_backward_diff, __VA_ARGS__}
 
 INPLACE_OP(rm_op_add_, "remat_add_", "AddBackward", 2, RM_K_ELEMENTWISE, 0, .n_saved = 0);
 /* saves a's old value and b before overwriting a */

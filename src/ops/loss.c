@@ -200,6 +200,7 @@ const rm_op_desc rm_op_cross_entropy = {
     .name = "remat_cross_entropy", .node_name = "CrossEntropyBackward", .n_in = 2,
     .no_grad_in = 2u, .n_out = 2, .n_ret = 1, .n_saved = 3,
     .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS, .arg_names = k_ce_args,
+    .autocast = RM_AC_F32,
     .kernel = RM_K_CROSS_ENTROPY, .params_size = sizeof(rm_ce_params),
     .check = cross_entropy_check, .infer = cross_entropy_infer,
     .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}, {RM_SAVE_OUTPUT, 1, 0}},
@@ -291,7 +292,7 @@ const rm_op_desc rm_op_mse_loss = {
     .name = "remat_mse_loss", .node_name = "MseLossBackward", .n_in = 2, .n_out = 1,
     .n_saved = 2, .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE |
                            RM_OPF_CONTIGUOUS,
-    .kernel = RM_K_MSE, .check = mse_check, .infer = mse_infer,
+    .autocast = RM_AC_F32, .kernel = RM_K_MSE, .check = mse_check, .infer = mse_infer,
     .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}}, .backward = mse_backward,
     .backward_diff = mse_backward_diff};
 

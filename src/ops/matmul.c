@@ -178,7 +178,7 @@ static int mm_backward_diff(remat_node *node, remat_tensor *const *gout, remat_t
 const rm_op_desc rm_op_matmul = {
     .name = "remat_matmul", .node_name = "MmBackward", .n_in = 2, .n_out = 1, .n_saved = 2,
     .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE | RM_OPF_SAVE_EARLY,
-    .kernel = RM_K_MATMUL, .params_size = sizeof(mm_ctx), .fill_ctx = mm_fill_ctx,
+    .autocast = RM_AC_LOWER, .kernel = RM_K_MATMUL, .params_size = sizeof(mm_ctx), .fill_ctx = mm_fill_ctx,
     .infer = mm_infer, .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}},
     .backward = mm_backward, .backward_diff = mm_backward_diff};
 
@@ -335,6 +335,7 @@ static const char *const k_linear_args[] = {"x", "weight", "bias"};
 const rm_op_desc rm_op_linear = {
     .name = "remat_linear", .node_name = "LinearBackward", .n_in = 3, .n_out = 1,
     .n_saved = 2, .flags = RM_OPF_FLOAT | RM_OPF_SAVE_EARLY, .optional_in = 1u << 2,
+    .autocast = RM_AC_LOWER,
     .arg_names = k_linear_args, .kernel = RM_K_MATMUL, .params_size = sizeof(lin_ctx),
     .fill_ctx = lin_fill_ctx, .check = lin_check, .infer = lin_infer,
     .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}}, .backward = linear_backward,

@@ -84,6 +84,7 @@ static int softmax_backward_diff(remat_node *node, remat_tensor *const *gout,
     const rm_op_desc sym = {                                                                 \
         .name = call, .node_name = node, .n_in = 1, .n_out = 1, .n_saved = 1,                \
         .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS, .kernel = RM_K_SOFTMAX,                   \
+        .autocast = RM_AC_F32,                                                               \
         .params_size = sizeof(softmax_params), .check = softmax_check,                       \
         .saves = {{RM_SAVE_OUTPUT, 0, 0}}, .backward = softmax_backward,                    \
         .backward_diff = softmax_backward_diff}
@@ -262,6 +263,7 @@ static int layer_norm_backward_diff(remat_node *node, remat_tensor *const *gout,
 const rm_op_desc rm_op_layer_norm = {
     .name = "remat_layer_norm", .node_name = "LayerNormBackward", .n_in = 3, .n_out = 3,
     .n_ret = 1, .n_saved = 4, .optional_in = 2u | 4u, .flags = RM_OPF_CONTIGUOUS,
+    .autocast = RM_AC_F32,
     .arg_names = k_ln_args, .kernel = RM_K_LAYER_NORM, .params_size = sizeof(ln_params),
     .fill_ctx = layer_norm_fill_ctx, .check = layer_norm_check, .infer = layer_norm_infer,
     .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}, {RM_SAVE_OUTPUT, 1, 0},

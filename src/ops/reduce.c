@@ -127,6 +127,7 @@ static int sum_backward_diff(remat_node *node, remat_tensor *const *gout, remat_
     const rm_op_desc sym = {                                                                 \
         .name = call, .node_name = node, .n_in = 1, .n_out = 1,                              \
         .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS, .kernel = RM_K_SUM,                       \
+        .autocast = RM_AC_F32,                                                               \
         .params_size = sizeof(sum_params), .fill_ctx = sum_fill_ctx, .check = sum_check,     \
         .infer = sum_infer, .backward = sum_backward, .backward_diff = sum_backward_diff}
 SUM_OP(rm_op_sum, "remat_sum", "SumBackward");
@@ -214,13 +215,47 @@ static int max_backward(remat_node *node, remat_tensor *const *gout, remat_tenso
     return rc;
 }
 
+/* create_graph: dx = expand(g) * M with public ops, where M (x's shape) is 1
+ * at each argmax and 0 elsewhere (a constant: max is piecewise linear). */
+static int max_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    const max_params *p = node->ctx;
+    if (!node->next[0].node) return REMAT_OK;
+    remat_tensor *idx = NULL, *m = NULL, *r = NULL, *e = NULL, *g = gout[0];
+    int64_t kept[REMAT_MAX_DIMS];
+    for (int d = 0; d < p->ndim; d++) kept[d] = d == p->k.dim ? 1 : p->shape[d];
+    int rc = rm_saved_contig(node, 0, "argmax indices were not saved", &idx);
+    if (!rc) rc = remat_zeros(&m, p->ndim, p->shape, g->dtype, g->storage->device);
+    if (!rc) rc = rm_check_host(node->name, m);
+    if (!rc && p->ndim > 0) { /* row-major (outer, dim, inner) */
+        int64_t n = p->shape[p->k.dim], inner = 1, outer = 1;
+        for (int d = p->k.dim + 1; d < p->ndim; d++) inner *= p->shape[d];
+        for (int d = 0; d < p->k.dim; d++) outer *= p->shape[d];
+        const int64_t *ix = rm_ptr(idx);
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t i = 0; i < inner; i++) {
+                int64_t at = (o * n + ix[o * inner + i]) * inner + i;
+                if (g->dtype == REMAT_F32) ((float *)rm_ptr(m))[at] = 1.0f;
+                else ((double *)rm_ptr(m))[at] = 1.0;
+            }
+    } else if (!rc) { /* 0-dim: x itself */
+        if (g->dtype == REMAT_F32) *(float *)rm_ptr(m) = 1.0f;
+        else *(double *)rm_ptr(m) = 1.0;
+    }
+    if (!rc) rc = remat_reshape(&r, g, p->ndim, kept);
+    if (!rc) rc = remat_expand(&e, r, p->ndim, p->shape);
+    if (!rc) rc = remat_mul(&gin[0], e, m);
+    remat_release(idx), remat_release(m), remat_release(r), remat_release(e);
+    return rc;
+}
+
 /* Outputs: values and indices, both handed out; only the values are
  * differentiable. The indices are saved after the kernel. */
 const rm_op_desc rm_op_max = {
     .name = "remat_max", .node_name = "MaxBackward", .n_in = 1, .n_out = 2, .n_grad_out = 1,
     .n_saved = 1, .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS, .kernel = RM_K_MAX,
     .params_size = sizeof(max_params), .fill_ctx = max_fill_ctx, .check = max_check,
-    .infer = max_infer, .saves = {{RM_SAVE_OUTPUT, 1, 0}}, .backward = max_backward};
+    .infer = max_infer, .saves = {{RM_SAVE_OUTPUT, 1, 0}}, .backward = max_backward,
+    .backward_diff = max_backward_diff};
 
 /* Drops an output the caller did not ask for: the driver handed it out,
  * into the open scope if there is one. */

@@ -65,11 +65,21 @@ static int masked_fill_backward(remat_node *node, remat_tensor *const *gout, rem
     return rc;
 }
 
+/* create_graph: da = masked_fill(g, mask, 0), itself differentiable. */
+static int masked_fill_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                     remat_tensor **gin) {
+    remat_tensor *mask = NULL;
+    int rc = rm_node_unpack(node, 0, &mask);
+    if (!rc && node->next[0].node) rc = remat_masked_fill(&gin[0], gout[0], mask, 0.0);
+    remat_release(mask);
+    return rc;
+}
+
 const rm_op_desc rm_op_masked_fill = {
     .name = "remat_masked_fill", .node_name = "MaskedFillBackward", .n_in = 2, .n_out = 1,
     .n_saved = 1, .no_grad_in = 2u, .flags = RM_OPF_OWN_CHECKS, .kernel = RM_K_SELECT,
     .check = masked_fill_check, .saves = {{RM_SAVE_INPUT, 1, 0}},
-    .backward = masked_fill_backward,
+    .backward = masked_fill_backward, .backward_diff = masked_fill_backward_diff,
 };
 
 int remat_masked_fill(remat_tensor **out, remat_tensor *a, remat_tensor *mask, double value) {
@@ -135,11 +145,28 @@ static int where_backward(remat_node *node, remat_tensor *const *gout, remat_ten
     return rc;
 }
 
+/* create_graph: da = sum_to(where(cond, g, 0)), db = sum_to(where(cond, 0, g)). */
+static int where_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    wctx *cx = node->ctx;
+    remat_tensor *g = gout[0], *cond = NULL, *z = NULL, *t = NULL;
+    int rc = rm_node_unpack(node, 0, &cond);
+    if (!rc) rc = remat_zeros(&z, 0, NULL, g->dtype, g->storage->device);
+    for (int i = 0; i < 2 && !rc; i++) {
+        if (!node->next[i].node) continue;
+        rc = i == 0 ? remat_where(&t, cond, g, z) : remat_where(&t, cond, z, g);
+        if (!rc) rc = rm_sum_to(&gin[i], t, i == 0 ? cx->nda : cx->ndb, i == 0 ? cx->sa : cx->sb);
+        remat_release_p(&t);
+    }
+    remat_release(cond), remat_release(z);
+    return rc;
+}
+
 const rm_op_desc rm_op_where = {
     .name = "remat_where", .node_name = "WhereBackward", .n_in = 3, .n_out = 1, .n_saved = 1,
     .no_grad_in = 1u, .dtype_in = 1, .flags = RM_OPF_OWN_CHECKS, .kernel = RM_K_SELECT,
     .params_size = sizeof(wctx), .fill_ctx = where_fill_ctx, .check = where_check,
     .infer = where_infer, .saves = {{RM_SAVE_INPUT, 0, 0}}, .backward = where_backward,
+    .backward_diff = where_backward_diff,
 };
 
 int remat_where(remat_tensor **out, remat_tensor *cond, remat_tensor *a, remat_tensor *b) {

@@ -29,6 +29,13 @@ void rm_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, co
 void rm_dgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
               int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc);
 
+/* The bf16 GEMM (gemm_bf16.c): C = op(A)·op(B) + beta·C on bf16 matrices
+ * (uint16_t bit patterns), accumulated in f32 and rounded once to bf16;
+ * beta is 0 or 1. oneDNN's bf16 matmul where the CPU has AVX512_BF16/AMX,
+ * else through f32 (one warning). Never fails. */
+void rm_bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
+              const uint16_t *B, int64_t ldb, float beta, uint16_t *C, int64_t ldc);
+
 /* How the OpenBLAS backend uses threads (see gemm.c): OMP (default) runs
  * OpenBLAS single-threaded and splits large GEMMs over remat's OpenMP
  * team; NATIVE uses OpenBLAS's own pthread pool sized to

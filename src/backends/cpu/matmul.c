@@ -51,7 +51,10 @@ static int max_threads(void) {
 static void gemm_dt(remat_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                     const char *A, int64_t lda, const char *B, int64_t ldb, double beta, char *C,
                     int64_t ldc) {
-    if (dt == REMAT_F32)
+    if (dt == REMAT_BF16)
+        rm_bgemm(ta, tb, m, n, k, (const uint16_t *)A, lda, (const uint16_t *)B, ldb,
+                 (float)beta, (uint16_t *)C, ldc);
+    else if (dt == REMAT_F32)
         rm_sgemm(ta, tb, m, n, k, 1.0f, (const float *)A, lda, (const float *)B, ldb,
                  (float)beta, (float *)C, ldc);
     else

@@ -14,7 +14,8 @@ int rm_cpu_attention_bwd(const rm_kargs *k);
 
 #define RM_CPU_BOTH_(fn) {[REMAT_F32] = fn, [REMAT_F64] = fn}
 #define RM_CPU_KERNELS_MATMUL                                                                \
-    [RM_K_MATMUL] = RM_CPU_BOTH_(rm_cpu_matmul),                                             \
+    [RM_K_MATMUL] = {[REMAT_F32] = rm_cpu_matmul, [REMAT_F64] = rm_cpu_matmul,              \
+                     [REMAT_BF16] = rm_cpu_matmul},                                          \
     [RM_K_COLSUM] = RM_CPU_BOTH_(rm_cpu_colsum),                                             \
     [RM_K_ATTENTION] = RM_CPU_BOTH_(rm_cpu_attention),                                       \
     [RM_K_ATTENTION_BWD] = RM_CPU_BOTH_(rm_cpu_attention_bwd),

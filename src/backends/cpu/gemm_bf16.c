@@ -1,0 +1,200 @@
+/* src/backends/cpu/gemm_bf16.c — the bf16 GEMM (see gemm.h): oneDNN's
+ * matmul primitive on bf16 operands with f32 accumulation, where the CPU
+ * has bf16 dot-product instructions (AVX512_BF16 or AMX, detected at run
+ * time: remat_cpu_has_bf16); otherwise, and with another GEMM backend, the
+ * operands are widened to f32, multiplied by rm_sgemm and the result
+ * rounded back once (the same numbers up to f32 summation order; slower
+ * than f32 itself, hence a warning). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../core.h"
+#include "gemm.h"
+#include "remat/autocast.h"
+
+#if defined(REMAT_GEMM_ONEDNN)
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+/* A leading dimension that does not matter (one row) made valid, as gemm.c does. */
+static int64_t fix_ld(int64_t rows, int64_t cols, int64_t ld) {
+    int64_t need = cols > 1 ? cols : 1;
+    if (rows <= 1 && ld < need) return need;
+    return ld < 1 ? 1 : ld;
+}
+
+/* ---- the f32 path --------------------------------------------------------------------- */
+/* X (rows×cols as stored, row stride ld) widened into a dense f32 copy. */
+static float *widen(const uint16_t *X, int64_t rows, int64_t cols, int64_t ld) {
+    float *f = malloc(sizeof(float) * (size_t)(rows * cols > 0 ? rows * cols : 1));
+    if (!f) return NULL;
+    for (int64_t r = 0; r < rows; r++) rm_cpu_bf16_to_f32(X + r * ld, f + r * cols, cols);
+    return f;
+}
+
+static void bgemm_via_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
+                          int64_t lda, const uint16_t *B, int64_t ldb, float beta, uint16_t *C,
+                          int64_t ldc) {
+    float *a = widen(A, ta ? K : M, ta ? M : K, lda), *b = widen(B, tb ? N : K, tb ? K : N, ldb);
+    float *c = beta != 0 ? widen(C, M, N, ldc) : malloc(sizeof(float) * (size_t)(M * N));
+    if (a && b && c) {
+        rm_sgemm(ta, tb, M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, beta, c, N);
+        for (int64_t r = 0; r < M; r++) rm_cpu_f32_to_bf16(c + r * N, C + r * ldc, N);
+    } else { /* out of memory for the widened copies: element by element */
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                float s = beta != 0 ? rm_bf16_to_f32(C[i * ldc + j]) : 0.0f;
+                for (int64_t p = 0; p < K; p++)
+                    s += rm_bf16_to_f32(ta ? A[p * lda + i] : A[i * lda + p]) *
+                         rm_bf16_to_f32(tb ? B[j * ldb + p] : B[p * ldb + j]);
+                C[i * ldc + j] = rm_f32_to_bf16(s);
+            }
+    }
+    free(a), free(b), free(c);
+}
+
+/* ---- oneDNN --------------------------------------------------------------------------- */
+#if defined(REMAT_GEMM_ONEDNN)
+typedef struct bkey {
+    int64_t M, N, K, lda, ldb, ldc;
+    int ta, tb, acc;
+} bkey;
+
+typedef struct bentry {
+    bkey key;
+    dnnl_primitive_t prim;
+    dnnl_memory_desc_t a, b, c, scratch;
+} bentry;
+
+/* Primitives by shape, created once and kept for the process (a model has
+ * a handful of GEMM shapes). Past the cap a primitive is made per call. */
+#define BCACHE_CAP 256
+static bentry g_cache[BCACHE_CAP];
+static int g_n;
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static dnnl_engine_t g_engine;
+static _Thread_local dnnl_stream_t tls_stream;
+/* Each call brings its own scratchpad (user mode): oneDNN's library-owned
+ * one is shared by the calls of a primitive, which run concurrently when
+ * matmul.c spreads a batch of GEMMs over threads. Kept per thread. */
+static _Thread_local void *tls_scratch;
+static _Thread_local size_t tls_scratch_size;
+
+static bool make_entry(bentry *e, const bkey *k) {
+    dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
+    dnnl_dims_t as = {k->ta ? 1 : k->lda, k->ta ? k->lda : 1};
+    dnnl_dims_t bs = {k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1};
+    dnnl_dims_t cs = {k->ldc, 1};
+    if (dnnl_memory_desc_init_by_strides(&e->a, 2, ad, dnnl_bf16, as) ||
+        dnnl_memory_desc_init_by_strides(&e->b, 2, bd, dnnl_bf16, bs) ||
+        dnnl_memory_desc_init_by_strides(&e->c, 2, cd, dnnl_bf16, cs))
+        return false;
+    dnnl_matmul_desc_t md;
+    if (dnnl_matmul_desc_init(&md, &e->a, &e->b, NULL, &e->c)) return false;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success &&
+              dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) ==
+                  dnnl_success;
+    if (ok && k->acc)
+        ok = dnnl_post_ops_create(&po) == dnnl_success &&
+             dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
+             dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    dnnl_primitive_desc_t pd = NULL;
+    ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL) == dnnl_success;
+    ok = ok && dnnl_primitive_create(&e->prim, pd) == dnnl_success;
+    const dnnl_memory_desc_t *smd = ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0) : NULL;
+    if (smd) e->scratch = *smd;
+    else ok = false;
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    e->key = *k;
+    return ok;
+}
+
+/* true if oneDNN ran it */
+static bool bgemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
+                       int64_t lda, const uint16_t *B, int64_t ldb, float beta, uint16_t *C,
+                       int64_t ldc) {
+    bkey key;
+    memset(&key, 0, sizeof key);
+    key = (bkey){M, N, K, lda, ldb, ldc, ta, tb, beta != 0};
+    bentry tmp, *e = NULL;
+    bool owned = false;
+    pthread_mutex_lock(&g_mu);
+    if (!g_engine && dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) g_engine = NULL;
+    for (int i = 0; i < g_n && g_engine; i++)
+        if (!memcmp(&g_cache[i].key, &key, sizeof key)) e = &g_cache[i];
+    if (!e && g_engine && g_n < BCACHE_CAP) {
+        memset(&g_cache[g_n], 0, sizeof g_cache[g_n]);
+        if (make_entry(&g_cache[g_n], &key)) e = &g_cache[g_n++];
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (!g_engine) return false;
+    if (!e) { /* cache full */
+        memset(&tmp, 0, sizeof tmp);
+        if (!make_entry(&tmp, &key)) {
+            if (tmp.prim) dnnl_primitive_destroy(tmp.prim);
+            return false;
+        }
+        e = &tmp;
+        owned = true;
+    }
+    if (!tls_stream && dnnl_stream_create(&tls_stream, g_engine, dnnl_stream_default_flags))
+        tls_stream = NULL;
+    size_t ss = dnnl_memory_desc_get_size(&e->scratch);
+    if (ss > tls_scratch_size) {
+        free(tls_scratch);
+        tls_scratch = malloc(ss);
+        tls_scratch_size = tls_scratch ? ss : 0;
+    }
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
+    bool ok = tls_stream && (ss == 0 || tls_scratch) &&
+              dnnl_memory_create(&ma, &e->a, g_engine, (void *)A) == dnnl_success &&
+              dnnl_memory_create(&mb, &e->b, g_engine, (void *)B) == dnnl_success &&
+              dnnl_memory_create(&mc, &e->c, g_engine, C) == dnnl_success &&
+              dnnl_memory_create(&ms, &e->scratch, g_engine, tls_scratch) == dnnl_success;
+    if (ok) {
+        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma},
+                                   {DNNL_ARG_WEIGHTS, mb},
+                                   {DNNL_ARG_DST, mc},
+                                   {DNNL_ARG_SCRATCHPAD, ms}};
+        ok = dnnl_primitive_execute(e->prim, tls_stream, 4, args) == dnnl_success &&
+             dnnl_stream_wait(tls_stream) == dnnl_success;
+    }
+    if (ms) dnnl_memory_destroy(ms);
+    if (ma) dnnl_memory_destroy(ma);
+    if (mb) dnnl_memory_destroy(mb);
+    if (mc) dnnl_memory_destroy(mc);
+    if (owned) dnnl_primitive_destroy(tmp.prim);
+    return ok;
+}
+#endif
+
+void rm_bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
+              const uint16_t *B, int64_t ldb, float beta, uint16_t *C, int64_t ldc) {
+    if (M <= 0 || N <= 0) return;
+    lda = fix_ld(ta ? K : M, ta ? M : K, lda);
+    ldb = fix_ld(tb ? N : K, tb ? K : N, ldb);
+    ldc = fix_ld(M, N, ldc);
+    if (K <= 0) {
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++)
+                C[i * ldc + j] = beta != 0 ? C[i * ldc + j] : 0;
+        return;
+    }
+#if defined(REMAT_GEMM_ONEDNN)
+    if (remat_cpu_has_bf16()) {
+        if (bgemm_dnnl(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc)) return;
+    } else {
+        rm_warn("bf16 matmul: this CPU has neither AVX512_BF16 nor AMX-BF16 (or REMAT_NO_BF16 is set); bf16 GEMMs run "
+                "in f32 (slower than f32 itself, same results up to summation order)");
+    }
+#else
+    rm_warn("bf16 matmul: remat was built without oneDNN (REMAT_GEMM=%s); bf16 GEMMs run in "
+            "f32", remat_gemm_backend());
+#endif
+    bgemm_via_f32(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}

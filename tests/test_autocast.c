@@ -1,0 +1,309 @@
+/* tests/test_autocast.c — bf16 as a compute dtype and the autocast scope
+ * (remat/autocast.h): the scope's state, which ops cast what, gradients in
+ * each input's dtype, the conversions' rounding, the bf16 GEMM against its
+ * f32 fallback, and checkpointing under autocast (bitwise equal gradients;
+ * the recomputation runs under the forward's state whatever is active in
+ * backward). PyTorch fixtures for each autocast op: test_autocast_fixtures.c. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "remat/autocast.h"
+#include "support/models.h"
+#include "support/rt.h"
+
+static remat_autocast_state ac_on(void) {
+    remat_autocast_state prev;
+    RT_OK(remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, true));
+    return prev;
+}
+
+Test(autocast, scope_nests_and_restores) {
+    cr_assert_not(remat_autocast_enabled(REMAT_CPU));
+    remat_autocast_state outer = ac_on(), inner;
+    cr_assert(remat_autocast_enabled(REMAT_CPU));
+    RT_OK(remat_autocast_begin(&inner, REMAT_CPU, REMAT_BF16, false));
+    cr_assert_not(remat_autocast_enabled(REMAT_CPU));
+    remat_autocast_end(&inner);
+    cr_assert(remat_autocast_enabled(REMAT_CPU));
+    remat_autocast_end(&outer);
+    cr_assert_not(remat_autocast_enabled(REMAT_CPU));
+    RT_FAILS(remat_autocast_begin(&inner, REMAT_CPU, REMAT_F64, true), REMAT_EDTYPE, "bf16");
+    RT_FAILS(remat_autocast_begin(&inner, 7, REMAT_BF16, true), REMAT_EDEVICE,
+             "unknown device type");
+    cr_assert_not(remat_autocast_enabled(REMAT_CPU));
+    remat_autocast_end(NULL);
+}
+
+/* Each category: lower precision (linear), f32 (softmax, layer_norm, the
+ * losses, sum), none (gelu keeps bf16), promote (bf16 + f32 → f32), f64 untouched. */
+Test(autocast, ops_run_in_their_category_dtype) {
+    int64_t xs[2] = {4, 8}, ws[2] = {6, 8}, bs[1] = {6};
+    remat_tensor *x = rt_rand(2, xs, REMAT_F32, -1, 1, 1), *w = rt_rand(2, ws, REMAT_F32, -1, 1, 2);
+    remat_tensor *b = rt_rand(1, bs, REMAT_F32, -1, 1, 3), *xd = rt_rand(2, xs, REMAT_F64, -1, 1, 4);
+    remat_tensor *wd = rt_rand(2, ws, REMAT_F64, -1, 1, 5);
+    remat_scope *sc;
+    RT_OK(remat_scope_begin(&sc));
+    remat_autocast_state prev = ac_on();
+    remat_tensor *y, *s, *g, *ln, *sum, *mix, *yd;
+    RT_OK(remat_linear(&y, x, w, b));
+    cr_assert_eq(remat_tensor_dtype(y), REMAT_BF16);
+    RT_OK(remat_gelu(&g, y, REMAT_GELU_ERF));
+    cr_assert_eq(remat_tensor_dtype(g), REMAT_BF16);
+    RT_OK(remat_softmax(&s, y, -1));
+    cr_assert_eq(remat_tensor_dtype(s), REMAT_F32);
+    RT_OK(remat_layer_norm(&ln, y, 1, NULL, NULL, 1e-5));
+    cr_assert_eq(remat_tensor_dtype(ln), REMAT_F32);
+    RT_OK(remat_sum_all(&sum, g));
+    cr_assert_eq(remat_tensor_dtype(sum), REMAT_F32);
+    RT_OK(remat_add(&mix, g, s));
+    cr_assert_eq(remat_tensor_dtype(mix), REMAT_F32);
+    RT_OK(remat_linear(&yd, xd, wd, NULL));
+    cr_assert_eq(remat_tensor_dtype(yd), REMAT_F64, "f64 is never cast");
+    remat_autocast_end(&prev);
+    /* off again: f32 stays f32, promotion still applies */
+    remat_tensor *y2, *mix2;
+    RT_OK(remat_linear(&y2, x, w, b));
+    cr_assert_eq(remat_tensor_dtype(y2), REMAT_F32);
+    RT_OK(remat_add(&mix2, y, y2));
+    cr_assert_eq(remat_tensor_dtype(mix2), REMAT_F32);
+    RT_OK(remat_scope_end(sc));
+    remat_release(x), remat_release(w), remat_release(b), remat_release(xd), remat_release(wd);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* Master weights: f32 parameters get f32 gradients through the casts; a
+ * bf16 leaf gets a bf16 gradient; the values agree with the f32 run to
+ * bf16 precision. */
+Test(autocast, gradients_flow_back_in_each_inputs_dtype) {
+    int64_t xs[2] = {16, 32}, ws[2] = {24, 32}, bs[1] = {24};
+    remat_tensor *x = rt_leaf(rt_rand(2, xs, REMAT_F32, -1, 1, 1));
+    remat_tensor *w = rt_leaf(rt_rand(2, ws, REMAT_F32, -1, 1, 2));
+    remat_tensor *b = rt_leaf(rt_rand(1, bs, REMAT_F32, -1, 1, 3));
+    remat_tensor *gref[3];
+    for (int pass = 0; pass < 2; pass++) {
+        remat_scope *sc;
+        RT_OK(remat_scope_begin(&sc));
+        remat_autocast_state prev;
+        RT_OK(remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, pass == 1));
+        remat_tensor *y, *l;
+        RT_OK(remat_linear(&y, x, w, b));
+        RT_OK(remat_mse_loss(&l, y, y)); /* 0, but a graph through both inputs */
+        RT_OK(remat_sum_all(&l, y));
+        remat_autocast_end(&prev);
+        RT_OK(remat_backward_scalar(l));
+        RT_OK(remat_scope_end(sc));
+        remat_tensor *p[3] = {x, w, b};
+        for (int i = 0; i < 3; i++) {
+            remat_tensor *g = remat_tensor_grad(p[i]);
+            cr_assert_eq(remat_tensor_dtype(g), REMAT_F32, "grad %d must be f32", i);
+            if (pass == 0) gref[i] = remat_retain(g);
+            else rt_assert_close(g, gref[i], 2e-2, 1e-2, "autocast grad vs f32");
+        }
+        rt_zero_grads(3, p);
+    }
+    /* a bf16 leaf: its gradient is bf16 */
+    remat_tensor *xb = NULL, *xc = NULL;
+    RT_OK(remat_to_dtype(&xc, x, REMAT_BF16));
+    RT_OK(remat_detach(&xb, xc));
+    remat_release(xc);
+    RT_OK(remat_set_requires_grad(xb, true));
+    remat_tensor *yb, *lb;
+    remat_autocast_state prev = ac_on();
+    RT_OK(remat_linear(&yb, xb, w, NULL));
+    RT_OK(remat_sum_all(&lb, yb));
+    remat_autocast_end(&prev);
+    RT_OK(remat_backward_scalar(lb));
+    cr_assert_eq(remat_tensor_dtype(remat_tensor_grad(xb)), REMAT_BF16);
+    cr_assert_eq(remat_tensor_dtype(remat_tensor_grad(w)), REMAT_F32);
+    remat_release(yb), remat_release(lb), remat_release(xb);
+    for (int i = 0; i < 3; i++) remat_release(gref[i]);
+    remat_tensor *p[3] = {x, w, b};
+    rt_zero_grads(3, p);
+    remat_release(x), remat_release(w), remat_release(b);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* f32 → bf16: round to nearest, ties to even; NaN stays NaN, ±Inf stays
+ * ±Inf, overflow past bf16's largest finite rounds to Inf; through
+ * remat_to_dtype (the vectorised kernel) as through element access. */
+Test(autocast, conversion_rounds_to_nearest_even_and_keeps_specials) {
+    union { uint32_t u; float f; } c[] = {
+        {0x3F808000u}, /* 1 + 2^-8: tie, even below → 1.0 (0x3F80) */
+        {0x3F818000u}, /* tie, odd below → up (0x3F82) */
+        {0x3F808001u}, /* just above the tie → up (0x3F81) */
+        {0x7F800000u}, {0xFF800000u}, {0x7FC00000u}, {0x7F800001u} /* signalling NaN */,
+        {0x7F7FFFFFu}, /* FLT_MAX → Inf */
+        {0x00000001u}, /* smallest denormal → 0 (ties to even) */
+        {0x80000000u},
+    };
+    const uint16_t want[] = {0x3F80, 0x3F82, 0x3F81, 0x7F80, 0xFF80, 0x7FC0, 0, 0x7F80, 0, 0x8000};
+    int n = (int)(sizeof c / sizeof c[0]);
+    int64_t s[1] = {n};
+    float vals[16];
+    for (int i = 0; i < n; i++) vals[i] = c[i].f;
+    remat_tensor *x = NULL, *y = NULL, *back = NULL;
+    RT_OK(remat_from_data(&x, 1, s, REMAT_F32, vals));
+    RT_OK(remat_to_dtype(&y, x, REMAT_BF16));
+    const uint16_t *h = remat_data(y);
+    for (int i = 0; i < n; i++) {
+        if (i == 6) { /* signalling NaN: a NaN */
+            cr_assert((h[i] & 0x7F80) == 0x7F80 && (h[i] & 0x7F), "NaN lost: %04x", h[i]);
+            continue;
+        }
+        cr_assert_eq(h[i], want[i], "element %d: %04x, want %04x", i, h[i], want[i]);
+    }
+    RT_OK(remat_to_dtype(&back, y, REMAT_F32));
+    const float *f = remat_data(back);
+    cr_assert(isinf(f[3]) && f[3] > 0 && isinf(f[4]) && f[4] < 0 && isnan(f[5]) && f[0] == 1.0f);
+    remat_release(x), remat_release(y), remat_release(back);
+}
+
+/* The bf16 GEMM (oneDNN where the CPU has AVX512_BF16/AMX) against its f32
+ * fallback (REMAT_NO_BF16 forces it): both accumulate in f32 and round
+ * once, so they agree to one bf16 rounding; and against the f32 product of
+ * the bf16 values to bf16 precision. Transposed and batched operands too. */
+Test(autocast, bf16_gemm_matches_the_f32_fallback) {
+    int64_t as[3] = {3, 33, 70}, bs2[3] = {3, 70, 45};
+    remat_tensor *a = rt_rand(3, as, REMAT_F32, -1, 1, 7), *b = rt_rand(3, bs2, REMAT_F32, -1, 1, 8);
+    remat_tensor *ab = NULL, *bb = NULL, *bt = NULL, *y1 = NULL, *y2 = NULL, *ref = NULL;
+    RT_OK(remat_to_dtype(&ab, a, REMAT_BF16));
+    RT_OK(remat_to_dtype(&bb, b, REMAT_BF16));
+    RT_OK(remat_transpose(&bt, bb, 1, 2)); /* a transposed view: (3, 45, 70)ᵀ */
+    remat_tensor *btt = NULL, *btc = NULL;
+    RT_OK(remat_contiguous(&btc, bt));
+    RT_OK(remat_transpose(&btt, btc, 1, 2));
+    RT_OK(remat_matmul(&y1, ab, btt));
+    setenv("REMAT_NO_BF16", "1", 1);
+    RT_OK(remat_matmul(&y2, ab, btt));
+    unsetenv("REMAT_NO_BF16");
+    remat_tensor *af = NULL, *bf = NULL;
+    RT_OK(remat_to_dtype(&af, ab, REMAT_F32));
+    RT_OK(remat_to_dtype(&bf, bb, REMAT_F32));
+    RT_OK(remat_matmul(&ref, af, bf));
+    cr_assert_eq(remat_tensor_dtype(y1), REMAT_BF16);
+    remat_tensor *y1f = NULL, *y2f = NULL;
+    RT_OK(remat_to_dtype(&y1f, y1, REMAT_F32));
+    RT_OK(remat_to_dtype(&y2f, y2, REMAT_F32));
+    rt_assert_close(y1f, y2f, 1e-6, 8e-3, "oneDNN bf16 vs f32 fallback");
+    rt_assert_close(y1f, ref, 1e-6, 8e-3, "bf16 GEMM vs f32 product of the bf16 values");
+    remat_tensor *all[] = {a, b, ab, bb, bt, btt, btc, y1, y2, ref, af, bf, y1f, y2f};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) remat_release(all[i]);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* ---- checkpointing under autocast ------------------------------------------------------ */
+/* Runs x through n transformer blocks, each checkpointed with o (NULL: not),
+ * the forward under autocast `fwd`, the backward under `bwd`. */
+static void run_ac(int n, rt_tblock *blk, remat_tensor *x, const remat_checkpoint_options *o,
+                   bool fwd, bool bwd, rt_grads *out) {
+    remat_tensor *params[RT_MAX_PARAMS * 4];
+    int np = 0;
+    for (int i = 0; i < n; i++) np += rt_tblock_params(&blk[i], params + np);
+    remat_manual_seed(11);
+    rt_zero_grads(np, params);
+    rt_zero_grads(1, &x);
+    remat_autocast_state prev;
+    RT_OK(remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, fwd));
+    remat_tensor *h = remat_retain(x);
+    for (int i = 0; i < n; i++) {
+        remat_tensor *y = NULL;
+        if (o) RT_OK(remat_checkpoint(rt_tblock_fn, &blk[i], 1, &h, 1, &y, o));
+        else RT_OK(rt_tblock_fn(&blk[i], &h, 1, &y, 1));
+        remat_release(h);
+        h = y;
+    }
+    remat_tensor *l;
+    RT_OK(remat_sum_all(&l, h));
+    remat_autocast_end(&prev);
+    RT_OK(remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, bwd));
+    RT_OK(remat_backward_scalar(l));
+    remat_autocast_end(&prev);
+    remat_release(l);
+    out->out = h;
+    out->n = 0;
+    out->g[out->n++] = remat_retain(remat_tensor_grad(x));
+    for (int i = 0; i < np; i++) out->g[out->n++] = remat_retain(remat_tensor_grad(params[i]));
+}
+
+static void checkpoint_case(int reentrant, double p_drop) {
+    rt_tblock blk[2];
+    for (int i = 0; i < 2; i++) rt_tblock_init(&blk[i], 32, 4, 16, p_drop, REMAT_F32, 20 + i);
+    int64_t xs[3] = {2, 16, 32};
+    remat_tensor *x = rt_leaf(rt_rand(3, xs, REMAT_F32, -1, 1, 9));
+    remat_checkpoint_options o = {0};
+    o.use_reentrant = reentrant ? REMAT_OPT_TRUE : REMAT_OPT_FALSE;
+    rt_grads plain, ck_same, ck_off, ck_f32;
+    run_ac(2, blk, x, NULL, true, true, &plain);
+    rt_grads again;
+    run_ac(2, blk, x, NULL, true, true, &again);
+    rt_assert_same_grads(&plain, &again, "two runs under autocast");
+    rt_grads_free(&again);
+    cr_assert_eq(remat_tensor_dtype(plain.out), REMAT_F32);
+    run_ac(2, blk, x, &o, true, true, &ck_same);
+    rt_assert_same_grads(&plain, &ck_same, "checkpointed vs not, under autocast");
+    /* backward with autocast off: the recomputation still runs in bf16
+     * (the default determinism check compares the dtypes of every
+     * recomputed saved tensor with the forward's) */
+    run_ac(2, blk, x, &o, true, false, &ck_off);
+    rt_assert_same_grads(&plain, &ck_off, "recomputed with autocast off in backward");
+    /* and the reverse: an f32 forward recomputed in f32 under an active autocast */
+    rt_grads f32_plain;
+    run_ac(2, blk, x, NULL, false, false, &f32_plain);
+    run_ac(2, blk, x, &o, false, true, &ck_f32);
+    rt_assert_same_grads(&f32_plain, &ck_f32, "f32 forward recomputed under active autocast");
+    rt_grads *all[] = {&plain, &ck_same, &ck_off, &ck_f32, &f32_plain};
+    for (int i = 0; i < 5; i++) rt_grads_free(all[i]);
+    for (int i = 0; i < 2; i++) rt_tblock_free(&blk[i]);
+    remat_release(x);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+Test(autocast, checkpoint_nonreentrant_recomputes_under_the_forwards_state) {
+    checkpoint_case(0, 0.1);
+}
+
+Test(autocast, checkpoint_reentrant_recomputes_under_the_forwards_state) {
+    checkpoint_case(1, 0.1);
+}
+
+/* Selective policies see the op's real dtypes: under autocast the policy
+ * callback is handed linear's bf16 inputs. */
+typedef struct seen {
+    int linear_bf16, linear_other;
+} seen;
+static remat_checkpoint_policy seen_policy(const remat_sac_context *ctx, const char *op, int n,
+                                           remat_tensor *const *in, void *ud) {
+    (void)ctx;
+    seen *s = ud;
+    if (!strcmp(op, "remat_linear") && n >= 2) {
+        if (remat_tensor_dtype(in[0]) == REMAT_BF16 && remat_tensor_dtype(in[1]) == REMAT_BF16)
+            s->linear_bf16++;
+        else s->linear_other++;
+    }
+    return REMAT_PREFER_RECOMPUTE;
+}
+
+Test(autocast, selective_policies_see_the_cast_dtypes) {
+    rt_tblock blk[1];
+    rt_tblock_init(&blk[0], 32, 4, 16, 0.0, REMAT_F32, 30);
+    int64_t xs[3] = {2, 16, 32};
+    remat_tensor *x = rt_leaf(rt_rand(3, xs, REMAT_F32, -1, 1, 9));
+    seen s = {0};
+    remat_policy *pol = NULL;
+    RT_OK(remat_policy_from_fn(&pol, seen_policy, &s, NULL));
+    remat_sac_config cfg = {.policy = pol};
+    remat_checkpoint_options o = {0};
+    o.use_reentrant = REMAT_OPT_FALSE;
+    o.context_fn = remat_sac_context_fn;
+    o.context_fn_data = &cfg;
+    rt_grads g;
+    run_ac(1, blk, x, &o, true, false, &g);
+    cr_assert_gt(s.linear_bf16, 0);
+    cr_assert_eq(s.linear_other, 0, "%d linear calls saw f32 inputs", s.linear_other);
+    rt_grads_free(&g);
+    remat_policy_release(pol);
+    rt_tblock_free(&blk[0]);
+    remat_release(x);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
