@@ -129,7 +129,7 @@ static const opt_row rows[] = {
      .help = "gradient all-reduce bucket size", .dflt = "[25]"},
     {"--zero", NULL, OPT_FLAG, CMD_TRAIN, SEC_DIST, T(zero),
      .help = "train: ZeRO-1, AdamW state sharded across the ranks\n"
-             "(1/N per rank; not with --accum, --save, --resume)"},
+             "(1/N per rank; rank 0 saves the whole state)"},
     /* training */
     {"--steps", "N", OPT_LONG, CMD_TRAIN, SEC_TRAIN, T(steps), .lo = 0, .hi = BIG,
      .help = "total optimizer steps (also with --resume)", .dflt = "[1000]"},
