@@ -8,7 +8,7 @@ BUILD_LINT ?= build-lint
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build run test test-cuda test-asan test-clang werror lint bench fixtures install fuzz clean
+.PHONY: all deps build run test test-cuda test-asan test-clang werror lint bench fixtures install fuzz clean doc-examples
 
 all: build
 
@@ -40,6 +40,11 @@ CUDA_DEVICE ?= cuda
 test-cuda: build
 	cd $(BUILD) && REMAT_TEST_DEVICE=$(CUDA_DEVICE) ctest --output-on-failure -j 1 \
 	  -R '^test_(fixtures|checkpoint|checkpoint_models|checkpoint_rng|selective|planner|cuda_.*)$$'
+
+# Reruns the commands of the marked examples in README.md and docs/cli.md and
+# rewrites their output (the test doc_examples checks that they still match).
+doc-examples: build
+	sh scripts/doc_examples.sh $(BUILD)/remat --update README.md docs/cli.md
 
 # The suite under AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer.
 test-asan: deps

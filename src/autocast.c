@@ -63,8 +63,8 @@ bool remat_cpu_has_bf16(void) {
     if (has < 0) {
         unsigned a = 0, b = 0, c = 0, d = 0;
         has = 0;
-        if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) has |= (a >> 5) & 1u;
-        if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) has |= (d >> 22) & 1u;
+        if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) has |= (int)((a >> 5) & 1u);
+        if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) has |= (int)((d >> 22) & 1u);
         atomic_store(&cached, has);
     }
     const char *env = getenv("REMAT_NO_BF16");

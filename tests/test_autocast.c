@@ -307,3 +307,39 @@ Test(autocast, selective_policies_see_the_cast_dtypes) {
     remat_release(x);
     cr_assert_eq(remat_live_tensors(), 0);
 }
+
+/* A bf16 op without a native kernel is its f32 kernel on the widened
+ * values, rounded once: bitwise what f32 gives rounded to bf16 — for a
+ * large elementwise op (run chunk by chunk) and a small one alike, forward
+ * and backward. */
+Test(autocast, bf16_ops_round_the_f32_result_once) {
+    int64_t sizes[2] = {1000, 600000};
+    for (int c = 0; c < 2; c++) {
+        int64_t s[1] = {sizes[c]};
+        remat_tensor *x32 = rt_rand(1, s, REMAT_F32, -3, 3, 40 + c), *xb = NULL, *xw = NULL;
+        RT_OK(remat_to_dtype(&xb, x32, REMAT_BF16));
+        RT_OK(remat_to_dtype(&xw, xb, REMAT_F32)); /* the bf16 values, exactly, in f32 */
+        RT_OK(remat_set_requires_grad(xb, true));
+        RT_OK(remat_set_requires_grad(xw, true));
+        remat_tensor *yb = NULL, *yw = NULL, *ywb = NULL, *lb = NULL, *lw = NULL;
+        RT_OK(remat_gelu(&yb, xb, REMAT_GELU_TANH));
+        RT_OK(remat_gelu(&yw, xw, REMAT_GELU_TANH));
+        RT_OK(remat_to_dtype(&ywb, yw, REMAT_BF16));
+        cr_assert(rt_bitwise_equal(yb, ywb), "gelu bf16 (n=%lld) differs from f32 rounded",
+                  (long long)s[0]);
+        RT_OK(remat_sum_all(&lb, yb));
+        RT_OK(remat_sum_all(&lw, yw));
+        RT_OK(remat_backward_scalar(lb));
+        RT_OK(remat_backward_scalar(lw));
+        remat_tensor *gwb = NULL;
+        RT_OK(remat_to_dtype(&gwb, remat_tensor_grad(xw), REMAT_BF16));
+        cr_assert_eq(remat_tensor_dtype(remat_tensor_grad(xb)), REMAT_BF16);
+        cr_assert(rt_bitwise_equal(remat_tensor_grad(xb), gwb), "gelu backward bf16 differs by %g",
+                  rt_max_abs_diff(remat_tensor_grad(xb), gwb));
+        remat_tensor *all[] = {x32, xb, xw, yb, yw, ywb, lb, lw, gwb};
+        rt_zero_grads(1, &xb);
+        rt_zero_grads(1, &xw);
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) remat_release(all[i]);
+    }
+    cr_assert_eq(remat_live_tensors(), 0);
+}

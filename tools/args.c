@@ -87,6 +87,12 @@ static const opt_row rows[] = {
              "skipped, no (T, T) matrix kept) or ops (matmul, scale,\n"
              "masked_fill, softmax, matmul, as in PyTorch 1.13)",
      .dflt = "[fused]"},
+    {"--autocast", "off|bf16", OPT_CHOICE, TB, SEC_MODEL, T(autocast), .choices = "off|bf16",
+     .help = "bf16 mixed precision (as torch.autocast('cpu',\n"
+             "bfloat16)): matmul, linear and attention in bf16 with\n"
+             "f32 accumulation, norms, softmax and the loss in f32;\n"
+             "f32 parameters and optimizer (docs/autocast.md)",
+     .dflt = "[off]"},
     {"--seed", "N", OPT_U64, TB, SEC_MODEL, T(seed), SETS(set_seed), 0, 9e18,
      .help = "seed of the initialisation and of the data", .dflt = "[1]"},
     {"--threads", "N", OPT_INT, TB, SEC_MODEL, T(threads), .lo = 1, .hi = 1024,
@@ -125,7 +131,7 @@ static const opt_row rows[] = {
      .help = "gradient all-reduce bucket size", .dflt = "[25]"},
     {"--zero", NULL, OPT_FLAG, CMD_TRAIN, SEC_DIST, T(zero),
      .help = "train: ZeRO-1, AdamW state sharded across the ranks\n"
-             "(1/N per rank; not with --accum, --save, --resume)"},
+             "(1/N per rank; rank 0 saves the whole state)"},
     /* training */
     {"--steps", "N", OPT_LONG, CMD_TRAIN, SEC_TRAIN, T(steps), .lo = 0, .hi = BIG,
      .help = "total optimizer steps (also with --resume)", .dflt = "[1000]"},

@@ -42,6 +42,7 @@ typedef struct config {
     int accum;          /* --accum N: micro-batches per optimizer step */
     bool untied;        /* GPT: separate output head instead of tied embeddings */
     bool attn_ops;      /* GPT: attention composed of ops instead of remat_attention */
+    bool autocast;      /* --autocast bf16: forward under remat_autocast (bf16 mixed precision) */
     strategy strat;     /* train: the strategy */
     const char *checkpoint_text; /* --checkpoint S as given (parsed into strat) */
     bool reentrant;     /* --reentrant */

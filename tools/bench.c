@@ -35,6 +35,7 @@
 
 #include "data.h"
 #include "dist.h"
+#include "json.h"
 #include "models.h"
 #include "step.h"
 #include "svg.h"
@@ -300,84 +301,93 @@ static void print_csv(const config *c, result *r) {
     }
 }
 
+/* One strategy's object in bench --json's "strategies". */
+static void json_result(json *j, const config *c, int i, const result *r, bool is_ref) {
+    const strategy *s = &c->strategies[i];
+    json_object(j, NULL);
+    json_str(j, "strategy", s->name);
+    json_fixed(j, "step_ms", r->step_ms, 4);
+    json_fixed(j, "overhead", r->overhead, 4);
+    json_uint(j, "peak_alloc_bytes", r->peak);
+    json_uint(j, "baseline_bytes", r->baseline);
+    json_uint(j, "step_alloc_bytes", r->peak - r->baseline);
+    json_uint(j, "rss_growth_bytes", r->rss_growth);
+    json_int(j, "recomputed_blocks", r->recomputed);
+    json_num(j, "loss", r->loss);
+    json_bool(j, "grads_bitwise_equal", r->grads_equal);
+    json_num(j, "grads_max_abs_diff", r->max_diff);
+    json_fixed(j, "step_ms_min", r->ms_min, 4);
+    json_fixed(j, "step_ms_q1", r->ms_q1, 4);
+    json_fixed(j, "step_ms_q3", r->ms_q3, 4);
+    json_fixed(j, "step_ms_max", r->ms_max, 4);
+    json_bool(j, "time_within_noise", !is_ref && r->noise);
+    json_array(j, "step_ms_all");
+    for (int k = 0; k < c->reps; k++) json_fixed(j, NULL, r->times[k] * 1e3, 4);
+    json_end(j);
+    if (r->comm_n) { /* under mpirun */
+        double cm = r->comm_s / r->comm_n, ex = r->exposed_s / r->comm_n;
+        json_fixed(j, "comm_ms", 1e3 * cm, 4);
+        json_fixed(j, "comm_exposed_ms", 1e3 * ex, 4);
+        json_fixed(j, "comm_hidden_fraction", cm > 0 ? 1 - (ex < cm ? ex / cm : 1) : 0, 4);
+    }
+    if (r->has_heap) json_uint(j, "heap_growth_bytes", r->heap_growth);
+    else json_null(j, "heap_growth_bytes");
+    if (s->kind == STRAT_SELECTIVE) {
+        json_str(j, "sac_policy", s->policy);
+        json_int(j, "sac_ops_forward", r->sac.ops_forward);
+        json_int(j, "sac_ops_cached", r->sac.ops_cached);
+        json_int(j, "sac_bytes_cached", r->sac.bytes_cached);
+        json_int(j, "sac_ops_recomputed", r->sac.ops_recomputed);
+        json_int(j, "sac_ops_from_cache", r->sac.ops_from_cache);
+    }
+    const remat_plan *p = s->plan;
+    if (p) {
+        char st[1024];
+        strategy_plan_structure(p, st, sizeof st);
+        json_uint(j, "budget_bytes", p->budget_bytes);
+        json_uint(j, "plan_peak_bytes", p->peak_bytes);
+        json_fixed(j, "plan_step_ms", p->time * 1e3, 4);
+        json_int(j, "plan_recomputed_blocks", p->n_recomputed);
+        json_str(j, "plan_structure", st);
+    }
+    json_end(j);
+}
+
 static void print_json(const config *c, const model *m, int threads, result *r,
                        const planner_info *pl, int world, int refi) {
-    util_str j = {0};
-    util_str_printf(&j,
-                    "{\"command\":\"bench\",\"model\":\"%s\",\"layers\":%d,\"width\":%d,"
-                    "\"heads\":%d,\"context\":%d,\"batch\":%d,\"params\":%" PRId64
-                    ",\"attention\":\"%s\",\"threads\":%d,\"reps\":%d,\"world_size\":%d,"
-                    "\"strategies\":[",
-                    m->kind == MODEL_GPT ? "gpt" : "mlp", m->layers, m->width, m->heads,
-                    m->context, c->batch, m->n_weights, m->attn_ops ? "ops" : "fused", threads,
-                    c->reps, world);
-    for (int i = 0; i < c->n_strategies; i++) {
-        util_str_printf(&j, "%s{\"strategy\":\"", i ? "," : "");
-        util_str_json_escaped(&j, c->strategies[i].name);
-        util_str_printf(&j,
-                        "\",\"step_ms\":%.4f,\"overhead\":%.4f,\"peak_alloc_bytes\":%zu,"
-                        "\"baseline_bytes\":%zu,\"step_alloc_bytes\":%zu,\"rss_growth_bytes\":%zu,"
-                        "\"recomputed_blocks\":%" PRId64 ",\"loss\":%.9g,"
-                        "\"grads_bitwise_equal\":%s,\"grads_max_abs_diff\":",
-                        r[i].step_ms, r[i].overhead, r[i].peak, r[i].baseline,
-                        r[i].peak - r[i].baseline, r[i].rss_growth, r[i].recomputed, r[i].loss,
-                        r[i].grads_equal ? "true" : "false");
-        if (isfinite(r[i].max_diff))
-            util_str_printf(&j, "%.9g,", r[i].max_diff);
-        else
-            util_str_printf(&j, "null,");
-        util_str_printf(&j,
-                        "\"step_ms_min\":%.4f,\"step_ms_q1\":%.4f,\"step_ms_q3\":%.4f,"
-                        "\"step_ms_max\":%.4f,\"time_within_noise\":%s,\"step_ms_all\":[",
-                        r[i].ms_min, r[i].ms_q1, r[i].ms_q3, r[i].ms_max,
-                        i != refi && r[i].noise ? "true" : "false");
-        for (int k = 0; k < c->reps; k++)
-            util_str_printf(&j, "%s%.4f", k ? "," : "", r[i].times[k] * 1e3);
-        util_str_printf(&j, "]");
-        if (r[i].comm_n) { /* under mpirun */
-            double cm = r[i].comm_s / r[i].comm_n, ex = r[i].exposed_s / r[i].comm_n;
-            util_str_printf(&j, ",\"comm_ms\":%.4f,\"comm_exposed_ms\":%.4f,"
-                                "\"comm_hidden_fraction\":%.4f", 1e3 * cm, 1e3 * ex,
-                            cm > 0 ? 1 - (ex < cm ? ex / cm : 1) : 0);
-        }
-        if (r[i].has_heap)
-            util_str_printf(&j, ",\"heap_growth_bytes\":%zu", r[i].heap_growth);
-        else
-            util_str_printf(&j, ",\"heap_growth_bytes\":null");
-        if (c->strategies[i].kind == STRAT_SELECTIVE) {
-            const remat_sac_stats *st = &r[i].sac;
-            util_str_printf(&j,
-                            ",\"sac_policy\":\"%s\",\"sac_ops_forward\":%" PRId64
-                            ",\"sac_ops_cached\":%" PRId64 ",\"sac_bytes_cached\":%" PRId64
-                            ",\"sac_ops_recomputed\":%" PRId64 ",\"sac_ops_from_cache\":%" PRId64,
-                            c->strategies[i].policy, st->ops_forward, st->ops_cached,
-                            st->bytes_cached, st->ops_recomputed, st->ops_from_cache);
-        }
-        const remat_plan *p = c->strategies[i].plan;
-        if (p) {
-            char st[1024];
-            strategy_plan_structure(p, st, sizeof st);
-            util_str_printf(&j,
-                            ",\"budget_bytes\":%zu,\"plan_peak_bytes\":%zu,"
-                            "\"plan_step_ms\":%.4f,\"plan_recomputed_blocks\":%" PRId64
-                            ",\"plan_structure\":\"",
-                            p->budget_bytes, p->peak_bytes, p->time * 1e3, p->n_recomputed);
-            util_str_json_escaped(&j, st);
-            util_str_printf(&j, "\"");
-        }
-        util_str_printf(&j, "}");
+    util_str out = {0};
+    json j;
+    json_start(&j, &out);
+    json_object(&j, NULL);
+    json_str(&j, "command", "bench");
+    json_str(&j, "model", m->kind == MODEL_GPT ? "gpt" : "mlp");
+    json_int(&j, "layers", m->layers);
+    json_int(&j, "width", m->width);
+    json_int(&j, "heads", m->heads);
+    json_int(&j, "context", m->context);
+    json_int(&j, "batch", c->batch);
+    json_int(&j, "params", m->n_weights);
+    json_str(&j, "attention", m->attn_ops ? "ops" : "fused");
+    json_int(&j, "threads", threads);
+    json_int(&j, "reps", c->reps);
+    json_int(&j, "world_size", world);
+    json_array(&j, "strategies");
+    for (int i = 0; i < c->n_strategies; i++) json_result(&j, c, i, &r[i], i == refi);
+    json_end(&j);
+    if (pl->prof) {
+        json_object(&j, "planner");
+        json_uint(&j, "min_budget_bytes", pl->min_budget);
+        json_uint(&j, "store_all_bytes", pl->store_all);
+        json_uint(&j, "blocks_min_budget_bytes", pl->blocks_min_budget);
+        json_uint(&j, "blocks_store_all_bytes", pl->blocks_store_all);
+        json_uint(&j, "step_fixed_bytes", pl->step.fixed_bytes);
+        json_fixed(&j, "profile_s", pl->profile_s, 3);
+        json_end(&j);
     }
-    util_str_printf(&j, "]");
-    if (pl->prof)
-        util_str_printf(&j,
-                        ",\"planner\":{\"min_budget_bytes\":%zu,\"store_all_bytes\":%zu,"
-                        "\"blocks_min_budget_bytes\":%zu,\"blocks_store_all_bytes\":%zu,"
-                        "\"step_fixed_bytes\":%zu,\"profile_s\":%.3f}",
-                        pl->min_budget, pl->store_all, pl->blocks_min_budget,
-                        pl->blocks_store_all, pl->step.fixed_bytes, pl->profile_s);
-    util_str_printf(&j, ",\"peak_rss_bytes\":%zu}\n", util_peak_rss_bytes());
-    if (!j.oom) fputs(j.s, stdout);
-    util_str_free(&j);
+    json_uint(&j, "peak_rss_bytes", util_peak_rss_bytes());
+    json_end(&j);
+    if (!out.oom) puts(out.s);
+    util_str_free(&out);
 }
 
 static bool join(char *buf, size_t n, const char *dir, const char *file) {
@@ -529,128 +539,146 @@ static bool write_pareto(const char *file, const config *c, const model *m, cons
     return ok;
 }
 
-int cmd_bench(config *c, bool is_default) {
-    int rc = REMAT_OK;
-    trace_device(c->device);
+/* One bench run: what its phases share. */
+typedef struct bench_run {
+    config *c;
     model m;
-    memset(&m, 0, sizeof m);
     task tk;
-    memset(&tk, 0, sizeof tk);
-    batch b;
-    memset(&b, 0, sizeof b);
+    batch b;           /* the one batch every step runs on */
     planner_info pl;
-    memset(&pl, 0, sizeof pl);
-    float **ref = NULL;
-    result *r = NULL;
-    int n = 0;
-    int threads = step_setup_process(c->threads);
+    float **ref;       /* the reference gradients (strategy none) */
+    double ref_loss;
+    result *r;         /* one per strategy */
+    int n;             /* strategies */
+    int refi;          /* the reference strategy (none) */
+    int threads;
     prog_dist pd;
-    if ((rc = prog_dist_init(&pd, c))) goto done; /* under mpirun: rank 0 prints */
-    const bool log = !c->quiet;
+    bool log;          /* progress on stderr */
+} bench_run;
+
+/* Model, task, batch and data parallelism. */
+static int bench_setup(bench_run *br, bool is_default) {
+    config *c = br->c;
+    int rc;
     if (c->sweep) sweep_uniform(c);
-    if ((rc = task_init(&tk, c))) goto done;
-    tk.row0 = (int64_t)pd.rank * c->batch;
-    if ((rc = model_init(&m, c, c->seed))) goto done;
-    if ((rc = prog_dist_attach(&pd, &m, c->bucket_mib, 1))) goto done;
-    if ((rc = task_batch(&tk, 0, &b))) goto done;
-    if (is_default && log)
+    if ((rc = task_init(&br->tk, c))) return rc;
+    br->tk.row0 = (int64_t)br->pd.rank * c->batch;
+    if ((rc = model_init(&br->m, c, c->seed))) return rc;
+    if ((rc = prog_dist_attach(&br->pd, &br->m, c->bucket_mib, 1))) return rc;
+    if ((rc = task_batch(&br->tk, 0, &br->b))) return rc;
+    if (is_default && br->log)
         fprintf(stderr,
                 "remat: no command given, so here is `remat bench` on a small GPT: the same\n"
                 "training step under each checkpointing strategy (see `remat --help`).\n");
-    if (log) print_header(stderr, c, &m, threads);
+    if (br->log) print_header(stderr, c, &br->m, br->threads);
+    return REMAT_OK;
+}
 
-    /* 1. warm-up + reference gradients (RSS tracking from here to step 2's end) */
+/* Warm-up step with the reference gradients (RSS tracking from here to the
+ * end of the memory measurements), then the planner's profile and plans
+ * (budget strategies, the sweep), then room for the results. */
+static int bench_plan(bench_run *br) {
+    config *c = br->c;
     step_malloc_mode(true);
     strategy none;
     strategy_parse("none", false, &none, NULL, 0);
-    double ref_loss = 0;
-    if (log) fprintf(stderr, "  warm-up step (reference gradients)...\n");
-    model_zero_grad(&m);
-    if ((rc = step_run(&m, &none, &b, NULL, NULL, NULL, &ref_loss))) goto done;
-    ref = grab_grads(&m);
-    if (!ref) {
-        rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
-        goto done;
+    if (br->log) fprintf(stderr, "  warm-up step (reference gradients)...\n");
+    model_zero_grad(&br->m);
+    int rc = step_run(&br->m, &none, &br->b, NULL, NULL, NULL, &br->ref_loss);
+    if (rc) return rc;
+    br->ref = grab_grads(&br->m);
+    if (!br->ref) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    if ((rc = plan_budgets(c, &br->m, &br->b, &br->pl, br->log))) return rc;
+    br->n = c->n_strategies > 0 ? c->n_strategies : 0;
+    br->r = calloc((size_t)br->n + 1, sizeof *br->r);
+    if (!br->r) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    for (int i = 0; i < br->n; i++) {
+        br->r[i].times = calloc((size_t)c->reps, sizeof(double));
+        if (!br->r[i].times) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
     }
-    /* the planner's profile and plans (budget strategies, the sweep) */
-    if ((rc = plan_budgets(c, &m, &b, &pl, log))) goto done;
+    return REMAT_OK;
+}
 
-    n = c->n_strategies > 0 ? c->n_strategies : 0;
-    r = calloc((size_t)n + 1, sizeof *r);
-    if (!r) {
-        rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
-        goto done;
-    }
-    for (int i = 0; i < n; i++) {
-        r[i].times = calloc((size_t)c->reps, sizeof(double));
-        if (!r[i].times) {
-            rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
-            goto done;
-        }
-    }
-
-    /* 2. one measured step per strategy */
-    for (int i = 0; i < n; i++) {
-        if (log) fprintf(stderr, "  measuring memory: %s\n", c->strategies[i].name);
-        model_zero_grad(&m);
+/* One measured step per strategy: peak, RSS growth, trace, gradients. */
+static int bench_measure_memory(bench_run *br) {
+    config *c = br->c;
+    for (int i = 0; i < br->n; i++) {
+        result *r = &br->r[i];
+        if (br->log) fprintf(stderr, "  measuring memory: %s\n", c->strategies[i].name);
+        model_zero_grad(&br->m);
         /* free heap memory left resident by earlier work (steps, the planner's
          * profile) would be reused without a page fault and hide part of this
          * step from RSS+ (small blocks sit below live ones, where glibc's
          * trimming of the heap top does not reach): hand it back first */
         step_malloc_mode(true);
         remat_alloc_reset_peak(c->device);
-        r[i].baseline = util_current_bytes(c->device);
-        trace_begin(&r[i].tr, true);
-        c->strategies[i].sac_stats = &r[i].sac; /* selective: what its regions cached */
-        rc = step_run(&m, &c->strategies[i], &b, NULL, &r[i].tr, NULL, &r[i].loss);
+        r->baseline = util_current_bytes(c->device);
+        trace_begin(&r->tr, true);
+        c->strategies[i].sac_stats = &r->sac; /* selective: what its regions cached */
+        int rc = step_run(&br->m, &c->strategies[i], &br->b, NULL, &r->tr, NULL, &r->loss);
         c->strategies[i].sac_stats = NULL;
-        trace_end(&r[i].tr);
-        if (rc) goto done;
-        r[i].peak = util_peak_bytes(c->device);
-        r[i].rss_growth = r[i].tr.peak_rss > r[i].tr.start_rss ? r[i].tr.peak_rss - r[i].tr.start_rss : 0;
-        r[i].has_heap = r[i].tr.heap;
-        r[i].heap_growth = r[i].tr.heap_growth;
-        r[i].recomputed = r[i].tr.n_recomputed_blocks;
-        r[i].loss_equal = memcmp(&r[i].loss, &ref_loss, sizeof ref_loss) == 0;
-        r[i].grads_equal = compare_grads(&m, ref, &r[i].max_diff) && r[i].loss_equal;
+        trace_end(&r->tr);
+        if (rc) return rc;
+        r->peak = util_peak_bytes(c->device);
+        r->rss_growth = r->tr.peak_rss > r->tr.start_rss ? r->tr.peak_rss - r->tr.start_rss : 0;
+        r->has_heap = r->tr.heap;
+        r->heap_growth = r->tr.heap_growth;
+        r->recomputed = r->tr.n_recomputed_blocks;
+        r->loss_equal = memcmp(&r->loss, &br->ref_loss, sizeof br->ref_loss) == 0;
+        r->grads_equal = compare_grads(&br->m, br->ref, &r->max_diff) && r->loss_equal;
     }
+    return REMAT_OK;
+}
 
-    /* 3. timed, interleaved repetitions, with malloc in its fast setting */
+/* Timed, interleaved repetitions, with malloc in its fast setting. */
+static int bench_time_steps(bench_run *br) {
+    config *c = br->c;
     step_malloc_mode(false);
     const bool tty = util_isatty(stderr);
     for (int rep = 0; rep < c->reps; rep++) {
-        if (log)
+        if (br->log)
             fprintf(stderr, "%s  timing: repetition %d/%d%s", tty ? "\r" : "", rep + 1, c->reps,
                     tty ? "" : "\n");
-        for (int k = 0; k < n; k++) {
-            int i = (rep + k) % n;
+        for (int k = 0; k < br->n; k++) {
+            int i = (rep + k) % br->n;
+            result *r = &br->r[i];
             double loss;
-            model_zero_grad(&m);
+            model_zero_grad(&br->m);
             double t0 = util_now();
-            rc = step_run(&m, &c->strategies[i], &b, NULL, NULL, NULL, &loss);
-            r[i].times[rep] = util_now() - t0;
-            if (rc) goto done;
-            prog_dist d1 = pd; /* this step's communication figures */
+            int rc = step_run(&br->m, &c->strategies[i], &br->b, NULL, NULL, NULL, &loss);
+            r->times[rep] = util_now() - t0;
+            if (rc) return rc;
+            prog_dist d1 = br->pd; /* this step's communication figures */
             d1.comm_s = d1.exposed_s = d1.backward_s = 0;
             d1.n_steps = 0;
             prog_dist_after_step(&d1);
-            r[i].comm_s += d1.comm_s;
-            r[i].exposed_s += d1.exposed_s;
-            r[i].comm_n += d1.n_steps;
+            r->comm_s += d1.comm_s;
+            r->exposed_s += d1.exposed_s;
+            r->comm_n += d1.n_steps;
         }
     }
-    if (log && tty) fprintf(stderr, "\n");
-    model_zero_grad(&m);
-    int refi = 0;
+    if (br->log && tty) fprintf(stderr, "\n");
+    model_zero_grad(&br->m);
+    return REMAT_OK;
+}
+
+/* Medians, spreads, ratios to the reference; memory as the max over ranks. */
+static int bench_summarize(bench_run *br) {
+    config *c = br->c;
+    result *r = br->r;
+    const int n = br->n;
+    br->refi = 0;
     for (int i = 0; i < n; i++)
         if (c->strategies[i].kind == STRAT_NONE) {
-            refi = i;
+            br->refi = i;
             break;
         }
+    const int refi = br->refi;
     for (int i = 0; i < n; i++) r[i].step_ms = 1e3 * util_median(r[i].times, c->reps);
-    for (int i = 0; pd.pg && i < n; i++) { /* memory: the max over ranks */
+    for (int i = 0; br->pd.pg && i < n; i++) { /* memory: the max over ranks */
         double pk[2] = {(double)r[i].peak, (double)r[i].rss_growth};
-        if ((rc = prog_dist_max(&pd, pk, 2))) goto done;
+        int rc = prog_dist_max(&br->pd, pk, 2);
+        if (rc) return rc;
         r[i].peak = (size_t)pk[0];
         r[i].rss_growth = (size_t)pk[1];
     }
@@ -658,37 +686,51 @@ int cmd_bench(config *c, bool is_default) {
     for (int i = 0; i < n; i++) spread(r[i].times, c->reps, &r[i]);
     for (int i = 0; i < n; i++)
         r[i].noise = r[i].ms_q1 <= r[refi].ms_q3 && r[refi].ms_q1 <= r[i].ms_q3;
+    return REMAT_OK;
+}
 
-    if (pd.rank > 0)
-        ; /* rank 0 reports for the job */
-    else if (c->json)
-        print_json(c, &m, threads, r, &pl, pd.world, refi);
+/* The table, CSV or JSON (rank 0 reports for the job), and the ranks'
+ * all-reduce figures under mpirun. */
+static void bench_report(const bench_run *br) {
+    const config *c = br->c;
+    const result *r = br->r;
+    if (br->pd.rank > 0) return;
+    if (c->json)
+        print_json(c, &br->m, br->threads, br->r, &br->pl, br->pd.world, br->refi);
     else if (c->csv)
-        print_csv(c, r);
+        print_csv(c, br->r);
     else
-        print_table(c, &m, threads, r, refi, &pl);
-    if (pd.pg && pd.rank == 0 && !c->json && !c->csv) {
-        printf("\n%d ranks (mpirun), batch %d per rank; memory: the max over ranks\n", pd.world,
-               c->batch);
+        print_table(c, &br->m, br->threads, br->r, br->refi, &br->pl);
+    if (br->pd.pg && !c->json && !c->csv) {
+        printf("\n%d ranks (mpirun), batch %d per rank; memory: the max over ranks\n",
+               br->pd.world, c->batch);
         printf("strategy                all-reduce ms   after backward ms   hidden\n");
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < br->n; i++) {
             if (!r[i].comm_n) continue;
             double cm = 1e3 * r[i].comm_s / r[i].comm_n, ex = 1e3 * r[i].exposed_s / r[i].comm_n;
             printf("%-22s %14.2f %19.2f %7.0f%%\n", c->strategies[i].name, cm, ex,
                    cm > 0 ? 100 * (1 - (ex < cm ? ex / cm : 1)) : 0);
         }
     }
+}
 
-    /* plots */
-    const trace **ts = calloc((size_t)n, sizeof *ts);
-    const char **labels = calloc((size_t)n, sizeof *labels);
-    tradeoff_point *pts = calloc((size_t)n, sizeof *pts);
+/* The SVG plots and traces asked for (--out DIR, --svg, --svg-pareto,
+ * --trace; pareto.svg into DIR or ./out when the planner ran), and the
+ * default run's closing hint. */
+static int bench_write_plots(bench_run *br, bool is_default) {
+    config *c = br->c;
+    const model *mm = &br->m;
+    result *r = br->r;
+    const int n = br->n;
+    int rc = REMAT_OK;
+    const trace **ts = calloc((size_t)n + 1, sizeof *ts);
+    const char **labels = calloc((size_t)n + 1, sizeof *labels);
+    tradeoff_point *pts = calloc((size_t)n + 1, sizeof *pts);
     if (!ts || !labels || !pts) {
         free(ts);
         free(labels);
         free(pts);
-        rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
-        goto done;
+        return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
     }
     for (int i = 0; i < n; i++) {
         ts[i] = &r[i].tr;
@@ -698,14 +740,12 @@ int cmd_bench(config *c, bool is_default) {
     }
     char title[256];
     snprintf(title, sizeof title, "remat: %s, %d layers, width %d: memory vs time per strategy",
-             m.kind == MODEL_GPT ? "GPT" : "MLP", m.layers, m.width);
+             mm->kind == MODEL_GPT ? "GPT" : "MLP", mm->layers, mm->width);
     char path[4096];
     FILE *msg = (c->json || c->csv) ? stderr : stdout;
     bool wrote_header = false;
-    /* pareto.svg: wherever asked, and into the output directory (--out DIR,
-     * else ./out for the sweep) when the planner ran */
     const char *pareto_dir = c->out_dir ? c->out_dir : (c->sweep ? "out" : NULL);
-    if (!pl.prof) pareto_dir = NULL;
+    if (!br->pl.prof) pareto_dir = NULL;
 #define WROTE(p)                                                    \
     do {                                                            \
         if (!wrote_header) fprintf(msg, "\n");                      \
@@ -722,7 +762,7 @@ int cmd_bench(config *c, bool is_default) {
             }
             if (!rc && join(path, sizeof path, c->out_dir, "timeline.svg")) {
                 snprintf(title, sizeof title, "remat: memory during one training step, %s, %d layers",
-                         m.kind == MODEL_GPT ? "GPT" : "MLP", m.layers);
+                         mm->kind == MODEL_GPT ? "GPT" : "MLP", mm->layers);
                 if (svg_timeline(path, title, n, ts, labels)) WROTE(path); else FAILW(path);
             }
             if (!rc && join(path, sizeof path, c->out_dir, "trace.json")) {
@@ -734,11 +774,11 @@ int cmd_bench(config *c, bool is_default) {
         if (!util_mkdir_p(pareto_dir))
             rc = remat_set_error(REMAT_EIO, "cannot create the directory %s", pareto_dir);
         else if (join(path, sizeof path, pareto_dir, "pareto.svg")) {
-            if (write_pareto(path, c, &m, r, &pl)) WROTE(path); else FAILW(path);
+            if (write_pareto(path, c, mm, r, &br->pl)) WROTE(path); else FAILW(path);
         }
     }
     if (!rc && c->svg_pareto) {
-        if (write_pareto(c->svg_pareto, c, &m, r, &pl)) WROTE(c->svg_pareto); else FAILW(c->svg_pareto);
+        if (write_pareto(c->svg_pareto, c, mm, r, &br->pl)) WROTE(c->svg_pareto); else FAILW(c->svg_pareto);
     }
     if (!rc && c->svg) {
         if (svg_tradeoff(c->svg, title, n, pts)) WROTE(c->svg); else FAILW(c->svg);
@@ -748,7 +788,7 @@ int cmd_bench(config *c, bool is_default) {
     }
 #undef WROTE
 #undef FAILW
-    if (!rc && is_default && !c->json && !c->csv && pd.rank == 0)
+    if (!rc && is_default && !c->json && !c->csv && br->pd.rank == 0)
         printf("\nOpen %s/timeline.svg to see memory over the step (forward, backward,\n"
                "recompute shaded), %s/tradeoff.svg for memory against time%s%s%s.\n"
                "Try `remat train` to train this kind of model, `remat bench --sweep-budgets`\n"
@@ -759,29 +799,51 @@ int cmd_bench(config *c, bool is_default) {
     free(ts);
     free(labels);
     free(pts);
-    for (int i = 0; !rc && i < n; i++)
-        if (!r[i].grads_equal) {
-            fprintf(stderr, "remat bench: gradients of %s differ from the un-checkpointed ones\n",
-                    c->strategies[i].name);
-            rc = REMAT_EDETERMINISM;
-        }
-    if (rc == REMAT_EDETERMINISM) goto cleanup;
+    return rc;
+}
 
-done:
-    if (rc) fprintf(stderr, "\nremat bench: %s\n", remat_last_error());
-cleanup:
-    free_grads(ref, m.n_params);
-    for (int i = 0; r && i < n; i++) {
-        free(r[i].times);
-        trace_free(&r[i].tr);
+static void bench_free(bench_run *br) {
+    free_grads(br->ref, br->m.n_params);
+    for (int i = 0; br->r && i < br->n; i++) {
+        free(br->r[i].times);
+        trace_free(&br->r[i].tr);
     }
-    free(r);
-    for (int i = 0; i < c->n_strategies; i++) strategy_free(&c->strategies[i]);
-    remat_profile_free(pl.prof);
-    batch_free(&b);
-    model_free(&m);
-    task_free(&tk);
-    if (prog_dist_end(&pd, rc ? 1 : 0)) { /* with rc under mpirun: ends every rank */
+    free(br->r);
+    for (int i = 0; i < br->c->n_strategies; i++) strategy_free(&br->c->strategies[i]);
+    remat_profile_free(br->pl.prof);
+    batch_free(&br->b);
+    model_free(&br->m);
+    task_free(&br->tk);
+}
+
+int cmd_bench(config *c, bool is_default) {
+    trace_device(c->device);
+    bench_run br;
+    memset(&br, 0, sizeof br);
+    br.c = c;
+    br.log = !c->quiet;
+    br.threads = step_setup_process(c->threads);
+    int rc = prog_dist_init(&br.pd, c); /* under mpirun: rank 0 prints */
+    if (!rc) rc = bench_setup(&br, is_default);
+    if (!rc) rc = bench_plan(&br);
+    if (!rc) rc = bench_measure_memory(&br);
+    if (!rc) rc = bench_time_steps(&br);
+    if (!rc) rc = bench_summarize(&br);
+    if (!rc) bench_report(&br);
+    if (!rc) rc = bench_write_plots(&br, is_default);
+    if (rc) {
+        fprintf(stderr, "\nremat bench: %s\n", remat_last_error());
+    } else {
+        for (int i = 0; i < br.n; i++)
+            if (!br.r[i].grads_equal) {
+                fprintf(stderr, "remat bench: gradients of %s differ from the un-checkpointed "
+                        "ones\n", c->strategies[i].name);
+                rc = REMAT_EDETERMINISM;
+                break;
+            }
+    }
+    bench_free(&br);
+    if (prog_dist_end(&br.pd, rc ? 1 : 0)) { /* with rc under mpirun: ends every rank */
         if (!rc) fprintf(stderr, "remat bench: %s\n", remat_last_error()); /* else printed */
         return 1;
     }

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "remat/autocast.h"
+
 #define TRY(expr)                                  \
     do {                                           \
         if ((rc = (expr)) != REMAT_OK) goto done;  \
@@ -137,6 +139,7 @@ int model_init(model *m, const config *c, uint64_t seed) {
     m->vocab = GPT_VOCAB;
     m->untied = c->untied;
     m->attn_ops = c->attn_ops;
+    m->autocast = c->autocast;
     int cap = m->kind == MODEL_GPT ? 5 + 12 * m->layers : 6 + 4 * m->layers;
     m->params = calloc((size_t)cap, sizeof *m->params);
     m->ctx = calloc((size_t)m->layers, sizeof *m->ctx);
@@ -406,7 +409,7 @@ done:
     return rc;
 }
 
-int model_loss(model *m, const strategy *s, const batch *b, remat_tensor **loss) {
+static int model_loss_run(model *m, const strategy *s, const batch *b, remat_tensor **loss) {
     remat_tensor *x = NULL, *y = NULL;
     *loss = NULL;
     int rc = embed(m, b, &x);
@@ -417,7 +420,15 @@ int model_loss(model *m, const strategy *s, const batch *b, remat_tensor **loss)
     return rc;
 }
 
-int model_profile_chain(model *m, const batch *b, const remat_profile_options *opts,
+int model_loss(model *m, const strategy *s, const batch *b, remat_tensor **loss) {
+    remat_autocast_state prev;
+    int rc = remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, m->autocast);
+    if (!rc) rc = model_loss_run(m, s, b, loss);
+    remat_autocast_end(&prev);
+    return rc;
+}
+
+static int model_profile_chain_run(model *m, const batch *b, const remat_profile_options *opts,
                         remat_profile **out) {
     *out = NULL;
     remat_tensor *x = NULL;
@@ -432,6 +443,15 @@ int model_profile_chain(model *m, const batch *b, const remat_profile_options *o
     remat_grad_mode_restore(prev);
     remat_release(x);
     free(st);
+    return rc;
+}
+
+int model_profile_chain(model *m, const batch *b, const remat_profile_options *opts,
+                        remat_profile **out) {
+    remat_autocast_state prev;
+    int rc = remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, m->autocast);
+    if (!rc) rc = model_profile_chain_run(m, b, opts, out);
+    remat_autocast_end(&prev);
     return rc;
 }
 
@@ -456,7 +476,7 @@ static int embed_stage(void *ud, remat_tensor *const *in, int n_in, remat_tensor
     return embed(o->m, o->b, out);
 }
 
-int model_profile_step(model *m, const batch *b, bool grads_kept, remat_profile **chain,
+static int model_profile_step_run(model *m, const batch *b, bool grads_kept, remat_profile **chain,
                        remat_step_profile *step) {
     *chain = NULL;
     memset(step, 0, sizeof *step);
@@ -491,6 +511,15 @@ int model_profile_step(model *m, const batch *b, bool grads_kept, remat_profile 
     remat_profile_free(hp);
     remat_profile_free(ep);
     remat_release(x);
+    return rc;
+}
+
+int model_profile_step(model *m, const batch *b, bool grads_kept, remat_profile **chain,
+                       remat_step_profile *step) {
+    remat_autocast_state prev;
+    int rc = remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, m->autocast);
+    if (!rc) rc = model_profile_step_run(m, b, grads_kept, chain, step);
+    remat_autocast_end(&prev);
     return rc;
 }
 

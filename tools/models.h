@@ -74,6 +74,7 @@ struct model {
     int layers, width, heads, context, vocab;
     bool untied;
     bool attn_ops; /* attention composed of ops instead of remat_attention */
+    bool autocast; /* forward (and the planner's profile) under bf16 autocast */
     param *params;
     int n_params;
     int64_t n_weights; /* total number of parameter elements */
@@ -101,7 +102,8 @@ void batch_free(batch *b);
 int model_init(model *m, const config *c, uint64_t seed);
 void model_free(model *m);
 
-/* Forward to the loss under strategy s (grad mode as the caller set it).
+/* Forward to the loss under strategy s (grad mode as the caller set it),
+ * under bf16 autocast when m->autocast (the profiles below too).
  * *loss gets a plain reference to a 0-dim tensor. */
 int model_loss(model *m, const strategy *s, const batch *b, remat_tensor **loss);
 /* GPT logits (B, T, V) or MLP outputs (B, W), no strategy; plain reference. */

@@ -422,7 +422,7 @@ static int run_block(const remat_checkpoint_options *o, int n, block_fn fn, void
 }
 
 /* Each block its own non-reentrant checkpoint whose context_fn hands out
- * a fresh selective-checkpoint pair per call (P: context_fn=partial(
+ * a fresh selective-checkpoint pair per call (PyTorch: context_fn=partial(
  * create_selective_checkpoint_contexts, policy)). The policy object lives
  * for this forward only: every region takes its own reference. */
 static int run_selective(const strategy *s, int n, block_fn fn, void *const *ud, remat_tensor *x,

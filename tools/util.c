@@ -233,18 +233,6 @@ void util_str_printf(util_str *b, const char *fmt, ...) {
     }
 }
 
-void util_str_json_escaped(util_str *b, const char *s) {
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            util_str_printf(b, "\\%c", c);
-        else if (c < 0x20)
-            util_str_printf(b, "\\u%04x", c);
-        else
-            util_str_printf(b, "%c", c);
-    }
-}
-
 void util_str_free(util_str *b) {
     free(b->s);
     b->s = NULL;

@@ -70,8 +70,6 @@ void util_str_printf(util_str *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
-/* Appends s JSON-escaped (without quotes). */
-void util_str_json_escaped(util_str *b, const char *s);
 void util_str_free(util_str *b);
 
 /* Creates directory `path` (and parents); true if it exists afterwards. */

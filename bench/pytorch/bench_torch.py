@@ -4,7 +4,12 @@
 Runs one forward+backward step of the GPT or MLP of models.py under each
 strategy (none, block, sequential=N; torch.utils.checkpoint with an explicit
 use_reentrant), interleaved repetitions, medians; prints a table or (--json)
-one JSON object with the keys of `remat bench --json`.
+one JSON object with the keys of `remat bench --json`. With PyTorch 2.x
+(bench/pytorch/setup_venv.sh) also `compile` (torch.compile, default
+partitioner) and `compile-budget=F` (torch.compile with
+torch._functorch.config.activation_memory_budget = F, PyTorch's automatic
+rematerialisation); their compilation runs before anything is measured
+(compile_s in the JSON).
 
 Memory: PyTorch has no allocator counters on cpu, so, as remat's RSS column,
 the growth of the process's resident memory over the step, sampled every
@@ -115,9 +120,56 @@ class RssSampler:
         self.heap_growth = max(0, HEAP[1]() - self.heap_start) if HEAP else None
 
 
+AUTOCAST = False  # --autocast bf16
+
+
+COMPILED = {}  # strategy name -> compiled loss function (compile, compile-budget=F)
+
+
+def compile_budget(strategy):
+    """The activation memory budget of a compile strategy, or None for an eager one.
+    "compile" is torch.compile with PyTorch's default budget (1.0: keep what the
+    min-cut partitioner keeps); "compile-budget=F" sets
+    torch._functorch.config.activation_memory_budget = F (0 <= F <= 1): PyTorch 2.x's own
+    automatic rematerialisation, which recomputes activations until the saved ones fit
+    F of what the default keeps."""
+    if strategy == "compile":
+        return 1.0
+    if strategy.startswith("compile-budget="):
+        return float(strategy.split("=", 1)[1])
+    return None
+
+
+def make_compiled(model, batch, strategy):
+    """Compiles a loss for the strategy under its budget: torch.compile traces and
+    partitions on the first call (forward and backward), so that call runs inside the
+    config patch. Each strategy gets its own code object, hence its own graph.
+    Returns the seconds the compilation took."""
+    budget = compile_budget(strategy)
+    if not hasattr(torch, "compile"):
+        sys.exit(f"{strategy}: torch.compile needs PyTorch 2.x (this is {torch.__version__}); "
+                 "see bench/pytorch/setup_venv.sh")
+    import torch._functorch.config as fconfig
+    ns = {}
+    name = f"loss_{len(COMPILED)}"
+    exec(f"def {name}(model, *batch):\n    return model.loss(*batch, strategy='none')\n", ns)
+    fn = torch.compile(ns[name])
+    t0 = time.perf_counter()
+    with fconfig.patch(activation_memory_budget=budget):
+        model.zero_grad(set_to_none=True)
+        fn(model, *batch).backward()
+    COMPILED[strategy] = fn
+    return time.perf_counter() - t0
+
+
 def step(model, batch, strategy, reentrant):
     model.zero_grad(set_to_none=True)
-    loss = model.loss(*batch, strategy=strategy, reentrant=reentrant)
+    if strategy in COMPILED:
+        loss = COMPILED[strategy](model, *batch)
+    else:
+        # --autocast bf16: the forward under torch.autocast('cpu', bfloat16), as remat's
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=AUTOCAST):
+            loss = model.loss(*batch, strategy=strategy, reentrant=reentrant)
     loss.backward()
     return loss.item()
 
@@ -140,7 +192,10 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--reentrant", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--autocast", choices=["off", "bf16"], default="off")
     a = ap.parse_args()
+    global AUTOCAST
+    AUTOCAST = a.autocast == "bf16"
     # the defaults of `remat bench`
     gpt = a.model == "gpt"
     a.layers = a.layers or (8 if gpt else 32)
@@ -155,6 +210,11 @@ def main():
     malloc_mode(True)
     step(model, batch, "none", a.reentrant)  # warm-up
     ref = grads(model)
+    compile_s = {}
+    for s in strategies:  # compiled before anything is measured
+        if compile_budget(s) is not None:
+            compile_s[s] = make_compiled(model, batch, s)
+            step(model, batch, s, a.reentrant)  # and run once more, warm
     res = {s: {"times": []} for s in strategies}
     for s in strategies:
         model.zero_grad(set_to_none=True)
@@ -170,6 +230,10 @@ def main():
         res[s]["grads_bitwise_equal"] = all(
             (x is None and y is None) or (x is not None and y is not None and torch.equal(x, y))
             for x, y in zip(ref, g))
+        # compiled kernels fuse and reorder: equal up to rounding, not to the bit
+        res[s]["grads_max_abs_diff"] = max(
+            (float((x - y).abs().max()) for x, y in zip(ref, g) if x is not None and y is not None),
+            default=0.0)
     malloc_mode(False)
     n = len(strategies)
     for rep in range(a.reps):
@@ -188,7 +252,11 @@ def main():
                     "rss_growth_bytes": res[s]["rss_growth_bytes"],
                     "heap_growth_bytes": res[s]["heap_growth_bytes"], "loss": res[s]["loss"],
                     "grads_bitwise_equal": res[s]["grads_bitwise_equal"],
+                    "grads_max_abs_diff": res[s]["grads_max_abs_diff"],
                     "step_ms_all": [1e3 * t for t in res[s]["times"]]})
+        if s in compile_s:
+            out[-1]["compile_s"] = compile_s[s]
+            out[-1]["activation_memory_budget"] = compile_budget(s)
     params = sum(p.numel() for p in model.parameters())
     doc = {"command": "bench_torch", "torch": torch.__version__, "model": a.model,
            "layers": a.layers, "width": a.width, "heads": a.heads, "context": a.context,
@@ -206,7 +274,7 @@ def main():
         h = f" {o['heap_growth_bytes'] / 2**20:>10.1f}" if HEAP else ""
         print(f"{o['strategy']:<24} {o['step_ms']:>9.1f} {o['overhead']:>7.2f}x "
               f"{o['rss_growth_bytes'] / 2**20:>10.1f}{h}  "
-              f"{'bitwise equal' if o['grads_bitwise_equal'] else 'differ'}")
+              f"{'bitwise equal' if o['grads_bitwise_equal'] else 'max |diff| %.2g' % o['grads_max_abs_diff']}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ run preloaded: it counts every malloc'd byte the same way in both processes.
     /usr/bin/python3 bench/pytorch/compare.py                  # GPT and MLP, defaults
     /usr/bin/python3 bench/pytorch/compare.py --models gpt --threads 2 --rounds 3
     /usr/bin/python3 bench/pytorch/compare.py --models mlp --layers 8 --width 256 --quick
+    /usr/bin/python3 bench/pytorch/compare.py --python /work/venv-torch2/bin/python   # PyTorch 2.x
 
 Model flags (--layers, --width, --heads, --context, --batch) are passed to both
 sides; left out, both use the defaults of `remat bench`.
@@ -38,6 +39,9 @@ def run_json(cmd, env):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--remat", default=os.path.join(ROOT, "build", "remat"))
+    ap.add_argument("--python", default=sys.executable,
+                    help="the interpreter that runs bench_torch.py: Debian's python3-torch 1.13 "
+                         "(/usr/bin/python3) or a PyTorch 2.x venv (bench/pytorch/setup_venv.sh)")
     ap.add_argument("--models", default="gpt,mlp")
     ap.add_argument("--strategies", default="none,block,sequential=2,sequential=4")
     ap.add_argument("--threads", type=int, default=0)
@@ -76,7 +80,7 @@ def main():
         if a.reentrant:
             common.append("--reentrant")
         remat_cmd = [a.remat, "bench", "--json", "--quiet"] + common
-        torch_cmd = [sys.executable, os.path.join(HERE, "bench_torch.py"), "--json"] + common
+        torch_cmd = [a.python, os.path.join(HERE, "bench_torch.py"), "--json"] + common
         if a.threads > 0 and shutil.which("taskset"):
             # torch.set_num_threads(1) still leaves PyTorch ~1.9 cores busy here (measured:
             # 20 s of CPU time in 11 s of wall time); pin both sides to `threads` cores so

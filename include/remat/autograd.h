@@ -13,7 +13,7 @@
  * checkpointing, offloading and compression are built on these hooks.
  *
  * Custom functions (remat_function_apply) pair a user forward with a user
- * backward, as P's autograd.Function.
+ * backward, as PyTorch's autograd.Function.
  */
 #ifndef REMAT_AUTOGRAD_H
 #define REMAT_AUTOGRAD_H
@@ -43,10 +43,10 @@ void remat_grad_mode_restore(bool prev);
  * Runs backward from roots[0..n). grad_outputs may be NULL (every root must
  * then be a one-element tensor; its gradient is 1) or have NULL entries.
  * inputs/n_inputs: if non-NULL, only these tensors' .grad are accumulated
- * (P: backward(inputs=...)); otherwise every leaf that requires grad.
+ * (PyTorch: backward(inputs=...)); otherwise every leaf that requires grad.
  * Unless retain_graph, the graph's saved tensors are freed as it is
  * walked; walking it again then fails with REMAT_ESTATE. Some are freed
- * even within their node, which lowers the pass's peak below P's: linear
+ * even within their node, which lowers the pass's peak below PyTorch's: linear
  * lets go of its input once dW is computed, before dx is allocated, and
  * mse_loss writes the prediction's gradient over the saved prediction when
  * nothing else holds it (tensors you still hold are never written).
@@ -61,7 +61,7 @@ remat_status remat_backward_scalar(remat_tensor *root);
  * above) and writes new references to grads[0..n_inputs): NULL where an
  * input is unreachable from the outputs if allow_unused, else REMAT_EINVAL.
  * Leaves `.grad` of every tensor untouched. Every input must require grad
- * (REMAT_ENOGRAD). As in P, the pass stops at a non-leaf input: the input's
+ * (REMAT_ENOGRAD). As in PyTorch, the pass stops at a non-leaf input: the input's
  * own backward node is neither run nor freed (unless another input lies
  * beyond it), so grad of z wrt y and then of y wrt x both work without
  * retain_graph. */
@@ -71,7 +71,7 @@ remat_status remat_grad(int n_outputs, remat_tensor *const *outputs,
                         remat_tensor **grads);
 
 /* ---- options: create_graph (double backward) ----------------------------------
- * A zero-initialised struct gives P's defaults (create_graph false,
+ * A zero-initialised struct gives PyTorch's defaults (create_graph false,
  * retain_graph = create_graph, allow_unused false).
  *
  * create_graph (P: create_graph=True): backward runs with grad mode on and
@@ -178,7 +178,7 @@ typedef struct remat_function_def {
                             int n_inputs, remat_tensor **outputs, int n_outputs);
     /* Backward: grad_outputs[i] may be NULL (zero). Write new references to
      * grad_inputs[0..n_inputs) (NULL = no gradient). Each gradient is
-     * checked against its input, as P's validate_outputs: another dtype is
+     * checked against its input, as PyTorch's validate_outputs: another dtype is
      * converted to the input's, a shape the input broadcasts to is summed
      * down to it, any other shape fails the pass with REMAT_ESHAPE, another
      * device with REMAT_EDEVICE. */

@@ -1,6 +1,6 @@
 /*
  * remat/checkpoint.h — activation checkpointing with PyTorch's semantics
- * (P: torch.utils.checkpoint.checkpoint / checkpoint_sequential).
+ * (PyTorch: torch.utils.checkpoint.checkpoint / checkpoint_sequential).
  *
  * A checkpointed function keeps only its inputs alive after the forward;
  * everything it would have saved for backward is recomputed by running it
@@ -20,7 +20,7 @@
  *    detached inputs and calls remat_backward on it (the engine is
  *    re-entrant). Does not work with remat_grad or backward(inputs=...).
  *
- * Leaving use_reentrant unset warns (as P does) and then uses reentrant.
+ * Leaving use_reentrant unset warns (as PyTorch does) and then uses reentrant.
  *
  * Example (non-reentrant, one block of an MLP; user_data carries the
  * parameters, which may require grad and receive gradients):
@@ -41,7 +41,7 @@
  * Limits: the reentrant variant takes at most 64 inputs and 64 outputs
  * (REMAT_EINVAL beyond); the non-reentrant one has no limit.
  *
- * See docs/checkpoint.md for the mechanics and the differences from P.
+ * See docs/checkpoint.md for the mechanics and the differences from PyTorch.
  *
  * Writing the function (the contract of remat_checkpoint_fn):
  *  - It is called once in forward and again for every recomputation, with
@@ -86,19 +86,19 @@ REMAT_BEGIN_PUBLIC
 /* remat_tristate (a yes/no option that can be left unset) is in remat/tensor.h. */
 
 /* How a recomputation is compared with the original forward
- * (P: determinism_check). Zero is P's default. */
+ * (PyTorch: determinism_check). Zero is PyTorch's default. */
 typedef enum remat_determinism_check {
-    /* P's "default": the count, and the shape, dtype and device of every
+    /* PyTorch's "default": the count, and the shape, dtype and device of every
      * recomputed saved tensor */
     REMAT_DETERMINISM_DEFAULT = 0,
-    /* P's "none": the count only */
+    /* PyTorch's "none": the count only */
     REMAT_DETERMINISM_NONE = 1,
 } remat_determinism_check;
 
-/* Parses P's spelling of determinism_check, "default" or "none", into
+/* Parses PyTorch's spelling of determinism_check, "default" or "none", into
  * *out (for programs and bindings that take it as text). REMAT_EINVAL for
  * NULL arguments or any other text ("determinism_check should be one of
- * ['default', 'none'], but got 'x'", as P words it); *out is then
+ * ['default', 'none'], but got 'x'", as PyTorch words it); *out is then
  * unchanged. */
 remat_status remat_determinism_check_parse(const char *text, remat_determinism_check *out);
 
@@ -108,10 +108,10 @@ remat_status remat_determinism_check_parse(const char *text, remat_determinism_c
 typedef remat_status (*remat_checkpoint_fn)(void *user_data, remat_tensor *const *inputs,
                                             int n_inputs, remat_tensor **outputs, int n_outputs);
 
-/* ---- context_fn (P: context_fn returning two context managers) ---------------
+/* ---- context_fn (PyTorch: context_fn returning two context managers) ---------------
  * A pair of contexts entered around the original forward and around every
  * recomputation (non-reentrant only). This is how selective checkpointing
- * plugs in. context_fn is called once per remat_checkpoint call (P calls
+ * plugs in. context_fn is called once per remat_checkpoint call (PyTorch calls
  * context_fn() per call too) and fills *pair; the checkpoint owns
  * pair->state from then on and calls pair->destroy(state) (if set) once no
  * recomputation can happen any more. Each enter/exit callback may be NULL.
@@ -136,7 +136,7 @@ typedef remat_status (*remat_checkpoint_context_fn)(void *user_data,
 typedef struct remat_checkpoint_options {
     /* REMAT_OPT_TRUE: reentrant; REMAT_OPT_FALSE: non-reentrant;
      * REMAT_OPT_DEFAULT: warns that it should be passed explicitly, then
-     * reentrant (P's behaviour). */
+     * reentrant (PyTorch's behaviour). */
     remat_tristate use_reentrant;
     /* Stash and restore the RNG state of cpu and of the devices of one
      * device type around the recomputation, so that dropout draws the same
@@ -183,7 +183,7 @@ typedef struct remat_checkpoint_options {
  *
  * Errors (every output NULL then, nothing leaked):
  *   REMAT_EINVAL   bad arguments; an option outside its enum; context_fn or
- *                  debug with reentrant. (Unlike P, debug combines with a
+ *                  debug with reentrant. (Unlike PyTorch, debug combines with a
  *                  context_fn, so traces cover selective regions.)
  *   REMAT_ESTATE   a device type that was not initialised when the forward
  *                  started was initialised by it while preserve_rng_state
@@ -217,8 +217,7 @@ typedef struct remat_stage {
     void *user_data;
 } remat_stage;
 
-/* Runs stages[0..n_stages) one after another on `input` (P:
- * checkpoint_sequential). The stages are cut into `segments` chunks of
+/* Runs stages[0..n_stages) one after another on `input` (PyTorch:  * checkpoint_sequential). The stages are cut into `segments` chunks of
  * n_stages / segments stages; the first segments - 1 chunks are each run
  * through remat_checkpoint with opts, the rest (the last chunk and any
  * remainder) runs normally. *out receives the final output (a new
@@ -226,14 +225,14 @@ typedef struct remat_stage {
  * reference to input. opts as for remat_checkpoint (use_reentrant unset →
  * one warning, then reentrant).
  * Errors: REMAT_EINVAL for NULL out/input/stages/fn, segments < 1,
- * segments > n_stages (n_stages >= 1; P refuses it too), or a stage that
+ * segments > n_stages (n_stages >= 1; PyTorch refuses it too), or a stage that
  * returns no tensor; anything remat_checkpoint or a stage
  * returns. *out is NULL on error. */
 remat_status remat_checkpoint_sequential(remat_tensor **out, int n_stages,
                                          const remat_stage *stages, int segments,
                                          remat_tensor *input, const remat_checkpoint_options *opts);
 
-/* ---- global overrides (P: set_checkpoint_early_stop,
+/* ---- global overrides (PyTorch: set_checkpoint_early_stop,
  * set_checkpoint_debug_enabled) ----------------------------------------------------
  * REMAT_OPT_TRUE / REMAT_OPT_FALSE take precedence over the per-call option
  * of every non-reentrant checkpoint whose forward runs while the override
@@ -246,7 +245,7 @@ remat_tristate remat_set_checkpoint_debug(remat_tristate value);
 remat_tristate remat_get_checkpoint_early_stop(void);
 remat_tristate remat_get_checkpoint_debug(void);
 
-/* ---- device type for RNG preservation (P: DefaultDeviceType) ------------------------
+/* ---- device type for RNG preservation (PyTorch: DefaultDeviceType) ------------------------
  * preserve_rng_state stashes the cpu generator plus the generators of the
  * devices of one device type: the type of the non-cpu tensor inputs
  * ("cuda" if present, else the first seen; several types → a warning),

@@ -15,7 +15,7 @@
  *    tensors are saved unchanged). Exact.
  *
  * Each pack makes its own copy: a tensor saved by several ops is stored
- * several times (P's hooks behave the same). The original is freed as soon
+ * several times (PyTorch's hooks behave the same). The original is freed as soon
  * as nothing else refers to it, which is where the saving comes from.
  *
  * 1-bit masks for relu and dropout need no hooks: those ops always save a

@@ -57,7 +57,7 @@ typedef struct remat_device_type_def {
     int (*device_count)(void *user_data);                           /* required */
     int (*current_device)(void *user_data);                         /* NULL → 0 */
     remat_status (*set_current_device)(void *user_data, int index); /* NULL → only 0 accepted */
-    /* Whether the runtime has been initialised (P: torch.cuda.is_initialized).
+    /* Whether the runtime has been initialised (PyTorch: torch.cuda.is_initialized).
      * NULL → always initialised. */
     bool (*is_initialized)(void *user_data);
     /* RNG state hooks; NULL → remat's built-in Philox generator per index. */
@@ -146,7 +146,7 @@ typedef void (*remat_alloc_observer_fn)(void *user_data, remat_device device, in
 void remat_set_alloc_observer(remat_alloc_observer_fn fn, void *user_data);
 
 /* ---- RNG -------------------------------------------------------------------- */
-/* Seeds every generator of every device type (P: torch.manual_seed). */
+/* Seeds every generator of every device type (PyTorch: torch.manual_seed). */
 void remat_manual_seed(uint64_t seed);
 /* Seeds the generator of one device. */
 remat_status remat_device_manual_seed(remat_device device, uint64_t seed);
@@ -157,7 +157,7 @@ remat_status remat_rng_get_state(remat_device device, uint8_t state[REMAT_RNG_ST
 remat_status remat_rng_set_state(remat_device device, const uint8_t state[REMAT_RNG_STATE_BYTES]);
 
 /* Fork: stashes the cpu generator and those of `devices`, to be put back by
- * remat_rng_fork_end (P: torch.random.fork_rng). */
+ * remat_rng_fork_end (PyTorch: torch.random.fork_rng). */
 typedef struct remat_rng_fork {
     int n;
     remat_device devices[1 + REMAT_MAX_DEVICES_PER_TYPE];

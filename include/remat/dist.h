@@ -5,7 +5,7 @@
  * one the user passes. It gives rank and world size, broadcast, all-reduce
  * (sum / mean / max) of tensors and doubles, and a barrier. remat_ddp keeps
  * a model's parameters identical across ranks while each rank trains on its
- * own shard of the data (P: DistributedDataParallel); remat_zero shards the
+ * own shard of the data (PyTorch: DistributedDataParallel); remat_zero shards the
  * AdamW state across ranks (ZeRO stage 1).
  *
  * Typical loop (every rank runs the same program, `mpirun -np N prog`):
@@ -168,12 +168,12 @@ void remat_ddp_free(remat_ddp *ddp);
 /* remat_backward_scalar(loss) with the gradients synchronised as described
  * above. While sync is off (remat_ddp_set_sync) it is a plain local
  * backward: gradients accumulate, and the next synchronised backward
- * reduces the accumulated .grad (P: no_sync for gradient accumulation).
+ * reduces the accumulated .grad (PyTorch: no_sync for gradient accumulation).
  * If the local backward fails, this rank still takes part in the
  * collectives and reports the failure to the others; every rank then
  * returns an error naming the failed rank(s). */
 int remat_ddp_backward(remat_ddp *ddp, remat_tensor *loss);
-/* Turns synchronisation off (P: no_sync) or back on. */
+/* Turns synchronisation off (PyTorch: no_sync) or back on. */
 void remat_ddp_set_sync(remat_ddp *ddp, bool sync);
 
 typedef struct remat_ddp_stats {

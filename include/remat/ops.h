@@ -96,7 +96,7 @@ remat_status remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool t
 /* weight (num, dim), indices i64 of any shape → (*indices.shape, dim). */
 remat_status remat_embedding(remat_tensor **out, remat_tensor *weight, remat_tensor *indices);
 /* logits (N, C), targets i64 (N) → mean negative log-likelihood (0-dim).
- * Targets equal to ignore_index are skipped (use -100 as P does). */
+ * Targets equal to ignore_index are skipped (use -100 as PyTorch does). */
 remat_status remat_cross_entropy(remat_tensor **out, remat_tensor *logits, remat_tensor *targets,
                                  int64_t ignore_index);
 /* mean((a - b)^2) over all elements (0-dim). Shapes must match. */

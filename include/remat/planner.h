@@ -1,6 +1,6 @@
 /*
  * remat/planner.h — the budget planner: optimal checkpoint schedules for a
- * memory budget (P offers only uniform segments, checkpoint_sequential).
+ * memory budget (PyTorch offers only uniform segments, checkpoint_sequential).
  *
  * Three steps, each usable on its own:
  *
@@ -19,7 +19,7 @@
  *                recomputation) is minimal and the predicted peak fits the
  *                budget. remat_plan_revolve builds Revolve's binomial
  *                schedule for uniform chains (Griewank & Walther) and
- *                remat_plan_sequential P's uniform segments, for comparison.
+ *                remat_plan_sequential PyTorch's uniform segments, for comparison.
  *   3. run       remat_plan_run executes a plan with nested non-reentrant
  *                remat_checkpoint calls: a checkpointed segment's function
  *                runs its own sub-plan, so its recomputation is itself
@@ -170,7 +170,7 @@ typedef enum remat_plan_kind {
     REMAT_PLAN_OPTIMAL = 0,    /* remat_plan_create: minimal predicted time under the budget */
     REMAT_PLAN_MIN_MEMORY = 1, /* remat_plan_create fell back to the minimal-peak plan (the
                                   budget is feasible but too tight for the slot grid) */
-    REMAT_PLAN_SEQUENTIAL = 2, /* remat_plan_sequential: P's checkpoint_sequential */
+    REMAT_PLAN_SEQUENTIAL = 2, /* remat_plan_sequential: PyTorch's checkpoint_sequential */
     REMAT_PLAN_REVOLVE = 3     /* remat_plan_revolve: binomial schedule */
 } remat_plan_kind;
 
@@ -261,7 +261,7 @@ remat_status remat_plan_create_step(remat_plan **out, const remat_profile *profi
                                     const remat_step_profile *step, size_t budget_bytes,
                                     const remat_plan_options *opts);
 
-/* P's checkpoint_sequential(stages, segments) as a plan: n_stages/segments
+/* PyTorch's checkpoint_sequential(stages, segments) as a plan: n_stages/segments
  * stages per chunk, the first segments-1 chunks checkpointed, the rest
  * stored. profile may be NULL (n_stages is then used; with a profile
  * n_stages must match or be 0). */
@@ -324,7 +324,7 @@ remat_status remat_checkpoint_budget(remat_tensor **out, int n_stages, const rem
 void remat_checkpoint_budget_clear(void);
 
 /* Parses a byte size: "1048576", "512K", "96MiB", "1.5G", "2GB" (K/M/G/T;
- * both KB and KiB mean 1024, as P's memory stats do). REMAT_EFORMAT on
+ * both KB and KiB mean 1024, as PyTorch's memory stats do). REMAT_EFORMAT on
  * anything else. */
 remat_status remat_parse_bytes(const char *text, size_t *bytes);
 

@@ -1,7 +1,7 @@
 /*
  * remat/report.h — residual reports: every tensor saved for backward during
  * a region of code (a step, a block), with the op that saved it, its name,
- * shape, dtype, bytes and call site, plus totals per op (P has none; JAX:
+ * shape, dtype, bytes and call site, plus totals per op (PyTorch has none; JAX:
  * jax.ad_checkpoint.print_saved_residuals).
  *
  *   remat_residual_report *rep;

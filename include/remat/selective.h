@@ -1,6 +1,5 @@
 /*
- * remat/selective.h — selective activation checkpointing (P:
- * torch.utils.checkpoint.CheckpointPolicy, SelectiveCheckpointContext,
+ * remat/selective.h — selective activation checkpointing (PyTorch:  * torch.utils.checkpoint.CheckpointPolicy, SelectiveCheckpointContext,
  * create_selective_checkpoint_contexts) and named residuals with preset
  * policies (as JAX's checkpoint_name / jax.checkpoint_policies).
  *
@@ -19,7 +18,7 @@
  *             copied to host memory during the forward and back to its
  *             device when the recomputation needs it (on cpu: as SAVE).
  *
- * MUST_ and PREFER_ behave the same in eager mode (as in P); the
+ * MUST_ and PREFER_ behave the same in eager mode (as in PyTorch); the
  * distinction is kept for policies that combine others (remat_policy_or).
  *
  * Example: keep the outputs of every matmul/linear of a block, recompute
@@ -42,7 +41,7 @@
  * remat runs inside other ops or inside backward are not. In-place ops
  * (names ending in '_') are always recomputed, whatever the policy says.
  *
- * Rules (as P):
+ * Rules (as PyTorch):
  *  - a cached tensor that was modified in place before the recomputation
  *    → REMAT_EVERSION at recomputation, unless allow_cache_entry_mutation;
  *  - a second backward (or a second recomputation) over the same region →
@@ -70,7 +69,7 @@ extern "C" {
 #endif
 REMAT_BEGIN_PUBLIC
 
-/* P: CheckpointPolicy (same numbering for the first four). */
+/* PyTorch: CheckpointPolicy (same numbering for the first four). */
 typedef enum remat_checkpoint_policy {
     REMAT_MUST_SAVE = 0,
     REMAT_PREFER_SAVE = 1,
@@ -83,7 +82,7 @@ typedef enum remat_checkpoint_policy {
 /* "MUST_SAVE", ..., or "?" for a value outside the enum. */
 const char *remat_checkpoint_policy_name(int policy);
 
-/* P: SelectiveCheckpointContext — what a policy learns about the call. */
+/* PyTorch: SelectiveCheckpointContext — what a policy learns about the call. */
 typedef struct remat_sac_context {
     bool is_recompute; /* false during the forward, true during the recomputation */
     int op_index;      /* index of the op among the region's ops in this pass (0-based) */
@@ -96,7 +95,7 @@ typedef struct remat_sac_context {
  * values; anything else fails the op with REMAT_ECALLBACK. May keep state
  * (counters) in user_state: it is called once per op in the forward and
  * once per op in the recomputation (until the recomputation stops early;
- * as in P, not for the op whose saved inputs complete it). */
+ * as in PyTorch, not for the op whose saved inputs complete it). */
 typedef remat_checkpoint_policy (*remat_sac_policy_fn)(const remat_sac_context *ctx,
                                                        const char *op, int n_inputs,
                                                        remat_tensor *const *inputs,
@@ -114,7 +113,7 @@ typedef struct remat_policy remat_policy;
  * when the last reference goes. */
 remat_status remat_policy_from_fn(remat_policy **out, remat_sac_policy_fn fn, void *user_state,
                                   void (*destroy_state)(void *));
-/* P's list form: ops named in ops[0..n) → MUST_SAVE, every other op →
+/* PyTorch's list form: ops named in ops[0..n) → MUST_SAVE, every other op →
  * PREFER_RECOMPUTE. Names are copied. n may be 0 (saves nothing). Each
  * name must be a public op's full name ("remat_linear", "remat_gelu", ...):
  * anything else is REMAT_EINVAL naming the closest op names. */
@@ -174,7 +173,7 @@ typedef struct remat_sac_stats {
     int64_t bytes_cached;       /* bytes of storage the caches held (new storage, counted once) */
 } remat_sac_stats;
 
-/* P: create_selective_checkpoint_contexts(policy_fn_or_list,
+/* PyTorch: create_selective_checkpoint_contexts(policy_fn_or_list,
  * allow_cache_entry_mutation). Fills *pair with a fresh forward/recompute
  * pair for one checkpoint call; pair->state holds a reference to policy
  * and is freed by pair->destroy (the checkpoint does that). stats (may be

@@ -284,7 +284,7 @@ static int accumulate_into(remat_tensor **slot, remat_tensor *g) {
         return REMAT_OK;
     }
     remat_tensor *sum;
-    int rc = remat_add(&sum, *slot, g);
+    int rc = rm_grad_add(&sum, *slot, g);
     if (rc) return rc;
     remat_release(*slot);
     *slot = sum;
@@ -437,7 +437,7 @@ static int accumulate_leaf(remat_tensor *leaf, remat_tensor *g) {
         leaf->grad = c;
         return REMAT_OK;
     }
-    return remat_add_(leaf->grad, g, 1.0);
+    return rm_grad_add_into(leaf->grad, g);
 }
 
 static int make_zeros_like_meta(remat_tensor **out, const rm_out_meta *m) {
@@ -662,6 +662,7 @@ static int seed_root_grads(task *t, int n, remat_tensor *const *roots,
             if (rc) break;
             if (rm_ptr(ones)) {
                 if (ones->dtype == REMAT_F32) *(float *)rm_ptr(ones) = 1.0f;
+                else if (ones->dtype == REMAT_BF16) *(uint16_t *)rm_ptr(ones) = 0x3F80; /* 1.0 */
                 else *(double *)rm_ptr(ones) = 1.0;
             }
             g = ones;

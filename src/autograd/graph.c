@@ -8,6 +8,7 @@
 #include "accumulate.h"
 #include "graph.h"
 #include "../dispatch/intercept.h"
+#include "../dispatch/kernels.h"
 
 /* ---- grad mode ------------------------------------------------------------------- */
 static RM_TLS bool tls_grad_disabled; /* zero-initialised: grad enabled */
@@ -563,18 +564,47 @@ int remat_register_hook(remat_tensor *t, remat_grad_hook_fn fn, void *user_data)
 }
 
 /* ---- gradient reduction for broadcasting ------------------------------------------------- */
-int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape) {
-    *out = NULL;
-    if (grad->ndim == ndim && memcmp(grad->shape, shape, sizeof(int64_t) * (size_t)ndim) == 0) {
-        *out = remat_retain(grad);
-        return REMAT_OK;
+/* *out = x summed over the dims of mask, keeping them (size 1): the sum
+ * kernel remat_sum runs, on a contiguous x. */
+static int sum_keepdim(remat_tensor **out, remat_tensor *x, const bool *mask) {
+    rm_kernel_fn fn;
+    int rc = rm_kernel_find(RM_K_SUM, x->storage->device, x->dtype, "remat_sum", &fn);
+    if (rc) return rc;
+    int64_t shape[REMAT_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) shape[d] = mask[d] ? 1 : x->shape[d];
+    remat_tensor *xc = NULL;
+    rc = rm_contig(&xc, x);
+    if (!rc) rc = rm_new_output(out, x->ndim, shape, x->dtype, x->storage->device);
+    if (!rc) {
+        rm_reduce_params p = {.scale = 1.0};
+        memcpy(p.mask, mask, sizeof p.mask);
+        rm_kargs k = {.in = {xc}, .out = {*out}, .params = &p};
+        rc = rm_kernel_run(RM_K_SUM, "remat_sum", &k);
+        if (rc) remat_release_p(out);
     }
+    remat_release(xc);
+    return rc;
+}
+
+/* *out = a view of contiguous s with shape (ndim, shape), the same numel. */
+static int view_as(remat_tensor **out, remat_tensor *s, int ndim, const int64_t *shape) {
+    int64_t strides[REMAT_MAX_DIMS];
+    rm_contiguous_strides(ndim, shape, strides);
+    remat_tensor *v = rm_tensor_alloc(s->storage, s->offset, ndim, shape, strides, s->dtype);
+    if (!v) return rm_err(REMAT_ENOMEM, "out of memory creating a view");
+    v->is_view = true;
+    *out = v;
+    return REMAT_OK;
+}
+
+/* Under create_graph (grad mode on, grad requiring grad) the sum is
+ * recorded: the public ops, in a suspended scope. */
+static int sum_to_in_graph(remat_tensor **out, remat_tensor *grad, int ndim,
+                           const int64_t *shape) {
     int dims[REMAT_MAX_DIMS], nd = 0;
     int lead = grad->ndim - ndim;
-    for (int d = 0; d < grad->ndim; d++) {
-        /* leading dims the target lacks, and dims it broadcast from 1 */
+    for (int d = 0; d < grad->ndim; d++)
         if (d < lead || (shape[d - lead] == 1 && grad->shape[d] != 1)) dims[nd++] = d;
-    }
     void *sc = rm_scope_suspend();
     remat_tensor *s = NULL;
     int rc = REMAT_OK;
@@ -585,5 +615,63 @@ int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *s
         remat_release(s);
     }
     rm_scope_resume(sc);
+    return rc;
+}
+
+int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape) {
+    *out = NULL;
+    if (grad->ndim == ndim && memcmp(grad->shape, shape, sizeof(int64_t) * (size_t)ndim) == 0) {
+        *out = remat_retain(grad);
+        return REMAT_OK;
+    }
+    bool mask[REMAT_MAX_DIMS] = {false};
+    bool any = false;
+    int lead = grad->ndim - ndim;
+    for (int d = 0; d < grad->ndim; d++) {
+        /* leading dims the target lacks, and dims it broadcast from 1 */
+        if (d < lead || (shape[d - lead] == 1 && grad->shape[d] != 1)) mask[d] = any = true;
+    }
+    if (remat_is_grad_enabled() && grad->requires_grad) return sum_to_in_graph(out, grad, ndim, shape);
+    remat_tensor *s = NULL;
+    int rc = any ? sum_keepdim(&s, grad, mask) : rm_contig(&s, grad);
+    if (!rc) rc = view_as(out, s, ndim, shape);
+    remat_release(s);
+    return rc;
+}
+
+int rm_grad_add(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+    /* under create_graph the sum is recorded */
+    if (remat_is_grad_enabled() && (a->requires_grad || b->requires_grad)) {
+        void *sc = rm_scope_suspend();
+        int rc = remat_add(out, a, b);
+        rm_scope_resume(sc);
+        return rc;
+    }
+    int rc = rm_new_output(out, a->ndim, a->shape, a->dtype, a->storage->device);
+    if (rc) return rc;
+    const rm_ew_params p = {RM_EW_ADD, 0};
+    rm_kargs k = {.in = {a, b}, .out = {*out}, .params = &p};
+    rc = rm_kernel_run(RM_K_ELEMENTWISE, "remat_add", &k);
+    if (rc) remat_release_p(out);
+    return rc;
+}
+
+int rm_grad_add_into(remat_tensor *acc, remat_tensor *g) {
+    remat_tensor *b = NULL;
+    int rc = REMAT_OK;
+    if (remat_shares_storage(acc, g)) { /* read g from a copy: acc is written as it is read */
+        rc = rm_new_output(&b, g->ndim, g->shape, g->dtype, g->storage->device);
+        if (!rc) rc = rm_copy_into(b, g);
+    } else {
+        b = remat_retain(g);
+    }
+    if (!rc) {
+        /* a + 1 * b: exactly a + b */
+        const rm_ew_params p = {RM_EW_AXPY, 1.0};
+        rm_kargs k = {.in = {acc, b}, .out = {acc}, .params = &p};
+        rc = rm_kernel_run(RM_K_ELEMENTWISE, "remat_add_", &k);
+    }
+    if (!rc) rm_bump_version(acc);
+    remat_release(b);
     return rc;
 }

@@ -137,8 +137,17 @@ bool rm_backward_creates_graph(void);
  * (a case of the op whose second derivative remat does not have). */
 int rm_no_double_backward(const remat_node *n, const char *what);
 
-/* Sums grad down to shape (undoing broadcasting). New reference in *out. */
+/* Sums grad down to shape (undoing broadcasting) on the sum kernel: a view
+ * of the sum (or of grad), or grad itself when the shapes match. New
+ * reference in *out. */
 int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape);
+/* Gradient accumulation on the kernels (no op, no node, no scope): *out =
+ * a + b, a new tensor of a's shape, dtype and device (b the same shape and
+ * dtype); and acc += g in place through acc's strides (its version bumped),
+ * g read from a copy when it shares acc's memory. Errors name remat_add /
+ * remat_add_, the ops they stand for. */
+int rm_grad_add(remat_tensor **out, remat_tensor *a, remat_tensor *b);
+int rm_grad_add_into(remat_tensor *acc, remat_tensor *g);
 
 /* Calls the save observer (residual reports) for a tensor being saved. */
 void rm_notify_save(const char *op, remat_tensor *t);

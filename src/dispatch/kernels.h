@@ -55,6 +55,26 @@ typedef int (*rm_kernel_fn)(const rm_kargs *k);
 
 /* The f32 and f64 kernels rm_cpu_<name>_f32/_f64 as one table row. */
 #define RM_CPU_F32_F64(name) {[REMAT_F32] = rm_cpu_##name##_f32, [REMAT_F64] = rm_cpu_##name##_f64}
+/* A cpu family header lists its kernels once, X(ID, name, dtypes), and
+ * derives from the list their declarations (RM_CPU_DECL) and its rows of
+ * the table (RM_CPU_ROW). dtypes: F32_F64, rm_cpu_<name>_f32 and _f64;
+ * FLOAT, one rm_cpu_<name> for f32 and f64 (it switches on the dtype);
+ * FLOAT_BF16, the same for bf16 too (the cpu's other bf16 kernels go
+ * through f32: rm_cpu_bf16_via_f32); ALL, one rm_cpu_<name> for every
+ * dtype. */
+#define RM_CPU_DECL(id, name, dtypes) RM_CPU_DECL_##dtypes(name)
+#define RM_CPU_DECL_F32_F64(name)                                                            \
+    int rm_cpu_##name##_f32(const rm_kargs *k);                                              \
+    int rm_cpu_##name##_f64(const rm_kargs *k);
+#define RM_CPU_DECL_FLOAT(name) int rm_cpu_##name(const rm_kargs *k);
+#define RM_CPU_DECL_FLOAT_BF16(name) int rm_cpu_##name(const rm_kargs *k);
+#define RM_CPU_DECL_ALL(name) int rm_cpu_##name(const rm_kargs *k);
+#define RM_CPU_ROW(id, name, dtypes) [RM_K_##id] = RM_CPU_ROW_##dtypes(name),
+#define RM_CPU_ROW_F32_F64(name) RM_CPU_F32_F64(name)
+#define RM_CPU_ROW_FLOAT(name) {[REMAT_F32] = rm_cpu_##name, [REMAT_F64] = rm_cpu_##name}
+#define RM_CPU_ROW_FLOAT_BF16(name)                                                           \
+    {[REMAT_F32] = rm_cpu_##name, [REMAT_F64] = rm_cpu_##name, [REMAT_BF16] = rm_cpu_##name}
+#define RM_CPU_ROW_ALL(name) {rm_cpu_##name, rm_cpu_##name, rm_cpu_##name, rm_cpu_##name, rm_cpu_##name}
 
 /* ---- the table -------------------------------------------------------------------------- */
 /* The cpu backend's kernels (src/backends/cpu/table.c), indexed [kernel][dtype]. */

@@ -89,14 +89,48 @@ out:
     return rc;
 }
 
+/* div with public ops: da = g / b; db = -(g / b) (a / b). */
+static int div_grads_diff(remat_tensor *g, remat_tensor *a, remat_tensor *b, bool need_a,
+                          bool need_b, remat_tensor **ta, remat_tensor **tb) {
+    remat_tensor *u = NULL, *v = NULL, *w = NULL;
+    int rc = remat_div(&u, g, b);
+    if (!rc && need_b) rc = remat_div(&v, a, b);
+    if (!rc && need_b) rc = remat_mul(&w, u, v);
+    if (!rc && need_b) rc = remat_neg(tb, w);
+    if (!rc && need_a) *ta = remat_retain(u);
+    remat_release(u), remat_release(v), remat_release(w);
+    return rc;
+}
+
+/* pow with public ops: da = g b a^(b - 1); db = g a^b log(a). */
+static int pow_grads_diff(remat_tensor *g, remat_tensor *a, remat_tensor *b, bool need_a,
+                          bool need_b, remat_tensor **ta, remat_tensor **tb) {
+    remat_tensor *u = NULL, *v = NULL, *w = NULL;
+    int rc = REMAT_OK;
+    if (need_a) {
+        rc = remat_sub_scalar(&u, b, 1.0);
+        if (!rc) rc = remat_pow(&v, a, u);
+        if (!rc) rc = remat_mul(&w, v, b);
+        if (!rc) rc = remat_mul(ta, w, g);
+        remat_release_p(&u), remat_release_p(&v), remat_release_p(&w);
+    }
+    if (!rc && need_b) {
+        rc = remat_pow(&u, a, b);
+        if (!rc) rc = remat_log(&v, a);
+        if (!rc) rc = remat_mul(&w, u, v);
+        if (!rc) rc = remat_mul(tb, w, g);
+        remat_release(u), remat_release(v), remat_release(w);
+    }
+    return rc;
+}
+
 /* The same gradients with public ops (create_graph): they record a graph
  * reaching g, a and b. pow at a == 0: the first-order kernels take the
  * limits (0); these formulas give NaN there (0 * inf), never a silent 0. */
 static int binary_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const bctx *cx = node->ctx;
     bool need_a = node->next[0].node != NULL, need_b = node->next[1].node != NULL;
-    remat_tensor *g = gout[0], *a = NULL, *b = NULL, *ta = NULL, *tb = NULL, *u = NULL,
-                 *v = NULL;
+    remat_tensor *g = gout[0], *a = NULL, *b = NULL, *ta = NULL, *tb = NULL;
     int rc = rm_node_unpack(node, 0, &a);
     if (!rc) rc = rm_node_unpack(node, 1, &b);
     if (rc) goto out;
@@ -113,38 +147,8 @@ static int binary_backward_diff(remat_node *node, remat_tensor *const *gout, rem
         if (need_a) rc = remat_mul(&ta, g, b);
         if (!rc && need_b) rc = remat_mul(&tb, g, a);
         break;
-    case RM_EW_DIV: /* da = g / b; db = -(g / b) (a / b) */
-        rc = remat_div(&u, g, b);
-        if (!rc && need_b) rc = remat_div(&v, a, b);
-        if (!rc && need_b) rc = remat_mul(&tb, u, v);
-        if (!rc && need_b) {
-            remat_release_p(&v);
-            rc = remat_neg(&v, tb);
-            remat_release(tb);
-            tb = v, v = NULL;
-        }
-        if (!rc && need_a) ta = remat_retain(u);
-        break;
-    case RM_EW_POW: /* da = g b a^(b - 1); db = g a^b log(a) */
-        if (need_a) {
-            rc = remat_sub_scalar(&u, b, 1.0);
-            if (!rc) rc = remat_pow(&v, a, u);
-            if (!rc) rc = remat_mul(&ta, v, b);
-            remat_release_p(&u), remat_release_p(&v);
-            if (!rc) rc = remat_mul(&u, ta, g);
-            remat_release(ta);
-            ta = u, u = NULL;
-        }
-        if (!rc && need_b) {
-            rc = remat_pow(&u, a, b);
-            if (!rc) rc = remat_log(&v, a);
-            if (!rc) rc = remat_mul(&tb, u, v);
-            remat_release_p(&u), remat_release_p(&v);
-            if (!rc) rc = remat_mul(&u, tb, g);
-            remat_release(tb);
-            tb = u, u = NULL;
-        }
-        break;
+    case RM_EW_DIV: rc = div_grads_diff(g, a, b, need_a, need_b, &ta, &tb); break;
+    case RM_EW_POW: rc = pow_grads_diff(g, a, b, need_a, need_b, &ta, &tb); break;
     default: rc = rm_err(REMAT_ESTATE, "%s: bad op", node->name); break;
     }
     if (rc) goto out;
@@ -152,7 +156,6 @@ static int binary_backward_diff(remat_node *node, remat_tensor *const *gout, rem
     if (!rc && tb) rc = rm_sum_to(&gin[1], tb, cx->ndb, cx->sb);
 out:
     remat_release(a), remat_release(b), remat_release(ta), remat_release(tb);
-    remat_release(u), remat_release(v);
     return rc;
 }
 

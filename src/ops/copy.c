@@ -150,10 +150,21 @@ static const char *const k_t_name[] = {"t"};
 
 COPY_OP(rm_op_clone, "remat_clone", "CloneBackward", .check = NULL);
 
-int remat_clone(remat_tensor **out, remat_tensor *t) {
-    const copy_ctx p = {0};
+/* The public calls: t and the target (p). */
+static int copy_call(const rm_op_desc *d, remat_tensor **out, remat_tensor *t, copy_ctx p,
+                     void *site) {
     remat_tensor *in[1] = {t};
-    return rm_dispatch(&rm_op_clone, out, in, &p, RM_OP_SITE());
+    return rm_dispatch(d, out, in, &p, site);
+}
+
+/* out[0] shaped like t (its dtype and device are the driver's defaults). */
+static void shape_of_t(const rm_op_call *c, rm_out_spec *out) {
+    out[0].ndim = c->in[0]->ndim;
+    memcpy(out[0].shape, c->in[0]->shape, sizeof out[0].shape);
+}
+
+int remat_clone(remat_tensor **out, remat_tensor *t) {
+    return copy_call(&rm_op_clone, out, t, (copy_ctx){0}, RM_OP_SITE());
 }
 
 static int to_dtype_check(const rm_op_call *c) {
@@ -165,8 +176,7 @@ static int to_dtype_check(const rm_op_call *c) {
 }
 
 static int to_dtype_infer(const rm_op_call *c, rm_out_spec *out) {
-    out[0].ndim = c->in[0]->ndim;
-    memcpy(out[0].shape, c->in[0]->shape, sizeof out[0].shape);
+    shape_of_t(c, out);
     out[0].dtype = ((const copy_ctx *)c->params)->dtype;
     return REMAT_OK;
 }
@@ -175,9 +185,7 @@ COPY_OP(rm_op_to_dtype, "remat_to_dtype", "ToCopyBackward", .check = to_dtype_ch
         .infer = to_dtype_infer);
 
 int remat_to_dtype(remat_tensor **out, remat_tensor *t, remat_dtype dtype) {
-    const copy_ctx p = {.dtype = dtype};
-    remat_tensor *in[1] = {t};
-    return rm_dispatch(&rm_op_to_dtype, out, in, &p, RM_OP_SITE());
+    return copy_call(&rm_op_to_dtype, out, t, (copy_ctx){.dtype = dtype}, RM_OP_SITE());
 }
 
 static int to_device_check(const rm_op_call *c) {
@@ -188,8 +196,7 @@ static int to_device_check(const rm_op_call *c) {
 /* t itself when it is already there, else a new tensor on the device. */
 static int to_device_infer(const rm_op_call *c, rm_out_spec *out) {
     const remat_device device = ((const copy_ctx *)c->params)->device;
-    out[0].ndim = c->in[0]->ndim;
-    memcpy(out[0].shape, c->in[0]->shape, sizeof out[0].shape);
+    shape_of_t(c, out);
     if (same_device(c->in[0]->storage->device, device)) {
         out[0].kind = RM_OUT_INPUT;
     } else {
@@ -203,7 +210,5 @@ COPY_OP(rm_op_to_device, "remat_to_device", "ToCopyBackward", .check = to_device
         .infer = to_device_infer);
 
 int remat_to_device(remat_tensor **out, remat_tensor *t, remat_device device) {
-    const copy_ctx p = {.device = device};
-    remat_tensor *in[1] = {t};
-    return rm_dispatch(&rm_op_to_device, out, in, &p, RM_OP_SITE());
+    return copy_call(&rm_op_to_device, out, t, (copy_ctx){.device = device}, RM_OP_SITE());
 }

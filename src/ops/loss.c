@@ -178,6 +178,7 @@ static int cross_entropy_recompose(remat_node *node, remat_tensor *const *xs, re
         if (tp[i] == p->ignore_index) continue;
         count++;
         if (x->dtype == REMAT_F32) ((float *)rm_ptr(w))[i * ncls + tp[i]] = 1.0f;
+        else if (x->dtype == REMAT_BF16) ((uint16_t *)rm_ptr(w))[i * ncls + tp[i]] = 0x3F80;
         else ((double *)rm_ptr(w))[i * ncls + tp[i]] = 1.0;
     }
     rc = remat_log_softmax(&ls, x, 1);

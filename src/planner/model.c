@@ -1,7 +1,7 @@
 /*
  * src/planner/model.c — the planner's cost/memory model, plan trees
  * (construction, validation, evaluation), the printers and the simple
- * plans (store-all, P's checkpoint_sequential).
+ * plans (store-all, PyTorch's checkpoint_sequential).
  *
  * Model (bytes; see include/remat/planner.h): processing a sub-chain
  * [s..t] whose input is kept outside, with the output gradient D(t) live:
@@ -335,7 +335,7 @@ void remat_plan_free(remat_plan *plan) {
     free(plan);
 }
 
-/* ---- P's checkpoint_sequential --------------------------------------------------- */
+/* ---- PyTorch's checkpoint_sequential --------------------------------------------------- */
 static int stages_for(const remat_profile *profile, int n_stages, const char *call, int *L) {
     if (profile) {
         if (profile->n_stages < 1 || !profile->stages)

@@ -38,10 +38,76 @@ static int f32_twin(remat_tensor **out, const remat_tensor *t) {
     return REMAT_OK;
 }
 
+/* Elements per chunk of the chunked path (1 MiB of f32 per operand). */
+#define BF16_CHUNK (256 * 1024)
+
+/* Whether the kernel is purely elementwise over operands that all are
+ * contiguous with one element count (so any slice of them is a valid call):
+ * then it runs chunk by chunk, through small f32 buffers, instead of on
+ * whole f32 copies (which at the peak of a backward cost 2x its bf16
+ * operands in f32). */
+static bool chunkable(rm_kernel_id id, const rm_kargs *k, int64_t *n) {
+    if (id != RM_K_UNARY && id != RM_K_UNARY_BWD && id != RM_K_ELEMENTWISE) return false;
+    *n = -1;
+    for (int i = 0; i < RM_KERNEL_MAX_IN + RM_KERNEL_MAX_OUT; i++) {
+        remat_tensor *t = i < RM_KERNEL_MAX_IN ? k->in[i] : k->out[i - RM_KERNEL_MAX_IN];
+        if (!t) continue;
+        if (!remat_is_contiguous(t) || (t->dtype != REMAT_BF16 && t->dtype != REMAT_F32))
+            return false;
+        int64_t m = remat_numel(t);
+        if (*n >= 0 && m != *n) return false;
+        *n = m;
+    }
+    return *n > BF16_CHUNK;
+}
+
+/* 1-D view of len elements of storage s from element off, dtype dt. */
+static remat_tensor *flat(rm_storage *s, int64_t off, int64_t len, remat_dtype dt) {
+    int64_t one = 1;
+    return rm_tensor_alloc(s, off, 1, &len, &one, dt);
+}
+
+static int chunked(rm_kernel_fn f32, const rm_kargs *k, int64_t n) {
+    enum { NOPS = RM_KERNEL_MAX_IN + RM_KERNEL_MAX_OUT };
+    remat_tensor *ops[NOPS];
+    rm_storage *buf[NOPS] = {0};
+    int rc = REMAT_OK;
+    for (int i = 0; i < NOPS && !rc; i++) {
+        ops[i] = i < RM_KERNEL_MAX_IN ? k->in[i] : k->out[i - RM_KERNEL_MAX_IN];
+        if (ops[i] && ops[i]->dtype == REMAT_BF16)
+            rc = rm_storage_new(&buf[i], BF16_CHUNK * sizeof(float), ops[i]->storage->device,
+                                false);
+    }
+    for (int64_t off = 0; off < n && !rc; off += BF16_CHUNK) {
+        int64_t len = n - off < BF16_CHUNK ? n - off : BF16_CHUNK;
+        rm_kargs c = {.params = k->params};
+        for (int i = 0; i < NOPS && !rc; i++) {
+            if (!ops[i]) continue;
+            remat_tensor *v = buf[i] ? flat(buf[i], 0, len, REMAT_F32)
+                                     : flat(ops[i]->storage, ops[i]->offset + off, len, REMAT_F32);
+            if (!v) rc = rm_err(REMAT_ENOMEM, "out of host memory for a tensor header");
+            else if (buf[i] && i < RM_KERNEL_MAX_IN)
+                rm_cpu_bf16_to_f32((const uint16_t *)rm_ptr(ops[i]) + off, buf[i]->data, len);
+            if (i < RM_KERNEL_MAX_IN) c.in[i] = v;
+            else c.out[i - RM_KERNEL_MAX_IN] = v;
+        }
+        if (!rc) rc = f32(&c);
+        for (int i = RM_KERNEL_MAX_IN; i < NOPS && !rc; i++)
+            if (buf[i])
+                rm_cpu_f32_to_bf16(buf[i]->data, (uint16_t *)rm_ptr(ops[i]) + off, len);
+        for (int i = 0; i < RM_KERNEL_MAX_IN; i++) remat_release(c.in[i]);
+        for (int i = 0; i < RM_KERNEL_MAX_OUT; i++) remat_release(c.out[i]);
+    }
+    for (int i = 0; i < NOPS; i++) rm_storage_release(buf[i]);
+    return rc;
+}
+
 /* Runs the f32 kernel of `id` for the bf16 operands of k (see above). */
 static int via_f32(rm_kernel_id id, const rm_kargs *k) {
     rm_kernel_fn f32 = rm_cpu_kernels[id][REMAT_F32];
     if (!f32) return rm_err(REMAT_EUNSUPPORTED, "no bf16 or f32 kernel");
+    int64_t n;
+    if (chunkable(id, k, &n)) return chunked(f32, k, n);
     rm_kargs k2 = *k;
     int rc = REMAT_OK;
     for (int i = 0; i < RM_KERNEL_MAX_IN && !rc; i++)

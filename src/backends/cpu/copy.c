@@ -4,8 +4,7 @@
  * across OpenMP threads. */
 #include <string.h>
 
-#include "elementwise.h"
-#include "shape.h"
+#include "cpu.h"
 
 #ifdef _OPENMP
 #include <omp.h>

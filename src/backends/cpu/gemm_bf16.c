@@ -61,6 +61,14 @@ typedef struct bkey {
     int ta, tb, acc;
 } bkey;
 
+/* Member by member: the struct has padding after its three ints, which
+ * memcmp would compare too. */
+static bool bkey_eq(const bkey *a, const bkey *b) {
+    return a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda &&
+           a->ldb == b->ldb && a->ldc == b->ldc && a->ta == b->ta && a->tb == b->tb &&
+           a->acc == b->acc;
+}
+
 typedef struct bentry {
     bkey key;
     dnnl_primitive_t prim;
@@ -126,7 +134,7 @@ static bool bgemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const 
     pthread_mutex_lock(&g_mu);
     if (!g_engine && dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) g_engine = NULL;
     for (int i = 0; i < g_n && g_engine; i++)
-        if (!memcmp(&g_cache[i].key, &key, sizeof key)) e = &g_cache[i];
+        if (bkey_eq(&g_cache[i].key, &key)) e = &g_cache[i];
     if (!e && g_engine && g_n < BCACHE_CAP) {
         memset(&g_cache[g_n], 0, sizeof g_cache[g_n]);
         if (make_entry(&g_cache[g_n], &key)) e = &g_cache[g_n++];

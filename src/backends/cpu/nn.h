@@ -1,24 +1,12 @@
-/* src/backends/cpu/nn.h — the cpu kernels of the nn family
- * (src/dispatch/kernels/nn.h), their table rows, and the row kernels
- * other cpu kernels share (cross_entropy, attention). */
+/* src/backends/cpu/nn.h — the row kernels the cpu kernels of the nn
+ * family share with cross_entropy and attention (the kernels themselves
+ * are listed in cpu.h). */
 #ifndef REMAT_CPU_NN_H
 #define REMAT_CPU_NN_H
 #include <string.h>
 
 #include "../../dispatch/kernels.h"
-/* nn.c */
-int rm_cpu_softmax_f32(const rm_kargs *k);
-int rm_cpu_softmax_f64(const rm_kargs *k);
-int rm_cpu_softmax_bwd_f32(const rm_kargs *k);
-int rm_cpu_softmax_bwd_f64(const rm_kargs *k);
-int rm_cpu_layer_norm_f32(const rm_kargs *k);
-int rm_cpu_layer_norm_f64(const rm_kargs *k);
-int rm_cpu_layer_norm_bwd_f32(const rm_kargs *k);
-int rm_cpu_layer_norm_bwd_f64(const rm_kargs *k);
-int rm_cpu_dropout_f32(const rm_kargs *k);
-int rm_cpu_dropout_f64(const rm_kargs *k);
-int rm_cpu_dropout_bwd_f32(const rm_kargs *k);
-int rm_cpu_dropout_bwd_f64(const rm_kargs *k);
+
 /* ---- row kernels (nn.c), shared by softmax, cross_entropy (loss.c) and attention ----
  * max of a row (NaN if any, -inf if empty); sum of exp(x - sub), the terms
  * written to y unless y is NULL; y = exp(x - sub) * scale. */
@@ -57,11 +45,4 @@ RM_ROWMAX_KEY_(double, f64, int64_t, INT64_MIN, 63, INT64_C(0x7FFFFFFFFFFFFFFF),
                INT64_C(0x7FF0000000000000))
 #undef RM_ROWMAX_KEY_
 
-#define RM_CPU_KERNELS_NN                                                                    \
-    [RM_K_SOFTMAX] = RM_CPU_F32_F64(softmax),                                                \
-    [RM_K_SOFTMAX_BWD] = RM_CPU_F32_F64(softmax_bwd),                                        \
-    [RM_K_LAYER_NORM] = RM_CPU_F32_F64(layer_norm),                                          \
-    [RM_K_LAYER_NORM_BWD] = RM_CPU_F32_F64(layer_norm_bwd),                                  \
-    [RM_K_DROPOUT] = RM_CPU_F32_F64(dropout),                                                \
-    [RM_K_DROPOUT_BWD] = RM_CPU_F32_F64(dropout_bwd),
 #endif /* REMAT_CPU_NN_H */

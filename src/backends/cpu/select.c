@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shape.h"
+#include "cpu.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -168,22 +168,20 @@ static void sel_run(remat_tensor *y, const remat_tensor *cond, const remat_tenso
     }
     const void *cbase = packed ? (const void *)packed : rm_ptr(cond);
     bool f32 = y->dtype == REMAT_F32;
+#define SEL_Y(CT)                                                                             \
+    do {                                                                                      \
+        if (f32) SEL_LOOP(float, CT);                                                         \
+        else SEL_LOOP(double, CT);                                                            \
+    } while (0)
     switch (packed ? REMAT_U8 : cond->dtype) {
-    case REMAT_U8:
-        if (f32) SEL_LOOP(float, uint8_t); else SEL_LOOP(double, uint8_t);
-        break;
-    case REMAT_I64:
-        if (f32) SEL_LOOP(float, int64_t); else SEL_LOOP(double, int64_t);
-        break;
-    case REMAT_F32:
-        if (f32) SEL_LOOP(float, float); else SEL_LOOP(double, float);
-        break;
-    case REMAT_F64:
-        if (f32) SEL_LOOP(float, double); else SEL_LOOP(double, double);
-        break;
+    case REMAT_U8: SEL_Y(uint8_t); break;
+    case REMAT_I64: SEL_Y(int64_t); break;
+    case REMAT_F32: SEL_Y(float); break;
+    case REMAT_F64: SEL_Y(double); break;
     default: /* storage-only dtypes never get here (rejected by the checks) */
         break;
     }
+#undef SEL_Y
     free(packed);
 }
 
