@@ -8,7 +8,7 @@ BUILD_LINT ?= build-lint
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build run test test-asan test-clang werror lint bench fixtures install fuzz clean doc-examples
+.PHONY: all deps build run test test-cuda test-asan test-clang werror lint bench fixtures install fuzz clean doc-examples
 
 all: build
 
@@ -32,6 +32,14 @@ run: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j 1
+
+# The device suites (op fixtures and gradchecks, checkpoint, selective, planner) and the
+# cuda tests with cuda as the test device (tests/support/rt.h, docs/cuda.md). Without a GPU
+# they report themselves skipped with the reason. CUDA_DEVICE=cuda:1 picks another GPU.
+CUDA_DEVICE ?= cuda
+test-cuda: build
+	cd $(BUILD) && REMAT_TEST_DEVICE=$(CUDA_DEVICE) ctest --output-on-failure -j 1 \
+	  -R '^test_(fixtures|checkpoint|checkpoint_models|checkpoint_rng|selective|planner|cuda_.*)$$'
 
 # Reruns the commands of the marked examples in README.md and docs/cli.md and
 # rewrites their output (the test doc_examples checks that they still match).

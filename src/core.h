@@ -211,6 +211,17 @@ void rm_device_free(remat_device device, void *ptr, size_t nbytes);
 int rm_device_copy(remat_device dst_dev, void *dst, remat_device src_dev, const void *src,
                    size_t nbytes);
 
+/* ---- device types built in besides cpu ---------------------------------------------
+ * src/backends/cuda/device.c when the library is built with CUDA (the "cuda"
+ * type), else src/backends/cuda/unavailable.c (none: false). The registry
+ * (src/device.c) registers the definition once, before its first use, then
+ * tells the backend its type id (which registers its kernels). */
+bool rm_builtin_device_def(remat_device_type_def *def);
+void rm_builtin_device_registered(int type_id);
+/* Why the built-in type has no device (e.g. "no CUDA driver (...)"), or
+ * NULL when it has some: device checks fail with REMAT_EUNSUPPORTED and it. */
+const char *rm_builtin_device_unavailable_reason(void);
+
 /* ---- RNG ------------------------------------------------------------------------ */
 /* Reserves n_blocks Philox blocks (4 u32 each) from the device generator:
  * returns key and the starting counter. */

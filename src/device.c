@@ -92,8 +92,25 @@ static void ensure_cpu(void) {
     t->gen[0].seed = k_default_seed;
 }
 
+static int register_type(const remat_device_type_def *def, int *type_id);
+
+/* The built-in types besides cpu (cuda when built with it) take their ids
+ * before any other type is registered or looked up. */
+static pthread_once_t g_builtin_once = PTHREAD_ONCE_INIT;
+static int g_builtin_id = -1;
+static void register_builtin(void) {
+    remat_device_type_def def;
+    int id = -1;
+    if (rm_builtin_device_def(&def) && register_type(&def, &id) == REMAT_OK) {
+        g_builtin_id = id;
+        rm_builtin_device_registered(id);
+    }
+}
+static void ensure_builtin(void) { pthread_once(&g_builtin_once, register_builtin); }
+
 static rm_devtype *get_type(int id) {
     if (id < 0 || id >= REMAT_MAX_DEVICE_TYPES) return NULL;
+    ensure_builtin();
     pthread_mutex_lock(&g_lock);
     ensure_cpu();
     rm_devtype *t = g_types[id].used ? &g_types[id] : NULL;
@@ -102,6 +119,11 @@ static rm_devtype *get_type(int id) {
 }
 
 int remat_register_device_type(const remat_device_type_def *def, int *type_id) {
+    ensure_builtin();
+    return register_type(def, type_id);
+}
+
+static int register_type(const remat_device_type_def *def, int *type_id) {
     if (!def || !type_id)
         return rm_err(REMAT_EINVAL, "remat_register_device_type: def and type_id must not be NULL");
     if (!def->name || !def->name[0] || strlen(def->name) >= 32)
@@ -165,12 +187,14 @@ int remat_unregister_device_type(int type_id) {
     }
     memset(t, 0, sizeof *t);
     rm_kernels_adopt_cpu(type_id, false);
+    if (type_id == g_builtin_id) g_builtin_id = -1;
     pthread_mutex_unlock(&g_lock);
     return REMAT_OK;
 }
 
 int remat_device_type_id(const char *name) {
     if (!name) return -1;
+    ensure_builtin();
     pthread_mutex_lock(&g_lock);
     ensure_cpu();
     int id = -1;
@@ -228,6 +252,11 @@ int remat_device_check(remat_device device) {
     rm_devtype *t = get_type(device.type);
     if (!t) return rm_err(REMAT_EDEVICE, "unknown device type %d", device.type);
     int n = remat_device_count(device.type);
+    const char *why =
+        n == 0 && device.type == g_builtin_id ? rm_builtin_device_unavailable_reason() : NULL;
+    if (why)
+        return rm_err(REMAT_EUNSUPPORTED, "device %s:%d cannot be used: %s", t->name,
+                      device.index, why);
     if (device.index < 0 || device.index >= n)
         return rm_err(REMAT_EDEVICE, "device %s:%d does not exist (%d device%s)", t->name,
                       device.index, n, n == 1 ? "" : "s");

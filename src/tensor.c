@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "dispatch/kernels.h"
 
 static atomic_int_fast64_t g_live_tensors;
 static char g_empty_storage[64]; /* data address for 0-byte storages */
@@ -672,7 +673,33 @@ int remat_item(const remat_tensor *t, double *value) {
         return rm_err(REMAT_ESHAPE, "remat_item: tensor %s has %lld elements, expected 1",
                       rm_tensor_str(t, b, sizeof b), (long long)remat_numel(t));
     }
+    if (!remat_device_host_addressable(t->storage->device.type)) { /* read through a copy */
+        if (!value) return rm_err(REMAT_EINVAL, "remat_item: value must not be NULL");
+        rc = remat_copy_to_buffer(t, REMAT_F64, value, 1);
+        return rc ? rm_err_prefix(rc, "remat_item") : REMAT_OK;
+    }
     return remat_item_at(t, 0, value);
+}
+
+/* remat_copy_to_buffer of a tensor the CPU cannot read: made contiguous on
+ * its device, brought to host memory, converted from there. */
+static int copy_device_to_buffer(const remat_tensor *t, remat_dtype dtype, void *dst, int64_t n) {
+    remat_tensor *c = NULL, *h = NULL;
+    rm_storage *st = NULL;
+    size_t nbytes = (size_t)remat_numel(t) * remat_dtype_size(t->dtype);
+    int rc = rm_contig(&c, (remat_tensor *)t);
+    if (!rc) rc = rm_storage_new(&st, nbytes, REMAT_DEVICE_CPU, false);
+    if (!rc) {
+        h = rm_tensor_alloc(st, 0, t->ndim, t->shape, c->strides, t->dtype);
+        rm_storage_release(st); /* h holds its own reference */
+        if (!h) rc = rm_err(REMAT_ENOMEM, "out of host memory");
+    }
+    if (!rc)
+        rc = rm_device_copy(REMAT_DEVICE_CPU, rm_ptr(h), c->storage->device, rm_ptr(c), nbytes);
+    if (!rc) rc = remat_copy_to_buffer(h, dtype, dst, n);
+    remat_release(c);
+    remat_release(h);
+    return rc ? rm_err_prefix(rc, "remat_copy_to_buffer") : REMAT_OK;
 }
 
 int remat_copy_to_buffer(const remat_tensor *t, remat_dtype dtype, void *dst, int64_t n) {
@@ -684,6 +711,8 @@ int remat_copy_to_buffer(const remat_tensor *t, remat_dtype dtype, void *dst, in
         return rm_err(REMAT_EINVAL, "remat_copy_to_buffer: buffer holds %lld elements, tensor has %lld",
                       (long long)n, (long long)numel);
     if (!remat_dtype_size(dtype)) return rm_err(REMAT_EDTYPE, "remat_copy_to_buffer: bad dtype");
+    if (numel && !remat_device_host_addressable(t->storage->device.type))
+        return copy_device_to_buffer(t, dtype, dst, n);
     rm_storage st = {0};
     st.data = dst;
     st.device = REMAT_DEVICE_CPU;
@@ -761,10 +790,30 @@ static void rm_omp_ids(int *nt, int *id) {
 }
 #endif
 
+/* rm_copy_into where the CPU cannot read one side: the device's COPY kernel
+ * (same device and dtype, dst contiguous with src's numel: what rm_contig
+ * asks for), else REMAT_EUNSUPPORTED. */
+static int copy_into_device(remat_tensor *dst, const remat_tensor *src) {
+    remat_device dd = dst->storage->device, sd = src->storage->device;
+    if (dd.type == sd.type && dd.index == sd.index && dst->dtype == src->dtype &&
+        remat_is_contiguous(dst) && rm_shape_numel(src->ndim, src->shape) ==
+                                        rm_shape_numel(dst->ndim, dst->shape)) {
+        rm_kargs k = {.in = {(remat_tensor *)src}, .out = {dst}};
+        return rm_kernel_run(RM_K_COPY, "copy", &k);
+    }
+    char bd[200], bs[200];
+    return rm_err(REMAT_EUNSUPPORTED, "copy: from %s into %s: copies on a device the CPU "
+                  "cannot read need the same device and dtype",
+                  rm_tensor_str(src, bs, sizeof bs), rm_tensor_str(dst, bd, sizeof bd));
+}
+
 int rm_copy_into(remat_tensor *dst, const remat_tensor *src) {
     if (!dst->storage->data || !src->storage->data) return REMAT_OK; /* meta */
     int64_t n = rm_shape_numel(dst->ndim, dst->shape);
     if (n == 0) return REMAT_OK;
+    if (!remat_device_host_addressable(dst->storage->device.type) ||
+        !remat_device_host_addressable(src->storage->device.type))
+        return copy_into_device(dst, src);
     /* same dtype: the bit-for-bit strided kernel (row memcpy, tiled transpose) */
     if (rm_copy_same_dtype(dst, src)) return REMAT_OK;
     rm_iter base;

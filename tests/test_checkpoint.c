@@ -15,6 +15,9 @@
 #include "support/models.h"
 #include "support/rt.h"
 
+/* REMAT_TEST_DEVICE=cuda runs these tests on the GPU (tests/support/rt.h) */
+RT_ON_TEST_DEVICE
+
 static remat_checkpoint_options nonre(void) {
     remat_checkpoint_options o = {0};
     o.use_reentrant = REMAT_OPT_FALSE;

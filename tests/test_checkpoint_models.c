@@ -13,6 +13,9 @@
 #include "support/models.h"
 #include "support/rt.h"
 
+/* REMAT_TEST_DEVICE=cuda runs these tests on the GPU (tests/support/rt.h) */
+RT_ON_TEST_DEVICE
+
 #define SEED 1234
 
 static remat_checkpoint_options opts_for(int mode) {

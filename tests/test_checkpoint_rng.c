@@ -5,7 +5,8 @@
  * generators of that type's input devices and of cpu are restored for the
  * recomputation, and a device type initialised inside the forward is an
  * error while preserving RNG state. Uses tests/support's "testdev" and
- * registers a fake host-memory "cuda" and "otherdev". */
+ * registers a fake host-memory "cuda" (in place of the real one of a build
+ * with CUDA) and "otherdev". */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,10 @@ static int h_count(void *ud) {
     return 1;
 }
 static int register_fake(const char *name) {
+    /* a build with CUDA registers the real "cuda" type at start-up: these
+     * tests want a host-memory stand-in under that name */
+    int real = remat_device_type_id(name);
+    if (real > 0) RT_OK(remat_unregister_device_type(real));
     remat_device_type_def d = {0};
     d.name = name;
     d.host_addressable = true;

@@ -18,6 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "remat/cuda.h"
+
 /* ---- running the program ------------------------------------------------------------- */
 static char g_bin[4096];
 static char g_dir[256];
@@ -295,7 +297,8 @@ Test(cli, every_flag_in_the_usage_is_parsed) {
             if (takes_value && strcmp(name, "data") && strcmp(name, "save") && strcmp(name, "resume") &&
                 strcmp(name, "trace") && strcmp(name, "timeline") && strcmp(name, "log") &&
                 strcmp(name, "svg") && strcmp(name, "svg-pareto") && strcmp(name, "out") &&
-                strcmp(name, "checkpoint") && strcmp(name, "strategies") && strcmp(name, "prompt"))
+                strcmp(name, "checkpoint") && strcmp(name, "strategies") && strcmp(name, "prompt") &&
+                strcmp(name, "device"))
                 cr_assert(rc == 2 && strstr(o, "bad value"), "`%s --%s=@bad`: %d %s", cmds[c], name, rc, o);
             else
                 cr_assert_eq(rc, 0, "`%s --%s --help`: %d %s", cmds[c], name, rc, o);
@@ -354,6 +357,27 @@ Test(cli, bad_values_fail_with_usage) {
     cr_assert_eq(run(&o, true, "bench --sweep-budgets=1"), 2);
     cr_assert(strstr(o, "--sweep-budgets") && strstr(o, "usage: remat bench"), "%s", o);
     free(o);
+}
+
+Test(cli, device_flag) {
+    const char *bad[] = {"--device tpu", "--device cuda:x", "--device cuda:-1", "--device :0"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *o;
+        int rc = run(&o, true, "train %s", bad[i]);
+        cr_assert(rc == 2 && strstr(o, "'--device'") && strstr(o, "usage: remat train"),
+                  "`remat train %s`: %d %s", bad[i], rc, o);
+        free(o);
+    }
+    char *o;
+    cr_assert_eq(run(&o, true, "train --device cpu --steps 1 --quiet"), 0, "%s", o);
+    free(o);
+    /* a GPU that cannot be used: the reason, before any work */
+    const char *why = NULL;
+    if (!remat_cuda_available(&why)) {
+        cr_assert_eq(run(&o, true, "bench --device cuda"), 2);
+        cr_assert(strstr(o, "cannot use '--device'") && strstr(o, why), "%s", o);
+        free(o);
+    }
 }
 
 Test(cli, unknown_selective_policy_fails_with_usage) {

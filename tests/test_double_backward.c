@@ -234,6 +234,25 @@ static int f_to_device(remat_tensor *const *in, remat_tensor **out) {
  * tolerance of f32 round-off left to the dedicated test below */
 SQ_CASE(to_dtype, remat_to_dtype(&y, in[0], REMAT_F64))
 
+static int f_cat(remat_tensor *const *in, remat_tensor **out) {
+    remat_tensor *y = NULL;
+    int rc = remat_cat(&y, 2, in, 0);
+    if (!rc) rc = remat_mul(out, y, y);
+    remat_release(y);
+    return rc;
+}
+/* three (2, 1) pieces: p0 * p1 + p2 */
+static int f_split(remat_tensor *const *in, remat_tensor **out) {
+    remat_tensor *p[3] = {NULL}, *m = NULL;
+    int n = 0;
+    int rc = remat_split(p, 3, &n, in[0], 1, 1);
+    if (!rc) rc = remat_mul(&m, p[0], p[1]);
+    if (!rc) rc = remat_add(out, m, p[2]);
+    for (int i = 0; i < 3; i++) remat_release(p[i]);
+    remat_release(m);
+    return rc;
+}
+
 typedef struct gg_case {
     const char *op;  /* registry name */
     const char *tag; /* several cases per op */
@@ -329,6 +348,8 @@ static const gg_case k_cases[] = {
     {"remat_to_dtype", "same", f_to_dtype, 1, mk_23},
     {"remat_tag", "", f_tag, 1, mk_23},
     {"remat_max", "dim1", f_max, 1, mk_23},
+    {"remat_cat", "dim0", f_cat, 2, mk_23},
+    {"remat_split", "dim1", f_split, 1, mk_23},
 };
 #define N_CASES ((int)(sizeof k_cases / sizeof k_cases[0]))
 
@@ -348,27 +369,9 @@ static int r_mul_both(remat_tensor *const *in, remat_tensor **out) {
     remat_release(y);
     return rc;
 }
-static int r_cat(remat_tensor *const *in, remat_tensor **out) {
-    remat_tensor *y = NULL;
-    int rc = remat_cat(&y, 2, (remat_tensor *const[]){in[0], in[0]}, 0);
-    if (!rc) rc = remat_mul(out, y, y);
-    remat_release(y);
-    return rc;
-}
-static int r_split(remat_tensor *const *in, remat_tensor **out) {
-    remat_tensor *p[3] = {NULL};
-    int n = 0;
-    int rc = remat_split(p, 3, &n, in[0], 1, 1);
-    if (!rc) rc = remat_mul(out, p[0], p[1]);
-    for (int i = 0; i < 3; i++) remat_release(p[i]);
-    return rc;
-}
-
 static const refusal k_refused[] = {
     {"remat_mul_", "both operands require grad: a's old value is a snapshot without a graph",
      r_mul_both},
-    {"remat_cat", "concat.c: not on the driver yet (issue 13)", r_cat},
-    {"remat_split", "concat.c: not on the driver yet (issue 13)", r_split},
 };
 #define N_REFUSED ((int)(sizeof k_refused / sizeof k_refused[0]))
 

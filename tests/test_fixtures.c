@@ -18,6 +18,10 @@
  * mismatch is a bug in the op (or in the fixture), not a reason to widen
  * them.
  *
+ * With REMAT_TEST_DEVICE=cuda (make test-cuda) the inputs and upstream gradients are put
+ * on the GPU and the results read back (tests/support/rt.h); without a GPU every case is
+ * reported skipped with the reason.
+ *
  * A missing fixture file, a malformed one, an index entry whose op the
  * dispatcher does not know, or an op without an f32 and an f64 case all
  * fail (they never skip).
@@ -44,6 +48,9 @@
 #include "../src/ops/registry.h"
 #include "support/fixtures.h"
 #include "support/rt.h"
+
+/* REMAT_TEST_DEVICE=cuda runs every case on the GPU (tests/support/rt.h) */
+RT_ON_TEST_DEVICE
 
 #define F64_ATOL 1e-10
 #define F64_RTOL 1e-9
@@ -528,6 +535,7 @@ static void run_case(const char *name, report *rep) {
         int k = r.n_in++;
         r.fin[k] = t;
         int rc = fx_make_tensor(t, &r.base[k]);
+        if (rc == REMAT_OK) r.base[k] = rt_to_test_device(r.base[k]);
         if (rc == REMAT_OK && fx_get(c, FX_GRAD, t->name))
             rc = remat_set_requires_grad(r.base[k], true);
         if (rc == REMAT_OK) rc = fx_apply_views(c, t->name, r.base[k], &r.in[k]);
@@ -570,6 +578,7 @@ static void run_case(const char *name, report *rep) {
             }
             roots[n_roots] = outs[oi];
             rc = fx_make_tensor(go, &gouts[n_roots]);
+            if (rc == REMAT_OK) gouts[n_roots] = rt_to_test_device(gouts[n_roots]);
             n_roots++;
             if (rc != REMAT_OK) {
                 note(rep, "case %s: building grad_output: %s", c->name, remat_last_error());
@@ -1020,6 +1029,7 @@ static fx_case *load_plain_f64(const char *op, run *r) {
         int k = r->n_in++;
         r->fin[k] = t;
         RT_OK(fx_make_tensor(t, &r->base[k]));
+        r->base[k] = rt_to_test_device(r->base[k]);
         if (fx_get(c, FX_GRAD, t->name)) RT_OK(remat_set_requires_grad(r->base[k], true));
         r->in[k] = r->base[k];
     }

@@ -10,6 +10,9 @@
 #include "remat/planner.h"
 #include "support/rt.h"
 
+/* REMAT_TEST_DEVICE=cuda runs these tests on the GPU (tests/support/rt.h) */
+RT_ON_TEST_DEVICE
+
 /* ---- a private deterministic RNG ------------------------------------------------------ */
 static uint64_t g_rng;
 static uint64_t rnd(void) {

@@ -16,6 +16,9 @@
 #include "support/models.h"
 #include "support/rt.h"
 
+/* REMAT_TEST_DEVICE=cuda runs these tests on the GPU (tests/support/rt.h) */
+RT_ON_TEST_DEVICE
+
 #define SEED 4321
 
 static remat_checkpoint_options sac_opts(remat_sac_config *cfg) {

@@ -97,6 +97,8 @@ static const opt_row rows[] = {
      .help = "seed of the initialisation and of the data", .dflt = "[1]"},
     {"--threads", "N", OPT_INT, TB, SEC_MODEL, T(threads), .lo = 1, .hi = 1024,
      .help = "OpenMP/BLAS threads (default: all cores)"},
+    {"--device", "D", OPT_STR, TB, SEC_MODEL, T(device_text),
+     .help = "where the model trains: cpu, or cuda[:N] (GPU N;\ndocs/cuda.md)", .dflt = "[cpu]"},
     /* checkpointing */
     {"--checkpoint", "S", OPT_STR, TB, SEC_CKPT, T(checkpoint_text),
      .help = "none | block | sequential=N | selective[=POLICY] |\n"
@@ -485,6 +487,36 @@ static int check_threads(const config *c, command cmd) {
     return fail(cmd, "bad value for", "--threads", why);
 }
 
+/* --device: cpu, cuda or cuda:N; a GPU that cannot be used is an error
+ * naming why (no driver, no device, a build without CUDA). */
+static int parse_device(config *c, command cmd) {
+    const char *s = c->device_text;
+    c->device = REMAT_DEVICE_CPU;
+    if (!s || strcmp(s, "cpu") == 0 || strcmp(s, "cpu:0") == 0) return 0;
+    size_t len = strcspn(s, ":");
+    char name[32];
+    long index = 0;
+    if (len == 0 || len >= sizeof name)
+        return fail(cmd, "bad value for", "--device", "expected cpu or cuda[:N]");
+    memcpy(name, s, len);
+    name[len] = '\0';
+    if (s[len] == ':') {
+        char *end = NULL;
+        index = strtol(s + len + 1, &end, 10);
+        if (end == s + len + 1 || *end || index < 0 || index >= REMAT_MAX_DEVICES_PER_TYPE)
+            return fail(cmd, "bad value for", "--device", "expected cuda[:N], N a GPU index");
+    }
+    const char *why = NULL;
+    if (strcmp(name, "cuda") == 0 && !remat_cuda_available(&why))
+        return fail(cmd, "cannot use", "--device", why);
+    int type = remat_device_type_id(name);
+    if (type < 0) return fail(cmd, "bad value for", "--device", "expected cpu or cuda[:N]");
+    c->device = (remat_device){type, (int)index};
+    if (remat_device_check(c->device) != REMAT_OK)
+        return fail(cmd, "cannot use", "--device", remat_last_error());
+    return 0;
+}
+
 int args_parse(config *c, command cmd, int argc, char **argv, int first) {
     char err[512];
     int rc = opt_parse(&table, cmd, c, argc, argv, first, err, sizeof err);
@@ -497,6 +529,7 @@ int args_parse(config *c, command cmd, int argc, char **argv, int first) {
     if (cmd == CMD_SAMPLE)
         return c->resume ? 0 : fail(cmd, "give --resume FILE (a GPT saved by remat train --save)",
                                     NULL, NULL);
+    if ((rc = parse_device(c, cmd))) return rc;
     bool bench = cmd == CMD_BENCH;
     if (!c->set_batch) c->batch = 0;
     model_defaults(c, bench);

@@ -31,6 +31,8 @@ typedef struct config {
     long steps;
     uint64_t seed;
     int threads;        /* 0: leave OpenMP's default */
+    const char *device_text; /* --device D as given (cpu, cuda, cuda:N) */
+    remat_device device;     /* where the model, the batches and the peaks are */
     double lr, weight_decay, momentum;
     optim_kind optim;
     bool cosine;        /* --lr-schedule cosine: linear warm-up, cosine decay to min_lr */

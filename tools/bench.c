@@ -611,15 +611,15 @@ static int bench_measure_memory(bench_run *br) {
          * step from RSS+ (small blocks sit below live ones, where glibc's
          * trimming of the heap top does not reach): hand it back first */
         step_malloc_mode(true);
-        remat_alloc_reset_peak(REMAT_DEVICE_CPU);
-        r->baseline = remat_cpu_current_bytes();
+        remat_alloc_reset_peak(c->device);
+        r->baseline = util_current_bytes(c->device);
         trace_begin(&r->tr, true);
         c->strategies[i].sac_stats = &r->sac; /* selective: what its regions cached */
         int rc = step_run(&br->m, &c->strategies[i], &br->b, NULL, &r->tr, NULL, &r->loss);
         c->strategies[i].sac_stats = NULL;
         trace_end(&r->tr);
         if (rc) return rc;
-        r->peak = remat_cpu_peak_bytes();
+        r->peak = util_peak_bytes(c->device);
         r->rss_growth = r->tr.peak_rss > r->tr.start_rss ? r->tr.peak_rss - r->tr.start_rss : 0;
         r->has_heap = r->tr.heap;
         r->heap_growth = r->tr.heap_growth;
@@ -817,6 +817,7 @@ static void bench_free(bench_run *br) {
 }
 
 int cmd_bench(config *c, bool is_default) {
+    trace_device(c->device);
     bench_run br;
     memset(&br, 0, sizeof br);
     br.c = c;

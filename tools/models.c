@@ -30,10 +30,9 @@ static int new_param(model *m, const char *name, int ndim, const int64_t *shape,
     remat_tensor *t = NULL;
     int rc;
     if (init == INIT_NORMAL)
-        rc = remat_rand_normal(&t, ndim, shape, 0.0, std, REMAT_F32, REMAT_DEVICE_CPU);
+        rc = remat_rand_normal(&t, ndim, shape, 0.0, std, REMAT_F32, m->device);
     else
-        rc = remat_full(&t, ndim, shape, init == INIT_ONES ? 1.0 : 0.0, REMAT_F32,
-                        REMAT_DEVICE_CPU);
+        rc = remat_full(&t, ndim, shape, init == INIT_ONES ? 1.0 : 0.0, REMAT_F32, m->device);
     if (!rc) rc = remat_set_requires_grad(t, true);
     if (!rc) rc = remat_set_name(t, name);
     if (rc) {
@@ -91,6 +90,12 @@ static int init_gpt(model *m) {
         for (int64_t j = 0; j < T; j++) mask[i * T + j] = j > i;
     rc = remat_from_data(&m->mask, 2, (int64_t[]){T, T}, REMAT_I64, mask);
     free(mask);
+    if (!rc && m->device.type != REMAT_CPU) {
+        remat_tensor *d = NULL;
+        rc = remat_to_device(&d, m->mask, m->device);
+        remat_release(m->mask);
+        m->mask = d;
+    }
 done:
     return rc;
 }
@@ -126,6 +131,7 @@ done:
 int model_init(model *m, const config *c, uint64_t seed) {
     memset(m, 0, sizeof *m);
     m->kind = c->model;
+    m->device = c->device;
     m->layers = c->layers;
     m->width = c->width;
     m->heads = c->heads;
@@ -340,20 +346,33 @@ static int traced_block(void *user_data, remat_tensor *const *inputs, int n_inpu
 block_fn model_block_fn(void) { return traced_block; }
 
 /* ---- whole model -------------------------------------------------------------------- */
+/* *out = t on the model's device: t itself, or a copy the open scope owns
+ * (the batches are made on cpu). */
+static int on_device(const model *m, remat_tensor *t, remat_tensor **out) {
+    remat_device d = remat_tensor_device(t);
+    if (d.type == m->device.type && d.index == m->device.index) {
+        *out = t;
+        return REMAT_OK;
+    }
+    return remat_to_device(out, t, m->device);
+}
+
 static int embed(model *m, const batch *b, remat_tensor **out) {
     remat_scope *s = NULL;
     int rc = remat_scope_begin(&s);
     if (rc) return rc;
     if (m->kind == MODEL_GPT) {
-        remat_tensor *tok, *pos = m->wpe, *x;
+        remat_tensor *tok, *pos = m->wpe, *x, *idx;
         int64_t T = remat_size(b->idx, 1);
-        TRY(remat_embedding(&tok, m->wte, b->idx)); /* (B, T, C) */
+        TRY(on_device(m, b->idx, &idx));
+        TRY(remat_embedding(&tok, m->wte, idx)); /* (B, T, C) */
         if (T != m->context) TRY(remat_slice(&pos, m->wpe, 0, 0, T, 1));
         TRY(remat_add(&x, tok, pos));
         *out = remat_scope_keep(x);
     } else {
-        remat_tensor *x;
-        TRY(remat_linear(&x, b->x, m->min_w, m->min_b));
+        remat_tensor *x, *bx;
+        TRY(on_device(m, b->x, &bx));
+        TRY(remat_linear(&x, bx, m->min_w, m->min_b));
         *out = remat_scope_keep(x);
     }
 done:
@@ -366,19 +385,23 @@ static int head(model *m, remat_tensor *x, const batch *b, bool want_loss, remat
     remat_scope *s = NULL;
     int rc = remat_scope_begin(&s);
     if (rc) return rc;
-    remat_tensor *h, *o, *r, *t;
+    remat_tensor *h, *o, *r, *t, *bt;
     TRY(remat_layer_norm(&h, x, 1, m->lnf_w, m->lnf_b, LN_EPS));
     if (m->kind == MODEL_GPT) {
         TRY(remat_linear(&o, h, m->head, NULL)); /* (B, T, V) */
         if (want_loss) {
             int64_t BT = remat_numel(b->targets);
             TRY(remat_reshape(&r, o, 2, (int64_t[]){BT, m->vocab}));
-            TRY(remat_reshape(&t, b->targets, 1, (int64_t[]){BT}));
+            TRY(on_device(m, b->targets, &bt));
+            TRY(remat_reshape(&t, bt, 1, (int64_t[]){BT}));
             TRY(remat_cross_entropy(&o, r, t, -100));
         }
     } else {
         TRY(remat_linear(&o, h, m->mhead_w, m->mhead_b));
-        if (want_loss) TRY(remat_mse_loss(&o, o, b->y));
+        if (want_loss) {
+            TRY(on_device(m, b->y, &bt));
+            TRY(remat_mse_loss(&o, o, bt));
+        }
     }
     *out = remat_scope_keep(o);
 done:

@@ -70,6 +70,7 @@ typedef struct mlp_block {
 
 struct model {
     model_kind kind;
+    remat_device device; /* of the parameters; batches are moved there */
     int layers, width, heads, context, vocab;
     bool untied;
     bool attn_ops; /* attention composed of ops instead of remat_attention */

@@ -53,6 +53,9 @@ int step_run(model *m, const strategy *s, const batch *b, remat_optimizer *o, tr
         rc = remat_optim_step(o, NULL);
         if (tr) trace_phase(tr, PH_OPTIMIZER, false);
     }
+    /* a GPU runs behind the host: the step ends when its work has */
+    if (!rc && !remat_device_host_addressable(m->device.type))
+        rc = remat_cuda_synchronize(m->device.index);
     return rc;
 }
 

@@ -49,9 +49,13 @@ static void push_span(trace *tr, char ph, phase p, const char *name) {
     snprintf(e->name, sizeof e->name, "%s", name);
 }
 
+static remat_device g_device; /* whose allocations are traced: cpu unless trace_device */
+
+void trace_device(remat_device device) { g_device = device; }
+
 static void on_alloc(void *user_data, remat_device device, int64_t delta, size_t current) {
     trace *tr = user_data;
-    if (device.type != REMAT_CPU) return;
+    if (device.type != g_device.type || device.index != g_device.index) return;
     /* RSS is read outside the lock: it is a syscall */
     size_t rss = tr->sample_rss ? util_current_rss_bytes() : 0;
     pthread_mutex_lock(&tr->lock);

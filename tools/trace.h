@@ -64,6 +64,9 @@ typedef struct trace {
 /* Starts recording (installs the allocator observer and the block hook).
  * One trace at a time. */
 void trace_begin(trace *tr, bool sample_rss);
+/* The device whose allocations every trace records (cpu by default; the program's
+ * --device). */
+void trace_device(remat_device device);
 /* Stops recording (removes the observers); the data stays until trace_free. */
 void trace_end(trace *tr);
 void trace_free(trace *tr);

@@ -260,7 +260,7 @@ static int save_state(const config *c, const task *tk, const model *m, remat_opt
                       prog_dist *pd, int64_t step, size_t *run_peak) {
     if (!pd->zero) return c->save ? savefile_write(c->save, c, tk, m, o, step) : REMAT_OK;
     if (!pd->saving) return REMAT_OK;
-    size_t pk = remat_cpu_peak_bytes();
+    size_t pk = util_peak_bytes(c->device);
     if (pk > *run_peak) *run_peak = pk;
     remat_optimizer *whole = NULL;
     int rc = pd->rank == 0 ? make_optimizer(c, (model *)m, &whole) : REMAT_OK;
@@ -268,12 +268,13 @@ static int save_state(const config *c, const task *tk, const model *m, remat_opt
     if (!rc) rc = rc2;
     if (!rc && pd->rank == 0) rc = savefile_write(c->save, c, tk, m, whole, step);
     remat_optim_free(whole);
-    remat_alloc_reset_peak(REMAT_DEVICE_CPU);
+    remat_alloc_reset_peak(c->device);
     return rc;
 }
 
 int cmd_train(config *c) {
     int rc = REMAT_OK;
+    trace_device(c->device);
     FILE *logf = NULL;
     int stopped = 0; /* the signal that ended the run early */
     saved_state saved;
@@ -323,7 +324,7 @@ int cmd_train(config *c) {
         if (o && (rc = remat_zero_load_state(pd.zero, o))) goto done;
         remat_optim_free(o);
         o = NULL;
-        remat_alloc_reset_peak(REMAT_DEVICE_CPU); /* the whole state is not training's */
+        remat_alloc_reset_peak(c->device); /* the whole state is not training's */
     } else if ((rc = prog_dist_attach(&pd, &m, c->bucket_mib, c->accum))) {
         goto done;
     }
@@ -394,7 +395,7 @@ int cmd_train(config *c) {
         char warn[320];
         if (strategy_budget_warning(&c->strat, warn, sizeof warn)) fprintf(stderr, "%s\n", warn);
         /* the profile's own peak is not training's */
-        remat_alloc_reset_peak(REMAT_DEVICE_CPU);
+        remat_alloc_reset_peak(c->device);
     }
 
     losses = malloc(sizeof(double) * (size_t)(n_steps > 0 ? n_steps : 1));
@@ -424,9 +425,9 @@ int cmd_train(config *c) {
     for (int64_t k = 0; k < n_steps; k++) {
         int64_t step = start + k;
         model_zero_grad(&m);
-        size_t pk = remat_cpu_peak_bytes();
+        size_t pk = util_peak_bytes(c->device);
         if (pk > run_peak) run_peak = pk;
-        remat_alloc_reset_peak(REMAT_DEVICE_CPU);
+        remat_alloc_reset_peak(c->device);
         const double lr_used = remat_optim_lr(o);
         bool trace_this = (c->trace || c->timeline) && k == n_steps - 1;
         if (trace_this) {
@@ -465,11 +466,11 @@ int cmd_train(config *c) {
         times[k] = dt;
         train_time += dt;
         done_steps = step + 1;
-        if (remat_cpu_peak_bytes() > step_peak) step_peak = remat_cpu_peak_bytes();
+        if (util_peak_bytes(c->device) > step_peak) step_peak = util_peak_bytes(c->device);
         if (logf)
             log_step(logf, step + 1, loss, lr_used, c->clip > 0 ? remat_optim_last_grad_norm(o) : -1,
                      1e3 * dt,
-                     remat_cpu_peak_bytes());
+                     util_peak_bytes(c->device));
         bool do_eval = eval_every > 0 && (step + 1) % eval_every == 0 && k != n_steps - 1;
         if (do_eval) {
             if ((rc = evaluate(&m, &tk, &ev))) goto done;
@@ -541,7 +542,7 @@ int cmd_train(config *c) {
 
     double step_ms = 1e3 * util_median(times, (int)n_steps);
     double tok_s = train_time > 0 ? (double)tokens / train_time : 0;
-    size_t peak_alloc = remat_cpu_peak_bytes(), peak_rss = util_peak_rss_bytes();
+    size_t peak_alloc = util_peak_bytes(c->device), peak_rss = util_peak_rss_bytes();
     if (run_peak > peak_alloc) peak_alloc = run_peak;
     double peaks[2] = {(double)peak_alloc, (double)peak_rss}; /* max over ranks */
     if ((rc = prog_dist_max(&pd, peaks, 2))) goto done;

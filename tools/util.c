@@ -303,3 +303,13 @@ void stop_signals_default(void) {
     stop_signal_set(&set);
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 }
+
+size_t util_peak_bytes(remat_device device) {
+    remat_alloc_stats st;
+    return remat_alloc_stats_get(device, &st) == REMAT_OK ? st.peak_bytes : 0;
+}
+
+size_t util_current_bytes(remat_device device) {
+    remat_alloc_stats st;
+    return remat_alloc_stats_get(device, &st) == REMAT_OK ? st.current_bytes : 0;
+}

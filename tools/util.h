@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "remat/device.h"
+
 /* Monotonic clock in seconds. */
 double util_now(void);
 
@@ -91,5 +93,10 @@ bool util_isatty(FILE *f);
 void stop_signal_set(sigset_t *set);
 void stop_signals_block(void);
 void stop_signals_default(void);
+
+/* The allocator's peak / current tensor bytes of `device` (remat_alloc_stats_get;
+ * 0 for a device that cannot be asked). */
+size_t util_peak_bytes(remat_device device);
+size_t util_current_bytes(remat_device device);
 
 #endif /* REMAT_TOOLS_UTIL_H */

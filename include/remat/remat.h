@@ -8,6 +8,7 @@
  *   remat/error.h       status codes, thread-local error messages, warnings
  *   remat/tensor.h      tensors, views, ownership, scopes
  *   remat/device.h      device types, the accounting allocator, RNG
+ *   remat/cuda.h        the cuda device: availability, caching allocator, TF32
  *   remat/ops.h         differentiable operations
  *   remat/autograd.h    backward, grad, hooks, saved-tensor hooks, custom functions
  *   remat/selective.h   selective checkpointing policies, named residuals (remat_tag)
@@ -85,6 +86,7 @@
 #include "remat/error.h"
 #include "remat/tensor.h"
 #include "remat/device.h"
+#include "remat/cuda.h"
 #include "remat/ops.h"
 #include "remat/autograd.h"
 #include "remat/checkpoint.h"

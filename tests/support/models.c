@@ -19,6 +19,7 @@ static remat_tensor *constant(int ndim, const int64_t *shape, double v, remat_dt
     remat_tensor *t = NULL;
     int rc = remat_full(&t, ndim, shape, v, dtype, REMAT_DEVICE_CPU);
     cr_assert_eq(rc, REMAT_OK, "constant: %s", remat_last_error());
+    t = rt_to_test_device(t);
     rc = remat_set_requires_grad(t, true);
     cr_assert_eq(rc, REMAT_OK, "constant: %s", remat_last_error());
     return t;

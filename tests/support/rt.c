@@ -8,6 +8,44 @@
 
 #include "internal.h"
 
+bool rt_on_test_device_;
+
+remat_device rt_test_device(void) {
+    const char *env = getenv("REMAT_TEST_DEVICE");
+    if (!env || !*env || strcmp(env, "cpu") == 0) return REMAT_DEVICE_CPU;
+    char name[32];
+    int index = 0;
+    size_t len = strcspn(env, ":");
+    cr_assert(len > 0 && len < sizeof name, "REMAT_TEST_DEVICE=%s: expected TYPE[:INDEX]", env);
+    memcpy(name, env, len);
+    name[len] = '\0';
+    if (env[len] == ':') index = atoi(env + len + 1);
+    if (strcmp(name, "cuda") == 0) {
+        const char *why = NULL;
+        if (!remat_cuda_available(&why))
+            cr_skip_test("REMAT_TEST_DEVICE=%s: %s", env, why);
+    }
+    int type = remat_device_type_id(name);
+    cr_assert(type >= 0, "REMAT_TEST_DEVICE=%s: no device type named '%s'", env, name);
+    remat_device d = {type, index};
+    RT_OK(remat_device_check(d));
+    return d;
+}
+
+remat_tensor *rt_to_test_device(remat_tensor *t) {
+    if (!rt_on_test_device_) return t;
+    remat_device d = rt_test_device();
+    if (d.type == REMAT_CPU) return t;
+    remat_tensor *c = NULL;
+    bool prev = remat_no_grad_begin();
+    int rc = remat_to_device(&c, t, d);
+    remat_grad_mode_restore(prev);
+    cr_assert_eq(rc, REMAT_OK, "rt_to_test_device: %s", remat_last_error());
+    if (remat_requires_grad(t)) RT_OK(remat_set_requires_grad(c, true));
+    remat_release(t);
+    return c;
+}
+
 remat_tensor *rt_tensor(int ndim, const int64_t *shape, remat_dtype dtype, const double *values) {
     int64_t n = rm_shape_numel(ndim, shape);
     remat_tensor *t = NULL;
@@ -19,7 +57,7 @@ remat_tensor *rt_tensor(int ndim, const int64_t *shape, remat_dtype dtype, const
         else if (dtype == REMAT_F64) ((double *)p)[i] = values[i];
         else ((int64_t *)p)[i] = (int64_t)values[i];
     }
-    return t;
+    return rt_to_test_device(t);
 }
 
 remat_tensor *rt_leaf(remat_tensor *t) {
@@ -114,6 +152,16 @@ static int64_t elem_offset(const remat_tensor *t, int64_t i) {
     return off;
 }
 
+/* Reads / writes the f64 element at p of x's storage, on any device. */
+static double peek(const remat_tensor *x, const double *p) {
+    double v;
+    RT_OK(rm_device_copy(REMAT_DEVICE_CPU, &v, x->storage->device, p, sizeof v));
+    return v;
+}
+static void poke(const remat_tensor *x, double *p, double v) {
+    RT_OK(rm_device_copy(x->storage->device, p, REMAT_DEVICE_CPU, &v, sizeof v));
+}
+
 /* Evaluates sum(f(inputs) * w) with grad off. */
 static int eval_loss(rt_fn f, void *ud, int n, remat_tensor *const *inputs, const double *w,
                      int64_t nw, double *loss) {
@@ -155,6 +203,12 @@ bool rt_gradcheck(rt_fn f, void *ud, int n, remat_tensor *const *inputs, double 
         if (out->dtype == REMAT_F32) ((float *)remat_data(wt))[i] = (float)w[i];
         else ((double *)remat_data(wt))[i] = w[i];
     }
+    if (!remat_device_host_addressable(out->storage->device.type)) { /* test device */
+        remat_tensor *wd = NULL;
+        RT_OK(remat_to_device(&wd, wt, out->storage->device));
+        remat_release(wt);
+        wt = wd;
+    }
     remat_tensor *diff_in[16];
     int idx[16], nd = 0;
     for (int i = 0; i < n && nd < 16; i++)
@@ -192,12 +246,12 @@ bool rt_gradcheck(rt_fn f, void *ud, int n, remat_tensor *const *inputs, double 
                 ok = false;
                 break;
             }
-            double orig = *p, lp, lm;
-            *p = orig + eps;
+            double orig = peek(x, p), lp, lm;
+            poke(x, p, orig + eps);
             rc = eval_loss(f, ud, n, inputs, w, nw, &lp);
-            *p = orig - eps;
+            poke(x, p, orig - eps);
             if (!rc) rc = eval_loss(f, ud, n, inputs, w, nw, &lm);
-            *p = orig;
+            poke(x, p, orig);
             if (rc) {
                 snprintf(msg, msg_len, "perturbed forward failed: %s", remat_last_error());
                 ok = false;

@@ -30,7 +30,29 @@
                       remat_last_error());                                              \
     } while (0)
 
-/* New tensor from a double array, converted to dtype (f32/f64/i64). */
+/* ---- the test device -----------------------------------------------------------------
+ * `REMAT_TEST_DEVICE=cuda[:N] make test` (or `make test-cuda`) runs the suites that opt in
+ * (RT_ON_TEST_DEVICE below: the op fixtures, checkpoint, selective, planner) on that device:
+ * the tensors the helpers make (rt_tensor, rt_rand and what is built on them: the models of
+ * models.h, the fixtures' inputs) are put there, and the helpers that read values
+ * (rt_values, rt_bitwise_equal, rt_max_abs_diff, rt_assert_close) read them back through
+ * remat_copy_to_buffer. When the device cannot be used (a machine without a GPU), a test
+ * that makes a tensor that way is reported skipped with the reason (cr_skip_test). Other
+ * suites, and every suite without the variable, make cpu tensors as always. */
+extern bool rt_on_test_device_;
+#define RT_ON_TEST_DEVICE                                                                 \
+    __attribute__((constructor)) static void rt_on_test_device_init_(void) {             \
+        rt_on_test_device_ = true;                                                        \
+    }
+/* The device REMAT_TEST_DEVICE names (cpu without it; an unknown name fails the test);
+ * skips the test when it names a device that cannot be used. */
+remat_device rt_test_device(void);
+/* t itself when the suite runs on cpu, else a copy of t on the test device with t's
+ * requires_grad (t released): for tensors just made. */
+remat_tensor *rt_to_test_device(remat_tensor *t);
+
+/* New tensor from a double array, converted to dtype (f32/f64/i64); on the test device
+ * in suites that opt in. */
 remat_tensor *rt_tensor(int ndim, const int64_t *shape, remat_dtype dtype, const double *values);
 /* Uniform random tensor in [lo, hi) from a private deterministic stream
  * (does not touch remat's generators). */

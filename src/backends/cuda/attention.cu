@@ -1,0 +1,433 @@
+/* src/backends/cuda/attention.cu — fused scaled dot-product attention on
+ * CUDA, forward and backward, keeping only the rows' log-sum-exp
+ * (src/dispatch/kernels/matmul.h; cpu: src/backends/cpu/attention.c).
+ *
+ *   y = softmax(scale · q·kᵀ, causal mask) · v      q (nb, Tq, D), k (nb, Tk, D),
+ *   lse = the rows' log-sum-exp of the scores        v (nb, Tk, Dv), y (nb, Tq, Dv)
+ *
+ * Tiled as FlashAttention-2: a block owns BQ query rows of one batch entry
+ * and walks the key tiles (BK keys) its rows can see (causal: keys
+ * j <= i, top-left aligned, so a block stops at its last row), with the Q,
+ * K and V tiles and the tile's scores in shared memory and an online
+ * softmax (running max and sum, the output rescaled once per tile). The
+ * (Tq, Tk) score matrix never exists in global memory.
+ *
+ * Threads: TPR = HD / 16 threads per row (HD = the head-size class, the
+ * smallest of 32, 64, 128, 256 holding D and Dv; tiles are zero-padded to
+ * HD). In a row's group, thread t computes the scores of keys jj ≡ t
+ * (mod TPR) as whole dot products from shared memory, and owns the output
+ * columns c ≡ t (mod TPR) (16 of them, in registers). Row groups are
+ * aligned inside a warp, so the group's max and sum are shuffles and its
+ * shared-memory hand-offs need only __syncwarp. Rows are padded by one
+ * element in shared memory (no bank conflicts between rows).
+ *
+ * Backward, from the saved lse (P = exp(S - lse) recomputed per tile), with
+ * dO = gy and delta = rowsum(dO ∘ y):
+ *   dS = P ∘ (dO·Vᵀ − delta) · scale,  dQ = dS·K,  dK = dSᵀ·Q,  dV = Pᵀ·dO.
+ * Two kernels and no atomics, so results are deterministic: the first owns
+ * query tiles (writes delta to scratch, and dQ), the second owns key tiles
+ * (dK, dV: a key row's group loops over the query tiles that can see it).
+ *
+ * Operands are views with any strides (rmk_att_operand): the per-head views
+ * of a packed qkv projection are read in place. */
+#include "nn.h"
+
+#include "kcommon.cuh"
+
+/* Tile sizes of a (type, head class): chosen so that every kernel's shared
+ * memory fits the 227 KiB an H100 block may opt into, and 16 accumulators
+ * per thread (32 in dK/dV) stay in registers. */
+template <typename T, int HD> struct att_cfg {
+    static constexpr int TPR = HD / 16; /* threads per row */
+    static constexpr int BQ = (HD == 256 || (HD == 128 && sizeof(T) == 8)) ? 32 : 64; /* rows */
+    static constexpr int BK = (HD == 256 && sizeof(T) == 8) ? 16 : 32; /* keys per tile */
+    static constexpr int NT = BQ * TPR;                                /* threads */
+    static constexpr int LD = HD + 1;                                  /* smem row stride */
+    static constexpr int PER = HD / TPR;                               /* columns per thread */
+};
+
+/* rows [r0, r0 + rows) x cols of an operand into a zero-padded (rows, HD)
+ * tile with row stride HD + 1 */
+template <typename T, int HD, int NT>
+__device__ __forceinline__ void load_tile(T *sm, int rows, const T *base, int64_t boff,
+                                          const rmk_att_operand &op, int64_t r0, int64_t rmax,
+                                          int64_t cols) {
+    for (int e = threadIdx.x; e < rows * HD; e += NT) {
+        int rr = e / HD, c = e % HD;
+        int64_t r = r0 + rr;
+        sm[rr * (HD + 1) + c] = (r < rmax && c < cols) ? base[boff + r * op.rs + c * op.cs] : (T)0;
+    }
+}
+
+template <typename T, int HD> __device__ __forceinline__ T dot_row(const T *a, const T *b) {
+    T acc = 0;
+#pragma unroll 16
+    for (int c = 0; c < HD; c++) acc = rmk_fma(a[c], b[c], acc);
+    return acc;
+}
+
+/* ---- forward ------------------------------------------------------------------------------- */
+template <typename T, int HD>
+__global__ void __launch_bounds__(att_cfg<T, HD>::NT)
+    att_fwd(const __grid_constant__ rmk_att_dims d, const __grid_constant__ rmk_att_lead lead,
+            const __grid_constant__ rmk_att_operand oq, const T *q,
+            const __grid_constant__ rmk_att_operand ok, const T *k,
+            const __grid_constant__ rmk_att_operand ov, const T *v,
+            const __grid_constant__ rmk_att_operand oy, T *y, T *lse) {
+    typedef att_cfg<T, HD> C;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *Qs = (T *)smem_raw;      /* BQ x LD */
+    T *Ks = Qs + C::BQ * C::LD; /* BK x LD */
+    T *Vs = Ks + C::BK * C::LD; /* BK x LD */
+    T *Ss = Vs + C::BK * C::LD; /* BQ x (BK + 1): scores, then probabilities */
+    const int r = threadIdx.x / C::TPR, t = threadIdx.x % C::TPR;
+    const int64_t nqb = (d.Tq + C::BQ - 1) / C::BQ;
+    const T scale = (T)d.scale;
+    for (int64_t item = blockIdx.x; item < d.nb * nqb; item += gridDim.x) {
+        /* heaviest (last, under the causal mask) query tiles first */
+        const int64_t b = item / nqb, i0 = (nqb - 1 - item % nqb) * C::BQ, i = i0 + r;
+        const int64_t bq = rmk_att_boff(&lead, &oq, b), bk = rmk_att_boff(&lead, &ok, b),
+                      bv = rmk_att_boff(&lead, &ov, b);
+        const int64_t kn = d.causal ? (i0 + C::BQ < d.Tk ? i0 + C::BQ : d.Tk) : d.Tk;
+        __syncthreads(); /* the previous item is done with the tiles */
+        load_tile<T, HD, C::NT>(Qs, C::BQ, q, bq, oq, i0, d.Tq, d.D);
+        T o[C::PER];
+#pragma unroll
+        for (int m = 0; m < C::PER; m++) o[m] = 0;
+        T mrun = (T)-INFINITY, l = 0, sub = 0;
+        for (int64_t j0 = 0; j0 < kn; j0 += C::BK) {
+            __syncthreads();
+            load_tile<T, HD, C::NT>(Ks, C::BK, k, bk, ok, j0, d.Tk, d.D);
+            load_tile<T, HD, C::NT>(Vs, C::BK, v, bv, ov, j0, d.Tk, d.Dv);
+            __syncthreads();
+            T *sr = Ss + r * (C::BK + 1);
+            T mloc = (T)-INFINITY;
+            for (int jj = t; jj < C::BK; jj += C::TPR) {
+                const int64_t j = j0 + jj;
+                const bool ok_ = i < d.Tq && j < d.Tk && (!d.causal || j <= i);
+                T sv = ok_ ? scale * dot_row<T, HD>(Qs + r * C::LD, Ks + jj * C::LD) : (T)-INFINITY;
+                sr[jj] = sv;
+                mloc = rmk_nanmax(mloc, sv);
+            }
+            const T mnew = rmk_nanmax(mrun, rmk_group_max(mloc, C::TPR));
+            const T nsub =
+                mnew == (T)-INFINITY ? (T)0 : mnew; /* nothing seen yet: avoid inf - inf */
+            const T corr = rmk_exp(mrun - nsub);
+            T lloc = 0;
+            for (int jj = t; jj < C::BK; jj += C::TPR) {
+                T p = rmk_exp(sr[jj] - nsub);
+                sr[jj] = p;
+                lloc += p;
+            }
+            l = l * corr + rmk_group_sum(lloc, C::TPR);
+            __syncwarp();
+#pragma unroll
+            for (int m = 0; m < C::PER; m++) o[m] *= corr;
+            for (int jj = 0; jj < C::BK; jj++) {
+                const T p = sr[jj];
+#pragma unroll
+                for (int m = 0; m < C::PER; m++)
+                    o[m] = rmk_fma(p, Vs[jj * C::LD + t + C::TPR * m], o[m]);
+            }
+            __syncwarp(); /* the group is done reading sr before the next tile writes it */
+            mrun = mnew;
+            sub = nsub;
+        }
+        if (i < d.Tq) {
+            const int64_t by = rmk_att_boff(&lead, &oy, b);
+            const T inv = l > 0 ? (T)1 / l : (T)0; /* no keys: an empty sum, y = 0 */
+#pragma unroll
+            for (int m = 0; m < C::PER; m++) {
+                const int c = t + C::TPR * m;
+                if (c < d.Dv) y[by + i * oy.rs + c * oy.cs] = o[m] * inv;
+            }
+            if (t == 0) lse[b * d.Tq + i] = l > 0 ? sub + rmk_log(l) : (T)-INFINITY;
+        }
+    }
+}
+
+/* ---- backward: delta and dQ, by query tiles ------------------------------------------------ */
+template <typename T, int HD>
+__global__ void __launch_bounds__(att_cfg<T, HD>::NT)
+    att_bwd_dq(const __grid_constant__ rmk_att_dims d, const __grid_constant__ rmk_att_lead lead,
+               const __grid_constant__ rmk_att_operand oq, const T *q,
+               const __grid_constant__ rmk_att_operand ok, const T *k,
+               const __grid_constant__ rmk_att_operand ov, const T *v,
+               const __grid_constant__ rmk_att_operand oy, const T *y,
+               const __grid_constant__ rmk_att_operand og, const T *gy,
+               const __grid_constant__ rmk_att_operand odq, T *dq, const T *lse, T *delta) {
+    typedef att_cfg<T, HD> C;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *Qs = (T *)smem_raw;      /* BQ x LD */
+    T *Gs = Qs + C::BQ * C::LD; /* BQ x LD: dO */
+    T *Ks = Gs + C::BQ * C::LD; /* BK x LD */
+    T *Vs = Ks + C::BK * C::LD; /* BK x LD */
+    T *Ss = Vs + C::BK * C::LD; /* BQ x (BK + 1): dS */
+    const int r = threadIdx.x / C::TPR, t = threadIdx.x % C::TPR;
+    const int64_t nqb = (d.Tq + C::BQ - 1) / C::BQ;
+    const T scale = (T)d.scale;
+    for (int64_t item = blockIdx.x; item < d.nb * nqb; item += gridDim.x) {
+        const int64_t b = item / nqb, i0 = (nqb - 1 - item % nqb) * C::BQ, i = i0 + r;
+        const int64_t bq = rmk_att_boff(&lead, &oq, b), bk = rmk_att_boff(&lead, &ok, b),
+                      bv = rmk_att_boff(&lead, &ov, b), bg = rmk_att_boff(&lead, &og, b),
+                      by = rmk_att_boff(&lead, &oy, b);
+        const int64_t kn = d.causal ? (i0 + C::BQ < d.Tk ? i0 + C::BQ : d.Tk) : d.Tk;
+        __syncthreads();
+        load_tile<T, HD, C::NT>(Qs, C::BQ, q, bq, oq, i0, d.Tq, d.D);
+        load_tile<T, HD, C::NT>(Gs, C::BQ, gy, bg, og, i0, d.Tq, d.Dv);
+        __syncthreads();
+        /* delta_i = sum_c dO[i, c] * y[i, c] */
+        T dl = 0;
+        if (i < d.Tq)
+            for (int c = t; c < d.Dv; c += C::TPR)
+                dl += Gs[r * C::LD + c] * y[by + i * oy.rs + c * oy.cs];
+        dl = rmk_group_sum(dl, C::TPR);
+        if (i < d.Tq && t == 0) delta[b * d.Tq + i] = dl;
+        if (!dq) continue; /* uniform: every thread of the block skips */
+        T li = i < d.Tq ? lse[b * d.Tq + i] : (T)0;
+        if (li == (T)-INFINITY) li = 0; /* no keys: every p is 0 anyway */
+        T acc[C::PER];
+#pragma unroll
+        for (int m = 0; m < C::PER; m++) acc[m] = 0;
+        for (int64_t j0 = 0; j0 < kn; j0 += C::BK) {
+            __syncthreads();
+            load_tile<T, HD, C::NT>(Ks, C::BK, k, bk, ok, j0, d.Tk, d.D);
+            load_tile<T, HD, C::NT>(Vs, C::BK, v, bv, ov, j0, d.Tk, d.Dv);
+            __syncthreads();
+            T *sr = Ss + r * (C::BK + 1);
+            for (int jj = t; jj < C::BK; jj += C::TPR) {
+                const int64_t j = j0 + jj;
+                const bool ok_ = i < d.Tq && j < d.Tk && (!d.causal || j <= i);
+                T ds = 0;
+                if (ok_) {
+                    T p = rmk_exp(scale * dot_row<T, HD>(Qs + r * C::LD, Ks + jj * C::LD) - li);
+                    T dp = dot_row<T, HD>(Gs + r * C::LD, Vs + jj * C::LD);
+                    ds = p * (dp - dl) * scale;
+                }
+                sr[jj] = ds;
+            }
+            __syncwarp();
+            for (int jj = 0; jj < C::BK; jj++) {
+                const T ds = sr[jj];
+#pragma unroll
+                for (int m = 0; m < C::PER; m++)
+                    acc[m] = rmk_fma(ds, Ks[jj * C::LD + t + C::TPR * m], acc[m]);
+            }
+            __syncwarp();
+        }
+        if (i < d.Tq) {
+            const int64_t bd = rmk_att_boff(&lead, &odq, b);
+#pragma unroll
+            for (int m = 0; m < C::PER; m++) {
+                const int c = t + C::TPR * m;
+                if (c < d.D) dq[bd + i * odq.rs + c * odq.cs] = acc[m];
+            }
+        }
+    }
+}
+
+/* ---- backward: dK and dV, by key tiles ----------------------------------------------------- */
+template <typename T, int HD>
+__global__ void __launch_bounds__(att_cfg<T, HD>::NT)
+    att_bwd_dkdv(const __grid_constant__ rmk_att_dims d, const __grid_constant__ rmk_att_lead lead,
+                 const __grid_constant__ rmk_att_operand oq, const T *q,
+                 const __grid_constant__ rmk_att_operand ok, const T *k,
+                 const __grid_constant__ rmk_att_operand ov, const T *v,
+                 const __grid_constant__ rmk_att_operand og, const T *gy,
+                 const __grid_constant__ rmk_att_operand odk, T *dk,
+                 const __grid_constant__ rmk_att_operand odv, T *dv, const T *lse, const T *delta) {
+    typedef att_cfg<T, HD> C;
+    constexpr int BKV = C::BQ, BQ2 = C::BK; /* keys per block, queries per tile */
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *Ks = (T *)smem_raw;        /* BKV x LD */
+    T *Vs = Ks + BKV * C::LD;     /* BKV x LD */
+    T *Qs = Vs + BKV * C::LD;     /* BQ2 x LD */
+    T *Gs = Qs + BQ2 * C::LD;     /* BQ2 x LD */
+    T *Ps = Gs + BQ2 * C::LD;     /* BKV x (BQ2 + 1) */
+    T *Ds = Ps + BKV * (BQ2 + 1); /* BKV x (BQ2 + 1) */
+    T *Ls = Ds + BKV * (BQ2 + 1); /* BQ2: lse */
+    T *Dl = Ls + BQ2;             /* BQ2: delta */
+    const int r = threadIdx.x / C::TPR, t = threadIdx.x % C::TPR;
+    const int64_t nkb = (d.Tk + BKV - 1) / BKV;
+    const T scale = (T)d.scale;
+    for (int64_t item = blockIdx.x; item < d.nb * nkb; item += gridDim.x) {
+        /* causal: the first key tiles see the most queries: heaviest first */
+        const int64_t b = item / nkb, j0 = (item % nkb) * BKV, j = j0 + r;
+        const int64_t bq = rmk_att_boff(&lead, &oq, b), bk = rmk_att_boff(&lead, &ok, b),
+                      bv = rmk_att_boff(&lead, &ov, b), bg = rmk_att_boff(&lead, &og, b);
+        __syncthreads();
+        load_tile<T, HD, C::NT>(Ks, BKV, k, bk, ok, j0, d.Tk, d.D);
+        load_tile<T, HD, C::NT>(Vs, BKV, v, bv, ov, j0, d.Tk, d.Dv);
+        T ak[C::PER], av[C::PER];
+#pragma unroll
+        for (int m = 0; m < C::PER; m++) ak[m] = av[m] = 0;
+        const int64_t qstart = d.causal ? (j0 / BQ2) * BQ2 : 0;
+        for (int64_t i0 = qstart; i0 < d.Tq; i0 += BQ2) {
+            __syncthreads();
+            load_tile<T, HD, C::NT>(Qs, BQ2, q, bq, oq, i0, d.Tq, d.D);
+            load_tile<T, HD, C::NT>(Gs, BQ2, gy, bg, og, i0, d.Tq, d.Dv);
+            for (int e = threadIdx.x; e < BQ2; e += C::NT) {
+                const int64_t i = i0 + e;
+                T li = i < d.Tq ? lse[b * d.Tq + i] : (T)0;
+                Ls[e] = li == (T)-INFINITY ? (T)0 : li;
+                Dl[e] = i < d.Tq ? delta[b * d.Tq + i] : (T)0;
+            }
+            __syncthreads();
+            T *pr = Ps + r * (BQ2 + 1), *dr = Ds + r * (BQ2 + 1);
+            for (int ii = t; ii < BQ2; ii += C::TPR) {
+                const int64_t i = i0 + ii;
+                const bool ok_ = i < d.Tq && j < d.Tk && (!d.causal || j <= i);
+                T p = 0, ds = 0;
+                if (ok_) {
+                    p = rmk_exp(scale * dot_row<T, HD>(Qs + ii * C::LD, Ks + r * C::LD) - Ls[ii]);
+                    T dp = dot_row<T, HD>(Gs + ii * C::LD, Vs + r * C::LD);
+                    ds = p * (dp - Dl[ii]) * scale;
+                }
+                pr[ii] = p;
+                dr[ii] = ds;
+            }
+            __syncwarp();
+            for (int ii = 0; ii < BQ2; ii++) {
+                const T p = pr[ii], ds = dr[ii];
+#pragma unroll
+                for (int m = 0; m < C::PER; m++) {
+                    const int c = t + C::TPR * m;
+                    av[m] = rmk_fma(p, Gs[ii * C::LD + c], av[m]);
+                    ak[m] = rmk_fma(ds, Qs[ii * C::LD + c], ak[m]);
+                }
+            }
+            __syncwarp();
+        }
+        if (j < d.Tk) {
+            if (dk) {
+                const int64_t bd = rmk_att_boff(&lead, &odk, b);
+#pragma unroll
+                for (int m = 0; m < C::PER; m++) {
+                    const int c = t + C::TPR * m;
+                    if (c < d.D) dk[bd + j * odk.rs + c * odk.cs] = ak[m];
+                }
+            }
+            if (dv) {
+                const int64_t bd = rmk_att_boff(&lead, &odv, b);
+#pragma unroll
+                for (int m = 0; m < C::PER; m++) {
+                    const int c = t + C::TPR * m;
+                    if (c < d.Dv) dv[bd + j * odv.rs + c * odv.cs] = av[m];
+                }
+            }
+        }
+    }
+}
+
+/* ---- launchers ----------------------------------------------------------------------------- */
+template <typename T, int HD> static size_t fwd_smem() {
+    typedef att_cfg<T, HD> C;
+    return sizeof(T) * (size_t)((C::BQ + 2 * C::BK) * C::LD + C::BQ * (C::BK + 1));
+}
+template <typename T, int HD> static size_t dq_smem() {
+    typedef att_cfg<T, HD> C;
+    return sizeof(T) * (size_t)((2 * C::BQ + 2 * C::BK) * C::LD + C::BQ * (C::BK + 1));
+}
+template <typename T, int HD> static size_t dkdv_smem() {
+    typedef att_cfg<T, HD> C;
+    return sizeof(T) *
+           (size_t)((2 * C::BQ + 2 * C::BK) * C::LD + 2 * C::BQ * (C::BK + 1) + 2 * C::BK);
+}
+
+/* Blocks for n items: enough to fill the GPU several times over, capped. */
+static unsigned att_grid(int64_t n) {
+    if (n <= 0) return 0;
+    return (unsigned)(n < 1048576 ? n : 1048576);
+}
+
+template <typename T, int HD>
+static cudaError_t fwd_t(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_att_operand *oq,
+                         const void *q, const rmk_att_operand *ok, const void *k,
+                         const rmk_att_operand *ov, const void *v, const rmk_att_operand *oy,
+                         void *y, void *lse, cudaStream_t s) {
+    typedef att_cfg<T, HD> C;
+    unsigned grid = att_grid(d->nb * ((d->Tq + C::BQ - 1) / C::BQ));
+    if (grid == 0) return cudaSuccess;
+    size_t sm = fwd_smem<T, HD>();
+    cudaError_t e =
+        cudaFuncSetAttribute(att_fwd<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    if (e != cudaSuccess) return e;
+    att_fwd<T, HD><<<grid, C::NT, sm, s>>>(*d, *lead, *oq, (const T *)q, *ok, (const T *)k, *ov,
+                                           (const T *)v, *oy, (T *)y, (T *)lse);
+    return cudaGetLastError();
+}
+
+template <typename T, int HD>
+static cudaError_t bwd_t(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_att_operand *o,
+                         const void *const *p, const void *lse, void *ws, cudaStream_t s) {
+    typedef att_cfg<T, HD> C;
+    T *delta = (T *)ws;
+    unsigned g1 = att_grid(d->nb * ((d->Tq + C::BQ - 1) / C::BQ));
+    if (g1 > 0) { /* delta always (dK needs it), dQ when wanted */
+        size_t sm = dq_smem<T, HD>();
+        cudaError_t e = cudaFuncSetAttribute(att_bwd_dq<T, HD>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+        if (e != cudaSuccess) return e;
+        att_bwd_dq<T, HD><<<g1, C::NT, sm, s>>>(
+            *d, *lead, o[0], (const T *)p[0], o[1], (const T *)p[1], o[2], (const T *)p[2], o[3],
+            (const T *)p[3], o[4], (const T *)p[4], o[5], (T *)p[5], (const T *)lse, delta);
+        e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    unsigned g2 = att_grid(d->nb * ((d->Tk + C::BQ - 1) / C::BQ));
+    if (g2 > 0 && (p[6] || p[7])) {
+        size_t sm = dkdv_smem<T, HD>();
+        cudaError_t e = cudaFuncSetAttribute(att_bwd_dkdv<T, HD>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+        if (e != cudaSuccess) return e;
+        att_bwd_dkdv<T, HD><<<g2, C::NT, sm, s>>>(
+            *d, *lead, o[0], (const T *)p[0], o[1], (const T *)p[1], o[2], (const T *)p[2], o[4],
+            (const T *)p[4], o[6], (T *)p[6], o[7], (T *)p[7], (const T *)lse, delta);
+    }
+    return cudaGetLastError();
+}
+
+#define RMK_ATT_DISPATCH(dt, hd, CALL)                                                             \
+    do {                                                                                           \
+        if ((dt) == 0) {                                                                           \
+            switch (hd) {                                                                          \
+            case 32: return CALL(float, 32);                                                       \
+            case 64: return CALL(float, 64);                                                       \
+            case 128: return CALL(float, 128);                                                     \
+            case 256: return CALL(float, 256);                                                     \
+            }                                                                                      \
+        } else if ((dt) == 1) {                                                                    \
+            switch (hd) {                                                                          \
+            case 32: return CALL(double, 32);                                                      \
+            case 64: return CALL(double, 64);                                                      \
+            case 128: return CALL(double, 128);                                                    \
+            case 256: return CALL(double, 256);                                                    \
+            }                                                                                      \
+        }                                                                                          \
+        return cudaErrorInvalidValue;                                                              \
+    } while (0)
+
+extern "C" cudaError_t
+rmk_attention(int dt, const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_att_operand *oq,
+              const void *q, const rmk_att_operand *ok, const void *k, const rmk_att_operand *ov,
+              const void *v, const rmk_att_operand *oy, void *y, void *lse, cudaStream_t s) {
+    int hd = rmk_att_head_class(d->D, d->Dv);
+#define FWD_CALL(T, HD) fwd_t<T, HD>(d, lead, oq, q, ok, k, ov, v, oy, y, lse, s)
+    RMK_ATT_DISPATCH(dt, hd, FWD_CALL);
+#undef FWD_CALL
+}
+
+extern "C" size_t rmk_attention_bwd_ws(int dt, const rmk_att_dims *d) {
+    size_t es = dt == 0 ? sizeof(float) : sizeof(double);
+    int64_t n = d->nb * d->Tq;
+    return (size_t)(n > 0 ? n : 1) * es;
+}
+
+extern "C" cudaError_t rmk_attention_bwd(int dt, const rmk_att_dims *d, const rmk_att_lead *lead,
+                                         const rmk_att_operand *ops, const void *const *ptrs,
+                                         const void *lse, void *ws, cudaStream_t s) {
+    int hd = rmk_att_head_class(d->D, d->Dv);
+#define BWD_CALL(T, HD) bwd_t<T, HD>(d, lead, ops, ptrs, lse, ws, s)
+    RMK_ATT_DISPATCH(dt, hd, BWD_CALL);
+#undef BWD_CALL
+}

@@ -1,0 +1,101 @@
+/* src/backends/cuda/attention_kernels.c — the cuda kernels (rm_kernel_fn)
+ * of fused attention (RM_K_ATTENTION, RM_K_ATTENTION_BWD in
+ * src/dispatch/kernels/matmul.h), launching attention.cu's tiled kernels.
+ * Operands are read and written in place through their strides (no
+ * copies); lse is the op's own (nb, Tq) contiguous tensor. Head sizes up to
+ * 256 (max of D and Dv); larger ones fail with REMAT_EUNSUPPORTED. */
+#include "kwrap.h"
+#include "nn.h"
+
+/* t (..., R, C) as an attention operand over the shared leading dims. */
+static rmk_att_operand att_operand(const remat_tensor *t) {
+    rmk_att_operand o = {{0}, 0, 0};
+    int n = t->ndim;
+    for (int d = 0; d < n - 2; d++) o.bst[d] = t->strides[d];
+    o.rs = t->strides[n - 2];
+    o.cs = t->strides[n - 1];
+    return o;
+}
+
+static rmk_att_lead att_lead(const remat_tensor *q) {
+    rmk_att_lead l = {q->ndim - 2, {0}};
+    for (int d = 0; d < q->ndim - 2; d++) l.shape[d] = q->shape[d];
+    return l;
+}
+
+static rmk_att_dims att_dims(const rm_attention_params *p, const remat_tensor *q,
+                             const remat_tensor *k, const remat_tensor *v) {
+    int n = q->ndim;
+    return (rmk_att_dims){.nb = rm_shape_numel(n - 2, q->shape),
+                          .Tq = q->shape[n - 2],
+                          .Tk = k->shape[n - 2],
+                          .D = q->shape[n - 1],
+                          .Dv = v->shape[n - 1],
+                          .causal = p->causal,
+                          .scale = rm_attention_scale(p, q->shape[n - 1])};
+}
+
+static int head_check(const rmk_att_dims *d) {
+    if (rmk_att_head_class(d->D, d->Dv) == 0)
+        return rm_err(REMAT_EUNSUPPORTED,
+                      "attention on cuda supports head sizes up to 256 (q has %lld, v has %lld)",
+                      (long long)d->D, (long long)d->Dv);
+    return REMAT_OK;
+}
+
+static int cuda_attention(const rm_kargs *k) {
+    remat_tensor *const *in = k->in, *y = k->out[0];
+    const rmk_att_dims d = att_dims(k->params, in[0], in[1], in[2]);
+    int rc = head_check(&d);
+    if (rc) return rc;
+    const rmk_att_lead lead = att_lead(in[0]);
+    const rmk_att_operand oq = att_operand(in[0]), ok = att_operand(in[1]), ov = att_operand(in[2]),
+                          oy = att_operand(y);
+    rmk_call c;
+    rc = rmk_enter(&c, in[0], "cuda attention kernel");
+    if (rc) return rc;
+    return rmk_leave(&c,
+                     rmk_attention(rmk_dt(in[0]), &d, &lead, &oq, rm_ptr(in[0]), &ok, rm_ptr(in[1]),
+                                   &ov, rm_ptr(in[2]), &oy, rm_ptr(y), rm_ptr(k->out[1]), c.s));
+}
+
+static int cuda_attention_bwd(const rm_kargs *k) {
+    remat_tensor *const *in = k->in, *const *g = k->out;
+    const rmk_att_dims d = att_dims(k->params, in[0], in[1], in[2]);
+    rmk_call c;
+    int rc = rmk_enter(&c, in[0], "cuda attention backward kernel");
+    if (rc) return rc;
+    if (d.nb == 0 || d.Tk == 0) { /* nothing to multiply: zeros, as the cpu */
+        cudaError_t e = cudaSuccess;
+        for (int i = 0; i < 3 && e == cudaSuccess; i++)
+            if (g[i]) e = cudaMemsetAsync(g[i]->storage->data, 0, g[i]->storage->nbytes, c.s);
+        return rmk_leave(&c, e);
+    }
+    rc = head_check(&d);
+    if (rc) return rmk_leave_rc(&c, rc);
+    const rmk_att_lead lead = att_lead(in[0]);
+    rmk_att_operand ops[8] = {{{0}, 0, 0}};
+    const void *ptrs[8] = {NULL};
+    for (int i = 0; i < 5; i++) {
+        ops[i] = att_operand(in[i]);
+        ptrs[i] = rm_ptr(in[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        if (g[i]) {
+            ops[5 + i] = att_operand(g[i]);
+            ptrs[5 + i] = rm_ptr(g[i]);
+        }
+    void *ws = rmk_scratch(&c, rmk_attention_bwd_ws(rmk_dt(in[0]), &d));
+    if (!ws) return rmk_leave_rc(&c, rm_last_status());
+    cudaError_t e = rmk_attention_bwd(rmk_dt(in[0]), &d, &lead, ops, ptrs, rm_ptr(in[5]), ws, c.s);
+    rmk_scratch_free(&c, ws);
+    return rmk_leave(&c, e);
+}
+
+void rm_cuda_register_attention(int type) {
+    static const rmk_row rows[] = {
+        {RM_K_ATTENTION, cuda_attention},
+        {RM_K_ATTENTION_BWD, cuda_attention_bwd},
+    };
+    RMK_REGISTER_ROWS(type, rows);
+}

@@ -1,0 +1,298 @@
+/* src/backends/cuda/elementwise.cu — CUDA kernels of the elementwise family
+ * (src/dispatch/kernels/elementwise.h): the unary ops and their fused
+ * backward, relu's bit mask, the broadcasting elementwise engine, and the
+ * shape family's strided copy.
+ *
+ * The formulas are the cpu kernels' (src/backends/cpu/unary.c,
+ * elementwise.c), case for case, including their conventions at the edges:
+ * pow's derivative is 0 where the exponent is 0, d(x^e)/de is 0 at x = 0
+ * with e >= 0, GELU's Phi is 0.5 * erfc(-x / sqrt 2) (accurate in the left
+ * tail). Every kernel is a grid-stride loop over 64-bit flat indices; the
+ * engine and the copy decompose the index over the host's coalesced plan
+ * (kplan.h), with a flat fast path when the plan is one dim. */
+#include "elementwise.h"
+
+#include "../../dispatch/kernels/elementwise.h"
+#include "kcommon.cuh"
+
+#define RMK_THREADS 256
+
+/* ---- unary ------------------------------------------------------------------------------ */
+#define K_SQRT_2_OVER_PI 0.7978845608028654
+#define K_INV_SQRT_2 0.7071067811865476
+#define K_INV_SQRT_2PI 0.3989422804014327
+
+template <typename T> __device__ __forceinline__ T phi(T x) {
+    return (T)0.5 * rmk_erfc(-x * (T)K_INV_SQRT_2);
+}
+template <typename T> __device__ __forceinline__ T gelu_tanh_u(T v) {
+    return (T)K_SQRT_2_OVER_PI * (v + (T)0.044715 * v * v * v);
+}
+
+/* y = f(x; p) */
+template <typename T, int OP> __device__ __forceinline__ T unary_f(T x, T p) {
+    switch (OP) {
+    case RM_U_NEG: return -x;
+    case RM_U_EXP: return rmk_exp(x);
+    case RM_U_LOG: return rmk_log(x);
+    case RM_U_SQRT: return rmk_sqrt(x);
+    case RM_U_TANH: return rmk_tanh(x);
+    case RM_U_SIGMOID: return (T)1 / ((T)1 + rmk_exp(-x));
+    case RM_U_RELU: return x > 0 ? x : (T)0;
+    case RM_U_GELU_ERF: return x * phi(x);
+    case RM_U_GELU_TANH: return (T)0.5 * x * ((T)1 + rmk_tanh(gelu_tanh_u(x)));
+    case RM_U_POW: return rmk_pow(x, p);
+    case RM_U_ADD: return x + p;
+    case RM_U_MUL: return x * p;
+    default: return p - x; /* RM_U_RSUB */
+    }
+}
+
+/* dx = g * f'(s), s the saved x or y as the op saves it (cpu unary.c) */
+template <typename T, int OP> __device__ __forceinline__ T unary_df(T g, T s, T p) {
+    switch (OP) {
+    case RM_U_NEG: return -g;
+    case RM_U_EXP: return g * s;                  /* s = y */
+    case RM_U_LOG: return g / s;                  /* s = x */
+    case RM_U_SQRT: return g / ((T)2 * s);        /* s = y */
+    case RM_U_TANH: return g * ((T)1 - s * s);    /* s = y */
+    case RM_U_SIGMOID: return g * s * ((T)1 - s); /* s = y */
+    case RM_U_RELU: return s > 0 ? g : (T)0;      /* s = y */
+    case RM_U_GELU_ERF:                           /* s = x */
+        return g * (phi(s) + s * ((T)K_INV_SQRT_2PI * rmk_exp((T)-0.5 * s * s)));
+    case RM_U_GELU_TANH: { /* s = x */
+        T th = rmk_tanh(gelu_tanh_u(s));
+        T din = (T)K_SQRT_2_OVER_PI * ((T)1 + (T)3 * (T)0.044715 * s * s);
+        return g * ((T)0.5 * ((T)1 + th) + (T)0.5 * s * ((T)1 - th * th) * din);
+    }
+    case RM_U_POW: return p == (T)0 ? (T)0 : g * p * rmk_pow(s, p - (T)1); /* s = x */
+    case RM_U_ADD: return g;
+    case RM_U_MUL: return g * p;
+    default: return -g; /* RM_U_RSUB */
+    }
+}
+
+template <typename T, int OP>
+__global__ void unary_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t n, T p) {
+    RMK_GRID_LOOP(i, n) y[i] = unary_f<T, OP>(x[i], p);
+}
+template <typename T, int OP>
+__global__ void unary_bwd_kernel(const T *__restrict__ g, const T *__restrict__ s,
+                                 T *__restrict__ dx, int64_t n, T p) {
+    RMK_GRID_LOOP(i, n) dx[i] = unary_df<T, OP>(g[i], s ? s[i] : (T)0, p);
+}
+
+/* Calls X(op) for every rm_unary_op (inside a switch). */
+#define RMK_UNARY_CASES(X)                                                                         \
+    X(RM_U_NEG)                                                                                    \
+    X(RM_U_EXP) X(RM_U_LOG) X(RM_U_SQRT) X(RM_U_TANH) X(RM_U_SIGMOID) X(RM_U_RELU)                 \
+        X(RM_U_GELU_ERF) X(RM_U_GELU_TANH) X(RM_U_POW) X(RM_U_ADD) X(RM_U_MUL) X(RM_U_RSUB)
+
+template <typename T>
+static cudaError_t unary_t(int op, double p, const void *x, void *y, int64_t n, cudaStream_t s) {
+    unsigned nb = rmk_blocks(n, RMK_THREADS);
+    if (nb == 0) return cudaSuccess;
+    switch (op) {
+#define X(OP)                                                                                      \
+    case OP: unary_kernel<T, OP><<<nb, RMK_THREADS, 0, s>>>((const T *)x, (T *)y, n, (T)p); break;
+        RMK_UNARY_CASES(X)
+#undef X
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+template <typename T>
+static cudaError_t unary_bwd_t(int op, double p, const void *g, const void *sv, void *dx, int64_t n,
+                               cudaStream_t s) {
+    unsigned nb = rmk_blocks(n, RMK_THREADS);
+    if (nb == 0) return cudaSuccess;
+    switch (op) {
+#define X(OP)                                                                                      \
+    case OP:                                                                                       \
+        unary_bwd_kernel<T, OP>                                                                    \
+            <<<nb, RMK_THREADS, 0, s>>>((const T *)g, (const T *)sv, (T *)dx, n, (T)p);            \
+        break;
+        RMK_UNARY_CASES(X)
+#undef X
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+/* ---- bit masks ----------------------------------------------------------------------------- */
+/* One thread per mask byte: 8 elements (fewer in the last byte). */
+template <typename T>
+__global__ void relu_mask_kernel(const T *__restrict__ y, uint8_t *__restrict__ m, int64_t n) {
+    int64_t nbytes = (n + 7) / 8;
+    RMK_GRID_LOOP(b, nbytes) {
+        unsigned v = 0;
+        for (int k = 0; k < 8 && 8 * b + k < n; k++) v |= (unsigned)(y[8 * b + k] > 0) << k;
+        m[b] = (uint8_t)v;
+    }
+}
+/* dx = bit ? g : 0 (a select, as cpu: +0.0 where dropped) */
+template <typename T>
+__global__ void relu_mask_bwd_kernel(const T *__restrict__ g, const uint8_t *__restrict__ m,
+                                     T *__restrict__ dx, int64_t n) {
+    RMK_GRID_LOOP(i, n) dx[i] = (m[i >> 3] >> (i & 7)) & 1u ? g[i] : (T)0;
+}
+/* ---- the elementwise engine ---------------------------------------------------------------- */
+template <typename T, int OP> __device__ __forceinline__ T ew_f(T a, T b, T c, T p) {
+    switch (OP) {
+    case RM_EW_FILL: return p;
+    case RM_EW_SCALE: return a * p;
+    case RM_EW_RELU: return a > 0 ? a : (T)0;
+    case RM_EW_ADD: return a + b;
+    case RM_EW_SUB: return a - b;
+    case RM_EW_MUL: return a * b;
+    case RM_EW_DIV: return a / b;
+    case RM_EW_POW: return rmk_pow(a, b);
+    case RM_EW_AXPY: return a + p * b;
+    case RM_EW_RELU_BWD: return b > 0 ? a : (T)0;
+    case RM_EW_DIV_GB: return -a * b / (c * c);
+    case RM_EW_POW_GA: return c == (T)0 ? (T)0 : a * c * rmk_pow(b, c - (T)1);
+    default: /* RM_EW_POW_GB */
+        return (b == (T)0 && c >= (T)0) ? (T)0 : a * rmk_pow(b, c) * rmk_log(b);
+    }
+}
+
+/* Operands the op reads (cpu elementwise.c's k_arity). */
+__host__ __device__ constexpr int ew_arity(int op) {
+    return op == RM_EW_FILL                                                   ? 0
+           : (op == RM_EW_SCALE || op == RM_EW_RELU)                          ? 1
+           : (op == RM_EW_DIV_GB || op == RM_EW_POW_GA || op == RM_EW_POW_GB) ? 3
+                                                                              : 2;
+}
+
+/* FLAT: the plan is one dim (offsets i * stride); else decompose i. */
+template <typename T, int OP, bool FLAT>
+__global__ void ew_kernel(const __grid_constant__ rmk_plan pl, T *y, const T *a, const T *b,
+                          const T *c, int64_t n, T p) {
+    constexpr int ar = ew_arity(OP);
+    RMK_GRID_LOOP(i, n) {
+        int64_t off[RMK_MAX_OPS];
+        if (FLAT) {
+            for (int k = 0; k < RMK_MAX_OPS; k++) off[k] = i * pl.st[k][0];
+        } else {
+            rmk_plan_offsets(&pl, i, off);
+        }
+        T av = ar > 0 ? a[off[1]] : (T)0;
+        T bv = ar > 1 ? b[off[2]] : (T)0;
+        T cv = ar > 2 ? c[off[3]] : (T)0;
+        y[off[0]] = ew_f<T, OP>(av, bv, cv, p);
+    }
+}
+
+#define RMK_EW_CASES(X)                                                                            \
+    X(RM_EW_FILL)                                                                                  \
+    X(RM_EW_SCALE) X(RM_EW_RELU) X(RM_EW_ADD) X(RM_EW_SUB) X(RM_EW_MUL) X(RM_EW_DIV) X(RM_EW_POW)  \
+        X(RM_EW_AXPY) X(RM_EW_RELU_BWD) X(RM_EW_DIV_GB) X(RM_EW_POW_GA) X(RM_EW_POW_GB)
+
+template <typename T>
+static cudaError_t ew_t(int op, double p, const rmk_plan *pl, void *y, const void *a, const void *b,
+                        const void *c, cudaStream_t s) {
+    int64_t n = 1;
+    for (int d = 0; d < pl->nd; d++) n *= pl->shape[d];
+    unsigned nb = rmk_blocks(n, RMK_THREADS);
+    if (nb == 0) return cudaSuccess;
+    bool flat = pl->nd == 1;
+    switch (op) {
+#define X(OP)                                                                                      \
+    case OP:                                                                                       \
+        if (flat)                                                                                  \
+            ew_kernel<T, OP, true><<<nb, RMK_THREADS, 0, s>>>(                                     \
+                *pl, (T *)y, (const T *)a, (const T *)b, (const T *)c, n, (T)p);                   \
+        else                                                                                       \
+            ew_kernel<T, OP, false><<<nb, RMK_THREADS, 0, s>>>(                                    \
+                *pl, (T *)y, (const T *)a, (const T *)b, (const T *)c, n, (T)p);                   \
+        break;
+        RMK_EW_CASES(X)
+#undef X
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+/* ---- strided copy -------------------------------------------------------------------------- */
+template <typename U, bool FLAT>
+__global__ void copy_kernel(const __grid_constant__ rmk_plan pl, U *dst, const U *src, int64_t n) {
+    RMK_GRID_LOOP(i, n) {
+        if (FLAT) {
+            dst[i * pl.st[0][0]] = src[i * pl.st[1][0]];
+        } else {
+            int64_t off[RMK_MAX_OPS];
+            rmk_plan_offsets(&pl, i, off);
+            dst[off[0]] = src[off[1]];
+        }
+    }
+}
+
+template <typename U>
+static cudaError_t copy_t(const rmk_plan *pl, void *dst, const void *src, cudaStream_t s) {
+    int64_t n = 1;
+    for (int d = 0; d < pl->nd; d++) n *= pl->shape[d];
+    unsigned nb = rmk_blocks(n, RMK_THREADS);
+    if (nb == 0) return cudaSuccess;
+    if (pl->nd == 1 && pl->st[0][0] == 1 && pl->st[1][0] == 1)
+        return cudaMemcpyAsync(dst, src, (size_t)n * sizeof(U), cudaMemcpyDeviceToDevice, s);
+    if (pl->nd == 1)
+        copy_kernel<U, true><<<nb, RMK_THREADS, 0, s>>>(*pl, (U *)dst, (const U *)src, n);
+    else copy_kernel<U, false><<<nb, RMK_THREADS, 0, s>>>(*pl, (U *)dst, (const U *)src, n);
+    return cudaGetLastError();
+}
+
+/* ---- launchers ----------------------------------------------------------------------------- */
+#define RMK_BY_DTYPE(dt, call_f32, call_f64)                                                       \
+    ((dt) == 0 ? (call_f32) : (dt) == 1 ? (call_f64) : cudaErrorInvalidValue)
+
+extern "C" cudaError_t rmk_unary(int dt, int op, double p, const void *x, void *y, int64_t n,
+                                 cudaStream_t s) {
+    return RMK_BY_DTYPE(dt, unary_t<float>(op, p, x, y, n, s), unary_t<double>(op, p, x, y, n, s));
+}
+
+extern "C" cudaError_t rmk_unary_bwd(int dt, int op, double p, const void *g, const void *sv,
+                                     void *dx, int64_t n, cudaStream_t s) {
+    return RMK_BY_DTYPE(dt, unary_bwd_t<float>(op, p, g, sv, dx, n, s),
+                        unary_bwd_t<double>(op, p, g, sv, dx, n, s));
+}
+
+extern "C" cudaError_t rmk_relu_mask(int dt, const void *y, uint8_t *m, int64_t n, cudaStream_t s) {
+    unsigned nb = rmk_blocks((n + 7) / 8, RMK_THREADS);
+    if (nb == 0) return cudaSuccess;
+    if (dt == 0) relu_mask_kernel<float><<<nb, RMK_THREADS, 0, s>>>((const float *)y, m, n);
+    else if (dt == 1) relu_mask_kernel<double><<<nb, RMK_THREADS, 0, s>>>((const double *)y, m, n);
+    else return cudaErrorInvalidValue;
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t rmk_relu_mask_bwd(int dt, const void *g, const uint8_t *m, void *dx,
+                                         int64_t n, cudaStream_t s) {
+    unsigned nb = rmk_blocks(n, RMK_THREADS);
+    if (nb == 0) return cudaSuccess;
+    if (dt == 0)
+        relu_mask_bwd_kernel<float><<<nb, RMK_THREADS, 0, s>>>((const float *)g, m, (float *)dx, n);
+    else if (dt == 1)
+        relu_mask_bwd_kernel<double>
+            <<<nb, RMK_THREADS, 0, s>>>((const double *)g, m, (double *)dx, n);
+    else return cudaErrorInvalidValue;
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t rmk_elementwise(int dt, int op, double p, const rmk_plan *plan, void *y,
+                                       const void *a, const void *b, const void *c,
+                                       cudaStream_t s) {
+    return RMK_BY_DTYPE(dt, ew_t<float>(op, p, plan, y, a, b, c, s),
+                        ew_t<double>(op, p, plan, y, a, b, c, s));
+}
+
+extern "C" cudaError_t rmk_copy_strided(size_t es, const rmk_plan *plan, void *dst, const void *src,
+                                        cudaStream_t s) {
+    switch (es) {
+    case 1: return copy_t<uint8_t>(plan, dst, src, s);
+    case 2: return copy_t<uint16_t>(plan, dst, src, s);
+    case 4: return copy_t<uint32_t>(plan, dst, src, s);
+    case 8: return copy_t<unsigned long long>(plan, dst, src, s);
+    default: return cudaErrorInvalidValue;
+    }
+}

@@ -1,0 +1,82 @@
+/* src/backends/cuda/elementwise_kernels.c — the cuda kernels (rm_kernel_fn)
+ * of the elementwise family: unpack rm_kargs, launch elementwise.cu's
+ * kernels on the operands' device. Operand conventions are the ABI's
+ * (src/dispatch/kernels/elementwise.h); semantics are the cpu kernels'. */
+#include "elementwise.h"
+#include "kwrap.h"
+
+static int cuda_unary(const rm_kargs *k) {
+    const rm_unary_params *p = k->params;
+    rmk_call c;
+    int rc = rmk_enter(&c, k->out[0], "cuda unary kernel");
+    if (rc) return rc;
+    return rmk_leave(&c, rmk_unary(rmk_dt(k->out[0]), (int)p->op, p->p, rm_ptr(k->in[0]),
+                                   rm_ptr(k->out[0]), remat_numel(k->out[0]), c.s));
+}
+
+static int cuda_unary_bwd(const rm_kargs *k) {
+    const rm_unary_params *p = k->params;
+    rmk_call c;
+    int rc = rmk_enter(&c, k->out[0], "cuda unary backward kernel");
+    if (rc) return rc;
+    return rmk_leave(&c, rmk_unary_bwd(rmk_dt(k->out[0]), (int)p->op, p->p, rm_ptr(k->in[0]),
+                                       k->in[1] ? rm_ptr(k->in[1]) : NULL, rm_ptr(k->out[0]),
+                                       remat_numel(k->out[0]), c.s));
+}
+
+static int cuda_relu_mask(const rm_kargs *k) {
+    rmk_call c;
+    int rc = rmk_enter(&c, k->in[0], "cuda relu mask kernel");
+    if (rc) return rc;
+    return rmk_leave(&c, rmk_relu_mask(rmk_dt(k->in[0]), rm_ptr(k->in[0]), rm_ptr(k->out[0]),
+                                       remat_numel(k->in[0]), c.s));
+}
+
+static int cuda_relu_mask_bwd(const rm_kargs *k) {
+    rmk_call c;
+    int rc = rmk_enter(&c, k->out[0], "cuda relu mask backward kernel");
+    if (rc) return rc;
+    return rmk_leave(&c, rmk_relu_mask_bwd(rmk_dt(k->out[0]), rm_ptr(k->in[0]), rm_ptr(k->in[1]),
+                                           rm_ptr(k->out[0]), remat_numel(k->out[0]), c.s));
+}
+
+/* Operands each engine op reads (cpu elementwise.c's k_arity). */
+static int ew_arity(rm_ew_op op) {
+    switch (op) {
+    case RM_EW_FILL: return 0;
+    case RM_EW_SCALE:
+    case RM_EW_RELU: return 1;
+    case RM_EW_DIV_GB:
+    case RM_EW_POW_GA:
+    case RM_EW_POW_GB: return 3;
+    default: return 2;
+    }
+}
+
+/* y = f(a, b, c; p): a, b, c broadcast to y's shape, y any strided view. */
+static int cuda_elementwise(const rm_kargs *k) {
+    const rm_ew_params *p = k->params;
+    remat_tensor *y = k->out[0];
+    int n_in = ew_arity(p->op);
+    if (remat_numel(y) == 0) return REMAT_OK;
+    rmk_plan pl;
+    rmk_plan_ew(&pl, y, k->in, n_in);
+    rmk_call c;
+    int rc = rmk_enter(&c, y, "cuda elementwise kernel");
+    if (rc) return rc;
+    const void *a = n_in > 0 ? rm_ptr(k->in[0]) : NULL, *b = n_in > 1 ? rm_ptr(k->in[1]) : NULL,
+               *cc = n_in > 2 ? rm_ptr(k->in[2]) : NULL;
+    return rmk_leave(&c,
+                     rmk_elementwise(rmk_dt(y), (int)p->op, p->p, &pl, rm_ptr(y), a, b, cc, c.s));
+}
+
+void rm_cuda_register_elementwise(int type) {
+    static const rmk_row rows[] = {
+        {RM_K_UNARY, cuda_unary},
+        {RM_K_UNARY_BWD, cuda_unary_bwd},
+        {RM_K_RELU_MASK, cuda_relu_mask},
+        {RM_K_RELU_MASK_BWD, cuda_relu_mask_bwd},
+        {RM_K_ELEMENTWISE, cuda_elementwise},
+    };
+    RMK_REGISTER_ROWS(type, rows);
+}

@@ -1,0 +1,81 @@
+/* src/backends/cuda/gemm.cu — the matmul family's kernels besides cuBLAS:
+ * linear's bias broadcast into the output rows, and its gradient's column
+ * sums (deterministic: the order of the additions depends on the shape
+ * only, never on the launch). */
+#include "gemm.h"
+
+template <typename T>
+__global__ void fill_rows(T *__restrict__ y, const T *__restrict__ bias, int64_t total,
+                          int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = bias[i % n];
+}
+
+/* part[c, j] = sum of g[r, j] over the rows r of chunk c, in double. */
+template <typename T>
+__global__ void colsum_chunks(const T *__restrict__ g, double *__restrict__ part, int64_t rows,
+                              int64_t n, int64_t chunk) {
+    int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t c = blockIdx.y;
+    if (j >= n) return;
+    int64_t r0 = c * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    double acc = 0;
+    for (int64_t r = r0; r < r1; r++) acc += (double)g[r * n + j];
+    part[c * n + j] = acc;
+}
+
+template <typename T>
+__global__ void colsum_final(const double *__restrict__ part, T *__restrict__ db, int64_t nch,
+                             int64_t n) {
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < n;
+         j += (int64_t)gridDim.x * blockDim.x) {
+        double acc = 0;
+        for (int64_t c = 0; c < nch; c++) acc += part[c * n + j];
+        db[j] = (T)acc;
+    }
+}
+
+template <typename T>
+static cudaError_t colsum(const T *g, T *db, int64_t rows, int64_t n, double *part,
+                          cudaStream_t s) {
+    if (n == 0) return cudaGetLastError();
+    int64_t chunk = rm_cuda_colsum_chunk(rows), nch = rows ? (rows + chunk - 1) / chunk : 0;
+    if (nch > 0) {
+        dim3 grid(rm_cuda_blocks(n, 256), (unsigned)nch);
+        colsum_chunks<T><<<grid, 256, 0, s>>>(g, part, rows, n, chunk);
+    }
+    colsum_final<T><<<rm_cuda_blocks(n, 256), 256, 0, s>>>(part, db, nch, n);
+    return cudaGetLastError();
+}
+
+extern "C" {
+int64_t rm_cuda_colsum_chunk(int64_t rows) {
+    int64_t chunk = 64;
+    while ((rows + chunk - 1) / chunk > 65535) chunk *= 2; /* grid.y's limit */
+    return chunk;
+}
+
+cudaError_t rm_cuda_fill_rows(void *y, const void *bias, int64_t rows, int64_t n, int es,
+                              cudaStream_t s) {
+    int64_t total = rows * n;
+    if (total > 0) {
+        if (es == 4)
+            fill_rows<float><<<rm_cuda_blocks(total, 256), 256, 0, s>>>(
+                (float *)y, (const float *)bias, total, n);
+        else
+            fill_rows<double><<<rm_cuda_blocks(total, 256), 256, 0, s>>>(
+                (double *)y, (const double *)bias, total, n);
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t rm_cuda_colsum_f32(const float *g, float *db, int64_t rows, int64_t n, double *part,
+                               cudaStream_t s) {
+    return colsum(g, db, rows, n, part, s);
+}
+cudaError_t rm_cuda_colsum_f64(const double *g, double *db, int64_t rows, int64_t n,
+                               double *part, cudaStream_t s) {
+    return colsum(g, db, rows, n, part, s);
+}
+}

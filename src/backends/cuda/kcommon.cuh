@@ -1,0 +1,94 @@
+/* src/backends/cuda/kcommon.cuh — device helpers the kernel families share
+ * (w17k's .cu files): grid-stride loops, warp and block reductions, the
+ * NaN-propagating max, and per-type math (f32 / f64 overloads).
+ *
+ * Reductions combine partial results in a fixed tree (shuffle xor, then one
+ * warp over the warps' results): for a given launch shape the order of the
+ * additions is fixed, so results are bitwise reproducible run to run (no
+ * atomics on floating-point values anywhere in these kernels). */
+#ifndef REMAT_CUDA_KCOMMON_CUH
+#define REMAT_CUDA_KCOMMON_CUH
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "kplan.h"
+
+/* for (i = global thread; i < n; i += grid stride), 64-bit indices */
+#define RMK_GRID_LOOP(i, n)                                                                        \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+/* ---- per-type math -------------------------------------------------------------------- */
+__device__ __forceinline__ float rmk_exp(float x) { return expf(x); }
+__device__ __forceinline__ double rmk_exp(double x) { return exp(x); }
+__device__ __forceinline__ float rmk_log(float x) { return logf(x); }
+__device__ __forceinline__ double rmk_log(double x) { return log(x); }
+__device__ __forceinline__ float rmk_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double rmk_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float rmk_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double rmk_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float rmk_erfc(float x) { return erfcf(x); }
+__device__ __forceinline__ double rmk_erfc(double x) { return erfc(x); }
+__device__ __forceinline__ float rmk_pow(float a, float b) { return powf(a, b); }
+__device__ __forceinline__ double rmk_pow(double a, double b) { return pow(a, b); }
+__device__ __forceinline__ float rmk_fma(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ __forceinline__ double rmk_fma(double a, double b, double c) { return fma(a, b, c); }
+
+/* max where a NaN wins (the row max of softmax / cross_entropy: a NaN
+ * anywhere makes the row NaN, as on cpu and in PyTorch) */
+template <typename T> __device__ __forceinline__ T rmk_nanmax(T a, T b) {
+    return (a != a || a > b) ? a : b;
+}
+
+/* ---- reductions ------------------------------------------------------------------------ */
+template <typename T> __device__ __forceinline__ T rmk_warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+template <typename T> __device__ __forceinline__ T rmk_warp_max(T v) {
+    for (int o = 16; o > 0; o >>= 1) v = rmk_nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* Sum / max within aligned groups of `width` lanes (a power of two <= 32). */
+template <typename T> __device__ __forceinline__ T rmk_group_sum(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o, width);
+    return v;
+}
+template <typename T> __device__ __forceinline__ T rmk_group_max(T v, int width) {
+    for (int o = width / 2; o > 0; o >>= 1)
+        v = rmk_nanmax(v, __shfl_xor_sync(0xffffffffu, v, o, width));
+    return v;
+}
+
+/* Block-wide sum / max: every thread gets the result. blockDim.x is a
+ * multiple of 32 (<= 1024); `sh` is 32 elements of shared scratch, reusable
+ * after the call returns (it ends with a barrier). */
+template <typename T> __device__ T rmk_block_sum(T v, T *sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = rmk_warp_sum(v);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    T r = lane < nw ? sh[lane] : (T)0;
+    r = rmk_warp_sum(r);
+    __syncthreads();
+    return r;
+}
+template <typename T> __device__ T rmk_block_max(T v, T *sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = rmk_warp_max(v);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    T r = lane < nw ? sh[lane] : (T)-INFINITY;
+    r = rmk_warp_max(r);
+    __syncthreads();
+    return r;
+}
+
+/* The accumulator type of long sums: f32 data sums in double (no long f32
+ * running sums; H100's f64 rate makes this nearly free for memory-bound
+ * reductions), f64 in double. */
+template <typename T> struct rmk_acc { typedef double type; };
+
+#endif /* REMAT_CUDA_KCOMMON_CUH */

@@ -1,0 +1,60 @@
+/* src/backends/cuda/nn.h — launchers of the nn family's CUDA kernels
+ * (nn.cu: softmax / log_softmax and layer_norm, forward and backward) and
+ * of fused causal attention (attention.cu). The ABI:
+ * src/dispatch/kernels/nn.h and matmul.h. C and C++ clean; conventions as
+ * elementwise.h and reduce.h (dt 0 f32, 1 f64; scratch through _ws). */
+#ifndef REMAT_CUDA_NN_H
+#define REMAT_CUDA_NN_H
+
+#include "kplan.h"
+#include "launch.h"
+
+RM_CUDA_BEGIN_DECLS
+
+/* ---- nn.cu ------------------------------------------------------------------------------------- */
+/* y = softmax (log: log_softmax) of x (O, R, I) over R, contiguous. */
+cudaError_t rmk_softmax(int dt, const void *x, void *y, int64_t O, int64_t R, int64_t I, bool log,
+                        cudaStream_t s);
+/* softmax: dx = y * (g - sum_r g * y); log_softmax: dx = g - exp(y) * sum_r g. */
+cudaError_t rmk_softmax_bwd(int dt, const void *g, const void *y, void *dx, int64_t O, int64_t R,
+                            int64_t I, bool log, cudaStream_t s);
+/* x (N, C) -> y (N, C) = (x - mean) * rstd * w + b; mean, rstd (N). w, b (C)
+ * or NULL. */
+cudaError_t rmk_layer_norm(int dt, const void *x, const void *w, const void *b, void *y, void *mean,
+                           void *rstd, int64_t N, int64_t C, double eps, cudaStream_t s);
+/* dx (N, C), dw, db (C) from g (N, C) (each output may be NULL; w may be
+ * NULL). Scratch for the column sums of dw / db. */
+size_t rmk_layer_norm_bwd_ws(int dt, int64_t N, int64_t C);
+cudaError_t rmk_layer_norm_bwd(int dt, const void *g, const void *x, const void *w,
+                               const void *mean, const void *rstd, void *dx, void *dw, void *db,
+                               int64_t N, int64_t C, void *ws, cudaStream_t s);
+
+/* ---- attention.cu --------------------------------------------------------------------------------- */
+/* The shapes of one attention call: nb batch entries (the leading dims,
+ * shared by every operand), Tq query rows, Tk keys, head sizes D (q, k) and
+ * Dv (v, y). */
+typedef struct rmk_att_dims {
+    int64_t nb, Tq, Tk, D, Dv;
+    bool causal; /* row i sees keys 0..i */
+    double scale;
+} rmk_att_dims;
+/* y = softmax(scale q kᵀ, causal) v and lse (nb, Tq contiguous) = the rows'
+ * log-sum-exp, tiled (flash-attention): scores never leave the chip.
+ * Operands: q, k, v, y as rmk_att_operand views (any strides) over `lead`.
+ * cudaErrorInvalidValue when max(D, Dv) > 256 (rmk_att_head_class). */
+cudaError_t rmk_attention(int dt, const rmk_att_dims *d, const rmk_att_lead *lead,
+                          const rmk_att_operand *oq, const void *q, const rmk_att_operand *ok,
+                          const void *k, const rmk_att_operand *ov, const void *v,
+                          const rmk_att_operand *oy, void *y, void *lse, cudaStream_t s);
+/* dq, dk, dv (each NULL when not wanted; views like the inputs) from gy and
+ * the saved lse: P is recomputed per tile; no atomics (dq by query tiles,
+ * dk and dv by key tiles). Scratch: delta = rowsum(gy ∘ y), nb * Tq. */
+size_t rmk_attention_bwd_ws(int dt, const rmk_att_dims *d);
+cudaError_t rmk_attention_bwd(int dt, const rmk_att_dims *d, const rmk_att_lead *lead,
+                              const rmk_att_operand *ops /* q, k, v, y, gy, dq, dk, dv */,
+                              const void *const *ptrs /* the same 8, dq/dk/dv may be NULL */,
+                              const void *lse, void *ws, cudaStream_t s);
+
+RM_CUDA_END_DECLS
+
+#endif /* REMAT_CUDA_NN_H */

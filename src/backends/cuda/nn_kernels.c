@@ -1,0 +1,81 @@
+/* src/backends/cuda/nn_kernels.c — the cuda kernels (rm_kernel_fn) of
+ * softmax, log_softmax and layer_norm (src/dispatch/kernels/nn.h),
+ * launching nn.cu's kernels. dropout (Philox) is rng.c's. */
+#include "kwrap.h"
+#include "nn.h"
+
+static int cuda_softmax(const rm_kargs *k) {
+    const rm_softmax_params *p = k->params;
+    const remat_tensor *x = k->in[0];
+    int64_t O, R, I;
+    rm_outer_reduce_inner(x->ndim, x->shape, p->dim, &O, &R, &I);
+    rmk_call c;
+    int rc = rmk_enter(&c, x, "cuda softmax kernel");
+    if (rc) return rc;
+    return rmk_leave(&c,
+                     rmk_softmax(rmk_dt(x), rm_ptr(x), rm_ptr(k->out[0]), O, R, I, p->log, c.s));
+}
+
+static int cuda_softmax_bwd(const rm_kargs *k) {
+    const rm_softmax_params *p = k->params;
+    const remat_tensor *y = k->in[1];
+    int64_t O, R, I;
+    rm_outer_reduce_inner(y->ndim, y->shape, p->dim, &O, &R, &I);
+    rmk_call c;
+    int rc = rmk_enter(&c, y, "cuda softmax backward kernel");
+    if (rc) return rc;
+    return rmk_leave(&c, rmk_softmax_bwd(rmk_dt(y), rm_ptr(k->in[0]), rm_ptr(y), rm_ptr(k->out[0]),
+                                         O, R, I, p->log, c.s));
+}
+
+/* x's shape as (N, C): C the product of the last n_norm dims. */
+static void ln_rows(const remat_tensor *x, int n_norm, int64_t *N, int64_t *C) {
+    int lead = x->ndim - n_norm;
+    *N = rm_shape_numel(lead, x->shape);
+    *C = rm_shape_numel(n_norm, x->shape + lead);
+}
+
+static void *ptr_or_null(const remat_tensor *t) { return t ? rm_ptr(t) : NULL; }
+
+static int cuda_layer_norm(const rm_kargs *k) {
+    const rm_layer_norm_params *p = k->params;
+    int64_t N, C;
+    ln_rows(k->in[0], p->n_norm, &N, &C);
+    rmk_call c;
+    int rc = rmk_enter(&c, k->in[0], "cuda layer_norm kernel");
+    if (rc) return rc;
+    return rmk_leave(&c, rmk_layer_norm(rmk_dt(k->in[0]), rm_ptr(k->in[0]), ptr_or_null(k->in[1]),
+                                        ptr_or_null(k->in[2]), rm_ptr(k->out[0]), rm_ptr(k->out[1]),
+                                        rm_ptr(k->out[2]), N, C, p->eps, c.s));
+}
+
+static int cuda_layer_norm_bwd(const rm_kargs *k) {
+    const rm_layer_norm_params *p = k->params;
+    const remat_tensor *x = k->in[1];
+    remat_tensor *dx = k->out[0], *dw = k->out[1], *db = k->out[2];
+    int64_t N, C;
+    ln_rows(x, p->n_norm, &N, &C);
+    rmk_call c;
+    int rc = rmk_enter(&c, x, "cuda layer_norm backward kernel");
+    if (rc) return rc;
+    void *ws = NULL;
+    if (dw || db) {
+        ws = rmk_scratch(&c, rmk_layer_norm_bwd_ws(rmk_dt(x), N, C));
+        if (!ws) return rmk_leave_rc(&c, rm_last_status());
+    }
+    cudaError_t e = rmk_layer_norm_bwd(
+        rmk_dt(x), rm_ptr(k->in[0]), rm_ptr(x), ptr_or_null(k->in[2]), rm_ptr(k->in[3]),
+        rm_ptr(k->in[4]), ptr_or_null(dx), ptr_or_null(dw), ptr_or_null(db), N, C, ws, c.s);
+    rmk_scratch_free(&c, ws);
+    return rmk_leave(&c, e);
+}
+
+void rm_cuda_register_nn(int type) {
+    static const rmk_row rows[] = {
+        {RM_K_SOFTMAX, cuda_softmax},
+        {RM_K_SOFTMAX_BWD, cuda_softmax_bwd},
+        {RM_K_LAYER_NORM, cuda_layer_norm},
+        {RM_K_LAYER_NORM_BWD, cuda_layer_norm_bwd},
+    };
+    RMK_REGISTER_ROWS(type, rows);
+}
