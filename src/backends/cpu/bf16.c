@@ -39,7 +39,7 @@ static int f32_twin(remat_tensor **out, const remat_tensor *t) {
 }
 
 /* Elements per chunk of the chunked path (1 MiB of f32 per operand). */
-#define BF16_CHUNK (256 * 1024)
+#define BF16_CHUNK ((int64_t)256 * 1024)
 
 /* Whether the kernel is purely elementwise over operands that all are
  * contiguous with one element count (so any slice of them is a valid call):
