@@ -24,11 +24,9 @@
 #define RM_TLS _Thread_local
 
 /* ---- errors ------------------------------------------------------------------ */
-int rm_err(int status, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+/* rm_err(status, fmt, ...): sets this thread's message and returns status;
+ * the library's own errors go through the public remat_set_error. */
+#define rm_err remat_set_error
 /* Status the current message was set with (rm_err, remat_set_error);
  * REMAT_OK when there is no message. For callbacks that can only signal
  * failure (a pack hook returning NULL): their own status is kept. */

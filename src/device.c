@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "dispatch/kernels.h"
+#include "philox.h"
 #include "core.h"
 
 typedef struct rm_gen {
@@ -399,31 +400,8 @@ void remat_set_alloc_observer(remat_alloc_observer_fn fn, void *user_data) {
 }
 
 /* ---- RNG -------------------------------------------------------------------------- */
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
 void remat_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]) {
-    uint32_t c0 = counter[0], c1 = counter[1], c2 = counter[2], c3 = counter[3];
-    uint32_t k0 = key[0], k1 = key[1];
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)PHILOX_M0 * c0;
-        uint64_t p1 = (uint64_t)PHILOX_M1 * c2;
-        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-        uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-        c0 = n0;
-        c1 = n1;
-        c2 = n2;
-        c3 = n3;
-        k0 += PHILOX_W0;
-        k1 += PHILOX_W1;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
+    rm_philox4x32_hd(counter[0], counter[1], counter[2], counter[3], key[0], key[1], out);
 }
 
 void rm_philox_block(const uint32_t key[2], uint64_t counter, uint32_t out[4]) {

@@ -67,14 +67,6 @@ remat_status remat_set_error(remat_status status, const char *fmt, ...) {
     return status;
 }
 
-int rm_err(int status, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vset(status, fmt, ap);
-    va_end(ap);
-    return status;
-}
-
 int rm_err_prefix(int status, const char *call) {
     char tmp[RM_MSG_CAP];
     size_t k = strlen(call);

@@ -229,6 +229,20 @@ int rm_autocast_inputs(const rm_op_desc *op, int n_in, remat_tensor *const *in,
  * input). */
 int rm_saved_contig(remat_node *node, int slot, const char *missing, remat_tensor **out);
 
+/* For a backward whose input gradient is one kernel: *gin = a new tensor
+ * of (ndim, shape) (shape NULL: g's shape), g's dtype and device, that
+ * kernel kid (named in errors by node) writes from in = {g, s} (s may be
+ * NULL) with params. g and s stay the caller's; on failure *gin is
+ * untouched. */
+int rm_grad_kernel(const remat_node *node, rm_kernel_id kid, remat_tensor *g, remat_tensor *s,
+                   int ndim, const int64_t *shape, const void *params, remat_tensor **gin);
+/* The whole backward of an op whose input 0's gradient is one kernel,
+ * when input 0 wants one: rm_grad_kernel on {gout[0] made contiguous,
+ * saved slot `slot` (rm_saved_contig with `missing`; slot < 0: none)}. */
+int rm_backward_kernel(remat_node *node, remat_tensor *const *gout, remat_tensor **gin,
+                       rm_kernel_id kid, int slot, const char *missing, int ndim,
+                       const int64_t *shape, const void *params);
+
 /* ---- differentiable backwards (src/ops/double_backward.c) ------------------------------
  * For an op's backward_diff. An adjoint maps a gradient gg of the op's
  * input gradient back to a gradient of g (new reference in *out); it must

@@ -46,46 +46,38 @@ static int infer_broadcast(const rm_op_call *c, rm_out_spec *out) {
                               out[0].shape);
 }
 
-/* g is the output gradient (broadcast shape); grads reduced to each input's shape. */
-static int binary_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
-    const bctx *cx = node->ctx;
-    const char *nm = node->name;
-    bool need_a = node->next[0].node != NULL, need_b = node->next[1].node != NULL;
-    remat_tensor *g = gout[0], *a = NULL, *b = NULL, *ta = NULL, *tb = NULL;
-    int rc = rm_node_unpack(node, 0, &a);
-    if (!rc) rc = rm_node_unpack(node, 1, &b);
-    if (rc) goto out;
-    switch (cx->ew.op) {
-    case RM_EW_ADD:
-        if (need_a) ta = remat_retain(g);
-        if (need_b) tb = remat_retain(g);
-        break;
+/* The two input gradients before the broadcast is undone: *ta, *tb (new
+ * references; each only when need_a / need_b) from g, a and b. add's and
+ * sub's gradient of a are g itself, set before (these see need_a false). */
+typedef int (*binary_grads_fn)(const char *nm, rm_ew_op op, remat_tensor *g, remat_tensor *a,
+                               remat_tensor *b, bool need_a, bool need_b, remat_tensor **ta,
+                               remat_tensor **tb);
+
+/* First order: the formulas on the elementwise kernel (g is the output
+ * gradient, of the broadcast shape). */
+static int binary_grads(const char *nm, rm_ew_op op, remat_tensor *g, remat_tensor *a,
+                        remat_tensor *b, bool need_a, bool need_b, remat_tensor **ta,
+                        remat_tensor **tb) {
+    int rc = REMAT_OK;
+    switch (op) {
     case RM_EW_SUB:
-        if (need_a) ta = remat_retain(g);
-        if (need_b) rc = ew_new(nm, &tb, RM_EW_SCALE, g, g, NULL, NULL, -1.0);
+        if (need_b) rc = ew_new(nm, tb, RM_EW_SCALE, g, g, NULL, NULL, -1.0);
         break;
     case RM_EW_MUL:
-        if (need_a) rc = ew_new(nm, &ta, RM_EW_MUL, g, g, b, NULL, 0);
-        if (!rc && need_b) rc = ew_new(nm, &tb, RM_EW_MUL, g, g, a, NULL, 0);
+        if (need_a) rc = ew_new(nm, ta, RM_EW_MUL, g, g, b, NULL, 0);
+        if (!rc && need_b) rc = ew_new(nm, tb, RM_EW_MUL, g, g, a, NULL, 0);
         break;
     case RM_EW_DIV:
-        if (need_a) rc = ew_new(nm, &ta, RM_EW_DIV, g, g, b, NULL, 0);
-        if (!rc && need_b) rc = ew_new(nm, &tb, RM_EW_DIV_GB, g, g, a, b, 0);
+        if (need_a) rc = ew_new(nm, ta, RM_EW_DIV, g, g, b, NULL, 0);
+        if (!rc && need_b) rc = ew_new(nm, tb, RM_EW_DIV_GB, g, g, a, b, 0);
         break;
     case RM_EW_POW:
-        if (need_a) rc = ew_new(nm, &ta, RM_EW_POW_GA, g, g, a, b, 0);
-        if (!rc && need_b) rc = ew_new(nm, &tb, RM_EW_POW_GB, g, g, a, b, 0);
+        if (need_a) rc = ew_new(nm, ta, RM_EW_POW_GA, g, g, a, b, 0);
+        if (!rc && need_b) rc = ew_new(nm, tb, RM_EW_POW_GB, g, g, a, b, 0);
         break;
+    case RM_EW_ADD: break;
     default: rc = rm_err(REMAT_ESTATE, "%s: bad op", nm); break;
     }
-    if (rc) goto out;
-    if (ta) rc = rm_sum_to(&gin[0], ta, cx->nda, cx->sa);
-    if (!rc && tb) rc = rm_sum_to(&gin[1], tb, cx->ndb, cx->sb);
-out:
-    remat_release(a);
-    remat_release(b);
-    remat_release(ta);
-    remat_release(tb);
     return rc;
 }
 
@@ -127,36 +119,55 @@ static int pow_grads_diff(remat_tensor *g, remat_tensor *a, remat_tensor *b, boo
 /* The same gradients with public ops (create_graph): they record a graph
  * reaching g, a and b. pow at a == 0: the first-order kernels take the
  * limits (0); these formulas give NaN there (0 * inf), never a silent 0. */
-static int binary_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
-    const bctx *cx = node->ctx;
-    bool need_a = node->next[0].node != NULL, need_b = node->next[1].node != NULL;
-    remat_tensor *g = gout[0], *a = NULL, *b = NULL, *ta = NULL, *tb = NULL;
-    int rc = rm_node_unpack(node, 0, &a);
-    if (!rc) rc = rm_node_unpack(node, 1, &b);
-    if (rc) goto out;
-    switch (cx->ew.op) {
-    case RM_EW_ADD:
-        if (need_a) ta = remat_retain(g);
-        if (need_b) tb = remat_retain(g);
-        break;
+static int binary_grads_diff(const char *nm, rm_ew_op op, remat_tensor *g, remat_tensor *a,
+                             remat_tensor *b, bool need_a, bool need_b, remat_tensor **ta,
+                             remat_tensor **tb) {
+    int rc = REMAT_OK;
+    switch (op) {
     case RM_EW_SUB:
-        if (need_a) ta = remat_retain(g);
-        if (need_b) rc = remat_neg(&tb, g);
+        if (need_b) rc = remat_neg(tb, g);
         break;
     case RM_EW_MUL:
-        if (need_a) rc = remat_mul(&ta, g, b);
-        if (!rc && need_b) rc = remat_mul(&tb, g, a);
+        if (need_a) rc = remat_mul(ta, g, b);
+        if (!rc && need_b) rc = remat_mul(tb, g, a);
         break;
-    case RM_EW_DIV: rc = div_grads_diff(g, a, b, need_a, need_b, &ta, &tb); break;
-    case RM_EW_POW: rc = pow_grads_diff(g, a, b, need_a, need_b, &ta, &tb); break;
-    default: rc = rm_err(REMAT_ESTATE, "%s: bad op", node->name); break;
+    case RM_EW_DIV: rc = div_grads_diff(g, a, b, need_a, need_b, ta, tb); break;
+    case RM_EW_POW: rc = pow_grads_diff(g, a, b, need_a, need_b, ta, tb); break;
+    case RM_EW_ADD: break;
+    default: rc = rm_err(REMAT_ESTATE, "%s: bad op", nm); break;
     }
-    if (rc) goto out;
-    if (ta) rc = rm_sum_to(&gin[0], ta, cx->nda, cx->sa);
+    return rc;
+}
+
+/* Either order's backward: the saved a and b, the gradients by `grads`,
+ * each summed back down to its input's shape (undoing the broadcast). */
+static int binary_backward_with(binary_grads_fn grads, remat_node *node,
+                                remat_tensor *const *gout, remat_tensor **gin) {
+    const bctx *cx = node->ctx;
+    bool need_a = node->next[0].node != NULL, need_b = node->next[1].node != NULL;
+    remat_tensor *a = NULL, *b = NULL, *ta = NULL, *tb = NULL;
+    rm_ew_op op = cx->ew.op;
+    if (op == RM_EW_ADD || op == RM_EW_SUB) { /* g passes through unchanged */
+        if (need_a) ta = remat_retain(gout[0]);
+        if (need_b && op == RM_EW_ADD) tb = remat_retain(gout[0]);
+        need_a = false;
+        need_b = need_b && op == RM_EW_SUB;
+    }
+    int rc = rm_node_unpack(node, 0, &a);
+    if (!rc) rc = rm_node_unpack(node, 1, &b);
+    if (!rc) rc = grads(node->name, op, gout[0], a, b, need_a, need_b, &ta, &tb);
+    if (!rc && ta) rc = rm_sum_to(&gin[0], ta, cx->nda, cx->sa);
     if (!rc && tb) rc = rm_sum_to(&gin[1], tb, cx->ndb, cx->sb);
-out:
     remat_release(a), remat_release(b), remat_release(ta), remat_release(tb);
     return rc;
+}
+
+static int binary_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    return binary_backward_with(binary_grads, node, gout, gin);
+}
+
+static int binary_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    return binary_backward_with(binary_grads_diff, node, gout, gin);
 }
 
 /* Saved slots: 0 = a, 1 = b, each only when a gradient formula reads it

@@ -396,3 +396,30 @@ int rm_saved_contig(remat_node *node, int slot, const char *missing, remat_tenso
     remat_release(t);
     return rc;
 }
+
+int rm_grad_kernel(const remat_node *node, rm_kernel_id kid, remat_tensor *g, remat_tensor *s,
+                   int ndim, const int64_t *shape, const void *params, remat_tensor **gin) {
+    remat_tensor *dx = NULL;
+    int rc = shape ? rm_new_output(&dx, ndim, shape, g->dtype, g->storage->device)
+                   : rm_new_output(&dx, g->ndim, g->shape, g->dtype, g->storage->device);
+    if (!rc) {
+        rm_kargs k = {.in = {g, s}, .out = {dx}, .params = params};
+        rc = rm_kernel_run(kid, node->name, &k);
+    }
+    if (rc) remat_release(dx);
+    else *gin = dx;
+    return rc;
+}
+
+int rm_backward_kernel(remat_node *node, remat_tensor *const *gout, remat_tensor **gin,
+                       rm_kernel_id kid, int slot, const char *missing, int ndim,
+                       const int64_t *shape, const void *params) {
+    if (!node->next[0].node) return REMAT_OK;
+    remat_tensor *s = NULL, *g = NULL;
+    int rc = slot >= 0 ? rm_saved_contig(node, slot, missing, &s) : REMAT_OK;
+    if (!rc) rc = rm_contig(&g, gout[0]);
+    if (!rc) rc = rm_grad_kernel(node, kid, g, s, ndim, shape, params, &gin[0]);
+    remat_release(s);
+    remat_release(g);
+    return rc;
+}

@@ -62,24 +62,9 @@ static void embedding_fill_ctx(const rm_op_call *c, void *ctx) {
 /* saved: 0 = indices */
 static int embedding_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const emb_ctx *c = node->ctx;
-    if (!node->next[0].node) return REMAT_OK;
-    remat_tensor *ic = NULL, *g = NULL, *dw = NULL;
-    int rc = rm_saved_contig(node, 0, "indices were not saved", &ic);
-    if (!rc) rc = rm_contig(&g, gout[0]);
-    int64_t wshape[2] = {c->num, c->dim};
-    if (!rc) rc = rm_new_output(&dw, 2, wshape, g->dtype, g->storage->device);
-    if (!rc) {
-        rm_kargs k = {.in = {g, ic}, .out = {dw}};
-        rc = rm_kernel_run(RM_K_EMBEDDING_BWD, node->name, &k);
-    }
-    if (!rc) {
-        gin[0] = dw;
-        dw = NULL;
-    }
-    remat_release(ic);
-    remat_release(g);
-    remat_release(dw);
-    return rc;
+    const int64_t wshape[2] = {c->num, c->dim};
+    return rm_backward_kernel(node, gout, gin, RM_K_EMBEDDING_BWD, 0, "indices were not saved", 2,
+                              wshape, NULL);
 }
 
 /* create_graph: the scatter of g into the weight rows is linear in g; its

@@ -36,23 +36,8 @@ static int softmax_check(const rm_op_call *c) {
 /* saved: 0 = output y */
 static int softmax_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const softmax_params *p = node->ctx;
-    if (!node->next[0].node) return REMAT_OK;
-    remat_tensor *y = NULL, *g = NULL, *dx = NULL;
-    int rc = rm_saved_contig(node, 0, "output was not saved", &y);
-    if (!rc) rc = rm_contig(&g, gout[0]);
-    if (!rc) rc = rm_new_output(&dx, y->ndim, y->shape, y->dtype, y->storage->device);
-    if (!rc) {
-        rm_kargs k = {.in = {g, y}, .out = {dx}, .params = &p->k};
-        rc = rm_kernel_run(RM_K_SOFTMAX_BWD, node->name, &k);
-    }
-    if (!rc) {
-        gin[0] = dx;
-        dx = NULL;
-    }
-    remat_release(y);
-    remat_release(g);
-    remat_release(dx);
-    return rc;
+    return rm_backward_kernel(node, gout, gin, RM_K_SOFTMAX_BWD, 0, "output was not saved", 0,
+                              NULL, &p->k);
 }
 
 /* create_graph: softmax dx = y (g - sum(g y)); log_softmax dx = g - exp(y) sum(g),
@@ -317,7 +302,7 @@ static int dropout_infer(const rm_op_call *c, rm_out_spec *out) {
 static int dropout_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
     const dropout_params *p = node->ctx;
-    remat_tensor *m = NULL, *g = NULL, *dx = NULL;
+    remat_tensor *m = NULL, *g = NULL;
     int rc = rm_saved_contig(node, 0, "mask was not saved", &m);
     if (!rc) rc = rm_contig(&g, gout[0]);
     if (rc) goto out;
@@ -328,18 +313,10 @@ static int dropout_backward(remat_node *node, remat_tensor *const *gout, remat_t
                     node->name, rm_tensor_str(m, b1, sizeof b1), rm_tensor_str(g, b2, sizeof b2));
         goto out;
     }
-    rc = rm_new_output(&dx, g->ndim, g->shape, g->dtype, g->storage->device);
-    if (!rc) {
-        rm_kargs k = {.in = {g, m}, .out = {dx}, .params = &p->k};
-        rc = rm_kernel_run(RM_K_DROPOUT_BWD, node->name, &k);
-    }
-    if (rc) goto out;
-    gin[0] = dx;
-    dx = NULL;
+    rc = rm_grad_kernel(node, RM_K_DROPOUT_BWD, g, m, 0, NULL, &p->k, &gin[0]);
 out:
     remat_release(m);
     remat_release(g);
-    remat_release(dx);
     return rc;
 }
 

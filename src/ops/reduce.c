@@ -90,21 +90,7 @@ static void sum_fill_ctx(const rm_op_call *c, void *ctx) {
 /* grad (reduced shape) -> dx (input shape): broadcast back and scale. */
 static int sum_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const sum_params *p = node->ctx;
-    if (!node->next[0].node) return REMAT_OK;
-    remat_tensor *g = NULL, *dx = NULL;
-    int rc = rm_contig(&g, gout[0]);
-    if (!rc) rc = rm_new_output(&dx, p->ndim, p->shape, g->dtype, g->storage->device);
-    if (!rc) {
-        rm_kargs k = {.in = {g}, .out = {dx}, .params = &p->k};
-        rc = rm_kernel_run(RM_K_SUM_BWD, node->name, &k);
-    }
-    if (!rc) {
-        gin[0] = dx;
-        dx = NULL;
-    }
-    remat_release(g);
-    remat_release(dx);
-    return rc;
+    return rm_backward_kernel(node, gout, gin, RM_K_SUM_BWD, -1, NULL, p->ndim, p->shape, &p->k);
 }
 
 /* create_graph: g reshaped to the kept-dims shape, expanded to the input's
@@ -196,23 +182,8 @@ static void max_fill_ctx(const rm_op_call *c, void *ctx) {
 /* saved: 0 = argmax indices (i64, output shape) */
 static int max_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const max_params *p = node->ctx;
-    if (!node->next[0].node) return REMAT_OK;
-    remat_tensor *idx = NULL, *g = NULL, *dx = NULL;
-    int rc = rm_saved_contig(node, 0, "argmax indices were not saved", &idx);
-    if (!rc) rc = rm_contig(&g, gout[0]);
-    if (!rc) rc = rm_new_output(&dx, p->ndim, p->shape, g->dtype, g->storage->device);
-    if (!rc) {
-        rm_kargs k = {.in = {g, idx}, .out = {dx}, .params = &p->k};
-        rc = rm_kernel_run(RM_K_MAX_BWD, node->name, &k);
-    }
-    if (!rc) {
-        gin[0] = dx;
-        dx = NULL;
-    }
-    remat_release(idx);
-    remat_release(g);
-    remat_release(dx);
-    return rc;
+    return rm_backward_kernel(node, gout, gin, RM_K_MAX_BWD, 0, "argmax indices were not saved",
+                              p->ndim, p->shape, &p->k);
 }
 
 /* create_graph: dx = expand(g) * M with public ops, where M (x's shape) is 1

@@ -17,26 +17,21 @@
 static int unary_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const rm_unary_params *p = node->ctx;
     const bool relu = p->op == RM_U_RELU;
-    remat_tensor *s = NULL, *g = NULL, *dx = NULL;
+    remat_tensor *s = NULL, *g = NULL;
     int rc = REMAT_OK;
     if (node->n_saved && (rc = rm_saved_contig(node, 0, NULL, &s))) goto out;
     rc = rm_contig(&g, gout[0]);
-    if (!rc) rc = rm_new_output(&dx, g->ndim, g->shape, g->dtype, g->storage->device);
     if (rc) goto out;
     if (relu && (!s || s->dtype != REMAT_U8 || remat_numel(s) != (remat_numel(g) + 7) / 8)) {
         rc = rm_err(REMAT_ESTATE, "%s: the saved relu mask does not match the gradient",
                     node->name);
         goto out;
     }
-    rm_kargs k = {.in = {g, s}, .out = {dx}, .params = p};
-    rc = rm_kernel_run(relu ? RM_K_RELU_MASK_BWD : RM_K_UNARY_BWD, node->name, &k);
-    if (rc) goto out;
-    gin[0] = dx;
-    dx = NULL;
+    rc = rm_grad_kernel(node, relu ? RM_K_RELU_MASK_BWD : RM_K_UNARY_BWD, g, s, 0, NULL, p,
+                        &gin[0]);
 out:
     remat_release(s);
     remat_release(g);
-    remat_release(dx);
     return rc;
 }
 

@@ -86,50 +86,33 @@ static int check_sgd(const char *call, const void *p, const void *g, const void 
     return check_buffers(call, p, g, p, g, n);
 }
 
-/* As torch.optim.SGD's single-tensor loop. The f32 loop keeps PyTorch's
- * order of operations; every scalar is rounded to float once. */
-int remat_sgd_update_f32(float *p, const float *g, float *buf, int64_t n,
-                         const remat_sgd_hparams *h) {
-    int rc = check_sgd("remat_sgd_update_f32", p, g, buf, n, h);
-    if (rc) return rc;
-    const float lr = (float)h->lr, mom = (float)h->momentum, wd = (float)h->weight_decay;
-    const float damp = (float)(1.0 - h->dampening);
-    const bool use_buf = h->momentum != 0, first = h->first, nesterov = h->nesterov;
-    const bool decay = h->weight_decay != 0;
-#pragma omp parallel for if (n > OPTIM_OMP_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        float d = g[i];
-        if (decay) d = d + wd * p[i];
-        if (use_buf) {
-            float b = first ? d : mom * buf[i] + damp * d;
-            buf[i] = b;
-            d = nesterov ? d + mom * b : b;
-        }
-        p[i] -= lr * d;
+/* As torch.optim.SGD's single-tensor loop, in T (float: f32, double:
+ * f64). It keeps PyTorch's order of operations; every scalar is rounded to
+ * T once. */
+#define SGD_UPDATE(T, sfx)                                                                       \
+    int remat_sgd_update_##sfx(T *p, const T *g, T *buf, int64_t n,                              \
+                               const remat_sgd_hparams *h) {                                      \
+        int rc = check_sgd("remat_sgd_update_" #sfx, p, g, buf, n, h);                           \
+        if (rc) return rc;                                                                       \
+        const T lr = (T)h->lr, mom = (T)h->momentum, wd = (T)h->weight_decay;                     \
+        const T damp = (T)(1.0 - h->dampening);                                                  \
+        const bool use_buf = h->momentum != 0, first = h->first, nesterov = h->nesterov;         \
+        const bool decay = h->weight_decay != 0;                                                 \
+        _Pragma("omp parallel for if (n > OPTIM_OMP_MIN)")                                      \
+        for (int64_t i = 0; i < n; i++) {                                                        \
+            T d = g[i];                                                                          \
+            if (decay) d = d + wd * p[i];                                                        \
+            if (use_buf) {                                                                       \
+                T b = first ? d : mom * buf[i] + damp * d;                                       \
+                buf[i] = b;                                                                      \
+                d = nesterov ? d + mom * b : b;                                                  \
+            }                                                                                    \
+            p[i] -= lr * d;                                                                      \
+        }                                                                                        \
+        return REMAT_OK;                                                                         \
     }
-    return REMAT_OK;
-}
-
-int remat_sgd_update_f64(double *p, const double *g, double *buf, int64_t n,
-                         const remat_sgd_hparams *h) {
-    int rc = check_sgd("remat_sgd_update_f64", p, g, buf, n, h);
-    if (rc) return rc;
-    const double lr = h->lr, mom = h->momentum, wd = h->weight_decay, damp = 1.0 - h->dampening;
-    const bool use_buf = h->momentum != 0, first = h->first, nesterov = h->nesterov;
-    const bool decay = h->weight_decay != 0;
-#pragma omp parallel for if (n > OPTIM_OMP_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        double d = g[i];
-        if (decay) d = d + wd * p[i];
-        if (use_buf) {
-            double b = first ? d : mom * buf[i] + damp * d;
-            buf[i] = b;
-            d = nesterov ? d + mom * b : b;
-        }
-        p[i] -= lr * d;
-    }
-    return REMAT_OK;
-}
+SGD_UPDATE(float, f32)
+SGD_UPDATE(double, f64)
 
 /* Sums of squares in fixed chunks whose partial sums are added in order:
  * the result is the same bits for any number of threads (a clipped run

@@ -35,6 +35,10 @@ typedef struct pl_model {
     uint64_t fixed, tail;
 } pl_model;
 
+/* *L = the stages of a plan for `call` over profile (when not NULL: n_stages
+ * must be 0 or its stage count) or n_stages (>= 1); REMAT_EINVAL, naming
+ * call, when they do not say. */
+int pl_stages_for(const remat_profile *profile, int n_stages, const char *call, int *L);
 int pl_model_init(pl_model *m, const remat_profile *p, const char *call);
 /* The chain of p followed by the step's head, with gradients, fixed bytes and tail. */
 int pl_model_init_step(pl_model *m, const remat_profile *p, const remat_step_profile *st,

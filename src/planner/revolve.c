@@ -111,16 +111,9 @@ int remat_plan_revolve(remat_plan **out, const remat_profile *profile, int n_sta
     static const char *call = "remat_plan_revolve";
     if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
     *out = NULL;
-    int L = n_stages;
-    if (profile) {
-        if (profile->n_stages < 1 || !profile->stages)
-            return rm_err(REMAT_EINVAL, "%s: profile has no stages", call);
-        if (n_stages != 0 && n_stages != profile->n_stages)
-            return rm_err(REMAT_EINVAL, "%s: n_stages %d does not match the profile's %d stages",
-                          call, n_stages, profile->n_stages);
-        L = profile->n_stages;
-    }
-    if (L < 1) return rm_err(REMAT_EINVAL, "%s: n_stages must be >= 1, got %d", call, L);
+    int L = 0;
+    int rc = pl_stages_for(profile, n_stages, call, &L);
+    if (rc) return rc;
     if (checkpoints < 1)
         return rm_err(REMAT_EINVAL, "%s: checkpoints must be >= 1 (the input is one), got %d",
                       call, checkpoints);
@@ -138,7 +131,6 @@ int remat_plan_revolve(remat_plan **out, const remat_profile *profile, int n_sta
     rv_build(&tb, 0, L - 1, C, 0, -1, &b);
     free(tb.t);
     pl_model m, *mp = NULL;
-    int rc = REMAT_OK;
     if (profile) {
         rc = pl_model_init(&m, profile, call);
         if (rc) {

@@ -52,11 +52,7 @@ typedef struct att_mat {
     int64_t ld;         /* row stride */
 } att_mat;
 
-typedef struct att_dims {
-    int64_t nb, Tq, Tk, D, Dv;
-    bool causal;
-    double scale;
-} att_dims;
+typedef rm_attention_dims att_dims;
 
 /* Keys visible to query rows [i0, i1): with the causal mask row i sees
  * keys 0..i, so the block needs keys [0, min(Tk, i1)). */
@@ -290,14 +286,7 @@ static int readable_all(remat_tensor **out, remat_tensor *const *in, int n) {
 
 static att_dims dims_of(const rm_attention_params *p, const remat_tensor *q,
                         const remat_tensor *k, const remat_tensor *v) {
-    int n = q->ndim;
-    return (att_dims){.nb = rm_shape_numel(n - 2, q->shape),
-                      .Tq = q->shape[n - 2],
-                      .Tk = k->shape[n - 2],
-                      .D = q->shape[n - 1],
-                      .Dv = v->shape[n - 1],
-                      .causal = p->causal,
-                      .scale = rm_attention_scale(p, q->shape[n - 1])};
+    return rm_attention_dims_of(p, q->ndim, q->shape, k->shape, v->shape);
 }
 
 int rm_cpu_attention(const rm_kargs *k) {

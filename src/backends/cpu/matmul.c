@@ -156,43 +156,35 @@ static void fill_rows(void *y, const void *bias, int64_t rows, int64_t n, size_t
  * columns. The summation order never depends on the thread count. Narrow
  * g (n < 64: rows too short to stream) sums each column block down all the
  * rows in double instead; part is then unused. */
-#define COLSUM_CHUNK_ROWS 64     /* rows per chunk, at most... */
-#define COLSUM_MIN_CHUNKS 16     /* ...but few rows still make this many chunks (threads) */
-#define COLSUM_MAX_CHUNKS 1024   /* more rows per chunk above this many chunks */
-#define COLSUM_MAX_PART (1 << 24) /* and above this many partial sums (elements) */
-static int64_t colsum_chunk_rows(int64_t rows, int64_t n) {
-    int64_t r = (rows + COLSUM_MIN_CHUNKS - 1) / COLSUM_MIN_CHUNKS;
-    if (r > COLSUM_CHUNK_ROWS) r = COLSUM_CHUNK_ROWS;
-    int64_t lo = (rows + COLSUM_MAX_CHUNKS - 1) / COLSUM_MAX_CHUNKS;
-    if (r < lo) r = lo;
-    if (r < 1) r = 1;
-    while (r < rows && (rows + r - 1) / r * n > COLSUM_MAX_PART) r *= 2;
-    return r;
-}
 /* elements of scratch colsum needs (0: none) */
 static int64_t colsum_scratch(int64_t rows, int64_t n) {
     if (n < 64 || rows == 0) return 0;
-    int64_t rb = colsum_chunk_rows(rows, n);
+    int64_t rb = rm_cpu_chunk_rows(rows, n);
     return (rows + rb - 1) / rb * n;
 }
 #define COLSUM(T)                                                                               \
+    /* db = the column sums of src (rows, n) in double, by blocks of 64 columns */              \
+    static void colsum_blocks_##T(const T *restrict src, int64_t rows, int64_t n,               \
+                                  T *restrict db) {                                             \
+        int64_t nblk = (n + 63) / 64;                                                           \
+        _Pragma("omp parallel for if (rows * n > RM_OMP_MIN)")                                  \
+        for (int64_t bi = 0; bi < nblk; bi++) {                                                 \
+            int64_t j0 = bi * 64, nc = n - j0 < 64 ? n - j0 : 64;                               \
+            double acc[64] = {0};                                                               \
+            for (int64_t r = 0; r < rows; r++) {                                                \
+                const T *restrict sr = src + r * n + j0;                                        \
+                for (int64_t j = 0; j < nc; j++) acc[j] += sr[j];                               \
+            }                                                                                   \
+            for (int64_t j = 0; j < nc; j++) db[j0 + j] = (T)acc[j];                            \
+        }                                                                                       \
+    }                                                                                           \
     static void colsum_##T(const T *restrict g, T *restrict db, int64_t rows, int64_t n,        \
                            T *restrict part) {                                                  \
-        int64_t nblk = (n + 63) / 64;                                                           \
         if (!part) { /* narrow: column blocks down the rows */                                  \
-            _Pragma("omp parallel for if (rows * n > RM_OMP_MIN)")                              \
-            for (int64_t bi = 0; bi < nblk; bi++) {                                             \
-                int64_t j0 = bi * 64, nc = n - j0 < 64 ? n - j0 : 64;                           \
-                double acc[64] = {0};                                                           \
-                for (int64_t r = 0; r < rows; r++) {                                            \
-                    const T *restrict gr = g + r * n + j0;                                      \
-                    for (int64_t j = 0; j < nc; j++) acc[j] += gr[j];                           \
-                }                                                                               \
-                for (int64_t j = 0; j < nc; j++) db[j0 + j] = (T)acc[j];                        \
-            }                                                                                   \
+            colsum_blocks_##T(g, rows, n, db);                                                  \
             return;                                                                             \
         }                                                                                       \
-        int64_t rb = colsum_chunk_rows(rows, n), nch = (rows + rb - 1) / rb;                    \
+        int64_t rb = rm_cpu_chunk_rows(rows, n), nch = (rows + rb - 1) / rb;                    \
         _Pragma("omp parallel for if (rows * n > RM_OMP_MIN)")                                  \
         for (int64_t k = 0; k < nch; k++) {                                                     \
             T *restrict p = part + k * n;                                                       \
@@ -203,16 +195,7 @@ static int64_t colsum_scratch(int64_t rows, int64_t n) {
                 for (int64_t j = 0; j < n; j++) p[j] += gr[j];                                  \
             }                                                                                   \
         }                                                                                       \
-        _Pragma("omp parallel for if (nch * n > RM_OMP_MIN)")                                   \
-        for (int64_t bi = 0; bi < nblk; bi++) {                                                 \
-            int64_t j0 = bi * 64, nc = n - j0 < 64 ? n - j0 : 64;                               \
-            double acc[64] = {0};                                                               \
-            for (int64_t k = 0; k < nch; k++) {                                                 \
-                const T *restrict pk = part + k * n + j0;                                       \
-                for (int64_t j = 0; j < nc; j++) acc[j] += pk[j];                               \
-            }                                                                                   \
-            for (int64_t j = 0; j < nc; j++) db[j0 + j] = (T)acc[j];                            \
-        }                                                                                       \
+        colsum_blocks_##T(part, nch, n, db);                                                    \
     }
 COLSUM(float)
 COLSUM(double)

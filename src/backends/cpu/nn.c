@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../philox.h"
 #include "clones.h"
 #include "cpu.h"
 #include "vmath.h"
@@ -197,6 +198,21 @@ ROWMAX_KERNEL(f64)
 SOFTMAX_KERNELS(f32, rm_expf_v, logf)
 SOFTMAX_KERNELS(f64, exp, log)
 
+/* ---- column sums in fixed chunks of rows (nn.h) ----------------------------------------- */
+#define CHUNK_ROWS 64          /* rows per chunk, at most... */
+#define MIN_CHUNKS 16          /* ...but few rows still make this many chunks (threads) */
+#define MAX_CHUNKS 1024        /* more rows per chunk above this many chunks */
+#define MAX_PART (1 << 24)     /* and above this many partial sums (elements) */
+int64_t rm_cpu_chunk_rows(int64_t rows, int64_t n) {
+    int64_t r = (rows + MIN_CHUNKS - 1) / MIN_CHUNKS;
+    if (r > CHUNK_ROWS) r = CHUNK_ROWS;
+    int64_t lo = (rows + MAX_CHUNKS - 1) / MAX_CHUNKS;
+    if (r < lo) r = lo;
+    if (r < 1) r = 1;
+    while (r < rows && (rows + r - 1) / r * n > MAX_PART) r *= 2;
+    return r;
+}
+
 /* ---- layer_norm ------------------------------------------------------------------------- */
 /* Row kernels work on one row at a time, so a row of x (and g) is read from
  * memory once and the later passes over it hit L1. Float reductions use
@@ -207,23 +223,6 @@ SOFTMAX_KERNELS(f64, exp, log)
  * summed per fixed chunk of rows, then over the chunks in order: results
  * never depend on the thread count. */
 #define LN_LANES 16
-#define LN_CHUNK_ROWS 64            /* rows per partial dweight / dbias sum, at most... */
-#define LN_MIN_CHUNKS 16            /* ...but few rows still make this many chunks (threads) */
-#define LN_MAX_CHUNKS 1024          /* more rows per chunk above this many chunks */
-#define LN_MAX_PART (1 << 24)       /* and above this many partial sums (elements) */
-
-/* Rows per chunk of the backward (the unit of work of a thread and of the
- * dweight / dbias partial sums): a function of N and C only, never of the
- * thread count. */
-static int64_t ln_chunk_rows(int64_t N, int64_t C) {
-    int64_t r = (N + LN_MIN_CHUNKS - 1) / LN_MIN_CHUNKS;
-    if (r > LN_CHUNK_ROWS) r = LN_CHUNK_ROWS;
-    int64_t lo = (N + LN_MAX_CHUNKS - 1) / LN_MAX_CHUNKS;
-    if (r < lo) r = lo;
-    if (r < 1) r = 1;
-    while (r < N && (N + r - 1) / r * C > LN_MAX_PART) r *= 2;
-    return r;
-}
 
 #define LN_REDUCE(acc) /* pairwise combine of the lanes into acc[0] */                        \
     for (int w_ = LN_LANES / 2; w_ > 0; w_ /= 2)                                              \
@@ -346,7 +345,7 @@ static int64_t ln_chunk_rows(int64_t N, int64_t C) {
     }                                                                                         \
                                                                                               \
     /* dx (N, C) from g (N, C); dw, db (C) (each may be NULL; part, scratch of 2 * C *        \
-     * ceil(N / ln_chunk_rows(N, C)) elements, is needed when either is not). As llm.c:       \
+     * ceil(N / rm_cpu_chunk_rows(N, C)) elements, is needed when either is not). As llm.c:       \
      *   norm = (x - mean) * rstd                                                             \
      *   dx = (w*g - mean_c(w*g) - norm * mean_c(w*g*norm)) * rstd                            \
      *   dw = sum_n norm * g,  db = sum_n g (chunk partials in T, summed in double) */        \
@@ -356,7 +355,7 @@ static int64_t ln_chunk_rows(int64_t N, int64_t C) {
                                   T *restrict db, T *restrict part, int64_t N, int64_t C) {   \
         bool cols = dw || db;                                                                 \
         if (!dx && !cols) return;                                                             \
-        int64_t rb = ln_chunk_rows(N, C), nch = (N + rb - 1) / rb;                            \
+        int64_t rb = rm_cpu_chunk_rows(N, C), nch = (N + rb - 1) / rb;                            \
         _Pragma("omp parallel for if (N * C > RM_OMP_MIN / 4)")                               \
         for (int64_t k = 0; k < nch; k++) {                                                   \
             int64_t r0 = k * rb, r1 = r0 + rb < N ? r0 + rb : N;                              \
@@ -389,30 +388,6 @@ LAYERNORM_KERNELS(f32, RM_FMAF)
 LAYERNORM_KERNELS(f64, RM_FMA)
 
 /* ---- dropout ---------------------------------------------------------------------------- */
-/* Philox4x32-10 of block `ctr` — the same function as rm_philox_block
- * (device.c), inlined here so the mask loop vectorises across blocks
- * (rm_philox_block is an out-of-line call per 4 elements). The test suite
- * checks that both give the same mask. */
-static inline void nn_philox(uint32_t k0, uint32_t k1, uint64_t ctr, uint32_t out[4]) {
-    uint32_t c0 = (uint32_t)ctr, c1 = (uint32_t)(ctr >> 32), c2 = 0, c3 = 0;
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-        uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n1 = (uint32_t)p1;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1, n3 = (uint32_t)p0;
-        c0 = n0;
-        c1 = n1;
-        c2 = n2;
-        c3 = n3;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
-}
-
 /* keep iff rm_u32_to_unit(word) >= p, i.e. (word >> 8) >= thr with
  * thr = ceil(p * 2^24): an integer compare, exact for every p. */
 static inline uint32_t nn_keep_threshold(double p) {
@@ -437,7 +412,7 @@ static inline uint32_t nn_keep_threshold(double p) {
         if (bits) {                                                                           \
             for (int64_t j = j0; j < j1; j++) {                                               \
                 uint32_t r[4];                                                                \
-                nn_philox(k0, k1, counter + (uint64_t)j, r);                                  \
+                rm_philox_hd(k0, k1, counter + (uint64_t)j, r);                                  \
                 unsigned nib = 0;                                                             \
                 for (int k = 0; k < 4; k++) {                                                 \
                     bool keep = (r[k] >> 8) >= thr;                                           \
@@ -450,7 +425,7 @@ static inline uint32_t nn_keep_threshold(double p) {
         } else {                                                                              \
             for (int64_t j = j0; j < j1; j++) {                                               \
                 uint32_t r[4];                                                                \
-                nn_philox(k0, k1, counter + (uint64_t)j, r);                                  \
+                rm_philox_hd(k0, k1, counter + (uint64_t)j, r);                                  \
                 for (int k = 0; k < 4; k++)                                                   \
                     y[4 * j + k] = x[4 * j + k] * ((r[k] >> 8) >= thr ? scale : (T)0);        \
             }                                                                                 \
@@ -469,7 +444,7 @@ static inline uint32_t nn_keep_threshold(double p) {
         }                                                                                     \
         if (nfull * 4 < n) { /* the last, partial block */                                   \
             uint32_t r[4];                                                                    \
-            nn_philox(k0, k1, counter + (uint64_t)nfull, r);                                  \
+            rm_philox_hd(k0, k1, counter + (uint64_t)nfull, r);                                  \
             unsigned nib = 0;                                                                 \
             for (int64_t i = nfull * 4; i < n; i++) {                                         \
                 bool keep = (r[i - nfull * 4] >> 8) >= thr;                                   \
@@ -536,7 +511,7 @@ static void *ptr_or_null(const remat_tensor *t) { return t ? rm_ptr(t) : NULL; }
         remat_tensor *dx = k->out[0], *dw = k->out[1], *db = k->out[2];                       \
         void *part = NULL; /* per-chunk column sums for dw / db */                            \
         if ((dw || db) && N > 0) {                                                            \
-            int64_t rb = ln_chunk_rows(N, C), nch = (N + rb - 1) / rb;                        \
+            int64_t rb = rm_cpu_chunk_rows(N, C), nch = (N + rb - 1) / rb;                        \
             part = malloc((size_t)(2 * nch * C) * sizeof(T) + 1);                             \
             if (!part) return rm_err(REMAT_ENOMEM, "out of memory");                          \
         }                                                                                     \

@@ -19,6 +19,13 @@ void rm_row_exp_scale_f32(const float *restrict x, float sub, float scale, float
 void rm_row_exp_scale_f64(const double *restrict x, double sub, double scale,
                           double *restrict y, int64_t n);
 
+/* ---- column sums over rows (linear's bias gradient, layer_norm's dweight / dbias) ------
+ * Rows per chunk of a column sum taken as partial sums per fixed chunk of
+ * rows, then over the chunks in order, for rows x n: a function of the
+ * shape only (never of the thread count), so the sums are the same bits on
+ * any number of threads. At least 1. */
+int64_t rm_cpu_chunk_rows(int64_t rows, int64_t n);
+
 /* ---- row max through integer keys (max over dims and rm_row_max) ------------------------
  * GCC does not vectorise a float `v > m ? v : m` reduction without
  * -ffast-math, but does the integer one. Flipping the magnitude bits of

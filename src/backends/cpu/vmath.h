@@ -86,16 +86,12 @@ static inline float rm_tanhf_v(float x) {
 #define RM_FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
-/* ---- exp of a non-positive f32 ---------------------------------------------------------
- * exp(a) for a <= 0, as rm_expf_v (Cephes polynomial, ~1 ulp) but without
- * the overflow and subnormal cases: results below exp(-87) ~ 1.6e-38 are
- * flushed to 0, so 2^n is a single normal power. A NaN gives NaN (the
- * clamps' compares are false for it). The clamps are plain selects (vmaxps
- * or blends once vectorised). */
-static inline float rm_expf_neg_v(float a) {
-    float xc = a < -87.0f ? -87.0f : a;
+/* ---- exp of an f32 in [-87, 88] ---------------------------------------------------------
+ * The Cephes polynomial of rm_expf_v (~1 ulp) without special cases: xc
+ * must already be clamped to [-87, 88], so 2^n is a single normal power. */
+static inline float rm_expf_range_v(float xc) {
     float t = RM_FMAF(xc, 1.44269504088896341f, 12582912.0f);
-    int32_t ni = rm_f32_to_bits(t) - 0x4B400000; /* round(xc / ln 2), in [-126, 0] */
+    int32_t ni = rm_f32_to_bits(t) - 0x4B400000; /* round(xc / ln 2), in [-126, 127] */
     float n = t - 12582912.0f;
     float r = RM_FMAF(n, -0.693359375f, xc);
     r = RM_FMAF(n, 2.12194440e-4f, r);
@@ -106,7 +102,18 @@ static inline float rm_expf_neg_v(float a) {
     p = RM_FMAF(p, r, 1.6666665459e-1f);
     p = RM_FMAF(p, r, 5.0000001201e-1f);
     p = RM_FMAF(p, r * r, r + 1.0f);
-    float e = p * rm_bits_to_f32((int32_t)((uint32_t)(ni + 127) << 23));
+    return p * rm_bits_to_f32((int32_t)((uint32_t)(ni + 127) << 23));
+}
+
+/* ---- exp of a non-positive f32 ---------------------------------------------------------
+ * exp(a) for a <= 0, as rm_expf_v (Cephes polynomial, ~1 ulp) but without
+ * the overflow and subnormal cases: results below exp(-87) ~ 1.6e-38 are
+ * flushed to 0, so 2^n is a single normal power. A NaN gives NaN (the
+ * clamps' compares are false for it). The clamps are plain selects (vmaxps
+ * or blends once vectorised). */
+static inline float rm_expf_neg_v(float a) {
+    float xc = a < -87.0f ? -87.0f : a;
+    float e = rm_expf_range_v(xc);
     return a < -87.0f ? 0.0f : e;
 }
 
@@ -165,19 +172,7 @@ static inline float rm_gelu_erff_grad_v(float x) {
 static inline float rm_expf_clamp_v(float a) {
     float xc = a < -87.0f ? -87.0f : a;
     xc = xc > 88.0f ? 88.0f : xc;
-    float t = RM_FMAF(xc, 1.44269504088896341f, 12582912.0f);
-    int32_t ni = rm_f32_to_bits(t) - 0x4B400000; /* round(xc / ln 2), in [-126, 127] */
-    float n = t - 12582912.0f;
-    float r = RM_FMAF(n, -0.693359375f, xc);
-    r = RM_FMAF(n, 2.12194440e-4f, r);
-    float p = 1.9875691500e-4f;
-    p = RM_FMAF(p, r, 1.3981999507e-3f);
-    p = RM_FMAF(p, r, 8.3334519073e-3f);
-    p = RM_FMAF(p, r, 4.1665795894e-2f);
-    p = RM_FMAF(p, r, 1.6666665459e-1f);
-    p = RM_FMAF(p, r, 5.0000001201e-1f);
-    p = RM_FMAF(p, r * r, r + 1.0f);
-    return p * rm_bits_to_f32((int32_t)((uint32_t)(ni + 127) << 23));
+    return rm_expf_range_v(xc);
 }
 
 /* ---- GELU, tanh form, for f32 ----------------------------------------------------------

@@ -25,14 +25,7 @@ static rmk_att_lead att_lead(const remat_tensor *q) {
 
 static rmk_att_dims att_dims(const rm_attention_params *p, const remat_tensor *q,
                              const remat_tensor *k, const remat_tensor *v) {
-    int n = q->ndim;
-    return (rmk_att_dims){.nb = rm_shape_numel(n - 2, q->shape),
-                          .Tq = q->shape[n - 2],
-                          .Tk = k->shape[n - 2],
-                          .D = q->shape[n - 1],
-                          .Dv = v->shape[n - 1],
-                          .causal = p->causal,
-                          .scale = rm_attention_scale(p, q->shape[n - 1])};
+    return rm_attention_dims_of(p, q->ndim, q->shape, k->shape, v->shape);
 }
 
 static int head_check(const rmk_att_dims *d) {

@@ -6,6 +6,7 @@
 #ifndef REMAT_CUDA_NN_H
 #define REMAT_CUDA_NN_H
 
+#include "../../dispatch/kernels/matmul.h"
 #include "kplan.h"
 #include "launch.h"
 
@@ -30,14 +31,8 @@ cudaError_t rmk_layer_norm_bwd(int dt, const void *g, const void *x, const void 
                                int64_t N, int64_t C, void *ws, cudaStream_t s);
 
 /* ---- attention.cu --------------------------------------------------------------------------------- */
-/* The shapes of one attention call: nb batch entries (the leading dims,
- * shared by every operand), Tq query rows, Tk keys, head sizes D (q, k) and
- * Dv (v, y). */
-typedef struct rmk_att_dims {
-    int64_t nb, Tq, Tk, D, Dv;
-    bool causal; /* row i sees keys 0..i */
-    double scale;
-} rmk_att_dims;
+/* The shapes of one attention call (src/dispatch/kernels/matmul.h). */
+typedef rm_attention_dims rmk_att_dims;
 /* y = softmax(scale q kᵀ, causal) v and lse (nb, Tq contiguous) = the rows'
  * log-sum-exp, tiled (flash-attention): scores never leave the chip.
  * Operands: q, k, v, y as rmk_att_operand views (any strides) over `lead`.

@@ -51,4 +51,31 @@ static inline double rm_attention_scale(const rm_attention_params *p, int64_t D)
     return D > 0 ? 1.0 / sqrt((double)D) : 1.0;
 }
 
+/* The shapes of one attention call, as every device's kernel reads them:
+ * nb batch entries (the leading dims, shared by every operand), Tq query
+ * rows, Tk keys, head sizes D (q, k) and Dv (v, y). C and C++ clean (the
+ * cuda launchers take it as rmk_att_dims). */
+typedef struct rm_attention_dims {
+    int64_t nb, Tq, Tk, D, Dv;
+    bool causal; /* row i sees keys 0..i */
+    double scale;
+} rm_attention_dims;
+
+/* The dims of q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) of ndim n
+ * (n >= 2) under p. */
+static inline rm_attention_dims rm_attention_dims_of(const rm_attention_params *p, int n,
+                                                     const int64_t *q, const int64_t *k,
+                                                     const int64_t *v) {
+    rm_attention_dims d;
+    d.nb = 1;
+    for (int i = 0; i < n - 2; i++) d.nb *= q[i];
+    d.Tq = q[n - 2];
+    d.Tk = k[n - 2];
+    d.D = q[n - 1];
+    d.Dv = v[n - 1];
+    d.causal = p->causal;
+    d.scale = rm_attention_scale(p, d.D);
+    return d;
+}
+
 #endif /* REMAT_KERNELS_MATMUL_H */

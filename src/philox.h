@@ -1,10 +1,12 @@
-/* src/backends/cuda/philox.h — Philox4x32-10 and dropout's keep bits as
- * host-and-device functions: the GPU kernels (rng.cu) run exactly this code,
- * and the cpu test suite compiles the same header to check it against the
- * cpu generator (remat_philox4x32_10) and the cpu dropout mask
- * (tests/test_cuda_rng.c), bit for bit. C and CUDA C; no library headers. */
-#ifndef REMAT_CUDA_PHILOX_H
-#define REMAT_CUDA_PHILOX_H
+/* src/philox.h — Philox4x32-10 and dropout's keep bits as inline
+ * host-and-device functions, the one copy of the generator: the public
+ * remat_philox4x32_10 (device.c), the cpu dropout kernel (inlined there so
+ * its mask loop vectorises across blocks) and the GPU kernels
+ * (backends/cuda/rng.cu) all run this code, so their bits agree by
+ * construction (tests/test_cuda_rng.c checks it). C and CUDA C; no library
+ * headers. */
+#ifndef REMAT_PHILOX_H
+#define REMAT_PHILOX_H
 
 #include <stdint.h>
 
@@ -14,10 +16,9 @@
 #define RM_PHILOX_FN static inline
 #endif
 
-/* Block `ctr` of the Philox4x32-10 stream with key (k0, k1): counter words
- * (ctr low, ctr high, 0, 0), as rm_philox_block (src/device.c). */
-RM_PHILOX_FN void rm_philox_hd(uint32_t k0, uint32_t k1, uint64_t ctr, uint32_t out[4]) {
-    uint32_t c0 = (uint32_t)ctr, c1 = (uint32_t)(ctr >> 32), c2 = 0, c3 = 0;
+/* Philox4x32-10 of counter (c0, c1, c2, c3) under key (k0, k1). */
+RM_PHILOX_FN void rm_philox4x32_hd(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
+                                   uint32_t k0, uint32_t k1, uint32_t out[4]) {
     for (int r = 0; r < 10; r++) {
         uint64_t p0 = (uint64_t)0xD2511F53u * c0;
         uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
@@ -34,6 +35,12 @@ RM_PHILOX_FN void rm_philox_hd(uint32_t k0, uint32_t k1, uint64_t ctr, uint32_t 
     out[1] = c1;
     out[2] = c2;
     out[3] = c3;
+}
+
+/* Block `ctr` of the Philox4x32-10 stream with key (k0, k1): counter words
+ * (ctr low, ctr high, 0, 0), as rm_philox_block (src/device.c). */
+RM_PHILOX_FN void rm_philox_hd(uint32_t k0, uint32_t k1, uint64_t ctr, uint32_t out[4]) {
+    rm_philox4x32_hd((uint32_t)ctr, (uint32_t)(ctr >> 32), 0, 0, k0, k1, out);
 }
 
 /* Dropout's keep bits for elements 8·t .. 8·t + 7 of n (bit k: element
@@ -54,4 +61,4 @@ RM_PHILOX_FN unsigned rm_dropout_keep_byte(int64_t t, int64_t n, uint32_t thr, u
     return byte;
 }
 
-#endif /* REMAT_CUDA_PHILOX_H */
+#endif /* REMAT_PHILOX_H */
