@@ -404,7 +404,9 @@ static int accumulate_leaf_in_graph(remat_tensor *leaf, remat_tensor *g) {
     remat_tensor *sum = NULL;
     /* the first gradient is copied (g * 1 is exact) so that .grad shares
      * no storage with a tensor of the graph */
-    int rc = leaf->grad ? remat_add(&sum, leaf->grad, g) : remat_mul_scalar(&sum, g, 1.0);
+    const rm_graph_ops *ops;
+    int rc = rm_graph_ops_get("accumulating a leaf's gradient", &ops);
+    if (!rc) rc = leaf->grad ? ops->add(&sum, leaf->grad, g) : ops->copy(&sum, g);
     if (rc) return rc;
     remat_release(leaf->grad);
     leaf->grad = sum;

@@ -597,25 +597,17 @@ static int view_as(remat_tensor **out, remat_tensor *s, int ndim, const int64_t 
     return REMAT_OK;
 }
 
-/* Under create_graph (grad mode on, grad requiring grad) the sum is
- * recorded: the public ops, in a suspended scope. */
-static int sum_to_in_graph(remat_tensor **out, remat_tensor *grad, int ndim,
-                           const int64_t *shape) {
-    int dims[REMAT_MAX_DIMS], nd = 0;
-    int lead = grad->ndim - ndim;
-    for (int d = 0; d < grad->ndim; d++)
-        if (d < lead || (shape[d - lead] == 1 && grad->shape[d] != 1)) dims[nd++] = d;
-    void *sc = rm_scope_suspend();
-    remat_tensor *s = NULL;
-    int rc = REMAT_OK;
-    if (nd > 0) rc = remat_sum(&s, grad, nd, dims, true);
-    else s = remat_retain(grad);
-    if (rc == REMAT_OK) {
-        rc = remat_reshape(out, s, ndim, shape);
-        remat_release(s);
-    }
-    rm_scope_resume(sc);
-    return rc;
+/* ---- the recorded sums of create_graph (graph.h) ------------------------------------------ */
+static const rm_graph_ops *g_graph_ops;
+
+void rm_set_graph_ops(const rm_graph_ops *ops) { g_graph_ops = ops; }
+
+int rm_graph_ops_get(const char *what, const rm_graph_ops **ops) {
+    *ops = g_graph_ops;
+    if (!*ops)
+        return rm_err(REMAT_ESTATE, "%s under create_graph: no differentiable ops are installed "
+                                    "(the library's ops layer is not linked)", what);
+    return REMAT_OK;
 }
 
 int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape) {
@@ -631,7 +623,11 @@ int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *s
         /* leading dims the target lacks, and dims it broadcast from 1 */
         if (d < lead || (shape[d - lead] == 1 && grad->shape[d] != 1)) mask[d] = any = true;
     }
-    if (remat_is_grad_enabled() && grad->requires_grad) return sum_to_in_graph(out, grad, ndim, shape);
+    if (remat_is_grad_enabled() && grad->requires_grad) {
+        const rm_graph_ops *ops;
+        int rc = rm_graph_ops_get("summing a gradient down to its input's shape", &ops);
+        return rc ? rc : ops->sum_to(out, grad, ndim, shape);
+    }
     remat_tensor *s = NULL;
     int rc = any ? sum_keepdim(&s, grad, mask) : rm_contig(&s, grad);
     if (!rc) rc = view_as(out, s, ndim, shape);
@@ -642,10 +638,9 @@ int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *s
 int rm_grad_add(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     /* under create_graph the sum is recorded */
     if (remat_is_grad_enabled() && (a->requires_grad || b->requires_grad)) {
-        void *sc = rm_scope_suspend();
-        int rc = remat_add(out, a, b);
-        rm_scope_resume(sc);
-        return rc;
+        const rm_graph_ops *ops;
+        int rc = rm_graph_ops_get("adding gradients", &ops);
+        return rc ? rc : ops->add(out, a, b);
     }
     int rc = rm_new_output(out, a->ndim, a->shape, a->dtype, a->storage->device);
     if (rc) return rc;

@@ -137,9 +137,30 @@ bool rm_backward_creates_graph(void);
  * (a case of the op whose second derivative remat does not have). */
 int rm_no_double_backward(const remat_node *n, const char *what);
 
+/* ---- differentiable gradient arithmetic (create_graph) -------------------------------
+ * Under create_graph a gradient that requires grad must be summed with
+ * recorded ops, so that it can be differentiated again. Ops live in the
+ * layer above; it hands autograd these three when the library loads
+ * (rm_set_graph_ops, from src/ops/double_backward.c). Each writes a new
+ * reference in *out, recorded when grad mode is on. */
+typedef struct rm_graph_ops {
+    /* a + b (same shape) */
+    int (*add)(remat_tensor **out, remat_tensor *a, remat_tensor *b);
+    /* grad summed down to (ndim, shape), undoing broadcasting */
+    int (*sum_to)(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape);
+    /* a copy of g sharing no storage with it (g * 1: exact) */
+    int (*copy)(remat_tensor **out, remat_tensor *g);
+} rm_graph_ops;
+/* Installs ops (static storage; NULL: none). Until then a create_graph
+ * gradient that needs one is REMAT_ESTATE. */
+void rm_set_graph_ops(const rm_graph_ops *ops);
+/* The installed ops, or REMAT_ESTATE naming `what` when none are. */
+int rm_graph_ops_get(const char *what, const rm_graph_ops **ops);
+
 /* Sums grad down to shape (undoing broadcasting) on the sum kernel: a view
  * of the sum (or of grad), or grad itself when the shapes match. New
- * reference in *out. */
+ * reference in *out. Under create_graph (grad mode on, grad requiring
+ * grad) through the graph ops' sum_to instead. */
 int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape);
 /* Gradient accumulation on the kernels (no op, no node, no scope): *out =
  * a + b, a new tensor of a's shape, dtype and device (b the same shape and
@@ -147,6 +168,8 @@ int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *s
  * g read from a copy when it shares acc's memory. Errors name remat_add /
  * remat_add_, the ops they stand for. */
 int rm_grad_add(remat_tensor **out, remat_tensor *a, remat_tensor *b);
+/* The same a + b, under grad mode with a or b requiring grad, recorded
+ * (the graph ops' add). */
 int rm_grad_add_into(remat_tensor *acc, remat_tensor *g);
 
 /* Calls the save observer (residual reports) for a tensor being saved. */

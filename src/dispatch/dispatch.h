@@ -248,6 +248,10 @@ int rm_backward_kernel(remat_node *node, remat_tensor *const *gout, remat_tensor
  * input gradient back to a gradient of g (new reference in *out); it must
  * be differentiable itself. */
 typedef int (*rm_adjoint_fn)(remat_node *node, remat_tensor *gg, remat_tensor **out);
+/* The recorded add, sum-to-shape and copy autograd runs under create_graph
+ * (src/autograd/graph.h), on remat_add, remat_sum + remat_reshape and
+ * remat_mul_scalar; the driver installs them when the library loads. */
+extern const rm_graph_ops rm_ops_graph_ops;
 /* gin[0] = node->backward's gradient of input 0 (linear in gout[0] alone),
  * recorded as a custom function whose backward is `adjoint`. */
 int rm_backward_linear(remat_node *node, remat_tensor *const *gout, remat_tensor **gin,

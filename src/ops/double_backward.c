@@ -12,7 +12,11 @@
  *    the saved inputs (layer_norm, attention, cross_entropy) and a nested
  *    create_graph grad of it with g as the output gradient gives the input
  *    gradients, with a graph reaching g and the inputs.
- * Both run only under create_graph: first-order backward keeps its kernels. */
+ * Both run only under create_graph: first-order backward keeps its kernels.
+ *
+ * And the recorded sums autograd needs under create_graph (rm_graph_ops,
+ * src/autograd/graph.h): accumulation, summing down to a shape, the copy a
+ * leaf's first gradient gets. */
 #include <stdlib.h>
 
 #include "../dispatch/dispatch.h"
@@ -104,3 +108,43 @@ int rm_backward_recompose(remat_node *node, const int *slots, rm_recompose_fn fo
     remat_release(y);
     return rc;
 }
+
+/* ---- autograd's recorded sums (rm_graph_ops) ------------------------------------------------
+ * Each runs in a suspended scope: its result belongs to the engine, never
+ * to a scope the user has open. */
+static int graph_add(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+    void *sc = rm_scope_suspend();
+    int rc = remat_add(out, a, b);
+    rm_scope_resume(sc);
+    return rc;
+}
+
+/* sum over the leading dims shape lacks and the dims it broadcast from 1
+ * (kept), then reshaped to shape */
+static int graph_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape) {
+    int dims[REMAT_MAX_DIMS], nd = 0;
+    int lead = grad->ndim - ndim;
+    for (int d = 0; d < grad->ndim; d++)
+        if (d < lead || (shape[d - lead] == 1 && grad->shape[d] != 1)) dims[nd++] = d;
+    void *sc = rm_scope_suspend();
+    remat_tensor *s = NULL;
+    int rc = REMAT_OK;
+    if (nd > 0) rc = remat_sum(&s, grad, nd, dims, true);
+    else s = remat_retain(grad);
+    if (rc == REMAT_OK) {
+        rc = remat_reshape(out, s, ndim, shape);
+        remat_release(s);
+    }
+    rm_scope_resume(sc);
+    return rc;
+}
+
+/* g * 1 is exact (P: clone_obey_contract under grad mode) */
+static int graph_copy(remat_tensor **out, remat_tensor *g) {
+    void *sc = rm_scope_suspend();
+    int rc = remat_mul_scalar(out, g, 1.0);
+    rm_scope_resume(sc);
+    return rc;
+}
+
+const rm_graph_ops rm_ops_graph_ops = {graph_add, graph_sum_to, graph_copy};

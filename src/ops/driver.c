@@ -5,6 +5,16 @@
 
 #include "../dispatch/dispatch.h"
 
+/* Autograd's recorded sums (create_graph) are ops: handed down when the
+ * library loads. This file is in every link that runs an op, so every
+ * graph that can need them has them. */
+#if defined(__GNUC__)
+__attribute__((constructor))
+#endif
+static void install_graph_ops(void) {
+    rm_set_graph_ops(&rm_ops_graph_ops);
+}
+
 int rm_op_save(remat_node *n, int slot, remat_tensor *t) {
     void *self;
     rm_saver_fn saver = rm_saver_current(&self);
