@@ -149,13 +149,13 @@ Test(cuda_indexing, broadcast_strides_align_right) {
 /* A masked sum through the (O, R, I) passes the cuda wrapper runs, each pass
  * as the kernels compute it, against the direct sum. */
 static void passes_sum(int nd, const int64_t *shape, const bool *mask, const double *x, double *y) {
-    rmk_groups g;
-    rmk_groups_make(nd, shape, mask, &g);
+    rm_groups g;
+    rm_groups_make(nd, shape, mask, &g);
     int64_t n = numel(nd, shape);
     double *cur = malloc(sizeof(double) * (size_t)(n ? n : 1));
     memcpy(cur, x, sizeof(double) * (size_t)n);
     int64_t O, R, I;
-    while (rmk_groups_next_pass(&g, &O, &R, &I)) {
+    while (rm_groups_next_pass(&g, &O, &R, &I)) {
         double *nxt = calloc((size_t)(O * I > 0 ? O * I : 1), sizeof(double));
         for (int64_t o = 0; o < O; o++)
             for (int64_t i = 0; i < I; i++)
@@ -213,17 +213,17 @@ Test(cuda_indexing, reduction_groups_merge_neighbours) {
     /* dims 0 and 2 of (2, 3, 4) reduced: two passes, innermost first */
     int64_t shape[3] = {2, 3, 4}, O, R, I;
     bool mask[3] = {true, false, true};
-    rmk_groups g;
-    rmk_groups_make(3, shape, mask, &g);
+    rm_groups g;
+    rm_groups_make(3, shape, mask, &g);
     cr_assert_eq(g.n, 3);
-    cr_assert_eq(rmk_groups_nred(&g), 2);
-    cr_assert(rmk_groups_next_pass(&g, &O, &R, &I));
+    cr_assert_eq(rm_groups_nred(&g), 2);
+    cr_assert(rm_groups_next_pass(&g, &O, &R, &I));
     cr_assert(O == 6 && R == 4 && I == 1, "first pass (%lld, %lld, %lld)", (long long)O,
               (long long)R, (long long)I);
-    cr_assert(rmk_groups_next_pass(&g, &O, &R, &I));
+    cr_assert(rm_groups_next_pass(&g, &O, &R, &I));
     cr_assert(O == 1 && R == 2 && I == 3, "second pass (%lld, %lld, %lld)", (long long)O,
               (long long)R, (long long)I);
-    cr_assert_not(rmk_groups_next_pass(&g, &O, &R, &I));
+    cr_assert_not(rm_groups_next_pass(&g, &O, &R, &I));
 }
 
 Test(cuda_indexing, sum_split_covers_every_row_once) {

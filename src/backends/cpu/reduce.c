@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../dispatch/kernels/groups.h"
 #include "cpu.h"
 
 #define RED_COL_BLOCK 64    /* columns per task in a column reduction */
@@ -206,28 +207,6 @@ REDUCE_KERNELS(f32)
 REDUCE_KERNELS(f64)
 
 /* ---- shape helpers --------------------------------------------------------------------- */
-/* A coalesced view of a contiguous shape: alternating groups of kept and
- * reduced dims, size-1 dims dropped. */
-typedef struct groups {
-    int n;
-    int64_t size[REMAT_MAX_DIMS];
-    bool red[REMAT_MAX_DIMS];
-} groups;
-
-static void make_groups(int ndim, const int64_t *shape, const bool *mask, groups *g) {
-    g->n = 0;
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] == 1) continue;
-        if (g->n > 0 && g->red[g->n - 1] == mask[d]) {
-            g->size[g->n - 1] *= shape[d];
-        } else {
-            g->size[g->n] = shape[d];
-            g->red[g->n] = mask[d];
-            g->n++;
-        }
-    }
-}
-
 /* Sums contiguous x (shape, mask) into contiguous y. Several reduced groups
  * are reduced innermost first through scratch buffers. */
 static int sum_contig_any(remat_dtype dt, const void *x, int ndim,
@@ -242,10 +221,9 @@ static int sum_contig_any(remat_dtype dt, const void *x, int ndim,
         memset(y, 0, (size_t)n_out * es);
         return REMAT_OK;
     }
-    groups g;
-    make_groups(ndim, shape, mask, &g);
-    int n_red = 0;
-    for (int k = 0; k < g.n; k++) n_red += g.red[k];
+    rm_groups g;
+    rm_groups_make(ndim, shape, mask, &g);
+    int n_red = rm_groups_nred(&g);
     if (n_red == 0) {
         memcpy(y, x, (size_t)n_out * es);
         return REMAT_OK;
@@ -254,12 +232,8 @@ static int sum_contig_any(remat_dtype dt, const void *x, int ndim,
     void *scratch[2] = {NULL, NULL};
     int which = 0;
     int rc = REMAT_OK;
-    while (n_red > 0) {
-        int k = g.n - 1;
-        while (!g.red[k]) k--;
-        int64_t O = 1, I = 1, R = g.size[k];
-        for (int j = 0; j < k; j++) O *= g.size[j];
-        for (int j = k + 1; j < g.n; j++) I *= g.size[j];
+    int64_t O, R, I;
+    while (rm_groups_next_pass(&g, &O, &R, &I)) { /* innermost reduced group first */
         void *dst;
         if (n_red == 1) {
             dst = y;
@@ -279,21 +253,6 @@ static int sum_contig_any(remat_dtype dt, const void *x, int ndim,
         }
         src = dst;
         which ^= 1;
-        /* remove group k, merging its kept neighbours */
-        if (k > 0 && k + 1 < g.n) {
-            g.size[k - 1] *= g.size[k + 1];
-            for (int j = k; j + 2 < g.n; j++) {
-                g.size[j] = g.size[j + 2];
-                g.red[j] = g.red[j + 2];
-            }
-            g.n -= 2;
-        } else {
-            for (int j = k; j + 1 < g.n; j++) {
-                g.size[j] = g.size[j + 1];
-                g.red[j] = g.red[j + 1];
-            }
-            g.n -= 1;
-        }
         n_red--;
     }
     free(scratch[0]);
@@ -347,8 +306,8 @@ SUM_BWD_GENERAL(f64)
         const int ndim = dx->ndim;                                                            \
         const int64_t *shape = dx->shape;                                                     \
         if (rm_shape_numel(ndim, shape) == 0) return REMAT_OK;                                \
-        groups gr;                                                                            \
-        make_groups(ndim, shape, p->mask, &gr);                                               \
+        rm_groups gr;                                                                         \
+        rm_groups_make(ndim, shape, p->mask, &gr);                                            \
         int n_red = 0, k_red = -1;                                                            \
         for (int j = 0; j < gr.n; j++)                                                        \
             if (gr.red[j]) {                                                                  \

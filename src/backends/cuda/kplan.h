@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../../dispatch/kernels/groups.h"
+
 #define RMK_MAX_DIMS 8 /* REMAT_MAX_DIMS */
 #define RMK_MAX_OPS 4  /* y, a, b, c */
 
@@ -91,67 +93,7 @@ static inline void rmk_bcast_strides(int tndim, const int64_t *tshape, const int
     }
 }
 
-/* ---- reductions: (O, R, I) passes ---------------------------------------------------------
- * A contiguous shape with a mask of reduced dims, as alternating groups of
- * kept and reduced dims (size-1 dims dropped). Several reduced groups are
- * reduced one pass at a time, innermost first (rmk_groups_next_pass). */
-typedef struct rmk_groups {
-    int n;
-    int64_t size[RMK_MAX_DIMS];
-    bool red[RMK_MAX_DIMS];
-} rmk_groups;
-
-static inline void rmk_groups_make(int ndim, const int64_t *shape, const bool *mask,
-                                   rmk_groups *g) {
-    g->n = 0;
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] == 1) continue;
-        if (g->n > 0 && g->red[g->n - 1] == mask[d]) {
-            g->size[g->n - 1] *= shape[d];
-        } else {
-            g->size[g->n] = shape[d];
-            g->red[g->n] = mask[d];
-            g->n++;
-        }
-    }
-}
-
-/* The reduced groups left. */
-static inline int rmk_groups_nred(const rmk_groups *g) {
-    int n = 0;
-    for (int k = 0; k < g->n; k++) n += g->red[k];
-    return n;
-}
-
-/* The next pass (the innermost reduced group) as *O, *R, *I; removes that
- * group from g, merging its kept neighbours. Returns false when no reduced
- * group is left. */
-static inline bool rmk_groups_next_pass(rmk_groups *g, int64_t *O, int64_t *R, int64_t *I) {
-    int k = g->n - 1;
-    while (k >= 0 && !g->red[k]) k--;
-    if (k < 0) return false;
-    *O = 1;
-    *I = 1;
-    *R = g->size[k];
-    for (int j = 0; j < k; j++) *O *= g->size[j];
-    for (int j = k + 1; j < g->n; j++) *I *= g->size[j];
-    if (k > 0 && k + 1 < g->n) {
-        g->size[k - 1] *= g->size[k + 1];
-        for (int j = k; j + 2 < g->n; j++) {
-            g->size[j] = g->size[j + 2];
-            g->red[j] = g->red[j + 2];
-        }
-        g->n -= 2;
-    } else {
-        for (int j = k; j + 1 < g->n; j++) {
-            g->size[j] = g->size[j + 1];
-            g->red[j] = g->red[j + 1];
-        }
-        g->n -= 1;
-    }
-    return true;
-}
-
+/* ---- reductions: (O, R, I) passes over rm_groups (src/dispatch/kernels/groups.h) ---------- */
 /* How one sum pass (O, R, I) is split for parallelism: rows (I == 1) into
  * chunks of RMK_ROW_CHUNK elements when there are few rows, columns into
  * chunks of at least RMK_COL_MIN_ROWS rows when O * I threads alone are too

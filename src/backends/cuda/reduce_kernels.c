@@ -24,9 +24,9 @@ static int sum_passes(rmk_call *c, const remat_tensor *x, const rm_reduce_params
                                              NULL, NULL, NULL, c->s),
                              c->what);
     }
-    rmk_groups g;
-    rmk_groups_make(x->ndim, x->shape, p->mask, &g);
-    int n_red = rmk_groups_nred(&g);
+    rm_groups g;
+    rm_groups_make(x->ndim, x->shape, p->mask, &g);
+    int n_red = rm_groups_nred(&g);
     if (n_red == 0) /* only size-1 dims reduced: a copy (count 1) */
         return rm_cuda_check(cudaMemcpyAsync(rm_ptr(y), rm_ptr(x), (size_t)n_out * es,
                                              cudaMemcpyDeviceToDevice, c->s),
@@ -35,7 +35,7 @@ static int sum_passes(rmk_call *c, const remat_tensor *x, const rm_reduce_params
     void *held[2] = {NULL, NULL}; /* intermediate results, alternating */
     int which = 0, rc = REMAT_OK;
     int64_t O, R, I;
-    while (!rc && rmk_groups_next_pass(&g, &O, &R, &I)) {
+    while (!rc && rm_groups_next_pass(&g, &O, &R, &I)) {
         bool last = --n_red == 0;
         void *dst = rm_ptr(y);
         if (!last) {
