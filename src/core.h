@@ -30,9 +30,9 @@
 /* Status the current message was set with (rm_err, remat_set_error);
  * REMAT_OK when there is no message. For callbacks that can only signal
  * failure (a pack hook returning NULL): their own status is kept. */
-int rm_last_status(void);
+remat_status rm_last_status(void);
 /* Prefixes the current message with "call: " (used when an inner call fails). */
-int rm_err_prefix(int status, const char *call);
+remat_status rm_err_prefix(int status, const char *call);
 /* Warning that is only printed once per distinct text by the default logger. */
 void rm_warn(const char *fmt, ...)
 #if defined(__GNUC__)
@@ -86,7 +86,7 @@ struct remat_tensor {
 remat_tensor *rm_tensor_alloc(rm_storage *storage, int64_t offset, int ndim,
                               const int64_t *shape, const int64_t *strides, remat_dtype dtype);
 /* Allocates storage on device (accounting). nbytes may be 0. meta → no data. */
-int rm_storage_new(rm_storage **out, size_t nbytes, remat_device device, bool meta);
+remat_status rm_storage_new(rm_storage **out, size_t nbytes, remat_device device, bool meta);
 void rm_storage_retain(rm_storage *s);
 void rm_storage_release(rm_storage *s);
 void rm_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
@@ -99,16 +99,16 @@ int64_t rm_shape_numel(int ndim, const int64_t *shape);
  * bytes exceed REMAT_MAX_TENSOR_BYTES. *numel (may be
  * NULL) gets the count. Every path that makes a shape larger than its
  * input's (creation, broadcasting outputs, expand, reshape) goes through it. */
-int rm_check_size(const char *call, int ndim, const int64_t *shape, remat_dtype dtype,
+remat_status rm_check_size(const char *call, int ndim, const int64_t *shape, remat_dtype dtype,
                   int64_t *numel);
 /* Hands a freshly created tensor to the caller: stores it in *out and
  * registers it with the open scope, if any. When the scope cannot grow,
  * releases t, sets *out to NULL and returns REMAT_ENOMEM (so `return
  * rm_hand_out(out, t);` ends an op correctly either way). */
-int rm_hand_out(remat_tensor **out, remat_tensor *t);
+remat_status rm_hand_out(remat_tensor **out, remat_tensor *t);
 /* The same for n outputs of one call (NULL entries skipped): all are
  * registered, or, on REMAT_ENOMEM, all released and set to NULL. */
-int rm_hand_out_n(remat_tensor **ts, int n);
+remat_status rm_hand_out_n(remat_tensor **ts, int n);
 /* Element pointer of t (storage + offset * elemsize) — may be NULL (meta). */
 static inline void *rm_ptr(const remat_tensor *t) {
     if (!t->storage->data) return NULL;
@@ -169,22 +169,22 @@ bool rm_skip_mode(void);
 bool rm_set_skip_mode(bool on); /* returns previous */
 
 /* ---- validation helpers (set an error message naming `call`) ------------------- */
-int rm_check_tensor(const char *call, const char *arg, const remat_tensor *t);
+remat_status rm_check_tensor(const char *call, const char *arg, const remat_tensor *t);
 /* f32 or f64 and host-addressable (ops that run cpu code directly). */
-int rm_check_float(const char *call, const char *arg, const remat_tensor *t);
+remat_status rm_check_float(const char *call, const char *arg, const remat_tensor *t);
 /* f32 or f64 on any device (rm_dispatch: the kernel table decides devices). */
-int rm_check_float_dtype(const char *call, const char *arg, const remat_tensor *t);
-int rm_check_same_dtype(const char *call, const remat_tensor *a, const remat_tensor *b);
-int rm_check_same_device(const char *call, const remat_tensor *a, const remat_tensor *b);
-int rm_check_host(const char *call, const remat_tensor *t);
+remat_status rm_check_float_dtype(const char *call, const char *arg, const remat_tensor *t);
+remat_status rm_check_same_dtype(const char *call, const remat_tensor *a, const remat_tensor *b);
+remat_status rm_check_same_device(const char *call, const remat_tensor *a, const remat_tensor *b);
+remat_status rm_check_host(const char *call, const remat_tensor *t);
 /* Normalises a possibly negative dim against ndim. */
-int rm_norm_dim(const char *call, int dim, int ndim, int *out);
+remat_status rm_norm_dim(const char *call, int dim, int ndim, int *out);
 /* Broadcast shape of a and b. */
-int rm_broadcast_shape(const char *call, int nda, const int64_t *sa, int ndb, const int64_t *sb,
+remat_status rm_broadcast_shape(const char *call, int nda, const int64_t *sa, int ndb, const int64_t *sb,
                        int *nd_out, int64_t *shape_out);
 
 /* Creates a new contiguous output tensor (skip-mode aware). */
-int rm_new_output(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
+remat_status rm_new_output(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
                   remat_device device);
 
 /* ---- allocator ------------------------------------------------------------------ */
@@ -206,7 +206,7 @@ int64_t rm_meter_current(void);
 int64_t rm_meter_peak(void);
 void *rm_device_alloc(remat_device device, size_t nbytes);
 void rm_device_free(remat_device device, void *ptr, size_t nbytes);
-int rm_device_copy(remat_device dst_dev, void *dst, remat_device src_dev, const void *src,
+remat_status rm_device_copy(remat_device dst_dev, void *dst, remat_device src_dev, const void *src,
                    size_t nbytes);
 
 /* ---- device types built in besides cpu ---------------------------------------------
@@ -223,7 +223,7 @@ const char *rm_builtin_device_unavailable_reason(void);
 /* ---- RNG ------------------------------------------------------------------------ */
 /* Reserves n_blocks Philox blocks (4 u32 each) from the device generator:
  * returns key and the starting counter. */
-int rm_rng_reserve(remat_device device, uint64_t n_blocks, uint32_t key[2], uint64_t *counter);
+remat_status rm_rng_reserve(remat_device device, uint64_t n_blocks, uint32_t key[2], uint64_t *counter);
 /* Fills 4 u32 for block `block` from key and base counter. */
 void rm_philox_block(const uint32_t key[2], uint64_t counter_lo, uint32_t out[4]);
 static inline double rm_u32_to_unit(uint32_t x) { return (x >> 8) * (1.0 / 16777216.0); }
@@ -261,10 +261,10 @@ static inline bool rm_iter_next(rm_iter *it) {
 void rm_iter_seek(rm_iter *it, int64_t linear);
 
 /* Contiguous copy of t (new reference; t itself retained if already contiguous). */
-int rm_contig(remat_tensor **out, remat_tensor *t);
+remat_status rm_contig(remat_tensor **out, remat_tensor *t);
 /* Copies src into dst elementwise (same numel view, broadcast src to dst's
  * shape, converting dtype). No autograd. */
-int rm_copy_into(remat_tensor *dst, const remat_tensor *src);
+remat_status rm_copy_into(remat_tensor *dst, const remat_tensor *src);
 /* (src/backends/cpu/copy.c) rm_copy_into's fast kernel for dst and src of the same
  * dtype: bit-for-bit, row memcpy / tiled transpose / strided rows, OpenMP
  * split. Returns false, doing nothing, when the dtypes differ (meta

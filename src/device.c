@@ -321,7 +321,7 @@ void rm_device_free(remat_device device, void *ptr, size_t nbytes) {
     t->def.free(t->def.user_data, device.index, ptr, nbytes);
 }
 
-int rm_device_copy(remat_device dst_dev, void *dst, remat_device src_dev, const void *src,
+remat_status rm_device_copy(remat_device dst_dev, void *dst, remat_device src_dev, const void *src,
                    size_t nbytes) {
     if (nbytes == 0) return REMAT_OK;
     if (dst_dev.type == REMAT_CPU && src_dev.type == REMAT_CPU) {
@@ -492,7 +492,7 @@ void remat_manual_seed(uint64_t seed) {
     }
 }
 
-int rm_rng_reserve(remat_device device, uint64_t n_blocks, uint32_t key[2], uint64_t *counter) {
+remat_status rm_rng_reserve(remat_device device, uint64_t n_blocks, uint32_t key[2], uint64_t *counter) {
     rm_devtype *t = NULL;
     int rc = check_rng_device("rng", device, &t);
     if (rc) return rc;

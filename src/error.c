@@ -49,7 +49,7 @@ void remat_clear_error(void) {
     tls_status = REMAT_OK;
 }
 
-int rm_last_status(void) { return tls_msg[0] ? tls_status : REMAT_OK; }
+remat_status rm_last_status(void) { return tls_msg[0] ? tls_status : REMAT_OK; }
 
 static int vset(int status, const char *fmt, va_list ap) {
     char tmp[RM_MSG_CAP];
@@ -67,7 +67,7 @@ remat_status remat_set_error(remat_status status, const char *fmt, ...) {
     return status;
 }
 
-int rm_err_prefix(int status, const char *call) {
+remat_status rm_err_prefix(int status, const char *call) {
     char tmp[RM_MSG_CAP];
     size_t k = strlen(call);
     if (k > RM_MSG_CAP / 4) k = RM_MSG_CAP / 4;

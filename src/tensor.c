@@ -35,7 +35,7 @@ const char *remat_dtype_name(remat_dtype dtype) {
 int64_t remat_live_tensors(void) { return (int64_t)atomic_load(&g_live_tensors); }
 
 /* ---- storage ---------------------------------------------------------------------- */
-int rm_storage_new(rm_storage **out, size_t nbytes, remat_device device, bool meta) {
+remat_status rm_storage_new(rm_storage **out, size_t nbytes, remat_device device, bool meta) {
     *out = NULL;
     int rc = remat_device_check(device);
     if (rc) return rc;
@@ -88,7 +88,7 @@ int64_t rm_shape_numel(int ndim, const int64_t *shape) {
     return n;
 }
 
-int rm_check_size(const char *call, int ndim, const int64_t *shape, remat_dtype dtype,
+remat_status rm_check_size(const char *call, int ndim, const int64_t *shape, remat_dtype dtype,
                   int64_t *numel) {
     int64_t es = (int64_t)remat_dtype_size(dtype), span = 1;
     bool over = false, empty = false;
@@ -191,7 +191,7 @@ int remat_scope_end(remat_scope *s) {
     return REMAT_OK;
 }
 
-int rm_hand_out_n(remat_tensor **ts, int n) {
+remat_status rm_hand_out_n(remat_tensor **ts, int n) {
     remat_scope *s = tls_scope;
     if (!s) return REMAT_OK;
     int need = 0;
@@ -217,7 +217,7 @@ int rm_hand_out_n(remat_tensor **ts, int n) {
     return REMAT_OK;
 }
 
-int rm_hand_out(remat_tensor **out, remat_tensor *t) {
+remat_status rm_hand_out(remat_tensor **out, remat_tensor *t) {
     *out = t;
     return rm_hand_out_n(out, 1);
 }
@@ -272,12 +272,12 @@ const char *remat_describe(const remat_tensor *t, char *buf, size_t n) {
     return rm_tensor_str(t, buf, n);
 }
 
-int rm_check_tensor(const char *call, const char *arg, const remat_tensor *t) {
+remat_status rm_check_tensor(const char *call, const char *arg, const remat_tensor *t) {
     if (!t) return rm_err(REMAT_EINVAL, "%s: tensor argument '%s' is NULL", call, arg);
     return REMAT_OK;
 }
 
-int rm_check_float_dtype(const char *call, const char *arg, const remat_tensor *t) {
+remat_status rm_check_float_dtype(const char *call, const char *arg, const remat_tensor *t) {
     int rc = rm_check_tensor(call, arg, t);
     if (rc) return rc;
     if (t->dtype != REMAT_F32 && t->dtype != REMAT_F64 && t->dtype != REMAT_BF16) {
@@ -288,12 +288,12 @@ int rm_check_float_dtype(const char *call, const char *arg, const remat_tensor *
     return REMAT_OK;
 }
 
-int rm_check_float(const char *call, const char *arg, const remat_tensor *t) {
+remat_status rm_check_float(const char *call, const char *arg, const remat_tensor *t) {
     int rc = rm_check_float_dtype(call, arg, t);
     return rc ? rc : rm_check_host(call, t);
 }
 
-int rm_check_same_dtype(const char *call, const remat_tensor *a, const remat_tensor *b) {
+remat_status rm_check_same_dtype(const char *call, const remat_tensor *a, const remat_tensor *b) {
     if (a->dtype != b->dtype) {
         char ba[200], bb[200];
         return rm_err(REMAT_EDTYPE, "%s: dtypes differ: %s vs %s", call,
@@ -302,7 +302,7 @@ int rm_check_same_dtype(const char *call, const remat_tensor *a, const remat_ten
     return REMAT_OK;
 }
 
-int rm_check_same_device(const char *call, const remat_tensor *a, const remat_tensor *b) {
+remat_status rm_check_same_device(const char *call, const remat_tensor *a, const remat_tensor *b) {
     remat_device da = a->storage->device, db = b->storage->device;
     if (da.type != db.type || da.index != db.index) {
         char ba[200], bb[200];
@@ -312,7 +312,7 @@ int rm_check_same_device(const char *call, const remat_tensor *a, const remat_te
     return REMAT_OK;
 }
 
-int rm_check_host(const char *call, const remat_tensor *t) {
+remat_status rm_check_host(const char *call, const remat_tensor *t) {
     if (!remat_device_host_addressable(t->storage->device.type)) {
         char b[200];
         return rm_err(REMAT_EDEVICE,
@@ -322,7 +322,7 @@ int rm_check_host(const char *call, const remat_tensor *t) {
     return REMAT_OK;
 }
 
-int rm_norm_dim(const char *call, int dim, int ndim, int *out) {
+remat_status rm_norm_dim(const char *call, int dim, int ndim, int *out) {
     int n = ndim == 0 ? 1 : ndim; /* a 0-dim tensor accepts dim 0 / -1 */
     if (dim < -n || dim >= n)
         return rm_err(REMAT_EINVAL, "%s: dim %d out of range for a %d-dim tensor (expected %d to %d)",
@@ -331,7 +331,7 @@ int rm_norm_dim(const char *call, int dim, int ndim, int *out) {
     return REMAT_OK;
 }
 
-int rm_broadcast_shape(const char *call, int nda, const int64_t *sa, int ndb, const int64_t *sb,
+remat_status rm_broadcast_shape(const char *call, int nda, const int64_t *sa, int ndb, const int64_t *sb,
                        int *nd_out, int64_t *shape_out) {
     int nd = nda > ndb ? nda : ndb;
     for (int i = 0; i < nd; i++) {
@@ -380,7 +380,7 @@ static int make_tensor(remat_tensor **out, int ndim, const int64_t *shape, remat
     return REMAT_OK;
 }
 
-int rm_new_output(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
+remat_status rm_new_output(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
                   remat_device device) {
     return make_tensor(out, ndim, shape, dtype, device, rm_skip_mode());
 }
@@ -807,7 +807,7 @@ static int copy_into_device(remat_tensor *dst, const remat_tensor *src) {
                   rm_tensor_str(src, bs, sizeof bs), rm_tensor_str(dst, bd, sizeof bd));
 }
 
-int rm_copy_into(remat_tensor *dst, const remat_tensor *src) {
+remat_status rm_copy_into(remat_tensor *dst, const remat_tensor *src) {
     if (!dst->storage->data || !src->storage->data) return REMAT_OK; /* meta */
     int64_t n = rm_shape_numel(dst->ndim, dst->shape);
     if (n == 0) return REMAT_OK;
@@ -872,7 +872,7 @@ int rm_copy_into(remat_tensor *dst, const remat_tensor *src) {
     return REMAT_OK;
 }
 
-int rm_contig(remat_tensor **out, remat_tensor *t) {
+remat_status rm_contig(remat_tensor **out, remat_tensor *t) {
     if (remat_is_contiguous(t)) {
         *out = remat_retain(t);
         return REMAT_OK;

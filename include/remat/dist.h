@@ -72,10 +72,10 @@ typedef struct remat_dist_options {
  * FUNNELED) when the user has not; remat_dist_finalize then finalises it.
  * Errors: REMAT_EUNSUPPORTED (no MPI build), REMAT_EIO (MPI failed),
  * REMAT_EINVAL (bad timeout), REMAT_ENOMEM. */
-int remat_dist_init(remat_dist **out, const remat_dist_options *opts);
+remat_status remat_dist_init(remat_dist **out, const remat_dist_options *opts);
 /* Frees the group; finalises MPI if remat_dist_init initialised it and no
  * other group is alive. NULL → REMAT_OK. */
-int remat_dist_finalize(remat_dist *pg);
+remat_status remat_dist_finalize(remat_dist *pg);
 /* Ends every process of the job now (MPI_Abort with `code`), for programs
  * that got a dist error: the only remat call that does not return. */
 void remat_dist_abort(remat_dist *pg, int code);
@@ -104,18 +104,18 @@ typedef enum remat_reduce_op {
 /* Overwrites t on every rank with rank `root`'s values. t must be a
  * contiguous f32/f64/i64 cpu tensor of the same shape and dtype on every
  * rank. Does not bump t's version (use outside of graphs). */
-int remat_dist_broadcast(remat_dist *pg, remat_tensor *t, int root);
+remat_status remat_dist_broadcast(remat_dist *pg, remat_tensor *t, int root);
 /* Replaces t on every rank by the element-wise reduction over ranks
  * (MEAN = SUM / world size). Same requirements as broadcast; the result is
  * bitwise identical on every rank. */
-int remat_dist_all_reduce(remat_dist *pg, remat_tensor *t, remat_reduce_op op);
+remat_status remat_dist_all_reduce(remat_dist *pg, remat_tensor *t, remat_reduce_op op);
 /* The same for n doubles in place (program statistics). */
-int remat_dist_all_reduce_f64(remat_dist *pg, double *values, int n, remat_reduce_op op);
+remat_status remat_dist_all_reduce_f64(remat_dist *pg, double *values, int n, remat_reduce_op op);
 /* Waits until every rank has called it. */
-int remat_dist_barrier(remat_dist *pg);
+remat_status remat_dist_barrier(remat_dist *pg);
 /* Sets *same to whether every tensor of the list holds bitwise the same
  * bytes on every rank (an FNV hash per rank, compared on all). Collective. */
-int remat_dist_check_identical(remat_dist *pg, int n, remat_tensor *const *tensors, bool *same);
+remat_status remat_dist_check_identical(remat_dist *pg, int n, remat_tensor *const *tensors, bool *same);
 
 /* ---- DDP: gradient synchronisation ------------------------------------------------
  * Parameters are grouped into buckets of about bucket_bytes, in reverse
@@ -161,7 +161,7 @@ typedef struct remat_ddp_options {
  * passes the same count, shapes and dtypes (REMAT_EINVAL naming the first
  * difference and the ranks), then copies rank 0's values into every
  * rank's parameters. opts may be NULL. */
-int remat_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *params,
+remat_status remat_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *params,
                      const remat_ddp_options *opts);
 void remat_ddp_free(remat_ddp *ddp);
 
@@ -172,7 +172,7 @@ void remat_ddp_free(remat_ddp *ddp);
  * If the local backward fails, this rank still takes part in the
  * collectives and reports the failure to the others; every rank then
  * returns an error naming the failed rank(s). */
-int remat_ddp_backward(remat_ddp *ddp, remat_tensor *loss);
+remat_status remat_ddp_backward(remat_ddp *ddp, remat_tensor *loss);
 /* Turns synchronisation off (PyTorch: no_sync) or back on. */
 void remat_ddp_set_sync(remat_ddp *ddp, bool sync);
 
@@ -225,7 +225,7 @@ typedef struct remat_zero remat_zero;
 
 /* Collective. params as for remat_ddp_create (rank 0's values are copied
  * everywhere); ddp_opts may be NULL. */
-int remat_zero_create(remat_zero **out, remat_dist *pg, int n, remat_tensor *const *params,
+remat_status remat_zero_create(remat_zero **out, remat_dist *pg, int n, remat_tensor *const *params,
                       const double *weight_decay, const remat_optim_options *opts,
                       const remat_ddp_options *ddp_opts);
 void remat_zero_free(remat_zero *z);
@@ -233,14 +233,14 @@ void remat_zero_free(remat_zero *z);
  * each parameter's .grad is left as this rank computed it). With
  * accum_steps > 1 it sets the synchronisation (remat_ddp_set_sync) itself:
  * on for the last micro-batch of an update only. */
-int remat_zero_backward(remat_zero *z, remat_tensor *loss);
+remat_status remat_zero_backward(remat_zero *z, remat_tensor *loss);
 /* One call per micro-batch, after remat_zero_backward. The call that
  * completes accum_steps micro-batches (every call when accum_steps <= 1):
  * mean over ranks (and micro-batches) of the shard, clipping (clip_norm),
  * AdamW on this rank's slice, all-gather of the parameters; then every
  * parameter's .grad is dropped (set to none) as remat_optim_step does, and
  * *updated (may be NULL) is set. Other calls only count. */
-int remat_zero_step(remat_zero *z, bool *updated /* OUT */);
+remat_status remat_zero_step(remat_zero *z, bool *updated /* OUT */);
 /* Exact allocator bytes of this rank's optimizer state (exp_avg and
  * exp_avg_sq of its slices), and of the communication buffers (the
  * buckets), which are not optimizer state. */
@@ -265,8 +265,8 @@ int64_t remat_zero_updates(const remat_zero *z);
  * remat_zero_load_state is local: every rank copies its own slices out of
  * o (which holds the whole state, e.g. read from a file on every rank) and
  * takes o's update and per-parameter step counts. */
-int remat_zero_gather_state(remat_zero *z, int root, remat_optimizer *o);
-int remat_zero_load_state(remat_zero *z, const remat_optimizer *o);
+remat_status remat_zero_gather_state(remat_zero *z, int root, remat_optimizer *o);
+remat_status remat_zero_load_state(remat_zero *z, const remat_optimizer *o);
 
 REMAT_END_PUBLIC
 #ifdef __cplusplus

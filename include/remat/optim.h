@@ -86,7 +86,7 @@ typedef struct remat_lr_schedule {
  * constant). Checks nothing: see remat_lr_schedule_check. */
 double remat_lr_at(const remat_lr_schedule *s, double lr, int64_t k);
 /* REMAT_EINVAL (with a message) if s is not a valid schedule. */
-int remat_lr_schedule_check(const remat_lr_schedule *s);
+remat_status remat_lr_schedule_check(const remat_lr_schedule *s);
 
 /* ---- options ---------------------------------------------------------------- */
 typedef struct remat_optim_options {
@@ -110,7 +110,7 @@ typedef struct remat_optim_options {
  * (0.9, 0.999), eps 1e-8, weight_decay 1e-2; SGD: lr 1e-3 (PyTorch 1.13 has
  * no default), no momentum, no weight decay) and a constant schedule, no
  * clipping, no accumulation. REMAT_EINVAL for an unknown kind. */
-int remat_optim_options_init(remat_optim_options *o, remat_optim_kind kind);
+remat_status remat_optim_options_init(remat_optim_options *o, remat_optim_kind kind);
 
 /* ---- the optimizer ------------------------------------------------------------ */
 typedef struct remat_optimizer remat_optimizer;
@@ -121,7 +121,7 @@ typedef struct remat_optimizer remat_optimizer;
  * REMAT_EINVAL (bad option, NULL or duplicate parameter, not a leaf, not
  * contiguous), REMAT_EDTYPE (not f32/f64), REMAT_EDEVICE (not cpu),
  * REMAT_ENOMEM. */
-int remat_optim_create(remat_optimizer **out /* OUT */, const remat_optim_options *opts,
+remat_status remat_optim_create(remat_optimizer **out /* OUT */, const remat_optim_options *opts,
                        remat_tensor *const *params, int n);
 /* Releases the parameters and the state. NULL is a no-op. */
 void remat_optim_free(remat_optimizer *o);
@@ -129,7 +129,7 @@ void remat_optim_free(remat_optimizer *o);
 /* Adds a parameter group whose weight decay is `weight_decay` (PyTorch's
  * param_groups; the usual use: biases and norms with 0). Same checks as
  * create; on failure the optimizer is unchanged. */
-int remat_optim_add_group(remat_optimizer *o, remat_tensor *const *params, int n,
+remat_status remat_optim_add_group(remat_optimizer *o, remat_tensor *const *params, int n,
                           double weight_decay);
 
 /* One call per micro-batch, after its backward. With accum_steps = A, the
@@ -141,7 +141,7 @@ int remat_optim_add_group(remat_optimizer *o, remat_tensor *const *params, int n
  * only count. Gradients are scaled in place (as PyTorch's clip_grad_norm_
  * does); a strided gradient is first replaced by a dense copy. On failure
  * (REMAT_ENOMEM making a gradient dense) no parameter or state has changed. */
-int remat_optim_step(remat_optimizer *o, bool *updated /* OUT */);
+remat_status remat_optim_step(remat_optimizer *o, bool *updated /* OUT */);
 
 /* Drops every parameter's .grad (PyTorch's zero_grad(set_to_none=True))
  * and restarts the micro-batch count. */
@@ -150,8 +150,8 @@ void remat_optim_zero_grad(remat_optimizer *o);
 /* Global L2 norm of the gradients (as clip_grad_norm_ computes it;
  * parameters without a gradient count 0), and scaling every gradient by f.
  * The building blocks of the clipping remat_optim_step does. */
-int remat_optim_grad_norm(const remat_optimizer *o, double *norm /* OUT */);
-int remat_optim_scale_grads(remat_optimizer *o, double f);
+remat_status remat_optim_grad_norm(const remat_optimizer *o, double *norm /* OUT */);
+remat_status remat_optim_scale_grads(remat_optimizer *o, double f);
 
 /* The rate the next update will use, and how many updates were applied. */
 double remat_optim_lr(const remat_optimizer *o);
@@ -162,7 +162,7 @@ double remat_optim_last_grad_norm(const remat_optimizer *o);
 /* Options in effect (groups' weight decays aside). */
 const remat_optim_options *remat_optim_get_options(const remat_optimizer *o);
 /* Changes the peak rate (e.g. a run resumed with another --lr). */
-int remat_optim_set_lr(remat_optimizer *o, double lr);
+remat_status remat_optim_set_lr(remat_optimizer *o, double lr);
 
 /* ---- state: saving, restoring, accounting -------------------------------------- */
 typedef enum remat_optim_slot {
@@ -180,7 +180,7 @@ remat_tensor *remat_optim_state(const remat_optimizer *o, int i, remat_optim_slo
 int64_t remat_optim_param_steps(const remat_optimizer *o, int i);
 /* Restores the counters after the state was written back: every parameter's
  * step count and the number of updates become `updates`. */
-int remat_optim_set_updates(remat_optimizer *o, int64_t updates);
+remat_status remat_optim_set_updates(remat_optimizer *o, int64_t updates);
 
 /* Exact allocator bytes of the state (what create allocated). */
 size_t remat_optim_state_bytes(const remat_optimizer *o);
@@ -202,9 +202,9 @@ typedef struct remat_adamw_hparams {
 /* p *= 1 - lr wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g²;
  * p -= lr/(1-b1^step) * m / (sqrt(v)/sqrt(1-b2^step) + eps).
  * REMAT_EINVAL on a NULL buffer (n > 0), n < 0 or step < 1. */
-int remat_adamw_update_f32(float *p, const float *g, float *m, float *v, int64_t n,
+remat_status remat_adamw_update_f32(float *p, const float *g, float *m, float *v, int64_t n,
                            const remat_adamw_hparams *h);
-int remat_adamw_update_f64(double *p, const double *g, double *m, double *v, int64_t n,
+remat_status remat_adamw_update_f64(double *p, const double *g, double *m, double *v, int64_t n,
                            const remat_adamw_hparams *h);
 
 typedef struct remat_sgd_hparams {
@@ -215,9 +215,9 @@ typedef struct remat_sgd_hparams {
 /* d = g + wd p; with momentum: buf = first ? d : momentum buf + (1-dampening) d,
  * d = nesterov ? d + momentum buf : buf; p -= lr d. buf may be NULL iff
  * momentum == 0. */
-int remat_sgd_update_f32(float *p, const float *g, float *buf, int64_t n,
+remat_status remat_sgd_update_f32(float *p, const float *g, float *buf, int64_t n,
                          const remat_sgd_hparams *h);
-int remat_sgd_update_f64(double *p, const double *g, double *buf, int64_t n,
+remat_status remat_sgd_update_f64(double *p, const double *g, double *buf, int64_t n,
                          const remat_sgd_hparams *h);
 
 /* Sum of squares of x[0..n) in double (for a global norm over buffers). */
@@ -231,7 +231,7 @@ double remat_clip_factor(double total_norm, double max_norm);
  * norm_type 2): the global L2 norm of the gradients of params[0..n) into
  * *total_norm (may be NULL), then every gradient scaled by
  * remat_clip_factor. Parameters without a gradient are skipped. */
-int remat_clip_grad_norm(remat_tensor *const *params, int n, double max_norm,
+remat_status remat_clip_grad_norm(remat_tensor *const *params, int n, double max_norm,
                          double *total_norm /* OUT */);
 
 REMAT_END_PUBLIC

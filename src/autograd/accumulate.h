@@ -37,7 +37,7 @@ void rm_progress_point(void);
  * (remat_function_apply, e.g. a reentrant checkpoint): its backward may run
  * backward passes of its own, whose accumulations this walk cannot see.
  * REMAT_ENOMEM (the counts are then incomplete). */
-int rm_graph_leaf_accumulators(remat_tensor *root, rm_accumulate_observer_fn fn, void *user_data,
+remat_status rm_graph_leaf_accumulators(remat_tensor *root, rm_accumulate_observer_fn fn, void *user_data,
                                bool *opaque /* OUT */);
 
 /* True for a custom function's node (src/autograd/function.c). */

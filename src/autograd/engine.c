@@ -50,7 +50,7 @@ bool remat_in_backward(void) { return tls_task != NULL; }
 bool rm_backward_retains_graph(void) { return !tls_task || tls_task->retain_graph; }
 bool rm_backward_creates_graph(void) { return tls_task && tls_task->create_graph; }
 
-int rm_no_double_backward(const remat_node *n, const char *what) {
+remat_status rm_no_double_backward(const remat_node *n, const char *what) {
     const char *op = n->op_name ? n->op_name : remat_node_name(n);
     return rm_err(REMAT_EUNSUPPORTED,
                   "%s: double backward (create_graph) through %s%s%s is not supported: remat has "

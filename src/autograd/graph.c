@@ -239,7 +239,7 @@ static remat_node *node_alloc(const char *name, rm_backward_fn backward, int n_n
     return n;
 }
 
-int rm_gradient_edge(remat_tensor *t, rm_edge *edge) {
+remat_status rm_gradient_edge(remat_tensor *t, rm_edge *edge) {
     edge->node = NULL;
     edge->input_nr = 0;
     if (!t || !t->requires_grad) return REMAT_OK;
@@ -265,7 +265,7 @@ int rm_gradient_edge(remat_tensor *t, rm_edge *edge) {
     return REMAT_OK;
 }
 
-int rm_node_new(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
+remat_status rm_node_new(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
                 remat_tensor *const *inputs, int n_outputs, int n_saved) {
     *out = NULL;
     rm_progress_point(); /* an op recorded: recomputation in backward passes here too */
@@ -283,7 +283,7 @@ int rm_node_new(remat_node **out, const char *name, rm_backward_fn backward, int
     return REMAT_OK;
 }
 
-int rm_node_new_ctx(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
+remat_status rm_node_new_ctx(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
                     remat_tensor *const *inputs, int n_outputs, int n_saved, const void *ctx,
                     size_t ctx_size) {
     int rc = rm_node_new(out, name, backward, n_inputs, inputs, n_outputs, n_saved);
@@ -327,7 +327,7 @@ static int make_alias(remat_tensor **out, remat_tensor *t) {
     return REMAT_OK;
 }
 
-int rm_node_save(remat_node *n, int slot, remat_tensor *t) {
+remat_status rm_node_save(remat_node *n, int slot, remat_tensor *t) {
     rm_saved *s = &n->saved[slot];
     memset(s, 0, sizeof *s);
     if (!t) return REMAT_OK;
@@ -411,7 +411,7 @@ static const char *k_backward_twice =
     "call remat_backward() or remat_grad(). Pass retain_graph=true if you need to backward "
     "through the graph a second time or to access saved tensors after calling backward.";
 
-int rm_node_unpack(remat_node *n, int slot, remat_tensor **out) {
+remat_status rm_node_unpack(remat_node *n, int slot, remat_tensor **out) {
     *out = NULL;
     rm_saved *s = &n->saved[slot];
     if (!s->defined) return REMAT_OK;
@@ -521,7 +521,7 @@ remat_node *remat_node_next(const remat_node *node, int i) {
     return node->next[i].node;
 }
 
-int rm_check_inplace(const char *call, remat_tensor *t) {
+remat_status rm_check_inplace(const char *call, remat_tensor *t) {
     if (remat_is_grad_enabled() && t->requires_grad && !t->grad_fn) {
         char b[200];
         return rm_err(REMAT_ESTATE,
@@ -602,7 +602,7 @@ static const rm_graph_ops *g_graph_ops;
 
 void rm_set_graph_ops(const rm_graph_ops *ops) { g_graph_ops = ops; }
 
-int rm_graph_ops_get(const char *what, const rm_graph_ops **ops) {
+remat_status rm_graph_ops_get(const char *what, const rm_graph_ops **ops) {
     *ops = g_graph_ops;
     if (!*ops)
         return rm_err(REMAT_ESTATE, "%s under create_graph: no differentiable ops are installed "
@@ -610,7 +610,7 @@ int rm_graph_ops_get(const char *what, const rm_graph_ops **ops) {
     return REMAT_OK;
 }
 
-int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape) {
+remat_status rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape) {
     *out = NULL;
     if (grad->ndim == ndim && memcmp(grad->shape, shape, sizeof(int64_t) * (size_t)ndim) == 0) {
         *out = remat_retain(grad);
@@ -635,7 +635,7 @@ int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *s
     return rc;
 }
 
-int rm_grad_add(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+remat_status rm_grad_add(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     /* under create_graph the sum is recorded */
     if (remat_is_grad_enabled() && (a->requires_grad || b->requires_grad)) {
         const rm_graph_ops *ops;
@@ -651,7 +651,7 @@ int rm_grad_add(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     return rc;
 }
 
-int rm_grad_add_into(remat_tensor *acc, remat_tensor *g) {
+remat_status rm_grad_add_into(remat_tensor *acc, remat_tensor *g) {
     remat_tensor *b = NULL;
     int rc = REMAT_OK;
     if (remat_shares_storage(acc, g)) { /* read g from a copy: acc is written as it is read */

@@ -41,7 +41,7 @@ typedef struct rm_edge {
     int input_nr;
 } rm_edge;
 
-typedef int (*rm_backward_fn)(remat_node *node, remat_tensor *const *grad_outputs,
+typedef remat_status (*rm_backward_fn)(remat_node *node, remat_tensor *const *grad_outputs,
                               remat_tensor **grad_inputs);
 
 typedef struct rm_node_hook {
@@ -88,29 +88,29 @@ struct remat_node {
 bool rm_needs_grad(int n, remat_tensor *const *inputs);
 /* Creates a node for an op with n_inputs inputs (NULL or non-grad inputs get
  * empty edges), n_outputs outputs and room for n_saved saved tensors. */
-int rm_node_new(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
+remat_status rm_node_new(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
                 remat_tensor *const *inputs, int n_outputs, int n_saved);
 /* rm_node_new, then a copy of ctx_size bytes of ctx as the node's ctx
  * (freed with the node); ctx_size 0: no ctx. */
-int rm_node_new_ctx(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
+remat_status rm_node_new_ctx(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
                     remat_tensor *const *inputs, int n_outputs, int n_saved, const void *ctx,
                     size_t ctx_size);
 /* Drops a reference to the node. */
 void rm_node_release(remat_node *n);
 remat_node *rm_node_retain(remat_node *n);
 /* Saves t (may be NULL) into slot i, through the saved-tensor hooks. */
-int rm_node_save(remat_node *n, int slot, remat_tensor *t);
+remat_status rm_node_save(remat_node *n, int slot, remat_tensor *t);
 /* Unpacks saved slot i: a new reference (NULL if the slot was saved NULL). */
-int rm_node_unpack(remat_node *n, int slot, remat_tensor **out);
+remat_status rm_node_unpack(remat_node *n, int slot, remat_tensor **out);
 /* Attaches output `t` as output i of the node (sets grad_fn, requires_grad). */
 void rm_node_set_output(remat_node *n, int i, remat_tensor *t);
 /* Convenience: set ctx (freed with free() unless ctx_free given). */
 void rm_node_set_ctx(remat_node *n, void *ctx, void (*ctx_free)(void *));
 /* Edge to the gradient sink of t (grad_fn or the leaf accumulator). */
-int rm_gradient_edge(remat_tensor *t, rm_edge *edge);
+remat_status rm_gradient_edge(remat_tensor *t, rm_edge *edge);
 /* In-place ops: fails on a leaf that requires grad while grad mode is on.
  * (The rebase onto the new node happens in rm_node_set_output.) */
-int rm_check_inplace(const char *call, remat_tensor *t);
+remat_status rm_check_inplace(const char *call, remat_tensor *t);
 /* Frees saved tensors of a node (graph release). */
 void rm_node_release_saved(remat_node *n);
 /* Called by a backward function once it has read saved slot `slot` for the
@@ -135,7 +135,7 @@ bool rm_backward_retains_graph(void);
 bool rm_backward_creates_graph(void);
 /* For a backward_diff: REMAT_EUNSUPPORTED naming the node's op and `what`
  * (a case of the op whose second derivative remat does not have). */
-int rm_no_double_backward(const remat_node *n, const char *what);
+remat_status rm_no_double_backward(const remat_node *n, const char *what);
 
 /* ---- differentiable gradient arithmetic (create_graph) -------------------------------
  * Under create_graph a gradient that requires grad must be summed with
@@ -145,32 +145,32 @@ int rm_no_double_backward(const remat_node *n, const char *what);
  * reference in *out, recorded when grad mode is on. */
 typedef struct rm_graph_ops {
     /* a + b (same shape) */
-    int (*add)(remat_tensor **out, remat_tensor *a, remat_tensor *b);
+    remat_status (*add)(remat_tensor **out, remat_tensor *a, remat_tensor *b);
     /* grad summed down to (ndim, shape), undoing broadcasting */
-    int (*sum_to)(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape);
+    remat_status (*sum_to)(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape);
     /* a copy of g sharing no storage with it (g * 1: exact) */
-    int (*copy)(remat_tensor **out, remat_tensor *g);
+    remat_status (*copy)(remat_tensor **out, remat_tensor *g);
 } rm_graph_ops;
 /* Installs ops (static storage; NULL: none). Until then a create_graph
  * gradient that needs one is REMAT_ESTATE. */
 void rm_set_graph_ops(const rm_graph_ops *ops);
 /* The installed ops, or REMAT_ESTATE naming `what` when none are. */
-int rm_graph_ops_get(const char *what, const rm_graph_ops **ops);
+remat_status rm_graph_ops_get(const char *what, const rm_graph_ops **ops);
 
 /* Sums grad down to shape (undoing broadcasting) on the sum kernel: a view
  * of the sum (or of grad), or grad itself when the shapes match. New
  * reference in *out. Under create_graph (grad mode on, grad requiring
  * grad) through the graph ops' sum_to instead. */
-int rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape);
+remat_status rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape);
 /* Gradient accumulation on the kernels (no op, no node, no scope): *out =
  * a + b, a new tensor of a's shape, dtype and device (b the same shape and
  * dtype); and acc += g in place through acc's strides (its version bumped),
  * g read from a copy when it shares acc's memory. Errors name remat_add /
  * remat_add_, the ops they stand for. */
-int rm_grad_add(remat_tensor **out, remat_tensor *a, remat_tensor *b);
+remat_status rm_grad_add(remat_tensor **out, remat_tensor *a, remat_tensor *b);
 /* The same a + b, under grad mode with a or b requiring grad, recorded
  * (the graph ops' add). */
-int rm_grad_add_into(remat_tensor *acc, remat_tensor *g);
+remat_status rm_grad_add_into(remat_tensor *acc, remat_tensor *g);
 
 /* Calls the save observer (residual reports) for a tensor being saved. */
 void rm_notify_save(const char *op, remat_tensor *t);

@@ -44,7 +44,7 @@ static int set_add(node_set *s, remat_node *n) {
     return 1;
 }
 
-int rm_graph_leaf_accumulators(remat_tensor *root, rm_accumulate_observer_fn fn, void *user_data,
+remat_status rm_graph_leaf_accumulators(remat_tensor *root, rm_accumulate_observer_fn fn, void *user_data,
                                bool *opaque) {
     *opaque = false;
     if (!root || !root->requires_grad) return REMAT_OK;

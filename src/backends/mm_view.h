@@ -78,7 +78,7 @@ static inline bool mv_layout(const mview *v, bool *t, int64_t *ld) {
 
 /* *owned = t, or a contiguous copy of t when its matrices (as view_of sees
  * them) are not a layout the GEMM can take. New reference. */
-static inline int prep_operand(remat_tensor **owned, remat_tensor *t, bool has_row, bool has_col) {
+static inline remat_status prep_operand(remat_tensor **owned, remat_tensor *t, bool has_row, bool has_col) {
     mview v;
     bool tr;
     int64_t ld;

@@ -40,7 +40,7 @@ remat_status remat_determinism_check_parse(const char *text, remat_determinism_c
     return REMAT_OK;
 }
 
-int ck_call_fn(remat_checkpoint_fn fn, void *user_data, int n_inputs,
+remat_status ck_call_fn(remat_checkpoint_fn fn, void *user_data, int n_inputs,
                remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs) {
     for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
     void *scope = rm_scope_suspend();

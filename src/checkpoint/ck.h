@@ -40,14 +40,14 @@ typedef struct ck_rng {
 /* Infers the device type of the inputs (warning for several types) and,
  * if preserve, stashes the cpu state and the states of the inputs' devices
  * of that type (when the type is initialised). */
-int ck_rng_stash(ck_rng *r, bool preserve, int n, remat_tensor *const *inputs);
+remat_status ck_rng_stash(ck_rng *r, bool preserve, int n, remat_tensor *const *inputs);
 /* Forks the generators (cpu + stashed devices) and sets the stashed
  * forward states (no-op unless preserve). */
-int ck_rng_enter(const ck_rng *r, remat_rng_fork *fork);
+remat_status ck_rng_enter(const ck_rng *r, remat_rng_fork *fork);
 /* Puts the forked states back. */
-int ck_rng_exit(const ck_rng *r, const remat_rng_fork *fork);
+remat_status ck_rng_exit(const ck_rng *r, const remat_rng_fork *fork);
 /* Error if the device type got initialised during the forward. */
-int ck_rng_check_initialized(const ck_rng *r);
+remat_status ck_rng_check_initialized(const ck_rng *r);
 
 /* ---- debug traces (trace.c) ------------------------------------------------------- */
 #define CK_TRACE_DEPTH 10
@@ -81,22 +81,22 @@ void ck_observe_end(ck_observe *o);
 /* Builds the debug report for error message `err` from the two traces,
  * stores it as this thread's remat_checkpoint_debug_report() and sets the
  * error message to it (truncated to fit). Returns status. */
-int ck_debug_error(int status, const char *err, const ck_trace *fwd, const ck_trace *rec);
+remat_status ck_debug_error(int status, const char *err, const ck_trace *fwd, const ck_trace *rec);
 
 /* ---- entry points ------------------------------------------------------------------
  * Both fill outputs with plain references (the caller hands them out) and
  * call user_data_destroy(user_data), if set, once the checkpoint no longer
  * needs user_data (also on failure). */
-int ck_run_nonreentrant(remat_checkpoint_fn fn, void *user_data, int n_inputs,
+remat_status ck_run_nonreentrant(remat_checkpoint_fn fn, void *user_data, int n_inputs,
                         remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
                         const ck_opts *o, void (*user_data_destroy)(void *));
-int ck_run_reentrant(remat_checkpoint_fn fn, void *user_data, int n_inputs,
+remat_status ck_run_reentrant(remat_checkpoint_fn fn, void *user_data, int n_inputs,
                      remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
                      const ck_opts *o, void (*user_data_destroy)(void *));
 
 /* Runs fn with scopes suspended and checks the result: on failure every
  * output is released and NULL, and the error message is set. */
-int ck_call_fn(remat_checkpoint_fn fn, void *user_data, int n_inputs,
+remat_status ck_call_fn(remat_checkpoint_fn fn, void *user_data, int n_inputs,
                remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs);
 
 #endif

@@ -569,7 +569,7 @@ static int call_ctx_fn(const ck_opts *o, remat_checkpoint_contexts *pair) {
     return REMAT_OK;
 }
 
-int ck_run_nonreentrant(remat_checkpoint_fn fn, void *user_data, int n_inputs,
+remat_status ck_run_nonreentrant(remat_checkpoint_fn fn, void *user_data, int n_inputs,
                         remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
                         const ck_opts *o, void (*user_data_destroy)(void *)) {
     ck_rng rng;

@@ -127,7 +127,7 @@ out:
     return rc;
 }
 
-int ck_run_reentrant(remat_checkpoint_fn fn, void *user_data, int n_inputs,
+remat_status ck_run_reentrant(remat_checkpoint_fn fn, void *user_data, int n_inputs,
                      remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
                      const ck_opts *o, void (*user_data_destroy)(void *)) {
     if (n_inputs > 64 || n_outputs > 64) {

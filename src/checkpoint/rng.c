@@ -76,7 +76,7 @@ static int infer_device_type(int n, remat_tensor *const *inputs) {
     return first;
 }
 
-int ck_rng_stash(ck_rng *r, bool preserve, int n, remat_tensor *const *inputs) {
+remat_status ck_rng_stash(ck_rng *r, bool preserve, int n, remat_tensor *const *inputs) {
     memset(r, 0, sizeof *r);
     r->preserve = preserve;
     remat_autocast_get_state(&r->autocast);
@@ -101,7 +101,7 @@ int ck_rng_stash(ck_rng *r, bool preserve, int n, remat_tensor *const *inputs) {
     return REMAT_OK;
 }
 
-int ck_rng_enter(const ck_rng *r, remat_rng_fork *fork) {
+remat_status ck_rng_enter(const ck_rng *r, remat_rng_fork *fork) {
     memset(fork, 0, sizeof *fork);
     if (!r->preserve) return REMAT_OK;
     int nd = r->had_device ? r->n_devices : 0;
@@ -117,12 +117,12 @@ int ck_rng_enter(const ck_rng *r, remat_rng_fork *fork) {
     return REMAT_OK;
 }
 
-int ck_rng_exit(const ck_rng *r, const remat_rng_fork *fork) {
+remat_status ck_rng_exit(const ck_rng *r, const remat_rng_fork *fork) {
     if (!r->preserve) return REMAT_OK;
     return remat_rng_fork_end(fork);
 }
 
-int ck_rng_check_initialized(const ck_rng *r) {
+remat_status ck_rng_check_initialized(const ck_rng *r) {
     if (!r->preserve || r->had_device || r->device_type < 0) return REMAT_OK;
     if (!remat_device_is_initialized(r->device_type)) return REMAT_OK;
     const char *name = remat_device_type_name(r->device_type);

@@ -208,38 +208,38 @@ struct rm_op_desc {
 /* Runs op on in[0..n_in) with params, writing its n_ret outputs to outs.
  * `site` is the public function's caller (RM_OP_SITE() there). On failure
  * every outs[i] is NULL and the inputs are untouched. */
-int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
+remat_status rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
                 const void *params, void *site);
 /* rm_dispatch with n_in inputs (RM_OPF_VARIADIC; otherwise op->n_in) and,
  * for a variadic-output op, as many outputs as its n_outputs says (outs
  * has room for the count its check allows). *n_out (NULL: not wanted) is
  * the number of outputs handed out, 0 on failure. */
-int rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_in,
+remat_status rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_in,
                   remat_tensor *const *in, const void *params, void *site);
 
 /* The n_in (<= RM_OP_MAX_IN) inputs op runs on under the thread's autocast state: use[i] is in[i]
  * or its cast, cast[i] the new reference to the cast (NULL: none; the
  * caller releases them). The casts are differentiable ops of their own. */
-int rm_autocast_inputs(const rm_op_desc *op, int n_in, remat_tensor *const *in,
+remat_status rm_autocast_inputs(const rm_op_desc *op, int n_in, remat_tensor *const *in,
                        remat_tensor **use, remat_tensor **cast);
 
 /* For a backward: saved slot `slot` of node, contiguous, as a new
  * reference in *out. A slot saved as NULL is REMAT_ESTATE "<node name>:
  * <missing>" unless missing is NULL (then *out is NULL: an optional
  * input). */
-int rm_saved_contig(remat_node *node, int slot, const char *missing, remat_tensor **out);
+remat_status rm_saved_contig(remat_node *node, int slot, const char *missing, remat_tensor **out);
 
 /* For a backward whose input gradient is one kernel: *gin = a new tensor
  * of (ndim, shape) (shape NULL: g's shape), g's dtype and device, that
  * kernel kid (named in errors by node) writes from in = {g, s} (s may be
  * NULL) with params. g and s stay the caller's; on failure *gin is
  * untouched. */
-int rm_grad_kernel(const remat_node *node, rm_kernel_id kid, remat_tensor *g, remat_tensor *s,
+remat_status rm_grad_kernel(const remat_node *node, rm_kernel_id kid, remat_tensor *g, remat_tensor *s,
                    int ndim, const int64_t *shape, const void *params, remat_tensor **gin);
 /* The whole backward of an op whose input 0's gradient is one kernel,
  * when input 0 wants one: rm_grad_kernel on {gout[0] made contiguous,
  * saved slot `slot` (rm_saved_contig with `missing`; slot < 0: none)}. */
-int rm_backward_kernel(remat_node *node, remat_tensor *const *gout, remat_tensor **gin,
+remat_status rm_backward_kernel(remat_node *node, remat_tensor *const *gout, remat_tensor **gin,
                        rm_kernel_id kid, int slot, const char *missing, int ndim,
                        const int64_t *shape, const void *params);
 
@@ -247,24 +247,24 @@ int rm_backward_kernel(remat_node *node, remat_tensor *const *gout, remat_tensor
  * For an op's backward_diff. An adjoint maps a gradient gg of the op's
  * input gradient back to a gradient of g (new reference in *out); it must
  * be differentiable itself. */
-typedef int (*rm_adjoint_fn)(remat_node *node, remat_tensor *gg, remat_tensor **out);
+typedef remat_status (*rm_adjoint_fn)(remat_node *node, remat_tensor *gg, remat_tensor **out);
 /* The recorded add, sum-to-shape and copy autograd runs under create_graph
  * (src/autograd/graph.h), on remat_add, remat_sum + remat_reshape and
  * remat_mul_scalar; the driver installs them when the library loads. */
 extern const rm_graph_ops rm_ops_graph_ops;
 /* gin[0] = node->backward's gradient of input 0 (linear in gout[0] alone),
  * recorded as a custom function whose backward is `adjoint`. */
-int rm_backward_linear(remat_node *node, remat_tensor *const *gout, remat_tensor **gin,
+remat_status rm_backward_linear(remat_node *node, remat_tensor *const *gout, remat_tensor **gin,
                        rm_adjoint_fn adjoint);
 /* The adjoint of a self-adjoint backward (an elementwise mask): itself. */
-int rm_adjoint_self(remat_node *node, remat_tensor *gg, remat_tensor **out);
+remat_status rm_adjoint_self(remat_node *node, remat_tensor *gg, remat_tensor **out);
 /* Rebuilds the op's output from its inputs with public ops (xs[i]: input i
  * as saved, NULL where not saved or absent): new reference in *y. */
-typedef int (*rm_recompose_fn)(remat_node *node, remat_tensor *const *xs, remat_tensor **y);
+typedef remat_status (*rm_recompose_fn)(remat_node *node, remat_tensor *const *xs, remat_tensor **y);
 /* gin[i] for every input i that needs a gradient: a nested create_graph
  * grad of forward(xs) with gout[0] as its output gradient. slots[i]: the
  * saved slot holding input i (-1: none). */
-int rm_backward_recompose(remat_node *node, const int *slots, rm_recompose_fn forward,
+remat_status rm_backward_recompose(remat_node *node, const int *slots, rm_recompose_fn forward,
                           remat_tensor *const *gout, remat_tensor **gin);
 
 #endif /* REMAT_DISPATCH_H */

@@ -48,7 +48,7 @@ void rm_op_enter(const char *op) {
     if (tls_op_obs) tls_op_obs(tls_op_obs_ud, op);
 }
 
-int rm_op_begin(rm_op_frame *f, const char *op, int n_in, remat_tensor *const *inputs, void *site,
+remat_status rm_op_begin(rm_op_frame *f, const char *op, int n_in, remat_tensor *const *inputs, void *site,
                 const char *tag) {
     memset(f, 0, sizeof *f);
     f->top = tls_depth == 0;

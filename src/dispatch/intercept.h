@@ -57,7 +57,7 @@ rm_icpt_ref rm_interceptor_set(rm_icpt_ref r);
 /* The saver receives the running op's saves (rm_op_save) instead of
  * rm_node_save; installs fn/self on this thread and returns the previous
  * through prev_fn/prev_self. */
-typedef int (*rm_saver_fn)(void *self, remat_node *n, int slot, remat_tensor *t);
+typedef remat_status (*rm_saver_fn)(void *self, remat_node *n, int slot, remat_tensor *t);
 void rm_saver_set(rm_saver_fn fn, void *self, rm_saver_fn *prev_fn, void **prev_self);
 /* The installed saver (NULL: none) and its object. */
 rm_saver_fn rm_saver_current(void **self);
@@ -65,7 +65,7 @@ rm_saver_fn rm_saver_current(void **self);
  * `tag` the name of a remat_tag op (NULL otherwise). On failure (a policy
  * error, a cache miss) the op must return the status at once, without
  * calling rm_op_end. */
-int rm_op_begin(rm_op_frame *f, const char *op, int n_in, remat_tensor *const *inputs, void *site,
+remat_status rm_op_begin(rm_op_frame *f, const char *op, int n_in, remat_tensor *const *inputs, void *site,
                 const char *tag);
 /* Ends a public op with its status and its tensor outputs (NULL entries
  * allowed). Never fails: problems found here are reported when the
@@ -73,7 +73,7 @@ int rm_op_begin(rm_op_frame *f, const char *op, int n_in, remat_tensor *const *i
 void rm_op_end(rm_op_frame *f, int status, int n_out, remat_tensor *const *outs);
 /* rm_node_save as seen by the interceptor: ops save through this
  * (src/ops/driver.c). */
-int rm_op_save(remat_node *n, int slot, remat_tensor *t);
+remat_status rm_op_save(remat_node *n, int slot, remat_tensor *t);
 /* Name and call site of the top-level op running on this thread (NULL, and
  * *site NULL, outside ops). site may be NULL. */
 const char *rm_op_current(void **site);

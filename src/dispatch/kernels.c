@@ -11,7 +11,7 @@ static const char *const k_kernel_text[RM_K_COUNT] = {
 #undef RM_KERNEL_TEXT_
 };
 
-int rm_kernel_register(rm_kernel_id id, int device_type, remat_dtype dtype, rm_kernel_fn fn) {
+remat_status rm_kernel_register(rm_kernel_id id, int device_type, remat_dtype dtype, rm_kernel_fn fn) {
     if ((unsigned)id >= RM_K_COUNT || device_type <= 0 ||
         device_type >= REMAT_MAX_DEVICE_TYPES || (unsigned)dtype >= RM_N_DTYPES)
         return rm_err(REMAT_EINVAL,
@@ -30,7 +30,7 @@ void rm_kernels_adopt_cpu(int type, bool adopt) {
                 adopt ? rm_kernel_lookup((rm_kernel_id)id, 0, (remat_dtype)dt) : NULL;
 }
 
-int rm_kernel_find(rm_kernel_id id, remat_device device, remat_dtype dtype, const char *call,
+remat_status rm_kernel_find(rm_kernel_id id, remat_device device, remat_dtype dtype, const char *call,
                    rm_kernel_fn *out) {
     *out = rm_kernel_lookup(id, device.type, dtype);
     if (*out) return REMAT_OK;
@@ -47,7 +47,7 @@ bool rm_kargs_have_data(const rm_kargs *k) {
     return true;
 }
 
-int rm_kernel_run(rm_kernel_id id, const char *call, rm_kargs *k) {
+remat_status rm_kernel_run(rm_kernel_id id, const char *call, rm_kargs *k) {
     const remat_tensor *first = k->in[0] ? k->in[0] : k->out[0];
     rm_kernel_fn fn;
     int rc = rm_kernel_find(id, first->storage->device, first->dtype, call, &fn);

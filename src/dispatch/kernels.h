@@ -51,7 +51,7 @@ typedef struct rm_kargs {
 
 /* A kernel. Called only when every operand has data (never in skip mode).
  * Returns REMAT_OK or a status with the message set (rm_err). */
-typedef int (*rm_kernel_fn)(const rm_kargs *k);
+typedef remat_status (*rm_kernel_fn)(const rm_kargs *k);
 
 /* The f32 and f64 kernels rm_cpu_<name>_f32/_f64 as one table row. */
 #define RM_CPU_F32_F64(name) {[REMAT_F32] = rm_cpu_##name##_f32, [REMAT_F64] = rm_cpu_##name##_f64}
@@ -87,7 +87,7 @@ extern const rm_kernel_fn rm_cpu_bf16_via_f32[RM_K_COUNT];
 /* Registers fn for (kernel, device type, dtype); fn NULL removes it. The
  * cpu type's kernels are fixed. Not thread-safe: register at start-up, as
  * device types are. REMAT_EINVAL for an id, type or dtype out of range. */
-int rm_kernel_register(rm_kernel_id id, int device_type, remat_dtype dtype, rm_kernel_fn fn);
+remat_status rm_kernel_register(rm_kernel_id id, int device_type, remat_dtype dtype, rm_kernel_fn fn);
 /* Gives device type `type` the cpu kernels (host-addressable types), or
  * clears every kernel of it (adopt false: the type is unregistered). */
 void rm_kernels_adopt_cpu(int type, bool adopt);
@@ -95,7 +95,7 @@ void rm_kernels_adopt_cpu(int type, bool adopt);
 static inline rm_kernel_fn rm_kernel_lookup(rm_kernel_id id, int type, remat_dtype dtype);
 /* Looks the kernel up for `device` and `dtype`; REMAT_EUNSUPPORTED naming
  * `call`, the device type and the dtype when there is none. */
-int rm_kernel_find(rm_kernel_id id, remat_device device, remat_dtype dtype, const char *call,
+remat_status rm_kernel_find(rm_kernel_id id, remat_device device, remat_dtype dtype, const char *call,
                    rm_kernel_fn *out);
 /* Whether every operand of k (NULL ones aside) has data: kernels run only
  * then (an operand without data is skip mode's). */
@@ -103,7 +103,7 @@ bool rm_kargs_have_data(const rm_kargs *k);
 /* Runs kernel id on k, looked up for in[0]'s device and dtype (out[0]'s
  * when in[0] is NULL). Does nothing when an operand has no data (skip
  * mode). Errors name `call`. */
-int rm_kernel_run(rm_kernel_id id, const char *call, rm_kargs *k);
+remat_status rm_kernel_run(rm_kernel_id id, const char *call, rm_kargs *k);
 
 extern rm_kernel_fn rm_kernel_table_[RM_K_COUNT][REMAT_MAX_DEVICE_TYPES][RM_N_DTYPES];
 static inline rm_kernel_fn rm_kernel_lookup(rm_kernel_id id, int type, remat_dtype dtype) {

@@ -21,7 +21,7 @@ static int check_buffer(const char *call, const remat_tensor *t) {
     return REMAT_OK;
 }
 
-int remat_dist_broadcast(remat_dist *pg, remat_tensor *t, int root) {
+remat_status remat_dist_broadcast(remat_dist *pg, remat_tensor *t, int root) {
     static const char *call = "remat_dist_broadcast";
     int rc = rmd_check_group(call, pg);
     if (!rc) rc = check_buffer(call, t);
@@ -45,7 +45,7 @@ static int all_reduce_raw(remat_dist *pg, const char *call, void *data, int n, M
     return rmd_wait(pg, call, "all-reducing", 1, &req, NULL);
 }
 
-int remat_dist_all_reduce(remat_dist *pg, remat_tensor *t, remat_reduce_op op) {
+remat_status remat_dist_all_reduce(remat_dist *pg, remat_tensor *t, remat_reduce_op op) {
     static const char *call = "remat_dist_all_reduce";
     int rc = rmd_check_group(call, pg);
     if (!rc) rc = check_buffer(call, t);
@@ -70,7 +70,7 @@ int remat_dist_all_reduce(remat_dist *pg, remat_tensor *t, remat_reduce_op op) {
     return REMAT_OK;
 }
 
-int remat_dist_all_reduce_f64(remat_dist *pg, double *values, int n, remat_reduce_op op) {
+remat_status remat_dist_all_reduce_f64(remat_dist *pg, double *values, int n, remat_reduce_op op) {
     static const char *call = "remat_dist_all_reduce_f64";
     int rc = rmd_check_group(call, pg);
     if (rc) return rc;
@@ -84,7 +84,7 @@ int remat_dist_all_reduce_f64(remat_dist *pg, double *values, int n, remat_reduc
     return rc;
 }
 
-int remat_dist_barrier(remat_dist *pg) {
+remat_status remat_dist_barrier(remat_dist *pg) {
     static const char *call = "remat_dist_barrier";
     int rc = rmd_check_group(call, pg);
     if (rc) return rc;
@@ -99,7 +99,7 @@ static uint64_t fnv1a_bytes(uint64_t h, const unsigned char *p, size_t n) {
     return h;
 }
 
-int remat_dist_check_identical(remat_dist *pg, int n, remat_tensor *const *tensors, bool *same) {
+remat_status remat_dist_check_identical(remat_dist *pg, int n, remat_tensor *const *tensors, bool *same) {
     static const char *call = "remat_dist_check_identical";
     int rc = rmd_check_group(call, pg);
     if (rc) return rc;

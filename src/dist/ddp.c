@@ -261,7 +261,7 @@ static int build_buckets(remat_ddp *d, const char *call) {
     return REMAT_OK;
 }
 
-int remat_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *params,
+remat_status remat_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *params,
                      const remat_ddp_options *opts) {
     return rmd_ddp_create(out, pg, n, params, opts, false, "remat_ddp_create");
 }
@@ -498,7 +498,7 @@ static int exchange_and_write_back(remat_ddp *d, const char *call, int local,
     if (rc == REMAT_OK && !d->zero) rc = write_back(d, call, any);
     return rc;
 }
-int remat_ddp_backward(remat_ddp *d, remat_tensor *loss) {
+remat_status remat_ddp_backward(remat_ddp *d, remat_tensor *loss) {
     static const char *call = "remat_ddp_backward";
     if (!d) return rm_err(REMAT_EINVAL, "%s: ddp is NULL", call);
     int rc = rmd_check_group(call, d->pg);

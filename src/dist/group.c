@@ -161,7 +161,7 @@ int rmd_exchange_status(remat_dist *pg, const char *call, int status, const char
 }
 
 /* ---- set-up ------------------------------------------------------------------ */
-int remat_dist_init(remat_dist **out, const remat_dist_options *opts) {
+remat_status remat_dist_init(remat_dist **out, const remat_dist_options *opts) {
     static const char *call = "remat_dist_init";
     if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
     *out = NULL;
@@ -199,7 +199,7 @@ int remat_dist_init(remat_dist **out, const remat_dist_options *opts) {
     return REMAT_OK;
 }
 
-int remat_dist_finalize(remat_dist *pg) {
+remat_status remat_dist_finalize(remat_dist *pg) {
     if (!pg) return REMAT_OK;
     /* A broken group may have collectives a dead rank left open: freeing
      * its communicator or finalising could wait forever, so leave both. */

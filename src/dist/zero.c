@@ -58,7 +58,7 @@ void remat_zero_free(remat_zero *z) {
     free(z);
 }
 
-int remat_zero_create(remat_zero **out, remat_dist *pg, int n, remat_tensor *const *params,
+remat_status remat_zero_create(remat_zero **out, remat_dist *pg, int n, remat_tensor *const *params,
                       const double *weight_decay, const remat_optim_options *opts,
                       const remat_ddp_options *ddp_opts) {
     static const char *call = "remat_zero_create";
@@ -109,7 +109,7 @@ int remat_zero_create(remat_zero **out, remat_dist *pg, int n, remat_tensor *con
     return REMAT_OK;
 }
 
-int remat_zero_backward(remat_zero *z, remat_tensor *loss) {
+remat_status remat_zero_backward(remat_zero *z, remat_tensor *loss) {
     if (!z) return rm_err(REMAT_EINVAL, "remat_zero_backward: z is NULL");
     /* accum_steps A: the first A-1 micro-batches accumulate locally (no_sync),
      * the A-th reduce-scatters the accumulated .grad: one collective per
@@ -220,7 +220,7 @@ static int gather_params(remat_zero *z, const char *call) {
     return REMAT_OK;
 }
 
-int remat_zero_step(remat_zero *z, bool *updated) {
+remat_status remat_zero_step(remat_zero *z, bool *updated) {
     static const char *call = "remat_zero_step";
     if (updated) *updated = false;
     if (!z) return rm_err(REMAT_EINVAL, "%s: z is NULL", call);
@@ -301,7 +301,7 @@ static int load_piece(remat_zero *z, int k, int i, int64_t e0, int64_t e1, int64
     return REMAT_OK;
 }
 
-int remat_zero_load_state(remat_zero *z, const remat_optimizer *o) {
+remat_status remat_zero_load_state(remat_zero *z, const remat_optimizer *o) {
     static const char *call = "remat_zero_load_state";
     if (!z || !o) return rm_err(REMAT_EINVAL, "%s: NULL argument", call);
     int rc = check_peer(z, o, call);
@@ -357,7 +357,7 @@ static int gather_slot(remat_zero *z, int root, remat_optimizer *o, int k, remat
     return REMAT_OK;
 }
 
-int remat_zero_gather_state(remat_zero *z, int root, remat_optimizer *o) {
+remat_status remat_zero_gather_state(remat_zero *z, int root, remat_optimizer *o) {
     static const char *call = "remat_zero_gather_state";
     if (!z) return rm_err(REMAT_EINVAL, "%s: z is NULL", call);
     remat_ddp *d = z->ddp;

@@ -39,7 +39,7 @@ static int target_dtype(const rm_op_desc *op, int n_in, remat_tensor *const *in)
     return -1;
 }
 
-int rm_autocast_inputs(const rm_op_desc *op, int n_in, remat_tensor *const *in,
+remat_status rm_autocast_inputs(const rm_op_desc *op, int n_in, remat_tensor *const *in,
                        remat_tensor **use, remat_tensor **cast) {
     for (int i = 0; i < n_in; i++) use[i] = in[i], cast[i] = NULL;
     int to = target_dtype(op, n_in, in);

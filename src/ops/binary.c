@@ -7,7 +7,7 @@
 
 #include "../dispatch/dispatch.h"
 
-int rm_ew_run(const char *call, int op, remat_tensor *y, remat_tensor *a, remat_tensor *b,
+remat_status rm_ew_run(const char *call, int op, remat_tensor *y, remat_tensor *a, remat_tensor *b,
               remat_tensor *c, double p) {
     const rm_ew_params params = {(rm_ew_op)op, p};
     rm_kargs k = {.in = {a, b, c}, .out = {y}, .params = &params};

@@ -57,7 +57,7 @@ static int lin_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *
     return u->adjoint(u->node, gout[0], &gin[0]);
 }
 
-int rm_backward_linear(remat_node *node, remat_tensor *const *gout, remat_tensor **gin,
+remat_status rm_backward_linear(remat_node *node, remat_tensor *const *gout, remat_tensor **gin,
                        rm_adjoint_fn adjoint) {
     if (!node->next[0].node) return REMAT_OK;
     lin_ud *u = malloc(sizeof *u);
@@ -69,13 +69,13 @@ int rm_backward_linear(remat_node *node, remat_tensor *const *gout, remat_tensor
     return remat_function_apply(&def, u, 1, gout, 1, gin);
 }
 
-int rm_adjoint_self(remat_node *node, remat_tensor *gg, remat_tensor **out) {
+remat_status rm_adjoint_self(remat_node *node, remat_tensor *gg, remat_tensor **out) {
     remat_tensor *gout[1] = {gg};
     return rm_backward_linear(node, gout, out, rm_adjoint_self);
 }
 
 /* ---- recomposed forward ------------------------------------------------------------------ */
-int rm_backward_recompose(remat_node *node, const int *slots, rm_recompose_fn forward,
+remat_status rm_backward_recompose(remat_node *node, const int *slots, rm_recompose_fn forward,
                           remat_tensor *const *gout, remat_tensor **gin) {
     const int n = node->n_next;
     remat_tensor *xs[RM_OP_MAX_IN] = {NULL}, *leaves[RM_OP_MAX_IN] = {NULL};

@@ -15,7 +15,7 @@ static void install_graph_ops(void) {
     rm_set_graph_ops(&rm_ops_graph_ops);
 }
 
-int rm_op_save(remat_node *n, int slot, remat_tensor *t) {
+remat_status rm_op_save(remat_node *n, int slot, remat_tensor *t) {
     void *self;
     rm_saver_fn saver = rm_saver_current(&self);
     return saver ? saver(self, n, slot, t) : rm_node_save(n, slot, t);
@@ -369,7 +369,7 @@ static int run(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_in,
     return rc;
 }
 
-int rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_in,
+remat_status rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_in,
                   remat_tensor *const *in, const void *params, void *site) {
     rm_op_frame f;
     int nr = 0;
@@ -391,12 +391,12 @@ int rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_i
     return rc;
 }
 
-int rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
+remat_status rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
                 const void *params, void *site) {
     return rm_dispatch_n(op, outs, NULL, op->n_in, in, params, site);
 }
 
-int rm_saved_contig(remat_node *node, int slot, const char *missing, remat_tensor **out) {
+remat_status rm_saved_contig(remat_node *node, int slot, const char *missing, remat_tensor **out) {
     *out = NULL;
     remat_tensor *t = NULL;
     int rc = rm_node_unpack(node, slot, &t);
@@ -407,7 +407,7 @@ int rm_saved_contig(remat_node *node, int slot, const char *missing, remat_tenso
     return rc;
 }
 
-int rm_grad_kernel(const remat_node *node, rm_kernel_id kid, remat_tensor *g, remat_tensor *s,
+remat_status rm_grad_kernel(const remat_node *node, rm_kernel_id kid, remat_tensor *g, remat_tensor *s,
                    int ndim, const int64_t *shape, const void *params, remat_tensor **gin) {
     remat_tensor *dx = NULL;
     int rc = shape ? rm_new_output(&dx, ndim, shape, g->dtype, g->storage->device)
@@ -421,7 +421,7 @@ int rm_grad_kernel(const remat_node *node, rm_kernel_id kid, remat_tensor *g, re
     return rc;
 }
 
-int rm_backward_kernel(remat_node *node, remat_tensor *const *gout, remat_tensor **gin,
+remat_status rm_backward_kernel(remat_node *node, remat_tensor *const *gout, remat_tensor **gin,
                        rm_kernel_id kid, int slot, const char *missing, int ndim,
                        const int64_t *shape, const void *params) {
     if (!node->next[0].node) return REMAT_OK;

@@ -12,7 +12,7 @@
  * reads, others NULL) are broadcast to y, y may be a strided view. Runs the
  * kernel of y's device and dtype; nothing when an operand has no data (skip
  * mode). `call` names the op in errors (REMAT_EUNSUPPORTED: no kernel). */
-int rm_ew_run(const char *call, int op, remat_tensor *y, remat_tensor *a, remat_tensor *b,
+remat_status rm_ew_run(const char *call, int op, remat_tensor *y, remat_tensor *a, remat_tensor *b,
               remat_tensor *c, double p);
 
 #endif /* REMAT_OPS_INTERNAL_H */

@@ -63,7 +63,7 @@ static int check_options(const remat_optim_options *o) {
     return rc ? rm_err_prefix(rc, "remat_optim_create") : REMAT_OK;
 }
 
-int remat_optim_options_init(remat_optim_options *o, remat_optim_kind kind) {
+remat_status remat_optim_options_init(remat_optim_options *o, remat_optim_kind kind) {
     if (!o) return rm_err(REMAT_EINVAL, "remat_optim_options_init: o is NULL");
     memset(o, 0, sizeof *o);
     o->kind = kind;
@@ -156,12 +156,12 @@ static int add_group(remat_optimizer *o, remat_tensor *const *params, int n, dou
     return REMAT_OK;
 }
 
-int remat_optim_add_group(remat_optimizer *o, remat_tensor *const *params, int n,
+remat_status remat_optim_add_group(remat_optimizer *o, remat_tensor *const *params, int n,
                           double weight_decay) {
     return add_group(o, params, n, weight_decay, "remat_optim_add_group");
 }
 
-int remat_optim_create(remat_optimizer **out, const remat_optim_options *opts,
+remat_status remat_optim_create(remat_optimizer **out, const remat_optim_options *opts,
                        remat_tensor *const *params, int n) {
     if (!out) return rm_err(REMAT_EINVAL, "remat_optim_create: out is NULL");
     *out = NULL;
@@ -242,7 +242,7 @@ static void scale_dense(remat_tensor *g, double f) {
     rm_bump_version(g);
 }
 
-int remat_optim_grad_norm(const remat_optimizer *o, double *norm) {
+remat_status remat_optim_grad_norm(const remat_optimizer *o, double *norm) {
     if (!o || !norm) return rm_err(REMAT_EINVAL, "remat_optim_grad_norm: NULL argument");
     int rc = prepare_grads((remat_optimizer *)o, "remat_optim_grad_norm");
     if (rc) return rc;
@@ -250,7 +250,7 @@ int remat_optim_grad_norm(const remat_optimizer *o, double *norm) {
     return REMAT_OK;
 }
 
-int remat_optim_scale_grads(remat_optimizer *o, double f) {
+remat_status remat_optim_scale_grads(remat_optimizer *o, double f) {
     if (!o) return rm_err(REMAT_EINVAL, "remat_optim_scale_grads: optimizer is NULL");
     int rc = prepare_grads(o, "remat_optim_scale_grads");
     if (rc) return rc;
@@ -284,7 +284,7 @@ static int update_param(remat_optimizer *o, opt_param *q, double lr) {
     return REMAT_OK;
 }
 
-int remat_optim_step(remat_optimizer *o, bool *updated) {
+remat_status remat_optim_step(remat_optimizer *o, bool *updated) {
     const char *call = "remat_optim_step";
     if (updated) *updated = false;
     if (!o) return rm_err(REMAT_EINVAL, "%s: optimizer is NULL", call);
@@ -326,7 +326,7 @@ const remat_optim_options *remat_optim_get_options(const remat_optimizer *o) {
     return o ? &o->opts : NULL;
 }
 
-int remat_optim_set_lr(remat_optimizer *o, double lr) {
+remat_status remat_optim_set_lr(remat_optimizer *o, double lr) {
     if (!o) return rm_err(REMAT_EINVAL, "remat_optim_set_lr: optimizer is NULL");
     if (!(lr >= 0) || !isfinite(lr))
         return rm_err(REMAT_EINVAL, "remat_optim_set_lr: lr is %g (need a finite value >= 0)", lr);
@@ -350,7 +350,7 @@ int64_t remat_optim_param_steps(const remat_optimizer *o, int i) {
     return o && i >= 0 && i < o->n ? o->ps[i].steps : 0;
 }
 
-int remat_optim_set_updates(remat_optimizer *o, int64_t updates) {
+remat_status remat_optim_set_updates(remat_optimizer *o, int64_t updates) {
     if (!o || updates < 0)
         return rm_err(REMAT_EINVAL, "remat_optim_set_updates: %s", o ? "updates < 0" : "optimizer is NULL");
     o->updates = updates;
@@ -377,7 +377,7 @@ size_t remat_optim_state_bytes_for(const remat_optim_options *opts, const int64_
     return b * (size_t)n_slots(opts);
 }
 
-int remat_clip_grad_norm(remat_tensor *const *params, int n, double max_norm, double *total_norm) {
+remat_status remat_clip_grad_norm(remat_tensor *const *params, int n, double max_norm, double *total_norm) {
     const char *call = "remat_clip_grad_norm";
     if (n < 0 || (n > 0 && !params)) return rm_err(REMAT_EINVAL, "%s: bad parameter list", call);
     if (!(max_norm >= 0)) return rm_err(REMAT_EINVAL, "%s: max_norm is %g", call, max_norm);

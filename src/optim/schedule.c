@@ -4,7 +4,7 @@
 #include "internal.h"
 #include "remat/optim.h"
 
-int remat_lr_schedule_check(const remat_lr_schedule *s) {
+remat_status remat_lr_schedule_check(const remat_lr_schedule *s) {
     if (!s) return rm_err(REMAT_EINVAL, "remat_lr_schedule: schedule is NULL");
     if (s->kind == REMAT_LR_CONSTANT) return REMAT_OK;
     if (s->kind != REMAT_LR_WARMUP_COSINE)

@@ -33,7 +33,7 @@ static int check_adamw(const char *call, const remat_adamw_hparams *h) {
     return REMAT_OK;
 }
 
-int remat_adamw_update_f32(float *p, const float *g, float *m, float *v, int64_t n,
+remat_status remat_adamw_update_f32(float *p, const float *g, float *m, float *v, int64_t n,
                            const remat_adamw_hparams *h) {
     int rc = check_adamw("remat_adamw_update_f32", h);
     if (!rc) rc = check_buffers("remat_adamw_update_f32", p, g, m, v, n);
@@ -56,7 +56,7 @@ int remat_adamw_update_f32(float *p, const float *g, float *m, float *v, int64_t
     return REMAT_OK;
 }
 
-int remat_adamw_update_f64(double *p, const double *g, double *m, double *v, int64_t n,
+remat_status remat_adamw_update_f64(double *p, const double *g, double *m, double *v, int64_t n,
                            const remat_adamw_hparams *h) {
     int rc = check_adamw("remat_adamw_update_f64", h);
     if (!rc) rc = check_buffers("remat_adamw_update_f64", p, g, m, v, n);
@@ -90,7 +90,7 @@ static int check_sgd(const char *call, const void *p, const void *g, const void 
  * f64). It keeps PyTorch's order of operations; every scalar is rounded to
  * T once. */
 #define SGD_UPDATE(T, sfx)                                                                       \
-    int remat_sgd_update_##sfx(T *p, const T *g, T *buf, int64_t n,                              \
+    remat_status remat_sgd_update_##sfx(T *p, const T *g, T *buf, int64_t n,                              \
                                const remat_sgd_hparams *h) {                                      \
         int rc = check_sgd("remat_sgd_update_" #sfx, p, g, buf, n, h);                           \
         if (rc) return rc;                                                                       \

@@ -80,12 +80,12 @@ static int model_fill(pl_model *m, const remat_profile *p, bool with_grads, cons
     return REMAT_OK;
 }
 
-int pl_model_init(pl_model *m, const remat_profile *p, const char *call) {
+remat_status pl_model_init(pl_model *m, const remat_profile *p, const char *call) {
     int rc = model_alloc(m, p, 0, call);
     return rc ? rc : model_fill(m, p, false, call);
 }
 
-int pl_model_init_step(pl_model *m, const remat_profile *p, const remat_step_profile *st,
+remat_status pl_model_init_step(pl_model *m, const remat_profile *p, const remat_step_profile *st,
                        const char *call) {
     if (!st) return rm_err(REMAT_EINVAL, "%s: step is NULL", call);
     int rc = model_alloc(m, p, 1, call);
@@ -147,7 +147,7 @@ int pl_push(pl_builder *b, remat_plan_op op, int first, int last, int depth, int
     return b->n++;
 }
 
-int pl_build_store_all(pl_builder *b, int n_stages) {
+remat_status pl_build_store_all(pl_builder *b, int n_stages) {
     for (int k = 0; k < n_stages; k++) pl_push(b, REMAT_PLAN_STORE, k, k, 0, -1);
     return b->failed ? REMAT_ENOMEM : REMAT_OK;
 }
@@ -195,7 +195,7 @@ static int validate_level(const remat_plan *p, const int *next, int i, int end, 
     return REMAT_OK;
 }
 
-int pl_validate(const remat_plan *plan, const char *call) {
+remat_status pl_validate(const remat_plan *plan, const char *call) {
     if (!plan) return rm_err(REMAT_EINVAL, "%s: plan is NULL", call);
     if (plan->n_stages < 1 || plan->n_nodes < 1 || !plan->nodes || !plan->stages)
         return rm_err(REMAT_EINVAL, "%s: plan is empty (%d stages, %d nodes)", call,
@@ -259,7 +259,7 @@ int pl_eval(const remat_plan *plan, const pl_model *m, uint64_t *peak, double *t
     return 0;
 }
 
-int pl_finish(remat_plan **out, pl_builder *b, int n_stages, remat_plan_kind kind,
+remat_status pl_finish(remat_plan **out, pl_builder *b, int n_stages, remat_plan_kind kind,
               const pl_model *model, const char *call) {
     *out = NULL;
     if (b->failed) {
@@ -336,7 +336,7 @@ void remat_plan_free(remat_plan *plan) {
 }
 
 /* ---- PyTorch's checkpoint_sequential --------------------------------------------------- */
-int pl_stages_for(const remat_profile *profile, int n_stages, const char *call, int *L) {
+remat_status pl_stages_for(const remat_profile *profile, int n_stages, const char *call, int *L) {
     if (profile) {
         if (profile->n_stages < 1 || !profile->stages)
             return rm_err(REMAT_EINVAL, "%s: profile has no stages", call);

@@ -38,10 +38,10 @@ typedef struct pl_model {
 /* *L = the stages of a plan for `call` over profile (when not NULL: n_stages
  * must be 0 or its stage count) or n_stages (>= 1); REMAT_EINVAL, naming
  * call, when they do not say. */
-int pl_stages_for(const remat_profile *profile, int n_stages, const char *call, int *L);
-int pl_model_init(pl_model *m, const remat_profile *p, const char *call);
+remat_status pl_stages_for(const remat_profile *profile, int n_stages, const char *call, int *L);
+remat_status pl_model_init(pl_model *m, const remat_profile *p, const char *call);
 /* The chain of p followed by the step's head, with gradients, fixed bytes and tail. */
-int pl_model_init_step(pl_model *m, const remat_profile *p, const remat_step_profile *st,
+remat_status pl_model_init_step(pl_model *m, const remat_profile *p, const remat_step_profile *st,
                        const char *call);
 void pl_model_free(pl_model *m);
 /* Gradient of the output of a sub-chain ending at t, live while it runs. */
@@ -68,21 +68,21 @@ typedef struct pl_builder {
 int pl_push(pl_builder *b, remat_plan_op op, int first, int last, int depth, int parent);
 /* Turns the builder into a plan (derives per-stage actions); on success the
  * builder's nodes belong to the plan. Evaluates it with `model` if given. */
-int pl_finish(remat_plan **out, pl_builder *b, int n_stages, remat_plan_kind kind,
+remat_status pl_finish(remat_plan **out, pl_builder *b, int n_stages, remat_plan_kind kind,
               const pl_model *model, const char *call);
 
 /* Predicted peak (bytes above the step's start) and time of a plan tree.
  * Returns -1 if the tree is malformed. */
 int pl_eval(const remat_plan *plan, const pl_model *m, uint64_t *peak, double *time);
 /* Checks that the nodes form a valid tree covering stages [0, n_stages). */
-int pl_validate(const remat_plan *plan, const char *call);
+remat_status pl_validate(const remat_plan *plan, const char *call);
 
 /* Minimal predicted peak over all plans (exact, bytes) and a plan that
  * reaches it (with the least time among those the recursion sees). */
-int pl_min_peak(const pl_model *m, uint64_t *peak, pl_builder *b, const char *call);
+remat_status pl_min_peak(const pl_model *m, uint64_t *peak, pl_builder *b, const char *call);
 
 /* Store-everything plan. */
-int pl_build_store_all(pl_builder *b, int n_stages);
+remat_status pl_build_store_all(pl_builder *b, int n_stages);
 
 #define PL_MIB(b) ((double)(b) / (1024.0 * 1024.0))
 

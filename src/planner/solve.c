@@ -57,7 +57,7 @@ static void mp_recon(const mp_tab *tb, int s, int t, int depth, int parent, pl_b
     }
 }
 
-int pl_min_peak(const pl_model *m, uint64_t *peak, pl_builder *b, const char *call) {
+remat_status pl_min_peak(const pl_model *m, uint64_t *peak, pl_builder *b, const char *call) {
     int L = m->L;
     size_t n = tri(0, L);
     mp_tab tb = {calloc(n, sizeof(uint64_t)), calloc(n, sizeof(double)), calloc(n, sizeof(int))};
