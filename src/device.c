@@ -66,7 +66,7 @@ static void cpu_free(void *ud, int index, void *ptr, size_t nbytes) {
     pthread_mutex_unlock(&g_lock);
     if (!rm_cpu_cache_put(ptr, rounded, in_use, peak)) free(ptr);
 }
-static int cpu_copy(void *ud, int index, void *dst, const void *src, size_t n, remat_copy_kind k) {
+static remat_status cpu_copy(void *ud, int index, void *dst, const void *src, size_t n, remat_copy_kind k) {
     RM_UNUSED(ud);
     RM_UNUSED(index);
     RM_UNUSED(k);
@@ -93,7 +93,7 @@ static void ensure_cpu(void) {
     t->gen[0].seed = k_default_seed;
 }
 
-static int register_type(const remat_device_type_def *def, int *type_id);
+static remat_status register_type(const remat_device_type_def *def, int *type_id);
 
 /* The built-in types besides cpu (cuda when built with it) take their ids
  * before any other type is registered or looked up. */
@@ -124,7 +124,7 @@ int remat_register_device_type(const remat_device_type_def *def, int *type_id) {
     return register_type(def, type_id);
 }
 
-static int register_type(const remat_device_type_def *def, int *type_id) {
+static remat_status register_type(const remat_device_type_def *def, int *type_id) {
     if (!def || !type_id)
         return rm_err(REMAT_EINVAL, "remat_register_device_type: def and type_id must not be NULL");
     if (!def->name || !def->name[0] || strlen(def->name) >= 32)
@@ -420,7 +420,7 @@ static void gen_to_blob(const rm_gen *g, uint8_t b[REMAT_RNG_STATE_BYTES]) {
     memcpy(b + 16, &g->offset, 8);
 }
 
-static int gen_from_blob(rm_gen *g, const uint8_t b[REMAT_RNG_STATE_BYTES]) {
+static remat_status gen_from_blob(rm_gen *g, const uint8_t b[REMAT_RNG_STATE_BYTES]) {
     uint32_t ver;
     memcpy(&ver, b + 4, 4);
     if (memcmp(b, "RMRG", 4) != 0 || ver != 1)
@@ -431,7 +431,7 @@ static int gen_from_blob(rm_gen *g, const uint8_t b[REMAT_RNG_STATE_BYTES]) {
     return REMAT_OK;
 }
 
-static int check_rng_device(const char *call, remat_device d, rm_devtype **out) {
+static remat_status check_rng_device(const char *call, remat_device d, rm_devtype **out) {
     rm_devtype *t = get_type(d.type);
     if (!t) return rm_err(REMAT_EDEVICE, "%s: unknown device type %d", call, d.type);
     if (d.index < 0 || d.index >= REMAT_MAX_DEVICES_PER_TYPE ||

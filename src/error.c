@@ -51,7 +51,7 @@ void remat_clear_error(void) {
 
 remat_status rm_last_status(void) { return tls_msg[0] ? tls_status : REMAT_OK; }
 
-static int vset(int status, const char *fmt, va_list ap) {
+static remat_status vset(int status, const char *fmt, va_list ap) {
     char tmp[RM_MSG_CAP];
     vsnprintf(tmp, sizeof tmp, fmt, ap);
     memcpy(tls_msg, tmp, sizeof tmp);

@@ -350,7 +350,7 @@ remat_status rm_broadcast_shape(const char *call, int nda, const int64_t *sa, in
 }
 
 /* ---- creation ---------------------------------------------------------------------------------- */
-static int check_shape(const char *call, int ndim, const int64_t *shape) {
+static remat_status check_shape(const char *call, int ndim, const int64_t *shape) {
     if (ndim < 0 || ndim > REMAT_MAX_DIMS)
         return rm_err(REMAT_EINVAL, "%s: ndim %d out of range (0 to %d)", call, ndim, REMAT_MAX_DIMS);
     if (ndim > 0 && !shape) return rm_err(REMAT_EINVAL, "%s: shape is NULL with ndim %d", call, ndim);
@@ -361,7 +361,7 @@ static int check_shape(const char *call, int ndim, const int64_t *shape) {
     return REMAT_OK;
 }
 
-static int make_tensor(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
+static remat_status make_tensor(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
                        remat_device device, bool meta) {
     size_t es = remat_dtype_size(dtype);
     if (!es) return rm_err(REMAT_EDTYPE, "unknown dtype %d", (int)dtype);
@@ -420,7 +420,7 @@ static void fill_value(remat_tensor *t, double v) {
 }
 
 /* Fills a host-addressable t or, for other devices, fills on cpu and copies over. */
-static int fill_any(remat_tensor *t, double v, void (*fill)(remat_tensor *, double, void *),
+static remat_status fill_any(remat_tensor *t, double v, void (*fill)(remat_tensor *, double, void *),
                     void *ud) {
     if (remat_device_host_addressable(t->storage->device.type)) {
         if (fill) fill(t, v, ud); else fill_value(t, v);
@@ -436,7 +436,7 @@ static int fill_any(remat_tensor *t, double v, void (*fill)(remat_tensor *, doub
     return rc;
 }
 
-static int full_impl(const char *call, remat_tensor **out, int ndim, const int64_t *shape,
+static remat_status full_impl(const char *call, remat_tensor **out, int ndim, const int64_t *shape,
                      double value, remat_dtype dtype, remat_device device) {
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
     *out = NULL;
@@ -538,7 +538,7 @@ static void fill_rand(remat_tensor *t, double unused, void *ud) {
     }
 }
 
-static int make_rand(const char *call, remat_tensor **out, int ndim, const int64_t *shape,
+static remat_status make_rand(const char *call, remat_tensor **out, int ndim, const int64_t *shape,
                      double a, double b, bool normal, remat_dtype dtype, remat_device device) {
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
     *out = NULL;
@@ -683,7 +683,7 @@ int remat_item(const remat_tensor *t, double *value) {
 
 /* remat_copy_to_buffer of a tensor the CPU cannot read: made contiguous on
  * its device, brought to host memory, converted from there. */
-static int copy_device_to_buffer(const remat_tensor *t, remat_dtype dtype, void *dst, int64_t n) {
+static remat_status copy_device_to_buffer(const remat_tensor *t, remat_dtype dtype, void *dst, int64_t n) {
     remat_tensor *c = NULL, *h = NULL;
     rm_storage *st = NULL;
     size_t nbytes = (size_t)remat_numel(t) * remat_dtype_size(t->dtype);
@@ -793,7 +793,7 @@ static void rm_omp_ids(int *nt, int *id) {
 /* rm_copy_into where the CPU cannot read one side: the device's COPY kernel
  * (same device and dtype, dst contiguous with src's numel: what rm_contig
  * asks for), else REMAT_EUNSUPPORTED. */
-static int copy_into_device(remat_tensor *dst, const remat_tensor *src) {
+static remat_status copy_into_device(remat_tensor *dst, const remat_tensor *src) {
     remat_device dd = dst->storage->device, sd = src->storage->device;
     if (dd.type == sd.type && dd.index == sd.index && dst->dtype == src->dtype &&
         remat_is_contiguous(dst) && rm_shape_numel(src->ndim, src->shape) ==

@@ -68,7 +68,7 @@ static size_t hash_ptr(const void *p) {
     return (size_t)x;
 }
 
-static int tab_grow(task *t) {
+static remat_status tab_grow(task *t) {
     size_t ncap = t->cap ? t->cap * 2 : 256;
     ninfo *nt = calloc(ncap, sizeof *nt);
     if (!nt) return rm_err(REMAT_ENOMEM, "backward: out of memory");
@@ -94,7 +94,7 @@ static ninfo *tab_find(task *t, remat_node *n) {
     return NULL;
 }
 
-static int tab_insert(task *t, remat_node *n, ninfo **out) {
+static remat_status tab_insert(task *t, remat_node *n, ninfo **out) {
     if ((t->count + 1) * 2 > t->cap) {
         int rc = tab_grow(t);
         if (rc) return rc;
@@ -123,7 +123,7 @@ static void task_free(task *t) {
 }
 
 /* ---- discovery: dependency counts ------------------------------------------------------ */
-static int discover(task *t, remat_node **roots, int n_roots) {
+static remat_status discover(task *t, remat_node **roots, int n_roots) {
     remat_node **stack = NULL;
     int sp = 0, cap = 0;
     int rc = REMAT_OK;
@@ -175,7 +175,7 @@ typedef struct dfs_stack {
     int n, cap;
 } dfs_stack;
 
-static int dfs_push(dfs_stack *s, remat_node *n) {
+static remat_status dfs_push(dfs_stack *s, remat_node *n) {
     if (s->n == s->cap) {
         int nc = s->cap ? s->cap * 2 : 256;
         dfs_frame *ns = realloc(s->a, (size_t)nc * sizeof *ns);
@@ -200,7 +200,7 @@ static void mark_captures(task *t) {
 }
 
 /* Marks nodes from which a capture target is reachable (post-order DFS). */
-static int mark_needed(task *t, remat_node **roots, int n_roots) {
+static remat_status mark_needed(task *t, remat_node **roots, int n_roots) {
     mark_captures(t);
     dfs_stack st = {0};
     int rc = REMAT_OK;
@@ -239,7 +239,7 @@ typedef struct heap {
     int n, cap;
 } heap;
 
-static int heap_push(heap *h, remat_node *n) {
+static remat_status heap_push(heap *h, remat_node *n) {
     if (h->n == h->cap) {
         int nc = h->cap ? h->cap * 2 : 64;
         remat_node **na = realloc(h->a, (size_t)nc * sizeof *na);
@@ -278,7 +278,7 @@ static remat_node *heap_pop(heap *h) {
 }
 
 /* ---- gradient buffers ---------------------------------------------------------------------- */
-static int accumulate_into(remat_tensor **slot, remat_tensor *g) {
+static remat_status accumulate_into(remat_tensor **slot, remat_tensor *g) {
     if (!*slot) {
         *slot = remat_retain(g);
         return REMAT_OK;
@@ -297,7 +297,7 @@ static int accumulate_into(remat_tensor **slot, remat_tensor *g) {
  * broadcasts to is summed down to it, any other shape is REMAT_ESHAPE;
  * another dtype is converted to the output's. *out: g itself (retained) or
  * the fixed-up copy. */
-static int validate_grad(remat_tensor **out, const remat_node *producer, remat_node *n,
+static remat_status validate_grad(remat_tensor **out, const remat_node *producer, remat_node *n,
                          int input_nr, remat_tensor *g) {
     *out = NULL;
     const rm_out_meta *m = &n->out_meta[input_nr];
@@ -353,7 +353,7 @@ static int validate_grad(remat_tensor **out, const remat_node *producer, remat_n
     return REMAT_OK;
 }
 
-static int buf_add(task *t, const remat_node *producer, remat_node *n, int input_nr,
+static remat_status buf_add(task *t, const remat_node *producer, remat_node *n, int input_nr,
                    remat_tensor *g) {
     ninfo *ni = tab_find(t, n);
     if (!ni) return REMAT_OK;
@@ -372,7 +372,7 @@ static int buf_add(task *t, const remat_node *producer, remat_node *n, int input
     return rc;
 }
 
-static int run_hook_chain(remat_grad_hook_fn fn, void *ud, remat_tensor **g) {
+static remat_status run_hook_chain(remat_grad_hook_fn fn, void *ud, remat_tensor **g) {
     remat_tensor *rep = NULL;
     int rc = fn(ud, *g, &rep);
     if (rc) {
@@ -400,7 +400,7 @@ void rm_set_accumulate_observer(rm_accumulate_observer_fn fn, void *user_data,
 /* Leaf gradient accumulation under create_graph (P: AccumulateGrad with
  * grad mode on): .grad keeps g's graph, a later gradient is added out of
  * place (a differentiable add), so .grad can itself be differentiated. */
-static int accumulate_leaf_in_graph(remat_tensor *leaf, remat_tensor *g) {
+static remat_status accumulate_leaf_in_graph(remat_tensor *leaf, remat_tensor *g) {
     remat_tensor *sum = NULL;
     /* the first gradient is copied (g * 1 is exact) so that .grad shares
      * no storage with a tensor of the graph */
@@ -418,7 +418,7 @@ void rm_progress_point(void) {
     if (tls_acc_fn) tls_acc_fn(tls_acc_ud, NULL);
 }
 
-static int accumulate_leaf(remat_tensor *leaf, remat_tensor *g) {
+static remat_status accumulate_leaf(remat_tensor *leaf, remat_tensor *g) {
     if (tls_task && tls_task->create_graph) return accumulate_leaf_in_graph(leaf, g);
     if (!leaf->grad) {
         /* Take g if nothing else refers to it; otherwise copy, so later
@@ -442,7 +442,7 @@ static int accumulate_leaf(remat_tensor *leaf, remat_tensor *g) {
     return rm_grad_add_into(leaf->grad, g);
 }
 
-static int make_zeros_like_meta(remat_tensor **out, const rm_out_meta *m) {
+static remat_status make_zeros_like_meta(remat_tensor **out, const rm_out_meta *m) {
     int rc = rm_new_output(out, m->ndim, m->shape, m->dtype, m->device);
     if (rc) return rc;
     if (rm_ptr(*out)) memset(rm_ptr(*out), 0, (*out)->storage->nbytes);
@@ -451,7 +451,7 @@ static int make_zeros_like_meta(remat_tensor **out, const rm_out_meta *m) {
 
 /* Runs the tensor hooks registered on the node's outputs (non-leaf) or on
  * its leaf tensor, each of which may replace the gradient in buf. */
-static int run_grad_hooks(remat_node *n, remat_tensor **buf) {
+static remat_status run_grad_hooks(remat_node *n, remat_tensor **buf) {
     if (!buf) return REMAT_OK;
     for (rm_node_hook *h = n->hooks; h; h = h->next) {
         if (!buf[h->output_nr]) continue;
@@ -469,7 +469,7 @@ static int run_grad_hooks(remat_node *n, remat_tensor **buf) {
 /* Hands the gradients arriving at n to the captures of a partial
  * backward/grad; *captured_leaf: a grad() capture took a leaf's gradient
  * (it must then not reach the leaf's .grad). */
-static int apply_captures(task *t, remat_node *n, remat_tensor **buf, bool *captured_leaf) {
+static remat_status apply_captures(task *t, remat_node *n, remat_tensor **buf, bool *captured_leaf) {
     *captured_leaf = false;
     if (!buf) return REMAT_OK;
     for (int i = 0; i < t->n_caps; i++) {
@@ -501,7 +501,7 @@ static bool needs_differentiable_backward(const remat_node *n, remat_tensor *con
 
 /* Calls n's backward on its output gradients (missing ones as zeros) and
  * routes the input gradients to the next nodes that need them. */
-static int call_backward(task *t, remat_node *n, remat_tensor **buf) {
+static remat_status call_backward(task *t, remat_node *n, remat_tensor **buf) {
     for (int i = 0; i < n->n_outputs; i++) {
         if (buf[i]) continue;
         int rc = make_zeros_like_meta(&buf[i], &n->out_meta[i]);
@@ -529,7 +529,7 @@ static int call_backward(task *t, remat_node *n, remat_tensor **buf) {
 }
 
 /* Executes one node with its accumulated input gradients. */
-static int run_node(task *t, ninfo *ni) {
+static remat_status run_node(task *t, ninfo *ni) {
     remat_node *n = ni->node;
     remat_tensor **buf = ni->buf;
     bool captured_leaf = false;
@@ -559,7 +559,7 @@ static int run_node(task *t, ninfo *ni) {
     return rc;
 }
 
-static int execute(task *t, remat_node **roots, int n_roots) {
+static remat_status execute(task *t, remat_node **roots, int n_roots) {
     heap h = {0};
     int rc = REMAT_OK;
     for (int i = 0; i < n_roots; i++) {
@@ -593,7 +593,7 @@ out:
 
 /* ---- entry points ------------------------------------------------------------------------------ */
 /* Checks the arguments of a backward/grad call before anything runs. */
-static int check_backward_args(const char *call, int n, remat_tensor *const *roots,
+static remat_status check_backward_args(const char *call, int n, remat_tensor *const *roots,
                                remat_tensor *const *grad_outputs, int n_inputs,
                                remat_tensor *const *inputs) {
     if (n <= 0 || !roots) return rm_err(REMAT_EINVAL, "%s: no output tensors given", call);
@@ -631,7 +631,7 @@ static int check_backward_args(const char *call, int n, remat_tensor *const *roo
 
 /* One capture per input of a partial backward/grad: where its gradient
  * arrives in the graph, and whether it is a leaf. */
-static int add_captures(task *t, const char *call, int n_inputs, remat_tensor *const *inputs,
+static remat_status add_captures(task *t, const char *call, int n_inputs, remat_tensor *const *inputs,
                         bool keep_grad) {
     t->caps = calloc((size_t)n_inputs, sizeof *t->caps);
     if (!t->caps) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
@@ -651,7 +651,7 @@ static int add_captures(task *t, const char *call, int n_inputs, remat_tensor *c
 
 /* Puts each root's gradient (grad_outputs[i], or a one for a one-element
  * root) into the buffer of its node. */
-static int seed_root_grads(task *t, int n, remat_tensor *const *roots,
+static remat_status seed_root_grads(task *t, int n, remat_tensor *const *roots,
                            remat_tensor *const *grad_outputs, remat_node **root_nodes,
                            const rm_edge *root_edges) {
     int rc = REMAT_OK;
@@ -678,7 +678,7 @@ static int seed_root_grads(task *t, int n, remat_tensor *const *roots,
 /* Moves the captured gradients of a grad() call to grads_out (all or
  * nothing: an unused input without allow_unused fails and releases the
  * ones already moved). */
-static int take_grads(task *t, const char *call, int n_inputs, remat_tensor *const *inputs,
+static remat_status take_grads(task *t, const char *call, int n_inputs, remat_tensor *const *inputs,
                       bool allow_unused, remat_tensor **grads_out) {
     char b1[200];
     for (int i = 0; i < n_inputs; i++) {
@@ -696,7 +696,7 @@ static int take_grads(task *t, const char *call, int n_inputs, remat_tensor *con
     return REMAT_OK;
 }
 
-static int run_backward(const char *call, int n, remat_tensor *const *roots,
+static remat_status run_backward(const char *call, int n, remat_tensor *const *roots,
                         remat_tensor *const *grad_outputs, bool retain_graph, bool create_graph,
                         int n_inputs, remat_tensor *const *inputs, bool keep_grad,
                         bool allow_unused, remat_tensor **grads_out) {
@@ -773,7 +773,7 @@ int remat_grad(int n_outputs, remat_tensor *const *outputs, remat_tensor *const 
 }
 
 /* retain_graph as the options give it: unset means create_graph (P). */
-static int resolve_retain(const char *call, const remat_backward_options *o, bool *retain) {
+static remat_status resolve_retain(const char *call, const remat_backward_options *o, bool *retain) {
     *retain = o && o->create_graph;
     if (!o || o->retain_graph == REMAT_OPT_DEFAULT) return REMAT_OK;
     if (o->retain_graph != REMAT_OPT_TRUE && o->retain_graph != REMAT_OPT_FALSE)

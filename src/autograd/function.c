@@ -32,7 +32,7 @@ static void ctx_free(void *p) {
     free(c);
 }
 
-static int fn_backward(remat_node *node, remat_tensor *const *grad_outputs,
+static remat_status fn_backward(remat_node *node, remat_tensor *const *grad_outputs,
                        remat_tensor **grad_inputs) {
     remat_function_ctx *c = node->ctx;
     remat_clear_error();
@@ -96,7 +96,7 @@ int remat_ctx_mark_non_differentiable(remat_function_ctx *ctx, int i) {
 
 /* Runs the user's forward with grad mode off and scopes suspended (the
  * outputs are plain references) and checks that it filled every output. */
-static int run_forward(remat_function_ctx *c, void *user_data, const char *name, int n_inputs,
+static remat_status run_forward(remat_function_ctx *c, void *user_data, const char *name, int n_inputs,
                        remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs) {
     c->in_forward = true;
     bool prev = remat_set_grad_enabled(false);
@@ -121,7 +121,7 @@ static int run_forward(remat_function_ctx *c, void *user_data, const char *name,
 
 /* An output that is an input (or already in a graph) is replaced by a
  * fresh alias, so the input's own history stays as it was. */
-static int alias_outputs(const char *name, int n_inputs, remat_tensor *const *inputs,
+static remat_status alias_outputs(const char *name, int n_inputs, remat_tensor *const *inputs,
                          int n_outputs, remat_tensor **outputs) {
     for (int i = 0; i < n_outputs; i++) {
         remat_tensor *o = outputs[i];
@@ -140,7 +140,7 @@ static int alias_outputs(const char *name, int n_inputs, remat_tensor *const *in
 
 /* Records the graph node: the tensors saved by forward, the
  * differentiable outputs. On success the node owns c (*c_owned set). */
-static int record_node(remat_function_ctx *c, bool *c_owned, const char *name, int n_inputs,
+static remat_status record_node(remat_function_ctx *c, bool *c_owned, const char *name, int n_inputs,
                        remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs) {
     remat_node *node;
     int rc = rm_node_new(&node, "CustomFunction", fn_backward, n_inputs, inputs, n_outputs,

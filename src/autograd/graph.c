@@ -49,7 +49,7 @@ static RM_TLS int tls_n_hooks;
 static hook_entry *hook_stack(void) { return tls_hooks_heap ? tls_hooks_heap : tls_hooks_inline; }
 
 /* Room for one more entry; REMAT_ENOMEM (naming `call`) when it cannot grow. */
-static int hook_reserve(const char *call) {
+static remat_status hook_reserve(const char *call) {
     int cap = tls_hooks_heap ? tls_hooks_cap : RM_HOOK_INLINE;
     if (tls_n_hooks < cap) return REMAT_OK;
     if (cap > INT32_MAX / 2)
@@ -317,7 +317,7 @@ void rm_node_set_output(remat_node *n, int i, remat_tensor *t) {
     if (old) rm_node_release(old);
 }
 
-static int make_alias(remat_tensor **out, remat_tensor *t) {
+static remat_status make_alias(remat_tensor **out, remat_tensor *t) {
     remat_tensor *a = rm_tensor_alloc(t->storage, t->offset, t->ndim, t->shape, t->strides,
                                       t->dtype);
     if (!a) return rm_err(REMAT_ENOMEM, "out of memory creating a tensor alias");
@@ -388,7 +388,7 @@ remat_status rm_node_save(remat_node *n, int slot, remat_tensor *t) {
  * rebuilding the variable around the data). A leaf's alias refers to the
  * leaf's AccumulateGrad node (weakly, as the leaf does; the saved slot
  * holds it), so gradients flowing into it reach the leaf's .grad. */
-static int unpack_in_graph(remat_node *n, const rm_saved *s, remat_tensor **t) {
+static remat_status unpack_in_graph(remat_node *n, const rm_saved *s, remat_tensor **t) {
     if (!s->requires_grad) return REMAT_OK;
     remat_tensor *a = NULL;
     int rc = make_alias(&a, *t);
@@ -566,7 +566,7 @@ int remat_register_hook(remat_tensor *t, remat_grad_hook_fn fn, void *user_data)
 /* ---- gradient reduction for broadcasting ------------------------------------------------- */
 /* *out = x summed over the dims of mask, keeping them (size 1): the sum
  * kernel remat_sum runs, on a contiguous x. */
-static int sum_keepdim(remat_tensor **out, remat_tensor *x, const bool *mask) {
+static remat_status sum_keepdim(remat_tensor **out, remat_tensor *x, const bool *mask) {
     rm_kernel_fn fn;
     int rc = rm_kernel_find(RM_K_SUM, x->storage->device, x->dtype, "remat_sum", &fn);
     if (rc) return rc;
@@ -587,7 +587,7 @@ static int sum_keepdim(remat_tensor **out, remat_tensor *x, const bool *mask) {
 }
 
 /* *out = a view of contiguous s with shape (ndim, shape), the same numel. */
-static int view_as(remat_tensor **out, remat_tensor *s, int ndim, const int64_t *shape) {
+static remat_status view_as(remat_tensor **out, remat_tensor *s, int ndim, const int64_t *shape) {
     int64_t strides[REMAT_MAX_DIMS];
     rm_contiguous_strides(ndim, shape, strides);
     remat_tensor *v = rm_tensor_alloc(s->storage, s->offset, ndim, shape, strides, s->dtype);

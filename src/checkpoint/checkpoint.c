@@ -56,13 +56,13 @@ remat_status ck_call_fn(remat_checkpoint_fn fn, void *user_data, int n_inputs,
     return rc;
 }
 
-static int check_tri(const char *call, const char *name, remat_tristate v) {
+static remat_status check_tri(const char *call, const char *name, remat_tristate v) {
     if (v == REMAT_OPT_DEFAULT || v == REMAT_OPT_TRUE || v == REMAT_OPT_FALSE) return REMAT_OK;
     return rm_err(REMAT_EINVAL, "%s: option %s must be REMAT_OPT_DEFAULT (0), REMAT_OPT_TRUE (1) "
                   "or REMAT_OPT_FALSE (-1), got %d", call, name, (int)v);
 }
 
-static int check_determinism(const char *call, remat_determinism_check v) {
+static remat_status check_determinism(const char *call, remat_determinism_check v) {
     if (v == REMAT_DETERMINISM_DEFAULT || v == REMAT_DETERMINISM_NONE) return REMAT_OK;
     return rm_err(REMAT_EINVAL, "%s: option determinism_check must be REMAT_DETERMINISM_DEFAULT "
                   "(0) or REMAT_DETERMINISM_NONE (1), got %d", call, (int)v);
@@ -70,7 +70,7 @@ static int check_determinism(const char *call, remat_determinism_check v) {
 
 /* Resolves the options into *o. warn_text: the warning for an unset
  * use_reentrant (P words it differently for checkpoint_sequential). */
-static int resolve(const char *call, const remat_checkpoint_options *opts, ck_opts *o,
+static remat_status resolve(const char *call, const remat_checkpoint_options *opts, ck_opts *o,
                    const char *warn_text) {
     static const remat_checkpoint_options k_defaults;
     if (!opts) opts = &k_defaults;
@@ -121,7 +121,7 @@ static const char *k_warn_sequential =
     "for details on the differences between the two variants.";
 
 /* remat_checkpoint with a destructor for user_data (used by sequential). */
-static int checkpoint_impl(remat_checkpoint_fn fn, void *user_data,
+static remat_status checkpoint_impl(remat_checkpoint_fn fn, void *user_data,
                            void (*user_data_destroy)(void *), int n_inputs,
                            remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
                            const remat_checkpoint_options *opts, const char *warn_text) {
@@ -171,7 +171,7 @@ typedef struct seq_chunk {
     remat_stage stages[]; /* copied: the caller's array may go away */
 } seq_chunk;
 
-static int run_stages(const remat_stage *stages, int first, int n, remat_tensor *input,
+static remat_status run_stages(const remat_stage *stages, int first, int n, remat_tensor *input,
                       remat_tensor **out) {
     *out = NULL;
     remat_tensor *x = remat_retain(input);
@@ -196,7 +196,7 @@ static int run_stages(const remat_stage *stages, int first, int n, remat_tensor 
     return REMAT_OK;
 }
 
-static int chunk_fn(void *ud, remat_tensor *const *inputs, int n_inputs, remat_tensor **outputs,
+static remat_status chunk_fn(void *ud, remat_tensor *const *inputs, int n_inputs, remat_tensor **outputs,
                     int n_outputs) {
     seq_chunk *c = ud;
     if (n_inputs != 1 || n_outputs != 1 || !inputs[0])

@@ -211,7 +211,7 @@ int rm_recompute_remaining(void) {
 /* The handle of a tensor saved by the recomputed graph is the tensor
  * itself: the recomputed graph may be backwarded too (grad() inside the
  * function), and dies with the recompute's outputs. */
-static int rec_unpack(void *ud, void *handle, remat_tensor **out) {
+static remat_status rec_unpack(void *ud, void *handle, remat_tensor **out) {
     RM_UNUSED(ud);
     *out = remat_retain(handle);
     return REMAT_OK;
@@ -263,7 +263,7 @@ static void *rec_pack(void *ud, remat_tensor *t) {
 /* ---- recomputation ------------------------------------------------------------------- */
 /* The function's inputs for a recomputation, into args[0..n_inputs).
  * Unpacking them may recompute the parent checkpoint (nesting). */
-static int unpack_inputs(ck_frame *f, remat_tensor **args) {
+static remat_status unpack_inputs(ck_frame *f, remat_tensor **args) {
     int n = f->n_inputs, rc = REMAT_OK;
     remat_node *saver = f->input_saver->grad_fn;
     for (int i = 0; i < n && rc == REMAT_OK; i++) rc = rm_node_unpack(saver, i, &args[i]);
@@ -283,7 +283,7 @@ static int unpack_inputs(ck_frame *f, remat_tensor **args) {
 
 /* Enters one context of a context_fn pair (enter may be NULL); a failure
  * that set no message gets one naming the context. */
-static int ctx_enter(remat_status (*enter)(void *), void *state, const char *which) {
+static remat_status ctx_enter(remat_status (*enter)(void *), void *state, const char *which) {
     if (!enter) return REMAT_OK;
     remat_clear_error();
     int rc = enter(state);
@@ -296,7 +296,7 @@ static int ctx_enter(remat_status (*enter)(void *), void *state, const char *whi
 /* Runs the function once more inside the context_fn's recompute context
  * (if any), tracing its ops when debug is on. Skip mode is back to
  * prev_skip on return. */
-static int run_in_recompute_context(const ck_rctx *rctx, remat_tensor **args, remat_tensor **outs,
+static remat_status run_in_recompute_context(const ck_rctx *rctx, remat_tensor **args, remat_tensor **outs,
                                     bool prev_skip) {
     ck_frame *f = rctx->f;
     ck_rec *rec = rctx->rec;
@@ -329,7 +329,7 @@ static int run_in_recompute_context(const ck_rctx *rctx, remat_tensor **args, re
     return rc;
 }
 
-static int recompute(ck_frame *f, ck_rec *rec) {
+static remat_status recompute(ck_frame *f, ck_rec *rec) {
     int n = f->n_inputs;
     remat_tensor **args = calloc((size_t)(n ? n : 1), sizeof *args);
     remat_tensor **outs = calloc((size_t)(f->n_outputs ? f->n_outputs : 1), sizeof *outs);
@@ -374,7 +374,7 @@ out_args:
 
 /* P: _CheckpointFrame.check_recomputed_tensors_match: the count, then (for
  * "default") the metadata of every live slot. */
-static int check_match(ck_frame *f, ck_rec *rec) {
+static remat_status check_match(ck_frame *f, ck_rec *rec) {
     if (f->ignore_saved_mismatch) return REMAT_OK;
     if (rec->counter != f->n_slots)
         return rm_err(REMAT_EDETERMINISM,
@@ -420,7 +420,7 @@ static int check_match(ck_frame *f, ck_rec *rec) {
     return rc;
 }
 
-static int fwd_unpack(void *ud, void *handle, remat_tensor **out) {
+static remat_status fwd_unpack(void *ud, void *handle, remat_tensor **out) {
     RM_UNUSED(ud);
     ck_handle *h = handle;
     ck_frame *f = frame_retain(h->f);
@@ -521,7 +521,7 @@ done:
 }
 
 /* ---- saving the inputs (P: _NoopSaveInputs) ------------------------------------------ */
-static int noop_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status noop_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     RM_UNUSED(node);
     RM_UNUSED(gout);
     RM_UNUSED(gin);
@@ -529,7 +529,7 @@ static int noop_backward(remat_node *node, remat_tensor *const *gout, remat_tens
                   "saves a checkpoint's inputs");
 }
 
-static int save_inputs(ck_frame *f, int n, remat_tensor *const *inputs) {
+static remat_status save_inputs(ck_frame *f, int n, remat_tensor *const *inputs) {
     f->input_req = calloc((size_t)(n ? n : 1), sizeof *f->input_req);
     if (!f->input_req) return rm_err(REMAT_ENOMEM, "remat_checkpoint: out of memory");
     for (int i = 0; i < n; i++) f->input_req[i] = inputs[i] && inputs[i]->requires_grad;
@@ -557,7 +557,7 @@ static int save_inputs(ck_frame *f, int n, remat_tensor *const *inputs) {
 }
 
 /* ---- the forward ---------------------------------------------------------------------- */
-static int call_ctx_fn(const ck_opts *o, remat_checkpoint_contexts *pair) {
+static remat_status call_ctx_fn(const ck_opts *o, remat_checkpoint_contexts *pair) {
     memset(pair, 0, sizeof *pair);
     remat_clear_error();
     int rc = o->context_fn(o->context_fn_data, pair);

@@ -30,7 +30,7 @@ static void reent_destroy(void *p) {
     free(r);
 }
 
-static int reent_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const *inputs,
+static remat_status reent_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const *inputs,
                          int n_inputs, remat_tensor **outputs, int n_outputs) {
     reent *r = ud;
     int rc = remat_ctx_save_for_backward(ctx, n_inputs, inputs);
@@ -50,7 +50,7 @@ static int reent_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const 
     return ck_rng_check_initialized(&r->rng);
 }
 
-static int reent_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *grad_outputs,
+static remat_status reent_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *grad_outputs,
                           int n_outputs, remat_tensor **grad_inputs, int n_inputs) {
     reent *r = ud;
     RM_UNUSED(n_outputs);

@@ -25,7 +25,7 @@
 
 /* A new tensor of `shape` (ndim dims). 4-D shapes (B, H, T, C) are stored
  * as (B, T, H, C) — see the file comment. */
-static int new_attn_tensor(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
+static remat_status new_attn_tensor(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
                            remat_device device) {
     if (ndim != 4) return rm_new_output(out, ndim, shape, dtype, device);
     int64_t st[4] = {shape[0], shape[2], shape[1], shape[3]};
@@ -49,7 +49,7 @@ static void att_fill_ctx(const rm_op_call *c, void *ctx) {
     p->scale = rm_attention_scale(p, q->shape[q->ndim - 1]);
 }
 
-static int attention_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status attention_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     bool want[3];
     for (int i = 0; i < 3; i++) want[i] = node->next[i].node != NULL;
     if (!want[0] && !want[1] && !want[2]) return REMAT_OK;
@@ -86,7 +86,7 @@ out:
 /* ---- forward ------------------------------------------------------------------------------ */
 
 /* After the flags' float checks of q, k and v (in that order, as before). */
-static int att_check(const rm_op_call *c) {
+static remat_status att_check(const rm_op_call *c) {
     const char *call = c->op->name;
     remat_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
     const double scale = ((const rm_attention_params *)c->params)->scale;
@@ -119,7 +119,7 @@ static int att_check(const rm_op_call *c) {
 }
 
 /* out (..., Tq, Dv) and the lse (..., Tq) */
-static int att_infer(const rm_op_call *c, rm_out_spec *out) {
+static remat_status att_infer(const rm_op_call *c, rm_out_spec *out) {
     const remat_tensor *q = c->in[0];
     int n = q->ndim;
     out[0].ndim = n;
@@ -132,7 +132,7 @@ static int att_infer(const rm_op_call *c, rm_out_spec *out) {
     return REMAT_OK;
 }
 
-static int att_new_output(const rm_op_call *c, int i, const rm_out_spec *s, remat_device device,
+static remat_status att_new_output(const rm_op_call *c, int i, const rm_out_spec *s, remat_device device,
                           remat_tensor **out) {
     RM_UNUSED(c);
     return i == 0 ? new_attn_tensor(out, s->ndim, s->shape, s->dtype, device)
@@ -141,7 +141,7 @@ static int att_new_output(const rm_op_call *c, int i, const rm_out_spec *s, rema
 
 /* create_graph: attention rebuilt from public ops, softmax(q k^T scale + M) v,
  * M = -inf above the diagonal (top-left aligned) when causal, 0 otherwise. */
-static int attention_recompose(remat_node *node, remat_tensor *const *xs, remat_tensor **y) {
+static remat_status attention_recompose(remat_node *node, remat_tensor *const *xs, remat_tensor **y) {
     const rm_attention_params *p = node->ctx;
     remat_tensor *q = xs[0], *kt = NULL, *s = NULL, *m = NULL, *t = NULL, *pr = NULL;
     int rc = remat_transpose(&kt, xs[1], -2, -1);
@@ -167,7 +167,7 @@ static int attention_recompose(remat_node *node, remat_tensor *const *xs, remat_
     return rc;
 }
 
-static int attention_backward_diff(remat_node *node, remat_tensor *const *gout,
+static remat_status attention_backward_diff(remat_node *node, remat_tensor *const *gout,
                                    remat_tensor **gin) {
     static const int slots[3] = {SAVED_Q, SAVED_K, SAVED_V};
     return rm_backward_recompose(node, slots, attention_recompose, gout, gin);

@@ -15,7 +15,7 @@ remat_status rm_ew_run(const char *call, int op, remat_tensor *y, remat_tensor *
 }
 
 /* New contiguous tensor of shape_of's shape = f(a, b, c) (backward helper). */
-static int ew_new(const char *call, remat_tensor **out, rm_ew_op op, remat_tensor *shape_of,
+static remat_status ew_new(const char *call, remat_tensor **out, rm_ew_op op, remat_tensor *shape_of,
                   remat_tensor *a, remat_tensor *b, remat_tensor *c, double p) {
     int rc = rm_new_output(out, shape_of->ndim, shape_of->shape, shape_of->dtype,
                            shape_of->storage->device);
@@ -39,7 +39,7 @@ static void fill_ctx(const rm_op_call *c, void *ctx) {
     memcpy(cx->sb, c->in[1]->shape, sizeof cx->sb);
 }
 
-static int infer_broadcast(const rm_op_call *c, rm_out_spec *out) {
+static remat_status infer_broadcast(const rm_op_call *c, rm_out_spec *out) {
     remat_tensor *a = c->in[0], *b = c->in[1];
     out[0].dtype = a->dtype;
     return rm_broadcast_shape(c->op->name, a->ndim, a->shape, b->ndim, b->shape, &out[0].ndim,
@@ -55,7 +55,7 @@ typedef int (*binary_grads_fn)(const char *nm, rm_ew_op op, remat_tensor *g, rem
 
 /* First order: the formulas on the elementwise kernel (g is the output
  * gradient, of the broadcast shape). */
-static int binary_grads(const char *nm, rm_ew_op op, remat_tensor *g, remat_tensor *a,
+static remat_status binary_grads(const char *nm, rm_ew_op op, remat_tensor *g, remat_tensor *a,
                         remat_tensor *b, bool need_a, bool need_b, remat_tensor **ta,
                         remat_tensor **tb) {
     int rc = REMAT_OK;
@@ -82,7 +82,7 @@ static int binary_grads(const char *nm, rm_ew_op op, remat_tensor *g, remat_tens
 }
 
 /* div with public ops: da = g / b; db = -(g / b) (a / b). */
-static int div_grads_diff(remat_tensor *g, remat_tensor *a, remat_tensor *b, bool need_a,
+static remat_status div_grads_diff(remat_tensor *g, remat_tensor *a, remat_tensor *b, bool need_a,
                           bool need_b, remat_tensor **ta, remat_tensor **tb) {
     remat_tensor *u = NULL, *v = NULL, *w = NULL;
     int rc = remat_div(&u, g, b);
@@ -95,7 +95,7 @@ static int div_grads_diff(remat_tensor *g, remat_tensor *a, remat_tensor *b, boo
 }
 
 /* pow with public ops: da = g b a^(b - 1); db = g a^b log(a). */
-static int pow_grads_diff(remat_tensor *g, remat_tensor *a, remat_tensor *b, bool need_a,
+static remat_status pow_grads_diff(remat_tensor *g, remat_tensor *a, remat_tensor *b, bool need_a,
                           bool need_b, remat_tensor **ta, remat_tensor **tb) {
     remat_tensor *u = NULL, *v = NULL, *w = NULL;
     int rc = REMAT_OK;
@@ -119,7 +119,7 @@ static int pow_grads_diff(remat_tensor *g, remat_tensor *a, remat_tensor *b, boo
 /* The same gradients with public ops (create_graph): they record a graph
  * reaching g, a and b. pow at a == 0: the first-order kernels take the
  * limits (0); these formulas give NaN there (0 * inf), never a silent 0. */
-static int binary_grads_diff(const char *nm, rm_ew_op op, remat_tensor *g, remat_tensor *a,
+static remat_status binary_grads_diff(const char *nm, rm_ew_op op, remat_tensor *g, remat_tensor *a,
                              remat_tensor *b, bool need_a, bool need_b, remat_tensor **ta,
                              remat_tensor **tb) {
     int rc = REMAT_OK;
@@ -141,7 +141,7 @@ static int binary_grads_diff(const char *nm, rm_ew_op op, remat_tensor *g, remat
 
 /* Either order's backward: the saved a and b, the gradients by `grads`,
  * each summed back down to its input's shape (undoing the broadcast). */
-static int binary_backward_with(binary_grads_fn grads, remat_node *node,
+static remat_status binary_backward_with(binary_grads_fn grads, remat_node *node,
                                 remat_tensor *const *gout, remat_tensor **gin) {
     const bctx *cx = node->ctx;
     bool need_a = node->next[0].node != NULL, need_b = node->next[1].node != NULL;
@@ -162,11 +162,11 @@ static int binary_backward_with(binary_grads_fn grads, remat_node *node,
     return rc;
 }
 
-static int binary_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status binary_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     return binary_backward_with(binary_grads, node, gout, gin);
 }
 
-static int binary_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status binary_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     return binary_backward_with(binary_grads_diff, node, gout, gin);
 }
 
@@ -191,7 +191,7 @@ BINARY_OP(rm_op_div, "remat_div", "DivBackward", {{RM_SAVE_INPUT, 0, 2}, {RM_SAV
 /* both formulas read a and b */
 BINARY_OP(rm_op_pow, "remat_pow", "PowBackward", {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}});
 
-static int binary(const rm_op_desc *d, rm_ew_op op, remat_tensor **out, remat_tensor *a,
+static remat_status binary(const rm_op_desc *d, rm_ew_op op, remat_tensor **out, remat_tensor *a,
                   remat_tensor *b, void *site) {
     const bctx params = {.ew = {op, 0}};
     remat_tensor *in[2] = {a, b};

@@ -26,7 +26,7 @@ typedef struct cat_ctx {
     int64_t sizes[];
 } cat_ctx;
 
-static int cat_check(const rm_op_call *c) {
+static remat_status cat_check(const rm_op_call *c) {
     const char *call = c->op->name;
     cat_ctx *p = (cat_ctx *)c->params; /* the public function's, writable: d */
     const int n = p->n;
@@ -58,7 +58,7 @@ static int cat_check(const rm_op_call *c) {
 }
 
 /* y: tensors[0]'s shape with the sum of the extents along d. */
-static int cat_infer(const rm_op_call *c, rm_out_spec *out) {
+static remat_status cat_infer(const rm_op_call *c, rm_out_spec *out) {
     const int d = ((const cat_ctx *)c->params)->d;
     out[0].ndim = c->in[0]->ndim;
     memcpy(out[0].shape, c->in[0]->shape, sizeof out[0].shape);
@@ -69,7 +69,7 @@ static int cat_infer(const rm_op_call *c, rm_out_spec *out) {
 
 /* The copy kernel once per input, into window i of y: y's strides, input
  * i's shape, offset off_i along d. */
-static int cat_run(rm_op_call *c, rm_kernel_fn copy) {
+static remat_status cat_run(rm_op_call *c, rm_kernel_fn copy) {
     const int d = ((const cat_ctx *)c->params)->d;
     remat_tensor *y = c->out[0];
     int64_t off = 0;
@@ -93,7 +93,7 @@ static void cat_fill_ctx(const rm_op_call *c, void *ctx) {
 }
 
 /* y is (..., sum sizes, ...); input i gets y[..., off_i : off_i + size_i, ...]. */
-static int cat_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status cat_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     cat_ctx *c = node->ctx;
     int64_t off = 0;
     for (int i = 0; i < c->n; i++) {
@@ -142,7 +142,7 @@ typedef struct split_ctx {
  * zero-filled. (The engine today materialises zeros for a piece without a
  * gradient instead; those are copied like any other gradient.) Every
  * element of the result is written once. */
-static int split_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status split_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     split_ctx *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     int rc = REMAT_OK;
@@ -194,7 +194,7 @@ static int split_backward(remat_node *node, remat_tensor *const *gout, remat_ten
     return REMAT_OK;
 }
 
-static int split_check(const rm_op_call *c) {
+static remat_status split_check(const rm_op_call *c) {
     const char *call = c->op->name;
     split_ctx *p = (split_ctx *)c->params; /* the public function's, writable: d, count */
     remat_tensor *a = c->in[0];
@@ -224,7 +224,7 @@ static int split_n_outputs(const rm_op_call *c) { return ((const split_ctx *)c->
 
 /* Piece k: a view of a (is_view set, so that in-place ops on it are
  * refused while it requires grad), [k*s, min((k+1)*s, size)) along dim. */
-static int split_infer(const rm_op_call *c, rm_out_spec *out) {
+static remat_status split_infer(const rm_op_call *c, rm_out_spec *out) {
     const split_ctx *p = c->params;
     const remat_tensor *a = c->in[0];
     const int d = p->dim;
@@ -254,7 +254,7 @@ static void split_fill_ctx(const rm_op_call *c, void *ctx) {
 
 /* create_graph: the pieces' gradients concatenated (the engine gives every
  * piece one, zeros where none arrived), with remat_cat: differentiable. */
-static int split_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status split_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     split_ctx *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     return remat_cat(&gin[0], node->n_outputs, gout, c->dim);

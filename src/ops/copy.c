@@ -23,7 +23,7 @@ static bool same_device(remat_device a, remat_device b) {
 /* Stages the part of t's storage that t addresses into a new cpu storage and
  * returns a cpu view of it with t's shape and strides (strides are never
  * negative, so the span is [offset, offset + sum((size-1)*stride)]). */
-static int stage_to_host(remat_tensor **out, const remat_tensor *t) {
+static remat_status stage_to_host(remat_tensor **out, const remat_tensor *t) {
     size_t es = remat_dtype_size(t->dtype);
     int64_t span = 1;
     for (int d = 0; d < t->ndim; d++) span += (t->shape[d] - 1) * t->strides[d];
@@ -44,7 +44,7 @@ static int stage_to_host(remat_tensor **out, const remat_tensor *t) {
  * with its dtype on its device. A dtype change needs CPU-readable memory on
  * both sides (it runs the conversion kernel); a pure move works for any
  * device type. */
-static int copy_fill(remat_tensor *y, remat_tensor *t) {
+static remat_status copy_fill(remat_tensor *y, remat_tensor *t) {
     remat_tensor *src = NULL;
     const remat_dtype dtype = y->dtype;
     const remat_device device = y->storage->device;
@@ -82,11 +82,11 @@ static int copy_fill(remat_tensor *y, remat_tensor *t) {
 
 /* The ops' kernel: out[0] := in[0]. Not looked up in the kernel table:
  * every device type can copy through its registered functions. */
-static int copy_kernel(const rm_kargs *k) { return copy_fill(k->out[0], k->in[0]); }
+static remat_status copy_kernel(const rm_kargs *k) { return copy_fill(k->out[0], k->in[0]); }
 
 /* A new contiguous tensor on `device` with `dtype` holding t's values (no
  * autograd; skip mode or a meta source: no data moved). */
-static int copy_to(remat_tensor **out, remat_tensor *t, remat_dtype dtype, remat_device device) {
+static remat_status copy_to(remat_tensor **out, remat_tensor *t, remat_dtype dtype, remat_device device) {
     *out = NULL;
     remat_tensor *y = NULL;
     int rc = rm_new_output(&y, t->ndim, t->shape, dtype, device);
@@ -116,7 +116,7 @@ static void copy_fill_ctx(const rm_op_call *c, void *ctx) {
 }
 
 /* The grad of the copy, brought back to the source's dtype and device. */
-static int copy_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status copy_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     copy_ctx *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     remat_tensor *g = gout[0];
@@ -128,7 +128,7 @@ static int copy_backward(remat_node *node, remat_tensor *const *gout, remat_tens
 }
 
 /* create_graph: the same, with the public (differentiable) copies. */
-static int copy_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status copy_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     copy_ctx *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     remat_tensor *t = NULL;
@@ -151,7 +151,7 @@ static const char *const k_t_name[] = {"t"};
 COPY_OP(rm_op_clone, "remat_clone", "CloneBackward", .check = NULL);
 
 /* The public calls: t and the target (p). */
-static int copy_call(const rm_op_desc *d, remat_tensor **out, remat_tensor *t, copy_ctx p,
+static remat_status copy_call(const rm_op_desc *d, remat_tensor **out, remat_tensor *t, copy_ctx p,
                      void *site) {
     remat_tensor *in[1] = {t};
     return rm_dispatch(d, out, in, &p, site);
@@ -167,7 +167,7 @@ int remat_clone(remat_tensor **out, remat_tensor *t) {
     return copy_call(&rm_op_clone, out, t, (copy_ctx){0}, RM_OP_SITE());
 }
 
-static int to_dtype_check(const rm_op_call *c) {
+static remat_status to_dtype_check(const rm_op_call *c) {
     const copy_ctx *p = c->params;
     if (p->dtype != REMAT_F32 && p->dtype != REMAT_F64 && p->dtype != REMAT_I64 &&
         p->dtype != REMAT_BF16)
@@ -175,7 +175,7 @@ static int to_dtype_check(const rm_op_call *c) {
     return rm_check_host(c->op->name, c->in[0]);
 }
 
-static int to_dtype_infer(const rm_op_call *c, rm_out_spec *out) {
+static remat_status to_dtype_infer(const rm_op_call *c, rm_out_spec *out) {
     shape_of_t(c, out);
     out[0].dtype = ((const copy_ctx *)c->params)->dtype;
     return REMAT_OK;
@@ -188,13 +188,13 @@ int remat_to_dtype(remat_tensor **out, remat_tensor *t, remat_dtype dtype) {
     return copy_call(&rm_op_to_dtype, out, t, (copy_ctx){.dtype = dtype}, RM_OP_SITE());
 }
 
-static int to_device_check(const rm_op_call *c) {
+static remat_status to_device_check(const rm_op_call *c) {
     int rc = remat_device_check(((const copy_ctx *)c->params)->device);
     return rc ? rm_err_prefix(rc, c->op->name) : REMAT_OK;
 }
 
 /* t itself when it is already there, else a new tensor on the device. */
-static int to_device_infer(const rm_op_call *c, rm_out_spec *out) {
+static remat_status to_device_infer(const rm_op_call *c, rm_out_spec *out) {
     const remat_device device = ((const copy_ctx *)c->params)->device;
     shape_of_t(c, out);
     if (same_device(c->in[0]->storage->device, device)) {

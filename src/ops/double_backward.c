@@ -34,7 +34,7 @@ static void lin_destroy(void *p) {
 }
 
 /* The op's own (first-order) backward on g; grad mode is off here. */
-static int lin_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const *in, int n_in,
+static remat_status lin_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const *in, int n_in,
                        remat_tensor **out, int n_out) {
     RM_UNUSED(ctx), RM_UNUSED(n_in), RM_UNUSED(n_out);
     lin_ud *u = ud;
@@ -49,7 +49,7 @@ static int lin_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const *i
     return rc;
 }
 
-static int lin_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *gout, int n_out,
+static remat_status lin_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *gout, int n_out,
                         remat_tensor **gin, int n_in) {
     RM_UNUSED(ctx), RM_UNUSED(n_out), RM_UNUSED(n_in);
     lin_ud *u = ud;
@@ -112,7 +112,7 @@ remat_status rm_backward_recompose(remat_node *node, const int *slots, rm_recomp
 /* ---- autograd's recorded sums (rm_graph_ops) ------------------------------------------------
  * Each runs in a suspended scope: its result belongs to the engine, never
  * to a scope the user has open. */
-static int graph_add(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+static remat_status graph_add(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     void *sc = rm_scope_suspend();
     int rc = remat_add(out, a, b);
     rm_scope_resume(sc);
@@ -121,7 +121,7 @@ static int graph_add(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
 
 /* sum over the leading dims shape lacks and the dims it broadcast from 1
  * (kept), then reshaped to shape */
-static int graph_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape) {
+static remat_status graph_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape) {
     int dims[REMAT_MAX_DIMS], nd = 0;
     int lead = grad->ndim - ndim;
     for (int d = 0; d < grad->ndim; d++)
@@ -140,7 +140,7 @@ static int graph_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const 
 }
 
 /* g * 1 is exact (P: clone_obey_contract under grad mode) */
-static int graph_copy(remat_tensor **out, remat_tensor *g) {
+static remat_status graph_copy(remat_tensor **out, remat_tensor *g) {
     void *sc = rm_scope_suspend();
     int rc = remat_mul_scalar(out, g, 1.0);
     rm_scope_resume(sc);

@@ -23,7 +23,7 @@ remat_status rm_op_save(remat_node *n, int slot, remat_tensor *t) {
 
 static const char *const k_arg_names[RM_OP_MAX_IN] = {"a", "b", "c", "d", "e", "f"};
 
-static int check_inputs(const rm_op_call *c) {
+static remat_status check_inputs(const rm_op_call *c) {
     const rm_op_desc *op = c->op;
     remat_tensor *const *in = c->in;
     const char *const *names = op->arg_names ? op->arg_names : k_arg_names;
@@ -56,7 +56,7 @@ static bool slot_wanted(const rm_op_call *c, const rm_save_spec *s) {
  * every other slot.
  * Slot order is the order the ops saved in before the driver, which the
  * saved-tensor hooks see. */
-static int save_slots(rm_op_call *c, bool early) {
+static remat_status save_slots(rm_op_call *c, bool early) {
     const rm_op_desc *op = c->op;
     const bool early_op = op->flags & RM_OPF_SAVE_EARLY;
     for (int s = 0; s < op->n_saved; s++) {
@@ -92,7 +92,7 @@ static int n_ret(const rm_op_desc *op) {
 }
 
 /* out = a view of in's storage with the spec's geometry. */
-static int make_view(remat_tensor **out, remat_tensor *in, const rm_out_spec *sp) {
+static remat_status make_view(remat_tensor **out, remat_tensor *in, const rm_out_spec *sp) {
     remat_tensor *v = rm_tensor_alloc(in->storage, sp->offset, sp->ndim, sp->shape, sp->strides,
                                       in->dtype);
     if (!v) return rm_err(REMAT_ENOMEM, "out of memory creating a view");
@@ -122,7 +122,7 @@ static int n_grad_out(const run_state *r) {
 
 /* Step 2: output specs (infer, or one new output like in[0]; in place:
  * in[0] itself) and the kernel. */
-static int infer_outputs(run_state *r) {
+static remat_status infer_outputs(run_state *r) {
     const rm_op_desc *op = r->c.op;
     remat_tensor *const *in = r->c.in;
     rm_out_spec *spec = r->spec;
@@ -161,7 +161,7 @@ static bool differentiable(remat_dtype dt) { return dt != REMAT_I64 && dt != REM
 
 /* The node with the inputs that get edges (gin) and its ctx: a copy of the
  * params, with ctx_per_in bytes per input after them for fill_ctx. */
-static int new_node(run_state *r, int ngi, remat_tensor *const *gin) {
+static remat_status new_node(run_state *r, int ngi, remat_tensor *const *gin) {
     rm_op_call *c = &r->c;
     const rm_op_desc *op = c->op;
     const char *node_name = r->spec[0].node_name ? r->spec[0].node_name : op->node_name;
@@ -181,7 +181,7 @@ static int new_node(run_state *r, int ngi, remat_tensor *const *gin) {
  * output is not a float (a copy to i64), or every handed-out output is an
  * input itself (dropout in eval mode, contiguous of a contiguous tensor);
  * then the early saves. */
-static int make_node(run_state *r) {
+static remat_status make_node(run_state *r) {
     rm_op_call *c = &r->c;
     const rm_op_desc *op = c->op;
     remat_tensor *fixed[RM_OP_MAX_IN];
@@ -214,7 +214,7 @@ static bool same_view(const remat_tensor *a, const remat_tensor *b) {
 /* An in-place op's operand b: b itself, or a copy when it shares memory
  * with the target a other than as the same view (reading b while writing a
  * could read values already updated). */
-static int inplace_operand(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+static remat_status inplace_operand(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     if (!remat_shares_storage(a, b) || same_view(a, b)) {
         *out = remat_retain(b);
         return REMAT_OK;
@@ -228,7 +228,7 @@ static int inplace_operand(remat_tensor **out, remat_tensor *a, remat_tensor *b)
 /* Step 4a: the kernel's inputs (contiguous copies when it wants them; an
  * in-place op's target as it is; none for a variadic op, whose run hook
  * reads c->in). */
-static int take_inputs(run_state *r) {
+static remat_status take_inputs(run_state *r) {
     const rm_op_desc *op = r->c.op;
     remat_tensor *const *in = r->c.in;
     const bool inplace = op->flags & RM_OPF_INPLACE;
@@ -247,7 +247,7 @@ static int take_inputs(run_state *r) {
 
 /* Step 4b: the outputs, each as its spec says. By-products only the node
  * reads, and those of an identity call, are not made. */
-static int make_outputs(run_state *r) {
+static remat_status make_outputs(run_state *r) {
     rm_op_call *c = &r->c;
     const rm_op_desc *op = c->op;
     for (int i = 0; i < c->n_out; i++) {
@@ -270,7 +270,7 @@ static int make_outputs(run_state *r) {
 
 /* Step 4c: the kernel, unless an operand has no data (skip mode); an
  * in-place op's version bump. */
-static int run_kernel(run_state *r) {
+static remat_status run_kernel(run_state *r) {
     rm_op_call *c = &r->c;
     c->k.params = c->params;
     int rc = REMAT_OK;
@@ -283,7 +283,7 @@ static int run_kernel(run_state *r) {
 
 /* Step 5: the node's outputs and the late saves (an in-place op saves
  * first: its output is the target, whose history the node takes over). */
-static int finish_node(run_state *r) {
+static remat_status finish_node(run_state *r) {
     rm_op_call *c = &r->c;
     if (!c->node) return REMAT_OK;
     const bool inplace = c->op->flags & RM_OPF_INPLACE;
@@ -296,7 +296,7 @@ static int finish_node(run_state *r) {
 /* Steps 3-5, each failure leaving the call to be released by the caller.
  * An in-place op takes its operands first: a copy of an overlapping
  * operand is what it reads and saves. */
-static int run_steps(run_state *r) {
+static remat_status run_steps(run_state *r) {
     int rc;
     if (r->c.op->flags & RM_OPF_INPLACE) {
         rc = take_inputs(r);
@@ -314,7 +314,7 @@ static int run_steps(run_state *r) {
 
 /* The output count of a variadic-output op (after its checks) and room
  * for its specs and outputs beyond the fixed arrays. */
-static int size_outputs(run_state *r) {
+static remat_status size_outputs(run_state *r) {
     rm_op_call *c = &r->c;
     if (!c->op->n_outputs) return REMAT_OK;
     c->n_out = r->nr = c->op->n_outputs(c);
@@ -332,7 +332,7 @@ static void free_outputs(run_state *r) {
 
 /* Steps 1-6 without the interception bracket; *n_out gets the number of
  * outputs handed out. */
-static int run(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_in,
+static remat_status run(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_in,
                remat_tensor *const *in, const void *params) {
     const char *call = op->name;
     rm_op_enter(call);

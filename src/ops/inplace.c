@@ -33,7 +33,7 @@ typedef struct ipctx {
 /* ---- validation ------------------------------------------------------------------ */
 /* Writing through a view whose elements share memory (an expanded view)
  * would make the result depend on the iteration order. */
-static int check_no_internal_overlap(const char *call, const remat_tensor *a) {
+static remat_status check_no_internal_overlap(const char *call, const remat_tensor *a) {
     for (int d = 0; d < a->ndim; d++)
         if (a->strides[d] == 0 && a->shape[d] > 1) {
             char b[200];
@@ -46,7 +46,7 @@ static int check_no_internal_overlap(const char *call, const remat_tensor *a) {
 }
 
 /* b must broadcast to a's shape without changing it. */
-static int check_broadcast_to(const char *call, const remat_tensor *a, const remat_tensor *b) {
+static remat_status check_broadcast_to(const char *call, const remat_tensor *a, const remat_tensor *b) {
     int nd;
     int64_t shape[REMAT_MAX_DIMS];
     int rc = rm_broadcast_shape(call, a->ndim, a->shape, b->ndim, b->shape, &nd, shape);
@@ -63,7 +63,7 @@ static int check_broadcast_to(const char *call, const remat_tensor *a, const rem
 
 /* The operand b (add_, mul_: float of a's dtype; copy_: any) on a's device,
  * broadcasting to a's shape. */
-static int check_operand(const char *call, ipop op, const remat_tensor *a, const remat_tensor *b) {
+static remat_status check_operand(const char *call, ipop op, const remat_tensor *a, const remat_tensor *b) {
     int rc = op == IP_COPY ? rm_check_tensor(call, "src", b) : rm_check_float(call, "b", b);
     if (!rc && op != IP_COPY) rc = rm_check_same_dtype(call, a, b);
     if (!rc) rc = rm_check_same_device(call, a, b);
@@ -73,7 +73,7 @@ static int check_operand(const char *call, ipop op, const remat_tensor *a, const
 
 /* What a recorded node cannot follow: a gradient into i64 (copy_ of a
  * tensor requiring grad), in place on a view. */
-static int check_record(const char *call, remat_tensor *a, remat_tensor *const *in, int n_in) {
+static remat_status check_record(const char *call, remat_tensor *a, remat_tensor *const *in, int n_in) {
     if (!rm_needs_grad(n_in, in)) return REMAT_OK;
     char bb[200];
     if (a->dtype == REMAT_I64)
@@ -87,7 +87,7 @@ static int check_record(const char *call, remat_tensor *a, remat_tensor *const *
 }
 
 /* Every argument check, in the order the messages are tested in. */
-static int inplace_check(const rm_op_call *c) {
+static remat_status inplace_check(const rm_op_call *c) {
     const char *call = c->op->name;
     const ipop op = ((const ipctx *)c->params)->op;
     remat_tensor *a = c->in[0];
@@ -115,7 +115,7 @@ static void inplace_fill_ctx(const rm_op_call *c, void *ctx) {
 }
 
 /* A contiguous copy of t with its own storage. */
-static int snapshot_copy(remat_tensor **out, remat_tensor *t) {
+static remat_status snapshot_copy(remat_tensor **out, remat_tensor *t) {
     int rc = rm_new_output(out, t->ndim, t->shape, t->dtype, t->storage->device);
     if (rc) return rc;
     rc = rm_copy_into(*out, t);
@@ -126,7 +126,7 @@ static int snapshot_copy(remat_tensor **out, remat_tensor *t) {
 /* mul_'s saves, before the kernel overwrites a. Slot 0 (for db = g * a_old):
  * a copy of a. Slot 1 (for da = g * b): b as the kernel reads it, or a copy
  * of it when it is a itself (mul_(x, x)). */
-static int mul_save(rm_op_call *c, int slot, remat_tensor **out) {
+static remat_status mul_save(rm_op_call *c, int slot, remat_tensor **out) {
     remat_tensor *t = slot == 0 ? c->in[0] : c->k.in[1];
     if (slot == 0 || remat_shares_storage(c->in[0], t)) return snapshot_copy(out, t);
     *out = remat_retain(t);
@@ -134,7 +134,7 @@ static int mul_save(rm_op_call *c, int slot, remat_tensor **out) {
 }
 
 /* ---- backward ---------------------------------------------------------------------- */
-static int zeros_like(remat_tensor **out, const remat_tensor *t) {
+static remat_status zeros_like(remat_tensor **out, const remat_tensor *t) {
     int rc = rm_new_output(out, t->ndim, t->shape, t->dtype, t->storage->device);
     if (rc) return rc;
     if (rm_ptr(*out)) memset(rm_ptr(*out), 0, (*out)->storage->nbytes);
@@ -142,14 +142,14 @@ static int zeros_like(remat_tensor **out, const remat_tensor *t) {
 }
 
 /* New tensor of g's shape = f(g, x). */
-static int ew_new(remat_tensor **out, int op, remat_tensor *g, remat_tensor *x, double p) {
+static remat_status ew_new(remat_tensor **out, int op, remat_tensor *g, remat_tensor *x, double p) {
     int rc = rm_new_output(out, g->ndim, g->shape, g->dtype, g->storage->device);
     if (rc) return rc;
     return rm_ew_run("in-place backward", op, *out, g, x, NULL, p);
 }
 
 /* Reduces a gradient of a's shape to operand b's shape and dtype. */
-static int grad_for_b(remat_tensor **out, remat_tensor *t, const ipctx *cx) {
+static remat_status grad_for_b(remat_tensor **out, remat_tensor *t, const ipctx *cx) {
     remat_tensor *s = NULL;
     int rc = rm_sum_to(&s, t, cx->ndb, cx->sb);
     if (rc) return rc;
@@ -165,7 +165,7 @@ static int grad_for_b(remat_tensor **out, remat_tensor *t, const ipctx *cx) {
 }
 
 /* The gradients of one op (s0, s1: its saved slots). */
-static int inplace_grads(const ipctx *cx, remat_tensor *g, remat_tensor *s0, remat_tensor *s1,
+static remat_status inplace_grads(const ipctx *cx, remat_tensor *g, remat_tensor *s0, remat_tensor *s1,
                          bool need_a, bool need_b, remat_tensor **gin) {
     remat_tensor *t = NULL;
     int rc = REMAT_OK;
@@ -199,7 +199,7 @@ static int inplace_grads(const ipctx *cx, remat_tensor *g, remat_tensor *s0, rem
 
 /* Saved slots: mul_ 0 = original a (for db), 1 = b (for da); relu_ 0 =
  * result; the others none. */
-static int inplace_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status inplace_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     remat_tensor *s0 = NULL, *s1 = NULL;
     bool need_a = node->next[0].node != NULL;
     bool need_b = node->n_next > 1 && node->next[1].node != NULL;
@@ -216,7 +216,7 @@ static int inplace_backward(remat_node *node, remat_tensor *const *gout, remat_t
  * is a snapshot without a graph (as P's original_self), and so is b when it
  * shares a's storage: through them there is no second derivative, so that
  * case refuses instead of dropping the term. */
-static int inplace_backward_diff(remat_node *node, remat_tensor *const *gout,
+static remat_status inplace_backward_diff(remat_node *node, remat_tensor *const *gout,
                                  remat_tensor **gin) {
     const ipctx *cx = node->ctx;
     remat_tensor *g = gout[0], *s = NULL, *t = NULL, *u = NULL;
@@ -276,7 +276,7 @@ INPLACE_OP(rm_op_copy_, "remat_copy_", "CopyBackward", 2, RM_K_COPY_INTO, 0, .n_
            .arg_names = k_src_names);
 
 /* The public entries (in-place ops are never served from a selective-checkpoint cache). */
-static int inplace(const rm_op_desc *d, ipop op, rm_ew_op ew, remat_tensor *a, remat_tensor *b,
+static remat_status inplace(const rm_op_desc *d, ipop op, rm_ew_op ew, remat_tensor *a, remat_tensor *b,
                    double p, void *site) {
     const ipctx params = {.ew = {ew, p}, .op = op};
     remat_tensor *in[2] = {a, b};

@@ -10,7 +10,7 @@
 
 #include "../dispatch/dispatch.h"
 
-static int check_i64(const char *call, const char *arg, const remat_tensor *t) {
+static remat_status check_i64(const char *call, const char *arg, const remat_tensor *t) {
     if (t->dtype != REMAT_I64) {
         char b[200];
         return rm_err(REMAT_EDTYPE, "%s: '%s' must be i64, got %s", call, arg,
@@ -22,7 +22,7 @@ static int check_i64(const char *call, const char *arg, const remat_tensor *t) {
 /* ---- embedding ------------------------------------------------------------------------- */
 static const char *const k_emb_args[] = {"weight", "indices"};
 
-static int embedding_check(const rm_op_call *c) {
+static remat_status embedding_check(const rm_op_call *c) {
     const char *call = c->op->name;
     remat_tensor *weight = c->in[0], *indices = c->in[1];
     int rc = check_i64(call, "indices", indices);
@@ -40,7 +40,7 @@ static int embedding_check(const rm_op_call *c) {
 }
 
 /* y: indices' shape + (dim) */
-static int embedding_infer(const rm_op_call *c, rm_out_spec *out) {
+static remat_status embedding_infer(const rm_op_call *c, rm_out_spec *out) {
     const remat_tensor *weight = c->in[0], *indices = c->in[1];
     out[0].ndim = indices->ndim + 1;
     memcpy(out[0].shape, indices->shape, sizeof(int64_t) * (size_t)indices->ndim);
@@ -60,7 +60,7 @@ static void embedding_fill_ctx(const rm_op_call *c, void *ctx) {
 }
 
 /* saved: 0 = indices */
-static int embedding_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status embedding_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const emb_ctx *c = node->ctx;
     const int64_t wshape[2] = {c->num, c->dim};
     return rm_backward_kernel(node, gout, gin, RM_K_EMBEDDING_BWD, 0, "indices were not saved", 2,
@@ -69,7 +69,7 @@ static int embedding_backward(remat_node *node, remat_tensor *const *gout, remat
 
 /* create_graph: the scatter of g into the weight rows is linear in g; its
  * adjoint gathers the rows back, which is embedding itself. */
-static int embedding_gather(remat_node *node, remat_tensor *gg, remat_tensor **out) {
+static remat_status embedding_gather(remat_node *node, remat_tensor *gg, remat_tensor **out) {
     remat_tensor *idx = NULL;
     int rc = rm_node_unpack(node, 0, &idx);
     if (!rc) rc = remat_embedding(out, gg, idx);
@@ -77,7 +77,7 @@ static int embedding_gather(remat_node *node, remat_tensor *gg, remat_tensor **o
     return rc;
 }
 
-static int embedding_backward_diff(remat_node *node, remat_tensor *const *gout,
+static remat_status embedding_backward_diff(remat_node *node, remat_tensor *const *gout,
                                    remat_tensor **gin) {
     return rm_backward_linear(node, gout, gin, embedding_gather);
 }
@@ -99,7 +99,7 @@ int remat_embedding(remat_tensor **out, remat_tensor *weight, remat_tensor *indi
 /* ---- cross_entropy ------------------------------------------------------------------------ */
 static const char *const k_ce_args[] = {"logits", "targets"};
 
-static int cross_entropy_check(const rm_op_call *c) {
+static remat_status cross_entropy_check(const rm_op_call *c) {
     const char *call = c->op->name;
     remat_tensor *logits = c->in[0], *targets = c->in[1];
     int rc = check_i64(call, "targets", targets);
@@ -114,7 +114,7 @@ static int cross_entropy_check(const rm_op_call *c) {
 }
 
 /* the loss (0-dim) and the rows' logsumexp (N), a by-product for the backward */
-static int cross_entropy_infer(const rm_op_call *c, rm_out_spec *out) {
+static remat_status cross_entropy_infer(const rm_op_call *c, rm_out_spec *out) {
     out[0].ndim = 0;
     out[0].dtype = c->in[0]->dtype;
     out[1].ndim = 1;
@@ -124,7 +124,7 @@ static int cross_entropy_infer(const rm_op_call *c, rm_out_spec *out) {
 }
 
 /* saved: 0 = logits, 1 = targets, 2 = lse (N) */
-static int cross_entropy_backward(remat_node *node, remat_tensor *const *gout,
+static remat_status cross_entropy_backward(remat_node *node, remat_tensor *const *gout,
                                   remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
     remat_tensor *sv[3] = {NULL, NULL, NULL}, *dx = NULL;
@@ -149,7 +149,7 @@ static int cross_entropy_backward(remat_node *node, remat_tensor *const *gout,
 /* create_graph: the loss rebuilt from public ops, -sum(log_softmax(x) * w) / count,
  * where w (N, C) holds 1 at each row's target (0 on ignored rows) and count
  * is the number of rows not ignored. */
-static int cross_entropy_recompose(remat_node *node, remat_tensor *const *xs, remat_tensor **y) {
+static remat_status cross_entropy_recompose(remat_node *node, remat_tensor *const *xs, remat_tensor **y) {
     const rm_ce_params *p = node->ctx;
     remat_tensor *x = xs[0], *t = NULL, *tc = NULL, *w = NULL, *ls = NULL, *prod = NULL,
                  *sum = NULL;
@@ -176,7 +176,7 @@ out:
     return rc;
 }
 
-static int cross_entropy_backward_diff(remat_node *node, remat_tensor *const *gout,
+static remat_status cross_entropy_backward_diff(remat_node *node, remat_tensor *const *gout,
                                        remat_tensor **gin) {
     static const int slots[1] = {0};
     return rm_backward_recompose(node, slots, cross_entropy_recompose, gout, gin);
@@ -200,7 +200,7 @@ int remat_cross_entropy(remat_tensor **out, remat_tensor *logits, remat_tensor *
 }
 
 /* ---- mse_loss ------------------------------------------------------------------------------- */
-static int mse_check(const rm_op_call *c) {
+static remat_status mse_check(const rm_op_call *c) {
     const remat_tensor *a = c->in[0], *b = c->in[1];
     bool same = a->ndim == b->ndim;
     for (int d = 0; same && d < a->ndim; d++) same = a->shape[d] == b->shape[d];
@@ -213,14 +213,14 @@ static int mse_check(const rm_op_call *c) {
     return REMAT_OK;
 }
 
-static int mse_infer(const rm_op_call *c, rm_out_spec *out) {
+static remat_status mse_infer(const rm_op_call *c, rm_out_spec *out) {
     out[0].ndim = 0;
     out[0].dtype = c->in[0]->dtype;
     return REMAT_OK;
 }
 
 /* saved: 0 = a, 1 = b */
-static int mse_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status mse_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     remat_tensor *sv[2] = {NULL, NULL}, *cv[2] = {NULL, NULL}, *da = NULL, *db = NULL;
     int rc = REMAT_OK;
     /* The usual loss (a prediction against a target that needs no gradient)
@@ -260,7 +260,7 @@ out:
 }
 
 /* create_graph: da = g * 2 (a - b) / N, db = -da, with public ops. */
-static int mse_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status mse_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     remat_tensor *a = NULL, *b = NULL, *d = NULL, *da = NULL;
     int rc = rm_node_unpack(node, 0, &a);
     if (!rc) rc = rm_node_unpack(node, 1, &b);

@@ -13,7 +13,7 @@
 #include "../dispatch/dispatch.h"
 
 /* Runs C = bias + op(A) · op(B) with the operands' flags (RM_MM_*). */
-static int mm_run(const char *call, remat_tensor *c, unsigned fc, remat_tensor *a, unsigned fa,
+static remat_status mm_run(const char *call, remat_tensor *c, unsigned fc, remat_tensor *a, unsigned fa,
                   remat_tensor *b, unsigned fb) {
     const rm_mm_params p = {(unsigned char)fa, (unsigned char)fb, (unsigned char)fc};
     rm_kargs k = {.in = {a, b}, .out = {c}, .params = &p};
@@ -22,7 +22,7 @@ static int mm_run(const char *call, remat_tensor *c, unsigned fc, remat_tensor *
 
 /* Checks that a tensor unpacked for backward still has the shape it was
  * saved with (a saved-tensor hook could hand back something else). */
-static int check_saved(const char *node, const char *what, const remat_tensor *t, int nd,
+static remat_status check_saved(const char *node, const char *what, const remat_tensor *t, int nd,
                        const int64_t *shape) {
     if (t->ndim == nd && memcmp(t->shape, shape, sizeof(int64_t) * (size_t)nd) == 0)
         return REMAT_OK;
@@ -49,7 +49,7 @@ static void mm_fill_ctx(const rm_op_call *c, void *ctx) {
 }
 
 /* Batch shape (nb dims) and output shape of a @ b; checks the shapes. */
-static int mm_shapes(const char *call, int nda, const int64_t *sa, int ndb, const int64_t *sb,
+static remat_status mm_shapes(const char *call, int nda, const int64_t *sa, int ndb, const int64_t *sb,
                      int *nb, int64_t *bshape, int *ndo, int64_t *oshape) {
     char b1[200], b2[200];
     if (nda == 0 || ndb == 0)
@@ -85,7 +85,7 @@ static int mm_shapes(const char *call, int nda, const int64_t *sa, int ndb, cons
     return REMAT_OK;
 }
 
-static int mm_infer(const rm_op_call *c, rm_out_spec *out) {
+static remat_status mm_infer(const rm_op_call *c, rm_out_spec *out) {
     const remat_tensor *a = c->in[0], *b = c->in[1];
     int nb;
     int64_t bshape[REMAT_MAX_DIMS];
@@ -96,7 +96,7 @@ static int mm_infer(const rm_op_call *c, rm_out_spec *out) {
 
 /* dA = g · B^T and dB = A^T · g (batched), each reduced over the batch dims
  * its input was broadcast along (the kernel accumulates into them). */
-static int mm_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status mm_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const mm_ctx *c = node->ctx;
     const char *nm = node->name;
     bool ga = node->next[0].node != NULL, gb = node->next[1].node != NULL;
@@ -134,7 +134,7 @@ out:
  * promoted to a matrix (a: (1, K), b: (K, 1)) and g to the promoted
  * product's shape; the results are summed back down to the (promoted)
  * input shapes and reshaped to the inputs'. */
-static int mm_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status mm_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const mm_ctx *c = node->ctx;
     remat_tensor *a = NULL, *b = NULL, *g = NULL, *t = NULL, *p = NULL, *s = NULL;
     int64_t pa[REMAT_MAX_DIMS + 1], pb[REMAT_MAX_DIMS + 1], pg[REMAT_MAX_DIMS + 1];
@@ -209,7 +209,7 @@ static void lin_fill_ctx(const rm_op_call *c, void *ctx) {
     cx->in_f = c->in[1]->shape[1];
 }
 
-static int lin_check(const rm_op_call *c) {
+static remat_status lin_check(const rm_op_call *c) {
     const char *call = c->op->name;
     remat_tensor *x = c->in[0], *weight = c->in[1], *bias = c->in[2];
     int rc = rm_check_same_dtype(call, x, weight);
@@ -240,7 +240,7 @@ static int lin_check(const rm_op_call *c) {
 }
 
 /* y (..., out_features): x's shape with the last dim replaced. */
-static int lin_infer(const rm_op_call *c, rm_out_spec *out) {
+static remat_status lin_infer(const rm_op_call *c, rm_out_spec *out) {
     const remat_tensor *x = c->in[0];
     out[0].ndim = x->ndim;
     memcpy(out[0].shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
@@ -251,7 +251,7 @@ static int lin_infer(const rm_op_call *c, rm_out_spec *out) {
 
 /* dx = g · W, dW = g^T · x (flattened over the leading dims: one GEMM with
  * K = rows when x and g are contiguous), db = column sums of g. */
-static int linear_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status linear_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const lin_ctx *c = node->ctx;
     const char *nm = node->name;
     bool gx = node->next[0].node != NULL, gw = node->next[1].node != NULL;
@@ -304,7 +304,7 @@ out:
 
 /* create_graph: dx = g W, dW = g2^T x2 and db = the column sums of g2,
  * where g2 (R, out) and x2 (R, in) flatten the leading dims. */
-static int linear_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status linear_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const lin_ctx *c = node->ctx;
     remat_tensor *x = NULL, *w = NULL, *g2 = NULL, *x2 = NULL, *t = NULL;
     const int64_t rows = remat_numel(gout[0]) / (c->out_f ? c->out_f : 1);

@@ -28,13 +28,13 @@ typedef struct softmax_params {
     int dim;             /* the call's */
 } softmax_params;
 
-static int softmax_check(const rm_op_call *c) {
+static remat_status softmax_check(const rm_op_call *c) {
     softmax_params *p = (softmax_params *)c->params; /* writable: see the top of the file */
     return rm_norm_dim(c->op->name, p->dim, c->in[0]->ndim, &p->k.dim);
 }
 
 /* saved: 0 = output y */
-static int softmax_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status softmax_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const softmax_params *p = node->ctx;
     return rm_backward_kernel(node, gout, gin, RM_K_SOFTMAX_BWD, 0, "output was not saved", 0,
                               NULL, &p->k);
@@ -42,7 +42,7 @@ static int softmax_backward(remat_node *node, remat_tensor *const *gout, remat_t
 
 /* create_graph: softmax dx = y (g - sum(g y)); log_softmax dx = g - exp(y) sum(g),
  * sums over dim, kept; public ops on g and the saved y. */
-static int softmax_backward_diff(remat_node *node, remat_tensor *const *gout,
+static remat_status softmax_backward_diff(remat_node *node, remat_tensor *const *gout,
                                  remat_tensor **gin) {
     const softmax_params *p = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
@@ -76,7 +76,7 @@ static int softmax_backward_diff(remat_node *node, remat_tensor *const *gout,
 SOFTMAX_OP(rm_op_softmax, "remat_softmax", "SoftmaxBackward");
 SOFTMAX_OP(rm_op_log_softmax, "remat_log_softmax", "LogSoftmaxBackward");
 
-static int softmax(const rm_op_desc *d, bool log_out, remat_tensor **out, remat_tensor *a,
+static remat_status softmax(const rm_op_desc *d, bool log_out, remat_tensor **out, remat_tensor *a,
                    int dim, void *site) {
     softmax_params p = {.k = {.log = log_out}, .dim = dim};
     remat_tensor *in[1] = {a};
@@ -98,7 +98,7 @@ typedef struct ln_params {
 
 static const char *const k_ln_args[] = {"x", "weight", "bias"};
 
-static int check_param(const char *call, const char *arg, remat_tensor *p, remat_tensor *x,
+static remat_status check_param(const char *call, const char *arg, remat_tensor *p, remat_tensor *x,
                        int n_norm) {
     int rc = rm_check_float(call, arg, p);
     if (rc) return rc;
@@ -121,7 +121,7 @@ static int check_param(const char *call, const char *arg, remat_tensor *p, remat
 
 /* All of layer_norm's checks, in their order before the driver (the driver
  * only rejects a NULL x first, with the same message). */
-static int layer_norm_check(const rm_op_call *c) {
+static remat_status layer_norm_check(const rm_op_call *c) {
     const char *call = c->op->name;
     const ln_params *p = c->params;
     remat_tensor *x = c->in[0], *weight = c->in[1], *bias = c->in[2];
@@ -142,7 +142,7 @@ static int layer_norm_check(const rm_op_call *c) {
 }
 
 /* y like x; the rows' mean and rstd (x's leading dims), by-products for the backward */
-static int layer_norm_infer(const rm_op_call *c, rm_out_spec *out) {
+static remat_status layer_norm_infer(const rm_op_call *c, rm_out_spec *out) {
     const ln_params *p = c->params;
     const remat_tensor *x = c->in[0];
     const int lead = x->ndim - p->k.n_norm;
@@ -163,7 +163,7 @@ static void layer_norm_fill_ctx(const rm_op_call *c, void *ctx) {
 }
 
 /* saved: 0 = x, 1 = weight (or NULL), 2 = mean (N), 3 = rstd (N) */
-static int layer_norm_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status layer_norm_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const ln_params *p = node->ctx;
     const int n_norm = p->k.n_norm;
     remat_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *g = NULL, *dx = NULL, *dw = NULL, *db = NULL;
@@ -201,7 +201,7 @@ out:
  * xc = x - mean(x), y = xc (mean(xc^2) + eps)^-1/2 * w + b over the last
  * n_norm dims. The bias is not saved: its gradient is a sum of g, which
  * needs no input. */
-static int layer_norm_recompose(remat_node *node, remat_tensor *const *xs, remat_tensor **y) {
+static remat_status layer_norm_recompose(remat_node *node, remat_tensor *const *xs, remat_tensor **y) {
     const ln_params *p = node->ctx;
     remat_tensor *x = xs[0], *mu = NULL, *xc = NULL, *v = NULL, *r = NULL, *cur = NULL,
                  *nx = NULL;
@@ -230,7 +230,7 @@ static int layer_norm_recompose(remat_node *node, remat_tensor *const *xs, remat
     return REMAT_OK;
 }
 
-static int layer_norm_backward_diff(remat_node *node, remat_tensor *const *gout,
+static remat_status layer_norm_backward_diff(remat_node *node, remat_tensor *const *gout,
                                     remat_tensor **gin) {
     const ln_params *p = node->ctx;
     static const int slots[3] = {0, 1, -1};
@@ -271,7 +271,7 @@ typedef struct dropout_params {
 static bool dropout_is_identity(const dropout_params *p) { return !p->train || p->k.p == 0.0; }
 
 /* Checks p, then draws the mask's Philox blocks (in skip mode too). */
-static int dropout_check(const rm_op_call *c) {
+static remat_status dropout_check(const rm_op_call *c) {
     dropout_params *p = (dropout_params *)c->params; /* writable: see the top of the file */
     const char *call = c->op->name;
     if (!(p->k.p >= 0.0 && p->k.p <= 1.0))
@@ -286,7 +286,7 @@ static int dropout_check(const rm_op_call *c) {
 
 /* y like x, or x itself (eval mode, p = 0: no node, no kernel); the keep
  * bits (u8, one bit per element), made only for the node */
-static int dropout_infer(const rm_op_call *c, rm_out_spec *out) {
+static remat_status dropout_infer(const rm_op_call *c, rm_out_spec *out) {
     const remat_tensor *x = c->in[0];
     if (dropout_is_identity(c->params)) out[0].kind = RM_OUT_INPUT;
     out[0].ndim = x->ndim;
@@ -299,7 +299,7 @@ static int dropout_infer(const rm_op_call *c, rm_out_spec *out) {
 }
 
 /* saved: 0 = keep bits (u8, ceil(n / 8) bytes) */
-static int dropout_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status dropout_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
     const dropout_params *p = node->ctx;
     remat_tensor *m = NULL, *g = NULL;
@@ -321,7 +321,7 @@ out:
 }
 
 /* create_graph: g * mask / (1 - p) is linear in g and its own adjoint. */
-static int dropout_backward_diff(remat_node *node, remat_tensor *const *gout,
+static remat_status dropout_backward_diff(remat_node *node, remat_tensor *const *gout,
                                  remat_tensor **gin) {
     return rm_backward_linear(node, gout, gin, rm_adjoint_self);
 }

@@ -12,7 +12,7 @@
 #include "../dispatch/dispatch.h"
 
 /* Parses (n_dims, dims) into mask[] over a's dims. */
-static int parse_dims(const char *call, const remat_tensor *a, int n_dims, const int *dims,
+static remat_status parse_dims(const char *call, const remat_tensor *a, int n_dims, const int *dims,
                       bool *mask) {
     for (int d = 0; d < REMAT_MAX_DIMS; d++) mask[d] = false;
     if (n_dims < 0)
@@ -61,7 +61,7 @@ typedef struct sum_params {
     bool keepdim;
 } sum_params;
 
-static int sum_check(const rm_op_call *c) {
+static remat_status sum_check(const rm_op_call *c) {
     sum_params *p = (sum_params *)c->params; /* writable: see the top of the file */
     const remat_tensor *a = c->in[0];
     int rc = parse_dims(c->op->name, a, p->n_dims, p->dims, p->k.mask);
@@ -73,7 +73,7 @@ static int sum_check(const rm_op_call *c) {
     return REMAT_OK;
 }
 
-static int sum_infer(const rm_op_call *c, rm_out_spec *out) {
+static remat_status sum_infer(const rm_op_call *c, rm_out_spec *out) {
     const sum_params *p = c->params;
     out_shape(c->in[0], p->k.mask, p->keepdim, &out[0].ndim, out[0].shape);
     out[0].dtype = c->in[0]->dtype;
@@ -88,14 +88,14 @@ static void sum_fill_ctx(const rm_op_call *c, void *ctx) {
 }
 
 /* grad (reduced shape) -> dx (input shape): broadcast back and scale. */
-static int sum_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status sum_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const sum_params *p = node->ctx;
     return rm_backward_kernel(node, gout, gin, RM_K_SUM_BWD, -1, NULL, p->ndim, p->shape, &p->k);
 }
 
 /* create_graph: g reshaped to the kept-dims shape, expanded to the input's
  * (a view) and scaled for mean, with public ops. */
-static int sum_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status sum_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const sum_params *p = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     int64_t kept[REMAT_MAX_DIMS];
@@ -120,7 +120,7 @@ SUM_OP(rm_op_sum, "remat_sum", "SumBackward");
 SUM_OP(rm_op_mean, "remat_mean", "MeanBackward");
 SUM_OP(rm_op_sum_all, "remat_sum_all", "SumBackward");
 
-static int sum(const rm_op_desc *d, bool mean, remat_tensor **out, remat_tensor *a, int n_dims,
+static remat_status sum(const rm_op_desc *d, bool mean, remat_tensor **out, remat_tensor *a, int n_dims,
                const int *dims, bool keepdim, void *site) {
     sum_params p = {.k = {.mean = mean}, .n_dims = n_dims, .dims = dims, .keepdim = keepdim};
     remat_tensor *in[1] = {a};
@@ -146,7 +146,7 @@ typedef struct max_params {
     bool keepdim;
 } max_params;
 
-static int max_check(const rm_op_call *c) {
+static remat_status max_check(const rm_op_call *c) {
     max_params *p = (max_params *)c->params; /* writable: see the top of the file */
     const remat_tensor *a = c->in[0];
     const char *call = c->op->name;
@@ -161,7 +161,7 @@ static int max_check(const rm_op_call *c) {
 }
 
 /* values (a's dtype) and indices (i64), a's shape without (or with size 1 at) dim */
-static int max_infer(const rm_op_call *c, rm_out_spec *out) {
+static remat_status max_infer(const rm_op_call *c, rm_out_spec *out) {
     const max_params *p = c->params;
     const remat_tensor *a = c->in[0];
     bool mask[REMAT_MAX_DIMS] = {false};
@@ -180,7 +180,7 @@ static void max_fill_ctx(const rm_op_call *c, void *ctx) {
 }
 
 /* saved: 0 = argmax indices (i64, output shape) */
-static int max_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status max_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const max_params *p = node->ctx;
     return rm_backward_kernel(node, gout, gin, RM_K_MAX_BWD, 0, "argmax indices were not saved",
                               p->ndim, p->shape, &p->k);
@@ -188,7 +188,7 @@ static int max_backward(remat_node *node, remat_tensor *const *gout, remat_tenso
 
 /* create_graph: dx = expand(g) * M with public ops, where M (x's shape) is 1
  * at each argmax and 0 elsewhere (a constant: max is piecewise linear). */
-static int max_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status max_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const max_params *p = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     remat_tensor *idx = NULL, *m = NULL, *r = NULL, *e = NULL, *g = gout[0];

@@ -11,7 +11,7 @@
 #include "../dispatch/dispatch.h"
 
 /* New tensor of g's shape: cond ? g : 0 (g_when_true) or cond ? 0 : g. */
-static int masked_grad(const char *call, remat_tensor **out, remat_tensor *g, remat_tensor *cond,
+static remat_status masked_grad(const char *call, remat_tensor **out, remat_tensor *g, remat_tensor *cond,
                        bool g_when_true) {
     int rc = rm_new_output(out, g->ndim, g->shape, g->dtype, g->storage->device);
     if (rc) return rc;
@@ -22,7 +22,7 @@ static int masked_grad(const char *call, remat_tensor **out, remat_tensor *g, re
     return rc;
 }
 
-static int check_cond(const char *call, const char *arg, const remat_tensor *c) {
+static remat_status check_cond(const char *call, const char *arg, const remat_tensor *c) {
     int rc = rm_check_tensor(call, arg, c);
     if (!rc) rc = rm_check_host(call, c);
     if (rc) return rc;
@@ -36,7 +36,7 @@ static int check_cond(const char *call, const char *arg, const remat_tensor *c) 
 
 /* ---- masked_fill ------------------------------------------------------------------- */
 /* a (any shape), mask (broadcast to a's shape without changing it). */
-static int masked_fill_check(const rm_op_call *c) {
+static remat_status masked_fill_check(const rm_op_call *c) {
     const char *call = c->op->name;
     remat_tensor *a = c->in[0], *mask = c->in[1];
     int rc = rm_check_float(call, "a", a);
@@ -56,7 +56,7 @@ static int masked_fill_check(const rm_op_call *c) {
 }
 
 /* Saved slot 0: the mask. da = mask ? 0 : g. */
-static int masked_fill_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status masked_fill_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     remat_tensor *mask = NULL;
     int rc = rm_node_unpack(node, 0, &mask);
     if (rc) return rc;
@@ -66,7 +66,7 @@ static int masked_fill_backward(remat_node *node, remat_tensor *const *gout, rem
 }
 
 /* create_graph: da = masked_fill(g, mask, 0), itself differentiable. */
-static int masked_fill_backward_diff(remat_node *node, remat_tensor *const *gout,
+static remat_status masked_fill_backward_diff(remat_node *node, remat_tensor *const *gout,
                                      remat_tensor **gin) {
     remat_tensor *mask = NULL;
     int rc = rm_node_unpack(node, 0, &mask);
@@ -97,7 +97,7 @@ typedef struct wctx {
     int64_t sa[REMAT_MAX_DIMS], sb[REMAT_MAX_DIMS];
 } wctx;
 
-static int where_check(const rm_op_call *c) {
+static remat_status where_check(const rm_op_call *c) {
     const char *call = c->op->name;
     remat_tensor *cond = c->in[0], *a = c->in[1], *b = c->in[2];
     int rc = check_cond(call, "cond", cond);
@@ -110,7 +110,7 @@ static int where_check(const rm_op_call *c) {
 }
 
 /* y: the broadcast shape of cond, a and b, in a's dtype. */
-static int where_infer(const rm_op_call *c, rm_out_spec *out) {
+static remat_status where_infer(const rm_op_call *c, rm_out_spec *out) {
     remat_tensor *cond = c->in[0], *a = c->in[1], *b = c->in[2];
     int nd1;
     int64_t s1[REMAT_MAX_DIMS];
@@ -130,7 +130,7 @@ static void where_fill_ctx(const rm_op_call *c, void *ctx) {
 }
 
 /* Saved slot 0: cond. da = sum_to(cond ? g : 0), db = sum_to(cond ? 0 : g). */
-static int where_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status where_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     wctx *cx = node->ctx;
     remat_tensor *cond = NULL, *t = NULL;
     int rc = rm_node_unpack(node, 0, &cond);
@@ -146,7 +146,7 @@ static int where_backward(remat_node *node, remat_tensor *const *gout, remat_ten
 }
 
 /* create_graph: da = sum_to(where(cond, g, 0)), db = sum_to(where(cond, 0, g)). */
-static int where_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status where_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     wctx *cx = node->ctx;
     remat_tensor *g = gout[0], *cond = NULL, *z = NULL, *t = NULL;
     int rc = rm_node_unpack(node, 0, &cond);

@@ -51,19 +51,19 @@ static void view_spec(rm_out_spec *o, const remat_tensor *a, int ndim) {
 
 /* ---- backward functions ---------------------------------------------------------- */
 /* view / reshape / squeeze / unsqueeze: the grad reshaped to the input shape. */
-static int reshape_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status reshape_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const shape_args *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     return remat_reshape(&gin[0], gout[0], c->in_ndim, c->in_shape);
 }
 
-static int transpose_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status transpose_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const shape_args *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     return remat_transpose(&gin[0], gout[0], c->dim0, c->dim1);
 }
 
-static int permute_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status permute_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const shape_args *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     int inv[REMAT_MAX_DIMS];
@@ -71,14 +71,14 @@ static int permute_backward(remat_node *node, remat_tensor *const *gout, remat_t
     return remat_permute(&gin[0], gout[0], c->in_ndim, inv);
 }
 
-static int expand_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status expand_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const shape_args *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     return rm_sum_to(&gin[0], gout[0], c->in_ndim, c->in_shape);
 }
 
 /* contiguous (when it copied): the copy's grad is the input's grad. */
-static int identity_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status identity_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
     gin[0] = remat_retain(gout[0]);
     return REMAT_OK;
@@ -89,7 +89,7 @@ static int identity_backward(remat_node *node, remat_tensor *const *gout, remat_
  * Only the complement of the slice is zeroed, so every element is written
  * once: the rows before start, the gaps between steps, the rows after the
  * last taken one. */
-static int slice_scatter(const shape_args *c, remat_tensor *g, remat_tensor **gin) {
+static remat_status slice_scatter(const shape_args *c, remat_tensor *g, remat_tensor **gin) {
     int rc = rm_check_host("SliceBackward", g);
     if (rc) return rc;
     remat_tensor *z = NULL, *v = NULL;
@@ -128,7 +128,7 @@ static int slice_scatter(const shape_args *c, remat_tensor *g, remat_tensor **gi
     return REMAT_OK;
 }
 
-static int slice_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status slice_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
     return slice_scatter(node->ctx, gout[0], gin);
 }
@@ -137,13 +137,13 @@ static int slice_backward(remat_node *node, remat_tensor *const *gout, remat_ten
  * custom function whose backward is the forward slice of the incoming
  * gradient (the scatter is linear; slice is its adjoint), so it can be
  * differentiated to any order. */
-static int scatter_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const *in, int n_in,
+static remat_status scatter_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const *in, int n_in,
                            remat_tensor **out, int n_out) {
     RM_UNUSED(ctx), RM_UNUSED(n_in), RM_UNUSED(n_out);
     return slice_scatter(ud, in[0], out);
 }
 
-static int scatter_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *gout,
+static remat_status scatter_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *gout,
                             int n_out, remat_tensor **gin, int n_in) {
     RM_UNUSED(ctx), RM_UNUSED(n_out), RM_UNUSED(n_in);
     const shape_args *c = ud;
@@ -153,7 +153,7 @@ static int scatter_backward(remat_function_ctx *ctx, void *ud, remat_tensor *con
                        c->step);
 }
 
-static int slice_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status slice_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
     shape_args *ud = malloc(sizeof *ud);
     if (!ud) return rm_err(REMAT_ENOMEM, "SliceBackward: out of memory");
@@ -168,7 +168,7 @@ static int slice_backward_diff(remat_node *node, remat_tensor *const *gout, rema
 /* ---- reshape / view ---------------------------------------------------------------- */
 /* Validates a requested shape (one -1 allowed) against numel and writes the
  * resolved shape. */
-static int infer_shape(const char *call, const remat_tensor *a, int ndim, const int64_t *shape,
+static remat_status infer_shape(const char *call, const remat_tensor *a, int ndim, const int64_t *shape,
                        int64_t *resolved) {
     char b1[200], b2[160];
     if (ndim < 0 || ndim > REMAT_MAX_DIMS)
@@ -260,7 +260,7 @@ static bool compute_view_strides(const remat_tensor *a, int ndim, const int64_t 
 }
 
 /* ---- reshape / view ------------------------------------------------------------------------ */
-static int infer_reshape(const rm_op_call *c, rm_out_spec *o) {
+static remat_status infer_reshape(const rm_op_call *c, rm_out_spec *o) {
     const shape_args *p = ARGS(c);
     const char *call = c->op->name;
     remat_tensor *a = c->in[0];
@@ -291,7 +291,7 @@ static int infer_reshape(const rm_op_call *c, rm_out_spec *o) {
 static void fill_input_shape(const rm_op_call *c, void *ctx) { record_input(c, ctx); }
 
 /* ---- transpose / permute ------------------------------------------------------------------------ */
-static int infer_transpose(const rm_op_call *c, rm_out_spec *o) {
+static remat_status infer_transpose(const rm_op_call *c, rm_out_spec *o) {
     const shape_args *p = ARGS(c);
     remat_tensor *a = c->in[0];
     int d0, d1, rc;
@@ -317,7 +317,7 @@ static void fill_transpose(const rm_op_call *c, void *ctx) {
     p->dim1 = p->dim1 < 0 ? p->dim1 + n : p->dim1;
 }
 
-static int infer_permute(const rm_op_call *c, rm_out_spec *o) {
+static remat_status infer_permute(const rm_op_call *c, rm_out_spec *o) {
     const shape_args *p = ARGS(c);
     const char *call = c->op->name;
     remat_tensor *a = c->in[0];
@@ -365,7 +365,7 @@ static int64_t slice_range(int64_t size, int64_t *start, int64_t end, int64_t st
     return len;
 }
 
-static int infer_slice(const rm_op_call *c, rm_out_spec *o) {
+static remat_status infer_slice(const rm_op_call *c, rm_out_spec *o) {
     const shape_args *p = ARGS(c);
     const char *call = c->op->name;
     remat_tensor *a = c->in[0];
@@ -399,7 +399,7 @@ static void fill_slice(const rm_op_call *c, void *ctx) {
 }
 
 /* ---- expand ------------------------------------------------------------------------------------------ */
-static int infer_expand(const rm_op_call *c, rm_out_spec *o) {
+static remat_status infer_expand(const rm_op_call *c, rm_out_spec *o) {
     const shape_args *p = ARGS(c);
     const char *call = c->op->name;
     remat_tensor *a = c->in[0];
@@ -444,7 +444,7 @@ static int infer_expand(const rm_op_call *c, rm_out_spec *o) {
 }
 
 /* ---- squeeze / unsqueeze ------------------------------------------------------------------------------ */
-static int infer_unsqueeze(const rm_op_call *c, rm_out_spec *o) {
+static remat_status infer_unsqueeze(const rm_op_call *c, rm_out_spec *o) {
     const char *call = c->op->name;
     remat_tensor *a = c->in[0];
     char b[200];
@@ -470,7 +470,7 @@ static int infer_unsqueeze(const rm_op_call *c, rm_out_spec *o) {
     return REMAT_OK;
 }
 
-static int infer_squeeze(const rm_op_call *c, rm_out_spec *o) {
+static remat_status infer_squeeze(const rm_op_call *c, rm_out_spec *o) {
     remat_tensor *a = c->in[0];
     int d;
     int rc = rm_norm_dim(c->op->name, ARGS(c)->dim0, a->ndim, &d);
@@ -487,7 +487,7 @@ static int infer_squeeze(const rm_op_call *c, rm_out_spec *o) {
 }
 
 /* ---- contiguous ------------------------------------------------------------------------------------------ */
-static int infer_contiguous(const rm_op_call *c, rm_out_spec *o) {
+static remat_status infer_contiguous(const rm_op_call *c, rm_out_spec *o) {
     remat_tensor *a = c->in[0];
     o->ndim = a->ndim;
     memcpy(o->shape, a->shape, sizeof o->shape);
@@ -523,7 +523,7 @@ SHAPE_OP(rm_op_unsqueeze, "remat_unsqueeze", "UnsqueezeBackward", infer_unsqueez
 SHAPE_OP(rm_op_squeeze, "remat_squeeze", "SqueezeBackward", infer_squeeze, fill_input_shape, reshape_backward);
 SHAPE_OP(rm_op_contiguous, "remat_contiguous", "CloneBackward", infer_contiguous, NULL, identity_backward);
 
-static int shape_op(const rm_op_desc *d, remat_tensor **out, remat_tensor *a, const shape_args *p,
+static remat_status shape_op(const rm_op_desc *d, remat_tensor **out, remat_tensor *a, const shape_args *p,
                     void *site) {
     remat_tensor *in[1] = {a};
     return rm_dispatch(d, out, in, p, site);

@@ -12,13 +12,13 @@ typedef struct tag_params {
     const char *name;
 } tag_params;
 
-static int tag_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status tag_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
     gin[0] = remat_retain(gout[0]);
     return REMAT_OK;
 }
 
-static int tag_check(const rm_op_call *c) {
+static remat_status tag_check(const rm_op_call *c) {
     const char *name = ((const tag_params *)c->params)->name;
     if (!name || !name[0])
         return rm_err(REMAT_EINVAL, "%s: name must be a non-empty string, got %s", c->op->name,
@@ -27,7 +27,7 @@ static int tag_check(const rm_op_call *c) {
 }
 
 /* y: a view of t with t's geometry. */
-static int tag_infer(const rm_op_call *c, rm_out_spec *out) {
+static remat_status tag_infer(const rm_op_call *c, rm_out_spec *out) {
     const remat_tensor *t = c->in[0];
     out[0].kind = RM_OUT_VIEW;
     out[0].ndim = t->ndim;
@@ -38,7 +38,7 @@ static int tag_infer(const rm_op_call *c, rm_out_spec *out) {
     return REMAT_OK;
 }
 
-static int tag_finish(rm_op_call *c) {
+static remat_status tag_finish(rm_op_call *c) {
     return remat_set_name(c->out[0], ((const tag_params *)c->params)->name);
 }
 

@@ -14,7 +14,7 @@
 #include "../dispatch/dispatch.h"
 
 /* Input is (any shape); dx has g's shape. Slot 0 holds s (or the mask). */
-static int unary_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status unary_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const rm_unary_params *p = node->ctx;
     const bool relu = p->op == RM_U_RELU;
     remat_tensor *s = NULL, *g = NULL;
@@ -36,7 +36,7 @@ out:
 }
 
 /* relu's saved slot: the bit mask of y > 0 (data-less in skip mode). */
-static int save_relu_mask(rm_op_call *c, int slot, remat_tensor **out) {
+static remat_status save_relu_mask(rm_op_call *c, int slot, remat_tensor **out) {
     RM_UNUSED(slot);
     remat_tensor *y = c->k.out[0];
     int64_t nb = (remat_numel(y) + 7) / 8;
@@ -56,7 +56,7 @@ static int save_relu_mask(rm_op_call *c, int slot, remat_tensor **out) {
 extern const rm_op_desc rm_op_relu_mask_grad, rm_op_gelu_grad;
 
 /* dx = relu_mask_grad(g, mask) = g * [mask bit], as a differentiable op. */
-static int relu_mask_grad(remat_tensor **out, remat_tensor *g, remat_tensor *mask) {
+static remat_status relu_mask_grad(remat_tensor **out, remat_tensor *g, remat_tensor *mask) {
     const rm_unary_params p = {RM_U_RELU, 0};
     remat_tensor *gc = NULL, *in[2] = {NULL, mask};
     int rc = remat_contiguous(&gc, g);
@@ -66,7 +66,7 @@ static int relu_mask_grad(remat_tensor **out, remat_tensor *g, remat_tensor *mas
     return rc;
 }
 
-static int gelu_grad(remat_tensor **out, rm_unary_op op, remat_tensor *g, remat_tensor *x) {
+static remat_status gelu_grad(remat_tensor **out, rm_unary_op op, remat_tensor *g, remat_tensor *x) {
     const rm_unary_params p = {op, 0};
     remat_tensor *in[2] = {g, x};
     return rm_dispatch(&rm_op_gelu_grad, out, in, &p, NULL);
@@ -85,7 +85,7 @@ static int gelu_grad(remat_tensor **out, rm_unary_op op, remat_tensor *g, remat_
 /* gelu''(x). erf form: pdf(x) * (2 - x^2). tanh form, with
  * u = c (x + a x^3), t = tanh(u), u' = c (1 + 3 a x^2), u'' = 6 c a x:
  * (1 - t^2) (u' - x t u'^2 + x u'' / 2). */
-static int gelu_second(remat_tensor **out, rm_unary_op op, remat_tensor *x) {
+static remat_status gelu_second(remat_tensor **out, rm_unary_op op, remat_tensor *x) {
     int rc = REMAT_OK;
     remat_tensor *cur = NULL, *x2 = NULL, *a = NULL, *t = NULL, *du = NULL;
     rc = remat_mul(&x2, x, x);
@@ -133,7 +133,7 @@ static int gelu_second(remat_tensor **out, rm_unary_op op, remat_tensor *x) {
 }
 
 /* dx for a unary op, with public ops. Slot 0: s (or relu's mask). */
-static int unary_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status unary_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const rm_unary_params *p = node->ctx;
     remat_tensor *s = NULL, *g = gout[0], *cur = NULL, *a = NULL;
     int rc = node->n_saved ? rm_node_unpack(node, 0, &s) : REMAT_OK;
@@ -180,7 +180,7 @@ static int unary_backward_diff(remat_node *node, remat_tensor *const *gout, rema
 
 /* relu_mask_grad: y = g * [mask bit]; linear in g, so its gradient is the
  * same op on the incoming gradient. Slot 0: the mask. */
-static int relu_mask_grad_backward(remat_node *node, remat_tensor *const *gout,
+static remat_status relu_mask_grad_backward(remat_node *node, remat_tensor *const *gout,
                                    remat_tensor **gin) {
     remat_tensor *mask = NULL;
     int rc = rm_node_unpack(node, 0, &mask);
@@ -199,7 +199,7 @@ const rm_op_desc rm_op_relu_mask_grad = {
 
 /* gelu_grad: y = g * gelu'(x). dg = gelu_grad(gy, x); dx = gy * g * gelu''(x).
  * Slots: 0 = g (read by x's gradient), 1 = x. */
-static int gelu_grad_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status gelu_grad_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const rm_unary_params *p = node->ctx;
     remat_tensor *g = NULL, *x = NULL, *cur = NULL;
     int rc = rm_node_unpack(node, 1, &x);
@@ -251,7 +251,7 @@ UNARY_OP(rm_op_mul_scalar, "remat_mul_scalar", "MulBackward", SAVES_NOTHING);
 UNARY_OP(rm_op_div_scalar, "remat_div_scalar", "MulBackward", SAVES_NOTHING);
 UNARY_OP(rm_op_rsub_scalar, "remat_rsub_scalar", "RsubBackward", SAVES_NOTHING);
 
-static int unary(const rm_op_desc *d, rm_unary_op op, double p, remat_tensor **out,
+static remat_status unary(const rm_op_desc *d, rm_unary_op op, double p, remat_tensor **out,
                  remat_tensor *a, void *site) {
     const rm_unary_params params = {op, p};
     remat_tensor *in[1] = {a};

@@ -31,7 +31,7 @@ static int n_slots(const remat_optim_options *o) {
     return o->momentum != 0 ? 1 : 0;
 }
 
-static int check_options(const remat_optim_options *o) {
+static remat_status check_options(const remat_optim_options *o) {
     if (!o) return rm_err(REMAT_EINVAL, "remat_optim_create: options is NULL");
     if (o->kind != REMAT_OPTIM_SGD && o->kind != REMAT_OPTIM_ADAMW)
         return rm_err(REMAT_EINVAL, "remat_optim_create: unknown optimizer kind %d", (int)o->kind);
@@ -94,7 +94,7 @@ void remat_optim_free(remat_optimizer *o) {
     free(o);
 }
 
-static int check_param(const remat_optimizer *o, remat_tensor *const *params, int i,
+static remat_status check_param(const remat_optimizer *o, remat_tensor *const *params, int i,
                        const char *call) {
     remat_tensor *p = params[i];
     if (!p) return rm_err(REMAT_EINVAL, "%s: params[%d] is NULL", call, i);
@@ -116,7 +116,7 @@ static int check_param(const remat_optimizer *o, remat_tensor *const *params, in
     return REMAT_OK;
 }
 
-static int add_group(remat_optimizer *o, remat_tensor *const *params, int n, double weight_decay,
+static remat_status add_group(remat_optimizer *o, remat_tensor *const *params, int n, double weight_decay,
                      const char *call) {
     if (!o) return rm_err(REMAT_EINVAL, "%s: optimizer is NULL", call);
     if (n < 0 || (n > 0 && !params))
@@ -186,7 +186,7 @@ void remat_optim_zero_grad(remat_optimizer *o) {
 }
 
 /* Every gradient checked, and made dense, before anything is changed. */
-static int prepare_grads(remat_optimizer *o, const char *call) {
+static remat_status prepare_grads(remat_optimizer *o, const char *call) {
     for (int i = 0; i < o->n; i++) {
         remat_tensor *p = o->ps[i].p, *g = remat_tensor_grad(p);
         if (!g) continue;
@@ -261,7 +261,7 @@ remat_status remat_optim_scale_grads(remat_optimizer *o, double f) {
     return REMAT_OK;
 }
 
-static int update_param(remat_optimizer *o, opt_param *q, double lr) {
+static remat_status update_param(remat_optimizer *o, opt_param *q, double lr) {
     remat_tensor *g = remat_tensor_grad(q->p);
     const remat_optim_options *op = &o->opts;
     const int64_t n = remat_numel(q->p);

@@ -17,7 +17,7 @@
 
 #define OPTIM_OMP_MIN 65536 /* below this, a parallel region costs more than it saves */
 
-static int check_buffers(const char *call, const void *p, const void *g, const void *s1,
+static remat_status check_buffers(const char *call, const void *p, const void *g, const void *s1,
                          const void *s2, int64_t n) {
     if (n < 0) return rm_err(REMAT_EINVAL, "%s: n is %lld (must be >= 0)", call, (long long)n);
     if (n > 0 && (!p || !g || !s1 || !s2))
@@ -25,7 +25,7 @@ static int check_buffers(const char *call, const void *p, const void *g, const v
     return REMAT_OK;
 }
 
-static int check_adamw(const char *call, const remat_adamw_hparams *h) {
+static remat_status check_adamw(const char *call, const remat_adamw_hparams *h) {
     if (!h) return rm_err(REMAT_EINVAL, "%s: hparams is NULL", call);
     if (h->step < 1)
         return rm_err(REMAT_EINVAL, "%s: step is %lld (the first update is step 1)", call,
@@ -77,7 +77,7 @@ remat_status remat_adamw_update_f64(double *p, const double *g, double *m, doubl
     return REMAT_OK;
 }
 
-static int check_sgd(const char *call, const void *p, const void *g, const void *buf, int64_t n,
+static remat_status check_sgd(const char *call, const void *p, const void *g, const void *buf, int64_t n,
                      const remat_sgd_hparams *h) {
     if (!h) return rm_err(REMAT_EINVAL, "%s: hparams is NULL", call);
     if (h->momentum != 0 && n > 0 && !buf)

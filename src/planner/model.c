@@ -24,7 +24,7 @@ static uint64_t u64max(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 /* Fills stage k of m from one profiled stage (with_grads: its parameter
  * gradients count). */
-static int model_stage(pl_model *m, int k, const remat_stage_profile *s, bool with_grads,
+static remat_status model_stage(pl_model *m, int k, const remat_stage_profile *s, bool with_grads,
                        const char *what, const char *call) {
     if (!(s->fwd_time >= 0) || !(s->bwd_time >= 0) || isinf(s->fwd_time) || isinf(s->bwd_time))
         return rm_err(REMAT_EINVAL, "%s: %s has invalid times (fwd %g s, bwd %g s)", call, what,
@@ -43,7 +43,7 @@ static int model_stage(pl_model *m, int k, const remat_stage_profile *s, bool wi
 }
 
 /* n_extra: stages after the profile's (the head). */
-static int model_alloc(pl_model *m, const remat_profile *p, int n_extra, const char *call) {
+static remat_status model_alloc(pl_model *m, const remat_profile *p, int n_extra, const char *call) {
     memset(m, 0, sizeof *m);
     if (!p) return rm_err(REMAT_EINVAL, "%s: profile is NULL", call);
     if (p->n_stages < 1 || !p->stages)
@@ -67,7 +67,7 @@ static int model_alloc(pl_model *m, const remat_profile *p, int n_extra, const c
     return REMAT_OK;
 }
 
-static int model_fill(pl_model *m, const remat_profile *p, bool with_grads, const char *call) {
+static remat_status model_fill(pl_model *m, const remat_profile *p, bool with_grads, const char *call) {
     for (int k = 0; k < p->n_stages; k++) {
         char what[32];
         snprintf(what, sizeof what, "stage %d", k);
@@ -165,7 +165,7 @@ static int *subtree_ends(const remat_plan_node *nodes, int n) {
     return next;
 }
 
-static int validate_level(const remat_plan *p, const int *next, int i, int end, int s, int t,
+static remat_status validate_level(const remat_plan *p, const int *next, int i, int end, int s, int t,
                           int depth, int parent, const char *call) {
     int cur = s;
     if (i >= end)

@@ -71,7 +71,7 @@ static void *drop_pack(void *ud, remat_tensor *t) {
     (void)t;
     return &g_dropped;
 }
-static int drop_unpack(void *ud, void *handle, remat_tensor **out) {
+static remat_status drop_unpack(void *ud, void *handle, remat_tensor **out) {
     (void)ud;
     (void)handle;
     *out = NULL;
@@ -90,7 +90,7 @@ static bool set_has(const ptr_set *s, const void *p) {
     return false;
 }
 
-static int set_add(ptr_set *s, void *p) {
+static remat_status set_add(ptr_set *s, void *p) {
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 32;
         void **nv = realloc(s->v, (size_t)cap * sizeof *nv);
@@ -104,7 +104,7 @@ static int set_add(ptr_set *s, void *p) {
 
 /* Collects into `leaves` every leaf tensor (AccumulateGrad) reachable from
  * root, except `skip`. Iterative walk with an explicit stack. */
-static int collect_leaves(remat_node *root, const remat_tensor *skip, ptr_set *leaves) {
+static remat_status collect_leaves(remat_node *root, const remat_tensor *skip, ptr_set *leaves) {
     ptr_set seen = {0}, stack = {0};
     int rc = REMAT_OK;
     if (root) rc = set_add(&stack, root);
@@ -143,7 +143,7 @@ static size_t peak_above(int64_t base) {
     return p > base ? (size_t)(p - base) : 0;
 }
 
-static int call_stage(const remat_stage *st, int k, remat_tensor *in, remat_tensor **y) {
+static remat_status call_stage(const remat_stage *st, int k, remat_tensor *in, remat_tensor **y) {
     *y = NULL;
     (void)k;
     int rc = st->fn(st->user_data, &in, 1, y, 1);
@@ -158,7 +158,7 @@ static int call_stage(const remat_stage *st, int k, remat_tensor *in, remat_tens
 
 /* Runs stage k once on `a` the three ways; *next (if non-NULL) receives a
  * detached copy of the output. */
-static int measure_once(const remat_stage *st, int k, remat_tensor *a,
+static remat_status measure_once(const remat_stage *st, int k, remat_tensor *a,
                         stage_meas *m, remat_tensor **next) {
     remat_tensor *y = NULL, *g = NULL, **grads = NULL;
     ptr_set leaves = {0};
@@ -244,7 +244,7 @@ out:
 /* Measures stage k on `a`: warm untimed runs, then `runs` timed ones
  * (times in tf/tb, medians into *sp, peaks the largest seen). *next
  * receives the last run's detached output. */
-static int profile_stage(const remat_stage *st, int k, remat_tensor *a, int warm, int runs,
+static remat_status profile_stage(const remat_stage *st, int k, remat_tensor *a, int warm, int runs,
                          double *tf, double *tb, remat_stage_profile *sp, remat_tensor **next) {
     sp->input_bytes = remat_storage_nbytes(a);
     for (int r = 0; r < warm + runs; r++) {
@@ -268,7 +268,7 @@ static int profile_stage(const remat_stage *st, int k, remat_tensor *a, int warm
     return REMAT_OK;
 }
 
-static int check_profile_args(const char *call, int n_stages, const remat_stage *stages,
+static remat_status check_profile_args(const char *call, int n_stages, const remat_stage *stages,
                               const remat_tensor *input, const remat_profile_options *opts) {
     if (!stages) return rm_err(REMAT_EINVAL, "%s: stages is NULL", call);
     if (!input) return rm_err(REMAT_EINVAL, "%s: input is NULL", call);

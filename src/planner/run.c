@@ -60,7 +60,7 @@ static void seg_destroy(void *user_data) {
     free(sg);
 }
 
-static int runctx_new(const remat_plan *plan, const remat_stage *stages,
+static remat_status runctx_new(const remat_plan *plan, const remat_stage *stages,
                       const remat_checkpoint_options *opts, pl_runctx **out, const char *call) {
     *out = NULL;
     int rc = pl_validate(plan, call);
@@ -96,10 +96,10 @@ static int runctx_new(const remat_plan *plan, const remat_stage *stages,
     return REMAT_OK;
 }
 
-static int run_level(pl_runctx *c, int i, int end, remat_tensor *in, remat_tensor **out);
+static remat_status run_level(pl_runctx *c, int i, int end, remat_tensor *in, remat_tensor **out);
 
 /* The function of a checkpointed segment: runs the node's children. */
-static int segment_fn(void *user_data, remat_tensor *const *inputs, int n_inputs,
+static remat_status segment_fn(void *user_data, remat_tensor *const *inputs, int n_inputs,
                       remat_tensor **outputs, int n_outputs) {
     const pl_seg *sg = user_data;
     if (n_inputs != 1 || n_outputs != 1 || !inputs[0])
@@ -108,7 +108,7 @@ static int segment_fn(void *user_data, remat_tensor *const *inputs, int n_inputs
     return run_level(sg->rc, sg->node + 1, sg->rc->next[sg->node], inputs[0], &outputs[0]);
 }
 
-static int run_level(pl_runctx *c, int i, int end, remat_tensor *in, remat_tensor **out) {
+static remat_status run_level(pl_runctx *c, int i, int end, remat_tensor *in, remat_tensor **out) {
     remat_tensor *cur = in;
     bool own = false;
     *out = NULL;

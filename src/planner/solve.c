@@ -240,7 +240,7 @@ static void dp_free(dp_tab *d) {
 
 /* Runs the slot DP with `slots` slots; *feasible tells whether a plan was
  * found (then appended to b). */
-static int dp_solve(const pl_model *md, uint64_t budget, int64_t slots, pl_builder *b,
+static remat_status dp_solve(const pl_model *md, uint64_t budget, int64_t slots, pl_builder *b,
                     bool *feasible, uint64_t *unit_out, const char *call) {
     *feasible = false;
     int L = md->L;
@@ -307,7 +307,7 @@ static int auto_slots(const pl_model *m) {
                                   : (int)s;
 }
 
-static int create_from_model(remat_plan **out, const pl_model *m, size_t budget_bytes, int slots,
+static remat_status create_from_model(remat_plan **out, const pl_model *m, size_t budget_bytes, int slots,
                              const char *call) {
     if (slots == 0) slots = auto_slots(m);
     uint64_t minpk = 0;

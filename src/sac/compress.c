@@ -22,7 +22,7 @@ static void bf16_to_f32_kernel(const uint16_t *restrict x, float *restrict y, in
 /* Converts t (dtype `from`, any strides, with data) into a new contiguous
  * tensor of dtype `to`. Not skip-mode aware on purpose: saved values must
  * be real even while a recomputation runs in skip mode. */
-static int convert(remat_tensor **out, remat_tensor *t, remat_dtype from, remat_dtype to,
+static remat_status convert(remat_tensor **out, remat_tensor *t, remat_dtype from, remat_dtype to,
                    const char *call) {
     *out = NULL;
     int rc = rm_check_tensor(call, "t", t);
@@ -113,7 +113,7 @@ static void *bf16_pack(void *ud, remat_tensor *t) {
     return p;
 }
 
-static int bf16_unpack(void *ud, void *handle, remat_tensor **out) {
+static remat_status bf16_unpack(void *ud, void *handle, remat_tensor **out) {
     RM_UNUSED(ud);
     packed *p = handle;
     if (p->kind == PK_BF16)
@@ -132,7 +132,7 @@ void remat_bf16_saved_hooks(remat_saved_hooks *out, int64_t min_numel) {
 
 /* The same view over a copy of t's whole storage on `dev` (works for
  * device memory the CPU cannot read: one block copy). */
-static int storage_move(remat_tensor **out, remat_tensor *t, remat_device dev) {
+static remat_status storage_move(remat_tensor **out, remat_tensor *t, remat_device dev) {
     *out = NULL;
     rm_storage *s;
     int rc = rm_storage_new(&s, t->storage->nbytes, dev, false);
@@ -167,7 +167,7 @@ static void *offload_pack(void *ud, remat_tensor *t) {
     return p;
 }
 
-static int offload_unpack(void *ud, void *handle, remat_tensor **out) {
+static remat_status offload_unpack(void *ud, void *handle, remat_tensor **out) {
     RM_UNUSED(ud);
     packed *p = handle;
     if (p->kind == PK_HOST) return storage_move(out, p->t, p->dev);

@@ -44,7 +44,7 @@ const char *remat_checkpoint_policy_name(int policy) {
     return "?";
 }
 
-static int new_policy(remat_policy **out, pol_kind kind, const char *call) {
+static remat_status new_policy(remat_policy **out, pol_kind kind, const char *call) {
     remat_policy *p = calloc(1, sizeof *p);
     if (!p) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     atomic_init(&p->refcount, 1);
@@ -53,14 +53,14 @@ static int new_policy(remat_policy **out, pol_kind kind, const char *call) {
     return REMAT_OK;
 }
 
-static int check_out(remat_policy **out, const char *call) {
+static remat_status check_out(remat_policy **out, const char *call) {
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
     *out = NULL;
     return REMAT_OK;
 }
 
 /* Copies names[0..n) into p (validated: no NULL or empty entries). */
-static int copy_names(remat_policy *p, int n, const char *const *names, const char *call,
+static remat_status copy_names(remat_policy *p, int n, const char *const *names, const char *call,
                       const char *what) {
     if (n < 0) return rm_err(REMAT_EINVAL, "%s: n must be >= 0, got %d", call, n);
     if (n > 0 && !names) return rm_err(REMAT_EINVAL, "%s: %s is NULL with n = %d", call, what, n);
@@ -109,7 +109,7 @@ int remat_policy_from_fn(remat_policy **out, remat_sac_policy_fn fn, void *user_
 }
 
 /* Every name must be a registered op: a typo would otherwise save nothing. */
-static int check_op_names(int n, const char *const *names, const char *call) {
+static remat_status check_op_names(int n, const char *const *names, const char *call) {
     for (int i = 0; i < n; i++) {
         if (rm_op_find(names[i]) >= 0) continue;
         char close[256];
@@ -120,7 +120,7 @@ static int check_op_names(int n, const char *const *names, const char *call) {
     return REMAT_OK;
 }
 
-static int named(remat_policy **out, pol_kind kind, int n, const char *const *names,
+static remat_status named(remat_policy **out, pol_kind kind, int n, const char *const *names,
                  const char *call, const char *what) {
     int rc = check_out(out, call);
     if (rc) return rc;

@@ -154,7 +154,7 @@ static bool shares_input(const sac_region *r, const remat_tensor *t) {
 }
 
 /* Copies storage s (all of it) to `dev`; the new storage has one reference. */
-static int storage_copy(rm_storage **out, rm_storage *s, remat_device dev) {
+static remat_status storage_copy(rm_storage **out, rm_storage *s, remat_device dev) {
     *out = NULL;
     rm_storage *n;
     int rc = rm_storage_new(&n, s->nbytes, dev, false);
@@ -170,7 +170,7 @@ static int storage_copy(rm_storage **out, rm_storage *s, remat_device dev) {
 
 /* Replaces *pt (an alias) by the same view over a copy of its storage on
  * `dev`. */
-static int move_tensor(remat_tensor **pt, remat_device dev) {
+static remat_status move_tensor(remat_tensor **pt, remat_device dev) {
     remat_tensor *t = *pt;
     rm_storage *s;
     int rc = storage_copy(&s, t->storage, dev);
@@ -335,7 +335,7 @@ static void tag_override(sac_region *r, int p, remat_tensor *t) {
     }
 }
 
-static int saver(void *self, remat_node *n, int slot, remat_tensor *t);
+static remat_status saver(void *self, remat_node *n, int slot, remat_tensor *t);
 
 /* ---- interception -------------------------------------------------------------------- */
 static bool sac_wants(void *self, int depth) {
@@ -344,7 +344,7 @@ static bool sac_wants(void *self, int depth) {
            remat_current_backward_id() == r->bid;
 }
 
-static int ask_policy(sac_region *r, const char *op, int index, int n_in,
+static remat_status ask_policy(sac_region *r, const char *op, int index, int n_in,
                       remat_tensor *const *inputs, const char *tag, int *out) {
     remat_sac_context ctx = {r->mode == MODE_RECOMPUTE, index, tag};
     remat_clear_error();
@@ -370,7 +370,7 @@ static bool is_inplace(const char *op) {
     return n > 0 && op[n - 1] == '_';
 }
 
-static int begin_forward(sac_region *r, rm_op_frame *f, const char *op, int n_in,
+static remat_status begin_forward(sac_region *r, rm_op_frame *f, const char *op, int n_in,
                          remat_tensor *const *inputs, const char *tag) {
     release_dead_pending(r, false);
     int idx = r->n_recs;
@@ -420,7 +420,7 @@ static int input_saves(const sac_rec *rec) {
     return k;
 }
 
-static int begin_recompute(sac_region *r, rm_op_frame *f, const char *op, int n_in,
+static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *op, int n_in,
                            remat_tensor *const *inputs, const char *tag) {
     int idx = r->next_index;
     int remaining = rm_recompute_remaining();
@@ -511,7 +511,7 @@ static int begin_recompute(sac_region *r, rm_op_frame *f, const char *op, int n_
     return REMAT_OK;
 }
 
-static int sac_begin(void *self, rm_op_frame *f, const char *op, int n_in,
+static remat_status sac_begin(void *self, rm_op_frame *f, const char *op, int n_in,
                      remat_tensor *const *inputs, const char *tag) {
     sac_region *r = self;
     if (rm_skip_mode()) {
@@ -526,7 +526,7 @@ static int sac_begin(void *self, rm_op_frame *f, const char *op, int n_in,
 
 /* rm_node_save with skip mode off, as the hooks expect in a real run; notes
  * when the checkpoint's recompute hook stops early inside it. */
-static int save_through(sac_region *r, remat_node *n, int slot, remat_tensor *t) {
+static remat_status save_through(sac_region *r, remat_node *n, int slot, remat_tensor *t) {
     bool was = rm_set_skip_mode(false);
     int rc = rm_node_save(n, slot, t);
     if (rm_skip_mode()) r->stopped = true;
@@ -534,7 +534,7 @@ static int save_through(sac_region *r, remat_node *n, int slot, remat_tensor *t)
     return rc;
 }
 
-static int saver(void *self, remat_node *n, int slot, remat_tensor *t) {
+static remat_status saver(void *self, remat_node *n, int slot, remat_tensor *t) {
     sac_region *r = self;
     sac_rec *rec = &r->recs[r->cur];
     int pos = r->save_pos++;
@@ -731,7 +731,7 @@ static void enter(sac_region *r, int mode) {
     r->prev_icpt = rm_interceptor_set((rm_icpt_ref){&k_sac_interceptor, r});
 }
 
-static int leave(sac_region *r, int status) {
+static remat_status leave(sac_region *r, int status) {
     /* contexts nest strictly (the checkpoint enters and exits around one call) */
     rm_interceptor_set(r->prev_icpt);
     r->prev_icpt = (rm_icpt_ref){0};
@@ -744,7 +744,7 @@ static int leave(sac_region *r, int status) {
     return status;
 }
 
-static int ctx_forward_enter(void *state) {
+static remat_status ctx_forward_enter(void *state) {
     sac_region *r = state;
     if (r->forward_done)
         return rm_err(REMAT_ESTATE, "remat_checkpoint (selective): a selective-checkpoint context "
@@ -753,20 +753,20 @@ static int ctx_forward_enter(void *state) {
     return REMAT_OK;
 }
 
-static int ctx_forward_exit(void *state, int status) {
+static remat_status ctx_forward_exit(void *state, int status) {
     sac_region *r = state;
     release_dead_pending(r, true);
     r->forward_done = true;
     return leave(r, status);
 }
 
-static int ctx_recompute_enter(void *state) {
+static remat_status ctx_recompute_enter(void *state) {
     enter(state, MODE_RECOMPUTE);
     ((sac_region *)state)->keep = rm_backward_creates_graph();
     return REMAT_OK;
 }
 
-static int ctx_recompute_exit(void *state, int status) {
+static remat_status ctx_recompute_exit(void *state, int status) {
     sac_region *r = state;
     /* Entries this recomputation did not reach (it stopped early) can never
      * be served: any later recomputation fails at the first entry this one

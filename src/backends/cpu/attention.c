@@ -253,7 +253,7 @@ static bool gemm_readable(const remat_tensor *t) {
 }
 
 /* In-place readable t, or a contiguous copy (a new reference either way). */
-static int readable(remat_tensor **out, remat_tensor *t) {
+static remat_status readable(remat_tensor **out, remat_tensor *t) {
     if (gemm_readable(t)) {
         *out = remat_retain(t);
         return REMAT_OK;
@@ -266,7 +266,7 @@ typedef struct att_views {
     int64_t *off[8];
 } att_views;
 
-static int att_view(att_views *w, int slot, remat_tensor *t, int64_t nb) {
+static remat_status att_view(att_views *w, int slot, remat_tensor *t, int64_t nb) {
     w->off[slot] = batch_offsets(t, nb);
     if (!w->off[slot]) return REMAT_ENOMEM;
     w->m[slot] = (att_mat){rm_ptr(t), w->off[slot], t->strides[t->ndim - 2]};
@@ -278,7 +278,7 @@ static void att_views_free(att_views *w) {
 }
 
 /* Operands the GEMMs read, in place where they can. */
-static int readable_all(remat_tensor **out, remat_tensor *const *in, int n) {
+static remat_status readable_all(remat_tensor **out, remat_tensor *const *in, int n) {
     int rc = REMAT_OK;
     for (int i = 0; i < n && !rc; i++) rc = readable(&out[i], in[i]);
     return rc;

@@ -67,7 +67,7 @@ EMBEDDING_KERNELS(f32)
 EMBEDDING_KERNELS(f64)
 
 /* The first index out of [0, num) as an error (REMAT_OK if none). */
-static int check_indices(const remat_tensor *w, const int64_t *ip, int64_t P) {
+static remat_status check_indices(const remat_tensor *w, const int64_t *ip, int64_t P) {
     const int64_t num = w->shape[0];
     for (int64_t p = 0; p < P; p++) {
         if (ip[p] < 0 || ip[p] >= num) {
@@ -131,7 +131,7 @@ static double sum_fixed_chunks(const double *v, int64_t n) {
 
 /* Rows whose target is not ignore_index; with check, the first target out of
  * [0, C) that is not ignore_index as an error (*count then unset). */
-static int count_targets(const remat_tensor *x, const int64_t *tp, int64_t ignore_index,
+static remat_status count_targets(const remat_tensor *x, const int64_t *tp, int64_t ignore_index,
                          bool check, int64_t *count) {
     const int64_t N = x->shape[0], C = x->shape[1];
     int64_t n_kept = 0;

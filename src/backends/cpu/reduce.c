@@ -209,7 +209,7 @@ REDUCE_KERNELS(f64)
 /* ---- shape helpers --------------------------------------------------------------------- */
 /* Sums contiguous x (shape, mask) into contiguous y. Several reduced groups
  * are reduced innermost first through scratch buffers. */
-static int sum_contig_any(remat_dtype dt, const void *x, int ndim,
+static remat_status sum_contig_any(remat_dtype dt, const void *x, int ndim,
                           const int64_t *shape, const bool *mask, void *y) {
     size_t es = remat_dtype_size(dt);
     int64_t n_in = rm_shape_numel(ndim, shape);
