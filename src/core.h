@@ -262,6 +262,9 @@ void rm_iter_seek(rm_iter *it, int64_t linear);
 
 /* Contiguous copy of t (new reference; t itself retained if already contiguous). */
 remat_status rm_contig(remat_tensor **out, remat_tensor *t);
+/* A new contiguous tensor holding t's values, always a copy (new reference
+ * in *out; NULL on failure). */
+remat_status rm_copy_new(remat_tensor **out, remat_tensor *t);
 /* Copies src into dst elementwise (same numel view, broadcast src to dst's
  * shape, converting dtype). No autograd. */
 remat_status rm_copy_into(remat_tensor *dst, const remat_tensor *src);

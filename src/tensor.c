@@ -872,21 +872,19 @@ remat_status rm_copy_into(remat_tensor *dst, const remat_tensor *src) {
     return REMAT_OK;
 }
 
+remat_status rm_copy_new(remat_tensor **out, remat_tensor *t) {
+    int rc = rm_new_output(out, t->ndim, t->shape, t->dtype, t->storage->device);
+    if (!rc) rc = rm_copy_into(*out, t);
+    if (rc) remat_release_p(out);
+    return rc;
+}
+
 remat_status rm_contig(remat_tensor **out, remat_tensor *t) {
     if (remat_is_contiguous(t)) {
         *out = remat_retain(t);
         return REMAT_OK;
     }
-    remat_tensor *c = NULL;
-    int rc = rm_new_output(&c, t->ndim, t->shape, t->dtype, t->storage->device);
-    if (rc) return rc;
-    rc = rm_copy_into(c, t);
-    if (rc) {
-        remat_release(c);
-        return rc;
-    }
-    *out = c;
-    return REMAT_OK;
+    return rm_copy_new(out, t);
 }
 
 void *rm_scope_suspend(void) {

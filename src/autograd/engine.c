@@ -428,16 +428,7 @@ static remat_status accumulate_leaf(remat_tensor *leaf, remat_tensor *g) {
             leaf->grad = remat_retain(g);
             return REMAT_OK;
         }
-        remat_tensor *c;
-        int rc = rm_new_output(&c, g->ndim, g->shape, g->dtype, g->storage->device);
-        if (rc) return rc;
-        rc = rm_copy_into(c, g);
-        if (rc) {
-            remat_release(c);
-            return rc;
-        }
-        leaf->grad = c;
-        return REMAT_OK;
+        return rm_copy_new(&leaf->grad, g);
     }
     return rm_grad_add_into(leaf->grad, g);
 }

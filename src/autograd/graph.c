@@ -655,8 +655,7 @@ remat_status rm_grad_add_into(remat_tensor *acc, remat_tensor *g) {
     remat_tensor *b = NULL;
     int rc = REMAT_OK;
     if (remat_shares_storage(acc, g)) { /* read g from a copy: acc is written as it is read */
-        rc = rm_new_output(&b, g->ndim, g->shape, g->dtype, g->storage->device);
-        if (!rc) rc = rm_copy_into(b, g);
+        rc = rm_copy_new(&b, g);
     } else {
         b = remat_retain(g);
     }

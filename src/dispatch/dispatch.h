@@ -21,6 +21,8 @@
 #ifndef REMAT_DISPATCH_H
 #define REMAT_DISPATCH_H
 
+#include <string.h>
+
 #include "../ops/ops_internal.h"
 
 #define RM_OP_MAX_IN RM_KERNEL_MAX_IN
@@ -222,6 +224,25 @@ remat_status rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out
  * caller releases them). The casts are differentiable ops of their own. */
 remat_status rm_autocast_inputs(const rm_op_desc *op, int n_in, remat_tensor *const *in,
                        remat_tensor **use, remat_tensor **cast);
+
+/* Two inputs' shapes, kept in a node's ctx by a binary op whose backward
+ * sums the gradients back down to them (broadcasting) or allocates them. */
+typedef struct rm_two_shapes {
+    int nda, ndb;
+    int64_t sa[REMAT_MAX_DIMS], sb[REMAT_MAX_DIMS];
+} rm_two_shapes;
+static inline void rm_two_shapes_of(rm_two_shapes *s, const remat_tensor *a,
+                                    const remat_tensor *b) {
+    s->nda = a->ndim;
+    s->ndb = b->ndim;
+    memcpy(s->sa, a->shape, sizeof s->sa);
+    memcpy(s->sb, b->shape, sizeof s->sb);
+}
+/* g summed down to input i's shape (0: a, 1: b): rm_sum_to. */
+static inline remat_status rm_two_shapes_sum_to(remat_tensor **out, remat_tensor *g,
+                                                const rm_two_shapes *s, int i) {
+    return i == 0 ? rm_sum_to(out, g, s->nda, s->sa) : rm_sum_to(out, g, s->ndb, s->sb);
+}
 
 /* For a backward: saved slot `slot` of node, contiguous, as a new
  * reference in *out. A slot saved as NULL is REMAT_ESTATE "<node name>:

@@ -27,16 +27,12 @@ static remat_status ew_new(const char *call, remat_tensor **out, rm_ew_op op, re
  * summed back down to them, undoing the broadcast). */
 typedef struct bctx {
     rm_ew_params ew;
-    int nda, ndb;
-    int64_t sa[REMAT_MAX_DIMS], sb[REMAT_MAX_DIMS];
+    rm_two_shapes shp;
 } bctx;
 
 static void fill_ctx(const rm_op_call *c, void *ctx) {
     bctx *cx = ctx;
-    cx->nda = c->in[0]->ndim;
-    cx->ndb = c->in[1]->ndim;
-    memcpy(cx->sa, c->in[0]->shape, sizeof cx->sa);
-    memcpy(cx->sb, c->in[1]->shape, sizeof cx->sb);
+    rm_two_shapes_of(&cx->shp, c->in[0], c->in[1]);
 }
 
 static remat_status infer_broadcast(const rm_op_call *c, rm_out_spec *out) {
@@ -156,8 +152,8 @@ static remat_status binary_backward_with(binary_grads_fn grads, remat_node *node
     int rc = rm_node_unpack(node, 0, &a);
     if (!rc) rc = rm_node_unpack(node, 1, &b);
     if (!rc) rc = grads(node->name, op, gout[0], a, b, need_a, need_b, &ta, &tb);
-    if (!rc && ta) rc = rm_sum_to(&gin[0], ta, cx->nda, cx->sa);
-    if (!rc && tb) rc = rm_sum_to(&gin[1], tb, cx->ndb, cx->sb);
+    if (!rc && ta) rc = rm_two_shapes_sum_to(&gin[0], ta, &cx->shp, 0);
+    if (!rc && tb) rc = rm_two_shapes_sum_to(&gin[1], tb, &cx->shp, 1);
     remat_release(a), remat_release(b), remat_release(ta), remat_release(tb);
     return rc;
 }

@@ -219,10 +219,7 @@ static remat_status inplace_operand(remat_tensor **out, remat_tensor *a, remat_t
         *out = remat_retain(b);
         return REMAT_OK;
     }
-    int rc = rm_new_output(out, b->ndim, b->shape, b->dtype, b->storage->device);
-    if (!rc) rc = rm_copy_into(*out, b);
-    if (rc) remat_release_p(out);
-    return rc;
+    return rm_copy_new(out, b);
 }
 
 /* Step 4a: the kernel's inputs (contiguous copies when it wants them; an

@@ -114,21 +114,13 @@ static void inplace_fill_ctx(const rm_op_call *c, void *ctx) {
     cx->db = b->dtype;
 }
 
-/* A contiguous copy of t with its own storage. */
-static remat_status snapshot_copy(remat_tensor **out, remat_tensor *t) {
-    int rc = rm_new_output(out, t->ndim, t->shape, t->dtype, t->storage->device);
-    if (rc) return rc;
-    rc = rm_copy_into(*out, t);
-    if (rc) remat_release_p(out);
-    return rc;
-}
 
 /* mul_'s saves, before the kernel overwrites a. Slot 0 (for db = g * a_old):
  * a copy of a. Slot 1 (for da = g * b): b as the kernel reads it, or a copy
  * of it when it is a itself (mul_(x, x)). */
 static remat_status mul_save(rm_op_call *c, int slot, remat_tensor **out) {
     remat_tensor *t = slot == 0 ? c->in[0] : c->k.in[1];
-    if (slot == 0 || remat_shares_storage(c->in[0], t)) return snapshot_copy(out, t);
+    if (slot == 0 || remat_shares_storage(c->in[0], t)) return rm_copy_new(out, t);
     *out = remat_retain(t);
     return REMAT_OK;
 }

@@ -36,16 +36,12 @@ static remat_status check_saved(const char *node, const char *what, const remat_
 /* The kernel's params, then what the backward needs: the input shapes. */
 typedef struct mm_ctx {
     rm_mm_params k;
-    int nda, ndb;
-    int64_t sa[REMAT_MAX_DIMS], sb[REMAT_MAX_DIMS];
+    rm_two_shapes shp;
 } mm_ctx;
 
 static void mm_fill_ctx(const rm_op_call *c, void *ctx) {
     mm_ctx *cx = ctx;
-    cx->nda = c->in[0]->ndim;
-    cx->ndb = c->in[1]->ndim;
-    memcpy(cx->sa, c->in[0]->shape, sizeof cx->sa);
-    memcpy(cx->sb, c->in[1]->shape, sizeof cx->sb);
+    rm_two_shapes_of(&cx->shp, c->in[0], c->in[1]);
 }
 
 /* Batch shape (nb dims) and output shape of a @ b; checks the shapes. */
@@ -101,21 +97,21 @@ static remat_status mm_backward(remat_node *node, remat_tensor *const *gout, rem
     const char *nm = node->name;
     bool ga = node->next[0].node != NULL, gb = node->next[1].node != NULL;
     remat_tensor *a = NULL, *b = NULL, *g = gout[0], *da = NULL, *db = NULL;
-    unsigned row = c->nda > 1 ? RM_MM_ROW : 0, col = c->ndb > 1 ? RM_MM_COL : 0;
+    unsigned row = c->shp.nda > 1 ? RM_MM_ROW : 0, col = c->shp.ndb > 1 ? RM_MM_COL : 0;
     remat_dtype dt = g->dtype;
     remat_device dev = g->storage->device;
     int rc = REMAT_OK;
     if (ga) {
         rc = rm_node_unpack(node, 1, &b);
-        if (!rc) rc = check_saved(nm, "b", b, c->ndb, c->sb);
-        if (!rc) rc = rm_new_output(&da, c->nda, c->sa, dt, dev);
+        if (!rc) rc = check_saved(nm, "b", b, c->shp.ndb, c->shp.sb);
+        if (!rc) rc = rm_new_output(&da, c->shp.nda, c->shp.sa, dt, dev);
         if (!rc) rc = mm_run(nm, da, row | RM_MM_COL, g, row | col, b, RM_MM_ROW | col | RM_MM_T);
         if (rc) goto out;
     }
     if (gb) {
         rc = rm_node_unpack(node, 0, &a);
-        if (!rc) rc = check_saved(nm, "a", a, c->nda, c->sa);
-        if (!rc) rc = rm_new_output(&db, c->ndb, c->sb, dt, dev);
+        if (!rc) rc = check_saved(nm, "a", a, c->shp.nda, c->shp.sa);
+        if (!rc) rc = rm_new_output(&db, c->shp.ndb, c->shp.sb, dt, dev);
         if (!rc) rc = mm_run(nm, db, RM_MM_ROW | col, a, row | RM_MM_COL | RM_MM_T, g, row | col);
         if (rc) goto out;
     }
@@ -138,9 +134,9 @@ static remat_status mm_backward_diff(remat_node *node, remat_tensor *const *gout
     const mm_ctx *c = node->ctx;
     remat_tensor *a = NULL, *b = NULL, *g = NULL, *t = NULL, *p = NULL, *s = NULL;
     int64_t pa[REMAT_MAX_DIMS + 1], pb[REMAT_MAX_DIMS + 1], pg[REMAT_MAX_DIMS + 1];
-    int nda = c->nda, ndb = c->ndb, ndg = gout[0]->ndim;
-    memcpy(pa, c->sa, sizeof(int64_t) * (size_t)nda);
-    memcpy(pb, c->sb, sizeof(int64_t) * (size_t)ndb);
+    int nda = c->shp.nda, ndb = c->shp.ndb, ndg = gout[0]->ndim;
+    memcpy(pa, c->shp.sa, sizeof(int64_t) * (size_t)nda);
+    memcpy(pb, c->shp.sb, sizeof(int64_t) * (size_t)ndb);
     memcpy(pg, gout[0]->shape, sizeof(int64_t) * (size_t)ndg);
     if (nda == 1) { /* (K) -> (1, K); g gains the row dim */
         pa[1] = pa[0], pa[0] = 1, nda = 2;
@@ -157,7 +153,7 @@ static remat_status mm_backward_diff(remat_node *node, remat_tensor *const *gout
         remat_release_p(&t);
         if (!rc) rc = remat_matmul(&t, g, p);
         if (!rc) rc = rm_sum_to(&s, t, nda, pa);
-        if (!rc) rc = remat_reshape(&gin[0], s, c->nda, c->sa);
+        if (!rc) rc = remat_reshape(&gin[0], s, c->shp.nda, c->shp.sa);
         remat_release_p(&t), remat_release_p(&p), remat_release_p(&s);
     }
     if (!rc && node->next[1].node) { /* dB = A^T g */
@@ -167,7 +163,7 @@ static remat_status mm_backward_diff(remat_node *node, remat_tensor *const *gout
         remat_release_p(&t);
         if (!rc) rc = remat_matmul(&t, p, g);
         if (!rc) rc = rm_sum_to(&s, t, ndb, pb);
-        if (!rc) rc = remat_reshape(&gin[1], s, c->ndb, c->sb);
+        if (!rc) rc = remat_reshape(&gin[1], s, c->shp.ndb, c->shp.sb);
     }
     remat_release(a), remat_release(b), remat_release(g);
     remat_release(t), remat_release(p), remat_release(s);
@@ -183,7 +179,7 @@ const rm_op_desc rm_op_matmul = {
     .backward = mm_backward, .backward_diff = mm_backward_diff};
 
 int remat_matmul(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
-    mm_ctx p = {.nda = 0}; /* the flags are read by the kernel only, after the checks */
+    mm_ctx p = {.shp.nda = 0}; /* the flags are read by the kernel only, after the checks */
     if (a && b)
         p.k = (rm_mm_params){(a->ndim > 1 ? RM_MM_ROW : 0) | RM_MM_COL,
                              RM_MM_ROW | (b->ndim > 1 ? RM_MM_COL : 0),

@@ -93,8 +93,7 @@ int remat_masked_fill(remat_tensor **out, remat_tensor *a, remat_tensor *mask, d
  * back down to them). */
 typedef struct wctx {
     rm_select_params sel;
-    int nda, ndb;
-    int64_t sa[REMAT_MAX_DIMS], sb[REMAT_MAX_DIMS];
+    rm_two_shapes shp;
 } wctx;
 
 static remat_status where_check(const rm_op_call *c) {
@@ -123,10 +122,7 @@ static remat_status where_infer(const rm_op_call *c, rm_out_spec *out) {
 
 static void where_fill_ctx(const rm_op_call *c, void *ctx) {
     wctx *cx = ctx;
-    cx->nda = c->in[1]->ndim;
-    cx->ndb = c->in[2]->ndim;
-    memcpy(cx->sa, c->in[1]->shape, sizeof cx->sa);
-    memcpy(cx->sb, c->in[2]->shape, sizeof cx->sb);
+    rm_two_shapes_of(&cx->shp, c->in[1], c->in[2]);
 }
 
 /* Saved slot 0: cond. da = sum_to(cond ? g : 0), db = sum_to(cond ? 0 : g). */
@@ -138,7 +134,7 @@ static remat_status where_backward(remat_node *node, remat_tensor *const *gout, 
     for (int i = 0; i < 2 && !rc; i++) {
         if (!node->next[i].node) continue;
         rc = masked_grad(node->name, &t, gout[0], cond, i == 0);
-        if (!rc) rc = rm_sum_to(&gin[i], t, i == 0 ? cx->nda : cx->ndb, i == 0 ? cx->sa : cx->sb);
+        if (!rc) rc = rm_two_shapes_sum_to(&gin[i], t, &cx->shp, i);
         remat_release_p(&t);
     }
     remat_release(cond);
@@ -154,7 +150,7 @@ static remat_status where_backward_diff(remat_node *node, remat_tensor *const *g
     for (int i = 0; i < 2 && !rc; i++) {
         if (!node->next[i].node) continue;
         rc = i == 0 ? remat_where(&t, cond, g, z) : remat_where(&t, cond, z, g);
-        if (!rc) rc = rm_sum_to(&gin[i], t, i == 0 ? cx->nda : cx->ndb, i == 0 ? cx->sa : cx->sb);
+        if (!rc) rc = rm_two_shapes_sum_to(&gin[i], t, &cx->shp, i);
         remat_release_p(&t);
     }
     remat_release(cond), remat_release(z);
