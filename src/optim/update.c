@@ -25,21 +25,27 @@ static remat_status check_buffers(const char *call, const void *p, const void *g
     return REMAT_OK;
 }
 
-static remat_status check_adamw(const char *call, const remat_adamw_hparams *h) {
+/* The checks of remat_adamw_update_*, then step's bias corrections
+ * 1 - beta^step in double. */
+static remat_status adamw_begin(const char *call, const void *p, const void *g, const void *m,
+                                const void *v, int64_t n, const remat_adamw_hparams *h,
+                                double *bc1, double *bc2) {
     if (!h) return rm_err(REMAT_EINVAL, "%s: hparams is NULL", call);
     if (h->step < 1)
         return rm_err(REMAT_EINVAL, "%s: step is %lld (the first update is step 1)", call,
                       (long long)h->step);
+    int rc = check_buffers(call, p, g, m, v, n);
+    if (rc) return rc;
+    *bc1 = 1.0 - pow(h->beta1, (double)h->step);
+    *bc2 = 1.0 - pow(h->beta2, (double)h->step);
     return REMAT_OK;
 }
 
 remat_status remat_adamw_update_f32(float *p, const float *g, float *m, float *v, int64_t n,
                            const remat_adamw_hparams *h) {
-    int rc = check_adamw("remat_adamw_update_f32", h);
-    if (!rc) rc = check_buffers("remat_adamw_update_f32", p, g, m, v, n);
+    double bc1, bc2;
+    int rc = adamw_begin("remat_adamw_update_f32", p, g, m, v, n, h, &bc1, &bc2);
     if (rc) return rc;
-    const double bc1 = 1.0 - pow(h->beta1, (double)h->step);
-    const double bc2 = 1.0 - pow(h->beta2, (double)h->step);
     const float b1 = (float)h->beta1, b2 = (float)h->beta2, eps = (float)h->eps;
     const float decay = (float)(1.0 - h->lr * h->weight_decay);
     const float step_size = (float)(h->lr / bc1), inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
@@ -58,11 +64,10 @@ remat_status remat_adamw_update_f32(float *p, const float *g, float *m, float *v
 
 remat_status remat_adamw_update_f64(double *p, const double *g, double *m, double *v, int64_t n,
                            const remat_adamw_hparams *h) {
-    int rc = check_adamw("remat_adamw_update_f64", h);
-    if (!rc) rc = check_buffers("remat_adamw_update_f64", p, g, m, v, n);
+    double bc1, bc2;
+    int rc = adamw_begin("remat_adamw_update_f64", p, g, m, v, n, h, &bc1, &bc2);
     if (rc) return rc;
     const double b1 = h->beta1, b2 = h->beta2, eps = h->eps;
-    const double bc1 = 1.0 - pow(b1, (double)h->step), bc2 = 1.0 - pow(b2, (double)h->step);
     const double decay = 1.0 - h->lr * h->weight_decay, step_size = h->lr / bc1;
     const double sqrt_bc2 = sqrt(bc2);
 #pragma omp parallel for if (n > OPTIM_OMP_MIN)

@@ -336,7 +336,10 @@ void remat_plan_free(remat_plan *plan) {
 }
 
 /* ---- PyTorch's checkpoint_sequential --------------------------------------------------- */
-remat_status pl_stages_for(const remat_profile *profile, int n_stages, const char *call, int *L) {
+remat_status pl_plan_begin(remat_plan **out, const remat_profile *profile, int n_stages,
+                           const char *call, int *L) {
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
+    *out = NULL;
     if (profile) {
         if (profile->n_stages < 1 || !profile->stages)
             return rm_err(REMAT_EINVAL, "%s: profile has no stages", call);
@@ -354,10 +357,8 @@ remat_status pl_stages_for(const remat_profile *profile, int n_stages, const cha
 int remat_plan_sequential(remat_plan **out, const remat_profile *profile, int n_stages,
                           int segments) {
     static const char *call = "remat_plan_sequential";
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
-    *out = NULL;
     int L = 0;
-    int rc = pl_stages_for(profile, n_stages, call, &L);
+    int rc = pl_plan_begin(out, profile, n_stages, call, &L);
     if (rc) return rc;
     if (segments < 1) return rm_err(REMAT_EINVAL, "%s: segments must be >= 1, got %d", call, segments);
     if (segments > L) segments = L; /* chunks of zero stages mean nothing */

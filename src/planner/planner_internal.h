@@ -35,10 +35,12 @@ typedef struct pl_model {
     uint64_t fixed, tail;
 } pl_model;
 
-/* *L = the stages of a plan for `call` over profile (when not NULL: n_stages
- * must be 0 or its stage count) or n_stages (>= 1); REMAT_EINVAL, naming
- * call, when they do not say. */
-remat_status pl_stages_for(const remat_profile *profile, int n_stages, const char *call, int *L);
+/* The checks every plan maker starts with: out not NULL (*out = NULL), and
+ * *L = the stages of a plan for `call` over profile (when not NULL: n_stages
+ * must be 0 or its stage count) or n_stages (>= 1). REMAT_EINVAL naming
+ * call otherwise. */
+remat_status pl_plan_begin(remat_plan **out, const remat_profile *profile, int n_stages,
+                           const char *call, int *L);
 remat_status pl_model_init(pl_model *m, const remat_profile *p, const char *call);
 /* The chain of p followed by the step's head, with gradients, fixed bytes and tail. */
 remat_status pl_model_init_step(pl_model *m, const remat_profile *p, const remat_step_profile *st,

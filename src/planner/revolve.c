@@ -109,10 +109,8 @@ static void rv_build(const rv_tab *tb, int s, int t, int c, int depth, int paren
 int remat_plan_revolve(remat_plan **out, const remat_profile *profile, int n_stages,
                        int checkpoints) {
     static const char *call = "remat_plan_revolve";
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
-    *out = NULL;
     int L = 0;
-    int rc = pl_stages_for(profile, n_stages, call, &L);
+    int rc = pl_plan_begin(out, profile, n_stages, call, &L);
     if (rc) return rc;
     if (checkpoints < 1)
         return rm_err(REMAT_EINVAL, "%s: checkpoints must be >= 1 (the input is one), got %d",

@@ -386,35 +386,34 @@ done:
     return rc;
 }
 
-int remat_plan_create_ex(remat_plan **out, const remat_profile *profile, size_t budget_bytes,
-                         const remat_plan_options *opts) {
-    static const char *call = "remat_plan_create";
+/* remat_plan_create_ex (step NULL) and remat_plan_create_step. */
+static remat_status create_checked(remat_plan **out, const remat_profile *profile,
+                                   const remat_step_profile *step, bool with_step,
+                                   size_t budget_bytes, const remat_plan_options *opts,
+                                   const char *call) {
     if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
     *out = NULL;
     int slots = opts ? opts->mem_slots : 0;
     if (slots < 0) return rm_err(REMAT_EINVAL, "%s: mem_slots must be >= 0, got %d", call, slots);
     pl_model m;
-    int rc = pl_model_init(&m, profile, call);
+    int rc = with_step ? pl_model_init_step(&m, profile, step, call)
+                       : pl_model_init(&m, profile, call);
     if (rc) return rc;
     rc = create_from_model(out, &m, budget_bytes, slots, call);
     pl_model_free(&m);
     return rc;
 }
 
-int remat_plan_create_step(remat_plan **out, const remat_profile *profile,
-                           const remat_step_profile *step, size_t budget_bytes,
-                           const remat_plan_options *opts) {
-    static const char *call = "remat_plan_create_step";
-    if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
-    *out = NULL;
-    int slots = opts ? opts->mem_slots : 0;
-    if (slots < 0) return rm_err(REMAT_EINVAL, "%s: mem_slots must be >= 0, got %d", call, slots);
-    pl_model m;
-    int rc = pl_model_init_step(&m, profile, step, call);
-    if (rc) return rc;
-    rc = create_from_model(out, &m, budget_bytes, slots, call);
-    pl_model_free(&m);
-    return rc;
+remat_status remat_plan_create_ex(remat_plan **out, const remat_profile *profile,
+                                  size_t budget_bytes, const remat_plan_options *opts) {
+    return create_checked(out, profile, NULL, false, budget_bytes, opts, "remat_plan_create");
+}
+
+remat_status remat_plan_create_step(remat_plan **out, const remat_profile *profile,
+                                    const remat_step_profile *step, size_t budget_bytes,
+                                    const remat_plan_options *opts) {
+    return create_checked(out, profile, step, true, budget_bytes, opts,
+                          "remat_plan_create_step");
 }
 
 int remat_plan_create(remat_plan **out, const remat_profile *profile, size_t budget_bytes) {
