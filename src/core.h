@@ -260,6 +260,12 @@ static inline bool rm_iter_next(rm_iter *it) {
 /* Positions the iterator at flat row-major index `linear`. */
 void rm_iter_seek(rm_iter *it, int64_t linear);
 
+/* Room for element n of the array arr (capacity *cap elements of elem
+ * bytes): arr itself while n < *cap, else arr reallocated to twice *cap
+ * (`first` when *cap is 0), *cap updated. NULL when that allocation fails:
+ * arr and *cap are then unchanged, and the caller says what failed. */
+void *rm_grow(void *arr, int *cap, int n, int first, size_t elem);
+
 /* Contiguous copy of t (new reference; t itself retained if already contiguous). */
 remat_status rm_contig(remat_tensor **out, remat_tensor *t);
 /* A new contiguous tensor holding t's values, always a copy (new reference

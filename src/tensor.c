@@ -872,6 +872,14 @@ remat_status rm_copy_into(remat_tensor *dst, const remat_tensor *src) {
     return REMAT_OK;
 }
 
+void *rm_grow(void *arr, int *cap, int n, int first, size_t elem) {
+    if (n < *cap) return arr;
+    int nc = *cap ? *cap * 2 : first;
+    void *na = realloc(arr, (size_t)nc * elem);
+    if (na) *cap = nc;
+    return na;
+}
+
 remat_status rm_copy_new(remat_tensor **out, remat_tensor *t) {
     int rc = rm_new_output(out, t->ndim, t->shape, t->dtype, t->storage->device);
     if (!rc) rc = rm_copy_into(*out, t);

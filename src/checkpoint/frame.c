@@ -149,16 +149,12 @@ static bool meta_equal(const ck_slot *s, const remat_tensor *t) {
 /* ---- the checkpoint hooks (original forward) -------------------------------------- */
 static void *fwd_pack(void *ud, remat_tensor *t) {
     ck_frame *f = ud;
-    if (f->n_slots == f->cap_slots) {
-        int nc = f->cap_slots ? f->cap_slots * 2 : 16;
-        ck_slot *ns = realloc(f->slots, (size_t)nc * sizeof *ns);
-        if (!ns) {
-            rm_err(REMAT_ENOMEM, "remat_checkpoint: out of memory recording a saved tensor");
-            return NULL;
-        }
-        f->slots = ns;
-        f->cap_slots = nc;
+    ck_slot *ns = rm_grow(f->slots, &f->cap_slots, f->n_slots, 16, sizeof *ns);
+    if (!ns) {
+        rm_err(REMAT_ENOMEM, "remat_checkpoint: out of memory recording a saved tensor");
+        return NULL;
     }
+    f->slots = ns;
     ck_handle *h = malloc(sizeof *h);
     if (!h) {
         rm_err(REMAT_ENOMEM, "remat_checkpoint: out of memory recording a saved tensor");

@@ -40,16 +40,12 @@ static void observe(void *ud, const char *op) {
     if (o->prev) o->prev(o->prev_ud, op);
     if (o->mute && *o->mute) return;
     ck_trace *t = o->trace;
-    if (t->n == t->cap) {
-        int nc = t->cap ? t->cap * 2 : 64;
-        ck_trace_ent *ne = realloc(t->e, (size_t)nc * sizeof *ne);
-        if (!ne) {
-            t->overflow = true;
-            return;
-        }
-        t->e = ne;
-        t->cap = nc;
+    ck_trace_ent *ne = rm_grow(t->e, &t->cap, t->n, 64, sizeof *ne);
+    if (!ne) {
+        t->overflow = true;
+        return;
     }
+    t->e = ne;
     ck_trace_ent *e = &t->e[t->n++];
     snprintf(e->op, sizeof e->op, "%s", op ? op : "?");
     e->n_frames = 0;

@@ -133,16 +133,12 @@ void pl_model_free(pl_model *m) {
 /* ---- builder ---------------------------------------------------------------------- */
 int pl_push(pl_builder *b, remat_plan_op op, int first, int last, int depth, int parent) {
     if (b->failed) return -1;
-    if (b->n == b->cap) {
-        int cap = b->cap ? b->cap * 2 : 16;
-        remat_plan_node *nn = realloc(b->nodes, (size_t)cap * sizeof *nn);
-        if (!nn) {
-            b->failed = 1;
-            return -1;
-        }
-        b->nodes = nn;
-        b->cap = cap;
+    remat_plan_node *nn = rm_grow(b->nodes, &b->cap, b->n, 16, sizeof *nn);
+    if (!nn) {
+        b->failed = 1;
+        return -1;
     }
+    b->nodes = nn;
     b->nodes[b->n] = (remat_plan_node){op, first, last, depth, parent};
     return b->n++;
 }

@@ -91,17 +91,13 @@ static void observe(void *ud, const char *op, remat_tensor *t) {
     int k = 0;
     while (k < r->n_ops && strcmp(r->ops[k].op, op) != 0) k++;
     if (k == r->n_ops) {
-        if (r->n_ops == r->cap_ops) {
-            int nc = r->cap_ops ? r->cap_ops * 2 : 16;
-            remat_residual_op_total *no = realloc(r->ops, (size_t)nc * sizeof *no);
-            if (!no) {
-                r->oom = true;
-                pthread_mutex_unlock(&g_lock);
-                return;
-            }
-            r->ops = no;
-            r->cap_ops = nc;
+        remat_residual_op_total *no = rm_grow(r->ops, &r->cap_ops, r->n_ops, 16, sizeof *no);
+        if (!no) {
+            r->oom = true;
+            pthread_mutex_unlock(&g_lock);
+            return;
         }
+        r->ops = no;
         memset(&r->ops[k], 0, sizeof r->ops[k]);
         /* the report owns a copy: node names need not outlive the graph */
         char *copy = strdup(op);

@@ -377,22 +377,12 @@ static remat_status begin_forward(sac_region *r, rm_op_frame *f, const char *op,
     int p;
     int rc = ask_policy(r, op, idx, n_in, inputs, tag, &p);
     if (rc) return rc;
-    if (r->n_recs == r->cap_recs) {
-        int nc = r->cap_recs ? r->cap_recs * 2 : 32;
-        sac_rec *nr = realloc(r->recs, (size_t)nc * sizeof *nr);
-        if (!nr) return rm_err(REMAT_ENOMEM, "%s: out of memory recording a selective-checkpoint "
-                               "op", op);
-        r->recs = nr;
-        r->cap_recs = nc;
-    }
-    if (r->n_pending == r->cap_pending) {
-        int nc = r->cap_pending ? r->cap_pending * 2 : 32;
-        int *np = realloc(r->pending, (size_t)nc * sizeof *np);
-        if (!np) return rm_err(REMAT_ENOMEM, "%s: out of memory recording a selective-checkpoint "
-                               "op", op);
-        r->pending = np;
-        r->cap_pending = nc;
-    }
+    sac_rec *nr = rm_grow(r->recs, &r->cap_recs, r->n_recs, 32, sizeof *nr);
+    if (nr) r->recs = nr;
+    int *np = nr ? rm_grow(r->pending, &r->cap_pending, r->n_pending, 32, sizeof *np) : NULL;
+    if (np) r->pending = np;
+    if (!nr || !np)
+        return rm_err(REMAT_ENOMEM, "%s: out of memory recording a selective-checkpoint op", op);
     STATS(r)->ops_forward++;
     if (tag && n_in > 0) tag_override(r, p, inputs[0]);
     sac_rec *rec = &r->recs[r->n_recs++];
