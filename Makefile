@@ -8,7 +8,7 @@ BUILD_LINT ?= build-lint
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build run test test-cuda test-asan test-clang werror lint bench fixtures install fuzz clean doc-examples
+.PHONY: all deps build run test test-cuda test-asan test-clang werror lint format format-check bench fixtures install fuzz clean doc-examples
 
 all: build
 
@@ -71,6 +71,14 @@ werror: deps
 lint:
 	@sh scripts/deps.sh lint
 	@bash scripts/lint.sh $(BUILD_LINT) $(JOBS)
+
+# .clang-format over every tracked C/CUDA file: `format` rewrites, `format-check` lists what differs.
+format:
+	@sh scripts/deps.sh format
+	@sh scripts/format.sh
+format-check:
+	@sh scripts/deps.sh format
+	@sh scripts/format.sh --check
 
 # libFuzzer on the save-file parser (clang, -fsanitize=fuzzer,address,undefined)
 # for FUZZ_SECONDS, from the committed seeds (copied: libFuzzer adds what it
