@@ -98,11 +98,13 @@ bench: build
 	./$(BUILD)/bench_ops
 
 # Regenerates tests/fixtures from PyTorch (needs python3-torch; CI does not).
+# Debian's interpreter by default: a python3 earlier on PATH (pyenv, a venv) may lack its torch.
+FIXTURE_PYTHON ?= /usr/bin/python3
 fixtures:
-	python3 scripts/gen_fixtures.py tests/fixtures
-	python3 scripts/gen_optim_fixtures.py tests/fixtures/optim
-	/usr/bin/python3 scripts/gen_autocast_fixtures.py tests/fixtures/autocast/ops.txt
-	python3 scripts/gen_double_fixtures.py tests/fixtures/double
+	$(FIXTURE_PYTHON) scripts/gen_fixtures.py tests/fixtures
+	$(FIXTURE_PYTHON) scripts/gen_optim_fixtures.py tests/fixtures/optim
+	$(FIXTURE_PYTHON) scripts/gen_autocast_fixtures.py tests/fixtures/autocast/ops.txt
+	$(FIXTURE_PYTHON) scripts/gen_double_fixtures.py tests/fixtures/double
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_LINT) $(BUILD_FUZZ) build-werror-gcc build-werror-clang
