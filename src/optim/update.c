@@ -43,7 +43,7 @@ static remat_status adamw_begin(const char *call, const void *p, const void *g, 
 
 remat_status remat_adamw_update_f32(float *p, const float *g, float *m, float *v, int64_t n,
                            const remat_adamw_hparams *h) {
-    double bc1, bc2;
+    double bc1 = 1, bc2 = 1;
     int rc = adamw_begin("remat_adamw_update_f32", p, g, m, v, n, h, &bc1, &bc2);
     if (rc) return rc;
     const float b1 = (float)h->beta1, b2 = (float)h->beta2, eps = (float)h->eps;
@@ -64,7 +64,7 @@ remat_status remat_adamw_update_f32(float *p, const float *g, float *m, float *v
 
 remat_status remat_adamw_update_f64(double *p, const double *g, double *m, double *v, int64_t n,
                            const remat_adamw_hparams *h) {
-    double bc1, bc2;
+    double bc1 = 1, bc2 = 1;
     int rc = adamw_begin("remat_adamw_update_f64", p, g, m, v, n, h, &bc1, &bc2);
     if (rc) return rc;
     const double b1 = h->beta1, b2 = h->beta2, eps = h->eps;
