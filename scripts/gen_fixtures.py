@@ -609,6 +609,31 @@ case("squeeze")(make_shape_op("squeeze", (2, 1, 3), [("dim", [1])], lambda t: t.
 case("squeeze_neg")(make_shape_op("squeeze", (2, 3, 1), [("dim", [-1])], lambda t: t.squeeze(-1)))
 
 
+# ---- copies and names: clone, to_dtype, to_device, tag --------------------------------------
+# to_dtype's target is a param (f32 / f64); its gradient is the output's cast back. The first
+# f64 case of each op is plain (no views) with gradients: the registry test runs it.
+def make_to_dtype(target, shape=(2, 3), views=None):
+    def build(r, dt):
+        tdt = DTYPES[target]
+        return Case("to_dtype", lambda x: x["a"].to(tdt), [("a", T(r.uniform(shape), dt))],
+                    params=[("dtype", [target])], views=views)
+
+    return build
+
+
+case("clone")(make_shape_op("clone", (2, 3), [], lambda t: t.clone()))
+case("clone_transposed")(make_shape_op("clone", (3, 4), [], lambda t: t.clone(),
+                                       views={"a": [("transpose", [0, 1])]}))
+case("to_dtype")(make_to_dtype("f64"))
+case("to_dtype_narrow")(make_to_dtype("f32", shape=(3, 4)))
+case("to_dtype_transposed")(make_to_dtype("f64", shape=(3, 4), views={"a": [("transpose", [0, 1])]}))
+case("to_device")(make_shape_op("to_device", (2, 3), [("device", ["cpu"])], lambda t: t.to("cpu")))
+case("to_device_sliced")(make_shape_op("to_device", (4, 3), [("device", ["cpu"])], lambda t: t.to("cpu"),
+                                       views={"a": [("slice", [0, 1, 4, 2])]}))
+case("tag")(make_shape_op("tag", (2, 3), [("name", ["h"])], lambda t: t.view_as(t)))
+case("tag_transposed")(make_shape_op("tag", (3, 4), [("name", ["attn_out"])], lambda t: t.view_as(t),
+                                     views={"a": [("transpose", [0, 1])]}))
+
 def make_cat(shapes, dim, views=None):
     def build(r, dt):
         inputs = [("t%d" % i, T(r.uniform(s), dt)) for i, s in enumerate(shapes)]

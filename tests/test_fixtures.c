@@ -320,6 +320,43 @@ static int op_squeeze(run *r, remat_tensor **o, int *n) {
     return remat_squeeze(&o[0], a, (int)dim);
 }
 
+/* ---- copies and names ---- */
+static int op_clone(run *r, remat_tensor **o, int *n) {
+    NEED("a", a);
+    *n = 1;
+    return remat_clone(&o[0], a);
+}
+
+static int op_to_dtype(run *r, remat_tensor **o, int *n) {
+    NEED("a", a);
+    const char *name = fx_param_str(r->c, "dtype");
+    remat_dtype dt = REMAT_F32;
+    if (!name || (strcmp(name, "f32") != 0 && strcmp(name, "f64") != 0))
+        return remat_set_error(REMAT_EFORMAT, "%s: param dtype must be f32 or f64", r->c->path);
+    if (strcmp(name, "f64") == 0) dt = REMAT_F64;
+    *n = 1;
+    return remat_to_dtype(&o[0], a, dt);
+}
+
+static int op_to_device(run *r, remat_tensor **o, int *n) {
+    NEED("a", a);
+    const char *name = fx_param_str(r->c, "device");
+    int type = name ? remat_device_type_id(name) : -1;
+    if (type < 0)
+        return remat_set_error(REMAT_EFORMAT, "%s: param device names no device type",
+                               r->c->path);
+    *n = 1;
+    return remat_to_device(&o[0], a, (remat_device){type, 0});
+}
+
+static int op_tag(run *r, remat_tensor **o, int *n) {
+    NEED("a", a);
+    const char *name = fx_param_str(r->c, "name");
+    if (!name) return remat_set_error(REMAT_EFORMAT, "%s: tag needs a param name", r->c->path);
+    *n = 1;
+    return remat_tag(&o[0], a, name);
+}
+
 /* cat takes every input, in file order (t0, t1, ...). */
 static int op_cat(run *r, remat_tensor **o, int *n) {
     PINT("dim", dim);
@@ -442,6 +479,10 @@ static const op_entry k_ops[] = {
     {"contiguous", "views", op_contiguous},
     {"unsqueeze", "views", op_unsqueeze},
     {"squeeze", "views", op_squeeze},
+    {"clone", "copies", op_clone},
+    {"to_dtype", "copies", op_to_dtype},
+    {"to_device", "copies", op_to_device},
+    {"tag", "copies", op_tag},
     {"cat", "cat_split", op_cat},
     {"split", "cat_split", op_split},
     {"masked_fill", "selection", op_masked_fill},
@@ -709,6 +750,7 @@ FAMILY(losses)
 FAMILY(reductions)
 FAMILY(max)
 FAMILY(views)
+FAMILY(copies)
 FAMILY(cat_split)
 FAMILY(selection)
 FAMILY(inplace)
@@ -975,24 +1017,9 @@ Test(fixtures, compare_reports_element_and_values) {
  * everything-saveable selective policy (gradients bitwise equal to the plain run). A new op
  * cannot be half-registered.
  * ------------------------------------------------------------------------------------------ */
-/* Registered ops without a fixture runner, and why. */
-static const char *const k_no_fixture[] = {
-    "remat_clone",     /* a copy: tested against its source in test_ops_shape */
-    "remat_to_dtype",  /* conversions: rounding tested in test_ops_shape */
-    "remat_to_device", /* device moves: tested with test devices in test_ops_shape */
-    "remat_tag",       /* an identity view with a name: test_selective */
-};
-
-static bool no_fixture(const char *name) {
-    for (size_t i = 0; i < sizeof k_no_fixture / sizeof k_no_fixture[0]; i++)
-        if (strcmp(k_no_fixture[i], name) == 0) return true;
-    return false;
-}
-
 Test(registry, every_registered_op_has_a_fixture_runner) {
     for (int i = 0; i < rm_op_count(); i++) {
         const char *name = rm_op_name(i);
-        if (no_fixture(name)) continue;
         cr_assert(find_op(name + strlen("remat_")),
                   "registered op %s has no fixture runner in tests/test_fixtures.c", name);
     }
@@ -1180,7 +1207,7 @@ static struct criterion_test_params registry_params(void) {
     int n = rm_op_count(), k = 0;
     case_param *p = cr_malloc(sizeof *p * (size_t)n);
     for (int i = 0; i < n; i++)
-        if (!no_fixture(rm_op_name(i))) snprintf(p[k++].name, FX_NAME_MAX, "%s", rm_op_name(i));
+        snprintf(p[k++].name, FX_NAME_MAX, "%s", rm_op_name(i));
     return cr_make_param_array(case_param, p, (size_t)k, free_params);
 }
 
