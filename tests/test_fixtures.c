@@ -729,7 +729,7 @@ static void run_param(const case_param *p) {
  * every dispatcher entry belongs to one of them, so no op's cases go unrun. */
 static const char *const k_families[] = {
     "binary", "scalar",     "unary", "matmul", "linear",    "softmax",   "layer_norm", "attention",
-    "dropout", "embedding", "losses", "reductions", "max", "views", "cat_split", "selection",
+    "dropout", "embedding", "losses", "reductions", "max", "views", "copies", "cat_split", "selection",
     "inplace"};
 
 #define FAMILY(fam)                                                                        \
