@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #include "args.h"
+#include "gpt_block.h"
 #include "remat/remat.h"
 #include "strategy.h"
 
@@ -59,11 +60,6 @@ typedef struct block_ctx {
     int layer;
 } block_ctx;
 
-typedef struct gpt_block {
-    remat_tensor *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
-    remat_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w, *fc2_b;
-} gpt_block;
-
 typedef struct mlp_block {
     remat_tensor *ln_w, *ln_b, *w, *b;
 } mlp_block;
@@ -80,7 +76,7 @@ struct model {
     int64_t n_weights; /* total number of parameter elements */
     /* GPT */
     remat_tensor *wte, *wpe, *lnf_w, *lnf_b, *head; /* head == wte when tied */
-    gpt_block *gblocks;
+    gpt_block_weights *gblocks; /* borrowed from params */
     remat_tensor *mask; /* (T, T) i64, 1 above the diagonal */
     /* MLP */
     mlp_block *mblocks;
