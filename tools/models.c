@@ -159,6 +159,16 @@ void model_free(model *m) {
     memset(m, 0, sizeof *m);
 }
 
+void model_json(json *j, const model *m, int batch) {
+    json_str(j, "model", m->kind == MODEL_GPT ? "gpt" : "mlp");
+    json_int(j, "layers", m->layers);
+    json_int(j, "width", m->width);
+    json_int(j, "heads", m->heads);
+    json_int(j, "context", m->context);
+    json_int(j, "batch", batch);
+    json_int(j, "params", m->n_weights);
+}
+
 void model_zero_grad(model *m) {
     for (int i = 0; i < m->n_params; i++) remat_set_grad(m->params[i].t, NULL);
 }

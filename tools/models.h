@@ -40,6 +40,7 @@
 
 #include "args.h"
 #include "gpt_block.h"
+#include "json.h"
 #include "remat/remat.h"
 #include "strategy.h"
 
@@ -97,6 +98,9 @@ void batch_free(batch *b);
  * (remat_manual_seed then remat_rand_normal in a fixed order). */
 int model_init(model *m, const config *c, uint64_t seed);
 void model_free(model *m);
+/* The model's description as JSON members ("model", "layers", "width",
+ * "heads", "context", "batch", "params") of the open object. */
+void model_json(json *j, const model *m, int batch);
 
 /* Forward to the loss under strategy s (grad mode as the caller set it),
  * under bf16 autocast when m->autocast (the profiles below too).

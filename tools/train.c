@@ -603,14 +603,8 @@ static int train_report_json(const train_run *tr, const train_totals *t) {
     json_start(&j, &out);
     json_object(&j, NULL);
     json_str(&j, "command", "train");
-    json_str(&j, "model", m->kind == MODEL_GPT ? "gpt" : "mlp");
+    model_json(&j, m, c->batch);
     json_str(&j, "task", task_name(&tr->tk));
-    json_int(&j, "layers", m->layers);
-    json_int(&j, "width", m->width);
-    json_int(&j, "heads", m->heads);
-    json_int(&j, "context", m->context);
-    json_int(&j, "batch", c->batch);
-    json_int(&j, "params", m->n_weights);
     json_str(&j, "strategy", c->strat.name);
     json_int(&j, "threads", tr->threads);
     json_int(&j, "start_step", tr->start);
