@@ -19,13 +19,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "remat/remat.h"
 #include "bench_util.h"
+#include "gpt_block.h"
+#include "remat/remat.h"
 
+/* The shared transformer block (models/gpt_block.h): attention composed of
+ * ops, tanh GELU, every residual named. */
 typedef struct block {
-    int64_t dim, heads;
-    double p_drop;
-    remat_tensor *ln1_w, *ln1_b, *wqkv, *bqkv, *wo, *bo, *ln2_w, *ln2_b, *w1, *b1, *w2, *b2;
+    gpt_block_weights w;
+    gpt_block_config cfg;
     remat_tensor *mask;
 } block;
 
@@ -39,108 +41,42 @@ static remat_tensor *param(int nd, const int64_t *sh, double bound, bool grad) {
 }
 
 static void block_init(block *b, int64_t D, int64_t H, int64_t T, double p) {
-    b->dim = D;
-    b->heads = H;
-    b->p_drop = p;
     int64_t d[] = {D}, d3[] = {3 * D}, d4[] = {4 * D}, qkv[] = {3 * D, D}, o[] = {D, D},
             f1[] = {4 * D, D}, f2[] = {D, 4 * D};
     double bd = 1.0 / sqrt((double)D), bh = 1.0 / sqrt(4.0 * (double)D);
-    b->ln1_w = param(1, d, 0, true);
-    b->ln1_b = param(1, d, -1, true);
-    b->wqkv = param(2, qkv, bd, true);
-    b->bqkv = param(1, d3, bd, true);
-    b->wo = param(2, o, bd, true);
-    b->bo = param(1, d, bd, true);
-    b->ln2_w = param(1, d, 0, true);
-    b->ln2_b = param(1, d, -1, true);
-    b->w1 = param(2, f1, bd, true);
-    b->b1 = param(1, d4, bd, true);
-    b->w2 = param(2, f2, bh, true);
-    b->b2 = param(1, d, bh, true);
-    int64_t ms[] = {T, T};
-    CHECK(remat_zeros(&b->mask, 2, ms, REMAT_I64, REMAT_DEVICE_CPU));
-    int64_t *m = remat_data(b->mask);
-    for (int64_t i = 0; i < T; i++)
-        for (int64_t j = 0; j < T; j++) m[i * T + j] = j > i;
+    gpt_block_weights *w = &b->w;
+    w->ln1_w = param(1, d, 0, true);
+    w->ln1_b = param(1, d, -1, true);
+    w->attn_w = param(2, qkv, bd, true);
+    w->attn_b = param(1, d3, bd, true);
+    w->proj_w = param(2, o, bd, true);
+    w->proj_b = param(1, d, bd, true);
+    w->ln2_w = param(1, d, 0, true);
+    w->ln2_b = param(1, d, -1, true);
+    w->fc_w = param(2, f1, bd, true);
+    w->fc_b = param(1, d4, bd, true);
+    w->fc2_w = param(2, f2, bh, true);
+    w->fc2_b = param(1, d, bh, true);
+    CHECK(gpt_causal_mask(&b->mask, T, REMAT_DEVICE_CPU));
+    b->cfg = (gpt_block_config){.heads = (int)H, .mask = b->mask, .p_drop = p,
+                                .gelu = REMAT_GELU_TANH, .tags = true};
 }
 
 static remat_tensor **block_params(block *b) {
-    static remat_tensor *p[12];
-    remat_tensor *ps[] = {b->ln1_w, b->ln1_b, b->wqkv, b->bqkv, b->wo, b->bo,
-                          b->ln2_w, b->ln2_b, b->w1,   b->b1,   b->w2, b->b2};
-    memcpy(p, ps, sizeof ps);
+    static remat_tensor *p[GPT_BLOCK_N_WEIGHTS];
+    gpt_block_weights_list(&b->w, p);
     return p;
 }
 
 static void block_free(block *b) {
-    remat_tensor **p = block_params(b);
-    for (int i = 0; i < 12; i++) remat_release(p[i]);
+    gpt_block_weights_release(&b->w);
     remat_release(b->mask);
 }
 
-#define TRY(expr)                                                                           \
-    do {                                                                                    \
-        if (!rc) rc = (expr);                                                               \
-    } while (0)
-
-static int heads_view(int rc, remat_tensor **out, remat_tensor *x, int64_t B, int64_t T,
-                      int64_t H, int64_t hd) {
-    remat_tensor *r = NULL;
-    int64_t sh[] = {B, T, H, hd};
-    TRY(remat_reshape(&r, x, 4, sh));
-    TRY(remat_transpose(out, r, 1, 2));
-    return rc;
-}
-
-/* x (B, T, D) → pre-norm attention + MLP, with the projections tagged */
 static int block_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
     block *b = ud;
     (void)n_in, (void)n_out;
-    remat_tensor *x = in[0];
-    int64_t B = remat_size(x, 0), T = remat_size(x, 1), D = b->dim, H = b->heads, hd = D / H;
-    remat_scope *s;
-    int rc = remat_scope_begin(&s);
-    if (rc) return rc;
-    remat_tensor *h = NULL, *qkv0 = NULL, *qkv = NULL, *parts[3] = {NULL, NULL, NULL}, *q = NULL,
-                 *k = NULL, *v = NULL, *kt = NULL, *att = NULL, *att2 = NULL, *att3 = NULL,
-                 *p = NULL, *pd = NULL, *y = NULL, *yt = NULL, *yr = NULL, *proj0 = NULL,
-                 *proj = NULL, *pdrop = NULL, *x1 = NULL, *h2 = NULL, *f10 = NULL, *f1 = NULL,
-                 *f2 = NULL, *f3 = NULL, *f4 = NULL, *r = NULL;
-    int n_parts = 0;
-    TRY(remat_layer_norm(&h, x, 1, b->ln1_w, b->ln1_b, 1e-5));
-    TRY(remat_linear(&qkv0, h, b->wqkv, b->bqkv));
-    TRY(remat_tag(&qkv, qkv0, "qkv"));
-    TRY(remat_split(parts, 3, &n_parts, qkv, D, -1));
-    rc = heads_view(rc, &q, parts[0], B, T, H, hd);
-    rc = heads_view(rc, &k, parts[1], B, T, H, hd);
-    rc = heads_view(rc, &v, parts[2], B, T, H, hd);
-    TRY(remat_transpose(&kt, k, -2, -1));
-    TRY(remat_matmul(&att, q, kt));
-    TRY(remat_mul_scalar(&att2, att, 1.0 / sqrt((double)hd)));
-    TRY(remat_masked_fill(&att3, att2, b->mask, -1e9));
-    TRY(remat_softmax(&p, att3, -1));
-    pd = p;
-    if (b->p_drop > 0) TRY(remat_dropout(&pd, p, b->p_drop, true));
-    TRY(remat_matmul(&y, pd, v));
-    TRY(remat_transpose(&yt, y, 1, 2));
-    int64_t sh3[] = {B, T, D};
-    TRY(remat_reshape(&yr, yt, 3, sh3));
-    TRY(remat_linear(&proj0, yr, b->wo, b->bo));
-    TRY(remat_tag(&proj, proj0, "attn_out"));
-    pdrop = proj;
-    if (b->p_drop > 0) TRY(remat_dropout(&pdrop, proj, b->p_drop, true));
-    TRY(remat_add(&x1, x, pdrop));
-    TRY(remat_layer_norm(&h2, x1, 1, b->ln2_w, b->ln2_b, 1e-5));
-    TRY(remat_linear(&f10, h2, b->w1, b->b1));
-    TRY(remat_tag(&f1, f10, "mlp_up"));
-    TRY(remat_gelu(&f2, f1, REMAT_GELU_TANH));
-    TRY(remat_linear(&f3, f2, b->w2, b->b2));
-    f4 = f3;
-    if (b->p_drop > 0) TRY(remat_dropout(&f4, f3, b->p_drop, true));
-    TRY(remat_add(&r, x1, f4));
-    if (!rc) out[0] = remat_scope_keep(r);
-    remat_scope_end(s);
-    return rc;
+    return gpt_block_forward(&b->w, &b->cfg, in[0], &out[0]);
 }
 
 /* ---- the benchmark --------------------------------------------------------------------- */
@@ -192,7 +128,7 @@ static double step(block *blocks, int L, remat_tensor *x, const mode *m, remat_s
     *peak = remat_cpu_peak_bytes() - base;
     for (int i = 0; i < L; i++) {
         remat_tensor **p = block_params(&blocks[i]);
-        for (int k = 0; k < 12; k++) remat_set_grad(p[k], NULL);
+        for (int k = 0; k < GPT_BLOCK_N_WEIGHTS; k++) remat_set_grad(p[k], NULL);
     }
     return t1 - t0;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../src/internal.h"
+#include "gpt_block.h"
 #include "support/fixtures.h"
 #include "support/rt.h"
 
@@ -137,44 +138,17 @@ typedef struct gpt {
     bool ck;
 } gpt;
 
-/* (B, T, C) slice [lo, lo + C) of qkv -> (B, H, T, D) */
-static int heads(remat_tensor *qkv, int64_t lo, remat_tensor **out) {
-    remat_tensor *s = NULL, *r = NULL;
-    const int64_t sh[4] = {GB, GT, GH, GC / GH};
-    int rc = remat_slice(&s, qkv, 2, lo, lo + GC, 1);
-    if (!rc) rc = remat_reshape(&r, s, 4, sh);
-    if (!rc) rc = remat_transpose(out, r, 1, 2);
-    remat_release(s), remat_release(r);
-    return rc;
-}
-
 #define T_(x) remat_tensor *x = NULL
+/* The shared block (models/gpt_block.h): fused attention, tanh GELU, no
+ * dropout; the weights in k_gpt's order, which is gpt_block_weights'. */
 static remat_status gpt_block(void *ud, remat_tensor *const *xin, int n_in, remat_tensor **out,
                               int n_out) {
     (void)n_in, (void)n_out;
-    gpt *g = ud;
-    remat_tensor *x = xin[0], **p = g->p;
-    T_(h); T_(qkv); T_(q); T_(k); T_(v); T_(a); T_(at); T_(ar); T_(pr); T_(x1); T_(h2); T_(f);
-    T_(fg); T_(o);
-    const int64_t shc[3] = {GB, GT, GC};
-    int rc = remat_layer_norm(&h, x, 1, p[0], p[1], 1e-5);
-    if (!rc) rc = remat_linear(&qkv, h, p[2], p[3]);
-    if (!rc) rc = heads(qkv, 0, &q);
-    if (!rc) rc = heads(qkv, GC, &k);
-    if (!rc) rc = heads(qkv, 2 * GC, &v);
-    if (!rc) rc = remat_attention(&a, q, k, v, true, 0);
-    if (!rc) rc = remat_transpose(&at, a, 1, 2);
-    if (!rc) rc = remat_reshape(&ar, at, 3, shc);
-    if (!rc) rc = remat_linear(&pr, ar, p[4], p[5]);
-    if (!rc) rc = remat_add(&x1, x, pr);
-    if (!rc) rc = remat_layer_norm(&h2, x1, 1, p[6], p[7], 1e-5);
-    if (!rc) rc = remat_linear(&f, h2, p[8], p[9]);
-    if (!rc) rc = remat_gelu(&fg, f, REMAT_GELU_TANH);
-    if (!rc) rc = remat_linear(&o, fg, p[10], p[11]);
-    if (!rc) rc = remat_add(out, x1, o);
-    remat_tensor *all[] = {h, qkv, q, k, v, a, at, ar, pr, x1, h2, f, fg, o};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) remat_release(all[i]);
-    return rc;
+    remat_tensor *const *p = ((gpt *)ud)->p;
+    gpt_block_weights w = {p[0], p[1], p[2], p[3], p[4],  p[5],
+                           p[6], p[7], p[8], p[9], p[10], p[11]};
+    gpt_block_config cfg = {.heads = GH, .gelu = REMAT_GELU_TANH};
+    return gpt_block_forward(&w, &cfg, xin[0], out);
 }
 
 static int gpt_loss(void *ud, remat_tensor **loss) {

@@ -360,13 +360,7 @@ static void print_json(const config *c, const model *m, int threads, result *r,
     json_start(&j, &out);
     json_object(&j, NULL);
     json_str(&j, "command", "bench");
-    json_str(&j, "model", m->kind == MODEL_GPT ? "gpt" : "mlp");
-    json_int(&j, "layers", m->layers);
-    json_int(&j, "width", m->width);
-    json_int(&j, "heads", m->heads);
-    json_int(&j, "context", m->context);
-    json_int(&j, "batch", c->batch);
-    json_int(&j, "params", m->n_weights);
+    model_json(&j, m, c->batch);
     json_str(&j, "attention", m->attn_ops ? "ops" : "fused");
     json_int(&j, "threads", threads);
     json_int(&j, "reps", c->reps);

@@ -58,7 +58,7 @@ static int init_gpt(model *m) {
     TRY(new_param(m, "wte", 2, (int64_t[]){V, C}, INIT_NORMAL, std, true, &m->wte));
     TRY(new_param(m, "wpe", 2, (int64_t[]){T, C}, INIT_NORMAL, std, true, &m->wpe));
     for (int l = 0; l < L; l++) {
-        gpt_block *b = &m->gblocks[l];
+        gpt_block_weights *b = &m->gblocks[l];
 #define P(field, nd, shp, init, sd, decay)                                            \
     snprintf(nm, sizeof nm, "h.%d." #field, l);                                       \
     TRY(new_param(m, nm, nd, shp, init, sd, decay, &b->field))
@@ -83,19 +83,7 @@ static int init_gpt(model *m) {
     else
         m->head = m->wte;
 
-    /* causal mask: 1 where key position j > query position i */
-    int64_t *mask = malloc(sizeof(int64_t) * (size_t)(T * T));
-    if (!mask) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
-    for (int64_t i = 0; i < T; i++)
-        for (int64_t j = 0; j < T; j++) mask[i * T + j] = j > i;
-    rc = remat_from_data(&m->mask, 2, (int64_t[]){T, T}, REMAT_I64, mask);
-    free(mask);
-    if (!rc && m->device.type != REMAT_CPU) {
-        remat_tensor *d = NULL;
-        rc = remat_to_device(&d, m->mask, m->device);
-        remat_release(m->mask);
-        m->mask = d;
-    }
+    rc = gpt_causal_mask(&m->mask, T, m->device); /* 1 where key j > query i */
 done:
     return rc;
 }
@@ -171,29 +159,21 @@ void model_free(model *m) {
     memset(m, 0, sizeof *m);
 }
 
+void model_json(json *j, const model *m, int batch) {
+    json_str(j, "model", m->kind == MODEL_GPT ? "gpt" : "mlp");
+    json_int(j, "layers", m->layers);
+    json_int(j, "width", m->width);
+    json_int(j, "heads", m->heads);
+    json_int(j, "context", m->context);
+    json_int(j, "batch", batch);
+    json_int(j, "params", m->n_weights);
+}
+
 void model_zero_grad(model *m) {
     for (int i = 0; i < m->n_params; i++) remat_set_grad(m->params[i].t, NULL);
 }
 
 /* ---- blocks ------------------------------------------------------------------------ */
-/* (B, T, C) → (B, H, T, D): a view of one third of qkv split into heads. */
-static int to_heads(remat_tensor **out, remat_tensor *t, int64_t B, int64_t T, int64_t H,
-                    int64_t D) {
-    remat_tensor *r = NULL;
-    int rc = remat_reshape(&r, t, 4, (int64_t[]){B, T, H, D});
-    if (!rc) rc = remat_transpose(out, r, 1, 2);
-    return rc;
-}
-
-/* Drops a scope-owned temporary as soon as it is no longer needed (the
- * scope would keep it to the block's end): what backward needs stays alive
- * through the graph, the rest is freed at once, as Python's refcounting does
- * in PyTorch. Matters most under checkpointing, where nothing is saved. */
-static void drop(remat_tensor **t) {
-    if (*t) remat_release(remat_scope_keep(*t));
-    *t = NULL;
-}
-
 static const char *const GPT_TAGS[] = {"qkv",    "attn",   "attn_probs", "attn_out",
                                        "mlp_up", "mlp_act", "mlp_out"};
 static const char *const MLP_TAGS[] = {"linear", "gelu"};
@@ -207,94 +187,17 @@ const char *const *model_tags(model_kind kind, int *n) {
     return MLP_TAGS;
 }
 
-/* Replaces *t by a view of it named `name` (remat_tag), the residual a
- * selective policy can ask for by name; the untagged reference goes. */
-static int tag(remat_tensor **t, const char *name) {
-    remat_tensor *v = NULL;
-    int rc = remat_tag(&v, *t, name);
-    if (rc) return rc;
-    drop(t);
-    *t = v;
-    return REMAT_OK;
-}
-
-/* GPT block: x (B, T, C) → (B, T, C). Temporaries live in a scope and are
- * dropped after their last use; the output is handed out as a plain
- * reference. */
-static int gpt_block_forward(void *user_data, remat_tensor *const *inputs, int n_inputs,
-                             remat_tensor **outputs, int n_outputs) {
+/* GPT block: x (B, T, C) → (B, T, C), models/gpt_block.c with every
+ * residual named, composed attention with --attention ops. */
+static int gpt_block_fn(void *user_data, remat_tensor *const *inputs, int n_inputs,
+                        remat_tensor **outputs, int n_outputs) {
     if (n_inputs != 1 || n_outputs != 1 || !inputs[0])
         return remat_set_error(REMAT_EINVAL, "gpt block: expected 1 input and 1 output");
     block_ctx *bc = user_data;
-    model *m = bc->m;
-    gpt_block *b = &m->gblocks[bc->layer];
-    remat_tensor *x = inputs[0];
-    const int64_t B = remat_size(x, 0), T = remat_size(x, 1), C = m->width, H = m->heads,
-                  D = C / H;
-    remat_scope *s = NULL;
-    int rc = remat_scope_begin(&s);
-    if (rc) return rc;
-    remat_tensor *h = NULL, *qkv = NULL, *parts[3] = {NULL, NULL, NULL}, *q = NULL, *k = NULL,
-                 *v = NULL, *kt = NULL, *att = NULL, *t = NULL, *y = NULL, *x1 = NULL, *f = NULL;
-    int n_parts = 0;
-    /* attention */
-    TRY(remat_layer_norm(&h, x, 1, b->ln1_w, b->ln1_b, LN_EPS));
-    TRY(remat_linear(&qkv, h, b->attn_w, b->attn_b));            /* (B, T, 3C) */
-    drop(&h);
-    TRY(tag(&qkv, "qkv"));
-    TRY(remat_split(parts, 3, &n_parts, qkv, C, -1));            /* 3 x (B, T, C) views */
-    drop(&qkv);
-    TRY(to_heads(&q, parts[0], B, T, H, D));                     /* (B, H, T, D) */
-    TRY(to_heads(&k, parts[1], B, T, H, D));
-    TRY(to_heads(&v, parts[2], B, T, H, D));
-    for (int i = 0; i < 3; i++) drop(&parts[i]);
-    if (m->attn_ops) { /* composed, as bench/pytorch/models.py on PyTorch 1.13 */
-        TRY(remat_transpose(&kt, k, -2, -1));                    /* (B, H, D, T) */
-        drop(&k);
-        TRY(remat_matmul(&att, q, kt));                          /* (B, H, T, T) */
-        drop(&q);
-        drop(&kt);
-        TRY(remat_mul_scalar(&t, att, 1.0 / sqrt((double)D)));
-        drop(&att);
-        TRY(remat_masked_fill(&att, t, m->mask, -INFINITY));     /* causal */
-        drop(&t);
-        TRY(remat_softmax(&t, att, -1));
-        drop(&att);
-        TRY(tag(&t, "attn_probs"));
-        TRY(remat_matmul(&att, t, v));                           /* (B, H, T, D) */
-        drop(&t);
-    } else { /* fused; its output is stored as (B, T, H, D) */
-        TRY(remat_attention(&att, q, k, v, true, 1.0 / sqrt((double)D)));
-        drop(&q);
-        drop(&k);
-    }
-    drop(&v);
-    TRY(tag(&att, "attn"));
-    TRY(remat_transpose(&t, att, 1, 2));                         /* (B, T, H, D) */
-    drop(&att);
-    TRY(remat_reshape(&y, t, 3, (int64_t[]){B, T, C}));          /* a view when fused */
-    drop(&t);
-    TRY(remat_linear(&t, y, b->proj_w, b->proj_b));
-    drop(&y);
-    TRY(tag(&t, "attn_out"));
-    TRY(remat_add(&x1, x, t));
-    drop(&t);
-    /* MLP */
-    TRY(remat_layer_norm(&h, x1, 1, b->ln2_w, b->ln2_b, LN_EPS));
-    TRY(remat_linear(&f, h, b->fc_w, b->fc_b));                  /* (B, T, 4C) */
-    drop(&h);
-    TRY(tag(&f, "mlp_up"));
-    TRY(remat_gelu(&t, f, REMAT_GELU_TANH));
-    drop(&f);
-    TRY(tag(&t, "mlp_act"));
-    TRY(remat_linear(&f, t, b->fc2_w, b->fc2_b));                /* (B, T, C) */
-    drop(&t);
-    TRY(tag(&f, "mlp_out"));
-    TRY(remat_add(&y, x1, f));
-    outputs[0] = remat_scope_keep(y);
-done:
-    remat_scope_end(s);
-    return rc;
+    const model *m = bc->m;
+    gpt_block_config cfg = {.heads = m->heads, .mask = m->attn_ops ? m->mask : NULL,
+                            .gelu = REMAT_GELU_TANH, .tags = true};
+    return gpt_block_forward(&m->gblocks[bc->layer], &cfg, inputs[0], &outputs[0]);
 }
 
 /* MLP block: x (B, W) → x + gelu(linear(layer_norm(x))). */
@@ -310,11 +213,11 @@ static int mlp_block_forward(void *user_data, remat_tensor *const *inputs, int n
     remat_tensor *h = NULL, *t = NULL, *y = NULL;
     TRY(remat_layer_norm(&h, inputs[0], 1, b->ln_w, b->ln_b, LN_EPS));
     TRY(remat_linear(&t, h, b->w, b->b));
-    drop(&h);
-    TRY(tag(&t, "linear"));
+    block_drop(&h);
+    TRY(block_tag(&t, "linear"));
     TRY(remat_gelu(&h, t, REMAT_GELU_ERF));
-    drop(&t);
-    TRY(tag(&h, "gelu"));
+    block_drop(&t);
+    TRY(block_tag(&h, "gelu"));
     TRY(remat_add(&y, inputs[0], h));
     outputs[0] = remat_scope_keep(y);
 done:
@@ -337,7 +240,7 @@ static int traced_block(void *user_data, remat_tensor *const *inputs, int n_inpu
     bool recompute = remat_in_backward();
     if (g_hook) g_hook(g_hook_ud, bc->layer, true, recompute);
     int rc = bc->m->kind == MODEL_GPT
-                 ? gpt_block_forward(user_data, inputs, n_inputs, outputs, n_outputs)
+                 ? gpt_block_fn(user_data, inputs, n_inputs, outputs, n_outputs)
                  : mlp_block_forward(user_data, inputs, n_inputs, outputs, n_outputs);
     if (g_hook) g_hook(g_hook_ud, bc->layer, false, recompute);
     return rc;

@@ -39,6 +39,8 @@
 #include <stdint.h>
 
 #include "args.h"
+#include "gpt_block.h"
+#include "json.h"
 #include "remat/remat.h"
 #include "strategy.h"
 
@@ -59,11 +61,6 @@ typedef struct block_ctx {
     int layer;
 } block_ctx;
 
-typedef struct gpt_block {
-    remat_tensor *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
-    remat_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w, *fc2_b;
-} gpt_block;
-
 typedef struct mlp_block {
     remat_tensor *ln_w, *ln_b, *w, *b;
 } mlp_block;
@@ -80,7 +77,7 @@ struct model {
     int64_t n_weights; /* total number of parameter elements */
     /* GPT */
     remat_tensor *wte, *wpe, *lnf_w, *lnf_b, *head; /* head == wte when tied */
-    gpt_block *gblocks;
+    gpt_block_weights *gblocks; /* borrowed from params */
     remat_tensor *mask; /* (T, T) i64, 1 above the diagonal */
     /* MLP */
     mlp_block *mblocks;
@@ -101,6 +98,9 @@ void batch_free(batch *b);
  * (remat_manual_seed then remat_rand_normal in a fixed order). */
 int model_init(model *m, const config *c, uint64_t seed);
 void model_free(model *m);
+/* The model's description as JSON members ("model", "layers", "width",
+ * "heads", "context", "batch", "params") of the open object. */
+void model_json(json *j, const model *m, int batch);
 
 /* Forward to the loss under strategy s (grad mode as the caller set it),
  * under bf16 autocast when m->autocast (the profiles below too).

@@ -9,6 +9,7 @@
 #ifndef REMAT_TEST_MODELS_H
 #define REMAT_TEST_MODELS_H
 
+#include "gpt_block.h"
 #include "remat/remat.h"
 
 #define RT_MAX_PARAMS 16
@@ -33,14 +34,14 @@ int rt_mlp_block_params(rt_mlp_block *b, remat_tensor **params);
 typedef struct rt_tblock {
     int dim, heads, seq;
     double p_drop;
-    remat_tensor *ln1_w, *ln1_b, *wqkv, *bqkv, *wo, *bo;
-    remat_tensor *ln2_w, *ln2_b, *w1, *b1, *w2, *b2;
+    gpt_block_weights w;
     remat_tensor *mask;   /* (seq, seq) i64, 1 above the diagonal (causal) */
-    bool tagged;          /* tag "qkv", "attn_out" and "mlp_up" with remat_tag */
+    bool tagged;          /* name the residuals ("qkv", "attn_out", "mlp_up", ...: gpt_block.h) */
     int calls;
 } rt_tblock;
 
-/* x (B, seq, dim) → pre-norm transformer block with `heads` heads. */
+/* x (B, seq, dim) → the shared pre-norm transformer block (models/gpt_block.h)
+ * with `heads` heads, attention composed of ops, exact GELU, dropout p_drop. */
 void rt_tblock_init(rt_tblock *b, int dim, int heads, int seq, double p_drop, remat_dtype dtype,
                     unsigned seed);
 void rt_tblock_free(rt_tblock *b);

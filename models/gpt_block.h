@@ -1,0 +1,77 @@
+/*
+ * models/gpt_block.h — the pre-norm transformer block, written once on the
+ * public remat API and compiled into the remat program (tools/models.c),
+ * the benchmarks (bench/bench_selective.c) and the tests
+ * (tests/support/models.c, tests/test_double_backward_fixtures.c).
+ * Not part of the library: a model written with it, as a user would.
+ *
+ *   x (B, T, C) → x1 = x + drop(proj(attn(ln1(x))))      causal, `heads` heads
+ *                 y  = x1 + drop(fc2(gelu(fc(ln2(x1)))))  MLP 4x
+ *
+ * attn is the fused remat_attention, or with cfg->mask the composed
+ * softmax(mask(q·kᵀ/√D))·v, as bench/pytorch/models.py writes it for
+ * PyTorch 1.13, with dropout on the probabilities.
+ *
+ * Named residuals (remat_tag, with cfg->tags; what name policies select):
+ *   qkv         fc of ln1(x), (B, T, 3C)
+ *   attn        attention output before the projection, (B, H, T, D)
+ *   attn_probs  softmax of the masked scores, (B, H, T, T) (composed only)
+ *   attn_out    the projection's output, (B, T, C)
+ *   mlp_up      fc(ln2(x1)), (B, T, 4C)
+ *   mlp_act     gelu(mlp_up), (B, T, 4C)
+ *   mlp_out     fc2(mlp_act), (B, T, C)
+ * A tag is an identity view: values, gradients and memory are unchanged.
+ *
+ * Temporaries are released right after their last use (what backward needs
+ * stays alive through the graph), as Python's reference counting does in
+ * PyTorch: it matters under checkpointing, where nothing else holds them.
+ */
+#ifndef REMAT_MODELS_GPT_BLOCK_H
+#define REMAT_MODELS_GPT_BLOCK_H
+
+#include <stdbool.h>
+
+#include "remat/remat.h"
+
+/* The block's weights (borrowed; the caller makes and owns them).
+ * For width C: ln1_w, ln1_b, proj_b, ln2_w, ln2_b, fc2_b (C); attn_w (3C, C),
+ * attn_b (3C); proj_w (C, C); fc_w (4C, C), fc_b (4C); fc2_w (C, 4C). */
+typedef struct gpt_block_weights {
+    remat_tensor *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
+    remat_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w, *fc2_b;
+} gpt_block_weights;
+
+#define GPT_BLOCK_N_WEIGHTS 12
+
+typedef struct gpt_block_config {
+    int heads;              /* divides C */
+    remat_tensor *mask;     /* (T, T) i64, 1 above the diagonal (gpt_causal_mask):
+                             * attention composed of ops; NULL: fused remat_attention */
+    double p_drop;          /* dropout after the probabilities (composed only), the
+                             * projection and fc2; 0: no dropout op at all */
+    remat_gelu_approx gelu;
+    bool tags;              /* name the residuals above */
+} gpt_block_config;
+
+/* OUT: *out = the block applied to x (B, T, C), a new reference. Runs inside
+ * its own scope; on failure *out is untouched and nothing is leaked. */
+int gpt_block_forward(const gpt_block_weights *w, const gpt_block_config *cfg, remat_tensor *x,
+                      remat_tensor **out);
+
+/* Writes the 12 weights' borrowed pointers in the order of the struct;
+ * returns GPT_BLOCK_N_WEIGHTS. */
+int gpt_block_weights_list(const gpt_block_weights *w, remat_tensor **out);
+/* Releases the weights and sets them to NULL (NULL ones are skipped). */
+void gpt_block_weights_release(gpt_block_weights *w);
+
+/* OUT: *out = (T, T) i64 on `device`, 1 where j > i (the future). */
+int gpt_causal_mask(remat_tensor **out, int64_t T, remat_device device);
+
+/* ---- for writing other blocks the same way ----
+ * block_drop: releases a scope-owned temporary now (*t = NULL). */
+void block_drop(remat_tensor **t);
+/* block_tag: replaces the scope-owned *t by a remat_tag view of it named
+ * `name`; the untagged reference goes. */
+int block_tag(remat_tensor **t, const char *name);
+
+#endif /* REMAT_MODELS_GPT_BLOCK_H */
