@@ -10,6 +10,7 @@
 
 #include "../src/internal.h"
 #include "remat/autocast.h"
+#include "remat/report.h"
 #include "support/models.h"
 #include "support/rt.h"
 
@@ -437,5 +438,55 @@ Test(autocast, linear_keeps_no_bf16_copy_of_its_weight) {
     remat_tensor *p[2] = {x, w};
     rt_zero_grads(2, p);
     remat_release(x), remat_release(w);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* The residual report under autocast gives each saved tensor's real dtype
+ * and bytes: linear's x as its bf16 cast (2 bytes an element), its weight
+ * as the f32 parameter, gelu's input in bf16; the totals count bf16 bytes
+ * and the printed report names the dtypes. */
+Test(autocast, residual_report_shows_bf16_dtypes_and_bytes) {
+    int64_t xs[2] = {16, 32}, w1s[2] = {64, 32}, w2s[2] = {32, 64};
+    remat_tensor *x = rt_leaf(rt_rand(2, xs, REMAT_F32, -1, 1, 21));
+    remat_tensor *w1 = rt_leaf(rt_rand(2, w1s, REMAT_F32, -1, 1, 22));
+    remat_tensor *w2 = rt_leaf(rt_rand(2, w2s, REMAT_F32, -1, 1, 23));
+    remat_residual_report *rep;
+    RT_OK(remat_residual_report_begin(&rep));
+    remat_autocast_state prev = ac_on();
+    remat_tensor *h = NULL, *g = NULL, *y = NULL, *l = NULL;
+    RT_OK(remat_linear(&h, x, w1, NULL));
+    RT_OK(remat_gelu(&g, h, REMAT_GELU_TANH));
+    RT_OK(remat_linear(&y, g, w2, NULL));
+    RT_OK(remat_sum_all(&l, y));
+    remat_autocast_end(&prev);
+    RT_OK(remat_residual_report_end(rep));
+    /* linear 1: x (bf16 cast), w1 (f32); gelu: h (bf16); linear 2: g (bf16), w2 (f32) */
+    const char *ops[] = {"LinearBackward", "LinearBackward", "GeluBackward", "LinearBackward",
+                         "LinearBackward"};
+    const remat_dtype dts[] = {REMAT_BF16, REMAT_F32, REMAT_BF16, REMAT_BF16, REMAT_F32};
+    const size_t bytes[] = {16 * 32 * 2, 64 * 32 * 4, 16 * 64 * 2, 16 * 64 * 2, 32 * 64 * 4};
+    cr_assert_eq(remat_residual_report_count(rep), 5, "%d entries",
+                 remat_residual_report_count(rep));
+    for (int i = 0; i < 5; i++) {
+        const remat_residual *e = remat_residual_report_entry(rep, i);
+        cr_assert_str_eq(e->op, ops[i], "entry %d: %s", i, e->op);
+        cr_assert_eq(e->dtype, dts[i], "entry %d (%s): dtype %s", i, e->op,
+                     remat_dtype_name(e->dtype));
+        cr_assert_eq(e->bytes, bytes[i], "entry %d: %zu bytes, expected %zu", i, e->bytes,
+                     bytes[i]);
+    }
+    remat_residual_totals t;
+    RT_OK(remat_residual_report_totals(rep, &t));
+    cr_assert_eq(t.bytes, (size_t)(16 * 32 * 2 + 64 * 32 * 4 + 2 * 16 * 64 * 2 + 32 * 64 * 4));
+    char buf[8192];
+    cr_assert_lt(remat_residual_report_format(rep, buf, sizeof buf), sizeof buf);
+    cr_assert(strstr(buf, "bf16") && strstr(buf, "f32"), "%s", buf);
+    cr_assert(strstr(buf, "[16, 64]") && strstr(buf, "2.0 KiB"), "%s", buf);
+    RT_OK(remat_backward_scalar(l));
+    remat_residual_report_free(rep);
+    remat_release(h), remat_release(g), remat_release(y), remat_release(l);
+    remat_tensor *p[3] = {x, w1, w2};
+    rt_zero_grads(3, p);
+    for (int i = 0; i < 3; i++) remat_release(p[i]);
     cr_assert_eq(remat_live_tensors(), 0);
 }
