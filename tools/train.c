@@ -17,6 +17,7 @@
 #include "savefile.h"
 #include "step.h"
 #include "svg.h"
+#include "term.h"
 #include "trace.h"
 #include "util.h"
 
@@ -94,7 +95,7 @@ static void progress(bool bar, int64_t step, int64_t total, double loss, double 
                       unit, eta_s, extra);
         fprintf(stderr, "\r%s\033[K", line);
     } else {
-        fprintf(stderr, "step %" PRId64 "/%" PRId64 "  loss %.4f  %s %s/s%s%s\n", step, total,
+        term_printf(stderr, "step %" PRId64 "/%" PRId64 "  loss %.4f  %s %s/s%s%s\n", step, total,
                 loss, r, unit, extra ? "  " : "", extra ? extra : "");
     }
     fflush(stderr);
@@ -103,7 +104,7 @@ static void progress(bool bar, int64_t step, int64_t total, double loss, double 
 /* --report: the residual reports of the run's first step. */
 static int print_reports(FILE *f, const config *c, const step_report *rep, int64_t step,
                          const remat_sac_stats *sac) {
-    fprintf(f, "\nresidual report of step %" PRId64 " (strategy %s), forward:\n", step,
+    term_printf(f, "\nresidual report of step %" PRId64 " (strategy %s), forward:\n", step,
             c->strat.name);
     int rc = remat_residual_report_print(rep->forward, f);
     if (rc) return rc;
@@ -113,21 +114,21 @@ static int print_reports(FILE *f, const config *c, const step_report *rep, int64
     char kb[32], cb[32];
     util_fmt_bytes((double)t.kept_bytes, kb, sizeof kb);
     if (c->strat.kind == STRAT_NONE)
-        fprintf(f, "the forward keeps %s for backward (the graph's saves)\n", kb);
+        term_printf(f, "the forward keeps %s for backward (the graph's saves)\n", kb);
     else if (sac)
-        fprintf(f, "the forward keeps %s for backward (the graph's saves, block inputs included) "
+        term_printf(f, "the forward keeps %s for backward (the graph's saves, block inputs included) "
                    "+ %s in the selective cache (%" PRId64 " ops); 'h' entries went to "
                    "checkpoints and are recomputed or served from the cache\n",
                 kb, util_fmt_bytes((double)sac->bytes_cached, cb, sizeof cb), sac->ops_cached);
     else
-        fprintf(f, "the forward keeps %s for backward (the graph's saves, checkpoint inputs "
+        term_printf(f, "the forward keeps %s for backward (the graph's saves, checkpoint inputs "
                    "included); 'h' entries went to checkpoints and are recomputed\n", kb);
     if (remat_residual_report_count(rep->backward) > 0) {
-        fprintf(f, "\nresidual report of step %" PRId64
+        term_printf(f, "\nresidual report of step %" PRId64
                    ", backward (saved while recomputing checkpointed blocks):\n", step);
         rc = remat_residual_report_print(rep->backward, f);
     } else {
-        fprintf(f, "\nnothing was saved during backward (no block was recomputed)\n");
+        term_printf(f, "\nnothing was saved during backward (no block was recomputed)\n");
     }
     return rc;
 }
@@ -366,21 +367,21 @@ static void train_print_header(const train_run *tr) {
     if (c->quiet) return;
     char pb[32];
     if (m->kind == MODEL_GPT)
-        fprintf(stderr,
+        term_printf(stderr,
                 "remat train: GPT, %d layers, width %d, %d heads, context %d, batch %d, "
                 "%.2fM parameters (%s)\n",
                 m->layers, m->width, m->heads, m->context, c->batch, (double)m->n_weights / 1e6,
                 util_fmt_bytes(4.0 * (double)m->n_weights, pb, sizeof pb));
     else
-        fprintf(stderr, "remat train: MLP, %d layers, width %d, batch %d, %.2fM parameters\n",
+        term_printf(stderr, "remat train: MLP, %d layers, width %d, batch %d, %.2fM parameters\n",
                 m->layers, m->width, c->batch, (double)m->n_weights / 1e6);
-    fprintf(stderr, "  task %s%s%s, strategy %s, %s lr %g, %d threads%s\n", task_name(&tr->tk),
+    term_printf(stderr, "  task %s%s%s, strategy %s, %s lr %g, %d threads%s\n", task_name(&tr->tk),
             c->data ? " " : "", c->data ? c->data : "", c->strat.name,
             c->optim == OPTIM_ADAMW ? "AdamW" : "SGD", c->lr, tr->threads,
             tr->start ? ", resumed" : "");
-    if (tr->start) fprintf(stderr, "  resuming at step %" PRId64 " from %s\n", tr->start, c->resume);
+    if (tr->start) term_printf(stderr, "  resuming at step %" PRId64 " from %s\n", tr->start, c->resume);
     if (tr->pd.pg)
-        fprintf(stderr, "  data parallel: %d ranks x batch %d (global batch %d)\n", tr->pd.world,
+        term_printf(stderr, "  data parallel: %d ranks x batch %d (global batch %d)\n", tr->pd.world,
                 c->batch, tr->pd.world * c->batch);
 }
 
@@ -390,7 +391,7 @@ static int train_plan(train_run *tr) {
     config *c = tr->c;
     if (c->strat.kind != STRAT_BUDGET) return REMAT_OK;
     int layers = tr->m.layers;
-    if (!c->quiet) fprintf(stderr, "  profiling the %d block%s for the planner...\n",
+    if (!c->quiet) term_printf(stderr, "  profiling the %d block%s for the planner...\n",
                            layers, layers == 1 ? "" : "s");
     double t0 = util_now();
     batch pb;
@@ -404,9 +405,11 @@ static int train_plan(train_run *tr) {
         batch_free(&pb);
     }
     if (!rc && c->verbose && !c->quiet) {
-        fprintf(stderr, "profile of the %d block%s (%.2f s):\n", layers, layers == 1 ? "" : "s",
+        term_printf(stderr, "profile of the %d block%s (%.2f s):\n", layers, layers == 1 ? "" : "s",
                 util_now() - t0);
-        remat_profile_print(prof, stderr);
+        term_buf tb;
+        remat_profile_print(prof, term_buf_open(&tb, stderr));
+        term_buf_close(&tb, stderr);
     }
     if (!rc) rc = strategy_plan(&c->strat, prof, &sp);
     remat_profile_free(prof);
@@ -415,9 +418,13 @@ static int train_plan(train_run *tr) {
         snprintf(msg, sizeof msg, "%s", remat_last_error());
         return remat_set_error(rc, "--checkpoint %s: %s", c->strat.name, msg);
     }
-    if (!c->quiet) remat_plan_print(c->strat.plan, stderr);
+    if (!c->quiet) {
+        term_buf tb;
+        remat_plan_print(c->strat.plan, term_buf_open(&tb, stderr));
+        term_buf_close(&tb, stderr);
+    }
     char warn[320];
-    if (strategy_budget_warning(&c->strat, warn, sizeof warn)) fprintf(stderr, "%s\n", warn);
+    if (strategy_budget_warning(&c->strat, warn, sizeof warn)) term_printf(stderr, "%s\n", warn);
     /* the profile's own peak is not training's */
     remat_alloc_reset_peak(c->device);
     return REMAT_OK;
@@ -535,13 +542,13 @@ static void train_report_stopped(const train_run *tr) {
     const config *c = tr->c;
     const char *sig = tr->stopped == SIGINT ? "SIGINT" : "SIGTERM";
     if (c->save)
-        fprintf(stderr,
+        term_printf(stderr,
                 "remat train: stopped by %s after step %" PRId64 " of %ld; saved %s.\n"
                 "  resume with the same flags plus --resume %s (--steps %ld counts from "
                 "the start)\n",
                 sig, tr->done_steps, c->steps, c->save, c->save, c->steps);
     else
-        fprintf(stderr,
+        term_printf(stderr,
                 "remat train: stopped by %s after step %" PRId64 " of %ld; nothing saved "
                 "(run with --save FILE to keep an interrupted run)\n",
                 sig, tr->done_steps, c->steps);
@@ -677,23 +684,23 @@ static void train_report_text(const train_run *tr, const train_totals *t) {
     const config *c = tr->c;
     const prog_dist *pd = &tr->pd;
     char a[32], r[32];
-    printf("\n");
-    if (tr->n_steps) printf("loss          %.4f (first step %.4f)\n", t->last, tr->losses[0]);
-    printf("%s\n", tr->evbuf);
-    printf("step time     %.1f ms (median of %" PRId64 ")\n", t->step_ms, tr->n_steps);
-    printf("throughput    %.0f %s/s\n", t->tok_s, tr->m.kind == MODEL_GPT ? "tokens" : "samples");
-    printf("peak memory   %s allocated by remat, %s RSS\n",
+    term_printf(stdout, "\n");
+    if (tr->n_steps) term_printf(stdout, "loss          %.4f (first step %.4f)\n", t->last, tr->losses[0]);
+    term_printf(stdout, "%s\n", tr->evbuf);
+    term_printf(stdout, "step time     %.1f ms (median of %" PRId64 ")\n", t->step_ms, tr->n_steps);
+    term_printf(stdout, "throughput    %.0f %s/s\n", t->tok_s, tr->m.kind == MODEL_GPT ? "tokens" : "samples");
+    term_printf(stdout, "peak memory   %s allocated by remat, %s RSS\n",
            util_fmt_bytes((double)t->peak_alloc, a, sizeof a),
            util_fmt_bytes((double)t->peak_rss, r, sizeof r));
     if (pd->pg) {
-        printf("ranks         %d (throughput and loss: the global batch; memory: the max "
+        term_printf(stdout, "ranks         %d (throughput and loss: the global batch; memory: the max "
                "over ranks)\n", pd->world);
         if (t->hidden >= 0)
-            printf("all-reduce    %.1f ms per step, %.1f ms of it after backward (%.0f%% "
+            term_printf(stdout, "all-reduce    %.1f ms per step, %.1f ms of it after backward (%.0f%% "
                    "hidden)\n", t->comm_ms, t->exposed_ms, 100 * t->hidden);
         char ob[32];
         if (pd->zero)
-            printf("optimizer     ZeRO-1: %s of AdamW state per rank (1/%d of it)\n",
+            term_printf(stdout, "optimizer     ZeRO-1: %s of AdamW state per rank (1/%d of it)\n",
                    util_fmt_bytes((double)remat_zero_state_bytes(pd->zero), ob, sizeof ob),
                    pd->world);
     }
@@ -701,13 +708,13 @@ static void train_report_text(const train_run *tr, const train_totals *t) {
     if (p) {
         char bb[32], pk[32], ms[32];
         if (p->whole_step)
-            printf("plan          budget %s for the step: predicted peak %s, measured %s "
+            term_printf(stdout, "plan          budget %s for the step: predicted peak %s, measured %s "
                    "(largest step), %" PRId64 " block forwards recomputed per step\n",
                    util_fmt_bytes((double)p->budget_bytes, bb, sizeof bb),
                    util_fmt_bytes((double)p->peak_bytes, pk, sizeof pk),
                    util_fmt_bytes((double)tr->step_peak, ms, sizeof ms), p->n_recomputed);
         else
-            printf("plan          blocks-budget %s: predicted %s for the blocks (step peak "
+            term_printf(stdout, "plan          blocks-budget %s: predicted %s for the blocks (step peak "
                    "measured %s), %" PRId64 " block forwards recomputed per step\n",
                    util_fmt_bytes((double)p->budget_bytes, bb, sizeof bb),
                    util_fmt_bytes((double)p->peak_bytes, pk, sizeof pk),
@@ -715,15 +722,15 @@ static void train_report_text(const train_run *tr, const train_totals *t) {
     }
     if (tr->have_sac) {
         char cb[32];
-        printf("selective     %s: %" PRId64 " of %" PRId64 " ops cached (%s), %" PRId64
+        term_printf(stdout, "selective     %s: %" PRId64 " of %" PRId64 " ops cached (%s), %" PRId64
                " recomputed in step %" PRId64 "\n",
                c->strat.policy, tr->sac.ops_cached, tr->sac.ops_forward,
                util_fmt_bytes((double)tr->sac.bytes_cached, cb, sizeof cb),
                tr->sac.ops_recomputed, tr->start + 1);
     }
-    if (c->save) printf("saved         %s (step %ld)\n", c->save, c->steps);
-    if (c->trace) printf("trace         %s\n", c->trace);
-    if (c->timeline) printf("timeline      %s\n", c->timeline);
+    if (c->save) term_printf(stdout, "saved         %s (step %ld)\n", c->save, c->steps);
+    if (c->trace) term_printf(stdout, "trace         %s\n", c->trace);
+    if (c->timeline) term_printf(stdout, "timeline      %s\n", c->timeline);
 }
 
 /* --report's residual reports, then the JSON object or the summary table. */
@@ -736,7 +743,7 @@ static int train_report(train_run *tr) {
     if (c->report && tr->rep.forward &&
         (rc = print_reports(rf, c, &tr->rep, tr->start + 1, tr->have_sac ? &tr->sac : NULL)))
         return rc;
-    if (c->report && !tr->rep.forward) fprintf(rf, "\nno residual report: no step ran\n");
+    if (c->report && !tr->rep.forward) term_printf(rf, "\nno residual report: no step ran\n");
     if (c->json) return train_report_json(tr, &t);
     if (tr->pd.rank == 0) train_report_text(tr, &t);
     return REMAT_OK;
@@ -777,13 +784,13 @@ int cmd_train(config *c) {
     if (!rc && !tr.stopped) rc = train_report(&tr);
     rc = train_free(&tr, rc);
     if (rc) {
-        if (tr.pd.pg) fprintf(stderr, "remat train: rank %d: %s\n", tr.pd.rank, remat_last_error());
-        else fprintf(stderr, "%sremat train: %s\n", util_isatty(stderr) ? "\n" : "", remat_last_error());
+        if (tr.pd.pg) term_printf(stderr, "remat train: rank %d: %s\n", tr.pd.rank, remat_last_error());
+        else term_printf(stderr, "%sremat train: %s\n", util_isatty(stderr) ? "\n" : "", remat_last_error());
         prog_dist_end(&tr.pd, 1); /* under mpirun: ends every rank */
         return 1;
     }
     if (prog_dist_end(&tr.pd, 0)) {
-        fprintf(stderr, "remat train: %s\n", remat_last_error());
+        term_printf(stderr, "remat train: %s\n", remat_last_error());
         return 1;
     }
     return tr.stopped ? 128 + tr.stopped : 0; /* as a shell reports a process the signal ended */
