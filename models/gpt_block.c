@@ -25,6 +25,14 @@ int block_tag(remat_tensor **t, const char *name) {
     return REMAT_OK;
 }
 
+static const char *const TAGS[] = {"qkv",    "attn",    "attn_probs", "attn_out",
+                                   "mlp_up", "mlp_act", "mlp_out"};
+
+const char *const *gpt_block_tags(int *n) {
+    *n = (int)(sizeof TAGS / sizeof *TAGS);
+    return TAGS;
+}
+
 static int maybe_tag(const gpt_block_config *cfg, remat_tensor **t, const char *name) {
     return cfg->tags ? block_tag(t, name) : REMAT_OK;
 }

@@ -78,6 +78,9 @@ typedef struct gpt_weight_spec {
                         * their matrices' init by 1/sqrt(2 layers)) */
 } gpt_weight_spec;
 
+/* The names above, in the block's order; OUT: *n their count. */
+const char *const *gpt_block_tags(int *n);
+
 /* OUT: spec[0..12) for width C, in the order of the struct; returns
  * GPT_BLOCK_N_WEIGHTS. */
 int gpt_block_weight_specs(int64_t C, gpt_weight_spec *spec);

@@ -168,15 +168,10 @@ void model_zero_grad(model *m) {
 }
 
 /* ---- blocks ------------------------------------------------------------------------ */
-static const char *const GPT_TAGS[] = {"qkv",    "attn",   "attn_probs", "attn_out",
-                                       "mlp_up", "mlp_act", "mlp_out"};
 static const char *const MLP_TAGS[] = {"linear", "gelu"};
 
 const char *const *model_tags(model_kind kind, int *n) {
-    if (kind == MODEL_GPT) {
-        *n = (int)(sizeof GPT_TAGS / sizeof *GPT_TAGS);
-        return GPT_TAGS;
-    }
+    if (kind == MODEL_GPT) return gpt_block_tags(n);
     *n = (int)(sizeof MLP_TAGS / sizeof *MLP_TAGS);
     return MLP_TAGS;
 }
