@@ -8,7 +8,7 @@ BUILD_LINT ?= build-lint
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build run test test-cuda test-asan test-clang werror lint bench fixtures install fuzz clean doc-examples
+.PHONY: all deps build run test test-cuda test-asan test-clang werror lint format format-check bench fixtures install fuzz clean doc-examples
 
 all: build
 
@@ -72,6 +72,14 @@ lint:
 	@sh scripts/deps.sh lint
 	@bash scripts/lint.sh $(BUILD_LINT) $(JOBS)
 
+# .clang-format over every tracked C/CUDA file: `format` rewrites, `format-check` lists what differs.
+format:
+	@sh scripts/deps.sh format
+	@sh scripts/format.sh
+format-check:
+	@sh scripts/deps.sh format
+	@sh scripts/format.sh --check
+
 # libFuzzer on the save-file parser (clang, -fsanitize=fuzzer,address,undefined)
 # for FUZZ_SECONDS, from the committed seeds (copied: libFuzzer adds what it
 # finds to its first corpus directory, which stays in the build tree).
@@ -90,11 +98,13 @@ bench: build
 	./$(BUILD)/bench_ops
 
 # Regenerates tests/fixtures from PyTorch (needs python3-torch; CI does not).
+# Debian's interpreter by default: a python3 earlier on PATH (pyenv, a venv) may lack its torch.
+FIXTURE_PYTHON ?= /usr/bin/python3
 fixtures:
-	python3 scripts/gen_fixtures.py tests/fixtures
-	python3 scripts/gen_optim_fixtures.py tests/fixtures/optim
-	/usr/bin/python3 scripts/gen_autocast_fixtures.py tests/fixtures/autocast/ops.txt
-	python3 scripts/gen_double_fixtures.py tests/fixtures/double
+	$(FIXTURE_PYTHON) scripts/gen_fixtures.py tests/fixtures
+	$(FIXTURE_PYTHON) scripts/gen_optim_fixtures.py tests/fixtures/optim
+	$(FIXTURE_PYTHON) scripts/gen_autocast_fixtures.py tests/fixtures/autocast/ops.txt
+	$(FIXTURE_PYTHON) scripts/gen_double_fixtures.py tests/fixtures/double
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_LINT) $(BUILD_FUZZ) build-werror-gcc build-werror-clang

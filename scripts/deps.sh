@@ -1,9 +1,11 @@
 #!/bin/sh
 # Installs (as root) or requests (otherwise) the Debian packages remat needs.
-# `deps.sh lint` also wants clang-tidy (for `make lint`).
+# `deps.sh lint` also wants clang-tidy (for `make lint`), `deps.sh format`
+# clang-format (for `make format`).
 set -e
 PKGS="cmake make gcc clang libomp-dev libdnnl-dev libopenblas-dev libcriterion-dev zlib1g-dev pkg-config libopenmpi-dev openmpi-bin"
-[ "${1:-}" = "lint" ] && PKGS="$PKGS clang-tidy"
+[ "${1:-}" = "lint" ] && PKGS="$PKGS clang-tidy clang-format"
+[ "${1:-}" = "format" ] && PKGS="$PKGS clang-format"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/internal.h"
 #include "remat/autocast.h"
 #include "support/models.h"
 #include "support/rt.h"
@@ -340,6 +341,58 @@ Test(autocast, bf16_ops_round_the_f32_result_once) {
         rt_zero_grads(1, &xb);
         rt_zero_grads(1, &xw);
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) remat_release(all[i]);
+    }
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* bf16 attention, forward and backward, runs on per batch entry f32
+ * buffers (no f32 copies of whole operands: for the GPT's per-head views
+ * of a packed qkv those were three copies of the whole projection) and is
+ * bitwise what the whole-copy path (rm_cpu_bf16_via_f32: the f32 kernel on
+ * widened operands, rounded once) gives. q, k, v are per-head views of
+ * (B, T, H, D) tensors as in the GPT; T spans two query blocks. */
+static remat_tensor *bf16_heads(const int64_t *s, uint64_t seed) {
+    remat_tensor *x = rt_rand(4, s, REMAT_F32, -2, 2, seed), *b = NULL, *t = NULL;
+    RT_OK(remat_to_dtype(&b, x, REMAT_BF16));
+    RT_OK(remat_transpose(&t, b, 1, 2)); /* (B, H, T, D), row stride H·D */
+    remat_release(x), remat_release(b);
+    return t;
+}
+
+Test(autocast, bf16_attention_matches_the_whole_copy_path) {
+    const int64_t s[4] = {2, 70, 3, 16}, hs[4] = {2, 3, 70, 16}, ls[3] = {2, 3, 70};
+    rm_kernel_fn fwd = rm_cpu_kernels[RM_K_ATTENTION][REMAT_BF16];
+    rm_kernel_fn bwd = rm_cpu_kernels[RM_K_ATTENTION_BWD][REMAT_BF16];
+    cr_assert(fwd && bwd, "no native bf16 attention kernels");
+    rm_attention_params p = {.causal = true, .scale = 0.25};
+    remat_tensor *in[5];
+    for (int i = 0; i < 5; i++) in[i] = i == 3 ? NULL : bf16_heads(s, 60 + (uint64_t)i);
+    remat_tensor *y[2], *lse[2], *g[2][3];
+    for (int r = 0; r < 2; r++) { /* r = 0 native, 1 whole copies */
+        RT_OK(remat_zeros(&y[r], 4, hs, REMAT_BF16, remat_tensor_device(in[0])));
+        RT_OK(remat_zeros(&lse[r], 3, ls, REMAT_F32, remat_tensor_device(in[0])));
+        rm_kargs k = {.in = {in[0], in[1], in[2]}, .out = {y[r], lse[r]}, .params = &p};
+        RT_OK(r ? rm_cpu_bf16_via_f32[RM_K_ATTENTION](&k) : fwd(&k));
+    }
+    cr_assert(rt_bitwise_equal(y[0], y[1]), "forward differs by %g", rt_max_abs_diff(y[0], y[1]));
+    cr_assert(rt_bitwise_equal(lse[0], lse[1]), "lse differs");
+    in[3] = y[0];
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < 3; i++)
+            RT_OK(remat_zeros(&g[r][i], 4, hs, REMAT_BF16, remat_tensor_device(in[0])));
+        rm_kargs k = {.in = {in[0], in[1], in[2], in[3], in[4], lse[0]},
+                      .out = {g[r][0], g[r][1], g[r][2]},
+                      .params = &p};
+        RT_OK(r ? rm_cpu_bf16_via_f32[RM_K_ATTENTION_BWD](&k) : bwd(&k));
+    }
+    for (int i = 0; i < 3; i++)
+        cr_assert(rt_bitwise_equal(g[0][i], g[1][i]), "gradient %d differs by %g", i,
+                  rt_max_abs_diff(g[0][i], g[1][i]));
+    for (int i = 0; i < 5; i++)
+        if (i != 3) remat_release(in[i]);
+    for (int r = 0; r < 2; r++) {
+        remat_release(y[r]), remat_release(lse[r]);
+        for (int i = 0; i < 3; i++) remat_release(g[r][i]);
     }
     cr_assert_eq(remat_live_tensors(), 0);
 }

@@ -300,6 +300,85 @@ static att_dims dims_of(const rm_attention_params *p, const remat_tensor *q,
                       .scale = rm_attention_scale(p, q->shape[n - 1])};
 }
 
+/* ---- bf16 ------------------------------------------------------------------------------ */
+/* bf16 q, k, v (autocast): each batch entry's matrices are widened into
+ * small per-item f32 buffers, the f32 items run on them (nb = 1 views) and
+ * the outputs are rounded back once, so a bf16 result is bitwise the f32
+ * kernel's on the widened values, rounded — without f32 copies of whole
+ * operands (for the GPT's per-head views of a packed qkv those would be
+ * three copies of the whole projection, at the peak of a checkpointed
+ * backward). The lse is f32 (src/ops/attention.c). */
+
+/* rows x cols of bf16 matrix src (row stride ld) into dense f32 dst, and back. */
+static void att_widen(const uint16_t *src, int64_t ld, int64_t rows, int64_t cols, f32 *dst) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) dst[r * cols + c] = rm_bf16_to_f32(src[r * ld + c]);
+}
+static void att_round(const f32 *src, int64_t rows, int64_t cols, uint16_t *dst, int64_t ld) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) dst[r * ld + c] = rm_f32_to_bf16(src[r * cols + c]);
+}
+
+/* Batch entry b of m as a dense f32 matrix of `rows` x `cols` at buf: its one-entry view. */
+static att_mat att_widened(const att_mat *m, int64_t b, int64_t rows, int64_t cols, f32 *buf,
+                           const int64_t *zero) {
+    att_widen((const uint16_t *)m->base + m->off[b], m->ld, rows, cols, buf);
+    return (att_mat){buf, zero, cols};
+}
+
+/* Forward of batch entry b: every query block of it, in order. */
+static int att_fwd_entry_bf16(const att_dims *d, const att_mat *q, const att_mat *k,
+                              const att_mat *v, const att_mat *o, f32 *lse, int64_t b) {
+    static const int64_t zero = 0;
+    att_dims d1 = *d;
+    d1.nb = 1;
+    f32 *buf = malloc(sizeof(f32) * (size_t)(d->Tq * (d->D + d->Dv) + d->Tk * (d->D + d->Dv)) + 1);
+    if (!buf) return REMAT_ENOMEM;
+    f32 *qf = buf, *kf = qf + d->Tq * d->D, *vf = kf + d->Tk * d->D, *of = vf + d->Tk * d->Dv;
+    att_mat mq = att_widened(q, b, d->Tq, d->D, qf, &zero);
+    att_mat mk = att_widened(k, b, d->Tk, d->D, kf, &zero);
+    att_mat mv = att_widened(v, b, d->Tk, d->Dv, vf, &zero);
+    att_mat mo = {of, &zero, d->Dv};
+    int rc = REMAT_OK;
+    int64_t nqb = (d->Tq + ATT_QB - 1) / ATT_QB;
+    for (int64_t it = 0; it < nqb && !rc; it++)
+        rc = att_fwd_item_f32(&d1, &mq, &mk, &mv, &mo, lse + b * d->Tq, it);
+    if (!rc) att_round(of, d->Tq, d->Dv, (uint16_t *)o->base + o->off[b], o->ld);
+    free(buf);
+    return rc;
+}
+
+/* Backward of batch entry b (dq, dk, dv may be NULL). */
+static int att_bwd_entry_bf16(const att_dims *d, const att_mat *const *m, const f32 *lse,
+                              const att_mat *dq, const att_mat *dk, const att_mat *dv, int64_t b) {
+    static const int64_t zero = 0;
+    att_dims d1 = *d;
+    d1.nb = 1;
+    /* q, k, v, o, go, dq, dk, dv */
+    const int64_t rows[8] = {d->Tq, d->Tk, d->Tk, d->Tq, d->Tq, d->Tq, d->Tk, d->Tk};
+    const int64_t cols[8] = {d->D, d->D, d->Dv, d->Dv, d->Dv, d->D, d->D, d->Dv};
+    size_t n = 0;
+    for (int i = 0; i < 8; i++) n += (size_t)(rows[i] * cols[i]);
+    f32 *buf = malloc(sizeof(f32) * n + 1);
+    if (!buf) return REMAT_ENOMEM;
+    att_mat f[8];
+    f32 *p = buf;
+    for (int i = 0; i < 8; i++) {
+        f[i] = i < 5 ? att_widened(m[i], b, rows[i], cols[i], p, &zero)
+                     : (att_mat){p, &zero, cols[i]};
+        p += rows[i] * cols[i];
+    }
+    const att_mat *g[3] = {dq, dk, dv};
+    int rc = att_bwd_item_f32(&d1, &f[0], &f[1], &f[2], &f[3], &f[4], lse + b * d->Tq,
+                              dq ? &f[5] : NULL, dk ? &f[6] : NULL, dv ? &f[7] : NULL, 0);
+    for (int i = 0; i < 3 && !rc; i++)
+        if (g[i])
+            att_round(f[5 + i].base, rows[5 + i], cols[5 + i],
+                      (uint16_t *)g[i]->base + g[i]->off[b], g[i]->ld);
+    free(buf);
+    return rc;
+}
+
 int rm_cpu_attention(const rm_kargs *k) {
     remat_tensor *in[3] = {NULL, NULL, NULL}, *y = k->out[0], *lse = k->out[1];
     att_views w = {0};
@@ -323,8 +402,15 @@ int rm_cpu_attention(const rm_kargs *k) {
     } while (0)
 #define ATT_FWD_F32(it) ATT_FWD(f32, it)
 #define ATT_FWD_F64(it) ATT_FWD(f64, it)
-        if (y->dtype == REMAT_F32) ATT_FOR(d.nb * nqb, work, ATT_FWD_F32);
+#define ATT_FWD_BF16(b)                                                                        \
+    do {                                                                                       \
+        if (att_fwd_entry_bf16(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], (f32 *)rm_ptr(lse), (b))) \
+            _Pragma("omp atomic write") fail = 1;                                              \
+    } while (0)
+        if (y->dtype == REMAT_BF16) ATT_FOR(d.nb, work, ATT_FWD_BF16);
+        else if (y->dtype == REMAT_F32) ATT_FOR(d.nb * nqb, work, ATT_FWD_F32);
         else ATT_FOR(d.nb * nqb, work, ATT_FWD_F64);
+#undef ATT_FWD_BF16
 #undef ATT_FWD_F32
 #undef ATT_FWD_F64
 #undef ATT_FWD
@@ -363,8 +449,16 @@ int rm_cpu_attention_bwd(const rm_kargs *k) {
     } while (0)
 #define ATT_BWD_F32(b) ATT_BWD(f32, b)
 #define ATT_BWD_F64(b) ATT_BWD(f64, b)
-        if (lse->dtype == REMAT_F32) ATT_FOR(d.nb, work, ATT_BWD_F32);
+        const att_mat *mats[5] = {&w.m[0], &w.m[1], &w.m[2], &w.m[3], &w.m[4]};
+#define ATT_BWD_BF16(b)                                                                        \
+    do {                                                                                       \
+        if (att_bwd_entry_bf16(&d, mats, (const f32 *)rm_ptr(lse), dq, dk, dv, (b)))           \
+            _Pragma("omp atomic write") fail = 1;                                              \
+    } while (0)
+        if (in[0]->dtype == REMAT_BF16) ATT_FOR(d.nb, work, ATT_BWD_BF16);
+        else if (lse->dtype == REMAT_F32) ATT_FOR(d.nb, work, ATT_BWD_F32);
         else ATT_FOR(d.nb, work, ATT_BWD_F64);
+#undef ATT_BWD_BF16
 #undef ATT_BWD_F32
 #undef ATT_BWD_F64
 #undef ATT_BWD

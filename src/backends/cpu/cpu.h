@@ -39,8 +39,8 @@
      * operands' dtype) */                                                                   \
     X(MATMUL, matmul, FLOAT_BF16)                                                               \
     X(COLSUM, colsum, FLOAT)                                                                 \
-    X(ATTENTION, attention, FLOAT)                                                           \
-    X(ATTENTION_BWD, attention_bwd, FLOAT)                                                   \
+    X(ATTENTION, attention, FLOAT_BF16)                                                      \
+    X(ATTENTION_BWD, attention_bwd, FLOAT_BF16)                                              \
     /* shape: copy.c (copies, any dtype), select.c (switches on y's dtype) */                \
     X(COPY, copy, ALL)                                                                       \
     X(SELECT, select, FLOAT)                                                                 \

@@ -82,11 +82,14 @@ __global__ void unary_bwd_kernel(const T *__restrict__ g, const T *__restrict__ 
     RMK_GRID_LOOP(i, n) dx[i] = unary_df<T, OP>(g[i], s ? s[i] : (T)0, p);
 }
 
+/* clang-format cannot settle on one layout for an X-macro list: */
+/* clang-format off */
 /* Calls X(op) for every rm_unary_op (inside a switch). */
 #define RMK_UNARY_CASES(X)                                                                         \
     X(RM_U_NEG)                                                                                    \
     X(RM_U_EXP) X(RM_U_LOG) X(RM_U_SQRT) X(RM_U_TANH) X(RM_U_SIGMOID) X(RM_U_RELU)                 \
         X(RM_U_GELU_ERF) X(RM_U_GELU_TANH) X(RM_U_POW) X(RM_U_ADD) X(RM_U_MUL) X(RM_U_RSUB)
+/* clang-format on */
 
 template <typename T>
 static cudaError_t unary_t(int op, double p, const void *x, void *y, int64_t n, cudaStream_t s) {
@@ -184,10 +187,13 @@ __global__ void ew_kernel(const __grid_constant__ rmk_plan pl, T *y, const T *a,
     }
 }
 
+/* clang-format cannot settle on one layout for an X-macro list: */
+/* clang-format off */
 #define RMK_EW_CASES(X)                                                                            \
     X(RM_EW_FILL)                                                                                  \
     X(RM_EW_SCALE) X(RM_EW_RELU) X(RM_EW_ADD) X(RM_EW_SUB) X(RM_EW_MUL) X(RM_EW_DIV) X(RM_EW_POW)  \
         X(RM_EW_AXPY) X(RM_EW_RELU_BWD) X(RM_EW_DIV_GB) X(RM_EW_POW_GA) X(RM_EW_POW_GB)
+/* clang-format on */
 
 template <typename T>
 static cudaError_t ew_t(int op, double p, const rmk_plan *pl, void *y, const void *a, const void *b,
