@@ -8,7 +8,7 @@ BUILD_LINT ?= build-lint
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build run test test-cuda test-asan test-clang werror lint format format-check bench fixtures install fuzz clean doc-examples
+.PHONY: all deps build run test test-cuda test-fenced test-asan test-clang werror lint format format-check bench fixtures install fuzz clean doc-examples
 
 all: build
 
@@ -40,6 +40,13 @@ CUDA_DEVICE ?= cuda
 test-cuda: build
 	cd $(BUILD) && REMAT_TEST_DEVICE=$(CUDA_DEVICE) ctest --output-on-failure -j 1 \
 	  -R '^test_(fixtures|checkpoint|checkpoint_models|checkpoint_rng|selective|planner|cuda_.*)$$'
+
+# The same device suites on "fenced", a CPU device whose memory faults on any host access
+# outside its kernels and copies (tests/support/fenced.h): what a GPU would catch of host
+# reads and writes of device data, on a machine without one.
+test-fenced: build
+	cd $(BUILD) && REMAT_TEST_DEVICE=fenced ctest --output-on-failure -j 1 \
+	  -R '^test_(fixtures|checkpoint|checkpoint_models|selective|planner|fenced_device)$$'
 
 # Reruns the commands of the marked examples in README.md and docs/cli.md and
 # rewrites their output (the test doc_examples checks that they still match).

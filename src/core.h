@@ -172,8 +172,6 @@ bool rm_set_skip_mode(bool on); /* returns previous */
 
 /* ---- validation helpers (set an error message naming `call`) ------------------- */
 int rm_check_tensor(const char *call, const char *arg, const remat_tensor *t);
-/* f32 or f64 and host-addressable (ops that run cpu code directly). */
-int rm_check_float(const char *call, const char *arg, const remat_tensor *t);
 /* f32 or f64 on any device (rm_dispatch: the kernel table decides devices). */
 int rm_check_float_dtype(const char *call, const char *arg, const remat_tensor *t);
 int rm_check_same_dtype(const char *call, const remat_tensor *a, const remat_tensor *b);
@@ -275,6 +273,9 @@ bool rm_copy_same_dtype(remat_tensor *dst, const remat_tensor *src);
 /* (src/backends/cpu/copy.c) t contiguous: zeroes t[..., lo:hi, ...] along dim d
  * (no-op for a meta tensor). */
 void rm_zero_dim_range(remat_tensor *t, int d, int64_t lo, int64_t hi);
+/* t contiguous: zeroes t[..., lo:hi, ...] along dim d on any device (rm_zero_dim_range on
+ * host memory, else the device's ZERO kernel on that window). Nothing for a meta t. */
+int rm_zero_window(remat_tensor *t, int d, int64_t lo, int64_t hi);
 
 /* Views a contiguous shape as (O, R, I) around `dim`: O = product of the dims
  * before it, R = its size, I = product of the dims after it (a 0-dim shape

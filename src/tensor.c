@@ -288,11 +288,6 @@ int rm_check_float_dtype(const char *call, const char *arg, const remat_tensor *
     return REMAT_OK;
 }
 
-int rm_check_float(const char *call, const char *arg, const remat_tensor *t) {
-    int rc = rm_check_float_dtype(call, arg, t);
-    return rc ? rc : rm_check_host(call, t);
-}
-
 int rm_check_same_dtype(const char *call, const remat_tensor *a, const remat_tensor *b) {
     if (a->dtype != b->dtype) {
         char ba[200], bb[200];
@@ -419,13 +414,16 @@ static void fill_value(remat_tensor *t, double v) {
     }
 }
 
-/* Fills a host-addressable t or, for other devices, fills on cpu and copies over. */
+/* Fills a host-addressable t or, for other devices, a constant by the device's kernel
+ * (rm_kernel_fill) and anything else on cpu, copied over. */
 static int fill_any(remat_tensor *t, double v, void (*fill)(remat_tensor *, double, void *),
                     void *ud) {
     if (remat_device_host_addressable(t->storage->device.type)) {
         if (fill) fill(t, v, ud); else fill_value(t, v);
         return REMAT_OK;
     }
+    if (!fill && (v == 0 || t->dtype == REMAT_F32 || t->dtype == REMAT_F64))
+        return rm_kernel_fill(t, v, "fill");
     remat_tensor *tmp = NULL;
     int rc = make_tensor(&tmp, t->ndim, t->shape, t->dtype, REMAT_DEVICE_CPU, false);
     if (rc) return rc;
@@ -790,21 +788,42 @@ static void rm_omp_ids(int *nt, int *id) {
 }
 #endif
 
-/* rm_copy_into where the CPU cannot read one side: the device's COPY kernel
- * (same device and dtype, dst contiguous with src's numel: what rm_contig
- * asks for), else REMAT_EUNSUPPORTED. */
+/* rm_copy_into where the CPU cannot read one side, both on one device: its COPY
+ * kernel (same dtype, dst contiguous with src's numel: what rm_contig asks for), else
+ * its COPY_INTO kernel (strided dst, broadcast src, dtype conversion); across devices
+ * REMAT_EUNSUPPORTED. */
 static int copy_into_device(remat_tensor *dst, const remat_tensor *src) {
     remat_device dd = dst->storage->device, sd = src->storage->device;
-    if (dd.type == sd.type && dd.index == sd.index && dst->dtype == src->dtype &&
-        remat_is_contiguous(dst) && rm_shape_numel(src->ndim, src->shape) ==
-                                        rm_shape_numel(dst->ndim, dst->shape)) {
-        rm_kargs k = {.in = {(remat_tensor *)src}, .out = {dst}};
-        return rm_kernel_run(RM_K_COPY, "copy", &k);
+    if (dd.type == sd.type && dd.index == sd.index) {
+        if (dst->dtype == src->dtype && remat_is_contiguous(dst) &&
+            rm_shape_numel(src->ndim, src->shape) == rm_shape_numel(dst->ndim, dst->shape)) {
+            rm_kargs k = {.in = {(remat_tensor *)src}, .out = {dst}};
+            return rm_kernel_run(RM_K_COPY, "copy", &k);
+        }
+        rm_kargs k = {.in = {dst, (remat_tensor *)src}, .out = {dst}};
+        return rm_kernel_run(RM_K_COPY_INTO, "copy", &k);
     }
     char bd[200], bs[200];
     return rm_err(REMAT_EUNSUPPORTED, "copy: from %s into %s: copies on a device the CPU "
-                  "cannot read need the same device and dtype",
+                  "cannot read need the same device",
                   rm_tensor_str(src, bs, sizeof bs), rm_tensor_str(dst, bd, sizeof bd));
+}
+
+int rm_zero_window(remat_tensor *t, int d, int64_t lo, int64_t hi) {
+    if (!t->storage->data || lo >= hi) return REMAT_OK;
+    if (remat_device_host_addressable(t->storage->device.type)) {
+        rm_zero_dim_range(t, d, lo, hi);
+        return REMAT_OK;
+    }
+    int64_t sh[REMAT_MAX_DIMS];
+    memcpy(sh, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    sh[d] = hi - lo;
+    remat_tensor *w = rm_tensor_alloc(t->storage, t->offset + lo * t->strides[d], t->ndim, sh,
+                                      t->strides, t->dtype);
+    if (!w) return rm_err(REMAT_ENOMEM, "out of memory creating a view");
+    int rc = rm_kernel_fill(w, 0.0, "zero");
+    remat_release(w);
+    return rc;
 }
 
 int rm_copy_into(remat_tensor *dst, const remat_tensor *src) {

@@ -1,9 +1,11 @@
 /* tests/test_accumulate_observer.c — the engine's leaf-accumulation
  * observer (src/autograd/accumulate.h) as data parallelism uses it: the
  * counts read from the graph before a pass equal the accumulations the
- * pass makes where the graph shows them, a custom function (reentrant
- * checkpoint) makes the graph opaque, and progress points (observer called
- * with NULL) come while a checkpoint recomputes inside backward. */
+ * pass makes, reentrant checkpoints included (nested ones too: their
+ * forward records the leaves their nested passes accumulate into), a
+ * custom function of the user's that runs its own pass makes the graph
+ * opaque, and progress points (observer called with NULL) come while a
+ * checkpoint recomputes inside backward. */
 #include "autograd/accumulate.h"
 #include "support/rt.h"
 
@@ -90,7 +92,30 @@ static remat_status region_fn(void *ud, remat_tensor *const *in, int n_in, remat
     return rc;
 }
 
-Test(accumulate_observer, reentrant_checkpoint_is_opaque_and_its_recomputation_has_progress_points) {
+/* Counts per leaf: the walk before the pass against the pass itself. */
+typedef struct tally {
+    remat_tensor *leaf[3];
+    int walk[3], pass[3];
+    bool in_pass;
+} tally;
+
+static void count_leaf(void *ud, remat_tensor *leaf) {
+    tally *t = ud;
+    for (int i = 0; leaf && i < 3; i++)
+        if (t->leaf[i] == leaf) (t->in_pass ? t->pass : t->walk)[i]++;
+}
+
+/* Walks the graph behind loss, then runs the pass; *opaque as the walk said. */
+static void walk_then_pass(remat_tensor *loss, tally *t, bool *opaque) {
+    RT_OK(rm_graph_leaf_accumulators(loss, count_leaf, t, opaque));
+    t->in_pass = true;
+    rm_set_accumulate_observer(count_leaf, t, NULL, NULL);
+    RT_OK(remat_backward_scalar(loss));
+    rm_set_accumulate_observer(NULL, NULL, NULL, NULL);
+    t->in_pass = false;
+}
+
+Test(accumulate_observer, reentrant_checkpoint_counts_its_nested_pass_and_has_progress_points) {
     remat_tensor *x, *w, *b, *y = NULL, *loss = NULL;
     make(&x, &w, &b);
     RT_OK(remat_set_requires_grad(x, true)); /* reentrant needs an input that requires grad */
@@ -100,18 +125,152 @@ Test(accumulate_observer, reentrant_checkpoint_is_opaque_and_its_recomputation_h
     RT_OK(remat_checkpoint(region_fn, &r, 1, &x, 1, &y, &co));
     RT_OK(remat_sum(&loss, y, 0, NULL, false));
     obs counted = {w, b, 0, 0, 0};
-    bool opaque = false;
+    bool opaque = true;
     RT_OK(rm_graph_leaf_accumulators(loss, observe, &counted, &opaque));
-    cr_assert(opaque, "the checkpoint's custom function hides its nested pass");
-    cr_assert_eq(counted.acc_w, 0, "w is reached only inside the region");
+    cr_assert(!opaque, "the checkpoint recorded the leaves its region reads");
+    cr_assert(counted.acc_w == 1 && counted.acc_b == 1,
+              "w and b are reached through the region's nested pass: %d, %d", counted.acc_w,
+              counted.acc_b);
     rm_set_accumulate_observer(observe, &o, NULL, NULL);
     RT_OK(remat_backward_scalar(loss));
     rm_set_accumulate_observer(NULL, NULL, NULL, NULL);
-    cr_assert_eq(o.acc_w, 1, "the nested pass accumulates into w");
+    cr_assert(o.acc_w == 1 && o.acc_b == 1, "the nested pass accumulates into w and b once");
     cr_assert(r.progress_in_recompute >= 3, "%d progress points while the region recomputed",
               r.progress_in_recompute);
     remat_release(y);
     remat_release(loss);
+    remat_release(x);
+    remat_release(w);
+    remat_release(b);
+}
+
+/* inner: tanh(in[0] @ in[1] + b), w given as an input (in[1]) */
+static remat_status inner_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
+                             int n_out) {
+    (void)n_in;
+    (void)n_out;
+    remat_tensor *b = ud, *h = NULL, *t = NULL;
+    remat_status rc = remat_matmul(&h, in[0], in[1]);
+    if (!rc) rc = remat_add(&t, h, b);
+    remat_release(h);
+    if (!rc) rc = remat_tanh(out, t);
+    remat_release(t);
+    return rc;
+}
+
+typedef struct outer_ud {
+    remat_tensor *w, *b;
+} outer_ud;
+
+/* outer: x @ w + b (both read directly), then two reentrant inner regions
+ * that get w as an input and read b themselves */
+static remat_status outer_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
+                             int n_out) {
+    (void)n_in;
+    (void)n_out;
+    outer_ud *u = ud;
+    remat_checkpoint_options co = {.use_reentrant = REMAT_OPT_TRUE};
+    remat_tensor *t = NULL, *h = NULL, *y1 = NULL;
+    remat_status rc = remat_matmul(&t, in[0], u->w);
+    if (!rc) rc = remat_add(&h, t, u->b);
+    remat_release(t);
+    remat_tensor *a1[2] = {h, u->w};
+    if (!rc) rc = remat_checkpoint(inner_fn, u->b, 2, a1, 1, &y1, &co);
+    remat_tensor *a2[2] = {y1, u->w};
+    if (!rc) rc = remat_checkpoint(inner_fn, u->b, 2, a2, 1, out, &co);
+    remat_release(h);
+    remat_release(y1);
+    return rc;
+}
+
+/* Nested reentrant regions: b, read by the outer region and by both inner
+ * ones, is accumulated by three passes; w, read by the outer one and given
+ * to the inner ones as an input (they recompute on a detached copy and
+ * return its gradient along their edge), by the outer pass only; the outer
+ * region's input x by the top pass, through the custom function's edge.
+ * The walk says so. */
+Test(accumulate_observer, nested_reentrant_regions_count_one_per_nested_pass) {
+    remat_tensor *x, *w, *b, *y = NULL, *loss = NULL;
+    make(&x, &w, &b);
+    RT_OK(remat_set_requires_grad(x, true));
+    outer_ud u = {w, b};
+    remat_checkpoint_options co = {.use_reentrant = REMAT_OPT_TRUE};
+    RT_OK(remat_checkpoint(outer_fn, &u, 1, &x, 1, &y, &co));
+    RT_OK(remat_sum(&loss, y, 0, NULL, false));
+    tally t = {.leaf = {w, b, x}};
+    bool opaque = true;
+    walk_then_pass(loss, &t, &opaque);
+    cr_assert(!opaque);
+    cr_assert(t.pass[0] == 1 && t.pass[1] == 3 && t.pass[2] == 1,
+              "passes accumulated w %d, b %d, x %d times", t.pass[0], t.pass[1], t.pass[2]);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(t.walk[i], t.pass[i], "leaf %d: walk %d, pass %d", i, t.walk[i], t.pass[i]);
+    remat_release(y);
+    remat_release(loss);
+    remat_release(x);
+    remat_release(w);
+    remat_release(b);
+}
+
+/* A custom function of the user's whose backward runs a pass of its own:
+ * y = x * b, recomputed in backward (a reentrant checkpoint by hand). */
+static remat_status by_hand_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const *in,
+                                    int n_in, remat_tensor **out, int n_out) {
+    (void)n_in;
+    (void)n_out;
+    remat_status rc = remat_ctx_save_for_backward(ctx, 1, in);
+    return rc ? rc : remat_mul(&out[0], in[0], ud);
+}
+
+static remat_status by_hand_backward(remat_function_ctx *ctx, void *ud,
+                                     remat_tensor *const *gout, int n_out, remat_tensor **gin,
+                                     int n_in) {
+    (void)n_out;
+    (void)n_in;
+    remat_tensor *x = NULL, *d = NULL, *y = NULL;
+    remat_status rc = remat_ctx_saved(ctx, 0, &x);
+    if (!rc) rc = remat_detach(&d, x);
+    if (!rc) rc = remat_set_requires_grad(d, true);
+    bool prev = remat_set_grad_enabled(true);
+    if (!rc) rc = remat_mul(&y, d, ud);
+    remat_set_grad_enabled(prev);
+    if (!rc) rc = remat_backward(1, &y, gout, false, 0, NULL);
+    if (!rc) gin[0] = remat_retain(remat_tensor_grad(d));
+    remat_release(x);
+    remat_release(d);
+    remat_release(y);
+    return rc;
+}
+
+static const remat_function_def k_by_hand = {"ByHand", by_hand_forward, by_hand_backward, NULL};
+
+static remat_status region_by_hand(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
+                                   int n_out) {
+    (void)n_in;
+    (void)n_out;
+    return remat_function_apply(&k_by_hand, ud, 1, in, 1, out);
+}
+
+/* Such a function hides its pass from the walk (opaque), also inside a
+ * reentrant region, whose recording then says it is incomplete. */
+Test(accumulate_observer, a_custom_function_running_a_pass_is_opaque) {
+    remat_tensor *x, *w, *b;
+    make(&x, &w, &b);
+    RT_OK(remat_set_requires_grad(x, true));
+    for (int in_region = 0; in_region < 2; in_region++) {
+        remat_tensor *y = NULL, *loss = NULL;
+        remat_checkpoint_options co = {.use_reentrant = REMAT_OPT_TRUE};
+        if (in_region) RT_OK(remat_checkpoint(region_by_hand, b, 1, &x, 1, &y, &co));
+        else RT_OK(remat_function_apply(&k_by_hand, b, 1, &x, 1, &y));
+        RT_OK(remat_sum(&loss, y, 0, NULL, false));
+        tally t = {.leaf = {b, x}};
+        bool opaque = false;
+        walk_then_pass(loss, &t, &opaque);
+        cr_assert(opaque, "in region %d: the function's own pass is not shown", in_region);
+        cr_assert(t.pass[0] == 1, "in region %d: b accumulated %d times", in_region, t.pass[0]);
+        remat_release(y);
+        remat_release(loss);
+    }
     remat_release(x);
     remat_release(w);
     remat_release(b);

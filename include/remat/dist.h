@@ -133,11 +133,14 @@ int remat_dist_check_identical(remat_dist *pg, int n, remat_tensor *const *tenso
  * How "final" is known: before the backward runs, the graph behind the
  * loss says how many times each parameter will be accumulated into (once
  * per leaf accumulator reached: the engine sums a leaf's incoming gradients
- * first), so buckets overlap the backward from the first step on. Where the
- * graph holds a custom function (remat_function_apply; a reentrant
- * checkpoint is one) its backward runs nested passes that the graph does
- * not show; then the counts of the previous backward are used, and the
- * first such backward (nothing learned yet) starts every bucket at its end.
+ * first), so buckets overlap the backward from the first step on.
+ * A reentrant checkpoint's backward runs a nested pass that the graph does
+ * not show; its forward records the parameters its function reads (nested
+ * regions included), and those count as reached, so it overlaps from the
+ * first step too. Where the graph holds a custom function of the user's
+ * (remat_function_apply) whose backward might run passes of its own, the
+ * counts of the previous backward are used, and the first such backward
+ * (nothing learned yet) starts every bucket at its end.
  * If a parameter receives more than expected (the graph changed), its
  * bucket is reduced again at the end, so .grad is always right; the count
  * is relearned.
@@ -182,6 +185,8 @@ typedef struct remat_ddp_stats {
     int64_t n_ready_events;      /* in the last synchronised backward */
     int64_t n_accumulations;     /* leaf accumulations seen in it */
     int n_rereduced;             /* buckets reduced again at its end */
+    int n_launched_in_backward;  /* buckets whose reduction started before the local
+                                  * backward ended (the rest start at its end) */
     int n_done_in_backward;      /* buckets whose reduction had completed when the
                                   * local backward ended (MPI progressed meanwhile) */
     bool learning;               /* it started every bucket at the end */

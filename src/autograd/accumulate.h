@@ -10,6 +10,7 @@
 #ifndef REMAT_AUTOGRAD_ACCUMULATE_H
 #define REMAT_AUTOGRAD_ACCUMULATE_H
 
+#include "remat/autograd.h"
 #include "remat/tensor.h"
 
 /* Called with the leaf whose .grad was just updated. Must not fail or run
@@ -33,14 +34,58 @@ void rm_progress_point(void);
  * once per leaf accumulator reachable from root (a pass runs each such node
  * once, after summing its incoming gradients, so this is how many times it
  * will accumulate into that leaf, or fewer where no gradient reaches it).
- * *opaque is set when a reachable node is a custom function
- * (remat_function_apply, e.g. a reentrant checkpoint): its backward may run
- * backward passes of its own, whose accumulations this walk cannot see.
- * REMAT_ENOMEM (the counts are then incomplete). */
+ * A custom function (remat_function_apply) may run backward passes of its
+ * own in its backward, whose accumulations the graph does not show: a
+ * reentrant checkpoint records them in forward (rm_leaf_tally below) and
+ * they are reported as if reached; *opaque is set when a reachable custom
+ * function recorded nothing. REMAT_ENOMEM (the counts are then incomplete). */
 int rm_graph_leaf_accumulators(remat_tensor *root, rm_accumulate_observer_fn fn, void *user_data,
                                bool *opaque /* OUT */);
 
 /* True for a custom function's node (src/autograd/function.c). */
 bool rm_node_runs_backward(const remat_node *n);
+
+/* ---- the leaves a region's nested backward pass will accumulate into -------------------
+ * A reentrant checkpoint runs its function with grad off in forward and,
+ * in backward, again with grad on followed by a nested pass over what it
+ * recorded: each leaf requiring grad that the function's ops read (the
+ * parameters it captured) is accumulated once by that pass, and once more
+ * per nested pass of a reentrant region inside it. To know this before the
+ * pass (data parallelism starts buckets from the first backward), the
+ * checkpoint records in forward:
+ *   t = rm_leaf_tally_begin();  -- run the function --
+ *   rm_leaf_tally_end(t, n_inputs, inputs);  rm_ctx_set_nested_leaves(ctx, t);
+ * The op driver reports every op's inputs (rm_note_leaf_reads) to the
+ * recording installed on the thread; a recording started inside another
+ * (a reentrant region within one, whose forward runs with grad off too)
+ * adds its counts to the enclosing one as one nested pass. A region's own
+ * inputs are left out: it reads detached copies of them when it recomputes,
+ * and the custom function's edges reach them. Counts are exact where the
+ * recomputation runs the ops the forward ran; a leaf read without a
+ * gradient flowing back to it is counted too (data parallelism then marks
+ * it ready at the end of backward). Thread-local, strictly nested. */
+typedef struct rm_leaf_tally rm_leaf_tally;
+/* Starts a recording on this thread; NULL when out of memory (the
+ * enclosing recording, if any, is then marked incomplete). */
+rm_leaf_tally *rm_leaf_tally_begin(void);
+/* Ends recording t (NULL: no-op): removes the region's inputs, hands the
+ * counts on to the enclosing recording. t stays the caller's. */
+void rm_leaf_tally_end(rm_leaf_tally *t, int n_inputs, remat_tensor *const *inputs);
+/* Releases the recorded leaves. NULL is a no-op. */
+void rm_leaf_tally_free(rm_leaf_tally *t);
+/* Calls fn once per accumulation recorded (a leaf k times for k passes);
+ * false (nothing called) if t is NULL or incomplete. */
+bool rm_leaf_tally_report(const rm_leaf_tally *t, rm_accumulate_observer_fn fn, void *user_data);
+/* The op driver: n inputs of an op about to run (leaves requiring grad
+ * among them are read by the recording region, if one is installed). */
+void rm_note_leaf_reads(int n, remat_tensor *const *inputs);
+/* The recording installed on this thread, if any, becomes incomplete (a
+ * custom function that recorded nothing ran inside the region). */
+void rm_leaf_tally_unknown(void);
+/* Gives t to ctx (freed with it; replaces a previous one; NULL ctx frees t). */
+void rm_ctx_set_nested_leaves(remat_function_ctx *ctx, rm_leaf_tally *t);
+/* For a custom function's node that recorded its nested passes: reports
+ * them like rm_leaf_tally_report and returns true; false otherwise. */
+bool rm_node_nested_leaves(const remat_node *n, rm_accumulate_observer_fn fn, void *user_data);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "graph.h"
 #include "accumulate.h"
+#include "../dispatch/kernels.h"
 
 /* ---- per-pass bookkeeping --------------------------------------------------------- */
 typedef struct ninfo {
@@ -442,9 +443,9 @@ static int accumulate_leaf(remat_tensor *leaf, remat_tensor *g) {
 
 static int make_zeros_like_meta(remat_tensor **out, const rm_out_meta *m) {
     int rc = rm_new_output(out, m->ndim, m->shape, m->dtype, m->device);
-    if (rc) return rc;
-    if (rm_ptr(*out)) memset(rm_ptr(*out), 0, (*out)->storage->nbytes);
-    return REMAT_OK;
+    if (!rc) rc = rm_kernel_fill(*out, 0.0, "backward"); /* the device's kernel: not a memset */
+    if (rc) remat_release_p(out);
+    return rc;
 }
 
 /* Runs the tensor hooks registered on the node's outputs (non-leaf) or on
@@ -659,11 +660,11 @@ static int seed_root_grads(task *t, int n, remat_tensor *const *roots,
         if (!g) {
             rc = rm_new_output(&ones, roots[i]->ndim, roots[i]->shape, roots[i]->dtype,
                                roots[i]->storage->device);
-            if (rc) break;
-            if (rm_ptr(ones)) {
-                if (ones->dtype == REMAT_F32) *(float *)rm_ptr(ones) = 1.0f;
-                else if (ones->dtype == REMAT_BF16) *(uint16_t *)rm_ptr(ones) = 0x3F80; /* 1.0 */
-                else *(double *)rm_ptr(ones) = 1.0;
+            /* on the root's device by its kernel (a GPU's memory is not the host's) */
+            if (!rc) rc = rm_kernel_fill(ones, 1.0, "backward");
+            if (rc) {
+                remat_release(ones);
+                break;
             }
             g = ones;
         }

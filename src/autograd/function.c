@@ -21,6 +21,9 @@ struct remat_function_ctx {
     int n_pending;
     remat_tensor *pending[RM_FN_MAX_SAVED];
     bool in_forward;
+    /* the leaves backward's nested passes accumulate into, if the function
+     * recorded them (rm_ctx_set_nested_leaves; owned) */
+    rm_leaf_tally *nested;
 };
 
 static void ctx_free(void *p) {
@@ -28,6 +31,7 @@ static void ctx_free(void *p) {
     if (!c) return;
     for (int i = 0; i < c->n_pending; i++) remat_release(c->pending[i]);
     if (c->def.destroy) c->def.destroy(c->user_data);
+    rm_leaf_tally_free(c->nested);
     free((char *)c->def.name);
     free(c);
 }
@@ -52,6 +56,21 @@ static int fn_backward(remat_node *node, remat_tensor *const *grad_outputs,
 }
 
 bool rm_node_runs_backward(const remat_node *n) { return n && n->backward == fn_backward; }
+
+void rm_ctx_set_nested_leaves(remat_function_ctx *ctx, rm_leaf_tally *t) {
+    if (!ctx) {
+        rm_leaf_tally_free(t);
+        return;
+    }
+    rm_leaf_tally_free(ctx->nested);
+    ctx->nested = t;
+}
+
+bool rm_node_nested_leaves(const remat_node *n, rm_accumulate_observer_fn fn, void *user_data) {
+    if (!rm_node_runs_backward(n)) return false;
+    const remat_function_ctx *c = n->ctx;
+    return rm_leaf_tally_report(c->nested, fn, user_data);
+}
 
 int remat_ctx_save_for_backward(remat_function_ctx *ctx, int n, remat_tensor *const *tensors) {
     if (!ctx) return rm_err(REMAT_EINVAL, "remat_ctx_save_for_backward: ctx is NULL");
@@ -195,6 +214,9 @@ int remat_function_apply(const remat_function_def *def, void *user_data, int n_i
 
     bool c_owned = false; /* by the graph node */
     int rc = run_forward(c, user_data, name, n_inputs, inputs, n_outputs, outputs);
+    /* inside a region being recorded: this function's backward may run
+     * passes of its own that nothing recorded (a reentrant checkpoint's did) */
+    if (!c->nested) rm_leaf_tally_unknown();
     if (rc == REMAT_OK) rc = alias_outputs(name, n_inputs, inputs, n_outputs, outputs);
     if (rc == REMAT_OK && needs)
         rc = record_node(c, &c_owned, name, n_inputs, inputs, n_outputs, outputs);

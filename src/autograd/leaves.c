@@ -11,7 +11,7 @@ typedef struct node_set {
     size_t cap, n;
 } node_set;
 
-static size_t hash_node(const remat_node *p) {
+static size_t hash_ptr(const void *p) {
     uintptr_t x = (uintptr_t)p;
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdULL;
@@ -26,7 +26,7 @@ static int set_add(node_set *s, remat_node *n) {
         if (!slot) return -1;
         for (size_t i = 0; i < s->cap; i++) {
             if (!s->slot[i]) continue;
-            size_t j = hash_node(s->slot[i]) & (cap - 1);
+            size_t j = hash_ptr(s->slot[i]) & (cap - 1);
             while (slot[j]) j = (j + 1) & (cap - 1);
             slot[j] = s->slot[i];
         }
@@ -34,7 +34,7 @@ static int set_add(node_set *s, remat_node *n) {
         s->slot = slot;
         s->cap = cap;
     }
-    size_t j = hash_node(n) & (s->cap - 1);
+    size_t j = hash_ptr(n) & (s->cap - 1);
     while (s->slot[j]) {
         if (s->slot[j] == n) return 0;
         j = (j + 1) & (s->cap - 1);
@@ -62,7 +62,8 @@ int rm_graph_leaf_accumulators(remat_tensor *root, rm_accumulate_observer_fn fn,
     while (rc == REMAT_OK && n > 0) {
         remat_node *v = stack[--n];
         if (v->leaf) fn(user_data, v->leaf);
-        if (rm_node_runs_backward(v)) *opaque = true;
+        /* a custom function's nested passes: known if it recorded them */
+        if (rm_node_runs_backward(v) && !rm_node_nested_leaves(v, fn, user_data)) *opaque = true;
         for (int i = 0; rc == REMAT_OK && i < v->n_next; i++) {
             remat_node *c = v->next[i].node;
             int added = c ? set_add(&seen, c) : 0;
@@ -83,4 +84,121 @@ int rm_graph_leaf_accumulators(remat_tensor *root, rm_accumulate_observer_fn fn,
     free(stack);
     free(seen.slot);
     return rc == REMAT_OK ? REMAT_OK : rm_err(rc, "reading the autograd graph: out of memory");
+}
+
+/* ---- the leaves a region reads (a reentrant checkpoint's forward) ------------------------ */
+typedef struct tally_entry {
+    remat_tensor *leaf; /* retained; NULL: free slot */
+    int nested;         /* accumulations in nested passes of regions inside this one */
+    bool direct;        /* read by an op of this region: its pass accumulates once */
+} tally_entry;
+
+struct rm_leaf_tally {
+    tally_entry *slot;     /* open addressing over cap slots (a power of two) */
+    size_t cap, n;
+    bool failed;           /* out of memory: the counts are incomplete */
+    rm_leaf_tally *parent; /* the recording this one interrupted */
+};
+
+static RM_TLS rm_leaf_tally *tls_tally;
+
+/* The entry of leaf, added if absent; NULL (and t->failed) out of memory. */
+static tally_entry *tally_find(rm_leaf_tally *t, remat_tensor *leaf) {
+    if (2 * (t->n + 1) > t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 32;
+        tally_entry *slot = calloc(cap, sizeof *slot);
+        if (!slot) {
+            t->failed = true;
+            return NULL;
+        }
+        for (size_t i = 0; i < t->cap; i++) {
+            if (!t->slot[i].leaf) continue;
+            size_t j = hash_ptr(t->slot[i].leaf) & (cap - 1);
+            while (slot[j].leaf) j = (j + 1) & (cap - 1);
+            slot[j] = t->slot[i];
+        }
+        free(t->slot);
+        t->slot = slot;
+        t->cap = cap;
+    }
+    size_t j = hash_ptr(leaf) & (t->cap - 1);
+    while (t->slot[j].leaf && t->slot[j].leaf != leaf) j = (j + 1) & (t->cap - 1);
+    if (!t->slot[j].leaf) {
+        t->slot[j].leaf = remat_retain(leaf);
+        t->n++;
+    }
+    return &t->slot[j];
+}
+
+static bool is_grad_leaf(const remat_tensor *x) { return x && x->requires_grad && !x->grad_fn; }
+
+void rm_note_leaf_reads(int n, remat_tensor *const *inputs) {
+    rm_leaf_tally *t = tls_tally;
+    if (!t || t->failed) return;
+    for (int i = 0; i < n; i++) {
+        if (!is_grad_leaf(inputs[i])) continue;
+        tally_entry *e = tally_find(t, inputs[i]);
+        if (!e) return;
+        e->direct = true;
+    }
+}
+
+void rm_leaf_tally_unknown(void) {
+    if (tls_tally) tls_tally->failed = true;
+}
+
+rm_leaf_tally *rm_leaf_tally_begin(void) {
+    rm_leaf_tally *t = calloc(1, sizeof *t);
+    if (!t) {
+        /* the enclosing recording would take this region's reads as its own */
+        if (tls_tally) tls_tally->failed = true;
+        return NULL;
+    }
+    t->parent = tls_tally;
+    tls_tally = t;
+    return t;
+}
+
+void rm_leaf_tally_end(rm_leaf_tally *t, int n_inputs, remat_tensor *const *inputs) {
+    if (!t) return;
+    tls_tally = t->parent;
+    /* the region's inputs are not leaves of its nested pass (it runs on
+     * detached copies); the custom function's edges reach them instead */
+    for (int i = 0; i < n_inputs && t->cap; i++) {
+        if (!is_grad_leaf(inputs[i])) continue;
+        size_t j = hash_ptr(inputs[i]) & (t->cap - 1);
+        while (t->slot[j].leaf && t->slot[j].leaf != inputs[i]) j = (j + 1) & (t->cap - 1);
+        if (t->slot[j].leaf) t->slot[j].direct = false;
+    }
+    rm_leaf_tally *p = t->parent;
+    if (!p || p->failed) return;
+    if (t->failed) {
+        p->failed = true;
+        return;
+    }
+    /* the enclosing region will run this one's nested pass inside its own */
+    for (size_t i = 0; i < t->cap; i++) {
+        const tally_entry *e = &t->slot[i];
+        int k = e->nested + e->direct;
+        if (!e->leaf || !k) continue;
+        tally_entry *pe = tally_find(p, e->leaf);
+        if (!pe) return;
+        pe->nested += k;
+    }
+}
+
+void rm_leaf_tally_free(rm_leaf_tally *t) {
+    if (!t) return;
+    for (size_t i = 0; i < t->cap; i++) remat_release(t->slot[i].leaf);
+    free(t->slot);
+    free(t);
+}
+
+bool rm_leaf_tally_report(const rm_leaf_tally *t, rm_accumulate_observer_fn fn, void *user_data) {
+    if (!t || t->failed) return false;
+    for (size_t i = 0; i < t->cap; i++) {
+        const tally_entry *e = &t->slot[i];
+        for (int k = 0; e->leaf && k < e->nested + e->direct; k++) fn(user_data, e->leaf);
+    }
+    return true;
 }

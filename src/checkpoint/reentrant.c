@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../autograd/accumulate.h"
 #include "ck.h"
 
 typedef struct reent {
@@ -35,7 +36,14 @@ static int reent_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const 
     reent *r = ud;
     int rc = remat_ctx_save_for_backward(ctx, n_inputs, inputs);
     if (rc) return rc;
+    /* the leaves backward's nested pass will accumulate into, known before
+     * it runs (data parallelism, src/autograd/accumulate.h); the inputs are
+     * read here by the enclosing region, if this runs inside one */
+    rm_note_leaf_reads(n_inputs, inputs);
+    rm_leaf_tally *t = rm_leaf_tally_begin();
     rc = ck_call_fn(r->fn, r->user_data, n_inputs, inputs, r->n_outputs, outputs);
+    rm_leaf_tally_end(t, n_inputs, inputs);
+    rm_ctx_set_nested_leaves(ctx, t);
     if (rc) return rc;
     /* A custom function's outputs are tensors; None outputs become empty
      * non-differentiable stand-ins that remat_checkpoint drops again. */

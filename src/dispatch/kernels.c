@@ -58,3 +58,9 @@ int rm_kernel_run(rm_kernel_id id, const char *call, rm_kargs *k) {
     rc = fn(k);
     return rc ? rm_err_prefix(rc, call) : REMAT_OK;
 }
+
+int rm_kernel_fill(remat_tensor *t, double v, const char *call) {
+    const rm_ew_params fill = {RM_EW_FILL, v};
+    rm_kargs k = {.in = {v == 0 ? t : NULL}, .out = {t}, .params = v == 0 ? NULL : &fill};
+    return rm_kernel_run(v == 0 ? RM_K_ZERO : RM_K_ELEMENTWISE, call, &k);
+}

@@ -104,6 +104,11 @@ bool rm_kargs_have_data(const rm_kargs *k);
  * when in[0] is NULL). Does nothing when an operand has no data (skip
  * mode). Errors name `call`. */
 int rm_kernel_run(rm_kernel_id id, const char *call, rm_kargs *k);
+/* t := v through t's strides, on t's device by its kernels (ZERO for 0, else the
+ * elementwise FILL): the one way code outside the backends fills tensor memory, which a
+ * GPU's host code cannot write. Nothing for a tensor without data (skip mode). Errors
+ * name `call` (REMAT_EUNSUPPORTED when the device has no such kernel for t's dtype). */
+int rm_kernel_fill(remat_tensor *t, double v, const char *call);
 
 extern rm_kernel_fn rm_kernel_table_[RM_K_COUNT][REMAT_MAX_DEVICE_TYPES][RM_N_DTYPES];
 static inline rm_kernel_fn rm_kernel_lookup(rm_kernel_id id, int type, remat_dtype dtype) {

@@ -430,6 +430,7 @@ static int local_backward(remat_ddp *d, const char *call, remat_tensor *loss, ch
     rm_set_accumulate_observer(prev_fn, prev_ud, NULL, NULL);
     *t_bwd = rmd_now();
     d->st.backward_s = *t_bwd - t0;
+    d->st.n_launched_in_backward = d->next_launch;
     for (int k = 0; k < d->next_launch; k++) d->st.n_done_in_backward += d->b[k].done;
     if (local) snprintf(msg, msg_size, "%s", remat_last_error());
     for (int i = d->n - 1; i >= 0; i--)

@@ -54,7 +54,7 @@ static int cat_check(const rm_op_call *c) {
                           "dims other than dim %d", call, i, rm_tensor_str(t, b1, sizeof b1),
                           rm_tensor_str(t0, b2, sizeof b2), p->d);
     }
-    return rm_check_host(call, t0);
+    return REMAT_OK;
 }
 
 /* y: tensors[0]'s shape with the sum of the extents along d. */
@@ -151,7 +151,6 @@ static int split_backward(remat_node *node, remat_tensor *const *gout, remat_ten
     bool found = false;
     for (int k = 0; k < node->n_outputs; k++) {
         if (!gout[k]) continue;
-        if ((rc = rm_check_host("SplitBackward", gout[k]))) return rc;
         if (!found) {
             dt = gout[k]->dtype;
             dev = gout[k]->storage->device;
@@ -170,7 +169,7 @@ static int split_backward(remat_node *node, remat_tensor *const *gout, remat_ten
             int64_t lo = k * c->split_size;
             int64_t hi = lo + c->split_size < size ? lo + c->split_size : size;
             if (!gout[k] || !rm_ptr(gout[k])) { /* missing (or meta: as zeros) */
-                rm_zero_dim_range(z, d, lo, hi);
+                rc = rm_zero_window(z, d, lo, hi);
                 continue;
             }
             if (hi <= lo) continue;
@@ -182,7 +181,7 @@ static int split_backward(remat_node *node, remat_tensor *const *gout, remat_ten
                 rc = rm_err(REMAT_ENOMEM, "SplitBackward: out of memory");
                 break;
             }
-            if (!rm_copy_same_dtype(win, gout[k])) rc = rm_copy_into(win, gout[k]);
+            rc = rm_copy_into(win, gout[k]); /* host or device */
             remat_release(win);
         }
     }

@@ -42,8 +42,8 @@ static int stage_to_host(remat_tensor **out, const remat_tensor *t) {
 
 /* y := t's values (no autograd), y contiguous, of t's shape, already made
  * with its dtype on its device. A dtype change needs CPU-readable memory on
- * both sides (it runs the conversion kernel); a pure move works for any
- * device type. */
+ * both sides, or one device (its conversion kernel); a pure move works for
+ * any device type. */
 static int copy_fill(remat_tensor *y, remat_tensor *t) {
     remat_tensor *src = NULL;
     const remat_dtype dtype = y->dtype;
@@ -53,7 +53,9 @@ static int copy_fill(remat_tensor *y, remat_tensor *t) {
     remat_device sd = t->storage->device;
     bool src_host = remat_device_host_addressable(sd.type);
     if (dtype != t->dtype || (same_device(sd, device) && src_host)) {
-        /* conversion or same-device copy: strided CPU kernel */
+        /* conversion or same-device copy: the strided copy kernel of the device (the
+         * CPU's, or the device's COPY_INTO through rm_copy_into) */
+        if (same_device(sd, device) && !src_host) return rm_copy_into(y, t);
         if (!src_host || !remat_device_host_addressable(device.type))
             return rm_check_host("copy", src_host ? y : t);
         return rm_copy_same_dtype(y, t) ? REMAT_OK : rm_copy_into(y, t);
@@ -172,7 +174,7 @@ static int to_dtype_check(const rm_op_call *c) {
     if (p->dtype != REMAT_F32 && p->dtype != REMAT_F64 && p->dtype != REMAT_I64 &&
         p->dtype != REMAT_BF16)
         return rm_err(REMAT_EDTYPE, "%s: unknown dtype %d", c->op->name, (int)p->dtype);
-    return rm_check_host(c->op->name, c->in[0]);
+    return REMAT_OK;
 }
 
 static int to_dtype_infer(const rm_op_call *c, rm_out_spec *out) {

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../autograd/accumulate.h"
 #include "../dispatch/dispatch.h"
 
 int rm_op_save(remat_node *n, int slot, remat_tensor *t) {
@@ -363,6 +364,7 @@ int rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_i
                   remat_tensor *const *in, const void *params, void *site) {
     rm_op_frame f;
     int nr = 0;
+    rm_note_leaf_reads(n_in, in); /* a reentrant checkpoint's forward records them */
     /* autocast: the op (and its bracket: policies, traces) sees the cast inputs */
     remat_tensor *use[RM_OP_MAX_IN], *cast[RM_OP_MAX_IN] = {0};
     const bool ac = op->autocast && n_in <= RM_OP_MAX_IN;

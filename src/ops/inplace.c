@@ -64,7 +64,7 @@ static int check_broadcast_to(const char *call, const remat_tensor *a, const rem
 /* The operand b (add_, mul_: float of a's dtype; copy_: any) on a's device,
  * broadcasting to a's shape. */
 static int check_operand(const char *call, ipop op, const remat_tensor *a, const remat_tensor *b) {
-    int rc = op == IP_COPY ? rm_check_tensor(call, "src", b) : rm_check_float(call, "b", b);
+    int rc = op == IP_COPY ? rm_check_tensor(call, "src", b) : rm_check_float_dtype(call, "b", b);
     if (!rc && op != IP_COPY) rc = rm_check_same_dtype(call, a, b);
     if (!rc) rc = rm_check_same_device(call, a, b);
     if (!rc) rc = check_broadcast_to(call, a, b);
@@ -94,9 +94,8 @@ static int inplace_check(const rm_op_call *c) {
     int rc;
     if (op == IP_ZERO || op == IP_COPY) { /* plain data movement: any dtype */
         rc = rm_check_tensor(call, "a", a);
-        if (!rc) rc = rm_check_host(call, a);
     } else {
-        rc = rm_check_float(call, "a", a);
+        rc = rm_check_float_dtype(call, "a", a);
     }
     if (!rc && c->op->n_in > 1) rc = check_operand(call, op, a, c->in[1]);
     if (!rc) rc = rm_check_inplace(call, a);
@@ -136,9 +135,9 @@ static int mul_save(rm_op_call *c, int slot, remat_tensor **out) {
 /* ---- backward ---------------------------------------------------------------------- */
 static int zeros_like(remat_tensor **out, const remat_tensor *t) {
     int rc = rm_new_output(out, t->ndim, t->shape, t->dtype, t->storage->device);
-    if (rc) return rc;
-    if (rm_ptr(*out)) memset(rm_ptr(*out), 0, (*out)->storage->nbytes);
-    return REMAT_OK;
+    if (!rc) rc = rm_kernel_fill(*out, 0.0, "in-place backward");
+    if (rc) remat_release_p(out);
+    return rc;
 }
 
 /* New tensor of g's shape = f(g, x). */

@@ -115,7 +115,7 @@ static const char *const k_ln_args[] = {"x", "weight", "bias"};
 
 static int check_param(const char *call, const char *arg, remat_tensor *p, remat_tensor *x,
                        int n_norm) {
-    int rc = rm_check_float(call, arg, p);
+    int rc = rm_check_float_dtype(call, arg, p);
     if (rc) return rc;
     rc = rm_check_same_dtype(call, x, p);
     if (rc) return rc;
@@ -142,7 +142,7 @@ static int layer_norm_check(const rm_op_call *c) {
     remat_tensor *x = c->in[0], *weight = c->in[1], *bias = c->in[2];
     const int n_norm = p->k.n_norm;
     const double eps = p->k.eps;
-    int rc = rm_check_float(call, "x", x);
+    int rc = rm_check_float_dtype(call, "x", x);
     if (rc) return rc;
     if (n_norm < 1 || n_norm > x->ndim) {
         char b[200];

@@ -23,8 +23,7 @@ static int masked_grad(const char *call, remat_tensor **out, remat_tensor *g, re
 }
 
 static int check_cond(const char *call, const char *arg, const remat_tensor *c) {
-    int rc = rm_check_tensor(call, arg, c);
-    if (!rc) rc = rm_check_host(call, c);
+    int rc = rm_check_tensor(call, arg, c); /* its values are read by the kernel only */
     if (rc) return rc;
     if (c->dtype != REMAT_I64 && c->dtype != REMAT_F32 && c->dtype != REMAT_F64) {
         char b[200];
@@ -39,7 +38,7 @@ static int check_cond(const char *call, const char *arg, const remat_tensor *c) 
 static int masked_fill_check(const rm_op_call *c) {
     const char *call = c->op->name;
     remat_tensor *a = c->in[0], *mask = c->in[1];
-    int rc = rm_check_float(call, "a", a);
+    int rc = rm_check_float_dtype(call, "a", a);
     if (!rc) rc = check_cond(call, "mask", mask);
     if (!rc) rc = rm_check_same_device(call, a, mask);
     if (rc) return rc;
@@ -101,8 +100,8 @@ static int where_check(const rm_op_call *c) {
     const char *call = c->op->name;
     remat_tensor *cond = c->in[0], *a = c->in[1], *b = c->in[2];
     int rc = check_cond(call, "cond", cond);
-    if (!rc) rc = rm_check_float(call, "a", a);
-    if (!rc) rc = rm_check_float(call, "b", b);
+    if (!rc) rc = rm_check_float_dtype(call, "a", a);
+    if (!rc) rc = rm_check_float_dtype(call, "b", b);
     if (!rc) rc = rm_check_same_dtype(call, a, b);
     if (!rc) rc = rm_check_same_device(call, a, b);
     if (!rc) rc = rm_check_same_device(call, cond, a);

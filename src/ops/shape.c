@@ -90,10 +90,8 @@ static int identity_backward(remat_node *node, remat_tensor *const *gout, remat_
  * once: the rows before start, the gaps between steps, the rows after the
  * last taken one. */
 static int slice_scatter(const shape_args *c, remat_tensor *g, remat_tensor **gin) {
-    int rc = rm_check_host("SliceBackward", g);
-    if (rc) return rc;
     remat_tensor *z = NULL, *v = NULL;
-    rc = rm_new_output(&z, c->in_ndim, c->in_shape, g->dtype, g->storage->device);
+    int rc = rm_new_output(&z, c->in_ndim, c->in_shape, g->dtype, g->storage->device);
     if (rc) return rc;
     if (!rm_ptr(z)) { /* skip mode: shapes only */
         gin[0] = z;
@@ -102,24 +100,27 @@ static int slice_scatter(const shape_args *c, remat_tensor *g, remat_tensor **gi
     int d = c->dim0;
     int64_t size = c->in_shape[d], len = g->shape[d], step = c->step, start = c->start;
     if (len == 0 || !rm_ptr(g)) { /* nothing to scatter (a meta g: as zeros) */
-        rm_zero_dim_range(z, d, 0, size);
-        gin[0] = z;
-        return REMAT_OK;
+        rc = rm_zero_window(z, d, 0, size);
+        if (rc) remat_release(z);
+        else gin[0] = z;
+        return rc;
     }
-    rm_zero_dim_range(z, d, 0, start);
-    for (int64_t k = 0; k < len; k++) {
+    rc = rm_zero_window(z, d, 0, start);
+    for (int64_t k = 0; k < len && !rc; k++) {
         int64_t lo = start + k * step + 1;
         int64_t hi = k + 1 < len ? start + (k + 1) * step : size;
-        rm_zero_dim_range(z, d, lo, hi);
+        rc = rm_zero_window(z, d, lo, hi);
     }
-    int64_t strides[REMAT_MAX_DIMS];
-    memcpy(strides, z->strides, sizeof strides);
-    int64_t offset = z->offset + start * strides[d];
-    strides[d] *= step;
-    v = rm_tensor_alloc(z->storage, offset, g->ndim, g->shape, strides, z->dtype);
-    if (!v) rc = rm_err(REMAT_ENOMEM, "SliceBackward: out of memory creating a view");
-    else if (!rm_copy_same_dtype(v, g)) rc = rm_copy_into(v, g);
-    remat_release(v);
+    if (!rc) {
+        int64_t strides[REMAT_MAX_DIMS];
+        memcpy(strides, z->strides, sizeof strides);
+        int64_t offset = z->offset + start * strides[d];
+        strides[d] *= step;
+        v = rm_tensor_alloc(z->storage, offset, g->ndim, g->shape, strides, z->dtype);
+        if (!v) rc = rm_err(REMAT_ENOMEM, "SliceBackward: out of memory creating a view");
+        else rc = rm_copy_into(v, g); /* host or device */
+        remat_release(v);
+    }
     if (rc) {
         remat_release(z);
         return rc;

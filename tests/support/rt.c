@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fenced.h"
 #include "internal.h"
 
 bool rt_on_test_device_;
@@ -25,6 +26,7 @@ remat_device rt_test_device(void) {
         if (!remat_cuda_available(&why))
             cr_skip_test("REMAT_TEST_DEVICE=%s: %s", env, why);
     }
+    if (strcmp(name, "fenced") == 0) rt_fenced_type(); /* registered on first use */
     int type = remat_device_type_id(name);
     cr_assert(type >= 0, "REMAT_TEST_DEVICE=%s: no device type named '%s'", env, name);
     remat_device d = {type, index};

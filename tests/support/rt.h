@@ -37,7 +37,10 @@
  * models.h, the fixtures' inputs) are put there, and the helpers that read values
  * (rt_values, rt_bitwise_equal, rt_max_abs_diff, rt_assert_close) read them back through
  * remat_copy_to_buffer. When the device cannot be used (a machine without a GPU), a test
- * that makes a tensor that way is reported skipped with the reason (cr_skip_test). Other
+ * that makes a tensor that way is reported skipped with the reason (cr_skip_test).
+ * `REMAT_TEST_DEVICE=fenced` (make test-fenced) is a device whose memory the host cannot
+ * touch outside kernels and copies (tests/support/fenced.h): the GPU-free check that
+ * nothing reads or writes device data on the host. Other
  * suites, and every suite without the variable, make cpu tensors as always. */
 extern bool rt_on_test_device_;
 #define RT_ON_TEST_DEVICE                                                                 \
