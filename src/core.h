@@ -260,6 +260,31 @@ static inline bool rm_iter_next(rm_iter *it) {
 /* Positions the iterator at flat row-major index `linear`. */
 void rm_iter_seek(rm_iter *it, int64_t linear);
 
+/* ---- asynchronous transfers (src/transfer.c) ------------------------------------------
+ * What a device type may offer the offload of saved tensors (remat_offload_saved_hooks):
+ * pinned host memory and copies on a side stream that are ordered after the work already
+ * queued on the device's compute stream, each returning an event. Without ops a transfer
+ * is rm_device_copy into ordinary host memory, synchronous, with no event. The cuda
+ * backend registers its own (src/backends/cuda/transfer.c); tests register fakes. */
+typedef struct rm_transfer_ops {
+    void *(*host_alloc)(size_t nbytes);         /* pinned host memory; NULL on failure */
+    void (*host_free)(void *p, size_t nbytes);
+    /* Enqueues dst := src (nbytes; kind says which side is the device's) after the work
+     * queued so far on device `index`; *event receives an event completed with the copy. */
+    int (*copy_async)(int index, void *dst, const void *src, size_t nbytes,
+                      remat_copy_kind kind, void **event);
+    /* Makes the compute stream of `index` wait for event (the host does not wait). */
+    int (*stream_wait)(int index, void *event);
+    bool (*done)(void *event);      /* whether the event has completed (never blocks) */
+    int (*host_wait)(void *event);  /* the host waits for the event */
+    void (*event_free)(void *event);
+} rm_transfer_ops;
+/* Sets (ops NULL: removes) the transfer ops of a device type; ops must outlive the
+ * registration. REMAT_EINVAL for the cpu type or one out of range. Register at start-up. */
+int rm_transfer_register(int type, const rm_transfer_ops *ops);
+/* The ops of a device type, or NULL. */
+const rm_transfer_ops *rm_transfer_get(int type);
+
 /* Contiguous copy of t (new reference; t itself retained if already contiguous). */
 int rm_contig(remat_tensor **out, remat_tensor *t);
 /* Copies src into dst elementwise (same numel view, broadcast src to dst's

@@ -53,11 +53,18 @@ static remat_device g_device; /* whose allocations are traced: cpu unless trace_
 
 void trace_device(remat_device device) { g_device = device; }
 
+/* Whether the traced device has a caching pool whose reserved bytes can be read. */
+static bool device_has_reserved(void) {
+    return g_device.type != REMAT_CPU && g_device.type == remat_device_type_id("cuda");
+}
+
 static void on_alloc(void *user_data, remat_device device, int64_t delta, size_t current) {
     trace *tr = user_data;
     if (device.type != g_device.type || device.index != g_device.index) return;
     /* RSS is read outside the lock: it is a syscall */
     size_t rss = tr->sample_rss ? util_current_rss_bytes() : 0;
+    /* the pool's own lock is not held while the registry calls its observer */
+    size_t reserved = tr->has_reserved ? remat_cuda_memory_reserved(device.index) : 0;
     pthread_mutex_lock(&tr->lock);
     if (tr->n == tr->cap) {
         size_t cap = tr->cap ? tr->cap * 2 : 4096;
@@ -75,6 +82,8 @@ static void on_alloc(void *user_data, remat_device device, int64_t delta, size_t
     e->delta = delta;
     e->current = current;
     e->rss = rss;
+    e->reserved = reserved;
+    if (reserved > tr->peak_reserved) tr->peak_reserved = reserved;
     e->phase = (uint8_t)current_phase(tr);
     if (current > tr->peak_current) tr->peak_current = current;
     if (rss > tr->peak_rss) tr->peak_rss = rss;
@@ -104,7 +113,11 @@ void trace_begin(trace *tr, bool sample_rss) {
     pthread_mutex_init(&tr->lock, NULL);
     tr->sample_rss = sample_rss;
     tr->top = PH_OTHER;
-    tr->start_current = tr->peak_current = remat_cpu_current_bytes();
+    /* the traced device's bytes (cpu unless --device), not always the cpu's */
+    tr->start_current = tr->peak_current = util_current_bytes(g_device);
+    tr->has_reserved = device_has_reserved();
+    if (tr->has_reserved)
+        tr->start_reserved = tr->peak_reserved = remat_cuda_memory_reserved(g_device.index);
     /* room for a typical step's events, taken before the heap peak starts:
      * the timeline's own growth would otherwise count as the step's */
     tr->ev = malloc(TRACE_RESERVE_EVENTS * sizeof *tr->ev);
@@ -169,11 +182,13 @@ static void event(json *j, const char *name, const char *ph, double ts_us, int p
     json_int(j, "tid", 1);
 }
 
-static void memory_event(json *j, double ts_us, int pid, size_t current, bool has_rss, size_t rss) {
+static void memory_event(json *j, double ts_us, int pid, const trace *tr, size_t current,
+                         size_t rss, size_t reserved) {
     event(j, "memory", "C", ts_us, pid);
     json_object(j, "args");
     json_uint(j, "allocated_bytes", current);
-    if (has_rss) json_uint(j, "rss_bytes", rss);
+    if (tr->sample_rss) json_uint(j, "rss_bytes", rss);
+    if (tr->has_reserved) json_uint(j, "reserved_bytes", reserved);
     json_end(j);
     json_end(j);
 }
@@ -190,7 +205,7 @@ void trace_chrome_events(const trace *tr, json *j, int pid, const char *label) {
     json_end(j);
     json_end(j);
     /* counters start at the trace's baseline so the plot starts where the step did */
-    memory_event(j, 0, pid, tr->start_current, false, 0);
+    memory_event(j, 0, pid, tr, tr->start_current, tr->start_rss, tr->start_reserved);
     size_t i = 0, k = 0;
     /* merge the two time-ordered streams */
     while (i < tr->n || k < tr->ns) {
@@ -208,7 +223,7 @@ void trace_chrome_events(const trace *tr, json *j, int pid, const char *label) {
             json_end(j);
         } else {
             const mem_event *e = &tr->ev[i++];
-            memory_event(j, e->t * 1e6, pid, e->current, tr->sample_rss, e->rss);
+            memory_event(j, e->t * 1e6, pid, tr, e->current, e->rss, e->reserved);
         }
     }
 }

@@ -30,6 +30,8 @@ typedef struct mem_event {
     int64_t delta;   /* bytes, + alloc / - free */
     size_t current;  /* allocator bytes after the event */
     size_t rss;      /* process RSS at the event (0 when not sampled) */
+    size_t reserved; /* the traced device's reserved bytes (cuda: its caching pool's
+                        segments); 0 for cpu */
     uint8_t phase;
 } mem_event;
 
@@ -53,6 +55,8 @@ typedef struct trace {
     size_t start_current, peak_current; /* allocator bytes at start, max seen */
     size_t start_rss, peak_rss;         /* RSS at start, max seen (sampled, and the
                                            kernel's high-water mark where available) */
+    bool has_reserved;                  /* the device reports reserved bytes (cuda) */
+    size_t start_reserved, peak_reserved; /* its reserved bytes at start, max seen */
     bool hwm;                           /* the high-water mark was reset at start */
     bool heap;                          /* heap counters preloaded (util_heap_peak_reset) */
     int64_t start_heap;                 /* heap bytes live at start */

@@ -12,7 +12,13 @@
  *    and tensors on devices the CPU cannot read.
  *  - offload: every saved tensor living on a non-cpu device is copied to
  *    host memory and copied back to its device when unpacked (cpu
- *    tensors are saved unchanged). Exact.
+ *    tensors are saved unchanged). Exact. On cuda (P: save_on_cpu with
+ *    pin_memory=True) the host memory is pinned and the copies run on a
+ *    side stream ordered by events, overlapping compute: the device memory
+ *    of a saved tensor is released once its copy to the host is done, and
+ *    when backward unpacks one, the two saved before it start coming back
+ *    (the next block's, as backward goes). Elsewhere the copies are
+ *    synchronous.
  *
  * Each pack makes its own copy: a tensor saved by several ops is stored
  * several times (PyTorch's hooks behave the same). The original is freed as soon

@@ -1,6 +1,6 @@
 /* src/sac/compress.c — saved-tensor hooks that store saved activations
- * compactly: f32 → bf16 (lossy, round to nearest even) and device → host
- * offload (exact). See remat/compress.h. */
+ * compactly: f32 → bf16 (lossy, round to nearest even). The device → host
+ * offload hooks are src/sac/offload.c. See remat/compress.h. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,12 +76,11 @@ int remat_bf16_to_f32(remat_tensor **out, remat_tensor *t) {
 }
 
 /* ---- the hooks ------------------------------------------------------------------------------ */
-enum { PK_ASIS = 0, PK_BF16, PK_HOST };
+enum { PK_ASIS = 0, PK_BF16 };
 
 typedef struct packed {
     int kind;
     remat_tensor *t;   /* the stored tensor */
-    remat_device dev;  /* PK_HOST: the original device */
 } packed;
 
 static void packed_free(void *ud, void *handle) {
@@ -130,55 +129,3 @@ void remat_bf16_saved_hooks(remat_saved_hooks *out, int64_t min_numel) {
     out->user_data = (void *)(intptr_t)(min_numel > 0 ? min_numel : 0);
 }
 
-/* The same view over a copy of t's whole storage on `dev` (works for
- * device memory the CPU cannot read: one block copy). */
-static int storage_move(remat_tensor **out, remat_tensor *t, remat_device dev) {
-    *out = NULL;
-    rm_storage *s;
-    int rc = rm_storage_new(&s, t->storage->nbytes, dev, false);
-    if (rc) return rc;
-    rc = rm_device_copy(dev, s->data, t->storage->device, t->storage->data, t->storage->nbytes);
-    if (rc == REMAT_OK) {
-        *out = rm_tensor_alloc(s, t->offset, t->ndim, t->shape, t->strides, t->dtype);
-        if (!*out) rc = rm_err(REMAT_ENOMEM, "offload saved-tensor hooks: out of memory");
-    }
-    rm_storage_release(s);
-    return rc;
-}
-
-static void *offload_pack(void *ud, remat_tensor *t) {
-    RM_UNUSED(ud);
-    packed *p = calloc(1, sizeof *p);
-    if (!p) {
-        rm_err(REMAT_ENOMEM, "offload saved-tensor hooks: out of memory");
-        return NULL;
-    }
-    if (t->storage->device.type != REMAT_CPU && t->storage->data) {
-        if (storage_move(&p->t, t, REMAT_DEVICE_CPU)) {
-            free(p);
-            return NULL;
-        }
-        p->kind = PK_HOST;
-        p->dev = t->storage->device;
-    } else {
-        p->t = remat_retain(t);
-        p->kind = PK_ASIS;
-    }
-    return p;
-}
-
-static int offload_unpack(void *ud, void *handle, remat_tensor **out) {
-    RM_UNUSED(ud);
-    packed *p = handle;
-    if (p->kind == PK_HOST) return storage_move(out, p->t, p->dev);
-    *out = remat_retain(p->t);
-    return REMAT_OK;
-}
-
-void remat_offload_saved_hooks(remat_saved_hooks *out) {
-    if (!out) return;
-    out->pack = offload_pack;
-    out->unpack = offload_unpack;
-    out->free_handle = packed_free;
-    out->user_data = NULL;
-}

@@ -171,6 +171,7 @@ bool rm_builtin_device_def(remat_device_type_def *def) {
 void rm_builtin_device_registered(int type_id) {
     g_type = type_id;
     rm_cuda_register_kernels(type_id);
+    rm_cuda_register_transfer(type_id); /* offload's pinned memory, side stream, events */
 }
 
 void rm_cuda_register_kernels(int device_type) {

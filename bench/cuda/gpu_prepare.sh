@@ -1,0 +1,40 @@
+#!/bin/sh
+# bench/cuda/gpu_prepare.sh — run HERE (the Debian development machine), once, before the
+# GPU session: puts into .gpu/ (ignored through .git/info/exclude) what the GPU machine
+# lacks to build and test remat, since it has no Debian -dev packages and no network:
+#   .gpu/include/criterion/...   Criterion's headers          (libcriterion-dev)
+#   .gpu/include/zlib.h zconf.h  zlib's headers               (zlib1g-dev)
+#   .gpu/lib/libcriterion.so*    Criterion and every library it needs but glibc's
+#   .gpu/lib/libz.so             the link-time name of zlib
+# About 4 MiB. The device tool's call then names ".gpu" in `carry` (docs/cuda.md).
+set -eu
+cd "$(git rev-parse --show-toplevel)"
+dst=.gpu
+rm -rf "$dst"
+mkdir -p "$dst/include" "$dst/lib"
+crit=$(find /usr/lib /lib -name 'libcriterion.so.*' 2>/dev/null | head -1)
+[ -n "$crit" ] && [ -d /usr/include/criterion ] || {
+  echo "gpu_prepare: Criterion not installed here (apt-get install libcriterion-dev)" >&2
+  exit 1
+}
+[ -f /usr/include/zlib.h ] || { echo "gpu_prepare: apt-get install zlib1g-dev" >&2; exit 1; }
+cp -r /usr/include/criterion "$dst/include/"
+cp /usr/include/zlib.h /usr/include/zconf.h "$dst/include/"
+soname=$(objdump -p "$crit" | awk '/SONAME/ {print $2}')
+cp -L "$crit" "$dst/lib/$soname"
+ln -sf "$soname" "$dst/lib/libcriterion.so"
+# Criterion's own dependencies (libgit2, nanomsg, mbedtls, ...), glibc's libraries left out
+ldd "$crit" | awk '/=> \// {print $3}' | while read -r lib; do
+  case $(basename "$lib") in
+    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*|ld-linux*) ;;
+    *) cp -L "$lib" "$dst/lib/" ;;
+  esac
+done
+zlib=$(ldd "$crit" | awk '/libz\.so/ {print $3}')
+[ -n "$zlib" ] || zlib=$(find /usr/lib /lib -name 'libz.so.1' | head -1)
+cp -L "$zlib" "$dst/lib/libz.so.1"
+ln -sf libz.so.1 "$dst/lib/libz.so"
+ex="$(git rev-parse --git-common-dir)/info/exclude"
+mkdir -p "$(dirname "$ex")"
+grep -qx '/.gpu/' "$ex" 2>/dev/null || echo '/.gpu/' >> "$ex"
+du -sh "$dst"
