@@ -10,6 +10,7 @@
 
 #include "../src/internal.h"
 #include "remat/autocast.h"
+#include "remat/report.h"
 #include "support/models.h"
 #include "support/rt.h"
 
@@ -278,7 +279,8 @@ static remat_checkpoint_policy seen_policy(const remat_sac_context *ctx, const c
     (void)ctx;
     seen *s = ud;
     if (!strcmp(op, "remat_linear") && n >= 2) {
-        if (remat_tensor_dtype(in[0]) == REMAT_BF16 && remat_tensor_dtype(in[1]) == REMAT_BF16)
+        /* x cast to bf16; the f32 weight reaches the op uncast (its kernel rounds it) */
+        if (remat_tensor_dtype(in[0]) == REMAT_BF16 && remat_tensor_dtype(in[1]) == REMAT_F32)
             s->linear_bf16++;
         else s->linear_other++;
     }
@@ -301,7 +303,7 @@ Test(autocast, selective_policies_see_the_cast_dtypes) {
     rt_grads g;
     run_ac(1, blk, x, &o, true, false, &g);
     cr_assert_gt(s.linear_bf16, 0);
-    cr_assert_eq(s.linear_other, 0, "%d linear calls saw f32 inputs", s.linear_other);
+    cr_assert_eq(s.linear_other, 0, "%d linear calls saw other dtypes", s.linear_other);
     rt_grads_free(&g);
     remat_policy_release(pol);
     rt_tblock_free(&blk[0]);
@@ -394,5 +396,97 @@ Test(autocast, bf16_attention_matches_the_whole_copy_path) {
         remat_release(y[r]), remat_release(lse[r]);
         for (int i = 0; i < 3; i++) remat_release(g[r][i]);
     }
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* Under autocast linear's f32 weight reaches the op uncast: its kernel
+ * rounds it into a scratch copy, so what the graph keeps after the forward
+ * is x's bf16 cast and y — no bf16 copy of the weight per linear (PyTorch
+ * keeps its cached cast) — and the weight's gradient is one f32 GEMM of the
+ * bf16 operands, not a bf16 gradient widened. Exact allocator bytes. */
+Test(autocast, linear_keeps_no_bf16_copy_of_its_weight) {
+    int64_t xs[2] = {64, 96}, ws[2] = {128, 96};
+    remat_tensor *x = rt_leaf(rt_rand(2, xs, REMAT_F32, -1, 1, 11));
+    remat_tensor *w = rt_leaf(rt_rand(2, ws, REMAT_F32, -1, 1, 12));
+    remat_device cpu = remat_tensor_device(x);
+    remat_alloc_stats before, after;
+    RT_OK(remat_alloc_stats_get(cpu, &before));
+    remat_autocast_state prev = ac_on();
+    remat_tensor *y = NULL, *l = NULL;
+    RT_OK(remat_linear(&y, x, w, NULL));
+    remat_autocast_end(&prev);
+    RT_OK(remat_alloc_stats_get(cpu, &after));
+    cr_assert_eq(remat_tensor_dtype(y), REMAT_BF16);
+    size_t held = after.current_bytes - before.current_bytes;
+    size_t expect = (size_t)(64 * 96 + 64 * 128) * 2; /* x's bf16 cast (saved) and y */
+    cr_assert_eq(held, expect, "the forward holds %zu bytes, expected %zu (x cast + y)", held,
+                 expect);
+    RT_OK(remat_sum_all(&l, y));
+    RT_OK(remat_backward_scalar(l));
+    /* dW = 1ᵀ · x_bf16 in f32: the column sums of the bf16 x, exact at these sizes in f32 */
+    remat_tensor *gw = remat_tensor_grad(w);
+    cr_assert_eq(remat_tensor_dtype(gw), REMAT_F32);
+    const float *g = remat_data(gw);
+    const float *xv = remat_data(x);
+    for (int64_t j = 0; j < 96; j++) {
+        double s = 0;
+        for (int64_t i = 0; i < 64; i++) s += rm_bf16_to_f32(rm_f32_to_bf16(xv[i * 96 + j]));
+        cr_assert_float_eq(g[j], s, 1e-4, "dW[0][%lld] = %g, expected %g", (long long)j, g[j], s);
+        cr_assert_eq(g[j], g[5 * 96 + j], "every row of dW is the same column sum");
+    }
+    remat_release(y), remat_release(l);
+    remat_tensor *p[2] = {x, w};
+    rt_zero_grads(2, p);
+    remat_release(x), remat_release(w);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* The residual report under autocast gives each saved tensor's real dtype
+ * and bytes: linear's x as its bf16 cast (2 bytes an element), its weight
+ * as the f32 parameter, gelu's input in bf16; the totals count bf16 bytes
+ * and the printed report names the dtypes. */
+Test(autocast, residual_report_shows_bf16_dtypes_and_bytes) {
+    int64_t xs[2] = {16, 32}, w1s[2] = {64, 32}, w2s[2] = {32, 64};
+    remat_tensor *x = rt_leaf(rt_rand(2, xs, REMAT_F32, -1, 1, 21));
+    remat_tensor *w1 = rt_leaf(rt_rand(2, w1s, REMAT_F32, -1, 1, 22));
+    remat_tensor *w2 = rt_leaf(rt_rand(2, w2s, REMAT_F32, -1, 1, 23));
+    remat_residual_report *rep;
+    RT_OK(remat_residual_report_begin(&rep));
+    remat_autocast_state prev = ac_on();
+    remat_tensor *h = NULL, *g = NULL, *y = NULL, *l = NULL;
+    RT_OK(remat_linear(&h, x, w1, NULL));
+    RT_OK(remat_gelu(&g, h, REMAT_GELU_TANH));
+    RT_OK(remat_linear(&y, g, w2, NULL));
+    RT_OK(remat_sum_all(&l, y));
+    remat_autocast_end(&prev);
+    RT_OK(remat_residual_report_end(rep));
+    /* linear 1: x (bf16 cast), w1 (f32); gelu: h (bf16); linear 2: g (bf16), w2 (f32) */
+    const char *ops[] = {"LinearBackward", "LinearBackward", "GeluBackward", "LinearBackward",
+                         "LinearBackward"};
+    const remat_dtype dts[] = {REMAT_BF16, REMAT_F32, REMAT_BF16, REMAT_BF16, REMAT_F32};
+    const size_t bytes[] = {16 * 32 * 2, 64 * 32 * 4, 16 * 64 * 2, 16 * 64 * 2, 32 * 64 * 4};
+    cr_assert_eq(remat_residual_report_count(rep), 5, "%d entries",
+                 remat_residual_report_count(rep));
+    for (int i = 0; i < 5; i++) {
+        const remat_residual *e = remat_residual_report_entry(rep, i);
+        cr_assert_str_eq(e->op, ops[i], "entry %d: %s", i, e->op);
+        cr_assert_eq(e->dtype, dts[i], "entry %d (%s): dtype %s", i, e->op,
+                     remat_dtype_name(e->dtype));
+        cr_assert_eq(e->bytes, bytes[i], "entry %d: %zu bytes, expected %zu", i, e->bytes,
+                     bytes[i]);
+    }
+    remat_residual_totals t;
+    RT_OK(remat_residual_report_totals(rep, &t));
+    cr_assert_eq(t.bytes, (size_t)(16 * 32 * 2 + 64 * 32 * 4 + 2 * 16 * 64 * 2 + 32 * 64 * 4));
+    char buf[8192];
+    cr_assert_lt(remat_residual_report_format(rep, buf, sizeof buf), sizeof buf);
+    cr_assert(strstr(buf, "bf16") && strstr(buf, "f32"), "%s", buf);
+    cr_assert(strstr(buf, "[16, 64]") && strstr(buf, "2.0 KiB"), "%s", buf);
+    RT_OK(remat_backward_scalar(l));
+    remat_residual_report_free(rep);
+    remat_release(h), remat_release(g), remat_release(y), remat_release(l);
+    remat_tensor *p[3] = {x, w1, w2};
+    rt_zero_grads(3, p);
+    for (int i = 0; i < 3; i++) remat_release(p[i]);
     cr_assert_eq(remat_live_tensors(), 0);
 }

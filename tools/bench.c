@@ -738,8 +738,10 @@ static int bench_write_plots(bench_run *br, bool is_default) {
                                   (double)r[i].baseline};
     }
     char title[256];
-    snprintf(title, sizeof title, "remat: %s, %d layers, width %d: memory vs time per strategy",
-             mm->kind == MODEL_GPT ? "GPT" : "MLP", mm->layers, mm->width);
+    /* the dtype the activations are kept in is part of what the bytes mean */
+    const char *ac = c->autocast ? ", bf16 autocast" : "";
+    snprintf(title, sizeof title, "remat: %s, %d layers, width %d%s: memory vs time per strategy",
+             mm->kind == MODEL_GPT ? "GPT" : "MLP", mm->layers, mm->width, ac);
     char path[4096];
     FILE *msg = (c->json || c->csv) ? stderr : stdout;
     bool wrote_header = false;
@@ -760,8 +762,8 @@ static int bench_write_plots(bench_run *br, bool is_default) {
                 if (svg_tradeoff(path, title, n, pts)) WROTE(path); else FAILW(path);
             }
             if (!rc && join(path, sizeof path, c->out_dir, "timeline.svg")) {
-                snprintf(title, sizeof title, "remat: memory during one training step, %s, %d layers",
-                         mm->kind == MODEL_GPT ? "GPT" : "MLP", mm->layers);
+                snprintf(title, sizeof title, "remat: memory during one training step, %s, %d layers%s",
+                         mm->kind == MODEL_GPT ? "GPT" : "MLP", mm->layers, ac);
                 if (svg_timeline(path, title, n, ts, labels)) WROTE(path); else FAILW(path);
             }
             if (!rc && join(path, sizeof path, c->out_dir, "trace.json")) {

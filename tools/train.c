@@ -463,8 +463,8 @@ static int train_finish(train_run *tr) {
         return remat_set_error(REMAT_EIO, "--trace %s: cannot write the file", c->trace);
     if (tr->traced && c->timeline) {
         char title[384];
-        snprintf(title, sizeof title, "remat: memory during the last training step (%s)",
-                 c->strat.name);
+        snprintf(title, sizeof title, "remat: memory during the last training step (%s%s)",
+                 c->strat.name, c->autocast ? ", bf16 autocast" : "");
         if (!svg_timeline(c->timeline, title, 1, ts, labels))
             return remat_set_error(REMAT_EIO, "--timeline %s: cannot write the file", c->timeline);
     }

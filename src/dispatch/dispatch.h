@@ -155,6 +155,10 @@ struct rm_op_desc {
     unsigned char optional_in;
     unsigned flags;        /* RM_OPF_* */
     unsigned char autocast; /* rm_autocast_kind */
+    /* Bit i: under RM_AC_LOWER on the cpu an f32 in[i] is not cast by the driver; the kernel
+     * rounds it into a scratch copy (linear's weight: the node saves the f32 parameter, not a
+     * bf16 copy of it, and the weight's gradient comes out f32, as the parameter's). */
+    unsigned char autocast_keep;
     /* Argument names in messages ("a must be a float tensor"); NULL: a, b, c, ... */
     const char *const *arg_names;
     rm_kernel_id kernel;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../dispatch/dispatch.h"
+#include "remat/autocast.h"
 
 /* Runs C = bias + op(A) · op(B) with the operands' flags (RM_MM_*). */
 static int mm_run(const char *call, remat_tensor *c, unsigned fc, remat_tensor *a, unsigned fa,
@@ -199,6 +200,7 @@ typedef struct lin_ctx {
     int ndx;
     int64_t sx[REMAT_MAX_DIMS];
     int64_t out_f, in_f;
+    remat_dtype wdt; /* the weight's dtype: its gradient's (f32 under autocast, see lin_check) */
 } lin_ctx;
 
 static void lin_fill_ctx(const rm_op_call *c, void *ctx) {
@@ -207,12 +209,22 @@ static void lin_fill_ctx(const rm_op_call *c, void *ctx) {
     memcpy(cx->sx, c->in[0]->shape, sizeof cx->sx);
     cx->out_f = c->in[1]->shape[0];
     cx->in_f = c->in[1]->shape[1];
+    cx->wdt = c->in[1]->dtype;
+}
+
+/* Under cpu autocast the f32 weight reaches the op uncast (autocast_keep):
+ * the GEMM kernel rounds it into a scratch copy, so the node saves the
+ * parameter itself, not a bf16 copy per linear, and dW comes out f32. */
+static bool weight_kept_f32(const remat_tensor *x, const remat_tensor *weight) {
+    int type = x->storage->device.type;
+    return x->dtype == REMAT_BF16 && weight->dtype == REMAT_F32 && type == REMAT_CPU &&
+           weight->storage->device.type == REMAT_CPU && remat_autocast_enabled(type);
 }
 
 static int lin_check(const rm_op_call *c) {
     const char *call = c->op->name;
     remat_tensor *x = c->in[0], *weight = c->in[1], *bias = c->in[2];
-    int rc = rm_check_same_dtype(call, x, weight);
+    int rc = weight_kept_f32(x, weight) ? REMAT_OK : rm_check_same_dtype(call, x, weight);
     if (!rc) rc = rm_check_same_device(call, x, weight);
     if (!rc && bias) rc = rm_check_same_dtype(call, x, bias);
     if (!rc && bias) rc = rm_check_same_device(call, x, bias);
@@ -268,7 +280,7 @@ static int linear_backward(remat_node *node, remat_tensor *const *gout, remat_te
     if (gw) {
         rc = rm_node_unpack(node, 0, &x);
         if (!rc) rc = check_saved(nm, "x", x, c->ndx, c->sx);
-        if (!rc) rc = rm_new_output(&dw, 2, wshape, dt, dev);
+        if (!rc) rc = rm_new_output(&dw, 2, wshape, c->wdt, dev);
         if (!rc) rc = mm_run(nm, dw, RM_MM_ROW | RM_MM_COL, g, row | RM_MM_COL | RM_MM_T, x,
                              row | RM_MM_COL);
         if (rc) goto out;
@@ -315,9 +327,21 @@ static int linear_backward_diff(remat_node *node, remat_tensor *const *gout, rem
         if (!rc) rc = remat_reshape(&x2, x, 2, sx);
         if (!rc) rc = remat_transpose(&t, g2, 0, 1);
         if (!rc) rc = remat_matmul(&gin[1], t, x2);
+        if (!rc && gin[1]->dtype != c->wdt) { /* the kept f32 weight's gradient: f32 */
+            remat_release_p(&t);
+            rc = remat_to_dtype(&t, gin[1], c->wdt);
+            remat_release_p(&gin[1]);
+            gin[1] = t, t = NULL;
+        }
     }
     if (!rc && node->next[0].node) {
         rc = rm_node_unpack(node, 1, &w);
+        if (!rc && w->dtype != gout[0]->dtype) { /* kept f32: round it as the forward did */
+            remat_tensor *wc = NULL;
+            rc = remat_to_dtype(&wc, w, gout[0]->dtype);
+            remat_release(w);
+            w = wc;
+        }
         if (!rc) rc = remat_matmul(&gin[0], gout[0], w);
     }
     if (!rc && node->next[2].node) {
@@ -335,7 +359,7 @@ static const char *const k_linear_args[] = {"x", "weight", "bias"};
 const rm_op_desc rm_op_linear = {
     .name = "remat_linear", .node_name = "LinearBackward", .n_in = 3, .n_out = 1,
     .n_saved = 2, .flags = RM_OPF_FLOAT | RM_OPF_SAVE_EARLY, .optional_in = 1u << 2,
-    .autocast = RM_AC_LOWER,
+    .autocast = RM_AC_LOWER, .autocast_keep = 1u << 1,
     .arg_names = k_linear_args, .kernel = RM_K_MATMUL, .params_size = sizeof(lin_ctx),
     .fill_ctx = lin_fill_ctx, .check = lin_check, .infer = lin_infer,
     .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}}, .backward = linear_backward,

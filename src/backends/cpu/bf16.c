@@ -38,8 +38,11 @@ static int f32_twin(remat_tensor **out, const remat_tensor *t) {
     return REMAT_OK;
 }
 
-/* Elements per chunk of the chunked path (1 MiB of f32 per operand). */
-#define BF16_CHUNK ((int64_t)256 * 1024)
+/* Elements per chunk of the chunked path: 256 KiB of f32 per operand (the
+ * buffers sit at the peak of a checkpointed block's backward: gelu's three
+ * operands at 1 MiB each were 3 MiB of it), still past RM_OMP_MIN twice so
+ * the f32 kernel splits each chunk over the threads. */
+#define BF16_CHUNK ((int64_t)64 * 1024)
 
 /* Whether the kernel is purely elementwise over operands that all are
  * contiguous with one element count (so any slice of them is a valid call):

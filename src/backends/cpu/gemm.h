@@ -35,6 +35,10 @@ void rm_dgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, c
  * else through f32 (one warning). Never fails. */
 void rm_bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
               const uint16_t *B, int64_t ldb, float beta, uint16_t *C, int64_t ldc);
+/* The same with an f32 C (not rounded): a bf16 activation's product feeding an f32
+ * parameter's gradient (linear's dW under autocast). */
+void rm_bgemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
+                  int64_t lda, const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
 /* How the OpenBLAS backend uses threads (see gemm.c): OMP (default) runs
  * OpenBLAS single-threaded and splits large GEMMs over remat's OpenMP

@@ -33,10 +33,28 @@ static float *widen(const uint16_t *X, int64_t rows, int64_t cols, int64_t ld) {
     return f;
 }
 
+/* C is bf16, or f32 when cf32 (then written in place, unrounded). */
 static void bgemm_via_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
-                          int64_t lda, const uint16_t *B, int64_t ldb, float beta, uint16_t *C,
-                          int64_t ldc) {
+                          int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *Cv,
+                          int64_t ldc, bool cf32) {
     float *a = widen(A, ta ? K : M, ta ? M : K, lda), *b = widen(B, tb ? N : K, tb ? K : N, ldb);
+    if (cf32) {
+        if (a && b) rm_sgemm(ta, tb, M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, beta, Cv, ldc);
+        else { /* out of memory for the widened copies: element by element */
+            float *C = Cv;
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    float s = beta != 0 ? C[i * ldc + j] : 0.0f;
+                    for (int64_t p = 0; p < K; p++)
+                        s += rm_bf16_to_f32(ta ? A[p * lda + i] : A[i * lda + p]) *
+                             rm_bf16_to_f32(tb ? B[j * ldb + p] : B[p * ldb + j]);
+                    C[i * ldc + j] = s;
+                }
+        }
+        free(a), free(b);
+        return;
+    }
+    uint16_t *C = Cv;
     float *c = beta != 0 ? widen(C, M, N, ldc) : malloc(sizeof(float) * (size_t)(M * N));
     if (a && b && c) {
         rm_sgemm(ta, tb, M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, beta, c, N);
@@ -58,7 +76,7 @@ static void bgemm_via_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, con
 #if defined(REMAT_GEMM_ONEDNN)
 typedef struct bkey {
     int64_t M, N, K, lda, ldb, ldc;
-    int ta, tb, acc;
+    int ta, tb, acc, cf32;
 } bkey;
 
 /* Member by member: the struct has padding after its three ints, which
@@ -66,7 +84,7 @@ typedef struct bkey {
 static bool bkey_eq(const bkey *a, const bkey *b) {
     return a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda &&
            a->ldb == b->ldb && a->ldc == b->ldc && a->ta == b->ta && a->tb == b->tb &&
-           a->acc == b->acc;
+           a->acc == b->acc && a->cf32 == b->cf32;
 }
 
 typedef struct bentry {
@@ -96,7 +114,7 @@ static bool make_entry(bentry *e, const bkey *k) {
     dnnl_dims_t cs = {k->ldc, 1};
     if (dnnl_memory_desc_init_by_strides(&e->a, 2, ad, dnnl_bf16, as) ||
         dnnl_memory_desc_init_by_strides(&e->b, 2, bd, dnnl_bf16, bs) ||
-        dnnl_memory_desc_init_by_strides(&e->c, 2, cd, dnnl_bf16, cs))
+        dnnl_memory_desc_init_by_strides(&e->c, 2, cd, k->cf32 ? dnnl_f32 : dnnl_bf16, cs))
         return false;
     dnnl_matmul_desc_t md;
     if (dnnl_matmul_desc_init(&md, &e->a, &e->b, NULL, &e->c)) return false;
@@ -124,11 +142,11 @@ static bool make_entry(bentry *e, const bkey *k) {
 
 /* true if oneDNN ran it */
 static bool bgemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
-                       int64_t lda, const uint16_t *B, int64_t ldb, float beta, uint16_t *C,
-                       int64_t ldc) {
+                       int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C,
+                       int64_t ldc, bool cf32) {
     bkey key;
     memset(&key, 0, sizeof key);
-    key = (bkey){M, N, K, lda, ldb, ldc, ta, tb, beta != 0};
+    key = (bkey){M, N, K, lda, ldb, ldc, ta, tb, beta != 0, cf32};
     bentry tmp, *e = NULL;
     bool owned = false;
     pthread_mutex_lock(&g_mu);
@@ -181,21 +199,25 @@ static bool bgemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const 
 }
 #endif
 
-void rm_bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
-              const uint16_t *B, int64_t ldb, float beta, uint16_t *C, int64_t ldc) {
+static void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
+                  int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C, int64_t ldc,
+                  bool cf32) {
     if (M <= 0 || N <= 0) return;
     lda = fix_ld(ta ? K : M, ta ? M : K, lda);
     ldb = fix_ld(tb ? N : K, tb ? K : N, ldb);
     ldc = fix_ld(M, N, ldc);
     if (K <= 0) {
         for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++)
-                C[i * ldc + j] = beta != 0 ? C[i * ldc + j] : 0;
+            for (int64_t j = 0; j < N; j++) {
+                if (beta != 0) continue;
+                if (cf32) ((float *)C)[i * ldc + j] = 0;
+                else ((uint16_t *)C)[i * ldc + j] = 0;
+            }
         return;
     }
 #if defined(REMAT_GEMM_ONEDNN)
     if (remat_cpu_has_bf16()) {
-        if (bgemm_dnnl(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc)) return;
+        if (bgemm_dnnl(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, cf32)) return;
     } else {
         rm_warn("bf16 matmul: this CPU has neither AVX512_BF16 nor AMX-BF16 (or REMAT_NO_BF16 is set); bf16 GEMMs run "
                 "in f32 (slower than f32 itself, same results up to summation order)");
@@ -204,5 +226,15 @@ void rm_bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t 
     rm_warn("bf16 matmul: remat was built without oneDNN (REMAT_GEMM=%s); bf16 GEMMs run in "
             "f32", remat_gemm_backend());
 #endif
-    bgemm_via_f32(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    bgemm_via_f32(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, cf32);
+}
+
+void rm_bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
+              const uint16_t *B, int64_t ldb, float beta, uint16_t *C, int64_t ldc) {
+    bgemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, false);
+}
+
+void rm_bgemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
+                  int64_t lda, const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    bgemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, true);
 }

@@ -48,10 +48,14 @@ static int max_threads(void) {
 #endif
 }
 
-static void gemm_dt(remat_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                    const char *A, int64_t lda, const char *B, int64_t ldb, double beta, char *C,
-                    int64_t ldc) {
-    if (dt == REMAT_BF16)
+/* dt: A's and B's dtype; dtc: C's (the same, or f32 for bf16 operands). */
+static void gemm_dt(remat_dtype dt, remat_dtype dtc, bool ta, bool tb, int64_t m, int64_t n,
+                    int64_t k, const char *A, int64_t lda, const char *B, int64_t ldb, double beta,
+                    char *C, int64_t ldc) {
+    if (dt == REMAT_BF16 && dtc == REMAT_F32)
+        rm_bgemm_f32(ta, tb, m, n, k, (const uint16_t *)A, lda, (const uint16_t *)B, ldb,
+                     (float)beta, (float *)C, ldc);
+    else if (dt == REMAT_BF16)
         rm_bgemm(ta, tb, m, n, k, (const uint16_t *)A, lda, (const uint16_t *)B, ldb,
                  (float)beta, (uint16_t *)C, ldc);
     else if (dt == REMAT_F32)
@@ -68,7 +72,7 @@ static void gemm_dt(remat_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int6
  * add_to_c: C already holds a term to add (linear's bias). c_numel: number
  * of elements of the tensor behind C (zeroed before accumulating). All views
  * must pass mv_layout. */
-static void mm_exec(remat_dtype dt, int nb, const int64_t *bshape, const mview *A, const mview *B,
+static void mm_exec(remat_dtype dt, remat_dtype dtc, int nb, const int64_t *bshape, const mview *A, const mview *B,
                     const mview *C, int64_t c_numel, bool add_to_c) {
     bool ta, tb, tc;
     int64_t lda, ldb, ldc;
@@ -77,27 +81,27 @@ static void mm_exec(remat_dtype dt, int nb, const int64_t *bshape, const mview *
     mv_layout(C, &tc, &ldc);
     int64_t m = A->rows, k = A->cols, n = B->cols;
     int64_t nbatch = rm_shape_numel(nb, bshape);
-    size_t es = remat_dtype_size(dt);
+    size_t es = remat_dtype_size(dt), esc = remat_dtype_size(dtc);
     double beta = add_to_c ? 1.0 : 0.0;
     if (m == 0 || n == 0) return;
 
     /* fold-M: one GEMM over batch·m rows */
     if (!ta && !tc && batch_broadcast_all(nb, bshape, B->bstr) &&
         batch_chains(nb, bshape, A->bstr, m * lda) && batch_chains(nb, bshape, C->bstr, m * ldc)) {
-        gemm_dt(dt, ta, tb, nbatch * m, n, k, A->p, lda, B->p, ldb, beta, C->p, ldc);
+        gemm_dt(dt, dtc, ta, tb, nbatch * m, n, k, A->p, lda, B->p, ldb, beta, C->p, ldc);
         return;
     }
     /* fold-K: one GEMM summing over batch·k */
     if (ta && !tb && !tc && batch_broadcast_all(nb, bshape, C->bstr) &&
         batch_chains(nb, bshape, A->bstr, k * lda) && batch_chains(nb, bshape, B->bstr, k * ldb)) {
-        gemm_dt(dt, ta, tb, m, n, nbatch * k, A->p, lda, B->p, ldb, beta, C->p, ldc);
+        gemm_dt(dt, dtc, ta, tb, m, n, nbatch * k, A->p, lda, B->p, ldb, beta, C->p, ldc);
         return;
     }
     /* one GEMM per batch entry; accumulate where C is broadcast */
     bool acc = false;
     for (int d = 0; d < nb; d++) acc |= bshape[d] != 1 && C->bstr[d] == 0;
     if (acc && !add_to_c) {
-        memset(C->p, 0, (size_t)c_numel * es);
+        memset(C->p, 0, (size_t)c_numel * esc);
         beta = 1.0;
     }
     rm_iter base;
@@ -124,14 +128,14 @@ static void mm_exec(remat_dtype dt, int nb, const int64_t *bshape, const mview *
         for (int64_t i = 0; i < nbatch; i++) {
             rm_iter it = base;
             rm_iter_seek(&it, i);
-            gemm_dt(dt, ta, tb, m, n, k, A->p + (size_t)it.off[0] * es, lda,
-                    B->p + (size_t)it.off[1] * es, ldb, beta, C->p + (size_t)it.off[2] * es, ldc);
+            gemm_dt(dt, dtc, ta, tb, m, n, k, A->p + (size_t)it.off[0] * es, lda,
+                    B->p + (size_t)it.off[1] * es, ldb, beta, C->p + (size_t)it.off[2] * esc, ldc);
         }
     } else {
         rm_iter it = base;
         for (int64_t i = 0; i < nbatch; i++) {
-            gemm_dt(dt, ta, tb, m, n, k, A->p + (size_t)it.off[0] * es, lda,
-                    B->p + (size_t)it.off[1] * es, ldb, beta, C->p + (size_t)it.off[2] * es, ldc);
+            gemm_dt(dt, dtc, ta, tb, m, n, k, A->p + (size_t)it.off[0] * es, lda,
+                    B->p + (size_t)it.off[1] * es, ldb, beta, C->p + (size_t)it.off[2] * esc, ldc);
             rm_iter_next(&it);
         }
     }
@@ -217,17 +221,39 @@ static int64_t colsum_scratch(int64_t rows, int64_t n) {
 COLSUM(float)
 COLSUM(double)
 
+/* A contiguous bf16 copy of f32 t (rounded to nearest even), from the allocator. */
+static int rounded_copy(remat_tensor **out, remat_tensor *t) {
+    remat_tensor *c = NULL;
+    int rc = rm_contig(&c, t);
+    if (!rc) rc = rm_new_output(out, c->ndim, c->shape, REMAT_BF16, c->storage->device);
+    if (!rc) rm_cpu_f32_to_bf16(rm_ptr(c), rm_ptr(*out), remat_numel(c));
+    remat_release(c);
+    return rc;
+}
+
+/* Operands run in in[0]'s dtype. Under autocast linear hands over its f32
+ * weight uncast (bf16 x, src/ops/matmul.c): it is rounded into a scratch
+ * copy for the GEMM; and its gradient (bf16 g, x) is an f32 C. */
 int rm_cpu_matmul(const rm_kargs *k) {
     const rm_mm_params *p = k->params;
     remat_tensor *y = k->out[0], *bias = k->in[2];
-    remat_tensor *ac = NULL, *bc = NULL, *biasc = NULL;
+    remat_tensor *ac = NULL, *bc = NULL, *biasc = NULL, *br = NULL;
     int nb;
     int64_t bshape[REMAT_MAX_DIMS];
     remat_tensor *ops[3] = {k->in[0], k->in[1], y};
     const unsigned char flags[3] = {p->a, p->b, p->c};
     batch_shape(ops, flags, &nb, bshape);
-    int rc = prep_operand(&ac, k->in[0], p->a & RM_MM_ROW, p->a & RM_MM_COL);
-    if (!rc) rc = prep_operand(&bc, k->in[1], p->b & RM_MM_ROW, p->b & RM_MM_COL);
+    remat_tensor *b = k->in[1];
+    int rc = REMAT_OK;
+    if (b->dtype != k->in[0]->dtype) {
+        if (k->in[0]->dtype != REMAT_BF16 || b->dtype != REMAT_F32)
+            return rm_err(REMAT_EDTYPE, "matmul kernel: operands of dtypes %s and %s",
+                          remat_dtype_name(k->in[0]->dtype), remat_dtype_name(b->dtype));
+        rc = rounded_copy(&br, b);
+        b = br;
+    }
+    if (!rc) rc = prep_operand(&ac, k->in[0], p->a & RM_MM_ROW, p->a & RM_MM_COL);
+    if (!rc) rc = prep_operand(&bc, b, p->b & RM_MM_ROW, p->b & RM_MM_COL);
     if (!rc && bias) rc = rm_contig(&biasc, bias);
     if (rc) goto out;
     if (biasc) {
@@ -237,8 +263,9 @@ int rm_cpu_matmul(const rm_kargs *k) {
     }
     mview A = operand_view(ac, p->a, nb), B = operand_view(bc, p->b, nb);
     mview C = operand_view(y, p->c, nb);
-    mm_exec(y->dtype, nb, bshape, &A, &B, &C, remat_numel(y), biasc != NULL);
+    mm_exec(ac->dtype, y->dtype, nb, bshape, &A, &B, &C, remat_numel(y), biasc != NULL);
 out:
+    remat_release(br);
     remat_release(ac);
     remat_release(bc);
     remat_release(biasc);
