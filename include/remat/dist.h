@@ -128,7 +128,10 @@ int remat_dist_check_identical(remat_dist *pg, int n, remat_tensor *const *tenso
  * every parameter of a bucket is ready, the bucket's non-blocking
  * all-reduce starts (buckets start in order, as MPI requires), so the
  * communication overlaps the rest of the backward pass. One wait at the
- * end; .grad is then the mean over ranks, bitwise identical everywhere.
+ * end; .grad is then the mean over ranks, bitwise identical everywhere: a
+ * contiguous view into the bucket's buffer (P: gradient_as_bucket_view),
+ * which the bucket leaves to the gradients, taking a fresh one for the
+ * next backward (so no later reduction writes into a .grad the user holds).
  *
  * How "final" is known: before the backward runs, the graph behind the
  * loss says how many times each parameter will be accumulated into (once

@@ -84,15 +84,48 @@ static void launch_in_order(remat_ddp *d) {
     }
 }
 
-/* Copies the parameter's gradient (zeros if none) into its bucket slot. */
+/* dst[0..n) *= scale, or /= div when div is not 0 (f32 or f64). */
+static void scale_slot(void *dst, remat_dtype dt, int64_t n, double scale, double div) {
+    if (dt == REMAT_F32) {
+        float *x = dst, w = (float)scale, v = (float)div;
+        if (div) for (int64_t e = 0; e < n; e++) x[e] /= v;
+        else for (int64_t e = 0; e < n; e++) x[e] *= w;
+    } else {
+        double *x = dst;
+        if (div) for (int64_t e = 0; e < n; e++) x[e] /= div;
+        else for (int64_t e = 0; e < n; e++) x[e] *= scale;
+    }
+}
+
+/* Copies the parameter's gradient (zeros if none) into its bucket slot.
+ * With a world size that is a power of two, DDP scales by 1/world as it
+ * copies (P's reducer does too): exact, so the all-reduce's sum is the mean
+ * bitwise as if divided afterwards, and nothing is left to do after the
+ * wait. Otherwise (and for ZeRO, which keeps the sums) it copies. */
 static void fill_slot(remat_ddp *d, int i) {
     dparam *p = &d->p[i];
     dbucket *b = &d->b[p->bucket];
     size_t es = remat_dtype_size(b->dtype);
     char *dst = (char *)rm_ptr(b->buf) + (size_t)p->offset * es;
     remat_tensor *g = p->t->grad;
+    const double inv = 1.0 / d->pg->size;
+    if (d->prescale && g && g->dtype == b->dtype && remat_is_contiguous(g) && rm_ptr(g) &&
+        remat_device_host_addressable(g->storage->device.type)) {
+        /* the common case in one pass */
+        if (b->dtype == REMAT_F32) {
+            const float *s = rm_ptr(g);
+            float *x = (float *)dst, w = (float)inv;
+            for (int64_t e = 0; e < p->numel; e++) x[e] = s[e] * w;
+        } else {
+            const double *s = rm_ptr(g);
+            double *x = (double *)dst;
+            for (int64_t e = 0; e < p->numel; e++) x[e] = s[e] * inv;
+        }
+        return;
+    }
     if (!g || remat_copy_to_buffer(g, b->dtype, dst, p->numel) != REMAT_OK)
         memset(dst, 0, (size_t)p->numel * es);
+    else if (d->prescale) scale_slot(dst, b->dtype, p->numel, inv, 0);
 }
 
 static void mark_ready(remat_ddp *d, int i) {
@@ -286,6 +319,7 @@ int rmd_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *
     d->n = n;
     d->sync = true;
     d->zero = zero;
+    d->prescale = !zero && (pg->size & (pg->size - 1)) == 0;
     if (opts) d->o = *opts;
     d->p = calloc((size_t)n, sizeof *d->p);
     d->used_any = calloc((size_t)n, 1);
@@ -363,34 +397,77 @@ static int rereduce(remat_ddp *d, const char *call, int k) {
     return rmd_wait(d->pg, call, "reducing a bucket again", 1, &b->req, NULL);
 }
 
-/* .grad := bucket sum / world size for parameters some rank used. */
+/* .grad of parameter i := its slot of bucket b (the mean), copied. */
+static int copy_back(remat_ddp *d, const char *call, int i) {
+    dparam *p = &d->p[i];
+    dbucket *b = &d->b[p->bucket];
+    remat_tensor *g = p->t->grad;
+    if (!g || !remat_is_contiguous(g) || g->dtype != b->dtype || !rm_ptr(g) ||
+        atomic_load(&g->storage->refcount) > 1) {
+        remat_tensor *ng;
+        int rc = remat_empty(&ng, p->t->ndim, p->t->shape, p->t->dtype, p->t->storage->device);
+        if (rc) return rm_err_prefix(rc, call);
+        rc = remat_set_grad(p->t, ng);
+        remat_release(ng);
+        if (rc) return rc;
+        g = p->t->grad;
+    }
+    size_t es = remat_dtype_size(b->dtype);
+    memcpy(rm_ptr(g), (const char *)rm_ptr(b->buf) + (size_t)p->offset * es,
+           (size_t)p->numel * es);
+    rm_bump_version(g);
+    return REMAT_OK;
+}
+
+/* .grad := the mean (the bucket's sums were scaled before the all-reduce)
+ * for parameters some rank used: a view into the bucket's buffer (P:
+ * gradient_as_bucket_view), no copy. The views own that buffer from then
+ * on and the bucket takes a fresh one (from the cpu cache in a training
+ * loop, which drops .grad each step), so a later reduction never writes
+ * into memory the user holds. Where the fresh buffer cannot be had, the
+ * bucket keeps its buffer and the values are copied into .grad. */
 static int write_back(remat_ddp *d, const char *call, const unsigned char *used_any) {
-    const double W = d->pg->size;
-    for (int i = 0; i < d->n; i++) {
-        dparam *p = &d->p[i];
-        if (!used_any[i]) continue;
-        dbucket *b = &d->b[p->bucket];
-        remat_tensor *g = p->t->grad;
-        if (!g || !remat_is_contiguous(g) || g->dtype != b->dtype || !rm_ptr(g) ||
-            atomic_load(&g->storage->refcount) > 1) {
-            remat_tensor *ng;
-            int rc = remat_empty(&ng, p->t->ndim, p->t->shape, p->t->dtype, p->t->storage->device);
-            if (rc) return rm_err_prefix(rc, call);
-            rc = remat_set_grad(p->t, ng);
-            remat_release(ng);
-            if (rc) return rc;
-            g = p->t->grad;
+    for (int k = 0; k < d->nb; k++) {
+        dbucket *b = &d->b[k];
+        bool used = false;
+        for (int i = 0; i < d->n && !used; i++) used = d->p[i].bucket == k && used_any[i];
+        if (!used) continue;
+        /* sum → mean where fill_slot did not scale (bitwise as ever) */
+        if (!d->prescale) scale_slot(rm_ptr(b->buf), b->dtype, b->numel, 0, d->pg->size);
+        remat_tensor *fresh = NULL;
+        if (remat_empty(&fresh, 1, &b->padded, b->dtype, REMAT_DEVICE_CPU) != REMAT_OK) {
+            fresh = NULL;
+            remat_clear_error();
         }
-        if (b->dtype == REMAT_F32) {
-            const float *s = (const float *)rm_ptr(b->buf) + p->offset;
-            float *x = rm_ptr(g), w = (float)W;
-            for (int64_t e = 0; e < p->numel; e++) x[e] = s[e] / w;
-        } else {
-            const double *s = (const double *)rm_ptr(b->buf) + p->offset;
-            double *x = rm_ptr(g);
-            for (int64_t e = 0; e < p->numel; e++) x[e] = s[e] / W;
+        for (int i = 0; i < d->n; i++) {
+            dparam *p = &d->p[i];
+            if (p->bucket != k || !used_any[i]) continue;
+            if (!fresh) {
+                int rc = copy_back(d, call, i);
+                if (rc) return rc;
+                continue;
+            }
+            int64_t st[REMAT_MAX_DIMS];
+            rm_contiguous_strides(p->t->ndim, p->t->shape, st);
+            remat_tensor *v = rm_tensor_alloc(b->buf->storage, b->buf->offset + p->offset,
+                                              p->t->ndim, p->t->shape, st, b->dtype);
+            if (!v) {
+                remat_release(fresh);
+                return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+            }
+            v->is_view = true;
+            int rc = remat_set_grad(p->t, v);
+            remat_release(v);
+            if (rc) {
+                remat_release(fresh);
+                return rc;
+            }
+            rm_bump_version(p->t->grad);
         }
-        rm_bump_version(g);
+        if (fresh) {
+            remat_release(b->buf); /* the views hold it */
+            b->buf = fresh;
+        }
     }
     return REMAT_OK;
 }

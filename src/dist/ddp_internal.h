@@ -48,6 +48,8 @@ struct remat_ddp {
      * sums of its slice of the bucket in the bucket's first elements) and
      * .grad is left alone */
     bool zero;
+    bool prescale;          /* gradients scaled by 1/world into the buckets (DDP, world a
+                             * power of two: exact); else sums, divided after the wait */
     int64_t n_collectives;  /* bucket reductions started since creation */
     unsigned char *used_any; /* per parameter, after a backward: some rank had a gradient */
     /* leaf → index: open addressing over 2^k slots */

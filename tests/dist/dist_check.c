@@ -863,6 +863,63 @@ static void check_opaque_learns(void) {
     model_free(&m);
 }
 
+/* After a synchronised backward each .grad is a view into its bucket's
+ * buffer (no copy after the all-reduce): parameters next to each other in
+ * a bucket have their gradients next to each other in memory. Gradients
+ * the user still holds after dropping .grad are never written by the next
+ * backward (the bucket took a fresh buffer). */
+static void check_grad_views(void) {
+    model m;
+    model_init(&m, 9, 0);
+    remat_ddp *ddp = NULL;
+    remat_ddp_options o = {.bucket_bytes = 2048};
+    OK(remat_ddp_create(&ddp, pg, m.n, m.params, &o));
+    if (!ddp) return;
+    int64_t r0, r1;
+    shard(&r0, &r1);
+    remat_tensor *held[2 + 6 * L] = {0}, *copy[2 + 6 * L] = {0}, *x, *y, *loss = NULL;
+    make_data(91, &x, &y);
+    OK(forward(&m, M_NONE, x, y, r0, r1, &loss));
+    OK(remat_ddp_backward(ddp, loss));
+    remat_release(loss);
+    int adjacent = 0, pairs = 0;
+    for (int i = 1; i < m.n; i++) {
+        if (remat_ddp_bucket_of(ddp, i) != remat_ddp_bucket_of(ddp, i - 1)) continue;
+        pairs++;
+        /* reverse registration order: parameter i comes first in the bucket */
+        const char *a = remat_data(remat_tensor_grad(m.params[i]));
+        const char *b = remat_data(remat_tensor_grad(m.params[i - 1]));
+        adjacent += b == a + remat_numel(m.params[i]) * (int64_t)remat_dtype_size(g_dtype);
+    }
+    CHECK(pairs > 0 && adjacent == pairs, "%d of %d neighbours' gradients are adjacent in the "
+          "bucket", adjacent, pairs);
+    for (int step = 0; step < 2; step++) {
+        for (int i = 0; i < m.n; i++) {
+            held[i] = remat_retain(remat_tensor_grad(m.params[i]));
+            OK(remat_clone(&copy[i], held[i]));
+        }
+        zero_grads(&m);
+        remat_release(x);
+        remat_release(y);
+        make_data(92 + (uint64_t)step, &x, &y);
+        OK(forward(&m, M_NONE, x, y, r0, r1, &loss));
+        OK(remat_ddp_backward(ddp, loss));
+        remat_release(loss);
+        int intact = 0;
+        for (int i = 0; i < m.n; i++) intact += bitwise_equal(held[i], copy[i]);
+        CHECK(intact == m.n, "step %d: %d of %d held gradients intact after the next backward",
+              step, intact, m.n);
+        for (int i = 0; i < m.n; i++) {
+            remat_release(held[i]);
+            remat_release(copy[i]);
+        }
+    }
+    remat_release(x);
+    remat_release(y);
+    remat_ddp_free(ddp);
+    model_free(&m);
+}
+
 /* Gradient accumulation over 2 micro-batches (each rank's shard split in
  * halves) against one batch of both: DDP with no_sync before the last
  * micro-batch + remat_optim (accum_steps 2), and ZeRO-1 with accum_steps 2,
@@ -1155,6 +1212,7 @@ int main(int argc, char **argv) {
         {"zero1_f64", check_zero_f64},
         {"overlap_from_the_first_backward", check_first_step_overlap},
         {"opaque_custom_function_learns", check_opaque_learns},
+        {"grads_are_bucket_views", check_grad_views},
         {"accumulation_no_sync_one_collective_per_bucket", check_accum},
         {"zero1_state_gather_load_resume_bitwise", check_zero_state},
     };
