@@ -41,22 +41,15 @@ static remat_tensor *param(int nd, const int64_t *sh, double bound, bool grad) {
 }
 
 static void block_init(block *b, int64_t D, int64_t H, int64_t T, double p) {
-    int64_t d[] = {D}, d3[] = {3 * D}, d4[] = {4 * D}, qkv[] = {3 * D, D}, o[] = {D, D},
-            f1[] = {4 * D, D}, f2[] = {D, 4 * D};
-    double bd = 1.0 / sqrt((double)D), bh = 1.0 / sqrt(4.0 * (double)D);
-    gpt_block_weights *w = &b->w;
-    w->ln1_w = param(1, d, 0, true);
-    w->ln1_b = param(1, d, -1, true);
-    w->attn_w = param(2, qkv, bd, true);
-    w->attn_b = param(1, d3, bd, true);
-    w->proj_w = param(2, o, bd, true);
-    w->proj_b = param(1, d, bd, true);
-    w->ln2_w = param(1, d, 0, true);
-    w->ln2_b = param(1, d, -1, true);
-    w->fc_w = param(2, f1, bd, true);
-    w->fc_b = param(1, d4, bd, true);
-    w->fc2_w = param(2, f2, bh, true);
-    w->fc2_b = param(1, d, bh, true);
+    gpt_weight_spec sp[GPT_BLOCK_N_WEIGHTS];
+    gpt_block_weight_specs(D, sp);
+    for (int i = 0; i < GPT_BLOCK_N_WEIGHTS; i++) /* bound 0: ones, -1: zeros */
+        *gpt_block_weight_slot(&b->w, i) =
+            param(sp[i].ndim, sp[i].shape,
+                  sp[i].kind == GPT_W_GAIN    ? 0
+                  : sp[i].kind == GPT_W_SHIFT ? -1
+                                              : 1.0 / sqrt((double)sp[i].fan_in),
+                  true);
     CHECK(gpt_causal_mask(&b->mask, T, REMAT_DEVICE_CPU));
     b->cfg = (gpt_block_config){.heads = (int)H, .mask = b->mask, .p_drop = p,
                                 .gelu = REMAT_GELU_TANH, .tags = true};

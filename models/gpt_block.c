@@ -25,6 +25,14 @@ int block_tag(remat_tensor **t, const char *name) {
     return REMAT_OK;
 }
 
+static const char *const TAGS[] = {"qkv",    "attn",    "attn_probs", "attn_out",
+                                   "mlp_up", "mlp_act", "mlp_out"};
+
+const char *const *gpt_block_tags(int *n) {
+    *n = (int)(sizeof TAGS / sizeof *TAGS);
+    return TAGS;
+}
+
 static int maybe_tag(const gpt_block_config *cfg, remat_tensor **t, const char *name) {
     return cfg->tags ? block_tag(t, name) : REMAT_OK;
 }
@@ -137,19 +145,40 @@ done:
     return rc;
 }
 
+int gpt_block_weight_specs(int64_t C, gpt_weight_spec *spec) {
+    const gpt_weight_spec s[GPT_BLOCK_N_WEIGHTS] = {
+        {"ln1_w", 1, {C, 0}, GPT_W_GAIN, C, false},
+        {"ln1_b", 1, {C, 0}, GPT_W_SHIFT, C, false},
+        {"attn_w", 2, {3 * C, C}, GPT_W_MATRIX, C, false},
+        {"attn_b", 1, {3 * C, 0}, GPT_W_BIAS, C, false},
+        {"proj_w", 2, {C, C}, GPT_W_MATRIX, C, true},
+        {"proj_b", 1, {C, 0}, GPT_W_BIAS, C, true},
+        {"ln2_w", 1, {C, 0}, GPT_W_GAIN, C, false},
+        {"ln2_b", 1, {C, 0}, GPT_W_SHIFT, C, false},
+        {"fc_w", 2, {4 * C, C}, GPT_W_MATRIX, C, false},
+        {"fc_b", 1, {4 * C, 0}, GPT_W_BIAS, C, false},
+        {"fc2_w", 2, {C, 4 * C}, GPT_W_MATRIX, 4 * C, true},
+        {"fc2_b", 1, {C, 0}, GPT_W_BIAS, 4 * C, true},
+    };
+    for (int i = 0; i < GPT_BLOCK_N_WEIGHTS; i++) spec[i] = s[i];
+    return GPT_BLOCK_N_WEIGHTS;
+}
+
+remat_tensor **gpt_block_weight_slot(gpt_block_weights *w, int i) {
+    remat_tensor **slots[GPT_BLOCK_N_WEIGHTS] = {&w->ln1_w, &w->ln1_b, &w->attn_w, &w->attn_b,
+                                                 &w->proj_w, &w->proj_b, &w->ln2_w, &w->ln2_b,
+                                                 &w->fc_w, &w->fc_b, &w->fc2_w, &w->fc2_b};
+    return i >= 0 && i < GPT_BLOCK_N_WEIGHTS ? slots[i] : NULL;
+}
+
 int gpt_block_weights_list(const gpt_block_weights *w, remat_tensor **out) {
-    remat_tensor *ws[GPT_BLOCK_N_WEIGHTS] = {w->ln1_w, w->ln1_b, w->attn_w, w->attn_b,
-                                             w->proj_w, w->proj_b, w->ln2_w, w->ln2_b,
-                                             w->fc_w, w->fc_b, w->fc2_w, w->fc2_b};
-    for (int i = 0; i < GPT_BLOCK_N_WEIGHTS; i++) out[i] = ws[i];
+    for (int i = 0; i < GPT_BLOCK_N_WEIGHTS; i++)
+        out[i] = *gpt_block_weight_slot((gpt_block_weights *)w, i);
     return GPT_BLOCK_N_WEIGHTS;
 }
 
 void gpt_block_weights_release(gpt_block_weights *w) {
-    remat_tensor **ws[GPT_BLOCK_N_WEIGHTS] = {&w->ln1_w, &w->ln1_b, &w->attn_w, &w->attn_b,
-                                              &w->proj_w, &w->proj_b, &w->ln2_w, &w->ln2_b,
-                                              &w->fc_w, &w->fc_b, &w->fc2_w, &w->fc2_b};
-    for (int i = 0; i < GPT_BLOCK_N_WEIGHTS; i++) remat_release_p(ws[i]);
+    for (int i = 0; i < GPT_BLOCK_N_WEIGHTS; i++) remat_release_p(gpt_block_weight_slot(w, i));
 }
 
 int gpt_causal_mask(remat_tensor **out, int64_t T, remat_device device) {

@@ -30,6 +30,7 @@
 #define REMAT_MODELS_GPT_BLOCK_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "remat/remat.h"
 
@@ -57,6 +58,34 @@ typedef struct gpt_block_config {
  * its own scope; on failure *out is untouched and nothing is leaked. */
 int gpt_block_forward(const gpt_block_weights *w, const gpt_block_config *cfg, remat_tensor *x,
                       remat_tensor **out);
+
+/* What each weight is, for the caller's initialisation (each draws its own
+ * values: the program GPT-2's normal, the tests and benches uniform). */
+typedef enum gpt_weight_kind {
+    GPT_W_GAIN,   /* a layer norm's weight (starts at 1) */
+    GPT_W_SHIFT,  /* a layer norm's bias (starts at 0) */
+    GPT_W_MATRIX, /* a linear's weight */
+    GPT_W_BIAS    /* a linear's bias */
+} gpt_weight_kind;
+
+typedef struct gpt_weight_spec {
+    const char *name;  /* the field's name, "attn_w" (the program's save files use it) */
+    int ndim;
+    int64_t shape[2];
+    gpt_weight_kind kind;
+    int64_t fan_in;    /* inputs of the linear it belongs to (C or 4C; C for norms) */
+    bool residual_out; /* proj and fc2: write into the residual stream (GPT-2 scales
+                        * their matrices' init by 1/sqrt(2 layers)) */
+} gpt_weight_spec;
+
+/* The names above, in the block's order; OUT: *n their count. */
+const char *const *gpt_block_tags(int *n);
+
+/* OUT: spec[0..12) for width C, in the order of the struct; returns
+ * GPT_BLOCK_N_WEIGHTS. */
+int gpt_block_weight_specs(int64_t C, gpt_weight_spec *spec);
+/* The slot of the i-th weight (the struct's order), for initialising it. */
+remat_tensor **gpt_block_weight_slot(gpt_block_weights *w, int i);
 
 /* Writes the 12 weights' borrowed pointers in the order of the struct;
  * returns GPT_BLOCK_N_WEIGHTS. */

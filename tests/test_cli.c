@@ -1533,3 +1533,55 @@ Test(cli, progress_bar_fits_the_terminal_width) {
     cr_assert(!strchr(o, '\r'), "a bar with --quiet: %s", o);
     free(o);
 }
+
+/* ---- every line fits the terminal ------------------------------------------------------- */
+/* The longest line of o in columns (UTF-8 characters; "\r" starts a line,
+ * the clear-to-end sequence is not text); *where: its start. */
+static int longest_line(const char *o, const char **where) {
+    int best = 0, cols = 0;
+    const char *start = o;
+    *where = o;
+    for (const char *p = o;; p++) {
+        if (*p == '\0' || *p == '\n' || *p == '\r') {
+            if (cols > best) best = cols, *where = start;
+            if (!*p) break;
+            cols = 0;
+            start = p + 1;
+        } else if (*p == '\033' && strncmp(p, "\033[K", 3) == 0) {
+            p += 2;
+        } else if (((unsigned char)*p & 0xC0) != 0x80) {
+            cols++;
+        }
+    }
+    return best;
+}
+
+/* With COLUMNS=60 no line of `remat train` is wider than 59 columns: the
+ * header, the planner's lines, the budget warning, the plain step lines with
+ * their evaluation, the summary, a resumed run's lines and an error. */
+Test(cli, train_output_fits_60_columns) {
+    const char *model = "--layers 2 --width 32 --heads 2 --context 24 --batch 8 --threads 1";
+    const char *save = path("fit.bin");
+    char cmds[5][512];
+    snprintf(cmds[0], sizeof cmds[0], "train %s --steps 20 --eval-every 10 "
+             "--checkpoint budget=70%% --verbose --save %s", model, save);
+    snprintf(cmds[1], sizeof cmds[1], "train %s --steps 24 --resume %s", model, save);
+    snprintf(cmds[2], sizeof cmds[2], "train %s --steps 4 --checkpoint budget=1GiB", model);
+    snprintf(cmds[3], sizeof cmds[3], "train %s --steps 4 --progress --eval-every 2", model);
+    snprintf(cmds[4], sizeof cmds[4], "train %s --steps 4 --checkpoint budget=1KiB", model);
+    const char *expect[5] = {"predicted peak", "resuming at step 20", "warning:",
+                             "held-out", "smallest feasible budget"};
+    snprintf(g_env, sizeof g_env, "COLUMNS=60 ");
+    for (int i = 0; i < 5; i++) {
+        char *o;
+        int st = run(&o, true, "%s", cmds[i]);
+        cr_assert_eq(st, i == 4 ? 1 : 0, "%s: exit %d\n%s", cmds[i], st, o);
+        cr_assert(strstr(o, expect[i]), "%s: no '%s' in\n%s", cmds[i], expect[i], o);
+        const char *at;
+        int w = longest_line(o, &at);
+        cr_assert(w <= 59, "%s: a line of %d columns at COLUMNS=60: %.*s", cmds[i], w,
+                  (int)strcspn(at, "\r\n"), at);
+        free(o);
+    }
+    g_env[0] = '\0';
+}

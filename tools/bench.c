@@ -39,6 +39,7 @@
 #include "models.h"
 #include "step.h"
 #include "svg.h"
+#include "term.h"
 #include "trace.h"
 #include "util.h"
 
@@ -144,13 +145,13 @@ static void spread(const double *t, int n, result *r) {
 
 static void print_header(FILE *f, const config *c, const model *m, int threads) {
     if (m->kind == MODEL_GPT)
-        fprintf(f,
+        term_printf(f,
                 "remat bench: GPT, %d layers, width %d, %d heads, context %d, batch %d "
                 "(%.2fM parameters), %s attention, %d threads, %d reps\n",
                 m->layers, m->width, m->heads, m->context, c->batch, (double)m->n_weights / 1e6,
                 m->attn_ops ? "composed" : "fused", threads, c->reps);
     else
-        fprintf(f,
+        term_printf(f,
                 "remat bench: MLP, %d layers, width %d, batch %d (%.2fM parameters), %d threads, "
                 "%d reps\n",
                 m->layers, m->width, c->batch, (double)m->n_weights / 1e6, threads, c->reps);
@@ -439,7 +440,7 @@ static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, b
     bool need = c->sweep > 0;
     for (int i = 0; i < c->n_strategies; i++) need = need || c->strategies[i].kind == STRAT_BUDGET;
     if (!need) return REMAT_OK;
-    if (log) fprintf(stderr, "  profiling the %d block%s for the planner...\n", m->layers,
+    if (log) term_printf(stderr, "  profiling the %d block%s for the planner...\n", m->layers,
                      m->layers == 1 ? "" : "s");
     /* malloc in its fast setting: the profile's times are the planner's cost model */
     step_malloc_mode(false);
@@ -453,9 +454,11 @@ static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, b
     if (!rc) rc = strategy_store_all_bytes(pl->prof, &pl->blocks_store_all);
     if (rc) return rc;
     if (c->verbose) {
-        fprintf(stderr, "profile of the %d block%s (%.2f s):\n", m->layers,
+        term_printf(stderr, "profile of the %d block%s (%.2f s):\n", m->layers,
                 m->layers == 1 ? "" : "s", pl->profile_s);
-        remat_profile_print(pl->prof, stderr);
+        term_buf tb;
+        remat_profile_print(pl->prof, term_buf_open(&tb, stderr));
+        term_buf_close(&tb, stderr);
     }
     if (c->sweep) sweep_budgets(c, pl);
     for (int i = 0; i < c->n_strategies; i++) {
@@ -465,7 +468,7 @@ static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, b
         if (rc && c->default_strategies && s->budget < pl->min_budget) {
             /* the default list's budget=50% does not fit every model: leave it out */
             if (log)
-                fprintf(stderr, "  (%s left out: below the planner's minimum for this model, "
+                term_printf(stderr, "  (%s left out: below the planner's minimum for this model, "
                                 "%.2f MiB)\n", s->name, (double)pl->min_budget / 1048576.0);
             memmove(s, s + 1, sizeof *s * (size_t)(c->n_strategies - i - 1));
             c->n_strategies--;
@@ -481,10 +484,12 @@ static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, b
         }
         char warn[320];
         if (log && !c->sweep && strategy_budget_warning(s, warn, sizeof warn))
-            fprintf(stderr, "  %s\n", warn);
+            term_printf(stderr, "  %s\n", warn);
         if (c->verbose) {
-            fprintf(stderr, "%s:\n", s->name);
-            remat_plan_print(s->plan, stderr);
+            term_printf(stderr, "%s:\n", s->name);
+            term_buf tb;
+            remat_plan_print(s->plan, term_buf_open(&tb, stderr));
+            term_buf_close(&tb, stderr);
         }
     }
     return REMAT_OK;
@@ -561,7 +566,7 @@ static int bench_setup(bench_run *br, bool is_default) {
     if ((rc = prog_dist_attach(&br->pd, &br->m, c->bucket_mib, 1))) return rc;
     if ((rc = task_batch(&br->tk, 0, &br->b))) return rc;
     if (is_default && br->log)
-        fprintf(stderr,
+        term_printf(stderr,
                 "remat: no command given, so here is `remat bench` on a small GPT: the same\n"
                 "training step under each checkpointing strategy (see `remat --help`).\n");
     if (br->log) print_header(stderr, c, &br->m, br->threads);
@@ -828,7 +833,7 @@ int cmd_bench(config *c, bool is_default) {
     if (!rc) bench_report(&br);
     if (!rc) rc = bench_write_plots(&br, is_default);
     if (rc) {
-        fprintf(stderr, "\nremat bench: %s\n", remat_last_error());
+        term_printf(stderr, "\nremat bench: %s\n", remat_last_error());
     } else {
         for (int i = 0; i < br.n; i++)
             if (!br.r[i].grads_equal) {
@@ -840,7 +845,7 @@ int cmd_bench(config *c, bool is_default) {
     }
     bench_free(&br);
     if (prog_dist_end(&br.pd, rc ? 1 : 0)) { /* with rc under mpirun: ends every rank */
-        if (!rc) fprintf(stderr, "remat bench: %s\n", remat_last_error()); /* else printed */
+        if (!rc) term_printf(stderr, "remat bench: %s\n", remat_last_error()); /* else printed */
         return 1;
     }
     return rc ? 1 : 0;

@@ -59,22 +59,16 @@ static int init_gpt(model *m) {
     TRY(new_param(m, "wpe", 2, (int64_t[]){T, C}, INIT_NORMAL, std, true, &m->wpe));
     for (int l = 0; l < L; l++) {
         gpt_block_weights *b = &m->gblocks[l];
-#define P(field, nd, shp, init, sd, decay)                                            \
-    snprintf(nm, sizeof nm, "h.%d." #field, l);                                       \
-    TRY(new_param(m, nm, nd, shp, init, sd, decay, &b->field))
-        P(ln1_w, 1, (int64_t[]){C}, INIT_ONES, 0, false);
-        P(ln1_b, 1, (int64_t[]){C}, INIT_ZEROS, 0, false);
-        P(attn_w, 2, ((int64_t[]){3 * C, C}), INIT_NORMAL, std, true);
-        P(attn_b, 1, (int64_t[]){3 * C}, INIT_ZEROS, 0, false);
-        P(proj_w, 2, ((int64_t[]){C, C}), INIT_NORMAL, proj_std, true);
-        P(proj_b, 1, (int64_t[]){C}, INIT_ZEROS, 0, false);
-        P(ln2_w, 1, (int64_t[]){C}, INIT_ONES, 0, false);
-        P(ln2_b, 1, (int64_t[]){C}, INIT_ZEROS, 0, false);
-        P(fc_w, 2, ((int64_t[]){4 * C, C}), INIT_NORMAL, std, true);
-        P(fc_b, 1, (int64_t[]){4 * C}, INIT_ZEROS, 0, false);
-        P(fc2_w, 2, ((int64_t[]){C, 4 * C}), INIT_NORMAL, proj_std, true);
-        P(fc2_b, 1, (int64_t[]){C}, INIT_ZEROS, 0, false);
-#undef P
+        gpt_weight_spec sp[GPT_BLOCK_N_WEIGHTS];
+        gpt_block_weight_specs(C, sp);
+        for (int i = 0; i < GPT_BLOCK_N_WEIGHTS; i++) {
+            const bool matrix = sp[i].kind == GPT_W_MATRIX; /* normal, decayed */
+            const int init = matrix ? INIT_NORMAL : sp[i].kind == GPT_W_GAIN ? INIT_ONES : INIT_ZEROS;
+            snprintf(nm, sizeof nm, "h.%d.%s", l, sp[i].name);
+            TRY(new_param(m, nm, sp[i].ndim, sp[i].shape, init,
+                          sp[i].residual_out ? proj_std : std, matrix,
+                          gpt_block_weight_slot(b, i)));
+        }
     }
     TRY(new_param(m, "ln_f.w", 1, (int64_t[]){C}, INIT_ONES, 0, false, &m->lnf_w));
     TRY(new_param(m, "ln_f.b", 1, (int64_t[]){C}, INIT_ZEROS, 0, false, &m->lnf_b));
@@ -174,15 +168,10 @@ void model_zero_grad(model *m) {
 }
 
 /* ---- blocks ------------------------------------------------------------------------ */
-static const char *const GPT_TAGS[] = {"qkv",    "attn",   "attn_probs", "attn_out",
-                                       "mlp_up", "mlp_act", "mlp_out"};
 static const char *const MLP_TAGS[] = {"linear", "gelu"};
 
 const char *const *model_tags(model_kind kind, int *n) {
-    if (kind == MODEL_GPT) {
-        *n = (int)(sizeof GPT_TAGS / sizeof *GPT_TAGS);
-        return GPT_TAGS;
-    }
+    if (kind == MODEL_GPT) return gpt_block_tags(n);
     *n = (int)(sizeof MLP_TAGS / sizeof *MLP_TAGS);
     return MLP_TAGS;
 }

@@ -7,21 +7,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
+
+#include "term.h"
 
 #define BAR_MIN 5
 #define BAR_MAX 30
 
 int progress_columns(int fd) {
-    const char *env = getenv("COLUMNS");
-    if (env && *env) {
-        char *end = NULL;
-        long v = strtol(env, &end, 10);
-        if (*end == '\0' && v >= 10 && v <= 100000) return (int)v;
-    }
-    struct winsize ws;
-    if (ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 10) return ws.ws_col;
-    return 80;
+    int c = term_env_columns();
+    if (!c) c = term_fd_columns(fd);
+    return c ? c : 80;
 }
 
 void progress_eta(double seconds, char *buf, size_t n) {

@@ -1,5 +1,6 @@
 /* tools/train.c — `remat train`. */
 #include "train.h"
+#include "train_run.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -17,15 +18,12 @@
 #include "savefile.h"
 #include "step.h"
 #include "svg.h"
+#include "term.h"
 #include "trace.h"
 #include "util.h"
 
 #define N_EVAL_BATCHES 4
 
-typedef struct eval_summary {
-    double loss, accuracy, exact;
-    bool has_accuracy, has_exact;
-} eval_summary;
 
 static int evaluate(model *m, const task *t, eval_summary *out) {
     eval_result r;
@@ -94,61 +92,10 @@ static void progress(bool bar, int64_t step, int64_t total, double loss, double 
                       unit, eta_s, extra);
         fprintf(stderr, "\r%s\033[K", line);
     } else {
-        fprintf(stderr, "step %" PRId64 "/%" PRId64 "  loss %.4f  %s %s/s%s%s\n", step, total,
+        term_printf(stderr, "step %" PRId64 "/%" PRId64 "  loss %.4f  %s %s/s%s%s\n", step, total,
                 loss, r, unit, extra ? "  " : "", extra ? extra : "");
     }
     fflush(stderr);
-}
-
-/* --report: the residual reports of the run's first step. */
-static int print_reports(FILE *f, const config *c, const step_report *rep, int64_t step,
-                         const remat_sac_stats *sac) {
-    fprintf(f, "\nresidual report of step %" PRId64 " (strategy %s), forward:\n", step,
-            c->strat.name);
-    int rc = remat_residual_report_print(rep->forward, f);
-    if (rc) return rc;
-    remat_residual_totals t;
-    memset(&t, 0, sizeof t);
-    remat_residual_report_totals(rep->forward, &t);
-    char kb[32], cb[32];
-    util_fmt_bytes((double)t.kept_bytes, kb, sizeof kb);
-    if (c->strat.kind == STRAT_NONE)
-        fprintf(f, "the forward keeps %s for backward (the graph's saves)\n", kb);
-    else if (sac)
-        fprintf(f, "the forward keeps %s for backward (the graph's saves, block inputs included) "
-                   "+ %s in the selective cache (%" PRId64 " ops); 'h' entries went to "
-                   "checkpoints and are recomputed or served from the cache\n",
-                kb, util_fmt_bytes((double)sac->bytes_cached, cb, sizeof cb), sac->ops_cached);
-    else
-        fprintf(f, "the forward keeps %s for backward (the graph's saves, checkpoint inputs "
-                   "included); 'h' entries went to checkpoints and are recomputed\n", kb);
-    if (remat_residual_report_count(rep->backward) > 0) {
-        fprintf(f, "\nresidual report of step %" PRId64
-                   ", backward (saved while recomputing checkpointed blocks):\n", step);
-        rc = remat_residual_report_print(rep->backward, f);
-    } else {
-        fprintf(f, "\nnothing was saved during backward (no block was recomputed)\n");
-    }
-    return rc;
-}
-
-static void json_totals(json *j, const char *key, const remat_residual_report *r) {
-    remat_residual_totals t;
-    memset(&t, 0, sizeof t);
-    remat_residual_report_totals(r, &t);
-    json_object(j, key);
-    json_int(j, "count", t.count);
-    json_uint(j, "bytes", t.bytes);
-    json_uint(j, "unique_bytes", t.unique_bytes);
-    json_uint(j, "kept_bytes", t.kept_bytes);
-    json_end(j);
-}
-
-static uint32_t float_bits(double v) {
-    float f = (float)v;
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
 }
 
 /* SIGINT/SIGTERM during training. They are blocked in every thread from
@@ -272,38 +219,6 @@ static int save_state(const config *c, const task *tk, const model *m, remat_opt
     return rc;
 }
 
-/* What the phases of a run share. Setup fills the model, task, optimizer
- * and process group; the loop the per-step figures; the report reads them.
- * train_free releases everything (each pointer NULL or owned). */
-typedef struct train_run {
-    config *c;
-    task tk;
-    model m;
-    remat_optimizer *o; /* NULL under --zero (pd.zero holds the state) */
-    prog_dist pd;
-    saved_state saved; /* --resume's file, until its state is restored */
-    int threads;
-    int64_t start;   /* the first step of this invocation (--resume) */
-    int64_t n_steps; /* steps this invocation runs */
-    bool tty;        /* the progress bar, else plain lines */
-    FILE *logf;      /* --log */
-    /* the loop's results */
-    double *losses, *times; /* [n_steps] */
-    double train_time;      /* seconds inside steps */
-    int64_t tokens;         /* tokens (or samples) over all ranks */
-    int64_t done_steps;     /* the step count reached */
-    int stopped;            /* the signal that ended the run early, else 0 */
-    size_t run_peak;        /* the allocator's peak over the run (steps, evaluations) */
-    size_t step_peak;       /* the largest step's peak (forward, backward, optimizer) */
-    eval_summary ev;        /* the last evaluation */
-    bool have_eval;
-    char evbuf[160], evshort[64];
-    trace tr;               /* --trace/--timeline: the last step */
-    bool traced;
-    step_report rep;        /* --report: the first step's */
-    remat_sac_stats sac;    /* selective: the first step's counters */
-    bool have_sac;
-} train_run;
 
 /* --resume's file, task, model, optimizer and the process group's parts
  * (DDP or the ZeRO-sharded AdamW), each rank's random stream. */
@@ -366,21 +281,21 @@ static void train_print_header(const train_run *tr) {
     if (c->quiet) return;
     char pb[32];
     if (m->kind == MODEL_GPT)
-        fprintf(stderr,
+        term_printf(stderr,
                 "remat train: GPT, %d layers, width %d, %d heads, context %d, batch %d, "
                 "%.2fM parameters (%s)\n",
                 m->layers, m->width, m->heads, m->context, c->batch, (double)m->n_weights / 1e6,
                 util_fmt_bytes(4.0 * (double)m->n_weights, pb, sizeof pb));
     else
-        fprintf(stderr, "remat train: MLP, %d layers, width %d, batch %d, %.2fM parameters\n",
+        term_printf(stderr, "remat train: MLP, %d layers, width %d, batch %d, %.2fM parameters\n",
                 m->layers, m->width, c->batch, (double)m->n_weights / 1e6);
-    fprintf(stderr, "  task %s%s%s, strategy %s, %s lr %g, %d threads%s\n", task_name(&tr->tk),
+    term_printf(stderr, "  task %s%s%s, strategy %s, %s lr %g, %d threads%s\n", task_name(&tr->tk),
             c->data ? " " : "", c->data ? c->data : "", c->strat.name,
             c->optim == OPTIM_ADAMW ? "AdamW" : "SGD", c->lr, tr->threads,
             tr->start ? ", resumed" : "");
-    if (tr->start) fprintf(stderr, "  resuming at step %" PRId64 " from %s\n", tr->start, c->resume);
+    if (tr->start) term_printf(stderr, "  resuming at step %" PRId64 " from %s\n", tr->start, c->resume);
     if (tr->pd.pg)
-        fprintf(stderr, "  data parallel: %d ranks x batch %d (global batch %d)\n", tr->pd.world,
+        term_printf(stderr, "  data parallel: %d ranks x batch %d (global batch %d)\n", tr->pd.world,
                 c->batch, tr->pd.world * c->batch);
 }
 
@@ -390,7 +305,7 @@ static int train_plan(train_run *tr) {
     config *c = tr->c;
     if (c->strat.kind != STRAT_BUDGET) return REMAT_OK;
     int layers = tr->m.layers;
-    if (!c->quiet) fprintf(stderr, "  profiling the %d block%s for the planner...\n",
+    if (!c->quiet) term_printf(stderr, "  profiling the %d block%s for the planner...\n",
                            layers, layers == 1 ? "" : "s");
     double t0 = util_now();
     batch pb;
@@ -404,9 +319,11 @@ static int train_plan(train_run *tr) {
         batch_free(&pb);
     }
     if (!rc && c->verbose && !c->quiet) {
-        fprintf(stderr, "profile of the %d block%s (%.2f s):\n", layers, layers == 1 ? "" : "s",
+        term_printf(stderr, "profile of the %d block%s (%.2f s):\n", layers, layers == 1 ? "" : "s",
                 util_now() - t0);
-        remat_profile_print(prof, stderr);
+        term_buf tb;
+        remat_profile_print(prof, term_buf_open(&tb, stderr));
+        term_buf_close(&tb, stderr);
     }
     if (!rc) rc = strategy_plan(&c->strat, prof, &sp);
     remat_profile_free(prof);
@@ -415,9 +332,13 @@ static int train_plan(train_run *tr) {
         snprintf(msg, sizeof msg, "%s", remat_last_error());
         return remat_set_error(rc, "--checkpoint %s: %s", c->strat.name, msg);
     }
-    if (!c->quiet) remat_plan_print(c->strat.plan, stderr);
+    if (!c->quiet) {
+        term_buf tb;
+        remat_plan_print(c->strat.plan, term_buf_open(&tb, stderr));
+        term_buf_close(&tb, stderr);
+    }
     char warn[320];
-    if (strategy_budget_warning(&c->strat, warn, sizeof warn)) fprintf(stderr, "%s\n", warn);
+    if (strategy_budget_warning(&c->strat, warn, sizeof warn)) term_printf(stderr, "%s\n", warn);
     /* the profile's own peak is not training's */
     remat_alloc_reset_peak(c->device);
     return REMAT_OK;
@@ -530,23 +451,6 @@ static int train_loop(train_run *tr) {
     return REMAT_OK;
 }
 
-/* A run a signal stopped: where it stands and how to resume. */
-static void train_report_stopped(const train_run *tr) {
-    const config *c = tr->c;
-    const char *sig = tr->stopped == SIGINT ? "SIGINT" : "SIGTERM";
-    if (c->save)
-        fprintf(stderr,
-                "remat train: stopped by %s after step %" PRId64 " of %ld; saved %s.\n"
-                "  resume with the same flags plus --resume %s (--steps %ld counts from "
-                "the start)\n",
-                sig, tr->done_steps, c->steps, c->save, c->save, c->steps);
-    else
-        fprintf(stderr,
-                "remat train: stopped by %s after step %" PRId64 " of %ld; nothing saved "
-                "(run with --save FILE to keep an interrupted run)\n",
-                sig, tr->done_steps, c->steps);
-}
-
 /* After the last step: the final evaluation, --save, --trace, --timeline. */
 static int train_finish(train_run *tr) {
     config *c = tr->c;
@@ -564,181 +468,6 @@ static int train_finish(train_run *tr) {
         if (!svg_timeline(c->timeline, title, 1, ts, labels))
             return remat_set_error(REMAT_EIO, "--timeline %s: cannot write the file", c->timeline);
     }
-    return REMAT_OK;
-}
-
-/* The run's totals, measured once for both report forms (peaks: max over ranks). */
-typedef struct train_totals {
-    double step_ms, tok_s, last;
-    size_t peak_alloc, peak_rss;
-    double hidden, comm_ms, exposed_ms; /* under mpirun */
-} train_totals;
-
-static int train_totals_get(train_run *tr, train_totals *t) {
-    const config *c = tr->c;
-    const prog_dist *pd = &tr->pd;
-    t->step_ms = 1e3 * util_median(tr->times, (int)tr->n_steps);
-    t->tok_s = tr->train_time > 0 ? (double)tr->tokens / tr->train_time : 0;
-    t->last = tr->n_steps ? tr->losses[tr->n_steps - 1] : NAN;
-    t->peak_alloc = util_peak_bytes(c->device);
-    t->peak_rss = util_peak_rss_bytes();
-    if (tr->run_peak > t->peak_alloc) t->peak_alloc = tr->run_peak;
-    double peaks[2] = {(double)t->peak_alloc, (double)t->peak_rss};
-    int rc = prog_dist_max(&tr->pd, peaks, 2);
-    t->peak_alloc = (size_t)peaks[0];
-    t->peak_rss = (size_t)peaks[1];
-    t->hidden = prog_dist_hidden_fraction(pd);
-    t->comm_ms = pd->n_steps ? 1e3 * pd->comm_s / pd->n_steps : 0;
-    t->exposed_ms = pd->n_steps ? 1e3 * pd->exposed_s / pd->n_steps : 0;
-    return rc;
-}
-
-/* --json: one object on stdout. */
-static int train_report_json(const train_run *tr, const train_totals *t) {
-    const config *c = tr->c;
-    const model *m = &tr->m;
-    const prog_dist *pd = &tr->pd;
-    util_str out = {0};
-    json j;
-    json_start(&j, &out);
-    json_object(&j, NULL);
-    json_str(&j, "command", "train");
-    model_json(&j, m, c->batch);
-    json_str(&j, "task", task_name(&tr->tk));
-    json_str(&j, "strategy", c->strat.name);
-    json_int(&j, "threads", tr->threads);
-    json_int(&j, "start_step", tr->start);
-    json_int(&j, "steps", c->steps);
-    char bits[16];
-    snprintf(bits, sizeof bits, "0x%08x", float_bits(t->last));
-    json_num(&j, "loss", t->last); /* null when no step ran */
-    json_str(&j, "loss_bits", tr->n_steps ? bits : NULL);
-    json_num(&j, "loss_first", tr->n_steps ? tr->losses[0] : NAN);
-    json_array(&j, "losses");
-    for (int64_t k = 0; k < tr->n_steps && tr->n_steps <= 100000; k++)
-        json_num(&j, NULL, tr->losses[k]);
-    json_end(&j);
-    json_num(&j, "eval_loss", tr->have_eval ? tr->ev.loss : NAN);
-    if (tr->ev.has_accuracy) json_fixed(&j, "accuracy", tr->ev.accuracy, 6);
-    if (tr->ev.has_exact) json_fixed(&j, "exact_accuracy", tr->ev.exact, 6);
-    if (tr->have_sac) {
-        json_str(&j, "sac_policy", c->strat.policy);
-        json_int(&j, "sac_ops_forward", tr->sac.ops_forward);
-        json_int(&j, "sac_ops_cached", tr->sac.ops_cached);
-        json_int(&j, "sac_bytes_cached", tr->sac.bytes_cached);
-        json_int(&j, "sac_ops_recomputed", tr->sac.ops_recomputed);
-    }
-    if (tr->rep.forward) {
-        json_totals(&j, "residuals_forward", tr->rep.forward);
-        json_totals(&j, "residuals_backward", tr->rep.backward);
-    }
-    const remat_plan *p = c->strat.plan;
-    if (p) {
-        json_uint(&j, "budget_bytes", p->budget_bytes);
-        json_uint(&j, "plan_peak_bytes", p->peak_bytes);
-        json_uint(&j, "plan_min_budget_bytes", p->min_budget_bytes);
-        json_uint(&j, "plan_store_all_bytes", p->peak_store_all);
-        json_int(&j, "plan_recomputed_blocks", p->n_recomputed);
-        json_bool(&j, "plan_whole_step", p->whole_step);
-        json_uint(&j, "step_peak_bytes", tr->step_peak);
-    }
-    json_int(&j, "world_size", pd->world);
-    json_bool(&j, "zero", pd->zero != NULL);
-    json_uint(&j, "optim_state_bytes",
-              pd->zero ? remat_zero_state_bytes(pd->zero) : remat_optim_state_bytes(tr->o));
-    if (pd->ddp) { /* gradient reductions started: one per bucket per step */
-        remat_ddp_stats ds;
-        remat_ddp_get_stats(pd->ddp, &ds);
-        json_int(&j, "buckets", ds.n_buckets);
-        json_int(&j, "grad_reductions", ds.n_collectives);
-    }
-    if (pd->pg && t->hidden >= 0) {
-        json_fixed(&j, "comm_ms", t->comm_ms, 4);
-        json_fixed(&j, "comm_exposed_ms", t->exposed_ms, 4);
-        json_fixed(&j, "comm_hidden_fraction", t->hidden, 4);
-        json_fixed(&j, "comm_done_in_backward", pd->done_in_backward / pd->n_steps, 4);
-    }
-    json_fixed(&j, "step_ms", t->step_ms, 4);
-    json_fixed(&j, "tokens_per_s", t->tok_s, 2);
-    json_uint(&j, "peak_alloc_bytes", t->peak_alloc);
-    json_uint(&j, "peak_rss_bytes", t->peak_rss);
-    json_end(&j);
-    if (out.oom) {
-        util_str_free(&out);
-        return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
-    }
-    puts(out.s);
-    util_str_free(&out);
-    return REMAT_OK;
-}
-
-/* The summary table on stdout (rank 0). */
-static void train_report_text(const train_run *tr, const train_totals *t) {
-    const config *c = tr->c;
-    const prog_dist *pd = &tr->pd;
-    char a[32], r[32];
-    printf("\n");
-    if (tr->n_steps) printf("loss          %.4f (first step %.4f)\n", t->last, tr->losses[0]);
-    printf("%s\n", tr->evbuf);
-    printf("step time     %.1f ms (median of %" PRId64 ")\n", t->step_ms, tr->n_steps);
-    printf("throughput    %.0f %s/s\n", t->tok_s, tr->m.kind == MODEL_GPT ? "tokens" : "samples");
-    printf("peak memory   %s allocated by remat, %s RSS\n",
-           util_fmt_bytes((double)t->peak_alloc, a, sizeof a),
-           util_fmt_bytes((double)t->peak_rss, r, sizeof r));
-    if (pd->pg) {
-        printf("ranks         %d (throughput and loss: the global batch; memory: the max "
-               "over ranks)\n", pd->world);
-        if (t->hidden >= 0)
-            printf("all-reduce    %.1f ms per step, %.1f ms of it after backward (%.0f%% "
-                   "hidden)\n", t->comm_ms, t->exposed_ms, 100 * t->hidden);
-        char ob[32];
-        if (pd->zero)
-            printf("optimizer     ZeRO-1: %s of AdamW state per rank (1/%d of it)\n",
-                   util_fmt_bytes((double)remat_zero_state_bytes(pd->zero), ob, sizeof ob),
-                   pd->world);
-    }
-    const remat_plan *p = c->strat.plan;
-    if (p) {
-        char bb[32], pk[32], ms[32];
-        if (p->whole_step)
-            printf("plan          budget %s for the step: predicted peak %s, measured %s "
-                   "(largest step), %" PRId64 " block forwards recomputed per step\n",
-                   util_fmt_bytes((double)p->budget_bytes, bb, sizeof bb),
-                   util_fmt_bytes((double)p->peak_bytes, pk, sizeof pk),
-                   util_fmt_bytes((double)tr->step_peak, ms, sizeof ms), p->n_recomputed);
-        else
-            printf("plan          blocks-budget %s: predicted %s for the blocks (step peak "
-                   "measured %s), %" PRId64 " block forwards recomputed per step\n",
-                   util_fmt_bytes((double)p->budget_bytes, bb, sizeof bb),
-                   util_fmt_bytes((double)p->peak_bytes, pk, sizeof pk),
-                   util_fmt_bytes((double)tr->step_peak, ms, sizeof ms), p->n_recomputed);
-    }
-    if (tr->have_sac) {
-        char cb[32];
-        printf("selective     %s: %" PRId64 " of %" PRId64 " ops cached (%s), %" PRId64
-               " recomputed in step %" PRId64 "\n",
-               c->strat.policy, tr->sac.ops_cached, tr->sac.ops_forward,
-               util_fmt_bytes((double)tr->sac.bytes_cached, cb, sizeof cb),
-               tr->sac.ops_recomputed, tr->start + 1);
-    }
-    if (c->save) printf("saved         %s (step %ld)\n", c->save, c->steps);
-    if (c->trace) printf("trace         %s\n", c->trace);
-    if (c->timeline) printf("timeline      %s\n", c->timeline);
-}
-
-/* --report's residual reports, then the JSON object or the summary table. */
-static int train_report(train_run *tr) {
-    const config *c = tr->c;
-    train_totals t;
-    int rc = train_totals_get(tr, &t);
-    if (rc) return rc;
-    FILE *rf = c->json ? stderr : stdout;
-    if (c->report && tr->rep.forward &&
-        (rc = print_reports(rf, c, &tr->rep, tr->start + 1, tr->have_sac ? &tr->sac : NULL)))
-        return rc;
-    if (c->report && !tr->rep.forward) fprintf(rf, "\nno residual report: no step ran\n");
-    if (c->json) return train_report_json(tr, &t);
-    if (tr->pd.rank == 0) train_report_text(tr, &t);
     return REMAT_OK;
 }
 
@@ -777,13 +506,13 @@ int cmd_train(config *c) {
     if (!rc && !tr.stopped) rc = train_report(&tr);
     rc = train_free(&tr, rc);
     if (rc) {
-        if (tr.pd.pg) fprintf(stderr, "remat train: rank %d: %s\n", tr.pd.rank, remat_last_error());
-        else fprintf(stderr, "%sremat train: %s\n", util_isatty(stderr) ? "\n" : "", remat_last_error());
+        if (tr.pd.pg) term_printf(stderr, "remat train: rank %d: %s\n", tr.pd.rank, remat_last_error());
+        else term_printf(stderr, "%sremat train: %s\n", util_isatty(stderr) ? "\n" : "", remat_last_error());
         prog_dist_end(&tr.pd, 1); /* under mpirun: ends every rank */
         return 1;
     }
     if (prog_dist_end(&tr.pd, 0)) {
-        fprintf(stderr, "remat train: %s\n", remat_last_error());
+        term_printf(stderr, "remat train: %s\n", remat_last_error());
         return 1;
     }
     return tr.stopped ? 128 + tr.stopped : 0; /* as a shell reports a process the signal ended */

@@ -6,6 +6,7 @@
 #   2. with pkg-config --static (libremat.a and its Libs.private/Requires.private),
 #   3. with CMake's find_package(remat) -> remat::remat,
 #   4. (given SOURCE_TREE) with add_subdirectory(SOURCE_TREE) -> remat::remat;
+# main.c defines one of remat's internal names (a static link clashed before);
 # and runs each.
 set -eu
 prefix=$(cd "$1" && pwd)

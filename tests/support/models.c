@@ -84,23 +84,17 @@ void rt_tblock_init(rt_tblock *b, int dim, int heads, int seq, double p_drop, re
     b->p_drop = p_drop;
     b->tagged = false;
     b->calls = 0;
-    int64_t d[] = {dim}, d3[] = {3 * dim}, d4[] = {4 * dim};
-    int64_t qkv[] = {3 * dim, dim}, o[] = {dim, dim}, f1[] = {4 * dim, dim}, f2[] = {dim, 4 * dim};
-    double bd = 1.0 / sqrt(dim), bh = 1.0 / sqrt(4.0 * dim);
+    /* uniform in +-1/sqrt(fan_in), each from its own seed; norms 1 and 0 */
+    gpt_weight_spec sp[GPT_BLOCK_N_WEIGHTS];
+    gpt_block_weight_specs(dim, sp);
     unsigned k = seed * 16;
-    gpt_block_weights *w = &b->w;
-    w->ln1_w = constant(1, d, 1.0, dtype);
-    w->ln1_b = constant(1, d, 0.0, dtype);
-    w->attn_w = param(2, qkv, bd, dtype, k + 1);
-    w->attn_b = param(1, d3, bd, dtype, k + 2);
-    w->proj_w = param(2, o, bd, dtype, k + 3);
-    w->proj_b = param(1, d, bd, dtype, k + 4);
-    w->ln2_w = constant(1, d, 1.0, dtype);
-    w->ln2_b = constant(1, d, 0.0, dtype);
-    w->fc_w = param(2, f1, bd, dtype, k + 5);
-    w->fc_b = param(1, d4, bd, dtype, k + 6);
-    w->fc2_w = param(2, f2, bh, dtype, k + 7);
-    w->fc2_b = param(1, d, bh, dtype, k + 8);
+    for (int i = 0; i < GPT_BLOCK_N_WEIGHTS; i++) {
+        remat_tensor **slot = gpt_block_weight_slot(&b->w, i);
+        if (sp[i].kind == GPT_W_GAIN || sp[i].kind == GPT_W_SHIFT)
+            *slot = constant(sp[i].ndim, sp[i].shape, sp[i].kind == GPT_W_GAIN, dtype);
+        else
+            *slot = param(sp[i].ndim, sp[i].shape, 1.0 / sqrt((double)sp[i].fan_in), dtype, ++k);
+    }
     remat_tensor *m = NULL;
     int rc = gpt_causal_mask(&m, seq, REMAT_DEVICE_CPU);
     cr_assert_eq(rc, REMAT_OK, "mask: %s", remat_last_error());
