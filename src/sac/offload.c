@@ -176,9 +176,7 @@ static int offload_unpack(void *ud, void *handle, remat_tensor **out) {
     reap();
     switch (e->state) {
     case OE_ASIS:
-        *out = remat_retain(e->t);
-        break;
-    case OE_TO_HOST: /* still on the device: the tensor itself */
+    case OE_TO_HOST: /* kept as is, or still on the device: the tensor itself */
         *out = remat_retain(e->t);
         break;
     case OE_ON_HOST:

@@ -33,41 +33,37 @@ static float *widen(const uint16_t *X, int64_t rows, int64_t cols, int64_t ld) {
     return f;
 }
 
+/* C = A·B (+ beta·C) element by element, for when the widened copies could not be
+ * allocated. C is bf16, or f32 when cf32. */
+static void bgemm_naive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
+                        int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *Cv,
+                        int64_t ldc, bool cf32) {
+    float *Cf = Cv;
+    uint16_t *Cb = Cv;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            float s = 0.0f;
+            if (beta != 0) s = cf32 ? Cf[i * ldc + j] : rm_bf16_to_f32(Cb[i * ldc + j]);
+            for (int64_t p = 0; p < K; p++)
+                s += rm_bf16_to_f32(ta ? A[p * lda + i] : A[i * lda + p]) *
+                     rm_bf16_to_f32(tb ? B[j * ldb + p] : B[p * ldb + j]);
+            if (cf32) Cf[i * ldc + j] = s;
+            else Cb[i * ldc + j] = rm_f32_to_bf16(s);
+        }
+}
+
 /* C is bf16, or f32 when cf32 (then written in place, unrounded). */
 static void bgemm_via_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
                           int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *Cv,
                           int64_t ldc, bool cf32) {
     float *a = widen(A, ta ? K : M, ta ? M : K, lda), *b = widen(B, tb ? N : K, tb ? K : N, ldb);
-    if (cf32) {
-        if (a && b) rm_sgemm(ta, tb, M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, beta, Cv, ldc);
-        else { /* out of memory for the widened copies: element by element */
-            float *C = Cv;
-            for (int64_t i = 0; i < M; i++)
-                for (int64_t j = 0; j < N; j++) {
-                    float s = beta != 0 ? C[i * ldc + j] : 0.0f;
-                    for (int64_t p = 0; p < K; p++)
-                        s += rm_bf16_to_f32(ta ? A[p * lda + i] : A[i * lda + p]) *
-                             rm_bf16_to_f32(tb ? B[j * ldb + p] : B[p * ldb + j]);
-                    C[i * ldc + j] = s;
-                }
-        }
-        free(a), free(b);
-        return;
-    }
-    uint16_t *C = Cv;
-    float *c = beta != 0 ? widen(C, M, N, ldc) : malloc(sizeof(float) * (size_t)(M * N));
-    if (a && b && c) {
+    float *c = NULL;
+    if (!cf32) c = beta != 0 ? widen(Cv, M, N, ldc) : malloc(sizeof(float) * (size_t)(M * N));
+    if (!a || !b || (!cf32 && !c)) bgemm_naive(ta, tb, M, N, K, A, lda, B, ldb, beta, Cv, ldc, cf32);
+    else if (cf32) rm_sgemm(ta, tb, M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, beta, Cv, ldc);
+    else {
         rm_sgemm(ta, tb, M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, beta, c, N);
-        for (int64_t r = 0; r < M; r++) rm_cpu_f32_to_bf16(c + r * N, C + r * ldc, N);
-    } else { /* out of memory for the widened copies: element by element */
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) {
-                float s = beta != 0 ? rm_bf16_to_f32(C[i * ldc + j]) : 0.0f;
-                for (int64_t p = 0; p < K; p++)
-                    s += rm_bf16_to_f32(ta ? A[p * lda + i] : A[i * lda + p]) *
-                         rm_bf16_to_f32(tb ? B[j * ldb + p] : B[p * ldb + j]);
-                C[i * ldc + j] = rm_f32_to_bf16(s);
-            }
+        for (int64_t r = 0; r < M; r++) rm_cpu_f32_to_bf16(c + r * N, (uint16_t *)Cv + r * ldc, N);
     }
     free(a), free(b), free(c);
 }
