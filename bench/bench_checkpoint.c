@@ -84,8 +84,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "remat/remat.h"
 #include "bench_util.h"
+#include "remat/remat.h"
 #include "util.h"
 
 #ifdef _OPENMP
@@ -275,8 +275,8 @@ static const char *k_s_desc[N_S] = {
 typedef struct sample {
     double fwd[N_CLK], bwd[N_CLK], sgd[N_CLK], step[N_CLK], rec[N_CLK];
     double optime[N_CLK][N_PH][N_OP];
-    size_t peak;      /* allocator peak (absolute) */
-    int64_t act;      /* activation peak (tracked) */
+    size_t peak;        /* allocator peak (absolute) */
+    int64_t act;        /* activation peak (tracked) */
     int64_t act_simple; /* peak - base - all gradients */
     long rss_growth_kb;
     bool grads_equal, loss_equal;
@@ -293,8 +293,8 @@ typedef struct config {
     bool csv;
 } config;
 
-static remat_tensor *forward(const config *c, model *m, remat_stage *stages, int s,
-                             remat_tensor *x, remat_tensor *target) {
+static remat_tensor *forward(const config *c, model *m, remat_stage *stages, int s, remat_tensor *x,
+                             remat_tensor *target) {
     remat_checkpoint_options o = {0};
     o.use_reentrant = (s == S_BLOCK_R || s == S_SEQ_R) ? REMAT_OPT_TRUE : REMAT_OPT_FALSE;
     remat_tensor *h = NULL;
@@ -395,17 +395,25 @@ typedef struct leaves {
 } leaves;
 
 int main(int argc, char **argv) {
-    config c = {.layers = 32, .width = 1024, .batch = 2048, .reps = 3, .threads = 0,
-                .segments = 0, .warmup = 1, .clock = -1, .csv = false,
-                .heap = HEAP_STEADY, .rss_steps = 2};
+    config c = {.layers = 32,
+                .width = 1024,
+                .batch = 2048,
+                .reps = 3,
+                .threads = 0,
+                .segments = 0,
+                .warmup = 1,
+                .clock = -1,
+                .csv = false,
+                .heap = HEAP_STEADY,
+                .rss_steps = 2};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define INTARG(flag, field)                                                                \
-    if (!strcmp(a, flag) && v) {                                                           \
-        c.field = atoi(v);                                                                 \
-        i++;                                                                               \
-        continue;                                                                          \
+#define INTARG(flag, field)                                                                        \
+    if (!strcmp(a, flag) && v) {                                                                   \
+        c.field = atoi(v);                                                                         \
+        i++;                                                                                       \
+        continue;                                                                                  \
     }
         INTARG("--layers", layers)
         INTARG("--width", width)
@@ -530,8 +538,7 @@ int main(int argc, char **argv) {
             "threads %d, gemm %s, segments %d, reps %d (+%d warm-up), interleaved, clock %s, "
             "heap %s; ~%.0f GFLOP per un-checkpointed step\n",
             c.threads, remat_gemm_backend(), c.segments, c.reps, c.warmup + (c.heap == HEAP_STEADY),
-            k_clk_name[K],
-            k_heap_name[c.heap], flops * 1e-9);
+            k_clk_name[K], k_heap_name[c.heap], flops * 1e-9);
     fprintf(info, "parameters %.1f MiB, input+target %.1f MiB, all gradients %.1f MiB\n",
             (double)param_bytes / MiB, (double)input_bytes / MiB, (double)lv.total / MiB);
 
@@ -607,8 +614,7 @@ int main(int argc, char **argv) {
                     continue;
                 }
                 if (s == S_NONE) memcpy(ref[i], remat_data(g), (size_t)lv.bytes[i]);
-                else if (memcmp(ref[i], remat_data(g), (size_t)lv.bytes[i]))
-                    sm.grads_equal = false;
+                else if (memcmp(ref[i], remat_data(g), (size_t)lv.bytes[i])) sm.grads_equal = false;
             }
             if (s == S_NONE) ref_loss = sm.loss;
             sm.loss_equal = sm.loss == ref_loss;
@@ -629,8 +635,8 @@ int main(int argc, char **argv) {
                 sm.bwd[k] = t2.t[k] - t1.t[k];
                 sm.sgd[k] = t4.t[k] - t3.t[k];
                 sm.step[k] = sm.fwd[k] + sm.bwd[k] + sm.sgd[k];
-                sm.rec[k] = g_optime[k][PH_REC][0] + g_optime[k][PH_REC][1] +
-                            g_optime[k][PH_REC][2];
+                sm.rec[k] =
+                    g_optime[k][PH_REC][0] + g_optime[k][PH_REC][1] + g_optime[k][PH_REC][2];
             }
             memcpy(sm.optime, g_optime, sizeof g_optime);
             if (!sm.grads_equal || !sm.loss_equal) all_equal[s] = false;
@@ -659,10 +665,9 @@ int main(int argc, char **argv) {
                     "%s %d/%d %-9s wall %7.3f s cpu %7.3f s (%s: fwd %.3f bwd %.3f rec %.3f "
                     "sgd %.3f) peak %.1f MiB act %.1f MiB%s loss %.9g%s\n",
                     r < n_warm ? "warm-up" : "rep", r < n_warm ? r + 1 : r - n_warm + 1,
-                    r < n_warm ? n_warm : c.reps, k_s_name[s], sm.step[CLK_WALL],
-                    sm.step[CLK_CPU], k_clk_name[K], sm.fwd[K], sm.bwd[K], sm.rec[K], sm.sgd[K],
-                    (double)sm.peak / MiB, (double)sm.act / MiB,
-                    rss, sm.loss,
+                    r < n_warm ? n_warm : c.reps, k_s_name[s], sm.step[CLK_WALL], sm.step[CLK_CPU],
+                    k_clk_name[K], sm.fwd[K], sm.bwd[K], sm.rec[K], sm.sgd[K],
+                    (double)sm.peak / MiB, (double)sm.act / MiB, rss, sm.loss,
                     sm.grads_equal && sm.loss_equal ? "" : "  GRADS/LOSS DIFFER");
         }
     }
@@ -685,10 +690,10 @@ int main(int argc, char **argv) {
     for (int s = 0; s < N_S; s++) {
         sample *sp = samples + (size_t)s * (size_t)c.reps;
         summary *u = &sum[s];
-#define MED(field)                                                                         \
-    do {                                                                                   \
-        for (int r = 0; r < c.reps; r++) tmp[r] = sp[r].field;                             \
-        u->field = median(tmp, c.reps);                                                    \
+#define MED(field)                                                                                 \
+    do {                                                                                           \
+        for (int r = 0; r < c.reps; r++) tmp[r] = sp[r].field;                                     \
+        u->field = median(tmp, c.reps);                                                            \
     } while (0)
         for (int k = 0; k < N_CLK; k++) {
             MED(step[k]);
@@ -771,8 +776,7 @@ int main(int argc, char **argv) {
                    1e3 * u->bwd[K], 1e3 * u->rec[K], 1e3 * u->sgd[K], u->step[K] / n0->step[K],
                    u->ratio_med[K], u->step_min[K] / n0->step_min[K], u->step[K2] / n0->step[K2],
                    (double)u->peak / MiB, (double)u->act / MiB,
-                   100.0 * (1.0 - (double)u->act / (double)n0->act),
-                   fresh, inproc,
+                   100.0 * (1.0 - (double)u->act / (double)n0->act), fresh, inproc,
                    all_equal[s] ? "yes (bitwise)" : "NO");
         }
         printf("\nstrategies: ");
@@ -830,7 +834,8 @@ int main(int argc, char **argv) {
     }
     long mr = maxrss_kb();
     fprintf(info, "process max RSS (getrusage ru_maxrss, whole run): %.1f MiB%s\n",
-            (double)mr / 1024.0, hwm_ok ? "" : "; VmHWM reset not allowed: RSS column is ru_maxrss");
+            (double)mr / 1024.0,
+            hwm_ok ? "" : "; VmHWM reset not allowed: RSS column is ru_maxrss");
 
     for (int i = 0; i < m.n_params; i++) free(snap[i]);
     for (int i = 0; i < lv.n; i++) free(ref[i]);

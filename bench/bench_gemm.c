@@ -17,9 +17,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
 #include "backends/cpu/gemm.h"
 #include "bench_util.h"
+#include "internal.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -51,8 +51,8 @@ static void blas_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const 
      * left it at one thread) */
     if (openblas_get_num_threads() != g_threads) openblas_set_num_threads(g_threads);
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                (blasint)M, (blasint)N, (blasint)K, 1.0f, A, (blasint)lda, B, (blasint)ldb, beta,
-                C, (blasint)ldc);
+                (blasint)M, (blasint)N, (blasint)K, 1.0f, A, (blasint)lda, B, (blasint)ldb, beta, C,
+                (blasint)ldc);
 #elif defined(REMAT_GEMM_ONEDNN)
     dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
 #else
@@ -95,15 +95,15 @@ typedef struct timing {
     double w[2][MAX_REPS], c[2][MAX_REPS]; /* [0] remat, [1] ceiling */
 } timing;
 
-#define TIMED(tm, who, r, code)                                                            \
-    do {                                                                                   \
-        double w0_ = now(), c0_ = now_cpu();                                               \
-        code;                                                                              \
-        double c1_ = now_cpu(), w1_ = now();                                               \
-        if ((r) >= 0) {                                                                    \
-            (tm)->w[who][r] = w1_ - w0_;                                                   \
-            (tm)->c[who][r] = c1_ - c0_;                                                   \
-        }                                                                                  \
+#define TIMED(tm, who, r, code)                                                                    \
+    do {                                                                                           \
+        double w0_ = now(), c0_ = now_cpu();                                                       \
+        code;                                                                                      \
+        double c1_ = now_cpu(), w1_ = now();                                                       \
+        if ((r) >= 0) {                                                                            \
+            (tm)->w[who][r] = w1_ - w0_;                                                           \
+            (tm)->c[who][r] = c1_ - c0_;                                                           \
+        }                                                                                          \
     } while (0)
 
 static void bench_shape(const shape *s, int threads, int reps) {
@@ -124,8 +124,7 @@ static void bench_shape(const shape *s, int threads, int reps) {
     CHECK(remat_full(&gy, 2, (int64_t[]){B * M, N}, 1.0, REMAT_F32, REMAT_DEVICE_CPU));
     /* an OpenMP elementwise kernel (relu on 2048x1024) right before a GEMM,
      * as in a network: shows what a second thread pool costs */
-    CHECK(remat_rand_uniform(&act, 2, (int64_t[]){2048, 1024}, -1, 1, REMAT_F32,
-                             REMAT_DEVICE_CPU));
+    CHECK(remat_rand_uniform(&act, 2, (int64_t[]){2048, 1024}, -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
     const float *A = remat_data(a), *Bm = remat_data(b), *W = remat_data(w);
     float *C = remat_data(c);
     double flops = 2.0 * (double)(B * M * K * N);
@@ -135,8 +134,10 @@ static void bench_shape(const shape *s, int threads, int reps) {
     for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
         remat_tensor *y, *ra;
         /* matmul vs the same GEMMs called directly */
-        TIMED(&t[K_MM], 1, r, for (int64_t i = 0; i < B; i++) blas_sgemm(
-            false, false, M, N, K, A + i * M * K, K, Bm + i * K * N, N, 0.0f, C + i * M * N, N));
+        TIMED(&t[K_MM], 1, r,
+              for (int64_t i = 0; i < B; i++)
+                  blas_sgemm(false, false, M, N, K, A + i * M * K, K, Bm + i * K * N, N, 0.0f,
+                             C + i * M * N, N));
         TIMED(&t[K_MM], 0, r, CHECK(remat_matmul(&y, a, b)));
         remat_release(y);
         /* linear (with bias) vs the NT GEMM on the flattened x */
@@ -166,17 +167,20 @@ static void bench_shape(const shape *s, int threads, int reps) {
         /* the same after an OpenMP kernel */
         CHECK(remat_relu(&ra, act));
         remat_release(ra);
-        TIMED(&t[K_AFTER], 1, r, for (int64_t i = 0; i < B; i++) blas_sgemm(
-            false, false, M, N, K, A + i * M * K, K, Bm + i * K * N, N, 0.0f, C + i * M * N, N));
+        TIMED(&t[K_AFTER], 1, r,
+              for (int64_t i = 0; i < B; i++)
+                  blas_sgemm(false, false, M, N, K, A + i * M * K, K, Bm + i * K * N, N, 0.0f,
+                             C + i * M * N, N));
         CHECK(remat_relu(&ra, act));
         remat_release(ra);
         TIMED(&t[K_AFTER], 0, r, CHECK(remat_matmul(&y, a, b)));
         remat_release(y);
         /* the built-in kernel vs the BLAS */
         if (do_ref) {
-            TIMED(&t[K_REF], 0, r, for (int64_t i = 0; i < B; i++) rm_sgemm_ref(
-                false, false, M, N, K, 1.0f, A + i * M * K, K, Bm + i * K * N, N, 0.0f,
-                C + i * M * N, N));
+            TIMED(&t[K_REF], 0, r,
+                  for (int64_t i = 0; i < B; i++)
+                      rm_sgemm_ref(false, false, M, N, K, 1.0f, A + i * M * K, K, Bm + i * K * N, N,
+                                   0.0f, C + i * M * N, N));
             t[K_REF].w[1][r < 0 ? 0 : r] = t[K_MM].w[1][r < 0 ? 0 : r];
             t[K_REF].c[1][r < 0 ? 0 : r] = t[K_MM].c[1][r < 0 ? 0 : r];
         }
@@ -218,8 +222,7 @@ int main(int argc, char **argv) {
     remat_manual_seed(1);
     printf("backend: %s, ceiling: %s, median of %d runs; shapes are [batch x] M x K x N\n\n",
            remat_gemm_backend(), blas_name(), reps);
-    printf("| %-30s | %-15s | T | remat    | ceiling  | ratio  | remat    | ceiling  |\n", "",
-           "");
+    printf("| %-30s | %-15s | T | remat    | ceiling  | ratio  | remat    | ceiling  |\n", "", "");
     printf("| %-30s | %-15s |   | GFLOP/s  | GFLOP/s  |        | cpu-time | cpu-time |\n", "op",
            "shape");
     printf("|--------------------------------|-----------------|---|----------|----------|--------|"

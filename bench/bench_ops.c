@@ -18,8 +18,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
 #include "bench_util.h"
+#include "internal.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -134,8 +134,7 @@ static void bench_op(const opdef *op, int64_t R, int64_t C, int reps, int thread
         if (op->kind[i] == FULL)
             CHECK(remat_rand_uniform(&in[i], 2, (int64_t[]){R, C}, -2, 2, REMAT_F32,
                                      REMAT_DEVICE_CPU));
-        else
-            CHECK(remat_rand_uniform(&in[i], 1, &C, -2, 2, REMAT_F32, REMAT_DEVICE_CPU));
+        else CHECK(remat_rand_uniform(&in[i], 1, &C, -2, 2, REMAT_F32, REMAT_DEVICE_CPU));
     }
     double full = (double)(R * C) * sizeof(float);
     double tf[MAX_REPS], tb[MAX_REPS];
@@ -152,8 +151,8 @@ static void bench_op(const opdef *op, int64_t R, int64_t C, int reps, int thread
     for (int i = 0; i < op->n_in; i++) CHECK(remat_set_requires_grad(in[i], true));
     remat_tensor *y, *g;
     CHECK(op->f(&y, in));
-    CHECK(remat_rand_uniform(&g, remat_ndim(y), remat_shape(y), -1, 1, REMAT_F32,
-                             REMAT_DEVICE_CPU));
+    CHECK(
+        remat_rand_uniform(&g, remat_ndim(y), remat_shape(y), -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
     bool alias = false;
     for (int r = -1; r < reps; r++) {
         remat_tensor *grads[3] = {NULL, NULL, NULL};
@@ -172,8 +171,7 @@ static void bench_op(const opdef *op, int64_t R, int64_t C, int reps, int thread
     char bw[64];
     if (alias) /* the traffic left is the other gradients' */
         snprintf(bw, sizeof bw, "%8.3f | (g passed through) ", mb * 1e3);
-    else
-        snprintf(bw, sizeof bw, "%8.3f | %7.1f | %5.0f%%", mb * 1e3, gb, 100 * gb / ceil);
+    else snprintf(bw, sizeof bw, "%8.3f | %7.1f | %5.0f%%", mb * 1e3, gb, 100 * gb / ceil);
     printf("| %-21s | %-10s | %d | %8.3f | %7.1f | %5.0f%% | %s |\n", op->name, size, threads,
            mf * 1e3, gf, 100 * gf / ceil, bw);
     fflush(stdout);
@@ -208,8 +206,8 @@ int main(int argc, char **argv) {
         omp_set_num_threads(thr[ti]);
 #endif
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
-            double ceil = copy_ceiling((size_t)(sizes[si].R * sizes[si].C) * sizeof(float), reps,
-                                       thr[ti]);
+            double ceil =
+                copy_ceiling((size_t)(sizes[si].R * sizes[si].C) * sizeof(float), reps, thr[ti]);
             for (int k = 0; k < N_OPS; k++)
                 bench_op(&k_ops[k], sizes[si].R, sizes[si].C, reps, thr[ti], ceil, sizes[si].name);
         }

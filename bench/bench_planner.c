@@ -40,10 +40,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "remat/checkpoint.h"
 #include "remat/planner.h"
 #include "remat/remat.h"
-#include "bench_util.h"
 
 #define MIB(b) ((double)(b) / (1024.0 * 1024.0))
 
@@ -114,9 +114,9 @@ typedef struct runner {
 } runner;
 
 typedef struct result {
-    double time;  /* median seconds per step */
-    double best;  /* fastest step (the machine may be shared: noise only adds) */
-    size_t peak;  /* max peak above the step's start */
+    double time; /* median seconds per step */
+    double best; /* fastest step (the machine may be shared: noise only adds) */
+    size_t peak; /* max peak above the step's start */
 } result;
 
 static remat_tensor *g_x;
@@ -129,8 +129,7 @@ static double one_step(const runner *r, size_t *peak) {
     double t0 = now();
     if (r->kind == 0)
         CHECK(remat_checkpoint_sequential(&y, r->n_stages, r->stages, r->segments, g_x, &o));
-    else
-        CHECK(remat_plan_run(r->plan, r->stages, g_x, &y));
+    else CHECK(remat_plan_run(r->plan, r->stages, g_x, &y));
     CHECK(remat_sum_all(&loss, y));
     CHECK(remat_backward_scalar(loss));
     remat_release(loss);
@@ -204,9 +203,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--pyramid")) pyramid = true;
         else if (!strcmp(a, "--print-plans")) print_plans = true;
         else {
-            fprintf(stderr, "usage: %s [--blocks L] [--batch B] [--dim D] [--reps R] "
-                            "[--segments S] [--profile-runs P] [--sweep N] [--no-sweep] "
-                            "[--no-hook] [--pyramid] [--print-plans]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--blocks L] [--batch B] [--dim D] [--reps R] "
+                    "[--segments S] [--profile-runs P] [--sweep N] [--no-sweep] "
+                    "[--no-hook] [--pyramid] [--print-plans]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -356,15 +357,15 @@ int main(int argc, char **argv) {
         result *r = calloc((size_t)n, sizeof *r);
         measure_many(rs, n, reps > 3 ? 3 : reps, r);
         printf("\nPareto sweep (time vs peak), budgets from %.2f to %.2f MiB, measured "
-               "interleaved\n", MIB(lo), MIB(hi));
+               "interleaved\n",
+               MIB(lo), MIB(hi));
         printf("  %-10s %10s %9s %9s %10s %10s %9s\n", "strategy", "budget", "med ms", "min ms",
                "peak MiB", "pred MiB", "pred ms");
         for (int i = 0; i < n; i++) {
             char bs[16] = "-";
             if (bud[i]) snprintf(bs, sizeof bs, "%.2f", MIB(bud[i]));
-            printf("  %-10s %10s %9.1f %9.1f %10.2f %10.2f %9.1f\n", label[i], bs,
-                   r[i].time * 1e3, r[i].best * 1e3, MIB(r[i].peak), MIB(pl[i]->peak_bytes),
-                   pl[i]->time * 1e3);
+            printf("  %-10s %10s %9.1f %9.1f %10.2f %10.2f %9.1f\n", label[i], bs, r[i].time * 1e3,
+                   r[i].best * 1e3, MIB(r[i].peak), MIB(pl[i]->peak_bytes), pl[i]->time * 1e3);
             remat_plan_free(pl[i]);
         }
         free(r);

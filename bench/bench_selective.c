@@ -51,8 +51,8 @@ static void block_init(block *b, int64_t D, int64_t H, int64_t T, double p) {
                                               : 1.0 / sqrt((double)sp[i].fan_in),
                   true);
     CHECK(gpt_causal_mask(&b->mask, T, REMAT_DEVICE_CPU));
-    b->cfg = (gpt_block_config){.heads = (int)H, .mask = b->mask, .p_drop = p,
-                                .gelu = REMAT_GELU_TANH, .tags = true};
+    b->cfg = (gpt_block_config){
+        .heads = (int)H, .mask = b->mask, .p_drop = p, .gelu = REMAT_GELU_TANH, .tags = true};
 }
 
 static remat_tensor **block_params(block *b) {
@@ -143,8 +143,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--dropout")) p_drop = atof(v), i++;
         else if (!strcmp(a, "--csv")) csv = true;
         else {
-            fprintf(stderr, "usage: %s [--batch B] [--seq T] [--dim D] [--heads H] [--layers L] "
-                    "[--iters N] [--dropout P] [--csv]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--batch B] [--seq T] [--dim D] [--heads H] [--layers L] "
+                    "[--iters N] [--dropout P] [--csv]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -171,8 +173,9 @@ int main(int argc, char **argv) {
     modes[5].name = "everything", modes[5].ckpt = true;
 
     printf("# transformer blocks: batch %lld, seq %lld, dim %lld, heads %lld, layers %d, "
-           "dropout %g, gemm %s, %d steps (median)\n", (long long)B, (long long)T, (long long)D,
-           (long long)H, L, p_drop, remat_gemm_backend(), iters);
+           "dropout %g, gemm %s, %d steps (median)\n",
+           (long long)B, (long long)T, (long long)D, (long long)H, L, p_drop, remat_gemm_backend(),
+           iters);
     if (csv) printf("mode,step_ms,peak_bytes,held_after_forward_bytes,ops_cached,ops_recomputed\n");
     else
         printf("%-11s %10s %12s %14s %10s %12s\n", "mode", "step ms", "peak MiB", "held MiB",
@@ -193,8 +196,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < iters; i++)
         for (int k = 0; k < NM; k++) {
             memset(&res[k].st, 0, sizeof res[k].st);
-            t[k * iters + i] = step(blocks, L, x, &modes[k], &res[k].st, &res[k].peak,
-                                    &res[k].held);
+            t[k * iters + i] =
+                step(blocks, L, x, &modes[k], &res[k].st, &res[k].peak, &res[k].held);
         }
     for (int k = 0; k < NM; k++) {
         result *r = &res[k];

@@ -10,14 +10,14 @@
 
 #include "remat/remat.h"
 
-#define CHECK(expr)                                                                        \
-    do {                                                                                   \
-        int rc_ = (expr);                                                                  \
-        if (rc_) {                                                                         \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,           \
-                    remat_last_error());                                                   \
-            exit(1);                                                                       \
-        }                                                                                  \
+#define CHECK(expr)                                                                                \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_) {                                                                                 \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,                   \
+                    remat_last_error());                                                           \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 /* Seconds on the monotonic clock. */

@@ -37,14 +37,14 @@ typedef struct model {
     remat_tensor *w_out, *b_out;
 } model;
 
-#define CHECK(expr)                                                                 \
-    do {                                                                            \
-        int rc_ = (expr);                                                           \
-        if (rc_) {                                                                  \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,    \
-                    remat_last_error());                                            \
-            exit(1);                                                                \
-        }                                                                           \
+#define CHECK(expr)                                                                                \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_) {                                                                                 \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,                   \
+                    remat_last_error());                                                           \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 static remat_tensor *param(int ndim, const int64_t *shape, double bound) {
@@ -61,9 +61,9 @@ static void model_init(model *m, int n_layers, uint64_t seed) {
     int64_t s1[] = {HIDDEN, DIM}, s2[] = {DIM, HIDDEN}, sh[] = {HIDDEN}, sd[] = {DIM};
     for (int i = 0; i < n_layers; i++) {
         block *b = &m->blocks[i];
-        b->w1 = param(2, s1, 0.125);           /* 1/sqrt(DIM) */
+        b->w1 = param(2, s1, 0.125); /* 1/sqrt(DIM) */
         b->b1 = param(1, sh, 0.125);
-        b->w2 = param(2, s2, 0.5 / 16.0);      /* small: keeps the residual stream tame */
+        b->w2 = param(2, s2, 0.5 / 16.0); /* small: keeps the residual stream tame */
         b->b2 = param(1, sd, 0.01);
     }
     int64_t so[] = {DIM, DIM};
@@ -129,8 +129,7 @@ static void sgd(remat_tensor *p, double lr) {
 }
 
 /* Forward + backward + SGD step; returns the loss. */
-static double train_step(model *m, remat_tensor *x, remat_tensor *target, ck_mode mode,
-                         double lr) {
+static double train_step(model *m, remat_tensor *x, remat_tensor *target, ck_mode mode, double lr) {
     remat_checkpoint_options o = {0};
     o.use_reentrant = mode == CK_REENTRANT ? REMAT_OPT_TRUE : REMAT_OPT_FALSE;
     remat_tensor *h = remat_retain(x), *y, *pred, *loss;
@@ -178,8 +177,8 @@ int main(int argc, char **argv) {
     CHECK(remat_set_requires_grad(x, true));
     remat_tensor *target = teacher_targets(x, n_layers);
 
-    printf("residual MLP: %d blocks, batch %d, width %d, hidden %d (f32), %d SGD steps\n",
-           n_layers, BATCH, DIM, HIDDEN, steps);
+    printf("residual MLP: %d blocks, batch %d, width %d, hidden %d (f32), %d SGD steps\n", n_layers,
+           BATCH, DIM, HIDDEN, steps);
     double *losses[3];
     size_t peak[3];
     for (int mode = 0; mode < 3; mode++) {
@@ -191,7 +190,8 @@ int main(int argc, char **argv) {
         printf("\ncheckpointing: %s\n", k_mode_name[mode]);
         for (int s = 0; s < steps; s++) {
             losses[mode][s] = train_step(&m, x, target, (ck_mode)mode, 0.05);
-            if (s % 10 == 0 || s == steps - 1) printf("  step %3d  loss %.6f\n", s, losses[mode][s]);
+            if (s % 10 == 0 || s == steps - 1)
+                printf("  step %3d  loss %.6f\n", s, losses[mode][s]);
         }
         peak[mode] = remat_cpu_peak_bytes() - base;
         model_free(&m);

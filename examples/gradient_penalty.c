@@ -37,14 +37,14 @@
 #define LAMBDA 10.0
 #define LR 1e-3
 
-#define CHECK(expr)                                                                 \
-    do {                                                                            \
-        int rc_ = (expr);                                                           \
-        if (rc_) {                                                                  \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,    \
-                    remat_last_error());                                            \
-            exit(1);                                                                \
-        }                                                                           \
+#define CHECK(expr)                                                                                \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_) {                                                                                 \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,                   \
+                    remat_last_error());                                                           \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 typedef struct critic {
@@ -127,9 +127,9 @@ static double critic_step(critic *c, remat_tensor *x_real, remat_tensor *x_fake,
     remat_tensor *t[N_T] = {NULL}; /* the step's tensors, released at its end */
     remat_tensor **a = &t[0], **one_m = &t[1], **b = &t[2], **x_hat = &t[3], **c_hat = &t[4],
                  **s = &t[5], **g = &t[6], **g2 = &t[7], **n2 = &t[8], **n2e = &t[9],
-                 **norm = &t[10], **d = &t[11], **d2 = &t[12], **pen = &t[13],
-                 **pen_l = &t[14], **c_real = &t[15], **c_fake = &t[16], **mr = &t[17],
-                 **mf = &t[18], **w = &t[19], **loss = &t[20];
+                 **norm = &t[10], **d = &t[11], **d2 = &t[12], **pen = &t[13], **pen_l = &t[14],
+                 **c_real = &t[15], **c_fake = &t[16], **mr = &t[17], **mf = &t[18], **w = &t[19],
+                 **loss = &t[20];
     CHECK(remat_mul(a, eps, x_real));
     CHECK(remat_rsub_scalar(one_m, eps, 1.0));
     CHECK(remat_mul(b, *one_m, x_fake));

@@ -28,14 +28,14 @@
 #define HID 32
 #define N_P 4 /* w1, b1, w2, b2 */
 
-#define CHECK(expr)                                                                 \
-    do {                                                                            \
-        int rc_ = (expr);                                                           \
-        if (rc_) {                                                                  \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,    \
-                    remat_last_error());                                            \
-            exit(1);                                                                \
-        }                                                                           \
+#define CHECK(expr)                                                                                \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_) {                                                                                 \
+            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,                   \
+                    remat_last_error());                                                           \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 static remat_tensor *theta[N_P], *x_data, *y_data;
@@ -148,7 +148,8 @@ int main(void) {
     }
     double rel = err / (scale > 0 ? scale : 1);
     printf("Hessian-vector product of a %d-parameter MLP loss: max |Hv - finite differences| = "
-           "%.3g (relative %.3g)\n", (int)(HID * IN + HID + HID + 1), err, rel);
+           "%.3g (relative %.3g)\n",
+           (int)(HID * IN + HID + HID + 1), err, rel);
     printf("with a checkpointed hidden layer: %s\n", same ? "bitwise the same" : "DIFFERENT");
     for (int i = 0; i < N_P; i++) {
         remat_release(theta[i]), remat_release(v[i]), remat_release(hv[i]);

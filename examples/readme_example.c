@@ -1,9 +1,11 @@
 /* examples/readme_example.c — the README's checkpoint snippet, with a main
  * that builds three random blocks and runs one forward/backward. */
-#include <stdio.h>
 #include <remat/remat.h>
+#include <stdio.h>
 
-typedef struct { remat_tensor *w, *b; } block_params;
+typedef struct {
+    remat_tensor *w, *b;
+} block_params;
 
 /* One MLP block: gelu(x W^T + b). Writes a new reference to out[0]. */
 static int block(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
@@ -27,7 +29,7 @@ int forward_backward(remat_tensor *x, block_params *blocks, int n_blocks) {
         h = next;
     }
     if (!rc) rc = remat_sum_all(&loss, h);
-    if (!rc) rc = remat_backward_scalar(loss);   /* recomputes each block once */
+    if (!rc) rc = remat_backward_scalar(loss); /* recomputes each block once */
     if (rc) fprintf(stderr, "remat: %s\n", remat_last_error());
     remat_release(loss);
     remat_release(h);

@@ -4,9 +4,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-#define TRY(expr)                                  \
-    do {                                           \
-        if ((rc = (expr)) != REMAT_OK) goto done;  \
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        if ((rc = (expr)) != REMAT_OK) goto done;                                                  \
     } while (0)
 
 static const double LN_EPS = 1e-5;
@@ -62,20 +62,20 @@ static int composed_attention(const gpt_block_config *cfg, remat_tensor **q, rem
                               remat_tensor *v, double scale, remat_tensor **out) {
     remat_tensor *kt = NULL, *att = NULL, *t = NULL;
     int rc;
-    TRY(remat_transpose(&kt, *k, -2, -1));                   /* (B, H, D, T) */
+    TRY(remat_transpose(&kt, *k, -2, -1)); /* (B, H, D, T) */
     block_drop(k);
-    TRY(remat_matmul(&att, *q, kt));                         /* (B, H, T, T) */
+    TRY(remat_matmul(&att, *q, kt)); /* (B, H, T, T) */
     block_drop(q);
     block_drop(&kt);
     TRY(remat_mul_scalar(&t, att, scale));
     block_drop(&att);
-    TRY(remat_masked_fill(&att, t, cfg->mask, -INFINITY));   /* causal */
+    TRY(remat_masked_fill(&att, t, cfg->mask, -INFINITY)); /* causal */
     block_drop(&t);
     TRY(remat_softmax(&t, att, -1));
     block_drop(&att);
     TRY(maybe_tag(cfg, &t, "attn_probs"));
     TRY(maybe_dropout(cfg->p_drop, &t));
-    TRY(remat_matmul(out, t, v));                            /* (B, H, T, D) */
+    TRY(remat_matmul(out, t, v)); /* (B, H, T, D) */
     block_drop(&t);
 done:
     return rc;
@@ -86,9 +86,9 @@ int gpt_block_forward(const gpt_block_weights *w, const gpt_block_config *cfg, r
     if (!w || !cfg || !x || !out || remat_ndim(x) != 3 || cfg->heads <= 0 ||
         remat_size(x, 2) % cfg->heads)
         return remat_set_error(REMAT_EINVAL, "gpt block: expected x (B, T, C) with C a multiple "
-                               "of the heads");
-    const int64_t B = remat_size(x, 0), T = remat_size(x, 1), C = remat_size(x, 2),
-                  H = cfg->heads, D = C / H;
+                                             "of the heads");
+    const int64_t B = remat_size(x, 0), T = remat_size(x, 1), C = remat_size(x, 2), H = cfg->heads,
+                  D = C / H;
     const double scale = 1.0 / sqrt((double)D);
     remat_scope *s = NULL;
     int rc = remat_scope_begin(&s);
@@ -98,12 +98,12 @@ int gpt_block_forward(const gpt_block_weights *w, const gpt_block_config *cfg, r
     int n_parts = 0;
     /* attention */
     TRY(remat_layer_norm(&h, x, 1, w->ln1_w, w->ln1_b, LN_EPS));
-    TRY(remat_linear(&qkv, h, w->attn_w, w->attn_b));            /* (B, T, 3C) */
+    TRY(remat_linear(&qkv, h, w->attn_w, w->attn_b)); /* (B, T, 3C) */
     block_drop(&h);
     TRY(maybe_tag(cfg, &qkv, "qkv"));
-    TRY(remat_split(parts, 3, &n_parts, qkv, C, -1));            /* 3 x (B, T, C) views */
+    TRY(remat_split(parts, 3, &n_parts, qkv, C, -1)); /* 3 x (B, T, C) views */
     block_drop(&qkv);
-    TRY(to_heads(&q, parts[0], B, T, H, D));                     /* (B, H, T, D) */
+    TRY(to_heads(&q, parts[0], B, T, H, D)); /* (B, H, T, D) */
     TRY(to_heads(&k, parts[1], B, T, H, D));
     TRY(to_heads(&v, parts[2], B, T, H, D));
     for (int i = 0; i < 3; i++) block_drop(&parts[i]);
@@ -116,9 +116,9 @@ int gpt_block_forward(const gpt_block_weights *w, const gpt_block_config *cfg, r
     }
     block_drop(&v);
     TRY(maybe_tag(cfg, &att, "attn"));
-    TRY(remat_transpose(&t, att, 1, 2));                         /* (B, T, H, D) */
+    TRY(remat_transpose(&t, att, 1, 2)); /* (B, T, H, D) */
     block_drop(&att);
-    TRY(remat_reshape(&y, t, 3, (int64_t[]){B, T, C}));          /* a view when fused */
+    TRY(remat_reshape(&y, t, 3, (int64_t[]){B, T, C})); /* a view when fused */
     block_drop(&t);
     TRY(remat_linear(&t, y, w->proj_w, w->proj_b));
     block_drop(&y);
@@ -128,13 +128,13 @@ int gpt_block_forward(const gpt_block_weights *w, const gpt_block_config *cfg, r
     block_drop(&t);
     /* MLP */
     TRY(remat_layer_norm(&h, x1, 1, w->ln2_w, w->ln2_b, LN_EPS));
-    TRY(remat_linear(&f, h, w->fc_w, w->fc_b));                  /* (B, T, 4C) */
+    TRY(remat_linear(&f, h, w->fc_w, w->fc_b)); /* (B, T, 4C) */
     block_drop(&h);
     TRY(maybe_tag(cfg, &f, "mlp_up"));
     TRY(remat_gelu(&t, f, cfg->gelu));
     block_drop(&f);
     TRY(maybe_tag(cfg, &t, "mlp_act"));
-    TRY(remat_linear(&f, t, w->fc2_w, w->fc2_b));                /* (B, T, C) */
+    TRY(remat_linear(&f, t, w->fc2_w, w->fc2_b)); /* (B, T, C) */
     block_drop(&t);
     TRY(maybe_tag(cfg, &f, "mlp_out"));
     TRY(maybe_dropout(cfg->p_drop, &f));
@@ -165,9 +165,9 @@ int gpt_block_weight_specs(int64_t C, gpt_weight_spec *spec) {
 }
 
 remat_tensor **gpt_block_weight_slot(gpt_block_weights *w, int i) {
-    remat_tensor **slots[GPT_BLOCK_N_WEIGHTS] = {&w->ln1_w, &w->ln1_b, &w->attn_w, &w->attn_b,
-                                                 &w->proj_w, &w->proj_b, &w->ln2_w, &w->ln2_b,
-                                                 &w->fc_w, &w->fc_b, &w->fc2_w, &w->fc2_b};
+    remat_tensor **slots[GPT_BLOCK_N_WEIGHTS] = {&w->ln1_w,  &w->ln1_b,  &w->attn_w, &w->attn_b,
+                                                 &w->proj_w, &w->proj_b, &w->ln2_w,  &w->ln2_b,
+                                                 &w->fc_w,   &w->fc_b,   &w->fc2_w,  &w->fc2_b};
     return i >= 0 && i < GPT_BLOCK_N_WEIGHTS ? slots[i] : NULL;
 }
 

@@ -45,13 +45,13 @@ typedef struct gpt_block_weights {
 #define GPT_BLOCK_N_WEIGHTS 12
 
 typedef struct gpt_block_config {
-    int heads;              /* divides C */
-    remat_tensor *mask;     /* (T, T) i64, 1 above the diagonal (gpt_causal_mask):
+    int heads;          /* divides C */
+    remat_tensor *mask; /* (T, T) i64, 1 above the diagonal (gpt_causal_mask):
                              * attention composed of ops; NULL: fused remat_attention */
-    double p_drop;          /* dropout after the probabilities (composed only), the
+    double p_drop;      /* dropout after the probabilities (composed only), the
                              * projection and fc2; 0: no dropout op at all */
     remat_gelu_approx gelu;
-    bool tags;              /* name the residuals above */
+    bool tags; /* name the residuals above */
 } gpt_block_config;
 
 /* OUT: *out = the block applied to x (B, T, C), a new reference. Runs inside
@@ -69,7 +69,7 @@ typedef enum gpt_weight_kind {
 } gpt_weight_kind;
 
 typedef struct gpt_weight_spec {
-    const char *name;  /* the field's name, "attn_w" (the program's save files use it) */
+    const char *name; /* the field's name, "attn_w" (the program's save files use it) */
     int ndim;
     int64_t shape[2];
     gpt_weight_kind kind;

@@ -51,7 +51,7 @@ typedef struct rm_node_head {
 /* ---- storage and tensors ------------------------------------------------------ */
 typedef struct rm_storage {
     atomic_int refcount;
-    void *data;           /* NULL for a "meta" storage (skip mode) */
+    void *data; /* NULL for a "meta" storage (skip mode) */
     size_t nbytes;
     remat_device device;
     atomic_uint_fast64_t version;
@@ -72,19 +72,19 @@ struct remat_tensor {
     int64_t strides[REMAT_MAX_DIMS];
     remat_dtype dtype;
     bool requires_grad;
-    bool is_view;          /* shares storage with a tensor it was derived from */
-    remat_tensor *grad;    /* owned */
-    remat_node *grad_fn;   /* owned (non-leaves) */
+    bool is_view;        /* shares storage with a tensor it was derived from */
+    remat_tensor *grad;  /* owned */
+    remat_node *grad_fn; /* owned (non-leaves) */
     int output_nr;
     remat_node *grad_accumulator; /* weak: AccumulateGrad node of a leaf */
-    rm_hook *hooks;        /* leaf hooks (non-leaf hooks live on grad_fn) */
+    rm_hook *hooks;               /* leaf hooks (non-leaf hooks live on grad_fn) */
     char *name;
-    void *scope_owner;     /* remat_scope holding this tensor's creation ref */
+    void *scope_owner; /* remat_scope holding this tensor's creation ref */
 };
 
 /* Allocates a tensor struct with refcount 1 over `storage` (retained). */
-remat_tensor *rm_tensor_alloc(rm_storage *storage, int64_t offset, int ndim,
-                              const int64_t *shape, const int64_t *strides, remat_dtype dtype);
+remat_tensor *rm_tensor_alloc(rm_storage *storage, int64_t offset, int ndim, const int64_t *shape,
+                              const int64_t *strides, remat_dtype dtype);
 /* Allocates storage on device (accounting). nbytes may be 0. meta → no data. */
 remat_status rm_storage_new(rm_storage **out, size_t nbytes, remat_device device, bool meta);
 void rm_storage_retain(rm_storage *s);
@@ -100,7 +100,7 @@ int64_t rm_shape_numel(int ndim, const int64_t *shape);
  * NULL) gets the count. Every path that makes a shape larger than its
  * input's (creation, broadcasting outputs, expand, reshape) goes through it. */
 remat_status rm_check_size(const char *call, int ndim, const int64_t *shape, remat_dtype dtype,
-                  int64_t *numel);
+                           int64_t *numel);
 /* Hands a freshly created tensor to the caller: stores it in *out and
  * registers it with the open scope, if any. When the scope cannot grow,
  * releases t, sets *out to NULL and returns REMAT_ENOMEM (so `return
@@ -114,20 +114,24 @@ static inline void *rm_ptr(const remat_tensor *t) {
     if (!t->storage->data) return NULL;
     return (char *)t->storage->data + (size_t)t->offset * remat_dtype_size(t->dtype);
 }
-static inline void rm_bump_version(remat_tensor *t) {
-    atomic_fetch_add(&t->storage->version, 1);
-}
+static inline void rm_bump_version(remat_tensor *t) { atomic_fetch_add(&t->storage->version, 1); }
 /* bf16 <-> f32 (storage-only dtype REMAT_BF16). f32 → bf16 rounds to
  * nearest, ties to even; NaN stays NaN (quiet), infinities stay infinite. */
 static inline uint16_t rm_f32_to_bf16(float f) {
-    union { float f; uint32_t u; } v = {f};
+    union {
+        float f;
+        uint32_t u;
+    } v = {f};
     if ((v.u & 0x7F800000u) == 0x7F800000u && (v.u & 0x007FFFFFu))
         return (uint16_t)((v.u >> 16) | 0x0040u); /* NaN: keep it a (quiet) NaN */
     uint32_t lsb = (v.u >> 16) & 1u;
     return (uint16_t)((v.u + 0x7FFFu + lsb) >> 16);
 }
 static inline float rm_bf16_to_f32(uint16_t h) {
-    union { uint32_t u; float f; } v = {(uint32_t)h << 16};
+    union {
+        uint32_t u;
+        float f;
+    } v = {(uint32_t)h << 16};
     return v.f;
 }
 /* (src/backends/cpu/bf16.c) n contiguous elements f32 -> bf16 (rounded as
@@ -178,12 +182,12 @@ remat_status rm_check_host(const char *call, const remat_tensor *t);
 /* Normalises a possibly negative dim against ndim. */
 remat_status rm_norm_dim(const char *call, int dim, int ndim, int *out);
 /* Broadcast shape of a and b. */
-remat_status rm_broadcast_shape(const char *call, int nda, const int64_t *sa, int ndb, const int64_t *sb,
-                       int *nd_out, int64_t *shape_out);
+remat_status rm_broadcast_shape(const char *call, int nda, const int64_t *sa, int ndb,
+                                const int64_t *sb, int *nd_out, int64_t *shape_out);
 
 /* Creates a new contiguous output tensor (skip-mode aware). */
 remat_status rm_new_output(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
-                  remat_device device);
+                           remat_device device);
 
 /* ---- allocator ------------------------------------------------------------------ */
 /* Per-thread allocation meter (src/device.c): the bytes this thread
@@ -205,7 +209,7 @@ int64_t rm_meter_peak(void);
 void *rm_device_alloc(remat_device device, size_t nbytes);
 void rm_device_free(remat_device device, void *ptr, size_t nbytes);
 remat_status rm_device_copy(remat_device dst_dev, void *dst, remat_device src_dev, const void *src,
-                   size_t nbytes);
+                            size_t nbytes);
 
 /* ---- device types built in besides cpu ---------------------------------------------
  * src/backends/cuda/device.c when the library is built with CUDA (the "cuda"
@@ -221,7 +225,8 @@ const char *rm_builtin_device_unavailable_reason(void);
 /* ---- RNG ------------------------------------------------------------------------ */
 /* Reserves n_blocks Philox blocks (4 u32 each) from the device generator:
  * returns key and the starting counter. */
-remat_status rm_rng_reserve(remat_device device, uint64_t n_blocks, uint32_t key[2], uint64_t *counter);
+remat_status rm_rng_reserve(remat_device device, uint64_t n_blocks, uint32_t key[2],
+                            uint64_t *counter);
 /* Fills 4 u32 for block `block` from key and base counter. */
 void rm_philox_block(const uint32_t key[2], uint64_t counter_lo, uint32_t out[4]);
 static inline double rm_u32_to_unit(uint32_t x) { return (x >> 8) * (1.0 / 16777216.0); }
@@ -271,16 +276,16 @@ void *rm_grow(void *arr, int *cap, int n, int first, size_t elem);
  * is rm_device_copy into ordinary host memory, synchronous, with no event. The cuda
  * backend registers its own (src/backends/cuda/transfer.c); tests register fakes. */
 typedef struct rm_transfer_ops {
-    void *(*host_alloc)(size_t nbytes);         /* pinned host memory; NULL on failure */
+    void *(*host_alloc)(size_t nbytes); /* pinned host memory; NULL on failure */
     void (*host_free)(void *p, size_t nbytes);
     /* Enqueues dst := src (nbytes; kind says which side is the device's) after the work
      * queued so far on device `index`; *event receives an event completed with the copy. */
-    int (*copy_async)(int index, void *dst, const void *src, size_t nbytes,
-                      remat_copy_kind kind, void **event);
+    int (*copy_async)(int index, void *dst, const void *src, size_t nbytes, remat_copy_kind kind,
+                      void **event);
     /* Makes the compute stream of `index` wait for event (the host does not wait). */
     int (*stream_wait)(int index, void *event);
-    bool (*done)(void *event);      /* whether the event has completed (never blocks) */
-    int (*host_wait)(void *event);  /* the host waits for the event */
+    bool (*done)(void *event);     /* whether the event has completed (never blocks) */
+    int (*host_wait)(void *event); /* the host waits for the event */
     void (*event_free)(void *event);
 } rm_transfer_ops;
 /* Sets (ops NULL: removes) the transfer ops of a device type; ops must outlive the

@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core.h"
 #include "dispatch/kernels.h"
 #include "philox.h"
-#include "core.h"
 
 typedef struct rm_gen {
     uint64_t seed;
@@ -66,7 +66,8 @@ static void cpu_free(void *ud, int index, void *ptr, size_t nbytes) {
     pthread_mutex_unlock(&g_lock);
     if (!rm_cpu_cache_put(ptr, rounded, in_use, peak)) free(ptr);
 }
-static remat_status cpu_copy(void *ud, int index, void *dst, const void *src, size_t n, remat_copy_kind k) {
+static remat_status cpu_copy(void *ud, int index, void *dst, const void *src, size_t n,
+                             remat_copy_kind k) {
     RM_UNUSED(ud);
     RM_UNUSED(index);
     RM_UNUSED(k);
@@ -128,8 +129,7 @@ static remat_status register_type(const remat_device_type_def *def, int *type_id
     if (!def || !type_id)
         return rm_err(REMAT_EINVAL, "remat_register_device_type: def and type_id must not be NULL");
     if (!def->name || !def->name[0] || strlen(def->name) >= 32)
-        return rm_err(REMAT_EINVAL,
-                      "remat_register_device_type: name must be 1 to 31 characters");
+        return rm_err(REMAT_EINVAL, "remat_register_device_type: name must be 1 to 31 characters");
     if (!def->alloc || !def->free || !def->copy || !def->device_count)
         return rm_err(REMAT_EINVAL,
                       "remat_register_device_type: device type '%s' must supply alloc, free, "
@@ -225,7 +225,8 @@ int remat_current_device(int type_id) {
 
 int remat_set_current_device(int type_id, int index) {
     rm_devtype *t = get_type(type_id);
-    if (!t) return rm_err(REMAT_EDEVICE, "remat_set_current_device: unknown device type %d", type_id);
+    if (!t)
+        return rm_err(REMAT_EDEVICE, "remat_set_current_device: unknown device type %d", type_id);
     if (index < 0 || index >= remat_device_count(type_id))
         return rm_err(REMAT_EDEVICE, "remat_set_current_device: '%s' has no device %d (count %d)",
                       t->name, index, remat_device_count(type_id));
@@ -256,8 +257,8 @@ int remat_device_check(remat_device device) {
     const char *why =
         n == 0 && device.type == g_builtin_id ? rm_builtin_device_unavailable_reason() : NULL;
     if (why)
-        return rm_err(REMAT_EUNSUPPORTED, "device %s:%d cannot be used: %s", t->name,
-                      device.index, why);
+        return rm_err(REMAT_EUNSUPPORTED, "device %s:%d cannot be used: %s", t->name, device.index,
+                      why);
     if (device.index < 0 || device.index >= n)
         return rm_err(REMAT_EDEVICE, "device %s:%d does not exist (%d device%s)", t->name,
                       device.index, n, n == 1 ? "" : "s");
@@ -322,7 +323,7 @@ void rm_device_free(remat_device device, void *ptr, size_t nbytes) {
 }
 
 remat_status rm_device_copy(remat_device dst_dev, void *dst, remat_device src_dev, const void *src,
-                   size_t nbytes) {
+                            size_t nbytes) {
     if (nbytes == 0) return REMAT_OK;
     if (dst_dev.type == REMAT_CPU && src_dev.type == REMAT_CPU) {
         memmove(dst, src, nbytes);
@@ -341,8 +342,10 @@ remat_status rm_device_copy(remat_device dst_dev, void *dst, remat_device src_de
         rc = td->def.copy(td->def.user_data, dst_dev.index, dst, src, nbytes,
                           REMAT_COPY_DEVICE_TO_DEVICE);
     else
-        return rm_err(REMAT_EUNSUPPORTED, "direct copy from %s to %s is not supported; go "
-                      "through cpu", ts->name, td->name);
+        return rm_err(REMAT_EUNSUPPORTED,
+                      "direct copy from %s to %s is not supported; go "
+                      "through cpu",
+                      ts->name, td->name);
     if (rc != REMAT_OK) return rm_err(rc, "device copy failed (%s -> %s)", ts->name, td->name);
     return REMAT_OK;
 }
@@ -385,10 +388,8 @@ size_t remat_cpu_peak_bytes(void) {
 void remat_set_cpu_allocator(const remat_allocator *allocator) {
     remat_cpu_cache_empty(); /* its buffers came from the allocator being replaced */
     pthread_mutex_lock(&g_lock);
-    if (allocator && allocator->alloc && allocator->free)
-        g_cpu_alloc = *allocator;
-    else
-        memset(&g_cpu_alloc, 0, sizeof g_cpu_alloc);
+    if (allocator && allocator->alloc && allocator->free) g_cpu_alloc = *allocator;
+    else memset(&g_cpu_alloc, 0, sizeof g_cpu_alloc);
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -425,7 +426,7 @@ static remat_status gen_from_blob(rm_gen *g, const uint8_t b[REMAT_RNG_STATE_BYT
     memcpy(&ver, b + 4, 4);
     if (memcmp(b, "RMRG", 4) != 0 || ver != 1)
         return rm_err(REMAT_EFORMAT, "remat_rng_set_state: not an RNG state blob made by "
-                      "remat_rng_get_state");
+                                     "remat_rng_get_state");
     memcpy(&g->seed, b + 8, 8);
     memcpy(&g->offset, b + 16, 8);
     return REMAT_OK;
@@ -492,7 +493,8 @@ void remat_manual_seed(uint64_t seed) {
     }
 }
 
-remat_status rm_rng_reserve(remat_device device, uint64_t n_blocks, uint32_t key[2], uint64_t *counter) {
+remat_status rm_rng_reserve(remat_device device, uint64_t n_blocks, uint32_t key[2],
+                            uint64_t *counter) {
     rm_devtype *t = NULL;
     int rc = check_rng_device("rng", device, &t);
     if (rc) return rc;

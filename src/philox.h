@@ -17,8 +17,8 @@
 #endif
 
 /* Philox4x32-10 of counter (c0, c1, c2, c3) under key (k0, k1). */
-RM_PHILOX_FN void rm_philox4x32_hd(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
-                                   uint32_t k0, uint32_t k1, uint32_t out[4]) {
+RM_PHILOX_FN void rm_philox4x32_hd(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
+                                   uint32_t k1, uint32_t out[4]) {
     for (int r = 0; r < 10; r++) {
         uint64_t p0 = (uint64_t)0xD2511F53u * c0;
         uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;

@@ -40,8 +40,10 @@ remat_status rm_storage_new(rm_storage **out, size_t nbytes, remat_device device
     int rc = remat_device_check(device);
     if (rc) return rc;
     if (nbytes > (size_t)REMAT_MAX_TENSOR_BYTES) /* also keeps allocator rounding exact */
-        return rm_err(REMAT_EINVAL, "a storage of %zu bytes is larger than the maximum tensor "
-                      "size (2^62 bytes)", nbytes);
+        return rm_err(REMAT_EINVAL,
+                      "a storage of %zu bytes is larger than the maximum tensor "
+                      "size (2^62 bytes)",
+                      nbytes);
     rm_storage *s = calloc(1, sizeof *s);
     if (!s) return rm_err(REMAT_ENOMEM, "out of host memory for a storage header");
     if (meta) {
@@ -89,7 +91,7 @@ int64_t rm_shape_numel(int ndim, const int64_t *shape) {
 }
 
 remat_status rm_check_size(const char *call, int ndim, const int64_t *shape, remat_dtype dtype,
-                  int64_t *numel) {
+                           int64_t *numel) {
     int64_t es = (int64_t)remat_dtype_size(dtype), span = 1;
     bool over = false, empty = false;
     /* span: the product with 0 counted as 1 — the contiguous strides, which
@@ -103,16 +105,18 @@ remat_status rm_check_size(const char *call, int ndim, const int64_t *shape, rem
     if (!over && !empty && es > 0 && span > REMAT_MAX_TENSOR_BYTES / es) over = true;
     if (over) {
         char b[200];
-        return rm_err(REMAT_EINVAL, "%s%sshape %s of %s is larger than the maximum tensor size "
-                      "(2^62 bytes)", call ? call : "", call ? ": " : "",
-                      rm_shape_str(ndim, shape, b, sizeof b), remat_dtype_name(dtype));
+        return rm_err(REMAT_EINVAL,
+                      "%s%sshape %s of %s is larger than the maximum tensor size "
+                      "(2^62 bytes)",
+                      call ? call : "", call ? ": " : "", rm_shape_str(ndim, shape, b, sizeof b),
+                      remat_dtype_name(dtype));
     }
     if (numel) *numel = empty ? 0 : span;
     return REMAT_OK;
 }
 
-remat_tensor *rm_tensor_alloc(rm_storage *storage, int64_t offset, int ndim,
-                              const int64_t *shape, const int64_t *strides, remat_dtype dtype) {
+remat_tensor *rm_tensor_alloc(rm_storage *storage, int64_t offset, int ndim, const int64_t *shape,
+                              const int64_t *strides, remat_dtype dtype) {
     remat_tensor *t = calloc(1, sizeof *t);
     if (!t) return NULL;
     atomic_init(&t->refcount, 1);
@@ -179,7 +183,7 @@ int remat_scope_end(remat_scope *s) {
     if (!s) return REMAT_OK;
     if (s != tls_scope)
         return rm_err(REMAT_ESTATE, "remat_scope_end: scope is not the innermost open scope on "
-                      "this thread (close inner scopes first)");
+                                    "this thread (close inner scopes first)");
     tls_scope = s->parent;
     for (int i = 0; i < s->n; i++) {
         if (!s->items[i]) continue;
@@ -199,12 +203,14 @@ remat_status rm_hand_out_n(remat_tensor **ts, int n) {
     if (s->cap - s->n < need) { /* grow once for all n, so none is handed out on failure */
         int cap = s->cap ? s->cap : 64;
         while (cap - s->n < need && cap <= INT32_MAX / 2) cap *= 2;
-        remat_tensor **items = cap - s->n >= need ? realloc(s->items, (size_t)cap * sizeof *items)
-                                                  : NULL;
+        remat_tensor **items =
+            cap - s->n >= need ? realloc(s->items, (size_t)cap * sizeof *items) : NULL;
         if (!items) {
             for (int i = 0; i < n; i++) remat_release_p(&ts[i]);
-            return rm_err(REMAT_ENOMEM, "out of memory registering %d output%s with the open "
-                          "remat_scope (%d tensors in it)", need, need == 1 ? "" : "s", s->n);
+            return rm_err(REMAT_ENOMEM,
+                          "out of memory registering %d output%s with the open "
+                          "remat_scope (%d tensors in it)",
+                          need, need == 1 ? "" : "s", s->n);
         }
         s->items = items;
         s->cap = cap;
@@ -255,10 +261,8 @@ const char *rm_tensor_str(const remat_tensor *t, char *buf, size_t n) {
     rm_shape_str(t->ndim, t->shape, sh, sizeof sh);
     const char *dev = remat_device_type_name(t->storage->device.type);
     if (t->storage->device.type == REMAT_CPU) {
-        if (t->name)
-            snprintf(buf, n, "'%s' %s %s", t->name, sh, remat_dtype_name(t->dtype));
-        else
-            snprintf(buf, n, "%s %s", sh, remat_dtype_name(t->dtype));
+        if (t->name) snprintf(buf, n, "'%s' %s %s", t->name, sh, remat_dtype_name(t->dtype));
+        else snprintf(buf, n, "%s %s", sh, remat_dtype_name(t->dtype));
     } else {
         snprintf(buf, n, "%s%s%s%s %s on %s:%d", t->name ? "'" : "", t->name ? t->name : "",
                  t->name ? "' " : "", sh, remat_dtype_name(t->dtype), dev ? dev : "?",
@@ -320,22 +324,24 @@ remat_status rm_check_host(const char *call, const remat_tensor *t) {
 remat_status rm_norm_dim(const char *call, int dim, int ndim, int *out) {
     int n = ndim == 0 ? 1 : ndim; /* a 0-dim tensor accepts dim 0 / -1 */
     if (dim < -n || dim >= n)
-        return rm_err(REMAT_EINVAL, "%s: dim %d out of range for a %d-dim tensor (expected %d to %d)",
-                      call, dim, ndim, -n, n - 1);
+        return rm_err(REMAT_EINVAL,
+                      "%s: dim %d out of range for a %d-dim tensor (expected %d to %d)", call, dim,
+                      ndim, -n, n - 1);
     *out = dim < 0 ? dim + n : dim;
     return REMAT_OK;
 }
 
-remat_status rm_broadcast_shape(const char *call, int nda, const int64_t *sa, int ndb, const int64_t *sb,
-                       int *nd_out, int64_t *shape_out) {
+remat_status rm_broadcast_shape(const char *call, int nda, const int64_t *sa, int ndb,
+                                const int64_t *sb, int *nd_out, int64_t *shape_out) {
     int nd = nda > ndb ? nda : ndb;
     for (int i = 0; i < nd; i++) {
         int ia = nda - nd + i, ib = ndb - nd + i;
         int64_t da = ia >= 0 ? sa[ia] : 1, db = ib >= 0 ? sb[ib] : 1;
         if (da != db && da != 1 && db != 1) {
             char b1[160], b2[160];
-            return rm_err(REMAT_ESHAPE, "%s: shapes %s and %s cannot be broadcast (dim %d: %lld vs %lld)",
-                          call, rm_shape_str(nda, sa, b1, sizeof b1),
+            return rm_err(REMAT_ESHAPE,
+                          "%s: shapes %s and %s cannot be broadcast (dim %d: %lld vs %lld)", call,
+                          rm_shape_str(nda, sa, b1, sizeof b1),
                           rm_shape_str(ndb, sb, b2, sizeof b2), i, (long long)da, (long long)db);
         }
         shape_out[i] = da == 1 ? db : da;
@@ -347,8 +353,10 @@ remat_status rm_broadcast_shape(const char *call, int nda, const int64_t *sa, in
 /* ---- creation ---------------------------------------------------------------------------------- */
 static remat_status check_shape(const char *call, int ndim, const int64_t *shape) {
     if (ndim < 0 || ndim > REMAT_MAX_DIMS)
-        return rm_err(REMAT_EINVAL, "%s: ndim %d out of range (0 to %d)", call, ndim, REMAT_MAX_DIMS);
-    if (ndim > 0 && !shape) return rm_err(REMAT_EINVAL, "%s: shape is NULL with ndim %d", call, ndim);
+        return rm_err(REMAT_EINVAL, "%s: ndim %d out of range (0 to %d)", call, ndim,
+                      REMAT_MAX_DIMS);
+    if (ndim > 0 && !shape)
+        return rm_err(REMAT_EINVAL, "%s: shape is NULL with ndim %d", call, ndim);
     for (int d = 0; d < ndim; d++)
         if (shape[d] < 0)
             return rm_err(REMAT_EINVAL, "%s: negative size %lld in dim %d", call,
@@ -356,8 +364,8 @@ static remat_status check_shape(const char *call, int ndim, const int64_t *shape
     return REMAT_OK;
 }
 
-static remat_status make_tensor(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
-                       remat_device device, bool meta) {
+static remat_status make_tensor(remat_tensor **out, int ndim, const int64_t *shape,
+                                remat_dtype dtype, remat_device device, bool meta) {
     size_t es = remat_dtype_size(dtype);
     if (!es) return rm_err(REMAT_EDTYPE, "unknown dtype %d", (int)dtype);
     int64_t numel = 0;
@@ -376,7 +384,7 @@ static remat_status make_tensor(remat_tensor **out, int ndim, const int64_t *sha
 }
 
 remat_status rm_new_output(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
-                  remat_device device) {
+                           remat_device device) {
     return make_tensor(out, ndim, shape, dtype, device, rm_skip_mode());
 }
 
@@ -416,10 +424,11 @@ static void fill_value(remat_tensor *t, double v) {
 
 /* Fills a host-addressable t or, for other devices, a constant by the device's kernel
  * (rm_kernel_fill) and anything else on cpu, copied over. */
-static remat_status fill_any(remat_tensor *t, double v, void (*fill)(remat_tensor *, double, void *),
-                    void *ud) {
+static remat_status fill_any(remat_tensor *t, double v,
+                             void (*fill)(remat_tensor *, double, void *), void *ud) {
     if (remat_device_host_addressable(t->storage->device.type)) {
-        if (fill) fill(t, v, ud); else fill_value(t, v);
+        if (fill) fill(t, v, ud);
+        else fill_value(t, v);
         return REMAT_OK;
     }
     if (!fill && (v == 0 || t->dtype == REMAT_F32 || t->dtype == REMAT_F64))
@@ -427,7 +436,8 @@ static remat_status fill_any(remat_tensor *t, double v, void (*fill)(remat_tenso
     remat_tensor *tmp = NULL;
     int rc = make_tensor(&tmp, t->ndim, t->shape, t->dtype, REMAT_DEVICE_CPU, false);
     if (rc) return rc;
-    if (fill) fill(tmp, v, ud); else fill_value(tmp, v);
+    if (fill) fill(tmp, v, ud);
+    else fill_value(tmp, v);
     rc = rm_device_copy(t->storage->device, rm_ptr(t), REMAT_DEVICE_CPU, rm_ptr(tmp),
                         tmp->storage->nbytes);
     remat_release(tmp);
@@ -435,7 +445,7 @@ static remat_status fill_any(remat_tensor *t, double v, void (*fill)(remat_tenso
 }
 
 static remat_status full_impl(const char *call, remat_tensor **out, int ndim, const int64_t *shape,
-                     double value, remat_dtype dtype, remat_device device) {
+                              double value, remat_dtype dtype, remat_device device) {
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
     *out = NULL;
     int rc = check_shape(call, ndim, shape);
@@ -451,8 +461,8 @@ static remat_status full_impl(const char *call, remat_tensor **out, int ndim, co
     return rm_hand_out(out, t);
 }
 
-int remat_full(remat_tensor **out, int ndim, const int64_t *shape, double value,
-               remat_dtype dtype, remat_device device) {
+int remat_full(remat_tensor **out, int ndim, const int64_t *shape, double value, remat_dtype dtype,
+               remat_device device) {
     return full_impl("remat_full", out, ndim, shape, value, dtype, device);
 }
 
@@ -506,7 +516,7 @@ static void fill_rand(remat_tensor *t, double unused, void *ud) {
     rand_args *ra = ud;
     int64_t n = rm_shape_numel(t->ndim, t->shape);
     void *p = rm_ptr(t);
-    #pragma omp parallel for if (n > RM_OMP_MIN)
+#pragma omp parallel for if (n > RM_OMP_MIN)
     for (int64_t j = 0; j < (n + 1) / 2; j++) {
         uint32_t r[4];
         rm_philox_block(ra->key, ra->counter + (uint64_t)j, r);
@@ -537,7 +547,8 @@ static void fill_rand(remat_tensor *t, double unused, void *ud) {
 }
 
 static remat_status make_rand(const char *call, remat_tensor **out, int ndim, const int64_t *shape,
-                     double a, double b, bool normal, remat_dtype dtype, remat_device device) {
+                              double a, double b, bool normal, remat_dtype dtype,
+                              remat_device device) {
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
     *out = NULL;
     int rc = check_shape(call, ndim, shape);
@@ -545,8 +556,8 @@ static remat_status make_rand(const char *call, remat_tensor **out, int ndim, co
     if (dtype != REMAT_F32 && dtype != REMAT_F64)
         return rm_err(REMAT_EDTYPE, "%s: dtype must be f32 or f64", call);
     if (normal ? !(b >= 0) : !(b >= a))
-        return rm_err(REMAT_EINVAL, normal ? "%s: std must be >= 0, got %g"
-                                            : "%s: need lo <= hi, got hi %g",
+        return rm_err(REMAT_EINVAL,
+                      normal ? "%s: std must be >= 0, got %g" : "%s: need lo <= hi, got hi %g",
                       call, b);
     remat_tensor *t = NULL;
     rc = make_tensor(&t, ndim, shape, dtype, device, false);
@@ -653,7 +664,7 @@ int remat_item_at(const remat_tensor *t, int64_t i, double *value) {
     if (rc) return rc;
     if (!t->storage->data)
         return rm_err(REMAT_ESTATE, "remat_item_at: tensor has no data (made while recomputation "
-                      "was stopping early)");
+                                    "was stopping early)");
     int64_t off = t->offset;
     for (int d = t->ndim - 1; d >= 0; d--) {
         off += (i % t->shape[d]) * t->strides[d];
@@ -681,7 +692,8 @@ int remat_item(const remat_tensor *t, double *value) {
 
 /* remat_copy_to_buffer of a tensor the CPU cannot read: made contiguous on
  * its device, brought to host memory, converted from there. */
-static remat_status copy_device_to_buffer(const remat_tensor *t, remat_dtype dtype, void *dst, int64_t n) {
+static remat_status copy_device_to_buffer(const remat_tensor *t, remat_dtype dtype, void *dst,
+                                          int64_t n) {
     remat_tensor *c = NULL, *h = NULL;
     rm_storage *st = NULL;
     size_t nbytes = (size_t)remat_numel(t) * remat_dtype_size(t->dtype);
@@ -706,7 +718,8 @@ int remat_copy_to_buffer(const remat_tensor *t, remat_dtype dtype, void *dst, in
     int64_t numel = remat_numel(t);
     if (!dst && numel) return rm_err(REMAT_EINVAL, "remat_copy_to_buffer: dst is NULL");
     if (n < numel)
-        return rm_err(REMAT_EINVAL, "remat_copy_to_buffer: buffer holds %lld elements, tensor has %lld",
+        return rm_err(REMAT_EINVAL,
+                      "remat_copy_to_buffer: buffer holds %lld elements, tensor has %lld",
                       (long long)n, (long long)numel);
     if (!remat_dtype_size(dtype)) return rm_err(REMAT_EDTYPE, "remat_copy_to_buffer: bad dtype");
     if (numel && !remat_device_host_addressable(t->storage->device.type))
@@ -755,24 +768,23 @@ void rm_iter_seek(rm_iter *it, int64_t linear) {
 /* CONV converts one element (a cast, or rm_f64_to_i64 from floats to i64). */
 #define RM_CAST(DT, x) ((DT)(x))
 #define RM_TO_I64(DT, x) rm_f64_to_i64((double)(x))
-#define RM_COPY_CASE(DT, ST, CONV)                                                  \
-    do {                                                                            \
-        DT *d = (DT *)dst->storage->data + dst->offset;                             \
-        const ST *s = (const ST *)src->storage->data + src->offset;                 \
-        _Pragma("omp parallel if (n > 32768)")                                 \
-        {                                                                           \
-            int nt = 1, id = 0;                                                     \
-            rm_omp_ids(&nt, &id);                                                   \
-            int64_t lo = n * id / nt, hi = n * (id + 1) / nt;                       \
-            if (lo < hi) {                                                          \
-                rm_iter it = base;                                                  \
-                rm_iter_seek(&it, lo);                                              \
-                for (int64_t i = lo; i < hi; i++) {                                 \
-                    d[it.off[0]] = CONV(DT, s[it.off[1]]);                          \
-                    rm_iter_next(&it);                                              \
-                }                                                                   \
-            }                                                                       \
-        }                                                                           \
+#define RM_COPY_CASE(DT, ST, CONV)                                                                 \
+    do {                                                                                           \
+        DT *d = (DT *)dst->storage->data + dst->offset;                                            \
+        const ST *s = (const ST *)src->storage->data + src->offset;                                \
+        _Pragma("omp parallel if (n > 32768)") {                                                   \
+            int nt = 1, id = 0;                                                                    \
+            rm_omp_ids(&nt, &id);                                                                  \
+            int64_t lo = n * id / nt, hi = n * (id + 1) / nt;                                      \
+            if (lo < hi) {                                                                         \
+                rm_iter it = base;                                                                 \
+                rm_iter_seek(&it, lo);                                                             \
+                for (int64_t i = lo; i < hi; i++) {                                                \
+                    d[it.off[0]] = CONV(DT, s[it.off[1]]);                                         \
+                    rm_iter_next(&it);                                                             \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
     } while (0)
 
 #ifdef _OPENMP
@@ -804,7 +816,8 @@ static remat_status copy_into_device(remat_tensor *dst, const remat_tensor *src)
         return rm_kernel_run(RM_K_COPY_INTO, "copy", &k);
     }
     char bd[200], bs[200];
-    return rm_err(REMAT_EUNSUPPORTED, "copy: from %s into %s: copies on a device the CPU "
+    return rm_err(REMAT_EUNSUPPORTED,
+                  "copy: from %s into %s: copies on a device the CPU "
                   "cannot read need the same device",
                   rm_tensor_str(src, bs, sizeof bs), rm_tensor_str(dst, bd, sizeof bd));
 }

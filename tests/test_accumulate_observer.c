@@ -222,9 +222,8 @@ static remat_status by_hand_forward(remat_function_ctx *ctx, void *ud, remat_ten
     return rc ? rc : remat_mul(&out[0], in[0], ud);
 }
 
-static remat_status by_hand_backward(remat_function_ctx *ctx, void *ud,
-                                     remat_tensor *const *gout, int n_out, remat_tensor **gin,
-                                     int n_in) {
+static remat_status by_hand_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *gout,
+                                     int n_out, remat_tensor **gin, int n_in) {
     (void)n_out;
     (void)n_in;
     remat_tensor *x = NULL, *d = NULL, *y = NULL;

@@ -74,7 +74,8 @@ static int step(variant v, params *p, remat_tensor *x) {
     if (rc) return rc;
     remat_policy *policy = NULL;
     remat_sac_config cfg = {0};
-    remat_checkpoint_options o = {.use_reentrant = v == REENTRANT ? REMAT_OPT_TRUE : REMAT_OPT_FALSE};
+    remat_checkpoint_options o = {.use_reentrant =
+                                      v == REENTRANT ? REMAT_OPT_TRUE : REMAT_OPT_FALSE};
     if (v == SELECTIVE) {
         rc = remat_policy_dots_saveable(&policy);
         cfg.policy = policy;
@@ -133,12 +134,15 @@ static void sweep(variant v) {
             for (int i = 0; i < 3; i++)
                 cr_assert(rt_bitwise_equal(remat_tensor_grad(ps[i]), ref[i]),
                           "variant %d, allocation %ld failed: step returned OK with a wrong "
-                          "gradient of parameter %d", v, k, i);
+                          "gradient of parameter %d",
+                          v, k, i);
         } else {
             cr_assert_eq(rc, REMAT_ENOMEM, "variant %d, allocation %ld failed: reported as %s: %s",
                          v, k, remat_err_name(rc), remat_last_error());
-            cr_assert_neq(remat_last_error()[0], '\0', "variant %d, allocation %ld: %s without a "
-                          "message", v, k, remat_err_name(rc));
+            cr_assert_neq(remat_last_error()[0], '\0',
+                          "variant %d, allocation %ld: %s without a "
+                          "message",
+                          v, k, remat_err_name(rc));
         }
         for (int i = 0; i < 3; i++) {
             RT_OK(remat_copy_to_buffer(ps[i], REMAT_F32, now, 64));
@@ -150,7 +154,8 @@ static void sweep(variant v) {
                      "variant %d, allocation %ld failed (%s: %s): %lld tensors leaked", v, k,
                      remat_err_name(rc), remat_last_error(),
                      (long long)(remat_live_tensors() - live0));
-        cr_assert_eq(remat_saved_hooks_depth(), 0, "variant %d, allocation %ld: hooks left pushed", v, k);
+        cr_assert_eq(remat_saved_hooks_depth(), 0, "variant %d, allocation %ld: hooks left pushed",
+                     v, k);
         cr_assert(remat_is_grad_enabled(), "variant %d, allocation %ld: grad mode left off", v, k);
     }
     cr_assert_gt(k, 50, "variant %d: only %ld allocations swept", v, k);
@@ -169,7 +174,9 @@ Test(alloc_failure, every_allocation_of_a_selective_step) { sweep(SELECTIVE); }
 /* ---- one op on the driver (issue 13) ------------------------------------------------------ */
 
 typedef int (*op_fn)(remat_tensor **out, remat_tensor *const *in);
-static int run_matmul(remat_tensor **o, remat_tensor *const *in) { return remat_matmul(o, in[0], in[1]); }
+static int run_matmul(remat_tensor **o, remat_tensor *const *in) {
+    return remat_matmul(o, in[0], in[1]);
+}
 static int run_linear(remat_tensor **o, remat_tensor *const *in) {
     return remat_linear(o, in[0], in[1], in[2]);
 }

@@ -15,8 +15,8 @@ Test(allocator, exact_counts_after_known_sequence) {
     remat_alloc_stats s0 = cpu_stats();
     int64_t sa[] = {10}, sb[] = {3, 4};
     remat_tensor *a, *b;
-    RT_OK(remat_empty(&a, 1, sa, REMAT_F32, REMAT_DEVICE_CPU));  /* 40 bytes */
-    RT_OK(remat_zeros(&b, 2, sb, REMAT_F64, REMAT_DEVICE_CPU));  /* 96 bytes */
+    RT_OK(remat_empty(&a, 1, sa, REMAT_F32, REMAT_DEVICE_CPU)); /* 40 bytes */
+    RT_OK(remat_zeros(&b, 2, sb, REMAT_F64, REMAT_DEVICE_CPU)); /* 96 bytes */
     remat_alloc_stats s1 = cpu_stats();
     cr_assert_eq(s1.current_bytes - s0.current_bytes, 136);
     cr_assert_eq(s1.n_allocs - s0.n_allocs, 2);
@@ -148,7 +148,8 @@ Test(allocator, injected_failure_is_an_error_and_leaks_nothing) {
 
 Test(allocator, stats_bad_device) {
     remat_alloc_stats s;
-    RT_FAILS(remat_alloc_stats_get((remat_device){7, 0}, &s), REMAT_EDEVICE, "remat_alloc_stats_get");
+    RT_FAILS(remat_alloc_stats_get((remat_device){7, 0}, &s), REMAT_EDEVICE,
+             "remat_alloc_stats_get");
     RT_FAILS(remat_alloc_stats_get(REMAT_DEVICE_CPU, NULL), REMAT_EINVAL, NULL);
 }
 

@@ -88,23 +88,23 @@ static void compare(int ndim, const int64_t *qs, const int64_t *ks, const int64_
 
 Test(attention, matches_composed_f64) {
     /* one query block, several blocks with a partial last one, Tq != Tk */
-    compare(4, (int64_t[]){2, 3, 5, 4}, (int64_t[]){2, 3, 5, 4}, (int64_t[]){2, 3, 5, 6},
-            REMAT_F64, true, 0, 1e-12);
+    compare(4, (int64_t[]){2, 3, 5, 4}, (int64_t[]){2, 3, 5, 4}, (int64_t[]){2, 3, 5, 6}, REMAT_F64,
+            true, 0, 1e-12);
     compare(4, (int64_t[]){1, 2, 150, 8}, (int64_t[]){1, 2, 150, 8}, (int64_t[]){1, 2, 150, 3},
             REMAT_F64, true, 0, 1e-12);
     compare(4, (int64_t[]){1, 2, 150, 8}, (int64_t[]){1, 2, 150, 8}, (int64_t[]){1, 2, 150, 3},
             REMAT_F64, false, 0.3, 1e-12);
-    compare(3, (int64_t[]){2, 70, 4}, (int64_t[]){2, 9, 4}, (int64_t[]){2, 9, 5}, REMAT_F64,
-            true, 0, 1e-12); /* more queries than keys: rows past Tk see every key */
-    compare(3, (int64_t[]){2, 9, 4}, (int64_t[]){2, 130, 4}, (int64_t[]){2, 130, 5},
-            REMAT_F64, true, 0, 1e-12);
+    compare(3, (int64_t[]){2, 70, 4}, (int64_t[]){2, 9, 4}, (int64_t[]){2, 9, 5}, REMAT_F64, true,
+            0, 1e-12); /* more queries than keys: rows past Tk see every key */
+    compare(3, (int64_t[]){2, 9, 4}, (int64_t[]){2, 130, 4}, (int64_t[]){2, 130, 5}, REMAT_F64,
+            true, 0, 1e-12);
     compare(2, (int64_t[]){7, 3}, (int64_t[]){11, 3}, (int64_t[]){11, 2}, REMAT_F64, false, 0,
             1e-12);
 }
 
 Test(attention, matches_composed_f32) {
-    compare(4, (int64_t[]){2, 3, 100, 16}, (int64_t[]){2, 3, 100, 16},
-            (int64_t[]){2, 3, 100, 16}, REMAT_F32, true, 0, 2e-5);
+    compare(4, (int64_t[]){2, 3, 100, 16}, (int64_t[]){2, 3, 100, 16}, (int64_t[]){2, 3, 100, 16},
+            REMAT_F32, true, 0, 2e-5);
     compare(3, (int64_t[]){4, 33, 8}, (int64_t[]){4, 40, 8}, (int64_t[]){4, 40, 8}, REMAT_F32,
             false, 0, 2e-5);
 }

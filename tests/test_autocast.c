@@ -42,7 +42,8 @@ Test(autocast, scope_nests_and_restores) {
 Test(autocast, ops_run_in_their_category_dtype) {
     int64_t xs[2] = {4, 8}, ws[2] = {6, 8}, bs[1] = {6};
     remat_tensor *x = rt_rand(2, xs, REMAT_F32, -1, 1, 1), *w = rt_rand(2, ws, REMAT_F32, -1, 1, 2);
-    remat_tensor *b = rt_rand(1, bs, REMAT_F32, -1, 1, 3), *xd = rt_rand(2, xs, REMAT_F64, -1, 1, 4);
+    remat_tensor *b = rt_rand(1, bs, REMAT_F32, -1, 1, 3),
+                 *xd = rt_rand(2, xs, REMAT_F64, -1, 1, 4);
     remat_tensor *wd = rt_rand(2, ws, REMAT_F64, -1, 1, 5);
     remat_scope *sc;
     RT_OK(remat_scope_begin(&sc));
@@ -130,7 +131,10 @@ Test(autocast, gradients_flow_back_in_each_inputs_dtype) {
  * ±Inf, overflow past bf16's largest finite rounds to Inf; through
  * remat_to_dtype (the vectorised kernel) as through element access. */
 Test(autocast, conversion_rounds_to_nearest_even_and_keeps_specials) {
-    union { uint32_t u; float f; } c[] = {
+    union {
+        uint32_t u;
+        float f;
+    } c[] = {
         {0x3F808000u}, /* 1 + 2^-8: tie, even below → 1.0 (0x3F80) */
         {0x3F818000u}, /* tie, odd below → up (0x3F82) */
         {0x3F808001u}, /* just above the tie → up (0x3F81) */
@@ -167,7 +171,8 @@ Test(autocast, conversion_rounds_to_nearest_even_and_keeps_specials) {
  * the bf16 values to bf16 precision. Transposed and batched operands too. */
 Test(autocast, bf16_gemm_matches_the_f32_fallback) {
     int64_t as[3] = {3, 33, 70}, bs2[3] = {3, 70, 45};
-    remat_tensor *a = rt_rand(3, as, REMAT_F32, -1, 1, 7), *b = rt_rand(3, bs2, REMAT_F32, -1, 1, 8);
+    remat_tensor *a = rt_rand(3, as, REMAT_F32, -1, 1, 7),
+                 *b = rt_rand(3, bs2, REMAT_F32, -1, 1, 8);
     remat_tensor *ab = NULL, *bb = NULL, *bt = NULL, *y1 = NULL, *y2 = NULL, *ref = NULL;
     RT_OK(remat_to_dtype(&ab, a, REMAT_BF16));
     RT_OK(remat_to_dtype(&bb, b, REMAT_BF16));

@@ -30,14 +30,17 @@ static void parse_arr(char *s, arr *a) {
     for (int64_t i = 0; i < a->n; i++) a->v[i] = strtod(e, &e);
 }
 
-static remat_tensor *from_arr(const arr *a) { return rt_tensor(a->ndim, a->shape, REMAT_F32, a->v); }
+static remat_tensor *from_arr(const arr *a) {
+    return rt_tensor(a->ndim, a->shape, REMAT_F32, a->v);
+}
 
 /* the fixture's input formula (scripts/gen_autocast_fixtures.py: gen) */
 static remat_tensor *gen(int ndim, const int64_t *shape, int seed) {
     int64_t n = 1;
     for (int d = 0; d < ndim; d++) n *= shape[d];
     double *v = malloc(sizeof(double) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) v[i] = -2.0 + 4.0 * fmod((double)i * 0.6180339887 + seed * 0.1, 1.0);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = -2.0 + 4.0 * fmod((double)i * 0.6180339887 + seed * 0.1, 1.0);
     float *f = malloc(sizeof(float) * (size_t)n);
     for (int64_t i = 0; i < n; i++) f[i] = (float)v[i];
     remat_tensor *t = NULL;
@@ -112,8 +115,8 @@ Test(autocast_fixtures, every_autocast_op_matches_pytorch_1_13) {
             int rc = run_op(op, x, &y, &lower);
             remat_autocast_end(&prev);
             RT_OK(rc);
-            cr_assert_eq(remat_tensor_dtype(y), lower ? REMAT_BF16 : REMAT_F32, "%s: output dtype %s",
-                         name, remat_dtype_name(remat_tensor_dtype(y)));
+            cr_assert_eq(remat_tensor_dtype(y), lower ? REMAT_BF16 : REMAT_F32,
+                         "%s: output dtype %s", name, remat_dtype_name(remat_tensor_dtype(y)));
             remat_tensor *y32 = NULL, *g = from_arr(&a), *p = NULL, *l = NULL;
             RT_OK(remat_to_dtype(&y32, y, REMAT_F32));
             RT_OK(remat_mul(&p, y32, g));

@@ -109,7 +109,7 @@ Test(autograd, in_place_modification_of_saved_tensor_is_detected) {
     remat_tensor *a = leaf(1, sh, 1);
     remat_tensor *x, *y, *l;
     RT_OK(remat_mul_scalar(&x, a, 2.0)); /* x is a non-leaf */
-    RT_OK(remat_exp(&y, x));              /* saves its output y */
+    RT_OK(remat_exp(&y, x));             /* saves its output y */
     RT_OK(remat_sum_all(&l, y));
     bool prev = remat_no_grad_begin();
     RT_OK(remat_mul_scalar_(y, 3.0));

@@ -211,9 +211,9 @@ Test(checkpoint, checkpointed_segment_runs_twice_others_once) {
         chain a = {0, 3, NULL}, b = {0, 2, NULL}, d = {0, 2, NULL};
         remat_checkpoint_options o = mode ? reent() : nonre();
         remat_tensor *h1, *h2, *h3;
-        RT_OK(chain_fn(&a, &x, 1, &h1, 1));                       /* plain */
+        RT_OK(chain_fn(&a, &x, 1, &h1, 1));                        /* plain */
         RT_OK(remat_checkpoint(chain_fn, &b, 1, &h1, 1, &h2, &o)); /* checkpointed */
-        RT_OK(chain_fn(&d, &h2, 1, &h3, 1));                      /* plain */
+        RT_OK(chain_fn(&d, &h2, 1, &h3, 1));                       /* plain */
         cr_assert_eq(a.calls + b.calls + d.calls, 3);
         remat_tensor *l = sum_all(h3);
         RT_OK(remat_backward_scalar(l));
@@ -333,8 +333,8 @@ Test(checkpoint, backward_twice_with_retain_graph_recomputes_each_time) {
 /* ---- non-tensor and None inputs/outputs --------------------------------------------------- */
 typedef struct mixed {
     int calls;
-    double k;       /* non-tensor input */
-    double result;  /* non-tensor output */
+    double k;      /* non-tensor input */
+    double result; /* non-tensor output */
 } mixed;
 
 /* inputs: (a, NULL, b) — outputs: (k * a * exp(b), NULL) */
@@ -443,7 +443,8 @@ Test(checkpoint, inputs_not_requiring_grad) {
     remat_tensor *y;
     RT_OK(remat_checkpoint(chain_fn, &c, 1, &x, 1, &y, &o));
     cr_assert(strstr(rt_warnings(), "None of the inputs have requires_grad=true. Gradients will be "
-                                    "None"), "%s", rt_warnings());
+                                    "None"),
+              "%s", rt_warnings());
     cr_assert_not(remat_requires_grad(y));
     remat_release(y);
     remat_release(gw0);
@@ -618,8 +619,8 @@ static int myfunc_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const
 }
 
 /* d(2xyz)/dx = 2yz etc. */
-static int myfunc_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *gout,
-                           int n_out, remat_tensor **gin, int n_in) {
+static int myfunc_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *gout, int n_out,
+                           remat_tensor **gin, int n_in) {
     (void)ud;
     (void)n_out;
     (void)n_in;
@@ -698,7 +699,8 @@ Test(checkpoint, custom_function_reading_saved_tensor_twice_fails) {
         RT_OK(remat_backward_scalar(out));
         cr_assert_eq(twice_status, REMAT_ESTATE);
         cr_assert(strstr(twice_msg, "Unpack is being triggered for a tensor that was already "
-                                    "unpacked once"), "%s", twice_msg);
+                                    "unpacked once"),
+                  "%s", twice_msg);
         remat_release(out);
         for (int i = 0; i < 3; i++) remat_release(x[i]);
     }
@@ -715,8 +717,7 @@ typedef struct nondet {
 /* M_SAVE2: exp(exp(x)) saves 2; M_SAVE3: tanh(exp(exp(x))) saves 3;
  * M_SAVE2_RESHAPED: the same two saves with x viewed as (3, 2) instead of
  * (2, 3); M_SAVE2_OTHER_VALUES: exp(exp(2x)). */
-static int nondet_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
-                     int n_out) {
+static int nondet_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
     nondet *d = ud;
     (void)n_in;
     (void)n_out;
@@ -959,8 +960,7 @@ typedef struct last_op {
     int real, mid;
 } last_op;
 
-static int last_op_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
-                      int n_out) {
+static int last_op_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
     (void)n_in;
     (void)n_out;
     last_op *l = ud;
@@ -1000,8 +1000,13 @@ static remat_tensor *last_op_step(last_op *l, remat_tensor *x, const remat_check
 Test(checkpoint, early_stop_does_not_run_the_last_ops_kernel) {
     int64_t sx[] = {4, 5}, sw1[] = {6, 5}, sb1[] = {6}, sw2[] = {3, 6}, sb2[] = {3};
     for (int gelu_last = 0; gelu_last < 2; gelu_last++) {
-        last_op l = {leaf(2, sw1, 11), leaf(1, sb1, 12), leaf(2, sw2, 13), leaf(1, sb2, 14),
-                     gelu_last, 0, 0};
+        last_op l = {leaf(2, sw1, 11),
+                     leaf(1, sb1, 12),
+                     leaf(2, sw2, 13),
+                     leaf(1, sb2, 14),
+                     gelu_last,
+                     0,
+                     0};
         remat_tensor *x = leaf(2, sx, 15), *ref_p[4], *got_p[4];
         remat_tensor *ref = last_op_step(&l, x, NULL, ref_p);
         for (int early = 0; early < 2; early++) {
@@ -1063,7 +1068,7 @@ Test(checkpoint, function_saving_nothing_is_not_recomputed) {
 
 /* ---- nesting (P: TestNestedCheckpoint) ------------------------------------------------------ */
 typedef struct nest {
-    int depth;              /* checkpoints still to wrap around the core */
+    int depth; /* checkpoints still to wrap around the core */
     remat_checkpoint_fn core;
     void *core_ud;
     remat_checkpoint_options o;
@@ -1131,8 +1136,8 @@ Test(checkpoint, nested_three_levels_both_early_stop) {
                 nest n = {depth, cores[k], NULL, nonre()};
                 n.o.early_stop = early ? REMAT_OPT_TRUE : REMAT_OPT_FALSE;
                 remat_tensor *actual = grad_of(nest_fn, &n, x);
-                cr_assert(rt_bitwise_equal(expected, actual), "core %d depth %d early %d", k,
-                          depth, early);
+                cr_assert(rt_bitwise_equal(expected, actual), "core %d depth %d early %d", k, depth,
+                          early);
                 remat_release(actual);
                 /* and the forward values agree */
                 remat_tensor *y1, *y2;
@@ -1182,8 +1187,8 @@ Test(checkpoint, reentrant_and_non_reentrant_nest_in_each_other) {
             RT_OK(mixnest_fn(&m, &x, 1, &y, 1));
             RT_OK(remat_sum_all(&l, y));
             RT_OK(remat_backward_scalar(l));
-            cr_assert(rt_bitwise_equal(expected, remat_tensor_grad(x)), "first %d depth %d",
-                      first, depth);
+            cr_assert(rt_bitwise_equal(expected, remat_tensor_grad(x)), "first %d depth %d", first,
+                      depth);
             remat_release(l);
             remat_release(y);
         }
@@ -1243,8 +1248,9 @@ static int sib_h(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out
     remat_tensor *t = NULL;
     int rc = s->o.use_reentrant ? remat_checkpoint(sib_f, s, 1, in, 1, &t, &s->o)
                                 : sib_f(s, in, 1, &t, 1);
-    if (!rc) rc = s->o.use_reentrant ? remat_checkpoint(sib_g, s, 1, &t, 1, out, &s->o)
-                                     : sib_g(s, &t, 1, out, 1);
+    if (!rc)
+        rc = s->o.use_reentrant ? remat_checkpoint(sib_g, s, 1, &t, 1, out, &s->o)
+                                : sib_g(s, &t, 1, out, 1);
     remat_release(t);
     return rc;
 }

@@ -306,8 +306,7 @@ Test(checkpoint_models, sequential_edge_cases_and_errors) {
              "stage 1 returned no tensor");
     RT_FAILS(remat_checkpoint_sequential(&y, 2, bad, 1, x, &o), REMAT_EINVAL, "stage 1");
     o.determinism_check = (remat_determinism_check)9;
-    RT_FAILS(remat_checkpoint_sequential(&y, 2, st, 2, x, &o), REMAT_EINVAL,
-             "determinism_check");
+    RT_FAILS(remat_checkpoint_sequential(&y, 2, st, 2, x, &o), REMAT_EINVAL, "determinism_check");
     /* the stage array may go away after the call */
     o = opts_for(0);
     remat_stage *heap = malloc(2 * sizeof *heap);
@@ -373,9 +372,9 @@ Test(checkpoint_models, per_block_checkpointing_peak_memory) {
     size_t plain = step_peak(b, x, false, &base);
     size_t ck = step_peak(b, x, true, &base);
     size_t f = sizeof(float);
-    size_t param_bytes = rt_bytes(np, params);    /* = gradient bytes */
-    size_t act = (size_t)MB * MD * f;              /* one block input/output */
-    size_t hid = (size_t)MB * MH * f;              /* one hidden activation */
+    size_t param_bytes = rt_bytes(np, params); /* = gradient bytes */
+    size_t act = (size_t)MB * MD * f;          /* one block input/output */
+    size_t hid = (size_t)MB * MH * f;          /* one hidden activation */
     /* Budget: parameter gradients + the ML block outputs (each the next
      * block's saved input) + one block's internals being recomputed (its two
      * hidden activations) + their gradients (two hidden-sized) + slack of
@@ -383,7 +382,8 @@ Test(checkpoint_models, per_block_checkpointing_peak_memory) {
      * recomputed linear output, bias/broadcast temporaries) + 16 KiB. */
     size_t budget = param_bytes + ML * act + 4 * hid + 8 * act + 16384;
     cr_log_info("peak above base: plain %zu, checkpointed %zu, budget %zu (params %zu, act %zu, "
-                "hidden %zu)", plain, ck, budget, param_bytes, act, hid);
+                "hidden %zu)",
+                plain, ck, budget, param_bytes, act, hid);
     cr_assert_leq(ck, budget, "checkpointed peak %zu exceeds the budget %zu", ck, budget);
     cr_assert_lt(ck, plain, "checkpointing must lower the peak (%zu vs %zu)", ck, plain);
     /* and the plain run really holds every block's hidden activations */
@@ -436,7 +436,8 @@ Test(checkpoint_models, recomputed_tensors_freed_when_unpacked_even_with_retain_
     long ck_free = hook_bytes(&b, true, false);
     long plain_retain = hook_bytes(&b, false, true);
     cr_log_info("bytes alive at x's gradient: ckpt+retain %ld, ckpt %ld, plain+retain %ld "
-                "(hidden %ld, grads %ld)", ck_retain, ck_free, plain_retain, hid, grads);
+                "(hidden %ld, grads %ld)",
+                ck_retain, ck_free, plain_retain, hid, grads);
     cr_assert_eq(ck_retain, ck_free, "retain_graph must not keep recomputed tensors alive");
     /* only parameter gradients and model-width tensors (y, x's gradient,
      * the incoming gradient) are alive */

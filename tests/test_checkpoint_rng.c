@@ -57,8 +57,8 @@ static int register_fake(const char *name) {
 typedef struct drawer {
     int calls;
     int n_dev;
-    remat_device dev[MAX_DEV];  /* devices to draw one number from */
-    double draws[3][MAX_DEV];   /* [call][device] */
+    remat_device dev[MAX_DEV]; /* devices to draw one number from */
+    double draws[3][MAX_DEV];  /* [call][device] */
 } drawer;
 
 /* inputs: x (cpu, requires grad), then any number of device tensors
@@ -167,8 +167,8 @@ Test(checkpoint_rng, cpu_only_inputs_use_the_default_device_type) {
     cr_assert_not(same(&d2, 1));
     /* setter errors and reset */
     RT_FAILS(remat_set_default_device_type(""), REMAT_EINVAL, "remat_set_default_device_type");
-    RT_FAILS(remat_set_default_device_type("a-device-type-name-that-is-way-too-long"),
-             REMAT_EINVAL, "31");
+    RT_FAILS(remat_set_default_device_type("a-device-type-name-that-is-way-too-long"), REMAT_EINVAL,
+             "31");
     RT_OK(remat_set_default_device_type(NULL));
     cr_assert_str_eq(remat_get_default_device_type(), "cuda");
     cr_assert_eq(remat_live_tensors(), 0);
@@ -187,7 +187,8 @@ Test(checkpoint_rng, several_types_warn_and_cuda_wins) {
         RT_OK(run(&d, 2, extra, mode_opts(mode)));
         cr_assert(strstr(rt_warnings(), "at least two device types"), "%s", rt_warnings());
         cr_assert(strstr(rt_warnings(), "Device types: ['cuda', 'testdev'] first device type: "
-                                        "testdev"), "%s", rt_warnings());
+                                        "testdev"),
+                  "%s", rt_warnings());
         cr_assert(same(&d, 0));
         cr_assert(same(&d, 2), "cuda wins");
         cr_assert_not(same(&d, 1), "the other type is ignored");
@@ -207,7 +208,8 @@ Test(checkpoint_rng, several_types_without_cuda_first_seen_wins) {
     remat_tensor *extra[2] = {o, t}; /* otherdev first */
     RT_OK(run(&d, 2, extra, mode_opts(0)));
     cr_assert(strstr(rt_warnings(), "Device types: ['otherdev', 'testdev'] first device type: "
-                                    "otherdev"), "%s", rt_warnings());
+                                    "otherdev"),
+              "%s", rt_warnings());
     cr_assert(same(&d, 1), "otherdev (first seen) restored");
     cr_assert_not(same(&d, 0));
     remat_release(t);
@@ -241,20 +243,24 @@ Test(checkpoint_rng, device_initialised_in_forward_is_an_error) {
     for (int mode = 0; mode < 2; mode++) {
         init_fn_ud u = {td, 0};
         rt_testdev_set_initialized(false);
-        RT_FAILS(remat_checkpoint(initialising_fn, &u, 1, &x, 1, &y, &(remat_checkpoint_options){
+        RT_FAILS(remat_checkpoint(initialising_fn, &u, 1, &x, 1, &y,
+                                  &(remat_checkpoint_options){
                                       .use_reentrant = mode ? REMAT_OPT_TRUE : REMAT_OPT_FALSE}),
-                 REMAT_ESTATE, "device state of 'testdev' was initialized in the forward pass of "
-                               "a checkpoint");
+                 REMAT_ESTATE,
+                 "device state of 'testdev' was initialized in the forward pass of "
+                 "a checkpoint");
         cr_assert_null(y);
         /* without preserving RNG state it is fine */
         rt_testdev_set_initialized(false);
-        RT_OK(remat_checkpoint(initialising_fn, &u, 1, &x, 1, &y, &(remat_checkpoint_options){
-                                   .use_reentrant = mode ? REMAT_OPT_TRUE : REMAT_OPT_FALSE,
-                                   .preserve_rng_state = REMAT_OPT_FALSE}));
+        RT_OK(remat_checkpoint(
+            initialising_fn, &u, 1, &x, 1, &y,
+            &(remat_checkpoint_options){.use_reentrant = mode ? REMAT_OPT_TRUE : REMAT_OPT_FALSE,
+                                        .preserve_rng_state = REMAT_OPT_FALSE}));
         remat_release_p(&y);
         /* and so is a device initialised before the forward */
-        RT_OK(remat_checkpoint(initialising_fn, &u, 1, &x, 1, &y, &(remat_checkpoint_options){
-                                   .use_reentrant = mode ? REMAT_OPT_TRUE : REMAT_OPT_FALSE}));
+        RT_OK(remat_checkpoint(
+            initialising_fn, &u, 1, &x, 1, &y,
+            &(remat_checkpoint_options){.use_reentrant = mode ? REMAT_OPT_TRUE : REMAT_OPT_FALSE}));
         remat_release_p(&y);
     }
     /* with the default "cuda" (not registered) nothing is checked */

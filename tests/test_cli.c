@@ -102,7 +102,8 @@ static const char *json_string(const char *s) {
 static const char *json_number(const char *s) {
     if (*s == '-') s++;
     if (*s == '0') s++;
-    else if (*s >= '1' && *s <= '9') while (*s >= '0' && *s <= '9') s++;
+    else if (*s >= '1' && *s <= '9')
+        while (*s >= '0' && *s <= '9') s++;
     else return NULL;
     if (*s == '.') {
         s++;
@@ -201,7 +202,8 @@ static bool xml_balanced(const char *s, char *why, size_t n) {
         if (closing) {
             if (depth == 0 || strlen(stack[depth - 1]) != l || strncmp(stack[depth - 1], nm, l))
                 return snprintf(why, n, "</%.*s> does not close <%s>", (int)l, nm,
-                                depth ? stack[depth - 1] : "(nothing)"), false;
+                                depth ? stack[depth - 1] : "(nothing)"),
+                       false;
             depth--;
         } else if (!self) {
             if (depth == 0) roots++;
@@ -293,15 +295,16 @@ Test(cli, every_flag_in_the_usage_is_parsed) {
             if (strncmp(after, "[=", 2) == 0) takes_value = false; /* --sweep-budgets[=N] */
             char *o;
             int rc = run(&o, true, "%s --%s%s --help", cmds[c], name, takes_value ? "=@bad" : "");
-            cr_assert(!strstr(o, "unknown option"), "`%s --%s` listed but unknown: %s", cmds[c], name, o);
-            if (takes_value && strcmp(name, "data") && strcmp(name, "save") && strcmp(name, "resume") &&
-                strcmp(name, "trace") && strcmp(name, "timeline") && strcmp(name, "log") &&
-                strcmp(name, "svg") && strcmp(name, "svg-pareto") && strcmp(name, "out") &&
-                strcmp(name, "checkpoint") && strcmp(name, "strategies") && strcmp(name, "prompt") &&
-                strcmp(name, "device"))
-                cr_assert(rc == 2 && strstr(o, "bad value"), "`%s --%s=@bad`: %d %s", cmds[c], name, rc, o);
-            else
-                cr_assert_eq(rc, 0, "`%s --%s --help`: %d %s", cmds[c], name, rc, o);
+            cr_assert(!strstr(o, "unknown option"), "`%s --%s` listed but unknown: %s", cmds[c],
+                      name, o);
+            if (takes_value && strcmp(name, "data") && strcmp(name, "save") &&
+                strcmp(name, "resume") && strcmp(name, "trace") && strcmp(name, "timeline") &&
+                strcmp(name, "log") && strcmp(name, "svg") && strcmp(name, "svg-pareto") &&
+                strcmp(name, "out") && strcmp(name, "checkpoint") && strcmp(name, "strategies") &&
+                strcmp(name, "prompt") && strcmp(name, "device"))
+                cr_assert(rc == 2 && strstr(o, "bad value"), "`%s --%s=@bad`: %d %s", cmds[c], name,
+                          rc, o);
+            else cr_assert_eq(rc, 0, "`%s --%s --help`: %d %s", cmds[c], name, rc, o);
             free(o);
             listed++;
         }
@@ -328,18 +331,32 @@ Test(cli, unknown_command_and_flag_fail_with_usage) {
 }
 
 Test(cli, bad_values_fail_with_usage) {
-    const char *bad[] = {"--layers abc",        "--layers 0",           "--width -3",
-                         "--heads 3 --width 32", "--lr x",               "--checkpoint what",
-                         "--checkpoint sequential=0", "--checkpoint budget=12Q",
-                         "--checkpoint budget=", "--checkpoint budget=0", "--checkpoint budget=-5M",
-                         "--checkpoint 'budget=5 M'", "--checkpoint budget=150%",
-                         "--checkpoint budget=0%", "--checkpoint budget=abc%",
-                         "--checkpoint budget=12%%", "--checkpoint budget=1.5GiBx",
+    const char *bad[] = {"--layers abc",
+                         "--layers 0",
+                         "--width -3",
+                         "--heads 3 --width 32",
+                         "--lr x",
+                         "--checkpoint what",
+                         "--checkpoint sequential=0",
+                         "--checkpoint budget=12Q",
+                         "--checkpoint budget=",
+                         "--checkpoint budget=0",
+                         "--checkpoint budget=-5M",
+                         "--checkpoint 'budget=5 M'",
+                         "--checkpoint budget=150%",
+                         "--checkpoint budget=0%",
+                         "--checkpoint budget=abc%",
+                         "--checkpoint budget=12%%",
+                         "--checkpoint budget=1.5GiBx",
                          "--checkpoint budget=50% --reentrant",
-                         "--checkpoint selective=foo", "--checkpoint selective --reentrant",
+                         "--checkpoint selective=foo",
+                         "--checkpoint selective --reentrant",
                          "--checkpoint selective=names:nosuchtag",
-                         "--model rnn",         "--threads 1.5",        "--attention flash",
-                         "--json=1",            "--layers 2 --checkpoint sequential=3"};
+                         "--model rnn",
+                         "--threads 1.5",
+                         "--attention flash",
+                         "--json=1",
+                         "--layers 2 --checkpoint sequential=3"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char *o;
         int rc = run(&o, true, "train %s", bad[i]); /* quoted below where it has a space */
@@ -394,7 +411,8 @@ Test(cli, unknown_selective_policy_fails_with_usage) {
     cr_assert(strstr(o, "unknown policy 'attn'") && strstr(o, "usage: remat bench"), "%s", o);
     free(o);
     /* a misspelt tag would save nothing: refused, with the model's tags */
-    cr_assert_eq(run(&o, true, "train " TINY " --checkpoint selective=names:qkv+atn_out"), 2, "%s", o);
+    cr_assert_eq(run(&o, true, "train " TINY " --checkpoint selective=names:qkv+atn_out"), 2, "%s",
+                 o);
     cr_assert(strstr(o, "'atn_out'") && strstr(o, "attn_out") && strstr(o, "mlp_up"), "%s", o);
     free(o);
     cr_assert_eq(run(&o, true, "train --model mlp --checkpoint selective=names:qkv"), 2, "%s", o);
@@ -405,9 +423,14 @@ Test(cli, unknown_selective_policy_fails_with_usage) {
                  "%s", o);
     cr_assert(strstr(o, "selective=names:qkv+attn_out"), "%s", o);
     free(o);
-    const char *bad[] = {"selective=",          "selective=names",   "selective=names:",
-                         "selective=names:a++b", "selective=dots:qkv", "selective=all-but",
-                         "'selective=names:q kv'", "selective --reentrant"};
+    const char *bad[] = {"selective=",
+                         "selective=names",
+                         "selective=names:",
+                         "selective=names:a++b",
+                         "selective=dots:qkv",
+                         "selective=all-but",
+                         "'selective=names:q kv'",
+                         "selective --reentrant"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         int rc = run(&o, true, "train " TINY " --checkpoint %s", bad[i]);
         cr_assert_eq(rc, 2, "--checkpoint %s exited with %d: %s", bad[i], rc, o);
@@ -438,8 +461,8 @@ Test(cli, gpt_learns_the_builtin_task) {
     cr_assert(json_valid(o), "not JSON: %s", o);
     double first = json_num(o, "loss_first"), last = json_num(o, "loss");
     cr_assert(last < 0.7 * first, "loss did not fall: %g -> %g", first, last);
-    for (const char *k = "step_ms\0tokens_per_s\0peak_alloc_bytes\0peak_rss_bytes\0accuracy\0";
-         *k; k += strlen(k) + 1)
+    for (const char *k = "step_ms\0tokens_per_s\0peak_alloc_bytes\0peak_rss_bytes\0accuracy\0"; *k;
+         k += strlen(k) + 1)
         cr_assert(json_num(o, k) > 0, "%s not positive in %s", k, o);
     char s[64];
     cr_assert_str_eq(json_str(o, "strategy", s, sizeof s), "none");
@@ -463,8 +486,8 @@ Test(cli, text_file_training_runs) {
     for (int i = 0; i < 200; i++) fprintf(f, "the quick brown fox %d jumps over the lazy dog\n", i);
     fclose(f);
     char *o;
-    int rc = run(&o, false, "train " TINY " --steps 3 --json --data %s --save %s",
-                 path("text.txt"), path("text.bin"));
+    int rc = run(&o, false, "train " TINY " --steps 3 --json --data %s --save %s", path("text.txt"),
+                 path("text.bin"));
     cr_assert_eq(rc, 0, "%s", o);
     char s[64];
     cr_assert_str_eq(json_str(o, "task", s, sizeof s), "text");
@@ -475,7 +498,8 @@ Test(cli, text_file_training_runs) {
     cr_assert(strstr(o, "pass it again with --data"), "%s", o);
     free(o);
     cr_assert_eq(run(&o, true, "train " TINY " --steps 4 --resume %s --data %s", path("text.bin"),
-                     path("text.txt")), 0, "%s", o);
+                     path("text.txt")),
+                 0, "%s", o);
     free(o);
 }
 
@@ -483,8 +507,10 @@ Test(cli, checkpointed_training_matches_plain_bitwise) {
     char *a, *b, *c, la[32], lb[32], lc[32];
     cr_assert_eq(run(&a, false, "train " TINY " --steps 3 --json"), 0);
     cr_assert_eq(run(&b, false, "train " TINY " --steps 3 --json --checkpoint block"), 0, "%s", b);
-    cr_assert_eq(run(&c, false, "train " TINY " --layers 2 --steps 3 --json --checkpoint "
-                                "sequential=2 --reentrant"), 0, "%s", c);
+    cr_assert_eq(run(&c, false,
+                     "train " TINY " --layers 2 --steps 3 --json --checkpoint "
+                     "sequential=2 --reentrant"),
+                 0, "%s", c);
     json_str(a, "loss_bits", la, sizeof la);
     json_str(b, "loss_bits", lb, sizeof lb);
     cr_assert_str_eq(la, lb, "block: %s vs none: %s", lb, la);
@@ -521,7 +547,8 @@ Test(cli, resume_continues_bitwise) {
     free(rest);
     /* resuming with a different model shape is refused */
     char *o;
-    cr_assert_eq(run(&o, true, "train " TINY " --width 64 --steps 6 --resume %s", path("s.bin")), 1);
+    cr_assert_eq(run(&o, true, "train " TINY " --width 64 --steps 6 --resume %s", path("s.bin")),
+                 1);
     cr_assert(strstr(o, "does not match"), "%s", o);
     free(o);
     /* no temporary files left next to the target */
@@ -544,7 +571,8 @@ static void copy_file(const char *from, const char *to, long truncate_to, long f
 
 Test(cli, corrupt_or_truncated_save_files_are_rejected) {
     char *o;
-    cr_assert_eq(run(&o, false, "train " TINY " --steps 1 --save %s", path("good.bin")), 0, "%s", o);
+    cr_assert_eq(run(&o, false, "train " TINY " --steps 1 --save %s", path("good.bin")), 0, "%s",
+                 o);
     free(o);
     struct stat st;
     cr_assert_eq(stat(path("good.bin"), &st), 0);
@@ -573,15 +601,17 @@ Test(cli, corrupt_or_truncated_save_files_are_rejected) {
         free(o);
     }
     /* the intact file still works */
-    cr_assert_eq(run(&o, true, "train " TINY " --steps 2 --resume %s", path("good.bin")), 0, "%s", o);
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 2 --resume %s", path("good.bin")), 0, "%s",
+                 o);
     free(o);
 }
 
 /* ---- traces and plots ------------------------------------------------------------------- */
 Test(cli, trace_is_json_and_timeline_is_svg) {
     char *o;
-    int rc = run(&o, true, "train " TINY " --layers 2 --steps 2 --checkpoint block --trace %s "
-                           "--timeline %s",
+    int rc = run(&o, true,
+                 "train " TINY " --layers 2 --steps 2 --checkpoint block --trace %s "
+                 "--timeline %s",
                  path("t.json"), path("t.svg"));
     cr_assert_eq(rc, 0, "%s", o);
     free(o);
@@ -598,9 +628,10 @@ Test(cli, trace_is_json_and_timeline_is_svg) {
 
 Test(cli, bench_compares_strategies) {
     char *o;
-    int rc = run(&o, false, "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 "
-                            "--threads 1 --quiet --reps 2 --strategies none,block,sequential=2 "
-                            "--json --svg %s --out %s",
+    int rc = run(&o, false,
+                 "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 "
+                 "--threads 1 --quiet --reps 2 --strategies none,block,sequential=2 "
+                 "--json --svg %s --out %s",
                  path("b.svg"), path("out"));
     cr_assert_eq(rc, 0, "%s", o);
     cr_assert(json_valid(o), "%s", o);
@@ -617,8 +648,9 @@ Test(cli, bench_compares_strategies) {
     cr_assert(json_valid(j));
     free(j);
 
-    rc = run(&o, false, "bench --model mlp --layers 4 --width 32 --batch 4 --threads 1 --quiet "
-                        "--reps 1 --checkpoint block --csv");
+    rc = run(&o, false,
+             "bench --model mlp --layers 4 --width 32 --batch 4 --threads 1 --quiet "
+             "--reps 1 --checkpoint block --csv");
     cr_assert_eq(rc, 0, "%s", o);
     cr_assert(!strncmp(o, "strategy,step_ms,", 17), "%s", o);
     cr_assert(strstr(o, "\nnone,") && strstr(o, "\nblock,"), "%s", o);
@@ -630,8 +662,9 @@ Test(cli, bench_compares_strategies) {
  * noise. */
 Test(cli, bench_reports_the_spread_and_marks_noise) {
     char *o;
-    int rc = run(&o, false, "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 "
-                            "--threads 1 --quiet --reps 5 --json --strategies none,block,sequential=2");
+    int rc = run(&o, false,
+                 "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 "
+                 "--threads 1 --quiet --reps 5 --json --strategies none,block,sequential=2");
     cr_assert_eq(rc, 0, "%s", o);
     cr_assert(json_valid(o), "%s", o);
     double ref_q1 = 0, ref_q3 = 0;
@@ -665,8 +698,9 @@ Test(cli, bench_reports_the_spread_and_marks_noise) {
     }
     cr_assert_eq(n, 3, "%s", o);
     free(o);
-    rc = run(&o, false, "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 --threads 1 "
-                        "--quiet --reps 3 --strategies none,block");
+    rc = run(&o, false,
+             "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 --threads 1 "
+             "--quiet --reps 3 --strategies none,block");
     cr_assert_eq(rc, 0, "%s", o);
     cr_assert(strstr(o, "IQR ms") && strstr(o, "IQR: their middle half"), "%s", o);
     const char *row = strstr(o, "\nblock ");
@@ -687,8 +721,9 @@ Test(cli, bench_rss_growth_covers_each_strategys_step) {
     cr_skip_test("sanitizer build: RSS follows ASan's allocator, not the step");
 #else
     char *o;
-    int rc = run(&o, false, "bench --threads 1 --quiet --reps 1 "
-                            "--strategies none,block,sequential=2,budget=50%% --json");
+    int rc = run(&o, false,
+                 "bench --threads 1 --quiet --reps 1 "
+                 "--strategies none,block,sequential=2,budget=50%% --json");
     cr_assert_eq(rc, 0, "%s", o);
     cr_assert(json_valid(o), "%s", o);
     int n = 0;
@@ -723,12 +758,16 @@ Test(cli, bench_reports_heap_growth_when_preloaded) {
     g_env[0] = '\0';
     cr_assert_eq(rc, 0, "%s", o);
     cr_assert(json_valid(o), "%s", o);
-    const char *none = strstr(o, "\"strategy\":\"none\""), *block = strstr(o, "\"strategy\":\"block\"");
+    const char *none = strstr(o, "\"strategy\":\"none\""),
+               *block = strstr(o, "\"strategy\":\"block\"");
     cr_assert(none && block, "%s", o);
-    double heap_none = json_num(none, "heap_growth_bytes"), heap_block = json_num(block, "heap_growth_bytes");
-    double step_none = json_num(none, "step_alloc_bytes"), step_block = json_num(block, "step_alloc_bytes");
+    double heap_none = json_num(none, "heap_growth_bytes"),
+           heap_block = json_num(block, "heap_growth_bytes");
+    double step_none = json_num(none, "step_alloc_bytes"),
+           step_block = json_num(block, "step_alloc_bytes");
     cr_assert(heap_none >= step_none, "heap %.0f < allocator %.0f: %s", heap_none, step_none, o);
-    cr_assert(heap_block >= step_block, "heap %.0f < allocator %.0f: %s", heap_block, step_block, o);
+    cr_assert(heap_block >= step_block, "heap %.0f < allocator %.0f: %s", heap_block, step_block,
+              o);
     cr_assert(heap_block < 0.75 * heap_none, "checkpointing did not shrink the heap: %s", o);
     free(o);
 #endif
@@ -766,9 +805,12 @@ Test(cli, budget_trains_and_matches_none_bitwise) {
     /* a budget between the minimum and store-all, in KiB: the plan must checkpoint */
     long kib = (long)((min + 0.5 * (all - min)) / 1024);
     char *a, *b, la[32], lb[32];
-    cr_assert_eq(run(&a, false, "train " TINY " --layers 3 --steps 30 --lr 1e-2 --json"), 0, "%s", a);
-    int rc = run(&b, false, "train " TINY " --layers 3 --steps 30 --lr 1e-2 --json --checkpoint "
-                            "budget=%ldKiB", kib);
+    cr_assert_eq(run(&a, false, "train " TINY " --layers 3 --steps 30 --lr 1e-2 --json"), 0, "%s",
+                 a);
+    int rc = run(&b, false,
+                 "train " TINY " --layers 3 --steps 30 --lr 1e-2 --json --checkpoint "
+                 "budget=%ldKiB",
+                 kib);
     cr_assert_eq(rc, 0, "%s", b);
     cr_assert(json_valid(b), "%s", b);
     char s[64];
@@ -781,7 +823,8 @@ Test(cli, budget_trains_and_matches_none_bitwise) {
     double first = json_num(b, "loss_first"), last = json_num(b, "loss");
     cr_assert(last < 0.7 * first, "loss did not fall: %g -> %g", first, last);
     /* every step's loss equals the un-checkpointed run's, to the bit */
-    cr_assert_str_eq(json_str(a, "loss_bits", la, sizeof la), json_str(b, "loss_bits", lb, sizeof lb));
+    cr_assert_str_eq(json_str(a, "loss_bits", la, sizeof la),
+                     json_str(b, "loss_bits", lb, sizeof lb));
     const char *pa = strstr(a, "\"losses\":["), *pb = strstr(b, "\"losses\":[");
     cr_assert(pa && pb);
     cr_assert(!strncmp(pa, pb, strcspn(pa, "]")), "losses differ:\n%s\n%s", a, b);
@@ -789,24 +832,29 @@ Test(cli, budget_trains_and_matches_none_bitwise) {
     free(b);
 
     /* the plan is shown on stderr */
-    rc = run(&b, true, "train --layers 3 --width 32 --heads 2 --context 24 --batch 8 --threads 1 "
-                       "--steps 2 --checkpoint budget=60%%");
+    rc = run(&b, true,
+             "train --layers 3 --width 32 --heads 2 --context 24 --batch 8 --threads 1 "
+             "--steps 2 --checkpoint budget=60%%");
     cr_assert_eq(rc, 0, "%s", b);
-    cr_assert(strstr(b, "remat plan:") && strstr(b, "structure:") && strstr(b, "plan          budget"),
+    cr_assert(strstr(b, "remat plan:") && strstr(b, "structure:") &&
+                  strstr(b, "plan          budget"),
               "%s", b);
     free(b);
 }
 
 Test(cli, bench_budget_gradients_equal_none) {
     char *o;
-    int rc = run(&o, true, "bench --layers 3 --width 32 --heads 2 --context 16 --batch 2 "
-                           "--threads 1 --reps 1 --verbose --strategies none,blocks-budget=70%%,budget=64MiB");
+    int rc =
+        run(&o, true,
+            "bench --layers 3 --width 32 --heads 2 --context 16 --batch 2 "
+            "--threads 1 --reps 1 --verbose --strategies none,blocks-budget=70%%,budget=64MiB");
     cr_assert_eq(rc, 0, "%s", o);
     cr_assert(row_ends_with(o, "blocks-budget=70%", "bitwise equal"), "%s", o);
     cr_assert(row_ends_with(o, "budget=64MiB", "bitwise equal"), "%s", o);
     cr_assert(row_ends_with(o, "none", "reference"), "%s", o);
     cr_assert(strstr(o, "plans (budget= bounds the whole step") &&
-              strstr(o, "blocks-budget= bounds what the 3 blocks add"), "%s", o);
+                  strstr(o, "blocks-budget= bounds what the 3 blocks add"),
+              "%s", o);
     /* --verbose: the profile and the planner's own print-out */
     cr_assert(strstr(o, "remat plan: optimal") && strstr(o, "profile of the 3 blocks"), "%s", o);
     free(o);
@@ -821,8 +869,8 @@ Test(cli, too_small_budget_states_the_minimum) {
     cr_assert(strstr(line, "smallest whole-step peak") && strstr(line, "bytes"), "%s", o);
     const char *sug = strstr(line, "the smallest feasible budget is budget=");
     cr_assert(sug, "%s", o);
-    cr_assert(strchr(line, '\n') == NULL || strchr(line, '\n')[1] == '\0',
-              "not one line: %s", line);
+    cr_assert(strchr(line, '\n') == NULL || strchr(line, '\n')[1] == '\0', "not one line: %s",
+              line);
     cr_assert(!strstr(o, "usage:"), "a feasible-size problem is no usage error: %s", o);
     /* the smallest feasible budget it names is feasible */
     char size[32];
@@ -833,15 +881,17 @@ Test(cli, too_small_budget_states_the_minimum) {
     free(ok);
     free(o);
     /* percentages too, and in bench; blocks-budget= names its own minimum */
-    rc = run(&o, true, "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 --threads 1 "
-                       "--quiet --reps 1 --strategies none,budget=1%%");
+    rc = run(&o, true,
+             "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 --threads 1 "
+             "--quiet --reps 1 --strategies none,budget=1%%");
     cr_assert_eq(rc, 1, "%s", o);
     cr_assert(strstr(o, "budget=1%") && strstr(o, "smallest feasible budget is budget="), "%s", o);
     free(o);
     rc = run(&o, true, "train " TINY " --layers 2 --steps 2 --checkpoint blocks-budget=1KiB");
     cr_assert_eq(rc, 1, "%s", o);
     cr_assert(strstr(o, "below the minimum this chain of 2 stages needs") &&
-              strstr(o, "smallest feasible budget is blocks-budget="), "%s", o);
+                  strstr(o, "smallest feasible budget is blocks-budget="),
+              "%s", o);
     free(o);
 }
 
@@ -852,8 +902,8 @@ static int check_bench_budgets(const char *j) {
     for (const char *p = j; (p = strstr(p, "{\"strategy\":\"budget=")) != NULL; p++, n++) {
         double peak = json_num(p, "peak_alloc_bytes"), budget = json_num(p, "budget_bytes");
         double pred = json_num(p, "plan_peak_bytes");
-        cr_assert(peak <= budget, "measured step peak %.0f above the budget %.0f: %s", peak,
-                  budget, p);
+        cr_assert(peak <= budget, "measured step peak %.0f above the budget %.0f: %s", peak, budget,
+                  p);
         cr_assert(pred <= budget, "predicted %.0f above the budget %.0f", pred, budget);
         /* the prediction is an upper bound that is not far off */
         cr_assert(peak <= pred && pred - peak < 0.05 * budget, "predicted %.0f, measured %.0f",
@@ -873,8 +923,10 @@ Test(cli, budget_bounds_the_measured_step_peak) {
                             "--model mlp --layers 6 --width 64 --batch 512"};
     for (int mi = 0; mi < 2; mi++) {
         char *o;
-        int rc = run(&o, false, "bench %s --threads 1 --quiet --reps 1 --json --strategies "
-                                "none,budget=100%%", models[mi]);
+        int rc = run(&o, false,
+                     "bench %s --threads 1 --quiet --reps 1 --json --strategies "
+                     "none,budget=100%%",
+                     models[mi]);
         cr_assert_eq(rc, 0, "%s", o);
         double min = json_num(o, "min_budget_bytes"), all = json_num(o, "store_all_bytes");
         double fixed = json_num(o, "step_fixed_bytes");
@@ -882,8 +934,9 @@ Test(cli, budget_bounds_the_measured_step_peak) {
         free(o);
         long b[3];
         for (int k = 0; k < 3; k++) b[k] = (long)(min + (all - min) * (0.1 + 0.35 * k));
-        rc = run(&o, false, "bench %s --threads 1 --quiet --reps 1 --json --strategies "
-                            "none,budget=%ld,budget=%ld,budget=%ld",
+        rc = run(&o, false,
+                 "bench %s --threads 1 --quiet --reps 1 --json --strategies "
+                 "none,budget=%ld,budget=%ld,budget=%ld",
                  models[mi], b[0], b[1], b[2]);
         cr_assert_eq(rc, 0, "%s", o);
         cr_assert(json_valid(o), "%s", o);
@@ -913,11 +966,11 @@ Test(cli, budget_above_store_all_warns) {
     char *o;
     int rc = run(&o, true, "train " TINY " --layers 2 --steps 2 --checkpoint budget=200MiB");
     cr_assert_eq(rc, 0, "%s", o);
-    cr_assert(strstr(o, "warning: budget=200MiB") && strstr(o, "nothing is checkpointed"), "%s",
-              o);
+    cr_assert(strstr(o, "warning: budget=200MiB") && strstr(o, "nothing is checkpointed"), "%s", o);
     free(o);
-    rc = run(&o, true, "bench --layers 4 --width 64 --heads 2 --context 32 --batch 4 --threads 1 "
-                       "--reps 1 --strategies none,budget=100%%,budget=85%%");
+    rc = run(&o, true,
+             "bench --layers 4 --width 64 --heads 2 --context 32 --batch 4 --threads 1 "
+             "--reps 1 --strategies none,budget=100%%,budget=85%%");
     cr_assert_eq(rc, 0, "%s", o);
     cr_assert(strstr(o, "warning: budget=100%"), "%s", o);
     cr_assert(!strstr(o, "warning: budget=85%"), "%s", o);
@@ -926,9 +979,10 @@ Test(cli, budget_above_store_all_warns) {
 
 Test(cli, sweep_draws_a_pareto_svg) {
     char *o;
-    int rc = run(&o, false, "bench --layers 3 --width 32 --heads 2 --context 16 --batch 2 "
-                            "--threads 1 --quiet --reps 1 --sweep-budgets=3 --strategies block "
-                            "--json --svg-pareto %s --out %s",
+    int rc = run(&o, false,
+                 "bench --layers 3 --width 32 --heads 2 --context 16 --batch 2 "
+                 "--threads 1 --quiet --reps 1 --sweep-budgets=3 --strategies block "
+                 "--json --svg-pareto %s --out %s",
                  path("p.svg"), path("sweep"));
     cr_assert_eq(rc, 0, "%s", o);
     cr_assert(json_valid(o), "%s", o);
@@ -941,7 +995,8 @@ Test(cli, sweep_draws_a_pareto_svg) {
     cr_assert_eq(n_equal, n_strat, "%s", o);
     cr_assert_eq(n_budget, 3, "%s", o);
     cr_assert(strstr(o, "\"strategy\":\"none\"") && strstr(o, "\"strategy\":\"block\"") &&
-              strstr(o, "\"strategy\":\"sequential=2\"") && strstr(o, "\"strategy\":\"sequential=3\""),
+                  strstr(o, "\"strategy\":\"sequential=2\"") &&
+                  strstr(o, "\"strategy\":\"sequential=3\""),
               "%s", o);
     /* the lowest budget is the planner's minimum */
     double min = json_num(o, "min_budget_bytes");
@@ -952,7 +1007,8 @@ Test(cli, sweep_draws_a_pareto_svg) {
     assert_svg(path("sweep/pareto.svg"));
     char *svg = slurp(path("p.svg"));
     cr_assert(strstr(svg, "uniform: sequential=N") && strstr(svg, "planner: budget=SIZE") &&
-              strstr(svg, "sequential=2") && strstr(svg, "Pareto front"), "%s", svg);
+                  strstr(svg, "sequential=2") && strstr(svg, "Pareto front"),
+              "%s", svg);
     free(svg);
 }
 
@@ -1006,14 +1062,12 @@ Test(cli, selective_trains_bitwise_like_none) {
         cr_assert(json_valid(o), "%s", o);
         cr_assert_str_eq(json_str(o, "strategy", s, sizeof s), cases[i].name);
         /* every step's loss, to the bit */
-        cr_assert_str_eq(losses_of(o, lo, sizeof lo), ops ? lr_ops : lr,
-                         "%s %s:\n%s\nvs none:\n%s", cases[i].attn, cases[i].arg, o,
-                         ops ? ref_ops : ref);
+        cr_assert_str_eq(losses_of(o, lo, sizeof lo), ops ? lr_ops : lr, "%s %s:\n%s\nvs none:\n%s",
+                         cases[i].attn, cases[i].arg, o, ops ? ref_ops : ref);
         double cached = json_num(o, "sac_ops_cached"), fwd = json_num(o, "sac_ops_forward");
         if (cases[i].cached_per_block >= 0)
             cr_assert_eq(cached, 2 * cases[i].cached_per_block, "%s: %s", cases[i].arg, o);
-        else
-            cr_assert(cached > 12 && cached <= fwd, "everything cached only %g: %s", cached, o);
+        else cr_assert(cached > 12 && cached <= fwd, "everything cached only %g: %s", cached, o);
         cr_assert_eq(json_num(o, "sac_bytes_cached") > 0, cached > 0, "%s", o);
         free(o);
     }
@@ -1039,13 +1093,17 @@ Test(cli, selective_trains_bitwise_like_none) {
 
 Test(cli, bench_selective_gradients_equal_none) {
     char *o;
-    const char *pol[] = {"selective=dots", "selective=names:qkv+attn_out",
-                         "selective=all-but:attn_probs", "selective=except:mlp_act",
-                         "selective=nothing", "selective=everything"};
-    int rc = run(&o, true, "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 "
-                           "--threads 1 --reps 1 --strategies none,block,selective,"
-                           "selective=names:qkv+attn_out,selective=all-but:attn_probs,"
-                           "selective=except:mlp_act,selective=nothing,selective=everything");
+    const char *pol[] = {"selective=dots",
+                         "selective=names:qkv+attn_out",
+                         "selective=all-but:attn_probs",
+                         "selective=except:mlp_act",
+                         "selective=nothing",
+                         "selective=everything"};
+    int rc = run(&o, true,
+                 "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 "
+                 "--threads 1 --reps 1 --strategies none,block,selective,"
+                 "selective=names:qkv+attn_out,selective=all-but:attn_probs,"
+                 "selective=except:mlp_act,selective=nothing,selective=everything");
     cr_assert_eq(rc, 0, "%s", o);
     cr_assert(row_ends_with(o, "none", "reference"), "%s", o);
     for (size_t i = 0; i < sizeof pol / sizeof *pol; i++)
@@ -1055,8 +1113,9 @@ Test(cli, bench_selective_gradients_equal_none) {
     free(o);
 
     /* JSON: one entry per strategy, the cache counters for the selective ones */
-    rc = run(&o, false, "bench --model mlp --layers 4 --width 32 --batch 4 --threads 1 --quiet "
-                        "--reps 1 --strategies none,selective=names:linear,selective --json");
+    rc = run(&o, false,
+             "bench --model mlp --layers 4 --width 32 --batch 4 --threads 1 --quiet "
+             "--reps 1 --strategies none,selective=names:linear,selective --json");
     cr_assert_eq(rc, 0, "%s", o);
     cr_assert(json_valid(o), "%s", o);
     int n = 0;
@@ -1126,8 +1185,8 @@ Test(cli, schedule_clip_and_accum_flags_train_and_resume_bitwise) {
         char *o;
         cr_assert_eq(run(&o, false, "train " TINY " --steps 6 --json %s", flags[i]), 0, "%s", o);
         json_str(o, "loss_bits", bits[i], sizeof bits[i]);
-        cr_assert(json_num(o, "loss") < json_num(o, "loss_first"), "%s did not train: %s",
-                  flags[i], o);
+        cr_assert(json_num(o, "loss") < json_num(o, "loss_first"), "%s did not train: %s", flags[i],
+                  o);
         for (int j = 0; j < i; j++)
             cr_assert_str_neq(bits[i], bits[j], "'%s' changed nothing", flags[i]);
         free(o);
@@ -1135,10 +1194,12 @@ Test(cli, schedule_clip_and_accum_flags_train_and_resume_bitwise) {
     const char *all = "--lr-schedule cosine --warmup 2 --min-lr 1e-3 --clip 0.05 --accum 2";
     char *full, *first, *rest, *bare, a[32], b[32];
     cr_assert_eq(run(&full, false, "train " TINY " --steps 6 --json %s", all), 0, "%s", full);
-    cr_assert_eq(run(&first, false, "train " TINY " --steps 3 --json %s --save %s", all,
-                     path("acc.bin")), 0, "%s", first);
-    cr_assert_eq(run(&rest, false, "train " TINY " --steps 6 --json %s --resume %s", all,
-                     path("acc.bin")), 0, "%s", rest);
+    cr_assert_eq(
+        run(&first, false, "train " TINY " --steps 3 --json %s --save %s", all, path("acc.bin")), 0,
+        "%s", first);
+    cr_assert_eq(
+        run(&rest, false, "train " TINY " --steps 6 --json %s --resume %s", all, path("acc.bin")),
+        0, "%s", rest);
     cr_assert_str_eq(json_str(full, "loss_bits", a, sizeof a),
                      json_str(rest, "loss_bits", b, sizeof b), "resumed run differs");
     /* the flags are in the save file (format version 2): --resume alone
@@ -1146,7 +1207,8 @@ Test(cli, schedule_clip_and_accum_flags_train_and_resume_bitwise) {
     cr_assert_eq(run(&bare, false, "train " TINY " --steps 6 --json --resume %s", path("acc.bin")),
                  0, "%s", bare);
     cr_assert_str_eq(json_str(full, "loss_bits", a, sizeof a),
-                     json_str(bare, "loss_bits", b, sizeof b), "resumed run without the flags differs");
+                     json_str(bare, "loss_bits", b, sizeof b),
+                     "resumed run without the flags differs");
     free(full);
     free(first);
     free(rest);
@@ -1210,15 +1272,18 @@ static void downgrade_to_v1(const char *from, const char *to) {
 Test(cli, version_1_save_files_still_resume) {
     const char *flags = "--lr-schedule cosine --warmup 2 --clip 0.05";
     char *o, a[32], b[32];
-    cr_assert_eq(run(&o, false, "train " TINY " --steps 3 --json %s --save %s", flags,
-                     path("v2.bin")), 0, "%s", o);
+    cr_assert_eq(
+        run(&o, false, "train " TINY " --steps 3 --json %s --save %s", flags, path("v2.bin")), 0,
+        "%s", o);
     free(o);
     downgrade_to_v1(path("v2.bin"), path("v1.bin"));
     char *r2, *r1;
-    cr_assert_eq(run(&r2, false, "train " TINY " --steps 6 --json %s --resume %s", flags,
-                     path("v2.bin")), 0, "%s", r2);
-    cr_assert_eq(run(&r1, true, "train " TINY " --steps 6 --json %s --resume %s", flags,
-                     path("v1.bin")), 0, "%s", r1);
+    cr_assert_eq(
+        run(&r2, false, "train " TINY " --steps 6 --json %s --resume %s", flags, path("v2.bin")), 0,
+        "%s", r2);
+    cr_assert_eq(
+        run(&r1, true, "train " TINY " --steps 6 --json %s --resume %s", flags, path("v1.bin")), 0,
+        "%s", r1);
     cr_assert_eq(json_num(r1, "start_step"), 3);
     cr_assert_str_eq(json_str(r2, "loss_bits", a, sizeof a), json_str(r1, "loss_bits", b, sizeof b),
                      "the version-1 file resumed differently");
@@ -1236,7 +1301,7 @@ Test(cli, save_file_header_values_are_bounded_before_use) {
         const char *msg;
     } cases[] = {
         {4, 0x7fffffffu, "layers 2147483647 is outside"},
-        {4, 4096, "cannot fit in a file"},     /* within the flag's limit, not the file's */
+        {4, 4096, "cannot fit in a file"}, /* within the flag's limit, not the file's */
         {32, 16777216u, "batch 16777216 is outside"},
         {8, 0x80000000u, "width 2147483648 is outside"},
         {16, 0, "context 0 is outside"},
@@ -1311,35 +1376,48 @@ Test(cli, save_refuses_non_regular_targets_honours_umask_and_cleans_temporaries)
 Test(cli, flags_checked_against_the_model_in_use) {
     char *o;
     /* on --resume the strategy is checked against the file's model (4 layers) */
-    cr_assert_eq(run(&o, true, "train --layers 4 --width 32 --heads 2 --context 24 --batch 8 "
-                               "--threads 1 --quiet --steps 1 --save %s", path("l4.bin")), 0, "%s", o);
+    cr_assert_eq(run(&o, true,
+                     "train --layers 4 --width 32 --heads 2 --context 24 --batch 8 "
+                     "--threads 1 --quiet --steps 1 --save %s",
+                     path("l4.bin")),
+                 0, "%s", o);
     free(o);
-    int rc = run(&o, true, "train --threads 1 --quiet --steps 2 --checkpoint sequential=4 "
-                           "--resume %s", path("l4.bin"));
+    int rc = run(&o, true,
+                 "train --threads 1 --quiet --steps 2 --checkpoint sequential=4 "
+                 "--resume %s",
+                 path("l4.bin"));
     cr_assert_eq(rc, 0, "sequential=4 on a 4-layer file refused: %s", o);
     free(o);
-    cr_assert_eq(run(&o, true, "train --model mlp --layers 2 --width 32 --batch 8 --threads 1 "
-                               "--quiet --steps 1 --save %s", path("mlp.bin")), 0, "%s", o);
+    cr_assert_eq(run(&o, true,
+                     "train --model mlp --layers 2 --width 32 --batch 8 --threads 1 "
+                     "--quiet --steps 1 --save %s",
+                     path("mlp.bin")),
+                 0, "%s", o);
     free(o);
-    rc = run(&o, true, "train --threads 1 --quiet --steps 2 --checkpoint selective=names:qkv "
-                       "--resume %s", path("mlp.bin"));
+    rc = run(&o, true,
+             "train --threads 1 --quiet --steps 2 --checkpoint selective=names:qkv "
+             "--resume %s",
+             path("mlp.bin"));
     cr_assert_neq(rc, 0, "a GPT tag on an MLP file accepted: %s", o);
     cr_assert(strstr(o, "qkv"), "%s", o);
     free(o);
     /* the addition task needs a few tokens of context */
-    rc = run(&o, true, "train --layers 1 --width 32 --heads 2 --context 5 --batch 8 --threads 1 "
-                       "--quiet --steps 1");
+    rc = run(&o, true,
+             "train --layers 1 --width 32 --heads 2 --context 5 --batch 8 --threads 1 "
+             "--quiet --steps 1");
     cr_assert_eq(rc, 2, "%s", o);
     cr_assert(strstr(o, "--context 5 is too short"), "%s", o);
     free(o);
     /* bench's default list fits the model */
-    rc = run(&o, true, "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 --threads 1 "
-                       "--quiet --reps 1");
+    rc = run(&o, true,
+             "bench --layers 2 --width 32 --heads 2 --context 16 --batch 2 --threads 1 "
+             "--quiet --reps 1");
     cr_assert_eq(rc, 0, "%s", o);
     free(o);
     /* ignored flags are named */
-    rc = run(&o, true, "train --model mlp --layers 1 --width 32 --batch 8 --threads 1 --quiet "
-                       "--steps 1 --heads 4");
+    rc = run(&o, true,
+             "train --model mlp --layers 1 --width 32 --batch 8 --threads 1 --quiet "
+             "--steps 1 --heads 4");
     cr_assert_eq(rc, 0, "%s", o);
     cr_assert(strstr(o, "the MLP ignores them"), "%s", o);
     free(o);
@@ -1389,21 +1467,23 @@ static void interrupt_and_resume(int sig) {
     cr_assert_eq(waitpid(pid, &st, 0), pid);
     char *err = slurp(path("int.err"));
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 128 + sig, "exit status %d: %s", st, err);
-    cr_assert(strstr(err, "--resume") && strstr(err, sig == SIGINT ? "SIGINT" : "SIGTERM"),
-              "%s", err);
+    cr_assert(strstr(err, "--resume") && strstr(err, sig == SIGINT ? "SIGINT" : "SIGTERM"), "%s",
+              err);
     int logged = count_lines(path("int.jsonl"));
     cr_assert(logged < 1500, "the run finished before the signal (%d steps)", logged);
     /* every log line is a JSON object with the step's fields */
     char *log = slurp(path("int.jsonl"));
     for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
         cr_assert(json_valid(line), "not JSON: %s", line);
-        cr_assert(strstr(line, "\"step\":") && (strstr(line, "\"eval_loss\":") ||
-                  (strstr(line, "\"lr\":") && strstr(line, "\"step_ms\":") &&
-                   strstr(line, "\"peak_bytes\":") && strstr(line, "\"grad_norm\":"))), "%s", line);
+        cr_assert(strstr(line, "\"step\":") &&
+                      (strstr(line, "\"eval_loss\":") ||
+                       (strstr(line, "\"lr\":") && strstr(line, "\"step_ms\":") &&
+                        strstr(line, "\"peak_bytes\":") && strstr(line, "\"grad_norm\":"))),
+                  "%s", line);
     }
     char *rest;
-    cr_assert_eq(run(&rest, false, "train %s --json --resume %s", flags, path("int.bin")), 0,
-                 "%s", rest);
+    cr_assert_eq(run(&rest, false, "train %s --json --resume %s", flags, path("int.bin")), 0, "%s",
+                 rest);
     cr_assert_eq(json_num(rest, "start_step"), logged, "resumed at %g, %d steps were logged",
                  json_num(rest, "start_step"), logged);
     cr_assert_str_eq(json_str(full, "loss_bits", a, sizeof a),
@@ -1425,8 +1505,10 @@ Test(cli, sigterm_saves_too) { interrupt_and_resume(SIGTERM); }
  * file of its last multiple of N steps. */
 Test(cli, save_every_survives_a_kill) {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "exec '%s' train " TINY " --steps 1500 --save-every 50 --save %s "
-             "--log %s 2>/dev/null", g_bin, path("every.bin"), path("every.jsonl"));
+    snprintf(cmd, sizeof cmd,
+             "exec '%s' train " TINY " --steps 1500 --save-every 50 --save %s "
+             "--log %s 2>/dev/null",
+             g_bin, path("every.bin"), path("every.jsonl"));
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
@@ -1434,14 +1516,16 @@ Test(cli, save_every_survives_a_kill) {
         _exit(127);
     }
     int lines = 0;
-    for (int i = 0; i < 20000 && (lines = count_lines(path("every.jsonl"))) < 120; i++) usleep(1000);
+    for (int i = 0; i < 20000 && (lines = count_lines(path("every.jsonl"))) < 120; i++)
+        usleep(1000);
     kill(pid, SIGKILL);
     int st = 0;
     waitpid(pid, &st, 0);
     cr_assert(WIFSIGNALED(st), "the run ended before the kill");
     char *o;
-    cr_assert_eq(run(&o, false, "train " TINY " --steps 1500 --json --resume %s", path("every.bin")),
-                 0, "%s", o);
+    cr_assert_eq(
+        run(&o, false, "train " TINY " --steps 1500 --json --resume %s", path("every.bin")), 0,
+        "%s", o);
     double at = json_num(o, "start_step");
     cr_assert(at >= 100 && fmod(at, 50) == 0, "resumed at step %g", at);
     free(o);
@@ -1483,8 +1567,11 @@ Test(cli, sample_generates_text_deterministically_from_a_saved_gpt) {
     free(a);
     free(c2);
     /* an MLP has no text to give; --resume is required */
-    cr_assert_eq(run(&o, false, "train --model mlp --layers 1 --width 8 --batch 4 --steps 1 "
-                     "--quiet --save %s", path("m.bin")), 0, "%s", o);
+    cr_assert_eq(run(&o, false,
+                     "train --model mlp --layers 1 --width 8 --batch 4 --steps 1 "
+                     "--quiet --save %s",
+                     path("m.bin")),
+                 0, "%s", o);
     free(o);
     cr_assert_eq(run(&o, true, "sample --resume %s", path("m.bin")), 1, "%s", o);
     cr_assert(strstr(o, "needs a GPT"), "%s", o);
@@ -1518,7 +1605,8 @@ Test(cli, progress_bar_fits_the_terminal_width) {
             with_eta += strstr(seg, " ETA ") != NULL;
             if (widths[w] == 140) /* room for everything: the bar, the rate, the evaluation */
                 cr_assert(seg[0] == '[' && strstr(seg, "tok/s") &&
-                          (bars <= 10 || strstr(seg, "| acc")), "%s", seg);
+                              (bars <= 10 || strstr(seg, "| acc")),
+                          "%s", seg);
         }
         cr_assert_eq(bars, 40, "COLUMNS=%d: %d bars drawn", widths[w], bars);
         if (widths[w] >= 60) cr_assert_eq(with_eta, 40, "COLUMNS=%d: no ETA", widths[w]);
@@ -1563,14 +1651,16 @@ Test(cli, train_output_fits_60_columns) {
     const char *model = "--layers 2 --width 32 --heads 2 --context 24 --batch 8 --threads 1";
     const char *save = path("fit.bin");
     char cmds[5][512];
-    snprintf(cmds[0], sizeof cmds[0], "train %s --steps 20 --eval-every 10 "
-             "--checkpoint budget=70%% --verbose --save %s", model, save);
+    snprintf(cmds[0], sizeof cmds[0],
+             "train %s --steps 20 --eval-every 10 "
+             "--checkpoint budget=70%% --verbose --save %s",
+             model, save);
     snprintf(cmds[1], sizeof cmds[1], "train %s --steps 24 --resume %s", model, save);
     snprintf(cmds[2], sizeof cmds[2], "train %s --steps 4 --checkpoint budget=1GiB", model);
     snprintf(cmds[3], sizeof cmds[3], "train %s --steps 4 --progress --eval-every 2", model);
     snprintf(cmds[4], sizeof cmds[4], "train %s --steps 4 --checkpoint budget=1KiB", model);
-    const char *expect[5] = {"predicted peak", "resuming at step 20", "warning:",
-                             "held-out", "smallest feasible budget"};
+    const char *expect[5] = {"predicted peak", "resuming at step 20", "warning:", "held-out",
+                             "smallest feasible budget"};
     snprintf(g_env, sizeof g_env, "COLUMNS=60 ");
     for (int i = 0; i < 5; i++) {
         char *o;

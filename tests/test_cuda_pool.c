@@ -14,11 +14,11 @@
 
 /* ---- a provider over malloc, with a budget and fake events --------------------------------- */
 typedef struct fake {
-    size_t budget;     /* bytes seg_alloc may hand out in all (0: unlimited) */
-    size_t held;       /* bytes handed out now */
+    size_t budget; /* bytes seg_alloc may hand out in all (0: unlimited) */
+    size_t held;   /* bytes handed out now */
     int n_alloc, n_free, n_sync;
     int events_made, events_freed;
-    bool events_done;  /* what event_done answers */
+    bool events_done; /* what event_done answers */
 } fake;
 
 typedef struct fake_event {
@@ -174,7 +174,7 @@ Test(cuda_pool, large_requests) {
 Test(cuda_pool, out_of_memory_empties_the_cache_and_retries) {
     fake f = {.budget = 24 * MiB};
     rm_pool *pool = new_pool(&f);
-    void *a = rm_pool_alloc(pool, 100, S1); /* 2 MiB small segment */
+    void *a = rm_pool_alloc(pool, 100, S1);     /* 2 MiB small segment */
     void *b = rm_pool_alloc(pool, 3 * MiB, S1); /* 20 MiB large segment */
     cr_assert(a && b);
     cr_assert(rm_pool_free(pool, b)); /* cached, not returned */
@@ -226,11 +226,11 @@ Test(cuda_pool, cross_stream_use_waits_for_events) {
 Test(cuda_pool, empty_cache_keeps_blocks_in_use_and_waits_for_pending) {
     fake f = {0};
     rm_pool *pool = new_pool(&f);
-    void *a = rm_pool_alloc(pool, 4096, S1);       /* segment 1, stays in use */
-    void *b = rm_pool_alloc(pool, 2 * MiB, S1);    /* segment 2 (20 MiB) */
+    void *a = rm_pool_alloc(pool, 4096, S1);    /* segment 1, stays in use */
+    void *b = rm_pool_alloc(pool, 2 * MiB, S1); /* segment 2 (20 MiB) */
     cr_assert(rm_pool_record_stream(pool, b, S2));
     cr_assert(rm_pool_free(pool, b));
-    rm_pool_empty_cache(pool);                     /* syncs: b's event is then done */
+    rm_pool_empty_cache(pool); /* syncs: b's event is then done */
     rm_pool_stats s = stats(pool);
     cr_assert_eq(s.n_segments, 1);
     cr_assert_eq(s.reserved_bytes, 2 * MiB);

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "philox.h"
 #include "internal.h"
+#include "philox.h"
 #include "support/rt.h"
 
 Test(cuda_rng, philox_matches_the_cpu_generator) {
@@ -26,8 +26,7 @@ Test(cuda_rng, philox_matches_the_cpu_generator) {
 }
 
 /* The keep bits the cpu dropout kernel writes for n elements. */
-static void cpu_bits(int64_t n, double p, const uint32_t key[2], uint64_t counter,
-                     uint8_t *bits) {
+static void cpu_bits(int64_t n, double p, const uint32_t key[2], uint64_t counter, uint8_t *bits) {
     remat_tensor *x = NULL, *y = NULL, *b = NULL;
     int64_t nb = (n + 7) / 8;
     RT_OK(remat_full(&x, 1, &n, 1.0, REMAT_F32, REMAT_DEVICE_CPU));
@@ -71,7 +70,8 @@ static remat_device cuda0(void) {
 Test(cuda_rng, dropout_on_cuda_equals_cpu) {
     remat_device cu = cuda0();
     const int64_t shape[2] = {37, 129};
-    remat_tensor *x = rt_rand(2, shape, REMAT_F32, -1, 1, 3), *g = rt_rand(2, shape, REMAT_F32, -1, 1, 4);
+    remat_tensor *x = rt_rand(2, shape, REMAT_F32, -1, 1, 3),
+                 *g = rt_rand(2, shape, REMAT_F32, -1, 1, 4);
     remat_tensor *xc = NULL, *gcu = NULL, *y = NULL, *yc = NULL, *yb = NULL, *gxb = NULL;
     RT_OK(remat_to_device(&xc, x, cu));
     RT_OK(remat_to_device(&gcu, g, cu));

@@ -123,8 +123,9 @@ Test(dispatch, device_without_a_kernel_is_unsupported_until_it_registers_one) {
     double v[] = {1, -2, 3, -4, 5, -6};
     remat_tensor *x = rt_tensor(2, sh, REMAT_F64, v), *xd = NULL, *y = NULL;
     RT_OK(remat_to_device(&xd, x, (remat_device){id, 0}));
-    RT_FAILS(remat_neg(&y, xd), REMAT_EUNSUPPORTED, "remat_neg: no unary kernel for device "
-                                                     "'kernelless' and dtype f64");
+    RT_FAILS(remat_neg(&y, xd), REMAT_EUNSUPPORTED,
+             "remat_neg: no unary kernel for device "
+             "'kernelless' and dtype f64");
     cr_assert_null(y);
     RT_OK(rm_kernel_register(RM_K_UNARY, id, REMAT_F64, nh_unary_f64));
     RT_OK(remat_neg(&y, xd));

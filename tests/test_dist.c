@@ -4,8 +4,8 @@
  * behaviour is tested under mpirun by tests/dist/dist_check.c. */
 #include <string.h>
 
-#include "support/rt.h"
 #include "remat/dist.h"
+#include "support/rt.h"
 
 Test(dist, no_group_means_one_process) {
     cr_assert_eq(remat_dist_rank(NULL), 0);

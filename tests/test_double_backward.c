@@ -101,7 +101,7 @@ static remat_tensor *R(int nd, const int64_t *shape, double lo, double hi, unsig
 }
 static const int64_t S23[2] = {2, 3}, S34[2] = {3, 4}, S3[1] = {3}, S223[3] = {2, 2, 3};
 
-#define U1(nm, expr)                                                                         \
+#define U1(nm, expr)                                                                               \
     static int f_##nm(remat_tensor *const *in, remat_tensor **out) { return (expr); }
 U1(neg, remat_neg(out, in[0]))
 U1(exp, remat_exp(out, in[0]))
@@ -168,14 +168,14 @@ static int f_matmul_batched(remat_tensor *const *in, remat_tensor **out) {
 }
 
 /* in-place ops on a non-leaf copy y = x * 1, then y * y */
-#define IP_CASE(nm, call)                                                                    \
-    static int f_##nm(remat_tensor *const *in, remat_tensor **out) {                         \
-        remat_tensor *y = NULL;                                                              \
-        int rc = remat_mul_scalar(&y, in[0], 1.0);                                           \
-        if (!rc) rc = (call);                                                                \
-        if (!rc) rc = remat_mul(out, y, y);                                                  \
-        remat_release(y);                                                                    \
-        return rc;                                                                           \
+#define IP_CASE(nm, call)                                                                          \
+    static int f_##nm(remat_tensor *const *in, remat_tensor **out) {                               \
+        remat_tensor *y = NULL;                                                                    \
+        int rc = remat_mul_scalar(&y, in[0], 1.0);                                                 \
+        if (!rc) rc = (call);                                                                      \
+        if (!rc) rc = remat_mul(out, y, y);                                                        \
+        remat_release(y);                                                                          \
+        return rc;                                                                                 \
     }
 IP_CASE(add_, remat_add_(y, in[1], 2.0))
 IP_CASE(mul_scalar_, remat_mul_scalar_(y, 3.0))
@@ -207,13 +207,13 @@ static int f_copy_(remat_tensor *const *in, remat_tensor **out) {
     remat_release(y), remat_release(z);
     return rc;
 }
-#define SQ_CASE(nm, call)                                                                    \
-    static int f_##nm(remat_tensor *const *in, remat_tensor **out) {                         \
-        remat_tensor *y = NULL;                                                              \
-        int rc = (call);                                                                     \
-        if (!rc) rc = remat_mul(out, y, y);                                                  \
-        remat_release(y);                                                                    \
-        return rc;                                                                           \
+#define SQ_CASE(nm, call)                                                                          \
+    static int f_##nm(remat_tensor *const *in, remat_tensor **out) {                               \
+        remat_tensor *y = NULL;                                                                    \
+        int rc = (call);                                                                           \
+        if (!rc) rc = remat_mul(out, y, y);                                                        \
+        remat_release(y);                                                                          \
+        return rc;                                                                                 \
     }
 static remat_tensor *g_mask;
 SQ_CASE(masked_fill, remat_masked_fill(&y, in[0], g_mask, 0.5))
@@ -272,7 +272,9 @@ static remat_tensor *mk_relu(int i) { /* away from the kink */
 static remat_tensor *mk_bcast(int i) { return i == 0 ? mk_23(0) : R(1, S3, 0.5, 2, 7); }
 static remat_tensor *mk_pow(int i) { return i == 0 ? mk_pos(0) : R(1, S3, -1, 2, 8); }
 static remat_tensor *mk_sum(int i) { return R(3, S223, -1, 1, 400 + (unsigned)i); }
-static remat_tensor *mk_ln(int i) { return i == 0 ? mk_23(0) : R(1, S3, 0.5, 1.5, 50 + (unsigned)i); }
+static remat_tensor *mk_ln(int i) {
+    return i == 0 ? mk_23(0) : R(1, S3, 0.5, 1.5, 50 + (unsigned)i);
+}
 static remat_tensor *mk_mm(int i) { return i == 0 ? mk_23(0) : R(2, S34, -1, 1, 60); }
 static remat_tensor *mk_mmb(int i) { /* (2, 2, 3) @ (4, 3)^T */
     return i == 0 ? R(3, S223, -1, 1, 61) : R(2, (const int64_t[]){4, 3}, -1, 1, 62);
@@ -283,11 +285,25 @@ static remat_tensor *mk_lin(int i) {
     if (i == 1) return R(2, (const int64_t[]){2, 3}, -1, 1, 71);
     return R(1, (const int64_t[]){2}, -1, 1, 72);
 }
-static remat_tensor *mk_att(int i) { return R(3, (const int64_t[]){1, 3, 2}, -1, 1, 80 + (unsigned)i); }
-static remat_tensor *mk_emb(int i) { RM_UNUSED(i); return R(2, (const int64_t[]){4, 2}, -1, 1, 90); }
-static remat_tensor *mk_ce(int i) { RM_UNUSED(i); return R(2, (const int64_t[]){3, 4}, -2, 2, 91); }
-static remat_tensor *mk_1x3(int i) { RM_UNUSED(i); return R(2, (const int64_t[]){1, 3}, -1, 1, 92); }
-static remat_tensor *mk_perm(int i) { RM_UNUSED(i); return mk_sum(0); }
+static remat_tensor *mk_att(int i) {
+    return R(3, (const int64_t[]){1, 3, 2}, -1, 1, 80 + (unsigned)i);
+}
+static remat_tensor *mk_emb(int i) {
+    RM_UNUSED(i);
+    return R(2, (const int64_t[]){4, 2}, -1, 1, 90);
+}
+static remat_tensor *mk_ce(int i) {
+    RM_UNUSED(i);
+    return R(2, (const int64_t[]){3, 4}, -2, 2, 91);
+}
+static remat_tensor *mk_1x3(int i) {
+    RM_UNUSED(i);
+    return R(2, (const int64_t[]){1, 3}, -1, 1, 92);
+}
+static remat_tensor *mk_perm(int i) {
+    RM_UNUSED(i);
+    return mk_sum(0);
+}
 
 static const gg_case k_cases[] = {
     {"remat_neg", "", f_neg, 1, mk_23},
@@ -382,8 +398,10 @@ Test(double_backward, every_registered_op_has_a_case_or_refuses) {
         bool found = false;
         for (int k = 0; k < N_CASES && !found; k++) found = strcmp(k_cases[k].op, name) == 0;
         for (int k = 0; k < N_REFUSED && !found; k++) found = strcmp(k_refused[k].op, name) == 0;
-        cr_assert(found, "op %s has neither a gradgradcheck case nor a refusal in "
-                  "tests/test_double_backward.c", name);
+        cr_assert(found,
+                  "op %s has neither a gradgradcheck case nor a refusal in "
+                  "tests/test_double_backward.c",
+                  name);
     }
     for (int k = 0; k < N_CASES; k++)
         cr_assert(rm_op_find(k_cases[k].op) >= 0, "case op %s is not registered", k_cases[k].op);
@@ -433,8 +451,8 @@ Test(double_backward, refused_ops_say_so, .init = make_globals, .fini = free_glo
 
 /* to_dtype across dtypes: d2/dx2 of sum(f32(x)^2) through the f32 copy and back is 2. */
 Test(double_backward, to_dtype_across_dtypes) {
-    remat_tensor *x = R(1, S3, -1, 1, 9), *y = NULL, *sq = NULL, *s = NULL, *g = NULL,
-                 *gs = NULL, *h = NULL;
+    remat_tensor *x = R(1, S3, -1, 1, 9), *y = NULL, *sq = NULL, *s = NULL, *g = NULL, *gs = NULL,
+                 *h = NULL;
     RT_OK(remat_to_dtype(&y, x, REMAT_F32));
     RT_OK(remat_mul(&sq, y, y));
     RT_OK(remat_sum_all(&s, sq));

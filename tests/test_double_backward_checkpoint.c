@@ -105,8 +105,10 @@ static void penalty_grads(model *m, remat_tensor **grads) {
 
 static void assert_same_grads(remat_tensor **a, remat_tensor **b, const char *what) {
     for (int i = 0; i <= 2 * LEVELS; i++)
-        cr_assert(rt_bitwise_equal(a[i], b[i]), "%s: gradient %d differs from the "
-                  "un-checkpointed one (max |diff| %g)", what, i, rt_max_abs_diff(a[i], b[i]));
+        cr_assert(rt_bitwise_equal(a[i], b[i]),
+                  "%s: gradient %d differs from the "
+                  "un-checkpointed one (max |diff| %g)",
+                  what, i, rt_max_abs_diff(a[i], b[i]));
 }
 
 static void release_grads(remat_tensor **g) {
@@ -214,10 +216,10 @@ static remat_status cube_bwd(remat_function_ctx *ctx, void *ud, remat_tensor *co
 Test(double_backward_checkpoint, custom_function_backward_is_differentiable) {
     const double xv[2] = {0.5, -2.0};
     const int64_t s[1] = {2};
-    remat_tensor *x = rt_leaf(rt_tensor(1, s, REMAT_F64, xv)), *y = NULL, *sum = NULL,
-                 *g = NULL, *gs = NULL, *h = NULL;
-    const remat_function_def def = {.name = "CubeBackward", .forward = cube_fwd,
-                                    .backward = cube_bwd};
+    remat_tensor *x = rt_leaf(rt_tensor(1, s, REMAT_F64, xv)), *y = NULL, *sum = NULL, *g = NULL,
+                 *gs = NULL, *h = NULL;
+    const remat_function_def def = {
+        .name = "CubeBackward", .forward = cube_fwd, .backward = cube_bwd};
     RT_OK(remat_function_apply(&def, NULL, 1, &x, 1, &y));
     RT_OK(remat_sum_all(&sum, y));
     const remat_backward_options o = {.create_graph = true};
@@ -340,8 +342,10 @@ Test(double_backward_checkpoint, planner_plans_bitwise) {
     for (int k = 0; k < 2; k++) {
         plan_penalty(plans[k], got);
         for (int i = 0; i < STAGES; i++) {
-            cr_assert(rt_bitwise_equal(got[i], ref[i]), "plan %d: weight %d's gradient differs "
-                      "(max |diff| %g)", k, i, rt_max_abs_diff(got[i], ref[i]));
+            cr_assert(rt_bitwise_equal(got[i], ref[i]),
+                      "plan %d: weight %d's gradient differs "
+                      "(max |diff| %g)",
+                      k, i, rt_max_abs_diff(got[i], ref[i]));
             remat_release(got[i]);
         }
         remat_plan_free(plans[k]);

@@ -64,8 +64,8 @@ static void hvp(loss_fn f, void *ud, int n, remat_tensor *const *p, remat_tensor
     }
     RT_OK(remat_grad(1, &dot, NULL, n, p, false, true, hv));
     for (int i = 0; i < n; i++)
-        if (!hv[i]) RT_OK(remat_zeros(&hv[i], p[i]->ndim, p[i]->shape, REMAT_F64,
-                                      REMAT_DEVICE_CPU));
+        if (!hv[i])
+            RT_OK(remat_zeros(&hv[i], p[i]->ndim, p[i]->shape, REMAT_F64, REMAT_DEVICE_CPU));
     remat_release(l), remat_release(dot);
 }
 
@@ -123,7 +123,8 @@ Test(double_backward_fixtures, hvp_mlp_plain_and_checkpointed) {
         snprintf(hn, sizeof hn, "hv_%s", names[i]);
         expect(c, hn, hv[0][i]);
         cr_assert(rt_bitwise_equal(hv[0][i], hv[1][i]), "%s: checkpointed differs", hn);
-        remat_release(m.p[i]), remat_release(v[i]), remat_release(hv[0][i]), remat_release(hv[1][i]);
+        remat_release(m.p[i]), remat_release(v[i]), remat_release(hv[0][i]),
+            remat_release(hv[1][i]);
     }
     remat_release(m.x), remat_release(m.y);
     fx_free(c);
@@ -132,7 +133,7 @@ Test(double_backward_fixtures, hvp_mlp_plain_and_checkpointed) {
 /* ---- GPT block ------------------------------------------------------------------------------ */
 enum { GB = 2, GT = 4, GC = 8, GH = 2, NG = 12 };
 static const char *const k_gpt[NG] = {"ln1_w", "ln1_b", "qkv_w", "qkv_b", "proj_w", "proj_b",
-                                      "ln2_w", "ln2_b", "fc_w", "fc_b", "out_w", "out_b"};
+                                      "ln2_w", "ln2_b", "fc_w",  "fc_b",  "out_w",  "out_b"};
 typedef struct gpt {
     remat_tensor *x, *r, *p[NG];
     bool ck;
@@ -215,8 +216,21 @@ Test(double_backward_fixtures, gradient_penalty_step) {
     remat_tensor *xr = in(c, "x_real", false), *xf = in(c, "x_fake", false),
                  *eps = in(c, "eps", false), *p[6], *grads[6];
     for (int i = 0; i < 6; i++) p[i] = in(c, names[i], true);
-    T_(a); T_(om); T_(b); T_(xh); T_(s); T_(g); T_(g2); T_(n2); T_(n2e); T_(nrm); T_(d);
-    T_(d2); T_(pl); T_(w); T_(loss);
+    T_(a);
+    T_(om);
+    T_(b);
+    T_(xh);
+    T_(s);
+    T_(g);
+    T_(g2);
+    T_(n2);
+    T_(n2e);
+    T_(nrm);
+    T_(d);
+    T_(d2);
+    T_(pl);
+    T_(w);
+    T_(loss);
     const int dim1 = 1;
     RT_OK(remat_mul(&a, eps, xr));
     RT_OK(remat_rsub_scalar(&om, eps, 1.0));
@@ -245,8 +259,8 @@ Test(double_backward_fixtures, gradient_penalty_step) {
         expect(c, gn, grads[i]);
         remat_release(grads[i]), remat_release(p[i]);
     }
-    remat_tensor *all[] = {xr, xf, eps, a, om, b, xh, ch, s, g, g2, n2, n2e, nrm, d, d2, pen,
-                           pl, cf, cr, mf, mr, w, loss};
+    remat_tensor *all[] = {xr,  xf,  eps, a,  om,  b,  xh, ch, s,  g,  g2, n2,
+                           n2e, nrm, d,   d2, pen, pl, cf, cr, mf, mr, w,  loss};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) remat_release(all[i]);
     fx_free(c);
 }
@@ -255,7 +269,18 @@ Test(double_backward_fixtures, gradient_penalty_step) {
 Test(double_backward_fixtures, third_order) {
     fx_case *c = load("third_order");
     remat_tensor *x = in(c, "x", true), *u = in(c, "u", false), *w = in(c, "w", false);
-    T_(t); T_(e); T_(sg); T_(m); T_(y); T_(g1); T_(p1); T_(s1); T_(g2); T_(p2); T_(s2); T_(g3);
+    T_(t);
+    T_(e);
+    T_(sg);
+    T_(m);
+    T_(y);
+    T_(g1);
+    T_(p1);
+    T_(s1);
+    T_(g2);
+    T_(p2);
+    T_(s2);
+    T_(g3);
     RT_OK(remat_tanh(&t, x));
     RT_OK(remat_exp(&e, t));
     RT_OK(remat_sigmoid(&sg, x));

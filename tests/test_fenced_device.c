@@ -140,12 +140,12 @@ static remat_tensor *all_ops(op_run *r) {
     RT_OK(remat_mul_scalar(&t[3], t[2], 1.0));
     RT_OK(remat_add_(t[3], r->x, 0.5)); /* in place on a non-leaf */
     remat_tensor *pair[2] = {t[3], t[2]};
-    RT_OK(remat_cat(&t[4], 2, pair, 1));                  /* [4, 12] */
-    RT_OK(remat_slice(&t[5], t[4], 1, 2, 10, 3));         /* [4, 3], step 3 */
+    RT_OK(remat_cat(&t[4], 2, pair, 1));          /* [4, 12] */
+    RT_OK(remat_slice(&t[5], t[4], 1, 2, 10, 3)); /* [4, 3], step 3 */
     int n_out = 0;
     remat_tensor *parts[3] = {0};
     RT_OK(remat_split(parts, 3, &n_out, t[4], 5, 1)); /* 5, 5, 2: the last one unused */
-    RT_OK(remat_embedding(&t[6], t[5], r->idx));          /* rows of t[5]: [2, 3] */
+    RT_OK(remat_embedding(&t[6], t[5], r->idx));      /* rows of t[5]: [2, 3] */
     RT_OK(remat_to_dtype(&t[7], t[6], REMAT_F32));
     RT_OK(remat_to_dtype(&t[8], t[7], REMAT_F64));
     RT_OK(remat_sum_all(&t[9], t[8]));
@@ -164,13 +164,15 @@ Test(fenced_device, select_layer_norm_inplace_cat_slice_split_embedding_to_dtype
     int64_t sx[] = {4, 6}, sw[] = {6}, si[] = {2};
     double cv[24], iv[] = {3, 1};
     for (int i = 0; i < 24; i++) cv[i] = (i * 7) % 3 == 0;
-    remat_tensor *x = rt_rand(2, sx, REMAT_F64, -1, 1, 11), *w = rt_rand(1, sw, REMAT_F64, 0.5, 2, 12);
+    remat_tensor *x = rt_rand(2, sx, REMAT_F64, -1, 1, 11),
+                 *w = rt_rand(1, sw, REMAT_F64, 0.5, 2, 12);
     remat_tensor *cond = rt_tensor(2, sx, REMAT_F64, cv), *idx = rt_tensor(1, si, REMAT_I64, iv);
     op_run runs[2];
     remat_tensor *loss[2], *gx[2], *gw[2];
     for (int k = 0; k < 2; k++) {
         if (k == 0) {
-            runs[0] = (op_run){remat_retain(x), remat_retain(w), remat_retain(cond), remat_retain(idx)};
+            runs[0] =
+                (op_run){remat_retain(x), remat_retain(w), remat_retain(cond), remat_retain(idx)};
             RT_OK(remat_set_requires_grad(runs[0].x, true));
             RT_OK(remat_set_requires_grad(runs[0].w, true));
         } else {

@@ -87,24 +87,24 @@ static int need(run *r, const char *name, remat_tensor **t) {
     return REMAT_OK;
 }
 
-#define NEED(name, var)                                                                    \
-    remat_tensor *var;                                                                     \
-    do {                                                                                   \
-        int need_rc_ = need(r, name, &var);                                                \
-        if (need_rc_) return need_rc_;                                                     \
+#define NEED(name, var)                                                                            \
+    remat_tensor *var;                                                                             \
+    do {                                                                                           \
+        int need_rc_ = need(r, name, &var);                                                        \
+        if (need_rc_) return need_rc_;                                                             \
     } while (0)
 #define PARAM_FAIL() remat_set_error(REMAT_EFORMAT, "%s", r->err)
-#define PINT(name, var)                                                                    \
-    int64_t var;                                                                           \
+#define PINT(name, var)                                                                            \
+    int64_t var;                                                                                   \
     if (!fx_param_int(r->c, name, &var, r->err, sizeof r->err)) return PARAM_FAIL()
-#define PDBL(name, var)                                                                    \
-    double var;                                                                            \
+#define PDBL(name, var)                                                                            \
+    double var;                                                                                    \
     if (!fx_param_double(r->c, name, &var, r->err, sizeof r->err)) return PARAM_FAIL()
-#define PINTS(name, arr, cnt)                                                              \
-    int64_t arr[REMAT_MAX_DIMS];                                                           \
-    int cnt;                                                                               \
-    if (!fx_param_ints(r->c, name, arr, REMAT_MAX_DIMS, &cnt, r->err, sizeof r->err))      \
-        return PARAM_FAIL()
+#define PINTS(name, arr, cnt)                                                                      \
+    int64_t arr[REMAT_MAX_DIMS];                                                                   \
+    int cnt;                                                                                       \
+    if (!fx_param_ints(r->c, name, arr, REMAT_MAX_DIMS, &cnt, r->err, sizeof r->err))              \
+    return PARAM_FAIL()
 
 /* Dispatcher entry: runs the op on r's inputs, writes new references to
  * outs[0..*n_out). */
@@ -133,12 +133,24 @@ static int scalar(run *r, remat_tensor **o, int *n, scal_fn f, const char *pname
     *n = 1;
     return f(&o[0], a, s);
 }
-static int op_add_scalar(run *r, remat_tensor **o, int *n) { return scalar(r, o, n, remat_add_scalar, "s"); }
-static int op_sub_scalar(run *r, remat_tensor **o, int *n) { return scalar(r, o, n, remat_sub_scalar, "s"); }
-static int op_rsub_scalar(run *r, remat_tensor **o, int *n) { return scalar(r, o, n, remat_rsub_scalar, "s"); }
-static int op_mul_scalar(run *r, remat_tensor **o, int *n) { return scalar(r, o, n, remat_mul_scalar, "s"); }
-static int op_div_scalar(run *r, remat_tensor **o, int *n) { return scalar(r, o, n, remat_div_scalar, "s"); }
-static int op_pow_scalar(run *r, remat_tensor **o, int *n) { return scalar(r, o, n, remat_pow_scalar, "exponent"); }
+static int op_add_scalar(run *r, remat_tensor **o, int *n) {
+    return scalar(r, o, n, remat_add_scalar, "s");
+}
+static int op_sub_scalar(run *r, remat_tensor **o, int *n) {
+    return scalar(r, o, n, remat_sub_scalar, "s");
+}
+static int op_rsub_scalar(run *r, remat_tensor **o, int *n) {
+    return scalar(r, o, n, remat_rsub_scalar, "s");
+}
+static int op_mul_scalar(run *r, remat_tensor **o, int *n) {
+    return scalar(r, o, n, remat_mul_scalar, "s");
+}
+static int op_div_scalar(run *r, remat_tensor **o, int *n) {
+    return scalar(r, o, n, remat_div_scalar, "s");
+}
+static int op_pow_scalar(run *r, remat_tensor **o, int *n) {
+    return scalar(r, o, n, remat_pow_scalar, "exponent");
+}
 
 typedef int (*un_fn)(remat_tensor **, remat_tensor *);
 static int unary(run *r, remat_tensor **o, int *n, un_fn f) {
@@ -153,7 +165,9 @@ static int op_sqrt(run *r, remat_tensor **o, int *n) { return unary(r, o, n, rem
 static int op_tanh(run *r, remat_tensor **o, int *n) { return unary(r, o, n, remat_tanh); }
 static int op_sigmoid(run *r, remat_tensor **o, int *n) { return unary(r, o, n, remat_sigmoid); }
 static int op_relu(run *r, remat_tensor **o, int *n) { return unary(r, o, n, remat_relu); }
-static int op_contiguous(run *r, remat_tensor **o, int *n) { return unary(r, o, n, remat_contiguous); }
+static int op_contiguous(run *r, remat_tensor **o, int *n) {
+    return unary(r, o, n, remat_contiguous);
+}
 static int op_sum_all(run *r, remat_tensor **o, int *n) { return unary(r, o, n, remat_sum_all); }
 
 static int op_gelu(run *r, remat_tensor **o, int *n) {
@@ -343,8 +357,7 @@ static int op_to_device(run *r, remat_tensor **o, int *n) {
     const char *name = fx_param_str(r->c, "device");
     int type = name ? remat_device_type_id(name) : -1;
     if (type < 0)
-        return remat_set_error(REMAT_EFORMAT, "%s: param device names no device type",
-                               r->c->path);
+        return remat_set_error(REMAT_EFORMAT, "%s: param device names no device type", r->c->path);
     *n = 1;
     return remat_to_device(&o[0], a, (remat_device){type, 0});
 }
@@ -556,8 +569,8 @@ static void run_case(const char *name, report *rep) {
     }
     const op_entry *e = find_op(c->op);
     if (!e) {
-        note(rep, "case %s: op '%s' is unknown to the dispatcher in tests/test_fixtures.c",
-             c->name, c->op);
+        note(rep, "case %s: op '%s' is unknown to the dispatcher in tests/test_fixtures.c", c->name,
+             c->op);
         fx_free(c);
         return;
     }
@@ -675,7 +688,8 @@ static struct criterion_test_params family_params(const char *family) {
     int n = 0, k = 0;
     char err[512];
     /* A missing index yields no cases here; test fixtures/index then fails. */
-    if (!fx_index_load(&idx, &n, err, sizeof err)) return cr_make_param_array(case_param, NULL, 0, NULL);
+    if (!fx_index_load(&idx, &n, err, sizeof err))
+        return cr_make_param_array(case_param, NULL, 0, NULL);
     for (int i = 0; i < n; i++) {
         const op_entry *e = find_op(idx[i].op);
         if (e && strcmp(e->family, family) == 0) k++;
@@ -688,7 +702,8 @@ static struct criterion_test_params family_params(const char *family) {
     k = 0;
     for (int i = 0; i < n; i++) {
         const op_entry *e = find_op(idx[i].op);
-        if (e && strcmp(e->family, family) == 0) snprintf(p[k++].name, FX_NAME_MAX, "%s", idx[i].name);
+        if (e && strcmp(e->family, family) == 0)
+            snprintf(p[k++].name, FX_NAME_MAX, "%s", idx[i].name);
     }
     free(idx);
     return cr_make_param_array(case_param, p, (size_t)k, free_params);
@@ -710,8 +725,7 @@ static void on_crash(int sig) {
 }
 
 static void run_param(const case_param *p) {
-    snprintf(g_case_line, sizeof g_case_line, "\nfixtures: crashed in case %s\n",
-             p->name);
+    snprintf(g_case_line, sizeof g_case_line, "\nfixtures: crashed in case %s\n", p->name);
     int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], on_crash);
 #ifdef FX_ASAN
@@ -728,12 +742,12 @@ static void run_param(const case_param *p) {
 /* The families run below, one FAMILY line each: the index test checks that
  * every dispatcher entry belongs to one of them, so no op's cases go unrun. */
 static const char *const k_families[] = {
-    "binary", "scalar",     "unary", "matmul", "linear",    "softmax",   "layer_norm", "attention",
-    "dropout", "embedding", "losses", "reductions", "max", "views", "copies", "cat_split", "selection",
-    "inplace"};
+    "binary",     "scalar",    "unary",   "matmul",    "linear",    "softmax",
+    "layer_norm", "attention", "dropout", "embedding", "losses",    "reductions",
+    "max",        "views",     "copies",  "cat_split", "selection", "inplace"};
 
-#define FAMILY(fam)                                                                        \
-    ParameterizedTestParameters(fixtures, fam) { return family_params(#fam); }             \
+#define FAMILY(fam)                                                                                \
+    ParameterizedTestParameters(fixtures, fam) { return family_params(#fam); }                     \
     ParameterizedTest(case_param *p, fixtures, fam) { run_param(p); }
 
 FAMILY(binary)
@@ -791,7 +805,8 @@ Test(fixtures, index) {
         files++;
         bool listed = false;
         for (int i = 0; i < n && !listed; i++)
-            listed = strlen(idx[i].name) == len - 4 && strncmp(idx[i].name, de->d_name, len - 4) == 0;
+            listed =
+                strlen(idx[i].name) == len - 4 && strncmp(idx[i].name, de->d_name, len - 4) == 0;
         cr_assert(listed, "%s/%s is not listed in index.txt", REMAT_FIXTURE_DIR, de->d_name);
     }
     closedir(d);
@@ -883,13 +898,17 @@ Test(fixtures, parser_f32_values_are_exact) {
 }
 
 Test(fixtures, parser_rejects_malformed) {
-    expect_bad(GOOD_HEAD "input a f64 2 1 2 1.5\n" GOOD_OUT "end\n", "t.txt:4: input a: shape [1, 2] needs 2 values, found 1");
+    expect_bad(GOOD_HEAD "input a f64 2 1 2 1.5\n" GOOD_OUT "end\n",
+               "t.txt:4: input a: shape [1, 2] needs 2 values, found 1");
     expect_bad(GOOD_HEAD "input a f64 2 1 2 1.5 2 3\n" GOOD_OUT "end\n", "needs 2 values, found 3");
-    expect_bad(GOOD_HEAD "input a f16 1 1 1\n" GOOD_OUT "end\n", "t.txt:4: input a: bad dtype 'f16'");
+    expect_bad(GOOD_HEAD "input a f16 1 1 1\n" GOOD_OUT "end\n",
+               "t.txt:4: input a: bad dtype 'f16'");
     expect_bad(GOOD_HEAD "input a f64 9 1 1 1 1 1 1 1 1 1 1\nend\n", "bad ndim '9'");
     expect_bad(GOOD_HEAD "input a f64 1 -2\nend\n", "bad size '-2'");
-    expect_bad(GOOD_HEAD "input a f64 1 2 1.5 x7\n" GOOD_OUT "end\n", "value 1 'x7' is not a valid f64");
-    expect_bad(GOOD_HEAD "input i i64 1 1 1.5\n" GOOD_OUT "end\n", "value 0 '1.5' is not a valid i64");
+    expect_bad(GOOD_HEAD "input a f64 1 2 1.5 x7\n" GOOD_OUT "end\n",
+               "value 1 'x7' is not a valid f64");
+    expect_bad(GOOD_HEAD "input i i64 1 1 1.5\n" GOOD_OUT "end\n",
+               "value 0 '1.5' is not a valid i64");
     expect_bad(GOOD_HEAD GOOD_IN GOOD_OUT, "no 'end' line (truncated file?)");
     expect_bad(GOOD_HEAD GOOD_IN GOOD_OUT "end\ninput c f64 0 1\n", "t.txt:9: 'input' after 'end'");
     expect_bad(GOOD_HEAD GOOD_IN "frobnicate 3\n", "t.txt:6: unknown line 'frobnicate'");
@@ -898,15 +917,23 @@ Test(fixtures, parser_rejects_malformed) {
     expect_bad("case x\nop add\n" GOOD_IN GOOD_OUT "end\n", "missing 'dtype' line");
     expect_bad("case x\nop add\ndtype i64\n", "expected 'dtype f32' or 'dtype f64'");
     expect_bad(GOOD_HEAD GOOD_IN "end\n", "no 'output' line");
-    expect_bad(GOOD_HEAD GOOD_IN GOOD_OUT "grad c f64 0 1\nend\n", "grad of 'c', which is not an input");
-    expect_bad(GOOD_HEAD GOOD_IN GOOD_OUT "grad a f64 1 2 1 1\nend\n", "grad a is [2] f64 but the input is [1, 2] f64");
-    expect_bad(GOOD_HEAD GOOD_IN "grad_output out f64 0 1\n" GOOD_OUT "end\n", "grad_output of 'out', which is not an output");
-    expect_bad(GOOD_HEAD GOOD_IN "view z transpose 0 1\n" GOOD_OUT "end\n", "view of 'z', which is not an input");
-    expect_bad(GOOD_HEAD GOOD_IN "view a rotate 0 1\n" GOOD_OUT "end\n", "unknown view kind 'rotate'");
-    expect_bad(GOOD_HEAD GOOD_IN "view a transpose 0\n" GOOD_OUT "end\n", "view transpose takes 2..2 integers, found 1");
-    expect_bad(GOOD_HEAD GOOD_IN "view a slice 0 1 x 1\n" GOOD_OUT "end\n", "'x' is not an integer");
+    expect_bad(GOOD_HEAD GOOD_IN GOOD_OUT "grad c f64 0 1\nend\n",
+               "grad of 'c', which is not an input");
+    expect_bad(GOOD_HEAD GOOD_IN GOOD_OUT "grad a f64 1 2 1 1\nend\n",
+               "grad a is [2] f64 but the input is [1, 2] f64");
+    expect_bad(GOOD_HEAD GOOD_IN "grad_output out f64 0 1\n" GOOD_OUT "end\n",
+               "grad_output of 'out', which is not an output");
+    expect_bad(GOOD_HEAD GOOD_IN "view z transpose 0 1\n" GOOD_OUT "end\n",
+               "view of 'z', which is not an input");
+    expect_bad(GOOD_HEAD GOOD_IN "view a rotate 0 1\n" GOOD_OUT "end\n",
+               "unknown view kind 'rotate'");
+    expect_bad(GOOD_HEAD GOOD_IN "view a transpose 0\n" GOOD_OUT "end\n",
+               "view transpose takes 2..2 integers, found 1");
+    expect_bad(GOOD_HEAD GOOD_IN "view a slice 0 1 x 1\n" GOOD_OUT "end\n",
+               "'x' is not an integer");
     expect_bad(GOOD_HEAD GOOD_IN GOOD_IN GOOD_OUT "end\n", "second 'input a' line");
-    expect_bad(GOOD_HEAD "param k 1\nparam k 2\n" GOOD_IN GOOD_OUT "end\n", "param 'k' given twice");
+    expect_bad(GOOD_HEAD "param k 1\nparam k 2\n" GOOD_IN GOOD_OUT "end\n",
+               "param 'k' given twice");
     expect_bad(GOOD_HEAD "case y\n" GOOD_IN GOOD_OUT "end\n", "t.txt:4: second 'case' line");
     expect_bad("", "missing 'case' line");
     /* generated and sampled data */
@@ -927,7 +954,8 @@ Test(fixtures, parser_rejects_malformed) {
                "shape [10] sampled every 3 needs 4 values, found 3 (truncated line?)");
     expect_bad(GOOD_HEAD GOOD_IN "output out f64 1 10 @sample 0 1\nend\n",
                "expected '@sample STRIDE <values>...' with STRIDE >= 1");
-    expect_bad(GOOD_HEAD GOOD_IN "output out f64 1 2 @frob 1 2\nend\n", "unknown data form '@frob'");
+    expect_bad(GOOD_HEAD GOOD_IN "output out f64 1 2 @frob 1 2\nend\n",
+               "unknown data form '@frob'");
 }
 
 /* Values scripts/gen_fixtures.py's Recipe gives for these seeds (printed
@@ -995,7 +1023,8 @@ Test(fixtures, compare_reports_element_and_values) {
     fx_case *cs = fx_parse(GOOD_HEAD GOOD_IN "output s f64 2 2 4 @sample 3 0 3 6\nend\n", "t.txt",
                            err, sizeof err);
     cr_assert(cs, "%s", err);
-    remat_tensor *st = rt_tensor(2, (int64_t[]){2, 4}, REMAT_F64, (double[]){0, 9, 9, 3, 9, 9, 7, 9});
+    remat_tensor *st =
+        rt_tensor(2, (int64_t[]){2, 4}, REMAT_F64, (double[]){0, 9, 9, 3, 9, 9, 7, 9});
     cr_assert_eq(fx_compare(st, fx_get(cs, FX_OUTPUT, "s"), 1e-10, 1e-9, msg, sizeof msg), 1);
     cr_assert(strstr(msg, "output s[1, 2]: got 7 expected 6") && strstr(msg, "sampled elements"),
               "%s", msg);
@@ -1156,8 +1185,7 @@ static void registry_op_checks(const char *name) {
 
     /* f64 finite differences */
     char msg[2048];
-    cr_assert(rt_gradcheck(float_outputs_sum, &oc, r.n_in, r.in, 1e-6, 1e-5, 1e-4, msg,
-                           sizeof msg),
+    cr_assert(rt_gradcheck(float_outputs_sum, &oc, r.n_in, r.in, 1e-6, 1e-5, 1e-4, msg, sizeof msg),
               "%s (case %s): gradcheck: %s", name, c->name, msg);
 
     /* skip mode: shapes, no allocation, no data unless a view of an input */
@@ -1206,8 +1234,7 @@ static void registry_op_checks(const char *name) {
 static struct criterion_test_params registry_params(void) {
     int n = rm_op_count(), k = 0;
     case_param *p = cr_malloc(sizeof *p * (size_t)n);
-    for (int i = 0; i < n; i++)
-        snprintf(p[k++].name, FX_NAME_MAX, "%s", rm_op_name(i));
+    for (int i = 0; i < n; i++) snprintf(p[k++].name, FX_NAME_MAX, "%s", rm_op_name(i));
     return cr_make_param_array(case_param, p, (size_t)k, free_params);
 }
 

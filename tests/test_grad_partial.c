@@ -10,8 +10,8 @@ Test(grad_partial, consecutive_parts_of_one_graph) {
     int64_t sh[] = {5};
     remat_tensor *x = rt_leaf(rt_rand(1, sh, REMAT_F64, 0.5, 1.5, 1));
     remat_tensor *y = NULL, *z = NULL, *gy = NULL, *gx = NULL;
-    RT_OK(remat_exp(&y, x));   /* y = exp(x): ExpBackward saves y */
-    RT_OK(remat_log(&z, y));   /* z = log(y) */
+    RT_OK(remat_exp(&y, x)); /* y = exp(x): ExpBackward saves y */
+    RT_OK(remat_log(&z, y)); /* z = log(y) */
     remat_tensor *zs = NULL;
     RT_OK(remat_sum_all(&zs, z));
     RT_OK(remat_grad(1, &zs, NULL, 1, &y, false, false, &gy)); /* dz/dy = 1/y */

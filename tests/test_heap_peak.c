@@ -34,11 +34,11 @@ typedef struct heap_api {
 static heap_api H;
 
 /* object pointer from dlsym into a function pointer, without the ISO C cast */
-#define SYM(field, name)                                                                       \
-    do {                                                                                       \
-        void *p_ = dlsym(H.lib, name);                                                         \
-        cr_assert(p_, "%s not exported by %s", name, REMAT_HEAP_PEAK_LIB);                     \
-        memcpy(&H.field, &p_, sizeof p_);                                                      \
+#define SYM(field, name)                                                                           \
+    do {                                                                                           \
+        void *p_ = dlsym(H.lib, name);                                                             \
+        cr_assert(p_, "%s not exported by %s", name, REMAT_HEAP_PEAK_LIB);                         \
+        memcpy(&H.field, &p_, sizeof p_);                                                          \
     } while (0)
 
 static void setup(void) {

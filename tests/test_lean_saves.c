@@ -216,10 +216,14 @@ Test(lean, bf16_conversion_rounds_to_nearest_even_within_bound) {
     remat_release(b);
     remat_release(back);
     /* ties go to even, NaN and infinities survive */
-    float vals[] = {1.0f + 0x1p-8f,      /* halfway 1 and 1+2^-7 → 1 (even) */
-                    1.0f + 3 * 0x1p-8f,  /* halfway 1+2^-7 and 1+2^-6 → 1+2^-6 (even) */
+    float vals[] = {1.0f + 0x1p-8f,            /* halfway 1 and 1+2^-7 → 1 (even) */
+                    1.0f + 3 * 0x1p-8f,        /* halfway 1+2^-7 and 1+2^-6 → 1+2^-6 (even) */
                     1.0f + 0x1p-8f + 0x1p-20f, /* above halfway → up */
-                    -2.5f, INFINITY, -INFINITY, bits_to_f32(0x7FC00001u), 0.0f};
+                    -2.5f,
+                    INFINITY,
+                    -INFINITY,
+                    bits_to_f32(0x7FC00001u),
+                    0.0f};
     float expect[] = {1.0f, 1.0f + 0x1p-6f, 1.0f + 0x1p-7f, -2.5f, INFINITY, -INFINITY, NAN, 0.0f};
     int64_t sv[] = {8};
     remat_tensor *v = NULL;
@@ -229,8 +233,9 @@ Test(lean, bf16_conversion_rounds_to_nearest_even_within_bound) {
     bp = remat_data(back);
     for (int i = 0; i < 8; i++) {
         if (isnan(expect[i])) cr_assert(isnan(bp[i]), "NaN lost");
-        else cr_assert_eq(bp[i], expect[i], "value %d: %.9g -> %.9g, expected %.9g", i, vals[i],
-                          bp[i], expect[i]);
+        else
+            cr_assert_eq(bp[i], expect[i], "value %d: %.9g -> %.9g, expected %.9g", i, vals[i],
+                         bp[i], expect[i]);
     }
     double item;
     RT_OK(remat_item_at(b, 3, &item)); /* storage-only dtypes can be read */

@@ -30,22 +30,70 @@ static int op_sub(remat_tensor **o, remat_tensor *x, remat_tensor *w) { return r
 static int op_mul(remat_tensor **o, remat_tensor *x, remat_tensor *w) { return remat_mul(o, x, w); }
 static int op_div(remat_tensor **o, remat_tensor *x, remat_tensor *w) { return remat_div(o, x, w); }
 static int op_pow(remat_tensor **o, remat_tensor *x, remat_tensor *w) { return remat_pow(o, x, w); }
-static int op_adds(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_add_scalar(o, x, NAN); }
-static int op_subs(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_sub_scalar(o, x, INFINITY); }
-static int op_rsubs(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_rsub_scalar(o, x, -INFINITY); }
-static int op_muls(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_mul_scalar(o, x, INFINITY); }
-static int op_divs(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_div_scalar(o, x, 0.0); }
-static int op_pows(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_pow_scalar(o, x, NAN); }
-static int op_pows2(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_pow_scalar(o, x, 0.5); }
-static int op_neg(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_neg(o, x); }
-static int op_exp(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_exp(o, x); }
-static int op_log(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_log(o, x); }
-static int op_sqrt(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_sqrt(o, x); }
-static int op_tanh(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_tanh(o, x); }
-static int op_sigmoid(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_sigmoid(o, x); }
-static int op_relu(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_relu(o, x); }
-static int op_gelu(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_gelu(o, x, REMAT_GELU_ERF); }
-static int op_gelu_t(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_gelu(o, x, REMAT_GELU_TANH); }
+static int op_adds(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_add_scalar(o, x, NAN);
+}
+static int op_subs(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_sub_scalar(o, x, INFINITY);
+}
+static int op_rsubs(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_rsub_scalar(o, x, -INFINITY);
+}
+static int op_muls(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_mul_scalar(o, x, INFINITY);
+}
+static int op_divs(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_div_scalar(o, x, 0.0);
+}
+static int op_pows(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_pow_scalar(o, x, NAN);
+}
+static int op_pows2(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_pow_scalar(o, x, 0.5);
+}
+static int op_neg(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_neg(o, x);
+}
+static int op_exp(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_exp(o, x);
+}
+static int op_log(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_log(o, x);
+}
+static int op_sqrt(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_sqrt(o, x);
+}
+static int op_tanh(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_tanh(o, x);
+}
+static int op_sigmoid(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_sigmoid(o, x);
+}
+static int op_relu(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_relu(o, x);
+}
+static int op_gelu(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_gelu(o, x, REMAT_GELU_ERF);
+}
+static int op_gelu_t(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_gelu(o, x, REMAT_GELU_TANH);
+}
 static int op_matmul(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
     remat_tensor *wt = NULL;
     int rc = remat_transpose(&wt, w, 1, 2);
@@ -55,15 +103,21 @@ static int op_matmul(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
 }
 static int op_linear(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
     remat_tensor *w2 = NULL, *b = NULL;
-    int rc = remat_sum(&w2, w, 1, (int[]){0}, false); /* (3, 4) */
+    int rc = remat_sum(&w2, w, 1, (int[]){0}, false);      /* (3, 4) */
     if (!rc) rc = remat_sum(&b, w2, 1, (int[]){1}, false); /* (3) */
     if (!rc) rc = remat_linear(o, x, w2, b);
     remat_release(w2);
     remat_release(b);
     return rc;
 }
-static int op_softmax(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_softmax(o, x, -1); }
-static int op_lsm(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_log_softmax(o, x, 1); }
+static int op_softmax(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_softmax(o, x, -1);
+}
+static int op_lsm(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_log_softmax(o, x, 1);
+}
 static int op_ln(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
     remat_tensor *g = NULL;
     int rc = remat_slice(&g, w, 0, 0, 1, 1);
@@ -74,12 +128,20 @@ static int op_ln(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
     remat_release(g2);
     return rc;
 }
-static int op_attn(remat_tensor **o, remat_tensor *x, remat_tensor *w) { return remat_attention(o, x, w, x, true, 0); }
-static int op_attn_nc(remat_tensor **o, remat_tensor *x, remat_tensor *w) { return remat_attention(o, w, x, w, false, 0.5); }
-static int op_dropout(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_dropout(o, x, 0.5, true); }
+static int op_attn(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    return remat_attention(o, x, w, x, true, 0);
+}
+static int op_attn_nc(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    return remat_attention(o, w, x, w, false, 0.5);
+}
+static int op_dropout(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_dropout(o, x, 0.5, true);
+}
 static int op_embedding(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
     (void)w;
-    remat_tensor *x2 = NULL, *idx = rt_tensor(1, (int64_t[]){5}, REMAT_I64, (double[]){0, 5, 1, 5, 3});
+    remat_tensor *x2 = NULL,
+                 *idx = rt_tensor(1, (int64_t[]){5}, REMAT_I64, (double[]){0, 5, 1, 5, 3});
     int rc = remat_reshape(&x2, x, 2, (int64_t[]){6, 4});
     if (!rc) rc = remat_embedding(o, x2, idx);
     remat_release(x2);
@@ -88,16 +150,25 @@ static int op_embedding(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
 }
 static int op_ce(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
     (void)w;
-    remat_tensor *x2 = NULL, *t = rt_tensor(1, (int64_t[]){6}, REMAT_I64, (double[]){0, 1, 2, 3, -100, 1});
+    remat_tensor *x2 = NULL,
+                 *t = rt_tensor(1, (int64_t[]){6}, REMAT_I64, (double[]){0, 1, 2, 3, -100, 1});
     int rc = remat_reshape(&x2, x, 2, (int64_t[]){6, 4});
     if (!rc) rc = remat_cross_entropy(o, x2, t, -100);
     remat_release(x2);
     remat_release(t);
     return rc;
 }
-static int op_mse(remat_tensor **o, remat_tensor *x, remat_tensor *w) { return remat_mse_loss(o, x, w); }
-static int op_sum(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_sum(o, x, 1, (int[]){1}, true); }
-static int op_mean(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_mean(o, x, 0, NULL, false); }
+static int op_mse(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    return remat_mse_loss(o, x, w);
+}
+static int op_sum(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_sum(o, x, 1, (int[]){1}, true);
+}
+static int op_mean(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_mean(o, x, 0, NULL, false);
+}
 static int op_max(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
     (void)w;
     remat_tensor *idx = NULL;
@@ -105,8 +176,14 @@ static int op_max(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
     remat_release(idx);
     return rc;
 }
-static int op_sum_all(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_sum_all(o, x); }
-static int op_view(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_view(o, x, 2, (int64_t[]){-1, 4}); }
+static int op_sum_all(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_sum_all(o, x);
+}
+static int op_view(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_view(o, x, 2, (int64_t[]){-1, 4});
+}
 static int op_permute(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
     (void)w;
     remat_tensor *p = NULL;
@@ -115,7 +192,10 @@ static int op_permute(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
     remat_release(p);
     return rc;
 }
-static int op_slice(remat_tensor **o, remat_tensor *x, remat_tensor *w) { (void)w; return remat_slice(o, x, 2, 1, 4, 2); }
+static int op_slice(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    (void)w;
+    return remat_slice(o, x, 2, 1, 4, 2);
+}
 static int op_expand(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
     (void)w;
     remat_tensor *u = NULL, *e = NULL;
@@ -134,7 +214,9 @@ static int op_squeeze(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
     remat_release(s);
     return rc;
 }
-static int op_cat(remat_tensor **o, remat_tensor *x, remat_tensor *w) { return remat_cat(o, 2, (remat_tensor *[]){x, w}, 1); }
+static int op_cat(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    return remat_cat(o, 2, (remat_tensor *[]){x, w}, 1);
+}
 static int op_split(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
     (void)w;
     remat_tensor *parts[4] = {0};
@@ -144,8 +226,12 @@ static int op_split(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
     for (int i = 0; i < n; i++) remat_release(parts[i]);
     return rc;
 }
-static int op_masked_fill(remat_tensor **o, remat_tensor *x, remat_tensor *w) { return remat_masked_fill(o, x, w, NAN); }
-static int op_where(remat_tensor **o, remat_tensor *x, remat_tensor *w) { return remat_where(o, w, x, w); }
+static int op_masked_fill(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    return remat_masked_fill(o, x, w, NAN);
+}
+static int op_where(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
+    return remat_where(o, w, x, w);
+}
 /* in-place ops on a copy (the leaf itself may not be modified in place) */
 static int op_inplace(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
     int rc = remat_mul_scalar(o, x, 1.0);
@@ -157,20 +243,33 @@ static int op_inplace(remat_tensor **o, remat_tensor *x, remat_tensor *w) {
     return rc;
 }
 
-static const struct { const char *name; op_fn fn; } k_ops[] = {
-    {"add", op_add}, {"sub", op_sub}, {"mul", op_mul}, {"div", op_div}, {"pow", op_pow},
-    {"add_scalar", op_adds}, {"sub_scalar", op_subs}, {"rsub_scalar", op_rsubs},
-    {"mul_scalar", op_muls}, {"div_scalar", op_divs}, {"pow_scalar", op_pows},
-    {"pow_scalar_half", op_pows2}, {"neg", op_neg}, {"exp", op_exp}, {"log", op_log},
-    {"sqrt", op_sqrt}, {"tanh", op_tanh}, {"sigmoid", op_sigmoid}, {"relu", op_relu},
-    {"gelu", op_gelu}, {"gelu_tanh", op_gelu_t}, {"matmul", op_matmul}, {"linear", op_linear},
-    {"softmax", op_softmax}, {"log_softmax", op_lsm}, {"layer_norm", op_ln},
-    {"attention", op_attn}, {"attention_noncausal", op_attn_nc}, {"dropout", op_dropout},
-    {"embedding", op_embedding}, {"cross_entropy", op_ce}, {"mse_loss", op_mse},
-    {"sum", op_sum}, {"mean", op_mean}, {"max", op_max}, {"sum_all", op_sum_all},
-    {"view", op_view}, {"permute", op_permute}, {"slice", op_slice}, {"expand", op_expand},
-    {"squeeze", op_squeeze}, {"cat", op_cat}, {"split", op_split},
-    {"masked_fill", op_masked_fill}, {"where", op_where}, {"inplace", op_inplace},
+static const struct {
+    const char *name;
+    op_fn fn;
+} k_ops[] = {
+    {"add", op_add},          {"sub", op_sub},
+    {"mul", op_mul},          {"div", op_div},
+    {"pow", op_pow},          {"add_scalar", op_adds},
+    {"sub_scalar", op_subs},  {"rsub_scalar", op_rsubs},
+    {"mul_scalar", op_muls},  {"div_scalar", op_divs},
+    {"pow_scalar", op_pows},  {"pow_scalar_half", op_pows2},
+    {"neg", op_neg},          {"exp", op_exp},
+    {"log", op_log},          {"sqrt", op_sqrt},
+    {"tanh", op_tanh},        {"sigmoid", op_sigmoid},
+    {"relu", op_relu},        {"gelu", op_gelu},
+    {"gelu_tanh", op_gelu_t}, {"matmul", op_matmul},
+    {"linear", op_linear},    {"softmax", op_softmax},
+    {"log_softmax", op_lsm},  {"layer_norm", op_ln},
+    {"attention", op_attn},   {"attention_noncausal", op_attn_nc},
+    {"dropout", op_dropout},  {"embedding", op_embedding},
+    {"cross_entropy", op_ce}, {"mse_loss", op_mse},
+    {"sum", op_sum},          {"mean", op_mean},
+    {"max", op_max},          {"sum_all", op_sum_all},
+    {"view", op_view},        {"permute", op_permute},
+    {"slice", op_slice},      {"expand", op_expand},
+    {"squeeze", op_squeeze},  {"cat", op_cat},
+    {"split", op_split},      {"masked_fill", op_masked_fill},
+    {"where", op_where},      {"inplace", op_inplace},
 };
 
 static void run_all(remat_dtype dt) {
@@ -206,17 +305,26 @@ Test(nonfinite, vectorised_exp_special_values) {
     remat_tensor *x = rt_tensor(1, sh, REMAT_F32, in), *y = NULL;
     RT_OK(remat_exp(&y, x));
     double v;
-    RT_OK(remat_item_at(y, 0, &v)); cr_assert(isnan(v));
-    RT_OK(remat_item_at(y, 1, &v)); cr_assert(isinf(v) && v > 0);
-    RT_OK(remat_item_at(y, 2, &v)); cr_assert_eq(v, 0.0);
-    RT_OK(remat_item_at(y, 3, &v)); cr_assert(isinf(v));
-    RT_OK(remat_item_at(y, 4, &v)); cr_assert_eq(v, 0.0);
-    RT_OK(remat_item_at(y, 5, &v)); cr_assert_eq(v, 1.0);
+    RT_OK(remat_item_at(y, 0, &v));
+    cr_assert(isnan(v));
+    RT_OK(remat_item_at(y, 1, &v));
+    cr_assert(isinf(v) && v > 0);
+    RT_OK(remat_item_at(y, 2, &v));
+    cr_assert_eq(v, 0.0);
+    RT_OK(remat_item_at(y, 3, &v));
+    cr_assert(isinf(v));
+    RT_OK(remat_item_at(y, 4, &v));
+    cr_assert_eq(v, 0.0);
+    RT_OK(remat_item_at(y, 5, &v));
+    cr_assert_eq(v, 1.0);
     remat_release(y);
     RT_OK(remat_tanh(&y, x));
-    RT_OK(remat_item_at(y, 0, &v)); cr_assert(isnan(v));
-    RT_OK(remat_item_at(y, 1, &v)); cr_assert_eq(v, 1.0);
-    RT_OK(remat_item_at(y, 2, &v)); cr_assert_eq(v, -1.0);
+    RT_OK(remat_item_at(y, 0, &v));
+    cr_assert(isnan(v));
+    RT_OK(remat_item_at(y, 1, &v));
+    cr_assert_eq(v, 1.0);
+    RT_OK(remat_item_at(y, 2, &v));
+    cr_assert_eq(v, -1.0);
     remat_release(y);
     remat_release(x);
 }

@@ -71,8 +71,12 @@ static void fake_event_free(void *event) {
     free(event);
 }
 static const rm_transfer_ops k_fake = {
-    .host_alloc = fake_host_alloc, .host_free = fake_host_free, .copy_async = fake_copy,
-    .stream_wait = fake_wait, .done = fake_done, .host_wait = fake_host_wait,
+    .host_alloc = fake_host_alloc,
+    .host_free = fake_host_free,
+    .copy_async = fake_copy,
+    .stream_wait = fake_wait,
+    .done = fake_done,
+    .host_wait = fake_host_wait,
     .event_free = fake_event_free,
 };
 

@@ -97,7 +97,14 @@ Test(ops_binary, hand_computed_values) {
 }
 
 Test(ops_binary, broadcast_shapes_and_values) {
-    struct { int nda; int64_t sa[4]; int ndb; int64_t sb[4]; int ndo; int64_t so[4]; } cases[] = {
+    struct {
+        int nda;
+        int64_t sa[4];
+        int ndb;
+        int64_t sb[4];
+        int ndo;
+        int64_t so[4];
+    } cases[] = {
         {2, {2, 3}, 1, {3}, 2, {2, 3}},
         {1, {3}, 2, {2, 3}, 2, {2, 3}},
         {3, {2, 1, 4}, 2, {3, 1}, 3, {2, 3, 4}},
@@ -133,8 +140,8 @@ Test(ops_binary, strided_inputs) {
     remat_tensor *base_a = rt_rand(2, sa, REMAT_F64, 0.5, 2, 1);
     remat_tensor *base_b = rt_rand(2, sb, REMAT_F64, 0.5, 2, 2);
     remat_tensor *at, *bs, *ac, *bc;
-    RT_OK(remat_transpose(&at, base_a, 0, 1));        /* (2, 3), strides (1, 2) */
-    RT_OK(remat_slice(&bs, base_b, 1, 1, 6, 2));      /* (2, 3), strides (6, 2) */
+    RT_OK(remat_transpose(&at, base_a, 0, 1));   /* (2, 3), strides (1, 2) */
+    RT_OK(remat_slice(&bs, base_b, 1, 1, 6, 2)); /* (2, 3), strides (6, 2) */
     cr_assert(!remat_is_contiguous(at) && !remat_is_contiguous(bs));
     RT_OK(remat_contiguous(&ac, at));
     RT_OK(remat_contiguous(&bc, bs));
@@ -164,9 +171,12 @@ Test(ops_binary, strided_inputs) {
  * bias-style row broadcast, scalar, strided and column broadcast. */
 Test(ops_binary, large_tensors_all_paths) {
     int64_t sn[] = {300, 257}, sr[] = {257}, sc[] = {300, 1}, st[] = {257, 300};
-    remat_tensor *a = rt_rand(2, sn, REMAT_F64, 0.5, 2, 1), *b = rt_rand(2, sn, REMAT_F64, 0.5, 2, 2);
-    remat_tensor *row = rt_rand(1, sr, REMAT_F64, 0.5, 2, 3), *colv = rt_rand(2, sc, REMAT_F64, 0.5, 2, 4);
-    remat_tensor *s = rt_rand(0, NULL, REMAT_F64, 0.5, 2, 5), *bt = rt_rand(2, st, REMAT_F64, 0.5, 2, 6);
+    remat_tensor *a = rt_rand(2, sn, REMAT_F64, 0.5, 2, 1),
+                 *b = rt_rand(2, sn, REMAT_F64, 0.5, 2, 2);
+    remat_tensor *row = rt_rand(1, sr, REMAT_F64, 0.5, 2, 3),
+                 *colv = rt_rand(2, sc, REMAT_F64, 0.5, 2, 4);
+    remat_tensor *s = rt_rand(0, NULL, REMAT_F64, 0.5, 2, 5),
+                 *bt = rt_rand(2, st, REMAT_F64, 0.5, 2, 6);
     remat_tensor *tr;
     RT_OK(remat_transpose(&tr, bt, 0, 1));
     remat_tensor *others[] = {b, row, colv, s, tr};
@@ -187,7 +197,8 @@ Test(ops_binary, large_tensors_all_paths) {
 
 Test(ops_binary, f32_matches_f64) {
     int64_t sa[] = {4, 1, 37}, sb[] = {5, 37};
-    remat_tensor *a64 = rt_rand(3, sa, REMAT_F64, 0.5, 2, 1), *b64 = rt_rand(2, sb, REMAT_F64, -2, 2, 2);
+    remat_tensor *a64 = rt_rand(3, sa, REMAT_F64, 0.5, 2, 1),
+                 *b64 = rt_rand(2, sb, REMAT_F64, -2, 2, 2);
     remat_tensor *a32, *b32;
     RT_OK(remat_to_dtype(&a32, a64, REMAT_F32));
     RT_OK(remat_to_dtype(&b32, b64, REMAT_F32));
@@ -286,7 +297,8 @@ Test(ops_binary, analytic_broadcast_grads) {
     /* y = a (2,3) * b (3): da = b broadcast, db = column sums of a */
     int64_t sa[] = {2, 3}, sb[] = {3};
     double av[] = {1, 2, 3, 4, 5, 6}, bv[] = {7, 8, 9};
-    remat_tensor *a = rt_leaf(rt_tensor(2, sa, REMAT_F64, av)), *b = rt_leaf(rt_tensor(1, sb, REMAT_F64, bv));
+    remat_tensor *a = rt_leaf(rt_tensor(2, sa, REMAT_F64, av)),
+                 *b = rt_leaf(rt_tensor(1, sb, REMAT_F64, bv));
     remat_tensor *y, *l;
     RT_OK(remat_mul(&y, a, b));
     cr_assert_str_eq(remat_node_name(remat_grad_fn(y)), "MulBackward");
@@ -313,8 +325,10 @@ Test(ops_binary, analytic_broadcast_grads) {
 
 Test(ops_binary, node_names) {
     int64_t s[] = {2};
-    remat_tensor *a = rt_leaf(rt_rand(1, s, REMAT_F64, 0.5, 1, 1)), *b = rt_rand(1, s, REMAT_F64, 0.5, 1, 2);
-    const char *names[] = {"AddBackward", "SubBackward", "MulBackward", "DivBackward", "PowBackward"};
+    remat_tensor *a = rt_leaf(rt_rand(1, s, REMAT_F64, 0.5, 1, 1)),
+                 *b = rt_rand(1, s, REMAT_F64, 0.5, 1, 2);
+    const char *names[] = {"AddBackward", "SubBackward", "MulBackward", "DivBackward",
+                           "PowBackward"};
     for (int k = 0; k < N_OPS; k++) {
         remat_tensor *y;
         RT_OK(k_ops[k].f(&y, a, b));
@@ -359,7 +373,8 @@ Test(ops_binary, same_tensor_both_operands) {
 Test(ops_binary, pow_gradient_at_zero_base) {
     int64_t s[] = {3};
     double av[] = {0, 0, 2}, bv[] = {0, 2, 3};
-    remat_tensor *a = rt_leaf(rt_tensor(1, s, REMAT_F64, av)), *b = rt_leaf(rt_tensor(1, s, REMAT_F64, bv));
+    remat_tensor *a = rt_leaf(rt_tensor(1, s, REMAT_F64, av)),
+                 *b = rt_leaf(rt_tensor(1, s, REMAT_F64, bv));
     remat_tensor *y, *l, *g[2], *in[2] = {a, b};
     RT_OK(remat_pow(&y, a, b));
     RT_OK(remat_sum_all(&l, y));
@@ -400,11 +415,14 @@ static void count_free(void *ud, void *h) {
 }
 Test(ops_binary, saves_only_what_backward_needs) {
     int64_t s[] = {4};
-    remat_tensor *a = rt_leaf(rt_rand(1, s, REMAT_F64, 0.5, 1, 1)), *b = rt_rand(1, s, REMAT_F64, 0.5, 1, 2);
+    remat_tensor *a = rt_leaf(rt_rand(1, s, REMAT_F64, 0.5, 1, 1)),
+                 *b = rt_rand(1, s, REMAT_F64, 0.5, 1, 2);
     remat_saved_hooks h = {count_pack, count_unpack, count_free, NULL};
     RT_OK(remat_saved_hooks_push(&h));
-    struct { binfn f; int want; } cases[] = {
-        {remat_add, 0}, {remat_sub, 0}, {remat_mul, 1}, {remat_div, 1}, {remat_pow, 2}};
+    struct {
+        binfn f;
+        int want;
+    } cases[] = {{remat_add, 0}, {remat_sub, 0}, {remat_mul, 1}, {remat_div, 1}, {remat_pow, 2}};
     for (int k = 0; k < 5; k++) {
         remat_tensor *y;
         g_packs = 0;
@@ -546,7 +564,8 @@ Test(ops_select, masked_fill_large_broadcast_mask) {
 Test(ops_select, masked_fill_errors) {
     int64_t sa[] = {2, 3}, sm[] = {2, 3, 1}, s4[] = {4};
     remat_tensor *a = rt_rand(2, sa, REMAT_F32, 0, 1, 1), *y = NULL;
-    remat_tensor *big = rt_rand(3, sm, REMAT_F64, 0, 1, 2), *bad = rt_rand(1, s4, REMAT_F64, 0, 1, 3);
+    remat_tensor *big = rt_rand(3, sm, REMAT_F64, 0, 1, 2),
+                 *bad = rt_rand(1, s4, REMAT_F64, 0, 1, 3);
     remat_tensor *ia;
     RT_OK(remat_arange(&ia, 3));
     RT_FAILS(remat_masked_fill(NULL, a, a, 0), REMAT_EINVAL, "remat_masked_fill");
@@ -573,7 +592,8 @@ Test(ops_select, where_values_broadcast_and_grad) {
     int64_t sc[] = {2, 1}, sa[] = {3}, sb[] = {2, 3};
     double cv[] = {1, 0}, av[] = {1, 2, 3}, bv[] = {10, 20, 30, 40, 50, 60};
     remat_tensor *c = rt_tensor(2, sc, REMAT_I64, cv);
-    remat_tensor *a = rt_leaf(rt_tensor(1, sa, REMAT_F64, av)), *b = rt_leaf(rt_tensor(2, sb, REMAT_F64, bv));
+    remat_tensor *a = rt_leaf(rt_tensor(1, sa, REMAT_F64, av)),
+                 *b = rt_leaf(rt_tensor(2, sb, REMAT_F64, bv));
     remat_tensor *y;
     RT_OK(remat_where(&y, c, a, b));
     cr_assert_eq(remat_ndim(y), 2);

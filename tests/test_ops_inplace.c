@@ -152,7 +152,7 @@ Test(ops_inplace, zero_dim_target) {
     int64_t s1[] = {1};
     RT_OK(remat_zeros(&v1, 1, s1, REMAT_F64, REMAT_DEVICE_CPU));
     RT_FAILS(remat_add_(a, v1, 1), REMAT_ESHAPE, "remat_add_"); /* would make a 1-dim */
-    RT_OK(remat_add_(v1, a, 1));                                 /* 0-dim broadcasts */
+    RT_OK(remat_add_(v1, a, 1));                                /* 0-dim broadcasts */
     RT_OK(remat_item(v1, &v));
     cr_assert_float_eq(v, 24, 0);
     remat_release(a);
@@ -204,7 +204,8 @@ Test(ops_inplace, aliasing_operands) {
 /* Big tensors (several OpenMP threads) on a strided target. */
 Test(ops_inplace, large_strided_add_) {
     int64_t s[] = {300, 200}, sr[] = {300};
-    remat_tensor *base = rt_rand(2, s, REMAT_F32, -1, 1, 1), *t, *r = rt_rand(1, sr, REMAT_F32, -1, 1, 2);
+    remat_tensor *base = rt_rand(2, s, REMAT_F32, -1, 1, 1), *t,
+                 *r = rt_rand(1, sr, REMAT_F32, -1, 1, 2);
     float *before = malloc(sizeof(float) * 60000), *after = malloc(sizeof(float) * 60000);
     float rv[300];
     RT_OK(remat_copy_to_buffer(base, REMAT_F32, before, 60000));
@@ -281,7 +282,8 @@ Test(ops_inplace, grad_accumulation_and_sgd_step) {
 /* ---- autograd through in-place ops --------------------------------------------------------- */
 Test(ops_inplace, add_rebases_history) {
     int64_t s[] = {2, 3}, sr[] = {3};
-    remat_tensor *x = rt_leaf(rt_rand(2, s, REMAT_F64, -1, 1, 1)), *w = rt_leaf(rt_rand(1, sr, REMAT_F64, -1, 1, 2));
+    remat_tensor *x = rt_leaf(rt_rand(2, s, REMAT_F64, -1, 1, 1)),
+                 *w = rt_leaf(rt_rand(1, sr, REMAT_F64, -1, 1, 2));
     remat_tensor *y, *l;
     RT_OK(remat_mul_scalar(&y, x, 2));
     remat_node *old = remat_grad_fn(y);
@@ -362,10 +364,12 @@ Test(ops_inplace, gradchecks) {
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (int bs = 0; bs < 3; bs++) {
             remat_tensor *x = rt_leaf(rt_rand(2, s, REMAT_F64, -1, 1, 1 + (unsigned)k));
-            remat_tensor *b = rt_leaf(rt_rand(bnd[bs], bshapes[bs], REMAT_F64, -1, 1, 50 + (unsigned)bs));
+            remat_tensor *b =
+                rt_leaf(rt_rand(bnd[bs], bshapes[bs], REMAT_F64, -1, 1, 50 + (unsigned)bs));
             remat_tensor *in[2] = {x, b};
             char msg[2048];
-            bool ok = rt_gradcheck(call_inplace, &kinds[k], 2, in, 1e-6, 1e-5, 1e-4, msg, sizeof msg);
+            bool ok =
+                rt_gradcheck(call_inplace, &kinds[k], 2, in, 1e-6, 1e-5, 1e-4, msg, sizeof msg);
             cr_assert(ok, "in-place kind %zu, b shape %d: %s", k, bs, msg);
             /* only one side requiring grad */
             RT_OK(remat_set_requires_grad(b, false));
@@ -380,7 +384,8 @@ Test(ops_inplace, gradchecks) {
 /* copy_ from an f32 source: the source's gradient comes back in f32. */
 Test(ops_inplace, copy_grad_converted_to_src_dtype) {
     int64_t s[] = {2, 2};
-    remat_tensor *x = rt_leaf(rt_rand(2, s, REMAT_F64, -1, 1, 1)), *src = rt_leaf(rt_rand(2, s, REMAT_F32, -1, 1, 2));
+    remat_tensor *x = rt_leaf(rt_rand(2, s, REMAT_F64, -1, 1, 1)),
+                 *src = rt_leaf(rt_rand(2, s, REMAT_F32, -1, 1, 2));
     remat_tensor *t, *l;
     RT_OK(remat_mul_scalar(&t, x, 1));
     RT_OK(remat_copy_(t, src));
@@ -420,7 +425,8 @@ Test(ops_inplace, view_requiring_grad_is_unsupported) {
 
 Test(ops_inplace, saved_tensor_modified_is_detected) {
     int64_t s[] = {2, 2};
-    remat_tensor *x = rt_leaf(rt_rand(2, s, REMAT_F64, -1, 1, 1)), *w = rt_leaf(rt_rand(2, s, REMAT_F64, -1, 1, 2));
+    remat_tensor *x = rt_leaf(rt_rand(2, s, REMAT_F64, -1, 1, 1)),
+                 *w = rt_leaf(rt_rand(2, s, REMAT_F64, -1, 1, 2));
     remat_tensor *one, *h, *y, *l;
     RT_OK(remat_scalar(&one, 1.0, REMAT_F64));
     RT_OK(remat_mul_scalar(&h, x, 1)); /* non-leaf */
@@ -456,7 +462,8 @@ Test(ops_inplace, relu_result_modified_is_detected) {
 Test(ops_inplace, errors) {
     int64_t s[] = {2, 3}, s4[] = {4}, s23x[] = {2, 2, 3};
     remat_tensor *a = rt_rand(2, s, REMAT_F64, -1, 1, 1), *b4 = rt_rand(1, s4, REMAT_F64, 0, 1, 2);
-    remat_tensor *big = rt_rand(3, s23x, REMAT_F64, 0, 1, 3), *f = rt_rand(2, s, REMAT_F32, 0, 1, 4);
+    remat_tensor *big = rt_rand(3, s23x, REMAT_F64, 0, 1, 3),
+                 *f = rt_rand(2, s, REMAT_F32, 0, 1, 4);
     remat_tensor *i;
     RT_OK(remat_arange(&i, 3));
     uint64_t v0 = remat_version(a);

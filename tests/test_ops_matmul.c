@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
 #include "backends/cpu/gemm.h"
+#include "internal.h"
 #include "support/rt.h"
 
 static void assert_shape(const remat_tensor *t, int nd, const int64_t *shape, const char *what) {
@@ -91,8 +91,7 @@ static int f_linear(void *ud, remat_tensor *const *in, int n, remat_tensor **out
 Test(ops_matmul, values_2d_by_hand) {
     for (int dt = REMAT_F32; dt <= REMAT_F64; dt++) {
         remat_tensor *a = rt_tensor(2, (int64_t[]){2, 3}, dt, (double[]){1, 2, 3, 4, 5, 6});
-        remat_tensor *b =
-            rt_tensor(2, (int64_t[]){3, 2}, dt, (double[]){7, 8, 9, 10, 11, 12});
+        remat_tensor *b = rt_tensor(2, (int64_t[]){3, 2}, dt, (double[]){7, 8, 9, 10, 11, 12});
         remat_tensor *y;
         RT_OK(remat_matmul(&y, a, b));
         assert_shape(y, 2, (int64_t[]){2, 2}, "2x3 @ 3x2");
@@ -135,8 +134,8 @@ Test(ops_matmul, values_vectors_by_hand) {
 
 Test(ops_matmul, values_batched_by_hand) {
     /* (2, 2, 2) @ (2, 2): the 2-D b is broadcast over the batch */
-    remat_tensor *a = rt_tensor(3, (int64_t[]){2, 2, 2}, REMAT_F32,
-                                (double[]){1, 0, 0, 1, 1, 2, 3, 4});
+    remat_tensor *a =
+        rt_tensor(3, (int64_t[]){2, 2, 2}, REMAT_F32, (double[]){1, 0, 0, 1, 1, 2, 3, 4});
     remat_tensor *b = rt_tensor(2, (int64_t[]){2, 2}, REMAT_F32, (double[]){5, 6, 7, 8});
     remat_tensor *y;
     RT_OK(remat_matmul(&y, a, b));
@@ -305,7 +304,8 @@ Test(ops_matmul, f32_agrees_with_f64_on_blocked_sizes) {
     RT_OK(remat_linear(&l32, a32, w32, bias32));
     RT_OK(remat_to_dtype(&l32d, l32, REMAT_F64));
     rt_assert_close(l32d, l64, 1e-4, 1e-4, "f32 vs f64 linear");
-    remat_tensor *rl[] = {a64, b64, a32, b32, y32, y64, y32d, w64, bias64, w32, bias32, l32, l64, l32d};
+    remat_tensor *rl[] = {a64, b64,    a32, b32,    y32, y64, y32d,
+                          w64, bias64, w32, bias32, l32, l64, l32d};
     for (size_t i = 0; i < sizeof rl / sizeof rl[0]; i++) remat_release(rl[i]);
     cr_assert_eq(remat_live_tensors(), 0);
 }
@@ -478,17 +478,17 @@ Test(ops_matmul, saves_only_what_the_other_gradient_needs) {
         g_saves = 0;
         RT_OK(remat_matmul(&y, a, b));
         cr_assert_eq(g_saves, mm[i].expect, "matmul case %d saved %d tensors", i, g_saves);
-        if (mm[i].ra || mm[i].rb)
-            cr_assert_str_eq(remat_node_name(remat_grad_fn(y)), "MmBackward");
-        else
-            cr_assert_null(remat_grad_fn(y));
+        if (mm[i].ra || mm[i].rb) cr_assert_str_eq(remat_node_name(remat_grad_fn(y)), "MmBackward");
+        else cr_assert_null(remat_grad_fn(y));
         remat_release(y);
     }
     /* linear: x for dW, weight for dx, nothing for the bias */
     struct {
         bool rx, rw, rb;
         int expect;
-    } ln[] = {{false, false, true, 0}, {true, false, false, 1}, {false, true, false, 1},
+    } ln[] = {{false, false, true, 0},
+              {true, false, false, 1},
+              {false, true, false, 1},
               {true, true, true, 2}};
     for (int i = 0; i < 4; i++) {
         RT_OK(remat_set_requires_grad(a, ln[i].rx));
@@ -536,8 +536,10 @@ Test(ops_matmul, linear_values_by_hand) {
     assert_values(y, (double[]){8, 24, 8, 33}, 0, "linear 3-D");
     remat_release(y);
     /* the gradient by hand: y = sum(linear(x, w, b)) */
-    remat_tensor *xl = rt_leaf(rt_tensor(2, (int64_t[]){2, 3}, REMAT_F64, (double[]){1, 2, 3, 4, 5, 6}));
-    remat_tensor *wl = rt_leaf(rt_tensor(2, (int64_t[]){2, 3}, REMAT_F64, (double[]){1, 0, -1, 2, 1, 0}));
+    remat_tensor *xl =
+        rt_leaf(rt_tensor(2, (int64_t[]){2, 3}, REMAT_F64, (double[]){1, 2, 3, 4, 5, 6}));
+    remat_tensor *wl =
+        rt_leaf(rt_tensor(2, (int64_t[]){2, 3}, REMAT_F64, (double[]){1, 0, -1, 2, 1, 0}));
     remat_tensor *bl = rt_leaf(rt_tensor(1, (int64_t[]){2}, REMAT_F64, (double[]){10, 20}));
     remat_tensor *s;
     RT_OK(remat_linear(&y, xl, wl, bl));
@@ -667,8 +669,10 @@ Test(ops_matmul, linear_bias_grad_paths_and_thread_count) {
             RT_OK(remat_grad(1, &y[t], &g, 1, &b, false, false, &db[t]));
         }
         omp_set_num_threads(2);
-        cr_assert(rt_bitwise_equal(db[0], db[1]), "rows %lld n %lld: bias grad depends on the "
-                  "thread count", (long long)rows, (long long)n);
+        cr_assert(rt_bitwise_equal(db[0], db[1]),
+                  "rows %lld n %lld: bias grad depends on the "
+                  "thread count",
+                  (long long)rows, (long long)n);
         double *gv = rt_values(g), *dv = rt_values(db[0]);
         for (int64_t j = 0; j < n; j++) {
             double s = 0, sa = 0;
@@ -676,8 +680,10 @@ Test(ops_matmul, linear_bias_grad_paths_and_thread_count) {
                 s += gv[r * n + j];
                 sa += fabs(gv[r * n + j]);
             }
-            cr_assert(fabs(dv[j] - s) <= 1e-6 * sa + 1e-6, "rows %lld n %lld column %lld: %.9g "
-                      "vs %.9g", (long long)rows, (long long)n, (long long)j, dv[j], s);
+            cr_assert(fabs(dv[j] - s) <= 1e-6 * sa + 1e-6,
+                      "rows %lld n %lld column %lld: %.9g "
+                      "vs %.9g",
+                      (long long)rows, (long long)n, (long long)j, dv[j], s);
         }
         free(gv);
         free(dv);
@@ -830,9 +836,10 @@ Test(ops_matmul, errors_name_the_call_and_shapes) {
     RT_FAILS(remat_matmul(&y, a, b), REMAT_ESHAPE,
              "remat_matmul: cannot multiply a [2, 3] by b [4, 5] (inner sizes 3 and 4 differ)");
     cr_assert_null(y);
-    RT_FAILS(remat_matmul(&y, a, s), REMAT_ESHAPE, "remat_matmul: both arguments must be at least 1-D");
-    cr_assert(strstr(remat_last_error(), "a [2, 3]") && strstr(remat_last_error(), "b []"),
-              "%s", remat_last_error());
+    RT_FAILS(remat_matmul(&y, a, s), REMAT_ESHAPE,
+             "remat_matmul: both arguments must be at least 1-D");
+    cr_assert(strstr(remat_last_error(), "a [2, 3]") && strstr(remat_last_error(), "b []"), "%s",
+              remat_last_error());
     RT_FAILS(remat_matmul(&y, s, a), REMAT_ESHAPE, "at least 1-D");
     RT_FAILS(remat_matmul(&y, a, b64), REMAT_EDTYPE, "remat_matmul");
     cr_assert(strstr(remat_last_error(), "[2, 3] f32") && strstr(remat_last_error(), "[3, 5] f64"),
@@ -860,7 +867,8 @@ Test(ops_matmul, errors_name_the_call_and_shapes) {
     RT_FAILS(remat_linear(&y, a, w3, bias), REMAT_ESHAPE,
              "remat_linear: bias [3] does not match weight [4, 3] (expected [4])");
     RT_FAILS(remat_linear(&y, a, v4, NULL), REMAT_ESHAPE, "remat_linear: weight must be 2-D");
-    RT_FAILS(remat_linear(&y, s, w3, NULL), REMAT_ESHAPE, "remat_linear: x must have at least 1 dim");
+    RT_FAILS(remat_linear(&y, s, w3, NULL), REMAT_ESHAPE,
+             "remat_linear: x must have at least 1 dim");
     RT_FAILS(remat_linear(&y, NULL, w3, NULL), REMAT_EINVAL, "remat_linear");
     RT_FAILS(remat_linear(&y, a, NULL, NULL), REMAT_EINVAL, "remat_linear");
     RT_FAILS(remat_linear(NULL, a, w3, NULL), REMAT_EINVAL, "remat_linear");

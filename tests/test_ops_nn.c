@@ -14,8 +14,8 @@
 
 static void assert_values(const remat_tensor *t, int n, const double *expect, double tol,
                           const char *what) {
-    cr_assert_eq(remat_numel(t), n, "%s: numel %lld, expected %d", what,
-                 (long long)remat_numel(t), n);
+    cr_assert_eq(remat_numel(t), n, "%s: numel %lld, expected %d", what, (long long)remat_numel(t),
+                 n);
     double *v = rt_values(t);
     for (int i = 0; i < n; i++)
         cr_assert(fabs(v[i] - expect[i]) <= tol * (1 + fabs(expect[i])),
@@ -27,11 +27,11 @@ static remat_tensor *i64_tensor(int nd, const int64_t *shape, const double *v) {
     return rt_tensor(nd, shape, REMAT_I64, v);
 }
 
-#define GRADCHECK_CASE(fn, ud, n, ins, what)                                                  \
-    do {                                                                                      \
-        char m_[2048];                                                                        \
-        cr_assert(rt_gradcheck((fn), (ud), (n), (ins), 1e-6, 1e-5, 1e-4, m_, sizeof m_),      \
-                  "gradcheck %s: %s", (what), m_);                                            \
+#define GRADCHECK_CASE(fn, ud, n, ins, what)                                                       \
+    do {                                                                                           \
+        char m_[2048];                                                                             \
+        cr_assert(rt_gradcheck((fn), (ud), (n), (ins), 1e-6, 1e-5, 1e-4, m_, sizeof m_),           \
+                  "gradcheck %s: %s", (what), m_);                                                 \
     } while (0)
 
 /* ---- softmax / log_softmax ---------------------------------------------------------------- */
@@ -257,8 +257,7 @@ Test(nn, gelu_tanh_f32_accuracy) {
         double rtol = 1e-6 + 5e-7 * fabs((double)u);
         /* (exp is clamped at exp(88): a floor of ~1e-38 * |x| in the far left tail) */
         cr_assert(fabs(y[i] - ye) <= rtol * fabs(ye) + 1e-36,
-                  "gelu_tanh(%.9g) = %.9g, expected %.9g",
-                  x[i], y[i], ye);
+                  "gelu_tanh(%.9g) = %.9g, expected %.9g", x[i], y[i], ye);
         cr_assert(fabs(g[i] - ge) <= 1e-6 * fabs(ge) + 3e-7,
                   "gelu_tanh'(%.9g) = %.9g, expected %.9g", x[i], g[i], ge);
     }
@@ -294,7 +293,8 @@ Test(nn, layer_norm_values) {
         for (int c = 0; c < 3; c++) var += (v[3 * r + c] - m) * (v[3 * r + c] - m);
         var /= 3;
         double ws[3] = {1, 2, 3}, bs[3] = {0, 1, -1};
-        for (int c = 0; c < 3; c++) e[3 * r + c] = (v[3 * r + c] - m) / sqrt(var + 1e-5) * ws[c] + bs[c];
+        for (int c = 0; c < 3; c++)
+            e[3 * r + c] = (v[3 * r + c] - m) / sqrt(var + 1e-5) * ws[c] + bs[c];
     }
     assert_values(y, 6, e, 1e-12, "layer_norm");
     remat_release(y);
@@ -337,8 +337,8 @@ static int call_ln(void *ud, remat_tensor *const *in, int n, remat_tensor **out)
         if (rc) return rc;
         x = t;
     }
-    int rc = remat_layer_norm(out, x, a->n_norm, a->use_w ? in[1] : NULL, a->use_b ? in[2] : NULL,
-                              1e-5);
+    int rc =
+        remat_layer_norm(out, x, a->n_norm, a->use_w ? in[1] : NULL, a->use_b ? in[2] : NULL, 1e-5);
     remat_release(t);
     return rc;
 }
@@ -346,7 +346,7 @@ static int call_ln(void *ud, remat_tensor *const *in, int n, remat_tensor **out)
 Test(nn, gradcheck_layer_norm) {
     int64_t s[3] = {3, 4, 5};
     ln_args cases[] = {
-        {1, true, true, false}, {1, false, false, false}, {1, true, false, false},
+        {1, true, true, false},  {1, false, false, false}, {1, true, false, false},
         {1, false, true, false}, {2, true, true, false},   {1, true, true, true},
         {3, true, true, false},
     };
@@ -462,7 +462,7 @@ Test(nn, layer_norm_f32_against_reference_odd_shapes) {
         bool use_w, use_b;
         double offset;
     } cases[] = {
-        {300, 37, true, true, 0},   {130, 16, true, false, 0}, {65, 5, false, true, 0},
+        {300, 37, true, true, 0},    {130, 16, true, false, 0}, {65, 5, false, true, 0},
         {200, 100, false, false, 0}, {1, 1000, true, true, 0},  {129, 48, true, true, 1000},
         {64, 33, true, true, -300},
     };
@@ -524,7 +524,8 @@ Test(nn, layer_norm_f32_against_reference_odd_shapes) {
         free(bv);
         free(gv);
         free(ye);
-        remat_tensor *rl[] = {x64, w64, b64, g64, x, w, b, g, xr, wr, br, gr, y, gin[0], gin[1], gin[2]};
+        remat_tensor *rl[] = {x64, w64, b64, g64, x, w,      b,      g,
+                              xr,  wr,  br,  gr,  y, gin[0], gin[1], gin[2]};
         for (size_t i = 0; i < sizeof rl / sizeof rl[0]; i++) remat_release(rl[i]);
     }
     cr_assert_eq(remat_live_tensors(), 0);
@@ -583,7 +584,8 @@ Test(nn, layer_norm_errors) {
     remat_tensor *x = rt_rand(2, s, REMAT_F32, -1, 1, 1), *y = NULL;
     remat_tensor *w4 = rt_rand(1, &c4, REMAT_F32, -1, 1, 2);
     remat_tensor *w64 = rt_rand(1, &c3, REMAT_F64, -1, 1, 2);
-    RT_FAILS(remat_layer_norm(&y, x, 0, NULL, NULL, 1e-5), REMAT_EINVAL, "remat_layer_norm: n_norm");
+    RT_FAILS(remat_layer_norm(&y, x, 0, NULL, NULL, 1e-5), REMAT_EINVAL,
+             "remat_layer_norm: n_norm");
     RT_FAILS(remat_layer_norm(&y, x, 3, NULL, NULL, 1e-5), REMAT_EINVAL, "n_norm 3");
     RT_FAILS(remat_layer_norm(&y, x, 1, w4, NULL, 1e-5), REMAT_ESHAPE, "remat_layer_norm: weight");
     RT_FAILS(remat_layer_norm(&y, x, 1, NULL, w4, 1e-5), REMAT_ESHAPE, "bias");
@@ -611,8 +613,9 @@ Test(nn, dropout_statistics_and_scaling) {
         float kept = (float)(2.0 * (double)(float)(1.0 / (1.0 - ps[k])));
         for (int64_t i = 0; i < n; i++) {
             if (v[i] == 0) zeros++;
-            else cr_assert_eq((float)v[i], kept, "p %g: kept value %g, expected %g", ps[k], v[i],
-                              (double)kept);
+            else
+                cr_assert_eq((float)v[i], kept, "p %g: kept value %g, expected %g", ps[k], v[i],
+                             (double)kept);
         }
         double frac = (double)zeros / (double)n;
         cr_assert(fabs(frac - ps[k]) < 0.005, "p %g: fraction of zeros %g", ps[k], frac);
@@ -625,8 +628,7 @@ Test(nn, dropout_statistics_and_scaling) {
 
 Test(nn, dropout_seeded_masks) {
     int64_t s[2] = {50, 40};
-    remat_tensor *x = rt_rand(2, s, REMAT_F64, 1, 2, 1), *a = NULL, *b = NULL, *c = NULL,
-                 *d = NULL;
+    remat_tensor *x = rt_rand(2, s, REMAT_F64, 1, 2, 1), *a = NULL, *b = NULL, *c = NULL, *d = NULL;
     remat_manual_seed(7);
     RT_OK(remat_dropout(&a, x, 0.3, true));
     RT_OK(remat_dropout(&d, x, 0.3, true)); /* the generator advanced: a new mask */
@@ -814,8 +816,9 @@ Test(nn, embedding_forward_and_repeated_index_grad) {
     cr_assert_eq(remat_size(y, 0), 2);
     cr_assert_eq(remat_size(y, 1), 3);
     cr_assert_eq(remat_size(y, 2), 3);
-    assert_values(y, 18, (double[]){30, 31, 32, 10, 11, 12, 30, 31, 32, 0, 1, 2, 30, 31, 32, 10,
-                                    11, 12}, 0, "embedding");
+    assert_values(y, 18,
+                  (double[]){30, 31, 32, 10, 11, 12, 30, 31, 32, 0, 1, 2, 30, 31, 32, 10, 11, 12},
+                  0, "embedding");
     RT_OK(remat_sum_all(&l, y));
     RT_OK(remat_backward_scalar(l));
     assert_values(remat_tensor_grad(w), 12, (double[]){1, 1, 1, 2, 2, 2, 0, 0, 0, 3, 3, 3}, 0,

@@ -14,8 +14,8 @@
 
 static void assert_values(const remat_tensor *t, int n, const double *expect, double tol,
                           const char *what) {
-    cr_assert_eq(remat_numel(t), n, "%s: numel %lld, expected %d", what,
-                 (long long)remat_numel(t), n);
+    cr_assert_eq(remat_numel(t), n, "%s: numel %lld, expected %d", what, (long long)remat_numel(t),
+                 n);
     double *v = rt_values(t);
     for (int i = 0; i < n; i++)
         cr_assert(fabs(v[i] - expect[i]) <= tol * (1 + fabs(expect[i])),
@@ -238,11 +238,11 @@ Test(reduce, results_independent_of_thread_count) {
         int n_dims;
         int dims[2];
     } cases[] = {
-        {1, {1 << 20}, 0, {0}},              /* sum_all: chunked long row */
-        {2, {4096, 768}, 1, {-1}},           /* rows */
-        {2, {4096, 768}, 1, {0}},            /* (N, C) -> (C) */
-        {3, {64, 300, 40}, 1, {1}},          /* middle dim */
-        {3, {64, 300, 40}, 2, {0, 2}},       /* two separate groups */
+        {1, {1 << 20}, 0, {0}},        /* sum_all: chunked long row */
+        {2, {4096, 768}, 1, {-1}},     /* rows */
+        {2, {4096, 768}, 1, {0}},      /* (N, C) -> (C) */
+        {3, {64, 300, 40}, 1, {1}},    /* middle dim */
+        {3, {64, 300, 40}, 2, {0, 2}}, /* two separate groups */
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         remat_tensor *a = rt_rand(cases[k].nd, cases[k].s, REMAT_F32, -1, 1, (unsigned)k + 1);
@@ -252,8 +252,7 @@ Test(reduce, results_independent_of_thread_count) {
             RT_OK(remat_sum(&y[t], a, cases[k].n_dims, cases[k].dims, false));
             RT_OK(remat_max(&m[t], &ix[t], a, cases[k].dims[0], false));
         }
-        cr_assert(rt_bitwise_equal(y[0], y[1]), "case %zu: sum differs between 1 and 2 threads",
-                  k);
+        cr_assert(rt_bitwise_equal(y[0], y[1]), "case %zu: sum differs between 1 and 2 threads", k);
         cr_assert(rt_bitwise_equal(m[0], m[1]), "case %zu: max differs", k);
         cr_assert(rt_bitwise_equal(ix[0], ix[1]), "case %zu: argmax differs", k);
         /* and the f32 result is close to an f64 reference */
@@ -267,8 +266,8 @@ Test(reduce, results_independent_of_thread_count) {
         double *ref = ref_reduce(a, mask, false, &no);
         double *got = rt_values(y[0]);
         for (int64_t i = 0; i < no; i++)
-            cr_assert(fabs(got[i] - ref[i]) < 1e-3, "case %zu elem %lld: %g vs %g", k,
-                      (long long)i, got[i], ref[i]);
+            cr_assert(fabs(got[i] - ref[i]) < 1e-3, "case %zu elem %lld: %g vs %g", k, (long long)i,
+                      got[i], ref[i]);
         free(ref);
         free(got);
         for (int t = 0; t < 2; t++) {
@@ -331,10 +330,10 @@ Test(reduce, max_long_rows_match_scalar_rule) {
     int64_t s[2] = {4, 1001};
     double *v = malloc(sizeof(double) * 4 * 1001);
     for (int i = 0; i < 4 * 1001; i++) v[i] = sin(i * 0.37) * 10 - 20;
-    v[0 * 1001 + 500] = 7;        /* row 0: tie at 500 and 700 */
+    v[0 * 1001 + 500] = 7; /* row 0: tie at 500 and 700 */
     v[0 * 1001 + 700] = 7;
-    v[1 * 1001 + 1000] = 50;      /* row 1: max in the scalar tail */
-    v[2 * 1001 + 300] = NAN;      /* row 2: first NaN wins */
+    v[1 * 1001 + 1000] = 50; /* row 1: max in the scalar tail */
+    v[2 * 1001 + 300] = NAN; /* row 2: first NaN wins */
     v[2 * 1001 + 800] = NAN;
     v[2 * 1001 + 10] = 100;
     for (int i = 0; i < 1001; i++) v[3 * 1001 + i] = 0; /* row 3: zeros */
@@ -394,15 +393,12 @@ static int call_red(void *ud, remat_tensor *const *in, int n, remat_tensor **out
 Test(reduce, gradcheck_sum_mean_max) {
     int64_t s[3] = {3, 4, 5};
     red_args cases[] = {
-        {0, 1, {1}, false, false},     {0, 1, {1}, true, false},
-        {0, 2, {0, 2}, false, false},  {0, 2, {-1, 0}, true, false},
-        {0, 0, {0}, false, false},     {0, 1, {-1}, false, true},
-        {0, 2, {1, 2}, true, true},    {1, 1, {1}, false, false},
-        {1, 2, {0, -1}, true, false},  {1, 0, {0}, true, true},
-        {1, 1, {0}, false, true},      {2, 1, {1}, false, false},
-        {2, 1, {-1}, true, false},     {2, 1, {0}, false, true},
-        {2, 1, {-2}, true, true},      {3, 0, {0}, false, false},
-        {3, 0, {0}, false, true},
+        {0, 1, {1}, false, false},    {0, 1, {1}, true, false},  {0, 2, {0, 2}, false, false},
+        {0, 2, {-1, 0}, true, false}, {0, 0, {0}, false, false}, {0, 1, {-1}, false, true},
+        {0, 2, {1, 2}, true, true},   {1, 1, {1}, false, false}, {1, 2, {0, -1}, true, false},
+        {1, 0, {0}, true, true},      {1, 1, {0}, false, true},  {2, 1, {1}, false, false},
+        {2, 1, {-1}, true, false},    {2, 1, {0}, false, true},  {2, 1, {-2}, true, true},
+        {3, 0, {0}, false, false},    {3, 0, {0}, false, true},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         remat_tensor *a = rt_leaf(rt_rand(3, s, REMAT_F64, -2, 2, (unsigned)k + 11));

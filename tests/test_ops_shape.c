@@ -1191,9 +1191,9 @@ Test(shape_copy_kernel, slice_backward_scatter) {
         int dim;
         int64_t start, end, step;
     } cs[] = {
-        {7, 11, 1, 2, 9, 1},  {7, 11, 1, 1, 11, 3}, {7, 11, 0, 0, 7, 2},  {7, 11, 0, 5, 6, 1},
-        {7, 11, 1, 4, 4, 1},  {300, 150, 1, 10, 140, 1}, {300, 150, 0, 3, 290, 4},
-        {300, 150, 1, 0, 150, 7},
+        {7, 11, 1, 2, 9, 1},      {7, 11, 1, 1, 11, 3},     {7, 11, 0, 0, 7, 2},
+        {7, 11, 0, 5, 6, 1},      {7, 11, 1, 4, 4, 1},      {300, 150, 1, 10, 140, 1},
+        {300, 150, 0, 3, 290, 4}, {300, 150, 1, 0, 150, 7},
     };
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
         int64_t sh[] = {cs[k].rows, cs[k].cols};
@@ -1215,8 +1215,8 @@ Test(shape_copy_kernel, slice_backward_scatter) {
                     int64_t gj = cs[k].dim == 1 ? (j - cs[k].start) / cs[k].step : j;
                     want = vg[gi * gc + gj];
                 }
-                cr_assert(va[i * sh[1] + j] == want, "case %zu: grad[%lld][%lld] is %g, want %g",
-                          k, (long long)i, (long long)j, va[i * sh[1] + j], want);
+                cr_assert(va[i * sh[1] + j] == want, "case %zu: grad[%lld][%lld] is %g, want %g", k,
+                          (long long)i, (long long)j, va[i * sh[1] + j], want);
             }
         }
         free(vg);
@@ -1254,8 +1254,8 @@ Test(shape_select_kernel, masked_fill_mask_kinds) {
         for (int di = 0; di < 3; di++) {
             double *mv = malloc(sizeof(double) * (size_t)(T * T));
             for (int64_t i = 0; i < T * T; i++)
-                mv[i] = (i % 7 == 3) ? (mdts[di] == REMAT_I64 ? 5 : NAN)
-                                     : (i / T < i % T ? -2.0 : 0.0);
+                mv[i] =
+                    (i % 7 == 3) ? (mdts[di] == REMAT_I64 ? 5 : NAN) : (i / T < i % T ? -2.0 : 0.0);
             remat_tensor *m = rt_tensor(2, sm, mdts[di], mv);
             for (int fd = 0; fd < 2; fd++) {
                 remat_dtype dt = fd ? REMAT_F64 : REMAT_F32;

@@ -32,7 +32,8 @@ static void expect_close(const fx_case *c, const remat_tensor *got, const char *
     cr_assert(e, "%s: no output %s", c->name, name);
     double atol, rtol;
     tol(c->dtype, &atol, &rtol);
-    if (e->dtype == REMAT_F64 && c->dtype == REMAT_F32 && (!strcmp(name, "lr") || !strcmp(name, "norm")))
+    if (e->dtype == REMAT_F64 && c->dtype == REMAT_F32 &&
+        (!strcmp(name, "lr") || !strcmp(name, "norm")))
         atol = 1e-6, rtol = 1e-5; /* a norm of f32 gradients */
     char msg[1024];
     int64_t bad = fx_compare(got, e, atol, rtol, msg, sizeof msg);
@@ -99,7 +100,8 @@ static void run_case(const char *name) {
     o.weight_decay = strtod(dp->tok[0], NULL);
     remat_optimizer *opt = NULL;
     RT_OK(remat_optim_create(&opt, &o, p, 1));
-    for (int i = 1; i < np; i++) RT_OK(remat_optim_add_group(opt, &p[i], 1, strtod(dp->tok[i], NULL)));
+    for (int i = 1; i < np; i++)
+        RT_OK(remat_optim_add_group(opt, &p[i], 1, strtod(dp->tok[i], NULL)));
 
     double lrs[64], norms[64];
     cr_assert(steps <= 64);
@@ -207,8 +209,11 @@ Test(optim, state_bytes_are_exact_and_predicted) {
     const int64_t numels[3] = {210, 7, 15};
     const remat_dtype dts[3] = {REMAT_F32, REMAT_F32, REMAT_F64};
     const size_t dense = 210 * 4 + 7 * 4 + 15 * 8;
-    struct { remat_optim_kind kind; double momentum; size_t slots; } k[3] = {
-        {REMAT_OPTIM_ADAMW, 0, 2}, {REMAT_OPTIM_SGD, 0.9, 1}, {REMAT_OPTIM_SGD, 0, 0}};
+    struct {
+        remat_optim_kind kind;
+        double momentum;
+        size_t slots;
+    } k[3] = {{REMAT_OPTIM_ADAMW, 0, 2}, {REMAT_OPTIM_SGD, 0.9, 1}, {REMAT_OPTIM_SGD, 0, 0}};
     for (int t = 0; t < 3; t++) {
         remat_optim_options o;
         RT_OK(remat_optim_options_init(&o, k[t].kind));
@@ -248,15 +253,16 @@ Test(optim, flat_updates_split_anywhere_give_the_same_bits) {
         const int64_t cut[3] = {0, 12345, n};
         for (int k = 0; k < 2; k++) {
             int64_t a = cut[k], len = cut[k + 1] - a;
-            RT_OK(remat_adamw_update_f32(buf[1][0] + a, buf[1][1] + a, buf[1][2] + a,
-                                         buf[1][3] + a, len, &h));
+            RT_OK(remat_adamw_update_f32(buf[1][0] + a, buf[1][1] + a, buf[1][2] + a, buf[1][3] + a,
+                                         len, &h));
         }
     }
     remat_sgd_hparams sh = {0.1, 0.9, 0, 0.01, true, true};
     for (int s = 0; s < 2; s++, sh.first = false) {
         RT_OK(remat_sgd_update_f32(buf[0][0], buf[0][1], buf[0][2], n, &sh));
         RT_OK(remat_sgd_update_f32(buf[1][0], buf[1][1], buf[1][2], 777, &sh));
-        RT_OK(remat_sgd_update_f32(buf[1][0] + 777, buf[1][1] + 777, buf[1][2] + 777, n - 777, &sh));
+        RT_OK(
+            remat_sgd_update_f32(buf[1][0] + 777, buf[1][1] + 777, buf[1][2] + 777, n - 777, &sh));
     }
     for (int b = 0; b < 4; b++)
         cr_assert(!memcmp(buf[0][b], buf[1][b], sizeof(float) * (size_t)n), "buffer %d differs", b);

@@ -174,9 +174,9 @@ static void sim_level(sim *S, int i, int t) {
             S->time += S->p->stages[k].fwd_time;
         }
         cr_assert(e < t, "the grammar never ends a level with a checkpoint");
-        sim_level(S, S->next[i], t);  /* leaves the gradient of a_e */
-        S->cur -= X(S, e + 1);        /* the checkpoint a_e is released */
-        sim_level(S, i + 1, e);       /* recompute + backward of the segment */
+        sim_level(S, S->next[i], t); /* leaves the gradient of a_e */
+        S->cur -= X(S, e + 1);       /* the checkpoint a_e is released */
+        sim_level(S, i + 1, e);      /* recompute + backward of the segment */
     }
 }
 
@@ -292,7 +292,8 @@ Test(planner, step_budget_equals_exhaustive_search) {
         for (int i = 0; i < all->n; i++) {
             const tplan *tp = &all->v[i];
             cr_assert(tp->v[tp->n - 1].op == REMAT_PLAN_STORE && tp->v[tp->n - 1].first == L &&
-                      tp->v[tp->n - 1].depth == 0, "the grammar never checkpoints the last stage");
+                          tp->v[tp->n - 1].depth == 0,
+                      "the grammar never checkpoints the last stage");
             sim S;
             sim_run(&S, ext, tp->v, tp->n);
             pk[i] = (int64_t)step.fixed_bytes + (S.peak > tail ? S.peak : tail);
@@ -518,8 +519,9 @@ Test(planner, revolve_closed_form) {
         cr_assert_eq(t, (int64_t)l * (l - 1) / 2);
         for (int c = 1; c < 10; c++) {
             RT_OK(remat_revolve_cost(l, c, &t));
-            cr_assert_eq(t, rv_brute(l, c), "t(%d, %d): closed form %" PRId64 ", recursion %" PRId64,
-                         l, c, t, rv_brute(l, c));
+            cr_assert_eq(t, rv_brute(l, c),
+                         "t(%d, %d): closed form %" PRId64 ", recursion %" PRId64, l, c, t,
+                         rv_brute(l, c));
         }
     }
     /* large: grows like l * log(l) for fixed c, within range */
@@ -535,8 +537,9 @@ Test(planner, revolve_plan_recomputes_closed_form) {
             RT_OK(remat_plan_revolve(&plan, NULL, l, c));
             int64_t t;
             RT_OK(remat_revolve_cost(l, c, &t));
-            cr_assert_eq(plan->n_recomputed, t, "l=%d c=%d: plan recomputes %" PRId64
-                         ", closed form %" PRId64, l, c, plan->n_recomputed, t);
+            cr_assert_eq(plan->n_recomputed, t,
+                         "l=%d c=%d: plan recomputes %" PRId64 ", closed form %" PRId64, l, c,
+                         plan->n_recomputed, t);
             cr_assert_eq(plan->kind, REMAT_PLAN_REVOLVE);
             /* at most c states live at once: count checkpoints along the
              * top-level path (each top-level segment stores one state) */
@@ -554,10 +557,11 @@ Test(planner, sequential_plan_and_printer) {
     remat_plan *plan = NULL;
     RT_OK(remat_plan_sequential(&plan, NULL, 10, 3));
     /* P: chunks of 10/3 = 3, the first 2 checkpointed, stages 6..9 stored */
-    const remat_stage_action want[10] = {
-        REMAT_STAGE_CHECKPOINT, REMAT_STAGE_RECOMPUTE, REMAT_STAGE_RECOMPUTE,
-        REMAT_STAGE_CHECKPOINT, REMAT_STAGE_RECOMPUTE, REMAT_STAGE_RECOMPUTE,
-        REMAT_STAGE_STORE,      REMAT_STAGE_STORE,     REMAT_STAGE_STORE, REMAT_STAGE_STORE};
+    const remat_stage_action want[10] = {REMAT_STAGE_CHECKPOINT, REMAT_STAGE_RECOMPUTE,
+                                         REMAT_STAGE_RECOMPUTE,  REMAT_STAGE_CHECKPOINT,
+                                         REMAT_STAGE_RECOMPUTE,  REMAT_STAGE_RECOMPUTE,
+                                         REMAT_STAGE_STORE,      REMAT_STAGE_STORE,
+                                         REMAT_STAGE_STORE,      REMAT_STAGE_STORE};
     for (int k = 0; k < 10; k++) {
         cr_assert_eq(plan->stages[k].action, want[k], "stage %d", k);
         cr_assert_eq(plan->stages[k].n_forward, k < 6 ? 2 : 1);
@@ -577,9 +581,13 @@ Test(planner, sequential_plan_and_printer) {
     remat_profile *p = NULL;
     RT_OK(remat_profile_create(&p, 6));
     for (int k = 0; k < 6; k++) {
-        p->stages[k] = (remat_stage_profile){.fwd_time = 1, .bwd_time = 2, .input_bytes = 10,
-                                             .output_bytes = 10, .saved_bytes = 20,
-                                             .fwd_peak = 30, .fwd_peak_nosave = 10};
+        p->stages[k] = (remat_stage_profile){.fwd_time = 1,
+                                             .bwd_time = 2,
+                                             .input_bytes = 10,
+                                             .output_bytes = 10,
+                                             .saved_bytes = 20,
+                                             .fwd_peak = 30,
+                                             .fwd_peak_nosave = 10};
     }
     size_t mb;
     RT_OK(remat_plan_min_budget(p, &mb));
@@ -873,8 +881,8 @@ Test(planner, executed_peak_within_budget) {
     RT_OK(remat_profile_stages(&prof, PK_N, c.stages, c.x, NULL));
     /* warm-up step: allocates every .grad */
     remat_tensor *y = NULL;
-    RT_OK(remat_checkpoint_sequential(&y, PK_N, c.stages, 1, c.x,
-                                      &(remat_checkpoint_options){.use_reentrant = REMAT_OPT_FALSE}));
+    RT_OK(remat_checkpoint_sequential(
+        &y, PK_N, c.stages, 1, c.x, &(remat_checkpoint_options){.use_reentrant = REMAT_OPT_FALSE}));
     backward_from(y);
     remat_release(y);
     size_t mb;

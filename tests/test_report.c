@@ -65,9 +65,9 @@ Test(report, entries_totals_and_the_allocator_agree) {
 
     /* linear1 saves x and W1; gelu saves its input (the tagged h); linear2
      * saves g and W2; mse saves y and t */
-    const char *ops[] = {"LinearBackward", "LinearBackward", "GeluBackward", "LinearBackward",
+    const char *ops[] = {"LinearBackward", "LinearBackward",  "GeluBackward",   "LinearBackward",
                          "LinearBackward", "MseLossBackward", "MseLossBackward"};
-    const char *calls[] = {"remat_linear", "remat_linear", "remat_gelu", "remat_linear",
+    const char *calls[] = {"remat_linear", "remat_linear",   "remat_gelu",    "remat_linear",
                            "remat_linear", "remat_mse_loss", "remat_mse_loss"};
     int count = remat_residual_report_count(rep);
     cr_assert_eq(count, 7, "%d entries", count);

@@ -24,7 +24,8 @@ static void put64(img *m, uint64_t v) {
 /* An image of format `version` with one f32 [2, 3] tensor "w" (size and
  * CRC right once sealed); version 2 records a cosine schedule. */
 static void build_version(img *m, uint32_t n_tensors, uint32_t version) {
-    const uint32_t hbytes = version == 1 ? REMAT_SAVEFILE_HEADER_BYTES_V1 : REMAT_SAVEFILE_HEADER_BYTES;
+    const uint32_t hbytes =
+        version == 1 ? REMAT_SAVEFILE_HEADER_BYTES_V1 : REMAT_SAVEFILE_HEADER_BYTES;
     memset(m, 0, sizeof *m);
     memcpy(m->b, REMAT_SAVEFILE_MAGIC, 8);
     m->n = 8;
@@ -69,7 +70,9 @@ static void build_version(img *m, uint32_t n_tensors, uint32_t version) {
     put32(m, 0);
 }
 
-static void build(img *m, uint32_t n_tensors) { build_version(m, n_tensors, REMAT_SAVEFILE_VERSION); }
+static void build(img *m, uint32_t n_tensors) {
+    build_version(m, n_tensors, REMAT_SAVEFILE_VERSION);
+}
 
 static void seal(img *m) {
     for (int k = 0; k < 8; k++) m->b[16 + k] = (unsigned char)((uint64_t)m->n >> (8 * k));

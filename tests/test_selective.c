@@ -36,9 +36,9 @@ static remat_checkpoint_policy always_save(const remat_sac_context *ctx, const c
     return REMAT_MUST_SAVE;
 }
 
-#define TRY(expr)                                                                           \
-    do {                                                                                    \
-        if (!rc) rc = (expr);                                                               \
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        if (!rc) rc = (expr);                                                                      \
     } while (0)
 
 Test(selective, bad_policy_arguments) {
@@ -126,8 +126,7 @@ Test(selective, presets_answer_as_documented) {
     cr_assert_eq(remat_policy_eval(dots, &plain, "remat_gelu", 0, NULL), REMAT_PREFER_RECOMPUTE);
     cr_assert_eq(remat_policy_eval(names, &tq, "remat_tag", 0, NULL), REMAT_MUST_SAVE);
     cr_assert_eq(remat_policy_eval(names, &tz, "remat_tag", 0, NULL), REMAT_PREFER_RECOMPUTE);
-    cr_assert_eq(remat_policy_eval(names, &plain, "remat_linear", 0, NULL),
-                 REMAT_PREFER_RECOMPUTE);
+    cr_assert_eq(remat_policy_eval(names, &plain, "remat_linear", 0, NULL), REMAT_PREFER_RECOMPUTE);
     cr_assert_eq(remat_policy_eval(except, &tq, "remat_tag", 0, NULL), REMAT_MUST_RECOMPUTE);
     cr_assert_eq(remat_policy_eval(except, &ta, "remat_tag", 0, NULL), REMAT_PREFER_SAVE);
     cr_assert_eq(remat_policy_eval(except, &plain, "remat_exp", 0, NULL), REMAT_PREFER_SAVE);
@@ -515,8 +514,8 @@ Test(selective, tag_is_a_named_identity_view) {
 /* ---- multi-output ops, views and non-tensor outputs ------------------------------------------ */
 typedef struct multi_ud {
     remat_tensor *w;
-    int pieces;     /* a non-tensor result: how many pieces split made */
-    double max0;    /* a non-tensor result read from the data (forward only) */
+    int pieces;  /* a non-tensor result: how many pieces split made */
+    double max0; /* a non-tensor result read from the data (forward only) */
 } multi_ud;
 
 /* h = x W^T; (a, b) = split(h); (m, idx) = max(a, -1); out0 = m * sum(b), out1 = idx (i64) */
@@ -526,8 +525,7 @@ static int multi_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **
     remat_scope *s;
     int rc = remat_scope_begin(&s);
     if (rc) return rc;
-    remat_tensor *h = NULL, *parts[2] = {NULL, NULL}, *m = NULL, *idx = NULL, *sb = NULL,
-                 *y = NULL;
+    remat_tensor *h = NULL, *parts[2] = {NULL, NULL}, *m = NULL, *idx = NULL, *sb = NULL, *y = NULL;
     int n = 0;
     TRY(remat_linear(&h, in[0], u->w, NULL));
     TRY(remat_split(parts, 2, &n, h, 3, -1));
@@ -663,8 +661,7 @@ Test(selective, second_backward_over_a_region_is_an_error) {
     RT_OK(remat_checkpoint(rt_mlp_block_fn, &blk, 1, &x, 1, &y, &o));
     RT_OK(remat_sum_all(&l, y));
     RT_OK(remat_backward(1, &l, NULL, true, 0, NULL));
-    RT_FAILS(remat_backward(1, &l, NULL, true, 0, NULL), REMAT_ESTATE,
-             "backward an extra time");
+    RT_FAILS(remat_backward(1, &l, NULL, true, 0, NULL), REMAT_ESTATE, "backward an extra time");
     cr_assert_eq(rm_op_depth(), 0);
     /* a plain checkpoint allows it (every op recomputes) */
     remat_release_p(&l);
@@ -684,7 +681,7 @@ Test(selective, second_backward_over_a_region_is_an_error) {
 
 /* Forward: recompute everything. Recomputation: save gelu (never cached). */
 static remat_checkpoint_policy flip(const remat_sac_context *ctx, const char *op, int n,
-                                   remat_tensor *const *in, void *st) {
+                                    remat_tensor *const *in, void *st) {
     (void)n, (void)in, (void)st;
     if (ctx->is_recompute && strcmp(op, "remat_gelu") == 0) return REMAT_MUST_SAVE;
     return REMAT_PREFER_RECOMPUTE;
@@ -722,8 +719,8 @@ static remat_tensor *on_dev(remat_tensor *t, remat_device d) {
     return o;
 }
 
-static remat_checkpoint_policy offload_linears(const remat_sac_context *ctx, const char *op,
-                                               int n, remat_tensor *const *in, void *st) {
+static remat_checkpoint_policy offload_linears(const remat_sac_context *ctx, const char *op, int n,
+                                               remat_tensor *const *in, void *st) {
     (void)ctx, (void)n, (void)in, (void)st;
     return strcmp(op, "remat_linear") == 0 ? REMAT_MUST_CPU_OFFLOAD : REMAT_PREFER_RECOMPUTE;
 }
@@ -740,8 +737,14 @@ Test(selective, offload_moves_cached_outputs_to_host) {
     remat_tensor *x = on_dev(rt_rand(2, sx, REMAT_F32, -1, 1, 3), dev);
     RT_OK(remat_set_requires_grad(w1, true));
     RT_OK(remat_set_requires_grad(w2, true));
-    rt_mlp_block blk = {.dim = 16, .hidden = 64, .p_drop = 0, .gelu = REMAT_GELU_TANH,
-                        .w1 = w1, .b1 = NULL, .w2 = w2, .b2 = NULL};
+    rt_mlp_block blk = {.dim = 16,
+                        .hidden = 64,
+                        .p_drop = 0,
+                        .gelu = REMAT_GELU_TANH,
+                        .w1 = w1,
+                        .b1 = NULL,
+                        .w2 = w2,
+                        .b2 = NULL};
     remat_tensor *y = NULL, *l = NULL;
     RT_OK(rt_mlp_block_fn(&blk, &x, 1, &y, 1));
     RT_OK(remat_sum_all(&l, y));

@@ -12,11 +12,13 @@
 Test(size_limits, empty_and_zeros_refuse_wrapping_shapes) {
     remat_tensor *t = (remat_tensor *)0x1;
     int64_t s1[] = {BIG};
-    RT_FAILS(remat_zeros(&t, 1, s1, REMAT_F32, REMAT_DEVICE_CPU), REMAT_EINVAL, "[4611686018427387904]");
+    RT_FAILS(remat_zeros(&t, 1, s1, REMAT_F32, REMAT_DEVICE_CPU), REMAT_EINVAL,
+             "[4611686018427387904]");
     cr_assert_null(t);
     RT_FAILS(remat_empty(&t, 1, s1, REMAT_F32, REMAT_DEVICE_CPU), REMAT_EINVAL, "remat_empty");
     int64_t s2[] = {G4, G4};
-    RT_FAILS(remat_empty(&t, 2, s2, REMAT_F32, REMAT_DEVICE_CPU), REMAT_EINVAL, "[4294967296, 4294967296]");
+    RT_FAILS(remat_empty(&t, 2, s2, REMAT_F32, REMAT_DEVICE_CPU), REMAT_EINVAL,
+             "[4294967296, 4294967296]");
     int64_t s3[] = {G4, 0, 1024}; /* zero elements, strides that fit: fine */
     RT_OK(remat_empty(&t, 3, s3, REMAT_F32, REMAT_DEVICE_CPU));
     cr_assert_eq(remat_numel(t), 0);

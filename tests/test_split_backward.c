@@ -102,12 +102,12 @@ Test(split_grad, gradcheck_pieces_partly_unused) {
     int64_t sh[] = {3, 8, 5};
     remat_tensor *a = leaf(3, sh, 3);
     split_use cases[] = {
-        {3, 1, 0x7}, /* all pieces (3, 3, 2) */
-        {3, 1, 0x5}, /* the middle one unused */
-        {3, 1, 0x2}, /* only the middle one */
-        {3, 1, 0x4}, /* only the short last one */
+        {3, 1, 0x7},  /* all pieces (3, 3, 2) */
+        {3, 1, 0x5},  /* the middle one unused */
+        {3, 1, 0x2},  /* only the middle one */
+        {3, 1, 0x4},  /* only the short last one */
         {2, -1, 0x5}, /* last dim: (2, 2, 1), first and last */
-        {1, 0, 0x6}, /* leading dim, pieces of 1 */
+        {1, 0, 0x6},  /* leading dim, pieces of 1 */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         RT_GRADCHECK(f_split_use, &cases[i], 1, &a);
@@ -322,8 +322,8 @@ static int blk_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **ou
     return rc;
 }
 
-static void blk_grads(blk *b, remat_tensor *x, const remat_checkpoint_options *o,
-                      remat_tensor **gx, remat_tensor **gw) {
+static void blk_grads(blk *b, remat_tensor *x, const remat_checkpoint_options *o, remat_tensor **gx,
+                      remat_tensor **gw) {
     remat_tensor *y = NULL, *l = NULL;
     if (o) RT_OK(remat_checkpoint(blk_fn, b, 1, &x, 1, &y, o));
     else RT_OK(blk_fn(b, &x, 1, &y, 1));
@@ -363,8 +363,8 @@ Test(split_checkpoint, bitwise_equal_to_plain) {
                 b.calls = 0;
                 remat_tensor *cx, *cw;
                 blk_grads(&b, x, &opts[i], &cx, &cw);
-                cr_assert_eq(b.calls, 2, "dtype %d variant %d options %d: forward + recompute",
-                             dt, variant, i);
+                cr_assert_eq(b.calls, 2, "dtype %d variant %d options %d: forward + recompute", dt,
+                             variant, i);
                 cr_assert(rt_bitwise_equal(cx, rx), "dtype %d variant %d options %d: grad x", dt,
                           variant, i);
                 cr_assert(rt_bitwise_equal(cw, rw), "dtype %d variant %d options %d: grad w", dt,
@@ -409,8 +409,8 @@ Test(split_checkpoint, saved_tensor_hooks_see_piece_views) {
     remat_tensor *rx, *rw;
     blk_grads(&b, x, NULL, &rx, &rw);
     int packs = 0;
-    remat_saved_hooks hk = {.pack = copy_pack, .unpack = copy_unpack, .free_handle = copy_free,
-                            .user_data = &packs};
+    remat_saved_hooks hk = {
+        .pack = copy_pack, .unpack = copy_unpack, .free_handle = copy_free, .user_data = &packs};
     RT_OK(remat_saved_hooks_push(&hk));
     remat_tensor *hx, *hw;
     blk_grads(&b, x, NULL, &hx, &hw);
@@ -457,8 +457,8 @@ Test(split_node, backward_with_missing_grads_and_skip_mode) {
                 if (c < 3 && gout[0]) want = v0[r * 3 + c];
                 else if (c >= 3 && c < 6 && gout[1]) want = v0[r * 3 + c - 3];
                 else if (c == 6 && gout[2]) want = v2[r];
-                cr_assert(v[r * 7 + c] == want, "round %d [%d][%d]: %g, expected %g", round, r,
-                          c, v[r * 7 + c], want);
+                cr_assert(v[r * 7 + c] == want, "round %d [%d][%d]: %g, expected %g", round, r, c,
+                          v[r * 7 + c], want);
             }
         }
         free(v);

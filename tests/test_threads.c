@@ -19,8 +19,7 @@ static void *churn(void *arg) {
     while (!atomic_load(&g_stop)) {
         remat_tensor *t = NULL;
         if (remat_empty(&t, 1, sh, REMAT_F32, REMAT_DEVICE_CPU) == REMAT_OK) {
-            for (volatile int i = 0; i < 200; i++) {
-            }
+            for (volatile int i = 0; i < 200; i++) {}
             remat_release(t);
         }
     }
@@ -54,8 +53,8 @@ Test(threads, profile_ignores_other_threads_allocations) {
         for (int i = 0; i < N; i++) {
             const remat_stage_profile *a = &alone->stages[i], *c = &busy[k]->stages[i];
             cr_assert_eq(c->saved_bytes, a->saved_bytes, "run %d stage %d saved", k, i);
-            cr_assert_eq(c->fwd_peak, a->fwd_peak, "run %d stage %d fwd_peak %zu vs %zu alone",
-                         k, i, c->fwd_peak, a->fwd_peak);
+            cr_assert_eq(c->fwd_peak, a->fwd_peak, "run %d stage %d fwd_peak %zu vs %zu alone", k,
+                         i, c->fwd_peak, a->fwd_peak);
             cr_assert_eq(c->fwd_peak_nosave, a->fwd_peak_nosave, "run %d stage %d", k, i);
             cr_assert_eq(c->bwd_peak, a->bwd_peak, "run %d stage %d bwd_peak %zu vs %zu alone", k,
                          i, c->bwd_peak, a->bwd_peak);

@@ -67,8 +67,9 @@ static const opt_section sections[N_SECTIONS] = {
 
 static const opt_row rows[] = {
     /* model */
-    {"--model", "gpt|mlp", OPT_CHOICE, TB, SEC_MODEL, T(model), SETS(set_model), .choices = "gpt|mlp",
-     .help = "GPT (byte-level, causal attention) or deep MLP", .dflt = "[gpt]"},
+    {"--model", "gpt|mlp", OPT_CHOICE, TB, SEC_MODEL, T(model), SETS(set_model),
+     .choices = "gpt|mlp", .help = "GPT (byte-level, causal attention) or deep MLP",
+     .dflt = "[gpt]"},
     {"--layers", "N", OPT_INT, TB, SEC_MODEL, T(layers), SETS(set_layers), 1, ARGS_MAX_LAYERS,
      .help = "number of blocks"},
     {"--width", "N", OPT_INT, TB, SEC_MODEL, T(width), SETS(set_width), 1, ARGS_MAX_WIDTH,
@@ -139,13 +140,14 @@ static const opt_row rows[] = {
      .help = "learning rate", .dflt = "[3e-3]"},
     {"--optim", "adamw|sgd", OPT_CHOICE, CMD_TRAIN, SEC_TRAIN, T(optim), SETS(set_optim),
      .choices = "adamw|sgd", .help = "optimizer", .dflt = "[adamw]"},
-    {"--weight-decay", "X", OPT_NUM, CMD_TRAIN, SEC_TRAIN, T(weight_decay), SETS(set_weight_decay), 0,
-     HUGE_VAL, .help = "AdamW decoupled weight decay of matrices", .dflt = "[0.01]"},
+    {"--weight-decay", "X", OPT_NUM, CMD_TRAIN, SEC_TRAIN, T(weight_decay), SETS(set_weight_decay),
+     0, HUGE_VAL, .help = "AdamW decoupled weight decay of matrices", .dflt = "[0.01]"},
     {"--momentum", "X", OPT_NUM, CMD_TRAIN, SEC_TRAIN, T(momentum), SETS(set_momentum), 0, HUGE_VAL,
      .help = "SGD momentum", .dflt = "[0]"},
     {"--lr-schedule", "S", OPT_CHOICE, CMD_TRAIN, SEC_TRAIN, T(cosine), SETS(set_schedule),
      .choices = "constant|cosine",
-     .help = "constant, or cosine: linear warm-up over --warmup\nsteps to --lr, then cosine decay to --min-lr",
+     .help = "constant, or cosine: linear warm-up over --warmup\nsteps to --lr, then cosine decay "
+             "to --min-lr",
      .dflt = "[constant]"},
     {"--warmup", "N", OPT_LONG, CMD_TRAIN, SEC_TRAIN, T(warmup), SETS(set_warmup), 0, BIG,
      .help = "warm-up steps of the cosine schedule", .dflt = "[0]"},
@@ -203,7 +205,8 @@ static const opt_row rows[] = {
      .help = "write tradeoff.svg, timeline.svg and trace.json into\n"
              "DIR (and pareto.svg when a budget= strategy ran;\n"
              "default of `remat` with no command: ./out)"},
-    {"--sweep-budgets", "N", OPT_OPTINT, CMD_BENCH, SEC_BENCH, T(sweep), .lo = 2, .hi = 32, .bare = 8,
+    {"--sweep-budgets", "N", OPT_OPTINT, CMD_BENCH, SEC_BENCH, T(sweep), .lo = 2, .hi = 32,
+     .bare = 8,
      .help = "(or --pareto) sweep the planner: none, sequential=2..L\n"
              "and N budgets from the planner's minimum to the\n"
              "un-checkpointed peak [N=8; --reps defaults to 3];\n"
@@ -216,7 +219,8 @@ static const opt_row rows[] = {
      .help = "SVG of peak memory vs step time per strategy"},
     {"--trace", "FILE", OPT_STR, CMD_BENCH, SEC_BENCH, T(trace),
      .help = "Chrome-trace JSON of every strategy's measured step"},
-    {"--csv", NULL, OPT_FLAG, CMD_BENCH, SEC_BENCH, T(csv), .help = "print CSV instead of the table"},
+    {"--csv", NULL, OPT_FLAG, CMD_BENCH, SEC_BENCH, T(csv),
+     .help = "print CSV instead of the table"},
     {"--json", NULL, OPT_FLAG, CMD_BENCH, SEC_BENCH, T(json),
      .help = "print one JSON object instead of the table"},
     {"--quiet", NULL, OPT_FLAG, CMD_BENCH, SEC_BENCH, T(quiet),
@@ -319,7 +323,6 @@ void args_defaults_bench(config *c) {
     c->n_strategies = n;
 }
 
-
 /* Smallest --context of the built-in addition task: its rows ("a+b=ccc\n")
  * must leave answer tokens to learn, or the loss is a mean over nothing. */
 #define ADDITION_MIN_CONTEXT 6
@@ -331,8 +334,10 @@ int args_check_model(config *c, bool bench, char *err, size_t n) {
             return 1;
         }
         if (!c->data && c->context < ADDITION_MIN_CONTEXT) {
-            snprintf(err, n, "--context %d is too short for the built-in addition task (at least "
-                     "%d, or train on a file with --data)", c->context, ADDITION_MIN_CONTEXT);
+            snprintf(err, n,
+                     "--context %d is too short for the built-in addition task (at least "
+                     "%d, or train on a file with --data)",
+                     c->context, ADDITION_MIN_CONTEXT);
             return 1;
         }
     } else {
@@ -345,8 +350,10 @@ int args_check_model(config *c, bool bench, char *err, size_t n) {
                        "ignores them");
     }
     if (!bench && c->cosine && c->steps > 0 && c->warmup >= c->steps) {
-        snprintf(err, n, "--warmup must be below --steps with --lr-schedule cosine (--warmup %ld, "
-                 "--steps %ld)", c->warmup, c->steps);
+        snprintf(err, n,
+                 "--warmup must be below --steps with --lr-schedule cosine (--warmup %ld, "
+                 "--steps %ld)",
+                 c->warmup, c->steps);
         return 1;
     }
     if (c->set_momentum && c->optim == OPTIM_ADAMW && c->momentum != 0)
@@ -355,7 +362,8 @@ int args_check_model(config *c, bool bench, char *err, size_t n) {
     if (bench && c->default_strategies) {
         int w = 0;
         for (int i = 0; i < c->n_strategies; i++)
-            if (!(c->strategies[i].kind == STRAT_SEQUENTIAL && c->strategies[i].segments > c->layers))
+            if (!(c->strategies[i].kind == STRAT_SEQUENTIAL &&
+                  c->strategies[i].segments > c->layers))
                 c->strategies[w++] = c->strategies[i];
         c->n_strategies = w;
     }
@@ -371,8 +379,8 @@ int args_check_model(config *c, bool bench, char *err, size_t n) {
             return 1;
         }
         /* a misspelt tag would silently save nothing */
-        if (!strategy_check_tags(&all[i], n_tags, tags, c->model == MODEL_GPT ? "GPT" : "MLP",
-                                 why, sizeof why)) {
+        if (!strategy_check_tags(&all[i], n_tags, tags, c->model == MODEL_GPT ? "GPT" : "MLP", why,
+                                 sizeof why)) {
             snprintf(err, n, "bad strategy '%s': %s", all[i].name, why);
             return 1;
         }
@@ -527,8 +535,9 @@ int args_parse(config *c, command cmd, int argc, char **argv, int first) {
     if (rc) return fail(cmd, err, NULL, NULL);
     if ((rc = check_threads(c, cmd))) return rc;
     if (cmd == CMD_SAMPLE)
-        return c->resume ? 0 : fail(cmd, "give --resume FILE (a GPT saved by remat train --save)",
-                                    NULL, NULL);
+        return c->resume ? 0
+                         : fail(cmd, "give --resume FILE (a GPT saved by remat train --save)", NULL,
+                                NULL);
     if ((rc = parse_device(c, cmd))) return rc;
     bool bench = cmd == CMD_BENCH;
     if (!c->set_batch) c->batch = 0;
@@ -543,7 +552,8 @@ int args_parse(config *c, command cmd, int argc, char **argv, int first) {
     }
     /* on --resume the model comes from the file: train checks it after reading
      * the header (savefile_merge_config) */
-    if (!c->resume && args_check_model(c, bench, err, sizeof err)) return fail(cmd, err, NULL, NULL);
+    if (!c->resume && args_check_model(c, bench, err, sizeof err))
+        return fail(cmd, err, NULL, NULL);
     if (c->optim == OPTIM_SGD && !c->set_lr) c->lr = 0.1;
     if (!bench && c->save_every > 0 && !c->save)
         return fail(cmd, "--save-every needs --save FILE", NULL, NULL);

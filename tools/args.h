@@ -30,35 +30,35 @@ typedef struct config {
     int layers, width, heads, context, batch;
     long steps;
     uint64_t seed;
-    int threads;        /* 0: leave OpenMP's default */
+    int threads;             /* 0: leave OpenMP's default */
     const char *device_text; /* --device D as given (cpu, cuda, cuda:N) */
     remat_device device;     /* where the model, the batches and the peaks are */
     double lr, weight_decay, momentum;
     optim_kind optim;
-    bool cosine;        /* --lr-schedule cosine: linear warm-up, cosine decay to min_lr */
-    long warmup;        /* --warmup N steps (cosine) */
-    double min_lr;      /* --min-lr X (cosine floor) */
-    double clip;        /* --clip X: gradient norm clipping (0: off) */
-    int accum;          /* --accum N: micro-batches per optimizer step */
-    bool untied;        /* GPT: separate output head instead of tied embeddings */
-    bool attn_ops;      /* GPT: attention composed of ops instead of remat_attention */
-    bool autocast;      /* --autocast bf16: forward under remat_autocast (bf16 mixed precision) */
-    strategy strat;     /* train: the strategy */
+    bool cosine;    /* --lr-schedule cosine: linear warm-up, cosine decay to min_lr */
+    long warmup;    /* --warmup N steps (cosine) */
+    double min_lr;  /* --min-lr X (cosine floor) */
+    double clip;    /* --clip X: gradient norm clipping (0: off) */
+    int accum;      /* --accum N: micro-batches per optimizer step */
+    bool untied;    /* GPT: separate output head instead of tied embeddings */
+    bool attn_ops;  /* GPT: attention composed of ops instead of remat_attention */
+    bool autocast;  /* --autocast bf16: forward under remat_autocast (bf16 mixed precision) */
+    strategy strat; /* train: the strategy */
     const char *checkpoint_text; /* --checkpoint S as given (parsed into strat) */
-    bool reentrant;     /* --reentrant */
-    const char *data;   /* --data FILE, NULL: built-in task */
+    bool reentrant;              /* --reentrant */
+    const char *data;            /* --data FILE, NULL: built-in task */
     const char *save, *resume, *trace, *timeline;
-    long save_every;    /* --save-every N: also write --save every N steps (0: at the end only) */
-    const char *log;    /* --log FILE: one JSON line per step and per evaluation */
+    long save_every; /* --save-every N: also write --save every N steps (0: at the end only) */
+    const char *log; /* --log FILE: one JSON line per step and per evaluation */
     bool json, csv, quiet;
-    bool progress;      /* train --progress: the bar even when stderr is no terminal */
-    bool verbose;       /* print the planner's profile and plans */
-    bool report;        /* train --report: residual report of the run's first step */
+    bool progress; /* train --progress: the bar even when stderr is no terminal */
+    bool verbose;  /* print the planner's profile and plans */
+    bool report;   /* train --report: residual report of the run's first step */
     long eval_every;
     /* under mpirun (tools/dist.h) */
-    double dist_timeout;  /* --dist-timeout seconds (0: 60) */
-    double bucket_mib;    /* --bucket-size MiB (0: 25) */
-    bool zero;            /* --zero: AdamW state sharded across ranks (ZeRO-1) */
+    double dist_timeout; /* --dist-timeout seconds (0: 60) */
+    double bucket_mib;   /* --bucket-size MiB (0: 25) */
+    bool zero;           /* --zero: AdamW state sharded across ranks (ZeRO-1) */
     /* sample */
     const char *prompt; /* --prompt TEXT */
     long tokens;        /* --tokens N to generate */
@@ -77,7 +77,8 @@ typedef struct config {
     /* which model-shape flags were given explicitly (a resumed file must agree) */
     bool set_layers, set_width, set_heads, set_context, set_model, set_untied, set_lr;
     bool set_batch, set_seed, set_optim, set_weight_decay, set_momentum, set_attention;
-    bool set_schedule, set_warmup, set_min_lr, set_clip, set_accum; /* --resume takes the rest from the file */
+    bool set_schedule, set_warmup, set_min_lr, set_clip,
+        set_accum; /* --resume takes the rest from the file */
 } config;
 
 /* Defaults for `remat train` / `remat bench` (bench's default is the

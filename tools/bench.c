@@ -107,8 +107,8 @@ static bool compare_grads(const model *m, float **ref, double *max_diff) {
 
 /* The planner's numbers for the chain, shared by every budget strategy. */
 typedef struct planner_info {
-    remat_profile *prof;     /* NULL: no strategy needed the planner */
-    remat_step_profile step; /* the step around the chain (model_profile_step) */
+    remat_profile *prof;                        /* NULL: no strategy needed the planner */
+    remat_step_profile step;                    /* the step around the chain (model_profile_step) */
     size_t min_budget, store_all;               /* budget=: the whole step's allocator peak */
     size_t blocks_min_budget, blocks_store_all; /* blocks-budget=: what the blocks add */
     double profile_s;
@@ -146,15 +146,16 @@ static void spread(const double *t, int n, result *r) {
 static void print_header(FILE *f, const config *c, const model *m, int threads) {
     if (m->kind == MODEL_GPT)
         term_printf(f,
-                "remat bench: GPT, %d layers, width %d, %d heads, context %d, batch %d "
-                "(%.2fM parameters), %s attention, %d threads, %d reps\n",
-                m->layers, m->width, m->heads, m->context, c->batch, (double)m->n_weights / 1e6,
-                m->attn_ops ? "composed" : "fused", threads, c->reps);
+                    "remat bench: GPT, %d layers, width %d, %d heads, context %d, batch %d "
+                    "(%.2fM parameters), %s attention, %d threads, %d reps\n",
+                    m->layers, m->width, m->heads, m->context, c->batch, (double)m->n_weights / 1e6,
+                    m->attn_ops ? "composed" : "fused", threads, c->reps);
     else
-        term_printf(f,
-                "remat bench: MLP, %d layers, width %d, batch %d (%.2fM parameters), %d threads, "
-                "%d reps\n",
-                m->layers, m->width, c->batch, (double)m->n_weights / 1e6, threads, c->reps);
+        term_printf(
+            f,
+            "remat bench: MLP, %d layers, width %d, batch %d (%.2fM parameters), %d threads, "
+            "%d reps\n",
+            m->layers, m->width, c->batch, (double)m->n_weights / 1e6, threads, c->reps);
 }
 
 static void mib(char *buf, size_t n, double bytes) { snprintf(buf, n, "%.1f", bytes / 1048576.0); }
@@ -251,14 +252,12 @@ static void print_table(const config *c, const model *m, int threads, result *r,
         char range[48];
         snprintf(range, sizeof range, "%.1f-%.1f", r[i].ms_q1, r[i].ms_q3);
         double base = (double)(r[ref].peak - r[ref].baseline);
-        snprintf(mem, sizeof mem, "%.2fx", base > 0 ? (double)(r[i].peak - r[i].baseline) / base : 0);
+        snprintf(mem, sizeof mem, "%.2fx",
+                 base > 0 ? (double)(r[i].peak - r[i].baseline) / base : 0);
         char gr[64];
-        if (i == ref && c->strategies[i].kind == STRAT_NONE)
-            snprintf(gr, sizeof gr, "reference");
-        else if (r[i].grads_equal)
-            snprintf(gr, sizeof gr, "bitwise equal");
-        else
-            snprintf(gr, sizeof gr, "DIFFER (max |diff| %.3g)", r[i].max_diff);
+        if (i == ref && c->strategies[i].kind == STRAT_NONE) snprintf(gr, sizeof gr, "reference");
+        else if (r[i].grads_equal) snprintf(gr, sizeof gr, "bitwise equal");
+        else snprintf(gr, sizeof gr, "DIFFER (max |diff| %.3g)", r[i].max_diff);
         printf("%-*s %9.1f %15s %9s %11s %11s %9s %11s%s  %s\n", w, c->strategies[i].name,
                r[i].step_ms, range, tm, pk, st, mem, rss, hp, gr);
     }
@@ -282,23 +281,20 @@ static void print_table(const config *c, const model *m, int threads, result *r,
 }
 
 static void print_csv(const config *c, result *r) {
-    printf("strategy,step_ms,step_ms_min,step_ms_max,overhead,peak_alloc_bytes,baseline_bytes,step_alloc_bytes,"
+    printf("strategy,step_ms,step_ms_min,step_ms_max,overhead,peak_alloc_bytes,baseline_bytes,step_"
+           "alloc_bytes,"
            "rss_growth_bytes,recomputed_blocks,grads_bitwise_equal,grads_max_abs_diff,"
            "budget_bytes,plan_peak_bytes,heap_growth_bytes\n");
     for (int i = 0; i < c->n_strategies; i++) {
         const remat_plan *p = c->strategies[i].plan;
         printf("%s,%.4f,%.4f,%.4f,%.4f,%zu,%zu,%zu,%zu,%" PRId64 ",%s,%.9g,", c->strategies[i].name,
-               r[i].step_ms, r[i].ms_min, r[i].ms_max, r[i].overhead, r[i].peak, r[i].baseline, r[i].peak - r[i].baseline,
-               r[i].rss_growth, r[i].recomputed, r[i].grads_equal ? "true" : "false",
-               r[i].max_diff);
-        if (p)
-            printf("%zu,%zu,", p->budget_bytes, p->peak_bytes);
-        else
-            printf(",,");
-        if (r[i].has_heap)
-            printf("%zu\n", r[i].heap_growth);
-        else
-            printf("\n");
+               r[i].step_ms, r[i].ms_min, r[i].ms_max, r[i].overhead, r[i].peak, r[i].baseline,
+               r[i].peak - r[i].baseline, r[i].rss_growth, r[i].recomputed,
+               r[i].grads_equal ? "true" : "false", r[i].max_diff);
+        if (p) printf("%zu,%zu,", p->budget_bytes, p->peak_bytes);
+        else printf(",,");
+        if (r[i].has_heap) printf("%zu\n", r[i].heap_growth);
+        else printf("\n");
     }
 }
 
@@ -427,10 +423,9 @@ static void sweep_budgets(config *c, const planner_info *pl) {
     for (int k = 0; k < c->sweep; k++) {
         double f = (double)k / (double)(c->sweep - 1);
         strategy s;
-        strategy_budget_bytes(&s,
-                              (uint64_t)((double)pl->min_budget +
-                                         f * (double)(pl->store_all - pl->min_budget)),
-                              false);
+        strategy_budget_bytes(
+            &s, (uint64_t)((double)pl->min_budget + f * (double)(pl->store_all - pl->min_budget)),
+            false);
         add_strategy(c, &s);
     }
 }
@@ -440,8 +435,9 @@ static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, b
     bool need = c->sweep > 0;
     for (int i = 0; i < c->n_strategies; i++) need = need || c->strategies[i].kind == STRAT_BUDGET;
     if (!need) return REMAT_OK;
-    if (log) term_printf(stderr, "  profiling the %d block%s for the planner...\n", m->layers,
-                     m->layers == 1 ? "" : "s");
+    if (log)
+        term_printf(stderr, "  profiling the %d block%s for the planner...\n", m->layers,
+                    m->layers == 1 ? "" : "s");
     /* malloc in its fast setting: the profile's times are the planner's cost model */
     step_malloc_mode(false);
     double t0 = util_now();
@@ -455,7 +451,7 @@ static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, b
     if (rc) return rc;
     if (c->verbose) {
         term_printf(stderr, "profile of the %d block%s (%.2f s):\n", m->layers,
-                m->layers == 1 ? "" : "s", pl->profile_s);
+                    m->layers == 1 ? "" : "s", pl->profile_s);
         term_buf tb;
         remat_profile_print(pl->prof, term_buf_open(&tb, stderr));
         term_buf_close(&tb, stderr);
@@ -468,8 +464,10 @@ static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, b
         if (rc && c->default_strategies && s->budget < pl->min_budget) {
             /* the default list's budget=50% does not fit every model: leave it out */
             if (log)
-                term_printf(stderr, "  (%s left out: below the planner's minimum for this model, "
-                                "%.2f MiB)\n", s->name, (double)pl->min_budget / 1048576.0);
+                term_printf(stderr,
+                            "  (%s left out: below the planner's minimum for this model, "
+                            "%.2f MiB)\n",
+                            s->name, (double)pl->min_budget / 1048576.0);
             memmove(s, s + 1, sizeof *s * (size_t)(c->n_strategies - i - 1));
             c->n_strategies--;
             i--;
@@ -529,10 +527,12 @@ static bool write_pareto(const char *file, const config *c, const model *m, cons
                  "planner budgets bound the whole step's peak: feasible from %.2f MiB, %.2f MiB "
                  "without checkpointing; %s",
                  (double)pl->min_budget / 1048576.0, (double)pl->store_all / 1048576.0,
-                 differ ? "SOME GRADIENTS DIFFER from none" : "every gradient bitwise equal to none");
+                 differ ? "SOME GRADIENTS DIFFER from none"
+                        : "every gradient bitwise equal to none");
     else
         snprintf(sub, sizeof sub, "%s",
-                 differ ? "SOME GRADIENTS DIFFER from none" : "every gradient bitwise equal to none");
+                 differ ? "SOME GRADIENTS DIFFER from none"
+                        : "every gradient bitwise equal to none");
     bool ok = svg_pareto(file, title, sub, n, pts);
     free(pts);
     return ok;
@@ -543,16 +543,16 @@ typedef struct bench_run {
     config *c;
     model m;
     task tk;
-    batch b;           /* the one batch every step runs on */
+    batch b; /* the one batch every step runs on */
     planner_info pl;
-    float **ref;       /* the reference gradients (strategy none) */
+    float **ref; /* the reference gradients (strategy none) */
     double ref_loss;
-    result *r;         /* one per strategy */
-    int n;             /* strategies */
-    int refi;          /* the reference strategy (none) */
+    result *r; /* one per strategy */
+    int n;     /* strategies */
+    int refi;  /* the reference strategy (none) */
     int threads;
     prog_dist pd;
-    bool log;          /* progress on stderr */
+    bool log; /* progress on stderr */
 } bench_run;
 
 /* Model, task, batch and data parallelism. */
@@ -567,8 +567,8 @@ static int bench_setup(bench_run *br, bool is_default) {
     if ((rc = task_batch(&br->tk, 0, &br->b))) return rc;
     if (is_default && br->log)
         term_printf(stderr,
-                "remat: no command given, so here is `remat bench` on a small GPT: the same\n"
-                "training step under each checkpointing strategy (see `remat --help`).\n");
+                    "remat: no command given, so here is `remat bench` on a small GPT: the same\n"
+                    "training step under each checkpointing strategy (see `remat --help`).\n");
     if (br->log) print_header(stderr, c, &br->m, br->threads);
     return REMAT_OK;
 }
@@ -681,7 +681,8 @@ static int bench_summarize(bench_run *br) {
         r[i].peak = (size_t)pk[0];
         r[i].rss_growth = (size_t)pk[1];
     }
-    for (int i = 0; i < n; i++) r[i].overhead = r[refi].step_ms > 0 ? r[i].step_ms / r[refi].step_ms : 0;
+    for (int i = 0; i < n; i++)
+        r[i].overhead = r[refi].step_ms > 0 ? r[i].step_ms / r[refi].step_ms : 0;
     for (int i = 0; i < n; i++) spread(r[i].times, c->reps, &r[i]);
     for (int i = 0; i < n; i++)
         r[i].noise = r[i].ms_q1 <= r[refi].ms_q3 && r[refi].ms_q1 <= r[i].ms_q3;
@@ -694,15 +695,12 @@ static void bench_report(const bench_run *br) {
     const config *c = br->c;
     const result *r = br->r;
     if (br->pd.rank > 0) return;
-    if (c->json)
-        print_json(c, &br->m, br->threads, br->r, &br->pl, br->pd.world, br->refi);
-    else if (c->csv)
-        print_csv(c, br->r);
-    else
-        print_table(c, &br->m, br->threads, br->r, br->refi, &br->pl);
+    if (c->json) print_json(c, &br->m, br->threads, br->r, &br->pl, br->pd.world, br->refi);
+    else if (c->csv) print_csv(c, br->r);
+    else print_table(c, &br->m, br->threads, br->r, br->refi, &br->pl);
     if (br->pd.pg && !c->json && !c->csv) {
-        printf("\n%d ranks (mpirun), batch %d per rank; memory: the max over ranks\n",
-               br->pd.world, c->batch);
+        printf("\n%d ranks (mpirun), batch %d per rank; memory: the max over ranks\n", br->pd.world,
+               c->batch);
         printf("strategy                all-reduce ms   after backward ms   hidden\n");
         for (int i = 0; i < br->n; i++) {
             if (!r[i].comm_n) continue;
@@ -747,11 +745,11 @@ static int bench_write_plots(bench_run *br, bool is_default) {
     bool wrote_header = false;
     const char *pareto_dir = c->out_dir ? c->out_dir : (c->sweep ? "out" : NULL);
     if (!br->pl.prof) pareto_dir = NULL;
-#define WROTE(p)                                                    \
-    do {                                                            \
-        if (!wrote_header) fprintf(msg, "\n");                      \
-        wrote_header = true;                                        \
-        fprintf(msg, "wrote %s\n", p);                              \
+#define WROTE(p)                                                                                   \
+    do {                                                                                           \
+        if (!wrote_header) fprintf(msg, "\n");                                                     \
+        wrote_header = true;                                                                       \
+        fprintf(msg, "wrote %s\n", p);                                                             \
     } while (0)
 #define FAILW(p) rc = remat_set_error(REMAT_EIO, "cannot write %s", p)
     if (c->out_dir) {
@@ -759,15 +757,19 @@ static int bench_write_plots(bench_run *br, bool is_default) {
             rc = remat_set_error(REMAT_EIO, "--out %s: cannot create the directory", c->out_dir);
         } else {
             if (!rc && join(path, sizeof path, c->out_dir, "tradeoff.svg")) {
-                if (svg_tradeoff(path, title, n, pts)) WROTE(path); else FAILW(path);
+                if (svg_tradeoff(path, title, n, pts)) WROTE(path);
+                else FAILW(path);
             }
             if (!rc && join(path, sizeof path, c->out_dir, "timeline.svg")) {
-                snprintf(title, sizeof title, "remat: memory during one training step, %s, %d layers%s",
+                snprintf(title, sizeof title,
+                         "remat: memory during one training step, %s, %d layers%s",
                          mm->kind == MODEL_GPT ? "GPT" : "MLP", mm->layers, ac);
-                if (svg_timeline(path, title, n, ts, labels)) WROTE(path); else FAILW(path);
+                if (svg_timeline(path, title, n, ts, labels)) WROTE(path);
+                else FAILW(path);
             }
             if (!rc && join(path, sizeof path, c->out_dir, "trace.json")) {
-                if (trace_write_chrome(path, n, ts, labels)) WROTE(path); else FAILW(path);
+                if (trace_write_chrome(path, n, ts, labels)) WROTE(path);
+                else FAILW(path);
             }
         }
     }
@@ -775,17 +777,21 @@ static int bench_write_plots(bench_run *br, bool is_default) {
         if (!util_mkdir_p(pareto_dir))
             rc = remat_set_error(REMAT_EIO, "cannot create the directory %s", pareto_dir);
         else if (join(path, sizeof path, pareto_dir, "pareto.svg")) {
-            if (write_pareto(path, c, mm, r, &br->pl)) WROTE(path); else FAILW(path);
+            if (write_pareto(path, c, mm, r, &br->pl)) WROTE(path);
+            else FAILW(path);
         }
     }
     if (!rc && c->svg_pareto) {
-        if (write_pareto(c->svg_pareto, c, mm, r, &br->pl)) WROTE(c->svg_pareto); else FAILW(c->svg_pareto);
+        if (write_pareto(c->svg_pareto, c, mm, r, &br->pl)) WROTE(c->svg_pareto);
+        else FAILW(c->svg_pareto);
     }
     if (!rc && c->svg) {
-        if (svg_tradeoff(c->svg, title, n, pts)) WROTE(c->svg); else FAILW(c->svg);
+        if (svg_tradeoff(c->svg, title, n, pts)) WROTE(c->svg);
+        else FAILW(c->svg);
     }
     if (!rc && c->trace) {
-        if (trace_write_chrome(c->trace, n, ts, labels)) WROTE(c->trace); else FAILW(c->trace);
+        if (trace_write_chrome(c->trace, n, ts, labels)) WROTE(c->trace);
+        else FAILW(c->trace);
     }
 #undef WROTE
 #undef FAILW
@@ -837,8 +843,10 @@ int cmd_bench(config *c, bool is_default) {
     } else {
         for (int i = 0; i < br.n; i++)
             if (!br.r[i].grads_equal) {
-                fprintf(stderr, "remat bench: gradients of %s differ from the un-checkpointed "
-                        "ones\n", c->strategies[i].name);
+                fprintf(stderr,
+                        "remat bench: gradients of %s differ from the un-checkpointed "
+                        "ones\n",
+                        c->strategies[i].name);
                 rc = REMAT_EDETERMINISM;
                 break;
             }

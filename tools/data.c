@@ -88,7 +88,9 @@ const char *task_name(const task *t) {
 
 /* ---- addition ------------------------------------------------------------------------ */
 /* One pair in ten is held out, independent of --seed. */
-static bool held_out(int a, int b) { return util_mix(0x5EEDull, (uint64_t)a, (uint64_t)b) % 10 == 0; }
+static bool held_out(int a, int b) {
+    return util_mix(0x5EEDull, (uint64_t)a, (uint64_t)b) % 10 == 0;
+}
 
 /* Fills s[0..n) with problems "a+b=c\n" from rng; ans[i] = 1 on answer
  * bytes, prob[i] = problem number of byte i. */

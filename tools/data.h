@@ -28,7 +28,7 @@ typedef struct task {
     int batch, context, width;
     uint64_t seed;
     int64_t row0; /* training rows are rows row0.. of the step's global batch (rank * batch) */
-    unsigned char *text; /* TASK_TEXT: the file */
+    unsigned char *text;    /* TASK_TEXT: the file */
     size_t text_len, split; /* [0, split) trains, [split, len) is held out */
 } task;
 
@@ -45,7 +45,7 @@ int task_eval_batch(const task *t, int i, batch *b);
 
 /* Evaluation of outputs (model_outputs) on a held-out batch. */
 typedef struct eval_result {
-    double loss_sum;      /* summed per-position loss (cross-entropy or squared error) */
+    double loss_sum; /* summed per-position loss (cross-entropy or squared error) */
     int64_t loss_n;
     int64_t tokens, tokens_ok;     /* answer (or all) positions, argmax-correct ones */
     int64_t problems, problems_ok; /* addition: complete problems, all answer bytes right */

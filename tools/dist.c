@@ -55,8 +55,7 @@ int prog_dist_attach(prog_dist *d, model *m, double bucket_mib, int accum) {
 
 static int zero_backward(void *ud, remat_tensor *loss) { return remat_zero_backward(ud, loss); }
 
-int prog_dist_attach_zero(prog_dist *d, model *m, double bucket_mib,
-                          const remat_optim_options *o) {
+int prog_dist_attach_zero(prog_dist *d, model *m, double bucket_mib, const remat_optim_options *o) {
     if (!d->pg) return remat_set_error(REMAT_EINVAL, "--zero: run under mpirun");
     remat_tensor **p = malloc(sizeof *p * (size_t)m->n_params);
     double *wd = malloc(sizeof *wd * (size_t)m->n_params);
@@ -66,7 +65,8 @@ int prog_dist_attach_zero(prog_dist *d, model *m, double bucket_mib,
         p[i] = m->params[i].t;
         wd[i] = m->params[i].decay ? o->weight_decay : 0.0; /* as make_optimizer's groups */
     }
-    remat_ddp_options dopt = {.bucket_bytes = bucket_mib > 0 ? (size_t)(bucket_mib * 1048576.0) : 0};
+    remat_ddp_options dopt = {.bucket_bytes =
+                                  bucket_mib > 0 ? (size_t)(bucket_mib * 1048576.0) : 0};
     if (!rc) rc = remat_zero_create(&d->zero, d->pg, m->n_params, p, wd, o, &dopt);
     free(p);
     free(wd);

@@ -50,8 +50,7 @@ int prog_dist_attach(prog_dist *d, model *m, double bucket_mib, int accum);
  * handles o->accum_steps itself); the caller then calls
  * remat_zero_step(d->zero, NULL) after each micro-batch's backward instead
  * of an optimizer. Matrices decay (o->weight_decay), the rest do not. */
-int prog_dist_attach_zero(prog_dist *d, model *m, double bucket_mib,
-                          const remat_optim_options *o);
+int prog_dist_attach_zero(prog_dist *d, model *m, double bucket_mib, const remat_optim_options *o);
 /* After a step: adds the last backward's communication figures. */
 void prog_dist_after_step(prog_dist *d);
 /* Mean over ranks of *v (no-op alone). */

@@ -49,7 +49,7 @@ void json_str(json *j, const char *key, const char *v); /* NULL: null */
 void json_bytes(json *j, const char *key, const void *p, size_t n);
 void json_int(json *j, const char *key, int64_t v);
 void json_uint(json *j, const char *key, uint64_t v);
-void json_num(json *j, const char *key, double v);                /* %.9g */
+void json_num(json *j, const char *key, double v);                 /* %.9g */
 void json_fixed(json *j, const char *key, double v, int decimals); /* %.<decimals>f */
 void json_bool(json *j, const char *key, bool v);
 void json_null(json *j, const char *key);

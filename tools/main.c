@@ -55,10 +55,8 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "train") || !strcmp(cmd, "bench")) {
         bool bench = cmd[0] == 'b';
-        if (bench)
-            args_defaults_bench(&c);
-        else
-            args_defaults_train(&c);
+        if (bench) args_defaults_bench(&c);
+        else args_defaults_train(&c);
         int rc = args_parse(&c, bench ? CMD_BENCH : CMD_TRAIN, argc, argv, 2);
         if (rc) return rc < 0 ? 0 : rc;
         if (bench) stop_signals_default();

@@ -8,9 +8,9 @@
 
 #include "remat/autocast.h"
 
-#define TRY(expr)                                  \
-    do {                                           \
-        if ((rc = (expr)) != REMAT_OK) goto done;  \
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        if ((rc = (expr)) != REMAT_OK) goto done;                                                  \
     } while (0)
 
 static const double LN_EPS = 1e-5;
@@ -31,8 +31,7 @@ static int new_param(model *m, const char *name, int ndim, const int64_t *shape,
     int rc;
     if (init == INIT_NORMAL)
         rc = remat_rand_normal(&t, ndim, shape, 0.0, std, REMAT_F32, m->device);
-    else
-        rc = remat_full(&t, ndim, shape, init == INIT_ONES ? 1.0 : 0.0, REMAT_F32, m->device);
+    else rc = remat_full(&t, ndim, shape, init == INIT_ONES ? 1.0 : 0.0, REMAT_F32, m->device);
     if (!rc) rc = remat_set_requires_grad(t, true);
     if (!rc) rc = remat_set_name(t, name);
     if (rc) {
@@ -63,19 +62,19 @@ static int init_gpt(model *m) {
         gpt_block_weight_specs(C, sp);
         for (int i = 0; i < GPT_BLOCK_N_WEIGHTS; i++) {
             const bool matrix = sp[i].kind == GPT_W_MATRIX; /* normal, decayed */
-            const int init = matrix ? INIT_NORMAL : sp[i].kind == GPT_W_GAIN ? INIT_ONES : INIT_ZEROS;
+            const int init = matrix                     ? INIT_NORMAL
+                             : sp[i].kind == GPT_W_GAIN ? INIT_ONES
+                                                        : INIT_ZEROS;
             snprintf(nm, sizeof nm, "h.%d.%s", l, sp[i].name);
-            TRY(new_param(m, nm, sp[i].ndim, sp[i].shape, init,
-                          sp[i].residual_out ? proj_std : std, matrix,
-                          gpt_block_weight_slot(b, i)));
+            TRY(new_param(m, nm, sp[i].ndim, sp[i].shape, init, sp[i].residual_out ? proj_std : std,
+                          matrix, gpt_block_weight_slot(b, i)));
         }
     }
     TRY(new_param(m, "ln_f.w", 1, (int64_t[]){C}, INIT_ONES, 0, false, &m->lnf_w));
     TRY(new_param(m, "ln_f.b", 1, (int64_t[]){C}, INIT_ZEROS, 0, false, &m->lnf_b));
     if (m->untied)
         TRY(new_param(m, "head", 2, (int64_t[]){V, C}, INIT_NORMAL, std, true, &m->head));
-    else
-        m->head = m->wte;
+    else m->head = m->wte;
 
     rc = gpt_causal_mask(&m->mask, T, m->device); /* 1 where key j > query i */
 done:
@@ -184,8 +183,10 @@ static int gpt_block_fn(void *user_data, remat_tensor *const *inputs, int n_inpu
         return remat_set_error(REMAT_EINVAL, "gpt block: expected 1 input and 1 output");
     block_ctx *bc = user_data;
     const model *m = bc->m;
-    gpt_block_config cfg = {.heads = m->heads, .mask = m->attn_ops ? m->mask : NULL,
-                            .gelu = REMAT_GELU_TANH, .tags = true};
+    gpt_block_config cfg = {.heads = m->heads,
+                            .mask = m->attn_ops ? m->mask : NULL,
+                            .gelu = REMAT_GELU_TANH,
+                            .tags = true};
     return gpt_block_forward(&m->gblocks[bc->layer], &cfg, inputs[0], &outputs[0]);
 }
 
@@ -321,7 +322,7 @@ int model_loss(model *m, const strategy *s, const batch *b, remat_tensor **loss)
 }
 
 static int model_profile_chain_run(model *m, const batch *b, const remat_profile_options *opts,
-                        remat_profile **out) {
+                                   remat_profile **out) {
     *out = NULL;
     remat_tensor *x = NULL;
     remat_stage *st = malloc(sizeof *st * (size_t)m->layers);
@@ -361,15 +362,14 @@ static int head_stage(void *ud, remat_tensor *const *in, int n_in, remat_tensor 
     return head(o->m, in[0], o->b, true, out);
 }
 
-static int embed_stage(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
-                       int n_out) {
+static int embed_stage(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
     (void)in, (void)n_in, (void)n_out;
     outside_ctx *o = ud;
     return embed(o->m, o->b, out);
 }
 
 static int model_profile_step_run(model *m, const batch *b, bool grads_kept, remat_profile **chain,
-                       remat_step_profile *step) {
+                                  remat_step_profile *step) {
     *chain = NULL;
     memset(step, 0, sizeof *step);
     remat_tensor *x = NULL;

@@ -77,8 +77,8 @@ struct model {
     int64_t n_weights; /* total number of parameter elements */
     /* GPT */
     remat_tensor *wte, *wpe, *lnf_w, *lnf_b, *head; /* head == wte when tied */
-    gpt_block_weights *gblocks; /* borrowed from params */
-    remat_tensor *mask; /* (T, T) i64, 1 above the diagonal */
+    gpt_block_weights *gblocks;                     /* borrowed from params */
+    remat_tensor *mask;                             /* (T, T) i64, 1 above the diagonal */
     /* MLP */
     mlp_block *mblocks;
     remat_tensor *min_w, *min_b, *mhead_w, *mhead_b;

@@ -39,12 +39,8 @@ static int store(const opt_row *r, void *target, const char *val, char *err, siz
     long lv = 0;
     double dv = 0;
     switch (r->kind) {
-    case OPT_FLAG:
-        *(bool *)field = true;
-        return 0;
-    case OPT_STR:
-        *(const char **)field = val;
-        return 0;
+    case OPT_FLAG: *(bool *)field = true; return 0;
+    case OPT_STR: *(const char **)field = val; return 0;
     case OPT_CHOICE: {
         int idx = choice_index(r->choices, val);
         if (idx < 0) {
@@ -73,8 +69,8 @@ static int store(const opt_row *r, void *target, const char *val, char *err, siz
         return 0;
     case OPT_NUM:
     case OPT_POSNUM: {
-        bool ok = util_parse_double(val, &dv) &&
-                  (r->kind == OPT_NUM ? dv >= r->lo : dv > r->lo) && dv <= r->hi;
+        bool ok = util_parse_double(val, &dv) && (r->kind == OPT_NUM ? dv >= r->lo : dv > r->lo) &&
+                  dv <= r->hi;
         if (!ok) {
             snprintf(err, n, "bad value for '%s': expected a number %s %g", r->name,
                      r->kind == OPT_NUM ? ">=" : ">", r->lo);
@@ -87,8 +83,8 @@ static int store(const opt_row *r, void *target, const char *val, char *err, siz
     return 0;
 }
 
-int opt_parse(const opt_table *t, unsigned cmd_bit, void *target, int argc, char **argv,
-              int first, char *err, size_t n) {
+int opt_parse(const opt_table *t, unsigned cmd_bit, void *target, int argc, char **argv, int first,
+              char *err, size_t n) {
     for (int i = first; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;

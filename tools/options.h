@@ -31,13 +31,13 @@ typedef enum opt_kind {
 } opt_kind;
 
 typedef struct opt_row {
-    const char *name;    /* "--layers" */
-    const char *meta;    /* "N" after the name in the usage; NULL: none */
+    const char *name; /* "--layers" */
+    const char *meta; /* "N" after the name in the usage; NULL: none */
     opt_kind kind;
-    unsigned cmds;       /* bit mask of the commands that accept the flag */
-    int section;         /* index into the table's sections */
-    size_t off, size;    /* the field the value goes to */
-    bool has_set;        /* also set the bool at set_off to true when given */
+    unsigned cmds;    /* bit mask of the commands that accept the flag */
+    int section;      /* index into the table's sections */
+    size_t off, size; /* the field the value goes to */
+    bool has_set;     /* also set the bool at set_off to true when given */
     size_t set_off;
     double lo, hi;       /* numeric bounds */
     long bare;           /* OPT_OPTINT: the value of the bare flag */
@@ -64,8 +64,8 @@ typedef struct opt_table {
  * error, with a message in err[n] ("unknown option '--x'", "bad value for
  * '--layers': expected an integer in [1, 4096]", ...). On an error the
  * fields parsed before it keep their new values. */
-int opt_parse(const opt_table *t, unsigned cmd_bit, void *target, int argc, char **argv,
-              int first, char *err, size_t n);
+int opt_parse(const opt_table *t, unsigned cmd_bit, void *target, int argc, char **argv, int first,
+              char *err, size_t n);
 
 /* Prints the flags of command `cmd_bit`, section by section (in the table's
  * order; sections without such a flag are left out), 80 columns wide. */

@@ -30,7 +30,7 @@ int sample_pick(const float *logits, int v, double temperature, int top_k, int *
     for (int i = 0; i < v; i++) {
         if (isnan(logits[i]) || logits[i] == INFINITY)
             return remat_set_error(REMAT_EINVAL, "sample: the model's logits are not finite "
-                                   "(a diverged run?)");
+                                                 "(a diverged run?)");
         r[i] = (ranked){logits[i], i};
     }
     qsort(r, (size_t)v, sizeof *r, by_logit);
@@ -66,8 +66,10 @@ static int load_gpt(config *c, model *m) {
     saved_state s;
     int rc = savefile_read(c->resume, &s);
     if (!rc && s.model != MODEL_GPT)
-        rc = remat_set_error(REMAT_EINVAL, "--resume %s: the file holds an MLP; remat sample "
-                             "needs a GPT (remat train --model gpt)", c->resume);
+        rc = remat_set_error(REMAT_EINVAL,
+                             "--resume %s: the file holds an MLP; remat sample "
+                             "needs a GPT (remat train --model gpt)",
+                             c->resume);
     if (!rc) {
         savefile_model_config(&s, c);
         if (c->width % c->heads != 0 || s.vocab != GPT_VOCAB)

@@ -1,8 +1,8 @@
 /* tools/savefile.c — the --save / --resume file (see savefile.h, docs/file-format.md). */
 #include "savefile.h"
 
-#include "util.h"
 #include "remat/savefile.h"
+#include "util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -206,12 +206,13 @@ int savefile_write(const char *path, const config *c, const task *t, const model
     struct stat tst;
     if (lstat(path, &tst) == 0 && !S_ISREG(tst.st_mode)) {
         free(b.p);
-        return remat_set_error(REMAT_EIO, "--save %s: is %s; --save writes regular files only",
-                               path, S_ISLNK(tst.st_mode) ? "a symbolic link"
-                                     : S_ISDIR(tst.st_mode) ? "a directory"
-                                     : S_ISFIFO(tst.st_mode) ? "a FIFO"
-                                     : S_ISCHR(tst.st_mode) || S_ISBLK(tst.st_mode) ? "a device"
-                                                                                     : "not a regular file");
+        return remat_set_error(
+            REMAT_EIO, "--save %s: is %s; --save writes regular files only", path,
+            S_ISLNK(tst.st_mode)                           ? "a symbolic link"
+            : S_ISDIR(tst.st_mode)                         ? "a directory"
+            : S_ISFIFO(tst.st_mode)                        ? "a FIFO"
+            : S_ISCHR(tst.st_mode) || S_ISBLK(tst.st_mode) ? "a device"
+                                                           : "not a regular file");
     }
     remove_stale_temporaries(path);
     /* temp file in the target's directory, so rename() is atomic */
@@ -308,11 +309,11 @@ static void take_header(saved_state *s, const remat_savefile_header *h) {
 static int check_header(const saved_state *s, const char *path, uint64_t size) {
     const char *bad = NULL;
     uint64_t v = 0, lim = 0;
-#define LIMIT(field, max)                                                                         \
-    if (!bad && (s->field == 0 || s->field > (uint64_t)(max))) {                                 \
-        bad = #field;                                                                             \
-        v = s->field;                                                                             \
-        lim = (uint64_t)(max);                                                                    \
+#define LIMIT(field, max)                                                                          \
+    if (!bad && (s->field == 0 || s->field > (uint64_t)(max))) {                                   \
+        bad = #field;                                                                              \
+        v = s->field;                                                                              \
+        lim = (uint64_t)(max);                                                                     \
     }
     LIMIT(layers, ARGS_MAX_LAYERS)
     LIMIT(width, ARGS_MAX_WIDTH)
@@ -321,20 +322,24 @@ static int check_header(const saved_state *s, const char *path, uint64_t size) {
     LIMIT(batch, ARGS_MAX_BATCH)
 #undef LIMIT
     if (bad)
-        return remat_set_error(REMAT_EFORMAT, "--resume %s: corrupt header: %s %llu is outside "
-                               "1..%llu (the --%s limit)", path, bad, (unsigned long long)v,
-                               (unsigned long long)lim, bad);
+        return remat_set_error(REMAT_EFORMAT,
+                               "--resume %s: corrupt header: %s %llu is outside "
+                               "1..%llu (the --%s limit)",
+                               path, bad, (unsigned long long)v, (unsigned long long)lim, bad);
     if (s->model > 1 || s->optim > 1 || s->untied > 1 || s->step < 0 || s->optim_t < 0 ||
         s->task > 2 || s->accum > (1u << 20) || s->warmup > 1000000000u || !(s->min_lr >= 0) ||
         !(s->clip >= 0) || !(s->lr >= 0))
-        return remat_set_error(REMAT_EFORMAT, "--resume %s: corrupt header (impossible model "
-                               "settings)", path);
+        return remat_set_error(REMAT_EFORMAT,
+                               "--resume %s: corrupt header (impossible model "
+                               "settings)",
+                               path);
     uint64_t min_bytes = (uint64_t)s->layers * s->width * s->width * 4u;
     if (s->model == MODEL_GPT) min_bytes += (uint64_t)s->context * s->width * 4u;
     if (min_bytes > size || (uint64_t)s->n_tensors * 21u > size)
-        return remat_set_error(REMAT_EFORMAT, "--resume %s: corrupt header: %u layers of width "
-                               "%u%s and %u tensors cannot fit in a file of %llu bytes", path,
-                               s->layers, s->width, s->model == MODEL_GPT ? " (GPT)" : "",
+        return remat_set_error(REMAT_EFORMAT,
+                               "--resume %s: corrupt header: %u layers of width "
+                               "%u%s and %u tensors cannot fit in a file of %llu bytes",
+                               path, s->layers, s->width, s->model == MODEL_GPT ? " (GPT)" : "",
                                s->n_tensors, (unsigned long long)size);
     return REMAT_OK;
 }
@@ -354,8 +359,10 @@ static int read_full(int fd, unsigned char *p, size_t n) {
 int savefile_read(const char *path, saved_state *s) {
     memset(s, 0, sizeof *s);
     if (!host_little_endian())
-        return remat_set_error(REMAT_EUNSUPPORTED, "--resume %s: big-endian hosts are not "
-                               "supported", path);
+        return remat_set_error(REMAT_EUNSUPPORTED,
+                               "--resume %s: big-endian hosts are not "
+                               "supported",
+                               path);
     /* only a regular file (a FIFO must not block the open) */
     int fd = util_open_regular(path, "--resume");
     if (fd < 0) return REMAT_EIO;
@@ -396,8 +403,10 @@ int savefile_read(const char *path, saved_state *s) {
     close(fd);
     if (got != 0) {
         savefile_free(s);
-        return remat_set_error(REMAT_EIO, "--resume %s: read error (the file changed while it "
-                               "was read?)", path);
+        return remat_set_error(REMAT_EIO,
+                               "--resume %s: read error (the file changed while it "
+                               "was read?)",
+                               path);
     }
     s->size = size;
     remat_saved_record *recs = NULL;
@@ -426,10 +435,10 @@ int savefile_read(const char *path, saved_state *s) {
     return REMAT_OK;
 }
 
-#define MISMATCH(flag, have, want)                                                            \
-    remat_set_error(REMAT_EINVAL,                                                             \
-                    "--resume %s: " flag " %lld does not match the saved run's %lld (leave "  \
-                    "it out to continue with the saved value)",                               \
+#define MISMATCH(flag, have, want)                                                                 \
+    remat_set_error(REMAT_EINVAL,                                                                  \
+                    "--resume %s: " flag " %lld does not match the saved run's %lld (leave "       \
+                    "it out to continue with the saved value)",                                    \
                     path, (long long)(have), (long long)(want))
 
 void savefile_model_config(const saved_state *s, config *c) {
@@ -448,19 +457,23 @@ int savefile_merge_config(const saved_state *s, const char *path, config *c) {
         return remat_set_error(REMAT_EINVAL, "--resume %s: --model %s does not match the saved %s",
                                path, c->model == MODEL_GPT ? "gpt" : "mlp",
                                s->model == MODEL_GPT ? "gpt" : "mlp");
-    if (c->set_layers && (uint32_t)c->layers != s->layers) return MISMATCH("--layers", c->layers, s->layers);
-    if (c->set_width && (uint32_t)c->width != s->width) return MISMATCH("--width", c->width, s->width);
-    if (c->set_heads && (uint32_t)c->heads != s->heads) return MISMATCH("--heads", c->heads, s->heads);
+    if (c->set_layers && (uint32_t)c->layers != s->layers)
+        return MISMATCH("--layers", c->layers, s->layers);
+    if (c->set_width && (uint32_t)c->width != s->width)
+        return MISMATCH("--width", c->width, s->width);
+    if (c->set_heads && (uint32_t)c->heads != s->heads)
+        return MISMATCH("--heads", c->heads, s->heads);
     if (c->set_context && (uint32_t)c->context != s->context)
         return MISMATCH("--context", c->context, s->context);
-    if (c->set_batch && (uint32_t)c->batch != s->batch) return MISMATCH("--batch", c->batch, s->batch);
+    if (c->set_batch && (uint32_t)c->batch != s->batch)
+        return MISMATCH("--batch", c->batch, s->batch);
     if (c->set_seed && c->seed != s->seed) return MISMATCH("--seed", c->seed, s->seed);
     if (c->set_untied && (uint32_t)c->untied != s->untied)
         return remat_set_error(REMAT_EINVAL, "--resume %s: --untied does not match the saved model",
                                path);
     if (c->set_optim && (uint32_t)c->optim != s->optim)
-        return remat_set_error(REMAT_EINVAL, "--resume %s: --optim does not match the saved optimizer",
-                               path);
+        return remat_set_error(REMAT_EINVAL,
+                               "--resume %s: --optim does not match the saved optimizer", path);
     savefile_model_config(s, c);
     c->seed = s->seed;
     /* hyperparameters given on the command line win: changing the learning rate
@@ -507,7 +520,8 @@ static const saved_tensor *find(const saved_state *s, const char *prefix, const 
     size_t pl = strlen(prefix), nl = strlen(name);
     for (uint32_t i = 0; i < s->n_tensors; i++) {
         const saved_tensor *t = &s->tensors[i];
-        if (t->name_len == pl + nl && !memcmp(t->name, prefix, pl) && !memcmp(t->name + pl, name, nl))
+        if (t->name_len == pl + nl && !memcmp(t->name, prefix, pl) &&
+            !memcmp(t->name + pl, name, nl))
             return t;
     }
     return NULL;
@@ -523,8 +537,9 @@ static int load_into(const saved_state *s, const char *path, const char *prefix,
     for (uint32_t d = 0; ok && d < t->ndim; d++) ok = t->shape[d] == remat_size(dst, (int)d);
     if (!ok) {
         char want[64];
-        return remat_set_error(REMAT_EFORMAT, "--resume %s: tensor %s%s has the wrong shape (model "
-                                              "expects %s)",
+        return remat_set_error(REMAT_EFORMAT,
+                               "--resume %s: tensor %s%s has the wrong shape (model "
+                               "expects %s)",
                                path, prefix, name, remat_describe(dst, want, sizeof want));
     }
     memcpy(remat_data(dst), t->data, (size_t)t->nbytes);
@@ -558,8 +573,9 @@ int savefile_restore(const saved_state *s, const char *path, model *m, remat_opt
     rc = remat_optim_set_updates(o, s->optim_t);
     if (rc) return remat_set_error(rc, "--resume %s: %s", path, remat_last_error());
     rc = remat_rng_set_state(REMAT_DEVICE_CPU, s->rng);
-    if (rc) return remat_set_error(rc, "--resume %s: the saved RNG state: %s", path,
-                                   remat_last_error());
+    if (rc)
+        return remat_set_error(rc, "--resume %s: the saved RNG state: %s", path,
+                               remat_last_error());
     *step = s->step;
     return REMAT_OK;
 }

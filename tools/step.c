@@ -19,8 +19,8 @@ void step_set_backward(step_backward_fn fn, void *user_data) {
     g_backward_ud = user_data;
 }
 
-int step_run(model *m, const strategy *s, const batch *b, remat_optimizer *o, trace *tr, step_report *rep,
-             double *loss) {
+int step_run(model *m, const strategy *s, const batch *b, remat_optimizer *o, trace *tr,
+             step_report *rep, double *loss) {
     remat_tensor *l = NULL;
     int rc = REMAT_OK;
     if (rep) {

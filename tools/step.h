@@ -22,8 +22,8 @@ void step_report_free(step_report *r);
  * drops the gradients then). tr (may be NULL) gets the phase marks; rep (may be
  * NULL) gets the residual reports of the forward and of the backward.
  * *loss gets the loss value. */
-int step_run(model *m, const strategy *s, const batch *b, remat_optimizer *o, trace *tr, step_report *rep,
-             double *loss);
+int step_run(model *m, const strategy *s, const batch *b, remat_optimizer *o, trace *tr,
+             step_report *rep, double *loss);
 
 /* The backward step_run runs on the loss: fn (data parallelism: DDP's,
  * tools/dist.c) or, with NULL, remat_backward_scalar. */

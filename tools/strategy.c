@@ -65,9 +65,12 @@ static bool parse_policy(const char *val, strategy *s, char *err, size_t n) {
         const char *word;
         sac_policy_kind kind;
         bool names;
-    } kinds[] = {{"dots", SAC_DOTS, false},        {"nothing", SAC_NOTHING, false},
-                 {"everything", SAC_EVERYTHING, false}, {"names", SAC_NAMES, true},
-                 {"all-but", SAC_ALL_BUT, true},   {"except", SAC_EXCEPT, true}};
+    } kinds[] = {{"dots", SAC_DOTS, false},
+                 {"nothing", SAC_NOTHING, false},
+                 {"everything", SAC_EVERYTHING, false},
+                 {"names", SAC_NAMES, true},
+                 {"all-but", SAC_ALL_BUT, true},
+                 {"except", SAC_EXCEPT, true}};
     char msg[512];
     if (!val) val = "dots";
     if (!*val) {
@@ -175,8 +178,9 @@ bool strategy_parse(const char *text, bool reentrant, strategy *s, char *err, si
             return perr(err, n_err, "bad size in budget=SIZE (too long)");
         if (strchr(val, '%')) {
             if (!parse_percent(val, &r.budget_pct))
-                return perr(err, n_err,
-                            "bad size in budget=P%: P must be a number in (0, 100], e.g. budget=40%");
+                return perr(
+                    err, n_err,
+                    "bad size in budget=P%: P must be a number in (0, 100], e.g. budget=40%");
         } else {
             /* strict: digits first, no spaces (remat_parse_bytes would allow them) */
             size_t bytes = 0;
@@ -280,10 +284,8 @@ int strategy_step_range(const remat_profile *prof, const remat_step_profile *ste
 
 /* "budget=12.35MiB": rounded up, so that what we suggest is feasible. */
 static void size_at_least(char *buf, size_t n, double bytes) {
-    if (bytes < MIB)
-        snprintf(buf, n, "%.0fKiB", ceil(bytes / 1024.0));
-    else
-        snprintf(buf, n, "%.2fMiB", ceil(bytes / MIB * 100.0) / 100.0);
+    if (bytes < MIB) snprintf(buf, n, "%.0fKiB", ceil(bytes / 1024.0));
+    else snprintf(buf, n, "%.2fMiB", ceil(bytes / MIB * 100.0) / 100.0);
 }
 
 int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profile *step) {
@@ -316,8 +318,8 @@ int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profi
                                "%s; %s %s without checkpointing, so the smallest feasible "
                                "budget is %s=%s (or %s=%.0f%%)",
                                msg, whole ? "the step needs" : "the blocks need",
-                               util_fmt_bytes((double)store_all, sa, sizeof sa), key, at_least,
-                               key, pct > 100 ? 100 : pct);
+                               util_fmt_bytes((double)store_all, sa, sizeof sa), key, at_least, key,
+                               pct > 100 ? 100 : pct);
     }
     if (!rc) s->covers_all = s->budget >= store_all;
     return rc;
@@ -356,10 +358,8 @@ static void structure_level(const remat_plan *p, const int *next, int i, int end
                 j = next[j];
                 lastk = p->nodes[j].first;
             }
-            if (lastk > nd->first)
-                util_str_printf(o, "%d-%d", nd->first, lastk);
-            else
-                util_str_printf(o, "%d", nd->first);
+            if (lastk > nd->first) util_str_printf(o, "%d-%d", nd->first, lastk);
+            else util_str_printf(o, "%d", nd->first);
             i = next[j];
         } else {
             util_str_printf(o, "[ckpt %d-%d: ", nd->first, nd->last);
@@ -430,8 +430,8 @@ static int run_selective(const strategy *s, int n, block_fn fn, void *const *ud,
     remat_policy *pol = NULL;
     int rc = strategy_make_policy(s, &pol);
     if (rc) return rc;
-    remat_sac_config cfg = {.policy = pol, .allow_cache_entry_mutation = false,
-                            .stats = s->sac_stats};
+    remat_sac_config cfg = {
+        .policy = pol, .allow_cache_entry_mutation = false, .stats = s->sac_stats};
     remat_checkpoint_options o;
     memset(&o, 0, sizeof o);
     o.use_reentrant = REMAT_OPT_FALSE;

@@ -40,12 +40,12 @@ typedef enum strategy_kind {
 
 /* selective=POLICY: which remat_policy preset runs */
 typedef enum sac_policy_kind {
-    SAC_DOTS = 0,       /* remat_policy_dots_saveable: matmul/linear outputs */
-    SAC_NAMES,          /* remat_policy_save_only_these_names */
-    SAC_ALL_BUT,        /* remat_policy_save_any_names_but_these: every tag but these */
-    SAC_EXCEPT,         /* remat_policy_save_anything_except_these_names: every op but these tags */
-    SAC_NOTHING,        /* remat_policy_nothing_saveable: a plain checkpoint */
-    SAC_EVERYTHING      /* remat_policy_everything_saveable: no recomputation */
+    SAC_DOTS = 0,  /* remat_policy_dots_saveable: matmul/linear outputs */
+    SAC_NAMES,     /* remat_policy_save_only_these_names */
+    SAC_ALL_BUT,   /* remat_policy_save_any_names_but_these: every tag but these */
+    SAC_EXCEPT,    /* remat_policy_save_anything_except_these_names: every op but these tags */
+    SAC_NOTHING,   /* remat_policy_nothing_saveable: a plain checkpoint */
+    SAC_EVERYTHING /* remat_policy_everything_saveable: no recomputation */
 } sac_policy_kind;
 
 #define SAC_MAX_NAMES 16
@@ -53,21 +53,21 @@ typedef enum sac_policy_kind {
 
 typedef struct strategy {
     strategy_kind kind;
-    int segments;       /* sequential=N */
-    uint64_t budget;    /* budget=SIZE, in bytes (budget=P%: set by strategy_plan) */
-    double budget_pct;  /* budget=P%: P, a share of the chain's un-checkpointed peak; 0 else */
-    bool reentrant;     /* --reentrant (never for budget: plans run non-reentrant) */
-    bool blocks_only;   /* blocks-budget=SIZE: the budget bounds the blocks' share only */
-    bool covers_all;    /* budget: set by strategy_plan when SIZE is at or above what the
+    int segments;      /* sequential=N */
+    uint64_t budget;   /* budget=SIZE, in bytes (budget=P%: set by strategy_plan) */
+    double budget_pct; /* budget=P%: P, a share of the chain's un-checkpointed peak; 0 else */
+    bool reentrant;    /* --reentrant (never for budget: plans run non-reentrant) */
+    bool blocks_only;  /* blocks-budget=SIZE: the budget bounds the blocks' share only */
+    bool covers_all;   /* budget: set by strategy_plan when SIZE is at or above what the
                            step (blocks) needs without checkpointing: nothing is checkpointed */
-    char policy[192];   /* selective: canonical POLICY, e.g. "dots", "names:qkv+attn_out" */
-    sac_policy_kind sac_kind;                     /* selective */
-    int n_sac_names;                              /* selective names/all-but/except */
+    char policy[192];  /* selective: canonical POLICY, e.g. "dots", "names:qkv+attn_out" */
+    sac_policy_kind sac_kind; /* selective */
+    int n_sac_names;          /* selective names/all-but/except */
     char sac_names[SAC_MAX_NAMES][SAC_NAME_LEN];
     char budget_text[40]; /* budget=SIZE: SIZE as given ("64MiB", "40%") */
-    char name[224];     /* canonical text, e.g. "sequential=2", "block(reentrant)", "budget=64MiB",
+    char name[224];   /* canonical text, e.g. "sequential=2", "block(reentrant)", "budget=64MiB",
                          * "selective=names:qkv+attn_out" */
-    remat_plan *plan;   /* budget: made by strategy_plan, freed by strategy_free */
+    remat_plan *plan; /* budget: made by strategy_plan, freed by strategy_free */
     /* selective: counters the regions add to while this is non-NULL (the
      * caller's storage, which must outlive the step's backward) */
     remat_sac_stats *sac_stats;
@@ -98,8 +98,8 @@ bool strategy_available(const strategy *s, char *err, size_t n_err);
 bool strategy_check_tags(const strategy *s, int n, const char *const *tags, const char *model,
                          char *err, size_t n_err);
 /* The valid selective policies, for messages. */
-#define SAC_POLICY_HELP                                                                     \
-    "dots (matmul/linear outputs, the default), names:A+B (only these tags), all-but:A+B " \
+#define SAC_POLICY_HELP                                                                            \
+    "dots (matmul/linear outputs, the default), names:A+B (only these tags), all-but:A+B "         \
     "(every tag but these), except:A+B (every op but these tags), nothing, everything"
 /* selective: a new reference to the policy s names. */
 int strategy_make_policy(const strategy *s, remat_policy **out);

@@ -154,8 +154,7 @@ bool svg_timeline(const char *path, const char *title, int n, const trace *const
                         "step's start), %.1f ms traced",
                         ML + 170, y0 - 6, pk, act, tr->t_end * 1e3);
         if (tr->n_recomputed_blocks)
-            util_str_printf(&o, ", %lld block runs recomputed",
-                            (long long)tr->n_recomputed_blocks);
+            util_str_printf(&o, ", %lld block runs recomputed", (long long)tr->n_recomputed_blocks);
         util_str_printf(&o, "</text>\n");
         util_str_printf(&o,
                         "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" "
@@ -187,8 +186,10 @@ bool svg_timeline(const char *path, const char *title, int n, const trace *const
         if (cend >= cols) cend = cols - 1;
         double last = (double)tr->start_current;
         size_t ei = 0;
-        util_str_printf(&o, "<path fill=\"#93c5fd\" fill-opacity=\"0.55\" stroke=\"#1d4ed8\" "
-                            "stroke-width=\"1.2\" d=\"M%.1f,%.2f", ML, y0 + PH);
+        util_str_printf(&o,
+                        "<path fill=\"#93c5fd\" fill-opacity=\"0.55\" stroke=\"#1d4ed8\" "
+                        "stroke-width=\"1.2\" d=\"M%.1f,%.2f",
+                        ML, y0 + PH);
         for (int c = 0; c <= cend; c++) {
             double v = colv[c] >= 0 ? colv[c] : last;
             /* level after this column's events, carried into empty columns */
@@ -200,16 +201,18 @@ bool svg_timeline(const char *path, const char *title, int n, const trace *const
         /* x axis */
         for (double t = 0; t <= tmax * 1e3 + 1e-9; t += tstep) {
             double x = ML + pw * t / (tmax * 1e3);
-            util_str_printf(&o,
-                            "<line x1=\"%.2f\" y1=\"%.0f\" x2=\"%.2f\" y2=\"%.0f\" stroke=\"#888\"/>"
-                            "<text x=\"%.2f\" y=\"%.0f\" text-anchor=\"middle\" font-size=\"10\">"
-                            "%g</text>\n",
-                            x, y0 + PH, x, y0 + PH + 4, x, y0 + PH + 15, t);
+            util_str_printf(
+                &o,
+                "<line x1=\"%.2f\" y1=\"%.0f\" x2=\"%.2f\" y2=\"%.0f\" stroke=\"#888\"/>"
+                "<text x=\"%.2f\" y=\"%.0f\" text-anchor=\"middle\" font-size=\"10\">"
+                "%g</text>\n",
+                x, y0 + PH, x, y0 + PH + 4, x, y0 + PH + 15, t);
         }
     }
     free(colv);
-    util_str_printf(&o, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">time in the step (ms)"
-                        "</text>\n</svg>\n",
+    util_str_printf(&o,
+                    "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">time in the step (ms)"
+                    "</text>\n</svg>\n",
                     ML + pw / 2, H - 8);
     return write_file(path, &o);
 }
@@ -232,8 +235,9 @@ bool svg_tradeoff(const char *path, const char *title, int n, const tradeoff_poi
     header(&o, W, H);
     util_str_printf(&o, "<text x=\"%.0f\" y=\"26\" font-size=\"16\" font-weight=\"bold\">", ML);
     esc(&o, title);
-    util_str_printf(&o, "</text>\n<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" "
-                        "fill=\"#fafafa\" stroke=\"#bbb\"/>\n",
+    util_str_printf(&o,
+                    "</text>\n<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" "
+                    "fill=\"#fafafa\" stroke=\"#bbb\"/>\n",
                     ML, MT, pw, ph);
     for (double v = 0; v <= ymax + 1; v += ys) {
         double y = MT + ph - ph * v / ymax;
@@ -305,9 +309,10 @@ bool svg_tradeoff(const char *path, const char *title, int n, const tradeoff_poi
         esc(&o, text);
         util_str_printf(&o, "</text>\n");
     }
-    util_str_printf(&o, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#555\" font-size=\"11\">bars: from "
-                        "the memory held before the step (parameters, batch) to the peak"
-                        "</text>\n</svg>\n",
+    util_str_printf(&o,
+                    "<text x=\"%.0f\" y=\"%.0f\" fill=\"#555\" font-size=\"11\">bars: from "
+                    "the memory held before the step (parameters, batch) to the peak"
+                    "</text>\n</svg>\n",
                     ML + 6, MT + 16);
     return write_file(path, &o);
 }
@@ -319,17 +324,21 @@ static void pareto_marker(util_str *o, pareto_kind k, double x, double y, double
     const char *c = PARETO_COLOR[k];
     switch (k) {
     case PARETO_PLANNED:
-        util_str_printf(o, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"%.1f\" fill=\"%s\" "
-                           "stroke=\"white\" stroke-width=\"1\"/>\n", x, y, r, c);
+        util_str_printf(o,
+                        "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"%.1f\" fill=\"%s\" "
+                        "stroke=\"white\" stroke-width=\"1\"/>\n",
+                        x, y, r, c);
         break;
     case PARETO_UNIFORM:
-        util_str_printf(o, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.1f\" height=\"%.1f\" "
-                           "fill=\"%s\" stroke=\"white\" stroke-width=\"1\"/>\n",
+        util_str_printf(o,
+                        "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.1f\" height=\"%.1f\" "
+                        "fill=\"%s\" stroke=\"white\" stroke-width=\"1\"/>\n",
                         x - r, y - r, 2 * r, 2 * r, c);
         break;
     case PARETO_NONE:
-        util_str_printf(o, "<path d=\"M%.2f,%.2f L%.2f,%.2f L%.2f,%.2f L%.2f,%.2f Z\" "
-                           "fill=\"%s\"/>\n",
+        util_str_printf(o,
+                        "<path d=\"M%.2f,%.2f L%.2f,%.2f L%.2f,%.2f L%.2f,%.2f Z\" "
+                        "fill=\"%s\"/>\n",
                         x, y - 1.4 * r, x + 1.4 * r, y, x, y + 1.4 * r, x - 1.4 * r, y, c);
         break;
     default:
@@ -381,8 +390,8 @@ bool svg_pareto(const char *path, const char *title, const char *subtitle, int n
     double x0, x1, xs, y0, y1, ys;
     axis_range(xmin, xmax, 8, &x0, &x1, &xs);
     axis_range(ymin, ymax, 6, &y0, &y1, &ys);
-#define PX(v) (ML + pw * ((v) - x0) / (x1 - x0))
-#define PY(v) (MT + PH - PH * ((v) - y0) / (y1 - y0))
+#define PX(v) (ML + pw * ((v)-x0) / (x1 - x0))
+#define PY(v) (MT + PH - PH * ((v)-y0) / (y1 - y0))
 
     util_str o = {0};
     header(&o, W, H);
@@ -394,8 +403,9 @@ bool svg_pareto(const char *path, const char *title, const char *subtitle, int n
         esc(&o, subtitle);
         util_str_printf(&o, "</text>\n");
     }
-    util_str_printf(&o, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" "
-                        "fill=\"#fafafa\" stroke=\"#bbb\"/>\n",
+    util_str_printf(&o,
+                    "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" "
+                    "fill=\"#fafafa\" stroke=\"#bbb\"/>\n",
                     ML, MT, pw, PH);
     for (double v = x0; v <= x1 + xs * 1e-6; v += xs)
         util_str_printf(&o,
@@ -454,15 +464,16 @@ bool svg_pareto(const char *path, const char *title, const char *subtitle, int n
     for (int i = 0; pl && i < n; i++)
         if (pts[i].kind == PARETO_PLANNED) pl[npl++] = &pts[i];
     if (pl) qsort(pl, (size_t)npl, sizeof *pl, cmp_budget);
-    util_str_printf(&o, "<path fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
-                        "stroke-opacity=\"0.6\" d=\"",
+    util_str_printf(&o,
+                    "<path fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
+                    "stroke-opacity=\"0.6\" d=\"",
                     PARETO_COLOR[PARETO_PLANNED]);
     for (int i = 0; i < npl; i++) {
         util_str_printf(&o, "%s%.2f,%.2f", i ? " L" : "M", PX(pl[i]->peak_bytes / MIB),
                         PY(pl[i]->step_ms));
         if (i)
             svg_obstacles_add_seg(&obst, PX(pl[i - 1]->peak_bytes / MIB), PY(pl[i - 1]->step_ms),
-                    PX(pl[i]->peak_bytes / MIB), PY(pl[i]->step_ms));
+                                  PX(pl[i]->peak_bytes / MIB), PY(pl[i]->step_ms));
     }
     util_str_printf(&o, "\"/>\n");
     free(pl);
@@ -482,55 +493,59 @@ bool svg_pareto(const char *path, const char *title, const char *subtitle, int n
     }
     const svg_box area = {ML + 2, MT + 2, ML + pw - 2, MT + PH - 2};
     /* offsets of the label's anchor point; text-anchor start (s), end (e) or middle (m) */
-    static const struct { double dx, dy; char anchor; } spot[8] = {
-        {7, 17, 's'}, {-7, -8, 'e'}, {9, 4, 's'}, {-9, 4, 'e'},
-        {7, -8, 's'}, {-7, 17, 'e'}, {0, -10, 'm'}, {0, 20, 'm'}};
-    static const int prefer[4][8] = {
-        /* none */ {2, 4, 0, 3, 1, 5, 6, 7},
-        /* uniform */ {0, 5, 7, 2, 3, 4, 1, 6},
-        /* planned */ {1, 4, 6, 3, 2, 0, 5, 7},
-        /* other */ {2, 4, 0, 3, 1, 5, 6, 7}};
+    static const struct {
+        double dx, dy;
+        char anchor;
+    } spot[8] = {{7, 17, 's'}, {-7, -8, 'e'}, {9, 4, 's'},   {-9, 4, 'e'},
+                 {7, -8, 's'}, {-7, 17, 'e'}, {0, -10, 'm'}, {0, 20, 'm'}};
+    static const int prefer[4][8] = {/* none */ {2, 4, 0, 3, 1, 5, 6, 7},
+                                     /* uniform */ {0, 5, 7, 2, 3, 4, 1, 6},
+                                     /* planned */ {1, 4, 6, 3, 2, 0, 5, 7},
+                                     /* other */ {2, 4, 0, 3, 1, 5, 6, 7}};
     const pareto_kind label_order[] = {PARETO_NONE, PARETO_PLANNED, PARETO_OTHER, PARETO_UNIFORM};
     for (int pass = 0; pass < 4; pass++)
-    for (int i = 0; i < n; i++) {
-        const pareto_point *p = ord[i];
-        if (p->kind != label_order[pass]) continue;
-        double x = PX(p->peak_bytes / MIB), y = PY(p->step_ms);
-        char lab[96];
-        switch (p->kind) {
-        case PARETO_UNIFORM: snprintf(lab, sizeof lab, "N=%d", p->segments); break;
-        case PARETO_PLANNED:
-            snprintf(lab, sizeof lab, p->budget_bytes < 10 * MIB ? "%.2f" : "%.1f",
-                     p->budget_bytes / MIB);
-            break;
-        default: snprintf(lab, sizeof lab, "%s", p->label ? p->label : "?");
-        }
-        double w = 5.8 * (double)strlen(lab);
-        for (int c = 0; c < 8; c++) {
-            int sp = prefer[p->kind][c];
-            double ax = x + spot[sp].dx, ay = y + spot[sp].dy;
-            double bx = spot[sp].anchor == 's' ? ax : spot[sp].anchor == 'e' ? ax - w : ax - w / 2;
-            svg_box box = {bx, ay - 9, bx + w, ay + 2};
-            if (!svg_place_free(&obst, box, area)) continue;
-            svg_obstacles_add_box(&obst, box);
-            util_str_printf(&o, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"10\" fill=\"%s\" "
+        for (int i = 0; i < n; i++) {
+            const pareto_point *p = ord[i];
+            if (p->kind != label_order[pass]) continue;
+            double x = PX(p->peak_bytes / MIB), y = PY(p->step_ms);
+            char lab[96];
+            switch (p->kind) {
+            case PARETO_UNIFORM: snprintf(lab, sizeof lab, "N=%d", p->segments); break;
+            case PARETO_PLANNED:
+                snprintf(lab, sizeof lab, p->budget_bytes < 10 * MIB ? "%.2f" : "%.1f",
+                         p->budget_bytes / MIB);
+                break;
+            default: snprintf(lab, sizeof lab, "%s", p->label ? p->label : "?");
+            }
+            double w = 5.8 * (double)strlen(lab);
+            for (int c = 0; c < 8; c++) {
+                int sp = prefer[p->kind][c];
+                double ax = x + spot[sp].dx, ay = y + spot[sp].dy;
+                double bx = spot[sp].anchor == 's'   ? ax
+                            : spot[sp].anchor == 'e' ? ax - w
+                                                     : ax - w / 2;
+                svg_box box = {bx, ay - 9, bx + w, ay + 2};
+                if (!svg_place_free(&obst, box, area)) continue;
+                svg_obstacles_add_box(&obst, box);
+                util_str_printf(&o,
+                                "<text x=\"%.2f\" y=\"%.2f\" font-size=\"10\" fill=\"%s\" "
                                 "text-anchor=\"%s\">",
-                            ax, ay, PARETO_COLOR[p->kind],
-                            spot[sp].anchor == 's' ? "start" : spot[sp].anchor == 'e' ? "end"
-                                                                                      : "middle");
-            esc(&o, lab);
-            util_str_printf(&o, "</text>\n");
-            break;
+                                ax, ay, PARETO_COLOR[p->kind],
+                                spot[sp].anchor == 's'   ? "start"
+                                : spot[sp].anchor == 'e' ? "end"
+                                                         : "middle");
+                esc(&o, lab);
+                util_str_printf(&o, "</text>\n");
+                break;
+            }
         }
-    }
     svg_obstacles_free(&obst);
 
     /* legend */
     const double lx = ML + pw + 22;
     double ly = MT + 10;
-    static const char *const what[] = {"none (no checkpointing)",
-                                       "uniform: sequential=N", "planner: budget=SIZE",
-                                       "other strategies"};
+    static const char *const what[] = {"none (no checkpointing)", "uniform: sequential=N",
+                                       "planner: budget=SIZE", "other strategies"};
     static const char *const note[] = {"", "label: N segments", "label: budget in MiB", ""};
     int count[4] = {0, 0, 0, 0};
     for (int i = 0; i < n; i++) count[pts[i].kind]++;
@@ -542,8 +557,10 @@ bool svg_pareto(const char *path, const char *title, const char *subtitle, int n
         util_str_printf(&o, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", lx + 18, ly + 4, what[kd]);
         if (note[kd][0]) {
             ly += 15;
-            util_str_printf(&o, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" fill=\"#555\">%s"
-                                "</text>\n", lx + 18, ly + 4, note[kd]);
+            util_str_printf(&o,
+                            "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" fill=\"#555\">%s"
+                            "</text>\n",
+                            lx + 18, ly + 4, note[kd]);
         }
         ly += 22;
     }
@@ -554,8 +571,9 @@ bool svg_pareto(const char *path, const char *title, const char *subtitle, int n
                     lx, ly, lx + 14, ly, lx + 18, ly + 4);
     ly += 30;
     /* the points as a list too: exact numbers, and labels that cannot collide */
-    util_str_printf(&o, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" font-weight=\"bold\" "
-                        "font-family=\"monospace\" xml:space=\"preserve\">%8s %6s  %s</text>\n",
+    util_str_printf(&o,
+                    "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" font-weight=\"bold\" "
+                    "font-family=\"monospace\" xml:space=\"preserve\">%8s %6s  %s</text>\n",
                     lx, ly, "peak MiB", "ms", "strategy");
     for (int i = 0; i < n && ly < H - 14; i++) {
         ly += 13;
@@ -563,8 +581,9 @@ bool svg_pareto(const char *path, const char *title, const char *subtitle, int n
         char line[160];
         snprintf(line, sizeof line, "%8.1f %6.1f  %s", p->peak_bytes / MIB, p->step_ms,
                  p->label ? p->label : "?");
-        util_str_printf(&o, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" "
-                            "font-family=\"monospace\" xml:space=\"preserve\" fill=\"%s\">",
+        util_str_printf(&o,
+                        "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\" "
+                        "font-family=\"monospace\" xml:space=\"preserve\" fill=\"%s\">",
                         lx, ly, PARETO_COLOR[p->kind]);
         esc(&o, line);
         util_str_printf(&o, "</text>\n");

@@ -37,8 +37,8 @@ typedef enum pareto_kind {
 typedef struct pareto_point {
     const char *label;
     pareto_kind kind;
-    int segments;          /* PARETO_UNIFORM: N */
-    double budget_bytes;   /* PARETO_PLANNED: the budget */
+    int segments;        /* PARETO_UNIFORM: N */
+    double budget_bytes; /* PARETO_PLANNED: the budget */
     double step_ms;
     double peak_bytes;     /* allocator peak during the step */
     double baseline_bytes; /* allocator bytes before the step */

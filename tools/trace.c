@@ -143,7 +143,8 @@ void trace_end(trace *tr) {
         /* a peak between two allocator events (pages touched, nothing
          * allocated) is in the kernel's high-water mark */
         long hwm_kb = tr->hwm ? util_proc_status_kb("VmHWM") : -1;
-        if (hwm_kb > 0 && (size_t)hwm_kb * 1024 > tr->peak_rss) tr->peak_rss = (size_t)hwm_kb * 1024;
+        if (hwm_kb > 0 && (size_t)hwm_kb * 1024 > tr->peak_rss)
+            tr->peak_rss = (size_t)hwm_kb * 1024;
         if (tr->heap) {
             int64_t pk = util_heap_peak_bytes();
             tr->heap_growth = pk > tr->start_heap ? (size_t)(pk - tr->start_heap) : 0;

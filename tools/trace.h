@@ -37,8 +37,8 @@ typedef struct mem_event {
 
 typedef struct span_event {
     double t;
-    char ph;         /* 'B' or 'E' */
-    uint8_t phase;   /* phase the span stands for */
+    char ph;       /* 'B' or 'E' */
+    uint8_t phase; /* phase the span stands for */
     char name[40];
 } span_event;
 
@@ -50,17 +50,17 @@ typedef struct trace {
     size_t n, cap;
     span_event *sp;
     size_t ns, caps;
-    phase top;            /* current top-level phase */
-    int recompute_depth;  /* > 0 while a block is being recomputed */
-    size_t start_current, peak_current; /* allocator bytes at start, max seen */
-    size_t start_rss, peak_rss;         /* RSS at start, max seen (sampled, and the
+    phase top;                            /* current top-level phase */
+    int recompute_depth;                  /* > 0 while a block is being recomputed */
+    size_t start_current, peak_current;   /* allocator bytes at start, max seen */
+    size_t start_rss, peak_rss;           /* RSS at start, max seen (sampled, and the
                                            kernel's high-water mark where available) */
-    bool has_reserved;                  /* the device reports reserved bytes (cuda) */
+    bool has_reserved;                    /* the device reports reserved bytes (cuda) */
     size_t start_reserved, peak_reserved; /* its reserved bytes at start, max seen */
-    bool hwm;                           /* the high-water mark was reset at start */
-    bool heap;                          /* heap counters preloaded (util_heap_peak_reset) */
-    int64_t start_heap;                 /* heap bytes live at start */
-    size_t heap_growth;                 /* heap peak over the step - start_heap */
+    bool hwm;                             /* the high-water mark was reset at start */
+    bool heap;                            /* heap counters preloaded (util_heap_peak_reset) */
+    int64_t start_heap;                   /* heap bytes live at start */
+    size_t heap_growth;                   /* heap peak over the step - start_heap */
     int64_t n_recomputed_blocks;
     bool oom;
 } trace;

@@ -24,7 +24,6 @@
 
 #define N_EVAL_BATCHES 4
 
-
 static int evaluate(model *m, const task *t, eval_summary *out) {
     eval_result r;
     memset(&r, 0, sizeof r);
@@ -56,34 +55,28 @@ static void eval_text(const eval_summary *e, const task *t, char *buf, size_t n)
                  100 * e->accuracy, 100 * e->exact);
     else if (t->kind == TASK_TEXT)
         snprintf(buf, n, "held-out: loss %.4f, next byte %.1f%%", e->loss, 100 * e->accuracy);
-    else
-        snprintf(buf, n, "held-out: mse %.5f", e->loss);
+    else snprintf(buf, n, "held-out: mse %.5f", e->loss);
 }
 
 /* Short form of an evaluation for the terminal progress bar. */
 static void eval_short(const eval_summary *e, const task *t, char *buf, size_t n) {
     if (t->kind == TASK_ADDITION)
         snprintf(buf, n, "acc %.1f%% exact %.1f%%", 100 * e->accuracy, 100 * e->exact);
-    else if (t->kind == TASK_TEXT)
-        snprintf(buf, n, "acc %.1f%%", 100 * e->accuracy);
-    else
-        snprintf(buf, n, "mse %.4f", e->loss);
+    else if (t->kind == TASK_TEXT) snprintf(buf, n, "acc %.1f%%", 100 * e->accuracy);
+    else snprintf(buf, n, "mse %.4f", e->loss);
 }
 
 static void rate(char *buf, size_t n, double v) {
-    if (v >= 1e6)
-        snprintf(buf, n, "%.1fM", v / 1e6);
-    else if (v >= 1e4)
-        snprintf(buf, n, "%.1fk", v / 1e3);
-    else
-        snprintf(buf, n, "%.0f", v);
+    if (v >= 1e6) snprintf(buf, n, "%.1fM", v / 1e6);
+    else if (v >= 1e4) snprintf(buf, n, "%.1fk", v / 1e3);
+    else snprintf(buf, n, "%.0f", v);
 }
 
 /* A bar redrawn in place (tools/progress.h: it fits the terminal's width,
  * with an ETA), else a plain line per call. extra: the last evaluation
  * (bar) or this step's. */
-static void progress(bool bar, int64_t step, int64_t total, double loss, double tok_s,
-                     double eta_s, const char *unit, const char *extra) {
+static void progress(bool bar, int64_t step, int64_t total, double loss, double tok_s, double eta_s,
+                     const char *unit, const char *extra) {
     char r[32];
     rate(r, sizeof r, tok_s);
     if (bar) {
@@ -93,7 +86,7 @@ static void progress(bool bar, int64_t step, int64_t total, double loss, double 
         fprintf(stderr, "\r%s\033[K", line);
     } else {
         term_printf(stderr, "step %" PRId64 "/%" PRId64 "  loss %.4f  %s %s/s%s%s\n", step, total,
-                loss, r, unit, extra ? "  " : "", extra ? extra : "");
+                    loss, r, unit, extra ? "  " : "", extra ? extra : "");
     }
     fflush(stderr);
 }
@@ -182,10 +175,8 @@ static int make_optimizer(const config *c, model *m, remat_optimizer **out) {
     int nd = 0, np = 0, rc = REMAT_OK;
     if (!decay || !plain) rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
     for (int i = 0; !rc && i < m->n_params; i++) {
-        if (m->params[i].decay || c->optim == OPTIM_SGD)
-            decay[nd++] = m->params[i].t;
-        else
-            plain[np++] = m->params[i].t;
+        if (m->params[i].decay || c->optim == OPTIM_SGD) decay[nd++] = m->params[i].t;
+        else plain[np++] = m->params[i].t;
     }
     if (!rc) rc = remat_optim_create(out, &o, decay, nd);
     if (!rc && np) rc = remat_optim_add_group(*out, plain, np, 0.0);
@@ -219,7 +210,6 @@ static int save_state(const config *c, const task *tk, const model *m, remat_opt
     return rc;
 }
 
-
 /* --resume's file, task, model, optimizer and the process group's parts
  * (DDP or the ZeRO-sharded AdamW), each rank's random stream. */
 static int train_setup(train_run *tr) {
@@ -235,7 +225,8 @@ static int train_setup(train_run *tr) {
     if (c->resume && (rc = savefile_check_task(&tr->saved, c->resume, &tr->tk))) return rc;
     if ((rc = model_init(&tr->m, c, c->seed))) return rc;
     if (c->zero && (!tr->pd.pg || c->optim != OPTIM_ADAMW))
-        return remat_set_error(REMAT_EINVAL, "--zero shards AdamW across the ranks of an mpirun "
+        return remat_set_error(REMAT_EINVAL,
+                               "--zero shards AdamW across the ranks of an mpirun "
                                "job; it does not take --optim sgd%s",
                                tr->pd.pg ? "" : " (run under mpirun)");
     /* --zero: the sharded AdamW (tools/dist.c) replaces the optimizer; a
@@ -282,21 +273,22 @@ static void train_print_header(const train_run *tr) {
     char pb[32];
     if (m->kind == MODEL_GPT)
         term_printf(stderr,
-                "remat train: GPT, %d layers, width %d, %d heads, context %d, batch %d, "
-                "%.2fM parameters (%s)\n",
-                m->layers, m->width, m->heads, m->context, c->batch, (double)m->n_weights / 1e6,
-                util_fmt_bytes(4.0 * (double)m->n_weights, pb, sizeof pb));
+                    "remat train: GPT, %d layers, width %d, %d heads, context %d, batch %d, "
+                    "%.2fM parameters (%s)\n",
+                    m->layers, m->width, m->heads, m->context, c->batch, (double)m->n_weights / 1e6,
+                    util_fmt_bytes(4.0 * (double)m->n_weights, pb, sizeof pb));
     else
         term_printf(stderr, "remat train: MLP, %d layers, width %d, batch %d, %.2fM parameters\n",
-                m->layers, m->width, c->batch, (double)m->n_weights / 1e6);
+                    m->layers, m->width, c->batch, (double)m->n_weights / 1e6);
     term_printf(stderr, "  task %s%s%s, strategy %s, %s lr %g, %d threads%s\n", task_name(&tr->tk),
-            c->data ? " " : "", c->data ? c->data : "", c->strat.name,
-            c->optim == OPTIM_ADAMW ? "AdamW" : "SGD", c->lr, tr->threads,
-            tr->start ? ", resumed" : "");
-    if (tr->start) term_printf(stderr, "  resuming at step %" PRId64 " from %s\n", tr->start, c->resume);
+                c->data ? " " : "", c->data ? c->data : "", c->strat.name,
+                c->optim == OPTIM_ADAMW ? "AdamW" : "SGD", c->lr, tr->threads,
+                tr->start ? ", resumed" : "");
+    if (tr->start)
+        term_printf(stderr, "  resuming at step %" PRId64 " from %s\n", tr->start, c->resume);
     if (tr->pd.pg)
-        term_printf(stderr, "  data parallel: %d ranks x batch %d (global batch %d)\n", tr->pd.world,
-                c->batch, tr->pd.world * c->batch);
+        term_printf(stderr, "  data parallel: %d ranks x batch %d (global batch %d)\n",
+                    tr->pd.world, c->batch, tr->pd.world * c->batch);
 }
 
 /* budget=SIZE: profile the blocks once, on the first batch of this run,
@@ -305,8 +297,9 @@ static int train_plan(train_run *tr) {
     config *c = tr->c;
     if (c->strat.kind != STRAT_BUDGET) return REMAT_OK;
     int layers = tr->m.layers;
-    if (!c->quiet) term_printf(stderr, "  profiling the %d block%s for the planner...\n",
-                           layers, layers == 1 ? "" : "s");
+    if (!c->quiet)
+        term_printf(stderr, "  profiling the %d block%s for the planner...\n", layers,
+                    layers == 1 ? "" : "s");
     double t0 = util_now();
     batch pb;
     remat_profile *prof = NULL;
@@ -320,7 +313,7 @@ static int train_plan(train_run *tr) {
     }
     if (!rc && c->verbose && !c->quiet) {
         term_printf(stderr, "profile of the %d block%s (%.2f s):\n", layers, layers == 1 ? "" : "s",
-                util_now() - t0);
+                    util_now() - t0);
         term_buf tb;
         remat_profile_print(prof, term_buf_open(&tb, stderr));
         term_buf_close(&tb, stderr);
@@ -390,8 +383,8 @@ static int train_step(train_run *tr, int64_t k, double *loss, double *dt) {
     if (trace_this) trace_end(&tr->tr);
     if (!rc && !isfinite(*loss))
         rc = remat_set_error(REMAT_EINVAL,
-                             "the loss became %g at step %" PRId64 " (try a smaller --lr)",
-                             *loss, step + 1);
+                             "the loss became %g at step %" PRId64 " (try a smaller --lr)", *loss,
+                             step + 1);
     return rc;
 }
 
@@ -506,8 +499,11 @@ int cmd_train(config *c) {
     if (!rc && !tr.stopped) rc = train_report(&tr);
     rc = train_free(&tr, rc);
     if (rc) {
-        if (tr.pd.pg) term_printf(stderr, "remat train: rank %d: %s\n", tr.pd.rank, remat_last_error());
-        else term_printf(stderr, "%sremat train: %s\n", util_isatty(stderr) ? "\n" : "", remat_last_error());
+        if (tr.pd.pg)
+            term_printf(stderr, "remat train: rank %d: %s\n", tr.pd.rank, remat_last_error());
+        else
+            term_printf(stderr, "%sremat train: %s\n", util_isatty(stderr) ? "\n" : "",
+                        remat_last_error());
         prog_dist_end(&tr.pd, 1); /* under mpirun: ends every rank */
         return 1;
     }

@@ -17,7 +17,7 @@
 static int print_reports(FILE *f, const config *c, const step_report *rep, int64_t step,
                          const remat_sac_stats *sac) {
     term_printf(f, "\nresidual report of step %" PRId64 " (strategy %s), forward:\n", step,
-            c->strat.name);
+                c->strat.name);
     int rc = remat_residual_report_print(rep->forward, f);
     if (rc) return rc;
     remat_residual_totals t;
@@ -28,16 +28,21 @@ static int print_reports(FILE *f, const config *c, const step_report *rep, int64
     if (c->strat.kind == STRAT_NONE)
         term_printf(f, "the forward keeps %s for backward (the graph's saves)\n", kb);
     else if (sac)
-        term_printf(f, "the forward keeps %s for backward (the graph's saves, block inputs included) "
-                   "+ %s in the selective cache (%" PRId64 " ops); 'h' entries went to "
-                   "checkpoints and are recomputed or served from the cache\n",
-                kb, util_fmt_bytes((double)sac->bytes_cached, cb, sizeof cb), sac->ops_cached);
+        term_printf(f,
+                    "the forward keeps %s for backward (the graph's saves, block inputs included) "
+                    "+ %s in the selective cache (%" PRId64 " ops); 'h' entries went to "
+                    "checkpoints and are recomputed or served from the cache\n",
+                    kb, util_fmt_bytes((double)sac->bytes_cached, cb, sizeof cb), sac->ops_cached);
     else
-        term_printf(f, "the forward keeps %s for backward (the graph's saves, checkpoint inputs "
-                   "included); 'h' entries went to checkpoints and are recomputed\n", kb);
+        term_printf(f,
+                    "the forward keeps %s for backward (the graph's saves, checkpoint inputs "
+                    "included); 'h' entries went to checkpoints and are recomputed\n",
+                    kb);
     if (remat_residual_report_count(rep->backward) > 0) {
-        term_printf(f, "\nresidual report of step %" PRId64
-                   ", backward (saved while recomputing checkpointed blocks):\n", step);
+        term_printf(f,
+                    "\nresidual report of step %" PRId64
+                    ", backward (saved while recomputing checkpointed blocks):\n",
+                    step);
         rc = remat_residual_report_print(rep->backward, f);
     } else {
         term_printf(f, "\nnothing was saved during backward (no block was recomputed)\n");
@@ -70,15 +75,15 @@ void train_report_stopped(const train_run *tr) {
     const char *sig = tr->stopped == SIGINT ? "SIGINT" : "SIGTERM";
     if (c->save)
         term_printf(stderr,
-                "remat train: stopped by %s after step %" PRId64 " of %ld; saved %s.\n"
-                "  resume with the same flags plus --resume %s (--steps %ld counts from "
-                "the start)\n",
-                sig, tr->done_steps, c->steps, c->save, c->save, c->steps);
+                    "remat train: stopped by %s after step %" PRId64 " of %ld; saved %s.\n"
+                    "  resume with the same flags plus --resume %s (--steps %ld counts from "
+                    "the start)\n",
+                    sig, tr->done_steps, c->steps, c->save, c->save, c->steps);
     else
         term_printf(stderr,
-                "remat train: stopped by %s after step %" PRId64 " of %ld; nothing saved "
-                "(run with --save FILE to keep an interrupted run)\n",
-                sig, tr->done_steps, c->steps);
+                    "remat train: stopped by %s after step %" PRId64 " of %ld; nothing saved "
+                    "(run with --save FILE to keep an interrupted run)\n",
+                    sig, tr->done_steps, c->steps);
 }
 
 /* The run's totals, measured once for both report forms (peaks: max over ranks). */
@@ -192,48 +197,57 @@ static void train_report_text(const train_run *tr, const train_totals *t) {
     const prog_dist *pd = &tr->pd;
     char a[32], r[32];
     term_printf(stdout, "\n");
-    if (tr->n_steps) term_printf(stdout, "loss          %.4f (first step %.4f)\n", t->last, tr->losses[0]);
+    if (tr->n_steps)
+        term_printf(stdout, "loss          %.4f (first step %.4f)\n", t->last, tr->losses[0]);
     term_printf(stdout, "%s\n", tr->evbuf);
     term_printf(stdout, "step time     %.1f ms (median of %" PRId64 ")\n", t->step_ms, tr->n_steps);
-    term_printf(stdout, "throughput    %.0f %s/s\n", t->tok_s, tr->m.kind == MODEL_GPT ? "tokens" : "samples");
+    term_printf(stdout, "throughput    %.0f %s/s\n", t->tok_s,
+                tr->m.kind == MODEL_GPT ? "tokens" : "samples");
     term_printf(stdout, "peak memory   %s allocated by remat, %s RSS\n",
-           util_fmt_bytes((double)t->peak_alloc, a, sizeof a),
-           util_fmt_bytes((double)t->peak_rss, r, sizeof r));
+                util_fmt_bytes((double)t->peak_alloc, a, sizeof a),
+                util_fmt_bytes((double)t->peak_rss, r, sizeof r));
     if (pd->pg) {
-        term_printf(stdout, "ranks         %d (throughput and loss: the global batch; memory: the max "
-               "over ranks)\n", pd->world);
+        term_printf(stdout,
+                    "ranks         %d (throughput and loss: the global batch; memory: the max "
+                    "over ranks)\n",
+                    pd->world);
         if (t->hidden >= 0)
-            term_printf(stdout, "all-reduce    %.1f ms per step, %.1f ms of it after backward (%.0f%% "
-                   "hidden)\n", t->comm_ms, t->exposed_ms, 100 * t->hidden);
+            term_printf(stdout,
+                        "all-reduce    %.1f ms per step, %.1f ms of it after backward (%.0f%% "
+                        "hidden)\n",
+                        t->comm_ms, t->exposed_ms, 100 * t->hidden);
         char ob[32];
         if (pd->zero)
             term_printf(stdout, "optimizer     ZeRO-1: %s of AdamW state per rank (1/%d of it)\n",
-                   util_fmt_bytes((double)remat_zero_state_bytes(pd->zero), ob, sizeof ob),
-                   pd->world);
+                        util_fmt_bytes((double)remat_zero_state_bytes(pd->zero), ob, sizeof ob),
+                        pd->world);
     }
     const remat_plan *p = c->strat.plan;
     if (p) {
         char bb[32], pk[32], ms[32];
         if (p->whole_step)
-            term_printf(stdout, "plan          budget %s for the step: predicted peak %s, measured %s "
-                   "(largest step), %" PRId64 " block forwards recomputed per step\n",
-                   util_fmt_bytes((double)p->budget_bytes, bb, sizeof bb),
-                   util_fmt_bytes((double)p->peak_bytes, pk, sizeof pk),
-                   util_fmt_bytes((double)tr->step_peak, ms, sizeof ms), p->n_recomputed);
+            term_printf(stdout,
+                        "plan          budget %s for the step: predicted peak %s, measured %s "
+                        "(largest step), %" PRId64 " block forwards recomputed per step\n",
+                        util_fmt_bytes((double)p->budget_bytes, bb, sizeof bb),
+                        util_fmt_bytes((double)p->peak_bytes, pk, sizeof pk),
+                        util_fmt_bytes((double)tr->step_peak, ms, sizeof ms), p->n_recomputed);
         else
-            term_printf(stdout, "plan          blocks-budget %s: predicted %s for the blocks (step peak "
-                   "measured %s), %" PRId64 " block forwards recomputed per step\n",
-                   util_fmt_bytes((double)p->budget_bytes, bb, sizeof bb),
-                   util_fmt_bytes((double)p->peak_bytes, pk, sizeof pk),
-                   util_fmt_bytes((double)tr->step_peak, ms, sizeof ms), p->n_recomputed);
+            term_printf(stdout,
+                        "plan          blocks-budget %s: predicted %s for the blocks (step peak "
+                        "measured %s), %" PRId64 " block forwards recomputed per step\n",
+                        util_fmt_bytes((double)p->budget_bytes, bb, sizeof bb),
+                        util_fmt_bytes((double)p->peak_bytes, pk, sizeof pk),
+                        util_fmt_bytes((double)tr->step_peak, ms, sizeof ms), p->n_recomputed);
     }
     if (tr->have_sac) {
         char cb[32];
-        term_printf(stdout, "selective     %s: %" PRId64 " of %" PRId64 " ops cached (%s), %" PRId64
-               " recomputed in step %" PRId64 "\n",
-               c->strat.policy, tr->sac.ops_cached, tr->sac.ops_forward,
-               util_fmt_bytes((double)tr->sac.bytes_cached, cb, sizeof cb),
-               tr->sac.ops_recomputed, tr->start + 1);
+        term_printf(stdout,
+                    "selective     %s: %" PRId64 " of %" PRId64 " ops cached (%s), %" PRId64
+                    " recomputed in step %" PRId64 "\n",
+                    c->strat.policy, tr->sac.ops_cached, tr->sac.ops_forward,
+                    util_fmt_bytes((double)tr->sac.bytes_cached, cb, sizeof cb),
+                    tr->sac.ops_recomputed, tr->start + 1);
     }
     if (c->save) term_printf(stdout, "saved         %s (step %ld)\n", c->save, c->steps);
     if (c->trace) term_printf(stdout, "trace         %s\n", c->trace);
@@ -255,4 +269,3 @@ int train_report(train_run *tr) {
     if (tr->pd.rank == 0) train_report_text(tr, &t);
     return REMAT_OK;
 }
-

@@ -47,10 +47,10 @@ typedef struct train_run {
     eval_summary ev;        /* the last evaluation */
     bool have_eval;
     char evbuf[160], evshort[64];
-    trace tr;               /* --trace/--timeline: the last step */
+    trace tr; /* --trace/--timeline: the last step */
     bool traced;
-    step_report rep;        /* --report: the first step's */
-    remat_sac_stats sac;    /* selective: the first step's counters */
+    step_report rep;     /* --report: the first step's */
+    remat_sac_stats sac; /* selective: the first step's counters */
     bool have_sac;
 } train_run;
 

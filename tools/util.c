@@ -157,11 +157,26 @@ bool util_parse_size(const char *s, uint64_t *out) {
     double mult = 1;
     switch (toupper((unsigned char)*end)) {
     case '\0': break;
-    case 'B': mult = 1; end++; break;
-    case 'K': mult = 1024.0; end++; break;
-    case 'M': mult = 1024.0 * 1024; end++; break;
-    case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
-    case 'T': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    case 'B':
+        mult = 1;
+        end++;
+        break;
+    case 'K':
+        mult = 1024.0;
+        end++;
+        break;
+    case 'M':
+        mult = 1024.0 * 1024;
+        end++;
+        break;
+    case 'G':
+        mult = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    case 'T':
+        mult = 1024.0 * 1024 * 1024 * 1024;
+        end++;
+        break;
     default: return false;
     }
     if (mult > 1) {
@@ -185,10 +200,8 @@ const char *util_fmt_bytes(double bytes, char *buf, size_t n) {
         u++;
     }
     if (bytes < 0) v = -v;
-    if (u == 0)
-        snprintf(buf, n, "%.0f %s", v, units[u]);
-    else
-        snprintf(buf, n, "%.1f %s", v, units[u]);
+    if (u == 0) snprintf(buf, n, "%.0f %s", v, units[u]);
+    else snprintf(buf, n, "%.1f %s", v, units[u]);
     return buf;
 }
 
@@ -272,11 +285,11 @@ int util_open_regular(const char *path, const char *flag) {
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
-        const char *what = S_ISDIR(st.st_mode)    ? "a directory"
-                           : S_ISFIFO(st.st_mode) ? "a FIFO"
+        const char *what = S_ISDIR(st.st_mode)                          ? "a directory"
+                           : S_ISFIFO(st.st_mode)                       ? "a FIFO"
                            : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
-                           : S_ISSOCK(st.st_mode) ? "a socket"
-                                                  : "not a regular file";
+                           : S_ISSOCK(st.st_mode)                       ? "a socket"
+                                                                        : "not a regular file";
         remat_set_error(REMAT_EIO, "%s %s: is %s; expected a regular file", flag, path, what);
         close(fd);
         return -1;

@@ -43,13 +43,13 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-#define CK(expr)                                                                              \
-    do {                                                                                      \
-        if (!(expr)) {                                                                        \
-            fprintf(stderr, "bench_cuda_gemm: %s failed at line %d (%s)\n", #expr, __LINE__,  \
-                    remat_last_error());                                                      \
-            exit(1);                                                                          \
-        }                                                                                     \
+#define CK(expr)                                                                                   \
+    do {                                                                                           \
+        if (!(expr)) {                                                                             \
+            fprintf(stderr, "bench_cuda_gemm: %s failed at line %d (%s)\n", #expr, __LINE__,       \
+                    remat_last_error());                                                           \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 /* One product: C[m, n] = op(A) op(B) in row-major terms, as the linear's GEMMs are:
@@ -80,10 +80,10 @@ static cublasStatus_t cublas_rm(cublasHandle_t h, bool f64, bool ta, bool tb, lo
     const float onef = 1, zerof = 0;
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (f64)
-        return cublasDgemm(h, ob, oa, (int)c, (int)r, (int)k, &one, B, (int)ldb, A, (int)lda,
-                           &zero, C, (int)ldc);
-    return cublasSgemm(h, ob, oa, (int)c, (int)r, (int)k, &onef, B, (int)ldb, A, (int)lda,
-                       &zerof, C, (int)ldc);
+        return cublasDgemm(h, ob, oa, (int)c, (int)r, (int)k, &one, B, (int)ldb, A, (int)lda, &zero,
+                           C, (int)ldc);
+    return cublasSgemm(h, ob, oa, (int)c, (int)r, (int)k, &onef, B, (int)ldb, A, (int)lda, &zerof,
+                       C, (int)ldc);
 }
 
 static double median_of(double *t, int n) {
@@ -161,8 +161,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--trials") && i + 1 < argc) o.trials = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tf32")) o.tf32 = true;
         else {
-            fprintf(stderr, "usage: %s [--tokens M] [--width D] [--reps N] [--trials N] "
-                            "[--tf32]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--tokens M] [--width D] [--reps N] [--trials N] "
+                    "[--tf32]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -188,8 +190,8 @@ int main(int argc, char **argv) {
     double peak32 = (double)p.multiProcessorCount * 128 * 2 * clock_khz * 1e3;
     double peak64 = peak32 / 2;
     const long long D = o.width;
-    const shape shapes[] = {{"qkv", 3 * D, D}, {"proj", D, D}, {"fc", 4 * D, D},
-                            {"fc2", D, 4 * D}, {"head", 256, D}};
+    const shape shapes[] = {
+        {"qkv", 3 * D, D}, {"proj", D, D}, {"fc", 4 * D, D}, {"fc2", D, 4 * D}, {"head", 256, D}};
     printf("{\"bench\": \"cuda_gemm\", \"gpu\": \"%s\", \"sms\": %d, \"clock_mhz\": %.0f, "
            "\"peak_fp32_tflops\": %.2f, \"peak_fp64_tflops\": %.2f, \"tf32\": %s, "
            "\"tokens\": %lld, \"width\": %lld, \"reps\": %d, \"trials\": %d,\n \"command\": \"",
@@ -213,9 +215,9 @@ int main(int argc, char **argv) {
                        "\"cublas_ms\": %.4f, \"cublas_spread\": %.3f, \"cublas_tflops\": %.2f, "
                        "\"remat_ms\": %.4f, \"remat_spread\": %.3f, \"remat_tflops\": %.2f, "
                        "\"remat_over_cublas\": %.3f, \"cublas_of_peak\": %.3f}",
-                       row++ ? ",\n" : "", shapes[s].name, k_which[wh], f ? "f64" : "f32", M,
-                       N, K, tc * 1e3, sc, flops / tc / 1e12, tr * 1e3, sr, flops / tr / 1e12,
-                       ratio, flops / tc / (f ? peak64 : peak32));
+                       row++ ? ",\n" : "", shapes[s].name, k_which[wh], f ? "f64" : "f32", M, N, K,
+                       tc * 1e3, sc, flops / tc / 1e12, tr * 1e3, sr, flops / tr / 1e12, ratio,
+                       flops / tc / (f ? peak64 : peak32));
                 fflush(stdout);
             }
     printf("\n ],\n \"worst_remat_over_cublas\": %.3f}\n", worst);

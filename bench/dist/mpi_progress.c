@@ -55,8 +55,8 @@ int main(int argc, char **argv) {
         MPI_Gather(&done_at, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         if (rank == 0)
             printf("%ld floats, rank 0 computes %.0f ms polling every %.0f us: done on rank 0 at "
-                   "%.1f ms, on rank 1 at %.1f ms\n", n, spin * 1e3, poll * 1e6,
-                   all[0] < 0 ? -1 : 1e3 * all[0], 1e3 * all[1]);
+                   "%.1f ms, on rank 1 at %.1f ms\n",
+                   n, spin * 1e3, poll * 1e6, all[0] < 0 ? -1 : 1e3 * all[0], 1e3 * all[1]);
     }
     free(buf);
     MPI_Finalize();

@@ -50,17 +50,14 @@ static void *counted(void *p) {
         int64_t n = (int64_t)malloc_usable_size(p);
         int64_t now = atomic_fetch_add_explicit(&g_live, n, memory_order_relaxed) + n;
         int64_t pk = atomic_load_explicit(&g_peak, memory_order_relaxed);
-        while (now > pk && !atomic_compare_exchange_weak_explicit(&g_peak, &pk, now,
-                                                                  memory_order_relaxed,
-                                                                  memory_order_relaxed)) {
-        }
+        while (now > pk && !atomic_compare_exchange_weak_explicit(
+                               &g_peak, &pk, now, memory_order_relaxed, memory_order_relaxed)) {}
     }
     return p;
 }
 
 static void uncount(void *p) {
-    if (p)
-        atomic_fetch_sub_explicit(&g_live, (int64_t)malloc_usable_size(p), memory_order_relaxed);
+    if (p) atomic_fetch_sub_explicit(&g_live, (int64_t)malloc_usable_size(p), memory_order_relaxed);
 }
 
 /* ---- the counters (the library's API) ---------------------------------------------------- */

@@ -53,8 +53,8 @@ typedef struct remat_autocast_state {
  * the state it replaces, for remat_autocast_end. REMAT_EDEVICE for a device
  * type that is not registered, REMAT_EDTYPE for a dtype other than
  * REMAT_BF16; the state is unchanged then. */
-remat_status remat_autocast_begin(remat_autocast_state *prev, int device_type,
-                                  remat_dtype dtype, bool enabled);
+remat_status remat_autocast_begin(remat_autocast_state *prev, int device_type, remat_dtype dtype,
+                                  bool enabled);
 /* Restores the state begin returned (scopes end in reverse order). NULL: no-op. */
 void remat_autocast_end(const remat_autocast_state *prev);
 /* Whether autocast is on for device_type on this thread (false for a bad type). */

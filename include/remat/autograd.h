@@ -97,9 +97,9 @@ typedef struct remat_backward_options {
 } remat_backward_options;
 
 /* remat_backward with options (opts NULL: the zero struct). */
-remat_status remat_backward_ex(int n, remat_tensor *const *roots,
-                               remat_tensor *const *grad_outputs, int n_inputs,
-                               remat_tensor *const *inputs, const remat_backward_options *opts);
+remat_status remat_backward_ex(int n, remat_tensor *const *roots, remat_tensor *const *grad_outputs,
+                               int n_inputs, remat_tensor *const *inputs,
+                               const remat_backward_options *opts);
 /* remat_grad with options (opts NULL: the zero struct). With create_graph
  * the gradients written to grads have a grad_fn where they depend on
  * something that requires grad. */

@@ -44,9 +44,9 @@ typedef enum remat_copy_kind {
 
 /* What a device type supplies. Unused callbacks may be NULL where noted. */
 typedef struct remat_device_type_def {
-    const char *name;       /* e.g. "cuda", "testdev"; copied; unique */
-    bool host_addressable;  /* memory readable by the CPU: CPU kernels run on it */
-    void *user_data;        /* passed to every callback */
+    const char *name;      /* e.g. "cuda", "testdev"; copied; unique */
+    bool host_addressable; /* memory readable by the CPU: CPU kernels run on it */
+    void *user_data;       /* passed to every callback */
     /* Allocate nbytes on device `index`; NULL on failure. Required. */
     void *(*alloc)(void *user_data, int index, size_t nbytes);
     /* Free memory from alloc. Required. */
@@ -91,11 +91,11 @@ remat_status remat_device_check(remat_device device);
 
 /* ---- allocator accounting ------------------------------------------------- */
 typedef struct remat_alloc_stats {
-    size_t current_bytes;   /* bytes of live storage (requested sizes) */
-    size_t peak_bytes;      /* max of current_bytes since start or reset_peak */
-    uint64_t n_allocs;      /* number of successful allocations ever */
+    size_t current_bytes; /* bytes of live storage (requested sizes) */
+    size_t peak_bytes;    /* max of current_bytes since start or reset_peak */
+    uint64_t n_allocs;    /* number of successful allocations ever */
     uint64_t n_frees;
-    uint64_t n_live;        /* live allocations */
+    uint64_t n_live; /* live allocations */
 } remat_alloc_stats;
 
 /* Counters of one device; REMAT_EDEVICE for an unknown device. */

@@ -115,7 +115,8 @@ remat_status remat_dist_all_reduce_f64(remat_dist *pg, double *values, int n, re
 remat_status remat_dist_barrier(remat_dist *pg);
 /* Sets *same to whether every tensor of the list holds bitwise the same
  * bytes on every rank (an FNV hash per rank, compared on all). Collective. */
-remat_status remat_dist_check_identical(remat_dist *pg, int n, remat_tensor *const *tensors, bool *same);
+remat_status remat_dist_check_identical(remat_dist *pg, int n, remat_tensor *const *tensors,
+                                        bool *same);
 
 /* ---- DDP: gradient synchronisation ------------------------------------------------
  * Parameters are grouped into buckets of about bucket_bytes, in reverse
@@ -156,10 +157,10 @@ typedef struct remat_ddp remat_ddp;
 typedef void (*remat_ddp_ready_fn)(void *user_data, int param);
 
 typedef struct remat_ddp_options {
-    size_t bucket_bytes;          /* 0 → 25 MiB */
-    remat_ddp_ready_fn on_ready;  /* optional: called at each ready event */
+    size_t bucket_bytes;         /* 0 → 25 MiB */
+    remat_ddp_ready_fn on_ready; /* optional: called at each ready event */
     void *on_ready_data;
-    bool no_broadcast;            /* keep each rank's initial values (tests) */
+    bool no_broadcast; /* keep each rank's initial values (tests) */
 } remat_ddp_options;
 
 /* Registers n parameters (f32 or f64 leaf cpu tensors that require grad;
@@ -168,7 +169,7 @@ typedef struct remat_ddp_options {
  * difference and the ranks), then copies rank 0's values into every
  * rank's parameters. opts may be NULL. */
 remat_status remat_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *params,
-                     const remat_ddp_options *opts);
+                              const remat_ddp_options *opts);
 void remat_ddp_free(remat_ddp *ddp);
 
 /* remat_backward_scalar(loss) with the gradients synchronised as described
@@ -185,21 +186,21 @@ void remat_ddp_set_sync(remat_ddp *ddp, bool sync);
 typedef struct remat_ddp_stats {
     int n_buckets;
     int n_params;
-    int64_t n_ready_events;      /* in the last synchronised backward */
-    int64_t n_accumulations;     /* leaf accumulations seen in it */
-    int n_rereduced;             /* buckets reduced again at its end */
-    int n_launched_in_backward;  /* buckets whose reduction started before the local
+    int64_t n_ready_events;     /* in the last synchronised backward */
+    int64_t n_accumulations;    /* leaf accumulations seen in it */
+    int n_rereduced;            /* buckets reduced again at its end */
+    int n_launched_in_backward; /* buckets whose reduction started before the local
                                   * backward ended (the rest start at its end) */
-    int n_done_in_backward;      /* buckets whose reduction had completed when the
+    int n_done_in_backward;     /* buckets whose reduction had completed when the
                                   * local backward ended (MPI progressed meanwhile) */
-    bool learning;               /* it started every bucket at the end */
-    bool graph_counts;           /* the expected counts came from the graph */
-    double backward_s;           /* its local backward (compute) time */
-    double comm_s;               /* first bucket start → last bucket done */
-    double exposed_s;            /* waited for communication after compute */
+    bool learning;              /* it started every bucket at the end */
+    bool graph_counts;          /* the expected counts came from the graph */
+    double backward_s;          /* its local backward (compute) time */
+    double comm_s;              /* first bucket start → last bucket done */
+    double exposed_s;           /* waited for communication after compute */
     /* counters since remat_ddp_create */
-    int64_t n_sync_backwards;    /* synchronised backwards */
-    int64_t n_collectives;       /* bucket reductions started (re-reductions included):
+    int64_t n_sync_backwards; /* synchronised backwards */
+    int64_t n_collectives;    /* bucket reductions started (re-reductions included):
                                   * n_buckets per synchronised backward, none in no_sync */
 } remat_ddp_stats;
 /* Statistics of the last synchronised backward. */
@@ -234,8 +235,8 @@ typedef struct remat_zero remat_zero;
 /* Collective. params as for remat_ddp_create (rank 0's values are copied
  * everywhere); ddp_opts may be NULL. */
 remat_status remat_zero_create(remat_zero **out, remat_dist *pg, int n, remat_tensor *const *params,
-                      const double *weight_decay, const remat_optim_options *opts,
-                      const remat_ddp_options *ddp_opts);
+                               const double *weight_decay, const remat_optim_options *opts,
+                               const remat_ddp_options *ddp_opts);
 void remat_zero_free(remat_zero *z);
 /* Backward with the gradients reduce-scattered (the shard holds the sums;
  * each parameter's .grad is left as this rank computed it). With

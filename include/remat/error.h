@@ -27,33 +27,33 @@ REMAT_BEGIN_PUBLIC
  * one place. Numbers are stable (never reused or renumbered) and run from 0
  * without gaps; text is the one-line generic description remat_strerror
  * returns. */
-#define REMAT_STATUS_MAP(XX)                                                                    \
-    XX(OK, 0, "success")                                                                        \
-    /* invalid argument (NULL, out-of-range dim, bad option) */                                 \
-    XX(EINVAL, 1, "invalid argument")                                                           \
-    /* shapes do not fit together */                                                            \
-    XX(ESHAPE, 2, "shape mismatch")                                                             \
-    /* dtypes do not fit together or are unsupported */                                         \
-    XX(EDTYPE, 3, "dtype mismatch or unsupported dtype")                                        \
-    /* tensors on different devices / unknown device */                                         \
-    XX(EDEVICE, 4, "device mismatch or unknown device")                                         \
-    /* an allocation failed */                                                                  \
-    XX(ENOMEM, 5, "out of memory")                                                              \
-    /* call not valid in the current state (graph freed, ...) */                                \
-    XX(ESTATE, 6, "call not valid in the current state")                                        \
-    /* a saved tensor was modified in place */                                                  \
-    XX(EVERSION, 7, "saved tensor was modified by an in-place operation")                       \
-    /* gradient requested of something that does not require grad */                           \
-    XX(ENOGRAD, 8, "tensor does not require grad")                                              \
-    /* recomputation differed from the original forward */                                     \
-    XX(EDETERMINISM, 9, "recomputation differed from the original forward")                     \
-    /* feature not supported (combination of options, dtype, device) */                        \
-    XX(EUNSUPPORTED, 10, "not supported")                                                       \
-    /* file could not be read or written */                                                     \
-    XX(EIO, 11, "input/output error")                                                           \
-    /* file or string has the wrong format */                                                   \
-    XX(EFORMAT, 12, "bad format")                                                               \
-    /* a user callback reported failure */                                                      \
+#define REMAT_STATUS_MAP(XX)                                                                       \
+    XX(OK, 0, "success")                                                                           \
+    /* invalid argument (NULL, out-of-range dim, bad option) */                                    \
+    XX(EINVAL, 1, "invalid argument")                                                              \
+    /* shapes do not fit together */                                                               \
+    XX(ESHAPE, 2, "shape mismatch")                                                                \
+    /* dtypes do not fit together or are unsupported */                                            \
+    XX(EDTYPE, 3, "dtype mismatch or unsupported dtype")                                           \
+    /* tensors on different devices / unknown device */                                            \
+    XX(EDEVICE, 4, "device mismatch or unknown device")                                            \
+    /* an allocation failed */                                                                     \
+    XX(ENOMEM, 5, "out of memory")                                                                 \
+    /* call not valid in the current state (graph freed, ...) */                                   \
+    XX(ESTATE, 6, "call not valid in the current state")                                           \
+    /* a saved tensor was modified in place */                                                     \
+    XX(EVERSION, 7, "saved tensor was modified by an in-place operation")                          \
+    /* gradient requested of something that does not require grad */                               \
+    XX(ENOGRAD, 8, "tensor does not require grad")                                                 \
+    /* recomputation differed from the original forward */                                         \
+    XX(EDETERMINISM, 9, "recomputation differed from the original forward")                        \
+    /* feature not supported (combination of options, dtype, device) */                            \
+    XX(EUNSUPPORTED, 10, "not supported")                                                          \
+    /* file could not be read or written */                                                        \
+    XX(EIO, 11, "input/output error")                                                              \
+    /* file or string has the wrong format */                                                      \
+    XX(EFORMAT, 12, "bad format")                                                                  \
+    /* a user callback reported failure */                                                         \
     XX(ECALLBACK, 13, "user callback failed")
 
 /* The codes as constants: REMAT_OK, REMAT_EINVAL, ... */

@@ -63,8 +63,8 @@ typedef enum remat_optim_kind {
 
 /* ---- learning-rate schedules ---------------------------------------------- */
 typedef enum remat_lr_kind {
-    REMAT_LR_CONSTANT = 0,      /* lr at every update */
-    REMAT_LR_WARMUP_COSINE = 1  /* linear warm-up, then cosine decay to min_lr */
+    REMAT_LR_CONSTANT = 0,     /* lr at every update */
+    REMAT_LR_WARMUP_COSINE = 1 /* linear warm-up, then cosine decay to min_lr */
 } remat_lr_kind;
 
 /* The learning rate of update k (0-based) for a peak rate lr:
@@ -95,9 +95,9 @@ typedef struct remat_optim_options {
     double weight_decay; /* SGD: L2 added to the gradient; AdamW: decoupled,
                             p *= 1 - lr * weight_decay. Per group: remat_optim_add_group */
     /* SGD */
-    double momentum;     /* 0: plain SGD (no state) */
+    double momentum; /* 0: plain SGD (no state) */
     double dampening;
-    bool nesterov;       /* needs momentum > 0 and dampening == 0 */
+    bool nesterov; /* needs momentum > 0 and dampening == 0 */
     /* AdamW */
     double beta1, beta2, eps;
     /* the loop around the update (remat_optim_step) */
@@ -122,7 +122,7 @@ typedef struct remat_optimizer remat_optimizer;
  * contiguous), REMAT_EDTYPE (not f32/f64), REMAT_EDEVICE (not cpu),
  * REMAT_ENOMEM. */
 remat_status remat_optim_create(remat_optimizer **out /* OUT */, const remat_optim_options *opts,
-                       remat_tensor *const *params, int n);
+                                remat_tensor *const *params, int n);
 /* Releases the parameters and the state. NULL is a no-op. */
 void remat_optim_free(remat_optimizer *o);
 
@@ -130,7 +130,7 @@ void remat_optim_free(remat_optimizer *o);
  * param_groups; the usual use: biases and norms with 0). Same checks as
  * create; on failure the optimizer is unchanged. */
 remat_status remat_optim_add_group(remat_optimizer *o, remat_tensor *const *params, int n,
-                          double weight_decay);
+                                   double weight_decay);
 
 /* One call per micro-batch, after its backward. With accum_steps = A, the
  * A-th call since the last update: scales the gradients by 1/A (the mean
@@ -166,13 +166,14 @@ remat_status remat_optim_set_lr(remat_optimizer *o, double lr);
 
 /* ---- state: saving, restoring, accounting -------------------------------------- */
 typedef enum remat_optim_slot {
-    REMAT_OPTIM_EXP_AVG = 0,    /* AdamW exp_avg; SGD momentum_buffer */
-    REMAT_OPTIM_EXP_AVG_SQ = 1  /* AdamW exp_avg_sq */
+    REMAT_OPTIM_EXP_AVG = 0,   /* AdamW exp_avg; SGD momentum_buffer */
+    REMAT_OPTIM_EXP_AVG_SQ = 1 /* AdamW exp_avg_sq */
 } remat_optim_slot;
 
 /* Parameters in the order they were added (groups in order). */
 int remat_optim_n_params(const remat_optimizer *o);
-remat_tensor *remat_optim_param(const remat_optimizer *o, int i); /* borrowed; NULL if out of range */
+remat_tensor *remat_optim_param(const remat_optimizer *o,
+                                int i); /* borrowed; NULL if out of range */
 /* State tensor `slot` of parameter i (borrowed; write into it to restore a
  * saved state), NULL where the optimizer keeps none. */
 remat_tensor *remat_optim_state(const remat_optimizer *o, int i, remat_optim_slot slot);
@@ -195,30 +196,30 @@ size_t remat_optim_state_bytes_for(const remat_optim_options *opts, const int64_
  * results do not depend on how a buffer is split). Any n >= 0; buffers must
  * not overlap each other. Run in parallel with OpenMP above 64 Ki elements. */
 typedef struct remat_adamw_hparams {
-    double lr;           /* this update's rate */
+    double lr; /* this update's rate */
     double beta1, beta2, eps, weight_decay;
-    int64_t step;        /* 1-based count of this update for these elements */
+    int64_t step; /* 1-based count of this update for these elements */
 } remat_adamw_hparams;
 /* p *= 1 - lr wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g²;
  * p -= lr/(1-b1^step) * m / (sqrt(v)/sqrt(1-b2^step) + eps).
  * REMAT_EINVAL on a NULL buffer (n > 0), n < 0 or step < 1. */
 remat_status remat_adamw_update_f32(float *p, const float *g, float *m, float *v, int64_t n,
-                           const remat_adamw_hparams *h);
+                                    const remat_adamw_hparams *h);
 remat_status remat_adamw_update_f64(double *p, const double *g, double *m, double *v, int64_t n,
-                           const remat_adamw_hparams *h);
+                                    const remat_adamw_hparams *h);
 
 typedef struct remat_sgd_hparams {
     double lr, momentum, dampening, weight_decay;
     bool nesterov;
-    bool first;          /* the first update of these elements: buf = g (PyTorch) */
+    bool first; /* the first update of these elements: buf = g (PyTorch) */
 } remat_sgd_hparams;
 /* d = g + wd p; with momentum: buf = first ? d : momentum buf + (1-dampening) d,
  * d = nesterov ? d + momentum buf : buf; p -= lr d. buf may be NULL iff
  * momentum == 0. */
 remat_status remat_sgd_update_f32(float *p, const float *g, float *buf, int64_t n,
-                         const remat_sgd_hparams *h);
+                                  const remat_sgd_hparams *h);
 remat_status remat_sgd_update_f64(double *p, const double *g, double *buf, int64_t n,
-                         const remat_sgd_hparams *h);
+                                  const remat_sgd_hparams *h);
 
 /* Sum of squares of x[0..n) in double (for a global norm over buffers). */
 double remat_sum_squares_f32(const float *x, int64_t n);
@@ -232,7 +233,7 @@ double remat_clip_factor(double total_norm, double max_norm);
  * *total_norm (may be NULL), then every gradient scaled by
  * remat_clip_factor. Parameters without a gradient are skipped. */
 remat_status remat_clip_grad_norm(remat_tensor *const *params, int n, double max_norm,
-                         double *total_norm /* OUT */);
+                                  double *total_norm /* OUT */);
 
 REMAT_END_PUBLIC
 #ifdef __cplusplus

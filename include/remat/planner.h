@@ -110,8 +110,8 @@ typedef struct remat_profile {
 } remat_profile;
 
 typedef struct remat_profile_options {
-    int runs;         /* timed runs per stage; 0 → 3. Times are medians. */
-    bool no_warmup;   /* skip the untimed warm-up run of every stage */
+    int runs;       /* timed runs per stage; 0 → 3. Times are medians. */
+    bool no_warmup; /* skip the untimed warm-up run of every stage */
 } remat_profile_options;
 
 /* A zero-filled profile of n_stages stages, to fill by hand (n_stages >= 1). */
@@ -143,8 +143,8 @@ void remat_profile_print(const remat_profile *profile, FILE *f);
  * recomputation follows the sub-plan. A stage inside d checkpoints runs its
  * forward 1 + d times per step. */
 typedef enum remat_plan_op {
-    REMAT_PLAN_STORE = 0,      /* run stage `first` keeping what it saves (rotor's F_all) */
-    REMAT_PLAN_CHECKPOINT = 1  /* checkpointed segment [first..last] */
+    REMAT_PLAN_STORE = 0,     /* run stage `first` keeping what it saves (rotor's F_all) */
+    REMAT_PLAN_CHECKPOINT = 1 /* checkpointed segment [first..last] */
 } remat_plan_op;
 
 typedef struct remat_plan_node {
@@ -179,19 +179,19 @@ typedef struct remat_plan {
     int n_stages;
     remat_plan_stage *stages; /* n_stages entries */
     int n_nodes;
-    remat_plan_node *nodes;   /* pre-order */
-    bool has_profile;         /* the predictions below come from a profile */
-    size_t budget_bytes;      /* REMAT_PLAN_OPTIMAL/MIN_MEMORY: the budget asked for */
-    size_t min_budget_bytes;  /* with a profile: smallest budget any plan fits */
-    size_t peak_bytes;        /* with a profile: predicted peak of this plan */
-    size_t peak_store_all;    /* with a profile: predicted peak without checkpointing */
-    double time;              /* predicted step time, seconds (without a profile:
+    remat_plan_node *nodes;  /* pre-order */
+    bool has_profile;        /* the predictions below come from a profile */
+    size_t budget_bytes;     /* REMAT_PLAN_OPTIMAL/MIN_MEMORY: the budget asked for */
+    size_t min_budget_bytes; /* with a profile: smallest budget any plan fits */
+    size_t peak_bytes;       /* with a profile: predicted peak of this plan */
+    size_t peak_store_all;   /* with a profile: predicted peak without checkpointing */
+    double time;             /* predicted step time, seconds (without a profile:
                                  forward runs + stages, in units of one stage forward) */
-    double time_store_all;    /* the same without checkpointing */
-    int64_t n_recomputed;     /* stage forwards run again in backward */
-    size_t slot_bytes;        /* remat_plan_create: bytes per memory slot */
-    int checkpoints;          /* remat_plan_revolve: c; remat_plan_sequential: segments */
-    bool whole_step;          /* remat_plan_create_step: budget_bytes, min_budget_bytes,
+    double time_store_all;   /* the same without checkpointing */
+    int64_t n_recomputed;    /* stage forwards run again in backward */
+    size_t slot_bytes;       /* remat_plan_create: bytes per memory slot */
+    int checkpoints;         /* remat_plan_revolve: c; remat_plan_sequential: segments */
+    bool whole_step;         /* remat_plan_create_step: budget_bytes, min_budget_bytes,
                                  peak_bytes and peak_store_all are the whole step's allocator
                                  bytes (step profile's fixed bytes included); time includes
                                  the head */

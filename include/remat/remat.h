@@ -83,20 +83,20 @@
 #ifndef REMAT_REMAT_H
 #define REMAT_REMAT_H
 
-#include "remat/error.h"
-#include "remat/tensor.h"
-#include "remat/device.h"
-#include "remat/cuda.h"
-#include "remat/ops.h"
 #include "remat/autograd.h"
 #include "remat/checkpoint.h"
-#include "remat/planner.h"
-#include "remat/selective.h"
-#include "remat/report.h"
 #include "remat/compress.h"
-#include "remat/optim.h"
+#include "remat/cuda.h"
+#include "remat/device.h"
 #include "remat/dist.h"
+#include "remat/error.h"
+#include "remat/ops.h"
+#include "remat/optim.h"
+#include "remat/planner.h"
+#include "remat/report.h"
 #include "remat/savefile.h"
+#include "remat/selective.h"
+#include "remat/tensor.h"
 
 #define REMAT_VERSION_MAJOR 0
 #define REMAT_VERSION_MINOR 1

@@ -53,34 +53,34 @@ extern "C" {
 REMAT_BEGIN_PUBLIC
 
 typedef struct remat_residual {
-    const char *op;          /* graph node that saved it, e.g. "LinearBackward" */
-    const char *call;        /* public op running when it was saved ("remat_linear"), or NULL */
-    char name[64];           /* the tensor's name (remat_set_name / remat_tag), "" if none */
+    const char *op;   /* graph node that saved it, e.g. "LinearBackward" */
+    const char *call; /* public op running when it was saved ("remat_linear"), or NULL */
+    char name[64];    /* the tensor's name (remat_set_name / remat_tag), "" if none */
     int ndim;
     int64_t shape[REMAT_MAX_DIMS];
     remat_dtype dtype;
     remat_device device;
-    size_t bytes;            /* numel * element size of the saved view */
-    size_t storage_bytes;    /* bytes of the storage behind it */
-    bool new_storage;        /* first entry on its storage: counted in the totals */
-    bool hooked;             /* saved through saved-tensor hooks */
-    bool in_backward;        /* saved during a backward pass (a recomputation) */
-    void *site;              /* return address in the caller of `call`; NULL if unknown */
-    char site_str[192];      /* site symbolised, "" if unknown */
+    size_t bytes;         /* numel * element size of the saved view */
+    size_t storage_bytes; /* bytes of the storage behind it */
+    bool new_storage;     /* first entry on its storage: counted in the totals */
+    bool hooked;          /* saved through saved-tensor hooks */
+    bool in_backward;     /* saved during a backward pass (a recomputation) */
+    void *site;           /* return address in the caller of `call`; NULL if unknown */
+    char site_str[192];   /* site symbolised, "" if unknown */
 } remat_residual;
 
 typedef struct remat_residual_totals {
-    int count;               /* entries */
-    size_t bytes;            /* sum of the entries' view bytes */
-    size_t unique_bytes;     /* distinct storages, each counted once */
-    size_t kept_bytes;       /* distinct storages of the kept entries (no hooks, not in backward) */
+    int count;           /* entries */
+    size_t bytes;        /* sum of the entries' view bytes */
+    size_t unique_bytes; /* distinct storages, each counted once */
+    size_t kept_bytes;   /* distinct storages of the kept entries (no hooks, not in backward) */
 } remat_residual_totals;
 
 typedef struct remat_residual_op_total {
-    const char *op;          /* node name */
+    const char *op; /* node name */
     int count;
-    size_t bytes;            /* sum of view bytes */
-    size_t unique_bytes;     /* storages first seen in an entry of this op */
+    size_t bytes;        /* sum of view bytes */
+    size_t unique_bytes; /* storages first seen in an entry of this op */
 } remat_residual_op_total;
 
 typedef struct remat_residual_report remat_residual_report;

@@ -30,7 +30,7 @@ extern "C" {
 REMAT_BEGIN_PUBLIC
 
 #define REMAT_SAVEFILE_MAGIC "REMATSAV"
-#define REMAT_SAVEFILE_VERSION 2u          /* written; versions 1 and 2 are read */
+#define REMAT_SAVEFILE_VERSION 2u           /* written; versions 1 and 2 are read */
 #define REMAT_SAVEFILE_PREAMBLE_BYTES 24u   /* magic, version, header size, file size */
 #define REMAT_SAVEFILE_HEADER_BYTES 192u    /* the version-2 fixed header */
 #define REMAT_SAVEFILE_HEADER_BYTES_V1 160u /* the version-1 fixed header */

@@ -96,9 +96,8 @@ typedef struct remat_sac_context {
  * (counters) in user_state: it is called once per op in the forward and
  * once per op in the recomputation (until the recomputation stops early;
  * as in PyTorch, not for the op whose saved inputs complete it). */
-typedef remat_checkpoint_policy (*remat_sac_policy_fn)(const remat_sac_context *ctx,
-                                                       const char *op, int n_inputs,
-                                                       remat_tensor *const *inputs,
+typedef remat_checkpoint_policy (*remat_sac_policy_fn)(const remat_sac_context *ctx, const char *op,
+                                                       int n_inputs, remat_tensor *const *inputs,
                                                        void *user_state);
 
 /* ---- policies ---------------------------------------------------------------------
@@ -165,12 +164,12 @@ int remat_policy_eval(const remat_policy *p, const remat_sac_context *ctx, const
 typedef struct remat_sac_stats {
     int64_t policy_calls_forward;
     int64_t policy_calls_recompute;
-    int64_t ops_forward;        /* ops seen in forward passes */
-    int64_t ops_cached;         /* ops whose outputs were cached in the forward */
-    int64_t ops_offloaded;      /* of those, copied to host memory */
-    int64_t ops_recomputed;     /* ops that ran again during recomputations */
-    int64_t ops_from_cache;     /* ops served from the cache during recomputations */
-    int64_t bytes_cached;       /* bytes of storage the caches held (new storage, counted once) */
+    int64_t ops_forward;    /* ops seen in forward passes */
+    int64_t ops_cached;     /* ops whose outputs were cached in the forward */
+    int64_t ops_offloaded;  /* of those, copied to host memory */
+    int64_t ops_recomputed; /* ops that ran again during recomputations */
+    int64_t ops_from_cache; /* ops served from the cache during recomputations */
+    int64_t bytes_cached;   /* bytes of storage the caches held (new storage, counted once) */
 } remat_sac_stats;
 
 /* PyTorch: create_selective_checkpoint_contexts(policy_fn_or_list,
@@ -186,9 +185,9 @@ remat_status remat_create_selective_checkpoint_contexts(remat_checkpoint_context
 
 /* What remat_sac_context_fn reads from context_fn_data. */
 typedef struct remat_sac_config {
-    remat_policy *policy;             /* required */
-    bool allow_cache_entry_mutation;  /* default false */
-    remat_sac_stats *stats;           /* optional counters */
+    remat_policy *policy;            /* required */
+    bool allow_cache_entry_mutation; /* default false */
+    remat_sac_stats *stats;          /* optional counters */
 } remat_sac_config;
 
 /* A remat_checkpoint_context_fn: context_fn_data must point to a

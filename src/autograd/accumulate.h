@@ -39,8 +39,8 @@ void rm_progress_point(void);
  * reentrant checkpoint records them in forward (rm_leaf_tally below) and
  * they are reported as if reached; *opaque is set when a reachable custom
  * function recorded nothing. REMAT_ENOMEM (the counts are then incomplete). */
-remat_status rm_graph_leaf_accumulators(remat_tensor *root, rm_accumulate_observer_fn fn, void *user_data,
-                               bool *opaque /* OUT */);
+remat_status rm_graph_leaf_accumulators(remat_tensor *root, rm_accumulate_observer_fn fn,
+                                        void *user_data, bool *opaque /* OUT */);
 
 /* True for a custom function's node (src/autograd/function.c). */
 bool rm_node_runs_backward(const remat_node *n);

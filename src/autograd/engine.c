@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph.h"
-#include "accumulate.h"
 #include "../dispatch/kernels.h"
+#include "accumulate.h"
+#include "graph.h"
 
 /* ---- per-pass bookkeeping --------------------------------------------------------- */
 typedef struct ninfo {
@@ -37,7 +37,7 @@ typedef struct task {
     bool keep_grad; /* false for remat_grad: never touch .grad */
     bool retain_graph;
     bool create_graph; /* backward records a differentiable graph */
-    ninfo *tab;     /* open-addressing hash on node pointer */
+    ninfo *tab;        /* open-addressing hash on node pointer */
     size_t cap, count;
     capture *caps;
     int n_caps;
@@ -55,8 +55,8 @@ remat_status rm_no_double_backward(const remat_node *n, const char *what) {
     const char *op = n->op_name ? n->op_name : remat_node_name(n);
     return rm_err(REMAT_EUNSUPPORTED,
                   "%s: double backward (create_graph) through %s%s%s is not supported: remat has "
-                  "no differentiable backward for it", remat_node_name(n), op, what ? " " : "",
-                  what ? what : "");
+                  "no differentiable backward for it",
+                  remat_node_name(n), op, what ? " " : "", what ? what : "");
 }
 uint64_t remat_current_backward_id(void) { return tls_task ? tls_task->id : 0; }
 bool remat_current_backward_is_partial(void) { return tls_task && tls_task->partial; }
@@ -128,16 +128,19 @@ static remat_status discover(task *t, remat_node **roots, int n_roots) {
     remat_node **stack = NULL;
     int sp = 0, cap = 0;
     int rc = REMAT_OK;
-#define PUSH(x)                                                                  \
-    do {                                                                         \
-        if (sp == cap) {                                                         \
-            int nc = cap ? cap * 2 : 256;                                        \
-            remat_node **ns = realloc(stack, (size_t)nc * sizeof *ns);           \
-            if (!ns) { rc = rm_err(REMAT_ENOMEM, "backward: out of memory"); goto done; } \
-            stack = ns;                                                          \
-            cap = nc;                                                            \
-        }                                                                        \
-        stack[sp++] = (x);                                                       \
+#define PUSH(x)                                                                                    \
+    do {                                                                                           \
+        if (sp == cap) {                                                                           \
+            int nc = cap ? cap * 2 : 256;                                                          \
+            remat_node **ns = realloc(stack, (size_t)nc * sizeof *ns);                             \
+            if (!ns) {                                                                             \
+                rc = rm_err(REMAT_ENOMEM, "backward: out of memory");                              \
+                goto done;                                                                         \
+            }                                                                                      \
+            stack = ns;                                                                            \
+            cap = nc;                                                                              \
+        }                                                                                          \
+        stack[sp++] = (x);                                                                         \
     } while (0)
     for (int i = 0; i < n_roots; i++) {
         if (!roots[i] || tab_find(t, roots[i])) continue;
@@ -299,16 +302,17 @@ static remat_status accumulate_into(remat_tensor **slot, remat_tensor *g) {
  * another dtype is converted to the output's. *out: g itself (retained) or
  * the fixed-up copy. */
 static remat_status validate_grad(remat_tensor **out, const remat_node *producer, remat_node *n,
-                         int input_nr, remat_tensor *g) {
+                                  int input_nr, remat_tensor *g) {
     *out = NULL;
     const rm_out_meta *m = &n->out_meta[input_nr];
     const char *who = producer ? remat_node_name(producer) : "the gradient given for a root";
     char b1[200], b2[160];
     remat_device d = g->storage->device;
     if (d.type != m->device.type || d.index != m->device.index)
-        return rm_err(REMAT_EDEVICE, "backward: function %s returned a gradient %s on %s:%d for a "
-                      "tensor on %s:%d", who, rm_tensor_str(g, b1, sizeof b1),
-                      remat_device_type_name(d.type), d.index,
+        return rm_err(REMAT_EDEVICE,
+                      "backward: function %s returned a gradient %s on %s:%d for a "
+                      "tensor on %s:%d",
+                      who, rm_tensor_str(g, b1, sizeof b1), remat_device_type_name(d.type), d.index,
                       remat_device_type_name(m->device.type), m->device.index);
     remat_tensor *cur = remat_retain(g);
     int rc = REMAT_OK;
@@ -321,9 +325,10 @@ static remat_status validate_grad(remat_tensor **out, const remat_node *producer
                           memcmp(bs, g->shape, sizeof(int64_t) * (size_t)nd) == 0;
         if (!expandable) {
             remat_release(cur);
-            return rm_err(REMAT_ESHAPE, "backward: function %s returned a gradient of shape %s for "
-                          "a tensor of shape %s", who,
-                          rm_shape_str(g->ndim, g->shape, b1, sizeof b1),
+            return rm_err(REMAT_ESHAPE,
+                          "backward: function %s returned a gradient of shape %s for "
+                          "a tensor of shape %s",
+                          who, rm_shape_str(g->ndim, g->shape, b1, sizeof b1),
                           rm_shape_str(m->ndim, m->shape, b2, sizeof b2));
         }
         remat_tensor *sum = NULL;
@@ -335,10 +340,11 @@ static remat_status validate_grad(remat_tensor **out, const remat_node *producer
     if (cur->dtype != m->dtype) {
         if (cur->requires_grad && remat_is_grad_enabled()) {
             remat_release(cur);
-            return rm_err(REMAT_EUNSUPPORTED, "backward: function %s returned a gradient of "
+            return rm_err(REMAT_EUNSUPPORTED,
+                          "backward: function %s returned a gradient of "
                           "dtype %s for a tensor of dtype %s; converting it under create_graph is "
-                          "not supported", who, remat_dtype_name(g->dtype),
-                          remat_dtype_name(m->dtype));
+                          "not supported",
+                          who, remat_dtype_name(g->dtype), remat_dtype_name(m->dtype));
         }
         remat_tensor *conv = NULL;
         rc = rm_new_output(&conv, m->ndim, m->shape, m->dtype, m->device);
@@ -355,7 +361,7 @@ static remat_status validate_grad(remat_tensor **out, const remat_node *producer
 }
 
 static remat_status buf_add(task *t, const remat_node *producer, remat_node *n, int input_nr,
-                   remat_tensor *g) {
+                            remat_tensor *g) {
     ninfo *ni = tab_find(t, n);
     if (!ni) return REMAT_OK;
     remat_tensor *v = NULL;
@@ -461,7 +467,8 @@ static remat_status run_grad_hooks(remat_node *n, remat_tensor **buf) {
 /* Hands the gradients arriving at n to the captures of a partial
  * backward/grad; *captured_leaf: a grad() capture took a leaf's gradient
  * (it must then not reach the leaf's .grad). */
-static remat_status apply_captures(task *t, remat_node *n, remat_tensor **buf, bool *captured_leaf) {
+static remat_status apply_captures(task *t, remat_node *n, remat_tensor **buf,
+                                   bool *captured_leaf) {
     *captured_leaf = false;
     if (!buf) return REMAT_OK;
     for (int i = 0; i < t->n_caps; i++) {
@@ -586,8 +593,8 @@ out:
 /* ---- entry points ------------------------------------------------------------------------------ */
 /* Checks the arguments of a backward/grad call before anything runs. */
 static remat_status check_backward_args(const char *call, int n, remat_tensor *const *roots,
-                               remat_tensor *const *grad_outputs, int n_inputs,
-                               remat_tensor *const *inputs) {
+                                        remat_tensor *const *grad_outputs, int n_inputs,
+                                        remat_tensor *const *inputs) {
     if (n <= 0 || !roots) return rm_err(REMAT_EINVAL, "%s: no output tensors given", call);
     if (n_inputs < 0 || (n_inputs > 0 && !inputs))
         return rm_err(REMAT_EINVAL, "%s: inputs is NULL with n_inputs %d", call, n_inputs);
@@ -597,7 +604,8 @@ static remat_status check_backward_args(const char *call, int n, remat_tensor *c
         if (!roots[i]->requires_grad)
             return rm_err(REMAT_ENOGRAD,
                           "%s: element %d of tensors does not require grad and does not have a "
-                          "grad_fn (%s)", call, i, rm_tensor_str(roots[i], b1, sizeof b1));
+                          "grad_fn (%s)",
+                          call, i, rm_tensor_str(roots[i], b1, sizeof b1));
         remat_tensor *g = grad_outputs ? grad_outputs[i] : NULL;
         if (g) {
             if (g->ndim != roots[i]->ndim ||
@@ -608,8 +616,8 @@ static remat_status check_backward_args(const char *call, int n, remat_tensor *c
         } else if (remat_numel(roots[i]) != 1) {
             return rm_err(REMAT_EINVAL,
                           "%s: grad can be implicitly created only for one-element outputs; "
-                          "output %d is %s — pass grad_outputs", call, i,
-                          rm_tensor_str(roots[i], b1, sizeof b1));
+                          "output %d is %s — pass grad_outputs",
+                          call, i, rm_tensor_str(roots[i], b1, sizeof b1));
         }
     }
     for (int i = 0; i < n_inputs; i++) {
@@ -623,8 +631,8 @@ static remat_status check_backward_args(const char *call, int n, remat_tensor *c
 
 /* One capture per input of a partial backward/grad: where its gradient
  * arrives in the graph, and whether it is a leaf. */
-static remat_status add_captures(task *t, const char *call, int n_inputs, remat_tensor *const *inputs,
-                        bool keep_grad) {
+static remat_status add_captures(task *t, const char *call, int n_inputs,
+                                 remat_tensor *const *inputs, bool keep_grad) {
     t->caps = calloc((size_t)n_inputs, sizeof *t->caps);
     if (!t->caps) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     for (int i = 0; i < n_inputs; i++) {
@@ -644,8 +652,8 @@ static remat_status add_captures(task *t, const char *call, int n_inputs, remat_
 /* Puts each root's gradient (grad_outputs[i], or a one for a one-element
  * root) into the buffer of its node. */
 static remat_status seed_root_grads(task *t, int n, remat_tensor *const *roots,
-                           remat_tensor *const *grad_outputs, remat_node **root_nodes,
-                           const rm_edge *root_edges) {
+                                    remat_tensor *const *grad_outputs, remat_node **root_nodes,
+                                    const rm_edge *root_edges) {
     int rc = REMAT_OK;
     for (int i = 0; i < n && rc == REMAT_OK; i++) {
         remat_tensor *g = grad_outputs ? grad_outputs[i] : NULL;
@@ -671,7 +679,7 @@ static remat_status seed_root_grads(task *t, int n, remat_tensor *const *roots,
  * nothing: an unused input without allow_unused fails and releases the
  * ones already moved). */
 static remat_status take_grads(task *t, const char *call, int n_inputs, remat_tensor *const *inputs,
-                      bool allow_unused, remat_tensor **grads_out) {
+                               bool allow_unused, remat_tensor **grads_out) {
     char b1[200];
     for (int i = 0; i < n_inputs; i++) {
         grads_out[i] = NULL;
@@ -680,7 +688,8 @@ static remat_status take_grads(task *t, const char *call, int n_inputs, remat_te
             return rm_err(REMAT_EINVAL,
                           "%s: one of the differentiated tensors (input %d, %s) appears to not "
                           "have been used in the graph; pass allow_unused=true if this is the "
-                          "desired behavior", call, i, rm_tensor_str(inputs[i], b1, sizeof b1));
+                          "desired behavior",
+                          call, i, rm_tensor_str(inputs[i], b1, sizeof b1));
         }
         grads_out[i] = t->caps[i].grad;
         t->caps[i].grad = NULL;
@@ -689,9 +698,9 @@ static remat_status take_grads(task *t, const char *call, int n_inputs, remat_te
 }
 
 static remat_status run_backward(const char *call, int n, remat_tensor *const *roots,
-                        remat_tensor *const *grad_outputs, bool retain_graph, bool create_graph,
-                        int n_inputs, remat_tensor *const *inputs, bool keep_grad,
-                        bool allow_unused, remat_tensor **grads_out) {
+                                 remat_tensor *const *grad_outputs, bool retain_graph,
+                                 bool create_graph, int n_inputs, remat_tensor *const *inputs,
+                                 bool keep_grad, bool allow_unused, remat_tensor **grads_out) {
     int rc = check_backward_args(call, n, roots, grad_outputs, n_inputs, inputs);
     if (rc) return rc;
 
@@ -749,8 +758,7 @@ int remat_backward(int n, remat_tensor *const *roots, remat_tensor *const *grad_
 }
 
 int remat_backward_scalar(remat_tensor *root) {
-    return run_backward("remat_backward", 1, &root, NULL, false, false, 0, NULL, true, true,
-                        NULL);
+    return run_backward("remat_backward", 1, &root, NULL, false, false, 0, NULL, true, true, NULL);
 }
 
 int remat_grad(int n_outputs, remat_tensor *const *outputs, remat_tensor *const *grad_outputs,
@@ -765,12 +773,15 @@ int remat_grad(int n_outputs, remat_tensor *const *outputs, remat_tensor *const 
 }
 
 /* retain_graph as the options give it: unset means create_graph (P). */
-static remat_status resolve_retain(const char *call, const remat_backward_options *o, bool *retain) {
+static remat_status resolve_retain(const char *call, const remat_backward_options *o,
+                                   bool *retain) {
     *retain = o && o->create_graph;
     if (!o || o->retain_graph == REMAT_OPT_DEFAULT) return REMAT_OK;
     if (o->retain_graph != REMAT_OPT_TRUE && o->retain_graph != REMAT_OPT_FALSE)
-        return rm_err(REMAT_EINVAL, "%s: retain_graph must be REMAT_OPT_DEFAULT, REMAT_OPT_TRUE "
-                      "or REMAT_OPT_FALSE, got %d", call, (int)o->retain_graph);
+        return rm_err(REMAT_EINVAL,
+                      "%s: retain_graph must be REMAT_OPT_DEFAULT, REMAT_OPT_TRUE "
+                      "or REMAT_OPT_FALSE, got %d",
+                      call, (int)o->retain_graph);
     *retain = o->retain_graph == REMAT_OPT_TRUE;
     return REMAT_OK;
 }

@@ -12,7 +12,7 @@
 struct remat_function_ctx {
     remat_function_def def;
     void *user_data;
-    remat_node *node;          /* weak: the node that owns this ctx (NULL in forward) */
+    remat_node *node; /* weak: the node that owns this ctx (NULL in forward) */
     int n_inputs;
     bool needs_grad[64];
     bool non_diff[64];
@@ -37,11 +37,11 @@ static void ctx_free(void *p) {
 }
 
 static remat_status fn_backward(remat_node *node, remat_tensor *const *grad_outputs,
-                       remat_tensor **grad_inputs) {
+                                remat_tensor **grad_inputs) {
     remat_function_ctx *c = node->ctx;
     remat_clear_error();
-    int rc = c->def.backward(c, c->user_data, grad_outputs, node->n_outputs, grad_inputs,
-                             node->n_next);
+    int rc =
+        c->def.backward(c, c->user_data, grad_outputs, node->n_outputs, grad_inputs, node->n_next);
     if (rc) {
         for (int i = 0; i < node->n_next; i++) remat_release_p(&grad_inputs[i]);
         if (!remat_last_error()[0])
@@ -115,8 +115,9 @@ int remat_ctx_mark_non_differentiable(remat_function_ctx *ctx, int i) {
 
 /* Runs the user's forward with grad mode off and scopes suspended (the
  * outputs are plain references) and checks that it filled every output. */
-static remat_status run_forward(remat_function_ctx *c, void *user_data, const char *name, int n_inputs,
-                       remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs) {
+static remat_status run_forward(remat_function_ctx *c, void *user_data, const char *name,
+                                int n_inputs, remat_tensor *const *inputs, int n_outputs,
+                                remat_tensor **outputs) {
     c->in_forward = true;
     bool prev = remat_set_grad_enabled(false);
     void *scope = rm_scope_suspend();
@@ -141,14 +142,14 @@ static remat_status run_forward(remat_function_ctx *c, void *user_data, const ch
 /* An output that is an input (or already in a graph) is replaced by a
  * fresh alias, so the input's own history stays as it was. */
 static remat_status alias_outputs(const char *name, int n_inputs, remat_tensor *const *inputs,
-                         int n_outputs, remat_tensor **outputs) {
+                                  int n_outputs, remat_tensor **outputs) {
     for (int i = 0; i < n_outputs; i++) {
         remat_tensor *o = outputs[i];
         bool is_input = false;
         for (int k = 0; k < n_inputs; k++) is_input |= inputs[k] == o;
         if (!is_input && !o->grad_fn && !o->requires_grad && !o->scope_owner) continue;
-        remat_tensor *a = rm_tensor_alloc(o->storage, o->offset, o->ndim, o->shape, o->strides,
-                                          o->dtype);
+        remat_tensor *a =
+            rm_tensor_alloc(o->storage, o->offset, o->ndim, o->shape, o->strides, o->dtype);
         if (!a) return rm_err(REMAT_ENOMEM, "remat_function_apply(%s): out of memory", name);
         a->is_view = true;
         if (!o->scope_owner) remat_release(o);
@@ -159,8 +160,9 @@ static remat_status alias_outputs(const char *name, int n_inputs, remat_tensor *
 
 /* Records the graph node: the tensors saved by forward, the
  * differentiable outputs. On success the node owns c (*c_owned set). */
-static remat_status record_node(remat_function_ctx *c, bool *c_owned, const char *name, int n_inputs,
-                       remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs) {
+static remat_status record_node(remat_function_ctx *c, bool *c_owned, const char *name,
+                                int n_inputs, remat_tensor *const *inputs, int n_outputs,
+                                remat_tensor **outputs) {
     remat_node *node;
     int rc = rm_node_new(&node, "CustomFunction", fn_backward, n_inputs, inputs, n_outputs,
                          c->n_pending);
@@ -193,8 +195,10 @@ int remat_function_apply(const remat_function_def *def, void *user_data, int n_i
     if (!outputs || n_outputs <= 0 || n_outputs > 64 || n_inputs < 0 || n_inputs > 64 ||
         (n_inputs && !inputs)) {
         if (def->destroy) def->destroy(user_data);
-        return rm_err(REMAT_EINVAL, "remat_function_apply(%s): bad arguments (n_inputs %d, "
-                      "n_outputs %d; both at most 64, outputs non-NULL)", name, n_inputs, n_outputs);
+        return rm_err(REMAT_EINVAL,
+                      "remat_function_apply(%s): bad arguments (n_inputs %d, "
+                      "n_outputs %d; both at most 64, outputs non-NULL)",
+                      name, n_inputs, n_outputs);
     }
     for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
     remat_function_ctx *c = calloc(1, sizeof *c);
@@ -210,7 +214,8 @@ int remat_function_apply(const remat_function_def *def, void *user_data, int n_i
     c->user_data = user_data;
     c->n_inputs = n_inputs;
     bool needs = rm_needs_grad(n_inputs, inputs);
-    for (int i = 0; i < n_inputs; i++) c->needs_grad[i] = needs && inputs[i] && inputs[i]->requires_grad;
+    for (int i = 0; i < n_inputs; i++)
+        c->needs_grad[i] = needs && inputs[i] && inputs[i]->requires_grad;
 
     bool c_owned = false; /* by the graph node */
     int rc = run_forward(c, user_data, name, n_inputs, inputs, n_outputs, outputs);

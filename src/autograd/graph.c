@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "accumulate.h"
-#include "graph.h"
 #include "../dispatch/intercept.h"
 #include "../dispatch/kernels.h"
+#include "accumulate.h"
+#include "graph.h"
 
 /* ---- grad mode ------------------------------------------------------------------- */
 static RM_TLS bool tls_grad_disabled; /* zero-initialised: grad enabled */
@@ -57,8 +57,8 @@ static remat_status hook_reserve(const char *call) {
     int ncap = cap * 2;
     hook_entry *a = realloc(tls_hooks_heap, (size_t)ncap * sizeof *a);
     if (!a)
-        return rm_err(REMAT_ENOMEM, "%s: out of memory growing the hook stack past depth %d",
-                      call, tls_n_hooks);
+        return rm_err(REMAT_ENOMEM, "%s: out of memory growing the hook stack past depth %d", call,
+                      tls_n_hooks);
     if (!tls_hooks_heap) memcpy(a, tls_hooks_inline, sizeof tls_hooks_inline);
     tls_hooks_heap = a;
     tls_hooks_cap = ncap;
@@ -266,7 +266,7 @@ remat_status rm_gradient_edge(remat_tensor *t, rm_edge *edge) {
 }
 
 remat_status rm_node_new(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
-                remat_tensor *const *inputs, int n_outputs, int n_saved) {
+                         remat_tensor *const *inputs, int n_outputs, int n_saved) {
     *out = NULL;
     rm_progress_point(); /* an op recorded: recomputation in backward passes here too */
     remat_node *n = node_alloc(name, backward, n_inputs, n_outputs, n_saved);
@@ -283,9 +283,9 @@ remat_status rm_node_new(remat_node **out, const char *name, rm_backward_fn back
     return REMAT_OK;
 }
 
-remat_status rm_node_new_ctx(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
-                    remat_tensor *const *inputs, int n_outputs, int n_saved, const void *ctx,
-                    size_t ctx_size) {
+remat_status rm_node_new_ctx(remat_node **out, const char *name, rm_backward_fn backward,
+                             int n_inputs, remat_tensor *const *inputs, int n_outputs, int n_saved,
+                             const void *ctx, size_t ctx_size) {
     int rc = rm_node_new(out, name, backward, n_inputs, inputs, n_outputs, n_saved);
     if (rc || !ctx_size) return rc;
     void *copy = malloc(ctx_size);
@@ -318,8 +318,8 @@ void rm_node_set_output(remat_node *n, int i, remat_tensor *t) {
 }
 
 static remat_status make_alias(remat_tensor **out, remat_tensor *t) {
-    remat_tensor *a = rm_tensor_alloc(t->storage, t->offset, t->ndim, t->shape, t->strides,
-                                      t->dtype);
+    remat_tensor *a =
+        rm_tensor_alloc(t->storage, t->offset, t->ndim, t->shape, t->strides, t->dtype);
     if (!a) return rm_err(REMAT_ENOMEM, "out of memory creating a tensor alias");
     a->is_view = true;
     if (t->name) a->name = strdup(t->name);
@@ -422,8 +422,9 @@ remat_status rm_node_unpack(remat_node *n, int slot, remat_tensor **out) {
         int rc = s->hooks.unpack(s->hooks.user_data, s->handle, &t);
         rm_scope_resume(prev_scope);
         if (rc) return rc;
-        if (!t) return rm_err(REMAT_ECALLBACK, "%s: saved-tensor unpack hook returned no tensor",
-                              n->name);
+        if (!t)
+            return rm_err(REMAT_ECALLBACK, "%s: saved-tensor unpack hook returned no tensor",
+                          n->name);
         if (rm_backward_creates_graph() && (rc = unpack_in_graph(n, s, &t))) {
             remat_release(t);
             return rc;
@@ -438,8 +439,8 @@ remat_status rm_node_unpack(remat_node *n, int slot, remat_tensor **out) {
                       "one of the tensors needed for gradient computation has been modified by "
                       "an in-place operation: %s, saved by %s, is at version %llu; expected "
                       "version %llu instead",
-                      rm_shape_str(s->ndim, s->shape, b, sizeof b), n->name,
-                      (unsigned long long)v, (unsigned long long)s->saved_version);
+                      rm_shape_str(s->ndim, s->shape, b, sizeof b), n->name, (unsigned long long)v,
+                      (unsigned long long)s->saved_version);
     }
     remat_tensor *t = remat_retain(s->data);
     if (rm_backward_creates_graph()) {
@@ -466,11 +467,11 @@ int remat_set_requires_grad(remat_tensor *t, bool requires_grad) {
                       "only change requires_grad of leaves — use remat_detach",
                       rm_tensor_str(t, b, sizeof b), t->grad_fn->name);
     }
-    if (requires_grad && t->dtype != REMAT_F32 && t->dtype != REMAT_F64 &&
-        t->dtype != REMAT_BF16)
+    if (requires_grad && t->dtype != REMAT_F32 && t->dtype != REMAT_F64 && t->dtype != REMAT_BF16)
         return rm_err(REMAT_EINVAL,
                       "remat_set_requires_grad: only floating point tensors can require grad, "
-                      "got %s", rm_tensor_str(t, b, sizeof b));
+                      "got %s",
+                      rm_tensor_str(t, b, sizeof b));
     t->requires_grad = requires_grad;
     return REMAT_OK;
 }
@@ -486,8 +487,10 @@ int remat_set_grad(remat_tensor *t, remat_tensor *g) {
             return rm_err(REMAT_ESHAPE, "remat_set_grad: gradient %s does not match tensor %s",
                           rm_tensor_str(g, b1, sizeof b1), rm_tensor_str(t, b2, sizeof b2));
         if (g->dtype != t->dtype)
-            return rm_err(REMAT_EDTYPE, "remat_set_grad: gradient %s has another dtype than "
-                          "tensor %s", rm_tensor_str(g, b1, sizeof b1), rm_tensor_str(t, b2, sizeof b2));
+            return rm_err(REMAT_EDTYPE,
+                          "remat_set_grad: gradient %s has another dtype than "
+                          "tensor %s",
+                          rm_tensor_str(g, b1, sizeof b1), rm_tensor_str(t, b2, sizeof b2));
         int rc = rm_check_same_device("remat_set_grad", t, g);
         if (rc) return rc;
     }
@@ -534,12 +537,14 @@ remat_status rm_check_inplace(const char *call, remat_tensor *t) {
 
 /* ---- tensor hooks ------------------------------------------------------------------------ */
 int remat_register_hook(remat_tensor *t, remat_grad_hook_fn fn, void *user_data) {
-    if (!t || !fn) return rm_err(REMAT_EINVAL, "remat_register_hook: tensor and fn must not be NULL");
+    if (!t || !fn)
+        return rm_err(REMAT_EINVAL, "remat_register_hook: tensor and fn must not be NULL");
     if (!t->requires_grad) {
         char b[200];
         return rm_err(REMAT_ENOGRAD,
                       "remat_register_hook: cannot register a hook on %s, which does not "
-                      "require grad", rm_tensor_str(t, b, sizeof b));
+                      "require grad",
+                      rm_tensor_str(t, b, sizeof b));
     }
     if (t->grad_fn) {
         rm_node_hook *h = calloc(1, sizeof *h);
@@ -605,8 +610,10 @@ void rm_set_graph_ops(const rm_graph_ops *ops) { g_graph_ops = ops; }
 remat_status rm_graph_ops_get(const char *what, const rm_graph_ops **ops) {
     *ops = g_graph_ops;
     if (!*ops)
-        return rm_err(REMAT_ESTATE, "%s under create_graph: no differentiable ops are installed "
-                                    "(the library's ops layer is not linked)", what);
+        return rm_err(REMAT_ESTATE,
+                      "%s under create_graph: no differentiable ops are installed "
+                      "(the library's ops layer is not linked)",
+                      what);
     return REMAT_OK;
 }
 

@@ -9,9 +9,9 @@
 /* ---- autograd graph --------------------------------------------------------- */
 typedef struct rm_saved {
     bool defined;
-    bool was_output;     /* saved tensor is an output of the node (informational) */
-    remat_tensor *data;  /* saved directly (no hooks): detached alias */
-    void *handle;        /* packed by hooks */
+    bool was_output;    /* saved tensor is an output of the node (informational) */
+    remat_tensor *data; /* saved directly (no hooks): detached alias */
+    void *handle;       /* packed by hooks */
     remat_saved_hooks hooks;
     bool has_hooks;
     bool freed;
@@ -42,7 +42,7 @@ typedef struct rm_edge {
 } rm_edge;
 
 typedef remat_status (*rm_backward_fn)(remat_node *node, remat_tensor *const *grad_outputs,
-                              remat_tensor **grad_inputs);
+                                       remat_tensor **grad_inputs);
 
 typedef struct rm_node_hook {
     int output_nr;
@@ -59,10 +59,10 @@ typedef struct rm_out_meta {
 } rm_out_meta;
 
 struct remat_node {
-    rm_node_head head; /* refcount, release (src/core.h) */
-    const char *name;      /* static string */
-    char *owned_name;      /* for custom functions */
-    const char *op_name;   /* the public op that recorded it (NULL: name) */
+    rm_node_head head;   /* refcount, release (src/core.h) */
+    const char *name;    /* static string */
+    char *owned_name;    /* for custom functions */
+    const char *op_name; /* the public op that recorded it (NULL: name) */
     rm_backward_fn backward;
     /* The backward create_graph runs when the node's gradient must itself
      * be differentiable (a gradient or a saved tensor requires grad): one
@@ -71,17 +71,17 @@ struct remat_node {
      * fails with REMAT_EUNSUPPORTED naming the op. */
     rm_backward_fn backward_diff;
     uint64_t seq;
-    int n_next;            /* one per differentiable input of the op */
+    int n_next; /* one per differentiable input of the op */
     rm_edge *next;
     int n_outputs;
     rm_out_meta *out_meta;
     int n_saved;
     rm_saved *saved;
-    void *ctx;                     /* op-specific parameters */
+    void *ctx; /* op-specific parameters */
     void (*ctx_free)(void *ctx);
-    remat_tensor *leaf;            /* AccumulateGrad: the leaf (owned) */
+    remat_tensor *leaf; /* AccumulateGrad: the leaf (owned) */
     rm_node_hook *hooks;
-    bool released;                 /* saved tensors freed by a backward pass */
+    bool released; /* saved tensors freed by a backward pass */
 };
 
 /* True if grad mode is on and any of the n inputs (NULL allowed) requires grad. */
@@ -89,12 +89,12 @@ bool rm_needs_grad(int n, remat_tensor *const *inputs);
 /* Creates a node for an op with n_inputs inputs (NULL or non-grad inputs get
  * empty edges), n_outputs outputs and room for n_saved saved tensors. */
 remat_status rm_node_new(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
-                remat_tensor *const *inputs, int n_outputs, int n_saved);
+                         remat_tensor *const *inputs, int n_outputs, int n_saved);
 /* rm_node_new, then a copy of ctx_size bytes of ctx as the node's ctx
  * (freed with the node); ctx_size 0: no ctx. */
-remat_status rm_node_new_ctx(remat_node **out, const char *name, rm_backward_fn backward, int n_inputs,
-                    remat_tensor *const *inputs, int n_outputs, int n_saved, const void *ctx,
-                    size_t ctx_size);
+remat_status rm_node_new_ctx(remat_node **out, const char *name, rm_backward_fn backward,
+                             int n_inputs, remat_tensor *const *inputs, int n_outputs, int n_saved,
+                             const void *ctx, size_t ctx_size);
 /* Drops a reference to the node. */
 void rm_node_release(remat_node *n);
 remat_node *rm_node_retain(remat_node *n);

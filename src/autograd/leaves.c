@@ -44,8 +44,8 @@ static int set_add(node_set *s, remat_node *n) {
     return 1;
 }
 
-remat_status rm_graph_leaf_accumulators(remat_tensor *root, rm_accumulate_observer_fn fn, void *user_data,
-                               bool *opaque) {
+remat_status rm_graph_leaf_accumulators(remat_tensor *root, rm_accumulate_observer_fn fn,
+                                        void *user_data, bool *opaque) {
     *opaque = false;
     if (!root || !root->requires_grad) return REMAT_OK;
     if (!root->grad_fn) { /* a leaf root: the pass accumulates into it */
@@ -94,7 +94,7 @@ typedef struct tally_entry {
 } tally_entry;
 
 struct rm_leaf_tally {
-    tally_entry *slot;     /* open addressing over cap slots (a power of two) */
+    tally_entry *slot; /* open addressing over cap slots (a power of two) */
     size_t cap, n;
     bool failed;           /* out of memory: the counts are incomplete */
     rm_leaf_tally *parent; /* the recording this one interrupted */

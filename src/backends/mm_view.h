@@ -15,10 +15,10 @@
 /* ---- batched strided matrices ------------------------------------------------------------ */
 
 typedef struct mview {
-    char *p;                       /* element [0, ..., 0] */
+    char *p; /* element [0, ..., 0] */
     int64_t rows, cols;
-    int64_t rs, cs;                /* row / column strides (elements) */
-    int64_t bstr[REMAT_MAX_DIMS];  /* batch strides, aligned to the batch shape */
+    int64_t rs, cs;               /* row / column strides (elements) */
+    int64_t bstr[REMAT_MAX_DIMS]; /* batch strides, aligned to the batch shape */
 } mview;
 
 /* v = t as a batch of matrices. The matrix dims are t's trailing dims: a row
@@ -78,7 +78,8 @@ static inline bool mv_layout(const mview *v, bool *t, int64_t *ld) {
 
 /* *owned = t, or a contiguous copy of t when its matrices (as view_of sees
  * them) are not a layout the GEMM can take. New reference. */
-static inline remat_status prep_operand(remat_tensor **owned, remat_tensor *t, bool has_row, bool has_col) {
+static inline remat_status prep_operand(remat_tensor **owned, remat_tensor *t, bool has_row,
+                                        bool has_col) {
     mview v;
     bool tr;
     int64_t ld;

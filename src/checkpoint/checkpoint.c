@@ -35,13 +35,15 @@ remat_status remat_determinism_check_parse(const char *text, remat_determinism_c
     if (strcmp(text, "default") == 0) *out = REMAT_DETERMINISM_DEFAULT;
     else if (strcmp(text, "none") == 0) *out = REMAT_DETERMINISM_NONE;
     else
-        return rm_err(REMAT_EINVAL, "determinism_check should be one of ['default', 'none'], "
-                      "but got '%.64s'", text);
+        return rm_err(REMAT_EINVAL,
+                      "determinism_check should be one of ['default', 'none'], "
+                      "but got '%.64s'",
+                      text);
     return REMAT_OK;
 }
 
 remat_status ck_call_fn(remat_checkpoint_fn fn, void *user_data, int n_inputs,
-               remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs) {
+                        remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs) {
     for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
     void *scope = rm_scope_suspend();
     remat_clear_error();
@@ -58,20 +60,24 @@ remat_status ck_call_fn(remat_checkpoint_fn fn, void *user_data, int n_inputs,
 
 static remat_status check_tri(const char *call, const char *name, remat_tristate v) {
     if (v == REMAT_OPT_DEFAULT || v == REMAT_OPT_TRUE || v == REMAT_OPT_FALSE) return REMAT_OK;
-    return rm_err(REMAT_EINVAL, "%s: option %s must be REMAT_OPT_DEFAULT (0), REMAT_OPT_TRUE (1) "
-                  "or REMAT_OPT_FALSE (-1), got %d", call, name, (int)v);
+    return rm_err(REMAT_EINVAL,
+                  "%s: option %s must be REMAT_OPT_DEFAULT (0), REMAT_OPT_TRUE (1) "
+                  "or REMAT_OPT_FALSE (-1), got %d",
+                  call, name, (int)v);
 }
 
 static remat_status check_determinism(const char *call, remat_determinism_check v) {
     if (v == REMAT_DETERMINISM_DEFAULT || v == REMAT_DETERMINISM_NONE) return REMAT_OK;
-    return rm_err(REMAT_EINVAL, "%s: option determinism_check must be REMAT_DETERMINISM_DEFAULT "
-                  "(0) or REMAT_DETERMINISM_NONE (1), got %d", call, (int)v);
+    return rm_err(REMAT_EINVAL,
+                  "%s: option determinism_check must be REMAT_DETERMINISM_DEFAULT "
+                  "(0) or REMAT_DETERMINISM_NONE (1), got %d",
+                  call, (int)v);
 }
 
 /* Resolves the options into *o. warn_text: the warning for an unset
  * use_reentrant (P words it differently for checkpoint_sequential). */
 static remat_status resolve(const char *call, const remat_checkpoint_options *opts, ck_opts *o,
-                   const char *warn_text) {
+                            const char *warn_text) {
     static const remat_checkpoint_options k_defaults;
     if (!opts) opts = &k_defaults;
     int rc = check_tri(call, "use_reentrant", opts->use_reentrant);
@@ -98,8 +104,10 @@ static remat_status resolve(const char *call, const remat_checkpoint_options *op
     if (o->reentrant) {
         /* P looks at the explicit debug argument only, not the override */
         if (o->context_fn || o->debug_explicit)
-            return rm_err(REMAT_EINVAL, "%s: passing context_fn or debug is only supported when "
-                          "use_reentrant = REMAT_OPT_FALSE", call);
+            return rm_err(REMAT_EINVAL,
+                          "%s: passing context_fn or debug is only supported when "
+                          "use_reentrant = REMAT_OPT_FALSE",
+                          call);
     }
     /* P rejects debug with a non-default context_fn; remat allows it, so
      * that debug traces cover selective-checkpointing regions too (ops
@@ -122,9 +130,10 @@ static const char *k_warn_sequential =
 
 /* remat_checkpoint with a destructor for user_data (used by sequential). */
 static remat_status checkpoint_impl(remat_checkpoint_fn fn, void *user_data,
-                           void (*user_data_destroy)(void *), int n_inputs,
-                           remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
-                           const remat_checkpoint_options *opts, const char *warn_text) {
+                                    void (*user_data_destroy)(void *), int n_inputs,
+                                    remat_tensor *const *inputs, int n_outputs,
+                                    remat_tensor **outputs, const remat_checkpoint_options *opts,
+                                    const char *warn_text) {
     if (outputs)
         for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
     int rc = REMAT_OK;
@@ -133,8 +142,10 @@ static remat_status checkpoint_impl(remat_checkpoint_fn fn, void *user_data,
         rc = rm_err(REMAT_EINVAL, "remat_checkpoint: inputs is NULL or n_inputs (%d) is negative",
                     n_inputs);
     else if (n_outputs < 0 || (n_outputs > 0 && !outputs))
-        rc = rm_err(REMAT_EINVAL, "remat_checkpoint: outputs is NULL or n_outputs (%d) is "
-                    "negative", n_outputs);
+        rc = rm_err(REMAT_EINVAL,
+                    "remat_checkpoint: outputs is NULL or n_outputs (%d) is "
+                    "negative",
+                    n_outputs);
     ck_opts o;
     if (rc == REMAT_OK) rc = resolve("remat_checkpoint", opts, &o, warn_text);
     if (rc) {
@@ -167,12 +178,12 @@ int remat_checkpoint(remat_checkpoint_fn fn, void *user_data, int n_inputs,
 /* ---- checkpoint_sequential ---------------------------------------------------------- */
 typedef struct seq_chunk {
     int n;
-    int first;           /* index of the first stage, for messages */
+    int first;            /* index of the first stage, for messages */
     remat_stage stages[]; /* copied: the caller's array may go away */
 } seq_chunk;
 
 static remat_status run_stages(const remat_stage *stages, int first, int n, remat_tensor *input,
-                      remat_tensor **out) {
+                               remat_tensor **out) {
     *out = NULL;
     remat_tensor *x = remat_retain(input);
     for (int j = 0; j < n; j++) {
@@ -188,16 +199,18 @@ static remat_status run_stages(const remat_stage *stages, int first, int n, rema
             return rc;
         }
         if (!y)
-            return rm_err(REMAT_EINVAL, "remat_checkpoint_sequential: stage %d returned no tensor "
-                          "(every stage must produce exactly one tensor)", first + j);
+            return rm_err(REMAT_EINVAL,
+                          "remat_checkpoint_sequential: stage %d returned no tensor "
+                          "(every stage must produce exactly one tensor)",
+                          first + j);
         x = y;
     }
     *out = x;
     return REMAT_OK;
 }
 
-static remat_status chunk_fn(void *ud, remat_tensor *const *inputs, int n_inputs, remat_tensor **outputs,
-                    int n_outputs) {
+static remat_status chunk_fn(void *ud, remat_tensor *const *inputs, int n_inputs,
+                             remat_tensor **outputs, int n_outputs) {
     seq_chunk *c = ud;
     if (n_inputs != 1 || n_outputs != 1 || !inputs[0])
         return rm_err(REMAT_EINVAL, "remat_checkpoint_sequential: a segment takes one tensor");
@@ -220,8 +233,10 @@ int remat_checkpoint_sequential(remat_tensor **out, int n_stages, const remat_st
     if (segments < 1)
         return rm_err(REMAT_EINVAL, "%s: segments must be at least 1, got %d", call, segments);
     if (n_stages > 0 && segments > n_stages) /* P refuses it too: chunks of no stage */
-        return rm_err(REMAT_EINVAL, "%s: %d segments for %d stages: segments must not exceed "
-                      "the number of stages", call, segments, n_stages);
+        return rm_err(REMAT_EINVAL,
+                      "%s: %d segments for %d stages: segments must not exceed "
+                      "the number of stages",
+                      call, segments, n_stages);
     remat_checkpoint_options o = {0};
     if (opts) o = *opts;
     o.user_data_destroy = NULL;
@@ -235,8 +250,7 @@ int remat_checkpoint_sequential(remat_tensor **out, int n_stages, const remat_st
     int end = -1;
     void *scope = rm_scope_suspend();
     remat_tensor *x = remat_retain(input);
-    for (int start = 0; seg > 0 && start < seg * (segments - 1) && rc == REMAT_OK;
-         start += seg) {
+    for (int start = 0; seg > 0 && start < seg * (segments - 1) && rc == REMAT_OK; start += seg) {
         end = start + seg - 1;
         seq_chunk *c = malloc(sizeof *c + (size_t)seg * sizeof(remat_stage));
         if (!c) {

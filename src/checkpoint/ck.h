@@ -4,8 +4,8 @@
 #ifndef REMAT_CK_H
 #define REMAT_CK_H
 
-#include "remat/autocast.h"
 #include "../internal.h"
+#include "remat/autocast.h"
 #include "remat/checkpoint.h"
 
 #define CK_CALL "remat_checkpoint"
@@ -25,8 +25,8 @@ typedef struct ck_opts {
 /* ---- RNG state stash (rng.c) ----------------------------------------------------- */
 typedef struct ck_rng {
     bool preserve;
-    int device_type;   /* inferred type id, -1 if not registered */
-    bool had_device;   /* the type was initialised when the forward started */
+    int device_type; /* inferred type id, -1 if not registered */
+    bool had_device; /* the type was initialised when the forward started */
     uint8_t cpu_state[REMAT_RNG_STATE_BYTES];
     int n_devices;
     remat_device devices[REMAT_MAX_DEVICES_PER_TYPE];
@@ -88,15 +88,15 @@ remat_status ck_debug_error(int status, const char *err, const ck_trace *fwd, co
  * call user_data_destroy(user_data), if set, once the checkpoint no longer
  * needs user_data (also on failure). */
 remat_status ck_run_nonreentrant(remat_checkpoint_fn fn, void *user_data, int n_inputs,
-                        remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
-                        const ck_opts *o, void (*user_data_destroy)(void *));
+                                 remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
+                                 const ck_opts *o, void (*user_data_destroy)(void *));
 remat_status ck_run_reentrant(remat_checkpoint_fn fn, void *user_data, int n_inputs,
-                     remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
-                     const ck_opts *o, void (*user_data_destroy)(void *));
+                              remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
+                              const ck_opts *o, void (*user_data_destroy)(void *));
 
 /* Runs fn with scopes suspended and checks the result: on failure every
  * output is released and NULL, and the error message is set. */
 remat_status ck_call_fn(remat_checkpoint_fn fn, void *user_data, int n_inputs,
-               remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs);
+                        remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs);
 
 #endif

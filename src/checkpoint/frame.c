@@ -41,11 +41,11 @@ typedef struct ck_slot {
 
 /* The recomputation done for one backward pass (P: the per-gid entries). */
 typedef struct ck_rec {
-    uint64_t gid;        /* backward id; 0 for an access outside backward */
+    uint64_t gid; /* backward id; 0 for an access outside backward */
     bool recomputed;
     bool in_progress;
-    bool stopped;        /* early stop reached: skip mode is on */
-    int counter;         /* tensors saved so far by the recomputation */
+    bool stopped; /* early stop reached: skip mode is on */
+    int counter;  /* tensors saved so far by the recomputation */
     int n_vals;
     remat_tensor **vals; /* captured tensors; NULL once handed out */
     bool *filled;        /* slot was captured in this pass */
@@ -70,7 +70,7 @@ typedef struct ck_frame {
     bool ignore_saved_mismatch;
     remat_determinism_check determinism;
     bool debug;
-    bool recomputing;          /* mutes the forward trace (grad inside forward) */
+    bool recomputing; /* mutes the forward trace (grad inside forward) */
     ck_trace fwd_trace, rec_trace;
     ck_rng rng;
     bool has_ctx;
@@ -134,8 +134,9 @@ static const char *meta_str(int ndim, const int64_t *shape, remat_dtype dtype, r
                             char *buf, size_t n) {
     char sb[160];
     const char *tn = remat_device_type_name(dev.type);
-    snprintf(buf, n, "{shape: %s, dtype: %s, device: %s:%d}", rm_shape_str(ndim, shape, sb, sizeof sb),
-             remat_dtype_name(dtype), tn ? tn : "?", dev.index);
+    snprintf(buf, n, "{shape: %s, dtype: %s, device: %s:%d}",
+             rm_shape_str(ndim, shape, sb, sizeof sb), remat_dtype_name(dtype), tn ? tn : "?",
+             dev.index);
     return buf;
 }
 
@@ -292,8 +293,8 @@ static remat_status ctx_enter(remat_status (*enter)(void *), void *state, const 
 /* Runs the function once more inside the context_fn's recompute context
  * (if any), tracing its ops when debug is on. Skip mode is back to
  * prev_skip on return. */
-static remat_status run_in_recompute_context(const ck_rctx *rctx, remat_tensor **args, remat_tensor **outs,
-                                    bool prev_skip) {
+static remat_status run_in_recompute_context(const ck_rctx *rctx, remat_tensor **args,
+                                             remat_tensor **outs, bool prev_skip) {
     ck_frame *f = rctx->f;
     ck_rec *rec = rctx->rec;
     int rc = f->has_ctx ? ctx_enter(f->ctx.recompute_enter, f->ctx.state, "recompute") : 0;
@@ -359,8 +360,11 @@ static remat_status recompute(ck_frame *f, ck_rec *rec) {
     remat_set_grad_enabled(prev_grad);
     remat_saved_hooks_pop();
     rec->in_progress = false;
-    if (rec->err) rc = rm_err(rec->err, "%s", rec->errmsg ? rec->errmsg : "remat_checkpoint: "
-                                                                          "recomputation failed");
+    if (rec->err)
+        rc = rm_err(rec->err, "%s",
+                    rec->errmsg ? rec->errmsg
+                                : "remat_checkpoint: "
+                                  "recomputation failed");
 out_args:
     for (int i = 0; i < n; i++) remat_release(args[i]);
     free(args);
@@ -429,7 +433,8 @@ static remat_status fwd_unpack(void *ud, void *handle, remat_tensor **out) {
     int rc = REMAT_OK;
     bool own = false; /* a checkpoint error (debug report applies) */
     if (rec && rec->in_progress) {
-        rc = rm_err(REMAT_ESTATE, "remat_checkpoint: a saved tensor of a checkpoint was unpacked "
+        rc = rm_err(REMAT_ESTATE,
+                    "remat_checkpoint: a saved tensor of a checkpoint was unpacked "
                     "while that checkpoint was being recomputed (the checkpointed function uses "
                     "its own original graph)");
         goto done;
@@ -470,8 +475,10 @@ static remat_status fwd_unpack(void *ud, void *handle, remat_tensor **out) {
         }
     }
     if (h->idx >= rec->n_vals || !rec->filled[h->idx]) {
-        rc = rm_err(REMAT_ESTATE, "remat_checkpoint: saved tensor %d was not recomputed (internal "
-                    "error: the recomputation never reached it)", h->idx);
+        rc = rm_err(REMAT_ESTATE,
+                    "remat_checkpoint: saved tensor %d was not recomputed (internal "
+                    "error: the recomputation never reached it)",
+                    h->idx);
         own = true;
         goto done;
     }
@@ -494,8 +501,8 @@ static remat_status fwd_unpack(void *ud, void *handle, remat_tensor **out) {
                     "remat_checkpoint: the recomputed tensor at position %d has metadata %s but "
                     "the original had %s (determinism_check \"none\" skips the comparison of "
                     "metadata, but remat cannot give backward a tensor of another shape, dtype or "
-                    "device)", h->idx,
-                    meta_str(t->ndim, t->shape, t->dtype, t->storage->device, a, sizeof a),
+                    "device)",
+                    h->idx, meta_str(t->ndim, t->shape, t->dtype, t->storage->device, a, sizeof a),
                     meta_str(s->ndim, s->shape, s->dtype, s->device, b, sizeof b));
         own = true;
         goto done;
@@ -510,8 +517,8 @@ static remat_status fwd_unpack(void *ud, void *handle, remat_tensor **out) {
         rec_free(rec);
     }
 done:
-    if (rc && own && f->debug) rc = ck_debug_error(rc, remat_last_error(), &f->fwd_trace,
-                                                   &f->rec_trace);
+    if (rc && own && f->debug)
+        rc = ck_debug_error(rc, remat_last_error(), &f->fwd_trace, &f->rec_trace);
     frame_release(f);
     return rc;
 }
@@ -522,7 +529,7 @@ static remat_status noop_backward(remat_node *node, remat_tensor *const *gout, r
     RM_UNUSED(gout);
     RM_UNUSED(gin);
     return rm_err(REMAT_ESTATE, "remat_checkpoint: did not expect backward through the node that "
-                  "saves a checkpoint's inputs");
+                                "saves a checkpoint's inputs");
 }
 
 static remat_status save_inputs(ck_frame *f, int n, remat_tensor *const *inputs) {
@@ -566,8 +573,8 @@ static remat_status call_ctx_fn(const ck_opts *o, remat_checkpoint_contexts *pai
 }
 
 remat_status ck_run_nonreentrant(remat_checkpoint_fn fn, void *user_data, int n_inputs,
-                        remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
-                        const ck_opts *o, void (*user_data_destroy)(void *)) {
+                                 remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
+                                 const ck_opts *o, void (*user_data_destroy)(void *)) {
     ck_rng rng;
     int rc = ck_rng_stash(&rng, o->preserve_rng, n_inputs, inputs);
     remat_checkpoint_contexts pair;

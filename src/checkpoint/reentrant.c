@@ -32,7 +32,7 @@ static void reent_destroy(void *p) {
 }
 
 static remat_status reent_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const *inputs,
-                         int n_inputs, remat_tensor **outputs, int n_outputs) {
+                                  int n_inputs, remat_tensor **outputs, int n_outputs) {
     reent *r = ud;
     int rc = remat_ctx_save_for_backward(ctx, n_inputs, inputs);
     if (rc) return rc;
@@ -58,8 +58,9 @@ static remat_status reent_forward(remat_function_ctx *ctx, void *ud, remat_tenso
     return ck_rng_check_initialized(&r->rng);
 }
 
-static remat_status reent_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *grad_outputs,
-                          int n_outputs, remat_tensor **grad_inputs, int n_inputs) {
+static remat_status reent_backward(remat_function_ctx *ctx, void *ud,
+                                   remat_tensor *const *grad_outputs, int n_outputs,
+                                   remat_tensor **grad_inputs, int n_inputs) {
     reent *r = ud;
     RM_UNUSED(n_outputs);
     if (rm_backward_creates_graph())
@@ -114,7 +115,7 @@ static remat_status reent_backward(remat_function_ctx *ctx, void *ud, remat_tens
     }
     if (k == 0) {
         rc = rm_err(REMAT_ENOGRAD, "remat_checkpoint: none of output has requires_grad=true, this "
-                    "checkpoint is not necessary");
+                                   "checkpoint is not necessary");
         goto out;
     }
     rc = remat_backward(k, roots, gouts, false, 0, NULL);
@@ -136,19 +137,21 @@ out:
 }
 
 remat_status ck_run_reentrant(remat_checkpoint_fn fn, void *user_data, int n_inputs,
-                     remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
-                     const ck_opts *o, void (*user_data_destroy)(void *)) {
+                              remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
+                              const ck_opts *o, void (*user_data_destroy)(void *)) {
     if (n_inputs > 64 || n_outputs > 64) {
         if (user_data_destroy) user_data_destroy(user_data);
-        return rm_err(REMAT_EINVAL, "remat_checkpoint: the reentrant variant takes at most 64 "
+        return rm_err(REMAT_EINVAL,
+                      "remat_checkpoint: the reentrant variant takes at most 64 "
                       "inputs and 64 outputs (got %d and %d); use use_reentrant = REMAT_OPT_FALSE",
                       n_inputs, n_outputs);
     }
     /* P: check_backward_validity */
     bool any = false;
     for (int i = 0; i < n_inputs; i++) any |= inputs[i] && inputs[i]->requires_grad;
-    if (!any) rm_warn("remat_checkpoint: None of the inputs have requires_grad=true. Gradients will "
-                      "be None");
+    if (!any)
+        rm_warn("remat_checkpoint: None of the inputs have requires_grad=true. Gradients will "
+                "be None");
 
     int n_apply = n_outputs ? n_outputs : 1;
     reent *r = calloc(1, sizeof *r);

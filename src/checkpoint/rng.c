@@ -25,7 +25,8 @@ int remat_set_default_device_type(const char *name) {
     if (n == 0 || n >= sizeof g_default_type)
         return rm_err(REMAT_EINVAL,
                       "remat_set_default_device_type: name must have 1 to %d characters, got "
-                      "\"%.40s\"", (int)sizeof g_default_type - 1, name);
+                      "\"%.40s\"",
+                      (int)sizeof g_default_type - 1, name);
     memcpy(g_default_type, name, n + 1);
     return REMAT_OK;
 }
@@ -67,7 +68,8 @@ static int infer_device_type(int n, remat_tensor *const *inputs) {
                 "type and the other devices are ignored, so if the checkpointed function uses "
                 "randomness on them, gradients may be incorrect. (cuda is chosen if it is among "
                 "them; otherwise the first device type seen.)\nDevice types: [%s] first device "
-                "type: %s", list, fname ? fname : "?");
+                "type: %s",
+                list, fname ? fname : "?");
     }
     if (n_types == 0) return remat_device_type_id(g_default_type);
     int cuda = remat_device_type_id("cuda");

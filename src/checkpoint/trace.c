@@ -107,9 +107,10 @@ static RM_TLS char *tls_report;
 const char *remat_checkpoint_debug_report(void) { return tls_report ? tls_report : ""; }
 
 static void sites(sbuf *b, const char *label, const ck_trace *t) {
-    sb_printf(b, "\n+------------------------------------------------------------------------------+\n"
-                 "| Call sites of the ops that ran in the %-39s|\n"
-                 "+------------------------------------------------------------------------------+\n",
+    sb_printf(b,
+              "\n+------------------------------------------------------------------------------+\n"
+              "| Call sites of the ops that ran in the %-39s|\n"
+              "+------------------------------------------------------------------------------+\n",
               label);
     for (int i = 0; i < t->n; i++) {
         const ck_trace_ent *e = &t->e[i];
@@ -177,6 +178,8 @@ remat_status ck_debug_error(int status, const char *err, const ck_trace *fwd, co
     /* The error message has a fixed capacity; the report may not fit. */
     const size_t fit = 15000; /* below the 16 KiB message capacity */
     if (b.n <= fit) return rm_err(status, "%s", b.s);
-    return rm_err(status, "%.*s\n... (report truncated: the full text is in "
-                  "remat_checkpoint_debug_report())", (int)fit, b.s);
+    return rm_err(status,
+                  "%.*s\n... (report truncated: the full text is in "
+                  "remat_checkpoint_debug_report())",
+                  (int)fit, b.s);
 }

@@ -31,11 +31,11 @@
 
 /* Flags of a descriptor. */
 enum {
-    RM_OPF_FLOAT = 1u << 0,      /* every input is f32 or f64 (rm_check_float) */
-    RM_OPF_SAME_DTYPE = 1u << 1, /* every input has in[0]'s dtype */
-    RM_OPF_SAME_DEVICE = 1u << 2,/* every input is on in[0]'s device */
-    RM_OPF_CONTIGUOUS = 1u << 3, /* the kernel reads contiguous inputs */
-    RM_OPF_SAVE_EARLY = 1u << 4, /* saved inputs are saved before the kernel */
+    RM_OPF_FLOAT = 1u << 0,       /* every input is f32 or f64 (rm_check_float) */
+    RM_OPF_SAME_DTYPE = 1u << 1,  /* every input has in[0]'s dtype */
+    RM_OPF_SAME_DEVICE = 1u << 2, /* every input is on in[0]'s device */
+    RM_OPF_CONTIGUOUS = 1u << 3,  /* the kernel reads contiguous inputs */
+    RM_OPF_SAVE_EARLY = 1u << 4,  /* saved inputs are saved before the kernel */
     /* in[0] is f32 or f64, the other inputs only non-NULL (the op's check
      * says what they are: embedding's and cross_entropy's i64 indices come
      * second, and their old messages checked in[0]'s dtype first) */
@@ -79,7 +79,7 @@ typedef enum rm_save_kind {
 } rm_save_kind;
 
 typedef struct rm_save_spec {
-    unsigned char kind;      /* rm_save_kind */
+    unsigned char kind; /* rm_save_kind */
     unsigned char index;
     /* bit i: the gradient of input i reads this slot; the slot is saved
      * only if one of those inputs needs a gradient. 0: always saved. */
@@ -123,10 +123,10 @@ typedef struct rm_op_call {
      * which must happen in skip mode too) is handed a writable one by its
      * public function, and only that op's own functions write it. */
     const void *params;
-    remat_node *node;        /* NULL when no graph is recorded */
-    rm_kargs k;              /* the kernel's operands: (contiguous) inputs, outputs */
-    int n_in, n_out;         /* this call's: the descriptor's, or a variadic op's */
-    remat_tensor **out;      /* the outputs: k.out, or n_out of them (variadic outputs) */
+    remat_node *node;   /* NULL when no graph is recorded */
+    rm_kargs k;         /* the kernel's operands: (contiguous) inputs, outputs */
+    int n_in, n_out;    /* this call's: the descriptor's, or a variadic op's */
+    remat_tensor **out; /* the outputs: k.out, or n_out of them (variadic outputs) */
 } rm_op_call;
 
 struct rm_op_desc {
@@ -155,7 +155,7 @@ struct rm_op_desc {
     /* Bit i: in[i] may be NULL (layer_norm's weight and bias, linear's bias): not checked,
      * and NULL among the kernel's operands. */
     unsigned char optional_in;
-    unsigned flags;        /* RM_OPF_* */
+    unsigned flags;         /* RM_OPF_* */
     unsigned char autocast; /* rm_autocast_kind */
     /* Bit i: under RM_AC_LOWER on the cpu an f32 in[i] is not cast by the driver; the kernel
      * rounds it into a scratch copy (linear's weight: the node saves the f32 parameter, not a
@@ -168,7 +168,7 @@ struct rm_op_desc {
      * every device type can do through its registered functions (the
      * copies: rm_device_copy). NULL: the table's kernel. */
     rm_kernel_fn direct;
-    size_t params_size;    /* bytes of *params, copied into the node as its ctx */
+    size_t params_size; /* bytes of *params, copied into the node as its ctx */
     /* Records in the node's ctx (the params' copy) what the backward needs
      * from the checked inputs, e.g. their shapes (NULL: nothing). */
     void (*fill_ctx)(const rm_op_call *c, void *ctx);
@@ -215,19 +215,19 @@ struct rm_op_desc {
  * `site` is the public function's caller (RM_OP_SITE() there). On failure
  * every outs[i] is NULL and the inputs are untouched. */
 remat_status rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
-                const void *params, void *site);
+                         const void *params, void *site);
 /* rm_dispatch with n_in inputs (RM_OPF_VARIADIC; otherwise op->n_in) and,
  * for a variadic-output op, as many outputs as its n_outputs says (outs
  * has room for the count its check allows). *n_out (NULL: not wanted) is
  * the number of outputs handed out, 0 on failure. */
 remat_status rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_in,
-                  remat_tensor *const *in, const void *params, void *site);
+                           remat_tensor *const *in, const void *params, void *site);
 
 /* The n_in (<= RM_OP_MAX_IN) inputs op runs on under the thread's autocast state: use[i] is in[i]
  * or its cast, cast[i] the new reference to the cast (NULL: none; the
  * caller releases them). The casts are differentiable ops of their own. */
 remat_status rm_autocast_inputs(const rm_op_desc *op, int n_in, remat_tensor *const *in,
-                       remat_tensor **use, remat_tensor **cast);
+                                remat_tensor **use, remat_tensor **cast);
 
 /* Two inputs' shapes, kept in a node's ctx by a binary op whose backward
  * sums the gradients back down to them (broadcasting) or allocates them. */
@@ -259,14 +259,15 @@ remat_status rm_saved_contig(remat_node *node, int slot, const char *missing, re
  * kernel kid (named in errors by node) writes from in = {g, s} (s may be
  * NULL) with params. g and s stay the caller's; on failure *gin is
  * untouched. */
-remat_status rm_grad_kernel(const remat_node *node, rm_kernel_id kid, remat_tensor *g, remat_tensor *s,
-                   int ndim, const int64_t *shape, const void *params, remat_tensor **gin);
+remat_status rm_grad_kernel(const remat_node *node, rm_kernel_id kid, remat_tensor *g,
+                            remat_tensor *s, int ndim, const int64_t *shape, const void *params,
+                            remat_tensor **gin);
 /* The whole backward of an op whose input 0's gradient is one kernel,
  * when input 0 wants one: rm_grad_kernel on {gout[0] made contiguous,
  * saved slot `slot` (rm_saved_contig with `missing`; slot < 0: none)}. */
 remat_status rm_backward_kernel(remat_node *node, remat_tensor *const *gout, remat_tensor **gin,
-                       rm_kernel_id kid, int slot, const char *missing, int ndim,
-                       const int64_t *shape, const void *params);
+                                rm_kernel_id kid, int slot, const char *missing, int ndim,
+                                const int64_t *shape, const void *params);
 
 /* ---- differentiable backwards (src/ops/double_backward.c) ------------------------------
  * For an op's backward_diff. An adjoint maps a gradient gg of the op's
@@ -280,16 +281,17 @@ extern const rm_graph_ops rm_ops_graph_ops;
 /* gin[0] = node->backward's gradient of input 0 (linear in gout[0] alone),
  * recorded as a custom function whose backward is `adjoint`. */
 remat_status rm_backward_linear(remat_node *node, remat_tensor *const *gout, remat_tensor **gin,
-                       rm_adjoint_fn adjoint);
+                                rm_adjoint_fn adjoint);
 /* The adjoint of a self-adjoint backward (an elementwise mask): itself. */
 remat_status rm_adjoint_self(remat_node *node, remat_tensor *gg, remat_tensor **out);
 /* Rebuilds the op's output from its inputs with public ops (xs[i]: input i
  * as saved, NULL where not saved or absent): new reference in *y. */
-typedef remat_status (*rm_recompose_fn)(remat_node *node, remat_tensor *const *xs, remat_tensor **y);
+typedef remat_status (*rm_recompose_fn)(remat_node *node, remat_tensor *const *xs,
+                                        remat_tensor **y);
 /* gin[i] for every input i that needs a gradient: a nested create_graph
  * grad of forward(xs) with gout[0] as its output gradient. slots[i]: the
  * saved slot holding input i (-1: none). */
 remat_status rm_backward_recompose(remat_node *node, const int *slots, rm_recompose_fn forward,
-                          remat_tensor *const *gout, remat_tensor **gin);
+                                   remat_tensor *const *gout, remat_tensor **gin);
 
 #endif /* REMAT_DISPATCH_H */

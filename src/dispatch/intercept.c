@@ -48,8 +48,8 @@ void rm_op_enter(const char *op) {
     if (tls_op_obs) tls_op_obs(tls_op_obs_ud, op);
 }
 
-remat_status rm_op_begin(rm_op_frame *f, const char *op, int n_in, remat_tensor *const *inputs, void *site,
-                const char *tag) {
+remat_status rm_op_begin(rm_op_frame *f, const char *op, int n_in, remat_tensor *const *inputs,
+                         void *site, const char *tag) {
     memset(f, 0, sizeof *f);
     f->top = tls_depth == 0;
     if (f->top) {

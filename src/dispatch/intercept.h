@@ -27,12 +27,12 @@ void rm_op_enter(const char *op);
  * tensors (through the saver it installs for the op) and its outputs. */
 typedef struct rm_interceptor rm_interceptor;
 typedef struct rm_op_frame {
-    void *region;      /* the interceptor's object handling this op, or NULL */
+    void *region;             /* the interceptor's object handling this op, or NULL */
     const rm_interceptor *vt; /* its functions */
-    bool counted;      /* depth was incremented (begin succeeded) */
-    bool top;          /* a top-level op */
-    bool prev_skip;    /* skip mode before this op (restored by rm_op_end) */
-    bool set_skip;     /* this frame turned skip mode on */
+    bool counted;             /* depth was incremented (begin succeeded) */
+    bool top;                 /* a top-level op */
+    bool prev_skip;           /* skip mode before this op (restored by rm_op_end) */
+    bool set_skip;            /* this frame turned skip mode on */
     const char *prev_op;
     void *prev_site;
 } rm_op_frame;
@@ -43,8 +43,8 @@ struct rm_interceptor {
     bool (*wants)(void *self, int depth);
     /* The op starts (depth already counts it). Sets f->region to self when
      * it is to see the op's end. A failure is the op's status. */
-    int (*begin)(void *self, rm_op_frame *f, const char *op, int n_in,
-                 remat_tensor *const *inputs, const char *tag);
+    int (*begin)(void *self, rm_op_frame *f, const char *op, int n_in, remat_tensor *const *inputs,
+                 const char *tag);
     void (*end)(void *self, rm_op_frame *f, int status, int n_out, remat_tensor *const *outs);
 };
 /* An installed object and its functions (both NULL: none). */
@@ -65,8 +65,8 @@ rm_saver_fn rm_saver_current(void **self);
  * `tag` the name of a remat_tag op (NULL otherwise). On failure (a policy
  * error, a cache miss) the op must return the status at once, without
  * calling rm_op_end. */
-remat_status rm_op_begin(rm_op_frame *f, const char *op, int n_in, remat_tensor *const *inputs, void *site,
-                const char *tag);
+remat_status rm_op_begin(rm_op_frame *f, const char *op, int n_in, remat_tensor *const *inputs,
+                         void *site, const char *tag);
 /* Ends a public op with its status and its tensor outputs (NULL entries
  * allowed). Never fails: problems found here are reported when the
  * checkpoint's context exits. */

@@ -11,9 +11,10 @@ static const char *const k_kernel_text[RM_K_COUNT] = {
 #undef RM_KERNEL_TEXT_
 };
 
-remat_status rm_kernel_register(rm_kernel_id id, int device_type, remat_dtype dtype, rm_kernel_fn fn) {
-    if ((unsigned)id >= RM_K_COUNT || device_type <= 0 ||
-        device_type >= REMAT_MAX_DEVICE_TYPES || (unsigned)dtype >= RM_N_DTYPES)
+remat_status rm_kernel_register(rm_kernel_id id, int device_type, remat_dtype dtype,
+                                rm_kernel_fn fn) {
+    if ((unsigned)id >= RM_K_COUNT || device_type <= 0 || device_type >= REMAT_MAX_DEVICE_TYPES ||
+        (unsigned)dtype >= RM_N_DTYPES)
         return rm_err(REMAT_EINVAL,
                       "kernel registration: kernel %d, device type %d or dtype %d out of range "
                       "(the cpu kernels are fixed)",
@@ -30,8 +31,8 @@ void rm_kernels_adopt_cpu(int type, bool adopt) {
                 adopt ? rm_kernel_lookup((rm_kernel_id)id, 0, (remat_dtype)dt) : NULL;
 }
 
-remat_status rm_kernel_find(rm_kernel_id id, remat_device device, remat_dtype dtype, const char *call,
-                   rm_kernel_fn *out) {
+remat_status rm_kernel_find(rm_kernel_id id, remat_device device, remat_dtype dtype,
+                            const char *call, rm_kernel_fn *out) {
     *out = rm_kernel_lookup(id, device.type, dtype);
     if (*out) return REMAT_OK;
     const char *dev = remat_device_type_name(device.type);

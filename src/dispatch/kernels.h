@@ -24,18 +24,18 @@
 #include "kernels/reduce.h"
 #include "kernels/shape.h"
 
-#define RM_KERNEL_LIST(X)                                                                    \
-    RM_KERNELS_ELEMENTWISE(X)                                                                \
-    RM_KERNELS_REDUCE(X)                                                                     \
-    RM_KERNELS_NN(X)                                                                         \
-    RM_KERNELS_MATMUL(X)                                                                     \
+#define RM_KERNEL_LIST(X)                                                                          \
+    RM_KERNELS_ELEMENTWISE(X)                                                                      \
+    RM_KERNELS_REDUCE(X)                                                                           \
+    RM_KERNELS_NN(X)                                                                               \
+    RM_KERNELS_MATMUL(X)                                                                           \
     RM_KERNELS_SHAPE(X)
 
 typedef enum rm_kernel_id {
 #define RM_KERNEL_ENUM_(id, text) RM_K_##id,
     RM_KERNEL_LIST(RM_KERNEL_ENUM_)
 #undef RM_KERNEL_ENUM_
-    RM_K_COUNT
+        RM_K_COUNT
 } rm_kernel_id;
 
 #define RM_N_DTYPES 5 /* REMAT_F32 .. REMAT_BF16 */
@@ -54,7 +54,8 @@ typedef struct rm_kargs {
 typedef remat_status (*rm_kernel_fn)(const rm_kargs *k);
 
 /* The f32 and f64 kernels rm_cpu_<name>_f32/_f64 as one table row. */
-#define RM_CPU_F32_F64(name) {[REMAT_F32] = rm_cpu_##name##_f32, [REMAT_F64] = rm_cpu_##name##_f64}
+#define RM_CPU_F32_F64(name)                                                                       \
+    { [REMAT_F32] = rm_cpu_##name##_f32, [REMAT_F64] = rm_cpu_##name##_f64 }
 /* A cpu family header lists its kernels once, X(ID, name, dtypes), and
  * derives from the list their declarations (RM_CPU_DECL) and its rows of
  * the table (RM_CPU_ROW). dtypes: F32_F64, rm_cpu_<name>_f32 and _f64;
@@ -63,18 +64,20 @@ typedef remat_status (*rm_kernel_fn)(const rm_kargs *k);
  * through f32: rm_cpu_bf16_via_f32); ALL, one rm_cpu_<name> for every
  * dtype. */
 #define RM_CPU_DECL(id, name, dtypes) RM_CPU_DECL_##dtypes(name)
-#define RM_CPU_DECL_F32_F64(name)                                                            \
-    int rm_cpu_##name##_f32(const rm_kargs *k);                                              \
+#define RM_CPU_DECL_F32_F64(name)                                                                  \
+    int rm_cpu_##name##_f32(const rm_kargs *k);                                                    \
     int rm_cpu_##name##_f64(const rm_kargs *k);
 #define RM_CPU_DECL_FLOAT(name) int rm_cpu_##name(const rm_kargs *k);
 #define RM_CPU_DECL_FLOAT_BF16(name) int rm_cpu_##name(const rm_kargs *k);
 #define RM_CPU_DECL_ALL(name) int rm_cpu_##name(const rm_kargs *k);
 #define RM_CPU_ROW(id, name, dtypes) [RM_K_##id] = RM_CPU_ROW_##dtypes(name),
 #define RM_CPU_ROW_F32_F64(name) RM_CPU_F32_F64(name)
-#define RM_CPU_ROW_FLOAT(name) {[REMAT_F32] = rm_cpu_##name, [REMAT_F64] = rm_cpu_##name}
-#define RM_CPU_ROW_FLOAT_BF16(name)                                                           \
-    {[REMAT_F32] = rm_cpu_##name, [REMAT_F64] = rm_cpu_##name, [REMAT_BF16] = rm_cpu_##name}
-#define RM_CPU_ROW_ALL(name) {rm_cpu_##name, rm_cpu_##name, rm_cpu_##name, rm_cpu_##name, rm_cpu_##name}
+#define RM_CPU_ROW_FLOAT(name)                                                                     \
+    { [REMAT_F32] = rm_cpu_##name, [REMAT_F64] = rm_cpu_##name }
+#define RM_CPU_ROW_FLOAT_BF16(name)                                                                \
+    { [REMAT_F32] = rm_cpu_##name, [REMAT_F64] = rm_cpu_##name, [REMAT_BF16] = rm_cpu_##name }
+#define RM_CPU_ROW_ALL(name)                                                                       \
+    { rm_cpu_##name, rm_cpu_##name, rm_cpu_##name, rm_cpu_##name, rm_cpu_##name }
 
 /* ---- the table -------------------------------------------------------------------------- */
 /* The cpu backend's kernels (src/backends/cpu/table.c), indexed [kernel][dtype]. */
@@ -87,7 +90,8 @@ extern const rm_kernel_fn rm_cpu_bf16_via_f32[RM_K_COUNT];
 /* Registers fn for (kernel, device type, dtype); fn NULL removes it. The
  * cpu type's kernels are fixed. Not thread-safe: register at start-up, as
  * device types are. REMAT_EINVAL for an id, type or dtype out of range. */
-remat_status rm_kernel_register(rm_kernel_id id, int device_type, remat_dtype dtype, rm_kernel_fn fn);
+remat_status rm_kernel_register(rm_kernel_id id, int device_type, remat_dtype dtype,
+                                rm_kernel_fn fn);
 /* Gives device type `type` the cpu kernels (host-addressable types), or
  * clears every kernel of it (adopt false: the type is unregistered). */
 void rm_kernels_adopt_cpu(int type, bool adopt);
@@ -95,8 +99,8 @@ void rm_kernels_adopt_cpu(int type, bool adopt);
 static inline rm_kernel_fn rm_kernel_lookup(rm_kernel_id id, int type, remat_dtype dtype);
 /* Looks the kernel up for `device` and `dtype`; REMAT_EUNSUPPORTED naming
  * `call`, the device type and the dtype when there is none. */
-remat_status rm_kernel_find(rm_kernel_id id, remat_device device, remat_dtype dtype, const char *call,
-                   rm_kernel_fn *out);
+remat_status rm_kernel_find(rm_kernel_id id, remat_device device, remat_dtype dtype,
+                            const char *call, rm_kernel_fn *out);
 /* Whether every operand of k (NULL ones aside) has data: kernels run only
  * then (an operand without data is skip mode's). */
 bool rm_kargs_have_data(const rm_kargs *k);

@@ -13,8 +13,10 @@ static int check_buffer(const char *call, const remat_tensor *t) {
         return rm_err(REMAT_EDTYPE, "%s: t is %s; only f32, f64 and i64 tensors can be sent", call,
                       rm_tensor_str(t, b, sizeof b));
     if (!remat_is_contiguous(t) || !rm_ptr(t))
-        return rm_err(REMAT_EINVAL, "%s: t (%s) must be a contiguous tensor with data (call "
-                      "remat_contiguous first)", call, rm_tensor_str(t, b, sizeof b));
+        return rm_err(REMAT_EINVAL,
+                      "%s: t (%s) must be a contiguous tensor with data (call "
+                      "remat_contiguous first)",
+                      call, rm_tensor_str(t, b, sizeof b));
     if (remat_numel(t) > INT32_MAX)
         return rm_err(REMAT_EINVAL, "%s: t has %lld elements; at most %d per call", call,
                       (long long)remat_numel(t), INT32_MAX);
@@ -30,7 +32,8 @@ remat_status remat_dist_broadcast(remat_dist *pg, remat_tensor *t, int root) {
         return rm_err(REMAT_EINVAL, "%s: root %d is not a rank of this group (world size %d)", call,
                       root, pg->size);
     MPI_Request req;
-    int m = MPI_Ibcast(rm_ptr(t), (int)remat_numel(t), rmd_mpi_type(t->dtype), root, pg->comm, &req);
+    int m =
+        MPI_Ibcast(rm_ptr(t), (int)remat_numel(t), rmd_mpi_type(t->dtype), root, pg->comm, &req);
     if (m != MPI_SUCCESS) return rmd_mpi_err(pg, call, "starting the broadcast", m);
     return rmd_wait(pg, call, "broadcasting", 1, &req, NULL);
 }
@@ -99,7 +102,8 @@ static uint64_t fnv1a_bytes(uint64_t h, const unsigned char *p, size_t n) {
     return h;
 }
 
-remat_status remat_dist_check_identical(remat_dist *pg, int n, remat_tensor *const *tensors, bool *same) {
+remat_status remat_dist_check_identical(remat_dist *pg, int n, remat_tensor *const *tensors,
+                                        bool *same) {
     static const char *call = "remat_dist_check_identical";
     int rc = rmd_check_group(call, pg);
     if (rc) return rc;

@@ -62,8 +62,8 @@ static int start_reduce(remat_ddp *d, dbucket *b) {
     MPI_Datatype t = rmd_mpi_type(b->dtype);
     d->n_collectives++;
     if (!d->zero)
-        return MPI_Iallreduce(MPI_IN_PLACE, rm_ptr(b->buf), (int)b->numel, t, MPI_SUM,
-                              d->pg->comm, &b->req);
+        return MPI_Iallreduce(MPI_IN_PLACE, rm_ptr(b->buf), (int)b->numel, t, MPI_SUM, d->pg->comm,
+                              &b->req);
     /* in place: the sums of this rank's slice land at the start of the bucket */
     return MPI_Ireduce_scatter_block(MPI_IN_PLACE, rm_ptr(b->buf), (int)b->slice, t, MPI_SUM,
                                      d->pg->comm, &b->req);
@@ -88,12 +88,16 @@ static void launch_in_order(remat_ddp *d) {
 static void scale_slot(void *dst, remat_dtype dt, int64_t n, double scale, double div) {
     if (dt == REMAT_F32) {
         float *x = dst, w = (float)scale, v = (float)div;
-        if (div) for (int64_t e = 0; e < n; e++) x[e] /= v;
-        else for (int64_t e = 0; e < n; e++) x[e] *= w;
+        if (div)
+            for (int64_t e = 0; e < n; e++) x[e] /= v;
+        else
+            for (int64_t e = 0; e < n; e++) x[e] *= w;
     } else {
         double *x = dst;
-        if (div) for (int64_t e = 0; e < n; e++) x[e] /= div;
-        else for (int64_t e = 0; e < n; e++) x[e] *= scale;
+        if (div)
+            for (int64_t e = 0; e < n; e++) x[e] /= div;
+        else
+            for (int64_t e = 0; e < n; e++) x[e] *= scale;
     }
 }
 
@@ -194,9 +198,12 @@ static int check_params(const char *call, int n, remat_tensor *const *params) {
         if (!t->requires_grad || t->grad_fn)
             return rm_err(REMAT_EINVAL, "%s: parameter %d (%s) must be a leaf that requires grad",
                           call, i, rm_tensor_str(t, b, sizeof b));
-        if (!remat_is_contiguous(t) || !rm_ptr(t) || !remat_device_host_addressable(t->storage->device.type))
-            return rm_err(REMAT_EINVAL, "%s: parameter %d (%s) must be contiguous and in host "
-                          "memory", call, i, rm_tensor_str(t, b, sizeof b));
+        if (!remat_is_contiguous(t) || !rm_ptr(t) ||
+            !remat_device_host_addressable(t->storage->device.type))
+            return rm_err(REMAT_EINVAL,
+                          "%s: parameter %d (%s) must be contiguous and in host "
+                          "memory",
+                          call, i, rm_tensor_str(t, b, sizeof b));
         for (int k = 0; k < i; k++)
             if (params[k] == t)
                 return rm_err(REMAT_EINVAL, "%s: parameter %d is parameter %d again", call, i, k);
@@ -217,9 +224,10 @@ static int check_same_everywhere(remat_dist *pg, const char *call, int n,
                               : rmd_wait(pg, call, "comparing parameter lists", 1, &req, NULL);
     for (int r = 1; rc == REMAT_OK && r < W; r++)
         if (counts[r] != counts[0])
-            rc = rm_err(REMAT_EINVAL, "%s: rank %d registers %lld parameters but rank 0 registers "
-                        "%lld: every rank must pass the same parameters in the same order", call,
-                        r, (long long)counts[r], (long long)counts[0]);
+            rc = rm_err(REMAT_EINVAL,
+                        "%s: rank %d registers %lld parameters but rank 0 registers "
+                        "%lld: every rank must pass the same parameters in the same order",
+                        call, r, (long long)counts[r], (long long)counts[0]);
     free(counts);
     if (rc) return rc;
     enum { SIG = 2 + REMAT_MAX_DIMS };
@@ -246,9 +254,10 @@ static int check_same_everywhere(remat_dist *pg, const char *call, int n,
             char s1[160], s2[160];
             rm_shape_str((int)a[1], a + 2, s1, sizeof s1);
             rm_shape_str((int)z[1], z + 2, s2, sizeof s2);
-            rc = rm_err(REMAT_EINVAL, "%s: parameter %d is %s %s on rank %d but %s %s on rank 0: "
-                        "every rank must pass the same parameters in the same order", call, i, s1,
-                        remat_dtype_name((remat_dtype)a[0]), r, s2,
+            rc = rm_err(REMAT_EINVAL,
+                        "%s: parameter %d is %s %s on rank %d but %s %s on rank 0: "
+                        "every rank must pass the same parameters in the same order",
+                        call, i, s1, remat_dtype_name((remat_dtype)a[0]), r, s2,
                         remat_dtype_name((remat_dtype)z[0]));
             break;
         }
@@ -288,14 +297,16 @@ static int build_buckets(remat_ddp *d, const char *call) {
         int rc = remat_zeros(&b->buf, 1, &shape, b->dtype, REMAT_DEVICE_CPU);
         if (rc) return rm_err_prefix(rc, call);
         if (shape > INT32_MAX)
-            return rm_err(REMAT_EINVAL, "%s: a bucket of %lld elements is too large for MPI; lower "
-                          "bucket_bytes", call, (long long)shape);
+            return rm_err(REMAT_EINVAL,
+                          "%s: a bucket of %lld elements is too large for MPI; lower "
+                          "bucket_bytes",
+                          call, (long long)shape);
     }
     return REMAT_OK;
 }
 
 remat_status remat_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *params,
-                     const remat_ddp_options *opts) {
+                              const remat_ddp_options *opts) {
     return rmd_ddp_create(out, pg, n, params, opts, false, "remat_ddp_create");
 }
 
@@ -413,8 +424,7 @@ static int copy_back(remat_ddp *d, const char *call, int i) {
         g = p->t->grad;
     }
     size_t es = remat_dtype_size(b->dtype);
-    memcpy(rm_ptr(g), (const char *)rm_ptr(b->buf) + (size_t)p->offset * es,
-           (size_t)p->numel * es);
+    memcpy(rm_ptr(g), (const char *)rm_ptr(b->buf) + (size_t)p->offset * es, (size_t)p->numel * es);
     rm_bump_version(g);
     return REMAT_OK;
 }
@@ -486,8 +496,8 @@ static void reset_step(remat_ddp *d, remat_tensor *loss) {
     }
     d->next_launch = 0;
     d->mpi_failed = 0;
-    remat_ddp_stats st = {.n_buckets = d->nb, .n_params = d->n,
-                          .n_sync_backwards = d->st.n_sync_backwards + 1};
+    remat_ddp_stats st = {
+        .n_buckets = d->nb, .n_params = d->n, .n_sync_backwards = d->st.n_sync_backwards + 1};
     d->st = st;
     d->have_counts = expected_counts(d, loss);
     d->st.learning = !d->have_counts;
@@ -553,11 +563,12 @@ static void finish_step(remat_ddp *d) {
  * buckets in flight; then the late buckets reduced again and the sums
  * written back. `all` holds n flags per rank, `any` n; t_bwd is when the
  * local backward ended. */
-static int exchange_and_write_back(remat_ddp *d, const char *call, int local,
-                                   const char *local_msg, double t_bwd, unsigned char *flags,
-                                   unsigned char *all, unsigned char *any, MPI_Request *reqs) {
+static int exchange_and_write_back(remat_ddp *d, const char *call, int local, const char *local_msg,
+                                   double t_bwd, unsigned char *flags, unsigned char *all,
+                                   unsigned char *any, MPI_Request *reqs) {
     for (int i = 0; i < d->n; i++)
-        flags[i] = (unsigned char)((d->p[i].t->grad ? FLAG_USED : 0) | (d->p[i].late ? FLAG_LATE : 0));
+        flags[i] =
+            (unsigned char)((d->p[i].t->grad ? FLAG_USED : 0) | (d->p[i].late ? FLAG_LATE : 0));
     int nr = 0;
     for (int k = 0; k < d->next_launch; k++)
         if (!d->b[k].done) reqs[nr++] = d->b[k].req;
@@ -593,7 +604,10 @@ remat_status remat_ddp_backward(remat_ddp *d, remat_tensor *loss) {
     MPI_Request *reqs = calloc((size_t)d->nb, sizeof *reqs);
     if (!flags || !all || !any || !reqs) {
         /* cannot even take part: stop the others with a timeout, not a hang */
-        free(flags); free(all); free(any); free(reqs);
+        free(flags);
+        free(all);
+        free(any);
+        free(reqs);
         d->pg->broken = true;
         return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     }

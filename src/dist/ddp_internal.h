@@ -10,12 +10,12 @@
 enum { FLAG_USED = 1, FLAG_LATE = 2 };
 
 typedef struct dparam {
-    remat_tensor *t;   /* retained */
+    remat_tensor *t; /* retained */
     int bucket;
-    int64_t offset;    /* elements into the bucket's buffer */
+    int64_t offset; /* elements into the bucket's buffer */
     int64_t numel;
-    int count;         /* accumulations in this backward */
-    int expected;      /* from the graph, else learned from the previous backward */
+    int count;    /* accumulations in this backward */
+    int expected; /* from the graph, else learned from the previous backward */
     bool ready;
     bool late;
 } dparam;
@@ -24,8 +24,8 @@ typedef struct dbucket {
     remat_tensor *buf; /* flat buffer (through remat's allocator: counted) */
     remat_dtype dtype;
     int64_t numel;
-    int64_t padded;    /* ZeRO: numel rounded up to a multiple of the world size */
-    int64_t slice;     /* ZeRO: padded / world, this rank's part of the bucket */
+    int64_t padded; /* ZeRO: numel rounded up to a multiple of the world size */
+    int64_t slice;  /* ZeRO: padded / world, this rank's part of the bucket */
     int n_params, n_ready;
     bool launched, done;
     MPI_Request req;
@@ -40,17 +40,17 @@ struct remat_ddp {
     dbucket *b;
     int next_launch;
     bool sync;
-    bool learned;           /* a synchronised backward completed: its counts are known */
-    bool have_counts;       /* this backward knows the expected counts (graph or learned) */
-    int mpi_failed;         /* MPI error code while launching (reported at the end) */
+    bool learned;     /* a synchronised backward completed: its counts are known */
+    bool have_counts; /* this backward knows the expected counts (graph or learned) */
+    int mpi_failed;   /* MPI error code while launching (reported at the end) */
     remat_ddp_options o;
     /* ZeRO-1: each bucket is reduce-scattered in place (this rank gets the
      * sums of its slice of the bucket in the bucket's first elements) and
      * .grad is left alone */
     bool zero;
-    bool prescale;          /* gradients scaled by 1/world into the buckets (DDP, world a
+    bool prescale;           /* gradients scaled by 1/world into the buckets (DDP, world a
                              * power of two: exact); else sums, divided after the wait */
-    int64_t n_collectives;  /* bucket reductions started since creation */
+    int64_t n_collectives;   /* bucket reductions started since creation */
     unsigned char *used_any; /* per parameter, after a backward: some rank had a gradient */
     /* leaf → index: open addressing over 2^k slots */
     remat_tensor **hkey;
@@ -58,7 +58,6 @@ struct remat_ddp {
     size_t hcap;
     remat_ddp_stats st;
 };
-
 
 /* remat_ddp_create with ZeRO's layout (zero true): buckets padded to a
  * multiple of the world size, one shard buffer. */

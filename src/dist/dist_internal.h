@@ -14,10 +14,10 @@
 #define RMD_MSG 240 /* bytes of a failed rank's message carried to the others */
 
 struct remat_dist {
-    MPI_Comm comm;      /* our duplicate: remat's traffic never mixes with the user's */
+    MPI_Comm comm; /* our duplicate: remat's traffic never mixes with the user's */
     int rank, size;
     double timeout_s;
-    bool broken;        /* a wait timed out or MPI failed: collectives refuse */
+    bool broken; /* a wait timed out or MPI failed: collectives refuse */
 };
 
 /* Seconds on a monotonic clock. */

@@ -1,8 +1,8 @@
 /* src/dist/group.c — the process group: MPI set-up and tear-down, ranks,
  * seeds and shards, bounded waits and the status exchange. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <time.h>
 
 #include "dist_internal.h"
@@ -24,15 +24,18 @@ double rmd_now(void) {
 int rmd_check_group(const char *call, const remat_dist *pg) {
     if (!pg) return rm_err(REMAT_EINVAL, "%s: process group is NULL", call);
     if (pg->broken)
-        return rm_err(REMAT_ESTATE, "%s: the process group is broken by an earlier failure (a rank "
-                      "failed or stopped answering); end the job (remat_dist_abort)", call);
+        return rm_err(REMAT_ESTATE,
+                      "%s: the process group is broken by an earlier failure (a rank "
+                      "failed or stopped answering); end the job (remat_dist_abort)",
+                      call);
     return REMAT_OK;
 }
 
 int rmd_mpi_err(remat_dist *pg, const char *call, const char *what, int mpi_rc) {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
-    if (MPI_Error_string(mpi_rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", mpi_rc);
+    if (MPI_Error_string(mpi_rc, text, &len) != MPI_SUCCESS)
+        snprintf(text, sizeof text, "code %d", mpi_rc);
     if (pg) pg->broken = true;
     return rm_err(REMAT_EIO, "%s: MPI failed while %s: %s", call, what, text);
 }
@@ -81,12 +84,15 @@ int rmd_wait(remat_dist *pg, const char *call, const char *what, int n, MPI_Requ
         named++;
     }
     if (named)
-        return rm_err(REMAT_EIO, "%s: no answer from rank%s %s within %g s while %s: %s failed or "
+        return rm_err(REMAT_EIO,
+                      "%s: no answer from rank%s %s within %g s while %s: %s failed or "
                       "is stuck; the group is unusable now, end the job (remat_dist_abort)",
                       call, named > 1 ? "s" : "", ranks, pg->timeout_s, what,
                       named > 1 ? "they" : "it");
-    return rm_err(REMAT_EIO, "%s: timed out after %g s while %s: a rank failed or is stuck; the "
-                  "group is unusable now, end the job (remat_dist_abort)", call, pg->timeout_s, what);
+    return rm_err(REMAT_EIO,
+                  "%s: timed out after %g s while %s: a rank failed or is stuck; the "
+                  "group is unusable now, end the job (remat_dist_abort)",
+                  call, pg->timeout_s, what);
 }
 
 int rmd_exchange_status(remat_dist *pg, const char *call, int status, const char *msg,
@@ -99,7 +105,10 @@ int rmd_exchange_status(remat_dist *pg, const char *call, int status, const char
     MPI_Request *reqs = calloc(n_req, sizeof *reqs);
     int *peer = calloc(n_req, sizeof *peer);
     if (!mine || !all || !reqs || !peer) {
-        free(mine); free(all); free(reqs); free(peer);
+        free(mine);
+        free(all);
+        free(reqs);
+        free(peer);
         return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     }
     int32_t st = status;
@@ -125,7 +134,8 @@ int rmd_exchange_status(remat_dist *pg, const char *call, int status, const char
         reqs[n] = pend[i];
         peer[n++] = -1;
     }
-    if (rc == REMAT_OK) rc = rmd_wait(pg, call, "exchanging status with the other ranks", n, reqs, peer);
+    if (rc == REMAT_OK)
+        rc = rmd_wait(pg, call, "exchanging status with the other ranks", n, reqs, peer);
     for (int i = 0; i < n_pend; i++) pend[i] = reqs[n - n_pend + i];
     if (rc == REMAT_OK) {
         if (all_extra && n_extra)
@@ -172,9 +182,11 @@ remat_status remat_dist_init(remat_dist **out, const remat_dist_options *opts) {
     int inited = 0, finalized = 0;
     MPI_Initialized(&inited);
     MPI_Finalized(&finalized);
-    if (finalized) return rm_err(REMAT_ESTATE, "%s: MPI was already finalised in this process", call);
+    if (finalized)
+        return rm_err(REMAT_ESTATE, "%s: MPI was already finalised in this process", call);
     if (opts && opts->comm && !inited)
-        return rm_err(REMAT_EINVAL, "%s: a communicator was given but MPI is not initialised", call);
+        return rm_err(REMAT_EINVAL, "%s: a communicator was given but MPI is not initialised",
+                      call);
     if (!inited) {
         int provided = 0;
         int m = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
@@ -209,7 +221,7 @@ remat_status remat_dist_finalize(remat_dist *pg) {
     g_live--;
     if (broken)
         return rm_err(REMAT_ESTATE, "remat_dist_finalize: the group was broken by a failed rank; "
-                      "MPI was left running (end the job with remat_dist_abort)");
+                                    "MPI was left running (end the job with remat_dist_abort)");
     if (g_live == 0 && g_we_initialised) {
         g_we_initialised = false;
         int m = MPI_Finalize();

@@ -18,10 +18,10 @@
 struct remat_zero {
     remat_ddp *ddp;
     remat_optim_options o;
-    double *wd;          /* per parameter */
-    int64_t *steps;      /* updates each parameter has had (PyTorch's state['step']) */
+    double *wd;     /* per parameter */
+    int64_t *steps; /* updates each parameter has had (PyTorch's state['step']) */
     int64_t updates;
-    int micro;           /* micro-batches since the last update (accum_steps) */
+    int micro; /* micro-batches since the last update (accum_steps) */
     /* exp_avg, exp_avg_sq of this rank's slice of bucket k: m[k], v[k]
      * (the bucket's dtype, slice elements) */
     remat_tensor **m, **v;
@@ -59,21 +59,23 @@ void remat_zero_free(remat_zero *z) {
 }
 
 remat_status remat_zero_create(remat_zero **out, remat_dist *pg, int n, remat_tensor *const *params,
-                      const double *weight_decay, const remat_optim_options *opts,
-                      const remat_ddp_options *ddp_opts) {
+                               const double *weight_decay, const remat_optim_options *opts,
+                               const remat_ddp_options *ddp_opts) {
     static const char *call = "remat_zero_create";
     if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
     *out = NULL;
     if (!opts) return rm_err(REMAT_EINVAL, "%s: opts is NULL (remat_optim_options_init)", call);
     if (opts->kind != REMAT_OPTIM_ADAMW)
-        return rm_err(REMAT_EUNSUPPORTED, "%s: ZeRO-1 shards AdamW only (kind %d)", call, (int)opts->kind);
+        return rm_err(REMAT_EUNSUPPORTED, "%s: ZeRO-1 shards AdamW only (kind %d)", call,
+                      (int)opts->kind);
     if (!(opts->lr >= 0) || !(opts->eps > 0) || opts->beta1 < 0 || opts->beta1 >= 1 ||
         opts->beta2 < 0 || opts->beta2 >= 1 || opts->weight_decay < 0 || opts->clip_norm < 0 ||
         opts->accum_steps < 0)
-        return rm_err(REMAT_EINVAL, "%s: bad AdamW options (lr %g, betas %g %g, eps %g, weight "
-                      "decay %g, clip_norm %g, accum_steps %d)", call, opts->lr, opts->beta1,
-                      opts->beta2, opts->eps, opts->weight_decay, opts->clip_norm,
-                      opts->accum_steps);
+        return rm_err(REMAT_EINVAL,
+                      "%s: bad AdamW options (lr %g, betas %g %g, eps %g, weight "
+                      "decay %g, clip_norm %g, accum_steps %d)",
+                      call, opts->lr, opts->beta1, opts->beta2, opts->eps, opts->weight_decay,
+                      opts->clip_norm, opts->accum_steps);
     int rc = remat_lr_schedule_check(&opts->schedule);
     if (rc) return rm_err_prefix(rc, call);
     remat_zero *z = calloc(1, sizeof *z);
@@ -144,10 +146,9 @@ static int adamw_piece(remat_zero *z, int k, int i, int64_t e0, int64_t e1, int6
     remat_adamw_hparams h = {*lr, z->o.beta1, z->o.beta2, z->o.eps, z->wd[i], z->steps[i] + 1};
     const dbucket *b = &z->ddp->b[k];
     if (b->dtype == REMAT_F64)
-        return remat_adamw_update_f64((double *)rm_ptr(z->ddp->p[i].t) + e0,
-                                      (const double *)rm_ptr(b->buf) + s,
-                                      (double *)rm_ptr(z->m[k]) + s, (double *)rm_ptr(z->v[k]) + s,
-                                      e1 - e0, &h);
+        return remat_adamw_update_f64(
+            (double *)rm_ptr(z->ddp->p[i].t) + e0, (const double *)rm_ptr(b->buf) + s,
+            (double *)rm_ptr(z->m[k]) + s, (double *)rm_ptr(z->v[k]) + s, e1 - e0, &h);
     return remat_adamw_update_f32((float *)rm_ptr(z->ddp->p[i].t) + e0,
                                   (const float *)rm_ptr(b->buf) + s, (float *)rm_ptr(z->m[k]) + s,
                                   (float *)rm_ptr(z->v[k]) + s, e1 - e0, &h);
@@ -280,7 +281,8 @@ static int check_peer(const remat_zero *z, const remat_optimizer *o, const char 
                       remat_optim_n_params(o), d->n);
     for (int i = 0; i < d->n; i++)
         if (optim_index(o, d->p[i].t) < 0)
-            return rm_err(REMAT_EINVAL, "%s: parameter %d of ZeRO is not in the optimizer", call, i);
+            return rm_err(REMAT_EINVAL, "%s: parameter %d of ZeRO is not in the optimizer", call,
+                          i);
     return REMAT_OK;
 }
 
@@ -310,8 +312,10 @@ remat_status remat_zero_load_state(remat_zero *z, const remat_optimizer *o) {
         for (int s = 0; s < 2 && !rc; s++) {
             const remat_tensor *t = remat_optim_state(o, k, (remat_optim_slot)s);
             if (!t || !remat_is_contiguous(t) || t->dtype != z->ddp->p[i].t->dtype)
-                rc = rm_err(REMAT_EINVAL, "%s: the optimizer's state of parameter %d is not a "
-                            "dense tensor of the parameter's dtype", call, i);
+                rc = rm_err(REMAT_EINVAL,
+                            "%s: the optimizer's state of parameter %d is not a "
+                            "dense tensor of the parameter's dtype",
+                            call, i);
         }
     }
     if (rc) return rc;
@@ -369,13 +373,15 @@ remat_status remat_zero_gather_state(remat_zero *z, int root, remat_optimizer *o
     const bool am_root = d->pg->rank == root;
     /* a root that cannot take the state still takes part: the others must
      * not wait for it; it reports the error afterwards */
-    int bad = !am_root ? REMAT_OK : !o ? rm_err(REMAT_EINVAL, "%s: o is NULL on the root", call)
-                                       : check_peer(z, o, call);
+    int bad = !am_root ? REMAT_OK
+              : !o     ? rm_err(REMAT_EINVAL, "%s: o is NULL on the root", call)
+                       : check_peer(z, o, call);
     char msg[RMD_MSG] = "";
     if (bad) snprintf(msg, sizeof msg, "%s", remat_last_error());
     remat_optimizer *dst = bad ? NULL : o;
     for (int k = 0; !rc && k < d->nb; k++)
-        for (int s = 0; s < 2 && !rc; s++) rc = gather_slot(z, root, dst, k, (remat_optim_slot)s, call);
+        for (int s = 0; s < 2 && !rc; s++)
+            rc = gather_slot(z, root, dst, k, (remat_optim_slot)s, call);
     if (rc) return rc;
     if (bad) return rm_err(bad, "%s", msg);
     if (!am_root) return REMAT_OK;

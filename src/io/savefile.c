@@ -29,7 +29,8 @@ remat_status remat_savefile_parse_header(const void *prefix, size_t n, uint64_t 
                                          remat_savefile_header *out) {
     if (!prefix || !out)
         return rm_err(REMAT_EINVAL, "remat_savefile_parse_header: prefix and out must not be NULL");
-    uint64_t need = file_size < REMAT_SAVEFILE_PREFIX_BYTES ? file_size : REMAT_SAVEFILE_PREFIX_BYTES;
+    uint64_t need =
+        file_size < REMAT_SAVEFILE_PREFIX_BYTES ? file_size : REMAT_SAVEFILE_PREFIX_BYTES;
     if (n < need)
         return rm_err(REMAT_EINVAL, "remat_savefile_parse_header: %zu bytes given, %llu needed", n,
                       (unsigned long long)need);
@@ -43,8 +44,10 @@ remat_status remat_savefile_parse_header(const void *prefix, size_t n, uint64_t 
     uint32_t version = get_u32(p + 8), hbytes = get_u32(p + 12);
     uint64_t fbytes = get_u64(p + 16);
     if (version < 1 || version > REMAT_SAVEFILE_VERSION)
-        return rm_err(REMAT_EFORMAT, "unsupported format version %u (this remat reads versions "
-                      "1 to %u)", version, REMAT_SAVEFILE_VERSION);
+        return rm_err(REMAT_EFORMAT,
+                      "unsupported format version %u (this remat reads versions "
+                      "1 to %u)",
+                      version, REMAT_SAVEFILE_VERSION);
     const uint32_t want_hbytes =
         version == 1 ? REMAT_SAVEFILE_HEADER_BYTES_V1 : REMAT_SAVEFILE_HEADER_BYTES;
     if (fbytes > file_size)
@@ -105,8 +108,10 @@ remat_status remat_savefile_parse(const void *buf, size_t n, remat_savefile_head
     const unsigned char *p = buf;
     uint32_t crc = get_u32(p + n - 4), want = remat_crc32(p, n - 4);
     if (crc != want)
-        return rm_err(REMAT_EFORMAT, "corrupt file: checksum mismatch (stored CRC-32 %08x, "
-                      "computed %08x)", crc, want);
+        return rm_err(REMAT_EFORMAT,
+                      "corrupt file: checksum mismatch (stored CRC-32 %08x, "
+                      "computed %08x)",
+                      crc, want);
     uint32_t count = hdr->n_tensors;
     size_t off = REMAT_SAVEFILE_PREAMBLE_BYTES + get_u32(p + 12), end = n - 4;
     /* every record takes at least 21 bytes: no allocation beyond what the file can hold */
@@ -123,7 +128,8 @@ remat_status remat_savefile_parse(const void *buf, size_t n, remat_savefile_head
         }
         t->name_len = get_u32(p + off);
         off += 4;
-        if (t->name_len == 0 || t->name_len > REMAT_SAVEFILE_MAX_NAME || end - off < t->name_len + 8u) {
+        if (t->name_len == 0 || t->name_len > REMAT_SAVEFILE_MAX_NAME ||
+            end - off < t->name_len + 8u) {
             free(recs);
             return rm_err(REMAT_EFORMAT, "corrupt tensor record %u (name)", i);
         }

@@ -25,8 +25,8 @@
 
 /* A new tensor of `shape` (ndim dims). 4-D shapes (B, H, T, C) are stored
  * as (B, T, H, C) — see the file comment. */
-static remat_status new_attn_tensor(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
-                           remat_device device) {
+static remat_status new_attn_tensor(remat_tensor **out, int ndim, const int64_t *shape,
+                                    remat_dtype dtype, remat_device device) {
     if (ndim != 4) return rm_new_output(out, ndim, shape, dtype, device);
     int64_t st[4] = {shape[0], shape[2], shape[1], shape[3]};
     int rc = rm_new_output(out, 4, st, dtype, device);
@@ -49,7 +49,8 @@ static void att_fill_ctx(const rm_op_call *c, void *ctx) {
     p->scale = rm_attention_scale(p, q->shape[q->ndim - 1]);
 }
 
-static remat_status attention_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status attention_backward(remat_node *node, remat_tensor *const *gout,
+                                       remat_tensor **gin) {
     bool want[3];
     for (int i = 0; i < 3; i++) want[i] = node->next[i].node != NULL;
     if (!want[0] && !want[1] && !want[2]) return REMAT_OK;
@@ -67,10 +68,10 @@ static remat_status attention_backward(remat_node *node, remat_tensor *const *go
         if (want[i])
             rc = new_attn_tensor(&g[i], sv[i]->ndim, sv[i]->shape, q->dtype, q->storage->device);
     if (rc) goto out;
-    rm_kargs k = {.in = {sv[SAVED_Q], sv[SAVED_K], sv[SAVED_V], sv[SAVED_OUT], gout[0],
-                         sv[SAVED_LSE]},
-                  .out = {g[0], g[1], g[2]},
-                  .params = node->ctx};
+    rm_kargs k = {
+        .in = {sv[SAVED_Q], sv[SAVED_K], sv[SAVED_V], sv[SAVED_OUT], gout[0], sv[SAVED_LSE]},
+        .out = {g[0], g[1], g[2]},
+        .params = node->ctx};
     rc = rm_kernel_run(RM_K_ATTENTION_BWD, node->name, &k);
     if (rc) goto out;
     for (int i = 0; i < 3; i++) {
@@ -99,22 +100,30 @@ static remat_status att_check(const rm_op_call *c) {
     rm_tensor_str(k, bk, sizeof bk);
     rm_tensor_str(v, bv, sizeof bv);
     if (q->ndim < 2 || k->ndim != q->ndim || v->ndim != q->ndim)
-        return rm_err(REMAT_ESHAPE, "%s: q, k and v must have the same number of dims (at "
-                      "least 2: (..., T, D)), got q %s, k %s, v %s", call, bq, bk, bv);
+        return rm_err(REMAT_ESHAPE,
+                      "%s: q, k and v must have the same number of dims (at "
+                      "least 2: (..., T, D)), got q %s, k %s, v %s",
+                      call, bq, bk, bv);
     int n = q->ndim;
     for (int i = 0; i < n - 2; i++)
         if (k->shape[i] != q->shape[i] || v->shape[i] != q->shape[i])
-            return rm_err(REMAT_ESHAPE, "%s: the leading (batch) dims of q, k and v must be "
-                          "equal, got q %s, k %s, v %s (dim %d differs)", call, bq, bk, bv, i);
+            return rm_err(REMAT_ESHAPE,
+                          "%s: the leading (batch) dims of q, k and v must be "
+                          "equal, got q %s, k %s, v %s (dim %d differs)",
+                          call, bq, bk, bv, i);
     if (k->shape[n - 1] != q->shape[n - 1])
-        return rm_err(REMAT_ESHAPE, "%s: q and k must have the same last dim (D), got q %s and "
-                      "k %s", call, bq, bk);
+        return rm_err(REMAT_ESHAPE,
+                      "%s: q and k must have the same last dim (D), got q %s and "
+                      "k %s",
+                      call, bq, bk);
     if (v->shape[n - 2] != k->shape[n - 2])
-        return rm_err(REMAT_ESHAPE, "%s: k and v must have the same number of keys (dim -2), "
-                      "got k %s and v %s", call, bk, bv);
+        return rm_err(REMAT_ESHAPE,
+                      "%s: k and v must have the same number of keys (dim -2), "
+                      "got k %s and v %s",
+                      call, bk, bv);
     if (!isfinite(scale))
-        return rm_err(REMAT_EINVAL, "%s: scale must be finite (0 selects 1/sqrt(D)), got %g",
-                      call, scale);
+        return rm_err(REMAT_EINVAL, "%s: scale must be finite (0 selects 1/sqrt(D)), got %g", call,
+                      scale);
     return REMAT_OK;
 }
 
@@ -132,8 +141,8 @@ static remat_status att_infer(const rm_op_call *c, rm_out_spec *out) {
     return REMAT_OK;
 }
 
-static remat_status att_new_output(const rm_op_call *c, int i, const rm_out_spec *s, remat_device device,
-                          remat_tensor **out) {
+static remat_status att_new_output(const rm_op_call *c, int i, const rm_out_spec *s,
+                                   remat_device device, remat_tensor **out) {
     RM_UNUSED(c);
     return i == 0 ? new_attn_tensor(out, s->ndim, s->shape, s->dtype, device)
                   : rm_new_output(out, s->ndim, s->shape, s->dtype, device);
@@ -141,7 +150,8 @@ static remat_status att_new_output(const rm_op_call *c, int i, const rm_out_spec
 
 /* create_graph: attention rebuilt from public ops, softmax(q k^T scale + M) v,
  * M = -inf above the diagonal (top-left aligned) when causal, 0 otherwise. */
-static remat_status attention_recompose(remat_node *node, remat_tensor *const *xs, remat_tensor **y) {
+static remat_status attention_recompose(remat_node *node, remat_tensor *const *xs,
+                                        remat_tensor **y) {
     const rm_attention_params *p = node->ctx;
     remat_tensor *q = xs[0], *kt = NULL, *s = NULL, *m = NULL, *t = NULL, *pr = NULL;
     int rc = remat_transpose(&kt, xs[1], -2, -1);
@@ -168,23 +178,35 @@ static remat_status attention_recompose(remat_node *node, remat_tensor *const *x
 }
 
 static remat_status attention_backward_diff(remat_node *node, remat_tensor *const *gout,
-                                   remat_tensor **gin) {
+                                            remat_tensor **gin) {
     static const int slots[3] = {SAVED_Q, SAVED_K, SAVED_V};
     return rm_backward_recompose(node, slots, attention_recompose, gout, gin);
 }
 
 static const char *const k_att_args[] = {"q", "k", "v"};
 
-const rm_op_desc rm_op_attention = {
-    .name = "remat_attention", .node_name = "AttentionBackward", .n_in = 3, .n_out = 2,
-    .n_ret = 1, .n_saved = N_SAVED, .flags = RM_OPF_FLOAT, .arg_names = k_att_args,
-    .autocast = RM_AC_LOWER,
-    .kernel = RM_K_ATTENTION, .params_size = sizeof(rm_attention_params),
-    .fill_ctx = att_fill_ctx, .check = att_check, .infer = att_infer,
-    .new_output = att_new_output,
-    .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}, {RM_SAVE_INPUT, 2, 0},
-              {RM_SAVE_OUTPUT, 0, 0}, {RM_SAVE_OUTPUT, 1, 0}},
-    .backward = attention_backward, .backward_diff = attention_backward_diff};
+const rm_op_desc rm_op_attention = {.name = "remat_attention",
+                                    .node_name = "AttentionBackward",
+                                    .n_in = 3,
+                                    .n_out = 2,
+                                    .n_ret = 1,
+                                    .n_saved = N_SAVED,
+                                    .flags = RM_OPF_FLOAT,
+                                    .arg_names = k_att_args,
+                                    .autocast = RM_AC_LOWER,
+                                    .kernel = RM_K_ATTENTION,
+                                    .params_size = sizeof(rm_attention_params),
+                                    .fill_ctx = att_fill_ctx,
+                                    .check = att_check,
+                                    .infer = att_infer,
+                                    .new_output = att_new_output,
+                                    .saves = {{RM_SAVE_INPUT, 0, 0},
+                                              {RM_SAVE_INPUT, 1, 0},
+                                              {RM_SAVE_INPUT, 2, 0},
+                                              {RM_SAVE_OUTPUT, 0, 0},
+                                              {RM_SAVE_OUTPUT, 1, 0}},
+                                    .backward = attention_backward,
+                                    .backward_diff = attention_backward_diff};
 
 int remat_attention(remat_tensor **out, remat_tensor *q, remat_tensor *k, remat_tensor *v,
                     bool causal, double scale) {

@@ -13,8 +13,8 @@ static bool castable(const remat_tensor *t) {
 
 /* An f32 input the op's cpu kernel casts itself (rm_op_desc.autocast_keep). */
 static bool keep_f32(const rm_op_desc *op, int i, const remat_tensor *t) {
-    return op->autocast == RM_AC_LOWER && (op->autocast_keep >> i & 1u) &&
-           t->dtype == REMAT_F32 && t->storage->device.type == REMAT_CPU;
+    return op->autocast == RM_AC_LOWER && (op->autocast_keep >> i & 1u) && t->dtype == REMAT_F32 &&
+           t->storage->device.type == REMAT_CPU;
 }
 
 /* The dtype op's castable inputs are to have, or -1 for "leave them". */
@@ -46,7 +46,7 @@ static int target_dtype(const rm_op_desc *op, int n_in, remat_tensor *const *in)
 }
 
 remat_status rm_autocast_inputs(const rm_op_desc *op, int n_in, remat_tensor *const *in,
-                       remat_tensor **use, remat_tensor **cast) {
+                                remat_tensor **use, remat_tensor **cast) {
     for (int i = 0; i < n_in; i++) use[i] = in[i], cast[i] = NULL;
     int to = target_dtype(op, n_in, in);
     if (to < 0) return REMAT_OK;

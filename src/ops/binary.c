@@ -8,15 +8,16 @@
 #include "../dispatch/dispatch.h"
 
 remat_status rm_ew_run(const char *call, int op, remat_tensor *y, remat_tensor *a, remat_tensor *b,
-              remat_tensor *c, double p) {
+                       remat_tensor *c, double p) {
     const rm_ew_params params = {(rm_ew_op)op, p};
     rm_kargs k = {.in = {a, b, c}, .out = {y}, .params = &params};
     return rm_kernel_run(RM_K_ELEMENTWISE, call, &k);
 }
 
 /* New contiguous tensor of shape_of's shape = f(a, b, c) (backward helper). */
-static remat_status ew_new(const char *call, remat_tensor **out, rm_ew_op op, remat_tensor *shape_of,
-                  remat_tensor *a, remat_tensor *b, remat_tensor *c, double p) {
+static remat_status ew_new(const char *call, remat_tensor **out, rm_ew_op op,
+                           remat_tensor *shape_of, remat_tensor *a, remat_tensor *b,
+                           remat_tensor *c, double p) {
     int rc = rm_new_output(out, shape_of->ndim, shape_of->shape, shape_of->dtype,
                            shape_of->storage->device);
     if (!rc) rc = rm_ew_run(call, op, *out, a, b, c, p);
@@ -52,8 +53,8 @@ typedef int (*binary_grads_fn)(const char *nm, rm_ew_op op, remat_tensor *g, rem
 /* First order: the formulas on the elementwise kernel (g is the output
  * gradient, of the broadcast shape). */
 static remat_status binary_grads(const char *nm, rm_ew_op op, remat_tensor *g, remat_tensor *a,
-                        remat_tensor *b, bool need_a, bool need_b, remat_tensor **ta,
-                        remat_tensor **tb) {
+                                 remat_tensor *b, bool need_a, bool need_b, remat_tensor **ta,
+                                 remat_tensor **tb) {
     int rc = REMAT_OK;
     switch (op) {
     case RM_EW_SUB:
@@ -79,7 +80,7 @@ static remat_status binary_grads(const char *nm, rm_ew_op op, remat_tensor *g, r
 
 /* div with public ops: da = g / b; db = -(g / b) (a / b). */
 static remat_status div_grads_diff(remat_tensor *g, remat_tensor *a, remat_tensor *b, bool need_a,
-                          bool need_b, remat_tensor **ta, remat_tensor **tb) {
+                                   bool need_b, remat_tensor **ta, remat_tensor **tb) {
     remat_tensor *u = NULL, *v = NULL, *w = NULL;
     int rc = remat_div(&u, g, b);
     if (!rc && need_b) rc = remat_div(&v, a, b);
@@ -92,7 +93,7 @@ static remat_status div_grads_diff(remat_tensor *g, remat_tensor *a, remat_tenso
 
 /* pow with public ops: da = g b a^(b - 1); db = g a^b log(a). */
 static remat_status pow_grads_diff(remat_tensor *g, remat_tensor *a, remat_tensor *b, bool need_a,
-                          bool need_b, remat_tensor **ta, remat_tensor **tb) {
+                                   bool need_b, remat_tensor **ta, remat_tensor **tb) {
     remat_tensor *u = NULL, *v = NULL, *w = NULL;
     int rc = REMAT_OK;
     if (need_a) {
@@ -116,8 +117,8 @@ static remat_status pow_grads_diff(remat_tensor *g, remat_tensor *a, remat_tenso
  * reaching g, a and b. pow at a == 0: the first-order kernels take the
  * limits (0); these formulas give NaN there (0 * inf), never a silent 0. */
 static remat_status binary_grads_diff(const char *nm, rm_ew_op op, remat_tensor *g, remat_tensor *a,
-                             remat_tensor *b, bool need_a, bool need_b, remat_tensor **ta,
-                             remat_tensor **tb) {
+                                      remat_tensor *b, bool need_a, bool need_b, remat_tensor **ta,
+                                      remat_tensor **tb) {
     int rc = REMAT_OK;
     switch (op) {
     case RM_EW_SUB:
@@ -138,7 +139,7 @@ static remat_status binary_grads_diff(const char *nm, rm_ew_op op, remat_tensor 
 /* Either order's backward: the saved a and b, the gradients by `grads`,
  * each summed back down to its input's shape (undoing the broadcast). */
 static remat_status binary_backward_with(binary_grads_fn grads, remat_node *node,
-                                remat_tensor *const *gout, remat_tensor **gin) {
+                                         remat_tensor *const *gout, remat_tensor **gin) {
     const bctx *cx = node->ctx;
     bool need_a = node->next[0].node != NULL, need_b = node->next[1].node != NULL;
     remat_tensor *a = NULL, *b = NULL, *ta = NULL, *tb = NULL;
@@ -158,25 +159,37 @@ static remat_status binary_backward_with(binary_grads_fn grads, remat_node *node
     return rc;
 }
 
-static remat_status binary_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status binary_backward(remat_node *node, remat_tensor *const *gout,
+                                    remat_tensor **gin) {
     return binary_backward_with(binary_grads, node, gout, gin);
 }
 
-static remat_status binary_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status binary_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                         remat_tensor **gin) {
     return binary_backward_with(binary_grads_diff, node, gout, gin);
 }
 
 /* Saved slots: 0 = a, 1 = b, each only when a gradient formula reads it
  * (the for_grads bits: 1 = a's gradient, 2 = b's). */
-#define NO_SAVES {{RM_SAVE_NONE, 0, 0}, {RM_SAVE_NONE, 1, 0}}
-#define BINARY_OP(sym, call, node, ...)                                                      \
-    const rm_op_desc sym = {                                                                 \
-        .name = call, .node_name = node, .n_in = 2, .n_out = 1, .n_saved = 2,                \
-        .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE,                      \
-        .autocast = RM_AC_PROMOTE,                                                           \
-        .kernel = RM_K_ELEMENTWISE, .params_size = sizeof(bctx), .fill_ctx = fill_ctx,       \
-        .infer = infer_broadcast, .saves = __VA_ARGS__, .backward = binary_backward,         \
-        .backward_diff = binary_backward_diff}
+#define NO_SAVES                                                                                   \
+    {                                                                                              \
+        {RM_SAVE_NONE, 0, 0}, { RM_SAVE_NONE, 1, 0 }                                               \
+    }
+#define BINARY_OP(sym, call, node, ...)                                                            \
+    const rm_op_desc sym = {.name = call,                                                          \
+                            .node_name = node,                                                     \
+                            .n_in = 2,                                                             \
+                            .n_out = 1,                                                            \
+                            .n_saved = 2,                                                          \
+                            .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE,        \
+                            .autocast = RM_AC_PROMOTE,                                             \
+                            .kernel = RM_K_ELEMENTWISE,                                            \
+                            .params_size = sizeof(bctx),                                           \
+                            .fill_ctx = fill_ctx,                                                  \
+                            .infer = infer_broadcast,                                              \
+                            .saves = __VA_ARGS__,                                                  \
+                            .backward = binary_backward,                                           \
+                            .backward_diff = binary_backward_diff}
 
 BINARY_OP(rm_op_add, "remat_add", "AddBackward", NO_SAVES);
 BINARY_OP(rm_op_sub, "remat_sub", "SubBackward", NO_SAVES);
@@ -188,7 +201,7 @@ BINARY_OP(rm_op_div, "remat_div", "DivBackward", {{RM_SAVE_INPUT, 0, 2}, {RM_SAV
 BINARY_OP(rm_op_pow, "remat_pow", "PowBackward", {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}});
 
 static remat_status binary(const rm_op_desc *d, rm_ew_op op, remat_tensor **out, remat_tensor *a,
-                  remat_tensor *b, void *site) {
+                           remat_tensor *b, void *site) {
     const bctx params = {.ew = {op, 0}};
     remat_tensor *in[2] = {a, b};
     return rm_dispatch(d, out, in, &params, site);

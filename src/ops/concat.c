@@ -39,8 +39,10 @@ static remat_status cat_check(const rm_op_call *c) {
     remat_tensor *t0 = tensors[0];
     char b1[200], b2[200];
     if (t0->ndim == 0)
-        return rm_err(REMAT_EINVAL, "%s: zero-dimensional tensor tensors[0] %s cannot be "
-                      "concatenated", call, rm_tensor_str(t0, b1, sizeof b1));
+        return rm_err(REMAT_EINVAL,
+                      "%s: zero-dimensional tensor tensors[0] %s cannot be "
+                      "concatenated",
+                      call, rm_tensor_str(t0, b1, sizeof b1));
     int rc = rm_norm_dim(call, p->dim, t0->ndim, &p->d);
     if (rc) return rc;
     for (int i = 0; i < n; i++) {
@@ -50,8 +52,10 @@ static remat_status cat_check(const rm_op_call *c) {
         bool ok = t->ndim == t0->ndim;
         for (int k = 0; ok && k < t->ndim; k++) ok = k == p->d || t->shape[k] == t0->shape[k];
         if (!ok)
-            return rm_err(REMAT_ESHAPE, "%s: tensors[%d] %s does not match tensors[0] %s in the "
-                          "dims other than dim %d", call, i, rm_tensor_str(t, b1, sizeof b1),
+            return rm_err(REMAT_ESHAPE,
+                          "%s: tensors[%d] %s does not match tensors[0] %s in the "
+                          "dims other than dim %d",
+                          call, i, rm_tensor_str(t, b1, sizeof b1),
                           rm_tensor_str(t0, b2, sizeof b2), p->d);
     }
     return REMAT_OK;
@@ -107,10 +111,19 @@ static remat_status cat_backward(remat_node *node, remat_tensor *const *gout, re
 }
 
 const rm_op_desc rm_op_cat = {
-    .name = "remat_cat", .node_name = "CatBackward", .n_in = 1 /* at least */, .n_out = 1,
-    .flags = RM_OPF_OWN_CHECKS | RM_OPF_VARIADIC, .kernel = RM_K_COPY_INTO,
-    .params_size = sizeof(cat_ctx), .ctx_per_in = sizeof(int64_t), .fill_ctx = cat_fill_ctx,
-    .check = cat_check, .infer = cat_infer, .run = cat_run, .backward = cat_backward,
+    .name = "remat_cat",
+    .node_name = "CatBackward",
+    .n_in = 1 /* at least */,
+    .n_out = 1,
+    .flags = RM_OPF_OWN_CHECKS | RM_OPF_VARIADIC,
+    .kernel = RM_K_COPY_INTO,
+    .params_size = sizeof(cat_ctx),
+    .ctx_per_in = sizeof(int64_t),
+    .fill_ctx = cat_fill_ctx,
+    .check = cat_check,
+    .infer = cat_infer,
+    .run = cat_run,
+    .backward = cat_backward,
     .backward_diff = cat_backward, /* slices of g: public ops */
 };
 
@@ -142,7 +155,8 @@ typedef struct split_ctx {
  * zero-filled. (The engine today materialises zeros for a piece without a
  * gradient instead; those are copied like any other gradient.) Every
  * element of the result is written once. */
-static remat_status split_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status split_backward(remat_node *node, remat_tensor *const *gout,
+                                   remat_tensor **gin) {
     split_ctx *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     int rc = REMAT_OK;
@@ -175,8 +189,8 @@ static remat_status split_backward(remat_node *node, remat_tensor *const *gout, 
             if (hi <= lo) continue;
             /* window k of z: z's strides, the piece's extent along d */
             sh[d] = hi - lo;
-            remat_tensor *win = rm_tensor_alloc(z->storage, z->offset + lo * z->strides[d],
-                                                z->ndim, sh, z->strides, z->dtype);
+            remat_tensor *win = rm_tensor_alloc(z->storage, z->offset + lo * z->strides[d], z->ndim,
+                                                sh, z->strides, z->dtype);
             if (!win) {
                 rc = rm_err(REMAT_ENOMEM, "SplitBackward: out of memory");
                 break;
@@ -212,9 +226,11 @@ static remat_status split_check(const rm_op_call *c) {
     /* an empty dim still gives one (empty) piece, as PyTorch */
     int64_t count = size == 0 ? 1 : (size + p->split_size - 1) / p->split_size;
     if (count > p->max_out)
-        return rm_err(REMAT_EINVAL, "%s: splitting dim %d of %s into pieces of %lld gives %lld "
-                      "pieces, but max_out is %d", call, p->dim, rm_tensor_str(a, b, sizeof b),
-                      (long long)p->split_size, (long long)count, p->max_out);
+        return rm_err(REMAT_EINVAL,
+                      "%s: splitting dim %d of %s into pieces of %lld gives %lld "
+                      "pieces, but max_out is %d",
+                      call, p->dim, rm_tensor_str(a, b, sizeof b), (long long)p->split_size,
+                      (long long)count, p->max_out);
     p->count = (int)count;
     return REMAT_OK;
 }
@@ -253,23 +269,32 @@ static void split_fill_ctx(const rm_op_call *c, void *ctx) {
 
 /* create_graph: the pieces' gradients concatenated (the engine gives every
  * piece one, zeros where none arrived), with remat_cat: differentiable. */
-static remat_status split_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status split_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                        remat_tensor **gin) {
     split_ctx *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     return remat_cat(&gin[0], node->n_outputs, gout, c->dim);
 }
 
 const rm_op_desc rm_op_split = {
-    .name = "remat_split", .node_name = "SplitBackward", .n_in = 1, .n_out = 1 /* at least */,
-    .flags = RM_OPF_OWN_CHECKS, .params_size = sizeof(split_ctx), .fill_ctx = split_fill_ctx,
-    .check = split_check, .n_outputs = split_n_outputs, .infer = split_infer,
-    .backward = split_backward, .backward_diff = split_backward_diff,
+    .name = "remat_split",
+    .node_name = "SplitBackward",
+    .n_in = 1,
+    .n_out = 1 /* at least */,
+    .flags = RM_OPF_OWN_CHECKS,
+    .params_size = sizeof(split_ctx),
+    .fill_ctx = split_fill_ctx,
+    .check = split_check,
+    .n_outputs = split_n_outputs,
+    .infer = split_infer,
+    .backward = split_backward,
+    .backward_diff = split_backward_diff,
 };
 
 int remat_split(remat_tensor **outs, int max_out, int *n_out, remat_tensor *a, int64_t split_size,
                 int dim) {
-    split_ctx p = {.no_outs = !outs || !n_out, .max_out = max_out, .split_size = split_size,
-                   .dim_arg = dim};
+    split_ctx p = {
+        .no_outs = !outs || !n_out, .max_out = max_out, .split_size = split_size, .dim_arg = dim};
     if (n_out) *n_out = 0;
     for (int i = 0; outs && i < max_out; i++) outs[i] = NULL;
     remat_tensor *in[1] = {a};

@@ -88,7 +88,8 @@ static remat_status copy_kernel(const rm_kargs *k) { return copy_fill(k->out[0],
 
 /* A new contiguous tensor on `device` with `dtype` holding t's values (no
  * autograd; skip mode or a meta source: no data moved). */
-static remat_status copy_to(remat_tensor **out, remat_tensor *t, remat_dtype dtype, remat_device device) {
+static remat_status copy_to(remat_tensor **out, remat_tensor *t, remat_dtype dtype,
+                            remat_device device) {
     *out = NULL;
     remat_tensor *y = NULL;
     int rc = rm_new_output(&y, t->ndim, t->shape, dtype, device);
@@ -130,7 +131,8 @@ static remat_status copy_backward(remat_node *node, remat_tensor *const *gout, r
 }
 
 /* create_graph: the same, with the public (differentiable) copies. */
-static remat_status copy_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status copy_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                       remat_tensor **gin) {
     copy_ctx *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     remat_tensor *t = NULL;
@@ -144,17 +146,24 @@ static const char *const k_t_name[] = {"t"};
 
 /* Every copy: one tensor t, a new contiguous output; only float -> float
  * copies are differentiable (the driver records no node for an i64 output). */
-#define COPY_OP(sym, call, node, ...)                                                        \
-    const rm_op_desc sym = {                                                                 \
-        .name = call, .node_name = node, .n_in = 1, .n_out = 1, .arg_names = k_t_name,       \
-        .direct = copy_kernel, .params_size = sizeof(copy_ctx), .fill_ctx = copy_fill_ctx,   \
-        .backward = copy_backward, .backward_diff = copy_backward_diff, __VA_ARGS__}
+#define COPY_OP(sym, call, node, ...)                                                              \
+    const rm_op_desc sym = {.name = call,                                                          \
+                            .node_name = node,                                                     \
+                            .n_in = 1,                                                             \
+                            .n_out = 1,                                                            \
+                            .arg_names = k_t_name,                                                 \
+                            .direct = copy_kernel,                                                 \
+                            .params_size = sizeof(copy_ctx),                                       \
+                            .fill_ctx = copy_fill_ctx,                                             \
+                            .backward = copy_backward,                                             \
+                            .backward_diff = copy_backward_diff,                                   \
+                            __VA_ARGS__}
 
 COPY_OP(rm_op_clone, "remat_clone", "CloneBackward", .check = NULL);
 
 /* The public calls: t and the target (p). */
 static remat_status copy_call(const rm_op_desc *d, remat_tensor **out, remat_tensor *t, copy_ctx p,
-                     void *site) {
+                              void *site) {
     remat_tensor *in[1] = {t};
     return rm_dispatch(d, out, in, &p, site);
 }

@@ -34,8 +34,8 @@ static void lin_destroy(void *p) {
 }
 
 /* The op's own (first-order) backward on g; grad mode is off here. */
-static remat_status lin_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const *in, int n_in,
-                       remat_tensor **out, int n_out) {
+static remat_status lin_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const *in,
+                                int n_in, remat_tensor **out, int n_out) {
     RM_UNUSED(ctx), RM_UNUSED(n_in), RM_UNUSED(n_out);
     lin_ud *u = ud;
     remat_node *n = u->node;
@@ -49,8 +49,8 @@ static remat_status lin_forward(remat_function_ctx *ctx, void *ud, remat_tensor 
     return rc;
 }
 
-static remat_status lin_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *gout, int n_out,
-                        remat_tensor **gin, int n_in) {
+static remat_status lin_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *gout,
+                                 int n_out, remat_tensor **gin, int n_in) {
     RM_UNUSED(ctx), RM_UNUSED(n_out), RM_UNUSED(n_in);
     lin_ud *u = ud;
     if (!gout[0]) return REMAT_OK;
@@ -58,14 +58,16 @@ static remat_status lin_backward(remat_function_ctx *ctx, void *ud, remat_tensor
 }
 
 remat_status rm_backward_linear(remat_node *node, remat_tensor *const *gout, remat_tensor **gin,
-                       rm_adjoint_fn adjoint) {
+                                rm_adjoint_fn adjoint) {
     if (!node->next[0].node) return REMAT_OK;
     lin_ud *u = malloc(sizeof *u);
     if (!u) return rm_err(REMAT_ENOMEM, "%s: out of memory", node->name);
     u->node = rm_node_retain(node);
     u->adjoint = adjoint;
-    const remat_function_def def = {.name = node->name, .forward = lin_forward,
-                                    .backward = lin_backward, .destroy = lin_destroy};
+    const remat_function_def def = {.name = node->name,
+                                    .forward = lin_forward,
+                                    .backward = lin_backward,
+                                    .destroy = lin_destroy};
     return remat_function_apply(&def, u, 1, gout, 1, gin);
 }
 
@@ -76,7 +78,7 @@ remat_status rm_adjoint_self(remat_node *node, remat_tensor *gg, remat_tensor **
 
 /* ---- recomposed forward ------------------------------------------------------------------ */
 remat_status rm_backward_recompose(remat_node *node, const int *slots, rm_recompose_fn forward,
-                          remat_tensor *const *gout, remat_tensor **gin) {
+                                   remat_tensor *const *gout, remat_tensor **gin) {
     const int n = node->n_next;
     remat_tensor *xs[RM_OP_MAX_IN] = {NULL}, *leaves[RM_OP_MAX_IN] = {NULL};
     remat_tensor *grads[RM_OP_MAX_IN] = {NULL}, *y = NULL;
@@ -121,7 +123,8 @@ static remat_status graph_add(remat_tensor **out, remat_tensor *a, remat_tensor 
 
 /* sum over the leading dims shape lacks and the dims it broadcast from 1
  * (kept), then reshaped to shape */
-static remat_status graph_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape) {
+static remat_status graph_sum_to(remat_tensor **out, remat_tensor *grad, int ndim,
+                                 const int64_t *shape) {
     int dims[REMAT_MAX_DIMS], nd = 0;
     int lead = grad->ndim - ndim;
     for (int d = 0; d < grad->ndim; d++)

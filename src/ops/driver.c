@@ -12,7 +12,8 @@
 #if defined(__GNUC__)
 __attribute__((constructor))
 #endif
-static void install_graph_ops(void) {
+static void
+install_graph_ops(void) {
     rm_set_graph_ops(&rm_ops_graph_ops);
 }
 
@@ -73,7 +74,8 @@ static remat_status save_slots(rm_op_call *c, bool early) {
             if (!rc) rc = rm_op_save(c->node, s, t);
             remat_release(t);
         } else {
-            rc = rm_op_save(c->node, s, kind == RM_SAVE_INPUT ? c->in[sp->index] : c->out[sp->index]);
+            rc = rm_op_save(c->node, s,
+                            kind == RM_SAVE_INPUT ? c->in[sp->index] : c->out[sp->index]);
         }
         if (rc) return rc;
     }
@@ -94,8 +96,8 @@ static int n_ret(const rm_op_desc *op) {
 
 /* out = a view of in's storage with the spec's geometry. */
 static remat_status make_view(remat_tensor **out, remat_tensor *in, const rm_out_spec *sp) {
-    remat_tensor *v = rm_tensor_alloc(in->storage, sp->offset, sp->ndim, sp->shape, sp->strides,
-                                      in->dtype);
+    remat_tensor *v =
+        rm_tensor_alloc(in->storage, sp->offset, sp->ndim, sp->shape, sp->strides, in->dtype);
     if (!v) return rm_err(REMAT_ENOMEM, "out of memory creating a view");
     v->is_view = true;
     *out = v;
@@ -105,8 +107,8 @@ static remat_status make_view(remat_tensor **out, remat_tensor *in, const rm_out
 /* One run of the driver: the call and what infer decided. */
 typedef struct run_state {
     rm_op_call c;
-    int nr;                /* outputs handed out */
-    rm_out_spec *spec;     /* c.n_out of them: fixed below, or allocated (variadic outputs) */
+    int nr;            /* outputs handed out */
+    rm_out_spec *spec; /* c.n_out of them: fixed below, or allocated (variadic outputs) */
     rm_out_spec fixed[RM_OP_MAX_OUT];
     bool any_new;    /* some output is made new (or written in place): the kernel runs */
     bool all_inputs; /* every handed-out output is in[0] itself: no node, no kernel */
@@ -331,7 +333,7 @@ static void free_outputs(run_state *r) {
 /* Steps 1-6 without the interception bracket; *n_out gets the number of
  * outputs handed out. */
 static remat_status run(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_in,
-               remat_tensor *const *in, const void *params) {
+                        remat_tensor *const *in, const void *params) {
     const char *call = op->name;
     rm_op_enter(call);
     /* a variadic-output op's check checks outs itself, and clears it */
@@ -368,7 +370,7 @@ static remat_status run(const rm_op_desc *op, remat_tensor **outs, int *n_out, i
 }
 
 remat_status rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out, int n_in,
-                  remat_tensor *const *in, const void *params, void *site) {
+                           remat_tensor *const *in, const void *params, void *site) {
     rm_op_frame f;
     int nr = 0;
     rm_note_leaf_reads(n_in, in); /* a reentrant checkpoint's forward records them */
@@ -391,7 +393,7 @@ remat_status rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out
 }
 
 remat_status rm_dispatch(const rm_op_desc *op, remat_tensor **outs, remat_tensor *const *in,
-                const void *params, void *site) {
+                         const void *params, void *site) {
     return rm_dispatch_n(op, outs, NULL, op->n_in, in, params, site);
 }
 
@@ -406,8 +408,9 @@ remat_status rm_saved_contig(remat_node *node, int slot, const char *missing, re
     return rc;
 }
 
-remat_status rm_grad_kernel(const remat_node *node, rm_kernel_id kid, remat_tensor *g, remat_tensor *s,
-                   int ndim, const int64_t *shape, const void *params, remat_tensor **gin) {
+remat_status rm_grad_kernel(const remat_node *node, rm_kernel_id kid, remat_tensor *g,
+                            remat_tensor *s, int ndim, const int64_t *shape, const void *params,
+                            remat_tensor **gin) {
     remat_tensor *dx = NULL;
     int rc = shape ? rm_new_output(&dx, ndim, shape, g->dtype, g->storage->device)
                    : rm_new_output(&dx, g->ndim, g->shape, g->dtype, g->storage->device);
@@ -421,8 +424,8 @@ remat_status rm_grad_kernel(const remat_node *node, rm_kernel_id kid, remat_tens
 }
 
 remat_status rm_backward_kernel(remat_node *node, remat_tensor *const *gout, remat_tensor **gin,
-                       rm_kernel_id kid, int slot, const char *missing, int ndim,
-                       const int64_t *shape, const void *params) {
+                                rm_kernel_id kid, int slot, const char *missing, int ndim,
+                                const int64_t *shape, const void *params) {
     if (!node->next[0].node) return REMAT_OK;
     remat_tensor *s = NULL, *g = NULL;
     int rc = slot >= 0 ? rm_saved_contig(node, slot, missing, &s) : REMAT_OK;

@@ -40,13 +40,15 @@ static remat_status check_no_internal_overlap(const char *call, const remat_tens
             return rm_err(REMAT_EUNSUPPORTED,
                           "%s: %s is an expanded view in which several elements share one "
                           "memory location; in-place writes to it are not supported (make it "
-                          "contiguous first)", call, rm_tensor_str(a, b, sizeof b));
+                          "contiguous first)",
+                          call, rm_tensor_str(a, b, sizeof b));
         }
     return REMAT_OK;
 }
 
 /* b must broadcast to a's shape without changing it. */
-static remat_status check_broadcast_to(const char *call, const remat_tensor *a, const remat_tensor *b) {
+static remat_status check_broadcast_to(const char *call, const remat_tensor *a,
+                                       const remat_tensor *b) {
     int nd;
     int64_t shape[REMAT_MAX_DIMS];
     int rc = rm_broadcast_shape(call, a->ndim, a->shape, b->ndim, b->shape, &nd, shape);
@@ -55,15 +57,17 @@ static remat_status check_broadcast_to(const char *call, const remat_tensor *a, 
         char b1[160], b2[160];
         return rm_err(REMAT_ESHAPE,
                       "%s: %s cannot be broadcast to the shape %s of the tensor modified in "
-                      "place (an in-place op cannot change its shape)", call,
-                      rm_tensor_str(b, b1, sizeof b1), rm_shape_str(a->ndim, a->shape, b2, sizeof b2));
+                      "place (an in-place op cannot change its shape)",
+                      call, rm_tensor_str(b, b1, sizeof b1),
+                      rm_shape_str(a->ndim, a->shape, b2, sizeof b2));
     }
     return REMAT_OK;
 }
 
 /* The operand b (add_, mul_: float of a's dtype; copy_: any) on a's device,
  * broadcasting to a's shape. */
-static remat_status check_operand(const char *call, ipop op, const remat_tensor *a, const remat_tensor *b) {
+static remat_status check_operand(const char *call, ipop op, const remat_tensor *a,
+                                  const remat_tensor *b) {
     int rc = op == IP_COPY ? rm_check_tensor(call, "src", b) : rm_check_float_dtype(call, "b", b);
     if (!rc && op != IP_COPY) rc = rm_check_same_dtype(call, a, b);
     if (!rc) rc = rm_check_same_device(call, a, b);
@@ -73,7 +77,8 @@ static remat_status check_operand(const char *call, ipop op, const remat_tensor 
 
 /* What a recorded node cannot follow: a gradient into i64 (copy_ of a
  * tensor requiring grad), in place on a view. */
-static remat_status check_record(const char *call, remat_tensor *a, remat_tensor *const *in, int n_in) {
+static remat_status check_record(const char *call, remat_tensor *a, remat_tensor *const *in,
+                                 int n_in) {
     if (!rm_needs_grad(n_in, in)) return REMAT_OK;
     char bb[200];
     if (a->dtype == REMAT_I64)
@@ -82,7 +87,8 @@ static remat_status check_record(const char *call, remat_tensor *a, remat_tensor
     if (a->is_view)
         return rm_err(REMAT_EUNSUPPORTED,
                       "%s: in-place on a view of a tensor that requires grad is not supported "
-                      "(target %s); use the out-of-place op", call, rm_tensor_str(a, bb, sizeof bb));
+                      "(target %s); use the out-of-place op",
+                      call, rm_tensor_str(a, bb, sizeof bb));
     return REMAT_OK;
 }
 
@@ -112,7 +118,6 @@ static void inplace_fill_ctx(const rm_op_call *c, void *ctx) {
     memcpy(cx->sb, b->shape, sizeof cx->sb);
     cx->db = b->dtype;
 }
-
 
 /* mul_'s saves, before the kernel overwrites a. Slot 0 (for db = g * a_old):
  * a copy of a. Slot 1 (for da = g * b): b as the kernel reads it, or a copy
@@ -156,8 +161,8 @@ static remat_status grad_for_b(remat_tensor **out, remat_tensor *t, const ipctx 
 }
 
 /* The gradients of one op (s0, s1: its saved slots). */
-static remat_status inplace_grads(const ipctx *cx, remat_tensor *g, remat_tensor *s0, remat_tensor *s1,
-                         bool need_a, bool need_b, remat_tensor **gin) {
+static remat_status inplace_grads(const ipctx *cx, remat_tensor *g, remat_tensor *s0,
+                                  remat_tensor *s1, bool need_a, bool need_b, remat_tensor **gin) {
     remat_tensor *t = NULL;
     int rc = REMAT_OK;
     switch (cx->op) {
@@ -190,7 +195,8 @@ static remat_status inplace_grads(const ipctx *cx, remat_tensor *g, remat_tensor
 
 /* Saved slots: mul_ 0 = original a (for db), 1 = b (for da); relu_ 0 =
  * result; the others none. */
-static remat_status inplace_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status inplace_backward(remat_node *node, remat_tensor *const *gout,
+                                     remat_tensor **gin) {
     remat_tensor *s0 = NULL, *s1 = NULL;
     bool need_a = node->next[0].node != NULL;
     bool need_b = node->n_next > 1 && node->next[1].node != NULL;
@@ -208,7 +214,7 @@ static remat_status inplace_backward(remat_node *node, remat_tensor *const *gout
  * shares a's storage: through them there is no second derivative, so that
  * case refuses instead of dropping the term. */
 static remat_status inplace_backward_diff(remat_node *node, remat_tensor *const *gout,
-                                 remat_tensor **gin) {
+                                          remat_tensor **gin) {
     const ipctx *cx = node->ctx;
     remat_tensor *g = gout[0], *s = NULL, *t = NULL, *u = NULL;
     bool need_a = node->next[0].node != NULL;
@@ -231,14 +237,16 @@ static remat_status inplace_backward_diff(remat_node *node, remat_tensor *const 
         break;
     case IP_RELU: /* g * [result > 0]: linear in g, its own adjoint */
         return rm_backward_linear(node, gout, gin, rm_adjoint_self);
-    case IP_ZERO: case IP_COPY: /* a's gradient is a constant zero */
+    case IP_ZERO:
+    case IP_COPY: /* a's gradient is a constant zero */
         if (need_a) rc = zeros_like(&gin[0], g);
         if (cx->op == IP_COPY && need_b) t = remat_retain(g);
         break;
     }
     if (!rc && t) rc = rm_sum_to(&u, t, cx->ndb, cx->sb);
-    if (!rc && u) rc = u->dtype == cx->db ? (gin[1] = remat_retain(u), REMAT_OK)
-                                         : remat_to_dtype(&gin[1], u, cx->db);
+    if (!rc && u)
+        rc = u->dtype == cx->db ? (gin[1] = remat_retain(u), REMAT_OK)
+                                : remat_to_dtype(&gin[1], u, cx->db);
     remat_release(s), remat_release(t), remat_release(u);
     return rc;
 }
@@ -246,17 +254,25 @@ static remat_status inplace_backward_diff(remat_node *node, remat_tensor *const 
 /* ---- descriptors ----------------------------------------------------------------- */
 static const char *const k_src_names[] = {"a", "src"};
 
-#define INPLACE_OP(sym, call, node, nin, kern, flags_, ...)                                  \
-    const rm_op_desc sym = {                                                                 \
-        .name = call, .node_name = node, .n_in = nin, .n_out = 1,                            \
-        .flags = RM_OPF_OWN_CHECKS | RM_OPF_INPLACE | (flags_), .kernel = kern,              \
-        .params_size = sizeof(ipctx), .fill_ctx = inplace_fill_ctx, .check = inplace_check,  \
-        .backward = inplace_backward, .backward_diff = inplace_backward_diff, __VA_ARGS__}
+#define INPLACE_OP(sym, call, node, nin, kern, flags_, ...)                                        \
+    const rm_op_desc sym = {.name = call,                                                          \
+                            .node_name = node,                                                     \
+                            .n_in = nin,                                                           \
+                            .n_out = 1,                                                            \
+                            .flags = RM_OPF_OWN_CHECKS | RM_OPF_INPLACE | (flags_),                \
+                            .kernel = kern,                                                        \
+                            .params_size = sizeof(ipctx),                                          \
+                            .fill_ctx = inplace_fill_ctx,                                          \
+                            .check = inplace_check,                                                \
+                            .backward = inplace_backward,                                          \
+                            .backward_diff = inplace_backward_diff,                                \
+                            __VA_ARGS__}
 
 INPLACE_OP(rm_op_add_, "remat_add_", "AddBackward", 2, RM_K_ELEMENTWISE, 0, .n_saved = 0);
 /* saves a's old value and b before overwriting a */
 INPLACE_OP(rm_op_mul_, "remat_mul_", "MulBackward", 2, RM_K_ELEMENTWISE, RM_OPF_SAVE_EARLY,
-           .n_saved = 2, .saves = {{RM_SAVE_CUSTOM, 0, 2}, {RM_SAVE_CUSTOM, 1, 1}}, .save_custom = mul_save);
+           .n_saved = 2, .saves = {{RM_SAVE_CUSTOM, 0, 2}, {RM_SAVE_CUSTOM, 1, 1}},
+           .save_custom = mul_save);
 INPLACE_OP(rm_op_mul_scalar_, "remat_mul_scalar_", "MulBackward", 1, RM_K_ELEMENTWISE, 0,
            .n_saved = 0);
 /* saves its result (a at its new version) */
@@ -267,8 +283,8 @@ INPLACE_OP(rm_op_copy_, "remat_copy_", "CopyBackward", 2, RM_K_COPY_INTO, 0, .n_
            .arg_names = k_src_names);
 
 /* The public entries (in-place ops are never served from a selective-checkpoint cache). */
-static remat_status inplace(const rm_op_desc *d, ipop op, rm_ew_op ew, remat_tensor *a, remat_tensor *b,
-                   double p, void *site) {
+static remat_status inplace(const rm_op_desc *d, ipop op, rm_ew_op ew, remat_tensor *a,
+                            remat_tensor *b, double p, void *site) {
     const ipctx params = {.ew = {ew, p}, .op = op};
     remat_tensor *in[2] = {a, b};
     return rm_dispatch(d, NULL, in, &params, site);

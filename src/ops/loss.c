@@ -33,9 +33,11 @@ static remat_status embedding_check(const rm_op_call *c) {
         return rm_err(REMAT_ESHAPE, "%s: weight must be 2-dim (num, dim), got %s", call,
                       rm_tensor_str(weight, bw, sizeof bw));
     if (indices->ndim + 1 > REMAT_MAX_DIMS)
-        return rm_err(REMAT_EINVAL, "%s: indices %s has too many dims (the output would have %d, "
-                      "the maximum is %d)", call, rm_tensor_str(indices, bi, sizeof bi),
-                      indices->ndim + 1, REMAT_MAX_DIMS);
+        return rm_err(REMAT_EINVAL,
+                      "%s: indices %s has too many dims (the output would have %d, "
+                      "the maximum is %d)",
+                      call, rm_tensor_str(indices, bi, sizeof bi), indices->ndim + 1,
+                      REMAT_MAX_DIMS);
     return REMAT_OK;
 }
 
@@ -60,7 +62,8 @@ static void embedding_fill_ctx(const rm_op_call *c, void *ctx) {
 }
 
 /* saved: 0 = indices */
-static remat_status embedding_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status embedding_backward(remat_node *node, remat_tensor *const *gout,
+                                       remat_tensor **gin) {
     const emb_ctx *c = node->ctx;
     const int64_t wshape[2] = {c->num, c->dim};
     return rm_backward_kernel(node, gout, gin, RM_K_EMBEDDING_BWD, 0, "indices were not saved", 2,
@@ -78,17 +81,26 @@ static remat_status embedding_gather(remat_node *node, remat_tensor *gg, remat_t
 }
 
 static remat_status embedding_backward_diff(remat_node *node, remat_tensor *const *gout,
-                                   remat_tensor **gin) {
+                                            remat_tensor **gin) {
     return rm_backward_linear(node, gout, gin, embedding_gather);
 }
 
-const rm_op_desc rm_op_embedding = {
-    .name = "remat_embedding", .node_name = "EmbeddingBackward", .n_in = 2, .no_grad_in = 2u,
-    .n_out = 1, .n_saved = 1, .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS,
-    .arg_names = k_emb_args, .kernel = RM_K_EMBEDDING, .params_size = sizeof(emb_ctx),
-    .fill_ctx = embedding_fill_ctx, .check = embedding_check, .infer = embedding_infer,
-    .saves = {{RM_SAVE_INPUT, 1, 0}}, .backward = embedding_backward,
-    .backward_diff = embedding_backward_diff};
+const rm_op_desc rm_op_embedding = {.name = "remat_embedding",
+                                    .node_name = "EmbeddingBackward",
+                                    .n_in = 2,
+                                    .no_grad_in = 2u,
+                                    .n_out = 1,
+                                    .n_saved = 1,
+                                    .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS,
+                                    .arg_names = k_emb_args,
+                                    .kernel = RM_K_EMBEDDING,
+                                    .params_size = sizeof(emb_ctx),
+                                    .fill_ctx = embedding_fill_ctx,
+                                    .check = embedding_check,
+                                    .infer = embedding_infer,
+                                    .saves = {{RM_SAVE_INPUT, 1, 0}},
+                                    .backward = embedding_backward,
+                                    .backward_diff = embedding_backward_diff};
 
 int remat_embedding(remat_tensor **out, remat_tensor *weight, remat_tensor *indices) {
     emb_ctx params = {0, 0};
@@ -107,8 +119,10 @@ static remat_status cross_entropy_check(const rm_op_call *c) {
     if (rc) return rc;
     char bl[200], bt[200];
     if (logits->ndim != 2 || targets->ndim != 1 || targets->shape[0] != logits->shape[0])
-        return rm_err(REMAT_ESHAPE, "%s: expected logits (N, C) and targets (N), got logits %s "
-                      "and targets %s", call, rm_tensor_str(logits, bl, sizeof bl),
+        return rm_err(REMAT_ESHAPE,
+                      "%s: expected logits (N, C) and targets (N), got logits %s "
+                      "and targets %s",
+                      call, rm_tensor_str(logits, bl, sizeof bl),
                       rm_tensor_str(targets, bt, sizeof bt));
     return REMAT_OK;
 }
@@ -125,7 +139,7 @@ static remat_status cross_entropy_infer(const rm_op_call *c, rm_out_spec *out) {
 
 /* saved: 0 = logits, 1 = targets, 2 = lse (N) */
 static remat_status cross_entropy_backward(remat_node *node, remat_tensor *const *gout,
-                                  remat_tensor **gin) {
+                                           remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
     remat_tensor *sv[3] = {NULL, NULL, NULL}, *dx = NULL;
     int rc = REMAT_OK;
@@ -149,7 +163,8 @@ static remat_status cross_entropy_backward(remat_node *node, remat_tensor *const
 /* create_graph: the loss rebuilt from public ops, -sum(log_softmax(x) * w) / count,
  * where w (N, C) holds 1 at each row's target (0 on ignored rows) and count
  * is the number of rows not ignored. */
-static remat_status cross_entropy_recompose(remat_node *node, remat_tensor *const *xs, remat_tensor **y) {
+static remat_status cross_entropy_recompose(remat_node *node, remat_tensor *const *xs,
+                                            remat_tensor **y) {
     const rm_ce_params *p = node->ctx;
     remat_tensor *x = xs[0], *t = NULL, *tc = NULL, *w = NULL, *ls = NULL, *prod = NULL,
                  *sum = NULL;
@@ -177,20 +192,29 @@ out:
 }
 
 static remat_status cross_entropy_backward_diff(remat_node *node, remat_tensor *const *gout,
-                                       remat_tensor **gin) {
+                                                remat_tensor **gin) {
     static const int slots[1] = {0};
     return rm_backward_recompose(node, slots, cross_entropy_recompose, gout, gin);
 }
 
 const rm_op_desc rm_op_cross_entropy = {
-    .name = "remat_cross_entropy", .node_name = "CrossEntropyBackward", .n_in = 2,
-    .no_grad_in = 2u, .n_out = 2, .n_ret = 1, .n_saved = 3,
-    .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS, .arg_names = k_ce_args,
+    .name = "remat_cross_entropy",
+    .node_name = "CrossEntropyBackward",
+    .n_in = 2,
+    .no_grad_in = 2u,
+    .n_out = 2,
+    .n_ret = 1,
+    .n_saved = 3,
+    .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS,
+    .arg_names = k_ce_args,
     .autocast = RM_AC_F32,
-    .kernel = RM_K_CROSS_ENTROPY, .params_size = sizeof(rm_ce_params),
-    .check = cross_entropy_check, .infer = cross_entropy_infer,
+    .kernel = RM_K_CROSS_ENTROPY,
+    .params_size = sizeof(rm_ce_params),
+    .check = cross_entropy_check,
+    .infer = cross_entropy_infer,
     .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}, {RM_SAVE_OUTPUT, 1, 0}},
-    .backward = cross_entropy_backward, .backward_diff = cross_entropy_backward_diff};
+    .backward = cross_entropy_backward,
+    .backward_diff = cross_entropy_backward_diff};
 
 int remat_cross_entropy(remat_tensor **out, remat_tensor *logits, remat_tensor *targets,
                         int64_t ignore_index) {
@@ -206,8 +230,10 @@ static remat_status mse_check(const rm_op_call *c) {
     for (int d = 0; same && d < a->ndim; d++) same = a->shape[d] == b->shape[d];
     if (!same) {
         char ba[200], bb[200];
-        return rm_err(REMAT_ESHAPE, "%s: a %s and b %s must have the same shape (no "
-                      "broadcasting)", c->op->name, rm_tensor_str(a, ba, sizeof ba),
+        return rm_err(REMAT_ESHAPE,
+                      "%s: a %s and b %s must have the same shape (no "
+                      "broadcasting)",
+                      c->op->name, rm_tensor_str(a, ba, sizeof ba),
                       rm_tensor_str(b, bb, sizeof bb));
     }
     return REMAT_OK;
@@ -260,7 +286,8 @@ out:
 }
 
 /* create_graph: da = g * 2 (a - b) / N, db = -da, with public ops. */
-static remat_status mse_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status mse_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                      remat_tensor **gin) {
     remat_tensor *a = NULL, *b = NULL, *d = NULL, *da = NULL;
     int rc = rm_node_unpack(node, 0, &a);
     if (!rc) rc = rm_node_unpack(node, 1, &b);
@@ -274,13 +301,20 @@ static remat_status mse_backward_diff(remat_node *node, remat_tensor *const *gou
     return rc;
 }
 
-const rm_op_desc rm_op_mse_loss = {
-    .name = "remat_mse_loss", .node_name = "MseLossBackward", .n_in = 2, .n_out = 1,
-    .n_saved = 2, .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE |
-                           RM_OPF_CONTIGUOUS,
-    .autocast = RM_AC_F32, .kernel = RM_K_MSE, .check = mse_check, .infer = mse_infer,
-    .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}}, .backward = mse_backward,
-    .backward_diff = mse_backward_diff};
+const rm_op_desc rm_op_mse_loss = {.name = "remat_mse_loss",
+                                   .node_name = "MseLossBackward",
+                                   .n_in = 2,
+                                   .n_out = 1,
+                                   .n_saved = 2,
+                                   .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE |
+                                            RM_OPF_CONTIGUOUS,
+                                   .autocast = RM_AC_F32,
+                                   .kernel = RM_K_MSE,
+                                   .check = mse_check,
+                                   .infer = mse_infer,
+                                   .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}},
+                                   .backward = mse_backward,
+                                   .backward_diff = mse_backward_diff};
 
 int remat_mse_loss(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     remat_tensor *in[2] = {a, b};

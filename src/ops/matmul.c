@@ -14,8 +14,8 @@
 #include "remat/autocast.h"
 
 /* Runs C = bias + op(A) · op(B) with the operands' flags (RM_MM_*). */
-static remat_status mm_run(const char *call, remat_tensor *c, unsigned fc, remat_tensor *a, unsigned fa,
-                  remat_tensor *b, unsigned fb) {
+static remat_status mm_run(const char *call, remat_tensor *c, unsigned fc, remat_tensor *a,
+                           unsigned fa, remat_tensor *b, unsigned fb) {
     const rm_mm_params p = {(unsigned char)fa, (unsigned char)fb, (unsigned char)fc};
     rm_kargs k = {.in = {a, b}, .out = {c}, .params = &p};
     return rm_kernel_run(RM_K_MATMUL, call, &k);
@@ -24,12 +24,13 @@ static remat_status mm_run(const char *call, remat_tensor *c, unsigned fc, remat
 /* Checks that a tensor unpacked for backward still has the shape it was
  * saved with (a saved-tensor hook could hand back something else). */
 static remat_status check_saved(const char *node, const char *what, const remat_tensor *t, int nd,
-                       const int64_t *shape) {
+                                const int64_t *shape) {
     if (t->ndim == nd && memcmp(t->shape, shape, sizeof(int64_t) * (size_t)nd) == 0)
         return REMAT_OK;
     char b1[200], b2[200];
     return rm_err(REMAT_ESHAPE, "%s: saved %s came back as %s, expected %s", node, what,
-                  rm_shape_str(t->ndim, t->shape, b1, sizeof b1), rm_shape_str(nd, shape, b2, sizeof b2));
+                  rm_shape_str(t->ndim, t->shape, b1, sizeof b1),
+                  rm_shape_str(nd, shape, b2, sizeof b2));
 }
 
 /* ---- matmul ---------------------------------------------------------------------------------- */
@@ -46,20 +47,23 @@ static void mm_fill_ctx(const rm_op_call *c, void *ctx) {
 }
 
 /* Batch shape (nb dims) and output shape of a @ b; checks the shapes. */
-static remat_status mm_shapes(const char *call, int nda, const int64_t *sa, int ndb, const int64_t *sb,
-                     int *nb, int64_t *bshape, int *ndo, int64_t *oshape) {
+static remat_status mm_shapes(const char *call, int nda, const int64_t *sa, int ndb,
+                              const int64_t *sb, int *nb, int64_t *bshape, int *ndo,
+                              int64_t *oshape) {
     char b1[200], b2[200];
     if (nda == 0 || ndb == 0)
         return rm_err(REMAT_ESHAPE,
                       "%s: both arguments must be at least 1-D, got a %s and b %s (use remat_mul "
                       "to scale by a 0-dim tensor)",
-                      call, rm_shape_str(nda, sa, b1, sizeof b1), rm_shape_str(ndb, sb, b2, sizeof b2));
+                      call, rm_shape_str(nda, sa, b1, sizeof b1),
+                      rm_shape_str(ndb, sb, b2, sizeof b2));
     int64_t ka = sa[nda - 1];
     int64_t kb = ndb == 1 ? sb[0] : sb[ndb - 2];
     if (ka != kb)
-        return rm_err(REMAT_ESHAPE, "%s: cannot multiply a %s by b %s (inner sizes %lld and %lld differ)",
-                      call, rm_shape_str(nda, sa, b1, sizeof b1),
-                      rm_shape_str(ndb, sb, b2, sizeof b2), (long long)ka, (long long)kb);
+        return rm_err(REMAT_ESHAPE,
+                      "%s: cannot multiply a %s by b %s (inner sizes %lld and %lld differ)", call,
+                      rm_shape_str(nda, sa, b1, sizeof b1), rm_shape_str(ndb, sb, b2, sizeof b2),
+                      (long long)ka, (long long)kb);
     int na = nda > 2 ? nda - 2 : 0, nbb = ndb > 2 ? ndb - 2 : 0;
     int n = na > nbb ? na : nbb;
     for (int d = 0; d < n; d++) {
@@ -87,8 +91,8 @@ static remat_status mm_infer(const rm_op_call *c, rm_out_spec *out) {
     int nb;
     int64_t bshape[REMAT_MAX_DIMS];
     out[0].dtype = a->dtype;
-    return mm_shapes(c->op->name, a->ndim, a->shape, b->ndim, b->shape, &nb, bshape,
-                     &out[0].ndim, out[0].shape);
+    return mm_shapes(c->op->name, a->ndim, a->shape, b->ndim, b->shape, &nb, bshape, &out[0].ndim,
+                     out[0].shape);
 }
 
 /* dA = g · B^T and dB = A^T · g (batched), each reduced over the batch dims
@@ -131,7 +135,8 @@ out:
  * promoted to a matrix (a: (1, K), b: (K, 1)) and g to the promoted
  * product's shape; the results are summed back down to the (promoted)
  * input shapes and reshaped to the inputs'. */
-static remat_status mm_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status mm_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                     remat_tensor **gin) {
     const mm_ctx *c = node->ctx;
     remat_tensor *a = NULL, *b = NULL, *g = NULL, *t = NULL, *p = NULL, *s = NULL;
     int64_t pa[REMAT_MAX_DIMS + 1], pb[REMAT_MAX_DIMS + 1], pg[REMAT_MAX_DIMS + 1];
@@ -172,12 +177,21 @@ static remat_status mm_backward_diff(remat_node *node, remat_tensor *const *gout
 }
 
 /* Slot 0 = a (read by b's gradient), slot 1 = b (read by a's). */
-const rm_op_desc rm_op_matmul = {
-    .name = "remat_matmul", .node_name = "MmBackward", .n_in = 2, .n_out = 1, .n_saved = 2,
-    .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE | RM_OPF_SAVE_EARLY,
-    .autocast = RM_AC_LOWER, .kernel = RM_K_MATMUL, .params_size = sizeof(mm_ctx), .fill_ctx = mm_fill_ctx,
-    .infer = mm_infer, .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}},
-    .backward = mm_backward, .backward_diff = mm_backward_diff};
+const rm_op_desc rm_op_matmul = {.name = "remat_matmul",
+                                 .node_name = "MmBackward",
+                                 .n_in = 2,
+                                 .n_out = 1,
+                                 .n_saved = 2,
+                                 .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE |
+                                          RM_OPF_SAVE_EARLY,
+                                 .autocast = RM_AC_LOWER,
+                                 .kernel = RM_K_MATMUL,
+                                 .params_size = sizeof(mm_ctx),
+                                 .fill_ctx = mm_fill_ctx,
+                                 .infer = mm_infer,
+                                 .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}},
+                                 .backward = mm_backward,
+                                 .backward_diff = mm_backward_diff};
 
 int remat_matmul(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     mm_ctx p = {.shp.nda = 0}; /* the flags are read by the kernel only, after the checks */
@@ -259,7 +273,8 @@ static remat_status lin_infer(const rm_op_call *c, rm_out_spec *out) {
 
 /* dx = g · W, dW = g^T · x (flattened over the leading dims: one GEMM with
  * K = rows when x and g are contiguous), db = column sums of g. */
-static remat_status linear_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status linear_backward(remat_node *node, remat_tensor *const *gout,
+                                    remat_tensor **gin) {
     const lin_ctx *c = node->ctx;
     const char *nm = node->name;
     bool gx = node->next[0].node != NULL, gw = node->next[1].node != NULL;
@@ -277,8 +292,9 @@ static remat_status linear_backward(remat_node *node, remat_tensor *const *gout,
         rc = rm_node_unpack(node, 0, &x);
         if (!rc) rc = check_saved(nm, "x", x, c->ndx, c->sx);
         if (!rc) rc = rm_new_output(&dw, 2, wshape, c->wdt, dev);
-        if (!rc) rc = mm_run(nm, dw, RM_MM_ROW | RM_MM_COL, g, row | RM_MM_COL | RM_MM_T, x,
-                             row | RM_MM_COL);
+        if (!rc)
+            rc = mm_run(nm, dw, RM_MM_ROW | RM_MM_COL, g, row | RM_MM_COL | RM_MM_T, x,
+                        row | RM_MM_COL);
         if (rc) goto out;
         remat_release_p(&x);
         rm_node_done_with_saved(node, 0);
@@ -312,7 +328,8 @@ out:
 
 /* create_graph: dx = g W, dW = g2^T x2 and db = the column sums of g2,
  * where g2 (R, out) and x2 (R, in) flatten the leading dims. */
-static remat_status linear_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status linear_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                         remat_tensor **gin) {
     const lin_ctx *c = node->ctx;
     remat_tensor *x = NULL, *w = NULL, *g2 = NULL, *x2 = NULL, *t = NULL;
     const int64_t rows = remat_numel(gout[0]) / (c->out_f ? c->out_f : 1);
@@ -352,14 +369,24 @@ static const char *const k_linear_args[] = {"x", "weight", "bias"};
 
 /* Slot 0 = x (read by weight's gradient), slot 1 = weight (read by x's);
  * the bias gradient reads neither. */
-const rm_op_desc rm_op_linear = {
-    .name = "remat_linear", .node_name = "LinearBackward", .n_in = 3, .n_out = 1,
-    .n_saved = 2, .flags = RM_OPF_FLOAT | RM_OPF_SAVE_EARLY, .optional_in = 1u << 2,
-    .autocast = RM_AC_LOWER, .autocast_keep = 1u << 1,
-    .arg_names = k_linear_args, .kernel = RM_K_MATMUL, .params_size = sizeof(lin_ctx),
-    .fill_ctx = lin_fill_ctx, .check = lin_check, .infer = lin_infer,
-    .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}}, .backward = linear_backward,
-    .backward_diff = linear_backward_diff};
+const rm_op_desc rm_op_linear = {.name = "remat_linear",
+                                 .node_name = "LinearBackward",
+                                 .n_in = 3,
+                                 .n_out = 1,
+                                 .n_saved = 2,
+                                 .flags = RM_OPF_FLOAT | RM_OPF_SAVE_EARLY,
+                                 .optional_in = 1u << 2,
+                                 .autocast = RM_AC_LOWER,
+                                 .autocast_keep = 1u << 1,
+                                 .arg_names = k_linear_args,
+                                 .kernel = RM_K_MATMUL,
+                                 .params_size = sizeof(lin_ctx),
+                                 .fill_ctx = lin_fill_ctx,
+                                 .check = lin_check,
+                                 .infer = lin_infer,
+                                 .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}},
+                                 .backward = linear_backward,
+                                 .backward_diff = linear_backward_diff};
 
 int remat_linear(remat_tensor **out, remat_tensor *x, remat_tensor *weight, remat_tensor *bias) {
     /* y = bias + x · weightᵀ; the flags are read by the kernel only, after the checks */

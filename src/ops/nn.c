@@ -34,16 +34,17 @@ static remat_status softmax_check(const rm_op_call *c) {
 }
 
 /* saved: 0 = output y */
-static remat_status softmax_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status softmax_backward(remat_node *node, remat_tensor *const *gout,
+                                     remat_tensor **gin) {
     const softmax_params *p = node->ctx;
-    return rm_backward_kernel(node, gout, gin, RM_K_SOFTMAX_BWD, 0, "output was not saved", 0,
-                              NULL, &p->k);
+    return rm_backward_kernel(node, gout, gin, RM_K_SOFTMAX_BWD, 0, "output was not saved", 0, NULL,
+                              &p->k);
 }
 
 /* create_graph: softmax dx = y (g - sum(g y)); log_softmax dx = g - exp(y) sum(g),
  * sums over dim, kept; public ops on g and the saved y. */
 static remat_status softmax_backward_diff(remat_node *node, remat_tensor *const *gout,
-                                 remat_tensor **gin) {
+                                          remat_tensor **gin) {
     const softmax_params *p = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     remat_tensor *y = NULL, *g = gout[0], *t = NULL, *s = NULL, *u = NULL;
@@ -65,19 +66,25 @@ static remat_status softmax_backward_diff(remat_node *node, remat_tensor *const 
     return rc;
 }
 
-#define SOFTMAX_OP(sym, call, node)                                                          \
-    const rm_op_desc sym = {                                                                 \
-        .name = call, .node_name = node, .n_in = 1, .n_out = 1, .n_saved = 1,                \
-        .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS, .kernel = RM_K_SOFTMAX,                   \
-        .autocast = RM_AC_F32,                                                               \
-        .params_size = sizeof(softmax_params), .check = softmax_check,                       \
-        .saves = {{RM_SAVE_OUTPUT, 0, 0}}, .backward = softmax_backward,                    \
-        .backward_diff = softmax_backward_diff}
+#define SOFTMAX_OP(sym, call, node)                                                                \
+    const rm_op_desc sym = {.name = call,                                                          \
+                            .node_name = node,                                                     \
+                            .n_in = 1,                                                             \
+                            .n_out = 1,                                                            \
+                            .n_saved = 1,                                                          \
+                            .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS,                             \
+                            .kernel = RM_K_SOFTMAX,                                                \
+                            .autocast = RM_AC_F32,                                                 \
+                            .params_size = sizeof(softmax_params),                                 \
+                            .check = softmax_check,                                                \
+                            .saves = {{RM_SAVE_OUTPUT, 0, 0}},                                     \
+                            .backward = softmax_backward,                                          \
+                            .backward_diff = softmax_backward_diff}
 SOFTMAX_OP(rm_op_softmax, "remat_softmax", "SoftmaxBackward");
 SOFTMAX_OP(rm_op_log_softmax, "remat_log_softmax", "LogSoftmaxBackward");
 
 static remat_status softmax(const rm_op_desc *d, bool log_out, remat_tensor **out, remat_tensor *a,
-                   int dim, void *site) {
+                            int dim, void *site) {
     softmax_params p = {.k = {.log = log_out}, .dim = dim};
     remat_tensor *in[1] = {a};
     return rm_dispatch(d, out, in, &p, site);
@@ -99,7 +106,7 @@ typedef struct ln_params {
 static const char *const k_ln_args[] = {"x", "weight", "bias"};
 
 static remat_status check_param(const char *call, const char *arg, remat_tensor *p, remat_tensor *x,
-                       int n_norm) {
+                                int n_norm) {
     int rc = rm_check_float_dtype(call, arg, p);
     if (rc) return rc;
     rc = rm_check_same_dtype(call, x, p);
@@ -131,8 +138,8 @@ static remat_status layer_norm_check(const rm_op_call *c) {
     if (rc) return rc;
     if (n_norm < 1 || n_norm > x->ndim) {
         char b[200];
-        return rm_err(REMAT_EINVAL, "%s: n_norm %d out of range for x %s (expected 1 to %d)",
-                      call, n_norm, rm_tensor_str(x, b, sizeof b), x->ndim);
+        return rm_err(REMAT_EINVAL, "%s: n_norm %d out of range for x %s (expected 1 to %d)", call,
+                      n_norm, rm_tensor_str(x, b, sizeof b), x->ndim);
     }
     if (!(eps >= 0) || isinf(eps))
         return rm_err(REMAT_EINVAL, "%s: eps must be finite and >= 0, got %g", call, eps);
@@ -163,7 +170,8 @@ static void layer_norm_fill_ctx(const rm_op_call *c, void *ctx) {
 }
 
 /* saved: 0 = x, 1 = weight (or NULL), 2 = mean (N), 3 = rstd (N) */
-static remat_status layer_norm_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status layer_norm_backward(remat_node *node, remat_tensor *const *gout,
+                                        remat_tensor **gin) {
     const ln_params *p = node->ctx;
     const int n_norm = p->k.n_norm;
     remat_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *g = NULL, *dx = NULL, *dw = NULL, *db = NULL;
@@ -201,10 +209,10 @@ out:
  * xc = x - mean(x), y = xc (mean(xc^2) + eps)^-1/2 * w + b over the last
  * n_norm dims. The bias is not saved: its gradient is a sum of g, which
  * needs no input. */
-static remat_status layer_norm_recompose(remat_node *node, remat_tensor *const *xs, remat_tensor **y) {
+static remat_status layer_norm_recompose(remat_node *node, remat_tensor *const *xs,
+                                         remat_tensor **y) {
     const ln_params *p = node->ctx;
-    remat_tensor *x = xs[0], *mu = NULL, *xc = NULL, *v = NULL, *r = NULL, *cur = NULL,
-                 *nx = NULL;
+    remat_tensor *x = xs[0], *mu = NULL, *xc = NULL, *v = NULL, *r = NULL, *cur = NULL, *nx = NULL;
     int dims[REMAT_MAX_DIMS];
     for (int i = 0; i < p->k.n_norm; i++) dims[i] = x->ndim - p->k.n_norm + i;
     int rc = remat_mean(&mu, x, p->k.n_norm, dims, true);
@@ -231,7 +239,7 @@ static remat_status layer_norm_recompose(remat_node *node, remat_tensor *const *
 }
 
 static remat_status layer_norm_backward_diff(remat_node *node, remat_tensor *const *gout,
-                                    remat_tensor **gin) {
+                                             remat_tensor **gin) {
     const ln_params *p = node->ctx;
     static const int slots[3] = {0, 1, -1};
     int rc = rm_backward_recompose(node, slots, layer_norm_recompose, gout, gin);
@@ -245,15 +253,27 @@ static remat_status layer_norm_backward_diff(remat_node *node, remat_tensor *con
 }
 
 /* Outputs: y (handed out), mean and rstd (saved); weight and bias optional. */
-const rm_op_desc rm_op_layer_norm = {
-    .name = "remat_layer_norm", .node_name = "LayerNormBackward", .n_in = 3, .n_out = 3,
-    .n_ret = 1, .n_saved = 4, .optional_in = 2u | 4u, .flags = RM_OPF_CONTIGUOUS,
-    .autocast = RM_AC_F32,
-    .arg_names = k_ln_args, .kernel = RM_K_LAYER_NORM, .params_size = sizeof(ln_params),
-    .fill_ctx = layer_norm_fill_ctx, .check = layer_norm_check, .infer = layer_norm_infer,
-    .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}, {RM_SAVE_OUTPUT, 1, 0},
-              {RM_SAVE_OUTPUT, 2, 0}},
-    .backward = layer_norm_backward, .backward_diff = layer_norm_backward_diff};
+const rm_op_desc rm_op_layer_norm = {.name = "remat_layer_norm",
+                                     .node_name = "LayerNormBackward",
+                                     .n_in = 3,
+                                     .n_out = 3,
+                                     .n_ret = 1,
+                                     .n_saved = 4,
+                                     .optional_in = 2u | 4u,
+                                     .flags = RM_OPF_CONTIGUOUS,
+                                     .autocast = RM_AC_F32,
+                                     .arg_names = k_ln_args,
+                                     .kernel = RM_K_LAYER_NORM,
+                                     .params_size = sizeof(ln_params),
+                                     .fill_ctx = layer_norm_fill_ctx,
+                                     .check = layer_norm_check,
+                                     .infer = layer_norm_infer,
+                                     .saves = {{RM_SAVE_INPUT, 0, 0},
+                                               {RM_SAVE_INPUT, 1, 0},
+                                               {RM_SAVE_OUTPUT, 1, 0},
+                                               {RM_SAVE_OUTPUT, 2, 0}},
+                                     .backward = layer_norm_backward,
+                                     .backward_diff = layer_norm_backward_diff};
 
 int remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
                      remat_tensor *bias, double eps) {
@@ -299,7 +319,8 @@ static remat_status dropout_infer(const rm_op_call *c, rm_out_spec *out) {
 }
 
 /* saved: 0 = keep bits (u8, ceil(n / 8) bytes) */
-static remat_status dropout_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status dropout_backward(remat_node *node, remat_tensor *const *gout,
+                                     remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
     const dropout_params *p = node->ctx;
     remat_tensor *m = NULL, *g = NULL;
@@ -322,20 +343,29 @@ out:
 
 /* create_graph: g * mask / (1 - p) is linear in g and its own adjoint. */
 static remat_status dropout_backward_diff(remat_node *node, remat_tensor *const *gout,
-                                 remat_tensor **gin) {
+                                          remat_tensor **gin) {
     return rm_backward_linear(node, gout, gin, rm_adjoint_self);
 }
 
 static const char *const k_dropout_args[] = {"x"};
 
 /* Outputs: y (handed out) and the keep bits (only with a node, saved). */
-const rm_op_desc rm_op_dropout = {
-    .name = "remat_dropout", .node_name = "DropoutBackward", .n_in = 1, .n_out = 2, .n_ret = 1,
-    .grad_only_out = 2u, .n_saved = 1, .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS,
-    .arg_names = k_dropout_args, .kernel = RM_K_DROPOUT,
-    .params_size = sizeof(dropout_params), .check = dropout_check,
-    .infer = dropout_infer, .saves = {{RM_SAVE_OUTPUT, 1, 0}},
-    .backward = dropout_backward, .backward_diff = dropout_backward_diff};
+const rm_op_desc rm_op_dropout = {.name = "remat_dropout",
+                                  .node_name = "DropoutBackward",
+                                  .n_in = 1,
+                                  .n_out = 2,
+                                  .n_ret = 1,
+                                  .grad_only_out = 2u,
+                                  .n_saved = 1,
+                                  .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS,
+                                  .arg_names = k_dropout_args,
+                                  .kernel = RM_K_DROPOUT,
+                                  .params_size = sizeof(dropout_params),
+                                  .check = dropout_check,
+                                  .infer = dropout_infer,
+                                  .saves = {{RM_SAVE_OUTPUT, 1, 0}},
+                                  .backward = dropout_backward,
+                                  .backward_diff = dropout_backward_diff};
 
 int remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool train) {
     dropout_params params = {.k = {.p = p}, .train = train};

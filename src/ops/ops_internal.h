@@ -13,6 +13,6 @@
  * kernel of y's device and dtype; nothing when an operand has no data (skip
  * mode). `call` names the op in errors (REMAT_EUNSUPPORTED: no kernel). */
 remat_status rm_ew_run(const char *call, int op, remat_tensor *y, remat_tensor *a, remat_tensor *b,
-              remat_tensor *c, double p);
+                       remat_tensor *c, double p);
 
 #endif /* REMAT_OPS_INTERNAL_H */

@@ -13,10 +13,9 @@
 
 /* Parses (n_dims, dims) into mask[] over a's dims. */
 static remat_status parse_dims(const char *call, const remat_tensor *a, int n_dims, const int *dims,
-                      bool *mask) {
+                               bool *mask) {
     for (int d = 0; d < REMAT_MAX_DIMS; d++) mask[d] = false;
-    if (n_dims < 0)
-        return rm_err(REMAT_EINVAL, "%s: n_dims must be >= 0, got %d", call, n_dims);
+    if (n_dims < 0) return rm_err(REMAT_EINVAL, "%s: n_dims must be >= 0, got %d", call, n_dims);
     if (n_dims == 0 || !dims) {
         for (int d = 0; d < a->ndim; d++) mask[d] = true;
         return REMAT_OK;
@@ -52,8 +51,8 @@ static void out_shape(const remat_tensor *a, const bool *mask, bool keepdim, int
 
 /* ---- sum / mean ------------------------------------------------------------------------------ */
 typedef struct sum_params {
-    rm_reduce_params k;            /* first: the kernels read it (mask, mean, scale) */
-    int ndim;                      /* the input's shape (fill_ctx): the gradient's */
+    rm_reduce_params k; /* first: the kernels read it (mask, mean, scale) */
+    int ndim;           /* the input's shape (fill_ctx): the gradient's */
     int64_t shape[REMAT_MAX_DIMS];
     /* the call's arguments */
     int n_dims;
@@ -95,7 +94,8 @@ static remat_status sum_backward(remat_node *node, remat_tensor *const *gout, re
 
 /* create_graph: g reshaped to the kept-dims shape, expanded to the input's
  * (a view) and scaled for mean, with public ops. */
-static remat_status sum_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status sum_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                      remat_tensor **gin) {
     const sum_params *p = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     int64_t kept[REMAT_MAX_DIMS];
@@ -109,19 +109,26 @@ static remat_status sum_backward_diff(remat_node *node, remat_tensor *const *gou
     return rc;
 }
 
-#define SUM_OP(sym, call, node)                                                              \
-    const rm_op_desc sym = {                                                                 \
-        .name = call, .node_name = node, .n_in = 1, .n_out = 1,                              \
-        .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS, .kernel = RM_K_SUM,                       \
-        .autocast = RM_AC_F32,                                                               \
-        .params_size = sizeof(sum_params), .fill_ctx = sum_fill_ctx, .check = sum_check,     \
-        .infer = sum_infer, .backward = sum_backward, .backward_diff = sum_backward_diff}
+#define SUM_OP(sym, call, node)                                                                    \
+    const rm_op_desc sym = {.name = call,                                                          \
+                            .node_name = node,                                                     \
+                            .n_in = 1,                                                             \
+                            .n_out = 1,                                                            \
+                            .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS,                             \
+                            .kernel = RM_K_SUM,                                                    \
+                            .autocast = RM_AC_F32,                                                 \
+                            .params_size = sizeof(sum_params),                                     \
+                            .fill_ctx = sum_fill_ctx,                                              \
+                            .check = sum_check,                                                    \
+                            .infer = sum_infer,                                                    \
+                            .backward = sum_backward,                                              \
+                            .backward_diff = sum_backward_diff}
 SUM_OP(rm_op_sum, "remat_sum", "SumBackward");
 SUM_OP(rm_op_mean, "remat_mean", "MeanBackward");
 SUM_OP(rm_op_sum_all, "remat_sum_all", "SumBackward");
 
-static remat_status sum(const rm_op_desc *d, bool mean, remat_tensor **out, remat_tensor *a, int n_dims,
-               const int *dims, bool keepdim, void *site) {
+static remat_status sum(const rm_op_desc *d, bool mean, remat_tensor **out, remat_tensor *a,
+                        int n_dims, const int *dims, bool keepdim, void *site) {
     sum_params p = {.k = {.mean = mean}, .n_dims = n_dims, .dims = dims, .keepdim = keepdim};
     remat_tensor *in[1] = {a};
     return rm_dispatch(d, out, in, &p, site);
@@ -139,10 +146,10 @@ int remat_sum_all(remat_tensor **out, remat_tensor *a) {
 
 /* ---- max ------------------------------------------------------------------------------------- */
 typedef struct max_params {
-    rm_dim_params k;               /* first: the kernels read it (the normalised dim) */
-    int ndim;                      /* the input's shape (fill_ctx): the gradient's */
+    rm_dim_params k; /* first: the kernels read it (the normalised dim) */
+    int ndim;        /* the input's shape (fill_ctx): the gradient's */
     int64_t shape[REMAT_MAX_DIMS];
-    int dim;                       /* the call's arguments */
+    int dim; /* the call's arguments */
     bool keepdim;
 } max_params;
 
@@ -154,8 +161,8 @@ static remat_status max_check(const rm_op_call *c) {
     if (rc) return rc;
     if (a->ndim > 0 && a->shape[p->k.dim] == 0) {
         char b[200];
-        return rm_err(REMAT_ESHAPE, "%s: cannot take the max over dim %d of size 0 (a is %s)",
-                      call, p->dim, rm_tensor_str(a, b, sizeof b));
+        return rm_err(REMAT_ESHAPE, "%s: cannot take the max over dim %d of size 0 (a is %s)", call,
+                      p->dim, rm_tensor_str(a, b, sizeof b));
     }
     return REMAT_OK;
 }
@@ -188,7 +195,8 @@ static remat_status max_backward(remat_node *node, remat_tensor *const *gout, re
 
 /* create_graph: dx = expand(g) * M with public ops, where M (x's shape) is 1
  * at each argmax and 0 elsewhere (a constant: max is piecewise linear). */
-static remat_status max_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status max_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                      remat_tensor **gin) {
     const max_params *p = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     remat_tensor *idx = NULL, *m = NULL, *r = NULL, *e = NULL, *g = gout[0];
@@ -221,12 +229,21 @@ static remat_status max_backward_diff(remat_node *node, remat_tensor *const *gou
 
 /* Outputs: values and indices, both handed out; only the values are
  * differentiable. The indices are saved after the kernel. */
-const rm_op_desc rm_op_max = {
-    .name = "remat_max", .node_name = "MaxBackward", .n_in = 1, .n_out = 2, .n_grad_out = 1,
-    .n_saved = 1, .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS, .kernel = RM_K_MAX,
-    .params_size = sizeof(max_params), .fill_ctx = max_fill_ctx, .check = max_check,
-    .infer = max_infer, .saves = {{RM_SAVE_OUTPUT, 1, 0}}, .backward = max_backward,
-    .backward_diff = max_backward_diff};
+const rm_op_desc rm_op_max = {.name = "remat_max",
+                              .node_name = "MaxBackward",
+                              .n_in = 1,
+                              .n_out = 2,
+                              .n_grad_out = 1,
+                              .n_saved = 1,
+                              .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS,
+                              .kernel = RM_K_MAX,
+                              .params_size = sizeof(max_params),
+                              .fill_ctx = max_fill_ctx,
+                              .check = max_check,
+                              .infer = max_infer,
+                              .saves = {{RM_SAVE_OUTPUT, 1, 0}},
+                              .backward = max_backward,
+                              .backward_diff = max_backward_diff};
 
 /* Drops an output the caller did not ask for: the driver handed it out,
  * into the open scope if there is one. */

@@ -7,8 +7,8 @@
 
 /* Descriptors (defined in the op files). */
 extern const rm_op_desc rm_op_neg, rm_op_exp, rm_op_log, rm_op_sqrt, rm_op_tanh, rm_op_sigmoid,
-    rm_op_relu, rm_op_gelu, rm_op_pow_scalar, rm_op_add_scalar, rm_op_sub_scalar,
-    rm_op_mul_scalar, rm_op_div_scalar, rm_op_rsub_scalar;
+    rm_op_relu, rm_op_gelu, rm_op_pow_scalar, rm_op_add_scalar, rm_op_sub_scalar, rm_op_mul_scalar,
+    rm_op_div_scalar, rm_op_rsub_scalar;
 extern const rm_op_desc rm_op_add, rm_op_sub, rm_op_mul, rm_op_div, rm_op_pow;
 extern const rm_op_desc rm_op_matmul, rm_op_linear, rm_op_attention;
 extern const rm_op_desc rm_op_sum, rm_op_sum_all, rm_op_mean, rm_op_max, rm_op_mse_loss,
@@ -24,23 +24,68 @@ extern const rm_op_desc rm_op_masked_fill, rm_op_where, rm_op_clone, rm_op_to_de
 #define D(sym) &rm_op_##sym
 static const rm_op_desc *const k_ops[] = {
     /* unary.c */
-    D(neg), D(exp), D(log), D(sqrt), D(tanh), D(sigmoid), D(relu), D(gelu), D(pow_scalar),
-    D(add_scalar), D(sub_scalar), D(mul_scalar), D(div_scalar), D(rsub_scalar),
+    D(neg),
+    D(exp),
+    D(log),
+    D(sqrt),
+    D(tanh),
+    D(sigmoid),
+    D(relu),
+    D(gelu),
+    D(pow_scalar),
+    D(add_scalar),
+    D(sub_scalar),
+    D(mul_scalar),
+    D(div_scalar),
+    D(rsub_scalar),
     /* binary.c */
-    D(add), D(sub), D(mul), D(div), D(pow),
+    D(add),
+    D(sub),
+    D(mul),
+    D(div),
+    D(pow),
     /* inplace.c */
-    D(add_), D(mul_), D(mul_scalar_), D(relu_), D(zero_), D(copy_),
+    D(add_),
+    D(mul_),
+    D(mul_scalar_),
+    D(relu_),
+    D(zero_),
+    D(copy_),
     /* reduce.c, loss.c */
-    D(sum), D(sum_all), D(mean), D(max), D(mse_loss), D(cross_entropy),
+    D(sum),
+    D(sum_all),
+    D(mean),
+    D(max),
+    D(mse_loss),
+    D(cross_entropy),
     /* nn.c, loss.c */
-    D(softmax), D(log_softmax), D(layer_norm), D(dropout), D(embedding),
+    D(softmax),
+    D(log_softmax),
+    D(layer_norm),
+    D(dropout),
+    D(embedding),
     /* matmul.c, attention.c */
-    D(matmul), D(linear), D(attention),
+    D(matmul),
+    D(linear),
+    D(attention),
     /* shape.c */
-    D(reshape), D(view), D(transpose), D(permute), D(slice), D(expand), D(unsqueeze), D(squeeze),
+    D(reshape),
+    D(view),
+    D(transpose),
+    D(permute),
+    D(slice),
+    D(expand),
+    D(unsqueeze),
+    D(squeeze),
     D(contiguous),
     /* select.c, concat.c, copy.c */
-    D(masked_fill), D(where), D(cat), D(split), D(clone), D(to_device), D(to_dtype),
+    D(masked_fill),
+    D(where),
+    D(cat),
+    D(split),
+    D(clone),
+    D(to_device),
+    D(to_dtype),
     /* tag.c */
     D(tag),
 };

@@ -11,8 +11,8 @@
 #include "../dispatch/dispatch.h"
 
 /* New tensor of g's shape: cond ? g : 0 (g_when_true) or cond ? 0 : g. */
-static remat_status masked_grad(const char *call, remat_tensor **out, remat_tensor *g, remat_tensor *cond,
-                       bool g_when_true) {
+static remat_status masked_grad(const char *call, remat_tensor **out, remat_tensor *g,
+                                remat_tensor *cond, bool g_when_true) {
     int rc = rm_new_output(out, g->ndim, g->shape, g->dtype, g->storage->device);
     if (rc) return rc;
     const rm_select_params p = {.cond = 1, .a = g_when_true ? 0 : -1, .b = g_when_true ? -1 : 0};
@@ -55,7 +55,8 @@ static remat_status masked_fill_check(const rm_op_call *c) {
 }
 
 /* Saved slot 0: the mask. da = mask ? 0 : g. */
-static remat_status masked_fill_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status masked_fill_backward(remat_node *node, remat_tensor *const *gout,
+                                         remat_tensor **gin) {
     remat_tensor *mask = NULL;
     int rc = rm_node_unpack(node, 0, &mask);
     if (rc) return rc;
@@ -66,7 +67,7 @@ static remat_status masked_fill_backward(remat_node *node, remat_tensor *const *
 
 /* create_graph: da = masked_fill(g, mask, 0), itself differentiable. */
 static remat_status masked_fill_backward_diff(remat_node *node, remat_tensor *const *gout,
-                                     remat_tensor **gin) {
+                                              remat_tensor **gin) {
     remat_tensor *mask = NULL;
     int rc = rm_node_unpack(node, 0, &mask);
     if (!rc && node->next[0].node) rc = remat_masked_fill(&gin[0], gout[0], mask, 0.0);
@@ -75,10 +76,18 @@ static remat_status masked_fill_backward_diff(remat_node *node, remat_tensor *co
 }
 
 const rm_op_desc rm_op_masked_fill = {
-    .name = "remat_masked_fill", .node_name = "MaskedFillBackward", .n_in = 2, .n_out = 1,
-    .n_saved = 1, .no_grad_in = 2u, .flags = RM_OPF_OWN_CHECKS, .kernel = RM_K_SELECT,
-    .check = masked_fill_check, .saves = {{RM_SAVE_INPUT, 1, 0}},
-    .backward = masked_fill_backward, .backward_diff = masked_fill_backward_diff,
+    .name = "remat_masked_fill",
+    .node_name = "MaskedFillBackward",
+    .n_in = 2,
+    .n_out = 1,
+    .n_saved = 1,
+    .no_grad_in = 2u,
+    .flags = RM_OPF_OWN_CHECKS,
+    .kernel = RM_K_SELECT,
+    .check = masked_fill_check,
+    .saves = {{RM_SAVE_INPUT, 1, 0}},
+    .backward = masked_fill_backward,
+    .backward_diff = masked_fill_backward_diff,
 };
 
 int remat_masked_fill(remat_tensor **out, remat_tensor *a, remat_tensor *mask, double value) {
@@ -113,8 +122,9 @@ static remat_status where_infer(const rm_op_call *c, rm_out_spec *out) {
     int nd1;
     int64_t s1[REMAT_MAX_DIMS];
     int rc = rm_broadcast_shape(c->op->name, cond->ndim, cond->shape, a->ndim, a->shape, &nd1, s1);
-    if (!rc) rc = rm_broadcast_shape(c->op->name, nd1, s1, b->ndim, b->shape, &out[0].ndim,
-                                     out[0].shape);
+    if (!rc)
+        rc =
+            rm_broadcast_shape(c->op->name, nd1, s1, b->ndim, b->shape, &out[0].ndim, out[0].shape);
     out[0].dtype = a->dtype;
     return rc;
 }
@@ -125,7 +135,8 @@ static void where_fill_ctx(const rm_op_call *c, void *ctx) {
 }
 
 /* Saved slot 0: cond. da = sum_to(cond ? g : 0), db = sum_to(cond ? 0 : g). */
-static remat_status where_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status where_backward(remat_node *node, remat_tensor *const *gout,
+                                   remat_tensor **gin) {
     wctx *cx = node->ctx;
     remat_tensor *cond = NULL, *t = NULL;
     int rc = rm_node_unpack(node, 0, &cond);
@@ -141,7 +152,8 @@ static remat_status where_backward(remat_node *node, remat_tensor *const *gout, 
 }
 
 /* create_graph: da = sum_to(where(cond, g, 0)), db = sum_to(where(cond, 0, g)). */
-static remat_status where_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status where_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                        remat_tensor **gin) {
     wctx *cx = node->ctx;
     remat_tensor *g = gout[0], *cond = NULL, *z = NULL, *t = NULL;
     int rc = rm_node_unpack(node, 0, &cond);
@@ -157,10 +169,21 @@ static remat_status where_backward_diff(remat_node *node, remat_tensor *const *g
 }
 
 const rm_op_desc rm_op_where = {
-    .name = "remat_where", .node_name = "WhereBackward", .n_in = 3, .n_out = 1, .n_saved = 1,
-    .no_grad_in = 1u, .dtype_in = 1, .flags = RM_OPF_OWN_CHECKS, .kernel = RM_K_SELECT,
-    .params_size = sizeof(wctx), .fill_ctx = where_fill_ctx, .check = where_check,
-    .infer = where_infer, .saves = {{RM_SAVE_INPUT, 0, 0}}, .backward = where_backward,
+    .name = "remat_where",
+    .node_name = "WhereBackward",
+    .n_in = 3,
+    .n_out = 1,
+    .n_saved = 1,
+    .no_grad_in = 1u,
+    .dtype_in = 1,
+    .flags = RM_OPF_OWN_CHECKS,
+    .kernel = RM_K_SELECT,
+    .params_size = sizeof(wctx),
+    .fill_ctx = where_fill_ctx,
+    .check = where_check,
+    .infer = where_infer,
+    .saves = {{RM_SAVE_INPUT, 0, 0}},
+    .backward = where_backward,
     .backward_diff = where_backward_diff,
 };
 

@@ -51,19 +51,22 @@ static void view_spec(rm_out_spec *o, const remat_tensor *a, int ndim) {
 
 /* ---- backward functions ---------------------------------------------------------- */
 /* view / reshape / squeeze / unsqueeze: the grad reshaped to the input shape. */
-static remat_status reshape_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status reshape_backward(remat_node *node, remat_tensor *const *gout,
+                                     remat_tensor **gin) {
     const shape_args *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     return remat_reshape(&gin[0], gout[0], c->in_ndim, c->in_shape);
 }
 
-static remat_status transpose_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status transpose_backward(remat_node *node, remat_tensor *const *gout,
+                                       remat_tensor **gin) {
     const shape_args *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     return remat_transpose(&gin[0], gout[0], c->dim0, c->dim1);
 }
 
-static remat_status permute_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status permute_backward(remat_node *node, remat_tensor *const *gout,
+                                     remat_tensor **gin) {
     const shape_args *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     int inv[REMAT_MAX_DIMS];
@@ -71,14 +74,16 @@ static remat_status permute_backward(remat_node *node, remat_tensor *const *gout
     return remat_permute(&gin[0], gout[0], c->in_ndim, inv);
 }
 
-static remat_status expand_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status expand_backward(remat_node *node, remat_tensor *const *gout,
+                                    remat_tensor **gin) {
     const shape_args *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     return rm_sum_to(&gin[0], gout[0], c->in_ndim, c->in_shape);
 }
 
 /* contiguous (when it copied): the copy's grad is the input's grad. */
-static remat_status identity_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status identity_backward(remat_node *node, remat_tensor *const *gout,
+                                      remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
     gin[0] = remat_retain(gout[0]);
     return REMAT_OK;
@@ -129,7 +134,8 @@ static remat_status slice_scatter(const shape_args *c, remat_tensor *g, remat_te
     return REMAT_OK;
 }
 
-static remat_status slice_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status slice_backward(remat_node *node, remat_tensor *const *gout,
+                                   remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
     return slice_scatter(node->ctx, gout[0], gin);
 }
@@ -138,14 +144,14 @@ static remat_status slice_backward(remat_node *node, remat_tensor *const *gout, 
  * custom function whose backward is the forward slice of the incoming
  * gradient (the scatter is linear; slice is its adjoint), so it can be
  * differentiated to any order. */
-static remat_status scatter_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const *in, int n_in,
-                           remat_tensor **out, int n_out) {
+static remat_status scatter_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const *in,
+                                    int n_in, remat_tensor **out, int n_out) {
     RM_UNUSED(ctx), RM_UNUSED(n_in), RM_UNUSED(n_out);
     return slice_scatter(ud, in[0], out);
 }
 
 static remat_status scatter_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *gout,
-                            int n_out, remat_tensor **gin, int n_in) {
+                                     int n_out, remat_tensor **gin, int n_in) {
     RM_UNUSED(ctx), RM_UNUSED(n_out), RM_UNUSED(n_in);
     const shape_args *c = ud;
     if (!gout[0]) return REMAT_OK;
@@ -154,7 +160,8 @@ static remat_status scatter_backward(remat_function_ctx *ctx, void *ud, remat_te
                        c->step);
 }
 
-static remat_status slice_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status slice_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                        remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
     shape_args *ud = malloc(sizeof *ud);
     if (!ud) return rm_err(REMAT_ENOMEM, "SliceBackward: out of memory");
@@ -162,15 +169,16 @@ static remat_status slice_backward_diff(remat_node *node, remat_tensor *const *g
     ud->end = gout[0]->shape[ud->dim0]; /* reused: the slice's length */
     static const remat_function_def def = {.name = "SliceBackwardBackward",
                                            .forward = scatter_forward,
-                                           .backward = scatter_backward, .destroy = free};
+                                           .backward = scatter_backward,
+                                           .destroy = free};
     return remat_function_apply(&def, ud, 1, gout, 1, gin);
 }
 
 /* ---- reshape / view ---------------------------------------------------------------- */
 /* Validates a requested shape (one -1 allowed) against numel and writes the
  * resolved shape. */
-static remat_status infer_shape(const char *call, const remat_tensor *a, int ndim, const int64_t *shape,
-                       int64_t *resolved) {
+static remat_status infer_shape(const char *call, const remat_tensor *a, int ndim,
+                                const int64_t *shape, int64_t *resolved) {
     char b1[200], b2[160];
     if (ndim < 0 || ndim > REMAT_MAX_DIMS)
         return rm_err(REMAT_EINVAL, "%s: ndim %d out of range (0 to %d)", call, ndim,
@@ -182,8 +190,8 @@ static remat_status infer_shape(const char *call, const remat_tensor *a, int ndi
     for (int d = 0; d < ndim; d++) {
         if (shape[d] == -1) {
             if (infer >= 0)
-                return rm_err(REMAT_EINVAL, "%s: only one dimension can be -1, got shape %s",
-                              call, rm_shape_str(ndim, shape, b2, sizeof b2));
+                return rm_err(REMAT_EINVAL, "%s: only one dimension can be -1, got shape %s", call,
+                              rm_shape_str(ndim, shape, b2, sizeof b2));
             infer = d;
         } else if (shape[d] < 0) {
             return rm_err(REMAT_EINVAL, "%s: invalid size %lld in dim %d of shape %s", call,
@@ -199,8 +207,9 @@ static remat_status infer_shape(const char *call, const remat_tensor *a, int ndi
         if (known == 0) {
             return rm_err(REMAT_ESHAPE,
                           "%s: cannot reshape %s into shape %s: the -1 dimension could be any "
-                          "size because the other dims have 0 elements", call,
-                          rm_tensor_str(a, b1, sizeof b1), rm_shape_str(ndim, shape, b2, sizeof b2));
+                          "size because the other dims have 0 elements",
+                          call, rm_tensor_str(a, b1, sizeof b1),
+                          rm_shape_str(ndim, shape, b2, sizeof b2));
         }
         if (numel % known == 0) resolved[infer] = numel / known;
         else known = -1; /* forces the mismatch error below */
@@ -335,8 +344,10 @@ static remat_status infer_permute(const rm_op_call *c, rm_out_spec *o) {
         int rc = rm_norm_dim(call, p->perm[d], ndim, &q);
         if (rc) return rc;
         if (seen[q])
-            return rm_err(REMAT_EINVAL, "%s: perm is not a permutation: dim %d appears twice "
-                          "(input %s)", call, q, rm_tensor_str(a, b, sizeof b));
+            return rm_err(REMAT_EINVAL,
+                          "%s: perm is not a permutation: dim %d appears twice "
+                          "(input %s)",
+                          call, q, rm_tensor_str(a, b, sizeof b));
         seen[q] = true;
         o->shape[d] = a->shape[q];
         o->strides[d] = a->strides[q];
@@ -347,7 +358,8 @@ static remat_status infer_permute(const rm_op_call *c, rm_out_spec *o) {
 static void fill_permute(const rm_op_call *c, void *ctx) {
     shape_args *p = ctx;
     record_input(c, p);
-    for (int d = 0; d < p->ndim; d++) p->perm[d] = p->perm[d] < 0 ? p->perm[d] + p->ndim : p->perm[d];
+    for (int d = 0; d < p->ndim; d++)
+        p->perm[d] = p->perm[d] < 0 ? p->perm[d] + p->ndim : p->perm[d];
 }
 
 /* ---- slice ------------------------------------------------------------------------------------------ */
@@ -418,9 +430,10 @@ static remat_status infer_expand(const rm_op_call *c, rm_out_spec *o) {
         int64_t want = shape[i];
         if (j < 0) {
             if (want < 0)
-                return rm_err(REMAT_EINVAL, "%s: size %lld is not allowed in new leading dim %d "
-                              "(shape %s)", call, (long long)want, i,
-                              rm_shape_str(ndim, shape, b2, sizeof b2));
+                return rm_err(REMAT_EINVAL,
+                              "%s: size %lld is not allowed in new leading dim %d "
+                              "(shape %s)",
+                              call, (long long)want, i, rm_shape_str(ndim, shape, b2, sizeof b2));
             sh[i] = want;
             st[i] = 0;
         } else if (want == -1 || want == a->shape[j]) {
@@ -433,8 +446,10 @@ static remat_status infer_expand(const rm_op_call *c, rm_out_spec *o) {
             sh[i] = want;
             st[i] = 0; /* every index reads the one element */
         } else {
-            return rm_err(REMAT_ESHAPE, "%s: cannot expand %s to %s: dim %d has size %lld, "
-                          "which is not 1", call, rm_tensor_str(a, b1, sizeof b1),
+            return rm_err(REMAT_ESHAPE,
+                          "%s: cannot expand %s to %s: dim %d has size %lld, "
+                          "which is not 1",
+                          call, rm_tensor_str(a, b1, sizeof b1),
                           rm_shape_str(ndim, shape, b2, sizeof b2), j, (long long)a->shape[j]);
         }
     }
@@ -505,27 +520,41 @@ static remat_status infer_contiguous(const rm_op_call *c, rm_out_spec *o) {
 /* ---- descriptors and entry points ------------------------------------------------------------------------ */
 /* The backward of every shape op but slice is made of public shape ops: it
  * is its own differentiable backward. */
-#define SHAPE_OP_(sym, call, node, infer_fn, fill_fn, backward_fn, diff_fn)                      \
-    const rm_op_desc sym = {.name = call, .node_name = node, .n_in = 1, .n_out = 1,              \
-                            .kernel = RM_K_COPY, .params_size = sizeof(shape_args),              \
-                            .infer = infer_fn, .fill_ctx = fill_fn, .backward = backward_fn,     \
+#define SHAPE_OP_(sym, call, node, infer_fn, fill_fn, backward_fn, diff_fn)                        \
+    const rm_op_desc sym = {.name = call,                                                          \
+                            .node_name = node,                                                     \
+                            .n_in = 1,                                                             \
+                            .n_out = 1,                                                            \
+                            .kernel = RM_K_COPY,                                                   \
+                            .params_size = sizeof(shape_args),                                     \
+                            .infer = infer_fn,                                                     \
+                            .fill_ctx = fill_fn,                                                   \
+                            .backward = backward_fn,                                               \
                             .backward_diff = diff_fn}
-#define SHAPE_OP(sym, call, node, infer_fn, fill_fn, backward_fn)                                \
+#define SHAPE_OP(sym, call, node, infer_fn, fill_fn, backward_fn)                                  \
     SHAPE_OP_(sym, call, node, infer_fn, fill_fn, backward_fn, backward_fn)
 
-SHAPE_OP(rm_op_reshape, "remat_reshape", "ViewBackward", infer_reshape, fill_input_shape, reshape_backward);
-SHAPE_OP(rm_op_view, "remat_view", "ViewBackward", infer_reshape, fill_input_shape, reshape_backward);
-SHAPE_OP(rm_op_transpose, "remat_transpose", "TransposeBackward", infer_transpose, fill_transpose, transpose_backward);
-SHAPE_OP(rm_op_permute, "remat_permute", "PermuteBackward", infer_permute, fill_permute, permute_backward);
+SHAPE_OP(rm_op_reshape, "remat_reshape", "ViewBackward", infer_reshape, fill_input_shape,
+         reshape_backward);
+SHAPE_OP(rm_op_view, "remat_view", "ViewBackward", infer_reshape, fill_input_shape,
+         reshape_backward);
+SHAPE_OP(rm_op_transpose, "remat_transpose", "TransposeBackward", infer_transpose, fill_transpose,
+         transpose_backward);
+SHAPE_OP(rm_op_permute, "remat_permute", "PermuteBackward", infer_permute, fill_permute,
+         permute_backward);
 SHAPE_OP_(rm_op_slice, "remat_slice", "SliceBackward", infer_slice, fill_slice, slice_backward,
           slice_backward_diff);
-SHAPE_OP(rm_op_expand, "remat_expand", "ExpandBackward", infer_expand, fill_input_shape, expand_backward);
-SHAPE_OP(rm_op_unsqueeze, "remat_unsqueeze", "UnsqueezeBackward", infer_unsqueeze, fill_input_shape, reshape_backward);
-SHAPE_OP(rm_op_squeeze, "remat_squeeze", "SqueezeBackward", infer_squeeze, fill_input_shape, reshape_backward);
-SHAPE_OP(rm_op_contiguous, "remat_contiguous", "CloneBackward", infer_contiguous, NULL, identity_backward);
+SHAPE_OP(rm_op_expand, "remat_expand", "ExpandBackward", infer_expand, fill_input_shape,
+         expand_backward);
+SHAPE_OP(rm_op_unsqueeze, "remat_unsqueeze", "UnsqueezeBackward", infer_unsqueeze, fill_input_shape,
+         reshape_backward);
+SHAPE_OP(rm_op_squeeze, "remat_squeeze", "SqueezeBackward", infer_squeeze, fill_input_shape,
+         reshape_backward);
+SHAPE_OP(rm_op_contiguous, "remat_contiguous", "CloneBackward", infer_contiguous, NULL,
+         identity_backward);
 
-static remat_status shape_op(const rm_op_desc *d, remat_tensor **out, remat_tensor *a, const shape_args *p,
-                    void *site) {
+static remat_status shape_op(const rm_op_desc *d, remat_tensor **out, remat_tensor *a,
+                             const shape_args *p, void *site) {
     remat_tensor *in[1] = {a};
     return rm_dispatch(d, out, in, p, site);
 }
@@ -557,7 +586,8 @@ int remat_transpose(remat_tensor **out, remat_tensor *a, int dim0, int dim1) {
 
 int remat_permute(remat_tensor **out, remat_tensor *a, int ndim, const int *perm) {
     shape_args p = {.ndim = ndim, .given = perm != NULL};
-    if (perm && ndim > 0 && ndim <= REMAT_MAX_DIMS) memcpy(p.perm, perm, sizeof(int) * (size_t)ndim);
+    if (perm && ndim > 0 && ndim <= REMAT_MAX_DIMS)
+        memcpy(p.perm, perm, sizeof(int) * (size_t)ndim);
     return shape_op(&rm_op_permute, out, a, &p, RM_OP_SITE());
 }
 

@@ -14,7 +14,8 @@
 #include "../dispatch/dispatch.h"
 
 /* Input is (any shape); dx has g's shape. Slot 0 holds s (or the mask). */
-static remat_status unary_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status unary_backward(remat_node *node, remat_tensor *const *gout,
+                                   remat_tensor **gin) {
     const rm_unary_params *p = node->ctx;
     const bool relu = p->op == RM_U_RELU;
     remat_tensor *s = NULL, *g = NULL;
@@ -23,12 +24,12 @@ static remat_status unary_backward(remat_node *node, remat_tensor *const *gout, 
     rc = rm_contig(&g, gout[0]);
     if (rc) goto out;
     if (relu && (!s || s->dtype != REMAT_U8 || remat_numel(s) != (remat_numel(g) + 7) / 8)) {
-        rc = rm_err(REMAT_ESTATE, "%s: the saved relu mask does not match the gradient",
-                    node->name);
+        rc =
+            rm_err(REMAT_ESTATE, "%s: the saved relu mask does not match the gradient", node->name);
         goto out;
     }
-    rc = rm_grad_kernel(node, relu ? RM_K_RELU_MASK_BWD : RM_K_UNARY_BWD, g, s, 0, NULL, p,
-                        &gin[0]);
+    rc =
+        rm_grad_kernel(node, relu ? RM_K_RELU_MASK_BWD : RM_K_UNARY_BWD, g, s, 0, NULL, p, &gin[0]);
 out:
     remat_release(s);
     remat_release(g);
@@ -66,7 +67,8 @@ static remat_status relu_mask_grad(remat_tensor **out, remat_tensor *g, remat_te
     return rc;
 }
 
-static remat_status gelu_grad(remat_tensor **out, rm_unary_op op, remat_tensor *g, remat_tensor *x) {
+static remat_status gelu_grad(remat_tensor **out, rm_unary_op op, remat_tensor *g,
+                              remat_tensor *x) {
     const rm_unary_params p = {op, 0};
     remat_tensor *in[2] = {g, x};
     return rm_dispatch(&rm_op_gelu_grad, out, in, &p, NULL);
@@ -74,12 +76,12 @@ static remat_status gelu_grad(remat_tensor **out, rm_unary_op op, remat_tensor *
 
 /* A chain of public ops on temporaries: each step's result replaces `cur`
  * (the previous one released), stopping at the first failure. */
-#define STEP(call)                                                                           \
-    do {                                                                                     \
-        remat_tensor *nx_ = NULL;                                                            \
-        if (!rc) rc = (call);                                                                \
-        remat_release(cur);                                                                  \
-        cur = rc ? NULL : nx_;                                                               \
+#define STEP(call)                                                                                 \
+    do {                                                                                           \
+        remat_tensor *nx_ = NULL;                                                                  \
+        if (!rc) rc = (call);                                                                      \
+        remat_release(cur);                                                                        \
+        cur = rc ? NULL : nx_;                                                                     \
     } while (0)
 
 /* gelu''(x). erf form: pdf(x) * (2 - x^2). tanh form, with
@@ -108,7 +110,9 @@ static remat_status gelu_second(remat_tensor **out, rm_unary_op op, remat_tensor
         t = cur, cur = NULL;
         /* u' = c (1 + 3 k x^2) */
         if (!rc) rc = remat_mul_scalar(&du, x2, 3.0 * c * k);
-        if (!rc) { cur = du, du = NULL; }
+        if (!rc) {
+            cur = du, du = NULL;
+        }
         STEP(remat_add_scalar(&nx_, cur, c));
         du = cur, cur = NULL;
         /* inner = u' - x t u'^2 + 3 c k x^2 (x u''/2 = 3 c k x^2) */
@@ -133,32 +137,34 @@ static remat_status gelu_second(remat_tensor **out, rm_unary_op op, remat_tensor
 }
 
 /* dx for a unary op, with public ops. Slot 0: s (or relu's mask). */
-static remat_status unary_backward_diff(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status unary_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                        remat_tensor **gin) {
     const rm_unary_params *p = node->ctx;
     remat_tensor *s = NULL, *g = gout[0], *cur = NULL, *a = NULL;
     int rc = node->n_saved ? rm_node_unpack(node, 0, &s) : REMAT_OK;
     if (rc) return rc;
     switch (p->op) {
-    case RM_U_NEG: case RM_U_RSUB: rc = remat_neg(&cur, g); break;
+    case RM_U_NEG:
+    case RM_U_RSUB: rc = remat_neg(&cur, g); break;
     case RM_U_ADD: cur = remat_retain(g); break;
     case RM_U_MUL: rc = remat_mul_scalar(&cur, g, p->p); break;
-    case RM_U_EXP: rc = remat_mul(&cur, g, s); break;           /* g y */
-    case RM_U_LOG: rc = remat_div(&cur, g, s); break;           /* g / x */
-    case RM_U_SQRT:                                             /* g / (2 y) */
+    case RM_U_EXP: rc = remat_mul(&cur, g, s); break; /* g y */
+    case RM_U_LOG: rc = remat_div(&cur, g, s); break; /* g / x */
+    case RM_U_SQRT:                                   /* g / (2 y) */
         rc = remat_div(&cur, g, s);
         STEP(remat_mul_scalar(&nx_, cur, 0.5));
         break;
-    case RM_U_TANH:                                             /* g (1 - y^2) */
+    case RM_U_TANH: /* g (1 - y^2) */
         rc = remat_mul(&a, s, s);
         if (!rc) rc = remat_rsub_scalar(&cur, a, 1.0);
         STEP(remat_mul(&nx_, g, cur));
         break;
-    case RM_U_SIGMOID:                                          /* g y (1 - y) */
+    case RM_U_SIGMOID: /* g y (1 - y) */
         rc = remat_rsub_scalar(&a, s, 1.0);
         if (!rc) rc = remat_mul(&cur, s, a);
         STEP(remat_mul(&nx_, g, cur));
         break;
-    case RM_U_POW:                                              /* g p x^(p-1) */
+    case RM_U_POW: /* g p x^(p-1) */
         if (p->p == 0.0) {
             rc = remat_mul_scalar(&cur, g, 0.0);
             break;
@@ -168,7 +174,8 @@ static remat_status unary_backward_diff(remat_node *node, remat_tensor *const *g
         STEP(remat_mul(&nx_, g, cur));
         break;
     case RM_U_RELU: rc = relu_mask_grad(&cur, g, s); break;
-    case RM_U_GELU_ERF: case RM_U_GELU_TANH: rc = gelu_grad(&cur, p->op, g, s); break;
+    case RM_U_GELU_ERF:
+    case RM_U_GELU_TANH: rc = gelu_grad(&cur, p->op, g, s); break;
     default: rc = rm_no_double_backward(node, NULL); break;
     }
     remat_release(s);
@@ -181,7 +188,7 @@ static remat_status unary_backward_diff(remat_node *node, remat_tensor *const *g
 /* relu_mask_grad: y = g * [mask bit]; linear in g, so its gradient is the
  * same op on the incoming gradient. Slot 0: the mask. */
 static remat_status relu_mask_grad_backward(remat_node *node, remat_tensor *const *gout,
-                                   remat_tensor **gin) {
+                                            remat_tensor **gin) {
     remat_tensor *mask = NULL;
     int rc = rm_node_unpack(node, 0, &mask);
     if (!rc) rc = relu_mask_grad(&gin[0], gout[0], mask);
@@ -189,17 +196,24 @@ static remat_status relu_mask_grad_backward(remat_node *node, remat_tensor *cons
     return rc;
 }
 
-const rm_op_desc rm_op_relu_mask_grad = {
-    .name = "ReluBackward", .node_name = "ReluBackwardBackward", .n_in = 2, .n_out = 1,
-    .n_saved = 1, .no_grad_in = 2u,
-    .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS | RM_OPF_SAVE_EARLY,
-    .kernel = RM_K_RELU_MASK_BWD, .params_size = sizeof(rm_unary_params),
-    .saves = {{RM_SAVE_INPUT, 1, 0}}, .backward = relu_mask_grad_backward,
-    .backward_diff = relu_mask_grad_backward};
+const rm_op_desc rm_op_relu_mask_grad = {.name = "ReluBackward",
+                                         .node_name = "ReluBackwardBackward",
+                                         .n_in = 2,
+                                         .n_out = 1,
+                                         .n_saved = 1,
+                                         .no_grad_in = 2u,
+                                         .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS |
+                                                  RM_OPF_SAVE_EARLY,
+                                         .kernel = RM_K_RELU_MASK_BWD,
+                                         .params_size = sizeof(rm_unary_params),
+                                         .saves = {{RM_SAVE_INPUT, 1, 0}},
+                                         .backward = relu_mask_grad_backward,
+                                         .backward_diff = relu_mask_grad_backward};
 
 /* gelu_grad: y = g * gelu'(x). dg = gelu_grad(gy, x); dx = gy * g * gelu''(x).
  * Slots: 0 = g (read by x's gradient), 1 = x. */
-static remat_status gelu_grad_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+static remat_status gelu_grad_backward(remat_node *node, remat_tensor *const *gout,
+                                       remat_tensor **gin) {
     const rm_unary_params *p = node->ctx;
     remat_tensor *g = NULL, *x = NULL, *cur = NULL;
     int rc = rm_node_unpack(node, 1, &x);
@@ -215,25 +229,49 @@ static remat_status gelu_grad_backward(remat_node *node, remat_tensor *const *go
     return rc;
 }
 
-const rm_op_desc rm_op_gelu_grad = {
-    .name = "GeluBackward", .node_name = "GeluBackwardBackward", .n_in = 2, .n_out = 1,
-    .n_saved = 2, .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_CONTIGUOUS | RM_OPF_SAVE_EARLY,
-    .kernel = RM_K_UNARY_BWD, .params_size = sizeof(rm_unary_params),
-    .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 0}}, .backward = gelu_grad_backward,
-    .backward_diff = gelu_grad_backward};
+const rm_op_desc rm_op_gelu_grad = {.name = "GeluBackward",
+                                    .node_name = "GeluBackwardBackward",
+                                    .n_in = 2,
+                                    .n_out = 1,
+                                    .n_saved = 2,
+                                    .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_CONTIGUOUS |
+                                             RM_OPF_SAVE_EARLY,
+                                    .kernel = RM_K_UNARY_BWD,
+                                    .params_size = sizeof(rm_unary_params),
+                                    .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 0}},
+                                    .backward = gelu_grad_backward,
+                                    .backward_diff = gelu_grad_backward};
 #undef STEP
 
-#define SAVES_NOTHING 0, 0, {{0}}
-#define SAVES_X RM_OPF_SAVE_EARLY, 1, {{RM_SAVE_INPUT, 0, 0}}
-#define SAVES_Y 0, 1, {{RM_SAVE_OUTPUT, 0, 0}}
-#define SAVES_MASK 0, 1, {{RM_SAVE_CUSTOM, 0, 0}}
-#define UNARY_OP_(sym, call, node, save_flags, n_saved_, ...)                               \
-    const rm_op_desc sym = {                                                                 \
-        .name = call, .node_name = node, .n_in = 1, .n_out = 1, .n_saved = n_saved_,         \
-        .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS | save_flags, .kernel = RM_K_UNARY,        \
-        .params_size = sizeof(rm_unary_params), .saves = __VA_ARGS__,                        \
-        .save_custom = save_relu_mask, .backward = unary_backward,                           \
-        .backward_diff = unary_backward_diff}
+#define SAVES_NOTHING                                                                              \
+    0, 0, {                                                                                        \
+        { 0 }                                                                                      \
+    }
+#define SAVES_X                                                                                    \
+    RM_OPF_SAVE_EARLY, 1, {                                                                        \
+        { RM_SAVE_INPUT, 0, 0 }                                                                    \
+    }
+#define SAVES_Y                                                                                    \
+    0, 1, {                                                                                        \
+        { RM_SAVE_OUTPUT, 0, 0 }                                                                   \
+    }
+#define SAVES_MASK                                                                                 \
+    0, 1, {                                                                                        \
+        { RM_SAVE_CUSTOM, 0, 0 }                                                                   \
+    }
+#define UNARY_OP_(sym, call, node, save_flags, n_saved_, ...)                                      \
+    const rm_op_desc sym = {.name = call,                                                          \
+                            .node_name = node,                                                     \
+                            .n_in = 1,                                                             \
+                            .n_out = 1,                                                            \
+                            .n_saved = n_saved_,                                                   \
+                            .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS | save_flags,                \
+                            .kernel = RM_K_UNARY,                                                  \
+                            .params_size = sizeof(rm_unary_params),                                \
+                            .saves = __VA_ARGS__,                                                  \
+                            .save_custom = save_relu_mask,                                         \
+                            .backward = unary_backward,                                            \
+                            .backward_diff = unary_backward_diff}
 #define UNARY_OP(sym, call, node, plan) UNARY_OP_(sym, call, node, plan)
 
 UNARY_OP(rm_op_neg, "remat_neg", "NegBackward", SAVES_NOTHING);
@@ -252,26 +290,40 @@ UNARY_OP(rm_op_div_scalar, "remat_div_scalar", "MulBackward", SAVES_NOTHING);
 UNARY_OP(rm_op_rsub_scalar, "remat_rsub_scalar", "RsubBackward", SAVES_NOTHING);
 
 static remat_status unary(const rm_op_desc *d, rm_unary_op op, double p, remat_tensor **out,
-                 remat_tensor *a, void *site) {
+                          remat_tensor *a, void *site) {
     const rm_unary_params params = {op, p};
     remat_tensor *in[1] = {a};
     return rm_dispatch(d, out, in, &params, site);
 }
 
 #define S RM_OP_SITE()
-int remat_neg(remat_tensor **out, remat_tensor *a) { return unary(&rm_op_neg, RM_U_NEG, 0, out, a, S); }
-int remat_exp(remat_tensor **out, remat_tensor *a) { return unary(&rm_op_exp, RM_U_EXP, 0, out, a, S); }
-int remat_log(remat_tensor **out, remat_tensor *a) { return unary(&rm_op_log, RM_U_LOG, 0, out, a, S); }
-int remat_sqrt(remat_tensor **out, remat_tensor *a) { return unary(&rm_op_sqrt, RM_U_SQRT, 0, out, a, S); }
-int remat_tanh(remat_tensor **out, remat_tensor *a) { return unary(&rm_op_tanh, RM_U_TANH, 0, out, a, S); }
+int remat_neg(remat_tensor **out, remat_tensor *a) {
+    return unary(&rm_op_neg, RM_U_NEG, 0, out, a, S);
+}
+int remat_exp(remat_tensor **out, remat_tensor *a) {
+    return unary(&rm_op_exp, RM_U_EXP, 0, out, a, S);
+}
+int remat_log(remat_tensor **out, remat_tensor *a) {
+    return unary(&rm_op_log, RM_U_LOG, 0, out, a, S);
+}
+int remat_sqrt(remat_tensor **out, remat_tensor *a) {
+    return unary(&rm_op_sqrt, RM_U_SQRT, 0, out, a, S);
+}
+int remat_tanh(remat_tensor **out, remat_tensor *a) {
+    return unary(&rm_op_tanh, RM_U_TANH, 0, out, a, S);
+}
 int remat_sigmoid(remat_tensor **out, remat_tensor *a) {
     return unary(&rm_op_sigmoid, RM_U_SIGMOID, 0, out, a, S);
 }
-int remat_relu(remat_tensor **out, remat_tensor *a) { return unary(&rm_op_relu, RM_U_RELU, 0, out, a, S); }
+int remat_relu(remat_tensor **out, remat_tensor *a) {
+    return unary(&rm_op_relu, RM_U_RELU, 0, out, a, S);
+}
 int remat_gelu(remat_tensor **out, remat_tensor *a, remat_gelu_approx approximate) {
     if (approximate != REMAT_GELU_ERF && approximate != REMAT_GELU_TANH)
-        return rm_err(REMAT_EINVAL, "remat_gelu: approximate must be REMAT_GELU_ERF or "
-                      "REMAT_GELU_TANH, got %d", (int)approximate);
+        return rm_err(REMAT_EINVAL,
+                      "remat_gelu: approximate must be REMAT_GELU_ERF or "
+                      "REMAT_GELU_TANH, got %d",
+                      (int)approximate);
     rm_unary_op op = approximate == REMAT_GELU_ERF ? RM_U_GELU_ERF : RM_U_GELU_TANH;
     return unary(&rm_op_gelu, op, 0, out, a, S);
 }

@@ -35,10 +35,9 @@ static remat_status check_options(const remat_optim_options *o) {
     if (!o) return rm_err(REMAT_EINVAL, "remat_optim_create: options is NULL");
     if (o->kind != REMAT_OPTIM_SGD && o->kind != REMAT_OPTIM_ADAMW)
         return rm_err(REMAT_EINVAL, "remat_optim_create: unknown optimizer kind %d", (int)o->kind);
-#define NONNEG(f)                                                                              \
-    if (!(o->f >= 0) || !isfinite(o->f))                                                     \
-        return rm_err(REMAT_EINVAL, "remat_optim_create: " #f " is %g (need a finite value >= 0)", \
-                      o->f)
+#define NONNEG(f)                                                                                  \
+    if (!(o->f >= 0) || !isfinite(o->f))                                                           \
+    return rm_err(REMAT_EINVAL, "remat_optim_create: " #f " is %g (need a finite value >= 0)", o->f)
     NONNEG(lr);
     NONNEG(weight_decay);
     NONNEG(clip_norm);
@@ -95,7 +94,7 @@ void remat_optim_free(remat_optimizer *o) {
 }
 
 static remat_status check_param(const remat_optimizer *o, remat_tensor *const *params, int i,
-                       const char *call) {
+                                const char *call) {
     remat_tensor *p = params[i];
     if (!p) return rm_err(REMAT_EINVAL, "%s: params[%d] is NULL", call, i);
     remat_dtype dt = remat_tensor_dtype(p);
@@ -109,15 +108,16 @@ static remat_status check_param(const remat_optimizer *o, remat_tensor *const *p
     if (!remat_is_contiguous(p))
         return rm_err(REMAT_EINVAL, "%s: params[%d] is not contiguous", call, i);
     for (int j = 0; j < o->n; j++)
-        if (o->ps[j].p == p) return rm_err(REMAT_EINVAL, "%s: params[%d] is already added", call, i);
+        if (o->ps[j].p == p)
+            return rm_err(REMAT_EINVAL, "%s: params[%d] is already added", call, i);
     for (int j = 0; j < i; j++)
         if (params[j] == p)
             return rm_err(REMAT_EINVAL, "%s: params[%d] repeats params[%d]", call, i, j);
     return REMAT_OK;
 }
 
-static remat_status add_group(remat_optimizer *o, remat_tensor *const *params, int n, double weight_decay,
-                     const char *call) {
+static remat_status add_group(remat_optimizer *o, remat_tensor *const *params, int n,
+                              double weight_decay, const char *call) {
     if (!o) return rm_err(REMAT_EINVAL, "%s: optimizer is NULL", call);
     if (n < 0 || (n > 0 && !params))
         return rm_err(REMAT_EINVAL, "%s: %d parameters at %p", call, n, (const void *)params);
@@ -157,12 +157,12 @@ static remat_status add_group(remat_optimizer *o, remat_tensor *const *params, i
 }
 
 remat_status remat_optim_add_group(remat_optimizer *o, remat_tensor *const *params, int n,
-                          double weight_decay) {
+                                   double weight_decay) {
     return add_group(o, params, n, weight_decay, "remat_optim_add_group");
 }
 
 remat_status remat_optim_create(remat_optimizer **out, const remat_optim_options *opts,
-                       remat_tensor *const *params, int n) {
+                                remat_tensor *const *params, int n) {
     if (!out) return rm_err(REMAT_EINVAL, "remat_optim_create: out is NULL");
     *out = NULL;
     int rc = check_options(opts);
@@ -190,7 +190,8 @@ static remat_status prepare_grads(remat_optimizer *o, const char *call) {
     for (int i = 0; i < o->n; i++) {
         remat_tensor *p = o->ps[i].p, *g = remat_tensor_grad(p);
         if (!g) continue;
-        bool same = remat_tensor_dtype(g) == remat_tensor_dtype(p) && remat_ndim(g) == remat_ndim(p);
+        bool same =
+            remat_tensor_dtype(g) == remat_tensor_dtype(p) && remat_ndim(g) == remat_ndim(p);
         for (int d = 0; same && d < remat_ndim(p); d++) same = remat_size(g, d) == remat_size(p, d);
         if (!same) {
             char a[64], b[64];
@@ -221,8 +222,7 @@ static double grad_sumsq(const remat_optimizer *o) {
         if (!g) continue;
         if (remat_tensor_dtype(g) == REMAT_F64)
             s += remat_sum_squares_f64(remat_data(g), remat_numel(g));
-        else
-            s += remat_sum_squares_f32(remat_data(g), remat_numel(g));
+        else s += remat_sum_squares_f32(remat_data(g), remat_numel(g));
     }
     return s;
 }
@@ -274,8 +274,8 @@ static remat_status update_param(remat_optimizer *o, opt_param *q, double lr) {
         rc = f64 ? remat_adamw_update_f64(p, gd, s0, s1, n, &h)
                  : remat_adamw_update_f32(p, gd, s0, s1, n, &h);
     } else {
-        remat_sgd_hparams h = {lr, op->momentum, op->dampening, q->weight_decay, op->nesterov,
-                               q->steps == 0};
+        remat_sgd_hparams h = {lr,           op->momentum, op->dampening, q->weight_decay,
+                               op->nesterov, q->steps == 0};
         rc = f64 ? remat_sgd_update_f64(p, gd, s0, n, &h) : remat_sgd_update_f32(p, gd, s0, n, &h);
     }
     if (rc) return rc;
@@ -352,7 +352,8 @@ int64_t remat_optim_param_steps(const remat_optimizer *o, int i) {
 
 remat_status remat_optim_set_updates(remat_optimizer *o, int64_t updates) {
     if (!o || updates < 0)
-        return rm_err(REMAT_EINVAL, "remat_optim_set_updates: %s", o ? "updates < 0" : "optimizer is NULL");
+        return rm_err(REMAT_EINVAL, "remat_optim_set_updates: %s",
+                      o ? "updates < 0" : "optimizer is NULL");
     o->updates = updates;
     for (int i = 0; i < o->n; i++) o->ps[i].steps = updates;
     o->micro = 0;
@@ -377,7 +378,8 @@ size_t remat_optim_state_bytes_for(const remat_optim_options *opts, const int64_
     return b * (size_t)n_slots(opts);
 }
 
-remat_status remat_clip_grad_norm(remat_tensor *const *params, int n, double max_norm, double *total_norm) {
+remat_status remat_clip_grad_norm(remat_tensor *const *params, int n, double max_norm,
+                                  double *total_norm) {
     const char *call = "remat_clip_grad_norm";
     if (n < 0 || (n > 0 && !params)) return rm_err(REMAT_EINVAL, "%s: bad parameter list", call);
     if (!(max_norm >= 0)) return rm_err(REMAT_EINVAL, "%s: max_norm is %g", call, max_norm);

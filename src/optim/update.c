@@ -18,7 +18,7 @@
 #define OPTIM_OMP_MIN 65536 /* below this, a parallel region costs more than it saves */
 
 static remat_status check_buffers(const char *call, const void *p, const void *g, const void *s1,
-                         const void *s2, int64_t n) {
+                                  const void *s2, int64_t n) {
     if (n < 0) return rm_err(REMAT_EINVAL, "%s: n is %lld (must be >= 0)", call, (long long)n);
     if (n > 0 && (!p || !g || !s1 || !s2))
         return rm_err(REMAT_EINVAL, "%s: a buffer is NULL", call);
@@ -28,8 +28,8 @@ static remat_status check_buffers(const char *call, const void *p, const void *g
 /* The checks of remat_adamw_update_*, then step's bias corrections
  * 1 - beta^step in double. */
 static remat_status adamw_begin(const char *call, const void *p, const void *g, const void *m,
-                                const void *v, int64_t n, const remat_adamw_hparams *h,
-                                double *bc1, double *bc2) {
+                                const void *v, int64_t n, const remat_adamw_hparams *h, double *bc1,
+                                double *bc2) {
     if (!h) return rm_err(REMAT_EINVAL, "%s: hparams is NULL", call);
     if (h->step < 1)
         return rm_err(REMAT_EINVAL, "%s: step is %lld (the first update is step 1)", call,
@@ -42,7 +42,7 @@ static remat_status adamw_begin(const char *call, const void *p, const void *g, 
 }
 
 remat_status remat_adamw_update_f32(float *p, const float *g, float *m, float *v, int64_t n,
-                           const remat_adamw_hparams *h) {
+                                    const remat_adamw_hparams *h) {
     double bc1 = 1, bc2 = 1;
     int rc = adamw_begin("remat_adamw_update_f32", p, g, m, v, n, h, &bc1, &bc2);
     if (rc) return rc;
@@ -63,7 +63,7 @@ remat_status remat_adamw_update_f32(float *p, const float *g, float *m, float *v
 }
 
 remat_status remat_adamw_update_f64(double *p, const double *g, double *m, double *v, int64_t n,
-                           const remat_adamw_hparams *h) {
+                                    const remat_adamw_hparams *h) {
     double bc1 = 1, bc2 = 1;
     int rc = adamw_begin("remat_adamw_update_f64", p, g, m, v, n, h, &bc1, &bc2);
     if (rc) return rc;
@@ -82,8 +82,8 @@ remat_status remat_adamw_update_f64(double *p, const double *g, double *m, doubl
     return REMAT_OK;
 }
 
-static remat_status check_sgd(const char *call, const void *p, const void *g, const void *buf, int64_t n,
-                     const remat_sgd_hparams *h) {
+static remat_status check_sgd(const char *call, const void *p, const void *g, const void *buf,
+                              int64_t n, const remat_sgd_hparams *h) {
     if (!h) return rm_err(REMAT_EINVAL, "%s: hparams is NULL", call);
     if (h->momentum != 0 && n > 0 && !buf)
         return rm_err(REMAT_EINVAL, "%s: momentum %g needs a momentum buffer (buf is NULL)", call,
@@ -94,27 +94,26 @@ static remat_status check_sgd(const char *call, const void *p, const void *g, co
 /* As torch.optim.SGD's single-tensor loop, in T (float: f32, double:
  * f64). It keeps PyTorch's order of operations; every scalar is rounded to
  * T once. */
-#define SGD_UPDATE(T, sfx)                                                                       \
-    remat_status remat_sgd_update_##sfx(T *p, const T *g, T *buf, int64_t n,                              \
-                               const remat_sgd_hparams *h) {                                      \
-        int rc = check_sgd("remat_sgd_update_" #sfx, p, g, buf, n, h);                           \
-        if (rc) return rc;                                                                       \
-        const T lr = (T)h->lr, mom = (T)h->momentum, wd = (T)h->weight_decay;                     \
-        const T damp = (T)(1.0 - h->dampening);                                                  \
-        const bool use_buf = h->momentum != 0, first = h->first, nesterov = h->nesterov;         \
-        const bool decay = h->weight_decay != 0;                                                 \
-        _Pragma("omp parallel for if (n > OPTIM_OMP_MIN)")                                      \
-        for (int64_t i = 0; i < n; i++) {                                                        \
-            T d = g[i];                                                                          \
-            if (decay) d = d + wd * p[i];                                                        \
-            if (use_buf) {                                                                       \
-                T b = first ? d : mom * buf[i] + damp * d;                                       \
-                buf[i] = b;                                                                      \
-                d = nesterov ? d + mom * b : b;                                                  \
-            }                                                                                    \
-            p[i] -= lr * d;                                                                      \
-        }                                                                                        \
-        return REMAT_OK;                                                                         \
+#define SGD_UPDATE(T, sfx)                                                                         \
+    remat_status remat_sgd_update_##sfx(T *p, const T *g, T *buf, int64_t n,                       \
+                                        const remat_sgd_hparams *h) {                              \
+        int rc = check_sgd("remat_sgd_update_" #sfx, p, g, buf, n, h);                             \
+        if (rc) return rc;                                                                         \
+        const T lr = (T)h->lr, mom = (T)h->momentum, wd = (T)h->weight_decay;                      \
+        const T damp = (T)(1.0 - h->dampening);                                                    \
+        const bool use_buf = h->momentum != 0, first = h->first, nesterov = h->nesterov;           \
+        const bool decay = h->weight_decay != 0;                                                   \
+        _Pragma("omp parallel for if (n > OPTIM_OMP_MIN)") for (int64_t i = 0; i < n; i++) {       \
+            T d = g[i];                                                                            \
+            if (decay) d = d + wd * p[i];                                                          \
+            if (use_buf) {                                                                         \
+                T b = first ? d : mom * buf[i] + damp * d;                                         \
+                buf[i] = b;                                                                        \
+                d = nesterov ? d + mom * b : b;                                                    \
+            }                                                                                      \
+            p[i] -= lr * d;                                                                        \
+        }                                                                                          \
+        return REMAT_OK;                                                                           \
     }
 SGD_UPDATE(float, f32)
 SGD_UPDATE(double, f64)

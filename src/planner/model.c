@@ -25,7 +25,7 @@ static uint64_t u64max(uint64_t a, uint64_t b) { return a > b ? a : b; }
 /* Fills stage k of m from one profiled stage (with_grads: its parameter
  * gradients count). */
 static remat_status model_stage(pl_model *m, int k, const remat_stage_profile *s, bool with_grads,
-                       const char *what, const char *call) {
+                                const char *what, const char *call) {
     if (!(s->fwd_time >= 0) || !(s->bwd_time >= 0) || isinf(s->fwd_time) || isinf(s->bwd_time))
         return rm_err(REMAT_EINVAL, "%s: %s has invalid times (fwd %g s, bwd %g s)", call, what,
                       s->fwd_time, s->bwd_time);
@@ -43,7 +43,8 @@ static remat_status model_stage(pl_model *m, int k, const remat_stage_profile *s
 }
 
 /* n_extra: stages after the profile's (the head). */
-static remat_status model_alloc(pl_model *m, const remat_profile *p, int n_extra, const char *call) {
+static remat_status model_alloc(pl_model *m, const remat_profile *p, int n_extra,
+                                const char *call) {
     memset(m, 0, sizeof *m);
     if (!p) return rm_err(REMAT_EINVAL, "%s: profile is NULL", call);
     if (p->n_stages < 1 || !p->stages)
@@ -67,7 +68,8 @@ static remat_status model_alloc(pl_model *m, const remat_profile *p, int n_extra
     return REMAT_OK;
 }
 
-static remat_status model_fill(pl_model *m, const remat_profile *p, bool with_grads, const char *call) {
+static remat_status model_fill(pl_model *m, const remat_profile *p, bool with_grads,
+                               const char *call) {
     for (int k = 0; k < p->n_stages; k++) {
         char what[32];
         snprintf(what, sizeof what, "stage %d", k);
@@ -86,7 +88,7 @@ remat_status pl_model_init(pl_model *m, const remat_profile *p, const char *call
 }
 
 remat_status pl_model_init_step(pl_model *m, const remat_profile *p, const remat_step_profile *st,
-                       const char *call) {
+                                const char *call) {
     if (!st) return rm_err(REMAT_EINVAL, "%s: step is NULL", call);
     int rc = model_alloc(m, p, 1, call);
     if (!rc) rc = model_fill(m, p, true, call);
@@ -161,8 +163,8 @@ static int *subtree_ends(const remat_plan_node *nodes, int n) {
     return next;
 }
 
-static remat_status validate_level(const remat_plan *p, const int *next, int i, int end, int s, int t,
-                          int depth, int parent, const char *call) {
+static remat_status validate_level(const remat_plan *p, const int *next, int i, int end, int s,
+                                   int t, int depth, int parent, const char *call) {
     int cur = s;
     if (i >= end)
         return rm_err(REMAT_EINVAL, "%s: plan node %d (checkpoint of stages %d-%d) has no children",
@@ -179,8 +181,8 @@ static remat_status validate_level(const remat_plan *p, const int *next, int i, 
                           call, i, (int)nd->op, nd->first, nd->last, nd->depth, nd->parent, cur,
                           depth, parent);
         if (nd->op == REMAT_PLAN_CHECKPOINT) {
-            int rc = validate_level(p, next, i + 1, next[i], nd->first, nd->last, depth + 1, i,
-                                    call);
+            int rc =
+                validate_level(p, next, i + 1, next[i], nd->first, nd->last, depth + 1, i, call);
             if (rc) return rc;
         }
         cur = nd->last + 1;
@@ -194,8 +196,8 @@ static remat_status validate_level(const remat_plan *p, const int *next, int i, 
 remat_status pl_validate(const remat_plan *plan, const char *call) {
     if (!plan) return rm_err(REMAT_EINVAL, "%s: plan is NULL", call);
     if (plan->n_stages < 1 || plan->n_nodes < 1 || !plan->nodes || !plan->stages)
-        return rm_err(REMAT_EINVAL, "%s: plan is empty (%d stages, %d nodes)", call,
-                      plan->n_stages, plan->n_nodes);
+        return rm_err(REMAT_EINVAL, "%s: plan is empty (%d stages, %d nodes)", call, plan->n_stages,
+                      plan->n_nodes);
     int *next = subtree_ends(plan->nodes, plan->n_nodes);
     if (!next) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     int rc = validate_level(plan, next, 0, plan->n_nodes, 0, plan->n_stages - 1, 0, -1, call);
@@ -205,8 +207,8 @@ remat_status pl_validate(const remat_plan *plan, const char *call) {
 
 /* Peak of the sibling list starting at node i (up to `end`) covering stages
  * up to t, relative to the bytes live when the level starts. */
-static uint64_t level_peak(const remat_plan_node *nodes, const int *next, const pl_model *m,
-                           int i, int end, int t) {
+static uint64_t level_peak(const remat_plan_node *nodes, const int *next, const pl_model *m, int i,
+                           int end, int t) {
     uint64_t D = pl_dout(m, t), off = 0, peak = 0;
     for (; i < end; i = next[i]) {
         const remat_plan_node *nd = &nodes[i];
@@ -256,7 +258,7 @@ int pl_eval(const remat_plan *plan, const pl_model *m, uint64_t *peak, double *t
 }
 
 remat_status pl_finish(remat_plan **out, pl_builder *b, int n_stages, remat_plan_kind kind,
-              const pl_model *model, const char *call) {
+                       const pl_model *model, const char *call) {
     *out = NULL;
     if (b->failed) {
         free(b->nodes);
@@ -345,7 +347,8 @@ remat_status pl_plan_begin(remat_plan **out, const remat_profile *profile, int n
         *L = profile->n_stages;
         return REMAT_OK;
     }
-    if (n_stages < 1) return rm_err(REMAT_EINVAL, "%s: n_stages must be >= 1, got %d", call, n_stages);
+    if (n_stages < 1)
+        return rm_err(REMAT_EINVAL, "%s: n_stages must be >= 1, got %d", call, n_stages);
     *L = n_stages;
     return REMAT_OK;
 }
@@ -356,7 +359,8 @@ int remat_plan_sequential(remat_plan **out, const remat_profile *profile, int n_
     int L = 0;
     int rc = pl_plan_begin(out, profile, n_stages, call, &L);
     if (rc) return rc;
-    if (segments < 1) return rm_err(REMAT_EINVAL, "%s: segments must be >= 1, got %d", call, segments);
+    if (segments < 1)
+        return rm_err(REMAT_EINVAL, "%s: segments must be >= 1, got %d", call, segments);
     if (segments > L) segments = L; /* chunks of zero stages mean nothing */
     pl_model model, *mp = NULL;
     if (profile) {
@@ -389,10 +393,10 @@ void remat_profile_print(const remat_profile *p, FILE *f) {
         const remat_stage_profile *s = &p->stages[k];
         tf += s->fwd_time;
         tb += s->bwd_time;
-        fprintf(f, "  %5d %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f\n", k,
-                s->fwd_time * 1e3, s->bwd_time * 1e3, PL_MIB(s->input_bytes),
-                PL_MIB(s->output_bytes), PL_MIB(s->saved_bytes), PL_MIB(s->fwd_peak),
-                PL_MIB(s->fwd_peak_nosave), PL_MIB(s->bwd_peak));
+        fprintf(f, "  %5d %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f\n", k, s->fwd_time * 1e3,
+                s->bwd_time * 1e3, PL_MIB(s->input_bytes), PL_MIB(s->output_bytes),
+                PL_MIB(s->saved_bytes), PL_MIB(s->fwd_peak), PL_MIB(s->fwd_peak_nosave),
+                PL_MIB(s->bwd_peak));
     }
     fprintf(f, "  total %9.3f %9.3f\n", tf * 1e3, tb * 1e3);
 }
@@ -451,8 +455,9 @@ void remat_plan_print(const remat_plan *p, FILE *f) {
         }
     }
     fprintf(f, "remat plan: %s\n", kind_name(p->kind));
-    fprintf(f, "  %d stages, %d checkpointed segments (nesting depth %d), %" PRId64
-               " stage forwards recomputed\n",
+    fprintf(f,
+            "  %d stages, %d checkpointed segments (nesting depth %d), %" PRId64
+            " stage forwards recomputed\n",
             p->n_stages, n_ckpt, maxd, p->n_recomputed);
     if (p->kind == REMAT_PLAN_REVOLVE) fprintf(f, "  checkpoints (c): %d\n", p->checkpoints);
     if (p->kind == REMAT_PLAN_SEQUENTIAL) fprintf(f, "  segments: %d\n", p->checkpoints);
@@ -465,7 +470,8 @@ void remat_plan_print(const remat_plan *p, FILE *f) {
             fprintf(f, "), feasible from %.2f MiB\n", PL_MIB(p->min_budget_bytes));
         }
         fprintf(f, "  predicted %speak %.2f MiB (store-all %.2f MiB, minimum %.2f MiB)\n",
-                p->whole_step ? "step " : "", PL_MIB(p->peak_bytes), PL_MIB(p->peak_store_all), PL_MIB(p->min_budget_bytes));
+                p->whole_step ? "step " : "", PL_MIB(p->peak_bytes), PL_MIB(p->peak_store_all),
+                PL_MIB(p->min_budget_bytes));
         double over = p->time_store_all > 0 ? (p->time / p->time_store_all - 1.0) * 100.0 : 0.0;
         fprintf(f, "  predicted step %.3f ms (store-all %.3f ms, %+.1f%%)\n", p->time * 1e3,
                 p->time_store_all * 1e3, over);

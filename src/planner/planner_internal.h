@@ -44,7 +44,7 @@ remat_status pl_plan_begin(remat_plan **out, const remat_profile *profile, int n
 remat_status pl_model_init(pl_model *m, const remat_profile *p, const char *call);
 /* The chain of p followed by the step's head, with gradients, fixed bytes and tail. */
 remat_status pl_model_init_step(pl_model *m, const remat_profile *p, const remat_step_profile *st,
-                       const char *call);
+                                const char *call);
 void pl_model_free(pl_model *m);
 /* Gradient of the output of a sub-chain ending at t, live while it runs. */
 static inline uint64_t pl_dout(const pl_model *m, int t) { return t < m->L - 1 ? m->x[t + 1] : 0; }
@@ -71,7 +71,7 @@ int pl_push(pl_builder *b, remat_plan_op op, int first, int last, int depth, int
 /* Turns the builder into a plan (derives per-stage actions); on success the
  * builder's nodes belong to the plan. Evaluates it with `model` if given. */
 remat_status pl_finish(remat_plan **out, pl_builder *b, int n_stages, remat_plan_kind kind,
-              const pl_model *model, const char *call);
+                       const pl_model *model, const char *call);
 
 /* Predicted peak (bytes above the step's start) and time of a plan tree.
  * Returns -1 if the tree is malformed. */

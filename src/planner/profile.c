@@ -50,8 +50,7 @@ int remat_profile_create(remat_profile **out, int n_stages) {
     if (p) p->stages = calloc((size_t)n_stages, sizeof *p->stages);
     if (!p || !p->stages) {
         free(p);
-        return rm_err(REMAT_ENOMEM, "remat_profile_create: out of memory for %d stages",
-                      n_stages);
+        return rm_err(REMAT_ENOMEM, "remat_profile_create: out of memory for %d stages", n_stages);
     }
     p->n_stages = n_stages;
     *out = p;
@@ -158,8 +157,8 @@ static remat_status call_stage(const remat_stage *st, int k, remat_tensor *in, r
 
 /* Runs stage k once on `a` the three ways; *next (if non-NULL) receives a
  * detached copy of the output. */
-static remat_status measure_once(const remat_stage *st, int k, remat_tensor *a,
-                        stage_meas *m, remat_tensor **next) {
+static remat_status measure_once(const remat_stage *st, int k, remat_tensor *a, stage_meas *m,
+                                 remat_tensor **next) {
     remat_tensor *y = NULL, *g = NULL, **grads = NULL;
     ptr_set leaves = {0};
     int rc;
@@ -245,7 +244,8 @@ out:
  * (times in tf/tb, medians into *sp, peaks the largest seen). *next
  * receives the last run's detached output. */
 static remat_status profile_stage(const remat_stage *st, int k, remat_tensor *a, int warm, int runs,
-                         double *tf, double *tb, remat_stage_profile *sp, remat_tensor **next) {
+                                  double *tf, double *tb, remat_stage_profile *sp,
+                                  remat_tensor **next) {
     sp->input_bytes = remat_storage_nbytes(a);
     for (int r = 0; r < warm + runs; r++) {
         stage_meas m = {0};
@@ -269,10 +269,12 @@ static remat_status profile_stage(const remat_stage *st, int k, remat_tensor *a,
 }
 
 static remat_status check_profile_args(const char *call, int n_stages, const remat_stage *stages,
-                              const remat_tensor *input, const remat_profile_options *opts) {
+                                       const remat_tensor *input,
+                                       const remat_profile_options *opts) {
     if (!stages) return rm_err(REMAT_EINVAL, "%s: stages is NULL", call);
     if (!input) return rm_err(REMAT_EINVAL, "%s: input is NULL", call);
-    if (n_stages < 1) return rm_err(REMAT_EINVAL, "%s: n_stages must be >= 1, got %d", call, n_stages);
+    if (n_stages < 1)
+        return rm_err(REMAT_EINVAL, "%s: n_stages must be >= 1, got %d", call, n_stages);
     for (int k = 0; k < n_stages; k++)
         if (!stages[k].fn) return rm_err(REMAT_EINVAL, "%s: stages[%d].fn is NULL", call, k);
     if (opts && opts->runs < 0)

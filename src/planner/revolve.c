@@ -54,8 +54,8 @@ int remat_revolve_cost(int64_t steps, int64_t checkpoints, int64_t *recomputatio
                       RV_MAX_STEPS, steps);
     if (checkpoints < 0 || (checkpoints < 1 && steps > 1))
         return rm_err(REMAT_EINVAL,
-                      "%s: %" PRId64 " steps need at least 1 checkpoint, got %" PRId64, call,
-                      steps, checkpoints);
+                      "%s: %" PRId64 " steps need at least 1 checkpoint, got %" PRId64, call, steps,
+                      checkpoints);
     if (checkpoints > steps) checkpoints = steps; /* more cannot help */
     int64_t r = 0;
     if (checkpoints >= 2 && checkpoints < steps - 1) {
@@ -113,8 +113,8 @@ int remat_plan_revolve(remat_plan **out, const remat_profile *profile, int n_sta
     int rc = pl_plan_begin(out, profile, n_stages, call, &L);
     if (rc) return rc;
     if (checkpoints < 1)
-        return rm_err(REMAT_EINVAL, "%s: checkpoints must be >= 1 (the input is one), got %d",
-                      call, checkpoints);
+        return rm_err(REMAT_EINVAL, "%s: checkpoints must be >= 1 (the input is one), got %d", call,
+                      checkpoints);
     int C = checkpoints > L ? L : checkpoints;
     rv_tab tb = {L, C, NULL};
     size_t n = ((size_t)L + 1) * ((size_t)C + 1);

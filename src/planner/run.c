@@ -61,7 +61,8 @@ static void seg_destroy(void *user_data) {
 }
 
 static remat_status runctx_new(const remat_plan *plan, const remat_stage *stages,
-                      const remat_checkpoint_options *opts, pl_runctx **out, const char *call) {
+                               const remat_checkpoint_options *opts, pl_runctx **out,
+                               const char *call) {
     *out = NULL;
     int rc = pl_validate(plan, call);
     if (rc) return rc;
@@ -100,7 +101,7 @@ static remat_status run_level(pl_runctx *c, int i, int end, remat_tensor *in, re
 
 /* The function of a checkpointed segment: runs the node's children. */
 static remat_status segment_fn(void *user_data, remat_tensor *const *inputs, int n_inputs,
-                      remat_tensor **outputs, int n_outputs) {
+                               remat_tensor **outputs, int n_outputs) {
     const pl_seg *sg = user_data;
     if (n_inputs != 1 || n_outputs != 1 || !inputs[0])
         return rm_err(REMAT_EINVAL, "remat_plan_run: internal: segment called with %d inputs",
@@ -163,7 +164,7 @@ int remat_plan_run_ex(const remat_plan *plan, const remat_stage *stages, remat_t
     remat_checkpoint_options o = {0};
     if (base) o = *base;
     o.use_reentrant = REMAT_OPT_FALSE; /* the nesting relies on saved-tensor hooks */
-    o.user_data_destroy = seg_destroy;  /* our closures, not the caller's */
+    o.user_data_destroy = seg_destroy; /* our closures, not the caller's */
     pl_runctx *c = NULL;
     int rc = runctx_new(plan, stages, &o, &c, call);
     if (rc) return rc;
@@ -184,9 +185,8 @@ int remat_plan_run(const remat_plan *plan, const remat_stage *stages, remat_tens
 }
 
 /* ---- conveniences ---------------------------------------------------------------------- */
-int remat_plan_auto(remat_plan **out, int n_stages, const remat_stage *stages,
-                    remat_tensor *input, size_t budget_bytes,
-                    const remat_profile_options *profile_opts) {
+int remat_plan_auto(remat_plan **out, int n_stages, const remat_stage *stages, remat_tensor *input,
+                    size_t budget_bytes, const remat_profile_options *profile_opts) {
     if (!out) return rm_err(REMAT_EINVAL, "remat_plan_auto: out is NULL");
     *out = NULL;
     remat_profile *prof = NULL;
@@ -238,7 +238,8 @@ int remat_checkpoint_budget(remat_tensor **out, int n_stages, const remat_stage 
     *out = NULL;
     if (!stages || !input)
         return rm_err(REMAT_EINVAL, "%s: %s is NULL", call, !stages ? "stages" : "input");
-    if (n_stages < 1) return rm_err(REMAT_EINVAL, "%s: n_stages must be >= 1, got %d", call, n_stages);
+    if (n_stages < 1)
+        return rm_err(REMAT_EINVAL, "%s: n_stages must be >= 1, got %d", call, n_stages);
     pthread_mutex_lock(&g_cache_lock);
     pl_cached *e = g_cache;
     while (e && !cache_match(e, n_stages, stages, budget_bytes, input)) e = e->next;
@@ -300,13 +301,13 @@ int remat_parse_bytes(const char *text, size_t *bytes) {
     const char *s = text;
     while (isspace((unsigned char)*s)) s++;
     if (!isdigit((unsigned char)*s) && *s != '.')
-        return rm_err(REMAT_EFORMAT, "%s: \"%s\" is not a size (e.g. 512MiB, 1.5G, 1048576)",
-                      call, text);
+        return rm_err(REMAT_EFORMAT, "%s: \"%s\" is not a size (e.g. 512MiB, 1.5G, 1048576)", call,
+                      text);
     char *end;
     double v = strtod(s, &end);
     if (end == s || !(v >= 0) || isinf(v))
-        return rm_err(REMAT_EFORMAT, "%s: \"%s\" is not a size (e.g. 512MiB, 1.5G, 1048576)",
-                      call, text);
+        return rm_err(REMAT_EFORMAT, "%s: \"%s\" is not a size (e.g. 512MiB, 1.5G, 1048576)", call,
+                      text);
     while (isspace((unsigned char)*end)) end++;
     double mul = 1;
     char u = (char)toupper((unsigned char)*end);

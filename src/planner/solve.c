@@ -24,7 +24,7 @@
 #include "../internal.h"
 #include "planner_internal.h"
 
-#define PL_DEFAULT_SLOTS 500   /* least slots of the automatic grid (rotor's default) */
+#define PL_DEFAULT_SLOTS 500 /* least slots of the automatic grid (rotor's default) */
 #define PL_MAX_AUTO_SLOTS 4000
 /* Largest DP table we are willing to allocate. */
 #define PL_MAX_TABLE_BYTES ((size_t)256 << 20)
@@ -72,8 +72,8 @@ remat_status pl_min_peak(const pl_model *m, uint64_t *peak, pl_builder *b, const
             int t = s + len - 1;
             uint64_t D = pl_dout(m, t);
             /* store s */
-            uint64_t bpk = u64max(D + m->fpa[s], m->x[s + 1] + m->abar[s] + m->bp[s] +
-                                                     pl_grads(m, s + 1, t));
+            uint64_t bpk =
+                u64max(D + m->fpa[s], m->x[s + 1] + m->abar[s] + m->bp[s] + pl_grads(m, s + 1, t));
             double btm = m->uf[s] + m->ub[s];
             if (s < t) {
                 size_t r = tri(s + 1, t);
@@ -128,9 +128,9 @@ int remat_plan_min_budget(const remat_profile *profile, size_t *bytes) {
 /* ---- the slot dynamic program ------------------------------------------------------ */
 typedef struct dp_tab {
     int L;
-    int64_t M;      /* memory slots 0..M */
-    double *cost;   /* [tri(s,t) * (M+1) + m] */
-    int32_t *choice;/* -1 infeasible, 0 store, j > s checkpoint s..j-1 */
+    int64_t M;                     /* memory slots 0..M */
+    double *cost;                  /* [tri(s,t) * (M+1) + m] */
+    int32_t *choice;               /* -1 infeasible, 0 store, j > s checkpoint s..j-1 */
     int64_t *X, *A, *FA, *FN, *BP; /* model in slots */
     const uint64_t *gp;            /* parameter-gradient prefix sums, bytes */
     uint64_t unit;                 /* bytes per slot */
@@ -241,7 +241,7 @@ static void dp_free(dp_tab *d) {
 /* Runs the slot DP with `slots` slots; *feasible tells whether a plan was
  * found (then appended to b). */
 static remat_status dp_solve(const pl_model *md, uint64_t budget, int64_t slots, pl_builder *b,
-                    bool *feasible, uint64_t *unit_out, const char *call) {
+                             bool *feasible, uint64_t *unit_out, const char *call) {
     *feasible = false;
     int L = md->L;
     uint64_t unit = (budget + (uint64_t)slots - 1) / (uint64_t)slots;
@@ -270,8 +270,9 @@ static remat_status dp_solve(const pl_model *md, uint64_t budget, int64_t slots,
     /* Round sizes up: a plan whose slot sums fit M fits the budget in bytes.
      * Sizes beyond the budget are clamped to M + 1 (never fit) to avoid
      * overflow in the sums. */
-#define SLOTS(v) ((int64_t)((v) / unit + ((v) % unit != 0)) > d.M ? d.M + 1 \
-                  : (int64_t)((v) / unit + ((v) % unit != 0)))
+#define SLOTS(v)                                                                                   \
+    ((int64_t)((v) / unit + ((v) % unit != 0)) > d.M ? d.M + 1                                     \
+                                                     : (int64_t)((v) / unit + ((v) % unit != 0)))
     for (int k = 0; k <= L; k++) d.X[k] = SLOTS(md->x[k]);
     for (int k = 0; k < L; k++) {
         d.A[k] = SLOTS(md->abar[k]);
@@ -302,13 +303,13 @@ static int auto_slots(const pl_model *m) {
     double n_tri = (double)m->L * (m->L + 1) / 2, work = n_tri * m->L / 3;
     double s_mem = (double)(64 << 20) / (n_tri * 12), s_time = 2e8 / work;
     double s = s_mem < s_time ? s_mem : s_time;
-    return s > PL_MAX_AUTO_SLOTS ? PL_MAX_AUTO_SLOTS
+    return s > PL_MAX_AUTO_SLOTS  ? PL_MAX_AUTO_SLOTS
            : s < PL_DEFAULT_SLOTS ? PL_DEFAULT_SLOTS
                                   : (int)s;
 }
 
-static remat_status create_from_model(remat_plan **out, const pl_model *m, size_t budget_bytes, int slots,
-                             const char *call) {
+static remat_status create_from_model(remat_plan **out, const pl_model *m, size_t budget_bytes,
+                                      int slots, const char *call) {
     if (slots == 0) slots = auto_slots(m);
     uint64_t minpk = 0;
     pl_builder b = {0};
@@ -396,8 +397,8 @@ static remat_status create_checked(remat_plan **out, const remat_profile *profil
     int slots = opts ? opts->mem_slots : 0;
     if (slots < 0) return rm_err(REMAT_EINVAL, "%s: mem_slots must be >= 0, got %d", call, slots);
     pl_model m;
-    int rc = with_step ? pl_model_init_step(&m, profile, step, call)
-                       : pl_model_init(&m, profile, call);
+    int rc =
+        with_step ? pl_model_init_step(&m, profile, step, call) : pl_model_init(&m, profile, call);
     if (rc) return rc;
     rc = create_from_model(out, &m, budget_bytes, slots, call);
     pl_model_free(&m);
@@ -412,8 +413,7 @@ remat_status remat_plan_create_ex(remat_plan **out, const remat_profile *profile
 remat_status remat_plan_create_step(remat_plan **out, const remat_profile *profile,
                                     const remat_step_profile *step, size_t budget_bytes,
                                     const remat_plan_options *opts) {
-    return create_checked(out, profile, step, true, budget_bytes, opts,
-                          "remat_plan_create_step");
+    return create_checked(out, profile, step, true, budget_bytes, opts, "remat_plan_create_step");
 }
 
 int remat_plan_create(remat_plan **out, const remat_profile *profile, size_t budget_bytes) {

@@ -23,7 +23,7 @@ static void bf16_to_f32_kernel(const uint16_t *restrict x, float *restrict y, in
  * tensor of dtype `to`. Not skip-mode aware on purpose: saved values must
  * be real even while a recomputation runs in skip mode. */
 static remat_status convert(remat_tensor **out, remat_tensor *t, remat_dtype from, remat_dtype to,
-                   const char *call) {
+                            const char *call) {
     *out = NULL;
     int rc = rm_check_tensor(call, "t", t);
     if (rc) return rc;
@@ -80,7 +80,7 @@ enum { PK_ASIS = 0, PK_BF16 };
 
 typedef struct packed {
     int kind;
-    remat_tensor *t;   /* the stored tensor */
+    remat_tensor *t; /* the stored tensor */
 } packed;
 
 static void packed_free(void *ud, void *handle) {
@@ -128,4 +128,3 @@ void remat_bf16_saved_hooks(remat_saved_hooks *out, int64_t min_numel) {
     out->free_handle = packed_free;
     out->user_data = (void *)(intptr_t)(min_numel > 0 ? min_numel : 0);
 }
-

@@ -76,8 +76,7 @@ static int fetch(off_entry *e) {
     if (e->ops)
         rc = e->ops->copy_async(e->dev.index, s->data, e->host, e->nbytes,
                                 REMAT_COPY_HOST_TO_DEVICE, &e->event);
-    else
-        rc = rm_device_copy(e->dev, s->data, REMAT_DEVICE_CPU, e->host, e->nbytes);
+    else rc = rm_device_copy(e->dev, s->data, REMAT_DEVICE_CPU, e->host, e->nbytes);
     if (!rc) {
         e->t = rm_tensor_alloc(s, e->offset, e->ndim, e->shape, e->strides, e->dtype);
         if (!e->t) rc = rm_err(REMAT_ENOMEM, "offload saved-tensor hooks: out of memory");
@@ -139,8 +138,10 @@ static void *offload_pack(void *ud, remat_tensor *t) {
         e->host = e->ops ? e->ops->host_alloc(e->nbytes ? e->nbytes : 1)
                          : rm_device_alloc(REMAT_DEVICE_CPU, e->nbytes ? e->nbytes : 1);
         if (!e->host) {
-            rc = rm_err(REMAT_ENOMEM, "offload saved-tensor hooks: out of host memory for "
-                                      "%zu bytes", e->nbytes);
+            rc = rm_err(REMAT_ENOMEM,
+                        "offload saved-tensor hooks: out of host memory for "
+                        "%zu bytes",
+                        e->nbytes);
         } else if (e->ops) {
             rc = e->ops->copy_async(e->dev.index, e->host, t->storage->data, e->nbytes,
                                     REMAT_COPY_DEVICE_TO_HOST, &e->event);

@@ -61,7 +61,7 @@ static remat_status check_out(remat_policy **out, const char *call) {
 
 /* Copies names[0..n) into p (validated: no NULL or empty entries). */
 static remat_status copy_names(remat_policy *p, int n, const char *const *names, const char *call,
-                      const char *what) {
+                               const char *what) {
     if (n < 0) return rm_err(REMAT_EINVAL, "%s: n must be >= 0, got %d", call, n);
     if (n > 0 && !names) return rm_err(REMAT_EINVAL, "%s: %s is NULL with n = %d", call, what, n);
     for (int i = 0; i < n; i++)
@@ -121,7 +121,7 @@ static remat_status check_op_names(int n, const char *const *names, const char *
 }
 
 static remat_status named(remat_policy **out, pol_kind kind, int n, const char *const *names,
-                 const char *call, const char *what) {
+                          const char *call, const char *what) {
     int rc = check_out(out, call);
     if (rc) return rc;
     remat_policy *p = NULL;
@@ -154,8 +154,8 @@ int remat_policy_save_only_these_names(remat_policy **out, int n, const char *co
 }
 int remat_policy_save_anything_except_these_names(remat_policy **out, int n,
                                                   const char *const *names) {
-    return named(out, POL_EXCEPT_NAMES, n, names,
-                 "remat_policy_save_anything_except_these_names", "names");
+    return named(out, POL_EXCEPT_NAMES, n, names, "remat_policy_save_anything_except_these_names",
+                 "names");
 }
 int remat_policy_save_any_names_but_these(remat_policy **out, int n, const char *const *names) {
     return named(out, POL_ANY_NAMES_BUT, n, names, "remat_policy_save_any_names_but_these",

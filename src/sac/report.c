@@ -127,7 +127,7 @@ int remat_residual_report_begin(remat_residual_report **out) {
         pthread_mutex_unlock(&g_lock);
         free(r);
         return rm_err(REMAT_ESTATE, "remat_residual_report_begin: another residual report is "
-                      "recording (end it first; one report records at a time)");
+                                    "recording (end it first; one report records at a time)");
     }
     r->recording = true;
     g_active = r;
@@ -174,7 +174,7 @@ const remat_residual *remat_residual_report_entry(const remat_residual_report *r
 int remat_residual_report_totals(const remat_residual_report *r, remat_residual_totals *t) {
     if (!r || !t)
         return rm_err(REMAT_EINVAL, "remat_residual_report_totals: report and totals must not be "
-                      "NULL");
+                                    "NULL");
     memset(t, 0, sizeof *t);
     for (int i = 0; i < r->n; i++) {
         const remat_residual *e = &r->e[i];
@@ -244,10 +244,12 @@ size_t remat_residual_report_format(const remat_residual_report *r, char *buf, s
     remat_residual_totals t;
     remat_residual_report_totals(r, &t);
     char h1[32], h2[32], h3[32];
-    sb_printf(&b, "residual report: %d tensors saved for backward, %s as views, %s in distinct "
+    sb_printf(&b,
+              "residual report: %d tensors saved for backward, %s as views, %s in distinct "
               "storages (each storage counted once), %s kept by the graph (no hooks, outside "
-              "backward)%s\n", t.count, human(t.bytes, h1, sizeof h1),
-              human(t.unique_bytes, h2, sizeof h2), human(t.kept_bytes, h3, sizeof h3),
+              "backward)%s\n",
+              t.count, human(t.bytes, h1, sizeof h1), human(t.unique_bytes, h2, sizeof h2),
+              human(t.kept_bytes, h3, sizeof h3),
               r->oom ? " [incomplete: out of memory while recording]" : "");
     sb_printf(&b, "%4s  %-22s %-16s %-16s %-20s %-5s %10s  %-5s %s\n", "#", "op", "call", "name",
               "shape", "dtype", "bytes", "flags", "site");
@@ -271,7 +273,7 @@ size_t remat_residual_report_format(const remat_residual_report *r, char *buf, s
                   e->site_str[0] ? e->site_str : "-", dev);
     }
     sb_printf(&b, "flags: s = shares the storage of an earlier entry (not counted again), h = "
-              "saved through saved-tensor hooks, b = saved during backward (recomputation)\n");
+                  "saved through saved-tensor hooks, b = saved during backward (recomputation)\n");
     sb_printf(&b, "per op:\n%4s  %-22s %6s %12s %18s\n", "", "op", "count", "bytes",
               "distinct storage");
     for (int i = 0; i < r->n_ops; i++) {
@@ -287,7 +289,7 @@ size_t remat_residual_report_format(const remat_residual_report *r, char *buf, s
 int remat_residual_report_print(const remat_residual_report *r, FILE *f) {
     if (!r || !f)
         return rm_err(REMAT_EINVAL, "remat_residual_report_print: report and file must not be "
-                      "NULL");
+                                    "NULL");
     size_t need = remat_residual_report_format(r, NULL, 0);
     char *buf = malloc(need + 1);
     if (!buf) return rm_err(REMAT_ENOMEM, "remat_residual_report_print: out of memory");

@@ -42,20 +42,20 @@ typedef enum save_kind { SAVE_NONE = 0, SAVE_INPUT, SAVE_OUT_VIEW, SAVE_OWN } sa
 
 typedef struct sac_save_rec {
     uint8_t kind;
-    int out_idx;                      /* SAVE_OUT_VIEW: which output it views */
-    int64_t offset;                   /* SAVE_OUT_VIEW geometry */
+    int out_idx;    /* SAVE_OUT_VIEW: which output it views */
+    int64_t offset; /* SAVE_OUT_VIEW geometry */
     int ndim;
     int64_t shape[REMAT_MAX_DIMS];
     int64_t strides[REMAT_MAX_DIMS];
     remat_dtype dtype;
-    remat_tensor *t;                  /* SAVE_OWN: alias (or host copy when offloaded) */
-    remat_device dev;                 /* device of the original */
+    remat_tensor *t;  /* SAVE_OWN: alias (or host copy when offloaded) */
+    remat_device dev; /* device of the original */
     bool offloaded;
 } sac_save_rec;
 
 typedef struct sac_out_rec {
-    remat_tensor *t;                  /* fresh output: alias (or host copy) */
-    rm_storage *key;                  /* storage identity for tag lookup (NULL once offloaded) */
+    remat_tensor *t; /* fresh output: alias (or host copy) */
+    rm_storage *key; /* storage identity for tag lookup (NULL once offloaded) */
     remat_device dev;
     bool offloaded;
     uint64_t version;
@@ -75,7 +75,7 @@ typedef struct sac_rec {
     bool inplace, is_tag;
     bool promoted, demoted; /* decided by a later tag */
     bool offload;
-    bool held;              /* listed in pending (holds references while PENDING) */
+    bool held; /* listed in pending (holds references while PENDING) */
     int n_out;
     sac_out_rec *outs;
     int n_saves, cap_saves;
@@ -97,19 +97,19 @@ struct sac_region {
     int next_index; /* recomputation: index of the next top-level op */
     int base_depth;
     uint64_t bid;
-    bool stopped;   /* skip mode was on at a top-level op: early stop */
+    bool stopped;      /* skip mode was on at a top-level op: early stop */
     bool consumed_any; /* this recomputation served an op from the cache */
     /* this recomputation runs in a create_graph backward: the region will
      * be recomputed again by the backward of the graph it records (grad of
      * grad), so it serves cache entries without consuming them */
     bool keep;
     /* the running top-level op */
-    int cur;        /* record index (forward) or served record (recompute); -1 none */
+    int cur; /* record index (forward) or served record (recompute); -1 none */
     bool serving;
     int save_pos;
     int cur_n_in;
     remat_tensor *const *cur_in;
-    rm_saver_fn prev_saver;   /* the saver and interceptor this region replaced */
+    rm_saver_fn prev_saver; /* the saver and interceptor this region replaced */
     void *prev_saver_self;
     rm_icpt_ref prev_icpt;
     /* first problem found where no status can be returned; reported when
@@ -137,8 +137,8 @@ static void defer(sac_region *r, int status, const char *fmt, ...) {
 
 /* ---- helpers ------------------------------------------------------------------------ */
 static remat_tensor *alias_of(const remat_tensor *t) {
-    remat_tensor *a = rm_tensor_alloc(t->storage, t->offset, t->ndim, t->shape, t->strides,
-                                      t->dtype);
+    remat_tensor *a =
+        rm_tensor_alloc(t->storage, t->offset, t->ndim, t->shape, t->strides, t->dtype);
     if (a) a->is_view = true;
     return a;
 }
@@ -251,8 +251,10 @@ static void rec_cache(sac_region *r, sac_rec *rec) {
         }
     }
     if (rc) {
-        defer(r, rc, "remat_checkpoint (selective): could not offload the output of %s to host "
-              "memory: %s", rec->op, remat_last_error());
+        defer(r, rc,
+              "remat_checkpoint (selective): could not offload the output of %s to host "
+              "memory: %s",
+              rec->op, remat_last_error());
         return;
     }
     if (moved) st->ops_offloaded++;
@@ -345,7 +347,7 @@ static bool sac_wants(void *self, int depth) {
 }
 
 static remat_status ask_policy(sac_region *r, const char *op, int index, int n_in,
-                      remat_tensor *const *inputs, const char *tag, int *out) {
+                               remat_tensor *const *inputs, const char *tag, int *out) {
     remat_sac_context ctx = {r->mode == MODE_RECOMPUTE, index, tag};
     remat_clear_error();
     int p = remat_policy_eval(r->policy, &ctx, op, n_in, inputs);
@@ -353,13 +355,16 @@ static remat_status ask_policy(sac_region *r, const char *op, int index, int n_i
     else STATS(r)->policy_calls_forward++;
     if (!sac_valid_policy(p)) {
         if (remat_last_error()[0])
-            return rm_err(REMAT_ECALLBACK, "%s: the selective-checkpoint policy failed for op %d "
-                          "of the region (%s): %s", op, index,
-                          r->mode == MODE_RECOMPUTE ? "recomputation" : "forward",
+            return rm_err(REMAT_ECALLBACK,
+                          "%s: the selective-checkpoint policy failed for op %d "
+                          "of the region (%s): %s",
+                          op, index, r->mode == MODE_RECOMPUTE ? "recomputation" : "forward",
                           remat_last_error());
-        return rm_err(REMAT_ECALLBACK, "%s: the selective-checkpoint policy returned %d for op %d "
+        return rm_err(REMAT_ECALLBACK,
+                      "%s: the selective-checkpoint policy returned %d for op %d "
                       "of the region; expected a remat_checkpoint_policy (REMAT_MUST_SAVE .. "
-                      "REMAT_PREFER_CPU_OFFLOAD)", op, p, index);
+                      "REMAT_PREFER_CPU_OFFLOAD)",
+                      op, p, index);
     }
     *out = p;
     return REMAT_OK;
@@ -371,7 +376,7 @@ static bool is_inplace(const char *op) {
 }
 
 static remat_status begin_forward(sac_region *r, rm_op_frame *f, const char *op, int n_in,
-                         remat_tensor *const *inputs, const char *tag) {
+                                  remat_tensor *const *inputs, const char *tag) {
     release_dead_pending(r, false);
     int idx = r->n_recs;
     int p;
@@ -411,7 +416,7 @@ static int input_saves(const sac_rec *rec) {
 }
 
 static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *op, int n_in,
-                           remat_tensor *const *inputs, const char *tag) {
+                                    remat_tensor *const *inputs, const char *tag) {
     int idx = r->next_index;
     int remaining = rm_recompute_remaining();
     if (remaining > 0 && idx < r->n_recs && strcmp(r->recs[idx].op, op) == 0 &&
@@ -439,7 +444,7 @@ static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *o
         return REMAT_OK;
     }
     if (!same || (rec->state != REC_CACHED && rec->state != REC_CONSUMED)) {
-        const char *why = !rec ? "the forward ran fewer ops"
+        const char *why = !rec    ? "the forward ran fewer ops"
                           : !same ? "the forward ran another op at that index"
                                   : "the forward's policy did not save it";
         return rm_err(REMAT_EDETERMINISM,
@@ -454,7 +459,8 @@ static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *o
                       "%s: Trying to backward an extra time. You are only allowed to backward "
                       "once on any region computed under selective activation checkpoint (op %d "
                       "of the region was already served from the cache by an earlier "
-                      "recomputation).", op, idx);
+                      "recomputation).",
+                      op, idx);
     /* P: _VersionWrapper.get_val */
     for (int j = 0; j < rec->n_out && !r->allow_mutation; j++) {
         sac_out_rec *o = &rec->outs[j];
@@ -466,8 +472,9 @@ static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *o
                           "%s: Tensor cached during selective activation checkpoint has been "
                           "mutated: output %d of op %d of the region, %s, is at version %llu, "
                           "cached at version %llu. Pass allow_cache_entry_mutation = true if the "
-                          "mutation is intended.", op, j, idx, rm_tensor_str(o->t, b, sizeof b),
-                          (unsigned long long)v, (unsigned long long)o->version);
+                          "mutation is intended.",
+                          op, j, idx, rm_tensor_str(o->t, b, sizeof b), (unsigned long long)v,
+                          (unsigned long long)o->version);
         }
     }
     /* bring offloaded tensors back before the op needs them */
@@ -502,7 +509,7 @@ static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *o
 }
 
 static remat_status sac_begin(void *self, rm_op_frame *f, const char *op, int n_in,
-                     remat_tensor *const *inputs, const char *tag) {
+                              remat_tensor *const *inputs, const char *tag) {
     sac_region *r = self;
     if (rm_skip_mode()) {
         /* The checkpoint stopped the recomputation early (P leaves the
@@ -535,8 +542,9 @@ static remat_status saver(void *self, remat_node *n, int slot, remat_tensor *t) 
                 int nc = rec->cap_saves ? rec->cap_saves * 2 : 4;
                 while (nc <= pos) nc *= 2;
                 sac_save_rec *ns = realloc(rec->saves, (size_t)nc * sizeof *ns);
-                if (!ns) return rm_err(REMAT_ENOMEM, "%s: out of memory recording a saved tensor",
-                                       rec->op);
+                if (!ns)
+                    return rm_err(REMAT_ENOMEM, "%s: out of memory recording a saved tensor",
+                                  rec->op);
                 memset(ns + rec->cap_saves, 0, (size_t)(nc - rec->cap_saves) * sizeof *ns);
                 rec->saves = ns;
                 rec->cap_saves = nc;
@@ -552,17 +560,21 @@ static remat_status saver(void *self, remat_node *n, int slot, remat_tensor *t) 
                 s->kind = SAVE_OWN;
                 s->dev = t->storage->device;
                 s->t = alias_of(t);
-                if (!s->t) return rm_err(REMAT_ENOMEM, "%s: out of memory recording a saved "
-                                         "tensor", rec->op);
+                if (!s->t)
+                    return rm_err(REMAT_ENOMEM,
+                                  "%s: out of memory recording a saved "
+                                  "tensor",
+                                  rec->op);
             }
         }
         return rm_node_save(n, slot, t);
     }
     /* recomputation of a cached op: the forward's tensor at the same position */
     if (pos >= rec->n_saves) {
-        defer(r, REMAT_EDETERMINISM, "remat_checkpoint (selective): %s (op %d of the region) "
-              "saved more tensors during recomputation than during the forward (%d)", rec->op,
-              r->cur, rec->n_saves);
+        defer(r, REMAT_EDETERMINISM,
+              "remat_checkpoint (selective): %s (op %d of the region) "
+              "saved more tensors during recomputation than during the forward (%d)",
+              rec->op, r->cur, rec->n_saves);
         return save_through(r, n, slot, t);
     }
     sac_save_rec *s = &rec->saves[pos];
@@ -570,21 +582,24 @@ static remat_status saver(void *self, remat_node *n, int slot, remat_tensor *t) 
     case SAVE_NONE:
     case SAVE_INPUT:
         if (t && !t->storage->data)
-            defer(r, REMAT_EDETERMINISM, "remat_checkpoint (selective): %s (op %d of the region) "
+            defer(r, REMAT_EDETERMINISM,
+                  "remat_checkpoint (selective): %s (op %d of the region) "
                   "saved a tensor at position %d that was one of its inputs in the forward but "
-                  "is not during recomputation", rec->op, r->cur, pos);
+                  "is not during recomputation",
+                  rec->op, r->cur, pos);
         return save_through(r, n, slot, t);
-    case SAVE_OWN:
-        return save_through(r, n, slot, s->t);
+    case SAVE_OWN: return save_through(r, n, slot, s->t);
     case SAVE_OUT_VIEW: {
         remat_tensor *o = s->out_idx < rec->n_out ? rec->outs[s->out_idx].t : NULL;
         if (!o) {
-            defer(r, REMAT_ESTATE, "remat_checkpoint (selective): the cached output %d of %s "
-                  "(op %d of the region) is missing", s->out_idx, rec->op, r->cur);
+            defer(r, REMAT_ESTATE,
+                  "remat_checkpoint (selective): the cached output %d of %s "
+                  "(op %d of the region) is missing",
+                  s->out_idx, rec->op, r->cur);
             return save_through(r, n, slot, t);
         }
-        remat_tensor *v = rm_tensor_alloc(o->storage, s->offset, s->ndim, s->shape, s->strides,
-                                          s->dtype);
+        remat_tensor *v =
+            rm_tensor_alloc(o->storage, s->offset, s->ndim, s->shape, s->strides, s->dtype);
         if (!v) return rm_err(REMAT_ENOMEM, "%s: out of memory", rec->op);
         v->is_view = true;
         int rc = save_through(r, n, slot, v);
@@ -605,8 +620,10 @@ static void end_forward(sac_region *r, int status, int n_out, remat_tensor *cons
     if (n_out > 0) {
         rec->outs = calloc((size_t)n_out, sizeof *rec->outs);
         if (!rec->outs) {
-            defer(r, REMAT_ENOMEM, "remat_checkpoint (selective): out of memory recording the "
-                  "outputs of %s", rec->op);
+            defer(r, REMAT_ENOMEM,
+                  "remat_checkpoint (selective): out of memory recording the "
+                  "outputs of %s",
+                  rec->op);
             rec_free(rec);
             rec->state = REC_DROPPED;
             return;
@@ -623,8 +640,10 @@ static void end_forward(sac_region *r, int status, int n_out, remat_tensor *cons
         sac_out_rec *or_ = &rec->outs[j];
         or_->t = alias_of(o);
         if (!or_->t) {
-            defer(r, REMAT_ENOMEM, "remat_checkpoint (selective): out of memory caching the "
-                  "output of %s", rec->op);
+            defer(r, REMAT_ENOMEM,
+                  "remat_checkpoint (selective): out of memory caching the "
+                  "output of %s",
+                  rec->op);
             continue;
         }
         or_->key = dup ? NULL : o->storage;
@@ -684,9 +703,10 @@ static void end_recompute(sac_region *r, rm_op_frame *f, int status, int n_out,
             const remat_tensor *c = j < rec->n_out ? rec->outs[j].t : NULL;
             if (c && adopt(y, c)) continue;
             char b1[200], b2[200];
-            defer(r, REMAT_EDETERMINISM, "remat_checkpoint (selective): output %d of %s (op %d "
-                  "of the region) is %s during recomputation but the cached one is %s", j,
-                  rec->op, r->cur, rm_tensor_str(y, b1, sizeof b1),
+            defer(r, REMAT_EDETERMINISM,
+                  "remat_checkpoint (selective): output %d of %s (op %d "
+                  "of the region) is %s during recomputation but the cached one is %s",
+                  j, rec->op, r->cur, rm_tensor_str(y, b1, sizeof b1),
                   c ? rm_tensor_str(c, b2, sizeof b2) : "missing");
         }
     }
@@ -695,8 +715,7 @@ static void end_recompute(sac_region *r, rm_op_frame *f, int status, int n_out,
     if (!r->keep) rec_release(rec);
 }
 
-static void sac_end(void *self, rm_op_frame *f, int status, int n_out,
-                    remat_tensor *const *outs) {
+static void sac_end(void *self, rm_op_frame *f, int status, int n_out, remat_tensor *const *outs) {
     sac_region *r = self;
     rm_saver_set(r->prev_saver, r->prev_saver_self, NULL, NULL);
     if (r->serving) end_recompute(r, f, status, n_out, outs);
@@ -738,7 +757,7 @@ static remat_status ctx_forward_enter(void *state) {
     sac_region *r = state;
     if (r->forward_done)
         return rm_err(REMAT_ESTATE, "remat_checkpoint (selective): a selective-checkpoint context "
-                      "pair serves one checkpoint call; create a new pair per call");
+                                    "pair serves one checkpoint call; create a new pair per call");
     enter(r, MODE_FORWARD);
     return REMAT_OK;
 }
@@ -788,8 +807,10 @@ int remat_create_selective_checkpoint_contexts(remat_checkpoint_contexts *pair,
     if (!pair) return rm_err(REMAT_EINVAL, "%s: pair must not be NULL", call);
     memset(pair, 0, sizeof *pair);
     if (!policy)
-        return rm_err(REMAT_EINVAL, "%s: policy must not be NULL (make one with "
-                      "remat_policy_from_fn, remat_policy_from_ops or a preset)", call);
+        return rm_err(REMAT_EINVAL,
+                      "%s: policy must not be NULL (make one with "
+                      "remat_policy_from_fn, remat_policy_from_ops or a preset)",
+                      call);
     sac_region *r = calloc(1, sizeof *r);
     if (!r) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     r->policy = remat_policy_retain(policy);
@@ -809,7 +830,7 @@ int remat_sac_context_fn(void *config, remat_checkpoint_contexts *pair) {
     const remat_sac_config *c = config;
     if (!c)
         return rm_err(REMAT_EINVAL, "remat_sac_context_fn: context_fn_data must point to a "
-                      "remat_sac_config, got NULL");
+                                    "remat_sac_config, got NULL");
     if (!c->policy)
         return rm_err(REMAT_EINVAL, "remat_sac_context_fn: the remat_sac_config has no policy");
     return remat_create_selective_checkpoint_contexts(pair, c->policy,

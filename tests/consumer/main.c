@@ -5,14 +5,17 @@
 #include <remat/remat.h>
 #include <stdio.h>
 
-typedef struct { remat_tensor *w; } ctx;
+typedef struct {
+    remat_tensor *w;
+} ctx;
 
 /* A name remat uses inside (src/autograd): the user's own rm_sum_to links
  * beside libremat.a's and libremat.so's, whose internal names are local. */
 int rm_sum_to(int a, int b);
 int rm_sum_to(int a, int b) { return a + b; }
 
-static remat_status block(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
+static remat_status block(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
+                          int n_out) {
     (void)n_in;
     (void)n_out;
     remat_tensor *h = NULL;

@@ -33,19 +33,19 @@ static int rank, world;
 static int failures;
 static remat_dtype g_dtype = REMAT_F32; /* of the model and data (ZeRO-1's f64 check) */
 
-#define CHECK(cond, ...)                                                                    \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            failures++;                                                                     \
-            fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __func__, __LINE__);             \
-            fprintf(stderr, __VA_ARGS__);                                                   \
-            fprintf(stderr, " [%s]\n", remat_last_error());                                 \
-        }                                                                                   \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            failures++;                                                                            \
+            fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __func__, __LINE__);                    \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, " [%s]\n", remat_last_error());                                        \
+        }                                                                                          \
     } while (0)
-#define OK(expr)                                                                            \
-    do {                                                                                    \
-        int rc_ = (expr);                                                                   \
-        CHECK(rc_ == REMAT_OK, "%s returned %s", #expr, remat_err_name(rc_));               \
+#define OK(expr)                                                                                   \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        CHECK(rc_ == REMAT_OK, "%s returned %s", #expr, remat_err_name(rc_));                      \
     } while (0)
 
 /* ---- the model ----------------------------------------------------------------------------- */
@@ -61,7 +61,7 @@ typedef struct pair_ud {
 } pair_ud;
 
 struct model {
-    blk bl[L];          /* user_data of the checkpointed blocks: lives with the model */
+    blk bl[L]; /* user_data of the checkpointed blocks: lives with the model */
     pair_ud pr[L / 2];
     remat_tensor *w_in, *s;
     remat_tensor *ln_w[L], *ln_b[L], *w1[L], *b1[L], *w2[L], *b2[L];
@@ -153,8 +153,8 @@ static int by_hand_forward(remat_function_ctx *ctx, void *ud, remat_tensor *cons
     return rc ? rc : remat_mul(&out[0], in[0], ud);
 }
 
-static int by_hand_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *gout,
-                            int n_out, remat_tensor **gin, int n_in) {
+static int by_hand_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *gout, int n_out,
+                            remat_tensor **gin, int n_in) {
     (void)n_out;
     (void)n_in;
     remat_tensor *x = NULL, *d = NULL, *y = NULL;
@@ -179,10 +179,18 @@ static int tail(remat_tensor **out, remat_tensor *h, remat_tensor *s) {
     return remat_function_apply(&def, s, 1, &h, 1, out);
 }
 
-enum mode { M_NONE, M_REENTRANT, M_NONREENTRANT, M_NESTED, M_NESTED_REENTRANT, M_SELECTIVE,
-            M_PLANNER, N_MODES };
-static const char *mode_name[N_MODES] = {"none", "reentrant", "non-reentrant", "nested",
-                                         "nested-reentrant", "selective", "planner"};
+enum mode {
+    M_NONE,
+    M_REENTRANT,
+    M_NONREENTRANT,
+    M_NESTED,
+    M_NESTED_REENTRANT,
+    M_SELECTIVE,
+    M_PLANNER,
+    N_MODES
+};
+static const char *mode_name[N_MODES] = {
+    "none", "reentrant", "non-reentrant", "nested", "nested-reentrant", "selective", "planner"};
 
 /* Loss of the model on rows [r0, r1) of the global batch (x, y). */
 static int forward(model *m, int mode, remat_tensor *x, remat_tensor *y, int64_t r0, int64_t r1,
@@ -385,25 +393,30 @@ static void check_modes(void) {
                   "%s: %d of %d parameters got exactly one ready event (%lld events)",
                   mode_name[mode], once, m.n, (long long)st.n_ready_events);
             if (mode == M_REENTRANT || mode == M_NESTED_REENTRANT)
-                CHECK(st.n_accumulations > m.n, "%s: the shared parameter is accumulated once per "
-                      "recomputed block (%lld accumulations)", mode_name[mode],
-                      (long long)st.n_accumulations);
+                CHECK(st.n_accumulations > m.n,
+                      "%s: the shared parameter is accumulated once per "
+                      "recomputed block (%lld accumulations)",
+                      mode_name[mode], (long long)st.n_accumulations);
             if (mode != M_NONE && rep == 1) {
                 CHECK(!st.learning && st.n_rereduced == 0, "%s: second backward learned (%d)",
                       mode_name[mode], st.n_rereduced);
                 CHECK(log.in_backward == m.n, "%s: %d of %d ready events during backward",
                       mode_name[mode], log.in_backward, m.n);
             }
-            CHECK(st.n_rereduced == 0, "%s (backward %d): %d buckets reduced again: the "
-                  "counts read before the pass were wrong", mode_name[mode], rep, st.n_rereduced);
+            CHECK(st.n_rereduced == 0,
+                  "%s (backward %d): %d buckets reduced again: the "
+                  "counts read before the pass were wrong",
+                  mode_name[mode], rep, st.n_rereduced);
             for (int i = 0; i < m.n; i++) {
                 remat_tensor *g = remat_tensor_grad(m.params[i]);
                 if (mode == M_NONE && rep == 0) {
                     ref[i] = NULL;
                     if (g) OK(remat_clone(&ref[i], g));
                 } else {
-                    CHECK(bitwise_equal(g, ref[i]), "%s (backward %d): gradient %d differs from "
-                          "none's", mode_name[mode], rep, i);
+                    CHECK(bitwise_equal(g, ref[i]),
+                          "%s (backward %d): gradient %d differs from "
+                          "none's",
+                          mode_name[mode], rep, i);
                 }
             }
             bool same = false;
@@ -435,7 +448,8 @@ static void check_vs_single(void) {
     bool same = false;
     OK(remat_dist_check_identical(pg, m.n, m.params, &same));
     CHECK(same, "parameters identical after create");
-    for (int i = 0; i < m.n; i++) CHECK(bitwise_equal(m.params[i], ref.params[i]), "param %d is rank 0's", i);
+    for (int i = 0; i < m.n; i++)
+        CHECK(bitwise_equal(m.params[i], ref.params[i]), "param %d is rank 0's", i);
     int64_t r0, r1;
     shard(&r0, &r1);
     double worst = 0;
@@ -548,7 +562,10 @@ static void check_no_sync(void) {
         }
         CHECK(err < 1e-5, "no_sync: gradient %d differs by %g", i, err);
     }
-    remat_release(l1); remat_release(l2); remat_release(q1); remat_release(q2);
+    remat_release(l1);
+    remat_release(l2);
+    remat_release(q1);
+    remat_release(q2);
     remat_release(x);
     remat_release(y);
     remat_ddp_free(ddp);
@@ -628,9 +645,11 @@ static void check_error_reported(void) {
     OK(remat_sum(&s, p, 0, NULL, false));
     OK(remat_scalar(&c, 1.0, REMAT_F32)); /* does not require grad */
     int rc = remat_ddp_backward(ddp, rank == 1 ? c : s);
-    if (rank == 1) CHECK(rc == REMAT_ENOGRAD, "the failing rank keeps its error: %s", remat_err_name(rc));
-    else CHECK(rc == REMAT_EIO && strstr(remat_last_error(), "rank 1 failed (REMAT_ENOGRAD)"),
-               "others name rank 1: %s", remat_err_name(rc));
+    if (rank == 1)
+        CHECK(rc == REMAT_ENOGRAD, "the failing rank keeps its error: %s", remat_err_name(rc));
+    else
+        CHECK(rc == REMAT_EIO && strstr(remat_last_error(), "rank 1 failed (REMAT_ENOGRAD)"),
+              "others name rank 1: %s", remat_err_name(rc));
     remat_release(s);
     OK(remat_sum(&s, p, 0, NULL, false));
     OK(remat_ddp_backward(ddp, s));
@@ -693,8 +712,8 @@ static void check_zero(void) {
           "ZeRO state %zu bytes per rank, unsharded %zu, world %d", remat_zero_state_bytes(z),
           unsharded, world);
     CHECK(grew == remat_zero_state_bytes(z) + remat_zero_buffer_bytes(z),
-          "allocator grew %zu at create = state %zu + buffers %zu", grew,
-          remat_zero_state_bytes(z), remat_zero_buffer_bytes(z));
+          "allocator grew %zu at create = state %zu + buffers %zu", grew, remat_zero_state_bytes(z),
+          remat_zero_buffer_bytes(z));
     if (rank == 0)
         printf("  ZeRO-1 (%s): optimizer state %zu bytes per rank, unsharded %zu (1/%d)\n",
                remat_dtype_name(g_dtype), remat_zero_state_bytes(z), unsharded, world);
@@ -732,7 +751,6 @@ static void check_zero(void) {
     model_free(&b);
 }
 
-
 static void check_zero_f64(void) {
     g_dtype = REMAT_F64;
     check_zero();
@@ -765,14 +783,16 @@ static void check_first_step_overlap(void) {
         remat_ddp_get_stats(ddp, &st);
         int once = 0;
         for (int i = 0; i < m.n; i++) once += log.count[i] == 1;
-        CHECK(once == m.n && st.n_ready_events == m.n, "%s: %d of %d parameters got exactly one "
-              "ready event", mode_name[mode], once, m.n);
+        CHECK(once == m.n && st.n_ready_events == m.n,
+              "%s: %d of %d parameters got exactly one "
+              "ready event",
+              mode_name[mode], once, m.n);
         CHECK(st.n_done_in_backward >= 0 && st.n_done_in_backward <= st.n_buckets,
               "%s: %d of %d buckets done in backward", mode_name[mode], st.n_done_in_backward,
               st.n_buckets);
         CHECK(!st.learning && st.graph_counts && st.n_rereduced == 0,
-              "%s: first backward: learning %d, graph counts %d, %d re-reduced",
-              mode_name[mode], st.learning, st.graph_counts, st.n_rereduced);
+              "%s: first backward: learning %d, graph counts %d, %d re-reduced", mode_name[mode],
+              st.learning, st.graph_counts, st.n_rereduced);
         CHECK(log.in_backward == m.n, "%s: %d of %d ready events during the first backward",
               mode_name[mode], log.in_backward, m.n);
         CHECK(st.n_buckets >= 3 && st.n_launched_in_backward == st.n_buckets,
@@ -823,20 +843,20 @@ static void check_opaque_learns(void) {
             for (int i = 0; i < m.n; i++) once += log.count[i] == 1;
             CHECK(once == m.n, "fresh %d, backward %d: %d of %d parameters got one ready event",
                   fresh, rep, once, m.n);
-            CHECK(st.graph_counts == !by_hand, "fresh %d, backward %d: graph counts %d", fresh,
-                  rep, st.graph_counts);
+            CHECK(st.graph_counts == !by_hand, "fresh %d, backward %d: graph counts %d", fresh, rep,
+                  st.graph_counts);
             if (!fresh && rep == 1)
                 CHECK(st.n_rereduced > 0 && st.n_launched_in_backward == st.n_buckets,
                       "after a backward without it: s's bucket reduced again (%d re-reduced, "
-                      "%d of %d started in backward)", st.n_rereduced, st.n_launched_in_backward,
-                      st.n_buckets);
+                      "%d of %d started in backward)",
+                      st.n_rereduced, st.n_launched_in_backward, st.n_buckets);
             if (fresh && rep == 0)
                 CHECK(st.learning && st.n_launched_in_backward == 0,
                       "a fresh DDP's first opaque backward learns (%d started in backward)",
                       st.n_launched_in_backward);
             if (rep == 2)
                 CHECK(!st.learning && st.n_rereduced == 0 &&
-                      st.n_launched_in_backward == st.n_buckets && log.in_backward == m.n,
+                          st.n_launched_in_backward == st.n_buckets && log.in_backward == m.n,
                       "fresh %d: learned: %d re-reduced, %d of %d started in backward", fresh,
                       st.n_rereduced, st.n_launched_in_backward, st.n_buckets);
             for (int i = 0; i < m.n; i++) {
@@ -851,8 +871,8 @@ static void check_opaque_learns(void) {
                     double d = fabs(at(g, e) - at(ref[i], e)) / (fabs(at(ref[i], e)) + 1e-3);
                     if (!(d <= worst)) worst = d;
                 }
-                CHECK(worst <= 1e-5, "fresh %d, backward %d: gradient %d differs by %g", fresh,
-                      rep, i, worst);
+                CHECK(worst <= 1e-5, "fresh %d, backward %d: gradient %d differs by %g", fresh, rep,
+                      i, worst);
             }
         }
         remat_ddp_free(ddp);
@@ -891,8 +911,10 @@ static void check_grad_views(void) {
         const char *b = remat_data(remat_tensor_grad(m.params[i - 1]));
         adjacent += b == a + remat_numel(m.params[i]) * (int64_t)remat_dtype_size(g_dtype);
     }
-    CHECK(pairs > 0 && adjacent == pairs, "%d of %d neighbours' gradients are adjacent in the "
-          "bucket", adjacent, pairs);
+    CHECK(pairs > 0 && adjacent == pairs,
+          "%d of %d neighbours' gradients are adjacent in the "
+          "bucket",
+          adjacent, pairs);
     for (int step = 0; step < 2; step++) {
         for (int i = 0; i < m.n; i++) {
             held[i] = remat_retain(remat_tensor_grad(m.params[i]));
@@ -983,22 +1005,29 @@ static void check_accum(void) {
             remat_release(l);
         }
         remat_ddp_get_stats(da, &s1);
-        CHECK(s1.n_collectives - s0.n_collectives == nb, "DDP accum: %lld collectives in a step, "
-              "%d buckets", (long long)(s1.n_collectives - s0.n_collectives), nb);
+        CHECK(s1.n_collectives - s0.n_collectives == nb,
+              "DDP accum: %lld collectives in a step, "
+              "%d buckets",
+              (long long)(s1.n_collectives - s0.n_collectives), nb);
         remat_ddp_get_stats(remat_zero_ddp(z), &s0);
         for (int j = 0; j < 2; j++) {
             bool updated = false;
-            OK(forward(&zm, j ? M_NONREENTRANT : M_REENTRANT, x, y, j ? mid : r0, j ? r1 : mid, &l));
+            OK(forward(&zm, j ? M_NONREENTRANT : M_REENTRANT, x, y, j ? mid : r0, j ? r1 : mid,
+                       &l));
             OK(remat_zero_backward(z, l));
             OK(remat_zero_step(z, &updated));
             CHECK(updated == (j == 1), "ZeRO accum: micro-batch %d updated %d", j, updated);
             remat_release(l);
         }
         remat_ddp_get_stats(remat_zero_ddp(z), &s1);
-        CHECK(s1.n_collectives - s0.n_collectives == nb, "ZeRO accum: %lld collectives in a step, "
-              "%d buckets", (long long)(s1.n_collectives - s0.n_collectives), nb);
-        CHECK(s1.n_sync_backwards - s0.n_sync_backwards == 1, "ZeRO accum: %lld synchronised "
-              "backwards in a step", (long long)(s1.n_sync_backwards - s0.n_sync_backwards));
+        CHECK(s1.n_collectives - s0.n_collectives == nb,
+              "ZeRO accum: %lld collectives in a step, "
+              "%d buckets",
+              (long long)(s1.n_collectives - s0.n_collectives), nb);
+        CHECK(s1.n_sync_backwards - s0.n_sync_backwards == 1,
+              "ZeRO accum: %lld synchronised "
+              "backwards in a step",
+              (long long)(s1.n_sync_backwards - s0.n_sync_backwards));
         double dl = fabs(lref - lacc) / fabs(lref);
         if (dl > worst_loss) worst_loss = dl;
         CHECK(dl <= 1e-6, "step %d: accumulated loss %.9g, one batch %.9g", step, lacc, lref);
@@ -1018,7 +1047,8 @@ static void check_accum(void) {
     }
     if (rank == 0)
         printf("  accumulation (2 micro-batches, %d buckets: %d collectives per step) vs one "
-               "batch: loss %.2e relative, parameters %.2e absolute\n", nb, nb, worst_loss, worst);
+               "batch: loss %.2e relative, parameters %.2e absolute\n",
+               nb, nb, worst_loss, worst);
     remat_zero_free(z);
     remat_optim_free(oref);
     remat_optim_free(oa);
@@ -1074,7 +1104,8 @@ static void check_zero_state(void) {
             OK(remat_zero_gather_state(zr, 0, rank == 0 ? whole : NULL));
             for (int i = 0; i < r.n; i++)
                 for (int sl = 0; sl < 2; sl++)
-                    OK(remat_dist_broadcast(pg, remat_optim_state(whole, i, (remat_optim_slot)sl), 0));
+                    OK(remat_dist_broadcast(pg, remat_optim_state(whole, i, (remat_optim_slot)sl),
+                                            0));
             double upd = (double)remat_optim_updates(whole);
             OK(remat_dist_all_reduce_f64(pg, &upd, 1, REMAT_REDUCE_MAX));
             CHECK(upd == 3, "gathered update count %g", upd);
@@ -1109,10 +1140,14 @@ static void check_zero_state(void) {
         remat_release(y);
     }
     for (int i = 0; i < u.n; i++) {
-        CHECK(bitwise_equal(u.params[i], r.params[i]), "ZeRO resumed under ZeRO: parameter %d "
-              "differs from the uninterrupted run", i);
-        CHECK(bitwise_equal(u.params[i], p.params[i]), "ZeRO resumed without ZeRO: parameter %d "
-              "differs from the uninterrupted run", i);
+        CHECK(bitwise_equal(u.params[i], r.params[i]),
+              "ZeRO resumed under ZeRO: parameter %d "
+              "differs from the uninterrupted run",
+              i);
+        CHECK(bitwise_equal(u.params[i], p.params[i]),
+              "ZeRO resumed without ZeRO: parameter %d "
+              "differs from the uninterrupted run",
+              i);
     }
     /* and back: the plain optimizer's state (6 updates) into ZeRO-1, gathered again */
     remat_optimizer *again = NULL;
@@ -1131,8 +1166,8 @@ static void check_zero_state(void) {
     }
     /* a root that passes no optimizer still takes part, then fails */
     int rc = remat_zero_gather_state(zu, 0, NULL);
-    CHECK((rank == 0) == (rc == REMAT_EINVAL), "gather with no optimizer on the root: %s on rank %d",
-          remat_err_name(rc), rank);
+    CHECK((rank == 0) == (rc == REMAT_EINVAL),
+          "gather with no optimizer on the root: %s on rank %d", remat_err_name(rc), rank);
     remat_optim_free(again);
     remat_zero_free(zp);
     remat_zero_free(zu);
@@ -1199,7 +1234,10 @@ int main(int argc, char **argv) {
         remat_dist_finalize(pg);
         return rc ? 3 : 0;
     }
-    struct { const char *name; void (*fn)(void); } checks[] = {
+    struct {
+        const char *name;
+        void (*fn)(void);
+    } checks[] = {
         {"collectives", check_collectives},
         {"checkpoint_modes_bitwise_and_ready_once", check_modes},
         {"vs_single_process_20_steps", check_vs_single},

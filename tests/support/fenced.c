@@ -4,9 +4,9 @@
 #include <execinfo.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -146,20 +146,20 @@ static int fenced_run(rm_kernel_id id, remat_dtype dtype, const rm_kargs *k) {
 
 /* One wrapper per (kernel id, dtype) (a kernel is handed only its operands, and the dtype
  * it was looked up under is not always its first operand's). */
-#define FENCED_WRAP1_(id, dt)                                                                 \
-    static int fenced_##id##_##dt(const rm_kargs *k) {                                        \
-        return fenced_run(RM_K_##id, (remat_dtype)dt, k);                                     \
+#define FENCED_WRAP1_(id, dt)                                                                      \
+    static int fenced_##id##_##dt(const rm_kargs *k) {                                             \
+        return fenced_run(RM_K_##id, (remat_dtype)dt, k);                                          \
     }
-#define FENCED_WRAP_(id, text)                                                                \
-    FENCED_WRAP1_(id, 0) FENCED_WRAP1_(id, 1) FENCED_WRAP1_(id, 2) FENCED_WRAP1_(id, 3)        \
-    FENCED_WRAP1_(id, 4)
+#define FENCED_WRAP_(id, text)                                                                     \
+    FENCED_WRAP1_(id, 0)                                                                           \
+    FENCED_WRAP1_(id, 1) FENCED_WRAP1_(id, 2) FENCED_WRAP1_(id, 3) FENCED_WRAP1_(id, 4)
 RM_KERNEL_LIST(FENCED_WRAP_)
 #undef FENCED_WRAP_
 #undef FENCED_WRAP1_
 _Static_assert(RM_N_DTYPES == 5, "one fenced wrapper per dtype");
 static const rm_kernel_fn k_wrappers[RM_K_COUNT][RM_N_DTYPES] = {
-#define FENCED_ROW_(id, text)                                                                 \
-    [RM_K_##id] = {fenced_##id##_0, fenced_##id##_1, fenced_##id##_2, fenced_##id##_3,         \
+#define FENCED_ROW_(id, text)                                                                      \
+    [RM_K_##id] = {fenced_##id##_0, fenced_##id##_1, fenced_##id##_2, fenced_##id##_3,             \
                    fenced_##id##_4},
     RM_KERNEL_LIST(FENCED_ROW_)
 #undef FENCED_ROW_

@@ -154,8 +154,8 @@ uint64_t fx_splitmix64(uint64_t *state) {
 static bool parse_generated(fx_tensor *t, char **data, int nv, bool uniform, const char *key,
                             const char *where, char *err, size_t n) {
     if (t->kind != FX_INPUT && t->kind != FX_GRAD_OUTPUT) {
-        seterr(err, n, "%s: %s %s: %s is only for input and grad_output lines", where, key,
-               t->name, data[0]);
+        seterr(err, n, "%s: %s %s: %s is only for input and grad_output lines", where, key, t->name,
+               data[0]);
         return false;
     }
     if (uniform == (t->dtype == REMAT_I64)) {
@@ -236,16 +236,14 @@ static bool parse_tensor(fx_tensor *t, char **tok, int ntok, const char *where, 
     }
     t->numel = 1;
     for (int d = 0; d < t->ndim; d++) {
-        if (!parse_i64(tok[4 + d], &t->shape[d]) || t->shape[d] < 0 ||
-            t->shape[d] > FX_MAX_NUMEL) {
+        if (!parse_i64(tok[4 + d], &t->shape[d]) || t->shape[d] < 0 || t->shape[d] > FX_MAX_NUMEL) {
             seterr(err, n, "%s: %s %s: bad size '%s' of dim %d", where, tok[0], tok[1], tok[4 + d],
                    d);
             return false;
         }
         t->numel *= t->shape[d];
         if (t->numel > FX_MAX_NUMEL) {
-            seterr(err, n, "%s: %s %s: more than %d elements", where, tok[0], tok[1],
-                   FX_MAX_NUMEL);
+            seterr(err, n, "%s: %s %s: more than %d elements", where, tok[0], tok[1], FX_MAX_NUMEL);
             return false;
         }
     }
@@ -256,8 +254,8 @@ static bool parse_tensor(fx_tensor *t, char **tok, int ntok, const char *where, 
         bool gen_u = strcmp(data[0], "@uniform") == 0, gen_i = strcmp(data[0], "@randint") == 0;
         if (gen_u || gen_i) return parse_generated(t, data, nv, gen_u, tok[0], where, err, n);
         if (strcmp(data[0], "@sample") != 0) {
-            seterr(err, n, "%s: %s %s: unknown data form '%s' (@uniform, @randint, @sample)",
-                   where, tok[0], tok[1], data[0]);
+            seterr(err, n, "%s: %s %s: unknown data form '%s' (@uniform, @randint, @sample)", where,
+                   tok[0], tok[1], data[0]);
             return false;
         }
         if (t->kind != FX_OUTPUT && t->kind != FX_GRAD) {
@@ -283,8 +281,7 @@ static bool parse_tensor(fx_tensor *t, char **tok, int ntok, const char *where, 
                    nv < t->n_values ? " (truncated line?)" : "");
         else
             seterr(err, n, "%s: %s %s: shape %s needs %lld values, found %d%s", where, tok[0],
-                   tok[1], sh, (long long)t->numel, nv,
-                   nv < t->numel ? " (truncated line?)" : "");
+                   tok[1], sh, (long long)t->numel, nv, nv < t->numel ? " (truncated line?)" : "");
         return false;
     }
     t->values = malloc(sizeof(double) * (size_t)(t->n_values ? t->n_values : 1));
@@ -401,9 +398,13 @@ fx_case *fx_parse(const char *text, const char *origin, char *err, size_t n) {
                        tok[1]);
                 goto fail;
             }
-            static const struct { const char *kind; int min, max; } kinds[] = {
-                {"transpose", 2, 2}, {"permute", 1, REMAT_MAX_DIMS}, {"slice", 4, 4},
-                {"expand", 0, REMAT_MAX_DIMS}};
+            static const struct {
+                const char *kind;
+                int min, max;
+            } kinds[] = {{"transpose", 2, 2},
+                         {"permute", 1, REMAT_MAX_DIMS},
+                         {"slice", 4, 4},
+                         {"expand", 0, REMAT_MAX_DIMS}};
             int k = -1;
             for (int i = 0; i < 4; i++)
                 if (strcmp(tok[2], kinds[i].kind) == 0) k = i;
@@ -434,10 +435,10 @@ fx_case *fx_parse(const char *text, const char *origin, char *err, size_t n) {
                 }
         } else if (strcmp(key, "input") == 0 || strcmp(key, "output") == 0 ||
                    strcmp(key, "grad_output") == 0 || strcmp(key, "grad") == 0) {
-            fx_kind kind = key[0] == 'i'                ? FX_INPUT
-                           : key[0] == 'o'              ? FX_OUTPUT
-                           : strcmp(key, "grad") == 0   ? FX_GRAD
-                                                        : FX_GRAD_OUTPUT;
+            fx_kind kind = key[0] == 'i'              ? FX_INPUT
+                           : key[0] == 'o'            ? FX_OUTPUT
+                           : strcmp(key, "grad") == 0 ? FX_GRAD
+                                                      : FX_GRAD_OUTPUT;
             fx_tensor t;
             memset(&t, 0, sizeof t);
             t.kind = kind;
@@ -466,8 +467,8 @@ fx_case *fx_parse(const char *text, const char *origin, char *err, size_t n) {
                     char s1[128], s2[128];
                     shape_str(t.ndim, t.shape, s1, sizeof s1);
                     shape_str(ref->ndim, ref->shape, s2, sizeof s2);
-                    seterr(err, n, "%s: %s %s is %s %s but the %s is %s %s", where, key, t.name,
-                           s1, remat_dtype_name(t.dtype), fx_kind_name(ref->kind), s2,
+                    seterr(err, n, "%s: %s %s is %s %s but the %s is %s %s", where, key, t.name, s1,
+                           remat_dtype_name(t.dtype), fx_kind_name(ref->kind), s2,
                            remat_dtype_name(ref->dtype));
                     free(t.values);
                     goto fail;
@@ -495,7 +496,9 @@ fx_case *fx_parse(const char *text, const char *origin, char *err, size_t n) {
     }
     if (!have_case || !have_op || !have_dtype) {
         seterr(err, n, "%s: missing '%s' line", origin,
-               !have_case ? "case" : !have_op ? "op" : "dtype");
+               !have_case ? "case"
+               : !have_op ? "op"
+                          : "dtype");
         goto fail;
     }
     if (!ended) {
@@ -607,8 +610,7 @@ bool fx_param_double(const fx_case *c, const char *name, double *v, char *err, s
     const fx_param *p = param_n(c, name, 1, err, n);
     if (!p) return false;
     if (!parse_value(p->tok[0], REMAT_F64, v)) {
-        seterr(err, n, "%s:%d: param %s: '%s' is not a number", c->path, p->line, name,
-               p->tok[0]);
+        seterr(err, n, "%s:%d: param %s: '%s' is not a number", c->path, p->line, name, p->tok[0]);
         return false;
     }
     return true;
@@ -619,8 +621,8 @@ bool fx_param_ints(const fx_case *c, const char *name, int64_t *v, int max, int 
     const fx_param *p = param_n(c, name, -1, err, n);
     if (!p) return false;
     if (p->n > max) {
-        seterr(err, n, "%s:%d: param %s: at most %d values, found %d", c->path, p->line, name,
-               max, p->n);
+        seterr(err, n, "%s:%d: param %s: at most %d values, found %d", c->path, p->line, name, max,
+               p->n);
         return false;
     }
     for (int i = 0; i < p->n; i++)
@@ -680,8 +682,8 @@ int fx_apply_views(const fx_case *c, const char *name, remat_tensor *base, remat
         if (rc != REMAT_OK) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s", remat_last_error());
-            return remat_set_error(rc, "%s:%d: applying view %s to input %s: %s", c->path,
-                                   v->line, v->kind, name, msg);
+            return remat_set_error(rc, "%s:%d: applying view %s to input %s: %s", c->path, v->line,
+                                   v->kind, name, msg);
         }
         cur = next;
     }
@@ -752,10 +754,9 @@ int64_t fx_compare(const remat_tensor *got, const fx_tensor *exp, double atol, d
         if (bad < 4 && msg && k < msg_len) {
             char ix[128];
             index_str(i, exp->ndim, exp->shape, ix, sizeof ix);
-            k += (size_t)snprintf(msg + k, msg_len - k,
-                                  "%s%s %s%s: got %.17g expected %.17g |diff| %.3g > tol %.3g",
-                                  bad ? "; " : "", fx_kind_name(exp->kind), exp->name, ix, g, e,
-                                  d, tol);
+            k += (size_t)snprintf(
+                msg + k, msg_len - k, "%s%s %s%s: got %.17g expected %.17g |diff| %.3g > tol %.3g",
+                bad ? "; " : "", fx_kind_name(exp->kind), exp->name, ix, g, e, d, tol);
         }
         bad++;
     }

@@ -92,8 +92,7 @@ void rt_tblock_init(rt_tblock *b, int dim, int heads, int seq, double p_drop, re
         remat_tensor **slot = gpt_block_weight_slot(&b->w, i);
         if (sp[i].kind == GPT_W_GAIN || sp[i].kind == GPT_W_SHIFT)
             *slot = constant(sp[i].ndim, sp[i].shape, sp[i].kind == GPT_W_GAIN, dtype);
-        else
-            *slot = param(sp[i].ndim, sp[i].shape, 1.0 / sqrt((double)sp[i].fan_in), dtype, ++k);
+        else *slot = param(sp[i].ndim, sp[i].shape, 1.0 / sqrt((double)sp[i].fan_in), dtype, ++k);
     }
     remat_tensor *m = NULL;
     int rc = gpt_causal_mask(&m, seq, REMAT_DEVICE_CPU);
@@ -113,8 +112,11 @@ int rt_tblock_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out
     if (n_in != 1 || n_out != 1 || !in[0] || remat_ndim(in[0]) != 3)
         return remat_set_error(REMAT_EINVAL, "rt_tblock_fn: one (B, T, D) input, one output");
     b->calls++;
-    gpt_block_config cfg = {.heads = b->heads, .mask = b->mask, .p_drop = b->p_drop,
-                            .gelu = REMAT_GELU_ERF, .tags = b->tagged};
+    gpt_block_config cfg = {.heads = b->heads,
+                            .mask = b->mask,
+                            .p_drop = b->p_drop,
+                            .gelu = REMAT_GELU_ERF,
+                            .tags = b->tagged};
     return gpt_block_forward(&b->w, &cfg, in[0], &out[0]);
 }
 
@@ -135,9 +137,9 @@ void rt_grads_free(rt_grads *g) {
     memset(g, 0, sizeof *g);
 }
 
-void rt_run_blocks(uint64_t seed, int n, remat_checkpoint_fn fn, void **uds,
-                   remat_tensor **params, int n_params, remat_tensor *x,
-                   const remat_checkpoint_options *o, rt_grads *out) {
+void rt_run_blocks(uint64_t seed, int n, remat_checkpoint_fn fn, void **uds, remat_tensor **params,
+                   int n_params, remat_tensor *x, const remat_checkpoint_options *o,
+                   rt_grads *out) {
     remat_manual_seed(seed);
     rt_zero_grads(n_params, params);
     rt_zero_grads(1, &x);

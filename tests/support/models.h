@@ -16,10 +16,10 @@
 
 typedef struct rt_mlp_block {
     int dim, hidden;
-    double p_drop;        /* dropout probability (0: no dropout op at all) */
+    double p_drop; /* dropout probability (0: no dropout op at all) */
     remat_gelu_approx gelu;
     remat_tensor *w1, *b1, *w2, *b2;
-    int calls;            /* forward runs (checkpointed forward + recomputations) */
+    int calls; /* forward runs (checkpointed forward + recomputations) */
 } rt_mlp_block;
 
 /* x (..., dim) → x + w2·dropout(gelu(w1·x + b1)) + b2. Parameters require grad. */
@@ -35,8 +35,8 @@ typedef struct rt_tblock {
     int dim, heads, seq;
     double p_drop;
     gpt_block_weights w;
-    remat_tensor *mask;   /* (seq, seq) i64, 1 above the diagonal (causal) */
-    bool tagged;          /* name the residuals ("qkv", "attn_out", "mlp_up", ...: gpt_block.h) */
+    remat_tensor *mask; /* (seq, seq) i64, 1 above the diagonal (causal) */
+    bool tagged;        /* name the residuals ("qkv", "attn_out", "mlp_up", ...: gpt_block.h) */
     int calls;
 } rt_tblock;
 
@@ -45,8 +45,8 @@ typedef struct rt_tblock {
 void rt_tblock_init(rt_tblock *b, int dim, int heads, int seq, double p_drop, remat_dtype dtype,
                     unsigned seed);
 void rt_tblock_free(rt_tblock *b);
-int rt_tblock_fn(void *user_data, remat_tensor *const *inputs, int n_inputs,
-                 remat_tensor **outputs, int n_outputs);
+int rt_tblock_fn(void *user_data, remat_tensor *const *inputs, int n_inputs, remat_tensor **outputs,
+                 int n_outputs);
 int rt_tblock_params(rt_tblock *b, remat_tensor **params);
 
 /* ---- running a stack of blocks --------------------------------------------------------------
@@ -62,9 +62,8 @@ void rt_grads_free(rt_grads *g);
 /* Seeds remat with `seed`, clears the gradients, runs x through n blocks
  * (fn, uds[i]) — each under remat_checkpoint(o) unless o is NULL — then
  * backward of sum(out); collects the gradients into *out (asserts success). */
-void rt_run_blocks(uint64_t seed, int n, remat_checkpoint_fn fn, void **uds,
-                   remat_tensor **params, int n_params, remat_tensor *x,
-                   const remat_checkpoint_options *o, rt_grads *out);
+void rt_run_blocks(uint64_t seed, int n, remat_checkpoint_fn fn, void **uds, remat_tensor **params,
+                   int n_params, remat_tensor *x, const remat_checkpoint_options *o, rt_grads *out);
 /* Asserts a and b hold bitwise equal outputs and gradients, none missing. */
 void rt_assert_same_grads(const rt_grads *a, const rt_grads *b, const char *what);
 

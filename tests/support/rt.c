@@ -23,8 +23,7 @@ remat_device rt_test_device(void) {
     if (env[len] == ':') index = atoi(env + len + 1);
     if (strcmp(name, "cuda") == 0) {
         const char *why = NULL;
-        if (!remat_cuda_available(&why))
-            cr_skip_test("REMAT_TEST_DEVICE=%s: %s", env, why);
+        if (!remat_cuda_available(&why)) cr_skip_test("REMAT_TEST_DEVICE=%s: %s", env, why);
     }
     if (strcmp(name, "fenced") == 0) rt_fenced_type(); /* registered on first use */
     int type = remat_device_type_id(name);
@@ -93,7 +92,6 @@ remat_tensor *rt_rand(int ndim, const int64_t *shape, remat_dtype dtype, double 
     return t;
 }
 
-
 double rt_max_abs_diff(const remat_tensor *a, const remat_tensor *b) {
     cr_assert_eq(remat_numel(a), remat_numel(b), "rt_max_abs_diff: numel %lld vs %lld",
                  (long long)remat_numel(a), (long long)remat_numel(b));
@@ -136,8 +134,8 @@ void rt_assert_close(const remat_tensor *a, const remat_tensor *b, double atol, 
             double x = va[i], y = vb[i];
             free(va);
             free(vb);
-            cr_assert_fail("%s: element %lld: %.9g vs expected %.9g (tol %.3g)", what,
-                           (long long)i, x, y, tol);
+            cr_assert_fail("%s: element %lld: %.9g vs expected %.9g (tol %.3g)", what, (long long)i,
+                           x, y, tol);
         }
     }
     free(va);

@@ -9,25 +9,24 @@
 #include "remat/remat.h"
 
 /* Asserts that a remat call returned REMAT_OK, showing the error otherwise. */
-#define RT_OK(expr)                                                                     \
-    do {                                                                                \
-        int rt_rc_ = (expr);                                                            \
-        cr_assert_eq(rt_rc_, REMAT_OK, "%s failed: %s: %s", #expr, remat_err_name(rt_rc_), \
-                     remat_last_error());                                               \
+#define RT_OK(expr)                                                                                \
+    do {                                                                                           \
+        int rt_rc_ = (expr);                                                                       \
+        cr_assert_eq(rt_rc_, REMAT_OK, "%s failed: %s: %s", #expr, remat_err_name(rt_rc_),         \
+                     remat_last_error());                                                          \
     } while (0)
 
 /* Asserts that a remat call failed with `status` and that the message
  * contains `needle` (may be NULL). */
-#define RT_FAILS(expr, status, needle)                                                  \
-    do {                                                                                \
-        int rt_rc_ = (expr);                                                            \
-        cr_assert_eq(rt_rc_, (status), "%s returned %s, expected %s (msg: %s)", #expr,   \
-                     remat_err_name(rt_rc_), remat_err_name(status), remat_last_error()); \
-        const char *rt_needle_ = (needle);                                              \
-        if (rt_needle_)                                                                 \
-            cr_assert(strstr(remat_last_error(), rt_needle_) != NULL,                   \
-                      "message of %s lacks \"%s\": %s", #expr, rt_needle_,              \
-                      remat_last_error());                                              \
+#define RT_FAILS(expr, status, needle)                                                             \
+    do {                                                                                           \
+        int rt_rc_ = (expr);                                                                       \
+        cr_assert_eq(rt_rc_, (status), "%s returned %s, expected %s (msg: %s)", #expr,             \
+                     remat_err_name(rt_rc_), remat_err_name(status), remat_last_error());          \
+        const char *rt_needle_ = (needle);                                                         \
+        if (rt_needle_)                                                                            \
+            cr_assert(strstr(remat_last_error(), rt_needle_) != NULL,                              \
+                      "message of %s lacks \"%s\": %s", #expr, rt_needle_, remat_last_error());    \
     } while (0)
 
 /* ---- the test device -----------------------------------------------------------------
@@ -43,9 +42,9 @@
  * nothing reads or writes device data on the host. Other
  * suites, and every suite without the variable, make cpu tensors as always. */
 extern bool rt_on_test_device_;
-#define RT_ON_TEST_DEVICE                                                                 \
-    __attribute__((constructor)) static void rt_on_test_device_init_(void) {             \
-        rt_on_test_device_ = true;                                                        \
+#define RT_ON_TEST_DEVICE                                                                          \
+    __attribute__((constructor)) static void rt_on_test_device_init_(void) {                       \
+        rt_on_test_device_ = true;                                                                 \
     }
 /* The device REMAT_TEST_DEVICE names (cpu without it; an unknown name fails the test);
  * skips the test when it names a device that cannot be used. */
@@ -86,11 +85,12 @@ typedef int (*rt_fn)(void *user_data, remat_tensor *const *inputs, int n_inputs,
 bool rt_gradcheck(rt_fn f, void *user_data, int n_inputs, remat_tensor *const *inputs, double eps,
                   double atol, double rtol, char *msg, size_t msg_len);
 /* Convenience assertion around rt_gradcheck with eps 1e-6, atol 1e-5, rtol 1e-4. */
-#define RT_GRADCHECK(f, ud, n, inputs)                                                  \
-    do {                                                                                \
-        char rt_msg_[2048];                                                             \
-        cr_assert(rt_gradcheck((f), (ud), (n), (inputs), 1e-6, 1e-5, 1e-4, rt_msg_,     \
-                               sizeof rt_msg_), "gradcheck %s: %s", #f, rt_msg_);       \
+#define RT_GRADCHECK(f, ud, n, inputs)                                                             \
+    do {                                                                                           \
+        char rt_msg_[2048];                                                                        \
+        cr_assert(                                                                                 \
+            rt_gradcheck((f), (ud), (n), (inputs), 1e-6, 1e-5, 1e-4, rt_msg_, sizeof rt_msg_),     \
+            "gradcheck %s: %s", #f, rt_msg_);                                                      \
     } while (0)
 
 /* ---- a second device type for multi-device tests -----------------------------------

@@ -78,8 +78,8 @@ static int chunked(rm_kernel_fn f32, const rm_kargs *k, int64_t n) {
     for (int i = 0; i < NOPS && !rc; i++) {
         ops[i] = i < RM_KERNEL_MAX_IN ? k->in[i] : k->out[i - RM_KERNEL_MAX_IN];
         if (ops[i] && ops[i]->dtype == REMAT_BF16)
-            rc = rm_storage_new(&buf[i], BF16_CHUNK * sizeof(float), ops[i]->storage->device,
-                                false);
+            rc =
+                rm_storage_new(&buf[i], BF16_CHUNK * sizeof(float), ops[i]->storage->device, false);
     }
     for (int64_t off = 0; off < n && !rc; off += BF16_CHUNK) {
         int64_t len = n - off < BF16_CHUNK ? n - off : BF16_CHUNK;
@@ -96,8 +96,7 @@ static int chunked(rm_kernel_fn f32, const rm_kargs *k, int64_t n) {
         }
         if (!rc) rc = f32(&c);
         for (int i = RM_KERNEL_MAX_IN; i < NOPS && !rc; i++)
-            if (buf[i])
-                rm_cpu_f32_to_bf16(buf[i]->data, (uint16_t *)rm_ptr(ops[i]) + off, len);
+            if (buf[i]) rm_cpu_f32_to_bf16(buf[i]->data, (uint16_t *)rm_ptr(ops[i]) + off, len);
         for (int i = 0; i < RM_KERNEL_MAX_IN; i++) remat_release(c.in[i]);
         for (int i = 0; i < RM_KERNEL_MAX_OUT; i++) remat_release(c.out[i]);
     }
@@ -136,7 +135,7 @@ static int via_f32(rm_kernel_id id, const rm_kargs *k) {
     return rc;
 }
 
-#define RM_BF16_VIA_F32_(id, text)                                                           \
+#define RM_BF16_VIA_F32_(id, text)                                                                 \
     static int bf16_via_f32_##id(const rm_kargs *k) { return via_f32(RM_K_##id, k); }
 RM_KERNEL_LIST(RM_BF16_VIA_F32_)
 #undef RM_BF16_VIA_F32_

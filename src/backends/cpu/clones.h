@@ -13,7 +13,7 @@
 #ifndef REMAT_BACKENDS_CPU_CLONES_H
 #define REMAT_BACKENDS_CPU_CLONES_H
 
-#if defined(__x86_64__) && defined(__ELF__) && !defined(REMAT_NATIVE_BUILD) &&             \
+#if defined(__x86_64__) && defined(__ELF__) && !defined(REMAT_NATIVE_BUILD) &&                     \
     !defined(__SANITIZE_ADDRESS__) && !defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 12
 #define RM_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else

@@ -75,8 +75,8 @@ static void cp_omp_ids(int *nt, int *id) {
 
 /* Offsets (elements) of outer row `row` (row-major over the first nd dims of
  * shape) in dst and src. */
-static void cp_seek(int nd, const int64_t *shape, const int64_t *ds, const int64_t *ss,
-                    int64_t row, int64_t *od, int64_t *os) {
+static void cp_seek(int nd, const int64_t *shape, const int64_t *ds, const int64_t *ss, int64_t row,
+                    int64_t *od, int64_t *os) {
     int64_t a = 0, b = 0;
     for (int k = nd - 1; k >= 0; k--) {
         int64_t i = row % shape[k];
@@ -90,36 +90,34 @@ static void cp_seek(int nd, const int64_t *shape, const int64_t *ds, const int64
 
 /* Row and strided loops: the last dim is the row; threads take equal slices
  * of the flat range [0, n). */
-#define CP_ROWS(T)                                                                            \
-    do {                                                                                      \
-        T *pd = (T *)(void *)p->d;                                                            \
-        const T *ps = (const T *)(const void *)p->s;                                          \
-        _Pragma("omp parallel if (n > 32768)")                                                \
-        {                                                                                     \
-            int nt, id;                                                                       \
-            cp_omp_ids(&nt, &id);                                                             \
-            int64_t lo = n * id / nt, hi = n * (id + 1) / nt;                                 \
-            if (lo < hi) {                                                                    \
-                rm_iter it;                                                                   \
-                rm_iter_init(&it, L, p->shape, 2);                                            \
-                memcpy(it.strides[0], p->ds, sizeof(int64_t) * (size_t)L);                    \
-                memcpy(it.strides[1], p->ss, sizeof(int64_t) * (size_t)L);                    \
-                rm_iter_seek(&it, lo / inner);                                                \
-                int64_t col = lo % inner, pos = lo;                                           \
-                while (pos < hi) {                                                            \
-                    int64_t len = inner - col < hi - pos ? inner - col : hi - pos;            \
-                    T *dd = pd + it.off[0] + col * sd;                                        \
-                    const T *sp = ps + it.off[1] + col * sl;                                  \
-                    if (unit)                                                                 \
-                        memcpy(dd, sp, (size_t)len * sizeof(T));                              \
-                    else                                                                      \
-                        for (int64_t i = 0; i < len; i++) dd[i * sd] = sp[i * sl];            \
-                    pos += len;                                                               \
-                    col = 0;                                                                  \
-                    rm_iter_next(&it);                                                        \
-                }                                                                             \
-            }                                                                                 \
-        }                                                                                     \
+#define CP_ROWS(T)                                                                                 \
+    do {                                                                                           \
+        T *pd = (T *)(void *)p->d;                                                                 \
+        const T *ps = (const T *)(const void *)p->s;                                               \
+        _Pragma("omp parallel if (n > 32768)") {                                                   \
+            int nt, id;                                                                            \
+            cp_omp_ids(&nt, &id);                                                                  \
+            int64_t lo = n * id / nt, hi = n * (id + 1) / nt;                                      \
+            if (lo < hi) {                                                                         \
+                rm_iter it;                                                                        \
+                rm_iter_init(&it, L, p->shape, 2);                                                 \
+                memcpy(it.strides[0], p->ds, sizeof(int64_t) * (size_t)L);                         \
+                memcpy(it.strides[1], p->ss, sizeof(int64_t) * (size_t)L);                         \
+                rm_iter_seek(&it, lo / inner);                                                     \
+                int64_t col = lo % inner, pos = lo;                                                \
+                while (pos < hi) {                                                                 \
+                    int64_t len = inner - col < hi - pos ? inner - col : hi - pos;                 \
+                    T *dd = pd + it.off[0] + col * sd;                                             \
+                    const T *sp = ps + it.off[1] + col * sl;                                       \
+                    if (unit) memcpy(dd, sp, (size_t)len * sizeof(T));                             \
+                    else                                                                           \
+                        for (int64_t i = 0; i < len; i++) dd[i * sd] = sp[i * sl];                 \
+                    pos += len;                                                                    \
+                    col = 0;                                                                       \
+                    rm_iter_next(&it);                                                             \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
     } while (0)
 
 /* Tile of CP_TILE_R rows (src-contiguous dim) x CP_TILE_C columns
@@ -131,25 +129,25 @@ static void cp_seek(int nd, const int64_t *shape, const int64_t *ds, const int64
 
 /* dst (outer..., R, C) with dst stride 1 along C; src stride 1 along R and
  * sc along C. Work item = (outer index, block of CP_TILE_R rows of R). */
-#define CP_TRANSPOSE(T)                                                                       \
-    do {                                                                                      \
-        T *pd = (T *)(void *)p->d;                                                            \
-        const T *ps = (const T *)(const void *)p->s;                                          \
-        _Pragma("omp parallel for schedule(static) if (n > 32768)")                           \
-        for (int64_t w = 0; w < n_work; w++) {                                                \
-            int64_t od, os;                                                                   \
-            cp_seek(no, p->shape, p->ds, p->ss, w / n_rb, &od, &os);                          \
-            int64_t r0 = (w % n_rb) * CP_TILE_R;                                              \
-            int64_t r1 = r0 + CP_TILE_R < R ? r0 + CP_TILE_R : R;                             \
-            for (int64_t c0 = 0; c0 < C; c0 += CP_TILE_C) {                                   \
-                int64_t c1 = c0 + CP_TILE_C < C ? c0 + CP_TILE_C : C;                         \
-                for (int64_t r = r0; r < r1; r++) {                                           \
-                    T *dd = pd + od + r * dr;                                                 \
-                    const T *sp = ps + os + r;                                                \
-                    for (int64_t c = c0; c < c1; c++) dd[c] = sp[c * sc];                     \
-                }                                                                             \
-            }                                                                                 \
-        }                                                                                     \
+#define CP_TRANSPOSE(T)                                                                            \
+    do {                                                                                           \
+        T *pd = (T *)(void *)p->d;                                                                 \
+        const T *ps = (const T *)(const void *)p->s;                                               \
+        _Pragma("omp parallel for schedule(static) if (n > 32768)") for (int64_t w = 0;            \
+                                                                         w < n_work; w++) {        \
+            int64_t od, os;                                                                        \
+            cp_seek(no, p->shape, p->ds, p->ss, w / n_rb, &od, &os);                               \
+            int64_t r0 = (w % n_rb) * CP_TILE_R;                                                   \
+            int64_t r1 = r0 + CP_TILE_R < R ? r0 + CP_TILE_R : R;                                  \
+            for (int64_t c0 = 0; c0 < C; c0 += CP_TILE_C) {                                        \
+                int64_t c1 = c0 + CP_TILE_C < C ? c0 + CP_TILE_C : C;                              \
+                for (int64_t r = r0; r < r1; r++) {                                                \
+                    T *dd = pd + od + r * dr;                                                      \
+                    const T *sp = ps + os + r;                                                     \
+                    for (int64_t c = c0; c < c1; c++) dd[c] = sp[c * sc];                          \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
     } while (0)
 
 /* Tries the tiled transpose; false when the layout is not a transpose. */

@@ -10,41 +10,41 @@
 #include "../../dispatch/kernels.h"
 #include "nn.h"
 
-#define RM_CPU_KERNELS(X)                                                                    \
-    /* elementwise: unary.c, elementwise.c (the engine switches on y's dtype) */             \
-    X(UNARY, unary, F32_F64)                                                                 \
-    X(UNARY_BWD, unary_bwd, F32_F64)                                                         \
-    X(RELU_MASK, relu_mask, F32_F64)                                                         \
-    X(RELU_MASK_BWD, relu_mask_bwd, F32_F64)                                                 \
-    X(ELEMENTWISE, elementwise, FLOAT)                                                       \
-    /* reduce: reduce.c (sum, max), loss.c (embedding, cross_entropy, mse) */                \
-    X(SUM, sum, F32_F64)                                                                     \
-    X(SUM_BWD, sum_bwd, F32_F64)                                                             \
-    X(MAX, max, F32_F64)                                                                     \
-    X(MAX_BWD, max_bwd, F32_F64)                                                             \
-    X(EMBEDDING, embedding, F32_F64)                                                         \
-    X(EMBEDDING_BWD, embedding_bwd, F32_F64)                                                 \
-    X(CROSS_ENTROPY, cross_entropy, F32_F64)                                                 \
-    X(CROSS_ENTROPY_BWD, cross_entropy_bwd, F32_F64)                                         \
-    X(MSE, mse, F32_F64)                                                                     \
-    X(MSE_BWD, mse_bwd, F32_F64)                                                             \
-    /* nn: nn.c */                                                                           \
-    X(SOFTMAX, softmax, F32_F64)                                                             \
-    X(SOFTMAX_BWD, softmax_bwd, F32_F64)                                                     \
-    X(LAYER_NORM, layer_norm, F32_F64)                                                       \
-    X(LAYER_NORM_BWD, layer_norm_bwd, F32_F64)                                               \
-    X(DROPOUT, dropout, F32_F64)                                                             \
-    X(DROPOUT_BWD, dropout_bwd, F32_F64)                                                     \
+#define RM_CPU_KERNELS(X)                                                                          \
+    /* elementwise: unary.c, elementwise.c (the engine switches on y's dtype) */                   \
+    X(UNARY, unary, F32_F64)                                                                       \
+    X(UNARY_BWD, unary_bwd, F32_F64)                                                               \
+    X(RELU_MASK, relu_mask, F32_F64)                                                               \
+    X(RELU_MASK_BWD, relu_mask_bwd, F32_F64)                                                       \
+    X(ELEMENTWISE, elementwise, FLOAT)                                                             \
+    /* reduce: reduce.c (sum, max), loss.c (embedding, cross_entropy, mse) */                      \
+    X(SUM, sum, F32_F64)                                                                           \
+    X(SUM_BWD, sum_bwd, F32_F64)                                                                   \
+    X(MAX, max, F32_F64)                                                                           \
+    X(MAX_BWD, max_bwd, F32_F64)                                                                   \
+    X(EMBEDDING, embedding, F32_F64)                                                               \
+    X(EMBEDDING_BWD, embedding_bwd, F32_F64)                                                       \
+    X(CROSS_ENTROPY, cross_entropy, F32_F64)                                                       \
+    X(CROSS_ENTROPY_BWD, cross_entropy_bwd, F32_F64)                                               \
+    X(MSE, mse, F32_F64)                                                                           \
+    X(MSE_BWD, mse_bwd, F32_F64)                                                                   \
+    /* nn: nn.c */                                                                                 \
+    X(SOFTMAX, softmax, F32_F64)                                                                   \
+    X(SOFTMAX_BWD, softmax_bwd, F32_F64)                                                           \
+    X(LAYER_NORM, layer_norm, F32_F64)                                                             \
+    X(LAYER_NORM_BWD, layer_norm_bwd, F32_F64)                                                     \
+    X(DROPOUT, dropout, F32_F64)                                                                   \
+    X(DROPOUT_BWD, dropout_bwd, F32_F64)                                                           \
     /* matmul: matmul.c (bf16 too: oneDNN's bf16 GEMM), attention.c (they switch on the   \
-     * operands' dtype) */                                                                   \
-    X(MATMUL, matmul, FLOAT_BF16)                                                               \
-    X(COLSUM, colsum, FLOAT)                                                                 \
-    X(ATTENTION, attention, FLOAT_BF16)                                                      \
-    X(ATTENTION_BWD, attention_bwd, FLOAT_BF16)                                              \
-    /* shape: copy.c (copies, any dtype), select.c (switches on y's dtype) */                \
-    X(COPY, copy, ALL)                                                                       \
-    X(SELECT, select, FLOAT)                                                                 \
-    X(ZERO, zero, ALL)                                                                       \
+     * operands' dtype) */        \
+    X(MATMUL, matmul, FLOAT_BF16)                                                                  \
+    X(COLSUM, colsum, FLOAT)                                                                       \
+    X(ATTENTION, attention, FLOAT_BF16)                                                            \
+    X(ATTENTION_BWD, attention_bwd, FLOAT_BF16)                                                    \
+    /* shape: copy.c (copies, any dtype), select.c (switches on y's dtype) */                      \
+    X(COPY, copy, ALL)                                                                             \
+    X(SELECT, select, FLOAT)                                                                       \
+    X(ZERO, zero, ALL)                                                                             \
     X(COPY_INTO, copy_into, ALL)
 RM_CPU_KERNELS(RM_CPU_DECL)
 

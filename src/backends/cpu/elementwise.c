@@ -26,9 +26,10 @@
 typedef rm_ew_op ewop;
 
 static const int k_arity[RM_EW_N_OPS] = {
-    [RM_EW_FILL] = 0, [RM_EW_SCALE] = 1, [RM_EW_RELU] = 1, [RM_EW_ADD] = 2, [RM_EW_SUB] = 2, [RM_EW_MUL] = 2,
-    [RM_EW_DIV] = 2, [RM_EW_POW] = 2, [RM_EW_AXPY] = 2, [RM_EW_RELU_BWD] = 2, [RM_EW_DIV_GB] = 3,
-    [RM_EW_POW_GA] = 3, [RM_EW_POW_GB] = 3,
+    [RM_EW_FILL] = 0,   [RM_EW_SCALE] = 1,    [RM_EW_RELU] = 1,   [RM_EW_ADD] = 2,
+    [RM_EW_SUB] = 2,    [RM_EW_MUL] = 2,      [RM_EW_DIV] = 2,    [RM_EW_POW] = 2,
+    [RM_EW_AXPY] = 2,   [RM_EW_RELU_BWD] = 2, [RM_EW_DIV_GB] = 3, [RM_EW_POW_GA] = 3,
+    [RM_EW_POW_GB] = 3,
 };
 
 /* Elementwise expressions. Macro arguments a function does not use are
@@ -46,10 +47,9 @@ static const int k_arity[RM_EW_N_OPS] = {
 #define F_DIV_GB(A, B, C, P, POWF, LOGF) (-(A) * (B) / ((C) * (C)))
 /* d(x^e)/dx = e * x^(e-1); defined as 0 where e == 0 (as P does), so that
  * x = 0, e = 0 gives 0 rather than 0 * inf = nan. */
-#define F_POW_GA(A, B, C, P, POWF, LOGF) ((C) == 0 ? 0 : (A) * (C) * POWF((B), (C) - 1))
+#define F_POW_GA(A, B, C, P, POWF, LOGF) ((C) == 0 ? 0 : (A) * (C)*POWF((B), (C)-1))
 /* d(x^e)/de = x^e * log(x); 0 where x == 0 and e >= 0 (the limit), as P. */
-#define F_POW_GB(A, B, C, P, POWF, LOGF) \
-    (((B) == 0 && (C) >= 0) ? 0 : (A) * POWF((B), (C)) * LOGF(B))
+#define F_POW_GB(A, B, C, P, POWF, LOGF) (((B) == 0 && (C) >= 0) ? 0 : (A)*POWF((B), (C)) * LOGF(B))
 
 /* Inner loop over n elements with element strides sy, sa, sb, sc.
  * Variants: everything unit-stride (the common contiguous case), b scalar,
@@ -60,31 +60,31 @@ static const int k_arity[RM_EW_N_OPS] = {
  * clang reports a forced but failed vectorisation as a warning. */
 #define RM_EW_SIMD_1 _Pragma("omp simd")
 #define RM_EW_SIMD_0
-#define RM_EW_INNER(T, F, SIMD, POWF, LOGF)                                                      \
-    do {                                                                                     \
-        if (sy == 1 && sa == 1 && sb == 1 && sc == 1) {                                      \
-            RM_EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++)                                   \
-                y[i] = (T)F(a[i], b[i], c[i], p, POWF, LOGF);                                \
-        } else if (sy == 1 && sa == 1 && sb == 0 && sc == 1) {                               \
-            const T bv = b[0];                                                               \
-            (void)bv;                                                                        \
-            RM_EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++)                                   \
-                y[i] = (T)F(a[i], bv, c[i], p, POWF, LOGF);                                  \
-        } else if (sy == 1 && sa == 0 && sb == 1 && sc == 1) {                               \
-            const T av = a[0];                                                               \
-            (void)av;                                                                        \
-            RM_EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++)                                   \
-                y[i] = (T)F(av, b[i], c[i], p, POWF, LOGF);                                  \
-        } else {                                                                             \
-            for (int64_t i = 0; i < n; i++)                                                  \
-                y[i * sy] = (T)F(a[i * sa], b[i * sb], c[i * sc], p, POWF, LOGF);            \
-        }                                                                                    \
+#define RM_EW_INNER(T, F, SIMD, POWF, LOGF)                                                        \
+    do {                                                                                           \
+        if (sy == 1 && sa == 1 && sb == 1 && sc == 1) {                                            \
+            RM_EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++) y[i] =                               \
+                (T)F(a[i], b[i], c[i], p, POWF, LOGF);                                             \
+        } else if (sy == 1 && sa == 1 && sb == 0 && sc == 1) {                                     \
+            const T bv = b[0];                                                                     \
+            (void)bv;                                                                              \
+            RM_EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++) y[i] =                               \
+                (T)F(a[i], bv, c[i], p, POWF, LOGF);                                               \
+        } else if (sy == 1 && sa == 0 && sb == 1 && sc == 1) {                                     \
+            const T av = a[0];                                                                     \
+            (void)av;                                                                              \
+            RM_EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++) y[i] =                               \
+                (T)F(av, b[i], c[i], p, POWF, LOGF);                                               \
+        } else {                                                                                   \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                y[i * sy] = (T)F(a[i * sa], b[i * sb], c[i * sc], p, POWF, LOGF);                  \
+        }                                                                                          \
     } while (0)
 
-#define RM_EW_KERNEL(T, POWF, LOGF)                                                             \
-    static void ew_inner_##T(ewop op, T *y, int64_t sy, const T *a, int64_t sa, const T *b,  \
-                             int64_t sb, const T *c, int64_t sc, int64_t n, T p) {           \
-        switch (op) {                                                                        \
+#define RM_EW_KERNEL(T, POWF, LOGF)                                                                \
+    static void ew_inner_##T(ewop op, T *y, int64_t sy, const T *a, int64_t sa, const T *b,        \
+                             int64_t sb, const T *c, int64_t sc, int64_t n, T p) {                 \
+        switch (op) {                                                                              \
         case RM_EW_FILL: RM_EW_INNER(T, F_FILL, 1, POWF, LOGF); break;                             \
         case RM_EW_SCALE: RM_EW_INNER(T, F_SCALE, 1, POWF, LOGF); break;                           \
         case RM_EW_RELU: RM_EW_INNER(T, F_RELU, 1, POWF, LOGF); break;                             \
@@ -98,8 +98,8 @@ static const int k_arity[RM_EW_N_OPS] = {
         case RM_EW_DIV_GB: RM_EW_INNER(T, F_DIV_GB, 1, POWF, LOGF); break;                         \
         case RM_EW_POW_GA: RM_EW_INNER(T, F_POW_GA, 0, POWF, LOGF); break;                         \
         case RM_EW_POW_GB: RM_EW_INNER(T, F_POW_GB, 0, POWF, LOGF); break;                         \
-        case RM_EW_N_OPS: break;                                                                \
-        }                                                                                    \
+        case RM_EW_N_OPS: break;                                                                   \
+        }                                                                                          \
     }
 
 RM_EW_KERNEL(float, powf, logf)
@@ -117,7 +117,8 @@ static void plan_build(ew_plan *p, const remat_tensor *y, remat_tensor *const *x
     memcpy(st[0], y->strides, sizeof(int64_t) * (size_t)y->ndim);
     for (int k = 0; k < 3; k++) {
         if (k < n_in) rm_broadcast_strides(x[k], y->ndim, y->shape, st[k + 1]);
-        else for (int d = 0; d < y->ndim; d++) st[k + 1][d] = 0; /* unused operand */
+        else
+            for (int d = 0; d < y->ndim; d++) st[k + 1][d] = 0; /* unused operand */
     }
     int nd = 0;
     for (int d = 0; d < y->ndim; d++) {
@@ -126,8 +127,7 @@ static void plan_build(ew_plan *p, const remat_tensor *y, remat_tensor *const *x
             /* merge dim d into the previous kept dim if every operand steps
              * over the previous dim exactly as over a whole row of d */
             bool merge = true;
-            for (int k = 0; k < 4 && merge; k++)
-                merge = p->st[k][nd - 1] == st[k][d] * y->shape[d];
+            for (int k = 0; k < 4 && merge; k++) merge = p->st[k][nd - 1] == st[k][d] * y->shape[d];
             if (merge) {
                 p->shape[nd - 1] *= y->shape[d];
                 for (int k = 0; k < 4; k++) p->st[k][nd - 1] = st[k][d];
@@ -147,33 +147,32 @@ static void plan_build(ew_plan *p, const remat_tensor *y, remat_tensor *const *x
 }
 
 /* Runs flat elements [lo, hi) of the plan. */
-#define RM_EW_RANGE(T)                                                                          \
-    static void ew_range_##T(ewop op, const ew_plan *pl, T *y, const T *a, const T *b,       \
-                             const T *c, T p, int64_t lo, int64_t hi) {                      \
-        int nd = pl->nd;                                                                     \
-        int64_t inner = pl->shape[nd - 1];                                                   \
-        rm_iter it;                                                                          \
-        rm_iter_init(&it, nd - 1, pl->shape, 4);                                             \
-        for (int k = 0; k < 4; k++)                                                          \
-            memcpy(it.strides[k], pl->st[k], sizeof(int64_t) * (size_t)(nd - 1));            \
-        rm_iter_seek(&it, lo / inner);                                                       \
-        int64_t col = lo % inner, pos = lo;                                                  \
-        int64_t s0 = pl->st[0][nd - 1], s1 = pl->st[1][nd - 1], s2 = pl->st[2][nd - 1],      \
-                s3 = pl->st[3][nd - 1];                                                      \
-        /* unused operands: unit stride so they never block the fast paths */               \
-        if (!a) s1 = 1;                                                                      \
-        if (!b) s2 = 1;                                                                      \
-        if (!c) s3 = 1;                                                                      \
-        while (pos < hi) {                                                                   \
-            int64_t len = inner - col < hi - pos ? inner - col : hi - pos;                   \
-            ew_inner_##T(op, y + it.off[0] + col * s0, s0,                                   \
-                         a ? a + it.off[1] + col * s1 : NULL, s1,                            \
-                         b ? b + it.off[2] + col * s2 : NULL, s2,                            \
-                         c ? c + it.off[3] + col * s3 : NULL, s3, len, p);                   \
-            pos += len;                                                                      \
-            col = 0;                                                                         \
-            rm_iter_next(&it);                                                               \
-        }                                                                                    \
+#define RM_EW_RANGE(T)                                                                             \
+    static void ew_range_##T(ewop op, const ew_plan *pl, T *y, const T *a, const T *b, const T *c, \
+                             T p, int64_t lo, int64_t hi) {                                        \
+        int nd = pl->nd;                                                                           \
+        int64_t inner = pl->shape[nd - 1];                                                         \
+        rm_iter it;                                                                                \
+        rm_iter_init(&it, nd - 1, pl->shape, 4);                                                   \
+        for (int k = 0; k < 4; k++)                                                                \
+            memcpy(it.strides[k], pl->st[k], sizeof(int64_t) * (size_t)(nd - 1));                  \
+        rm_iter_seek(&it, lo / inner);                                                             \
+        int64_t col = lo % inner, pos = lo;                                                        \
+        int64_t s0 = pl->st[0][nd - 1], s1 = pl->st[1][nd - 1], s2 = pl->st[2][nd - 1],            \
+                s3 = pl->st[3][nd - 1];                                                            \
+        /* unused operands: unit stride so they never block the fast paths */                      \
+        if (!a) s1 = 1;                                                                            \
+        if (!b) s2 = 1;                                                                            \
+        if (!c) s3 = 1;                                                                            \
+        while (pos < hi) {                                                                         \
+            int64_t len = inner - col < hi - pos ? inner - col : hi - pos;                         \
+            ew_inner_##T(op, y + it.off[0] + col * s0, s0, a ? a + it.off[1] + col * s1 : NULL,    \
+                         s1, b ? b + it.off[2] + col * s2 : NULL, s2,                              \
+                         c ? c + it.off[3] + col * s3 : NULL, s3, len, p);                         \
+            pos += len;                                                                            \
+            col = 0;                                                                               \
+            rm_iter_next(&it);                                                                     \
+        }                                                                                          \
     }
 
 RM_EW_RANGE(float)
@@ -181,9 +180,9 @@ RM_EW_RANGE(double)
 
 /* Work per element above which threads pay off; pow/log are ~20x dearer. */
 static int64_t ew_threshold(ewop op) {
-    return (op == RM_EW_POW || op == RM_EW_POW_GA || op == RM_EW_POW_GB) ? RM_OMP_MIN / 16 : RM_OMP_MIN;
+    return (op == RM_EW_POW || op == RM_EW_POW_GA || op == RM_EW_POW_GB) ? RM_OMP_MIN / 16
+                                                                         : RM_OMP_MIN;
 }
-
 
 /* The RM_K_ELEMENTWISE kernel: y = f(a, b, c; p) with a, b, c (as many
  * as the op reads; others NULL) broadcast to y's shape, all of y's dtype.
@@ -199,8 +198,8 @@ int rm_cpu_elementwise(const rm_kargs *k) {
     if (n == 0) return REMAT_OK;
     ew_plan pl;
     plan_build(&pl, y, x, n_in);
-    void *py = rm_ptr(y), *pa = n_in > 0 ? rm_ptr(x[0]) : NULL, *pb = n_in > 1 ? rm_ptr(x[1]) : NULL,
-         *pc = n_in > 2 ? rm_ptr(x[2]) : NULL;
+    void *py = rm_ptr(y), *pa = n_in > 0 ? rm_ptr(x[0]) : NULL,
+         *pb = n_in > 1 ? rm_ptr(x[1]) : NULL, *pc = n_in > 2 ? rm_ptr(x[2]) : NULL;
     bool f32 = y->dtype == REMAT_F32;
 #pragma omp parallel if (n > ew_threshold(op))
     {
@@ -217,4 +216,3 @@ int rm_cpu_elementwise(const rm_kargs *k) {
     }
     return REMAT_OK;
 }
-

@@ -57,109 +57,107 @@ static int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 #define RM_FMA_double(a, b, c) ((a) * (b) + (c))
 #endif
 
-#define GEMM_REF(T, NAME, NR)                                                                  \
-    /* C rows [0, mr) += ap (kc×MR, packed A) · bp (kc×nc, packed B) */                        \
-    static void NAME##_tile(int64_t kc, const T *restrict ap, const T *restrict bp, int64_t nc, \
-                            T *restrict C, int64_t ldc, int64_t mr) {                          \
-        int64_t j = 0;                                                                         \
-        if (mr == RM_MR) {                                                                     \
-            for (; j + NR <= nc; j += NR) {                                                    \
-                T *restrict d0 = C + j, *restrict d1 = d0 + ldc;                               \
-                T *restrict d2 = d1 + ldc, *restrict d3 = d2 + ldc;                            \
-                T c0[NR], c1[NR], c2[NR], c3[NR];                                              \
-                for (int jj = 0; jj < NR; jj++) {                                              \
-                    c0[jj] = d0[jj];                                                           \
-                    c1[jj] = d1[jj];                                                           \
-                    c2[jj] = d2[jj];                                                           \
-                    c3[jj] = d3[jj];                                                           \
-                }                                                                              \
-                for (int64_t k = 0; k < kc; k++) {                                             \
-                    const T *restrict b = bp + k * nc + j;                                     \
-                    T a0 = ap[k * RM_MR], a1 = ap[k * RM_MR + 1];                              \
-                    T a2 = ap[k * RM_MR + 2], a3 = ap[k * RM_MR + 3];                          \
-                    for (int jj = 0; jj < NR; jj++) {                                          \
-                        c0[jj] = RM_FMA_##T(a0, b[jj], c0[jj]);                                \
-                        c1[jj] = RM_FMA_##T(a1, b[jj], c1[jj]);                                \
-                        c2[jj] = RM_FMA_##T(a2, b[jj], c2[jj]);                                \
-                        c3[jj] = RM_FMA_##T(a3, b[jj], c3[jj]);                                \
-                    }                                                                          \
-                }                                                                              \
-                for (int jj = 0; jj < NR; jj++) {                                              \
-                    d0[jj] = c0[jj];                                                           \
-                    d1[jj] = c1[jj];                                                           \
-                    d2[jj] = c2[jj];                                                           \
-                    d3[jj] = c3[jj];                                                           \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
-        /* edges: the last < NR columns, or a block of fewer than MR rows */                   \
-        for (int64_t r = 0; r < mr; r++) {                                                     \
-            T *restrict c = C + r * ldc;                                                       \
-            for (int64_t k = 0; k < kc; k++) {                                                 \
-                T a = ap[k * RM_MR + r];                                                       \
-                const T *restrict b = bp + k * nc;                                             \
-                for (int64_t jj = j; jj < nc; jj++) c[jj] = RM_FMA_##T(a, b[jj], c[jj]);                        \
-            }                                                                                  \
-        }                                                                                      \
-    }                                                                                          \
-                                                                                               \
-    /* C = beta·C, with beta == 0 overwriting (BLAS semantics) */                              \
-    static void NAME##_scale(int64_t M, int64_t N, T beta, T *C, int64_t ldc) {                \
-        if (beta == (T)1) return;                                                              \
-        _Pragma("omp parallel for if (M * N > RM_OMP_MIN)")                                    \
-        for (int64_t i = 0; i < M; i++) {                                                      \
-            T *c = C + i * ldc;                                                                \
-            if (beta == (T)0)                                                                  \
-                for (int64_t j = 0; j < N; j++) c[j] = 0;                                      \
-            else                                                                               \
-                for (int64_t j = 0; j < N; j++) c[j] *= beta;                                  \
-        }                                                                                      \
-    }                                                                                          \
-                                                                                               \
-    void NAME(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A,          \
-              int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {               \
-        if (M <= 0 || N <= 0) return;                                                          \
-        NAME##_scale(M, N, beta, C, ldc);                                                      \
-        if (K <= 0 || alpha == (T)0) return;                                                   \
-        T *bp = malloc(sizeof(T) * RM_KC * RM_NC);                                             \
-        if (!bp) {                                                                             \
-            /* no memory for the panel: unblocked loops (slow, but never fails) */             \
-            for (int64_t i = 0; i < M; i++)                                                    \
-                for (int64_t k = 0; k < K; k++) {                                              \
-                    T a = alpha * (ta ? A[k * lda + i] : A[i * lda + k]);                      \
-                    for (int64_t j = 0; j < N; j++)                                            \
-                        C[i * ldc + j] += a * (tb ? B[j * ldb + k] : B[k * ldb + j]);          \
-                }                                                                              \
-            return;                                                                            \
-        }                                                                                      \
-        int64_t nblk = (M + RM_MR - 1) / RM_MR;                                                \
-        for (int64_t k0 = 0; k0 < K; k0 += RM_KC) {                                            \
-            int64_t kc = imin(RM_KC, K - k0);                                                  \
-            for (int64_t j0 = 0; j0 < N; j0 += RM_NC) {                                        \
-                int64_t nc = imin(RM_NC, N - j0);                                              \
-                /* pack B[k0:k0+kc, j0:j0+nc] (kc × nc, row-major) */                          \
-                for (int64_t k = 0; k < kc; k++) {                                             \
-                    T *dst = bp + k * nc;                                                      \
-                    if (tb)                                                                    \
-                        for (int64_t j = 0; j < nc; j++) dst[j] = B[(j0 + j) * ldb + k0 + k];  \
-                    else                                                                       \
-                        memcpy(dst, B + (k0 + k) * ldb + j0, sizeof(T) * (size_t)nc);          \
-                }                                                                              \
-                _Pragma("omp parallel for schedule(static) if (M * nc * kc >= (1 << 20))")    \
-                for (int64_t ib = 0; ib < nblk; ib++) {                                        \
-                    int64_t i0 = ib * RM_MR, mr = imin(RM_MR, M - i0);                         \
-                    T ap[RM_KC * RM_MR];                                                       \
-                    for (int64_t k = 0; k < kc; k++)                                           \
-                        for (int64_t r = 0; r < RM_MR; r++) {                                  \
-                            int64_t i = i0 + (r < mr ? r : 0);                                 \
-                            T a = ta ? A[(k0 + k) * lda + i] : A[i * lda + k0 + k];            \
-                            ap[k * RM_MR + r] = alpha * a;                                     \
-                        }                                                                      \
-                    NAME##_tile(kc, ap, bp, nc, C + i0 * ldc + j0, ldc, mr);                   \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
-        free(bp);                                                                              \
+#define GEMM_REF(T, NAME, NR)                                                                      \
+    /* C rows [0, mr) += ap (kc×MR, packed A) · bp (kc×nc, packed B) */                         \
+    static void NAME##_tile(int64_t kc, const T *restrict ap, const T *restrict bp, int64_t nc,    \
+                            T *restrict C, int64_t ldc, int64_t mr) {                              \
+        int64_t j = 0;                                                                             \
+        if (mr == RM_MR) {                                                                         \
+            for (; j + NR <= nc; j += NR) {                                                        \
+                T *restrict d0 = C + j, *restrict d1 = d0 + ldc;                                   \
+                T *restrict d2 = d1 + ldc, *restrict d3 = d2 + ldc;                                \
+                T c0[NR], c1[NR], c2[NR], c3[NR];                                                  \
+                for (int jj = 0; jj < NR; jj++) {                                                  \
+                    c0[jj] = d0[jj];                                                               \
+                    c1[jj] = d1[jj];                                                               \
+                    c2[jj] = d2[jj];                                                               \
+                    c3[jj] = d3[jj];                                                               \
+                }                                                                                  \
+                for (int64_t k = 0; k < kc; k++) {                                                 \
+                    const T *restrict b = bp + k * nc + j;                                         \
+                    T a0 = ap[k * RM_MR], a1 = ap[k * RM_MR + 1];                                  \
+                    T a2 = ap[k * RM_MR + 2], a3 = ap[k * RM_MR + 3];                              \
+                    for (int jj = 0; jj < NR; jj++) {                                              \
+                        c0[jj] = RM_FMA_##T(a0, b[jj], c0[jj]);                                    \
+                        c1[jj] = RM_FMA_##T(a1, b[jj], c1[jj]);                                    \
+                        c2[jj] = RM_FMA_##T(a2, b[jj], c2[jj]);                                    \
+                        c3[jj] = RM_FMA_##T(a3, b[jj], c3[jj]);                                    \
+                    }                                                                              \
+                }                                                                                  \
+                for (int jj = 0; jj < NR; jj++) {                                                  \
+                    d0[jj] = c0[jj];                                                               \
+                    d1[jj] = c1[jj];                                                               \
+                    d2[jj] = c2[jj];                                                               \
+                    d3[jj] = c3[jj];                                                               \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        /* edges: the last < NR columns, or a block of fewer than MR rows */                       \
+        for (int64_t r = 0; r < mr; r++) {                                                         \
+            T *restrict c = C + r * ldc;                                                           \
+            for (int64_t k = 0; k < kc; k++) {                                                     \
+                T a = ap[k * RM_MR + r];                                                           \
+                const T *restrict b = bp + k * nc;                                                 \
+                for (int64_t jj = j; jj < nc; jj++) c[jj] = RM_FMA_##T(a, b[jj], c[jj]);           \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+                                                                                                   \
+    /* C = beta·C, with beta == 0 overwriting (BLAS semantics) */                                 \
+    static void NAME##_scale(int64_t M, int64_t N, T beta, T *C, int64_t ldc) {                    \
+        if (beta == (T)1) return;                                                                  \
+        _Pragma("omp parallel for if (M * N > RM_OMP_MIN)") for (int64_t i = 0; i < M; i++) {      \
+            T *c = C + i * ldc;                                                                    \
+            if (beta == (T)0)                                                                      \
+                for (int64_t j = 0; j < N; j++) c[j] = 0;                                          \
+            else                                                                                   \
+                for (int64_t j = 0; j < N; j++) c[j] *= beta;                                      \
+        }                                                                                          \
+    }                                                                                              \
+                                                                                                   \
+    void NAME(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t lda, \
+              const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {                                \
+        if (M <= 0 || N <= 0) return;                                                              \
+        NAME##_scale(M, N, beta, C, ldc);                                                          \
+        if (K <= 0 || alpha == (T)0) return;                                                       \
+        T *bp = malloc(sizeof(T) * RM_KC * RM_NC);                                                 \
+        if (!bp) {                                                                                 \
+            /* no memory for the panel: unblocked loops (slow, but never fails) */                 \
+            for (int64_t i = 0; i < M; i++)                                                        \
+                for (int64_t k = 0; k < K; k++) {                                                  \
+                    T a = alpha * (ta ? A[k * lda + i] : A[i * lda + k]);                          \
+                    for (int64_t j = 0; j < N; j++)                                                \
+                        C[i * ldc + j] += a * (tb ? B[j * ldb + k] : B[k * ldb + j]);              \
+                }                                                                                  \
+            return;                                                                                \
+        }                                                                                          \
+        int64_t nblk = (M + RM_MR - 1) / RM_MR;                                                    \
+        for (int64_t k0 = 0; k0 < K; k0 += RM_KC) {                                                \
+            int64_t kc = imin(RM_KC, K - k0);                                                      \
+            for (int64_t j0 = 0; j0 < N; j0 += RM_NC) {                                            \
+                int64_t nc = imin(RM_NC, N - j0);                                                  \
+                /* pack B[k0:k0+kc, j0:j0+nc] (kc × nc, row-major) */                             \
+                for (int64_t k = 0; k < kc; k++) {                                                 \
+                    T *dst = bp + k * nc;                                                          \
+                    if (tb)                                                                        \
+                        for (int64_t j = 0; j < nc; j++) dst[j] = B[(j0 + j) * ldb + k0 + k];      \
+                    else memcpy(dst, B + (k0 + k) * ldb + j0, sizeof(T) * (size_t)nc);             \
+                }                                                                                  \
+                _Pragma("omp parallel for schedule(static) if (M * nc * kc >= (1 << 20))") for (   \
+                    int64_t ib = 0; ib < nblk; ib++) {                                             \
+                    int64_t i0 = ib * RM_MR, mr = imin(RM_MR, M - i0);                             \
+                    T ap[RM_KC * RM_MR];                                                           \
+                    for (int64_t k = 0; k < kc; k++)                                               \
+                        for (int64_t r = 0; r < RM_MR; r++) {                                      \
+                            int64_t i = i0 + (r < mr ? r : 0);                                     \
+                            T a = ta ? A[(k0 + k) * lda + i] : A[i * lda + k0 + k];                \
+                            ap[k * RM_MR + r] = alpha * a;                                         \
+                        }                                                                          \
+                    NAME##_tile(kc, ap, bp, nc, C + i0 * ldc + j0, ldc, mr);                       \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        free(bp);                                                                                  \
     }
 
 GEMM_REF(float, rm_sgemm_ref, 16)
@@ -238,54 +236,52 @@ static int64_t panel_edge(int64_t D, int t, int n) {
  * what the other cores bring. */
 #define RM_GEMM_SPLIT_MIN (1 << 20)
 
-#define BLAS_CALL(T, FN)                                                                       \
-    /* true if OpenBLAS took the call */                                                       \
-    static bool FN##_try(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,           \
-                         const T *A, int64_t lda, const T *B, int64_t ldb, T beta, T *C,       \
-                         int64_t ldc) {                                                        \
-        if (!blas_int_ok(M, N, K, lda, ldb, ldc)) return false;                                \
-        enum CBLAS_TRANSPOSE Ta = ta ? CblasTrans : CblasNoTrans;                              \
-        enum CBLAS_TRANSPOSE Tb = tb ? CblasTrans : CblasNoTrans;                              \
-        bool nested = in_parallel();                                                           \
-        if (atomic_load_explicit(&g_threading, memory_order_relaxed) == RM_GEMM_THREADS_NATIVE) { \
-            if (nested) return false;                                                          \
-            blas_set_threads(max_threads());                                                   \
-            FN(CblasRowMajor, Ta, Tb, (blasint)M, (blasint)N, (blasint)K, alpha, A,            \
-               (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);                          \
-            return true;                                                                       \
-        }                                                                                      \
-        blas_set_threads(1);                                                                   \
-        int nt = nested ? 1 : max_threads();                                                   \
-        bool by_rows = M >= N;                                                                 \
-        int64_t D = by_rows ? M : N;                                                           \
-        if (nt > D) nt = (int)D;                                                               \
-        if (nt <= 1 || (double)M * (double)N * (double)K < RM_GEMM_SPLIT_MIN) {                \
-            FN(CblasRowMajor, Ta, Tb, (blasint)M, (blasint)N, (blasint)K, alpha, A,            \
-               (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);                          \
-            return true;                                                                       \
-        }                                                                                      \
-        _Pragma("omp parallel num_threads(nt)")                                                \
-        {                                                                                      \
-            int n = 1, t = 0;                                                                  \
-            OMP_IDS(n, t);                                                                     \
-            int64_t lo = panel_edge(D, t, n), hi = panel_edge(D, t + 1, n);                    \
-            if (hi > lo && by_rows)                                                            \
-                FN(CblasRowMajor, Ta, Tb, (blasint)(hi - lo), (blasint)N, (blasint)K, alpha,   \
-                   ta ? A + lo : A + lo * lda, (blasint)lda, B, (blasint)ldb, beta,            \
-                   C + lo * ldc, (blasint)ldc);                                                \
-            else if (hi > lo)                                                                  \
-                FN(CblasRowMajor, Ta, Tb, (blasint)M, (blasint)(hi - lo), (blasint)K, alpha,   \
-                   A, (blasint)lda, tb ? B + lo * ldb : B + lo, (blasint)ldb, beta, C + lo,    \
-                   (blasint)ldc);                                                              \
-        }                                                                                      \
-        return true;                                                                           \
+#define BLAS_CALL(T, FN)                                                                           \
+    /* true if OpenBLAS took the call */                                                           \
+    static bool FN##_try(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A,   \
+                         int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {        \
+        if (!blas_int_ok(M, N, K, lda, ldb, ldc)) return false;                                    \
+        enum CBLAS_TRANSPOSE Ta = ta ? CblasTrans : CblasNoTrans;                                  \
+        enum CBLAS_TRANSPOSE Tb = tb ? CblasTrans : CblasNoTrans;                                  \
+        bool nested = in_parallel();                                                               \
+        if (atomic_load_explicit(&g_threading, memory_order_relaxed) == RM_GEMM_THREADS_NATIVE) {  \
+            if (nested) return false;                                                              \
+            blas_set_threads(max_threads());                                                       \
+            FN(CblasRowMajor, Ta, Tb, (blasint)M, (blasint)N, (blasint)K, alpha, A, (blasint)lda,  \
+               B, (blasint)ldb, beta, C, (blasint)ldc);                                            \
+            return true;                                                                           \
+        }                                                                                          \
+        blas_set_threads(1);                                                                       \
+        int nt = nested ? 1 : max_threads();                                                       \
+        bool by_rows = M >= N;                                                                     \
+        int64_t D = by_rows ? M : N;                                                               \
+        if (nt > D) nt = (int)D;                                                                   \
+        if (nt <= 1 || (double)M * (double)N * (double)K < RM_GEMM_SPLIT_MIN) {                    \
+            FN(CblasRowMajor, Ta, Tb, (blasint)M, (blasint)N, (blasint)K, alpha, A, (blasint)lda,  \
+               B, (blasint)ldb, beta, C, (blasint)ldc);                                            \
+            return true;                                                                           \
+        }                                                                                          \
+        _Pragma("omp parallel num_threads(nt)") {                                                  \
+            int n = 1, t = 0;                                                                      \
+            OMP_IDS(n, t);                                                                         \
+            int64_t lo = panel_edge(D, t, n), hi = panel_edge(D, t + 1, n);                        \
+            if (hi > lo && by_rows)                                                                \
+                FN(CblasRowMajor, Ta, Tb, (blasint)(hi - lo), (blasint)N, (blasint)K, alpha,       \
+                   ta ? A + lo : A + lo * lda, (blasint)lda, B, (blasint)ldb, beta, C + lo * ldc,  \
+                   (blasint)ldc);                                                                  \
+            else if (hi > lo)                                                                      \
+                FN(CblasRowMajor, Ta, Tb, (blasint)M, (blasint)(hi - lo), (blasint)K, alpha, A,    \
+                   (blasint)lda, tb ? B + lo *ldb : B + lo, (blasint)ldb, beta, C + lo,            \
+                   (blasint)ldc);                                                                  \
+        }                                                                                          \
+        return true;                                                                               \
     }
 
 #ifdef _OPENMP
-#define OMP_IDS(n, t)                                                                          \
-    do {                                                                                       \
-        n = omp_get_num_threads();                                                             \
-        t = omp_get_thread_num();                                                              \
+#define OMP_IDS(n, t)                                                                              \
+    do {                                                                                           \
+        n = omp_get_num_threads();                                                                 \
+        t = omp_get_thread_num();                                                                  \
     } while (0)
 #else
 #define OMP_IDS(n, t) ((void)0)
@@ -295,24 +291,23 @@ BLAS_CALL(float, cblas_sgemm)
 BLAS_CALL(double, cblas_dgemm)
 #endif
 
-#define GEMM_DISPATCH(T, NAME, REF, CBLAS, DNNL)                                               \
-    void NAME(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A,          \
-              int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {               \
-        if (M <= 0 || N <= 0) return;                                                          \
-        if (K <= 0 || alpha == (T)0) { /* no product: leave the backends out */                \
-            REF(ta, tb, M, N, 0, alpha, A, lda, B, ldb, beta, C, ldc);                         \
-            return;                                                                            \
-        }                                                                                      \
-        lda = fix_ld(ta ? K : M, ta ? M : K, lda);                                             \
-        ldb = fix_ld(tb ? N : K, tb ? K : N, ldb);                                             \
-        ldc = fix_ld(M, N, ldc);                                                               \
-        CBLAS                                                                                  \
-        DNNL                                                                                   \
-        REF(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);                             \
+#define GEMM_DISPATCH(T, NAME, REF, CBLAS, DNNL)                                                   \
+    void NAME(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t lda, \
+              const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {                                \
+        if (M <= 0 || N <= 0) return;                                                              \
+        if (K <= 0 || alpha == (T)0) { /* no product: leave the backends out */                    \
+            REF(ta, tb, M, N, 0, alpha, A, lda, B, ldb, beta, C, ldc);                             \
+            return;                                                                                \
+        }                                                                                          \
+        lda = fix_ld(ta ? K : M, ta ? M : K, lda);                                                 \
+        ldb = fix_ld(tb ? N : K, tb ? K : N, ldb);                                                 \
+        ldc = fix_ld(M, N, ldc);                                                                   \
+        CBLAS                                                                                      \
+        DNNL REF(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);                            \
     }
 
 #if defined(REMAT_GEMM_OPENBLAS)
-#define CBLAS_CALL(FN)                                                                         \
+#define CBLAS_CALL(FN)                                                                             \
     if (FN##_try(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
 #else
 #define CBLAS_CALL(FN)
@@ -321,9 +316,9 @@ BLAS_CALL(double, cblas_dgemm)
 #if defined(REMAT_GEMM_ONEDNN)
 /* dnnl_sgemm runs on OpenMP (the same pool as remat's kernels); it only
  * fails on bad arguments or out of memory — then use the built-in kernel. */
-#define DNNL_SGEMM_CALL                                                                        \
-    if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C,    \
-                   ldc) == dnnl_success)                                                       \
+#define DNNL_SGEMM_CALL                                                                            \
+    if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C,        \
+                   ldc) == dnnl_success)                                                           \
         return;
 #else
 #define DNNL_SGEMM_CALL

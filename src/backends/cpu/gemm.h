@@ -37,8 +37,8 @@ void rm_bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t 
               const uint16_t *B, int64_t ldb, float beta, uint16_t *C, int64_t ldc);
 /* The same with an f32 C (not rounded): a bf16 activation's product feeding an f32
  * parameter's gradient (linear's dW under autocast). */
-void rm_bgemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
-                  int64_t lda, const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc);
+void rm_bgemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
+                  const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
 /* How the OpenBLAS backend uses threads (see gemm.c): OMP (default) runs
  * OpenBLAS single-threaded and splits large GEMMs over remat's OpenMP
@@ -53,8 +53,7 @@ int rm_gemm_threading(void);
  * the backend against it; the benchmark reports it). */
 void rm_sgemm_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                   int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
-void rm_dgemm_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
-                  const double *A, int64_t lda, const double *B, int64_t ldb, double beta,
-                  double *C, int64_t ldc);
+void rm_dgemm_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
+                  int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc);
 
 #endif /* REMAT_CPU_GEMM_H */

@@ -59,7 +59,8 @@ static void bgemm_via_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, con
     float *a = widen(A, ta ? K : M, ta ? M : K, lda), *b = widen(B, tb ? N : K, tb ? K : N, ldb);
     float *c = NULL;
     if (!cf32) c = beta != 0 ? widen(Cv, M, N, ldc) : malloc(sizeof(float) * (size_t)(M * N));
-    if (!a || !b || (!cf32 && !c)) bgemm_naive(ta, tb, M, N, K, A, lda, B, ldb, beta, Cv, ldc, cf32);
+    if (!a || !b || (!cf32 && !c))
+        bgemm_naive(ta, tb, M, N, K, A, lda, B, ldb, beta, Cv, ldc, cf32);
     else if (cf32) rm_sgemm(ta, tb, M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, beta, Cv, ldc);
     else {
         rm_sgemm(ta, tb, M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, beta, c, N);
@@ -78,9 +79,9 @@ typedef struct bkey {
 /* Member by member: the struct has padding after its three ints, which
  * memcmp would compare too. */
 static bool bkey_eq(const bkey *a, const bkey *b) {
-    return a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda &&
-           a->ldb == b->ldb && a->ldc == b->ldc && a->ta == b->ta && a->tb == b->tb &&
-           a->acc == b->acc && a->cf32 == b->cf32;
+    return a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda && a->ldb == b->ldb &&
+           a->ldc == b->ldc && a->ta == b->ta && a->tb == b->tb && a->acc == b->acc &&
+           a->cf32 == b->cf32;
 }
 
 typedef struct bentry {
@@ -116,9 +117,9 @@ static bool make_entry(bentry *e, const bkey *k) {
     if (dnnl_matmul_desc_init(&md, &e->a, &e->b, NULL, &e->c)) return false;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
-    bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success &&
-              dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) ==
-                  dnnl_success;
+    bool ok =
+        dnnl_primitive_attr_create(&attr) == dnnl_success &&
+        dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
     if (ok && k->acc)
         ok = dnnl_post_ops_create(&po) == dnnl_success &&
              dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
@@ -126,7 +127,8 @@ static bool make_entry(bentry *e, const bkey *k) {
     dnnl_primitive_desc_t pd = NULL;
     ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL) == dnnl_success;
     ok = ok && dnnl_primitive_create(&e->prim, pd) == dnnl_success;
-    const dnnl_memory_desc_t *smd = ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0) : NULL;
+    const dnnl_memory_desc_t *smd =
+        ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0) : NULL;
     if (smd) e->scratch = *smd;
     else ok = false;
     if (pd) dnnl_primitive_desc_destroy(pd);
@@ -195,9 +197,8 @@ static bool bgemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const 
 }
 #endif
 
-static void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
-                  int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C, int64_t ldc,
-                  bool cf32) {
+static void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
+                  const uint16_t *B, int64_t ldb, float beta, void *C, int64_t ldc, bool cf32) {
     if (M <= 0 || N <= 0) return;
     lda = fix_ld(ta ? K : M, ta ? M : K, lda);
     ldb = fix_ld(tb ? N : K, tb ? K : N, ldb);
@@ -215,12 +216,14 @@ static void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint1
     if (remat_cpu_has_bf16()) {
         if (bgemm_dnnl(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, cf32)) return;
     } else {
-        rm_warn("bf16 matmul: this CPU has neither AVX512_BF16 nor AMX-BF16 (or REMAT_NO_BF16 is set); bf16 GEMMs run "
+        rm_warn("bf16 matmul: this CPU has neither AVX512_BF16 nor AMX-BF16 (or REMAT_NO_BF16 is "
+                "set); bf16 GEMMs run "
                 "in f32 (slower than f32 itself, same results up to summation order)");
     }
 #else
     rm_warn("bf16 matmul: remat was built without oneDNN (REMAT_GEMM=%s); bf16 GEMMs run in "
-            "f32", remat_gemm_backend());
+            "f32",
+            remat_gemm_backend());
 #endif
     bgemm_via_f32(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, cf32);
 }
@@ -230,7 +233,7 @@ void rm_bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t 
     bgemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, false);
 }
 
-void rm_bgemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
-                  int64_t lda, const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+void rm_bgemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
+                  const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     bgemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, true);
 }

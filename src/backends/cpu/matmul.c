@@ -56,11 +56,11 @@ static void gemm_dt(remat_dtype dt, remat_dtype dtc, bool ta, bool tb, int64_t m
         rm_bgemm_f32(ta, tb, m, n, k, (const uint16_t *)A, lda, (const uint16_t *)B, ldb,
                      (float)beta, (float *)C, ldc);
     else if (dt == REMAT_BF16)
-        rm_bgemm(ta, tb, m, n, k, (const uint16_t *)A, lda, (const uint16_t *)B, ldb,
-                 (float)beta, (uint16_t *)C, ldc);
+        rm_bgemm(ta, tb, m, n, k, (const uint16_t *)A, lda, (const uint16_t *)B, ldb, (float)beta,
+                 (uint16_t *)C, ldc);
     else if (dt == REMAT_F32)
-        rm_sgemm(ta, tb, m, n, k, 1.0f, (const float *)A, lda, (const float *)B, ldb,
-                 (float)beta, (float *)C, ldc);
+        rm_sgemm(ta, tb, m, n, k, 1.0f, (const float *)A, lda, (const float *)B, ldb, (float)beta,
+                 (float *)C, ldc);
     else
         rm_dgemm(ta, tb, m, n, k, 1.0, (const double *)A, lda, (const double *)B, ldb, beta,
                  (double *)C, ldc);
@@ -72,8 +72,8 @@ static void gemm_dt(remat_dtype dt, remat_dtype dtc, bool ta, bool tb, int64_t m
  * add_to_c: C already holds a term to add (linear's bias). c_numel: number
  * of elements of the tensor behind C (zeroed before accumulating). All views
  * must pass mv_layout. */
-static void mm_exec(remat_dtype dt, remat_dtype dtc, int nb, const int64_t *bshape, const mview *A, const mview *B,
-                    const mview *C, int64_t c_numel, bool add_to_c) {
+static void mm_exec(remat_dtype dt, remat_dtype dtc, int nb, const int64_t *bshape, const mview *A,
+                    const mview *B, const mview *C, int64_t c_numel, bool add_to_c) {
     bool ta, tb, tc;
     int64_t lda, ldb, ldc;
     mv_layout(A, &ta, &lda);
@@ -166,40 +166,39 @@ static int64_t colsum_scratch(int64_t rows, int64_t n) {
     int64_t rb = rm_cpu_chunk_rows(rows, n);
     return (rows + rb - 1) / rb * n;
 }
-#define COLSUM(T)                                                                               \
-    /* db = the column sums of src (rows, n) in double, by blocks of 64 columns */              \
-    static void colsum_blocks_##T(const T *restrict src, int64_t rows, int64_t n,               \
-                                  T *restrict db) {                                             \
-        int64_t nblk = (n + 63) / 64;                                                           \
-        _Pragma("omp parallel for if (rows * n > RM_OMP_MIN)")                                  \
-        for (int64_t bi = 0; bi < nblk; bi++) {                                                 \
-            int64_t j0 = bi * 64, nc = n - j0 < 64 ? n - j0 : 64;                               \
-            double acc[64] = {0};                                                               \
-            for (int64_t r = 0; r < rows; r++) {                                                \
-                const T *restrict sr = src + r * n + j0;                                        \
-                for (int64_t j = 0; j < nc; j++) acc[j] += sr[j];                               \
-            }                                                                                   \
-            for (int64_t j = 0; j < nc; j++) db[j0 + j] = (T)acc[j];                            \
-        }                                                                                       \
-    }                                                                                           \
-    static void colsum_##T(const T *restrict g, T *restrict db, int64_t rows, int64_t n,        \
-                           T *restrict part) {                                                  \
-        if (!part) { /* narrow: column blocks down the rows */                                  \
-            colsum_blocks_##T(g, rows, n, db);                                                  \
-            return;                                                                             \
-        }                                                                                       \
-        int64_t rb = rm_cpu_chunk_rows(rows, n), nch = (rows + rb - 1) / rb;                    \
-        _Pragma("omp parallel for if (rows * n > RM_OMP_MIN)")                                  \
-        for (int64_t k = 0; k < nch; k++) {                                                     \
-            T *restrict p = part + k * n;                                                       \
-            int64_t r1 = (k + 1) * rb < rows ? (k + 1) * rb : rows;                             \
-            memcpy(p, g + k * rb * n, sizeof(T) * (size_t)n);                                   \
-            for (int64_t r = k * rb + 1; r < r1; r++) {                                         \
-                const T *restrict gr = g + r * n;                                               \
-                for (int64_t j = 0; j < n; j++) p[j] += gr[j];                                  \
-            }                                                                                   \
-        }                                                                                       \
-        colsum_blocks_##T(part, nch, n, db);                                                    \
+#define COLSUM(T)                                                                                  \
+    /* db = the column sums of src (rows, n) in double, by blocks of 64 columns */                 \
+    static void colsum_blocks_##T(const T *restrict src, int64_t rows, int64_t n,                  \
+                                  T *restrict db) {                                                \
+        int64_t nblk = (n + 63) / 64;                                                              \
+        _Pragma("omp parallel for if (rows * n > RM_OMP_MIN)") for (int64_t bi = 0; bi < nblk;     \
+                                                                    bi++) {                        \
+            int64_t j0 = bi * 64, nc = n - j0 < 64 ? n - j0 : 64;                                  \
+            double acc[64] = {0};                                                                  \
+            for (int64_t r = 0; r < rows; r++) {                                                   \
+                const T *restrict sr = src + r * n + j0;                                           \
+                for (int64_t j = 0; j < nc; j++) acc[j] += sr[j];                                  \
+            }                                                                                      \
+            for (int64_t j = 0; j < nc; j++) db[j0 + j] = (T)acc[j];                               \
+        }                                                                                          \
+    }                                                                                              \
+    static void colsum_##T(const T *restrict g, T *restrict db, int64_t rows, int64_t n,           \
+                           T *restrict part) {                                                     \
+        if (!part) { /* narrow: column blocks down the rows */                                     \
+            colsum_blocks_##T(g, rows, n, db);                                                     \
+            return;                                                                                \
+        }                                                                                          \
+        int64_t rb = rm_cpu_chunk_rows(rows, n), nch = (rows + rb - 1) / rb;                       \
+        _Pragma("omp parallel for if (rows * n > RM_OMP_MIN)") for (int64_t k = 0; k < nch; k++) { \
+            T *restrict p = part + k * n;                                                          \
+            int64_t r1 = (k + 1) * rb < rows ? (k + 1) * rb : rows;                                \
+            memcpy(p, g + k * rb * n, sizeof(T) * (size_t)n);                                      \
+            for (int64_t r = k * rb + 1; r < r1; r++) {                                            \
+                const T *restrict gr = g + r * n;                                                  \
+                for (int64_t j = 0; j < n; j++) p[j] += gr[j];                                     \
+            }                                                                                      \
+        }                                                                                          \
+        colsum_blocks_##T(part, nch, n, db);                                                       \
     }
 COLSUM(float)
 COLSUM(double)

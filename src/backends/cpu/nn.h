@@ -16,8 +16,8 @@ float rm_row_expsum_f32(const float *restrict x, float sub, float *restrict y, i
 double rm_row_expsum_f64(const double *restrict x, double sub, double *restrict y, int64_t n);
 void rm_row_exp_scale_f32(const float *restrict x, float sub, float scale, float *restrict y,
                           int64_t n);
-void rm_row_exp_scale_f64(const double *restrict x, double sub, double scale,
-                          double *restrict y, int64_t n);
+void rm_row_exp_scale_f64(const double *restrict x, double sub, double scale, double *restrict y,
+                          int64_t n);
 
 /* ---- column sums over rows (linear's bias gradient, layer_norm's dweight / dbias) ------
  * Rows per chunk of a column sum taken as partial sums per fixed chunk of
@@ -33,19 +33,19 @@ int64_t rm_cpu_chunk_rows(int64_t rows, int64_t n);
  * (-0 sorts just below +0, which compare equal anyway). NaNs are flagged
  * separately. Returns true if x[0..n) holds a NaN; else *best = the max
  * (n >= 1). */
-#define RM_ROWMAX_KEY_(T, SFX, IT, MINV, SH, ABS, INF)                                            \
-    static inline bool rm_rowmax_key_##SFX(const T *restrict x, int64_t n, T *best) {          \
-        IT m = MINV, nan = 0;                                                                \
-        for (int64_t i = 0; i < n; i++) {                                                    \
-            IT b;                                                                            \
-            memcpy(&b, x + i, sizeof b);                                                     \
-            IT k = b ^ ((b >> SH) & ABS);                                                    \
-            m = k > m ? k : m;                                                               \
-            nan |= (b & ABS) > INF;                                                          \
-        }                                                                                    \
-        IT b = m ^ ((m >> SH) & ABS);                                                        \
-        memcpy(best, &b, sizeof b);                                                          \
-        return nan != 0;                                                                     \
+#define RM_ROWMAX_KEY_(T, SFX, IT, MINV, SH, ABS, INF)                                             \
+    static inline bool rm_rowmax_key_##SFX(const T *restrict x, int64_t n, T *best) {              \
+        IT m = MINV, nan = 0;                                                                      \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            IT b;                                                                                  \
+            memcpy(&b, x + i, sizeof b);                                                           \
+            IT k = b ^ ((b >> SH) & ABS);                                                          \
+            m = k > m ? k : m;                                                                     \
+            nan |= (b & ABS) > INF;                                                                \
+        }                                                                                          \
+        IT b = m ^ ((m >> SH) & ABS);                                                              \
+        memcpy(best, &b, sizeof b);                                                                \
+        return nan != 0;                                                                           \
     }
 RM_ROWMAX_KEY_(float, f32, int32_t, INT32_MIN, 31, INT32_C(0x7FFFFFFF), INT32_C(0x7F800000))
 RM_ROWMAX_KEY_(double, f64, int64_t, INT64_MIN, 63, INT64_C(0x7FFFFFFFFFFFFFFF),

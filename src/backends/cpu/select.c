@@ -19,47 +19,46 @@
  * the compiler vectorises: y = c ? A : b (masked_fill and its backward),
  * y = c ? a : B (where's backward), y = c ? a : b; anything else runs the
  * strided loop. */
-#define SEL_LOOP(T, CT)                                                                       \
-    do {                                                                                      \
-        T *py = rm_ptr(y);                                                                    \
-        const CT *pc = (const CT *)cbase;                                                     \
-        T sa = (T)va, sb = (T)vb;                                                             \
-        const T *pa = a ? (const T *)rm_ptr(a) : &sa;                                         \
-        const T *pb = b ? (const T *)rm_ptr(b) : &sb;                                         \
-        _Pragma("omp parallel if (n > 32768)")                                                \
-        {                                                                                     \
-            int nt = 1, id = 0;                                                               \
-            sel_omp_ids(&nt, &id);                                                            \
-            int64_t lo = n * id / nt, hi = n * (id + 1) / nt;                                 \
-            rm_iter it;                                                                       \
-            rm_iter_init(&it, nd - 1, base.shape, 4);                                         \
-            for (int k = 0; k < 4; k++)                                                       \
-                memcpy(it.strides[k], base.strides[k], sizeof(int64_t) * (size_t)(nd - 1));  \
-            rm_iter_seek(&it, lo / inner);                                                    \
-            int64_t col = lo % inner, pos = lo;                                               \
-            while (pos < hi) {                                                                \
-                int64_t len = inner - col < hi - pos ? inner - col : hi - pos;                \
-                T *restrict yy = py + it.off[0] + col * s0;                                   \
-                const CT *restrict cc = pc + it.off[1] + col * s1;                            \
-                const T *restrict aa = pa + it.off[2] + col * s2;                             \
-                const T *restrict bb = pb + it.off[3] + col * s3;                             \
-                if (kind == SEL_SCALAR_A) {                                                   \
-                    const T av = aa[0];                                                       \
-                    for (int64_t i = 0; i < len; i++) yy[i] = cc[i] != 0 ? av : bb[i];       \
-                } else if (kind == SEL_SCALAR_B) {                                            \
-                    const T bv = bb[0];                                                       \
-                    for (int64_t i = 0; i < len; i++) yy[i] = cc[i] != 0 ? aa[i] : bv;       \
-                } else if (kind == SEL_UNIT) {                                                \
-                    for (int64_t i = 0; i < len; i++) yy[i] = cc[i] != 0 ? aa[i] : bb[i];    \
-                } else {                                                                      \
-                    for (int64_t i = 0; i < len; i++)                                         \
-                        yy[i * s0] = cc[i * s1] != 0 ? aa[i * s2] : bb[i * s3];               \
-                }                                                                             \
-                pos += len;                                                                   \
-                col = 0;                                                                      \
-                rm_iter_next(&it);                                                            \
-            }                                                                                 \
-        }                                                                                     \
+#define SEL_LOOP(T, CT)                                                                            \
+    do {                                                                                           \
+        T *py = rm_ptr(y);                                                                         \
+        const CT *pc = (const CT *)cbase;                                                          \
+        T sa = (T)va, sb = (T)vb;                                                                  \
+        const T *pa = a ? (const T *)rm_ptr(a) : &sa;                                              \
+        const T *pb = b ? (const T *)rm_ptr(b) : &sb;                                              \
+        _Pragma("omp parallel if (n > 32768)") {                                                   \
+            int nt = 1, id = 0;                                                                    \
+            sel_omp_ids(&nt, &id);                                                                 \
+            int64_t lo = n * id / nt, hi = n * (id + 1) / nt;                                      \
+            rm_iter it;                                                                            \
+            rm_iter_init(&it, nd - 1, base.shape, 4);                                              \
+            for (int k = 0; k < 4; k++)                                                            \
+                memcpy(it.strides[k], base.strides[k], sizeof(int64_t) * (size_t)(nd - 1));        \
+            rm_iter_seek(&it, lo / inner);                                                         \
+            int64_t col = lo % inner, pos = lo;                                                    \
+            while (pos < hi) {                                                                     \
+                int64_t len = inner - col < hi - pos ? inner - col : hi - pos;                     \
+                T *restrict yy = py + it.off[0] + col * s0;                                        \
+                const CT *restrict cc = pc + it.off[1] + col * s1;                                 \
+                const T *restrict aa = pa + it.off[2] + col * s2;                                  \
+                const T *restrict bb = pb + it.off[3] + col * s3;                                  \
+                if (kind == SEL_SCALAR_A) {                                                        \
+                    const T av = aa[0];                                                            \
+                    for (int64_t i = 0; i < len; i++) yy[i] = cc[i] != 0 ? av : bb[i];             \
+                } else if (kind == SEL_SCALAR_B) {                                                 \
+                    const T bv = bb[0];                                                            \
+                    for (int64_t i = 0; i < len; i++) yy[i] = cc[i] != 0 ? aa[i] : bv;             \
+                } else if (kind == SEL_UNIT) {                                                     \
+                    for (int64_t i = 0; i < len; i++) yy[i] = cc[i] != 0 ? aa[i] : bb[i];          \
+                } else {                                                                           \
+                    for (int64_t i = 0; i < len; i++)                                              \
+                        yy[i * s0] = cc[i * s1] != 0 ? aa[i * s2] : bb[i * s3];                    \
+                }                                                                                  \
+                pos += len;                                                                        \
+                col = 0;                                                                           \
+                rm_iter_next(&it);                                                                 \
+            }                                                                                      \
+        }                                                                                          \
     } while (0)
 
 enum { SEL_STRIDED, SEL_SCALAR_A, SEL_SCALAR_B, SEL_UNIT };
@@ -117,13 +116,13 @@ static uint8_t *pack_cond(const remat_tensor *cond, int64_t n) {
     rm_iter_init(&it, cond->ndim, cond->shape, 1);
     memcpy(it.strides[0], cond->strides, sizeof(int64_t) * (size_t)cond->ndim);
     const void *p = rm_ptr(cond);
-#define PACK(CT)                                                                              \
-    do {                                                                                      \
-        const CT *pc = p;                                                                     \
-        for (int64_t i = 0; i < nc; i++) {                                                    \
-            m[i] = pc[it.off[0]] != 0;                                                        \
-            rm_iter_next(&it);                                                                \
-        }                                                                                     \
+#define PACK(CT)                                                                                   \
+    do {                                                                                           \
+        const CT *pc = p;                                                                          \
+        for (int64_t i = 0; i < nc; i++) {                                                         \
+            m[i] = pc[it.off[0]] != 0;                                                             \
+            rm_iter_next(&it);                                                                     \
+        }                                                                                          \
     } while (0)
     if (cond->dtype == REMAT_I64) PACK(int64_t);
     else if (cond->dtype == REMAT_F32) PACK(float);
@@ -168,18 +167,17 @@ static void sel_run(remat_tensor *y, const remat_tensor *cond, const remat_tenso
     }
     const void *cbase = packed ? (const void *)packed : rm_ptr(cond);
     bool f32 = y->dtype == REMAT_F32;
-#define SEL_Y(CT)                                                                             \
-    do {                                                                                      \
-        if (f32) SEL_LOOP(float, CT);                                                         \
-        else SEL_LOOP(double, CT);                                                            \
+#define SEL_Y(CT)                                                                                  \
+    do {                                                                                           \
+        if (f32) SEL_LOOP(float, CT);                                                              \
+        else SEL_LOOP(double, CT);                                                                 \
     } while (0)
     switch (packed ? REMAT_U8 : cond->dtype) {
     case REMAT_U8: SEL_Y(uint8_t); break;
     case REMAT_I64: SEL_Y(int64_t); break;
     case REMAT_F32: SEL_Y(float); break;
     case REMAT_F64: SEL_Y(double); break;
-    default: /* storage-only dtypes never get here (rejected by the checks) */
-        break;
+    default: /* storage-only dtypes never get here (rejected by the checks) */ break;
     }
 #undef SEL_Y
     free(packed);

@@ -40,74 +40,119 @@ static inline double gelu_tanh_grad_d(double v) {
 }
 
 /* y = f(x); p = scalar parameter. GELU / GELU_T are the erf- and tanh-form GELUs. */
-#define UNARY_FWD(T, EXPF, LOGF, SQRTF, TANHF, GELU, GELU_T, POWF)                           \
-    RM_CPU_CLONES static void fwd_##T(rm_unary_op op, const T *restrict x, T *restrict y, int64_t n, T p) {        \
-        switch (op) {                                                                        \
-        case RM_U_NEG: _Pragma("omp parallel for simd if (n > 65536)")                          \
-            for (int64_t i = 0; i < n; i++) y[i] = -x[i]; break;                             \
-        case RM_U_EXP: _Pragma("omp parallel for if (n > 32768)")                               \
-            for (int64_t i = 0; i < n; i++) y[i] = EXPF(x[i]); break;                        \
-        case RM_U_LOG: _Pragma("omp parallel for if (n > 32768)")                               \
-            for (int64_t i = 0; i < n; i++) y[i] = LOGF(x[i]); break;                        \
-        case RM_U_SQRT: _Pragma("omp parallel for simd if (n > 65536)")                         \
-            for (int64_t i = 0; i < n; i++) y[i] = SQRTF(x[i]); break;                       \
-        case RM_U_TANH: _Pragma("omp parallel for if (n > 32768)")                              \
-            for (int64_t i = 0; i < n; i++) y[i] = TANHF(x[i]); break;                       \
-        case RM_U_SIGMOID: _Pragma("omp parallel for if (n > 32768)")                           \
-            for (int64_t i = 0; i < n; i++) y[i] = (T)1 / ((T)1 + EXPF(-x[i])); break;       \
-        case RM_U_RELU: _Pragma("omp parallel for simd if (n > 65536)")                         \
-            for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : (T)0; break;            \
-        case RM_U_GELU_ERF: _Pragma("omp parallel for if (n > 32768)")                          \
-            for (int64_t i = 0; i < n; i++) y[i] = GELU(x[i]);                               \
-            break;                                                                           \
-        case RM_U_GELU_TANH: _Pragma("omp parallel for if (n > 32768)")                         \
-            for (int64_t i = 0; i < n; i++) y[i] = GELU_T(x[i]);                             \
-            break;                                                                           \
-        case RM_U_POW: _Pragma("omp parallel for if (n > 32768)")                               \
-            for (int64_t i = 0; i < n; i++) y[i] = POWF(x[i], p); break;                     \
-        case RM_U_ADD: _Pragma("omp parallel for simd if (n > 65536)")                          \
-            for (int64_t i = 0; i < n; i++) y[i] = x[i] + p; break;                          \
-        case RM_U_MUL: _Pragma("omp parallel for simd if (n > 65536)")                          \
-            for (int64_t i = 0; i < n; i++) y[i] = x[i] * p; break;                          \
-        case RM_U_RSUB: _Pragma("omp parallel for simd if (n > 65536)")                         \
-            for (int64_t i = 0; i < n; i++) y[i] = p - x[i]; break;                          \
-        }                                                                                    \
+#define UNARY_FWD(T, EXPF, LOGF, SQRTF, TANHF, GELU, GELU_T, POWF)                                 \
+    RM_CPU_CLONES static void fwd_##T(rm_unary_op op, const T *restrict x, T *restrict y,          \
+                                      int64_t n, T p) {                                            \
+        switch (op) {                                                                              \
+        case RM_U_NEG:                                                                             \
+            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++) y[i] = \
+                -x[i];                                                                             \
+            break;                                                                                 \
+        case RM_U_EXP:                                                                             \
+            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) y[i] =      \
+                EXPF(x[i]);                                                                        \
+            break;                                                                                 \
+        case RM_U_LOG:                                                                             \
+            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) y[i] =      \
+                LOGF(x[i]);                                                                        \
+            break;                                                                                 \
+        case RM_U_SQRT:                                                                            \
+            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++) y[i] = \
+                SQRTF(x[i]);                                                                       \
+            break;                                                                                 \
+        case RM_U_TANH:                                                                            \
+            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) y[i] =      \
+                TANHF(x[i]);                                                                       \
+            break;                                                                                 \
+        case RM_U_SIGMOID:                                                                         \
+            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) y[i] =      \
+                (T)1 / ((T)1 + EXPF(-x[i]));                                                       \
+            break;                                                                                 \
+        case RM_U_RELU:                                                                            \
+            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++) y[i] = \
+                x[i] > 0 ? x[i] : (T)0;                                                            \
+            break;                                                                                 \
+        case RM_U_GELU_ERF:                                                                        \
+            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) y[i] =      \
+                GELU(x[i]);                                                                        \
+            break;                                                                                 \
+        case RM_U_GELU_TANH:                                                                       \
+            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) y[i] =      \
+                GELU_T(x[i]);                                                                      \
+            break;                                                                                 \
+        case RM_U_POW:                                                                             \
+            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) y[i] =      \
+                POWF(x[i], p);                                                                     \
+            break;                                                                                 \
+        case RM_U_ADD:                                                                             \
+            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++) y[i] = \
+                x[i] + p;                                                                          \
+            break;                                                                                 \
+        case RM_U_MUL:                                                                             \
+            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++) y[i] = \
+                x[i] * p;                                                                          \
+            break;                                                                                 \
+        case RM_U_RSUB:                                                                            \
+            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++) y[i] = \
+                p - x[i];                                                                          \
+            break;                                                                                 \
+        }                                                                                          \
     }
 
 /* dx = g * f'(s) where s is the saved x or y (see k_uinfo); GELU_GRAD and
  * GELU_T_GRAD are the erf- and tanh-form GELUs' derivatives. */
-#define UNARY_BWD(T, GELU_GRAD, GELU_T_GRAD, POWF)                                           \
-    RM_CPU_CLONES static void bwd_##T(rm_unary_op op, const T *restrict g, const T *restrict s, T *restrict dx,    \
-                        int64_t n, T p) {                                                    \
-        switch (op) {                                                                        \
-        case RM_U_NEG: for (int64_t i = 0; i < n; i++) dx[i] = -g[i]; break;                    \
-        case RM_U_EXP: _Pragma("omp parallel for simd if (n > 65536)")                          \
-            for (int64_t i = 0; i < n; i++) dx[i] = g[i] * s[i]; break;                      \
-        case RM_U_LOG: _Pragma("omp parallel for simd if (n > 65536)")                          \
-            for (int64_t i = 0; i < n; i++) dx[i] = g[i] / s[i]; break;                      \
-        case RM_U_SQRT: _Pragma("omp parallel for simd if (n > 65536)")                         \
-            for (int64_t i = 0; i < n; i++) dx[i] = g[i] / ((T)2 * s[i]); break;             \
-        case RM_U_TANH: _Pragma("omp parallel for simd if (n > 65536)")                         \
-            for (int64_t i = 0; i < n; i++) dx[i] = g[i] * ((T)1 - s[i] * s[i]); break;      \
-        case RM_U_SIGMOID: _Pragma("omp parallel for simd if (n > 65536)")                      \
-            for (int64_t i = 0; i < n; i++) dx[i] = g[i] * s[i] * ((T)1 - s[i]); break;      \
-        case RM_U_RELU: _Pragma("omp parallel for simd if (n > 65536)")                         \
-            for (int64_t i = 0; i < n; i++) dx[i] = s[i] > 0 ? g[i] : (T)0; break;           \
-        case RM_U_GELU_ERF: _Pragma("omp parallel for if (n > 32768)")                          \
-            for (int64_t i = 0; i < n; i++) dx[i] = g[i] * GELU_GRAD(s[i]);                  \
-            break;                                                                           \
-        case RM_U_GELU_TANH: _Pragma("omp parallel for if (n > 32768)")                         \
-            for (int64_t i = 0; i < n; i++) dx[i] = g[i] * GELU_T_GRAD(s[i]);                \
-            break;                                                                           \
-        case RM_U_POW: _Pragma("omp parallel for if (n > 32768)")                               \
-            for (int64_t i = 0; i < n; i++)                                                  \
-                dx[i] = p == (T)0 ? (T)0 : g[i] * p * POWF(s[i], p - (T)1);                  \
-            break;                                                                           \
-        case RM_U_ADD: memcpy(dx, g, (size_t)n * sizeof(T)); break;                             \
-        case RM_U_MUL: _Pragma("omp parallel for simd if (n > 65536)")                          \
-            for (int64_t i = 0; i < n; i++) dx[i] = g[i] * p; break;                         \
-        case RM_U_RSUB: for (int64_t i = 0; i < n; i++) dx[i] = -g[i]; break;                   \
-        }                                                                                    \
+#define UNARY_BWD(T, GELU_GRAD, GELU_T_GRAD, POWF)                                                 \
+    RM_CPU_CLONES static void bwd_##T(rm_unary_op op, const T *restrict g, const T *restrict s,    \
+                                      T *restrict dx, int64_t n, T p) {                            \
+        switch (op) {                                                                              \
+        case RM_U_NEG:                                                                             \
+            for (int64_t i = 0; i < n; i++) dx[i] = -g[i];                                         \
+            break;                                                                                 \
+        case RM_U_EXP:                                                                             \
+            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++)        \
+                dx[i] = g[i] * s[i];                                                               \
+            break;                                                                                 \
+        case RM_U_LOG:                                                                             \
+            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++)        \
+                dx[i] = g[i] / s[i];                                                               \
+            break;                                                                                 \
+        case RM_U_SQRT:                                                                            \
+            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++)        \
+                dx[i] = g[i] / ((T)2 * s[i]);                                                      \
+            break;                                                                                 \
+        case RM_U_TANH:                                                                            \
+            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++)        \
+                dx[i] = g[i] * ((T)1 - s[i] * s[i]);                                               \
+            break;                                                                                 \
+        case RM_U_SIGMOID:                                                                         \
+            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++)        \
+                dx[i] = g[i] * s[i] * ((T)1 - s[i]);                                               \
+            break;                                                                                 \
+        case RM_U_RELU:                                                                            \
+            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++)        \
+                dx[i] = s[i] > 0 ? g[i] : (T)0;                                                    \
+            break;                                                                                 \
+        case RM_U_GELU_ERF:                                                                        \
+            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) dx[i] =     \
+                g[i] * GELU_GRAD(s[i]);                                                            \
+            break;                                                                                 \
+        case RM_U_GELU_TANH:                                                                       \
+            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) dx[i] =     \
+                g[i] * GELU_T_GRAD(s[i]);                                                          \
+            break;                                                                                 \
+        case RM_U_POW:                                                                             \
+            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) dx[i] =     \
+                p == (T)0 ? (T)0 : g[i] * p * POWF(s[i], p - (T)1);                                \
+            break;                                                                                 \
+        case RM_U_ADD: memcpy(dx, g, (size_t)n * sizeof(T)); break;                                \
+        case RM_U_MUL:                                                                             \
+            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++)        \
+                dx[i] = g[i] * p;                                                                  \
+            break;                                                                                 \
+        case RM_U_RSUB:                                                                            \
+            for (int64_t i = 0; i < n; i++) dx[i] = -g[i];                                         \
+            break;                                                                                 \
+        }                                                                                          \
     }
 
 UNARY_FWD(float, rm_expf_v, logf, sqrtf, rm_tanhf_v, rm_gelu_erff_v, rm_gelu_tanhf_v, powf)
@@ -116,65 +161,61 @@ UNARY_BWD(float, rm_gelu_erff_grad_v, rm_gelu_tanhf_grad_v, powf)
 UNARY_BWD(double, gelu_erf_grad_d, gelu_tanh_grad_d, pow)
 
 /* Bit-packed relu mask: bit i of m (byte i / 8, bit i % 8) is y[i] > 0. */
-#define RELU_MASK(T, IT)                                                                         \
-    static void relu_mask_##T(const T *restrict y, uint8_t *restrict m, int64_t n) {         \
-        int64_t nb = n / 8;                                                                  \
-        _Pragma("omp parallel for if (n > 65536)")                                           \
-        for (int64_t b = 0; b < nb; b++) {                                                   \
-            const T *p = y + 8 * b;                                                          \
-            unsigned v = 0;                                                                  \
-            for (int k = 0; k < 8; k++) v |= (unsigned)(p[k] > 0) << k;                      \
-            m[b] = (uint8_t)v;                                                               \
-        }                                                                                    \
-        if (nb * 8 < n) {                                                                    \
-            unsigned v = 0;                                                                  \
-            for (int64_t i = nb * 8; i < n; i++) v |= (unsigned)(y[i] > 0) << (i - nb * 8);  \
-            m[nb] = (uint8_t)v;                                                              \
-        }                                                                                    \
-    }                                                                                        \
-    /* dx = bit i ? g : 0 — the same values as (y > 0 ? g : 0) */                          \
-    static void relu_mask_bwd_##T(const T *restrict g, const uint8_t *restrict m,            \
-                                  T *restrict dx, int64_t n) {                               \
-        /* whole bytes with constant shifts (vectorises), then the tail */                   \
-        int64_t nb = n / 8;                                                                  \
-        _Pragma("omp parallel for if (n > 65536)")                                           \
-        for (int64_t b = 0; b < nb; b++) {                                                   \
-            /* select through bit masks: exact (+0.0 where dropped), and it vectorises */    \
-            unsigned v = m[b];                                                               \
-            IT gb[8], keep[8];                                                               \
-            memcpy(gb, g + 8 * b, sizeof gb);                                                \
-            for (int k = 0; k < 8; k++) keep[k] = (IT)0 - (IT)((v >> k) & 1u);               \
-            for (int k = 0; k < 8; k++) gb[k] &= keep[k];                                    \
-            memcpy(dx + 8 * b, gb, sizeof gb);                                               \
-        }                                                                                    \
-        for (int64_t i = nb * 8; i < n; i++) dx[i] = (m[i >> 3] >> (i & 7)) & 1u ? g[i] : (T)0; \
+#define RELU_MASK(T, IT)                                                                           \
+    static void relu_mask_##T(const T *restrict y, uint8_t *restrict m, int64_t n) {               \
+        int64_t nb = n / 8;                                                                        \
+        _Pragma("omp parallel for if (n > 65536)") for (int64_t b = 0; b < nb; b++) {              \
+            const T *p = y + 8 * b;                                                                \
+            unsigned v = 0;                                                                        \
+            for (int k = 0; k < 8; k++) v |= (unsigned)(p[k] > 0) << k;                            \
+            m[b] = (uint8_t)v;                                                                     \
+        }                                                                                          \
+        if (nb * 8 < n) {                                                                          \
+            unsigned v = 0;                                                                        \
+            for (int64_t i = nb * 8; i < n; i++) v |= (unsigned)(y[i] > 0) << (i - nb * 8);        \
+            m[nb] = (uint8_t)v;                                                                    \
+        }                                                                                          \
+    }                                                                                              \
+    /* dx = bit i ? g : 0 — the same values as (y > 0 ? g : 0) */                                \
+    static void relu_mask_bwd_##T(const T *restrict g, const uint8_t *restrict m, T *restrict dx,  \
+                                  int64_t n) {                                                     \
+        /* whole bytes with constant shifts (vectorises), then the tail */                         \
+        int64_t nb = n / 8;                                                                        \
+        _Pragma("omp parallel for if (n > 65536)") for (int64_t b = 0; b < nb; b++) {              \
+            /* select through bit masks: exact (+0.0 where dropped), and it vectorises */          \
+            unsigned v = m[b];                                                                     \
+            IT gb[8], keep[8];                                                                     \
+            memcpy(gb, g + 8 * b, sizeof gb);                                                      \
+            for (int k = 0; k < 8; k++) keep[k] = (IT)0 - (IT)((v >> k) & 1u);                     \
+            for (int k = 0; k < 8; k++) gb[k] &= keep[k];                                          \
+            memcpy(dx + 8 * b, gb, sizeof gb);                                                     \
+        }                                                                                          \
+        for (int64_t i = nb * 8; i < n; i++) dx[i] = (m[i >> 3] >> (i & 7)) & 1u ? g[i] : (T)0;    \
     }
 RELU_MASK(float, uint32_t)
 RELU_MASK(double, uint64_t)
 
-
 /* ---- the kernels (rm_kernel_fn) ------------------------------------------------------ */
-#define UNARY_KERNELS(T, SUFFIX)                                                             \
-    int rm_cpu_unary_##SUFFIX(const rm_kargs *k) {                                           \
-        const rm_unary_params *p = k->params;                                                \
-        fwd_##T(p->op, rm_ptr(k->in[0]), rm_ptr(k->out[0]), remat_numel(k->out[0]),          \
-                (T)p->p);                                                                    \
-        return REMAT_OK;                                                                     \
-    }                                                                                        \
-    int rm_cpu_unary_bwd_##SUFFIX(const rm_kargs *k) {                                       \
-        const rm_unary_params *p = k->params;                                                \
-        bwd_##T(p->op, rm_ptr(k->in[0]), k->in[1] ? rm_ptr(k->in[1]) : NULL,                 \
-                rm_ptr(k->out[0]), remat_numel(k->out[0]), (T)p->p);                         \
-        return REMAT_OK;                                                                     \
-    }                                                                                        \
-    int rm_cpu_relu_mask_##SUFFIX(const rm_kargs *k) {                                       \
-        relu_mask_##T(rm_ptr(k->in[0]), rm_ptr(k->out[0]), remat_numel(k->in[0]));          \
-        return REMAT_OK;                                                                     \
-    }                                                                                        \
-    int rm_cpu_relu_mask_bwd_##SUFFIX(const rm_kargs *k) {                                   \
-        relu_mask_bwd_##T(rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(k->out[0]),             \
-                          remat_numel(k->out[0]));                                           \
-        return REMAT_OK;                                                                     \
+#define UNARY_KERNELS(T, SUFFIX)                                                                   \
+    int rm_cpu_unary_##SUFFIX(const rm_kargs *k) {                                                 \
+        const rm_unary_params *p = k->params;                                                      \
+        fwd_##T(p->op, rm_ptr(k->in[0]), rm_ptr(k->out[0]), remat_numel(k->out[0]), (T)p->p);      \
+        return REMAT_OK;                                                                           \
+    }                                                                                              \
+    int rm_cpu_unary_bwd_##SUFFIX(const rm_kargs *k) {                                             \
+        const rm_unary_params *p = k->params;                                                      \
+        bwd_##T(p->op, rm_ptr(k->in[0]), k->in[1] ? rm_ptr(k->in[1]) : NULL, rm_ptr(k->out[0]),    \
+                remat_numel(k->out[0]), (T)p->p);                                                  \
+        return REMAT_OK;                                                                           \
+    }                                                                                              \
+    int rm_cpu_relu_mask_##SUFFIX(const rm_kargs *k) {                                             \
+        relu_mask_##T(rm_ptr(k->in[0]), rm_ptr(k->out[0]), remat_numel(k->in[0]));                 \
+        return REMAT_OK;                                                                           \
+    }                                                                                              \
+    int rm_cpu_relu_mask_bwd_##SUFFIX(const rm_kargs *k) {                                         \
+        relu_mask_bwd_##T(rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(k->out[0]),                   \
+                          remat_numel(k->out[0]));                                                 \
+        return REMAT_OK;                                                                           \
     }
 UNARY_KERNELS(float, f32)
 UNARY_KERNELS(double, f64)

@@ -64,8 +64,8 @@ static rm_pool *pool_of(int index, bool create) {
     rm_pool *p = g_pools[index];
     if (!p && create) {
         g_pool_index[index] = index;
-        rm_pool_provider prov = {&g_pool_index[index], seg_alloc, seg_free, seg_sync,
-                                 ev_record,            ev_done,   ev_free};
+        rm_pool_provider prov = {
+            &g_pool_index[index], seg_alloc, seg_free, seg_sync, ev_record, ev_done, ev_free};
         p = g_pools[index] = rm_pool_new(&prov);
     }
     pthread_mutex_unlock(&g_lock);
@@ -144,14 +144,12 @@ int remat_cuda_set_allocator(const remat_allocator *allocator) {
         remat_alloc_stats st;
         if (remat_alloc_stats_get((remat_device){type, i}, &st) == REMAT_OK && st.n_live)
             return rm_err(REMAT_ESTATE,
-                          "remat_cuda_set_allocator: cuda:%d still has %llu live allocations",
-                          i, (unsigned long long)st.n_live);
+                          "remat_cuda_set_allocator: cuda:%d still has %llu live allocations", i,
+                          (unsigned long long)st.n_live);
     }
     pthread_mutex_lock(&g_lock);
-    if (allocator && allocator->alloc && allocator->free)
-        g_user = *allocator;
-    else
-        memset(&g_user, 0, sizeof g_user);
+    if (allocator && allocator->alloc && allocator->free) g_user = *allocator;
+    else memset(&g_user, 0, sizeof g_user);
     pthread_mutex_unlock(&g_lock);
     return REMAT_OK;
 }
@@ -173,8 +171,7 @@ int remat_cuda_empty_cache(void) {
 void rm_cuda_release_all(void) { remat_cuda_empty_cache(); }
 
 int remat_cuda_memory_stats_get(int index, remat_cuda_memory_stats *stats) {
-    if (!stats)
-        return rm_err(REMAT_EINVAL, "remat_cuda_memory_stats_get: stats must not be NULL");
+    if (!stats) return rm_err(REMAT_EINVAL, "remat_cuda_memory_stats_get: stats must not be NULL");
     int rc = rm_cuda_check_index("remat_cuda_memory_stats_get", index);
     if (rc) return rc;
     memset(stats, 0, sizeof *stats);

@@ -132,8 +132,8 @@ void rm_cuda_register_nn(int device_type);
 void rm_cuda_register_loss(int device_type);
 void rm_cuda_register_attention(int device_type);
 void rm_cuda_register_shape(int device_type);
-void rm_cuda_register_matmul(int device_type); /* gemm.c */
-void rm_cuda_register_random(int device_type); /* rng.c: dropout */
+void rm_cuda_register_matmul(int device_type);   /* gemm.c */
+void rm_cuda_register_random(int device_type);   /* rng.c: dropout */
 void rm_cuda_register_transfer(int device_type); /* transfer.c: offload's rm_transfer_ops */
 
 #endif /* REMAT_CUDA_BACKEND_H */

@@ -43,8 +43,9 @@ static int stage_get(int index, stage **out) {
         if (st->buf[b]) continue;
         int rc = rm_cuda_check(cudaHostAlloc(&st->buf[b], RM_STAGE_BYTES, cudaHostAllocDefault),
                                "cudaHostAlloc (pinned staging)");
-        if (!rc) rc = rm_cuda_check(cudaEventCreateWithFlags(&st->done[b], cudaEventDisableTiming),
-                                    "cudaEventCreate");
+        if (!rc)
+            rc = rm_cuda_check(cudaEventCreateWithFlags(&st->done[b], cudaEventDisableTiming),
+                               "cudaEventCreate");
         if (rc) {
             if (st->buf[b]) cudaFreeHost(st->buf[b]);
             st->buf[b] = NULL;
@@ -87,9 +88,9 @@ static int copy_d2h(int index, cudaStream_t s, char *dst, const char *src, size_
         if (i < nchunks) {
             size_t off = i * RM_STAGE_BYTES;
             size_t c = n - off < RM_STAGE_BYTES ? n - off : RM_STAGE_BYTES;
-            rc = rm_cuda_check(cudaMemcpyAsync(st->buf[i & 1], src + off, c,
-                                               cudaMemcpyDeviceToHost, s),
-                               "cuda to host copy");
+            rc = rm_cuda_check(
+                cudaMemcpyAsync(st->buf[i & 1], src + off, c, cudaMemcpyDeviceToHost, s),
+                "cuda to host copy");
             if (!rc) rc = rm_cuda_check(cudaEventRecord(st->done[i & 1], s), "cuda to host copy");
         }
         if (!rc && i > 0) {
@@ -120,8 +121,7 @@ static int cu_copy(void *ud, int index, void *dst, const void *src, size_t n, re
     cudaStream_t s = rm_cuda_stream(index);
     if (!s) rc = rm_last_status() ? rm_last_status() : REMAT_EDEVICE;
     if (!rc && k == REMAT_COPY_DEVICE_TO_DEVICE) {
-        rc = rm_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s),
-                           "cuda to cuda copy");
+        rc = rm_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s), "cuda to cuda copy");
     } else if (!rc) {
         pthread_once(&g_stage_once, stage_init);
         pthread_mutex_lock(&g_stage[index].lock);

@@ -17,9 +17,9 @@
  * f32 GEMMs use TF32 tensor cores only when remat_cuda_set_allow_tf32 says
  * so (the handle's math mode, runtime.c). The 64-bit cuBLAS API takes every
  * size without narrowing. */
-#include "cuda_backend.h"
 #include "gemm.h"
 #include "../mm_view.h"
+#include "cuda_backend.h"
 
 typedef struct gemm_call {
     cublasHandle_t h;
@@ -41,21 +41,21 @@ static int gemm_run(const gemm_call *g, const void *A, const void *B, void *C) {
     if (g->dt == REMAT_F32) {
         const float one = 1.0f, beta = (float)g->beta;
         if (g->batch == 1)
-            st = cublasSgemm_64(g->h, ob, oa, g->n, g->m, g->k, &one, B, g->ldb, A, g->lda,
-                                &beta, C, g->ldc);
+            st = cublasSgemm_64(g->h, ob, oa, g->n, g->m, g->k, &one, B, g->ldb, A, g->lda, &beta,
+                                C, g->ldc);
         else
-            st = cublasSgemmStridedBatched_64(g->h, ob, oa, g->n, g->m, g->k, &one, B, g->ldb,
-                                              g->sb, A, g->lda, g->sa, &beta, C, g->ldc, g->sc,
-                                              g->batch);
+            st =
+                cublasSgemmStridedBatched_64(g->h, ob, oa, g->n, g->m, g->k, &one, B, g->ldb, g->sb,
+                                             A, g->lda, g->sa, &beta, C, g->ldc, g->sc, g->batch);
     } else {
         const double one = 1.0, beta = g->beta;
         if (g->batch == 1)
-            st = cublasDgemm_64(g->h, ob, oa, g->n, g->m, g->k, &one, B, g->ldb, A, g->lda,
-                                &beta, C, g->ldc);
+            st = cublasDgemm_64(g->h, ob, oa, g->n, g->m, g->k, &one, B, g->ldb, A, g->lda, &beta,
+                                C, g->ldc);
         else
-            st = cublasDgemmStridedBatched_64(g->h, ob, oa, g->n, g->m, g->k, &one, B, g->ldb,
-                                              g->sb, A, g->lda, g->sa, &beta, C, g->ldc, g->sc,
-                                              g->batch);
+            st =
+                cublasDgemmStridedBatched_64(g->h, ob, oa, g->n, g->m, g->k, &one, B, g->ldb, g->sb,
+                                             A, g->lda, g->sa, &beta, C, g->ldc, g->sc, g->batch);
     }
     return rm_cublas_check(st, "matmul (cuBLAS GEMM)");
 }
@@ -80,9 +80,8 @@ static bool uniform_stride(int nb, const int64_t *bshape, const int64_t *bstr, i
 static size_t es_of(remat_dtype dt) { return remat_dtype_size(dt); }
 
 /* C[b] = A[b]·B[b] for the batch (mm_exec of the cpu kernel, on cuBLAS). */
-static int mm_exec(cublasHandle_t h, cudaStream_t s, remat_dtype dt, int nb,
-                   const int64_t *bshape, const mview *A, const mview *B, const mview *C,
-                   int64_t c_numel, bool add_to_c) {
+static int mm_exec(cublasHandle_t h, cudaStream_t s, remat_dtype dt, int nb, const int64_t *bshape,
+                   const mview *A, const mview *B, const mview *C, int64_t c_numel, bool add_to_c) {
     gemm_call g = {.h = h, .dt = dt, .batch = 1, .beta = add_to_c ? 1.0 : 0.0};
     bool tc;
     mv_layout(A, &g.ta, &g.lda);
@@ -164,8 +163,7 @@ static int cuda_matmul(const rm_kargs *k) {
     if (!rc) {
         mview A = operand_view(ac, p->a, nb), B = operand_view(bc, p->b, nb);
         mview C = operand_view(y, p->c, nb);
-        rc = mm_exec(h, c.stream, y->dtype, nb, bshape, &A, &B, &C, remat_numel(y),
-                     biasc != NULL);
+        rc = mm_exec(h, c.stream, y->dtype, nb, bshape, &A, &B, &C, remat_numel(y), biasc != NULL);
     }
     rm_cuda_end(&c);
     remat_release(ac);
@@ -188,10 +186,8 @@ static int cuda_colsum(const rm_kargs *k) {
     }
     if (!rc)
         rc = rm_cuda_check(g->dtype == REMAT_F32
-                               ? rm_cuda_colsum_f32(rm_ptr(g), rm_ptr(db), rows, n, part,
-                                                    c.stream)
-                               : rm_cuda_colsum_f64(rm_ptr(g), rm_ptr(db), rows, n, part,
-                                                    c.stream),
+                               ? rm_cuda_colsum_f32(rm_ptr(g), rm_ptr(db), rows, n, part, c.stream)
+                               : rm_cuda_colsum_f64(rm_ptr(g), rm_ptr(db), rows, n, part, c.stream),
                            "column sum");
     rm_cuda_scratch_free(c.index, part); /* stream-ordered: reusable by later work */
     rm_cuda_end(&c);

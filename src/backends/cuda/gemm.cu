@@ -5,8 +5,7 @@
 #include "gemm.h"
 
 template <typename T>
-__global__ void fill_rows(T *__restrict__ y, const T *__restrict__ bias, int64_t total,
-                          int64_t n) {
+__global__ void fill_rows(T *__restrict__ y, const T *__restrict__ bias, int64_t total, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x)
         y[i] = bias[i % n];
@@ -74,8 +73,8 @@ cudaError_t rm_cuda_colsum_f32(const float *g, float *db, int64_t rows, int64_t 
                                cudaStream_t s) {
     return colsum(g, db, rows, n, part, s);
 }
-cudaError_t rm_cuda_colsum_f64(const double *g, double *db, int64_t rows, int64_t n,
-                               double *part, cudaStream_t s) {
+cudaError_t rm_cuda_colsum_f64(const double *g, double *db, int64_t rows, int64_t n, double *part,
+                               cudaStream_t s) {
     return colsum(g, db, rows, n, part, s);
 }
 }

@@ -17,8 +17,8 @@ cudaError_t rm_cuda_fill_rows(void *y, const void *bias, int64_t rows, int64_t n
 int64_t rm_cuda_colsum_chunk(int64_t rows);
 cudaError_t rm_cuda_colsum_f32(const float *g, float *db, int64_t rows, int64_t n, double *part,
                                cudaStream_t s);
-cudaError_t rm_cuda_colsum_f64(const double *g, double *db, int64_t rows, int64_t n,
-                               double *part, cudaStream_t s);
+cudaError_t rm_cuda_colsum_f64(const double *g, double *db, int64_t rows, int64_t n, double *part,
+                               cudaStream_t s);
 RM_CUDA_END_DECLS
 
 #endif /* REMAT_CUDA_GEMM_H */

@@ -12,15 +12,15 @@
 
 typedef struct blk {
     char *ptr;
-    size_t size;      /* rounded */
-    size_t requested; /* what was asked for, while handed out */
-    void *stream;     /* the stream it was allocated for (its segment's) */
-    bool small;       /* which pool */
-    bool allocated;   /* handed out, or waiting for events */
+    size_t size;             /* rounded */
+    size_t requested;        /* what was asked for, while handed out */
+    void *stream;            /* the stream it was allocated for (its segment's) */
+    bool small;              /* which pool */
+    bool allocated;          /* handed out, or waiting for events */
     struct blk *prev, *next; /* neighbours in the segment */
     int n_streams;           /* other streams recorded on it */
     void *streams[RM_POOL_MAX_STREAMS];
-    int pending;             /* events still to complete before it is free */
+    int pending; /* events still to complete before it is free */
 } blk;
 
 typedef struct vec {
@@ -277,8 +277,12 @@ void *rm_pool_alloc(rm_pool *pool, size_t nbytes, void *stream) {
     if (should_split(b, size)) {
         blk *rest = calloc(1, sizeof *rest);
         if (rest) {
-            *rest = (blk){.ptr = b->ptr + size, .size = b->size - size, .stream = stream,
-                          .small = b->small, .prev = b, .next = b->next};
+            *rest = (blk){.ptr = b->ptr + size,
+                          .size = b->size - size,
+                          .stream = stream,
+                          .small = b->small,
+                          .prev = b,
+                          .next = b->next};
             if (b->next) b->next->prev = rest;
             b->next = rest;
             b->size = size;

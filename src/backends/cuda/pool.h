@@ -28,13 +28,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RM_POOL_MIN_BLOCK ((size_t)512)                 /* rounding of every request */
-#define RM_POOL_SMALL_SIZE ((size_t)1 << 20)            /* largest small-pool request */
-#define RM_POOL_SMALL_SEGMENT ((size_t)2 << 20)         /* small-pool segment */
-#define RM_POOL_LARGE_SEGMENT ((size_t)20 << 20)        /* segment for a request < 10 MiB */
-#define RM_POOL_MIN_LARGE_ALLOC ((size_t)10 << 20)      /* from here: the request itself... */
-#define RM_POOL_ROUND_LARGE ((size_t)2 << 20)           /* ...rounded up to 2 MiB */
-#define RM_POOL_MAX_STREAMS 8 /* other streams one block may be recorded on */
+#define RM_POOL_MIN_BLOCK ((size_t)512)            /* rounding of every request */
+#define RM_POOL_SMALL_SIZE ((size_t)1 << 20)       /* largest small-pool request */
+#define RM_POOL_SMALL_SEGMENT ((size_t)2 << 20)    /* small-pool segment */
+#define RM_POOL_LARGE_SEGMENT ((size_t)20 << 20)   /* segment for a request < 10 MiB */
+#define RM_POOL_MIN_LARGE_ALLOC ((size_t)10 << 20) /* from here: the request itself... */
+#define RM_POOL_ROUND_LARGE ((size_t)2 << 20)      /* ...rounded up to 2 MiB */
+#define RM_POOL_MAX_STREAMS 8                      /* other streams one block may be recorded on */
 
 /* Where segments come from. seg_alloc returns NULL on failure; sync waits
  * until the device has finished every piece of work enqueued so far (before
@@ -58,12 +58,12 @@ typedef struct rm_pool_stats {
     size_t requested_bytes;      /* the sizes asked for, of the blocks handed out */
     size_t reserved_bytes;       /* segments held (P: memory_reserved) */
     size_t peak_reserved_bytes;
-    uint64_t n_segments;         /* segments held */
-    uint64_t n_seg_allocs;       /* provider seg_alloc calls that succeeded */
+    uint64_t n_segments;   /* segments held */
+    uint64_t n_seg_allocs; /* provider seg_alloc calls that succeeded */
     uint64_t n_seg_frees;
-    uint64_t n_retries;          /* requests that had to empty the cache first */
-    uint64_t n_allocs, n_frees;  /* blocks handed out / given back */
-    uint64_t n_pending;          /* freed blocks waiting for events of other streams */
+    uint64_t n_retries;         /* requests that had to empty the cache first */
+    uint64_t n_allocs, n_frees; /* blocks handed out / given back */
+    uint64_t n_pending;         /* freed blocks waiting for events of other streams */
 } rm_pool_stats;
 
 typedef struct rm_pool rm_pool;

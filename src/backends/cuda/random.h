@@ -11,14 +11,14 @@ RM_CUDA_BEGIN_DECLS
 cudaError_t rm_cuda_dropout_f32(const float *x, float *y, uint8_t *bits, int64_t n, uint32_t thr,
                                 float scale, uint32_t k0, uint32_t k1, uint64_t counter,
                                 cudaStream_t s);
-cudaError_t rm_cuda_dropout_f64(const double *x, double *y, uint8_t *bits, int64_t n,
-                                uint32_t thr, double scale, uint32_t k0, uint32_t k1,
-                                uint64_t counter, cudaStream_t s);
+cudaError_t rm_cuda_dropout_f64(const double *x, double *y, uint8_t *bits, int64_t n, uint32_t thr,
+                                double scale, uint32_t k0, uint32_t k1, uint64_t counter,
+                                cudaStream_t s);
 /* dx[i] = g[i] * (bit i of bits ? scale : 0) */
 cudaError_t rm_cuda_dropout_bwd_f32(const float *g, const uint8_t *bits, float scale, float *dx,
                                     int64_t n, cudaStream_t s);
-cudaError_t rm_cuda_dropout_bwd_f64(const double *g, const uint8_t *bits, double scale,
-                                    double *dx, int64_t n, cudaStream_t s);
+cudaError_t rm_cuda_dropout_bwd_f64(const double *g, const uint8_t *bits, double scale, double *dx,
+                                    int64_t n, cudaStream_t s);
 RM_CUDA_END_DECLS
 
 #endif /* REMAT_CUDA_RANDOM_H */

@@ -17,41 +17,41 @@ static uint32_t keep_threshold(double p) {
 
 static void *data_or_null(const remat_tensor *t) { return t ? rm_ptr(t) : NULL; }
 
-#define DROPOUT_FNS(T, SFX)                                                                  \
-    static int cuda_dropout_##SFX(const rm_kargs *k) {                                       \
-        const rm_dropout_params *p = k->params;                                               \
-        int64_t n = remat_numel(k->in[0]);                                                    \
-        uint8_t *bits = data_or_null(k->out[1]);                                              \
-        rm_cuda_ctx c;                                                                        \
-        int rc = rm_cuda_begin(&c, "dropout", k->in[0]);                                      \
-        if (!rc && p->p >= 1.0) { /* everything dropped, nothing drawn (as the cpu kernel) */ \
-            rc = rm_cuda_check(cudaMemsetAsync(rm_ptr(k->out[0]), 0, (size_t)n * sizeof(T),  \
-                                               c.stream), "dropout");                         \
-            if (!rc && bits)                                                                  \
-                rc = rm_cuda_check(cudaMemsetAsync(bits, 0, (size_t)(n + 7) / 8, c.stream),   \
-                                   "dropout");                                                \
-        } else if (!rc) {                                                                     \
-            rc = rm_cuda_check(rm_cuda_dropout_##SFX(rm_ptr(k->in[0]), rm_ptr(k->out[0]),     \
-                                                     bits, n, keep_threshold(p->p),           \
-                                                     (T)(1.0 / (1.0 - p->p)), p->key[0],      \
-                                                     p->key[1], p->counter, c.stream),        \
-                               "dropout");                                                    \
-        }                                                                                     \
-        rm_cuda_end(&c);                                                                      \
-        return rc;                                                                            \
-    }                                                                                         \
-    static int cuda_dropout_bwd_##SFX(const rm_kargs *k) {                                   \
-        const rm_dropout_params *p = k->params;                                               \
-        rm_cuda_ctx c;                                                                        \
-        int rc = rm_cuda_begin(&c, "dropout backward", k->in[0]);                             \
-        if (!rc)                                                                              \
-            rc = rm_cuda_check(rm_cuda_dropout_bwd_##SFX(rm_ptr(k->in[0]), rm_ptr(k->in[1]),  \
-                                                         (T)(1.0 / (1.0 - p->p)),             \
-                                                         rm_ptr(k->out[0]),                   \
-                                                         remat_numel(k->out[0]), c.stream),   \
-                               "dropout backward");                                           \
-        rm_cuda_end(&c);                                                                      \
-        return rc;                                                                            \
+#define DROPOUT_FNS(T, SFX)                                                                        \
+    static int cuda_dropout_##SFX(const rm_kargs *k) {                                             \
+        const rm_dropout_params *p = k->params;                                                    \
+        int64_t n = remat_numel(k->in[0]);                                                         \
+        uint8_t *bits = data_or_null(k->out[1]);                                                   \
+        rm_cuda_ctx c;                                                                             \
+        int rc = rm_cuda_begin(&c, "dropout", k->in[0]);                                           \
+        if (!rc && p->p >= 1.0) { /* everything dropped, nothing drawn (as the cpu kernel) */      \
+            rc = rm_cuda_check(                                                                    \
+                cudaMemsetAsync(rm_ptr(k->out[0]), 0, (size_t)n * sizeof(T), c.stream),            \
+                "dropout");                                                                        \
+            if (!rc && bits)                                                                       \
+                rc = rm_cuda_check(cudaMemsetAsync(bits, 0, (size_t)(n + 7) / 8, c.stream),        \
+                                   "dropout");                                                     \
+        } else if (!rc) {                                                                          \
+            rc =                                                                                   \
+                rm_cuda_check(rm_cuda_dropout_##SFX(rm_ptr(k->in[0]), rm_ptr(k->out[0]), bits, n,  \
+                                                    keep_threshold(p->p), (T)(1.0 / (1.0 - p->p)), \
+                                                    p->key[0], p->key[1], p->counter, c.stream),   \
+                              "dropout");                                                          \
+        }                                                                                          \
+        rm_cuda_end(&c);                                                                           \
+        return rc;                                                                                 \
+    }                                                                                              \
+    static int cuda_dropout_bwd_##SFX(const rm_kargs *k) {                                         \
+        const rm_dropout_params *p = k->params;                                                    \
+        rm_cuda_ctx c;                                                                             \
+        int rc = rm_cuda_begin(&c, "dropout backward", k->in[0]);                                  \
+        if (!rc)                                                                                   \
+            rc = rm_cuda_check(rm_cuda_dropout_bwd_##SFX(                                          \
+                                   rm_ptr(k->in[0]), rm_ptr(k->in[1]), (T)(1.0 / (1.0 - p->p)),    \
+                                   rm_ptr(k->out[0]), remat_numel(k->out[0]), c.stream),           \
+                               "dropout backward");                                                \
+        rm_cuda_end(&c);                                                                           \
+        return rc;                                                                                 \
     }
 DROPOUT_FNS(float, f32)
 DROPOUT_FNS(double, f64)

@@ -33,7 +33,7 @@ static cudaError_t launch_fwd(const T *x, T *y, uint8_t *bits, int64_t n, uint32
                               uint32_t k0, uint32_t k1, uint64_t counter, cudaStream_t s) {
     if (n > 0)
         dropout_fwd<T><<<rm_cuda_blocks((n + 7) / 8, 256), 256, 0, s>>>(x, y, bits, n, thr, scale,
-                                                                          k0, k1, counter);
+                                                                        k0, k1, counter);
     return cudaGetLastError();
 }
 
@@ -50,17 +50,17 @@ cudaError_t rm_cuda_dropout_f32(const float *x, float *y, uint8_t *bits, int64_t
                                 cudaStream_t s) {
     return launch_fwd(x, y, bits, n, thr, scale, k0, k1, counter, s);
 }
-cudaError_t rm_cuda_dropout_f64(const double *x, double *y, uint8_t *bits, int64_t n,
-                                uint32_t thr, double scale, uint32_t k0, uint32_t k1,
-                                uint64_t counter, cudaStream_t s) {
+cudaError_t rm_cuda_dropout_f64(const double *x, double *y, uint8_t *bits, int64_t n, uint32_t thr,
+                                double scale, uint32_t k0, uint32_t k1, uint64_t counter,
+                                cudaStream_t s) {
     return launch_fwd(x, y, bits, n, thr, scale, k0, k1, counter, s);
 }
 cudaError_t rm_cuda_dropout_bwd_f32(const float *g, const uint8_t *bits, float scale, float *dx,
                                     int64_t n, cudaStream_t s) {
     return launch_bwd(g, bits, scale, dx, n, s);
 }
-cudaError_t rm_cuda_dropout_bwd_f64(const double *g, const uint8_t *bits, double scale,
-                                    double *dx, int64_t n, cudaStream_t s) {
+cudaError_t rm_cuda_dropout_bwd_f64(const double *g, const uint8_t *bits, double scale, double *dx,
+                                    int64_t n, cudaStream_t s) {
     return launch_bwd(g, bits, scale, dx, n, s);
 }
 }

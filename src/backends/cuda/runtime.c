@@ -94,8 +94,8 @@ int rm_cuda_check_index(const char *call, int index) {
     int n = rm_cuda_device_count();
     if (n == 0) return rm_err(REMAT_EUNSUPPORTED, "%s: %s", call, rm_cuda_unavailable_reason());
     if (index < 0 || index >= n)
-        return rm_err(REMAT_EDEVICE, "%s: device cuda:%d does not exist (%d device%s)", call,
-                      index, n, n == 1 ? "" : "s");
+        return rm_err(REMAT_EDEVICE, "%s: device cuda:%d does not exist (%d device%s)", call, index,
+                      n, n == 1 ? "" : "s");
     return REMAT_OK;
 }
 
@@ -173,9 +173,9 @@ cublasHandle_t rm_cuda_cublas(int index) {
     if (!rc && d->blas_tf32 != want) {
         /* CUBLAS_DEFAULT_MATH computes f32 GEMMs in f32 (no tensor-core
          * down-conversion); TF32 only when allowed, as PyTorch */
-        rc = rm_cublas_check(cublasSetMathMode(d->blas, want ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                             : CUBLAS_DEFAULT_MATH),
-                             "cublasSetMathMode");
+        rc = rm_cublas_check(
+            cublasSetMathMode(d->blas, want ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+            "cublasSetMathMode");
         if (!rc) d->blas_tf32 = want;
     }
     cublasHandle_t h = rc ? NULL : d->blas;

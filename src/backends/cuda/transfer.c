@@ -33,8 +33,8 @@ static void host_free(void *p, size_t nbytes) {
     cudaFreeHost(p);
 }
 
-static int copy_async(int index, void *dst, const void *src, size_t nbytes,
-                      remat_copy_kind kind, void **event) {
+static int copy_async(int index, void *dst, const void *src, size_t nbytes, remat_copy_kind kind,
+                      void **event) {
     *event = NULL;
     int prev, rc = rm_cuda_guard("offload", index, &prev);
     if (rc) return rc;
@@ -42,10 +42,12 @@ static int copy_async(int index, void *dst, const void *src, size_t nbytes,
     cudaEvent_t ready = NULL, done = NULL;
     if (!compute) rc = REMAT_EUNSUPPORTED; /* message set by rm_cuda_stream */
     if (!rc) rc = side_stream(index, &side);
-    if (!rc) rc = rm_cuda_check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming),
-                                "offload: event");
-    if (!rc) rc = rm_cuda_check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
-                                "offload: event");
+    if (!rc)
+        rc = rm_cuda_check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming),
+                           "offload: event");
+    if (!rc)
+        rc = rm_cuda_check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+                           "offload: event");
     if (!rc) rc = rm_cuda_check(cudaEventRecord(ready, compute), "offload: event record");
     if (!rc) rc = rm_cuda_check(cudaStreamWaitEvent(side, ready, 0), "offload: stream wait");
     if (!rc)
@@ -84,8 +86,13 @@ static int host_wait(void *event) {
 static void event_free(void *event) { cudaEventDestroy((cudaEvent_t)event); }
 
 static const rm_transfer_ops k_ops = {
-    .host_alloc = host_alloc, .host_free = host_free, .copy_async = copy_async,
-    .stream_wait = stream_wait, .done = done, .host_wait = host_wait, .event_free = event_free,
+    .host_alloc = host_alloc,
+    .host_free = host_free,
+    .copy_async = copy_async,
+    .stream_wait = stream_wait,
+    .done = done,
+    .host_wait = host_wait,
+    .event_free = event_free,
 };
 
 void rm_cuda_register_transfer(int device_type) { rm_transfer_register(device_type, &k_ops); }

@@ -7,8 +7,9 @@
 #include "../../core.h"
 #include "remat/cuda.h"
 
-#define RM_NO_CUDA "remat was built without CUDA (configure with the CUDA toolkit installed: " \
-                   "docs/cuda.md)"
+#define RM_NO_CUDA                                                                                 \
+    "remat was built without CUDA (configure with the CUDA toolkit installed: "                    \
+    "docs/cuda.md)"
 
 bool rm_builtin_device_def(remat_device_type_def *def) {
     memset(def, 0, sizeof *def);

@@ -19,8 +19,7 @@ typedef struct rm_groups {
     bool red[RM_GROUPS_MAX_DIMS];
 } rm_groups;
 
-static inline void rm_groups_make(int ndim, const int64_t *shape, const bool *mask,
-                                  rm_groups *g) {
+static inline void rm_groups_make(int ndim, const int64_t *shape, const bool *mask, rm_groups *g) {
     g->n = 0;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] == 1) continue;

@@ -9,21 +9,21 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define RM_KERNELS_MATMUL(X)                                                                 \
+#define RM_KERNELS_MATMUL(X)                                                                       \
     /* C = bias + op(A) · op(B) over a batch of matrices (rm_mm_params says how each operand \
      * is one). in: A, B, bias (NULL: none; else (n), added to every row of C); out: C.      \
-     * f32 and f64. matmul, linear and every GEMM of their backward. */                      \
-    X(MATMUL, "matmul")                                                                      \
+     * f32 and f64. matmul, linear and every GEMM of their backward. */    \
+    X(MATMUL, "matmul")                                                                            \
     /* db (n) = column sums of g (rows, n), contiguous; the order of the sums depends on    \
-     * the shape only. in: g; out: db. linear's bias gradient. */                            \
-    X(COLSUM, "column sum")                                                                  \
+     * the shape only. in: g; out: db. linear's bias gradient. */      \
+    X(COLSUM, "column sum")                                                                        \
     /* y = softmax(scale · q·kᵀ, causal mask) · v over the last two dims, lse = the rows'   \
      * log-sum-exp of the scaled scores. in: q (..., Tq, D), k (..., Tk, D),                 \
-     * v (..., Tk, Dv); out: y (..., Tq, Dv), lse (..., Tq). rm_attention_params */          \
-    X(ATTENTION, "attention")                                                                \
+     * v (..., Tk, Dv); out: y (..., Tq, Dv), lse (..., Tq). rm_attention_params */ \
+    X(ATTENTION, "attention")                                                                      \
     /* The input gradients from the saved lse (FlashAttention's backward). in: q, k, v, y,   \
      * gy (y's gradient), lse; out: dq, dk, dv (each NULL when not wanted).                  \
-     * rm_attention_params */                                                                \
+     * rm_attention_params */     \
     X(ATTENTION_BWD, "attention backward")
 
 /* How an operand of RM_K_MATMUL is a batch of matrices: its trailing dims
@@ -41,7 +41,7 @@ typedef struct rm_mm_params {
 } rm_mm_params;
 
 typedef struct rm_attention_params {
-    bool causal; /* row i sees keys 0..i (top-left aligned, as torch's is_causal) */
+    bool causal;  /* row i sees keys 0..i (top-left aligned, as torch's is_causal) */
     double scale; /* 0: 1 / sqrt(D) */
 } rm_attention_params;
 
