@@ -74,9 +74,11 @@ werror: deps
 	  cmake --build build-werror-$$cc -j $(JOBS) || exit 1; \
 	done
 
-# clang-tidy over src/ (checks in .clang-tidy), with the flags CMake exports for a clang build.
+# The layout check (.clang-format, every tracked C/CUDA file), then clang-tidy over src/
+# (checks in .clang-tidy) with the flags CMake exports for a clang build.
 lint:
 	@sh scripts/deps.sh lint
+	@sh scripts/format.sh --check
 	@bash scripts/lint.sh $(BUILD_LINT) $(JOBS)
 
 # .clang-format over every tracked C/CUDA file: `format` rewrites, `format-check` lists what differs.
