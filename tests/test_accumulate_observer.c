@@ -7,6 +7,7 @@
  * opaque, and progress points (observer called with NULL) come while a
  * checkpoint recomputes inside backward. */
 #include "autograd/accumulate.h"
+#include "support/by_hand.h"
 #include "support/rt.h"
 
 typedef struct obs {
@@ -213,41 +214,13 @@ Test(accumulate_observer, nested_reentrant_regions_count_one_per_nested_pass) {
 }
 
 /* A custom function of the user's whose backward runs a pass of its own:
- * y = x * b, recomputed in backward (a reentrant checkpoint by hand). */
-static remat_status by_hand_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const *in,
-                                    int n_in, remat_tensor **out, int n_out) {
-    (void)n_in;
-    (void)n_out;
-    remat_status rc = remat_ctx_save_for_backward(ctx, 1, in);
-    return rc ? rc : remat_mul(&out[0], in[0], ud);
-}
-
-static remat_status by_hand_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *gout,
-                                     int n_out, remat_tensor **gin, int n_in) {
-    (void)n_out;
-    (void)n_in;
-    remat_tensor *x = NULL, *d = NULL, *y = NULL;
-    remat_status rc = remat_ctx_saved(ctx, 0, &x);
-    if (!rc) rc = remat_detach(&d, x);
-    if (!rc) rc = remat_set_requires_grad(d, true);
-    bool prev = remat_set_grad_enabled(true);
-    if (!rc) rc = remat_mul(&y, d, ud);
-    remat_set_grad_enabled(prev);
-    if (!rc) rc = remat_backward(1, &y, gout, false, 0, NULL);
-    if (!rc) gin[0] = remat_retain(remat_tensor_grad(d));
-    remat_release(x);
-    remat_release(d);
-    remat_release(y);
-    return rc;
-}
-
-static const remat_function_def k_by_hand = {"ByHand", by_hand_forward, by_hand_backward, NULL};
+ * y = x * b, recomputed in backward (tests/support/by_hand.h). */
 
 static remat_status region_by_hand(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
                                    int n_out) {
     (void)n_in;
     (void)n_out;
-    return remat_function_apply(&k_by_hand, ud, 1, in, 1, out);
+    return remat_function_apply(&rt_by_hand_mul, ud, 1, in, 1, out);
 }
 
 /* Such a function hides its pass from the walk (opaque), also inside a
@@ -260,7 +233,7 @@ Test(accumulate_observer, a_custom_function_running_a_pass_is_opaque) {
         remat_tensor *y = NULL, *loss = NULL;
         remat_checkpoint_options co = {.use_reentrant = REMAT_OPT_TRUE};
         if (in_region) RT_OK(remat_checkpoint(region_by_hand, b, 1, &x, 1, &y, &co));
-        else RT_OK(remat_function_apply(&k_by_hand, b, 1, &x, 1, &y));
+        else RT_OK(remat_function_apply(&rt_by_hand_mul, b, 1, &x, 1, &y));
         RT_OK(remat_sum(&loss, y, 0, NULL, false));
         tally t = {.leaf = {b, x}};
         bool opaque = false;

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../support/by_hand.h"
 #include "remat/remat.h"
 
 #define D 16
@@ -140,43 +141,15 @@ static int pair_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **o
     return rc;
 }
 
-/* The user's own reentrant-style custom function: y = x * s in forward
+/* The user's own reentrant-style custom function (tests/support/by_hand.h): y = x * s in forward
  * (grad off), recomputed with grad on in backward, whose nested pass
  * accumulates into s — nothing the graph walk can see (the DDP learns). */
 static bool g_by_hand_tail; /* forward ends with it instead of remat_mul */
 
-static int by_hand_forward(remat_function_ctx *ctx, void *ud, remat_tensor *const *in, int n_in,
-                           remat_tensor **out, int n_out) {
-    (void)n_in;
-    (void)n_out;
-    int rc = remat_ctx_save_for_backward(ctx, 1, in);
-    return rc ? rc : remat_mul(&out[0], in[0], ud);
-}
-
-static int by_hand_backward(remat_function_ctx *ctx, void *ud, remat_tensor *const *gout, int n_out,
-                            remat_tensor **gin, int n_in) {
-    (void)n_out;
-    (void)n_in;
-    remat_tensor *x = NULL, *d = NULL, *y = NULL;
-    int rc = remat_ctx_saved(ctx, 0, &x);
-    if (!rc) rc = remat_detach(&d, x);
-    if (!rc) rc = remat_set_requires_grad(d, true);
-    bool prev = remat_set_grad_enabled(true);
-    if (!rc) rc = remat_mul(&y, d, ud);
-    remat_set_grad_enabled(prev);
-    if (!rc) rc = remat_backward(1, &y, gout, false, 0, NULL);
-    if (!rc) gin[0] = remat_retain(remat_tensor_grad(d));
-    remat_release(x);
-    remat_release(d);
-    remat_release(y);
-    return rc;
-}
-
 /* h * s, through the custom function when g_by_hand_tail is set. */
 static int tail(remat_tensor **out, remat_tensor *h, remat_tensor *s) {
-    static const remat_function_def def = {"ByHandMul", by_hand_forward, by_hand_backward, NULL};
     if (!g_by_hand_tail) return remat_mul(out, h, s);
-    return remat_function_apply(&def, s, 1, &h, 1, out);
+    return remat_function_apply(&rt_by_hand_mul, s, 1, &h, 1, out);
 }
 
 enum mode {
