@@ -41,6 +41,10 @@ typedef struct rm_edge {
     int input_nr;
 } rm_edge;
 
+/* A node's backward: grad_inputs[i] (NULL on entry) gets a new reference to
+ * the gradient of input i, or stays NULL (none). The caller owns what was
+ * written there whether or not the call succeeds (so a backward may build
+ * its gradients in place and simply return a failure). */
 typedef remat_status (*rm_backward_fn)(remat_node *node, remat_tensor *const *grad_outputs,
                                        remat_tensor **grad_inputs);
 

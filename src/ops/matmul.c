@@ -101,7 +101,7 @@ static remat_status mm_backward(remat_node *node, remat_tensor *const *gout, rem
     const mm_ctx *c = node->ctx;
     const char *nm = node->name;
     bool ga = node->next[0].node != NULL, gb = node->next[1].node != NULL;
-    remat_tensor *a = NULL, *b = NULL, *g = gout[0], *da = NULL, *db = NULL;
+    remat_tensor *a = NULL, *b = NULL, *g = gout[0];
     unsigned row = c->shp.nda > 1 ? RM_MM_ROW : 0, col = c->shp.ndb > 1 ? RM_MM_COL : 0;
     remat_dtype dt = g->dtype;
     remat_device dev = g->storage->device;
@@ -109,25 +109,19 @@ static remat_status mm_backward(remat_node *node, remat_tensor *const *gout, rem
     if (ga) {
         rc = rm_node_unpack(node, 1, &b);
         if (!rc) rc = check_saved(nm, "b", b, c->shp.ndb, c->shp.sb);
-        if (!rc) rc = rm_new_output(&da, c->shp.nda, c->shp.sa, dt, dev);
-        if (!rc) rc = mm_run(nm, da, row | RM_MM_COL, g, row | col, b, RM_MM_ROW | col | RM_MM_T);
-        if (rc) goto out;
+        if (!rc) rc = rm_new_output(&gin[0], c->shp.nda, c->shp.sa, dt, dev);
+        if (!rc)
+            rc = mm_run(nm, gin[0], row | RM_MM_COL, g, row | col, b, RM_MM_ROW | col | RM_MM_T);
     }
-    if (gb) {
+    if (!rc && gb) {
         rc = rm_node_unpack(node, 0, &a);
         if (!rc) rc = check_saved(nm, "a", a, c->shp.nda, c->shp.sa);
-        if (!rc) rc = rm_new_output(&db, c->shp.ndb, c->shp.sb, dt, dev);
-        if (!rc) rc = mm_run(nm, db, RM_MM_ROW | col, a, row | RM_MM_COL | RM_MM_T, g, row | col);
-        if (rc) goto out;
+        if (!rc) rc = rm_new_output(&gin[1], c->shp.ndb, c->shp.sb, dt, dev);
+        if (!rc)
+            rc = mm_run(nm, gin[1], RM_MM_ROW | col, a, row | RM_MM_COL | RM_MM_T, g, row | col);
     }
-    gin[0] = da;
-    gin[1] = db;
-    da = db = NULL;
-out:
     remat_release(a);
     remat_release(b);
-    remat_release(da);
-    remat_release(db);
     return rc;
 }
 
@@ -135,10 +129,29 @@ out:
  * promoted to a matrix (a: (1, K), b: (K, 1)) and g to the promoted
  * product's shape; the results are summed back down to the (promoted)
  * input shapes and reshaped to the inputs'. */
+/* One input's gradient under create_graph: the other operand (saved slot
+ * `slot`, promoted shape (ndo, po)) transposed, times g (g on the left:
+ * dA = g B^T; on the right: dB = A^T g), summed down to the input's
+ * promoted shape (nd, ps) and reshaped to its shape (ndi, si). */
+static remat_status mm_grad_diff(remat_node *node, int slot, int ndo, const int64_t *po,
+                                 remat_tensor *g, bool g_left, int nd, const int64_t *ps, int ndi,
+                                 const int64_t *si, remat_tensor **out) {
+    remat_tensor *o = NULL, *t = NULL, *ot = NULL, *s = NULL;
+    int rc = rm_node_unpack(node, slot, &o);
+    if (!rc) rc = remat_reshape(&t, o, ndo, po);
+    if (!rc) rc = remat_transpose(&ot, t, -2, -1);
+    remat_release_p(&t);
+    if (!rc) rc = g_left ? remat_matmul(&t, g, ot) : remat_matmul(&t, ot, g);
+    if (!rc) rc = rm_sum_to(&s, t, nd, ps);
+    if (!rc) rc = remat_reshape(out, s, ndi, si);
+    remat_release(o), remat_release(t), remat_release(ot), remat_release(s);
+    return rc;
+}
+
 static remat_status mm_backward_diff(remat_node *node, remat_tensor *const *gout,
                                      remat_tensor **gin) {
     const mm_ctx *c = node->ctx;
-    remat_tensor *a = NULL, *b = NULL, *g = NULL, *t = NULL, *p = NULL, *s = NULL;
+    remat_tensor *g = NULL;
     int64_t pa[REMAT_MAX_DIMS + 1], pb[REMAT_MAX_DIMS + 1], pg[REMAT_MAX_DIMS + 1];
     int nda = c->shp.nda, ndb = c->shp.ndb, ndg = gout[0]->ndim;
     memcpy(pa, c->shp.sa, sizeof(int64_t) * (size_t)nda);
@@ -152,27 +165,11 @@ static remat_status mm_backward_diff(remat_node *node, remat_tensor *const *gout
     }
     if (ndb == 1) pb[1] = 1, ndb = 2, pg[ndg++] = 1; /* (K) -> (K, 1); g gains the col dim */
     int rc = remat_reshape(&g, gout[0], ndg, pg);
-    if (!rc && node->next[0].node) { /* dA = g B^T */
-        rc = rm_node_unpack(node, 1, &b);
-        if (!rc) rc = remat_reshape(&t, b, ndb, pb);
-        if (!rc) rc = remat_transpose(&p, t, -2, -1);
-        remat_release_p(&t);
-        if (!rc) rc = remat_matmul(&t, g, p);
-        if (!rc) rc = rm_sum_to(&s, t, nda, pa);
-        if (!rc) rc = remat_reshape(&gin[0], s, c->shp.nda, c->shp.sa);
-        remat_release_p(&t), remat_release_p(&p), remat_release_p(&s);
-    }
-    if (!rc && node->next[1].node) { /* dB = A^T g */
-        rc = rm_node_unpack(node, 0, &a);
-        if (!rc) rc = remat_reshape(&t, a, nda, pa);
-        if (!rc) rc = remat_transpose(&p, t, -2, -1);
-        remat_release_p(&t);
-        if (!rc) rc = remat_matmul(&t, p, g);
-        if (!rc) rc = rm_sum_to(&s, t, ndb, pb);
-        if (!rc) rc = remat_reshape(&gin[1], s, c->shp.ndb, c->shp.sb);
-    }
-    remat_release(a), remat_release(b), remat_release(g);
-    remat_release(t), remat_release(p), remat_release(s);
+    if (!rc && node->next[0].node) /* dA = g B^T */
+        rc = mm_grad_diff(node, 1, ndb, pb, g, true, nda, pa, c->shp.nda, c->shp.sa, &gin[0]);
+    if (!rc && node->next[1].node) /* dB = A^T g */
+        rc = mm_grad_diff(node, 0, nda, pa, g, false, ndb, pb, c->shp.ndb, c->shp.sb, &gin[1]);
+    remat_release(g);
     return rc;
 }
 
@@ -271,7 +268,7 @@ static remat_status linear_backward(remat_node *node, remat_tensor *const *gout,
     const char *nm = node->name;
     bool gx = node->next[0].node != NULL, gw = node->next[1].node != NULL;
     bool gbias = node->next[2].node != NULL;
-    remat_tensor *x = NULL, *w = NULL, *g = NULL, *dx = NULL, *dw = NULL, *db = NULL;
+    remat_tensor *x = NULL, *w = NULL, *g = NULL;
     remat_dtype dt = gout[0]->dtype;
     remat_device dev = gout[0]->storage->device;
     unsigned row = c->ndx > 1 ? RM_MM_ROW : 0;
@@ -283,38 +280,27 @@ static remat_status linear_backward(remat_node *node, remat_tensor *const *gout,
     if (gw) {
         rc = rm_node_unpack(node, 0, &x);
         if (!rc) rc = check_saved(nm, "x", x, c->ndx, c->sx);
-        if (!rc) rc = rm_new_output(&dw, 2, wshape, c->wdt, dev);
+        if (!rc) rc = rm_new_output(&gin[1], 2, wshape, c->wdt, dev);
         if (!rc)
-            rc = mm_run(nm, dw, RM_MM_ROW | RM_MM_COL, g, row | RM_MM_COL | RM_MM_T, x,
+            rc = mm_run(nm, gin[1], RM_MM_ROW | RM_MM_COL, g, row | RM_MM_COL | RM_MM_T, x,
                         row | RM_MM_COL);
-        if (rc) goto out;
         remat_release_p(&x);
-        rm_node_done_with_saved(node, 0);
+        if (!rc) rm_node_done_with_saved(node, 0);
     }
-    if (gx) {
+    if (!rc && gx) {
         rc = rm_node_unpack(node, 1, &w);
         if (!rc) rc = check_saved(nm, "weight", w, 2, wshape);
-        if (!rc) rc = rm_new_output(&dx, c->ndx, c->sx, dt, dev);
-        if (!rc) rc = mm_run(nm, dx, row | RM_MM_COL, g, row | RM_MM_COL, w, RM_MM_ROW | RM_MM_COL);
-        if (rc) goto out;
+        if (!rc) rc = rm_new_output(&gin[0], c->ndx, c->sx, dt, dev);
+        if (!rc)
+            rc = mm_run(nm, gin[0], row | RM_MM_COL, g, row | RM_MM_COL, w, RM_MM_ROW | RM_MM_COL);
     }
-    if (gbias) {
-        rc = rm_new_output(&db, 1, &c->out_f, dt, dev);
-        rm_kargs k = {.in = {g}, .out = {db}};
+    if (!rc && gbias) {
+        rc = rm_new_output(&gin[2], 1, &c->out_f, dt, dev);
+        rm_kargs k = {.in = {g}, .out = {gin[2]}};
         if (!rc) rc = rm_kernel_run(RM_K_COLSUM, nm, &k);
-        if (rc) goto out;
     }
-    gin[0] = dx;
-    gin[1] = dw;
-    gin[2] = db;
-    dx = dw = db = NULL;
-out:
-    remat_release(x);
     remat_release(w);
     remat_release(g);
-    remat_release(dx);
-    remat_release(dw);
-    remat_release(db);
     return rc;
 }
 

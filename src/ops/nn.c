@@ -167,7 +167,7 @@ static remat_status layer_norm_backward(remat_node *node, remat_tensor *const *g
                                         remat_tensor **gin) {
     const ln_params *p = node->ctx;
     const int n_norm = p->k.n_norm;
-    remat_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *g = NULL, *dx = NULL, *dw = NULL, *db = NULL;
+    remat_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *g = NULL;
     int rc = REMAT_OK;
     for (int i = 0; i < 4 && rc == REMAT_OK; i++) /* the weight (1) may be absent */
         rc = rm_saved_contig(node, i, i == 1 ? NULL : "saved tensors are missing", &sv[i]);
@@ -175,26 +175,20 @@ static remat_status layer_norm_backward(remat_node *node, remat_tensor *const *g
     if (rc) goto out;
     remat_tensor *x = sv[0], *w = sv[1];
     remat_device dev = x->storage->device;
-    if (node->next[0].node) rc = rm_new_output(&dx, x->ndim, x->shape, x->dtype, dev);
+    if (node->next[0].node) rc = rm_new_output(&gin[0], x->ndim, x->shape, x->dtype, dev);
     /* inputs are (x, weight, bias): the node always has 3 edges */
     if (!rc && node->next[1].node && w)
-        rc = rm_new_output(&dw, n_norm, p->norm_shape, x->dtype, dev);
-    if (!rc && node->next[2].node) rc = rm_new_output(&db, n_norm, p->norm_shape, x->dtype, dev);
+        rc = rm_new_output(&gin[1], n_norm, p->norm_shape, x->dtype, dev);
+    if (!rc && node->next[2].node)
+        rc = rm_new_output(&gin[2], n_norm, p->norm_shape, x->dtype, dev);
     if (!rc) {
-        rm_kargs k = {.in = {g, x, w, sv[2], sv[3]}, .out = {dx, dw, db}, .params = &p->k};
+        rm_kargs k = {
+            .in = {g, x, w, sv[2], sv[3]}, .out = {gin[0], gin[1], gin[2]}, .params = &p->k};
         rc = rm_kernel_run(RM_K_LAYER_NORM_BWD, node->name, &k);
     }
-    if (rc) goto out;
-    gin[0] = dx;
-    gin[1] = dw;
-    gin[2] = db;
-    dx = dw = db = NULL;
 out:
     for (int i = 0; i < 4; i++) remat_release(sv[i]);
     remat_release(g);
-    remat_release(dx);
-    remat_release(dw);
-    remat_release(db);
     return rc;
 }
 
