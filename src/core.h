@@ -174,7 +174,13 @@ bool rm_set_skip_mode(bool on); /* returns previous */
 
 /* ---- validation helpers (set an error message naming `call`) ------------------- */
 remat_status rm_check_tensor(const char *call, const char *arg, const remat_tensor *t);
-/* f32 or f64 on any device (rm_dispatch: the kernel table decides devices). */
+/* A dtype's bit in a set of dtypes. */
+#define RM_DTYPE_BIT(d) (1u << (unsigned)(d))
+/* t is a tensor (rm_check_tensor) of a dtype in `dtypes` (RM_DTYPE_BIT set), which the
+ * message lists as `names` ("'a' must be <names>, got ..."); REMAT_EDTYPE otherwise. */
+remat_status rm_check_dtype_in(const char *call, const char *arg, const remat_tensor *t,
+                               unsigned dtypes, const char *names);
+/* f32, f64 or bf16 on any device (rm_dispatch: the kernel table decides devices). */
 remat_status rm_check_float_dtype(const char *call, const char *arg, const remat_tensor *t);
 remat_status rm_check_same_dtype(const char *call, const remat_tensor *a, const remat_tensor *b);
 remat_status rm_check_same_device(const char *call, const remat_tensor *a, const remat_tensor *b);
@@ -302,6 +308,12 @@ remat_status rm_copy_new(remat_tensor **out, remat_tensor *t);
 /* Copies src into dst elementwise (same numel view, broadcast src to dst's
  * shape, converting dtype). No autograd. */
 remat_status rm_copy_into(remat_tensor *dst, const remat_tensor *src);
+/* Copies src into the window of z's memory that starts at element `offset`
+ * and has src's shape and the given strides (a view of z made for the
+ * copy; scatters into z). REMAT_ENOMEM naming `what` when the view cannot
+ * be made. */
+remat_status rm_copy_to_window(remat_tensor *z, int64_t offset, const int64_t *strides,
+                               const remat_tensor *src, const char *what);
 /* (src/backends/cpu/copy.c) rm_copy_into's fast kernel for dst and src of the same
  * dtype: bit-for-bit, row memcpy / tiled transpose / strided rows, OpenMP
  * split. Returns false, doing nothing, when the dtypes differ (meta

@@ -281,15 +281,22 @@ remat_status rm_check_tensor(const char *call, const char *arg, const remat_tens
     return REMAT_OK;
 }
 
-remat_status rm_check_float_dtype(const char *call, const char *arg, const remat_tensor *t) {
+remat_status rm_check_dtype_in(const char *call, const char *arg, const remat_tensor *t,
+                               unsigned dtypes, const char *names) {
     int rc = rm_check_tensor(call, arg, t);
     if (rc) return rc;
-    if (t->dtype != REMAT_F32 && t->dtype != REMAT_F64 && t->dtype != REMAT_BF16) {
+    if (!(dtypes & RM_DTYPE_BIT(t->dtype))) {
         char b[200];
-        return rm_err(REMAT_EDTYPE, "%s: '%s' must be f32, f64 or bf16, got %s", call, arg,
+        return rm_err(REMAT_EDTYPE, "%s: '%s' must be %s, got %s", call, arg, names,
                       rm_tensor_str(t, b, sizeof b));
     }
     return REMAT_OK;
+}
+
+remat_status rm_check_float_dtype(const char *call, const char *arg, const remat_tensor *t) {
+    return rm_check_dtype_in(
+        call, arg, t, RM_DTYPE_BIT(REMAT_F32) | RM_DTYPE_BIT(REMAT_F64) | RM_DTYPE_BIT(REMAT_BF16),
+        "f32, f64 or bf16");
 }
 
 remat_status rm_check_same_dtype(const char *call, const remat_tensor *a, const remat_tensor *b) {
@@ -910,6 +917,15 @@ void *rm_grow(void *arr, int *cap, int n, int first, size_t elem) {
     void *na = realloc(arr, (size_t)nc * elem);
     if (na) *cap = nc;
     return na;
+}
+
+remat_status rm_copy_to_window(remat_tensor *z, int64_t offset, const int64_t *strides,
+                               const remat_tensor *src, const char *what) {
+    remat_tensor *v = rm_tensor_alloc(z->storage, offset, src->ndim, src->shape, strides, z->dtype);
+    if (!v) return rm_err(REMAT_ENOMEM, "%s: out of memory creating a view", what);
+    int rc = rm_copy_into(v, src); /* host or device */
+    remat_release(v);
+    return rc;
 }
 
 remat_status rm_copy_new(remat_tensor **out, remat_tensor *t) {

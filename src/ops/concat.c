@@ -167,8 +167,6 @@ static remat_status split_backward(remat_node *node, remat_tensor *const *gout,
     if (rm_ptr(z)) { /* a meta z (skip mode): nothing to compute */
         int d = c->dim;
         int64_t size = c->shape[d];
-        int64_t sh[REMAT_MAX_DIMS];
-        memcpy(sh, z->shape, sizeof sh);
         for (int k = 0; k < node->n_outputs && rc == REMAT_OK; k++) {
             int64_t lo = k * c->split_size;
             int64_t hi = lo + c->split_size < size ? lo + c->split_size : size;
@@ -178,15 +176,8 @@ static remat_status split_backward(remat_node *node, remat_tensor *const *gout,
             }
             if (hi <= lo) continue;
             /* window k of z: z's strides, the piece's extent along d */
-            sh[d] = hi - lo;
-            remat_tensor *win = rm_tensor_alloc(z->storage, z->offset + lo * z->strides[d], z->ndim,
-                                                sh, z->strides, z->dtype);
-            if (!win) {
-                rc = rm_err(REMAT_ENOMEM, "SplitBackward: out of memory");
-                break;
-            }
-            rc = rm_copy_into(win, gout[k]); /* host or device */
-            remat_release(win);
+            rc = rm_copy_to_window(z, z->offset + lo * z->strides[d], z->strides, gout[k],
+                                   "SplitBackward");
         }
     }
     if (rc) {

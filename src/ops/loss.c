@@ -10,13 +10,13 @@
 
 #include "../dispatch/dispatch.h"
 
-static remat_status check_i64(const char *call, const char *arg, const remat_tensor *t) {
-    if (t->dtype != REMAT_I64) {
-        char b[200];
-        return rm_err(REMAT_EDTYPE, "%s: '%s' must be i64, got %s", call, arg,
-                      rm_tensor_str(t, b, sizeof b));
-    }
-    return REMAT_OK; /* the values are checked by the kernels, on the device */
+/* An index operand (embedding's indices, cross_entropy's targets): i64, on
+ * the device of the data it indexes (its values are checked by the
+ * kernels, on that device). */
+static remat_status check_index(const char *call, const char *arg, const remat_tensor *t,
+                                const remat_tensor *data) {
+    int rc = rm_check_dtype_in(call, arg, t, RM_DTYPE_BIT(REMAT_I64), "i64");
+    return rc ? rc : rm_check_same_device(call, data, t);
 }
 
 /* ---- embedding ------------------------------------------------------------------------- */
@@ -25,8 +25,7 @@ static const char *const k_emb_args[] = {"weight", "indices"};
 static remat_status embedding_check(const rm_op_call *c) {
     const char *call = c->op->name;
     remat_tensor *weight = c->in[0], *indices = c->in[1];
-    int rc = check_i64(call, "indices", indices);
-    if (!rc) rc = rm_check_same_device(call, weight, indices);
+    int rc = check_index(call, "indices", indices, weight);
     if (rc) return rc;
     char bw[200], bi[200];
     if (weight->ndim != 2)
@@ -104,8 +103,7 @@ static const char *const k_ce_args[] = {"logits", "targets"};
 static remat_status cross_entropy_check(const rm_op_call *c) {
     const char *call = c->op->name;
     remat_tensor *logits = c->in[0], *targets = c->in[1];
-    int rc = check_i64(call, "targets", targets);
-    if (!rc) rc = rm_check_same_device(call, logits, targets);
+    int rc = check_index(call, "targets", targets, logits);
     if (rc) return rc;
     char bl[200], bt[200];
     if (logits->ndim != 2 || targets->ndim != 1 || targets->shape[0] != logits->shape[0])
@@ -131,22 +129,17 @@ static remat_status cross_entropy_infer(const rm_op_call *c, rm_out_spec *out) {
 static remat_status cross_entropy_backward(remat_node *node, remat_tensor *const *gout,
                                            remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
-    remat_tensor *sv[3] = {NULL, NULL, NULL}, *dx = NULL;
+    remat_tensor *sv[3] = {NULL, NULL, NULL};
     int rc = REMAT_OK;
     for (int i = 0; i < 3 && rc == REMAT_OK; i++)
         rc = rm_saved_contig(node, i, "saved tensors are missing", &sv[i]);
     remat_tensor *x = sv[0];
-    if (!rc) rc = rm_new_output(&dx, x->ndim, x->shape, x->dtype, x->storage->device);
+    if (!rc) rc = rm_new_output(&gin[0], x->ndim, x->shape, x->dtype, x->storage->device);
     if (!rc) {
-        rm_kargs k = {.in = {x, sv[1], sv[2], gout[0]}, .out = {dx}, .params = node->ctx};
+        rm_kargs k = {.in = {x, sv[1], sv[2], gout[0]}, .out = {gin[0]}, .params = node->ctx};
         rc = rm_kernel_run(RM_K_CROSS_ENTROPY_BWD, node->name, &k);
     }
-    if (!rc) {
-        gin[0] = dx;
-        dx = NULL;
-    }
     for (int i = 0; i < 3; i++) remat_release(sv[i]);
-    remat_release(dx);
     return rc;
 }
 

@@ -22,15 +22,11 @@ static remat_status masked_grad(const char *call, remat_tensor **out, remat_tens
     return rc;
 }
 
+/* A condition operand; its values are read by the kernel only. */
 static remat_status check_cond(const char *call, const char *arg, const remat_tensor *c) {
-    int rc = rm_check_tensor(call, arg, c); /* its values are read by the kernel only */
-    if (rc) return rc;
-    if (c->dtype != REMAT_I64 && c->dtype != REMAT_F32 && c->dtype != REMAT_F64) {
-        char b[200];
-        return rm_err(REMAT_EDTYPE, "%s: '%s' must be i64, f32 or f64, got %s", call, arg,
-                      rm_tensor_str(c, b, sizeof b));
-    }
-    return REMAT_OK;
+    return rm_check_dtype_in(
+        call, arg, c, RM_DTYPE_BIT(REMAT_I64) | RM_DTYPE_BIT(REMAT_F32) | RM_DTYPE_BIT(REMAT_F64),
+        "i64, f32 or f64");
 }
 
 /* ---- masked_fill ------------------------------------------------------------------- */

@@ -95,7 +95,7 @@ static remat_status identity_backward(remat_node *node, remat_tensor *const *gou
  * once: the rows before start, the gaps between steps, the rows after the
  * last taken one. */
 static remat_status slice_scatter(const shape_args *c, remat_tensor *g, remat_tensor **gin) {
-    remat_tensor *z = NULL, *v = NULL;
+    remat_tensor *z = NULL;
     int rc = rm_new_output(&z, c->in_ndim, c->in_shape, g->dtype, g->storage->device);
     if (rc) return rc;
     if (!rm_ptr(z)) { /* skip mode: shapes only */
@@ -121,10 +121,7 @@ static remat_status slice_scatter(const shape_args *c, remat_tensor *g, remat_te
         memcpy(strides, z->strides, sizeof strides);
         int64_t offset = z->offset + start * strides[d];
         strides[d] *= step;
-        v = rm_tensor_alloc(z->storage, offset, g->ndim, g->shape, strides, z->dtype);
-        if (!v) rc = rm_err(REMAT_ENOMEM, "SliceBackward: out of memory creating a view");
-        else rc = rm_copy_into(v, g); /* host or device */
-        remat_release(v);
+        rc = rm_copy_to_window(z, offset, strides, g, "SliceBackward");
     }
     if (rc) {
         remat_release(z);
