@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../dispatch/kernels.h"
+#include "../ptrtab.h"
 #include "accumulate.h"
 #include "graph.h"
 
@@ -61,47 +62,22 @@ remat_status rm_no_double_backward(const remat_node *n, const char *what) {
 uint64_t remat_current_backward_id(void) { return tls_task ? tls_task->id : 0; }
 bool remat_current_backward_is_partial(void) { return tls_task && tls_task->partial; }
 
-static size_t hash_ptr(const void *p) {
-    uintptr_t x = (uintptr_t)p;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return (size_t)x;
-}
-
-static remat_status tab_grow(task *t) {
-    size_t ncap = t->cap ? t->cap * 2 : 256;
-    ninfo *nt = calloc(ncap, sizeof *nt);
-    if (!nt) return rm_err(REMAT_ENOMEM, "backward: out of memory");
-    for (size_t i = 0; i < t->cap; i++) {
-        if (!t->tab[i].node) continue;
-        size_t j = hash_ptr(t->tab[i].node) & (ncap - 1);
-        while (nt[j].node) j = (j + 1) & (ncap - 1);
-        nt[j] = t->tab[i];
-    }
-    free(t->tab);
-    t->tab = nt;
-    t->cap = ncap;
-    return REMAT_OK;
-}
-
+/* The pass's nodes: a table keyed by node (src/ptrtab.h). */
 static ninfo *tab_find(task *t, remat_node *n) {
     if (!t->cap) return NULL;
-    size_t j = hash_ptr(n) & (t->cap - 1);
-    while (t->tab[j].node) {
-        if (t->tab[j].node == n) return &t->tab[j];
-        j = (j + 1) & (t->cap - 1);
-    }
-    return NULL;
+    ninfo *e = &t->tab[rm_ptrtab_slot(t->tab, t->cap, sizeof *t->tab, n)];
+    return e->node ? e : NULL;
 }
 
 static remat_status tab_insert(task *t, remat_node *n, ninfo **out) {
     if ((t->count + 1) * 2 > t->cap) {
-        int rc = tab_grow(t);
-        if (rc) return rc;
+        size_t ncap = t->cap ? t->cap * 2 : 256;
+        ninfo *nt = rm_ptrtab_grow(t->tab, t->cap, ncap, sizeof *nt);
+        if (!nt) return rm_err(REMAT_ENOMEM, "backward: out of memory");
+        t->tab = nt;
+        t->cap = ncap;
     }
-    size_t j = hash_ptr(n) & (t->cap - 1);
-    while (t->tab[j].node) j = (j + 1) & (t->cap - 1);
+    size_t j = rm_ptrtab_slot(t->tab, t->cap, sizeof *t->tab, n);
     t->tab[j].node = rm_node_retain(n); /* the pass keeps every node it may visit alive */
     t->count++;
     *out = &t->tab[j];

@@ -3,6 +3,7 @@
  * gradient-ready counts, src/dist/ddp.c; see accumulate.h). */
 #include <stdlib.h>
 
+#include "../ptrtab.h"
 #include "accumulate.h"
 #include "graph.h"
 
@@ -11,34 +12,17 @@ typedef struct node_set {
     size_t cap, n;
 } node_set;
 
-static size_t hash_ptr(const void *p) {
-    uintptr_t x = (uintptr_t)p;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    return (size_t)(x ^ (x >> 33));
-}
-
 /* Adds n; 1 if added, 0 if present, -1 out of memory. */
 static int set_add(node_set *s, remat_node *n) {
     if (2 * (s->n + 1) > s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 256;
-        remat_node **slot = calloc(cap, sizeof *slot);
+        remat_node **slot = rm_ptrtab_grow(s->slot, s->cap, cap, sizeof *slot);
         if (!slot) return -1;
-        for (size_t i = 0; i < s->cap; i++) {
-            if (!s->slot[i]) continue;
-            size_t j = hash_ptr(s->slot[i]) & (cap - 1);
-            while (slot[j]) j = (j + 1) & (cap - 1);
-            slot[j] = s->slot[i];
-        }
-        free(s->slot);
         s->slot = slot;
         s->cap = cap;
     }
-    size_t j = hash_ptr(n) & (s->cap - 1);
-    while (s->slot[j]) {
-        if (s->slot[j] == n) return 0;
-        j = (j + 1) & (s->cap - 1);
-    }
+    size_t j = rm_ptrtab_slot(s->slot, s->cap, sizeof *s->slot, n);
+    if (s->slot[j]) return 0;
     s->slot[j] = n;
     s->n++;
     return 1;
@@ -106,23 +90,15 @@ static RM_TLS rm_leaf_tally *tls_tally;
 static tally_entry *tally_find(rm_leaf_tally *t, remat_tensor *leaf) {
     if (2 * (t->n + 1) > t->cap) {
         size_t cap = t->cap ? 2 * t->cap : 32;
-        tally_entry *slot = calloc(cap, sizeof *slot);
+        tally_entry *slot = rm_ptrtab_grow(t->slot, t->cap, cap, sizeof *slot);
         if (!slot) {
             t->failed = true;
             return NULL;
         }
-        for (size_t i = 0; i < t->cap; i++) {
-            if (!t->slot[i].leaf) continue;
-            size_t j = hash_ptr(t->slot[i].leaf) & (cap - 1);
-            while (slot[j].leaf) j = (j + 1) & (cap - 1);
-            slot[j] = t->slot[i];
-        }
-        free(t->slot);
         t->slot = slot;
         t->cap = cap;
     }
-    size_t j = hash_ptr(leaf) & (t->cap - 1);
-    while (t->slot[j].leaf && t->slot[j].leaf != leaf) j = (j + 1) & (t->cap - 1);
+    size_t j = rm_ptrtab_slot(t->slot, t->cap, sizeof *t->slot, leaf);
     if (!t->slot[j].leaf) {
         t->slot[j].leaf = remat_retain(leaf);
         t->n++;
@@ -166,8 +142,7 @@ void rm_leaf_tally_end(rm_leaf_tally *t, int n_inputs, remat_tensor *const *inpu
      * detached copies); the custom function's edges reach them instead */
     for (int i = 0; i < n_inputs && t->cap; i++) {
         if (!is_grad_leaf(inputs[i])) continue;
-        size_t j = hash_ptr(inputs[i]) & (t->cap - 1);
-        while (t->slot[j].leaf && t->slot[j].leaf != inputs[i]) j = (j + 1) & (t->cap - 1);
+        size_t j = rm_ptrtab_slot(t->slot, t->cap, sizeof *t->slot, inputs[i]);
         if (t->slot[j].leaf) t->slot[j].direct = false;
     }
     rm_leaf_tally *p = t->parent;
