@@ -31,14 +31,15 @@
 
 /* Flags of a descriptor. */
 enum {
-    RM_OPF_FLOAT = 1u << 0,       /* every input is f32 or f64 (rm_check_float) */
+    RM_OPF_FLOAT = 1u << 0,       /* every input is f32, f64 or bf16 (rm_check_float_dtype) */
     RM_OPF_SAME_DTYPE = 1u << 1,  /* every input has in[0]'s dtype */
     RM_OPF_SAME_DEVICE = 1u << 2, /* every input is on in[0]'s device */
     RM_OPF_CONTIGUOUS = 1u << 3,  /* the kernel reads contiguous inputs */
     RM_OPF_SAVE_EARLY = 1u << 4,  /* saved inputs are saved before the kernel */
-    /* in[0] is f32 or f64, the other inputs only non-NULL (the op's check
-     * says what they are: embedding's and cross_entropy's i64 indices come
-     * second, and their old messages checked in[0]'s dtype first) */
+    /* in[0] is f32, f64 or bf16, the other inputs only non-NULL (the op's
+     * check or RM_OPF_INDEX_IN1 says what they are: embedding's and
+     * cross_entropy's i64 indices come second, and their old messages
+     * checked in[0]'s dtype first) */
     RM_OPF_FLOAT_IN0 = 1u << 5,
     /* the op's check makes every argument check itself, in its own order
      * (the driver checks only `out`): masked_fill's mask, the in-place ops */
@@ -58,6 +59,10 @@ enum {
      * kernel gets none in k.in (too few slots): the op's run hook reads
      * c->in */
     RM_OPF_VARIADIC = 1u << 8,
+    /* in[1] is an index operand (embedding's indices, cross_entropy's
+     * targets): i64, on in[0]'s device; its values are checked by the
+     * kernel, on that device */
+    RM_OPF_INDEX_IN1 = 1u << 9,
 };
 
 /* How autocast treats an op's floating inputs (remat/autocast.h,

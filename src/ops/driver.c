@@ -33,11 +33,14 @@ static remat_status check_inputs(const rm_op_call *c) {
     for (int i = 0; i < c->n_in && !rc && !(op->flags & RM_OPF_OWN_CHECKS); i++) {
         if (!in[i] && (op->optional_in >> i & 1u)) continue;
         bool is_float = (op->flags & RM_OPF_FLOAT) || (i == 0 && (op->flags & RM_OPF_FLOAT_IN0));
+        bool is_index = i == 1 && (op->flags & RM_OPF_INDEX_IN1);
         rc = is_float ? rm_check_float_dtype(op->name, names[i], in[i])
-                      : rm_check_tensor(op->name, names[i], in[i]);
+             : is_index
+                 ? rm_check_dtype_in(op->name, names[i], in[i], RM_DTYPE_BIT(REMAT_I64), "i64")
+                 : rm_check_tensor(op->name, names[i], in[i]);
         if (!rc && i > 0 && in[0] && (op->flags & RM_OPF_SAME_DTYPE))
             rc = rm_check_same_dtype(op->name, in[0], in[i]);
-        if (!rc && i > 0 && in[0] && (op->flags & RM_OPF_SAME_DEVICE))
+        if (!rc && i > 0 && in[0] && ((op->flags & RM_OPF_SAME_DEVICE) || is_index))
             rc = rm_check_same_device(op->name, in[0], in[i]);
     }
     if (!rc && op->check) rc = op->check(c);

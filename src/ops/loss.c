@@ -3,30 +3,20 @@
  * the maths and the thread-count independent sums).
  *
  * embedding and cross_entropy take an i64 tensor second (indices,
- * targets): in[0] alone must be float, and only in[0] is differentiated
- * (the node has one edge, as before the driver). cross_entropy's kernel
- * also writes the per-row logsumexp, a by-product the node saves. */
+ * targets; RM_OPF_INDEX_IN1): in[0] alone must be float, and only in[0]
+ * is differentiated (the node has one edge, as before the driver).
+ * cross_entropy's kernel also writes the per-row logsumexp, a by-product
+ * the node saves. */
 #include <string.h>
 
 #include "../dispatch/dispatch.h"
-
-/* An index operand (embedding's indices, cross_entropy's targets): i64, on
- * the device of the data it indexes (its values are checked by the
- * kernels, on that device). */
-static remat_status check_index(const char *call, const char *arg, const remat_tensor *t,
-                                const remat_tensor *data) {
-    int rc = rm_check_dtype_in(call, arg, t, RM_DTYPE_BIT(REMAT_I64), "i64");
-    return rc ? rc : rm_check_same_device(call, data, t);
-}
 
 /* ---- embedding ------------------------------------------------------------------------- */
 static const char *const k_emb_args[] = {"weight", "indices"};
 
 static remat_status embedding_check(const rm_op_call *c) {
     const char *call = c->op->name;
-    remat_tensor *weight = c->in[0], *indices = c->in[1];
-    int rc = check_index(call, "indices", indices, weight);
-    if (rc) return rc;
+    remat_tensor *weight = c->in[0], *indices = c->in[1]; /* i64 (RM_OPF_INDEX_IN1) */
     char bw[200], bi[200];
     if (weight->ndim != 2)
         return rm_err(REMAT_ESHAPE, "%s: weight must be 2-dim (num, dim), got %s", call,
@@ -86,7 +76,7 @@ static remat_status embedding_backward_diff(remat_node *node, remat_tensor *cons
 
 const rm_op_desc rm_op_embedding = RM_OP_DESC(
     "remat_embedding", "EmbeddingBackward", .n_in = 2, .no_grad_in = 2u, .n_out = 1, .n_saved = 1,
-    .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS, .arg_names = k_emb_args,
+    .flags = RM_OPF_FLOAT_IN0 | RM_OPF_INDEX_IN1 | RM_OPF_CONTIGUOUS, .arg_names = k_emb_args,
     .kernel = RM_K_EMBEDDING, .params_size = sizeof(emb_ctx), .fill_ctx = embedding_fill_ctx,
     .check = embedding_check, .infer = embedding_infer, .saves = {{RM_SAVE_INPUT, 1, 0}},
     .backward = embedding_backward, .backward_diff = embedding_backward_diff);
@@ -102,9 +92,7 @@ static const char *const k_ce_args[] = {"logits", "targets"};
 
 static remat_status cross_entropy_check(const rm_op_call *c) {
     const char *call = c->op->name;
-    remat_tensor *logits = c->in[0], *targets = c->in[1];
-    int rc = check_index(call, "targets", targets, logits);
-    if (rc) return rc;
+    remat_tensor *logits = c->in[0], *targets = c->in[1]; /* i64 (RM_OPF_INDEX_IN1) */
     char bl[200], bt[200];
     if (logits->ndim != 2 || targets->ndim != 1 || targets->shape[0] != logits->shape[0])
         return rm_err(REMAT_ESHAPE,
@@ -182,9 +170,9 @@ static remat_status cross_entropy_backward_diff(remat_node *node, remat_tensor *
 
 const rm_op_desc rm_op_cross_entropy = RM_OP_DESC(
     "remat_cross_entropy", "CrossEntropyBackward", .n_in = 2, .no_grad_in = 2u, .n_out = 2,
-    .n_ret = 1, .n_saved = 3, .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS, .arg_names = k_ce_args,
-    .autocast = RM_AC_F32, .kernel = RM_K_CROSS_ENTROPY, .params_size = sizeof(rm_ce_params),
-    .check = cross_entropy_check, .infer = cross_entropy_infer,
+    .n_ret = 1, .n_saved = 3, .flags = RM_OPF_FLOAT_IN0 | RM_OPF_INDEX_IN1 | RM_OPF_CONTIGUOUS,
+    .arg_names = k_ce_args, .autocast = RM_AC_F32, .kernel = RM_K_CROSS_ENTROPY,
+    .params_size = sizeof(rm_ce_params), .check = cross_entropy_check, .infer = cross_entropy_infer,
     .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}, {RM_SAVE_OUTPUT, 1, 0}},
     .backward = cross_entropy_backward, .backward_diff = cross_entropy_backward_diff);
 

@@ -18,6 +18,15 @@
 
 #include "../dispatch/dispatch.h"
 
+/* How a shape op's gradient goes back to its input's shape (shape_backward). */
+typedef enum shape_undo {
+    UNDO_RESHAPE,   /* reshape, view, (un)squeeze: reshaped to the input's shape */
+    UNDO_TRANSPOSE, /* transpose: the same transpose */
+    UNDO_PERMUTE,   /* permute: the inverse permutation */
+    UNDO_SUM,       /* expand: summed over the expanded dims */
+    UNDO_NONE,      /* contiguous (when it copied): g itself */
+} shape_undo;
+
 /* A shape op's parameters: the call's arguments, then what its backward
  * needs (fill_ctx records the input's shape and the normalised dims; no
  * tensor is saved). */
@@ -29,12 +38,16 @@ typedef struct shape_args {
     int dim0, dim1;                /* transpose; slice, (un)squeeze: dim0 */
     int64_t start, end, step;      /* slice */
     bool allow_copy;               /* reshape (view: false) */
+    shape_undo undo;               /* set by the entry point (slice has its own backward) */
     /* recorded for backward */
     int in_ndim;
     int64_t in_shape[REMAT_MAX_DIMS];
 } shape_args;
 
 #define ARGS(c) ((const shape_args *)(c)->params)
+
+/* A dim of an n-dim tensor that infer has validated, in [0, n). */
+static int wrap_dim(int dim, int n) { return dim < 0 ? dim + n : dim; }
 
 static void record_input(const rm_op_call *c, shape_args *ctx) {
     ctx->in_ndim = c->in[0]->ndim;
@@ -50,43 +63,23 @@ static void view_spec(rm_out_spec *o, const remat_tensor *a, int ndim) {
 }
 
 /* ---- backward functions ---------------------------------------------------------- */
-/* view / reshape / squeeze / unsqueeze: the grad reshaped to the input shape. */
-static remat_status reshape_backward(remat_node *node, remat_tensor *const *gout,
-                                     remat_tensor **gin) {
-    const shape_args *c = node->ctx;
-    if (!node->next[0].node) return REMAT_OK;
-    return remat_reshape(&gin[0], gout[0], c->in_ndim, c->in_shape);
-}
-
-static remat_status transpose_backward(remat_node *node, remat_tensor *const *gout,
-                                       remat_tensor **gin) {
-    const shape_args *c = node->ctx;
-    if (!node->next[0].node) return REMAT_OK;
-    return remat_transpose(&gin[0], gout[0], c->dim0, c->dim1);
-}
-
-static remat_status permute_backward(remat_node *node, remat_tensor *const *gout,
-                                     remat_tensor **gin) {
+/* Every shape op's but slice's: the grad brought back to the input's shape
+ * by the op that undoes this one (c->undo). */
+static remat_status shape_backward(remat_node *node, remat_tensor *const *gout,
+                                   remat_tensor **gin) {
     const shape_args *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
     int inv[REMAT_MAX_DIMS];
-    for (int d = 0; d < c->in_ndim; d++) inv[c->perm[d]] = d;
-    return remat_permute(&gin[0], gout[0], c->in_ndim, inv);
-}
-
-static remat_status expand_backward(remat_node *node, remat_tensor *const *gout,
-                                    remat_tensor **gin) {
-    const shape_args *c = node->ctx;
-    if (!node->next[0].node) return REMAT_OK;
-    return rm_sum_to(&gin[0], gout[0], c->in_ndim, c->in_shape);
-}
-
-/* contiguous (when it copied): the copy's grad is the input's grad. */
-static remat_status identity_backward(remat_node *node, remat_tensor *const *gout,
-                                      remat_tensor **gin) {
-    if (!node->next[0].node) return REMAT_OK;
-    gin[0] = remat_retain(gout[0]);
-    return REMAT_OK;
+    switch (c->undo) {
+    case UNDO_RESHAPE: return remat_reshape(&gin[0], gout[0], c->in_ndim, c->in_shape);
+    case UNDO_TRANSPOSE: return remat_transpose(&gin[0], gout[0], c->dim0, c->dim1);
+    case UNDO_PERMUTE:
+        for (int d = 0; d < c->in_ndim; d++) inv[c->perm[d]] = d;
+        return remat_permute(&gin[0], gout[0], c->in_ndim, inv);
+    case UNDO_SUM: return rm_sum_to(&gin[0], gout[0], c->in_ndim, c->in_shape);
+    case UNDO_NONE: gin[0] = remat_retain(gout[0]); return REMAT_OK;
+    }
+    return rm_err(REMAT_ESTATE, "%s: bad shape op", node->name);
 }
 
 /* slice: a tensor of the input shape holding g at the sliced positions
@@ -320,8 +313,8 @@ static void fill_transpose(const rm_op_call *c, void *ctx) {
     shape_args *p = ctx;
     record_input(c, p);
     int n = c->in[0]->ndim == 0 ? 1 : c->in[0]->ndim; /* validated by infer */
-    p->dim0 = p->dim0 < 0 ? p->dim0 + n : p->dim0;
-    p->dim1 = p->dim1 < 0 ? p->dim1 + n : p->dim1;
+    p->dim0 = wrap_dim(p->dim0, n);
+    p->dim1 = wrap_dim(p->dim1, n);
 }
 
 static remat_status infer_permute(const rm_op_call *c, rm_out_spec *o) {
@@ -355,8 +348,7 @@ static remat_status infer_permute(const rm_op_call *c, rm_out_spec *o) {
 static void fill_permute(const rm_op_call *c, void *ctx) {
     shape_args *p = ctx;
     record_input(c, p);
-    for (int d = 0; d < p->ndim; d++)
-        p->perm[d] = p->perm[d] < 0 ? p->perm[d] + p->ndim : p->perm[d];
+    for (int d = 0; d < p->ndim; d++) p->perm[d] = wrap_dim(p->perm[d], p->ndim);
 }
 
 /* ---- slice ------------------------------------------------------------------------------------------ */
@@ -403,8 +395,7 @@ static remat_status infer_slice(const rm_op_call *c, rm_out_spec *o) {
 static void fill_slice(const rm_op_call *c, void *ctx) {
     shape_args *p = ctx;
     record_input(c, p);
-    int n = c->in[0]->ndim;
-    p->dim0 = p->dim0 < 0 ? p->dim0 + n : p->dim0;
+    p->dim0 = wrap_dim(p->dim0, c->in[0]->ndim);
     slice_range(p->in_shape[p->dim0], &p->start, p->end, p->step);
 }
 
@@ -517,31 +508,25 @@ static remat_status infer_contiguous(const rm_op_call *c, rm_out_spec *o) {
 /* ---- descriptors and entry points ------------------------------------------------------------------------ */
 /* The backward of every shape op but slice is made of public shape ops: it
  * is its own differentiable backward. */
-#define SHAPE_OP_(sym, call, node, infer_fn, fill_fn, backward_fn, diff_fn)                        \
-    const rm_op_desc sym = RM_OP_DESC(                                                             \
-        call, node, .n_in = 1, .n_out = 1, .kernel = RM_K_COPY, .params_size = sizeof(shape_args), \
-        .infer = infer_fn, .fill_ctx = fill_fn, .backward = backward_fn, .backward_diff = diff_fn)
-#define SHAPE_OP(sym, call, node, infer_fn, fill_fn, backward_fn)                                  \
-    SHAPE_OP_(sym, call, node, infer_fn, fill_fn, backward_fn, backward_fn)
+#define SHAPE_OP(sym, call, node, infer_fn, fill_fn)                                               \
+    const rm_op_desc sym =                                                                         \
+        RM_OP_DESC(call, node, .n_in = 1, .n_out = 1, .kernel = RM_K_COPY,                         \
+                   .params_size = sizeof(shape_args), .infer = infer_fn, .fill_ctx = fill_fn,      \
+                   .backward = shape_backward, .backward_diff = shape_backward)
 
-SHAPE_OP(rm_op_reshape, "remat_reshape", "ViewBackward", infer_reshape, fill_input_shape,
-         reshape_backward);
-SHAPE_OP(rm_op_view, "remat_view", "ViewBackward", infer_reshape, fill_input_shape,
-         reshape_backward);
-SHAPE_OP(rm_op_transpose, "remat_transpose", "TransposeBackward", infer_transpose, fill_transpose,
-         transpose_backward);
-SHAPE_OP(rm_op_permute, "remat_permute", "PermuteBackward", infer_permute, fill_permute,
-         permute_backward);
-SHAPE_OP_(rm_op_slice, "remat_slice", "SliceBackward", infer_slice, fill_slice, slice_backward,
-          slice_backward_diff);
-SHAPE_OP(rm_op_expand, "remat_expand", "ExpandBackward", infer_expand, fill_input_shape,
-         expand_backward);
-SHAPE_OP(rm_op_unsqueeze, "remat_unsqueeze", "UnsqueezeBackward", infer_unsqueeze, fill_input_shape,
-         reshape_backward);
-SHAPE_OP(rm_op_squeeze, "remat_squeeze", "SqueezeBackward", infer_squeeze, fill_input_shape,
-         reshape_backward);
-SHAPE_OP(rm_op_contiguous, "remat_contiguous", "CloneBackward", infer_contiguous, NULL,
-         identity_backward);
+SHAPE_OP(rm_op_reshape, "remat_reshape", "ViewBackward", infer_reshape, fill_input_shape);
+SHAPE_OP(rm_op_view, "remat_view", "ViewBackward", infer_reshape, fill_input_shape);
+SHAPE_OP(rm_op_transpose, "remat_transpose", "TransposeBackward", infer_transpose, fill_transpose);
+SHAPE_OP(rm_op_permute, "remat_permute", "PermuteBackward", infer_permute, fill_permute);
+SHAPE_OP(rm_op_expand, "remat_expand", "ExpandBackward", infer_expand, fill_input_shape);
+SHAPE_OP(rm_op_unsqueeze, "remat_unsqueeze", "UnsqueezeBackward", infer_unsqueeze,
+         fill_input_shape);
+SHAPE_OP(rm_op_squeeze, "remat_squeeze", "SqueezeBackward", infer_squeeze, fill_input_shape);
+SHAPE_OP(rm_op_contiguous, "remat_contiguous", "CloneBackward", infer_contiguous, NULL);
+const rm_op_desc rm_op_slice =
+    RM_OP_DESC("remat_slice", "SliceBackward", .n_in = 1, .n_out = 1, .kernel = RM_K_COPY,
+               .params_size = sizeof(shape_args), .infer = infer_slice, .fill_ctx = fill_slice,
+               .backward = slice_backward, .backward_diff = slice_backward_diff);
 
 static remat_status shape_op(const rm_op_desc *d, remat_tensor **out, remat_tensor *a,
                              const shape_args *p, void *site) {
@@ -558,24 +543,24 @@ static void take_shape(shape_args *p, int ndim, const int64_t *shape) {
 }
 
 int remat_reshape(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
-    shape_args p = {.allow_copy = true};
+    shape_args p = {.allow_copy = true, .undo = UNDO_RESHAPE};
     take_shape(&p, ndim, shape);
     return shape_op(&rm_op_reshape, out, a, &p, RM_OP_SITE());
 }
 
 int remat_view(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
-    shape_args p = {.allow_copy = false};
+    shape_args p = {.allow_copy = false, .undo = UNDO_RESHAPE};
     take_shape(&p, ndim, shape);
     return shape_op(&rm_op_view, out, a, &p, RM_OP_SITE());
 }
 
 int remat_transpose(remat_tensor **out, remat_tensor *a, int dim0, int dim1) {
-    shape_args p = {.dim0 = dim0, .dim1 = dim1};
+    shape_args p = {.dim0 = dim0, .dim1 = dim1, .undo = UNDO_TRANSPOSE};
     return shape_op(&rm_op_transpose, out, a, &p, RM_OP_SITE());
 }
 
 int remat_permute(remat_tensor **out, remat_tensor *a, int ndim, const int *perm) {
-    shape_args p = {.ndim = ndim, .given = perm != NULL};
+    shape_args p = {.ndim = ndim, .given = perm != NULL, .undo = UNDO_PERMUTE};
     if (perm && ndim > 0 && ndim <= REMAT_MAX_DIMS)
         memcpy(p.perm, perm, sizeof(int) * (size_t)ndim);
     return shape_op(&rm_op_permute, out, a, &p, RM_OP_SITE());
@@ -588,22 +573,22 @@ int remat_slice(remat_tensor **out, remat_tensor *a, int dim, int64_t start, int
 }
 
 int remat_expand(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
-    shape_args p = {0};
+    shape_args p = {.undo = UNDO_SUM};
     take_shape(&p, ndim, shape);
     return shape_op(&rm_op_expand, out, a, &p, RM_OP_SITE());
 }
 
 int remat_unsqueeze(remat_tensor **out, remat_tensor *a, int dim) {
-    shape_args p = {.dim0 = dim};
+    shape_args p = {.dim0 = dim, .undo = UNDO_RESHAPE};
     return shape_op(&rm_op_unsqueeze, out, a, &p, RM_OP_SITE());
 }
 
 int remat_squeeze(remat_tensor **out, remat_tensor *a, int dim) {
-    shape_args p = {.dim0 = dim};
+    shape_args p = {.dim0 = dim, .undo = UNDO_RESHAPE};
     return shape_op(&rm_op_squeeze, out, a, &p, RM_OP_SITE());
 }
 
 int remat_contiguous(remat_tensor **out, remat_tensor *a) {
-    shape_args p = {0};
+    shape_args p = {.undo = UNDO_NONE};
     return shape_op(&rm_op_contiguous, out, a, &p, RM_OP_SITE());
 }
