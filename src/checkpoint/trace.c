@@ -143,7 +143,8 @@ static void sites(sbuf *b, const char *label, const ck_trace *t) {
     if (t->overflow) sb_printf(b, "(trace incomplete: out of memory)\n");
 }
 
-remat_status ck_debug_error(int status, const char *err, const ck_trace *fwd, const ck_trace *rec) {
+remat_status ck_debug_error(remat_status status, const char *err, const ck_trace *fwd,
+                            const ck_trace *rec) {
     sbuf b = {0};
     sb_printf(&b,
               "%s\n\n"

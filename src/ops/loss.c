@@ -102,7 +102,7 @@ const rm_op_desc rm_op_embedding = {.name = "remat_embedding",
                                     .backward = embedding_backward,
                                     .backward_diff = embedding_backward_diff};
 
-int remat_embedding(remat_tensor **out, remat_tensor *weight, remat_tensor *indices) {
+remat_status remat_embedding(remat_tensor **out, remat_tensor *weight, remat_tensor *indices) {
     emb_ctx params = {0, 0};
     remat_tensor *in[2] = {weight, indices};
     return rm_dispatch(&rm_op_embedding, out, in, &params, RM_OP_SITE());
@@ -216,8 +216,8 @@ const rm_op_desc rm_op_cross_entropy = {
     .backward = cross_entropy_backward,
     .backward_diff = cross_entropy_backward_diff};
 
-int remat_cross_entropy(remat_tensor **out, remat_tensor *logits, remat_tensor *targets,
-                        int64_t ignore_index) {
+remat_status remat_cross_entropy(remat_tensor **out, remat_tensor *logits, remat_tensor *targets,
+                                 int64_t ignore_index) {
     const rm_ce_params params = {ignore_index};
     remat_tensor *in[2] = {logits, targets};
     return rm_dispatch(&rm_op_cross_entropy, out, in, &params, RM_OP_SITE());
@@ -316,7 +316,7 @@ const rm_op_desc rm_op_mse_loss = {.name = "remat_mse_loss",
                                    .backward = mse_backward,
                                    .backward_diff = mse_backward_diff};
 
-int remat_mse_loss(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+remat_status remat_mse_loss(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     remat_tensor *in[2] = {a, b};
     return rm_dispatch(&rm_op_mse_loss, out, in, NULL, RM_OP_SITE());
 }

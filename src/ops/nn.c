@@ -90,10 +90,10 @@ static remat_status softmax(const rm_op_desc *d, bool log_out, remat_tensor **ou
     return rm_dispatch(d, out, in, &p, site);
 }
 
-int remat_softmax(remat_tensor **out, remat_tensor *a, int dim) {
+remat_status remat_softmax(remat_tensor **out, remat_tensor *a, int dim) {
     return softmax(&rm_op_softmax, false, out, a, dim, RM_OP_SITE());
 }
-int remat_log_softmax(remat_tensor **out, remat_tensor *a, int dim) {
+remat_status remat_log_softmax(remat_tensor **out, remat_tensor *a, int dim) {
     return softmax(&rm_op_log_softmax, true, out, a, dim, RM_OP_SITE());
 }
 
@@ -275,8 +275,8 @@ const rm_op_desc rm_op_layer_norm = {.name = "remat_layer_norm",
                                      .backward = layer_norm_backward,
                                      .backward_diff = layer_norm_backward_diff};
 
-int remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
-                     remat_tensor *bias, double eps) {
+remat_status remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
+                              remat_tensor *bias, double eps) {
     const ln_params params = {.k = {n_norm, eps}};
     remat_tensor *in[3] = {x, weight, bias};
     return rm_dispatch(&rm_op_layer_norm, out, in, &params, RM_OP_SITE());
@@ -367,7 +367,7 @@ const rm_op_desc rm_op_dropout = {.name = "remat_dropout",
                                   .backward = dropout_backward,
                                   .backward_diff = dropout_backward_diff};
 
-int remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool train) {
+remat_status remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool train) {
     dropout_params params = {.k = {.p = p}, .train = train};
     remat_tensor *in[1] = {x};
     return rm_dispatch(&rm_op_dropout, out, in, &params, RM_OP_SITE());

@@ -64,7 +64,7 @@ const rm_op_desc rm_op_tag = {
     .backward_diff = tag_backward,
 };
 
-int remat_tag(remat_tensor **out, remat_tensor *t, const char *name) {
+remat_status remat_tag(remat_tensor **out, remat_tensor *t, const char *name) {
     const tag_params p = {name};
     remat_tensor *in[1] = {t};
     return rm_dispatch(&rm_op_tag, out, in, &p, RM_OP_SITE());

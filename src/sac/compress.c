@@ -53,7 +53,7 @@ static remat_status convert(remat_tensor **out, remat_tensor *t, remat_dtype fro
     return REMAT_OK;
 }
 
-int remat_to_bf16(remat_tensor **out, remat_tensor *t) {
+remat_status remat_to_bf16(remat_tensor **out, remat_tensor *t) {
     if (!out) return rm_err(REMAT_EINVAL, "remat_to_bf16: out must not be NULL");
     remat_tensor *y;
     int rc = convert(&y, t, REMAT_F32, REMAT_BF16, "remat_to_bf16");
@@ -64,7 +64,7 @@ int remat_to_bf16(remat_tensor **out, remat_tensor *t) {
     return rm_hand_out(out, y);
 }
 
-int remat_bf16_to_f32(remat_tensor **out, remat_tensor *t) {
+remat_status remat_bf16_to_f32(remat_tensor **out, remat_tensor *t) {
     if (!out) return rm_err(REMAT_EINVAL, "remat_bf16_to_f32: out must not be NULL");
     remat_tensor *y;
     int rc = convert(&y, t, REMAT_BF16, REMAT_F32, "remat_bf16_to_f32");

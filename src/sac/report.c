@@ -117,7 +117,7 @@ static void observe(void *ud, const char *op, remat_tensor *t) {
     pthread_mutex_unlock(&g_lock);
 }
 
-int remat_residual_report_begin(remat_residual_report **out) {
+remat_status remat_residual_report_begin(remat_residual_report **out) {
     if (!out) return rm_err(REMAT_EINVAL, "remat_residual_report_begin: out must not be NULL");
     *out = NULL;
     remat_residual_report *r = calloc(1, sizeof *r);
@@ -137,7 +137,7 @@ int remat_residual_report_begin(remat_residual_report **out) {
     return REMAT_OK;
 }
 
-int remat_residual_report_end(remat_residual_report *r) {
+remat_status remat_residual_report_end(remat_residual_report *r) {
     if (!r) return rm_err(REMAT_EINVAL, "remat_residual_report_end: report is NULL");
     pthread_mutex_lock(&g_lock);
     if (g_active != r) {
@@ -171,7 +171,8 @@ const remat_residual *remat_residual_report_entry(const remat_residual_report *r
     return &r->e[i];
 }
 
-int remat_residual_report_totals(const remat_residual_report *r, remat_residual_totals *t) {
+remat_status remat_residual_report_totals(const remat_residual_report *r,
+                                          remat_residual_totals *t) {
     if (!r || !t)
         return rm_err(REMAT_EINVAL, "remat_residual_report_totals: report and totals must not be "
                                     "NULL");
@@ -286,7 +287,7 @@ size_t remat_residual_report_format(const remat_residual_report *r, char *buf, s
     return b.len;
 }
 
-int remat_residual_report_print(const remat_residual_report *r, FILE *f) {
+remat_status remat_residual_report_print(const remat_residual_report *r, FILE *f) {
     if (!r || !f)
         return rm_err(REMAT_EINVAL, "remat_residual_report_print: report and file must not be "
                                     "NULL");

@@ -368,7 +368,7 @@ static int att_bwd_entry_bf16(const att_dims *d, const att_mat *const *m, const 
     return rc;
 }
 
-int rm_cpu_attention(const rm_kargs *k) {
+remat_status rm_cpu_attention(const rm_kargs *k) {
     remat_tensor *in[3] = {NULL, NULL, NULL}, *y = k->out[0], *lse = k->out[1];
     att_views w = {0};
     int rc = readable_all(in, k->in, 3);
@@ -411,7 +411,7 @@ out:
     return rc;
 }
 
-int rm_cpu_attention_bwd(const rm_kargs *k) {
+remat_status rm_cpu_attention_bwd(const rm_kargs *k) {
     /* q, k, v, y and gy as the GEMMs read them; lse is the op's own, contiguous */
     remat_tensor *in[5] = {NULL}, *lse = k->in[5], *const *g = k->out;
     att_views w = {0};

@@ -24,7 +24,7 @@ void rm_cpu_bf16_to_f32(const uint16_t *restrict x, float *restrict y, int64_t n
  * storage of as many f32 elements as t's has bf16 ones, holding t's whole
  * storage converted (so strided and custom-layout outputs keep their
  * layout, and a kernel that reads what it writes reads the old values). */
-static int f32_twin(remat_tensor **out, const remat_tensor *t) {
+static remat_status f32_twin(remat_tensor **out, const remat_tensor *t) {
     *out = NULL;
     int64_t n = (int64_t)(t->storage->nbytes / sizeof(uint16_t));
     rm_storage *s = NULL;
@@ -70,7 +70,7 @@ static remat_tensor *flat(rm_storage *s, int64_t off, int64_t len, remat_dtype d
     return rm_tensor_alloc(s, off, 1, &len, &one, dt);
 }
 
-static int chunked(rm_kernel_fn f32, const rm_kargs *k, int64_t n) {
+static remat_status chunked(rm_kernel_fn f32, const rm_kargs *k, int64_t n) {
     enum { NOPS = RM_KERNEL_MAX_IN + RM_KERNEL_MAX_OUT };
     remat_tensor *ops[NOPS];
     rm_storage *buf[NOPS] = {0};
@@ -105,7 +105,7 @@ static int chunked(rm_kernel_fn f32, const rm_kargs *k, int64_t n) {
 }
 
 /* Runs the f32 kernel of `id` for the bf16 operands of k (see above). */
-static int via_f32(rm_kernel_id id, const rm_kargs *k) {
+static remat_status via_f32(rm_kernel_id id, const rm_kargs *k) {
     rm_kernel_fn f32 = rm_cpu_kernels[id][REMAT_F32];
     if (!f32) return rm_err(REMAT_EUNSUPPORTED, "no bf16 or f32 kernel");
     int64_t n;
@@ -136,7 +136,7 @@ static int via_f32(rm_kernel_id id, const rm_kargs *k) {
 }
 
 #define RM_BF16_VIA_F32_(id, text)                                                                 \
-    static int bf16_via_f32_##id(const rm_kargs *k) { return via_f32(RM_K_##id, k); }
+    static remat_status bf16_via_f32_##id(const rm_kargs *k) { return via_f32(RM_K_##id, k); }
 RM_KERNEL_LIST(RM_BF16_VIA_F32_)
 #undef RM_BF16_VIA_F32_
 

@@ -230,7 +230,7 @@ void rm_zero_dim_range(remat_tensor *t, int d, int64_t lo, int64_t hi) {
 
 /* The COPY kernel: x into contiguous y of the same numel, through a view of
  * y's storage with x's shape (row-major order is the same). */
-int rm_cpu_copy(const rm_kargs *k) {
+remat_status rm_cpu_copy(const rm_kargs *k) {
     const remat_tensor *x = k->in[0];
     remat_tensor *y = k->out[0];
     int64_t st[REMAT_MAX_DIMS];
@@ -256,7 +256,7 @@ static void zero_strided_i64(remat_tensor *a) {
 }
 
 /* The ZERO kernel: y := 0 through y's strides; one memset when contiguous. */
-int rm_cpu_zero(const rm_kargs *k) {
+remat_status rm_cpu_zero(const rm_kargs *k) {
     remat_tensor *y = k->out[0];
     if (remat_is_contiguous(y)) {
         memset(rm_ptr(y), 0, (size_t)remat_numel(y) * remat_dtype_size(y->dtype));
@@ -273,4 +273,4 @@ int rm_cpu_zero(const rm_kargs *k) {
 
 /* The COPY_INTO kernel: y := x (in[1]) converted to y's dtype, broadcast,
  * through both tensors' strides. */
-int rm_cpu_copy_into(const rm_kargs *k) { return rm_copy_into(k->out[0], k->in[1]); }
+remat_status rm_cpu_copy_into(const rm_kargs *k) { return rm_copy_into(k->out[0], k->in[1]); }

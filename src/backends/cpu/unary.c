@@ -197,22 +197,22 @@ RELU_MASK(double, uint64_t)
 
 /* ---- the kernels (rm_kernel_fn) ------------------------------------------------------ */
 #define UNARY_KERNELS(T, SUFFIX)                                                                   \
-    int rm_cpu_unary_##SUFFIX(const rm_kargs *k) {                                                 \
+    remat_status rm_cpu_unary_##SUFFIX(const rm_kargs *k) {                                        \
         const rm_unary_params *p = k->params;                                                      \
         fwd_##T(p->op, rm_ptr(k->in[0]), rm_ptr(k->out[0]), remat_numel(k->out[0]), (T)p->p);      \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_unary_bwd_##SUFFIX(const rm_kargs *k) {                                             \
+    remat_status rm_cpu_unary_bwd_##SUFFIX(const rm_kargs *k) {                                    \
         const rm_unary_params *p = k->params;                                                      \
         bwd_##T(p->op, rm_ptr(k->in[0]), k->in[1] ? rm_ptr(k->in[1]) : NULL, rm_ptr(k->out[0]),    \
                 remat_numel(k->out[0]), (T)p->p);                                                  \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_relu_mask_##SUFFIX(const rm_kargs *k) {                                             \
+    remat_status rm_cpu_relu_mask_##SUFFIX(const rm_kargs *k) {                                    \
         relu_mask_##T(rm_ptr(k->in[0]), rm_ptr(k->out[0]), remat_numel(k->in[0]));                 \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_relu_mask_bwd_##SUFFIX(const rm_kargs *k) {                                         \
+    remat_status rm_cpu_relu_mask_bwd_##SUFFIX(const rm_kargs *k) {                                \
         relu_mask_bwd_##T(rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(k->out[0]),                   \
                           remat_numel(k->out[0]));                                                 \
         return REMAT_OK;                                                                           \
