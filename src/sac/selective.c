@@ -375,6 +375,20 @@ static bool is_inplace(const char *op) {
     return n > 0 && op[n - 1] == '_';
 }
 
+/* Op `idx` of the region becomes the running one: the region's saver takes
+ * its saves until it ends. serving: it is served from the cache (a
+ * recomputation), not recorded (the forward). */
+static void make_current(sac_region *r, rm_op_frame *f, int idx, int n_in,
+                         remat_tensor *const *inputs, bool serving) {
+    r->cur = idx;
+    r->serving = serving;
+    r->save_pos = 0;
+    r->cur_n_in = n_in;
+    r->cur_in = inputs;
+    rm_saver_set(saver, r, &r->prev_saver, &r->prev_saver_self);
+    f->region = r;
+}
+
 static remat_status begin_forward(sac_region *r, rm_op_frame *f, const char *op, int n_in,
                                   remat_tensor *const *inputs, const char *tag) {
     release_dead_pending(r, false);
@@ -398,13 +412,7 @@ static remat_status begin_forward(sac_region *r, rm_op_frame *f, const char *op,
     rec->is_tag = tag != NULL;
     rec->offload = sac_is_offload(p);
     rec->state = sac_is_save(p) && !rec->inplace && !rec->is_tag ? REC_CACHED : REC_PENDING;
-    r->cur = idx;
-    r->serving = false;
-    r->save_pos = 0;
-    r->cur_n_in = n_in;
-    r->cur_in = inputs;
-    rm_saver_set(saver, r, &r->prev_saver, &r->prev_saver_self);
-    f->region = r;
+    make_current(r, f, idx, n_in, inputs, false);
     return REMAT_OK;
 }
 
@@ -496,13 +504,7 @@ static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *o
     if (!r->keep) rec->state = REC_CONSUMED;
     r->consumed_any = !r->keep;
     STATS(r)->ops_from_cache++;
-    r->cur = idx;
-    r->serving = true;
-    r->save_pos = 0;
-    r->cur_n_in = n_in;
-    r->cur_in = inputs;
-    rm_saver_set(saver, r, &r->prev_saver, &r->prev_saver_self);
-    f->region = r;
+    make_current(r, f, idx, n_in, inputs, true);
     f->prev_skip = rm_set_skip_mode(true);
     f->set_skip = true;
     return REMAT_OK;
@@ -818,12 +820,12 @@ remat_status remat_create_selective_checkpoint_contexts(remat_checkpoint_context
     r->allow_mutation = allow_cache_entry_mutation;
     r->stats = stats;
     r->cur = -1;
-    pair->forward_enter = ctx_forward_enter;
-    pair->forward_exit = ctx_forward_exit;
-    pair->recompute_enter = ctx_recompute_enter;
-    pair->recompute_exit = ctx_recompute_exit;
-    pair->destroy = ctx_destroy;
-    pair->state = r;
+    *pair = (remat_checkpoint_contexts){.forward_enter = ctx_forward_enter,
+                                        .forward_exit = ctx_forward_exit,
+                                        .recompute_enter = ctx_recompute_enter,
+                                        .recompute_exit = ctx_recompute_exit,
+                                        .destroy = ctx_destroy,
+                                        .state = r};
     return REMAT_OK;
 }
 
