@@ -480,18 +480,15 @@ static void *ptr_or_null(const remat_tensor *t) { return t ? rm_ptr(t) : NULL; }
 #define NN_KERNEL_FNS(T)                                                                           \
     remat_status rm_cpu_softmax_##T(const rm_kargs *k) {                                           \
         const rm_softmax_params *p = k->params;                                                    \
-        const remat_tensor *x = k->in[0];                                                          \
-        int64_t O, R, I;                                                                           \
-        rm_outer_reduce_inner(x->ndim, x->shape, p->dim, &O, &R, &I);                              \
-        softmax_fwd_##T(rm_ptr(x), rm_ptr(k->out[0]), O, R, I, p->log);                            \
+        rm_cpu_ori v = rm_cpu_ori_of(k->in[0], p->dim);                                            \
+        softmax_fwd_##T(rm_ptr(k->in[0]), rm_ptr(k->out[0]), v.O, v.R, v.I, p->log);               \
         return REMAT_OK;                                                                           \
     }                                                                                              \
     remat_status rm_cpu_softmax_bwd_##T(const rm_kargs *k) {                                       \
         const rm_softmax_params *p = k->params;                                                    \
-        const remat_tensor *y = k->in[1];                                                          \
-        int64_t O, R, I;                                                                           \
-        rm_outer_reduce_inner(y->ndim, y->shape, p->dim, &O, &R, &I);                              \
-        softmax_bwd_##T(rm_ptr(k->in[0]), rm_ptr(y), rm_ptr(k->out[0]), O, R, I, p->log);          \
+        rm_cpu_ori v = rm_cpu_ori_of(k->in[1], p->dim);                                            \
+        softmax_bwd_##T(rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(k->out[0]), v.O, v.R, v.I,      \
+                        p->log);                                                                   \
         return REMAT_OK;                                                                           \
     }                                                                                              \
     remat_status rm_cpu_layer_norm_##T(const rm_kargs *k) {                                        \
