@@ -315,8 +315,8 @@ static att_mat att_widened(const att_mat *m, int64_t b, int64_t rows, int64_t co
 }
 
 /* Forward of batch entry b: every query block of it, in order. */
-static int att_fwd_entry_bf16(const att_dims *d, const att_mat *q, const att_mat *k,
-                              const att_mat *v, const att_mat *o, f32 *lse, int64_t b) {
+static remat_status att_fwd_entry_bf16(const att_dims *d, const att_mat *q, const att_mat *k,
+                                       const att_mat *v, const att_mat *o, f32 *lse, int64_t b) {
     static const int64_t zero = 0;
     att_dims d1 = *d;
     d1.nb = 1;
@@ -337,8 +337,9 @@ static int att_fwd_entry_bf16(const att_dims *d, const att_mat *q, const att_mat
 }
 
 /* Backward of batch entry b (dq, dk, dv may be NULL). */
-static int att_bwd_entry_bf16(const att_dims *d, const att_mat *const *m, const f32 *lse,
-                              const att_mat *dq, const att_mat *dk, const att_mat *dv, int64_t b) {
+static remat_status att_bwd_entry_bf16(const att_dims *d, const att_mat *const *m, const f32 *lse,
+                                       const att_mat *dq, const att_mat *dk, const att_mat *dv,
+                                       int64_t b) {
     static const int64_t zero = 0;
     att_dims d1 = *d;
     d1.nb = 1;
