@@ -158,6 +158,25 @@ bool rm_node_take_saved(remat_node *n, int slot, remat_tensor **out) {
     return true;
 }
 
+/* Frees a dead node (its children are released by the caller): its saved
+ * tensors, ctx, hooks and leaf reference, and its block (node_alloc). */
+static void node_free(remat_node *n) {
+    rm_node_release_saved(n);
+    if (n->ctx_free) n->ctx_free(n->ctx);
+    else free(n->ctx);
+    for (rm_node_hook *h = n->hooks; h;) {
+        rm_node_hook *nx = h->next;
+        free(h);
+        h = nx;
+    }
+    if (n->leaf) {
+        n->leaf->grad_accumulator = NULL;
+        remat_release(n->leaf);
+    }
+    free(n->owned_name);
+    free(n);
+}
+
 /* Destroys nodes iteratively: a long chain would otherwise recurse once per
  * node. */
 void rm_node_release(remat_node *n) {
@@ -190,23 +209,7 @@ void rm_node_release(remat_node *n) {
                 }
                 stack[sp++] = child;
             }
-            rm_node_release_saved(cur);
-            if (cur->ctx_free) cur->ctx_free(cur->ctx);
-            else free(cur->ctx);
-            for (rm_node_hook *h = cur->hooks; h;) {
-                rm_node_hook *nx = h->next;
-                free(h);
-                h = nx;
-            }
-            if (cur->leaf) {
-                cur->leaf->grad_accumulator = NULL;
-                remat_release(cur->leaf);
-            }
-            free(cur->owned_name);
-            free(cur->next);
-            free(cur->out_meta);
-            free(cur->saved);
-            free(cur);
+            node_free(cur);
         }
         if (sp == 0) break;
         cur = stack[--sp];
@@ -214,10 +217,22 @@ void rm_node_release(remat_node *n) {
     free(stack);
 }
 
+/* Bytes rounded up to a multiple of any object's alignment. */
+static size_t align_up(size_t n) {
+    const size_t a = _Alignof(max_align_t);
+    return (n + a - 1) / a * a;
+}
+
+/* A node and its arrays (edges, outputs' metadata, saved slots) in one
+ * zeroed block, freed with the node. */
 static remat_node *node_alloc(const char *name, rm_backward_fn backward, int n_next, int n_outputs,
                               int n_saved) {
-    remat_node *n = calloc(1, sizeof *n);
-    if (!n) return NULL;
+    const size_t at_next = align_up(sizeof(remat_node));
+    const size_t at_meta = at_next + align_up((size_t)n_next * sizeof(rm_edge));
+    const size_t at_saved = at_meta + align_up((size_t)n_outputs * sizeof(rm_out_meta));
+    char *block = calloc(1, at_saved + (size_t)n_saved * sizeof(rm_saved));
+    if (!block) return NULL;
+    remat_node *n = (remat_node *)block;
     atomic_init(&n->head.refcount, 1);
     n->head.release = rm_node_release;
     n->name = name;
@@ -226,16 +241,9 @@ static remat_node *node_alloc(const char *name, rm_backward_fn backward, int n_n
     n->n_next = n_next;
     n->n_outputs = n_outputs;
     n->n_saved = n_saved;
-    n->next = n_next ? calloc((size_t)n_next, sizeof *n->next) : NULL;
-    n->out_meta = n_outputs ? calloc((size_t)n_outputs, sizeof *n->out_meta) : NULL;
-    n->saved = n_saved ? calloc((size_t)n_saved, sizeof *n->saved) : NULL;
-    if ((n_next && !n->next) || (n_outputs && !n->out_meta) || (n_saved && !n->saved)) {
-        free(n->next);
-        free(n->out_meta);
-        free(n->saved);
-        free(n);
-        return NULL;
-    }
+    n->next = n_next ? (rm_edge *)(block + at_next) : NULL;
+    n->out_meta = n_outputs ? (rm_out_meta *)(block + at_meta) : NULL;
+    n->saved = n_saved ? (rm_saved *)(block + at_saved) : NULL;
     return n;
 }
 
