@@ -120,8 +120,7 @@ static void check(bool ops, int polls) {
     for (int i = 0; i < 3 * BLOCKS; i++) {
         cr_assert(g[PLAIN][i], "no gradient %d", i);
         cr_assert(rt_bitwise_equal(g[PLAIN][i], g[SAVE][i]), "MUST_SAVE: gradient %d differs", i);
-        cr_assert(rt_bitwise_equal(g[PLAIN][i], g[OFFLOAD][i]), "OFFLOAD: gradient %d differs",
-                  i);
+        cr_assert(rt_bitwise_equal(g[PLAIN][i], g[OFFLOAD][i]), "OFFLOAD: gradient %d differs", i);
         for (int m = 0; m < 3; m++) remat_release(g[m][i]);
     }
     /* per block: the first linear's output (HIDDEN), gelu's (HIDDEN), the second's (DIM) */
@@ -155,8 +154,7 @@ static void check(bool ops, int polls) {
          * starts coming back (H); that block's first entry is then served without a fetch
          * of its own (RW). The second linear's output is fetched but never served: its
          * input's saves end the recomputation first. */
-        if (polls == 0)
-            cr_assert_str_eq(rt_xfer.log, "RDDDRDDDRDDDRHWHHWHRWHHWHRWHHW");
+        if (polls == 0) cr_assert_str_eq(rt_xfer.log, "RDDDRDDDRDDDRHWHHWHRWHHWHRWHHW");
     }
     net_free(&n);
     rt_transfer_log_register(false, 0);
