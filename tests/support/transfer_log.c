@@ -69,15 +69,8 @@ static void event_free(void *event) {
     free(event);
 }
 
-static const rm_transfer_ops k_ops = {
-    .host_alloc = host_alloc,
-    .host_free = host_free,
-    .copy_async = copy_async,
-    .stream_wait = stream_wait,
-    .done = done,
-    .host_wait = host_wait,
-    .event_free = event_free,
-};
+static const rm_transfer_ops k_ops = {host_alloc, host_free, copy_async, stream_wait,
+                                      done,       host_wait, event_free}; /* core.h's order */
 
 void rt_transfer_log_register(bool on, int polls) {
     int type = rt_fenced_type();
