@@ -239,7 +239,7 @@ static void *offload_pack(void *ud, remat_tensor *t) {
     return rm_offload_pack(t, NULL, &e) ? NULL : e;
 }
 
-static int offload_unpack(void *ud, void *handle, remat_tensor **out) {
+static remat_status offload_unpack(void *ud, void *handle, remat_tensor **out) {
     RM_UNUSED(ud);
     return rm_offload_unpack(handle, out);
 }

@@ -30,8 +30,8 @@ static void host_free(void *p, size_t n) {
     if (p) rt_xfer.n_host_live--;
     free(p);
 }
-static int copy_async(int index, void *dst, const void *src, size_t n, remat_copy_kind kind,
-                      void **event) {
+static remat_status copy_async(int index, void *dst, const void *src, size_t n,
+                               remat_copy_kind kind, void **event) {
     remat_device d = {rt_fenced_type(), index};
     int rc = kind == REMAT_COPY_DEVICE_TO_HOST ? rm_device_copy(REMAT_DEVICE_CPU, dst, d, src, n)
                                                : rm_device_copy(d, dst, REMAT_DEVICE_CPU, src, n);
@@ -47,7 +47,7 @@ static int copy_async(int index, void *dst, const void *src, size_t n, remat_cop
     *event = e;
     return REMAT_OK;
 }
-static int stream_wait(int index, void *event) {
+static remat_status stream_wait(int index, void *event) {
     (void)index;
     fake_event *e = event;
     cr_assert(e->h2d, "the compute stream waits only for copies back to the device");
@@ -59,7 +59,7 @@ static bool done(void *event) {
     fake_event *e = event;
     return e->polls++ >= rt_xfer.polls;
 }
-static int host_wait(void *event) {
+static remat_status host_wait(void *event) {
     fake_event *e = event;
     e->polls = rt_xfer.polls;
     return REMAT_OK;

@@ -5,14 +5,14 @@
 #include "elementwise.h"
 #include "kwrap.h"
 
-static int cuda_unary(const rm_kargs *k) {
+static remat_status cuda_unary(const rm_kargs *k) {
     const rm_unary_params *p = k->params;
     RMK_ENTER(c, k->out[0], "cuda unary kernel");
     return rmk_leave(&c, rmk_unary(rmk_dt(k->out[0]), (int)p->op, p->p, rm_ptr(k->in[0]),
                                    rm_ptr(k->out[0]), remat_numel(k->out[0]), c.s));
 }
 
-static int cuda_unary_bwd(const rm_kargs *k) {
+static remat_status cuda_unary_bwd(const rm_kargs *k) {
     const rm_unary_params *p = k->params;
     RMK_ENTER(c, k->out[0], "cuda unary backward kernel");
     return rmk_leave(&c, rmk_unary_bwd(rmk_dt(k->out[0]), (int)p->op, p->p, rm_ptr(k->in[0]),
@@ -20,13 +20,13 @@ static int cuda_unary_bwd(const rm_kargs *k) {
                                        remat_numel(k->out[0]), c.s));
 }
 
-static int cuda_relu_mask(const rm_kargs *k) {
+static remat_status cuda_relu_mask(const rm_kargs *k) {
     RMK_ENTER(c, k->in[0], "cuda relu mask kernel");
     return rmk_leave(&c, rmk_relu_mask(rmk_dt(k->in[0]), rm_ptr(k->in[0]), rm_ptr(k->out[0]),
                                        remat_numel(k->in[0]), c.s));
 }
 
-static int cuda_relu_mask_bwd(const rm_kargs *k) {
+static remat_status cuda_relu_mask_bwd(const rm_kargs *k) {
     RMK_ENTER(c, k->out[0], "cuda relu mask backward kernel");
     return rmk_leave(&c, rmk_relu_mask_bwd(rmk_dt(k->out[0]), rm_ptr(k->in[0]), rm_ptr(k->in[1]),
                                            rm_ptr(k->out[0]), remat_numel(k->out[0]), c.s));
@@ -46,7 +46,7 @@ static int ew_arity(rm_ew_op op) {
 }
 
 /* y = f(a, b, c; p): a, b, c broadcast to y's shape, y any strided view. */
-static int cuda_elementwise(const rm_kargs *k) {
+static remat_status cuda_elementwise(const rm_kargs *k) {
     const rm_ew_params *p = k->params;
     remat_tensor *y = k->out[0];
     int n_in = ew_arity(p->op);

@@ -10,15 +10,15 @@
 #include "reduce.h"
 
 /* Reads the int64 at dev back to the host. */
-static int read_i64(rmk_call *c, const int64_t *dev, int64_t *host) {
+static remat_status read_i64(rmk_call *c, const int64_t *dev, int64_t *host) {
     return rm_cuda_check(rmk_read_back(c, host, dev, sizeof *host), c->what);
 }
 
 /* After a launch (its error e) that wrote the first bad position of vals[0..n) to the
  * device int64 at badp (n: none): *bad that position and, when there is one, *val =
  * vals[*bad], read back. Returns the launch's or a read's status. */
-static int find_bad(rmk_call *c, cudaError_t e, const int64_t *badp, const int64_t *vals, int64_t n,
-                    int64_t *bad, int64_t *val) {
+static remat_status find_bad(rmk_call *c, cudaError_t e, const int64_t *badp, const int64_t *vals,
+                             int64_t n, int64_t *bad, int64_t *val) {
     *bad = n;
     *val = 0;
     int rc = rm_cuda_check(e, c->what);
@@ -27,7 +27,7 @@ static int find_bad(rmk_call *c, cudaError_t e, const int64_t *badp, const int64
     return rc;
 }
 
-static int cuda_embedding(const rm_kargs *k) {
+static remat_status cuda_embedding(const rm_kargs *k) {
     const remat_tensor *w = k->in[0], *ix = k->in[1];
     const int64_t P = remat_numel(ix), num = w->shape[0], D = w->shape[1];
     const int64_t *idx = rm_ptr(ix);
@@ -50,7 +50,7 @@ static int cuda_embedding(const rm_kargs *k) {
     return rmk_leave(&c, rmk_embedding(rmk_dt(w), rm_ptr(w), idx, rm_ptr(k->out[0]), P, D, c.s));
 }
 
-static int cuda_embedding_bwd(const rm_kargs *k) {
+static remat_status cuda_embedding_bwd(const rm_kargs *k) {
     remat_tensor *dw = k->out[0];
     const int64_t P = remat_numel(k->in[1]), num = dw->shape[0], D = dw->shape[1];
     RMK_ENTER(c, dw, "cuda embedding backward kernel");
@@ -63,7 +63,7 @@ static int cuda_embedding_bwd(const rm_kargs *k) {
     return rmk_leave(&c, e);
 }
 
-static int cuda_cross_entropy(const rm_kargs *k) {
+static remat_status cuda_cross_entropy(const rm_kargs *k) {
     const rm_ce_params *p = k->params;
     const remat_tensor *x = k->in[0];
     const int64_t N = x->shape[0], C = x->shape[1];
@@ -88,7 +88,7 @@ static int cuda_cross_entropy(const rm_kargs *k) {
     return rmk_leave_rc(&c, rc);
 }
 
-static int cuda_cross_entropy_bwd(const rm_kargs *k) {
+static remat_status cuda_cross_entropy_bwd(const rm_kargs *k) {
     const rm_ce_params *p = k->params;
     const remat_tensor *x = k->in[0];
     RMK_ENTER(c, x, "cuda cross_entropy backward kernel");
@@ -101,7 +101,7 @@ static int cuda_cross_entropy_bwd(const rm_kargs *k) {
     return rmk_leave(&c, e);
 }
 
-static int cuda_mse(const rm_kargs *k) {
+static remat_status cuda_mse(const rm_kargs *k) {
     const int64_t n = remat_numel(k->in[0]);
     RMK_ENTER(c, k->in[0], "cuda mse_loss kernel");
     void *ws = rmk_scratch(&c, rmk_mse_ws(n));
@@ -112,7 +112,7 @@ static int cuda_mse(const rm_kargs *k) {
     return rmk_leave(&c, e);
 }
 
-static int cuda_mse_bwd(const rm_kargs *k) {
+static remat_status cuda_mse_bwd(const rm_kargs *k) {
     remat_tensor *da = k->out[0], *db = k->out[1];
     RMK_ENTER(c, k->in[0], "cuda mse_loss backward kernel");
     return rmk_leave(&c, rmk_mse_bwd(rmk_dt(k->in[0]), rm_ptr(k->in[0]), rm_ptr(k->in[1]),
