@@ -2,83 +2,14 @@
  * device (tests/support/fenced.h: memory the host cannot touch, like a GPU's): the saved
  * tensors leave the device, come back for backward, the next ones prefetched; gradients
  * are bitwise the same as without offload. Once with synchronous copies (no transfer ops:
- * the path of a device type that offers none), once with fake transfer ops that log every
- * call, standing in for cuda's side stream and events (src/backends/cuda/transfer.c). */
+ * the path of a device type that offers none), once with transfer ops that log every call,
+ * standing in for cuda's side stream and events (tests/support/transfer_log.h). */
 #include <string.h>
 
 #include "internal.h"
 #include "support/fenced.h"
 #include "support/rt.h"
-
-/* ---- fake transfer ops: synchronous copies, events that record what happened --------- */
-typedef struct fake_event {
-    int id;     /* order of the copy */
-    bool h2d;   /* direction */
-    int waited; /* stream_wait calls on it */
-} fake_event;
-
-enum { MAX_LOG = 256 };
-static struct {
-    int n_copies, n_h2d, n_d2h, n_waits, n_events_live;
-    char log[MAX_LOG + 1]; /* 'D' (D2H), 'H' (H2D), 'W' (stream wait) */
-    int n_log;
-} g_fake;
-
-static void log_c(char c) {
-    if (g_fake.n_log < MAX_LOG) g_fake.log[g_fake.n_log++] = c;
-}
-
-static void *fake_host_alloc(size_t n) { return malloc(n); }
-static void fake_host_free(void *p, size_t n) {
-    (void)n;
-    free(p);
-}
-static int fake_copy(int index, void *dst, const void *src, size_t n, remat_copy_kind kind,
-                     void **event) {
-    remat_device d = {rt_fenced_type(), index};
-    int rc = kind == REMAT_COPY_DEVICE_TO_HOST ? rm_device_copy(REMAT_DEVICE_CPU, dst, d, src, n)
-                                               : rm_device_copy(d, dst, REMAT_DEVICE_CPU, src, n);
-    if (rc) return rc;
-    fake_event *e = calloc(1, sizeof *e);
-    e->id = g_fake.n_copies++;
-    e->h2d = kind == REMAT_COPY_HOST_TO_DEVICE;
-    if (e->h2d) g_fake.n_h2d++;
-    else g_fake.n_d2h++;
-    g_fake.n_events_live++;
-    log_c(e->h2d ? 'H' : 'D');
-    *event = e;
-    return REMAT_OK;
-}
-static int fake_wait(int index, void *event) {
-    (void)index;
-    fake_event *e = event;
-    cr_assert(e->h2d, "the compute stream waits only for copies back to the device");
-    e->waited++;
-    g_fake.n_waits++;
-    log_c('W');
-    return REMAT_OK;
-}
-static bool fake_done(void *event) {
-    (void)event;
-    return true;
-}
-static int fake_host_wait(void *event) {
-    (void)event;
-    return REMAT_OK;
-}
-static void fake_event_free(void *event) {
-    g_fake.n_events_live--;
-    free(event);
-}
-static const rm_transfer_ops k_fake = {
-    .host_alloc = fake_host_alloc,
-    .host_free = fake_host_free,
-    .copy_async = fake_copy,
-    .stream_wait = fake_wait,
-    .done = fake_done,
-    .host_wait = fake_host_wait,
-    .event_free = fake_event_free,
-};
+#include "support/transfer_log.h"
 
 /* ---- the model: a chain of blocks, each linear -> gelu -> linear, residual ----------- */
 enum { BLOCKS = 4, WIDTH = 24, ROWS = 16 };
@@ -158,8 +89,7 @@ static void check_offload(bool with_ops) {
     int type = rt_fenced_type();
     cr_assert_gt(type, 0);
     remat_device d = {type, 0};
-    RT_OK(rm_transfer_register(type, with_ops ? &k_fake : NULL));
-    memset(&g_fake, 0, sizeof g_fake);
+    rt_transfer_log_register(with_ops, 0);
     model m;
     model_make(&m, d);
     remat_tensor *plain[2 * BLOCKS], *off[2 * BLOCKS];
@@ -182,21 +112,20 @@ static void check_offload(bool with_ops) {
                  bytes_plain);
     cr_assert_eq(remat_cpu_current_bytes(), cpu0, "host copies freed with the graph");
     if (with_ops) {
-        cr_assert_gt(g_fake.n_d2h, 0);
-        cr_assert_eq(g_fake.n_h2d, g_fake.n_d2h, "each offloaded tensor came back once");
-        cr_assert_eq(g_fake.n_waits, g_fake.n_h2d, "the compute stream waited for each");
-        cr_assert_eq(g_fake.n_events_live, 0, "every event freed");
+        cr_assert_gt(rt_xfer.n_d2h, 0);
+        cr_assert_eq(rt_xfer.n_h2d, rt_xfer.n_d2h, "each offloaded tensor came back once");
+        cr_assert_eq(rt_xfer.n_waits, rt_xfer.n_h2d, "the compute stream waited for each");
+        cr_assert_eq(rt_xfer.n_events_live, 0, "every event freed");
+        cr_assert_eq(rt_xfer.n_host_live, 0, "every pinned buffer freed");
         /* backward's first fetch is on demand; after it, copies back run ahead: at some
          * point two H2D copies are in flight before the wait of the first */
-        g_fake.log[g_fake.n_log < MAX_LOG ? g_fake.n_log : MAX_LOG - 1] = 0;
-        const char *hh = strstr(g_fake.log, "HH");
-        cr_assert(hh, "no prefetch in %.*s", g_fake.n_log, g_fake.log);
+        cr_assert(strstr(rt_xfer.log, "HH"), "no prefetch in %s", rt_xfer.log);
         /* every D2H precedes every H2D (forward, then backward) */
-        const char *lastd = strrchr(g_fake.log, 'D'), *firsth = strchr(g_fake.log, 'H');
-        cr_assert(lastd < firsth, "log %.*s", g_fake.n_log, g_fake.log);
+        const char *lastd = strrchr(rt_xfer.log, 'D'), *firsth = strchr(rt_xfer.log, 'H');
+        cr_assert(lastd < firsth, "log %s", rt_xfer.log);
     }
     model_free(&m);
-    RT_OK(rm_transfer_register(type, NULL));
+    rt_transfer_log_register(false, 0);
 }
 
 Test(offload, synchronous_copies_on_a_device_without_transfer_ops) { check_offload(false); }

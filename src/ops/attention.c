@@ -148,8 +148,25 @@ static remat_status att_new_output(const rm_op_call *c, int i, const rm_out_spec
                   : rm_new_output(out, s->ndim, s->shape, s->dtype, device);
 }
 
+/* M (tq, tk) of dtype on `dev`: -inf above the diagonal (top-left aligned), 0 elsewhere. A
+ * constant of the shapes: written on the host, then copied to the device. */
+static remat_status causal_mask(int64_t tq, int64_t tk, remat_dtype dtype, remat_device dev,
+                                remat_tensor **out) {
+    remat_tensor *m = NULL;
+    int rc = remat_zeros(&m, 2, (const int64_t[]){tq, tk}, REMAT_F64, REMAT_DEVICE_CPU);
+    if (rc) return rc;
+    double *mp = rm_ptr(m);
+    for (int64_t i = 0; i < tq; i++)
+        for (int64_t j = i + 1; j < tk; j++) mp[i * tk + j] = -INFINITY;
+    remat_tensor *c = NULL;
+    rc = dtype == REMAT_F64 ? REMAT_OK : remat_to_dtype(&c, m, dtype);
+    if (!rc) rc = remat_to_device(out, c ? c : m, dev);
+    remat_release(m), remat_release(c);
+    return rc;
+}
+
 /* create_graph: attention rebuilt from public ops, softmax(q k^T scale + M) v,
- * M = -inf above the diagonal (top-left aligned) when causal, 0 otherwise. */
+ * M the causal mask when causal, on q's device. */
 static remat_status attention_recompose(remat_node *node, remat_tensor *const *xs,
                                         remat_tensor **y) {
     const rm_attention_params *p = node->ctx;
@@ -159,15 +176,8 @@ static remat_status attention_recompose(remat_node *node, remat_tensor *const *x
     if (!rc) rc = remat_mul_scalar(&s, t, p->scale);
     remat_release_p(&t);
     if (!rc && p->causal) {
-        const int64_t tq = q->shape[q->ndim - 2], tk = xs[1]->shape[xs[1]->ndim - 2];
-        const int64_t shape[2] = {tq, tk};
-        rc = remat_zeros(&m, 2, shape, q->dtype, q->storage->device);
-        if (!rc) rc = rm_check_host(node->name, m);
-        for (int64_t i = 0; !rc && i < tq; i++)
-            for (int64_t j = i + 1; j < tk; j++) {
-                if (q->dtype == REMAT_F32) ((float *)rm_ptr(m))[i * tk + j] = -INFINITY;
-                else ((double *)rm_ptr(m))[i * tk + j] = -INFINITY;
-            }
+        rc = causal_mask(q->shape[q->ndim - 2], xs[1]->shape[xs[1]->ndim - 2], q->dtype,
+                         q->storage->device, &m);
         if (!rc) rc = remat_add(&t, s, m);
         if (!rc) remat_release(s), s = t, t = NULL;
     }

@@ -150,34 +150,52 @@ static remat_status cross_entropy_backward(remat_node *node, remat_tensor *const
     return rc;
 }
 
-/* create_graph: the loss rebuilt from public ops, -sum(log_softmax(x) * w) / count,
- * where w (N, C) holds 1 at each row's target (0 on ignored rows) and count
- * is the number of rows not ignored. */
+/* w (N, C), x's dtype and device: 1 at each row's target, 0 elsewhere and on the rows
+ * whose target is the ignore index — built on the device from the saved targets t (N, i64),
+ * never read on the host: d = t - iota(C) in f64 (exact: targets are in [0, C), checked by
+ * the forward's kernel) is 0 at the target; t - ignore is 0 on an ignored row. */
+static remat_status target_weights(remat_tensor *t, const remat_tensor *x, int64_t ignore,
+                                   remat_tensor **w) {
+    const remat_device dev = x->storage->device;
+    const int64_t n = x->shape[0], ncls = x->shape[1];
+    remat_tensor *tf = NULL, *tcol = NULL, *ic = NULL, *icf = NULL, *irow = NULL, *iota = NULL,
+                 *d = NULL, *ones = NULL, *hit = NULL, *kept = NULL, *zero = NULL;
+    int rc = remat_to_dtype(&tf, t, REMAT_F64);
+    if (!rc) rc = remat_reshape(&tcol, tf, 2, (const int64_t[]){n, 1});
+    if (!rc) rc = remat_arange(&ic, ncls); /* on the host: a constant of the shape */
+    if (!rc) rc = remat_to_dtype(&icf, ic, REMAT_F64);
+    if (!rc) rc = remat_reshape(&irow, icf, 2, (const int64_t[]){1, ncls});
+    if (!rc) rc = remat_to_device(&iota, irow, dev);
+    if (!rc) rc = remat_sub(&d, tcol, iota);
+    if (!rc) rc = remat_full(&ones, 2, x->shape, 1.0, x->dtype, dev);
+    if (!rc) rc = remat_masked_fill(&hit, ones, d, 0.0);
+    if (!rc) rc = remat_sub_scalar(&kept, tcol, (double)ignore);
+    if (!rc) rc = remat_zeros(&zero, 0, NULL, x->dtype, dev);
+    if (!rc) rc = remat_where(w, kept, hit, zero);
+    remat_release(tf), remat_release(tcol), remat_release(ic), remat_release(icf);
+    remat_release(irow), remat_release(iota), remat_release(d), remat_release(ones);
+    remat_release(hit), remat_release(kept), remat_release(zero);
+    return rc;
+}
+
+/* create_graph: the loss rebuilt from public ops, -sum(log_softmax(x) * w) / sum(w), where
+ * w (target_weights) is 1 at each row's target and 0 on ignored rows: sum(w) counts the
+ * rows not ignored (0: NaN, as P). Every step runs on x's device. */
 static remat_status cross_entropy_recompose(remat_node *node, remat_tensor *const *xs,
                                             remat_tensor **y) {
     const rm_ce_params *p = node->ctx;
-    remat_tensor *x = xs[0], *t = NULL, *tc = NULL, *w = NULL, *ls = NULL, *prod = NULL,
-                 *sum = NULL;
+    remat_tensor *x = xs[0], *t = NULL, *w = NULL, *count = NULL, *ls = NULL, *prod = NULL,
+                 *sum = NULL, *mean = NULL;
     int rc = rm_saved_contig(node, 1, "targets were not saved", &t);
-    if (!rc) rc = rm_check_host(node->name, t);
-    if (!rc) rc = remat_zeros(&w, 2, x->shape, x->dtype, x->storage->device);
-    if (rc) goto out;
-    const int64_t n = x->shape[0], ncls = x->shape[1], *tp = rm_ptr(t);
-    int64_t count = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (tp[i] == p->ignore_index) continue;
-        count++;
-        if (x->dtype == REMAT_F32) ((float *)rm_ptr(w))[i * ncls + tp[i]] = 1.0f;
-        else if (x->dtype == REMAT_BF16) ((uint16_t *)rm_ptr(w))[i * ncls + tp[i]] = 0x3F80;
-        else ((double *)rm_ptr(w))[i * ncls + tp[i]] = 1.0;
-    }
-    rc = remat_log_softmax(&ls, x, 1);
+    if (!rc) rc = target_weights(t, x, p->ignore_index, &w);
+    if (!rc) rc = remat_sum_all(&count, w);
+    if (!rc) rc = remat_log_softmax(&ls, x, 1);
     if (!rc) rc = remat_mul(&prod, ls, w);
     if (!rc) rc = remat_sum_all(&sum, prod);
-    if (!rc) rc = remat_mul_scalar(y, sum, -1.0 / (double)count); /* count 0: NaN, as P */
-out:
-    remat_release(t), remat_release(tc), remat_release(w), remat_release(ls);
-    remat_release(prod), remat_release(sum);
+    if (!rc) rc = remat_div(&mean, sum, count);
+    if (!rc) rc = remat_neg(y, mean);
+    remat_release(t), remat_release(w), remat_release(count), remat_release(ls);
+    remat_release(prod), remat_release(sum), remat_release(mean);
     return rc;
 }
 

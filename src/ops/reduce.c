@@ -187,37 +187,22 @@ static remat_status max_backward(remat_node *node, remat_tensor *const *gout, re
                               p->ndim, p->shape, &p->k);
 }
 
-/* create_graph: dx = expand(g) * M with public ops, where M (x's shape) is 1
- * at each argmax and 0 elsewhere (a constant: max is piecewise linear). */
+/* create_graph: dx = expand(g) * M with public ops, where M (x's shape) is 1 at each
+ * argmax and 0 elsewhere (a constant: max is piecewise linear) — the first-order kernel's
+ * scatter of ones at the saved indices, on x's device. */
 static remat_status max_backward_diff(remat_node *node, remat_tensor *const *gout,
                                       remat_tensor **gin) {
     const max_params *p = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
-    remat_tensor *idx = NULL, *m = NULL, *r = NULL, *e = NULL, *g = gout[0];
+    remat_tensor *ones = NULL, *m = NULL, *r = NULL, *e = NULL, *g = gout[0];
     int64_t kept[REMAT_MAX_DIMS];
     for (int d = 0; d < p->ndim; d++) kept[d] = d == p->k.dim ? 1 : p->shape[d];
-    int rc = rm_saved_contig(node, 0, "argmax indices were not saved", &idx);
-    if (!rc) rc = remat_zeros(&m, p->ndim, p->shape, g->dtype, g->storage->device);
-    if (!rc) rc = rm_check_host(node->name, m);
-    if (!rc && p->ndim > 0) { /* row-major (outer, dim, inner) */
-        int64_t n = p->shape[p->k.dim], inner = 1, outer = 1;
-        for (int d = p->k.dim + 1; d < p->ndim; d++) inner *= p->shape[d];
-        for (int d = 0; d < p->k.dim; d++) outer *= p->shape[d];
-        const int64_t *ix = rm_ptr(idx);
-        for (int64_t o = 0; o < outer; o++)
-            for (int64_t i = 0; i < inner; i++) {
-                int64_t at = (o * n + ix[o * inner + i]) * inner + i;
-                if (g->dtype == REMAT_F32) ((float *)rm_ptr(m))[at] = 1.0f;
-                else ((double *)rm_ptr(m))[at] = 1.0;
-            }
-    } else if (!rc) { /* 0-dim: x itself */
-        if (g->dtype == REMAT_F32) *(float *)rm_ptr(m) = 1.0f;
-        else *(double *)rm_ptr(m) = 1.0;
-    }
+    int rc = remat_full(&ones, g->ndim, g->shape, 1.0, g->dtype, g->storage->device);
+    if (!rc) rc = max_backward(node, &ones, &m);
     if (!rc) rc = remat_reshape(&r, g, p->ndim, kept);
     if (!rc) rc = remat_expand(&e, r, p->ndim, p->shape);
     if (!rc) rc = remat_mul(&gin[0], e, m);
-    remat_release(idx), remat_release(m), remat_release(r), remat_release(e);
+    remat_release(ones), remat_release(m), remat_release(r), remat_release(e);
     return rc;
 }
 

@@ -1,9 +1,12 @@
 /* src/sac/offload.c — remat_offload_saved_hooks: every saved tensor of a non-cpu device is
  * copied to host memory when it is saved and brought back for backward, the next ones
- * prefetched (P: torch.autograd.graph.save_on_cpu(pin_memory=True)).
+ * prefetched (P: torch.autograd.graph.save_on_cpu(pin_memory=True)); and the same entries
+ * for selective checkpointing's OFFLOAD policies (offload.h, selective.c).
  *
- * One entry per saved tensor, in a process-wide list in the order they were packed (the
- * reverse of the order backward unpacks them). With the device type's transfer ops
+ * One entry per saved tensor, in a process-wide list in the order they were packed. Backward
+ * unpacks saved tensors in the reverse order; the entries of a group (a selective region's
+ * cache) are unpacked in pack order, as the recomputation replays the forward, the groups
+ * in the reverse order (backward_next). With the device type's transfer ops
  * (rm_transfer_ops: cuda's pinned memory, side stream and events):
  *   pack     pinned host buffer; D2H enqueued after the compute stream's work; the device
  *            tensor is held until that copy is done (polled at every pack and unpack) —
@@ -20,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "offload.h"
 #include "remat/compress.h"
 
 /* Entries fetched ahead of the one being unpacked (2: a checkpointed block's input and
@@ -35,8 +38,10 @@ typedef enum {
     OE_FETCHED   /* t (device) holds the data */
 } oe_state;
 
-typedef struct off_entry {
+typedef struct rm_offload_entry off_entry;
+struct rm_offload_entry {
     oe_state state;
+    const void *group; /* NULL: a saved tensor */
     remat_tensor *t;
     void *host;    /* the host copy of the whole storage */
     size_t nbytes; /* the storage's bytes */
@@ -47,8 +52,8 @@ typedef struct off_entry {
     remat_dtype dtype;
     void *event; /* the copy in flight (ops only) */
     const rm_transfer_ops *ops;
-    struct off_entry *prev, *next; /* pack order */
-} off_entry;
+    off_entry *prev, *next; /* pack order */
+};
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static off_entry *g_head, *g_tail;
@@ -90,9 +95,7 @@ static int fetch(off_entry *e) {
     return REMAT_OK;
 }
 
-static void offload_free(void *ud, void *handle) {
-    RM_UNUSED(ud);
-    off_entry *e = handle;
+void rm_offload_free(rm_offload_entry *e) {
     if (!e) return;
     pthread_mutex_lock(&g_lock);
     if (e->prev || g_head == e) { /* linked (a failed pack's entry never was) */
@@ -113,13 +116,11 @@ static void offload_free(void *ud, void *handle) {
     free(e);
 }
 
-static void *offload_pack(void *ud, remat_tensor *t) {
-    RM_UNUSED(ud);
+remat_status rm_offload_pack(remat_tensor *t, const void *group, rm_offload_entry **out) {
+    *out = NULL;
     off_entry *e = calloc(1, sizeof *e);
-    if (!e) {
-        rm_err(REMAT_ENOMEM, "offload saved-tensor hooks: out of memory");
-        return NULL;
-    }
+    if (!e) return rm_err(REMAT_ENOMEM, "offload saved-tensor hooks: out of memory");
+    e->group = group;
     int rc = REMAT_OK;
     pthread_mutex_lock(&g_lock);
     reap();
@@ -162,15 +163,36 @@ static void *offload_pack(void *ud, remat_tensor *t) {
     pthread_mutex_unlock(&g_lock);
     if (rc) {
         e->prev = e->next = NULL; /* never linked */
-        offload_free(NULL, e);
-        return NULL;
+        rm_offload_free(e);
+        return rc;
     }
-    return e;
+    *out = e;
+    return REMAT_OK;
 }
 
-static remat_status offload_unpack(void *ud, void *handle, remat_tensor **out) {
-    RM_UNUSED(ud);
-    off_entry *e = handle;
+/* The first entry of e's group. */
+static off_entry *group_first(off_entry *e) {
+    off_entry *f = e;
+    for (off_entry *p = e->prev; p; p = p->prev)
+        if (p->group == e->group) f = p;
+    return f;
+}
+
+/* The entry backward unpacks after e, or NULL: for a saved tensor the one packed before it;
+ * in a group the group's next one, after its last the first of the group packed before
+ * (or the saved tensor packed before the group). Terminates: each jump lands before the
+ * first entry of the group it leaves. */
+static off_entry *backward_next(off_entry *e) {
+    if (e->group) {
+        for (off_entry *p = e->next; p; p = p->next)
+            if (p->group == e->group) return p;
+        e = group_first(e);
+    }
+    off_entry *p = e->prev;
+    return p && p->group ? group_first(p) : p;
+}
+
+remat_status rm_offload_unpack(rm_offload_entry *e, remat_tensor **out) {
     *out = NULL;
     int rc = REMAT_OK;
     pthread_mutex_lock(&g_lock);
@@ -199,7 +221,8 @@ static remat_status offload_unpack(void *ud, void *handle, remat_tensor **out) {
     }
     /* the next entries backward will want: start bringing them back now */
     int n = 0;
-    for (off_entry *p = e->prev; !rc && p && n < REMAT_OFFLOAD_PREFETCH; p = p->prev) {
+    for (off_entry *p = backward_next(e); !rc && p && n < REMAT_OFFLOAD_PREFETCH;
+         p = backward_next(p)) {
         if (p->state == OE_ASIS) continue;
         n++;
         if (p->state == OE_ON_HOST) rc = fetch(p);
@@ -207,6 +230,23 @@ static remat_status offload_unpack(void *ud, void *handle, remat_tensor **out) {
     pthread_mutex_unlock(&g_lock);
     if (rc && *out) remat_release_p(out);
     return rc;
+}
+
+/* ---- the saved-tensor hooks ------------------------------------------------------------ */
+static void *offload_pack(void *ud, remat_tensor *t) {
+    RM_UNUSED(ud);
+    rm_offload_entry *e = NULL;
+    return rm_offload_pack(t, NULL, &e) ? NULL : e;
+}
+
+static remat_status offload_unpack(void *ud, void *handle, remat_tensor **out) {
+    RM_UNUSED(ud);
+    return rm_offload_unpack(handle, out);
+}
+
+static void offload_free(void *ud, void *handle) {
+    RM_UNUSED(ud);
+    rm_offload_free(handle);
 }
 
 void remat_offload_saved_hooks(remat_saved_hooks *out) {

@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "../checkpoint/recompute.h"
+#include "offload.h"
 #include "sac.h"
 
 typedef enum save_kind { SAVE_NONE = 0, SAVE_INPUT, SAVE_OUT_VIEW, SAVE_OWN } save_kind;
@@ -48,16 +49,16 @@ typedef struct sac_save_rec {
     int64_t shape[REMAT_MAX_DIMS];
     int64_t strides[REMAT_MAX_DIMS];
     remat_dtype dtype;
-    remat_tensor *t;  /* SAVE_OWN: alias (or host copy when offloaded) */
-    remat_device dev; /* device of the original */
-    bool offloaded;
+    remat_tensor *t;       /* SAVE_OWN: alias (NULL while offloaded) */
+    remat_device dev;      /* device of the original */
+    rm_offload_entry *off; /* offloaded (OFFLOAD policies): the host copy */
 } sac_save_rec;
 
 typedef struct sac_out_rec {
-    remat_tensor *t; /* fresh output: alias (or host copy) */
+    remat_tensor *t; /* fresh output: alias (NULL while offloaded) */
     rm_storage *key; /* storage identity for tag lookup (NULL once offloaded) */
     remat_device dev;
-    bool offloaded;
+    rm_offload_entry *off; /* offloaded (OFFLOAD policies): the host copy */
     uint64_t version;
 } sac_out_rec;
 
@@ -75,7 +76,8 @@ typedef struct sac_rec {
     bool inplace, is_tag;
     bool promoted, demoted; /* decided by a later tag */
     bool offload;
-    bool held; /* listed in pending (holds references while PENDING) */
+    bool held;     /* listed in pending (holds references while PENDING) */
+    int64_t bytes; /* CACHED: what it holds (rec_bytes when cached) */
     int n_out;
     sac_out_rec *outs;
     int n_saves, cap_saves;
@@ -153,43 +155,37 @@ static bool shares_input(const sac_region *r, const remat_tensor *t) {
     return false;
 }
 
-/* Copies storage s (all of it) to `dev`; the new storage has one reference. */
-static remat_status storage_copy(rm_storage **out, rm_storage *s, remat_device dev) {
-    *out = NULL;
-    rm_storage *n;
-    int rc = rm_storage_new(&n, s->nbytes, dev, false);
-    if (rc) return rc;
-    if (s->data && s->nbytes) rc = rm_device_copy(dev, n->data, s->device, s->data, s->nbytes);
-    if (rc) {
-        rm_storage_release(n);
-        return rc;
-    }
-    *out = n;
-    return REMAT_OK;
+/* OFFLOAD: *pt (a device alias) to host memory through offload.c (async D2H on the device's
+ * side stream where it has one); the entry into *off, *pt released. Entries are grouped by
+ * region: the recomputation brings them back in order, prefetching the next ones. */
+static remat_status offload(const sac_region *r, remat_tensor **pt, rm_offload_entry **off) {
+    int rc = rm_offload_pack(*pt, r, off);
+    if (!rc) remat_release_p(pt);
+    return rc;
 }
 
-/* Replaces *pt (an alias) by the same view over a copy of its storage on
- * `dev`. */
-static remat_status move_tensor(remat_tensor **pt, remat_device dev) {
-    remat_tensor *t = *pt;
-    rm_storage *s;
-    int rc = storage_copy(&s, t->storage, dev);
+/* *pt := the offloaded tensor back on its device (prefetched, or fetched now); the entry's
+ * host copy is freed. */
+static remat_status restore(remat_tensor **pt, rm_offload_entry **off) {
+    int rc = rm_offload_unpack(*off, pt);
     if (rc) return rc;
-    remat_tensor *n = rm_tensor_alloc(s, t->offset, t->ndim, t->shape, t->strides, t->dtype);
-    rm_storage_release(s);
-    if (!n) return rm_err(REMAT_ENOMEM, "out of memory moving a cached tensor");
-    n->is_view = true;
-    remat_release(t);
-    *pt = n;
+    rm_offload_free(*off);
+    *off = NULL;
     return REMAT_OK;
 }
 
 static void rec_release(sac_rec *rec) {
     for (int j = 0; j < rec->n_out; j++) {
         remat_release_p(&rec->outs[j].t);
+        rm_offload_free(rec->outs[j].off);
+        rec->outs[j].off = NULL;
         rec->outs[j].key = NULL;
     }
-    for (int k = 0; k < rec->n_saves; k++) remat_release_p(&rec->saves[k].t);
+    for (int k = 0; k < rec->n_saves; k++) {
+        remat_release_p(&rec->saves[k].t);
+        rm_offload_free(rec->saves[k].off);
+        rec->saves[k].off = NULL;
+    }
 }
 
 static void rec_free(sac_rec *rec) {
@@ -225,30 +221,26 @@ static int64_t rec_bytes(const sac_rec *rec) {
 static void rec_cache(sac_region *r, sac_rec *rec) {
     remat_sac_stats *st = STATS(r);
     st->ops_cached++;
-    st->bytes_cached += rec_bytes(rec);
+    rec->bytes = rec_bytes(rec);
+    st->bytes_cached += rec->bytes;
     if (!rec->offload) return;
     bool moved = false;
     int rc = REMAT_OK;
     for (int j = 0; j < rec->n_out && rc == REMAT_OK; j++) {
         sac_out_rec *o = &rec->outs[j];
-        if (!o->t || o->offloaded || o->dev.type == REMAT_CPU || !o->t->storage->data) continue;
-        rc = move_tensor(&o->t, REMAT_DEVICE_CPU);
+        if (!o->t || o->dev.type == REMAT_CPU || !o->t->storage->data) continue;
+        rc = offload(r, &o->t, &o->off);
         if (rc == REMAT_OK) {
-            o->offloaded = true;
             o->key = NULL;
             moved = true;
         }
     }
     for (int k = 0; k < rec->n_saves && rc == REMAT_OK; k++) {
         sac_save_rec *s = &rec->saves[k];
-        if (s->kind != SAVE_OWN || !s->t || s->offloaded || s->dev.type == REMAT_CPU ||
-            !s->t->storage->data)
+        if (s->kind != SAVE_OWN || !s->t || s->dev.type == REMAT_CPU || !s->t->storage->data)
             continue;
-        rc = move_tensor(&s->t, REMAT_DEVICE_CPU);
-        if (rc == REMAT_OK) {
-            s->offloaded = true;
-            moved = true;
-        }
+        rc = offload(r, &s->t, &s->off);
+        moved = moved || rc == REMAT_OK;
     }
     if (rc) {
         defer(r, rc,
@@ -263,10 +255,10 @@ static void rec_cache(sac_region *r, sac_rec *rec) {
 static void rec_uncache(sac_region *r, sac_rec *rec) {
     remat_sac_stats *st = STATS(r);
     st->ops_cached--;
-    st->bytes_cached -= rec_bytes(rec);
+    st->bytes_cached -= rec->bytes;
     bool off = false;
-    for (int j = 0; j < rec->n_out; j++) off = off || rec->outs[j].offloaded;
-    for (int k = 0; k < rec->n_saves; k++) off = off || rec->saves[k].offloaded;
+    for (int j = 0; j < rec->n_out; j++) off = off || rec->outs[j].off;
+    for (int k = 0; k < rec->n_saves; k++) off = off || rec->saves[k].off;
     if (off) st->ops_offloaded--;
     rec_release(rec);
     rec->state = REC_DROPPED;
@@ -274,9 +266,9 @@ static void rec_uncache(sac_region *r, sac_rec *rec) {
 
 static bool rec_holds_anything(const sac_rec *rec) {
     for (int j = 0; j < rec->n_out; j++)
-        if (rec->outs[j].t) return true;
+        if (rec->outs[j].t || rec->outs[j].off) return true;
     for (int k = 0; k < rec->n_saves; k++)
-        if (rec->saves[k].t) return true;
+        if (rec->saves[k].t || rec->saves[k].off) return true;
     return false;
 }
 
@@ -472,7 +464,7 @@ static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *o
     /* P: _VersionWrapper.get_val */
     for (int j = 0; j < rec->n_out && !r->allow_mutation; j++) {
         sac_out_rec *o = &rec->outs[j];
-        if (!o->t || o->offloaded) continue;
+        if (!o->t) continue; /* offloaded: a copy nobody can mutate */
         uint64_t v = remat_version(o->t);
         if (v != o->version) {
             char b[200];
@@ -486,20 +478,10 @@ static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *o
         }
     }
     /* bring offloaded tensors back before the op needs them */
-    for (int j = 0; j < rec->n_out && rc == REMAT_OK; j++) {
-        sac_out_rec *o = &rec->outs[j];
-        if (o->t && o->offloaded) {
-            rc = move_tensor(&o->t, o->dev);
-            if (rc == REMAT_OK) o->offloaded = false;
-        }
-    }
-    for (int k = 0; k < rec->n_saves && rc == REMAT_OK; k++) {
-        sac_save_rec *s = &rec->saves[k];
-        if (s->t && s->offloaded) {
-            rc = move_tensor(&s->t, s->dev);
-            if (rc == REMAT_OK) s->offloaded = false;
-        }
-    }
+    for (int j = 0; j < rec->n_out && rc == REMAT_OK; j++)
+        if (rec->outs[j].off) rc = restore(&rec->outs[j].t, &rec->outs[j].off);
+    for (int k = 0; k < rec->n_saves && rc == REMAT_OK; k++)
+        if (rec->saves[k].off) rc = restore(&rec->saves[k].t, &rec->saves[k].off);
     if (rc) return rm_err_prefix(rc, op);
     if (!r->keep) rec->state = REC_CONSUMED;
     r->consumed_any = !r->keep;

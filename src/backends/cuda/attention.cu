@@ -66,6 +66,50 @@ template <typename T, int HD> __device__ __forceinline__ T dot_row(const T *a, c
     return acc;
 }
 
+/* Whether query i sees key j (both in range; causal: j <= i, top-left aligned). */
+__device__ __forceinline__ bool att_visible(const rmk_att_dims &d, int64_t i, int64_t j) {
+    return i < d.Tq && j < d.Tk && (!d.causal || j <= i);
+}
+
+/* The end of the keys a query tile starting at i0 sees (causal: up to its last row). */
+template <int BQ>
+__device__ __forceinline__ int64_t att_key_end(const rmk_att_dims &d, int64_t i0) {
+    return d.causal ? (i0 + BQ < d.Tk ? i0 + BQ : d.Tk) : d.Tk;
+}
+
+/* A row's lse, 0 for a row without keys (-inf: every p is 0 anyway) or out of range. */
+template <typename T>
+__device__ __forceinline__ T att_row_lse(const rmk_att_dims &d, const T *lse, int64_t b,
+                                         int64_t i) {
+    const T li = i < d.Tq ? lse[b * d.Tq + i] : (T)0;
+    return li == (T)-INFINITY ? (T)0 : li;
+}
+
+/* The next key tile (rows j0.. of k and v) into Ks and Vs, between barriers: the previous
+ * tile's readers are done before, every thread sees the new one after. */
+template <typename T, int HD, int NT>
+__device__ __forceinline__ void load_kv(T *Ks, T *Vs, int rows, const rmk_att_dims &d, const T *k,
+                                        int64_t bk, const rmk_att_operand &ok, const T *v,
+                                        int64_t bv, const rmk_att_operand &ov, int64_t j0) {
+    __syncthreads();
+    load_tile<T, HD, NT>(Ks, rows, k, bk, ok, j0, d.Tk, d.D);
+    load_tile<T, HD, NT>(Vs, rows, v, bv, ov, j0, d.Tk, d.Dv);
+    __syncthreads();
+}
+
+/* A row's columns c = t + TPR * m (< cols) of batch entry b, row i, from acc[m]. */
+template <typename T, int TPR, int PER>
+__device__ __forceinline__ void store_row(T *out, const rmk_att_lead &lead,
+                                          const rmk_att_operand &o, int64_t b, int64_t i, int t,
+                                          int64_t cols, const T *acc) {
+    const int64_t bo = rmk_att_boff(&lead, &o, b);
+#pragma unroll
+    for (int m = 0; m < PER; m++) {
+        const int c = t + TPR * m;
+        if (c < cols) out[bo + i * o.rs + c * o.cs] = acc[m];
+    }
+}
+
 /* ---- forward ------------------------------------------------------------------------------- */
 template <typename T, int HD>
 __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
@@ -88,7 +132,7 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
         const int64_t b = item / nqb, i0 = (nqb - 1 - item % nqb) * C::BQ, i = i0 + r;
         const int64_t bq = rmk_att_boff(&lead, &oq, b), bk = rmk_att_boff(&lead, &ok, b),
                       bv = rmk_att_boff(&lead, &ov, b);
-        const int64_t kn = d.causal ? (i0 + C::BQ < d.Tk ? i0 + C::BQ : d.Tk) : d.Tk;
+        const int64_t kn = att_key_end<C::BQ>(d, i0);
         __syncthreads(); /* the previous item is done with the tiles */
         load_tile<T, HD, C::NT>(Qs, C::BQ, q, bq, oq, i0, d.Tq, d.D);
         T o[C::PER];
@@ -96,15 +140,11 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
         for (int m = 0; m < C::PER; m++) o[m] = 0;
         T mrun = (T)-INFINITY, l = 0, sub = 0;
         for (int64_t j0 = 0; j0 < kn; j0 += C::BK) {
-            __syncthreads();
-            load_tile<T, HD, C::NT>(Ks, C::BK, k, bk, ok, j0, d.Tk, d.D);
-            load_tile<T, HD, C::NT>(Vs, C::BK, v, bv, ov, j0, d.Tk, d.Dv);
-            __syncthreads();
+            load_kv<T, HD, C::NT>(Ks, Vs, C::BK, d, k, bk, ok, v, bv, ov, j0);
             T *sr = Ss + r * (C::BK + 1);
             T mloc = (T)-INFINITY;
             for (int jj = t; jj < C::BK; jj += C::TPR) {
-                const int64_t j = j0 + jj;
-                const bool ok_ = i < d.Tq && j < d.Tk && (!d.causal || j <= i);
+                const bool ok_ = att_visible(d, i, j0 + jj);
                 T sv = ok_ ? scale * dot_row<T, HD>(Qs + r * C::LD, Ks + jj * C::LD) : (T)-INFINITY;
                 sr[jj] = sv;
                 mloc = rmk_nanmax(mloc, sv);
@@ -134,13 +174,10 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
             sub = nsub;
         }
         if (i < d.Tq) {
-            const int64_t by = rmk_att_boff(&lead, &oy, b);
             const T inv = l > 0 ? (T)1 / l : (T)0; /* no keys: an empty sum, y = 0 */
 #pragma unroll
-            for (int m = 0; m < C::PER; m++) {
-                const int c = t + C::TPR * m;
-                if (c < d.Dv) y[by + i * oy.rs + c * oy.cs] = o[m] * inv;
-            }
+            for (int m = 0; m < C::PER; m++) o[m] *= inv;
+            store_row<T, C::TPR, C::PER>(y, lead, oy, b, i, t, d.Dv, o);
             if (t == 0) lse[b * d.Tq + i] = l > 0 ? sub + rmk_log(l) : (T)-INFINITY;
         }
     }
@@ -171,7 +208,7 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
         const int64_t bq = rmk_att_boff(&lead, &oq, b), bk = rmk_att_boff(&lead, &ok, b),
                       bv = rmk_att_boff(&lead, &ov, b), bg = rmk_att_boff(&lead, &og, b),
                       by = rmk_att_boff(&lead, &oy, b);
-        const int64_t kn = d.causal ? (i0 + C::BQ < d.Tk ? i0 + C::BQ : d.Tk) : d.Tk;
+        const int64_t kn = att_key_end<C::BQ>(d, i0);
         __syncthreads();
         load_tile<T, HD, C::NT>(Qs, C::BQ, q, bq, oq, i0, d.Tq, d.D);
         load_tile<T, HD, C::NT>(Gs, C::BQ, gy, bg, og, i0, d.Tq, d.Dv);
@@ -184,20 +221,15 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
         dl = rmk_group_sum(dl, C::TPR);
         if (i < d.Tq && t == 0) delta[b * d.Tq + i] = dl;
         if (!dq) continue; /* uniform: every thread of the block skips */
-        T li = i < d.Tq ? lse[b * d.Tq + i] : (T)0;
-        if (li == (T)-INFINITY) li = 0; /* no keys: every p is 0 anyway */
+        const T li = att_row_lse(d, lse, b, i);
         T acc[C::PER];
 #pragma unroll
         for (int m = 0; m < C::PER; m++) acc[m] = 0;
         for (int64_t j0 = 0; j0 < kn; j0 += C::BK) {
-            __syncthreads();
-            load_tile<T, HD, C::NT>(Ks, C::BK, k, bk, ok, j0, d.Tk, d.D);
-            load_tile<T, HD, C::NT>(Vs, C::BK, v, bv, ov, j0, d.Tk, d.Dv);
-            __syncthreads();
+            load_kv<T, HD, C::NT>(Ks, Vs, C::BK, d, k, bk, ok, v, bv, ov, j0);
             T *sr = Ss + r * (C::BK + 1);
             for (int jj = t; jj < C::BK; jj += C::TPR) {
-                const int64_t j = j0 + jj;
-                const bool ok_ = i < d.Tq && j < d.Tk && (!d.causal || j <= i);
+                const bool ok_ = att_visible(d, i, j0 + jj);
                 T ds = 0;
                 if (ok_) {
                     T p = rmk_exp(scale * dot_row<T, HD>(Qs + r * C::LD, Ks + jj * C::LD) - li);
@@ -215,14 +247,7 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
             }
             __syncwarp();
         }
-        if (i < d.Tq) {
-            const int64_t bd = rmk_att_boff(&lead, &odq, b);
-#pragma unroll
-            for (int m = 0; m < C::PER; m++) {
-                const int c = t + C::TPR * m;
-                if (c < d.D) dq[bd + i * odq.rs + c * odq.cs] = acc[m];
-            }
-        }
+        if (i < d.Tq) store_row<T, C::TPR, C::PER>(dq, lead, odq, b, i, t, d.D, acc);
     }
 }
 
@@ -268,15 +293,13 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
             load_tile<T, HD, C::NT>(Gs, BQ2, gy, bg, og, i0, d.Tq, d.Dv);
             for (int e = threadIdx.x; e < BQ2; e += C::NT) {
                 const int64_t i = i0 + e;
-                T li = i < d.Tq ? lse[b * d.Tq + i] : (T)0;
-                Ls[e] = li == (T)-INFINITY ? (T)0 : li;
+                Ls[e] = att_row_lse(d, lse, b, i);
                 Dl[e] = i < d.Tq ? delta[b * d.Tq + i] : (T)0;
             }
             __syncthreads();
             T *pr = Ps + r * (BQ2 + 1), *dr = Ds + r * (BQ2 + 1);
             for (int ii = t; ii < BQ2; ii += C::TPR) {
-                const int64_t i = i0 + ii;
-                const bool ok_ = i < d.Tq && j < d.Tk && (!d.causal || j <= i);
+                const bool ok_ = att_visible(d, i0 + ii, j);
                 T p = 0, ds = 0;
                 if (ok_) {
                     p = rmk_exp(scale * dot_row<T, HD>(Qs + ii * C::LD, Ks + r * C::LD) - Ls[ii]);
@@ -298,24 +321,8 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
             }
             __syncwarp();
         }
-        if (j < d.Tk) {
-            if (dk) {
-                const int64_t bd = rmk_att_boff(&lead, &odk, b);
-#pragma unroll
-                for (int m = 0; m < C::PER; m++) {
-                    const int c = t + C::TPR * m;
-                    if (c < d.D) dk[bd + j * odk.rs + c * odk.cs] = ak[m];
-                }
-            }
-            if (dv) {
-                const int64_t bd = rmk_att_boff(&lead, &odv, b);
-#pragma unroll
-                for (int m = 0; m < C::PER; m++) {
-                    const int c = t + C::TPR * m;
-                    if (c < d.Dv) dv[bd + j * odv.rs + c * odv.cs] = av[m];
-                }
-            }
-        }
+        if (j < d.Tk && dk) store_row<T, C::TPR, C::PER>(dk, lead, odk, b, j, t, d.D, ak);
+        if (j < d.Tk && dv) store_row<T, C::TPR, C::PER>(dv, lead, odv, b, j, t, d.Dv, av);
     }
 }
 
@@ -334,6 +341,11 @@ template <typename T, int HD> static size_t dkdv_smem() {
            (size_t)((2 * C::BQ + 2 * C::BK) * C::LD + 2 * C::BQ * (C::BK + 1) + 2 * C::BK);
 }
 
+/* Lets kernel `f` use sm bytes of dynamic shared memory (beyond the default 48 KiB). */
+template <typename F> static cudaError_t att_smem(F *f, size_t sm) {
+    return cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+}
+
 /* Blocks for n items: enough to fill the GPU several times over, capped. */
 static unsigned att_grid(int64_t n) {
     if (n <= 0) return 0;
@@ -349,8 +361,7 @@ static cudaError_t fwd_t(const rmk_att_dims *d, const rmk_att_lead *lead, const 
     unsigned grid = att_grid(d->nb * ((d->Tq + C::BQ - 1) / C::BQ));
     if (grid == 0) return cudaSuccess;
     size_t sm = fwd_smem<T, HD>();
-    cudaError_t e =
-        cudaFuncSetAttribute(att_fwd<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    cudaError_t e = att_smem(att_fwd<T, HD>, sm);
     if (e != cudaSuccess) return e;
     att_fwd<T, HD><<<grid, C::NT, sm, s>>>(*d, *lead, *oq, (const T *)q, *ok, (const T *)k, *ov,
                                            (const T *)v, *oy, (T *)y, (T *)lse);
@@ -365,8 +376,7 @@ static cudaError_t bwd_t(const rmk_att_dims *d, const rmk_att_lead *lead, const 
     unsigned g1 = att_grid(d->nb * ((d->Tq + C::BQ - 1) / C::BQ));
     if (g1 > 0) { /* delta always (dK needs it), dQ when wanted */
         size_t sm = dq_smem<T, HD>();
-        cudaError_t e = cudaFuncSetAttribute(att_bwd_dq<T, HD>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+        cudaError_t e = att_smem(att_bwd_dq<T, HD>, sm);
         if (e != cudaSuccess) return e;
         att_bwd_dq<T, HD><<<g1, C::NT, sm, s>>>(
             *d, *lead, o[0], (const T *)p[0], o[1], (const T *)p[1], o[2], (const T *)p[2], o[3],
@@ -377,8 +387,7 @@ static cudaError_t bwd_t(const rmk_att_dims *d, const rmk_att_lead *lead, const 
     unsigned g2 = att_grid(d->nb * ((d->Tk + C::BQ - 1) / C::BQ));
     if (g2 > 0 && (p[6] || p[7])) {
         size_t sm = dkdv_smem<T, HD>();
-        cudaError_t e = cudaFuncSetAttribute(att_bwd_dkdv<T, HD>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+        cudaError_t e = att_smem(att_bwd_dkdv<T, HD>, sm);
         if (e != cudaSuccess) return e;
         att_bwd_dkdv<T, HD><<<g2, C::NT, sm, s>>>(
             *d, *lead, o[0], (const T *)p[0], o[1], (const T *)p[1], o[2], (const T *)p[2], o[4],

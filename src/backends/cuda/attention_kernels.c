@@ -44,9 +44,7 @@ static remat_status cuda_attention(const rm_kargs *k) {
     const rmk_att_lead lead = att_lead(in[0]);
     const rmk_att_operand oq = att_operand(in[0]), ok = att_operand(in[1]), ov = att_operand(in[2]),
                           oy = att_operand(y);
-    rmk_call c;
-    rc = rmk_enter(&c, in[0], "cuda attention kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, in[0], "cuda attention kernel");
     return rmk_leave(&c,
                      rmk_attention(rmk_dt(in[0]), &d, &lead, &oq, rm_ptr(in[0]), &ok, rm_ptr(in[1]),
                                    &ov, rm_ptr(in[2]), &oy, rm_ptr(y), rm_ptr(k->out[1]), c.s));
@@ -55,16 +53,14 @@ static remat_status cuda_attention(const rm_kargs *k) {
 static remat_status cuda_attention_bwd(const rm_kargs *k) {
     remat_tensor *const *in = k->in, *const *g = k->out;
     const rmk_att_dims d = att_dims(k->params, in[0], in[1], in[2]);
-    rmk_call c;
-    int rc = rmk_enter(&c, in[0], "cuda attention backward kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, in[0], "cuda attention backward kernel");
     if (d.nb == 0 || d.Tk == 0) { /* nothing to multiply: zeros, as the cpu */
         cudaError_t e = cudaSuccess;
         for (int i = 0; i < 3 && e == cudaSuccess; i++)
             if (g[i]) e = cudaMemsetAsync(g[i]->storage->data, 0, g[i]->storage->nbytes, c.s);
         return rmk_leave(&c, e);
     }
-    rc = head_check(&d);
+    int rc = head_check(&d);
     if (rc) return rmk_leave_rc(&c, rc);
     const rmk_att_lead lead = att_lead(in[0]);
     rmk_att_operand ops[8] = {{{0}, 0, 0}};

@@ -7,35 +7,27 @@
 
 static remat_status cuda_unary(const rm_kargs *k) {
     const rm_unary_params *p = k->params;
-    rmk_call c;
-    int rc = rmk_enter(&c, k->out[0], "cuda unary kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, k->out[0], "cuda unary kernel");
     return rmk_leave(&c, rmk_unary(rmk_dt(k->out[0]), (int)p->op, p->p, rm_ptr(k->in[0]),
                                    rm_ptr(k->out[0]), remat_numel(k->out[0]), c.s));
 }
 
 static remat_status cuda_unary_bwd(const rm_kargs *k) {
     const rm_unary_params *p = k->params;
-    rmk_call c;
-    int rc = rmk_enter(&c, k->out[0], "cuda unary backward kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, k->out[0], "cuda unary backward kernel");
     return rmk_leave(&c, rmk_unary_bwd(rmk_dt(k->out[0]), (int)p->op, p->p, rm_ptr(k->in[0]),
                                        k->in[1] ? rm_ptr(k->in[1]) : NULL, rm_ptr(k->out[0]),
                                        remat_numel(k->out[0]), c.s));
 }
 
 static remat_status cuda_relu_mask(const rm_kargs *k) {
-    rmk_call c;
-    int rc = rmk_enter(&c, k->in[0], "cuda relu mask kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, k->in[0], "cuda relu mask kernel");
     return rmk_leave(&c, rmk_relu_mask(rmk_dt(k->in[0]), rm_ptr(k->in[0]), rm_ptr(k->out[0]),
                                        remat_numel(k->in[0]), c.s));
 }
 
 static remat_status cuda_relu_mask_bwd(const rm_kargs *k) {
-    rmk_call c;
-    int rc = rmk_enter(&c, k->out[0], "cuda relu mask backward kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, k->out[0], "cuda relu mask backward kernel");
     return rmk_leave(&c, rmk_relu_mask_bwd(rmk_dt(k->out[0]), rm_ptr(k->in[0]), rm_ptr(k->in[1]),
                                            rm_ptr(k->out[0]), remat_numel(k->out[0]), c.s));
 }
@@ -61,9 +53,7 @@ static remat_status cuda_elementwise(const rm_kargs *k) {
     if (remat_numel(y) == 0) return REMAT_OK;
     rmk_plan pl;
     rmk_plan_ew(&pl, y, k->in, n_in);
-    rmk_call c;
-    int rc = rmk_enter(&c, y, "cuda elementwise kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, y, "cuda elementwise kernel");
     const void *a = n_in > 0 ? rm_ptr(k->in[0]) : NULL, *b = n_in > 1 ? rm_ptr(k->in[1]) : NULL,
                *cc = n_in > 2 ? rm_ptr(k->in[2]) : NULL;
     return rmk_leave(&c,

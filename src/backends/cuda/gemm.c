@@ -32,6 +32,15 @@ typedef struct gemm_call {
     double beta;
 } gemm_call;
 
+/* cuBLAS's GEMM of precision X (S: f32, D: f64) for g: one, or `batch` strided; `one`
+ * and `beta` are the scalars of that precision. */
+#define RM_CUBLAS_GEMM(X, one, beta)                                                               \
+    (g->batch == 1 ? cublas##X##gemm_64(g->h, ob, oa, g->n, g->m, g->k, &(one), B, g->ldb, A,      \
+                                        g->lda, &(beta), C, g->ldc)                                \
+                   : cublas##X##gemmStridedBatched_64(g->h, ob, oa, g->n, g->m, g->k, &(one), B,   \
+                                                      g->ldb, g->sb, A, g->lda, g->sa, &(beta), C, \
+                                                      g->ldc, g->sc, g->batch))
+
 /* C = op(A)·op(B) + beta·C, `batch` times (strides sa, sb, sc). */
 static remat_status gemm_run(const gemm_call *g, const void *A, const void *B, void *C) {
     /* B's cuBLAS op: transposed unless B is stored transposed (see the top) */
@@ -40,25 +49,14 @@ static remat_status gemm_run(const gemm_call *g, const void *A, const void *B, v
     cublasStatus_t st;
     if (g->dt == REMAT_F32) {
         const float one = 1.0f, beta = (float)g->beta;
-        if (g->batch == 1)
-            st = cublasSgemm_64(g->h, ob, oa, g->n, g->m, g->k, &one, B, g->ldb, A, g->lda, &beta,
-                                C, g->ldc);
-        else
-            st =
-                cublasSgemmStridedBatched_64(g->h, ob, oa, g->n, g->m, g->k, &one, B, g->ldb, g->sb,
-                                             A, g->lda, g->sa, &beta, C, g->ldc, g->sc, g->batch);
+        st = RM_CUBLAS_GEMM(S, one, beta);
     } else {
         const double one = 1.0, beta = g->beta;
-        if (g->batch == 1)
-            st = cublasDgemm_64(g->h, ob, oa, g->n, g->m, g->k, &one, B, g->ldb, A, g->lda, &beta,
-                                C, g->ldc);
-        else
-            st =
-                cublasDgemmStridedBatched_64(g->h, ob, oa, g->n, g->m, g->k, &one, B, g->ldb, g->sb,
-                                             A, g->lda, g->sa, &beta, C, g->ldc, g->sc, g->batch);
+        st = RM_CUBLAS_GEMM(D, one, beta);
     }
     return rm_cublas_check(st, "matmul (cuBLAS GEMM)");
 }
+#undef RM_CUBLAS_GEMM
 
 /* The one stride s (elements) between consecutive batch entries of an
  * operand whose entries lie evenly spaced in row-major batch order (0 when

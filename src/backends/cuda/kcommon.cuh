@@ -43,14 +43,6 @@ template <typename T> __device__ __forceinline__ T rmk_nanmax(T a, T b) {
 }
 
 /* ---- reductions ------------------------------------------------------------------------ */
-template <typename T> __device__ __forceinline__ T rmk_warp_sum(T v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-template <typename T> __device__ __forceinline__ T rmk_warp_max(T v) {
-    for (int o = 16; o > 0; o >>= 1) v = rmk_nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
 /* Sum / max within aligned groups of `width` lanes (a power of two <= 32). */
 template <typename T> __device__ __forceinline__ T rmk_group_sum(T v, int width) {
     for (int o = width / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o, width);
@@ -61,29 +53,39 @@ template <typename T> __device__ __forceinline__ T rmk_group_max(T v, int width)
         v = rmk_nanmax(v, __shfl_xor_sync(0xffffffffu, v, o, width));
     return v;
 }
+/* ... over the whole warp (width 32: the shuffles' default) */
+template <typename T> __device__ __forceinline__ T rmk_warp_sum(T v) {
+    return rmk_group_sum(v, 32);
+}
+template <typename T> __device__ __forceinline__ T rmk_warp_max(T v) {
+    return rmk_group_max(v, 32);
+}
 
-/* Block-wide sum / max: every thread gets the result. blockDim.x is a
+/* Block-wide sum (MAX false) / max: every thread gets the result. blockDim.x is a
  * multiple of 32 (<= 1024); `sh` is 32 elements of shared scratch, reusable
  * after the call returns (it ends with a barrier). */
-template <typename T> __device__ T rmk_block_sum(T v, T *sh) {
+template <typename T, bool MAX> __device__ __forceinline__ T rmk_warp_reduce(T v) {
+    if constexpr (MAX) return rmk_warp_max(v);
+    else return rmk_warp_sum(v);
+}
+template <typename T, bool MAX> __device__ T rmk_block_reduce(T v, T *sh) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = rmk_warp_sum(v);
+    v = rmk_warp_reduce<T, MAX>(v);
     if (lane == 0) sh[warp] = v;
     __syncthreads();
-    T r = lane < nw ? sh[lane] : (T)0;
-    r = rmk_warp_sum(r);
+    T none;
+    if constexpr (MAX) none = (T)-INFINITY;
+    else none = (T)0;
+    T r = lane < nw ? sh[lane] : none;
+    r = rmk_warp_reduce<T, MAX>(r);
     __syncthreads();
     return r;
 }
+template <typename T> __device__ T rmk_block_sum(T v, T *sh) {
+    return rmk_block_reduce<T, false>(v, sh);
+}
 template <typename T> __device__ T rmk_block_max(T v, T *sh) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = rmk_warp_max(v);
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    T r = lane < nw ? sh[lane] : (T)-INFINITY;
-    r = rmk_warp_max(r);
-    __syncthreads();
-    return r;
+    return rmk_block_reduce<T, true>(v, sh);
 }
 
 /* The accumulator type of long sums: f32 data sums in double (no long f32

@@ -32,6 +32,15 @@ static inline int rmk_enter(rmk_call *c, const remat_tensor *t, const char *what
     return rc;
 }
 
+/* Declares `rmk_call c` and enters it on t's device; on failure the wrapper returns the
+ * status (nothing is left to undo). */
+#define RMK_ENTER(c, t, what)                                                                      \
+    rmk_call c;                                                                                    \
+    do {                                                                                           \
+        int rmk_rc_ = rmk_enter(&c, (t), (what));                                                  \
+        if (rmk_rc_) return rmk_rc_;                                                               \
+    } while (0)
+
 /* Leaves the call: the launcher's error as a status (REMAT_OK for success). */
 static inline int rmk_leave(rmk_call *c, cudaError_t e) {
     int rc = rm_cuda_check(e, c->what);

@@ -14,28 +14,36 @@ static remat_status read_i64(rmk_call *c, const int64_t *dev, int64_t *host) {
     return rm_cuda_check(rmk_read_back(c, host, dev, sizeof *host), c->what);
 }
 
+/* After a launch (its error e) that wrote the first bad position of vals[0..n) to the
+ * device int64 at badp (n: none): *bad that position and, when there is one, *val =
+ * vals[*bad], read back. Returns the launch's or a read's status. */
+static remat_status find_bad(rmk_call *c, cudaError_t e, const int64_t *badp, const int64_t *vals,
+                             int64_t n, int64_t *bad, int64_t *val) {
+    *bad = n;
+    *val = 0;
+    int rc = rm_cuda_check(e, c->what);
+    if (!rc) rc = read_i64(c, badp, bad);
+    if (!rc && *bad < n) rc = read_i64(c, vals + *bad, val);
+    return rc;
+}
+
 static remat_status cuda_embedding(const rm_kargs *k) {
     const remat_tensor *w = k->in[0], *ix = k->in[1];
     const int64_t P = remat_numel(ix), num = w->shape[0], D = w->shape[1];
     const int64_t *idx = rm_ptr(ix);
-    rmk_call c;
-    int rc = rmk_enter(&c, w, "cuda embedding kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, w, "cuda embedding kernel");
     int64_t *first = rmk_scratch(&c, sizeof(int64_t));
     if (!first) return rmk_leave_rc(&c, rm_last_status());
-    int64_t bad = P, val = 0;
-    rc = rm_cuda_check(rmk_first_bad_index(idx, P, 0, num, false, 0, first, c.s), c.what);
-    if (!rc) rc = read_i64(&c, first, &bad);
+    int64_t bad, val;
+    int rc = find_bad(&c, rmk_first_bad_index(idx, P, 0, num, false, 0, first, c.s), first, idx, P,
+                      &bad, &val);
     if (!rc && bad < P) {
-        rc = read_i64(&c, idx + bad, &val);
-        if (!rc) {
-            char bw[200];
-            rc = rm_err(REMAT_EINVAL,
-                        "index out of range: indices[%lld] (flat) = %lld, weight %s has %lld rows "
-                        "(valid: 0 to %lld)",
-                        (long long)bad, (long long)val, rm_tensor_str(w, bw, sizeof bw),
-                        (long long)num, (long long)num - 1);
-        }
+        char bw[200];
+        rc = rm_err(REMAT_EINVAL,
+                    "index out of range: indices[%lld] (flat) = %lld, weight %s has %lld rows "
+                    "(valid: 0 to %lld)",
+                    (long long)bad, (long long)val, rm_tensor_str(w, bw, sizeof bw), (long long)num,
+                    (long long)num - 1);
     }
     rmk_scratch_free(&c, first);
     if (rc) return rmk_leave_rc(&c, rc);
@@ -45,9 +53,7 @@ static remat_status cuda_embedding(const rm_kargs *k) {
 static remat_status cuda_embedding_bwd(const rm_kargs *k) {
     remat_tensor *dw = k->out[0];
     const int64_t P = remat_numel(k->in[1]), num = dw->shape[0], D = dw->shape[1];
-    rmk_call c;
-    int rc = rmk_enter(&c, dw, "cuda embedding backward kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, dw, "cuda embedding backward kernel");
     size_t wsb = rmk_embedding_bwd_ws(P, num);
     void *ws = rmk_scratch(&c, wsb);
     if (!ws) return rmk_leave_rc(&c, rm_last_status());
@@ -62,26 +68,21 @@ static remat_status cuda_cross_entropy(const rm_kargs *k) {
     const remat_tensor *x = k->in[0];
     const int64_t N = x->shape[0], C = x->shape[1];
     const int64_t *t = rm_ptr(k->in[1]);
-    rmk_call c;
-    int rc = rmk_enter(&c, x, "cuda cross_entropy kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, x, "cuda cross_entropy kernel");
     int64_t *badp = rmk_scratch(&c, sizeof(int64_t));
     if (!badp) return rmk_leave_rc(&c, rm_last_status());
-    int64_t bad = N, val = 0;
-    rc = rm_cuda_check(rmk_cross_entropy(rmk_dt(x), rm_ptr(x), t, p->ignore_index,
-                                         rm_ptr(k->out[1]), rm_ptr(k->out[0]), badp, N, C, c.s),
-                       c.what);
-    if (!rc) rc = read_i64(&c, badp, &bad);
+    int64_t bad, val;
+    int rc = find_bad(&c,
+                      rmk_cross_entropy(rmk_dt(x), rm_ptr(x), t, p->ignore_index, rm_ptr(k->out[1]),
+                                        rm_ptr(k->out[0]), badp, N, C, c.s),
+                      badp, t, N, &bad, &val);
     if (!rc && bad < N) {
-        rc = read_i64(&c, t + bad, &val);
-        if (!rc) {
-            char bl[200];
-            rc = rm_err(REMAT_EINVAL,
-                        "target out of range: targets[%lld] = %lld, logits %s has %lld classes "
-                        "(valid: 0 to %lld, or ignore_index %lld)",
-                        (long long)bad, (long long)val, rm_tensor_str(x, bl, sizeof bl),
-                        (long long)C, (long long)C - 1, (long long)p->ignore_index);
-        }
+        char bl[200];
+        rc = rm_err(REMAT_EINVAL,
+                    "target out of range: targets[%lld] = %lld, logits %s has %lld classes "
+                    "(valid: 0 to %lld, or ignore_index %lld)",
+                    (long long)bad, (long long)val, rm_tensor_str(x, bl, sizeof bl), (long long)C,
+                    (long long)C - 1, (long long)p->ignore_index);
     }
     rmk_scratch_free(&c, badp);
     return rmk_leave_rc(&c, rc);
@@ -90,9 +91,7 @@ static remat_status cuda_cross_entropy(const rm_kargs *k) {
 static remat_status cuda_cross_entropy_bwd(const rm_kargs *k) {
     const rm_ce_params *p = k->params;
     const remat_tensor *x = k->in[0];
-    rmk_call c;
-    int rc = rmk_enter(&c, x, "cuda cross_entropy backward kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, x, "cuda cross_entropy backward kernel");
     void *ws = rmk_scratch(&c, rmk_cross_entropy_bwd_ws());
     if (!ws) return rmk_leave_rc(&c, rm_last_status());
     cudaError_t e = rmk_cross_entropy_bwd(rmk_dt(x), rm_ptr(x), rm_ptr(k->in[1]), p->ignore_index,
@@ -104,9 +103,7 @@ static remat_status cuda_cross_entropy_bwd(const rm_kargs *k) {
 
 static remat_status cuda_mse(const rm_kargs *k) {
     const int64_t n = remat_numel(k->in[0]);
-    rmk_call c;
-    int rc = rmk_enter(&c, k->in[0], "cuda mse_loss kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, k->in[0], "cuda mse_loss kernel");
     void *ws = rmk_scratch(&c, rmk_mse_ws(n));
     if (!ws) return rmk_leave_rc(&c, rm_last_status());
     cudaError_t e = rmk_mse(rmk_dt(k->in[0]), rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(k->out[0]),
@@ -117,9 +114,7 @@ static remat_status cuda_mse(const rm_kargs *k) {
 
 static remat_status cuda_mse_bwd(const rm_kargs *k) {
     remat_tensor *da = k->out[0], *db = k->out[1];
-    rmk_call c;
-    int rc = rmk_enter(&c, k->in[0], "cuda mse_loss backward kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, k->in[0], "cuda mse_loss backward kernel");
     return rmk_leave(&c, rmk_mse_bwd(rmk_dt(k->in[0]), rm_ptr(k->in[0]), rm_ptr(k->in[1]),
                                      rm_ptr(k->in[2]), da ? rm_ptr(da) : NULL,
                                      db ? rm_ptr(db) : NULL, remat_numel(k->in[0]), c.s));

@@ -9,9 +9,7 @@ static remat_status cuda_softmax(const rm_kargs *k) {
     const remat_tensor *x = k->in[0];
     int64_t O, R, I;
     rm_outer_reduce_inner(x->ndim, x->shape, p->dim, &O, &R, &I);
-    rmk_call c;
-    int rc = rmk_enter(&c, x, "cuda softmax kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, x, "cuda softmax kernel");
     return rmk_leave(&c,
                      rmk_softmax(rmk_dt(x), rm_ptr(x), rm_ptr(k->out[0]), O, R, I, p->log, c.s));
 }
@@ -21,9 +19,7 @@ static remat_status cuda_softmax_bwd(const rm_kargs *k) {
     const remat_tensor *y = k->in[1];
     int64_t O, R, I;
     rm_outer_reduce_inner(y->ndim, y->shape, p->dim, &O, &R, &I);
-    rmk_call c;
-    int rc = rmk_enter(&c, y, "cuda softmax backward kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, y, "cuda softmax backward kernel");
     return rmk_leave(&c, rmk_softmax_bwd(rmk_dt(y), rm_ptr(k->in[0]), rm_ptr(y), rm_ptr(k->out[0]),
                                          O, R, I, p->log, c.s));
 }
@@ -41,9 +37,7 @@ static remat_status cuda_layer_norm(const rm_kargs *k) {
     const rm_layer_norm_params *p = k->params;
     int64_t N, C;
     ln_rows(k->in[0], p->n_norm, &N, &C);
-    rmk_call c;
-    int rc = rmk_enter(&c, k->in[0], "cuda layer_norm kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, k->in[0], "cuda layer_norm kernel");
     return rmk_leave(&c, rmk_layer_norm(rmk_dt(k->in[0]), rm_ptr(k->in[0]), ptr_or_null(k->in[1]),
                                         ptr_or_null(k->in[2]), rm_ptr(k->out[0]), rm_ptr(k->out[1]),
                                         rm_ptr(k->out[2]), N, C, p->eps, c.s));
@@ -55,9 +49,7 @@ static remat_status cuda_layer_norm_bwd(const rm_kargs *k) {
     remat_tensor *dx = k->out[0], *dw = k->out[1], *db = k->out[2];
     int64_t N, C;
     ln_rows(x, p->n_norm, &N, &C);
-    rmk_call c;
-    int rc = rmk_enter(&c, x, "cuda layer_norm backward kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, x, "cuda layer_norm backward kernel");
     void *ws = NULL;
     if (dw || db) {
         ws = rmk_scratch(&c, rmk_layer_norm_bwd_ws(rmk_dt(x), N, C));

@@ -64,9 +64,7 @@ static remat_status sum_passes(rmk_call *c, const remat_tensor *x, const rm_redu
 }
 
 static remat_status cuda_sum(const rm_kargs *k) {
-    rmk_call c;
-    int rc = rmk_enter(&c, k->in[0], "cuda sum kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, k->in[0], "cuda sum kernel");
     return rmk_leave_rc(&c, sum_passes(&c, k->in[0], k->params, k->out[0]));
 }
 
@@ -84,9 +82,7 @@ static remat_status cuda_sum_bwd(const rm_kargs *k) {
         if (p->mask[d]) st[1][d] = 0;
     rmk_plan pl;
     rmk_plan_build(&pl, dx->ndim, dx->shape, 2, (const int64_t(*)[RMK_MAX_DIMS])st);
-    rmk_call c;
-    int rc = rmk_enter(&c, dx, "cuda sum backward kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, dx, "cuda sum backward kernel");
     return rmk_leave(&c, rmk_elementwise(rmk_dt(dx), RM_EW_SCALE, p->scale, &pl, rm_ptr(dx),
                                          rm_ptr(k->in[0]), NULL, NULL, c.s));
 }
@@ -96,9 +92,7 @@ static remat_status cuda_max(const rm_kargs *k) {
     const remat_tensor *x = k->in[0];
     int64_t O, R, I;
     rm_outer_reduce_inner(x->ndim, x->shape, p->dim, &O, &R, &I);
-    rmk_call c;
-    int rc = rmk_enter(&c, x, "cuda max kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, x, "cuda max kernel");
     return rmk_leave(
         &c, rmk_max_ori(rmk_dt(x), rm_ptr(x), O, R, I, rm_ptr(k->out[0]), rm_ptr(k->out[1]), c.s));
 }
@@ -108,9 +102,7 @@ static remat_status cuda_max_bwd(const rm_kargs *k) {
     remat_tensor *dx = k->out[0];
     int64_t O, R, I;
     rm_outer_reduce_inner(dx->ndim, dx->shape, p->dim, &O, &R, &I);
-    rmk_call c;
-    int rc = rmk_enter(&c, dx, "cuda max backward kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, dx, "cuda max backward kernel");
     return rmk_leave(&c, rmk_max_bwd_ori(rmk_dt(dx), rm_ptr(k->in[0]), rm_ptr(k->in[1]), O, R, I,
                                          rm_ptr(dx), c.s));
 }

@@ -23,9 +23,7 @@ static remat_status cuda_copy(const rm_kargs *k) {
     for (int d = 0; d < x->ndim; d++) st[1][d] = x->strides[d];
     rmk_plan pl;
     rmk_plan_build(&pl, x->ndim, x->shape, 2, (const int64_t(*)[RMK_MAX_DIMS])st);
-    rmk_call c;
-    int rc = rmk_enter(&c, y, "cuda copy kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, y, "cuda copy kernel");
     return rmk_leave(&c,
                      rmk_copy_strided(remat_dtype_size(x->dtype), &pl, rm_ptr(y), rm_ptr(x), c.s));
 }
@@ -39,9 +37,7 @@ static remat_status cuda_select(const rm_kargs *k) {
     remat_tensor *x[3] = {cond, a ? a : cond, b ? b : cond};
     rmk_plan pl;
     rmk_plan_ew(&pl, y, x, 3);
-    rmk_call c;
-    int rc = rmk_enter(&c, y, "cuda select kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, y, "cuda select kernel");
     return rmk_leave(&c, rmk_select((int)y->dtype, (int)cond->dtype, &pl, rm_ptr(y), rm_ptr(cond),
                                     a ? rm_ptr(a) : NULL, p->va, b ? rm_ptr(b) : NULL, p->vb, c.s));
 }
@@ -51,9 +47,7 @@ static remat_status cuda_zero(const rm_kargs *k) {
     if (remat_numel(y) == 0) return REMAT_OK;
     rmk_plan pl;
     rmk_plan_ew(&pl, y, NULL, 0);
-    rmk_call c;
-    int rc = rmk_enter(&c, y, "cuda zero kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, y, "cuda zero kernel");
     return rmk_leave(&c, rmk_zero(remat_dtype_size(y->dtype), &pl, rm_ptr(y), c.s));
 }
 
@@ -66,9 +60,7 @@ static remat_status cuda_copy_into(const rm_kargs *k) {
         remat_numel(x) == n)
         rmk_plan_flat(&pl, n, 2); /* the same numel view, whatever the shapes (as the cpu) */
     else rmk_plan_ew(&pl, y, &x, 1);
-    rmk_call c;
-    int rc = rmk_enter(&c, y, "cuda copy kernel");
-    if (rc) return rc;
+    RMK_ENTER(c, y, "cuda copy kernel");
     cudaError_t e =
         x->dtype == y->dtype
             ? rmk_copy_strided(remat_dtype_size(y->dtype), &pl, rm_ptr(y), rm_ptr(x), c.s)
