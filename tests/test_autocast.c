@@ -406,6 +406,35 @@ Test(autocast, bf16_ops_round_the_f32_result_once) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
+/* linear's bias gradient on bf16 g (the column sums, RM_K_COLSUM) has a
+ * native bf16 kernel that streams g's rows widened, bitwise what the f32
+ * kernel on a whole widened copy of g gives rounded (rm_cpu_bf16_via_f32),
+ * wide (many row chunks) and narrow, at 1 and 2 threads. */
+Test(autocast, bf16_bias_gradient_matches_the_whole_copy_path) {
+    rm_kernel_fn native = rm_cpu_kernels[RM_K_COLSUM][REMAT_BF16];
+    cr_assert(native, "no native bf16 column-sum kernel");
+    const int64_t shapes[3][2] = {{2048, 384}, {37, 1000}, {300, 10}};
+    for (int c = 0; c < 3; c++)
+        for (int threads = 1; threads <= 2; threads++) {
+            omp_set_num_threads(threads);
+            remat_tensor *g32 = rt_rand(2, shapes[c], REMAT_F32, -4, 4, 80 + (unsigned)c),
+                         *g = NULL;
+            RT_OK(remat_to_dtype(&g, g32, REMAT_BF16));
+            remat_tensor *db[2];
+            for (int r = 0; r < 2; r++) {
+                RT_OK(remat_zeros(&db[r], 1, &shapes[c][1], REMAT_BF16, remat_tensor_device(g)));
+                rm_kargs k = {.in = {g}, .out = {db[r]}};
+                RT_OK(r ? rm_cpu_bf16_via_f32[RM_K_COLSUM](&k) : native(&k));
+            }
+            cr_assert(rt_bitwise_equal(db[0], db[1]), "%lld x %lld, %d thread(s): differs by %g",
+                      (long long)shapes[c][0], (long long)shapes[c][1], threads,
+                      rt_max_abs_diff(db[0], db[1]));
+            remat_release(g32), remat_release(g), remat_release(db[0]), remat_release(db[1]);
+        }
+    omp_set_num_threads(2);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 /* bf16 attention, forward and backward, runs on per batch entry f32
  * buffers (no f32 copies of whole operands: for the GPT's per-head views
  * of a packed qkv those were three copies of the whole projection) and is

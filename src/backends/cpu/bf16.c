@@ -31,6 +31,11 @@ RM_CPU_CLONES_EXTERN void rm_bf16_round_run(const float *restrict x, uint16_t *r
     for (int64_t i = 0; i < n; i++) y[i] = rm_f32_to_bf16(x[i]);
 }
 
+RM_CPU_CLONES_EXTERN void rm_bf16_add_run(const uint16_t *restrict x, float *restrict y,
+                                          int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += rm_bf16_to_f32(x[i]);
+}
+
 /* Threads for a pass over n elements: the team when it pays and we are not
  * on one of its threads already, else 1. */
 static int pass_threads(int64_t n) {

@@ -14,4 +14,7 @@ void rm_bf16_widen_run(const uint16_t *restrict x, float *restrict y, int64_t n)
 /* y[i] = x[i] rounded to nearest even (NaN stays NaN), i < n. */
 void rm_bf16_round_run(const float *restrict x, uint16_t *restrict y, int64_t n);
 
+/* y[i] += x[i] widened, i < n (f32 sums of bf16 rows). */
+void rm_bf16_add_run(const uint16_t *restrict x, float *restrict y, int64_t n);
+
 #endif /* REMAT_BACKENDS_CPU_BF16_H */

@@ -38,7 +38,7 @@
     /* matmul: matmul.c (bf16 too: oneDNN's bf16 GEMM), attention.c (they switch on the   \
      * operands' dtype) */        \
     X(MATMUL, matmul, FLOAT_BF16)                                                                  \
-    X(COLSUM, colsum, FLOAT)                                                                       \
+    X(COLSUM, colsum, FLOAT_BF16)                                                                  \
     X(ATTENTION, attention, FLOAT_BF16)                                                            \
     X(ATTENTION_BWD, attention_bwd, FLOAT_BF16)                                                    \
     /* shape: copy.c (copies, any dtype), select.c (switches on y's dtype) */                      \

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "../mm_view.h"
+#include "bf16.h"
 #include "cpu.h"
 #include "gemm.h"
 
@@ -203,6 +204,26 @@ static int64_t colsum_scratch(int64_t rows, int64_t n) {
 COLSUM(float)
 COLSUM(double)
 
+/* bf16 g (autocast's bias gradient): colsum_float's sums in its order, each
+ * row widened as it streams into the f32 partials, then db rounded once —
+ * bitwise the f32 kernel on a widened copy of g, rounded (what
+ * rm_cpu_bf16_via_f32 gives), without that copy (an f32 twin of g per
+ * linear in the backward). part: the f32 partials, then n more for db. */
+static void colsum_bf16(const uint16_t *restrict g, uint16_t *restrict db, int64_t rows, int64_t n,
+                        float *restrict part) {
+    int64_t rb = rm_cpu_chunk_rows(rows, n), nch = (rows + rb - 1) / rb;
+#pragma omp parallel for if (rows * n > RM_OMP_MIN)
+    for (int64_t k = 0; k < nch; k++) {
+        float *restrict p = part + k * n;
+        int64_t r1 = (k + 1) * rb < rows ? (k + 1) * rb : rows;
+        rm_bf16_widen_run(g + k * rb * n, p, n);
+        for (int64_t r = k * rb + 1; r < r1; r++) rm_bf16_add_run(g + r * n, p, n);
+    }
+    float *dbf = part + nch * n;
+    colsum_blocks_float(part, nch, n, dbf);
+    rm_bf16_round_run(dbf, db, n);
+}
+
 /* A contiguous bf16 copy of f32 t (rounded to nearest even), from the allocator. */
 static int rounded_copy(remat_tensor **out, remat_tensor *t) {
     remat_tensor *c = NULL;
@@ -261,9 +282,14 @@ remat_status rm_cpu_colsum(const rm_kargs *k) {
     int64_t n = db->shape[0];
     int64_t rows = n ? remat_numel(g) / n : 0;
     int64_t ns = colsum_scratch(rows, n);
-    void *part = ns ? malloc((size_t)ns * remat_dtype_size(g->dtype)) : NULL;
+    bool bf16 = g->dtype == REMAT_BF16;
+    if (bf16 && !ns) return rm_cpu_bf16_via_f32[RM_K_COLSUM](k); /* narrow: rare */
+    void *part = ns ? malloc((size_t)(ns + (bf16 ? n : 0)) *
+                             (bf16 ? sizeof(float) : remat_dtype_size(g->dtype)))
+                    : NULL;
     if (ns && !part) return rm_err(REMAT_ENOMEM, "out of memory");
-    if (g->dtype == REMAT_F32) colsum_float(rm_ptr(g), rm_ptr(db), rows, n, part);
+    if (bf16) colsum_bf16(rm_ptr(g), rm_ptr(db), rows, n, part);
+    else if (g->dtype == REMAT_F32) colsum_float(rm_ptr(g), rm_ptr(db), rows, n, part);
     else colsum_double(rm_ptr(g), rm_ptr(db), rows, n, part);
     free(part);
     return REMAT_OK;
