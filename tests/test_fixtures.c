@@ -29,20 +29,10 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <dirent.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#ifndef __has_feature
-#define __has_feature(x) 0
-#endif
-#if defined(__SANITIZE_ADDRESS__) || __has_feature(address_sanitizer)
-#include <sanitizer/common_interface_defs.h>
-#define FX_ASAN 1
-#endif
 
 #include "../src/internal.h"
 #include "../src/ops/registry.h"
@@ -711,28 +701,11 @@ static struct criterion_test_params family_params(const char *family) {
     return cr_make_param_array(case_param, p, (size_t)k, free_params);
 }
 
-/* A crash (or a sanitizer report) ends the test process before any
- * assertion can name the case; these print it on the way out. */
-static char g_case_line[FX_NAME_MAX + 64];
-
-static void say_case(void) {
-    ssize_t w = write(2, g_case_line, strlen(g_case_line));
-    (void)w;
-}
-
-static void on_crash(int sig) {
-    say_case();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
 static void run_param(const case_param *p) {
-    snprintf(g_case_line, sizeof g_case_line, "\nfixtures: crashed in case %s\n", p->name);
-    int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], on_crash);
-#ifdef FX_ASAN
-    __sanitizer_set_death_callback(say_case);
-#endif
+    /* a crash ends the process before any assertion can name the case */
+    char what[FX_NAME_MAX + 64];
+    snprintf(what, sizeof what, "fixtures: crashed in case %s", p->name);
+    rt_report_crash(what);
     report rep;
     memset(&rep, 0, sizeof rep);
     run_case(p->name, &rep);
@@ -1243,6 +1216,8 @@ static struct criterion_test_params registry_params(void) {
 
 ParameterizedTestParameters(registry, every_op) { return registry_params(); }
 ParameterizedTest(case_param *p, registry, every_op) {
-    snprintf(g_case_line, sizeof g_case_line, "\nregistry: crashed in op %s\n", p->name);
+    char what[FX_NAME_MAX + 64];
+    snprintf(what, sizeof what, "registry: crashed in op %s", p->name);
+    rt_report_crash(what);
     registry_op_checks(p->name);
 }

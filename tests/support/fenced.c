@@ -165,8 +165,12 @@ static const rm_kernel_fn k_wrappers[RM_K_COUNT][RM_N_DTYPES] = {
 #undef FENCED_ROW_
 };
 
+/* The SIGSEGV action before ours (a test's crash report, rt_report_crash): run after ours. */
+static struct sigaction g_prev_segv;
+
 /* A fault inside fenced memory: says so with a backtrace (addr2line -e the test
- * binary turns the addresses into lines), then dies of the signal as before. */
+ * binary turns the addresses into lines); then the previous action runs (it is pending when
+ * this returns), or the process dies of the signal as before. */
 static void on_fault(int sig, siginfo_t *si, void *uc) {
     (void)uc;
     const char *a = si->si_addr;
@@ -180,7 +184,7 @@ static void on_fault(int sig, siginfo_t *si, void *uc) {
         void *bt[32];
         backtrace_symbols_fd(bt, backtrace(bt, 32), 2);
     }
-    signal(sig, SIG_DFL);
+    sigaction(sig, &g_prev_segv, NULL);
     raise(sig);
 }
 
@@ -199,7 +203,7 @@ int rt_fenced_type(void) {
         memset(&sa, 0, sizeof sa);
         sa.sa_sigaction = on_fault;
         sa.sa_flags = SA_SIGINFO;
-        sigaction(SIGSEGV, &sa, NULL);
+        sigaction(SIGSEGV, &sa, &g_prev_segv);
         for (int k = 0; k < RM_K_COUNT; k++)
             for (int dt = 0; dt < RM_N_DTYPES; dt++)
                 if (rm_kernel_lookup((rm_kernel_id)k, REMAT_CPU, (remat_dtype)dt))

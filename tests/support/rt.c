@@ -1,10 +1,21 @@
 /* tests/support/rt.c — helpers shared by the test suite (see rt.h). */
 #include "rt.h"
 
+#include <execinfo.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_ADDRESS__) || __has_feature(address_sanitizer)
+#include <sanitizer/common_interface_defs.h>
+#define RT_ASAN 1
+#endif
 
 #include "fenced.h"
 #include "internal.h"
@@ -383,6 +394,30 @@ int rt_testdev_register(void) {
 
 void rt_testdev_set_initialized(bool on) { g_testdev_init = on; }
 long rt_testdev_allocs(void) { return g_testdev_allocs; }
+
+/* ---- crashes -------------------------------------------------------------------------------- */
+static char g_crash_what[256];
+
+static void say_crash(void) {
+    if (write(2, g_crash_what, strlen(g_crash_what)) < 0) {}
+}
+
+static void on_crash(int sig) {
+    say_crash();
+    void *bt[32];
+    backtrace_symbols_fd(bt, backtrace(bt, 32), 2);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void rt_report_crash(const char *what) {
+    snprintf(g_crash_what, sizeof g_crash_what, "\n%s\n", what);
+    const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], on_crash);
+#ifdef RT_ASAN
+    __sanitizer_set_death_callback(say_crash);
+#endif
+}
 
 /* ---- warnings ------------------------------------------------------------------------------ */
 static char g_warn[16384];

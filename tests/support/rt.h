@@ -129,6 +129,13 @@ void rt_testdev_set_initialized(bool on);
 /* Number of allocations made on testdev so far. */
 long rt_testdev_allocs(void);
 
+/* ---- crashes -------------------------------------------------------------------------------
+ * From now on in this test process, a crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) or a
+ * sanitizer's report prints "<what>" and a backtrace (addr2line -e the test binary turns its
+ * addresses into lines) before the process dies of it as before: Criterion's "CRASH!" alone
+ * names neither the case nor the place. `what` is copied (truncated to 255 bytes). */
+void rt_report_crash(const char *what);
+
 /* ---- warnings ------------------------------------------------------------------------------
  * Captures warnings into a buffer (installs a log callback). */
 void rt_capture_warnings(void);
