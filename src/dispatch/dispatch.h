@@ -211,6 +211,15 @@ struct rm_op_desc {
     rm_backward_fn backward_diff;
 };
 
+/* A descriptor's initializer: the op's public name and its node's name, then the
+ * fields it sets, designated; the others are 0/NULL (their defaults above).
+ *   const rm_op_desc rm_op_neg = RM_OP_DESC("remat_neg", "NegBackward", .n_in = 1, ...);
+ * Written as one macro call, a descriptor is a compact block that clang-format fills
+ * line by line; a braced list of designated fields it sets one per line, so every
+ * descriptor would read as the same twenty-line column. */
+#define RM_OP_DESC(name_, node_name_, ...)                                                         \
+    { .name = (name_), .node_name = (node_name_), __VA_ARGS__ }
+
 /* Runs op on in[0..n_in) with params, writing its n_ret outputs to outs.
  * `site` is the public function's caller (RM_OP_SITE() there). On failure
  * every outs[i] is NULL and the inputs are untouched. */

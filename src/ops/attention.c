@@ -185,28 +185,17 @@ static remat_status attention_backward_diff(remat_node *node, remat_tensor *cons
 
 static const char *const k_att_args[] = {"q", "k", "v"};
 
-const rm_op_desc rm_op_attention = {.name = "remat_attention",
-                                    .node_name = "AttentionBackward",
-                                    .n_in = 3,
-                                    .n_out = 2,
-                                    .n_ret = 1,
-                                    .n_saved = N_SAVED,
-                                    .flags = RM_OPF_FLOAT,
-                                    .arg_names = k_att_args,
-                                    .autocast = RM_AC_LOWER,
-                                    .kernel = RM_K_ATTENTION,
-                                    .params_size = sizeof(rm_attention_params),
-                                    .fill_ctx = att_fill_ctx,
-                                    .check = att_check,
-                                    .infer = att_infer,
-                                    .new_output = att_new_output,
-                                    .saves = {{RM_SAVE_INPUT, 0, 0},
-                                              {RM_SAVE_INPUT, 1, 0},
-                                              {RM_SAVE_INPUT, 2, 0},
-                                              {RM_SAVE_OUTPUT, 0, 0},
-                                              {RM_SAVE_OUTPUT, 1, 0}},
-                                    .backward = attention_backward,
-                                    .backward_diff = attention_backward_diff};
+const rm_op_desc rm_op_attention = RM_OP_DESC(
+    "remat_attention", "AttentionBackward", .n_in = 3, .n_out = 2, .n_ret = 1, .n_saved = N_SAVED,
+    .flags = RM_OPF_FLOAT, .arg_names = k_att_args, .autocast = RM_AC_LOWER,
+    .kernel = RM_K_ATTENTION, .params_size = sizeof(rm_attention_params), .fill_ctx = att_fill_ctx,
+    .check = att_check, .infer = att_infer, .new_output = att_new_output,
+    .saves = {{RM_SAVE_INPUT, 0, 0},
+              {RM_SAVE_INPUT, 1, 0},
+              {RM_SAVE_INPUT, 2, 0},
+              {RM_SAVE_OUTPUT, 0, 0},
+              {RM_SAVE_OUTPUT, 1, 0}},
+    .backward = attention_backward, .backward_diff = attention_backward_diff);
 
 int remat_attention(remat_tensor **out, remat_tensor *q, remat_tensor *k, remat_tensor *v,
                     bool causal, double scale) {

@@ -176,20 +176,12 @@ static remat_status binary_backward_diff(remat_node *node, remat_tensor *const *
         {RM_SAVE_NONE, 0, 0}, { RM_SAVE_NONE, 1, 0 }                                               \
     }
 #define BINARY_OP(sym, call, node, ...)                                                            \
-    const rm_op_desc sym = {.name = call,                                                          \
-                            .node_name = node,                                                     \
-                            .n_in = 2,                                                             \
-                            .n_out = 1,                                                            \
-                            .n_saved = 2,                                                          \
-                            .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE,        \
-                            .autocast = RM_AC_PROMOTE,                                             \
-                            .kernel = RM_K_ELEMENTWISE,                                            \
-                            .params_size = sizeof(bctx),                                           \
-                            .fill_ctx = fill_ctx,                                                  \
-                            .infer = infer_broadcast,                                              \
-                            .saves = __VA_ARGS__,                                                  \
-                            .backward = binary_backward,                                           \
-                            .backward_diff = binary_backward_diff}
+    const rm_op_desc sym = RM_OP_DESC(                                                             \
+        call, node, .n_in = 2, .n_out = 1, .n_saved = 2,                                           \
+        .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE, .autocast = RM_AC_PROMOTE, \
+        .kernel = RM_K_ELEMENTWISE, .params_size = sizeof(bctx), .fill_ctx = fill_ctx,             \
+        .infer = infer_broadcast, .saves = __VA_ARGS__, .backward = binary_backward,               \
+        .backward_diff = binary_backward_diff)
 
 BINARY_OP(rm_op_add, "remat_add", "AddBackward", NO_SAVES);
 BINARY_OP(rm_op_sub, "remat_sub", "SubBackward", NO_SAVES);

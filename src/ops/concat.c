@@ -110,22 +110,12 @@ static remat_status cat_backward(remat_node *node, remat_tensor *const *gout, re
     return REMAT_OK;
 }
 
-const rm_op_desc rm_op_cat = {
-    .name = "remat_cat",
-    .node_name = "CatBackward",
-    .n_in = 1 /* at least */,
-    .n_out = 1,
-    .flags = RM_OPF_OWN_CHECKS | RM_OPF_VARIADIC,
-    .kernel = RM_K_COPY_INTO,
-    .params_size = sizeof(cat_ctx),
-    .ctx_per_in = sizeof(int64_t),
-    .fill_ctx = cat_fill_ctx,
-    .check = cat_check,
-    .infer = cat_infer,
-    .run = cat_run,
-    .backward = cat_backward,
-    .backward_diff = cat_backward, /* slices of g: public ops */
-};
+const rm_op_desc rm_op_cat = RM_OP_DESC(
+    "remat_cat", "CatBackward", .n_in = 1 /* at least */, .n_out = 1,
+    .flags = RM_OPF_OWN_CHECKS | RM_OPF_VARIADIC, .kernel = RM_K_COPY_INTO,
+    .params_size = sizeof(cat_ctx), .ctx_per_in = sizeof(int64_t), .fill_ctx = cat_fill_ctx,
+    .check = cat_check, .infer = cat_infer, .run = cat_run, .backward = cat_backward,
+    .backward_diff = cat_backward /* slices of g: public ops */);
 
 int remat_cat(remat_tensor **out, int n, remat_tensor *const *tensors, int dim) {
     cat_ctx p = {.n = n, .dim = dim, .no_list = !tensors};
@@ -276,20 +266,11 @@ static remat_status split_backward_diff(remat_node *node, remat_tensor *const *g
     return remat_cat(&gin[0], node->n_outputs, gout, c->dim);
 }
 
-const rm_op_desc rm_op_split = {
-    .name = "remat_split",
-    .node_name = "SplitBackward",
-    .n_in = 1,
-    .n_out = 1 /* at least */,
-    .flags = RM_OPF_OWN_CHECKS,
-    .params_size = sizeof(split_ctx),
-    .fill_ctx = split_fill_ctx,
-    .check = split_check,
-    .n_outputs = split_n_outputs,
-    .infer = split_infer,
-    .backward = split_backward,
-    .backward_diff = split_backward_diff,
-};
+const rm_op_desc rm_op_split = RM_OP_DESC(
+    "remat_split", "SplitBackward", .n_in = 1, .n_out = 1 /* at least */,
+    .flags = RM_OPF_OWN_CHECKS, .params_size = sizeof(split_ctx), .fill_ctx = split_fill_ctx,
+    .check = split_check, .n_outputs = split_n_outputs, .infer = split_infer,
+    .backward = split_backward, .backward_diff = split_backward_diff);
 
 int remat_split(remat_tensor **outs, int max_out, int *n_out, remat_tensor *a, int64_t split_size,
                 int dim) {

@@ -147,17 +147,10 @@ static const char *const k_t_name[] = {"t"};
 /* Every copy: one tensor t, a new contiguous output; only float -> float
  * copies are differentiable (the driver records no node for an i64 output). */
 #define COPY_OP(sym, call, node, ...)                                                              \
-    const rm_op_desc sym = {.name = call,                                                          \
-                            .node_name = node,                                                     \
-                            .n_in = 1,                                                             \
-                            .n_out = 1,                                                            \
-                            .arg_names = k_t_name,                                                 \
-                            .direct = copy_kernel,                                                 \
-                            .params_size = sizeof(copy_ctx),                                       \
-                            .fill_ctx = copy_fill_ctx,                                             \
-                            .backward = copy_backward,                                             \
-                            .backward_diff = copy_backward_diff,                                   \
-                            __VA_ARGS__}
+    const rm_op_desc sym = RM_OP_DESC(call, node, .n_in = 1, .n_out = 1, .arg_names = k_t_name,    \
+                                      .direct = copy_kernel, .params_size = sizeof(copy_ctx),      \
+                                      .fill_ctx = copy_fill_ctx, .backward = copy_backward,        \
+                                      .backward_diff = copy_backward_diff, __VA_ARGS__)
 
 COPY_OP(rm_op_clone, "remat_clone", "CloneBackward", .check = NULL);
 

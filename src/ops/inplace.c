@@ -255,18 +255,11 @@ static remat_status inplace_backward_diff(remat_node *node, remat_tensor *const 
 static const char *const k_src_names[] = {"a", "src"};
 
 #define INPLACE_OP(sym, call, node, nin, kern, flags_, ...)                                        \
-    const rm_op_desc sym = {.name = call,                                                          \
-                            .node_name = node,                                                     \
-                            .n_in = nin,                                                           \
-                            .n_out = 1,                                                            \
-                            .flags = RM_OPF_OWN_CHECKS | RM_OPF_INPLACE | (flags_),                \
-                            .kernel = kern,                                                        \
-                            .params_size = sizeof(ipctx),                                          \
-                            .fill_ctx = inplace_fill_ctx,                                          \
-                            .check = inplace_check,                                                \
-                            .backward = inplace_backward,                                          \
-                            .backward_diff = inplace_backward_diff,                                \
-                            __VA_ARGS__}
+    const rm_op_desc sym = RM_OP_DESC(                                                             \
+        call, node, .n_in = nin, .n_out = 1,                                                       \
+        .flags = RM_OPF_OWN_CHECKS | RM_OPF_INPLACE | (flags_), .kernel = kern,                    \
+        .params_size = sizeof(ipctx), .fill_ctx = inplace_fill_ctx, .check = inplace_check,        \
+        .backward = inplace_backward, .backward_diff = inplace_backward_diff, __VA_ARGS__)
 
 INPLACE_OP(rm_op_add_, "remat_add_", "AddBackward", 2, RM_K_ELEMENTWISE, 0, .n_saved = 0);
 /* saves a's old value and b before overwriting a */

@@ -85,22 +85,12 @@ static remat_status embedding_backward_diff(remat_node *node, remat_tensor *cons
     return rm_backward_linear(node, gout, gin, embedding_gather);
 }
 
-const rm_op_desc rm_op_embedding = {.name = "remat_embedding",
-                                    .node_name = "EmbeddingBackward",
-                                    .n_in = 2,
-                                    .no_grad_in = 2u,
-                                    .n_out = 1,
-                                    .n_saved = 1,
-                                    .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS,
-                                    .arg_names = k_emb_args,
-                                    .kernel = RM_K_EMBEDDING,
-                                    .params_size = sizeof(emb_ctx),
-                                    .fill_ctx = embedding_fill_ctx,
-                                    .check = embedding_check,
-                                    .infer = embedding_infer,
-                                    .saves = {{RM_SAVE_INPUT, 1, 0}},
-                                    .backward = embedding_backward,
-                                    .backward_diff = embedding_backward_diff};
+const rm_op_desc rm_op_embedding = RM_OP_DESC(
+    "remat_embedding", "EmbeddingBackward", .n_in = 2, .no_grad_in = 2u, .n_out = 1, .n_saved = 1,
+    .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS, .arg_names = k_emb_args,
+    .kernel = RM_K_EMBEDDING, .params_size = sizeof(emb_ctx), .fill_ctx = embedding_fill_ctx,
+    .check = embedding_check, .infer = embedding_infer, .saves = {{RM_SAVE_INPUT, 1, 0}},
+    .backward = embedding_backward, .backward_diff = embedding_backward_diff);
 
 int remat_embedding(remat_tensor **out, remat_tensor *weight, remat_tensor *indices) {
     emb_ctx params = {0, 0};
@@ -197,24 +187,13 @@ static remat_status cross_entropy_backward_diff(remat_node *node, remat_tensor *
     return rm_backward_recompose(node, slots, cross_entropy_recompose, gout, gin);
 }
 
-const rm_op_desc rm_op_cross_entropy = {
-    .name = "remat_cross_entropy",
-    .node_name = "CrossEntropyBackward",
-    .n_in = 2,
-    .no_grad_in = 2u,
-    .n_out = 2,
-    .n_ret = 1,
-    .n_saved = 3,
-    .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS,
-    .arg_names = k_ce_args,
-    .autocast = RM_AC_F32,
-    .kernel = RM_K_CROSS_ENTROPY,
-    .params_size = sizeof(rm_ce_params),
-    .check = cross_entropy_check,
-    .infer = cross_entropy_infer,
+const rm_op_desc rm_op_cross_entropy = RM_OP_DESC(
+    "remat_cross_entropy", "CrossEntropyBackward", .n_in = 2, .no_grad_in = 2u, .n_out = 2,
+    .n_ret = 1, .n_saved = 3, .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS, .arg_names = k_ce_args,
+    .autocast = RM_AC_F32, .kernel = RM_K_CROSS_ENTROPY, .params_size = sizeof(rm_ce_params),
+    .check = cross_entropy_check, .infer = cross_entropy_infer,
     .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}, {RM_SAVE_OUTPUT, 1, 0}},
-    .backward = cross_entropy_backward,
-    .backward_diff = cross_entropy_backward_diff};
+    .backward = cross_entropy_backward, .backward_diff = cross_entropy_backward_diff);
 
 int remat_cross_entropy(remat_tensor **out, remat_tensor *logits, remat_tensor *targets,
                         int64_t ignore_index) {
@@ -301,20 +280,12 @@ static remat_status mse_backward_diff(remat_node *node, remat_tensor *const *gou
     return rc;
 }
 
-const rm_op_desc rm_op_mse_loss = {.name = "remat_mse_loss",
-                                   .node_name = "MseLossBackward",
-                                   .n_in = 2,
-                                   .n_out = 1,
-                                   .n_saved = 2,
-                                   .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE |
-                                            RM_OPF_CONTIGUOUS,
-                                   .autocast = RM_AC_F32,
-                                   .kernel = RM_K_MSE,
-                                   .check = mse_check,
-                                   .infer = mse_infer,
-                                   .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}},
-                                   .backward = mse_backward,
-                                   .backward_diff = mse_backward_diff};
+const rm_op_desc rm_op_mse_loss =
+    RM_OP_DESC("remat_mse_loss", "MseLossBackward", .n_in = 2, .n_out = 1, .n_saved = 2,
+               .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE | RM_OPF_CONTIGUOUS,
+               .autocast = RM_AC_F32, .kernel = RM_K_MSE, .check = mse_check, .infer = mse_infer,
+               .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}}, .backward = mse_backward,
+               .backward_diff = mse_backward_diff);
 
 int remat_mse_loss(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     remat_tensor *in[2] = {a, b};

@@ -177,21 +177,13 @@ static remat_status mm_backward_diff(remat_node *node, remat_tensor *const *gout
 }
 
 /* Slot 0 = a (read by b's gradient), slot 1 = b (read by a's). */
-const rm_op_desc rm_op_matmul = {.name = "remat_matmul",
-                                 .node_name = "MmBackward",
-                                 .n_in = 2,
-                                 .n_out = 1,
-                                 .n_saved = 2,
-                                 .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE |
-                                          RM_OPF_SAVE_EARLY,
-                                 .autocast = RM_AC_LOWER,
-                                 .kernel = RM_K_MATMUL,
-                                 .params_size = sizeof(mm_ctx),
-                                 .fill_ctx = mm_fill_ctx,
-                                 .infer = mm_infer,
-                                 .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}},
-                                 .backward = mm_backward,
-                                 .backward_diff = mm_backward_diff};
+const rm_op_desc rm_op_matmul =
+    RM_OP_DESC("remat_matmul", "MmBackward", .n_in = 2, .n_out = 1, .n_saved = 2,
+               .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE | RM_OPF_SAVE_EARLY,
+               .autocast = RM_AC_LOWER, .kernel = RM_K_MATMUL, .params_size = sizeof(mm_ctx),
+               .fill_ctx = mm_fill_ctx, .infer = mm_infer,
+               .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}}, .backward = mm_backward,
+               .backward_diff = mm_backward_diff);
 
 int remat_matmul(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     mm_ctx p = {.shp.nda = 0}; /* the flags are read by the kernel only, after the checks */
@@ -369,24 +361,13 @@ static const char *const k_linear_args[] = {"x", "weight", "bias"};
 
 /* Slot 0 = x (read by weight's gradient), slot 1 = weight (read by x's);
  * the bias gradient reads neither. */
-const rm_op_desc rm_op_linear = {.name = "remat_linear",
-                                 .node_name = "LinearBackward",
-                                 .n_in = 3,
-                                 .n_out = 1,
-                                 .n_saved = 2,
-                                 .flags = RM_OPF_FLOAT | RM_OPF_SAVE_EARLY,
-                                 .optional_in = 1u << 2,
-                                 .autocast = RM_AC_LOWER,
-                                 .autocast_keep = 1u << 1,
-                                 .arg_names = k_linear_args,
-                                 .kernel = RM_K_MATMUL,
-                                 .params_size = sizeof(lin_ctx),
-                                 .fill_ctx = lin_fill_ctx,
-                                 .check = lin_check,
-                                 .infer = lin_infer,
-                                 .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}},
-                                 .backward = linear_backward,
-                                 .backward_diff = linear_backward_diff};
+const rm_op_desc rm_op_linear = RM_OP_DESC(
+    "remat_linear", "LinearBackward", .n_in = 3, .n_out = 1, .n_saved = 2,
+    .flags = RM_OPF_FLOAT | RM_OPF_SAVE_EARLY, .optional_in = 1u << 2, .autocast = RM_AC_LOWER,
+    .autocast_keep = 1u << 1, .arg_names = k_linear_args, .kernel = RM_K_MATMUL,
+    .params_size = sizeof(lin_ctx), .fill_ctx = lin_fill_ctx, .check = lin_check,
+    .infer = lin_infer, .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}},
+    .backward = linear_backward, .backward_diff = linear_backward_diff);
 
 int remat_linear(remat_tensor **out, remat_tensor *x, remat_tensor *weight, remat_tensor *bias) {
     /* y = bias + x · weightᵀ; the flags are read by the kernel only, after the checks */

@@ -67,19 +67,12 @@ static remat_status softmax_backward_diff(remat_node *node, remat_tensor *const 
 }
 
 #define SOFTMAX_OP(sym, call, node)                                                                \
-    const rm_op_desc sym = {.name = call,                                                          \
-                            .node_name = node,                                                     \
-                            .n_in = 1,                                                             \
-                            .n_out = 1,                                                            \
-                            .n_saved = 1,                                                          \
-                            .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS,                             \
-                            .kernel = RM_K_SOFTMAX,                                                \
-                            .autocast = RM_AC_F32,                                                 \
-                            .params_size = sizeof(softmax_params),                                 \
-                            .check = softmax_check,                                                \
-                            .saves = {{RM_SAVE_OUTPUT, 0, 0}},                                     \
-                            .backward = softmax_backward,                                          \
-                            .backward_diff = softmax_backward_diff}
+    const rm_op_desc sym =                                                                         \
+        RM_OP_DESC(call, node, .n_in = 1, .n_out = 1, .n_saved = 1,                                \
+                   .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS, .kernel = RM_K_SOFTMAX,              \
+                   .autocast = RM_AC_F32, .params_size = sizeof(softmax_params),                   \
+                   .check = softmax_check, .saves = {{RM_SAVE_OUTPUT, 0, 0}},                      \
+                   .backward = softmax_backward, .backward_diff = softmax_backward_diff)
 SOFTMAX_OP(rm_op_softmax, "remat_softmax", "SoftmaxBackward");
 SOFTMAX_OP(rm_op_log_softmax, "remat_log_softmax", "LogSoftmaxBackward");
 
@@ -253,27 +246,16 @@ static remat_status layer_norm_backward_diff(remat_node *node, remat_tensor *con
 }
 
 /* Outputs: y (handed out), mean and rstd (saved); weight and bias optional. */
-const rm_op_desc rm_op_layer_norm = {.name = "remat_layer_norm",
-                                     .node_name = "LayerNormBackward",
-                                     .n_in = 3,
-                                     .n_out = 3,
-                                     .n_ret = 1,
-                                     .n_saved = 4,
-                                     .optional_in = 2u | 4u,
-                                     .flags = RM_OPF_CONTIGUOUS,
-                                     .autocast = RM_AC_F32,
-                                     .arg_names = k_ln_args,
-                                     .kernel = RM_K_LAYER_NORM,
-                                     .params_size = sizeof(ln_params),
-                                     .fill_ctx = layer_norm_fill_ctx,
-                                     .check = layer_norm_check,
-                                     .infer = layer_norm_infer,
-                                     .saves = {{RM_SAVE_INPUT, 0, 0},
-                                               {RM_SAVE_INPUT, 1, 0},
-                                               {RM_SAVE_OUTPUT, 1, 0},
-                                               {RM_SAVE_OUTPUT, 2, 0}},
-                                     .backward = layer_norm_backward,
-                                     .backward_diff = layer_norm_backward_diff};
+const rm_op_desc rm_op_layer_norm = RM_OP_DESC(
+    "remat_layer_norm", "LayerNormBackward", .n_in = 3, .n_out = 3, .n_ret = 1, .n_saved = 4,
+    .optional_in = 2u | 4u, .flags = RM_OPF_CONTIGUOUS, .autocast = RM_AC_F32,
+    .arg_names = k_ln_args, .kernel = RM_K_LAYER_NORM, .params_size = sizeof(ln_params),
+    .fill_ctx = layer_norm_fill_ctx, .check = layer_norm_check, .infer = layer_norm_infer,
+    .saves = {{RM_SAVE_INPUT, 0, 0},
+              {RM_SAVE_INPUT, 1, 0},
+              {RM_SAVE_OUTPUT, 1, 0},
+              {RM_SAVE_OUTPUT, 2, 0}},
+    .backward = layer_norm_backward, .backward_diff = layer_norm_backward_diff);
 
 int remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
                      remat_tensor *bias, double eps) {
@@ -350,22 +332,12 @@ static remat_status dropout_backward_diff(remat_node *node, remat_tensor *const 
 static const char *const k_dropout_args[] = {"x"};
 
 /* Outputs: y (handed out) and the keep bits (only with a node, saved). */
-const rm_op_desc rm_op_dropout = {.name = "remat_dropout",
-                                  .node_name = "DropoutBackward",
-                                  .n_in = 1,
-                                  .n_out = 2,
-                                  .n_ret = 1,
-                                  .grad_only_out = 2u,
-                                  .n_saved = 1,
-                                  .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS,
-                                  .arg_names = k_dropout_args,
-                                  .kernel = RM_K_DROPOUT,
-                                  .params_size = sizeof(dropout_params),
-                                  .check = dropout_check,
-                                  .infer = dropout_infer,
-                                  .saves = {{RM_SAVE_OUTPUT, 1, 0}},
-                                  .backward = dropout_backward,
-                                  .backward_diff = dropout_backward_diff};
+const rm_op_desc rm_op_dropout = RM_OP_DESC(
+    "remat_dropout", "DropoutBackward", .n_in = 1, .n_out = 2, .n_ret = 1, .grad_only_out = 2u,
+    .n_saved = 1, .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS, .arg_names = k_dropout_args,
+    .kernel = RM_K_DROPOUT, .params_size = sizeof(dropout_params), .check = dropout_check,
+    .infer = dropout_infer, .saves = {{RM_SAVE_OUTPUT, 1, 0}}, .backward = dropout_backward,
+    .backward_diff = dropout_backward_diff);
 
 int remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool train) {
     dropout_params params = {.k = {.p = p}, .train = train};

@@ -110,19 +110,11 @@ static remat_status sum_backward_diff(remat_node *node, remat_tensor *const *gou
 }
 
 #define SUM_OP(sym, call, node)                                                                    \
-    const rm_op_desc sym = {.name = call,                                                          \
-                            .node_name = node,                                                     \
-                            .n_in = 1,                                                             \
-                            .n_out = 1,                                                            \
-                            .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS,                             \
-                            .kernel = RM_K_SUM,                                                    \
-                            .autocast = RM_AC_F32,                                                 \
-                            .params_size = sizeof(sum_params),                                     \
-                            .fill_ctx = sum_fill_ctx,                                              \
-                            .check = sum_check,                                                    \
-                            .infer = sum_infer,                                                    \
-                            .backward = sum_backward,                                              \
-                            .backward_diff = sum_backward_diff}
+    const rm_op_desc sym =                                                                         \
+        RM_OP_DESC(call, node, .n_in = 1, .n_out = 1, .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS,   \
+                   .kernel = RM_K_SUM, .autocast = RM_AC_F32, .params_size = sizeof(sum_params),   \
+                   .fill_ctx = sum_fill_ctx, .check = sum_check, .infer = sum_infer,               \
+                   .backward = sum_backward, .backward_diff = sum_backward_diff)
 SUM_OP(rm_op_sum, "remat_sum", "SumBackward");
 SUM_OP(rm_op_mean, "remat_mean", "MeanBackward");
 SUM_OP(rm_op_sum_all, "remat_sum_all", "SumBackward");
@@ -229,21 +221,12 @@ static remat_status max_backward_diff(remat_node *node, remat_tensor *const *gou
 
 /* Outputs: values and indices, both handed out; only the values are
  * differentiable. The indices are saved after the kernel. */
-const rm_op_desc rm_op_max = {.name = "remat_max",
-                              .node_name = "MaxBackward",
-                              .n_in = 1,
-                              .n_out = 2,
-                              .n_grad_out = 1,
-                              .n_saved = 1,
-                              .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS,
-                              .kernel = RM_K_MAX,
-                              .params_size = sizeof(max_params),
-                              .fill_ctx = max_fill_ctx,
-                              .check = max_check,
-                              .infer = max_infer,
-                              .saves = {{RM_SAVE_OUTPUT, 1, 0}},
-                              .backward = max_backward,
-                              .backward_diff = max_backward_diff};
+const rm_op_desc rm_op_max =
+    RM_OP_DESC("remat_max", "MaxBackward", .n_in = 1, .n_out = 2, .n_grad_out = 1, .n_saved = 1,
+               .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS, .kernel = RM_K_MAX,
+               .params_size = sizeof(max_params), .fill_ctx = max_fill_ctx, .check = max_check,
+               .infer = max_infer, .saves = {{RM_SAVE_OUTPUT, 1, 0}}, .backward = max_backward,
+               .backward_diff = max_backward_diff);
 
 /* Drops an output the caller did not ask for: the driver handed it out,
  * into the open scope if there is one. */

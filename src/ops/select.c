@@ -75,20 +75,11 @@ static remat_status masked_fill_backward_diff(remat_node *node, remat_tensor *co
     return rc;
 }
 
-const rm_op_desc rm_op_masked_fill = {
-    .name = "remat_masked_fill",
-    .node_name = "MaskedFillBackward",
-    .n_in = 2,
-    .n_out = 1,
-    .n_saved = 1,
-    .no_grad_in = 2u,
-    .flags = RM_OPF_OWN_CHECKS,
-    .kernel = RM_K_SELECT,
-    .check = masked_fill_check,
-    .saves = {{RM_SAVE_INPUT, 1, 0}},
-    .backward = masked_fill_backward,
-    .backward_diff = masked_fill_backward_diff,
-};
+const rm_op_desc rm_op_masked_fill =
+    RM_OP_DESC("remat_masked_fill", "MaskedFillBackward", .n_in = 2, .n_out = 1, .n_saved = 1,
+               .no_grad_in = 2u, .flags = RM_OPF_OWN_CHECKS, .kernel = RM_K_SELECT,
+               .check = masked_fill_check, .saves = {{RM_SAVE_INPUT, 1, 0}},
+               .backward = masked_fill_backward, .backward_diff = masked_fill_backward_diff);
 
 int remat_masked_fill(remat_tensor **out, remat_tensor *a, remat_tensor *mask, double value) {
     const rm_select_params p = {.cond = 1, .a = -1, .b = 0, .va = value};
@@ -168,24 +159,12 @@ static remat_status where_backward_diff(remat_node *node, remat_tensor *const *g
     return rc;
 }
 
-const rm_op_desc rm_op_where = {
-    .name = "remat_where",
-    .node_name = "WhereBackward",
-    .n_in = 3,
-    .n_out = 1,
-    .n_saved = 1,
-    .no_grad_in = 1u,
-    .dtype_in = 1,
-    .flags = RM_OPF_OWN_CHECKS,
-    .kernel = RM_K_SELECT,
-    .params_size = sizeof(wctx),
-    .fill_ctx = where_fill_ctx,
-    .check = where_check,
-    .infer = where_infer,
-    .saves = {{RM_SAVE_INPUT, 0, 0}},
-    .backward = where_backward,
-    .backward_diff = where_backward_diff,
-};
+const rm_op_desc rm_op_where =
+    RM_OP_DESC("remat_where", "WhereBackward", .n_in = 3, .n_out = 1, .n_saved = 1,
+               .no_grad_in = 1u, .dtype_in = 1, .flags = RM_OPF_OWN_CHECKS, .kernel = RM_K_SELECT,
+               .params_size = sizeof(wctx), .fill_ctx = where_fill_ctx, .check = where_check,
+               .infer = where_infer, .saves = {{RM_SAVE_INPUT, 0, 0}}, .backward = where_backward,
+               .backward_diff = where_backward_diff);
 
 int remat_where(remat_tensor **out, remat_tensor *cond, remat_tensor *a, remat_tensor *b) {
     const wctx p = {.sel = {.cond = 0, .a = 1, .b = 2}};

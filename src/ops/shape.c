@@ -521,16 +521,9 @@ static remat_status infer_contiguous(const rm_op_call *c, rm_out_spec *o) {
 /* The backward of every shape op but slice is made of public shape ops: it
  * is its own differentiable backward. */
 #define SHAPE_OP_(sym, call, node, infer_fn, fill_fn, backward_fn, diff_fn)                        \
-    const rm_op_desc sym = {.name = call,                                                          \
-                            .node_name = node,                                                     \
-                            .n_in = 1,                                                             \
-                            .n_out = 1,                                                            \
-                            .kernel = RM_K_COPY,                                                   \
-                            .params_size = sizeof(shape_args),                                     \
-                            .infer = infer_fn,                                                     \
-                            .fill_ctx = fill_fn,                                                   \
-                            .backward = backward_fn,                                               \
-                            .backward_diff = diff_fn}
+    const rm_op_desc sym = RM_OP_DESC(                                                             \
+        call, node, .n_in = 1, .n_out = 1, .kernel = RM_K_COPY, .params_size = sizeof(shape_args), \
+        .infer = infer_fn, .fill_ctx = fill_fn, .backward = backward_fn, .backward_diff = diff_fn)
 #define SHAPE_OP(sym, call, node, infer_fn, fill_fn, backward_fn)                                  \
     SHAPE_OP_(sym, call, node, infer_fn, fill_fn, backward_fn, backward_fn)
 

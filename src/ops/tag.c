@@ -50,19 +50,10 @@ static const char *tag_of(const void *params) {
 
 static const char *const k_t_name[] = {"t"};
 
-const rm_op_desc rm_op_tag = {
-    .name = "remat_tag",
-    .node_name = "TagBackward",
-    .n_in = 1,
-    .n_out = 1,
-    .arg_names = k_t_name,
-    .check = tag_check,
-    .infer = tag_infer,
-    .finish = tag_finish,
-    .tag = tag_of,
-    .backward = tag_backward,
-    .backward_diff = tag_backward,
-};
+const rm_op_desc rm_op_tag =
+    RM_OP_DESC("remat_tag", "TagBackward", .n_in = 1, .n_out = 1, .arg_names = k_t_name,
+               .check = tag_check, .infer = tag_infer, .finish = tag_finish, .tag = tag_of,
+               .backward = tag_backward, .backward_diff = tag_backward);
 
 int remat_tag(remat_tensor **out, remat_tensor *t, const char *name) {
     const tag_params p = {name};

@@ -196,19 +196,11 @@ static remat_status relu_mask_grad_backward(remat_node *node, remat_tensor *cons
     return rc;
 }
 
-const rm_op_desc rm_op_relu_mask_grad = {.name = "ReluBackward",
-                                         .node_name = "ReluBackwardBackward",
-                                         .n_in = 2,
-                                         .n_out = 1,
-                                         .n_saved = 1,
-                                         .no_grad_in = 2u,
-                                         .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS |
-                                                  RM_OPF_SAVE_EARLY,
-                                         .kernel = RM_K_RELU_MASK_BWD,
-                                         .params_size = sizeof(rm_unary_params),
-                                         .saves = {{RM_SAVE_INPUT, 1, 0}},
-                                         .backward = relu_mask_grad_backward,
-                                         .backward_diff = relu_mask_grad_backward};
+const rm_op_desc rm_op_relu_mask_grad = RM_OP_DESC(
+    "ReluBackward", "ReluBackwardBackward", .n_in = 2, .n_out = 1, .n_saved = 1, .no_grad_in = 2u,
+    .flags = RM_OPF_FLOAT_IN0 | RM_OPF_CONTIGUOUS | RM_OPF_SAVE_EARLY, .kernel = RM_K_RELU_MASK_BWD,
+    .params_size = sizeof(rm_unary_params), .saves = {{RM_SAVE_INPUT, 1, 0}},
+    .backward = relu_mask_grad_backward, .backward_diff = relu_mask_grad_backward);
 
 /* gelu_grad: y = g * gelu'(x). dg = gelu_grad(gy, x); dx = gy * g * gelu''(x).
  * Slots: 0 = g (read by x's gradient), 1 = x. */
@@ -229,18 +221,12 @@ static remat_status gelu_grad_backward(remat_node *node, remat_tensor *const *go
     return rc;
 }
 
-const rm_op_desc rm_op_gelu_grad = {.name = "GeluBackward",
-                                    .node_name = "GeluBackwardBackward",
-                                    .n_in = 2,
-                                    .n_out = 1,
-                                    .n_saved = 2,
-                                    .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_CONTIGUOUS |
-                                             RM_OPF_SAVE_EARLY,
-                                    .kernel = RM_K_UNARY_BWD,
-                                    .params_size = sizeof(rm_unary_params),
-                                    .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 0}},
-                                    .backward = gelu_grad_backward,
-                                    .backward_diff = gelu_grad_backward};
+const rm_op_desc rm_op_gelu_grad =
+    RM_OP_DESC("GeluBackward", "GeluBackwardBackward", .n_in = 2, .n_out = 1, .n_saved = 2,
+               .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_CONTIGUOUS | RM_OPF_SAVE_EARLY,
+               .kernel = RM_K_UNARY_BWD, .params_size = sizeof(rm_unary_params),
+               .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 0}},
+               .backward = gelu_grad_backward, .backward_diff = gelu_grad_backward);
 #undef STEP
 
 #define SAVES_NOTHING                                                                              \
@@ -260,18 +246,12 @@ const rm_op_desc rm_op_gelu_grad = {.name = "GeluBackward",
         { RM_SAVE_CUSTOM, 0, 0 }                                                                   \
     }
 #define UNARY_OP_(sym, call, node, save_flags, n_saved_, ...)                                      \
-    const rm_op_desc sym = {.name = call,                                                          \
-                            .node_name = node,                                                     \
-                            .n_in = 1,                                                             \
-                            .n_out = 1,                                                            \
-                            .n_saved = n_saved_,                                                   \
-                            .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS | save_flags,                \
-                            .kernel = RM_K_UNARY,                                                  \
-                            .params_size = sizeof(rm_unary_params),                                \
-                            .saves = __VA_ARGS__,                                                  \
-                            .save_custom = save_relu_mask,                                         \
-                            .backward = unary_backward,                                            \
-                            .backward_diff = unary_backward_diff}
+    const rm_op_desc sym =                                                                         \
+        RM_OP_DESC(call, node, .n_in = 1, .n_out = 1, .n_saved = n_saved_,                         \
+                   .flags = RM_OPF_FLOAT | RM_OPF_CONTIGUOUS | save_flags, .kernel = RM_K_UNARY,   \
+                   .params_size = sizeof(rm_unary_params), .saves = __VA_ARGS__,                   \
+                   .save_custom = save_relu_mask, .backward = unary_backward,                      \
+                   .backward_diff = unary_backward_diff)
 #define UNARY_OP(sym, call, node, plan) UNARY_OP_(sym, call, node, plan)
 
 UNARY_OP(rm_op_neg, "remat_neg", "NegBackward", SAVES_NOTHING);
