@@ -5,9 +5,11 @@
  * the recomputation runs under the forward's state whatever is active in
  * backward). PyTorch fixtures for each autocast op: test_autocast_fixtures.c. */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/backends/cpu/bf16.h"
 #include "../src/internal.h"
 #include "remat/autocast.h"
 #include "remat/report.h"
@@ -163,6 +165,54 @@ Test(autocast, conversion_rounds_to_nearest_even_and_keeps_specials) {
     const float *f = remat_data(back);
     cr_assert(isinf(f[3]) && f[3] > 0 && isinf(f[4]) && f[4] < 0 && isnan(f[5]) && f[0] == 1.0f);
     remat_release(x), remat_release(y), remat_release(back);
+}
+
+/* The conversion passes over many elements (vectorised clones, split over
+ * the threads at unaligned boundaries) round every element as the scalar
+ * rm_f32_to_bf16 does and widen it back exactly: random bit patterns,
+ * which include NaNs, infinities, denormals and ties, at 1 and 2 threads
+ * and from odd offsets through the per-thread runs. */
+Test(autocast, conversion_passes_match_the_scalar_rounding) {
+    const int64_t n = 3 * RM_OMP_MIN + 37;
+    uint32_t *bits = malloc(sizeof *bits * (size_t)n);
+    uint16_t *h = malloc(sizeof *h * (size_t)n);
+    float *back = malloc(sizeof *back * (size_t)n);
+    cr_assert(bits && h && back);
+    uint64_t st = 0x9E3779B97F4A7C15u;
+    for (int64_t i = 0; i < n; i++) {
+        st = st * 6364136223846793005u + 1442695040888963407u;
+        bits[i] = (uint32_t)(st >> 32);
+        if (i % 97 == 0) bits[i] = (bits[i] & 0x807FFFFFu) | 0x7F800000u; /* NaN or Inf */
+        if (i % 89 == 0) bits[i] = (bits[i] & 0xFFFF0000u) | 0x8000u;     /* a tie */
+        if (i % 83 == 0) bits[i] &= 0x807FFFFFu;                          /* denormal */
+    }
+    const float *f = (const float *)bits;
+    for (int threads = 1; threads <= 2; threads++) {
+        omp_set_num_threads(threads);
+        memset(h, 0, sizeof *h * (size_t)n);
+        rm_cpu_f32_to_bf16(f, h, n);
+        rm_cpu_bf16_to_f32(h, back, n);
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t want = rm_f32_to_bf16(f[i]);
+            cr_assert_eq(h[i], want, "%d thread(s), element %lld (%08x): %04x, want %04x", threads,
+                         (long long)i, bits[i], h[i], want);
+            uint32_t wb = (uint32_t)want << 16, gb;
+            memcpy(&gb, &back[i], sizeof gb);
+            cr_assert_eq(gb, wb, "widening element %lld", (long long)i);
+        }
+    }
+    omp_set_num_threads(2);
+    for (int64_t off = 1; off < 40; off += 13) { /* the runs from unaligned starts */
+        rm_bf16_round_run(f + off, h + off, n - off - 3);
+        rm_bf16_widen_run(h + off, back + off, n - off - 3);
+        for (int64_t i = off; i < n - 3; i++) {
+            cr_assert_eq(h[i], rm_f32_to_bf16(f[i]), "run from %lld, element %lld", (long long)off,
+                         (long long)i);
+            float want = rm_bf16_to_f32(h[i]); /* bits: NaN != NaN */
+            cr_assert(!memcmp(&back[i], &want, sizeof want), "widening element %lld", (long long)i);
+        }
+    }
+    free(bits), free(h), free(back);
 }
 
 /* The bf16 GEMM (oneDNN where the CPU has AVX512_BF16/AMX) against its f32
@@ -321,8 +371,11 @@ Test(autocast, selective_policies_see_the_cast_dtypes) {
  * large elementwise op (run chunk by chunk) and a small one alike, forward
  * and backward. */
 Test(autocast, bf16_ops_round_the_f32_result_once) {
-    int64_t sizes[2] = {1000, 600000};
-    for (int c = 0; c < 2; c++) {
+    /* chunked: one partial chunk past whole ones, split over 1, 2 and 3 threads */
+    const int64_t sizes[4] = {1000, 600000, 3 * 16384 + 5, 3 * 16384 + 5};
+    const int threads[4] = {2, 2, 1, 3};
+    for (int c = 0; c < 4; c++) {
+        omp_set_num_threads(threads[c]);
         int64_t s[1] = {sizes[c]};
         remat_tensor *x32 = rt_rand(1, s, REMAT_F32, -3, 3, 40 + c), *xb = NULL, *xw = NULL;
         RT_OK(remat_to_dtype(&xb, x32, REMAT_BF16));
@@ -349,6 +402,7 @@ Test(autocast, bf16_ops_round_the_f32_result_once) {
         rt_zero_grads(1, &xw);
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) remat_release(all[i]);
     }
+    omp_set_num_threads(2);
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
@@ -401,6 +455,81 @@ Test(autocast, bf16_attention_matches_the_whole_copy_path) {
         remat_release(y[r]), remat_release(lse[r]);
         for (int i = 0; i < 3; i++) remat_release(g[r][i]);
     }
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* linear's create_graph backward under autocast (the f32 weight kept uncast,
+ * src/ops/matmul.c): with L = sum(y ∘ c), y = linear(x, w, b) in bf16,
+ *   gx = c·w  (f32, x's dtype),   gw = cᵀ·x  (f32, w's dtype),
+ * both differentiable; their second derivatives
+ *   d sum(gx ∘ v) / dw = cᵀ·v,   d sum(gw ∘ u) / dx = c·u
+ * come back in f32, within bf16 rounding of the f32 products of the bf16
+ * values (each bf16 GEMM rounds its operands and its result once). */
+static remat_tensor *bf16_values(remat_tensor *t) { /* t's bf16 rounding, as f32 */
+    remat_tensor *b = NULL, *f = NULL;
+    RT_OK(remat_to_dtype(&b, t, REMAT_BF16));
+    RT_OK(remat_to_dtype(&f, b, REMAT_F32));
+    remat_release(b);
+    return f;
+}
+
+static void assert_bf16_close(remat_tensor *got, remat_tensor *want, const char *what) {
+    cr_assert_eq(remat_tensor_dtype(got), REMAT_F32, "%s: not f32", what);
+    double scale = 0;
+    double *w = rt_values(want);
+    for (int64_t i = 0; i < remat_numel(want); i++) scale = fmax(scale, fabs(w[i]));
+    free(w);
+    double d = rt_max_abs_diff(got, want);
+    cr_assert(d <= 1.6e-2 * scale, "%s differs by %g (scale %g)", what, d, scale);
+}
+
+Test(autocast, linear_double_backward_under_autocast) {
+    const int64_t sx[2] = {5, 8}, sw[2] = {6, 8}, sb[1] = {6}, sy[2] = {5, 6};
+    remat_tensor *x = rt_leaf(rt_rand(2, sx, REMAT_F32, -1, 1, 71));
+    remat_tensor *w = rt_leaf(rt_rand(2, sw, REMAT_F32, -1, 1, 72));
+    remat_tensor *b = rt_leaf(rt_rand(1, sb, REMAT_F32, -1, 1, 73));
+    remat_tensor *c32 = rt_rand(2, sy, REMAT_F32, -1, 1, 74), *c = NULL;
+    remat_tensor *v = rt_rand(2, sx, REMAT_F32, -1, 1, 75),
+                 *u = rt_rand(2, sw, REMAT_F32, -1, 1, 76);
+    RT_OK(remat_to_dtype(&c, c32, REMAT_BF16));
+    remat_autocast_state prev = ac_on();
+    remat_tensor *y = NULL, *yc = NULL, *l = NULL, *g[2] = {NULL, NULL};
+    RT_OK(remat_linear(&y, x, w, b));
+    cr_assert_eq(remat_tensor_dtype(y), REMAT_BF16);
+    RT_OK(remat_mul(&yc, y, c));
+    RT_OK(remat_sum_all(&l, yc));
+    remat_backward_options create = {.create_graph = true};
+    remat_tensor *in[2] = {x, w};
+    RT_OK(remat_grad_ex(1, &l, NULL, 2, in, &create, g));
+    cr_assert(remat_tensor_dtype(g[0]) == REMAT_F32 && remat_tensor_dtype(g[1]) == REMAT_F32,
+              "first gradients not in the inputs' dtype (f32)");
+    cr_assert(remat_requires_grad(g[0]) && remat_requires_grad(g[1]),
+              "no graph for double backward");
+    /* second order: d sum(gx ∘ v)/dw and d sum(gw ∘ u)/dx */
+    remat_tensor *p = NULL, *q = NULL, *sp = NULL, *sq = NULL, *hw = NULL, *hx = NULL;
+    RT_OK(remat_mul(&p, g[0], v));
+    RT_OK(remat_sum_all(&sp, p));
+    RT_OK(remat_grad(1, &sp, NULL, 1, &w, true, false, &hw));
+    RT_OK(remat_mul(&q, g[1], u));
+    RT_OK(remat_sum_all(&sq, q));
+    RT_OK(remat_grad(1, &sq, NULL, 1, &x, true, false, &hx));
+    remat_autocast_end(&prev);
+    /* references: f32 products of the bf16 values */
+    remat_tensor *cf = bf16_values(c32), *vf = bf16_values(v), *uf = bf16_values(u);
+    remat_tensor *xf = bf16_values(x), *wf = bf16_values(w), *ct = NULL;
+    remat_tensor *rgx = NULL, *rgw = NULL, *rhw = NULL, *rhx = NULL;
+    RT_OK(remat_transpose(&ct, cf, 0, 1));
+    RT_OK(remat_matmul(&rgx, cf, wf)); /* (5, 8) */
+    RT_OK(remat_matmul(&rgw, ct, xf)); /* (6, 8) */
+    RT_OK(remat_matmul(&rhw, ct, vf)); /* (6, 8) */
+    RT_OK(remat_matmul(&rhx, cf, uf)); /* (5, 8) */
+    assert_bf16_close(g[0], rgx, "gx");
+    assert_bf16_close(g[1], rgw, "gw");
+    assert_bf16_close(hw, rhw, "d sum(gx v)/dw");
+    assert_bf16_close(hx, rhx, "d sum(gw u)/dx");
+    remat_tensor *all[] = {x,  w,  b,  c32, c,  v,  u,  y,  yc, l,  g[0], g[1], p,   q,
+                           sp, sq, hw, hx,  cf, vf, uf, xf, wf, ct, rgx,  rgw,  rhw, rhx};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) remat_release(all[i]);
     cr_assert_eq(remat_live_tensors(), 0);
 }
 

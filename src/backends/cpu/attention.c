@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "clones.h"
 #include "cpu.h" /* nn.h: rm_row_max */
 #include "gemm.h"
@@ -90,7 +91,7 @@ static inline int64_t att_row_keys(const att_dims *d, int64_t i) {
 #define ATT_KERNELS(T, GEMM, EXPF, LOGF)                                                           \
     /* x[i] = exp(x[i] - sub), returns their sum (ATT_LANES partial sums, so the             \
      * loop vectorises without reassociation flags). */     \
-    static T att_exp_inplace_##T(T *x, T sub, int64_t n) {                                         \
+    RM_CPU_CLONES static T att_exp_inplace_##T(T *x, T sub, int64_t n) {                           \
         T acc[ATT_LANES] = {0};                                                                    \
         int64_t i = 0;                                                                             \
         for (; i + ATT_LANES <= n; i += ATT_LANES)                                                 \
@@ -300,12 +301,10 @@ static att_dims dims_of(const rm_attention_params *p, const remat_tensor *q, con
 
 /* rows x cols of bf16 matrix src (row stride ld) into dense f32 dst, and back. */
 static void att_widen(const uint16_t *src, int64_t ld, int64_t rows, int64_t cols, f32 *dst) {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) dst[r * cols + c] = rm_bf16_to_f32(src[r * ld + c]);
+    for (int64_t r = 0; r < rows; r++) rm_bf16_widen_run(src + r * ld, dst + r * cols, cols);
 }
 static void att_round(const f32 *src, int64_t rows, int64_t cols, uint16_t *dst, int64_t ld) {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) dst[r * ld + c] = rm_f32_to_bf16(src[r * cols + c]);
+    for (int64_t r = 0; r < rows; r++) rm_bf16_round_run(src + r * cols, dst + r * ld, cols);
 }
 
 /* Batch entry b of m as a dense f32 matrix of `rows` x `cols` at buf: its one-entry view. */

@@ -8,16 +8,75 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
+#include "clones.h"
 #include "cpu.h"
 
-void rm_cpu_f32_to_bf16(const float *restrict x, uint16_t *restrict y, int64_t n) {
-#pragma omp parallel for if (n > RM_OMP_MIN)
+#ifdef _OPENMP
+#include <omp.h>
+#define BF16_THREAD() omp_get_thread_num()
+#define BF16_TEAM() omp_get_num_threads()
+#else
+#define BF16_THREAD() 0
+#define BF16_TEAM() 1
+#endif
+
+RM_CPU_CLONES_EXTERN void rm_bf16_widen_run(const uint16_t *restrict x, float *restrict y,
+                                            int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = rm_bf16_to_f32(x[i]);
+}
+
+RM_CPU_CLONES_EXTERN void rm_bf16_round_run(const float *restrict x, uint16_t *restrict y,
+                                            int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = rm_f32_to_bf16(x[i]);
 }
 
+/* Threads for a pass over n elements: the team when it pays and we are not
+ * on one of its threads already, else 1. */
+static int pass_threads(int64_t n) {
+#ifdef _OPENMP
+    if (n > RM_OMP_MIN && !omp_in_parallel()) return omp_get_max_threads();
+#else
+    (void)n;
+#endif
+    return 1;
+}
+
+/* Element runs per thread: long enough to amortise a wake-up, aligned to a
+ * cache line of either dtype. */
+static void pass_range(int64_t n, int nt, int id, int64_t *lo, int64_t *hi) {
+    int64_t per = (n + nt - 1) / nt;
+    per = (per + 31) & ~(int64_t)31;
+    *lo = per * id < n ? per * id : n;
+    *hi = *lo + per < n ? *lo + per : n;
+}
+
+void rm_cpu_f32_to_bf16(const float *restrict x, uint16_t *restrict y, int64_t n) {
+    int nt = pass_threads(n);
+    if (nt <= 1) {
+        rm_bf16_round_run(x, y, n);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        pass_range(n, BF16_TEAM(), BF16_THREAD(), &lo, &hi);
+        if (lo < hi) rm_bf16_round_run(x + lo, y + lo, hi - lo);
+    }
+}
+
 void rm_cpu_bf16_to_f32(const uint16_t *restrict x, float *restrict y, int64_t n) {
-#pragma omp parallel for if (n > RM_OMP_MIN)
-    for (int64_t i = 0; i < n; i++) y[i] = rm_bf16_to_f32(x[i]);
+    int nt = pass_threads(n);
+    if (nt <= 1) {
+        rm_bf16_widen_run(x, y, n);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        pass_range(n, BF16_TEAM(), BF16_THREAD(), &lo, &hi);
+        if (lo < hi) rm_bf16_widen_run(x + lo, y + lo, hi - lo);
+    }
 }
 
 /* An f32 twin of bf16 tensor t: the same offset, shape and strides over a
@@ -38,11 +97,10 @@ static int f32_twin(remat_tensor **out, const remat_tensor *t) {
     return REMAT_OK;
 }
 
-/* Elements per chunk of the chunked path: 256 KiB of f32 per operand (the
- * buffers sit at the peak of a checkpointed block's backward: gelu's three
- * operands at 1 MiB each were 3 MiB of it), still past RM_OMP_MIN twice so
- * the f32 kernel splits each chunk over the threads. */
-#define BF16_CHUNK ((int64_t)64 * 1024)
+/* Elements per chunk of the chunked path: 16 K (64 KiB of f32 per operand,
+ * so a thread's chunk stays in its L2 between widening, the f32 kernel and
+ * rounding). Chunk boundaries do not depend on the thread count. */
+#define BF16_CHUNK ((int64_t)16 * 1024)
 
 /* Whether the kernel is purely elementwise over operands that all are
  * contiguous with one element count (so any slice of them is a valid call):
@@ -64,43 +122,95 @@ static bool chunkable(rm_kernel_id id, const rm_kargs *k, int64_t *n) {
     return *n > BF16_CHUNK;
 }
 
-/* 1-D view of len elements of storage s from element off, dtype dt. */
-static remat_tensor *flat(rm_storage *s, int64_t off, int64_t len, remat_dtype dt) {
-    int64_t one = 1;
-    return rm_tensor_alloc(s, off, 1, &len, &one, dt);
+enum { NOPS = RM_KERNEL_MAX_IN + RM_KERNEL_MAX_OUT };
+
+/* One thread's f32 side of the chunked path: a 1-D view per operand, over
+ * its own buffer for a bf16 operand, over the operand's storage for an f32
+ * one (offset and length set per chunk). */
+typedef struct chunk_views {
+    remat_tensor *v[NOPS];
+    bool widened[NOPS];
+} chunk_views;
+
+static void chunk_views_free(chunk_views *cv) {
+    for (int i = 0; i < NOPS; i++) remat_release(cv->v[i]);
 }
 
-static int chunked(rm_kernel_fn f32, const rm_kargs *k, int64_t n) {
-    enum { NOPS = RM_KERNEL_MAX_IN + RM_KERNEL_MAX_OUT };
-    remat_tensor *ops[NOPS];
-    rm_storage *buf[NOPS] = {0};
-    int rc = REMAT_OK;
-    for (int i = 0; i < NOPS && !rc; i++) {
-        ops[i] = i < RM_KERNEL_MAX_IN ? k->in[i] : k->out[i - RM_KERNEL_MAX_IN];
-        if (ops[i] && ops[i]->dtype == REMAT_BF16)
-            rc =
-                rm_storage_new(&buf[i], BF16_CHUNK * sizeof(float), ops[i]->storage->device, false);
-    }
-    for (int64_t off = 0; off < n && !rc; off += BF16_CHUNK) {
-        int64_t len = n - off < BF16_CHUNK ? n - off : BF16_CHUNK;
-        rm_kargs c = {.params = k->params};
-        for (int i = 0; i < NOPS && !rc; i++) {
-            if (!ops[i]) continue;
-            remat_tensor *v = buf[i] ? flat(buf[i], 0, len, REMAT_F32)
-                                     : flat(ops[i]->storage, ops[i]->offset + off, len, REMAT_F32);
-            if (!v) rc = rm_err(REMAT_ENOMEM, "out of host memory for a tensor header");
-            else if (buf[i] && i < RM_KERNEL_MAX_IN)
-                rm_cpu_bf16_to_f32((const uint16_t *)rm_ptr(ops[i]) + off, buf[i]->data, len);
-            if (i < RM_KERNEL_MAX_IN) c.in[i] = v;
-            else c.out[i - RM_KERNEL_MAX_IN] = v;
+static int chunk_views_make(chunk_views *cv, remat_tensor *const *ops) {
+    int64_t len = BF16_CHUNK, one = 1;
+    for (int i = 0; i < NOPS; i++) {
+        if (!ops[i]) continue;
+        cv->widened[i] = ops[i]->dtype == REMAT_BF16;
+        rm_storage *s = ops[i]->storage;
+        if (cv->widened[i]) {
+            int rc = rm_storage_new(&s, BF16_CHUNK * sizeof(float), ops[i]->storage->device, false);
+            if (rc) return rc;
         }
-        if (!rc) rc = f32(&c);
-        for (int i = RM_KERNEL_MAX_IN; i < NOPS && !rc; i++)
-            if (buf[i]) rm_cpu_f32_to_bf16(buf[i]->data, (uint16_t *)rm_ptr(ops[i]) + off, len);
-        for (int i = 0; i < RM_KERNEL_MAX_IN; i++) remat_release(c.in[i]);
-        for (int i = 0; i < RM_KERNEL_MAX_OUT; i++) remat_release(c.out[i]);
+        cv->v[i] = rm_tensor_alloc(s, 0, 1, &len, &one, REMAT_F32);
+        if (cv->widened[i]) rm_storage_release(s);
+        if (!cv->v[i]) return rm_err(REMAT_ENOMEM, "out of host memory for a tensor header");
     }
-    for (int i = 0; i < NOPS; i++) rm_storage_release(buf[i]);
+    return REMAT_OK;
+}
+
+/* Elements [off, off + len) of every operand through thread views cv. */
+static int chunk_run(rm_kernel_fn f32, const rm_kargs *k, remat_tensor *const *ops, chunk_views *cv,
+                     int64_t off, int64_t len) {
+    rm_kargs c = {.params = k->params};
+    for (int i = 0; i < NOPS; i++) {
+        remat_tensor *v = cv->v[i];
+        if (!v) continue;
+        v->shape[0] = len;
+        v->offset = cv->widened[i] ? 0 : ops[i]->offset + off;
+        if (cv->widened[i] && i < RM_KERNEL_MAX_IN)
+            rm_bf16_widen_run((const uint16_t *)rm_ptr(ops[i]) + off, v->storage->data, len);
+        if (i < RM_KERNEL_MAX_IN) c.in[i] = v;
+        else c.out[i - RM_KERNEL_MAX_IN] = v;
+    }
+    int rc = f32(&c);
+    for (int i = RM_KERNEL_MAX_IN; i < NOPS && !rc; i++)
+        if (cv->v[i] && cv->widened[i])
+            rm_bf16_round_run(cv->v[i]->storage->data, (uint16_t *)rm_ptr(ops[i]) + off, len);
+    return rc;
+}
+
+/* The chunks split over the threads in one parallel region, each thread
+ * with its own buffers; the f32 kernel runs on one thread per chunk (one
+ * region per chunk and per conversion cost more than the work at 2 threads:
+ * ~10 µs to wake a passive worker for ~20 µs of a 64 K chunk). */
+static int chunked(rm_kernel_fn f32, const rm_kargs *k, int64_t n) {
+    remat_tensor *ops[NOPS];
+    memcpy(ops, k->in, sizeof k->in);
+    memcpy(ops + RM_KERNEL_MAX_IN, k->out, sizeof k->out);
+    int64_t nch = (n + BF16_CHUNK - 1) / BF16_CHUNK;
+    int nt = pass_threads(n);
+    if (nt > nch) nt = (int)nch;
+    if (nt < 1) nt = 1;
+    chunk_views *cv = calloc((size_t)nt, sizeof *cv);
+    if (!cv) return rm_err(REMAT_ENOMEM, "out of host memory for conversion buffers");
+    int rc = REMAT_OK;
+    for (int t = 0; t < nt && !rc; t++) rc = chunk_views_make(&cv[t], ops);
+    if (!rc && nt == 1) {
+        for (int64_t ch = 0; ch < nch && !rc; ch++) {
+            int64_t off = ch * BF16_CHUNK;
+            rc = chunk_run(f32, k, ops, &cv[0], off, n - off < BF16_CHUNK ? n - off : BF16_CHUNK);
+        }
+    } else if (!rc) {
+        int fail = REMAT_OK;
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int64_t ch = 0; ch < nch; ch++) {
+            int64_t off = ch * BF16_CHUNK;
+            int r = chunk_run(f32, k, ops, &cv[BF16_THREAD()], off,
+                              n - off < BF16_CHUNK ? n - off : BF16_CHUNK);
+            if (r) {
+#pragma omp atomic write
+                fail = r;
+            }
+        }
+        if (fail) rc = rm_err(fail, "bf16 elementwise kernel failed on a worker thread");
+    }
+    for (int t = 0; t < nt; t++) chunk_views_free(&cv[t]);
+    free(cv);
     return rc;
 }
 

@@ -1,0 +1,17 @@
+/* src/backends/cpu/bf16.h — bf16 <-> f32 conversion of a run of contiguous
+ * elements on the calling thread (no OpenMP): for cpu kernels whose items
+ * already run on threads of their own (attention's per-head matrices, the
+ * chunked elementwise path of bf16.c). Rounding as rm_f32_to_bf16
+ * (src/core.h). Vectorised clones (clones.h): the baseline build leaves
+ * these loops scalar. */
+#ifndef REMAT_BACKENDS_CPU_BF16_H
+#define REMAT_BACKENDS_CPU_BF16_H
+
+#include <stdint.h>
+
+/* y[i] = x[i] widened, i < n. */
+void rm_bf16_widen_run(const uint16_t *restrict x, float *restrict y, int64_t n);
+/* y[i] = x[i] rounded to nearest even (NaN stays NaN), i < n. */
+void rm_bf16_round_run(const float *restrict x, uint16_t *restrict y, int64_t n);
+
+#endif /* REMAT_BACKENDS_CPU_BF16_H */
