@@ -15,8 +15,8 @@
 
 static RM_TLS remat_autocast_state tls_state;
 
-int remat_autocast_begin(remat_autocast_state *prev, int device_type, remat_dtype dtype,
-                         bool enabled) {
+remat_status remat_autocast_begin(remat_autocast_state *prev, int device_type, remat_dtype dtype,
+                                  bool enabled) {
     if (!remat_device_type_name(device_type))
         return rm_err(REMAT_EDEVICE, "remat_autocast_begin: unknown device type %d", device_type);
     if (dtype != REMAT_BF16)

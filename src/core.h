@@ -32,7 +32,7 @@
  * failure (a pack hook returning NULL): their own status is kept. */
 remat_status rm_last_status(void);
 /* Prefixes the current message with "call: " (used when an inner call fails). */
-remat_status rm_err_prefix(int status, const char *call);
+remat_status rm_err_prefix(remat_status status, const char *call);
 /* Warning that is only printed once per distinct text by the default logger. */
 void rm_warn(const char *fmt, ...)
 #if defined(__GNUC__)
@@ -280,17 +280,17 @@ typedef struct rm_transfer_ops {
     void (*host_free)(void *p, size_t nbytes);
     /* Enqueues dst := src (nbytes; kind says which side is the device's) after the work
      * queued so far on device `index`; *event receives an event completed with the copy. */
-    int (*copy_async)(int index, void *dst, const void *src, size_t nbytes, remat_copy_kind kind,
-                      void **event);
+    remat_status (*copy_async)(int index, void *dst, const void *src, size_t nbytes,
+                               remat_copy_kind kind, void **event);
     /* Makes the compute stream of `index` wait for event (the host does not wait). */
-    int (*stream_wait)(int index, void *event);
-    bool (*done)(void *event);     /* whether the event has completed (never blocks) */
-    int (*host_wait)(void *event); /* the host waits for the event */
+    remat_status (*stream_wait)(int index, void *event);
+    bool (*done)(void *event);              /* whether the event has completed (never blocks) */
+    remat_status (*host_wait)(void *event); /* the host waits for the event */
     void (*event_free)(void *event);
 } rm_transfer_ops;
 /* Sets (ops NULL: removes) the transfer ops of a device type; ops must outlive the
  * registration. REMAT_EINVAL for the cpu type or one out of range. Register at start-up. */
-int rm_transfer_register(int type, const rm_transfer_ops *ops);
+remat_status rm_transfer_register(int type, const rm_transfer_ops *ops);
 /* The ops of a device type, or NULL. */
 const rm_transfer_ops *rm_transfer_get(int type);
 

@@ -120,7 +120,7 @@ static rm_devtype *get_type(int id) {
     return t;
 }
 
-int remat_register_device_type(const remat_device_type_def *def, int *type_id) {
+remat_status remat_register_device_type(const remat_device_type_def *def, int *type_id) {
     ensure_builtin();
     return register_type(def, type_id);
 }
@@ -168,7 +168,7 @@ static remat_status register_type(const remat_device_type_def *def, int *type_id
     return REMAT_OK;
 }
 
-int remat_unregister_device_type(int type_id) {
+remat_status remat_unregister_device_type(int type_id) {
     if (type_id <= 0 || type_id >= REMAT_MAX_DEVICE_TYPES)
         return rm_err(REMAT_EINVAL, "remat_unregister_device_type: bad type id %d", type_id);
     pthread_mutex_lock(&g_lock);
@@ -223,7 +223,7 @@ int remat_current_device(int type_id) {
     return t->def.current_device(t->def.user_data);
 }
 
-int remat_set_current_device(int type_id, int index) {
+remat_status remat_set_current_device(int type_id, int index) {
     rm_devtype *t = get_type(type_id);
     if (!t)
         return rm_err(REMAT_EDEVICE, "remat_set_current_device: unknown device type %d", type_id);
@@ -250,7 +250,7 @@ bool remat_device_host_addressable(int type_id) {
     return t && t->def.host_addressable;
 }
 
-int remat_device_check(remat_device device) {
+remat_status remat_device_check(remat_device device) {
     rm_devtype *t = get_type(device.type);
     if (!t) return rm_err(REMAT_EDEVICE, "unknown device type %d", device.type);
     int n = remat_device_count(device.type);
@@ -350,7 +350,7 @@ remat_status rm_device_copy(remat_device dst_dev, void *dst, remat_device src_de
     return REMAT_OK;
 }
 
-int remat_alloc_stats_get(remat_device device, remat_alloc_stats *stats) {
+remat_status remat_alloc_stats_get(remat_device device, remat_alloc_stats *stats) {
     if (!stats) return rm_err(REMAT_EINVAL, "remat_alloc_stats_get: stats must not be NULL");
     rm_devtype *t = get_type(device.type);
     if (!t || device.index < 0 || device.index >= REMAT_MAX_DEVICES_PER_TYPE)
@@ -362,7 +362,7 @@ int remat_alloc_stats_get(remat_device device, remat_alloc_stats *stats) {
     return REMAT_OK;
 }
 
-int remat_alloc_reset_peak(remat_device device) {
+remat_status remat_alloc_reset_peak(remat_device device) {
     rm_devtype *t = get_type(device.type);
     if (!t || device.index < 0 || device.index >= REMAT_MAX_DEVICES_PER_TYPE)
         return rm_err(REMAT_EDEVICE, "remat_alloc_reset_peak: unknown device %d:%d", device.type,
@@ -442,7 +442,7 @@ static remat_status check_rng_device(const char *call, remat_device d, rm_devtyp
     return REMAT_OK;
 }
 
-int remat_rng_get_state(remat_device device, uint8_t state[REMAT_RNG_STATE_BYTES]) {
+remat_status remat_rng_get_state(remat_device device, uint8_t state[REMAT_RNG_STATE_BYTES]) {
     rm_devtype *t = NULL;
     int rc = check_rng_device("remat_rng_get_state", device, &t);
     if (rc) return rc;
@@ -454,7 +454,7 @@ int remat_rng_get_state(remat_device device, uint8_t state[REMAT_RNG_STATE_BYTES
     return REMAT_OK;
 }
 
-int remat_rng_set_state(remat_device device, const uint8_t state[REMAT_RNG_STATE_BYTES]) {
+remat_status remat_rng_set_state(remat_device device, const uint8_t state[REMAT_RNG_STATE_BYTES]) {
     rm_devtype *t = NULL;
     int rc = check_rng_device("remat_rng_set_state", device, &t);
     if (rc) return rc;
@@ -469,7 +469,7 @@ int remat_rng_set_state(remat_device device, const uint8_t state[REMAT_RNG_STATE
     return REMAT_OK;
 }
 
-int remat_device_manual_seed(remat_device device, uint64_t seed) {
+remat_status remat_device_manual_seed(remat_device device, uint64_t seed) {
     rm_devtype *t = NULL;
     int rc = check_rng_device("remat_device_manual_seed", device, &t);
     if (rc) return rc;
@@ -522,7 +522,8 @@ remat_status rm_rng_reserve(remat_device device, uint64_t n_blocks, uint32_t key
     return REMAT_OK;
 }
 
-int remat_rng_fork_begin(remat_rng_fork *fork, int n_devices, const remat_device *devices) {
+remat_status remat_rng_fork_begin(remat_rng_fork *fork, int n_devices,
+                                  const remat_device *devices) {
     if (!fork) return rm_err(REMAT_EINVAL, "remat_rng_fork_begin: fork must not be NULL");
     if (n_devices < 0 || n_devices > REMAT_MAX_DEVICES_PER_TYPE || (n_devices && !devices))
         return rm_err(REMAT_EINVAL, "remat_rng_fork_begin: bad device list (n=%d)", n_devices);
@@ -540,7 +541,7 @@ int remat_rng_fork_begin(remat_rng_fork *fork, int n_devices, const remat_device
     return REMAT_OK;
 }
 
-int remat_rng_fork_end(const remat_rng_fork *fork) {
+remat_status remat_rng_fork_end(const remat_rng_fork *fork) {
     if (!fork) return rm_err(REMAT_EINVAL, "remat_rng_fork_end: fork must not be NULL");
     for (int i = 0; i < fork->n; i++) {
         int rc = remat_rng_set_state(fork->devices[i], fork->states[i]);

@@ -51,7 +51,7 @@ void remat_clear_error(void) {
 
 remat_status rm_last_status(void) { return tls_msg[0] ? tls_status : REMAT_OK; }
 
-static remat_status vset(int status, const char *fmt, va_list ap) {
+static remat_status vset(remat_status status, const char *fmt, va_list ap) {
     char tmp[RM_MSG_CAP];
     vsnprintf(tmp, sizeof tmp, fmt, ap);
     memcpy(tls_msg, tmp, sizeof tmp);
@@ -67,7 +67,7 @@ remat_status remat_set_error(remat_status status, const char *fmt, ...) {
     return status;
 }
 
-remat_status rm_err_prefix(int status, const char *call) {
+remat_status rm_err_prefix(remat_status status, const char *call) {
     char tmp[RM_MSG_CAP];
     size_t k = strlen(call);
     if (k > RM_MSG_CAP / 4) k = RM_MSG_CAP / 4;

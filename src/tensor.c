@@ -169,7 +169,7 @@ struct remat_scope {
 
 static RM_TLS remat_scope *tls_scope;
 
-int remat_scope_begin(remat_scope **out) {
+remat_status remat_scope_begin(remat_scope **out) {
     if (!out) return rm_err(REMAT_EINVAL, "remat_scope_begin: out must not be NULL");
     remat_scope *s = calloc(1, sizeof *s);
     if (!s) return rm_err(REMAT_ENOMEM, "remat_scope_begin: out of memory");
@@ -179,7 +179,7 @@ int remat_scope_begin(remat_scope **out) {
     return REMAT_OK;
 }
 
-int remat_scope_end(remat_scope *s) {
+remat_status remat_scope_end(remat_scope *s) {
     if (!s) return REMAT_OK;
     if (s != tls_scope)
         return rm_err(REMAT_ESTATE, "remat_scope_end: scope is not the innermost open scope on "
@@ -388,8 +388,8 @@ remat_status rm_new_output(remat_tensor **out, int ndim, const int64_t *shape, r
     return make_tensor(out, ndim, shape, dtype, device, rm_skip_mode());
 }
 
-int remat_empty(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
-                remat_device device) {
+remat_status remat_empty(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
+                         remat_device device) {
     if (!out) return rm_err(REMAT_EINVAL, "remat_empty: out must not be NULL");
     *out = NULL;
     int rc = check_shape("remat_empty", ndim, shape);
@@ -461,22 +461,22 @@ static remat_status full_impl(const char *call, remat_tensor **out, int ndim, co
     return rm_hand_out(out, t);
 }
 
-int remat_full(remat_tensor **out, int ndim, const int64_t *shape, double value, remat_dtype dtype,
-               remat_device device) {
+remat_status remat_full(remat_tensor **out, int ndim, const int64_t *shape, double value,
+                        remat_dtype dtype, remat_device device) {
     return full_impl("remat_full", out, ndim, shape, value, dtype, device);
 }
 
-int remat_zeros(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
-                remat_device device) {
+remat_status remat_zeros(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
+                         remat_device device) {
     return full_impl("remat_zeros", out, ndim, shape, 0.0, dtype, device);
 }
 
-int remat_scalar(remat_tensor **out, double value, remat_dtype dtype) {
+remat_status remat_scalar(remat_tensor **out, double value, remat_dtype dtype) {
     return full_impl("remat_scalar", out, 0, NULL, value, dtype, REMAT_DEVICE_CPU);
 }
 
-int remat_from_data(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
-                    const void *data) {
+remat_status remat_from_data(remat_tensor **out, int ndim, const int64_t *shape, remat_dtype dtype,
+                             const void *data) {
     if (!out) return rm_err(REMAT_EINVAL, "remat_from_data: out must not be NULL");
     *out = NULL;
     int rc = check_shape("remat_from_data", ndim, shape);
@@ -490,7 +490,7 @@ int remat_from_data(remat_tensor **out, int ndim, const int64_t *shape, remat_dt
     return rm_hand_out(out, t);
 }
 
-int remat_arange(remat_tensor **out, int64_t n) {
+remat_status remat_arange(remat_tensor **out, int64_t n) {
     if (!out) return rm_err(REMAT_EINVAL, "remat_arange: out must not be NULL");
     *out = NULL;
     if (n < 0) return rm_err(REMAT_EINVAL, "remat_arange: n must be >= 0, got %lld", (long long)n);
@@ -573,13 +573,13 @@ static remat_status make_rand(const char *call, remat_tensor **out, int ndim, co
     return rm_hand_out(out, t);
 }
 
-int remat_rand_uniform(remat_tensor **out, int ndim, const int64_t *shape, double lo, double hi,
-                       remat_dtype dtype, remat_device device) {
+remat_status remat_rand_uniform(remat_tensor **out, int ndim, const int64_t *shape, double lo,
+                                double hi, remat_dtype dtype, remat_device device) {
     return make_rand("remat_rand_uniform", out, ndim, shape, lo, hi, false, dtype, device);
 }
 
-int remat_rand_normal(remat_tensor **out, int ndim, const int64_t *shape, double mean, double std,
-                      remat_dtype dtype, remat_device device) {
+remat_status remat_rand_normal(remat_tensor **out, int ndim, const int64_t *shape, double mean,
+                               double std, remat_dtype dtype, remat_device device) {
     return make_rand("remat_rand_normal", out, ndim, shape, mean, std, true, dtype, device);
 }
 
@@ -619,7 +619,7 @@ bool remat_shares_storage(const remat_tensor *a, const remat_tensor *b) {
 }
 size_t remat_storage_nbytes(const remat_tensor *t) { return t ? t->storage->nbytes : 0; }
 
-int remat_set_name(remat_tensor *t, const char *name) {
+remat_status remat_set_name(remat_tensor *t, const char *name) {
     if (!t) return rm_err(REMAT_EINVAL, "remat_set_name: tensor is NULL");
     char *copy = NULL;
     if (name) {
@@ -650,7 +650,7 @@ static double read_elem(const remat_tensor *t, int64_t off) {
     return 0;
 }
 
-int remat_item_at(const remat_tensor *t, int64_t i, double *value) {
+remat_status remat_item_at(const remat_tensor *t, int64_t i, double *value) {
     int rc = rm_check_tensor("remat_item_at", "t", t);
     if (rc) return rc;
     if (!value) return rm_err(REMAT_EINVAL, "remat_item_at: value must not be NULL");
@@ -674,7 +674,7 @@ int remat_item_at(const remat_tensor *t, int64_t i, double *value) {
     return REMAT_OK;
 }
 
-int remat_item(const remat_tensor *t, double *value) {
+remat_status remat_item(const remat_tensor *t, double *value) {
     int rc = rm_check_tensor("remat_item", "t", t);
     if (rc) return rc;
     if (remat_numel(t) != 1) {
@@ -712,7 +712,7 @@ static remat_status copy_device_to_buffer(const remat_tensor *t, remat_dtype dty
     return rc ? rm_err_prefix(rc, "remat_copy_to_buffer") : REMAT_OK;
 }
 
-int remat_copy_to_buffer(const remat_tensor *t, remat_dtype dtype, void *dst, int64_t n) {
+remat_status remat_copy_to_buffer(const remat_tensor *t, remat_dtype dtype, void *dst, int64_t n) {
     int rc = rm_check_tensor("remat_copy_to_buffer", "t", t);
     if (rc) return rc;
     int64_t numel = remat_numel(t);

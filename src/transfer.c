@@ -4,7 +4,7 @@
 
 static const rm_transfer_ops *g_ops[REMAT_MAX_DEVICE_TYPES];
 
-int rm_transfer_register(int type, const rm_transfer_ops *ops) {
+remat_status rm_transfer_register(int type, const rm_transfer_ops *ops) {
     if (type <= 0 || type >= REMAT_MAX_DEVICE_TYPES)
         return rm_err(REMAT_EINVAL, "transfer registration: device type %d out of range", type);
     g_ops[type] = ops;

@@ -65,8 +65,15 @@ typedef enum remat_status_code {
 
 /* The return type of every fallible call: holds one of the REMAT_* codes
  * above (REMAT_OK = 0 on success). An int, so that functions and user
- * callbacks written with `int` stay compatible. */
+ * callbacks written with `int` stay compatible. (REMAT_STATUS_CHECK is for
+ * the library's own check, scripts/check_status.sh: there it is a distinct
+ * integer type, so a definition that says `int` where its declaration says
+ * remat_status fails to compile.) */
+#ifndef REMAT_STATUS_CHECK
 typedef int remat_status;
+#else
+typedef long remat_status;
+#endif
 
 /* Constant-like name of a status, e.g. "REMAT_ESHAPE"; "REMAT_E?" for a
  * value that is not a code. Never NULL; static storage. */

@@ -751,19 +751,20 @@ static remat_status run_backward(const char *call, int n, remat_tensor *const *r
     return rc;
 }
 
-int remat_backward(int n, remat_tensor *const *roots, remat_tensor *const *grad_outputs,
-                   bool retain_graph, int n_inputs, remat_tensor *const *inputs) {
+remat_status remat_backward(int n, remat_tensor *const *roots, remat_tensor *const *grad_outputs,
+                            bool retain_graph, int n_inputs, remat_tensor *const *inputs) {
     return run_backward("remat_backward", n, roots, grad_outputs, retain_graph, false, n_inputs,
                         inputs, true, true, NULL);
 }
 
-int remat_backward_scalar(remat_tensor *root) {
+remat_status remat_backward_scalar(remat_tensor *root) {
     return run_backward("remat_backward", 1, &root, NULL, false, false, 0, NULL, true, true, NULL);
 }
 
-int remat_grad(int n_outputs, remat_tensor *const *outputs, remat_tensor *const *grad_outputs,
-               int n_inputs, remat_tensor *const *inputs, bool retain_graph, bool allow_unused,
-               remat_tensor **grads) {
+remat_status remat_grad(int n_outputs, remat_tensor *const *outputs,
+                        remat_tensor *const *grad_outputs, int n_inputs,
+                        remat_tensor *const *inputs, bool retain_graph, bool allow_unused,
+                        remat_tensor **grads) {
     if (!grads) return rm_err(REMAT_EINVAL, "remat_grad: grads must not be NULL");
     if (n_inputs <= 0 || !inputs)
         return rm_err(REMAT_EINVAL, "remat_grad: at least one input is required");
@@ -786,9 +787,9 @@ static remat_status resolve_retain(const char *call, const remat_backward_option
     return REMAT_OK;
 }
 
-int remat_backward_ex(int n, remat_tensor *const *roots, remat_tensor *const *grad_outputs,
-                      int n_inputs, remat_tensor *const *inputs,
-                      const remat_backward_options *opts) {
+remat_status remat_backward_ex(int n, remat_tensor *const *roots, remat_tensor *const *grad_outputs,
+                               int n_inputs, remat_tensor *const *inputs,
+                               const remat_backward_options *opts) {
     bool retain;
     int rc = resolve_retain("remat_backward", opts, &retain);
     if (rc) return rc;
@@ -796,9 +797,10 @@ int remat_backward_ex(int n, remat_tensor *const *roots, remat_tensor *const *gr
                         opts && opts->create_graph, n_inputs, inputs, true, true, NULL);
 }
 
-int remat_grad_ex(int n_outputs, remat_tensor *const *outputs, remat_tensor *const *grad_outputs,
-                  int n_inputs, remat_tensor *const *inputs, const remat_backward_options *opts,
-                  remat_tensor **grads) {
+remat_status remat_grad_ex(int n_outputs, remat_tensor *const *outputs,
+                           remat_tensor *const *grad_outputs, int n_inputs,
+                           remat_tensor *const *inputs, const remat_backward_options *opts,
+                           remat_tensor **grads) {
     if (!grads) return rm_err(REMAT_EINVAL, "remat_grad: grads must not be NULL");
     if (n_inputs <= 0 || !inputs)
         return rm_err(REMAT_EINVAL, "remat_grad: at least one input is required");

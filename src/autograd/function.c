@@ -72,7 +72,8 @@ bool rm_node_nested_leaves(const remat_node *n, rm_accumulate_observer_fn fn, vo
     return rm_leaf_tally_report(c->nested, fn, user_data);
 }
 
-int remat_ctx_save_for_backward(remat_function_ctx *ctx, int n, remat_tensor *const *tensors) {
+remat_status remat_ctx_save_for_backward(remat_function_ctx *ctx, int n,
+                                         remat_tensor *const *tensors) {
     if (!ctx) return rm_err(REMAT_EINVAL, "remat_ctx_save_for_backward: ctx is NULL");
     if (!ctx->in_forward)
         return rm_err(REMAT_ESTATE, "remat_ctx_save_for_backward: call it from forward only");
@@ -88,7 +89,7 @@ int remat_ctx_num_saved(const remat_function_ctx *ctx) {
     return ctx->node ? ctx->node->n_saved : ctx->n_pending;
 }
 
-int remat_ctx_saved(remat_function_ctx *ctx, int i, remat_tensor **out) {
+remat_status remat_ctx_saved(remat_function_ctx *ctx, int i, remat_tensor **out) {
     if (!ctx || !out) return rm_err(REMAT_EINVAL, "remat_ctx_saved: ctx and out must not be NULL");
     *out = NULL;
     if (!ctx->node)
@@ -106,7 +107,7 @@ bool remat_ctx_needs_input_grad(const remat_function_ctx *ctx, int i) {
     return ctx->needs_grad[i];
 }
 
-int remat_ctx_mark_non_differentiable(remat_function_ctx *ctx, int i) {
+remat_status remat_ctx_mark_non_differentiable(remat_function_ctx *ctx, int i) {
     if (!ctx || i < 0 || i >= 64)
         return rm_err(REMAT_EINVAL, "remat_ctx_mark_non_differentiable: bad output index %d", i);
     ctx->non_diff[i] = true;
@@ -185,8 +186,9 @@ static remat_status record_node(remat_function_ctx *c, bool *c_owned, const char
     return rc;
 }
 
-int remat_function_apply(const remat_function_def *def, void *user_data, int n_inputs,
-                         remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs) {
+remat_status remat_function_apply(const remat_function_def *def, void *user_data, int n_inputs,
+                                  remat_tensor *const *inputs, int n_outputs,
+                                  remat_tensor **outputs) {
     if (!def || !def->forward || !def->backward) {
         if (def && def->destroy) def->destroy(user_data);
         return rm_err(REMAT_EINVAL, "remat_function_apply: def must supply forward and backward");

@@ -65,7 +65,7 @@ static remat_status hook_reserve(const char *call) {
     return REMAT_OK;
 }
 
-int remat_saved_hooks_push(const remat_saved_hooks *hooks) {
+remat_status remat_saved_hooks_push(const remat_saved_hooks *hooks) {
     if (!hooks || !hooks->pack || !hooks->unpack)
         return rm_err(REMAT_EINVAL, "remat_saved_hooks_push: hooks must supply pack and unpack");
     int rc = hook_reserve("remat_saved_hooks_push");
@@ -76,7 +76,7 @@ int remat_saved_hooks_push(const remat_saved_hooks *hooks) {
     return REMAT_OK;
 }
 
-int remat_saved_hooks_push_disabled(void) {
+remat_status remat_saved_hooks_push_disabled(void) {
     int rc = hook_reserve("remat_saved_hooks_push_disabled");
     if (rc) return rc;
     hook_entry *e = &hook_stack()[tls_n_hooks++];
@@ -85,7 +85,7 @@ int remat_saved_hooks_push_disabled(void) {
     return REMAT_OK;
 }
 
-int remat_saved_hooks_pop(void) {
+remat_status remat_saved_hooks_pop(void) {
     if (tls_n_hooks == 0)
         return rm_err(REMAT_ESTATE, "remat_saved_hooks_pop: no saved-tensor hooks are pushed");
     tls_n_hooks--;
@@ -457,7 +457,7 @@ remat_status rm_node_unpack(remat_node *n, int slot, remat_tensor **out) {
 /* ---- leaf attributes -------------------------------------------------------------------- */
 bool remat_requires_grad(const remat_tensor *t) { return t && t->requires_grad; }
 
-int remat_set_requires_grad(remat_tensor *t, bool requires_grad) {
+remat_status remat_set_requires_grad(remat_tensor *t, bool requires_grad) {
     if (!t) return rm_err(REMAT_EINVAL, "remat_set_requires_grad: tensor is NULL");
     char b[200];
     if (t->grad_fn) {
@@ -478,7 +478,7 @@ int remat_set_requires_grad(remat_tensor *t, bool requires_grad) {
 
 remat_tensor *remat_tensor_grad(const remat_tensor *t) { return t ? t->grad : NULL; }
 
-int remat_set_grad(remat_tensor *t, remat_tensor *g) {
+remat_status remat_set_grad(remat_tensor *t, remat_tensor *g) {
     if (!t) return rm_err(REMAT_EINVAL, "remat_set_grad: tensor is NULL");
     if (g) {
         char b1[200], b2[200];
@@ -503,7 +503,7 @@ int remat_set_grad(remat_tensor *t, remat_tensor *g) {
 bool remat_is_leaf(const remat_tensor *t) { return t && !t->grad_fn; }
 remat_node *remat_grad_fn(const remat_tensor *t) { return t ? t->grad_fn : NULL; }
 
-int remat_detach(remat_tensor **out, remat_tensor *t) {
+remat_status remat_detach(remat_tensor **out, remat_tensor *t) {
     if (!out) return rm_err(REMAT_EINVAL, "remat_detach: out must not be NULL");
     *out = NULL;
     int rc = rm_check_tensor("remat_detach", "t", t);
@@ -536,7 +536,7 @@ remat_status rm_check_inplace(const char *call, remat_tensor *t) {
 }
 
 /* ---- tensor hooks ------------------------------------------------------------------------ */
-int remat_register_hook(remat_tensor *t, remat_grad_hook_fn fn, void *user_data) {
+remat_status remat_register_hook(remat_tensor *t, remat_grad_hook_fn fn, void *user_data) {
     if (!t || !fn)
         return rm_err(REMAT_EINVAL, "remat_register_hook: tensor and fn must not be NULL");
     if (!t->requires_grad) {

@@ -168,9 +168,9 @@ static remat_status checkpoint_impl(remat_checkpoint_fn fn, void *user_data,
     return rm_hand_out_n(outputs, n_outputs);
 }
 
-int remat_checkpoint(remat_checkpoint_fn fn, void *user_data, int n_inputs,
-                     remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
-                     const remat_checkpoint_options *opts) {
+remat_status remat_checkpoint(remat_checkpoint_fn fn, void *user_data, int n_inputs,
+                              remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
+                              const remat_checkpoint_options *opts) {
     return checkpoint_impl(fn, user_data, opts ? opts->user_data_destroy : NULL, n_inputs, inputs,
                            n_outputs, outputs, opts, k_warn_checkpoint);
 }
@@ -217,9 +217,10 @@ static remat_status chunk_fn(void *ud, remat_tensor *const *inputs, int n_inputs
     return run_stages(c->stages, c->first, c->n, inputs[0], &outputs[0]);
 }
 
-int remat_checkpoint_sequential(remat_tensor **out, int n_stages, const remat_stage *stages,
-                                int segments, remat_tensor *input,
-                                const remat_checkpoint_options *opts) {
+remat_status remat_checkpoint_sequential(remat_tensor **out, int n_stages,
+                                         const remat_stage *stages, int segments,
+                                         remat_tensor *input,
+                                         const remat_checkpoint_options *opts) {
     const char *call = "remat_checkpoint_sequential";
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
     *out = NULL;

@@ -81,7 +81,8 @@ void ck_observe_end(ck_observe *o);
 /* Builds the debug report for error message `err` from the two traces,
  * stores it as this thread's remat_checkpoint_debug_report() and sets the
  * error message to it (truncated to fit). Returns status. */
-remat_status ck_debug_error(int status, const char *err, const ck_trace *fwd, const ck_trace *rec);
+remat_status ck_debug_error(remat_status status, const char *err, const ck_trace *fwd,
+                            const ck_trace *rec);
 
 /* ---- entry points ------------------------------------------------------------------
  * Both fill outputs with plain references (the caller hands them out) and

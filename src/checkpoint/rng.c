@@ -16,7 +16,7 @@
 
 static char g_default_type[32] = "cuda";
 
-int remat_set_default_device_type(const char *name) {
+remat_status remat_set_default_device_type(const char *name) {
     if (!name) {
         strcpy(g_default_type, "cuda");
         return REMAT_OK;

@@ -10,7 +10,6 @@
  * appear for symbols in the dynamic symbol table (link executables with
  * -rdynamic); otherwise "binary(+0xoffset)", which addr2line resolves to
  * file:line. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #define CK_HAVE_BACKTRACE 0
 #endif
 
+#include "../io/text.h"
 #include "ck.h"
 
 void ck_trace_reset(ck_trace *t) {
@@ -66,55 +66,20 @@ void ck_observe_begin(ck_observe *o, ck_trace *trace, const bool *mute) {
 void ck_observe_end(ck_observe *o) { rm_set_op_observer(o->prev, o->prev_ud, NULL, NULL); }
 
 /* ---- report -------------------------------------------------------------------------- */
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-    bool oom;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) return;
-        if (b->s && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t nc = b->cap ? b->cap * 2 : 4096;
-        while (nc < b->n + (size_t)k + 1) nc *= 2;
-        char *ns = realloc(b->s, nc);
-        if (!ns) {
-            b->oom = true;
-            return;
-        }
-        b->s = ns;
-        b->cap = nc;
-    }
-}
-
 static RM_TLS char *tls_report;
 
 const char *remat_checkpoint_debug_report(void) { return tls_report ? tls_report : ""; }
 
-static void sites(sbuf *b, const char *label, const ck_trace *t) {
-    sb_printf(b,
-              "\n+------------------------------------------------------------------------------+\n"
-              "| Call sites of the ops that ran in the %-39s|\n"
-              "+------------------------------------------------------------------------------+\n",
-              label);
+static void sites(rm_text *b, const char *label, const ck_trace *t) {
+    rm_text_printf(
+        b,
+        "\n+------------------------------------------------------------------------------+\n"
+        "| Call sites of the ops that ran in the %-39s|\n"
+        "+------------------------------------------------------------------------------+\n",
+        label);
     for (int i = 0; i < t->n; i++) {
         const ck_trace_ent *e = &t->e[i];
-        sb_printf(b, "%s   (%d of %d in %s)\n", e->op, i + 1, t->n, label);
+        rm_text_printf(b, "%s   (%d of %d in %s)\n", e->op, i + 1, t->n, label);
 #if CK_HAVE_BACKTRACE
         char **sym = e->n_frames ? backtrace_symbols(e->frames, e->n_frames) : NULL;
         /* When symbols are known (-rdynamic), show the caller's frames only:
@@ -132,40 +97,42 @@ static void sites(sbuf *b, const char *label, const ck_trace *t) {
             if (from >= to) from = 0;
         }
         for (int k = from; k < to; k++) {
-            if (sym) sb_printf(b, "    at %s\n", sym[k]);
-            else sb_printf(b, "    at %p\n", e->frames[k]);
+            if (sym) rm_text_printf(b, "    at %s\n", sym[k]);
+            else rm_text_printf(b, "    at %p\n", e->frames[k]);
         }
         free(sym);
 #else
-        sb_printf(b, "    (no backtraces on this platform)\n");
+        rm_text_printf(b, "    (no backtraces on this platform)\n");
 #endif
     }
-    if (t->overflow) sb_printf(b, "(trace incomplete: out of memory)\n");
+    if (t->overflow) rm_text_printf(b, "(trace incomplete: out of memory)\n");
 }
 
-remat_status ck_debug_error(int status, const char *err, const ck_trace *fwd, const ck_trace *rec) {
-    sbuf b = {0};
-    sb_printf(&b,
-              "%s\n\n"
-              "remat_checkpoint debug report: an error happened while unpacking tensors; showing "
-              "the ops of the latest computation because debug is on (debug = REMAT_OPT_TRUE or "
-              "remat_set_checkpoint_debug(REMAT_OPT_TRUE)).\n"
-              "ERROR: detected non-determinism while running activation checkpointing. You are "
-              "seeing this error because you passed debug=true to checkpoint and the tensors saved "
-              "during the original forward differ from those saved during recomputation. This "
-              "can happen if different ops ran in the original forward and in the recomputation: "
-              "compare the two op lists below to see where they differ, then look up the call "
-              "site of each op (printed further down in execution order). With early stop on, "
-              "the recomputation ends at the last saved tensor, so its list may be shorter.\n\n"
-              "Ops executed during the original forward (left) and during recomputation (right):\n",
-              err);
+remat_status ck_debug_error(remat_status status, const char *err, const ck_trace *fwd,
+                            const ck_trace *rec) {
+    rm_text b = {.grow = true};
+    rm_text_printf(
+        &b,
+        "%s\n\n"
+        "remat_checkpoint debug report: an error happened while unpacking tensors; showing "
+        "the ops of the latest computation because debug is on (debug = REMAT_OPT_TRUE or "
+        "remat_set_checkpoint_debug(REMAT_OPT_TRUE)).\n"
+        "ERROR: detected non-determinism while running activation checkpointing. You are "
+        "seeing this error because you passed debug=true to checkpoint and the tensors saved "
+        "during the original forward differ from those saved during recomputation. This "
+        "can happen if different ops ran in the original forward and in the recomputation: "
+        "compare the two op lists below to see where they differ, then look up the call "
+        "site of each op (printed further down in execution order). With early stop on, "
+        "the recomputation ends at the last saved tensor, so its list may be shorter.\n\n"
+        "Ops executed during the original forward (left) and during recomputation (right):\n",
+        err);
     int n = fwd->n > rec->n ? fwd->n : rec->n;
-    sb_printf(&b, "  %4s  %-32s  %-32s\n", "#", "original forward", "recomputation");
+    rm_text_printf(&b, "  %4s  %-32s  %-32s\n", "#", "original forward", "recomputation");
     for (int i = 0; i < n; i++) {
         const char *a = i < fwd->n ? fwd->e[i].op : "-";
         const char *r = i < rec->n ? rec->e[i].op : "-";
         bool diff = i >= fwd->n || i >= rec->n || strcmp(a, r) != 0;
-        sb_printf(&b, "  %4d  %-32s  %-32s%s\n", i + 1, a, r, diff ? "  <-- differs" : "");
+        rm_text_printf(&b, "  %4d  %-32s  %-32s%s\n", i + 1, a, r, diff ? "  <-- differs" : "");
     }
     sites(&b, "original forward", fwd);
     sites(&b, "recomputation", rec);
@@ -177,7 +144,7 @@ remat_status ck_debug_error(int status, const char *err, const ck_trace *fwd, co
     tls_report = b.s;
     /* The error message has a fixed capacity; the report may not fit. */
     const size_t fit = 15000; /* below the 16 KiB message capacity */
-    if (b.n <= fit) return rm_err(status, "%s", b.s);
+    if (b.len <= fit) return rm_err(status, "%s", b.s);
     return rm_err(status,
                   "%.*s\n... (report truncated: the full text is in "
                   "remat_checkpoint_debug_report())",

@@ -173,15 +173,15 @@ struct rm_op_desc {
      * from the checked inputs, e.g. their shapes (NULL: nothing). */
     void (*fill_ctx)(const rm_op_call *c, void *ctx);
     /* Extra argument checks after the flags' (NULL: none). Sets the error. */
-    int (*check)(const rm_op_call *c);
+    remat_status (*check)(const rm_op_call *c);
     /* Output shapes and dtypes, and views (NULL: one new output shaped like
      * in[0]). Ops whose outputs are all views or inputs need no kernel. */
-    int (*infer)(const rm_op_call *c, rm_out_spec *out);
+    remat_status (*infer)(const rm_op_call *c, rm_out_spec *out);
     /* Makes output i from its spec on `device` in a layout of the op's
      * choosing, skip-mode aware as rm_new_output (NULL: rm_new_output,
      * contiguous). Attention stores a 4-D (B, H, T, D) output as (B, T, H, D). */
-    int (*new_output)(const rm_op_call *c, int i, const rm_out_spec *s, remat_device device,
-                      remat_tensor **out);
+    remat_status (*new_output)(const rm_op_call *c, int i, const rm_out_spec *s,
+                               remat_device device, remat_tensor **out);
     rm_save_spec saves[RM_OP_MAX_SAVED];
     /* Variadic outputs (remat_split's pieces): the number this call makes,
      * asked after the checks (which check the caller's array: the driver
@@ -190,15 +190,15 @@ struct rm_op_desc {
     /* Runs the looked-up kernel itself, in place of one call on c->k
      * (remat_cat: once per input, into its window of the output). Called
      * when the kernel would be. NULL: kernel(&c->k). */
-    int (*run)(rm_op_call *c, rm_kernel_fn kernel);
+    remat_status (*run)(rm_op_call *c, rm_kernel_fn kernel);
     /* Bytes per input after the params in the node's ctx, for fill_ctx
      * (remat_cat: each input's extent along dim). */
     unsigned char ctx_per_in;
     /* Makes the tensor of an RM_SAVE_CUSTOM slot (new reference in *out). */
-    int (*save_custom)(rm_op_call *c, int slot, remat_tensor **out);
+    remat_status (*save_custom)(rm_op_call *c, int slot, remat_tensor **out);
     /* Completes the outputs after the kernel, before the node takes them
      * (remat_tag names its view). NULL: nothing. */
-    int (*finish)(rm_op_call *c);
+    remat_status (*finish)(rm_op_call *c);
     /* The tag selective-checkpoint policies see (remat_tag's name; NULL:
      * none). NULL: no tag. */
     const char *(*tag)(const void *params);

@@ -81,7 +81,7 @@ remat_status rm_op_begin(rm_op_frame *f, const char *op, int n_in, remat_tensor 
     return REMAT_OK;
 }
 
-void rm_op_end(rm_op_frame *f, int status, int n_out, remat_tensor *const *outs) {
+void rm_op_end(rm_op_frame *f, remat_status status, int n_out, remat_tensor *const *outs) {
     if (!f->counted) return;
     if (f->region) f->vt->end(f->region, f, status, n_out, outs);
     tls_depth--;

@@ -43,9 +43,10 @@ struct rm_interceptor {
     bool (*wants)(void *self, int depth);
     /* The op starts (depth already counts it). Sets f->region to self when
      * it is to see the op's end. A failure is the op's status. */
-    int (*begin)(void *self, rm_op_frame *f, const char *op, int n_in, remat_tensor *const *inputs,
-                 const char *tag);
-    void (*end)(void *self, rm_op_frame *f, int status, int n_out, remat_tensor *const *outs);
+    remat_status (*begin)(void *self, rm_op_frame *f, const char *op, int n_in,
+                          remat_tensor *const *inputs, const char *tag);
+    void (*end)(void *self, rm_op_frame *f, remat_status status, int n_out,
+                remat_tensor *const *outs);
 };
 /* An installed object and its functions (both NULL: none). */
 typedef struct rm_icpt_ref {
@@ -70,7 +71,7 @@ remat_status rm_op_begin(rm_op_frame *f, const char *op, int n_in, remat_tensor 
 /* Ends a public op with its status and its tensor outputs (NULL entries
  * allowed). Never fails: problems found here are reported when the
  * checkpoint's context exits. */
-void rm_op_end(rm_op_frame *f, int status, int n_out, remat_tensor *const *outs);
+void rm_op_end(rm_op_frame *f, remat_status status, int n_out, remat_tensor *const *outs);
 /* rm_node_save as seen by the interceptor: ops save through this
  * (src/ops/driver.c). */
 remat_status rm_op_save(remat_node *n, int slot, remat_tensor *t);

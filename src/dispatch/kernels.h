@@ -65,11 +65,11 @@ typedef remat_status (*rm_kernel_fn)(const rm_kargs *k);
  * dtype. */
 #define RM_CPU_DECL(id, name, dtypes) RM_CPU_DECL_##dtypes(name)
 #define RM_CPU_DECL_F32_F64(name)                                                                  \
-    int rm_cpu_##name##_f32(const rm_kargs *k);                                                    \
-    int rm_cpu_##name##_f64(const rm_kargs *k);
-#define RM_CPU_DECL_FLOAT(name) int rm_cpu_##name(const rm_kargs *k);
-#define RM_CPU_DECL_FLOAT_BF16(name) int rm_cpu_##name(const rm_kargs *k);
-#define RM_CPU_DECL_ALL(name) int rm_cpu_##name(const rm_kargs *k);
+    remat_status rm_cpu_##name##_f32(const rm_kargs *k);                                           \
+    remat_status rm_cpu_##name##_f64(const rm_kargs *k);
+#define RM_CPU_DECL_FLOAT(name) remat_status rm_cpu_##name(const rm_kargs *k);
+#define RM_CPU_DECL_FLOAT_BF16(name) remat_status rm_cpu_##name(const rm_kargs *k);
+#define RM_CPU_DECL_ALL(name) remat_status rm_cpu_##name(const rm_kargs *k);
 #define RM_CPU_ROW(id, name, dtypes) [RM_K_##id] = RM_CPU_ROW_##dtypes(name),
 #define RM_CPU_ROW_F32_F64(name) RM_CPU_F32_F64(name)
 #define RM_CPU_ROW_FLOAT(name)                                                                     \

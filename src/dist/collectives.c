@@ -5,7 +5,7 @@
 #include "dist_internal.h"
 
 /* A contiguous f32/f64/i64 cpu tensor with data: what MPI can send as is. */
-static int check_buffer(const char *call, const remat_tensor *t) {
+static remat_status check_buffer(const char *call, const remat_tensor *t) {
     int rc = rm_check_tensor(call, "t", t);
     if (rc) return rc;
     char b[160];
@@ -39,8 +39,8 @@ remat_status remat_dist_broadcast(remat_dist *pg, remat_tensor *t, int root) {
 }
 
 /* Sum or max of n elements of `type` in place on every rank. */
-static int all_reduce_raw(remat_dist *pg, const char *call, void *data, int n, MPI_Datatype type,
-                          remat_reduce_op op) {
+static remat_status all_reduce_raw(remat_dist *pg, const char *call, void *data, int n,
+                                   MPI_Datatype type, remat_reduce_op op) {
     MPI_Request req;
     int m = MPI_Iallreduce(MPI_IN_PLACE, data, n, type, op == REMAT_REDUCE_MAX ? MPI_MAX : MPI_SUM,
                            pg->comm, &req);

@@ -186,7 +186,7 @@ static bool expected_counts(remat_ddp *d, remat_tensor *loss) {
 }
 
 /* ---- set-up ---------------------------------------------------------------------------- */
-static int check_params(const char *call, int n, remat_tensor *const *params) {
+static remat_status check_params(const char *call, int n, remat_tensor *const *params) {
     char b[160];
     if (n <= 0 || !params) return rm_err(REMAT_EINVAL, "%s: no parameters given (n = %d)", call, n);
     for (int i = 0; i < n; i++) {
@@ -212,8 +212,8 @@ static int check_params(const char *call, int n, remat_tensor *const *params) {
 }
 
 /* Every rank must register the same list: count, then dtype and shape of each. */
-static int check_same_everywhere(remat_dist *pg, const char *call, int n,
-                                 remat_tensor *const *params) {
+static remat_status check_same_everywhere(remat_dist *pg, const char *call, int n,
+                                          remat_tensor *const *params) {
     const int W = pg->size;
     int64_t *counts = calloc((size_t)W, sizeof *counts);
     if (!counts) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
@@ -267,7 +267,7 @@ static int check_same_everywhere(remat_dist *pg, const char *call, int n,
     return rc;
 }
 
-static int build_buckets(remat_ddp *d, const char *call) {
+static remat_status build_buckets(remat_ddp *d, const char *call) {
     size_t cap = d->o.bucket_bytes ? d->o.bucket_bytes : DDP_DEFAULT_BUCKET;
     d->b = calloc((size_t)d->n, sizeof *d->b); /* at most one bucket per parameter */
     if (!d->b) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
@@ -310,8 +310,8 @@ remat_status remat_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tens
     return rmd_ddp_create(out, pg, n, params, opts, false, "remat_ddp_create");
 }
 
-int rmd_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *params,
-                   const remat_ddp_options *opts, bool zero, const char *call) {
+remat_status rmd_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *params,
+                            const remat_ddp_options *opts, bool zero, const char *call) {
     if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
     *out = NULL;
     int rc = rmd_check_group(call, pg);
@@ -399,7 +399,7 @@ int remat_ddp_bucket_of(const remat_ddp *d, int param) {
 
 /* ---- backward ------------------------------------------------------------------------- */
 /* Reduces bucket k again with the parameters' current local gradients. */
-static int rereduce(remat_ddp *d, const char *call, int k) {
+static remat_status rereduce(remat_ddp *d, const char *call, int k) {
     for (int i = 0; i < d->n; i++)
         if (d->p[i].bucket == k) fill_slot(d, i);
     dbucket *b = &d->b[k];
@@ -409,7 +409,7 @@ static int rereduce(remat_ddp *d, const char *call, int k) {
 }
 
 /* .grad of parameter i := its slot of bucket b (the mean), copied. */
-static int copy_back(remat_ddp *d, const char *call, int i) {
+static remat_status copy_back(remat_ddp *d, const char *call, int i) {
     dparam *p = &d->p[i];
     dbucket *b = &d->b[p->bucket];
     remat_tensor *g = p->t->grad;
@@ -436,7 +436,7 @@ static int copy_back(remat_ddp *d, const char *call, int i) {
  * loop, which drops .grad each step), so a later reduction never writes
  * into memory the user holds. Where the fresh buffer cannot be had, the
  * bucket keeps its buffer and the values are copied into .grad. */
-static int write_back(remat_ddp *d, const char *call, const unsigned char *used_any) {
+static remat_status write_back(remat_ddp *d, const char *call, const unsigned char *used_any) {
     for (int k = 0; k < d->nb; k++) {
         dbucket *b = &d->b[k];
         bool used = false;
@@ -507,8 +507,8 @@ static void reset_step(remat_ddp *d, remat_tensor *loss) {
  * every bucket not yet started is started (the other ranks wait for it,
  * whatever happened here). Returns the local status; its message goes to
  * msg (msg_size bytes). */
-static int local_backward(remat_ddp *d, const char *call, remat_tensor *loss, char *msg,
-                          size_t msg_size, double *t_bwd /* OUT: when it ended */) {
+static remat_status local_backward(remat_ddp *d, const char *call, remat_tensor *loss, char *msg,
+                                   size_t msg_size, double *t_bwd /* OUT: when it ended */) {
     rm_accumulate_observer_fn prev_fn;
     void *prev_ud;
     double t0 = rmd_now();
@@ -531,7 +531,7 @@ static int local_backward(remat_ddp *d, const char *call, remat_tensor *loss, ch
 
 /* Reduces again every bucket holding a parameter some rank saw a late
  * gradient for (any: the OR of every rank's flags). */
-static int rereduce_late(remat_ddp *d, const char *call, const unsigned char *any) {
+static remat_status rereduce_late(remat_ddp *d, const char *call, const unsigned char *any) {
     bool *late_bucket = calloc((size_t)d->nb, sizeof *late_bucket);
     if (!late_bucket) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     for (int i = 0; i < d->n; i++)
@@ -563,9 +563,10 @@ static void finish_step(remat_ddp *d) {
  * buckets in flight; then the late buckets reduced again and the sums
  * written back. `all` holds n flags per rank, `any` n; t_bwd is when the
  * local backward ended. */
-static int exchange_and_write_back(remat_ddp *d, const char *call, int local, const char *local_msg,
-                                   double t_bwd, unsigned char *flags, unsigned char *all,
-                                   unsigned char *any, MPI_Request *reqs) {
+static remat_status exchange_and_write_back(remat_ddp *d, const char *call, int local,
+                                            const char *local_msg, double t_bwd,
+                                            unsigned char *flags, unsigned char *all,
+                                            unsigned char *any, MPI_Request *reqs) {
     for (int i = 0; i < d->n; i++)
         flags[i] =
             (unsigned char)((d->p[i].t->grad ? FLAG_USED : 0) | (d->p[i].late ? FLAG_LATE : 0));

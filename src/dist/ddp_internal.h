@@ -61,7 +61,7 @@ struct remat_ddp {
 
 /* remat_ddp_create with ZeRO's layout (zero true): buckets padded to a
  * multiple of the world size, one shard buffer. */
-int rmd_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *params,
-                   const remat_ddp_options *opts, bool zero, const char *call);
+remat_status rmd_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *params,
+                            const remat_ddp_options *opts, bool zero, const char *call);
 
 #endif

@@ -24,10 +24,10 @@ struct remat_dist {
 double rmd_now(void);
 
 /* Fails with REMAT_ESTATE (naming `call`) if pg is NULL or broken. */
-int rmd_check_group(const char *call, const remat_dist *pg);
+remat_status rmd_check_group(const char *call, const remat_dist *pg);
 
 /* Sets the error for a failed MPI call (its text) and marks pg broken. */
-int rmd_mpi_err(remat_dist *pg, const char *call, const char *what, int mpi_rc);
+remat_status rmd_mpi_err(remat_dist *pg, const char *call, const char *what, int mpi_rc);
 
 /* Waits for n requests, polling (MPI progresses non-blocking collectives
  * only inside MPI calls) and sleeping briefly between polls, for at most the
@@ -35,8 +35,8 @@ int rmd_mpi_err(remat_dist *pg, const char *call, const char *what, int mpi_rc);
  * -1 for a collective: on a timeout the message names the ranks whose
  * requests are still open ("no answer from rank 2"), else says that some
  * rank did not take part. On a timeout pg is marked broken (REMAT_EIO). */
-int rmd_wait(remat_dist *pg, const char *call, const char *what, int n, MPI_Request *reqs,
-             const int *peer);
+remat_status rmd_wait(remat_dist *pg, const char *call, const char *what, int n, MPI_Request *reqs,
+                      const int *peer);
 
 /* MPI datatype of a remat dtype (MPI_DATATYPE_NULL for u8/bf16). */
 MPI_Datatype rmd_mpi_type(remat_dtype dtype);
@@ -49,8 +49,8 @@ MPI_Datatype rmd_mpi_type(remat_dtype dtype);
  * failure keeps its status and message). Requests in pend[0..n_pend) (the
  * caller's outstanding collectives) are waited for in the same bounded
  * poll. */
-int rmd_exchange_status(remat_dist *pg, const char *call, int status, const char *msg,
-                        const void *extra, size_t n_extra, void *all_extra, int n_pend,
-                        MPI_Request *pend);
+remat_status rmd_exchange_status(remat_dist *pg, const char *call, remat_status status,
+                                 const char *msg, const void *extra, size_t n_extra,
+                                 void *all_extra, int n_pend, MPI_Request *pend);
 
 #endif

@@ -21,7 +21,7 @@ double rmd_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int rmd_check_group(const char *call, const remat_dist *pg) {
+remat_status rmd_check_group(const char *call, const remat_dist *pg) {
     if (!pg) return rm_err(REMAT_EINVAL, "%s: process group is NULL", call);
     if (pg->broken)
         return rm_err(REMAT_ESTATE,
@@ -31,7 +31,7 @@ int rmd_check_group(const char *call, const remat_dist *pg) {
     return REMAT_OK;
 }
 
-int rmd_mpi_err(remat_dist *pg, const char *call, const char *what, int mpi_rc) {
+remat_status rmd_mpi_err(remat_dist *pg, const char *call, const char *what, int mpi_rc) {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     if (MPI_Error_string(mpi_rc, text, &len) != MPI_SUCCESS)
@@ -49,8 +49,8 @@ MPI_Datatype rmd_mpi_type(remat_dtype dtype) {
     }
 }
 
-int rmd_wait(remat_dist *pg, const char *call, const char *what, int n, MPI_Request *reqs,
-             const int *peer) {
+remat_status rmd_wait(remat_dist *pg, const char *call, const char *what, int n, MPI_Request *reqs,
+                      const int *peer) {
     double start = rmd_now(), deadline = start + pg->timeout_s;
     long sleep_ns = 1000;
     for (;;) {
@@ -95,9 +95,9 @@ int rmd_wait(remat_dist *pg, const char *call, const char *what, int n, MPI_Requ
                   call, pg->timeout_s, what);
 }
 
-int rmd_exchange_status(remat_dist *pg, const char *call, int status, const char *msg,
-                        const void *extra, size_t n_extra, void *all_extra, int n_pend,
-                        MPI_Request *pend) {
+remat_status rmd_exchange_status(remat_dist *pg, const char *call, remat_status status,
+                                 const char *msg, const void *extra, size_t n_extra,
+                                 void *all_extra, int n_pend, MPI_Request *pend) {
     const int W = pg->size;
     const size_t rec = sizeof(int32_t) + RMD_MSG + n_extra;
     unsigned char *mine = calloc(1, rec), *all = calloc((size_t)W, rec);

@@ -123,8 +123,9 @@ remat_status remat_zero_backward(remat_zero *z, remat_tensor *loss) {
 
 /* Calls fn on every (parameter, range) piece of this rank's slice of bucket
  * k: elements [e0, e1) of parameter i sit at element s of the slice. */
-typedef int (*piece_fn)(remat_zero *z, int k, int i, int64_t e0, int64_t e1, int64_t s, void *ud);
-static int each_piece(remat_zero *z, int k, piece_fn fn, void *ud) {
+typedef remat_status (*piece_fn)(remat_zero *z, int k, int i, int64_t e0, int64_t e1, int64_t s,
+                                 void *ud);
+static remat_status each_piece(remat_zero *z, int k, piece_fn fn, void *ud) {
     remat_ddp *d = z->ddp;
     const dbucket *b = &d->b[k];
     int64_t lo = (int64_t)d->pg->rank * b->slice, hi = lo + b->slice;
@@ -140,7 +141,8 @@ static int each_piece(remat_zero *z, int k, piece_fn fn, void *ud) {
     return REMAT_OK;
 }
 
-static int adamw_piece(remat_zero *z, int k, int i, int64_t e0, int64_t e1, int64_t s, void *ud) {
+static remat_status adamw_piece(remat_zero *z, int k, int i, int64_t e0, int64_t e1, int64_t s,
+                                void *ud) {
     const double *lr = ud;
     if (!z->ddp->used_any[i]) return REMAT_OK; /* no gradient anywhere: skipped */
     remat_adamw_hparams h = {*lr, z->o.beta1, z->o.beta2, z->o.eps, z->wd[i], z->steps[i] + 1};
@@ -197,7 +199,7 @@ static void mean_slice(const dbucket *b, int world) {
 
 /* All-gather: this rank's updated slice into each bucket, every slice back
  * out into the parameters. */
-static int gather_params(remat_zero *z, const char *call) {
+static remat_status gather_params(remat_zero *z, const char *call) {
     remat_ddp *d = z->ddp;
     const int64_t r = d->pg->rank;
     MPI_Request *reqs = calloc((size_t)d->nb, sizeof *reqs);
@@ -271,7 +273,7 @@ static int optim_index(const remat_optimizer *o, const remat_tensor *t) {
 }
 
 /* Checks that o is an AdamW over exactly z's parameters. */
-static int check_peer(const remat_zero *z, const remat_optimizer *o, const char *call) {
+static remat_status check_peer(const remat_zero *z, const remat_optimizer *o, const char *call) {
     const remat_ddp *d = z->ddp;
     const remat_optim_options *oo = remat_optim_get_options(o);
     if (!oo || oo->kind != REMAT_OPTIM_ADAMW)
@@ -293,7 +295,8 @@ typedef struct state_io {
 
 /* Copies piece [e0, e1) of parameter i between the state slice (element s)
  * and the optimizer's whole state tensor. */
-static int load_piece(remat_zero *z, int k, int i, int64_t e0, int64_t e1, int64_t s, void *ud) {
+static remat_status load_piece(remat_zero *z, int k, int i, int64_t e0, int64_t e1, int64_t s,
+                               void *ud) {
     const state_io *io = ud;
     remat_tensor *whole = remat_optim_state(io->o, optim_index(io->o, z->ddp->p[i].t), io->slot);
     remat_tensor *mine = io->slot == REMAT_OPTIM_EXP_AVG ? z->m[k] : z->v[k];
@@ -333,8 +336,8 @@ remat_status remat_zero_load_state(remat_zero *z, const remat_optimizer *o) {
 /* Gathers slot `slot` of bucket k on root into the bucket buffer (padded:
  * rank r's slice at r * slice), then copies it into the optimizer's state
  * tensors. */
-static int gather_slot(remat_zero *z, int root, remat_optimizer *o, int k, remat_optim_slot slot,
-                       const char *call) {
+static remat_status gather_slot(remat_zero *z, int root, remat_optimizer *o, int k,
+                                remat_optim_slot slot, const char *call) {
     remat_ddp *d = z->ddp;
     dbucket *b = &d->b[k];
     remat_tensor *mine = slot == REMAT_OPTIM_EXP_AVG ? z->m[k] : z->v[k];

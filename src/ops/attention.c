@@ -197,8 +197,8 @@ const rm_op_desc rm_op_attention = RM_OP_DESC(
               {RM_SAVE_OUTPUT, 1, 0}},
     .backward = attention_backward, .backward_diff = attention_backward_diff);
 
-int remat_attention(remat_tensor **out, remat_tensor *q, remat_tensor *k, remat_tensor *v,
-                    bool causal, double scale) {
+remat_status remat_attention(remat_tensor **out, remat_tensor *q, remat_tensor *k, remat_tensor *v,
+                             bool causal, double scale) {
     const rm_attention_params p = {causal, scale};
     remat_tensor *in[3] = {q, k, v};
     return rm_dispatch(&rm_op_attention, out, in, &p, RM_OP_SITE());

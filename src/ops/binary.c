@@ -46,9 +46,9 @@ static remat_status infer_broadcast(const rm_op_call *c, rm_out_spec *out) {
 /* The two input gradients before the broadcast is undone: *ta, *tb (new
  * references; each only when need_a / need_b) from g, a and b. add's and
  * sub's gradient of a are g itself, set before (these see need_a false). */
-typedef int (*binary_grads_fn)(const char *nm, rm_ew_op op, remat_tensor *g, remat_tensor *a,
-                               remat_tensor *b, bool need_a, bool need_b, remat_tensor **ta,
-                               remat_tensor **tb);
+typedef remat_status (*binary_grads_fn)(const char *nm, rm_ew_op op, remat_tensor *g,
+                                        remat_tensor *a, remat_tensor *b, bool need_a, bool need_b,
+                                        remat_tensor **ta, remat_tensor **tb);
 
 /* First order: the formulas on the elementwise kernel (g is the output
  * gradient, of the broadcast shape). */
@@ -199,18 +199,18 @@ static remat_status binary(const rm_op_desc *d, rm_ew_op op, remat_tensor **out,
     return rm_dispatch(d, out, in, &params, site);
 }
 
-int remat_add(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+remat_status remat_add(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     return binary(&rm_op_add, RM_EW_ADD, out, a, b, RM_OP_SITE());
 }
-int remat_sub(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+remat_status remat_sub(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     return binary(&rm_op_sub, RM_EW_SUB, out, a, b, RM_OP_SITE());
 }
-int remat_mul(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+remat_status remat_mul(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     return binary(&rm_op_mul, RM_EW_MUL, out, a, b, RM_OP_SITE());
 }
-int remat_div(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+remat_status remat_div(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     return binary(&rm_op_div, RM_EW_DIV, out, a, b, RM_OP_SITE());
 }
-int remat_pow(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+remat_status remat_pow(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     return binary(&rm_op_pow, RM_EW_POW, out, a, b, RM_OP_SITE());
 }

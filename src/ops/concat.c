@@ -117,7 +117,7 @@ const rm_op_desc rm_op_cat = RM_OP_DESC(
     .check = cat_check, .infer = cat_infer, .run = cat_run, .backward = cat_backward,
     .backward_diff = cat_backward /* slices of g: public ops */);
 
-int remat_cat(remat_tensor **out, int n, remat_tensor *const *tensors, int dim) {
+remat_status remat_cat(remat_tensor **out, int n, remat_tensor *const *tensors, int dim) {
     cat_ctx p = {.n = n, .dim = dim, .no_list = !tensors};
     /* the policy sees the tensors themselves as the inputs */
     return rm_dispatch_n(&rm_op_cat, out, NULL, n > 0 && tensors ? n : 0, tensors, &p,
@@ -272,8 +272,8 @@ const rm_op_desc rm_op_split = RM_OP_DESC(
     .check = split_check, .n_outputs = split_n_outputs, .infer = split_infer,
     .backward = split_backward, .backward_diff = split_backward_diff);
 
-int remat_split(remat_tensor **outs, int max_out, int *n_out, remat_tensor *a, int64_t split_size,
-                int dim) {
+remat_status remat_split(remat_tensor **outs, int max_out, int *n_out, remat_tensor *a,
+                         int64_t split_size, int dim) {
     split_ctx p = {
         .no_outs = !outs || !n_out, .max_out = max_out, .split_size = split_size, .dim_arg = dim};
     if (n_out) *n_out = 0;

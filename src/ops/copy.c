@@ -167,7 +167,7 @@ static void shape_of_t(const rm_op_call *c, rm_out_spec *out) {
     memcpy(out[0].shape, c->in[0]->shape, sizeof out[0].shape);
 }
 
-int remat_clone(remat_tensor **out, remat_tensor *t) {
+remat_status remat_clone(remat_tensor **out, remat_tensor *t) {
     return copy_call(&rm_op_clone, out, t, (copy_ctx){0}, RM_OP_SITE());
 }
 
@@ -188,7 +188,7 @@ static remat_status to_dtype_infer(const rm_op_call *c, rm_out_spec *out) {
 COPY_OP(rm_op_to_dtype, "remat_to_dtype", "ToCopyBackward", .check = to_dtype_check,
         .infer = to_dtype_infer);
 
-int remat_to_dtype(remat_tensor **out, remat_tensor *t, remat_dtype dtype) {
+remat_status remat_to_dtype(remat_tensor **out, remat_tensor *t, remat_dtype dtype) {
     return copy_call(&rm_op_to_dtype, out, t, (copy_ctx){.dtype = dtype}, RM_OP_SITE());
 }
 
@@ -213,6 +213,6 @@ static remat_status to_device_infer(const rm_op_call *c, rm_out_spec *out) {
 COPY_OP(rm_op_to_device, "remat_to_device", "ToCopyBackward", .check = to_device_check,
         .infer = to_device_infer);
 
-int remat_to_device(remat_tensor **out, remat_tensor *t, remat_device device) {
+remat_status remat_to_device(remat_tensor **out, remat_tensor *t, remat_device device) {
     return copy_call(&rm_op_to_device, out, t, (copy_ctx){.device = device}, RM_OP_SITE());
 }

@@ -283,21 +283,21 @@ static remat_status inplace(const rm_op_desc *d, ipop op, rm_ew_op ew, remat_ten
     return rm_dispatch(d, NULL, in, &params, site);
 }
 
-int remat_add_(remat_tensor *a, remat_tensor *b, double alpha) {
+remat_status remat_add_(remat_tensor *a, remat_tensor *b, double alpha) {
     return inplace(&rm_op_add_, IP_ADD, RM_EW_AXPY, a, b, alpha, RM_OP_SITE());
 }
-int remat_mul_(remat_tensor *a, remat_tensor *b) {
+remat_status remat_mul_(remat_tensor *a, remat_tensor *b) {
     return inplace(&rm_op_mul_, IP_MUL, RM_EW_MUL, a, b, 0, RM_OP_SITE());
 }
-int remat_mul_scalar_(remat_tensor *a, double s) {
+remat_status remat_mul_scalar_(remat_tensor *a, double s) {
     return inplace(&rm_op_mul_scalar_, IP_MUL_SCALAR, RM_EW_SCALE, a, NULL, s, RM_OP_SITE());
 }
-int remat_relu_(remat_tensor *a) {
+remat_status remat_relu_(remat_tensor *a) {
     return inplace(&rm_op_relu_, IP_RELU, RM_EW_RELU, a, NULL, 0, RM_OP_SITE());
 }
-int remat_zero_(remat_tensor *a) {
+remat_status remat_zero_(remat_tensor *a) {
     return inplace(&rm_op_zero_, IP_ZERO, RM_EW_FILL, a, NULL, 0, RM_OP_SITE());
 }
-int remat_copy_(remat_tensor *a, remat_tensor *src) {
+remat_status remat_copy_(remat_tensor *a, remat_tensor *src) {
     return inplace(&rm_op_copy_, IP_COPY, RM_EW_FILL, a, src, 0, RM_OP_SITE());
 }

@@ -92,7 +92,7 @@ const rm_op_desc rm_op_embedding = RM_OP_DESC(
     .check = embedding_check, .infer = embedding_infer, .saves = {{RM_SAVE_INPUT, 1, 0}},
     .backward = embedding_backward, .backward_diff = embedding_backward_diff);
 
-int remat_embedding(remat_tensor **out, remat_tensor *weight, remat_tensor *indices) {
+remat_status remat_embedding(remat_tensor **out, remat_tensor *weight, remat_tensor *indices) {
     emb_ctx params = {0, 0};
     remat_tensor *in[2] = {weight, indices};
     return rm_dispatch(&rm_op_embedding, out, in, &params, RM_OP_SITE());
@@ -195,8 +195,8 @@ const rm_op_desc rm_op_cross_entropy = RM_OP_DESC(
     .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}, {RM_SAVE_OUTPUT, 1, 0}},
     .backward = cross_entropy_backward, .backward_diff = cross_entropy_backward_diff);
 
-int remat_cross_entropy(remat_tensor **out, remat_tensor *logits, remat_tensor *targets,
-                        int64_t ignore_index) {
+remat_status remat_cross_entropy(remat_tensor **out, remat_tensor *logits, remat_tensor *targets,
+                                 int64_t ignore_index) {
     const rm_ce_params params = {ignore_index};
     remat_tensor *in[2] = {logits, targets};
     return rm_dispatch(&rm_op_cross_entropy, out, in, &params, RM_OP_SITE());
@@ -287,7 +287,7 @@ const rm_op_desc rm_op_mse_loss =
                .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}}, .backward = mse_backward,
                .backward_diff = mse_backward_diff);
 
-int remat_mse_loss(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+remat_status remat_mse_loss(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     remat_tensor *in[2] = {a, b};
     return rm_dispatch(&rm_op_mse_loss, out, in, NULL, RM_OP_SITE());
 }

@@ -185,7 +185,7 @@ const rm_op_desc rm_op_matmul =
                .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}}, .backward = mm_backward,
                .backward_diff = mm_backward_diff);
 
-int remat_matmul(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
+remat_status remat_matmul(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     mm_ctx p = {.shp.nda = 0}; /* the flags are read by the kernel only, after the checks */
     if (a && b)
         p.k = (rm_mm_params){(a->ndim > 1 ? RM_MM_ROW : 0) | RM_MM_COL,
@@ -369,7 +369,8 @@ const rm_op_desc rm_op_linear = RM_OP_DESC(
     .infer = lin_infer, .saves = {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}},
     .backward = linear_backward, .backward_diff = linear_backward_diff);
 
-int remat_linear(remat_tensor **out, remat_tensor *x, remat_tensor *weight, remat_tensor *bias) {
+remat_status remat_linear(remat_tensor **out, remat_tensor *x, remat_tensor *weight,
+                          remat_tensor *bias) {
     /* y = bias + x · weightᵀ; the flags are read by the kernel only, after the checks */
     unsigned row = x && x->ndim > 1 ? RM_MM_ROW : 0;
     lin_ctx p = {.k = {row | RM_MM_COL, RM_MM_ROW | RM_MM_COL | RM_MM_T, row | RM_MM_COL}};

@@ -83,10 +83,10 @@ static remat_status softmax(const rm_op_desc *d, bool log_out, remat_tensor **ou
     return rm_dispatch(d, out, in, &p, site);
 }
 
-int remat_softmax(remat_tensor **out, remat_tensor *a, int dim) {
+remat_status remat_softmax(remat_tensor **out, remat_tensor *a, int dim) {
     return softmax(&rm_op_softmax, false, out, a, dim, RM_OP_SITE());
 }
-int remat_log_softmax(remat_tensor **out, remat_tensor *a, int dim) {
+remat_status remat_log_softmax(remat_tensor **out, remat_tensor *a, int dim) {
     return softmax(&rm_op_log_softmax, true, out, a, dim, RM_OP_SITE());
 }
 
@@ -257,8 +257,8 @@ const rm_op_desc rm_op_layer_norm = RM_OP_DESC(
               {RM_SAVE_OUTPUT, 2, 0}},
     .backward = layer_norm_backward, .backward_diff = layer_norm_backward_diff);
 
-int remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
-                     remat_tensor *bias, double eps) {
+remat_status remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
+                              remat_tensor *bias, double eps) {
     const ln_params params = {.k = {n_norm, eps}};
     remat_tensor *in[3] = {x, weight, bias};
     return rm_dispatch(&rm_op_layer_norm, out, in, &params, RM_OP_SITE());
@@ -339,7 +339,7 @@ const rm_op_desc rm_op_dropout = RM_OP_DESC(
     .infer = dropout_infer, .saves = {{RM_SAVE_OUTPUT, 1, 0}}, .backward = dropout_backward,
     .backward_diff = dropout_backward_diff);
 
-int remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool train) {
+remat_status remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool train) {
     dropout_params params = {.k = {.p = p}, .train = train};
     remat_tensor *in[1] = {x};
     return rm_dispatch(&rm_op_dropout, out, in, &params, RM_OP_SITE());

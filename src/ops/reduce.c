@@ -126,13 +126,15 @@ static remat_status sum(const rm_op_desc *d, bool mean, remat_tensor **out, rema
     return rm_dispatch(d, out, in, &p, site);
 }
 
-int remat_sum(remat_tensor **out, remat_tensor *a, int n_dims, const int *dims, bool keepdim) {
+remat_status remat_sum(remat_tensor **out, remat_tensor *a, int n_dims, const int *dims,
+                       bool keepdim) {
     return sum(&rm_op_sum, false, out, a, n_dims, dims, keepdim, RM_OP_SITE());
 }
-int remat_mean(remat_tensor **out, remat_tensor *a, int n_dims, const int *dims, bool keepdim) {
+remat_status remat_mean(remat_tensor **out, remat_tensor *a, int n_dims, const int *dims,
+                        bool keepdim) {
     return sum(&rm_op_mean, true, out, a, n_dims, dims, keepdim, RM_OP_SITE());
 }
-int remat_sum_all(remat_tensor **out, remat_tensor *a) {
+remat_status remat_sum_all(remat_tensor **out, remat_tensor *a) {
     return sum(&rm_op_sum_all, false, out, a, 0, NULL, false, RM_OP_SITE());
 }
 
@@ -236,7 +238,8 @@ static void drop_output(remat_tensor *t) {
     if (!scoped) remat_release(t);
 }
 
-int remat_max(remat_tensor **out, remat_tensor **indices, remat_tensor *a, int dim, bool keepdim) {
+remat_status remat_max(remat_tensor **out, remat_tensor **indices, remat_tensor *a, int dim,
+                       bool keepdim) {
     if (indices) *indices = NULL;
     max_params p = {.dim = dim, .keepdim = keepdim};
     remat_tensor *in[1] = {a}, *outs[2] = {NULL, NULL};

@@ -81,7 +81,8 @@ const rm_op_desc rm_op_masked_fill =
                .check = masked_fill_check, .saves = {{RM_SAVE_INPUT, 1, 0}},
                .backward = masked_fill_backward, .backward_diff = masked_fill_backward_diff);
 
-int remat_masked_fill(remat_tensor **out, remat_tensor *a, remat_tensor *mask, double value) {
+remat_status remat_masked_fill(remat_tensor **out, remat_tensor *a, remat_tensor *mask,
+                               double value) {
     const rm_select_params p = {.cond = 1, .a = -1, .b = 0, .va = value};
     remat_tensor *in[2] = {a, mask};
     return rm_dispatch(&rm_op_masked_fill, out, in, &p, RM_OP_SITE());
@@ -166,7 +167,7 @@ const rm_op_desc rm_op_where =
                .infer = where_infer, .saves = {{RM_SAVE_INPUT, 0, 0}}, .backward = where_backward,
                .backward_diff = where_backward_diff);
 
-int remat_where(remat_tensor **out, remat_tensor *cond, remat_tensor *a, remat_tensor *b) {
+remat_status remat_where(remat_tensor **out, remat_tensor *cond, remat_tensor *a, remat_tensor *b) {
     const wctx p = {.sel = {.cond = 0, .a = 1, .b = 2}};
     remat_tensor *in[3] = {cond, a, b};
     return rm_dispatch(&rm_op_where, out, in, &p, RM_OP_SITE());

@@ -560,53 +560,53 @@ static void take_shape(shape_args *p, int ndim, const int64_t *shape) {
         memcpy(p->shape, shape, sizeof(int64_t) * (size_t)ndim);
 }
 
-int remat_reshape(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
+remat_status remat_reshape(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
     shape_args p = {.allow_copy = true};
     take_shape(&p, ndim, shape);
     return shape_op(&rm_op_reshape, out, a, &p, RM_OP_SITE());
 }
 
-int remat_view(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
+remat_status remat_view(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
     shape_args p = {.allow_copy = false};
     take_shape(&p, ndim, shape);
     return shape_op(&rm_op_view, out, a, &p, RM_OP_SITE());
 }
 
-int remat_transpose(remat_tensor **out, remat_tensor *a, int dim0, int dim1) {
+remat_status remat_transpose(remat_tensor **out, remat_tensor *a, int dim0, int dim1) {
     shape_args p = {.dim0 = dim0, .dim1 = dim1};
     return shape_op(&rm_op_transpose, out, a, &p, RM_OP_SITE());
 }
 
-int remat_permute(remat_tensor **out, remat_tensor *a, int ndim, const int *perm) {
+remat_status remat_permute(remat_tensor **out, remat_tensor *a, int ndim, const int *perm) {
     shape_args p = {.ndim = ndim, .given = perm != NULL};
     if (perm && ndim > 0 && ndim <= REMAT_MAX_DIMS)
         memcpy(p.perm, perm, sizeof(int) * (size_t)ndim);
     return shape_op(&rm_op_permute, out, a, &p, RM_OP_SITE());
 }
 
-int remat_slice(remat_tensor **out, remat_tensor *a, int dim, int64_t start, int64_t end,
-                int64_t step) {
+remat_status remat_slice(remat_tensor **out, remat_tensor *a, int dim, int64_t start, int64_t end,
+                         int64_t step) {
     shape_args p = {.dim0 = dim, .start = start, .end = end, .step = step};
     return shape_op(&rm_op_slice, out, a, &p, RM_OP_SITE());
 }
 
-int remat_expand(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
+remat_status remat_expand(remat_tensor **out, remat_tensor *a, int ndim, const int64_t *shape) {
     shape_args p = {0};
     take_shape(&p, ndim, shape);
     return shape_op(&rm_op_expand, out, a, &p, RM_OP_SITE());
 }
 
-int remat_unsqueeze(remat_tensor **out, remat_tensor *a, int dim) {
+remat_status remat_unsqueeze(remat_tensor **out, remat_tensor *a, int dim) {
     shape_args p = {.dim0 = dim};
     return shape_op(&rm_op_unsqueeze, out, a, &p, RM_OP_SITE());
 }
 
-int remat_squeeze(remat_tensor **out, remat_tensor *a, int dim) {
+remat_status remat_squeeze(remat_tensor **out, remat_tensor *a, int dim) {
     shape_args p = {.dim0 = dim};
     return shape_op(&rm_op_squeeze, out, a, &p, RM_OP_SITE());
 }
 
-int remat_contiguous(remat_tensor **out, remat_tensor *a) {
+remat_status remat_contiguous(remat_tensor **out, remat_tensor *a) {
     shape_args p = {0};
     return shape_op(&rm_op_contiguous, out, a, &p, RM_OP_SITE());
 }

@@ -55,7 +55,7 @@ const rm_op_desc rm_op_tag =
                .check = tag_check, .infer = tag_infer, .finish = tag_finish, .tag = tag_of,
                .backward = tag_backward, .backward_diff = tag_backward);
 
-int remat_tag(remat_tensor **out, remat_tensor *t, const char *name) {
+remat_status remat_tag(remat_tensor **out, remat_tensor *t, const char *name) {
     const tag_params p = {name};
     remat_tensor *in[1] = {t};
     return rm_dispatch(&rm_op_tag, out, in, &p, RM_OP_SITE());

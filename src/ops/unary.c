@@ -277,28 +277,28 @@ static remat_status unary(const rm_op_desc *d, rm_unary_op op, double p, remat_t
 }
 
 #define S RM_OP_SITE()
-int remat_neg(remat_tensor **out, remat_tensor *a) {
+remat_status remat_neg(remat_tensor **out, remat_tensor *a) {
     return unary(&rm_op_neg, RM_U_NEG, 0, out, a, S);
 }
-int remat_exp(remat_tensor **out, remat_tensor *a) {
+remat_status remat_exp(remat_tensor **out, remat_tensor *a) {
     return unary(&rm_op_exp, RM_U_EXP, 0, out, a, S);
 }
-int remat_log(remat_tensor **out, remat_tensor *a) {
+remat_status remat_log(remat_tensor **out, remat_tensor *a) {
     return unary(&rm_op_log, RM_U_LOG, 0, out, a, S);
 }
-int remat_sqrt(remat_tensor **out, remat_tensor *a) {
+remat_status remat_sqrt(remat_tensor **out, remat_tensor *a) {
     return unary(&rm_op_sqrt, RM_U_SQRT, 0, out, a, S);
 }
-int remat_tanh(remat_tensor **out, remat_tensor *a) {
+remat_status remat_tanh(remat_tensor **out, remat_tensor *a) {
     return unary(&rm_op_tanh, RM_U_TANH, 0, out, a, S);
 }
-int remat_sigmoid(remat_tensor **out, remat_tensor *a) {
+remat_status remat_sigmoid(remat_tensor **out, remat_tensor *a) {
     return unary(&rm_op_sigmoid, RM_U_SIGMOID, 0, out, a, S);
 }
-int remat_relu(remat_tensor **out, remat_tensor *a) {
+remat_status remat_relu(remat_tensor **out, remat_tensor *a) {
     return unary(&rm_op_relu, RM_U_RELU, 0, out, a, S);
 }
-int remat_gelu(remat_tensor **out, remat_tensor *a, remat_gelu_approx approximate) {
+remat_status remat_gelu(remat_tensor **out, remat_tensor *a, remat_gelu_approx approximate) {
     if (approximate != REMAT_GELU_ERF && approximate != REMAT_GELU_TANH)
         return rm_err(REMAT_EINVAL,
                       "remat_gelu: approximate must be REMAT_GELU_ERF or "
@@ -307,22 +307,22 @@ int remat_gelu(remat_tensor **out, remat_tensor *a, remat_gelu_approx approximat
     rm_unary_op op = approximate == REMAT_GELU_ERF ? RM_U_GELU_ERF : RM_U_GELU_TANH;
     return unary(&rm_op_gelu, op, 0, out, a, S);
 }
-int remat_pow_scalar(remat_tensor **out, remat_tensor *a, double exponent) {
+remat_status remat_pow_scalar(remat_tensor **out, remat_tensor *a, double exponent) {
     return unary(&rm_op_pow_scalar, RM_U_POW, exponent, out, a, S);
 }
-int remat_add_scalar(remat_tensor **out, remat_tensor *a, double s) {
+remat_status remat_add_scalar(remat_tensor **out, remat_tensor *a, double s) {
     return unary(&rm_op_add_scalar, RM_U_ADD, s, out, a, S);
 }
-int remat_sub_scalar(remat_tensor **out, remat_tensor *a, double s) {
+remat_status remat_sub_scalar(remat_tensor **out, remat_tensor *a, double s) {
     return unary(&rm_op_sub_scalar, RM_U_ADD, -s, out, a, S);
 }
-int remat_rsub_scalar(remat_tensor **out, remat_tensor *a, double s) {
+remat_status remat_rsub_scalar(remat_tensor **out, remat_tensor *a, double s) {
     return unary(&rm_op_rsub_scalar, RM_U_RSUB, s, out, a, S);
 }
-int remat_mul_scalar(remat_tensor **out, remat_tensor *a, double s) {
+remat_status remat_mul_scalar(remat_tensor **out, remat_tensor *a, double s) {
     return unary(&rm_op_mul_scalar, RM_U_MUL, s, out, a, S);
 }
-int remat_div_scalar(remat_tensor **out, remat_tensor *a, double s) {
+remat_status remat_div_scalar(remat_tensor **out, remat_tensor *a, double s) {
     /* as P: x / 0 = inf/nan */
     return unary(&rm_op_div_scalar, RM_U_MUL, s == 0.0 ? INFINITY : 1.0 / s, out, a, S);
 }

@@ -353,8 +353,8 @@ remat_status pl_plan_begin(remat_plan **out, const remat_profile *profile, int n
     return REMAT_OK;
 }
 
-int remat_plan_sequential(remat_plan **out, const remat_profile *profile, int n_stages,
-                          int segments) {
+remat_status remat_plan_sequential(remat_plan **out, const remat_profile *profile, int n_stages,
+                                   int segments) {
     static const char *call = "remat_plan_sequential";
     int L = 0;
     int rc = pl_plan_begin(out, profile, n_stages, call, &L);

@@ -40,7 +40,7 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-int remat_profile_create(remat_profile **out, int n_stages) {
+remat_status remat_profile_create(remat_profile **out, int n_stages) {
     if (!out) return rm_err(REMAT_EINVAL, "remat_profile_create: out is NULL");
     *out = NULL;
     if (n_stages < 1)
@@ -282,8 +282,8 @@ static remat_status check_profile_args(const char *call, int n_stages, const rem
     return REMAT_OK;
 }
 
-int remat_profile_stages(remat_profile **out, int n_stages, const remat_stage *stages,
-                         remat_tensor *input, const remat_profile_options *opts) {
+remat_status remat_profile_stages(remat_profile **out, int n_stages, const remat_stage *stages,
+                                  remat_tensor *input, const remat_profile_options *opts) {
     static const char *call = "remat_profile_stages";
     if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
     *out = NULL;

@@ -45,7 +45,7 @@ static int64_t rv_cost(int64_t l, int64_t c) {
     return r * l - (int64_t)beta(c + 1, r - 1);
 }
 
-int remat_revolve_cost(int64_t steps, int64_t checkpoints, int64_t *recomputations) {
+remat_status remat_revolve_cost(int64_t steps, int64_t checkpoints, int64_t *recomputations) {
     static const char *call = "remat_revolve_cost";
     if (!recomputations) return rm_err(REMAT_EINVAL, "%s: recomputations is NULL", call);
     *recomputations = 0;
@@ -106,8 +106,8 @@ static void rv_build(const rv_tab *tb, int s, int t, int c, int depth, int paren
     }
 }
 
-int remat_plan_revolve(remat_plan **out, const remat_profile *profile, int n_stages,
-                       int checkpoints) {
+remat_status remat_plan_revolve(remat_plan **out, const remat_profile *profile, int n_stages,
+                                int checkpoints) {
     static const char *call = "remat_plan_revolve";
     int L = 0;
     int rc = pl_plan_begin(out, profile, n_stages, call, &L);

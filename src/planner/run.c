@@ -149,8 +149,9 @@ static remat_status run_level(pl_runctx *c, int i, int end, remat_tensor *in, re
     return REMAT_OK;
 }
 
-int remat_plan_run_ex(const remat_plan *plan, const remat_stage *stages, remat_tensor *input,
-                      remat_tensor **output, const remat_checkpoint_options *base) {
+remat_status remat_plan_run_ex(const remat_plan *plan, const remat_stage *stages,
+                               remat_tensor *input, remat_tensor **output,
+                               const remat_checkpoint_options *base) {
     static const char *call = "remat_plan_run";
     if (!output) return rm_err(REMAT_EINVAL, "%s: output is NULL", call);
     *output = NULL;
@@ -179,14 +180,15 @@ int remat_plan_run_ex(const remat_plan *plan, const remat_stage *stages, remat_t
     return rm_hand_out(output, y);
 }
 
-int remat_plan_run(const remat_plan *plan, const remat_stage *stages, remat_tensor *input,
-                   remat_tensor **output) {
+remat_status remat_plan_run(const remat_plan *plan, const remat_stage *stages, remat_tensor *input,
+                            remat_tensor **output) {
     return remat_plan_run_ex(plan, stages, input, output, NULL);
 }
 
 /* ---- conveniences ---------------------------------------------------------------------- */
-int remat_plan_auto(remat_plan **out, int n_stages, const remat_stage *stages, remat_tensor *input,
-                    size_t budget_bytes, const remat_profile_options *profile_opts) {
+remat_status remat_plan_auto(remat_plan **out, int n_stages, const remat_stage *stages,
+                             remat_tensor *input, size_t budget_bytes,
+                             const remat_profile_options *profile_opts) {
     if (!out) return rm_err(REMAT_EINVAL, "remat_plan_auto: out is NULL");
     *out = NULL;
     remat_profile *prof = NULL;
@@ -231,8 +233,8 @@ static bool cache_match(const pl_cached *e, int n, const remat_stage *stages, si
            same_stages(e->stages, stages, (size_t)n);
 }
 
-int remat_checkpoint_budget(remat_tensor **out, int n_stages, const remat_stage *stages,
-                            size_t budget_bytes, remat_tensor *input) {
+remat_status remat_checkpoint_budget(remat_tensor **out, int n_stages, const remat_stage *stages,
+                                     size_t budget_bytes, remat_tensor *input) {
     static const char *call = "remat_checkpoint_budget";
     if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
     *out = NULL;
@@ -293,7 +295,7 @@ void remat_checkpoint_budget_clear(void) {
 }
 
 /* ---- byte sizes -------------------------------------------------------------------------------- */
-int remat_parse_bytes(const char *text, size_t *bytes) {
+remat_status remat_parse_bytes(const char *text, size_t *bytes) {
     static const char *call = "remat_parse_bytes";
     if (!bytes) return rm_err(REMAT_EINVAL, "%s: bytes is NULL", call);
     *bytes = 0;

@@ -111,7 +111,7 @@ remat_status pl_min_peak(const pl_model *m, uint64_t *peak, pl_builder *b, const
     return REMAT_OK;
 }
 
-int remat_plan_min_budget(const remat_profile *profile, size_t *bytes) {
+remat_status remat_plan_min_budget(const remat_profile *profile, size_t *bytes) {
     static const char *call = "remat_plan_min_budget";
     if (!bytes) return rm_err(REMAT_EINVAL, "%s: bytes is NULL", call);
     *bytes = 0;
@@ -416,6 +416,7 @@ remat_status remat_plan_create_step(remat_plan **out, const remat_profile *profi
     return create_checked(out, profile, step, true, budget_bytes, opts, "remat_plan_create_step");
 }
 
-int remat_plan_create(remat_plan **out, const remat_profile *profile, size_t budget_bytes) {
+remat_status remat_plan_create(remat_plan **out, const remat_profile *profile,
+                               size_t budget_bytes) {
     return remat_plan_create_ex(out, profile, budget_bytes, NULL);
 }

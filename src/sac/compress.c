@@ -53,10 +53,13 @@ static remat_status convert(remat_tensor **out, remat_tensor *t, remat_dtype fro
     return REMAT_OK;
 }
 
-int remat_to_bf16(remat_tensor **out, remat_tensor *t) {
-    if (!out) return rm_err(REMAT_EINVAL, "remat_to_bf16: out must not be NULL");
+/* remat_to_bf16 and remat_bf16_to_f32: convert, then hand the result out
+ * (*out NULL on failure). */
+static remat_status convert_out(remat_tensor **out, remat_tensor *t, remat_dtype from,
+                                remat_dtype to, const char *call) {
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
     remat_tensor *y;
-    int rc = convert(&y, t, REMAT_F32, REMAT_BF16, "remat_to_bf16");
+    int rc = convert(&y, t, from, to, call);
     if (rc) {
         *out = NULL;
         return rc;
@@ -64,15 +67,12 @@ int remat_to_bf16(remat_tensor **out, remat_tensor *t) {
     return rm_hand_out(out, y);
 }
 
-int remat_bf16_to_f32(remat_tensor **out, remat_tensor *t) {
-    if (!out) return rm_err(REMAT_EINVAL, "remat_bf16_to_f32: out must not be NULL");
-    remat_tensor *y;
-    int rc = convert(&y, t, REMAT_BF16, REMAT_F32, "remat_bf16_to_f32");
-    if (rc) {
-        *out = NULL;
-        return rc;
-    }
-    return rm_hand_out(out, y);
+remat_status remat_to_bf16(remat_tensor **out, remat_tensor *t) {
+    return convert_out(out, t, REMAT_F32, REMAT_BF16, "remat_to_bf16");
+}
+
+remat_status remat_bf16_to_f32(remat_tensor **out, remat_tensor *t) {
+    return convert_out(out, t, REMAT_BF16, REMAT_F32, "remat_bf16_to_f32");
 }
 
 /* ---- the hooks ------------------------------------------------------------------------------ */

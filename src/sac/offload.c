@@ -168,7 +168,7 @@ static void *offload_pack(void *ud, remat_tensor *t) {
     return e;
 }
 
-static int offload_unpack(void *ud, void *handle, remat_tensor **out) {
+static remat_status offload_unpack(void *ud, void *handle, remat_tensor **out) {
     RM_UNUSED(ud);
     off_entry *e = handle;
     *out = NULL;

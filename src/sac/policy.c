@@ -94,8 +94,8 @@ void remat_policy_release(remat_policy *p) {
     free(p);
 }
 
-int remat_policy_from_fn(remat_policy **out, remat_sac_policy_fn fn, void *user_state,
-                         void (*destroy_state)(void *)) {
+remat_status remat_policy_from_fn(remat_policy **out, remat_sac_policy_fn fn, void *user_state,
+                                  void (*destroy_state)(void *)) {
     const char *call = "remat_policy_from_fn";
     int rc = check_out(out, call);
     if (rc) return rc;
@@ -137,35 +137,37 @@ static remat_status named(remat_policy **out, pol_kind kind, int n, const char *
     return REMAT_OK;
 }
 
-int remat_policy_from_ops(remat_policy **out, int n, const char *const *ops) {
+remat_status remat_policy_from_ops(remat_policy **out, int n, const char *const *ops) {
     return named(out, POL_OPS, n, ops, "remat_policy_from_ops", "ops");
 }
-int remat_policy_nothing_saveable(remat_policy **out) {
+remat_status remat_policy_nothing_saveable(remat_policy **out) {
     return named(out, POL_NOTHING, 0, NULL, "remat_policy_nothing_saveable", "names");
 }
-int remat_policy_everything_saveable(remat_policy **out) {
+remat_status remat_policy_everything_saveable(remat_policy **out) {
     return named(out, POL_EVERYTHING, 0, NULL, "remat_policy_everything_saveable", "names");
 }
-int remat_policy_dots_saveable(remat_policy **out) {
+remat_status remat_policy_dots_saveable(remat_policy **out) {
     return named(out, POL_DOTS, 0, NULL, "remat_policy_dots_saveable", "names");
 }
-int remat_policy_save_only_these_names(remat_policy **out, int n, const char *const *names) {
+remat_status remat_policy_save_only_these_names(remat_policy **out, int n,
+                                                const char *const *names) {
     return named(out, POL_ONLY_NAMES, n, names, "remat_policy_save_only_these_names", "names");
 }
-int remat_policy_save_anything_except_these_names(remat_policy **out, int n,
-                                                  const char *const *names) {
+remat_status remat_policy_save_anything_except_these_names(remat_policy **out, int n,
+                                                           const char *const *names) {
     return named(out, POL_EXCEPT_NAMES, n, names, "remat_policy_save_anything_except_these_names",
                  "names");
 }
-int remat_policy_save_any_names_but_these(remat_policy **out, int n, const char *const *names) {
+remat_status remat_policy_save_any_names_but_these(remat_policy **out, int n,
+                                                   const char *const *names) {
     return named(out, POL_ANY_NAMES_BUT, n, names, "remat_policy_save_any_names_but_these",
                  "names");
 }
-int remat_policy_offload_these_names(remat_policy **out, int n, const char *const *names) {
+remat_status remat_policy_offload_these_names(remat_policy **out, int n, const char *const *names) {
     return named(out, POL_OFFLOAD_NAMES, n, names, "remat_policy_offload_these_names", "names");
 }
 
-int remat_policy_or(remat_policy **out, remat_policy *a, remat_policy *b) {
+remat_status remat_policy_or(remat_policy **out, remat_policy *a, remat_policy *b) {
     const char *call = "remat_policy_or";
     int rc = check_out(out, call);
     if (rc) return rc;

@@ -7,11 +7,11 @@
 #define _GNU_SOURCE /* dladdr, Dl_info */
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../internal.h"
+#include "../io/text.h"
 #include "remat/report.h"
 
 struct remat_residual_report {
@@ -117,37 +117,40 @@ static void observe(void *ud, const char *op, remat_tensor *t) {
     pthread_mutex_unlock(&g_lock);
 }
 
-int remat_residual_report_begin(remat_residual_report **out) {
+/* Under the lock: `to` becomes the recording report if `from` is the
+ * recording one (NULL: none is), and the save observer is installed or
+ * removed to match. false: `from` is not recording; nothing changed. */
+static bool switch_recording(remat_residual_report *from, remat_residual_report *to) {
+    pthread_mutex_lock(&g_lock);
+    bool ok = g_active == from;
+    if (ok) {
+        if (from) from->recording = false;
+        if (to) to->recording = true;
+        g_active = to;
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (ok) remat_set_save_observer(to ? observe : NULL, NULL);
+    return ok;
+}
+
+remat_status remat_residual_report_begin(remat_residual_report **out) {
     if (!out) return rm_err(REMAT_EINVAL, "remat_residual_report_begin: out must not be NULL");
     *out = NULL;
     remat_residual_report *r = calloc(1, sizeof *r);
     if (!r) return rm_err(REMAT_ENOMEM, "remat_residual_report_begin: out of memory");
-    pthread_mutex_lock(&g_lock);
-    if (g_active) {
-        pthread_mutex_unlock(&g_lock);
+    if (!switch_recording(NULL, r)) {
         free(r);
         return rm_err(REMAT_ESTATE, "remat_residual_report_begin: another residual report is "
                                     "recording (end it first; one report records at a time)");
     }
-    r->recording = true;
-    g_active = r;
-    pthread_mutex_unlock(&g_lock);
-    remat_set_save_observer(observe, NULL);
     *out = r;
     return REMAT_OK;
 }
 
-int remat_residual_report_end(remat_residual_report *r) {
+remat_status remat_residual_report_end(remat_residual_report *r) {
     if (!r) return rm_err(REMAT_EINVAL, "remat_residual_report_end: report is NULL");
-    pthread_mutex_lock(&g_lock);
-    if (g_active != r) {
-        pthread_mutex_unlock(&g_lock);
+    if (!switch_recording(r, NULL))
         return rm_err(REMAT_ESTATE, "remat_residual_report_end: this report is not recording");
-    }
-    r->recording = false;
-    g_active = NULL;
-    pthread_mutex_unlock(&g_lock);
-    remat_set_save_observer(NULL, NULL);
     return REMAT_OK;
 }
 
@@ -171,7 +174,8 @@ const remat_residual *remat_residual_report_entry(const remat_residual_report *r
     return &r->e[i];
 }
 
-int remat_residual_report_totals(const remat_residual_report *r, remat_residual_totals *t) {
+remat_status remat_residual_report_totals(const remat_residual_report *r,
+                                          remat_residual_totals *t) {
     if (!r || !t)
         return rm_err(REMAT_EINVAL, "remat_residual_report_totals: report and totals must not be "
                                     "NULL");
@@ -209,25 +213,6 @@ remat_residual_op_total remat_residual_report_op_named(const remat_residual_repo
 }
 
 /* ---- the printer ----------------------------------------------------------------------- */
-typedef struct sbuf {
-    char *buf;
-    size_t n, len;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = b->len < b->n ? b->n - b->len : 0;
-    int k = vsnprintf(room ? b->buf + b->len : NULL, room, fmt, ap);
-    va_end(ap);
-    if (k > 0) b->len += (size_t)k;
-}
-
 static const char *human(size_t bytes, char *buf, size_t n) {
     if (bytes < 1024) snprintf(buf, n, "%zu B", bytes);
     else if (bytes < (size_t)1024 * 1024) snprintf(buf, n, "%.1f KiB", (double)bytes / 1024.0);
@@ -238,21 +223,21 @@ static const char *human(size_t bytes, char *buf, size_t n) {
 }
 
 size_t remat_residual_report_format(const remat_residual_report *r, char *buf, size_t n) {
-    sbuf b = {buf, n, 0};
+    rm_text b = {.s = buf, .cap = n};
     if (buf && n) buf[0] = '\0';
     if (!r) return 0;
     remat_residual_totals t;
     remat_residual_report_totals(r, &t);
     char h1[32], h2[32], h3[32];
-    sb_printf(&b,
-              "residual report: %d tensors saved for backward, %s as views, %s in distinct "
-              "storages (each storage counted once), %s kept by the graph (no hooks, outside "
-              "backward)%s\n",
-              t.count, human(t.bytes, h1, sizeof h1), human(t.unique_bytes, h2, sizeof h2),
-              human(t.kept_bytes, h3, sizeof h3),
-              r->oom ? " [incomplete: out of memory while recording]" : "");
-    sb_printf(&b, "%4s  %-22s %-16s %-16s %-20s %-5s %10s  %-5s %s\n", "#", "op", "call", "name",
-              "shape", "dtype", "bytes", "flags", "site");
+    rm_text_printf(&b,
+                   "residual report: %d tensors saved for backward, %s as views, %s in distinct "
+                   "storages (each storage counted once), %s kept by the graph (no hooks, outside "
+                   "backward)%s\n",
+                   t.count, human(t.bytes, h1, sizeof h1), human(t.unique_bytes, h2, sizeof h2),
+                   human(t.kept_bytes, h3, sizeof h3),
+                   r->oom ? " [incomplete: out of memory while recording]" : "");
+    rm_text_printf(&b, "%4s  %-22s %-16s %-16s %-20s %-5s %10s  %-5s %s\n", "#", "op", "call",
+                   "name", "shape", "dtype", "bytes", "flags", "site");
     for (int i = 0; i < r->n; i++) {
         const remat_residual *e = &r->e[i];
         char sh[96], hb[32], dev[48] = "";
@@ -267,26 +252,27 @@ size_t remat_residual_report_format(const remat_residual_report *r, char *buf, s
         if (e->hooked) flags[fl++] = 'h';
         if (e->in_backward) flags[fl++] = 'b';
         flags[fl] = '\0';
-        sb_printf(&b, "%4d  %-22s %-16s %-16s %-20s %-5s %10s  %-5s %s%s\n", i, e->op,
-                  e->call ? e->call : "-", e->name[0] ? e->name : "-", sh,
-                  remat_dtype_name(e->dtype), human(e->bytes, hb, sizeof hb), flags,
-                  e->site_str[0] ? e->site_str : "-", dev);
+        rm_text_printf(&b, "%4d  %-22s %-16s %-16s %-20s %-5s %10s  %-5s %s%s\n", i, e->op,
+                       e->call ? e->call : "-", e->name[0] ? e->name : "-", sh,
+                       remat_dtype_name(e->dtype), human(e->bytes, hb, sizeof hb), flags,
+                       e->site_str[0] ? e->site_str : "-", dev);
     }
-    sb_printf(&b, "flags: s = shares the storage of an earlier entry (not counted again), h = "
-                  "saved through saved-tensor hooks, b = saved during backward (recomputation)\n");
-    sb_printf(&b, "per op:\n%4s  %-22s %6s %12s %18s\n", "", "op", "count", "bytes",
-              "distinct storage");
+    rm_text_printf(&b,
+                   "flags: s = shares the storage of an earlier entry (not counted again), h = "
+                   "saved through saved-tensor hooks, b = saved during backward (recomputation)\n");
+    rm_text_printf(&b, "per op:\n%4s  %-22s %6s %12s %18s\n", "", "op", "count", "bytes",
+                   "distinct storage");
     for (int i = 0; i < r->n_ops; i++) {
         const remat_residual_op_total *o = &r->ops[i];
-        sb_printf(&b, "%4s  %-22s %6d %12s %18s\n", "", o->op, o->count,
-                  human(o->bytes, h1, sizeof h1), human(o->unique_bytes, h2, sizeof h2));
+        rm_text_printf(&b, "%4s  %-22s %6d %12s %18s\n", "", o->op, o->count,
+                       human(o->bytes, h1, sizeof h1), human(o->unique_bytes, h2, sizeof h2));
     }
-    sb_printf(&b, "%4s  %-22s %6d %12s %18s\n", "", "total", t.count, human(t.bytes, h1, sizeof h1),
-              human(t.unique_bytes, h2, sizeof h2));
+    rm_text_printf(&b, "%4s  %-22s %6d %12s %18s\n", "", "total", t.count,
+                   human(t.bytes, h1, sizeof h1), human(t.unique_bytes, h2, sizeof h2));
     return b.len;
 }
 
-int remat_residual_report_print(const remat_residual_report *r, FILE *f) {
+remat_status remat_residual_report_print(const remat_residual_report *r, FILE *f) {
     if (!r || !f)
         return rm_err(REMAT_EINVAL, "remat_residual_report_print: report and file must not be "
                                     "NULL");

@@ -121,12 +121,12 @@ struct sac_region {
 static RM_TLS remat_sac_stats g_dummy_stats; /* written when no stats were asked for */
 #define STATS(r) ((r)->stats ? (r)->stats : &g_dummy_stats)
 
-static void defer(sac_region *r, int status, const char *fmt, ...)
+static void defer(sac_region *r, remat_status status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
-static void defer(sac_region *r, int status, const char *fmt, ...) {
+static void defer(sac_region *r, remat_status status, const char *fmt, ...) {
     if (r->err) return;
     r->err = status;
     va_list ap;
@@ -375,6 +375,20 @@ static bool is_inplace(const char *op) {
     return n > 0 && op[n - 1] == '_';
 }
 
+/* Op `idx` of the region becomes the running one: the region's saver takes
+ * its saves until it ends. serving: it is served from the cache (a
+ * recomputation), not recorded (the forward). */
+static void make_current(sac_region *r, rm_op_frame *f, int idx, int n_in,
+                         remat_tensor *const *inputs, bool serving) {
+    r->cur = idx;
+    r->serving = serving;
+    r->save_pos = 0;
+    r->cur_n_in = n_in;
+    r->cur_in = inputs;
+    rm_saver_set(saver, r, &r->prev_saver, &r->prev_saver_self);
+    f->region = r;
+}
+
 static remat_status begin_forward(sac_region *r, rm_op_frame *f, const char *op, int n_in,
                                   remat_tensor *const *inputs, const char *tag) {
     release_dead_pending(r, false);
@@ -398,13 +412,7 @@ static remat_status begin_forward(sac_region *r, rm_op_frame *f, const char *op,
     rec->is_tag = tag != NULL;
     rec->offload = sac_is_offload(p);
     rec->state = sac_is_save(p) && !rec->inplace && !rec->is_tag ? REC_CACHED : REC_PENDING;
-    r->cur = idx;
-    r->serving = false;
-    r->save_pos = 0;
-    r->cur_n_in = n_in;
-    r->cur_in = inputs;
-    rm_saver_set(saver, r, &r->prev_saver, &r->prev_saver_self);
-    f->region = r;
+    make_current(r, f, idx, n_in, inputs, false);
     return REMAT_OK;
 }
 
@@ -496,13 +504,7 @@ static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *o
     if (!r->keep) rec->state = REC_CONSUMED;
     r->consumed_any = !r->keep;
     STATS(r)->ops_from_cache++;
-    r->cur = idx;
-    r->serving = true;
-    r->save_pos = 0;
-    r->cur_n_in = n_in;
-    r->cur_in = inputs;
-    rm_saver_set(saver, r, &r->prev_saver, &r->prev_saver_self);
-    f->region = r;
+    make_current(r, f, idx, n_in, inputs, true);
     f->prev_skip = rm_set_skip_mode(true);
     f->set_skip = true;
     return REMAT_OK;
@@ -610,7 +612,7 @@ static remat_status saver(void *self, remat_node *n, int slot, remat_tensor *t) 
     return save_through(r, n, slot, t);
 }
 
-static void end_forward(sac_region *r, int status, int n_out, remat_tensor *const *outs) {
+static void end_forward(sac_region *r, remat_status status, int n_out, remat_tensor *const *outs) {
     sac_rec *rec = &r->recs[r->cur];
     if (status != REMAT_OK || rec->inplace || rec->is_tag) {
         rec_free(rec);
@@ -692,7 +694,7 @@ static bool adopt(remat_tensor *y, const remat_tensor *c) {
     return true;
 }
 
-static void end_recompute(sac_region *r, rm_op_frame *f, int status, int n_out,
+static void end_recompute(sac_region *r, rm_op_frame *f, remat_status status, int n_out,
                           remat_tensor *const *outs) {
     sac_rec *rec = &r->recs[r->cur];
     if (f->set_skip) rm_set_skip_mode(f->prev_skip || r->stopped);
@@ -715,7 +717,8 @@ static void end_recompute(sac_region *r, rm_op_frame *f, int status, int n_out,
     if (!r->keep) rec_release(rec);
 }
 
-static void sac_end(void *self, rm_op_frame *f, int status, int n_out, remat_tensor *const *outs) {
+static void sac_end(void *self, rm_op_frame *f, remat_status status, int n_out,
+                    remat_tensor *const *outs) {
     sac_region *r = self;
     rm_saver_set(r->prev_saver, r->prev_saver_self, NULL, NULL);
     if (r->serving) end_recompute(r, f, status, n_out, outs);
@@ -740,7 +743,7 @@ static void enter(sac_region *r, int mode) {
     r->prev_icpt = rm_interceptor_set((rm_icpt_ref){&k_sac_interceptor, r});
 }
 
-static remat_status leave(sac_region *r, int status) {
+static remat_status leave(sac_region *r, remat_status status) {
     /* contexts nest strictly (the checkpoint enters and exits around one call) */
     rm_interceptor_set(r->prev_icpt);
     r->prev_icpt = (rm_icpt_ref){0};
@@ -762,7 +765,7 @@ static remat_status ctx_forward_enter(void *state) {
     return REMAT_OK;
 }
 
-static remat_status ctx_forward_exit(void *state, int status) {
+static remat_status ctx_forward_exit(void *state, remat_status status) {
     sac_region *r = state;
     release_dead_pending(r, true);
     r->forward_done = true;
@@ -775,7 +778,7 @@ static remat_status ctx_recompute_enter(void *state) {
     return REMAT_OK;
 }
 
-static remat_status ctx_recompute_exit(void *state, int status) {
+static remat_status ctx_recompute_exit(void *state, remat_status status) {
     sac_region *r = state;
     /* Entries this recomputation did not reach (it stopped early) can never
      * be served: any later recomputation fails at the first entry this one
@@ -799,10 +802,10 @@ static void ctx_destroy(void *state) {
     free(r);
 }
 
-int remat_create_selective_checkpoint_contexts(remat_checkpoint_contexts *pair,
-                                               remat_policy *policy,
-                                               bool allow_cache_entry_mutation,
-                                               remat_sac_stats *stats) {
+remat_status remat_create_selective_checkpoint_contexts(remat_checkpoint_contexts *pair,
+                                                        remat_policy *policy,
+                                                        bool allow_cache_entry_mutation,
+                                                        remat_sac_stats *stats) {
     const char *call = "remat_create_selective_checkpoint_contexts";
     if (!pair) return rm_err(REMAT_EINVAL, "%s: pair must not be NULL", call);
     memset(pair, 0, sizeof *pair);
@@ -817,16 +820,16 @@ int remat_create_selective_checkpoint_contexts(remat_checkpoint_contexts *pair,
     r->allow_mutation = allow_cache_entry_mutation;
     r->stats = stats;
     r->cur = -1;
-    pair->forward_enter = ctx_forward_enter;
-    pair->forward_exit = ctx_forward_exit;
-    pair->recompute_enter = ctx_recompute_enter;
-    pair->recompute_exit = ctx_recompute_exit;
-    pair->destroy = ctx_destroy;
-    pair->state = r;
+    *pair = (remat_checkpoint_contexts){.forward_enter = ctx_forward_enter,
+                                        .forward_exit = ctx_forward_exit,
+                                        .recompute_enter = ctx_recompute_enter,
+                                        .recompute_exit = ctx_recompute_exit,
+                                        .destroy = ctx_destroy,
+                                        .state = r};
     return REMAT_OK;
 }
 
-int remat_sac_context_fn(void *config, remat_checkpoint_contexts *pair) {
+remat_status remat_sac_context_fn(void *config, remat_checkpoint_contexts *pair) {
     const remat_sac_config *c = config;
     if (!c)
         return rm_err(REMAT_EINVAL, "remat_sac_context_fn: context_fn_data must point to a "

@@ -315,8 +315,8 @@ static att_mat att_widened(const att_mat *m, int64_t b, int64_t rows, int64_t co
 }
 
 /* Forward of batch entry b: every query block of it, in order. */
-static int att_fwd_entry_bf16(const att_dims *d, const att_mat *q, const att_mat *k,
-                              const att_mat *v, const att_mat *o, f32 *lse, int64_t b) {
+static remat_status att_fwd_entry_bf16(const att_dims *d, const att_mat *q, const att_mat *k,
+                                       const att_mat *v, const att_mat *o, f32 *lse, int64_t b) {
     static const int64_t zero = 0;
     att_dims d1 = *d;
     d1.nb = 1;
@@ -337,8 +337,9 @@ static int att_fwd_entry_bf16(const att_dims *d, const att_mat *q, const att_mat
 }
 
 /* Backward of batch entry b (dq, dk, dv may be NULL). */
-static int att_bwd_entry_bf16(const att_dims *d, const att_mat *const *m, const f32 *lse,
-                              const att_mat *dq, const att_mat *dk, const att_mat *dv, int64_t b) {
+static remat_status att_bwd_entry_bf16(const att_dims *d, const att_mat *const *m, const f32 *lse,
+                                       const att_mat *dq, const att_mat *dk, const att_mat *dv,
+                                       int64_t b) {
     static const int64_t zero = 0;
     att_dims d1 = *d;
     d1.nb = 1;
@@ -367,7 +368,7 @@ static int att_bwd_entry_bf16(const att_dims *d, const att_mat *const *m, const 
     return rc;
 }
 
-int rm_cpu_attention(const rm_kargs *k) {
+remat_status rm_cpu_attention(const rm_kargs *k) {
     remat_tensor *in[3] = {NULL, NULL, NULL}, *y = k->out[0], *lse = k->out[1];
     att_views w = {0};
     int rc = readable_all(in, k->in, 3);
@@ -410,7 +411,7 @@ out:
     return rc;
 }
 
-int rm_cpu_attention_bwd(const rm_kargs *k) {
+remat_status rm_cpu_attention_bwd(const rm_kargs *k) {
     /* q, k, v, y and gy as the GEMMs read them; lse is the op's own, contiguous */
     remat_tensor *in[5] = {NULL}, *lse = k->in[5], *const *g = k->out;
     att_views w = {0};

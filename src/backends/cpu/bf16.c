@@ -83,7 +83,7 @@ void rm_cpu_bf16_to_f32(const uint16_t *restrict x, float *restrict y, int64_t n
  * storage of as many f32 elements as t's has bf16 ones, holding t's whole
  * storage converted (so strided and custom-layout outputs keep their
  * layout, and a kernel that reads what it writes reads the old values). */
-static int f32_twin(remat_tensor **out, const remat_tensor *t) {
+static remat_status f32_twin(remat_tensor **out, const remat_tensor *t) {
     *out = NULL;
     int64_t n = (int64_t)(t->storage->nbytes / sizeof(uint16_t));
     rm_storage *s = NULL;
@@ -136,7 +136,7 @@ static void chunk_views_free(chunk_views *cv) {
     for (int i = 0; i < NOPS; i++) remat_release(cv->v[i]);
 }
 
-static int chunk_views_make(chunk_views *cv, remat_tensor *const *ops) {
+static remat_status chunk_views_make(chunk_views *cv, remat_tensor *const *ops) {
     int64_t len = BF16_CHUNK, one = 1;
     for (int i = 0; i < NOPS; i++) {
         if (!ops[i]) continue;
@@ -154,8 +154,8 @@ static int chunk_views_make(chunk_views *cv, remat_tensor *const *ops) {
 }
 
 /* Elements [off, off + len) of every operand through thread views cv. */
-static int chunk_run(rm_kernel_fn f32, const rm_kargs *k, remat_tensor *const *ops, chunk_views *cv,
-                     int64_t off, int64_t len) {
+static remat_status chunk_run(rm_kernel_fn f32, const rm_kargs *k, remat_tensor *const *ops,
+                              chunk_views *cv, int64_t off, int64_t len) {
     rm_kargs c = {.params = k->params};
     for (int i = 0; i < NOPS; i++) {
         remat_tensor *v = cv->v[i];
@@ -178,7 +178,7 @@ static int chunk_run(rm_kernel_fn f32, const rm_kargs *k, remat_tensor *const *o
  * with its own buffers; the f32 kernel runs on one thread per chunk (one
  * region per chunk and per conversion cost more than the work at 2 threads:
  * ~10 µs to wake a passive worker for ~20 µs of a 64 K chunk). */
-static int chunked(rm_kernel_fn f32, const rm_kargs *k, int64_t n) {
+static remat_status chunked(rm_kernel_fn f32, const rm_kargs *k, int64_t n) {
     remat_tensor *ops[NOPS];
     memcpy(ops, k->in, sizeof k->in);
     memcpy(ops + RM_KERNEL_MAX_IN, k->out, sizeof k->out);
@@ -215,7 +215,7 @@ static int chunked(rm_kernel_fn f32, const rm_kargs *k, int64_t n) {
 }
 
 /* Runs the f32 kernel of `id` for the bf16 operands of k (see above). */
-static int via_f32(rm_kernel_id id, const rm_kargs *k) {
+static remat_status via_f32(rm_kernel_id id, const rm_kargs *k) {
     rm_kernel_fn f32 = rm_cpu_kernels[id][REMAT_F32];
     if (!f32) return rm_err(REMAT_EUNSUPPORTED, "no bf16 or f32 kernel");
     int64_t n;
@@ -246,7 +246,7 @@ static int via_f32(rm_kernel_id id, const rm_kargs *k) {
 }
 
 #define RM_BF16_VIA_F32_(id, text)                                                                 \
-    static int bf16_via_f32_##id(const rm_kargs *k) { return via_f32(RM_K_##id, k); }
+    static remat_status bf16_via_f32_##id(const rm_kargs *k) { return via_f32(RM_K_##id, k); }
 RM_KERNEL_LIST(RM_BF16_VIA_F32_)
 #undef RM_BF16_VIA_F32_
 

@@ -124,6 +124,16 @@ static void cp_seek(int nd, const int64_t *shape, const int64_t *ds, const int64
  * (dst-contiguous dim): a tile reads CP_TILE_C source lines at once; more
  * than 16 thrash L1 when the source stride is a power of two (a 2048 x 1024
  * transpose ran 2x slower with 32 x 32 tiles, the GPT shapes no faster). */
+/* COPY(T) with T the unsigned integer of the element size `es` (bytes are
+ * copied as they are, whatever the dtype). */
+#define CP_BY_ELEMENT_SIZE(es, COPY)                                                               \
+    switch (es) {                                                                                  \
+    case 4: COPY(uint32_t); break;                                                                 \
+    case 8: COPY(uint64_t); break;                                                                 \
+    case 2: COPY(uint16_t); break;                                                                 \
+    default: COPY(uint8_t); break;                                                                 \
+    }
+
 #define CP_TILE_R 32
 #define CP_TILE_C 16
 
@@ -171,12 +181,7 @@ static bool cp_transpose(cp_plan *p, int64_t n) {
     int no = L - 1; /* outer dims */
     int64_t n_outer = rm_shape_numel(no, p->shape);
     int64_t n_rb = (R + CP_TILE_R - 1) / CP_TILE_R, n_work = n_outer * n_rb;
-    switch (p->es) {
-    case 4: CP_TRANSPOSE(uint32_t); break;
-    case 8: CP_TRANSPOSE(uint64_t); break;
-    case 2: CP_TRANSPOSE(uint16_t); break;
-    default: CP_TRANSPOSE(uint8_t); break;
-    }
+    CP_BY_ELEMENT_SIZE(p->es, CP_TRANSPOSE);
     return true;
 }
 
@@ -207,12 +212,7 @@ bool rm_copy_same_dtype(remat_tensor *dst, const remat_tensor *src) {
     int L = p->nd - 1;
     int64_t inner = p->shape[L], sd = p->ds[L], sl = p->ss[L];
     bool unit = sd == 1 && sl == 1;
-    switch (p->es) {
-    case 4: CP_ROWS(uint32_t); break;
-    case 8: CP_ROWS(uint64_t); break;
-    case 2: CP_ROWS(uint16_t); break;
-    default: CP_ROWS(uint8_t); break;
-    }
+    CP_BY_ELEMENT_SIZE(p->es, CP_ROWS);
     return true;
 }
 
@@ -230,7 +230,7 @@ void rm_zero_dim_range(remat_tensor *t, int d, int64_t lo, int64_t hi) {
 
 /* The COPY kernel: x into contiguous y of the same numel, through a view of
  * y's storage with x's shape (row-major order is the same). */
-int rm_cpu_copy(const rm_kargs *k) {
+remat_status rm_cpu_copy(const rm_kargs *k) {
     const remat_tensor *x = k->in[0];
     remat_tensor *y = k->out[0];
     int64_t st[REMAT_MAX_DIMS];
@@ -256,7 +256,7 @@ static void zero_strided_i64(remat_tensor *a) {
 }
 
 /* The ZERO kernel: y := 0 through y's strides; one memset when contiguous. */
-int rm_cpu_zero(const rm_kargs *k) {
+remat_status rm_cpu_zero(const rm_kargs *k) {
     remat_tensor *y = k->out[0];
     if (remat_is_contiguous(y)) {
         memset(rm_ptr(y), 0, (size_t)remat_numel(y) * remat_dtype_size(y->dtype));
@@ -273,4 +273,4 @@ int rm_cpu_zero(const rm_kargs *k) {
 
 /* The COPY_INTO kernel: y := x (in[1]) converted to y's dtype, broadcast,
  * through both tensors' strides. */
-int rm_cpu_copy_into(const rm_kargs *k) { return rm_copy_into(k->out[0], k->in[1]); }
+remat_status rm_cpu_copy_into(const rm_kargs *k) { return rm_copy_into(k->out[0], k->in[1]); }

@@ -48,4 +48,15 @@
     X(COPY_INTO, copy_into, ALL)
 RM_CPU_KERNELS(RM_CPU_DECL)
 
+/* t's contiguous shape as (O, R, I) around `dim` (rm_outer_reduce_inner):
+ * softmax and max work on this 3-D view. */
+typedef struct rm_cpu_ori {
+    int64_t O, R, I;
+} rm_cpu_ori;
+static inline rm_cpu_ori rm_cpu_ori_of(const remat_tensor *t, int dim) {
+    rm_cpu_ori v;
+    rm_outer_reduce_inner(t->ndim, t->shape, dim, &v.O, &v.R, &v.I);
+    return v;
+}
+
 #endif /* REMAT_BACKENDS_CPU_H */

@@ -187,7 +187,7 @@ static int64_t ew_threshold(ewop op) {
 /* The RM_K_ELEMENTWISE kernel: y = f(a, b, c; p) with a, b, c (as many
  * as the op reads; others NULL) broadcast to y's shape, all of y's dtype.
  * y is written through its strides. */
-int rm_cpu_elementwise(const rm_kargs *k) {
+remat_status rm_cpu_elementwise(const rm_kargs *k) {
     const rm_ew_params *prm = k->params;
     ewop op = prm->op;
     double p = prm->p;

@@ -181,7 +181,7 @@ MSE_KERNELS(f64)
 
 /* ---- the kernels (rm_kernel_fn) ------------------------------------------------------ */
 #define LOSS_KERNEL_FNS(T)                                                                         \
-    int rm_cpu_embedding_##T(const rm_kargs *k) {                                                  \
+    remat_status rm_cpu_embedding_##T(const rm_kargs *k) {                                         \
         const remat_tensor *w = k->in[0];                                                          \
         int64_t P = remat_numel(k->in[1]);                                                         \
         int rc = check_indices(w, rm_ptr(k->in[1]), P);                                            \
@@ -189,13 +189,13 @@ MSE_KERNELS(f64)
         embedding_fwd_##T(rm_ptr(w), rm_ptr(k->in[1]), rm_ptr(k->out[0]), P, w->shape[1]);         \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_embedding_bwd_##T(const rm_kargs *k) {                                              \
+    remat_status rm_cpu_embedding_bwd_##T(const rm_kargs *k) {                                     \
         const remat_tensor *dw = k->out[0];                                                        \
         embedding_bwd_##T(rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(dw), dw->shape[0],            \
                           remat_numel(k->in[1]), dw->shape[1]);                                    \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_cross_entropy_##T(const rm_kargs *k) {                                              \
+    remat_status rm_cpu_cross_entropy_##T(const rm_kargs *k) {                                     \
         const rm_ce_params *p = k->params;                                                         \
         const remat_tensor *x = k->in[0];                                                          \
         const int64_t *tp = rm_ptr(k->in[1]);                                                      \
@@ -211,7 +211,7 @@ MSE_KERNELS(f64)
         free(loss);                                                                                \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_cross_entropy_bwd_##T(const rm_kargs *k) {                                          \
+    remat_status rm_cpu_cross_entropy_bwd_##T(const rm_kargs *k) {                                 \
         const rm_ce_params *p = k->params;                                                         \
         const remat_tensor *x = k->in[0];                                                          \
         int64_t N = x->shape[0], C = x->shape[1], count = 0;                                       \
@@ -221,7 +221,7 @@ MSE_KERNELS(f64)
                    rm_ptr(k->out[0]), N, C);                                                       \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_mse_##T(const rm_kargs *k) {                                                        \
+    remat_status rm_cpu_mse_##T(const rm_kargs *k) {                                               \
         int64_t n = remat_numel(k->in[0]);                                                         \
         int64_t nch = (n + LOSS_CHUNK - 1) / LOSS_CHUNK;                                           \
         double *part = malloc(sizeof(double) * (size_t)(nch ? nch : 1));                           \
@@ -232,7 +232,7 @@ MSE_KERNELS(f64)
         *(T *)rm_ptr(k->out[0]) = (T)mean;                                                         \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_mse_bwd_##T(const rm_kargs *k) {                                                    \
+    remat_status rm_cpu_mse_bwd_##T(const rm_kargs *k) {                                           \
         int64_t n = remat_numel(k->in[0]);                                                         \
         double s = 2.0 * scalar_of(k->in[2]) / (double)n;                                          \
         remat_tensor *da = k->out[0], *db = k->out[1];                                             \

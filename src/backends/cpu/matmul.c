@@ -216,7 +216,7 @@ static int rounded_copy(remat_tensor **out, remat_tensor *t) {
 /* Operands run in in[0]'s dtype. Under autocast linear hands over its f32
  * weight uncast (bf16 x, src/ops/matmul.c): it is rounded into a scratch
  * copy for the GEMM; and its gradient (bf16 g, x) is an f32 C. */
-int rm_cpu_matmul(const rm_kargs *k) {
+remat_status rm_cpu_matmul(const rm_kargs *k) {
     const rm_mm_params *p = k->params;
     remat_tensor *y = k->out[0], *bias = k->in[2];
     remat_tensor *ac = NULL, *bc = NULL, *biasc = NULL, *br = NULL;
@@ -256,7 +256,7 @@ out:
 
 /* ---- RM_K_COLSUM ----------------------------------------------------------------------------- */
 
-int rm_cpu_colsum(const rm_kargs *k) {
+remat_status rm_cpu_colsum(const rm_kargs *k) {
     remat_tensor *g = k->in[0], *db = k->out[0];
     int64_t n = db->shape[0];
     int64_t rows = n ? remat_numel(g) / n : 0;

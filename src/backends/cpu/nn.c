@@ -478,23 +478,20 @@ static void ln_rows(const remat_tensor *x, int n_norm, int64_t *N, int64_t *C) {
 static void *ptr_or_null(const remat_tensor *t) { return t ? rm_ptr(t) : NULL; }
 
 #define NN_KERNEL_FNS(T)                                                                           \
-    int rm_cpu_softmax_##T(const rm_kargs *k) {                                                    \
+    remat_status rm_cpu_softmax_##T(const rm_kargs *k) {                                           \
         const rm_softmax_params *p = k->params;                                                    \
-        const remat_tensor *x = k->in[0];                                                          \
-        int64_t O, R, I;                                                                           \
-        rm_outer_reduce_inner(x->ndim, x->shape, p->dim, &O, &R, &I);                              \
-        softmax_fwd_##T(rm_ptr(x), rm_ptr(k->out[0]), O, R, I, p->log);                            \
+        rm_cpu_ori v = rm_cpu_ori_of(k->in[0], p->dim);                                            \
+        softmax_fwd_##T(rm_ptr(k->in[0]), rm_ptr(k->out[0]), v.O, v.R, v.I, p->log);               \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_softmax_bwd_##T(const rm_kargs *k) {                                                \
+    remat_status rm_cpu_softmax_bwd_##T(const rm_kargs *k) {                                       \
         const rm_softmax_params *p = k->params;                                                    \
-        const remat_tensor *y = k->in[1];                                                          \
-        int64_t O, R, I;                                                                           \
-        rm_outer_reduce_inner(y->ndim, y->shape, p->dim, &O, &R, &I);                              \
-        softmax_bwd_##T(rm_ptr(k->in[0]), rm_ptr(y), rm_ptr(k->out[0]), O, R, I, p->log);          \
+        rm_cpu_ori v = rm_cpu_ori_of(k->in[1], p->dim);                                            \
+        softmax_bwd_##T(rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(k->out[0]), v.O, v.R, v.I,      \
+                        p->log);                                                                   \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_layer_norm_##T(const rm_kargs *k) {                                                 \
+    remat_status rm_cpu_layer_norm_##T(const rm_kargs *k) {                                        \
         const rm_layer_norm_params *p = k->params;                                                 \
         int64_t N, C;                                                                              \
         ln_rows(k->in[0], p->n_norm, &N, &C);                                                      \
@@ -502,7 +499,7 @@ static void *ptr_or_null(const remat_tensor *t) { return t ? rm_ptr(t) : NULL; }
                           rm_ptr(k->out[0]), rm_ptr(k->out[1]), rm_ptr(k->out[2]), N, C, p->eps);  \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_layer_norm_bwd_##T(const rm_kargs *k) {                                             \
+    remat_status rm_cpu_layer_norm_bwd_##T(const rm_kargs *k) {                                    \
         const rm_layer_norm_params *p = k->params;                                                 \
         int64_t N, C;                                                                              \
         ln_rows(k->in[1], p->n_norm, &N, &C);                                                      \
@@ -519,7 +516,7 @@ static void *ptr_or_null(const remat_tensor *t) { return t ? rm_ptr(t) : NULL; }
         free(part);                                                                                \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_dropout_##T(const rm_kargs *k) {                                                    \
+    remat_status rm_cpu_dropout_##T(const rm_kargs *k) {                                           \
         const rm_dropout_params *p = k->params;                                                    \
         const remat_tensor *x = k->in[0];                                                          \
         uint8_t *bits = ptr_or_null(k->out[1]);                                                    \
@@ -533,7 +530,7 @@ static void *ptr_or_null(const remat_tensor *t) { return t ? rm_ptr(t) : NULL; }
                         (T)(1.0 / (1.0 - p->p)), p->key, p->counter);                              \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_dropout_bwd_##T(const rm_kargs *k) {                                                \
+    remat_status rm_cpu_dropout_bwd_##T(const rm_kargs *k) {                                       \
         const rm_dropout_params *p = k->params;                                                    \
         /* the scale exactly as the forward computed it */                                         \
         dropout_bwd_##T(rm_ptr(k->in[0]), rm_ptr(k->in[1]), (T)(1.0 / (1.0 - p->p)),               \

@@ -278,7 +278,7 @@ SUM_BWD_GENERAL(f64)
 
 /* ---- the kernels (rm_kernel_fn) ------------------------------------------------------ */
 #define REDUCE_KERNEL_FNS(T)                                                                       \
-    int rm_cpu_sum_##T(const rm_kargs *k) {                                                        \
+    remat_status rm_cpu_sum_##T(const rm_kargs *k) {                                               \
         const rm_reduce_params *p = k->params;                                                     \
         const remat_tensor *x = k->in[0];                                                          \
         remat_tensor *y = k->out[0];                                                               \
@@ -293,7 +293,7 @@ SUM_BWD_GENERAL(f64)
         for (int64_t i = 0; i < n; i++) yp[i] = yp[i] / (T)count;                                  \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_sum_bwd_##T(const rm_kargs *k) {                                                    \
+    remat_status rm_cpu_sum_bwd_##T(const rm_kargs *k) {                                           \
         const rm_reduce_params *p = k->params;                                                     \
         const remat_tensor *dx = k->out[0];                                                        \
         const int ndim = dx->ndim;                                                                 \
@@ -321,20 +321,16 @@ SUM_BWD_GENERAL(f64)
         bcast_ori_##T(rm_ptr(k->in[0]), O, R, I, (T)p->scale, rm_ptr(k->out[0]));                  \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_max_##T(const rm_kargs *k) {                                                        \
+    remat_status rm_cpu_max_##T(const rm_kargs *k) {                                               \
         const rm_dim_params *p = k->params;                                                        \
-        const remat_tensor *x = k->in[0];                                                          \
-        int64_t O, R, I;                                                                           \
-        rm_outer_reduce_inner(x->ndim, x->shape, p->dim, &O, &R, &I);                              \
-        max_ori_##T(rm_ptr(x), O, R, I, rm_ptr(k->out[0]), rm_ptr(k->out[1]));                     \
+        rm_cpu_ori v = rm_cpu_ori_of(k->in[0], p->dim);                                            \
+        max_ori_##T(rm_ptr(k->in[0]), v.O, v.R, v.I, rm_ptr(k->out[0]), rm_ptr(k->out[1]));        \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_max_bwd_##T(const rm_kargs *k) {                                                    \
+    remat_status rm_cpu_max_bwd_##T(const rm_kargs *k) {                                           \
         const rm_dim_params *p = k->params;                                                        \
-        const remat_tensor *dx = k->out[0];                                                        \
-        int64_t O, R, I;                                                                           \
-        rm_outer_reduce_inner(dx->ndim, dx->shape, p->dim, &O, &R, &I);                            \
-        max_bwd_##T(rm_ptr(k->in[0]), rm_ptr(k->in[1]), O, R, I, rm_ptr(k->out[0]));               \
+        rm_cpu_ori v = rm_cpu_ori_of(k->out[0], p->dim);                                           \
+        max_bwd_##T(rm_ptr(k->in[0]), rm_ptr(k->in[1]), v.O, v.R, v.I, rm_ptr(k->out[0]));         \
         return REMAT_OK;                                                                           \
     }
 REDUCE_KERNEL_FNS(f32)

@@ -183,7 +183,7 @@ static void sel_run(remat_tensor *y, const remat_tensor *cond, const remat_tenso
     free(packed);
 }
 
-int rm_cpu_select(const rm_kargs *k) {
+remat_status rm_cpu_select(const rm_kargs *k) {
     const rm_select_params *p = k->params;
     const remat_tensor *a = p->a >= 0 ? k->in[p->a] : NULL;
     const remat_tensor *b = p->b >= 0 ? k->in[p->b] : NULL;

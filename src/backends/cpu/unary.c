@@ -39,63 +39,32 @@ static inline double gelu_tanh_grad_d(double v) {
     return 0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * din;
 }
 
+/* One case of the switches below: OUT[i] = EXPR for every i < n, split
+ * across threads past 32768 elements; the _SIMD one, for cheap EXPRs, also
+ * vectorised and split past 65536. */
+#define UN_EACH(OUT, EXPR)                                                                         \
+    _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) OUT[i] = EXPR
+#define UN_EACH_SIMD(OUT, EXPR)                                                                    \
+    _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++) OUT[i] = EXPR
+
 /* y = f(x); p = scalar parameter. GELU / GELU_T are the erf- and tanh-form GELUs. */
 #define UNARY_FWD(T, EXPF, LOGF, SQRTF, TANHF, GELU, GELU_T, POWF)                                 \
     RM_CPU_CLONES static void fwd_##T(rm_unary_op op, const T *restrict x, T *restrict y,          \
                                       int64_t n, T p) {                                            \
         switch (op) {                                                                              \
-        case RM_U_NEG:                                                                             \
-            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++) y[i] = \
-                -x[i];                                                                             \
-            break;                                                                                 \
-        case RM_U_EXP:                                                                             \
-            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) y[i] =      \
-                EXPF(x[i]);                                                                        \
-            break;                                                                                 \
-        case RM_U_LOG:                                                                             \
-            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) y[i] =      \
-                LOGF(x[i]);                                                                        \
-            break;                                                                                 \
-        case RM_U_SQRT:                                                                            \
-            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++) y[i] = \
-                SQRTF(x[i]);                                                                       \
-            break;                                                                                 \
-        case RM_U_TANH:                                                                            \
-            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) y[i] =      \
-                TANHF(x[i]);                                                                       \
-            break;                                                                                 \
-        case RM_U_SIGMOID:                                                                         \
-            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) y[i] =      \
-                (T)1 / ((T)1 + EXPF(-x[i]));                                                       \
-            break;                                                                                 \
-        case RM_U_RELU:                                                                            \
-            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++) y[i] = \
-                x[i] > 0 ? x[i] : (T)0;                                                            \
-            break;                                                                                 \
-        case RM_U_GELU_ERF:                                                                        \
-            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) y[i] =      \
-                GELU(x[i]);                                                                        \
-            break;                                                                                 \
-        case RM_U_GELU_TANH:                                                                       \
-            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) y[i] =      \
-                GELU_T(x[i]);                                                                      \
-            break;                                                                                 \
-        case RM_U_POW:                                                                             \
-            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) y[i] =      \
-                POWF(x[i], p);                                                                     \
-            break;                                                                                 \
-        case RM_U_ADD:                                                                             \
-            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++) y[i] = \
-                x[i] + p;                                                                          \
-            break;                                                                                 \
-        case RM_U_MUL:                                                                             \
-            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++) y[i] = \
-                x[i] * p;                                                                          \
-            break;                                                                                 \
-        case RM_U_RSUB:                                                                            \
-            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++) y[i] = \
-                p - x[i];                                                                          \
-            break;                                                                                 \
+        case RM_U_NEG: UN_EACH_SIMD(y, -x[i]); break;                                              \
+        case RM_U_EXP: UN_EACH(y, EXPF(x[i])); break;                                              \
+        case RM_U_LOG: UN_EACH(y, LOGF(x[i])); break;                                              \
+        case RM_U_SQRT: UN_EACH_SIMD(y, SQRTF(x[i])); break;                                       \
+        case RM_U_TANH: UN_EACH(y, TANHF(x[i])); break;                                            \
+        case RM_U_SIGMOID: UN_EACH(y, (T)1 / ((T)1 + EXPF(-x[i]))); break;                         \
+        case RM_U_RELU: UN_EACH_SIMD(y, x[i] > 0 ? x[i] : (T)0); break;                            \
+        case RM_U_GELU_ERF: UN_EACH(y, GELU(x[i])); break;                                         \
+        case RM_U_GELU_TANH: UN_EACH(y, GELU_T(x[i])); break;                                      \
+        case RM_U_POW: UN_EACH(y, POWF(x[i], p)); break;                                           \
+        case RM_U_ADD: UN_EACH_SIMD(y, x[i] + p); break;                                           \
+        case RM_U_MUL: UN_EACH_SIMD(y, x[i] * p); break;                                           \
+        case RM_U_RSUB: UN_EACH_SIMD(y, p - x[i]); break;                                          \
         }                                                                                          \
     }
 
@@ -108,47 +77,17 @@ static inline double gelu_tanh_grad_d(double v) {
         case RM_U_NEG:                                                                             \
             for (int64_t i = 0; i < n; i++) dx[i] = -g[i];                                         \
             break;                                                                                 \
-        case RM_U_EXP:                                                                             \
-            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++)        \
-                dx[i] = g[i] * s[i];                                                               \
-            break;                                                                                 \
-        case RM_U_LOG:                                                                             \
-            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++)        \
-                dx[i] = g[i] / s[i];                                                               \
-            break;                                                                                 \
-        case RM_U_SQRT:                                                                            \
-            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++)        \
-                dx[i] = g[i] / ((T)2 * s[i]);                                                      \
-            break;                                                                                 \
-        case RM_U_TANH:                                                                            \
-            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++)        \
-                dx[i] = g[i] * ((T)1 - s[i] * s[i]);                                               \
-            break;                                                                                 \
-        case RM_U_SIGMOID:                                                                         \
-            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++)        \
-                dx[i] = g[i] * s[i] * ((T)1 - s[i]);                                               \
-            break;                                                                                 \
-        case RM_U_RELU:                                                                            \
-            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++)        \
-                dx[i] = s[i] > 0 ? g[i] : (T)0;                                                    \
-            break;                                                                                 \
-        case RM_U_GELU_ERF:                                                                        \
-            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) dx[i] =     \
-                g[i] * GELU_GRAD(s[i]);                                                            \
-            break;                                                                                 \
-        case RM_U_GELU_TANH:                                                                       \
-            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) dx[i] =     \
-                g[i] * GELU_T_GRAD(s[i]);                                                          \
-            break;                                                                                 \
-        case RM_U_POW:                                                                             \
-            _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) dx[i] =     \
-                p == (T)0 ? (T)0 : g[i] * p * POWF(s[i], p - (T)1);                                \
-            break;                                                                                 \
+        case RM_U_EXP: UN_EACH_SIMD(dx, g[i] * s[i]); break;                                       \
+        case RM_U_LOG: UN_EACH_SIMD(dx, g[i] / s[i]); break;                                       \
+        case RM_U_SQRT: UN_EACH_SIMD(dx, g[i] / ((T)2 * s[i])); break;                             \
+        case RM_U_TANH: UN_EACH_SIMD(dx, g[i] * ((T)1 - s[i] * s[i])); break;                      \
+        case RM_U_SIGMOID: UN_EACH_SIMD(dx, g[i] * s[i] * ((T)1 - s[i])); break;                   \
+        case RM_U_RELU: UN_EACH_SIMD(dx, s[i] > 0 ? g[i] : (T)0); break;                           \
+        case RM_U_GELU_ERF: UN_EACH(dx, g[i] * GELU_GRAD(s[i])); break;                            \
+        case RM_U_GELU_TANH: UN_EACH(dx, g[i] * GELU_T_GRAD(s[i])); break;                         \
+        case RM_U_POW: UN_EACH(dx, p == (T)0 ? (T)0 : g[i] * p * POWF(s[i], p - (T)1)); break;     \
         case RM_U_ADD: memcpy(dx, g, (size_t)n * sizeof(T)); break;                                \
-        case RM_U_MUL:                                                                             \
-            _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++)        \
-                dx[i] = g[i] * p;                                                                  \
-            break;                                                                                 \
+        case RM_U_MUL: UN_EACH_SIMD(dx, g[i] * p); break;                                          \
         case RM_U_RSUB:                                                                            \
             for (int64_t i = 0; i < n; i++) dx[i] = -g[i];                                         \
             break;                                                                                 \
@@ -197,22 +136,22 @@ RELU_MASK(double, uint64_t)
 
 /* ---- the kernels (rm_kernel_fn) ------------------------------------------------------ */
 #define UNARY_KERNELS(T, SUFFIX)                                                                   \
-    int rm_cpu_unary_##SUFFIX(const rm_kargs *k) {                                                 \
+    remat_status rm_cpu_unary_##SUFFIX(const rm_kargs *k) {                                        \
         const rm_unary_params *p = k->params;                                                      \
         fwd_##T(p->op, rm_ptr(k->in[0]), rm_ptr(k->out[0]), remat_numel(k->out[0]), (T)p->p);      \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_unary_bwd_##SUFFIX(const rm_kargs *k) {                                             \
+    remat_status rm_cpu_unary_bwd_##SUFFIX(const rm_kargs *k) {                                    \
         const rm_unary_params *p = k->params;                                                      \
         bwd_##T(p->op, rm_ptr(k->in[0]), k->in[1] ? rm_ptr(k->in[1]) : NULL, rm_ptr(k->out[0]),    \
                 remat_numel(k->out[0]), (T)p->p);                                                  \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_relu_mask_##SUFFIX(const rm_kargs *k) {                                             \
+    remat_status rm_cpu_relu_mask_##SUFFIX(const rm_kargs *k) {                                    \
         relu_mask_##T(rm_ptr(k->in[0]), rm_ptr(k->out[0]), remat_numel(k->in[0]));                 \
         return REMAT_OK;                                                                           \
     }                                                                                              \
-    int rm_cpu_relu_mask_bwd_##SUFFIX(const rm_kargs *k) {                                         \
+    remat_status rm_cpu_relu_mask_bwd_##SUFFIX(const rm_kargs *k) {                                \
         relu_mask_bwd_##T(rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(k->out[0]),                   \
                           remat_numel(k->out[0]));                                                 \
         return REMAT_OK;                                                                           \

@@ -138,7 +138,7 @@ void rm_cuda_scratch_free(int index, void *ptr) {
 }
 
 /* ---- public ------------------------------------------------------------------------------ */
-int remat_cuda_set_allocator(const remat_allocator *allocator) {
+remat_status remat_cuda_set_allocator(const remat_allocator *allocator) {
     int type = rm_cuda_type();
     for (int i = 0; type > 0 && i < REMAT_MAX_DEVICES_PER_TYPE; i++) {
         remat_alloc_stats st;
@@ -154,7 +154,7 @@ int remat_cuda_set_allocator(const remat_allocator *allocator) {
     return REMAT_OK;
 }
 
-int remat_cuda_empty_cache(void) {
+remat_status remat_cuda_empty_cache(void) {
     int n = rm_cuda_device_count();
     for (int i = 0; i < n; i++) {
         rm_pool *pool = pool_of(i, false);
@@ -170,7 +170,7 @@ int remat_cuda_empty_cache(void) {
 
 void rm_cuda_release_all(void) { remat_cuda_empty_cache(); }
 
-int remat_cuda_memory_stats_get(int index, remat_cuda_memory_stats *stats) {
+remat_status remat_cuda_memory_stats_get(int index, remat_cuda_memory_stats *stats) {
     if (!stats) return rm_err(REMAT_EINVAL, "remat_cuda_memory_stats_get: stats must not be NULL");
     int rc = rm_cuda_check_index("remat_cuda_memory_stats_get", index);
     if (rc) return rc;
@@ -199,7 +199,7 @@ size_t remat_cuda_memory_reserved(int index) {
     return st.reserved_bytes;
 }
 
-int remat_cuda_reset_peak_memory_stats(int index) {
+remat_status remat_cuda_reset_peak_memory_stats(int index) {
     int rc = rm_cuda_check_index("remat_cuda_reset_peak_memory_stats", index);
     if (rc) return rc;
     rm_pool *pool = pool_of(index, false);

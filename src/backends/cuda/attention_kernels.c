@@ -28,7 +28,7 @@ static rmk_att_dims att_dims(const rm_attention_params *p, const remat_tensor *q
     return rm_attention_dims_of(p, q->ndim, q->shape, k->shape, v->shape);
 }
 
-static int head_check(const rmk_att_dims *d) {
+static remat_status head_check(const rmk_att_dims *d) {
     if (rmk_att_head_class(d->D, d->Dv) == 0)
         return rm_err(REMAT_EUNSUPPORTED,
                       "attention on cuda supports head sizes up to 256 (q has %lld, v has %lld)",
@@ -36,7 +36,7 @@ static int head_check(const rmk_att_dims *d) {
     return REMAT_OK;
 }
 
-static int cuda_attention(const rm_kargs *k) {
+static remat_status cuda_attention(const rm_kargs *k) {
     remat_tensor *const *in = k->in, *y = k->out[0];
     const rmk_att_dims d = att_dims(k->params, in[0], in[1], in[2]);
     int rc = head_check(&d);
@@ -52,7 +52,7 @@ static int cuda_attention(const rm_kargs *k) {
                                    &ov, rm_ptr(in[2]), &oy, rm_ptr(y), rm_ptr(k->out[1]), c.s));
 }
 
-static int cuda_attention_bwd(const rm_kargs *k) {
+static remat_status cuda_attention_bwd(const rm_kargs *k) {
     remat_tensor *const *in = k->in, *const *g = k->out;
     const rmk_att_dims d = att_dims(k->params, in[0], in[1], in[2]);
     rmk_call c;

@@ -54,10 +54,10 @@
  * cudaErrorMemoryAllocation, REMAT_EUNSUPPORTED when there is no driver or
  * no device, REMAT_EDEVICE otherwise. Clears CUDA's sticky last error for
  * non-sticky errors (cudaGetLastError) so the next call starts clean. */
-int rm_cuda_check(cudaError_t e, const char *what);
+remat_status rm_cuda_check(cudaError_t e, const char *what);
 /* The same for cuBLAS: REMAT_ENOMEM for CUBLAS_STATUS_ALLOC_FAILED,
  * REMAT_EUNSUPPORTED for NOT_SUPPORTED / ARCH_MISMATCH, else REMAT_EDEVICE. */
-int rm_cublas_check(cublasStatus_t s, const char *what);
+remat_status rm_cublas_check(cublasStatus_t s, const char *what);
 
 /* ---- the runtime ------------------------------------------------------------------------- */
 /* The device type id of "cuda" (> 0) once registered, else -1. */
@@ -70,7 +70,7 @@ int rm_cuda_device_count(void);
 const char *rm_cuda_unavailable_reason(void);
 /* REMAT_OK when `index` names a device, else REMAT_EUNSUPPORTED (no
  * devices: the reason) or REMAT_EDEVICE (index out of range), naming call. */
-int rm_cuda_check_index(const char *call, int index);
+remat_status rm_cuda_check_index(const char *call, int index);
 
 /* Whether remat has made a CUDA context (set a device) yet (P:
  * torch.cuda.is_initialized). */
@@ -78,14 +78,14 @@ bool rm_cuda_is_initialized(void);
 /* Makes `index` the calling thread's current CUDA device for a scope:
  * *prev gets the device that was current (restore it with
  * rm_cuda_unguard). Errors name `call`. */
-int rm_cuda_guard(const char *call, int index, int *prev);
+remat_status rm_cuda_guard(const char *call, int index, int *prev);
 void rm_cuda_unguard(int prev);
 /* The stream remat orders everything on for device `index` (created on
  * first use with that device current). NULL with an error message set when
  * it cannot be created; callers check. */
 cudaStream_t rm_cuda_stream(int index);
 /* Waits for everything enqueued on device `index`'s stream. */
-int rm_cuda_stream_sync(int index);
+remat_status rm_cuda_stream_sync(int index);
 /* What a kernel wrapper works in: the device of its operands made current
  * and that device's stream. rm_cuda_begin: REMAT_OK or the error (named
  * after call); rm_cuda_end undoes the device switch (after a failed begin
@@ -94,7 +94,7 @@ typedef struct rm_cuda_ctx {
     int index, prev;
     cudaStream_t stream;
 } rm_cuda_ctx;
-int rm_cuda_begin(rm_cuda_ctx *c, const char *call, const remat_tensor *t);
+remat_status rm_cuda_begin(rm_cuda_ctx *c, const char *call, const remat_tensor *t);
 void rm_cuda_end(rm_cuda_ctx *c);
 /* The cuBLAS handle of device `index`, bound to rm_cuda_stream(index) and
  * to the TF32 setting (remat_cuda_set_allow_tf32); NULL with an error set

@@ -37,7 +37,7 @@ static void stage_init(void) {
 }
 
 /* The staging buffers of device `index` (its lock held, the device current). */
-static int stage_get(int index, stage **out) {
+static remat_status stage_get(int index, stage **out) {
     stage *st = &g_stage[index];
     for (int b = 0; b < 2; b++) {
         if (st->buf[b]) continue;
@@ -56,7 +56,7 @@ static int stage_get(int index, stage **out) {
     return REMAT_OK;
 }
 
-static int copy_h2d(int index, cudaStream_t s, char *dst, const char *src, size_t n) {
+static remat_status copy_h2d(int index, cudaStream_t s, char *dst, const char *src, size_t n) {
     if (n <= RM_STAGE_DIRECT)
         return rm_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s),
                              "host to cuda copy");
@@ -74,7 +74,7 @@ static int copy_h2d(int index, cudaStream_t s, char *dst, const char *src, size_
     return rc;
 }
 
-static int copy_d2h(int index, cudaStream_t s, char *dst, const char *src, size_t n) {
+static remat_status copy_d2h(int index, cudaStream_t s, char *dst, const char *src, size_t n) {
     if (n <= RM_STAGE_DIRECT) {
         int rc = rm_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s),
                                "cuda to host copy");
@@ -113,7 +113,8 @@ static void cu_free(void *ud, int index, void *ptr, size_t nbytes) {
     RM_UNUSED(ud);
     rm_cuda_free(index, ptr, nbytes);
 }
-static int cu_copy(void *ud, int index, void *dst, const void *src, size_t n, remat_copy_kind k) {
+static remat_status cu_copy(void *ud, int index, void *dst, const void *src, size_t n,
+                            remat_copy_kind k) {
     RM_UNUSED(ud);
     int prev;
     int rc = rm_cuda_guard("cuda copy", index, &prev);
@@ -142,7 +143,7 @@ static int cu_current(void *ud) {
     if (rm_cuda_device_count() == 0 || cudaGetDevice(&d) != cudaSuccess) return 0;
     return d;
 }
-static int cu_set_current(void *ud, int index) {
+static remat_status cu_set_current(void *ud, int index) {
     RM_UNUSED(ud);
     int rc = rm_cuda_check_index("remat_set_current_device", index);
     return rc ? rc : rm_cuda_check(cudaSetDevice(index), "remat_set_current_device");

@@ -5,7 +5,7 @@
 #include "elementwise.h"
 #include "kwrap.h"
 
-static int cuda_unary(const rm_kargs *k) {
+static remat_status cuda_unary(const rm_kargs *k) {
     const rm_unary_params *p = k->params;
     rmk_call c;
     int rc = rmk_enter(&c, k->out[0], "cuda unary kernel");
@@ -14,7 +14,7 @@ static int cuda_unary(const rm_kargs *k) {
                                    rm_ptr(k->out[0]), remat_numel(k->out[0]), c.s));
 }
 
-static int cuda_unary_bwd(const rm_kargs *k) {
+static remat_status cuda_unary_bwd(const rm_kargs *k) {
     const rm_unary_params *p = k->params;
     rmk_call c;
     int rc = rmk_enter(&c, k->out[0], "cuda unary backward kernel");
@@ -24,7 +24,7 @@ static int cuda_unary_bwd(const rm_kargs *k) {
                                        remat_numel(k->out[0]), c.s));
 }
 
-static int cuda_relu_mask(const rm_kargs *k) {
+static remat_status cuda_relu_mask(const rm_kargs *k) {
     rmk_call c;
     int rc = rmk_enter(&c, k->in[0], "cuda relu mask kernel");
     if (rc) return rc;
@@ -32,7 +32,7 @@ static int cuda_relu_mask(const rm_kargs *k) {
                                        remat_numel(k->in[0]), c.s));
 }
 
-static int cuda_relu_mask_bwd(const rm_kargs *k) {
+static remat_status cuda_relu_mask_bwd(const rm_kargs *k) {
     rmk_call c;
     int rc = rmk_enter(&c, k->out[0], "cuda relu mask backward kernel");
     if (rc) return rc;
@@ -54,7 +54,7 @@ static int ew_arity(rm_ew_op op) {
 }
 
 /* y = f(a, b, c; p): a, b, c broadcast to y's shape, y any strided view. */
-static int cuda_elementwise(const rm_kargs *k) {
+static remat_status cuda_elementwise(const rm_kargs *k) {
     const rm_ew_params *p = k->params;
     remat_tensor *y = k->out[0];
     int n_in = ew_arity(p->op);

@@ -33,7 +33,7 @@ typedef struct gemm_call {
 } gemm_call;
 
 /* C = op(A)·op(B) + beta·C, `batch` times (strides sa, sb, sc). */
-static int gemm_run(const gemm_call *g, const void *A, const void *B, void *C) {
+static remat_status gemm_run(const gemm_call *g, const void *A, const void *B, void *C) {
     /* B's cuBLAS op: transposed unless B is stored transposed (see the top) */
     cublasOperation_t ob = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t oa = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -80,8 +80,9 @@ static bool uniform_stride(int nb, const int64_t *bshape, const int64_t *bstr, i
 static size_t es_of(remat_dtype dt) { return remat_dtype_size(dt); }
 
 /* C[b] = A[b]·B[b] for the batch (mm_exec of the cpu kernel, on cuBLAS). */
-static int mm_exec(cublasHandle_t h, cudaStream_t s, remat_dtype dt, int nb, const int64_t *bshape,
-                   const mview *A, const mview *B, const mview *C, int64_t c_numel, bool add_to_c) {
+static remat_status mm_exec(cublasHandle_t h, cudaStream_t s, remat_dtype dt, int nb,
+                            const int64_t *bshape, const mview *A, const mview *B, const mview *C,
+                            int64_t c_numel, bool add_to_c) {
     gemm_call g = {.h = h, .dt = dt, .batch = 1, .beta = add_to_c ? 1.0 : 0.0};
     bool tc;
     mv_layout(A, &g.ta, &g.lda);
@@ -138,7 +139,7 @@ static int mm_exec(cublasHandle_t h, cudaStream_t s, remat_dtype dt, int nb, con
     return REMAT_OK;
 }
 
-static int cuda_matmul(const rm_kargs *k) {
+static remat_status cuda_matmul(const rm_kargs *k) {
     const rm_mm_params *p = k->params;
     remat_tensor *y = k->out[0], *bias = k->in[2];
     remat_tensor *ac = NULL, *bc = NULL, *biasc = NULL;
@@ -172,7 +173,7 @@ static int cuda_matmul(const rm_kargs *k) {
     return rc;
 }
 
-static int cuda_colsum(const rm_kargs *k) {
+static remat_status cuda_colsum(const rm_kargs *k) {
     remat_tensor *g = k->in[0], *db = k->out[0];
     int64_t n = db->shape[0];
     int64_t rows = n ? remat_numel(g) / n : 0;

@@ -10,11 +10,11 @@
 #include "reduce.h"
 
 /* Reads the int64 at dev back to the host. */
-static int read_i64(rmk_call *c, const int64_t *dev, int64_t *host) {
+static remat_status read_i64(rmk_call *c, const int64_t *dev, int64_t *host) {
     return rm_cuda_check(rmk_read_back(c, host, dev, sizeof *host), c->what);
 }
 
-static int cuda_embedding(const rm_kargs *k) {
+static remat_status cuda_embedding(const rm_kargs *k) {
     const remat_tensor *w = k->in[0], *ix = k->in[1];
     const int64_t P = remat_numel(ix), num = w->shape[0], D = w->shape[1];
     const int64_t *idx = rm_ptr(ix);
@@ -42,7 +42,7 @@ static int cuda_embedding(const rm_kargs *k) {
     return rmk_leave(&c, rmk_embedding(rmk_dt(w), rm_ptr(w), idx, rm_ptr(k->out[0]), P, D, c.s));
 }
 
-static int cuda_embedding_bwd(const rm_kargs *k) {
+static remat_status cuda_embedding_bwd(const rm_kargs *k) {
     remat_tensor *dw = k->out[0];
     const int64_t P = remat_numel(k->in[1]), num = dw->shape[0], D = dw->shape[1];
     rmk_call c;
@@ -57,7 +57,7 @@ static int cuda_embedding_bwd(const rm_kargs *k) {
     return rmk_leave(&c, e);
 }
 
-static int cuda_cross_entropy(const rm_kargs *k) {
+static remat_status cuda_cross_entropy(const rm_kargs *k) {
     const rm_ce_params *p = k->params;
     const remat_tensor *x = k->in[0];
     const int64_t N = x->shape[0], C = x->shape[1];
@@ -87,7 +87,7 @@ static int cuda_cross_entropy(const rm_kargs *k) {
     return rmk_leave_rc(&c, rc);
 }
 
-static int cuda_cross_entropy_bwd(const rm_kargs *k) {
+static remat_status cuda_cross_entropy_bwd(const rm_kargs *k) {
     const rm_ce_params *p = k->params;
     const remat_tensor *x = k->in[0];
     rmk_call c;
@@ -102,7 +102,7 @@ static int cuda_cross_entropy_bwd(const rm_kargs *k) {
     return rmk_leave(&c, e);
 }
 
-static int cuda_mse(const rm_kargs *k) {
+static remat_status cuda_mse(const rm_kargs *k) {
     const int64_t n = remat_numel(k->in[0]);
     rmk_call c;
     int rc = rmk_enter(&c, k->in[0], "cuda mse_loss kernel");
@@ -115,7 +115,7 @@ static int cuda_mse(const rm_kargs *k) {
     return rmk_leave(&c, e);
 }
 
-static int cuda_mse_bwd(const rm_kargs *k) {
+static remat_status cuda_mse_bwd(const rm_kargs *k) {
     remat_tensor *da = k->out[0], *db = k->out[1];
     rmk_call c;
     int rc = rmk_enter(&c, k->in[0], "cuda mse_loss backward kernel");

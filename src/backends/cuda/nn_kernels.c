@@ -4,7 +4,7 @@
 #include "kwrap.h"
 #include "nn.h"
 
-static int cuda_softmax(const rm_kargs *k) {
+static remat_status cuda_softmax(const rm_kargs *k) {
     const rm_softmax_params *p = k->params;
     const remat_tensor *x = k->in[0];
     int64_t O, R, I;
@@ -16,7 +16,7 @@ static int cuda_softmax(const rm_kargs *k) {
                      rmk_softmax(rmk_dt(x), rm_ptr(x), rm_ptr(k->out[0]), O, R, I, p->log, c.s));
 }
 
-static int cuda_softmax_bwd(const rm_kargs *k) {
+static remat_status cuda_softmax_bwd(const rm_kargs *k) {
     const rm_softmax_params *p = k->params;
     const remat_tensor *y = k->in[1];
     int64_t O, R, I;
@@ -37,7 +37,7 @@ static void ln_rows(const remat_tensor *x, int n_norm, int64_t *N, int64_t *C) {
 
 static void *ptr_or_null(const remat_tensor *t) { return t ? rm_ptr(t) : NULL; }
 
-static int cuda_layer_norm(const rm_kargs *k) {
+static remat_status cuda_layer_norm(const rm_kargs *k) {
     const rm_layer_norm_params *p = k->params;
     int64_t N, C;
     ln_rows(k->in[0], p->n_norm, &N, &C);
@@ -49,7 +49,7 @@ static int cuda_layer_norm(const rm_kargs *k) {
                                         rm_ptr(k->out[2]), N, C, p->eps, c.s));
 }
 
-static int cuda_layer_norm_bwd(const rm_kargs *k) {
+static remat_status cuda_layer_norm_bwd(const rm_kargs *k) {
     const rm_layer_norm_params *p = k->params;
     const remat_tensor *x = k->in[1];
     remat_tensor *dx = k->out[0], *dw = k->out[1], *db = k->out[2];

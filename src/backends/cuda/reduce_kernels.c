@@ -9,8 +9,8 @@
 #include "reduce.h"
 
 /* y = sum of x over the mask's dims (mean: / count); x, y contiguous. */
-static int sum_passes(rmk_call *c, const remat_tensor *x, const rm_reduce_params *p,
-                      remat_tensor *y) {
+static remat_status sum_passes(rmk_call *c, const remat_tensor *x, const rm_reduce_params *p,
+                               remat_tensor *y) {
     const int dt = rmk_dt(x);
     const size_t es = remat_dtype_size(x->dtype);
     int64_t n_in = remat_numel(x), n_out = remat_numel(y), count = 1;
@@ -63,7 +63,7 @@ static int sum_passes(rmk_call *c, const remat_tensor *x, const rm_reduce_params
     return rc;
 }
 
-static int cuda_sum(const rm_kargs *k) {
+static remat_status cuda_sum(const rm_kargs *k) {
     rmk_call c;
     int rc = rmk_enter(&c, k->in[0], "cuda sum kernel");
     if (rc) return rc;
@@ -72,7 +72,7 @@ static int cuda_sum(const rm_kargs *k) {
 
 /* dx (input shape, contiguous) = g * scale, g read through its keepdim
  * strides with 0 along the reduced dims. */
-static int cuda_sum_bwd(const rm_kargs *k) {
+static remat_status cuda_sum_bwd(const rm_kargs *k) {
     const rm_reduce_params *p = k->params;
     remat_tensor *dx = k->out[0];
     if (remat_numel(dx) == 0) return REMAT_OK;
@@ -91,7 +91,7 @@ static int cuda_sum_bwd(const rm_kargs *k) {
                                          rm_ptr(k->in[0]), NULL, NULL, c.s));
 }
 
-static int cuda_max(const rm_kargs *k) {
+static remat_status cuda_max(const rm_kargs *k) {
     const rm_dim_params *p = k->params;
     const remat_tensor *x = k->in[0];
     int64_t O, R, I;
@@ -103,7 +103,7 @@ static int cuda_max(const rm_kargs *k) {
         &c, rmk_max_ori(rmk_dt(x), rm_ptr(x), O, R, I, rm_ptr(k->out[0]), rm_ptr(k->out[1]), c.s));
 }
 
-static int cuda_max_bwd(const rm_kargs *k) {
+static remat_status cuda_max_bwd(const rm_kargs *k) {
     const rm_dim_params *p = k->params;
     remat_tensor *dx = k->out[0];
     int64_t O, R, I;

@@ -18,7 +18,7 @@ static uint32_t keep_threshold(double p) {
 static void *data_or_null(const remat_tensor *t) { return t ? rm_ptr(t) : NULL; }
 
 #define DROPOUT_FNS(T, SFX)                                                                        \
-    static int cuda_dropout_##SFX(const rm_kargs *k) {                                             \
+    static remat_status cuda_dropout_##SFX(const rm_kargs *k) {                                    \
         const rm_dropout_params *p = k->params;                                                    \
         int64_t n = remat_numel(k->in[0]);                                                         \
         uint8_t *bits = data_or_null(k->out[1]);                                                   \
@@ -41,7 +41,7 @@ static void *data_or_null(const remat_tensor *t) { return t ? rm_ptr(t) : NULL; 
         rm_cuda_end(&c);                                                                           \
         return rc;                                                                                 \
     }                                                                                              \
-    static int cuda_dropout_bwd_##SFX(const rm_kargs *k) {                                         \
+    static remat_status cuda_dropout_bwd_##SFX(const rm_kargs *k) {                                \
         const rm_dropout_params *p = k->params;                                                    \
         rm_cuda_ctx c;                                                                             \
         int rc = rm_cuda_begin(&c, "dropout backward", k->in[0]);                                  \

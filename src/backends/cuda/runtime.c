@@ -17,7 +17,7 @@ static bool no_gpu_error(cudaError_t e) {
            e == cudaErrorSystemDriverMismatch || e == cudaErrorCompatNotSupportedOnDevice;
 }
 
-int rm_cuda_check(cudaError_t e, const char *what) {
+remat_status rm_cuda_check(cudaError_t e, const char *what) {
     if (e == cudaSuccess) return REMAT_OK;
     (void)cudaGetLastError(); /* clears a non-sticky error; a sticky one stays */
     int status = e == cudaErrorMemoryAllocation ? REMAT_ENOMEM
@@ -41,7 +41,7 @@ static const char *cublas_name(cublasStatus_t s) {
     }
 }
 
-int rm_cublas_check(cublasStatus_t s, const char *what) {
+remat_status rm_cublas_check(cublasStatus_t s, const char *what) {
     if (s == CUBLAS_STATUS_SUCCESS) return REMAT_OK;
     int status = s == CUBLAS_STATUS_ALLOC_FAILED ? REMAT_ENOMEM
                  : (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_ARCH_MISMATCH)
@@ -90,7 +90,7 @@ bool remat_cuda_available(const char **reason) {
     return r == NULL;
 }
 
-int rm_cuda_check_index(const char *call, int index) {
+remat_status rm_cuda_check_index(const char *call, int index) {
     int n = rm_cuda_device_count();
     if (n == 0) return rm_err(REMAT_EUNSUPPORTED, "%s: %s", call, rm_cuda_unavailable_reason());
     if (index < 0 || index >= n)
@@ -104,7 +104,7 @@ static atomic_bool g_initialized;
 
 bool rm_cuda_is_initialized(void) { return atomic_load(&g_initialized); }
 
-int rm_cuda_guard(const char *call, int index, int *prev) {
+remat_status rm_cuda_guard(const char *call, int index, int *prev) {
     int rc = rm_cuda_check_index(call, index);
     if (rc) return rc;
     int cur = 0;
@@ -148,7 +148,7 @@ cudaStream_t rm_cuda_stream(int index) {
     return s;
 }
 
-int rm_cuda_stream_sync(int index) {
+remat_status rm_cuda_stream_sync(int index) {
     cudaStream_t s = rm_cuda_stream(index);
     if (!s) return rm_last_status() ? rm_last_status() : REMAT_EDEVICE;
     return rm_cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
@@ -186,7 +186,7 @@ cublasHandle_t rm_cuda_cublas(int index) {
 void remat_cuda_set_allow_tf32(bool allow) { atomic_store(&g_allow_tf32, allow); }
 bool remat_cuda_get_allow_tf32(void) { return atomic_load(&g_allow_tf32); }
 
-int remat_cuda_synchronize(int index) {
+remat_status remat_cuda_synchronize(int index) {
     int prev;
     int rc = rm_cuda_guard("remat_cuda_synchronize", index, &prev);
     if (rc) return rc;
@@ -196,7 +196,7 @@ int remat_cuda_synchronize(int index) {
     return rc;
 }
 
-int rm_cuda_begin(rm_cuda_ctx *c, const char *call, const remat_tensor *t) {
+remat_status rm_cuda_begin(rm_cuda_ctx *c, const char *call, const remat_tensor *t) {
     c->index = rm_cuda_index(t);
     c->prev = -1;
     c->stream = NULL;

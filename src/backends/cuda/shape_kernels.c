@@ -13,7 +13,7 @@
 #include "kwrap.h"
 #include "select.h"
 
-static int cuda_copy(const rm_kargs *k) {
+static remat_status cuda_copy(const rm_kargs *k) {
     const remat_tensor *x = k->in[0];
     remat_tensor *y = k->out[0];
     if (remat_numel(x) == 0) return REMAT_OK;
@@ -30,7 +30,7 @@ static int cuda_copy(const rm_kargs *k) {
                      rmk_copy_strided(remat_dtype_size(x->dtype), &pl, rm_ptr(y), rm_ptr(x), c.s));
 }
 
-static int cuda_select(const rm_kargs *k) {
+static remat_status cuda_select(const rm_kargs *k) {
     const rm_select_params *p = k->params;
     remat_tensor *y = k->out[0], *cond = k->in[p->cond];
     remat_tensor *a = p->a >= 0 ? k->in[p->a] : NULL, *b = p->b >= 0 ? k->in[p->b] : NULL;
@@ -46,7 +46,7 @@ static int cuda_select(const rm_kargs *k) {
                                     a ? rm_ptr(a) : NULL, p->va, b ? rm_ptr(b) : NULL, p->vb, c.s));
 }
 
-static int cuda_zero(const rm_kargs *k) {
+static remat_status cuda_zero(const rm_kargs *k) {
     remat_tensor *y = k->out[0];
     if (remat_numel(y) == 0) return REMAT_OK;
     rmk_plan pl;
@@ -57,7 +57,7 @@ static int cuda_zero(const rm_kargs *k) {
     return rmk_leave(&c, rmk_zero(remat_dtype_size(y->dtype), &pl, rm_ptr(y), c.s));
 }
 
-static int cuda_copy_into(const rm_kargs *k) {
+static remat_status cuda_copy_into(const rm_kargs *k) {
     remat_tensor *y = k->out[0], *x = k->in[1];
     int64_t n = remat_numel(y);
     if (n == 0) return REMAT_OK;

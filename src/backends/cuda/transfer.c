@@ -12,7 +12,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static cudaStream_t g_side[REMAT_MAX_DEVICES_PER_TYPE];
 
 /* The side stream of GPU `index` (that GPU current), created on first use. */
-static int side_stream(int index, cudaStream_t *out) {
+static remat_status side_stream(int index, cudaStream_t *out) {
     pthread_mutex_lock(&g_lock);
     int rc = REMAT_OK;
     if (!g_side[index])
@@ -33,8 +33,8 @@ static void host_free(void *p, size_t nbytes) {
     cudaFreeHost(p);
 }
 
-static int copy_async(int index, void *dst, const void *src, size_t nbytes, remat_copy_kind kind,
-                      void **event) {
+static remat_status copy_async(int index, void *dst, const void *src, size_t nbytes,
+                               remat_copy_kind kind, void **event) {
     *event = NULL;
     int prev, rc = rm_cuda_guard("offload", index, &prev);
     if (rc) return rc;
@@ -66,7 +66,7 @@ static int copy_async(int index, void *dst, const void *src, size_t nbytes, rema
 }
 
 /* Which GPU an event belongs to does not matter to the waits below: CUDA records it. */
-static int stream_wait(int index, void *event) {
+static remat_status stream_wait(int index, void *event) {
     int prev, rc = rm_cuda_guard("offload", index, &prev);
     if (rc) return rc;
     cudaStream_t compute = rm_cuda_stream(index);
@@ -79,7 +79,7 @@ static int stream_wait(int index, void *event) {
 
 static bool done(void *event) { return cudaEventQuery((cudaEvent_t)event) == cudaSuccess; }
 
-static int host_wait(void *event) {
+static remat_status host_wait(void *event) {
     return rm_cuda_check(cudaEventSynchronize((cudaEvent_t)event), "offload: waiting for a copy");
 }
 

@@ -21,14 +21,14 @@ bool remat_cuda_available(const char **reason) {
     if (reason) *reason = RM_NO_CUDA;
     return false;
 }
-int remat_cuda_synchronize(int index) {
+remat_status remat_cuda_synchronize(int index) {
     RM_UNUSED(index);
     return rm_err(REMAT_EUNSUPPORTED, "remat_cuda_synchronize: " RM_NO_CUDA);
 }
-int remat_cuda_empty_cache(void) {
+remat_status remat_cuda_empty_cache(void) {
     return rm_err(REMAT_EUNSUPPORTED, "remat_cuda_empty_cache: " RM_NO_CUDA);
 }
-int remat_cuda_memory_stats_get(int index, remat_cuda_memory_stats *stats) {
+remat_status remat_cuda_memory_stats_get(int index, remat_cuda_memory_stats *stats) {
     RM_UNUSED(index);
     if (stats) memset(stats, 0, sizeof *stats);
     return rm_err(REMAT_EUNSUPPORTED, "remat_cuda_memory_stats_get: " RM_NO_CUDA);
@@ -37,11 +37,11 @@ size_t remat_cuda_memory_reserved(int index) {
     RM_UNUSED(index);
     return 0;
 }
-int remat_cuda_reset_peak_memory_stats(int index) {
+remat_status remat_cuda_reset_peak_memory_stats(int index) {
     RM_UNUSED(index);
     return rm_err(REMAT_EUNSUPPORTED, "remat_cuda_reset_peak_memory_stats: " RM_NO_CUDA);
 }
-int remat_cuda_set_allocator(const remat_allocator *allocator) {
+remat_status remat_cuda_set_allocator(const remat_allocator *allocator) {
     RM_UNUSED(allocator);
     return rm_err(REMAT_EUNSUPPORTED, "remat_cuda_set_allocator: " RM_NO_CUDA);
 }
