@@ -31,7 +31,8 @@
 
 /* ---- the test device -----------------------------------------------------------------
  * `REMAT_TEST_DEVICE=cuda[:N] make test` (or `make test-cuda`) runs the suites that opt in
- * (RT_ON_TEST_DEVICE below: the op fixtures, checkpoint, selective, planner) on that device:
+ * (RT_ON_TEST_DEVICE below; the Makefile's DEVICE_SUITES lists them for make test-fenced and
+ * make test-cuda) on that device:
  * the tensors the helpers make (rt_tensor, rt_rand and what is built on them: the models of
  * models.h, the fixtures' inputs) are put there, and the helpers that read values
  * (rt_values, rt_bitwise_equal, rt_max_abs_diff, rt_assert_close) read them back through
