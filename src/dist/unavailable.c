@@ -1,6 +1,8 @@
 /* src/dist/unavailable.c — remat/dist.h in a build without MPI: every call
  * fails with REMAT_EUNSUPPORTED naming the packages to install. Compiled
  * instead of the other src/dist sources when CMake did not find MPI. */
+#include <stdlib.h>
+
 #include "../internal.h"
 #include "remat/dist.h"
 
@@ -9,13 +11,14 @@
            "%s: remat was built without MPI; install Open MPI "                                    \
            "(apt-get install libopenmpi-dev openmpi-bin) and rebuild remat",                       \
            call)
+/* A constructor's stand-in: *out = NULL (out may be NULL), then NO_MPI. */
+#define NO_MPI_MAKE(out, call) ((out) ? (void)(*(out) = NULL) : (void)0, NO_MPI(call))
 
 bool remat_dist_available(void) { return false; }
 
 remat_status remat_dist_init(remat_dist **out, const remat_dist_options *opts) {
     RM_UNUSED(opts);
-    if (out) *out = NULL;
-    return NO_MPI("remat_dist_init");
+    return NO_MPI_MAKE(out, "remat_dist_init");
 }
 remat_status remat_dist_finalize(remat_dist *pg) {
     return pg ? NO_MPI("remat_dist_finalize") : REMAT_OK;
@@ -58,8 +61,7 @@ remat_status remat_dist_check_identical(remat_dist *pg, int n, remat_tensor *con
 remat_status remat_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor *const *params,
                               const remat_ddp_options *opts) {
     RM_UNUSED(pg), RM_UNUSED(n), RM_UNUSED(params), RM_UNUSED(opts);
-    if (out) *out = NULL;
-    return NO_MPI("remat_ddp_create");
+    return NO_MPI_MAKE(out, "remat_ddp_create");
 }
 void remat_ddp_free(remat_ddp *ddp) { RM_UNUSED(ddp); }
 remat_status remat_ddp_backward(remat_ddp *ddp, remat_tensor *loss) {
@@ -80,8 +82,7 @@ remat_status remat_zero_create(remat_zero **out, remat_dist *pg, int n, remat_te
                                const remat_ddp_options *ddp_opts) {
     RM_UNUSED(pg), RM_UNUSED(n), RM_UNUSED(params), RM_UNUSED(weight_decay), RM_UNUSED(opts),
         RM_UNUSED(ddp_opts);
-    if (out) *out = NULL;
-    return NO_MPI("remat_zero_create");
+    return NO_MPI_MAKE(out, "remat_zero_create");
 }
 void remat_zero_free(remat_zero *z) { RM_UNUSED(z); }
 remat_status remat_zero_backward(remat_zero *z, remat_tensor *loss) {
