@@ -33,20 +33,24 @@ run: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j 1
 
-# The device suites (op fixtures and gradchecks, checkpoint, selective, planner) and the
-# cuda tests with cuda as the test device (tests/support/rt.h, docs/cuda.md). Without a GPU
+# The device suites (DEVICE_SUITES: op fixtures and gradchecks, checkpoint, selective,
+# planner, autograd, the op suites that opt in) and the cuda tests with cuda as the test device (tests/support/rt.h, docs/cuda.md). Without a GPU
 # they report themselves skipped with the reason. CUDA_DEVICE=cuda:1 picks another GPU.
 CUDA_DEVICE ?= cuda
+# The suites that put their tensors on the test device (RT_ON_TEST_DEVICE in tests/support/rt.h).
+DEVICE_SUITES := fixtures|checkpoint|checkpoint_models|selective|planner|autograd|attention
+DEVICE_SUITES := $(DEVICE_SUITES)|ck_semantics|dispatch_nn|double_backward_checkpoint|nesting
+DEVICE_SUITES := $(DEVICE_SUITES)|ops_matmul|ops_reduce|split_backward
 test-cuda: build
 	cd $(BUILD) && REMAT_TEST_DEVICE=$(CUDA_DEVICE) ctest --output-on-failure -j 1 \
-	  -R '^test_(fixtures|checkpoint|checkpoint_models|checkpoint_rng|selective|planner|cuda_.*)$$'
+	  -R '^test_($(DEVICE_SUITES)|checkpoint_rng|cuda_.*)$$'
 
 # The same device suites on "fenced", a CPU device whose memory faults on any host access
 # outside its kernels and copies (tests/support/fenced.h): what a GPU would catch of host
 # reads and writes of device data, on a machine without one.
 test-fenced: build
 	cd $(BUILD) && REMAT_TEST_DEVICE=fenced ctest --output-on-failure -j 1 \
-	  -R '^test_(fixtures|checkpoint|checkpoint_models|selective|planner|fenced_device)$$'
+	  -R '^test_($(DEVICE_SUITES)|fenced_device)$$'
 
 # Reruns the commands of the marked examples in README.md and docs/cli.md and
 # rewrites their output (the test doc_examples checks that they still match).

@@ -8,6 +8,10 @@
 
 #include "support/rt.h"
 
+/* REMAT_TEST_DEVICE=fenced|cuda (make test-fenced, make test-cuda) puts the tensors that the
+ * rt helpers make on that device (tests/support/rt.h) */
+RT_ON_TEST_DEVICE
+
 /* The attention composed of ops (what the GPT did before remat_attention):
  * softmax(q·kᵀ·scale, masked above the diagonal when causal) · v. */
 static int composed(remat_tensor **out, remat_tensor *q, remat_tensor *k, remat_tensor *v,

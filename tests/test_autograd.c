@@ -6,6 +6,10 @@
 
 #include "support/rt.h"
 
+/* REMAT_TEST_DEVICE=fenced|cuda (make test-fenced, make test-cuda) puts the tensors that the
+ * rt helpers make on that device (tests/support/rt.h) */
+RT_ON_TEST_DEVICE
+
 static remat_tensor *leaf(int ndim, const int64_t *shape, unsigned seed) {
     remat_tensor *t = rt_rand(ndim, shape, REMAT_F64, -1, 1, seed);
     RT_OK(remat_set_requires_grad(t, true));
@@ -38,10 +42,7 @@ Test(autograd, grad_agrees_with_backward_and_leaves_grad_alone) {
     cr_assert(rt_bitwise_equal(g[0], remat_tensor_grad(a)));
     cr_assert(rt_bitwise_equal(g[1], remat_tensor_grad(b)));
     /* analytic: d/da = b*exp(ab) + 1 */
-    double av, bv, gv;
-    RT_OK(remat_item_at(a, 5, &av));
-    RT_OK(remat_item_at(b, 5, &bv));
-    RT_OK(remat_item_at(g[0], 5, &gv));
+    double av = rt_item_at(a, 5), bv = rt_item_at(b, 5), gv = rt_item_at(g[0], 5);
     cr_assert_float_eq(gv, bv * exp(av * bv) + 1, 1e-12);
     remat_release(g[0]);
     remat_release(g[1]);
@@ -81,11 +82,9 @@ Test(autograd, retain_graph_allows_second_backward_and_accumulates) {
     remat_tensor *a = leaf(1, sh, 3), *b = leaf(1, sh, 4);
     remat_tensor *l = small_graph(a, b);
     RT_OK(remat_backward(1, &l, NULL, true, 0, NULL));
-    double g1;
-    RT_OK(remat_item_at(remat_tensor_grad(a), 0, &g1));
+    double g1 = rt_item_at(remat_tensor_grad(a), 0);
     RT_OK(remat_backward(1, &l, NULL, false, 0, NULL));
-    double g2;
-    RT_OK(remat_item_at(remat_tensor_grad(a), 0, &g2));
+    double g2 = rt_item_at(remat_tensor_grad(a), 0);
     cr_assert_float_eq(g2, 2 * g1, 1e-12);
     remat_release(l);
     remat_release(a);
@@ -180,8 +179,7 @@ Test(autograd, tensor_hooks_on_leaf_and_non_leaf) {
     RT_OK(remat_sum_all(&l, x));
     RT_OK(remat_backward_scalar(l));
     cr_assert_eq(g_hook_calls, 2);
-    double g;
-    RT_OK(remat_item_at(remat_tensor_grad(a), 0, &g));
+    double g = rt_item_at(remat_tensor_grad(a), 0);
     cr_assert_float_eq(g, 12.0, 1e-12); /* 1 *2 (x hook) *3 (mul) *2 (leaf hook) */
     remat_tensor *nog = rt_rand(1, sh, REMAT_F32, 0, 1, 2);
     RT_FAILS(remat_register_hook(nog, double_hook, NULL), REMAT_ENOGRAD, NULL);
@@ -298,9 +296,7 @@ Test(autograd, custom_function_end_to_end) {
     cr_assert_eq(g_fwd_calls, 1);
     cr_assert_eq(g_bwd_calls, 1);
     for (int i = 0; i < 5; i++) {
-        double xv, gv;
-        RT_OK(remat_item_at(x, i, &xv));
-        RT_OK(remat_item_at(remat_tensor_grad(x), i, &gv));
+        double xv = rt_item_at(x, i), gv = rt_item_at(remat_tensor_grad(x), i);
         cr_assert_float_eq(gv, 3 * xv * xv, 1e-12);
     }
     remat_release(l);

@@ -105,7 +105,8 @@ Test(checkpoint_models, preserve_rng_state_off_runs_and_changes_dropout) {
 
 Test(checkpoint_models, rng_state_after_checkpointed_backward_is_untouched) {
     /* the recomputation forks the generators: what comes after a backward
-     * does not depend on whether it recomputed */
+     * does not depend on whether it recomputed (the dropout draws from the generator of the
+     * tensors' device: the test device's is the one compared) */
     rt_mlp_block b[L_MLP];
     void *uds[L_MLP];
     remat_tensor *params[L_MLP * 4];
@@ -115,11 +116,11 @@ Test(checkpoint_models, rng_state_after_checkpointed_backward_is_untouched) {
     uint8_t s_ref[REMAT_RNG_STATE_BYTES], s_ck[REMAT_RNG_STATE_BYTES];
     rt_grads g;
     rt_run_blocks(SEED, L_MLP, rt_mlp_block_fn, uds, params, np, x, NULL, &g);
-    RT_OK(remat_rng_get_state(REMAT_DEVICE_CPU, s_ref));
+    RT_OK(remat_rng_get_state(rt_tensor_device(), s_ref));
     rt_grads_free(&g);
     remat_checkpoint_options o = opts_for(0);
     rt_run_blocks(SEED, L_MLP, rt_mlp_block_fn, uds, params, np, x, &o, &g);
-    RT_OK(remat_rng_get_state(REMAT_DEVICE_CPU, s_ck));
+    RT_OK(remat_rng_get_state(rt_tensor_device(), s_ck));
     cr_assert(memcmp(s_ref, s_ck, sizeof s_ref) == 0);
     rt_grads_free(&g);
     remat_release(x);
@@ -184,20 +185,19 @@ Test(checkpoint_models, transformer_f64_gradcheck_through_checkpoint) {
     /* finite differences on one element */
     double eps = 1e-6, base, up, dn, an;
     RT_OK(remat_item(lr, &base));
-    double *p = remat_data(x);
-    p[5] += eps;
+    rt_add_at(x, 5, eps);
     remat_tensor *y2, *l2;
     RT_OK(rt_tblock_fn(&b, &x, 1, &y2, 1));
     RT_OK(remat_sum_all(&l2, y2));
     RT_OK(remat_item(l2, &up));
-    p[5] -= 2 * eps;
+    rt_add_at(x, 5, -2 * eps);
     remat_release(y2);
     remat_release(l2);
     RT_OK(rt_tblock_fn(&b, &x, 1, &y2, 1));
     RT_OK(remat_sum_all(&l2, y2));
     RT_OK(remat_item(l2, &dn));
-    p[5] += eps;
-    RT_OK(remat_item_at(g, 5, &an));
+    rt_add_at(x, 5, eps);
+    an = rt_item_at(g, 5);
     cr_assert_float_eq(an, (up - dn) / (2 * eps), 1e-6, "analytic %g vs numeric %g", an,
                        (up - dn) / (2 * eps));
     remat_tensor *all[] = {y, yr, g, gr, l, lr, y2, l2, x};
@@ -331,7 +331,7 @@ Test(checkpoint_models, sequential_edge_cases_and_errors) {
 #define MH 256
 #define ML 8
 
-/* Peak allocator bytes above `base` for one training step of an ML-layer
+/* Peak allocator bytes (of the test device) above `base` for one training step of an ML-layer
  * MLP (no dropout), every block checkpointed (non-reentrant) or not. The
  * caller's references to intermediate outputs are dropped right away, so
  * only the graph keeps what it needs. */
@@ -340,8 +340,8 @@ static size_t step_peak(rt_mlp_block *b, remat_tensor *x, bool ckpt, size_t *bas
     int np = 0;
     for (int i = 0; i < ML; i++) np += rt_mlp_block_params(&b[i], params + np);
     rt_zero_grads(np, params);
-    size_t base = remat_cpu_current_bytes();
-    RT_OK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
+    size_t base = rt_device_current_bytes();
+    rt_device_reset_peak();
     remat_checkpoint_options o = opts_for(0);
     remat_tensor *h = remat_retain(x), *y, *l;
     for (int i = 0; i < ML; i++) {
@@ -355,7 +355,7 @@ static size_t step_peak(rt_mlp_block *b, remat_tensor *x, bool ckpt, size_t *bas
     RT_OK(remat_backward_scalar(l));
     remat_release(l);
     *base_out = base;
-    return remat_cpu_peak_bytes() - base;
+    return rt_device_stats().peak_bytes - base;
 }
 
 Test(checkpoint_models, per_block_checkpointing_peak_memory) {
@@ -399,11 +399,11 @@ static int measure_hook(void *ud, remat_tensor *grad, remat_tensor **rep) {
     (void)ud;
     (void)grad;
     (void)rep;
-    bytes_in_hook = remat_cpu_current_bytes();
+    bytes_in_hook = rt_device_current_bytes();
     return REMAT_OK;
 }
 
-/* Bytes alive when x's gradient arrives, above the bytes before the forward. */
+/* Bytes alive on the test device when x's gradient arrives, above the bytes before the forward. */
 static long hook_bytes(rt_mlp_block *b, bool ckpt, bool retain) {
     int64_t sh[] = {64, 8};
     remat_tensor *x = rt_rand(2, sh, REMAT_F32, -1, 1, 2);
@@ -414,7 +414,7 @@ static long hook_bytes(rt_mlp_block *b, bool ckpt, bool retain) {
     rt_zero_grads(4, params);
     remat_checkpoint_options o = opts_for(0);
     remat_tensor *y, *l;
-    size_t before = remat_cpu_current_bytes();
+    size_t before = rt_device_current_bytes();
     if (ckpt) RT_OK(remat_checkpoint(rt_mlp_block_fn, b, 1, &x, 1, &y, &o));
     else RT_OK(rt_mlp_block_fn(b, &x, 1, &y, 1));
     RT_OK(remat_sum_all(&l, y));

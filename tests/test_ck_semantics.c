@@ -11,6 +11,10 @@
 #include "support/models.h"
 #include "support/rt.h"
 
+/* REMAT_TEST_DEVICE=fenced|cuda (make test-fenced, make test-cuda) puts the tensors that the
+ * rt helpers make on that device (tests/support/rt.h) */
+RT_ON_TEST_DEVICE
+
 Test(ck_semantics, sequential_more_segments_than_stages_refused) {
     rt_mlp_block b;
     rt_mlp_block_init(&b, 8, 16, 0.0, REMAT_F32, 1);

@@ -11,6 +11,10 @@
 
 #include "support/rt.h"
 
+/* REMAT_TEST_DEVICE=fenced|cuda (make test-fenced, make test-cuda) puts the tensors that the
+ * rt helpers make on that device (tests/support/rt.h) */
+RT_ON_TEST_DEVICE
+
 /* max: values and indices handed out; only the values are differentiable. */
 Test(dispatch_nn, max_indices_are_handed_out_but_not_differentiated) {
     int64_t s[2] = {3, 5};
@@ -127,16 +131,16 @@ Test(dispatch_nn, dropout_identity_and_mask_only_for_the_node) {
     RT_OK(remat_dropout(&y, x, 0.5, false));
     cr_assert_eq(y, x, "eval-mode dropout returns its input itself");
     remat_release(y);
-    size_t before = remat_cpu_current_bytes();
-    RT_OK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
+    size_t before = rt_device_current_bytes();
+    rt_device_reset_peak();
     RT_OK(remat_dropout(&y, x, 0.5, true));
-    cr_assert_eq(remat_cpu_peak_bytes() - before, 4096 * sizeof(float),
+    cr_assert_eq(rt_device_stats().peak_bytes - before, 4096 * sizeof(float),
                  "no grad: only y is allocated");
     remat_release(y);
     RT_OK(remat_set_requires_grad(x, true));
-    RT_OK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
+    rt_device_reset_peak();
     RT_OK(remat_dropout(&y, x, 0.5, true));
-    cr_assert_eq(remat_cpu_peak_bytes() - before, 4096 * sizeof(float) + 4096 / 8,
+    cr_assert_eq(rt_device_stats().peak_bytes - before, 4096 * sizeof(float) + 4096 / 8,
                  "with grad: y and one bit per element");
     remat_release(y);
     remat_release(x);

@@ -11,6 +11,10 @@
 #include "../src/internal.h"
 #include "support/rt.h"
 
+/* REMAT_TEST_DEVICE=fenced|cuda (make test-fenced, make test-cuda) puts the tensors that the
+ * rt helpers make on that device (tests/support/rt.h) */
+RT_ON_TEST_DEVICE
+
 enum { LEVELS = 3, D = 3, B = 2 };
 
 /* Level i (0 = outermost): h = tanh(x W_i^T + b_i); level < 2 wraps the

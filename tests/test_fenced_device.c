@@ -35,6 +35,17 @@ Test(fenced_device, host_write_faults, .signal = SIGSEGV) {
     remat_release(t);
 }
 
+/* Under a test's crash report (rt_report_crash, installed before the device's handler) a
+ * fault in device memory still ends the process with the signal, also under ASan (whose own
+ * SEGV handler exits with a report instead). */
+Test(fenced_device, fault_under_a_crash_report_still_dies_of_it, .signal = SIGSEGV, .timeout = 30) {
+    rt_report_crash("fenced_device: the expected fault");
+    remat_tensor *t = NULL;
+    RT_OK(remat_empty(&t, 1, (int64_t[]){4}, REMAT_F32, fenced()));
+    ((volatile float *)rm_ptr(t))[0] = 1.0f;
+    remat_release(t);
+}
+
 Test(fenced_device, zeros_and_full_use_the_device_kernels) {
     remat_device d = fenced();
     long zero0 = rt_fenced_kernel_runs(RM_K_ZERO), ew0 = rt_fenced_kernel_runs(RM_K_ELEMENTWISE);

@@ -29,20 +29,10 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <dirent.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#ifndef __has_feature
-#define __has_feature(x) 0
-#endif
-#if defined(__SANITIZE_ADDRESS__) || __has_feature(address_sanitizer)
-#include <sanitizer/common_interface_defs.h>
-#define FX_ASAN 1
-#endif
 
 #include "../src/internal.h"
 #include "../src/ops/registry.h"
@@ -632,7 +622,9 @@ static void run_case(const char *name, report *rep) {
             }
             roots[n_roots] = outs[oi];
             rc = fx_make_tensor(go, &gouts[n_roots]);
-            if (rc == REMAT_OK) gouts[n_roots] = rt_to_test_device(gouts[n_roots]);
+            /* on the output's device (to_device's output is on cpu whatever the test device) */
+            if (rc == REMAT_OK)
+                gouts[n_roots] = rt_to_device(gouts[n_roots], remat_tensor_device(outs[oi]));
             n_roots++;
             if (rc != REMAT_OK) {
                 note(rep, "case %s: building grad_output: %s", c->name, remat_last_error());
@@ -709,28 +701,11 @@ static struct criterion_test_params family_params(const char *family) {
     return cr_make_param_array(case_param, p, (size_t)k, free_params);
 }
 
-/* A crash (or a sanitizer report) ends the test process before any
- * assertion can name the case; these print it on the way out. */
-static char g_case_line[FX_NAME_MAX + 64];
-
-static void say_case(void) {
-    ssize_t w = write(2, g_case_line, strlen(g_case_line));
-    (void)w;
-}
-
-static void on_crash(int sig) {
-    say_case();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
 static void run_param(const case_param *p) {
-    snprintf(g_case_line, sizeof g_case_line, "\nfixtures: crashed in case %s\n", p->name);
-    int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], on_crash);
-#ifdef FX_ASAN
-    __sanitizer_set_death_callback(say_case);
-#endif
+    /* a crash ends the process before any assertion can name the case */
+    char what[FX_NAME_MAX + 64];
+    snprintf(what, sizeof what, "fixtures: crashed in case %s", p->name);
+    rt_report_crash(what);
     report rep;
     memset(&rep, 0, sizeof rep);
     run_case(p->name, &rep);
@@ -1191,20 +1166,22 @@ static void registry_op_checks(const char *name) {
     /* skip mode: shapes, no allocation, no data unless a view of an input */
     remat_tensor *outs[MAX_OUT] = {0};
     int n_out = 0;
-    size_t bytes0 = remat_cpu_current_bytes();
+    size_t bytes0 = remat_cpu_current_bytes(), dev0 = rt_device_current_bytes();
     bool prev = rm_set_skip_mode(true);
     int rc = call_op(&oc, r.in, outs, &n_out);
-    size_t bytes1 = remat_cpu_current_bytes();
+    size_t bytes1 = remat_cpu_current_bytes(), dev1 = rt_device_current_bytes();
     rm_set_skip_mode(prev);
     cr_assert_eq(rc, REMAT_OK, "%s in skip mode: %s", name, remat_last_error());
     cr_assert_gt(n_out, 0, "%s in skip mode: no output", name);
     for (int i = 0; i < n_out; i++) {
         bool view = false;
         for (int k = 0; k < r.n_in; k++) view = view || remat_shares_storage(outs[i], r.in[k]);
-        cr_assert(view || !remat_data(outs[i]), "%s in skip mode: output %d has data", name, i);
+        cr_assert(view || !rt_has_data(outs[i]), "%s in skip mode: output %d has data", name, i);
         remat_release(outs[i]);
     }
     cr_assert_eq(bytes1, bytes0, "%s in skip mode allocated %zu bytes", name, bytes1 - bytes0);
+    cr_assert_eq(dev1, dev0, "%s in skip mode allocated %zu bytes on %s", name, dev1 - dev0,
+                 rt_tensor_device_str());
 
     /* everything-saveable selective checkpointing: bitwise the plain gradients. An in-place
      * op's runner mutates the clone it made of its target, which that policy would cache
@@ -1220,8 +1197,7 @@ static void registry_op_checks(const char *name) {
         cr_assert_eq(!plain[k], !sac[k], "%s: input %s has a gradient in one run only", name,
                      r.fin[k]->name);
         if (!plain[k]) continue;
-        size_t nb = (size_t)remat_numel(plain[k]) * remat_dtype_size(remat_tensor_dtype(plain[k]));
-        cr_assert(memcmp(remat_data(plain[k]), remat_data(sac[k]), nb) == 0,
+        cr_assert(rt_bitwise_equal(plain[k], sac[k]),
                   "%s: gradient of %s differs under everything-saveable checkpointing", name,
                   r.fin[k]->name);
         remat_release(plain[k]);
@@ -1240,6 +1216,8 @@ static struct criterion_test_params registry_params(void) {
 
 ParameterizedTestParameters(registry, every_op) { return registry_params(); }
 ParameterizedTest(case_param *p, registry, every_op) {
-    snprintf(g_case_line, sizeof g_case_line, "\nregistry: crashed in op %s\n", p->name);
+    char what[FX_NAME_MAX + 64];
+    snprintf(what, sizeof what, "registry: crashed in op %s", p->name);
+    rt_report_crash(what);
     registry_op_checks(p->name);
 }

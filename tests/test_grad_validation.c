@@ -117,3 +117,20 @@ Test(grad_validation, set_requires_grad_on_i64_is_einval) {
     RT_FAILS(remat_set_requires_grad(i, true), REMAT_EINVAL, "floating point");
     remat_release(i);
 }
+
+/* A root's gradient on another device than its root: the message names it as the caller's
+ * (it read "function the gradient given for a root returned a gradient [3] f32 on testdev:0
+ * on testdev:0 for a tensor on cpu:0"). */
+Test(grad_validation, root_gradient_on_another_device_is_named_as_such) {
+    int64_t sh[] = {3};
+    remat_tensor *x = rt_leaf(rt_rand(1, sh, REMAT_F32, -1, 1, 1)), *y = NULL, *go = NULL;
+    RT_OK(remat_mul_scalar(&y, x, 2.0));
+    RT_OK(remat_zeros(&go, 1, sh, REMAT_F32, (remat_device){rt_testdev_register(), 0}));
+    RT_FAILS(remat_backward(1, &y, &go, false, 0, NULL), REMAT_EDEVICE,
+             "backward: the gradient given for a root is [3] f32 on testdev:0 for a tensor on "
+             "cpu:0");
+    remat_release(go);
+    remat_release(y);
+    remat_release(x);
+    cr_assert_eq(remat_live_tensors(), 0);
+}

@@ -5,6 +5,10 @@
 
 #include "support/rt.h"
 
+/* REMAT_TEST_DEVICE=fenced|cuda (make test-fenced, make test-cuda) puts the tensors that the
+ * rt helpers make on that device (tests/support/rt.h) */
+RT_ON_TEST_DEVICE
+
 typedef struct nest {
     int depth; /* levels still to open below this one */
 } nest;

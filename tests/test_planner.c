@@ -897,15 +897,15 @@ Test(planner, executed_peak_within_budget) {
         size_t budget = mb + (sa->peak_bytes - mb) * (size_t)i / 6;
         remat_plan *plan = NULL;
         RT_OK(remat_plan_create(&plan, prof, budget));
-        size_t base = remat_cpu_current_bytes();
-        RT_OK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
+        size_t base = rt_device_current_bytes();
+        rt_device_reset_peak();
         RT_OK(remat_plan_run(plan, c.stages, c.x, &y));
         remat_tensor *loss = NULL;
         RT_OK(remat_sum_all(&loss, y));
         RT_OK(remat_backward_scalar(loss));
         remat_release(loss);
         remat_release(y);
-        size_t peak = remat_cpu_peak_bytes() - base;
+        size_t peak = rt_device_stats().peak_bytes - base;
         cr_assert_leq(peak, budget + slack,
                       "budget %zu (+ slack %zu): measured peak %zu, predicted %zu", budget, slack,
                       peak, plan->peak_bytes);

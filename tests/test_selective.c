@@ -233,7 +233,8 @@ Test(selective, stateful_policy_calls_and_counts) {
 
 /* ---- SAVE vs RECOMPUTE: what runs in backward, and memory ----------------------------------- */
 typedef struct mem_run {
-    size_t after_forward; /* cpu bytes held after the forward (inputs and params excluded) */
+    size_t after_forward; /* test-device bytes held after the forward (inputs and params
+                           * excluded) */
     size_t backward_peak; /* peak during backward above the pre-backward level */
     uint64_t backward_allocs;
     int linear_runs, gelu_runs; /* real executions (not in skip mode) during backward */
@@ -255,7 +256,7 @@ static void measure(remat_policy *pol, rt_mlp_block *blk, int n_blocks, remat_te
     memset(m, 0, sizeof *m);
     remat_sac_config cfg = {.policy = pol, .stats = &m->st};
     remat_checkpoint_options o = sac_opts(&cfg);
-    size_t base = remat_cpu_current_bytes();
+    size_t base = rt_device_current_bytes();
     remat_tensor *h = remat_retain(x);
     for (int i = 0; i < n_blocks; i++) {
         remat_tensor *y = NULL;
@@ -266,16 +267,14 @@ static void measure(remat_policy *pol, rt_mlp_block *blk, int n_blocks, remat_te
     remat_tensor *l;
     RT_OK(remat_sum_all(&l, h));
     remat_release(h);
-    m->after_forward = remat_cpu_current_bytes() - base;
-    remat_alloc_stats a0, a1;
-    RT_OK(remat_alloc_stats_get(REMAT_DEVICE_CPU, &a0));
-    RT_OK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
-    size_t before = remat_cpu_current_bytes();
+    m->after_forward = rt_device_current_bytes() - base;
+    rt_device_reset_peak();
+    remat_alloc_stats a0 = rt_device_stats();
     rm_set_op_observer(count_runs, m, NULL, NULL);
     RT_OK(remat_backward_scalar(l));
     rm_set_op_observer(NULL, NULL, NULL, NULL);
-    RT_OK(remat_alloc_stats_get(REMAT_DEVICE_CPU, &a1));
-    m->backward_peak = remat_cpu_peak_bytes() - before;
+    remat_alloc_stats a1 = rt_device_stats();
+    m->backward_peak = a1.peak_bytes - a0.current_bytes;
     m->backward_allocs = a1.n_allocs - a0.n_allocs;
     remat_release(l);
 }
@@ -497,9 +496,7 @@ Test(selective, tag_is_a_named_identity_view) {
     cr_assert_str_eq(remat_node_name(remat_grad_fn(t)), "TagBackward");
     RT_OK(remat_sum_all(&s, t));
     RT_OK(remat_backward_scalar(s));
-    double g;
-    RT_OK(remat_item_at(remat_tensor_grad(a), 4, &g));
-    cr_assert_eq(g, 1.0);
+    cr_assert_eq(rt_item_at(remat_tensor_grad(a), 4), 1.0);
     remat_tensor *bad = NULL;
     RT_FAILS(remat_tag(&bad, a, ""), REMAT_EINVAL, "remat_tag");
     RT_FAILS(remat_tag(&bad, a, NULL), REMAT_EINVAL, "non-empty");
@@ -534,7 +531,7 @@ static int multi_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **
     TRY(remat_mul(&y, m, sb));
     if (!rc) {
         u->pieces = n;
-        if (remat_data(m)) RT_OK(remat_item_at(m, 0, &u->max0));
+        if (rt_has_data(m)) u->max0 = rt_item_at(m, 0);
         out[0] = remat_scope_keep(y);
         out[1] = remat_scope_keep(idx);
         out[2] = NULL; /* a None output */
@@ -712,29 +709,22 @@ Test(selective, op_missing_from_the_cache_is_named) {
 }
 
 /* ---- offload --------------------------------------------------------------------------------- */
-static remat_tensor *on_dev(remat_tensor *t, remat_device d) {
-    remat_tensor *o = NULL;
-    RT_OK(remat_to_device(&o, t, d));
-    remat_release(t);
-    return o;
-}
-
 static remat_checkpoint_policy offload_linears(const remat_sac_context *ctx, const char *op, int n,
                                                remat_tensor *const *in, void *st) {
     (void)ctx, (void)n, (void)in, (void)st;
     return strcmp(op, "remat_linear") == 0 ? REMAT_MUST_CPU_OFFLOAD : REMAT_PREFER_RECOMPUTE;
 }
 
-/* MLP block on the test device: MUST_SAVE keeps the linear outputs on the
- * device; MUST_CPU_OFFLOAD keeps them in host memory instead and brings
- * them back for the recomputation. */
+/* MLP block on a device other than cpu (the test device, "testdev" when that is cpu):
+ * MUST_SAVE keeps the linear outputs on the device; MUST_CPU_OFFLOAD keeps them in host
+ * memory instead and brings them back for the recomputation. */
 Test(selective, offload_moves_cached_outputs_to_host) {
-    int type = rt_testdev_register();
-    remat_device dev = {type, 0};
+    remat_device dev = rt_tensor_device();
+    if (dev.type == REMAT_CPU) dev = (remat_device){rt_testdev_register(), 0};
     int64_t sw1[] = {64, 16}, sw2[] = {16, 64}, sx[] = {32, 16};
-    remat_tensor *w1 = on_dev(rt_rand(2, sw1, REMAT_F32, -0.3, 0.3, 1), dev);
-    remat_tensor *w2 = on_dev(rt_rand(2, sw2, REMAT_F32, -0.3, 0.3, 2), dev);
-    remat_tensor *x = on_dev(rt_rand(2, sx, REMAT_F32, -1, 1, 3), dev);
+    remat_tensor *w1 = rt_to_device(rt_rand(2, sw1, REMAT_F32, -0.3, 0.3, 1), dev);
+    remat_tensor *w2 = rt_to_device(rt_rand(2, sw2, REMAT_F32, -0.3, 0.3, 2), dev);
+    remat_tensor *x = rt_to_device(rt_rand(2, sx, REMAT_F32, -1, 1, 3), dev);
     RT_OK(remat_set_requires_grad(w1, true));
     RT_OK(remat_set_requires_grad(w2, true));
     rt_mlp_block blk = {.dim = 16,

@@ -6,6 +6,7 @@
  * reentrant checkpointing does): all state of one pass lives in a `task`
  * on the C stack; a thread-local stack of tasks answers "which backward am
  * I in". */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -281,14 +282,15 @@ static remat_status validate_grad(remat_tensor **out, const remat_node *producer
                                   int input_nr, remat_tensor *g) {
     *out = NULL;
     const rm_out_meta *m = &n->out_meta[input_nr];
-    const char *who = producer ? remat_node_name(producer) : "the gradient given for a root";
-    char b1[200], b2[160];
+    char who[160], b1[200], b2[160]; /* who: "function XBackward returned a gradient" */
+    if (producer)
+        snprintf(who, sizeof who, "function %s returned a gradient", remat_node_name(producer));
+    else snprintf(who, sizeof who, "the gradient given for a root is");
     remat_device d = g->storage->device;
     if (d.type != m->device.type || d.index != m->device.index)
-        return rm_err(REMAT_EDEVICE,
-                      "backward: function %s returned a gradient %s on %s:%d for a "
-                      "tensor on %s:%d",
-                      who, rm_tensor_str(g, b1, sizeof b1), remat_device_type_name(d.type), d.index,
+        return rm_err(REMAT_EDEVICE, "backward: %s %s %s on %s:%d for a tensor on %s:%d", who,
+                      rm_shape_str(g->ndim, g->shape, b1, sizeof b1), remat_dtype_name(g->dtype),
+                      remat_device_type_name(d.type), d.index,
                       remat_device_type_name(m->device.type), m->device.index);
     remat_tensor *cur = remat_retain(g);
     int rc = REMAT_OK;
@@ -301,10 +303,8 @@ static remat_status validate_grad(remat_tensor **out, const remat_node *producer
                           memcmp(bs, g->shape, sizeof(int64_t) * (size_t)nd) == 0;
         if (!expandable) {
             remat_release(cur);
-            return rm_err(REMAT_ESHAPE,
-                          "backward: function %s returned a gradient of shape %s for "
-                          "a tensor of shape %s",
-                          who, rm_shape_str(g->ndim, g->shape, b1, sizeof b1),
+            return rm_err(REMAT_ESHAPE, "backward: %s of shape %s for a tensor of shape %s", who,
+                          rm_shape_str(g->ndim, g->shape, b1, sizeof b1),
                           rm_shape_str(m->ndim, m->shape, b2, sizeof b2));
         }
         remat_tensor *sum = NULL;
@@ -317,9 +317,8 @@ static remat_status validate_grad(remat_tensor **out, const remat_node *producer
         if (cur->requires_grad && remat_is_grad_enabled()) {
             remat_release(cur);
             return rm_err(REMAT_EUNSUPPORTED,
-                          "backward: function %s returned a gradient of "
-                          "dtype %s for a tensor of dtype %s; converting it under create_graph is "
-                          "not supported",
+                          "backward: %s of dtype %s for a tensor of dtype %s; converting it "
+                          "under create_graph is not supported",
                           who, remat_dtype_name(g->dtype), remat_dtype_name(m->dtype));
         }
         remat_tensor *conv = NULL;

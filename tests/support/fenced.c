@@ -166,7 +166,9 @@ static const rm_kernel_fn k_wrappers[RM_K_COUNT][RM_N_DTYPES] = {
 };
 
 /* A fault inside fenced memory: says so with a backtrace (addr2line -e the test
- * binary turns the addresses into lines), then dies of the signal as before. */
+ * binary turns the addresses into lines), then dies of the signal as before. It does not chain
+ * to the action it replaced: under ASan that is ASan's SEGV report, which exits instead of
+ * dying of the signal (and fenced_device::host_write_faults expects the signal). */
 static void on_fault(int sig, siginfo_t *si, void *uc) {
     (void)uc;
     const char *a = si->si_addr;

@@ -1,10 +1,21 @@
 /* tests/support/rt.c — helpers shared by the test suite (see rt.h). */
 #include "rt.h"
 
+#include <execinfo.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_ADDRESS__) || __has_feature(address_sanitizer)
+#include <sanitizer/common_interface_defs.h>
+#define RT_ASAN 1
+#endif
 
 #include "fenced.h"
 #include "internal.h"
@@ -33,19 +44,43 @@ remat_device rt_test_device(void) {
     return d;
 }
 
-remat_tensor *rt_to_test_device(remat_tensor *t) {
-    if (!rt_on_test_device_) return t;
-    remat_device d = rt_test_device();
-    if (d.type == REMAT_CPU) return t;
+remat_tensor *rt_to_device(remat_tensor *t, remat_device d) {
+    remat_device at = remat_tensor_device(t);
+    if (at.type == d.type && at.index == d.index) return t;
     remat_tensor *c = NULL;
     bool prev = remat_no_grad_begin();
     int rc = remat_to_device(&c, t, d);
     remat_grad_mode_restore(prev);
-    cr_assert_eq(rc, REMAT_OK, "rt_to_test_device: %s", remat_last_error());
+    cr_assert_eq(rc, REMAT_OK, "rt_to_device: %s", remat_last_error());
     if (remat_requires_grad(t)) RT_OK(remat_set_requires_grad(c, true));
     remat_release(t);
     return c;
 }
+
+remat_tensor *rt_to_test_device(remat_tensor *t) {
+    return rt_on_test_device_ ? rt_to_device(t, rt_test_device()) : t;
+}
+
+remat_device rt_tensor_device(void) {
+    return rt_on_test_device_ ? rt_test_device() : REMAT_DEVICE_CPU;
+}
+
+const char *rt_tensor_device_str(void) {
+    static char buf[64];
+    remat_device d = rt_tensor_device();
+    snprintf(buf, sizeof buf, "%s:%d", remat_device_type_name(d.type), d.index);
+    return buf;
+}
+
+remat_alloc_stats rt_device_stats(void) {
+    remat_alloc_stats s;
+    RT_OK(remat_alloc_stats_get(rt_tensor_device(), &s));
+    return s;
+}
+
+size_t rt_device_current_bytes(void) { return rt_device_stats().current_bytes; }
+
+void rt_device_reset_peak(void) { RT_OK(remat_alloc_reset_peak(rt_tensor_device())); }
 
 remat_tensor *rt_tensor(int ndim, const int64_t *shape, remat_dtype dtype, const double *values) {
     int64_t n = rm_shape_numel(ndim, shape);
@@ -160,6 +195,32 @@ static double peek(const remat_tensor *x, const double *p) {
 }
 static void poke(const remat_tensor *x, double *p, double v) {
     RT_OK(rm_device_copy(x->storage->device, p, REMAT_DEVICE_CPU, &v, sizeof v));
+}
+
+bool rt_has_data(const remat_tensor *t) { return t && t->storage->data != NULL; }
+
+double rt_item_at(const remat_tensor *t, int64_t i) {
+    cr_assert(i >= 0 && i < remat_numel(t), "rt_item_at: index %lld of %lld elements", (long long)i,
+              (long long)remat_numel(t));
+    double *v = rt_values(t), x = v[i];
+    free(v);
+    return x;
+}
+
+void rt_add_at(remat_tensor *t, int64_t i, double delta) {
+    cr_assert(i >= 0 && i < remat_numel(t), "rt_add_at: index %lld of %lld elements", (long long)i,
+              (long long)remat_numel(t));
+    cr_assert(rt_has_data(t), "rt_add_at: the tensor has no data");
+    char *p = (char *)t->storage->data + (size_t)elem_offset(t, i) * remat_dtype_size(t->dtype);
+    if (t->dtype == REMAT_F64) {
+        poke(t, (double *)p, peek(t, (double *)p) + delta);
+        return;
+    }
+    cr_assert_eq(t->dtype, REMAT_F32, "rt_add_at: f32 or f64 only");
+    float v;
+    RT_OK(rm_device_copy(REMAT_DEVICE_CPU, &v, t->storage->device, p, sizeof v));
+    v = (float)(v + delta);
+    RT_OK(rm_device_copy(t->storage->device, p, REMAT_DEVICE_CPU, &v, sizeof v));
 }
 
 /* Evaluates sum(f(inputs) * w) with grad off. */
@@ -333,6 +394,30 @@ int rt_testdev_register(void) {
 
 void rt_testdev_set_initialized(bool on) { g_testdev_init = on; }
 long rt_testdev_allocs(void) { return g_testdev_allocs; }
+
+/* ---- crashes -------------------------------------------------------------------------------- */
+static char g_crash_what[256];
+
+static void say_crash(void) {
+    if (write(2, g_crash_what, strlen(g_crash_what)) < 0) {}
+}
+
+static void on_crash(int sig) {
+    say_crash();
+    void *bt[32];
+    backtrace_symbols_fd(bt, backtrace(bt, 32), 2);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void rt_report_crash(const char *what) {
+    snprintf(g_crash_what, sizeof g_crash_what, "\n%s\n", what);
+    const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], on_crash);
+#ifdef RT_ASAN
+    __sanitizer_set_death_callback(say_crash);
+#endif
+}
 
 /* ---- warnings ------------------------------------------------------------------------------ */
 static char g_warn[16384];

@@ -31,7 +31,8 @@
 
 /* ---- the test device -----------------------------------------------------------------
  * `REMAT_TEST_DEVICE=cuda[:N] make test` (or `make test-cuda`) runs the suites that opt in
- * (RT_ON_TEST_DEVICE below: the op fixtures, checkpoint, selective, planner) on that device:
+ * (RT_ON_TEST_DEVICE below; the Makefile's DEVICE_SUITES lists them for make test-fenced and
+ * make test-cuda) on that device:
  * the tensors the helpers make (rt_tensor, rt_rand and what is built on them: the models of
  * models.h, the fixtures' inputs) are put there, and the helpers that read values
  * (rt_values, rt_bitwise_equal, rt_max_abs_diff, rt_assert_close) read them back through
@@ -49,9 +50,34 @@ extern bool rt_on_test_device_;
 /* The device REMAT_TEST_DEVICE names (cpu without it; an unknown name fails the test);
  * skips the test when it names a device that cannot be used. */
 remat_device rt_test_device(void);
-/* t itself when the suite runs on cpu, else a copy of t on the test device with t's
- * requires_grad (t released): for tensors just made. */
+/* t itself when it is on d, else a copy of t on d (made without grad) with t's
+ * requires_grad (t released): for tensors just made. Asserts success. */
+remat_tensor *rt_to_device(remat_tensor *t, remat_device d);
+/* rt_to_device(t, the test device) in suites that opt in, else t itself. */
 remat_tensor *rt_to_test_device(remat_tensor *t);
+
+/* Where rt_tensor puts tensors: the test device in suites that opt in, else cpu. */
+remat_device rt_tensor_device(void);
+/* That device as text ("cpu:0", "fenced:0"), as remat's messages name it. */
+const char *rt_tensor_device_str(void);
+/* Allocator counters of rt_tensor_device() (asserts success): what a memory test measures,
+ * since on a test device the tensors' bytes are counted there, not on cpu. */
+remat_alloc_stats rt_device_stats(void);
+size_t rt_device_current_bytes(void);
+void rt_device_reset_peak(void);
+
+/* ---- tensor values, on any device ------------------------------------------------------
+ * A test never dereferences tensor memory itself: off host-addressable devices remat_data is
+ * NULL, and on "fenced" (as on a GPU) a host access faults. It reads and writes values
+ * through these, which copy through the device (and rt_values, rt_bitwise_equal, ... above). */
+/* Whether t has data: false for a tensor made in skip mode (an early-stopped
+ * recomputation), on every device (remat_data, NULL off the host, cannot tell). */
+bool rt_has_data(const remat_tensor *t);
+/* The element at flat row-major index i, as a double (asserts that i is in range). */
+double rt_item_at(const remat_tensor *t, int64_t i);
+/* Adds delta to the element at flat row-major index i of an f32 or f64 tensor, in place
+ * through the device's copies (no version bump, no autograd: for finite differences). */
+void rt_add_at(remat_tensor *t, int64_t i, double delta);
 
 /* New tensor from a double array, converted to dtype (f32/f64/i64); on the test device
  * in suites that opt in. */
@@ -103,6 +129,13 @@ int rt_testdev_register(void);
 void rt_testdev_set_initialized(bool on);
 /* Number of allocations made on testdev so far. */
 long rt_testdev_allocs(void);
+
+/* ---- crashes -------------------------------------------------------------------------------
+ * From now on in this test process, a crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) or a
+ * sanitizer's report prints "<what>" and a backtrace (addr2line -e the test binary turns its
+ * addresses into lines) before the process dies of it as before: Criterion's "CRASH!" alone
+ * names neither the case nor the place. `what` is copied (truncated to 255 bytes). */
+void rt_report_crash(const char *what);
 
 /* ---- warnings ------------------------------------------------------------------------------
  * Captures warnings into a buffer (installs a log callback). */
