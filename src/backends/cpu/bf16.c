@@ -56,32 +56,29 @@ static void pass_range(int64_t n, int nt, int id, int64_t *lo, int64_t *hi) {
     *hi = *lo + per < n ? *lo + per : n;
 }
 
+/* Runs run(x + lo, y + lo, hi - lo) over [0, n): on the calling thread when the pass is
+ * small, else one contiguous range per thread (pass_range). Both conversion directions are
+ * this one pass with a different run. */
+#define BF16_PASS(run, x, y, n)                                                                    \
+    do {                                                                                           \
+        int nt_ = pass_threads(n);                                                                 \
+        if (nt_ <= 1) {                                                                            \
+            run(x, y, n);                                                                          \
+            break;                                                                                 \
+        }                                                                                          \
+        _Pragma("omp parallel num_threads(nt_)") {                                                 \
+            int64_t lo_, hi_;                                                                      \
+            pass_range(n, BF16_TEAM(), BF16_THREAD(), &lo_, &hi_);                                 \
+            if (lo_ < hi_) run((x) + lo_, (y) + lo_, hi_ - lo_);                                   \
+        }                                                                                          \
+    } while (0)
+
 void rm_cpu_f32_to_bf16(const float *restrict x, uint16_t *restrict y, int64_t n) {
-    int nt = pass_threads(n);
-    if (nt <= 1) {
-        rm_bf16_round_run(x, y, n);
-        return;
-    }
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        pass_range(n, BF16_TEAM(), BF16_THREAD(), &lo, &hi);
-        if (lo < hi) rm_bf16_round_run(x + lo, y + lo, hi - lo);
-    }
+    BF16_PASS(rm_bf16_round_run, x, y, n);
 }
 
 void rm_cpu_bf16_to_f32(const uint16_t *restrict x, float *restrict y, int64_t n) {
-    int nt = pass_threads(n);
-    if (nt <= 1) {
-        rm_bf16_widen_run(x, y, n);
-        return;
-    }
-#pragma omp parallel num_threads(nt)
-    {
-        int64_t lo, hi;
-        pass_range(n, BF16_TEAM(), BF16_THREAD(), &lo, &hi);
-        if (lo < hi) rm_bf16_widen_run(x + lo, y + lo, hi - lo);
-    }
+    BF16_PASS(rm_bf16_widen_run, x, y, n);
 }
 
 /* An f32 twin of bf16 tensor t: the same offset, shape and strides over a
