@@ -52,18 +52,15 @@ static remat_status model_alloc(pl_model *m, const remat_profile *p, int n_extra
     int L = p->n_stages + n_extra;
     m->L = L;
     m->n_chain = p->n_stages;
-    m->x = calloc((size_t)L + 1, sizeof *m->x);
-    m->abar = calloc((size_t)L, sizeof *m->abar);
-    m->fpa = calloc((size_t)L, sizeof *m->fpa);
-    m->fpn = calloc((size_t)L, sizeof *m->fpn);
-    m->bp = calloc((size_t)L, sizeof *m->bp);
-    m->gp = calloc((size_t)L + 1, sizeof *m->gp);
-    m->uf = calloc((size_t)L, sizeof *m->uf);
-    m->ub = calloc((size_t)L, sizeof *m->ub);
-    if (!m->x || !m->abar || !m->fpa || !m->fpn || !m->bp || !m->gp || !m->uf || !m->ub) {
-        pl_model_free(m);
-        return rm_err(REMAT_ENOMEM, "%s: out of memory for %d stages", call, L);
-    }
+    /* One zeroed block holds the eight per-stage arrays, n eight-byte slots each (only x
+     * and gp use the last), in the struct's order; pl_model_free frees it through m->x. */
+    size_t n = (size_t)L + 1;
+    uint64_t *u = calloc(8 * n, sizeof *u);
+    if (!u) return rm_err(REMAT_ENOMEM, "%s: out of memory for %d stages", call, L);
+    m->x = u, m->abar = u + n, m->fpa = u + 2 * n, m->fpn = u + 3 * n;
+    m->bp = u + 4 * n, m->gp = u + 5 * n;
+    double *d = (double *)(u + 6 * n);
+    m->uf = d, m->ub = d + n;
     m->x[0] = p->stages[0].input_bytes;
     return REMAT_OK;
 }
@@ -121,14 +118,7 @@ uint64_t pl_total(const pl_model *m, uint64_t chain_peak) {
 
 void pl_model_free(pl_model *m) {
     if (!m) return;
-    free(m->x);
-    free(m->abar);
-    free(m->fpa);
-    free(m->fpn);
-    free(m->bp);
-    free(m->gp);
-    free(m->uf);
-    free(m->ub);
+    free(m->x); /* the block of all eight arrays (model_alloc) */
     memset(m, 0, sizeof *m);
 }
 
