@@ -455,7 +455,8 @@ static void att_kernels(remat_tensor *const *in, remat_dtype dt, bool whole,
     const int64_t *s = remat_shape(in[0]);
     remat_device dev = remat_tensor_device(in[0]);
     remat_dtype ldt = dt == REMAT_F64 ? REMAT_F64 : REMAT_F32;
-    rm_kernel_fn fwd = whole ? rm_cpu_bf16_via_f32[RM_K_ATTENTION] : rm_cpu_kernels[RM_K_ATTENTION][dt];
+    rm_kernel_fn fwd =
+        whole ? rm_cpu_bf16_via_f32[RM_K_ATTENTION] : rm_cpu_kernels[RM_K_ATTENTION][dt];
     rm_kernel_fn bwd =
         whole ? rm_cpu_bf16_via_f32[RM_K_ATTENTION_BWD] : rm_cpu_kernels[RM_K_ATTENTION_BWD][dt];
     cr_assert(fwd && bwd, "no %s attention kernels", remat_dtype_name(dt));
@@ -597,8 +598,8 @@ Test(autocast, bf16_attention_checkpoint_bitwise) {
     }
     for (int i = 0; i < 2; i++) {
         cr_assert_eq(remat_tensor_dtype(g[0][i]), REMAT_F32);
-        cr_assert(rt_bitwise_equal(g[0][i], g[1][i]), "gradient %d: checkpointed differs by %g",
-                  i, rt_max_abs_diff(g[0][i], g[1][i]));
+        cr_assert(rt_bitwise_equal(g[0][i], g[1][i]), "gradient %d: checkpointed differs by %g", i,
+                  rt_max_abs_diff(g[0][i], g[1][i]));
         remat_release(g[0][i]), remat_release(g[1][i]);
     }
     remat_release(x), remat_release(k);

@@ -319,7 +319,6 @@ static void att_round(const f32 *src, int64_t rows, int64_t cols, uint16_t *dst,
     for (int64_t r = 0; r < rows; r++) rm_bf16_round_run(src + r * cols, dst + r * ld, cols);
 }
 
-
 /* Scores of query rows [i0, i0 + m) of batch entry b against keys [0, kn),
  * as att_probs_f32 but from bf16 q, k: s (m, kn) gets the f32
  * probabilities, pb (m, kn) the same rounded to bf16. */
@@ -355,8 +354,7 @@ RM_CPU_CLONES static void att_probs_bgemm(const att_dims *d, const att_mat *q, c
 
 /* Forward of one (batch entry, query block) item: O = P·V straight into o. */
 static remat_status att_fwd_item_bgemm(const att_dims *d, const att_mat *q, const att_mat *k,
-                                       const att_mat *v, const att_mat *o, f32 *lse,
-                                       int64_t item) {
+                                       const att_mat *v, const att_mat *o, f32 *lse, int64_t item) {
     int64_t nqb = (d->Tq + ATT_QB - 1) / ATT_QB;
     int64_t b = item / nqb, i0 = (item % nqb) * ATT_QB;
     int64_t m = d->Tq - i0 < ATT_QB ? d->Tq - i0 : ATT_QB;
@@ -409,9 +407,9 @@ RM_CPU_CLONES static void att_dscores(int64_t m, int64_t kn, const f32 *restrict
 
 /* Backward of batch entry b (dq, dk, dv may be NULL); m = q, k, v, o, go.
  * Query blocks in order, so dK and dV sum in a fixed order (in f32). */
-static remat_status att_bwd_entry_bgemm(const att_dims *d, const att_mat *const *mt,
-                                        const f32 *lse, const att_mat *dq, const att_mat *dk,
-                                        const att_mat *dv, int64_t b) {
+static remat_status att_bwd_entry_bgemm(const att_dims *d, const att_mat *const *mt, const f32 *lse,
+                                        const att_mat *dq, const att_mat *dk, const att_mat *dv,
+                                        int64_t b) {
     const att_mat *q = mt[0], *k = mt[1], *v = mt[2], *o = mt[3], *go = mt[4];
     const bf16 *kb = (const bf16 *)k->base + k->off[b];
     const bf16 *vb = (const bf16 *)v->base + v->off[b];
@@ -442,7 +440,8 @@ static remat_status att_bwd_entry_bgemm(const att_dims *d, const att_mat *const 
         if (!dqi && !dk) continue;
         /* dP = dO · Vᵀ */
         rm_bgemm_f32(false, true, m, kn, d->Dv, goi, go->ld, vb, v->ld, 0.0f, ds, kn);
-        for (int64_t r = 0; r < m; r++) delta[r] = att_dot_bf16(goi + r * go->ld, oi + r * o->ld, d->Dv);
+        for (int64_t r = 0; r < m; r++)
+            delta[r] = att_dot_bf16(goi + r * go->ld, oi + r * o->ld, d->Dv);
         att_dscores(m, kn, p, ds, delta, sc, dsb);
         if (dqi) /* dQ = dS · K */
             rm_bgemm(false, false, m, d->D, kn, dsb, kn, kb, k->ld, 0.0f, dqi, dq->ld);
@@ -466,7 +465,7 @@ static att_mat att_widened(const att_mat *m, int64_t b, int64_t rows, int64_t co
 
 /* Forward of batch entry b: every query block of it, in order. */
 static remat_status att_fwd_entry_widened(const att_dims *d, const att_mat *q, const att_mat *k,
-                                       const att_mat *v, const att_mat *o, f32 *lse, int64_t b) {
+                                          const att_mat *v, const att_mat *o, f32 *lse, int64_t b) {
     static const int64_t zero = 0;
     att_dims d1 = *d;
     d1.nb = 1;
@@ -487,9 +486,9 @@ static remat_status att_fwd_entry_widened(const att_dims *d, const att_mat *q, c
 }
 
 /* Backward of batch entry b (dq, dk, dv may be NULL). */
-static remat_status att_bwd_entry_widened(const att_dims *d, const att_mat *const *m, const f32 *lse,
-                                       const att_mat *dq, const att_mat *dk, const att_mat *dv,
-                                       int64_t b) {
+static remat_status att_bwd_entry_widened(const att_dims *d, const att_mat *const *m,
+                                          const f32 *lse, const att_mat *dq, const att_mat *dk,
+                                          const att_mat *dv, int64_t b) {
     static const int64_t zero = 0;
     att_dims d1 = *d;
     d1.nb = 1;
@@ -548,7 +547,8 @@ remat_status rm_cpu_attention(const rm_kargs *k) {
     } while (0)
 #define ATT_FWD_WIDENED(b)                                                                         \
     do {                                                                                           \
-        if (att_fwd_entry_widened(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], (f32 *)rm_ptr(lse), (b)))\
+        if (att_fwd_entry_widened(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], (f32 *)rm_ptr(lse),      \
+                                  (b)))                                                            \
             _Pragma("omp atomic write") fail = 1;                                                  \
     } while (0)
         if (y->dtype == REMAT_BF16 && rm_bgemm_native()) ATT_FOR(d.nb * nqb, work, ATT_FWD_BF16);
