@@ -24,22 +24,13 @@
 #include <string.h>
 
 #include "../autograd/accumulate.h"
+#include "../ptrtab.h"
 #include "ddp_internal.h"
 
-static size_t hptr(const void *p) {
-    uintptr_t x = (uintptr_t)p;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    return (size_t)(x ^ (x >> 33));
-}
-
+/* t's index in d->p, -1 when t is not one of the wrapped parameters. */
 static int lookup(const remat_ddp *d, const remat_tensor *t) {
-    size_t j = hptr(t) & (d->hcap - 1);
-    while (d->hkey[j]) {
-        if (d->hkey[j] == t) return d->hval[j];
-        j = (j + 1) & (d->hcap - 1);
-    }
-    return -1;
+    const ddp_slot *s = &d->ht[rm_ptrtab_slot(d->ht, d->hcap, sizeof *d->ht, t)];
+    return s->key ? s->index : -1;
 }
 
 /* ---- buckets ------------------------------------------------------------------------- */
@@ -336,19 +327,16 @@ remat_status rmd_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor
     d->used_any = calloc((size_t)n, 1);
     d->hcap = 16;
     while (d->hcap < (size_t)n * 2) d->hcap *= 2;
-    d->hkey = calloc(d->hcap, sizeof *d->hkey);
-    d->hval = calloc(d->hcap, sizeof *d->hval);
-    if (!d->p || !d->hkey || !d->hval || !d->used_any) {
+    d->ht = calloc(d->hcap, sizeof *d->ht);
+    if (!d->p || !d->ht || !d->used_any) {
         remat_ddp_free(d);
         return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     }
     for (int i = 0; i < n; i++) {
         d->p[i].t = remat_retain(params[i]);
         d->p[i].numel = remat_numel(params[i]);
-        size_t j = hptr(params[i]) & (d->hcap - 1);
-        while (d->hkey[j]) j = (j + 1) & (d->hcap - 1);
-        d->hkey[j] = params[i];
-        d->hval[j] = i;
+        ddp_slot *s = &d->ht[rm_ptrtab_slot(d->ht, d->hcap, sizeof *d->ht, params[i])];
+        if (!s->key) *s = (ddp_slot){params[i], i}; /* a repeated parameter keeps its first index */
     }
     rc = build_buckets(d, call);
     /* everyone starts from rank 0's values */
@@ -373,8 +361,7 @@ void remat_ddp_free(remat_ddp *d) {
     free(d->used_any);
     free(d->p);
     free(d->b);
-    free(d->hkey);
-    free(d->hval);
+    free(d->ht);
     free(d);
 }
 

@@ -120,9 +120,6 @@ void rm_cuda_scratch_free(int index, void *ptr);
 void rm_cuda_release_all(void);
 
 /* ---- registration -------------------------------------------------------------------------- */
-/* Registers the "cuda" device type (device.c): called once, from the device
- * registry's start-up (src/device.c) when the library is built with CUDA. */
-int rm_cuda_register_type(void);
 /* Registers every family's kernels for device type `device_type`. */
 void rm_cuda_register_kernels(int device_type);
 /* One per family (see the top of this file for who owns which). */
