@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../src/backends/cpu/bf16.h"
+#include "../src/backends/cpu/gemm.h"
 #include "../src/internal.h"
 #include "remat/autocast.h"
 #include "remat/report.h"
@@ -435,12 +436,9 @@ Test(autocast, bf16_bias_gradient_matches_the_whole_copy_path) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
-/* bf16 attention, forward and backward, runs on per batch entry f32
- * buffers (no f32 copies of whole operands: for the GPT's per-head views
- * of a packed qkv those were three copies of the whole projection) and is
- * bitwise what the whole-copy path (rm_cpu_bf16_via_f32: the f32 kernel on
- * widened operands, rounded once) gives. q, k, v are per-head views of
- * (B, T, H, D) tensors as in the GPT; T spans two query blocks. */
+/* ---- bf16 attention ------------------------------------------------------------------- */
+/* q, k, v, gy as per-head views of (B, T, H, D) tensors, as in the GPT: (B, H, T, D)
+ * with row stride H·D. */
 static remat_tensor *bf16_heads(const int64_t *s, uint64_t seed) {
     remat_tensor *x = rt_rand(4, s, REMAT_F32, -2, 2, seed), *b = NULL, *t = NULL;
     RT_OK(remat_to_dtype(&b, x, REMAT_BF16));
@@ -449,41 +447,162 @@ static remat_tensor *bf16_heads(const int64_t *s, uint64_t seed) {
     return t;
 }
 
-Test(autocast, bf16_attention_matches_the_whole_copy_path) {
-    const int64_t s[4] = {2, 70, 3, 16}, hs[4] = {2, 3, 70, 16}, ls[3] = {2, 3, 70};
-    rm_kernel_fn fwd = rm_cpu_kernels[RM_K_ATTENTION][REMAT_BF16];
-    rm_kernel_fn bwd = rm_cpu_kernels[RM_K_ATTENTION_BWD][REMAT_BF16];
-    cr_assert(fwd && bwd, "no native bf16 attention kernels");
+/* The attention kernels of dtype dt on in = q, k, v, gy (bf16 heads, or f64 copies
+ * for the reference), through rm_cpu_bf16_via_f32 when whole: the forward, then the
+ * backward from that forward's output and lse. out: y, lse, dq, dk, dv. */
+static void att_kernels(remat_tensor *const *in, remat_dtype dt, bool whole,
+                        const rm_attention_params *p, remat_tensor **out) {
+    const int64_t *s = remat_shape(in[0]);
+    remat_device dev = remat_tensor_device(in[0]);
+    remat_dtype ldt = dt == REMAT_F64 ? REMAT_F64 : REMAT_F32;
+    rm_kernel_fn fwd =
+        whole ? rm_cpu_bf16_via_f32[RM_K_ATTENTION] : rm_cpu_kernels[RM_K_ATTENTION][dt];
+    rm_kernel_fn bwd =
+        whole ? rm_cpu_bf16_via_f32[RM_K_ATTENTION_BWD] : rm_cpu_kernels[RM_K_ATTENTION_BWD][dt];
+    cr_assert(fwd && bwd, "no %s attention kernels", remat_dtype_name(dt));
+    RT_OK(remat_zeros(&out[0], 4, s, dt, dev));
+    RT_OK(remat_zeros(&out[1], 3, s, ldt, dev));
+    rm_kargs kf = {.in = {in[0], in[1], in[2]}, .out = {out[0], out[1]}, .params = p};
+    RT_OK(fwd(&kf));
+    for (int i = 0; i < 3; i++) RT_OK(remat_zeros(&out[2 + i], 4, s, dt, dev));
+    rm_kargs kb = {.in = {in[0], in[1], in[2], out[0], in[3], out[1]},
+                   .out = {out[2], out[3], out[4]},
+                   .params = p};
+    RT_OK(bwd(&kb));
+}
+
+static void release_n(remat_tensor **t, int n) {
+    for (int i = 0; i < n; i++) remat_release_p(&t[i]);
+}
+
+static const char *const att_what[5] = {"y", "lse", "dq", "dk", "dv"};
+
+/* Without bf16 GEMMs (no AVX512_BF16/AMX, here REMAT_NO_BF16) bf16 attention
+ * runs the f32 kernel on per batch entry f32 buffers (no f32 copies of whole
+ * operands: for the GPT's per-head views of a packed qkv those were three
+ * copies of the whole projection) and is bitwise what the whole-copy path
+ * (rm_cpu_bf16_via_f32: the f32 kernel on widened operands, rounded once)
+ * gives. T spans two query blocks. */
+Test(autocast, bf16_attention_fallback_matches_the_whole_copy_path) {
+    const int64_t s[4] = {2, 70, 3, 16};
     rm_attention_params p = {.causal = true, .scale = 0.25};
-    remat_tensor *in[5];
-    for (int i = 0; i < 5; i++) in[i] = i == 3 ? NULL : bf16_heads(s, 60 + (uint64_t)i);
-    remat_tensor *y[2], *lse[2], *g[2][3];
-    for (int r = 0; r < 2; r++) { /* r = 0 native, 1 whole copies */
-        RT_OK(remat_zeros(&y[r], 4, hs, REMAT_BF16, remat_tensor_device(in[0])));
-        RT_OK(remat_zeros(&lse[r], 3, ls, REMAT_F32, remat_tensor_device(in[0])));
-        rm_kargs k = {.in = {in[0], in[1], in[2]}, .out = {y[r], lse[r]}, .params = &p};
-        RT_OK(r ? rm_cpu_bf16_via_f32[RM_K_ATTENTION](&k) : fwd(&k));
-    }
-    cr_assert(rt_bitwise_equal(y[0], y[1]), "forward differs by %g", rt_max_abs_diff(y[0], y[1]));
-    cr_assert(rt_bitwise_equal(lse[0], lse[1]), "lse differs");
-    in[3] = y[0];
-    for (int r = 0; r < 2; r++) {
-        for (int i = 0; i < 3; i++)
-            RT_OK(remat_zeros(&g[r][i], 4, hs, REMAT_BF16, remat_tensor_device(in[0])));
-        rm_kargs k = {.in = {in[0], in[1], in[2], in[3], in[4], lse[0]},
-                      .out = {g[r][0], g[r][1], g[r][2]},
-                      .params = &p};
-        RT_OK(r ? rm_cpu_bf16_via_f32[RM_K_ATTENTION_BWD](&k) : bwd(&k));
-    }
-    for (int i = 0; i < 3; i++)
-        cr_assert(rt_bitwise_equal(g[0][i], g[1][i]), "gradient %d differs by %g", i,
-                  rt_max_abs_diff(g[0][i], g[1][i]));
+    remat_tensor *in[4], *r[2][5];
+    for (int i = 0; i < 4; i++) in[i] = bf16_heads(s, 60 + (uint64_t)i);
+    setenv("REMAT_NO_BF16", "1", 1);
+    uint64_t runs = rm_bgemm_native_runs();
+    att_kernels(in, REMAT_BF16, false, &p, r[0]);
+    cr_assert_eq(rm_bgemm_native_runs(), runs, "REMAT_NO_BF16 set, yet oneDNN's bf16 GEMM ran");
+    unsetenv("REMAT_NO_BF16");
+    att_kernels(in, REMAT_BF16, true, &p, r[1]);
     for (int i = 0; i < 5; i++)
-        if (i != 3) remat_release(in[i]);
-    for (int r = 0; r < 2; r++) {
-        remat_release(y[r]), remat_release(lse[r]);
-        for (int i = 0; i < 3; i++) remat_release(g[r][i]);
+        cr_assert(rt_bitwise_equal(r[0][i], r[1][i]), "%s differs by %g", att_what[i],
+                  rt_max_abs_diff(r[0][i], r[1][i]));
+    release_n(in, 4), release_n(r[0], 5), release_n(r[1], 5);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* max |got - want| / max |want| */
+static double rel_err(remat_tensor *got, remat_tensor *want) {
+    double scale = 0, *w = rt_values(want);
+    for (int64_t i = 0; i < remat_numel(want); i++) scale = fmax(scale, fabs(w[i]));
+    free(w);
+    return rt_max_abs_diff(got, want) / scale;
+}
+
+/* Where the CPU has bf16 GEMMs, bf16 attention runs its six GEMMs in bf16
+ * through oneDNN (2 per query block forward, 5 backward: S again, Pᵀ·dO,
+ * dO·Vᵀ, dS·K, dSᵀ·Q), the results do not depend on the thread count, and
+ * they stay within bf16 rounding of the f64 attention of the same bf16
+ * values (the bounds are about 1.5x the errors measured, docs/autocast.md).
+ * Shapes: several heads over two query blocks (the items run on threads),
+ * one head over three (GEMMs on the calling thread with the whole team),
+ * not causal with more keys than queries. Also run without bf16 GEMMs
+ * (REMAT_NO_BF16): the same bounds hold there. */
+Test(autocast, bf16_attention_runs_bf16_gemms_deterministically) {
+    const struct {
+        int64_t s[4];
+        bool causal;
+    } cases[3] = {{{2, 70, 3, 16}, true}, {{1, 150, 1, 64}, true}, {{3, 40, 2, 8}, false}};
+    const double bound[5] = {6e-3, 2e-7, 7e-3, 7e-3, 6e-3};
+    for (int c = 0; c < 3; c++) {
+        const int64_t *s = cases[c].s;
+        rm_attention_params p = {.causal = cases[c].causal, .scale = 1.0 / sqrt((double)s[3])};
+        remat_tensor *in[4], *in64[4], *ref[5], *r[3][5];
+        for (int i = 0; i < 4; i++) {
+            in[i] = bf16_heads(s, 90 + (uint64_t)(10 * c + i));
+            RT_OK(remat_to_dtype(&in64[i], in[i], REMAT_F64));
+        }
+        att_kernels(in64, REMAT_F64, false, &p, ref);
+        for (int t = 0; t < 3; t++) { /* 1 thread, 2 threads, without bf16 GEMMs */
+            omp_set_num_threads(t == 0 ? 1 : 2);
+            if (t == 2) setenv("REMAT_NO_BF16", "1", 1);
+            uint64_t runs = rm_bgemm_native_runs();
+            att_kernels(in, REMAT_BF16, false, &p, r[t]);
+            unsetenv("REMAT_NO_BF16");
+            int64_t nb = s[0] * s[2], nqb = (s[1] + 63) / 64;
+            if (t < 2 && remat_cpu_has_bf16())
+                cr_assert_eq(rm_bgemm_native_runs() - runs, (uint64_t)(7 * nb * nqb),
+                             "case %d: %llu bf16 GEMMs, want %lld", c,
+                             (unsigned long long)(rm_bgemm_native_runs() - runs),
+                             (long long)(7 * nb * nqb));
+            for (int i = 0; i < 5; i++) {
+                remat_tensor *w = NULL;
+                RT_OK(remat_to_dtype(&w, r[t][i], REMAT_F64));
+                double e = rel_err(w, ref[i]);
+                cr_log_info("case %d run %d %s: relative error %.3g", c, t, att_what[i], e);
+                cr_assert(e <= bound[i], "case %d, run %d: %s off the f64 attention by %g (> %g)",
+                          c, t, att_what[i], e, bound[i]);
+                remat_release(w);
+            }
+        }
+        for (int i = 0; i < 5; i++)
+            cr_assert(rt_bitwise_equal(r[0][i], r[1][i]), "case %d: %s differs at 1 and 2 threads",
+                      c, att_what[i]);
+        release_n(in, 4), release_n(in64, 4), release_n(ref, 5);
+        for (int t = 0; t < 3; t++) release_n(r[t], 5);
     }
+    omp_set_num_threads(2);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* Checkpointed vs not under autocast through the fused attention (f32 x cast
+ * to bf16 by the driver, per-head views): bitwise equal gradients. */
+static int bf16_att_block(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
+                          int n_out) {
+    (void)ud, (void)n_in, (void)n_out;
+    remat_tensor *h = NULL, *t = NULL, *y = NULL;
+    int rc = remat_tanh(&h, in[0]);
+    if (!rc) rc = remat_transpose(&t, h, 1, 2); /* (B, H, T, D) */
+    if (!rc) rc = remat_attention(&y, t, in[1], t, true, 0);
+    remat_release(h), remat_release(t);
+    out[0] = y;
+    return rc;
+}
+
+Test(autocast, bf16_attention_checkpoint_bitwise) {
+    const int64_t xs[4] = {2, 90, 3, 16}, ks[4] = {2, 3, 90, 16};
+    remat_tensor *x = rt_leaf(rt_rand(4, xs, REMAT_F32, -1, 1, 31));
+    remat_tensor *k = rt_leaf(rt_rand(4, ks, REMAT_F32, -1, 1, 32));
+    remat_tensor *g[2][2];
+    remat_checkpoint_options o = {.use_reentrant = REMAT_OPT_FALSE};
+    for (int ck = 0; ck < 2; ck++) {
+        remat_tensor *in[2] = {x, k}, *y = NULL, *l = NULL;
+        remat_autocast_state prev = ac_on();
+        if (ck) RT_OK(remat_checkpoint(bf16_att_block, NULL, 2, in, 1, &y, &o));
+        else RT_OK(bf16_att_block(NULL, in, 2, &y, 1));
+        cr_assert_eq(remat_tensor_dtype(y), REMAT_BF16);
+        RT_OK(remat_sum_all(&l, y));
+        remat_autocast_end(&prev);
+        RT_OK(remat_grad(1, &l, NULL, 2, in, false, false, g[ck]));
+        remat_release(y), remat_release(l);
+    }
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(remat_tensor_dtype(g[0][i]), REMAT_F32);
+        cr_assert(rt_bitwise_equal(g[0][i], g[1][i]), "gradient %d: checkpointed differs by %g", i,
+                  rt_max_abs_diff(g[0][i], g[1][i]));
+        remat_release(g[0][i]), remat_release(g[1][i]);
+    }
+    remat_release(x), remat_release(k);
     cr_assert_eq(remat_live_tensors(), 0);
 }
 

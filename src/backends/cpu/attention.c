@@ -291,13 +291,25 @@ static att_dims dims_of(const rm_attention_params *p, const remat_tensor *q, con
 }
 
 /* ---- bf16 ------------------------------------------------------------------------------ */
-/* bf16 q, k, v (autocast): each batch entry's matrices are widened into
- * small per-item f32 buffers, the f32 items run on them (nb = 1 views) and
- * the outputs are rounded back once, so a bf16 result is bitwise the f32
- * kernel's on the widened values, rounded — without f32 copies of whole
- * operands (for the GPT's per-head views of a packed qkv those would be
- * three copies of the whole projection, at the peak of a checkpointed
- * backward). The lse is f32 (src/ops/attention.c). */
+/* bf16 q, k, v (autocast). Where rm_bgemm runs oneDNN's bf16 GEMM
+ * (rm_bgemm_native) the six GEMMs take the bf16 operands in place, as
+ * PyTorch's cpu flash attention does for bf16: products accumulated in
+ * f32; the scores S, the softmax / log-sum-exp, dP and dS = P ∘ (dP − δ)
+ * in f32; P and dS rounded to bf16 as the left operands of P·V, Pᵀ·dO,
+ * dS·K and dSᵀ·Q; dK and dV summed over the query blocks in f32 and
+ * rounded once; O and dQ rounded once by the GEMM that makes them. One
+ * item is still one thread in a fixed order (the GEMMs split no sums), so
+ * the results do not depend on the thread count.
+ *
+ * Otherwise (no AVX512_BF16/AMX, REMAT_NO_BF16, no oneDNN) each batch
+ * entry's matrices are widened into small per-item f32 buffers, the f32
+ * items run on them (nb = 1 views) and the outputs are rounded back once:
+ * bitwise the f32 kernel on the widened values, rounded, without f32
+ * copies of whole operands (for the GPT's per-head views of a packed qkv
+ * those would be three copies of the whole projection, at the peak of a
+ * checkpointed backward). The lse is f32 either way (src/ops/attention.c). */
+
+typedef uint16_t bf16;
 
 /* rows x cols of bf16 matrix src (row stride ld) into dense f32 dst, and back. */
 static void att_widen(const uint16_t *src, int64_t ld, int64_t rows, int64_t cols, f32 *dst) {
@@ -307,6 +319,143 @@ static void att_round(const f32 *src, int64_t rows, int64_t cols, uint16_t *dst,
     for (int64_t r = 0; r < rows; r++) rm_bf16_round_run(src + r * cols, dst + r * ld, cols);
 }
 
+/* Scores of query rows [i0, i0 + m) of batch entry b against keys [0, kn),
+ * as att_probs_f32 but from bf16 q, k: s (m, kn) gets the f32
+ * probabilities, pb (m, kn) the same rounded to bf16. */
+RM_CPU_CLONES static void att_probs_bgemm(const att_dims *d, const att_mat *q, const att_mat *k,
+                                          int64_t b, int64_t i0, int64_t m, int64_t kn,
+                                          f32 *restrict s, bf16 *restrict pb, const f32 *lse,
+                                          f32 *lse_out) {
+    const bf16 *qb = (const bf16 *)q->base + q->off[b] + i0 * q->ld;
+    const bf16 *kb = (const bf16 *)k->base + k->off[b];
+    rm_bgemm_f32(false, true, m, kn, d->D, qb, q->ld, kb, k->ld, 0.0f, s, kn);
+    const f32 sc = (f32)d->scale;
+    for (int64_t r = 0; r < m; r++) {
+        f32 *sr = s + r * kn;
+        int64_t lim = att_row_keys(d, i0 + r);
+        if (lim > kn) lim = kn;
+        if (lse) {
+            f32 l = lse[i0 + r];
+            if (l == -INFINITY) l = 0; /* no keys: every p is 0 anyway */
+            for (int64_t j = 0; j < lim; j++) sr[j] = rm_expf_v(sr[j] * sc - l);
+        } else {
+            for (int64_t j = 0; j < lim; j++) sr[j] *= sc;
+            f32 mx = lim > 0 ? rm_row_max_f32(sr, lim) : -INFINITY;
+            f32 sub = mx == -INFINITY ? 0.0f : mx; /* all -inf: avoid inf - inf */
+            f32 sum = att_exp_inplace_f32(sr, sub, lim);
+            f32 inv = 1.0f / sum;
+            for (int64_t j = 0; j < lim; j++) sr[j] *= inv;
+            lse_out[i0 + r] = lim > 0 ? sub + logf(sum) : -INFINITY;
+        }
+        for (int64_t j = lim; j < kn; j++) sr[j] = 0;
+        rm_bf16_round_run(sr, pb + r * kn, kn);
+    }
+}
+
+/* Forward of one (batch entry, query block) item: O = P·V straight into o. */
+static remat_status att_fwd_item_bgemm(const att_dims *d, const att_mat *q, const att_mat *k,
+                                       const att_mat *v, const att_mat *o, f32 *lse, int64_t item) {
+    int64_t nqb = (d->Tq + ATT_QB - 1) / ATT_QB;
+    int64_t b = item / nqb, i0 = (item % nqb) * ATT_QB;
+    int64_t m = d->Tq - i0 < ATT_QB ? d->Tq - i0 : ATT_QB;
+    int64_t kn = att_keys(d, i0 + m);
+    bf16 *ob = (bf16 *)o->base + o->off[b] + i0 * o->ld;
+    if (kn == 0) { /* no keys: an empty sum, as matmul with an empty inner dim */
+        for (int64_t r = 0; r < m; r++) {
+            memset(ob + r * o->ld, 0, sizeof(bf16) * (size_t)d->Dv);
+            lse[b * d->Tq + i0 + r] = -INFINITY;
+        }
+        return REMAT_OK;
+    }
+    f32 *s = malloc((sizeof(f32) + sizeof(bf16)) * (size_t)(m * kn));
+    if (!s) return REMAT_ENOMEM;
+    bf16 *pb = (bf16 *)(s + m * kn);
+    att_probs_bgemm(d, q, k, b, i0, m, kn, s, pb, NULL, lse + b * d->Tq);
+    const bf16 *vb = (const bf16 *)v->base + v->off[b];
+    rm_bgemm(false, false, m, d->Dv, kn, pb, kn, vb, v->ld, 0.0f, ob, o->ld);
+    free(s);
+    return REMAT_OK;
+}
+
+/* f32 sum of x[i]·y[i] over bf16 rows (δ = rowsum(dO ∘ O)), in ATT_LANES
+ * partial sums as att_exp_inplace. */
+RM_CPU_CLONES static f32 att_dot_bf16(const bf16 *x, const bf16 *y, int64_t n) {
+    f32 acc[ATT_LANES] = {0};
+    int64_t i = 0;
+    for (; i + ATT_LANES <= n; i += ATT_LANES)
+        for (int j = 0; j < ATT_LANES; j++)
+            acc[j] += rm_bf16_to_f32(x[i + j]) * rm_bf16_to_f32(y[i + j]);
+    for (; i < n; i++) acc[0] += rm_bf16_to_f32(x[i]) * rm_bf16_to_f32(y[i]);
+    for (int w = ATT_LANES / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
+}
+
+/* dS = P ∘ (dP − δ) · scale over an (m, kn) block, in f32 (ds holds dP),
+ * rounded into dsb. */
+RM_CPU_CLONES static void att_dscores(int64_t m, int64_t kn, const f32 *restrict p,
+                                      f32 *restrict ds, const f32 *restrict delta, f32 sc,
+                                      bf16 *restrict dsb) {
+    for (int64_t r = 0; r < m; r++) {
+        f32 *dsr = ds + r * kn;
+        const f32 *pr = p + r * kn;
+        const f32 dl = delta[r];
+        for (int64_t j = 0; j < kn; j++) dsr[j] = pr[j] * (dsr[j] - dl) * sc;
+        rm_bf16_round_run(dsr, dsb + r * kn, kn);
+    }
+}
+
+/* Backward of batch entry b (dq, dk, dv may be NULL); m = q, k, v, o, go.
+ * Query blocks in order, so dK and dV sum in a fixed order (in f32). */
+static remat_status att_bwd_entry_bgemm(const att_dims *d, const att_mat *const *mt, const f32 *lse,
+                                        const att_mat *dq, const att_mat *dk, const att_mat *dv,
+                                        int64_t b) {
+    const att_mat *q = mt[0], *k = mt[1], *v = mt[2], *o = mt[3], *go = mt[4];
+    const bf16 *kb = (const bf16 *)k->base + k->off[b];
+    const bf16 *vb = (const bf16 *)v->base + v->off[b];
+    int64_t kmax = att_keys(d, d->Tq), mb = d->Tq < ATT_QB ? d->Tq : ATT_QB;
+    int64_t nk = dk ? d->Tk * d->D : 0, nv = dv ? d->Tk * d->Dv : 0;
+    /* f32: p, ds (mb, kmax), delta (mb), dK and dV sums; bf16: P and dS rounded */
+    size_t nf = (size_t)(2 * mb * kmax + mb + nk + nv);
+    f32 *p = calloc(1, sizeof(f32) * nf + sizeof(bf16) * (size_t)(2 * mb * kmax) + 1);
+    if (!p) return REMAT_ENOMEM;
+    f32 *ds = p + mb * kmax, *delta = ds + mb * kmax, *dks = delta + mb, *dvs = dks + nk;
+    bf16 *pb = (bf16 *)(p + nf), *dsb = pb + mb * kmax;
+    const f32 sc = (f32)d->scale;
+    for (int64_t i0 = 0; i0 < d->Tq; i0 += ATT_QB) {
+        int64_t m = d->Tq - i0 < ATT_QB ? d->Tq - i0 : ATT_QB;
+        int64_t kn = att_keys(d, i0 + m);
+        const bf16 *qi = (const bf16 *)q->base + q->off[b] + i0 * q->ld;
+        const bf16 *goi = (const bf16 *)go->base + go->off[b] + i0 * go->ld;
+        const bf16 *oi = (const bf16 *)o->base + o->off[b] + i0 * o->ld;
+        bf16 *dqi = dq ? (bf16 *)dq->base + dq->off[b] + i0 * dq->ld : NULL;
+        if (kn == 0) {
+            for (int64_t r = 0; dqi && r < m; r++)
+                memset(dqi + r * dq->ld, 0, sizeof(bf16) * (size_t)d->D);
+            continue;
+        }
+        att_probs_bgemm(d, q, k, b, i0, m, kn, p, pb, lse + b * d->Tq, NULL);
+        if (dv) /* dV[0:kn] += Pᵀ · dO */
+            rm_bgemm_f32(true, false, kn, d->Dv, m, pb, kn, goi, go->ld, 1.0f, dvs, d->Dv);
+        if (!dqi && !dk) continue;
+        /* dP = dO · Vᵀ */
+        rm_bgemm_f32(false, true, m, kn, d->Dv, goi, go->ld, vb, v->ld, 0.0f, ds, kn);
+        for (int64_t r = 0; r < m; r++)
+            delta[r] = att_dot_bf16(goi + r * go->ld, oi + r * o->ld, d->Dv);
+        att_dscores(m, kn, p, ds, delta, sc, dsb);
+        if (dqi) /* dQ = dS · K */
+            rm_bgemm(false, false, m, d->D, kn, dsb, kn, kb, k->ld, 0.0f, dqi, dq->ld);
+        if (dk) /* dK[0:kn] += dSᵀ · Q */
+            rm_bgemm_f32(true, false, kn, d->D, m, dsb, kn, qi, q->ld, 1.0f, dks, d->D);
+    }
+    if (dk) att_round(dks, d->Tk, d->D, (bf16 *)dk->base + dk->off[b], dk->ld);
+    if (dv) att_round(dvs, d->Tk, d->Dv, (bf16 *)dv->base + dv->off[b], dv->ld);
+    free(p);
+    return REMAT_OK;
+}
+
+/* ---- bf16 without native bf16 GEMMs: widened per batch entry --------------------------- */
+
 /* Batch entry b of m as a dense f32 matrix of `rows` x `cols` at buf: its one-entry view. */
 static att_mat att_widened(const att_mat *m, int64_t b, int64_t rows, int64_t cols, f32 *buf,
                            const int64_t *zero) {
@@ -315,8 +464,8 @@ static att_mat att_widened(const att_mat *m, int64_t b, int64_t rows, int64_t co
 }
 
 /* Forward of batch entry b: every query block of it, in order. */
-static remat_status att_fwd_entry_bf16(const att_dims *d, const att_mat *q, const att_mat *k,
-                                       const att_mat *v, const att_mat *o, f32 *lse, int64_t b) {
+static remat_status att_fwd_entry_widened(const att_dims *d, const att_mat *q, const att_mat *k,
+                                          const att_mat *v, const att_mat *o, f32 *lse, int64_t b) {
     static const int64_t zero = 0;
     att_dims d1 = *d;
     d1.nb = 1;
@@ -337,9 +486,9 @@ static remat_status att_fwd_entry_bf16(const att_dims *d, const att_mat *q, cons
 }
 
 /* Backward of batch entry b (dq, dk, dv may be NULL). */
-static remat_status att_bwd_entry_bf16(const att_dims *d, const att_mat *const *m, const f32 *lse,
-                                       const att_mat *dq, const att_mat *dk, const att_mat *dv,
-                                       int64_t b) {
+static remat_status att_bwd_entry_widened(const att_dims *d, const att_mat *const *m,
+                                          const f32 *lse, const att_mat *dq, const att_mat *dk,
+                                          const att_mat *dv, int64_t b) {
     static const int64_t zero = 0;
     att_dims d1 = *d;
     d1.nb = 1;
@@ -391,15 +540,23 @@ remat_status rm_cpu_attention(const rm_kargs *k) {
     } while (0)
 #define ATT_FWD_F32(it) ATT_FWD(f32, it)
 #define ATT_FWD_F64(it) ATT_FWD(f64, it)
-#define ATT_FWD_BF16(b)                                                                            \
+#define ATT_FWD_BF16(it)                                                                           \
     do {                                                                                           \
-        if (att_fwd_entry_bf16(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], (f32 *)rm_ptr(lse), (b)))   \
+        if (att_fwd_item_bgemm(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], (f32 *)rm_ptr(lse), (it)))  \
             _Pragma("omp atomic write") fail = 1;                                                  \
     } while (0)
-        if (y->dtype == REMAT_BF16) ATT_FOR(d.nb, work, ATT_FWD_BF16);
+#define ATT_FWD_WIDENED(b)                                                                         \
+    do {                                                                                           \
+        if (att_fwd_entry_widened(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], (f32 *)rm_ptr(lse),      \
+                                  (b)))                                                            \
+            _Pragma("omp atomic write") fail = 1;                                                  \
+    } while (0)
+        if (y->dtype == REMAT_BF16 && rm_bgemm_native()) ATT_FOR(d.nb * nqb, work, ATT_FWD_BF16);
+        else if (y->dtype == REMAT_BF16) ATT_FOR(d.nb, work, ATT_FWD_WIDENED);
         else if (y->dtype == REMAT_F32) ATT_FOR(d.nb * nqb, work, ATT_FWD_F32);
         else ATT_FOR(d.nb * nqb, work, ATT_FWD_F64);
 #undef ATT_FWD_BF16
+#undef ATT_FWD_WIDENED
 #undef ATT_FWD_F32
 #undef ATT_FWD_F64
 #undef ATT_FWD
@@ -441,13 +598,20 @@ remat_status rm_cpu_attention_bwd(const rm_kargs *k) {
         const att_mat *mats[5] = {&w.m[0], &w.m[1], &w.m[2], &w.m[3], &w.m[4]};
 #define ATT_BWD_BF16(b)                                                                            \
     do {                                                                                           \
-        if (att_bwd_entry_bf16(&d, mats, (const f32 *)rm_ptr(lse), dq, dk, dv, (b)))               \
+        if (att_bwd_entry_bgemm(&d, mats, (const f32 *)rm_ptr(lse), dq, dk, dv, (b)))              \
             _Pragma("omp atomic write") fail = 1;                                                  \
     } while (0)
-        if (in[0]->dtype == REMAT_BF16) ATT_FOR(d.nb, work, ATT_BWD_BF16);
+#define ATT_BWD_WIDENED(b)                                                                         \
+    do {                                                                                           \
+        if (att_bwd_entry_widened(&d, mats, (const f32 *)rm_ptr(lse), dq, dk, dv, (b)))            \
+            _Pragma("omp atomic write") fail = 1;                                                  \
+    } while (0)
+        if (in[0]->dtype == REMAT_BF16 && rm_bgemm_native()) ATT_FOR(d.nb, work, ATT_BWD_BF16);
+        else if (in[0]->dtype == REMAT_BF16) ATT_FOR(d.nb, work, ATT_BWD_WIDENED);
         else if (lse->dtype == REMAT_F32) ATT_FOR(d.nb, work, ATT_BWD_F32);
         else ATT_FOR(d.nb, work, ATT_BWD_F64);
 #undef ATT_BWD_BF16
+#undef ATT_BWD_WIDENED
 #undef ATT_BWD_F32
 #undef ATT_BWD_F64
 #undef ATT_BWD

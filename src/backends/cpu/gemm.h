@@ -39,6 +39,14 @@ void rm_bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t 
  * parameter's gradient (linear's dW under autocast). */
 void rm_bgemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
                   const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc);
+/* True when rm_bgemm runs oneDNN's bf16 matmul (built with oneDNN, the CPU
+ * has AVX512_BF16/AMX and REMAT_NO_BF16 is not set), false when it goes
+ * through f32: kernels with a cheaper f32 route of their own take it then
+ * (attention.c). */
+bool rm_bgemm_native(void);
+/* How many GEMMs oneDNN's bf16 matmul has run in this process (tests check
+ * that a kernel takes the bf16 path). */
+uint64_t rm_bgemm_native_runs(void);
 
 /* How the OpenBLAS backend uses threads (see gemm.c): OMP (default) runs
  * OpenBLAS single-threaded and splits large GEMMs over remat's OpenMP

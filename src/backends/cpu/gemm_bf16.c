@@ -6,6 +6,7 @@
  * rounded back once (the same numbers up to f32 summation order; slower
  * than f32 itself, hence a warning). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,6 +104,7 @@ static _Thread_local dnnl_stream_t tls_stream;
  * matmul.c spreads a batch of GEMMs over threads. Kept per thread. */
 static _Thread_local void *tls_scratch;
 static _Thread_local size_t tls_scratch_size;
+static atomic_ullong g_native_runs; /* rm_bgemm_native_runs */
 
 static bool make_entry(bentry *e, const bkey *k) {
     dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
@@ -187,6 +189,7 @@ static bool bgemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const 
                                    {DNNL_ARG_SCRATCHPAD, ms}};
         ok = dnnl_primitive_execute(e->prim, tls_stream, 4, args) == dnnl_success &&
              dnnl_stream_wait(tls_stream) == dnnl_success;
+        if (ok) atomic_fetch_add_explicit(&g_native_runs, 1, memory_order_relaxed);
     }
     if (ms) dnnl_memory_destroy(ms);
     if (ma) dnnl_memory_destroy(ma);
@@ -196,6 +199,22 @@ static bool bgemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const 
     return ok;
 }
 #endif
+
+bool rm_bgemm_native(void) {
+#if defined(REMAT_GEMM_ONEDNN)
+    return remat_cpu_has_bf16();
+#else
+    return false;
+#endif
+}
+
+uint64_t rm_bgemm_native_runs(void) {
+#if defined(REMAT_GEMM_ONEDNN)
+    return atomic_load_explicit(&g_native_runs, memory_order_relaxed);
+#else
+    return 0;
+#endif
+}
 
 static void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
                   const uint16_t *B, int64_t ldb, float beta, void *C, int64_t ldc, bool cf32) {
