@@ -298,13 +298,13 @@ static att_dims dims_of(const rm_attention_params *p, const remat_tensor *q, con
 /* bf16 q, k, v (autocast). Where rm_bgemm runs oneDNN's bf16 GEMM
  * (rm_bgemm_native) the six GEMMs run on the bf16 operands (per-head views
  * copied into dense tiles, att_dense), as PyTorch's cpu flash attention
- * does for bf16: products accumulated in
- * f32; the scores S, the softmax / log-sum-exp, dP and dS = P ∘ (dP − δ)
- * in f32; P and dS rounded to bf16 as the left operands of P·V, Pᵀ·dO,
- * dS·K and dSᵀ·Q; dK and dV summed over the query blocks in f32 and
- * rounded once; O and dQ rounded once by the GEMM that makes them. One
- * item is still one thread in a fixed order (the GEMMs split no sums), so
- * the results do not depend on the thread count.
+ * does for bf16: products accumulated in f32; the scores S, the softmax /
+ * log-sum-exp, dP and dS = P ∘ (dP − δ) in f32; P and dS rounded to bf16
+ * as the left operands of P·V, Pᵀ·dO, dS·K and dSᵀ·Q; dK and dV summed
+ * over the query blocks in f32 and rounded once; O and dQ rounded once by
+ * the GEMM that makes them. One item is still one thread in a fixed order
+ * (the GEMMs split no sums), so the results do not depend on the thread
+ * count.
  *
  * Otherwise (no AVX512_BF16/AMX, REMAT_NO_BF16, no oneDNN) each batch
  * entry's matrices are widened into small per-item f32 buffers, the f32
