@@ -723,6 +723,86 @@ Test(autocast, linear_keeps_no_bf16_copy_of_its_weight) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
+/* add's f32 + bf16 (the residual stream plus a block's bf16 output) keeps
+ * the bf16 operand uncast on the cpu: the f32 kernel widens it chunk by
+ * chunk instead of the driver making a whole f32 copy. Bitwise what the
+ * explicit cast gives, forward and backward (b's gradient is the f32
+ * gradient rounded, after the broadcast is summed away), in either order,
+ * broadcast or not, chunked or not, at 1 and 2 threads; and the forward
+ * allocates the output and the per-thread chunk buffers, never a copy of b. */
+static remat_tensor *bf16_leaf(int nd, const int64_t *s, uint64_t seed) {
+    remat_tensor *x = rt_rand(nd, s, REMAT_F32, -3, 3, seed), *c = NULL, *b = NULL;
+    RT_OK(remat_to_dtype(&c, x, REMAT_BF16));
+    RT_OK(remat_detach(&b, c));
+    RT_OK(remat_set_requires_grad(b, true));
+    remat_release(x), remat_release(c);
+    return b;
+}
+
+Test(autocast, mixed_add_widens_its_bf16_operand_without_a_copy) {
+    const int64_t n_big = 3 * 16384 + 5;
+    struct {
+        int nda, ndb;
+        int64_t sa[2], sb[2];
+        bool bf16_first;
+        int threads;
+    } cases[] = {
+        {1, 1, {n_big}, {n_big}, false, 1}, {1, 1, {n_big}, {n_big}, false, 2},
+        {1, 1, {n_big}, {n_big}, true, 2},  {2, 2, {40, 25}, {40, 25}, false, 2},
+        {2, 1, {300, 64}, {64}, false, 2},  {1, 2, {64}, {300, 64}, true, 1},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        omp_set_num_threads(cases[c].threads);
+        remat_tensor *a = rt_leaf(rt_rand(cases[c].nda, cases[c].sa, REMAT_F32, -3, 3, 90 + c));
+        remat_tensor *b = bf16_leaf(cases[c].ndb, cases[c].sb, 100 + c);
+        remat_tensor *y[2] = {0}, *g[2][2] = {{0}}, *w = NULL;
+        for (int pass = 0; pass < 2; pass++) { /* 0: mixed, 1: b cast explicitly (as before) */
+            remat_tensor *bw = NULL, *p = NULL, *l = NULL, *u = b;
+            if (pass == 1) {
+                RT_OK(remat_to_dtype(&bw, b, REMAT_F32));
+                u = bw;
+            }
+            remat_alloc_stats before, after;
+            RT_OK(remat_alloc_reset_peak(remat_tensor_device(a)));
+            RT_OK(remat_alloc_stats_get(remat_tensor_device(a), &before));
+            remat_autocast_state prev = ac_on();
+            RT_OK(cases[c].bf16_first ? remat_add(&y[pass], u, a) : remat_add(&y[pass], a, u));
+            remat_autocast_end(&prev);
+            RT_OK(remat_alloc_stats_get(remat_tensor_device(a), &after));
+            cr_assert_eq(remat_tensor_dtype(y[pass]), REMAT_F32);
+            int64_t n = remat_numel(y[pass]);
+            bool chunked = n > 16384 && remat_numel(a) == n && remat_numel(b) == n;
+            if (pass == 0 && chunked) { /* output + one 64 KiB f32 buffer per thread */
+                size_t most = (size_t)n * 4 + (size_t)cases[c].threads * 16384 * 4;
+                cr_assert_leq(after.peak_bytes - before.current_bytes, most,
+                              "case %zu: the add's forward peaked at %zu bytes, at most %zu", c,
+                              after.peak_bytes - before.current_bytes, most);
+            }
+            if (!w) w = rt_rand(remat_ndim(y[0]), remat_shape(y[0]), REMAT_F32, -2, 2, 120 + c);
+            RT_OK(remat_mul(&p, y[pass], w));
+            RT_OK(remat_sum_all(&l, p));
+            RT_OK(remat_backward_scalar(l));
+            g[pass][0] = remat_retain(remat_tensor_grad(a));
+            g[pass][1] = remat_retain(remat_tensor_grad(b));
+            remat_tensor *both[2] = {a, b};
+            rt_zero_grads(2, both);
+            remat_release(bw), remat_release(p), remat_release(l);
+        }
+        cr_assert(rt_bitwise_equal(y[0], y[1]), "case %zu: the sum differs by %g", c,
+                  rt_max_abs_diff(y[0], y[1]));
+        cr_assert_eq(remat_tensor_dtype(g[0][0]), REMAT_F32);
+        cr_assert_eq(remat_tensor_dtype(g[0][1]), REMAT_BF16);
+        for (int i = 0; i < 2; i++)
+            cr_assert(rt_bitwise_equal(g[0][i], g[1][i]), "case %zu: gradient %d differs by %g", c,
+                      i, rt_max_abs_diff(g[0][i], g[1][i]));
+        remat_release(a), remat_release(b), remat_release(w);
+        for (int pass = 0; pass < 2; pass++)
+            remat_release(y[pass]), remat_release(g[pass][0]), remat_release(g[pass][1]);
+    }
+    omp_set_num_threads(2);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 /* The residual report under autocast gives each saved tensor's real dtype
  * and bytes: linear's x as its bf16 cast (2 bytes an element), its weight
  * as the f32 parameter, gelu's input in bf16; the totals count bf16 bytes

@@ -164,7 +164,10 @@ struct rm_op_desc {
     unsigned char autocast; /* rm_autocast_kind */
     /* Bit i: under RM_AC_LOWER on the cpu an f32 in[i] is not cast by the driver; the kernel
      * rounds it into a scratch copy (linear's weight: the node saves the f32 parameter, not a
-     * bf16 copy of it, and the weight's gradient comes out f32, as the parameter's). */
+     * bf16 copy of it, and the weight's gradient comes out f32, as the parameter's).
+     * Under RM_AC_PROMOTE on the cpu a bf16 in[i] next to f32 is not cast either: the f32
+     * kernel widens it chunk by chunk (add's residual stream: no whole f32 copy of the bf16
+     * operand), and the op's backward rounds that input's gradient to bf16 itself. */
     unsigned char autocast_keep;
     /* Argument names in messages ("a must be a float tensor"); NULL: a, b, c, ... */
     const char *const *arg_names;

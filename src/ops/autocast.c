@@ -11,10 +11,12 @@ static bool castable(const remat_tensor *t) {
     return t && (t->dtype == REMAT_F32 || t->dtype == REMAT_BF16);
 }
 
-/* An f32 input the op's cpu kernel casts itself (rm_op_desc.autocast_keep). */
-static bool keep_f32(const rm_op_desc *op, int i, const remat_tensor *t) {
-    return op->autocast == RM_AC_LOWER && (op->autocast_keep >> i & 1u) && t->dtype == REMAT_F32 &&
-           t->storage->device.type == REMAT_CPU;
+/* An input the op's cpu kernel converts itself (rm_op_desc.autocast_keep): an f32
+ * one under the lower-precision category, a bf16 one promoted to f32. */
+static bool kept(const rm_op_desc *op, int i, const remat_tensor *t, int to) {
+    if (!(op->autocast_keep >> i & 1u) || t->storage->device.type != REMAT_CPU) return false;
+    if (op->autocast == RM_AC_LOWER) return t->dtype == REMAT_F32;
+    return op->autocast == RM_AC_PROMOTE && t->dtype == REMAT_BF16 && to == REMAT_F32;
 }
 
 /* The dtype op's castable inputs are to have, or -1 for "leave them". */
@@ -56,7 +58,7 @@ remat_status rm_autocast_inputs(const rm_op_desc *op, int n_in, remat_tensor *co
         if (!in[i] || in[i]->dtype == (remat_dtype)to) continue;
         if (!promote && !castable(in[i])) continue;
         if (promote && in[i]->dtype != REMAT_BF16) continue;
-        if (keep_f32(op, i, in[i])) continue;
+        if (kept(op, i, in[i], to)) continue;
         int rc = remat_to_dtype(&cast[i], in[i], (remat_dtype)to);
         if (!rc) {
             use[i] = cast[i];

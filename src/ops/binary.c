@@ -29,16 +29,33 @@ static remat_status ew_new(const char *call, remat_tensor **out, rm_ew_op op,
 typedef struct bctx {
     rm_ew_params ew;
     rm_two_shapes shp;
+    remat_dtype dt[2]; /* the inputs' dtypes: each gradient is brought back to its input's */
 } bctx;
 
 static void fill_ctx(const rm_op_call *c, void *ctx) {
     bctx *cx = ctx;
     rm_two_shapes_of(&cx->shp, c->in[0], c->in[1]);
+    cx->dt[0] = c->in[0]->dtype;
+    cx->dt[1] = c->in[1]->dtype;
+}
+
+/* add's f32 + bf16 on the cpu, which autocast leaves uncast (autocast_keep): the
+ * f32 kernel widens the bf16 operand chunk by chunk instead of the driver making a
+ * whole f32 copy of it (the residual stream's f32 x + a bf16 block output). */
+static bool kept_mixed(const remat_tensor *a, const remat_tensor *b) {
+    bool pair = (a->dtype == REMAT_F32 && b->dtype == REMAT_BF16) ||
+                (a->dtype == REMAT_BF16 && b->dtype == REMAT_F32);
+    return pair && a->storage->device.type == REMAT_CPU && b->storage->device.type == REMAT_CPU;
+}
+
+static remat_status add_check(const rm_op_call *c) {
+    remat_tensor *a = c->in[0], *b = c->in[1];
+    return kept_mixed(a, b) ? REMAT_OK : rm_check_same_dtype(c->op->name, a, b);
 }
 
 static remat_status infer_broadcast(const rm_op_call *c, rm_out_spec *out) {
     remat_tensor *a = c->in[0], *b = c->in[1];
-    out[0].dtype = a->dtype;
+    out[0].dtype = a->dtype == REMAT_BF16 ? b->dtype : a->dtype; /* f32 when mixed */
     return rm_broadcast_shape(c->op->name, a->ndim, a->shape, b->ndim, b->shape, &out[0].ndim,
                               out[0].shape);
 }
@@ -155,6 +172,14 @@ static remat_status binary_backward_with(binary_grads_fn grads, remat_node *node
     if (!rc) rc = grads(node->name, op, gout[0], a, b, need_a, need_b, &ta, &tb);
     if (!rc && ta) rc = rm_two_shapes_sum_to(&gin[0], ta, &cx->shp, 0);
     if (!rc && tb) rc = rm_two_shapes_sum_to(&gin[1], tb, &cx->shp, 1);
+    /* a kept bf16 input of a mixed add: its gradient rounded, as the cast's backward did */
+    for (int i = 0; i < 2 && !rc; i++)
+        if (gin[i] && gin[i]->dtype != cx->dt[i]) {
+            remat_tensor *w = gin[i];
+            gin[i] = NULL;
+            rc = remat_to_dtype(&gin[i], w, cx->dt[i]);
+            remat_release(w);
+        }
     remat_release(a), remat_release(b), remat_release(ta), remat_release(tb);
     return rc;
 }
@@ -175,15 +200,19 @@ static remat_status binary_backward_diff(remat_node *node, remat_tensor *const *
     {                                                                                              \
         {RM_SAVE_NONE, 0, 0}, { RM_SAVE_NONE, 1, 0 }                                               \
     }
-#define BINARY_OP(sym, call, node, ...)                                                            \
+#define BINARY_DESC(sym, call, node, flags_, ...)                                                  \
     const rm_op_desc sym = RM_OP_DESC(                                                             \
-        call, node, .n_in = 2, .n_out = 1, .n_saved = 2,                                           \
-        .flags = RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE, .autocast = RM_AC_PROMOTE, \
-        .kernel = RM_K_ELEMENTWISE, .params_size = sizeof(bctx), .fill_ctx = fill_ctx,             \
-        .infer = infer_broadcast, .saves = __VA_ARGS__, .backward = binary_backward,               \
-        .backward_diff = binary_backward_diff)
+        call, node, .n_in = 2, .n_out = 1, .n_saved = 2, .flags = (flags_),                        \
+        .autocast = RM_AC_PROMOTE, .kernel = RM_K_ELEMENTWISE, .params_size = sizeof(bctx),        \
+        .fill_ctx = fill_ctx, .infer = infer_broadcast, .backward = binary_backward,               \
+        .backward_diff = binary_backward_diff, __VA_ARGS__)
+#define BINARY_OP(sym, call, node, ...)                                                            \
+    BINARY_DESC(sym, call, node, RM_OPF_FLOAT | RM_OPF_SAME_DTYPE | RM_OPF_SAME_DEVICE,            \
+                .saves = __VA_ARGS__)
 
-BINARY_OP(rm_op_add, "remat_add", "AddBackward", NO_SAVES);
+/* add keeps a bf16 operand next to f32 uncast on the cpu (kept_mixed): its own dtype check */
+BINARY_DESC(rm_op_add, "remat_add", "AddBackward", RM_OPF_FLOAT | RM_OPF_SAME_DEVICE,
+            .saves = NO_SAVES, .check = add_check, .autocast_keep = 3);
 BINARY_OP(rm_op_sub, "remat_sub", "SubBackward", NO_SAVES);
 /* da = g * b, db = g * a */
 BINARY_OP(rm_op_mul, "remat_mul", "MulBackward", {{RM_SAVE_INPUT, 0, 2}, {RM_SAVE_INPUT, 1, 1}});

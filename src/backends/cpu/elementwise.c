@@ -185,8 +185,12 @@ static int64_t ew_threshold(ewop op) {
 }
 
 /* The RM_K_ELEMENTWISE kernel: y = f(a, b, c; p) with a, b, c (as many
- * as the op reads; others NULL) broadcast to y's shape, all of y's dtype.
- * y is written through its strides. */
+ * as the op reads; others NULL) broadcast to y's shape, all of y's dtype —
+ * or, for an f32 y, some of them bf16 (add's f32 + bf16 that autocast leaves
+ * uncast, src/ops/binary.c): those are widened by the bf16 path, chunk by
+ * chunk where the operands allow it, exactly (widening is exact), so the
+ * result is bitwise the f32 op on a widened copy. y is written through its
+ * strides. */
 remat_status rm_cpu_elementwise(const rm_kargs *k) {
     const rm_ew_params *prm = k->params;
     ewop op = prm->op;
@@ -194,6 +198,8 @@ remat_status rm_cpu_elementwise(const rm_kargs *k) {
     remat_tensor *y = k->out[0];
     remat_tensor *const *x = k->in;
     int n_in = k_arity[op];
+    for (int i = 0; i < n_in; i++)
+        if (x[i]->dtype == REMAT_BF16) return rm_cpu_bf16_via_f32[RM_K_ELEMENTWISE](k);
     int64_t n = rm_shape_numel(y->ndim, y->shape);
     if (n == 0) return REMAT_OK;
     ew_plan pl;
