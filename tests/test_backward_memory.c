@@ -1,12 +1,16 @@
 /* tests/test_backward_memory.c — backward passes let go of saved tensors as
  * early as they can: linear frees its saved input between dW and dx, and
  * mse_loss writes the prediction's gradient over the saved prediction when
- * nothing else holds it. Checked through the allocator's event sequence;
- * with retain_graph, or while the user holds the tensor, nothing changes. */
+ * nothing else holds it; the elementwise unary backwards (gelu's at a
+ * checkpointed MLP's peak) write dx over their incoming gradient when the
+ * engine's buffer is its only holder. Checked through the allocator's event
+ * sequence and exact peak; with retain_graph, or while the user holds the
+ * tensor, nothing changes. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "support/models.h"
 #include "support/rt.h"
 
 #define MAX_EVENTS 256
@@ -150,5 +154,118 @@ Test(backward_memory, mse_writes_its_gradient_over_the_saved_prediction) {
               "same gradients every way");
     remat_tensor *all[] = {held.gw, kept.gw, lean.gw, x, w, target};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) remat_release(all[i]);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* ---- unary backward over the dying gradient ------------------------------------------ */
+static remat_tensor *g_hooked; /* the gradient a hook kept (a second holder) */
+
+static remat_status keep_grad(void *ud, remat_tensor *grad, remat_tensor **replacement) {
+    (void)ud;
+    *replacement = NULL;
+    remat_release(g_hooked);
+    g_hooked = remat_retain(grad);
+    return REMAT_OK;
+}
+
+/* z = 3 gelu(2 x) (approx a) backwarded with a gradient of ones the test
+ * holds; with hook, the gradient reaching gelu is also held by a hook. Returns
+ * x's gradient; *allocs: allocations of x's size during the backward. */
+static remat_tensor *gelu_chain(remat_tensor *x, remat_gelu_approx a, bool hook, int *allocs) {
+    remat_tensor *h = NULL, *y = NULL, *z = NULL, *ones = NULL;
+    RT_OK(remat_mul_scalar(&h, x, 2.0));
+    RT_OK(remat_gelu(&y, h, a));
+    RT_OK(remat_mul_scalar(&z, y, 3.0));
+    if (hook) RT_OK(remat_register_hook(y, keep_grad, NULL));
+    RT_OK(remat_full(&ones, remat_ndim(x), remat_shape(x), 1.0, remat_tensor_dtype(x),
+                     REMAT_DEVICE_CPU));
+    remat_release(h);
+    remat_release(y);
+    const int64_t bytes = remat_numel(x) * (int64_t)remat_dtype_size(remat_tensor_dtype(x));
+    observe(true);
+    RT_OK(remat_backward(1, &z, &ones, false, 0, NULL));
+    observe(false);
+    *allocs = count_events(bytes);
+    remat_release(z);
+    remat_release(ones);
+    return take_grad(x);
+}
+
+Test(backward_memory, unary_backward_writes_over_the_dying_gradient) {
+    /* a tail past whole blocks, and one size past the threaded kernels' threshold */
+    const int64_t sizes[] = {4096 * 3 + 37, 40000 + 13};
+    const remat_dtype dtypes[] = {REMAT_F32, REMAT_F64, REMAT_BF16};
+    const remat_gelu_approx approx[] = {REMAT_GELU_TANH, REMAT_GELU_ERF};
+    for (int si = 0; si < 2; si++)
+        for (int di = 0; di < 3; di++)
+            for (int ai = 0; ai < 2; ai++) {
+                remat_tensor *x = leaf(1, &sizes[si], 7 + (unsigned)si, true);
+                if (dtypes[di] != REMAT_F32) {
+                    remat_tensor *c = NULL;
+                    RT_OK(remat_to_dtype(&c, x, dtypes[di]));
+                    remat_release(x);
+                    x = rt_leaf(c);
+                }
+                int held_allocs, lean_allocs;
+                remat_tensor *held = gelu_chain(x, approx[ai], true, &held_allocs);
+                /* what the hook kept is the gradient gelu received, untouched: 3 */
+                cr_assert(g_hooked && rt_item_at(g_hooked, 0) == 3.0 &&
+                          rt_item_at(g_hooked, sizes[si] - 1) == 3.0);
+                remat_release_p(&g_hooked);
+                remat_tensor *lean = gelu_chain(x, approx[ai], false, &lean_allocs);
+                /* ones are held by the test: mul's backward allocates; then gelu's and the
+                 * other mul's write over it, and x's .grad takes it */
+                cr_assert_eq(lean_allocs, 1, "%s n=%lld: %d gradient buffers",
+                             remat_dtype_name(dtypes[di]), (long long)sizes[si], lean_allocs);
+                cr_assert_eq(held_allocs, 2, "hooked: gelu's dx is a new buffer (%d)", held_allocs);
+                cr_assert(rt_bitwise_equal(lean, held), "%s n=%lld: same gradient in place",
+                          remat_dtype_name(dtypes[di]), (long long)sizes[si]);
+                remat_release(lean);
+                remat_release(held);
+                remat_release(x);
+            }
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* A checkpointed MLP block y = x + w2 gelu(w1 x + b1) + b2, rows R, width D,
+ * hidden H (f32), backwarded with a gradient the test holds. Exact bytes the
+ * backward adds at its peak: in the second linear's backward, the recomputed
+ * h and a = gelu(h) (R H each), dW2 (H D) and db2 (D), then a goes before
+ * its dx (R H) is made. gelu's dx is written over that dx instead of a third
+ * R H buffer (which made the peak 3 R H + H D + D). */
+Test(backward_memory, checkpointed_mlp_backward_peak_is_exact) {
+    const int R = 128, D = 32, H = 256;
+    rt_mlp_block b;
+    rt_mlp_block_init(&b, D, H, 0.0, REMAT_F32, 3);
+    int64_t sx[] = {R, D};
+    remat_tensor *x = leaf(2, sx, 11, true), *params[4];
+    int np = rt_mlp_block_params(&b, params);
+    remat_tensor *grads[2][5];
+    for (int ck = 0; ck < 2; ck++) {
+        remat_tensor *y = NULL, *gy = NULL;
+        const remat_checkpoint_options o = {.use_reentrant = REMAT_OPT_FALSE};
+        if (ck) RT_OK(remat_checkpoint(rt_mlp_block_fn, &b, 1, &x, 1, &y, &o));
+        else RT_OK(rt_mlp_block_fn(&b, &x, 1, &y, 1));
+        gy = rt_rand(2, sx, REMAT_F32, -1, 1, 12);
+        size_t base = remat_cpu_current_bytes();
+        RT_OK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
+        RT_OK(remat_backward(1, &y, &gy, false, 0, NULL));
+        size_t peak = remat_cpu_peak_bytes() - base;
+        if (ck)
+            cr_assert_eq(peak, (size_t)4 * (2 * R * H + H * D + D),
+                         "checkpointed backward peak %zu bytes", peak);
+        grads[ck][0] = take_grad(x);
+        for (int i = 0; i < np; i++) grads[ck][i + 1] = take_grad(params[i]);
+        remat_release(y);
+        remat_release(gy);
+    }
+    for (int i = 0; i <= np; i++) {
+        cr_assert(rt_bitwise_equal(grads[0][i], grads[1][i]), "gradient %d: checkpointed = plain",
+                  i);
+        remat_release(grads[0][i]);
+        remat_release(grads[1][i]);
+    }
+    remat_release(x);
+    rt_mlp_block_free(&b);
     cr_assert_eq(remat_live_tensors(), 0);
 }

@@ -38,8 +38,9 @@ typedef struct task {
     bool partial;
     bool keep_grad; /* false for remat_grad: never touch .grad */
     bool retain_graph;
-    bool create_graph; /* backward records a differentiable graph */
-    ninfo *tab;        /* open-addressing hash on node pointer */
+    bool create_graph;                 /* backward records a differentiable graph */
+    remat_tensor *const *running_gout; /* the buffer handed to the running backward */
+    ninfo *tab;                        /* open-addressing hash on node pointer */
     size_t cap, count;
     capture *caps;
     int n_caps;
@@ -52,6 +53,17 @@ static atomic_uint_fast64_t g_task_id;
 bool remat_in_backward(void) { return tls_task != NULL; }
 bool rm_backward_retains_graph(void) { return !tls_task || tls_task->retain_graph; }
 bool rm_backward_creates_graph(void) { return tls_task && tls_task->create_graph; }
+
+bool rm_grad_dying(remat_tensor *const *gout, int i) {
+    const task *t = tls_task;
+    if (!t || t->create_graph || !gout || gout != t->running_gout || !gout[i]) return false;
+    const remat_tensor *g = gout[i];
+    const rm_storage *st = g->storage;
+    return atomic_load(&g->refcount) == 1 && atomic_load(&st->refcount) == 1 && st->data &&
+           st->device.type == REMAT_CPU && !g->requires_grad && g->offset == 0 &&
+           remat_is_contiguous(g) &&
+           (size_t)remat_numel(g) * remat_dtype_size(g->dtype) == st->nbytes;
+}
 
 remat_status rm_no_double_backward(const remat_node *n, const char *what) {
     const char *op = n->op_name ? n->op_name : remat_node_name(n);
@@ -488,7 +500,10 @@ static remat_status call_backward(task *t, remat_node *n, remat_tensor **buf) {
     }
     remat_tensor **gin = n->n_next ? calloc((size_t)n->n_next, sizeof *gin) : NULL;
     if (n->n_next && !gin) return rm_err(REMAT_ENOMEM, "backward: out of memory");
+    remat_tensor *const *prev_gout = t->running_gout;
+    t->running_gout = buf;
     int rc = backward(n, buf, gin);
+    t->running_gout = prev_gout;
     /* free this node's input gradients right away: they are dead now */
     for (int i = 0; i < n->n_outputs; i++) remat_release_p(&buf[i]);
     for (int i = 0; i < n->n_next && rc == REMAT_OK; i++) {

@@ -130,6 +130,16 @@ void rm_node_done_with_saved(remat_node *n, int slot);
  * in *out (the slot counts as freed) and returns true. Otherwise *out is
  * NULL, nothing changes, and the backward allocates as usual. */
 bool rm_node_take_saved(remat_node *n, int slot, remat_tensor **out);
+/* For a backward that can compute an input gradient in place over an
+ * output gradient (elementwise, same shape and dtype): whether gout[i], as
+ * the engine handed it to the running backward, dies when that backward
+ * returns: the pass creates no graph, and the engine's buffer holds the
+ * only reference to gout[i] and to the contiguous cpu storage it spans
+ * exactly (no hook, capture or other consumer kept it). The backward may
+ * then write the input gradient into gout[i] and return it retained,
+ * instead of allocating one more gradient-sized buffer (gelu's backward at
+ * a checkpointed MLP's peak). False outside the engine's own call. */
+bool rm_grad_dying(remat_tensor *const *gout, int i);
 /* Whether the backward pass running on this thread retains the graph (true
  * outside backward). */
 bool rm_backward_retains_graph(void);

@@ -19,6 +19,8 @@ static remat_status unary_backward(remat_node *node, remat_tensor *const *gout,
     const rm_unary_params *p = node->ctx;
     const bool relu = p->op == RM_U_RELU;
     remat_tensor *s = NULL, *g = NULL;
+    /* asked before rm_contig takes a reference of its own */
+    const bool in_place = !relu && rm_grad_dying(gout, 0);
     int rc = REMAT_OK;
     if (node->n_saved && (rc = rm_saved_contig(node, 0, NULL, &s))) goto out;
     rc = rm_contig(&g, gout[0]);
@@ -26,6 +28,15 @@ static remat_status unary_backward(remat_node *node, remat_tensor *const *gout,
     if (relu && (!s || s->dtype != REMAT_U8 || remat_numel(s) != (remat_numel(g) + 7) / 8)) {
         rc =
             rm_err(REMAT_ESTATE, "%s: the saved relu mask does not match the gradient", node->name);
+        goto out;
+    }
+    if (in_place) {
+        /* dx over the dying g (the engine frees it after this backward): no
+         * second gradient-sized buffer; each element is read before it is
+         * written, and the values are the out-of-place kernel's */
+        rm_kargs k = {.in = {g, s}, .out = {g}, .params = p};
+        rc = rm_kernel_run(RM_K_UNARY_BWD, node->name, &k);
+        if (!rc) gin[0] = remat_retain(g);
         goto out;
     }
     rc =

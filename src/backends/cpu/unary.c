@@ -70,28 +70,40 @@ static inline double gelu_tanh_grad_d(double v) {
 
 /* dx = g * f'(s) where s is the saved x or y (see k_uinfo); GELU_GRAD and
  * GELU_T_GRAD are the erf- and tanh-form GELUs' derivatives. */
+#define UNARY_BWD_SWITCH(T, GELU_GRAD, GELU_T_GRAD, POWF)                                          \
+    switch (op) {                                                                                  \
+    case RM_U_NEG:                                                                                 \
+        for (int64_t i = 0; i < n; i++) dx[i] = -g[i];                                             \
+        break;                                                                                     \
+    case RM_U_EXP: UN_EACH_SIMD(dx, g[i] * s[i]); break;                                           \
+    case RM_U_LOG: UN_EACH_SIMD(dx, g[i] / s[i]); break;                                           \
+    case RM_U_SQRT: UN_EACH_SIMD(dx, g[i] / ((T)2 * s[i])); break;                                 \
+    case RM_U_TANH: UN_EACH_SIMD(dx, g[i] * ((T)1 - s[i] * s[i])); break;                          \
+    case RM_U_SIGMOID: UN_EACH_SIMD(dx, g[i] * s[i] * ((T)1 - s[i])); break;                       \
+    case RM_U_RELU: UN_EACH_SIMD(dx, s[i] > 0 ? g[i] : (T)0); break;                               \
+    case RM_U_GELU_ERF: UN_EACH(dx, g[i] * GELU_GRAD(s[i])); break;                                \
+    case RM_U_GELU_TANH: UN_EACH(dx, g[i] * GELU_T_GRAD(s[i])); break;                             \
+    case RM_U_POW: UN_EACH(dx, p == (T)0 ? (T)0 : g[i] * p * POWF(s[i], p - (T)1)); break;         \
+    case RM_U_ADD:                                                                                 \
+        if ((const T *)dx != g) memcpy(dx, g, (size_t)n * sizeof(T));                              \
+        break;                                                                                     \
+    case RM_U_MUL: UN_EACH_SIMD(dx, g[i] * p); break;                                              \
+    case RM_U_RSUB:                                                                                \
+        for (int64_t i = 0; i < n; i++) dx[i] = -g[i];                                             \
+        break;                                                                                     \
+    }
+
+/* bwd_inplace writes dx over g (the backward's dying gradient, src/ops/unary.c):
+ * g is dx there (a pointer based on the restrict one, so restrict holds), each
+ * element read before it is written, by the same expressions as bwd's. */
 #define UNARY_BWD(T, GELU_GRAD, GELU_T_GRAD, POWF)                                                 \
     RM_CPU_CLONES static void bwd_##T(rm_unary_op op, const T *restrict g, const T *restrict s,    \
-                                      T *restrict dx, int64_t n, T p) {                            \
-        switch (op) {                                                                              \
-        case RM_U_NEG:                                                                             \
-            for (int64_t i = 0; i < n; i++) dx[i] = -g[i];                                         \
-            break;                                                                                 \
-        case RM_U_EXP: UN_EACH_SIMD(dx, g[i] * s[i]); break;                                       \
-        case RM_U_LOG: UN_EACH_SIMD(dx, g[i] / s[i]); break;                                       \
-        case RM_U_SQRT: UN_EACH_SIMD(dx, g[i] / ((T)2 * s[i])); break;                             \
-        case RM_U_TANH: UN_EACH_SIMD(dx, g[i] * ((T)1 - s[i] * s[i])); break;                      \
-        case RM_U_SIGMOID: UN_EACH_SIMD(dx, g[i] * s[i] * ((T)1 - s[i])); break;                   \
-        case RM_U_RELU: UN_EACH_SIMD(dx, s[i] > 0 ? g[i] : (T)0); break;                           \
-        case RM_U_GELU_ERF: UN_EACH(dx, g[i] * GELU_GRAD(s[i])); break;                            \
-        case RM_U_GELU_TANH: UN_EACH(dx, g[i] * GELU_T_GRAD(s[i])); break;                         \
-        case RM_U_POW: UN_EACH(dx, p == (T)0 ? (T)0 : g[i] * p * POWF(s[i], p - (T)1)); break;     \
-        case RM_U_ADD: memcpy(dx, g, (size_t)n * sizeof(T)); break;                                \
-        case RM_U_MUL: UN_EACH_SIMD(dx, g[i] * p); break;                                          \
-        case RM_U_RSUB:                                                                            \
-            for (int64_t i = 0; i < n; i++) dx[i] = -g[i];                                         \
-            break;                                                                                 \
-        }                                                                                          \
+                                      T *restrict dx, int64_t n, T p){UNARY_BWD_SWITCH(            \
+        T, GELU_GRAD, GELU_T_GRAD,                                                                 \
+        POWF)} RM_CPU_CLONES static void bwd_inplace_##T(rm_unary_op op, T *restrict dx,           \
+                                                         const T *restrict s, int64_t n, T p) {    \
+        const T *g = dx;                                                                           \
+        UNARY_BWD_SWITCH(T, GELU_GRAD, GELU_T_GRAD, POWF)                                          \
     }
 
 UNARY_FWD(float, rm_expf_v, logf, sqrtf, rm_tanhf_v, rm_gelu_erff_v, rm_gelu_tanhf_v, powf)
@@ -143,8 +155,11 @@ RELU_MASK(double, uint64_t)
     }                                                                                              \
     remat_status rm_cpu_unary_bwd_##SUFFIX(const rm_kargs *k) {                                    \
         const rm_unary_params *p = k->params;                                                      \
-        bwd_##T(p->op, rm_ptr(k->in[0]), k->in[1] ? rm_ptr(k->in[1]) : NULL, rm_ptr(k->out[0]),    \
-                remat_numel(k->out[0]), (T)p->p);                                                  \
+        const T *g = rm_ptr(k->in[0]), *s = k->in[1] ? rm_ptr(k->in[1]) : NULL;                    \
+        T *dx = rm_ptr(k->out[0]);                                                                 \
+        int64_t n = remat_numel(k->out[0]);                                                        \
+        if ((const T *)dx == g) bwd_inplace_##T(p->op, dx, s, n, (T)p->p);                         \
+        else bwd_##T(p->op, g, s, dx, n, (T)p->p);                                                 \
         return REMAT_OK;                                                                           \
     }                                                                                              \
     remat_status rm_cpu_relu_mask_##SUFFIX(const rm_kargs *k) {                                    \
