@@ -515,8 +515,8 @@ static double rel_err(remat_tensor *got, remat_tensor *want) {
  * they stay within bf16 rounding of the f64 attention of the same bf16
  * values (the bounds are about 1.5x the errors measured, docs/autocast.md).
  * Shapes: several heads over two query blocks (the items run on threads),
- * one head over three (GEMMs on the calling thread with the whole team),
- * not causal with more keys than queries. Also run without bf16 GEMMs
+ * one head over three (its backward's GEMMs run outside a parallel region,
+ * with the whole team), not causal (T = 40, hd = 8). Also run without bf16 GEMMs
  * (REMAT_NO_BF16): the same bounds hold there. */
 Test(autocast, bf16_attention_runs_bf16_gemms_deterministically) {
     const struct {

@@ -68,8 +68,12 @@ static inline int64_t att_row_keys(const att_dims *d, int64_t i) {
 #ifdef _OPENMP
 #include <omp.h>
 #define ATT_IN_PARALLEL() omp_in_parallel()
+#define ATT_MAX_THREADS() omp_get_max_threads()
+#define ATT_THREAD_NUM() omp_get_thread_num()
 #else
 #define ATT_IN_PARALLEL() 0
+#define ATT_MAX_THREADS() 1
+#define ATT_THREAD_NUM() 0
 #endif
 
 /* Runs body(i) for i in [0, n) on OpenMP's team when there is enough work
@@ -292,14 +296,15 @@ static att_dims dims_of(const rm_attention_params *p, const remat_tensor *q, con
 
 /* ---- bf16 ------------------------------------------------------------------------------ */
 /* bf16 q, k, v (autocast). Where rm_bgemm runs oneDNN's bf16 GEMM
- * (rm_bgemm_native) the six GEMMs take the bf16 operands in place, as
- * PyTorch's cpu flash attention does for bf16: products accumulated in
- * f32; the scores S, the softmax / log-sum-exp, dP and dS = P ∘ (dP − δ)
- * in f32; P and dS rounded to bf16 as the left operands of P·V, Pᵀ·dO,
- * dS·K and dSᵀ·Q; dK and dV summed over the query blocks in f32 and
- * rounded once; O and dQ rounded once by the GEMM that makes them. One
- * item is still one thread in a fixed order (the GEMMs split no sums), so
- * the results do not depend on the thread count.
+ * (rm_bgemm_native) the six GEMMs run on the bf16 operands (per-head views
+ * copied into dense tiles, att_dense), as PyTorch's cpu flash attention
+ * does for bf16: products accumulated in f32; the scores S, the softmax /
+ * log-sum-exp, dP and dS = P ∘ (dP − δ) in f32; P and dS rounded to bf16
+ * as the left operands of P·V, Pᵀ·dO, dS·K and dSᵀ·Q; dK and dV summed
+ * over the query blocks in f32 and rounded once; O and dQ rounded once by
+ * the GEMM that makes them. One item is still one thread in a fixed order
+ * (the GEMMs split no sums), so the results do not depend on the thread
+ * count.
  *
  * Otherwise (no AVX512_BF16/AMX, REMAT_NO_BF16, no oneDNN) each batch
  * entry's matrices are widened into small per-item f32 buffers, the f32
@@ -319,42 +324,96 @@ static void att_round(const f32 *src, int64_t rows, int64_t cols, uint16_t *dst,
     for (int64_t r = 0; r < rows; r++) rm_bf16_round_run(src + r * cols, dst + r * ld, cols);
 }
 
-/* Scores of query rows [i0, i0 + m) of batch entry b against keys [0, kn),
- * as att_probs_f32 but from bf16 q, k: s (m, kn) gets the f32
- * probabilities, pb (m, kn) the same rounded to bf16. */
-RM_CPU_CLONES static void att_probs_bgemm(const att_dims *d, const att_mat *q, const att_mat *k,
-                                          int64_t b, int64_t i0, int64_t m, int64_t kn,
-                                          f32 *restrict s, bf16 *restrict pb, const f32 *lse,
-                                          f32 *lse_out) {
-    const bf16 *qb = (const bf16 *)q->base + q->off[b] + i0 * q->ld;
-    const bf16 *kb = (const bf16 *)k->base + k->off[b];
-    rm_bgemm_f32(false, true, m, kn, d->D, qb, q->ld, kb, k->ld, 0.0f, s, kn);
+/* Per-thread scratch of the bf16 items: one allocation per kernel call
+ * instead of one per item (those were large enough for glibc to map and
+ * unmap them, and fault their pages in, item after item). */
+typedef struct att_scratch {
+    char *base;
+    size_t per; /* bytes per thread */
+    int n;      /* threads */
+} att_scratch;
+
+static remat_status att_scratch_init(att_scratch *s, size_t per) {
+    s->n = ATT_IN_PARALLEL() ? 1 : ATT_MAX_THREADS();
+    s->per = (per + 63) / 64 * 64;
+    s->base = malloc(s->per * (size_t)s->n + 64);
+    return s->base ? REMAT_OK : REMAT_ENOMEM;
+}
+
+/* The calling thread's part (ATT_FOR's team numbers its threads from 0). */
+static void *att_scratch_mine(const att_scratch *s) {
+    return s->base + s->per * (size_t)(s->n > 1 ? ATT_THREAD_NUM() : 0);
+}
+
+/* rows × cols of bf16 matrix src (row stride ld) as a dense matrix: src
+ * itself when its rows are contiguous, else copied into buf. oneDNN 2.6
+ * runs a bf16 matmul on strided operands (the GPT's per-head views) through
+ * its gemm-based implementation, which packs both operands and allocates
+ * at every call; on dense ones it takes brgemm, 15-25% faster per call at
+ * these sizes even counting the copy. */
+/* rows × cols from src (row stride sld) to dst (row stride dld): an inline
+ * loop, rows are short (a head's 64 elements) for a memcpy call each. */
+RM_CPU_CLONES static void att_copy_rows(bf16 *restrict dst, int64_t dld, const bf16 *restrict src,
+                                        int64_t sld, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) dst[r * dld + c] = src[r * sld + c];
+}
+
+static const bf16 *att_dense(const bf16 *src, int64_t ld, int64_t rows, int64_t cols, bf16 *buf) {
+    if (ld == cols || rows <= 1) return src;
+    att_copy_rows(buf, cols, src, ld, rows, cols);
+    return buf;
+}
+
+/* Scores of query rows [i0, i0 + m) against keys [0, kn) from dense bf16
+ * q rows qd (m, D) and keys kd (kn, D), as att_probs_f32, with P rounded
+ * to bf16 into pb (m, kn). s (m, kn) gets the scores; from the saved lse
+ * (backward) they become the f32 probabilities, without (forward) the row
+ * lse is stored in lse_out and s is left unnormalised (only pb is needed). */
+RM_CPU_CLONES static void att_probs_bgemm(const att_dims *d, const bf16 *qd, const bf16 *kd,
+                                          int64_t i0, int64_t m, int64_t kn, f32 *restrict s,
+                                          bf16 *restrict pb, const f32 *lse, f32 *lse_out) {
+    rm_bgemm_f32(false, true, m, kn, d->D, qd, d->D, kd, d->D, 0.0f, s, kn);
     const f32 sc = (f32)d->scale;
     for (int64_t r = 0; r < m; r++) {
         f32 *sr = s + r * kn;
+        bf16 *pr = pb + r * kn;
         int64_t lim = att_row_keys(d, i0 + r);
         if (lim > kn) lim = kn;
         if (lse) {
             f32 l = lse[i0 + r];
             if (l == -INFINITY) l = 0; /* no keys: every p is 0 anyway */
-            for (int64_t j = 0; j < lim; j++) sr[j] = rm_expf_v(sr[j] * sc - l);
+            for (int64_t j = 0; j < lim; j++) {
+                f32 e = rm_expf_v(sr[j] * sc - l);
+                sr[j] = e;
+                pr[j] = rm_f32_to_bf16(e);
+            }
+            for (int64_t j = lim; j < kn; j++) sr[j] = 0;
         } else {
             for (int64_t j = 0; j < lim; j++) sr[j] *= sc;
             f32 mx = lim > 0 ? rm_row_max_f32(sr, lim) : -INFINITY;
             f32 sub = mx == -INFINITY ? 0.0f : mx; /* all -inf: avoid inf - inf */
             f32 sum = att_exp_inplace_f32(sr, sub, lim);
             f32 inv = 1.0f / sum;
-            for (int64_t j = 0; j < lim; j++) sr[j] *= inv;
+            for (int64_t j = 0; j < lim; j++) pr[j] = rm_f32_to_bf16(sr[j] * inv);
             lse_out[i0 + r] = lim > 0 ? sub + logf(sum) : -INFINITY;
         }
-        for (int64_t j = lim; j < kn; j++) sr[j] = 0;
-        rm_bf16_round_run(sr, pb + r * kn, kn);
+        memset(pr + lim, 0, sizeof(bf16) * (size_t)(kn - lim));
     }
 }
 
-/* Forward of one (batch entry, query block) item: O = P·V straight into o. */
-static remat_status att_fwd_item_bgemm(const att_dims *d, const att_mat *q, const att_mat *k,
-                                       const att_mat *v, const att_mat *o, f32 *lse, int64_t item) {
+/* Forward scratch per thread: a block's scores (f32) and P (bf16); dense
+ * copies of its q rows, the keys and values, and its output rows. */
+static size_t att_fwd_scratch(const att_dims *d) {
+    int64_t kmax = att_keys(d, d->Tq);
+    return (sizeof(f32) + sizeof(bf16)) * (size_t)(ATT_QB * kmax) +
+           sizeof(bf16) * (size_t)(ATT_QB * (d->D + d->Dv) + kmax * (d->D + d->Dv));
+}
+
+/* Forward of one (batch entry, query block) item: O = P·V. */
+static void att_fwd_item_bgemm(const att_dims *d, const att_mat *q, const att_mat *k,
+                               const att_mat *v, const att_mat *o, f32 *lse, const att_scratch *scr,
+                               int64_t item) {
     int64_t nqb = (d->Tq + ATT_QB - 1) / ATT_QB;
     int64_t b = item / nqb, i0 = (item % nqb) * ATT_QB;
     int64_t m = d->Tq - i0 < ATT_QB ? d->Tq - i0 : ATT_QB;
@@ -365,16 +424,19 @@ static remat_status att_fwd_item_bgemm(const att_dims *d, const att_mat *q, cons
             memset(ob + r * o->ld, 0, sizeof(bf16) * (size_t)d->Dv);
             lse[b * d->Tq + i0 + r] = -INFINITY;
         }
-        return REMAT_OK;
+        return;
     }
-    f32 *s = malloc((sizeof(f32) + sizeof(bf16)) * (size_t)(m * kn));
-    if (!s) return REMAT_ENOMEM;
-    bf16 *pb = (bf16 *)(s + m * kn);
-    att_probs_bgemm(d, q, k, b, i0, m, kn, s, pb, NULL, lse + b * d->Tq);
-    const bf16 *vb = (const bf16 *)v->base + v->off[b];
-    rm_bgemm(false, false, m, d->Dv, kn, pb, kn, vb, v->ld, 0.0f, ob, o->ld);
-    free(s);
-    return REMAT_OK;
+    f32 *s = att_scratch_mine(scr);
+    bf16 *pb = (bf16 *)(s + m * kn), *qbuf = pb + m * kn, *kbuf = qbuf + m * d->D;
+    bf16 *vbuf = kbuf + kn * d->D, *obuf = vbuf + kn * d->Dv;
+    const bf16 *qd =
+        att_dense((const bf16 *)q->base + q->off[b] + i0 * q->ld, q->ld, m, d->D, qbuf);
+    const bf16 *kd = att_dense((const bf16 *)k->base + k->off[b], k->ld, kn, d->D, kbuf);
+    const bf16 *vd = att_dense((const bf16 *)v->base + v->off[b], v->ld, kn, d->Dv, vbuf);
+    att_probs_bgemm(d, qd, kd, i0, m, kn, s, pb, NULL, lse + b * d->Tq);
+    bool direct = o->ld == d->Dv || m == 1;
+    rm_bgemm(false, false, m, d->Dv, kn, pb, kn, vd, d->Dv, 0.0f, direct ? ob : obuf, d->Dv);
+    if (!direct) att_copy_rows(ob, o->ld, obuf, d->Dv, m, d->Dv);
 }
 
 /* f32 sum of x[i]·y[i] over bf16 rows (δ = rowsum(dO ∘ O)), in ATT_LANES
@@ -391,41 +453,47 @@ RM_CPU_CLONES static f32 att_dot_bf16(const bf16 *x, const bf16 *y, int64_t n) {
     return acc[0];
 }
 
-/* dS = P ∘ (dP − δ) · scale over an (m, kn) block, in f32 (ds holds dP),
+/* dS = P ∘ (dP − δ) · scale over an (m, kn) block in f32 (dp holds dP),
  * rounded into dsb. */
 RM_CPU_CLONES static void att_dscores(int64_t m, int64_t kn, const f32 *restrict p,
-                                      f32 *restrict ds, const f32 *restrict delta, f32 sc,
+                                      const f32 *restrict dp, const f32 *restrict delta, f32 sc,
                                       bf16 *restrict dsb) {
     for (int64_t r = 0; r < m; r++) {
-        f32 *dsr = ds + r * kn;
-        const f32 *pr = p + r * kn;
+        const f32 *dpr = dp + r * kn, *pr = p + r * kn;
+        bf16 *dsr = dsb + r * kn;
         const f32 dl = delta[r];
-        for (int64_t j = 0; j < kn; j++) dsr[j] = pr[j] * (dsr[j] - dl) * sc;
-        rm_bf16_round_run(dsr, dsb + r * kn, kn);
+        for (int64_t j = 0; j < kn; j++) dsr[j] = rm_f32_to_bf16(pr[j] * (dpr[j] - dl) * sc);
     }
 }
 
-/* Backward of batch entry b (dq, dk, dv may be NULL); m = q, k, v, o, go.
- * Query blocks in order, so dK and dV sum in a fixed order (in f32). */
-static remat_status att_bwd_entry_bgemm(const att_dims *d, const att_mat *const *mt, const f32 *lse,
-                                        const att_mat *dq, const att_mat *dk, const att_mat *dv,
-                                        int64_t b) {
-    const att_mat *q = mt[0], *k = mt[1], *v = mt[2], *o = mt[3], *go = mt[4];
-    const bf16 *kb = (const bf16 *)k->base + k->off[b];
-    const bf16 *vb = (const bf16 *)v->base + v->off[b];
+/* Backward scratch per thread: P and dP (f32, a block), δ, the dK and dV
+ * sums (f32) of a batch entry, P and dS rounded (bf16, a block), dense
+ * copies of the keys and values, and of a block's q, dO and dQ rows. */
+static size_t att_bwd_scratch(const att_dims *d) {
     int64_t kmax = att_keys(d, d->Tq), mb = d->Tq < ATT_QB ? d->Tq : ATT_QB;
-    int64_t nk = dk ? d->Tk * d->D : 0, nv = dv ? d->Tk * d->Dv : 0;
-    /* f32: p, ds (mb, kmax), delta (mb), dK and dV sums; bf16: P and dS rounded */
-    size_t nf = (size_t)(2 * mb * kmax + mb + nk + nv);
-    f32 *p = calloc(1, sizeof(f32) * nf + sizeof(bf16) * (size_t)(2 * mb * kmax) + 1);
-    if (!p) return REMAT_ENOMEM;
-    f32 *ds = p + mb * kmax, *delta = ds + mb * kmax, *dks = delta + mb, *dvs = dks + nk;
-    bf16 *pb = (bf16 *)(p + nf), *dsb = pb + mb * kmax;
+    return sizeof(f32) * (size_t)(2 * mb * kmax + mb + d->Tk * (d->D + d->Dv)) +
+           sizeof(bf16) * (size_t)(2 * mb * kmax + kmax * (d->D + d->Dv) + mb * (2 * d->D + d->Dv));
+}
+
+/* Backward of batch entry b (dq, dk, dv may be NULL); mt = q, k, v, o, go.
+ * Query blocks in order, so dK and dV sum in a fixed order (in f32). */
+static void att_bwd_entry_bgemm(const att_dims *d, const att_mat *const *mt, const f32 *lse,
+                                const att_mat *dq, const att_mat *dk, const att_mat *dv,
+                                const att_scratch *scr, int64_t b) {
+    const att_mat *q = mt[0], *k = mt[1], *v = mt[2], *o = mt[3], *go = mt[4];
+    int64_t kmax = att_keys(d, d->Tq), mb = d->Tq < ATT_QB ? d->Tq : ATT_QB;
+    f32 *p = att_scratch_mine(scr), *dp = p + mb * kmax, *delta = dp + mb * kmax;
+    f32 *dks = delta + mb, *dvs = dks + d->Tk * d->D;
+    bf16 *pb = (bf16 *)(dvs + d->Tk * d->Dv), *dsb = pb + mb * kmax, *kbuf = dsb + mb * kmax;
+    bf16 *vbuf = kbuf + kmax * d->D, *qbuf = vbuf + kmax * d->Dv, *gbuf = qbuf + mb * d->D;
+    bf16 *dqbuf = gbuf + mb * d->Dv;
+    memset(dks, 0, sizeof(f32) * (size_t)(d->Tk * (d->D + d->Dv)));
+    const bf16 *kd = att_dense((const bf16 *)k->base + k->off[b], k->ld, kmax, d->D, kbuf);
+    const bf16 *vd = att_dense((const bf16 *)v->base + v->off[b], v->ld, kmax, d->Dv, vbuf);
     const f32 sc = (f32)d->scale;
     for (int64_t i0 = 0; i0 < d->Tq; i0 += ATT_QB) {
         int64_t m = d->Tq - i0 < ATT_QB ? d->Tq - i0 : ATT_QB;
         int64_t kn = att_keys(d, i0 + m);
-        const bf16 *qi = (const bf16 *)q->base + q->off[b] + i0 * q->ld;
         const bf16 *goi = (const bf16 *)go->base + go->off[b] + i0 * go->ld;
         const bf16 *oi = (const bf16 *)o->base + o->off[b] + i0 * o->ld;
         bf16 *dqi = dq ? (bf16 *)dq->base + dq->off[b] + i0 * dq->ld : NULL;
@@ -434,24 +502,29 @@ static remat_status att_bwd_entry_bgemm(const att_dims *d, const att_mat *const 
                 memset(dqi + r * dq->ld, 0, sizeof(bf16) * (size_t)d->D);
             continue;
         }
-        att_probs_bgemm(d, q, k, b, i0, m, kn, p, pb, lse + b * d->Tq, NULL);
+        const bf16 *qd =
+            att_dense((const bf16 *)q->base + q->off[b] + i0 * q->ld, q->ld, m, d->D, qbuf);
+        const bf16 *god = att_dense(goi, go->ld, m, d->Dv, gbuf);
+        att_probs_bgemm(d, qd, kd, i0, m, kn, p, pb, lse + b * d->Tq, NULL);
         if (dv) /* dV[0:kn] += Pᵀ · dO */
-            rm_bgemm_f32(true, false, kn, d->Dv, m, pb, kn, goi, go->ld, 1.0f, dvs, d->Dv);
+            rm_bgemm_f32(true, false, kn, d->Dv, m, pb, kn, god, d->Dv, 1.0f, dvs, d->Dv);
         if (!dqi && !dk) continue;
         /* dP = dO · Vᵀ */
-        rm_bgemm_f32(false, true, m, kn, d->Dv, goi, go->ld, vb, v->ld, 0.0f, ds, kn);
+        rm_bgemm_f32(false, true, m, kn, d->Dv, god, d->Dv, vd, d->Dv, 0.0f, dp, kn);
         for (int64_t r = 0; r < m; r++)
             delta[r] = att_dot_bf16(goi + r * go->ld, oi + r * o->ld, d->Dv);
-        att_dscores(m, kn, p, ds, delta, sc, dsb);
-        if (dqi) /* dQ = dS · K */
-            rm_bgemm(false, false, m, d->D, kn, dsb, kn, kb, k->ld, 0.0f, dqi, dq->ld);
+        att_dscores(m, kn, p, dp, delta, sc, dsb);
+        if (dqi) { /* dQ = dS · K */
+            bool direct = dq->ld == d->D || m == 1;
+            rm_bgemm(false, false, m, d->D, kn, dsb, kn, kd, d->D, 0.0f, direct ? dqi : dqbuf,
+                     d->D);
+            if (!direct) att_copy_rows(dqi, dq->ld, dqbuf, d->D, m, d->D);
+        }
         if (dk) /* dK[0:kn] += dSᵀ · Q */
-            rm_bgemm_f32(true, false, kn, d->D, m, dsb, kn, qi, q->ld, 1.0f, dks, d->D);
+            rm_bgemm_f32(true, false, kn, d->D, m, dsb, kn, qd, d->D, 1.0f, dks, d->D);
     }
     if (dk) att_round(dks, d->Tk, d->D, (bf16 *)dk->base + dk->off[b], dk->ld);
     if (dv) att_round(dvs, d->Tk, d->Dv, (bf16 *)dv->base + dv->off[b], dv->ld);
-    free(p);
-    return REMAT_OK;
 }
 
 /* ---- bf16 without native bf16 GEMMs: widened per batch entry --------------------------- */
@@ -541,18 +614,19 @@ remat_status rm_cpu_attention(const rm_kargs *k) {
 #define ATT_FWD_F32(it) ATT_FWD(f32, it)
 #define ATT_FWD_F64(it) ATT_FWD(f64, it)
 #define ATT_FWD_BF16(it)                                                                           \
-    do {                                                                                           \
-        if (att_fwd_item_bgemm(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], (f32 *)rm_ptr(lse), (it)))  \
-            _Pragma("omp atomic write") fail = 1;                                                  \
-    } while (0)
+    att_fwd_item_bgemm(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], (f32 *)rm_ptr(lse), &scr, (it))
 #define ATT_FWD_WIDENED(b)                                                                         \
     do {                                                                                           \
         if (att_fwd_entry_widened(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], (f32 *)rm_ptr(lse),      \
                                   (b)))                                                            \
             _Pragma("omp atomic write") fail = 1;                                                  \
     } while (0)
-        if (y->dtype == REMAT_BF16 && rm_bgemm_native()) ATT_FOR(d.nb * nqb, work, ATT_FWD_BF16);
-        else if (y->dtype == REMAT_BF16) ATT_FOR(d.nb, work, ATT_FWD_WIDENED);
+        att_scratch scr = {0};
+        if (y->dtype == REMAT_BF16 && rm_bgemm_native()) {
+            if (!(fail = att_scratch_init(&scr, att_fwd_scratch(&d))))
+                ATT_FOR(d.nb * nqb, work, ATT_FWD_BF16);
+            free(scr.base);
+        } else if (y->dtype == REMAT_BF16) ATT_FOR(d.nb, work, ATT_FWD_WIDENED);
         else if (y->dtype == REMAT_F32) ATT_FOR(d.nb * nqb, work, ATT_FWD_F32);
         else ATT_FOR(d.nb * nqb, work, ATT_FWD_F64);
 #undef ATT_FWD_BF16
@@ -597,17 +671,18 @@ remat_status rm_cpu_attention_bwd(const rm_kargs *k) {
 #define ATT_BWD_F64(b) ATT_BWD(f64, b)
         const att_mat *mats[5] = {&w.m[0], &w.m[1], &w.m[2], &w.m[3], &w.m[4]};
 #define ATT_BWD_BF16(b)                                                                            \
-    do {                                                                                           \
-        if (att_bwd_entry_bgemm(&d, mats, (const f32 *)rm_ptr(lse), dq, dk, dv, (b)))              \
-            _Pragma("omp atomic write") fail = 1;                                                  \
-    } while (0)
+    att_bwd_entry_bgemm(&d, mats, (const f32 *)rm_ptr(lse), dq, dk, dv, &scr, (b))
 #define ATT_BWD_WIDENED(b)                                                                         \
     do {                                                                                           \
         if (att_bwd_entry_widened(&d, mats, (const f32 *)rm_ptr(lse), dq, dk, dv, (b)))            \
             _Pragma("omp atomic write") fail = 1;                                                  \
     } while (0)
-        if (in[0]->dtype == REMAT_BF16 && rm_bgemm_native()) ATT_FOR(d.nb, work, ATT_BWD_BF16);
-        else if (in[0]->dtype == REMAT_BF16) ATT_FOR(d.nb, work, ATT_BWD_WIDENED);
+        att_scratch scr = {0};
+        if (in[0]->dtype == REMAT_BF16 && rm_bgemm_native()) {
+            if (!(fail = att_scratch_init(&scr, att_bwd_scratch(&d))))
+                ATT_FOR(d.nb, work, ATT_BWD_BF16);
+            free(scr.base);
+        } else if (in[0]->dtype == REMAT_BF16) ATT_FOR(d.nb, work, ATT_BWD_WIDENED);
         else if (lse->dtype == REMAT_F32) ATT_FOR(d.nb, work, ATT_BWD_F32);
         else ATT_FOR(d.nb, work, ATT_BWD_F64);
 #undef ATT_BWD_BF16
