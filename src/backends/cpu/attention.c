@@ -345,12 +345,6 @@ static void *att_scratch_mine(const att_scratch *s) {
     return s->base + s->per * (size_t)(s->n > 1 ? ATT_THREAD_NUM() : 0);
 }
 
-/* rows × cols of bf16 matrix src (row stride ld) as a dense matrix: src
- * itself when its rows are contiguous, else copied into buf. oneDNN 2.6
- * runs a bf16 matmul on strided operands (the GPT's per-head views) through
- * its gemm-based implementation, which packs both operands and allocates
- * at every call; on dense ones it takes brgemm, 15-25% faster per call at
- * these sizes even counting the copy. */
 /* rows × cols from src (row stride sld) to dst (row stride dld): an inline
  * loop, rows are short (a head's 64 elements) for a memcpy call each. */
 RM_CPU_CLONES static void att_copy_rows(bf16 *restrict dst, int64_t dld, const bf16 *restrict src,
@@ -359,10 +353,26 @@ RM_CPU_CLONES static void att_copy_rows(bf16 *restrict dst, int64_t dld, const b
         for (int64_t c = 0; c < cols; c++) dst[r * dld + c] = src[r * sld + c];
 }
 
+/* rows × cols of bf16 matrix src (row stride ld) as a dense matrix: src
+ * itself when its rows are contiguous, else copied into buf. oneDNN 2.6
+ * runs a bf16 matmul on strided operands (the GPT's per-head views) through
+ * its gemm-based implementation, which packs both operands and allocates
+ * at every call; on dense ones it takes brgemm, 15-25% faster per call at
+ * these sizes even counting the copy. */
 static const bf16 *att_dense(const bf16 *src, int64_t ld, int64_t rows, int64_t cols, bf16 *buf) {
     if (ld == cols || rows <= 1) return src;
     att_copy_rows(buf, cols, src, ld, rows, cols);
     return buf;
+}
+
+/* dst (m, n; row stride ld) = A (m, kn) · B (kn, n), dense bf16 operands, rounded
+ * once: written straight into dst when its rows are contiguous, else made dense
+ * in buf and copied out (att_dense's reverse). */
+static void att_bgemm_rows(int64_t m, int64_t n, int64_t kn, const bf16 *a, const bf16 *b,
+                           bf16 *dst, int64_t ld, bf16 *buf) {
+    bool direct = ld == n || m == 1;
+    rm_bgemm(false, false, m, n, kn, a, kn, b, n, 0.0f, direct ? dst : buf, n);
+    if (!direct) att_copy_rows(dst, ld, buf, n, m, n);
 }
 
 /* Scores of query rows [i0, i0 + m) against keys [0, kn) from dense bf16
@@ -410,7 +420,7 @@ static size_t att_fwd_scratch(const att_dims *d) {
            sizeof(bf16) * (size_t)(ATT_QB * (d->D + d->Dv) + kmax * (d->D + d->Dv));
 }
 
-/* Forward of one (batch entry, query block) item: O = P·V. */
+/* Forward of one (batch entry, query block) item. */
 static void att_fwd_item_bgemm(const att_dims *d, const att_mat *q, const att_mat *k,
                                const att_mat *v, const att_mat *o, f32 *lse, const att_scratch *scr,
                                int64_t item) {
@@ -434,9 +444,7 @@ static void att_fwd_item_bgemm(const att_dims *d, const att_mat *q, const att_ma
     const bf16 *kd = att_dense((const bf16 *)k->base + k->off[b], k->ld, kn, d->D, kbuf);
     const bf16 *vd = att_dense((const bf16 *)v->base + v->off[b], v->ld, kn, d->Dv, vbuf);
     att_probs_bgemm(d, qd, kd, i0, m, kn, s, pb, NULL, lse + b * d->Tq);
-    bool direct = o->ld == d->Dv || m == 1;
-    rm_bgemm(false, false, m, d->Dv, kn, pb, kn, vd, d->Dv, 0.0f, direct ? ob : obuf, d->Dv);
-    if (!direct) att_copy_rows(ob, o->ld, obuf, d->Dv, m, d->Dv);
+    att_bgemm_rows(m, d->Dv, kn, pb, vd, ob, o->ld, obuf); /* O = P·V */
 }
 
 /* f32 sum of x[i]·y[i] over bf16 rows (δ = rowsum(dO ∘ O)), in ATT_LANES
@@ -514,12 +522,7 @@ static void att_bwd_entry_bgemm(const att_dims *d, const att_mat *const *mt, con
         for (int64_t r = 0; r < m; r++)
             delta[r] = att_dot_bf16(goi + r * go->ld, oi + r * o->ld, d->Dv);
         att_dscores(m, kn, p, dp, delta, sc, dsb);
-        if (dqi) { /* dQ = dS · K */
-            bool direct = dq->ld == d->D || m == 1;
-            rm_bgemm(false, false, m, d->D, kn, dsb, kn, kd, d->D, 0.0f, direct ? dqi : dqbuf,
-                     d->D);
-            if (!direct) att_copy_rows(dqi, dq->ld, dqbuf, d->D, m, d->D);
-        }
+        if (dqi) att_bgemm_rows(m, d->D, kn, dsb, kd, dqi, dq->ld, dqbuf); /* dQ = dS · K */
         if (dk) /* dK[0:kn] += dSᵀ · Q */
             rm_bgemm_f32(true, false, kn, d->D, m, dsb, kn, qd, d->D, 1.0f, dks, d->D);
     }

@@ -98,12 +98,13 @@ static inline double gelu_tanh_grad_d(double v) {
  * element read before it is written, by the same expressions as bwd's. */
 #define UNARY_BWD(T, GELU_GRAD, GELU_T_GRAD, POWF)                                                 \
     RM_CPU_CLONES static void bwd_##T(rm_unary_op op, const T *restrict g, const T *restrict s,    \
-                                      T *restrict dx, int64_t n, T p){UNARY_BWD_SWITCH(            \
-        T, GELU_GRAD, GELU_T_GRAD,                                                                 \
-        POWF)} RM_CPU_CLONES static void bwd_inplace_##T(rm_unary_op op, T *restrict dx,           \
-                                                         const T *restrict s, int64_t n, T p) {    \
+                                      T *restrict dx, int64_t n, T p) {                            \
+        UNARY_BWD_SWITCH(T, GELU_GRAD, GELU_T_GRAD, POWF);                                         \
+    }                                                                                              \
+    RM_CPU_CLONES static void bwd_inplace_##T(rm_unary_op op, T *restrict dx, const T *restrict s, \
+                                              int64_t n, T p) {                                    \
         const T *g = dx;                                                                           \
-        UNARY_BWD_SWITCH(T, GELU_GRAD, GELU_T_GRAD, POWF)                                          \
+        UNARY_BWD_SWITCH(T, GELU_GRAD, GELU_T_GRAD, POWF);                                         \
     }
 
 UNARY_FWD(float, rm_expf_v, logf, sqrtf, rm_tanhf_v, rm_gelu_erff_v, rm_gelu_tanhf_v, powf)
