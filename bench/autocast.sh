@@ -10,7 +10,9 @@
 # bytes (step = what the step adds over the memory held before it; peak = with the
 # parameters), PyTorch's RSS growth during its step, and the ratios the issue asks for:
 # remat bf16 / remat f32 step time (<= 0.65) and step bytes (<= 0.6), remat bf16 / PyTorch
-# bf16 step time (<= 0.6) and remat's peak step bytes against PyTorch's RSS+.
+# bf16 step time (<= 0.6) and remat's peak step bytes against PyTorch's RSS+. Each time ratio
+# is given twice: of the medians over all rounds, and as the median (min-max) of per-round
+# ratios, whose two sides ran back to back in one round (drift in load over the run cancels).
 # Timings mean something only on an otherwise idle machine; the bytes are exact anyway.
 # Usage: bench/autocast.sh [ROUNDS] [REPS]   (from the repository root, after make build)
 set -eu
