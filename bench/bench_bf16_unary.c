@@ -40,17 +40,21 @@ typedef struct row {
 } row;
 
 static const row k_rows[] = {
-    {"gelu fwd", RM_U_GELU_ERF, 0},       {"gelu bwd", RM_U_GELU_ERF, 1},
-    {"gelu bwd in place", RM_U_GELU_ERF, 2}, {"gelu_tanh fwd", RM_U_GELU_TANH, 0},
-    {"gelu_tanh bwd", RM_U_GELU_TANH, 1}, {"tanh fwd", RM_U_TANH, 0},
-    {"tanh bwd", RM_U_TANH, 1},           {"exp fwd", RM_U_EXP, 0},
+    {"gelu fwd", RM_U_GELU_ERF, 0},
+    {"gelu bwd", RM_U_GELU_ERF, 1},
+    {"gelu bwd in place", RM_U_GELU_ERF, 2},
+    {"gelu_tanh fwd", RM_U_GELU_TANH, 0},
+    {"gelu_tanh bwd", RM_U_GELU_TANH, 1},
+    {"tanh fwd", RM_U_TANH, 0},
+    {"tanh bwd", RM_U_TANH, 1},
+    {"exp fwd", RM_U_EXP, 0},
     {"mul fwd", RM_U_MUL, 0},
 };
 
 /* One call of row r through kernel f; g is overwritten by the in-place pass
  * (its values stay finite: a gradient of the same range). */
-static double run(rm_kernel_fn f, const row *r, remat_tensor *x, remat_tensor *g,
-                  remat_tensor *y, double *wall) {
+static double run(rm_kernel_fn f, const row *r, remat_tensor *x, remat_tensor *g, remat_tensor *y,
+                  double *wall) {
     rm_unary_params p = {r->op, 0.5};
     rm_kargs k = {.params = &p};
     if (r->pass == 0) k.in[0] = x, k.out[0] = y;
@@ -92,7 +96,8 @@ int main(int argc, char **argv) {
                 tn[i] = run(nat, r, x, g, y, &wn[i]);
             }
             double mv = median(tv, reps), mn = median(tn, reps);
-            double lo_v = tv[0], hi_v = tv[0], lo_n = tn[0], hi_n = tn[0], lo_w = wn[0], hi_w = wn[0];
+            double lo_v = tv[0], hi_v = tv[0], lo_n = tn[0], hi_n = tn[0], lo_w = wn[0],
+                   hi_w = wn[0];
             for (int i = 1; i < reps; i++) {
                 lo_v = tv[i] < lo_v ? tv[i] : lo_v, hi_v = tv[i] > hi_v ? tv[i] : hi_v;
                 lo_n = tn[i] < lo_n ? tn[i] : lo_n, hi_n = tn[i] > hi_n ? tn[i] : hi_n;

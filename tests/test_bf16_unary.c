@@ -14,8 +14,8 @@
 #include "support/rt.h"
 
 static const rm_unary_op k_ops[] = {
-    RM_U_NEG,       RM_U_EXP,  RM_U_LOG, RM_U_SQRT, RM_U_TANH, RM_U_SIGMOID, RM_U_RELU,
-    RM_U_GELU_ERF,  RM_U_GELU_TANH, RM_U_POW, RM_U_ADD, RM_U_MUL, RM_U_RSUB,
+    RM_U_NEG,      RM_U_EXP,       RM_U_LOG, RM_U_SQRT, RM_U_TANH, RM_U_SIGMOID, RM_U_RELU,
+    RM_U_GELU_ERF, RM_U_GELU_TANH, RM_U_POW, RM_U_ADD,  RM_U_MUL,  RM_U_RSUB,
 };
 #define N_OPS (sizeof k_ops / sizeof *k_ops)
 /* pow's exponents: fractional (NaN below 0), integral, and 0 (backward's special case) */
@@ -26,18 +26,18 @@ static const int64_t k_sizes[] = {1, 15, 16, 17, 31, 33, 16383, 16384, 16385, 10
 
 /* bf16 bit patterns every tensor carries at its front (as far as it is long) */
 static const uint16_t k_special[] = {
-    0x7FC0, /* NaN */
-    0x7F81, /* signalling NaN: comes out quiet through f32 */
-    0xFFC1, /* negative NaN with payload */
-    0x7F80, 0xFF80, /* +-Inf */
-    0x0000, 0x8000, /* +-0 */
+    0x7FC0,                         /* NaN */
+    0x7F81,                         /* signalling NaN: comes out quiet through f32 */
+    0xFFC1,                         /* negative NaN with payload */
+    0x7F80, 0xFF80,                 /* +-Inf */
+    0x0000, 0x8000,                 /* +-0 */
     0x0001, 0x8001, 0x007F, 0x0040, /* subnormals */
-    0x0080, 0x8080, /* smallest normals */
-    0x7F7F, 0xFF7F, /* +-largest finite */
-    0x42B2, 0xC2B2, 0x42B1, /* +-89, 88.5: exp's overflow edge */
-    0xC2CF, 0xC2D0, /* -103.5, -104: exp's underflow edge */
-    0x4120, 0xC120, /* +-10 */
-    0x3F80, 0xBF80, /* +-1 */
+    0x0080, 0x8080,                 /* smallest normals */
+    0x7F7F, 0xFF7F,                 /* +-largest finite */
+    0x42B2, 0xC2B2, 0x42B1,         /* +-89, 88.5: exp's overflow edge */
+    0xC2CF, 0xC2D0,                 /* -103.5, -104: exp's underflow edge */
+    0x4120, 0xC120,                 /* +-10 */
+    0x3F80, 0xBF80,                 /* +-1 */
 };
 
 static uint64_t rng_next(uint64_t *s) {
@@ -97,7 +97,8 @@ static int64_t first_diff(const remat_tensor *a, const remat_tensor *b) {
 #define ASSERT_SAME(nat, ref, what)                                                                \
     do {                                                                                           \
         int64_t d_ = first_diff(nat, ref);                                                         \
-        cr_assert(d_ < 0, "%s: op %d p %g n %lld threads %d: element %lld is 0x%04x, via f32 0x%04x", \
+        cr_assert(d_ < 0,                                                                          \
+                  "%s: op %d p %g n %lld threads %d: element %lld is 0x%04x, via f32 0x%04x",      \
                   what, (int)p.op, p.p, (long long)n, threads, (long long)d_,                      \
                   ((const uint16_t *)remat_data(nat))[d_ < 0 ? 0 : d_],                            \
                   ((const uint16_t *)remat_data(ref))[d_ < 0 ? 0 : d_]);                           \
@@ -113,7 +114,8 @@ static void check_op(rm_unary_params p, int64_t n, int threads, uint64_t seed) {
     omp_set_num_threads(threads);
     remat_tensor *x = bf16_values(n, seed, (int)p.op), *g = bf16_values(n, seed + 1, 3);
     remat_tensor *y = bf16_values(n, 7, 0), *y_ref = bf16_copy(y);
-    rm_kargs k = {.in = {x}, .out = {y}, .params = &p}, kr = {.in = {x}, .out = {y_ref}, .params = &p};
+    rm_kargs k = {.in = {x}, .out = {y}, .params = &p},
+             kr = {.in = {x}, .out = {y_ref}, .params = &p};
     RT_OK(fwd(&k));
     RT_OK(fwd_ref(&kr));
     ASSERT_SAME(y, y_ref, "forward");
