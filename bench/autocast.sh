@@ -12,7 +12,9 @@
 # step's peak, f32 in both runs: docs/autocast.md "Memory"), PyTorch's RSS growth during its
 # step, and the ratios the issue asks for: remat bf16 / remat f32 step time (<= 0.65) and
 # activation bytes (<= 0.6; step bytes beside them), remat bf16 / PyTorch
-# bf16 step time (<= 0.6) and remat's peak step bytes against PyTorch's RSS+.
+# bf16 step time (<= 0.6) and remat's peak step bytes against PyTorch's RSS+. Each time ratio
+# is given twice: of the medians over all rounds, and as the median (min-max) of per-round
+# ratios, whose two sides ran back to back in one round (drift in load over the run cancels).
 # Timings mean something only on an otherwise idle machine; the bytes are exact anyway.
 # Usage: bench/autocast.sh [ROUNDS] [REPS]   (from the repository root, after make build)
 set -eu
@@ -31,13 +33,13 @@ for r in $(seq 1 "$ROUNDS"); do
     for ac in off bf16; do
       echo "== round $r, $t thread(s), autocast $ac"
       ./build/remat bench $M --threads "$t" --strategies none,block --reps "$REPS" --autocast "$ac" \
-        --json 2>/dev/null | sed "s/^/remat $t $ac /" >>"$OUT"
+        --json 2>/dev/null | sed "s/^/remat $t $ac $r /" >>"$OUT"
       $PY bench/pytorch/bench_torch.py $M --threads "$t" --strategies none,block \
-        --reps "$REPS" --autocast "$ac" --json 2>/dev/null | sed "s/^/torch $t $ac /" >>"$OUT"
+        --reps "$REPS" --autocast "$ac" --json 2>/dev/null | sed "s/^/torch $t $ac $r /" >>"$OUT"
       tail -n 2 "$OUT" | $PY -c '
 import json, sys
 for line in sys.stdin:
-    who, t, ac, doc = line.split(" ", 3)
+    who, t, ac, rnd, doc = line.split(" ", 4)
     for s in json.loads(doc)["strategies"]:
         mem = ("step %6.1f MiB  act %6.1f MiB  peak %6.1f MiB" % (s["step_alloc_bytes"] / 2**20,
                s.get("activation_bytes", float("nan")) / 2**20, s["peak_alloc_bytes"] / 2**20)
@@ -50,11 +52,12 @@ $PY - "$OUT" <<'PY'
 import json, statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
-    who, t, ac, doc = line.split(" ", 3)
+    who, t, ac, rnd, doc = line.split(" ", 4)
     for s in json.loads(doc)["strategies"]:
         k = (who, int(t), ac, s["strategy"])
-        r = runs.setdefault(k, {"ms": [], "step": [], "act": [], "peak": [], "rss": []})
+        r = runs.setdefault(k, {"ms": [], "step": [], "act": [], "peak": [], "rss": [], "round": {}})
         r["ms"] += s["step_ms_all"]
+        r["round"][int(rnd)] = statistics.median(s["step_ms_all"])
         r["rss"].append(s["rss_growth_bytes"])
         if who == "remat":
             r["step"].append(s["step_alloc_bytes"])
@@ -64,6 +67,12 @@ def q(v, f):
     v = sorted(v); i = f * (len(v) - 1); lo = int(i); hi = min(lo + 1, len(v) - 1)
     return v[lo] + (v[hi] - v[lo]) * (i - lo)
 def med(k): return statistics.median(runs[k]["ms"])
+# The time ratios per round: numerator and denominator ran back to back in the same round,
+# so load that drifts over the run (another process, the machine's clock) hits both alike;
+# the figure is the median of the per-round ratios, with their min-max.
+def paired(a, b):
+    v = sorted(runs[a]["round"][r] / runs[b]["round"][r] for r in runs[a]["round"] if r in runs[b]["round"])
+    return "%.3fx (rounds %.3f-%.3f)" % (statistics.median(v), v[0], v[-1])
 MiB = 2**20
 print("\nsummary: step ms = median of all timed repetitions [IQR] (min-max); bytes: remat exact"
       " allocator bytes (same every round), PyTorch RSS+ median over rounds")
@@ -83,11 +92,13 @@ for t in (1, 2):
                     min(v), max(v), mem))
         rf, rb, tb = ("remat", t, "off", st), ("remat", t, "bf16", st), ("torch", t, "bf16", st)
         if rf in runs and rb in runs:
-            print("  remat bf16 / f32: step time %.3fx (target <= 0.65), activation bytes %.3fx (target"
-                  " <= 0.6), step bytes %.3fx" % (med(rb) / med(rf), max(runs[rb]["act"]) / max(runs[rf]["act"]),
+            print("  remat bf16 / f32: step time %.3fx (target <= 0.65), per round %s; activation bytes"
+                  " %.3fx (target <= 0.6), step bytes %.3fx" % (med(rb) / med(rf), paired(rb, rf),
+                  max(runs[rb]["act"]) / max(runs[rf]["act"]),
                   max(runs[rb]["step"]) / max(runs[rf]["step"])))
         if rb in runs and tb in runs:
-            print("  remat bf16 / PyTorch 1.13 bf16: step time %.3fx (target <= 0.6); remat step bytes"
-                  " %.1f MiB vs PyTorch RSS+ %.1f MiB" % (med(rb) / med(tb), max(runs[rb]["step"]) / MiB,
+            print("  remat bf16 / PyTorch 1.13 bf16: step time %.3fx (target <= 0.6), per round %s;"
+                  " remat step bytes %.1f MiB vs PyTorch RSS+ %.1f MiB" % (med(rb) / med(tb), paired(rb, tb),
+                  max(runs[rb]["step"]) / MiB,
                   statistics.median(runs[tb]["rss"]) / MiB))
 PY

@@ -251,7 +251,8 @@ int64_t rm_cpu_chunk_rows(int64_t rows, int64_t n) {
 
 #define LAYERNORM_KERNELS(T, FMA)                                                                  \
     /* Row mean and rstd = 1 / sqrt(biased variance + eps), the variance two-pass. */              \
-    static void ln_stats_##T(const T *restrict xn, int64_t C, double eps, T *mean, T *rstd) {      \
+    RM_CPU_CLONES static void ln_stats_##T(const T *restrict xn, int64_t C, double eps, T *mean,   \
+                                           T *rstd) {                                              \
         T sh = C > 0 ? xn[0] : (T)0;                                                               \
         T a[LN_LANES];                                                                             \
         for (int j = 0; j < LN_LANES; j++) a[j] = 0;                                               \
