@@ -69,7 +69,8 @@ void grad_meter_begin(grad_meter *m, remat_device device, remat_tensor *const *p
     m->params = params;
     m->n_params = n;
     remat_alloc_stats s;
-    if (remat_alloc_stats_get(device, &s) == REMAT_OK) m->start_bytes = m->peak_bytes = s.current_bytes;
+    if (remat_alloc_stats_get(device, &s) == REMAT_OK)
+        m->start_bytes = m->peak_bytes = s.current_bytes;
     remat_set_alloc_event_observer(on_event, m);
     remat_set_leaf_grad_observer(on_leaf_grad, m);
 }

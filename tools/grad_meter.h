@@ -40,12 +40,12 @@ typedef struct grad_meter {
     remat_device device;
     grad_alloc *a; /* the metered span's allocations, in order */
     size_t n, cap;
-    size_t events;       /* events seen */
-    size_t peak_event;   /* the event that set the peak (0: none above the start) */
-    size_t start_bytes;  /* the device's current bytes at grad_meter_begin */
-    size_t peak_bytes;   /* the maximum of its current bytes since then */
-    bool oom;            /* the meter could not record an allocation: figures unknown */
-    size_t grad_at_peak; /* grad_meter_end: gradient bytes live at peak_event */
+    size_t events;               /* events seen */
+    size_t peak_event;           /* the event that set the peak (0: none above the start) */
+    size_t start_bytes;          /* the device's current bytes at grad_meter_begin */
+    size_t peak_bytes;           /* the maximum of its current bytes since then */
+    bool oom;                    /* the meter could not record an allocation: figures unknown */
+    size_t grad_at_peak;         /* grad_meter_end: gradient bytes live at peak_event */
     remat_tensor *const *params; /* borrowed */
     int n_params;
 } grad_meter;
