@@ -16,6 +16,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "clones.h"
 #include "cpu.h"
 
 #ifdef _OPENMP
@@ -184,12 +185,47 @@ static int64_t ew_threshold(ewop op) {
                                                                          : RM_OMP_MIN;
 }
 
+/* add's f32 + bf16 (either order; autocast leaves it uncast, src/ops/binary.c)
+ * into an f32 y, all contiguous with y's element count: one loop that widens
+ * the bf16 operand in registers (exact) and adds in the engine's order, a + b:
+ * bitwise what the chunked via-f32 path (bf16.c) gives, without its buffers
+ * and widening pass. One parallel region over fixed ranges. y may be exactly
+ * the f32 operand (an element is read before it is written), so no restrict. */
+RM_CPU_CLONES static void add_f32_bf16(float *y, const float *f, const uint16_t *restrict h,
+                                       bool bf16_first, int64_t n) {
+    if (bf16_first) {
+#pragma omp parallel for simd if (n > RM_OMP_MIN)
+        for (int64_t i = 0; i < n; i++) y[i] = rm_bf16_to_f32(h[i]) + f[i];
+    } else {
+#pragma omp parallel for simd if (n > RM_OMP_MIN)
+        for (int64_t i = 0; i < n; i++) y[i] = f[i] + rm_bf16_to_f32(h[i]);
+    }
+}
+
+static bool flat_run(const remat_tensor *t, remat_dtype dt, int64_t n) {
+    return t->dtype == dt && remat_numel(t) == n && remat_is_contiguous(t);
+}
+
+/* Whether k is add's f32 + bf16 that add_f32_bf16 runs (and runs it). */
+static bool mixed_add(const rm_kargs *k) {
+    const rm_ew_params *prm = k->params;
+    remat_tensor *y = k->out[0], *a = k->in[0], *b = k->in[1];
+    int64_t n = remat_numel(y);
+    if (prm->op != RM_EW_ADD || !flat_run(y, REMAT_F32, n)) return false;
+    bool bf16_first = a->dtype == REMAT_BF16;
+    remat_tensor *f = bf16_first ? b : a, *h = bf16_first ? a : b;
+    if (!flat_run(f, REMAT_F32, n) || !flat_run(h, REMAT_BF16, n)) return false;
+    add_f32_bf16(rm_ptr(y), rm_ptr(f), rm_ptr(h), bf16_first, n);
+    return true;
+}
+
 /* The RM_K_ELEMENTWISE kernel: y = f(a, b, c; p) with a, b, c (as many
  * as the op reads; others NULL) broadcast to y's shape, all of y's dtype —
  * or, for an f32 y, some of them bf16 (add's f32 + bf16 that autocast leaves
- * uncast, src/ops/binary.c): those are widened by the bf16 path, chunk by
- * chunk where the operands allow it, exactly (widening is exact), so the
- * result is bitwise the f32 op on a widened copy. y is written through its
+ * uncast, src/ops/binary.c): those are widened in registers when the operands
+ * are flat (mixed_add), else by the bf16 path, chunk by chunk where the
+ * operands allow it, exactly (widening is exact), so the result is bitwise
+ * the f32 op on a widened copy. y is written through its
  * strides. */
 remat_status rm_cpu_elementwise(const rm_kargs *k) {
     const rm_ew_params *prm = k->params;
@@ -199,7 +235,8 @@ remat_status rm_cpu_elementwise(const rm_kargs *k) {
     remat_tensor *const *x = k->in;
     int n_in = k_arity[op];
     for (int i = 0; i < n_in; i++)
-        if (x[i]->dtype == REMAT_BF16) return rm_cpu_bf16_via_f32[RM_K_ELEMENTWISE](k);
+        if (x[i]->dtype == REMAT_BF16)
+            return mixed_add(k) ? REMAT_OK : rm_cpu_bf16_via_f32[RM_K_ELEMENTWISE](k);
     int64_t n = rm_shape_numel(y->ndim, y->shape);
     if (n == 0) return REMAT_OK;
     ew_plan pl;

@@ -1,6 +1,7 @@
-/* tests/test_bf16_unary.c — the native bf16 kernels of the unary ops
+/* tests/test_bf16_native.c — the native bf16 kernels of the unary ops
  * (src/backends/cpu/unary.c: one loop that widens, runs the f32 math and
- * rounds) against the path they replace, the f32 kernel on widened copies
+ * rounds) and of add's f32 + bf16 (src/backends/cpu/elementwise.c) against
+ * the path they replace, the f32 kernel on widened copies
  * with the outputs rounded once (rm_cpu_bf16_via_f32, src/backends/cpu/bf16.c):
  * bitwise, for every op forward and backward (out of place and over the
  * dying gradient; relu's bit mask and its backward too), at 1 and 2 threads, at sizes around the vector widths and
@@ -216,4 +217,51 @@ Test(bf16_unary, mixed_dtype_backward_falls_back_to_via_f32) {
     remat_release(s32);
     remat_release(dx);
     remat_release(dx_ref);
+}
+
+/* add's f32 + bf16 into f32 (the residual stream's x + a bf16 block output),
+ * either order, flat (the native loop) and broadcast (still via f32): bitwise
+ * the via-f32 path, at 1 and 2 threads, sizes around vector and chunk edges,
+ * both operands carrying NaN, infinities and subnormals. */
+Test(bf16_elementwise, mixed_add_matches_via_f32_bitwise) {
+    rm_kernel_fn nat = rm_cpu_kernels[RM_K_ELEMENTWISE][REMAT_F32];
+    rm_kernel_fn ref = rm_cpu_bf16_via_f32[RM_K_ELEMENTWISE];
+    rm_ew_params p = {.op = RM_EW_ADD};
+    for (int threads = 1; threads <= 2; threads++)
+        for (size_t si = 0; si < N_SIZES; si++)
+            for (int order = 0; order < 3; order++) {
+                omp_set_num_threads(threads);
+                /* orders 0 and 1: f32 (n) + bf16 (n) and bf16 + f32; order 2:
+                 * f32 (n, 16) + a bf16 (16) row, broadcast */
+                int64_t n = k_sizes[si], shape[2] = {n, 16};
+                int nd = order == 2 ? 2 : 1;
+                remat_tensor *h = bf16_values(order == 2 ? 16 : n, 40 + si, 4);
+                remat_tensor *fb = bf16_values(order == 2 ? n * 16 : n, 50 + si, 9);
+                remat_tensor *f1 = NULL, *f = NULL, *y = NULL, *y_ref = NULL;
+                RT_OK(remat_to_dtype(&f1, fb, REMAT_F32));
+                RT_OK(remat_reshape(&f, f1, nd, shape));
+                RT_OK(remat_empty(&y, nd, shape, REMAT_F32, REMAT_DEVICE_CPU));
+                RT_OK(remat_full(&y_ref, nd, shape, 7, REMAT_F32, REMAT_DEVICE_CPU));
+                rm_kargs k = {
+                    .in = {order == 1 ? h : f, order == 1 ? f : h}, .out = {y}, .params = &p};
+                rm_kargs kr = k;
+                kr.out[0] = y_ref;
+                RT_OK(nat(&k));
+                RT_OK(ref(&kr));
+                const uint32_t *u = remat_data(y), *v = remat_data(y_ref);
+                for (int64_t i = 0; i < remat_numel(y); i++) {
+                    bool nan =
+                        (u[i] & 0x7FFFFFFFu) > 0x7F800000u && (v[i] & 0x7FFFFFFFu) > 0x7F800000u;
+                    cr_assert(u[i] == v[i] || nan,
+                              "add order %d n %lld threads %d: element %lld is 0x%08x, via f32 "
+                              "0x%08x",
+                              order, (long long)n, threads, (long long)i, u[i], v[i]);
+                }
+                remat_release(h);
+                remat_release(fb);
+                remat_release(f1);
+                remat_release(f);
+                remat_release(y);
+                remat_release(y_ref);
+            }
 }

@@ -1,15 +1,17 @@
-/* bench/bench_bf16_unary.c — the bf16 unary kernels, native (one loop that
- * widens, computes in f32 and rounds: src/backends/cpu/unary.c) against the
- * path they replace (the f32 kernel on 16 K-element chunks widened into f32
+/* bench/bench_bf16_native.c — the bf16 unary kernels, native (one loop that
+ * widens, computes in f32 and rounds: src/backends/cpu/unary.c), and add's
+ * f32 + bf16 (the residual stream's add, widened in registers:
+ * src/backends/cpu/elementwise.c), against the path they replace (the f32 kernel on 16 K-element chunks widened into f32
  * buffers, outputs rounded back: rm_cpu_bf16_via_f32, src/backends/cpu/bf16.c),
  * called directly on the kernel ABI, interleaved rep by rep in one process.
  *
  * Times are CPU time of the process (CLOCK_PROCESS_CPUTIME_ID: all threads,
  * robust to other load on a shared machine) and wall time, per call, median
  * [min-max] over the reps; the ratio is native / via f32 of the CPU-time medians.
- * Shape (2048, 1536): a GPT block's MLP activation at B*T = 2048, D = 384.
+ * Shape (2048, 1536): a GPT block's MLP activation at B*T = 2048, D = 384;
+ * the add's (2048, 384), its residual stream.
  *
- *   bench_bf16_unary [reps]   (default 15; threads 1 and 2, or $BENCH_THREADS) */
+ *   bench_bf16_native [reps]   (default 15; threads 1 and 2, or $BENCH_THREADS) */
 #include <stdint.h>
 
 #include "bench_util.h"
@@ -36,7 +38,7 @@ static remat_tensor *bf16_rand(int64_t n, uint32_t seed) {
 typedef struct row {
     const char *name;
     rm_unary_op op;
-    int pass; /* 0 forward, 1 backward, 2 backward over the dying gradient */
+    int pass; /* 0 forward, 1 backward, 2 backward over the dying gradient, 3 f32 + bf16 add */
 } row;
 
 static const row k_rows[] = {
@@ -49,6 +51,7 @@ static const row k_rows[] = {
     {"tanh bwd", RM_U_TANH, 1},
     {"exp fwd", RM_U_EXP, 0},
     {"mul fwd", RM_U_MUL, 0},
+    {"add f32+bf16", RM_U_ADD, 3},
 };
 
 /* One call of row r through kernel f; g is overwritten by the in-place pass
@@ -57,7 +60,9 @@ static double run(rm_kernel_fn f, const row *r, remat_tensor *x, remat_tensor *g
                   double *wall) {
     rm_unary_params p = {r->op, 0.5};
     rm_kargs k = {.params = &p};
-    if (r->pass == 0) k.in[0] = x, k.out[0] = y;
+    rm_ew_params ep = {.op = RM_EW_ADD};
+    if (r->pass == 3) k.in[0] = y, k.in[1] = x, k.out[0] = g, k.params = &ep;
+    else if (r->pass == 0) k.in[0] = x, k.out[0] = y;
     else if (r->pass == 1) k.in[0] = g, k.in[1] = x, k.out[0] = y;
     else k.in[0] = g, k.in[1] = x, k.out[0] = g;
     double w0 = now(), c0 = cpu_now();
@@ -75,7 +80,13 @@ int main(int argc, char **argv) {
     if (env) threads[0] = atoi(env), nthreads = 1;
     const int64_t n = 2048 * 1536;
     remat_tensor *x = bf16_rand(n, 1), *g = bf16_rand(n, 2), *y = bf16_rand(n, 3);
-    printf("bf16 unary kernels on (2048, 1536), %d reps interleaved; ms per call, median "
+    /* the add's operands: bf16 xs, f32 fs and the f32 output ys, (2048, 384) */
+    const int64_t nr = 2048 * 384;
+    remat_tensor *xs = bf16_rand(nr, 4), *fs = NULL, *ys = NULL;
+    CHECK(remat_to_dtype(&fs, xs, REMAT_F32));
+    CHECK(remat_empty(&ys, 1, &nr, REMAT_F32, REMAT_DEVICE_CPU));
+    printf("bf16 kernels on (2048, 1536) (the add: (2048, 384)), %d reps interleaved; ms per call, "
+           "median "
            "[min-max]\n",
            reps);
     printf("%-7s %-18s %-26s %-26s %-26s %s\n", "threads", "kernel", "via f32 cpu", "native cpu",
@@ -86,14 +97,19 @@ int main(int argc, char **argv) {
 #endif
         for (size_t ri = 0; ri < sizeof k_rows / sizeof *k_rows; ri++) {
             const row *r = &k_rows[ri];
-            rm_kernel_id id = r->pass ? RM_K_UNARY_BWD : RM_K_UNARY;
-            rm_kernel_fn nat = rm_cpu_kernels[id][REMAT_BF16], via = rm_cpu_bf16_via_f32[id];
+            rm_kernel_id id = r->pass == 3 ? RM_K_ELEMENTWISE
+                              : r->pass    ? RM_K_UNARY_BWD
+                                           : RM_K_UNARY;
+            rm_kernel_fn nat = rm_cpu_kernels[id][r->pass == 3 ? REMAT_F32 : REMAT_BF16];
+            rm_kernel_fn via = rm_cpu_bf16_via_f32[id];
+            remat_tensor *ax = x, *ag = g, *ay = y;
+            if (r->pass == 3) ax = xs, ag = ys, ay = fs; /* bf16 x + f32 y into f32 g */
             double tv[MAX_REPS], tn[MAX_REPS], wn[MAX_REPS], w;
-            run(via, r, x, g, y, &w); /* warm-up: pages, primitives, thread team */
-            run(nat, r, x, g, y, &w);
+            run(via, r, ax, ag, ay, &w); /* warm-up: pages, primitives, thread team */
+            run(nat, r, ax, ag, ay, &w);
             for (int i = 0; i < reps; i++) {
-                tv[i] = run(via, r, x, g, y, &w);
-                tn[i] = run(nat, r, x, g, y, &wn[i]);
+                tv[i] = run(via, r, ax, ag, ay, &w);
+                tn[i] = run(nat, r, ax, ag, ay, &wn[i]);
             }
             double mv = median(tv, reps), mn = median(tn, reps);
             double lo_v = tv[0], hi_v = tv[0], lo_n = tn[0], hi_n = tn[0], lo_w = wn[0],
@@ -114,5 +130,8 @@ int main(int argc, char **argv) {
     remat_release(x);
     remat_release(g);
     remat_release(y);
+    remat_release(xs);
+    remat_release(fs);
+    remat_release(ys);
     return 0;
 }
