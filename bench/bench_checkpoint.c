@@ -92,15 +92,6 @@
 #include <omp.h>
 #endif
 
-/* CPU time of the whole process (all threads). With one thread it is
- * immune to preemption by other processes, which wall time is not; with
- * more it also counts OpenMP threads spinning at barriers. */
-static double cpu_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* Every time is taken on both clocks: [CLK_WALL] and [CLK_CPU]. */
 enum { CLK_WALL, CLK_CPU, N_CLK };
 static const char *k_clk_name[N_CLK] = {"wall", "cpu"};

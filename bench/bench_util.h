@@ -1,5 +1,5 @@
 /* bench/bench_util.h — what every benchmark program needs: a monotonic
- * clock, medians, and CHECK (print remat's error and exit on failure). */
+ * clock (and CPU time), medians, and CHECK (print remat's error and exit on failure). */
 #ifndef REMAT_BENCH_UTIL_H
 #define REMAT_BENCH_UTIL_H
 
@@ -20,12 +20,18 @@
         }                                                                                          \
     } while (0)
 
-/* Seconds on the monotonic clock. */
-static inline double now(void) {
+/* Seconds on clock c. */
+static inline double clock_seconds(clockid_t c) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(c, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
+/* Seconds on the monotonic clock. */
+static inline double now(void) { return clock_seconds(CLOCK_MONOTONIC); }
+/* CPU seconds of the whole process (all threads). With one thread it is
+ * immune to preemption by other processes, which wall time is not; with
+ * more it also counts OpenMP threads spinning at barriers. */
+static inline double cpu_now(void) { return clock_seconds(CLOCK_PROCESS_CPUTIME_ID); }
 
 static inline int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

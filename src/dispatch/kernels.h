@@ -60,18 +60,25 @@ typedef remat_status (*rm_kernel_fn)(const rm_kargs *k);
  * derives from the list their declarations (RM_CPU_DECL) and its rows of
  * the table (RM_CPU_ROW). dtypes: F32_F64, rm_cpu_<name>_f32 and _f64;
  * FLOAT, one rm_cpu_<name> for f32 and f64 (it switches on the dtype);
- * FLOAT_BF16, the same for bf16 too (the cpu's other bf16 kernels go
- * through f32: rm_cpu_bf16_via_f32); ALL, one rm_cpu_<name> for every
+ * F32_F64_BF16, those and rm_cpu_<name>_bf16; FLOAT_BF16, the same for bf16
+ * too (the cpu's other bf16 kernels go through f32: rm_cpu_bf16_via_f32); ALL, one rm_cpu_<name> for every
  * dtype. */
 #define RM_CPU_DECL(id, name, dtypes) RM_CPU_DECL_##dtypes(name)
 #define RM_CPU_DECL_F32_F64(name)                                                                  \
     remat_status rm_cpu_##name##_f32(const rm_kargs *k);                                           \
     remat_status rm_cpu_##name##_f64(const rm_kargs *k);
+#define RM_CPU_DECL_F32_F64_BF16(name)                                                             \
+    RM_CPU_DECL_F32_F64(name) remat_status rm_cpu_##name##_bf16(const rm_kargs *k);
 #define RM_CPU_DECL_FLOAT(name) remat_status rm_cpu_##name(const rm_kargs *k);
 #define RM_CPU_DECL_FLOAT_BF16(name) remat_status rm_cpu_##name(const rm_kargs *k);
 #define RM_CPU_DECL_ALL(name) remat_status rm_cpu_##name(const rm_kargs *k);
 #define RM_CPU_ROW(id, name, dtypes) [RM_K_##id] = RM_CPU_ROW_##dtypes(name),
 #define RM_CPU_ROW_F32_F64(name) RM_CPU_F32_F64(name)
+#define RM_CPU_ROW_F32_F64_BF16(name)                                                              \
+    {                                                                                              \
+        [REMAT_F32] = rm_cpu_##name##_f32, [REMAT_F64] = rm_cpu_##name##_f64,                      \
+        [REMAT_BF16] = rm_cpu_##name##_bf16                                                        \
+    }
 #define RM_CPU_ROW_FLOAT(name)                                                                     \
     { [REMAT_F32] = rm_cpu_##name, [REMAT_F64] = rm_cpu_##name }
 #define RM_CPU_ROW_FLOAT_BF16(name)                                                                \

@@ -1,6 +1,6 @@
 /* src/backends/cpu/cpu.h — the cpu backend's kernels (rm_kernel_fn, the
  * ABI in src/dispatch/kernels.h): one list, RM_CPU_KERNELS, of
- * X(ID, name, dtypes) (dtypes: F32_F64, FLOAT, FLOAT_BF16 or ALL; RM_CPU_DECL in
+ * X(ID, name, dtypes) (dtypes: F32_F64, F32_F64_BF16, FLOAT, FLOAT_BF16 or ALL; RM_CPU_DECL in
  * kernels.h says what they mean), from which come the kernels'
  * declarations here and the cpu row of the table (table.c). The nn
  * family's header also declares the row kernels other cpu kernels share. */
@@ -12,8 +12,8 @@
 
 #define RM_CPU_KERNELS(X)                                                                          \
     /* elementwise: unary.c, elementwise.c (the engine switches on y's dtype) */                   \
-    X(UNARY, unary, F32_F64)                                                                       \
-    X(UNARY_BWD, unary_bwd, F32_F64)                                                               \
+    X(UNARY, unary, F32_F64_BF16)                                                                  \
+    X(UNARY_BWD, unary_bwd, F32_F64_BF16)                                                          \
     X(RELU_MASK, relu_mask, F32_F64)                                                               \
     X(RELU_MASK_BWD, relu_mask_bwd, F32_F64)                                                       \
     X(ELEMENTWISE, elementwise, FLOAT)                                                             \

@@ -41,76 +41,102 @@ static inline double gelu_tanh_grad_d(double v) {
 
 /* One case of the switches below: OUT[i] = EXPR for every i < n, split
  * across threads past 32768 elements; the _SIMD one, for cheap EXPRs, also
- * vectorised and split past 65536. */
+ * vectorised and split past 65536. Each is one parallel region over fixed
+ * ranges: an element's value never depends on the thread count. */
 #define UN_EACH(OUT, EXPR)                                                                         \
     _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) OUT[i] = EXPR
 #define UN_EACH_SIMD(OUT, EXPR)                                                                    \
     _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++) OUT[i] = EXPR
 
+/* Element access of the kernels below: T is the stored type, C the one the
+ * math runs in, LD(v) reads a stored element as C and ST(v) stores a C.
+ * f32 and f64 store what they compute (LD_SAME, ST_SAME); bf16 widens each
+ * element and rounds each result to nearest even (LD_BF16, ST_BF16: the
+ * conversions of src/core.h) inside the one loop, in registers, running the
+ * f32 kernel's own expressions — so its results are bitwise the f32 kernel's
+ * on the widened values, rounded, as the chunked path of bf16.c gives, with
+ * no f32 buffers and no passes of their own. */
+#define LD_SAME(v) (v)
+#define ST_SAME(v) (v)
+#define LD_BF16(v) rm_bf16_to_f32(v)
+#define ST_BF16(v) rm_f32_to_bf16(v)
+
 /* y = f(x); p = scalar parameter. GELU / GELU_T are the erf- and tanh-form GELUs. */
-#define UNARY_FWD(T, EXPF, LOGF, SQRTF, TANHF, GELU, GELU_T, POWF)                                 \
-    RM_CPU_CLONES static void fwd_##T(rm_unary_op op, const T *restrict x, T *restrict y,          \
-                                      int64_t n, T p) {                                            \
+#define UNARY_FWD(NAME, T, C, LD, ST, EXPF, LOGF, SQRTF, TANHF, GELU, GELU_T, POWF)                \
+    RM_CPU_CLONES static void fwd_##NAME(rm_unary_op op, const T *restrict x, T *restrict y,       \
+                                         int64_t n, C p) {                                         \
         switch (op) {                                                                              \
-        case RM_U_NEG: UN_EACH_SIMD(y, -x[i]); break;                                              \
-        case RM_U_EXP: UN_EACH(y, EXPF(x[i])); break;                                              \
-        case RM_U_LOG: UN_EACH(y, LOGF(x[i])); break;                                              \
-        case RM_U_SQRT: UN_EACH_SIMD(y, SQRTF(x[i])); break;                                       \
-        case RM_U_TANH: UN_EACH(y, TANHF(x[i])); break;                                            \
-        case RM_U_SIGMOID: UN_EACH(y, (T)1 / ((T)1 + EXPF(-x[i]))); break;                         \
-        case RM_U_RELU: UN_EACH_SIMD(y, x[i] > 0 ? x[i] : (T)0); break;                            \
-        case RM_U_GELU_ERF: UN_EACH(y, GELU(x[i])); break;                                         \
-        case RM_U_GELU_TANH: UN_EACH(y, GELU_T(x[i])); break;                                      \
-        case RM_U_POW: UN_EACH(y, POWF(x[i], p)); break;                                           \
-        case RM_U_ADD: UN_EACH_SIMD(y, x[i] + p); break;                                           \
-        case RM_U_MUL: UN_EACH_SIMD(y, x[i] * p); break;                                           \
-        case RM_U_RSUB: UN_EACH_SIMD(y, p - x[i]); break;                                          \
+        case RM_U_NEG: UN_EACH_SIMD(y, ST(-LD(x[i]))); break;                                      \
+        case RM_U_EXP: UN_EACH(y, ST(EXPF(LD(x[i])))); break;                                      \
+        case RM_U_LOG: UN_EACH(y, ST(LOGF(LD(x[i])))); break;                                      \
+        case RM_U_SQRT: UN_EACH_SIMD(y, ST(SQRTF(LD(x[i])))); break;                               \
+        case RM_U_TANH: UN_EACH(y, ST(TANHF(LD(x[i])))); break;                                    \
+        case RM_U_SIGMOID: UN_EACH(y, ST((C)1 / ((C)1 + EXPF(-LD(x[i]))))); break;                 \
+        case RM_U_RELU: UN_EACH_SIMD(y, ST(LD(x[i]) > 0 ? LD(x[i]) : (C)0)); break;                \
+        case RM_U_GELU_ERF: UN_EACH(y, ST(GELU(LD(x[i])))); break;                                 \
+        case RM_U_GELU_TANH: UN_EACH(y, ST(GELU_T(LD(x[i])))); break;                              \
+        case RM_U_POW: UN_EACH(y, ST(POWF(LD(x[i]), p))); break;                                   \
+        case RM_U_ADD: UN_EACH_SIMD(y, ST(LD(x[i]) + p)); break;                                   \
+        case RM_U_MUL: UN_EACH_SIMD(y, ST(LD(x[i]) * p)); break;                                   \
+        case RM_U_RSUB: UN_EACH_SIMD(y, ST(p - LD(x[i]))); break;                                  \
         }                                                                                          \
     }
 
 /* dx = g * f'(s) where s is the saved x or y (see k_uinfo); GELU_GRAD and
- * GELU_T_GRAD are the erf- and tanh-form GELUs' derivatives. */
-#define UNARY_BWD_SWITCH(T, GELU_GRAD, GELU_T_GRAD, POWF)                                          \
+ * GELU_T_GRAD are the erf- and tanh-form GELUs' derivatives. add's dx = g is a copy for f32 and f64 and
+ * ST(LD(g)) for bf16 (a signalling NaN comes out quiet, as through f32). */
+#define UNARY_BWD_SWITCH(T, C, LD, ST, GELU_GRAD, GELU_T_GRAD, POWF, COPY_G)                       \
     switch (op) {                                                                                  \
     case RM_U_NEG:                                                                                 \
-        for (int64_t i = 0; i < n; i++) dx[i] = -g[i];                                             \
+        for (int64_t i = 0; i < n; i++) dx[i] = ST(-LD(g[i]));                                     \
         break;                                                                                     \
-    case RM_U_EXP: UN_EACH_SIMD(dx, g[i] * s[i]); break;                                           \
-    case RM_U_LOG: UN_EACH_SIMD(dx, g[i] / s[i]); break;                                           \
-    case RM_U_SQRT: UN_EACH_SIMD(dx, g[i] / ((T)2 * s[i])); break;                                 \
-    case RM_U_TANH: UN_EACH_SIMD(dx, g[i] * ((T)1 - s[i] * s[i])); break;                          \
-    case RM_U_SIGMOID: UN_EACH_SIMD(dx, g[i] * s[i] * ((T)1 - s[i])); break;                       \
-    case RM_U_RELU: UN_EACH_SIMD(dx, s[i] > 0 ? g[i] : (T)0); break;                               \
-    case RM_U_GELU_ERF: UN_EACH(dx, g[i] * GELU_GRAD(s[i])); break;                                \
-    case RM_U_GELU_TANH: UN_EACH(dx, g[i] * GELU_T_GRAD(s[i])); break;                             \
-    case RM_U_POW: UN_EACH(dx, p == (T)0 ? (T)0 : g[i] * p * POWF(s[i], p - (T)1)); break;         \
-    case RM_U_ADD:                                                                                 \
-        if ((const T *)dx != g) memcpy(dx, g, (size_t)n * sizeof(T));                              \
+    case RM_U_EXP: UN_EACH_SIMD(dx, ST(LD(g[i]) * LD(s[i]))); break;                               \
+    case RM_U_LOG: UN_EACH_SIMD(dx, ST(LD(g[i]) / LD(s[i]))); break;                               \
+    case RM_U_SQRT: UN_EACH_SIMD(dx, ST(LD(g[i]) / ((C)2 * LD(s[i])))); break;                     \
+    case RM_U_TANH: UN_EACH_SIMD(dx, ST(LD(g[i]) * ((C)1 - LD(s[i]) * LD(s[i])))); break;          \
+    case RM_U_SIGMOID: UN_EACH_SIMD(dx, ST(LD(g[i]) * LD(s[i]) * ((C)1 - LD(s[i])))); break;       \
+    case RM_U_RELU: UN_EACH_SIMD(dx, ST(LD(s[i]) > 0 ? LD(g[i]) : (C)0)); break;                   \
+    case RM_U_GELU_ERF: UN_EACH(dx, ST(LD(g[i]) * GELU_GRAD(LD(s[i])))); break;                    \
+    case RM_U_GELU_TANH: UN_EACH(dx, ST(LD(g[i]) * GELU_T_GRAD(LD(s[i])))); break;                 \
+    case RM_U_POW:                                                                                 \
+        UN_EACH(dx, ST(p == (C)0 ? (C)0 : LD(g[i]) * p * POWF(LD(s[i]), p - (C)1)));               \
         break;                                                                                     \
-    case RM_U_MUL: UN_EACH_SIMD(dx, g[i] * p); break;                                              \
+    case RM_U_ADD: COPY_G; break;                                                                  \
+    case RM_U_MUL: UN_EACH_SIMD(dx, ST(LD(g[i]) * p)); break;                                      \
     case RM_U_RSUB:                                                                                \
-        for (int64_t i = 0; i < n; i++) dx[i] = -g[i];                                             \
+        for (int64_t i = 0; i < n; i++) dx[i] = ST(-LD(g[i]));                                     \
         break;                                                                                     \
     }
+#define COPY_G_MEM                                                                                 \
+    if ((const void *)dx != (const void *)g) memcpy(dx, g, (size_t)n * sizeof *dx)
+#define COPY_G_BF16 UN_EACH_SIMD(dx, ST_BF16(LD_BF16(g[i])))
 
 /* bwd_inplace writes dx over g (the backward's dying gradient, src/ops/unary.c):
  * g is dx there (a pointer based on the restrict one, so restrict holds), each
  * element read before it is written, by the same expressions as bwd's. */
-#define UNARY_BWD(T, GELU_GRAD, GELU_T_GRAD, POWF)                                                 \
-    RM_CPU_CLONES static void bwd_##T(rm_unary_op op, const T *restrict g, const T *restrict s,    \
-                                      T *restrict dx, int64_t n, T p) {                            \
-        UNARY_BWD_SWITCH(T, GELU_GRAD, GELU_T_GRAD, POWF);                                         \
+#define UNARY_BWD(NAME, T, C, LD, ST, GELU_GRAD, GELU_T_GRAD, POWF, COPY_G)                        \
+    RM_CPU_CLONES static void bwd_##NAME(rm_unary_op op, const T *restrict g, const T *restrict s, \
+                                         T *restrict dx, int64_t n, C p) {                         \
+        UNARY_BWD_SWITCH(T, C, LD, ST, GELU_GRAD, GELU_T_GRAD, POWF, COPY_G);                      \
     }                                                                                              \
-    RM_CPU_CLONES static void bwd_inplace_##T(rm_unary_op op, T *restrict dx, const T *restrict s, \
-                                              int64_t n, T p) {                                    \
+    RM_CPU_CLONES static void bwd_inplace_##NAME(rm_unary_op op, T *restrict dx,                   \
+                                                 const T *restrict s, int64_t n, C p) {            \
         const T *g = dx;                                                                           \
-        UNARY_BWD_SWITCH(T, GELU_GRAD, GELU_T_GRAD, POWF);                                         \
+        UNARY_BWD_SWITCH(T, C, LD, ST, GELU_GRAD, GELU_T_GRAD, POWF, COPY_G);                      \
     }
 
-UNARY_FWD(float, rm_expf_v, logf, sqrtf, rm_tanhf_v, rm_gelu_erff_v, rm_gelu_tanhf_v, powf)
-UNARY_FWD(double, exp, log, sqrt, tanh, gelu_erf_d, gelu_tanh_d, pow)
-UNARY_BWD(float, rm_gelu_erff_grad_v, rm_gelu_tanhf_grad_v, powf)
-UNARY_BWD(double, gelu_erf_grad_d, gelu_tanh_grad_d, pow)
+UNARY_FWD(float, float, float, LD_SAME, ST_SAME, rm_expf_v, logf, sqrtf, rm_tanhf_v, rm_gelu_erff_v,
+          rm_gelu_tanhf_v, powf)
+UNARY_FWD(double, double, double, LD_SAME, ST_SAME, exp, log, sqrt, tanh, gelu_erf_d, gelu_tanh_d,
+          pow)
+UNARY_FWD(bf16, uint16_t, float, LD_BF16, ST_BF16, rm_expf_v, logf, sqrtf, rm_tanhf_v,
+          rm_gelu_erff_v, rm_gelu_tanhf_v, powf)
+UNARY_BWD(float, float, float, LD_SAME, ST_SAME, rm_gelu_erff_grad_v, rm_gelu_tanhf_grad_v, powf,
+          COPY_G_MEM)
+UNARY_BWD(double, double, double, LD_SAME, ST_SAME, gelu_erf_grad_d, gelu_tanh_grad_d, pow,
+          COPY_G_MEM)
+UNARY_BWD(bf16, uint16_t, float, LD_BF16, ST_BF16, rm_gelu_erff_grad_v, rm_gelu_tanhf_grad_v, powf,
+          COPY_G_BF16)
 
 /* Bit-packed relu mask: bit i of m (byte i / 8, bit i % 8) is y[i] > 0. */
 #define RELU_MASK(T, IT)                                                                           \
@@ -174,3 +200,35 @@ RELU_MASK(double, uint64_t)
     }
 UNARY_KERNELS(float, f32)
 UNARY_KERNELS(double, f64)
+
+/* bf16: the loops above when every operand is bf16 with x's (g's) element
+ * count, contiguous (as the ops make them); anything else (a mixed-dtype
+ * call) through the f32 kernel (rm_cpu_bf16_via_f32), which gives the same
+ * values. */
+static bool all_bf16(const rm_kargs *k, int64_t n) {
+    const remat_tensor *ops[] = {k->in[0], k->in[1], k->out[0]};
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+        if (ops[i] && (ops[i]->dtype != REMAT_BF16 || remat_numel(ops[i]) != n ||
+                       !remat_is_contiguous(ops[i])))
+            return false;
+    return true;
+}
+
+remat_status rm_cpu_unary_bf16(const rm_kargs *k) {
+    const rm_unary_params *p = k->params;
+    int64_t n = remat_numel(k->out[0]);
+    if (!all_bf16(k, n)) return rm_cpu_bf16_via_f32[RM_K_UNARY](k);
+    fwd_bf16(p->op, rm_ptr(k->in[0]), rm_ptr(k->out[0]), n, (float)p->p);
+    return REMAT_OK;
+}
+
+remat_status rm_cpu_unary_bwd_bf16(const rm_kargs *k) {
+    const rm_unary_params *p = k->params;
+    int64_t n = remat_numel(k->out[0]);
+    if (!all_bf16(k, n)) return rm_cpu_bf16_via_f32[RM_K_UNARY_BWD](k);
+    const uint16_t *g = rm_ptr(k->in[0]), *s = k->in[1] ? rm_ptr(k->in[1]) : NULL;
+    uint16_t *dx = rm_ptr(k->out[0]);
+    if (dx == g) bwd_inplace_bf16(p->op, dx, s, n, (float)p->p);
+    else bwd_bf16(p->op, g, s, dx, n, (float)p->p);
+    return REMAT_OK;
+}
