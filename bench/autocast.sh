@@ -8,8 +8,10 @@
 # Prints every round's raw lines, then a summary per threads x strategy: step time medians
 # over all repetitions of all rounds with their IQR and min-max, remat's exact allocator
 # bytes (step = what the step adds over the memory held before it; peak = with the
-# parameters), PyTorch's RSS growth during its step, and the ratios the issue asks for:
-# remat bf16 / remat f32 step time (<= 0.65) and step bytes (<= 0.6), remat bf16 / PyTorch
+# parameters; act = activation bytes, step bytes minus the parameter gradients live at the
+# step's peak, f32 in both runs: docs/autocast.md "Memory"), PyTorch's RSS growth during its
+# step, and the ratios the issue asks for: remat bf16 / remat f32 step time (<= 0.65) and
+# activation bytes (<= 0.6; step bytes beside them), remat bf16 / PyTorch
 # bf16 step time (<= 0.6) and remat's peak step bytes against PyTorch's RSS+. Each time ratio
 # is given twice: of the medians over all rounds, and as the median (min-max) of per-round
 # ratios, whose two sides ran back to back in one round (drift in load over the run cancels).
@@ -39,7 +41,8 @@ import json, sys
 for line in sys.stdin:
     who, t, ac, rnd, doc = line.split(" ", 4)
     for s in json.loads(doc)["strategies"]:
-        mem = ("step %6.1f MiB  peak %6.1f MiB" % (s["step_alloc_bytes"] / 2**20, s["peak_alloc_bytes"] / 2**20)
+        mem = ("step %6.1f MiB  act %6.1f MiB  peak %6.1f MiB" % (s["step_alloc_bytes"] / 2**20,
+               s.get("activation_bytes", float("nan")) / 2**20, s["peak_alloc_bytes"] / 2**20)
                if who == "remat" else "RSS+ %6.1f MiB" % (s["rss_growth_bytes"] / 2**20))
         print("  %-5s %-6s median %8.1f ms  %s" % (who, s["strategy"], s["step_ms"], mem))'
     done
@@ -52,12 +55,13 @@ for line in open(sys.argv[1]):
     who, t, ac, rnd, doc = line.split(" ", 4)
     for s in json.loads(doc)["strategies"]:
         k = (who, int(t), ac, s["strategy"])
-        r = runs.setdefault(k, {"ms": [], "step": [], "peak": [], "rss": [], "round": {}})
+        r = runs.setdefault(k, {"ms": [], "step": [], "act": [], "peak": [], "rss": [], "round": {}})
         r["ms"] += s["step_ms_all"]
         r["round"][int(rnd)] = statistics.median(s["step_ms_all"])
         r["rss"].append(s["rss_growth_bytes"])
         if who == "remat":
             r["step"].append(s["step_alloc_bytes"])
+            r["act"].append(s.get("activation_bytes", float("nan")))
             r["peak"].append(s["peak_alloc_bytes"])
 def q(v, f):
     v = sorted(v); i = f * (len(v) - 1); lo = int(i); hi = min(lo + 1, len(v) - 1)
@@ -80,15 +84,17 @@ for t in (1, 2):
                 k = (who, t, ac, st)
                 if k not in runs: continue
                 v = runs[k]["ms"]
-                mem = ("step %.1f MiB, peak %.1f MiB" % (max(runs[k]["step"]) / MiB, max(runs[k]["peak"]) / MiB)
+                mem = ("step %.1f MiB, act %.1f MiB, peak %.1f MiB" % (max(runs[k]["step"]) / MiB,
+                       max(runs[k]["act"]) / MiB, max(runs[k]["peak"]) / MiB)
                        if who == "remat" else "RSS+ %.1f MiB" % (statistics.median(runs[k]["rss"]) / MiB))
                 print("  %-5s %-4s %8.1f ms [%.1f-%.1f] (%.1f-%.1f)  %s" % (
                     who, "f32" if ac == "off" else "bf16", statistics.median(v), q(v, .25), q(v, .75),
                     min(v), max(v), mem))
         rf, rb, tb = ("remat", t, "off", st), ("remat", t, "bf16", st), ("torch", t, "bf16", st)
         if rf in runs and rb in runs:
-            print("  remat bf16 / f32: step time %.3fx (target <= 0.65), per round %s; step bytes %.3fx"
-                  " (target <= 0.6)" % (med(rb) / med(rf), paired(rb, rf),
+            print("  remat bf16 / f32: step time %.3fx (target <= 0.65), per round %s; activation bytes"
+                  " %.3fx (target <= 0.6), step bytes %.3fx" % (med(rb) / med(rf), paired(rb, rf),
+                  max(runs[rb]["act"]) / max(runs[rf]["act"]),
                   max(runs[rb]["step"]) / max(runs[rf]["step"])))
         if rb in runs and tb in runs:
             print("  remat bf16 / PyTorch 1.13 bf16: step time %.3fx (target <= 0.6), per round %s;"

@@ -25,6 +25,8 @@ static rm_devtype g_types[REMAT_MAX_DEVICE_TYPES];
 static remat_allocator g_cpu_alloc;
 static remat_alloc_observer_fn g_observer;
 static void *g_observer_ud;
+static remat_alloc_event_fn g_event_observer; /* the same events with their addresses */
+static void *g_event_observer_ud;
 static const uint64_t k_default_seed = 67280421310721ULL; /* P's default seed */
 
 /* ---- built-in cpu type ------------------------------------------------------- */
@@ -298,9 +300,12 @@ void *rm_device_alloc(remat_device device, size_t nbytes) {
     size_t cur = s->current_bytes;
     remat_alloc_observer_fn obs = g_observer;
     void *obs_ud = g_observer_ud;
+    remat_alloc_event_fn evo = g_event_observer;
+    void *evo_ud = g_event_observer_ud;
     pthread_mutex_unlock(&g_lock);
     meter_add(device, (int64_t)nbytes);
     if (obs) obs(obs_ud, device, (int64_t)nbytes, cur);
+    if (evo) evo(evo_ud, device, p, (int64_t)nbytes, cur);
     return p;
 }
 
@@ -316,9 +321,12 @@ void rm_device_free(remat_device device, void *ptr, size_t nbytes) {
     size_t cur = s->current_bytes;
     remat_alloc_observer_fn obs = g_observer;
     void *obs_ud = g_observer_ud;
+    remat_alloc_event_fn evo = g_event_observer;
+    void *evo_ud = g_event_observer_ud;
     pthread_mutex_unlock(&g_lock);
     meter_add(device, -(int64_t)nbytes);
     if (obs) obs(obs_ud, device, -(int64_t)nbytes, cur);
+    if (evo) evo(evo_ud, device, ptr, -(int64_t)nbytes, cur);
     t->def.free(t->def.user_data, device.index, ptr, nbytes);
 }
 
@@ -397,6 +405,13 @@ void remat_set_alloc_observer(remat_alloc_observer_fn fn, void *user_data) {
     pthread_mutex_lock(&g_lock);
     g_observer = fn;
     g_observer_ud = user_data;
+    pthread_mutex_unlock(&g_lock);
+}
+
+void remat_set_alloc_event_observer(remat_alloc_event_fn fn, void *user_data) {
+    pthread_mutex_lock(&g_lock);
+    g_event_observer = fn;
+    g_event_observer_ud = user_data;
     pthread_mutex_unlock(&g_lock);
 }
 

@@ -3,7 +3,7 @@
  * rounds) against the path they replace, the f32 kernel on widened copies
  * with the outputs rounded once (rm_cpu_bf16_via_f32, src/backends/cpu/bf16.c):
  * bitwise, for every op forward and backward (out of place and over the
- * dying gradient), at 1 and 2 threads, at sizes around the vector widths and
+ * dying gradient; relu's bit mask and its backward too), at 1 and 2 threads, at sizes around the vector widths and
  * the via-f32 path's 16 K chunks, with NaN (quiet and signalling), infinities,
  * zeros of both signs, subnormals and values near bf16's largest. */
 #include <omp.h>
@@ -150,6 +150,34 @@ static void check_op(rm_unary_params p, int64_t n, int threads, uint64_t seed) {
     remat_release(gi_ref);
 }
 
+/* relu's bit mask of y > 0 and its backward g * bit, at one size and thread count. */
+static void check_relu_mask(int64_t n, int threads, uint64_t seed) {
+    omp_set_num_threads(threads);
+    rm_unary_params p = {RM_U_RELU, 0.0}; /* named in ASSERT_SAME's message */
+    int64_t nb = (n + 7) / 8;
+    remat_tensor *y = bf16_values(n, seed, 5), *g = bf16_values(n, seed + 1, 2);
+    remat_tensor *m = NULL, *m_ref = NULL;
+    RT_OK(remat_zeros(&m, 1, &nb, REMAT_U8, REMAT_DEVICE_CPU));
+    RT_OK(remat_full(&m_ref, 1, &nb, 255, REMAT_U8, REMAT_DEVICE_CPU));
+    rm_kargs k = {.in = {y}, .out = {m}}, kr = {.in = {y}, .out = {m_ref}};
+    cr_assert(rm_cpu_kernels[RM_K_RELU_MASK][REMAT_BF16] != rm_cpu_bf16_via_f32[RM_K_RELU_MASK]);
+    RT_OK(rm_cpu_kernels[RM_K_RELU_MASK][REMAT_BF16](&k));
+    RT_OK(rm_cpu_bf16_via_f32[RM_K_RELU_MASK](&kr));
+    cr_assert(memcmp(remat_data(m), remat_data(m_ref), (size_t)nb) == 0,
+              "relu mask of n %lld at %d threads differs", (long long)n, threads);
+    remat_tensor *dx = bf16_values(n, 9, 1), *dx_ref = bf16_copy(dx);
+    rm_kargs b = {.in = {g, m}, .out = {dx}}, br = {.in = {g, m}, .out = {dx_ref}};
+    RT_OK(rm_cpu_kernels[RM_K_RELU_MASK_BWD][REMAT_BF16](&b));
+    RT_OK(rm_cpu_bf16_via_f32[RM_K_RELU_MASK_BWD](&br));
+    ASSERT_SAME(dx, dx_ref, "relu mask backward");
+    remat_release(y);
+    remat_release(g);
+    remat_release(m);
+    remat_release(m_ref);
+    remat_release(dx);
+    remat_release(dx_ref);
+}
+
 static void check_all(int threads) {
     for (size_t o = 0; o < N_OPS; o++)
         for (size_t si = 0; si < N_SIZES; si++) {
@@ -162,6 +190,7 @@ static void check_all(int threads) {
                 check_op(p, k_sizes[si], threads, 100 * o + si);
             }
         }
+    for (size_t si = 0; si < N_SIZES; si++) check_relu_mask(k_sizes[si], threads, 7 + si);
 }
 
 Test(bf16_unary, native_matches_via_f32_bitwise_1_thread) { check_all(1); }

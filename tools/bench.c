@@ -35,6 +35,7 @@
 
 #include "data.h"
 #include "dist.h"
+#include "grad_meter.h"
 #include "json.h"
 #include "models.h"
 #include "step.h"
@@ -49,8 +50,10 @@ typedef struct result {
     double ms_min, ms_q1, ms_q3, ms_max; /* spread of the timed repetitions */
     bool noise; /* its IQR overlaps the reference's: the time ratio is within noise */
     size_t peak, baseline, rss_growth;
-    bool has_heap;      /* run with bench/preload/heap_peak.c: heap_growth is measured */
-    size_t heap_growth; /* the C heap's peak over the step - its bytes at the start */
+    bool has_act;        /* grad_at_peak is known (the meter saw the allocator's peak) */
+    size_t grad_at_peak; /* parameter-gradient bytes live at the peak (grad_meter.h) */
+    bool has_heap;       /* run with bench/preload/heap_peak.c: heap_growth is measured */
+    size_t heap_growth;  /* the C heap's peak over the step - its bytes at the start */
     double loss;
     bool grads_equal, loss_equal;
     double max_diff;
@@ -158,6 +161,10 @@ static void print_header(FILE *f, const config *c, const model *m, int threads) 
             m->layers, m->width, c->batch, (double)m->n_weights / 1e6, threads, c->reps);
 }
 
+/* Step bytes minus the parameter gradients live at the step's allocator
+ * peak (docs/autocast.md "Memory"). */
+static size_t activation_bytes(const result *r) { return r->peak - r->baseline - r->grad_at_peak; }
+
 static void mib(char *buf, size_t n, double bytes) { snprintf(buf, n, "%.1f", bytes / 1048576.0); }
 
 /* What the planner was given and chose, one line per budget strategy, with
@@ -232,14 +239,15 @@ static void print_table(const config *c, const model *m, int threads, result *r,
         if (l > w) w = l;
     }
     bool heap = c->n_strategies > 0 && r[0].has_heap;
-    printf("%-*s %9s %15s %9s %11s %11s %9s %11s%s  %s\n", w, "strategy", "step ms", "IQR ms",
-           "time", "peak MiB", "step MiB", "memory", "RSS+ MiB", heap ? "   heap+ MiB" : "",
-           "gradients");
+    printf("%-*s %9s %15s %9s %11s %11s %9s %11s %11s%s  %s\n", w, "strategy", "step ms", "IQR ms",
+           "time", "peak MiB", "step MiB", "memory", "act MiB", "RSS+ MiB",
+           heap ? "   heap+ MiB" : "", "gradients");
     bool any_noise = false;
     for (int i = 0; i < c->n_strategies; i++) {
-        char pk[32], st[32], rss[32], tm[32], mem[32], hp[48] = "";
+        char pk[32], st[32], act[32] = "?", rss[32], tm[32], mem[32], hp[48] = "";
         mib(pk, sizeof pk, (double)r[i].peak);
         mib(st, sizeof st, (double)(r[i].peak - r[i].baseline));
+        if (r[i].has_act) mib(act, sizeof act, (double)activation_bytes(&r[i]));
         mib(rss, sizeof rss, (double)r[i].rss_growth);
         if (heap) {
             char v[32];
@@ -258,8 +266,8 @@ static void print_table(const config *c, const model *m, int threads, result *r,
         if (i == ref && c->strategies[i].kind == STRAT_NONE) snprintf(gr, sizeof gr, "reference");
         else if (r[i].grads_equal) snprintf(gr, sizeof gr, "bitwise equal");
         else snprintf(gr, sizeof gr, "DIFFER (max |diff| %.3g)", r[i].max_diff);
-        printf("%-*s %9.1f %15s %9s %11s %11s %9s %11s%s  %s\n", w, c->strategies[i].name,
-               r[i].step_ms, range, tm, pk, st, mem, rss, hp, gr);
+        printf("%-*s %9.1f %15s %9s %11s %11s %9s %11s %11s%s  %s\n", w, c->strategies[i].name,
+               r[i].step_ms, range, tm, pk, st, mem, act, rss, hp, gr);
     }
     print_plans(c, r, pl);
     print_selective(c, r);
@@ -269,6 +277,8 @@ static void print_table(const config *c, const model *m, int threads, result *r,
            "  peak      remat allocator peak during the step (parameters included)\n"
            "  step      what the step adds over the memory held before it (activations, grads)\n"
            "  memory    step MiB / step MiB of %s\n"
+           "  act       activation bytes: step MiB minus the parameter gradients live at the\n"
+           "            step's peak (f32 master weights' gradients are results, not activations)\n"
            "  RSS+      growth of the process's resident memory during the step\n",
            c->strategies[ref].name,
            any_noise ? ";\n            ~ within noise: the two IQRs overlap (more --reps may "
@@ -284,7 +294,7 @@ static void print_csv(const config *c, result *r) {
     printf("strategy,step_ms,step_ms_min,step_ms_max,overhead,peak_alloc_bytes,baseline_bytes,step_"
            "alloc_bytes,"
            "rss_growth_bytes,recomputed_blocks,grads_bitwise_equal,grads_max_abs_diff,"
-           "budget_bytes,plan_peak_bytes,heap_growth_bytes\n");
+           "budget_bytes,plan_peak_bytes,activation_bytes,heap_growth_bytes\n");
     for (int i = 0; i < c->n_strategies; i++) {
         const remat_plan *p = c->strategies[i].plan;
         printf("%s,%.4f,%.4f,%.4f,%.4f,%zu,%zu,%zu,%zu,%" PRId64 ",%s,%.9g,", c->strategies[i].name,
@@ -293,6 +303,8 @@ static void print_csv(const config *c, result *r) {
                r[i].grads_equal ? "true" : "false", r[i].max_diff);
         if (p) printf("%zu,%zu,", p->budget_bytes, p->peak_bytes);
         else printf(",,");
+        if (r[i].has_act) printf("%zu,", activation_bytes(&r[i]));
+        else printf(",");
         if (r[i].has_heap) printf("%zu\n", r[i].heap_growth);
         else printf("\n");
     }
@@ -308,6 +320,10 @@ static void json_result(json *j, const config *c, int i, const result *r, bool i
     json_uint(j, "peak_alloc_bytes", r->peak);
     json_uint(j, "baseline_bytes", r->baseline);
     json_uint(j, "step_alloc_bytes", r->peak - r->baseline);
+    if (r->has_act) {
+        json_uint(j, "grad_bytes_at_peak", r->grad_at_peak);
+        json_uint(j, "activation_bytes", activation_bytes(r));
+    }
     json_uint(j, "rss_growth_bytes", r->rss_growth);
     json_int(j, "recomputed_blocks", r->recomputed);
     json_num(j, "loss", r->loss);
@@ -545,7 +561,8 @@ typedef struct bench_run {
     task tk;
     batch b; /* the one batch every step runs on */
     planner_info pl;
-    float **ref; /* the reference gradients (strategy none) */
+    float **ref;           /* the reference gradients (strategy none) */
+    remat_tensor **params; /* the model's parameters (grad_meter) */
     double ref_loss;
     result *r; /* one per strategy */
     int n;     /* strategies */
@@ -587,6 +604,9 @@ static int bench_plan(bench_run *br) {
     if (rc) return rc;
     br->ref = grab_grads(&br->m);
     if (!br->ref) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    br->params = calloc((size_t)br->m.n_params + 1, sizeof *br->params);
+    if (!br->params) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    for (int i = 0; i < br->m.n_params; i++) br->params[i] = br->m.params[i].t;
     if ((rc = plan_budgets(c, &br->m, &br->b, &br->pl, br->log))) return rc;
     br->n = c->n_strategies > 0 ? c->n_strategies : 0;
     br->r = calloc((size_t)br->n + 1, sizeof *br->r);
@@ -612,13 +632,21 @@ static int bench_measure_memory(bench_run *br) {
         step_malloc_mode(true);
         remat_alloc_reset_peak(c->device);
         r->baseline = util_current_bytes(c->device);
+        grad_meter gm;
+        grad_meter_begin(&gm, c->device, br->params, br->m.n_params);
         trace_begin(&r->tr, true);
         c->strategies[i].sac_stats = &r->sac; /* selective: what its regions cached */
         int rc = step_run(&br->m, &c->strategies[i], &br->b, NULL, &r->tr, NULL, &r->loss);
         c->strategies[i].sac_stats = NULL;
         trace_end(&r->tr);
+        grad_meter_end(&gm);
+        grad_meter_free(&gm);
         if (rc) return rc;
         r->peak = util_peak_bytes(c->device);
+        /* the meter's peak is the allocator's unless something allocated
+         * from another thread (then the figure is left out) */
+        r->has_act = !gm.oom && gm.peak_bytes == r->peak && gm.start_bytes == r->baseline;
+        r->grad_at_peak = gm.grad_at_peak;
         r->rss_growth = r->tr.peak_rss > r->tr.start_rss ? r->tr.peak_rss - r->tr.start_rss : 0;
         r->has_heap = r->tr.heap;
         r->heap_growth = r->tr.heap_growth;
@@ -678,6 +706,7 @@ static int bench_summarize(bench_run *br) {
         double pk[2] = {(double)r[i].peak, (double)r[i].rss_growth};
         int rc = prog_dist_max(&br->pd, pk, 2);
         if (rc) return rc;
+        if ((size_t)pk[0] != r[i].peak) r[i].has_act = false; /* another rank's peak */
         r[i].peak = (size_t)pk[0];
         r[i].rss_growth = (size_t)pk[1];
     }
@@ -811,6 +840,7 @@ static int bench_write_plots(bench_run *br, bool is_default) {
 
 static void bench_free(bench_run *br) {
     free_grads(br->ref, br->m.n_params);
+    free(br->params);
     for (int i = 0; br->r && i < br->n; i++) {
         free(br->r[i].times);
         trace_free(&br->r[i].tr);

@@ -167,6 +167,18 @@ int remat_saved_hooks_depth(void);
 typedef void (*remat_save_observer_fn)(void *user_data, const char *op, remat_tensor *t);
 void remat_set_save_observer(remat_save_observer_fn fn, void *user_data);
 
+/* Observer of the gradients the engine holds for leaves (memory tools that
+ * tell parameter gradients from activations: `remat bench`'s activation
+ * bytes). Called with the leaf (requiring grad) and each gradient meant for
+ * it: as a backward node hands it over (and its copy, when it is converted
+ * to the leaf's dtype or summed to its shape), and the running sum when
+ * several arrive (the leaf's accumulator waits for all of them); so before
+ * the leaf's hooks and before .grad. Must not fail, keep grad or run
+ * backward. Process-wide setting; NULL removes it. */
+typedef void (*remat_leaf_grad_observer_fn)(void *user_data, const remat_tensor *leaf,
+                                            const remat_tensor *grad);
+void remat_set_leaf_grad_observer(remat_leaf_grad_observer_fn fn, void *user_data);
+
 /* ---- custom functions ---------------------------------------------------------- */
 typedef struct remat_function_ctx remat_function_ctx;
 

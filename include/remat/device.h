@@ -144,6 +144,13 @@ size_t remat_cpu_cache_bytes(void);
 typedef void (*remat_alloc_observer_fn)(void *user_data, remat_device device, int64_t delta,
                                         size_t current_bytes);
 void remat_set_alloc_observer(remat_alloc_observer_fn fn, void *user_data);
+/* The same events with the storage's address (ptr: what was allocated, or
+ * what is about to be freed), for tools that tell allocations apart (which
+ * of them are live at the peak). Independent of the observer above; one
+ * of each at a time. NULL removes it. */
+typedef void (*remat_alloc_event_fn)(void *user_data, remat_device device, const void *ptr,
+                                     int64_t delta, size_t current_bytes);
+void remat_set_alloc_event_observer(remat_alloc_event_fn fn, void *user_data);
 
 /* ---- RNG -------------------------------------------------------------------- */
 /* Seeds every generator of every device type (PyTorch: torch.manual_seed). */

@@ -71,7 +71,7 @@
  *    planner's remat_checkpoint_budget cache, tensor and node refcounts.
  *  - Process-wide settings, not synchronised with calls in flight: set them
  *    before other threads use remat — the cpu allocator override
- *    (remat_set_cpu_allocator), the allocation observer, the log callback,
+ *    (remat_set_cpu_allocator), the allocation observers, the log callback,
  *    the save observer, the checkpoint global overrides
  *    (remat_set_checkpoint_*), the default device type, device
  *    registration.

@@ -347,13 +347,27 @@ static remat_status validate_grad(remat_tensor **out, const remat_node *producer
     return REMAT_OK;
 }
 
+static remat_leaf_grad_observer_fn g_leaf_grad_obs;
+static void *g_leaf_grad_obs_ud;
+
+void remat_set_leaf_grad_observer(remat_leaf_grad_observer_fn fn, void *user_data) {
+    g_leaf_grad_obs = fn;
+    g_leaf_grad_obs_ud = user_data;
+}
+
+static void observe_leaf_grad(const remat_node *n, const remat_tensor *g) {
+    if (g_leaf_grad_obs && n->leaf && g) g_leaf_grad_obs(g_leaf_grad_obs_ud, n->leaf, g);
+}
+
 static remat_status buf_add(task *t, const remat_node *producer, remat_node *n, int input_nr,
                             remat_tensor *g) {
     ninfo *ni = tab_find(t, n);
     if (!ni) return REMAT_OK;
     remat_tensor *v = NULL;
+    observe_leaf_grad(n, g);
     int rc = validate_grad(&v, producer, n, input_nr, g);
     if (rc) return rc;
+    if (v != g) observe_leaf_grad(n, v);
     if (!ni->buf) {
         ni->buf = calloc((size_t)n->n_outputs, sizeof *ni->buf);
         if (!ni->buf) {
@@ -362,6 +376,7 @@ static remat_status buf_add(task *t, const remat_node *producer, remat_node *n, 
         }
     }
     rc = accumulate_into(&ni->buf[input_nr], v);
+    if (!rc && ni->buf[input_nr] != v) observe_leaf_grad(n, ni->buf[input_nr]); /* the sum */
     remat_release(v);
     return rc;
 }

@@ -14,8 +14,8 @@
     /* elementwise: unary.c, elementwise.c (the engine switches on y's dtype) */                   \
     X(UNARY, unary, F32_F64_BF16)                                                                  \
     X(UNARY_BWD, unary_bwd, F32_F64_BF16)                                                          \
-    X(RELU_MASK, relu_mask, F32_F64)                                                               \
-    X(RELU_MASK_BWD, relu_mask_bwd, F32_F64)                                                       \
+    X(RELU_MASK, relu_mask, F32_F64_BF16)                                                          \
+    X(RELU_MASK_BWD, relu_mask_bwd, F32_F64_BF16)                                                  \
     X(ELEMENTWISE, elementwise, FLOAT)                                                             \
     /* reduce: reduce.c (sum, max), loss.c (embedding, cross_entropy, mse) */                      \
     X(SUM, sum, F32_F64)                                                                           \

@@ -138,25 +138,27 @@ UNARY_BWD(double, double, double, LD_SAME, ST_SAME, gelu_erf_grad_d, gelu_tanh_g
 UNARY_BWD(bf16, uint16_t, float, LD_BF16, ST_BF16, rm_gelu_erff_grad_v, rm_gelu_tanhf_grad_v, powf,
           COPY_G_BF16)
 
-/* Bit-packed relu mask: bit i of m (byte i / 8, bit i % 8) is y[i] > 0. */
-#define RELU_MASK(T, IT)                                                                           \
-    static void relu_mask_##T(const T *restrict y, uint8_t *restrict m, int64_t n) {               \
+/* Bit-packed relu mask: bit i of m (byte i / 8, bit i % 8) is y[i] > 0.
+ * NAME, T, LD and ST as in UNARY_FWD; IT is an unsigned integer of T's size. */
+#define RELU_MASK(NAME, T, IT, LD, ST)                                                             \
+    RM_CPU_CLONES static void relu_mask_##NAME(const T *restrict y, uint8_t *restrict m,           \
+                                               int64_t n) {                                        \
         int64_t nb = n / 8;                                                                        \
         _Pragma("omp parallel for if (n > 65536)") for (int64_t b = 0; b < nb; b++) {              \
             const T *p = y + 8 * b;                                                                \
             unsigned v = 0;                                                                        \
-            for (int k = 0; k < 8; k++) v |= (unsigned)(p[k] > 0) << k;                            \
+            for (int k = 0; k < 8; k++) v |= (unsigned)(LD(p[k]) > 0) << k;                        \
             m[b] = (uint8_t)v;                                                                     \
         }                                                                                          \
         if (nb * 8 < n) {                                                                          \
             unsigned v = 0;                                                                        \
-            for (int64_t i = nb * 8; i < n; i++) v |= (unsigned)(y[i] > 0) << (i - nb * 8);        \
+            for (int64_t i = nb * 8; i < n; i++) v |= (unsigned)(LD(y[i]) > 0) << (i - nb * 8);    \
             m[nb] = (uint8_t)v;                                                                    \
         }                                                                                          \
     }                                                                                              \
     /* dx = bit i ? g : 0 — the same values as (y > 0 ? g : 0) */                                \
-    static void relu_mask_bwd_##T(const T *restrict g, const uint8_t *restrict m, T *restrict dx,  \
-                                  int64_t n) {                                                     \
+    RM_CPU_CLONES static void relu_mask_bwd_##NAME(const T *restrict g, const uint8_t *restrict m, \
+                                                   T *restrict dx, int64_t n) {                    \
         /* whole bytes with constant shifts (vectorises), then the tail */                         \
         int64_t nb = n / 8;                                                                        \
         _Pragma("omp parallel for if (n > 65536)") for (int64_t b = 0; b < nb; b++) {              \
@@ -165,13 +167,16 @@ UNARY_BWD(bf16, uint16_t, float, LD_BF16, ST_BF16, rm_gelu_erff_grad_v, rm_gelu_
             IT gb[8], keep[8];                                                                     \
             memcpy(gb, g + 8 * b, sizeof gb);                                                      \
             for (int k = 0; k < 8; k++) keep[k] = (IT)0 - (IT)((v >> k) & 1u);                     \
-            for (int k = 0; k < 8; k++) gb[k] &= keep[k];                                          \
+            for (int k = 0; k < 8; k++) gb[k] = ST(LD(gb[k] & keep[k]));                           \
             memcpy(dx + 8 * b, gb, sizeof gb);                                                     \
         }                                                                                          \
-        for (int64_t i = nb * 8; i < n; i++) dx[i] = (m[i >> 3] >> (i & 7)) & 1u ? g[i] : (T)0;    \
+        for (int64_t i = nb * 8; i < n; i++)                                                       \
+            dx[i] = (m[i >> 3] >> (i & 7)) & 1u ? ST(LD(g[i])) : (T)0;                             \
     }
-RELU_MASK(float, uint32_t)
-RELU_MASK(double, uint64_t)
+RELU_MASK(float, float, uint32_t, LD_SAME, ST_SAME)
+RELU_MASK(double, double, uint64_t, LD_SAME, ST_SAME)
+/* bf16: T and IT are both uint16_t; ST(LD(g)) quiets a signalling NaN, as through f32 */
+RELU_MASK(bf16, uint16_t, uint16_t, LD_BF16, ST_BF16)
 
 /* ---- the kernels (rm_kernel_fn) ------------------------------------------------------ */
 #define UNARY_KERNELS(T, SUFFIX)                                                                   \
@@ -201,23 +206,21 @@ RELU_MASK(double, uint64_t)
 UNARY_KERNELS(float, f32)
 UNARY_KERNELS(double, f64)
 
-/* bf16: the loops above when every operand is bf16 with x's (g's) element
- * count, contiguous (as the ops make them); anything else (a mixed-dtype
- * call) through the f32 kernel (rm_cpu_bf16_via_f32), which gives the same
- * values. */
-static bool all_bf16(const rm_kargs *k, int64_t n) {
-    const remat_tensor *ops[] = {k->in[0], k->in[1], k->out[0]};
-    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
-        if (ops[i] && (ops[i]->dtype != REMAT_BF16 || remat_numel(ops[i]) != n ||
-                       !remat_is_contiguous(ops[i])))
-            return false;
-    return true;
+/* bf16: the loops above when every bf16-typed operand is bf16, with n
+ * elements, contiguous (as the ops make them; relu's u8 mask aside);
+ * anything else (a mixed-dtype call) through the f32 kernel
+ * (rm_cpu_bf16_via_f32), which gives the same values. */
+static bool bf16_run(const remat_tensor *t, int64_t n) {
+    return !t || (t->dtype == REMAT_BF16 && remat_numel(t) == n && remat_is_contiguous(t));
+}
+static bool all_bf16(const rm_kargs *k, int64_t n, bool with_in1) {
+    return bf16_run(k->in[0], n) && (!with_in1 || bf16_run(k->in[1], n)) && bf16_run(k->out[0], n);
 }
 
 remat_status rm_cpu_unary_bf16(const rm_kargs *k) {
     const rm_unary_params *p = k->params;
     int64_t n = remat_numel(k->out[0]);
-    if (!all_bf16(k, n)) return rm_cpu_bf16_via_f32[RM_K_UNARY](k);
+    if (!all_bf16(k, n, true)) return rm_cpu_bf16_via_f32[RM_K_UNARY](k);
     fwd_bf16(p->op, rm_ptr(k->in[0]), rm_ptr(k->out[0]), n, (float)p->p);
     return REMAT_OK;
 }
@@ -225,10 +228,27 @@ remat_status rm_cpu_unary_bf16(const rm_kargs *k) {
 remat_status rm_cpu_unary_bwd_bf16(const rm_kargs *k) {
     const rm_unary_params *p = k->params;
     int64_t n = remat_numel(k->out[0]);
-    if (!all_bf16(k, n)) return rm_cpu_bf16_via_f32[RM_K_UNARY_BWD](k);
+    if (!all_bf16(k, n, true)) return rm_cpu_bf16_via_f32[RM_K_UNARY_BWD](k);
     const uint16_t *g = rm_ptr(k->in[0]), *s = k->in[1] ? rm_ptr(k->in[1]) : NULL;
     uint16_t *dx = rm_ptr(k->out[0]);
     if (dx == g) bwd_inplace_bf16(p->op, dx, s, n, (float)p->p);
     else bwd_bf16(p->op, g, s, dx, n, (float)p->p);
+    return REMAT_OK;
+}
+
+/* relu's mask (in: y; out: the u8 mask) and its backward (in: g, mask; out: dx) */
+remat_status rm_cpu_relu_mask_bf16(const rm_kargs *k) {
+    int64_t n = remat_numel(k->in[0]);
+    if (!bf16_run(k->in[0], n) || k->out[0]->dtype != REMAT_U8 || !remat_is_contiguous(k->out[0]))
+        return rm_cpu_bf16_via_f32[RM_K_RELU_MASK](k);
+    relu_mask_bf16(rm_ptr(k->in[0]), rm_ptr(k->out[0]), n);
+    return REMAT_OK;
+}
+
+remat_status rm_cpu_relu_mask_bwd_bf16(const rm_kargs *k) {
+    int64_t n = remat_numel(k->out[0]);
+    if (!all_bf16(k, n, false) || !remat_is_contiguous(k->in[1]))
+        return rm_cpu_bf16_via_f32[RM_K_RELU_MASK_BWD](k);
+    relu_mask_bwd_bf16(rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(k->out[0]), n);
     return REMAT_OK;
 }
