@@ -9,8 +9,11 @@
  * last two columns divide by the thread's CPU time instead of wall time,
  * which leaves out time the thread was preempted (a shared machine).
  *
+ * Then the bf16 (autocast) table at the GPT's linear shapes: see bench_bf16.
+ *
  *   bench_gemm [reps]        (default 7; threads 1 and 2, or $BENCH_THREADS;
- *                             BENCH_NATIVE=1 adds OpenBLAS's own thread pool) */
+ *                             BENCH_NATIVE=1 adds OpenBLAS's own thread pool;
+ *                             BENCH_BF16_ONLY=1: the bf16 table alone) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +23,7 @@
 #include "backends/cpu/gemm.h"
 #include "bench_util.h"
 #include "internal.h"
+#include "remat/autocast.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -199,6 +203,219 @@ static void bench_shape(const shape *s, int threads, int reps) {
     for (size_t i = 0; i < sizeof rl / sizeof rl[0]; i++) remat_release(rl[i]);
 }
 
+/* ---- bf16 (autocast) ------------------------------------------------------------------------ */
+/* The GPT's linears at M = 2048 tokens (L=6 D=384 T=256 B=8: 2048 rows), forward
+ * (y = x·Wᵀ + b), and the backward's dx = dy·W and dW = dyᵀ·x, each as f32 sgemm
+ * (the same layout), oneDNN's bf16 matmul called directly (the ceiling: a primitive
+ * made once), and remat's bf16 path: rm_bgemm_bias / rm_bgemm / rm_bgemm_f32 (dW
+ * is f32 under autocast) and, forward, remat_linear under autocast (bf16 x, f32
+ * weight and bias: the weight is rounded per call, the bias cast). "fill+beta=1" is
+ * the forward as it ran before the bias went into the GEMM (the bias written into
+ * every row of y, then rm_bgemm with beta = 1). Medians; one thread: the thread's
+ * CPU time (preemption left out), two: wall time. */
+#if defined(REMAT_GEMM_ONEDNN)
+typedef struct lin_shape {
+    const char *name;
+    int64_t in, out;
+} lin_shape;
+
+enum { P_FWD, P_DX, P_DW, P_N };
+static const char *const pass_names[P_N] = {"fwd x.W^T+b", "bwd dx=dy.W", "bwd dW=dy^T.x"};
+
+static dnnl_engine_t g_eng;
+static dnnl_stream_t g_strm;
+
+/* A oneDNN matmul on given buffers, made once (library-owned scratchpad). */
+typedef struct dmm {
+    dnnl_primitive_t prim;
+    dnnl_memory_t m[4]; /* src, weights, dst, bias */
+    int nargs;
+} dmm;
+
+static bool dmm_make(dmm *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
+                     int64_t lda, const void *B, int64_t ldb, const void *bias, void *C,
+                     int64_t ldc, bool cf32) {
+    memset(d, 0, sizeof *d);
+    if (!g_eng && (dnnl_engine_create(&g_eng, dnnl_cpu, 0) ||
+                   dnnl_stream_create(&g_strm, g_eng, dnnl_stream_default_flags)))
+        return false;
+    dnnl_memory_desc_t md[4];
+    dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N}, biasd = {1, N};
+    dnnl_dims_t as = {ta ? 1 : lda, ta ? lda : 1}, bs = {tb ? 1 : ldb, tb ? ldb : 1}, cs = {ldc, 1},
+                biass = {N, 1};
+    if (dnnl_memory_desc_init_by_strides(&md[0], 2, ad, dnnl_bf16, as) ||
+        dnnl_memory_desc_init_by_strides(&md[1], 2, bd, dnnl_bf16, bs) ||
+        dnnl_memory_desc_init_by_strides(&md[2], 2, cd, cf32 ? dnnl_f32 : dnnl_bf16, cs) ||
+        (bias && dnnl_memory_desc_init_by_strides(&md[3], 2, biasd, dnnl_bf16, biass)))
+        return false;
+    dnnl_matmul_desc_t mmd;
+    dnnl_primitive_desc_t pd = NULL;
+    if (dnnl_matmul_desc_init(&mmd, &md[0], &md[1], bias ? &md[3] : NULL, &md[2]) ||
+        dnnl_primitive_desc_create(&pd, &mmd, NULL, g_eng, NULL))
+        return false;
+    bool ok = dnnl_primitive_create(&d->prim, pd) == dnnl_success;
+    dnnl_primitive_desc_destroy(pd);
+    const void *ptr[4] = {A, B, C, bias};
+    d->nargs = bias ? 4 : 3;
+    for (int i = 0; i < d->nargs && ok; i++)
+        ok = dnnl_memory_create(&d->m[i], &md[i], g_eng, (void *)ptr[i]) == dnnl_success;
+    return ok;
+}
+
+static void dmm_run(const dmm *d) {
+    static const int which[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
+    dnnl_exec_arg_t args[4];
+    for (int i = 0; i < d->nargs; i++) args[i] = (dnnl_exec_arg_t){which[i], d->m[i]};
+    if (dnnl_primitive_execute(d->prim, g_strm, d->nargs, args) ||
+        dnnl_stream_wait(g_strm) != dnnl_success) {
+        fprintf(stderr, "oneDNN bf16 matmul failed\n");
+        exit(1);
+    }
+}
+
+static void dmm_free(dmm *d) {
+    for (int i = 0; i < 4; i++)
+        if (d->m[i]) dnnl_memory_destroy(d->m[i]);
+    if (d->prim) dnnl_primitive_destroy(d->prim);
+}
+
+enum { B_F32, B_CEIL, B_REMAT, B_LINEAR, B_FILL, B_N };
+
+/* y (rows, n) bf16 = the bf16 bias in every row (the pre-fusion forward's first pass) */
+static void fill_bias_rows(uint16_t *y, const uint16_t *bias, int64_t rows, int64_t n) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) memcpy(y + r * n, bias, sizeof(uint16_t) * (size_t)n);
+}
+
+static double bf16_t(int threads) { return threads == 1 ? now_cpu() : now(); }
+
+static void bench_bf16_shape(const lin_shape *ls, int pass, int threads, int reps) {
+    const int64_t T = 2048, in = ls->in, out = ls->out;
+    /* GEMM dims and layout of the pass */
+    int64_t M = pass == P_DW ? out : T, K = pass == P_FWD ? in : pass == P_DX ? out : T;
+    int64_t N = pass == P_FWD ? out : in;
+    bool ta = pass == P_DW, tb = pass == P_FWD, cf32 = pass == P_DW;
+    int64_t lda = pass == P_FWD ? in : out, ldb = pass == P_FWD ? in : in, ldc = N;
+    /* operands: x (T, in), W (out, in), dy (T, out), bias (out) */
+    remat_tensor *x, *w, *dy, *bias, *xb, *wb, *dyb, *biasb, *ab, *bb;
+    CHECK(remat_rand_uniform(&x, 2, (int64_t[]){T, in}, -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
+    CHECK(remat_rand_uniform(&w, 2, (int64_t[]){out, in}, -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
+    CHECK(remat_rand_uniform(&dy, 2, (int64_t[]){T, out}, -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
+    CHECK(remat_rand_uniform(&bias, 1, &out, -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
+    CHECK(remat_to_dtype(&xb, x, REMAT_BF16));
+    CHECK(remat_to_dtype(&wb, w, REMAT_BF16));
+    CHECK(remat_to_dtype(&dyb, dy, REMAT_BF16));
+    CHECK(remat_to_dtype(&biasb, bias, REMAT_BF16));
+    ab = pass == P_FWD ? xb : dyb;
+    bb = pass == P_FWD ? wb : pass == P_DX ? wb : xb;
+    remat_tensor *af = pass == P_FWD ? x : dy, *bf = pass == P_DW ? x : w;
+    float *cf = malloc(sizeof(float) * (size_t)(M * N));
+    void *c1 = malloc(sizeof(float) * (size_t)(M * N)),
+         *c2 = malloc(sizeof(float) * (size_t)(M * N));
+    if (!cf || !c1 || !c2) exit(1);
+    const uint16_t *A = remat_data(ab), *Bm = remat_data(bb), *bv = remat_data(biasb);
+    dmm d;
+    if (!dmm_make(&d, ta, tb, M, N, K, A, lda, Bm, ldb, pass == P_FWD ? bv : NULL, c1, ldc, cf32)) {
+        fprintf(stderr, "could not make oneDNN's bf16 matmul\n");
+        exit(1);
+    }
+    double t[B_N][MAX_REPS];
+    bool have[B_N] = {true, true, true, pass == P_FWD, pass == P_FWD};
+    remat_autocast_state prev;
+    for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
+        double t0, *o[B_N], junk[B_N];
+        for (int b = 0; b < B_N; b++) o[b] = r >= 0 ? &t[b][r] : &junk[b];
+        t0 = bf16_t(threads);
+        blas_sgemm(ta, tb, M, N, K, remat_data(af), lda, remat_data(bf), ldb, 0.0f, cf, ldc);
+        *o[B_F32] = bf16_t(threads) - t0;
+        t0 = bf16_t(threads);
+        dmm_run(&d);
+        *o[B_CEIL] = bf16_t(threads) - t0;
+        t0 = bf16_t(threads);
+        if (pass == P_FWD) rm_bgemm_bias(ta, tb, M, N, K, A, lda, Bm, ldb, bv, false, c2, ldc);
+        else if (pass == P_DX) rm_bgemm(ta, tb, M, N, K, A, lda, Bm, ldb, 0.0f, c2, ldc);
+        else rm_bgemm_f32(ta, tb, M, N, K, A, lda, Bm, ldb, 0.0f, c2, ldc);
+        *o[B_REMAT] = bf16_t(threads) - t0;
+        if (pass != P_FWD) continue;
+        remat_tensor *y;
+        t0 = bf16_t(threads);
+        CHECK(remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, true));
+        CHECK(remat_linear(&y, xb, w, bias));
+        remat_autocast_end(&prev);
+        *o[B_LINEAR] = bf16_t(threads) - t0;
+        remat_release(y);
+        t0 = bf16_t(threads);
+        fill_bias_rows(c1, bv, M, N);
+        rm_bgemm(ta, tb, M, N, K, A, lda, Bm, ldb, 1.0f, c1, ldc);
+        *o[B_FILL] = bf16_t(threads) - t0;
+        if (r == reps - 1 && memcmp(c1, c2, sizeof(uint16_t) * (size_t)(M * N)) != 0)
+            printf("  (%s %s: fused bias and fill+beta=1 differ)\n", ls->name, pass_names[pass]);
+    }
+    double flops = 2.0 * (double)M * (double)N * (double)K;
+    char dims[48];
+    snprintf(dims, sizeof dims, "%lldx%lldx%lld", (long long)M, (long long)K, (long long)N);
+    printf("| %-14s | %-5s | %-15s | %d |", pass_names[pass], ls->name, dims, threads);
+    for (int b = 0; b < B_N; b++)
+        if (have[b]) printf(" %7.1f |", flops / median(t[b], reps) * 1e-9);
+        else printf("       - |");
+    printf(" %5.2f |\n", median(t[B_F32], reps) / median(t[B_CEIL], reps));
+    fflush(stdout);
+    dmm_free(&d);
+    free(cf), free(c1), free(c2);
+    remat_tensor *rl[] = {x, w, dy, bias, xb, wb, dyb, biasb};
+    for (size_t i = 0; i < sizeof rl / sizeof rl[0]; i++) remat_release(rl[i]);
+}
+#endif
+
+/* Why the bf16 rows are skipped ("" when they run). */
+static const char *bf16_skip_reason(void) {
+#if defined(REMAT_GEMM_ONEDNN)
+    if (!remat_cpu_has_bf16())
+        return "this CPU has neither AVX512_BF16 nor AMX-BF16 (or REMAT_NO_BF16 is set)";
+    return "";
+#else
+    return "remat was built without oneDNN (REMAT_GEMM=onednn, Debian package libdnnl-dev)";
+#endif
+}
+
+static void bench_bf16(const int *thr, int nthr, int reps) {
+    printf("\nbf16 (autocast), the GPT's linears at 2048 tokens; GFLOP/s, median of %d; T = 1: "
+           "thread CPU time, T = 2: wall time; shapes M x K x N\n\n",
+           reps);
+    const char *why = bf16_skip_reason();
+    if (*why) {
+        printf("bf16 rows skipped: %s\n", why);
+        return;
+    }
+#if defined(REMAT_GEMM_ONEDNN)
+    static const lin_shape ls[] = {
+        {"qkv", 384, 1152}, {"proj", 384, 384}, {"fc", 384, 1536}, {"fc2", 1536, 384}};
+    printf(
+        "| %-14s | %-5s | %-15s | T | f32     | bf16    | remat   | remat_  | fill+   | ceil  |\n",
+        "pass", "layer", "shape");
+    printf(
+        "| %-14s | %-5s | %-15s |   | sgemm   | oneDNN  | rm_bgemm| linear  | beta=1  | bf16/ |\n",
+        "", "", "");
+    printf(
+        "| %-14s | %-5s | %-15s |   |         | ceiling |         | autocast| (old)   | f32   |\n",
+        "", "", "");
+    printf(
+        "|----------------|-------|-----------------|---|---------|---------|---------|---------|"
+        "---------|-------|\n");
+    for (int ti = 0; ti < nthr; ti++) {
+        g_threads = thr[ti];
+#ifdef _OPENMP
+        omp_set_num_threads(thr[ti]);
+#endif
+        for (int p = 0; p < P_N; p++)
+            for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
+                bench_bf16_shape(&ls[i], p, thr[ti], reps);
+    }
+#else
+    (void)thr, (void)nthr, (void)reps;
+#endif
+}
+
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 7;
     if (reps < 1) reps = 1;
@@ -238,7 +455,7 @@ int main(int argc, char **argv) {
     static const char *mode_names[] = {""};
     int nmodes = 1;
 #endif
-    for (int ti = 0; ti < nthr; ti++) {
+    for (int ti = 0; ti < nthr && !getenv("BENCH_BF16_ONLY"); ti++) {
         g_threads = thr[ti];
 #ifdef _OPENMP
         omp_set_num_threads(thr[ti]);
@@ -250,5 +467,6 @@ int main(int argc, char **argv) {
                 bench_shape(&shapes[si], thr[ti], reps);
             }
     }
+    bench_bf16(thr, nthr, reps);
     return 0;
 }

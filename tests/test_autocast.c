@@ -250,6 +250,72 @@ Test(autocast, bf16_gemm_matches_the_f32_fallback) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
+/* y = x·Wᵀ + b under autocast with b added once, inside the bf16 GEMM (oneDNN's
+ * bias argument; no pass writes b into y first): against the f64 product of the
+ * same bf16-rounded x and W plus b. The bias is 32..95 (integers: exact in bf16)
+ * while |x·Wᵀ| stays under about 12, so a bias added twice or not at all is off
+ * by 32 or more against a bound of 2⁻⁸·|y| + 1e-3 (one bf16 rounding of the
+ * f32 sum; at most 0.43 here). 3-D x (one GEMM over the folded rows) and 2-D x,
+ * 1 and 2 threads bitwise equal, each linear one bias-fused GEMM where the CPU
+ * has bf16 GEMMs; and the f32 fallback (REMAT_NO_BF16) within the same bound. */
+Test(autocast, bf16_linear_adds_its_bias_once_inside_the_gemm) {
+    const int64_t xs[2][3] = {{2, 70, 384}, {33, 96, 0}}, ns[2] = {150, 40};
+    const int nds[2] = {3, 2};
+    for (int c = 0; c < 2; c++) {
+        int64_t n = ns[c], k = xs[c][nds[c] - 1], ws[2] = {n, k};
+        remat_tensor *x = rt_rand(nds[c], xs[c], REMAT_F32, -1, 1, 30 + (uint64_t)c),
+                     *w = rt_rand(2, ws, REMAT_F32, -0.1, 0.1, 40 + (uint64_t)c);
+        double *bv = malloc(sizeof(double) * (size_t)n);
+        cr_assert(bv);
+        for (int64_t j = 0; j < n; j++) bv[j] = (double)(32 + (j * 37) % 64) * (j % 2 ? -1 : 1);
+        remat_tensor *b = rt_tensor(1, &n, REMAT_F32, bv);
+        /* the reference: f64 x·Wᵀ + b from the bf16-rounded operands */
+        remat_tensor *xb = NULL, *wb = NULL, *x64 = NULL, *w64 = NULL, *b64 = NULL, *ref = NULL;
+        RT_OK(remat_to_dtype(&xb, x, REMAT_BF16));
+        RT_OK(remat_to_dtype(&wb, w, REMAT_BF16));
+        RT_OK(remat_to_dtype(&x64, xb, REMAT_F64));
+        RT_OK(remat_to_dtype(&w64, wb, REMAT_F64));
+        RT_OK(remat_to_dtype(&b64, b, REMAT_F64));
+        RT_OK(remat_linear(&ref, x64, w64, b64));
+        double *rv = rt_values(ref);
+        int64_t rows = remat_numel(ref) / n;
+        remat_tensor *y[3] = {NULL, NULL, NULL};
+        for (int t = 0; t < 3; t++) { /* 1 thread, 2 threads, without bf16 GEMMs */
+            omp_set_num_threads(t == 0 ? 1 : 2);
+            if (t == 2) setenv("REMAT_NO_BF16", "1", 1);
+            uint64_t fused = rm_bgemm_bias_runs(), runs = rm_bgemm_native_runs();
+            remat_autocast_state prev = ac_on();
+            RT_OK(remat_linear(&y[t], x, w, b));
+            remat_autocast_end(&prev);
+            unsetenv("REMAT_NO_BF16");
+            cr_assert_eq(remat_tensor_dtype(y[t]), REMAT_BF16);
+            bool native = t < 2 && remat_cpu_has_bf16();
+            cr_assert_eq(rm_bgemm_bias_runs() - fused, native ? 1u : 0u,
+                         "case %d run %d: %llu bias-fused bf16 GEMMs", c, t,
+                         (unsigned long long)(rm_bgemm_bias_runs() - fused));
+            cr_assert_eq(rm_bgemm_native_runs() - runs, native ? 1u : 0u,
+                         "case %d run %d: %llu bf16 GEMMs", c, t,
+                         (unsigned long long)(rm_bgemm_native_runs() - runs));
+            double *yv = rt_values(y[t]), worst = 0;
+            for (int64_t i = 0; i < rows * n; i++) {
+                double e = fabs(yv[i] - rv[i]), bound = ldexp(fabs(rv[i]), -8) + 1e-3;
+                cr_assert(e <= bound, "case %d run %d: y[%lld, %lld] = %g, want %g (bias %g)", c, t,
+                          (long long)(i / n), (long long)(i % n), yv[i], rv[i], bv[i % n]);
+                worst = fmax(worst, e);
+            }
+            cr_log_info("case %d run %d: max |error| %.3g", c, t, worst);
+            free(yv);
+        }
+        cr_assert(rt_bitwise_equal(y[0], y[1]), "case %d: 1 and 2 threads differ by %g", c,
+                  rt_max_abs_diff(y[0], y[1]));
+        free(bv), free(rv);
+        remat_tensor *all[] = {x, w, b, xb, wb, x64, w64, b64, ref, y[0], y[1], y[2]};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) remat_release(all[i]);
+    }
+    omp_set_num_threads(2);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 /* ---- checkpointing under autocast ------------------------------------------------------ */
 /* Runs x through n transformer blocks, each checkpointed with o (NULL: not),
  * the forward under autocast `fwd`, the backward under `bwd`. */

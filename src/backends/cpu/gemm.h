@@ -35,7 +35,15 @@ void rm_dgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, c
  * else through f32 (one warning). Never fails. */
 void rm_bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
               const uint16_t *B, int64_t ldb, float beta, uint16_t *C, int64_t ldc);
-/* The same with an f32 C (not rounded): a bf16 activation's product feeding an f32
+/* C = op(A)·op(B) + bias, the bias (N values: f32 when bias_f32, else bf16) added
+ * to every row inside the GEMM (oneDNN's matmul bias argument: f32 accumulation,
+ * the sum rounded once to bf16) — linear under autocast, with no pass writing the
+ * bias into C first. Through f32 where rm_bgemm is: the bias is then the f32 C's
+ * initial value. Never fails. */
+void rm_bgemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
+                   int64_t lda, const uint16_t *B, int64_t ldb, const void *bias, bool bias_f32,
+                   uint16_t *C, int64_t ldc);
+/* The same as rm_bgemm with an f32 C (not rounded): a bf16 activation's product feeding an f32
  * parameter's gradient (linear's dW under autocast). */
 void rm_bgemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
                   const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc);
@@ -47,6 +55,8 @@ bool rm_bgemm_native(void);
 /* How many GEMMs oneDNN's bf16 matmul has run in this process (tests check
  * that a kernel takes the bf16 path). */
 uint64_t rm_bgemm_native_runs(void);
+/* How many of those had the bias inside the GEMM (rm_bgemm_bias on oneDNN). */
+uint64_t rm_bgemm_bias_runs(void);
 
 /* How the OpenBLAS backend uses threads (see gemm.c): OMP (default) runs
  * OpenBLAS single-threaded and splits large GEMMs over remat's OpenMP

@@ -34,16 +34,25 @@ static float *widen(const uint16_t *X, int64_t rows, int64_t cols, int64_t ld) {
     return f;
 }
 
-/* C = A·B (+ beta·C) element by element, for when the widened copies could not be
- * allocated. C is bf16, or f32 when cf32. */
+/* A bias row (N values, bf16 or f32: bgemm's bias argument), its element j as f32. */
+typedef struct bias_row {
+    const void *p; /* NULL: no bias */
+    bool f32;
+} bias_row;
+static float bias_at(bias_row b, int64_t j) {
+    return b.f32 ? ((const float *)b.p)[j] : rm_bf16_to_f32(((const uint16_t *)b.p)[j]);
+}
+
+/* C = A·B (+ bias, or + beta·C) element by element, for when the widened copies
+ * could not be allocated. C is bf16, or f32 when cf32. */
 static void bgemm_naive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
-                        int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *Cv,
-                        int64_t ldc, bool cf32) {
+                        int64_t lda, const uint16_t *B, int64_t ldb, bias_row bias, float beta,
+                        void *Cv, int64_t ldc, bool cf32) {
     float *Cf = Cv;
     uint16_t *Cb = Cv;
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
-            float s = 0.0f;
+            float s = bias.p ? bias_at(bias, j) : 0.0f;
             if (beta != 0) s = cf32 ? Cf[i * ldc + j] : rm_bf16_to_f32(Cb[i * ldc + j]);
             for (int64_t p = 0; p < K; p++)
                 s += rm_bf16_to_f32(ta ? A[p * lda + i] : A[i * lda + p]) *
@@ -53,18 +62,26 @@ static void bgemm_naive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const
         }
 }
 
-/* C is bf16, or f32 when cf32 (then written in place, unrounded). */
+/* C is bf16, or f32 when cf32 (then written in place, unrounded). A bias (only
+ * with bf16 C and beta 0) is written into the f32 C's rows and the GEMM adds to
+ * it (beta 1): what the sgemm gave when the bias was in C before the call. */
 static void bgemm_via_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
-                          int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *Cv,
-                          int64_t ldc, bool cf32) {
+                          int64_t lda, const uint16_t *B, int64_t ldb, bias_row bias, float beta,
+                          void *Cv, int64_t ldc, bool cf32) {
     float *a = widen(A, ta ? K : M, ta ? M : K, lda), *b = widen(B, tb ? N : K, tb ? K : N, ldb);
     float *c = NULL;
     if (!cf32) c = beta != 0 ? widen(Cv, M, N, ldc) : malloc(sizeof(float) * (size_t)(M * N));
+    float cbeta = beta; /* the f32 C's */
+    if (c && bias.p) {
+        for (int64_t j = 0; j < N; j++) c[j] = bias_at(bias, j);
+        for (int64_t r = 1; r < M; r++) memcpy(c + r * N, c, sizeof(float) * (size_t)N);
+        cbeta = 1.0f;
+    }
     if (!a || !b || (!cf32 && !c))
-        bgemm_naive(ta, tb, M, N, K, A, lda, B, ldb, beta, Cv, ldc, cf32);
+        bgemm_naive(ta, tb, M, N, K, A, lda, B, ldb, bias, beta, Cv, ldc, cf32);
     else if (cf32) rm_sgemm(ta, tb, M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, beta, Cv, ldc);
     else {
-        rm_sgemm(ta, tb, M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, beta, c, N);
+        rm_sgemm(ta, tb, M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, cbeta, c, N);
         for (int64_t r = 0; r < M; r++) rm_cpu_f32_to_bf16(c + r * N, (uint16_t *)Cv + r * ldc, N);
     }
     free(a), free(b), free(c);
@@ -75,6 +92,7 @@ static void bgemm_via_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, con
 typedef struct bkey {
     int64_t M, N, K, lda, ldb, ldc;
     int ta, tb, acc, cf32;
+    int bias; /* 0: none, 1: bf16, 2: f32 (oneDNN's bias argument, one row broadcast) */
 } bkey;
 
 /* Member by member: the struct has padding after its three ints, which
@@ -82,13 +100,13 @@ typedef struct bkey {
 static bool bkey_eq(const bkey *a, const bkey *b) {
     return a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda && a->ldb == b->ldb &&
            a->ldc == b->ldc && a->ta == b->ta && a->tb == b->tb && a->acc == b->acc &&
-           a->cf32 == b->cf32;
+           a->cf32 == b->cf32 && a->bias == b->bias;
 }
 
 typedef struct bentry {
     bkey key;
     dnnl_primitive_t prim;
-    dnnl_memory_desc_t a, b, c, scratch;
+    dnnl_memory_desc_t a, b, c, bias, scratch;
 } bentry;
 
 /* Primitives by shape, created once and kept for the process (a model has
@@ -105,18 +123,22 @@ static _Thread_local dnnl_stream_t tls_stream;
 static _Thread_local void *tls_scratch;
 static _Thread_local size_t tls_scratch_size;
 static atomic_ullong g_native_runs; /* rm_bgemm_native_runs */
+static atomic_ullong g_bias_runs;   /* rm_bgemm_bias_runs */
 
 static bool make_entry(bentry *e, const bkey *k) {
     dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
     dnnl_dims_t as = {k->ta ? 1 : k->lda, k->ta ? k->lda : 1};
     dnnl_dims_t bs = {k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1};
-    dnnl_dims_t cs = {k->ldc, 1};
+    dnnl_dims_t cs = {k->ldc, 1}, biasd = {1, k->N}, biass = {k->N, 1};
     if (dnnl_memory_desc_init_by_strides(&e->a, 2, ad, dnnl_bf16, as) ||
         dnnl_memory_desc_init_by_strides(&e->b, 2, bd, dnnl_bf16, bs) ||
         dnnl_memory_desc_init_by_strides(&e->c, 2, cd, k->cf32 ? dnnl_f32 : dnnl_bf16, cs))
         return false;
+    if (k->bias && dnnl_memory_desc_init_by_strides(&e->bias, 2, biasd,
+                                                    k->bias == 2 ? dnnl_f32 : dnnl_bf16, biass))
+        return false;
     dnnl_matmul_desc_t md;
-    if (dnnl_matmul_desc_init(&md, &e->a, &e->b, NULL, &e->c)) return false;
+    if (dnnl_matmul_desc_init(&md, &e->a, &e->b, k->bias ? &e->bias : NULL, &e->c)) return false;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     bool ok =
@@ -142,11 +164,11 @@ static bool make_entry(bentry *e, const bkey *k) {
 
 /* true if oneDNN ran it */
 static bool bgemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
-                       int64_t lda, const uint16_t *B, int64_t ldb, float beta, void *C,
-                       int64_t ldc, bool cf32) {
+                       int64_t lda, const uint16_t *B, int64_t ldb, bias_row bias, float beta,
+                       void *C, int64_t ldc, bool cf32) {
     bkey key;
     memset(&key, 0, sizeof key);
-    key = (bkey){M, N, K, lda, ldb, ldc, ta, tb, beta != 0, cf32};
+    key = (bkey){M, N, K, lda, ldb, ldc, ta, tb, beta != 0, cf32, !bias.p ? 0 : bias.f32 ? 2 : 1};
     bentry tmp, *e = NULL;
     bool owned = false;
     pthread_mutex_lock(&g_mu);
@@ -176,21 +198,26 @@ static bool bgemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const 
         tls_scratch = malloc(ss);
         tls_scratch_size = tls_scratch ? ss : 0;
     }
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
-    bool ok = tls_stream && (ss == 0 || tls_scratch) &&
-              dnnl_memory_create(&ma, &e->a, g_engine, (void *)A) == dnnl_success &&
-              dnnl_memory_create(&mb, &e->b, g_engine, (void *)B) == dnnl_success &&
-              dnnl_memory_create(&mc, &e->c, g_engine, C) == dnnl_success &&
-              dnnl_memory_create(&ms, &e->scratch, g_engine, tls_scratch) == dnnl_success;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL, mbias = NULL;
+    bool ok =
+        tls_stream && (ss == 0 || tls_scratch) &&
+        dnnl_memory_create(&ma, &e->a, g_engine, (void *)A) == dnnl_success &&
+        dnnl_memory_create(&mb, &e->b, g_engine, (void *)B) == dnnl_success &&
+        dnnl_memory_create(&mc, &e->c, g_engine, C) == dnnl_success &&
+        dnnl_memory_create(&ms, &e->scratch, g_engine, tls_scratch) == dnnl_success &&
+        (!bias.p || dnnl_memory_create(&mbias, &e->bias, g_engine, (void *)bias.p) == dnnl_success);
     if (ok) {
-        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma},
+        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, ma},
                                    {DNNL_ARG_WEIGHTS, mb},
                                    {DNNL_ARG_DST, mc},
-                                   {DNNL_ARG_SCRATCHPAD, ms}};
-        ok = dnnl_primitive_execute(e->prim, tls_stream, 4, args) == dnnl_success &&
+                                   {DNNL_ARG_SCRATCHPAD, ms},
+                                   {DNNL_ARG_BIAS, mbias}};
+        ok = dnnl_primitive_execute(e->prim, tls_stream, bias.p ? 5 : 4, args) == dnnl_success &&
              dnnl_stream_wait(tls_stream) == dnnl_success;
         if (ok) atomic_fetch_add_explicit(&g_native_runs, 1, memory_order_relaxed);
+        if (ok && bias.p) atomic_fetch_add_explicit(&g_bias_runs, 1, memory_order_relaxed);
     }
+    if (mbias) dnnl_memory_destroy(mbias);
     if (ms) dnnl_memory_destroy(ms);
     if (ma) dnnl_memory_destroy(ma);
     if (mb) dnnl_memory_destroy(mb);
@@ -216,8 +243,18 @@ uint64_t rm_bgemm_native_runs(void) {
 #endif
 }
 
+uint64_t rm_bgemm_bias_runs(void) {
+#if defined(REMAT_GEMM_ONEDNN)
+    return atomic_load_explicit(&g_bias_runs, memory_order_relaxed);
+#else
+    return 0;
+#endif
+}
+
+/* bias: only with bf16 C and beta 0 (rm_bgemm_bias). */
 static void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
-                  const uint16_t *B, int64_t ldb, float beta, void *C, int64_t ldc, bool cf32) {
+                  const uint16_t *B, int64_t ldb, bias_row bias, float beta, void *C, int64_t ldc,
+                  bool cf32) {
     if (M <= 0 || N <= 0) return;
     lda = fix_ld(ta ? K : M, ta ? M : K, lda);
     ldb = fix_ld(tb ? N : K, tb ? K : N, ldb);
@@ -226,14 +263,15 @@ static void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint1
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) {
                 if (beta != 0) continue;
-                if (cf32) ((float *)C)[i * ldc + j] = 0;
-                else ((uint16_t *)C)[i * ldc + j] = 0;
+                float v = bias.p ? bias_at(bias, j) : 0.0f;
+                if (cf32) ((float *)C)[i * ldc + j] = v;
+                else ((uint16_t *)C)[i * ldc + j] = rm_f32_to_bf16(v);
             }
         return;
     }
 #if defined(REMAT_GEMM_ONEDNN)
     if (remat_cpu_has_bf16()) {
-        if (bgemm_dnnl(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, cf32)) return;
+        if (bgemm_dnnl(ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc, cf32)) return;
     } else {
         rm_warn("bf16 matmul: this CPU has neither AVX512_BF16 nor AMX-BF16 (or REMAT_NO_BF16 is "
                 "set); bf16 GEMMs run "
@@ -244,15 +282,21 @@ static void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint1
             "f32",
             remat_gemm_backend());
 #endif
-    bgemm_via_f32(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, cf32);
+    bgemm_via_f32(ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc, cf32);
 }
 
 void rm_bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
               const uint16_t *B, int64_t ldb, float beta, uint16_t *C, int64_t ldc) {
-    bgemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, false);
+    bgemm(ta, tb, M, N, K, A, lda, B, ldb, (bias_row){NULL, false}, beta, C, ldc, false);
+}
+
+void rm_bgemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
+                   int64_t lda, const uint16_t *B, int64_t ldb, const void *bias, bool bias_f32,
+                   uint16_t *C, int64_t ldc) {
+    bgemm(ta, tb, M, N, K, A, lda, B, ldb, (bias_row){bias, bias_f32}, 0.0f, C, ldc, false);
 }
 
 void rm_bgemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
                   const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    bgemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, true);
+    bgemm(ta, tb, M, N, K, A, lda, B, ldb, (bias_row){NULL, false}, beta, C, ldc, true);
 }

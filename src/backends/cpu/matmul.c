@@ -49,11 +49,21 @@ static int max_threads(void) {
 #endif
 }
 
-/* dt: A's and B's dtype; dtc: C's (the same, or f32 for bf16 operands). */
+/* A bias row added inside a bf16 GEMM (rm_bgemm_bias); p NULL: none. */
+typedef struct gemm_bias {
+    const void *p;
+    bool f32;
+} gemm_bias;
+
+/* dt: A's and B's dtype; dtc: C's (the same, or f32 for bf16 operands). bias:
+ * bf16 A, B and C only, with beta 0. */
 static void gemm_dt(remat_dtype dt, remat_dtype dtc, bool ta, bool tb, int64_t m, int64_t n,
                     int64_t k, const char *A, int64_t lda, const char *B, int64_t ldb, double beta,
-                    char *C, int64_t ldc) {
-    if (dt == REMAT_BF16 && dtc == REMAT_F32)
+                    char *C, int64_t ldc, gemm_bias bias) {
+    if (bias.p)
+        rm_bgemm_bias(ta, tb, m, n, k, (const uint16_t *)A, lda, (const uint16_t *)B, ldb, bias.p,
+                      bias.f32, (uint16_t *)C, ldc);
+    else if (dt == REMAT_BF16 && dtc == REMAT_F32)
         rm_bgemm_f32(ta, tb, m, n, k, (const uint16_t *)A, lda, (const uint16_t *)B, ldb,
                      (float)beta, (float *)C, ldc);
     else if (dt == REMAT_BF16)
@@ -67,14 +77,24 @@ static void gemm_dt(remat_dtype dt, remat_dtype dtc, bool ta, bool tb, int64_t m
                  (double *)C, ldc);
 }
 
+/* True when C is one matrix for several batch entries (stride 0 along a batch
+ * dim): the GEMMs then accumulate into it. */
+static bool c_shared(int nb, const int64_t *bshape, const mview *C) {
+    bool acc = false;
+    for (int d = 0; d < nb; d++) acc |= bshape[d] != 1 && C->bstr[d] == 0;
+    return acc;
+}
+
 /* C[b] = A[b] · B[b] for every index b of the batch shape (nb dims), where
  * A is m×k, B k×n and C m×n (row-major, C->cs == 1, made by us). C may be
  * broadcast over batch dims (stride 0): products then accumulate into it.
- * add_to_c: C already holds a term to add (linear's bias). c_numel: number
- * of elements of the tensor behind C (zeroed before accumulating). All views
- * must pass mv_layout. */
+ * add_to_c: C already holds a term to add (linear's f32/f64 bias). bias: a
+ * row every GEMM adds inside itself (bf16 operands and C, C not shared).
+ * c_numel: number of elements of the tensor behind C (zeroed before
+ * accumulating). All views must pass mv_layout. */
 static void mm_exec(remat_dtype dt, remat_dtype dtc, int nb, const int64_t *bshape, const mview *A,
-                    const mview *B, const mview *C, int64_t c_numel, bool add_to_c) {
+                    const mview *B, const mview *C, int64_t c_numel, bool add_to_c,
+                    gemm_bias bias) {
     bool ta, tb, tc;
     int64_t lda, ldb, ldc;
     mv_layout(A, &ta, &lda);
@@ -89,18 +109,17 @@ static void mm_exec(remat_dtype dt, remat_dtype dtc, int nb, const int64_t *bsha
     /* fold-M: one GEMM over batch·m rows */
     if (!ta && !tc && batch_broadcast_all(nb, bshape, B->bstr) &&
         batch_chains(nb, bshape, A->bstr, m * lda) && batch_chains(nb, bshape, C->bstr, m * ldc)) {
-        gemm_dt(dt, dtc, ta, tb, nbatch * m, n, k, A->p, lda, B->p, ldb, beta, C->p, ldc);
+        gemm_dt(dt, dtc, ta, tb, nbatch * m, n, k, A->p, lda, B->p, ldb, beta, C->p, ldc, bias);
         return;
     }
     /* fold-K: one GEMM summing over batch·k */
     if (ta && !tb && !tc && batch_broadcast_all(nb, bshape, C->bstr) &&
         batch_chains(nb, bshape, A->bstr, k * lda) && batch_chains(nb, bshape, B->bstr, k * ldb)) {
-        gemm_dt(dt, dtc, ta, tb, m, n, nbatch * k, A->p, lda, B->p, ldb, beta, C->p, ldc);
+        gemm_dt(dt, dtc, ta, tb, m, n, nbatch * k, A->p, lda, B->p, ldb, beta, C->p, ldc, bias);
         return;
     }
     /* one GEMM per batch entry; accumulate where C is broadcast */
-    bool acc = false;
-    for (int d = 0; d < nb; d++) acc |= bshape[d] != 1 && C->bstr[d] == 0;
+    bool acc = c_shared(nb, bshape, C);
     if (acc && !add_to_c) {
         memset(C->p, 0, (size_t)c_numel * esc);
         beta = 1.0;
@@ -130,13 +149,15 @@ static void mm_exec(remat_dtype dt, remat_dtype dtc, int nb, const int64_t *bsha
             rm_iter it = base;
             rm_iter_seek(&it, i);
             gemm_dt(dt, dtc, ta, tb, m, n, k, A->p + (size_t)it.off[0] * es, lda,
-                    B->p + (size_t)it.off[1] * es, ldb, beta, C->p + (size_t)it.off[2] * esc, ldc);
+                    B->p + (size_t)it.off[1] * es, ldb, beta, C->p + (size_t)it.off[2] * esc, ldc,
+                    bias);
         }
     } else {
         rm_iter it = base;
         for (int64_t i = 0; i < nbatch; i++) {
             gemm_dt(dt, dtc, ta, tb, m, n, k, A->p + (size_t)it.off[0] * es, lda,
-                    B->p + (size_t)it.off[1] * es, ldb, beta, C->p + (size_t)it.off[2] * esc, ldc);
+                    B->p + (size_t)it.off[1] * es, ldb, beta, C->p + (size_t)it.off[2] * esc, ldc,
+                    bias);
             rm_iter_next(&it);
         }
     }
@@ -144,9 +165,10 @@ static void mm_exec(remat_dtype dt, remat_dtype dtc, int nb, const int64_t *bsha
 
 /* ---- RM_K_MATMUL ---------------------------------------------------------------------------- */
 
-/* y (rows, n) = bias (n) in every row, before the GEMM adds x·W^T (beta = 1).
- * A write pass over y: with in_features = 128 it is ~10 % of the GEMM's
- * time on one thread, so it is split over the team like the GEMM after it. */
+/* y (rows, n) = bias (n) in every row, before the GEMM adds x·W^T (beta = 1):
+ * f32 and f64 (bf16 linear passes its bias to the GEMM instead, which saves
+ * this pass). A write pass over y: with in_features = 128 it is ~10 % of the
+ * GEMM's time on one thread, so it is split over the team like the GEMM after it. */
 static void fill_rows(void *y, const void *bias, int64_t rows, int64_t n, size_t es) {
     size_t row = (size_t)n * es;
 #pragma omp parallel for schedule(static) if (rows * n > RM_OMP_MIN)
@@ -259,14 +281,19 @@ remat_status rm_cpu_matmul(const rm_kargs *k) {
     if (!rc) rc = prep_operand(&bc, b, p->b & RM_MM_ROW, p->b & RM_MM_COL);
     if (!rc && bias) rc = rm_contig(&biasc, bias);
     if (rc) goto out;
-    if (biasc) {
+    mview A = operand_view(ac, p->a, nb), B = operand_view(bc, p->b, nb);
+    mview C = operand_view(y, p->c, nb);
+    /* bf16 (autocast): the bias goes into the GEMM itself; otherwise it is
+     * written into y's rows first and the GEMM adds to it (beta = 1) */
+    gemm_bias gb = {NULL, false};
+    if (biasc && ac->dtype == REMAT_BF16 && y->dtype == REMAT_BF16 && !c_shared(nb, bshape, &C))
+        gb = (gemm_bias){rm_ptr(biasc), biasc->dtype == REMAT_F32};
+    else if (biasc) {
         int64_t n = biasc->shape[0];
         fill_rows(rm_ptr(y), rm_ptr(biasc), n ? remat_numel(y) / n : 0, n,
                   remat_dtype_size(y->dtype));
     }
-    mview A = operand_view(ac, p->a, nb), B = operand_view(bc, p->b, nb);
-    mview C = operand_view(y, p->c, nb);
-    mm_exec(ac->dtype, y->dtype, nb, bshape, &A, &B, &C, remat_numel(y), biasc != NULL);
+    mm_exec(ac->dtype, y->dtype, nb, bshape, &A, &B, &C, remat_numel(y), biasc && !gb.p, gb);
 out:
     remat_release(br);
     remat_release(ac);
