@@ -15,6 +15,7 @@
 #include "remat/autocast.h"
 
 #if defined(REMAT_GEMM_ONEDNN)
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
@@ -93,6 +94,9 @@ typedef struct bkey {
     int64_t M, N, K, lda, ldb, ldc;
     int ta, tb, acc, cf32;
     int bias; /* 0: none, 1: bf16, 2: f32 (oneDNN's bias argument, one row broadcast) */
+    int nthr; /* the OpenMP team the primitive was made for: oneDNN splits the work
+               * over omp_get_max_threads() once, when it makes the primitive, so one
+               * made at 1 thread runs on 1 thread after the count goes up */
 } bkey;
 
 /* Member by member: the struct has padding after its three ints, which
@@ -100,7 +104,7 @@ typedef struct bkey {
 static bool bkey_eq(const bkey *a, const bkey *b) {
     return a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda && a->ldb == b->ldb &&
            a->ldc == b->ldc && a->ta == b->ta && a->tb == b->tb && a->acc == b->acc &&
-           a->cf32 == b->cf32 && a->bias == b->bias;
+           a->cf32 == b->cf32 && a->bias == b->bias && a->nthr == b->nthr;
 }
 
 typedef struct bentry {
@@ -168,7 +172,9 @@ static bool bgemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const 
                        void *C, int64_t ldc, bool cf32) {
     bkey key;
     memset(&key, 0, sizeof key);
-    key = (bkey){M, N, K, lda, ldb, ldc, ta, tb, beta != 0, cf32, !bias.p ? 0 : bias.f32 ? 2 : 1};
+    int nthr = omp_in_parallel() ? 1 : omp_get_max_threads();
+    key = (bkey){M,   N, K, lda, ldb, ldc, ta, tb, beta != 0, cf32, !bias.p ? 0 : bias.f32 ? 2 : 1,
+                 nthr};
     bentry tmp, *e = NULL;
     bool owned = false;
     pthread_mutex_lock(&g_mu);
