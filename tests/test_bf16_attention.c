@@ -69,7 +69,8 @@ static void ref_forward(const ref_dims *d, const bf16 *q, const bf16 *k, const b
                 acc[j < lim - lim % LANES ? j % LANES : 0] += x[j];
             }
             float sum = lanes_total(acc), inv = 1.0f / sum;
-            for (int64_t j = 0; j < kn; j++) p[r * kn + j] = j < lim ? rm_f32_to_bf16(x[j] * inv) : 0;
+            for (int64_t j = 0; j < kn; j++)
+                p[r * kn + j] = j < lim ? rm_f32_to_bf16(x[j] * inv) : 0;
             lse[i0 + r] = lim > 0 ? sub + logf(sum) : -INFINITY;
         }
         rm_bgemm(false, false, m, d->Dv, kn, p, kn, v, d->Dv, 0.0f, o + i0 * d->Dv, d->Dv);
@@ -154,8 +155,10 @@ static void check_case(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, 
                        bool causal, bool heads, uint64_t seed) {
     const rm_attention_params prm = {.causal = causal, .scale = 1.0 / sqrt((double)D)};
     ref_dims d = {Tq, Tk, D, Dv, causal, (float)prm.scale};
-    remat_tensor *q = att_tensor(B, H, Tq, D, heads, seed), *k = att_tensor(B, H, Tk, D, heads, seed + 1);
-    remat_tensor *v = att_tensor(B, H, Tk, Dv, heads, seed + 2), *go = att_tensor(B, H, Tq, Dv, heads, seed + 3);
+    remat_tensor *q = att_tensor(B, H, Tq, D, heads, seed),
+                 *k = att_tensor(B, H, Tk, D, heads, seed + 1);
+    remat_tensor *v = att_tensor(B, H, Tk, Dv, heads, seed + 2),
+                 *go = att_tensor(B, H, Tq, Dv, heads, seed + 3);
     int64_t nb = B * H, n = Tq > Tk ? Tq : Tk, C = D > Dv ? D : Dv;
     bf16 *buf = malloc(sizeof(bf16) * (size_t)(9 * n * C)), *eb[9];
     for (int i = 0; i < 9; i++) eb[i] = buf + i * n * C;
