@@ -9,8 +9,10 @@
  * zeros of both signs, subnormals and values near bf16's largest. */
 #include <omp.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "../src/backends/cpu/bf16.h"
 #include "../src/internal.h"
 #include "support/rt.h"
 
@@ -316,4 +318,40 @@ Test(bf16_unary, lookup_tables_match_via_f32_for_every_bit_pattern) {
             remat_release(y_ref);
         }
     remat_release(x);
+}
+
+/* rm_bf16_round_run (AVX512_BF16's vcvtne2ps2bf16 where the CPU has it, blocks with a
+ * subnormal and tails through rm_f32_to_bf16; src/backends/cpu/bf16.c) against the scalar
+ * rounding, bitwise: every upper half of an f32 (sign, exponent, 7 mantissa bits: NaNs,
+ * infinities, subnormals, zeros) with lower halves that are ties, just below and above
+ * them, zero and all ones, in an order that gives blocks of 32 with and without a
+ * subnormal; from every start offset mod 32 and through the threaded pass at 1 and 2
+ * threads. */
+Test(bf16_convert, round_run_matches_the_scalar_rounding_for_every_upper_half) {
+    static const uint16_t lows[] = {0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x1234};
+    const int nl = (int)(sizeof lows / sizeof *lows);
+    const int64_t n = 65536 * nl;
+    uint32_t *bits = malloc(sizeof *bits * (size_t)n);
+    uint16_t *h = malloc(sizeof *h * (size_t)n);
+    cr_assert(bits && h);
+    for (int64_t i = 0; i < n; i++) bits[i] = (uint32_t)(i / nl) << 16 | lows[i % nl];
+    const float *f = (const float *)bits;
+    for (int off = 0; off < 32; off++) {
+        memset(h, 0, sizeof *h * (size_t)n);
+        rm_bf16_round_run(f + off, h + off, n - off);
+        for (int64_t i = off; i < n; i++)
+            cr_assert_eq(h[i], rm_f32_to_bf16(f[i]),
+                         "from %d, element %lld (%08x): %04x, want %04x", off, (long long)i,
+                         bits[i], h[i], rm_f32_to_bf16(f[i]));
+    }
+    for (int threads = 1; threads <= 2; threads++) {
+        omp_set_num_threads(threads);
+        memset(h, 0, sizeof *h * (size_t)n);
+        rm_cpu_f32_to_bf16(f, h, n);
+        for (int64_t i = 0; i < n; i++)
+            cr_assert_eq(h[i], rm_f32_to_bf16(f[i]), "%d threads, element %lld (%08x)", threads,
+                         (long long)i, bits[i]);
+    }
+    free(bits);
+    free(h);
 }

@@ -26,9 +26,60 @@ RM_CPU_CLONES_EXTERN void rm_bf16_widen_run(const uint16_t *restrict x, float *r
     for (int64_t i = 0; i < n; i++) y[i] = rm_bf16_to_f32(x[i]);
 }
 
-RM_CPU_CLONES_EXTERN void rm_bf16_round_run(const float *restrict x, uint16_t *restrict y,
-                                            int64_t n) {
+RM_CPU_CLONES static void round_run_loop(const float *restrict x, uint16_t *restrict y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = rm_f32_to_bf16(x[i]);
+}
+
+/* Where the CPU has AVX512_BF16, its vcvtne2ps2bf16 rounds 32 floats at once, to nearest
+ * even with NaNs quieted as rm_f32_to_bf16 does (the bit pattern (x >> 16) | 0x40), but it
+ * reads subnormal inputs as zero: a block of 32 that holds one is rounded by
+ * rm_f32_to_bf16 instead, and so is a tail. Bitwise round_run_loop's results in 0.7x its
+ * time over a (2048, 384) activation, 0.5x in cache (the loop's integer rounding is ~25
+ * instructions per 32). */
+#if defined(__x86_64__) && defined(__GNUC__) &&                                                    \
+    (defined(__clang__) ? __clang_major__ >= 9 : __GNUC__ >= 10)
+#include <immintrin.h>
+#define BF16_CVTNE 1
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void
+round_run_cvtne(const float *restrict x, uint16_t *restrict y, int64_t n) {
+    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), sub_max = _mm512_set1_epi32(0x007FFFFF);
+    const __m512i one = _mm512_set1_epi32(1);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
+        /* subnormal: 0 < |bits| <= 0x007FFFFF, i.e. |bits| - 1 < 0x007FFFFF unsigned */
+        __m512i sa = _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(a), abs_mask), one);
+        __m512i sb = _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(b), abs_mask), one);
+        __mmask16 da = _mm512_cmplt_epu32_mask(sa, sub_max),
+                  db = _mm512_cmplt_epu32_mask(sb, sub_max);
+        if (__builtin_expect((da | db) != 0, 0)) {
+            for (int k = 0; k < 32; k++) y[i + k] = rm_f32_to_bf16(x[i + k]);
+            continue;
+        }
+        __m512bh r = _mm512_cvtne2ps_pbh(b, a); /* a in the low half */
+        __m512i bits;
+        memcpy(&bits, &r, sizeof bits);
+        _mm512_storeu_si512((void *)(y + i), bits);
+    }
+    for (; i < n; i++) y[i] = rm_f32_to_bf16(x[i]);
+}
+#endif
+
+void rm_bf16_round_run(const float *restrict x, uint16_t *restrict y, int64_t n) {
+#ifdef BF16_CVTNE
+    static int has = -1; /* racing first calls both store the same answer */
+    int h = __atomic_load_n(&has, __ATOMIC_RELAXED);
+    if (h < 0) {
+        __builtin_cpu_init();
+        h = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
+        __atomic_store_n(&has, h, __ATOMIC_RELAXED);
+    }
+    if (h) {
+        round_run_cvtne(x, y, n);
+        return;
+    }
+#endif
+    round_run_loop(x, y, n);
 }
 
 RM_CPU_CLONES_EXTERN void rm_bf16_add_run(const uint16_t *restrict x, float *restrict y,
