@@ -375,14 +375,66 @@ static void att_bgemm_rows(int64_t m, int64_t n, int64_t kn, const bf16 *a, cons
     if (!direct) att_copy_rows(dst, ld, buf, n, m, n);
 }
 
-/* Scores of query rows [i0, i0 + m) against keys [0, kn) from dense bf16
- * q rows qd (m, D) and keys kd (kn, D), as att_probs_f32, with P rounded
- * to bf16 into pb (m, kn). s (m, kn) gets the scores; from the saved lse
- * (backward) they become the f32 probabilities, without (forward) the row
- * lse is stored in lse_out and s is left unnormalised (only pb is needed). */
+/* x · sc as its own f32 product: never fused with what follows into one FMA
+ * (the scores are scaled, then the max subtracted, each rounded). */
+static inline f32 att_scaled(f32 x, f32 sc) { return x * sc; }
+
+/* max over j < n of x[j] · sc, as rm_row_max_f32 on the scaled values would
+ * give it (NaN if one is NaN; n ≥ 1), without storing them: the integer-key
+ * max of nn.h. */
+RM_CPU_CLONES static f32 att_scaled_max(const f32 *restrict x, f32 sc, int64_t n) {
+    int32_t m = INT32_MIN, nan = 0;
+    for (int64_t j = 0; j < n; j++) {
+        f32 y = att_scaled(x[j], sc);
+        int32_t b;
+        memcpy(&b, &y, sizeof b);
+        int32_t key = b ^ ((b >> 31) & INT32_C(0x7FFFFFFF));
+        m = key > m ? key : m;
+        nan |= (b & INT32_C(0x7FFFFFFF)) > INT32_C(0x7F800000);
+    }
+    if (nan) return NAN;
+    int32_t b = m ^ ((m >> 31) & INT32_C(0x7FFFFFFF));
+    f32 best;
+    memcpy(&best, &b, sizeof best);
+    return best;
+}
+
+/* x[j] = exp(x[j] · sc − sub) for j < n, returns their sum: att_exp_inplace_f32
+ * on the scaled scores (the same ATT_LANES partial sums), scaling in the same pass. */
+RM_CPU_CLONES static f32 att_exp_scaled(f32 *restrict x, f32 sc, f32 sub, int64_t n) {
+    f32 acc[ATT_LANES] = {0};
+    int64_t i = 0;
+    for (; i + ATT_LANES <= n; i += ATT_LANES)
+        for (int j = 0; j < ATT_LANES; j++) {
+            f32 e = rm_expf_v(att_scaled(x[i + j], sc) - sub);
+            x[i + j] = e;
+            acc[j] += e;
+        }
+    if (i < n) { /* the tail's exps as one vector (a row of a causal block ends anywhere) */
+        f32 t[ATT_LANES];
+        int64_t rem = n - i;
+        for (int j = 0; j < ATT_LANES; j++)
+            t[j] = rm_expf_v(att_scaled(j < rem ? x[i + j] : 0.0f, sc) - sub);
+        for (int64_t j = 0; j < rem; j++) { /* summed into acc[0] in order, as one by one */
+            x[i + j] = t[j];
+            acc[0] += t[j];
+        }
+    }
+    for (int w = ATT_LANES / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
+}
+
+/* Forward probabilities of query rows [i0, i0 + m) against keys [0, kn)
+ * from dense bf16 q rows qd (m, D) and keys kd (kn, D): s (m, kn) gets the
+ * unscaled f32 scores, then per row the max of the scaled scores, their
+ * exps (unnormalised, in s) and P = exp · (1 / sum) rounded to bf16 into
+ * pb (m, kn; masked entries 0); the row lse goes to lse_out. Three passes
+ * over a row: the scaling is done where the scores are read (bitwise
+ * scaling them in place first). */
 RM_CPU_CLONES static void att_probs_bgemm(const att_dims *d, const bf16 *qd, const bf16 *kd,
                                           int64_t i0, int64_t m, int64_t kn, f32 *restrict s,
-                                          bf16 *restrict pb, const f32 *lse, f32 *lse_out) {
+                                          bf16 *restrict pb, f32 *lse_out) {
     rm_bgemm_f32(false, true, m, kn, d->D, qd, d->D, kd, d->D, 0.0f, s, kn);
     const f32 sc = (f32)d->scale;
     for (int64_t r = 0; r < m; r++) {
@@ -390,34 +442,51 @@ RM_CPU_CLONES static void att_probs_bgemm(const att_dims *d, const bf16 *qd, con
         bf16 *pr = pb + r * kn;
         int64_t lim = att_row_keys(d, i0 + r);
         if (lim > kn) lim = kn;
-        if (lse) {
-            f32 l = lse[i0 + r];
-            if (l == -INFINITY) l = 0; /* no keys: every p is 0 anyway */
-            for (int64_t j = 0; j < lim; j++) {
-                f32 e = rm_expf_v(sr[j] * sc - l);
-                sr[j] = e;
-                pr[j] = rm_f32_to_bf16(e);
-            }
-            for (int64_t j = lim; j < kn; j++) sr[j] = 0;
-        } else {
-            for (int64_t j = 0; j < lim; j++) sr[j] *= sc;
-            f32 mx = lim > 0 ? rm_row_max_f32(sr, lim) : -INFINITY;
-            f32 sub = mx == -INFINITY ? 0.0f : mx; /* all -inf: avoid inf - inf */
-            f32 sum = att_exp_inplace_f32(sr, sub, lim);
-            f32 inv = 1.0f / sum;
-            for (int64_t j = 0; j < lim; j++) pr[j] = rm_f32_to_bf16(sr[j] * inv);
-            lse_out[i0 + r] = lim > 0 ? sub + logf(sum) : -INFINITY;
-        }
+        f32 mx = lim > 0 ? att_scaled_max(sr, sc, lim) : -INFINITY;
+        f32 sub = mx == -INFINITY ? 0.0f : mx; /* all -inf: avoid inf - inf */
+        f32 sum = att_exp_scaled(sr, sc, sub, lim);
+        f32 inv = 1.0f / sum;
+        for (int64_t j = 0; j < lim; j++) pr[j] = rm_f32_to_bf16(sr[j] * inv);
         memset(pr + lim, 0, sizeof(bf16) * (size_t)(kn - lim));
+        lse_out[i0 + r] = lim > 0 ? sub + logf(sum) : -INFINITY;
     }
 }
 
-/* Forward scratch per thread: a block's scores (f32) and P (bf16); dense
- * copies of its q rows, the keys and values, and its output rows. */
+/* The forward's per-thread scratch starts with which batch entry's keys and
+ * values its dense tiles hold, and how many rows of each: the query blocks
+ * of one entry need the keys [0, kn) with kn growing block by block, so a
+ * thread copies only the rows it has not copied yet. Dense operands are
+ * read in place and never cached. */
+typedef struct att_kv_cache {
+    int64_t b, krows, vrows;
+} att_kv_cache;
+#define ATT_HEADER 64 /* bytes before the buffers: the cache, and f32 alignment */
+
+/* Rows [0, kn) of src (batch entry b, cols wide, row stride ld) dense: src
+ * itself when it is, else buf after copying the rows past *have. */
+static const bf16 *att_dense_cached(const bf16 *src, int64_t ld, int64_t kn, int64_t cols,
+                                    bf16 *buf, int64_t *have) {
+    if (ld == cols || kn <= 1) return src;
+    if (kn > *have) {
+        att_copy_rows(buf + *have * cols, cols, src + *have * ld, ld, kn - *have, cols);
+        *have = kn;
+    }
+    return buf;
+}
+
+/* Forward scratch per thread: the header, a block's scores (f32) and P
+ * (bf16), the dense keys and values of one entry, a block's q and output
+ * rows. */
 static size_t att_fwd_scratch(const att_dims *d) {
     int64_t kmax = att_keys(d, d->Tq);
-    return (sizeof(f32) + sizeof(bf16)) * (size_t)(ATT_QB * kmax) +
+    return ATT_HEADER + (sizeof(f32) + sizeof(bf16)) * (size_t)(ATT_QB * kmax) +
            sizeof(bf16) * (size_t)(ATT_QB * (d->D + d->Dv) + kmax * (d->D + d->Dv));
+}
+
+/* Marks every thread's key/value cache empty. */
+static void att_fwd_scratch_clear(const att_scratch *scr) {
+    for (int t = 0; t < scr->n; t++)
+        *(att_kv_cache *)(void *)(scr->base + scr->per * (size_t)t) = (att_kv_cache){-1, 0, 0};
 }
 
 /* Forward of one (batch entry, query block) item. */
@@ -427,7 +496,7 @@ static void att_fwd_item_bgemm(const att_dims *d, const att_mat *q, const att_ma
     int64_t nqb = (d->Tq + ATT_QB - 1) / ATT_QB;
     int64_t b = item / nqb, i0 = (item % nqb) * ATT_QB;
     int64_t m = d->Tq - i0 < ATT_QB ? d->Tq - i0 : ATT_QB;
-    int64_t kn = att_keys(d, i0 + m);
+    int64_t kn = att_keys(d, i0 + m), kmax = att_keys(d, d->Tq);
     bf16 *ob = (bf16 *)o->base + o->off[b] + i0 * o->ld;
     if (kn == 0) { /* no keys: an empty sum, as matmul with an empty inner dim */
         for (int64_t r = 0; r < m; r++) {
@@ -436,14 +505,19 @@ static void att_fwd_item_bgemm(const att_dims *d, const att_mat *q, const att_ma
         }
         return;
     }
-    f32 *s = att_scratch_mine(scr);
-    bf16 *pb = (bf16 *)(s + m * kn), *qbuf = pb + m * kn, *kbuf = qbuf + m * d->D;
-    bf16 *vbuf = kbuf + kn * d->D, *obuf = vbuf + kn * d->Dv;
+    char *mine = att_scratch_mine(scr);
+    att_kv_cache *kv = (att_kv_cache *)(void *)mine;
+    f32 *s = (f32 *)(void *)(mine + ATT_HEADER);
+    bf16 *pb = (bf16 *)(s + ATT_QB * kmax), *kbuf = pb + ATT_QB * kmax;
+    bf16 *vbuf = kbuf + kmax * d->D, *qbuf = vbuf + kmax * d->Dv, *obuf = qbuf + ATT_QB * d->D;
+    if (kv->b != b) *kv = (att_kv_cache){b, 0, 0};
     const bf16 *qd =
         att_dense((const bf16 *)q->base + q->off[b] + i0 * q->ld, q->ld, m, d->D, qbuf);
-    const bf16 *kd = att_dense((const bf16 *)k->base + k->off[b], k->ld, kn, d->D, kbuf);
-    const bf16 *vd = att_dense((const bf16 *)v->base + v->off[b], v->ld, kn, d->Dv, vbuf);
-    att_probs_bgemm(d, qd, kd, i0, m, kn, s, pb, NULL, lse + b * d->Tq);
+    const bf16 *kd =
+        att_dense_cached((const bf16 *)k->base + k->off[b], k->ld, kn, d->D, kbuf, &kv->krows);
+    const bf16 *vd =
+        att_dense_cached((const bf16 *)v->base + v->off[b], v->ld, kn, d->Dv, vbuf, &kv->vrows);
+    att_probs_bgemm(d, qd, kd, i0, m, kn, s, pb, lse + b * d->Tq);
     att_bgemm_rows(m, d->Dv, kn, pb, vd, ob, o->ld, obuf); /* O = P·V */
 }
 
@@ -461,22 +535,47 @@ RM_CPU_CLONES static f32 att_dot_bf16(const bf16 *x, const bf16 *y, int64_t n) {
     return acc[0];
 }
 
-/* dS = P ∘ (dP − δ) · scale over an (m, kn) block in f32 (dp holds dP),
- * rounded into dsb. */
-RM_CPU_CLONES static void att_dscores(int64_t m, int64_t kn, const f32 *restrict p,
-                                      const f32 *restrict dp, const f32 *restrict delta, f32 sc,
-                                      bf16 *restrict dsb) {
+/* Backward probabilities of an (m, kn) block from its f32 scores s (as the
+ * forward's GEMM gives them) and the saved lse: P = exp(s · sc − lse),
+ * rounded into pb (masked entries 0); with dp (dP = dO · Vᵀ, computed
+ * before) also dS = P ∘ (dP − δ) · sc from the f32 P, rounded into dsb,
+ * row by row while the row is in L1 (P is kept in s only for that): one
+ * pass over the block where P and dS took two, between which the whole
+ * f32 P went through memory. (P and dS in a single loop measured slower
+ * than these three short loops per row.) */
+RM_CPU_CLONES static void att_bwd_probs(const att_dims *d, int64_t i0, int64_t m, int64_t kn,
+                                        f32 *restrict s, const f32 *lse, const f32 *restrict dp,
+                                        const f32 *restrict delta, bf16 *restrict pb,
+                                        bf16 *restrict dsb) {
+    const f32 sc = (f32)d->scale;
     for (int64_t r = 0; r < m; r++) {
-        const f32 *dpr = dp + r * kn, *pr = p + r * kn;
+        f32 *sr = s + r * kn;
+        bf16 *pr = pb + r * kn;
+        int64_t lim = att_row_keys(d, i0 + r);
+        if (lim > kn) lim = kn;
+        f32 l = lse[i0 + r];
+        if (l == -INFINITY) l = 0; /* no keys: every p is 0 anyway */
+        if (!dp) {
+            for (int64_t j = 0; j < lim; j++) pr[j] = rm_f32_to_bf16(rm_expf_v(sr[j] * sc - l));
+            memset(pr + lim, 0, sizeof(bf16) * (size_t)(kn - lim));
+            continue;
+        }
+        const f32 *dpr = dp + r * kn, dl = delta[r];
         bf16 *dsr = dsb + r * kn;
-        const f32 dl = delta[r];
-        for (int64_t j = 0; j < kn; j++) dsr[j] = rm_f32_to_bf16(pr[j] * (dpr[j] - dl) * sc);
+        for (int64_t j = 0; j < lim; j++) {
+            f32 e = rm_expf_v(sr[j] * sc - l);
+            sr[j] = e;
+            pr[j] = rm_f32_to_bf16(e);
+        }
+        for (int64_t j = lim; j < kn; j++) sr[j] = 0;
+        memset(pr + lim, 0, sizeof(bf16) * (size_t)(kn - lim));
+        for (int64_t j = 0; j < kn; j++) dsr[j] = rm_f32_to_bf16(sr[j] * (dpr[j] - dl) * sc);
     }
 }
 
-/* Backward scratch per thread: P and dP (f32, a block), δ, the dK and dV
- * sums (f32) of a batch entry, P and dS rounded (bf16, a block), dense
- * copies of the keys and values, and of a block's q, dO and dQ rows. */
+/* Backward scratch per thread: the scores and dP (f32, a block), δ, the dK
+ * and dV sums (f32) of a batch entry, P and dS rounded (bf16, a block),
+ * dense copies of the keys and values, and of a block's q, dO and dQ rows. */
 static size_t att_bwd_scratch(const att_dims *d) {
     int64_t kmax = att_keys(d, d->Tq), mb = d->Tq < ATT_QB ? d->Tq : ATT_QB;
     return sizeof(f32) * (size_t)(2 * mb * kmax + mb + d->Tk * (d->D + d->Dv)) +
@@ -484,13 +583,15 @@ static size_t att_bwd_scratch(const att_dims *d) {
 }
 
 /* Backward of batch entry b (dq, dk, dv may be NULL); mt = q, k, v, o, go.
- * Query blocks in order, so dK and dV sum in a fixed order (in f32). */
+ * Query blocks in order, so dK and dV sum in a fixed order (in f32). Per
+ * block: S = Q·Kᵀ and dP = dO·Vᵀ, then one pass makes P and dS from them
+ * (att_bwd_probs), then dV += Pᵀ·dO, dQ = dS·K, dK += dSᵀ·Q. */
 static void att_bwd_entry_bgemm(const att_dims *d, const att_mat *const *mt, const f32 *lse,
                                 const att_mat *dq, const att_mat *dk, const att_mat *dv,
                                 const att_scratch *scr, int64_t b) {
     const att_mat *q = mt[0], *k = mt[1], *v = mt[2], *o = mt[3], *go = mt[4];
     int64_t kmax = att_keys(d, d->Tq), mb = d->Tq < ATT_QB ? d->Tq : ATT_QB;
-    f32 *p = att_scratch_mine(scr), *dp = p + mb * kmax, *delta = dp + mb * kmax;
+    f32 *s = att_scratch_mine(scr), *dp = s + mb * kmax, *delta = dp + mb * kmax;
     f32 *dks = delta + mb, *dvs = dks + d->Tk * d->D;
     bf16 *pb = (bf16 *)(dvs + d->Tk * d->Dv), *dsb = pb + mb * kmax, *kbuf = dsb + mb * kmax;
     bf16 *vbuf = kbuf + kmax * d->D, *qbuf = vbuf + kmax * d->Dv, *gbuf = qbuf + mb * d->D;
@@ -498,7 +599,6 @@ static void att_bwd_entry_bgemm(const att_dims *d, const att_mat *const *mt, con
     memset(dks, 0, sizeof(f32) * (size_t)(d->Tk * (d->D + d->Dv)));
     const bf16 *kd = att_dense((const bf16 *)k->base + k->off[b], k->ld, kmax, d->D, kbuf);
     const bf16 *vd = att_dense((const bf16 *)v->base + v->off[b], v->ld, kmax, d->Dv, vbuf);
-    const f32 sc = (f32)d->scale;
     for (int64_t i0 = 0; i0 < d->Tq; i0 += ATT_QB) {
         int64_t m = d->Tq - i0 < ATT_QB ? d->Tq - i0 : ATT_QB;
         int64_t kn = att_keys(d, i0 + m);
@@ -513,15 +613,16 @@ static void att_bwd_entry_bgemm(const att_dims *d, const att_mat *const *mt, con
         const bf16 *qd =
             att_dense((const bf16 *)q->base + q->off[b] + i0 * q->ld, q->ld, m, d->D, qbuf);
         const bf16 *god = att_dense(goi, go->ld, m, d->Dv, gbuf);
-        att_probs_bgemm(d, qd, kd, i0, m, kn, p, pb, lse + b * d->Tq, NULL);
+        bool grads = dqi || dk;                                                  /* dS wanted */
+        rm_bgemm_f32(false, true, m, kn, d->D, qd, d->D, kd, d->D, 0.0f, s, kn); /* S = Q·Kᵀ */
+        if (grads) {
+            rm_bgemm_f32(false, true, m, kn, d->Dv, god, d->Dv, vd, d->Dv, 0.0f, dp, kn); /* dP */
+            for (int64_t r = 0; r < m; r++) /* δ = rowsum(dO ∘ O) */
+                delta[r] = att_dot_bf16(goi + r * go->ld, oi + r * o->ld, d->Dv);
+        }
+        att_bwd_probs(d, i0, m, kn, s, lse + b * d->Tq, grads ? dp : NULL, delta, pb, dsb);
         if (dv) /* dV[0:kn] += Pᵀ · dO */
             rm_bgemm_f32(true, false, kn, d->Dv, m, pb, kn, god, d->Dv, 1.0f, dvs, d->Dv);
-        if (!dqi && !dk) continue;
-        /* dP = dO · Vᵀ */
-        rm_bgemm_f32(false, true, m, kn, d->Dv, god, d->Dv, vd, d->Dv, 0.0f, dp, kn);
-        for (int64_t r = 0; r < m; r++)
-            delta[r] = att_dot_bf16(goi + r * go->ld, oi + r * o->ld, d->Dv);
-        att_dscores(m, kn, p, dp, delta, sc, dsb);
         if (dqi) att_bgemm_rows(m, d->D, kn, dsb, kd, dqi, dq->ld, dqbuf); /* dQ = dS · K */
         if (dk) /* dK[0:kn] += dSᵀ · Q */
             rm_bgemm_f32(true, false, kn, d->D, m, dsb, kn, qd, d->D, 1.0f, dks, d->D);
@@ -626,8 +727,10 @@ remat_status rm_cpu_attention(const rm_kargs *k) {
     } while (0)
         att_scratch scr = {0};
         if (y->dtype == REMAT_BF16 && rm_bgemm_native()) {
-            if (!(fail = att_scratch_init(&scr, att_fwd_scratch(&d))))
+            if (!(fail = att_scratch_init(&scr, att_fwd_scratch(&d)))) {
+                att_fwd_scratch_clear(&scr);
                 ATT_FOR(d.nb * nqb, work, ATT_FWD_BF16);
+            }
             free(scr.base);
         } else if (y->dtype == REMAT_BF16) ATT_FOR(d.nb, work, ATT_FWD_WIDENED);
         else if (y->dtype == REMAT_F32) ATT_FOR(d.nb * nqb, work, ATT_FWD_F32);
