@@ -265,3 +265,55 @@ Test(bf16_elementwise, mixed_add_matches_via_f32_bitwise) {
                 remat_release(y_ref);
             }
 }
+
+/* The lookup tables of the costly ops (src/backends/cpu/unary.c: the forward's results,
+ * the GELUs' backward factors) against the f32 kernel on widened copies, for every bf16
+ * bit pattern: x runs through all 65536 twice (the second time shifted by a lane, past
+ * the size that builds a table), the gradient through bf16_values' mix; forward,
+ * backward and in-place backward at 1 and 2 threads; the tables must have been built. */
+Test(bf16_unary, lookup_tables_match_via_f32_for_every_bit_pattern) {
+    static const rm_unary_op ops[] = {RM_U_EXP,     RM_U_LOG,      RM_U_TANH,
+                                      RM_U_SIGMOID, RM_U_GELU_ERF, RM_U_GELU_TANH};
+    const int64_t n = 2 * 65536 + 3;
+    remat_tensor *x = NULL;
+    RT_OK(remat_empty(&x, 1, &n, REMAT_BF16, REMAT_DEVICE_CPU));
+    uint16_t *xv = remat_data(x);
+    for (int64_t i = 0; i < n; i++) xv[i] = (uint16_t)(i < 65536 ? i : i - 65537);
+    for (int threads = 1; threads <= 2; threads++)
+        for (size_t o = 0; o < sizeof ops / sizeof *ops; o++) {
+            omp_set_num_threads(threads);
+            rm_unary_params p = {ops[o], 0.0};
+            remat_tensor *y = bf16_values(n, 3, 0), *y_ref = bf16_copy(y);
+            rm_kargs k = {.in = {x}, .out = {y}, .params = &p},
+                     kr = {.in = {x}, .out = {y_ref}, .params = &p};
+            RT_OK(rm_cpu_kernels[RM_K_UNARY][REMAT_BF16](&k));
+            RT_OK(rm_cpu_bf16_via_f32[RM_K_UNARY](&kr));
+            ASSERT_SAME(y, y_ref, "forward (table)");
+            cr_assert(rm_cpu_unary_bf16_table_ready(p.op, false), "op %d: no forward table",
+                      (int)p.op);
+            if (p.op == RM_U_GELU_ERF || p.op == RM_U_GELU_TANH) {
+                remat_tensor *g = bf16_values(n, 11 + o, 2), *gi = bf16_copy(g);
+                remat_tensor *dx = bf16_copy(y), *dx_ref = bf16_copy(y), *gi_ref = bf16_copy(g);
+                rm_kargs b = {.in = {g, x}, .out = {dx}, .params = &p};
+                rm_kargs br = {.in = {g, x}, .out = {dx_ref}, .params = &p};
+                rm_kargs bi = {.in = {gi, x}, .out = {gi}, .params = &p};
+                rm_kargs bir = {.in = {gi_ref, x}, .out = {gi_ref}, .params = &p};
+                RT_OK(rm_cpu_kernels[RM_K_UNARY_BWD][REMAT_BF16](&b));
+                RT_OK(rm_cpu_bf16_via_f32[RM_K_UNARY_BWD](&br));
+                ASSERT_SAME(dx, dx_ref, "backward (table)");
+                RT_OK(rm_cpu_kernels[RM_K_UNARY_BWD][REMAT_BF16](&bi));
+                RT_OK(rm_cpu_bf16_via_f32[RM_K_UNARY_BWD](&bir));
+                ASSERT_SAME(gi, gi_ref, "in-place backward (table)");
+                cr_assert(rm_cpu_unary_bf16_table_ready(p.op, true), "op %d: no factor table",
+                          (int)p.op);
+                remat_release(g);
+                remat_release(gi);
+                remat_release(gi_ref);
+                remat_release(dx);
+                remat_release(dx_ref);
+            }
+            remat_release(y);
+            remat_release(y_ref);
+        }
+    remat_release(x);
+}

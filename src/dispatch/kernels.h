@@ -93,6 +93,9 @@ extern const rm_kernel_fn rm_cpu_kernels[RM_K_COUNT][RM_N_DTYPES];
  * copies of the bf16 operands, the bf16 outputs rounded back (to nearest
  * even): the cpu's bf16 kernel where it has no native one. */
 extern const rm_kernel_fn rm_cpu_bf16_via_f32[RM_K_COUNT];
+/* (src/backends/cpu/unary.c) Whether the bf16 unary kernel's lookup table of op is built:
+ * its forward results, or (backward) its f'(s) factors (the GELUs only). For tests. */
+bool rm_cpu_unary_bf16_table_ready(rm_unary_op op, bool backward);
 
 /* Registers fn for (kernel, device type, dtype); fn NULL removes it. The
  * cpu type's kernels are fixed. Not thread-safe: register at start-up, as
