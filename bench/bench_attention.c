@@ -71,8 +71,8 @@ static void free_set(att_set *s) {
 /* One forward and one backward of set s; CPU seconds of each into fwd, bwd. */
 static void run(att_set *s, remat_dtype dt, double *fwd, double *bwd) {
     static const rm_attention_params p = {.causal = true, .scale = 0.125};
-    rm_kargs kf = {.in = {s->in[0], s->in[1], s->in[2]}, .out = {s->out[0], s->out[1]},
-                   .params = &p};
+    rm_kargs kf = {
+        .in = {s->in[0], s->in[1], s->in[2]}, .out = {s->out[0], s->out[1]}, .params = &p};
     rm_kargs kb = {.in = {s->in[0], s->in[1], s->in[2], s->out[0], s->in[3], s->out[1]},
                    .out = {s->out[2], s->out[3], s->out[4]},
                    .params = &p};
@@ -111,7 +111,7 @@ int main(int argc, char **argv) {
 #ifdef _OPENMP
         omp_set_num_threads(threads[ti]);
 #endif
-        double t[2][2][MAX_REPS], w; /* [f32, bf16][fwd, bwd] */
+        double t[2][2][MAX_REPS], w;  /* [f32, bf16][fwd, bwd] */
         run(&s32, REMAT_F32, &w, &w); /* warm-up: pages, primitives, thread team */
         run(&s16, REMAT_BF16, &w, &w);
         for (int i = 0; i < reps; i++) {
