@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "remat/autocast.h"
 #include "support/models.h"
 #include "support/rt.h"
 
@@ -260,6 +261,58 @@ Test(backward_memory, checkpointed_mlp_backward_peak_is_exact) {
         remat_release(gy);
     }
     for (int i = 0; i <= np; i++) {
+        cr_assert(rt_bitwise_equal(grads[0][i], grads[1][i]), "gradient %d: checkpointed = plain",
+                  i);
+        remat_release(grads[0][i]);
+        remat_release(grads[1][i]);
+    }
+    remat_release(x);
+    rt_mlp_block_free(&b);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* The same block under cpu autocast (bf16 GEMMs, f32 weights kept; x + y is
+ * autocast's uncast f32 + bf16 add), checkpointed and plain, R 1024, D 256,
+ * H 2048, w1 and b1 frozen (so the first linear's backward, which would add
+ * dW1, is small). The backward's peak is in the second linear's dx GEMM: the
+ * recomputed h = w1 x + b1 (R H bf16, gelu's saved input), dW2 (D H f32),
+ * dx2 (R H bf16), the bf16 gradient of y (R D, rounded from gy by add's
+ * backward) and the rounded panels of W2: 512 KiB, where a whole rounded
+ * copy was D H bf16 (1 MiB). Gradients equal checkpointed and plain. */
+Test(backward_memory, checkpointed_mlp_autocast_peak_is_exact) {
+    const size_t R = 1024, D = 256, H = 2048;
+    rt_mlp_block b;
+    rt_mlp_block_init(&b, (int)D, (int)H, 0.0, REMAT_F32, 3);
+    RT_OK(remat_set_requires_grad(b.w1, false));
+    RT_OK(remat_set_requires_grad(b.b1, false));
+    int64_t sx[] = {(int64_t)R, (int64_t)D};
+    remat_tensor *x = leaf(2, sx, 11, true), *params[4];
+    int np = rt_mlp_block_params(&b, params);
+    remat_tensor *grads[2][3];
+    for (int ck = 0; ck < 2; ck++) {
+        remat_tensor *y = NULL, *gy = NULL;
+        const remat_checkpoint_options o = {.use_reentrant = REMAT_OPT_FALSE};
+        remat_autocast_state prev;
+        RT_OK(remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, true));
+        if (ck) RT_OK(remat_checkpoint(rt_mlp_block_fn, &b, 1, &x, 1, &y, &o));
+        else RT_OK(rt_mlp_block_fn(&b, &x, 1, &y, 1));
+        remat_autocast_end(&prev);
+        gy = rt_rand(2, sx, REMAT_F32, -1, 1, 12);
+        size_t base = remat_cpu_current_bytes();
+        RT_OK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
+        RT_OK(remat_backward(1, &y, &gy, false, 0, NULL));
+        size_t peak = remat_cpu_peak_bytes() - base;
+        if (ck)
+            cr_assert_eq(peak, 2 * R * H + 4 * D * H + 2 * R * H + 2 * R * D + 512 * 1024,
+                         "checkpointed backward peak under autocast %zu bytes", peak);
+        grads[ck][0] = take_grad(x);
+        grads[ck][1] = take_grad(b.w2);
+        grads[ck][2] = take_grad(b.b2);
+        remat_release(y);
+        remat_release(gy);
+    }
+    (void)np;
+    for (int i = 0; i < 3; i++) {
         cr_assert(rt_bitwise_equal(grads[0][i], grads[1][i]), "gradient %d: checkpointed = plain",
                   i);
         remat_release(grads[0][i]);

@@ -10,6 +10,7 @@
 
 #include "backends/cpu/gemm.h"
 #include "internal.h"
+#include "remat/autocast.h"
 #include "support/rt.h"
 
 /* REMAT_TEST_DEVICE=fenced|cuda (make test-fenced, make test-cuda) puts the tensors that the
@@ -913,5 +914,47 @@ Test(ops_matmul, device_mismatch) {
     remat_release(b);
     remat_release(ad);
     remat_release(bd);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* Linear's dx under cpu autocast (bf16 x and g, the f32 weight kept): its
+ * GEMM rounds the weight in column panels (RM_MM_PANEL, up to K =
+ * out_features 384: GPT's fc2 and proj) rather than into one rounded copy.
+ * Bitwise the old path, the bf16 GEMM of g and the whole rounded weight, at
+ * 1 and 2 threads, odd sizes, weights over the panel budget; above K 384 the
+ * weight is rounded whole (oneDNN's sums there depend on N). */
+Test(ops_matmul, linear_bf16_panels_match_whole_rounded_weight) {
+    if (!rm_bgemm_native()) cr_skip_test("no native bf16 GEMM on this CPU");
+    const int64_t shapes[][3] = {
+        {300, 384, 1001}, {257, 383, 1537}, {64, 100, 3000}, {96, 1536, 384}, {129, 1152, 385}};
+    int prev = omp_get_max_threads();
+    for (int th = 1; th <= 2; th++) {
+        omp_set_num_threads(th);
+        for (int s = 0; s < 5; s++) {
+            int64_t R = shapes[s][0], O = shapes[s][1], I = shapes[s][2];
+            int64_t sx[] = {R, I}, sw[] = {O, I}, sg[] = {R, O};
+            remat_tensor *xf = rt_rand(2, sx, REMAT_F32, -1, 1, 3), *xb = NULL, *gb = NULL;
+            remat_tensor *w = rt_rand(2, sw, REMAT_F32, -1, 1, 4), *gf = NULL, *wb = NULL;
+            gf = rt_rand(2, sg, REMAT_F32, -1, 1, 5);
+            RT_OK(remat_to_dtype(&xb, xf, REMAT_BF16));
+            RT_OK(remat_to_dtype(&gb, gf, REMAT_BF16));
+            RT_OK(remat_to_dtype(&wb, w, REMAT_BF16));
+            remat_tensor *x = rt_leaf(xb), *y = NULL, *ref = NULL;
+            RT_OK(remat_set_requires_grad(w, true));
+            remat_autocast_state ac;
+            RT_OK(remat_autocast_begin(&ac, REMAT_CPU, REMAT_BF16, true));
+            RT_OK(remat_linear(&y, x, w, NULL));
+            remat_autocast_end(&ac);
+            RT_OK(remat_backward(1, &y, &gb, false, 0, NULL));
+            RT_OK(remat_matmul(&ref, gb, wb));
+            char what[96];
+            snprintf(what, sizeof what, "%d threads, x (%lld, %lld), w (%lld, %lld)", th,
+                     (long long)R, (long long)I, (long long)O, (long long)I);
+            cr_assert(rt_bitwise_equal(x->grad, ref), "%s: dx differs", what);
+            remat_release(ref), remat_release(y), remat_release(x), remat_release(w);
+            remat_release(xf), remat_release(gf), remat_release(gb), remat_release(wb);
+        }
+    }
+    omp_set_num_threads(prev);
     cr_assert_eq(remat_live_tensors(), 0);
 }

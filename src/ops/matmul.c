@@ -261,7 +261,9 @@ static remat_status lin_infer(const rm_op_call *c, rm_out_spec *out) {
 }
 
 /* dx = g · W, dW = g^T · x (flattened over the leading dims: one GEMM with
- * K = rows when x and g are contiguous), db = column sums of g. */
+ * K = rows when x and g are contiguous), db = column sums of g. Under
+ * autocast the kept f32 weight is rounded for dx's GEMM panel by panel
+ * (RM_MM_PANEL): no whole rounded copy of it exists at the backward's peak. */
 static remat_status linear_backward(remat_node *node, remat_tensor *const *gout,
                                     remat_tensor **gin) {
     const lin_ctx *c = node->ctx;
@@ -292,7 +294,8 @@ static remat_status linear_backward(remat_node *node, remat_tensor *const *gout,
         if (!rc) rc = check_saved(nm, "weight", w, 2, wshape);
         if (!rc) rc = rm_new_output(&gin[0], c->ndx, c->sx, dt, dev);
         if (!rc)
-            rc = mm_run(nm, gin[0], row | RM_MM_COL, g, row | RM_MM_COL, w, RM_MM_ROW | RM_MM_COL);
+            rc = mm_run(nm, gin[0], row | RM_MM_COL, g, row | RM_MM_COL, w,
+                        RM_MM_ROW | RM_MM_COL | RM_MM_PANEL);
     }
     if (!rc && gbias) {
         rc = rm_new_output(&gin[2], 1, &c->out_f, dt, dev);

@@ -77,6 +77,113 @@ static void gemm_dt(remat_dtype dt, remat_dtype dtc, bool ta, bool tb, int64_t m
                  (double *)C, ldc);
 }
 
+/* ---- bf16 GEMMs of f32 operands rounded panel by panel ------------------------------------ */
+
+/* The bf16 scratch one RM_K_MATMUL call may hold for the panels of its f32
+ * operands that RM_MM_PANEL marks (split evenly when both are): linear's
+ * backward under autocast, whose kept f32 weight (and f32 output gradient)
+ * would otherwise be rounded into whole copies at the backward's peak. */
+#define RM_PANEL_BYTES ((int64_t)512 * 1024)
+/* B (the weight) is split into column panels only up to this K: oneDNN's
+ * bf16 matmul sums an element's K products in an order that does not depend
+ * on N there (test_ops_matmul's linear_bf16_panels_match_whole_rounded_weight),
+ * so the panels give the whole copy's bits; at K 448-768 and 1152-1536 its K
+ * blocking depends on N and a few elements in 10^4 move by the last bit. Above
+ * it the weight is rounded whole (K 1152, 1536: GPT's qkv and fc, whose
+ * panels would also re-read their large A once per panel, +10-15 % CPU). */
+#define RM_PANEL_MAX_K 384
+
+/* How one call's GEMMs run: in dt (bf16 when any operand or C is bf16),
+ * A's and B's own dtypes da, db (an f32 one in a bf16 GEMM is rounded panel
+ * by panel into scratch: cap_a, cap_b elements each), C's dtype dc. */
+typedef struct mm_kind {
+    remat_dtype dt, da, db, dc;
+    uint16_t *scratch;
+    int64_t cap_a, cap_b;
+} mm_kind;
+
+/* Rows or columns per panel: `all` cut into as few panels as `cap`
+ * elements hold with `k` each, of equal widths rounded up to a multiple of
+ * 32 (no narrow last panel: a GEMM a few columns wide is slow). */
+static int64_t panel_width(int64_t cap, int64_t k, int64_t all) {
+    int64_t most = k > 0 ? cap / k : all;
+    most = most >= 32 ? most / 32 * 32 : 32;
+    if (most >= all) return all;
+    int64_t np = (all + most - 1) / most, w = (all + np - 1) / np;
+    w = (w + 31) / 32 * 32;
+    return w < most ? w : most;
+}
+
+/* y (rows, cols) contiguous = x's rows (row stride ld) rounded to bf16:
+ * rm_cpu_f32_to_bf16's rounding, row by row. */
+static void round_rows(const float *x, int64_t ld, int64_t rows, int64_t cols, uint16_t *y) {
+#pragma omp parallel for schedule(static) if (rows * cols > RM_OMP_MIN)
+    for (int64_t r = 0; r < rows; r++) rm_bf16_round_run(x + r * ld, y + r * cols, cols);
+}
+
+/* op(A)'s rows i0..i0+mm rounded into s (A f32, stored (m, k), or (k, m) when
+ * ta); *ld: the panel's row stride as stored (the transpose flag stays). */
+static const char *round_a_panel(bool ta, const char *A, int64_t lda, int64_t i0, int64_t mm,
+                                 int64_t k, uint16_t *s, int64_t *ld) {
+    const float *a = (const float *)A;
+    if (ta) round_rows(a + i0, lda, k, mm, s), *ld = mm;
+    else round_rows(a + i0 * lda, lda, mm, k, s), *ld = k;
+    return (const char *)s;
+}
+
+/* op(B)'s columns j0..j0+nn rounded into s (B f32, stored (k, n), or (n, k) when tb). */
+static const char *round_b_panel(bool tb, const char *B, int64_t ldb, int64_t j0, int64_t nn,
+                                 int64_t k, uint16_t *s, int64_t *ld) {
+    const float *b = (const float *)B;
+    if (tb) round_rows(b + j0 * ldb, ldb, nn, k, s), *ld = k;
+    else round_rows(b + j0, ldb, k, nn, s), *ld = nn;
+    return (const char *)s;
+}
+
+/* C = op(A) · op(B) (+ bias or beta·C) as gemm_dt, with an f32 A or B (or
+ * both) rounded to bf16 panel by panel: A over its rows (M), B over its
+ * columns (N), so every element of C still gets its whole K sum from one
+ * bf16 GEMM of the same rounded operands. B's panels are the outer loop
+ * (each rounded once); A is rounded once when it fits its scratch whole,
+ * else again for every B panel. oneDNN's result for an element does not
+ * depend on M, nor on N up to K = RM_PANEL_MAX_K: the same bits as the GEMM
+ * of whole rounded copies. */
+static void gemm_panels(const mm_kind *kd, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                        const char *A, int64_t lda, const char *B, int64_t ldb, double beta,
+                        char *C, int64_t ldc, gemm_bias bias) {
+    bool ra = kd->da == REMAT_F32, rb = kd->db == REMAT_F32;
+    int64_t pm = ra ? panel_width(kd->cap_a, k, m) : m, pn = rb ? panel_width(kd->cap_b, k, n) : n;
+    size_t esa = remat_dtype_size(kd->da), esb = remat_dtype_size(kd->db);
+    size_t esc = remat_dtype_size(kd->dc), esbias = bias.f32 ? sizeof(float) : sizeof(uint16_t);
+    uint16_t *sa = kd->scratch, *sb = kd->scratch + kd->cap_a;
+    const char *Aw = A; /* A whole, rounded once when it fits */
+    int64_t ldaw = lda;
+    if (ra && pm == m) Aw = round_a_panel(ta, A, lda, 0, m, k, sa, &ldaw);
+    for (int64_t j0 = 0; j0 < n; j0 += pn) {
+        int64_t nn = n - j0 < pn ? n - j0 : pn, ldbp = ldb;
+        const char *Bp = rb ? round_b_panel(tb, B, ldb, j0, nn, k, sb, &ldbp)
+                            : B + (size_t)(tb ? j0 * ldb : j0) * esb;
+        gemm_bias bp = bias;
+        if (bias.p) bp.p = (const char *)bias.p + (size_t)j0 * esbias;
+        for (int64_t i0 = 0; i0 < m; i0 += pm) {
+            int64_t mm = m - i0 < pm ? m - i0 : pm, ldap = ldaw;
+            const char *Ap = Aw != A || !ra ? Aw + (size_t)(ta ? i0 : i0 * ldaw) * (ra ? 2 : esa)
+                                            : round_a_panel(ta, A, lda, i0, mm, k, sa, &ldap);
+            gemm_dt(REMAT_BF16, kd->dc, ta, tb, mm, nn, k, Ap, ldap, Bp, ldbp, beta,
+                    C + ((size_t)i0 * (size_t)ldc + (size_t)j0) * esc, ldc, bp);
+        }
+    }
+}
+
+/* One GEMM of the call: gemm_dt, or gemm_panels when an operand is rounded here. */
+static void gemm_kind(const mm_kind *kd, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      const char *A, int64_t lda, const char *B, int64_t ldb, double beta, char *C,
+                      int64_t ldc, gemm_bias bias) {
+    if (kd->da != kd->dt || kd->db != kd->dt)
+        gemm_panels(kd, ta, tb, m, n, k, A, lda, B, ldb, beta, C, ldc, bias);
+    else gemm_dt(kd->dt, kd->dc, ta, tb, m, n, k, A, lda, B, ldb, beta, C, ldc, bias);
+}
+
 /* True when C is one matrix for several batch entries (stride 0 along a batch
  * dim): the GEMMs then accumulate into it. */
 static bool c_shared(int nb, const int64_t *bshape, const mview *C) {
@@ -92,7 +199,7 @@ static bool c_shared(int nb, const int64_t *bshape, const mview *C) {
  * row every GEMM adds inside itself (bf16 operands and C, C not shared).
  * c_numel: number of elements of the tensor behind C (zeroed before
  * accumulating). All views must pass mv_layout. */
-static void mm_exec(remat_dtype dt, remat_dtype dtc, int nb, const int64_t *bshape, const mview *A,
+static void mm_exec(const mm_kind *kd, int nb, const int64_t *bshape, const mview *A,
                     const mview *B, const mview *C, int64_t c_numel, bool add_to_c,
                     gemm_bias bias) {
     bool ta, tb, tc;
@@ -102,20 +209,21 @@ static void mm_exec(remat_dtype dt, remat_dtype dtc, int nb, const int64_t *bsha
     mv_layout(C, &tc, &ldc);
     int64_t m = A->rows, k = A->cols, n = B->cols;
     int64_t nbatch = rm_shape_numel(nb, bshape);
-    size_t es = remat_dtype_size(dt), esc = remat_dtype_size(dtc);
+    size_t esa = remat_dtype_size(kd->da), esb = remat_dtype_size(kd->db);
+    size_t esc = remat_dtype_size(kd->dc);
     double beta = add_to_c ? 1.0 : 0.0;
     if (m == 0 || n == 0) return;
 
     /* fold-M: one GEMM over batch·m rows */
     if (!ta && !tc && batch_broadcast_all(nb, bshape, B->bstr) &&
         batch_chains(nb, bshape, A->bstr, m * lda) && batch_chains(nb, bshape, C->bstr, m * ldc)) {
-        gemm_dt(dt, dtc, ta, tb, nbatch * m, n, k, A->p, lda, B->p, ldb, beta, C->p, ldc, bias);
+        gemm_kind(kd, ta, tb, nbatch * m, n, k, A->p, lda, B->p, ldb, beta, C->p, ldc, bias);
         return;
     }
     /* fold-K: one GEMM summing over batch·k */
     if (ta && !tb && !tc && batch_broadcast_all(nb, bshape, C->bstr) &&
         batch_chains(nb, bshape, A->bstr, k * lda) && batch_chains(nb, bshape, B->bstr, k * ldb)) {
-        gemm_dt(dt, dtc, ta, tb, m, n, nbatch * k, A->p, lda, B->p, ldb, beta, C->p, ldc, bias);
+        gemm_kind(kd, ta, tb, m, n, nbatch * k, A->p, lda, B->p, ldb, beta, C->p, ldc, bias);
         return;
     }
     /* one GEMM per batch entry; accumulate where C is broadcast */
@@ -136,28 +244,30 @@ static void mm_exec(remat_dtype dt, remat_dtype dtc, int nb, const int64_t *bsha
      * split does not pay, and whenever the batch divides evenly among the
      * threads (8 x 256x384x384 on 2 threads: 160 vs 134 GFLOP/s with
      * OpenBLAS). Not when C is shared across the batch (accumulation), nor
-     * when the GEMM layer cannot be entered from a parallel region. (Two
+     * when the GEMM layer cannot be entered from a parallel region, nor
+     * when operands are rounded into the call's one scratch. (Two
      * loops rather than one with an `if (par)` clause: a GEMM that opens its
      * own parallel region from inside an inactive one gets a freshly created
      * nested team from libgomp — about 2 ms per call.) */
     int nt = max_threads();
     bool par = !acc && nbatch > 1 && nt > 1 && rm_gemm_threading() == RM_GEMM_THREADS_OMP &&
+               !kd->scratch &&
                ((double)m * (double)n * (double)k < RM_BATCH_PAR_MAX || nbatch % nt == 0);
     if (par) {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < nbatch; i++) {
             rm_iter it = base;
             rm_iter_seek(&it, i);
-            gemm_dt(dt, dtc, ta, tb, m, n, k, A->p + (size_t)it.off[0] * es, lda,
-                    B->p + (size_t)it.off[1] * es, ldb, beta, C->p + (size_t)it.off[2] * esc, ldc,
-                    bias);
+            gemm_kind(kd, ta, tb, m, n, k, A->p + (size_t)it.off[0] * esa, lda,
+                      B->p + (size_t)it.off[1] * esb, ldb, beta, C->p + (size_t)it.off[2] * esc,
+                      ldc, bias);
         }
     } else {
         rm_iter it = base;
         for (int64_t i = 0; i < nbatch; i++) {
-            gemm_dt(dt, dtc, ta, tb, m, n, k, A->p + (size_t)it.off[0] * es, lda,
-                    B->p + (size_t)it.off[1] * es, ldb, beta, C->p + (size_t)it.off[2] * esc, ldc,
-                    bias);
+            gemm_kind(kd, ta, tb, m, n, k, A->p + (size_t)it.off[0] * esa, lda,
+                      B->p + (size_t)it.off[1] * esb, ldb, beta, C->p + (size_t)it.off[2] * esc,
+                      ldc, bias);
             rm_iter_next(&it);
         }
     }
@@ -256,28 +366,64 @@ static int rounded_copy(remat_tensor **out, remat_tensor *t) {
     return rc;
 }
 
-/* Operands run in in[0]'s dtype. Under autocast linear hands over its f32
- * weight uncast (bf16 x, src/ops/matmul.c): it is rounded into a scratch
- * copy for the GEMM; and its gradient (bf16 g, x) is an f32 C. */
+/* The GEMMs run in bf16 when an operand or C is bf16 (autocast: linear's
+ * kept f32 weight, its f32 output gradient; bf16 g, x with linear's f32 dW
+ * as C), otherwise in the operands' dtype (which must then agree). An f32
+ * operand of a bf16 GEMM is rounded as the GEMMs read it, panel by panel
+ * into one scratch of at most RM_PANEL_BYTES, when its flags have
+ * RM_MM_PANEL; otherwise into a whole rounded copy first. */
+static remat_status mm_kind_of(mm_kind *kd, remat_tensor **ar, remat_tensor **br,
+                               remat_tensor **scratch, const rm_mm_params *p, remat_tensor *a,
+                               remat_tensor *b, remat_tensor *y, int64_t mmax, int64_t nmax,
+                               int64_t kmax) {
+    remat_dtype da = a->dtype, db = b->dtype;
+    bool low = da == REMAT_BF16 || db == REMAT_BF16 || y->dtype == REMAT_BF16;
+    *kd = (mm_kind){da, da, db, y->dtype, NULL, 0, 0};
+    if (!low) {
+        if (da == db) return REMAT_OK;
+        return rm_err(REMAT_EDTYPE, "matmul kernel: operands of dtypes %s and %s",
+                      remat_dtype_name(da), remat_dtype_name(db));
+    }
+    if ((da != REMAT_BF16 && da != REMAT_F32) || (db != REMAT_BF16 && db != REMAT_F32))
+        return rm_err(REMAT_EDTYPE, "matmul kernel: operands of dtypes %s and %s for a bf16 GEMM",
+                      remat_dtype_name(da), remat_dtype_name(db));
+    kd->dt = REMAT_BF16;
+    bool pa = da == REMAT_F32 && (p->a & RM_MM_PANEL);
+    bool pb = db == REMAT_F32 && (p->b & RM_MM_PANEL) && kmax <= RM_PANEL_MAX_K;
+    int rc = REMAT_OK;
+    if (da == REMAT_F32 && !pa) rc = rounded_copy(ar, a), kd->da = REMAT_BF16;
+    if (!rc && db == REMAT_F32 && !pb) rc = rounded_copy(br, b), kd->db = REMAT_BF16;
+    if (rc || (!pa && !pb)) return rc;
+    /* each rounded operand's share of the budget (or one 32-wide panel if
+     * more), as many elements as its panels use at the largest M, N, K */
+    int64_t share = RM_PANEL_BYTES / (int64_t)sizeof(uint16_t) / (pa && pb ? 2 : 1);
+    int64_t least = 32 * kmax, cap = share > least ? share : least;
+    if (pa) kd->cap_a = panel_width(cap, kmax, mmax) * kmax;
+    if (pb) kd->cap_b = panel_width(cap, kmax, nmax) * kmax;
+    int64_t n = kd->cap_a + kd->cap_b;
+    /* from the allocator: the scratch is part of what the step holds */
+    rc = rm_new_output(scratch, 1, &n, REMAT_BF16, y->storage->device);
+    if (!rc) kd->scratch = rm_ptr(*scratch);
+    return rc;
+}
+
 remat_status rm_cpu_matmul(const rm_kargs *k) {
     const rm_mm_params *p = k->params;
     remat_tensor *y = k->out[0], *bias = k->in[2];
-    remat_tensor *ac = NULL, *bc = NULL, *biasc = NULL, *br = NULL;
+    remat_tensor *ac = NULL, *bc = NULL, *biasc = NULL, *ar = NULL, *br = NULL, *scratch = NULL;
     int nb;
     int64_t bshape[REMAT_MAX_DIMS];
     remat_tensor *ops[3] = {k->in[0], k->in[1], y};
     const unsigned char flags[3] = {p->a, p->b, p->c};
     batch_shape(ops, flags, &nb, bshape);
-    remat_tensor *b = k->in[1];
-    int rc = REMAT_OK;
-    if (b->dtype != k->in[0]->dtype) {
-        if (k->in[0]->dtype != REMAT_BF16 || b->dtype != REMAT_F32)
-            return rm_err(REMAT_EDTYPE, "matmul kernel: operands of dtypes %s and %s",
-                          remat_dtype_name(k->in[0]->dtype), remat_dtype_name(b->dtype));
-        rc = rounded_copy(&br, b);
-        b = br;
-    }
-    if (!rc) rc = prep_operand(&ac, k->in[0], p->a & RM_MM_ROW, p->a & RM_MM_COL);
+    /* the GEMMs' largest M, N, K: fold-M runs M over the batch, fold-K K */
+    mview Av = operand_view(k->in[0], p->a, nb), Bv = operand_view(k->in[1], p->b, nb);
+    int64_t nbatch = rm_shape_numel(nb, bshape), tr = (p->a & RM_MM_T) != 0;
+    mm_kind kd;
+    int rc = mm_kind_of(&kd, &ar, &br, &scratch, p, k->in[0], k->in[1], y,
+                        Av.rows * (tr ? 1 : nbatch), Bv.cols, Av.cols * (tr ? nbatch : 1));
+    remat_tensor *a = ar ? ar : k->in[0], *b = br ? br : k->in[1];
+    if (!rc) rc = prep_operand(&ac, a, p->a & RM_MM_ROW, p->a & RM_MM_COL);
     if (!rc) rc = prep_operand(&bc, b, p->b & RM_MM_ROW, p->b & RM_MM_COL);
     if (!rc && bias) rc = rm_contig(&biasc, bias);
     if (rc) goto out;
@@ -286,16 +432,18 @@ remat_status rm_cpu_matmul(const rm_kargs *k) {
     /* bf16 (autocast): the bias goes into the GEMM itself; otherwise it is
      * written into y's rows first and the GEMM adds to it (beta = 1) */
     gemm_bias gb = {NULL, false};
-    if (biasc && ac->dtype == REMAT_BF16 && y->dtype == REMAT_BF16 && !c_shared(nb, bshape, &C))
+    if (biasc && kd.dt == REMAT_BF16 && y->dtype == REMAT_BF16 && !c_shared(nb, bshape, &C))
         gb = (gemm_bias){rm_ptr(biasc), biasc->dtype == REMAT_F32};
     else if (biasc) {
         int64_t n = biasc->shape[0];
         fill_rows(rm_ptr(y), rm_ptr(biasc), n ? remat_numel(y) / n : 0, n,
                   remat_dtype_size(y->dtype));
     }
-    mm_exec(ac->dtype, y->dtype, nb, bshape, &A, &B, &C, remat_numel(y), biasc && !gb.p, gb);
+    mm_exec(&kd, nb, bshape, &A, &B, &C, remat_numel(y), biasc && !gb.p, gb);
 out:
+    remat_release(ar);
     remat_release(br);
+    remat_release(scratch);
     remat_release(ac);
     remat_release(bc);
     remat_release(biasc);

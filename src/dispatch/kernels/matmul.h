@@ -34,8 +34,12 @@
  * they have size 1 or are missing. RM_MM_T: the operand is the transpose of
  * that matrix. C (out[0]) is never transposed; where it is broadcast over
  * batch dims, the products of those batch entries are summed into it (how
- * a backward reduces a gradient over the dims its input was broadcast along). */
-enum { RM_MM_ROW = 1, RM_MM_COL = 2, RM_MM_T = 4 };
+ * a backward reduces a gradient over the dims its input was broadcast along).
+ * RM_MM_PANEL (cpu): an f32 operand of a bf16 GEMM (a bf16 operand or C) is
+ * rounded to bf16 panel by panel into a small scratch as the GEMM reads it,
+ * instead of into a whole rounded copy first (linear's backward under
+ * autocast: its kept f32 weight, its f32 output gradient). */
+enum { RM_MM_ROW = 1, RM_MM_COL = 2, RM_MM_T = 4, RM_MM_PANEL = 8 };
 typedef struct rm_mm_params {
     unsigned char a, b, c; /* RM_MM_* of in[0], in[1], out[0] */
 } rm_mm_params;
