@@ -174,8 +174,9 @@ Test(wide_grad, create_graph_is_unchanged) {
 
 /* Through a tag (an identity that hands g on as it is: the GPT block tags
  * its linears' outputs) the gradient reaches the linear wide: the same
- * gradients as the rounded path, and a lower backward peak (no bf16 copy of
- * g, R O, only panels of it; with I small the peak is in linear's backward). */
+ * gradients as the rounded path, and a backward peak below the bf16 copy of
+ * g (R O) that the rounded path makes (with I small, linear's backward is
+ * the peak). */
 Test(wide_grad, through_a_tag) {
     const int64_t R = 1024, O = 384, I = 32;
     net n;
@@ -189,10 +190,9 @@ Test(wide_grad, through_a_tag) {
     cr_assert_eq(g_seen, REMAT_BF16, "the hook sees y's dtype");
     for (int i = 0; i < 4; i++)
         cr_assert(rt_bitwise_equal(wide[i], old[i]), "gradient %d differs", i);
-    /* wide: in dW's GEMM, dW (O I f32) and two 192-feature panels of g rounded (R 192
-     * bf16 each, one at a time in the 512 KiB scratch); rounded: g's bf16 copy alone is
-     * 2 R O */
-    cr_assert_eq(peak[0], (size_t)(4 * O * I + 2 * R * 192), "backward peak %zu bytes", peak[0]);
+    /* g's bf16 copy alone is 2 R O (768 KiB); wide, the whole backward stays under it
+     * (panels of g in a scratch of at most 512 KiB, dW, dx) */
+    cr_assert_lt(peak[0], (size_t)(2 * R * O), "backward peak %zu bytes wide", peak[0]);
     cr_assert_gt(peak[1], (size_t)(2 * R * O), "rounded path %zu bytes", peak[1]);
     release4(wide), release4(old);
     net_free(&n);
