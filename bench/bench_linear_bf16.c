@@ -3,7 +3,10 @@
  * them on the cpu matmul kernel (RM_K_MATMUL, src/backends/cpu/matmul.c),
  * against the way they ran before, interleaved rep by rep in one process:
  *   - dx = g · W with the f32 weight rounded into one whole bf16 copy
- *     ("whole") against rounded panel by panel (RM_MM_PANEL, "panels").
+ *     ("whole") against rounded panel by panel (RM_MM_PANEL, "panels");
+ *   - the whole backward (dW, dx, db) from an f32 output gradient: rounded
+ *     into a bf16 copy first, as the engine did ("g rounded"), against
+ *     handed to the GEMMs wide and rounded per panel ("g wide").
  *
  * Times are CPU time of the process per call (CLOCK_PROCESS_CPUTIME_ID: all
  * threads, robust to other load on a shared machine), median [min-max]
@@ -60,6 +63,22 @@ static void dx_run(remat_tensor *g, remat_tensor *w, remat_tensor *dx, bool pane
     mm(dx, RC, g, RC, w, RC | (panels ? RM_MM_PANEL : 0));
 }
 
+/* The backward from g f32: wide (panels) or rounded into a bf16 copy first. */
+static void bwd_run(remat_tensor *g, remat_tensor *x, remat_tensor *w, remat_tensor *dw,
+                    remat_tensor *dx, remat_tensor *db, bool wide) {
+    remat_tensor *gb = g;
+    if (!wide) {
+        gb = empty_t(g->shape[0], g->shape[1], REMAT_BF16);
+        CHECK(rm_copy_into(gb, g));
+    }
+    unsigned fg = RC | (wide ? RM_MM_PANEL : 0);
+    mm(dw, RC, gb, fg | RM_MM_T, x, RC);
+    mm(dx, RC, gb, fg, w, RC | RM_MM_PANEL);
+    rm_kargs k = {.in = {gb}, .out = {db}};
+    CHECK(rm_kernel_run(RM_K_COLSUM, "bench", &k));
+    if (!wide) remat_release(gb);
+}
+
 static void report(const char *name, const double *old, const double *neu, int reps) {
     double mo = median(old, reps), mn = median(neu, reps), lo[2] = {1e9, 1e9}, hi[2] = {0, 0};
     for (int i = 0; i < reps; i++) {
@@ -86,20 +105,26 @@ int main(int argc, char **argv) {
         printf("%d thread(s): CPU ms per call, median [min-max]: old, new, new/old\n", th);
         for (int s = 0; s < 4; s++) {
             int64_t O = shapes[s][0], I = shapes[s][1];
-            remat_tensor *gb = rand_t(ROWS, O, REMAT_BF16, 1), *w = rand_t(O, I, REMAT_F32, 4);
-            remat_tensor *dx = empty_t(ROWS, I, REMAT_BF16);
-            double t[2][MAX_REPS];
+            remat_tensor *gb = rand_t(ROWS, O, REMAT_BF16, 1), *gf = rand_t(ROWS, O, REMAT_F32, 2);
+            remat_tensor *x = rand_t(ROWS, I, REMAT_BF16, 3), *w = rand_t(O, I, REMAT_F32, 4);
+            remat_tensor *dx = empty_t(ROWS, I, REMAT_BF16), *dw = empty_t(O, I, REMAT_F32);
+            remat_tensor *db = empty_t(O, 0, REMAT_BF16);
+            double t[4][MAX_REPS];
             for (int r = -1; r < reps; r++) { /* r = -1: warm-up (oneDNN's primitives) */
-                for (int v = 0; v < 2; v++) {
+                for (int v = 0; v < 4; v++) {
                     double c0 = cpu_now();
-                    dx_run(gb, w, dx, v == 1);
+                    if (v < 2) dx_run(gb, w, dx, v == 1);
+                    else bwd_run(gf, x, w, dw, dx, db, v == 3);
                     if (r >= 0) t[v][r] = cpu_now() - c0;
                 }
             }
             char nm[64];
             snprintf(nm, sizeof nm, "%s dx: whole -> panels", names[s]);
             report(nm, t[0], t[1], reps);
-            remat_release(gb), remat_release(w), remat_release(dx);
+            snprintf(nm, sizeof nm, "%s backward: g rounded -> g wide", names[s]);
+            report(nm, t[2], t[3], reps);
+            remat_release(gb), remat_release(gf), remat_release(x), remat_release(w);
+            remat_release(dx), remat_release(dw), remat_release(db);
         }
     }
     return 0;

@@ -359,14 +359,51 @@ static void observe_leaf_grad(const remat_node *n, const remat_tensor *g) {
     if (g_leaf_grad_obs && n->leaf && g) g_leaf_grad_obs(g_leaf_grad_obs_ud, n->leaf, g);
 }
 
+/* Whether g, the first gradient for output input_nr of n, is kept in n's
+ * buffer as it is, f32 for a bf16 output, rather than rounded now: n takes
+ * wide gradients (remat_node.takes_wide_grad); g has the output's shape and
+ * device and no graph; nothing else sees the buffer before n's backward (no
+ * hook on that output, no capture at n, not create_graph); and something
+ * besides the producer's return holds g (the residual stream's gradient,
+ * which add hands to both its inputs), so keeping it wide costs nothing,
+ * where a gradient only n would hold is cheaper rounded. */
+static bool keep_wide(const task *t, const ninfo *ni, int input_nr, const remat_tensor *g) {
+    const remat_node *n = ni->node;
+    const rm_out_meta *m = &n->out_meta[input_nr];
+    if (!n->takes_wide_grad || t->create_graph || ni->captured || (ni->buf && ni->buf[input_nr]))
+        return false;
+    if (g->dtype != REMAT_F32 || m->dtype != REMAT_BF16 || g->requires_grad ||
+        g->storage->device.type != m->device.type || g->storage->device.index != m->device.index ||
+        g->ndim != m->ndim || memcmp(g->shape, m->shape, sizeof(int64_t) * (size_t)m->ndim) != 0)
+        return false;
+    for (const rm_node_hook *h = n->hooks; h; h = h->next)
+        if (h->output_nr == input_nr) return false;
+    return atomic_load(&g->refcount) > 1 || atomic_load(&g->storage->refcount) > 1;
+}
+
+/* Rounds a gradient kept wide in slot i of n's buffer to the output's dtype
+ * (as validate_grad would have when it arrived): before hooks or captures see
+ * it, or a second gradient is added to it. */
+static remat_status narrow_kept(remat_node *n, remat_tensor **slot, int i) {
+    remat_tensor *v = NULL;
+    if (!*slot || (*slot)->dtype == n->out_meta[i].dtype) return REMAT_OK;
+    int rc = validate_grad(&v, NULL, n, i, *slot);
+    if (rc) return rc;
+    remat_release(*slot);
+    *slot = v;
+    return REMAT_OK;
+}
+
 static remat_status buf_add(task *t, const remat_node *producer, remat_node *n, int input_nr,
                             remat_tensor *g) {
     ninfo *ni = tab_find(t, n);
     if (!ni) return REMAT_OK;
     remat_tensor *v = NULL;
     observe_leaf_grad(n, g);
-    int rc = validate_grad(&v, producer, n, input_nr, g);
+    bool wide = keep_wide(t, ni, input_nr, g);
+    int rc = wide ? REMAT_OK : validate_grad(&v, producer, n, input_nr, g);
     if (rc) return rc;
+    if (wide) v = remat_retain(g);
     if (v != g) observe_leaf_grad(n, v);
     if (!ni->buf) {
         ni->buf = calloc((size_t)n->n_outputs, sizeof *ni->buf);
@@ -375,7 +412,8 @@ static remat_status buf_add(task *t, const remat_node *producer, remat_node *n, 
             return rm_err(REMAT_ENOMEM, "backward: out of memory");
         }
     }
-    rc = accumulate_into(&ni->buf[input_nr], v);
+    rc = narrow_kept(n, &ni->buf[input_nr], input_nr); /* a second gradient: summed as bf16 */
+    if (!rc) rc = accumulate_into(&ni->buf[input_nr], v);
     if (!rc && ni->buf[input_nr] != v) observe_leaf_grad(n, ni->buf[input_nr]); /* the sum */
     remat_release(v);
     return rc;
@@ -537,7 +575,12 @@ static remat_status run_node(task *t, ninfo *ni) {
     remat_node *n = ni->node;
     remat_tensor **buf = ni->buf;
     bool captured_leaf = false;
-    int rc = run_grad_hooks(n, buf);
+    int rc = REMAT_OK;
+    /* hooks and captures see the output's dtype (one registered after a
+     * gradient was kept wide included) */
+    for (int i = 0; buf && (n->hooks || ni->captured) && i < n->n_outputs && !rc; i++)
+        rc = narrow_kept(n, &buf[i], i);
+    if (!rc) rc = run_grad_hooks(n, buf);
     if (!rc) rc = apply_captures(t, n, buf, &captured_leaf);
     if (rc) return rc;
     if (n->leaf) {

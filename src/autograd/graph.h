@@ -86,6 +86,13 @@ struct remat_node {
     remat_tensor *leaf; /* AccumulateGrad: the leaf (owned) */
     rm_node_hook *hooks;
     bool released; /* saved tensors freed by a backward pass */
+    /* The backward takes an f32 gradient for a bf16 output as it is (linear
+     * under autocast rounds it panel by panel as its GEMMs read it): the
+     * engine then hands over an f32 gradient that something else holds
+     * anyway (the residual stream's) instead of a rounded copy, while the
+     * output has one contribution, no hook, no capture and no create_graph
+     * (engine.c, keep_wide). */
+    bool takes_wide_grad;
 };
 
 /* True if grad mode is on and any of the n inputs (NULL allowed) requires grad. */

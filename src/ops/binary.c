@@ -172,8 +172,10 @@ static remat_status binary_backward_with(binary_grads_fn grads, remat_node *node
     if (!rc) rc = grads(node->name, op, gout[0], a, b, need_a, need_b, &ta, &tb);
     if (!rc && ta) rc = rm_two_shapes_sum_to(&gin[0], ta, &cx->shp, 0);
     if (!rc && tb) rc = rm_two_shapes_sum_to(&gin[1], tb, &cx->shp, 1);
-    /* a kept bf16 input of a mixed add: its gradient rounded, as the cast's backward did */
-    for (int i = 0; i < 2 && !rc; i++)
+    /* a kept bf16 input of a mixed add: its gradient rounded, as the cast's backward did,
+     * here under create_graph (a differentiable cast); otherwise by the engine, which can
+     * hand it over unrounded to a node that rounds it as it reads it (linear under autocast) */
+    for (int i = 0; i < 2 && !rc && grads == binary_grads_diff; i++)
         if (gin[i] && gin[i]->dtype != cx->dt[i]) {
             remat_tensor *w = gin[i];
             gin[i] = NULL;

@@ -209,6 +209,8 @@ static void lin_fill_ctx(const rm_op_call *c, void *ctx) {
     cx->out_f = c->in[1]->shape[0];
     cx->in_f = c->in[1]->shape[1];
     cx->wdt = c->in[1]->dtype;
+    /* an f32 gradient for a bf16 y is rounded by the GEMMs (linear_backward) */
+    c->node->takes_wide_grad = true;
 }
 
 /* Under cpu autocast the f32 weight reaches the op uncast (autocast_keep):
@@ -260,10 +262,31 @@ static remat_status lin_infer(const rm_op_call *c, rm_out_spec *out) {
     return REMAT_OK;
 }
 
+/* g as linear's backward reads it: gout[0] contiguous, in y's dtype dt;
+ * *panel: RM_MM_PANEL when it is an f32 gradient for a bf16 y (kept wide
+ * by the engine: remat_node.takes_wide_grad) that the cpu GEMMs round panel
+ * by panel; on another device it is rounded here first. */
+static remat_status lin_grad(remat_tensor **g, remat_tensor *g0, remat_dtype dt, unsigned *panel) {
+    *panel = 0;
+    if (g0->dtype == dt) return rm_contig(g, g0);
+    if (g0->storage->device.type == REMAT_CPU && g0->dtype == REMAT_F32 && dt == REMAT_BF16) {
+        *panel = RM_MM_PANEL;
+        return rm_contig(g, g0);
+    }
+    int rc = rm_new_output(g, g0->ndim, g0->shape, dt, g0->storage->device);
+    if (!rc) rc = rm_copy_into(*g, g0);
+    return rc;
+}
+
 /* dx = g · W, dW = g^T · x (flattened over the leading dims: one GEMM with
  * K = rows when x and g are contiguous), db = column sums of g. Under
  * autocast the kept f32 weight is rounded for dx's GEMM panel by panel
- * (RM_MM_PANEL): no whole rounded copy of it exists at the backward's peak. */
+ * (RM_MM_PANEL; up to out_features 384, see src/backends/cpu/matmul.c), and
+ * so is an f32 g (the residual stream's gradient, which the engine hands over
+ * unrounded): dW over panels of output features, dx over panels of rows, db
+ * from the rounded values. Every element comes from the same rounded
+ * operands, bitwise what whole rounded copies gave, and none of those copies
+ * exists at the backward's peak. */
 static remat_status linear_backward(remat_node *node, remat_tensor *const *gout,
                                     remat_tensor **gin) {
     const lin_ctx *c = node->ctx;
@@ -271,11 +294,11 @@ static remat_status linear_backward(remat_node *node, remat_tensor *const *gout,
     bool gx = node->next[0].node != NULL, gw = node->next[1].node != NULL;
     bool gbias = node->next[2].node != NULL;
     remat_tensor *x = NULL, *w = NULL, *g = NULL;
-    remat_dtype dt = gout[0]->dtype;
+    remat_dtype dt = node->out_meta[0].dtype; /* y's, also when g comes wide */
     remat_device dev = gout[0]->storage->device;
-    unsigned row = c->ndx > 1 ? RM_MM_ROW : 0;
+    unsigned row = c->ndx > 1 ? RM_MM_ROW : 0, pg;
     int64_t wshape[2] = {c->out_f, c->in_f};
-    int rc = rm_contig(&g, gout[0]);
+    int rc = lin_grad(&g, gout[0], dt, &pg);
     if (rc) return rc;
     /* dW first: x (often the largest saved tensor) is then let go before dx
      * is allocated, so the two never coexist when the graph is not kept. */
@@ -284,7 +307,7 @@ static remat_status linear_backward(remat_node *node, remat_tensor *const *gout,
         if (!rc) rc = check_saved(nm, "x", x, c->ndx, c->sx);
         if (!rc) rc = rm_new_output(&gin[1], 2, wshape, c->wdt, dev);
         if (!rc)
-            rc = mm_run(nm, gin[1], RM_MM_ROW | RM_MM_COL, g, row | RM_MM_COL | RM_MM_T, x,
+            rc = mm_run(nm, gin[1], RM_MM_ROW | RM_MM_COL, g, row | RM_MM_COL | RM_MM_T | pg, x,
                         row | RM_MM_COL);
         remat_release_p(&x);
         if (!rc) rm_node_done_with_saved(node, 0);
@@ -294,10 +317,10 @@ static remat_status linear_backward(remat_node *node, remat_tensor *const *gout,
         if (!rc) rc = check_saved(nm, "weight", w, 2, wshape);
         if (!rc) rc = rm_new_output(&gin[0], c->ndx, c->sx, dt, dev);
         if (!rc)
-            rc = mm_run(nm, gin[0], row | RM_MM_COL, g, row | RM_MM_COL, w,
+            rc = mm_run(nm, gin[0], row | RM_MM_COL, g, row | RM_MM_COL | pg, w,
                         RM_MM_ROW | RM_MM_COL | RM_MM_PANEL);
     }
-    if (!rc && gbias) {
+    if (!rc && gbias) { /* db in y's dtype (an f32 g: the sums of its rounded values) */
         rc = rm_new_output(&gin[2], 1, &c->out_f, dt, dev);
         rm_kargs k = {.in = {g}, .out = {gin[2]}};
         if (!rc) rc = rm_kernel_run(RM_K_COLSUM, nm, &k);

@@ -18,6 +18,14 @@ static remat_status tag_backward(remat_node *node, remat_tensor *const *gout, re
     return REMAT_OK;
 }
 
+/* The backward hands g on as it is: an f32 gradient for a bf16 tagged
+ * tensor is rounded by the next node, or taken as it is by one that rounds it
+ * itself (linear under autocast: remat_node.takes_wide_grad). */
+static void tag_fill_ctx(const rm_op_call *c, void *ctx) {
+    (void)ctx;
+    c->node->takes_wide_grad = true;
+}
+
 static remat_status tag_check(const rm_op_call *c) {
     const char *name = ((const tag_params *)c->params)->name;
     if (!name || !name[0])
@@ -50,10 +58,10 @@ static const char *tag_of(const void *params) {
 
 static const char *const k_t_name[] = {"t"};
 
-const rm_op_desc rm_op_tag =
-    RM_OP_DESC("remat_tag", "TagBackward", .n_in = 1, .n_out = 1, .arg_names = k_t_name,
-               .check = tag_check, .infer = tag_infer, .finish = tag_finish, .tag = tag_of,
-               .backward = tag_backward, .backward_diff = tag_backward);
+const rm_op_desc rm_op_tag = RM_OP_DESC(
+    "remat_tag", "TagBackward", .n_in = 1, .n_out = 1, .arg_names = k_t_name,
+    .fill_ctx = tag_fill_ctx, .check = tag_check, .infer = tag_infer, .finish = tag_finish,
+    .tag = tag_of, .backward = tag_backward, .backward_diff = tag_backward);
 
 remat_status remat_tag(remat_tensor **out, remat_tensor *t, const char *name) {
     const tag_params p = {name};

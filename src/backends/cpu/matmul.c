@@ -356,6 +356,44 @@ static void colsum_bf16(const uint16_t *restrict g, uint16_t *restrict db, int64
     rm_bf16_round_run(dbf, db, n);
 }
 
+/* An f32 g kept wide for a bf16 db (autocast: linear's output gradient,
+ * src/ops/matmul.c): colsum_bf16 of g rounded to bf16, each row rounded as it
+ * streams (a stack segment at a time): bitwise colsum_bf16 on a rounded copy
+ * of g, without that copy. */
+static void colsum_rounded(const float *restrict g, uint16_t *restrict db, int64_t rows, int64_t n,
+                           float *restrict part) {
+    int64_t rb = rm_cpu_chunk_rows(rows, n), nch = (rows + rb - 1) / rb;
+#pragma omp parallel for if (rows * n > RM_OMP_MIN)
+    for (int64_t k = 0; k < nch; k++) {
+        float *restrict p = part + k * n;
+        int64_t r0 = k * rb, r1 = (k + 1) * rb < rows ? (k + 1) * rb : rows;
+        uint16_t seg[256];
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t j = 0; j < n; j += 256) {
+                int64_t m = n - j < 256 ? n - j : 256;
+                rm_bf16_round_run(g + r * n + j, seg, m);
+                if (r == r0) rm_bf16_widen_run(seg, p + j, m);
+                else rm_bf16_add_run(seg, p + j, m);
+            }
+    }
+    float *dbf = part + nch * n;
+    colsum_blocks_float(part, nch, n, dbf);
+    rm_bf16_round_run(dbf, db, n);
+}
+
+/* Narrow g (no partials): g rounded and widened into an f32 copy, summed as
+ * the f32 kernel sums narrow g, db rounded: what the bf16 path gives (through
+ * rm_cpu_bf16_via_f32) on a rounded copy of g. */
+static remat_status colsum_rounded_narrow(const float *g, uint16_t *db, int64_t rows, int64_t n) {
+    float *w = malloc(sizeof(float) * (size_t)(rows * n + n > 0 ? rows * n + n : 1));
+    if (!w) return rm_err(REMAT_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < rows * n; i++) w[i] = rm_bf16_to_f32(rm_f32_to_bf16(g[i]));
+    colsum_blocks_float(w, rows, n, w + rows * n);
+    rm_bf16_round_run(w + rows * n, db, n);
+    free(w);
+    return REMAT_OK;
+}
+
 /* A contiguous bf16 copy of f32 t (rounded to nearest even), from the allocator. */
 static int rounded_copy(remat_tensor **out, remat_tensor *t) {
     remat_tensor *c = NULL;
@@ -394,12 +432,16 @@ static remat_status mm_kind_of(mm_kind *kd, remat_tensor **ar, remat_tensor **br
     if (da == REMAT_F32 && !pa) rc = rounded_copy(ar, a), kd->da = REMAT_BF16;
     if (!rc && db == REMAT_F32 && !pb) rc = rounded_copy(br, b), kd->db = REMAT_BF16;
     if (rc || (!pa && !pb)) return rc;
-    /* each rounded operand's share of the budget (or one 32-wide panel if
-     * more), as many elements as its panels use at the largest M, N, K */
-    int64_t share = RM_PANEL_BYTES / (int64_t)sizeof(uint16_t) / (pa && pb ? 2 : 1);
-    int64_t least = 32 * kmax, cap = share > least ? share : least;
-    if (pa) kd->cap_a = panel_width(cap, kmax, mmax) * kmax;
-    if (pb) kd->cap_b = panel_width(cap, kmax, nmax) * kmax;
+    /* The budget (or one 32-wide panel each, if more), as many elements as
+     * the panels use at the largest M, N, K. With both rounded, B's panels
+     * (the outer loop) get all but 128 rows of A's: every B panel rounds A
+     * again, so the fewer B panels the better (one, when B fits: A is then
+     * rounded once). */
+    int64_t budget = RM_PANEL_BYTES / (int64_t)sizeof(uint16_t);
+    int64_t least = 32 * kmax * (pa && pb ? 2 : 1);
+    budget = budget > least ? budget : least;
+    if (pb) kd->cap_b = panel_width(pa ? budget - 128 * kmax : budget, kmax, nmax) * kmax;
+    if (pa) kd->cap_a = panel_width(budget - kd->cap_b, kmax, mmax) * kmax;
     int64_t n = kd->cap_a + kd->cap_b;
     /* from the allocator: the scratch is part of what the step holds */
     rc = rm_new_output(scratch, 1, &n, REMAT_BF16, y->storage->device);
@@ -458,12 +500,16 @@ remat_status rm_cpu_colsum(const rm_kargs *k) {
     int64_t rows = n ? remat_numel(g) / n : 0;
     int64_t ns = colsum_scratch(rows, n);
     bool bf16 = g->dtype == REMAT_BF16;
-    if (bf16 && !ns) return rm_cpu_bf16_via_f32[RM_K_COLSUM](k); /* narrow: rare */
-    void *part = ns ? malloc((size_t)(ns + (bf16 ? n : 0)) *
-                             (bf16 ? sizeof(float) : remat_dtype_size(g->dtype)))
+    bool rounded = g->dtype == REMAT_F32 && db->dtype == REMAT_BF16; /* f32 g kept wide */
+    if (bf16 && !ns) return rm_cpu_bf16_via_f32[RM_K_COLSUM](k);     /* narrow: rare */
+    if (rounded && !ns) return colsum_rounded_narrow(rm_ptr(g), rm_ptr(db), rows, n);
+    bool fparts = bf16 || rounded; /* f32 partials, then n more for db */
+    void *part = ns ? malloc((size_t)(ns + (fparts ? n : 0)) *
+                             (fparts ? sizeof(float) : remat_dtype_size(g->dtype)))
                     : NULL;
     if (ns && !part) return rm_err(REMAT_ENOMEM, "out of memory");
     if (bf16) colsum_bf16(rm_ptr(g), rm_ptr(db), rows, n, part);
+    else if (rounded) colsum_rounded(rm_ptr(g), rm_ptr(db), rows, n, part);
     else if (g->dtype == REMAT_F32) colsum_float(rm_ptr(g), rm_ptr(db), rows, n, part);
     else colsum_double(rm_ptr(g), rm_ptr(db), rows, n, part);
     free(part);

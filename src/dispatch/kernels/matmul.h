@@ -15,7 +15,8 @@
      * f32 and f64. matmul, linear and every GEMM of their backward. */    \
     X(MATMUL, "matmul")                                                                            \
     /* db (n) = column sums of g (rows, n), contiguous; the order of the sums depends on    \
-     * the shape only. in: g; out: db. linear's bias gradient. */      \
+     * the shape only. in: g; out: db. linear's bias gradient (an f32 g with a bf16 db: the  \
+     * sums of g rounded to bf16, on the cpu: autocast's wide output gradient). */      \
     X(COLSUM, "column sum")                                                                        \
     /* y = softmax(scale · q·kᵀ, causal mask) · v over the last two dims, lse = the rows'   \
      * log-sum-exp of the scaled scores. in: q (..., Tq, D), k (..., Tk, D),                 \
