@@ -924,6 +924,9 @@ Test(ops_matmul, device_mismatch) {
  * 1 and 2 threads, odd sizes, weights over the panel budget; above K 384 the
  * weight is rounded whole (oneDNN's sums there depend on N). */
 Test(ops_matmul, linear_bf16_panels_match_whole_rounded_weight) {
+    if (rt_tensor_device().type != REMAT_CPU)
+        cr_skip_test("the cpu kernel's weight panels under cpu autocast; the test device is %s",
+                     rt_tensor_device_str());
     if (!rm_bgemm_native()) cr_skip_test("no native bf16 GEMM on this CPU");
     const int64_t shapes[][3] = {
         {300, 384, 1001}, {257, 383, 1537}, {64, 100, 3000}, {96, 1536, 384}, {129, 1152, 385}};
