@@ -921,7 +921,8 @@ Test(ops_matmul, device_mismatch) {
  * GEMM rounds the weight in column panels (RM_MM_PANEL, up to K =
  * out_features 384: GPT's fc2 and proj) rather than into one rounded copy.
  * Bitwise the old path, the bf16 GEMM of g and the whole rounded weight, at
- * 1 and 2 threads, odd sizes, weights over the panel budget; above K 384 the
+ * 1, 2 and 3 threads (a panel of B shared by the threads), odd sizes,
+ * weights over the panel budget; above K 384 the
  * weight is rounded whole (oneDNN's sums there depend on N). */
 Test(ops_matmul, linear_bf16_panels_match_whole_rounded_weight) {
     if (rt_tensor_device().type != REMAT_CPU)
@@ -931,7 +932,7 @@ Test(ops_matmul, linear_bf16_panels_match_whole_rounded_weight) {
     const int64_t shapes[][3] = {
         {300, 384, 1001}, {257, 383, 1537}, {64, 100, 3000}, {96, 1536, 384}, {129, 1152, 385}};
     int prev = omp_get_max_threads();
-    for (int th = 1; th <= 2; th++) {
+    for (int th = 1; th <= 3; th++) {
         omp_set_num_threads(th);
         for (int s = 0; s < 5; s++) {
             int64_t R = shapes[s][0], O = shapes[s][1], I = shapes[s][2];

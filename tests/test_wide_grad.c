@@ -2,7 +2,7 @@
  * output under cpu autocast (remat_node.takes_wide_grad, src/autograd/
  * engine.c keep_wide; linear rounds it panel by panel as its GEMMs read it):
  * gradients bitwise what they were when the engine rounded it first (a hook
- * on the output keeps the old path), at 1 and 2 threads and odd sizes; hooks
+ * on the output keeps the old path), at 1, 2 and 3 threads and odd sizes; hooks
  * and captures see bf16; a second contribution is summed in bf16 as before;
  * create_graph is unchanged. The memory it saves: test_backward_memory's
  * checkpointed_mlp_autocast_peak_is_exact. */
@@ -82,11 +82,12 @@ static void release4(remat_tensor **g) {
 
 /* Kept wide (no hook) against rounded first by the engine (hook): bitwise,
  * with sizes that split g into several panels (R O > 256 K elements) and
- * odd ones, at 1 and 2 threads; the hook saw bf16. */
+ * odd ones, at 1, 2 and 3 threads (src/backends/cpu/matmul.c's
+ * gemm_panels_team: several threads share B's panel, each rounds its own of A's); the hook saw bf16. */
 Test(wide_grad, linear_gradients_equal_the_rounded_path) {
     const int64_t shapes[][3] = {{1000, 384, 777}, {333, 1536, 385}, {65, 17, 33}, {2048, 384, 96}};
     int prev = omp_get_max_threads();
-    for (int th = 1; th <= 2; th++) {
+    for (int th = 1; th <= 3; th++) {
         omp_set_num_threads(th);
         for (int s = 0; s < 4; s++) {
             net n;

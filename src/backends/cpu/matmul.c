@@ -95,11 +95,14 @@ static void gemm_dt(remat_dtype dt, remat_dtype dtc, bool ta, bool tb, int64_t m
 
 /* How one call's GEMMs run: in dt (bf16 when any operand or C is bf16),
  * A's and B's own dtypes da, db (an f32 one in a bf16 GEMM is rounded panel
- * by panel into scratch: cap_a, cap_b elements each), C's dtype dc. */
+ * by panel into scratch: cap_a elements per thread for A's panels, cap_b for
+ * B's one panel at a time, which the threads share), C's dtype dc. nt: the
+ * threads the panels are spread over (gemm_panels_team), 1: none. */
 typedef struct mm_kind {
     remat_dtype dt, da, db, dc;
     uint16_t *scratch;
     int64_t cap_a, cap_b;
+    int nt;
 } mm_kind;
 
 /* Rows or columns per panel: `all` cut into as few panels as `cap`
@@ -175,11 +178,75 @@ static void gemm_panels(const mm_kind *kd, bool ta, bool tb, int64_t m, int64_t 
     }
 }
 
+#ifdef _OPENMP
+/* gemm_panels with the panels spread over kd->nt threads in one parallel
+ * region, each GEMM single-threaded (oneDNN makes a one-thread primitive
+ * inside a region): the threads round each panel of B together into the
+ * shared B scratch, then take A's panels (rows; each thread rounds its own
+ * into its slice of the scratch) by a static split, and meet before the
+ * next panel of B is rounded over this one. A region per call rather than
+ * two per panel (a rounding and the GEMM's own): with OMP_WAIT_POLICY=passive
+ * (the remat program's default) every region start wakes a sleeping thread,
+ * about 45 us on the 2-vCPU machines, and linear's backward under autocast
+ * ran some 60 panels per layer. The same bits as gemm_panels: a C element
+ * still gets its whole K sum from one GEMM of the same rounded operands,
+ * and oneDNN's result does not depend on M, nor on N up to RM_PANEL_MAX_K. */
+static void gemm_panels_team(const mm_kind *kd, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                             const char *A, int64_t lda, const char *B, int64_t ldb, double beta,
+                             char *C, int64_t ldc, gemm_bias bias) {
+    bool ra = kd->da == REMAT_F32, rb = kd->db == REMAT_F32;
+    int nt = kd->nt;
+    /* A not rounded: its rows split evenly over the threads */
+    int64_t pm = ra ? panel_width(kd->cap_a, k, m) : (m + nt - 1) / nt;
+    int64_t pn = rb ? panel_width(kd->cap_b, k, n) : n, na = (m + pm - 1) / pm;
+    size_t esa = remat_dtype_size(kd->da), esb = remat_dtype_size(kd->db);
+    size_t esc = remat_dtype_size(kd->dc), esbias = bias.f32 ? sizeof(float) : sizeof(uint16_t);
+    uint16_t *sb = kd->scratch + (int64_t)nt * kd->cap_a;
+    const float *bf = (const float *)B;
+#pragma omp parallel num_threads(nt)
+    {
+        uint16_t *sa = kd->scratch + (int64_t)omp_get_thread_num() * kd->cap_a;
+        for (int64_t j0 = 0; j0 < n; j0 += pn) {
+            int64_t nn = n - j0 < pn ? n - j0 : pn, ldbp = ldb;
+            const char *Bp = B + (size_t)(tb ? j0 * ldb : j0) * esb;
+            if (rb) { /* op(B)'s columns j0.. as stored: nn rows of k (tb), k rows of nn */
+                int64_t rows = tb ? nn : k, cols = tb ? k : nn;
+                const float *src = tb ? bf + j0 * ldb : bf + j0;
+#pragma omp for schedule(static)
+                for (int64_t r = 0; r < rows; r++)
+                    rm_bf16_round_run(src + r * ldb, sb + r * cols, cols);
+                Bp = (const char *)sb, ldbp = cols;
+            }
+            gemm_bias bp = bias;
+            if (bias.p) bp.p = (const char *)bias.p + (size_t)j0 * esbias;
+#pragma omp for schedule(static)
+            for (int64_t ia = 0; ia < na; ia++) {
+                int64_t i0 = ia * pm, mm = m - i0 < pm ? m - i0 : pm, ldap = lda;
+                const char *Ap = A + (size_t)(ta ? i0 : i0 * lda) * esa;
+                if (ra) { /* op(A)'s rows i0.. as stored: k rows of mm (ta), mm rows of k */
+                    int64_t rows = ta ? k : mm, cols = ta ? mm : k;
+                    for (int64_t r = 0; r < rows; r++)
+                        rm_bf16_round_run((const float *)Ap + r * lda, sa + r * cols, cols);
+                    Ap = (const char *)sa, ldap = cols;
+                }
+                gemm_dt(REMAT_BF16, kd->dc, ta, tb, mm, nn, k, Ap, ldap, Bp, ldbp, beta,
+                        C + ((size_t)i0 * (size_t)ldc + (size_t)j0) * esc, ldc, bp);
+            } /* the barrier: sb is rounded over next */
+        }
+    }
+}
+#endif
+
 /* One GEMM of the call: gemm_dt, or gemm_panels when an operand is rounded here. */
 static void gemm_kind(const mm_kind *kd, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                       const char *A, int64_t lda, const char *B, int64_t ldb, double beta, char *C,
                       int64_t ldc, gemm_bias bias) {
-    if (kd->da != kd->dt || kd->db != kd->dt)
+#ifdef _OPENMP
+    if ((kd->da != kd->dt || kd->db != kd->dt) && kd->nt > 1)
+        gemm_panels_team(kd, ta, tb, m, n, k, A, lda, B, ldb, beta, C, ldc, bias);
+    else
+#endif
+        if (kd->da != kd->dt || kd->db != kd->dt)
         gemm_panels(kd, ta, tb, m, n, k, A, lda, B, ldb, beta, C, ldc, bias);
     else gemm_dt(kd->dt, kd->dc, ta, tb, m, n, k, A, lda, B, ldb, beta, C, ldc, bias);
 }
@@ -404,6 +471,18 @@ static int rounded_copy(remat_tensor **out, remat_tensor *t) {
     return rc;
 }
 
+/* The threads gemm_panels_team spreads a call's panels over: all of them,
+ * where the GEMMs may run inside a parallel region (oneDNN, or an sgemm that
+ * takes OpenMP's threads) and this is not one already; else 1 (gemm_panels). */
+static int panel_team(void) {
+#ifdef _OPENMP
+    if (omp_in_parallel() || rm_gemm_threading() != RM_GEMM_THREADS_OMP) return 1;
+    return max_threads();
+#else
+    return 1;
+#endif
+}
+
 /* The GEMMs run in bf16 when an operand or C is bf16 (autocast: linear's
  * kept f32 weight, its f32 output gradient; bf16 g, x with linear's f32 dW
  * as C), otherwise in the operands' dtype (which must then agree). An f32
@@ -416,7 +495,7 @@ static remat_status mm_kind_of(mm_kind *kd, remat_tensor **ar, remat_tensor **br
                                int64_t kmax) {
     remat_dtype da = a->dtype, db = b->dtype;
     bool low = da == REMAT_BF16 || db == REMAT_BF16 || y->dtype == REMAT_BF16;
-    *kd = (mm_kind){da, da, db, y->dtype, NULL, 0, 0};
+    *kd = (mm_kind){da, da, db, y->dtype, NULL, 0, 0, 1};
     if (!low) {
         if (da == db) return REMAT_OK;
         return rm_err(REMAT_EDTYPE, "matmul kernel: operands of dtypes %s and %s",
@@ -433,16 +512,20 @@ static remat_status mm_kind_of(mm_kind *kd, remat_tensor **ar, remat_tensor **br
     if (!rc && db == REMAT_F32 && !pb) rc = rounded_copy(br, b), kd->db = REMAT_BF16;
     if (rc || (!pa && !pb)) return rc;
     /* The budget (or one 32-wide panel each, if more), as many elements as
-     * the panels use at the largest M, N, K. With both rounded, B's panels
-     * (the outer loop) get all but 128 rows of A's: every B panel rounds A
-     * again, so the fewer B panels the better (one, when B fits: A is then
-     * rounded once). */
+     * the panels use at the largest M, N, K, whatever the thread count: each
+     * of the nt threads gets its own slice for A's panels, B's one panel is
+     * shared. With both rounded, B's panels (the outer loop) get all but 128
+     * rows of A's per thread: every B panel rounds A again, so the fewer B
+     * panels the better (one, when B fits: A is then rounded once). */
+    kd->nt = panel_team();
+    int nt = kd->nt;
     int64_t budget = RM_PANEL_BYTES / (int64_t)sizeof(uint16_t);
-    int64_t least = 32 * kmax * (pa && pb ? 2 : 1);
+    int64_t least = 32 * kmax * ((pa ? nt : 0) + (pb ? 1 : 0));
     budget = budget > least ? budget : least;
-    if (pb) kd->cap_b = panel_width(pa ? budget - 128 * kmax : budget, kmax, nmax) * kmax;
-    if (pa) kd->cap_a = panel_width(budget - kd->cap_b, kmax, mmax) * kmax;
-    int64_t n = kd->cap_a + kd->cap_b;
+    if (pb)
+        kd->cap_b = panel_width(pa ? budget - (int64_t)128 * nt * kmax : budget, kmax, nmax) * kmax;
+    if (pa) kd->cap_a = panel_width((budget - kd->cap_b) / nt, kmax, mmax) * kmax;
+    int64_t n = nt * kd->cap_a + kd->cap_b;
     /* from the allocator: the scratch is part of what the step holds */
     rc = rm_new_output(scratch, 1, &n, REMAT_BF16, y->storage->device);
     if (!rc) kd->scratch = rm_ptr(*scratch);
