@@ -41,8 +41,7 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static void count(void *opener) {
     int i;
     pthread_mutex_lock(&g_mu);
-    for (i = 0; i < g_n && g_addr[i] != opener; i++) {
-    }
+    for (i = 0; i < g_n && g_addr[i] != opener; i++) {}
     if (i == g_n && g_n < MAX_OPENERS) g_addr[g_n++] = opener;
     pthread_mutex_unlock(&g_mu);
     if (i < MAX_OPENERS) __atomic_fetch_add(&g_count[i], 1, __ATOMIC_RELAXED);
@@ -72,8 +71,8 @@ void GOMP_parallel(void (*fn)(void *), void *data, unsigned nthreads, unsigned f
 typedef void (*GOMP_parallel_loop_fn)(void (*)(void *), void *, unsigned, long, long, long, long,
                                       unsigned);
 #define LOOP_ENTRY(name)                                                                           \
-    void name(void (*fn)(void *), void *data, unsigned nthreads, long start, long end,             \
-              long incr, long chunk, unsigned flags) {                                             \
+    void name(void (*fn)(void *), void *data, unsigned nthreads, long start, long end, long incr,  \
+              long chunk, unsigned flags) {                                                        \
         static GOMP_parallel_loop_fn real;                                                         \
         if (!real) real = (GOMP_parallel_loop_fn)real_of(#name);                                   \
         count(__builtin_return_address(0));                                                        \
