@@ -228,8 +228,44 @@ Test(backward_memory, unary_backward_writes_over_the_dying_gradient) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
-/* A checkpointed MLP block y = x + w2 gelu(w1 x + b1) + b2, rows R, width D,
- * hidden H (f32), backwarded with a gradient the test holds. Exact bytes the
+/* The MLP block y = x + w2 gelu(w1 x + b1) + b2 on x (sx: rows, D) backwarded
+ * once plain and once checkpointed (non-reentrant), under cpu autocast when
+ * `autocast`, each from the same gradient the test holds. The gradients of
+ * the n tensors `of` must be bitwise equal between the two; returns the bytes
+ * the checkpointed backward added at its peak. */
+#define MAX_OF 5
+static size_t checkpointed_block_peak(rt_mlp_block *b, remat_tensor *x, const int64_t *sx,
+                                      bool autocast, remat_tensor *const *of, int n) {
+    remat_tensor *grads[2][MAX_OF];
+    size_t peak = 0;
+    cr_assert(n <= MAX_OF);
+    for (int ck = 0; ck < 2; ck++) {
+        remat_tensor *y = NULL, *gy = NULL;
+        const remat_checkpoint_options o = {.use_reentrant = REMAT_OPT_FALSE};
+        remat_autocast_state prev;
+        if (autocast) RT_OK(remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, true));
+        if (ck) RT_OK(remat_checkpoint(rt_mlp_block_fn, b, 1, &x, 1, &y, &o));
+        else RT_OK(rt_mlp_block_fn(b, &x, 1, &y, 1));
+        if (autocast) remat_autocast_end(&prev);
+        gy = rt_rand(2, sx, REMAT_F32, -1, 1, 12);
+        size_t base = remat_cpu_current_bytes();
+        RT_OK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
+        RT_OK(remat_backward(1, &y, &gy, false, 0, NULL));
+        if (ck) peak = remat_cpu_peak_bytes() - base;
+        for (int i = 0; i < n; i++) grads[ck][i] = take_grad(of[i]);
+        remat_release(y);
+        remat_release(gy);
+    }
+    for (int i = 0; i < n; i++) {
+        cr_assert(rt_bitwise_equal(grads[0][i], grads[1][i]), "gradient %d: checkpointed = plain",
+                  i);
+        remat_release(grads[0][i]);
+        remat_release(grads[1][i]);
+    }
+    return peak;
+}
+
+/* The block in f32, rows R, width D, hidden H. Exact bytes the checkpointed
  * backward adds at its peak: in the second linear's backward, the recomputed
  * h and a = gelu(h) (R H each), dW2 (H D) and db2 (D), then a goes before
  * its dx (R H) is made. gelu's dx is written over that dx instead of a third
@@ -239,49 +275,27 @@ Test(backward_memory, checkpointed_mlp_backward_peak_is_exact) {
     rt_mlp_block b;
     rt_mlp_block_init(&b, D, H, 0.0, REMAT_F32, 3);
     int64_t sx[] = {R, D};
-    remat_tensor *x = leaf(2, sx, 11, true), *params[4];
-    int np = rt_mlp_block_params(&b, params);
-    remat_tensor *grads[2][5];
-    for (int ck = 0; ck < 2; ck++) {
-        remat_tensor *y = NULL, *gy = NULL;
-        const remat_checkpoint_options o = {.use_reentrant = REMAT_OPT_FALSE};
-        if (ck) RT_OK(remat_checkpoint(rt_mlp_block_fn, &b, 1, &x, 1, &y, &o));
-        else RT_OK(rt_mlp_block_fn(&b, &x, 1, &y, 1));
-        gy = rt_rand(2, sx, REMAT_F32, -1, 1, 12);
-        size_t base = remat_cpu_current_bytes();
-        RT_OK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
-        RT_OK(remat_backward(1, &y, &gy, false, 0, NULL));
-        size_t peak = remat_cpu_peak_bytes() - base;
-        if (ck)
-            cr_assert_eq(peak, (size_t)4 * (2 * R * H + H * D + D),
-                         "checkpointed backward peak %zu bytes", peak);
-        grads[ck][0] = take_grad(x);
-        for (int i = 0; i < np; i++) grads[ck][i + 1] = take_grad(params[i]);
-        remat_release(y);
-        remat_release(gy);
-    }
-    for (int i = 0; i <= np; i++) {
-        cr_assert(rt_bitwise_equal(grads[0][i], grads[1][i]), "gradient %d: checkpointed = plain",
-                  i);
-        remat_release(grads[0][i]);
-        remat_release(grads[1][i]);
-    }
+    remat_tensor *x = leaf(2, sx, 11, true), *of[1 + 4] = {x};
+    int np = rt_mlp_block_params(&b, of + 1);
+    size_t peak = checkpointed_block_peak(&b, x, sx, false, of, 1 + np);
+    cr_assert_eq(peak, (size_t)4 * (2 * R * H + H * D + D), "checkpointed backward peak %zu bytes",
+                 peak);
     remat_release(x);
     rt_mlp_block_free(&b);
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
 /* The same block under cpu autocast (bf16 GEMMs, f32 weights kept; x + y is
- * autocast's uncast f32 + bf16 add), checkpointed and plain, R 1024, D 256,
- * H 2048, w1 and b1 frozen (so the first linear's backward, which would add
- * dW1, is small). The backward's peak is in the second linear's backward:
- * the recomputed h = w1 x + b1 (R H bf16, gelu's saved input), dW2 (D H
- * f32), dx2 (R H bf16; in the dW2 GEMM before it, a = gelu(h), as large) and
- * 512 KiB of rounded panels: in dx2's GEMM, of W2 and of y's gradient gy (f32,
- * handed over unrounded: the add's other input holds it anyway); in dW2's, of
- * gy. Before, add's backward rounded gy into a bf16 copy (R D, 512 KiB more)
- * and dx2's GEMM rounded W2 whole (D H bf16, 1 MiB, where its panels took
- * 512 KiB alone). Gradients equal checkpointed and plain. */
+ * autocast's uncast f32 + bf16 add), R 1024, D 256, H 2048, w1 and b1 frozen
+ * (so the first linear's backward, which would add dW1, is small). The
+ * backward's peak is in the second linear's backward: the recomputed h = w1 x
+ * + b1 (R H bf16, gelu's saved input), dW2 (D H f32), dx2 (R H bf16; in the
+ * dW2 GEMM before it, a = gelu(h), as large) and 512 KiB of rounded panels:
+ * in dx2's GEMM, of W2 and of y's gradient gy (f32, handed over unrounded:
+ * the add's other input holds it anyway); in dW2's, of gy. Before, add's
+ * backward rounded gy into a bf16 copy (R D, 512 KiB more) and dx2's GEMM
+ * rounded W2 whole (D H bf16, 1 MiB, where its panels took 512 KiB alone).
+ * Gradients equal checkpointed and plain. */
 Test(backward_memory, checkpointed_mlp_autocast_peak_is_exact) {
     const size_t R = 1024, D = 256, H = 2048;
     rt_mlp_block b;
@@ -289,38 +303,10 @@ Test(backward_memory, checkpointed_mlp_autocast_peak_is_exact) {
     RT_OK(remat_set_requires_grad(b.w1, false));
     RT_OK(remat_set_requires_grad(b.b1, false));
     int64_t sx[] = {(int64_t)R, (int64_t)D};
-    remat_tensor *x = leaf(2, sx, 11, true), *params[4];
-    int np = rt_mlp_block_params(&b, params);
-    remat_tensor *grads[2][3];
-    for (int ck = 0; ck < 2; ck++) {
-        remat_tensor *y = NULL, *gy = NULL;
-        const remat_checkpoint_options o = {.use_reentrant = REMAT_OPT_FALSE};
-        remat_autocast_state prev;
-        RT_OK(remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, true));
-        if (ck) RT_OK(remat_checkpoint(rt_mlp_block_fn, &b, 1, &x, 1, &y, &o));
-        else RT_OK(rt_mlp_block_fn(&b, &x, 1, &y, 1));
-        remat_autocast_end(&prev);
-        gy = rt_rand(2, sx, REMAT_F32, -1, 1, 12);
-        size_t base = remat_cpu_current_bytes();
-        RT_OK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
-        RT_OK(remat_backward(1, &y, &gy, false, 0, NULL));
-        size_t peak = remat_cpu_peak_bytes() - base;
-        if (ck)
-            cr_assert_eq(peak, 2 * R * H + 4 * D * H + 2 * R * H + 512 * 1024,
-                         "checkpointed backward peak under autocast %zu bytes", peak);
-        grads[ck][0] = take_grad(x);
-        grads[ck][1] = take_grad(b.w2);
-        grads[ck][2] = take_grad(b.b2);
-        remat_release(y);
-        remat_release(gy);
-    }
-    (void)np;
-    for (int i = 0; i < 3; i++) {
-        cr_assert(rt_bitwise_equal(grads[0][i], grads[1][i]), "gradient %d: checkpointed = plain",
-                  i);
-        remat_release(grads[0][i]);
-        remat_release(grads[1][i]);
-    }
+    remat_tensor *x = leaf(2, sx, 11, true), *of[] = {x, b.w2, b.b2};
+    size_t peak = checkpointed_block_peak(&b, x, sx, true, of, 3);
+    cr_assert_eq(peak, 2 * R * H + 4 * D * H + 2 * R * H + 512 * 1024,
+                 "checkpointed backward peak under autocast %zu bytes", peak);
     remat_release(x);
     rt_mlp_block_free(&b);
     cr_assert_eq(remat_live_tensors(), 0);
