@@ -403,44 +403,30 @@ static int64_t colsum_scratch(int64_t rows, int64_t n) {
 COLSUM(float)
 COLSUM(double)
 
-/* bf16 g (autocast's bias gradient): colsum_float's sums in its order, each
- * row widened as it streams into the f32 partials, then db rounded once —
- * bitwise the f32 kernel on a widened copy of g, rounded (what
- * rm_cpu_bf16_via_f32 gives), without that copy (an f32 twin of g per
- * linear in the backward). part: the f32 partials, then n more for db. */
-static void colsum_bf16(const uint16_t *restrict g, uint16_t *restrict db, int64_t rows, int64_t n,
-                        float *restrict part) {
+/* A bf16 db (autocast's bias gradient) from bf16 g, or from an f32 g kept
+ * wide (`wide`: linear's output gradient, src/ops/matmul.c) whose rows are
+ * rounded to bf16 as they stream, a stack segment at a time: colsum_float's
+ * sums in its order, each bf16 row widened as it streams into the f32
+ * partials, then db rounded once. Bitwise the f32 kernel on a widened copy of
+ * (the rounded) g, rounded (what rm_cpu_bf16_via_f32 gives), without either
+ * copy (an f32 twin of g per linear in the backward). part: the f32
+ * partials, then n more for db. */
+static void colsum_to_bf16(const void *restrict g, bool wide, uint16_t *restrict db, int64_t rows,
+                           int64_t n, float *restrict part) {
     int64_t rb = rm_cpu_chunk_rows(rows, n), nch = (rows + rb - 1) / rb;
-#pragma omp parallel for if (rows * n > RM_OMP_MIN)
-    for (int64_t k = 0; k < nch; k++) {
-        float *restrict p = part + k * n;
-        int64_t r1 = (k + 1) * rb < rows ? (k + 1) * rb : rows;
-        rm_bf16_widen_run(g + k * rb * n, p, n);
-        for (int64_t r = k * rb + 1; r < r1; r++) rm_bf16_add_run(g + r * n, p, n);
-    }
-    float *dbf = part + nch * n;
-    colsum_blocks_float(part, nch, n, dbf);
-    rm_bf16_round_run(dbf, db, n);
-}
-
-/* An f32 g kept wide for a bf16 db (autocast: linear's output gradient,
- * src/ops/matmul.c): colsum_bf16 of g rounded to bf16, each row rounded as it
- * streams (a stack segment at a time): bitwise colsum_bf16 on a rounded copy
- * of g, without that copy. */
-static void colsum_rounded(const float *restrict g, uint16_t *restrict db, int64_t rows, int64_t n,
-                           float *restrict part) {
-    int64_t rb = rm_cpu_chunk_rows(rows, n), nch = (rows + rb - 1) / rb;
+    int64_t step = wide ? 256 : n; /* columns per run: a segment of seg, or the row */
 #pragma omp parallel for if (rows * n > RM_OMP_MIN)
     for (int64_t k = 0; k < nch; k++) {
         float *restrict p = part + k * n;
         int64_t r0 = k * rb, r1 = (k + 1) * rb < rows ? (k + 1) * rb : rows;
         uint16_t seg[256];
         for (int64_t r = r0; r < r1; r++)
-            for (int64_t j = 0; j < n; j += 256) {
-                int64_t m = n - j < 256 ? n - j : 256;
-                rm_bf16_round_run(g + r * n + j, seg, m);
-                if (r == r0) rm_bf16_widen_run(seg, p + j, m);
-                else rm_bf16_add_run(seg, p + j, m);
+            for (int64_t j = 0; j < n; j += step) {
+                int64_t m = n - j < step ? n - j : step;
+                const uint16_t *run = (const uint16_t *)g + r * n + j;
+                if (wide) rm_bf16_round_run((const float *)g + r * n + j, seg, m), run = seg;
+                if (r == r0) rm_bf16_widen_run(run, p + j, m);
+                else rm_bf16_add_run(run, p + j, m);
             }
     }
     float *dbf = part + nch * n;
@@ -591,8 +577,7 @@ remat_status rm_cpu_colsum(const rm_kargs *k) {
                              (fparts ? sizeof(float) : remat_dtype_size(g->dtype)))
                     : NULL;
     if (ns && !part) return rm_err(REMAT_ENOMEM, "out of memory");
-    if (bf16) colsum_bf16(rm_ptr(g), rm_ptr(db), rows, n, part);
-    else if (rounded) colsum_rounded(rm_ptr(g), rm_ptr(db), rows, n, part);
+    if (fparts) colsum_to_bf16(rm_ptr(g), rounded, rm_ptr(db), rows, n, part);
     else if (g->dtype == REMAT_F32) colsum_float(rm_ptr(g), rm_ptr(db), rows, n, part);
     else colsum_double(rm_ptr(g), rm_ptr(db), rows, n, part);
     free(part);
