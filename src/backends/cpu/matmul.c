@@ -117,29 +117,37 @@ static int64_t panel_width(int64_t cap, int64_t k, int64_t all) {
     return w < most ? w : most;
 }
 
-/* y (rows, cols) contiguous = x's rows (row stride ld) rounded to bf16:
- * rm_cpu_f32_to_bf16's rounding, row by row. */
-static void round_rows(const float *x, int64_t ld, int64_t rows, int64_t cols, uint16_t *y) {
-#pragma omp parallel for schedule(static) if (rows * cols > RM_OMP_MIN)
-    for (int64_t r = 0; r < rows; r++) rm_bf16_round_run(x + r * ld, y + r * cols, cols);
-}
+/* A panel of an f32 operand as stored: rows of cols floats, row stride ld;
+ * rounded, it is `rows` rows of `cols` bf16 (row stride cols) and keeps the
+ * operand's transpose flag. */
+typedef struct f32_panel {
+    const float *src;
+    int64_t rows, cols, ld;
+} f32_panel;
 
-/* op(A)'s rows i0..i0+mm rounded into s (A f32, stored (m, k), or (k, m) when
- * ta); *ld: the panel's row stride as stored (the transpose flag stays). */
-static const char *round_a_panel(bool ta, const char *A, int64_t lda, int64_t i0, int64_t mm,
-                                 int64_t k, uint16_t *s, int64_t *ld) {
+/* op(A)'s rows i0..i0+mm (A f32, stored (m, k), or (k, m) when ta). */
+static f32_panel a_panel(bool ta, const char *A, int64_t lda, int64_t i0, int64_t mm, int64_t k) {
     const float *a = (const float *)A;
-    if (ta) round_rows(a + i0, lda, k, mm, s), *ld = mm;
-    else round_rows(a + i0 * lda, lda, mm, k, s), *ld = k;
-    return (const char *)s;
+    return ta ? (f32_panel){a + i0, k, mm, lda} : (f32_panel){a + i0 * lda, mm, k, lda};
 }
 
-/* op(B)'s columns j0..j0+nn rounded into s (B f32, stored (k, n), or (n, k) when tb). */
-static const char *round_b_panel(bool tb, const char *B, int64_t ldb, int64_t j0, int64_t nn,
-                                 int64_t k, uint16_t *s, int64_t *ld) {
+/* op(B)'s columns j0..j0+nn (B f32, stored (k, n), or (n, k) when tb). */
+static f32_panel b_panel(bool tb, const char *B, int64_t ldb, int64_t j0, int64_t nn, int64_t k) {
     const float *b = (const float *)B;
-    if (tb) round_rows(b + j0 * ldb, ldb, nn, k, s), *ld = k;
-    else round_rows(b + j0, ldb, k, nn, s), *ld = nn;
+    return tb ? (f32_panel){b + j0 * ldb, nn, k, ldb} : (f32_panel){b + j0, k, nn, ldb};
+}
+
+/* Row r of p rounded into s: rm_cpu_f32_to_bf16's rounding. */
+static void round_panel_row(f32_panel p, int64_t r, uint16_t *s) {
+    rm_bf16_round_run(p.src + r * p.ld, s + r * p.cols, p.cols);
+}
+
+/* p rounded into s over the threads (a region of its own); *ld: the
+ * rounded panel's row stride. */
+static const char *round_panel(f32_panel p, uint16_t *s, int64_t *ld) {
+#pragma omp parallel for schedule(static) if (p.rows * p.cols > RM_OMP_MIN)
+    for (int64_t r = 0; r < p.rows; r++) round_panel_row(p, r, s);
+    *ld = p.cols;
     return (const char *)s;
 }
 
@@ -161,17 +169,18 @@ static void gemm_panels(const mm_kind *kd, bool ta, bool tb, int64_t m, int64_t 
     uint16_t *sa = kd->scratch, *sb = kd->scratch + kd->cap_a;
     const char *Aw = A; /* A whole, rounded once when it fits */
     int64_t ldaw = lda;
-    if (ra && pm == m) Aw = round_a_panel(ta, A, lda, 0, m, k, sa, &ldaw);
+    if (ra && pm == m) Aw = round_panel(a_panel(ta, A, lda, 0, m, k), sa, &ldaw);
     for (int64_t j0 = 0; j0 < n; j0 += pn) {
         int64_t nn = n - j0 < pn ? n - j0 : pn, ldbp = ldb;
-        const char *Bp = rb ? round_b_panel(tb, B, ldb, j0, nn, k, sb, &ldbp)
+        const char *Bp = rb ? round_panel(b_panel(tb, B, ldb, j0, nn, k), sb, &ldbp)
                             : B + (size_t)(tb ? j0 * ldb : j0) * esb;
         gemm_bias bp = bias;
         if (bias.p) bp.p = (const char *)bias.p + (size_t)j0 * esbias;
         for (int64_t i0 = 0; i0 < m; i0 += pm) {
             int64_t mm = m - i0 < pm ? m - i0 : pm, ldap = ldaw;
-            const char *Ap = Aw != A || !ra ? Aw + (size_t)(ta ? i0 : i0 * ldaw) * (ra ? 2 : esa)
-                                            : round_a_panel(ta, A, lda, i0, mm, k, sa, &ldap);
+            const char *Ap = Aw != A || !ra
+                                 ? Aw + (size_t)(ta ? i0 : i0 * ldaw) * (ra ? 2 : esa)
+                                 : round_panel(a_panel(ta, A, lda, i0, mm, k), sa, &ldap);
             gemm_dt(REMAT_BF16, kd->dc, ta, tb, mm, nn, k, Ap, ldap, Bp, ldbp, beta,
                     C + ((size_t)i0 * (size_t)ldc + (size_t)j0) * esc, ldc, bp);
         }
@@ -202,20 +211,17 @@ static void gemm_panels_team(const mm_kind *kd, bool ta, bool tb, int64_t m, int
     size_t esa = remat_dtype_size(kd->da), esb = remat_dtype_size(kd->db);
     size_t esc = remat_dtype_size(kd->dc), esbias = bias.f32 ? sizeof(float) : sizeof(uint16_t);
     uint16_t *sb = kd->scratch + (int64_t)nt * kd->cap_a;
-    const float *bf = (const float *)B;
 #pragma omp parallel num_threads(nt)
     {
         uint16_t *sa = kd->scratch + (int64_t)omp_get_thread_num() * kd->cap_a;
         for (int64_t j0 = 0; j0 < n; j0 += pn) {
             int64_t nn = n - j0 < pn ? n - j0 : pn, ldbp = ldb;
             const char *Bp = B + (size_t)(tb ? j0 * ldb : j0) * esb;
-            if (rb) { /* op(B)'s columns j0.. as stored: nn rows of k (tb), k rows of nn */
-                int64_t rows = tb ? nn : k, cols = tb ? k : nn;
-                const float *src = tb ? bf + j0 * ldb : bf + j0;
+            if (rb) { /* rounded by all the threads together */
+                f32_panel pb = b_panel(tb, B, ldb, j0, nn, k);
 #pragma omp for schedule(static)
-                for (int64_t r = 0; r < rows; r++)
-                    rm_bf16_round_run(src + r * ldb, sb + r * cols, cols);
-                Bp = (const char *)sb, ldbp = cols;
+                for (int64_t r = 0; r < pb.rows; r++) round_panel_row(pb, r, sb);
+                Bp = (const char *)sb, ldbp = pb.cols;
             }
             gemm_bias bp = bias;
             if (bias.p) bp.p = (const char *)bias.p + (size_t)j0 * esbias;
@@ -223,11 +229,10 @@ static void gemm_panels_team(const mm_kind *kd, bool ta, bool tb, int64_t m, int
             for (int64_t ia = 0; ia < na; ia++) {
                 int64_t i0 = ia * pm, mm = m - i0 < pm ? m - i0 : pm, ldap = lda;
                 const char *Ap = A + (size_t)(ta ? i0 : i0 * lda) * esa;
-                if (ra) { /* op(A)'s rows i0.. as stored: k rows of mm (ta), mm rows of k */
-                    int64_t rows = ta ? k : mm, cols = ta ? mm : k;
-                    for (int64_t r = 0; r < rows; r++)
-                        rm_bf16_round_run((const float *)Ap + r * lda, sa + r * cols, cols);
-                    Ap = (const char *)sa, ldap = cols;
+                if (ra) { /* rounded by this thread alone, into its slice */
+                    f32_panel pa = a_panel(ta, A, lda, i0, mm, k);
+                    for (int64_t r = 0; r < pa.rows; r++) round_panel_row(pa, r, sa);
+                    Ap = (const char *)sa, ldap = pa.cols;
                 }
                 gemm_dt(REMAT_BF16, kd->dc, ta, tb, mm, nn, k, Ap, ldap, Bp, ldbp, beta,
                         C + ((size_t)i0 * (size_t)ldc + (size_t)j0) * esc, ldc, bp);
