@@ -15,7 +15,8 @@
 #include <stdint.h>
 
 #include "bench_util.h"
-#include "internal.h"
+#include "core/core.h"
+#include "core/kernels.h"
 
 #ifdef _OPENMP
 #include <omp.h>

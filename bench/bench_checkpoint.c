@@ -85,8 +85,8 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "cli/util.h"
 #include "remat/remat.h"
-#include "util.h"
 
 #ifdef _OPENMP
 #include <omp.h>

@@ -22,7 +22,7 @@
 
 #include "backends/cpu/gemm.h"
 #include "bench_util.h"
-#include "internal.h"
+#include "core/core.h"
 #include "remat/autocast.h"
 
 #ifdef _OPENMP

@@ -16,7 +16,8 @@
 #include <stdint.h>
 
 #include "bench_util.h"
-#include "internal.h"
+#include "core/core.h"
+#include "core/kernels.h"
 #include "remat/autocast.h"
 
 #ifdef _OPENMP

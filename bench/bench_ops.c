@@ -19,7 +19,7 @@
 #include <time.h>
 
 #include "bench_util.h"
-#include "internal.h"
+#include "core/core.h"
 
 #ifdef _OPENMP
 #include <omp.h>

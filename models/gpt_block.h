@@ -1,6 +1,6 @@
 /*
  * models/gpt_block.h — the pre-norm transformer block, written once on the
- * public remat API and compiled into the remat program (tools/models.c),
+ * public remat API and compiled into the remat program (tools/train/models.c),
  * the benchmarks (bench/bench_selective.c) and the tests
  * (tests/support/models.c, tests/test_double_backward_fixtures.c).
  * Not part of the library: a model written with it, as a user would.

@@ -9,9 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/backends/cpu/bf16.h"
-#include "../src/backends/cpu/gemm.h"
-#include "../src/internal.h"
+#include "backends/cpu/bf16.h"
+#include "backends/cpu/gemm.h"
+#include "core/core.h"
+#include "core/kernels.h"
 #include "remat/autocast.h"
 #include "remat/report.h"
 #include "support/models.h"

@@ -12,9 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/backends/cpu/gemm.h"
-#include "../src/backends/cpu/vmath.h"
-#include "../src/internal.h"
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/vmath.h"
+#include "core/core.h"
+#include "core/kernels.h"
 #include "support/rt.h"
 
 #define QB 64 /* query rows per block, as the kernel */

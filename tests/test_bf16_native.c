@@ -12,8 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/backends/cpu/bf16.h"
-#include "../src/internal.h"
+#include "backends/cpu/bf16.h"
+#include "core/core.h"
+#include "core/kernels.h"
 #include "support/rt.h"
 
 static const rm_unary_op k_ops[] = {

@@ -11,7 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/core.h"
+
+#include "core/intercept.h"
+
+#include "autograd/graph.h"
 #include "support/models.h"
 #include "support/rt.h"
 

@@ -1,6 +1,6 @@
 /* tests/test_cuda_rng.c — the cuda backend's random numbers are the cpu
  * generator's. On the CPU: the host-and-device Philox of
- * src/philox.h (the very code the GPU kernels run) against
+ * src/core/philox.h (the very code the GPU kernels run) against
  * remat_philox4x32_10, and its dropout keep bits against the cpu dropout
  * kernel's mask, bit for bit. On a GPU (skipped without one, with the
  * reason): remat_dropout on cuda and on cpu, same seed, identical outputs
@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "philox.h"
+#include "core/core.h"
+
+#include "core/kernels.h"
+#include "core/philox.h"
 #include "support/rt.h"
 
 Test(cuda_rng, philox_matches_the_cpu_generator) {

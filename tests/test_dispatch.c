@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/dispatch/kernels.h"
-#include "../src/ops/registry.h"
+#include "core/kernels.h"
+#include "ops/registry.h"
 #include "support/models.h"
 #include "support/rt.h"
 

@@ -1,5 +1,5 @@
 /* tests/test_dispatch_nn.c — what the reduce, loss and nn ops ask of the
- * driver (src/dispatch/driver.c) and keep from before it: outputs handed
+ * driver (src/core/driver.c) and keep from before it: outputs handed
  * out but not differentiated (max's indices), by-product outputs that are
  * only saved (layer_norm's mean and rstd), outputs made only for the node
  * (dropout's keep bits), optional inputs, i64 inputs without an edge,

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/internal.h"
-#include "../src/ops/registry.h"
+#include "core/core.h"
+#include "ops/registry.h"
 #include "support/rt.h"
 
 #define MAXN 4

@@ -8,7 +8,7 @@
  */
 #include <string.h>
 
-#include "../src/internal.h"
+#include "core/core.h"
 #include "support/rt.h"
 
 /* REMAT_TEST_DEVICE=fenced|cuda (make test-fenced, make test-cuda) puts the tensors that the

@@ -8,7 +8,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/core.h"
+#include "core/kernels.h"
 #include "support/fenced.h"
 #include "support/rt.h"
 

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../src/internal.h"
+#include "core/core.h"
 #include "gpt_block.h"
 #include "support/fixtures.h"
 #include "support/rt.h"

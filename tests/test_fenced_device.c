@@ -6,7 +6,8 @@
 #include <signal.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/core.h"
+#include "core/kernels.h"
 #include "support/fenced.h"
 #include "support/rt.h"
 

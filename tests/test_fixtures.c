@@ -34,8 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/internal.h"
-#include "../src/ops/registry.h"
+#include "core/core.h"
+#include "ops/registry.h"
 #include "support/fixtures.h"
 #include "support/rt.h"
 

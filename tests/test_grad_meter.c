@@ -1,5 +1,5 @@
 /* tests/test_grad_meter.c — the program's parameter-gradient meter
- * (tools/grad_meter.c), behind `remat bench`'s activation bytes: on a
+ * (tools/train/grad_meter.c), behind `remat bench`'s activation bytes: on a
  * checkpointed MLP block whose backward peak is known by hand, the bytes of
  * parameter gradients live at the peak are exact, whether the gradients
  * become .grad (first backward) or are added into an existing .grad and
@@ -8,9 +8,9 @@
  * its second (a tied weight). */
 #include <criterion/criterion.h>
 
-#include "grad_meter.h"
 #include "support/models.h"
 #include "support/rt.h"
+#include "train/grad_meter.h"
 
 /* x (R, D) -> x + w2 gelu(w1 x + b1) + b2, checkpointed (non-reentrant),
  * f32. The backward's allocator peak (tests/test_backward_memory.c,

@@ -6,7 +6,7 @@
  * standing in for cuda's side stream and events (tests/support/transfer_log.h). */
 #include <string.h>
 
-#include "internal.h"
+#include "core/core.h"
 #include "support/fenced.h"
 #include "support/rt.h"
 #include "support/transfer_log.h"

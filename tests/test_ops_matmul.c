@@ -9,7 +9,8 @@
 #include <string.h>
 
 #include "backends/cpu/gemm.h"
-#include "internal.h"
+#include "core/core.h"
+#include "core/kernels.h"
 #include "remat/autocast.h"
 #include "support/rt.h"
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/core.h"
 #include "support/rt.h"
 
 static void assert_values(const remat_tensor *t, int n, const double *expect, double tol,

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core/core.h"
+
+#include "autograd/graph.h"
 #include "support/rt.h"
 
 /* REMAT_TEST_DEVICE=fenced|cuda (make test-fenced, make test-cuda) puts the tensors that the

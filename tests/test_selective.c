@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/internal.h"
+#include "core/core.h"
+
+#include "core/intercept.h"
 #include "support/models.h"
 #include "support/rt.h"
 

@@ -7,7 +7,7 @@
  * MUST_SAVE. */
 #include <string.h>
 
-#include "internal.h"
+#include "core/core.h"
 #include "support/fenced.h"
 #include "support/models.h"
 #include "support/rt.h"

@@ -1,10 +1,10 @@
 /* tests/test_svg_layout.c — where the plots put markers and labels
- * (tools/svg_layout.c): markers never cover each other in tradeoff.svg, and
+ * (tools/report/svg_layout.c): markers never cover each other in tradeoff.svg, and
  * a label in pareto.svg goes where no line strikes it through. */
 #include <math.h>
 
+#include "report/svg_layout.h"
 #include "support/rt.h"
-#include "svg_layout.h"
 
 Test(svg_layout, segment_box_intersection) {
     svg_box b = {10, 10, 20, 20};

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h" /* rm_set_skip_mode, for the skip-mode view test */
+#include "core/core.h" /* rm_set_skip_mode, for the skip-mode view test */
 #include "support/rt.h"
 
 static void end_check(void) {

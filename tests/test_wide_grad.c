@@ -9,8 +9,9 @@
 #include <criterion/criterion.h>
 #include <omp.h>
 
-#include "../src/backends/cpu/gemm.h"
-#include "../src/internal.h"
+#include "autograd/graph.h"
+#include "backends/cpu/gemm.h"
+#include "core/core.h"
 #include "remat/autocast.h"
 #include "support/rt.h"
 

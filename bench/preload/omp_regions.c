@@ -4,7 +4,7 @@
  * by the code that opens them, and writes the counts when the program exits.
  *
  * Why: with OMP_WAIT_POLICY=passive (the remat program's default, see
- * tools/main.c) a thread sleeps as soon as its region ends, and the next
+ * tools/cli/main.c) a thread sleeps as soon as its region ends, and the next
  * region has to wake it: about 45 us per region on the 2-vCPU machines
  * (against 1-3 us when the threads spin), so on a short step the number of
  * regions costs as much as the kernels in them. The count is exact and the

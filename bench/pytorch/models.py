@@ -1,4 +1,4 @@
-"""The remat program's two models in PyTorch, layer for layer (tools/models.c).
+"""The remat program's two models in PyTorch, layer for layer (tools/train/models.c).
 
 GPT (byte-level, vocab 256):
     x = wte[idx] + wpe

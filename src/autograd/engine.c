@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../dispatch/kernels.h"
-#include "../ptrtab.h"
 #include "accumulate.h"
+#include "core/kernels.h"
+#include "core/ptrtab.h"
 #include "graph.h"
 
 /* ---- per-pass bookkeeping --------------------------------------------------------- */
@@ -75,7 +75,7 @@ remat_status rm_no_double_backward(const remat_node *n, const char *what) {
 uint64_t remat_current_backward_id(void) { return tls_task ? tls_task->id : 0; }
 bool remat_current_backward_is_partial(void) { return tls_task && tls_task->partial; }
 
-/* The pass's nodes: a table keyed by node (src/ptrtab.h). */
+/* The pass's nodes: a table keyed by node (src/core/ptrtab.h). */
 static ninfo *tab_find(task *t, remat_node *n) {
     if (!t->cap) return NULL;
     ninfo *e = &t->tab[rm_ptrtab_slot(t->tab, t->cap, sizeof *t->tab, n)];

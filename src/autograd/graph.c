@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../dispatch/intercept.h"
-#include "../dispatch/kernels.h"
 #include "accumulate.h"
+#include "core/intercept.h"
+#include "core/kernels.h"
 #include "graph.h"
 
 /* ---- grad mode ------------------------------------------------------------------- */

@@ -4,7 +4,7 @@
 #ifndef REMAT_AUTOGRAD_GRAPH_H
 #define REMAT_AUTOGRAD_GRAPH_H
 
-#include "../core.h"
+#include "core/core.h"
 
 /* ---- autograd graph --------------------------------------------------------- */
 typedef struct rm_saved {
@@ -63,7 +63,7 @@ typedef struct rm_out_meta {
 } rm_out_meta;
 
 struct remat_node {
-    rm_node_head head;   /* refcount, release (src/core.h) */
+    rm_node_head head;   /* refcount, release (src/core/core.h) */
     const char *name;    /* static string */
     char *owned_name;    /* for custom functions */
     const char *op_name; /* the public op that recorded it (NULL: name) */

@@ -3,8 +3,8 @@
  * gradient-ready counts, src/dist/ddp.c; see accumulate.h). */
 #include <stdlib.h>
 
-#include "../ptrtab.h"
 #include "accumulate.h"
+#include "core/ptrtab.h"
 #include "graph.h"
 
 typedef struct node_set {

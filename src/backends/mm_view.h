@@ -1,5 +1,5 @@
 /* src/backends/mm_view.h — how RM_K_MATMUL's operands are batches of
- * strided matrices (src/dispatch/kernels/matmul.h says what the flags mean),
+ * strided matrices (src/core/kernels/matmul.h says what the flags mean),
  * shared by every device's matmul kernel (cpu: src/backends/cpu/matmul.c,
  * cuda: src/backends/cuda/gemm.c): each operand is a row dim, a column dim
  * and batch dims aligned to the broadcast batch shape (stride 0 where the
@@ -9,8 +9,8 @@
 #ifndef REMAT_BACKENDS_MM_VIEW_H
 #define REMAT_BACKENDS_MM_VIEW_H
 
-#include "../core.h"
-#include "../dispatch/kernels.h"
+#include "core/core.h"
+#include "core/kernels.h"
 
 /* ---- batched strided matrices ------------------------------------------------------------ */
 

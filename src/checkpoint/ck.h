@@ -4,7 +4,9 @@
 #ifndef REMAT_CK_H
 #define REMAT_CK_H
 
-#include "../internal.h"
+#include "core/core.h"
+
+#include "core/intercept.h"
 #include "remat/autocast.h"
 #include "remat/checkpoint.h"
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../autograd/accumulate.h"
+#include "autograd/accumulate.h"
 #include "ck.h"
 
 typedef struct reent {

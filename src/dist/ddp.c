@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../autograd/accumulate.h"
-#include "../ptrtab.h"
+#include "autograd/accumulate.h"
+#include "core/ptrtab.h"
 #include "ddp_internal.h"
 
 /* t's index in d->p, -1 when t is not one of the wrapped parameters. */

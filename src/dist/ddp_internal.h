@@ -9,7 +9,7 @@
 #define DDP_DEFAULT_BUCKET ((size_t)25 << 20)
 enum { FLAG_USED = 1, FLAG_LATE = 2 };
 
-/* An entry of the parameter table: key first (src/ptrtab.h), NULL when free. */
+/* An entry of the parameter table: key first (src/core/ptrtab.h), NULL when free. */
 typedef struct ddp_slot {
     const remat_tensor *key;
     int index;
@@ -59,7 +59,7 @@ struct remat_ddp {
     int64_t n_collectives;   /* bucket reductions started since creation */
     unsigned char *used_any; /* per parameter, after a backward: some rank had a gradient */
     /* leaf → index: open addressing over 2^k slots */
-    ddp_slot *ht; /* parameter -> index in p[] (src/ptrtab.h), load <= 1/2 */
+    ddp_slot *ht; /* parameter -> index in p[] (src/core/ptrtab.h), load <= 1/2 */
     size_t hcap;
     remat_ddp_stats st;
 };

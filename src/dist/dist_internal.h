@@ -7,7 +7,7 @@
 #include <mpi.h>
 #include <stdio.h>
 
-#include "../internal.h"
+#include "ops/op.h"
 #include "remat/dist.h"
 
 #define RMD_PACKAGES "libopenmpi-dev openmpi-bin"

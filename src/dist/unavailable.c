@@ -3,7 +3,7 @@
  * instead of the other src/dist sources when CMake did not find MPI. */
 #include <stdlib.h>
 
-#include "../internal.h"
+#include "core/core.h"
 #include "remat/dist.h"
 
 #define NO_MPI(call)                                                                               \

@@ -1,5 +1,5 @@
 /* src/io/text.h — text built up with printf, for the reports that print
- * into a string: the checkpoint debug trace (src/checkpoint/trace.c) and
+ * into a string: the checkpoint debug trace (src/checkpoint/debug_trace.c) and
  * the residual report (src/sac/report.c). */
 #ifndef REMAT_IO_TEXT_H
 #define REMAT_IO_TEXT_H

@@ -21,7 +21,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../dispatch/dispatch.h"
+#include "op.h"
 
 /* A new tensor of `shape` (ndim dims). 4-D shapes (B, H, T, C) are stored
  * as (B, T, H, C) — see the file comment. */

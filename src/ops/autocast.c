@@ -5,7 +5,7 @@
  * the gradient back, so every input gets its gradient in its own dtype. */
 #include "remat/autocast.h"
 
-#include "../dispatch/dispatch.h"
+#include "op.h"
 
 static bool castable(const remat_tensor *t) {
     return t && (t->dtype == REMAT_F32 || t->dtype == REMAT_BF16);

@@ -5,7 +5,7 @@
  * the same kernel. */
 #include <string.h>
 
-#include "../dispatch/dispatch.h"
+#include "op.h"
 
 remat_status rm_ew_run(const char *call, int op, remat_tensor *y, remat_tensor *a, remat_tensor *b,
                        remat_tensor *c, double p) {

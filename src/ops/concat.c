@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "../dispatch/dispatch.h"
+#include "op.h"
 
 /* ---- cat ---------------------------------------------------------------------------- */
 /* The parameters (n and dim as given; d normalised by the check) and, in

@@ -14,7 +14,7 @@
  * (the span of storage it addresses) into host memory and compacted there. */
 #include <string.h>
 
-#include "../dispatch/dispatch.h"
+#include "op.h"
 
 static bool same_device(remat_device a, remat_device b) {
     return a.type == b.type && a.index == b.index;

@@ -19,7 +19,7 @@
  * leaf's first gradient gets. */
 #include <stdlib.h>
 
-#include "../dispatch/dispatch.h"
+#include "op.h"
 
 /* ---- linear in g --------------------------------------------------------------------- */
 typedef struct lin_ud {

@@ -1,10 +1,10 @@
 /* src/ops/driver.c — rm_dispatch, the one driver of every op (the
- * steps are listed in dispatch.h). */
+ * steps are listed in op.h). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "../autograd/accumulate.h"
-#include "../dispatch/dispatch.h"
+#include "autograd/accumulate.h"
+#include "op.h"
 
 /* Autograd's recorded sums (create_graph) are ops: handed down when the
  * library loads. This file is in every link that runs an op, so every

@@ -4,7 +4,7 @@
  * modified while grad mode is on), writes through the target's strides (it
  * may be a non-contiguous view), and bumps the storage version counter, so
  * that backward detects saved tensors that were changed afterwards. The
- * driver does the in-place part (RM_OPF_INPLACE, src/dispatch/dispatch.h):
+ * driver does the in-place part (RM_OPF_INPLACE, src/ops/op.h):
  * the operand read from a copy when it overlaps the target, the version
  * bump, the save before the rebase.
  *
@@ -16,7 +16,7 @@
  * get wrong gradients (remat does not track view relations). */
 #include <string.h>
 
-#include "../dispatch/dispatch.h"
+#include "op.h"
 
 typedef enum ipop { IP_ADD, IP_MUL, IP_MUL_SCALAR, IP_RELU, IP_ZERO, IP_COPY } ipop;
 

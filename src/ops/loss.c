@@ -9,7 +9,7 @@
  * the node saves. */
 #include <string.h>
 
-#include "../dispatch/dispatch.h"
+#include "op.h"
 
 /* ---- embedding ------------------------------------------------------------------------- */
 static const char *const k_emb_args[] = {"weight", "indices"};

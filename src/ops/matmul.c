@@ -10,7 +10,7 @@
  * a checkpointed block is never run (PyTorch computes it and then stops). */
 #include <string.h>
 
-#include "../dispatch/dispatch.h"
+#include "op.h"
 #include "remat/autocast.h"
 
 /* Runs C = bias + op(A) · op(B) with the operands' flags (RM_MM_*). */

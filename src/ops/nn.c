@@ -20,7 +20,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../dispatch/dispatch.h"
+#include "op.h"
 
 /* ---- softmax / log_softmax ---------------------------------------------------------------- */
 typedef struct softmax_params {

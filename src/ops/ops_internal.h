@@ -3,11 +3,11 @@
 #ifndef REMAT_OPS_INTERNAL_H
 #define REMAT_OPS_INTERNAL_H
 
-#include "../autograd/graph.h"
-#include "../dispatch/intercept.h"
-#include "../dispatch/kernels.h"
+#include "autograd/graph.h"
+#include "core/intercept.h"
+#include "core/kernels.h"
 
-/* ---- the elementwise engine (RM_K_ELEMENTWISE, src/dispatch/kernels.h) ----------------
+/* ---- the elementwise engine (RM_K_ELEMENTWISE, src/core/kernels.h) ----------------
  * y = op(a, b, c; p) elementwise over y's shape; a/b/c (as many as the op
  * reads, others NULL) are broadcast to y, y may be a strided view. Runs the
  * kernel of y's device and dtype; nothing when an operand has no data (skip

@@ -9,7 +9,7 @@
  * and the backward read it from there. */
 #include <string.h>
 
-#include "../dispatch/dispatch.h"
+#include "op.h"
 
 /* Parses (n_dims, dims) into mask[] over a's dims. */
 static remat_status parse_dims(const char *call, const remat_tensor *a, int n_dims, const int *dims,

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "../dispatch/dispatch.h"
+#include "op.h"
 
 /* Number of registered ops; names are unique. */
 int rm_op_count(void);

@@ -8,7 +8,7 @@
  * the other branch, reduced to each input's shape with rm_sum_to. */
 #include <string.h>
 
-#include "../dispatch/dispatch.h"
+#include "op.h"
 
 /* New tensor of g's shape: cond ? g : 0 (g_when_true) or cond ? 0 : g. */
 static remat_status masked_grad(const char *call, remat_tensor **out, remat_tensor *g,

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../dispatch/dispatch.h"
+#include "op.h"
 
 /* How a shape op's gradient goes back to its input's shape (shape_backward). */
 typedef enum shape_undo {

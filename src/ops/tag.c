@@ -5,7 +5,7 @@
  * in ctx->tag (and to name the tensor in residual reports). */
 #include <string.h>
 
-#include "../dispatch/dispatch.h"
+#include "op.h"
 #include "remat/selective.h"
 
 typedef struct tag_params {

@@ -11,7 +11,7 @@
  * of f64); the gradient g * [y > 0] is bitwise the same. */
 #include <math.h>
 
-#include "../dispatch/dispatch.h"
+#include "op.h"
 
 /* Input is (any shape); dx has g's shape. Slot 0 holds s (or the mask). */
 static remat_status unary_backward(remat_node *node, remat_tensor *const *gout,

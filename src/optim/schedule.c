@@ -1,7 +1,7 @@
 /* src/optim/schedule.c — learning-rate schedules (remat/optim.h). */
 #include <math.h>
 
-#include "internal.h"
+#include "core/core.h"
 #include "remat/optim.h"
 
 remat_status remat_lr_schedule_check(const remat_lr_schedule *s) {

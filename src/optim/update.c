@@ -12,7 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "core/core.h"
 #include "remat/optim.h"
 
 #define OPTIM_OMP_MIN 65536 /* below this, a parallel region costs more than it saves */

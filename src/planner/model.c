@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "core/core.h"
 #include "planner_internal.h"
 
 /* ---- model ------------------------------------------------------------------------ */

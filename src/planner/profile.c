@@ -19,7 +19,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "../internal.h"
+#include "core/core.h"
+
+#include "autograd/graph.h"
 #include "planner_internal.h"
 
 #define PL_DEFAULT_RUNS 3

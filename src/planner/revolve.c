@@ -16,7 +16,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-#include "../internal.h"
+#include "core/core.h"
 #include "planner_internal.h"
 
 #define RV_MAX_STEPS ((int64_t)INT32_MAX)

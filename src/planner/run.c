@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "core/core.h"
 #include "planner_internal.h"
 
 /* Everything a segment needs to run its children, shared by the segments

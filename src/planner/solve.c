@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "core/core.h"
 #include "planner_internal.h"
 
 #define PL_DEFAULT_SLOTS 500 /* least slots of the automatic grid (rotor's default) */

@@ -6,7 +6,7 @@
 #ifndef REMAT_SAC_OFFLOAD_H
 #define REMAT_SAC_OFFLOAD_H
 
-#include "../internal.h"
+#include "core/core.h"
 
 typedef struct rm_offload_entry rm_offload_entry;
 

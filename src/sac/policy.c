@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/registry.h"
+#include "ops/registry.h"
 #include "sac.h"
 
 typedef enum pol_kind {

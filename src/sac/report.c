@@ -10,8 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../internal.h"
-#include "../io/text.h"
+#include "core/core.h"
+
+#include "core/intercept.h"
+
+#include "autograd/graph.h"
+#include "io/text.h"
 #include "remat/report.h"
 
 struct remat_residual_report {

@@ -1,11 +1,11 @@
 /* src/sac/sac.h — private declarations shared by the selective-checkpointing
  * sources: a region installs itself as the thread's op interceptor
- * (src/dispatch/intercept.c) while its context is entered (selective.c);
+ * (src/core/intercept.c) while its context is entered (selective.c);
  * policies live in policy.c. */
 #ifndef REMAT_SAC_H
 #define REMAT_SAC_H
 
-#include "../internal.h"
+#include "ops/op.h"
 #include "remat/selective.h"
 
 typedef struct sac_region sac_region;

@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../checkpoint/recompute.h"
+#include "checkpoint/recompute.h"
 #include "offload.h"
 #include "sac.h"
 

@@ -11,7 +11,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/core.h"
+
+#include "core/kernels.h"
 
 /* The live allocations: mmap'd regions, PROT_NONE unless a kernel or a copy
  * has them open (opened counts the nesting). */

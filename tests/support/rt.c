@@ -17,8 +17,8 @@
 #define RT_ASAN 1
 #endif
 
+#include "core/core.h"
 #include "fenced.h"
-#include "internal.h"
 
 bool rt_on_test_device_;
 

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "fenced.h"
-#include "internal.h"
 #include "rt.h"
 
 rt_transfer_log rt_xfer;

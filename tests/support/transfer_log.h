@@ -1,4 +1,4 @@
-/* tests/support/transfer_log.h — transfer ops (rm_transfer_ops, src/core.h) for the fenced
+/* tests/support/transfer_log.h — transfer ops (rm_transfer_ops, src/core/core.h) for the fenced
  * device (fenced.h), standing in for cuda's pinned memory, side stream and events
  * (src/backends/cuda/transfer.c) so that the offload paths (src/sac/offload.c) run as on a
  * GPU. Each copy is done at once through rm_device_copy and returns an event that records

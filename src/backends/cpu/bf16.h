@@ -2,7 +2,7 @@
  * elements on the calling thread (no OpenMP): for cpu kernels whose items
  * already run on threads of their own (attention's per-head matrices, the
  * chunked elementwise path of bf16.c). Rounding as rm_f32_to_bf16
- * (src/core.h). Vectorised clones (clones.h): the baseline build leaves
+ * (src/core/core.h). Vectorised clones (clones.h): the baseline build leaves
  * these loops scalar; rounding uses AVX512_BF16's vcvtne2ps2bf16 where the
  * CPU has it (bitwise the same results). */
 #ifndef REMAT_BACKENDS_CPU_BF16_H

@@ -1,5 +1,5 @@
 /* src/backends/cpu/copy.c — the cpu same-dtype copy kernel behind
- * rm_copy_into (src/tensor.c) and the zeroing of a slab (slice and split
+ * rm_copy_into (src/core/tensor.c) and the zeroing of a slab (slice and split
  * backward): bit-for-bit row memcpy, tiled transpose or strided rows, split
  * across OpenMP threads. */
 #include <string.h>

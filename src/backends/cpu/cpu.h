@@ -1,5 +1,5 @@
 /* src/backends/cpu/cpu.h — the cpu backend's kernels (rm_kernel_fn, the
- * ABI in src/dispatch/kernels.h): one list, RM_CPU_KERNELS, of
+ * ABI in src/core/kernels.h): one list, RM_CPU_KERNELS, of
  * X(ID, name, dtypes) (dtypes: F32_F64, F32_F64_BF16, FLOAT, FLOAT_BF16 or ALL; RM_CPU_DECL in
  * kernels.h says what they mean), from which come the kernels'
  * declarations here and the cpu row of the table (table.c). The nn
@@ -7,7 +7,7 @@
 #ifndef REMAT_BACKENDS_CPU_H
 #define REMAT_BACKENDS_CPU_H
 
-#include "../../dispatch/kernels.h"
+#include "core/kernels.h"
 #include "nn.h"
 
 #define RM_CPU_KERNELS(X)                                                                          \

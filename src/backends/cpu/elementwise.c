@@ -23,7 +23,7 @@
 #include <omp.h>
 #endif
 
-/* Engine ops: rm_ew_op in src/dispatch/kernels.h. */
+/* Engine ops: rm_ew_op in src/core/kernels.h. */
 typedef rm_ew_op ewop;
 
 static const int k_arity[RM_EW_N_OPS] = {

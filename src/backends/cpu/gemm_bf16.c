@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../core.h"
+#include "core/core.h"
 #include "gemm.h"
 #include "remat/autocast.h"
 

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../mm_view.h"
+#include "backends/mm_view.h"
 #include "bf16.h"
 #include "cpu.h"
 #include "gemm.h"

@@ -27,8 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../philox.h"
 #include "clones.h"
+#include "core/philox.h"
 #include "cpu.h"
 #include "vmath.h"
 

@@ -5,7 +5,7 @@
 #define REMAT_CPU_NN_H
 #include <string.h>
 
-#include "../../dispatch/kernels.h"
+#include "core/kernels.h"
 
 /* ---- row kernels (nn.c), shared by softmax, cross_entropy (loss.c) and attention ----
  * max of a row (NaN if any, -inf if empty); sum of exp(x - sub), the terms

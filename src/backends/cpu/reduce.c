@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../dispatch/kernels/groups.h"
+#include "core/kernels/groups.h"
 #include "cpu.h"
 
 #define RED_COL_BLOCK 64    /* columns per task in a column reduction */

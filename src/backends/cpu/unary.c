@@ -54,7 +54,7 @@ static inline double gelu_tanh_grad_d(double v) {
  * math runs in, LD(v) reads a stored element as C and ST(v) stores a C.
  * f32 and f64 store what they compute (LD_SAME, ST_SAME); bf16 widens each
  * element and rounds each result to nearest even (LD_BF16, ST_BF16: the
- * conversions of src/core.h) inside the one loop, in registers, running the
+ * conversions of src/core/core.h) inside the one loop, in registers, running the
  * f32 kernel's own expressions — so its results are bitwise the f32 kernel's
  * on the widened values, rounded, as the chunked path of bf16.c gives, with
  * no f32 buffers and no passes of their own. */

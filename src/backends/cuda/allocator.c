@@ -2,7 +2,7 @@
  * (pool.c) per GPU over cudaMalloc / cudaFree, ordered on the device's
  * stream, or the user's allocator (remat_cuda_set_allocator); kernel
  * scratch from the same pools; empty_cache and the allocator stats. The
- * tensor counters (remat_alloc_stats) are kept by src/device.c for every
+ * tensor counters (remat_alloc_stats) are kept by src/core/device.c for every
  * device type alike. */
 #include <pthread.h>
 #include <string.h>

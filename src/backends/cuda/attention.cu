@@ -1,6 +1,6 @@
 /* src/backends/cuda/attention.cu — fused scaled dot-product attention on
  * CUDA, forward and backward, keeping only the rows' log-sum-exp
- * (src/dispatch/kernels/matmul.h; cpu: src/backends/cpu/attention.c).
+ * (src/core/kernels/matmul.h; cpu: src/backends/cpu/attention.c).
  *
  *   y = softmax(scale · q·kᵀ, causal mask) · v      q (nb, Tq, D), k (nb, Tk, D),
  *   lse = the rows' log-sum-exp of the scores        v (nb, Tk, Dv), y (nb, Tq, Dv)

@@ -1,6 +1,6 @@
 /* src/backends/cuda/attention_kernels.c — the cuda kernels (rm_kernel_fn)
  * of fused attention (RM_K_ATTENTION, RM_K_ATTENTION_BWD in
- * src/dispatch/kernels/matmul.h), launching attention.cu's tiled kernels.
+ * src/core/kernels/matmul.h), launching attention.cu's tiled kernels.
  * Operands are read and written in place through their strides (no
  * copies); lse is the op's own (nb, Tq) contiguous tensor. Head sizes up to
  * 256 (max of D and Dv); larger ones fail with REMAT_EUNSUPPORTED. */

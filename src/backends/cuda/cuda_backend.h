@@ -7,7 +7,7 @@
  *
  * How a kernel gets to the GPU (the convention every family follows):
  *   - CUDA C lives in src/backends/cuda/<family>.cu. A .cu file never
- *     includes src/core.h or anything of the library that is not C++-clean;
+ *     includes src/core/core.h or anything of the library that is not C++-clean;
  *     it includes "launch.h" (and the family's own launcher header) and
  *     exports extern "C" launchers taking raw device pointers, sizes,
  *     strides, plain parameters and a cudaStream_t. A launcher enqueues its
@@ -44,8 +44,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "../../core.h"
-#include "../../dispatch/kernels.h"
+#include "core/core.h"
+#include "core/kernels.h"
 #include "remat/cuda.h"
 
 /* ---- errors ---------------------------------------------------------------------------- */

@@ -1,5 +1,5 @@
 /* src/backends/cuda/device.c — the "cuda" device type: its definition for
- * the registry (src/device.c registers it at start-up), device count,
+ * the registry (src/core/device.c registers it at start-up), device count,
  * current device, copies, and the registration of every kernel family.
  *
  * Copies between host and GPU go through pinned staging buffers (two per
@@ -164,7 +164,7 @@ bool rm_builtin_device_def(remat_device_type_def *def) {
     def->current_device = cu_current;
     def->set_current_device = cu_set_current;
     def->is_initialized = cu_initialized;
-    /* RNG: remat's own Philox state per index (src/device.c), which the
+    /* RNG: remat's own Philox state per index (src/core/device.c), which the
      * kernels read through rm_rng_reserve like the cpu ones */
     return true;
 }

@@ -1,5 +1,5 @@
 /* src/backends/cuda/elementwise.cu — CUDA kernels of the elementwise family
- * (src/dispatch/kernels/elementwise.h): the unary ops and their fused
+ * (src/core/kernels/elementwise.h): the unary ops and their fused
  * backward, relu's bit mask, the broadcasting elementwise engine, and the
  * shape family's strided copy.
  *
@@ -12,7 +12,7 @@
  * (kplan.h), with a flat fast path when the plan is one dim. */
 #include "elementwise.h"
 
-#include "../../dispatch/kernels/elementwise.h"
+#include "core/kernels/elementwise.h"
 #include "kcommon.cuh"
 
 #define RMK_THREADS 256

@@ -1,5 +1,5 @@
 /* src/backends/cuda/elementwise.h — launchers of the elementwise family's
- * CUDA kernels (elementwise.cu; the ABI: src/dispatch/kernels/elementwise.h)
+ * CUDA kernels (elementwise.cu; the ABI: src/core/kernels/elementwise.h)
  * and of the shape family's strided copy. C and C++ clean.
  *
  * dt is the dtype: 0 f32, 1 f64 (REMAT_F32 / REMAT_F64). Pointers are

@@ -1,7 +1,7 @@
 /* src/backends/cuda/elementwise_kernels.c — the cuda kernels (rm_kernel_fn)
  * of the elementwise family: unpack rm_kargs, launch elementwise.cu's
  * kernels on the operands' device. Operand conventions are the ABI's
- * (src/dispatch/kernels/elementwise.h); semantics are the cpu kernels'. */
+ * (src/core/kernels/elementwise.h); semantics are the cpu kernels'. */
 #include "elementwise.h"
 #include "kwrap.h"
 

@@ -18,7 +18,7 @@
  * so (the handle's math mode, runtime.c). The 64-bit cuBLAS API takes every
  * size without narrowing. */
 #include "gemm.h"
-#include "../mm_view.h"
+#include "backends/mm_view.h"
 #include "cuda_backend.h"
 
 typedef struct gemm_call {

@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../../dispatch/kernels/groups.h"
+#include "core/kernels/groups.h"
 
 #define RMK_MAX_DIMS 8 /* REMAT_MAX_DIMS */
 #define RMK_MAX_OPS 4  /* y, a, b, c */
@@ -93,7 +93,7 @@ static inline void rmk_bcast_strides(int tndim, const int64_t *tshape, const int
     }
 }
 
-/* ---- reductions: (O, R, I) passes over rm_groups (src/dispatch/kernels/groups.h) ---------- */
+/* ---- reductions: (O, R, I) passes over rm_groups (src/core/kernels/groups.h) ---------- */
 /* How one sum pass (O, R, I) is split for parallelism: rows (I == 1) into
  * chunks of RMK_ROW_CHUNK elements when there are few rows, columns into
  * chunks of at least RMK_COL_MIN_ROWS rows when O * I threads alone are too

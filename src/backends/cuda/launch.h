@@ -1,5 +1,5 @@
 /* src/backends/cuda/launch.h — what every .cu file and its launcher header
- * include: C/C++-clean (no src/core.h), only the CUDA runtime and fixed-width
+ * include: C/C++-clean (no src/core/core.h), only the CUDA runtime and fixed-width
  * integers. Launchers are declared between RM_CUDA_BEGIN_DECLS and
  * RM_CUDA_END_DECLS (extern "C" under nvcc), take raw device pointers,
  * sizes, strides, plain parameters and the stream, enqueue their kernels

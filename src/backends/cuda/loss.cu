@@ -1,5 +1,5 @@
 /* src/backends/cuda/loss.cu — CUDA kernels of embedding, cross_entropy and
- * mse_loss (src/dispatch/kernels/reduce.h; cpu: src/backends/cpu/loss.c).
+ * mse_loss (src/core/kernels/reduce.h; cpu: src/backends/cpu/loss.c).
  *
  * embedding's backward is deterministic without floating-point atomics:
  * the (index, position) pairs are radix-sorted by index (stable, so

@@ -1,5 +1,5 @@
 /* src/backends/cuda/loss_kernels.c — the cuda kernels (rm_kernel_fn) of
- * embedding, cross_entropy and mse_loss (src/dispatch/kernels/reduce.h),
+ * embedding, cross_entropy and mse_loss (src/core/kernels/reduce.h),
  * launching loss.cu's kernels.
  *
  * The index and target range checks read the data, so they are the

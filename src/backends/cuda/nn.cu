@@ -1,5 +1,5 @@
 /* src/backends/cuda/nn.cu — CUDA kernels of softmax, log_softmax and
- * layer_norm (src/dispatch/kernels/nn.h; cpu: src/backends/cpu/nn.c).
+ * layer_norm (src/core/kernels/nn.h; cpu: src/backends/cpu/nn.c).
  *
  * softmax over R of x (O, R, I): rows (I == 1) one block per row (32, 128
  * or 256 threads by the row's length), columns (I > 1) one thread per

@@ -1,12 +1,12 @@
 /* src/backends/cuda/nn.h — launchers of the nn family's CUDA kernels
  * (nn.cu: softmax / log_softmax and layer_norm, forward and backward) and
  * of fused causal attention (attention.cu). The ABI:
- * src/dispatch/kernels/nn.h and matmul.h. C and C++ clean; conventions as
+ * src/core/kernels/nn.h and matmul.h. C and C++ clean; conventions as
  * elementwise.h and reduce.h (dt 0 f32, 1 f64; scratch through _ws). */
 #ifndef REMAT_CUDA_NN_H
 #define REMAT_CUDA_NN_H
 
-#include "../../dispatch/kernels/matmul.h"
+#include "core/kernels/matmul.h"
 #include "kplan.h"
 #include "launch.h"
 
@@ -31,7 +31,7 @@ cudaError_t rmk_layer_norm_bwd(int dt, const void *g, const void *x, const void 
                                int64_t N, int64_t C, void *ws, cudaStream_t s);
 
 /* ---- attention.cu --------------------------------------------------------------------------------- */
-/* The shapes of one attention call (src/dispatch/kernels/matmul.h). */
+/* The shapes of one attention call (src/core/kernels/matmul.h). */
 typedef rm_attention_dims rmk_att_dims;
 /* y = softmax(scale q kᵀ, causal) v and lse (nb, Tq contiguous) = the rows'
  * log-sum-exp, tiled (flash-attention): scores never leave the chip.

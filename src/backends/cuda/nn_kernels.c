@@ -1,5 +1,5 @@
 /* src/backends/cuda/nn_kernels.c — the cuda kernels (rm_kernel_fn) of
- * softmax, log_softmax and layer_norm (src/dispatch/kernels/nn.h),
+ * softmax, log_softmax and layer_norm (src/core/kernels/nn.h),
  * launching nn.cu's kernels. dropout (Philox) is rng.c's. */
 #include "kwrap.h"
 #include "nn.h"

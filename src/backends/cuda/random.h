@@ -1,5 +1,5 @@
 /* src/backends/cuda/random.h — launchers of the random family (rng.cu):
- * dropout on Philox, the same bits as the cpu kernel (src/philox.h). */
+ * dropout on Philox, the same bits as the cpu kernel (src/core/philox.h). */
 #ifndef REMAT_CUDA_RANDOM_H
 #define REMAT_CUDA_RANDOM_H
 
@@ -7,7 +7,7 @@
 
 RM_CUDA_BEGIN_DECLS
 /* y[i] = x[i] * (kept ? scale : 0) for i < n; bits (NULL: not written) gets
- * ceil(n / 8) bytes of keep bits. thr, key, counter: src/philox.h. */
+ * ceil(n / 8) bytes of keep bits. thr, key, counter: src/core/philox.h. */
 cudaError_t rm_cuda_dropout_f32(const float *x, float *y, uint8_t *bits, int64_t n, uint32_t thr,
                                 float scale, uint32_t k0, uint32_t k1, uint64_t counter,
                                 cudaStream_t s);

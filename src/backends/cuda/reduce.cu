@@ -1,5 +1,5 @@
 /* src/backends/cuda/reduce.cu — CUDA kernels of sum, mean and max over dims
- * (src/dispatch/kernels/reduce.h; cpu: src/backends/cpu/reduce.c).
+ * (src/core/kernels/reduce.h; cpu: src/backends/cpu/reduce.c).
  *
  * The wrapper (reduce_kernels.c) brings a reduction to (O, R, I) passes as
  * the cpu does (kplan.h's rmk_groups); here are the passes:

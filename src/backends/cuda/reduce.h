@@ -1,6 +1,6 @@
 /* src/backends/cuda/reduce.h — launchers of the reduce family's CUDA
  * kernels (reduce.cu: sum, mean and max over dims; loss.cu: embedding,
- * cross_entropy, mse_loss). The ABI: src/dispatch/kernels/reduce.h. C and
+ * cross_entropy, mse_loss). The ABI: src/core/kernels/reduce.h. C and
  * C++ clean; conventions as elementwise.h (dt 0 f32, 1 f64; device
  * pointers at the first element; enqueue on s, return cudaGetLastError()).
  *

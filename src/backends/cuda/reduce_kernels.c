@@ -1,5 +1,5 @@
 /* src/backends/cuda/reduce_kernels.c — the cuda kernels (rm_kernel_fn) of
- * sum, mean and max over dims (src/dispatch/kernels/reduce.h). As the cpu
+ * sum, mean and max over dims (src/core/kernels/reduce.h). As the cpu
  * (src/backends/cpu/reduce.c), a sum over several separate groups of dims
  * runs one (O, R, I) pass per group, innermost first, through scratch; the
  * mean divides in its last pass. sum's backward is the elementwise engine

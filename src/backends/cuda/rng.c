@@ -2,7 +2,7 @@
  * (RM_K_DROPOUT, RM_K_DROPOUT_BWD; operands contiguous, rm_dropout_params).
  * The op draws key and counter from the tensor's device generator
  * (rm_rng_reserve: remat's Philox state per cuda index, seeded like cpu's),
- * and the kernel makes the cpu kernel's keep bits from them (src/philox.h): the
+ * and the kernel makes the cpu kernel's keep bits from them (src/core/philox.h): the
  * same seed and offset give the same mask on cpu and cuda. */
 #include <math.h>
 

@@ -1,7 +1,7 @@
 /* src/backends/cuda/rng.cu — dropout on the GPU: each thread makes one byte
- * of the keep mask (two Philox blocks, 8 elements) with src/philox.h's code, the
+ * of the keep mask (two Philox blocks, 8 elements) with src/core/philox.h's code, the
  * cpu kernel's bits exactly, and applies it. */
-#include "../../philox.h"
+#include "core/philox.h"
 #include "random.h"
 
 template <typename T>

@@ -1,6 +1,6 @@
 /* src/backends/cuda/select.cu — CUDA kernels of the shape family's
  * selection, zeroing and converting copy (cpu: src/backends/cpu/select.c,
- * copy.c and rm_copy_into in src/tensor.c):
+ * copy.c and rm_copy_into in src/core/tensor.c):
  *   y = cond != 0 ? A : B   (masked_fill, where, their backward; a NaN cond is true)
  *   y := 0                  (through y's strides, bit pattern 0)
  *   y := convert(x)         (broadcast, both any strides, any pair of dtypes)

@@ -1,5 +1,5 @@
 /* src/backends/cuda/shape_kernels.c — the cuda kernels (rm_kernel_fn) of
- * the shape family (src/dispatch/kernels/shape.h):
+ * the shape family (src/core/kernels/shape.h):
  *   COPY       x (any strides) into contiguous y of the same numel, bit for
  *              bit, every dtype (elementwise.cu's strided copy; one
  *              cudaMemcpyAsync when x is contiguous too);

@@ -4,7 +4,7 @@
  * REMAT_EUNSUPPORTED. */
 #include <string.h>
 
-#include "../../core.h"
+#include "core/core.h"
 #include "remat/cuda.h"
 
 #define RM_NO_CUDA                                                                                 \

@@ -1,0 +1,566 @@
+/* src/core/device.c — device-type registry, the accounting allocator, RNG state. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "kernels.h"
+#include "philox.h"
+
+typedef struct rm_gen {
+    uint64_t seed;
+    uint64_t offset; /* Philox blocks consumed */
+} rm_gen;
+
+typedef struct rm_devtype {
+    bool used;
+    remat_device_type_def def;
+    char name[32];
+    remat_alloc_stats stats[REMAT_MAX_DEVICES_PER_TYPE];
+    rm_gen gen[REMAT_MAX_DEVICES_PER_TYPE];
+} rm_devtype;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static rm_devtype g_types[REMAT_MAX_DEVICE_TYPES];
+static remat_allocator g_cpu_alloc;
+static remat_alloc_observer_fn g_observer;
+static void *g_observer_ud;
+static remat_alloc_event_fn g_event_observer; /* the same events with their addresses */
+static void *g_event_observer_ud;
+static const uint64_t k_default_seed = 67280421310721ULL; /* P's default seed */
+
+/* ---- built-in cpu type ------------------------------------------------------- */
+/* Bytes the default allocator really takes for nbytes (aligned_alloc wants a
+ * multiple of the alignment); also the cache's size key. */
+static size_t cpu_rounded(size_t nbytes) {
+    return nbytes > SIZE_MAX - 63 ? SIZE_MAX : (nbytes + 63) & ~(size_t)63; /* SIZE_MAX: fails */
+}
+
+static void *cpu_alloc(void *ud, int index, size_t nbytes) {
+    RM_UNUSED(ud);
+    RM_UNUSED(index);
+    if (g_cpu_alloc.alloc) return g_cpu_alloc.alloc(g_cpu_alloc.user_data, nbytes);
+    size_t rounded = cpu_rounded(nbytes);
+    void *p = rm_cpu_cache_take(rounded);
+    if (p) return p;
+    p = aligned_alloc(64, rounded);
+    if (!p && remat_cpu_cache_bytes() > 0) { /* what the cache holds may make room */
+        remat_cpu_cache_empty();
+        p = aligned_alloc(64, rounded);
+    }
+    return p;
+}
+static void cpu_free(void *ud, int index, void *ptr, size_t nbytes) {
+    RM_UNUSED(ud);
+    RM_UNUSED(index);
+    if (g_cpu_alloc.free) {
+        g_cpu_alloc.free(g_cpu_alloc.user_data, ptr, nbytes);
+        return;
+    }
+    size_t rounded = cpu_rounded(nbytes);
+    if (rounded < (size_t)RM_CPU_CACHE_MIN) { /* never cached: no need for the counters */
+        free(ptr);
+        return;
+    }
+    /* called after the accounting: in_use no longer counts this buffer */
+    pthread_mutex_lock(&g_lock);
+    size_t in_use = g_types[0].stats[0].current_bytes, peak = g_types[0].stats[0].peak_bytes;
+    pthread_mutex_unlock(&g_lock);
+    if (!rm_cpu_cache_put(ptr, rounded, in_use, peak)) free(ptr);
+}
+static remat_status cpu_copy(void *ud, int index, void *dst, const void *src, size_t n,
+                             remat_copy_kind k) {
+    RM_UNUSED(ud);
+    RM_UNUSED(index);
+    RM_UNUSED(k);
+    memmove(dst, src, n);
+    return REMAT_OK;
+}
+static int cpu_count(void *ud) {
+    RM_UNUSED(ud);
+    return 1;
+}
+
+static void ensure_cpu(void) {
+    /* Called with g_lock held. */
+    if (g_types[0].used) return;
+    rm_devtype *t = &g_types[0];
+    t->used = true;
+    strcpy(t->name, "cpu");
+    t->def.name = t->name;
+    t->def.host_addressable = true;
+    t->def.alloc = cpu_alloc;
+    t->def.free = cpu_free;
+    t->def.copy = cpu_copy;
+    t->def.device_count = cpu_count;
+    t->gen[0].seed = k_default_seed;
+}
+
+static remat_status register_type(const remat_device_type_def *def, int *type_id);
+
+/* The built-in types besides cpu (cuda when built with it) take their ids
+ * before any other type is registered or looked up. */
+static pthread_once_t g_builtin_once = PTHREAD_ONCE_INIT;
+static int g_builtin_id = -1;
+static void register_builtin(void) {
+    remat_device_type_def def;
+    int id = -1;
+    if (rm_builtin_device_def(&def) && register_type(&def, &id) == REMAT_OK) {
+        g_builtin_id = id;
+        rm_builtin_device_registered(id);
+    }
+}
+static void ensure_builtin(void) { pthread_once(&g_builtin_once, register_builtin); }
+
+static rm_devtype *get_type(int id) {
+    if (id < 0 || id >= REMAT_MAX_DEVICE_TYPES) return NULL;
+    ensure_builtin();
+    pthread_mutex_lock(&g_lock);
+    ensure_cpu();
+    rm_devtype *t = g_types[id].used ? &g_types[id] : NULL;
+    pthread_mutex_unlock(&g_lock);
+    return t;
+}
+
+remat_status remat_register_device_type(const remat_device_type_def *def, int *type_id) {
+    ensure_builtin();
+    return register_type(def, type_id);
+}
+
+static remat_status register_type(const remat_device_type_def *def, int *type_id) {
+    if (!def || !type_id)
+        return rm_err(REMAT_EINVAL, "remat_register_device_type: def and type_id must not be NULL");
+    if (!def->name || !def->name[0] || strlen(def->name) >= 32)
+        return rm_err(REMAT_EINVAL, "remat_register_device_type: name must be 1 to 31 characters");
+    if (!def->alloc || !def->free || !def->copy || !def->device_count)
+        return rm_err(REMAT_EINVAL,
+                      "remat_register_device_type: device type '%s' must supply alloc, free, "
+                      "copy and device_count",
+                      def->name);
+    pthread_mutex_lock(&g_lock);
+    ensure_cpu();
+    int free_slot = -1;
+    for (int i = 0; i < REMAT_MAX_DEVICE_TYPES; i++) {
+        if (g_types[i].used && strcmp(g_types[i].name, def->name) == 0) {
+            pthread_mutex_unlock(&g_lock);
+            return rm_err(REMAT_EINVAL,
+                          "remat_register_device_type: a device type named '%s' is already "
+                          "registered (id %d)",
+                          def->name, i);
+        }
+        if (!g_types[i].used && free_slot < 0) free_slot = i;
+    }
+    if (free_slot < 0) {
+        pthread_mutex_unlock(&g_lock);
+        return rm_err(REMAT_ENOMEM, "remat_register_device_type: registry full (%d types)",
+                      REMAT_MAX_DEVICE_TYPES);
+    }
+    rm_devtype *t = &g_types[free_slot];
+    memset(t, 0, sizeof *t);
+    t->used = true;
+    t->def = *def;
+    strcpy(t->name, def->name);
+    t->def.name = t->name;
+    for (int i = 0; i < REMAT_MAX_DEVICES_PER_TYPE; i++) t->gen[i].seed = k_default_seed;
+    /* a host-addressable type runs the cpu kernels on its memory; another
+     * registers its own (rm_kernel_register) */
+    rm_kernels_adopt_cpu(free_slot, def->host_addressable);
+    *type_id = free_slot;
+    pthread_mutex_unlock(&g_lock);
+    return REMAT_OK;
+}
+
+remat_status remat_unregister_device_type(int type_id) {
+    if (type_id <= 0 || type_id >= REMAT_MAX_DEVICE_TYPES)
+        return rm_err(REMAT_EINVAL, "remat_unregister_device_type: bad type id %d", type_id);
+    pthread_mutex_lock(&g_lock);
+    rm_devtype *t = &g_types[type_id];
+    if (!t->used) {
+        pthread_mutex_unlock(&g_lock);
+        return rm_err(REMAT_EINVAL, "remat_unregister_device_type: type %d is not registered",
+                      type_id);
+    }
+    for (int i = 0; i < REMAT_MAX_DEVICES_PER_TYPE; i++) {
+        if (t->stats[i].n_live) {
+            pthread_mutex_unlock(&g_lock);
+            return rm_err(REMAT_ESTATE,
+                          "remat_unregister_device_type: '%s' still has %llu live allocations",
+                          t->name, (unsigned long long)t->stats[i].n_live);
+        }
+    }
+    memset(t, 0, sizeof *t);
+    rm_kernels_adopt_cpu(type_id, false);
+    if (type_id == g_builtin_id) g_builtin_id = -1;
+    pthread_mutex_unlock(&g_lock);
+    return REMAT_OK;
+}
+
+int remat_device_type_id(const char *name) {
+    if (!name) return -1;
+    ensure_builtin();
+    pthread_mutex_lock(&g_lock);
+    ensure_cpu();
+    int id = -1;
+    for (int i = 0; i < REMAT_MAX_DEVICE_TYPES; i++)
+        if (g_types[i].used && strcmp(g_types[i].name, name) == 0) id = i;
+    pthread_mutex_unlock(&g_lock);
+    return id;
+}
+
+const char *remat_device_type_name(int type_id) {
+    rm_devtype *t = get_type(type_id);
+    return t ? t->name : NULL;
+}
+
+int remat_device_count(int type_id) {
+    rm_devtype *t = get_type(type_id);
+    if (!t) return 0;
+    int n = t->def.device_count(t->def.user_data);
+    return n > REMAT_MAX_DEVICES_PER_TYPE ? REMAT_MAX_DEVICES_PER_TYPE : n;
+}
+
+int remat_current_device(int type_id) {
+    rm_devtype *t = get_type(type_id);
+    if (!t || !t->def.current_device) return 0;
+    return t->def.current_device(t->def.user_data);
+}
+
+remat_status remat_set_current_device(int type_id, int index) {
+    rm_devtype *t = get_type(type_id);
+    if (!t)
+        return rm_err(REMAT_EDEVICE, "remat_set_current_device: unknown device type %d", type_id);
+    if (index < 0 || index >= remat_device_count(type_id))
+        return rm_err(REMAT_EDEVICE, "remat_set_current_device: '%s' has no device %d (count %d)",
+                      t->name, index, remat_device_count(type_id));
+    if (!t->def.set_current_device) {
+        if (index == 0) return REMAT_OK;
+        return rm_err(REMAT_EUNSUPPORTED,
+                      "remat_set_current_device: '%s' cannot change its current device", t->name);
+    }
+    return t->def.set_current_device(t->def.user_data, index);
+}
+
+bool remat_device_is_initialized(int type_id) {
+    rm_devtype *t = get_type(type_id);
+    if (!t) return false;
+    if (!t->def.is_initialized) return true;
+    return t->def.is_initialized(t->def.user_data);
+}
+
+bool remat_device_host_addressable(int type_id) {
+    rm_devtype *t = get_type(type_id);
+    return t && t->def.host_addressable;
+}
+
+remat_status remat_device_check(remat_device device) {
+    rm_devtype *t = get_type(device.type);
+    if (!t) return rm_err(REMAT_EDEVICE, "unknown device type %d", device.type);
+    int n = remat_device_count(device.type);
+    const char *why =
+        n == 0 && device.type == g_builtin_id ? rm_builtin_device_unavailable_reason() : NULL;
+    if (why)
+        return rm_err(REMAT_EUNSUPPORTED, "device %s:%d cannot be used: %s", t->name, device.index,
+                      why);
+    if (device.index < 0 || device.index >= n)
+        return rm_err(REMAT_EDEVICE, "device %s:%d does not exist (%d device%s)", t->name,
+                      device.index, n, n == 1 ? "" : "s");
+    return REMAT_OK;
+}
+
+/* ---- allocator ------------------------------------------------------------------- */
+static RM_TLS rm_meter tls_meter;
+
+void rm_meter_start(remat_device device, rm_meter *prev) {
+    *prev = tls_meter;
+    tls_meter = (rm_meter){true, device, 0, 0};
+}
+void rm_meter_stop(const rm_meter *prev) { tls_meter = *prev; }
+void rm_meter_mark_peak(void) { tls_meter.peak = tls_meter.current; }
+int64_t rm_meter_current(void) { return tls_meter.current; }
+int64_t rm_meter_peak(void) { return tls_meter.peak; }
+
+static void meter_add(remat_device device, int64_t delta) {
+    rm_meter *m = &tls_meter;
+    if (!m->on || m->device.type != device.type || m->device.index != device.index) return;
+    m->current += delta;
+    if (m->current > m->peak) m->peak = m->current;
+}
+
+void *rm_device_alloc(remat_device device, size_t nbytes) {
+    rm_devtype *t = get_type(device.type);
+    if (!t || device.index < 0 || device.index >= REMAT_MAX_DEVICES_PER_TYPE) return NULL;
+    void *p = t->def.alloc(t->def.user_data, device.index, nbytes);
+    if (!p) return NULL;
+    pthread_mutex_lock(&g_lock);
+    remat_alloc_stats *s = &t->stats[device.index];
+    s->current_bytes += nbytes;
+    if (s->current_bytes > s->peak_bytes) s->peak_bytes = s->current_bytes;
+    s->n_allocs++;
+    s->n_live++;
+    size_t cur = s->current_bytes;
+    remat_alloc_observer_fn obs = g_observer;
+    void *obs_ud = g_observer_ud;
+    remat_alloc_event_fn evo = g_event_observer;
+    void *evo_ud = g_event_observer_ud;
+    pthread_mutex_unlock(&g_lock);
+    meter_add(device, (int64_t)nbytes);
+    if (obs) obs(obs_ud, device, (int64_t)nbytes, cur);
+    if (evo) evo(evo_ud, device, p, (int64_t)nbytes, cur);
+    return p;
+}
+
+void rm_device_free(remat_device device, void *ptr, size_t nbytes) {
+    if (!ptr) return;
+    rm_devtype *t = get_type(device.type);
+    if (!t) return;
+    pthread_mutex_lock(&g_lock);
+    remat_alloc_stats *s = &t->stats[device.index];
+    s->current_bytes -= nbytes;
+    s->n_frees++;
+    s->n_live--;
+    size_t cur = s->current_bytes;
+    remat_alloc_observer_fn obs = g_observer;
+    void *obs_ud = g_observer_ud;
+    remat_alloc_event_fn evo = g_event_observer;
+    void *evo_ud = g_event_observer_ud;
+    pthread_mutex_unlock(&g_lock);
+    meter_add(device, -(int64_t)nbytes);
+    if (obs) obs(obs_ud, device, -(int64_t)nbytes, cur);
+    if (evo) evo(evo_ud, device, ptr, -(int64_t)nbytes, cur);
+    t->def.free(t->def.user_data, device.index, ptr, nbytes);
+}
+
+remat_status rm_device_copy(remat_device dst_dev, void *dst, remat_device src_dev, const void *src,
+                            size_t nbytes) {
+    if (nbytes == 0) return REMAT_OK;
+    if (dst_dev.type == REMAT_CPU && src_dev.type == REMAT_CPU) {
+        memmove(dst, src, nbytes);
+        return REMAT_OK;
+    }
+    rm_devtype *td = get_type(dst_dev.type), *ts = get_type(src_dev.type);
+    if (!td || !ts) return rm_err(REMAT_EDEVICE, "copy between unknown device types");
+    int rc;
+    if (src_dev.type == REMAT_CPU)
+        rc = td->def.copy(td->def.user_data, dst_dev.index, dst, src, nbytes,
+                          REMAT_COPY_HOST_TO_DEVICE);
+    else if (dst_dev.type == REMAT_CPU)
+        rc = ts->def.copy(ts->def.user_data, src_dev.index, dst, src, nbytes,
+                          REMAT_COPY_DEVICE_TO_HOST);
+    else if (dst_dev.type == src_dev.type)
+        rc = td->def.copy(td->def.user_data, dst_dev.index, dst, src, nbytes,
+                          REMAT_COPY_DEVICE_TO_DEVICE);
+    else
+        return rm_err(REMAT_EUNSUPPORTED,
+                      "direct copy from %s to %s is not supported; go "
+                      "through cpu",
+                      ts->name, td->name);
+    if (rc != REMAT_OK) return rm_err(rc, "device copy failed (%s -> %s)", ts->name, td->name);
+    return REMAT_OK;
+}
+
+remat_status remat_alloc_stats_get(remat_device device, remat_alloc_stats *stats) {
+    if (!stats) return rm_err(REMAT_EINVAL, "remat_alloc_stats_get: stats must not be NULL");
+    rm_devtype *t = get_type(device.type);
+    if (!t || device.index < 0 || device.index >= REMAT_MAX_DEVICES_PER_TYPE)
+        return rm_err(REMAT_EDEVICE, "remat_alloc_stats_get: unknown device %d:%d", device.type,
+                      device.index);
+    pthread_mutex_lock(&g_lock);
+    *stats = t->stats[device.index];
+    pthread_mutex_unlock(&g_lock);
+    return REMAT_OK;
+}
+
+remat_status remat_alloc_reset_peak(remat_device device) {
+    rm_devtype *t = get_type(device.type);
+    if (!t || device.index < 0 || device.index >= REMAT_MAX_DEVICES_PER_TYPE)
+        return rm_err(REMAT_EDEVICE, "remat_alloc_reset_peak: unknown device %d:%d", device.type,
+                      device.index);
+    pthread_mutex_lock(&g_lock);
+    t->stats[device.index].peak_bytes = t->stats[device.index].current_bytes;
+    pthread_mutex_unlock(&g_lock);
+    return REMAT_OK;
+}
+
+size_t remat_cpu_current_bytes(void) {
+    remat_alloc_stats s;
+    remat_alloc_stats_get(REMAT_DEVICE_CPU, &s);
+    return s.current_bytes;
+}
+
+size_t remat_cpu_peak_bytes(void) {
+    remat_alloc_stats s;
+    remat_alloc_stats_get(REMAT_DEVICE_CPU, &s);
+    return s.peak_bytes;
+}
+
+void remat_set_cpu_allocator(const remat_allocator *allocator) {
+    remat_cpu_cache_empty(); /* its buffers came from the allocator being replaced */
+    pthread_mutex_lock(&g_lock);
+    if (allocator && allocator->alloc && allocator->free) g_cpu_alloc = *allocator;
+    else memset(&g_cpu_alloc, 0, sizeof g_cpu_alloc);
+    pthread_mutex_unlock(&g_lock);
+}
+
+void remat_set_alloc_observer(remat_alloc_observer_fn fn, void *user_data) {
+    pthread_mutex_lock(&g_lock);
+    g_observer = fn;
+    g_observer_ud = user_data;
+    pthread_mutex_unlock(&g_lock);
+}
+
+void remat_set_alloc_event_observer(remat_alloc_event_fn fn, void *user_data) {
+    pthread_mutex_lock(&g_lock);
+    g_event_observer = fn;
+    g_event_observer_ud = user_data;
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* ---- RNG -------------------------------------------------------------------------- */
+void remat_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]) {
+    rm_philox4x32_hd(counter[0], counter[1], counter[2], counter[3], key[0], key[1], out);
+}
+
+void rm_philox_block(const uint32_t key[2], uint64_t counter, uint32_t out[4]) {
+    uint32_t c[4] = {(uint32_t)counter, (uint32_t)(counter >> 32), 0, 0};
+    remat_philox4x32_10(c, key, out);
+}
+
+/* Blob layout: magic "RMRG" u32, version u32, seed u64, offset u64, 8 zero bytes. */
+static void gen_to_blob(const rm_gen *g, uint8_t b[REMAT_RNG_STATE_BYTES]) {
+    memset(b, 0, REMAT_RNG_STATE_BYTES);
+    static const uint8_t k_magic[4] = {'R', 'M', 'R', 'G'};
+    memcpy(b, k_magic, sizeof k_magic);
+    uint32_t ver = 1;
+    memcpy(b + 4, &ver, 4);
+    memcpy(b + 8, &g->seed, 8);
+    memcpy(b + 16, &g->offset, 8);
+}
+
+static remat_status gen_from_blob(rm_gen *g, const uint8_t b[REMAT_RNG_STATE_BYTES]) {
+    uint32_t ver;
+    memcpy(&ver, b + 4, 4);
+    if (memcmp(b, "RMRG", 4) != 0 || ver != 1)
+        return rm_err(REMAT_EFORMAT, "remat_rng_set_state: not an RNG state blob made by "
+                                     "remat_rng_get_state");
+    memcpy(&g->seed, b + 8, 8);
+    memcpy(&g->offset, b + 16, 8);
+    return REMAT_OK;
+}
+
+static remat_status check_rng_device(const char *call, remat_device d, rm_devtype **out) {
+    rm_devtype *t = get_type(d.type);
+    if (!t) return rm_err(REMAT_EDEVICE, "%s: unknown device type %d", call, d.type);
+    if (d.index < 0 || d.index >= REMAT_MAX_DEVICES_PER_TYPE ||
+        d.index >= remat_device_count(d.type))
+        return rm_err(REMAT_EDEVICE, "%s: device %s:%d does not exist", call, t->name, d.index);
+    *out = t;
+    return REMAT_OK;
+}
+
+remat_status remat_rng_get_state(remat_device device, uint8_t state[REMAT_RNG_STATE_BYTES]) {
+    rm_devtype *t = NULL;
+    int rc = check_rng_device("remat_rng_get_state", device, &t);
+    if (rc) return rc;
+    if (!state) return rm_err(REMAT_EINVAL, "remat_rng_get_state: state must not be NULL");
+    if (t->def.rng_get_state) return t->def.rng_get_state(t->def.user_data, device.index, state);
+    pthread_mutex_lock(&g_lock);
+    gen_to_blob(&t->gen[device.index], state);
+    pthread_mutex_unlock(&g_lock);
+    return REMAT_OK;
+}
+
+remat_status remat_rng_set_state(remat_device device, const uint8_t state[REMAT_RNG_STATE_BYTES]) {
+    rm_devtype *t = NULL;
+    int rc = check_rng_device("remat_rng_set_state", device, &t);
+    if (rc) return rc;
+    if (!state) return rm_err(REMAT_EINVAL, "remat_rng_set_state: state must not be NULL");
+    if (t->def.rng_set_state) return t->def.rng_set_state(t->def.user_data, device.index, state);
+    rm_gen g = {0, 0};
+    rc = gen_from_blob(&g, state);
+    if (rc) return rc;
+    pthread_mutex_lock(&g_lock);
+    t->gen[device.index] = g;
+    pthread_mutex_unlock(&g_lock);
+    return REMAT_OK;
+}
+
+remat_status remat_device_manual_seed(remat_device device, uint64_t seed) {
+    rm_devtype *t = NULL;
+    int rc = check_rng_device("remat_device_manual_seed", device, &t);
+    if (rc) return rc;
+    rm_gen g = {seed, 0};
+    if (t->def.rng_set_state) {
+        uint8_t b[REMAT_RNG_STATE_BYTES];
+        gen_to_blob(&g, b);
+        return t->def.rng_set_state(t->def.user_data, device.index, b);
+    }
+    pthread_mutex_lock(&g_lock);
+    t->gen[device.index] = g;
+    pthread_mutex_unlock(&g_lock);
+    return REMAT_OK;
+}
+
+void remat_manual_seed(uint64_t seed) {
+    for (int ty = 0; ty < REMAT_MAX_DEVICE_TYPES; ty++) {
+        if (!get_type(ty)) continue;
+        int n = remat_device_count(ty);
+        for (int i = 0; i < n; i++) remat_device_manual_seed((remat_device){ty, i}, seed);
+    }
+}
+
+remat_status rm_rng_reserve(remat_device device, uint64_t n_blocks, uint32_t key[2],
+                            uint64_t *counter) {
+    rm_devtype *t = NULL;
+    int rc = check_rng_device("rng", device, &t);
+    if (rc) return rc;
+    rm_gen g = {0, 0};
+    if (t->def.rng_get_state) {
+        /* The type keeps the state; it must be in remat's blob format. */
+        uint8_t b[REMAT_RNG_STATE_BYTES];
+        rc = t->def.rng_get_state(t->def.user_data, device.index, b);
+        if (rc) return rc;
+        rc = gen_from_blob(&g, b);
+        if (rc) return rc;
+        rm_gen next = {g.seed, g.offset + n_blocks};
+        gen_to_blob(&next, b);
+        rc = t->def.rng_set_state(t->def.user_data, device.index, b);
+        if (rc) return rc;
+    } else {
+        pthread_mutex_lock(&g_lock);
+        g = t->gen[device.index];
+        t->gen[device.index].offset += n_blocks;
+        pthread_mutex_unlock(&g_lock);
+    }
+    key[0] = (uint32_t)g.seed;
+    key[1] = (uint32_t)(g.seed >> 32);
+    *counter = g.offset;
+    return REMAT_OK;
+}
+
+remat_status remat_rng_fork_begin(remat_rng_fork *fork, int n_devices,
+                                  const remat_device *devices) {
+    if (!fork) return rm_err(REMAT_EINVAL, "remat_rng_fork_begin: fork must not be NULL");
+    if (n_devices < 0 || n_devices > REMAT_MAX_DEVICES_PER_TYPE || (n_devices && !devices))
+        return rm_err(REMAT_EINVAL, "remat_rng_fork_begin: bad device list (n=%d)", n_devices);
+    fork->n = 0;
+    fork->devices[fork->n] = REMAT_DEVICE_CPU;
+    int rc = remat_rng_get_state(REMAT_DEVICE_CPU, fork->states[fork->n]);
+    if (rc) return rc;
+    fork->n++;
+    for (int i = 0; i < n_devices; i++) {
+        fork->devices[fork->n] = devices[i];
+        rc = remat_rng_get_state(devices[i], fork->states[fork->n]);
+        if (rc) return rm_err_prefix(rc, "remat_rng_fork_begin");
+        fork->n++;
+    }
+    return REMAT_OK;
+}
+
+remat_status remat_rng_fork_end(const remat_rng_fork *fork) {
+    if (!fork) return rm_err(REMAT_EINVAL, "remat_rng_fork_end: fork must not be NULL");
+    for (int i = 0; i < fork->n; i++) {
+        int rc = remat_rng_set_state(fork->devices[i], fork->states[i]);
+        if (rc) return rm_err_prefix(rc, "remat_rng_fork_end");
+    }
+    return REMAT_OK;
+}

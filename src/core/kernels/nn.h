@@ -1,0 +1,36 @@
+/* src/core/kernels/nn.h — kernels of the nn family (src/ops/nn.c):
+ * ids (RM_KERNELS_NN, each with its operands in a comment) and their
+ * parameter structs. Operands are contiguous. */
+#ifndef REMAT_KERNELS_NN_H
+#define REMAT_KERNELS_NN_H
+#define RM_KERNELS_NN(X)                                                                           \
+    /* y = softmax or log_softmax of x over dim. in: x; out: y. rm_softmax_params */               \
+    X(SOFTMAX, "softmax")                                                                          \
+    /* dx from g and the output y. in: g, y; out: dx. rm_softmax_params */                         \
+    X(SOFTMAX_BWD, "softmax backward")                                                             \
+    /* y = (x - mean) * rstd * w + b over the last n_norm dims. in: x, w, b (w, b NULL if    \
+     * absent); out: y, mean, rstd (one per row). rm_layer_norm_params */     \
+    X(LAYER_NORM, "layer_norm")                                                                    \
+    /* in: g, x, w (or NULL), mean, rstd; out: dx, dw, db (each NULL if not wanted).         \
+     * rm_layer_norm_params */     \
+    X(LAYER_NORM_BWD, "layer_norm backward")                                                       \
+    /* y = x * (kept ? 1 / (1 - p) : 0), kept from Philox (key, counter); bits: bit i of     \
+     * byte i / 8 = element i kept. in: x; out: y, bits (u8, ceil(n / 8); NULL: not          \
+     * written). rm_dropout_params */     \
+    X(DROPOUT, "dropout")                                                                          \
+    /* dx = g * (kept ? 1 / (1 - p) : 0). in: g, bits; out: dx. rm_dropout_params */               \
+    X(DROPOUT_BWD, "dropout backward")
+typedef struct rm_softmax_params {
+    int dim;  /* normalised */
+    bool log; /* log_softmax */
+} rm_softmax_params;
+typedef struct rm_layer_norm_params {
+    int n_norm; /* the normalised (last) dims */
+    double eps;
+} rm_layer_norm_params;
+typedef struct rm_dropout_params {
+    double p;
+    uint32_t key[2]; /* the Philox key and first block drawn for this call */
+    uint64_t counter;
+} rm_dropout_params;
+#endif /* REMAT_KERNELS_NN_H */

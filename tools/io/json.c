@@ -1,0 +1,95 @@
+/* tools/io/json.c — the program's JSON writer (json.h). */
+#include "json.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+void json_start(json *j, util_str *out) {
+    j->out = out;
+    j->depth = 0;
+    j->has_items[0] = false;
+}
+
+static void escaped(util_str *s, const unsigned char *p, size_t n, bool high_bytes) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = p[i];
+        if (c == '"' || c == '\\') util_str_printf(s, "\\%c", c);
+        else if (c < 0x20 || (high_bytes && c >= 0x80)) util_str_printf(s, "\\u%04x", c);
+        else util_str_printf(s, "%c", c);
+    }
+}
+
+/* The comma and key that go before every value. */
+static void item(json *j, const char *key) {
+    if (j->has_items[j->depth]) util_str_printf(j->out, ",");
+    j->has_items[j->depth] = true;
+    if (key) {
+        util_str_printf(j->out, "\"");
+        escaped(j->out, (const unsigned char *)key, strlen(key), false);
+        util_str_printf(j->out, "\":");
+    }
+}
+
+static void open_(json *j, const char *key, char open, char close) {
+    if (j->depth >= JSON_MAX_DEPTH) return;
+    item(j, key);
+    util_str_printf(j->out, "%c", open);
+    j->closers[++j->depth] = close;
+    j->has_items[j->depth] = false;
+}
+
+void json_object(json *j, const char *key) { open_(j, key, '{', '}'); }
+void json_array(json *j, const char *key) { open_(j, key, '[', ']'); }
+
+void json_end(json *j) {
+    if (j->depth == 0) return;
+    util_str_printf(j->out, "%c", j->closers[j->depth--]);
+}
+
+void json_str(json *j, const char *key, const char *v) {
+    if (!v) {
+        json_null(j, key);
+        return;
+    }
+    json_bytes(j, key, v, strlen(v));
+}
+
+void json_bytes(json *j, const char *key, const void *p, size_t n) {
+    item(j, key);
+    util_str_printf(j->out, "\"");
+    escaped(j->out, p, n, true);
+    util_str_printf(j->out, "\"");
+}
+
+void json_int(json *j, const char *key, int64_t v) {
+    item(j, key);
+    util_str_printf(j->out, "%" PRId64, v);
+}
+
+void json_uint(json *j, const char *key, uint64_t v) {
+    item(j, key);
+    util_str_printf(j->out, "%" PRIu64, v);
+}
+
+void json_num(json *j, const char *key, double v) {
+    item(j, key);
+    if (isfinite(v)) util_str_printf(j->out, "%.9g", v);
+    else util_str_printf(j->out, "null");
+}
+
+void json_fixed(json *j, const char *key, double v, int decimals) {
+    item(j, key);
+    if (isfinite(v)) util_str_printf(j->out, "%.*f", decimals, v);
+    else util_str_printf(j->out, "null");
+}
+
+void json_bool(json *j, const char *key, bool v) {
+    item(j, key);
+    util_str_printf(j->out, "%s", v ? "true" : "false");
+}
+
+void json_null(json *j, const char *key) {
+    item(j, key);
+    util_str_printf(j->out, "null");
+}

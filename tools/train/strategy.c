@@ -1,0 +1,500 @@
+/* tools/train/strategy.c — parsing strategies and running a chain of blocks under one. */
+#include "strategy.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/util.h"
+
+#include "remat/checkpoint.h"
+#include "remat/planner.h"
+
+static const double MIB = 1048576.0;
+
+static bool perr(char *err, size_t n, const char *msg) {
+    if (err && n) snprintf(err, n, "%s", msg);
+    return false;
+}
+
+void strategy_name(strategy *s) {
+    switch (s->kind) {
+    case STRAT_NONE: snprintf(s->name, sizeof s->name, "none"); return;
+    case STRAT_BLOCK: snprintf(s->name, sizeof s->name, "block"); break;
+    case STRAT_SEQUENTIAL: snprintf(s->name, sizeof s->name, "sequential=%d", s->segments); break;
+    case STRAT_SELECTIVE:
+        snprintf(s->name, sizeof s->name, "selective=%s", s->policy);
+        return; /* selective-checkpoint contexts need non-reentrant checkpoints */
+    case STRAT_BUDGET:
+        /* the size as the user wrote it reads better than a byte count */
+        if (s->budget_text[0])
+            snprintf(s->name, sizeof s->name, "%s=%s", s->blocks_only ? "blocks-budget" : "budget",
+                     s->budget_text);
+        else
+            snprintf(s->name, sizeof s->name, "%s=%llu",
+                     s->blocks_only ? "blocks-budget" : "budget", (unsigned long long)s->budget);
+        return; /* plans always run non-reentrant checkpoints */
+    }
+    if (s->reentrant) {
+        size_t n = strlen(s->name);
+        snprintf(s->name + n, sizeof s->name - n, "(reentrant)");
+    }
+}
+
+/* budget=P%: 0 < P <= 100 (a share of the un-checkpointed peak; more than
+ * all of it is a typo, not a plan). */
+static bool parse_percent(const char *val, double *pct) {
+    size_t l = strlen(val);
+    if (l < 2 || val[l - 1] != '%' || l > 30) return false;
+    char num[32];
+    memcpy(num, val, l - 1);
+    num[l - 1] = '\0';
+    double v;
+    if (!isdigit((unsigned char)num[0]) && num[0] != '.') return false;
+    if (!util_parse_double(num, &v) || !(v > 0) || v > 100) return false;
+    *pct = v;
+    return true;
+}
+
+/* selective=POLICY (val NULL: the default, dots). Fills s->sac_* and the
+ * canonical s->policy. */
+static bool parse_policy(const char *val, strategy *s, char *err, size_t n) {
+    static const struct {
+        const char *word;
+        sac_policy_kind kind;
+        bool names;
+    } kinds[] = {{"dots", SAC_DOTS, false},
+                 {"nothing", SAC_NOTHING, false},
+                 {"everything", SAC_EVERYTHING, false},
+                 {"names", SAC_NAMES, true},
+                 {"all-but", SAC_ALL_BUT, true},
+                 {"except", SAC_EXCEPT, true}};
+    char msg[512];
+    if (!val) val = "dots";
+    if (!*val) {
+        snprintf(msg, sizeof msg, "selective=POLICY needs a policy: %s", SAC_POLICY_HELP);
+        return perr(err, n, msg);
+    }
+    size_t wl = strcspn(val, ":=");
+    int k = -1;
+    for (int i = 0; i < (int)(sizeof kinds / sizeof *kinds); i++)
+        if (strlen(kinds[i].word) == wl && !strncmp(val, kinds[i].word, wl)) k = i;
+    if (k < 0) {
+        snprintf(msg, sizeof msg, "unknown policy '%.*s': expected %s", (int)(wl < 64 ? wl : 64),
+                 val, SAC_POLICY_HELP);
+        return perr(err, n, msg);
+    }
+    s->sac_kind = kinds[k].kind;
+    s->n_sac_names = 0;
+    if (!kinds[k].names) {
+        if (val[wl]) {
+            snprintf(msg, sizeof msg, "policy %s takes no names", kinds[k].word);
+            return perr(err, n, msg);
+        }
+        snprintf(s->policy, sizeof s->policy, "%s", kinds[k].word);
+        return true;
+    }
+    const char *p = val + wl;
+    if (!*p || !p[1]) {
+        snprintf(msg, sizeof msg,
+                 "policy %s needs tag names: %s:A+B (e.g. selective=%s:qkv+attn_out)",
+                 kinds[k].word, kinds[k].word, kinds[k].word);
+        return perr(err, n, msg);
+    }
+    p++;
+    util_str canon = {0};
+    util_str_printf(&canon, "%s:", kinds[k].word);
+    bool ok = true;
+    while (ok) {
+        size_t l = strcspn(p, "+,");
+        bool good = l > 0 && l < SAC_NAME_LEN;
+        for (size_t i = 0; good && i < l; i++)
+            good = isalnum((unsigned char)p[i]) || strchr("_.-", p[i]);
+        if (!good) {
+            snprintf(msg, sizeof msg,
+                     "bad tag name '%.*s' in selective=%s (letters, digits, '_', '.', '-'; "
+                     "names joined by '+')",
+                     (int)(l < 64 ? l : 64), p, val);
+            ok = perr(err, n, msg);
+            break;
+        }
+        if (s->n_sac_names == SAC_MAX_NAMES) {
+            snprintf(msg, sizeof msg, "too many names in selective=%s (at most %d)", val,
+                     SAC_MAX_NAMES);
+            ok = perr(err, n, msg);
+            break;
+        }
+        memcpy(s->sac_names[s->n_sac_names], p, l);
+        s->sac_names[s->n_sac_names][l] = '\0';
+        util_str_printf(&canon, "%s%s", s->n_sac_names ? "+" : "", s->sac_names[s->n_sac_names]);
+        s->n_sac_names++;
+        if (!p[l]) break;
+        p += l + 1;
+    }
+    if (ok && (canon.oom || !canon.s || canon.len >= sizeof s->policy)) {
+        snprintf(msg, sizeof msg, "selective=%s is too long", val);
+        ok = perr(err, n, msg);
+    }
+    if (ok) snprintf(s->policy, sizeof s->policy, "%s", canon.s);
+    util_str_free(&canon);
+    return ok;
+}
+
+bool strategy_parse(const char *text, bool reentrant, strategy *s, char *err, size_t n_err) {
+    strategy r;
+    memset(&r, 0, sizeof r);
+    r.reentrant = reentrant;
+    const char *eq = strchr(text, '=');
+    size_t klen = eq ? (size_t)(eq - text) : strlen(text);
+    const char *val = eq ? eq + 1 : NULL;
+    if (klen == 4 && !strncmp(text, "none", 4) && !val) {
+        r.kind = STRAT_NONE;
+        r.reentrant = false;
+    } else if (klen == 5 && !strncmp(text, "block", 5) && !val) {
+        r.kind = STRAT_BLOCK;
+    } else if (klen == 10 && !strncmp(text, "sequential", 10)) {
+        long n;
+        if (!val) return perr(err, n_err, "sequential needs a number of segments: sequential=N");
+        if (!util_parse_long(val, 1, 1 << 20, &n))
+            return perr(err, n_err, "sequential=N needs an integer N >= 1");
+        r.kind = STRAT_SEQUENTIAL;
+        r.segments = (int)n;
+    } else if (klen == 9 && !strncmp(text, "selective", 9)) {
+        if (!parse_policy(val, &r, err, n_err)) return false;
+        r.kind = STRAT_SELECTIVE;
+        r.reentrant = false;
+    } else if ((klen == 6 && !strncmp(text, "budget", 6)) ||
+               (klen == 13 && !strncmp(text, "blocks-budget", 13))) {
+        r.blocks_only = klen == 13;
+        if (!val || !*val)
+            return perr(err, n_err,
+                        r.blocks_only ? "blocks-budget needs a size: blocks-budget=SIZE (e.g. "
+                                        "blocks-budget=32MiB, blocks-budget=40%)"
+                                      : "budget needs a size: budget=SIZE (e.g. budget=64MiB, "
+                                        "budget=40%)");
+        if (strlen(val) >= sizeof r.budget_text)
+            return perr(err, n_err, "bad size in budget=SIZE (too long)");
+        if (strchr(val, '%')) {
+            if (!parse_percent(val, &r.budget_pct))
+                return perr(
+                    err, n_err,
+                    "bad size in budget=P%: P must be a number in (0, 100], e.g. budget=40%");
+        } else {
+            /* strict: digits first, no spaces (remat_parse_bytes would allow them) */
+            size_t bytes = 0;
+            if (!(isdigit((unsigned char)val[0]) || val[0] == '.') || strpbrk(val, " \t") ||
+                remat_parse_bytes(val, &bytes) != REMAT_OK || bytes == 0)
+                return perr(err, n_err,
+                            "bad size in budget=SIZE (examples: 200MiB, 64M, 1.5GiB, 500000, 40%)");
+            r.budget = bytes;
+        }
+        snprintf(r.budget_text, sizeof r.budget_text, "%s", val);
+        r.kind = STRAT_BUDGET;
+        r.reentrant = false;
+    } else {
+        return perr(err, n_err,
+                    "expected none, block, sequential=N, selective[=POLICY], budget=SIZE or "
+                    "blocks-budget=SIZE");
+    }
+    strategy_name(&r);
+    *s = r;
+    return true;
+}
+
+bool strategy_available(const strategy *s, char *err, size_t n_err) {
+    switch (s->kind) {
+    case STRAT_NONE:
+    case STRAT_BLOCK:
+    case STRAT_SEQUENTIAL:
+    case STRAT_BUDGET:
+    case STRAT_SELECTIVE: return true;
+    }
+    return perr(err, n_err, "unknown strategy");
+}
+
+bool strategy_check_tags(const strategy *s, int n, const char *const *tags, const char *model,
+                         char *err, size_t n_err) {
+    if (s->kind != STRAT_SELECTIVE) return true;
+    for (int i = 0; i < s->n_sac_names; i++) {
+        bool known = false;
+        for (int k = 0; k < n && !known; k++) known = !strcmp(s->sac_names[i], tags[k]);
+        if (known) continue;
+        util_str o = {0};
+        util_str_printf(&o, "the %s tags no tensor '%s' (its tags: ", model, s->sac_names[i]);
+        for (int k = 0; k < n; k++) util_str_printf(&o, "%s%s", k ? ", " : "", tags[k]);
+        util_str_printf(&o, ")");
+        perr(err, n_err, o.oom || !o.s ? "unknown tag name" : o.s);
+        util_str_free(&o);
+        return false;
+    }
+    return true;
+}
+
+int strategy_make_policy(const strategy *s, remat_policy **out) {
+    *out = NULL;
+    if (s->kind != STRAT_SELECTIVE)
+        return remat_set_error(REMAT_EINVAL, "remat: strategy %s has no policy", s->name);
+    const char *names[SAC_MAX_NAMES];
+    for (int i = 0; i < s->n_sac_names; i++) names[i] = s->sac_names[i];
+    switch (s->sac_kind) {
+    case SAC_DOTS: return remat_policy_dots_saveable(out);
+    case SAC_NOTHING: return remat_policy_nothing_saveable(out);
+    case SAC_EVERYTHING: return remat_policy_everything_saveable(out);
+    case SAC_NAMES: return remat_policy_save_only_these_names(out, s->n_sac_names, names);
+    case SAC_ALL_BUT: return remat_policy_save_any_names_but_these(out, s->n_sac_names, names);
+    case SAC_EXCEPT:
+        return remat_policy_save_anything_except_these_names(out, s->n_sac_names, names);
+    }
+    return remat_set_error(REMAT_EINVAL, "remat: strategy %s: unknown policy", s->name);
+}
+
+void strategy_budget_bytes(strategy *s, uint64_t bytes, bool blocks_only) {
+    memset(s, 0, sizeof *s);
+    s->kind = STRAT_BUDGET;
+    s->blocks_only = blocks_only;
+    s->budget = bytes;
+    snprintf(s->budget_text, sizeof s->budget_text, "%.2fMiB", (double)bytes / MIB);
+    strategy_name(s);
+}
+
+/* ---- the planner ------------------------------------------------------------------------ */
+int strategy_store_all_bytes(const remat_profile *prof, size_t *bytes) {
+    /* one segment = nothing checkpointed: the plan's peak is the store-all peak */
+    remat_plan *p = NULL;
+    int rc = remat_plan_sequential(&p, prof, 0, 1);
+    if (rc) return rc;
+    *bytes = p->peak_store_all;
+    remat_plan_free(p);
+    return REMAT_OK;
+}
+
+int strategy_step_range(const remat_profile *prof, const remat_step_profile *step,
+                        size_t *store_all, size_t *min_budget) {
+    /* any budget at or above the store-all peak gives the store-all plan */
+    remat_plan *p = NULL;
+    int rc = remat_plan_create_step(&p, prof, step, SIZE_MAX, NULL);
+    if (rc) return rc;
+    *store_all = p->peak_store_all;
+    *min_budget = p->min_budget_bytes;
+    remat_plan_free(p);
+    return REMAT_OK;
+}
+
+/* "budget=12.35MiB": rounded up, so that what we suggest is feasible. */
+static void size_at_least(char *buf, size_t n, double bytes) {
+    if (bytes < MIB) snprintf(buf, n, "%.0fKiB", ceil(bytes / 1024.0));
+    else snprintf(buf, n, "%.2fMiB", ceil(bytes / MIB * 100.0) / 100.0);
+}
+
+int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profile *step) {
+    if (s->kind != STRAT_BUDGET) return REMAT_OK;
+    remat_plan_free(s->plan);
+    s->plan = NULL;
+    s->covers_all = false;
+    const bool whole = !s->blocks_only && step;
+    size_t store_all = 0, min = 0;
+    int rc;
+    if (whole) {
+        rc = strategy_step_range(prof, step, &store_all, &min);
+    } else {
+        rc = strategy_store_all_bytes(prof, &store_all);
+        if (!rc) rc = remat_plan_min_budget(prof, &min);
+    }
+    if (rc) return rc;
+    if (s->budget_pct > 0) s->budget = (uint64_t)(s->budget_pct / 100.0 * (double)store_all);
+    rc = whole ? remat_plan_create_step(&s->plan, prof, step, (size_t)s->budget, NULL)
+               : remat_plan_create(&s->plan, prof, (size_t)s->budget);
+    if (rc == REMAT_EINVAL && s->budget < min) {
+        /* the planner's message states the minimum in bytes; add what to type */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", remat_last_error());
+        char at_least[32], sa[32];
+        size_at_least(at_least, sizeof at_least, (double)min);
+        double pct = store_all ? ceil(100.0 * (double)min / (double)store_all) : 100.0;
+        const char *key = s->blocks_only ? "blocks-budget" : "budget";
+        return remat_set_error(rc,
+                               "%s; %s %s without checkpointing, so the smallest feasible "
+                               "budget is %s=%s (or %s=%.0f%%)",
+                               msg, whole ? "the step needs" : "the blocks need",
+                               util_fmt_bytes((double)store_all, sa, sizeof sa), key, at_least, key,
+                               pct > 100 ? 100 : pct);
+    }
+    if (!rc) s->covers_all = s->budget >= store_all;
+    return rc;
+}
+
+bool strategy_budget_warning(const strategy *s, char *buf, size_t n) {
+    if (n) buf[0] = '\0';
+    if (s->kind != STRAT_BUDGET || !s->covers_all || !s->plan) return false;
+    char b[32], sa[32];
+    snprintf(buf, n,
+             "warning: %s (%s) is at or above what the %s needs without checkpointing (%s): "
+             "nothing is checkpointed; a smaller budget trades time for memory",
+             s->name, util_fmt_bytes((double)s->budget, b, sizeof b),
+             s->plan->whole_step ? "step" : "blocks' share of the step",
+             util_fmt_bytes((double)s->plan->peak_store_all, sa, sizeof sa));
+    return true;
+}
+
+void strategy_free(strategy *s) {
+    if (!s) return;
+    remat_plan_free(s->plan);
+    s->plan = NULL;
+}
+
+/* Pre-order nodes: next[i] is the index after node i's subtree. */
+static void structure_level(const remat_plan *p, const int *next, int i, int end, util_str *o) {
+    bool first = true;
+    while (i < end) {
+        const remat_plan_node *nd = &p->nodes[i];
+        if (!first) util_str_printf(o, " ");
+        first = false;
+        if (nd->op == REMAT_PLAN_STORE) {
+            /* a run of stored stages as "a-b" */
+            int j = i, lastk = nd->first;
+            while (next[j] < end && p->nodes[next[j]].op == REMAT_PLAN_STORE) {
+                j = next[j];
+                lastk = p->nodes[j].first;
+            }
+            if (lastk > nd->first) util_str_printf(o, "%d-%d", nd->first, lastk);
+            else util_str_printf(o, "%d", nd->first);
+            i = next[j];
+        } else {
+            util_str_printf(o, "[ckpt %d-%d: ", nd->first, nd->last);
+            structure_level(p, next, i + 1, next[i], o);
+            util_str_printf(o, "]");
+            i = next[i];
+        }
+    }
+}
+
+void strategy_plan_structure(const remat_plan *plan, char *buf, size_t n) {
+    if (!n) return;
+    buf[0] = '\0';
+    if (!plan || plan->n_nodes < 1) return;
+    int *next = malloc(sizeof *next * (size_t)plan->n_nodes);
+    if (!next) return;
+    for (int i = plan->n_nodes - 1; i >= 0; i--) {
+        int j = i + 1;
+        if (plan->nodes[i].op == REMAT_PLAN_CHECKPOINT)
+            while (j < plan->n_nodes && plan->nodes[j].parent == i) j = next[j];
+        next[i] = j;
+    }
+    util_str o = {0};
+    structure_level(plan, next, 0, plan->n_nodes, &o);
+    if (!o.oom && o.s) {
+        snprintf(buf, n, "%s", o.s);
+        if (o.len >= n && n > 4) memcpy(buf + n - 4, "...", 4); /* cut, visibly */
+    }
+    util_str_free(&o);
+    free(next);
+}
+
+/* ---- running a chain --------------------------------------------------------------------- */
+static int run_plain(int n, block_fn fn, void *const *ud, remat_tensor *x, remat_tensor **out) {
+    remat_tensor *cur = remat_retain(x);
+    for (int i = 0; i < n; i++) {
+        remat_tensor *next = NULL;
+        int rc = fn(ud[i], &cur, 1, &next, 1);
+        remat_release(cur);
+        if (rc) return rc;
+        cur = next;
+    }
+    *out = cur;
+    return REMAT_OK;
+}
+
+/* Each block its own checkpoint: only block inputs stay alive. */
+static int run_block(const remat_checkpoint_options *o, int n, block_fn fn, void *const *ud,
+                     remat_tensor *x, remat_tensor **out) {
+    remat_tensor *cur = remat_retain(x);
+    for (int i = 0; i < n; i++) {
+        remat_tensor *next = NULL;
+        int rc = remat_checkpoint(fn, ud[i], 1, &cur, 1, &next, o);
+        remat_release(cur);
+        if (rc) return rc;
+        cur = next;
+    }
+    *out = cur;
+    return REMAT_OK;
+}
+
+/* Each block its own non-reentrant checkpoint whose context_fn hands out
+ * a fresh selective-checkpoint pair per call (PyTorch: context_fn=partial(
+ * create_selective_checkpoint_contexts, policy)). The policy object lives
+ * for this forward only: every region takes its own reference. */
+static int run_selective(const strategy *s, int n, block_fn fn, void *const *ud, remat_tensor *x,
+                         remat_tensor **out) {
+    remat_policy *pol = NULL;
+    int rc = strategy_make_policy(s, &pol);
+    if (rc) return rc;
+    remat_sac_config cfg = {
+        .policy = pol, .allow_cache_entry_mutation = false, .stats = s->sac_stats};
+    remat_checkpoint_options o;
+    memset(&o, 0, sizeof o);
+    o.use_reentrant = REMAT_OPT_FALSE;
+    o.context_fn = remat_sac_context_fn;
+    o.context_fn_data = &cfg; /* read at each remat_checkpoint call, not later */
+    rc = run_block(&o, n, fn, ud, x, out);
+    remat_policy_release(pol);
+    return rc;
+}
+
+static remat_stage *make_stages(int n, block_fn fn, void *const *ud) {
+    remat_stage *st = malloc(sizeof *st * (size_t)(n > 0 ? n : 1));
+    if (!st) return NULL;
+    for (int i = 0; i < n; i++) st[i] = (remat_stage){fn, ud[i]};
+    return st;
+}
+
+static int run_sequential(const remat_checkpoint_options *o, int segments, int n, block_fn fn,
+                          void *const *ud, remat_tensor *x, remat_tensor **out) {
+    remat_stage *st = make_stages(n, fn, ud);
+    if (!st) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    int rc = remat_checkpoint_sequential(out, n, st, segments, x, o);
+    free(st);
+    return rc;
+}
+
+/* The plan copies the stage list for its recomputations, so it can go now. */
+static int run_plan(const strategy *s, int n, block_fn fn, void *const *ud, remat_tensor *x,
+                    remat_tensor **out) {
+    if (!s->plan)
+        return remat_set_error(REMAT_ESTATE, "remat: strategy %s: no plan was made before the step",
+                               s->name);
+    if (s->plan->n_stages != n)
+        return remat_set_error(REMAT_EINVAL, "remat: strategy %s: plan for %d blocks, model has %d",
+                               s->name, s->plan->n_stages, n);
+    remat_stage *st = make_stages(n, fn, ud);
+    if (!st) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    int rc = remat_plan_run(s->plan, st, x, out);
+    free(st);
+    return rc;
+}
+
+int strategy_run_chain(const strategy *s, int n, block_fn fn, void *const *user_data,
+                       remat_tensor *x, remat_tensor **out) {
+    *out = NULL;
+    remat_checkpoint_options o;
+    memset(&o, 0, sizeof o);
+    o.use_reentrant = s->reentrant ? REMAT_OPT_TRUE : REMAT_OPT_FALSE;
+    switch (s->kind) {
+    case STRAT_NONE: return run_plain(n, fn, user_data, x, out);
+    case STRAT_BLOCK: return run_block(&o, n, fn, user_data, x, out);
+    case STRAT_SEQUENTIAL:
+        if (s->segments > n)
+            return remat_set_error(REMAT_EINVAL,
+                                   "remat: --checkpoint %s: more segments than the model's %d "
+                                   "blocks",
+                                   s->name, n);
+        return run_sequential(&o, s->segments, n, fn, user_data, x, out);
+    case STRAT_BUDGET: return run_plan(s, n, fn, user_data, x, out);
+    case STRAT_SELECTIVE: return run_selective(s, n, fn, user_data, x, out);
+    default: break;
+    }
+    char err[160];
+    strategy_available(s, err, sizeof err);
+    return remat_set_error(REMAT_EUNSUPPORTED, "remat: strategy %s: %s", s->name, err);
+}
