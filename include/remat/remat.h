@@ -17,6 +17,8 @@
  *   remat/optim.h       SGD, AdamW, clipping, lr schedules, gradient accumulation
  *   remat/dist.h        data parallelism over MPI: process groups, DDP, ZeRO-1
  *   remat/savefile.h    the `remat train --save` file format, parsed from memory
+ *   remat/params.h      named parameter collections (P: named_parameters, state_dict)
+ *   remat/safetensors.h weights in and out as safetensors, sharded checkpoints included
  *
  * Example: one SGD step of y = relu(x W^T + b), loss = mse(y, t).
  *
@@ -92,8 +94,10 @@
 #include "remat/error.h"
 #include "remat/ops.h"
 #include "remat/optim.h"
+#include "remat/params.h"
 #include "remat/planner.h"
 #include "remat/report.h"
+#include "remat/safetensors.h"
 #include "remat/savefile.h"
 #include "remat/selective.h"
 #include "remat/tensor.h"
