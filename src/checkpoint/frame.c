@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/graph.h"
 #include "ck.h"
 #include "recompute.h"
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "autograd/accumulate.h"
+#include "autograd/graph.h"
 #include "ck.h"
 
 typedef struct reent {
