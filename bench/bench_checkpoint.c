@@ -67,7 +67,7 @@
  *                    [--gelu erf|tanh] [--clock wall|cpu]
  *                    [--heap steady|trim|default] [--rss-steps N]
  *                    [--csv]
- * Defaults: L=32, W=1024, B=2048, 3 reps, 1 warm-up, gelu erf (P's
+ * Defaults: L=32, W=1024, B=2048, 3 reps, 1 warm-up, gelu erf (PyTorch's
  * nn.GELU default), OpenMP's default thread count. One un-checkpointed
  * step at the defaults is ~0.4 TFLOP (6·L·B·W²); see
  * docs/bench-checkpoint.md for run times and results. Exit status 1 if
@@ -146,7 +146,7 @@ static void model_init(model *m, int n_layers, int width, uint64_t seed) {
     m->n_params = 4 * n_layers;
     m->params = calloc((size_t)m->n_params, sizeof *m->params);
     if (!m->blocks || !m->params) exit(1);
-    double bound = 1.0 / sqrt((double)width); /* P's nn.Linear init range */
+    double bound = 1.0 / sqrt((double)width); /* PyTorch's nn.Linear init range */
     for (int i = 0; i < n_layers; i++) {
         block *b = &m->blocks[i];
         b->index = i;
@@ -490,7 +490,7 @@ static int bench_init(bench *b, const config *c) {
     CHECK(remat_rand_normal(&b->x, 2, xs, 0, 1, REMAT_F32, REMAT_DEVICE_CPU));
     CHECK(remat_rand_normal(&b->target, 2, xs, 0, 1, REMAT_F32, REMAT_DEVICE_CPU));
     /* The reentrant variant produces gradients only if an input of the
-     * checkpoint requires grad (P's rule); the first block's input is the
+     * checkpoint requires grad (PyTorch's rule); the first block's input is the
      * data, so it requires grad in every strategy (same work for all). */
     CHECK(remat_set_requires_grad(b->x, true));
 
