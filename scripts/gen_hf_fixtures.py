@@ -18,8 +18,9 @@ tests/support/fixtures.c regenerates bit for bit; docs/fixtures.md), scaled
 up from HF's 0.02 init so that the logits are far from uniform; the ids and
 targets are "@randint" recipes. The file holds the config (param lines with
 the config.json keys), the logits, the loss (mean cross-entropy of the
-logits against the targets, no shift, -100 ignored) and the gradient of
-every parameter (sampled: "@sample STRIDE ..."), all computed by
+logits against the targets, no shift, -100 ignored), the greedy
+continuation (5 tokens) of the first sequence's first 3 ids and the
+gradient of every parameter (sampled: "@sample STRIDE ..."), all computed by
 transformers in f32 with eager attention, in eval mode (no dropout).
 """
 
@@ -127,6 +128,26 @@ CASES = [
 ]
 
 
+GREEDY_PROMPT, GREEDY_NEW = 3, 5
+
+
+def greedy_tokens(model, prompt, n):
+    """Greedy decoding (what generate(do_sample=False) does), one full forward
+    per token; every choice must win by a clear margin so that rounding
+    cannot flip it."""
+    seq = prompt.clone()
+    out = []
+    with torch.no_grad():
+        for _ in range(n):
+            last = model(input_ids=seq).logits[0, -1]
+            top = torch.topk(last, 2)
+            assert top.values[0] - top.values[1] > 1e-3, "greedy choice within 1e-3 of a tie"
+            nxt = int(top.indices[0])
+            out.append(nxt)
+            seq = torch.cat([seq, torch.tensor([[nxt]])], dim=1)
+    return out
+
+
 def config_value(cfg, key):
     if key == "rope_theta":
         rp = getattr(cfg, "rope_parameters", None)
@@ -189,6 +210,8 @@ def make_case(name, family, kw, B, T, n_ignored, case_seed):
     loss.backward()
     lines.append(value_line("output", "logits", logits))
     lines.append("output loss f32 0 %.9g" % loss.item())
+    greedy = greedy_tokens(model, ids[:1, :GREEDY_PROMPT], GREEDY_NEW)
+    lines.append("output greedy i64 1 %d %s" % (GREEDY_NEW, " ".join(str(v) for v in greedy)))
     for pname, p in params:
         lines.append(value_line("grad", pname, p.grad))
     lines.append("end")

@@ -64,6 +64,87 @@ static void expect_close(const remat_tensor *got, const fx_tensor *exp, const ch
                  msg);
 }
 
+/* ---- the KV cache ---- */
+/* Logits of ids[:, a:b] through the cache. */
+static remat_tensor *cached_chunk(remat_model *m, remat_model_cache *c, remat_tensor *ids,
+                                  int64_t a, int64_t b) {
+    remat_tensor *part = NULL, *logits = NULL;
+    RT_OK(remat_slice(&part, ids, 1, a, b, 1));
+    RT_OK(remat_model_forward_cached(&logits, m, c, part));
+    remat_release(part);
+    return logits;
+}
+
+/* Prefill, then one token at a time, then a chunk after cached positions
+ * (the composed attention with an offset mask): the logits of the full
+ * forward, within 1e-5 of their largest. */
+static void cached_matches_full(remat_model *m, remat_tensor *ids) {
+    const int64_t T = remat_size(ids, 1);
+    cr_assert(T >= 7);
+    remat_tensor *full = NULL;
+    bool prev = remat_no_grad_begin();
+    RT_OK(remat_model_forward(&full, m, ids, NULL));
+    remat_grad_mode_restore(prev);
+    double *fv = rt_values(full), scale = 0;
+    for (int64_t i = 0; i < remat_numel(full); i++) scale = fmax(scale, fabs(fv[i]));
+    free(fv);
+    remat_model_cache *c = NULL;
+    RT_OK(remat_model_cache_create(&c, m, remat_size(ids, 0), T));
+    const int64_t cuts[] = {0, 3, 4, 5, T};
+    for (int k = 0; k + 1 < (int)(sizeof cuts / sizeof *cuts); k++) {
+        remat_tensor *got = cached_chunk(m, c, ids, cuts[k], cuts[k + 1]), *want = NULL;
+        cr_assert_eq(remat_model_cache_length(c), cuts[k + 1]);
+        cr_assert(!remat_requires_grad(got), "the cached forward runs without grad");
+        RT_OK(remat_slice(&want, full, 1, cuts[k], cuts[k + 1], 1));
+        double d = rt_max_abs_diff(got, want);
+        cr_expect(d <= 1e-5 * scale,
+                  "positions %lld..%lld through the cache: max diff %g (scale %g)",
+                  (long long)cuts[k], (long long)cuts[k + 1], d, scale);
+        remat_release(got);
+        remat_release(want);
+    }
+    /* full: one more position is refused, the cache unchanged */
+    remat_tensor *one = NULL, *l = NULL;
+    RT_OK(remat_slice(&one, ids, 1, 0, 1, 1));
+    RT_FAILS(remat_model_forward_cached(&l, m, c, one), REMAT_EINVAL, "cache holds");
+    cr_assert_eq(remat_model_cache_length(c), T);
+    remat_model_cache_reset(c);
+    cr_assert_eq(remat_model_cache_length(c), 0);
+    remat_release(one);
+    remat_model_cache_free(c);
+    remat_release(full);
+}
+
+/* Greedy decoding of the first sequence's first 3 ids through the cache
+ * gives transformers' tokens. */
+static void expect_greedy(remat_model *m, remat_tensor *ids, const fx_tensor *want) {
+    cr_assert(want, "no greedy tokens in the fixture");
+    const int64_t n = want->numel, P = 3;
+    remat_model_cache *c = NULL;
+    RT_OK(remat_model_cache_create(&c, m, 1, P + n));
+    remat_tensor *row = NULL, *next = NULL;
+    RT_OK(remat_slice(&row, ids, 0, 0, 1, 1));
+    RT_OK(remat_slice(&next, row, 1, 0, P, 1));
+    for (int64_t i = 0; i < n; i++) {
+        remat_tensor *logits = NULL, *last = NULL, *top = NULL, *arg = NULL;
+        RT_OK(remat_model_forward_cached(&logits, m, c, next));
+        const int64_t t = remat_size(logits, 1);
+        RT_OK(remat_slice(&last, logits, 1, t - 1, t, 1)); /* (1, 1, V) */
+        RT_OK(remat_max(&top, &arg, last, -1, false));     /* (1, 1) */
+        const int64_t tok = (int64_t)rt_item_at(arg, 0);
+        cr_expect_eq(tok, (int64_t)want->values[i], "greedy token %lld: %lld, transformers %lld",
+                     (long long)i, (long long)tok, (long long)want->values[i]);
+        remat_release(next);
+        next = arg;
+        remat_release(logits);
+        remat_release(last);
+        remat_release(top);
+    }
+    remat_release(next);
+    remat_release(row);
+    remat_model_cache_free(c);
+}
+
 static void run_hf_case(const char *name) {
     char err[512];
     fx_case *c = fx_load(name, err, sizeof err);
@@ -110,6 +191,8 @@ static void run_hf_case(const char *name) {
         cr_assert(pg, "%s: no gradient", pname);
         expect_close(pg, g, pname);
     }
+    cached_matches_full(m, ids);
+    expect_greedy(m, ids, fx_get(c, FX_OUTPUT, "greedy"));
     remat_release(logits);
     remat_release(loss);
     remat_release(ids);

@@ -162,6 +162,35 @@ int remat_model_stages(const remat_model *m, const remat_stage **stages);
 remat_status remat_model_head(remat_tensor **out, remat_model *m, remat_tensor *x,
                               remat_tensor *targets);
 
+/* ---- inference with a KV cache (sampling) ----
+ * A cache holds every layer's keys and values for up to `capacity`
+ * positions of `batch` sequences: remat_model_forward_cached runs only the
+ * new tokens, attending to the cached ones (HF: past_key_values). */
+typedef struct remat_model_cache remat_model_cache;
+
+/* OUT: *out = an empty cache for m (which must outlive it): batch >= 1,
+ * 1 <= capacity <= max_positions. Its tensors are on m's device, in f32.
+ * REMAT_EINVAL / REMAT_ENOMEM; *out NULL then. */
+remat_status remat_model_cache_create(remat_model_cache **out, const remat_model *m, int64_t batch,
+                                      int64_t capacity);
+/* NULL → no-op. */
+void remat_model_cache_free(remat_model_cache *c);
+/* Positions filled so far. */
+int64_t remat_model_cache_length(const remat_model_cache *c);
+/* Empties the cache (the next forward starts at position 0). */
+void remat_model_cache_reset(remat_model_cache *c);
+
+/* OUT: *logits = (B, T, vocab) for ids (B, T) at positions len..len+T-1,
+ * where len = remat_model_cache_length(c), each token attending to the
+ * cached positions and the new ones up to itself; their keys and values
+ * are appended (len grows by T). Runs without grad and without dropout
+ * (inference), under the caller's autocast. The logits equal those of
+ * remat_model_forward on the whole sequence, up to rounding. Errors:
+ * REMAT_EINVAL (B other than the cache's batch, len + T beyond its
+ * capacity, bad ids; the cache is then unchanged). */
+remat_status remat_model_forward_cached(remat_tensor **logits, remat_model *m, remat_model_cache *c,
+                                        remat_tensor *ids);
+
 /* The tag names the model's blocks put on their residuals; *n their count. */
 const char *const *remat_model_tags(const remat_model *m, int *n);
 

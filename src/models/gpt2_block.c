@@ -117,6 +117,11 @@ static int project(bool linear, remat_tensor **out, remat_tensor *x, remat_tenso
 remat_status remat_gpt2_block(remat_tensor **out, const remat_gpt2_block_weights *w,
                               const remat_gpt2_block_options *o, remat_tensor *x) {
     if (!out) return mb_err(REMAT_EINVAL, "remat_gpt2_block: out is NULL");
+    return mb_gpt2_block(out, w, o, x, NULL);
+}
+
+int mb_gpt2_block(remat_tensor **out, const remat_gpt2_block_weights *w,
+                  const remat_gpt2_block_options *o, remat_tensor *x, const mb_kv *kv) {
     *out = NULL;
     if (!w || !o || !x || remat_ndim(x) != 3 || o->heads <= 0 || remat_size(x, 2) % o->heads)
         return mb_err(REMAT_EINVAL, "remat_gpt2_block: expected x (B, T, C) with C a multiple "
@@ -145,7 +150,11 @@ remat_status remat_gpt2_block(remat_tensor **out, const remat_gpt2_block_weights
     MB_TRY(to_heads(&k, parts[1], B, T, H, D));
     MB_TRY(to_heads(&v, parts[2], B, T, H, D));
     for (int i = 0; i < 3; i++) mb_drop(&parts[i]);
-    if (o->mask) {
+    if (kv) { /* inference with a KV cache: k and v join the cached ones */
+        MB_TRY(mb_cached_attention(kv, q, k, v, scale, &att));
+        mb_drop(&q);
+        mb_drop(&k);
+    } else if (o->mask) {
         MB_TRY(composed_attention(o, &q, &k, v, scale, &att));
     } else { /* fused; its output is stored as (B, T, H, D) */
         MB_TRY(remat_attention(&att, q, k, v, true, scale));

@@ -64,9 +64,16 @@ remat_status remat_model_config_default(remat_model_config *cfg, remat_model_fam
 
 static bool is_gpt2(const remat_model_config *c) { return c->family == REMAT_MODEL_GPT2; }
 
-/* GPT-2's MLP width: n_inner, or 4 x hidden when 0. */
+/* Derived sizes: GPT-2's MLP width (n_inner, or 4 x hidden when 0), and
+ * every family's head_dim and kv heads. */
 static int64_t mlp_width(const remat_model_config *c) {
     return is_gpt2(c) && c->intermediate == 0 ? 4 * c->hidden : c->intermediate;
+}
+static int64_t head_dim(const remat_model_config *c) {
+    return c->head_dim > 0 && !is_gpt2(c) ? c->head_dim : c->hidden / c->n_heads;
+}
+static int kv_heads(const remat_model_config *c) {
+    return is_gpt2(c) || c->n_kv_heads == 0 ? c->n_heads : c->n_kv_heads;
 }
 remat_status remat_model_config_check(const remat_model_config *c) {
     const char *call = "remat_model_config_check";
@@ -359,25 +366,22 @@ static int check_ids(const remat_model *m, const char *call, const char *what, r
     return REMAT_OK;
 }
 
-remat_status remat_model_embed(remat_tensor **x, remat_model *m, remat_tensor *ids) {
-    const char *call = "remat_model_embed";
-    if (!x) return mb_err(REMAT_EINVAL, "%s: x is NULL", call);
-    *x = NULL;
-    if (!m) return mb_err(REMAT_EINVAL, "%s: model is NULL", call);
-    int rc = check_ids(m, call, "ids", ids);
-    if (rc) return rc;
+/* x = the embedding of ids at positions start..start+T-1 (checked ids). */
+static int embed_at(remat_tensor **x, remat_model *m, remat_tensor *ids, int64_t start,
+                    bool dropout) {
     remat_scope *s = NULL;
-    rc = remat_scope_begin(&s);
+    int rc = remat_scope_begin(&s);
     if (rc) return rc;
     remat_tensor *idx = NULL, *tok = NULL, *pos = NULL, *y = NULL;
     const int64_t T = remat_size(ids, 1);
     MB_TRY(on_device(m, ids, &idx));
     MB_TRY(remat_embedding(&tok, m->tok_emb, idx)); /* (B, T, C) */
     if (is_gpt2(&m->cfg)) {
-        pos = m->pos_emb; /* positions 0..T-1: the first T rows of wpe, broadcast */
-        if (T != m->cfg.max_positions) MB_TRY(remat_slice(&pos, m->pos_emb, 0, 0, T, 1));
+        pos = m->pos_emb; /* positions start..start+T-1: rows of wpe, broadcast */
+        if (start != 0 || T != m->cfg.max_positions)
+            MB_TRY(remat_slice(&pos, m->pos_emb, 0, start, start + T, 1));
         MB_TRY(remat_add(&y, tok, pos));
-        MB_TRY(mb_dropout(m->training ? m->cfg.embd_pdrop : 0, &y));
+        MB_TRY(mb_dropout(dropout && m->training ? m->cfg.embd_pdrop : 0, &y));
     } else {
         y = tok;
     }
@@ -385,6 +389,15 @@ remat_status remat_model_embed(remat_tensor **x, remat_model *m, remat_tensor *i
 done:
     remat_scope_end(s);
     return rc;
+}
+
+remat_status remat_model_embed(remat_tensor **x, remat_model *m, remat_tensor *ids) {
+    const char *call = "remat_model_embed";
+    if (!x) return mb_err(REMAT_EINVAL, "%s: x is NULL", call);
+    *x = NULL;
+    if (!m) return mb_err(REMAT_EINVAL, "%s: model is NULL", call);
+    int rc = check_ids(m, call, "ids", ids);
+    return rc ? rc : embed_at(x, m, ids, 0, true);
 }
 
 remat_status remat_model_head(remat_tensor **out, remat_model *m, remat_tensor *x,
@@ -449,4 +462,110 @@ remat_status remat_model_loss(remat_tensor **loss, remat_model *m, remat_tensor 
     if (!m || !targets)
         return mb_err(REMAT_EINVAL, "remat_model_loss: expected a model and targets");
     return run(loss, m, ids, targets, s);
+}
+
+/* ---- KV cache ------------------------------------------------------------------------------ */
+struct remat_model_cache {
+    const remat_model *m;
+    int64_t batch, capacity, len;
+    mb_kv *layers; /* n_layers: k, v (batch, kv heads, capacity, head_dim) */
+};
+
+remat_status remat_model_cache_create(remat_model_cache **out, const remat_model *m, int64_t batch,
+                                      int64_t capacity) {
+    const char *call = "remat_model_cache_create";
+    if (!out) return mb_err(REMAT_EINVAL, "%s: out is NULL", call);
+    *out = NULL;
+    if (!m) return mb_err(REMAT_EINVAL, "%s: model is NULL", call);
+    if (batch < 1 || batch > (int64_t)1 << 20 || capacity < 1 || capacity > m->cfg.max_positions)
+        return mb_err(REMAT_EINVAL,
+                      "%s: batch %lld, capacity %lld: expected batch >= 1 and 1 <= capacity <= "
+                      "%lld (max_positions)",
+                      call, (long long)batch, (long long)capacity, (long long)m->cfg.max_positions);
+    remat_model_cache *c = calloc(1, sizeof *c);
+    if (c) c->layers = calloc((size_t)m->cfg.n_layers, sizeof *c->layers);
+    if (!c || !c->layers) {
+        free(c);
+        return mb_err(REMAT_ENOMEM, "%s: out of memory", call);
+    }
+    c->m = m, c->batch = batch, c->capacity = capacity;
+    const int64_t shape[4] = {batch, kv_heads(&m->cfg), capacity, head_dim(&m->cfg)};
+    void *scope = rm_scope_suspend(); /* the cache's own references */
+    int rc = REMAT_OK;
+    for (int l = 0; !rc && l < m->cfg.n_layers; l++) {
+        rc = remat_zeros(&c->layers[l].k, 4, shape, REMAT_F32, m->device);
+        if (!rc) rc = remat_zeros(&c->layers[l].v, 4, shape, REMAT_F32, m->device);
+    }
+    rm_scope_resume(scope);
+    if (rc) {
+        remat_model_cache_free(c);
+        return rc;
+    }
+    *out = c;
+    return REMAT_OK;
+}
+
+void remat_model_cache_free(remat_model_cache *c) {
+    if (!c) return;
+    for (int l = 0; c->layers && l < c->m->cfg.n_layers; l++) {
+        remat_release(c->layers[l].k);
+        remat_release(c->layers[l].v);
+    }
+    free(c->layers);
+    free(c);
+}
+
+int64_t remat_model_cache_length(const remat_model_cache *c) { return c ? c->len : 0; }
+
+void remat_model_cache_reset(remat_model_cache *c) {
+    if (c) c->len = 0;
+}
+
+/* The cached forward: no grad, no dropout; *logits plain. */
+static int forward_cached(remat_tensor **logits, remat_model *m, remat_model_cache *c,
+                          remat_tensor *ids) {
+    const remat_model_config *cfg = &m->cfg;
+    remat_tensor *x = NULL, *y = NULL;
+    int rc = embed_at(&x, m, ids, c->len, false);
+    for (int l = 0; !rc && l < cfg->n_layers; l++) {
+        c->layers[l].len = c->len;
+        if (is_gpt2(cfg)) {
+            const remat_gpt2_block_options o = {
+                .heads = cfg->n_heads, .eps = cfg->norm_eps, .gelu = cfg->gelu};
+            rc = mb_gpt2_block(&y, &m->gpt2[l], &o, x, &c->layers[l]);
+        } else {
+            rc = mb_err(REMAT_EINVAL, "remat_model_forward_cached: unknown family");
+        }
+        remat_release(x);
+        x = y, y = NULL;
+    }
+    if (!rc) rc = remat_model_head(logits, m, x, NULL);
+    remat_release(x);
+    return rc;
+}
+
+remat_status remat_model_forward_cached(remat_tensor **logits, remat_model *m, remat_model_cache *c,
+                                        remat_tensor *ids) {
+    const char *call = "remat_model_forward_cached";
+    if (!logits) return mb_err(REMAT_EINVAL, "%s: logits is NULL", call);
+    *logits = NULL;
+    if (!m || !c || c->m != m)
+        return mb_err(REMAT_EINVAL, "%s: expected a model and a cache made for it", call);
+    int rc = check_ids(m, call, "ids", ids);
+    if (rc) return rc;
+    const int64_t B = remat_size(ids, 0), T = remat_size(ids, 1);
+    if (B != c->batch || c->len + T > c->capacity)
+        return mb_err(REMAT_EINVAL,
+                      "%s: ids (%lld, %lld) after %lld cached positions: the cache holds %lld "
+                      "sequences of up to %lld positions",
+                      call, (long long)B, (long long)T, (long long)c->len, (long long)c->batch,
+                      (long long)c->capacity);
+    bool prev = remat_no_grad_begin();
+    void *scope = rm_scope_suspend();
+    rc = forward_cached(logits, m, c, ids);
+    rm_scope_resume(scope);
+    remat_grad_mode_restore(prev);
+    if (rc) return rc;
+    c->len += T;
+    return rm_hand_out_n(logits, 1);
 }
