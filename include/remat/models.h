@@ -139,7 +139,9 @@ void remat_model_zero_grad(remat_model *m);
  * ids: (B, T) i64 token ids in [0, vocab), T <= max_positions, on any
  * device (copied to the model's when elsewhere). Positions are 0..T-1.
  * Grad mode, autocast and the RNG are the caller's: under
- * remat_autocast_begin the linears and the attention run in bf16. */
+ * remat_autocast_begin the linears and the attention run in bf16. Every
+ * output is a new reference, owned by the innermost open scope if there
+ * is one (as an op's); on failure it is NULL and nothing leaks. */
 
 /* OUT: *logits = (B, T, vocab), the blocks run under s (NULL: none). */
 remat_status remat_model_forward(remat_tensor **logits, remat_model *m, remat_tensor *ids,

@@ -397,7 +397,8 @@ remat_status remat_model_embed(remat_tensor **x, remat_model *m, remat_tensor *i
     *x = NULL;
     if (!m) return mb_err(REMAT_EINVAL, "%s: model is NULL", call);
     int rc = check_ids(m, call, "ids", ids);
-    return rc ? rc : embed_at(x, m, ids, 0, true);
+    if (!rc) rc = embed_at(x, m, ids, 0, true);
+    return rc ? rc : rm_hand_out_n(x, 1); /* to the caller's scope, if one is open */
 }
 
 remat_status remat_model_head(remat_tensor **out, remat_model *m, remat_tensor *x,
@@ -431,7 +432,7 @@ remat_status remat_model_head(remat_tensor **out, remat_model *m, remat_tensor *
     *out = remat_scope_keep(o);
 done:
     remat_scope_end(s);
-    return rc;
+    return rc ? rc : rm_hand_out_n(out, 1); /* to the caller's scope, if one is open */
 }
 
 static remat_status run(remat_tensor **out, remat_model *m, remat_tensor *ids,
