@@ -18,6 +18,9 @@
 #include "remat/autocast.h"
 #include "remat/models.h"
 
+/* REMAT_TEST_DEVICE=fenced|cuda runs the models on that device (tests/support/rt.h) */
+RT_ON_TEST_DEVICE
+
 /* ---- Hugging Face fixtures ------------------------------------------------------------------ */
 static int64_t pint(const fx_case *c, const char *name) {
     int64_t v = 0;
@@ -152,7 +155,7 @@ static void run_hf_case(const char *name) {
     remat_model_config cfg;
     fixture_config(c, &cfg);
     remat_model *m = NULL;
-    RT_OK(remat_model_create(&m, &cfg, REMAT_DEVICE_CPU));
+    RT_OK(remat_model_create(&m, &cfg, rt_tensor_device()));
     remat_model_set_training(m, false);
     /* the parameters: HF's named_parameters(), in order, with its shapes */
     int n_inputs = fx_count(c, FX_INPUT);
@@ -170,6 +173,7 @@ static void run_hf_case(const char *name) {
             cr_assert_eq(remat_size(p, d), ft->shape[d], "%s dim %d", ft->name, d);
         remat_tensor *v = NULL;
         RT_OK(fx_make_tensor(ft, &v));
+        v = rt_to_test_device(v);
         RT_OK(remat_copy_(p, v));
         remat_release(v);
     }
@@ -238,7 +242,7 @@ static void step(remat_model *m, remat_tensor *ids, remat_tensor *targets, const
     remat_model_zero_grad(m);
     remat_manual_seed(4242);
     remat_autocast_state prev;
-    RT_OK(remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, bf16));
+    RT_OK(remat_autocast_begin(&prev, rt_tensor_device().type, REMAT_BF16, bf16));
     int rc = remat_model_loss(&out->loss, m, ids, targets, s);
     remat_autocast_end(&prev);
     RT_OK(rc);
@@ -268,7 +272,7 @@ static void expect_same(const run_out *a, const run_out *b, const remat_model *m
 static void every_strategy(const remat_model_config *cfg, bool bf16) {
     remat_model *m = NULL;
     remat_manual_seed(7);
-    RT_OK(remat_model_create(&m, cfg, REMAT_DEVICE_CPU));
+    RT_OK(remat_model_create(&m, cfg, rt_tensor_device()));
     remat_tensor *ids = random_ids(cfg->vocab, 1), *targets = random_ids(cfg->vocab, 2);
     run_out ref, got;
     step(m, ids, targets, NULL, bf16, &ref);
@@ -286,7 +290,7 @@ static void every_strategy(const remat_model_config *cfg, bool bf16) {
     remat_profile *prof = NULL;
     remat_plan *plan = NULL;
     remat_autocast_state prev;
-    RT_OK(remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, bf16));
+    RT_OK(remat_autocast_begin(&prev, rt_tensor_device().type, REMAT_BF16, bf16));
     bool gm = remat_enable_grad_begin();
     RT_OK(remat_model_embed(&x, m, ids));
     RT_OK(remat_profile_stages(&prof, n, stages, x, &(remat_profile_options){.runs = 1}));
@@ -396,5 +400,29 @@ Test(models_errors, inputs) {
     remat_release(f);
     remat_model_free(m);
     remat_model_free(NULL);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+Test(models_api, outputs_belong_to_the_open_scope) {
+    remat_model_config c = tiny_gpt2();
+    remat_model *m = NULL;
+    RT_OK(remat_model_create(&m, &c, rt_tensor_device()));
+    remat_model_set_training(m, false);
+    remat_tensor *ids = random_ids(c.vocab, 5), *logits = NULL, *x = NULL, *y = NULL, *h = NULL;
+    const remat_stage *stages = NULL;
+    const int n = remat_model_stages(m, &stages);
+    cr_assert_eq(n, c.n_layers);
+    const int64_t live = remat_live_tensors();
+    remat_scope *s = NULL;
+    RT_OK(remat_scope_begin(&s));
+    RT_OK(remat_model_forward(&logits, m, ids, NULL));
+    RT_OK(remat_model_embed(&x, m, ids));
+    RT_OK(remat_run_chain(&y, n, stages, x, NULL));
+    RT_OK(remat_model_head(&h, m, y, NULL));
+    cr_assert(rt_bitwise_equal(logits, h), "head(chain(embed)) differs from forward");
+    RT_OK(remat_scope_end(s)); /* releases the four outputs */
+    cr_assert_eq(remat_live_tensors(), live);
+    remat_release(ids);
+    remat_model_free(m);
     cr_assert_eq(remat_live_tensors(), 0);
 }
