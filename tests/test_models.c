@@ -118,34 +118,22 @@ static void cached_matches_full(remat_model *m, remat_tensor *ids) {
     remat_release(full);
 }
 
-/* Greedy decoding of the first sequence's first 3 ids through the cache
- * gives transformers' tokens. */
+/* Greedy decoding (remat_model_generate, temperature 0) of the first
+ * sequence's first 3 ids gives transformers' tokens. */
 static void expect_greedy(remat_model *m, remat_tensor *ids, const fx_tensor *want) {
     cr_assert(want, "no greedy tokens in the fixture");
-    const int64_t n = want->numel, P = 3;
-    remat_model_cache *c = NULL;
-    RT_OK(remat_model_cache_create(&c, m, 1, P + n));
-    remat_tensor *row = NULL, *next = NULL;
+    remat_tensor *row = NULL, *prompt = NULL, *got = NULL;
     RT_OK(remat_slice(&row, ids, 0, 0, 1, 1));
-    RT_OK(remat_slice(&next, row, 1, 0, P, 1));
-    for (int64_t i = 0; i < n; i++) {
-        remat_tensor *logits = NULL, *last = NULL, *top = NULL, *arg = NULL;
-        RT_OK(remat_model_forward_cached(&logits, m, c, next));
-        const int64_t t = remat_size(logits, 1);
-        RT_OK(remat_slice(&last, logits, 1, t - 1, t, 1)); /* (1, 1, V) */
-        RT_OK(remat_max(&top, &arg, last, -1, false));     /* (1, 1) */
-        const int64_t tok = (int64_t)rt_item_at(arg, 0);
-        cr_expect_eq(tok, (int64_t)want->values[i], "greedy token %lld: %lld, transformers %lld",
-                     (long long)i, (long long)tok, (long long)want->values[i]);
-        remat_release(next);
-        next = arg;
-        remat_release(logits);
-        remat_release(last);
-        remat_release(top);
-    }
-    remat_release(next);
+    RT_OK(remat_slice(&prompt, row, 1, 0, 3, 1));
+    RT_OK(remat_model_generate(&got, m, prompt, want->numel, 0.0, 0));
+    cr_assert_eq(remat_size(got, 1), want->numel);
+    for (int64_t i = 0; i < want->numel; i++)
+        cr_expect_eq((int64_t)rt_item_at(got, i), (int64_t)want->values[i],
+                     "greedy token %lld: %lld, transformers %lld", (long long)i,
+                     (long long)rt_item_at(got, i), (long long)want->values[i]);
+    remat_release(got);
+    remat_release(prompt);
     remat_release(row);
-    remat_model_cache_free(c);
 }
 
 static void run_hf_case(const char *name) {

@@ -193,6 +193,22 @@ void remat_model_cache_reset(remat_model_cache *c);
 remat_status remat_model_forward_cached(remat_tensor **logits, remat_model *m, remat_model_cache *c,
                                         remat_tensor *ids);
 
+/* ---- sampling ---- */
+/* OUT: *out = a token picked from v logits (host memory): temperature 0
+ * takes the likeliest (the lowest index on ties); otherwise one draw
+ * u ~ U[0, 1) from the cpu generator picks among the top_k likeliest (0:
+ * all) by their softmax(logits / temperature). REMAT_EINVAL for NULL
+ * arguments, v < 1, a negative or non-finite temperature, top_k < 0, or a
+ * NaN or +inf logit. */
+remat_status remat_sample_logits(const float *logits, int64_t v, double temperature, int top_k,
+                                 int64_t *out);
+/* OUT: *out = (1, n) i64, n tokens generated after prompt (1, P) i64 through
+ * a KV cache (P + n <= max_positions), each picked by remat_sample_logits
+ * from the last position's logits (HF: generate(do_sample=temperature > 0,
+ * top_k=...); temperature 0 is greedy search). No grad, no dropout. */
+remat_status remat_model_generate(remat_tensor **out, remat_model *m, remat_tensor *prompt,
+                                  int64_t n, double temperature, int top_k);
+
 /* The tag names the model's blocks put on their residuals; *n their count. */
 const char *const *remat_model_tags(const remat_model *m, int *n);
 
