@@ -19,6 +19,8 @@
  *   remat/savefile.h    the `remat train --save` file format, parsed from memory
  *   remat/params.h      named parameter collections (P: named_parameters, state_dict)
  *   remat/safetensors.h weights in and out as safetensors, sharded checkpoints included
+ *   remat/strategy.h    a chain of blocks under a checkpointing strategy
+ *   remat/models.h      GPT-2 with Hugging Face's names (GPT2LMHeadModel)
  *
  * Example: one SGD step of y = relu(x W^T + b), loss = mse(y, t).
  *
@@ -92,6 +94,7 @@
 #include "remat/device.h"
 #include "remat/dist.h"
 #include "remat/error.h"
+#include "remat/models.h"
 #include "remat/ops.h"
 #include "remat/optim.h"
 #include "remat/params.h"
@@ -100,6 +103,7 @@
 #include "remat/safetensors.h"
 #include "remat/savefile.h"
 #include "remat/selective.h"
+#include "remat/strategy.h"
 #include "remat/tensor.h"
 
 #define REMAT_VERSION_MAJOR 0
