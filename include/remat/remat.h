@@ -17,6 +17,7 @@
  *   remat/optim.h       SGD, AdamW, clipping, lr schedules, gradient accumulation
  *   remat/dist.h        data parallelism over MPI: process groups, DDP, ZeRO-1
  *   remat/savefile.h    the `remat train --save` file format, parsed from memory
+ *   remat/tokenizer.h   byte-level BPE tokenizers from a Hugging Face tokenizer.json
  *
  * Example: one SGD step of y = relu(x W^T + b), loss = mse(y, t).
  *
@@ -97,6 +98,7 @@
 #include "remat/savefile.h"
 #include "remat/selective.h"
 #include "remat/tensor.h"
+#include "remat/tokenizer.h"
 
 #define REMAT_VERSION_MAJOR 0
 #define REMAT_VERSION_MINOR 1
