@@ -1,6 +1,6 @@
 /*
  * remat/autocast.h — bf16 mixed precision: the autocast scope
- * (P: torch.autocast(device_type, dtype=torch.bfloat16)).
+ * (PyTorch: torch.autocast(device_type, dtype=torch.bfloat16)).
  *
  * While autocast is on for a device type, ops on tensors of that type cast
  * their floating inputs before they run, by the op's category
