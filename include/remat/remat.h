@@ -20,6 +20,7 @@
  *   remat/strategy.h    a chain of blocks under a checkpointing strategy
  *   remat/models.h      GPT-2 with Hugging Face's names (GPT2LMHeadModel)
  *   remat/tokenizer.h   byte-level BPE tokenizers from a Hugging Face tokenizer.json
+ *   remat/tokens.h      token data: llm.c .bin shards, windows, per-rank shares
  *
  * Example: one SGD step of y = relu(x W^T + b), loss = mse(y, t).
  *
@@ -103,6 +104,7 @@
 #include "remat/strategy.h"
 #include "remat/tensor.h"
 #include "remat/tokenizer.h"
+#include "remat/tokens.h"
 
 #define REMAT_VERSION_MAJOR 0
 #define REMAT_VERSION_MINOR 1
