@@ -21,6 +21,8 @@
  *   remat/safetensors.h weights in and out as safetensors, sharded checkpoints included
  *   remat/strategy.h    a chain of blocks under a checkpointing strategy
  *   remat/models.h      GPT-2 with Hugging Face's names (GPT2LMHeadModel)
+ *   remat/tokenizer.h   byte-level BPE tokenizers from a Hugging Face tokenizer.json
+ *   remat/tokens.h      token data: llm.c .bin shards, windows, per-rank shares
  *
  * Example: one SGD step of y = relu(x W^T + b), loss = mse(y, t).
  *
@@ -105,6 +107,8 @@
 #include "remat/selective.h"
 #include "remat/strategy.h"
 #include "remat/tensor.h"
+#include "remat/tokenizer.h"
+#include "remat/tokens.h"
 
 #define REMAT_VERSION_MAJOR 0
 #define REMAT_VERSION_MINOR 1
