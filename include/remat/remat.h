@@ -19,6 +19,7 @@
  *   remat/savefile.h    the `remat train --save` file format, parsed from memory
  *   remat/params.h      named parameter collections (P: named_parameters, state_dict)
  *   remat/safetensors.h weights in and out as safetensors, sharded checkpoints included
+ *   remat/hf.h          Hugging Face model directories: config.json and weights, in and out
  *   remat/strategy.h    a chain of blocks under a checkpointing strategy
  *   remat/models.h      GPT-2 with Hugging Face's names (GPT2LMHeadModel)
  *   remat/tokenizer.h   byte-level BPE tokenizers from a Hugging Face tokenizer.json
@@ -96,6 +97,7 @@
 #include "remat/device.h"
 #include "remat/dist.h"
 #include "remat/error.h"
+#include "remat/hf.h"
 #include "remat/models.h"
 #include "remat/ops.h"
 #include "remat/optim.h"
