@@ -112,6 +112,7 @@ U1(sigmoid, remat_sigmoid(out, in[0]))
 U1(relu, remat_relu(out, in[0]))
 U1(gelu_erf, remat_gelu(out, in[0], REMAT_GELU_ERF))
 U1(gelu_tanh, remat_gelu(out, in[0], REMAT_GELU_TANH))
+U1(silu, remat_silu(out, in[0]))
 U1(pow_scalar, remat_pow_scalar(out, in[0], 2.5))
 U1(add_scalar, remat_add_scalar(out, in[0], 0.5))
 U1(sub_scalar, remat_sub_scalar(out, in[0], 0.5))
@@ -129,6 +130,8 @@ U1(mean, remat_mean(out, in[0], 1, (const int[]){0}, true))
 U1(softmax, remat_softmax(out, in[0], 1))
 U1(log_softmax, remat_log_softmax(out, in[0], 0))
 U1(layer_norm, remat_layer_norm(out, in[0], 1, in[1], in[2], 1e-5))
+U1(rms_norm, remat_rms_norm(out, in[0], 1, in[1], 1e-5))
+U1(rms_norm_plain, remat_rms_norm(out, in[0], 2, NULL, 1e-3))
 U1(dropout, remat_dropout(out, in[0], 0.5, true))
 U1(matmul, remat_matmul(out, in[0], in[1]))
 U1(linear, remat_linear(out, in[0], in[1], in[2]))
@@ -315,6 +318,7 @@ static const gg_case k_cases[] = {
     {"remat_relu", "", f_relu, 1, mk_relu},
     {"remat_gelu", "erf", f_gelu_erf, 1, mk_23},
     {"remat_gelu", "tanh", f_gelu_tanh, 1, mk_23},
+    {"remat_silu", "", f_silu, 1, mk_23},
     {"remat_pow_scalar", "", f_pow_scalar, 1, mk_pos},
     {"remat_add_scalar", "", f_add_scalar, 1, mk_23},
     {"remat_sub_scalar", "", f_sub_scalar, 1, mk_23},
@@ -333,6 +337,8 @@ static const gg_case k_cases[] = {
     {"remat_softmax", "", f_softmax, 1, mk_23},
     {"remat_log_softmax", "", f_log_softmax, 1, mk_23},
     {"remat_layer_norm", "affine", f_layer_norm, 3, mk_ln},
+    {"remat_rms_norm", "weight", f_rms_norm, 2, mk_ln},
+    {"remat_rms_norm", "plain 2d", f_rms_norm_plain, 1, mk_23},
     {"remat_dropout", "train", f_dropout, 1, mk_23},
     {"remat_embedding", "", f_embedding, 1, mk_emb},
     {"remat_cross_entropy", "ignore", f_cross_entropy, 1, mk_ce},

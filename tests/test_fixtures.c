@@ -155,6 +155,7 @@ static int op_sqrt(run *r, remat_tensor **o, int *n) { return unary(r, o, n, rem
 static int op_tanh(run *r, remat_tensor **o, int *n) { return unary(r, o, n, remat_tanh); }
 static int op_sigmoid(run *r, remat_tensor **o, int *n) { return unary(r, o, n, remat_sigmoid); }
 static int op_relu(run *r, remat_tensor **o, int *n) { return unary(r, o, n, remat_relu); }
+static int op_silu(run *r, remat_tensor **o, int *n) { return unary(r, o, n, remat_silu); }
 static int op_contiguous(run *r, remat_tensor **o, int *n) {
     return unary(r, o, n, remat_contiguous);
 }
@@ -202,6 +203,14 @@ static int op_layer_norm(run *r, remat_tensor **o, int *n) {
     *n = 1;
     return remat_layer_norm(&o[0], x, (int)n_norm, input_or_null(r, "weight"),
                             input_or_null(r, "bias"), eps);
+}
+
+static int op_rms_norm(run *r, remat_tensor **o, int *n) {
+    NEED("x", x);
+    PINT("n_norm", n_norm);
+    PDBL("eps", eps);
+    *n = 1;
+    return remat_rms_norm(&o[0], x, (int)n_norm, input_or_null(r, "weight"), eps);
 }
 
 static int op_attention(run *r, remat_tensor **o, int *n) {
@@ -459,11 +468,13 @@ static const op_entry k_ops[] = {
     {"sigmoid", "unary", op_sigmoid},
     {"relu", "unary", op_relu},
     {"gelu", "unary", op_gelu},
+    {"silu", "unary", op_silu},
     {"matmul", "matmul", op_matmul},
     {"linear", "linear", op_linear},
     {"softmax", "softmax", op_softmax},
     {"log_softmax", "softmax", op_log_softmax},
     {"layer_norm", "layer_norm", op_layer_norm},
+    {"rms_norm", "rms_norm", op_rms_norm},
     {"attention", "attention", op_attention},
     {"dropout", "dropout", op_dropout},
     {"embedding", "embedding", op_embedding},
@@ -717,9 +728,9 @@ static void run_param(const case_param *p) {
 /* The families run below, one FAMILY line each: the index test checks that
  * every dispatcher entry belongs to one of them, so no op's cases go unrun. */
 static const char *const k_families[] = {
-    "binary",     "scalar",    "unary",   "matmul",    "linear",    "softmax",
-    "layer_norm", "attention", "dropout", "embedding", "losses",    "reductions",
-    "max",        "views",     "copies",  "cat_split", "selection", "inplace"};
+    "binary",   "scalar",    "unary",     "matmul",    "linear", "softmax",    "layer_norm",
+    "rms_norm", "attention", "dropout",   "embedding", "losses", "reductions", "max",
+    "views",    "copies",    "cat_split", "selection", "inplace"};
 
 #define FAMILY(fam)                                                                                \
     ParameterizedTestParameters(fixtures, fam) { return family_params(#fam); }                     \
@@ -732,6 +743,7 @@ FAMILY(matmul)
 FAMILY(linear)
 FAMILY(softmax)
 FAMILY(layer_norm)
+FAMILY(rms_norm)
 FAMILY(attention)
 FAMILY(dropout)
 FAMILY(embedding)

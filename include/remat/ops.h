@@ -56,6 +56,9 @@ remat_status remat_sigmoid(remat_tensor **out, remat_tensor *a);
 remat_status remat_relu(remat_tensor **out, remat_tensor *a);
 typedef enum remat_gelu_approx { REMAT_GELU_ERF = 0, REMAT_GELU_TANH = 1 } remat_gelu_approx;
 remat_status remat_gelu(remat_tensor **out, remat_tensor *a, remat_gelu_approx approximate);
+/* SiLU (swish): a · sigmoid(a), as torch.nn.functional.silu; Llama's SwiGLU gate. Saves its
+ * input. Runs in its input's dtype (bf16 included; no autocast category, as gelu). */
+remat_status remat_silu(remat_tensor **out, remat_tensor *a);
 
 /* ---- linear algebra ------------------------------------------------------------------
  * matmul: as torch.matmul — 1-D·1-D dot, 2-D·2-D, batched with broadcast
@@ -74,6 +77,17 @@ remat_status remat_log_softmax(remat_tensor **out, remat_tensor *a, int dim);
  * that shape or NULL. */
 remat_status remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
                               remat_tensor *bias, double eps);
+/* Root-mean-square normalisation over the last n_norm dims, as
+ * torch.nn.functional.rms_norm and Llama's RMSNorm:
+ *   out = x · rsqrt(mean(x²) + eps) · weight
+ * weight has the normalised shape (the last n_norm dims of x) or is NULL (no scaling).
+ * eps must be finite and >= 0. Saves x, weight and one rstd per row (f32 for a bf16 x).
+ * Autocast: the f32 category, as layer_norm (a bf16 x is cast to f32; Hugging Face's
+ * LlamaRMSNorm computes in f32 too); a bf16 x outside autocast gives a bf16 out.
+ * REMAT_EINVAL: n_norm outside 1..ndim(x), a bad eps; REMAT_ESHAPE: weight's shape;
+ * REMAT_EDTYPE / REMAT_EDEVICE: weight's dtype or device differs from x's. */
+remat_status remat_rms_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
+                            double eps);
 /* Scaled dot-product attention, as torch's F.scaled_dot_product_attention
  * without dropout: out = softmax(scale · q·kᵀ) · v over the last two dims.
  * q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) → out (..., Tq, Dv); the

@@ -19,7 +19,13 @@
      * written). rm_dropout_params */     \
     X(DROPOUT, "dropout")                                                                          \
     /* dx = g * (kept ? 1 / (1 - p) : 0). in: g, bits; out: dx. rm_dropout_params */               \
-    X(DROPOUT_BWD, "dropout backward")
+    X(DROPOUT_BWD, "dropout backward")                                                             \
+    /* y = x * rstd * w over the last n_norm dims, rstd = 1 / sqrt(mean(x²) + eps). in: x, w   \
+     * (NULL if absent); out: y, rstd (one per row; f32 for bf16 x). rm_layer_norm_params */  \
+    X(RMS_NORM, "rms_norm")                                                                        \
+    /* in: g, x, w (or NULL), rstd; out: dx, dw (each NULL if not wanted).                     \
+     * rm_layer_norm_params */   \
+    X(RMS_NORM_BWD, "rms_norm backward")
 typedef struct rm_softmax_params {
     int dim;  /* normalised */
     bool log; /* log_softmax */
