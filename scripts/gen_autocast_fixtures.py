@@ -11,8 +11,8 @@ Format, one item per line:  case NAME OP ATOL RTOL / in DTYPE NDIM SHAPE... / go
 SHAPE... VALUES / out NDIM SHAPE... VALUES / grad INDEX NDIM SHAPE... VALUES / end.
 Usage: /usr/bin/python3 scripts/gen_autocast_fixtures.py tests/fixtures/autocast/ops.txt
        PYTHON scripts/gen_autocast_fixtures.py --only REGEX tests/fixtures/autocast/ops.txt
-       (the matching cases alone, the others kept: rms_norm_bf16_in was written so by a
-       PyTorch 2.x, the file's header lines say which)
+       (the matching cases alone, the others kept: rms_norm_bf16_in and attention_gqa_causal
+       were written so by a PyTorch 2.x, the file's header lines say which)
 """
 import math
 import re
@@ -74,6 +74,15 @@ def rms_norm_f32(x, w):  # remat's f32 category, as Hugging Face's LlamaRMSNorm 
 
 # issue 31's ops (written with --only by a PyTorch 2.x: see the file's header lines)
 case("rms_norm_bf16_in", "rms_norm", 1e-3, 1e-3, [("bf16", (3, 16), 18), ("f32", (16,), 19)], rms_norm_f32)
+
+
+def gqa_causal_attention(q, k, v):  # each kv head repeated over its 2 query heads
+    return causal_attention(q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1))
+
+
+case("attention_gqa_causal", "attention", 3e-2, 3e-2,
+     [("f32", (2, 4, 8, 16), 20), ("f32", (2, 2, 8, 16), 21), ("f32", (2, 2, 8, 16), 22)],
+     gqa_causal_attention)
 
 
 def read_cases(path):

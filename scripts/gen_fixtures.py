@@ -732,8 +732,9 @@ case("copy__broadcast")(make_inplace("copy_", (2, 3), (3,), [], lambda y, x: y.c
 
 
 # ---- issue 31's ops: silu, rms_norm, rope, grouped-query / lower-right attention -------------
-# Made with a PyTorch 2.x (F.rms_norm appeared in 2.4; SDPA's enable_gqa in 2.5): each file's
-# header names the torch that wrote it (`--only` regenerates these cases alone).
+# Made with a PyTorch 2.x (F.rms_norm appeared in 2.4, SDPA's enable_gqa in 2.5; this file
+# falls back to the compositions for an older torch): each file's header names the torch
+# that wrote it (`--only` regenerates these cases alone).
 case("silu")(make_unary("silu", fn=F.silu))
 case("silu_transposed")(make_unary("silu", shape=(4, 3), views={"a": [("transpose", [0, 1])]}, fn=F.silu))
 
@@ -767,6 +768,85 @@ case("rms_norm_2d_weight")(make_rms_norm((2, 3, 4), 2, True))
 case("rms_norm_eps")(make_rms_norm((3, 4), 1, True, eps=0.1))
 case("rms_norm_wide")(make_rms_norm((2, 37), 1, True))  # lane blocks and a tail
 case("rms_norm_transposed")(make_rms_norm((6, 3), 1, True, views={"x": [("transpose", [0, 1])]}))
+
+
+def _rope(x, pos, theta):
+    """Hugging Face Llama's apply_rotary_pos_emb (rotate_half, non-interleaved), with the
+    angles, cosines and sines in float64, rounded to x's dtype (as remat computes them)."""
+    D = x.shape[-1]
+    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).to(torch.float64) / D))
+    ang = pos.to(torch.float64)[:, None] * inv_freq[None, :]
+    emb = torch.cat((ang, ang), dim=-1)
+    cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def make_rope(shape, theta, positions=None, views=None):
+    def build(r, dt):
+        x = T(r.uniform(shape, -2.0, 2.0), dt)
+        tn = shape[-2] if not (views and "x" in views) else apply_view(x, *views["x"][0]).shape[-2]
+        inputs = [("x", x)]
+        if positions is not None:
+            inputs.append(("positions", torch.tensor(positions, dtype=torch.int64)))
+        fn = lambda v: _rope(v["x"], v["positions"] if positions is not None else torch.arange(tn), theta)
+        return Case("rope", fn, inputs, params=[("theta", [theta])], views=views)
+
+    return build
+
+
+case("rope")(make_rope((2, 3, 5, 4), 10000.0))
+case("rope_positions")(make_rope((1, 2, 4, 6), 10000.0, positions=[7, 3, 100, 0]))
+case("rope_small_theta")(make_rope((2, 2, 6, 8), 10.0))
+case("rope_large_theta")(make_rope((1, 3, 5, 16), 500000.0, positions=[1000, 1001, 1002, 1003, 1004]))
+case("rope_3d")(make_rope((3, 7, 2), 100.0))
+case("rope_transposed")(make_rope((2, 5, 3, 4), 10000.0, views={"x": [("transpose", [1, 2])]}))
+
+
+def _attention_ref(q, k, v, causal, scale, lower_right):
+    """softmax(q·kᵀ·scale + mask) · v with k and v repeated over their query groups
+    (repeat_interleave: query head h uses kv head h // (Hq / Hkv)); SDPA's enable_gqa
+    where this torch has it."""
+    tq, tk = q.shape[-2], k.shape[-2]
+    mask = None
+    if causal:
+        mask = torch.ones(tq, tk, dtype=torch.bool).tril(tk - tq if lower_right else 0)
+    sc = scale or 1.0 / math.sqrt(q.shape[-1])
+    if q.shape[-3] != k.shape[-3]:
+        try:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=sc, enable_gqa=True)
+        except TypeError:
+            g = q.shape[-3] // k.shape[-3]
+            k, v = k.repeat_interleave(g, dim=-3), v.repeat_interleave(g, dim=-3)
+    s = (q @ k.transpose(-2, -1)) * sc
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def make_attention_gqa(sq, sk, dv, causal, scale, lower_right=False, views=None):
+    def build(r, dt):
+        q, k = T(r.uniform(sq, -1.5, 1.5), dt), T(r.uniform(sk, -1.5, 1.5), dt)
+        v = T(r.uniform(tuple(sk[:-1]) + (dv,)), dt)
+        fn = lambda x: _attention_ref(x["q"], x["k"], x["v"], causal, scale, lower_right)
+        params = [("causal", [int(causal)]), ("scale", [scale])]
+        if lower_right:
+            params.append(("lower_right", [1]))
+        return Case("attention", fn, [("q", q), ("k", k), ("v", v)], params=params, views=views)
+
+    return build
+
+
+case("attention_gqa_causal")(make_attention_gqa((2, 4, 5, 3), (2, 2, 5, 3), 3, True, 0.0))
+case("attention_mqa")(make_attention_gqa((1, 4, 3, 4), (1, 1, 6, 4), 2, False, 0.5))
+case("attention_gqa_blocks")(make_attention_gqa((1, 6, 70, 4), (1, 2, 70, 4), 3, True, 0.0))
+case("attention_lower_right")(make_attention_gqa((2, 2, 3, 4), (2, 2, 7, 4), 4, True, 0.0, lower_right=True))
+case("attention_gqa_lower_right")(make_attention_gqa((1, 4, 2, 4), (1, 2, 6, 4), 4, True, 0.0,
+                                                     lower_right=True))
+case("attention_gqa_transposed")(make_attention_gqa((2, 5, 4, 4), (2, 5, 2, 4), 4, True, 0.0,
+                                                    views={"q": [("transpose", [1, 2])],
+                                                           "k": [("transpose", [1, 2])],
+                                                           "v": [("transpose", [1, 2])]}))
 
 
 # ---- large cases: sizes above the kernels' OpenMP thresholds (RM_OMP_MIN = 32768
@@ -849,6 +929,11 @@ case("silu_large")(large("silu", lambda x: F.silu(x["a"]), [("a", _R, -8.0, 8.0)
 case("rms_norm_large")(large("rms_norm", lambda x: _rms_norm(x["x"], (288,), x["weight"], 1e-6),
                              [("x", (128, 288), -2.0, 2.0), ("weight", (288,), 0.5, 1.5)],
                              params=[("n_norm", [1]), ("eps", [1e-6])]))
+case("rope_large")(large("rope", lambda x: _rope(x["x"], torch.arange(64), 10000.0),
+                         [("x", (2, 8, 64, 64), -2.0, 2.0)], params=[("theta", [10000.0])]))
+case("attention_gqa_large")(large("attention", lambda x: _attention_ref(x["q"], x["k"], x["v"], True, 0.0, False),
+                                  [("q", (2, 8, 96, 16), -1.0, 1.0), ("k", (2, 2, 96, 16), -1.0, 1.0),
+                                   ("v", (2, 2, 96, 16), -2.0, 2.0)], params=[("causal", [1]), ("scale", [0.0])]))
 
 
 # ---------------------------------------------------------------------------

@@ -147,6 +147,6 @@ Test(autocast_fixtures, every_autocast_op_matches_pytorch_1_13) {
         }
     }
     fclose(f);
-    cr_assert_eq(ncases, 10, "expected 10 cases, read %d", ncases);
+    cr_assert_eq(ncases, 11, "expected 11 cases, read %d", ncases);
     cr_assert_eq(remat_live_tensors(), 0);
 }

@@ -34,7 +34,7 @@ typedef float f32;
 typedef double f64;
 
 #define RMS_KERNELS(T)                                                                             \
-    /* 1 / sqrt(mean(x²) + eps) of one row */                                                      \
+    /* 1 / sqrt(mean(x²) + eps) of one row */                                                     \
     RM_CPU_CLONES static T rms_rstd_##T(const T *restrict xn, int64_t C, double eps) {             \
         T a[RMS_LANES];                                                                            \
         for (int j = 0; j < RMS_LANES; j++) a[j] = 0;                                              \
@@ -47,9 +47,8 @@ typedef double f64;
     }                                                                                              \
                                                                                                    \
     /* x (N, C) -> y (N, C), rstd (N). w (C) or NULL. */                                           \
-    RM_CPU_CLONES static void rms_fwd_##T(const T *restrict x, const T *restrict w,                \
-                                          T *restrict y, T *restrict rstd, int64_t N, int64_t C,   \
-                                          double eps) {                                            \
+    RM_CPU_CLONES static void rms_fwd_##T(const T *restrict x, const T *restrict w, T *restrict y, \
+                                          T *restrict rstd, int64_t N, int64_t C, double eps) {    \
         _Pragma("omp parallel for if (N * C > RM_OMP_MIN / 4)") for (int64_t n = 0; n < N; n++) {  \
             const T *restrict xn = x + n * C;                                                      \
             T *restrict yn = y + n * C;                                                            \
@@ -63,7 +62,7 @@ typedef double f64;
     }                                                                                              \
                                                                                                    \
     /* Rows [r0, r1) of the backward: dx rows (dx may be NULL) and, when pw is not NULL,      \
-     * this chunk's column sums pw[c] = Σ_n g · x̂. */     \
+     * this chunk's column sums pw[c] = Σ_n g · x̂. */    \
     RM_CPU_CLONES static void rms_bwd_rows_##T(                                                    \
         const T *restrict g, const T *restrict x, const T *restrict w, const T *restrict rstd,     \
         T *restrict dx, T *restrict pw, int64_t r0, int64_t r1, int64_t C) {                       \
@@ -95,17 +94,16 @@ typedef double f64;
     }                                                                                              \
                                                                                                    \
     /* dx (N, C) and dw (C) from g (N, C) (either may be NULL; part, scratch of C *           \
-     * ceil(N / rm_cpu_chunk_rows(N, C)) elements, when dw is wanted). */     \
-    RM_CPU_CLONES static void rms_bwd_##T(const T *restrict g, const T *restrict x,                \
-                                          const T *restrict w, const T *restrict rstd,             \
-                                          T *restrict dx, T *restrict dw, T *restrict part,        \
-                                          int64_t N, int64_t C) {                                  \
+     * ceil(N / rm_cpu_chunk_rows(N, C)) elements, when dw is wanted). */    \
+    RM_CPU_CLONES static void rms_bwd_##T(                                                         \
+        const T *restrict g, const T *restrict x, const T *restrict w, const T *restrict rstd,     \
+        T *restrict dx, T *restrict dw, T *restrict part, int64_t N, int64_t C) {                  \
         if (!dx && !dw) return;                                                                    \
         int64_t rb = rm_cpu_chunk_rows(N, C), nch = (N + rb - 1) / rb;                             \
         _Pragma("omp parallel for if (N * C > RM_OMP_MIN / 4)") for (int64_t k = 0; k < nch;       \
                                                                      k++) {                        \
             int64_t r0 = k * rb, r1 = r0 + rb < N ? r0 + rb : N;                                   \
-            rms_bwd_rows_##T(g, x, w, rstd, dx, dw ? part + k * C : NULL, r0, r1, C);              \
+            rms_bwd_rows_##T(g, x, w, rstd, dx, dw ? part + k *C : NULL, r0, r1, C);               \
         }                                                                                          \
         if (!dw) return;                                                                           \
         int64_t nb = (C + RMS_COL_BLOCK - 1) / RMS_COL_BLOCK;                                      \
@@ -138,8 +136,8 @@ static void *ptr_or_null(const remat_tensor *t) { return t ? rm_ptr(t) : NULL; }
         const rm_layer_norm_params *p = k->params;                                                 \
         int64_t N, C;                                                                              \
         rms_rows(k->in[0], p->n_norm, &N, &C);                                                     \
-        rms_fwd_##T(rm_ptr(k->in[0]), ptr_or_null(k->in[1]), rm_ptr(k->out[0]),                    \
-                    rm_ptr(k->out[1]), N, C, p->eps);                                              \
+        rms_fwd_##T(rm_ptr(k->in[0]), ptr_or_null(k->in[1]), rm_ptr(k->out[0]), rm_ptr(k->out[1]), \
+                    N, C, p->eps);                                                                 \
         return REMAT_OK;                                                                           \
     }                                                                                              \
     remat_status rm_cpu_rms_norm_bwd_##T(const rm_kargs *k) {                                      \

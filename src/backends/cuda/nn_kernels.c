@@ -1,6 +1,6 @@
 /* src/backends/cuda/nn_kernels.c — the cuda kernels (rm_kernel_fn) of
- * softmax, log_softmax, layer_norm and rms_norm (src/core/kernels/nn.h),
- * launching nn.cu's kernels. dropout (Philox) is rng.c's. */
+ * softmax, log_softmax, layer_norm, rms_norm and rope (src/core/kernels/nn.h),
+ * launching nn.cu's, rms_norm.cu's and rope.cu's kernels. dropout (Philox) is rng.c's. */
 #include "kwrap.h"
 #include "nn.h"
 
@@ -88,6 +88,17 @@ static remat_status cuda_rms_norm_bwd(const rm_kargs *k) {
                          rm_ptr(k->in[3]), ptr_or_null(dx), ptr_or_null(dw), N, C, ws, c.s);
     rmk_scratch_free(&c, ws);
     return rmk_leave(&c, e);
+}
+
+static remat_status cuda_rope(const rm_kargs *k) {
+    const rm_rope_params *p = k->params;
+    const remat_tensor *x = k->in[0];
+    const int n = x->ndim;
+    const int64_t Tn = x->shape[n - 2], D = x->shape[n - 1];
+    const int64_t R = Tn * D > 0 ? remat_numel(x) / (Tn * D) : 0;
+    RMK_ENTER(c, x, "cuda rope kernel");
+    return rmk_leave(&c, rmk_rope(rmk_dt(x), rm_ptr(x), k->in[1] ? rm_ptr(k->in[1]) : NULL,
+                                  rm_ptr(k->out[0]), R, Tn, D / 2, p->theta, p->inverse, c.s));
 }
 
 void rm_cuda_register_nn(int type) {

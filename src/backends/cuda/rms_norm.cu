@@ -33,8 +33,8 @@ __global__ void rms_fwd(const T *__restrict__ x, const T *__restrict__ w, T *__r
 /* dx = (wg − x̂ · mean_c(wg · x̂)) · rstd, x̂ = x · rstd, wg = w · g (g without w) */
 template <typename T>
 __global__ void rms_bwd_dx(const T *__restrict__ g, const T *__restrict__ x,
-                           const T *__restrict__ w, const T *__restrict__ rstd,
-                           T *__restrict__ dx, int64_t N, int64_t C) {
+                           const T *__restrict__ w, const T *__restrict__ rstd, T *__restrict__ dx,
+                           int64_t N, int64_t C) {
     __shared__ T sh[32];
     for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
         const T *gn = g + n * C, *xn = x + n * C;
@@ -54,8 +54,8 @@ __global__ void rms_bwd_dx(const T *__restrict__ g, const T *__restrict__ x,
 /* part[k][c] = Σ over the rows of chunk k of x̂ · g */
 template <typename T>
 __global__ void rms_bwd_cols(const T *__restrict__ g, const T *__restrict__ x,
-                             const T *__restrict__ rstd, T *__restrict__ part, int64_t N,
-                             int64_t C, int64_t nch) {
+                             const T *__restrict__ rstd, T *__restrict__ part, int64_t N, int64_t C,
+                             int64_t nch) {
     RMK_GRID_LOOP(t, nch * C) {
         int64_t k = t / C, c = t % C;
         int64_t r0 = k * RMK_RMS_CHUNK, r1 = r0 + RMK_RMS_CHUNK < N ? r0 + RMK_RMS_CHUNK : N;
