@@ -8,7 +8,7 @@ BUILD_LINT ?= build-lint
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build run test test-cuda test-fenced test-asan test-clang werror lint format format-check bench fixtures install fuzz clean doc-examples
+.PHONY: all deps build run test test-isa test-cuda test-fenced test-asan test-clang werror lint format format-check bench fixtures install fuzz clean doc-examples
 
 all: build
 
@@ -44,6 +44,23 @@ DEVICE_SUITES := $(DEVICE_SUITES)|ops_matmul|ops_reduce|split_backward
 test-cuda: build
 	cd $(BUILD) && REMAT_TEST_DEVICE=$(CUDA_DEVICE) ctest --output-on-failure -j 1 \
 	  -R '^test_($(DEVICE_SUITES)|checkpoint_rng|cuda_.*)$$'
+
+# The suites whose numbers come from GEMMs (oneDNN's kernels, their blocking and summation
+# order) or the bf16 paths, again with oneDNN capped as on older CPUs: AVX2 only, and AVX-512
+# without bf16 (ONEDNN_MAX_CPU_ISA; remat_cpu_has_bf16 follows it, so the bf16 GEMMs take
+# the f32 route those CPUs take). `make test` covers the machine's own ISA (AMX or
+# AVX512_BF16 where it has them). The library's own kernels pick their AVX-512/AVX2 clones
+# by the CPU itself, whatever the cap (src/backends/cpu/clones.h).
+ISA_CAPS   ?= AVX2 AVX512_CORE
+ISA_SUITES := test_(ops_matmul|wide_grad|autocast|autocast_fixtures|bf16_attention|bf16_native
+ISA_SUITES := $(ISA_SUITES)|attention|backward_memory|lean_saves|fixtures|checkpoint_models
+ISA_SUITES := $(ISA_SUITES)|selective|planner|double_backward_fixtures)|autocast_train|autocast_report
+test-isa: build
+	@for isa in $(ISA_CAPS); do \
+	  echo "== ONEDNN_MAX_CPU_ISA=$$isa"; \
+	  (cd $(BUILD) && ONEDNN_MAX_CPU_ISA=$$isa ctest --output-on-failure -j 1 -R '^($(ISA_SUITES))$$') \
+	    || exit 1; \
+	done
 
 # The same device suites on "fenced", a CPU device whose memory faults on any host access
 # outside its kernels and copies (tests/support/fenced.h): what a GPU would catch of host

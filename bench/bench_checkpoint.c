@@ -67,7 +67,7 @@
  *                    [--gelu erf|tanh] [--clock wall|cpu]
  *                    [--heap steady|trim|default] [--rss-steps N]
  *                    [--csv]
- * Defaults: L=32, W=1024, B=2048, 3 reps, 1 warm-up, gelu erf (P's
+ * Defaults: L=32, W=1024, B=2048, 3 reps, 1 warm-up, gelu erf (PyTorch's
  * nn.GELU default), OpenMP's default thread count. One un-checkpointed
  * step at the defaults is ~0.4 TFLOP (6·L·B·W²); see
  * docs/bench-checkpoint.md for run times and results. Exit status 1 if
@@ -146,7 +146,7 @@ static void model_init(model *m, int n_layers, int width, uint64_t seed) {
     m->n_params = 4 * n_layers;
     m->params = calloc((size_t)m->n_params, sizeof *m->params);
     if (!m->blocks || !m->params) exit(1);
-    double bound = 1.0 / sqrt((double)width); /* P's nn.Linear init range */
+    double bound = 1.0 / sqrt((double)width); /* PyTorch's nn.Linear init range */
     for (int i = 0; i < n_layers; i++) {
         block *b = &m->blocks[i];
         b->index = i;
@@ -385,87 +385,506 @@ typedef struct leaves {
     int64_t total;
 } leaves;
 
-int main(int argc, char **argv) {
-    config c = {.layers = 32,
-                .width = 1024,
-                .batch = 2048,
-                .reps = 3,
-                .threads = 0,
-                .segments = 0,
-                .warmup = 1,
-                .clock = -1,
-                .csv = false,
-                .heap = HEAP_STEADY,
-                .rss_steps = 2};
+/* ---- the command line ------------------------------------------------------------ */
+
+/* Fills c from argv; 0, or 2 after printing the usage or the error. */
+static int parse_args(int argc, char **argv, config *c) {
+    *c = (config){.layers = 32,
+                  .width = 1024,
+                  .batch = 2048,
+                  .reps = 3,
+                  .threads = 0,
+                  .segments = 0,
+                  .warmup = 1,
+                  .clock = -1,
+                  .csv = false,
+                  .heap = HEAP_STEADY,
+                  .rss_steps = 2};
+    struct {
+        const char *flag;
+        int *field;
+    } ints[] = {{"--layers", &c->layers},   {"--width", &c->width},
+                {"--batch", &c->batch},     {"--reps", &c->reps},
+                {"--threads", &c->threads}, {"--segments", &c->segments},
+                {"--warmup", &c->warmup},   {"--rss-steps", &c->rss_steps}};
+    const int n_ints = (int)(sizeof ints / sizeof ints[0]);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define INTARG(flag, field)                                                                        \
-    if (!strcmp(a, flag) && v) {                                                                   \
-        c.field = atoi(v);                                                                         \
-        i++;                                                                                       \
-        continue;                                                                                  \
+        int j = 0;
+        while (j < n_ints && !(v && !strcmp(a, ints[j].flag))) j++;
+        bool ok = true;
+        if (j < n_ints) *ints[j].field = atoi(v);
+        else if (!strcmp(a, "--gelu") && v && !strcmp(v, "erf")) g_gelu = REMAT_GELU_ERF;
+        else if (!strcmp(a, "--gelu") && v && !strcmp(v, "tanh")) g_gelu = REMAT_GELU_TANH;
+        else if (!strcmp(a, "--clock") && v && !strcmp(v, "wall")) c->clock = CLK_WALL;
+        else if (!strcmp(a, "--clock") && v && !strcmp(v, "cpu")) c->clock = CLK_CPU;
+        else if (!strcmp(a, "--heap") && v && !strcmp(v, "steady")) c->heap = HEAP_STEADY;
+        else if (!strcmp(a, "--heap") && v && !strcmp(v, "trim")) c->heap = HEAP_TRIM;
+        else if (!strcmp(a, "--heap") && v && !strcmp(v, "default")) c->heap = HEAP_DEFAULT;
+        else if (!strcmp(a, "--csv")) {
+            c->csv = true;
+            continue;
+        } else ok = false;
+        if (!ok) {
+            fprintf(stderr,
+                    "usage: %s [--layers L] [--width W] [--batch B] [--reps N] [--threads T]\n"
+                    "          [--segments S] [--warmup N] [--gelu erf|tanh] [--clock wall|cpu]\n"
+                    "          [--heap steady|trim|default] [--rss-steps N] [--csv]\n"
+                    "defaults: L=32 W=1024 B=2048 N=3 T=OpenMP default S=round(sqrt(L)) "
+                    "warmup=1,\n"
+                    "          clock cpu with 1 thread, wall otherwise\n",
+                    argv[0]);
+            return 2;
+        }
+        i++; /* every flag but --csv takes a value */
     }
-        INTARG("--layers", layers)
-        INTARG("--width", width)
-        INTARG("--batch", batch)
-        INTARG("--reps", reps)
-        INTARG("--threads", threads)
-        INTARG("--segments", segments)
-        INTARG("--warmup", warmup)
-        INTARG("--rss-steps", rss_steps)
-#undef INTARG
-        if (!strcmp(a, "--gelu") && v) {
-            if (!strcmp(v, "erf")) g_gelu = REMAT_GELU_ERF;
-            else if (!strcmp(v, "tanh")) g_gelu = REMAT_GELU_TANH;
-            else goto usage;
-            i++;
-            continue;
-        }
-        if (!strcmp(a, "--clock") && v) {
-            if (!strcmp(v, "wall")) c.clock = CLK_WALL;
-            else if (!strcmp(v, "cpu")) c.clock = CLK_CPU;
-            else goto usage;
-            i++;
-            continue;
-        }
-        if (!strcmp(a, "--csv")) {
-            c.csv = true;
-            continue;
-        }
-        if (!strcmp(a, "--heap") && v) {
-            if (!strcmp(v, "steady")) c.heap = HEAP_STEADY;
-            else if (!strcmp(v, "trim")) c.heap = HEAP_TRIM;
-            else if (!strcmp(v, "default")) c.heap = HEAP_DEFAULT;
-            else goto usage;
-            i++;
-            continue;
-        }
-    usage:
-        fprintf(stderr,
-                "usage: %s [--layers L] [--width W] [--batch B] [--reps N] [--threads T]\n"
-                "          [--segments S] [--warmup N] [--gelu erf|tanh] [--clock wall|cpu]\n"
-                "          [--heap steady|trim|default] [--rss-steps N] [--csv]\n"
-                "defaults: L=32 W=1024 B=2048 N=3 T=OpenMP default S=round(sqrt(L)) warmup=1,\n"
-                "          clock cpu with 1 thread, wall otherwise\n",
-                argv[0]);
-        return 2;
-    }
-    if (c.layers < 1 || c.width < 1 || c.batch < 1 || c.reps < 1 || c.threads < 0 ||
-        c.segments < 0 || c.warmup < 1 || c.rss_steps < 0) {
+    if (c->layers < 1 || c->width < 1 || c->batch < 1 || c->reps < 1 || c->threads < 0 ||
+        c->segments < 0 || c->warmup < 1 || c->rss_steps < 0) {
         fprintf(stderr, "bad arguments (all sizes >= 1, --warmup >= 1, --rss-steps >= 0)\n");
         return 2;
     }
-    if (c.segments == 0) c.segments = (int)lround(sqrt((double)c.layers));
+    if (c->segments == 0) c->segments = (int)lround(sqrt((double)c->layers));
 #ifdef _OPENMP
-    if (c.threads > 0) omp_set_num_threads(c.threads);
-    c.threads = omp_get_max_threads();
+    if (c->threads > 0) omp_set_num_threads(c->threads);
+    c->threads = omp_get_max_threads();
 #else
-    c.threads = 1;
+    c->threads = 1;
 #endif
-    if (c.clock < 0) c.clock = c.threads == 1 ? CLK_CPU : CLK_WALL;
-    const int K = c.clock; /* the clock the tables are in */
-    const int L = c.layers, W = c.width, B = c.batch;
+    if (c->clock < 0) c->clock = c->threads == 1 ? CLK_CPU : CLK_WALL;
+    return 0;
+}
+
+/* ---- the run: model, data, reference gradients ---------------------------------- */
+
+typedef struct bench {
+    const config *c;
+    model m;
+    remat_stage *stages;
+    remat_tensor *x, *target;
+    leaves lv;
+    int64_t param_bytes, input_bytes;
+    /* parameters at the start of a repetition; gradients (and loss) of
+     * "none" in the current repetition */
+    float **snap, **ref;
+    double ref_loss;
+    bool hwm_ok, base_warned;
+    long warm_rss[N_S]; /* max RSS growth over the warm-up steps, -1: none */
+    /* backward of none by op (warm-up step, tensor hooks) */
+    double bwd_profile[N_CLK][N_OP], bwd_loss[N_CLK];
+    bool all_equal[N_S];
+} bench;
+
+/* The model, the stages, input and target (requiring grad), the leaves'
+ * hooks and the snapshot buffers; 1 when out of memory. */
+static int bench_init(bench *b, const config *c) {
+    *b = (bench){.c = c};
+    const int L = c->layers;
+    model_init(&b->m, L, c->width, 42);
+    b->stages = calloc((size_t)L, sizeof *b->stages);
+    g_arrive = calloc((size_t)L * 3, sizeof *g_arrive);
+    if (!b->stages || !g_arrive) return 1;
+    for (int i = 0; i < L; i++) b->stages[i] = (remat_stage){block_fn, &b->m.blocks[i]};
+
+    int64_t xs[2] = {c->batch, c->width};
+    CHECK(remat_rand_normal(&b->x, 2, xs, 0, 1, REMAT_F32, REMAT_DEVICE_CPU));
+    CHECK(remat_rand_normal(&b->target, 2, xs, 0, 1, REMAT_F32, REMAT_DEVICE_CPU));
+    /* The reentrant variant produces gradients only if an input of the
+     * checkpoint requires grad (PyTorch's rule); the first block's input is the
+     * data, so it requires grad in every strategy (same work for all). */
+    CHECK(remat_set_requires_grad(b->x, true));
+
+    leaves *lv = &b->lv;
+    const int np = b->m.n_params;
+    lv->n = np + 1;
+    lv->t = calloc((size_t)lv->n, sizeof *lv->t);
+    lv->bytes = calloc((size_t)lv->n, sizeof *lv->bytes);
+    if (!lv->t || !lv->bytes) return 1;
+    for (int i = 0; i < np; i++) lv->t[i] = b->m.params[i];
+    lv->t[np] = b->x;
+    for (int i = 0; i < lv->n; i++) {
+        lv->bytes[i] = (int64_t)remat_storage_nbytes(lv->t[i]);
+        lv->total += lv->bytes[i];
+        CHECK(remat_register_hook(lv->t[i], leaf_grad_hook, &lv->bytes[i]));
+    }
+    b->param_bytes = lv->total - lv->bytes[np];
+    b->input_bytes = (int64_t)(remat_storage_nbytes(b->x) + remat_storage_nbytes(b->target));
+
+    b->snap = calloc((size_t)np, sizeof *b->snap);
+    b->ref = calloc((size_t)lv->n, sizeof *b->ref);
+    if (!b->snap || !b->ref) return 1;
+    for (int i = 0; i < np; i++) b->snap[i] = malloc((size_t)lv->bytes[i]);
+    for (int i = 0; i < lv->n; i++) b->ref[i] = malloc((size_t)lv->bytes[i]);
+    for (int s = 0; s < N_S; s++) {
+        b->warm_rss[s] = -1;
+        b->all_equal[s] = true;
+    }
+    return 0;
+}
+
+/* Frees what bench_init made; true when no tensor is left alive. */
+static bool bench_free(bench *b) {
+    for (int i = 0; i < b->m.n_params; i++) free(b->snap[i]);
+    for (int i = 0; i < b->lv.n; i++) free(b->ref[i]);
+    free(b->snap);
+    free(b->ref);
+    free(b->lv.t);
+    free(b->lv.bytes);
+    free(b->stages);
+    free(g_arrive);
+    remat_release(b->x);
+    remat_release(b->target);
+    model_free(&b->m);
+    int live = (int)remat_live_tensors();
+    if (live) fprintf(stderr, "leak: %d tensors alive at exit\n", live);
+    return live == 0;
+}
+
+static void print_header(const bench *b, FILE *info) {
+    const config *c = b->c;
+    double flops = 6.0 * (double)c->layers * (double)c->batch * (double)c->width * (double)c->width;
+    fprintf(info,
+            "deep MLP: %d blocks of linear %d->%d + gelu(%s) + layer_norm, batch %d, f32, MSE, "
+            "SGD\n",
+            c->layers, c->width, c->width, g_gelu == REMAT_GELU_ERF ? "erf" : "tanh", c->batch);
+    fprintf(info,
+            "threads %d, gemm %s, segments %d, reps %d (+%d warm-up), interleaved, clock %s, "
+            "heap %s; ~%.0f GFLOP per un-checkpointed step\n",
+            c->threads, remat_gemm_backend(), c->segments, c->reps,
+            c->warmup + (c->heap == HEAP_STEADY), k_clk_name[c->clock], k_heap_name[c->heap],
+            flops * 1e-9);
+    fprintf(info, "parameters %.1f MiB, input+target %.1f MiB, all gradients %.1f MiB\n",
+            (double)b->param_bytes / MiB, (double)b->input_bytes / MiB, (double)b->lv.total / MiB);
+}
+
+/* ---- one step of one strategy ------------------------------------------------------ */
+
+/* Copies none's gradients as the reference (s == S_NONE) or compares them
+ * bitwise with it; fills grads_equal and loss_equal. */
+static void compare_gradients(bench *b, int s, sample *sm) {
+    sm->grads_equal = true;
+    for (int i = 0; i < b->lv.n; i++) {
+        remat_tensor *g = remat_tensor_grad(b->lv.t[i]);
+        if (!g) {
+            fprintf(stderr, "%s: leaf %d has no gradient\n", k_s_name[s], i);
+            sm->grads_equal = false;
+            continue;
+        }
+        if (s == S_NONE) memcpy(b->ref[i], remat_data(g), (size_t)b->lv.bytes[i]);
+        else if (memcmp(b->ref[i], remat_data(g), (size_t)b->lv.bytes[i])) sm->grads_equal = false;
+    }
+    if (s == S_NONE) b->ref_loss = sm->loss;
+    sm->loss_equal = sm->loss == b->ref_loss;
+}
+
+/* SGD: p -= lr * grad, then drop the gradients (the input's too). */
+static void sgd_step(bench *b) {
+    bool prev = remat_no_grad_begin();
+    for (int i = 0; i < b->m.n_params; i++) {
+        CHECK(remat_add_(b->m.params[i], remat_tensor_grad(b->m.params[i]), -0.01));
+        CHECK(remat_set_grad(b->m.params[i], NULL));
+    }
+    remat_grad_mode_restore(prev);
+    CHECK(remat_set_grad(b->x, NULL));
+}
+
+/* The backward of block l: layer_norm from a[0] to a[1], gelu from a[1] to
+ * a[2], linear from a[2] to the next arrival (block l-1's a[0]; the end of
+ * backward for block 0). t1: end of forward, t2: end of backward. */
+static void profile_backward_by_op(bench *b, stamp t1, stamp t2) {
+    const int L = b->c->layers;
+    for (int k = 0; k < N_CLK; k++) {
+        b->bwd_loss[k] = g_arrive[3 * (L - 1)].t[k] - t1.t[k];
+        for (int l = 0; l < L; l++) {
+            const stamp *a = g_arrive + 3 * l;
+            double end = l > 0 ? g_arrive[3 * (l - 1)].t[k] : t2.t[k];
+            b->bwd_profile[k][OP_LN] += a[1].t[k] - a[0].t[k];
+            b->bwd_profile[k][OP_GELU] += a[2].t[k] - a[1].t[k];
+            b->bwd_profile[k][OP_LINEAR] += end - a[2].t[k];
+        }
+    }
+}
+
+/* Repetition r (warm-ups first), strategy s: one timed training step from
+ * the repetition's parameters, with its memory, its gradients compared
+ * with none's and a progress line on stderr. */
+static sample run_step(bench *b, int r, int s) {
+    const config *c = b->c;
+    const int K = c->clock, n_warm = c->warmup + (c->heap == HEAP_STEADY ? 1 : 0);
+    sample sm = {0};
+    for (int i = 0; i < b->m.n_params; i++)
+        memcpy(remat_data(b->m.params[i]), b->snap[i], (size_t)b->lv.bytes[i]);
+    memset(g_optime, 0, sizeof g_optime);
+    g_profile_hooks = (r == 0 && s == S_NONE);
+    /* The first warm-up steps (and every step with --heap trim) run under
+     * glibc's default policy and start from a trimmed heap, so that their
+     * RSS growth is their footprint. */
+    bool measure_rss = r < c->warmup || c->heap == HEAP_TRIM;
+    if (measure_rss) malloc_trim(0);
+    long rss0 = util_proc_status_kb("VmRSS");
+    bool hwm_reset = b->hwm_ok && util_reset_rss_hwm();
+    CHECK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
+    g_base = (int64_t)remat_cpu_current_bytes();
+    if (g_base != b->param_bytes + b->input_bytes && !b->base_warned) {
+        fprintf(stderr, "note: allocator holds %lld bytes at step start, expected %lld\n",
+                (long long)g_base, (long long)(b->param_bytes + b->input_bytes));
+        b->base_warned = true;
+    }
+    g_grads_live = 0;
+    g_act_max = 0;
+    g_tracking = true;
+
+    stamp t0 = stamp_now();
+    remat_tensor *loss = forward(c, &b->m, b->stages, s, b->x, b->target);
+    stamp t1 = stamp_now();
+    CHECK(remat_backward_scalar(loss));
+    stamp t2 = stamp_now();
+    g_tracking = false;
+    sm.peak = remat_cpu_peak_bytes();
+    long hwm = hwm_reset ? util_proc_status_kb("VmHWM") : maxrss_kb();
+    sm.rss_growth_kb = measure_rss ? hwm - rss0 : -1;
+    if (r < c->warmup && sm.rss_growth_kb > b->warm_rss[s]) b->warm_rss[s] = sm.rss_growth_kb;
+    CHECK(remat_item(loss, &sm.loss));
+    remat_release(loss);
+    sm.act = g_act_max;
+    sm.act_simple = (int64_t)sm.peak - g_base - b->lv.total;
+    compare_gradients(b, s, &sm);
+
+    stamp t3 = stamp_now();
+    sgd_step(b);
+    stamp t4 = stamp_now();
+
+    for (int k = 0; k < N_CLK; k++) {
+        sm.fwd[k] = t1.t[k] - t0.t[k];
+        sm.bwd[k] = t2.t[k] - t1.t[k];
+        sm.sgd[k] = t4.t[k] - t3.t[k];
+        sm.step[k] = sm.fwd[k] + sm.bwd[k] + sm.sgd[k];
+        sm.rec[k] = g_optime[k][PH_REC][0] + g_optime[k][PH_REC][1] + g_optime[k][PH_REC][2];
+    }
+    memcpy(sm.optime, g_optime, sizeof g_optime);
+    if (!sm.grads_equal || !sm.loss_equal) b->all_equal[s] = false;
+    if (g_profile_hooks) {
+        g_profile_hooks = false;
+        profile_backward_by_op(b, t1, t2);
+    }
+    char rss[48] = "";
+    if (sm.rss_growth_kb >= 0)
+        snprintf(rss, sizeof rss, " rss+ %.1f MiB", (double)sm.rss_growth_kb / 1024.0);
+    fprintf(stderr,
+            "%s %d/%d %-9s wall %7.3f s cpu %7.3f s (%s: fwd %.3f bwd %.3f rec %.3f "
+            "sgd %.3f) peak %.1f MiB act %.1f MiB%s loss %.9g%s\n",
+            r < n_warm ? "warm-up" : "rep", r < n_warm ? r + 1 : r - n_warm + 1,
+            r < n_warm ? n_warm : c->reps, k_s_name[s], sm.step[CLK_WALL], sm.step[CLK_CPU],
+            k_clk_name[K], sm.fwd[K], sm.bwd[K], sm.rec[K], sm.sgd[K], (double)sm.peak / MiB,
+            (double)sm.act / MiB, rss, sm.loss,
+            sm.grads_equal && sm.loss_equal ? "" : "  GRADS/LOSS DIFFER");
+    return sm;
+}
+
+/* Every repetition, strategies interleaved; the timed ones into samples
+ * ((N_S, reps), strategy-major). */
+static void run_all(bench *b, sample *samples) {
+    const config *c = b->c;
+    const int n_warm = c->warmup + (c->heap == HEAP_STEADY ? 1 : 0);
+    for (int r = 0; r < n_warm + c->reps; r++) {
+        if (r == c->warmup && c->heap == HEAP_STEADY) {
+            /* Steady-state heap from here on: tensors up to 32 MiB come from
+             * the heap rather than mmap, and freed memory stays mapped, so
+             * once the next (untimed) rep has touched the footprint no timed
+             * step pays page faults. Larger tensors are still mmap'ed per
+             * allocation. */
+            mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
+            mallopt(M_TRIM_THRESHOLD, INT_MAX);
+        }
+        for (int i = 0; i < b->m.n_params; i++)
+            memcpy(b->snap[i], remat_data(b->m.params[i]), (size_t)b->lv.bytes[i]);
+        for (int s = 0; s < N_S; s++) {
+            sample sm = run_step(b, r, s);
+            if (r >= n_warm) samples[(size_t)s * (size_t)c->reps + (size_t)(r - n_warm)] = sm;
+        }
+    }
+}
+
+/* ---- summary ------------------------------------------------------------------------ */
+
+typedef struct summary {
+    /* per clock: medians over reps, fastest rep, median of per-rep ratios to none */
+    double step[N_CLK], fwd[N_CLK], bwd[N_CLK], sgd[N_CLK], rec[N_CLK];
+    double step_min[N_CLK], ratio_med[N_CLK];
+    double optime[N_CLK][N_PH][N_OP];
+    size_t peak;
+    int64_t act, act_simple;
+    long rss_kb;       /* in this process, after malloc_trim (warm-up steps) */
+    long rss_fresh_kb; /* fresh process, -1 if not measured */
+} summary;
+
+/* Strategy s's summary from its samples sp (reps of them); none's samples
+ * are samples[0 .. reps). tmp: room for reps doubles. */
+static void summarize(const bench *b, const sample *samples, const rss_result *rss, int s,
+                      double *tmp, summary *u) {
+    const int reps = b->c->reps;
+    const sample *sp = samples + (size_t)s * (size_t)reps;
+#define MED(field)                                                                                 \
+    do {                                                                                           \
+        for (int r = 0; r < reps; r++) tmp[r] = sp[r].field;                                       \
+        u->field = median(tmp, reps);                                                              \
+    } while (0)
+    for (int k = 0; k < N_CLK; k++) {
+        MED(step[k]);
+        MED(fwd[k]);
+        MED(bwd[k]);
+        MED(sgd[k]);
+        MED(rec[k]);
+        for (int p = 0; p < N_PH; p++)
+            for (int o = 0; o < N_OP; o++) MED(optime[k][p][o]);
+        u->step_min[k] = sp[0].step[k];
+        for (int r = 1; r < reps; r++)
+            if (sp[r].step[k] < u->step_min[k]) u->step_min[k] = sp[r].step[k];
+        /* per-repetition ratio to none (same rep, so similar machine load) */
+        for (int r = 0; r < reps; r++) tmp[r] = sp[r].step[k] / samples[(size_t)r].step[k];
+        u->ratio_med[k] = median(tmp, reps);
+    }
+#undef MED
+    /* memory is deterministic; take the maximum over reps anyway */
+    u->peak = 0;
+    u->act = u->act_simple = 0;
+    u->rss_kb = b->warm_rss[s]; /* max over the steps that measured it */
+    u->rss_fresh_kb = rss[s].ok ? rss[s].hwm_kb - rss[s].init_kb : -1;
+    for (int r = 0; r < reps; r++) {
+        if (sp[r].peak > u->peak) u->peak = sp[r].peak;
+        if (sp[r].act > u->act) u->act = sp[r].act;
+        if (sp[r].act_simple > u->act_simple) u->act_simple = sp[r].act_simple;
+        if (sp[r].rss_growth_kb > u->rss_kb) u->rss_kb = sp[r].rss_growth_kb;
+    }
+    if (rss[s].ok && rss[s].alloc_peak != u->peak)
+        fprintf(stderr, "note: %s: allocator peak %zu in the RSS child, %zu here\n", k_s_name[s],
+                rss[s].alloc_peak, u->peak);
+}
+
+static void print_csv(const bench *b, const summary *sum) {
+    const config *c = b->c;
+    const summary *n0 = &sum[S_NONE];
+    printf("strategy,layers,width,batch,threads,segments,reps,gelu");
+    for (int k = 0; k < N_CLK; k++) {
+        const char *cn = k_clk_name[k];
+        printf(",%s_step_s,%s_step_min_s,%s_fwd_s,%s_bwd_s,%s_recompute_s,%s_sgd_s,"
+               "%s_overhead,%s_overhead_per_rep_median,%s_overhead_min",
+               cn, cn, cn, cn, cn, cn, cn, cn, cn);
+    }
+    printf(",alloc_peak_bytes,act_peak_bytes,act_peak_simple_bytes,act_reduction,"
+           "rss_growth_fresh_kib,rss_growth_inproc_kib,rss_inproc_is_process_max,"
+           "grads_bitwise_equal\n");
+    for (int s = 0; s < N_S; s++) {
+        const summary *u = &sum[s];
+        printf("%s,%d,%d,%d,%d,%d,%d,%s", k_s_name[s], c->layers, c->width, c->batch, c->threads,
+               c->segments, c->reps, g_gelu == REMAT_GELU_ERF ? "erf" : "tanh");
+        for (int k = 0; k < N_CLK; k++)
+            printf(",%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f,%.4f,%.4f", u->step[k], u->step_min[k],
+                   u->fwd[k], u->bwd[k], u->rec[k], u->sgd[k], u->step[k] / n0->step[k],
+                   u->ratio_med[k], u->step_min[k] / n0->step_min[k]);
+        printf(",%zu,%lld,%lld,%.4f,%ld,%ld,%d,%d\n", u->peak, (long long)u->act,
+               (long long)u->act_simple, 1.0 - (double)u->act / (double)n0->act, u->rss_fresh_kb,
+               u->rss_kb, b->hwm_ok ? 0 : 1, b->all_equal[s] ? 1 : 0);
+    }
+}
+
+/* The strategy table: times, memory, gradients' equality. */
+static void print_strategy_table(const bench *b, const summary *sum) {
+    const config *c = b->c;
+    const int K = c->clock, K2 = 1 - K; /* the tables' clock, the other one */
+    const summary *n0 = &sum[S_NONE];
+    printf("\ntimes: %s clock, median of %d reps (min: fastest rep); overhead = median / "
+           "median of none [median of per-rep ratios] {min / min}; the %s-clock overhead "
+           "for comparison\n\n",
+           k_clk_name[K], c->reps, k_clk_name[K2]);
+    printf("| strategy | step ms | min ms | fwd ms | bwd ms | recompute ms | sgd ms | "
+           "overhead [per-rep] {min} | %s overhead | alloc peak MiB | act peak MiB | "
+           "act reduction | RSS growth MiB (fresh process) | RSS growth MiB (in-process%s) | "
+           "grads == none |\n",
+           k_clk_name[K2], b->hwm_ok ? "" : ", ru_maxrss");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int s = 0; s < N_S; s++) {
+        const summary *u = &sum[s];
+        char fresh[32] = "-", inproc[32] = "-";
+        if (u->rss_fresh_kb >= 0)
+            snprintf(fresh, sizeof fresh, "%.1f", (double)u->rss_fresh_kb / 1024.0);
+        if (u->rss_kb >= 0) snprintf(inproc, sizeof inproc, "%.1f", (double)u->rss_kb / 1024.0);
+        printf("| %-8s | %8.1f | %8.1f | %7.1f | %7.1f | %7.1f | %6.1f | %5.3fx [%5.3fx] "
+               "{%5.3fx} | %5.3fx | %8.1f | %8.1f | %5.1f%% | %8s | %8s | %s |\n",
+               k_s_name[s], 1e3 * u->step[K], 1e3 * u->step_min[K], 1e3 * u->fwd[K],
+               1e3 * u->bwd[K], 1e3 * u->rec[K], 1e3 * u->sgd[K], u->step[K] / n0->step[K],
+               u->ratio_med[K], u->step_min[K] / n0->step_min[K], u->step[K2] / n0->step[K2],
+               (double)u->peak / MiB, (double)u->act / MiB,
+               100.0 * (1.0 - (double)u->act / (double)n0->act), fresh, inproc,
+               b->all_equal[s] ? "yes (bitwise)" : "NO");
+    }
+    printf("\nstrategies: ");
+    for (int s = 0; s < N_S; s++)
+        printf("%s = %s%s", k_s_name[s], k_s_desc[s], s + 1 < N_S ? "; " : "\n");
+    printf("alloc peak: remat_cpu_peak_bytes after the step (params %.1f MiB + input/target "
+           "%.1f MiB included)\n",
+           (double)b->param_bytes / MiB, (double)b->input_bytes / MiB);
+    printf("act peak: max over the step's allocations of current - (params + input/target) "
+           "- leaf gradients stored so far\n");
+    printf("RSS growth (fresh process): VmHWM after %d steps - VmRSS after building the "
+           "model, one child process per strategy, glibc's default malloc; (in-process): "
+           "VmHWM - VmRSS over a warm-up step started after malloc_trim(0) in this process "
+           "(inherits earlier strategies' heap)\n",
+           c->rss_steps);
+}
+
+/* Per-op times of the forward, the recomputation and the rest of backward. */
+static void print_op_table(const bench *b, const summary *sum) {
+    const int K = b->c->clock;
+    const summary *n0 = &sum[S_NONE];
+    printf("\nper-op times per step, %s ms (median over reps): forward | recomputation in "
+           "backward | rest of backward\n\n",
+           k_clk_name[K]);
+    printf("| strategy | fwd linear | fwd gelu | fwd layer_norm | rec linear | rec gelu | "
+           "rec layer_norm | bwd - rec |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
+    for (int s = 0; s < N_S; s++) {
+        const summary *u = &sum[s];
+        printf("| %-8s | %7.1f | %7.1f | %7.1f | %7.1f | %7.1f | %7.1f | %7.1f |\n", k_s_name[s],
+               1e3 * u->optime[K][PH_FWD][0], 1e3 * u->optime[K][PH_FWD][1],
+               1e3 * u->optime[K][PH_FWD][2], 1e3 * u->optime[K][PH_REC][0],
+               1e3 * u->optime[K][PH_REC][1], 1e3 * u->optime[K][PH_REC][2],
+               1e3 * (u->bwd[K] - u->rec[K]));
+    }
+    double bsum = b->bwd_loss[K];
+    printf("\nbackward of none by op (warm-up step, tensor hooks), %s ms: loss %.1f", k_clk_name[K],
+           1e3 * b->bwd_loss[K]);
+    for (int o = 0; o < N_OP; o++) {
+        printf(", %s %.1f", k_op_name[o], 1e3 * b->bwd_profile[K][o]);
+        bsum += b->bwd_profile[K][o];
+    }
+    printf(" (sum %.1f)\n", 1e3 * bsum);
+    double ideal = n0->fwd[K] / n0->step[K];
+    printf("recomputing every block costs one more forward: fwd/step of none = %.3f, so "
+           "per-block checkpointing costs ~%.2fx unless the recomputation (or the backward "
+           "after it) runs faster than the original forward (backward)\n",
+           ideal, 1.0 + ideal);
+}
+
+static void print_targets(const bench *b, const summary *sum) {
+    const int K = b->c->clock;
+    const summary *n0 = &sum[S_NONE];
+    printf("\ntargets (issue): per-block overhead <= 1.30x, activation peak reduced by >= "
+           "60%%\n");
+    for (int s = S_BLOCK_NR; s < N_S; s++) {
+        const summary *u = &sum[s];
+        double ov = u->step[K] / n0->step[K], red = 1.0 - (double)u->act / (double)n0->act;
+        double ovm = u->step_min[K] / n0->step_min[K];
+        printf("  %-8s overhead %.3fx (median) %s, %.3fx (min) %s; act reduction %.1f%% %s\n",
+               k_s_name[s], ov, ov <= 1.30 ? "met" : "MISSED", ovm, ovm <= 1.30 ? "met" : "MISSED",
+               100.0 * red, red >= 0.60 ? "met" : "MISSED");
+    }
+}
+
+int main(int argc, char **argv) {
+    config c;
+    int rc = parse_args(argc, argv, &c);
+    if (rc) return rc;
 
     /* fresh-process RSS first, while this process has allocated nothing */
     rss_result rss[N_S] = {{0}};
@@ -475,374 +894,36 @@ int main(int argc, char **argv) {
         if (!rss[s].ok) fprintf(stderr, "RSS measurement of %s failed\n", k_s_name[s]);
     }
 
-    model m;
-    model_init(&m, L, W, 42);
-    remat_stage *stages = calloc((size_t)L, sizeof *stages);
-    g_arrive = calloc((size_t)L * 3, sizeof *g_arrive);
-    if (!stages || !g_arrive) return 1;
-    for (int i = 0; i < L; i++) stages[i] = (remat_stage){block_fn, &m.blocks[i]};
-
-    remat_tensor *x, *target;
-    int64_t xs[2] = {B, W};
-    CHECK(remat_rand_normal(&x, 2, xs, 0, 1, REMAT_F32, REMAT_DEVICE_CPU));
-    CHECK(remat_rand_normal(&target, 2, xs, 0, 1, REMAT_F32, REMAT_DEVICE_CPU));
-    /* The reentrant variant produces gradients only if an input of the
-     * checkpoint requires grad (P's rule); the first block's input is the
-     * data, so it requires grad in every strategy (same work for all). */
-    CHECK(remat_set_requires_grad(x, true));
-
-    leaves lv = {.n = m.n_params + 1};
-    lv.t = calloc((size_t)lv.n, sizeof *lv.t);
-    lv.bytes = calloc((size_t)lv.n, sizeof *lv.bytes);
-    if (!lv.t || !lv.bytes) return 1;
-    for (int i = 0; i < m.n_params; i++) lv.t[i] = m.params[i];
-    lv.t[m.n_params] = x;
-    for (int i = 0; i < lv.n; i++) {
-        lv.bytes[i] = (int64_t)remat_storage_nbytes(lv.t[i]);
-        lv.total += lv.bytes[i];
-        CHECK(remat_register_hook(lv.t[i], leaf_grad_hook, &lv.bytes[i]));
-    }
-    int64_t param_bytes = lv.total - lv.bytes[m.n_params];
-    int64_t input_bytes = (int64_t)(remat_storage_nbytes(x) + remat_storage_nbytes(target));
-
-    /* snapshot of the parameters at the start of a repetition; reference
-     * gradients (and loss) of "none" in the current repetition */
-    float **snap = calloc((size_t)m.n_params, sizeof *snap);
-    float **ref = calloc((size_t)lv.n, sizeof *ref);
-    if (!snap || !ref) return 1;
-    for (int i = 0; i < m.n_params; i++) snap[i] = malloc((size_t)lv.bytes[i]);
-    for (int i = 0; i < lv.n; i++) ref[i] = malloc((size_t)lv.bytes[i]);
-    double ref_loss = 0;
-
+    bench b;
+    if (bench_init(&b, &c)) return 1;
     remat_set_alloc_observer(alloc_observer, NULL);
-    bool hwm_ok = util_reset_rss_hwm();
-    long warm_rss[N_S];
-    for (int s = 0; s < N_S; s++) warm_rss[s] = -1;
-
-    double flops = 6.0 * (double)L * (double)B * (double)W * (double)W;
+    b.hwm_ok = util_reset_rss_hwm();
     FILE *info = c.csv ? stderr : stdout;
-    fprintf(info,
-            "deep MLP: %d blocks of linear %d->%d + gelu(%s) + layer_norm, batch %d, f32, MSE, "
-            "SGD\n",
-            L, W, W, g_gelu == REMAT_GELU_ERF ? "erf" : "tanh", B);
-    fprintf(info,
-            "threads %d, gemm %s, segments %d, reps %d (+%d warm-up), interleaved, clock %s, "
-            "heap %s; ~%.0f GFLOP per un-checkpointed step\n",
-            c.threads, remat_gemm_backend(), c.segments, c.reps, c.warmup + (c.heap == HEAP_STEADY),
-            k_clk_name[K], k_heap_name[c.heap], flops * 1e-9);
-    fprintf(info, "parameters %.1f MiB, input+target %.1f MiB, all gradients %.1f MiB\n",
-            (double)param_bytes / MiB, (double)input_bytes / MiB, (double)lv.total / MiB);
+    print_header(&b, info);
 
-    /* reps [0, warmup): RSS warm-up under glibc's default policy; with
-     * --heap steady one more untimed rep then touches the steady heap */
-    int n_warm = c.warmup + (c.heap == HEAP_STEADY ? 1 : 0);
-    int total_reps = n_warm + c.reps;
     sample *samples = calloc((size_t)N_S * (size_t)c.reps, sizeof *samples);
-    double bwd_profile[N_CLK][N_OP] = {{0}}, bwd_loss[N_CLK] = {0};
-    bool all_equal[N_S];
-    for (int s = 0; s < N_S; s++) all_equal[s] = true;
-    bool base_warned = false;
-    if (!samples) return 1;
-
-    for (int r = 0; r < total_reps; r++) {
-        if (r == c.warmup && c.heap == HEAP_STEADY) {
-            /* Steady-state heap from here on: tensors up to 32 MiB come from
-             * the heap rather than mmap, and freed memory stays mapped, so
-             * once the next (untimed) rep has touched the footprint no timed
-             * step pays page faults. Larger tensors are still mmap'ed per
-             * allocation. */
-            mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
-            mallopt(M_TRIM_THRESHOLD, INT_MAX);
-        }
-        for (int i = 0; i < m.n_params; i++)
-            memcpy(snap[i], remat_data(m.params[i]), (size_t)lv.bytes[i]);
-        for (int s = 0; s < N_S; s++) {
-            sample sm = {0};
-            for (int i = 0; i < m.n_params; i++)
-                memcpy(remat_data(m.params[i]), snap[i], (size_t)lv.bytes[i]);
-            memset(g_optime, 0, sizeof g_optime);
-            g_profile_hooks = (r == 0 && s == S_NONE);
-            /* The first warm-up steps (and every step with --heap trim) run
-             * under glibc's default policy and start from a trimmed heap, so
-             * that their RSS growth is their footprint. */
-            bool measure_rss = r < c.warmup || c.heap == HEAP_TRIM;
-            if (measure_rss) malloc_trim(0);
-            long rss0 = util_proc_status_kb("VmRSS");
-            bool hwm_reset = hwm_ok && util_reset_rss_hwm();
-            CHECK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
-            g_base = (int64_t)remat_cpu_current_bytes();
-            if (g_base != param_bytes + input_bytes && !base_warned) {
-                fprintf(stderr, "note: allocator holds %lld bytes at step start, expected %lld\n",
-                        (long long)g_base, (long long)(param_bytes + input_bytes));
-                base_warned = true;
-            }
-            g_grads_live = 0;
-            g_act_max = 0;
-            g_tracking = true;
-
-            stamp t0 = stamp_now();
-            remat_tensor *loss = forward(&c, &m, stages, s, x, target);
-            stamp t1 = stamp_now();
-            CHECK(remat_backward_scalar(loss));
-            stamp t2 = stamp_now();
-            g_tracking = false;
-            sm.peak = remat_cpu_peak_bytes();
-            long hwm = hwm_reset ? util_proc_status_kb("VmHWM") : maxrss_kb();
-            sm.rss_growth_kb = measure_rss ? hwm - rss0 : -1;
-            if (r < c.warmup && sm.rss_growth_kb > warm_rss[s]) warm_rss[s] = sm.rss_growth_kb;
-            CHECK(remat_item(loss, &sm.loss));
-            remat_release(loss);
-            sm.act = g_act_max;
-            sm.act_simple = (int64_t)sm.peak - g_base - lv.total;
-
-            /* gradients: reference copy (none) or bitwise comparison */
-            sm.grads_equal = true;
-            for (int i = 0; i < lv.n; i++) {
-                remat_tensor *g = remat_tensor_grad(lv.t[i]);
-                if (!g) {
-                    fprintf(stderr, "%s: leaf %d has no gradient\n", k_s_name[s], i);
-                    sm.grads_equal = false;
-                    continue;
-                }
-                if (s == S_NONE) memcpy(ref[i], remat_data(g), (size_t)lv.bytes[i]);
-                else if (memcmp(ref[i], remat_data(g), (size_t)lv.bytes[i])) sm.grads_equal = false;
-            }
-            if (s == S_NONE) ref_loss = sm.loss;
-            sm.loss_equal = sm.loss == ref_loss;
-
-            /* SGD (timed): p -= lr * grad, then drop the gradients */
-            stamp t3 = stamp_now();
-            bool prev = remat_no_grad_begin();
-            for (int i = 0; i < m.n_params; i++) {
-                CHECK(remat_add_(m.params[i], remat_tensor_grad(m.params[i]), -0.01));
-                CHECK(remat_set_grad(m.params[i], NULL));
-            }
-            remat_grad_mode_restore(prev);
-            CHECK(remat_set_grad(x, NULL));
-            stamp t4 = stamp_now();
-
-            for (int k = 0; k < N_CLK; k++) {
-                sm.fwd[k] = t1.t[k] - t0.t[k];
-                sm.bwd[k] = t2.t[k] - t1.t[k];
-                sm.sgd[k] = t4.t[k] - t3.t[k];
-                sm.step[k] = sm.fwd[k] + sm.bwd[k] + sm.sgd[k];
-                sm.rec[k] =
-                    g_optime[k][PH_REC][0] + g_optime[k][PH_REC][1] + g_optime[k][PH_REC][2];
-            }
-            memcpy(sm.optime, g_optime, sizeof g_optime);
-            if (!sm.grads_equal || !sm.loss_equal) all_equal[s] = false;
-
-            if (g_profile_hooks) {
-                /* backward of block l: layer_norm from a[0] to a[1], gelu from a[1]
-                 * to a[2], linear from a[2] to the next arrival (block l-1's
-                 * a[0]; the end of backward for block 0) */
-                g_profile_hooks = false;
-                for (int k = 0; k < N_CLK; k++) {
-                    bwd_loss[k] = g_arrive[3 * (L - 1)].t[k] - t1.t[k];
-                    for (int l = 0; l < L; l++) {
-                        const stamp *a = g_arrive + 3 * l;
-                        double end = l > 0 ? g_arrive[3 * (l - 1)].t[k] : t2.t[k];
-                        bwd_profile[k][OP_LN] += a[1].t[k] - a[0].t[k];
-                        bwd_profile[k][OP_GELU] += a[2].t[k] - a[1].t[k];
-                        bwd_profile[k][OP_LINEAR] += end - a[2].t[k];
-                    }
-                }
-            }
-            char rss[48] = "";
-            if (sm.rss_growth_kb >= 0)
-                snprintf(rss, sizeof rss, " rss+ %.1f MiB", (double)sm.rss_growth_kb / 1024.0);
-            if (r >= n_warm) samples[(size_t)s * (size_t)c.reps + (size_t)(r - n_warm)] = sm;
-            fprintf(stderr,
-                    "%s %d/%d %-9s wall %7.3f s cpu %7.3f s (%s: fwd %.3f bwd %.3f rec %.3f "
-                    "sgd %.3f) peak %.1f MiB act %.1f MiB%s loss %.9g%s\n",
-                    r < n_warm ? "warm-up" : "rep", r < n_warm ? r + 1 : r - n_warm + 1,
-                    r < n_warm ? n_warm : c.reps, k_s_name[s], sm.step[CLK_WALL], sm.step[CLK_CPU],
-                    k_clk_name[K], sm.fwd[K], sm.bwd[K], sm.rec[K], sm.sgd[K],
-                    (double)sm.peak / MiB, (double)sm.act / MiB, rss, sm.loss,
-                    sm.grads_equal && sm.loss_equal ? "" : "  GRADS/LOSS DIFFER");
-        }
-    }
+    double *tmp = malloc((size_t)c.reps * sizeof *tmp);
+    if (!samples || !tmp) return 1;
+    run_all(&b, samples);
     remat_set_alloc_observer(NULL, NULL);
 
-    /* ---- summary ---- */
-    typedef struct summary {
-        /* per clock: medians over reps, fastest rep, median of per-rep ratios to none */
-        double step[N_CLK], fwd[N_CLK], bwd[N_CLK], sgd[N_CLK], rec[N_CLK];
-        double step_min[N_CLK], ratio_med[N_CLK];
-        double optime[N_CLK][N_PH][N_OP];
-        size_t peak;
-        int64_t act, act_simple;
-        long rss_kb;       /* in this process, after malloc_trim (warm-up steps) */
-        long rss_fresh_kb; /* fresh process, -1 if not measured */
-    } summary;
     summary sum[N_S];
-    double *tmp = malloc((size_t)c.reps * sizeof *tmp);
-    if (!tmp) return 1;
-    for (int s = 0; s < N_S; s++) {
-        sample *sp = samples + (size_t)s * (size_t)c.reps;
-        summary *u = &sum[s];
-#define MED(field)                                                                                 \
-    do {                                                                                           \
-        for (int r = 0; r < c.reps; r++) tmp[r] = sp[r].field;                                     \
-        u->field = median(tmp, c.reps);                                                            \
-    } while (0)
-        for (int k = 0; k < N_CLK; k++) {
-            MED(step[k]);
-            MED(fwd[k]);
-            MED(bwd[k]);
-            MED(sgd[k]);
-            MED(rec[k]);
-            for (int p = 0; p < N_PH; p++)
-                for (int o = 0; o < N_OP; o++) MED(optime[k][p][o]);
-            u->step_min[k] = sp[0].step[k];
-            for (int r = 1; r < c.reps; r++)
-                if (sp[r].step[k] < u->step_min[k]) u->step_min[k] = sp[r].step[k];
-            /* per-repetition ratio to none (same rep, so similar machine load) */
-            for (int r = 0; r < c.reps; r++) tmp[r] = sp[r].step[k] / samples[(size_t)r].step[k];
-            u->ratio_med[k] = median(tmp, c.reps);
-        }
-#undef MED
-        /* memory is deterministic; take the maximum over reps anyway */
-        u->peak = 0;
-        u->act = u->act_simple = 0;
-        u->rss_kb = warm_rss[s]; /* max over the steps that measured it */
-        u->rss_fresh_kb = rss[s].ok ? rss[s].hwm_kb - rss[s].init_kb : -1;
-        for (int r = 0; r < c.reps; r++) {
-            if (sp[r].peak > u->peak) u->peak = sp[r].peak;
-            if (sp[r].act > u->act) u->act = sp[r].act;
-            if (sp[r].act_simple > u->act_simple) u->act_simple = sp[r].act_simple;
-            if (sp[r].rss_growth_kb > u->rss_kb) u->rss_kb = sp[r].rss_growth_kb;
-        }
-        if (rss[s].ok && rss[s].alloc_peak != u->peak)
-            fprintf(stderr, "note: %s: allocator peak %zu in the RSS child, %zu here\n",
-                    k_s_name[s], rss[s].alloc_peak, u->peak);
-    }
+    for (int s = 0; s < N_S; s++) summarize(&b, samples, rss, s, tmp, &sum[s]);
     free(tmp);
-
-    const summary *n0 = &sum[S_NONE];
     if (c.csv) {
-        printf("strategy,layers,width,batch,threads,segments,reps,gelu");
-        for (int k = 0; k < N_CLK; k++) {
-            const char *cn = k_clk_name[k];
-            printf(",%s_step_s,%s_step_min_s,%s_fwd_s,%s_bwd_s,%s_recompute_s,%s_sgd_s,"
-                   "%s_overhead,%s_overhead_per_rep_median,%s_overhead_min",
-                   cn, cn, cn, cn, cn, cn, cn, cn, cn);
-        }
-        printf(",alloc_peak_bytes,act_peak_bytes,act_peak_simple_bytes,act_reduction,"
-               "rss_growth_fresh_kib,rss_growth_inproc_kib,rss_inproc_is_process_max,"
-               "grads_bitwise_equal\n");
-        for (int s = 0; s < N_S; s++) {
-            const summary *u = &sum[s];
-            printf("%s,%d,%d,%d,%d,%d,%d,%s", k_s_name[s], L, W, B, c.threads, c.segments, c.reps,
-                   g_gelu == REMAT_GELU_ERF ? "erf" : "tanh");
-            for (int k = 0; k < N_CLK; k++)
-                printf(",%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f,%.4f,%.4f", u->step[k], u->step_min[k],
-                       u->fwd[k], u->bwd[k], u->rec[k], u->sgd[k], u->step[k] / n0->step[k],
-                       u->ratio_med[k], u->step_min[k] / n0->step_min[k]);
-            printf(",%zu,%lld,%lld,%.4f,%ld,%ld,%d,%d\n", u->peak, (long long)u->act,
-                   (long long)u->act_simple, 1.0 - (double)u->act / (double)n0->act,
-                   u->rss_fresh_kb, u->rss_kb, hwm_ok ? 0 : 1, all_equal[s] ? 1 : 0);
-        }
+        print_csv(&b, sum);
     } else {
-        const int K2 = 1 - K; /* the other clock */
-        printf("\ntimes: %s clock, median of %d reps (min: fastest rep); overhead = median / "
-               "median of none [median of per-rep ratios] {min / min}; the %s-clock overhead "
-               "for comparison\n\n",
-               k_clk_name[K], c.reps, k_clk_name[K2]);
-        printf("| strategy | step ms | min ms | fwd ms | bwd ms | recompute ms | sgd ms | "
-               "overhead [per-rep] {min} | %s overhead | alloc peak MiB | act peak MiB | "
-               "act reduction | RSS growth MiB (fresh process) | RSS growth MiB (in-process%s) | "
-               "grads == none |\n",
-               k_clk_name[K2], hwm_ok ? "" : ", ru_maxrss");
-        printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-        for (int s = 0; s < N_S; s++) {
-            const summary *u = &sum[s];
-            char fresh[32] = "-", inproc[32] = "-";
-            if (u->rss_fresh_kb >= 0)
-                snprintf(fresh, sizeof fresh, "%.1f", (double)u->rss_fresh_kb / 1024.0);
-            if (u->rss_kb >= 0) snprintf(inproc, sizeof inproc, "%.1f", (double)u->rss_kb / 1024.0);
-            printf("| %-8s | %8.1f | %8.1f | %7.1f | %7.1f | %7.1f | %6.1f | %5.3fx [%5.3fx] "
-                   "{%5.3fx} | %5.3fx | %8.1f | %8.1f | %5.1f%% | %8s | %8s | %s |\n",
-                   k_s_name[s], 1e3 * u->step[K], 1e3 * u->step_min[K], 1e3 * u->fwd[K],
-                   1e3 * u->bwd[K], 1e3 * u->rec[K], 1e3 * u->sgd[K], u->step[K] / n0->step[K],
-                   u->ratio_med[K], u->step_min[K] / n0->step_min[K], u->step[K2] / n0->step[K2],
-                   (double)u->peak / MiB, (double)u->act / MiB,
-                   100.0 * (1.0 - (double)u->act / (double)n0->act), fresh, inproc,
-                   all_equal[s] ? "yes (bitwise)" : "NO");
-        }
-        printf("\nstrategies: ");
-        for (int s = 0; s < N_S; s++)
-            printf("%s = %s%s", k_s_name[s], k_s_desc[s], s + 1 < N_S ? "; " : "\n");
-        printf("alloc peak: remat_cpu_peak_bytes after the step (params %.1f MiB + input/target "
-               "%.1f MiB included)\n",
-               (double)param_bytes / MiB, (double)input_bytes / MiB);
-        printf("act peak: max over the step's allocations of current - (params + input/target) "
-               "- leaf gradients stored so far\n");
-        printf("RSS growth (fresh process): VmHWM after %d steps - VmRSS after building the "
-               "model, one child process per strategy, glibc's default malloc; (in-process): "
-               "VmHWM - VmRSS over a warm-up step started after malloc_trim(0) in this process "
-               "(inherits earlier strategies' heap)\n",
-               c.rss_steps);
-
-        printf("\nper-op times per step, %s ms (median over reps): forward | recomputation in "
-               "backward | rest of backward\n\n",
-               k_clk_name[K]);
-        printf("| strategy | fwd linear | fwd gelu | fwd layer_norm | rec linear | rec gelu | "
-               "rec layer_norm | bwd - rec |\n");
-        printf("|---|---|---|---|---|---|---|---|\n");
-        for (int s = 0; s < N_S; s++) {
-            const summary *u = &sum[s];
-            printf("| %-8s | %7.1f | %7.1f | %7.1f | %7.1f | %7.1f | %7.1f | %7.1f |\n",
-                   k_s_name[s], 1e3 * u->optime[K][PH_FWD][0], 1e3 * u->optime[K][PH_FWD][1],
-                   1e3 * u->optime[K][PH_FWD][2], 1e3 * u->optime[K][PH_REC][0],
-                   1e3 * u->optime[K][PH_REC][1], 1e3 * u->optime[K][PH_REC][2],
-                   1e3 * (u->bwd[K] - u->rec[K]));
-        }
-        double bsum = bwd_loss[K];
-        printf("\nbackward of none by op (warm-up step, tensor hooks), %s ms: loss %.1f",
-               k_clk_name[K], 1e3 * bwd_loss[K]);
-        for (int o = 0; o < N_OP; o++) {
-            printf(", %s %.1f", k_op_name[o], 1e3 * bwd_profile[K][o]);
-            bsum += bwd_profile[K][o];
-        }
-        printf(" (sum %.1f)\n", 1e3 * bsum);
-        double ideal = n0->fwd[K] / n0->step[K];
-        printf("recomputing every block costs one more forward: fwd/step of none = %.3f, so "
-               "per-block checkpointing costs ~%.2fx unless the recomputation (or the backward "
-               "after it) runs faster than the original forward (backward)\n",
-               ideal, 1.0 + ideal);
-
-        printf("\ntargets (issue): per-block overhead <= 1.30x, activation peak reduced by >= "
-               "60%%\n");
-        for (int s = S_BLOCK_NR; s < N_S; s++) {
-            const summary *u = &sum[s];
-            double ov = u->step[K] / n0->step[K], red = 1.0 - (double)u->act / (double)n0->act;
-            double ovm = u->step_min[K] / n0->step_min[K];
-            printf("  %-8s overhead %.3fx (median) %s, %.3fx (min) %s; act reduction %.1f%% %s\n",
-                   k_s_name[s], ov, ov <= 1.30 ? "met" : "MISSED", ovm,
-                   ovm <= 1.30 ? "met" : "MISSED", 100.0 * red, red >= 0.60 ? "met" : "MISSED");
-        }
+        print_strategy_table(&b, sum);
+        print_op_table(&b, sum);
+        print_targets(&b, sum);
     }
     long mr = maxrss_kb();
     fprintf(info, "process max RSS (getrusage ru_maxrss, whole run): %.1f MiB%s\n",
             (double)mr / 1024.0,
-            hwm_ok ? "" : "; VmHWM reset not allowed: RSS column is ru_maxrss");
+            b.hwm_ok ? "" : "; VmHWM reset not allowed: RSS column is ru_maxrss");
 
-    for (int i = 0; i < m.n_params; i++) free(snap[i]);
-    for (int i = 0; i < lv.n; i++) free(ref[i]);
-    free(snap);
-    free(ref);
     free(samples);
-    free(lv.t);
-    free(lv.bytes);
-    free(stages);
-    free(g_arrive);
-    remat_release(x);
-    remat_release(target);
-    model_free(&m);
-    int live = (int)remat_live_tensors();
-    if (live) fprintf(stderr, "leak: %d tensors alive at exit\n", live);
-    bool ok = live == 0;
-    for (int s = 0; s < N_S; s++) ok = ok && all_equal[s];
+    bool ok = bench_free(&b);
+    for (int s = 0; s < N_S; s++) ok = ok && b.all_equal[s];
     return ok ? 0 : 1;
 }

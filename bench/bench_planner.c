@@ -1,4 +1,4 @@
-/* bench/bench_planner.c — the budget planner against P's uniform segments.
+/* bench/bench_planner.c — the budget planner against PyTorch's uniform segments.
  *
  * Model: L blocks of Linear(D -> D) + GELU(tanh) + LayerNorm(D) on a batch
  * of B rows (f32), loss = sum(output). One training step = forward, loss,

@@ -3,7 +3,7 @@
 # `deps.sh lint` also wants clang-tidy (for `make lint`), `deps.sh format`
 # clang-format (for `make format`).
 set -e
-PKGS="cmake make gcc clang libomp-dev libdnnl-dev libopenblas-dev libcriterion-dev zlib1g-dev pkg-config libopenmpi-dev openmpi-bin"
+PKGS="cmake make gcc clang libomp-dev libdnnl-dev libopenblas-dev libcriterion-dev zlib1g-dev libcjson-dev libpcre2-dev pkg-config libopenmpi-dev openmpi-bin"
 [ "${1:-}" = "lint" ] && PKGS="$PKGS clang-tidy clang-format"
 [ "${1:-}" = "format" ] && PKGS="$PKGS clang-format"
 missing=""

@@ -1,4 +1,4 @@
-/* tests/test_checkpoint.c — remat_checkpoint semantics (P:
+/* tests/test_checkpoint.c — remat_checkpoint semantics (PyTorch:
  * test_autograd.py's checkpoint tests, TestNestedCheckpoint): options,
  * trigger counts, gradients vs no checkpoint, non-tensor inputs/outputs,
  * partial grad, grad() inside and around, nesting, early stop, determinism
@@ -166,13 +166,13 @@ Test(checkpoint, bad_arguments_and_options) {
     RT_FAILS(remat_checkpoint(chain_fn, &c, 1, &x, 1, &y, &o), REMAT_EINVAL,
              "only supported when use_reentrant");
     /* debug = false explicitly is fine, and the global override does not
-     * apply to reentrant (P checks the argument only) */
+     * apply to reentrant (PyTorch checks the argument only) */
     o.debug = REMAT_OPT_FALSE;
     int prev = remat_set_checkpoint_debug(REMAT_OPT_TRUE);
     RT_OK(remat_checkpoint(chain_fn, &c, 1, &x, 1, &y, &o));
     remat_release(y);
     cr_assert_eq(c.calls, 1, "no failed call may run the function");
-    /* non-reentrant: unlike P, debug (here via the override) combines with
+    /* non-reentrant: unlike PyTorch, debug (here via the override) combines with
      * a context_fn, so that traces cover selective regions */
     o = nonre();
     o.context_fn = ctx_fn_noop;
@@ -441,7 +441,7 @@ Test(checkpoint, inputs_not_requiring_grad) {
     cr_assert_null(gx1);
     cr_assert(rt_bitwise_equal(gw0, gw1));
     cr_assert_eq(c.calls, 3);
-    /* reentrant: warning, and the output does not require grad (as P) */
+    /* reentrant: warning, and the output does not require grad (as PyTorch) */
     rt_capture_warnings();
     o = reent();
     remat_tensor *y;
@@ -557,7 +557,7 @@ Test(checkpoint, partial_grad_and_backward_with_inputs) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
-/* ---- access outside backward (P: test_access_saved_tensor_twice_...) --------------------- */
+/* ---- access outside backward (PyTorch: test_access_saved_tensor_twice_...) --------------------- */
 /* b = a * a; c = a * b; d = exp(a) */
 static int foo_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
     (void)n_in;
@@ -800,7 +800,7 @@ Test(checkpoint, determinism_more_tensors_saved_masked_by_early_stop) {
     RT_OK(run_nondet(M_SAVE2, M_SAVE3, o));
 }
 
-/* P's spelling of determinism_check, for programs that take it as text. */
+/* PyTorch's spelling of determinism_check, for programs that take it as text. */
 Test(checkpoint, determinism_check_parse) {
     remat_determinism_check dc = REMAT_DETERMINISM_NONE;
     RT_OK(remat_determinism_check_parse("default", &dc));
@@ -815,7 +815,7 @@ Test(checkpoint, determinism_check_parse) {
     RT_FAILS(remat_determinism_check_parse("none", NULL), REMAT_EINVAL, "NULL");
 }
 
-/* A zero-initialised options struct is P's defaults: the enums' zero values
+/* A zero-initialised options struct is PyTorch's defaults: the enums' zero values
  * are the "not set" / "default" ones. */
 Test(checkpoint, zero_options_are_defaults) {
     remat_checkpoint_options o = {0};
@@ -844,7 +844,7 @@ Test(checkpoint, determinism_metadata_lists_every_position) {
     o.determinism_check = REMAT_DETERMINISM_NONE;
     RT_FAILS(run_nondet(M_SAVE2, M_SAVE2_RESHAPED, o), REMAT_EDETERMINISM,
              "determinism_check \"none\"");
-    /* different values with equal metadata pass both checks (as in P) */
+    /* different values with equal metadata pass both checks (as in PyTorch) */
     o.determinism_check = REMAT_DETERMINISM_DEFAULT;
     RT_OK(run_nondet(M_SAVE2, M_SAVE2_OTHER_VALUES, o));
 }
@@ -1047,7 +1047,7 @@ Test(checkpoint, early_stop_does_not_run_the_last_ops_kernel) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
-/* P: test_nested_checkpoint_set_early_stop_no_recompution_needed, case 2:
+/* PyTorch: test_nested_checkpoint_set_early_stop_no_recompution_needed, case 2:
  * a function that saves nothing is never recomputed. */
 static int clone_only_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
                          int n_out) {
@@ -1075,7 +1075,7 @@ Test(checkpoint, function_saving_nothing_is_not_recomputed) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
-/* ---- nesting (P: TestNestedCheckpoint) ------------------------------------------------------ */
+/* ---- nesting (PyTorch: TestNestedCheckpoint) ------------------------------------------------------ */
 typedef struct nest {
     int depth; /* checkpoints still to wrap around the core */
     remat_checkpoint_fn core;
@@ -1212,7 +1212,7 @@ Test(checkpoint, reentrant_and_non_reentrant_nest_in_each_other) {
 Test(checkpoint, nested_counts_three_levels) {
     /* every level's function runs once in forward; backward recomputes the
      * outermost once and each inner one twice more (once inside its parent's
-     * recomputation, once for its own) — as P does */
+     * recomputation, once for its own) — as PyTorch does */
     int64_t sh[] = {3};
     remat_tensor *x = leaf(1, sh, 2);
     int core_calls = 0;
@@ -1289,7 +1289,7 @@ Test(checkpoint, two_sibling_checkpoints_inside_an_outer_one) {
     }
 }
 
-/* ---- grad() inside and around a checkpoint (P: Rule 6) ------------------------------------- */
+/* ---- grad() inside and around a checkpoint (PyTorch: Rule 6) ------------------------------------- */
 Test(checkpoint, grad_inside_and_around_checkpoint) {
     for (int early = 0; early < 2; early++) {
         int64_t sh[] = {4};

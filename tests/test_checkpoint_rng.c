@@ -1,4 +1,4 @@
-/* tests/test_checkpoint_rng.c — RNG juggling across device types (P:
+/* tests/test_checkpoint_rng.c — RNG juggling across device types (PyTorch:
  * _infer_device_type, get_device_states, DefaultDeviceType): the device
  * type is inferred from the tensor inputs (cpu ignored; several types →
  * warning; cuda wins, else the first seen; none → the default type), the
@@ -156,7 +156,7 @@ Test(checkpoint_rng, cpu_only_inputs_use_the_default_device_type) {
     cr_assert(same(&d, 0), "cpu is always restored");
     cr_assert_not(same(&d, 1), "testdev is not the default type: not restored");
     cr_assert_eq(rt_warning_count(), 0, "%s", rt_warnings());
-    /* as in P, the default type only names the type; with no input on it
+    /* as in PyTorch, the default type only names the type; with no input on it
      * there are no devices whose state to stash */
     RT_OK(remat_set_default_device_type("testdev"));
     cr_assert_str_eq(remat_get_default_device_type(), "testdev");

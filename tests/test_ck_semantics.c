@@ -1,10 +1,10 @@
 /* tests/test_ck_semantics.c — issue 14 items 12 and 13: checkpoint
- * conformance details where remat used to differ from P.
+ * conformance details where remat used to differ from PyTorch.
  *  12. checkpoint_sequential with more segments than stages is refused
  *      (it used to be accepted and checkpoint nothing).
  *  13. In an early-stopped recomputation, a stateful selective policy is
  *      not asked about the op whose saved inputs complete the
- *      recomputation (P saves an op's inputs before its policy sees it, and
+ *      recomputation (PyTorch saves an op's inputs before its policy sees it, and
  *      stops there). */
 #include <string.h>
 
@@ -83,8 +83,8 @@ Test(ck_semantics, policy_not_asked_about_the_op_that_completes_recomputation) {
     cr_assert_eq(c.forward, 3);
     RT_OK(remat_sum_all(&l, y));
     RT_OK(remat_backward_scalar(l));
-    /* P: linear and gelu are asked; the second linear's input saves fill
-     * the last placeholders before its policy call, and P stops there */
+    /* PyTorch: linear and gelu are asked; the second linear's input saves fill
+     * the last placeholders before its policy call, and PyTorch stops there */
     cr_assert_eq(c.recompute, 2, "policy asked %d times in recomputation (last: %s)", c.recompute,
                  c.n_ops ? c.ops[c.n_ops - 1] : "-");
     cr_assert_str_eq(c.ops[1], "remat_gelu");

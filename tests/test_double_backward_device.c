@@ -120,7 +120,7 @@ Test(double_backward_device, cross_entropy) {
     check_ce(REMAT_F32, 3);
 }
 
-/* every row ignored: the loss is NaN (0 / 0, as P) and so are its derivatives, on both */
+/* every row ignored: the loss is NaN (0 / 0, as PyTorch) and so are its derivatives, on both */
 Test(double_backward_device, cross_entropy_all_rows_ignored) {
     const int64_t sx[2] = {2, 3}, n = 2, tv[2] = {1, 1};
     remat_tensor *xc = rt_leaf(rt_rand(2, sx, REMAT_F64, -1, 1, 4)), *tc = NULL;

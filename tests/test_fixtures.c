@@ -667,7 +667,7 @@ static void run_case(const char *name, report *rep) {
             char what[128];
             snprintf(what, sizeof what, "gradient of input %s", ex->name);
             /* An input the output does not depend on (zero_, copy_) may get
-             * no .grad at all in remat where P materialises zeros. */
+             * no .grad at all in remat where PyTorch materialises zeros. */
             if (!g && fx_all_zero(ex)) continue;
             check(rep, c, what, g, ex);
         }
@@ -1210,7 +1210,7 @@ static void registry_op_checks(const char *name) {
 
     /* everything-saveable selective checkpointing: bitwise the plain gradients. An in-place
      * op's runner mutates the clone it made of its target, which that policy would cache
-     * (P refuses the mutation as remat does, and allowing it makes results undefined):
+     * (PyTorch refuses the mutation as remat does, and allowing it makes results undefined):
      * in-place ops are checked under the nothing-saveable policy instead. */
     remat_tensor *plain[MAX_IN] = {0}, *sac[MAX_IN] = {0};
     remat_policy *everything = NULL;

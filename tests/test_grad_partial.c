@@ -1,5 +1,5 @@
 /* tests/test_grad_partial.c — issue 14 item 11: remat_grad with a non-leaf
- * input stops at that input, as P does: the input's own backward node is
+ * input stops at that input, as PyTorch does: the input's own backward node is
  * neither run nor freed, so two grad calls over consecutive parts of one
  * graph both work without retain_graph (z -> y, then y -> x). */
 #include <string.h>
@@ -21,7 +21,7 @@ Test(grad_partial, consecutive_parts_of_one_graph) {
         RT_OK(remat_item_at(gx, i, &v));
         cr_assert_float_eq(v, 1.0, 1e-12);
     }
-    /* the second pass freed y's graph: a third one fails as in P */
+    /* the second pass freed y's graph: a third one fails as in PyTorch */
     remat_tensor *g2 = NULL;
     RT_FAILS(remat_grad(1, &y, &gy, 1, &x, false, false, &g2), REMAT_ESTATE, NULL);
     remat_release(gx);

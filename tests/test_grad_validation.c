@@ -1,6 +1,6 @@
 /* tests/test_grad_validation.c — issue 14 item 4: every gradient a
  * backward function returns is validated against the input it is for
- * (P: validate_outputs): a different dtype is converted to the input's, a
+ * (PyTorch: validate_outputs): a different dtype is converted to the input's, a
  * shape the input expands to is summed down to it, any other shape is
  * REMAT_ESHAPE and another device REMAT_EDEVICE. remat_set_grad checks
  * dtype and device as well as the shape; remat_set_requires_grad on an
@@ -81,7 +81,7 @@ Test(grad_validation, backward_dtype_is_converted_to_the_inputs) {
 Test(grad_validation, backward_shape_summed_or_refused) {
     int64_t sh[] = {3};
     remat_tensor *x = rt_leaf(rt_rand(1, sh, REMAT_F32, -1, 1, 1));
-    RT_OK(run_twice(BIG_SHAPE, x)); /* (2, 3) for a (3) input: summed as P does */
+    RT_OK(run_twice(BIG_SHAPE, x)); /* (2, 3) for a (3) input: summed as PyTorch does */
     double v;
     RT_OK(remat_item_at(remat_tensor_grad(x), 0, &v));
     cr_assert_eq(v, 4.0);

@@ -901,7 +901,7 @@ Test(nn, cross_entropy_values_and_ignore_index) {
     RT_OK(remat_cross_entropy(&y, x, t, 1));
     assert_values(y, 1, (double[]){(l0 + l2) / 2}, 1e-14, "cross_entropy ignore_index 1");
     remat_release_p(&y);
-    /* every target ignored: NaN (as P's mean over zero elements) */
+    /* every target ignored: NaN (as PyTorch's mean over zero elements) */
     remat_tensor *ta = i64_tensor(1, &n3, (double[]){-100, -100, -100});
     RT_OK(remat_cross_entropy(&y, x, ta, -100));
     double nv;

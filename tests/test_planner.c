@@ -556,7 +556,7 @@ Test(planner, revolve_plan_recomputes_closed_form) {
 Test(planner, sequential_plan_and_printer) {
     remat_plan *plan = NULL;
     RT_OK(remat_plan_sequential(&plan, NULL, 10, 3));
-    /* P: chunks of 10/3 = 3, the first 2 checkpointed, stages 6..9 stored */
+    /* PyTorch: chunks of 10/3 = 3, the first 2 checkpointed, stages 6..9 stored */
     const remat_stage_action want[10] = {REMAT_STAGE_CHECKPOINT, REMAT_STAGE_RECOMPUTE,
                                          REMAT_STAGE_RECOMPUTE,  REMAT_STAGE_CHECKPOINT,
                                          REMAT_STAGE_RECOMPUTE,  REMAT_STAGE_RECOMPUTE,
@@ -870,7 +870,7 @@ Test(planner, failing_stage) {
  * the loss, the engine's bookkeeping) plus the bytes of the parameters'
  * gradients: the autograd engine currently keeps the gradient buffer of
  * every leaf until the end of the backward pass (after accumulating it
- * into .grad), which the model, like P, assumes freed at once. */
+ * into .grad), which the model, like PyTorch, assumes freed at once. */
 #define PK_N 8
 #define PK_DIM 32
 #define PK_BATCH 512

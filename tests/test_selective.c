@@ -212,7 +212,7 @@ Test(selective, stateful_policy_calls_and_counts) {
     cr_assert_eq(st.ops_recomputed, 3);
     cr_assert_eq(blk.calls, 2);
     /* with early stop (the default) the recomputation ends inside the second
-     * linear (the last op that saves), while it saves its inputs: as in P,
+     * linear (the last op that saves), while it saves its inputs: as in PyTorch,
      * neither it nor the add after it is asked */
     memset(&c, 0, sizeof c);
     memset(&st, 0, sizeof st);
@@ -308,7 +308,7 @@ Test(selective, save_versus_recompute_changes_what_runs_and_memory) {
     cr_assert_eq(mn.linear_runs, 2 * NB, "nothing saved: %d linear runs", mn.linear_runs);
     cr_assert_eq(mn.gelu_runs, NB);
     /* the second linear of a block is not served: its saved inputs end the
-     * recomputation before the policy would see it (as in P); it is entered
+     * recomputation before the policy would see it (as in PyTorch); it is entered
      * outside skip mode but its kernel is skipped (the early stop) */
     cr_assert_eq(md.linear_runs, NB, "dots: %d linear runs", md.linear_runs);
     cr_assert_eq(md.gelu_runs, NB);
@@ -918,7 +918,7 @@ Test(selective, debug_traces_cover_selective_regions) {
     remat_sac_config cfg = {.policy = pol};
     remat_checkpoint_options o = sac_opts(&cfg);
     o.debug = REMAT_OPT_TRUE;
-    /* debug + context_fn: a deliberate extension over P (docs/selective.md) */
+    /* debug + context_fn: a deliberate extension over PyTorch (docs/selective.md) */
     RT_OK(remat_checkpoint(nd_fn, &u, 1, &x, 1, &y, &o));
     RT_OK(remat_sum_all(&l, y));
     RT_FAILS(remat_backward_scalar(l), REMAT_EDETERMINISM, "You are seeing this error");

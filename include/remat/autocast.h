@@ -1,6 +1,6 @@
 /*
  * remat/autocast.h — bf16 mixed precision: the autocast scope
- * (P: torch.autocast(device_type, dtype=torch.bfloat16)).
+ * (PyTorch: torch.autocast(device_type, dtype=torch.bfloat16)).
  *
  * While autocast is on for a device type, ops on tensors of that type cast
  * their floating inputs before they run, by the op's category
@@ -66,8 +66,10 @@ void remat_autocast_get_state(remat_autocast_state *out);
 void remat_autocast_set_state(const remat_autocast_state *s);
 
 /* Whether this CPU has bf16 dot-product instructions (AVX512_BF16 or AMX-BF16),
- * detected at run time. Without them bf16 GEMMs run through f32 (correct, with
- * one warning, and slower than f32 itself). */
+ * detected at run time, and the bf16 GEMMs use them: false too where oneDNN is
+ * capped below them (ONEDNN_MAX_CPU_ISA=AVX512_CORE, AVX2, ...) or REMAT_NO_BF16
+ * is set. Without them bf16 GEMMs run through f32 (correct, with one warning,
+ * and slower than f32 itself). */
 bool remat_cpu_has_bf16(void);
 
 REMAT_END_PUBLIC

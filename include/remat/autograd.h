@@ -74,7 +74,7 @@ remat_status remat_grad(int n_outputs, remat_tensor *const *outputs,
  * A zero-initialised struct gives PyTorch's defaults (create_graph false,
  * retain_graph = create_graph, allow_unused false).
  *
- * create_graph (P: create_graph=True): backward runs with grad mode on and
+ * create_graph (PyTorch: create_graph=True): backward runs with grad mode on and
  * records a differentiable graph of the gradient computation, so the
  * gradients it returns (remat_grad_ex) or accumulates into .grad
  * (remat_backward_ex: .grad then has a grad_fn) can be differentiated

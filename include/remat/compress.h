@@ -12,7 +12,7 @@
  *    and tensors on devices the CPU cannot read.
  *  - offload: every saved tensor living on a non-cpu device is copied to
  *    host memory and copied back to its device when unpacked (cpu
- *    tensors are saved unchanged). Exact. On cuda (P: save_on_cpu with
+ *    tensors are saved unchanged). Exact. On cuda (PyTorch: save_on_cpu with
  *    pin_memory=True) the host memory is pinned and the copies run on a
  *    side stream ordered by events, overlapping compute: the device memory
  *    of a saved tensor is released once its copy to the host is done, and

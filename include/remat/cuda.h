@@ -11,7 +11,7 @@
  * Tensors are made on a GPU like on any device (remat_device{cuda id, N})
  * and moved with remat_to_device; the CPU never reads their memory.
  *
- * Memory. Tensor storage on a GPU comes from a caching allocator (P:
+ * Memory. Tensor storage on a GPU comes from a caching allocator (PyTorch:
  * CUDACachingAllocator): requests are rounded to 512 bytes, small ones
  * (<= 1 MiB) carved out of 2 MiB segments, large ones out of 20 MiB
  * segments or their own (>= 10 MiB, rounded to 2 MiB); blocks are split
@@ -20,7 +20,7 @@
  * remat_cuda_empty_cache (or when a cudaMalloc fails, before retrying).
  * remat_alloc_stats_get counts tensor bytes exactly as on cpu (requested
  * sizes: current, peak, reset, allocations); remat_cuda_memory_stats adds
- * the allocator's own view (P: memory_allocated's rounded blocks,
+ * the allocator's own view (PyTorch: memory_allocated's rounded blocks,
  * memory_reserved). The allocation observer (remat_set_alloc_observer) sees
  * cuda allocations like cpu ones.
  *
@@ -50,27 +50,27 @@ REMAT_BEGIN_PUBLIC
  * When it can, *reason is NULL. Does not create a CUDA context. */
 bool remat_cuda_available(const char **reason);
 
-/* Waits for every kernel and copy remat enqueued on GPU `index` (P:
+/* Waits for every kernel and copy remat enqueued on GPU `index` (PyTorch:
  * torch.cuda.synchronize). REMAT_EUNSUPPORTED without GPUs, REMAT_EDEVICE
  * for an index out of range, REMAT_EDEVICE for a CUDA error (named). */
 remat_status remat_cuda_synchronize(int index);
 
-/* Returns the cached, unused memory of every GPU to the driver (P:
+/* Returns the cached, unused memory of every GPU to the driver (PyTorch:
  * torch.cuda.empty_cache). Memory in use by tensors stays. Synchronises
  * each device first. REMAT_EUNSUPPORTED without CUDA in the build; with no
  * GPU there is nothing to return (REMAT_OK). */
 remat_status remat_cuda_empty_cache(void);
 
-/* The caching allocator of one GPU (P: torch.cuda.memory_stats). */
+/* The caching allocator of one GPU (PyTorch: torch.cuda.memory_stats). */
 typedef struct remat_cuda_memory_stats {
-    size_t allocated_bytes;      /* blocks held by tensors, 512-rounded (P: memory_allocated) */
-    size_t peak_allocated_bytes; /* (P: max_memory_allocated) */
-    size_t reserved_bytes;       /* cudaMalloc'd segments, used or cached (P: memory_reserved) */
-    size_t peak_reserved_bytes;  /* (P: max_memory_reserved) */
-    uint64_t n_segments;         /* segments held now */
-    uint64_t n_device_mallocs;   /* cudaMalloc calls made */
-    uint64_t n_device_frees;     /* cudaFree calls made */
-    uint64_t n_alloc_retries;    /* requests that emptied the cache and tried again */
+    size_t allocated_bytes; /* blocks held by tensors, 512-rounded (PyTorch: memory_allocated) */
+    size_t peak_allocated_bytes; /* (PyTorch: max_memory_allocated) */
+    size_t reserved_bytes; /* cudaMalloc'd segments, used or cached (PyTorch: memory_reserved) */
+    size_t peak_reserved_bytes; /* (PyTorch: max_memory_reserved) */
+    uint64_t n_segments;        /* segments held now */
+    uint64_t n_device_mallocs;  /* cudaMalloc calls made */
+    uint64_t n_device_frees;    /* cudaFree calls made */
+    uint64_t n_alloc_retries;   /* requests that emptied the cache and tried again */
 } remat_cuda_memory_stats;
 /* Copies out GPU `index`'s stats; REMAT_EUNSUPPORTED / REMAT_EDEVICE as
  * remat_cuda_synchronize; stats must not be NULL (REMAT_EINVAL). A GPU that
@@ -79,10 +79,10 @@ remat_status remat_cuda_memory_stats_get(int index, remat_cuda_memory_stats *sta
 /* Reserved bytes of GPU `index` (0 for an index without a GPU). */
 size_t remat_cuda_memory_reserved(int index);
 /* Sets the peaks of GPU `index` to the current values (allocator stats and
- * the remat_alloc_stats counters alike; P: reset_peak_memory_stats). */
+ * the remat_alloc_stats counters alike; PyTorch: reset_peak_memory_stats). */
 remat_status remat_cuda_reset_peak_memory_stats(int index);
 
-/* A user allocator for cuda memory (P: CUDAPluggableAllocator): alloc gets
+/* A user allocator for cuda memory (PyTorch: CUDAPluggableAllocator): alloc gets
  * the calling thread's current GPU (remat_current_device) set to the
  * tensor's device and returns device memory or NULL (remat then fails the
  * call with REMAT_ENOMEM); free gets it back with the size asked for. The
@@ -91,7 +91,7 @@ remat_status remat_cuda_reset_peak_memory_stats(int index);
  * are alive; REMAT_EUNSUPPORTED without CUDA in the build. */
 remat_status remat_cuda_set_allocator(const remat_allocator *allocator);
 
-/* Whether float32 GEMMs may use TF32 tensor cores (P:
+/* Whether float32 GEMMs may use TF32 tensor cores (PyTorch:
  * torch.backends.cuda.matmul.allow_tf32). Off by default: f32 matmuls
  * are then computed in f32, as on cpu. Takes effect for GEMMs enqueued
  * after the call. Harmless without CUDA. */

@@ -130,7 +130,7 @@ remat_status remat_dist_check_identical(remat_dist *pg, int n, remat_tensor *con
  * all-reduce starts (buckets start in order, as MPI requires), so the
  * communication overlaps the rest of the backward pass. One wait at the
  * end; .grad is then the mean over ranks, bitwise identical everywhere: a
- * contiguous view into the bucket's buffer (P: gradient_as_bucket_view),
+ * contiguous view into the bucket's buffer (PyTorch: gradient_as_bucket_view),
  * which the bucket leaves to the gradients, taking a fresh one for the
  * next backward (so no later reduction writes into a .grad the user holds).
  *

@@ -1,7 +1,7 @@
 /* src/autograd/accumulate.h — an observer of leaf gradient accumulation.
  *
  * The engine calls the observer installed on the running thread right
- * after it has added a gradient into a leaf's .grad (P: a post-accumulate
+ * after it has added a gradient into a leaf's .grad (PyTorch: a post-accumulate
  * grad hook, seen for every leaf). Under reentrant checkpointing a leaf used
  * in several recomputed regions is accumulated once per nested backward
  * pass: the observer sees each of them. Data parallelism (src/dist/ddp.c)

@@ -180,7 +180,7 @@ static remat_status dfs_push(dfs_stack *s, remat_node *n) {
     return REMAT_OK;
 }
 
-/* As in P, a non-leaf input's own node is not needed for its capture: the
+/* As in PyTorch, a non-leaf input's own node is not needed for its capture: the
  * pass stops there (neither running nor freeing it) unless another input
  * lies beyond it. A leaf's accumulator is needed (it accumulates .grad). */
 static void mark_captures(task *t) {
@@ -284,7 +284,7 @@ static remat_status accumulate_into(remat_tensor **slot, remat_tensor *g) {
     return REMAT_OK;
 }
 
-/* P: validate_outputs. The gradient g that `producer` (NULL: a root's
+/* PyTorch: validate_outputs. The gradient g that `producer` (NULL: a root's
  * gradient) computed for output input_nr of n, checked against that
  * output's metadata: another device is REMAT_EDEVICE; a shape the output
  * broadcasts to is summed down to it, any other shape is REMAT_ESHAPE;
@@ -444,7 +444,7 @@ void rm_set_accumulate_observer(rm_accumulate_observer_fn fn, void *user_data,
     tls_acc_ud = user_data;
 }
 
-/* Leaf gradient accumulation under create_graph (P: AccumulateGrad with
+/* Leaf gradient accumulation under create_graph (PyTorch: AccumulateGrad with
  * grad mode on): .grad keeps g's graph, a later gradient is added out of
  * place (a differentiable add), so .grad can itself be differentiated. */
 static remat_status accumulate_leaf_in_graph(remat_tensor *leaf, remat_tensor *g) {
@@ -460,7 +460,7 @@ static remat_status accumulate_leaf_in_graph(remat_tensor *leaf, remat_tensor *g
     return REMAT_OK;
 }
 
-/* Leaf gradient accumulation (P: AccumulateGrad). */
+/* Leaf gradient accumulation (PyTorch: AccumulateGrad). */
 void rm_progress_point(void) {
     if (tls_acc_fn) tls_acc_fn(tls_acc_ud, NULL);
 }
@@ -766,7 +766,7 @@ static remat_status run_backward(const char *call, int n, remat_tensor *const *r
         return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     }
     void *scope = rm_scope_suspend();
-    /* P: the engine runs backward functions with grad mode = create_graph */
+    /* PyTorch: the engine runs backward functions with grad mode = create_graph */
     bool prev_grad = remat_set_grad_enabled(create_graph);
     t.parent = tls_task;
     tls_task = &t;
@@ -821,7 +821,7 @@ remat_status remat_grad(int n_outputs, remat_tensor *const *outputs,
                         n_inputs, inputs, false, allow_unused, grads);
 }
 
-/* retain_graph as the options give it: unset means create_graph (P). */
+/* retain_graph as the options give it: unset means create_graph (PyTorch). */
 static remat_status resolve_retain(const char *call, const remat_backward_options *o,
                                    bool *retain) {
     *retain = o && o->create_graph;

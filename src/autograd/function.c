@@ -1,5 +1,5 @@
 /* src/autograd/function.c — user-defined differentiable functions
- * (P: torch.autograd.Function): user forward + backward, save_for_backward
+ * (PyTorch: torch.autograd.Function): user forward + backward, save_for_backward
  * through the saved-tensor hooks, non-differentiable outputs. */
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +17,7 @@ struct remat_function_ctx {
     bool needs_grad[64];
     bool non_diff[64];
     /* Tensors given to save_for_backward during forward, packed once the
-     * node exists (P packs at the end of apply as well). */
+     * node exists (PyTorch packs at the end of apply as well). */
     int n_pending;
     remat_tensor *pending[RM_FN_MAX_SAVED];
     bool in_forward;
@@ -170,7 +170,7 @@ static remat_status record_node(remat_function_ctx *c, bool *c_owned, const char
     if (rc) return rc;
     node->owned_name = strdup(name);
     /* the user's backward runs with grad mode on under create_graph: made
-     * of remat ops, it is differentiable (P: autograd.Function) */
+     * of remat ops, it is differentiable (PyTorch: autograd.Function) */
     node->backward_diff = fn_backward;
     rm_node_set_ctx(node, c, ctx_free);
     *c_owned = true;

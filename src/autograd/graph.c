@@ -392,7 +392,7 @@ remat_status rm_node_save(remat_node *n, int slot, remat_tensor *t) {
 }
 
 /* Under create_graph: *t (the unpacked data) replaced by an alias that
- * has the saved tensor's place in the graph (P: SavedVariable::unpack
+ * has the saved tensor's place in the graph (PyTorch: SavedVariable::unpack
  * rebuilding the variable around the data). A leaf's alias refers to the
  * leaf's AccumulateGrad node (weakly, as the leaf does; the saved slot
  * holds it), so gradients flowing into it reach the leaf's .grad. */

@@ -16,7 +16,7 @@ typedef struct rm_saved {
     bool has_hooks;
     bool freed;
     uint64_t saved_version;
-    /* The saved tensor's place in the graph (P: SavedVariable's grad_fn,
+    /* The saved tensor's place in the graph (PyTorch: SavedVariable's grad_fn,
      * output_nr, requires_grad, grad_accumulator): under create_graph the
      * unpacked tensor is rebuilt with it, so a backward written with
      * differentiable ops records a graph that reaches the forward graph.

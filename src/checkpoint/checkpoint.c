@@ -1,13 +1,13 @@
 /* src/checkpoint/checkpoint.c — remat_checkpoint and
  * remat_checkpoint_sequential: argument checks, option resolution (zero
- * means P's default), the global overrides, and the sequential driver.
+ * means PyTorch's default), the global overrides, and the sequential driver.
  * The two implementations live in frame.c (non-reentrant) and reentrant.c. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "ck.h"
 
-/* P keeps these as module globals too (set_checkpoint_early_stop,
+/* PyTorch keeps these as module globals too (set_checkpoint_early_stop,
  * set_checkpoint_debug_enabled). */
 static remat_tristate g_early_stop_override;
 static remat_tristate g_debug_override;
@@ -75,7 +75,7 @@ static remat_status check_determinism(const char *call, remat_determinism_check 
 }
 
 /* Resolves the options into *o. warn_text: the warning for an unset
- * use_reentrant (P words it differently for checkpoint_sequential). */
+ * use_reentrant (PyTorch words it differently for checkpoint_sequential). */
 static remat_status resolve(const char *call, const remat_checkpoint_options *opts, ck_opts *o,
                             const char *warn_text) {
     static const remat_checkpoint_options k_defaults;
@@ -102,14 +102,14 @@ static remat_status resolve(const char *call, const remat_checkpoint_options *op
     o->context_fn = opts->context_fn;
     o->context_fn_data = opts->context_fn_data;
     if (o->reentrant) {
-        /* P looks at the explicit debug argument only, not the override */
+        /* PyTorch looks at the explicit debug argument only, not the override */
         if (o->context_fn || o->debug_explicit)
             return rm_err(REMAT_EINVAL,
                           "%s: passing context_fn or debug is only supported when "
                           "use_reentrant = REMAT_OPT_FALSE",
                           call);
     }
-    /* P rejects debug with a non-default context_fn; remat allows it, so
+    /* PyTorch rejects debug with a non-default context_fn; remat allows it, so
      * that debug traces cover selective-checkpointing regions too (ops
      * served from the selective cache still report to the op observer, so
      * forward and recompute traces line up op for op). */
@@ -233,7 +233,7 @@ remat_status remat_checkpoint_sequential(remat_tensor **out, int n_stages,
         if (!stages[i].fn) return rm_err(REMAT_EINVAL, "%s: stage %d has no fn", call, i);
     if (segments < 1)
         return rm_err(REMAT_EINVAL, "%s: segments must be at least 1, got %d", call, segments);
-    if (n_stages > 0 && segments > n_stages) /* P refuses it too: chunks of no stage */
+    if (n_stages > 0 && segments > n_stages) /* PyTorch refuses it too: chunks of no stage */
         return rm_err(REMAT_EINVAL,
                       "%s: %d segments for %d stages: segments must not exceed "
                       "the number of stages",
@@ -241,7 +241,7 @@ remat_status remat_checkpoint_sequential(remat_tensor **out, int n_stages,
     remat_checkpoint_options o = {0};
     if (opts) o = *opts;
     o.user_data_destroy = NULL;
-    /* validate once, warn once (P warns here and passes use_reentrant on) */
+    /* validate once, warn once (PyTorch warns here and passes use_reentrant on) */
     ck_opts resolved;
     rc = resolve(call, &o, &resolved, k_warn_sequential);
     if (rc) return rc;

@@ -34,7 +34,7 @@ typedef struct ck_rng {
     remat_device devices[REMAT_MAX_DEVICES_PER_TYPE];
     uint8_t states[REMAT_MAX_DEVICES_PER_TYPE][REMAT_RNG_STATE_BYTES];
     /* The forward's autocast state, stashed whatever preserve says: the
-     * recomputation runs under it (P: checkpoint stashes the autocast
+     * recomputation runs under it (PyTorch: checkpoint stashes the autocast
      * state), whatever state is active during backward. */
     remat_autocast_state autocast;
 } ck_rng;

@@ -1,4 +1,4 @@
-/* src/checkpoint/debug_trace.c — checkpoint debug mode (P: debug=True,
+/* src/checkpoint/debug_trace.c — checkpoint debug mode (PyTorch: debug=True,
  * _get_debug_context_and_cb): the ops run in the original forward and in
  * the recomputation, each with its call site, and the report that a
  * determinism error shows.

@@ -1,8 +1,8 @@
-/* src/checkpoint/frame.c — non-reentrant checkpoint (P:
+/* src/checkpoint/frame.c — non-reentrant checkpoint (PyTorch:
  * _checkpoint_without_reentrant_generator, _CheckpointFrame,
  * _checkpoint_hook, _recomputation_hook, _NoopSaveInputs).
  *
- * Design (mirrors P):
+ * Design (mirrors PyTorch):
  *  - The checkpoint's inputs are saved by a no-op node ("NoopSaveInputs")
  *    through whatever saved-tensor hooks are in force, so when checkpoints
  *    nest, the inner one's inputs are placeholders of the outer one.
@@ -17,7 +17,7 @@
  *  - Each unpack hands the captured tensor to the caller and forgets it:
  *    recomputed tensors die as soon as backward has used them, also with
  *    retain_graph. A second unpack of the same slot in the same pass fails.
- *  - Early stop: when the last slot is filled, P raises an exception out of
+ *  - Early stop: when the last slot is filled, PyTorch raises an exception out of
  *    the user's function. C cannot unwind it, so remat switches on skip
  *    mode instead: the rest of the function runs without computing or
  *    allocating (ops make data-less tensors), until it returns.
@@ -27,10 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/graph.h"
 #include "ck.h"
 #include "recompute.h"
 
-/* One tensor saved during the original forward (P: _Holder + x_metadata). */
+/* One tensor saved during the original forward (PyTorch: _Holder + x_metadata). */
 typedef struct ck_slot {
     bool alive; /* its handle has not been freed */
     int ndim;
@@ -39,7 +40,7 @@ typedef struct ck_slot {
     remat_device device;
 } ck_slot;
 
-/* The recomputation done for one backward pass (P: the per-gid entries). */
+/* The recomputation done for one backward pass (PyTorch: the per-gid entries). */
 typedef struct ck_rec {
     uint64_t gid; /* backward id; 0 for an access outside backward */
     bool recomputed;
@@ -178,7 +179,7 @@ static void fwd_free(void *ud, void *handle) {
     ck_handle *h = handle;
     ck_frame *f = h->f;
     f->slots[h->idx].alive = false;
-    /* P keeps recomputed tensors in weak dicts keyed by the holder: they
+    /* PyTorch keeps recomputed tensors in weak dicts keyed by the holder: they
      * die with it. */
     for (ck_rec *r = f->recs; r; r = r->next)
         if (h->idx < r->n_vals) remat_release_p(&r->vals[h->idx]);
@@ -223,14 +224,14 @@ static void *rec_pack(void *ud, remat_tensor *t) {
     ck_rctx *c = ud;
     ck_frame *f = c->f;
     ck_rec *rec = c->rec;
-    /* After early stop P has left the function; remat runs the rest in
+    /* After early stop PyTorch has left the function; remat runs the rest in
      * skip mode and ignores what it saves. */
     if (rec->stopped) return remat_retain(t);
     int idx = rec->counter++;
     if (idx >= f->n_slots) {
         if (!f->forward_completed) {
             /* backward inside the checkpointed function during its own
-             * forward, with early stop off: more is saved later (P). */
+             * forward, with early stop off: more is saved later (PyTorch). */
             f->ignore_saved_mismatch = true;
             return remat_retain(t);
         }
@@ -264,7 +265,7 @@ static remat_status unpack_inputs(ck_frame *f, remat_tensor **args) {
     int n = f->n_inputs, rc = REMAT_OK;
     remat_node *saver = f->input_saver->grad_fn;
     for (int i = 0; i < n && rc == REMAT_OK; i++) rc = rm_node_unpack(saver, i, &args[i]);
-    /* An unpacked saved tensor is a bare alias; P gives the function its
+    /* An unpacked saved tensor is a bare alias; PyTorch gives the function its
      * inputs with their autograd attributes. Without requires_grad the
      * recomputation would record (and save) less than the forward did. */
     for (int i = 0; i < n && rc == REMAT_OK; i++) {
@@ -313,7 +314,7 @@ static remat_status run_in_recompute_context(const ck_rctx *rctx, remat_tensor *
     rc = ck_call_fn(f->fn, f->user_data, f->n_inputs, args, f->n_outputs, outs);
     tls_rctx = prev_rctx;
     tls_rctx_depth = prev_depth;
-    /* Whatever the function did after early stop, P never ran it. */
+    /* Whatever the function did after early stop, PyTorch never ran it. */
     if (rec->stopped && !rec->err) rc = REMAT_OK;
     for (int i = 0; i < f->n_outputs; i++) remat_release_p(&outs[i]);
     if (f->debug) ck_observe_end(&obs);
@@ -372,7 +373,7 @@ out_args:
     return rc;
 }
 
-/* P: _CheckpointFrame.check_recomputed_tensors_match: the count, then (for
+/* PyTorch: _CheckpointFrame.check_recomputed_tensors_match: the count, then (for
  * "default") the metadata of every live slot. */
 static remat_status check_match(ck_frame *f, ck_rec *rec) {
     if (f->ignore_saved_mismatch) return REMAT_OK;
@@ -507,7 +508,7 @@ static remat_status fwd_unpack(void *ud, void *handle, remat_tensor **out) {
         own = true;
         goto done;
     }
-    /* Freed as soon as unpacked (P's Rule 4): the caller owns the only
+    /* Freed as soon as unpacked (PyTorch's Rule 4): the caller owns the only
      * reference the checkpoint had. */
     *out = t;
     rec->vals[h->idx] = NULL;
@@ -523,7 +524,7 @@ done:
     return rc;
 }
 
-/* ---- saving the inputs (P: _NoopSaveInputs) ------------------------------------------ */
+/* ---- saving the inputs (PyTorch: _NoopSaveInputs) ------------------------------------------ */
 static remat_status noop_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     RM_UNUSED(node);
     RM_UNUSED(gout);
@@ -588,7 +589,7 @@ remat_status ck_run_nonreentrant(remat_checkpoint_fn fn, void *user_data, int n_
         return rc;
     }
     if (!remat_is_grad_enabled()) {
-        /* nothing is recorded, so nothing to recompute (P: no contexts either) */
+        /* nothing is recorded, so nothing to recompute (PyTorch: no contexts either) */
         rc = ck_call_fn(fn, user_data, n_inputs, inputs, n_outputs, outputs);
         if (has_ctx && pair.destroy) pair.destroy(pair.state);
         if (user_data_destroy) user_data_destroy(user_data);

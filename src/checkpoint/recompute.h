@@ -9,7 +9,7 @@
  * early; -1 when none is running, early stop is off, it has stopped, or
  * other hooks (a nested checkpoint's) are in force. Selective regions use
  * it to leave the policy out of an op whose saved inputs end the
- * recomputation (P saves an op's inputs before its policy sees the op). */
+ * recomputation (PyTorch saves an op's inputs before its policy sees the op). */
 int rm_recompute_remaining(void);
 
 #endif /* REMAT_CHECKPOINT_RECOMPUTE_H */

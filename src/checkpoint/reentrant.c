@@ -1,4 +1,4 @@
-/* src/checkpoint/reentrant.c — reentrant checkpoint (P: CheckpointFunction),
+/* src/checkpoint/reentrant.c — reentrant checkpoint (PyTorch: CheckpointFunction),
  * a custom function (remat_function_apply):
  *  - forward: saves the tensor inputs, runs the function with grad off;
  *  - backward: restores the forward's RNG state (forked), runs the function
@@ -6,11 +6,12 @@
  *    originals did, calls remat_backward on the outputs with the incoming
  *    gradients (the engine is re-entrant) and returns the inputs' .grad.
  * Parameters captured in user_data get their .grad from that inner
- * backward, as in P. */
+ * backward, as in PyTorch. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "autograd/accumulate.h"
+#include "autograd/graph.h"
 #include "ck.h"
 
 typedef struct reent {
@@ -86,7 +87,7 @@ static remat_status reent_backward(remat_function_ctx *ctx, void *ud,
     }
     for (int i = 0; i < n_inputs && rc == REMAT_OK; i++) rc = remat_ctx_saved(ctx, i, &saved[i]);
     if (rc) goto out;
-    /* P: detach_variable — same data, no history, requires_grad as before */
+    /* PyTorch: detach_variable — same data, no history, requires_grad as before */
     for (int i = 0; i < n_inputs && rc == REMAT_OK; i++) {
         if (!saved[i]) continue;
         rc = remat_detach(&det[i], saved[i]);
@@ -146,7 +147,7 @@ remat_status ck_run_reentrant(remat_checkpoint_fn fn, void *user_data, int n_inp
                       "inputs and 64 outputs (got %d and %d); use use_reentrant = REMAT_OPT_FALSE",
                       n_inputs, n_outputs);
     }
-    /* P: check_backward_validity */
+    /* PyTorch: check_backward_validity */
     bool any = false;
     for (int i = 0; i < n_inputs; i++) any |= inputs[i] && inputs[i]->requires_grad;
     if (!any)

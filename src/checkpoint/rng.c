@@ -1,11 +1,11 @@
-/* src/checkpoint/rng.c — RNG juggling for checkpoint (P: _infer_device_type,
+/* src/checkpoint/rng.c — RNG juggling for checkpoint (PyTorch: _infer_device_type,
  * get_device_states / set_device_states, fork_rng) and the default device
- * type (P: DefaultDeviceType).
+ * type (PyTorch: DefaultDeviceType).
  *
  * The recomputation must draw the same random numbers as the forward, so
  * the forward stashes the cpu generator and the generators of the devices
- * its tensor inputs live on — for ONE device type only, as P does. A type
- * that is not initialised when the forward starts is not touched (P does
+ * its tensor inputs live on — for ONE device type only, as PyTorch does. A type
+ * that is not initialised when the forward starts is not touched (PyTorch does
  * not want to initialise CUDA by accident); if the forward initialises it,
  * its state could not be stashed and the checkpoint fails. */
 #include <stdio.h>
@@ -37,7 +37,7 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* P: _infer_device_type. Returns the type id (-1 for an unregistered
+/* PyTorch: _infer_device_type. Returns the type id (-1 for an unregistered
  * default). */
 static int infer_device_type(int n, remat_tensor *const *inputs) {
     int types[REMAT_MAX_DEVICE_TYPES], n_types = 0, first = -1;

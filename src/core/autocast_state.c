@@ -1,17 +1,13 @@
-/* src/core/autocast_state.c — the thread-local autocast state (remat/autocast.h) and
- * run-time detection of the CPU's bf16 instructions. The ops layer's driver
- * reads the state (src/ops/autocast.c); checkpointing saves and restores it. */
+/* src/core/autocast_state.c — the thread-local autocast state (remat/autocast.h).
+ * The ops layer's driver reads the state (src/ops/autocast.c); checkpointing
+ * saves and restores it. Whether the CPU's bf16 instructions are used:
+ * remat_cpu_has_bf16 in src/backends/cpu/gemm_bf16.c. */
 #include "remat/autocast.h"
 
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
 
 static RM_TLS remat_autocast_state tls_state;
 
@@ -50,26 +46,4 @@ void remat_autocast_get_state(remat_autocast_state *out) {
 void remat_autocast_set_state(const remat_autocast_state *s) {
     if (s) tls_state = *s;
     else memset(&tls_state, 0, sizeof tls_state);
-}
-
-/* CPUID leaf 7: subleaf 1 EAX bit 5 is AVX512_BF16; subleaf 0 EDX bit 22
- * is AMX-BF16 (usable only once the OS grants the tile state, which oneDNN
- * asks for itself). REMAT_NO_BF16 in the environment pretends neither is
- * there (tests of the fallback). */
-bool remat_cpu_has_bf16(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    static atomic_int cached = -1;
-    int has = atomic_load(&cached);
-    if (has < 0) {
-        unsigned a = 0, b = 0, c = 0, d = 0;
-        has = 0;
-        if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) has |= (int)((a >> 5) & 1u);
-        if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) has |= (int)((d >> 22) & 1u);
-        atomic_store(&cached, has);
-    }
-    const char *env = getenv("REMAT_NO_BF16");
-    return has && !(env && *env && *env != '0');
-#else
-    return false;
-#endif
 }

@@ -27,7 +27,7 @@ static remat_alloc_observer_fn g_observer;
 static void *g_observer_ud;
 static remat_alloc_event_fn g_event_observer; /* the same events with their addresses */
 static void *g_event_observer_ud;
-static const uint64_t k_default_seed = 67280421310721ULL; /* P's default seed */
+static const uint64_t k_default_seed = 67280421310721ULL; /* PyTorch's default seed */
 
 /* ---- built-in cpu type ------------------------------------------------------- */
 /* Bytes the default allocator really takes for nbytes (aligned_alloc wants a

@@ -2,7 +2,7 @@
  *
  * The bracket keeps, per thread, the op nesting depth and the name and
  * call site of the running top-level op (the residual report reads them),
- * and hands ops to the thread's interceptor (P puts selective
+ * and hands ops to the thread's interceptor (PyTorch puts selective
  * checkpointing in a TorchDispatchMode below autograd; here the
  * selective-checkpoint region installs itself with rm_interceptor_set when
  * its context is entered). The op observer (checkpoint debug traces) sees

@@ -94,7 +94,7 @@ static void scale_slot(void *dst, remat_dtype dt, int64_t n, double scale, doubl
 
 /* Copies the parameter's gradient (zeros if none) into its bucket slot.
  * With a world size that is a power of two, DDP scales by 1/world as it
- * copies (P's reducer does too): exact, so the all-reduce's sum is the mean
+ * copies (PyTorch's reducer does too): exact, so the all-reduce's sum is the mean
  * bitwise as if divided afterwards, and nothing is left to do after the
  * wait. Otherwise (and for ZeRO, which keeps the sums) it copies. */
 static void fill_slot(remat_ddp *d, int i) {
@@ -417,7 +417,7 @@ static remat_status copy_back(remat_ddp *d, const char *call, int i) {
 }
 
 /* .grad := the mean (the bucket's sums were scaled before the all-reduce)
- * for parameters some rank used: a view into the bucket's buffer (P:
+ * for parameters some rank used: a view into the bucket's buffer (PyTorch:
  * gradient_as_bucket_view), no copy. The views own that buffer from then
  * on and the bucket takes a fresh one (from the cpu cache in a training
  * loop, which drops .grad each step), so a later reduction never writes

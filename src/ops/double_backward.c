@@ -142,7 +142,7 @@ static remat_status graph_sum_to(remat_tensor **out, remat_tensor *grad, int ndi
     return rc;
 }
 
-/* g * 1 is exact (P: clone_obey_contract under grad mode) */
+/* g * 1 is exact (PyTorch: clone_obey_contract under grad mode) */
 static remat_status graph_copy(remat_tensor **out, remat_tensor *g) {
     void *sc = rm_scope_suspend();
     int rc = remat_mul_scalar(out, g, 1.0);

@@ -210,7 +210,7 @@ static remat_status inplace_backward(remat_node *node, remat_tensor *const *gout
 }
 
 /* create_graph: the same gradients with public ops. mul_'s old value of a
- * is a snapshot without a graph (as P's original_self), and so is b when it
+ * is a snapshot without a graph (as PyTorch's original_self), and so is b when it
  * shares a's storage: through them there is no second derivative, so that
  * case refuses instead of dropping the term. */
 static remat_status inplace_backward_diff(remat_node *node, remat_tensor *const *gout,

@@ -161,7 +161,7 @@ static remat_status target_weights(remat_tensor *t, const remat_tensor *x, int64
 
 /* create_graph: the loss rebuilt from public ops, -sum(log_softmax(x) * w) / sum(w), where
  * w (target_weights) is 1 at each row's target and 0 on ignored rows: sum(w) counts the
- * rows not ignored (0: NaN, as P). Every step runs on x's device. */
+ * rows not ignored (0: NaN, as PyTorch). Every step runs on x's device. */
 static remat_status cross_entropy_recompose(remat_node *node, remat_tensor *const *xs,
                                             remat_tensor **y) {
     const rm_ce_params *p = node->ctx;

@@ -332,6 +332,6 @@ remat_status remat_sub_scalar(remat_tensor **out, remat_tensor *a, double s) {
     return unary(&rm_op_sub_scalar, RM_U_ADD, -s, out, a, RM_OP_SITE());
 }
 remat_status remat_div_scalar(remat_tensor **out, remat_tensor *a, double s) {
-    /* as P: x / 0 = inf/nan */
+    /* as PyTorch: x / 0 = inf/nan */
     return unary(&rm_op_div_scalar, RM_U_MUL, s == 0.0 ? INFINITY : 1.0 / s, out, a, RM_OP_SITE());
 }

@@ -1,6 +1,6 @@
 /* src/sac/offload.c — remat_offload_saved_hooks: every saved tensor of a non-cpu device is
  * copied to host memory when it is saved and brought back for backward, the next ones
- * prefetched (P: torch.autograd.graph.save_on_cpu(pin_memory=True)); and the same entries
+ * prefetched (PyTorch: torch.autograd.graph.save_on_cpu(pin_memory=True)); and the same entries
  * for selective checkpointing's OFFLOAD policies (offload.h, selective.c).
  *
  * One entry per saved tensor, in a process-wide list in the order they were packed. Backward

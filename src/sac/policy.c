@@ -1,4 +1,4 @@
-/* src/sac/policy.c — selective-checkpoint policy objects: callbacks, P's op
+/* src/sac/policy.c — selective-checkpoint policy objects: callbacks, PyTorch's op
  * lists, JAX's presets (nothing/everything/dots saveable, name lists) and
  * the OR combinator. A policy is immutable after construction and
  * refcounted, so regions can share it with the caller. */

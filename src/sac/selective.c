@@ -1,4 +1,4 @@
-/* src/sac/selective.c — selective activation checkpointing regions (P:
+/* src/sac/selective.c — selective activation checkpointing regions (PyTorch:
  * _CachingTorchDispatchMode / _CachedTorchDispatchMode and
  * create_selective_checkpoint_contexts).
  *
@@ -20,7 +20,7 @@
  * placeholder with the original value — and each data-less output adopts
  * the storage of the cached output, so later ops compute on the original
  * values. The cache entry is then dropped: a second recomputation is the
- * "backward an extra time" error, as in P.
+ * "backward an extra time" error, as in PyTorch.
  *
  * Named residuals: remat_tag is an identity op. When the policy saves a
  * tag, the op that produced the tagged tensor is cached instead (looked up
@@ -421,8 +421,8 @@ static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *o
     int remaining = rm_recompute_remaining();
     if (remaining > 0 && idx < r->n_recs && strcmp(r->recs[idx].op, op) == 0 &&
         input_saves(&r->recs[idx]) >= remaining) {
-        /* P saves an op's inputs before its policy sees the op; these saves
-         * end the recomputation, so P never asks about it: run it plainly
+        /* PyTorch saves an op's inputs before its policy sees the op; these saves
+         * end the recomputation, so PyTorch never asks about it: run it plainly
          * (its saves stop the recomputation) and ask nothing more. */
         r->next_index++;
         r->stopped = true;
@@ -461,7 +461,7 @@ static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *o
                       "of the region was already served from the cache by an earlier "
                       "recomputation).",
                       op, idx);
-    /* P: _VersionWrapper.get_val */
+    /* PyTorch: _VersionWrapper.get_val */
     for (int j = 0; j < rec->n_out && !r->allow_mutation; j++) {
         sac_out_rec *o = &rec->outs[j];
         if (!o->t) continue; /* offloaded: a copy nobody can mutate */
@@ -496,7 +496,7 @@ static remat_status sac_begin(void *self, rm_op_frame *f, const char *op, int n_
                               remat_tensor *const *inputs, const char *tag) {
     sac_region *r = self;
     if (rm_skip_mode()) {
-        /* The checkpoint stopped the recomputation early (P leaves the
+        /* The checkpoint stopped the recomputation early (PyTorch leaves the
          * function there): nothing after this point is asked or served. */
         r->stopped = true;
         return REMAT_OK;

@@ -177,6 +177,57 @@ void rt_assert_close(const remat_tensor *a, const remat_tensor *b, double atol, 
     free(vb);
 }
 
+/* ---- bf16 GEMM results computed two ways ---------------------------------------------- */
+remat_tensor *rt_abs_product_bf16(const remat_tensor *a, double fa, const remat_tensor *b,
+                                  double fb) {
+    cr_assert(remat_ndim(a) == 2 && remat_ndim(b) == 2 && remat_size(a, 1) == remat_size(b, 0),
+              "rt_abs_product_bf16: a (m, k) and b (k, n)");
+    const remat_tensor *in[2] = {a, b};
+    const double f[2] = {fa, fb};
+    remat_tensor *abs_[2] = {NULL, NULL}, *p = NULL;
+    for (int t = 0; t < 2; t++) {
+        double *v = rt_values(in[t]);
+        int64_t n = remat_numel(in[t]), shape[2] = {remat_size(in[t], 0), remat_size(in[t], 1)};
+        for (int64_t i = 0; i < n; i++)
+            v[i] = fabs(rm_bf16_to_f32(rm_f32_to_bf16((float)v[i]))) * f[t];
+        RT_OK(remat_from_data(&abs_[t], 2, shape, REMAT_F64, v));
+        free(v);
+    }
+    RT_OK(remat_matmul(&p, abs_[0], abs_[1]));
+    remat_release(abs_[0]);
+    remat_release(abs_[1]);
+    return p;
+}
+
+/* One bf16 ulp at |v| (the spacing of bf16 values there; subnormals' below 2⁻¹²⁶). */
+static double bf16_ulp(double v) {
+    int e;
+    frexp(fabs(v), &e); /* |v| in [2^(e-1), 2^e) */
+    return ldexp(1.0, (e - 1 > -126 ? e - 1 : -126) - 7);
+}
+
+void rt_assert_same_gemm(const remat_tensor *got, const remat_tensor *want,
+                         const remat_tensor *absprod, bool out_bf16, const char *what) {
+    int64_t n = remat_numel(got);
+    cr_assert(n == remat_numel(want) && n == remat_numel(absprod), "%s: %lld, %lld, %lld elements",
+              what, (long long)n, (long long)remat_numel(want), (long long)remat_numel(absprod));
+    double *g = rt_values(got), *w = rt_values(want), *s = rt_values(absprod);
+    int64_t moved = 0, bad = -1;
+    double tol = 0;
+    for (int64_t i = 0; i < n && bad < 0; i++) {
+        double d = fabs(g[i] - w[i]), big = fmax(fabs(g[i]), fabs(w[i]));
+        tol = 16.0 * ldexp(s[i], -24) + (out_bf16 ? bf16_ulp(big) : 0.0);
+        if (!(d <= tol)) bad = i;
+        moved += out_bf16 && d > 16.0 * ldexp(s[i], -24);
+    }
+    double gb = bad >= 0 ? g[bad] : 0, wb = bad >= 0 ? w[bad] : 0, sb = bad >= 0 ? s[bad] : 0;
+    free(g), free(w), free(s);
+    cr_assert(bad < 0, "%s: element %lld: %.9g vs %.9g (tolerance %.3g, sum of |products| %.6g)",
+              what, (long long)bad, gb, wb, tol, sb);
+    cr_assert(moved * 100 <= n, "%s: %lld of %lld elements a bf16 ulp apart (at most 1%%)", what,
+              (long long)moved, (long long)n);
+}
+
 /* ---- gradcheck ------------------------------------------------------------------------ */
 static int64_t elem_offset(const remat_tensor *t, int64_t i) {
     int64_t off = t->offset;

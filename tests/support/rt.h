@@ -98,6 +98,26 @@ bool rt_bitwise_equal(const remat_tensor *a, const remat_tensor *b);
 void rt_assert_close(const remat_tensor *a, const remat_tensor *b, double atol, double rtol,
                      const char *what);
 
+/* ---- bf16 GEMM results computed two ways ---------------------------------------------
+ * A bf16 GEMM (oneDNN's, or the f32 fallback) multiplies the rounded operands exactly and
+ * sums the products in f32, in an order that is the kernel's own: it depends on the ISA
+ * (AMX, AVX512_BF16, AVX-512, AVX2), on the GEMM's M, N and K and on the threads. Two
+ * code paths of the library that feed the same rounded operands to GEMMs cut differently
+ * (panels, a whole copy) promise the same sum up to that order, not the same bits. */
+/* Σ_k |a_ik|·|b_kj| in f64 over the bf16-rounded values of a (m, k) and b (k, n), both
+ * read as values (any float dtype), each scaled by its factor: the scale of the f32
+ * summation error of the GEMM a·b. A new f64 tensor (m, n) on the cpu. */
+remat_tensor *rt_abs_product_bf16(const remat_tensor *a, double fa, const remat_tensor *b,
+                                  double fb);
+/* Asserts that got and want are the same bf16 GEMM result up to summation order:
+ * |got - want| <= 16·2⁻²⁴·absprod elementwise (absprod from rt_abs_product_bf16; a few
+ * times what any f32 order is off by, and some 2⁷ times below what one operand rounded
+ * the wrong way moves it), plus, where the result was rounded to bf16 (out_bf16), one
+ * bf16 ulp of the larger of the two, where the two f32 sums fell either side of a rounding
+ * midpoint: rare (counted: at most 1% of the elements). */
+void rt_assert_same_gemm(const remat_tensor *got, const remat_tensor *want,
+                         const remat_tensor *absprod, bool out_bf16, const char *what);
+
 /* ---- finite-difference gradient check (f64) ----------------------------------------
  * f computes one output tensor from the inputs (must not retain inputs in
  * globals). For every input that requires grad, compares remat_grad of

@@ -10,7 +10,7 @@
  *                   context_fn is the selective-checkpoint pair
  *                   (remat_sac_context_fn): policy P decides which op outputs
  *                   are kept from the forward; the rest is recomputed.
- *                   P: dots (default) | names:A+B | all-but:A+B | except:A+B
+ *                   PyTorch: dots (default) | names:A+B | all-but:A+B | except:A+B
  *                      | nothing | everything  (A, B: the model's tags)
  *   budget=SIZE     the budget planner (remat/planner.h) for the whole step:
  *                   the blocks, the head and the embedding are profiled once,

@@ -569,7 +569,7 @@ RM_CPU_CLONES static f32 att_dot_bf16(const bf16 *x, const bf16 *y, int64_t n) {
  * forward's GEMM gives them) and the saved lse: P = exp(s · sc − lse),
  * rounded into pb (masked entries 0); with dp (dP = dO · Vᵀ, computed
  * before) also dS = P ∘ (dP − δ) · sc from the f32 P, rounded into dsb,
- * row by row while the row is in L1 (P is kept in s only for that): one
+ * row by row while the row is in L1 (PyTorch is kept in s only for that): one
  * pass over the block where P and dS took two, between which the whole
  * f32 P went through memory. (P and dS in a single loop measured slower
  * than these three short loops per row.) */

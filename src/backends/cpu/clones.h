@@ -9,7 +9,13 @@
  * and -v3, an ifunc; clang builds stay baseline); the OpenMP
  * regions inside a kernel are cloned with it. Each clone computes every
  * element with the same operations (no -ffast-math), so results depend on
- * the CPU only where a loop is an explicit OpenMP simd reduction. */
+ * the CPU only where a loop is an explicit OpenMP simd reduction.
+ *
+ * The clone is the CPU's own: ONEDNN_MAX_CPU_ISA caps oneDNN (and, through
+ * remat_cpu_has_bf16, whether bf16 GEMMs run natively: make test-isa) but not
+ * these, which an environment variable cannot reach (the loader resolves them
+ * before main). That leaves out only the simd reductions' summation order,
+ * which no test asserts bitwise across CPUs. */
 #ifndef REMAT_BACKENDS_CPU_CLONES_H
 #define REMAT_BACKENDS_CPU_CLONES_H
 

@@ -46,10 +46,10 @@ static const int k_arity[RM_EW_N_OPS] = {
 #define F_AXPY(A, B, C, P, POWF, LOGF) ((A) + (P) * (B))
 #define F_RELU_BWD(A, B, C, P, POWF, LOGF) ((B) > 0 ? (A) : 0)
 #define F_DIV_GB(A, B, C, P, POWF, LOGF) (-(A) * (B) / ((C) * (C)))
-/* d(x^e)/dx = e * x^(e-1); defined as 0 where e == 0 (as P does), so that
+/* d(x^e)/dx = e * x^(e-1); defined as 0 where e == 0 (as PyTorch does), so that
  * x = 0, e = 0 gives 0 rather than 0 * inf = nan. */
 #define F_POW_GA(A, B, C, P, POWF, LOGF) ((C) == 0 ? 0 : (A) * (C)*POWF((B), (C)-1))
-/* d(x^e)/de = x^e * log(x); 0 where x == 0 and e >= 0 (the limit), as P. */
+/* d(x^e)/de = x^e * log(x); 0 where x == 0 and e >= 0 (the limit), as PyTorch. */
 #define F_POW_GB(A, B, C, P, POWF, LOGF) (((B) == 0 && (C) >= 0) ? 0 : (A)*POWF((B), (C)) * LOGF(B))
 
 /* Inner loop over n elements with element strides sy, sa, sb, sc.

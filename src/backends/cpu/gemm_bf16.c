@@ -18,6 +18,9 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 /* A leading dimension that does not matter (one row) made valid, as gemm.c does. */
 static int64_t fix_ld(int64_t rows, int64_t cols, int64_t ld) {
@@ -233,6 +236,45 @@ static bool bgemm_dnnl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const 
 }
 #endif
 
+/* CPUID leaf 7: subleaf 1 EAX bit 5 is AVX512_BF16; subleaf 0 EDX bit 22
+ * is AMX-BF16 (usable only once the OS grants the tile state, which oneDNN
+ * asks for itself). */
+static int cpuid_bf16(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    int has = 0;
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) has |= (int)((a >> 5) & 1u);
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) has |= (int)((d >> 22) & 1u);
+    return has;
+#else
+    return 0;
+#endif
+}
+
+/* The CPU's bf16 instructions, as far as oneDNN may use them: ONEDNN_MAX_CPU_ISA
+ * (or DNNL_MAX_CPU_ISA) below AVX512_CORE_BF16 caps oneDNN as on a CPU without
+ * them, and the bf16 GEMMs then take the f32 route such a CPU takes (oneDNN's
+ * own bf16 matmul would be its emulation on AVX-512 and none at all on AVX2,
+ * which failed every call). So `make test-isa` runs the suites as on those CPUs.
+ * REMAT_NO_BF16 in the environment pretends neither is there (tests of the
+ * fallback). */
+bool remat_cpu_has_bf16(void) {
+    static atomic_int cached = -1;
+    int has = atomic_load(&cached);
+    if (has < 0) {
+        has = cpuid_bf16();
+#if defined(REMAT_GEMM_ONEDNN)
+        dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+        if (isa != dnnl_cpu_isa_all &&
+            (isa & dnnl_cpu_isa_avx512_core_bf16) != dnnl_cpu_isa_avx512_core_bf16)
+            has = 0;
+#endif
+        atomic_store(&cached, has);
+    }
+    const char *env = getenv("REMAT_NO_BF16");
+    return has && !(env && *env && *env != '0');
+}
+
 bool rm_bgemm_native(void) {
 #if defined(REMAT_GEMM_ONEDNN)
     return remat_cpu_has_bf16();
@@ -279,9 +321,9 @@ static void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint1
     if (remat_cpu_has_bf16()) {
         if (bgemm_dnnl(ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc, cf32)) return;
     } else {
-        rm_warn("bf16 matmul: this CPU has neither AVX512_BF16 nor AMX-BF16 (or REMAT_NO_BF16 is "
-                "set); bf16 GEMMs run "
-                "in f32 (slower than f32 itself, same results up to summation order)");
+        rm_warn("bf16 matmul: this CPU has neither AVX512_BF16 nor AMX-BF16 (or "
+                "ONEDNN_MAX_CPU_ISA is below AVX512_CORE_BF16, or REMAT_NO_BF16 is set); bf16 "
+                "GEMMs run in f32 (slower than f32 itself, same results up to summation order)");
     }
 #else
     rm_warn("bf16 matmul: remat was built without oneDNN (REMAT_GEMM=%s); bf16 GEMMs run in "

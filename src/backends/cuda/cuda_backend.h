@@ -72,7 +72,7 @@ const char *rm_cuda_unavailable_reason(void);
  * devices: the reason) or REMAT_EDEVICE (index out of range), naming call. */
 remat_status rm_cuda_check_index(const char *call, int index);
 
-/* Whether remat has made a CUDA context (set a device) yet (P:
+/* Whether remat has made a CUDA context (set a device) yet (PyTorch:
  * torch.cuda.is_initialized). */
 bool rm_cuda_is_initialized(void);
 /* Makes `index` the calling thread's current CUDA device for a scope:

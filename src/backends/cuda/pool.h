@@ -53,10 +53,10 @@ typedef struct rm_pool_provider {
 } rm_pool_provider;
 
 typedef struct rm_pool_stats {
-    size_t allocated_bytes;      /* blocks handed out (rounded sizes; P: memory_allocated) */
+    size_t allocated_bytes;      /* blocks handed out (rounded sizes; PyTorch: memory_allocated) */
     size_t peak_allocated_bytes; /* since creation or rm_pool_reset_peak */
     size_t requested_bytes;      /* the sizes asked for, of the blocks handed out */
-    size_t reserved_bytes;       /* segments held (P: memory_reserved) */
+    size_t reserved_bytes;       /* segments held (PyTorch: memory_reserved) */
     size_t peak_reserved_bytes;
     uint64_t n_segments;   /* segments held */
     uint64_t n_seg_allocs; /* provider seg_alloc calls that succeeded */
@@ -80,14 +80,14 @@ void *rm_pool_alloc(rm_pool *pool, size_t nbytes, void *stream);
 /* Gives a block back; false (nothing done) when ptr is not a block of the
  * pool handed out. */
 bool rm_pool_free(rm_pool *pool, void *ptr);
-/* Records that the block at ptr is used by work on `stream` as well (P:
+/* Records that the block at ptr is used by work on `stream` as well (PyTorch:
  * Tensor.record_stream): at free, it is reused only once that work is done.
  * false: ptr is no block handed out, or too many streams. */
 bool rm_pool_record_stream(rm_pool *pool, void *ptr, void *stream);
 /* The rounded size of the block at ptr (0 when none). */
 size_t rm_pool_block_size(rm_pool *pool, const void *ptr);
 /* Returns every wholly free segment to the provider (after its sync);
- * blocks waiting on events are waited for first (P: empty_cache). */
+ * blocks waiting on events are waited for first (PyTorch: empty_cache). */
 void rm_pool_empty_cache(rm_pool *pool);
 void rm_pool_stats_get(rm_pool *pool, rm_pool_stats *out);
 /* Peaks := current values. */

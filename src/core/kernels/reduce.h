@@ -15,7 +15,7 @@
     /* dx = 0 but dx[.., idx, ..] = g. in: g, idx; out: dx (input shape). rm_dim_params */         \
     X(MAX_BWD, "max backward")                                                                     \
     /* y (P, D) = w[idx[p], :]; fails with REMAT_EINVAL on an index out of range. in: w      \
-     * (num, D), idx (i64, P elements); out: y */     \
+     * (num, D), idx (i64, PyTorch elements); out: y */     \
     X(EMBEDDING, "embedding")                                                                      \
     /* dw (num, D) = sum over p with idx[p] = r of g[p, :]. in: g (P, D), idx; out: dw */          \
     X(EMBEDDING_BWD, "embedding backward")                                                         \
