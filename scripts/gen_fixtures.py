@@ -815,7 +815,7 @@ def _attention_ref(q, k, v, causal, scale, lower_right):
     if q.shape[-3] != k.shape[-3]:
         try:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=sc, enable_gqa=True)
-        except TypeError:
+        except (TypeError, AttributeError):  # no SDPA (1.13) or no enable_gqa (< 2.5)
             g = q.shape[-3] // k.shape[-3]
             k, v = k.repeat_interleave(g, dim=-3), v.repeat_interleave(g, dim=-3)
     s = (q @ k.transpose(-2, -1)) * sc

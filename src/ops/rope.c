@@ -30,14 +30,13 @@ static remat_status rope_check(const rm_op_call *c) {
         return rm_err(REMAT_EINVAL, "%s: theta must be finite and > 0, got %g", call, p->theta);
     if (pos && (pos->ndim != 1 || pos->shape[0] != x->shape[x->ndim - 2]))
         return rm_err(REMAT_ESHAPE, "%s: positions %s must be (T) with T = %lld (dim -2 of x %s)",
-                      call, rm_tensor_str(pos, bp, sizeof bp),
-                      (long long)x->shape[x->ndim - 2], rm_tensor_str(x, bx, sizeof bx));
+                      call, rm_tensor_str(pos, bp, sizeof bp), (long long)x->shape[x->ndim - 2],
+                      rm_tensor_str(x, bx, sizeof bx));
     return REMAT_OK;
 }
 
 /* dx = the rotation by the opposite angle of g (slot 0: the positions, or NULL) */
-static remat_status rope_backward(remat_node *node, remat_tensor *const *gout,
-                                  remat_tensor **gin) {
+static remat_status rope_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
     const rm_rope_params *p = node->ctx;
     const rm_rope_params inv = {p->theta, !p->inverse};
@@ -65,14 +64,12 @@ static remat_status rope_backward_diff(remat_node *node, remat_tensor *const *go
 }
 
 #define ROPE_DESC(call, node)                                                                      \
-    RM_OP_DESC(call, node, .n_in = 2, .n_out = 1, .n_saved = 1, .optional_in = 2u,                 \
-               .no_grad_in = 2u,                                                                   \
-               .flags = RM_OPF_FLOAT_IN0 | RM_OPF_INDEX_IN1 | RM_OPF_CONTIGUOUS |                  \
-                        RM_OPF_SAVE_EARLY,                                                         \
-               .arg_names = k_rope_args, .kernel = RM_K_ROPE,                                      \
-               .params_size = sizeof(rm_rope_params), .check = rope_check,                         \
-               .saves = {{RM_SAVE_INPUT, 1, 0}}, .backward = rope_backward,                        \
-               .backward_diff = rope_backward_diff)
+    RM_OP_DESC(                                                                                    \
+        call, node, .n_in = 2, .n_out = 1, .n_saved = 1, .optional_in = 2u, .no_grad_in = 2u,      \
+        .flags = RM_OPF_FLOAT_IN0 | RM_OPF_INDEX_IN1 | RM_OPF_CONTIGUOUS | RM_OPF_SAVE_EARLY,      \
+        .arg_names = k_rope_args, .kernel = RM_K_ROPE, .params_size = sizeof(rm_rope_params),      \
+        .check = rope_check, .saves = {{RM_SAVE_INPUT, 1, 0}}, .backward = rope_backward,          \
+        .backward_diff = rope_backward_diff)
 const rm_op_desc rm_op_rope = ROPE_DESC("remat_rope", "RopeBackward");
 /* the rotation by the opposite angle: rope's gradient under create_graph */
 const rm_op_desc rm_op_rope_grad = ROPE_DESC("RopeBackward", "RopeBackwardBackward");

@@ -22,13 +22,13 @@ typedef float f32;
 typedef double f64;
 
 #define ROPE_KERNELS(T)                                                                            \
-    /* x, y (R, Tn, 2h); cs (Tn, h) cosines, sn (Tn, h) sines (negated for the inverse) */   \
+    /* x, y (R, Tn, 2h); cs (Tn, h) cosines, sn (Tn, h) sines (negated for the inverse) */         \
     RM_CPU_CLONES static void rope_apply_##T(const T *restrict x, T *restrict y,                   \
                                              const T *restrict cs, const T *restrict sn,           \
                                              int64_t R, int64_t Tn, int64_t h) {                   \
         const int64_t rows = R * Tn;                                                               \
-        _Pragma("omp parallel for if (rows * h > RM_OMP_MIN / 2)") for (int64_t rt = 0;            \
-                                                                         rt < rows; rt++) {        \
+        _Pragma("omp parallel for if (rows * h > RM_OMP_MIN / 2)") for (int64_t rt = 0; rt < rows; \
+                                                                        rt++) {                    \
             const int64_t t = rt % Tn;                                                             \
             const T *restrict xr = x + rt * 2 * h;                                                 \
             T *restrict yr = y + rt * 2 * h;                                                       \

@@ -9,9 +9,8 @@
 /* ---- rope ---------------------------------------------------------------------------------- */
 /* x, y (R, Tn, 2h); pos (Tn) or NULL (0..Tn-1) */
 template <typename T>
-__global__ void rope_k(const T *__restrict__ x, const int64_t *__restrict__ pos,
-                       T *__restrict__ y, int64_t R, int64_t Tn, int64_t h, double theta,
-                       bool inverse) {
+__global__ void rope_k(const T *__restrict__ x, const int64_t *__restrict__ pos, T *__restrict__ y,
+                       int64_t R, int64_t Tn, int64_t h, double theta, bool inverse) {
     RMK_GRID_LOOP(e, R * Tn * h) {
         const int64_t i = e % h, rt = e / h, t = rt % Tn;
         const double inv = 1.0 / pow(theta, (double)(2 * i) / (double)(2 * h));
@@ -24,17 +23,15 @@ __global__ void rope_k(const T *__restrict__ x, const int64_t *__restrict__ pos,
 }
 
 extern "C" cudaError_t rmk_rope(int dt, const void *x, const int64_t *pos, void *y, int64_t R,
-                                int64_t Tn, int64_t h, double theta, bool inverse,
-                                cudaStream_t s) {
+                                int64_t Tn, int64_t h, double theta, bool inverse, cudaStream_t s) {
     unsigned nb = rmk_blocks(R * Tn * h, 256);
     if (nb == 0) return cudaSuccess;
     if (dt == 0)
-        rope_k<float><<<nb, 256, 0, s>>>((const float *)x, pos, (float *)y, R, Tn, h, theta,
-                                         inverse);
+        rope_k<float>
+            <<<nb, 256, 0, s>>>((const float *)x, pos, (float *)y, R, Tn, h, theta, inverse);
     else if (dt == 1)
-        rope_k<double><<<nb, 256, 0, s>>>((const double *)x, pos, (double *)y, R, Tn, h, theta,
-                                          inverse);
-    else
-        return cudaErrorInvalidValue;
+        rope_k<double>
+            <<<nb, 256, 0, s>>>((const double *)x, pos, (double *)y, R, Tn, h, theta, inverse);
+    else return cudaErrorInvalidValue;
     return cudaGetLastError();
 }
