@@ -20,7 +20,7 @@
  *   remat/params.h      named parameter collections (P: named_parameters, state_dict)
  *   remat/safetensors.h weights in and out as safetensors, sharded checkpoints included
  *   remat/strategy.h    a chain of blocks under a checkpointing strategy
- *   remat/models.h      GPT-2 with Hugging Face's names (GPT2LMHeadModel)
+ *   remat/models.h      GPT-2 and Llama with Hugging Face's names
  *   remat/tokenizer.h   byte-level BPE tokenizers from a Hugging Face tokenizer.json
  *   remat/tokens.h      token data: llm.c .bin shards, windows, per-rank shares
  *
