@@ -12,12 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "support/fixtures.h"
 #include "support/rt.h"
 
 #include "remat/autocast.h"
 #include "remat/models.h"
+#include "remat/safetensors.h"
 
 /* REMAT_TEST_DEVICE=fenced|cuda runs the models on that device (tests/support/rt.h) */
 RT_ON_TEST_DEVICE
@@ -471,4 +473,52 @@ Test(models_api, outputs_belong_to_the_open_scope) {
     remat_release(ids);
     remat_model_free(m);
     cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* The parameters as a collection: saved with remat_safetensors_save and
+ * loaded by name into another model, which then gives bitwise the same
+ * logits. */
+static void params_round_trip(const remat_model_config *c) {
+    remat_model *a = NULL, *b = NULL;
+    remat_manual_seed(1);
+    RT_OK(remat_model_create(&a, c, rt_tensor_device()));
+    remat_manual_seed(2);
+    RT_OK(remat_model_create(&b, c, rt_tensor_device()));
+    remat_model_set_training(a, false);
+    remat_model_set_training(b, false);
+    remat_params *pa = NULL, *pb = NULL, *sd = NULL;
+    RT_OK(remat_model_params(a, false, &pa));
+    cr_assert_eq(remat_params_count(pa), remat_model_n_params(a));
+    for (int i = 0; i < remat_model_n_params(a); i++) {
+        const char *name = NULL;
+        remat_tensor *t = remat_model_param(a, i, &name);
+        cr_assert_str_eq(remat_params_name(pa, i), name);
+        cr_assert_eq(remat_params_tensor(pa, i), t);
+    }
+    RT_OK(remat_model_params(a, true, &sd));
+    cr_assert_eq(remat_params_count(sd),
+                 remat_model_n_params(a) + (c->tie_word_embeddings ? 1 : 0));
+    if (c->tie_word_embeddings)
+        cr_assert_eq(remat_params_get(sd, "lm_head.weight"), remat_model_param(a, 0, NULL));
+    char path[] = "/tmp/remat_test_models_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    RT_OK(remat_safetensors_save(path, pa, 0, NULL));
+    RT_OK(remat_model_params(b, false, &pb));
+    RT_OK(remat_safetensors_load(pb, path, NULL));
+    unlink(path);
+    remat_tensor *ids = random_ids(c->vocab, 9), *la = NULL, *lb = NULL;
+    RT_OK(remat_model_forward(&la, a, ids, NULL));
+    RT_OK(remat_model_forward(&lb, b, ids, NULL));
+    cr_assert(rt_bitwise_equal(la, lb), "the loaded model's logits differ");
+    remat_release(la), remat_release(lb), remat_release(ids);
+    remat_params_free(pa), remat_params_free(pb), remat_params_free(sd);
+    remat_model_free(a), remat_model_free(b);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+Test(models_api, gpt2_params_through_safetensors) {
+    remat_model_config c = tiny_gpt2();
+    params_round_trip(&c);
 }

@@ -60,6 +60,7 @@
 #include "remat/checkpoint.h"
 #include "remat/device.h"
 #include "remat/ops.h"
+#include "remat/params.h"
 #include "remat/strategy.h"
 #include "remat/tensor.h"
 
@@ -146,6 +147,14 @@ remat_tensor *remat_model_param(const remat_model *m, int i, const char **name);
 /* The parameter named `name` (borrowed), or NULL if the model has none of
  * that name. */
 remat_tensor *remat_model_find_param(const remat_model *m, const char *name);
+/* OUT: *out = a new collection (remat/params.h) of m's parameters under
+ * their HF names, in named_parameters() order; with state_dict, a tied
+ * lm_head is also listed as "lm_head.weight" (state_dict() lists both
+ * names). The tensors are the model's own: remat_safetensors_load writes
+ * into them, remat_safetensors_save saves them. The caller frees the
+ * collection (remat_params_free); the model is unchanged. REMAT_EINVAL /
+ * REMAT_ENOMEM; *out NULL then. */
+remat_status remat_model_params(const remat_model *m, bool state_dict, remat_params **out);
 /* Total number of parameter elements. */
 int64_t remat_model_numel(const remat_model *m);
 /* Sets every parameter's .grad to NULL. */

@@ -399,6 +399,24 @@ remat_tensor *remat_model_find_param(const remat_model *m, const char *name) {
     return NULL;
 }
 
+remat_status remat_model_params(const remat_model *m, bool state_dict, remat_params **out) {
+    if (!out) return mb_err(REMAT_EINVAL, "remat_model_params: out is NULL");
+    *out = NULL;
+    if (!m) return mb_err(REMAT_EINVAL, "remat_model_params: model is NULL");
+    remat_params *p = NULL;
+    int rc = remat_params_new(&p);
+    for (int i = 0; !rc && i < m->n_params; i++)
+        rc = remat_params_add(p, m->params[i].name, m->params[i].t);
+    if (!rc && state_dict && m->cfg.tie_word_embeddings)
+        rc = remat_params_add(p, "lm_head.weight", m->lm_head);
+    if (rc) {
+        remat_params_free(p);
+        return rc;
+    }
+    *out = p;
+    return REMAT_OK;
+}
+
 int64_t remat_model_numel(const remat_model *m) { return m ? m->numel : 0; }
 
 void remat_model_zero_grad(remat_model *m) {
