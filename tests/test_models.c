@@ -522,3 +522,8 @@ Test(models_api, gpt2_params_through_safetensors) {
     remat_model_config c = tiny_gpt2();
     params_round_trip(&c);
 }
+
+Test(models_api, llama_params_through_safetensors) {
+    remat_model_config c = tiny_llama(2, true);
+    params_round_trip(&c);
+}
