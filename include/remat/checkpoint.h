@@ -51,8 +51,13 @@
  *    to each of outputs[0..n_outputs) and return REMAT_OK, or return an
  *    error status (set a message with remat_set_error). Non-tensor results
  *    can be written into user_data.
- *  - It runs with no remat_scope open: release temporaries yourself, or open
- *    a scope inside the function and remat_scope_keep() the outputs.
+ *  - It follows the ownership rule of remat/tensor.h, so it behaves the
+ *    same called directly or through remat_checkpoint, with or without a
+ *    scope open: release its temporaries (or open a scope inside it and
+ *    remat_scope_keep() the outputs; remat_checkpoint runs it with no scope
+ *    open). An output that is one of its inputs must be a new reference,
+ *    remat_retain(inputs[i]); handing back an input as it is, or a tensor it
+ *    released, fails the call with REMAT_ECALLBACK naming the output.
  *  - Early stop: in a non-reentrant recomputation, once the last saved
  *    tensor has been recomputed the rest of the function runs in "skip
  *    mode": ops only compute shapes and return data-less tensors

@@ -79,8 +79,8 @@ static remat_status attention_backward(remat_node *node, remat_tensor *const *go
         g[i] = NULL;
     }
 out:
-    for (int i = 0; i < N_SAVED; i++) remat_release(sv[i]);
-    for (int i = 0; i < 3; i++) remat_release(g[i]);
+    for (int i = 0; i < N_SAVED; i++) rm_release(sv[i]);
+    for (int i = 0; i < 3; i++) rm_release(g[i]);
     return rc;
 }
 
@@ -161,7 +161,7 @@ static remat_status causal_mask(int64_t tq, int64_t tk, remat_dtype dtype, remat
     remat_tensor *c = NULL;
     rc = dtype == REMAT_F64 ? REMAT_OK : remat_to_dtype(&c, m, dtype);
     if (!rc) rc = remat_to_device(out, c ? c : m, dev);
-    remat_release(m), remat_release(c);
+    rm_release(m), rm_release(c);
     return rc;
 }
 
@@ -174,16 +174,16 @@ static remat_status attention_recompose(remat_node *node, remat_tensor *const *x
     int rc = remat_transpose(&kt, xs[1], -2, -1);
     if (!rc) rc = remat_matmul(&t, q, kt);
     if (!rc) rc = remat_mul_scalar(&s, t, p->scale);
-    remat_release_p(&t);
+    rm_release_p(&t);
     if (!rc && p->causal) {
         rc = causal_mask(q->shape[q->ndim - 2], xs[1]->shape[xs[1]->ndim - 2], q->dtype,
                          q->storage->device, &m);
         if (!rc) rc = remat_add(&t, s, m);
-        if (!rc) remat_release(s), s = t, t = NULL;
+        if (!rc) rm_release(s), s = t, t = NULL;
     }
     if (!rc) rc = remat_softmax(&pr, s, -1);
     if (!rc) rc = remat_matmul(y, pr, xs[2]);
-    remat_release(kt), remat_release(s), remat_release(m), remat_release(t), remat_release(pr);
+    rm_release(kt), rm_release(s), rm_release(m), rm_release(t), rm_release(pr);
     return rc;
 }
 
