@@ -97,9 +97,6 @@
 #include "remat/savefile.h"
 #include "remat/selective.h"
 #include "remat/tensor.h"
-
-#define REMAT_VERSION_MAJOR 0
-#define REMAT_VERSION_MINOR 1
-#define REMAT_VERSION_PATCH 0
+#include "remat/version.h"
 
 #endif /* REMAT_REMAT_H */
