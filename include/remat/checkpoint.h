@@ -176,7 +176,7 @@ typedef struct remat_checkpoint_options {
 
 /* ---- checkpoint -----------------------------------------------------------------
  * Runs fn(user_data, inputs, n_inputs, outputs, n_outputs) as a
- * checkpointed segment and writes its outputs (new references, scope-owned
+ * checkpointed segment and writes its outputs (new references, held by the open scope
  * if a scope is open; NULL where fn produced no tensor) to
  * outputs[0..n_outputs). fn must not be NULL; inputs may be NULL when
  * n_inputs is 0 and may contain NULL entries; n_outputs may be 0.
@@ -226,7 +226,7 @@ typedef struct remat_stage {
  * n_stages / segments stages; the first segments - 1 chunks are each run
  * through remat_checkpoint with opts, the rest (the last chunk and any
  * remainder) runs normally. *out receives the final output (a new
- * reference, scope-owned if a scope is open). n_stages == 0 returns a new
+ * reference, held by the open scope if a scope is open). n_stages == 0 returns a new
  * reference to input. opts as for remat_checkpoint (use_reentrant unset →
  * one warning, then reentrant).
  * Errors: REMAT_EINVAL for NULL out/input/stages/fn, segments < 1,
