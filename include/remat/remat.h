@@ -19,6 +19,8 @@
  *   remat/savefile.h    the `remat train --save` file format, parsed from memory
  *   remat/strategy.h    a chain of blocks under a checkpointing strategy
  *   remat/models.h      GPT-2 with Hugging Face's names (GPT2LMHeadModel)
+ *   remat/tokenizer.h   byte-level BPE tokenizers from a Hugging Face tokenizer.json
+ *   remat/tokens.h      token data: llm.c .bin shards, windows, per-rank shares
  *
  * Example: one SGD step of y = relu(x W^T + b), loss = mse(y, t).
  *
@@ -101,6 +103,8 @@
 #include "remat/selective.h"
 #include "remat/strategy.h"
 #include "remat/tensor.h"
+#include "remat/tokenizer.h"
+#include "remat/tokens.h"
 #include "remat/version.h"
 
 #endif /* REMAT_REMAT_H */
