@@ -37,7 +37,8 @@ int main(int argc, char **argv) {
     char *text = malloc(n + 1);
     if (!text || fread(text, 1, n, f) != n) return 1;
     fclose(f);
-    double *secs = malloc((size_t)rounds * sizeof *secs), *cpus = malloc((size_t)rounds * sizeof *cpus);
+    double *secs = malloc((size_t)rounds * sizeof *secs),
+           *cpus = malloc((size_t)rounds * sizeof *cpus);
     size_t total_ids = 0;
     for (int r = 0; r < rounds; r++) {
         uint32_t *ids;
@@ -65,16 +66,17 @@ int main(int argc, char **argv) {
         }
         secs[r] = now() - t0;
         cpus[r] = cpu_now() - c0;
-        printf("round %d: %.4f s  %.2f MB/s  cpu %.4f s  %.2f MB/s\n", r, secs[r], (double)n / secs[r] / 1e6,
-               cpus[r], (double)n / cpus[r] / 1e6);
+        printf("round %d: %.4f s  %.2f MB/s  cpu %.4f s  %.2f MB/s\n", r, secs[r],
+               (double)n / secs[r] / 1e6, cpus[r], (double)n / cpus[r] / 1e6);
     }
     qsort(secs, (size_t)rounds, sizeof *secs, cmp_d);
     double med = secs[rounds / 2];
     printf("remat: %zu bytes -> %zu ids; median %.2f MB/s (rounds %.2f-%.2f MB/s)\n", n, total_ids,
            (double)n / med / 1e6, (double)n / secs[rounds - 1] / 1e6, (double)n / secs[0] / 1e6);
     qsort(cpus, (size_t)rounds, sizeof *cpus, cmp_d);
-    printf("remat cpu time: median %.2f MB/s (rounds %.2f-%.2f MB/s)\n", (double)n / cpus[rounds / 2] / 1e6,
-           (double)n / cpus[rounds - 1] / 1e6, (double)n / cpus[0] / 1e6);
+    printf("remat cpu time: median %.2f MB/s (rounds %.2f-%.2f MB/s)\n",
+           (double)n / cpus[rounds / 2] / 1e6, (double)n / cpus[rounds - 1] / 1e6,
+           (double)n / cpus[0] / 1e6);
     free(secs);
     free(cpus);
     free(text);
