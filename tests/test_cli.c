@@ -1373,6 +1373,27 @@ Test(cli, save_refuses_non_regular_targets_honours_umask_and_cleans_temporaries)
     cr_assert_eq(access(path("other.bin.tmp.AbC123"), F_OK), 0, "another target's file removed");
 }
 
+/* A CPU run of a build with the cuda backend neither loads cuBLAS (dlopen'd at the
+ * first GEMM on a cuda device: src/backends/cuda/cublas_api.c) nor is resident like
+ * one that does: linked, cuBLAS and cuBLASLt alone made a tiny run 166 MiB resident
+ * (17 MiB without). The loader's own log says what it loaded. */
+Test(cli, a_cpu_run_does_not_load_cublas) {
+    snprintf(g_env, sizeof g_env, "LD_DEBUG=libs ");
+    char *o;
+    int rc = run(&o, true, "train " TINY " --steps 1");
+    g_env[0] = '\0';
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(strstr(o, "libremat") || strstr(o, "libc.so"), "no loader log: %.400s", o);
+    cr_assert(!strstr(o, "libcublas"), "a CPU run loaded cuBLAS");
+    free(o);
+    cr_assert_eq(run(&o, false, "train " TINY " --steps 1 --json"), 0, "%s", o);
+    const char *r = strstr(o, "\"peak_rss_bytes\":");
+    cr_assert(r, "%s", o);
+    double rss = atof(r + 17);
+    cr_assert(rss > 0 && rss < 64.0 * 1048576, "peak RSS %.1f MiB", rss / 1048576);
+    free(o);
+}
+
 Test(cli, flags_checked_against_the_model_in_use) {
     char *o;
     /* on --resume the strategy is checked against the file's model (4 layers) */
