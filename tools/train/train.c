@@ -220,6 +220,8 @@ static int train_setup(train_run *tr) {
         if (!rc) rc = savefile_merge_config(&tr->saved, c->resume, c);
         if (rc) return rc;
     }
+    /* under mpirun: the same configuration on every rank, before anything else is collective */
+    if ((rc = prog_dist_agree(&tr->pd, c))) return rc;
     if ((rc = task_init(&tr->tk, c))) return rc;
     tr->tk.row0 = (int64_t)tr->pd.rank * c->batch; /* this rank's rows of each global batch */
     if (c->resume && (rc = savefile_check_task(&tr->saved, c->resume, &tr->tk))) return rc;
@@ -499,7 +501,9 @@ int cmd_train(config *c) {
     if (!rc && !tr.stopped) rc = train_report(&tr);
     rc = train_free(&tr, rc);
     if (rc) {
-        if (tr.pd.pg)
+        if (tr.pd.pg && tr.pd.shared_error) { /* every rank's: rank 0 says it once */
+            if (tr.pd.rank == 0) term_printf(stderr, "remat train: %s\n", remat_last_error());
+        } else if (tr.pd.pg)
             term_printf(stderr, "remat train: rank %d: %s\n", tr.pd.rank, remat_last_error());
         else
             term_printf(stderr, "%sremat train: %s\n", util_isatty(stderr) ? "\n" : "",
