@@ -399,7 +399,8 @@ static int train_loop(train_run *tr) {
     const int64_t tick = n_steps >= 20 ? n_steps / 20 : 1; /* plain-line progress */
     const char *unit = tr->m.kind == MODEL_GPT ? "tok" : "samples";
     int rc;
-    if (c->log && !(tr->logf = fopen(c->log, "w")))
+    /* a resumed run goes on with its log (its first step is the next line) */
+    if (c->log && !(tr->logf = fopen(c->log, c->resume ? "a" : "w")))
         return remat_set_error(REMAT_EIO, "--log %s: %s", c->log, strerror(errno));
     const double loop_t0 = util_now(); /* the ETA: the loop's time per step so far */
     for (int64_t k = 0; k < n_steps; k++) {
@@ -471,6 +472,7 @@ static int train_free(train_run *tr, int rc) {
     config *c = tr->c;
     if (tr->logf && fclose(tr->logf) != 0 && !rc)
         rc = remat_set_error(REMAT_EIO, "--log %s: write failed", c->log);
+    outputs_release(&tr->claim);
     step_report_free(&tr->rep);
     strategy_free(&c->strat);
     if (tr->traced) trace_free(&tr->tr);
@@ -491,7 +493,11 @@ int cmd_train(config *c) {
     tr.threads = step_setup_process(c->threads);
     /* RSS is only sampled in the traced step; speed matters more here */
     step_malloc_mode(false);
+    tr.claim.fd = -1;
     int rc = prog_dist_init(&tr.pd, c);
+    /* every file the run will write, before it spends time on steps (rank 0's) */
+    if (!rc) rc = outputs_check(c, CMD_TRAIN);
+    if (!rc) rc = outputs_claim(&tr.claim, c->save);
     if (!rc) rc = train_setup(&tr);
     if (!rc) train_print_header(&tr);
     if (!rc) rc = train_plan(&tr);
