@@ -27,12 +27,12 @@ static void parent_of(const char *path, char *buf, size_t n) {
 }
 
 static const char *kind_of(mode_t m) {
-    return S_ISDIR(m)                      ? "a directory"
-           : S_ISFIFO(m)                   ? "a FIFO"
-           : S_ISCHR(m) || S_ISBLK(m)      ? "a device"
-           : S_ISSOCK(m)                   ? "a socket"
-           : S_ISLNK(m)                    ? "a symbolic link"
-                                           : "not a regular file";
+    return S_ISDIR(m)                 ? "a directory"
+           : S_ISFIFO(m)              ? "a FIFO"
+           : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+           : S_ISSOCK(m)              ? "a socket"
+           : S_ISLNK(m)               ? "a symbolic link"
+                                      : "not a regular file";
 }
 
 /* A directory that exists and that this process may create files in. */
@@ -59,13 +59,13 @@ static int check_one(const out_path *o) {
     if (got == 0) {
         if (o->dir) {
             if (!S_ISDIR(st.st_mode))
-                return remat_set_error(REMAT_EIO, "%s %s: is %s, not a directory", o->flag,
-                                       o->path, kind_of(st.st_mode));
+                return remat_set_error(REMAT_EIO, "%s %s: is %s, not a directory", o->flag, o->path,
+                                       kind_of(st.st_mode));
             return writable_dir(o, o->path);
         }
         if (S_ISDIR(st.st_mode) || (o->regular && !S_ISREG(st.st_mode)))
-            return remat_set_error(REMAT_EIO, "%s %s: is %s; it must be a %sfile", o->flag,
-                                   o->path, kind_of(st.st_mode), o->regular ? "regular " : "");
+            return remat_set_error(REMAT_EIO, "%s %s: is %s; it must be a %sfile", o->flag, o->path,
+                                   kind_of(st.st_mode), o->regular ? "regular " : "");
         if (access(o->path, W_OK) != 0)
             return remat_set_error(REMAT_EIO, "%s %s: not writable: %s", o->flag, o->path,
                                    strerror(errno));
@@ -112,11 +112,12 @@ int outputs_check(const config *c, command cmd) {
         if (rc) return rc;
         for (int j = 0; j < i; j++)
             if (same_file(o[i].path, o[j].path))
-                return remat_set_error(REMAT_EINVAL, "%s and %s name the same file (%s)",
-                                       o[j].flag, o[i].flag, o[i].path);
+                return remat_set_error(REMAT_EINVAL, "%s and %s name the same file (%s)", o[j].flag,
+                                       o[i].flag, o[i].path);
         if (c->data && cmd == CMD_TRAIN && same_file(o[i].path, c->data))
-            return remat_set_error(REMAT_EINVAL, "%s %s is the --data file: it would be overwritten",
-                                   o[i].flag, o[i].path);
+            return remat_set_error(REMAT_EINVAL,
+                                   "%s %s is the --data file: it would be overwritten", o[i].flag,
+                                   o[i].path);
         if (c->resume && cmd == CMD_TRAIN && o[i].path != c->save &&
             same_file(o[i].path, c->resume))
             return remat_set_error(REMAT_EINVAL,

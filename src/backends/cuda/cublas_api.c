@@ -53,8 +53,10 @@ static void load(void) {
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
         *fns[i].slot = dlsym(h, fns[i].name);
         if (!*fns[i].slot) {
-            snprintf(g_why, sizeof g_why, "%s has no %s (a cuBLAS older than the one remat was "
-                     "built with?)", RM_CUBLAS_SONAME, fns[i].name);
+            snprintf(g_why, sizeof g_why,
+                     "%s has no %s (a cuBLAS older than the one remat was "
+                     "built with?)",
+                     RM_CUBLAS_SONAME, fns[i].name);
             dlclose(h);
             return;
         }
