@@ -1,9 +1,10 @@
 /*
- * models/gpt_block.h — the pre-norm transformer block, written once on the
- * public remat API and compiled into the remat program (tools/train/models.c),
- * the benchmarks (bench/bench_selective.c) and the tests
- * (tests/support/models.c, tests/test_double_backward_fixtures.c).
- * Not part of the library: a model written with it, as a user would.
+ * models/gpt_block.h — the remat program's GPT block as the program, the
+ * benchmarks (bench/bench_selective.c) and the tests (tests/support/models.c,
+ * tests/test_double_backward_fixtures.c) build it: the library's GPT-2 block
+ * (remat_gpt2_block, remat/models.h) with its weights stored (out, in) as
+ * remat_linear takes them, layer-norm eps 1e-5, plus the helpers that make
+ * and initialise those weights. Not part of the library.
  *
  *   x (B, T, C) → x1 = x + drop(proj(attn(ln1(x))))      causal, `heads` heads
  *                 y  = x1 + drop(fc2(gelu(fc(ln2(x1)))))  MLP 4x
@@ -21,10 +22,6 @@
  *   mlp_act     gelu(mlp_up), (B, T, 4C)
  *   mlp_out     fc2(mlp_act), (B, T, C)
  * A tag is an identity view: values, gradients and memory are unchanged.
- *
- * Temporaries are released right after their last use (what backward needs
- * stays alive through the graph), as Python's reference counting does in
- * PyTorch: it matters under checkpointing, where nothing else holds them.
  */
 #ifndef REMAT_MODELS_GPT_BLOCK_H
 #define REMAT_MODELS_GPT_BLOCK_H
@@ -32,15 +29,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "remat/models.h"
 #include "remat/remat.h"
 
-/* The block's weights (borrowed; the caller makes and owns them).
- * For width C: ln1_w, ln1_b, proj_b, ln2_w, ln2_b, fc2_b (C); attn_w (3C, C),
- * attn_b (3C); proj_w (C, C); fc_w (4C, C), fc_b (4C); fc2_w (C, 4C). */
-typedef struct gpt_block_weights {
-    remat_tensor *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
-    remat_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fc2_w, *fc2_b;
-} gpt_block_weights;
+/* The block's weights (borrowed; the caller makes and owns them), in the
+ * library's struct, stored (out, in). For width C: ln_1_*, attn_proj_bias,
+ * ln_2_*, mlp_proj_bias (C); attn_weight (3C, C), attn_bias (3C);
+ * attn_proj_weight (C, C); fc_weight (4C, C), fc_bias (4C); mlp_proj_weight
+ * (C, 4C). The program's save files name them ln1_w, ln1_b, attn_w, attn_b,
+ * proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fc2_w, fc2_b, in this order. */
+typedef remat_gpt2_block_weights gpt_block_weights;
 
 #define GPT_BLOCK_N_WEIGHTS 12
 

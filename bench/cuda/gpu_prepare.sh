@@ -6,7 +6,9 @@
 #   .gpu/include/zlib.h zconf.h  zlib's headers               (zlib1g-dev)
 #   .gpu/lib/libcriterion.so*    Criterion and every library it needs but glibc's
 #   .gpu/lib/libz.so             the link-time name of zlib
-# About 4 MiB. The device tool's call then names ".gpu" in `carry` (docs/cuda.md).
+#   .gpu/include/cjson/, pcre2.h cJSON's and PCRE2's headers  (libcjson-dev, libpcre2-dev)
+#   .gpu/lib/libcjson.so*, libpcre2-8.so*  and their libraries
+# About 5 MiB. gpu_session.sh points CMake at it (CMAKE_PREFIX_PATH). The device tool's call then names ".gpu" in `carry` (docs/cuda.md).
 set -eu
 cd "$(git rev-parse --show-toplevel)"
 dst=.gpu
@@ -34,6 +36,20 @@ zlib=$(ldd "$crit" | awk '/libz\.so/ {print $3}')
 [ -n "$zlib" ] || zlib=$(find /usr/lib /lib -name 'libz.so.1' | head -1)
 cp -L "$zlib" "$dst/lib/libz.so.1"
 ln -sf libz.so.1 "$dst/lib/libz.so"
+# cJSON and PCRE2 (the library's JSON and regex dependencies)
+for h in /usr/include/cjson/cJSON.h /usr/include/pcre2.h; do
+  [ -f "$h" ] || { echo "gpu_prepare: $h missing (apt-get install libcjson-dev libpcre2-dev)" >&2; exit 1; }
+done
+cp -r /usr/include/cjson "$dst/include/"
+cp /usr/include/pcre2.h "$dst/include/"
+for name in libcjson.so libpcre2-8.so; do
+  lib=$(find /usr/lib /lib -name "$name" 2>/dev/null | head -1)
+  [ -n "$lib" ] || { echo "gpu_prepare: $name not found" >&2; exit 1; }
+  real=$(readlink -f "$lib")
+  so=$(objdump -p "$real" | awk '/SONAME/ {print $2}')
+  cp -L "$real" "$dst/lib/$so"
+  ln -sf "$so" "$dst/lib/$name"
+done
 ex="$(git rev-parse --git-common-dir)/info/exclude"
 mkdir -p "$(dirname "$ex")"
 grep -qx '/.gpu/' "$ex" 2>/dev/null || echo '/.gpu/' >> "$ex"

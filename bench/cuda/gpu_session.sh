@@ -50,6 +50,9 @@ build_body() {
   if [ -d "$CARRY/include/criterion" ]; then
     args="$args -DCRITERION_INCLUDE=$CARRY/include -DCRITERION_LIB=$CARRY/lib/libcriterion.so"
   fi
+  if [ -f "$CARRY/include/cjson/cJSON.h" ]; then
+    args="$args -DCMAKE_PREFIX_PATH=$CARRY"
+  fi
   if [ -f "$CARRY/include/zlib.h" ] && [ ! -f /usr/include/zlib.h ]; then
     args="$args -DZLIB_INCLUDE_DIR=$CARRY/include -DZLIB_LIBRARY=$CARRY/lib/libz.so"
   fi

@@ -17,6 +17,8 @@
  *   remat/optim.h       SGD, AdamW, clipping, lr schedules, gradient accumulation
  *   remat/dist.h        data parallelism over MPI: process groups, DDP, ZeRO-1
  *   remat/savefile.h    the `remat train --save` file format, parsed from memory
+ *   remat/strategy.h    a chain of blocks under a checkpointing strategy
+ *   remat/models.h      GPT-2 with Hugging Face's names (GPT2LMHeadModel)
  *
  * Example: one SGD step of y = relu(x W^T + b), loss = mse(y, t).
  *
@@ -90,12 +92,14 @@
 #include "remat/device.h"
 #include "remat/dist.h"
 #include "remat/error.h"
+#include "remat/models.h"
 #include "remat/ops.h"
 #include "remat/optim.h"
 #include "remat/planner.h"
 #include "remat/report.h"
 #include "remat/savefile.h"
 #include "remat/selective.h"
+#include "remat/strategy.h"
 #include "remat/tensor.h"
 
 #define REMAT_VERSION_MAJOR 0

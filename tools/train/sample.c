@@ -12,53 +12,12 @@
 #include "models.h"
 #include "step.h"
 
-typedef struct ranked {
-    float logit;
-    int index;
-} ranked;
-
-/* Likeliest first; equal logits by index, so the order never depends on qsort. */
-static int by_logit(const void *a, const void *b) {
-    const ranked *x = a, *y = b;
-    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
-    return x->index - y->index;
-}
-
 int sample_pick(const float *logits, int v, double temperature, int top_k, int *out) {
-    ranked r[GPT_VOCAB];
     if (v < 1 || v > GPT_VOCAB) return remat_set_error(REMAT_EINVAL, "sample: %d logits", v);
-    for (int i = 0; i < v; i++) {
-        if (isnan(logits[i]) || logits[i] == INFINITY)
-            return remat_set_error(REMAT_EINVAL, "sample: the model's logits are not finite "
-                                                 "(a diverged run?)");
-        r[i] = (ranked){logits[i], i};
-    }
-    qsort(r, (size_t)v, sizeof *r, by_logit);
-    if (temperature == 0 || r[0].logit == -INFINITY) {
-        *out = r[0].index;
-        return REMAT_OK;
-    }
-    int k = top_k > 0 && top_k < v ? top_k : v;
-    double p[GPT_VOCAB], sum = 0;
-    for (int i = 0; i < k; i++) {
-        p[i] = exp(((double)r[i].logit - (double)r[0].logit) / temperature);
-        sum += p[i];
-    }
-    remat_tensor *u = NULL;
-    int rc = remat_rand_uniform(&u, 1, (int64_t[]){1}, 0.0, 1.0, REMAT_F64, REMAT_DEVICE_CPU);
-    if (rc) return rc;
-    double x = *(const double *)remat_data(u) * sum;
-    remat_release(u);
-    int pick = k - 1; /* rounding may leave x just above the last sum */
-    for (int i = 0; i < k; i++) {
-        x -= p[i];
-        if (x < 0) {
-            pick = i;
-            break;
-        }
-    }
-    *out = r[pick].index;
-    return REMAT_OK;
+    int64_t pick = 0;
+    int rc = remat_sample_logits(logits, v, temperature, top_k, &pick);
+    if (!rc) *out = (int)pick;
+    return rc;
 }
 
 /* The GPT of the file, with its parameters. */

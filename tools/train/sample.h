@@ -8,10 +8,11 @@
  * them; returns the process exit status (0, or 1 with a message). */
 int cmd_sample(config *c);
 
-/* The next byte from the logits of the last position (v values, f32):
- * temperature 0 takes the likeliest (the lowest index on ties); otherwise
- * one draw u ~ U[0, 1) from remat's cpu generator picks among the top_k
- * likeliest (0: all v) by their softmax(logits / temperature). */
+/* The next byte from the logits of the last position (v <= 256 values,
+ * f32), by the library's remat_sample_logits: temperature 0 takes the
+ * likeliest (the lowest index on ties); otherwise one draw u ~ U[0, 1) from
+ * remat's cpu generator picks among the top_k likeliest (0: all v) by their
+ * softmax(logits / temperature). */
 int sample_pick(const float *logits, int v, double temperature, int top_k, int *out);
 
 #endif /* REMAT_TOOLS_SAMPLE_H */

@@ -11,6 +11,7 @@
 
 #include "remat/checkpoint.h"
 #include "remat/planner.h"
+#include "remat/strategy.h"
 
 static const double MIB = 1048576.0;
 
@@ -393,108 +394,49 @@ void strategy_plan_structure(const remat_plan *plan, char *buf, size_t n) {
 }
 
 /* ---- running a chain --------------------------------------------------------------------- */
-static int run_plain(int n, block_fn fn, void *const *ud, remat_tensor *x, remat_tensor **out) {
-    remat_tensor *cur = remat_retain(x);
-    for (int i = 0; i < n; i++) {
-        remat_tensor *next = NULL;
-        int rc = fn(ud[i], &cur, 1, &next, 1);
-        remat_release(cur);
-        if (rc) return rc;
-        cur = next;
-    }
-    *out = cur;
-    return REMAT_OK;
-}
-
-/* Each block its own checkpoint: only block inputs stay alive. */
-static int run_block(const remat_checkpoint_options *o, int n, block_fn fn, void *const *ud,
-                     remat_tensor *x, remat_tensor **out) {
-    remat_tensor *cur = remat_retain(x);
-    for (int i = 0; i < n; i++) {
-        remat_tensor *next = NULL;
-        int rc = remat_checkpoint(fn, ud[i], 1, &cur, 1, &next, o);
-        remat_release(cur);
-        if (rc) return rc;
-        cur = next;
-    }
-    *out = cur;
-    return REMAT_OK;
-}
-
-/* Each block its own non-reentrant checkpoint whose context_fn hands out
- * a fresh selective-checkpoint pair per call (PyTorch: context_fn=partial(
- * create_selective_checkpoint_contexts, policy)). The policy object lives
- * for this forward only: every region takes its own reference. */
-static int run_selective(const strategy *s, int n, block_fn fn, void *const *ud, remat_tensor *x,
-                         remat_tensor **out) {
-    remat_policy *pol = NULL;
-    int rc = strategy_make_policy(s, &pol);
-    if (rc) return rc;
-    remat_sac_config cfg = {
-        .policy = pol, .allow_cache_entry_mutation = false, .stats = s->sac_stats};
-    remat_checkpoint_options o;
-    memset(&o, 0, sizeof o);
-    o.use_reentrant = REMAT_OPT_FALSE;
-    o.context_fn = remat_sac_context_fn;
-    o.context_fn_data = &cfg; /* read at each remat_checkpoint call, not later */
-    rc = run_block(&o, n, fn, ud, x, out);
-    remat_policy_release(pol);
-    return rc;
-}
-
-static remat_stage *make_stages(int n, block_fn fn, void *const *ud) {
-    remat_stage *st = malloc(sizeof *st * (size_t)(n > 0 ? n : 1));
-    if (!st) return NULL;
-    for (int i = 0; i < n; i++) st[i] = (remat_stage){fn, ud[i]};
-    return st;
-}
-
-static int run_sequential(const remat_checkpoint_options *o, int segments, int n, block_fn fn,
-                          void *const *ud, remat_tensor *x, remat_tensor **out) {
-    remat_stage *st = make_stages(n, fn, ud);
-    if (!st) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
-    int rc = remat_checkpoint_sequential(out, n, st, segments, x, o);
-    free(st);
-    return rc;
-}
-
-/* The plan copies the stage list for its recomputations, so it can go now. */
-static int run_plan(const strategy *s, int n, block_fn fn, void *const *ud, remat_tensor *x,
-                    remat_tensor **out) {
-    if (!s->plan)
-        return remat_set_error(REMAT_ESTATE, "remat: strategy %s: no plan was made before the step",
-                               s->name);
-    if (s->plan->n_stages != n)
-        return remat_set_error(REMAT_EINVAL, "remat: strategy %s: plan for %d blocks, model has %d",
-                               s->name, s->plan->n_stages, n);
-    remat_stage *st = make_stages(n, fn, ud);
-    if (!st) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
-    int rc = remat_plan_run(s->plan, st, x, out);
-    free(st);
-    return rc;
-}
-
 int strategy_run_chain(const strategy *s, int n, block_fn fn, void *const *user_data,
                        remat_tensor *x, remat_tensor **out) {
     *out = NULL;
-    remat_checkpoint_options o;
-    memset(&o, 0, sizeof o);
-    o.use_reentrant = s->reentrant ? REMAT_OPT_TRUE : REMAT_OPT_FALSE;
+    remat_strategy rs = {.reentrant = s->reentrant};
     switch (s->kind) {
-    case STRAT_NONE: return run_plain(n, fn, user_data, x, out);
-    case STRAT_BLOCK: return run_block(&o, n, fn, user_data, x, out);
+    case STRAT_NONE: rs.kind = REMAT_STRATEGY_NONE; break;
+    case STRAT_BLOCK: rs.kind = REMAT_STRATEGY_BLOCK; break;
     case STRAT_SEQUENTIAL:
         if (s->segments > n)
             return remat_set_error(REMAT_EINVAL,
                                    "remat: --checkpoint %s: more segments than the model's %d "
                                    "blocks",
                                    s->name, n);
-        return run_sequential(&o, s->segments, n, fn, user_data, x, out);
-    case STRAT_BUDGET: return run_plan(s, n, fn, user_data, x, out);
-    case STRAT_SELECTIVE: return run_selective(s, n, fn, user_data, x, out);
-    default: break;
+        rs.kind = REMAT_STRATEGY_SEQUENTIAL;
+        rs.segments = s->segments;
+        break;
+    case STRAT_BUDGET:
+        if (!s->plan)
+            return remat_set_error(REMAT_ESTATE,
+                                   "remat: strategy %s: no plan was made before the step", s->name);
+        if (s->plan->n_stages != n)
+            return remat_set_error(REMAT_EINVAL,
+                                   "remat: strategy %s: plan for %d blocks, model has %d", s->name,
+                                   s->plan->n_stages, n);
+        rs.kind = REMAT_STRATEGY_PLAN;
+        rs.plan = s->plan;
+        break;
+    case STRAT_SELECTIVE: rs.kind = REMAT_STRATEGY_SELECTIVE; break;
+    default: {
+        char err[160];
+        strategy_available(s, err, sizeof err);
+        return remat_set_error(REMAT_EUNSUPPORTED, "remat: strategy %s: %s", s->name, err);
     }
-    char err[160];
-    strategy_available(s, err, sizeof err);
-    return remat_set_error(REMAT_EUNSUPPORTED, "remat: strategy %s: %s", s->name, err);
+    }
+    remat_stage *st = malloc(sizeof *st * (size_t)(n > 0 ? n : 1));
+    if (!st) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    for (int i = 0; i < n; i++) st[i] = (remat_stage){fn, user_data[i]};
+    /* selective: the policy lives for this forward only (every region
+     * takes its own reference) */
+    int rc = rs.kind == REMAT_STRATEGY_SELECTIVE ? strategy_make_policy(s, &rs.policy) : REMAT_OK;
+    rs.sac_stats = s->sac_stats;
+    if (!rc) rc = remat_run_chain(out, n, st, x, &rs);
+    remat_policy_release(rs.policy);
+    free(st);
+    return rc;
 }

@@ -131,8 +131,9 @@ void strategy_budget_bytes(strategy *s, uint64_t bytes, bool blocks_only);
  * (checkpointed segments in brackets, stored stages as ranges). */
 void strategy_plan_structure(const remat_plan *plan, char *buf, size_t n);
 
-/* Runs x through blocks fn(user_data[0]) ... fn(user_data[n-1]) under s;
- * *out receives a new (plain, not scope-owned) reference. */
+/* Runs x through blocks fn(user_data[0]) ... fn(user_data[n-1]) under s
+ * with the library's remat_run_chain (remat/strategy.h); *out receives a
+ * new reference (plain when no scope is open). */
 int strategy_run_chain(const strategy *s, int n, block_fn fn, void *const *user_data,
                        remat_tensor *x, remat_tensor **out);
 
