@@ -1845,3 +1845,106 @@ Test(cli, train_output_fits_60_columns) {
     }
     g_env[0] = '\0';
 }
+
+/* ---- remat tokenize ------------------------------------------------------------------- */
+/* The encode lines of tests/fixtures/tokenizer/cases.txt for a tokenizer: the input bytes
+ * and the ids the tokenizers package gave (add_special_tokens 1, then 0 when recorded). */
+static size_t fixture_case(const char *tokenizer, size_t min_len, bool add, unsigned char **in,
+                           uint32_t **ids) {
+    char *cases = slurp(REMAT_FIXTURE_DIR "/tokenizer/cases.txt");
+    bool in_section = false;
+    size_t n_ids = 0;
+    char want[80];
+    snprintf(want, sizeof want, "tokenizer %s", tokenizer);
+    for (char *line = strtok(cases, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strncmp(line, "tokenizer ", 10)) in_section = !strcmp(line, want);
+        if (!in_section || strncmp(line, add ? "encode 1 " : "encode 0 ", 9)) continue;
+        char *sep = strstr(line, " : ");
+        if ((size_t)(sep - (line + 9)) / 2 < min_len) continue;
+        size_t n = (size_t)(sep - (line + 9)) / 2;
+        *in = malloc(n + 1);
+        for (size_t i = 0; i < n; i++) {
+            unsigned v;
+            cr_assert(sscanf(line + 9 + 2 * i, "%2x", &v) == 1);
+            (*in)[i] = (unsigned char)v;
+        }
+        (*in)[n] = '\0';
+        *ids = malloc(strlen(sep) * sizeof **ids);
+        for (char *p = sep + 3; *p;) {
+            (*ids)[n_ids++] = (uint32_t)strtoul(p, &p, 10);
+            while (*p == ' ') p++;
+        }
+        free(cases);
+        return n_ids;
+    }
+    cr_assert_fail("cases.txt has no %s input of %zu bytes", tokenizer, min_len);
+    return 0;
+}
+
+static void assert_token_file(const char *p, const uint32_t *ids, size_t n) {
+    FILE *f = fopen(p, "rb");
+    cr_assert(f, "no %s", p);
+    int32_t h[256];
+    cr_assert(fread(h, 4, 256, f) == 256);
+    cr_assert(h[0] == 20240520 && h[1] == 1 && (size_t)h[2] == n,
+              "header %d %d %d, want %zu tokens", h[0], h[1], h[2], n);
+    for (size_t i = 0; i < n; i++) {
+        uint16_t v;
+        cr_assert(fread(&v, 2, 1, f) == 1);
+        cr_assert_eq(v, ids[i], "token %zu: %u, tokenizers %u", i, v, ids[i]);
+    }
+    cr_assert(fgetc(f) == EOF);
+    fclose(f);
+}
+
+Test(cli, tokenize_writes_the_ids_of_the_tokenizers_package) {
+    unsigned char *text;
+    uint32_t *ids;
+    size_t n = fixture_case("llama3.json", 5000, true, &text, &ids);
+    FILE *f = fopen(path("in.txt"), "wb");
+    fwrite(text, 1, strlen((char *)text), f);
+    fclose(f);
+    char *o;
+    const char *tok = REMAT_FIXTURE_DIR "/tokenizer/llama3.json";
+    cr_assert_eq(run(&o, true, "tokenize --tokenizer %s --data %s --out %s", tok, path("in.txt"),
+                     path("t.bin")),
+                 0, "%s", o);
+    cr_assert(strstr(o, "tokens (uint16)"), "%s", o);
+    free(o);
+    assert_token_file(path("t.bin"), ids, n); /* <|begin_of_text|> first, as encode(text) */
+    cr_assert_eq(run(&o, true, "tokenize --no-special --tokenizer=%s --data=%s --out=%s", tok,
+                     path("in.txt"), path("t.bin")),
+                 0, "%s", o);
+    free(o);
+    assert_token_file(path("t.bin"), ids + 1, n - 1);
+    free(text);
+    free(ids);
+    /* usage errors, then failures naming the file or the key */
+    cr_assert_eq(run(&o, true, "tokenize --tokenizer %s --data %s", tok, path("in.txt")), 2);
+    cr_assert(strstr(o, "--out is required") && strstr(o, "usage: remat tokenize"), "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "tokenize --tokenizer %s --data %s --out", tok, path("in.txt")), 2);
+    cr_assert(strstr(o, "missing value for '--out'"), "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "tokenize --help"), 0);
+    cr_assert(strstr(o, "usage: remat tokenize") && strstr(o, "--no-special"), "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "tokenize --tokenizer %s --data %s --out %s", path("none.json"),
+                     path("in.txt"), path("t.bin")),
+                 1);
+    cr_assert(strstr(o, "none.json: cannot open"), "%s", o);
+    free(o);
+    f = fopen(path("uni.json"), "w");
+    fputs("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", f);
+    fclose(f);
+    cr_assert_eq(run(&o, true, "tokenize --tokenizer %s --data %s --out %s", path("uni.json"),
+                     path("in.txt"), path("t.bin")),
+                 1);
+    cr_assert(strstr(o, "model.type 'Unigram' is not supported"), "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "tokenize --tokenizer %s --data %s --out %s", tok, path("nodata"),
+                     path("t.bin")),
+                 1);
+    cr_assert(strstr(o, "nodata"), "%s", o);
+    free(o);
+}

@@ -17,8 +17,12 @@
  *   remat/optim.h       SGD, AdamW, clipping, lr schedules, gradient accumulation
  *   remat/dist.h        data parallelism over MPI: process groups, DDP, ZeRO-1
  *   remat/savefile.h    the `remat train --save` file format, parsed from memory
+ *   remat/params.h      named parameter collections (P: named_parameters, state_dict)
+ *   remat/safetensors.h weights in and out as safetensors, sharded checkpoints included
  *   remat/strategy.h    a chain of blocks under a checkpointing strategy
  *   remat/models.h      GPT-2 with Hugging Face's names (GPT2LMHeadModel)
+ *   remat/tokenizer.h   byte-level BPE tokenizers from a Hugging Face tokenizer.json
+ *   remat/tokens.h      token data: llm.c .bin shards, windows, per-rank shares
  *
  * Example: one SGD step of y = relu(x W^T + b), loss = mse(y, t).
  *
@@ -95,12 +99,16 @@
 #include "remat/models.h"
 #include "remat/ops.h"
 #include "remat/optim.h"
+#include "remat/params.h"
 #include "remat/planner.h"
 #include "remat/report.h"
+#include "remat/safetensors.h"
 #include "remat/savefile.h"
 #include "remat/selective.h"
 #include "remat/strategy.h"
 #include "remat/tensor.h"
+#include "remat/tokenizer.h"
+#include "remat/tokens.h"
 
 #define REMAT_VERSION_MAJOR 0
 #define REMAT_VERSION_MINOR 1

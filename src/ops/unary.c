@@ -187,6 +187,14 @@ static remat_status unary_backward_diff(remat_node *node, remat_tensor *const *g
     case RM_U_RELU: rc = relu_mask_grad(&cur, g, s); break;
     case RM_U_GELU_ERF:
     case RM_U_GELU_TANH: rc = gelu_grad(&cur, p->op, g, s); break;
+    case RM_U_SILU: /* g sigmoid(x) (1 + x (1 - sigmoid(x))): sigmoid and products, to any order */
+        rc = remat_sigmoid(&a, s);
+        if (!rc) rc = remat_rsub_scalar(&cur, a, 1.0);
+        STEP(remat_mul(&nx_, cur, s));
+        STEP(remat_add_scalar(&nx_, cur, 1.0));
+        STEP(remat_mul(&nx_, cur, a));
+        STEP(remat_mul(&nx_, g, cur));
+        break;
     default: rc = rm_no_double_backward(node, NULL); break;
     }
     remat_release(s);
@@ -273,6 +281,7 @@ UNARY_OP(rm_op_tanh, "remat_tanh", "TanhBackward", SAVES_Y);
 UNARY_OP(rm_op_sigmoid, "remat_sigmoid", "SigmoidBackward", SAVES_Y);
 UNARY_OP(rm_op_relu, "remat_relu", "ReluBackward", SAVES_MASK);
 UNARY_OP(rm_op_gelu, "remat_gelu", "GeluBackward", SAVES_X);
+UNARY_OP(rm_op_silu, "remat_silu", "SiluBackward", SAVES_X);
 UNARY_OP(rm_op_pow_scalar, "remat_pow_scalar", "PowBackward", SAVES_X);
 UNARY_OP(rm_op_add_scalar, "remat_add_scalar", "AddBackward", SAVES_NOTHING);
 UNARY_OP(rm_op_sub_scalar, "remat_sub_scalar", "AddBackward", SAVES_NOTHING);
@@ -304,6 +313,7 @@ UNARY_ENTRY(sqrt, RM_U_SQRT)
 UNARY_ENTRY(tanh, RM_U_TANH)
 UNARY_ENTRY(sigmoid, RM_U_SIGMOID)
 UNARY_ENTRY(relu, RM_U_RELU)
+UNARY_ENTRY(silu, RM_U_SILU)
 SCALAR_ENTRY(pow_scalar, RM_U_POW)
 SCALAR_ENTRY(add_scalar, RM_U_ADD)
 SCALAR_ENTRY(rsub_scalar, RM_U_RSUB)

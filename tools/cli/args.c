@@ -24,6 +24,8 @@ void args_usage_main(FILE *f) {
             "          SVG plots (memory vs time, memory timelines)\n"
             "  train   train a small GPT or a deep MLP on a built-in task or a text file\n"
             "  sample  generate text from a GPT saved by `remat train --save FILE`\n"
+            "  tokenize  encode a text file with a Hugging Face tokenizer.json into an\n"
+            "          llm.c token file (remat tokenize --help)\n"
             "\n"
             "With no command (or only flags), remat runs `remat bench` on a small default GPT\n"
             "and writes its plots to ./out/ (this is what `make run` does).\n"

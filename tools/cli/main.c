@@ -5,6 +5,7 @@
  *   remat train [FLAGS]   train a GPT or MLP with a checkpointing strategy
  *   remat bench [FLAGS]   compare strategies side by side
  *   remat sample [FLAGS]  generate text from a saved GPT
+ *   remat tokenize ...    a text file to an llm.c token file (tools/io/tokenize.c)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "args.h"
+#include "io/tokenize.h"
 #include "train/bench.h"
 #include "train/sample.h"
 #include "train/train.h"
@@ -69,6 +71,7 @@ int main(int argc, char **argv) {
         stop_signals_default();
         return cmd_sample(&c);
     }
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     fprintf(stderr, "remat: unknown command '%s'\n\n", cmd);
     args_usage_main(stderr);
     return 2;
