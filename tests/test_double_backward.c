@@ -489,3 +489,36 @@ Test(double_backward, to_dtype_across_dtypes) {
     remat_release(x), remat_release(y), remat_release(sq), remat_release(s), remat_release(g);
     remat_release(gs), remat_release(h);
 }
+
+/* ---- the .grad cycle (issue 32) ----------------------------------------------------------- */
+static int g_warnings;
+static char g_last_warning[512];
+static void count_warning(void *ud, remat_log_level level, const char *msg) {
+    (void)ud, (void)level;
+    g_warnings++;
+    snprintf(g_last_warning, sizeof g_last_warning, "%s", msg);
+}
+
+/* backward_ex with create_graph into .grad: .grad's graph refers to the
+ * leaf, a cycle; it warns once (as PyTorch does), and resetting .grad
+ * breaks it, leaving nothing alive. */
+Test(double_backward, create_graph_into_grad_warns_of_the_cycle_that_reset_breaks) {
+    remat_set_log_callback(count_warning, NULL);
+    remat_tensor *x = rt_leaf(rt_rand(1, (int64_t[]){3}, REMAT_F64, -1, 1, 9));
+    remat_tensor *y = NULL, *l = NULL;
+    RT_OK(remat_mul(&y, x, x));
+    RT_OK(remat_sum_all(&l, y));
+    const remat_backward_options cg = {.create_graph = true};
+    RT_OK(remat_backward_ex(1, &l, NULL, 0, NULL, &cg));
+    cr_assert_not_null(remat_grad_fn(remat_tensor_grad(x)), ".grad is differentiable");
+    cr_assert_eq(g_warnings, 1);
+    cr_assert(strstr(g_last_warning, "reference cycle"), "%s", g_last_warning);
+    RT_OK(remat_backward_ex(1, &l, NULL, 0, NULL, &cg));
+    cr_assert_eq(g_warnings, 1, "once");
+    remat_release(l);
+    remat_release(y);
+    RT_OK(remat_set_grad(x, NULL)); /* breaks the cycle */
+    remat_release(x);
+    cr_assert_eq(remat_live_tensors(), 0, "%lld left", (long long)remat_live_tensors());
+    remat_set_log_callback(NULL, NULL);
+}

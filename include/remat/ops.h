@@ -3,7 +3,8 @@
  *
  * Conventions (all ops):
  *  - Output first: `int remat_op(remat_tensor **out, inputs...)`. *out gets a
- *    new reference (scope-owned if a scope is open); on error *out is NULL.
+ *    new reference (also held by the open scope, if any, until released:
+ *    remat/tensor.h); on error *out is NULL.
  *  - Inputs are borrowed and never modified, except by the in-place ops
  *    (names ending in `_`), which bump the version counter.
  *  - f32 and f64; inputs of one op share a dtype and a device

@@ -109,9 +109,6 @@
 #include "remat/tensor.h"
 #include "remat/tokenizer.h"
 #include "remat/tokens.h"
-
-#define REMAT_VERSION_MAJOR 0
-#define REMAT_VERSION_MINOR 1
-#define REMAT_VERSION_PATCH 0
+#include "remat/version.h"
 
 #endif /* REMAT_REMAT_H */

@@ -86,8 +86,8 @@ static remat_status attention_backward(remat_node *node, remat_tensor *const *go
         g[i] = NULL;
     }
 out:
-    for (int i = 0; i < N_SAVED; i++) remat_release(sv[i]);
-    for (int i = 0; i < 3; i++) remat_release(g[i]);
+    for (int i = 0; i < N_SAVED; i++) rm_release(sv[i]);
+    for (int i = 0; i < 3; i++) rm_release(g[i]);
     return rc;
 }
 
@@ -185,7 +185,7 @@ static remat_status causal_mask(int64_t tq, int64_t tk, int64_t off, remat_dtype
     remat_tensor *c = NULL;
     rc = dtype == REMAT_F64 ? REMAT_OK : remat_to_dtype(&c, m, dtype);
     if (!rc) rc = remat_to_device(out, c ? c : m, dev);
-    remat_release(m), remat_release(c);
+    rm_release(m), rm_release(c);
     return rc;
 }
 
@@ -225,17 +225,17 @@ static remat_status attention_recompose(remat_node *node, remat_tensor *const *x
         if (!rc) rc = split_heads(k, g, false, &kg);
         if (!rc) rc = split_heads(v, g, false, &vg);
     } else {
-        qg = remat_retain(q), kg = remat_retain(k), vg = remat_retain(v);
+        qg = rm_retain(q), kg = rm_retain(k), vg = rm_retain(v);
     }
     if (!rc) rc = remat_transpose(&kt, kg, -2, -1);
     if (!rc) rc = remat_matmul(&t, qg, kt);
     if (!rc) rc = remat_mul_scalar(&s, t, p->scale);
-    remat_release_p(&t);
+    rm_release_p(&t);
     if (!rc && p->causal) {
         const int64_t tq = q->shape[n - 2], tk = k->shape[n - 2];
         rc = causal_mask(tq, tk, p->lower_right ? tk - tq : 0, q->dtype, q->storage->device, &m);
         if (!rc) rc = remat_add(&t, s, m);
-        if (!rc) remat_release(s), s = t, t = NULL;
+        if (!rc) rm_release(s), s = t, t = NULL;
     }
     if (!rc) rc = remat_softmax(&pr, s, -1);
     if (!rc) rc = remat_matmul(g > 1 ? &yg : y, pr, vg);
@@ -245,8 +245,8 @@ static remat_status attention_recompose(remat_node *node, remat_tensor *const *x
         sh[n - 1] = v->shape[n - 1];
         rc = remat_reshape(y, yg, n, sh);
     }
-    remat_release(qg), remat_release(kg), remat_release(vg), remat_release(kt);
-    remat_release(s), remat_release(m), remat_release(t), remat_release(pr), remat_release(yg);
+    rm_release(qg), rm_release(kg), rm_release(vg), rm_release(kt);
+    rm_release(s), rm_release(m), rm_release(t), rm_release(pr), rm_release(yg);
     return rc;
 }
 

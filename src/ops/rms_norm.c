@@ -92,8 +92,8 @@ static remat_status rms_backward(remat_node *node, remat_tensor *const *gout, re
     }
     if (!rc) gin[0] = dx, gin[1] = dw, dx = dw = NULL;
 out:
-    for (int i = 0; i < N_SAVED; i++) remat_release(sv[i]);
-    remat_release(g), remat_release(dx), remat_release(dw);
+    for (int i = 0; i < N_SAVED; i++) rm_release(sv[i]);
+    rm_release(g), rm_release(dx), rm_release(dw);
     return rc;
 }
 
@@ -111,12 +111,12 @@ static remat_status rms_recompose(remat_node *node, remat_tensor *const *xs, rem
     if (!rc && xs[1]) {
         remat_tensor *nx = NULL;
         rc = remat_mul(&nx, cur, xs[1]);
-        remat_release(cur);
+        rm_release(cur);
         cur = nx;
     }
-    remat_release(sq), remat_release(ms), remat_release(t), remat_release(r);
+    rm_release(sq), rm_release(ms), rm_release(t), rm_release(r);
     if (rc) {
-        remat_release(cur);
+        rm_release(cur);
         return rc;
     }
     *y = cur;

@@ -44,7 +44,7 @@ static remat_status rope_backward(remat_node *node, remat_tensor *const *gout, r
     int rc = rm_saved_contig(node, 0, NULL, &pos);
     if (!rc) rc = rm_contig(&g, gout[0]);
     if (!rc) rc = rm_grad_kernel(node, RM_K_ROPE, g, pos, 0, NULL, &inv, &gin[0]);
-    remat_release(pos), remat_release(g);
+    rm_release(pos), rm_release(g);
     return rc;
 }
 
@@ -59,7 +59,7 @@ static remat_status rope_backward_diff(remat_node *node, remat_tensor *const *go
     if (rc) return rc;
     remat_tensor *in[2] = {gout[0], pos};
     rc = rm_dispatch(inv.inverse ? &rm_op_rope_grad : &rm_op_rope, &gin[0], in, &inv, NULL);
-    remat_release(pos);
+    rm_release(pos);
     return rc;
 }
 

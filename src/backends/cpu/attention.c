@@ -269,7 +269,7 @@ static bool gemm_readable(const remat_tensor *t) {
 /* In-place readable t, or a contiguous copy (a new reference either way). */
 static remat_status readable(remat_tensor **out, remat_tensor *t) {
     if (gemm_readable(t)) {
-        *out = remat_retain(t);
+        *out = rm_retain(t);
         return REMAT_OK;
     }
     return rm_contig(out, t);
@@ -791,7 +791,7 @@ remat_status rm_cpu_attention(const rm_kargs *k) {
     }
 out:
     att_views_free(&w);
-    for (int i = 0; i < 3; i++) remat_release(in[i]);
+    for (int i = 0; i < 3; i++) rm_release(in[i]);
     return rc;
 }
 
@@ -858,6 +858,6 @@ remat_status rm_cpu_attention_bwd(const rm_kargs *k) {
     }
 out:
     att_views_free(&w);
-    for (int i = 0; i < 5; i++) remat_release(in[i]);
+    for (int i = 0; i < 5; i++) rm_release(in[i]);
     return rc;
 }

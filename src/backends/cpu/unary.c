@@ -85,7 +85,7 @@ static inline double silu_grad_d(double x) {
         case RM_U_SQRT: UN_EACH_SIMD(y, ST(SQRTF(LD(x[i])))); break;                               \
         case RM_U_TANH: UN_EACH(y, ST(TANHF(LD(x[i])))); break;                                    \
         case RM_U_SIGMOID: UN_EACH(y, ST((C)1 / ((C)1 + EXPF(-LD(x[i]))))); break;                 \
-        case RM_U_RELU: UN_EACH_SIMD(y, ST(LD(x[i]) > 0 ? LD(x[i]) : (C)0)); break;                \
+        case RM_U_RELU: UN_EACH_SIMD(y, ST(!(LD(x[i]) <= 0) ? LD(x[i]) : (C)0)); break;            \
         case RM_U_GELU_ERF: UN_EACH(y, ST(GELU(LD(x[i])))); break;                                 \
         case RM_U_GELU_TANH: UN_EACH(y, ST(GELU_T(LD(x[i])))); break;                              \
         case RM_U_SILU: UN_EACH(y, ST(LD(x[i]) / ((C)1 + EXPF(-LD(x[i]))))); break;                \

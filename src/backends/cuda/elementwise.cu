@@ -38,7 +38,7 @@ template <typename T, int OP> __device__ __forceinline__ T unary_f(T x, T p) {
     case RM_U_SQRT: return rmk_sqrt(x);
     case RM_U_TANH: return rmk_tanh(x);
     case RM_U_SIGMOID: return (T)1 / ((T)1 + rmk_exp(-x));
-    case RM_U_RELU: return x > 0 ? x : (T)0;
+    case RM_U_RELU: return !(x <= 0) ? x : (T)0; /* NaN stays NaN, as in PyTorch */
     case RM_U_GELU_ERF: return x * phi(x);
     case RM_U_GELU_TANH: return (T)0.5 * x * ((T)1 + rmk_tanh(gelu_tanh_u(x)));
     case RM_U_SILU: return x / ((T)1 + rmk_exp(-x));
@@ -150,7 +150,7 @@ template <typename T, int OP> __device__ __forceinline__ T ew_f(T a, T b, T c, T
     switch (OP) {
     case RM_EW_FILL: return p;
     case RM_EW_SCALE: return a * p;
-    case RM_EW_RELU: return a > 0 ? a : (T)0;
+    case RM_EW_RELU: return !(a <= 0) ? a : (T)0; /* NaN stays NaN (P) */
     case RM_EW_ADD: return a + b;
     case RM_EW_SUB: return a - b;
     case RM_EW_MUL: return a * b;

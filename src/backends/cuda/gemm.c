@@ -168,9 +168,9 @@ static remat_status cuda_matmul(const rm_kargs *k) {
         rc = mm_exec(h, c.stream, y->dtype, nb, bshape, &A, &B, &C, remat_numel(y), biasc != NULL);
     }
     rm_cuda_end(&c);
-    remat_release(ac);
-    remat_release(bc);
-    remat_release(biasc);
+    rm_release(ac);
+    rm_release(bc);
+    rm_release(biasc);
     return rc;
 }
 
