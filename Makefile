@@ -21,7 +21,7 @@ build: deps
 
 PREFIX     ?= /usr/local
 
-# Headers, libremat.so.0 + libremat.a, remat.pc, the CMake package (and the
+# Headers, libremat.so.0.MINOR + libremat.a, remat.pc, the CMake package (and the
 # remat program) under $(PREFIX): `make install PREFIX=$$HOME/.local`.
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

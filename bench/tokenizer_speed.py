@@ -16,8 +16,9 @@ would hold.
 `tokenizers` runs with RAYON_NUM_THREADS=1 and TOKENIZERS_PARALLELISM=false; it encodes
 the whole text with encode() (one call) and line by line with encode_batch() (its
 documents path, one thread). The two programs take turns, round by round, and the
-script prints the medians in MB/s (10^6 input bytes per second), the CPU, the load, and
-whether both gave the same ids.
+script prints the medians in MB/s (10^6 input bytes per second) with their spread, by the
+wall clock and by CPU time (the process's: on a busy machine preemption inflates the wall
+clock, not the CPU time), the CPU, the load, and whether both gave the same ids.
 """
 import argparse
 import glob
@@ -92,12 +93,19 @@ def cpu_name():
 
 
 def remat_round(binary, tok, text_path, lines):
+    """(wall seconds, CPU seconds) of one encode of the file by bench_tokenizer."""
     args = [binary, tok, text_path, "1"] + (["--lines"] if lines else [])
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
     for line in out.splitlines():
         if line.startswith("round 0:"):
-            return float(line.split()[2])
+            w = line.split()
+            return float(w[2]), float(w[7])
     raise RuntimeError(out)
+
+
+def rate(nbytes, secs):
+    med = statistics.median(secs)
+    return f"{nbytes / med / 1e6:6.2f} MB/s ({nbytes / max(secs) / 1e6:.2f}-{nbytes / min(secs) / 1e6:.2f})"
 
 
 def main():
@@ -131,20 +139,23 @@ def main():
         with open(dump, "rb") as f:
             remat_ids = list(memoryview(f.read()).cast("I"))
         for mode in ("whole", "lines"):
-            hf_s, rm_s = [], []
+            hf_w, hf_c, rm_w, rm_c = [], [], [], []
             for _ in range(a.rounds):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 if mode == "whole":
                     hf.encode(text, add_special_tokens=False)
                 else:
                     hf.encode_batch(lines, add_special_tokens=False)
-                hf_s.append(time.perf_counter() - t0)
-                rm_s.append(remat_round(a.bin, tp, text_path, mode == "lines"))
-            h, r = statistics.median(hf_s), statistics.median(rm_s)
-            print(f"{os.path.basename(tp)} {mode:5s}: remat {nbytes / r / 1e6:6.2f} MB/s "
-                  f"({nbytes / max(rm_s) / 1e6:.2f}-{nbytes / min(rm_s) / 1e6:.2f}), "
-                  f"tokenizers {nbytes / h / 1e6:6.2f} MB/s ({nbytes / max(hf_s) / 1e6:.2f}-"
-                  f"{nbytes / min(hf_s) / 1e6:.2f}); remat/tokenizers {h / r:.2f}x")
+                hf_w.append(time.perf_counter() - t0)
+                hf_c.append(time.process_time() - c0)
+                w, c = remat_round(a.bin, tp, text_path, mode == "lines")
+                rm_w.append(w)
+                rm_c.append(c)
+            name = os.path.basename(tp)
+            for clock, hs, rs in (("wall", hf_w, rm_w), ("cpu", hf_c, rm_c)):
+                print(f"{name} {mode:5s} {clock:4s}: remat {rate(nbytes, rs)}, tokenizers "
+                      f"{rate(nbytes, hs)}; remat/tokenizers "
+                      f"{statistics.median(hs) / statistics.median(rs):.2f}x")
         print(f"  {len(ids)} ids from tokenizers, {len(remat_ids)} from remat: "
               f"{'the same' if ids == remat_ids else 'DIFFERENT'}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")

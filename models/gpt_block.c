@@ -6,10 +6,7 @@
 
 static const double LN_EPS = 1e-5;
 
-void block_drop(remat_tensor **t) {
-    if (*t) remat_release(remat_scope_keep(*t));
-    *t = NULL;
-}
+void block_drop(remat_tensor **t) { remat_release_p(t); }
 
 int block_tag(remat_tensor **t, const char *name) {
     remat_tensor *v = NULL;

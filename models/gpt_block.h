@@ -95,7 +95,7 @@ void gpt_block_weights_release(gpt_block_weights *w);
 int gpt_causal_mask(remat_tensor **out, int64_t T, remat_device device);
 
 /* ---- for writing other blocks the same way ----
- * block_drop: releases a scope-owned temporary now (*t = NULL). */
+ * block_drop: releases a temporary now, scope-held or not (*t = NULL). */
 void block_drop(remat_tensor **t);
 /* block_tag: replaces the scope-owned *t by a remat_tag view of it named
  * `name`; the untagged reference goes. */

@@ -10,8 +10,12 @@ formula both sides compute (x[i] = lo + (hi - lo) * frac(i * 0.6180339887 + seed
 Format, one item per line:  case NAME OP ATOL RTOL / in DTYPE NDIM SHAPE... / gout NDIM
 SHAPE... VALUES / out NDIM SHAPE... VALUES / grad INDEX NDIM SHAPE... VALUES / end.
 Usage: /usr/bin/python3 scripts/gen_autocast_fixtures.py tests/fixtures/autocast/ops.txt
+       PYTHON scripts/gen_autocast_fixtures.py --only REGEX tests/fixtures/autocast/ops.txt
+       (the matching cases alone, the others kept: rms_norm_bf16_in and attention_gqa_causal
+       were written so by a PyTorch 2.x, the file's header lines say which)
 """
 import math
+import re
 import sys
 
 import torch
@@ -63,9 +67,52 @@ case("mse_loss_bf16_in", "mse_loss", 1e-3, 1e-3, [("bf16", (5, 6), 15), ("f32", 
 case("sum_bf16_in", "sum_all", 1e-3, 1e-3, [("bf16", (7, 9), 17)], lambda x: x.float().sum())
 
 
-def main(path):
+def rms_norm_f32(x, w):  # remat's f32 category, as Hugging Face's LlamaRMSNorm computes
+    x = x.float()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+# issue 31's ops (written with --only by a PyTorch 2.x: see the file's header lines)
+case("rms_norm_bf16_in", "rms_norm", 1e-3, 1e-3, [("bf16", (3, 16), 18), ("f32", (16,), 19)], rms_norm_f32)
+
+
+def gqa_causal_attention(q, k, v):  # each kv head repeated over its 2 query heads
+    return causal_attention(q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1))
+
+
+case("attention_gqa_causal", "attention", 3e-2, 3e-2,
+     [("f32", (2, 4, 8, 16), 20), ("f32", (2, 2, 8, 16), 21), ("f32", (2, 2, 8, 16), 22)],
+     gqa_causal_attention)
+
+
+def read_cases(path):
+    """The header lines and each case's lines, by name, of an existing file."""
+    head, cases, cur = [], {}, None
+    with open(path) as f:
+        for ln in f.read().splitlines():
+            if ln.startswith("#") and cur is None and not cases:
+                head.append(ln)
+            elif ln.startswith("case "):
+                cur = ln.split()[1]
+                cases[cur] = [ln]
+            elif cur is not None:
+                cases[cur].append(ln)
+    return head, cases
+
+
+def main(path, only=None):
+    """Every case, or (only: a regex) the matching ones, the others kept as they are."""
     lines = ["# torch %s cpu autocast (bf16); scripts/gen_autocast_fixtures.py" % torch.__version__]
+    kept = {}
+    if only:
+        head, kept = read_cases(path)
+        note = "# torch %s cpu autocast (bf16): the cases matching %s (--only)" % (torch.__version__, only.pattern)
+        lines = [h for h in head if h != note] + [note]
     for name, op, atol, rtol, ins, fn in CASES:
+        if only and not only.fullmatch(name):
+            assert name in kept, "case %s is not in %s: run without --only" % (name, path)
+            lines += kept[name]
+            continue
         xs = []
         for dt, shape, seed in ins:
             x = gen(shape, seed)
@@ -89,4 +136,8 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/autocast/ops.txt")
+    args = sys.argv[1:]
+    only = None
+    if len(args) >= 2 and args[0] == "--only":
+        only, args = re.compile(args[1]), args[2:]
+    main(args[0] if args else "tests/fixtures/autocast/ops.txt", only)

@@ -2,6 +2,9 @@
 """Generates the PyTorch golden fixtures for tests/test_fixtures.c.
 
 Usage:  python3 scripts/gen_fixtures.py tests/fixtures      (or: make fixtures)
+        python3 scripts/gen_fixtures.py --only REGEX tests/fixtures
+                (the cases whose names match REGEX alone; the other files and their
+                index lines are kept as they are, whatever torch made them)
 
 For every remat op (include/remat/ops.h) it builds small deterministic inputs
 (seeded per case, so cases do not depend on each other or on their order),
@@ -41,6 +44,7 @@ pyenv shim, a venv) the script re-executes itself with /usr/bin/python3.
 
 import math
 import os
+import re
 import sys
 import zlib
 
@@ -727,6 +731,124 @@ case("copy_")(make_inplace("copy_", (2, 3), (2, 3), [], lambda y, x: y.copy_(x["
 case("copy__broadcast")(make_inplace("copy_", (2, 3), (3,), [], lambda y, x: y.copy_(x["b"])))
 
 
+# ---- issue 31's ops: silu, rms_norm, rope, grouped-query / lower-right attention -------------
+# Made with a PyTorch 2.x (F.rms_norm appeared in 2.4, SDPA's enable_gqa in 2.5; this file
+# falls back to the compositions for an older torch): each file's header names the torch
+# that wrote it (`--only` regenerates these cases alone).
+case("silu")(make_unary("silu", fn=F.silu))
+case("silu_transposed")(make_unary("silu", shape=(4, 3), views={"a": [("transpose", [0, 1])]}, fn=F.silu))
+
+
+def _rms_norm(x, ns, w, eps):
+    if hasattr(F, "rms_norm"):
+        return F.rms_norm(x, ns, w, eps)
+    dims = tuple(range(-len(ns), 0))  # Llama's RMSNorm, for a torch without F.rms_norm
+    y = x * torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + eps)
+    return y * w if w is not None else y
+
+
+def make_rms_norm(shape, n_norm, weight, eps=1e-6, views=None):
+    def build(r, dt):
+        x = T(r.uniform(shape, -2.0, 2.0), dt)
+        ns = tuple(shape[len(shape) - n_norm:])
+        if views and "x" in views:  # normalized shape of the viewed x
+            ns = tuple(apply_view(x, *views["x"][0]).shape[-n_norm:])
+        inputs = [("x", x)]
+        if weight:
+            inputs.append(("weight", T(r.uniform(ns, 0.5, 1.5), dt)))
+        fn = lambda v: _rms_norm(v["x"], ns, v.get("weight"), eps)
+        return Case("rms_norm", fn, inputs, params=[("n_norm", [n_norm]), ("eps", [eps])], views=views)
+
+    return build
+
+
+case("rms_norm_weight")(make_rms_norm((2, 3, 5), 1, True))
+case("rms_norm_plain")(make_rms_norm((2, 3, 5), 1, False))
+case("rms_norm_2d_weight")(make_rms_norm((2, 3, 4), 2, True))
+case("rms_norm_eps")(make_rms_norm((3, 4), 1, True, eps=0.1))
+case("rms_norm_wide")(make_rms_norm((2, 37), 1, True))  # lane blocks and a tail
+case("rms_norm_transposed")(make_rms_norm((6, 3), 1, True, views={"x": [("transpose", [0, 1])]}))
+
+
+def _rope(x, pos, theta):
+    """Hugging Face Llama's apply_rotary_pos_emb (rotate_half, non-interleaved), with the
+    angles, cosines and sines in float64, rounded to x's dtype (as remat computes them)."""
+    D = x.shape[-1]
+    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).to(torch.float64) / D))
+    ang = pos.to(torch.float64)[:, None] * inv_freq[None, :]
+    emb = torch.cat((ang, ang), dim=-1)
+    cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def make_rope(shape, theta, positions=None, views=None):
+    def build(r, dt):
+        x = T(r.uniform(shape, -2.0, 2.0), dt)
+        tn = shape[-2] if not (views and "x" in views) else apply_view(x, *views["x"][0]).shape[-2]
+        inputs = [("x", x)]
+        if positions is not None:
+            inputs.append(("positions", torch.tensor(positions, dtype=torch.int64)))
+        fn = lambda v: _rope(v["x"], v["positions"] if positions is not None else torch.arange(tn), theta)
+        return Case("rope", fn, inputs, params=[("theta", [theta])], views=views)
+
+    return build
+
+
+case("rope")(make_rope((2, 3, 5, 4), 10000.0))
+case("rope_positions")(make_rope((1, 2, 4, 6), 10000.0, positions=[7, 3, 100, 0]))
+case("rope_small_theta")(make_rope((2, 2, 6, 8), 10.0))
+case("rope_large_theta")(make_rope((1, 3, 5, 16), 500000.0, positions=[1000, 1001, 1002, 1003, 1004]))
+case("rope_3d")(make_rope((3, 7, 2), 100.0))
+case("rope_transposed")(make_rope((2, 5, 3, 4), 10000.0, views={"x": [("transpose", [1, 2])]}))
+
+
+def _attention_ref(q, k, v, causal, scale, lower_right):
+    """softmax(q·kᵀ·scale + mask) · v with k and v repeated over their query groups
+    (repeat_interleave: query head h uses kv head h // (Hq / Hkv)); SDPA's enable_gqa
+    where this torch has it."""
+    tq, tk = q.shape[-2], k.shape[-2]
+    mask = None
+    if causal:
+        mask = torch.ones(tq, tk, dtype=torch.bool).tril(tk - tq if lower_right else 0)
+    sc = scale or 1.0 / math.sqrt(q.shape[-1])
+    if q.shape[-3] != k.shape[-3]:
+        try:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=sc, enable_gqa=True)
+        except (TypeError, AttributeError):  # no SDPA (1.13) or no enable_gqa (< 2.5)
+            g = q.shape[-3] // k.shape[-3]
+            k, v = k.repeat_interleave(g, dim=-3), v.repeat_interleave(g, dim=-3)
+    s = (q @ k.transpose(-2, -1)) * sc
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def make_attention_gqa(sq, sk, dv, causal, scale, lower_right=False, views=None):
+    def build(r, dt):
+        q, k = T(r.uniform(sq, -1.5, 1.5), dt), T(r.uniform(sk, -1.5, 1.5), dt)
+        v = T(r.uniform(tuple(sk[:-1]) + (dv,)), dt)
+        fn = lambda x: _attention_ref(x["q"], x["k"], x["v"], causal, scale, lower_right)
+        params = [("causal", [int(causal)]), ("scale", [scale])]
+        if lower_right:
+            params.append(("lower_right", [1]))
+        return Case("attention", fn, [("q", q), ("k", k), ("v", v)], params=params, views=views)
+
+    return build
+
+
+case("attention_gqa_causal")(make_attention_gqa((2, 4, 5, 3), (2, 2, 5, 3), 3, True, 0.0))
+case("attention_mqa")(make_attention_gqa((1, 4, 3, 4), (1, 1, 6, 4), 2, False, 0.5))
+case("attention_gqa_blocks")(make_attention_gqa((1, 6, 70, 4), (1, 2, 70, 4), 3, True, 0.0))
+case("attention_lower_right")(make_attention_gqa((2, 2, 3, 4), (2, 2, 7, 4), 4, True, 0.0, lower_right=True))
+case("attention_gqa_lower_right")(make_attention_gqa((1, 4, 2, 4), (1, 2, 6, 4), 4, True, 0.0,
+                                                     lower_right=True))
+case("attention_gqa_transposed")(make_attention_gqa((2, 5, 4, 4), (2, 5, 2, 4), 4, True, 0.0,
+                                                    views={"q": [("transpose", [1, 2])],
+                                                           "k": [("transpose", [1, 2])],
+                                                           "v": [("transpose", [1, 2])]}))
+
+
 # ---- large cases: sizes above the kernels' OpenMP thresholds (RM_OMP_MIN = 32768
 # elements and fractions of it) and GEMM blocking, so the parallel paths are
 # compared too. Inputs are recipes, outputs and gradients are sampled (see Recipe
@@ -803,6 +925,15 @@ case("masked_fill_large")(large("masked_fill", lambda x: x["a"].masked_fill(x["m
 case("contiguous_large")(large("contiguous", lambda x: x["a"].contiguous(), [("a", (1024, 72), -2.0, 2.0)],
                                views={"a": [("transpose", [0, 1])]}))
 case("relu__large")(large("relu_", lambda x: x["a"].clone().relu_(), [("a", _R, -2.0, 2.0)]))
+case("silu_large")(large("silu", lambda x: F.silu(x["a"]), [("a", _R, -8.0, 8.0)]))
+case("rms_norm_large")(large("rms_norm", lambda x: _rms_norm(x["x"], (288,), x["weight"], 1e-6),
+                             [("x", (128, 288), -2.0, 2.0), ("weight", (288,), 0.5, 1.5)],
+                             params=[("n_norm", [1]), ("eps", [1e-6])]))
+case("rope_large")(large("rope", lambda x: _rope(x["x"], torch.arange(64), 10000.0),
+                         [("x", (2, 8, 64, 64), -2.0, 2.0)], params=[("theta", [10000.0])]))
+case("attention_gqa_large")(large("attention", lambda x: _attention_ref(x["q"], x["k"], x["v"], True, 0.0, False),
+                                  [("q", (2, 8, 96, 16), -1.0, 1.0), ("k", (2, 2, 96, 16), -1.0, 1.0),
+                                   ("v", (2, 2, 96, 16), -2.0, 2.0)], params=[("causal", [1]), ("scale", [0.0])]))
 
 
 # ---------------------------------------------------------------------------
@@ -934,33 +1065,60 @@ def run_case(name, build, dname):
 
 
 def main(argv):
-    if len(argv) != 2:
-        sys.stderr.write("usage: %s OUTPUT_DIR   (e.g. tests/fixtures)\n" % argv[0])
+    args = argv[1:]
+    only = None
+    if len(args) == 3 and args[0] == "--only":
+        only, args = re.compile(args[1]), args[2:]
+        global COMMAND
+        COMMAND = "python3 scripts/gen_fixtures.py --only '%s' %s" % (only.pattern, args[0])
+    if len(args) != 1:
+        sys.stderr.write("usage: %s [--only REGEX] OUTPUT_DIR   (e.g. tests/fixtures)\n" % argv[0])
         return 2
-    outdir = argv[1]
+    outdir = args[0]
     os.makedirs(outdir, exist_ok=True)
     torch.set_num_threads(1)  # reductions in a fixed order
     names = [n for n, _ in BUILDERS]
     dup = {n for n in names if names.count(n) > 1}
     assert not dup, "duplicate case names: %s" % sorted(dup)
+    # --only REGEX: the cases whose name matches are (re)written, every other file and index
+    # line is kept as it is (cases made by another torch stay as that torch made them).
+    kept = {}
+    index_path = os.path.join(outdir, "index.txt")
+    if only and os.path.exists(index_path):
+        with open(index_path) as fh:
+            for ln in fh:
+                if ln.strip() and not ln.startswith("#"):
+                    kept[ln.split()[0]] = ln.rstrip("\n")
     # Stale fixtures of cases that no longer exist must not linger.
     for f in os.listdir(outdir):
-        if f.endswith(".txt"):
+        if f.endswith(".txt") and f != "index.txt" and (not only or only.fullmatch(f[:-4].rsplit("_", 1)[0])):
             os.remove(os.path.join(outdir, f))
     index = []
-    total = 0
+    total = written = 0
     for name, build in BUILDERS:
         for dname in DTYPES:
+            if only and not only.fullmatch(name):
+                cname = "%s_%s" % (name, dname)
+                assert cname in kept, "case %s is not in %s: run without --only" % (cname, index_path)
+                index.append(kept[cname])
+                continue
             cname, op, text = run_case(name, build, dname)
             with open(os.path.join(outdir, cname + ".txt"), "w") as fh:
                 fh.write(text)
             total += len(text)
+            written += 1
             index.append("%s %s %s" % (cname, op, dname))
-    with open(os.path.join(outdir, "index.txt"), "w") as fh:
-        fh.write("# remat golden fixtures: <case> <op> <dtype>, one line per file <case>.txt\n")
-        fh.write("# torch %s; command: %s\n" % (torch.__version__, COMMAND))
+    header = ["# remat golden fixtures: <case> <op> <dtype>, one line per file <case>.txt\n",
+              "# torch %s; command: %s\n" % (torch.__version__, COMMAND)]
+    if only and os.path.exists(index_path):  # the first lines say which torch made what
+        with open(index_path) as fh:
+            header = [ln for ln in fh if ln.startswith("#")]
+        note = "# torch %s: the cases matching %s (--only)\n" % (torch.__version__, only.pattern)
+        header = [h for h in header if h != note] + [note]
+    with open(index_path, "w") as fh:
+        fh.writelines(header)
         fh.write("\n".join(index) + "\n")
-    print("gen_fixtures: wrote %d cases (%d bytes) to %s" % (len(index), total, outdir))
+    print("gen_fixtures: wrote %d cases (%d bytes) to %s" % (written, total, outdir))
     return 0
 
 

@@ -34,3 +34,14 @@ if [ -n "$static" ]; then
   nm -g --defined-only "$static" | awk 'NF >= 3 {print $3}' | sort -u > "$tmp/static"
   check "$static" "$tmp/static"
 fi
+# The soname follows the ABI (remat/version.h): libremat.so.0.MINOR while the
+# major version is 0, libremat.so.MAJOR after.
+v() { sed -n "s/^#define REMAT_VERSION_$1 \([0-9]*\)$/\1/p" "$inc/version.h"; }
+major=$(v MAJOR) minor=$(v MINOR)
+if [ "$major" = 0 ]; then want=libremat.so.0.$minor; else want=libremat.so.$major; fi
+soname=$(objdump -p "$lib" | awk '$1 == "SONAME" {print $2}')
+if [ "$soname" != "$want" ]; then
+  echo "exports.sh: $lib has soname '$soname'; remat/version.h says $want"
+  exit 1
+fi
+echo "exports.sh: soname $soname"

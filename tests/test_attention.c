@@ -267,3 +267,172 @@ Test(attention, bad_input) {
     for (int i = 0; i < 7; i++) remat_release(all[i]);
     cr_assert_eq(remat_live_tensors(), 0);
 }
+
+/* ---- grouped-query heads and the lower-right causal mask ------------------------------------
+ * The reference repeats each kv head over its query group with public ops (unsqueeze, expand,
+ * reshape: the repeat PyTorch's repeat_interleave makes, whose backward sums the group's
+ * gradients) and masks row i to keys j <= i + off (off = Tk - Tq for the lower-right mask,
+ * 0 for the upper-left one). */
+static remat_tensor *repeat_heads(remat_tensor *t, int64_t g) {
+    int n = remat_ndim(t);
+    const int64_t *s = remat_shape(t);
+    int64_t ex[REMAT_MAX_DIMS + 1], sh[REMAT_MAX_DIMS];
+    remat_tensor *u = NULL, *e = NULL, *r = NULL;
+    for (int i = 0; i < n; i++) sh[i] = s[i];
+    sh[n - 3] = s[n - 3] * g;
+    for (int i = 0, j = 0; i <= n; i++) ex[i] = i == n - 2 ? g : s[j++];
+    RT_OK(remat_unsqueeze(&u, t, n - 2));
+    RT_OK(remat_expand(&e, u, n + 1, ex));
+    RT_OK(remat_reshape(&r, e, n, sh));
+    remat_release(u), remat_release(e);
+    return r;
+}
+
+static int composed_off(remat_tensor **out, remat_tensor *q, remat_tensor *k, remat_tensor *v,
+                        bool lower_right, double scale) {
+    int n = remat_ndim(q);
+    int64_t Tq = remat_size(q, n - 2), Tk = remat_size(k, n - 2), off = lower_right ? Tk - Tq : 0;
+    int64_t g = remat_size(q, n - 3) / remat_size(k, n - 3);
+    remat_tensor *kr = repeat_heads(k, g), *vr = repeat_heads(v, g);
+    remat_tensor *kt = NULL, *s = NULL, *t = NULL, *p = NULL;
+    double *m = calloc((size_t)(Tq * Tk), sizeof *m);
+    for (int64_t i = 0; i < Tq; i++)
+        for (int64_t j = 0; j < Tk; j++) m[i * Tk + j] = j > i + off;
+    remat_tensor *mask = rt_tensor(2, (int64_t[]){Tq, Tk}, REMAT_I64, m);
+    free(m);
+    int rc = remat_transpose(&kt, kr, -2, -1);
+    if (!rc) rc = remat_matmul(&s, q, kt);
+    if (!rc) rc = remat_mul_scalar(&t, s, scale);
+    remat_release_p(&s);
+    if (!rc) rc = remat_masked_fill(&s, t, mask, -INFINITY);
+    if (!rc) rc = remat_softmax(&p, s, -1);
+    if (!rc) rc = remat_matmul(out, p, vr);
+    remat_release(kr), remat_release(vr), remat_release(kt), remat_release(s), remat_release(t);
+    remat_release(p), remat_release(mask);
+    return rc;
+}
+
+typedef struct gqa_case {
+    bool lower_right;
+    double scale;
+} gqa_case;
+
+static int gqa_fused_fn(void *ud, remat_tensor *const *in, int n, remat_tensor **out) {
+    (void)n;
+    const gqa_case *c = ud;
+    return c->lower_right ? remat_attention_causal(out, in[0], in[1], in[2],
+                                                   REMAT_CAUSAL_LOWER_RIGHT, c->scale)
+                          : remat_attention(out, in[0], in[1], in[2], true, c->scale);
+}
+
+/* Fused (causal, upper-left or lower-right) against the composed reference: values and the
+ * gradients of sum(out * w). */
+static void compare_gqa(const int64_t *qs, const int64_t *ks, remat_dtype dt, bool lower_right,
+                        double tol) {
+    gqa_case c = {lower_right, 0};
+    int64_t vs[4] = {ks[0], ks[1], ks[2], ks[3] + 1};
+    remat_tensor *in[3] = {rt_leaf(rt_rand(4, qs, dt, -2, 2, 11)),
+                           rt_leaf(rt_rand(4, ks, dt, -2, 2, 12)),
+                           rt_leaf(rt_rand(4, vs, dt, -2, 2, 13))};
+    remat_tensor *a = NULL, *b = NULL, *ga[3] = {0}, *gb[3] = {0};
+    RT_OK(gqa_fused_fn(&c, in, 3, &a));
+    RT_OK(composed_off(&b, in[0], in[1], in[2], lower_right, 1.0 / sqrt((double)qs[3])));
+    rt_assert_close(a, b, tol, tol, "gqa attention output");
+    remat_tensor *w = rt_rand(remat_ndim(a), remat_shape(a), dt, -1, 1, 14);
+    RT_OK(remat_grad(1, &a, &w, 3, in, false, false, ga));
+    RT_OK(remat_grad(1, &b, &w, 3, in, false, false, gb));
+    const char *what[3] = {"dq", "dk", "dv"};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(remat_ndim(ga[i]), 4);
+        for (int d = 0; d < 4; d++)
+            cr_assert_eq(remat_size(ga[i], d), remat_size(in[i], d), "%s: dim %d", what[i], d);
+        rt_assert_close(ga[i], gb[i], tol, tol, what[i]);
+        remat_release(ga[i]), remat_release(gb[i]), remat_release(in[i]);
+    }
+    remat_release(a), remat_release(b), remat_release(w);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+Test(attention, grouped_query_heads_match_repeated_kv) {
+    /* GQA (4 query heads over 2 kv heads), MQA (1 kv head), several query blocks */
+    compare_gqa((int64_t[]){2, 4, 5, 3}, (int64_t[]){2, 2, 5, 3}, REMAT_F64, false, 1e-12);
+    compare_gqa((int64_t[]){1, 6, 3, 4}, (int64_t[]){1, 1, 3, 4}, REMAT_F64, false, 1e-12);
+    compare_gqa((int64_t[]){1, 6, 130, 8}, (int64_t[]){1, 3, 130, 8}, REMAT_F64, false, 1e-12);
+    compare_gqa((int64_t[]){2, 8, 70, 16}, (int64_t[]){2, 2, 70, 16}, REMAT_F32, false, 2e-5);
+}
+
+Test(attention, lower_right_causal_mask_matches_reference) {
+    /* a KV cache: fewer queries than keys (one decoding step, a chunk of a prompt), GQA too;
+     * and more queries than keys, whose first rows see no key (their output is 0) */
+    compare_gqa((int64_t[]){2, 2, 1, 4}, (int64_t[]){2, 2, 9, 4}, REMAT_F64, true, 1e-12);
+    compare_gqa((int64_t[]){1, 4, 3, 4}, (int64_t[]){1, 2, 80, 4}, REMAT_F64, true, 1e-12);
+    compare_gqa((int64_t[]){1, 2, 70, 4}, (int64_t[]){1, 1, 140, 4}, REMAT_F64, true, 1e-12);
+    compare_gqa((int64_t[]){1, 2, 6, 4}, (int64_t[]){1, 2, 6, 4}, REMAT_F64, true, 1e-12);
+}
+
+Test(attention, lower_right_rows_see_every_key_when_there_are_more_queries) {
+    /* Tq > Tk: the first Tq - Tk rows see no key; their output and gradients are 0 */
+    remat_tensor *q = rt_leaf(rt_rand(3, (int64_t[]){1, 5, 4}, REMAT_F64, -1, 1, 21));
+    remat_tensor *k = rt_leaf(rt_rand(3, (int64_t[]){1, 3, 4}, REMAT_F64, -1, 1, 22));
+    remat_tensor *v = rt_leaf(rt_rand(3, (int64_t[]){1, 3, 4}, REMAT_F64, -1, 1, 23));
+    remat_tensor *y = NULL, *g[3] = {NULL};
+    RT_OK(remat_attention_causal(&y, q, k, v, REMAT_CAUSAL_LOWER_RIGHT, 0));
+    double *yv = rt_values(y);
+    for (int i = 0; i < 2 * 4; i++) cr_assert_eq(yv[i], 0.0, "row %d sees no key", i / 4);
+    for (int i = 2 * 4; i < 5 * 4; i++) cr_assert(yv[i] != 0.0);
+    free(yv);
+    remat_tensor *in[3] = {q, k, v}, *s = NULL;
+    RT_OK(remat_sum_all(&s, y));
+    RT_OK(remat_grad(1, &s, NULL, 3, in, false, false, g));
+    remat_release(s);
+    double *gq = rt_values(g[0]);
+    for (int i = 0; i < 2 * 4; i++) cr_assert_eq(gq[i], 0.0);
+    free(gq);
+    for (int i = 0; i < 3; i++) remat_release(g[i]), remat_release(in[i]);
+    remat_release(y);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+Test(attention, gqa_gradcheck_f64) {
+    gqa_case upper = {false, 0}, lower = {true, 0.6};
+    remat_tensor *in[3] = {rt_leaf(rt_rand(4, (int64_t[]){1, 4, 67, 3}, REMAT_F64, -1, 1, 31)),
+                           rt_leaf(rt_rand(4, (int64_t[]){1, 2, 67, 3}, REMAT_F64, -1, 1, 32)),
+                           rt_leaf(rt_rand(4, (int64_t[]){1, 2, 67, 2}, REMAT_F64, -1, 1, 33))};
+    RT_GRADCHECK(gqa_fused_fn, &upper, 3, in);
+    for (int i = 0; i < 3; i++) remat_release(in[i]);
+    remat_tensor *in2[3] = {rt_leaf(rt_rand(4, (int64_t[]){1, 3, 5, 3}, REMAT_F64, -1, 1, 34)),
+                            rt_leaf(rt_rand(4, (int64_t[]){1, 1, 9, 3}, REMAT_F64, -1, 1, 35)),
+                            rt_leaf(rt_rand(4, (int64_t[]){1, 1, 9, 2}, REMAT_F64, -1, 1, 36))};
+    RT_GRADCHECK(gqa_fused_fn, &lower, 3, in2);
+    for (int i = 0; i < 3; i++) remat_release(in2[i]);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* The repeat is never made: the forward allocates its output and the saved log-sum-exp only. */
+Test(attention, gqa_never_materialises_the_repeated_kv) {
+    const int64_t B = 2, Hq = 8, Hkv = 2, T = 64, D = 16;
+    remat_tensor *q = rt_rand(4, (int64_t[]){B, Hq, T, D}, REMAT_F32, -1, 1, 41);
+    remat_tensor *k = rt_rand(4, (int64_t[]){B, Hkv, T, D}, REMAT_F32, -1, 1, 42);
+    remat_tensor *v = rt_rand(4, (int64_t[]){B, Hkv, T, D}, REMAT_F32, -1, 1, 43);
+    remat_tensor *y = NULL;
+    size_t before = rt_device_current_bytes();
+    RT_OK(remat_attention(&y, q, k, v, true, 0));
+    size_t grown = rt_device_current_bytes() - before;
+    cr_assert_eq(grown, (size_t)(B * Hq * T * D) * sizeof(float),
+                 "the forward (no grad) kept %zu bytes, expected its output alone", grown);
+    remat_release(y), remat_release(q), remat_release(k), remat_release(v);
+}
+
+Test(attention, gqa_bad_head_counts) {
+    remat_tensor *q = rt_rand(4, (int64_t[]){1, 6, 3, 4}, REMAT_F32, -1, 1, 1);
+    remat_tensor *k4 = rt_rand(4, (int64_t[]){1, 4, 3, 4}, REMAT_F32, -1, 1, 2);
+    remat_tensor *k2 = rt_rand(4, (int64_t[]){1, 2, 3, 4}, REMAT_F32, -1, 1, 3);
+    remat_tensor *v3 = rt_rand(4, (int64_t[]){1, 3, 3, 4}, REMAT_F32, -1, 1, 4);
+    remat_tensor *y = NULL;
+    RT_FAILS(remat_attention(&y, q, k4, k4, false, 0), REMAT_ESHAPE, "multiple");
+    cr_assert_null(y);
+    RT_FAILS(remat_attention(&y, q, k2, v3, false, 0), REMAT_ESHAPE, "same number of heads");
+    RT_FAILS(remat_attention_causal(&y, q, k2, k2, (remat_causal_variant)7, 0), REMAT_EINVAL,
+             "variant");
+    remat_release(q), remat_release(k4), remat_release(k2), remat_release(v3);
+}

@@ -57,6 +57,7 @@ static int run_op(const char *op, remat_tensor **x, remat_tensor **y, bool *lowe
     if (!strcmp(op, "softmax")) return remat_softmax(y, x[0], -1);
     if (!strcmp(op, "log_softmax")) return remat_log_softmax(y, x[0], -1);
     if (!strcmp(op, "layer_norm")) return remat_layer_norm(y, x[0], 1, x[1], x[2], 1e-5);
+    if (!strcmp(op, "rms_norm")) return remat_rms_norm(y, x[0], 1, x[1], 1e-6);
     if (!strcmp(op, "mse_loss")) return remat_mse_loss(y, x[0], x[1]);
     if (!strcmp(op, "sum_all")) return remat_sum_all(y, x[0]);
     if (!strcmp(op, "cross_entropy")) {
@@ -146,6 +147,6 @@ Test(autocast_fixtures, every_autocast_op_matches_pytorch_1_13) {
         }
     }
     fclose(f);
-    cr_assert_eq(ncases, 9, "expected 9 cases, read %d", ncases);
+    cr_assert_eq(ncases, 11, "expected 11 cases, read %d", ncases);
     cr_assert_eq(remat_live_tensors(), 0);
 }

@@ -18,8 +18,8 @@
 #include "support/rt.h"
 
 static const rm_unary_op k_ops[] = {
-    RM_U_NEG,      RM_U_EXP,       RM_U_LOG, RM_U_SQRT, RM_U_TANH, RM_U_SIGMOID, RM_U_RELU,
-    RM_U_GELU_ERF, RM_U_GELU_TANH, RM_U_POW, RM_U_ADD,  RM_U_MUL,  RM_U_RSUB,
+    RM_U_NEG,      RM_U_EXP,       RM_U_LOG,  RM_U_SQRT, RM_U_TANH, RM_U_SIGMOID, RM_U_RELU,
+    RM_U_GELU_ERF, RM_U_GELU_TANH, RM_U_SILU, RM_U_POW,  RM_U_ADD,  RM_U_MUL,     RM_U_RSUB,
 };
 #define N_OPS (sizeof k_ops / sizeof *k_ops)
 /* pow's exponents: fractional (NaN below 0), integral, and 0 (backward's special case) */
@@ -275,8 +275,8 @@ Test(bf16_elementwise, mixed_add_matches_via_f32_bitwise) {
  * the size that builds a table), the gradient through bf16_values' mix; forward,
  * backward and in-place backward at 1 and 2 threads; the tables must have been built. */
 Test(bf16_unary, lookup_tables_match_via_f32_for_every_bit_pattern) {
-    static const rm_unary_op ops[] = {RM_U_EXP,     RM_U_LOG,      RM_U_TANH,
-                                      RM_U_SIGMOID, RM_U_GELU_ERF, RM_U_GELU_TANH};
+    static const rm_unary_op ops[] = {RM_U_EXP,      RM_U_LOG,       RM_U_TANH, RM_U_SIGMOID,
+                                      RM_U_GELU_ERF, RM_U_GELU_TANH, RM_U_SILU};
     const int64_t n = 2 * 65536 + 3;
     remat_tensor *x = NULL;
     RT_OK(remat_empty(&x, 1, &n, REMAT_BF16, REMAT_DEVICE_CPU));

@@ -447,3 +447,99 @@ Test(checkpoint_models, recomputed_tensors_freed_when_unpacked_even_with_retain_
     rt_mlp_block_free(&b);
     cr_assert_eq(remat_live_tensors(), 0);
 }
+
+/* ---- a Llama-style block: RMSNorm, grouped-query attention with RoPE (the fused kernel, the
+ * kv heads never repeated), a SwiGLU MLP ---------------------------------------------------- */
+typedef struct llama_block {
+    int dim, heads, kv_heads, hidden;
+    remat_tensor *p[9]; /* norm1, wq, wk, wv, wo, norm2, w_gate, w_up, w_down */
+    int calls;
+} llama_block;
+
+static void llama_init(llama_block *b, int dim, int heads, int kv_heads, int hidden,
+                       unsigned seed) {
+    b->dim = dim, b->heads = heads, b->kv_heads = kv_heads, b->hidden = hidden, b->calls = 0;
+    const int hd = dim / heads;
+    const int64_t shapes[9][2] = {
+        {dim, 0}, {dim, dim},    {kv_heads * hd, dim}, {kv_heads * hd, dim}, {dim, dim},
+        {dim, 0}, {hidden, dim}, {hidden, dim},        {dim, hidden}};
+    for (int i = 0; i < 9; i++) {
+        bool norm = i == 0 || i == 5;
+        b->p[i] = rt_leaf(rt_rand(norm ? 1 : 2, shapes[i], REMAT_F32, norm ? 0.5 : -0.4,
+                                  norm ? 1.5 : 0.4, seed + (unsigned)i));
+    }
+}
+
+static void llama_free(llama_block *b) {
+    for (int i = 0; i < 9; i++) remat_release(b->p[i]);
+}
+
+/* (B, T, n·hd) -> (B, n, T, hd) */
+static int to_heads(remat_tensor **out, remat_tensor *t, int n, int hd) {
+    remat_tensor *r = NULL;
+    const int64_t *s = remat_shape(t);
+    int rc = remat_reshape(&r, t, 4, (int64_t[]){s[0], s[1], n, hd});
+    if (!rc) rc = remat_transpose(out, r, 1, 2);
+    remat_release(r);
+    return rc;
+}
+
+static int llama_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    llama_block *b = ud;
+    b->calls++;
+    remat_tensor *x = in[0], *t[24] = {NULL};
+    const int hd = b->dim / b->heads;
+    const int64_t *s = remat_shape(x);
+    int rc = remat_rms_norm(&t[0], x, 1, b->p[0], 1e-5);
+    if (!rc) rc = remat_linear(&t[1], t[0], b->p[1], NULL);
+    if (!rc) rc = remat_linear(&t[2], t[0], b->p[2], NULL);
+    if (!rc) rc = remat_linear(&t[3], t[0], b->p[3], NULL);
+    if (!rc) rc = to_heads(&t[4], t[1], b->heads, hd);
+    if (!rc) rc = to_heads(&t[5], t[2], b->kv_heads, hd);
+    if (!rc) rc = to_heads(&t[6], t[3], b->kv_heads, hd);
+    if (!rc) rc = remat_rope(&t[7], t[4], NULL, 10000.0);
+    if (!rc) rc = remat_rope(&t[8], t[5], NULL, 10000.0);
+    if (!rc) rc = remat_attention(&t[9], t[7], t[8], t[6], true, 0);
+    if (!rc) rc = remat_transpose(&t[10], t[9], 1, 2);
+    if (!rc) rc = remat_reshape(&t[11], t[10], 3, (int64_t[]){s[0], s[1], b->dim});
+    if (!rc) rc = remat_linear(&t[12], t[11], b->p[4], NULL);
+    if (!rc) rc = remat_add(&t[13], x, t[12]);
+    if (!rc) rc = remat_rms_norm(&t[14], t[13], 1, b->p[5], 1e-5);
+    if (!rc) rc = remat_linear(&t[15], t[14], b->p[6], NULL);
+    if (!rc) rc = remat_silu(&t[16], t[15]);
+    if (!rc) rc = remat_linear(&t[17], t[14], b->p[7], NULL);
+    if (!rc) rc = remat_mul(&t[18], t[16], t[17]);
+    if (!rc) rc = remat_linear(&t[19], t[18], b->p[8], NULL);
+    if (!rc) rc = remat_add(&out[0], t[13], t[19]);
+    for (int i = 0; i < 24; i++) remat_release(t[i]);
+    return rc;
+}
+
+#define L_LLAMA 2
+
+Test(checkpoint_models, llama_block_gradients_bitwise_equal) {
+    llama_block b[L_LLAMA];
+    void *uds[L_LLAMA];
+    remat_tensor *params[L_LLAMA * 9];
+    for (int i = 0; i < L_LLAMA; i++) {
+        llama_init(&b[i], 16, 4, 2, 24, 300 + 20 * (unsigned)i);
+        uds[i] = &b[i];
+        memcpy(params + 9 * i, b[i].p, sizeof b[i].p);
+    }
+    remat_tensor *x = rt_leaf(rt_rand(3, (int64_t[]){2, 6, 16}, REMAT_F32, -1, 1, 78));
+    rt_grads ref, got;
+    rt_run_blocks(SEED, L_LLAMA, llama_fn, uds, params, L_LLAMA * 9, x, NULL, &ref);
+    for (int mode = 0; mode < 2; mode++) {
+        remat_checkpoint_options o = opts_for(mode);
+        rt_run_blocks(SEED, L_LLAMA, llama_fn, uds, params, L_LLAMA * 9, x, &o, &got);
+        rt_assert_same_grads(&ref, &got, mode ? "llama reentrant" : "llama non-reentrant");
+        for (int i = 0; i < L_LLAMA; i++)
+            cr_assert_eq(b[i].calls, 1 + 2 * (mode + 1), "block %d ran %d times", i, b[i].calls);
+        rt_grads_free(&got);
+    }
+    rt_grads_free(&ref);
+    remat_release(x);
+    for (int i = 0; i < L_LLAMA; i++) llama_free(&b[i]);
+    cr_assert_eq(remat_live_tensors(), 0);
+}

@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
 #include <math.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1371,6 +1373,174 @@ Test(cli, save_refuses_non_regular_targets_honours_umask_and_cleans_temporaries)
     cr_assert_eq(st.st_mode & 0777, 0644, "mode %o with umask 022", st.st_mode & 0777);
     cr_assert_neq(access(path("s.bin.tmp.AbC123"), F_OK), 0, "stale temporary not removed");
     cr_assert_eq(access(path("other.bin.tmp.AbC123"), F_OK), 0, "another target's file removed");
+}
+
+/* Every output path is checked before the first step (a run must not train for an
+ * hour and then fail to write): a missing directory, a directory in the file's place,
+ * two flags naming one file, an output over an input; each fails at once, naming the
+ * flag and the path, with no step run. bench's plots likewise, before measuring. */
+Test(cli, output_paths_are_checked_before_the_first_step) {
+    cr_assert_eq(mkdir(path("adir"), 0755), 0);
+    FILE *f = fopen(path("in.txt"), "w");
+    cr_assert(f);
+    for (int i = 0; i < 200; i++) fputs("the quick brown fox jumps over the lazy dog\n", f);
+    fclose(f);
+    const struct {
+        const char *flags, *want;
+    } cases[] = {
+        {"--log %s/no/such/dir/x.log", "directory"},
+        {"--save %s/adir", "is a directory"},
+        {"--trace %s/adir", "is a directory"},
+        {"--timeline %s/no/t.svg", "does not exist"},
+        {"--log %s/same --trace %s/same", "name the same file"},
+        {"--data %s/in.txt --log %s/in.txt", "--data file"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char flags[1024], *o;
+        snprintf(flags, sizeof flags, cases[i].flags, g_dir, g_dir);
+        int rc = run(&o, true, "train " TINY " --steps 1000 --json %s", flags);
+        cr_assert(rc == 1 && strstr(o, cases[i].want) && !strstr(o, "\"losses\""),
+                  "`train %s`: %d %s", flags, rc, o);
+        const char *flag = strchr(cases[i].flags, ' ') ? cases[i].flags : "";
+        char name[32];
+        snprintf(name, sizeof name, "%.*s", (int)strcspn(flag, " "), flag);
+        if (i < 4) cr_assert(strstr(o, name), "the message names %s: %s", name, o);
+        free(o);
+    }
+    char *o;
+    int rc = run(&o, true, "bench " TINY " --strategies none --svg %s/no/such/p.svg", g_dir);
+    cr_assert(rc == 1 && strstr(o, "--svg") && strstr(o, "does not exist") && !strstr(o, "step ms"),
+              "%d %s", rc, o);
+    free(o);
+    rc = run(&o, true, "bench " TINY " --strategies none --out %s/in.txt", g_dir);
+    cr_assert(rc == 1 && strstr(o, "--out") && strstr(o, "not a directory"), "%d %s", rc, o);
+    free(o);
+}
+
+/* --log on a resumed run goes on with the first run's log: one line per step,
+ * steps 1..6 once each. */
+Test(cli, log_appends_on_resume) {
+    char *o;
+    cr_assert_eq(
+        run(&o, true, "train " TINY " --steps 3 --save %s --log %s", path("r.bin"), path("r.log")),
+        0, "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 6 --resume %s --log %s", path("r.bin"),
+                     path("r.log")),
+                 0, "%s", o);
+    free(o);
+    FILE *f = fopen(path("r.log"), "r");
+    cr_assert(f);
+    char line[512];
+    int next = 1;
+    while (fgets(line, sizeof line, f)) {
+        const char *st = strstr(line, "\"step\":");
+        if (!st || !strstr(line, "\"loss\"")) continue;
+        cr_assert_eq(atoi(st + 7), next, "step line %s after %d", line, next - 1);
+        next++;
+    }
+    fclose(f);
+    cr_assert_eq(next, 7, "%d step lines", next - 1);
+}
+
+/* Two runs saving to one path: the second fails at its start, naming the first
+ * (here the test holds the claim, as a running `remat train --save` does), and the
+ * first's file and temporaries are left alone. */
+Test(cli, two_runs_cannot_save_to_one_path) {
+    int fd = open(path("both.bin.lock"), O_RDWR | O_CREAT, 0644);
+    cr_assert(fd >= 0);
+    cr_assert_eq(flock(fd, LOCK_EX | LOCK_NB), 0);
+    cr_assert_eq(write(fd, "4242\n", 5), 5);
+    FILE *f = fopen(path("both.bin.tmp.AbC123"), "w"); /* the other run's save in progress */
+    fputs("being written", f);
+    fclose(f);
+    char *o;
+    int rc = run(&o, true, "train " TINY " --steps 1 --save %s", path("both.bin"));
+    cr_assert(rc == 1 && strstr(o, "another run (process 4242)") && strstr(o, "--save"), "%d %s",
+              rc, o);
+    free(o);
+    cr_assert_eq(access(path("both.bin.tmp.AbC123"), F_OK), 0, "the other run's temporary went");
+    cr_assert_neq(access(path("both.bin"), F_OK), 0);
+    close(fd); /* the other run ends: saving there works, and leaves no lock file */
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 1 --save %s", path("both.bin")), 0, "%s", o);
+    free(o);
+    cr_assert_eq(access(path("both.bin"), F_OK), 0);
+    cr_assert_neq(access(path("both.bin.lock"), F_OK), 0, "the lock file stayed");
+}
+
+/* --resume keeps the saved run's --checkpoint, --autocast and --save-every unless
+ * given again, and says so; given, the flag wins (and nothing is said about it). The
+ * resumed run equals the uninterrupted one bitwise only with the same checkpointing
+ * and autocast: the loss bits show that it kept them. */
+Test(cli, resume_keeps_the_saved_strategy_autocast_and_save_schedule) {
+    char *full, *o, *rest;
+    const char *flags = "--checkpoint block --autocast bf16";
+    cr_assert_eq(run(&full, false, "train " TINY " --steps 4 --json %s", flags), 0, "%s", full);
+    cr_assert_eq(run(&o, false, "train " TINY " --steps 2 %s --save-every 2 --save %s", flags,
+                     path("k.bin")),
+                 0, "%s", o);
+    free(o);
+    /* not --quiet: the note goes to stderr; --save-every is kept where there is a --save */
+    cr_assert_eq(run(&o, true,
+                     "train --layers 1 --width 32 --heads 2 --context 24 --batch 8 --threads 1 "
+                     "--steps 3 --resume %s --save %s",
+                     path("k.bin"), path("k2.bin")),
+                 0, "%s", o);
+    cr_assert(strstr(o, "continuing with the saved run's --checkpoint block, --autocast bf16, "
+                        "--save-every 2"),
+              "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, false, "train " TINY " --steps 2 %s --save %s", flags, path("k.bin")), 0,
+                 "%s", o);
+    free(o);
+    cr_assert_eq(run(&rest, false, "train " TINY " --steps 4 --json --resume %s", path("k.bin")), 0,
+                 "%s", rest);
+    const char *a = strstr(full, "\"loss_bits\""), *b = strstr(rest, "\"loss_bits\"");
+    cr_assert(a && b && strncmp(a, b, 40) == 0, "resumed differs:\n%s\n%s", full, rest);
+    cr_assert(strstr(rest, "\"strategy\":\"block\""), "%s", rest);
+    free(full), free(rest);
+    /* given: the flag wins */
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 3 --json --resume %s --checkpoint none",
+                     path("k.bin")),
+                 0, "%s", o);
+    cr_assert(strstr(o, "\"strategy\":\"none\""), "%s", o);
+    free(o);
+}
+
+/* A re-save keeps the file's mode (a new file gets the umask's: the test above). */
+Test(cli, a_resave_keeps_the_files_mode) {
+    char *o;
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 1 --save %s", path("m.bin")), 0, "%s", o);
+    free(o);
+    cr_assert_eq(chmod(path("m.bin"), 0640), 0);
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 2 --resume %s --save %s", path("m.bin"),
+                     path("m.bin")),
+                 0, "%s", o);
+    free(o);
+    struct stat st;
+    cr_assert_eq(stat(path("m.bin"), &st), 0);
+    cr_assert_eq(st.st_mode & 07777, 0640, "mode %o", st.st_mode & 07777);
+}
+
+/* A CPU run of a build with the cuda backend neither loads cuBLAS (dlopen'd at the
+ * first GEMM on a cuda device: src/backends/cuda/cublas_api.c) nor is resident like
+ * one that does: linked, cuBLAS and cuBLASLt alone made a tiny run 166 MiB resident
+ * (17 MiB without). The loader's own log says what it loaded. */
+Test(cli, a_cpu_run_does_not_load_cublas) {
+    snprintf(g_env, sizeof g_env, "LD_DEBUG=libs ");
+    char *o;
+    int rc = run(&o, true, "train " TINY " --steps 1");
+    g_env[0] = '\0';
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(strstr(o, "libremat") || strstr(o, "libc.so"), "no loader log: %.400s", o);
+    cr_assert(!strstr(o, "libcublas"), "a CPU run loaded cuBLAS");
+    free(o);
+    cr_assert_eq(run(&o, false, "train " TINY " --steps 1 --json"), 0, "%s", o);
+    const char *r = strstr(o, "\"peak_rss_bytes\":");
+    cr_assert(r, "%s", o);
+    double rss = atof(r + 17);
+    cr_assert(rss > 0 && rss < 64.0 * 1048576, "peak RSS %.1f MiB", rss / 1048576);
+    free(o);
 }
 
 Test(cli, flags_checked_against_the_model_in_use) {

@@ -250,7 +250,7 @@ Test(cuda_indexing, attention_batch_offsets_follow_the_leading_strides) {
      * (T * 3HD, D, 3HD, 1) with T = 5, D = 4 */
     const int64_t T = 5, D = 4, H = 3, B = 2, row = 3 * H * D;
     rmk_att_lead l = {2, {B, H}};
-    rmk_att_operand o = {{T * row, D}, row, 1};
+    rmk_att_operand o = {{T * row, D}, row, 1, 1};
     for (int64_t b = 0; b < B * H; b++) {
         int64_t bb = b / H, h = b % H;
         cr_assert_eq(rmk_att_boff(&l, &o, b), bb * T * row + h * D, "batch entry %lld",
@@ -258,6 +258,18 @@ Test(cuda_indexing, attention_batch_offsets_follow_the_leading_strides) {
     }
     rmk_att_lead none = {0, {0}};
     cr_assert_eq(rmk_att_boff(&none, &o, 0), 0);
+    /* grouped-query k (B, Hkv = 1, T, D) contiguous under q's (B, H = 3) leading shape: query
+     * head h reads kv head h / 3 */
+    rmk_att_operand kv = {{1 * T * D, T * D}, D, 1, H};
+    for (int64_t b = 0; b < B * H; b++)
+        cr_assert_eq(rmk_att_boff(&l, &kv, b), (b / H) * T * D, "kv entry of query entry %lld",
+                     (long long)b);
+    /* (B, Hkv = 2, T, D) under (B, H = 4): heads 0, 1 -> kv 0; 2, 3 -> kv 1 */
+    rmk_att_lead l4 = {2, {B, 4}};
+    rmk_att_operand kv2 = {{2 * T * D, T * D}, D, 1, 2};
+    for (int64_t b = 0; b < B * 4; b++)
+        cr_assert_eq(rmk_att_boff(&l4, &kv2, b), (b / 4) * 2 * T * D + (b % 4 / 2) * T * D,
+                     "kv entry of query entry %lld", (long long)b);
 }
 
 Test(cuda_indexing, attention_head_classes) {

@@ -112,6 +112,7 @@ U1(sigmoid, remat_sigmoid(out, in[0]))
 U1(relu, remat_relu(out, in[0]))
 U1(gelu_erf, remat_gelu(out, in[0], REMAT_GELU_ERF))
 U1(gelu_tanh, remat_gelu(out, in[0], REMAT_GELU_TANH))
+U1(silu, remat_silu(out, in[0]))
 U1(pow_scalar, remat_pow_scalar(out, in[0], 2.5))
 U1(add_scalar, remat_add_scalar(out, in[0], 0.5))
 U1(sub_scalar, remat_sub_scalar(out, in[0], 0.5))
@@ -129,10 +130,16 @@ U1(mean, remat_mean(out, in[0], 1, (const int[]){0}, true))
 U1(softmax, remat_softmax(out, in[0], 1))
 U1(log_softmax, remat_log_softmax(out, in[0], 0))
 U1(layer_norm, remat_layer_norm(out, in[0], 1, in[1], in[2], 1e-5))
+U1(rms_norm, remat_rms_norm(out, in[0], 1, in[1], 1e-5))
+U1(rms_norm_plain, remat_rms_norm(out, in[0], 2, NULL, 1e-3))
+static remat_tensor *g_pos;
+U1(rope, remat_rope(out, in[0], g_pos, 50.0))
+U1(rope_default, remat_rope(out, in[0], NULL, 1e4))
 U1(dropout, remat_dropout(out, in[0], 0.5, true))
 U1(matmul, remat_matmul(out, in[0], in[1]))
 U1(linear, remat_linear(out, in[0], in[1], in[2]))
 U1(attention, remat_attention(out, in[0], in[1], in[2], true, 0))
+U1(attention_gqa, remat_attention_causal(out, in[0], in[1], in[2], REMAT_CAUSAL_LOWER_RIGHT, 0))
 U1(mse_loss, remat_mse_loss(out, in[0], in[1]))
 U1(reshape, remat_reshape(out, in[0], 2, (const int64_t[]){3, 2}))
 U1(view, remat_view(out, in[0], 1, (const int64_t[]){6}))
@@ -288,6 +295,14 @@ static remat_tensor *mk_lin(int i) {
 static remat_tensor *mk_att(int i) {
     return R(3, (const int64_t[]){1, 3, 2}, -1, 1, 80 + (unsigned)i);
 }
+static remat_tensor *mk_rope(int i) {
+    RM_UNUSED(i);
+    return R(4, (const int64_t[]){1, 2, 3, 4}, -1, 1, 93);
+}
+static remat_tensor *mk_gqa(int i) { /* q (1, 4, 2, 2) over k, v (1, 2, 3, 2) */
+    return i == 0 ? R(4, (const int64_t[]){1, 4, 2, 2}, -1, 1, 94)
+                  : R(4, (const int64_t[]){1, 2, 3, 2}, -1, 1, 94 + (unsigned)i);
+}
 static remat_tensor *mk_emb(int i) {
     RM_UNUSED(i);
     return R(2, (const int64_t[]){4, 2}, -1, 1, 90);
@@ -315,6 +330,7 @@ static const gg_case k_cases[] = {
     {"remat_relu", "", f_relu, 1, mk_relu},
     {"remat_gelu", "erf", f_gelu_erf, 1, mk_23},
     {"remat_gelu", "tanh", f_gelu_tanh, 1, mk_23},
+    {"remat_silu", "", f_silu, 1, mk_23},
     {"remat_pow_scalar", "", f_pow_scalar, 1, mk_pos},
     {"remat_add_scalar", "", f_add_scalar, 1, mk_23},
     {"remat_sub_scalar", "", f_sub_scalar, 1, mk_23},
@@ -333,6 +349,10 @@ static const gg_case k_cases[] = {
     {"remat_softmax", "", f_softmax, 1, mk_23},
     {"remat_log_softmax", "", f_log_softmax, 1, mk_23},
     {"remat_layer_norm", "affine", f_layer_norm, 3, mk_ln},
+    {"remat_rms_norm", "weight", f_rms_norm, 2, mk_ln},
+    {"remat_rms_norm", "plain 2d", f_rms_norm_plain, 1, mk_23},
+    {"remat_rope", "positions", f_rope, 1, mk_rope},
+    {"remat_rope", "0..T-1", f_rope_default, 1, mk_rope},
     {"remat_dropout", "train", f_dropout, 1, mk_23},
     {"remat_embedding", "", f_embedding, 1, mk_emb},
     {"remat_cross_entropy", "ignore", f_cross_entropy, 1, mk_ce},
@@ -341,6 +361,7 @@ static const gg_case k_cases[] = {
     {"remat_matmul", "mv", f_matmul, 2, mk_mv},
     {"remat_linear", "3d_bias", f_linear, 3, mk_lin},
     {"remat_attention", "causal", f_attention, 3, mk_att},
+    {"remat_attention", "gqa lower-right", f_attention_gqa, 3, mk_gqa},
     {"remat_mse_loss", "", f_mse_loss, 2, mk_23},
     {"remat_reshape", "", f_reshape, 1, mk_23},
     {"remat_view", "", f_view, 1, mk_23},
@@ -412,11 +433,13 @@ static void make_globals(void) {
     g_mask = rt_tensor(2, S23, REMAT_I64, m);
     g_idx = rt_tensor(1, (const int64_t[]){5}, REMAT_I64, idx);
     g_targets = rt_tensor(1, (const int64_t[]){3}, REMAT_I64, tg);
+    g_pos = rt_tensor(1, (const int64_t[]){3}, REMAT_I64, (const double[]){4, 1, 9});
 }
 static void free_globals(void) {
     remat_release(g_idx);
     remat_release(g_targets);
     remat_release(g_mask);
+    remat_release(g_pos);
 }
 
 Test(double_backward, gradgradcheck_every_case, .init = make_globals, .fini = free_globals) {
@@ -465,4 +488,37 @@ Test(double_backward, to_dtype_across_dtypes) {
     free(hv);
     remat_release(x), remat_release(y), remat_release(sq), remat_release(s), remat_release(g);
     remat_release(gs), remat_release(h);
+}
+
+/* ---- the .grad cycle (issue 32) ----------------------------------------------------------- */
+static int g_warnings;
+static char g_last_warning[512];
+static void count_warning(void *ud, remat_log_level level, const char *msg) {
+    (void)ud, (void)level;
+    g_warnings++;
+    snprintf(g_last_warning, sizeof g_last_warning, "%s", msg);
+}
+
+/* backward_ex with create_graph into .grad: .grad's graph refers to the
+ * leaf, a cycle; it warns once (as PyTorch does), and resetting .grad
+ * breaks it, leaving nothing alive. */
+Test(double_backward, create_graph_into_grad_warns_of_the_cycle_that_reset_breaks) {
+    remat_set_log_callback(count_warning, NULL);
+    remat_tensor *x = rt_leaf(rt_rand(1, (int64_t[]){3}, REMAT_F64, -1, 1, 9));
+    remat_tensor *y = NULL, *l = NULL;
+    RT_OK(remat_mul(&y, x, x));
+    RT_OK(remat_sum_all(&l, y));
+    const remat_backward_options cg = {.create_graph = true};
+    RT_OK(remat_backward_ex(1, &l, NULL, 0, NULL, &cg));
+    cr_assert_not_null(remat_grad_fn(remat_tensor_grad(x)), ".grad is differentiable");
+    cr_assert_eq(g_warnings, 1);
+    cr_assert(strstr(g_last_warning, "reference cycle"), "%s", g_last_warning);
+    RT_OK(remat_backward_ex(1, &l, NULL, 0, NULL, &cg));
+    cr_assert_eq(g_warnings, 1, "once");
+    remat_release(l);
+    remat_release(y);
+    RT_OK(remat_set_grad(x, NULL)); /* breaks the cycle */
+    remat_release(x);
+    cr_assert_eq(remat_live_tensors(), 0, "%lld left", (long long)remat_live_tensors());
+    remat_set_log_callback(NULL, NULL);
 }

@@ -1,5 +1,6 @@
 /* tests/test_errors.c — status names, messages, warnings, NULL handling,
  * device registry errors. */
+#include <stdio.h>
 #include <string.h>
 
 #include "support/rt.h"
@@ -156,4 +157,21 @@ Test(errors, mixed_devices_are_rejected) {
     cr_assert_null(c);
     remat_release(a);
     remat_release(b);
+}
+
+/* ---- versions (issue 32): the headers and the library agree, and a mismatch is named ---------- */
+Test(errors, version_check_names_both_versions) {
+    cr_assert_eq(remat_version_number(), REMAT_VERSION_NUMBER);
+    char v[32];
+    snprintf(v, sizeof v, "%d.%d.%d", REMAT_VERSION_MAJOR, REMAT_VERSION_MINOR,
+             REMAT_VERSION_PATCH);
+    cr_assert_str_eq(remat_version_string(), v);
+    RT_OK(REMAT_VERSION_CHECK());
+    RT_OK(remat_version_check(REMAT_VERSION_MAJOR, REMAT_VERSION_MINOR, REMAT_VERSION_PATCH + 7));
+    RT_FAILS(remat_version_check(REMAT_VERSION_MAJOR, REMAT_VERSION_MINOR + 1, 0),
+             REMAT_EUNSUPPORTED, v);
+    RT_FAILS(remat_version_check(REMAT_VERSION_MAJOR + 1, 0, 0), REMAT_EUNSUPPORTED,
+             "compiled with the headers of remat");
+    if (REMAT_VERSION_MAJOR == 0) /* 0.x: every minor version is its own ABI */
+        RT_FAILS(remat_version_check(0, REMAT_VERSION_MINOR - 1, 9), REMAT_EUNSUPPORTED, NULL);
 }

@@ -155,6 +155,7 @@ static int op_sqrt(run *r, remat_tensor **o, int *n) { return unary(r, o, n, rem
 static int op_tanh(run *r, remat_tensor **o, int *n) { return unary(r, o, n, remat_tanh); }
 static int op_sigmoid(run *r, remat_tensor **o, int *n) { return unary(r, o, n, remat_sigmoid); }
 static int op_relu(run *r, remat_tensor **o, int *n) { return unary(r, o, n, remat_relu); }
+static int op_silu(run *r, remat_tensor **o, int *n) { return unary(r, o, n, remat_silu); }
 static int op_contiguous(run *r, remat_tensor **o, int *n) {
     return unary(r, o, n, remat_contiguous);
 }
@@ -204,6 +205,21 @@ static int op_layer_norm(run *r, remat_tensor **o, int *n) {
                             input_or_null(r, "bias"), eps);
 }
 
+static int op_rms_norm(run *r, remat_tensor **o, int *n) {
+    NEED("x", x);
+    PINT("n_norm", n_norm);
+    PDBL("eps", eps);
+    *n = 1;
+    return remat_rms_norm(&o[0], x, (int)n_norm, input_or_null(r, "weight"), eps);
+}
+
+static int op_rope(run *r, remat_tensor **o, int *n) {
+    NEED("x", x);
+    PDBL("theta", theta);
+    *n = 1;
+    return remat_rope(&o[0], x, input_or_null(r, "positions"), theta);
+}
+
 static int op_attention(run *r, remat_tensor **o, int *n) {
     NEED("q", q);
     NEED("k", k);
@@ -211,6 +227,10 @@ static int op_attention(run *r, remat_tensor **o, int *n) {
     PINT("causal", causal);
     PDBL("scale", scale);
     *n = 1;
+    /* the lower-right causal mask (a KV cache's): a param of the cases that have it */
+    const char *lr = fx_param_str(r->c, "lower_right");
+    if (lr && strcmp(lr, "1") == 0)
+        return remat_attention_causal(&o[0], q, k, v, REMAT_CAUSAL_LOWER_RIGHT, scale);
     return remat_attention(&o[0], q, k, v, causal != 0, scale);
 }
 
@@ -459,11 +479,14 @@ static const op_entry k_ops[] = {
     {"sigmoid", "unary", op_sigmoid},
     {"relu", "unary", op_relu},
     {"gelu", "unary", op_gelu},
+    {"silu", "unary", op_silu},
     {"matmul", "matmul", op_matmul},
     {"linear", "linear", op_linear},
     {"softmax", "softmax", op_softmax},
     {"log_softmax", "softmax", op_log_softmax},
     {"layer_norm", "layer_norm", op_layer_norm},
+    {"rms_norm", "rms_norm", op_rms_norm},
+    {"rope", "rope", op_rope},
     {"attention", "attention", op_attention},
     {"dropout", "dropout", op_dropout},
     {"embedding", "embedding", op_embedding},
@@ -717,9 +740,9 @@ static void run_param(const case_param *p) {
 /* The families run below, one FAMILY line each: the index test checks that
  * every dispatcher entry belongs to one of them, so no op's cases go unrun. */
 static const char *const k_families[] = {
-    "binary",     "scalar",    "unary",   "matmul",    "linear",    "softmax",
-    "layer_norm", "attention", "dropout", "embedding", "losses",    "reductions",
-    "max",        "views",     "copies",  "cat_split", "selection", "inplace"};
+    "binary",   "scalar", "unary",     "matmul",    "linear",    "softmax", "layer_norm",
+    "rms_norm", "rope",   "attention", "dropout",   "embedding", "losses",  "reductions",
+    "max",      "views",  "copies",    "cat_split", "selection", "inplace"};
 
 #define FAMILY(fam)                                                                                \
     ParameterizedTestParameters(fixtures, fam) { return family_params(#fam); }                     \
@@ -732,6 +755,8 @@ FAMILY(matmul)
 FAMILY(linear)
 FAMILY(softmax)
 FAMILY(layer_norm)
+FAMILY(rms_norm)
+FAMILY(rope)
 FAMILY(attention)
 FAMILY(dropout)
 FAMILY(embedding)

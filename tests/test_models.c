@@ -2,7 +2,8 @@
  *  - against Hugging Face transformers (tests/fixtures/hf/, made by
  *    scripts/gen_hf_fixtures.py): parameter names, shapes and order as
  *    named_parameters(), logits, loss and every parameter's gradient within
- *    1e-5 of the largest value of each tensor (f32);
+ *    1e-5 of the largest value of each tensor (f32); the KV cache's logits
+ *    as the full forward's, and greedy tokens as transformers';
  *  - every strategy (none, block in both modes, sequential, selective with
  *    named residuals, a budget plan) gives gradients bitwise equal to none,
  *    dropout included, in f32 and under bf16 autocast;
@@ -11,12 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "support/fixtures.h"
 #include "support/rt.h"
 
 #include "remat/autocast.h"
 #include "remat/models.h"
+#include "remat/safetensors.h"
 
 /* REMAT_TEST_DEVICE=fenced|cuda runs the models on that device (tests/support/rt.h) */
 RT_ON_TEST_DEVICE
@@ -52,7 +55,21 @@ static void fixture_config(const fx_case *c, remat_model_config *cfg) {
         cfg->gelu = !strcmp(act, "gelu") ? REMAT_GELU_ERF : REMAT_GELU_TANH;
         cfg->tie_word_embeddings = pint(c, "tie_word_embeddings") != 0;
     } else {
-        cr_assert_fail("%s: unknown model family %s", c->name, c->op);
+        cr_assert_str_eq(c->op, "llama");
+        RT_OK(remat_model_config_default(cfg, REMAT_MODEL_LLAMA));
+        cfg->n_layers = (int)pint(c, "num_hidden_layers");
+        cfg->n_heads = (int)pint(c, "num_attention_heads");
+        cfg->n_kv_heads = (int)pint(c, "num_key_value_heads");
+        cfg->hidden = pint(c, "hidden_size");
+        cfg->intermediate = pint(c, "intermediate_size");
+        cfg->head_dim = pint(c, "head_dim");
+        cfg->vocab = pint(c, "vocab_size");
+        cfg->max_positions = pint(c, "max_position_embeddings");
+        cfg->norm_eps = pdouble(c, "rms_norm_eps");
+        cfg->rope_theta = pdouble(c, "rope_theta");
+        cfg->tie_word_embeddings = pint(c, "tie_word_embeddings") != 0;
+        cfg->attention_bias = pint(c, "attention_bias") != 0;
+        cfg->mlp_bias = pint(c, "mlp_bias") != 0;
     }
     cfg->embd_pdrop = cfg->attn_pdrop = cfg->resid_pdrop = 0;
 }
@@ -79,7 +96,7 @@ static remat_tensor *cached_chunk(remat_model *m, remat_model_cache *c, remat_te
 }
 
 /* Prefill, then one token at a time, then a chunk after cached positions
- * (the composed attention with an offset mask): the logits of the full
+ * (the lower-right causal mask): the logits of the full
  * forward, within 1e-5 of their largest. */
 static void cached_matches_full(remat_model *m, remat_tensor *ids) {
     const int64_t T = remat_size(ids, 1);
@@ -196,6 +213,10 @@ static void run_hf_case(const char *name) {
 
 Test(models_hf, gpt2_tied) { run_hf_case("hf/gpt2_tied"); }
 Test(models_hf, gpt2_untied_odd_widths_erf_gelu) { run_hf_case("hf/gpt2_untied_odd"); }
+Test(models_hf, llama_gqa_tied) { run_hf_case("hf/llama_gqa_tied"); }
+Test(models_hf, llama_mqa_untied_large_theta) { run_hf_case("hf/llama_mqa_untied"); }
+Test(models_hf, llama_odd_width_biases_small_theta) { run_hf_case("hf/llama_odd_bias"); }
+Test(models_hf, llama_head_dim_not_width_over_heads) { run_hf_case("hf/llama_head_dim"); }
 
 /* ---- every strategy bitwise equal to none --------------------------------------------------- */
 #define B 2
@@ -349,6 +370,31 @@ Test(models_strategies, gpt2_bf16_autocast) {
     every_strategy(&c, true);
 }
 
+static remat_model_config tiny_llama(int kv_heads, bool tied) {
+    remat_model_config c;
+    RT_OK(remat_model_config_default(&c, REMAT_MODEL_LLAMA));
+    c.n_layers = 4, c.n_heads = 4, c.n_kv_heads = kv_heads, c.hidden = 24, c.intermediate = 40;
+    c.vocab = 41, c.max_positions = 8, c.tie_word_embeddings = tied;
+    c.initializer_range = 0.2;
+    return c;
+}
+
+Test(models_strategies, llama_gqa_f32) {
+    remat_model_config c = tiny_llama(2, false);
+    every_strategy(&c, false);
+}
+
+Test(models_strategies, llama_mqa_tied_f32) {
+    remat_model_config c = tiny_llama(1, true);
+    every_strategy(&c, false);
+}
+
+Test(models_strategies, llama_gqa_bf16_autocast) {
+    remat_model_config c = tiny_llama(2, false);
+    c.attention_bias = c.mlp_bias = true;
+    every_strategy(&c, true);
+}
+
 /* ---- refusals ------------------------------------------------------------------------------- */
 Test(models_errors, configs_name_the_field) {
     remat_model_config c = tiny_gpt2();
@@ -366,6 +412,20 @@ Test(models_errors, configs_name_the_field) {
     c.vocab = 0;
     RT_FAILS(remat_model_config_check(&c), REMAT_EINVAL, "vocab_size");
     RT_FAILS(remat_model_config_default(&c, (remat_model_family)9), REMAT_EINVAL, "family");
+    c = tiny_llama(3, false); /* 3 kv heads for 4 heads */
+    RT_FAILS(remat_model_config_check(&c), REMAT_EINVAL, "num_key_value_heads");
+    c = tiny_llama(2, false);
+    c.rope_theta = 0;
+    RT_FAILS(remat_model_config_check(&c), REMAT_EINVAL, "rope_theta");
+    c = tiny_llama(2, false);
+    c.head_dim = 5;
+    RT_FAILS(remat_model_config_check(&c), REMAT_EINVAL, "even");
+    c = tiny_llama(2, false);
+    c.norm_eps = -1;
+    RT_FAILS(remat_model_config_check(&c), REMAT_EINVAL, "rms_norm_eps");
+    c = tiny_llama(2, false);
+    c.attn_pdrop = 0.1;
+    RT_FAILS(remat_model_config_check(&c), REMAT_EUNSUPPORTED, "attention_dropout");
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
@@ -413,4 +473,58 @@ Test(models_api, outputs_belong_to_the_open_scope) {
     remat_release(ids);
     remat_model_free(m);
     cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* The parameters as a collection: saved with remat_safetensors_save and
+ * loaded by name into another model, which then gives bitwise the same
+ * logits. On cpu (the collection's glue is what is tested here; loading
+ * onto other devices is remat_safetensors_load's, test_safetensors). */
+static void params_round_trip(const remat_model_config *c) {
+    remat_model *a = NULL, *b = NULL;
+    remat_manual_seed(1);
+    RT_OK(remat_model_create(&a, c, REMAT_DEVICE_CPU));
+    remat_manual_seed(2);
+    RT_OK(remat_model_create(&b, c, REMAT_DEVICE_CPU));
+    remat_model_set_training(a, false);
+    remat_model_set_training(b, false);
+    remat_params *pa = NULL, *pb = NULL, *sd = NULL;
+    RT_OK(remat_model_params(a, false, &pa));
+    cr_assert_eq(remat_params_count(pa), remat_model_n_params(a));
+    for (int i = 0; i < remat_model_n_params(a); i++) {
+        const char *name = NULL;
+        remat_tensor *t = remat_model_param(a, i, &name);
+        cr_assert_str_eq(remat_params_name(pa, i), name);
+        cr_assert_eq(remat_params_tensor(pa, i), t);
+    }
+    RT_OK(remat_model_params(a, true, &sd));
+    cr_assert_eq(remat_params_count(sd),
+                 remat_model_n_params(a) + (c->tie_word_embeddings ? 1 : 0));
+    if (c->tie_word_embeddings)
+        cr_assert_eq(remat_params_get(sd, "lm_head.weight"), remat_model_param(a, 0, NULL));
+    char path[] = "/tmp/remat_test_models_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    RT_OK(remat_safetensors_save(path, pa, 0, NULL));
+    RT_OK(remat_model_params(b, false, &pb));
+    RT_OK(remat_safetensors_load(pb, path, NULL));
+    unlink(path);
+    remat_tensor *ids = random_ids(c->vocab, 9), *la = NULL, *lb = NULL;
+    RT_OK(remat_model_forward(&la, a, ids, NULL));
+    RT_OK(remat_model_forward(&lb, b, ids, NULL));
+    cr_assert(rt_bitwise_equal(la, lb), "the loaded model's logits differ");
+    remat_release(la), remat_release(lb), remat_release(ids);
+    remat_params_free(pa), remat_params_free(pb), remat_params_free(sd);
+    remat_model_free(a), remat_model_free(b);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+Test(models_api, gpt2_params_through_safetensors) {
+    remat_model_config c = tiny_gpt2();
+    params_round_trip(&c);
+}
+
+Test(models_api, llama_params_through_safetensors) {
+    remat_model_config c = tiny_llama(2, true);
+    params_round_trip(&c);
 }

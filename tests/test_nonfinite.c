@@ -286,7 +286,7 @@ static void run_all(remat_dtype dt) {
         cr_assert(isnan(v) || isinf(v) || k_ops[i].fn == op_max || k_ops[i].fn == op_relu ||
                       k_ops[i].fn == op_slice || k_ops[i].fn == op_squeeze ||
                       k_ops[i].fn == op_embedding || k_ops[i].fn == op_split ||
-                      k_ops[i].fn == op_inplace /* relu_ last: max(NaN, 0) is 0 here */,
+                      k_ops[i].fn == op_inplace /* may sum to a finite value */,
                   "%s %s: sum of outputs %g is finite", k_ops[i].name, remat_dtype_name(dt), v);
         remat_release(s);
         remat_release(y);
@@ -355,4 +355,42 @@ Test(nonfinite, conversions_to_i64) {
     cr_assert_eq(out[3], 3);
     remat_release(f);
     remat_release(t);
+}
+
+/* relu at NaN follows PyTorch (issue 32): relu(NaN) is NaN, not 0, and relu_
+ * too, in every float dtype; the gradient there is 0 (PyTorch's
+ * threshold_backward passes the gradient where the output is > 0). */
+Test(nonfinite, relu_passes_nan_on_as_pytorch) {
+    const double in[6] = {NAN, -1.0, 2.0, -INFINITY, INFINITY, -0.0};
+    const double want[6] = {NAN, 0.0, 2.0, 0.0, INFINITY, 0.0};
+    const remat_dtype dts[3] = {REMAT_F32, REMAT_F64, REMAT_BF16};
+    for (int k = 0; k < 3; k++) {
+        remat_tensor *x64 = NULL, *x = NULL, *y = NULL, *s = NULL, *z = NULL;
+        RT_OK(remat_from_data(&x64, 1, (int64_t[]){6}, REMAT_F64, in));
+        RT_OK(remat_to_dtype(&x, x64, dts[k]));
+        RT_OK(remat_set_requires_grad(x, true));
+        RT_OK(remat_relu(&y, x));
+        RT_OK(remat_sum_all(&s, y));
+        RT_OK(remat_backward_scalar(s));
+        RT_OK(remat_clone(&z, x64));
+        RT_OK(remat_relu_(z));
+        for (int i = 0; i < 6; i++) {
+            double v = rt_item_at(y, i), vi = rt_item_at(z, i);
+            double g = rt_item_at(remat_tensor_grad(x), i);
+            if (isnan(want[i])) {
+                cr_assert(isnan(v) && isnan(vi), "%s relu(NaN) = %g, relu_ %g",
+                          remat_dtype_name(dts[k]), v, vi);
+            } else {
+                cr_assert_eq(v, want[i], "%s relu(%g) = %g", remat_dtype_name(dts[k]), in[i], v);
+                cr_assert_eq(vi, want[i], "relu_(%g) = %g", in[i], vi);
+            }
+            cr_assert_eq(g, in[i] > 0 ? 1.0 : 0.0, "%s relu'(%g) = %g", remat_dtype_name(dts[k]),
+                         in[i], g);
+        }
+        remat_release(z);
+        remat_release(s);
+        remat_release(y);
+        remat_release(x);
+        remat_release(x64);
+    }
 }

@@ -96,7 +96,11 @@ typedef struct remat_backward_options {
     bool allow_unused;           /* remat_grad_ex only, as remat_grad's */
 } remat_backward_options;
 
-/* remat_backward with options (opts NULL: the zero struct). */
+/* remat_backward with options (opts NULL: the zero struct). With
+ * create_graph, a leaf's .grad has a graph that refers to the leaf: a
+ * reference cycle that keeps both alive until .grad is reset
+ * (remat_set_grad(leaf, NULL)); remat_backward_ex warns of it (once, as
+ * PyTorch does). remat_grad_ex returns the gradients with no cycle. */
 remat_status remat_backward_ex(int n, remat_tensor *const *roots, remat_tensor *const *grad_outputs,
                                int n_inputs, remat_tensor *const *inputs,
                                const remat_backward_options *opts);

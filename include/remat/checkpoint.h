@@ -51,8 +51,13 @@
  *    to each of outputs[0..n_outputs) and return REMAT_OK, or return an
  *    error status (set a message with remat_set_error). Non-tensor results
  *    can be written into user_data.
- *  - It runs with no remat_scope open: release temporaries yourself, or open
- *    a scope inside the function and remat_scope_keep() the outputs.
+ *  - It follows the ownership rule of remat/tensor.h, so it behaves the
+ *    same called directly or through remat_checkpoint, with or without a
+ *    scope open: release its temporaries (or open a scope inside it and
+ *    remat_scope_keep() the outputs; remat_checkpoint runs it with no scope
+ *    open). An output that is one of its inputs must be a new reference,
+ *    remat_retain(inputs[i]); handing back an input as it is, or a tensor it
+ *    released, fails the call with REMAT_ECALLBACK naming the output.
  *  - Early stop: in a non-reentrant recomputation, once the last saved
  *    tensor has been recomputed the rest of the function runs in "skip
  *    mode": ops only compute shapes and return data-less tensors
@@ -171,7 +176,7 @@ typedef struct remat_checkpoint_options {
 
 /* ---- checkpoint -----------------------------------------------------------------
  * Runs fn(user_data, inputs, n_inputs, outputs, n_outputs) as a
- * checkpointed segment and writes its outputs (new references, scope-owned
+ * checkpointed segment and writes its outputs (new references, held by the open scope
  * if a scope is open; NULL where fn produced no tensor) to
  * outputs[0..n_outputs). fn must not be NULL; inputs may be NULL when
  * n_inputs is 0 and may contain NULL entries; n_outputs may be 0.
@@ -221,7 +226,7 @@ typedef struct remat_stage {
  * n_stages / segments stages; the first segments - 1 chunks are each run
  * through remat_checkpoint with opts, the rest (the last chunk and any
  * remainder) runs normally. *out receives the final output (a new
- * reference, scope-owned if a scope is open). n_stages == 0 returns a new
+ * reference, held by the open scope if a scope is open). n_stages == 0 returns a new
  * reference to input. opts as for remat_checkpoint (use_reentrant unset →
  * one warning, then reentrant).
  * Errors: REMAT_EINVAL for NULL out/input/stages/fn, segments < 1,

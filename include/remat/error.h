@@ -124,4 +124,8 @@ REMAT_END_PUBLIC
 #ifdef __cplusplus
 }
 #endif
+
+/* Every public header includes this one, and so the version check. */
+#include "remat/version.h"
+
 #endif /* REMAT_ERROR_H */

@@ -1,8 +1,8 @@
 /*
- * remat/models.h — GPT-2 as a library model, with Hugging Face
- * transformers' parameter names, shapes and arithmetic (GPT2LMHeadModel),
- * runnable under every checkpointing strategy (remat/strategy.h). Llama
- * (RMSNorm, RoPE, SwiGLU, grouped-query attention) follows with its ops.
+ * remat/models.h — GPT-2 and Llama as library models, with Hugging Face
+ * transformers' parameter names, shapes and arithmetic (GPT2LMHeadModel,
+ * LlamaForCausalLM), runnable under every checkpointing strategy
+ * (remat/strategy.h).
  *
  *   GPT-2   x = wte[ids] + wpe[positions]; dropout(embd_pdrop)
  *           block: x = x + c_proj(attn(c_attn(ln_1(x))))    causal, n_heads heads
@@ -11,9 +11,20 @@
  *           LayerNorm with bias, GELU (tanh form: "gelu_new"), a bias on every
  *           linear; the linears' weights are stored (in, out) as HF's Conv1D
  *           stores them, so the names and shapes are those of HF's files.
+ *   Llama   x = embed_tokens[ids]
+ *           block: x = x + o_proj(attn(rope(q_proj(h)), rope(k_proj(h)), v_proj(h))),
+ *                      h = input_layernorm(x)               RMSNorm
+ *                  x = x + down_proj(silu(gate_proj(h)) * up_proj(h)),
+ *                      h = post_attention_layernorm(x)
+ *           logits = norm(x) · lm_headᵀ
+ *           RoPE (rope_theta, HF's rotate_half convention) on q and k;
+ *           grouped-query attention (n_kv_heads divides n_heads; 1: multi-query)
+ *           without materialising the repeated K/V heads; no biases unless
+ *           attention_bias / mlp_bias; lm_head tied or not.
  *
  * Parameters (remat_model_param): the names of HF's named_parameters(), in
- * its order, e.g. "transformer.h.0.attn.c_attn.weight" (hidden, 3·hidden).
+ * its order, e.g. "transformer.h.0.attn.c_attn.weight" (hidden, 3·hidden),
+ * "model.layers.0.self_attn.k_proj.weight" (n_kv_heads·head_dim, hidden).
  * A tied lm_head is no parameter of its own (HF lists it once too).
  *
  * The model's blocks are a chain of remat_stage (remat_model_stages): the
@@ -22,15 +33,17 @@
  * what selective=names policies select:
  *   GPT-2  qkv, attn, attn_probs (attention composed of ops only), attn_out,
  *          mlp_up, mlp_act, mlp_out
+ *   Llama  q, k, v (after RoPE for q and k), attn, attn_out, mlp_gate,
+ *          mlp_up, mlp_act (silu(gate) * up), mlp_out
  *
  * Example: one training step of a pretrained model under block checkpointing.
  *
  *   remat_model_config cfg;
- *   remat_model_config_default(&cfg, REMAT_MODEL_GPT2);
+ *   remat_model_config_default(&cfg, REMAT_MODEL_LLAMA);
  *   cfg.n_layers = 8; ...                         // or from a config.json
  *   remat_model *m = NULL;
  *   int rc = remat_model_create(&m, &cfg, REMAT_DEVICE_CPU);
- *   // load weights by name: remat_model_find_param(m, "transformer.ln_f.weight") ...
+ *   // load weights by name: remat_model_find_param(m, "model.norm.weight") ...
  *   remat_strategy s = {.kind = REMAT_STRATEGY_BLOCK};
  *   remat_tensor *loss = NULL;
  *   if (!rc) rc = remat_model_loss(&loss, m, ids, targets, &s);
@@ -47,6 +60,7 @@
 #include "remat/checkpoint.h"
 #include "remat/device.h"
 #include "remat/ops.h"
+#include "remat/params.h"
 #include "remat/strategy.h"
 #include "remat/tensor.h"
 
@@ -57,11 +71,11 @@ extern "C" {
 #endif
 REMAT_BEGIN_PUBLIC
 
-typedef enum remat_model_family { REMAT_MODEL_GPT2 = 1 } remat_model_family;
+typedef enum remat_model_family { REMAT_MODEL_GPT2 = 1, REMAT_MODEL_LLAMA = 2 } remat_model_family;
 
-/* The fields of HF's GPT2Config (and LlamaConfig, for Llama) that the
- * models read (the config.json key in brackets). remat_model_config_default
- * fills HF's defaults; a zero-filled struct is not a valid config. */
+/* The fields of HF's GPT2Config / LlamaConfig that the models read (the
+ * config.json key in brackets). remat_model_config_default fills HF's
+ * defaults; a zero-filled struct is not a valid config. */
 typedef struct remat_model_config {
     remat_model_family family;
     int n_layers;             /* [n_layer] [num_hidden_layers] */
@@ -89,13 +103,16 @@ typedef struct remat_model_config {
 
 /* Fills *cfg with HF's defaults for the family: GPT2Config() (12 layers,
  * 12 heads, 768 wide, vocab 50257, 1024 positions, eps 1e-5, gelu_new,
- * dropouts 0.1, tied, initializer_range 0.02). REMAT_EINVAL for a NULL cfg
- * or an unknown family. */
+ * dropouts 0.1, tied) or LlamaConfig() (32 layers, 32 heads and kv heads,
+ * 4096 wide, intermediate 11008, vocab 32000, 2048 positions, eps 1e-6,
+ * rope_theta 10000, untied, no biases, no dropout). REMAT_EINVAL for a
+ * NULL cfg or an unknown family. */
 remat_status remat_model_config_default(remat_model_config *cfg, remat_model_family family);
 
-/* Checks a config: sizes positive, heads dividing the width, eps > 0 and
- * finite, dropouts in [0, 1). REMAT_EINVAL naming the field (with its
- * config.json key) otherwise. */
+/* Checks a config: sizes positive, heads dividing the width (GPT-2) and
+ * n_kv_heads dividing n_heads, an even head_dim (RoPE), eps > 0 and finite,
+ * rope_theta > 0, dropouts in [0, 1). REMAT_EINVAL naming the field (with
+ * its config.json key) otherwise. */
 remat_status remat_model_config_check(const remat_model_config *cfg);
 
 typedef struct remat_model remat_model;
@@ -130,6 +147,14 @@ remat_tensor *remat_model_param(const remat_model *m, int i, const char **name);
 /* The parameter named `name` (borrowed), or NULL if the model has none of
  * that name. */
 remat_tensor *remat_model_find_param(const remat_model *m, const char *name);
+/* OUT: *out = a new collection (remat/params.h) of m's parameters under
+ * their HF names, in named_parameters() order; with state_dict, a tied
+ * lm_head is also listed as "lm_head.weight" (state_dict() lists both
+ * names). The tensors are the model's own: remat_safetensors_load writes
+ * into them, remat_safetensors_save saves them. The caller frees the
+ * collection (remat_params_free); the model is unchanged. REMAT_EINVAL /
+ * REMAT_ENOMEM; *out NULL then. */
+remat_status remat_model_params(const remat_model *m, bool state_dict, remat_params **out);
 /* Total number of parameter elements. */
 int64_t remat_model_numel(const remat_model *m);
 /* Sets every parameter's .grad to NULL. */

@@ -3,7 +3,8 @@
  *
  * Conventions (all ops):
  *  - Output first: `int remat_op(remat_tensor **out, inputs...)`. *out gets a
- *    new reference (scope-owned if a scope is open); on error *out is NULL.
+ *    new reference (also held by the open scope, if any, until released:
+ *    remat/tensor.h); on error *out is NULL.
  *  - Inputs are borrowed and never modified, except by the in-place ops
  *    (names ending in `_`), which bump the version counter.
  *  - f32 and f64; inputs of one op share a dtype and a device
@@ -56,6 +57,9 @@ remat_status remat_sigmoid(remat_tensor **out, remat_tensor *a);
 remat_status remat_relu(remat_tensor **out, remat_tensor *a);
 typedef enum remat_gelu_approx { REMAT_GELU_ERF = 0, REMAT_GELU_TANH = 1 } remat_gelu_approx;
 remat_status remat_gelu(remat_tensor **out, remat_tensor *a, remat_gelu_approx approximate);
+/* SiLU (swish): a · sigmoid(a), as torch.nn.functional.silu; Llama's SwiGLU gate. Saves its
+ * input. Runs in its input's dtype (bf16 included; no autocast category, as gelu). */
+remat_status remat_silu(remat_tensor **out, remat_tensor *a);
 
 /* ---- linear algebra ------------------------------------------------------------------
  * matmul: as torch.matmul — 1-D·1-D dot, 2-D·2-D, batched with broadcast
@@ -74,12 +78,29 @@ remat_status remat_log_softmax(remat_tensor **out, remat_tensor *a, int dim);
  * that shape or NULL. */
 remat_status remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
                               remat_tensor *bias, double eps);
+/* Root-mean-square normalisation over the last n_norm dims, as
+ * torch.nn.functional.rms_norm and Llama's RMSNorm:
+ *   out = x · rsqrt(mean(x²) + eps) · weight
+ * weight has the normalised shape (the last n_norm dims of x) or is NULL (no scaling).
+ * eps must be finite and >= 0. Saves x, weight and one rstd per row (f32 for a bf16 x).
+ * Autocast: the f32 category, as layer_norm (a bf16 x is cast to f32; Hugging Face's
+ * LlamaRMSNorm computes in f32 too); a bf16 x outside autocast gives a bf16 out.
+ * REMAT_EINVAL: n_norm outside 1..ndim(x), a bad eps; REMAT_ESHAPE: weight's shape;
+ * REMAT_EDTYPE / REMAT_EDEVICE: weight's dtype or device differs from x's. */
+remat_status remat_rms_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
+                            double eps);
 /* Scaled dot-product attention, as torch's F.scaled_dot_product_attention
  * without dropout: out = softmax(scale · q·kᵀ) · v over the last two dims.
  * q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) → out (..., Tq, Dv); the
- * leading dims must be equal (no broadcasting). causal: query i sees keys
- * j ≤ i only (top-left aligned, as is_causal=True). scale 0 selects
- * 1/sqrt(D); it must be finite. Fused: the (Tq, Tk) scores are never
+ * leading dims must be equal (no broadcasting), except that k and v may have
+ * fewer heads (dim -3) than q: grouped-query and multi-query attention, as
+ * SDPA's enable_gqa. With q (B, Hq, T, D) and k, v (B, Hkv, Tk, ·), Hq a
+ * multiple of Hkv, query head h uses kv head h / (Hq / Hkv) (PyTorch's
+ * repeat_interleave order); the repeat is never materialised, and the
+ * gradients of k and v sum over their query group. causal: query i sees
+ * keys j ≤ i only (top-left aligned, as is_causal=True; with Tq < Tk that
+ * is not what a KV cache needs: see remat_attention_causal). scale 0
+ * selects 1/sqrt(D); it must be finite. Fused: the (Tq, Tk) scores are never
  * stored, masked blocks are skipped, and backward recomputes them from a
  * saved per-row log-sum-exp (memory O(Tq), not O(Tq·Tk)). Inputs may be
  * views (read in place when their last dim is contiguous). For 4-D inputs
@@ -88,6 +109,30 @@ remat_status remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, r
  * REMAT_EDTYPE; inputs are never modified. */
 remat_status remat_attention(remat_tensor **out, remat_tensor *q, remat_tensor *k, remat_tensor *v,
                              bool causal, double scale);
+/* Where the causal mask is anchored when Tq != Tk (torch.nn.attention.bias.CausalVariant). */
+typedef enum remat_causal_variant {
+    REMAT_CAUSAL_UPPER_LEFT = 0,  /* query i sees keys j ≤ i (is_causal; remat_attention) */
+    REMAT_CAUSAL_LOWER_RIGHT = 1, /* query i sees keys j ≤ i + Tk − Tq: the queries are the last
+                                   * Tq of Tk positions (decoding with a KV cache). With
+                                   * Tq > Tk the first Tq − Tk rows see no key: their output
+                                   * and gradients are 0 */
+} remat_causal_variant;
+/* remat_attention with the causal mask anchored as `variant` says (everything else as
+ * remat_attention, grouped-query heads included). REMAT_EINVAL: an unknown variant. */
+remat_status remat_attention_causal(remat_tensor **out, remat_tensor *q, remat_tensor *k,
+                                    remat_tensor *v, remat_causal_variant variant, double scale);
+/* Rotary position embedding as Hugging Face's Llama applies it (rotate_half: the pairs are
+ * (i, i + D/2), not interleaved): x (..., T, D) — (B, H, T, D) for attention heads — with D
+ * even; positions (T) i64, or NULL for 0..T-1 (a KV cache passes its offset positions).
+ * Pair i of position t turns by the angle positions[t] · theta^(-2i/D):
+ *   out[.., t, i]       = x[.., t, i] · cos − x[.., t, i + D/2] · sin
+ *   out[.., t, i + D/2] = x[.., t, i + D/2] · cos + x[.., t, i] · sin
+ * The angles, cosines and sines are computed in double and rounded to x's dtype (f32 for
+ * bf16 x, whose rotation runs in f32 and is rounded once; no autocast category). Its
+ * gradient is the rotation by the opposite angle; it saves only positions (never x).
+ * REMAT_ESHAPE: ndim(x) < 2, D odd, positions not (T); REMAT_EDTYPE: positions not i64;
+ * REMAT_EDEVICE: positions on another device; REMAT_EINVAL: theta not finite and > 0. */
+remat_status remat_rope(remat_tensor **out, remat_tensor *x, remat_tensor *positions, double theta);
 /* Zeroes elements with probability p (drawn from the generator of x's
  * device) and scales the rest by 1/(1-p); identity when !train or p == 0. */
 remat_status remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool train);

@@ -293,7 +293,7 @@ void remat_plan_print(const remat_plan *plan, FILE *f);
 /* Runs the plan's forward on input: stages[0..plan->n_stages) in order,
  * checkpointed segments through non-reentrant remat_checkpoint (nested as
  * the plan says). *output receives the last stage's output (new reference,
- * scope-owned if a scope is open); backward through it as usual. The call
+ * held by the open scope if a scope is open); backward through it as usual. The call
  * copies the plan's tree and the stage list for the recomputations, so the
  * plan and the array may go right after it; the stages' user_data must
  * stay valid until the backward has run. Errors: REMAT_EINVAL (NULL

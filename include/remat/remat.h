@@ -21,7 +21,7 @@
  *   remat/safetensors.h weights in and out as safetensors, sharded checkpoints included
  *   remat/hf.h          Hugging Face model directories: config.json and weights, in and out
  *   remat/strategy.h    a chain of blocks under a checkpointing strategy
- *   remat/models.h      GPT-2 with Hugging Face's names (GPT2LMHeadModel)
+ *   remat/models.h      GPT-2 and Llama with Hugging Face's names
  *   remat/tokenizer.h   byte-level BPE tokenizers from a Hugging Face tokenizer.json
  *   remat/tokens.h      token data: llm.c .bin shards, windows, per-rank shares
  *
@@ -111,9 +111,6 @@
 #include "remat/tensor.h"
 #include "remat/tokenizer.h"
 #include "remat/tokens.h"
-
-#define REMAT_VERSION_MAJOR 0
-#define REMAT_VERSION_MINOR 1
-#define REMAT_VERSION_PATCH 0
+#include "remat/version.h"
 
 #endif /* REMAT_REMAT_H */

@@ -6,15 +6,28 @@
  * share the storage; in-place ops bump the storage's version counter, which
  * autograd uses to detect saved tensors modified after they were saved.
  *
- * Ownership: every call that hands out a tensor (through a `remat_tensor
- * **out` parameter) gives the caller one reference, which the caller drops
- * with remat_release(). If a scope is open on the calling thread
- * (remat_scope_begin), that reference belongs to the innermost scope
- * instead and is dropped when the scope ends; remat_scope_keep() moves it
- * back to the caller. Destructors accept NULL and do nothing.
+ * Ownership, one rule: every call that hands out a tensor (through a
+ * `remat_tensor **out` parameter) gives the caller one reference, and
+ * remat_release() drops one. A scope (remat_scope_begin) is a safety net:
+ * the references handed out while it is the innermost open scope that the
+ * caller has not released by remat_scope_end are released there. So a
+ * function that releases its temporaries is right with or without a scope
+ * open, called directly or through remat_checkpoint (which runs it with no
+ * scope open); one that leaves them to a scope must be called inside one.
+ * remat_scope_keep() takes a reference out of the scope's care (it then
+ * outlives the scope). remat_retain() adds a reference of the caller's own;
+ * remat_release drops those first, then the latest a scope holds.
+ * Destructors accept NULL and do nothing.
  *
  * Inputs are borrowed: functions never take over the caller's reference.
  * On error *out is set to NULL and no input is changed.
+ *
+ * Reference mistakes are reported, never memory corruption: a tensor used
+ * after its last reference was released (a second remat_release, a use in
+ * any call) fails the call with REMAT_ESTATE, or, for calls that return no
+ * status, logs a warning and sets remat_last_error(); both name the call
+ * and the tensor ("[2, 3] f32 made by remat_linear"). See
+ * remat_set_ref_checks for how long a released tensor stays recognisable.
  */
 #ifndef REMAT_TENSOR_H
 #define REMAT_TENSOR_H
@@ -112,19 +125,44 @@ remat_status remat_scalar(remat_tensor **out, double value, remat_dtype dtype);
 remat_status remat_arange(remat_tensor **out, int64_t n);
 
 /* ---- ownership ----------------------------------------------------------- */
-/* Adds a reference; returns t. NULL → NULL. */
+/* Adds a reference of the caller's own (no scope releases it); returns t.
+ * NULL → NULL; an already released t → NULL and a warning. */
 remat_tensor *remat_retain(remat_tensor *t);
-/* Drops a reference; frees the tensor (and its storage, grad and graph
- * references) when the last one goes. NULL → no-op. */
+/* Drops a reference (one from remat_retain first, else the latest an open
+ * scope holds, which that scope then no longer releases); frees the tensor
+ * (and its storage, grad and graph references) when the last one goes.
+ * NULL → no-op. An already released t: a warning, nothing else. */
 void remat_release(remat_tensor *t);
 /* Releases *pt and sets it to NULL. */
 void remat_release_p(remat_tensor **pt);
 /* Number of live tensor objects in the process (for leak checks in tests). */
 int64_t remat_live_tensors(void);
 
+/* ---- reference checks ------------------------------------------------------
+ * A released tensor's object is not freed but kept, marked released, so
+ * that a later use is recognised without touching freed memory. With
+ * REMAT_REF_CHECKS_ON (the default) an object is reused once 8192 other
+ * tensors were released after it (about 2 MiB kept); a stale pointer used
+ * later than that may name another tensor. REMAT_REF_CHECKS_DEEP (for
+ * debugging; or the environment variable REMAT_REF_CHECKS=deep, read at
+ * the first tensor) never reuses one, so every use of a released tensor is
+ * reported however late, and fills freed host storage with 0xFF bytes (NaN
+ * in every float dtype), so a data pointer kept past a release reads NaN;
+ * it costs the objects' memory (about 250 bytes per tensor ever made) and
+ * that fill. Set it at start-up. */
+typedef enum remat_ref_checks {
+    REMAT_REF_CHECKS_ON = 1,
+    REMAT_REF_CHECKS_DEEP = 2,
+} remat_ref_checks;
+/* REMAT_EINVAL for another value. */
+remat_status remat_set_ref_checks(remat_ref_checks level);
+remat_ref_checks remat_get_ref_checks(void);
+
 /* ---- scopes ---------------------------------------------------------------
- * A scope collects the references handed out while it is open and drops
- * them at remat_scope_end. Scopes nest (per thread). */
+ * A scope collects the references handed out while it is the innermost
+ * open one and drops, at remat_scope_end, those still unreleased. Scopes
+ * nest (per thread); release a reference a scope holds on that scope's
+ * thread. */
 typedef struct remat_scope remat_scope;
 /* Opens a scope. Fails only with REMAT_ENOMEM. */
 remat_status remat_scope_begin(remat_scope **out);
@@ -132,8 +170,12 @@ remat_status remat_scope_begin(remat_scope **out);
  * innermost open scope (REMAT_ESTATE otherwise; nothing is closed then).
  * NULL → no-op returning REMAT_OK. */
 remat_status remat_scope_end(remat_scope *s);
-/* Moves t's scope-owned reference to the caller (who must release it).
- * Returns t. If t is not owned by an open scope, adds a reference. */
+/* Takes the latest reference an open scope holds to t out of its care: the
+ * caller releases it (or a later scope does not: it outlives them).
+ * Returns t. A t no open scope holds (made with none open, or kept
+ * already): a warning, and nothing changes (the reference is the
+ * caller's already). NULL → NULL; an already released t → NULL and a
+ * warning. */
 remat_tensor *remat_scope_keep(remat_tensor *t);
 
 /* ---- metadata ------------------------------------------------------------ */

@@ -102,13 +102,13 @@ static void task_free(task *t) {
         ninfo *ni = &t->tab[i];
         if (!ni->node) continue;
         if (ni->buf) {
-            for (int k = 0; k < ni->node->n_outputs; k++) remat_release(ni->buf[k]);
+            for (int k = 0; k < ni->node->n_outputs; k++) rm_release(ni->buf[k]);
             free(ni->buf);
         }
         rm_node_release(ni->node);
     }
     free(t->tab);
-    for (int i = 0; i < t->n_caps; i++) remat_release(t->caps[i].grad);
+    for (int i = 0; i < t->n_caps; i++) rm_release(t->caps[i].grad);
     free(t->caps);
 }
 
@@ -273,13 +273,13 @@ static remat_node *heap_pop(heap *h) {
 /* ---- gradient buffers ---------------------------------------------------------------------- */
 static remat_status accumulate_into(remat_tensor **slot, remat_tensor *g) {
     if (!*slot) {
-        *slot = remat_retain(g);
+        *slot = rm_retain(g);
         return REMAT_OK;
     }
     remat_tensor *sum;
     int rc = rm_grad_add(&sum, *slot, g);
     if (rc) return rc;
-    remat_release(*slot);
+    rm_release(*slot);
     *slot = sum;
     return REMAT_OK;
 }
@@ -304,7 +304,7 @@ static remat_status validate_grad(remat_tensor **out, const remat_node *producer
                       rm_shape_str(g->ndim, g->shape, b1, sizeof b1), remat_dtype_name(g->dtype),
                       remat_device_type_name(d.type), d.index,
                       remat_device_type_name(m->device.type), m->device.index);
-    remat_tensor *cur = remat_retain(g);
+    remat_tensor *cur = rm_retain(g);
     int rc = REMAT_OK;
     if (g->ndim != m->ndim || memcmp(g->shape, m->shape, sizeof(int64_t) * (size_t)m->ndim) != 0) {
         int nd;
@@ -314,20 +314,20 @@ static remat_status validate_grad(remat_tensor **out, const remat_node *producer
                                              bs) == REMAT_OK &&
                           memcmp(bs, g->shape, sizeof(int64_t) * (size_t)nd) == 0;
         if (!expandable) {
-            remat_release(cur);
+            rm_release(cur);
             return rm_err(REMAT_ESHAPE, "backward: %s of shape %s for a tensor of shape %s", who,
                           rm_shape_str(g->ndim, g->shape, b1, sizeof b1),
                           rm_shape_str(m->ndim, m->shape, b2, sizeof b2));
         }
         remat_tensor *sum = NULL;
         rc = rm_sum_to(&sum, cur, m->ndim, m->shape);
-        remat_release(cur);
+        rm_release(cur);
         if (rc) return rm_err_prefix(rc, "backward");
         cur = sum;
     }
     if (cur->dtype != m->dtype) {
         if (cur->requires_grad && remat_is_grad_enabled()) {
-            remat_release(cur);
+            rm_release(cur);
             return rm_err(REMAT_EUNSUPPORTED,
                           "backward: %s of dtype %s for a tensor of dtype %s; converting it "
                           "under create_graph is not supported",
@@ -336,9 +336,9 @@ static remat_status validate_grad(remat_tensor **out, const remat_node *producer
         remat_tensor *conv = NULL;
         rc = rm_new_output(&conv, m->ndim, m->shape, m->dtype, m->device);
         if (!rc) rc = rm_copy_into(conv, cur);
-        remat_release(cur);
+        rm_release(cur);
         if (rc) {
-            remat_release(conv);
+            rm_release(conv);
             return rm_err_prefix(rc, "backward");
         }
         cur = conv;
@@ -389,7 +389,7 @@ static remat_status narrow_kept(remat_node *n, remat_tensor **slot, int i) {
     if (!*slot || (*slot)->dtype == n->out_meta[i].dtype) return REMAT_OK;
     int rc = validate_grad(&v, NULL, n, i, *slot);
     if (rc) return rc;
-    remat_release(*slot);
+    rm_release(*slot);
     *slot = v;
     return REMAT_OK;
 }
@@ -403,19 +403,19 @@ static remat_status buf_add(task *t, const remat_node *producer, remat_node *n, 
     bool wide = keep_wide(t, ni, input_nr, g);
     int rc = wide ? REMAT_OK : validate_grad(&v, producer, n, input_nr, g);
     if (rc) return rc;
-    if (wide) v = remat_retain(g);
+    if (wide) v = rm_retain(g);
     if (v != g) observe_leaf_grad(n, v);
     if (!ni->buf) {
         ni->buf = calloc((size_t)n->n_outputs, sizeof *ni->buf);
         if (!ni->buf) {
-            remat_release(v);
+            rm_release(v);
             return rm_err(REMAT_ENOMEM, "backward: out of memory");
         }
     }
     rc = narrow_kept(n, &ni->buf[input_nr], input_nr); /* a second gradient: summed as bf16 */
     if (!rc) rc = accumulate_into(&ni->buf[input_nr], v);
     if (!rc && ni->buf[input_nr] != v) observe_leaf_grad(n, ni->buf[input_nr]); /* the sum */
-    remat_release(v);
+    rm_release(v);
     return rc;
 }
 
@@ -423,11 +423,13 @@ static remat_status run_hook_chain(remat_grad_hook_fn fn, void *ud, remat_tensor
     remat_tensor *rep = NULL;
     int rc = fn(ud, *g, &rep);
     if (rc) {
-        remat_release(rep);
+        rm_release(rep);
         return rc;
     }
     if (rep) {
-        remat_release(*g);
+        if (rm_dead(rep)) return rm_released_err("gradient hook", "its result", rep);
+        rm_adopt(rep);
+        rm_release(*g);
         *g = rep;
     }
     return REMAT_OK;
@@ -455,7 +457,7 @@ static remat_status accumulate_leaf_in_graph(remat_tensor *leaf, remat_tensor *g
     int rc = rm_graph_ops_get("accumulating a leaf's gradient", &ops);
     if (!rc) rc = leaf->grad ? ops->add(&sum, leaf->grad, g) : ops->copy(&sum, g);
     if (rc) return rc;
-    remat_release(leaf->grad);
+    rm_release(leaf->grad);
     leaf->grad = sum;
     return REMAT_OK;
 }
@@ -472,7 +474,7 @@ static remat_status accumulate_leaf(remat_tensor *leaf, remat_tensor *g) {
          * in-place accumulation cannot change another tensor. */
         if (atomic_load(&g->refcount) == 1 && atomic_load(&g->storage->refcount) == 1 &&
             remat_is_contiguous(g) && !g->is_view && g->storage->data) {
-            leaf->grad = remat_retain(g);
+            leaf->grad = rm_retain(g);
             return REMAT_OK;
         }
         return rm_copy_new(&leaf->grad, g);
@@ -483,7 +485,7 @@ static remat_status accumulate_leaf(remat_tensor *leaf, remat_tensor *g) {
 static remat_status make_zeros_like_meta(remat_tensor **out, const rm_out_meta *m) {
     int rc = rm_new_output(out, m->ndim, m->shape, m->dtype, m->device);
     if (!rc) rc = rm_kernel_fill(*out, 0.0, "backward"); /* the device's kernel: not a memset */
-    if (rc) remat_release_p(out);
+    if (rc) rm_release_p(out);
     return rc;
 }
 
@@ -558,14 +560,14 @@ static remat_status call_backward(task *t, remat_node *n, remat_tensor **buf) {
     int rc = backward(n, buf, gin);
     t->running_gout = prev_gout;
     /* free this node's input gradients right away: they are dead now */
-    for (int i = 0; i < n->n_outputs; i++) remat_release_p(&buf[i]);
+    for (int i = 0; i < n->n_outputs; i++) rm_release_p(&buf[i]);
     for (int i = 0; i < n->n_next && rc == REMAT_OK; i++) {
         if (!gin[i] || !n->next[i].node) continue;
         ninfo *ci = tab_find(t, n->next[i].node);
         if (t->partial && ci && !ci->needed && !ci->captured) continue;
         rc = buf_add(t, n, n->next[i].node, n->next[i].input_nr, gin[i]);
     }
-    for (int i = 0; i < n->n_next; i++) remat_release(gin[i]);
+    for (int i = 0; i < n->n_next; i++) rm_release(gin[i]);
     free(gin);
     return rc;
 }
@@ -590,7 +592,7 @@ static remat_status run_node(task *t, ninfo *ni) {
         if (!skip && rc == REMAT_OK && tls_acc_fn) tls_acc_fn(tls_acc_ud, n->leaf);
         /* The buffer is dead now: freeing it here keeps the pass from
          * holding one gradient per parameter until it ends. */
-        remat_release_p(&buf[0]);
+        rm_release_p(&buf[0]);
         return rc;
     }
     if (t->partial && !ni->needed) return REMAT_OK;
@@ -647,6 +649,22 @@ static remat_status check_backward_args(const char *call, int n, remat_tensor *c
     if (n_inputs < 0 || (n_inputs > 0 && !inputs))
         return rm_err(REMAT_EINVAL, "%s: inputs is NULL with n_inputs %d", call, n_inputs);
     char b1[200], b2[200];
+    for (int i = 0; i < n; i++) { /* released tensors first: nothing else of theirs is read */
+        remat_tensor *g = grad_outputs ? grad_outputs[i] : NULL;
+        if (roots[i] && rm_dead(roots[i])) {
+            snprintf(b1, sizeof b1, "output %d", i);
+            return rm_released_err(call, b1, roots[i]);
+        }
+        if (g && rm_dead(g)) {
+            snprintf(b1, sizeof b1, "grad_output %d", i);
+            return rm_released_err(call, b1, g);
+        }
+    }
+    for (int i = 0; i < n_inputs; i++)
+        if (inputs[i] && rm_dead(inputs[i])) {
+            snprintf(b1, sizeof b1, "input %d", i);
+            return rm_released_err(call, b1, inputs[i]);
+        }
     for (int i = 0; i < n; i++) {
         if (!roots[i]) return rm_err(REMAT_EINVAL, "%s: output %d is NULL", call, i);
         if (!roots[i]->requires_grad)
@@ -712,13 +730,13 @@ static remat_status seed_root_grads(task *t, int n, remat_tensor *const *roots,
             /* on the root's device by its kernel (a GPU's memory is not the host's) */
             if (!rc) rc = rm_kernel_fill(ones, 1.0, "backward");
             if (rc) {
-                remat_release(ones);
+                rm_release(ones);
                 break;
             }
             g = ones;
         }
         rc = buf_add(t, NULL, root_nodes[i], root_edges[i].input_nr, g);
-        remat_release(ones);
+        rm_release(ones);
     }
     return rc;
 }
@@ -732,7 +750,7 @@ static remat_status take_grads(task *t, const char *call, int n_inputs, remat_te
     for (int i = 0; i < n_inputs; i++) {
         grads_out[i] = NULL;
         if (!t->caps[i].grad && !allow_unused) {
-            for (int k = 0; k < i; k++) remat_release_p(&grads_out[k]);
+            for (int k = 0; k < i; k++) rm_release_p(&grads_out[k]);
             return rm_err(REMAT_EINVAL,
                           "%s: one of the differentiated tensors (input %d, %s) appears to not "
                           "have been used in the graph; pass allow_unused=true if this is the "
@@ -841,8 +859,15 @@ remat_status remat_backward_ex(int n, remat_tensor *const *roots, remat_tensor *
     bool retain;
     int rc = resolve_retain("remat_backward", opts, &retain);
     if (rc) return rc;
-    return run_backward("remat_backward", n, roots, grad_outputs, retain,
-                        opts && opts->create_graph, n_inputs, inputs, true, true, NULL);
+    rc = run_backward("remat_backward", n, roots, grad_outputs, retain, opts && opts->create_graph,
+                      n_inputs, inputs, true, true, NULL);
+    static atomic_bool warned;
+    if (!rc && opts && opts->create_graph && !atomic_exchange(&warned, true)) /* P warns too */
+        rm_warn("remat_backward_ex: create_graph with gradients accumulated into .grad makes a "
+                "reference cycle between each leaf and its .grad (the gradient's graph refers "
+                "to the leaf), which leaks both: remat_set_grad(leaf, NULL) once done with the "
+                "gradients breaks it; remat_grad_ex returns them without touching .grad");
+    return rc;
 }
 
 remat_status remat_grad_ex(int n_outputs, remat_tensor *const *outputs,

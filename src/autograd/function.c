@@ -29,7 +29,7 @@ struct remat_function_ctx {
 static void ctx_free(void *p) {
     remat_function_ctx *c = p;
     if (!c) return;
-    for (int i = 0; i < c->n_pending; i++) remat_release(c->pending[i]);
+    for (int i = 0; i < c->n_pending; i++) rm_release(c->pending[i]);
     if (c->def.destroy) c->def.destroy(c->user_data);
     rm_leaf_tally_free(c->nested);
     free((char *)c->def.name);
@@ -43,15 +43,16 @@ static remat_status fn_backward(remat_node *node, remat_tensor *const *grad_outp
     int rc =
         c->def.backward(c, c->user_data, grad_outputs, node->n_outputs, grad_inputs, node->n_next);
     if (rc) {
-        for (int i = 0; i < node->n_next; i++) remat_release_p(&grad_inputs[i]);
+        for (int i = 0; i < node->n_next; i++) rm_release_p(&grad_inputs[i]);
         if (!remat_last_error()[0])
             return rm_err(rc, "%s: backward callback failed (%s)", remat_node_name(node),
                           remat_err_name(rc));
         return rc;
     }
+    for (int i = 0; i < node->n_next; i++) rm_adopt(grad_inputs[i]);
     /* gradients for inputs that need none are dropped */
     for (int i = 0; i < node->n_next; i++)
-        if (!node->next[i].node) remat_release_p(&grad_inputs[i]);
+        if (!node->next[i].node) rm_release_p(&grad_inputs[i]);
     return REMAT_OK;
 }
 
@@ -80,7 +81,7 @@ remat_status remat_ctx_save_for_backward(remat_function_ctx *ctx, int n,
     if (n < 0 || (n && !tensors) || ctx->n_pending + n > RM_FN_MAX_SAVED)
         return rm_err(REMAT_EINVAL, "remat_ctx_save_for_backward: bad count %d (at most %d saved)",
                       n, RM_FN_MAX_SAVED);
-    for (int i = 0; i < n; i++) ctx->pending[ctx->n_pending++] = remat_retain(tensors[i]);
+    for (int i = 0; i < n; i++) ctx->pending[ctx->n_pending++] = rm_retain(tensors[i]);
     return REMAT_OK;
 }
 
@@ -137,6 +138,7 @@ static remat_status run_forward(remat_function_ctx *c, void *user_data, const ch
         if (!outputs[i])
             return rm_err(REMAT_ECALLBACK, "remat_function_apply(%s): forward left output %d NULL",
                           name, i);
+    for (int i = 0; i < n_outputs; i++) rm_adopt(outputs[i]);
     return REMAT_OK;
 }
 
@@ -153,7 +155,7 @@ static remat_status alias_outputs(const char *name, int n_inputs, remat_tensor *
             rm_tensor_alloc(o->storage, o->offset, o->ndim, o->shape, o->strides, o->dtype);
         if (!a) return rm_err(REMAT_ENOMEM, "remat_function_apply(%s): out of memory", name);
         a->is_view = true;
-        if (!o->scope_owner) remat_release(o);
+        if (!o->scope_owner) rm_release(o);
         outputs[i] = a;
     }
     return REMAT_OK;
@@ -177,7 +179,7 @@ static remat_status record_node(remat_function_ctx *c, bool *c_owned, const char
     c->node = node;
     for (int i = 0; i < c->n_pending && rc == REMAT_OK; i++)
         rc = rm_node_save(node, i, c->pending[i]);
-    for (int i = 0; i < c->n_pending; i++) remat_release(c->pending[i]);
+    for (int i = 0; i < c->n_pending; i++) rm_release(c->pending[i]);
     c->n_pending = 0;
     for (int i = 0; i < n_outputs && rc == REMAT_OK; i++)
         if (!c->non_diff[i] && outputs[i]->dtype != REMAT_I64)
@@ -228,7 +230,7 @@ remat_status remat_function_apply(const remat_function_def *def, void *user_data
     if (rc == REMAT_OK && needs)
         rc = record_node(c, &c_owned, name, n_inputs, inputs, n_outputs, outputs);
     if (rc)
-        for (int i = 0; i < n_outputs; i++) remat_release_p(&outputs[i]);
+        for (int i = 0; i < n_outputs; i++) rm_release_p(&outputs[i]);
     if (!c_owned) ctx_free(c);
     if (rc) return rc;
     return rm_hand_out_n(outputs, n_outputs);

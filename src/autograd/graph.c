@@ -125,7 +125,7 @@ static void free_saved(rm_saved *s) {
         if (s->hooks.free_handle) s->hooks.free_handle(s->hooks.user_data, s->handle);
         s->handle = NULL;
     } else {
-        remat_release(s->data);
+        rm_release(s->data);
         s->data = NULL;
     }
     s->freed = true;
@@ -171,7 +171,7 @@ static void node_free(remat_node *n) {
     }
     if (n->leaf) {
         n->leaf->grad_accumulator = NULL;
-        remat_release(n->leaf);
+        rm_release(n->leaf);
     }
     free(n->owned_name);
     free(n);
@@ -263,7 +263,7 @@ remat_status rm_gradient_edge(remat_tensor *t, rm_edge *edge) {
     remat_node *acc = node_alloc("AccumulateGrad", NULL, 0, 1, 0);
     if (!acc) return rm_err(REMAT_ENOMEM, "out of memory creating a graph node");
     acc->seq = UINT64_MAX; /* accumulate as soon as ready */
-    acc->leaf = remat_retain(t);
+    acc->leaf = rm_retain(t);
     acc->out_meta[0].ndim = t->ndim;
     memcpy(acc->out_meta[0].shape, t->shape, sizeof t->shape);
     acc->out_meta[0].dtype = t->dtype;
@@ -356,7 +356,7 @@ remat_status rm_node_save(remat_node *n, int slot, remat_tensor *t) {
         void *prev_scope = rm_scope_suspend();
         void *handle = h.pack(h.user_data, alias);
         rm_scope_resume(prev_scope);
-        remat_release(alias);
+        rm_release(alias);
         if (!handle) {
             s->defined = false;
             if (!remat_last_error()[0])
@@ -408,7 +408,7 @@ static remat_status unpack_in_graph(remat_node *n, const rm_saved *s, remat_tens
         a->grad_fn = rm_node_retain(s->was_output ? n : s->grad_node);
         a->output_nr = s->output_nr;
     }
-    remat_release(*t);
+    rm_release(*t);
     *t = a;
     return REMAT_OK;
 }
@@ -433,13 +433,17 @@ remat_status rm_node_unpack(remat_node *n, int slot, remat_tensor **out) {
         if (!t)
             return rm_err(REMAT_ECALLBACK, "%s: saved-tensor unpack hook returned no tensor",
                           n->name);
+        if (rm_dead(t)) return rm_released_err(n->name, "tensor from the unpack hook", t);
+        rm_adopt(t);
         if (rm_backward_creates_graph() && (rc = unpack_in_graph(n, s, &t))) {
-            remat_release(t);
+            rm_release(t);
             return rc;
         }
         *out = t;
         return REMAT_OK;
     }
+    if (rm_dead(s->data)) /* its user released it once more than it was handed out */
+        return rm_released_err(n->name, "saved tensor", s->data);
     uint64_t v = remat_version(s->data);
     if (v != s->saved_version) {
         char b[200];
@@ -450,11 +454,11 @@ remat_status rm_node_unpack(remat_node *n, int slot, remat_tensor **out) {
                       rm_shape_str(s->ndim, s->shape, b, sizeof b), n->name, (unsigned long long)v,
                       (unsigned long long)s->saved_version);
     }
-    remat_tensor *t = remat_retain(s->data);
+    remat_tensor *t = rm_retain(s->data);
     if (rm_backward_creates_graph()) {
         int rc = unpack_in_graph(n, s, &t);
         if (rc) {
-            remat_release(t);
+            rm_release(t);
             return rc;
         }
     }
@@ -463,10 +467,14 @@ remat_status rm_node_unpack(remat_node *n, int slot, remat_tensor **out) {
 }
 
 /* ---- leaf attributes -------------------------------------------------------------------- */
-bool remat_requires_grad(const remat_tensor *t) { return t && t->requires_grad; }
+bool remat_requires_grad(const remat_tensor *t) {
+    t = rm_live("remat_requires_grad", t);
+    return t && t->requires_grad;
+}
 
 remat_status remat_set_requires_grad(remat_tensor *t, bool requires_grad) {
     if (!t) return rm_err(REMAT_EINVAL, "remat_set_requires_grad: tensor is NULL");
+    if (rm_dead(t)) return rm_released_err("remat_set_requires_grad", "t", t);
     char b[200];
     if (t->grad_fn) {
         if (requires_grad) return REMAT_OK;
@@ -484,10 +492,15 @@ remat_status remat_set_requires_grad(remat_tensor *t, bool requires_grad) {
     return REMAT_OK;
 }
 
-remat_tensor *remat_tensor_grad(const remat_tensor *t) { return t ? t->grad : NULL; }
+remat_tensor *remat_tensor_grad(const remat_tensor *t) {
+    t = rm_live("remat_tensor_grad", t);
+    return t ? t->grad : NULL;
+}
 
 remat_status remat_set_grad(remat_tensor *t, remat_tensor *g) {
     if (!t) return rm_err(REMAT_EINVAL, "remat_set_grad: tensor is NULL");
+    if (rm_dead(t)) return rm_released_err("remat_set_grad", "t", t);
+    if (g && rm_dead(g)) return rm_released_err("remat_set_grad", "g", g);
     if (g) {
         char b1[200], b2[200];
         if (g->ndim != t->ndim ||
@@ -503,13 +516,19 @@ remat_status remat_set_grad(remat_tensor *t, remat_tensor *g) {
         if (rc) return rc;
     }
     remat_tensor *old = t->grad;
-    t->grad = remat_retain(g);
-    remat_release(old);
+    t->grad = rm_retain(g);
+    rm_release(old);
     return REMAT_OK;
 }
 
-bool remat_is_leaf(const remat_tensor *t) { return t && !t->grad_fn; }
-remat_node *remat_grad_fn(const remat_tensor *t) { return t ? t->grad_fn : NULL; }
+bool remat_is_leaf(const remat_tensor *t) {
+    t = rm_live("remat_is_leaf", t);
+    return t && !t->grad_fn;
+}
+remat_node *remat_grad_fn(const remat_tensor *t) {
+    t = rm_live("remat_grad_fn", t);
+    return t ? t->grad_fn : NULL;
+}
 
 remat_status remat_detach(remat_tensor **out, remat_tensor *t) {
     if (!out) return rm_err(REMAT_EINVAL, "remat_detach: out must not be NULL");
@@ -547,6 +566,7 @@ remat_status rm_check_inplace(const char *call, remat_tensor *t) {
 remat_status remat_register_hook(remat_tensor *t, remat_grad_hook_fn fn, void *user_data) {
     if (!t || !fn)
         return rm_err(REMAT_EINVAL, "remat_register_hook: tensor and fn must not be NULL");
+    if (rm_dead(t)) return rm_released_err("remat_register_hook", "t", t);
     if (!t->requires_grad) {
         char b[200];
         return rm_err(REMAT_ENOGRAD,
@@ -593,9 +613,9 @@ static remat_status sum_keepdim(remat_tensor **out, remat_tensor *x, const bool 
         memcpy(p.mask, mask, sizeof p.mask);
         rm_kargs k = {.in = {xc}, .out = {*out}, .params = &p};
         rc = rm_kernel_run(RM_K_SUM, "remat_sum", &k);
-        if (rc) remat_release_p(out);
+        if (rc) rm_release_p(out);
     }
-    remat_release(xc);
+    rm_release(xc);
     return rc;
 }
 
@@ -628,7 +648,7 @@ remat_status rm_graph_ops_get(const char *what, const rm_graph_ops **ops) {
 remat_status rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const int64_t *shape) {
     *out = NULL;
     if (grad->ndim == ndim && memcmp(grad->shape, shape, sizeof(int64_t) * (size_t)ndim) == 0) {
-        *out = remat_retain(grad);
+        *out = rm_retain(grad);
         return REMAT_OK;
     }
     bool mask[REMAT_MAX_DIMS] = {false};
@@ -646,7 +666,7 @@ remat_status rm_sum_to(remat_tensor **out, remat_tensor *grad, int ndim, const i
     remat_tensor *s = NULL;
     int rc = any ? sum_keepdim(&s, grad, mask) : rm_contig(&s, grad);
     if (!rc) rc = view_as(out, s, ndim, shape);
-    remat_release(s);
+    rm_release(s);
     return rc;
 }
 
@@ -662,7 +682,7 @@ remat_status rm_grad_add(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     const rm_ew_params p = {RM_EW_ADD, 0};
     rm_kargs k = {.in = {a, b}, .out = {*out}, .params = &p};
     rc = rm_kernel_run(RM_K_ELEMENTWISE, "remat_add", &k);
-    if (rc) remat_release_p(out);
+    if (rc) rm_release_p(out);
     return rc;
 }
 
@@ -672,7 +692,7 @@ remat_status rm_grad_add_into(remat_tensor *acc, remat_tensor *g) {
     if (remat_shares_storage(acc, g)) { /* read g from a copy: acc is written as it is read */
         rc = rm_copy_new(&b, g);
     } else {
-        b = remat_retain(g);
+        b = rm_retain(g);
     }
     if (!rc) {
         /* a + 1 * b: exactly a + b */
@@ -681,6 +701,6 @@ remat_status rm_grad_add_into(remat_tensor *acc, remat_tensor *g) {
         rc = rm_kernel_run(RM_K_ELEMENTWISE, "remat_add_", &k);
     }
     if (!rc) rm_bump_version(acc);
-    remat_release(b);
+    rm_release(b);
     return rc;
 }

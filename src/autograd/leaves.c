@@ -100,7 +100,7 @@ static tally_entry *tally_find(rm_leaf_tally *t, remat_tensor *leaf) {
     }
     size_t j = rm_ptrtab_slot(t->slot, t->cap, sizeof *t->slot, leaf);
     if (!t->slot[j].leaf) {
-        t->slot[j].leaf = remat_retain(leaf);
+        t->slot[j].leaf = rm_retain(leaf);
         t->n++;
     }
     return &t->slot[j];
@@ -164,7 +164,7 @@ void rm_leaf_tally_end(rm_leaf_tally *t, int n_inputs, remat_tensor *const *inpu
 
 void rm_leaf_tally_free(rm_leaf_tally *t) {
     if (!t) return;
-    for (size_t i = 0; i < t->cap; i++) remat_release(t->slot[i].leaf);
+    for (size_t i = 0; i < t->cap; i++) rm_release(t->slot[i].leaf);
     free(t->slot);
     free(t);
 }

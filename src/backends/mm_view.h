@@ -85,7 +85,7 @@ static inline remat_status prep_operand(remat_tensor **owned, remat_tensor *t, b
     int64_t ld;
     view_of(&v, t, has_row, has_col, 0);
     if (mv_layout(&v, &tr, &ld)) {
-        *owned = remat_retain(t);
+        *owned = rm_retain(t);
         return REMAT_OK;
     }
     return rm_contig(owned, t);

@@ -2,6 +2,7 @@
  * remat_checkpoint_sequential: argument checks, option resolution (zero
  * means PyTorch's default), the global overrides, and the sequential driver.
  * The two implementations live in frame.c (non-reentrant) and reentrant.c. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,19 +43,63 @@ remat_status remat_determinism_check_parse(const char *text, remat_determinism_c
     return REMAT_OK;
 }
 
+/* An output must be a new reference, as from any remat call: an input
+ * handed back without remat_retain (its reference count not up by one per
+ * time it is returned), or a tensor the function released, is refused —
+ * the caller would release the input's reference twice. Those outputs
+ * become NULL without a release; returns REMAT_ECALLBACK. Beyond 64
+ * inputs the counts are not kept and only released outputs are checked. */
+static remat_status check_outputs(int n_inputs, remat_tensor *const *inputs, const int *refs,
+                                  int n_outputs, remat_tensor **outputs) {
+    for (int i = 0; i < n_outputs; i++) {
+        remat_tensor *o = outputs[i];
+        if (!o) continue;
+        char b[300];
+        if (rm_dead(o)) {
+            outputs[i] = NULL;
+            return rm_err(REMAT_ECALLBACK,
+                          "remat_checkpoint: the checkpointed function's output %d (%s) was "
+                          "released before it returned",
+                          i, rm_tensor_str(o, b, sizeof b));
+        }
+        for (int j = 0; refs && j < n_inputs; j++) {
+            if (inputs[j] != o) continue;
+            int times = 0;
+            for (int k = 0; k < n_outputs; k++) times += outputs[k] == o;
+            if (atomic_load(&o->refcount) - refs[j] >= times) break;
+            for (int k = 0; k < n_outputs; k++)
+                if (outputs[k] == o) outputs[k] = NULL;
+            rm_tensor_str(o, b, sizeof b);
+            return rm_err(REMAT_ECALLBACK,
+                          "remat_checkpoint: the checkpointed function returned its input %d "
+                          "(%s%s%s) as output %d without a new reference: write "
+                          "remat_retain(inputs[%d]) (an output is a new reference, as from "
+                          "every remat call)",
+                          j, b, o->origin ? " made by " : "", o->origin ? o->origin : "", i, j);
+        }
+    }
+    return REMAT_OK;
+}
+
 remat_status ck_call_fn(remat_checkpoint_fn fn, void *user_data, int n_inputs,
                         remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs) {
     for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
+    int refs_buf[64], *refs = n_inputs <= 64 ? refs_buf : NULL;
+    for (int j = 0; refs && j < n_inputs; j++)
+        refs[j] = inputs[j] ? atomic_load(&inputs[j]->refcount) : 0;
     void *scope = rm_scope_suspend();
     remat_clear_error();
     int rc = fn(user_data, inputs, n_inputs, outputs, n_outputs);
     rm_scope_resume(scope);
+    if (!rc) rc = check_outputs(n_inputs, inputs, refs, n_outputs, outputs);
     if (rc) {
-        for (int i = 0; i < n_outputs; i++) remat_release_p(&outputs[i]);
+        for (int i = 0; i < n_outputs; i++) rm_release_p(&outputs[i]);
         if (!remat_last_error()[0])
             rm_err(rc, "remat_checkpoint: the checkpointed function failed (%s)",
                    remat_err_name(rc));
+        return rc;
     }
+    for (int i = 0; i < n_outputs; i++) rm_adopt(outputs[i]);
     return rc;
 }
 
@@ -146,6 +191,12 @@ static remat_status checkpoint_impl(remat_checkpoint_fn fn, void *user_data,
                     "remat_checkpoint: outputs is NULL or n_outputs (%d) is "
                     "negative",
                     n_outputs);
+    for (int i = 0; rc == REMAT_OK && i < n_inputs; i++)
+        if (inputs[i] && rm_dead(inputs[i])) {
+            char arg[32];
+            snprintf(arg, sizeof arg, "inputs[%d]", i);
+            rc = rm_released_err("remat_checkpoint", arg, inputs[i]);
+        }
     ck_opts o;
     if (rc == REMAT_OK) rc = resolve("remat_checkpoint", opts, &o, warn_text);
     if (rc) {
@@ -162,7 +213,7 @@ static remat_status checkpoint_impl(remat_checkpoint_fn fn, void *user_data,
                                  user_data_destroy);
     rm_scope_resume(scope);
     if (rc) {
-        for (int i = 0; i < n_outputs; i++) remat_release_p(&outputs[i]);
+        for (int i = 0; i < n_outputs; i++) rm_release_p(&outputs[i]);
         return rc;
     }
     return rm_hand_out_n(outputs, n_outputs);
@@ -185,14 +236,32 @@ typedef struct seq_chunk {
 static remat_status run_stages(const remat_stage *stages, int first, int n, remat_tensor *input,
                                remat_tensor **out) {
     *out = NULL;
-    remat_tensor *x = remat_retain(input);
+    remat_tensor *x = rm_retain(input);
     for (int j = 0; j < n; j++) {
         remat_tensor *y = NULL;
         remat_clear_error();
+        int before = atomic_load(&x->refcount);
         int rc = stages[j].fn(stages[j].user_data, &x, 1, &y, 1);
-        remat_release(x);
+        if (!rc && y == x && atomic_load(&x->refcount) <= before) {
+            y = NULL; /* not a reference of its own: nothing to release */
+            char b[300];
+            rc = rm_err(REMAT_ECALLBACK,
+                        "remat_checkpoint_sequential: stage %d returned its input (%s) without "
+                        "a new reference: write remat_retain(inputs[0])",
+                        first + j, rm_tensor_str(x, b, sizeof b));
+        }
+        if (!rc && y && rm_dead(y)) {
+            char b[300];
+            rc = rm_err(REMAT_ECALLBACK,
+                        "remat_checkpoint_sequential: stage %d returned a tensor it had "
+                        "released (%s)",
+                        first + j, rm_tensor_str(y, b, sizeof b));
+            y = NULL;
+        }
+        rm_adopt(y);
+        rm_release(x);
         if (rc) {
-            remat_release(y);
+            rm_release(y);
             if (!remat_last_error()[0])
                 rm_err(rc, "remat_checkpoint_sequential: stage %d failed (%s)", first + j,
                        remat_err_name(rc));
@@ -250,7 +319,7 @@ remat_status remat_checkpoint_sequential(remat_tensor **out, int n_stages,
     int seg = n_stages / segments;
     int end = -1;
     void *scope = rm_scope_suspend();
-    remat_tensor *x = remat_retain(input);
+    remat_tensor *x = rm_retain(input);
     for (int start = 0; seg > 0 && start < seg * (segments - 1) && rc == REMAT_OK; start += seg) {
         end = start + seg - 1;
         seq_chunk *c = malloc(sizeof *c + (size_t)seg * sizeof(remat_stage));
@@ -263,19 +332,19 @@ remat_status remat_checkpoint_sequential(remat_tensor **out, int n_stages,
         memcpy(c->stages, stages + start, (size_t)seg * sizeof(remat_stage));
         remat_tensor *y = NULL;
         rc = checkpoint_impl(chunk_fn, c, free, 1, &x, 1, &y, &o, k_warn_checkpoint);
-        remat_release(x);
+        rm_release(x);
         x = y;
     }
     remat_tensor *y = NULL;
     /* the last chunk and the remainder run normally (never empty unless
      * there are no stages: segments - 1 chunks leave at least one) */
-    if (rc == REMAT_OK && n_stages == 0) y = remat_retain(x);
+    if (rc == REMAT_OK && n_stages == 0) y = rm_retain(x);
     else if (rc == REMAT_OK)
         rc = run_stages(stages + (end + 1), end + 1, n_stages - end - 1, x, &y);
-    remat_release(x);
+    rm_release(x);
     rm_scope_resume(scope);
     if (rc) {
-        remat_release(y);
+        rm_release(y);
         return rc;
     }
     return rm_hand_out(out, y);

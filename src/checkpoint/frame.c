@@ -92,7 +92,7 @@ static const char *k_tip =
 static void rec_free(ck_rec *r) {
     if (!r) return;
     /* vals is NULL when its allocation failed (n_vals is set before it) */
-    for (int i = 0; r->vals && i < r->n_vals; i++) remat_release(r->vals[i]);
+    for (int i = 0; r->vals && i < r->n_vals; i++) rm_release(r->vals[i]);
     free(r->vals);
     free(r->filled);
     free(r->errmsg);
@@ -112,7 +112,7 @@ static void frame_release(ck_frame *f) {
         r = nx;
     }
     /* Releasing the input saver may free placeholders of a parent frame. */
-    remat_release(f->input_saver);
+    rm_release(f->input_saver);
     if (f->has_ctx && f->ctx.destroy) f->ctx.destroy(f->ctx.state);
     if (f->user_data_destroy) f->user_data_destroy(f->user_data);
     ck_trace_free(&f->fwd_trace);
@@ -182,7 +182,7 @@ static void fwd_free(void *ud, void *handle) {
     /* PyTorch keeps recomputed tensors in weak dicts keyed by the holder: they
      * die with it. */
     for (ck_rec *r = f->recs; r; r = r->next)
-        if (h->idx < r->n_vals) remat_release_p(&r->vals[h->idx]);
+        if (h->idx < r->n_vals) rm_release_p(&r->vals[h->idx]);
     free(h);
     frame_release(f);
 }
@@ -211,13 +211,13 @@ int rm_recompute_remaining(void) {
  * function), and dies with the recompute's outputs. */
 static remat_status rec_unpack(void *ud, void *handle, remat_tensor **out) {
     RM_UNUSED(ud);
-    *out = remat_retain(handle);
+    *out = rm_retain(handle);
     return REMAT_OK;
 }
 
 static void rec_free_handle(void *ud, void *handle) {
     RM_UNUSED(ud);
-    remat_release(handle);
+    rm_release(handle);
 }
 
 static void *rec_pack(void *ud, remat_tensor *t) {
@@ -226,14 +226,14 @@ static void *rec_pack(void *ud, remat_tensor *t) {
     ck_rec *rec = c->rec;
     /* After early stop PyTorch has left the function; remat runs the rest in
      * skip mode and ignores what it saves. */
-    if (rec->stopped) return remat_retain(t);
+    if (rec->stopped) return rm_retain(t);
     int idx = rec->counter++;
     if (idx >= f->n_slots) {
         if (!f->forward_completed) {
             /* backward inside the checkpointed function during its own
              * forward, with early stop off: more is saved later (PyTorch). */
             f->ignore_saved_mismatch = true;
-            return remat_retain(t);
+            return rm_retain(t);
         }
         if (!rec->err) {
             char msg[512];
@@ -248,14 +248,14 @@ static void *rec_pack(void *ud, remat_tensor *t) {
         return NULL;
     }
     if (idx < rec->n_vals && f->slots[idx].alive) {
-        rec->vals[idx] = remat_retain(t);
+        rec->vals[idx] = rm_retain(t);
         rec->filled[idx] = true;
     }
     if (f->early_stop && rec->counter == f->n_slots) {
         rec->stopped = true;
         rm_set_skip_mode(true);
     }
-    return remat_retain(t);
+    return rm_retain(t);
 }
 
 /* ---- recomputation ------------------------------------------------------------------- */
@@ -273,7 +273,7 @@ static remat_status unpack_inputs(ck_frame *f, remat_tensor **args) {
         remat_tensor *a = NULL;
         rc = remat_detach(&a, args[i]);
         if (rc == REMAT_OK) rc = remat_set_requires_grad(a, true);
-        remat_release(args[i]);
+        rm_release(args[i]);
         args[i] = a;
     }
     return rc;
@@ -316,7 +316,7 @@ static remat_status run_in_recompute_context(const ck_rctx *rctx, remat_tensor *
     tls_rctx_depth = prev_depth;
     /* Whatever the function did after early stop, PyTorch never ran it. */
     if (rec->stopped && !rec->err) rc = REMAT_OK;
-    for (int i = 0; i < f->n_outputs; i++) remat_release_p(&outs[i]);
+    for (int i = 0; i < f->n_outputs; i++) rm_release_p(&outs[i]);
     if (f->debug) ck_observe_end(&obs);
     f->recomputing = prev_recomputing;
     rm_set_skip_mode(prev_skip);
@@ -367,7 +367,7 @@ static remat_status recompute(ck_frame *f, ck_rec *rec) {
                                 : "remat_checkpoint: "
                                   "recomputation failed");
 out_args:
-    for (int i = 0; i < n; i++) remat_release(args[i]);
+    for (int i = 0; i < n; i++) rm_release(args[i]);
     free(args);
     free(outs);
     return rc;
@@ -546,14 +546,14 @@ static remat_status save_inputs(ck_frame *f, int n, remat_tensor *const *inputs)
      * part of a graph that backward walks. */
     rc = rm_node_new(&node, "NoopSaveInputsBackward", noop_backward, 0, NULL, 1, n);
     if (rc) {
-        remat_release(saver);
+        rm_release(saver);
         return rm_err_prefix(rc, CK_CALL);
     }
     for (int i = 0; i < n && rc == REMAT_OK; i++) rc = rm_node_save(node, i, inputs[i]);
     if (rc == REMAT_OK) rm_node_set_output(node, 0, saver);
     rm_node_release(node);
     if (rc) {
-        remat_release(saver);
+        rm_release(saver);
         return rm_err_prefix(rc, CK_CALL);
     }
     f->input_saver = saver;
@@ -639,7 +639,7 @@ remat_status ck_run_nonreentrant(remat_checkpoint_fn fn, void *user_data, int n_
     f->forward_completed = true;
     if (rc == REMAT_OK) rc = ck_rng_check_initialized(&f->rng);
     if (rc)
-        for (int i = 0; i < n_outputs; i++) remat_release_p(&outputs[i]);
+        for (int i = 0; i < n_outputs; i++) rm_release_p(&outputs[i]);
     /* placeholders in the graph keep the frame alive from here on */
     frame_release(f);
     return rc;

@@ -122,13 +122,13 @@ static remat_status reent_backward(remat_function_ctx *ctx, void *ud,
     rc = remat_backward(k, roots, gouts, false, 0, NULL);
     if (rc) goto out;
     for (int i = 0; i < n_inputs; i++)
-        grad_inputs[i] = det[i] ? remat_retain(remat_tensor_grad(det[i])) : NULL;
+        grad_inputs[i] = det[i] ? rm_retain(remat_tensor_grad(det[i])) : NULL;
 out:
     for (int i = 0; saved && det && i < n_inputs; i++) {
-        remat_release(saved[i]);
-        remat_release(det[i]);
+        rm_release(saved[i]);
+        rm_release(det[i]);
     }
-    for (int i = 0; outs && i < r->n_outputs; i++) remat_release(outs[i]);
+    for (int i = 0; outs && i < r->n_outputs; i++) rm_release(outs[i]);
     free(saved);
     free(det);
     free(outs);
@@ -188,7 +188,7 @@ remat_status ck_run_reentrant(remat_checkpoint_fn fn, void *user_data, int n_inp
     if (rc == REMAT_OK) {
         /* (scopes are suspended by remat_checkpoint: plain references) */
         for (int i = 0; i < n_apply; i++) {
-            if (placeholder[i]) remat_release_p(&outs[i]);
+            if (placeholder[i]) rm_release_p(&outs[i]);
             if (i < n_outputs) outputs[i] = outs[i];
         }
     }

@@ -65,8 +65,13 @@ typedef struct rm_hook {
 
 struct remat_tensor {
     atomic_int refcount;
-    rm_storage *storage;
-    int64_t offset; /* elements */
+    /* RM_TENSOR_DEAD once released (src/core/tensor_pool.c): the struct
+     * stays readable (shape, dtype, name, origin) for the message that
+     * reports a later use; 0 while alive (stack views too) */
+    unsigned char dead;
+    uint32_t gen;        /* bumped each time the pool reuses the struct */
+    rm_storage *storage; /* NULL once released */
+    int64_t offset;      /* elements */
     int ndim;
     int64_t shape[REMAT_MAX_DIMS];
     int64_t strides[REMAT_MAX_DIMS];
@@ -79,8 +84,59 @@ struct remat_tensor {
     remat_node *grad_accumulator; /* weak: AccumulateGrad node of a leaf */
     rm_hook *hooks;               /* leaf hooks (non-leaf hooks live on grad_fn) */
     char *name;
-    void *scope_owner; /* remat_scope holding this tensor's creation ref */
+    /* the call that made it ("remat_linear"; static text), for messages; NULL: unknown */
+    const char *origin;
+    /* Scopes (src/core/tensor.c): scope_refs references are held by open
+     * scopes, the latest at scope_owner's entry scope_index (NULL: none).
+     * user_refs: references from remat_retain the user still holds; a
+     * remat_release takes one of those first, else the latest a scope holds. */
+    void *scope_owner;
+    int scope_index;
+    int scope_refs;
+    atomic_int user_refs;
+    remat_tensor *pool_next; /* the pool's queue of released structs */
 };
+
+#define RM_TENSOR_DEAD 0xDEu
+/* Whether t was released (its struct waits in the pool). */
+static inline bool rm_dead(const remat_tensor *t) { return t->dead != 0; }
+/* REMAT_ESTATE, "call: 'arg' [2, 3] f32 made by remat_linear was already
+ * released ...": a released tensor passed to a call (arg may be NULL). */
+remat_status rm_released_err(const char *call, const char *arg, const remat_tensor *t);
+/* The same message as a warning (log callback) and the last-error text,
+ * for calls that return no status. */
+void rm_released_warn(const char *call, const remat_tensor *t);
+/* For public calls that return a value, not a status: t itself, or NULL
+ * (reported by rm_released_warn) when t was released. */
+static inline const remat_tensor *rm_live(const char *call, const remat_tensor *t) {
+    if (t && rm_dead(t)) {
+        rm_released_warn(call, t);
+        return NULL;
+    }
+    return t;
+}
+/* References inside the library: rm_retain / rm_release are remat_retain /
+ * remat_release without the caller's account (user_refs, scopes); a
+ * released t is reported, never freed twice. */
+remat_tensor *rm_retain(remat_tensor *t);
+void rm_release(remat_tensor *t);
+void rm_release_p(remat_tensor **pt);
+/* A reference a user callback handed the library (a checkpointed
+ * function's output, an unpack hook's result): one of the caller's
+ * remat_retain references, if it holds any, becomes the library's. */
+void rm_adopt(remat_tensor *t);
+/* If an open scope holds a reference to t, it no longer does: the reference
+ * is the caller's (the library's own remat_scope_keep). */
+void rm_scope_unhold(remat_tensor *t);
+
+/* ---- the tensor pool (src/core/tensor_pool.c) -------------------------------------
+ * take: a zeroed struct (its generation bumped), NULL when out of memory;
+ * put: marks t dead and queues it. A queued struct is reused only while
+ * more than rm_ref_quarantine() others wait (remat_set_ref_checks). */
+#define RM_REF_QUARANTINE 8192
+remat_tensor *rm_tensor_slot_take(void);
+void rm_tensor_slot_put(remat_tensor *t);
+size_t rm_ref_quarantine(void);
 
 /* Allocates a tensor struct with refcount 1 over `storage` (retained). */
 remat_tensor *rm_tensor_alloc(rm_storage *storage, int64_t offset, int ndim, const int64_t *shape,

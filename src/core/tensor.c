@@ -117,9 +117,10 @@ remat_status rm_check_size(const char *call, int ndim, const int64_t *shape, rem
 
 remat_tensor *rm_tensor_alloc(rm_storage *storage, int64_t offset, int ndim, const int64_t *shape,
                               const int64_t *strides, remat_dtype dtype) {
-    remat_tensor *t = calloc(1, sizeof *t);
+    remat_tensor *t = rm_tensor_slot_take();
     if (!t) return NULL;
     atomic_init(&t->refcount, 1);
+    atomic_init(&t->user_refs, 0);
     rm_storage_retain(storage);
     t->storage = storage;
     t->offset = offset;
@@ -133,25 +134,134 @@ remat_tensor *rm_tensor_alloc(rm_storage *storage, int64_t offset, int ndim, con
     return t;
 }
 
-remat_tensor *remat_retain(remat_tensor *t) {
+/* ---- reference checks ------------------------------------------------------------------- */
+static atomic_int g_ref_checks; /* a remat_ref_checks; 0 until first read */
+
+remat_ref_checks remat_get_ref_checks(void) {
+    int v = atomic_load_explicit(&g_ref_checks, memory_order_relaxed);
+    if (v) return (remat_ref_checks)v;
+    const char *e = getenv("REMAT_REF_CHECKS");
+    v = REMAT_REF_CHECKS_ON;
+    if (e && strcmp(e, "deep") == 0) v = REMAT_REF_CHECKS_DEEP;
+    else if (e && *e && strcmp(e, "on") != 0)
+        rm_warn("REMAT_REF_CHECKS=%.32s is neither 'on' nor 'deep'; using 'on'", e);
+    int unset = 0;
+    atomic_compare_exchange_strong(&g_ref_checks, &unset, v);
+    return (remat_ref_checks)atomic_load(&g_ref_checks);
+}
+
+remat_status remat_set_ref_checks(remat_ref_checks level) {
+    if (level != REMAT_REF_CHECKS_ON && level != REMAT_REF_CHECKS_DEEP)
+        return rm_err(REMAT_EINVAL,
+                      "remat_set_ref_checks: level %d is neither REMAT_REF_CHECKS_ON nor "
+                      "REMAT_REF_CHECKS_DEEP",
+                      (int)level);
+    atomic_store(&g_ref_checks, (int)level);
+    return REMAT_OK;
+}
+
+size_t rm_ref_quarantine(void) {
+    return remat_get_ref_checks() == REMAT_REF_CHECKS_DEEP ? SIZE_MAX : RM_REF_QUARANTINE;
+}
+
+/* "[2, 3] f32 made by remat_linear" (the shape and name stay readable after
+ * release: the struct is type-stable, tensor_pool.c). */
+static const char *ref_str(const remat_tensor *t, char *buf, size_t n) {
+    char b[220];
+    rm_tensor_str(t, b, sizeof b);
+    snprintf(buf, n, "%s%s%s", b, t->origin ? " made by " : "", t->origin ? t->origin : "");
+    return buf;
+}
+
+remat_status rm_released_err(const char *call, const char *arg, const remat_tensor *t) {
+    char b[300];
+    return rm_err(REMAT_ESTATE,
+                  "%s: %s%s%s%s was already released (its last reference was dropped by "
+                  "remat_release or a scope's end); keep a reference while you use a tensor",
+                  call, arg ? "'" : "", arg ? arg : "", arg ? "' " : "", ref_str(t, b, sizeof b));
+}
+
+void rm_released_warn(const char *call, const remat_tensor *t) {
+    rm_released_err(call, NULL, t);
+    rm_warn("%s (ignored)", remat_last_error());
+}
+
+static void scope_forget(remat_tensor *t);
+
+/* Deep checks: the bytes of a storage about to be freed become 0xFF (NaN in
+ * every float dtype), so a data pointer kept past the release reads NaN
+ * instead of the old values. */
+static void poison_storage(rm_storage *st) {
+    if (st && atomic_load(&st->refcount) == 1 && st->data && st->data != g_empty_storage &&
+        st->nbytes && remat_device_host_addressable(st->device.type))
+        memset(st->data, 0xFF, st->nbytes);
+}
+
+/* ---- references --------------------------------------------------------------------------- */
+remat_tensor *rm_retain(remat_tensor *t) {
     if (t) atomic_fetch_add(&t->refcount, 1);
     return t;
 }
 
-void remat_release(remat_tensor *t) {
+void rm_release(remat_tensor *t) {
     if (!t) return;
+    if (rm_dead(t)) {
+        rm_released_warn("remat_release", t);
+        return;
+    }
     if (atomic_fetch_sub(&t->refcount, 1) != 1) return;
-    remat_release(t->grad);
+    rm_release(t->grad);
     if (t->grad_fn) ((rm_node_head *)(void *)t->grad_fn)->release(t->grad_fn);
+    if (remat_get_ref_checks() == REMAT_REF_CHECKS_DEEP) poison_storage(t->storage);
     rm_storage_release(t->storage);
     for (rm_hook *h = t->hooks; h;) {
         rm_hook *n = h->next;
         free(h);
         h = n;
     }
-    free(t->name);
+    t->grad = NULL;
+    t->grad_fn = NULL;
+    t->grad_accumulator = NULL;
+    t->hooks = NULL;
+    t->storage = NULL;
     atomic_fetch_sub(&g_live_tensors, 1);
-    free(t);
+    rm_tensor_slot_put(t); /* t->name is kept for messages until the slot is reused */
+}
+
+void rm_release_p(remat_tensor **pt) {
+    if (!pt) return;
+    rm_release(*pt);
+    *pt = NULL;
+}
+
+remat_tensor *remat_retain(remat_tensor *t) {
+    if (!t) return NULL;
+    if (rm_dead(t)) {
+        rm_released_warn("remat_retain", t);
+        return NULL;
+    }
+    atomic_fetch_add(&t->user_refs, 1);
+    return rm_retain(t);
+}
+
+/* Takes one reference off the caller's account: one from remat_retain or
+ * remat_scope_keep if the caller holds such, else the latest one an open
+ * scope holds (the scope then no longer drops it). References handed out
+ * with no scope open are on no account. */
+static void user_drop(remat_tensor *t) {
+    int u = atomic_load_explicit(&t->user_refs, memory_order_relaxed);
+    while (u > 0 && !atomic_compare_exchange_weak(&t->user_refs, &u, u - 1)) {}
+    if (u <= 0 && t->scope_owner) scope_forget(t);
+}
+
+void remat_release(remat_tensor *t) {
+    if (!t) return;
+    if (rm_dead(t)) {
+        rm_released_warn("remat_release", t);
+        return;
+    }
+    user_drop(t);
+    rm_release(t);
 }
 
 void remat_release_p(remat_tensor **pt) {
@@ -161,22 +271,59 @@ void remat_release_p(remat_tensor **pt) {
 }
 
 /* ---- scopes ---------------------------------------------------------------------------- */
+/* A scope's entry: a reference it holds, and the generation of the struct
+ * then (a struct reused since — the reference was over-released — is not
+ * touched at the scope's end). */
+typedef struct scope_item {
+    remat_tensor *t;
+    uint32_t gen;
+} scope_item;
+
 struct remat_scope {
-    remat_tensor **items;
+    scope_item *items;
     int n, cap;
-    struct remat_scope *parent;
+    struct remat_scope *parent; /* the scope it suspends (none while suspended) */
+    /* the innermost scope open on the thread when it began, suspended or
+     * not: where a tensor's other registrations are (scope_find) */
+    struct remat_scope *outer;
 };
 
-static RM_TLS remat_scope *tls_scope;
+static RM_TLS remat_scope *tls_scope; /* innermost open, NULL while suspended */
+static RM_TLS remat_scope *tls_open;  /* innermost open, suspended or not */
 
 remat_status remat_scope_begin(remat_scope **out) {
     if (!out) return rm_err(REMAT_EINVAL, "remat_scope_begin: out must not be NULL");
     remat_scope *s = calloc(1, sizeof *s);
     if (!s) return rm_err(REMAT_ENOMEM, "remat_scope_begin: out of memory");
     s->parent = tls_scope;
+    s->outer = tls_open;
     tls_scope = s;
+    tls_open = s;
     *out = s;
     return REMAT_OK;
+}
+
+/* Points t at its latest registration in s (before index `below`) or in
+ * the scopes s is nested in; none: t is held by no scope. */
+static void scope_find(remat_tensor *t, remat_scope *s, int below) {
+    for (; s; s = s->outer, below = s ? s->n : 0)
+        for (int i = below - 1; i >= 0; i--)
+            if (s->items[i].t == t && s->items[i].gen == t->gen) {
+                t->scope_owner = s;
+                t->scope_index = i;
+                return;
+            }
+    t->scope_owner = NULL;
+    t->scope_refs = 0;
+}
+
+/* Removes t's latest scope entry (not the reference: the caller takes it). */
+static void scope_forget(remat_tensor *t) {
+    remat_scope *s = t->scope_owner;
+    int i = t->scope_index;
+    s->items[i].t = NULL;
+    if (--t->scope_refs > 0) scope_find(t, s, i);
+    else t->scope_owner = NULL;
 }
 
 remat_status remat_scope_end(remat_scope *s) {
@@ -185,11 +332,30 @@ remat_status remat_scope_end(remat_scope *s) {
         return rm_err(REMAT_ESTATE, "remat_scope_end: scope is not the innermost open scope on "
                                     "this thread (close inner scopes first)");
     tls_scope = s->parent;
-    for (int i = 0; i < s->n; i++) {
-        if (!s->items[i]) continue;
-        s->items[i]->scope_owner = NULL;
-        remat_release(s->items[i]);
+    if (tls_open == s) {
+        tls_open = s->outer;
+    } else { /* a scope begun inside it while it was suspended is still open */
+        for (remat_scope *o = tls_open; o; o = o->outer)
+            if (o->outer == s) o->outer = s->outer;
     }
+    /* first every entry leaves the tensors' accounts, then the references go
+     * (a tensor entered twice, or also in an outer scope, stays consistent) */
+    for (int i = 0; i < s->n; i++) {
+        remat_tensor *t = s->items[i].t;
+        if (!t) continue;
+        if (t->gen != s->items[i].gen || rm_dead(t)) {
+            s->items[i].t = NULL; /* released once too often by its user: reported there */
+            continue;
+        }
+        t->scope_refs--;
+        if (t->scope_owner == s) t->scope_owner = NULL;
+    }
+    for (int i = 0; i < s->n; i++) {
+        remat_tensor *t = s->items[i].t;
+        if (t && t->scope_refs > 0 && !t->scope_owner)
+            scope_find(t, s->outer, s->outer ? s->outer->n : 0);
+    }
+    for (int i = 0; i < s->n; i++) rm_release(s->items[i].t);
     free(s->items);
     free(s);
     return REMAT_OK;
@@ -203,10 +369,10 @@ remat_status rm_hand_out_n(remat_tensor **ts, int n) {
     if (s->cap - s->n < need) { /* grow once for all n, so none is handed out on failure */
         int cap = s->cap ? s->cap : 64;
         while (cap - s->n < need && cap <= INT32_MAX / 2) cap *= 2;
-        remat_tensor **items =
+        scope_item *items =
             cap - s->n >= need ? realloc(s->items, (size_t)cap * sizeof *items) : NULL;
         if (!items) {
-            for (int i = 0; i < n; i++) remat_release_p(&ts[i]);
+            for (int i = 0; i < n; i++) rm_release_p(&ts[i]);
             return rm_err(REMAT_ENOMEM,
                           "out of memory registering %d output%s with the open "
                           "remat_scope (%d tensors in it)",
@@ -216,9 +382,12 @@ remat_status rm_hand_out_n(remat_tensor **ts, int n) {
         s->cap = cap;
     }
     for (int i = 0; i < n; i++) {
-        if (!ts[i]) continue;
-        s->items[s->n++] = ts[i];
-        ts[i]->scope_owner = s;
+        remat_tensor *t = ts[i];
+        if (!t) continue;
+        t->scope_owner = s;
+        t->scope_index = s->n;
+        t->scope_refs++;
+        s->items[s->n++] = (scope_item){t, t->gen};
     }
     return REMAT_OK;
 }
@@ -230,16 +399,32 @@ remat_status rm_hand_out(remat_tensor **out, remat_tensor *t) {
 
 remat_tensor *remat_scope_keep(remat_tensor *t) {
     if (!t) return NULL;
-    remat_scope *s = t->scope_owner;
-    if (!s) return remat_retain(t);
-    for (int i = s->n - 1; i >= 0; i--) {
-        if (s->items[i] == t) {
-            s->items[i] = NULL;
-            t->scope_owner = NULL;
-            return t;
-        }
+    if (rm_dead(t)) {
+        rm_released_warn("remat_scope_keep", t);
+        return NULL;
     }
-    return remat_retain(t);
+    if (!t->scope_owner) {
+        char b[300];
+        rm_err(REMAT_ESTATE,
+               "remat_scope_keep: %s is held by no open scope (made with none open, or kept "
+               "already): the reference is yours already, nothing was added",
+               ref_str(t, b, sizeof b));
+        rm_warn("%s", remat_last_error());
+        return t;
+    }
+    scope_forget(t);
+    atomic_fetch_add(&t->user_refs, 1);
+    return t;
+}
+
+void rm_adopt(remat_tensor *t) {
+    if (!t || rm_dead(t)) return;
+    int u = atomic_load_explicit(&t->user_refs, memory_order_relaxed);
+    while (u > 0 && !atomic_compare_exchange_weak(&t->user_refs, &u, u - 1)) {}
+}
+
+void rm_scope_unhold(remat_tensor *t) {
+    if (t && t->scope_owner) scope_forget(t);
 }
 
 /* ---- formatting and validation -------------------------------------------------------------- */
@@ -259,25 +444,33 @@ const char *rm_tensor_str(const remat_tensor *t, char *buf, size_t n) {
     }
     char sh[160];
     rm_shape_str(t->ndim, t->shape, sh, sizeof sh);
-    const char *dev = remat_device_type_name(t->storage->device.type);
-    if (t->storage->device.type == REMAT_CPU) {
+    /* a released tensor has no storage: its device is not said */
+    remat_device device = t->storage ? t->storage->device : REMAT_DEVICE_CPU;
+    const char *dev = remat_device_type_name(device.type);
+    if (device.type == REMAT_CPU) {
         if (t->name) snprintf(buf, n, "'%s' %s %s", t->name, sh, remat_dtype_name(t->dtype));
         else snprintf(buf, n, "%s %s", sh, remat_dtype_name(t->dtype));
     } else {
         snprintf(buf, n, "%s%s%s%s %s on %s:%d", t->name ? "'" : "", t->name ? t->name : "",
                  t->name ? "' " : "", sh, remat_dtype_name(t->dtype), dev ? dev : "?",
-                 t->storage->device.index);
+                 device.index);
     }
     return buf;
 }
 
 const char *remat_describe(const remat_tensor *t, char *buf, size_t n) {
     if (!buf || n == 0) return "";
-    return rm_tensor_str(t, buf, n);
+    rm_tensor_str(t, buf, n);
+    if (t && rm_dead(t)) {
+        size_t k = strlen(buf);
+        snprintf(buf + k, n - k, " (released)");
+    }
+    return buf;
 }
 
 remat_status rm_check_tensor(const char *call, const char *arg, const remat_tensor *t) {
     if (!t) return rm_err(REMAT_EINVAL, "%s: tensor argument '%s' is NULL", call, arg);
+    if (rm_dead(t)) return rm_released_err(call, arg, t);
     return REMAT_OK;
 }
 
@@ -404,6 +597,7 @@ remat_status remat_empty(remat_tensor **out, int ndim, const int64_t *shape, rem
     remat_tensor *t = NULL;
     rc = make_tensor(&t, ndim, shape, dtype, device, false);
     if (rc) return rm_err_prefix(rc, "remat_empty");
+    t->origin = "remat_empty";
     return rm_hand_out(out, t);
 }
 
@@ -447,7 +641,7 @@ static remat_status fill_any(remat_tensor *t, double v,
     else fill_value(tmp, v);
     rc = rm_device_copy(t->storage->device, rm_ptr(t), REMAT_DEVICE_CPU, rm_ptr(tmp),
                         tmp->storage->nbytes);
-    remat_release(tmp);
+    rm_release(tmp);
     return rc;
 }
 
@@ -462,9 +656,10 @@ static remat_status full_impl(const char *call, remat_tensor **out, int ndim, co
     if (rc) return rm_err_prefix(rc, call);
     rc = fill_any(t, value, NULL, NULL);
     if (rc) {
-        remat_release(t);
+        rm_release(t);
         return rm_err_prefix(rc, call);
     }
+    t->origin = call;
     return rm_hand_out(out, t);
 }
 
@@ -494,6 +689,7 @@ remat_status remat_from_data(remat_tensor **out, int ndim, const int64_t *shape,
     rc = make_tensor(&t, ndim, shape, dtype, REMAT_DEVICE_CPU, false);
     if (rc) return rm_err_prefix(rc, "remat_from_data");
     if (n) memcpy(rm_ptr(t), data, (size_t)n * remat_dtype_size(dtype));
+    t->origin = "remat_from_data";
     return rm_hand_out(out, t);
 }
 
@@ -506,6 +702,7 @@ remat_status remat_arange(remat_tensor **out, int64_t n) {
     if (rc) return rm_err_prefix(rc, "remat_arange");
     int64_t *p = rm_ptr(t);
     for (int64_t i = 0; i < n; i++) p[i] = i;
+    t->origin = "remat_arange";
     return rm_hand_out(out, t);
 }
 
@@ -574,9 +771,10 @@ static remat_status make_rand(const char *call, remat_tensor **out, int ndim, co
     rc = rm_rng_reserve(device, (uint64_t)((n + 1) / 2), ra.key, &ra.counter);
     if (!rc) rc = fill_any(t, 0, fill_rand, &ra);
     if (rc) {
-        remat_release(t);
+        rm_release(t);
         return rm_err_prefix(rc, call);
     }
+    t->origin = call;
     return rm_hand_out(out, t);
 }
 
@@ -591,24 +789,45 @@ remat_status remat_rand_normal(remat_tensor **out, int ndim, const int64_t *shap
 }
 
 /* ---- metadata ------------------------------------------------------------------------------------ */
-int remat_ndim(const remat_tensor *t) { return t ? t->ndim : -1; }
+/* The calls below return a value, not a status: a released t is reported
+ * (a warning and the last-error text) and reads as NULL would (rm_live). */
+
+int remat_ndim(const remat_tensor *t) {
+    t = rm_live("remat_ndim", t);
+    return t ? t->ndim : -1;
+}
 
 int64_t remat_size(const remat_tensor *t, int d) {
+    t = rm_live("remat_size", t);
     if (!t) return -1;
     if (d < 0) d += t->ndim;
     if (d < 0 || d >= t->ndim) return -1;
     return t->shape[d];
 }
 
-const int64_t *remat_shape(const remat_tensor *t) { return t ? t->shape : NULL; }
-const int64_t *remat_strides(const remat_tensor *t) { return t ? t->strides : NULL; }
-int64_t remat_numel(const remat_tensor *t) { return t ? rm_shape_numel(t->ndim, t->shape) : 0; }
-remat_dtype remat_tensor_dtype(const remat_tensor *t) { return t ? t->dtype : REMAT_F32; }
+const int64_t *remat_shape(const remat_tensor *t) {
+    t = rm_live("remat_shape", t);
+    return t ? t->shape : NULL;
+}
+const int64_t *remat_strides(const remat_tensor *t) {
+    t = rm_live("remat_strides", t);
+    return t ? t->strides : NULL;
+}
+int64_t remat_numel(const remat_tensor *t) {
+    t = rm_live("remat_numel", t);
+    return t ? rm_shape_numel(t->ndim, t->shape) : 0;
+}
+remat_dtype remat_tensor_dtype(const remat_tensor *t) {
+    t = rm_live("remat_tensor_dtype", t);
+    return t ? t->dtype : REMAT_F32;
+}
 remat_device remat_tensor_device(const remat_tensor *t) {
+    t = rm_live("remat_tensor_device", t);
     return t ? t->storage->device : REMAT_DEVICE_CPU;
 }
 
 bool remat_is_contiguous(const remat_tensor *t) {
+    t = rm_live("remat_is_contiguous", t);
     if (!t) return false;
     int64_t st = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {
@@ -619,15 +838,22 @@ bool remat_is_contiguous(const remat_tensor *t) {
 }
 
 uint64_t remat_version(const remat_tensor *t) {
+    t = rm_live("remat_version", t);
     return t ? (uint64_t)atomic_load(&t->storage->version) : 0;
 }
 bool remat_shares_storage(const remat_tensor *a, const remat_tensor *b) {
+    a = rm_live("remat_shares_storage", a);
+    b = rm_live("remat_shares_storage", b);
     return a && b && a->storage == b->storage;
 }
-size_t remat_storage_nbytes(const remat_tensor *t) { return t ? t->storage->nbytes : 0; }
+size_t remat_storage_nbytes(const remat_tensor *t) {
+    t = rm_live("remat_storage_nbytes", t);
+    return t ? t->storage->nbytes : 0;
+}
 
 remat_status remat_set_name(remat_tensor *t, const char *name) {
-    if (!t) return rm_err(REMAT_EINVAL, "remat_set_name: tensor is NULL");
+    int rc = rm_check_tensor("remat_set_name", "t", t);
+    if (rc) return rc;
     char *copy = NULL;
     if (name) {
         copy = strdup(name);
@@ -638,9 +864,13 @@ remat_status remat_set_name(remat_tensor *t, const char *name) {
     return REMAT_OK;
 }
 
-const char *remat_name(const remat_tensor *t) { return t ? t->name : NULL; }
+const char *remat_name(const remat_tensor *t) {
+    t = rm_live("remat_name", t);
+    return t ? t->name : NULL;
+}
 
 void *remat_data(const remat_tensor *t) {
+    t = rm_live("remat_data", t);
     if (!t || !remat_device_host_addressable(t->storage->device.type)) return NULL;
     return rm_ptr(t);
 }
@@ -714,8 +944,8 @@ static remat_status copy_device_to_buffer(const remat_tensor *t, remat_dtype dty
     if (!rc)
         rc = rm_device_copy(REMAT_DEVICE_CPU, rm_ptr(h), c->storage->device, rm_ptr(c), nbytes);
     if (!rc) rc = remat_copy_to_buffer(h, dtype, dst, n);
-    remat_release(c);
-    remat_release(h);
+    rm_release(c);
+    rm_release(h);
     return rc ? rm_err_prefix(rc, "remat_copy_to_buffer") : REMAT_OK;
 }
 
@@ -842,7 +1072,7 @@ remat_status rm_zero_window(remat_tensor *t, int d, int64_t lo, int64_t hi) {
                                       t->strides, t->dtype);
     if (!w) return rm_err(REMAT_ENOMEM, "out of memory creating a view");
     int rc = rm_kernel_fill(w, 0.0, "zero");
-    remat_release(w);
+    rm_release(w);
     return rc;
 }
 
@@ -924,20 +1154,20 @@ remat_status rm_copy_to_window(remat_tensor *z, int64_t offset, const int64_t *s
     remat_tensor *v = rm_tensor_alloc(z->storage, offset, src->ndim, src->shape, strides, z->dtype);
     if (!v) return rm_err(REMAT_ENOMEM, "%s: out of memory creating a view", what);
     int rc = rm_copy_into(v, src); /* host or device */
-    remat_release(v);
+    rm_release(v);
     return rc;
 }
 
 remat_status rm_copy_new(remat_tensor **out, remat_tensor *t) {
     int rc = rm_new_output(out, t->ndim, t->shape, t->dtype, t->storage->device);
     if (!rc) rc = rm_copy_into(*out, t);
-    if (rc) remat_release_p(out);
+    if (rc) rm_release_p(out);
     return rc;
 }
 
 remat_status rm_contig(remat_tensor **out, remat_tensor *t) {
     if (remat_is_contiguous(t)) {
-        *out = remat_retain(t);
+        *out = rm_retain(t);
         return REMAT_OK;
     }
     return rm_copy_new(out, t);

@@ -333,7 +333,7 @@ remat_status rmd_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor
         return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     }
     for (int i = 0; i < n; i++) {
-        d->p[i].t = remat_retain(params[i]);
+        d->p[i].t = rm_retain(params[i]);
         d->p[i].numel = remat_numel(params[i]);
         ddp_slot *s = &d->ht[rm_ptrtab_slot(d->ht, d->hcap, sizeof *d->ht, params[i])];
         if (!s->key) *s = (ddp_slot){params[i], i}; /* a repeated parameter keeps its first index */
@@ -356,8 +356,8 @@ remat_status rmd_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor
 
 void remat_ddp_free(remat_ddp *d) {
     if (!d) return;
-    for (int i = 0; d->p && i < d->n; i++) remat_release(d->p[i].t);
-    for (int k = 0; d->b && k < d->nb; k++) remat_release(d->b[k].buf);
+    for (int i = 0; d->p && i < d->n; i++) rm_release(d->p[i].t);
+    for (int k = 0; d->b && k < d->nb; k++) rm_release(d->b[k].buf);
     free(d->used_any);
     free(d->p);
     free(d->b);
@@ -406,7 +406,7 @@ static remat_status copy_back(remat_ddp *d, const char *call, int i) {
         int rc = remat_empty(&ng, p->t->ndim, p->t->shape, p->t->dtype, p->t->storage->device);
         if (rc) return rm_err_prefix(rc, call);
         rc = remat_set_grad(p->t, ng);
-        remat_release(ng);
+        rm_release(ng);
         if (rc) return rc;
         g = p->t->grad;
     }
@@ -449,20 +449,20 @@ static remat_status write_back(remat_ddp *d, const char *call, const unsigned ch
             remat_tensor *v = rm_tensor_alloc(b->buf->storage, b->buf->offset + p->offset,
                                               p->t->ndim, p->t->shape, st, b->dtype);
             if (!v) {
-                remat_release(fresh);
+                rm_release(fresh);
                 return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
             }
             v->is_view = true;
             int rc = remat_set_grad(p->t, v);
-            remat_release(v);
+            rm_release(v);
             if (rc) {
-                remat_release(fresh);
+                rm_release(fresh);
                 return rc;
             }
             rm_bump_version(p->t->grad);
         }
         if (fresh) {
-            remat_release(b->buf); /* the views hold it */
+            rm_release(b->buf); /* the views hold it */
             b->buf = fresh;
         }
     }

@@ -47,8 +47,8 @@ size_t remat_zero_buffer_bytes(const remat_zero *z) {
 void remat_zero_free(remat_zero *z) {
     if (!z) return;
     for (int k = 0; z->m && k < z->ddp->nb; k++) {
-        remat_release(z->m[k]);
-        remat_release(z->v[k]);
+        rm_release(z->m[k]);
+        rm_release(z->v[k]);
     }
     remat_ddp_free(z->ddp);
     free(z->m);

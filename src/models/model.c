@@ -1,4 +1,4 @@
-/* src/models/model.c — the GPT-2 model (remat/models.h): the
+/* src/models/model.c — GPT-2 and Llama models (remat/models.h): the
  * parameters with HF's names, embedding, the chain of blocks and the head. */
 #include <math.h>
 #include <stdarg.h>
@@ -13,7 +13,7 @@
 
 #define NAME_MAX_LEN 64
 #define GPT2_PER_LAYER 12
-
+#define LLAMA_PER_LAYER 16 /* with every bias */
 typedef struct layer_ctx {
     remat_model *m;
     int layer;
@@ -35,6 +35,7 @@ struct remat_model {
     remat_tensor *norm_w, *norm_b;   /* ln_f / norm (no bias) */
     remat_tensor *lm_head;           /* == tok_emb when tied */
     remat_gpt2_block_weights *gpt2;  /* n_layers, borrowed from params */
+    mb_llama_weights *llama;         /* n_layers, borrowed from params */
     remat_tensor **masks;            /* GPT-2 composed attention: masks[T-1], made on demand */
     layer_ctx *ctx;
     remat_stage *stages;
@@ -54,6 +55,11 @@ remat_status remat_model_config_default(remat_model_config *cfg, remat_model_fam
         c.tie_word_embeddings = true;
         c.gelu = REMAT_GELU_TANH;
         c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.1;
+    } else if (family == REMAT_MODEL_LLAMA) {
+        c.n_layers = 32, c.n_heads = 32, c.n_kv_heads = 32;
+        c.hidden = 4096, c.intermediate = 11008, c.vocab = 32000, c.max_positions = 2048;
+        c.norm_eps = 1e-6;
+        c.rope_theta = 10000.0;
     } else {
         return mb_err(REMAT_EINVAL, "remat_model_config_default: unknown model family %d",
                       (int)family);
@@ -78,7 +84,7 @@ static int kv_heads(const remat_model_config *c) {
 remat_status remat_model_config_check(const remat_model_config *c) {
     const char *call = "remat_model_config_check";
     if (!c) return mb_err(REMAT_EINVAL, "%s: cfg is NULL", call);
-    if (c->family != REMAT_MODEL_GPT2)
+    if (c->family != REMAT_MODEL_GPT2 && c->family != REMAT_MODEL_LLAMA)
         return mb_err(REMAT_EINVAL, "%s: unknown model family %d", call, (int)c->family);
     const bool g = is_gpt2(c);
     const struct {
@@ -110,9 +116,20 @@ remat_status remat_model_config_check(const remat_model_config *c) {
                       "%s: GPT-2 has no grouped-query attention (n_kv_heads %d, "
                       "n_heads %d)",
                       call, c->n_kv_heads, c->n_heads);
+    if (!g && c->n_heads % kv_heads(c))
+        return mb_err(REMAT_EINVAL,
+                      "%s: n_kv_heads (num_key_value_heads) = %d does not divide n_heads "
+                      "(num_attention_heads) = %d",
+                      call, kv_heads(c), c->n_heads);
+    if (!g && head_dim(c) % 2)
+        return mb_err(REMAT_EINVAL, "%s: head_dim = %lld must be even for RoPE", call,
+                      (long long)head_dim(c));
     if (!(c->norm_eps > 0) || !isfinite(c->norm_eps))
         return mb_err(REMAT_EINVAL, "%s: norm_eps (%s) = %g: expected a finite value > 0", call,
                       g ? "layer_norm_epsilon" : "rms_norm_eps", c->norm_eps);
+    if (!g && (!(c->rope_theta > 0) || !isfinite(c->rope_theta)))
+        return mb_err(REMAT_EINVAL, "%s: rope_theta = %g: expected a finite value > 0", call,
+                      c->rope_theta);
     if (g && c->gelu != REMAT_GELU_TANH && c->gelu != REMAT_GELU_ERF)
         return mb_err(REMAT_EINVAL, "%s: gelu (activation_function) = %d is not a GELU form", call,
                       (int)c->gelu);
@@ -126,6 +143,14 @@ remat_status remat_model_config_check(const remat_model_config *c) {
         if (!(ps[i].p >= 0 && ps[i].p < 1))
             return mb_err(REMAT_EINVAL, "%s: %s (%s) = %g: expected 0 <= p < 1", call, ps[i].field,
                           ps[i].key, ps[i].p);
+    if (!g && (c->embd_pdrop > 0 || c->resid_pdrop > 0))
+        return mb_err(REMAT_EINVAL, "%s: Llama has no embd_pdrop or resid_pdrop (set them to 0)",
+                      call);
+    if (!g && c->attn_pdrop > 0)
+        return mb_err(REMAT_EUNSUPPORTED,
+                      "%s: attention_dropout = %g: Llama's attention runs fused, without "
+                      "dropout (set it to 0)",
+                      call, c->attn_pdrop);
     if (!(c->initializer_range >= 0) || !isfinite(c->initializer_range))
         return mb_err(REMAT_EINVAL, "%s: initializer_range = %g: expected a finite value >= 0",
                       call, c->initializer_range);
@@ -200,6 +225,43 @@ done:
     return rc;
 }
 
+/* A linear's weight (out, in) and, when `bias`, its bias (out). */
+static int add_linear(remat_model *m, remat_tensor **w, remat_tensor **b, bool bias, int64_t out,
+                      int64_t in, int l, const char *what) {
+    const double std = m->cfg.initializer_range;
+    int rc = add_param(m, w, INIT_NORMAL, std, 2, out, in, "model.layers.%d.%s.weight", l, what);
+    if (!rc && bias)
+        rc = add_param(m, b, INIT_ZEROS, 0, 1, out, 0, "model.layers.%d.%s.bias", l, what);
+    return rc;
+}
+
+static int init_llama(remat_model *m) {
+    const remat_model_config *c = &m->cfg;
+    const int64_t C = c->hidden, I = c->intermediate, V = c->vocab, D = head_dim(c);
+    const int64_t QD = c->n_heads * D, KD = kv_heads(c) * D;
+    const bool ab = c->attention_bias, mbias = c->mlp_bias;
+    int rc = REMAT_OK;
+    ADD(&m->tok_emb, INIT_NORMAL, c->initializer_range, 2, V, C, "model.embed_tokens.weight");
+    for (int l = 0; l < c->n_layers; l++) {
+        mb_llama_weights *w = &m->llama[l];
+        MB_TRY(add_linear(m, &w->q_w, &w->q_b, ab, QD, C, l, "self_attn.q_proj"));
+        MB_TRY(add_linear(m, &w->k_w, &w->k_b, ab, KD, C, l, "self_attn.k_proj"));
+        MB_TRY(add_linear(m, &w->v_w, &w->v_b, ab, KD, C, l, "self_attn.v_proj"));
+        MB_TRY(add_linear(m, &w->o_w, &w->o_b, ab, C, QD, l, "self_attn.o_proj"));
+        MB_TRY(add_linear(m, &w->gate_w, &w->gate_b, mbias, I, C, l, "mlp.gate_proj"));
+        MB_TRY(add_linear(m, &w->up_w, &w->up_b, mbias, I, C, l, "mlp.up_proj"));
+        MB_TRY(add_linear(m, &w->down_w, &w->down_b, mbias, C, I, l, "mlp.down_proj"));
+        ADD(&w->input_norm, INIT_ONES, 0, 1, C, 0, "model.layers.%d.input_layernorm.weight", l);
+        ADD(&w->post_norm, INIT_ONES, 0, 1, C, 0, "model.layers.%d.post_attention_layernorm.weight",
+            l);
+    }
+    ADD(&m->norm_w, INIT_ONES, 0, 1, C, 0, "model.norm.weight");
+    if (c->tie_word_embeddings) m->lm_head = m->tok_emb;
+    else ADD(&m->lm_head, INIT_NORMAL, c->initializer_range, 2, V, C, "lm_head.weight");
+done:
+    return rc;
+}
+
 /* ---- blocks ---------------------------------------------------------------------------------- */
 /* The (T, T) causal mask of GPT-2's composed attention, made once per T. */
 static int gpt2_mask(remat_model *m, int64_t T, remat_tensor **mask) {
@@ -218,6 +280,17 @@ static int gpt2_mask(remat_model *m, int64_t T, remat_tensor **mask) {
     }
     *mask = m->masks[T - 1];
     return REMAT_OK;
+}
+
+static mb_llama_options llama_options(const remat_model_config *c, remat_tensor *positions,
+                                      bool tags) {
+    return (mb_llama_options){.heads = c->n_heads,
+                              .kv_heads = kv_heads(c),
+                              .head_dim = head_dim(c),
+                              .eps = c->norm_eps,
+                              .rope_theta = c->rope_theta,
+                              .positions = positions,
+                              .tags = tags};
 }
 
 static remat_status block_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
@@ -244,7 +317,8 @@ static remat_status block_fn(void *ud, remat_tensor *const *in, int n_in, remat_
         }
         return remat_gpt2_block(&out[0], &m->gpt2[lc->layer], &o, in[0]);
     }
-    return mb_err(REMAT_EINVAL, "remat_model block: unknown family");
+    const mb_llama_options o = llama_options(c, NULL, true);
+    return mb_llama_block(&out[0], &m->llama[lc->layer], &o, in[0], NULL);
 }
 
 /* ---- create / free --------------------------------------------------------------------------- */
@@ -260,12 +334,13 @@ remat_status remat_model_create(remat_model **out, const remat_model_config *cfg
     m->device = device;
     m->training = true;
     const int L = cfg->n_layers;
-    m->cap = 5 + L * GPT2_PER_LAYER;
+    m->cap = 5 + L * (is_gpt2(cfg) ? GPT2_PER_LAYER : LLAMA_PER_LAYER);
     m->params = calloc((size_t)m->cap, sizeof *m->params);
     m->ctx = calloc((size_t)L, sizeof *m->ctx);
     m->stages = calloc((size_t)L, sizeof *m->stages);
-    m->gpt2 = calloc((size_t)L, sizeof *m->gpt2);
-    if (!m->params || !m->ctx || !m->stages || !m->gpt2) {
+    if (is_gpt2(cfg)) m->gpt2 = calloc((size_t)L, sizeof *m->gpt2);
+    else m->llama = calloc((size_t)L, sizeof *m->llama);
+    if (!m->params || !m->ctx || !m->stages || (!m->gpt2 && !m->llama)) {
         remat_model_free(m);
         return mb_err(REMAT_ENOMEM, "remat_model_create: out of memory");
     }
@@ -275,7 +350,7 @@ remat_status remat_model_create(remat_model **out, const remat_model_config *cfg
     }
     /* the parameters are the model's references, whatever scope is open */
     void *scope = rm_scope_suspend();
-    rc = init_gpt2(m);
+    rc = is_gpt2(cfg) ? init_gpt2(m) : init_llama(m);
     rm_scope_resume(scope);
     if (rc) {
         remat_model_free(m);
@@ -293,6 +368,7 @@ void remat_model_free(remat_model *m) {
     free(m->masks);
     free(m->params);
     free(m->gpt2);
+    free(m->llama);
     free(m->ctx);
     free(m->stages);
     free(m);
@@ -323,6 +399,24 @@ remat_tensor *remat_model_find_param(const remat_model *m, const char *name) {
     return NULL;
 }
 
+remat_status remat_model_params(const remat_model *m, bool state_dict, remat_params **out) {
+    if (!out) return mb_err(REMAT_EINVAL, "remat_model_params: out is NULL");
+    *out = NULL;
+    if (!m) return mb_err(REMAT_EINVAL, "remat_model_params: model is NULL");
+    remat_params *p = NULL;
+    int rc = remat_params_new(&p);
+    for (int i = 0; !rc && i < m->n_params; i++)
+        rc = remat_params_add(p, m->params[i].name, m->params[i].t);
+    if (!rc && state_dict && m->cfg.tie_word_embeddings)
+        rc = remat_params_add(p, "lm_head.weight", m->lm_head);
+    if (rc) {
+        remat_params_free(p);
+        return rc;
+    }
+    *out = p;
+    return REMAT_OK;
+}
+
 int64_t remat_model_numel(const remat_model *m) { return m ? m->numel : 0; }
 
 void remat_model_zero_grad(remat_model *m) {
@@ -336,7 +430,7 @@ int remat_model_stages(const remat_model *m, const remat_stage **stages) {
 }
 
 const char *const *remat_model_tags(const remat_model *m, int *n) {
-    (void)m;
+    if (m && !is_gpt2(&m->cfg)) return mb_llama_tags(n);
     return remat_gpt2_block_tags(n);
 }
 
@@ -421,7 +515,8 @@ remat_status remat_model_head(remat_tensor **out, remat_model *m, remat_tensor *
     int rc = remat_scope_begin(&s);
     if (rc) return rc;
     remat_tensor *h = NULL, *o = NULL, *r = NULL, *t = NULL, *dt = NULL;
-    MB_TRY(remat_layer_norm(&h, x, 1, m->norm_w, m->norm_b, m->cfg.norm_eps));
+    if (is_gpt2(&m->cfg)) MB_TRY(remat_layer_norm(&h, x, 1, m->norm_w, m->norm_b, m->cfg.norm_eps));
+    else MB_TRY(remat_rms_norm(&h, x, 1, m->norm_w, m->cfg.norm_eps));
     MB_TRY(remat_linear(&o, h, m->lm_head, NULL)); /* (B, T, V) */
     if (targets) {
         MB_TRY(remat_reshape(&r, o, 2, (int64_t[]){B * T, V}));
@@ -522,12 +617,31 @@ void remat_model_cache_reset(remat_model_cache *c) {
     if (c) c->len = 0;
 }
 
+/* *out = (T) i64 on device: start, start + 1, ... (RoPE's positions). */
+static int positions(remat_tensor **out, int64_t start, int64_t T, remat_device device) {
+    int64_t *p = malloc(sizeof(int64_t) * (size_t)T);
+    if (!p) return mb_err(REMAT_ENOMEM, "remat_model: out of memory");
+    for (int64_t i = 0; i < T; i++) p[i] = start + i;
+    remat_tensor *t = NULL;
+    int rc = remat_from_data(&t, 1, &T, REMAT_I64, p);
+    free(p);
+    if (!rc && device.type != REMAT_CPU) {
+        remat_tensor *d = NULL;
+        rc = remat_to_device(&d, t, device);
+        remat_release(t);
+        t = d;
+    }
+    *out = t;
+    return rc;
+}
+
 /* The cached forward: no grad, no dropout; *logits plain. */
 static int forward_cached(remat_tensor **logits, remat_model *m, remat_model_cache *c,
                           remat_tensor *ids) {
     const remat_model_config *cfg = &m->cfg;
-    remat_tensor *x = NULL, *y = NULL;
+    remat_tensor *x = NULL, *y = NULL, *pos = NULL;
     int rc = embed_at(&x, m, ids, c->len, false);
+    if (!rc && !is_gpt2(cfg)) rc = positions(&pos, c->len, remat_size(ids, 1), m->device);
     for (int l = 0; !rc && l < cfg->n_layers; l++) {
         c->layers[l].len = c->len;
         if (is_gpt2(cfg)) {
@@ -535,13 +649,15 @@ static int forward_cached(remat_tensor **logits, remat_model *m, remat_model_cac
                 .heads = cfg->n_heads, .eps = cfg->norm_eps, .gelu = cfg->gelu};
             rc = mb_gpt2_block(&y, &m->gpt2[l], &o, x, &c->layers[l]);
         } else {
-            rc = mb_err(REMAT_EINVAL, "remat_model_forward_cached: unknown family");
+            const mb_llama_options o = llama_options(cfg, pos, false);
+            rc = mb_llama_block(&y, &m->llama[l], &o, x, &c->layers[l]);
         }
         remat_release(x);
         x = y, y = NULL;
     }
     if (!rc) rc = remat_model_head(logits, m, x, NULL);
     remat_release(x);
+    remat_release(pos);
     return rc;
 }
 

@@ -6,7 +6,14 @@
  *
  * q is (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv), out (..., Tq, Dv); the
  * leading dims ("batch": B·H for multi-head attention) are equal for all
- * three. As FlashAttention, only the per-row log-sum-exp of the scores is
+ * three, but for dim -3 (the heads) of k and v, which may divide q's:
+ * grouped-query (and multi-query) attention, where query head h reads kv
+ * head h / (Hq / Hkv) through the kernels' batch offsets and k's and v's
+ * gradients sum over their query group — the repeat is never made. The
+ * causal mask is top-left aligned (torch's is_causal: row i sees keys
+ * j <= i) for remat_attention, and may be bottom-right aligned (j <= i +
+ * Tk - Tq, torch's causal_lower_right: a KV cache) through
+ * remat_attention_causal. As FlashAttention, only the per-row log-sum-exp of the scores is
  * saved (besides q, k, v and out, after the kernel): backward recomputes
  * each block's probabilities from it instead of keeping the (Tq, Tk) matrix
  * alive between forward and backward, so the memory saved for backward is
@@ -79,8 +86,8 @@ static remat_status attention_backward(remat_node *node, remat_tensor *const *go
         g[i] = NULL;
     }
 out:
-    for (int i = 0; i < N_SAVED; i++) remat_release(sv[i]);
-    for (int i = 0; i < 3; i++) remat_release(g[i]);
+    for (int i = 0; i < N_SAVED; i++) rm_release(sv[i]);
+    for (int i = 0; i < 3; i++) rm_release(g[i]);
     return rc;
 }
 
@@ -105,12 +112,29 @@ static remat_status att_check(const rm_op_call *c) {
                       "least 2: (..., T, D)), got q %s, k %s, v %s",
                       call, bq, bk, bv);
     int n = q->ndim;
-    for (int i = 0; i < n - 2; i++)
+    for (int i = 0; i < n - 2; i++) {
+        if (i == n - 3 && (k->shape[i] != q->shape[i] || v->shape[i] != q->shape[i])) {
+            /* grouped-query heads: dim -3 of k and v divides q's */
+            if (k->shape[i] != v->shape[i])
+                return rm_err(REMAT_ESHAPE,
+                              "%s: the leading (batch) dims of q, k and v must be equal, but for "
+                              "dim -3 (heads), where k and v must have the same number of heads, "
+                              "a divisor of q's (grouped-query attention); got q %s, k %s, v %s",
+                              call, bq, bk, bv);
+            if (k->shape[i] == 0 ? q->shape[i] != 0 : q->shape[i] % k->shape[i] != 0)
+                return rm_err(REMAT_ESHAPE,
+                              "%s: the leading (batch) dims of q, k and v must be equal, but for "
+                              "dim -3 (heads), where q's (%lld) must be a multiple of k's and v's "
+                              "(%lld) for grouped-query attention; got q %s, k %s, v %s",
+                              call, (long long)q->shape[i], (long long)k->shape[i], bq, bk, bv);
+            continue;
+        }
         if (k->shape[i] != q->shape[i] || v->shape[i] != q->shape[i])
             return rm_err(REMAT_ESHAPE,
                           "%s: the leading (batch) dims of q, k and v must be "
                           "equal, got q %s, k %s, v %s (dim %d differs)",
                           call, bq, bk, bv, i);
+    }
     if (k->shape[n - 1] != q->shape[n - 1])
         return rm_err(REMAT_ESHAPE,
                       "%s: q and k must have the same last dim (D), got q %s and "
@@ -148,42 +172,81 @@ static remat_status att_new_output(const rm_op_call *c, int i, const rm_out_spec
                   : rm_new_output(out, s->ndim, s->shape, s->dtype, device);
 }
 
-/* M (tq, tk) of dtype on `dev`: -inf above the diagonal (top-left aligned), 0 elsewhere. A
- * constant of the shapes: written on the host, then copied to the device. */
-static remat_status causal_mask(int64_t tq, int64_t tk, remat_dtype dtype, remat_device dev,
-                                remat_tensor **out) {
+/* M (tq, tk) of dtype on `dev`: -inf where key j > i + off, 0 elsewhere. A constant of the
+ * shapes: written on the host, then copied to the device. */
+static remat_status causal_mask(int64_t tq, int64_t tk, int64_t off, remat_dtype dtype,
+                                remat_device dev, remat_tensor **out) {
     remat_tensor *m = NULL;
     int rc = remat_zeros(&m, 2, (const int64_t[]){tq, tk}, REMAT_F64, REMAT_DEVICE_CPU);
     if (rc) return rc;
     double *mp = rm_ptr(m);
     for (int64_t i = 0; i < tq; i++)
-        for (int64_t j = i + 1; j < tk; j++) mp[i * tk + j] = -INFINITY;
+        for (int64_t j = i + off + 1 < 0 ? 0 : i + off + 1; j < tk; j++) mp[i * tk + j] = -INFINITY;
     remat_tensor *c = NULL;
     rc = dtype == REMAT_F64 ? REMAT_OK : remat_to_dtype(&c, m, dtype);
     if (!rc) rc = remat_to_device(out, c ? c : m, dev);
-    remat_release(m), remat_release(c);
+    rm_release(m), rm_release(c);
     return rc;
 }
 
+/* Grouped-query heads for the recomposition: q (..., Hkv·G, T, D) as (..., Hkv, G, T, D)
+ * (*qg) and k or v (..., Hkv, Tk, C) as (..., Hkv, 1, Tk, C) (*kg), so that matmul
+ * broadcasts each kv head over its G query heads. */
+static remat_status split_heads(remat_tensor *t, int64_t g, bool query, remat_tensor **out) {
+    int n = t->ndim;
+    if (!query) return remat_unsqueeze(out, t, n - 2);
+    int64_t sh[REMAT_MAX_DIMS];
+    for (int i = 0, j = 0; i < n; i++) {
+        if (i == n - 3) {
+            sh[j++] = t->shape[i] / g;
+            sh[j++] = g;
+        } else {
+            sh[j++] = t->shape[i];
+        }
+    }
+    return remat_reshape(out, t, n + 1, sh);
+}
+
 /* create_graph: attention rebuilt from public ops, softmax(q k^T scale + M) v,
- * M the causal mask when causal, on q's device. */
+ * M the causal mask when causal, on q's device; grouped-query heads broadcast
+ * over their group (split_heads), never repeated. */
 static remat_status attention_recompose(remat_node *node, remat_tensor *const *xs,
                                         remat_tensor **y) {
     const rm_attention_params *p = node->ctx;
-    remat_tensor *q = xs[0], *kt = NULL, *s = NULL, *m = NULL, *t = NULL, *pr = NULL;
-    int rc = remat_transpose(&kt, xs[1], -2, -1);
-    if (!rc) rc = remat_matmul(&t, q, kt);
+    remat_tensor *q = xs[0], *k = xs[1], *v = xs[2];
+    const int n = q->ndim;
+    const int64_t g =
+        n >= 3 && k->shape[n - 3] != q->shape[n - 3] ? q->shape[n - 3] / k->shape[n - 3] : 1;
+    remat_tensor *qg = NULL, *kg = NULL, *vg = NULL, *kt = NULL, *s = NULL, *m = NULL, *t = NULL;
+    remat_tensor *pr = NULL, *yg = NULL;
+    int rc = REMAT_OK;
+    if (g > 1) {
+        rc = split_heads(q, g, true, &qg);
+        if (!rc) rc = split_heads(k, g, false, &kg);
+        if (!rc) rc = split_heads(v, g, false, &vg);
+    } else {
+        qg = rm_retain(q), kg = rm_retain(k), vg = rm_retain(v);
+    }
+    if (!rc) rc = remat_transpose(&kt, kg, -2, -1);
+    if (!rc) rc = remat_matmul(&t, qg, kt);
     if (!rc) rc = remat_mul_scalar(&s, t, p->scale);
-    remat_release_p(&t);
+    rm_release_p(&t);
     if (!rc && p->causal) {
-        rc = causal_mask(q->shape[q->ndim - 2], xs[1]->shape[xs[1]->ndim - 2], q->dtype,
-                         q->storage->device, &m);
+        const int64_t tq = q->shape[n - 2], tk = k->shape[n - 2];
+        rc = causal_mask(tq, tk, p->lower_right ? tk - tq : 0, q->dtype, q->storage->device, &m);
         if (!rc) rc = remat_add(&t, s, m);
-        if (!rc) remat_release(s), s = t, t = NULL;
+        if (!rc) rm_release(s), s = t, t = NULL;
     }
     if (!rc) rc = remat_softmax(&pr, s, -1);
-    if (!rc) rc = remat_matmul(y, pr, xs[2]);
-    remat_release(kt), remat_release(s), remat_release(m), remat_release(t), remat_release(pr);
+    if (!rc) rc = remat_matmul(g > 1 ? &yg : y, pr, vg);
+    if (!rc && g > 1) {
+        int64_t sh[REMAT_MAX_DIMS];
+        memcpy(sh, q->shape, sizeof(int64_t) * (size_t)n);
+        sh[n - 1] = v->shape[n - 1];
+        rc = remat_reshape(y, yg, n, sh);
+    }
+    rm_release(qg), rm_release(kg), rm_release(vg), rm_release(kt);
+    rm_release(s), rm_release(m), rm_release(t), rm_release(pr), rm_release(yg);
     return rc;
 }
 
@@ -209,7 +272,22 @@ const rm_op_desc rm_op_attention = RM_OP_DESC(
 
 remat_status remat_attention(remat_tensor **out, remat_tensor *q, remat_tensor *k, remat_tensor *v,
                              bool causal, double scale) {
-    const rm_attention_params p = {causal, scale};
+    const rm_attention_params p = {.causal = causal, .scale = scale};
+    remat_tensor *in[3] = {q, k, v};
+    return rm_dispatch(&rm_op_attention, out, in, &p, RM_OP_SITE());
+}
+
+remat_status remat_attention_causal(remat_tensor **out, remat_tensor *q, remat_tensor *k,
+                                    remat_tensor *v, remat_causal_variant variant, double scale) {
+    if (variant != REMAT_CAUSAL_UPPER_LEFT && variant != REMAT_CAUSAL_LOWER_RIGHT) {
+        if (out) *out = NULL;
+        return rm_err(REMAT_EINVAL,
+                      "remat_attention_causal: variant must be REMAT_CAUSAL_UPPER_LEFT or "
+                      "REMAT_CAUSAL_LOWER_RIGHT, got %d",
+                      (int)variant);
+    }
+    const rm_attention_params p = {
+        .causal = true, .lower_right = variant == REMAT_CAUSAL_LOWER_RIGHT, .scale = scale};
     remat_tensor *in[3] = {q, k, v};
     return rm_dispatch(&rm_op_attention, out, in, &p, RM_OP_SITE());
 }

@@ -63,10 +63,10 @@ remat_status rm_autocast_inputs(const rm_op_desc *op, int n_in, remat_tensor *co
         if (!rc) {
             use[i] = cast[i];
             /* the cast's reference is ours (released after the op), not the open scope's */
-            if (cast[i]->scope_owner) remat_scope_keep(cast[i]);
+            rm_scope_unhold(cast[i]);
         }
         if (rc) {
-            for (int j = 0; j < i; j++) remat_release_p(&cast[j]);
+            for (int j = 0; j < i; j++) rm_release_p(&cast[j]);
             return rm_err_prefix(rc, op->name);
         }
     }

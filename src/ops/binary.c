@@ -103,8 +103,8 @@ static remat_status div_grads_diff(remat_tensor *g, remat_tensor *a, remat_tenso
     if (!rc && need_b) rc = remat_div(&v, a, b);
     if (!rc && need_b) rc = remat_mul(&w, u, v);
     if (!rc && need_b) rc = remat_neg(tb, w);
-    if (!rc && need_a) *ta = remat_retain(u);
-    remat_release(u), remat_release(v), remat_release(w);
+    if (!rc && need_a) *ta = rm_retain(u);
+    rm_release(u), rm_release(v), rm_release(w);
     return rc;
 }
 
@@ -118,14 +118,14 @@ static remat_status pow_grads_diff(remat_tensor *g, remat_tensor *a, remat_tenso
         if (!rc) rc = remat_pow(&v, a, u);
         if (!rc) rc = remat_mul(&w, v, b);
         if (!rc) rc = remat_mul(ta, w, g);
-        remat_release_p(&u), remat_release_p(&v), remat_release_p(&w);
+        rm_release_p(&u), rm_release_p(&v), rm_release_p(&w);
     }
     if (!rc && need_b) {
         rc = remat_pow(&u, a, b);
         if (!rc) rc = remat_log(&v, a);
         if (!rc) rc = remat_mul(&w, u, v);
         if (!rc) rc = remat_mul(tb, w, g);
-        remat_release(u), remat_release(v), remat_release(w);
+        rm_release(u), rm_release(v), rm_release(w);
     }
     return rc;
 }
@@ -162,8 +162,8 @@ static remat_status binary_backward_with(binary_grads_fn grads, remat_node *node
     remat_tensor *a = NULL, *b = NULL, *ta = NULL, *tb = NULL;
     rm_ew_op op = cx->ew.op;
     if (op == RM_EW_ADD || op == RM_EW_SUB) { /* g passes through unchanged */
-        if (need_a) ta = remat_retain(gout[0]);
-        if (need_b && op == RM_EW_ADD) tb = remat_retain(gout[0]);
+        if (need_a) ta = rm_retain(gout[0]);
+        if (need_b && op == RM_EW_ADD) tb = rm_retain(gout[0]);
         need_a = false;
         need_b = need_b && op == RM_EW_SUB;
     }
@@ -180,9 +180,9 @@ static remat_status binary_backward_with(binary_grads_fn grads, remat_node *node
             remat_tensor *w = gin[i];
             gin[i] = NULL;
             rc = remat_to_dtype(&gin[i], w, cx->dt[i]);
-            remat_release(w);
+            rm_release(w);
         }
-    remat_release(a), remat_release(b), remat_release(ta), remat_release(tb);
+    rm_release(a), rm_release(b), rm_release(ta), rm_release(tb);
     return rc;
 }
 

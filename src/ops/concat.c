@@ -85,7 +85,7 @@ static remat_status cat_run(rm_op_call *c, rm_kernel_fn copy) {
         if (!win) return rm_err(REMAT_ENOMEM, "out of memory creating a window");
         rm_kargs k = {.in = {win, t}, .out = {win}};
         if (rm_kargs_have_data(&k)) rc = copy(&k);
-        remat_release(win);
+        rm_release(win);
         off += t->shape[d];
     }
     return rc;
@@ -181,7 +181,7 @@ static remat_status split_backward(remat_node *node, remat_tensor *const *gout,
         }
     }
     if (rc) {
-        remat_release(z);
+        rm_release(z);
         return rc;
     }
     gin[0] = z;

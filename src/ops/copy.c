@@ -64,7 +64,7 @@ static remat_status copy_fill(remat_tensor *y, remat_tensor *t) {
      * read): one contiguous block through the device copy functions */
     int rc = REMAT_OK;
     if (remat_is_contiguous(t)) {
-        src = remat_retain(t);
+        src = rm_retain(t);
     } else if (src_host) {
         rc = rm_contig(&src, t);
     } else {
@@ -72,13 +72,13 @@ static remat_status copy_fill(remat_tensor *y, remat_tensor *t) {
         rc = stage_to_host(&staged, t);
         if (rc == REMAT_OK) {
             rc = rm_contig(&src, staged);
-            remat_release(staged);
+            rm_release(staged);
         }
     }
     if (rc == REMAT_OK)
         rc = rm_device_copy(device, rm_ptr(y), src->storage->device, rm_ptr(src),
                             (size_t)n * remat_dtype_size(dtype));
-    remat_release(src);
+    rm_release(src);
     return rc;
 }
 
@@ -96,7 +96,7 @@ static remat_status copy_to(remat_tensor **out, remat_tensor *t, remat_dtype dty
     if (rc) return rc;
     if (rm_ptr(y) && t->storage->data) rc = copy_fill(y, t);
     if (rc) {
-        remat_release(y);
+        rm_release(y);
         return rc;
     }
     *out = y;
@@ -124,7 +124,7 @@ static remat_status copy_backward(remat_node *node, remat_tensor *const *gout, r
     if (!node->next[0].node) return REMAT_OK;
     remat_tensor *g = gout[0];
     if (g->dtype == c->src_dtype && same_device(g->storage->device, c->src_device)) {
-        gin[0] = remat_retain(g);
+        gin[0] = rm_retain(g);
         return REMAT_OK;
     }
     return copy_to(&gin[0], g, c->src_dtype, c->src_device);
@@ -138,7 +138,7 @@ static remat_status copy_backward_diff(remat_node *node, remat_tensor *const *go
     remat_tensor *t = NULL;
     int rc = remat_to_device(&t, gout[0], c->src_device);
     if (!rc) rc = remat_to_dtype(&gin[0], t, c->src_dtype);
-    remat_release(t);
+    rm_release(t);
     return rc;
 }
 

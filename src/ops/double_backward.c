@@ -43,7 +43,7 @@ static remat_status lin_forward(remat_function_ctx *ctx, void *ud, remat_tensor 
     if (!gin) return rm_err(REMAT_ENOMEM, "%s: out of memory", n->name);
     int rc = n->backward(n, in, gin);
     out[0] = gin[0];
-    for (int i = 1; i < n->n_next; i++) remat_release(gin[i]);
+    for (int i = 1; i < n->n_next; i++) rm_release(gin[i]);
     free(gin);
     if (!rc && !out[0]) rc = rm_err(REMAT_ESTATE, "%s: no gradient computed", n->name);
     return rc;
@@ -93,7 +93,7 @@ remat_status rm_backward_recompose(remat_node *node, const int *slots, rm_recomp
             rc = remat_view(&xs[i], s, s->ndim, s->shape);
             leaves[k] = xs[i];
             idx[k++] = i;
-            remat_release(s);
+            rm_release(s);
         } else {
             xs[i] = s;
         }
@@ -104,10 +104,10 @@ remat_status rm_backward_recompose(remat_node *node, const int *slots, rm_recomp
         remat_tensor *g = gout[0];
         rc = remat_grad_ex(1, &y, &g, k, leaves, &o, grads);
         for (int j = 0; j < k && !rc; j++) gin[idx[j]] = grads[j], grads[j] = NULL;
-        for (int j = 0; j < k; j++) remat_release(grads[j]);
+        for (int j = 0; j < k; j++) rm_release(grads[j]);
     }
-    for (int i = 0; i < n; i++) remat_release(xs[i]);
-    remat_release(y);
+    for (int i = 0; i < n; i++) rm_release(xs[i]);
+    rm_release(y);
     return rc;
 }
 
@@ -133,10 +133,10 @@ static remat_status graph_sum_to(remat_tensor **out, remat_tensor *grad, int ndi
     remat_tensor *s = NULL;
     int rc = REMAT_OK;
     if (nd > 0) rc = remat_sum(&s, grad, nd, dims, true);
-    else s = remat_retain(grad);
+    else s = rm_retain(grad);
     if (rc == REMAT_OK) {
         rc = remat_reshape(out, s, ndim, shape);
-        remat_release(s);
+        rm_release(s);
     }
     rm_scope_resume(sc);
     return rc;

@@ -75,7 +75,7 @@ static remat_status save_slots(rm_op_call *c, bool early) {
             remat_tensor *t = NULL;
             rc = op->save_custom(c, s, &t);
             if (!rc) rc = rm_op_save(c->node, s, t);
-            remat_release(t);
+            rm_release(t);
         } else {
             rc = rm_op_save(c->node, s,
                             kind == RM_SAVE_INPUT ? c->in[sp->index] : c->out[sp->index]);
@@ -87,8 +87,8 @@ static remat_status save_slots(rm_op_call *c, bool early) {
 
 static void release_call(rm_op_call *c) {
     rm_node_release(c->node);
-    for (int i = 0; i < RM_KERNEL_MAX_IN; i++) remat_release(c->k.in[i]);
-    for (int i = 0; i < c->n_out; i++) remat_release(c->out[i]);
+    for (int i = 0; i < RM_KERNEL_MAX_IN; i++) rm_release(c->k.in[i]);
+    for (int i = 0; i < c->n_out; i++) rm_release(c->out[i]);
 }
 
 /* Outputs handed to the caller (none in place; a variadic op's are all). */
@@ -222,7 +222,7 @@ static bool same_view(const remat_tensor *a, const remat_tensor *b) {
  * could read values already updated). */
 static remat_status inplace_operand(remat_tensor **out, remat_tensor *a, remat_tensor *b) {
     if (!remat_shares_storage(a, b) || same_view(a, b)) {
-        *out = remat_retain(b);
+        *out = rm_retain(b);
         return REMAT_OK;
     }
     return rm_copy_new(out, b);
@@ -242,7 +242,7 @@ static remat_status take_inputs(run_state *r) {
         if (inplace && i > 0) rc = inplace_operand(&r->c.k.in[i], in[0], in[i]);
         else if (r->any_new && !inplace && (op->flags & RM_OPF_CONTIGUOUS))
             rc = rm_contig(&r->c.k.in[i], in[i]);
-        else r->c.k.in[i] = remat_retain(in[i]);
+        else r->c.k.in[i] = rm_retain(in[i]);
         if (rc) return rc;
     }
     return REMAT_OK;
@@ -264,7 +264,7 @@ static remat_status make_outputs(run_state *r) {
                                 : rm_new_output(&c->out[i], sp->ndim, sp->shape, sp->dtype, dev);
             break;
         case RM_OUT_VIEW: rc = make_view(&c->out[i], c->in[0], sp); break;
-        case RM_OUT_INPUT: c->out[i] = remat_retain(c->in[0]); break;
+        case RM_OUT_INPUT: c->out[i] = rm_retain(c->in[0]); break;
         }
         if (rc) return rc;
     }
@@ -363,6 +363,7 @@ static remat_status run(const rm_op_desc *op, remat_tensor **outs, int *n_out, i
     for (int i = 0; i < r.nr; i++) {
         outs[i] = r.c.out[i];
         r.c.out[i] = NULL;
+        if (outs[i] && !outs[i]->origin) outs[i]->origin = call;
     }
     release_call(&r.c);
     free_outputs(&r);
@@ -376,6 +377,16 @@ remat_status rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out
                            remat_tensor *const *in, const void *params, void *site) {
     rm_op_frame f;
     int nr = 0;
+    /* a released input is reported before anything reads it (its struct is
+     * type-stable: reading `dead` is safe whatever happened since) */
+    for (int i = 0; i < n_in && in; i++) {
+        if (!in[i] || !rm_dead(in[i])) continue;
+        if (outs && !op->n_outputs)
+            for (int k = 0; k < n_ret(op); k++) outs[k] = NULL;
+        const char *const *names = op->arg_names ? op->arg_names : k_arg_names;
+        bool listed = (op->flags & RM_OPF_VARIADIC) || i >= RM_OP_MAX_IN;
+        return rm_released_err(op->name, listed ? "tensors" : names[i], in[i]);
+    }
     rm_note_leaf_reads(n_in, in); /* a reentrant checkpoint's forward records them */
     /* autocast: the op (and its bracket: policies, traces) sees the cast inputs */
     remat_tensor *use[RM_OP_MAX_IN], *cast[RM_OP_MAX_IN] = {0};
@@ -390,7 +401,7 @@ remat_status rm_dispatch_n(const rm_op_desc *op, remat_tensor **outs, int *n_out
         rc = run(op, outs, &nr, n_in, in, params);
         rm_op_end(&f, rc, nr, outs);
     }
-    for (int i = 0; ac && i < n_in; i++) remat_release(cast[i]);
+    for (int i = 0; ac && i < n_in; i++) rm_release(cast[i]);
     if (n_out) *n_out = nr;
     return rc;
 }
@@ -407,7 +418,7 @@ remat_status rm_saved_contig(remat_node *node, int slot, const char *missing, re
     if (rc) return rc;
     if (!t) return missing ? rm_err(REMAT_ESTATE, "%s: %s", node->name, missing) : REMAT_OK;
     rc = rm_contig(out, t);
-    remat_release(t);
+    rm_release(t);
     return rc;
 }
 
@@ -421,7 +432,7 @@ remat_status rm_grad_kernel(const remat_node *node, rm_kernel_id kid, remat_tens
         rm_kargs k = {.in = {g, s}, .out = {dx}, .params = params};
         rc = rm_kernel_run(kid, node->name, &k);
     }
-    if (rc) remat_release(dx);
+    if (rc) rm_release(dx);
     else *gin = dx;
     return rc;
 }
@@ -434,7 +445,7 @@ remat_status rm_backward_kernel(remat_node *node, remat_tensor *const *gout, rem
     int rc = slot >= 0 ? rm_saved_contig(node, slot, missing, &s) : REMAT_OK;
     if (!rc) rc = rm_contig(&g, gout[0]);
     if (!rc) rc = rm_grad_kernel(node, kid, g, s, ndim, shape, params, &gin[0]);
-    remat_release(s);
-    remat_release(g);
+    rm_release(s);
+    rm_release(g);
     return rc;
 }

@@ -125,7 +125,7 @@ static void inplace_fill_ctx(const rm_op_call *c, void *ctx) {
 static remat_status mul_save(rm_op_call *c, int slot, remat_tensor **out) {
     remat_tensor *t = slot == 0 ? c->in[0] : c->k.in[1];
     if (slot == 0 || remat_shares_storage(c->in[0], t)) return rm_copy_new(out, t);
-    *out = remat_retain(t);
+    *out = rm_retain(t);
     return REMAT_OK;
 }
 
@@ -133,7 +133,7 @@ static remat_status mul_save(rm_op_call *c, int slot, remat_tensor **out) {
 static remat_status zeros_like(remat_tensor **out, const remat_tensor *t) {
     int rc = rm_new_output(out, t->ndim, t->shape, t->dtype, t->storage->device);
     if (!rc) rc = rm_kernel_fill(*out, 0.0, "in-place backward");
-    if (rc) remat_release_p(out);
+    if (rc) rm_release_p(out);
     return rc;
 }
 
@@ -155,8 +155,8 @@ static remat_status grad_for_b(remat_tensor **out, remat_tensor *t, const ipctx 
     }
     rc = rm_new_output(out, s->ndim, s->shape, cx->db, s->storage->device);
     if (!rc) rc = rm_copy_into(*out, s);
-    if (rc) remat_release_p(out);
-    remat_release(s);
+    if (rc) rm_release_p(out);
+    rm_release(s);
     return rc;
 }
 
@@ -167,7 +167,7 @@ static remat_status inplace_grads(const ipctx *cx, remat_tensor *g, remat_tensor
     int rc = REMAT_OK;
     switch (cx->op) {
     case IP_ADD: /* a + alpha * b */
-        if (need_a) gin[0] = remat_retain(g);
+        if (need_a) gin[0] = rm_retain(g);
         if (need_b) rc = ew_new(&t, RM_EW_SCALE, g, NULL, cx->ew.p);
         break;
     case IP_MUL: /* a_old * b */
@@ -185,11 +185,11 @@ static remat_status inplace_grads(const ipctx *cx, remat_tensor *g, remat_tensor
         break;
     case IP_COPY:
         if (need_a) rc = zeros_like(&gin[0], g);
-        if (need_b) t = remat_retain(g);
+        if (need_b) t = rm_retain(g);
         break;
     }
     if (!rc && t) rc = grad_for_b(&gin[1], t, cx);
-    remat_release(t);
+    rm_release(t);
     return rc;
 }
 
@@ -204,8 +204,8 @@ static remat_status inplace_backward(remat_node *node, remat_tensor *const *gout
     if (node->n_saved > 0) rc = rm_node_unpack(node, 0, &s0);
     if (!rc && node->n_saved > 1) rc = rm_node_unpack(node, 1, &s1);
     if (!rc) rc = inplace_grads(node->ctx, gout[0], s0, s1, need_a, need_b, gin);
-    remat_release(s0);
-    remat_release(s1);
+    rm_release(s0);
+    rm_release(s1);
     return rc;
 }
 
@@ -222,7 +222,7 @@ static remat_status inplace_backward_diff(remat_node *node, remat_tensor *const 
     int rc = REMAT_OK;
     switch (cx->op) {
     case IP_ADD: /* a + alpha * b */
-        if (need_a) gin[0] = remat_retain(g);
+        if (need_a) gin[0] = rm_retain(g);
         if (need_b) rc = remat_mul_scalar(&t, g, cx->ew.p);
         break;
     case IP_MUL_SCALAR:
@@ -240,14 +240,14 @@ static remat_status inplace_backward_diff(remat_node *node, remat_tensor *const 
     case IP_ZERO:
     case IP_COPY: /* a's gradient is a constant zero */
         if (need_a) rc = zeros_like(&gin[0], g);
-        if (cx->op == IP_COPY && need_b) t = remat_retain(g);
+        if (cx->op == IP_COPY && need_b) t = rm_retain(g);
         break;
     }
     if (!rc && t) rc = rm_sum_to(&u, t, cx->ndb, cx->sb);
     if (!rc && u)
-        rc = u->dtype == cx->db ? (gin[1] = remat_retain(u), REMAT_OK)
+        rc = u->dtype == cx->db ? (gin[1] = rm_retain(u), REMAT_OK)
                                 : remat_to_dtype(&gin[1], u, cx->db);
-    remat_release(s), remat_release(t), remat_release(u);
+    rm_release(s), rm_release(t), rm_release(u);
     return rc;
 }
 

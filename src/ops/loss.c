@@ -65,7 +65,7 @@ static remat_status embedding_gather(remat_node *node, remat_tensor *gg, remat_t
     remat_tensor *idx = NULL;
     int rc = rm_node_unpack(node, 0, &idx);
     if (!rc) rc = remat_embedding(out, gg, idx);
-    remat_release(idx);
+    rm_release(idx);
     return rc;
 }
 
@@ -127,7 +127,7 @@ static remat_status cross_entropy_backward(remat_node *node, remat_tensor *const
         rm_kargs k = {.in = {x, sv[1], sv[2], gout[0]}, .out = {gin[0]}, .params = node->ctx};
         rc = rm_kernel_run(RM_K_CROSS_ENTROPY_BWD, node->name, &k);
     }
-    for (int i = 0; i < 3; i++) remat_release(sv[i]);
+    for (int i = 0; i < 3; i++) rm_release(sv[i]);
     return rc;
 }
 
@@ -153,9 +153,9 @@ static remat_status target_weights(remat_tensor *t, const remat_tensor *x, int64
     if (!rc) rc = remat_sub_scalar(&kept, tcol, (double)ignore);
     if (!rc) rc = remat_zeros(&zero, 0, NULL, x->dtype, dev);
     if (!rc) rc = remat_where(w, kept, hit, zero);
-    remat_release(tf), remat_release(tcol), remat_release(ic), remat_release(icf);
-    remat_release(irow), remat_release(iota), remat_release(d), remat_release(ones);
-    remat_release(hit), remat_release(kept), remat_release(zero);
+    rm_release(tf), rm_release(tcol), rm_release(ic), rm_release(icf);
+    rm_release(irow), rm_release(iota), rm_release(d), rm_release(ones);
+    rm_release(hit), rm_release(kept), rm_release(zero);
     return rc;
 }
 
@@ -175,8 +175,8 @@ static remat_status cross_entropy_recompose(remat_node *node, remat_tensor *cons
     if (!rc) rc = remat_sum_all(&sum, prod);
     if (!rc) rc = remat_div(&mean, sum, count);
     if (!rc) rc = remat_neg(y, mean);
-    remat_release(t), remat_release(w), remat_release(count), remat_release(ls);
-    remat_release(prod), remat_release(sum), remat_release(mean);
+    rm_release(t), rm_release(w), rm_release(count), rm_release(ls);
+    rm_release(prod), rm_release(sum), rm_release(mean);
     return rc;
 }
 
@@ -231,7 +231,7 @@ static remat_status mse_backward(remat_node *node, remat_tensor *const *gout, re
      * writes da over the saved prediction when nothing else holds it: the
      * pass then never holds both (the kernel is elementwise). */
     if (node->next[0].node && !node->next[1].node && rm_node_take_saved(node, 0, &da))
-        sv[0] = remat_retain(da);
+        sv[0] = rm_retain(da);
     for (int i = 0; i < 2 && rc == REMAT_OK; i++) {
         if (!sv[i]) rc = rm_node_unpack(node, i, &sv[i]);
         if (!rc && sv[i]) rc = rm_contig(&cv[i], sv[i]);
@@ -255,11 +255,11 @@ static remat_status mse_backward(remat_node *node, remat_tensor *const *gout, re
     da = db = NULL;
 out:
     for (int i = 0; i < 2; i++) {
-        remat_release(sv[i]);
-        remat_release(cv[i]);
+        rm_release(sv[i]);
+        rm_release(cv[i]);
     }
-    remat_release(da);
-    remat_release(db);
+    rm_release(da);
+    rm_release(db);
     return rc;
 }
 
@@ -271,11 +271,11 @@ static remat_status mse_backward_diff(remat_node *node, remat_tensor *const *gou
     if (!rc) rc = rm_node_unpack(node, 1, &b);
     if (!rc) rc = remat_sub(&d, a, b);
     if (!rc) rc = remat_mul(&da, d, gout[0]);
-    remat_release_p(&d);
+    rm_release_p(&d);
     if (!rc) rc = remat_mul_scalar(&d, da, 2.0 / (double)remat_numel(a));
     if (!rc && node->next[1].node) rc = remat_neg(&gin[1], d);
-    if (!rc && node->next[0].node) gin[0] = remat_retain(d);
-    remat_release(a), remat_release(b), remat_release(d), remat_release(da);
+    if (!rc && node->next[0].node) gin[0] = rm_retain(d);
+    rm_release(a), rm_release(b), rm_release(d), rm_release(da);
     return rc;
 }
 

@@ -120,8 +120,8 @@ static remat_status mm_backward(remat_node *node, remat_tensor *const *gout, rem
         if (!rc)
             rc = mm_run(nm, gin[1], RM_MM_ROW | col, a, row | RM_MM_COL | RM_MM_T, g, row | col);
     }
-    remat_release(a);
-    remat_release(b);
+    rm_release(a);
+    rm_release(b);
     return rc;
 }
 
@@ -140,11 +140,11 @@ static remat_status mm_grad_diff(remat_node *node, int slot, int ndo, const int6
     int rc = rm_node_unpack(node, slot, &o);
     if (!rc) rc = remat_reshape(&t, o, ndo, po);
     if (!rc) rc = remat_transpose(&ot, t, -2, -1);
-    remat_release_p(&t);
+    rm_release_p(&t);
     if (!rc) rc = g_left ? remat_matmul(&t, g, ot) : remat_matmul(&t, ot, g);
     if (!rc) rc = rm_sum_to(&s, t, nd, ps);
     if (!rc) rc = remat_reshape(out, s, ndi, si);
-    remat_release(o), remat_release(t), remat_release(ot), remat_release(s);
+    rm_release(o), rm_release(t), rm_release(ot), rm_release(s);
     return rc;
 }
 
@@ -169,7 +169,7 @@ static remat_status mm_backward_diff(remat_node *node, remat_tensor *const *gout
         rc = mm_grad_diff(node, 1, ndb, pb, g, true, nda, pa, c->shp.nda, c->shp.sa, &gin[0]);
     if (!rc && node->next[1].node) /* dB = A^T g */
         rc = mm_grad_diff(node, 0, nda, pa, g, false, ndb, pb, c->shp.ndb, c->shp.sb, &gin[1]);
-    remat_release(g);
+    rm_release(g);
     return rc;
 }
 
@@ -309,7 +309,7 @@ static remat_status linear_backward(remat_node *node, remat_tensor *const *gout,
         if (!rc)
             rc = mm_run(nm, gin[1], RM_MM_ROW | RM_MM_COL, g, row | RM_MM_COL | RM_MM_T | pg, x,
                         row | RM_MM_COL);
-        remat_release_p(&x);
+        rm_release_p(&x);
         if (!rc) rm_node_done_with_saved(node, 0);
     }
     if (!rc && gx) {
@@ -325,8 +325,8 @@ static remat_status linear_backward(remat_node *node, remat_tensor *const *gout,
         rm_kargs k = {.in = {g}, .out = {gin[2]}};
         if (!rc) rc = rm_kernel_run(RM_K_COLSUM, nm, &k);
     }
-    remat_release(w);
-    remat_release(g);
+    rm_release(w);
+    rm_release(g);
     return rc;
 }
 
@@ -345,9 +345,9 @@ static remat_status linear_backward_diff(remat_node *node, remat_tensor *const *
         if (!rc) rc = remat_transpose(&t, g2, 0, 1);
         if (!rc) rc = remat_matmul(&gin[1], t, x2);
         if (!rc && gin[1]->dtype != c->wdt) { /* the kept f32 weight's gradient: f32 */
-            remat_release_p(&t);
+            rm_release_p(&t);
             rc = remat_to_dtype(&t, gin[1], c->wdt);
-            remat_release_p(&gin[1]);
+            rm_release_p(&gin[1]);
             gin[1] = t, t = NULL;
         }
     }
@@ -356,7 +356,7 @@ static remat_status linear_backward_diff(remat_node *node, remat_tensor *const *
         if (!rc && w->dtype != gout[0]->dtype) { /* kept f32: round it as the forward did */
             remat_tensor *wc = NULL;
             rc = remat_to_dtype(&wc, w, gout[0]->dtype);
-            remat_release(w);
+            rm_release(w);
             w = wc;
         }
         if (!rc) rc = remat_matmul(&gin[0], gout[0], w);
@@ -365,7 +365,7 @@ static remat_status linear_backward_diff(remat_node *node, remat_tensor *const *
         const int dim0 = 0;
         rc = remat_sum(&gin[2], g2, 1, &dim0, false);
     }
-    remat_release(x), remat_release(w), remat_release(g2), remat_release(x2), remat_release(t);
+    rm_release(x), rm_release(w), rm_release(g2), rm_release(x2), rm_release(t);
     return rc;
 }
 

@@ -62,7 +62,7 @@ static remat_status softmax_backward_diff(remat_node *node, remat_tensor *const 
         if (!rc) rc = remat_sub(&u, g, s);
         if (!rc) rc = remat_mul(&gin[0], y, u);
     }
-    remat_release(y), remat_release(t), remat_release(s), remat_release(u);
+    rm_release(y), rm_release(t), rm_release(s), rm_release(u);
     return rc;
 }
 
@@ -187,8 +187,8 @@ static remat_status layer_norm_backward(remat_node *node, remat_tensor *const *g
         rc = rm_kernel_run(RM_K_LAYER_NORM_BWD, node->name, &k);
     }
 out:
-    for (int i = 0; i < 4; i++) remat_release(sv[i]);
-    remat_release(g);
+    for (int i = 0; i < 4; i++) rm_release(sv[i]);
+    rm_release(g);
     return rc;
 }
 
@@ -206,19 +206,19 @@ static remat_status layer_norm_recompose(remat_node *node, remat_tensor *const *
     if (!rc) rc = remat_sub(&xc, x, mu);
     if (!rc) rc = remat_mul(&cur, xc, xc);
     if (!rc) rc = remat_mean(&v, cur, p->k.n_norm, dims, true);
-    remat_release_p(&cur);
+    rm_release_p(&cur);
     if (!rc) rc = remat_add_scalar(&cur, v, p->k.eps);
     if (!rc) rc = remat_pow_scalar(&r, cur, -0.5);
-    remat_release_p(&cur);
+    rm_release_p(&cur);
     if (!rc) rc = remat_mul(&cur, xc, r);
     if (!rc && xs[1]) {
         rc = remat_mul(&nx, cur, xs[1]);
-        remat_release(cur);
+        rm_release(cur);
         cur = nx, nx = NULL;
     }
-    remat_release(mu), remat_release(xc), remat_release(v), remat_release(r);
+    rm_release(mu), rm_release(xc), rm_release(v), rm_release(r);
     if (rc) {
-        remat_release(cur);
+        rm_release(cur);
         return rc;
     }
     *y = cur;
@@ -312,8 +312,8 @@ static remat_status dropout_backward(remat_node *node, remat_tensor *const *gout
     }
     rc = rm_grad_kernel(node, RM_K_DROPOUT_BWD, g, m, 0, NULL, &p->k, &gin[0]);
 out:
-    remat_release(m);
-    remat_release(g);
+    rm_release(m);
+    rm_release(g);
     return rc;
 }
 

@@ -104,8 +104,8 @@ static remat_status sum_backward_diff(remat_node *node, remat_tensor *const *gou
     int rc = remat_reshape(&r, gout[0], p->ndim, kept);
     if (!rc) rc = remat_expand(&e, r, p->ndim, p->shape);
     if (!rc && p->k.mean) rc = remat_mul_scalar(&gin[0], e, p->k.scale);
-    else if (!rc) gin[0] = remat_retain(e);
-    remat_release(r), remat_release(e);
+    else if (!rc) gin[0] = rm_retain(e);
+    rm_release(r), rm_release(e);
     return rc;
 }
 
@@ -202,7 +202,7 @@ static remat_status max_backward_diff(remat_node *node, remat_tensor *const *gou
     if (!rc) rc = remat_reshape(&r, g, p->ndim, kept);
     if (!rc) rc = remat_expand(&e, r, p->ndim, p->shape);
     if (!rc) rc = remat_mul(&gin[0], e, m);
-    remat_release(ones), remat_release(m), remat_release(r), remat_release(e);
+    rm_release(ones), rm_release(m), rm_release(r), rm_release(e);
     return rc;
 }
 
@@ -218,9 +218,8 @@ const rm_op_desc rm_op_max =
 /* Drops an output the caller did not ask for: the driver handed it out,
  * into the open scope if there is one. */
 static void drop_output(remat_tensor *t) {
-    bool scoped = t && t->scope_owner;
-    remat_release(remat_scope_keep(t)); /* the scope's reference, or a new one */
-    if (!scoped) remat_release(t);
+    rm_scope_unhold(t);
+    rm_release(t);
 }
 
 remat_status remat_max(remat_tensor **out, remat_tensor **indices, remat_tensor *a, int dim,

@@ -18,7 +18,7 @@ static remat_status masked_grad(const char *call, remat_tensor **out, remat_tens
     const rm_select_params p = {.cond = 1, .a = g_when_true ? 0 : -1, .b = g_when_true ? -1 : 0};
     rm_kargs k = {.in = {g, cond}, .out = {*out}, .params = &p};
     rc = rm_kernel_run(RM_K_SELECT, call, &k);
-    if (rc) remat_release_p(out);
+    if (rc) rm_release_p(out);
     return rc;
 }
 
@@ -57,7 +57,7 @@ static remat_status masked_fill_backward(remat_node *node, remat_tensor *const *
     int rc = rm_node_unpack(node, 0, &mask);
     if (rc) return rc;
     if (node->next[0].node) rc = masked_grad(node->name, &gin[0], gout[0], mask, false);
-    remat_release(mask);
+    rm_release(mask);
     return rc;
 }
 
@@ -67,7 +67,7 @@ static remat_status masked_fill_backward_diff(remat_node *node, remat_tensor *co
     remat_tensor *mask = NULL;
     int rc = rm_node_unpack(node, 0, &mask);
     if (!rc && node->next[0].node) rc = remat_masked_fill(&gin[0], gout[0], mask, 0.0);
-    remat_release(mask);
+    rm_release(mask);
     return rc;
 }
 
@@ -133,9 +133,9 @@ static remat_status where_backward(remat_node *node, remat_tensor *const *gout,
         if (!node->next[i].node) continue;
         rc = masked_grad(node->name, &t, gout[0], cond, i == 0);
         if (!rc) rc = rm_two_shapes_sum_to(&gin[i], t, &cx->shp, i);
-        remat_release_p(&t);
+        rm_release_p(&t);
     }
-    remat_release(cond);
+    rm_release(cond);
     return rc;
 }
 
@@ -150,9 +150,9 @@ static remat_status where_backward_diff(remat_node *node, remat_tensor *const *g
         if (!node->next[i].node) continue;
         rc = i == 0 ? remat_where(&t, cond, g, z) : remat_where(&t, cond, z, g);
         if (!rc) rc = rm_two_shapes_sum_to(&gin[i], t, &cx->shp, i);
-        remat_release_p(&t);
+        rm_release_p(&t);
     }
-    remat_release(cond), remat_release(z);
+    rm_release(cond), rm_release(z);
     return rc;
 }
 

@@ -77,7 +77,7 @@ static remat_status shape_backward(remat_node *node, remat_tensor *const *gout,
         for (int d = 0; d < c->in_ndim; d++) inv[c->perm[d]] = d;
         return remat_permute(&gin[0], gout[0], c->in_ndim, inv);
     case UNDO_SUM: return rm_sum_to(&gin[0], gout[0], c->in_ndim, c->in_shape);
-    case UNDO_NONE: gin[0] = remat_retain(gout[0]); return REMAT_OK;
+    case UNDO_NONE: gin[0] = rm_retain(gout[0]); return REMAT_OK;
     }
     return rm_err(REMAT_ESTATE, "%s: bad shape op", node->name);
 }
@@ -99,7 +99,7 @@ static remat_status slice_scatter(const shape_args *c, remat_tensor *g, remat_te
     int64_t size = c->in_shape[d], len = g->shape[d], step = c->step, start = c->start;
     if (len == 0 || !rm_ptr(g)) { /* nothing to scatter (a meta g: as zeros) */
         rc = rm_zero_window(z, d, 0, size);
-        if (rc) remat_release(z);
+        if (rc) rm_release(z);
         else gin[0] = z;
         return rc;
     }
@@ -117,7 +117,7 @@ static remat_status slice_scatter(const shape_args *c, remat_tensor *g, remat_te
         rc = rm_copy_to_window(z, offset, strides, g, "SliceBackward");
     }
     if (rc) {
-        remat_release(z);
+        rm_release(z);
         return rc;
     }
     gin[0] = z;

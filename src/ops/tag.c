@@ -14,7 +14,7 @@ typedef struct tag_params {
 
 static remat_status tag_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     if (!node->next[0].node) return REMAT_OK;
-    gin[0] = remat_retain(gout[0]);
+    gin[0] = rm_retain(gout[0]);
     return REMAT_OK;
 }
 

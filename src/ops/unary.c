@@ -36,14 +36,14 @@ static remat_status unary_backward(remat_node *node, remat_tensor *const *gout,
          * written, and the values are the out-of-place kernel's */
         rm_kargs k = {.in = {g, s}, .out = {g}, .params = p};
         rc = rm_kernel_run(RM_K_UNARY_BWD, node->name, &k);
-        if (!rc) gin[0] = remat_retain(g);
+        if (!rc) gin[0] = rm_retain(g);
         goto out;
     }
     rc =
         rm_grad_kernel(node, relu ? RM_K_RELU_MASK_BWD : RM_K_UNARY_BWD, g, s, 0, NULL, p, &gin[0]);
 out:
-    remat_release(s);
-    remat_release(g);
+    rm_release(s);
+    rm_release(g);
     return rc;
 }
 
@@ -74,7 +74,7 @@ static remat_status relu_mask_grad(remat_tensor **out, remat_tensor *g, remat_te
     int rc = remat_contiguous(&gc, g);
     in[0] = gc;
     if (!rc) rc = rm_dispatch(&rm_op_relu_mask_grad, out, in, &p, NULL);
-    remat_release(gc);
+    rm_release(gc);
     return rc;
 }
 
@@ -91,7 +91,7 @@ static remat_status gelu_grad(remat_tensor **out, rm_unary_op op, remat_tensor *
     do {                                                                                           \
         remat_tensor *nx_ = NULL;                                                                  \
         if (!rc) rc = (call);                                                                      \
-        remat_release(cur);                                                                        \
+        rm_release(cur);                                                                           \
         cur = rc ? NULL : nx_;                                                                     \
     } while (0)
 
@@ -103,7 +103,7 @@ static remat_status gelu_second(remat_tensor **out, rm_unary_op op, remat_tensor
     remat_tensor *cur = NULL, *x2 = NULL, *a = NULL, *t = NULL, *du = NULL;
     rc = remat_mul(&x2, x, x);
     if (op == RM_U_GELU_ERF) {
-        cur = remat_retain(x2);
+        cur = rm_retain(x2);
         STEP(remat_mul_scalar(&nx_, cur, -0.5));
         STEP(remat_exp(&nx_, cur));
         STEP(remat_mul_scalar(&nx_, cur, 0.3989422804014327)); /* 1/sqrt(2 pi) */
@@ -113,7 +113,7 @@ static remat_status gelu_second(remat_tensor **out, rm_unary_op op, remat_tensor
         const double c = 0.7978845608028654, k = 0.044715; /* sqrt(2/pi) */
         /* u = c x (1 + k x^2); t = tanh(u) */
         if (!rc) rc = remat_mul_scalar(&a, x2, k);
-        cur = remat_retain(a);
+        cur = rm_retain(a);
         STEP(remat_add_scalar(&nx_, cur, 1.0));
         STEP(remat_mul(&nx_, cur, x));
         STEP(remat_mul_scalar(&nx_, cur, c));
@@ -131,18 +131,18 @@ static remat_status gelu_second(remat_tensor **out, rm_unary_op op, remat_tensor
         STEP(remat_mul(&nx_, cur, t));
         STEP(remat_mul(&nx_, cur, x));
         STEP(remat_sub(&nx_, du, cur));
-        remat_release_p(&a);
+        rm_release_p(&a);
         if (!rc) rc = remat_mul_scalar(&a, x2, 3.0 * c * k);
         STEP(remat_add(&nx_, cur, a));
         /* times 1 - t^2 */
-        remat_release_p(&a);
+        rm_release_p(&a);
         if (!rc) rc = remat_mul(&a, t, t);
         remat_tensor *b = NULL;
         if (!rc) rc = remat_rsub_scalar(&b, a, 1.0);
         STEP(remat_mul(&nx_, cur, b));
-        remat_release(b);
+        rm_release(b);
     }
-    remat_release(x2), remat_release(a), remat_release(t), remat_release(du);
+    rm_release(x2), rm_release(a), rm_release(t), rm_release(du);
     *out = cur;
     return rc;
 }
@@ -157,7 +157,7 @@ static remat_status unary_backward_diff(remat_node *node, remat_tensor *const *g
     switch (p->op) {
     case RM_U_NEG:
     case RM_U_RSUB: rc = remat_neg(&cur, g); break;
-    case RM_U_ADD: cur = remat_retain(g); break;
+    case RM_U_ADD: cur = rm_retain(g); break;
     case RM_U_MUL: rc = remat_mul_scalar(&cur, g, p->p); break;
     case RM_U_EXP: rc = remat_mul(&cur, g, s); break; /* g y */
     case RM_U_LOG: rc = remat_div(&cur, g, s); break; /* g / x */
@@ -187,12 +187,20 @@ static remat_status unary_backward_diff(remat_node *node, remat_tensor *const *g
     case RM_U_RELU: rc = relu_mask_grad(&cur, g, s); break;
     case RM_U_GELU_ERF:
     case RM_U_GELU_TANH: rc = gelu_grad(&cur, p->op, g, s); break;
+    case RM_U_SILU: /* g sigmoid(x) (1 + x (1 - sigmoid(x))): sigmoid and products, to any order */
+        rc = remat_sigmoid(&a, s);
+        if (!rc) rc = remat_rsub_scalar(&cur, a, 1.0);
+        STEP(remat_mul(&nx_, cur, s));
+        STEP(remat_add_scalar(&nx_, cur, 1.0));
+        STEP(remat_mul(&nx_, cur, a));
+        STEP(remat_mul(&nx_, g, cur));
+        break;
     default: rc = rm_no_double_backward(node, NULL); break;
     }
-    remat_release(s);
-    remat_release(a);
+    rm_release(s);
+    rm_release(a);
     if (!rc) gin[0] = cur;
-    else remat_release(cur);
+    else rm_release(cur);
     return rc;
 }
 
@@ -203,7 +211,7 @@ static remat_status relu_mask_grad_backward(remat_node *node, remat_tensor *cons
     remat_tensor *mask = NULL;
     int rc = rm_node_unpack(node, 0, &mask);
     if (!rc) rc = relu_mask_grad(&gin[0], gout[0], mask);
-    remat_release(mask);
+    rm_release(mask);
     return rc;
 }
 
@@ -228,7 +236,7 @@ static remat_status gelu_grad_backward(remat_node *node, remat_tensor *const *go
         STEP(remat_mul(&nx_, cur, gout[0]));
         if (!rc) gin[1] = cur, cur = NULL;
     }
-    remat_release(g), remat_release(x), remat_release(cur);
+    rm_release(g), rm_release(x), rm_release(cur);
     return rc;
 }
 
@@ -273,6 +281,7 @@ UNARY_OP(rm_op_tanh, "remat_tanh", "TanhBackward", SAVES_Y);
 UNARY_OP(rm_op_sigmoid, "remat_sigmoid", "SigmoidBackward", SAVES_Y);
 UNARY_OP(rm_op_relu, "remat_relu", "ReluBackward", SAVES_MASK);
 UNARY_OP(rm_op_gelu, "remat_gelu", "GeluBackward", SAVES_X);
+UNARY_OP(rm_op_silu, "remat_silu", "SiluBackward", SAVES_X);
 UNARY_OP(rm_op_pow_scalar, "remat_pow_scalar", "PowBackward", SAVES_X);
 UNARY_OP(rm_op_add_scalar, "remat_add_scalar", "AddBackward", SAVES_NOTHING);
 UNARY_OP(rm_op_sub_scalar, "remat_sub_scalar", "AddBackward", SAVES_NOTHING);
@@ -304,6 +313,7 @@ UNARY_ENTRY(sqrt, RM_U_SQRT)
 UNARY_ENTRY(tanh, RM_U_TANH)
 UNARY_ENTRY(sigmoid, RM_U_SIGMOID)
 UNARY_ENTRY(relu, RM_U_RELU)
+UNARY_ENTRY(silu, RM_U_SILU)
 SCALAR_ENTRY(pow_scalar, RM_U_POW)
 SCALAR_ENTRY(add_scalar, RM_U_ADD)
 SCALAR_ENTRY(rsub_scalar, RM_U_RSUB)

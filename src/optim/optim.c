@@ -4,6 +4,7 @@
  * the schedule and the update (the loops themselves are in update.c).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,9 +81,9 @@ remat_status remat_optim_options_init(remat_optim_options *o, remat_optim_kind k
 }
 
 static void param_clear(opt_param *q) {
-    remat_release(q->p);
-    remat_release(q->s[0]);
-    remat_release(q->s[1]);
+    rm_release(q->p);
+    rm_release(q->s[0]);
+    rm_release(q->s[1]);
     memset(q, 0, sizeof *q);
 }
 
@@ -97,6 +98,7 @@ static remat_status check_param(const remat_optimizer *o, remat_tensor *const *p
                                 const char *call) {
     remat_tensor *p = params[i];
     if (!p) return rm_err(REMAT_EINVAL, "%s: params[%d] is NULL", call, i);
+    if (rm_dead(p)) return rm_released_err(call, "params[i]", p);
     remat_dtype dt = remat_tensor_dtype(p);
     if (dt != REMAT_F32 && dt != REMAT_F64)
         return rm_err(REMAT_EDTYPE, "%s: params[%d] is %s (f32 or f64 parameters only)", call, i,
@@ -150,7 +152,7 @@ static remat_status add_group(remat_optimizer *o, remat_tensor *const *params, i
                 return rm_err_prefix(rc, call);
             }
         }
-        q->p = remat_retain(p);
+        q->p = rm_retain(p);
     }
     o->n += n;
     return REMAT_OK;
@@ -181,12 +183,19 @@ remat_status remat_optim_create(remat_optimizer **out, const remat_optim_options
 
 void remat_optim_zero_grad(remat_optimizer *o) {
     if (!o) return;
-    for (int i = 0; i < o->n; i++) remat_set_grad(o->ps[i].p, NULL);
+    for (int i = 0; i < o->n; i++)
+        if (!rm_dead(o->ps[i].p)) remat_set_grad(o->ps[i].p, NULL);
     o->micro = 0;
 }
 
 /* Every gradient checked, and made dense, before anything is changed. */
 static remat_status prepare_grads(remat_optimizer *o, const char *call) {
+    for (int i = 0; i < o->n; i++) /* a parameter its user released once too often */
+        if (rm_dead(o->ps[i].p)) {
+            char arg[32];
+            snprintf(arg, sizeof arg, "parameter %d", i);
+            return rm_released_err(call, arg, o->ps[i].p);
+        }
     for (int i = 0; i < o->n; i++) {
         remat_tensor *p = o->ps[i].p, *g = remat_tensor_grad(p);
         if (!g) continue;
@@ -209,7 +218,7 @@ static remat_status prepare_grads(remat_optimizer *o, const char *call) {
         int rc = remat_contiguous(&dense, g);
         remat_grad_mode_restore(prev);
         if (!rc) rc = remat_set_grad(p, dense);
-        remat_release(dense);
+        rm_release(dense);
         if (rc) return rm_err_prefix(rc, call);
     }
     return REMAT_OK;
@@ -393,6 +402,10 @@ remat_status remat_clip_grad_norm(remat_tensor *const *params, int n, double max
         if (!params[i]) {
             free(ps);
             return rm_err(REMAT_EINVAL, "%s: params[%d] is NULL", call, i);
+        }
+        if (rm_dead(params[i])) {
+            free(ps);
+            return rm_released_err(call, "params[i]", params[i]);
         }
         ps[i].p = params[i];
     }

@@ -149,11 +149,12 @@ static remat_status call_stage(const remat_stage *st, int k, remat_tensor *in, r
     (void)k;
     int rc = st->fn(st->user_data, &in, 1, y, 1);
     if (rc) {
-        remat_release(*y);
+        rm_release(*y);
         *y = NULL;
         return rc;
     }
     if (!*y) return rm_err(REMAT_EINVAL, "the stage returned no tensor");
+    rm_adopt(*y);
     return REMAT_OK;
 }
 
@@ -211,11 +212,11 @@ static remat_status measure_once(const remat_stage *st, int k, remat_tensor *a, 
         }
     }
     if (grads)
-        for (int i = 0; i < leaves.n; i++) remat_release(grads[i]);
+        for (int i = 0; i < leaves.n; i++) rm_release(grads[i]);
     free(grads);
     grads = NULL;
-    remat_release_p(&g);
-    remat_release_p(&y);
+    rm_release_p(&g);
+    rm_release_p(&y);
 
     /* 3. forward keeping nothing (as inside a checkpoint) */
     remat_saved_hooks drop = {drop_pack, drop_unpack, NULL, NULL};
@@ -230,15 +231,15 @@ static remat_status measure_once(const remat_stage *st, int k, remat_tensor *a, 
         rc = remat_detach(next, y);
         if (!rc && remat_tensor_dtype(*next) != REMAT_I64)
             rc = remat_set_requires_grad(*next, true);
-        if (rc) remat_release_p(next);
+        if (rc) rm_release_p(next);
     }
 out:
     if (grads)
-        for (int i = 0; i < leaves.n; i++) remat_release(grads[i]);
+        for (int i = 0; i < leaves.n; i++) rm_release(grads[i]);
     free(grads);
     free(leaves.v);
-    remat_release(g);
-    remat_release(y);
+    rm_release(g);
+    rm_release(y);
     return rc;
 }
 
@@ -330,13 +331,13 @@ remat_status remat_profile_stages(remat_profile **out, int n_stages, const remat
             char where[64];
             snprintf(where, sizeof where, "%s: stage %d", call, k);
             rm_err_prefix(rc, where);
-            remat_release(next);
+            rm_release(next);
             break;
         }
-        remat_release(a);
+        rm_release(a);
         a = next;
     }
-    remat_release(a);
+    rm_release(a);
 
     rm_meter_stop(&prev_meter);
     remat_grad_mode_restore(prev_grad);

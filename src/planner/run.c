@@ -121,6 +121,7 @@ static remat_status run_level(pl_runctx *c, int i, int end, remat_tensor *in, re
             const remat_stage *st = &c->stages[nd->first];
             rc = st->fn(st->user_data, &cur, 1, &y, 1);
             if (!rc && !y) rc = rm_err(REMAT_EINVAL, "the stage returned no tensor");
+            if (!rc) rm_adopt(y);
             if (rc) {
                 char where[32];
                 snprintf(where, sizeof where, "stage %d", nd->first);
@@ -137,9 +138,9 @@ static remat_status run_level(pl_runctx *c, int i, int end, remat_tensor *in, re
                 rc = remat_checkpoint(segment_fn, sg, 1, &cur, 1, &y, &c->opts);
             }
         }
-        if (own) remat_release(cur);
+        if (own) rm_release(cur);
         if (rc) {
-            remat_release(y);
+            rm_release(y);
             return rc;
         }
         cur = y;
@@ -158,6 +159,7 @@ remat_status remat_plan_run_ex(const remat_plan *plan, const remat_stage *stages
     if (!plan) return rm_err(REMAT_EINVAL, "%s: plan is NULL", call);
     if (!stages) return rm_err(REMAT_EINVAL, "%s: stages is NULL", call);
     if (!input) return rm_err(REMAT_EINVAL, "%s: input is NULL", call);
+    if (rm_dead(input)) return rm_released_err(call, "input", input);
     if (plan->n_stages < 1 || !plan->nodes || plan->n_nodes < 1)
         return rm_err(REMAT_EINVAL, "%s: plan is empty", call);
     for (int k = 0; k < plan->n_stages; k++)

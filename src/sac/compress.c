@@ -42,13 +42,13 @@ static remat_status convert(remat_tensor **out, remat_tensor *t, remat_dtype fro
     if (!rc) rc = rm_new_output(&y, t->ndim, t->shape, to, t->storage->device);
     rm_set_skip_mode(prev);
     if (rc) {
-        remat_release(c);
+        rm_release(c);
         return rm_err_prefix(rc, call);
     }
     int64_t n = remat_numel(t);
     if (to == REMAT_BF16) f32_to_bf16_kernel(rm_ptr(c), rm_ptr(y), n);
     else bf16_to_f32_kernel(rm_ptr(c), rm_ptr(y), n);
-    remat_release(c);
+    rm_release(c);
     *out = y;
     return REMAT_OK;
 }
@@ -87,7 +87,7 @@ static void packed_free(void *ud, void *handle) {
     RM_UNUSED(ud);
     packed *p = handle;
     if (!p) return;
-    remat_release(p->t);
+    rm_release(p->t);
     free(p);
 }
 
@@ -106,7 +106,7 @@ static void *bf16_pack(void *ud, remat_tensor *t) {
         }
         p->kind = PK_BF16;
     } else {
-        p->t = remat_retain(t);
+        p->t = rm_retain(t);
         p->kind = PK_ASIS;
     }
     return p;
@@ -117,7 +117,7 @@ static remat_status bf16_unpack(void *ud, void *handle, remat_tensor **out) {
     packed *p = handle;
     if (p->kind == PK_BF16)
         return convert(out, p->t, REMAT_BF16, REMAT_F32, "bf16 saved-tensor hooks");
-    *out = remat_retain(p->t);
+    *out = rm_retain(p->t);
     return REMAT_OK;
 }
 

@@ -68,7 +68,7 @@ static void reap(void) {
     for (off_entry *e = g_head; e; e = e->next)
         if (e->state == OE_TO_HOST && e->ops->done(e->event)) {
             drop_event(e);
-            remat_release_p(&e->t);
+            rm_release_p(&e->t);
             e->state = OE_ON_HOST;
         }
 }
@@ -108,7 +108,7 @@ void rm_offload_free(rm_offload_entry *e) {
     /* a copy still in flight reads or writes the host buffer: wait for it */
     if (e->event) e->ops->host_wait(e->event);
     drop_event(e);
-    remat_release(e->t);
+    rm_release(e->t);
     if (e->host) {
         if (e->ops) e->ops->host_free(e->host, e->nbytes);
         else rm_device_free(REMAT_DEVICE_CPU, e->host, e->nbytes ? e->nbytes : 1);
@@ -126,7 +126,7 @@ remat_status rm_offload_pack(remat_tensor *t, const void *group, rm_offload_entr
     reap();
     if (t->storage->device.type == REMAT_CPU || !t->storage->data) {
         e->state = OE_ASIS;
-        e->t = remat_retain(t);
+        e->t = rm_retain(t);
     } else {
         e->dev = t->storage->device;
         e->ops = rm_transfer_get(e->dev.type);
@@ -146,7 +146,7 @@ remat_status rm_offload_pack(remat_tensor *t, const void *group, rm_offload_entr
         } else if (e->ops) {
             rc = e->ops->copy_async(e->dev.index, e->host, t->storage->data, e->nbytes,
                                     REMAT_COPY_DEVICE_TO_HOST, &e->event);
-            e->t = remat_retain(t);
+            e->t = rm_retain(t);
             e->state = OE_TO_HOST;
         } else {
             rc = rm_device_copy(REMAT_DEVICE_CPU, e->host, e->dev, t->storage->data, e->nbytes);
@@ -200,7 +200,7 @@ remat_status rm_offload_unpack(rm_offload_entry *e, remat_tensor **out) {
     switch (e->state) {
     case OE_ASIS:
     case OE_TO_HOST: /* kept as is, or still on the device: the tensor itself */
-        *out = remat_retain(e->t);
+        *out = rm_retain(e->t);
         break;
     case OE_ON_HOST:
         rc = fetch(e);
@@ -228,7 +228,7 @@ remat_status rm_offload_unpack(rm_offload_entry *e, remat_tensor **out) {
         if (p->state == OE_ON_HOST) rc = fetch(p);
     }
     pthread_mutex_unlock(&g_lock);
-    if (rc && *out) remat_release_p(out);
+    if (rc && *out) rm_release_p(out);
     return rc;
 }
 

@@ -160,7 +160,7 @@ static bool shares_input(const sac_region *r, const remat_tensor *t) {
  * region: the recomputation brings them back in order, prefetching the next ones. */
 static remat_status offload(const sac_region *r, remat_tensor **pt, rm_offload_entry **off) {
     int rc = rm_offload_pack(*pt, r, off);
-    if (!rc) remat_release_p(pt);
+    if (!rc) rm_release_p(pt);
     return rc;
 }
 
@@ -176,13 +176,13 @@ static remat_status restore(remat_tensor **pt, rm_offload_entry **off) {
 
 static void rec_release(sac_rec *rec) {
     for (int j = 0; j < rec->n_out; j++) {
-        remat_release_p(&rec->outs[j].t);
+        rm_release_p(&rec->outs[j].t);
         rm_offload_free(rec->outs[j].off);
         rec->outs[j].off = NULL;
         rec->outs[j].key = NULL;
     }
     for (int k = 0; k < rec->n_saves; k++) {
-        remat_release_p(&rec->saves[k].t);
+        rm_release_p(&rec->saves[k].t);
         rm_offload_free(rec->saves[k].off);
         rec->saves[k].off = NULL;
     }
@@ -587,7 +587,7 @@ static remat_status saver(void *self, remat_node *n, int slot, remat_tensor *t) 
         if (!v) return rm_err(REMAT_ENOMEM, "%s: out of memory", rec->op);
         v->is_view = true;
         int rc = save_through(r, n, slot, v);
-        remat_release(v);
+        rm_release(v);
         return rc;
     }
     }
@@ -648,7 +648,7 @@ static void end_forward(sac_region *r, remat_status status, int n_out, remat_ten
             memcpy(s->shape, s->t->shape, sizeof s->shape);
             memcpy(s->strides, s->t->strides, sizeof s->strides);
             s->dtype = s->t->dtype;
-            remat_release_p(&s->t);
+            rm_release_p(&s->t);
             break;
         }
     }

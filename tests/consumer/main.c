@@ -30,7 +30,8 @@ int main(void) {
     int64_t xs[2] = {16, 8}, ws[2] = {8, 8};
     remat_tensor *x = NULL, *t = NULL, *w = NULL;
     remat_manual_seed(1);
-    int rc = remat_rand_normal(&x, 2, xs, 0, 1, REMAT_F32, REMAT_DEVICE_CPU);
+    int rc = REMAT_VERSION_CHECK(); /* headers and library agree */
+    if (!rc) rc = remat_rand_normal(&x, 2, xs, 0, 1, REMAT_F32, REMAT_DEVICE_CPU);
     if (!rc) rc = remat_rand_normal(&t, 2, xs, 0, 0.5, REMAT_F32, REMAT_DEVICE_CPU);
     if (!rc) rc = remat_rand_normal(&w, 2, ws, 0, 0.3, REMAT_F32, REMAT_DEVICE_CPU);
     if (!rc) rc = remat_set_requires_grad(w, true);
@@ -61,7 +62,6 @@ int main(void) {
         fprintf(stderr, "consumer: %s\n", remat_last_error());
         return 1;
     }
-    printf("consumer ok: remat %d.%d.%d, loss %.4f -> %.4f\n", REMAT_VERSION_MAJOR,
-           REMAT_VERSION_MINOR, REMAT_VERSION_PATCH, first, last);
+    printf("consumer ok: remat %s, loss %.4f -> %.4f\n", remat_version_string(), first, last);
     return last < first ? 0 : 1;
 }

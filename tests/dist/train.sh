@@ -11,9 +11,10 @@
 #     bucket per step, losses those of one process with the global batch;
 #  3. only rank 0 prints (one JSON object, one summary); `remat bench`
 #     under mpirun reports once, with the communication figures;
-#  4. a rank that cannot start (bad --data on rank 1 only is not possible
-#     from one command line, so: a missing --resume file) fails the whole
-#     job with a message, non-zero, within the time bound.
+#  4. a rank that cannot start (a missing --resume file) fails the whole
+#     job with a message, non-zero, within the time bound;
+#  5. ranks given different flags (mpirun's MPMD form) stop before the first
+#     step with one message naming the option and both values.
 set -u
 remat=$1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -104,6 +105,26 @@ for s in d["strategies"]:
     assert s["grads_bitwise_equal"] and "comm_hidden_fraction" in s, s["strategy"]
 print("remat bench under mpirun: one report, gradients bitwise equal across strategies")
 PY
+# 5. ranks given different configurations (mpirun's MPMD form: one command line
+#    per rank) all stop before the first step, with one message naming the option
+#    and both values; before this check a different --save-every under --zero
+#    overflowed a ZeRO bucket buffer and a different --lr trained apart silently
+differ() { # differ WANT RANK0-FLAGS -- RANK1-FLAGS
+  want=$1; shift; a=""; while [ "$1" != "--" ]; do a="$a $1"; shift; done; shift
+  out=$(timeout 60 mpirun --oversubscribe -np 1 "$remat" train $M --batch 2 --steps 6 $a : \
+        -np 1 "$remat" train $M --batch 2 --steps 6 "$@" 2>&1); rc=$?
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "ranks with$a vs $* ran (rc $rc): $out"
+  echo "$out" | grep -qF -- "$want" || fail "no message naming $want: $out"
+  [ "$(echo "$out" | grep -c 'different configurations')" -eq 1 ] || fail "not one message: $out"
+  ! echo "$out" | grep -q '"losses"' || fail "a step ran: $out"
+}
+differ "--lr is 0.001 on rank 0 but 0.002 on rank 1" --lr 1e-3 -- --lr 2e-3
+differ "--save-every is 2 on rank 0 but 3 on rank 1" --zero --save "$tmp/d.bin" --save-every 2 -- \
+  --zero --save "$tmp/d.bin" --save-every 3
+differ "--zero is on on rank 0 but off on rank 1" --zero -- --lr 3e-3
+differ "--resume is a file of" --checkpoint block --resume "$tmp/s.bin" -- \
+  --checkpoint block --resume "$tmp/z3.bin"
+echo "ranks given different flags: one message naming the option and both values, no step"
 start=$(date +%s)
 out=$(timeout 60 mpirun --oversubscribe -np 2 "$remat" train $M --resume "$tmp/none.bin" 2>&1); rc=$?
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "a failing start did not end the job (rc $rc)"

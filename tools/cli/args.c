@@ -90,7 +90,8 @@ static const opt_row rows[] = {
              "skipped, no (T, T) matrix kept) or ops (matmul, scale,\n"
              "masked_fill, softmax, matmul, as in PyTorch 1.13)",
      .dflt = "[fused]"},
-    {"--autocast", "off|bf16", OPT_CHOICE, TB, SEC_MODEL, T(autocast), .choices = "off|bf16",
+    {"--autocast", "off|bf16", OPT_CHOICE, TB, SEC_MODEL, T(autocast), SETS(set_autocast),
+     .choices = "off|bf16",
      .help = "bf16 mixed precision (as torch.autocast('cpu',\n"
              "bfloat16)): matmul, linear and attention in bf16 with\n"
              "f32 accumulation, norms, softmax and the loss in f32;\n"
@@ -121,7 +122,7 @@ static const opt_row rows[] = {
              "  everything    everything (no recomputation)\n"
              "tags: GPT qkv, attn, attn_probs (--attention ops),\n"
              "attn_out, mlp_up, mlp_act, mlp_out; MLP linear, gelu"},
-    {"--reentrant", NULL, OPT_FLAG, TB, SEC_CKPT, T(reentrant),
+    {"--reentrant", NULL, OPT_FLAG, TB, SEC_CKPT, T(reentrant), SETS(set_reentrant),
      .help = "use reentrant checkpointing (default: non-reentrant;\n"
              "not for budget= and selective=, which are non-reentrant)"},
     {"--verbose", NULL, OPT_FLAG, TB, SEC_CKPT, T(verbose),
@@ -170,8 +171,8 @@ static const opt_row rows[] = {
              "on SIGINT/SIGTERM (the step finishes, the file is\n"
              "written, remat exits with 130/143 and says how to\n"
              "resume; a second one while saving stops at once)"},
-    {"--save-every", "N", OPT_LONG, CMD_TRAIN, SEC_TRAIN, T(save_every), .lo = 0, .hi = BIG,
-     .help = "also write --save every N steps", .dflt = "[0]"},
+    {"--save-every", "N", OPT_LONG, CMD_TRAIN, SEC_TRAIN, T(save_every), SETS(set_save_every),
+     .lo = 0, .hi = BIG, .help = "also write --save every N steps", .dflt = "[0]"},
     {"--resume", "FILE", OPT_STR, CMD_TRAIN, SEC_TRAIN, T(resume),
      .help = "continue from a file written by --save"},
     /* output (train) */

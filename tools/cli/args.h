@@ -79,6 +79,9 @@ typedef struct config {
     bool set_batch, set_seed, set_optim, set_weight_decay, set_momentum, set_attention;
     bool set_schedule, set_warmup, set_min_lr, set_clip,
         set_accum; /* --resume takes the rest from the file */
+    /* --resume also keeps the saved run's checkpointing, autocast and --save-every
+     * unless given (a file that records them: tools/io/training_save.c) */
+    bool set_autocast, set_reentrant, set_save_every;
 } config;
 
 /* Defaults for `remat train` / `remat bench` (bench's default is the

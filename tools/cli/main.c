@@ -51,8 +51,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "--version")) {
-        printf("remat %d.%d.%d (GEMM: %s)\n", REMAT_VERSION_MAJOR, REMAT_VERSION_MINOR,
-               REMAT_VERSION_PATCH, remat_gemm_backend());
+        printf("remat %s (GEMM: %s)\n", remat_version_string(), remat_gemm_backend());
         return 0;
     }
     if (!strcmp(cmd, "train") || !strcmp(cmd, "bench")) {

@@ -1,6 +1,7 @@
 /* tools/io/training_save.c — the --save / --resume file (see savefile.h, docs/file-format.md). */
 #include "training_save.h"
 
+#include "cli/term.h"
 #include "cli/util.h"
 #include "remat/savefile.h"
 
@@ -78,6 +79,28 @@ static void put_tensor(buf *b, const char *prefix, const char *name, remat_tenso
     put(b, remat_data(t), (size_t)nbytes);
 }
 
+/* The run's flags that --resume keeps unless they are given again: record
+ * RUN_FLAGS, u8 text, one "--flag value" line each (a reader that does not
+ * know the record skips it; a file without it resumes with the flags as given). */
+#define RUN_FLAGS "run.flags"
+static void run_flags_text(const config *c, char *buf, size_t n) {
+    snprintf(buf, n, "--checkpoint %s\n--reentrant %s\n--autocast %s\n--save-every %ld\n",
+             c->strat.kind == STRAT_NONE || !c->checkpoint_text ? "none" : c->checkpoint_text,
+             c->reentrant ? "on" : "off", c->autocast ? "bf16" : "off", c->save_every);
+}
+
+static void put_text_record(buf *b, const char *name, const char *text) {
+    uint32_t n = (uint32_t)strlen(name);
+    uint64_t len = strlen(text);
+    put_u32(b, n);
+    put(b, name, n);
+    put_u32(b, (uint32_t)REMAT_U8);
+    put_u32(b, 1);
+    put_u64(b, len);
+    put_u64(b, len);
+    put(b, text, (size_t)len);
+}
+
 static int write_all(int fd, const unsigned char *p, size_t n) {
     while (n) {
         ssize_t k = write(fd, p, n);
@@ -140,7 +163,7 @@ int savefile_write(const char *path, const config *c, const task *t, const model
     uint8_t rng[REMAT_RNG_STATE_BYTES];
     int rc = remat_rng_get_state(REMAT_DEVICE_CPU, rng);
     if (rc) return rc;
-    uint32_t n_tensors = (uint32_t)m->n_params;
+    uint32_t n_tensors = (uint32_t)m->n_params + 1; /* + RUN_FLAGS */
     for (int i = 0; i < m->n_params; i++)
         n_tensors += (optim_slot(o, m, i, REMAT_OPTIM_EXP_AVG) != NULL) +
                      (optim_slot(o, m, i, REMAT_OPTIM_EXP_AVG_SQ) != NULL);
@@ -191,6 +214,9 @@ int savefile_write(const char *path, const config *c, const task *t, const model
         if (sm) put_tensor(&b, "optim.m.", m->params[i].name, sm);
         if (sv) put_tensor(&b, "optim.v.", m->params[i].name, sv);
     }
+    char flags[512];
+    run_flags_text(c, flags, sizeof flags);
+    put_text_record(&b, RUN_FLAGS, flags);
     put_u32(&b, 0); /* CRC placeholder */
     if (b.oom) {
         free(b.p);
@@ -204,7 +230,8 @@ int savefile_write(const char *path, const config *c, const task *t, const model
     /* rename() would replace whatever path is: only a regular file (or
      * nothing) may be there — not a symlink, FIFO, device or directory */
     struct stat tst;
-    if (lstat(path, &tst) == 0 && !S_ISREG(tst.st_mode)) {
+    bool existed = lstat(path, &tst) == 0;
+    if (existed && !S_ISREG(tst.st_mode)) {
         free(b.p);
         return remat_set_error(
             REMAT_EIO, "--save %s: is %s; --save writes regular files only", path,
@@ -228,10 +255,11 @@ int savefile_write(const char *path, const config *c, const task *t, const model
     snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
     int fd = mkstemp(tmp);
     rc = REMAT_OK;
-    if (fd >= 0) { /* mkstemp makes 0600; a saved file gets the mode the umask gives */
+    if (fd >= 0) { /* mkstemp makes 0600: a re-save keeps the file's mode, a new file gets
+                    * the one the umask gives */
         mode_t mask = umask(0);
         umask(mask);
-        if (fchmod(fd, 0666 & ~mask) != 0)
+        if (fchmod(fd, existed ? tst.st_mode & 07777 : 0666 & ~mask) != 0)
             rc = remat_set_error(REMAT_EIO, "--save %s: chmod failed: %s", path, strerror(errno));
     }
     if (fd < 0) {
@@ -452,6 +480,68 @@ void savefile_model_config(const saved_state *s, config *c) {
     c->optim = (optim_kind)s->optim;
 }
 
+static const saved_tensor *find(const saved_state *s, const char *prefix, const char *name);
+
+/* The value of "--flag value" in the RUN_FLAGS text t (len bytes) into v, or false. */
+static bool run_flag(const char *t, size_t len, const char *flag, char *v, size_t n) {
+    size_t fl = strlen(flag);
+    for (size_t i = 0; i < len;) {
+        const char *nl = memchr(t + i, '\n', len - i);
+        size_t e = nl ? (size_t)(nl - t) : len;
+        if (e - i > fl && !memcmp(t + i, flag, fl) && t[i + fl] == ' ') {
+            snprintf(v, n, "%.*s", (int)(e - i - fl - 1), t + i + fl + 1);
+            return true;
+        }
+        i = e + 1;
+    }
+    return false;
+}
+
+/* --checkpoint, --reentrant, --autocast and --save-every from the file where
+ * the command line leaves them out; says what it kept (unless --quiet). */
+static int merge_run_flags(const saved_state *s, const char *path, config *c) {
+    static char kept_checkpoint[224]; /* outlives the file's image */
+    const saved_tensor *r = find(s, "", RUN_FLAGS);
+    if (!r || r->dtype != (uint32_t)REMAT_U8) return REMAT_OK; /* an older file */
+    const char *t = (const char *)r->data;
+    size_t len = (size_t)r->nbytes;
+    char v[224], note[400] = "";
+    size_t nn = 0;
+    if (!c->set_reentrant && run_flag(t, len, "--reentrant", v, sizeof v))
+        c->reentrant = strcmp(v, "on") == 0;
+    if (!c->checkpoint_text && run_flag(t, len, "--checkpoint", v, sizeof v) &&
+        strcmp(v, "none") != 0) {
+        char err[256];
+        strategy st;
+        memset(&st, 0, sizeof st);
+        if (!strategy_parse(v, c->reentrant, &st, err, sizeof err))
+            return remat_set_error(REMAT_EFORMAT, "--resume %s: the saved --checkpoint %s: %s",
+                                   path, v, err);
+        snprintf(kept_checkpoint, sizeof kept_checkpoint, "%s", v);
+        strategy_free(&c->strat);
+        c->strat = st;
+        c->checkpoint_text = kept_checkpoint;
+        nn += (size_t)snprintf(note + nn, sizeof note - nn, ", --checkpoint %s", v);
+    }
+    if (!c->set_autocast && run_flag(t, len, "--autocast", v, sizeof v)) {
+        c->autocast = strcmp(v, "bf16") == 0;
+        if (c->autocast && nn < sizeof note)
+            nn += (size_t)snprintf(note + nn, sizeof note - nn, ", --autocast bf16");
+    }
+    if (!c->set_save_every && c->save && run_flag(t, len, "--save-every", v, sizeof v)) {
+        c->save_every = atol(v);
+        if (c->save_every > 0 && nn < sizeof note)
+            nn +=
+                (size_t)snprintf(note + nn, sizeof note - nn, ", --save-every %ld", c->save_every);
+    }
+    if (nn && !c->quiet)
+        term_printf(stderr,
+                    "remat train: --resume %s: continuing with the saved run's%s (give the "
+                    "flag to change it)\n",
+                    path, note + 1);
+    return REMAT_OK;
+}
+
 int savefile_merge_config(const saved_state *s, const char *path, config *c) {
     if (c->set_model && (uint32_t)c->model != s->model)
         return remat_set_error(REMAT_EINVAL, "--resume %s: --model %s does not match the saved %s",
@@ -490,6 +580,8 @@ int savefile_merge_config(const saved_state *s, const char *path, config *c) {
     }
     if (c->model == MODEL_GPT && (c->width % c->heads != 0 || s->vocab != GPT_VOCAB))
         return remat_set_error(REMAT_EFORMAT, "--resume %s: corrupt header (model shape)", path);
+    int rc = merge_run_flags(s, path, c);
+    if (rc) return rc;
     /* the strategy and flag checks args_parse left for the file's model */
     char err[512];
     if (args_check_model(c, false, err, sizeof err))

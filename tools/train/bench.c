@@ -39,6 +39,7 @@
 #include "grad_meter.h"
 #include "io/data.h"
 #include "io/json.h"
+#include "io/outputs.h"
 #include "models.h"
 #include "report/alloc_trace.h"
 #include "report/svg.h"
@@ -860,7 +861,8 @@ int cmd_bench(config *c, bool is_default) {
     br.c = c;
     br.log = !c->quiet;
     br.threads = step_setup_process(c->threads);
-    int rc = prog_dist_init(&br.pd, c); /* under mpirun: rank 0 prints */
+    int rc = prog_dist_init(&br.pd, c);        /* under mpirun: rank 0 prints */
+    if (!rc) rc = outputs_check(c, CMD_BENCH); /* before the measuring (rank 0's files) */
     if (!rc) rc = bench_setup(&br, is_default);
     if (!rc) rc = bench_plan(&br);
     if (!rc) rc = bench_measure_memory(&br);

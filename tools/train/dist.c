@@ -1,10 +1,13 @@
 /* tools/train/dist.c — data parallelism in the program (see dist.h). */
 #include "dist.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "cli/util.h"
 #include "step.h"
 
 bool prog_dist_launched(void) {
@@ -28,6 +31,154 @@ int prog_dist_init(prog_dist *d, config *c) {
         c->out_dir = NULL;
     }
     return REMAT_OK;
+}
+
+/* ---- the ranks' configurations agree --------------------------------------------- */
+
+/* A file's identity by content: size and FNV-1a 64 of its bytes (the path may
+ * differ from rank to rank; the content may not). */
+static void file_identity(util_str *s, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        util_str_printf(s, "unreadable");
+        return;
+    }
+    uint64_t h = 1469598103934665603ULL, n = 0;
+    unsigned char buf[65536];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+        for (size_t i = 0; i < got; i++) h = (h ^ buf[i]) * 1099511628211ULL;
+        n += got;
+    }
+    fclose(f);
+    util_str_printf(s, "a file of %" PRIu64 " bytes, content hash %016" PRIx64, n, h);
+}
+
+/* "--flag value\n" for a number: the shortest text that reads back as x (so the
+ * lines compare exactly and the message shows 0.001, not 0.0010000000000000000). */
+static void num_line(util_str *s, const char *flag, double x) {
+    char b[40];
+    for (int p = 6; p <= 17; p++) {
+        snprintf(b, sizeof b, "%.*g", p, x);
+        if (strtod(b, NULL) == x) break;
+    }
+    util_str_printf(s, "%s %s\n", flag, b);
+}
+
+/* One "--flag value" line per option that must be the same on every rank, in a
+ * fixed order. Output paths are rank 0's alone; whether --save is given is not. */
+static void agree_text(const prog_dist *d, const config *c, util_str *s) {
+    util_str_printf(s, "--model %s\n", c->model == MODEL_GPT ? "gpt" : "mlp");
+    util_str_printf(s, "--layers %d\n--width %d\n--heads %d\n--context %d\n", c->layers, c->width,
+                    c->heads, c->context);
+    util_str_printf(s, "--untied %s\n--attention %s\n", c->untied ? "on" : "off",
+                    c->attn_ops ? "ops" : "fused");
+    util_str_printf(s, "--checkpoint %s\n--reentrant %s\n", c->strat.name,
+                    c->reentrant ? "on" : "off");
+    util_str_printf(s, "--optim %s\n", c->optim == OPTIM_SGD ? "sgd" : "adamw");
+    num_line(s, "--lr", c->lr);
+    num_line(s, "--weight-decay", c->weight_decay);
+    num_line(s, "--momentum", c->momentum);
+    util_str_printf(s, "--lr-schedule %s\n--warmup %ld\n", c->cosine ? "cosine" : "constant",
+                    c->warmup);
+    num_line(s, "--min-lr", c->min_lr);
+    num_line(s, "--clip", c->clip);
+    util_str_printf(s, "--batch %d\n--accum %d\n--autocast %s\n--seed %" PRIu64 "\n", c->batch,
+                    c->accum, c->autocast ? "bf16" : "off", c->seed);
+    util_str_printf(s, "--steps %ld\n--eval-every %ld\n", c->steps, c->eval_every);
+    util_str_printf(s, "--save %s\n--save-every %ld\n", d->saving ? "given" : "not given",
+                    c->save_every);
+    util_str_printf(s, "--data ");
+    if (c->data) file_identity(s, c->data);
+    else util_str_printf(s, "none (the built-in task)");
+    util_str_printf(s, "\n--resume ");
+    if (c->resume) file_identity(s, c->resume);
+    else util_str_printf(s, "none");
+    util_str_printf(s, "\n--zero %s\n", c->zero ? "on" : "off");
+    num_line(s, "--bucket-size", c->bucket_mib);
+    num_line(s, "--dist-timeout", c->dist_timeout);
+    util_str_printf(s, "--device %s\n", c->device_text ? c->device_text : "cpu");
+}
+
+/* Line i of text t (lines end in '\n'): its start and length; false past the end. */
+static bool line_at(const char *t, int i, const char **at, size_t *len) {
+    for (; i > 0 && *t; i--) {
+        const char *nl = strchr(t, '\n');
+        if (!nl) return false;
+        t = nl + 1;
+    }
+    if (!*t) return false;
+    const char *nl = strchr(t, '\n');
+    *at = t;
+    *len = nl ? (size_t)(nl - t) : strlen(t);
+    return true;
+}
+
+/* The first line where a and b differ, or -1. */
+static int first_difference(const char *a, const char *b) {
+    for (int i = 0;; i++) {
+        const char *pa = NULL, *pb = NULL;
+        size_t la = 0, lb = 0;
+        bool ha = line_at(a, i, &pa, &la), hb = line_at(b, i, &pb, &lb);
+        if (!ha && !hb) return -1;
+        if (ha != hb || la != lb || memcmp(pa, pb, la) != 0) return i;
+    }
+}
+
+/* Rank `root`'s text (n8 int64 words, NUL-padded) into buf on every rank. */
+static int share_text(prog_dist *d, const char *mine, int64_t n8, int root, char *buf) {
+    remat_tensor *t = NULL;
+    int rc = remat_zeros(&t, 1, &n8, REMAT_I64, REMAT_DEVICE_CPU);
+    if (!rc && d->rank == root) memcpy(remat_data(t), mine, strlen(mine) + 1);
+    if (!rc) rc = remat_dist_broadcast(d->pg, t, root);
+    if (!rc) memcpy(buf, remat_data(t), (size_t)n8 * 8);
+    remat_release(t);
+    return rc;
+}
+
+int prog_dist_agree(prog_dist *d, const config *c) {
+    if (!d->pg) return REMAT_OK;
+    util_str mine = {0};
+    agree_text(d, c, &mine);
+    if (mine.oom || !mine.s) {
+        util_str_free(&mine);
+        return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    }
+    double most = (double)(mine.len + 1);
+    int rc = remat_dist_all_reduce_f64(d->pg, &most, 1, REMAT_REDUCE_MAX);
+    int64_t n8 = ((int64_t)most + 7) / 8;
+    char *first = rc ? NULL : calloc((size_t)n8, 8), *other = rc ? NULL : calloc((size_t)n8, 8);
+    if (!rc && (!first || !other)) rc = remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    if (!rc) rc = share_text(d, mine.s, n8, 0, first);
+    /* the lowest differing line over the ranks, and a rank that differs there */
+    int line = rc ? -1 : first_difference(mine.s, first);
+    double v[2] = {line >= 0 ? 1e6 - line : 0, 0};
+    if (!rc) rc = remat_dist_all_reduce_f64(d->pg, v, 1, REMAT_REDUCE_MAX);
+    int worst = v[0] > 0 ? (int)(1e6 - v[0]) : -1;
+    v[1] = worst >= 0 && line == worst ? d->rank : -1;
+    if (!rc && worst >= 0) rc = remat_dist_all_reduce_f64(d->pg, &v[1], 1, REMAT_REDUCE_MAX);
+    int who = (int)v[1];
+    if (!rc && worst >= 0) rc = share_text(d, mine.s, n8, who, other);
+    if (!rc && worst >= 0) {
+        const char *pa = "", *pb = "";
+        size_t la = 0, lb = 0;
+        line_at(first, worst, &pa, &la);
+        line_at(other, worst, &pb, &lb);
+        const char *sa = memchr(pa, ' ', la), *sb = memchr(pb, ' ', lb);
+        int nlen = sa ? (int)(sa - pa) : (int)la;
+        int va = sa ? (int)(la - (size_t)(sa + 1 - pa)) : 0;
+        int vb = sb ? (int)(lb - (size_t)(sb + 1 - pb)) : 0;
+        rc = remat_set_error(REMAT_EINVAL,
+                             "the ranks were given different configurations: %.*s is %.*s on "
+                             "rank 0 but %.*s on rank %d (every rank of an mpirun job must get "
+                             "the same flags and the same --data and --resume files)",
+                             nlen, pa, va, sa ? sa + 1 : "", vb, sb ? sb + 1 : "", who);
+        d->shared_error = true;
+    }
+    free(first);
+    free(other);
+    util_str_free(&mine);
+    return rc;
 }
 
 /* --accum A: the micro-batches before the last of a step accumulate
@@ -111,7 +262,7 @@ int prog_dist_end(prog_dist *d, int rc) {
     else remat_ddp_free(d->ddp);
     d->ddp = NULL;
     d->zero = NULL;
-    if (d->pg && rc) {
+    if (d->pg && rc && !d->shared_error) {
         /* every rank of a failed step prints its message (the others name the
          * failed rank); give them that long before MPI_Abort ends the job */
         fflush(stderr);

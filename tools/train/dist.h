@@ -33,6 +33,9 @@ typedef struct prog_dist {
     double comm_s, exposed_s, backward_s;
     double done_in_backward; /* sum of the fractions of buckets reduced before backward ended */
     int n_steps;
+    /* the last error is every rank's (prog_dist_agree): rank 0 reports it and
+     * the job ends without MPI_Abort */
+    bool shared_error;
 } prog_dist;
 
 /* True when the environment says mpirun started this process. */
@@ -41,6 +44,14 @@ bool prog_dist_launched(void);
  * ranks > 0 turn c->quiet on and drop --json, --trace, --timeline, --save
  * output (rank 0 writes). */
 int prog_dist_init(prog_dist *d, config *c);
+/* Under mpirun, before anything else is collective: every rank's configuration
+ * (model, strategy, optimizer and hyperparameters, batch, accumulation,
+ * autocast, seed, steps, save schedule, --data and --resume files by content,
+ * ZeRO, bucket size, ...) against rank 0's. A difference fails on every rank
+ * alike with one message naming the option and both values (d->shared_error);
+ * ranks that went on apart would run mismatched collectives or train apart.
+ * Call after --resume's file is merged into c. No-op alone. */
+int prog_dist_agree(prog_dist *d, const config *c);
 /* Registers the model's parameters (copies rank 0's values everywhere) and
  * routes step_run's backward through DDP; with accum > 1 micro-batches per
  * step only the last one's backward communicates (no_sync before it). No-op

@@ -220,6 +220,8 @@ static int train_setup(train_run *tr) {
         if (!rc) rc = savefile_merge_config(&tr->saved, c->resume, c);
         if (rc) return rc;
     }
+    /* under mpirun: the same configuration on every rank, before anything else is collective */
+    if ((rc = prog_dist_agree(&tr->pd, c))) return rc;
     if ((rc = task_init(&tr->tk, c))) return rc;
     tr->tk.row0 = (int64_t)tr->pd.rank * c->batch; /* this rank's rows of each global batch */
     if (c->resume && (rc = savefile_check_task(&tr->saved, c->resume, &tr->tk))) return rc;
@@ -397,7 +399,8 @@ static int train_loop(train_run *tr) {
     const int64_t tick = n_steps >= 20 ? n_steps / 20 : 1; /* plain-line progress */
     const char *unit = tr->m.kind == MODEL_GPT ? "tok" : "samples";
     int rc;
-    if (c->log && !(tr->logf = fopen(c->log, "w")))
+    /* a resumed run goes on with its log (its first step is the next line) */
+    if (c->log && !(tr->logf = fopen(c->log, c->resume ? "a" : "w")))
         return remat_set_error(REMAT_EIO, "--log %s: %s", c->log, strerror(errno));
     const double loop_t0 = util_now(); /* the ETA: the loop's time per step so far */
     for (int64_t k = 0; k < n_steps; k++) {
@@ -469,6 +472,7 @@ static int train_free(train_run *tr, int rc) {
     config *c = tr->c;
     if (tr->logf && fclose(tr->logf) != 0 && !rc)
         rc = remat_set_error(REMAT_EIO, "--log %s: write failed", c->log);
+    outputs_release(&tr->claim);
     step_report_free(&tr->rep);
     strategy_free(&c->strat);
     if (tr->traced) trace_free(&tr->tr);
@@ -489,7 +493,11 @@ int cmd_train(config *c) {
     tr.threads = step_setup_process(c->threads);
     /* RSS is only sampled in the traced step; speed matters more here */
     step_malloc_mode(false);
+    tr.claim.fd = -1;
     int rc = prog_dist_init(&tr.pd, c);
+    /* every file the run will write, before it spends time on steps (rank 0's) */
+    if (!rc) rc = outputs_check(c, CMD_TRAIN);
+    if (!rc) rc = outputs_claim(&tr.claim, c->save);
     if (!rc) rc = train_setup(&tr);
     if (!rc) train_print_header(&tr);
     if (!rc) rc = train_plan(&tr);
@@ -499,7 +507,9 @@ int cmd_train(config *c) {
     if (!rc && !tr.stopped) rc = train_report(&tr);
     rc = train_free(&tr, rc);
     if (rc) {
-        if (tr.pd.pg)
+        if (tr.pd.pg && tr.pd.shared_error) { /* every rank's: rank 0 says it once */
+            if (tr.pd.rank == 0) term_printf(stderr, "remat train: %s\n", remat_last_error());
+        } else if (tr.pd.pg)
             term_printf(stderr, "remat train: rank %d: %s\n", tr.pd.rank, remat_last_error());
         else
             term_printf(stderr, "%sremat train: %s\n", util_isatty(stderr) ? "\n" : "",

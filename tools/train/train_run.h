@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "dist.h"
 #include "io/data.h"
+#include "io/outputs.h"
 #include "io/training_save.h"
 #include "models.h"
 #include "report/alloc_trace.h"
@@ -32,10 +33,11 @@ typedef struct train_run {
     prog_dist pd;
     saved_state saved; /* --resume's file, until its state is restored */
     int threads;
-    int64_t start;   /* the first step of this invocation (--resume) */
-    int64_t n_steps; /* steps this invocation runs */
-    bool tty;        /* the progress bar, else plain lines */
-    FILE *logf;      /* --log */
+    int64_t start;      /* the first step of this invocation (--resume) */
+    int64_t n_steps;    /* steps this invocation runs */
+    bool tty;           /* the progress bar, else plain lines */
+    FILE *logf;         /* --log */
+    output_claim claim; /* --save's path, held for the run (tools/io/outputs.h) */
     /* the loop's results */
     double *losses, *times; /* [n_steps] */
     double train_time;      /* seconds inside steps */

@@ -9,9 +9,10 @@
  * times and computes the half of it a causal mask throws away. Here the work
  * is cut into blocks of ATT_QB query rows; a block's scores live in a small
  * per-thread buffer that stays in cache, and with the causal mask a block
- * only multiplies against the keys its rows can see (row i sees keys j ≤ i,
- * top-left aligned as torch's is_causal), which skips about half the GEMM
- * work of the two products.
+ * only multiplies against the keys its rows can see (row i sees keys
+ * j ≤ i + off: off 0 top-left aligned as torch's is_causal, Tk − Tq for the
+ * lower-right mask of a KV cache), which skips about half the GEMM work of
+ * the two products.
  *
  * Backward recomputes each block's probabilities from the saved lse (one
  * more GEMM of a block). With P the probabilities of a block and dO its
@@ -24,8 +25,13 @@
  * stride passed to the GEMM); others are copied first. Outputs may be any
  * such views too (the op stores 4-D ones as (B, T, H, D)).
  *
+ * Grouped-query heads (k and v with `group` times fewer heads than q): each
+ * query entry's k and v matrices are those of its kv head, through the
+ * batch offsets (att_view) — the repeat is never made; the backward's item
+ * is a kv entry, whose query heads add to its dK and dV in turn.
+ *
  * Threads: forward splits (batch, query block) items over OpenMP threads,
- * backward splits batch entries (each owns its dK, dV). Every item is
+ * backward splits kv entries (each owns its dK, dV). Every item is
  * computed by one thread in a fixed order with single-threaded GEMMs, so the
  * results do not depend on the thread count or the schedule. */
 #include <math.h>
@@ -56,14 +62,15 @@ typedef struct att_mat {
 typedef rm_attention_dims att_dims;
 
 /* Keys visible to query rows [i0, i1): with the causal mask row i sees
- * keys 0..i, so the block needs keys [0, min(Tk, i1)). */
+ * keys 0..i + off, so the block needs keys [0, min(Tk, i1 + off)) (none
+ * when that is below 0: rows of a lower-right mask with Tq > Tk). */
 static inline int64_t att_keys(const att_dims *d, int64_t i1) {
-    return d->causal ? (i1 < d->Tk ? i1 : d->Tk) : d->Tk;
+    if (!d->causal) return d->Tk;
+    int64_t n = i1 + d->off;
+    return n < 0 ? 0 : n < d->Tk ? n : d->Tk;
 }
 /* Keys visible to query row i. */
-static inline int64_t att_row_keys(const att_dims *d, int64_t i) {
-    return d->causal ? (i + 1 < d->Tk ? i + 1 : d->Tk) : d->Tk;
-}
+static inline int64_t att_row_keys(const att_dims *d, int64_t i) { return att_keys(d, i + 1); }
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -167,19 +174,21 @@ static inline int64_t att_row_keys(const att_dims *d, int64_t i) {
         return REMAT_OK;                                                                           \
     }                                                                                              \
                                                                                                    \
-    /* Backward of one batch entry: its dq rows, dk and dv (each may be NULL                  \
-     * when not wanted). Query blocks in order, so dk/dv sum in a fixed order. */    \
+    /* Backward of one batch entry: its dq rows, and its part of dk and dv (each may be NULL  \
+     * when not wanted), which `first` zeroes before adding to them: the query heads of one  \
+     * kv head add theirs in turn (grouped-query heads). Query blocks in order, so dk/dv sum \
+     * in a fixed order. */    \
     static int att_bwd_item_##T(const att_dims *d, const att_mat *q, const att_mat *k,             \
                                 const att_mat *v, const att_mat *o, const att_mat *go,             \
                                 const T *lse, const att_mat *dq, const att_mat *dk,                \
-                                const att_mat *dv, int64_t b) {                                    \
+                                const att_mat *dv, int64_t b, bool first) {                        \
         const T *kb = (const T *)k->base + k->off[b];                                              \
         const T *vb = (const T *)v->base + v->off[b];                                              \
         T *dkb = dk ? (T *)dk->base + dk->off[b] : NULL;                                           \
         T *dvb = dv ? (T *)dv->base + dv->off[b] : NULL;                                           \
-        for (int64_t j = 0; dkb && j < d->Tk; j++)                                                 \
+        for (int64_t j = 0; first && dkb && j < d->Tk; j++)                                        \
             memset(dkb + j * dk->ld, 0, sizeof(T) * (size_t)d->D);                                 \
-        for (int64_t j = 0; dvb && j < d->Tk; j++)                                                 \
+        for (int64_t j = 0; first && dvb && j < d->Tk; j++)                                        \
             memset(dvb + j * dv->ld, 0, sizeof(T) * (size_t)d->Dv);                                \
         int64_t kmax = att_keys(d, d->Tq);                                                         \
         int64_t mb = d->Tq < ATT_QB ? d->Tq : ATT_QB;                                              \
@@ -260,7 +269,7 @@ static bool gemm_readable(const remat_tensor *t) {
 /* In-place readable t, or a contiguous copy (a new reference either way). */
 static remat_status readable(remat_tensor **out, remat_tensor *t) {
     if (gemm_readable(t)) {
-        *out = remat_retain(t);
+        *out = rm_retain(t);
         return REMAT_OK;
     }
     return rm_contig(out, t);
@@ -271,8 +280,17 @@ typedef struct att_views {
     int64_t *off[8];
 } att_views;
 
-static remat_status att_view(att_views *w, int slot, remat_tensor *t, int64_t nb) {
-    w->off[slot] = batch_offsets(t, nb);
+/* t as slot's matrices, one per query entry b < nb: entry b of a kv operand (k, v and their
+ * gradients, `group` query heads per kv head) is t's own entry b / group. */
+static remat_status att_view(att_views *w, int slot, remat_tensor *t, int64_t nb, int64_t group) {
+    int64_t *own = batch_offsets(t, nb / group);
+    if (own && group > 1) {
+        int64_t *off = malloc(sizeof *off * (size_t)(nb > 0 ? nb : 1));
+        for (int64_t b = 0; off && b < nb; b++) off[b] = own[b / group];
+        free(own);
+        own = off;
+    }
+    w->off[slot] = own;
     if (!w->off[slot]) return REMAT_ENOMEM;
     w->m[slot] = (att_mat){rm_ptr(t), w->off[slot], t->strides[t->ndim - 2]};
     return REMAT_OK;
@@ -594,13 +612,14 @@ static size_t att_bwd_scratch(const att_dims *d) {
            sizeof(bf16) * (size_t)(2 * mb * kmax + kmax * (d->D + d->Dv) + mb * (2 * d->D + d->Dv));
 }
 
-/* Backward of batch entry b (dq, dk, dv may be NULL); mt = q, k, v, o, go.
- * Query blocks in order, so dK and dV sum in a fixed order (in f32). Per
- * block: S = Q·Kᵀ and dP = dO·Vᵀ, then one pass makes P and dS from them
- * (att_bwd_probs), then dV += Pᵀ·dO, dQ = dS·K, dK += dSᵀ·Q. */
+/* Backward of kv entry bk: its query entries b = bk·group + j in turn (dq, dk, dv may be
+ * NULL); mt = q, k, v, o, go. Query entries and their query blocks in order, so dK and dV
+ * sum in a fixed order (in f32, rounded once). Per block: S = Q·Kᵀ and dP = dO·Vᵀ, then
+ * one pass makes P and dS from them (att_bwd_probs), then dV += Pᵀ·dO, dQ = dS·K,
+ * dK += dSᵀ·Q. */
 static void att_bwd_entry_bgemm(const att_dims *d, const att_mat *const *mt, const f32 *lse,
                                 const att_mat *dq, const att_mat *dk, const att_mat *dv,
-                                const att_scratch *scr, int64_t b) {
+                                const att_scratch *scr, int64_t bk) {
     const att_mat *q = mt[0], *k = mt[1], *v = mt[2], *o = mt[3], *go = mt[4];
     int64_t kmax = att_keys(d, d->Tq), mb = d->Tq < ATT_QB ? d->Tq : ATT_QB;
     f32 *s = att_scratch_mine(scr), *dp = s + mb * kmax, *delta = dp + mb * kmax;
@@ -608,41 +627,43 @@ static void att_bwd_entry_bgemm(const att_dims *d, const att_mat *const *mt, con
     bf16 *pb = (bf16 *)(dvs + d->Tk * d->Dv), *dsb = pb + mb * kmax, *kbuf = dsb + mb * kmax;
     bf16 *vbuf = kbuf + kmax * d->D, *qbuf = vbuf + kmax * d->Dv, *gbuf = qbuf + mb * d->D;
     bf16 *dqbuf = gbuf + mb * d->Dv;
+    const int64_t b0 = bk * d->group; /* the kv operands' entries are read at any of the group's */
     memset(dks, 0, sizeof(f32) * (size_t)(d->Tk * (d->D + d->Dv)));
-    const bf16 *kd = att_dense((const bf16 *)k->base + k->off[b], k->ld, kmax, d->D, kbuf);
-    const bf16 *vd = att_dense((const bf16 *)v->base + v->off[b], v->ld, kmax, d->Dv, vbuf);
-    for (int64_t i0 = 0; i0 < d->Tq; i0 += ATT_QB) {
-        int64_t m = d->Tq - i0 < ATT_QB ? d->Tq - i0 : ATT_QB;
-        int64_t kn = att_keys(d, i0 + m);
-        const bf16 *goi = (const bf16 *)go->base + go->off[b] + i0 * go->ld;
-        const bf16 *oi = (const bf16 *)o->base + o->off[b] + i0 * o->ld;
-        bf16 *dqi = dq ? (bf16 *)dq->base + dq->off[b] + i0 * dq->ld : NULL;
-        if (kn == 0) {
-            for (int64_t r = 0; dqi && r < m; r++)
-                memset(dqi + r * dq->ld, 0, sizeof(bf16) * (size_t)d->D);
-            continue;
-        }
-        const bf16 *qd =
-            att_dense((const bf16 *)q->base + q->off[b] + i0 * q->ld, q->ld, m, d->D, qbuf);
-        const bf16 *god = att_dense(goi, go->ld, m, d->Dv, gbuf);
-        bool grads = dqi || dk;                                                  /* dS wanted */
-        rm_bgemm_f32(false, true, m, kn, d->D, qd, d->D, kd, d->D, 0.0f, s, kn); /* S = Q·Kᵀ */
-        if (grads) {
-            rm_bgemm_f32(false, true, m, kn, d->Dv, god, d->Dv, vd, d->Dv, 0.0f, dp, kn); /* dP */
-            for (int64_t r = 0; r < m; r++) { /* δ = rowsum(dO ∘ O) */
-                if (r + ATT_AHEAD < m) att_prefetch_row(oi + (r + ATT_AHEAD) * o->ld, d->Dv);
-                delta[r] = att_dot_bf16(god + r * d->Dv, oi + r * o->ld, d->Dv);
+    const bf16 *kd = att_dense((const bf16 *)k->base + k->off[b0], k->ld, kmax, d->D, kbuf);
+    const bf16 *vd = att_dense((const bf16 *)v->base + v->off[b0], v->ld, kmax, d->Dv, vbuf);
+    for (int64_t b = b0; b < b0 + d->group; b++)
+        for (int64_t i0 = 0; i0 < d->Tq; i0 += ATT_QB) {
+            int64_t m = d->Tq - i0 < ATT_QB ? d->Tq - i0 : ATT_QB;
+            int64_t kn = att_keys(d, i0 + m);
+            const bf16 *goi = (const bf16 *)go->base + go->off[b] + i0 * go->ld;
+            const bf16 *oi = (const bf16 *)o->base + o->off[b] + i0 * o->ld;
+            bf16 *dqi = dq ? (bf16 *)dq->base + dq->off[b] + i0 * dq->ld : NULL;
+            if (kn == 0) {
+                for (int64_t r = 0; dqi && r < m; r++)
+                    memset(dqi + r * dq->ld, 0, sizeof(bf16) * (size_t)d->D);
+                continue;
             }
+            const bf16 *qd =
+                att_dense((const bf16 *)q->base + q->off[b] + i0 * q->ld, q->ld, m, d->D, qbuf);
+            const bf16 *god = att_dense(goi, go->ld, m, d->Dv, gbuf);
+            bool grads = dqi || dk;                                                  /* dS wanted */
+            rm_bgemm_f32(false, true, m, kn, d->D, qd, d->D, kd, d->D, 0.0f, s, kn); /* S */
+            if (grads) {
+                rm_bgemm_f32(false, true, m, kn, d->Dv, god, d->Dv, vd, d->Dv, 0.0f, dp, kn);
+                for (int64_t r = 0; r < m; r++) { /* δ = rowsum(dO ∘ O) */
+                    if (r + ATT_AHEAD < m) att_prefetch_row(oi + (r + ATT_AHEAD) * o->ld, d->Dv);
+                    delta[r] = att_dot_bf16(god + r * d->Dv, oi + r * o->ld, d->Dv);
+                }
+            }
+            att_bwd_probs(d, i0, m, kn, s, lse + b * d->Tq, grads ? dp : NULL, delta, pb, dsb);
+            if (dv) /* dV[0:kn] += Pᵀ · dO */
+                rm_bgemm_f32(true, false, kn, d->Dv, m, pb, kn, god, d->Dv, 1.0f, dvs, d->Dv);
+            if (dqi) att_bgemm_rows(m, d->D, kn, dsb, kd, dqi, dq->ld, dqbuf); /* dQ = dS · K */
+            if (dk) /* dK[0:kn] += dSᵀ · Q */
+                rm_bgemm_f32(true, false, kn, d->D, m, dsb, kn, qd, d->D, 1.0f, dks, d->D);
         }
-        att_bwd_probs(d, i0, m, kn, s, lse + b * d->Tq, grads ? dp : NULL, delta, pb, dsb);
-        if (dv) /* dV[0:kn] += Pᵀ · dO */
-            rm_bgemm_f32(true, false, kn, d->Dv, m, pb, kn, god, d->Dv, 1.0f, dvs, d->Dv);
-        if (dqi) att_bgemm_rows(m, d->D, kn, dsb, kd, dqi, dq->ld, dqbuf); /* dQ = dS · K */
-        if (dk) /* dK[0:kn] += dSᵀ · Q */
-            rm_bgemm_f32(true, false, kn, d->D, m, dsb, kn, qd, d->D, 1.0f, dks, d->D);
-    }
-    if (dk) att_round(dks, d->Tk, d->D, (bf16 *)dk->base + dk->off[b], dk->ld);
-    if (dv) att_round(dvs, d->Tk, d->Dv, (bf16 *)dv->base + dv->off[b], dv->ld);
+    if (dk) att_round(dks, d->Tk, d->D, (bf16 *)dk->base + dk->off[b0], dk->ld);
+    if (dv) att_round(dvs, d->Tk, d->Dv, (bf16 *)dv->base + dv->off[b0], dv->ld);
 }
 
 /* ---- bf16 without native bf16 GEMMs: widened per batch entry --------------------------- */
@@ -660,6 +681,7 @@ static remat_status att_fwd_entry_widened(const att_dims *d, const att_mat *q, c
     static const int64_t zero = 0;
     att_dims d1 = *d;
     d1.nb = 1;
+    d1.group = 1;
     f32 *buf = malloc(sizeof(f32) * (size_t)(d->Tq * (d->D + d->Dv) + d->Tk * (d->D + d->Dv)) + 1);
     if (!buf) return REMAT_ENOMEM;
     f32 *qf = buf, *kf = qf + d->Tq * d->D, *vf = kf + d->Tk * d->D, *of = vf + d->Tk * d->Dv;
@@ -676,13 +698,17 @@ static remat_status att_fwd_entry_widened(const att_dims *d, const att_mat *q, c
     return rc;
 }
 
-/* Backward of batch entry b (dq, dk, dv may be NULL). */
+/* Backward of kv entry bk (dq, dk, dv may be NULL): its keys and values widened once, then
+ * each of its query entries b = bk·group + j widened in turn and run through the f32 item,
+ * which adds to the f32 dK and dV (rounded once at the end) and writes b's dQ. */
 static remat_status att_bwd_entry_widened(const att_dims *d, const att_mat *const *m,
                                           const f32 *lse, const att_mat *dq, const att_mat *dk,
-                                          const att_mat *dv, int64_t b) {
+                                          const att_mat *dv, int64_t bk) {
     static const int64_t zero = 0;
     att_dims d1 = *d;
     d1.nb = 1;
+    d1.group = 1;
+    const int64_t b0 = bk * d->group;
     /* q, k, v, o, go, dq, dk, dv */
     const int64_t rows[8] = {d->Tq, d->Tk, d->Tk, d->Tq, d->Tq, d->Tq, d->Tk, d->Tk};
     const int64_t cols[8] = {d->D, d->D, d->Dv, d->Dv, d->Dv, d->D, d->D, d->Dv};
@@ -693,17 +719,24 @@ static remat_status att_bwd_entry_widened(const att_dims *d, const att_mat *cons
     att_mat f[8];
     f32 *p = buf;
     for (int i = 0; i < 8; i++) {
-        f[i] =
-            i < 5 ? att_widened(m[i], b, rows[i], cols[i], p, &zero) : (att_mat){p, &zero, cols[i]};
+        f[i] = i == 1 || i == 2 ? att_widened(m[i], b0, rows[i], cols[i], p, &zero)
+                                : (att_mat){p, &zero, cols[i]};
         p += rows[i] * cols[i];
     }
+    int rc = REMAT_OK;
+    for (int64_t b = b0; b < b0 + d->group && !rc; b++) {
+        for (int i = 0; i < 5; i++)
+            if (i != 1 && i != 2) f[i] = att_widened(m[i], b, rows[i], cols[i], f[i].base, &zero);
+        rc = att_bwd_item_f32(&d1, &f[0], &f[1], &f[2], &f[3], &f[4], lse + b * d->Tq,
+                              dq ? &f[5] : NULL, dk ? &f[6] : NULL, dv ? &f[7] : NULL, 0, b == b0);
+        if (!rc && dq)
+            att_round(f[5].base, rows[5], cols[5], (uint16_t *)dq->base + dq->off[b], dq->ld);
+    }
     const att_mat *g[3] = {dq, dk, dv};
-    int rc = att_bwd_item_f32(&d1, &f[0], &f[1], &f[2], &f[3], &f[4], lse + b * d->Tq,
-                              dq ? &f[5] : NULL, dk ? &f[6] : NULL, dv ? &f[7] : NULL, 0);
-    for (int i = 0; i < 3 && !rc; i++)
+    for (int i = 1; i < 3 && !rc; i++)
         if (g[i])
             att_round(f[5 + i].base, rows[5 + i], cols[5 + i],
-                      (uint16_t *)g[i]->base + g[i]->off[b], g[i]->ld);
+                      (uint16_t *)g[i]->base + g[i]->off[b0], g[i]->ld);
     free(buf);
     return rc;
 }
@@ -716,8 +749,8 @@ remat_status rm_cpu_attention(const rm_kargs *k) {
     const att_dims d = dims_of(k->params, in[0], in[1], in[2]);
     int64_t nqb = (d.Tq + ATT_QB - 1) / ATT_QB;
     if (d.nb > 0 && d.Tq > 0) {
-        for (int i = 0; i < 3 && !rc; i++) rc = att_view(&w, i, in[i], d.nb);
-        if (!rc) rc = att_view(&w, 3, y, d.nb);
+        for (int i = 0; i < 3 && !rc; i++) rc = att_view(&w, i, in[i], d.nb, i ? d.group : 1);
+        if (!rc) rc = att_view(&w, 3, y, d.nb, 1);
         if (rc) {
             rc = rm_err(REMAT_ENOMEM, "out of memory");
             goto out;
@@ -758,7 +791,7 @@ remat_status rm_cpu_attention(const rm_kargs *k) {
     }
 out:
     att_views_free(&w);
-    for (int i = 0; i < 3; i++) remat_release(in[i]);
+    for (int i = 0; i < 3; i++) rm_release(in[i]);
     return rc;
 }
 
@@ -770,9 +803,10 @@ remat_status rm_cpu_attention_bwd(const rm_kargs *k) {
     if (rc) goto out;
     const att_dims d = dims_of(k->params, in[0], in[1], in[2]);
     if (d.nb > 0 && d.Tk > 0) {
-        for (int i = 0; i < 5 && !rc; i++) rc = att_view(&w, i, in[i], d.nb);
+        for (int i = 0; i < 5 && !rc; i++)
+            rc = att_view(&w, i, in[i], d.nb, i == 1 || i == 2 ? d.group : 1);
         for (int i = 0; i < 3 && !rc; i++)
-            if (g[i]) rc = att_view(&w, 5 + i, g[i], d.nb);
+            if (g[i]) rc = att_view(&w, 5 + i, g[i], d.nb, i ? d.group : 1);
         if (rc) {
             rc = rm_err(REMAT_ENOMEM, "out of memory");
             goto out;
@@ -781,11 +815,18 @@ remat_status rm_cpu_attention_bwd(const rm_kargs *k) {
         const att_mat *dq = g[0] ? &w.m[5] : NULL, *dk = g[1] ? &w.m[6] : NULL,
                       *dv = g[2] ? &w.m[7] : NULL;
         double work = (double)d.Tq * (double)d.Tk * (double)(d.D + d.Dv) * (double)d.nb;
-#define ATT_BWD(T, b)                                                                              \
+        /* one item per kv entry bk: its query entries bk·group + j add to its dK and dV in
+         * turn, on one thread */
+        const int64_t nkv = d.nb / d.group;
+#define ATT_BWD(T, bk)                                                                             \
     do {                                                                                           \
-        if (att_bwd_item_##T(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], &w.m[4],                      \
-                             (const T *)rm_ptr(lse), dq, dk, dv, (b)))                             \
-            _Pragma("omp atomic write") fail = 1;                                                  \
+        for (int64_t j_ = 0; j_ < d.group; j_++)                                                   \
+            if (att_bwd_item_##T(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], &w.m[4],                  \
+                                 (const T *)rm_ptr(lse), dq, dk, dv, (bk)*d.group + j_,            \
+                                 j_ == 0)) {                                                       \
+                _Pragma("omp atomic write") fail = 1;                                              \
+                break;                                                                             \
+            }                                                                                      \
     } while (0)
 #define ATT_BWD_F32(b) ATT_BWD(f32, b)
 #define ATT_BWD_F64(b) ATT_BWD(f64, b)
@@ -800,11 +841,11 @@ remat_status rm_cpu_attention_bwd(const rm_kargs *k) {
         att_scratch scr = {0};
         if (in[0]->dtype == REMAT_BF16 && rm_bgemm_native()) {
             if (!(fail = att_scratch_init(&scr, att_bwd_scratch(&d))))
-                ATT_FOR(d.nb, work, ATT_BWD_BF16);
+                ATT_FOR(nkv, work, ATT_BWD_BF16);
             free(scr.base);
-        } else if (in[0]->dtype == REMAT_BF16) ATT_FOR(d.nb, work, ATT_BWD_WIDENED);
-        else if (lse->dtype == REMAT_F32) ATT_FOR(d.nb, work, ATT_BWD_F32);
-        else ATT_FOR(d.nb, work, ATT_BWD_F64);
+        } else if (in[0]->dtype == REMAT_BF16) ATT_FOR(nkv, work, ATT_BWD_WIDENED);
+        else if (lse->dtype == REMAT_F32) ATT_FOR(nkv, work, ATT_BWD_F32);
+        else ATT_FOR(nkv, work, ATT_BWD_F64);
 #undef ATT_BWD_BF16
 #undef ATT_BWD_WIDENED
 #undef ATT_BWD_F32
@@ -817,6 +858,6 @@ remat_status rm_cpu_attention_bwd(const rm_kargs *k) {
     }
 out:
     att_views_free(&w);
-    for (int i = 0; i < 5; i++) remat_release(in[i]);
+    for (int i = 0; i < 5; i++) rm_release(in[i]);
     return rc;
 }

@@ -186,7 +186,7 @@ typedef struct chunk_views {
 } chunk_views;
 
 static void chunk_views_free(chunk_views *cv) {
-    for (int i = 0; i < NOPS; i++) remat_release(cv->v[i]);
+    for (int i = 0; i < NOPS; i++) rm_release(cv->v[i]);
 }
 
 static remat_status chunk_views_make(chunk_views *cv, remat_tensor *const *ops) {
@@ -291,10 +291,10 @@ static remat_status via_f32(rm_kernel_id id, const rm_kargs *k) {
         if (!rc && k2.out[i])
             rm_cpu_f32_to_bf16(k2.out[i]->storage->data, k->out[i]->storage->data,
                                (int64_t)(k->out[i]->storage->nbytes / sizeof(uint16_t)));
-        remat_release(k2.out[i]);
+        rm_release(k2.out[i]);
     }
     for (int i = 0; i < RM_KERNEL_MAX_IN; i++)
-        if (k->in[i] && k2.in[i] != k->in[i]) remat_release(k2.in[i]);
+        if (k->in[i] && k2.in[i] != k->in[i]) rm_release(k2.in[i]);
     return rc;
 }
 

@@ -238,7 +238,7 @@ remat_status rm_cpu_copy(const rm_kargs *k) {
     remat_tensor *v = rm_tensor_alloc(y->storage, y->offset, x->ndim, x->shape, st, y->dtype);
     if (!v) return rm_err(REMAT_ENOMEM, "out of memory creating a view");
     rm_copy_same_dtype(v, x);
-    remat_release(v);
+    rm_release(v);
     return REMAT_OK;
 }
 

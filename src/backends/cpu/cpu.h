@@ -35,6 +35,11 @@
     X(LAYER_NORM_BWD, layer_norm_bwd, F32_F64)                                                     \
     X(DROPOUT, dropout, F32_F64)                                                                   \
     X(DROPOUT_BWD, dropout_bwd, F32_F64)                                                           \
+    /* rms_norm.c (bf16 through f32: rm_cpu_bf16_via_f32) */                                       \
+    X(RMS_NORM, rms_norm, F32_F64)                                                                 \
+    X(RMS_NORM_BWD, rms_norm_bwd, F32_F64)                                                         \
+    /* rope.c (bf16 through f32) */                                                                \
+    X(ROPE, rope, F32_F64)                                                                         \
     /* matmul: matmul.c (bf16 too: oneDNN's bf16 GEMM), attention.c (they switch on the   \
      * operands' dtype) */        \
     X(MATMUL, matmul, FLOAT_BF16)                                                                  \

@@ -37,7 +37,7 @@ static const int k_arity[RM_EW_N_OPS] = {
  * never evaluated, so unused (NULL) operands are never read. */
 #define F_FILL(A, B, C, P, POWF, LOGF) (P)
 #define F_SCALE(A, B, C, P, POWF, LOGF) ((A) * (P))
-#define F_RELU(A, B, C, P, POWF, LOGF) ((A) > 0 ? (A) : 0)
+#define F_RELU(A, B, C, P, POWF, LOGF) (!((A) <= 0) ? (A) : 0) /* NaN stays NaN (P) */
 #define F_ADD(A, B, C, P, POWF, LOGF) ((A) + (B))
 #define F_SUB(A, B, C, P, POWF, LOGF) ((A) - (B))
 #define F_MUL(A, B, C, P, POWF, LOGF) ((A) * (B))

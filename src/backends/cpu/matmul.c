@@ -458,7 +458,7 @@ static int rounded_copy(remat_tensor **out, remat_tensor *t) {
     int rc = rm_contig(&c, t);
     if (!rc) rc = rm_new_output(out, c->ndim, c->shape, REMAT_BF16, c->storage->device);
     if (!rc) rm_cpu_f32_to_bf16(rm_ptr(c), rm_ptr(*out), remat_numel(c));
-    remat_release(c);
+    rm_release(c);
     return rc;
 }
 
@@ -557,12 +557,12 @@ remat_status rm_cpu_matmul(const rm_kargs *k) {
     }
     mm_exec(&kd, nb, bshape, &A, &B, &C, remat_numel(y), biasc && !gb.p, gb);
 out:
-    remat_release(ar);
-    remat_release(br);
-    remat_release(scratch);
-    remat_release(ac);
-    remat_release(bc);
-    remat_release(biasc);
+    rm_release(ar);
+    rm_release(br);
+    rm_release(scratch);
+    rm_release(ac);
+    rm_release(bc);
+    rm_release(biasc);
     return rc;
 }
 

@@ -41,6 +41,17 @@ static inline double gelu_tanh_grad_d(double v) {
     return 0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * din;
 }
 
+/* SiLU's derivative sigmoid(x) (1 + x (1 - sigmoid(x))) (PyTorch's silu_backward formula),
+ * f32 through the vectorisable exp. */
+static inline float silu_grad_f(float x) {
+    float s = 1.0f / (1.0f + rm_expf_v(-x));
+    return s * (1.0f + x * (1.0f - s));
+}
+static inline double silu_grad_d(double x) {
+    double s = 1.0 / (1.0 + exp(-x));
+    return s * (1.0 + x * (1.0 - s));
+}
+
 /* One case of the switches below: OUT[i] = EXPR for every i < n, split
  * across threads past 32768 elements; the _SIMD one, for cheap EXPRs, also
  * vectorised and split past 65536. Each is one parallel region over fixed
@@ -74,9 +85,10 @@ static inline double gelu_tanh_grad_d(double v) {
         case RM_U_SQRT: UN_EACH_SIMD(y, ST(SQRTF(LD(x[i])))); break;                               \
         case RM_U_TANH: UN_EACH(y, ST(TANHF(LD(x[i])))); break;                                    \
         case RM_U_SIGMOID: UN_EACH(y, ST((C)1 / ((C)1 + EXPF(-LD(x[i]))))); break;                 \
-        case RM_U_RELU: UN_EACH_SIMD(y, ST(LD(x[i]) > 0 ? LD(x[i]) : (C)0)); break;                \
+        case RM_U_RELU: UN_EACH_SIMD(y, ST(!(LD(x[i]) <= 0) ? LD(x[i]) : (C)0)); break;            \
         case RM_U_GELU_ERF: UN_EACH(y, ST(GELU(LD(x[i])))); break;                                 \
         case RM_U_GELU_TANH: UN_EACH(y, ST(GELU_T(LD(x[i])))); break;                              \
+        case RM_U_SILU: UN_EACH(y, ST(LD(x[i]) / ((C)1 + EXPF(-LD(x[i]))))); break;                \
         case RM_U_POW: UN_EACH(y, ST(POWF(LD(x[i]), p))); break;                                   \
         case RM_U_ADD: UN_EACH_SIMD(y, ST(LD(x[i]) + p)); break;                                   \
         case RM_U_MUL: UN_EACH_SIMD(y, ST(LD(x[i]) * p)); break;                                   \
@@ -87,7 +99,7 @@ static inline double gelu_tanh_grad_d(double v) {
 /* dx = g * f'(s) where s is the saved x or y (see k_uinfo); GELU_GRAD and
  * GELU_T_GRAD are the erf- and tanh-form GELUs' derivatives. add's dx = g is a copy for f32 and f64 and
  * ST(LD(g)) for bf16 (a signalling NaN comes out quiet, as through f32). */
-#define UNARY_BWD_SWITCH(T, C, LD, ST, GELU_GRAD, GELU_T_GRAD, POWF, COPY_G)                       \
+#define UNARY_BWD_SWITCH(T, C, LD, ST, GELU_GRAD, GELU_T_GRAD, SILU_GRAD, POWF, COPY_G)            \
     switch (op) {                                                                                  \
     case RM_U_NEG:                                                                                 \
         for (int64_t i = 0; i < n; i++) dx[i] = ST(-LD(g[i]));                                     \
@@ -100,6 +112,7 @@ static inline double gelu_tanh_grad_d(double v) {
     case RM_U_RELU: UN_EACH_SIMD(dx, ST(LD(s[i]) > 0 ? LD(g[i]) : (C)0)); break;                   \
     case RM_U_GELU_ERF: UN_EACH(dx, ST(LD(g[i]) * GELU_GRAD(LD(s[i])))); break;                    \
     case RM_U_GELU_TANH: UN_EACH(dx, ST(LD(g[i]) * GELU_T_GRAD(LD(s[i])))); break;                 \
+    case RM_U_SILU: UN_EACH(dx, ST(LD(g[i]) * SILU_GRAD(LD(s[i])))); break;                        \
     case RM_U_POW:                                                                                 \
         UN_EACH(dx, ST(p == (C)0 ? (C)0 : LD(g[i]) * p * POWF(LD(s[i]), p - (C)1)));               \
         break;                                                                                     \
@@ -116,15 +129,15 @@ static inline double gelu_tanh_grad_d(double v) {
 /* bwd_inplace writes dx over g (the backward's dying gradient, src/ops/unary.c):
  * g is dx there (a pointer based on the restrict one, so restrict holds), each
  * element read before it is written, by the same expressions as bwd's. */
-#define UNARY_BWD(NAME, T, C, LD, ST, GELU_GRAD, GELU_T_GRAD, POWF, COPY_G)                        \
+#define UNARY_BWD(NAME, T, C, LD, ST, GELU_GRAD, GELU_T_GRAD, SILU_GRAD, POWF, COPY_G)             \
     RM_CPU_CLONES static void bwd_##NAME(rm_unary_op op, const T *restrict g, const T *restrict s, \
                                          T *restrict dx, int64_t n, C p) {                         \
-        UNARY_BWD_SWITCH(T, C, LD, ST, GELU_GRAD, GELU_T_GRAD, POWF, COPY_G);                      \
+        UNARY_BWD_SWITCH(T, C, LD, ST, GELU_GRAD, GELU_T_GRAD, SILU_GRAD, POWF, COPY_G);           \
     }                                                                                              \
     RM_CPU_CLONES static void bwd_inplace_##NAME(rm_unary_op op, T *restrict dx,                   \
                                                  const T *restrict s, int64_t n, C p) {            \
         const T *g = dx;                                                                           \
-        UNARY_BWD_SWITCH(T, C, LD, ST, GELU_GRAD, GELU_T_GRAD, POWF, COPY_G);                      \
+        UNARY_BWD_SWITCH(T, C, LD, ST, GELU_GRAD, GELU_T_GRAD, SILU_GRAD, POWF, COPY_G);           \
     }
 
 UNARY_FWD(float, float, float, LD_SAME, ST_SAME, rm_expf_v, logf, sqrtf, rm_tanhf_v, rm_gelu_erff_v,
@@ -133,12 +146,12 @@ UNARY_FWD(double, double, double, LD_SAME, ST_SAME, exp, log, sqrt, tanh, gelu_e
           pow)
 UNARY_FWD(bf16, uint16_t, float, LD_BF16, ST_BF16, rm_expf_v, logf, sqrtf, rm_tanhf_v,
           rm_gelu_erff_v, rm_gelu_tanhf_v, powf)
-UNARY_BWD(float, float, float, LD_SAME, ST_SAME, rm_gelu_erff_grad_v, rm_gelu_tanhf_grad_v, powf,
-          COPY_G_MEM)
-UNARY_BWD(double, double, double, LD_SAME, ST_SAME, gelu_erf_grad_d, gelu_tanh_grad_d, pow,
-          COPY_G_MEM)
-UNARY_BWD(bf16, uint16_t, float, LD_BF16, ST_BF16, rm_gelu_erff_grad_v, rm_gelu_tanhf_grad_v, powf,
-          COPY_G_BF16)
+UNARY_BWD(float, float, float, LD_SAME, ST_SAME, rm_gelu_erff_grad_v, rm_gelu_tanhf_grad_v,
+          silu_grad_f, powf, COPY_G_MEM)
+UNARY_BWD(double, double, double, LD_SAME, ST_SAME, gelu_erf_grad_d, gelu_tanh_grad_d, silu_grad_d,
+          pow, COPY_G_MEM)
+UNARY_BWD(bf16, uint16_t, float, LD_BF16, ST_BF16, rm_gelu_erff_grad_v, rm_gelu_tanhf_grad_v,
+          silu_grad_f, powf, COPY_G_BF16)
 
 /* Bit-packed relu mask: bit i of m (byte i / 8, bit i % 8) is y[i] > 0.
  * NAME, T, LD and ST as in UNARY_FWD; IT is an unsigned integer of T's size. */
@@ -210,7 +223,7 @@ UNARY_KERNELS(double, f64)
 
 /* ---- bf16 lookup tables ---------------------------------------------------------------
  * A bf16 operand has 65536 values. The ops whose f32 math is costly (exp, log, tanh,
- * sigmoid, the GELUs: ~40 vector operations an element, or a libm call) look the forward's
+ * sigmoid, the GELUs, SiLU: ~40 vector operations an element, or a libm call) look the forward's
  * bf16 result up instead, and the GELUs' backward its f32 factor f'(s) (then rounds g * f'
  * as bwd_bf16 does). Each table is filled once per process by the loops above (fwd_bf16,
  * and grad_factors_bf16 with bwd_bf16's expression) over every bit pattern, so a looked-up
@@ -238,7 +251,7 @@ static grad_lut g_grad_lut[2]; /* GELU_ERF, GELU_TANH */
 
 static bool fwd_tabled(rm_unary_op op) {
     return op == RM_U_EXP || op == RM_U_LOG || op == RM_U_TANH || op == RM_U_SIGMOID ||
-           op == RM_U_GELU_ERF || op == RM_U_GELU_TANH;
+           op == RM_U_GELU_ERF || op == RM_U_GELU_TANH || op == RM_U_SILU;
 }
 
 /* d[i] = f'(s[i]) of the GELU op, as bwd_bf16 computes it before multiplying by g. */

@@ -29,7 +29,10 @@
  * (dK, dV: a key row's group loops over the query tiles that can see it).
  *
  * Operands are views with any strides (rmk_att_operand): the per-head views
- * of a packed qkv projection are read in place. */
+ * of a packed qkv projection are read in place. Grouped-query k and v (fewer
+ * heads than q) are read through their own strides (hdiv); the dK/dV kernel's
+ * item is a kv entry's key tile, its query heads added in turn (no atomics).
+ * The causal mask may be lower-right aligned (off = Tk - Tq: j <= i + off). */
 #include "nn.h"
 
 #include "kcommon.cuh"
@@ -66,15 +69,18 @@ template <typename T, int HD> __device__ __forceinline__ T dot_row(const T *a, c
     return acc;
 }
 
-/* Whether query i sees key j (both in range; causal: j <= i, top-left aligned). */
+/* Whether query i sees key j (both in range; causal: j <= i + off, off 0 top-left aligned,
+ * Tk - Tq lower-right). */
 __device__ __forceinline__ bool att_visible(const rmk_att_dims &d, int64_t i, int64_t j) {
-    return i < d.Tq && j < d.Tk && (!d.causal || j <= i);
+    return i < d.Tq && j < d.Tk && (!d.causal || j <= i + d.off);
 }
 
-/* The end of the keys a query tile starting at i0 sees (causal: up to its last row). */
+/* The end of the keys a query tile starting at i0 sees (causal: up to its last row's). */
 template <int BQ>
 __device__ __forceinline__ int64_t att_key_end(const rmk_att_dims &d, int64_t i0) {
-    return d.causal ? (i0 + BQ < d.Tk ? i0 + BQ : d.Tk) : d.Tk;
+    if (!d.causal) return d.Tk;
+    const int64_t n = i0 + BQ + d.off;
+    return n < 0 ? 0 : n < d.Tk ? n : d.Tk;
 }
 
 /* A row's lse, 0 for a row without keys (-inf: every p is 0 anyway) or out of range. */
@@ -273,56 +279,62 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
     T *Ls = Ds + BKV * (BQ2 + 1); /* BQ2: lse */
     T *Dl = Ls + BQ2;             /* BQ2: delta */
     const int r = threadIdx.x / C::TPR, t = threadIdx.x % C::TPR;
-    const int64_t nkb = (d.Tk + BKV - 1) / BKV;
+    const int64_t nkb = (d.Tk + BKV - 1) / BKV, nkv = d.nb / d.group;
     const T scale = (T)d.scale;
-    for (int64_t item = blockIdx.x; item < d.nb * nkb; item += gridDim.x) {
-        /* causal: the first key tiles see the most queries: heaviest first */
-        const int64_t b = item / nkb, j0 = (item % nkb) * BKV, j = j0 + r;
-        const int64_t bq = rmk_att_boff(&lead, &oq, b), bk = rmk_att_boff(&lead, &ok, b),
-                      bv = rmk_att_boff(&lead, &ov, b), bg = rmk_att_boff(&lead, &og, b);
+    for (int64_t item = blockIdx.x; item < nkv * nkb; item += gridDim.x) {
+        /* causal: the first key tiles see the most queries: heaviest first. The item is a
+         * kv entry's key tile; its query heads b0 .. b0 + group - 1 add to it in turn. */
+        const int64_t b0 = (item / nkb) * d.group, j0 = (item % nkb) * BKV, j = j0 + r;
+        const int64_t bk = rmk_att_boff(&lead, &ok, b0), bv = rmk_att_boff(&lead, &ov, b0);
         __syncthreads();
         load_tile<T, HD, C::NT>(Ks, BKV, k, bk, ok, j0, d.Tk, d.D);
         load_tile<T, HD, C::NT>(Vs, BKV, v, bv, ov, j0, d.Tk, d.Dv);
         T ak[C::PER], av[C::PER];
 #pragma unroll
         for (int m = 0; m < C::PER; m++) ak[m] = av[m] = 0;
-        const int64_t qstart = d.causal ? (j0 / BQ2) * BQ2 : 0;
-        for (int64_t i0 = qstart; i0 < d.Tq; i0 += BQ2) {
-            __syncthreads();
-            load_tile<T, HD, C::NT>(Qs, BQ2, q, bq, oq, i0, d.Tq, d.D);
-            load_tile<T, HD, C::NT>(Gs, BQ2, gy, bg, og, i0, d.Tq, d.Dv);
-            for (int e = threadIdx.x; e < BQ2; e += C::NT) {
-                const int64_t i = i0 + e;
-                Ls[e] = att_row_lse(d, lse, b, i);
-                Dl[e] = i < d.Tq ? delta[b * d.Tq + i] : (T)0;
-            }
-            __syncthreads();
-            T *pr = Ps + r * (BQ2 + 1), *dr = Ds + r * (BQ2 + 1);
-            for (int ii = t; ii < BQ2; ii += C::TPR) {
-                const bool ok_ = att_visible(d, i0 + ii, j);
-                T p = 0, ds = 0;
-                if (ok_) {
-                    p = rmk_exp(scale * dot_row<T, HD>(Qs + ii * C::LD, Ks + r * C::LD) - Ls[ii]);
-                    T dp = dot_row<T, HD>(Gs + ii * C::LD, Vs + r * C::LD);
-                    ds = p * (dp - Dl[ii]) * scale;
+        /* the first query that sees key j0 is j0 - off */
+        const int64_t qfirst = d.causal ? j0 - d.off : 0;
+        const int64_t qstart = qfirst > 0 ? (qfirst / BQ2) * BQ2 : 0;
+        for (int64_t b = b0; b < b0 + d.group; b++) {
+            const int64_t bq = rmk_att_boff(&lead, &oq, b), bg = rmk_att_boff(&lead, &og, b);
+            for (int64_t i0 = qstart; i0 < d.Tq; i0 += BQ2) {
+                __syncthreads();
+                load_tile<T, HD, C::NT>(Qs, BQ2, q, bq, oq, i0, d.Tq, d.D);
+                load_tile<T, HD, C::NT>(Gs, BQ2, gy, bg, og, i0, d.Tq, d.Dv);
+                for (int e = threadIdx.x; e < BQ2; e += C::NT) {
+                    const int64_t i = i0 + e;
+                    Ls[e] = att_row_lse(d, lse, b, i);
+                    Dl[e] = i < d.Tq ? delta[b * d.Tq + i] : (T)0;
                 }
-                pr[ii] = p;
-                dr[ii] = ds;
-            }
-            __syncwarp();
-            for (int ii = 0; ii < BQ2; ii++) {
-                const T p = pr[ii], ds = dr[ii];
+                __syncthreads();
+                T *pr = Ps + r * (BQ2 + 1), *dr = Ds + r * (BQ2 + 1);
+                for (int ii = t; ii < BQ2; ii += C::TPR) {
+                    const bool ok_ = att_visible(d, i0 + ii, j);
+                    T p = 0, ds = 0;
+                    if (ok_) {
+                        p = rmk_exp(scale * dot_row<T, HD>(Qs + ii * C::LD, Ks + r * C::LD) -
+                                    Ls[ii]);
+                        T dp = dot_row<T, HD>(Gs + ii * C::LD, Vs + r * C::LD);
+                        ds = p * (dp - Dl[ii]) * scale;
+                    }
+                    pr[ii] = p;
+                    dr[ii] = ds;
+                }
+                __syncwarp();
+                for (int ii = 0; ii < BQ2; ii++) {
+                    const T p = pr[ii], ds = dr[ii];
 #pragma unroll
-                for (int m = 0; m < C::PER; m++) {
-                    const int c = t + C::TPR * m;
-                    av[m] = rmk_fma(p, Gs[ii * C::LD + c], av[m]);
-                    ak[m] = rmk_fma(ds, Qs[ii * C::LD + c], ak[m]);
+                    for (int m = 0; m < C::PER; m++) {
+                        const int c = t + C::TPR * m;
+                        av[m] = rmk_fma(p, Gs[ii * C::LD + c], av[m]);
+                        ak[m] = rmk_fma(ds, Qs[ii * C::LD + c], ak[m]);
+                    }
                 }
+                __syncwarp();
             }
-            __syncwarp();
         }
-        if (j < d.Tk && dk) store_row<T, C::TPR, C::PER>(dk, lead, odk, b, j, t, d.D, ak);
-        if (j < d.Tk && dv) store_row<T, C::TPR, C::PER>(dv, lead, odv, b, j, t, d.Dv, av);
+        if (j < d.Tk && dk) store_row<T, C::TPR, C::PER>(dk, lead, odk, b0, j, t, d.D, ak);
+        if (j < d.Tk && dv) store_row<T, C::TPR, C::PER>(dv, lead, odv, b0, j, t, d.Dv, av);
     }
 }
 
@@ -384,7 +396,7 @@ static cudaError_t bwd_t(const rmk_att_dims *d, const rmk_att_lead *lead, const 
         e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
-    unsigned g2 = att_grid(d->nb * ((d->Tk + C::BQ - 1) / C::BQ));
+    unsigned g2 = att_grid(d->nb / d->group * ((d->Tk + C::BQ - 1) / C::BQ));
     if (g2 > 0 && (p[6] || p[7])) {
         size_t sm = dkdv_smem<T, HD>();
         cudaError_t e = att_smem(att_bwd_dkdv<T, HD>, sm);

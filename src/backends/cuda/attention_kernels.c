@@ -2,14 +2,16 @@
  * of fused attention (RM_K_ATTENTION, RM_K_ATTENTION_BWD in
  * src/core/kernels/matmul.h), launching attention.cu's tiled kernels.
  * Operands are read and written in place through their strides (no
- * copies); lse is the op's own (nb, Tq) contiguous tensor. Head sizes up to
- * 256 (max of D and Dv); larger ones fail with REMAT_EUNSUPPORTED. */
+ * copies); lse is the op's own (nb, Tq) contiguous tensor; grouped-query k and
+ * v are read through their own strides (rmk_att_operand's hdiv). Head sizes up
+ * to 256 (max of D and Dv); larger ones fail with REMAT_EUNSUPPORTED. */
 #include "kwrap.h"
 #include "nn.h"
 
-/* t (..., R, C) as an attention operand over the shared leading dims. */
-static rmk_att_operand att_operand(const remat_tensor *t) {
-    rmk_att_operand o = {{0}, 0, 0};
+/* t (..., R, C) as an attention operand over q's leading dims; hdiv: q's heads per head of t
+ * (grouped-query k, v and their gradients), else 1. */
+static rmk_att_operand att_operand(const remat_tensor *t, int64_t hdiv) {
+    rmk_att_operand o = {{0}, 0, 0, hdiv};
     int n = t->ndim;
     for (int d = 0; d < n - 2; d++) o.bst[d] = t->strides[d];
     o.rs = t->strides[n - 2];
@@ -42,8 +44,8 @@ static remat_status cuda_attention(const rm_kargs *k) {
     int rc = head_check(&d);
     if (rc) return rc;
     const rmk_att_lead lead = att_lead(in[0]);
-    const rmk_att_operand oq = att_operand(in[0]), ok = att_operand(in[1]), ov = att_operand(in[2]),
-                          oy = att_operand(y);
+    const rmk_att_operand oq = att_operand(in[0], 1), ok = att_operand(in[1], d.group),
+                          ov = att_operand(in[2], d.group), oy = att_operand(y, 1);
     RMK_ENTER(c, in[0], "cuda attention kernel");
     return rmk_leave(&c,
                      rmk_attention(rmk_dt(in[0]), &d, &lead, &oq, rm_ptr(in[0]), &ok, rm_ptr(in[1]),
@@ -63,17 +65,19 @@ static remat_status cuda_attention_bwd(const rm_kargs *k) {
     int rc = head_check(&d);
     if (rc) return rmk_leave_rc(&c, rc);
     const rmk_att_lead lead = att_lead(in[0]);
-    rmk_att_operand ops[8] = {{{0}, 0, 0}};
+    rmk_att_operand ops[8] = {{{0}, 0, 0, 1}};
     const void *ptrs[8] = {NULL};
     for (int i = 0; i < 5; i++) {
-        ops[i] = att_operand(in[i]);
+        ops[i] = att_operand(in[i], i == 1 || i == 2 ? d.group : 1);
         ptrs[i] = rm_ptr(in[i]);
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) {
+        ops[5 + i].hdiv = 1;
         if (g[i]) {
-            ops[5 + i] = att_operand(g[i]);
+            ops[5 + i] = att_operand(g[i], i ? d.group : 1);
             ptrs[5 + i] = rm_ptr(g[i]);
         }
+    }
     void *ws = rmk_scratch(&c, rmk_attention_bwd_ws(rmk_dt(in[0]), &d));
     if (!ws) return rmk_leave_rc(&c, rm_last_status());
     cudaError_t e = rmk_attention_bwd(rmk_dt(in[0]), &d, &lead, ops, ptrs, rm_ptr(in[5]), ws, c.s);

@@ -38,9 +38,10 @@ template <typename T, int OP> __device__ __forceinline__ T unary_f(T x, T p) {
     case RM_U_SQRT: return rmk_sqrt(x);
     case RM_U_TANH: return rmk_tanh(x);
     case RM_U_SIGMOID: return (T)1 / ((T)1 + rmk_exp(-x));
-    case RM_U_RELU: return x > 0 ? x : (T)0;
+    case RM_U_RELU: return !(x <= 0) ? x : (T)0; /* NaN stays NaN, as in PyTorch */
     case RM_U_GELU_ERF: return x * phi(x);
     case RM_U_GELU_TANH: return (T)0.5 * x * ((T)1 + rmk_tanh(gelu_tanh_u(x)));
+    case RM_U_SILU: return x / ((T)1 + rmk_exp(-x));
     case RM_U_POW: return rmk_pow(x, p);
     case RM_U_ADD: return x + p;
     case RM_U_MUL: return x * p;
@@ -65,6 +66,10 @@ template <typename T, int OP> __device__ __forceinline__ T unary_df(T g, T s, T 
         T din = (T)K_SQRT_2_OVER_PI * ((T)1 + (T)3 * (T)0.044715 * s * s);
         return g * ((T)0.5 * ((T)1 + th) + (T)0.5 * s * ((T)1 - th * th) * din);
     }
+    case RM_U_SILU: { /* s = x */
+        T sg = (T)1 / ((T)1 + rmk_exp(-s));
+        return g * (sg * ((T)1 + s * ((T)1 - sg)));
+    }
     case RM_U_POW: return p == (T)0 ? (T)0 : g * p * rmk_pow(s, p - (T)1); /* s = x */
     case RM_U_ADD: return g;
     case RM_U_MUL: return g * p;
@@ -88,7 +93,7 @@ __global__ void unary_bwd_kernel(const T *__restrict__ g, const T *__restrict__ 
 #define RMK_UNARY_CASES(X)                                                                         \
     X(RM_U_NEG)                                                                                    \
     X(RM_U_EXP) X(RM_U_LOG) X(RM_U_SQRT) X(RM_U_TANH) X(RM_U_SIGMOID) X(RM_U_RELU)                 \
-        X(RM_U_GELU_ERF) X(RM_U_GELU_TANH) X(RM_U_POW) X(RM_U_ADD) X(RM_U_MUL) X(RM_U_RSUB)
+        X(RM_U_GELU_ERF) X(RM_U_GELU_TANH) X(RM_U_SILU) X(RM_U_POW) X(RM_U_ADD) X(RM_U_MUL) X(RM_U_RSUB)
 /* clang-format on */
 
 template <typename T>
@@ -145,7 +150,7 @@ template <typename T, int OP> __device__ __forceinline__ T ew_f(T a, T b, T c, T
     switch (OP) {
     case RM_EW_FILL: return p;
     case RM_EW_SCALE: return a * p;
-    case RM_EW_RELU: return a > 0 ? a : (T)0;
+    case RM_EW_RELU: return !(a <= 0) ? a : (T)0; /* NaN stays NaN (P) */
     case RM_EW_ADD: return a + b;
     case RM_EW_SUB: return a - b;
     case RM_EW_MUL: return a * b;

@@ -19,6 +19,7 @@
  * size without narrowing. */
 #include "gemm.h"
 #include "backends/mm_view.h"
+#include "cublas_api.h"
 #include "cuda_backend.h"
 
 typedef struct gemm_call {
@@ -32,14 +33,14 @@ typedef struct gemm_call {
     double beta;
 } gemm_call;
 
-/* cuBLAS's GEMM of precision X (S: f32, D: f64) for g: one, or `batch` strided; `one`
+/* cuBLAS's GEMM of precision x (s: f32, d: f64; cublas_api.h's table) for g: one, or `batch` strided; `one`
  * and `beta` are the scalars of that precision. */
-#define RM_CUBLAS_GEMM(X, one, beta)                                                               \
-    (g->batch == 1 ? cublas##X##gemm_64(g->h, ob, oa, g->n, g->m, g->k, &(one), B, g->ldb, A,      \
-                                        g->lda, &(beta), C, g->ldc)                                \
-                   : cublas##X##gemmStridedBatched_64(g->h, ob, oa, g->n, g->m, g->k, &(one), B,   \
-                                                      g->ldb, g->sb, A, g->lda, g->sa, &(beta), C, \
-                                                      g->ldc, g->sc, g->batch))
+#define RM_CUBLAS_GEMM(x, one, beta)                                                               \
+    (g->batch == 1                                                                                 \
+         ? api->x##gemm(g->h, ob, oa, g->n, g->m, g->k, &(one), B, g->ldb, A, g->lda, &(beta), C,  \
+                        g->ldc)                                                                    \
+         : api->x##gemm_strided(g->h, ob, oa, g->n, g->m, g->k, &(one), B, g->ldb, g->sb, A,       \
+                                g->lda, g->sa, &(beta), C, g->ldc, g->sc, g->batch))
 
 /* C = op(A)·op(B) + beta·C, `batch` times (strides sa, sb, sc). */
 static remat_status gemm_run(const gemm_call *g, const void *A, const void *B, void *C) {
@@ -47,12 +48,14 @@ static remat_status gemm_run(const gemm_call *g, const void *A, const void *B, v
     cublasOperation_t ob = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t oa = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasStatus_t st;
+    const rm_cublas_api *api = rm_cublas_api_get("matmul"); /* opened with the handle */
+    if (!api) return rm_last_status();
     if (g->dt == REMAT_F32) {
         const float one = 1.0f, beta = (float)g->beta;
-        st = RM_CUBLAS_GEMM(S, one, beta);
+        st = RM_CUBLAS_GEMM(s, one, beta);
     } else {
         const double one = 1.0, beta = g->beta;
-        st = RM_CUBLAS_GEMM(D, one, beta);
+        st = RM_CUBLAS_GEMM(d, one, beta);
     }
     return rm_cublas_check(st, "matmul (cuBLAS GEMM)");
 }
@@ -165,9 +168,9 @@ static remat_status cuda_matmul(const rm_kargs *k) {
         rc = mm_exec(h, c.stream, y->dtype, nb, bshape, &A, &B, &C, remat_numel(y), biasc != NULL);
     }
     rm_cuda_end(&c);
-    remat_release(ac);
-    remat_release(bc);
-    remat_release(biasc);
+    rm_release(ac);
+    rm_release(bc);
+    rm_release(biasc);
     return rc;
 }
 

@@ -134,12 +134,15 @@ static inline unsigned rmk_blocks(int64_t n, int threads) {
 }
 
 /* ---- attention ------------------------------------------------------------------------------
- * A (..., T, C) operand of attention: batch entry b (row-major over the
- * shared leading shape) at element offset sum_d idx_d(b) * bst[d], row t
- * and column c at + t * rs + c * cs. */
+ * A (..., T, C) operand of attention: batch entry b (row-major over q's
+ * leading shape) at element offset sum_d idx_d(b) * bst[d], row t and
+ * column c at + t * rs + c * cs. The index of the last leading dim (the
+ * heads) is divided by hdiv first: 1 for q and its kin, the query heads per
+ * kv head for k, v and their gradients (grouped-query attention). */
 typedef struct rmk_att_operand {
     int64_t bst[RMK_MAX_DIMS];
     int64_t rs, cs;
+    int64_t hdiv;
 } rmk_att_operand;
 
 typedef struct rmk_att_lead {
@@ -151,8 +154,8 @@ static inline RMK_HD int64_t rmk_att_boff(const rmk_att_lead *l, const rmk_att_o
                                           int64_t b) {
     int64_t off = 0;
     for (int d = l->nlead - 1; d >= 0; d--) {
-        int64_t n = l->shape[d];
-        off += (b % n) * o->bst[d];
+        int64_t n = l->shape[d], i = b % n;
+        off += (d == l->nlead - 1 ? i / o->hdiv : i) * o->bst[d];
         b /= n;
     }
     return off;

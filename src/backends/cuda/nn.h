@@ -30,6 +30,22 @@ cudaError_t rmk_layer_norm_bwd(int dt, const void *g, const void *x, const void 
                                const void *mean, const void *rstd, void *dx, void *dw, void *db,
                                int64_t N, int64_t C, void *ws, cudaStream_t s);
 
+/* ---- rms_norm.cu ------------------------------------------------------------------------------- */
+/* x (N, C) -> y (N, C) = x * rstd * w; rstd (N). w (C) or NULL. */
+cudaError_t rmk_rms_norm(int dt, const void *x, const void *w, void *y, void *rstd, int64_t N,
+                         int64_t C, double eps, cudaStream_t s);
+/* dx (N, C), dw (C) from g (N, C) (either output may be NULL; w may be NULL). Scratch for the
+ * column sums of dw. */
+size_t rmk_rms_norm_bwd_ws(int dt, int64_t N, int64_t C);
+cudaError_t rmk_rms_norm_bwd(int dt, const void *g, const void *x, const void *w, const void *rstd,
+                             void *dx, void *dw, int64_t N, int64_t C, void *ws, cudaStream_t s);
+
+/* ---- rope.cu ------------------------------------------------------------------------------------ */
+/* x, y (R, Tn, 2h), contiguous; pos (Tn) or NULL (0..Tn-1). Rotates pair (i, i + h) of
+ * row t by pos[t] * theta^(-i/h) (the opposite angle when inverse). */
+cudaError_t rmk_rope(int dt, const void *x, const int64_t *pos, void *y, int64_t R, int64_t Tn,
+                     int64_t h, double theta, bool inverse, cudaStream_t s);
+
 /* ---- attention.cu --------------------------------------------------------------------------------- */
 /* The shapes of one attention call (src/core/kernels/matmul.h). */
 typedef rm_attention_dims rmk_att_dims;

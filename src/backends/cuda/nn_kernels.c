@@ -1,6 +1,6 @@
 /* src/backends/cuda/nn_kernels.c — the cuda kernels (rm_kernel_fn) of
- * softmax, log_softmax and layer_norm (src/core/kernels/nn.h),
- * launching nn.cu's kernels. dropout (Philox) is rng.c's. */
+ * softmax, log_softmax, layer_norm, rms_norm and rope (src/core/kernels/nn.h),
+ * launching nn.cu's, rms_norm.cu's and rope.cu's kernels. dropout (Philox) is rng.c's. */
 #include "kwrap.h"
 #include "nn.h"
 
@@ -62,12 +62,50 @@ static remat_status cuda_layer_norm_bwd(const rm_kargs *k) {
     return rmk_leave(&c, e);
 }
 
+static remat_status cuda_rms_norm(const rm_kargs *k) {
+    const rm_layer_norm_params *p = k->params;
+    int64_t N, C;
+    ln_rows(k->in[0], p->n_norm, &N, &C);
+    RMK_ENTER(c, k->in[0], "cuda rms_norm kernel");
+    return rmk_leave(&c, rmk_rms_norm(rmk_dt(k->in[0]), rm_ptr(k->in[0]), ptr_or_null(k->in[1]),
+                                      rm_ptr(k->out[0]), rm_ptr(k->out[1]), N, C, p->eps, c.s));
+}
+
+static remat_status cuda_rms_norm_bwd(const rm_kargs *k) {
+    const rm_layer_norm_params *p = k->params;
+    const remat_tensor *x = k->in[1];
+    remat_tensor *dx = k->out[0], *dw = k->out[1];
+    int64_t N, C;
+    ln_rows(x, p->n_norm, &N, &C);
+    RMK_ENTER(c, x, "cuda rms_norm backward kernel");
+    void *ws = NULL;
+    if (dw) {
+        ws = rmk_scratch(&c, rmk_rms_norm_bwd_ws(rmk_dt(x), N, C));
+        if (!ws) return rmk_leave_rc(&c, rm_last_status());
+    }
+    cudaError_t e =
+        rmk_rms_norm_bwd(rmk_dt(x), rm_ptr(k->in[0]), rm_ptr(x), ptr_or_null(k->in[2]),
+                         rm_ptr(k->in[3]), ptr_or_null(dx), ptr_or_null(dw), N, C, ws, c.s);
+    rmk_scratch_free(&c, ws);
+    return rmk_leave(&c, e);
+}
+
+static remat_status cuda_rope(const rm_kargs *k) {
+    const rm_rope_params *p = k->params;
+    const remat_tensor *x = k->in[0];
+    const int n = x->ndim;
+    const int64_t Tn = x->shape[n - 2], D = x->shape[n - 1];
+    const int64_t R = Tn * D > 0 ? remat_numel(x) / (Tn * D) : 0;
+    RMK_ENTER(c, x, "cuda rope kernel");
+    return rmk_leave(&c, rmk_rope(rmk_dt(x), rm_ptr(x), k->in[1] ? rm_ptr(k->in[1]) : NULL,
+                                  rm_ptr(k->out[0]), R, Tn, D / 2, p->theta, p->inverse, c.s));
+}
+
 void rm_cuda_register_nn(int type) {
     static const rmk_row rows[] = {
-        {RM_K_SOFTMAX, cuda_softmax},
-        {RM_K_SOFTMAX_BWD, cuda_softmax_bwd},
-        {RM_K_LAYER_NORM, cuda_layer_norm},
-        {RM_K_LAYER_NORM_BWD, cuda_layer_norm_bwd},
+        {RM_K_SOFTMAX, cuda_softmax},       {RM_K_SOFTMAX_BWD, cuda_softmax_bwd},
+        {RM_K_LAYER_NORM, cuda_layer_norm}, {RM_K_LAYER_NORM_BWD, cuda_layer_norm_bwd},
+        {RM_K_RMS_NORM, cuda_rms_norm},     {RM_K_RMS_NORM_BWD, cuda_rms_norm_bwd},
     };
     RMK_REGISTER_ROWS(type, rows);
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cublas_api.h"
 #include "cuda_backend.h"
 
 /* ---- errors ---------------------------------------------------------------------------- */
@@ -160,12 +161,14 @@ cublasHandle_t rm_cuda_cublas(int index) {
     pthread_mutex_lock(&g_rt_lock);
     dev_rt *d = &g_rt[index];
     int rc = REMAT_OK;
-    if (!d->blas) {
-        rc = rm_cublas_check(cublasCreate(&d->blas), "cublasCreate");
-        if (!rc) rc = rm_cublas_check(cublasSetStream(d->blas, s), "cublasSetStream");
+    const rm_cublas_api *api = rm_cublas_api_get("cuBLAS");
+    if (!api) rc = rm_last_status();
+    if (!rc && !d->blas) {
+        rc = rm_cublas_check(api->create(&d->blas), "cublasCreate");
+        if (!rc) rc = rm_cublas_check(api->set_stream(d->blas, s), "cublasSetStream");
         d->blas_tf32 = -1;
         if (rc && d->blas) {
-            cublasDestroy(d->blas);
+            api->destroy(d->blas);
             d->blas = NULL;
         }
     }
@@ -174,7 +177,7 @@ cublasHandle_t rm_cuda_cublas(int index) {
         /* CUBLAS_DEFAULT_MATH computes f32 GEMMs in f32 (no tensor-core
          * down-conversion); TF32 only when allowed, as PyTorch */
         rc = rm_cublas_check(
-            cublasSetMathMode(d->blas, want ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+            api->set_math_mode(d->blas, want ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
             "cublasSetMathMode");
         if (!rc) d->blas_tf32 = want;
     }

@@ -27,6 +27,7 @@ typedef enum rm_unary_op {
     RM_U_RELU,
     RM_U_GELU_ERF,
     RM_U_GELU_TANH,
+    RM_U_SILU, /* x · sigmoid(x) */
     RM_U_POW,
     RM_U_ADD,
     RM_U_MUL,

@@ -20,7 +20,8 @@
     X(COLSUM, "column sum")                                                                        \
     /* y = softmax(scale · q·kᵀ, causal mask) · v over the last two dims, lse = the rows'   \
      * log-sum-exp of the scaled scores. in: q (..., Tq, D), k (..., Tk, D),                 \
-     * v (..., Tk, Dv); out: y (..., Tq, Dv), lse (..., Tq). rm_attention_params */ \
+     * v (..., Tk, Dv) (k and v may have fewer heads, dim -3: rm_attention_dims);            \
+     * out: y (..., Tq, Dv), lse (..., Tq). rm_attention_params */ \
     X(ATTENTION, "attention")                                                                      \
     /* The input gradients from the saved lse (FlashAttention's backward). in: q, k, v, y,   \
      * gy (y's gradient), lse; out: dq, dk, dv (each NULL when not wanted).                  \
@@ -46,7 +47,10 @@ typedef struct rm_mm_params {
 } rm_mm_params;
 
 typedef struct rm_attention_params {
-    bool causal;  /* row i sees keys 0..i (top-left aligned, as torch's is_causal) */
+    bool causal; /* row i sees keys 0..i + off: off 0 (top-left aligned, as torch's is_causal) */
+    /* causal with off = Tk - Tq: the mask aligned to the bottom-right corner (a KV cache's
+     * queries are the last Tq of Tk positions; torch's causal_lower_right) */
+    bool lower_right;
     double scale; /* 0: 1 / sqrt(D) */
 } rm_attention_params;
 
@@ -57,12 +61,16 @@ static inline double rm_attention_scale(const rm_attention_params *p, int64_t D)
 }
 
 /* The shapes of one attention call, as every device's kernel reads them:
- * nb batch entries (the leading dims, shared by every operand), Tq query
- * rows, Tk keys, head sizes D (q, k) and Dv (v, y). C and C++ clean (the
- * cuda launchers take it as rmk_att_dims). */
+ * nb batch entries (q's leading dims), Tq query rows, Tk keys, head sizes D (q, k) and Dv
+ * (v, y). Grouped-query heads: k and v have `group` times fewer heads (dim -3) than q, and
+ * query entry b reads kv entry b / group (the head dim is the last leading dim, so the
+ * query heads of kv head h are h·group .. h·group + group − 1: PyTorch's repeat_interleave,
+ * never materialised). C and C++ clean (the cuda launchers take it as rmk_att_dims). */
 typedef struct rm_attention_dims {
     int64_t nb, Tq, Tk, D, Dv;
-    bool causal; /* row i sees keys 0..i */
+    int64_t group; /* query heads per kv head (1: as many) */
+    bool causal;   /* row i sees keys 0..i + off */
+    int64_t off;   /* 0, or Tk - Tq for the lower-right mask */
     double scale;
 } rm_attention_dims;
 
@@ -78,7 +86,10 @@ static inline rm_attention_dims rm_attention_dims_of(const rm_attention_params *
     d.Tk = k[n - 2];
     d.D = q[n - 1];
     d.Dv = v[n - 1];
+    d.group = n >= 3 && k[n - 3] > 0 ? q[n - 3] / k[n - 3] : 1;
+    if (d.group < 1) d.group = 1;
     d.causal = p->causal;
+    d.off = p->causal && p->lower_right ? d.Tk - d.Tq : 0;
     d.scale = rm_attention_scale(p, d.D);
     return d;
 }

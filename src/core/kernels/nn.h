@@ -19,7 +19,17 @@
      * written). rm_dropout_params */     \
     X(DROPOUT, "dropout")                                                                          \
     /* dx = g * (kept ? 1 / (1 - p) : 0). in: g, bits; out: dx. rm_dropout_params */               \
-    X(DROPOUT_BWD, "dropout backward")
+    X(DROPOUT_BWD, "dropout backward")                                                             \
+    /* y = x * rstd * w over the last n_norm dims, rstd = 1 / sqrt(mean(x²) + eps). in: x, w   \
+     * (NULL if absent); out: y, rstd (one per row; f32 for bf16 x). rm_layer_norm_params */  \
+    X(RMS_NORM, "rms_norm")                                                                        \
+    /* in: g, x, w (or NULL), rstd; out: dx, dw (each NULL if not wanted).                     \
+     * rm_layer_norm_params */   \
+    X(RMS_NORM_BWD, "rms_norm backward")                                                           \
+    /* y = x rotated pair by pair (i, i + D/2) by pos[t] * theta^(-2i/D) (the opposite angle    \
+     * when inverse: the backward). in: x (..., T, D), positions (T) i64 or NULL (0..T-1);      \
+     * out: y. rm_rope_params */  \
+    X(ROPE, "rope")
 typedef struct rm_softmax_params {
     int dim;  /* normalised */
     bool log; /* log_softmax */
@@ -28,6 +38,10 @@ typedef struct rm_layer_norm_params {
     int n_norm; /* the normalised (last) dims */
     double eps;
 } rm_layer_norm_params;
+typedef struct rm_rope_params {
+    double theta; /* the base of the frequencies */
+    bool inverse; /* rotate by the opposite angle (the gradient) */
+} rm_rope_params;
 typedef struct rm_dropout_params {
     double p;
     uint32_t key[2]; /* the Philox key and first block drawn for this call */

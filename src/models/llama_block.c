@@ -1,0 +1,97 @@
+/* src/models/llama_block.c — the Llama block (blocks.h): RMSNorm, RoPE,
+ * grouped-query attention, SwiGLU MLP, as HF's LlamaDecoderLayer. */
+#include <math.h>
+
+#include "blocks.h"
+
+#include "remat/ops.h"
+
+static const char *const TAGS[] = {"q",        "k",      "v",       "attn",   "attn_out",
+                                   "mlp_gate", "mlp_up", "mlp_act", "mlp_out"};
+
+const char *const *mb_llama_tags(int *n) {
+    if (n) *n = (int)(sizeof TAGS / sizeof *TAGS);
+    return TAGS;
+}
+
+/* *out = the heads of h·Wᵀ + b, (B, heads, T, D) (a view of the projection). */
+static int project_heads(remat_tensor **out, remat_tensor *h, remat_tensor *w, remat_tensor *b,
+                         int64_t B, int64_t T, int64_t heads, int64_t D) {
+    remat_tensor *p = NULL, *r = NULL;
+    int rc = remat_linear(&p, h, w, b); /* (B, T, heads·D) */
+    if (!rc) rc = remat_reshape(&r, p, 4, (int64_t[]){B, T, heads, D});
+    if (!rc) rc = remat_transpose(out, r, 1, 2);
+    mb_drop(&p);
+    mb_drop(&r);
+    return rc;
+}
+
+/* *t = rope(*t) (the input reference goes). */
+static int rope(remat_tensor **t, const mb_llama_options *o) {
+    remat_tensor *r = NULL;
+    int rc = remat_rope(&r, *t, o->positions, o->rope_theta);
+    if (rc) return rc;
+    mb_drop(t);
+    *t = r;
+    return REMAT_OK;
+}
+
+int mb_llama_block(remat_tensor **out, const mb_llama_weights *w, const mb_llama_options *o,
+                   remat_tensor *x, const mb_kv *kv) {
+    *out = NULL;
+    const int64_t B = remat_size(x, 0), T = remat_size(x, 1), H = o->heads, Hkv = o->kv_heads,
+                  D = o->head_dim;
+    const double scale = 1.0 / sqrt((double)D);
+    remat_scope *s = NULL;
+    int rc = remat_scope_begin(&s);
+    if (rc) return rc;
+    remat_tensor *h = NULL, *q = NULL, *k = NULL, *v = NULL, *att = NULL, *t = NULL, *y = NULL,
+                 *x1 = NULL, *g = NULL, *u = NULL;
+    /* attention */
+    MB_TRY(remat_rms_norm(&h, x, 1, w->input_norm, o->eps));
+    MB_TRY(project_heads(&q, h, w->q_w, w->q_b, B, T, H, D));   /* (B, H, T, D) */
+    MB_TRY(project_heads(&k, h, w->k_w, w->k_b, B, T, Hkv, D)); /* (B, Hkv, T, D) */
+    MB_TRY(project_heads(&v, h, w->v_w, w->v_b, B, T, Hkv, D));
+    mb_drop(&h);
+    MB_TRY(rope(&q, o));
+    MB_TRY(rope(&k, o));
+    MB_TRY(mb_maybe_tag(o->tags, &q, "q"));
+    MB_TRY(mb_maybe_tag(o->tags, &k, "k"));
+    MB_TRY(mb_maybe_tag(o->tags, &v, "v"));
+    if (kv) MB_TRY(mb_cached_attention(kv, q, k, v, scale, &att));
+    else MB_TRY(remat_attention(&att, q, k, v, true, scale)); /* grouped: K/V never repeated */
+    mb_drop(&q);
+    mb_drop(&k);
+    mb_drop(&v);
+    MB_TRY(mb_maybe_tag(o->tags, &att, "attn"));
+    MB_TRY(remat_transpose(&t, att, 1, 2)); /* (B, T, H, D) */
+    mb_drop(&att);
+    MB_TRY(remat_reshape(&y, t, 3, (int64_t[]){B, T, H * D}));
+    mb_drop(&t);
+    MB_TRY(remat_linear(&t, y, w->o_w, w->o_b)); /* (B, T, C) */
+    mb_drop(&y);
+    MB_TRY(mb_maybe_tag(o->tags, &t, "attn_out"));
+    MB_TRY(remat_add(&x1, x, t));
+    mb_drop(&t);
+    /* SwiGLU MLP */
+    MB_TRY(remat_rms_norm(&h, x1, 1, w->post_norm, o->eps));
+    MB_TRY(remat_linear(&g, h, w->gate_w, w->gate_b)); /* (B, T, I) */
+    MB_TRY(mb_maybe_tag(o->tags, &g, "mlp_gate"));
+    MB_TRY(remat_linear(&u, h, w->up_w, w->up_b));
+    mb_drop(&h);
+    MB_TRY(mb_maybe_tag(o->tags, &u, "mlp_up"));
+    MB_TRY(remat_silu(&t, g));
+    mb_drop(&g);
+    MB_TRY(remat_mul(&y, t, u));
+    mb_drop(&t);
+    mb_drop(&u);
+    MB_TRY(mb_maybe_tag(o->tags, &y, "mlp_act"));
+    MB_TRY(remat_linear(&t, y, w->down_w, w->down_b)); /* (B, T, C) */
+    mb_drop(&y);
+    MB_TRY(mb_maybe_tag(o->tags, &t, "mlp_out"));
+    MB_TRY(remat_add(&y, x1, t));
+    *out = remat_scope_keep(y);
+done:
+    remat_scope_end(s);
+    return rc;
+}
