@@ -22,6 +22,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "remat/remat.h"
+
 #define FIX REMAT_FIXTURE_DIR "/hf_cli"
 
 static char g_bin[4096];
@@ -279,6 +281,39 @@ Test(cli_hf, resume_continues_bitwise_and_selects_llama_tags) {
     cr_assert_eq(run(&o, "train --init-from " FIX "/gpt2 %s --steps 1", common), 1, "%s", o);
     cr_assert(strstr(o, "GPT-2") && strstr(o, "'q'") && strstr(o, "qkv"), "%s", o);
     free(o);
+}
+
+/* The layout of OpenAI's GPT-2 checkpoints: names without "transformer.", and
+ * the attention's causal-mask buffers saved beside the weights. */
+Test(cli_hf, openai_style_gpt2_checkpoint_loads) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cp -r " FIX "/gpt2 '%s'", path("openai"));
+    cr_assert_eq(system(cmd), 0);
+    remat_params *file = NULL, *renamed = NULL;
+    remat_tensor *mask = NULL;
+    cr_assert_eq(remat_safetensors_read(&file, FIX "/gpt2/model.safetensors", REMAT_F32), 0, "%s",
+                 remat_last_error());
+    cr_assert_eq(remat_params_new(&renamed), 0);
+    for (int64_t i = 0; i < remat_params_count(file); i++) {
+        const char *name = remat_params_name(file, i);
+        cr_assert(!strncmp(name, "transformer.", 12) || !strncmp(name, "lm_head", 7), "%s", name);
+        if (!strncmp(name, "transformer.", 12))
+            cr_assert_eq(remat_params_add(renamed, name + 12, remat_params_tensor(file, i)), 0);
+    }
+    cr_assert_eq(remat_full(&mask, 4, (int64_t[]){1, 1, 64, 64}, 1.0, REMAT_F32, REMAT_DEVICE_CPU),
+                 0);
+    cr_assert_eq(remat_params_add(renamed, "h.0.attn.bias", mask), 0);
+    cr_assert_eq(remat_params_add(renamed, "h.1.attn.bias", mask), 0);
+    char st[600];
+    snprintf(st, sizeof st, "%s/model.safetensors", path("openai"));
+    static const char *const meta[] = {"format", "pt"};
+    cr_assert_eq(remat_safetensors_save(st, renamed, 1, meta), 0, "%s", remat_last_error());
+    remat_release(mask);
+    remat_params_free(renamed);
+    remat_params_free(file);
+    cJSON *j = eval_json(path("openai"), FIX "/data.txt");
+    assert_close(num(j, "loss"), expected("gpt2", "eval_loss")->valuedouble, 1e-5, "openai");
+    cJSON_Delete(j);
 }
 
 /* A copy of a fixture directory, its config.json's `from` replaced by `to`. */

@@ -311,12 +311,12 @@ static const char *const cmd_intro[] = {
     "come from remat's random generator: the same file, flags and --seed give the\n"
     "same text.\n"
     "With --init-from DIR (a Hugging Face GPT-2 or Llama), the prompt is encoded with\n"
-    "DIR's tokenizer and --tokens tokens follow, run with a KV cache; --json ends with\n"
-    "one JSON object: ids (the generated ids), text, tokens_per_s, ...\n",
-    "Evaluates a Hugging Face GPT-2 or Llama (--init-from DIR) on --data FILE (a text,\n"
-    "tokenized with DIR's tokenizer, or a token file of remat tokenize): the mean\n"
-    "next-token cross-entropy over the windows of --context + 1 tokens that start at\n"
-    "token 0, T, 2T, ... while one fits (the first T tokens in, the last T predicted).\n"
+    "DIR's tokenizer and --tokens tokens follow, run with a KV cache; --json ends\n"
+    "with one JSON object: ids (the generated ids), text, tokens_per_s, ...\n",
+    "Evaluates a Hugging Face GPT-2 or Llama (--init-from DIR) on --data FILE (a\n"
+    "text, tokenized with DIR's tokenizer, or a token file of remat tokenize): the\n"
+    "mean next-token cross-entropy over the windows of T + 1 tokens (T: --context)\n"
+    "at token 0, T, 2T, ... while one fits (the first T in, the last T predicted).\n"
     "--json ends with one JSON object: loss, tokens (predicted), perplexity, ...\n",
 };
 
