@@ -193,7 +193,14 @@ static int sample_run(config *c, hf_dir *d, remat_model **m, sampled *s) {
                                "--prompt is empty and %s/config.json has no bos_token_id to "
                                "start from",
                                c->init_from);
-    const int64_t P = s->n_prompt ? (int64_t)s->n_prompt : 1, N = c->tokens;
+    if (s->n_prompt == 0) { /* start from the beginning-of-sequence token */
+        free(s->prompt);
+        if (!(s->prompt = malloc(sizeof *s->prompt)))
+            return remat_set_error(REMAT_ENOMEM, "remat sample: out of memory");
+        s->prompt[0] = (uint32_t)d->extra.bos_token_id;
+        s->n_prompt = 1;
+    }
+    const int64_t P = (int64_t)s->n_prompt, N = c->tokens;
     if (P + N > cfg->max_positions)
         return remat_set_error(REMAT_EINVAL,
                                "a prompt of %lld tokens and --tokens %lld need %lld positions; the "
@@ -208,7 +215,7 @@ static int sample_run(config *c, hf_dir *d, remat_model **m, sampled *s) {
     if (!prompt || !buf || !s->ids)
         rc = remat_set_error(REMAT_ENOMEM, "remat sample: out of memory");
     for (int64_t i = 0; !rc && i < P; i++)
-        prompt[i] = s->n_prompt ? (int64_t)s->prompt[i] : d->extra.bos_token_id;
+        prompt[i] = (int64_t)s->prompt[i];
     if (!rc && N > 0) rc = remat_model_cache_create(&cache, *m, 1, P + N);
     remat_manual_seed(c->seed);
     bool prev = remat_no_grad_begin();
