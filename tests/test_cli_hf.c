@@ -316,13 +316,8 @@ Test(cli_hf, openai_style_gpt2_checkpoint_loads) {
     cJSON_Delete(j);
 }
 
-/* A copy of a fixture directory, its config.json's `from` replaced by `to`. */
-static const char *edited_copy(const char *model, const char *name, const char *from,
-                               const char *to) {
-    const char *dir = path(name);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "cp -r " FIX "/%s '%s'", model, dir);
-    cr_assert_eq(system(cmd), 0);
+/* dir/config.json with `from` replaced by `to`. */
+static void edit_config(const char *dir, const char *from, const char *to) {
     char cfg[600], text[8192];
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     FILE *f = fopen(cfg, "rb");
@@ -336,7 +331,50 @@ static const char *edited_copy(const char *model, const char *name, const char *
     fputs(to, f);
     fputs(at + strlen(from), f);
     fclose(f);
+}
+
+/* A copy of a fixture directory, its config.json's `from` replaced by `to`. */
+static const char *edited_copy(const char *model, const char *name, const char *from,
+                               const char *to) {
+    const char *dir = path(name);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cp -r " FIX "/%s '%s'", model, dir);
+    cr_assert_eq(system(cmd), 0);
+    edit_config(dir, from, to);
     return dir;
+}
+
+/* GPT-2 with its dropouts on (attention composed of ops, dropout on the
+ * probabilities): every strategy trains the same weights, bitwise, and
+ * they differ from those trained without dropout. */
+Test(cli_hf, dropout_fine_tuning_is_bitwise_under_every_strategy) {
+    char d[512]; /* path()'s buffers are reused */
+    snprintf(d, sizeof d, "%s",
+             edited_copy("gpt2", "drop", "\"attn_pdrop\": 0.0", "\"attn_pdrop\": 0.1"));
+    edit_config(d, "\"resid_pdrop\": 0.0", "\"resid_pdrop\": 0.1");
+    edit_config(d, "\"embd_pdrop\": 0.0", "\"embd_pdrop\": 0.1");
+    static const char *const strategies[] = {"none", "block", "sequential=2", "selective=dots",
+                                             "budget=97%"};
+    char ref[600], got[600], *o;
+    for (int i = 0; i < 5; i++) {
+        cr_assert_eq(run(&o,
+                         "train --init-from %s --data " FIX "/data.txt --context 16 --batch 2 "
+                         "--steps 3 --quiet --checkpoint %s --export %s",
+                         d, strategies[i], path(i ? "s" : "ref")),
+                     0, "%s", o);
+        free(o);
+        snprintf(ref, sizeof ref, "%s/model.safetensors", path("ref"));
+        snprintf(got, sizeof got, "%s/model.safetensors", path("s"));
+        if (i) cr_assert(same_bytes(ref, got), "--checkpoint %s: other weights", strategies[i]);
+    }
+    cr_assert_eq(run(&o,
+                     "train --init-from " FIX "/gpt2 --data " FIX
+                     "/data.txt --context 16 --batch 2 "
+                     "--steps 3 --quiet --export %s",
+                     path("s")),
+                 0, "%s", o);
+    free(o);
+    cr_assert(!same_bytes(ref, got), "dropout changed nothing");
 }
 
 static void assert_fails(const char *needle, const char *fmt, const char *a, const char *b) {
@@ -387,6 +425,9 @@ Test(cli_hf, bad_directories_get_clear_errors) {
     cr_assert_eq(run(&o, "train --init-from " FIX "/gpt2 --layers 3 --data %s", data), 2);
     cr_assert(strstr(o, "do not combine with --init-from"), "%s", o);
     free(o);
+    assert_fails("is a Hugging Face model directory: start from it with --init-from",
+                 "train --resume %s --data %s", FIX "/gpt2", data);
+    assert_fails("is a Hugging Face model directory", "sample --resume %s%s", FIX "/gpt2", "");
     cr_assert_eq(run(&o, "train --data %s --export %s", data, path("x")), 2);
     cr_assert(strstr(o, "--export needs --init-from"), "%s", o);
     free(o);

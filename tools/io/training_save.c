@@ -422,6 +422,15 @@ int savefile_read(const char *path, saved_state *s) {
                                "--resume %s: big-endian hosts are not "
                                "supported",
                                path);
+    /* a model directory given where a --save file belongs */
+    struct stat dst;
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", path);
+    if (stat(path, &dst) == 0 && S_ISDIR(dst.st_mode) && stat(cfg, &dst) == 0)
+        return remat_set_error(REMAT_EINVAL,
+                               "--resume %s is a Hugging Face model directory: start from it with "
+                               "--init-from %s (--resume takes a file written by --save)",
+                               path, path);
     /* only a regular file (a FIFO must not block the open) */
     int fd = util_open_regular(path, "--resume");
     if (fd < 0) return REMAT_EIO;

@@ -396,13 +396,22 @@ static int train_plan(train_run *tr) {
     batch pb;
     remat_profile *prof = NULL;
     remat_step_profile sp;
-    int rc = task_batch(&tr->tk, tr->start, &pb);
+    /* the profile's forwards draw dropout masks (a Hugging Face GPT-2's
+     * embd_pdrop runs outside the profiled stages): training starts from the
+     * random state it would have had without the planner */
+    uint8_t rng[REMAT_RNG_STATE_BYTES], dev_rng[REMAT_RNG_STATE_BYTES];
+    const bool on_dev = c->device.type != REMAT_DEVICE_CPU.type;
+    int rc = remat_rng_get_state(REMAT_DEVICE_CPU, rng);
+    if (!rc && on_dev) rc = remat_rng_get_state(c->device, dev_rng);
+    if (!rc) rc = task_batch(&tr->tk, tr->start, &pb);
     if (!rc) {
         /* the step around the blocks too (budget= bounds the whole step);
          * with --accum > 1 every .grad exists during most micro-batches */
         rc = model_profile_step(&tr->m, &pb, c->accum > 1, &prof, &sp);
         batch_free(&pb);
     }
+    if (!rc) rc = remat_rng_set_state(REMAT_DEVICE_CPU, rng);
+    if (!rc && on_dev) rc = remat_rng_set_state(c->device, dev_rng);
     if (!rc && c->verbose && !c->quiet) {
         term_printf(stderr, "profile of the %d block%s (%.2f s):\n", layers, layers == 1 ? "" : "s",
                     util_now() - t0);
