@@ -53,6 +53,15 @@ static inline double silu_grad_d(double x) {
     return s * (1.0 + x * (1.0 - s));
 }
 
+/* One case of the kernels' switches (a row of the op table): OUT[i] = EXPR for every
+ * i < n, split across threads past 32768 elements; the _SIMD one, for cheap EXPRs, also
+ * vectorised and split past 65536. Each is one parallel region over fixed ranges: an
+ * element's value never depends on the thread count. */
+#define UN_EACH(OUT, EXPR)                                                                         \
+    _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) OUT[i] = EXPR
+#define UN_EACH_SIMD(OUT, EXPR)                                                                    \
+    _Pragma("omp parallel for simd if (n > 65536)") for (int64_t i = 0; i < n; i++) OUT[i] = EXPR
+
 /* Element access of the kernels below: T is the stored type, C the one the
  * math runs in, LD(v) reads a stored element as C and ST(v) stores a C.
  * f32 and f64 store what they compute; bf16 widens each element and rounds
@@ -60,45 +69,28 @@ static inline double silu_grad_d(double x) {
  * conversions of src/core/core.h) inside the one loop, in registers, running
  * the f32 kernel's own expressions — so its results are bitwise the f32
  * kernel's on the widened values, rounded, as the chunked path of bf16.c
- * gives, with no f32 buffers and no passes of their own. The GELUs are the
- * erf and tanh forms, with their derivatives. */
-#define UN_NAME float
+ * gives, with no f32 buffers and no passes of their own. */
+/* The math, by the type it runs in (float for f32 and bf16, double for f64); the GELUs
+ * are the erf and tanh forms, with their derivatives. */
+#define UN_MATH(v, F, D) _Generic((v), float : F, double : D)(v)
+#define UN_EXP(v) UN_MATH(v, rm_expf_v, exp)
+#define UN_LOG(v) UN_MATH(v, logf, log)
+#define UN_SQRT(v) UN_MATH(v, sqrtf, sqrt)
+#define UN_TANH(v) UN_MATH(v, rm_tanhf_v, tanh)
+#define UN_GELU(v) UN_MATH(v, rm_gelu_erff_v, gelu_erf_d)
+#define UN_GELU_T(v) UN_MATH(v, rm_gelu_tanhf_v, gelu_tanh_d)
+#define UN_GELU_GRAD(v) UN_MATH(v, rm_gelu_erff_grad_v, gelu_erf_grad_d)
+#define UN_GELU_T_GRAD(v) UN_MATH(v, rm_gelu_tanhf_grad_v, gelu_tanh_grad_d)
+#define UN_SILU_GRAD(v) UN_MATH(v, silu_grad_f, silu_grad_d)
+#define UN_POW(v, e) _Generic((v), float : powf, double : pow)(v, e)
+
 #define T float
-#define C float
-#define LD(v) (v)
-#define ST(v) (v)
 #define UN_IT uint32_t
-#define UN_EXP rm_expf_v
-#define UN_LOG logf
-#define UN_SQRT sqrtf
-#define UN_TANH rm_tanhf_v
-#define UN_GELU rm_gelu_erff_v
-#define UN_GELU_T rm_gelu_tanhf_v
-#define UN_POW powf
-#define UN_GELU_GRAD rm_gelu_erff_grad_v
-#define UN_GELU_T_GRAD rm_gelu_tanhf_grad_v
-#define UN_SILU_GRAD silu_grad_f
-#define UN_COPY_IS_MEMCPY 1
 #define UN_SFX f32
 #include "unary_body.h"
 
-#define UN_NAME double
 #define T double
-#define C double
-#define LD(v) (v)
-#define ST(v) (v)
 #define UN_IT uint64_t
-#define UN_EXP exp
-#define UN_LOG log
-#define UN_SQRT sqrt
-#define UN_TANH tanh
-#define UN_GELU gelu_erf_d
-#define UN_GELU_T gelu_tanh_d
-#define UN_POW pow
-#define UN_GELU_GRAD gelu_erf_grad_d
-#define UN_GELU_T_GRAD gelu_tanh_grad_d
-#define UN_SILU_GRAD silu_grad_d
-#define UN_COPY_IS_MEMCPY 1
 #define UN_SFX f64
 #include "unary_body.h"
 
@@ -109,16 +101,6 @@ static inline double silu_grad_d(double x) {
 #define LD(v) rm_bf16_to_f32(v)
 #define ST(v) rm_f32_to_bf16(v)
 #define UN_IT uint16_t
-#define UN_EXP rm_expf_v
-#define UN_LOG logf
-#define UN_SQRT sqrtf
-#define UN_TANH rm_tanhf_v
-#define UN_GELU rm_gelu_erff_v
-#define UN_GELU_T rm_gelu_tanhf_v
-#define UN_POW powf
-#define UN_GELU_GRAD rm_gelu_erff_grad_v
-#define UN_GELU_T_GRAD rm_gelu_tanhf_grad_v
-#define UN_SILU_GRAD silu_grad_f
 #define UN_COPY_IS_MEMCPY 0
 #include "unary_body.h"
 

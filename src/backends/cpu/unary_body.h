@@ -1,12 +1,21 @@
 /* src/backends/cpu/unary_body.h — the unary kernels (see unary.c), written once and
  * compiled once per stored type: unary.c includes this file with UN_NAME the type's name
  * (float, double, bf16), T the stored type, C the one the math runs in, LD(v) and ST(v)
- * the element conversions, UN_IT an unsigned integer of T's size, and UN_EXP ... UN_POW
- * the math for C (see there). Each function is named UN_FN(name): name_float, .... The
- * kernels (rm_kernel_fn) come with UN_SFX (f32, f64; bf16's are in unary.c). No include
- * guard: included once per type. */
+ * the element conversions and UN_IT an unsigned integer of T's size (f32 and f64 give
+ * only T, UN_IT and UN_SFX); the math, UN_EXP ... UN_POW, is unary.c's. Each function is
+ * named UN_FN(name): name_float, name_double, name_bf16. The kernels (rm_kernel_fn) come
+ * with UN_SFX (f32, f64; bf16's are in unary.c). No include guard: included once per
+ * type. */
 #include "tmpl.h"
 
+/* f32 and f64 store what they compute: by default the math runs in T, unconverted */
+#ifndef UN_NAME
+#define UN_NAME T
+#define C T
+#define LD(v) (v)
+#define ST(v) (v)
+#define UN_COPY_IS_MEMCPY 1
+#endif
 #define UN_FN(name) RM_TCAT(name, UN_NAME)
 
 /* y = f(x); p = scalar parameter. Each case is one parallel region over fixed ranges (the
@@ -15,62 +24,20 @@
 RM_CPU_CLONES static void UN_FN(fwd)(rm_unary_op op, const T *restrict x, T *restrict y, int64_t n,
                                      C p) {
     switch (op) {
-    case RM_U_NEG:
-#pragma omp parallel for simd if (n > 65536)
-        for (int64_t i = 0; i < n; i++) y[i] = ST(-LD(x[i]));
-        break;
-    case RM_U_EXP:
-#pragma omp parallel for if (n > 32768)
-        for (int64_t i = 0; i < n; i++) y[i] = ST(UN_EXP(LD(x[i])));
-        break;
-    case RM_U_LOG:
-#pragma omp parallel for if (n > 32768)
-        for (int64_t i = 0; i < n; i++) y[i] = ST(UN_LOG(LD(x[i])));
-        break;
-    case RM_U_SQRT:
-#pragma omp parallel for simd if (n > 65536)
-        for (int64_t i = 0; i < n; i++) y[i] = ST(UN_SQRT(LD(x[i])));
-        break;
-    case RM_U_TANH:
-#pragma omp parallel for if (n > 32768)
-        for (int64_t i = 0; i < n; i++) y[i] = ST(UN_TANH(LD(x[i])));
-        break;
-    case RM_U_SIGMOID:
-#pragma omp parallel for if (n > 32768)
-        for (int64_t i = 0; i < n; i++) y[i] = ST((C)1 / ((C)1 + UN_EXP(-LD(x[i]))));
-        break;
-    case RM_U_RELU:
-#pragma omp parallel for simd if (n > 65536)
-        for (int64_t i = 0; i < n; i++) y[i] = ST(!(LD(x[i]) <= 0) ? LD(x[i]) : (C)0);
-        break;
-    case RM_U_GELU_ERF:
-#pragma omp parallel for if (n > 32768)
-        for (int64_t i = 0; i < n; i++) y[i] = ST(UN_GELU(LD(x[i])));
-        break;
-    case RM_U_GELU_TANH:
-#pragma omp parallel for if (n > 32768)
-        for (int64_t i = 0; i < n; i++) y[i] = ST(UN_GELU_T(LD(x[i])));
-        break;
-    case RM_U_SILU:
-#pragma omp parallel for if (n > 32768)
-        for (int64_t i = 0; i < n; i++) y[i] = ST(LD(x[i]) / ((C)1 + UN_EXP(-LD(x[i]))));
-        break;
-    case RM_U_POW:
-#pragma omp parallel for if (n > 32768)
-        for (int64_t i = 0; i < n; i++) y[i] = ST(UN_POW(LD(x[i]), p));
-        break;
-    case RM_U_ADD:
-#pragma omp parallel for simd if (n > 65536)
-        for (int64_t i = 0; i < n; i++) y[i] = ST(LD(x[i]) + p);
-        break;
-    case RM_U_MUL:
-#pragma omp parallel for simd if (n > 65536)
-        for (int64_t i = 0; i < n; i++) y[i] = ST(LD(x[i]) * p);
-        break;
-    case RM_U_RSUB:
-#pragma omp parallel for simd if (n > 65536)
-        for (int64_t i = 0; i < n; i++) y[i] = ST(p - LD(x[i]));
-        break;
+    case RM_U_NEG: UN_EACH_SIMD(y, ST(-LD(x[i]))); break;
+    case RM_U_EXP: UN_EACH(y, ST(UN_EXP(LD(x[i])))); break;
+    case RM_U_LOG: UN_EACH(y, ST(UN_LOG(LD(x[i])))); break;
+    case RM_U_SQRT: UN_EACH_SIMD(y, ST(UN_SQRT(LD(x[i])))); break;
+    case RM_U_TANH: UN_EACH(y, ST(UN_TANH(LD(x[i])))); break;
+    case RM_U_SIGMOID: UN_EACH(y, ST((C)1 / ((C)1 + UN_EXP(-LD(x[i]))))); break;
+    case RM_U_RELU: UN_EACH_SIMD(y, ST(!(LD(x[i]) <= 0) ? LD(x[i]) : (C)0)); break;
+    case RM_U_GELU_ERF: UN_EACH(y, ST(UN_GELU(LD(x[i])))); break;
+    case RM_U_GELU_TANH: UN_EACH(y, ST(UN_GELU_T(LD(x[i])))); break;
+    case RM_U_SILU: UN_EACH(y, ST(LD(x[i]) / ((C)1 + UN_EXP(-LD(x[i]))))); break;
+    case RM_U_POW: UN_EACH(y, ST(UN_POW(LD(x[i]), p))); break;
+    case RM_U_ADD: UN_EACH_SIMD(y, ST(LD(x[i]) + p)); break;
+    case RM_U_MUL: UN_EACH_SIMD(y, ST(LD(x[i]) * p)); break;
+    case RM_U_RSUB: UN_EACH_SIMD(y, ST(p - LD(x[i]))); break;
     }
 }
 
@@ -154,15 +121,5 @@ remat_status RM_TCAT(rm_cpu_relu_mask_bwd, UN_SFX)(const rm_kargs *k) {
 #undef LD
 #undef ST
 #undef UN_IT
-#undef UN_EXP
-#undef UN_LOG
-#undef UN_SQRT
-#undef UN_TANH
-#undef UN_GELU
-#undef UN_GELU_T
-#undef UN_POW
-#undef UN_GELU_GRAD
-#undef UN_GELU_T_GRAD
-#undef UN_SILU_GRAD
 #undef UN_COPY_IS_MEMCPY
 #undef UN_SFX

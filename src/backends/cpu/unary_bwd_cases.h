@@ -9,47 +9,16 @@ switch (op) {
 case RM_U_NEG:
     for (int64_t i = 0; i < n; i++) dx[i] = ST(-LD(g[i]));
     break;
-case RM_U_EXP:
-#pragma omp parallel for simd if (n > 65536)
-    for (int64_t i = 0; i < n; i++) dx[i] = ST(LD(g[i]) * LD(s[i]));
-    break;
-case RM_U_LOG:
-#pragma omp parallel for simd if (n > 65536)
-    for (int64_t i = 0; i < n; i++) dx[i] = ST(LD(g[i]) / LD(s[i]));
-    break;
-case RM_U_SQRT:
-#pragma omp parallel for simd if (n > 65536)
-    for (int64_t i = 0; i < n; i++) dx[i] = ST(LD(g[i]) / ((C)2 * LD(s[i])));
-    break;
-case RM_U_TANH:
-#pragma omp parallel for simd if (n > 65536)
-    for (int64_t i = 0; i < n; i++) dx[i] = ST(LD(g[i]) * ((C)1 - LD(s[i]) * LD(s[i])));
-    break;
-case RM_U_SIGMOID:
-#pragma omp parallel for simd if (n > 65536)
-    for (int64_t i = 0; i < n; i++) dx[i] = ST(LD(g[i]) * LD(s[i]) * ((C)1 - LD(s[i])));
-    break;
-case RM_U_RELU:
-#pragma omp parallel for simd if (n > 65536)
-    for (int64_t i = 0; i < n; i++) dx[i] = ST(LD(s[i]) > 0 ? LD(g[i]) : (C)0);
-    break;
-case RM_U_GELU_ERF:
-#pragma omp parallel for if (n > 32768)
-    for (int64_t i = 0; i < n; i++) dx[i] = ST(LD(g[i]) * UN_GELU_GRAD(LD(s[i])));
-    break;
-case RM_U_GELU_TANH:
-#pragma omp parallel for if (n > 32768)
-    for (int64_t i = 0; i < n; i++) dx[i] = ST(LD(g[i]) * UN_GELU_T_GRAD(LD(s[i])));
-    break;
-case RM_U_SILU:
-#pragma omp parallel for if (n > 32768)
-    for (int64_t i = 0; i < n; i++) dx[i] = ST(LD(g[i]) * UN_SILU_GRAD(LD(s[i])));
-    break;
-case RM_U_POW:
-#pragma omp parallel for if (n > 32768)
-    for (int64_t i = 0; i < n; i++)
-        dx[i] = ST(p == (C)0 ? (C)0 : LD(g[i]) * p * UN_POW(LD(s[i]), p - (C)1));
-    break;
+case RM_U_EXP: UN_EACH_SIMD(dx, ST(LD(g[i]) * LD(s[i]))); break;
+case RM_U_LOG: UN_EACH_SIMD(dx, ST(LD(g[i]) / LD(s[i]))); break;
+case RM_U_SQRT: UN_EACH_SIMD(dx, ST(LD(g[i]) / ((C)2 * LD(s[i])))); break;
+case RM_U_TANH: UN_EACH_SIMD(dx, ST(LD(g[i]) * ((C)1 - LD(s[i]) * LD(s[i])))); break;
+case RM_U_SIGMOID: UN_EACH_SIMD(dx, ST(LD(g[i]) * LD(s[i]) * ((C)1 - LD(s[i])))); break;
+case RM_U_RELU: UN_EACH_SIMD(dx, ST(LD(s[i]) > 0 ? LD(g[i]) : (C)0)); break;
+case RM_U_GELU_ERF: UN_EACH(dx, ST(LD(g[i]) * UN_GELU_GRAD(LD(s[i])))); break;
+case RM_U_GELU_TANH: UN_EACH(dx, ST(LD(g[i]) * UN_GELU_T_GRAD(LD(s[i])))); break;
+case RM_U_SILU: UN_EACH(dx, ST(LD(g[i]) * UN_SILU_GRAD(LD(s[i])))); break;
+case RM_U_POW: UN_EACH(dx, ST(p == (C)0 ? (C)0 : LD(g[i]) * p * UN_POW(LD(s[i]), p - (C)1))); break;
 case RM_U_ADD:
 #if UN_COPY_IS_MEMCPY
     if ((const void *)dx != (const void *)g) memcpy(dx, g, (size_t)n * sizeof *dx);
@@ -58,10 +27,7 @@ case RM_U_ADD:
     for (int64_t i = 0; i < n; i++) dx[i] = ST(LD(g[i]));
 #endif
     break;
-case RM_U_MUL:
-#pragma omp parallel for simd if (n > 65536)
-    for (int64_t i = 0; i < n; i++) dx[i] = ST(LD(g[i]) * p);
-    break;
+case RM_U_MUL: UN_EACH_SIMD(dx, ST(LD(g[i]) * p)); break;
 case RM_U_RSUB:
     for (int64_t i = 0; i < n; i++) dx[i] = ST(-LD(g[i]));
     break;
