@@ -35,6 +35,10 @@ typedef struct rm_backend {
     /* For a kernel whose bf16 entry is NULL: this row's (the f32 kernel on converted
      * copies). NULL: none. */
     const rm_kernel_fn *bf16_fallback;
+    /* [kernel]: what its kernels allow beyond the ABI (RM_KF_IN_PLACE, RM_KF_WIDE_GRAD,
+     * src/core/kernels.h): the device side of buffer donation. NULL: nothing. Adopted with
+     * backend 0's rows. */
+    const unsigned char *kernel_flags;
     /* Asynchronous transfers for offloading (rm_transfer_ops, core.h); NULL: none. */
     const rm_transfer_ops *transfer;
     /* Backend 0's host routines (the cpu's); NULL for every other backend. */

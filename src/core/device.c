@@ -105,10 +105,11 @@ static remat_status register_backend(const rm_backend *b, int *type_id) {
     t->b.device.name = t->name;
     for (int i = 0; i < REMAT_MAX_DEVICES_PER_TYPE; i++) t->gen[i].seed = k_default_seed;
     /* its kernel rows; a host-addressable type without rows of its own runs backend 0's */
-    if (b->kernels) rm_kernels_set_rows(free_slot, b->kernels, b->bf16_fallback);
+    if (b->kernels) rm_kernels_set_rows(free_slot, b->kernels, b->bf16_fallback, b->kernel_flags);
     else if (def->host_addressable && free_slot > 0 && g_types[0].used)
-        rm_kernels_set_rows(free_slot, g_types[0].b.kernels, g_types[0].b.bf16_fallback);
-    else rm_kernels_set_rows(free_slot, NULL, NULL);
+        rm_kernels_set_rows(free_slot, g_types[0].b.kernels, g_types[0].b.bf16_fallback,
+                            g_types[0].b.kernel_flags);
+    else rm_kernels_set_rows(free_slot, NULL, NULL, b->kernel_flags);
     if (free_slot == 0) rm_host_ = b->host;
     *type_id = free_slot;
     pthread_mutex_unlock(&g_lock);
@@ -136,7 +137,7 @@ remat_status remat_unregister_device_type(int type_id) {
         }
     }
     memset(t, 0, sizeof *t);
-    rm_kernels_set_rows(type_id, NULL, NULL);
+    rm_kernels_set_rows(type_id, NULL, NULL, NULL);
     rm_transfer_register(type_id, NULL);
     pthread_mutex_unlock(&g_lock);
     return REMAT_OK;

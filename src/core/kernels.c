@@ -3,6 +3,7 @@
 #include "kernels.h"
 
 rm_kernel_fn rm_kernel_table_[RM_K_COUNT][REMAT_MAX_DEVICE_TYPES][RM_N_DTYPES];
+unsigned char rm_kernel_flags_[RM_K_COUNT][REMAT_MAX_DEVICE_TYPES];
 
 static const char *const k_kernel_text[RM_K_COUNT] = {
 #define RM_KERNEL_TEXT_(id, text) text,
@@ -23,14 +24,16 @@ remat_status rm_kernel_register(rm_kernel_id id, int device_type, remat_dtype dt
 }
 
 void rm_kernels_set_rows(int type, const rm_kernel_fn (*rows)[RM_N_DTYPES],
-                         const rm_kernel_fn *bf16_fallback) {
+                         const rm_kernel_fn *bf16_fallback, const unsigned char *flags) {
     if (type < 0 || type >= REMAT_MAX_DEVICE_TYPES) return;
-    for (int id = 0; id < RM_K_COUNT; id++)
+    for (int id = 0; id < RM_K_COUNT; id++) {
+        rm_kernel_flags_[id][type] = flags ? flags[id] : 0;
         for (int dt = 0; dt < RM_N_DTYPES; dt++) {
             rm_kernel_fn f = rows ? rows[id][dt] : NULL;
             if (!f && rows && bf16_fallback && dt == REMAT_BF16) f = bf16_fallback[id];
             rm_kernel_table_[id][type][dt] = f;
         }
+    }
 }
 
 remat_status rm_kernel_find(rm_kernel_id id, remat_device device, remat_dtype dtype,

@@ -93,10 +93,16 @@ typedef remat_status (*rm_kernel_fn)(const rm_kargs *k);
  * REMAT_EINVAL for an id, type or dtype out of range. */
 remat_status rm_kernel_register(rm_kernel_id id, int device_type, remat_dtype dtype,
                                 rm_kernel_fn fn);
+/* What a backend's kernel allows beyond the ABI, by kernel id (its record's kernel_flags,
+ * src/core/backend.h): the device conditions of buffer donation (src/autograd/graph.h). */
+#define RM_KF_IN_PLACE 1u /* its out[0] may be one of its inputs, element for element */
+#define RM_KF_WIDE_GRAD                                                                            \
+    2u /* (MATMUL) an f32 operand of a bf16 product flagged RM_MM_PANEL is
+                            * rounded by the kernel, panel by panel */
 /* (src/core/device.c) Fills the row of device type `type` from rows (NULL: clears it),
- * a NULL bf16 entry from bf16_fallback (when not NULL). */
+ * a NULL bf16 entry from bf16_fallback (when not NULL), and its flags (NULL: none). */
 void rm_kernels_set_rows(int type, const rm_kernel_fn (*rows)[RM_N_DTYPES],
-                         const rm_kernel_fn *bf16_fallback);
+                         const rm_kernel_fn *bf16_fallback, const unsigned char *flags);
 /* The kernel for (id, device type, dtype), or NULL. */
 static inline rm_kernel_fn rm_kernel_lookup(rm_kernel_id id, int type, remat_dtype dtype);
 /* Looks the kernel up for `device` and `dtype`; REMAT_EUNSUPPORTED naming
@@ -121,6 +127,12 @@ extern rm_kernel_fn rm_kernel_table_[RM_K_COUNT][REMAT_MAX_DEVICE_TYPES][RM_N_DT
 static inline rm_kernel_fn rm_kernel_lookup(rm_kernel_id id, int type, remat_dtype dtype) {
     if ((unsigned)dtype >= RM_N_DTYPES || (unsigned)type >= REMAT_MAX_DEVICE_TYPES) return NULL;
     return rm_kernel_table_[id][type][dtype];
+}
+/* [kernel][device type]: RM_KF_* flags, filled with the rows. */
+extern unsigned char rm_kernel_flags_[RM_K_COUNT][REMAT_MAX_DEVICE_TYPES];
+/* Whether device type `type`'s kernel id allows `flag` (RM_KF_*). */
+static inline bool rm_kernel_allows(rm_kernel_id id, int type, unsigned flag) {
+    return (unsigned)type < REMAT_MAX_DEVICE_TYPES && (rm_kernel_flags_[id][type] & flag);
 }
 
 #endif /* REMAT_DISPATCH_KERNELS_H */

@@ -197,6 +197,10 @@ static void fenced_registered(int type) {
                 rm_kernel_register((rm_kernel_id)k, type, (remat_dtype)dt, k_wrappers[k][dt]);
 }
 
+/* mse's backward may write over its saved prediction (buffer donation, src/autograd/graph.h),
+ * as on cuda. */
+static const unsigned char k_fenced_flags[RM_K_COUNT] = {[RM_K_MSE_BWD] = RM_KF_IN_PLACE};
+
 /* The fenced backend's record (src/core/backend.h), registered as every backend is. */
 static const rm_backend k_fenced_backend = {
     .device =
@@ -207,6 +211,7 @@ static const rm_backend k_fenced_backend = {
             .copy = fenced_copy,
             .device_count = fenced_count,
         },
+    .kernel_flags = k_fenced_flags,
     .registered = fenced_registered,
 };
 

@@ -77,6 +77,15 @@ static const rm_host_ops k_host = {
     .bf16_to_f32 = rm_cpu_bf16_to_f32,
 };
 
+/* Buffer donation's device side (src/autograd/graph.h): the kernels that may write over
+ * a dying input (the unary backward's in-place twin runs the same expressions; mse's is
+ * elementwise), and the GEMM that rounds an f32 gradient for a bf16 product itself. */
+static const unsigned char k_flags[RM_K_COUNT] = {
+    [RM_K_UNARY_BWD] = RM_KF_IN_PLACE,
+    [RM_K_MSE_BWD] = RM_KF_IN_PLACE,
+    [RM_K_MATMUL] = RM_KF_WIDE_GRAD,
+};
+
 const rm_backend rm_backend_cpu = {
     .device =
         {
@@ -89,5 +98,6 @@ const rm_backend rm_backend_cpu = {
         },
     .kernels = rm_cpu_kernels,
     .bf16_fallback = rm_cpu_bf16_via_f32,
+    .kernel_flags = k_flags,
     .host = &k_host,
 };

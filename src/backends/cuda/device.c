@@ -170,6 +170,10 @@ void rm_cuda_register_kernels(int device_type) {
     rm_cuda_register_random(device_type);
 }
 
+/* Buffer donation's device side (src/autograd/graph.h): mse's backward kernel may write
+ * over its saved prediction (elementwise). */
+static const unsigned char k_flags[RM_K_COUNT] = {[RM_K_MSE_BWD] = RM_KF_IN_PLACE};
+
 /* The cuda backend's record (src/core/backend.h), registered with the built-in ones
  * (src/backends/backends.c). */
 const rm_backend rm_backend_cuda = {
@@ -188,6 +192,7 @@ const rm_backend rm_backend_cuda = {
              * kernels read through rm_rng_reserve like the cpu ones */
         },
     /* kernel rows: rm_cuda_register_kernels, once the type id is known */
+    .kernel_flags = k_flags,
     .transfer = &rm_cuda_transfer_ops,
     .registered = cu_registered,
     .unavailable_reason = rm_cuda_unavailable_reason,
