@@ -12,27 +12,13 @@
 
 #include "remat/hf.h"
 #include "support/rt.h"
+#include "support/tmpdir.h"
 
 #define FIX REMAT_FIXTURE_DIR "/hf_dirs"
 
-static char g_dir[64];
-static char g_path[256];
+static void setup(void) { rt_tmpdir_make("remat_hf_test"); }
 
-static void make_dir(void) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/remat_hf_test_XXXXXX");
-    cr_assert(mkdtemp(g_dir) != NULL);
-}
-static void remove_dir(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    cr_assert_eq(system(cmd), 0);
-}
-static const char *path(const char *name) {
-    snprintf(g_path, sizeof g_path, "%s/%s", g_dir, name);
-    return g_path;
-}
-
-TestSuite(hf, .init = make_dir, .fini = remove_dir);
+TestSuite(hf, .init = setup, .fini = rt_tmpdir_remove);
 
 /* What scripts/gen_hf_dir_fixtures.py's EXPECTED says each fixture's config holds. */
 Test(hf, reads_transformers_configs) {
@@ -168,7 +154,8 @@ Test(hf, refuses_what_remat_does_not_implement_naming_the_key) {
                   remat_last_error());
         cr_assert(memcmp(&c, &before, sizeof c) == 0, "%s: *out changed", bad[i].json);
     }
-    RT_FAILS(remat_hf_config_read(&(remat_model_config){0}, NULL, path("none")), REMAT_EIO, "none");
+    RT_FAILS(remat_hf_config_read(&(remat_model_config){0}, NULL, rt_tmpdir_path("none")),
+             REMAT_EIO, "none");
 }
 
 /* Each fixture's config written by remat reads back the same. */
@@ -186,16 +173,17 @@ Test(hf, config_written_reads_back_the_same) {
         else a.gelu = REMAT_GELU_ERF;
         a.initializer_range = 0.1;
         ax.dtype = REMAT_BF16;
-        RT_OK(remat_hf_config_write(&a, &ax, path("config.json")));
-        RT_OK(remat_hf_config_read(&b, &bx, path("config.json")));
+        RT_OK(remat_hf_config_write(&a, &ax, rt_tmpdir_path("config.json")));
+        RT_OK(remat_hf_config_read(&b, &bx, rt_tmpdir_path("config.json")));
         cr_assert(memcmp(&a, &b, sizeof a) == 0, "%s: the config changed on the way", dirs[i]);
         cr_assert(memcmp(&ax, &bx, sizeof ax) == 0, "%s: the extras changed on the way", dirs[i]);
     }
     remat_model_config bad;
     RT_OK(remat_hf_config_read(&bad, NULL, dirs[1]));
     bad.n_kv_heads = 3;
-    RT_FAILS(remat_hf_config_write(&bad, NULL, path("bad.json")), REMAT_EINVAL, "n_kv_heads");
-    cr_assert_neq(access(path("bad.json"), F_OK), 0);
+    RT_FAILS(remat_hf_config_write(&bad, NULL, rt_tmpdir_path("bad.json")), REMAT_EINVAL,
+             "n_kv_heads");
+    cr_assert_neq(access(rt_tmpdir_path("bad.json"), F_OK), 0);
 }
 
 /* Zeroed parameters named and shaped as the tensors of `file`. */
@@ -256,12 +244,13 @@ Test(hf, loads_weights_single_and_sharded_by_name) {
 Test(hf, directories_without_weights_are_named) {
     remat_params *p = NULL;
     RT_OK(remat_params_new(&p));
-    RT_FAILS(remat_hf_load_weights(p, path("nowhere"), NULL), REMAT_EIO, "is not a directory");
-    RT_FAILS(remat_hf_load_weights(p, g_dir, NULL), REMAT_EIO,
+    RT_FAILS(remat_hf_load_weights(p, rt_tmpdir_path("nowhere"), NULL), REMAT_EIO,
+             "is not a directory");
+    RT_FAILS(remat_hf_load_weights(p, rt_tmpdir(), NULL), REMAT_EIO,
              "has neither model.safetensors nor model.safetensors.index.json");
-    FILE *fp = fopen(path("pytorch_model.bin"), "w");
+    FILE *fp = fopen(rt_tmpdir_path("pytorch_model.bin"), "w");
     fclose(fp);
-    RT_FAILS(remat_hf_load_weights(p, g_dir, NULL), REMAT_EIO, "pytorch_model.bin");
+    RT_FAILS(remat_hf_load_weights(p, rt_tmpdir(), NULL), REMAT_EIO, "pytorch_model.bin");
     remat_params_free(p);
 }
 
@@ -271,22 +260,23 @@ Test(hf, export_reads_back) {
     RT_OK(remat_hf_config_read(&c, &x, FIX "/llama-tiny"));
     remat_params *p = zeros_like(FIX "/llama-tiny/model.safetensors");
     RT_OK(remat_hf_load_weights(p, FIX "/llama-sharded", NULL));
-    RT_OK(remat_hf_export(path("out"), &c, &x, p));
-    RT_OK(remat_hf_export(path("out"), &c, &x, p)); /* over an existing export */
-    RT_OK(remat_hf_config_read(&back, &xback, path("out")));
+    RT_OK(remat_hf_export(rt_tmpdir_path("out"), &c, &x, p));
+    RT_OK(remat_hf_export(rt_tmpdir_path("out"), &c, &x, p)); /* over an existing export */
+    RT_OK(remat_hf_config_read(&back, &xback, rt_tmpdir_path("out")));
     cr_assert(memcmp(&c, &back, sizeof c) == 0);
     cr_assert(memcmp(&x, &xback, sizeof x) == 0);
     remat_params *q = zeros_like(FIX "/llama-tiny/model.safetensors");
-    RT_OK(remat_hf_load_weights(q, path("out"), NULL));
+    RT_OK(remat_hf_load_weights(q, rt_tmpdir_path("out"), NULL));
     assert_same_params(p, q);
     remat_safetensors *f = NULL;
-    RT_OK(remat_safetensors_open(&f, path("out/model.safetensors")));
+    RT_OK(remat_safetensors_open(&f, rt_tmpdir_path("out/model.safetensors")));
     cr_assert_str_eq(remat_safetensors_metadata(f, "format"), "pt");
     remat_safetensors_close(f);
-    RT_FAILS(remat_hf_export(path("a/b"), &c, &x, p), REMAT_EIO, "cannot create the directory");
-    FILE *fp = fopen(path("file"), "w");
+    RT_FAILS(remat_hf_export(rt_tmpdir_path("a/b"), &c, &x, p), REMAT_EIO,
+             "cannot create the directory");
+    FILE *fp = fopen(rt_tmpdir_path("file"), "w");
     fclose(fp);
-    RT_FAILS(remat_hf_export(path("file"), &c, &x, p), REMAT_EIO, "Not a directory");
+    RT_FAILS(remat_hf_export(rt_tmpdir_path("file"), &c, &x, p), REMAT_EIO, "Not a directory");
     remat_params_free(p);
     remat_params_free(q);
 }

@@ -13,6 +13,7 @@
 
 #include "core/core.h"
 #include "io/text.h"
+#include "io/utf8.h"
 #include "weights/st.h"
 
 /* Bytes of the text that JSON does not allow raw (control characters
@@ -37,7 +38,7 @@ static size_t bad_json_byte(const unsigned char *h, size_t n, const char **why) 
 
 remat_status rm_json_parse(const char *what, const char *text, size_t n, cJSON **out) {
     *out = NULL;
-    size_t bad = rm_utf8_check(text, n);
+    size_t bad = rm_utf8_valid_prefix(text, n);
     if (bad < n) return rm_err(REMAT_EFORMAT, "%s is not valid UTF-8 (byte %zu)", what, bad);
     const char *why = NULL;
     bad = bad_json_byte((const unsigned char *)text, n, &why);

@@ -11,6 +11,7 @@
 
 #include "core/core.h"
 #include "io/text.h"
+#include "io/utf8.h"
 #include "weights/st.h"
 
 typedef struct item {
@@ -25,7 +26,7 @@ static remat_status check(const char *call, const remat_params *params, int n_me
     for (int k = 0; k < 2 * n_meta; k++) {
         if (!meta[k]) return rm_err(REMAT_EINVAL, "%s: metadata string %d is NULL", call, k);
         size_t len = strlen(meta[k]);
-        if (rm_utf8_check(meta[k], len) < len)
+        if (rm_utf8_valid_prefix(meta[k], len) < len)
             return rm_err(REMAT_EINVAL, "%s: metadata string %d is not valid UTF-8", call, k);
         if (k % 2 == 0)
             for (int j = 0; j < k; j += 2)
