@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "remat/hf.h"
@@ -277,6 +278,99 @@ Test(hf, export_reads_back) {
     FILE *fp = fopen(rt_tmpdir_path("file"), "w");
     fclose(fp);
     RT_FAILS(remat_hf_export(rt_tmpdir_path("file"), &c, &x, p), REMAT_EIO, "Not a directory");
+    remat_params_free(p);
+    remat_params_free(q);
+}
+
+/* The collection p with each name's prefix `pre` removed (names without it
+ * kept), on new zeroed tensors. */
+static remat_params *zeros_without_prefix(const remat_params *p, const char *pre) {
+    remat_params *q = NULL;
+    RT_OK(remat_params_new(&q));
+    for (int64_t i = 0; i < remat_params_count(p); i++) {
+        const char *name = remat_params_name(p, i);
+        remat_tensor *t = remat_params_tensor(p, i), *z = NULL;
+        if (!strncmp(name, pre, strlen(pre))) name += strlen(pre);
+        RT_OK(remat_zeros(&z, remat_ndim(t), remat_shape(t), REMAT_F32, REMAT_DEVICE_CPU));
+        RT_OK(remat_params_add(q, name, z));
+        remat_release(z);
+    }
+    return q;
+}
+
+/* As transformers' from_pretrained: the hub's GPT-2 files name the base
+ * model's tensors ("wte.weight", "h.0.attn.c_attn.weight") and carry the
+ * causal masks "h.N.attn.bias" and "h.N.attn.masked_bias" (gpt2-hub:
+ * gpt2-tiny's weights laid out so, which transformers loads with
+ * gpt2-tiny's logits); they load into the model's "transformer." names, and
+ * a base model's names load from a file with the prefix. A tensor that is
+ * no parameter's, and no known buffer, is still refused. */
+Test(hf, loads_base_model_names_as_transformers_does) {
+    remat_params *want = NULL;
+    RT_OK(remat_safetensors_read(&want, FIX "/gpt2-tiny/model.safetensors", REMAT_F32));
+    cr_assert_geq(remat_params_find(want, "transformer.h.1.attn.c_attn.weight"), 0);
+    remat_params *g = zeros_like(FIX "/gpt2-tiny/model.safetensors");
+    RT_OK(remat_hf_load_weights(g, FIX "/gpt2-hub", NULL));
+    assert_same_params(g, want);
+    /* exact names only: the same file does not load */
+    remat_params *exact = zeros_like(FIX "/gpt2-tiny/model.safetensors");
+    RT_FAILS(remat_safetensors_load(exact, FIX "/gpt2-hub/model.safetensors", NULL), REMAT_EINVAL,
+             "for its parameter");
+    /* the other way: a base model's names from the prefixed file */
+    remat_params *base = zeros_without_prefix(want, "transformer.");
+    cr_assert_geq(remat_params_find(base, "h.1.attn.c_attn.weight"), 0);
+    RT_OK(remat_hf_load_weights(base, FIX "/gpt2-tiny", NULL));
+    for (int64_t i = 0; i < remat_params_count(want); i++) {
+        remat_tensor *a = remat_params_tensor(want, i), *b = remat_params_tensor(base, i);
+        cr_assert(rt_bitwise_equal(a, b), "%s", remat_params_name(base, i));
+    }
+    /* an unknown tensor beside the base names */
+    remat_params *extra = zeros_without_prefix(want, "transformer.");
+    remat_tensor *z = NULL;
+    int64_t one = 1;
+    RT_OK(remat_zeros(&z, 1, &one, REMAT_F32, REMAT_DEVICE_CPU));
+    RT_OK(remat_params_add(extra, "h.0.attn.c_attn.scale", z));
+    cr_assert_eq(mkdir(rt_tmpdir_path("extra"), 0777), 0);
+    RT_OK(remat_safetensors_save(rt_tmpdir_path("extra/model.safetensors"), extra, 0, NULL));
+    RT_FAILS(remat_hf_load_weights(g, rt_tmpdir_path("extra"), NULL), REMAT_EINVAL,
+             "tensor 'h.0.attn.c_attn.scale' is no parameter's");
+    remat_release(z);
+    remat_params_free(extra);
+    remat_params_free(base);
+    remat_params_free(exact);
+    remat_params_free(g);
+    remat_params_free(want);
+}
+
+/* remat_hf_export_sharded writes save_pretrained's shards and index; a
+ * later export in one file replaces them (and the other way), leaving the
+ * directory's other files. */
+Test(hf, export_in_shards_and_back) {
+    remat_model_config c;
+    remat_hf_extra x;
+    RT_OK(remat_hf_config_read(&c, &x, FIX "/llama-tiny"));
+    remat_params *p = zeros_like(FIX "/llama-tiny/model.safetensors");
+    RT_OK(remat_hf_load_weights(p, FIX "/llama-tiny", NULL));
+    char out[512];
+    snprintf(out, sizeof out, "%s", rt_tmpdir_path("out"));
+    cr_assert_eq(mkdir(out, 0777), 0);
+    fclose(fopen(rt_tmpdir_path("out/tokenizer.json"), "w"));
+    RT_OK(remat_hf_export_sharded(out, &c, &x, p, 4096));
+    char want[1024] = "config.json";
+    for (int k = 1; k <= 7; k++)
+        snprintf(want + strlen(want), sizeof want - strlen(want),
+                 " model-%05d-of-00007.safetensors", k);
+    strcat(want, " model.safetensors.index.json tokenizer.json");
+    cr_assert_str_eq(rt_tmpdir_list("out"), want);
+    remat_params *q = zeros_like(FIX "/llama-tiny/model.safetensors");
+    RT_OK(remat_hf_load_weights(q, out, NULL));
+    assert_same_params(p, q);
+    RT_OK(remat_hf_export(out, &c, &x, p));
+    cr_assert_str_eq(rt_tmpdir_list("out"), "config.json model.safetensors tokenizer.json");
+    RT_OK(remat_hf_export_sharded(out, &c, &x, p, 4096));
+    cr_assert_str_eq(rt_tmpdir_list("out"), want);
+    RT_FAILS(remat_hf_export_sharded(out, &c, &x, p, 0), REMAT_EINVAL,
+             "max_shard_bytes must be positive");
     remat_params_free(p);
     remat_params_free(q);
 }

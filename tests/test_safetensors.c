@@ -14,6 +14,7 @@
 
 #include "remat/params.h"
 #include "remat/safetensors.h"
+#include "support/fenced.h"
 #include "support/rt.h"
 #include "support/tmpdir.h"
 
@@ -696,4 +697,195 @@ Test(safetensors, refuses_bad_indexes) {
     fclose(fp);
     refused(rt_tmpdir_path("more.index.json"), REMAT_EFORMAT, "tensor 'c' is not in the weight_map",
             NULL);
+}
+
+/* ---- sharded checkpoints written (remat_safetensors_save_sharded) ------------------------- */
+
+/* f32 tensors a, b, c, big, d, e, f, z of 6, 6, 2, 12, 6, 2, 2, 0 elements
+ * (values 0, 0.25, ... from 10 * their rank) in a new collection, which
+ * holds the only references. */
+#define N_EIGHT 8
+static remat_params *eight(void) {
+    static const char *names[N_EIGHT] = {"a", "b", "c", "big", "d", "e", "f", "z"};
+    static const int64_t sizes[N_EIGHT] = {6, 6, 2, 12, 6, 2, 2, 0};
+    remat_params *p = NULL;
+    RT_OK(remat_params_new(&p));
+    for (int i = 0; i < N_EIGHT; i++) {
+        remat_tensor *t = tensor(REMAT_F32, 1, &sizes[i], 10.0 * i);
+        RT_OK(remat_params_add(p, names[i], t));
+        remat_release(t);
+    }
+    return p;
+}
+
+/* Zeroed parameters of the same names and shapes, loaded from `path`, equal p's. */
+static void loads_back(const remat_params *p, const char *path) {
+    remat_params *q = NULL;
+    RT_OK(remat_params_new(&q));
+    for (int64_t i = 0; i < remat_params_count(p); i++) {
+        remat_tensor *t = remat_params_tensor(p, i), *z = NULL;
+        RT_OK(remat_zeros(&z, remat_ndim(t), remat_shape(t), remat_tensor_dtype(t),
+                          REMAT_DEVICE_CPU));
+        RT_OK(remat_params_add(q, remat_params_name(p, i), z));
+        remat_release(z);
+    }
+    RT_OK(remat_safetensors_load(q, path, NULL));
+    for (int64_t i = 0; i < remat_params_count(p); i++)
+        assert_same_values(remat_params_tensor(q, i), remat_params_tensor(p, i),
+                           remat_params_name(p, i));
+    remat_params_free(q);
+}
+
+static char *slurp(const char *path) {
+    FILE *fp = fopen(path, "rb");
+    cr_assert(fp, "cannot open %s", path);
+    static char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, fp);
+    fclose(fp);
+    buf[n] = '\0';
+    return buf;
+}
+
+#define SHARD(k, n) "model-0000" #k "-of-0000" #n ".safetensors"
+
+/* Under a 40-byte limit the tensors are cut as huggingface_hub 2.4's
+ * split_torch_state_dict_into_shards cuts them ([a], [big], [b, c],
+ * [d, e, f, z]: the tensor larger than the limit gets its shard where it
+ * comes, before the one being filled), and the index is what
+ * json.dumps(index, indent=2, sort_keys=True) writes (both from Python). */
+Test(safetensors, sharded_save_cuts_as_huggingface_hub) {
+    remat_params *p = eight();
+    const char *meta[] = {"format", "pt"};
+    RT_OK(remat_safetensors_save_sharded(rt_tmpdir(), NULL, p, 40, 1, meta));
+    cr_assert_str_eq(rt_tmpdir_list(""), SHARD(1, 4) " " SHARD(2, 4) " " SHARD(3, 4) " " SHARD(
+                                             4, 4) " model.safetensors.index.json");
+    cr_assert_str_eq(slurp(rt_tmpdir_path("model.safetensors.index.json")),
+                     "{\n  \"metadata\": {\n    \"total_parameters\": 36,\n    \"total_size\": "
+                     "144\n  },\n  \"weight_map\": {\n"
+                     "    \"a\": \"model-00001-of-00004.safetensors\",\n"
+                     "    \"b\": \"model-00003-of-00004.safetensors\",\n"
+                     "    \"big\": \"model-00002-of-00004.safetensors\",\n"
+                     "    \"c\": \"model-00003-of-00004.safetensors\",\n"
+                     "    \"d\": \"model-00004-of-00004.safetensors\",\n"
+                     "    \"e\": \"model-00004-of-00004.safetensors\",\n"
+                     "    \"f\": \"model-00004-of-00004.safetensors\",\n"
+                     "    \"z\": \"model-00004-of-00004.safetensors\"\n  }\n}\n");
+    remat_safetensors *f = NULL;
+    RT_OK(remat_safetensors_open(&f, rt_tmpdir_path(SHARD(3, 4))));
+    cr_assert_eq(remat_safetensors_count(f), 2);
+    cr_assert_str_eq(remat_safetensors_at(f, 0)->name, "b");
+    cr_assert_str_eq(remat_safetensors_at(f, 1)->name, "c");
+    cr_assert_str_eq(remat_safetensors_metadata(f, "format"), "pt");
+    remat_safetensors_close(f);
+    loads_back(p, rt_tmpdir_path("model.safetensors.index.json"));
+    remat_params_free(p);
+}
+
+/* A new save replaces what an earlier one of the same stem left: shards of
+ * another count, the single file beside shards, the index and shards beside
+ * a single file; other files stay. */
+Test(safetensors, sharded_save_replaces_an_earlier_checkpoint) {
+    remat_params *p = eight();
+    cr_assert_eq(mkdir(rt_tmpdir_path("ck"), 0777), 0);
+    fclose(fopen(rt_tmpdir_path("ck/tokenizer.json"), "w"));
+    fclose(fopen(rt_tmpdir_path("ck/other-00001-of-00002.safetensors"), "w"));
+    char ck[512];
+    snprintf(ck, sizeof ck, "%s", rt_tmpdir_path("ck"));
+    RT_OK(remat_safetensors_save_sharded(ck, "model", p, 40, 0, NULL));
+    RT_OK(
+        remat_safetensors_save_sharded(ck, "model", p, 64, 0, NULL)); /* [a b c] [big] [d e f z] */
+    cr_assert_str_eq(rt_tmpdir_list("ck"),
+                     SHARD(1, 3) " " SHARD(2, 3) " " SHARD(3, 3) " model.safetensors.index.json "
+                                                                 "other-00001-of-00002.safetensors "
+                                                                 "tokenizer.json");
+    loads_back(p, rt_tmpdir_path("ck/model.safetensors.index.json"));
+    RT_OK(remat_safetensors_save_sharded(ck, NULL, p, 1000, 0, NULL)); /* one file */
+    cr_assert_str_eq(rt_tmpdir_list("ck"),
+                     "model.safetensors other-00001-of-00002.safetensors tokenizer.json");
+    loads_back(p, rt_tmpdir_path("ck/model.safetensors"));
+    RT_OK(remat_safetensors_save_sharded(ck, NULL, p, 40, 0, NULL));
+    cr_assert_str_eq(rt_tmpdir_list("ck"), SHARD(1, 4) " " SHARD(2, 4) " " SHARD(3, 4) " " SHARD(
+                                               4, 4) " model.safetensors.index.json "
+                                                     "other-00001-of-00002.safetensors "
+                                                     "tokenizer.json");
+    loads_back(p, rt_tmpdir_path("ck/model.safetensors.index.json"));
+    remat_params_free(p);
+}
+
+/* A save that fails leaves the directory as it was (no shard renamed, no
+ * temporary file); bad arguments are refused before anything is written. */
+Test(safetensors, sharded_save_failures_leave_the_directory_as_it_was) {
+    remat_params *p = eight();
+    RT_OK(remat_safetensors_save_sharded(rt_tmpdir(), NULL, p, 40, 0, NULL));
+    char before[4096];
+    snprintf(before, sizeof before, "%s", rt_tmpdir_list(""));
+    remat_params *q = eight(); /* the same names, other values, plus a bad one last */
+    for (int64_t i = 0; i < remat_params_count(q); i++)
+        RT_OK(remat_mul_scalar_(remat_params_tensor(q, i), 2));
+    remat_tensor *m = NULL;
+    int64_t one = 1;
+    RT_OK(remat_zeros(&m, 1, &one, REMAT_F32, REMAT_DEVICE_CPU));
+    RT_OK(remat_params_add(q, "__metadata__", m));
+    RT_FAILS(remat_safetensors_save_sharded(rt_tmpdir(), NULL, q, 40, 0, NULL), REMAT_EINVAL,
+             "\"__metadata__\" is reserved");
+    cr_assert_str_eq(rt_tmpdir_list(""), before);
+    RT_FAILS(remat_safetensors_save_sharded(rt_tmpdir(), NULL, q, 0, 0, NULL), REMAT_EINVAL,
+             "max_shard_bytes must be positive");
+    RT_FAILS(remat_safetensors_save_sharded(rt_tmpdir(), "a/b", q, 40, 0, NULL), REMAT_EINVAL,
+             "plain file name");
+    RT_FAILS(remat_safetensors_save_sharded(rt_tmpdir_path("none"), NULL, q, 40, 0, NULL),
+             REMAT_EIO, "is not a directory");
+    cr_assert_str_eq(rt_tmpdir_list(""), before);
+    remat_params_free(q);
+    remat_release(m);
+    loads_back(p, rt_tmpdir_path("model.safetensors.index.json")); /* the first save's values */
+    remat_params_free(p);
+}
+
+/* ---- parameters on a device the host cannot address ------------------------------------- */
+
+/* Loading writes parameters on "fenced" (tests/support/fenced.h: memory
+ * that faults on any host access outside kernels and copies, as a GPU's):
+ * contiguous ones by a copy to the device, a strided view through a staging
+ * tensor on the device, converted from the file's dtype; saving reads them
+ * back. The values are the cpu load's. */
+Test(safetensors, loads_and_saves_on_a_device_the_host_cannot_address) {
+    remat_device fd = {rt_fenced_type(), 0};
+    cr_assert_geq(fd.type, 0);
+    int64_t s23[2] = {2, 3}, s32[2] = {3, 2}, s4[1] = {4};
+    remat_tensor *w = tensor(REMAT_F32, 2, s23, 1), *t = tensor(REMAT_F32, 2, s32, 5),
+                 *b = tensor(REMAT_F64, 1, s4, -2);
+    remat_params *src = NULL;
+    RT_OK(remat_params_new(&src));
+    RT_OK(remat_params_add(src, "w", w));
+    RT_OK(remat_params_add(src, "t", t));
+    RT_OK(remat_params_add(src, "b", b));
+    RT_OK(remat_safetensors_save(rt_tmpdir_path("s.safetensors"), src, 0, NULL));
+    remat_tensor *dw = NULL, *base = NULL, *view = NULL, *db = NULL;
+    RT_OK(remat_zeros(&dw, 2, s23, REMAT_F32, fd));
+    RT_OK(remat_zeros(&base, 2, s23, REMAT_F32, fd));
+    RT_OK(remat_transpose(&view, base, 0, 1)); /* [3, 2], strided */
+    RT_OK(remat_zeros(&db, 1, s4, REMAT_BF16, fd));
+    remat_params *p = NULL;
+    RT_OK(remat_params_new(&p));
+    RT_OK(remat_params_add(p, "w", dw));
+    RT_OK(remat_params_add(p, "t", view));
+    RT_OK(remat_params_add(p, "b", db));
+    uint64_t v0 = remat_version(dw);
+    RT_OK(remat_safetensors_load(p, rt_tmpdir_path("s.safetensors"), NULL));
+    cr_assert_gt(remat_version(dw), v0);
+    assert_same_values(dw, w, "contiguous f32 on the device");
+    assert_same_values(view, t, "strided f32 on the device");
+    assert_same_values(db, b, "F64 -> bf16 on the device (exact values)");
+    RT_OK(remat_safetensors_save(rt_tmpdir_path("back.safetensors"), p, 0, NULL));
+    loads_back(src, rt_tmpdir_path("back.safetensors"));
+    remat_params_free(p);
+    remat_params_free(src);
+    remat_release(w);
+    remat_release(t);
+    remat_release(b);
+    remat_release(dw);
+    remat_release(base);
+    remat_release(view);
+    remat_release(db);
 }

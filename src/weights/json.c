@@ -132,16 +132,23 @@ remat_status rm_temp_create(const char *call, const char *path, char **tmp, FILE
     return rc;
 }
 
-remat_status rm_temp_finish(const char *call, remat_status rc, FILE *fp, char *tmp,
-                            const char *path) {
+remat_status rm_temp_close(const char *call, remat_status rc, FILE *fp, const char *tmp) {
     if (!rc && (fflush(fp) != 0 || fsync(fileno(fp)) != 0))
         rc = rm_err(REMAT_EIO, "%s: cannot write '%s': %s", call, tmp, strerror(errno));
     if (fclose(fp) != 0 && !rc)
         rc = rm_err(REMAT_EIO, "%s: cannot write '%s': %s", call, tmp, strerror(errno));
-    if (!rc && rename(tmp, path) != 0)
+    if (rc) unlink(tmp);
+    return rc;
+}
+
+remat_status rm_temp_finish(const char *call, remat_status rc, FILE *fp, char *tmp,
+                            const char *path) {
+    rc = rm_temp_close(call, rc, fp, tmp);
+    if (!rc && rename(tmp, path) != 0) {
         rc = rm_err(REMAT_EIO, "%s: cannot rename '%s' to '%s': %s", call, tmp, path,
                     strerror(errno));
-    if (rc) unlink(tmp);
+        unlink(tmp);
+    }
     free(tmp);
     return rc;
 }

@@ -20,4 +20,9 @@ void rt_tmpdir_remove(void);
  * valid, so a call may take up to 4 paths. */
 const char *rt_tmpdir_path(const char *name);
 
+/* The names in the directory's subdirectory `sub` ("" for the directory
+ * itself), sorted and separated by spaces ("" when empty), in a buffer
+ * valid until the next call. */
+const char *rt_tmpdir_list(const char *sub);
+
 #endif /* REMAT_TEST_TMPDIR_H */
