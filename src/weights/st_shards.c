@@ -165,8 +165,7 @@ static remat_status remove_stale(const char *call, const char *dir, const char *
         rc = rm_err(REMAT_EIO, "%s: cannot remove the earlier '%s': %s", call, path,
                     strerror(errno));
     DIR *d = rc ? NULL : opendir(dir);
-    if (!rc && !d)
-        return rm_err(REMAT_EIO, "%s: cannot list '%s': %s", call, dir, strerror(errno));
+    if (!rc && !d) return rm_err(REMAT_EIO, "%s: cannot list '%s': %s", call, dir, strerror(errno));
     for (struct dirent *e; !rc && (e = readdir(d)) != NULL;) {
         long k = 0, n = 0;
         if (!parse_shard_name(e->d_name, stem, &k, &n) ||
@@ -183,8 +182,7 @@ static remat_status remove_stale(const char *call, const char *dir, const char *
 }
 
 static bool plain_stem(const char *s) {
-    return *s && !strchr(s, '/') && strlen(s) < 200 && strcmp(s, ".") != 0 &&
-           strcmp(s, "..") != 0;
+    return *s && !strchr(s, '/') && strlen(s) < 200 && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
 }
 
 remat_status remat_safetensors_save_sharded(const char *dir, const char *stem,
