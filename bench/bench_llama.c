@@ -41,7 +41,7 @@ typedef struct args {
     int64_t hidden, intermediate, vocab, positions, batch, context;
 } args;
 
-static size_t (*g_heap_reset)(void), (*g_heap_peak)(void);
+static int64_t (*g_heap_reset)(void), (*g_heap_peak)(void);
 
 static long rss_kib(void) {
     FILE *f = fopen("/proc/self/status", "r");
@@ -163,14 +163,15 @@ static void run_steps(const args *a) {
         remat_alloc_stats st0, st1;
         CHECK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
         CHECK(remat_alloc_stats_get(REMAT_DEVICE_CPU, &st0));
-        size_t h0 = g_heap_reset ? g_heap_reset() : 0;
+        int64_t h0 = g_heap_reset ? g_heap_reset() : 0;
         double t0 = now();
         step(m, o, in, tg, &s, NULL);
         t[r] = now() - t0;
         CHECK(remat_alloc_stats_get(REMAT_DEVICE_CPU, &st1));
         size_t ap = st1.peak_bytes - st0.current_bytes;
         if (ap > alloc_peak) alloc_peak = ap;
-        if (g_heap_peak && g_heap_peak() - h0 > heap_peak) heap_peak = g_heap_peak() - h0;
+        if (g_heap_peak && g_heap_peak() - h0 > (int64_t)heap_peak)
+            heap_peak = (size_t)(g_heap_peak() - h0);
         long rss = rss_kib();
         if (rss > rss_peak) rss_peak = rss;
     }
@@ -245,7 +246,7 @@ int main(int argc, char **argv) {
               .reps = 3,
               .threads = 0,
               .prompt = 16};
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* flag, value */
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         struct {
             const char *name;
@@ -274,11 +275,10 @@ int main(int argc, char **argv) {
         if (flags[k].s) *flags[k].s = v;
         else if (flags[k].i) *flags[k].i = atoi(v);
         else *flags[k].l = atoll(v);
-        i++;
     }
     if (a.threads > 0) omp_set_num_threads(a.threads);
-    g_heap_reset = (size_t(*)(void))dlsym(RTLD_DEFAULT, "remat_heap_peak_reset");
-    g_heap_peak = (size_t(*)(void))dlsym(RTLD_DEFAULT, "remat_heap_peak_bytes");
+    g_heap_reset = (int64_t(*)(void))dlsym(RTLD_DEFAULT, "remat_heap_peak_reset");
+    g_heap_peak = (int64_t(*)(void))dlsym(RTLD_DEFAULT, "remat_heap_peak_bytes");
     if (a.export_dir) export_model(&a);
     else if (a.dir && a.step) run_steps(&a);
     else if (a.dir && a.sample > 0) run_sample(&a);
