@@ -85,13 +85,14 @@ void remat_plan_explain(const remat_plan *p, const remat_op_profile *ops, size_t
         k = e;
     }
     if (p->has_profile) {
-        fprintf(f, "  predicted: %speak %.2f MiB (budget %.2f MiB), step %.3f ms\n",
-                p->whole_step ? "step " : "", PL_MIB(p->peak_bytes), PL_MIB(p->budget_bytes),
+        fprintf(f, "  predicted: %speak %zu bytes (%.2f MiB; budget %zu), step %.3f ms\n",
+                p->whole_step ? "step " : "", p->peak_bytes, PL_MIB(p->peak_bytes), p->budget_bytes,
                 p->time * 1e3);
         if (measured_peak > 0) {
-            fprintf(f, "  measured:  %speak %.2f MiB (%+.2f MiB against the prediction)",
-                    p->whole_step ? "step " : "", PL_MIB(measured_peak),
-                    PL_MIB((double)measured_peak) - PL_MIB(p->peak_bytes));
+            fprintf(f,
+                    "  measured:  %speak %zu bytes (%.2f MiB; %+.0f bytes against the prediction)",
+                    p->whole_step ? "step " : "", measured_peak, PL_MIB(measured_peak),
+                    (double)measured_peak - (double)p->peak_bytes);
             if (measured_time > 0)
                 fprintf(f, ", step %.3f ms (%+.1f%%)", measured_time * 1e3,
                         p->time > 0 ? (measured_time / p->time - 1) * 100 : 0.0);

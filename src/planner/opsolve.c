@@ -184,9 +184,7 @@ static opt_t opt_ckpt(const pl_model *m, int s, const front_pt *p, int pt) {
                    m->uf[s] + rt + m->ub[s], pt};
 }
 
-static int64_t slots_up(uint64_t v, uint64_t unit) {
-    return (int64_t)(v / unit + (v % unit != 0));
-}
+static int64_t slots_up(uint64_t v, uint64_t unit) { return (int64_t)(v / unit + (v % unit != 0)); }
 
 /* What the solver chose for each stage of the chain. */
 typedef struct op_choice {
@@ -267,9 +265,9 @@ static remat_status op_dp(const pl_model *m, const stage_front *const *fronts, u
 }
 
 /* The plan of a choice vector: STORE, or CHECKPOINT(s..s) over STORE s with keep sets. */
-static remat_status build_ops_plan(remat_plan **out, const pl_model *m,
-                                   const remat_op_profile *ops, const stage_front *const *fronts,
-                                   const op_choice *ch, const char *call) {
+static remat_status build_ops_plan(remat_plan **out, const pl_model *m, const remat_op_profile *ops,
+                                   const stage_front *const *fronts, const op_choice *ch,
+                                   const char *call) {
     pl_builder b = {0};
     for (int s = 0; s < m->n_chain; s++) {
         if (ch[s].pt < 0) {
@@ -384,11 +382,20 @@ remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profil
     if (rc) goto done;
     uint64_t min_total = pl_total(&m, minpk);
     if ((uint64_t)budget_bytes < min_total) {
-        rc = rm_err(REMAT_EINVAL,
-                    "%s: budget %zu bytes (%.2f MiB) is below the smallest %s peak any plan of "
-                    "this chain of %d stages reaches: %" PRIu64 " bytes (%.2f MiB)",
-                    call, budget_bytes, PL_MIB(budget_bytes), m.step ? "whole-step" : "chain",
-                    m.n_chain, min_total, PL_MIB(min_total));
+        if (m.step)
+            rc = rm_err(REMAT_EINVAL,
+                        "%s: budget %zu bytes (%.2f MiB) is below the smallest whole-step peak "
+                        "any plan of this chain of %d stages reaches: %" PRIu64
+                        " bytes (%.2f MiB), of which %.2f MiB lie outside the chain (parameters, "
+                        "optimizer state, batch)",
+                        call, budget_bytes, PL_MIB(budget_bytes), m.n_chain, min_total,
+                        PL_MIB(min_total), PL_MIB(m.fixed));
+        else
+            rc = rm_err(REMAT_EINVAL,
+                        "%s: budget %zu bytes (%.2f MiB) is below the minimum this chain of %d "
+                        "stages needs: %" PRIu64 " bytes (%.2f MiB)",
+                        call, budget_bytes, PL_MIB(budget_bytes), m.n_chain, min_total,
+                        PL_MIB(min_total));
         goto done;
     }
     uint64_t chain_budget = (uint64_t)budget_bytes - m.fixed;

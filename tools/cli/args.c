@@ -127,6 +127,9 @@ static const opt_row rows[] = {
              "not for budget= and selective=, which are non-reentrant)"},
     {"--verbose", NULL, OPT_FLAG, TB, SEC_CKPT, T(verbose),
      .help = "print the planner's profile of the blocks and its plans"},
+    {"--explain", NULL, OPT_FLAG, CMD_TRAIN, SEC_CKPT, T(explain),
+     .help = "budget=: per block, the ops the plan keeps and\n"
+             "recomputes, predicted and measured peak and time"},
     /* data parallelism */
     {"--dist-timeout", "S", OPT_POSNUM, TB, SEC_DIST, T(dist_timeout), .lo = 0, .hi = BIG,
      .help = "a rank that fails or stops answering ends the job\nwithin S seconds, naming it",

@@ -320,7 +320,20 @@ static int train_plan(train_run *tr) {
         remat_profile_print(prof, term_buf_open(&tb, stderr));
         term_buf_close(&tb, stderr);
     }
-    if (!rc) rc = strategy_plan(&c->strat, prof, &sp);
+    if (!rc && strategy_wants_ops(&c->strat)) {
+        if (!c->quiet) term_printf(stderr, "  profiling their ops...\n");
+        rc = task_batch(&tr->tk, tr->start, &pb);
+        if (!rc) {
+            rc = model_profile_ops(&tr->m, &pb, &tr->ops);
+            batch_free(&pb);
+        }
+        if (!rc && c->verbose && !c->quiet) {
+            term_buf tb;
+            remat_op_profile_print(tr->ops, term_buf_open(&tb, stderr));
+            term_buf_close(&tb, stderr);
+        }
+    }
+    if (!rc) rc = strategy_plan(&c->strat, prof, &sp, tr->ops);
     remat_profile_free(prof);
     if (rc) {
         char msg[768]; /* remat_set_error must not read the buffer it writes */
@@ -475,6 +488,7 @@ static int train_free(train_run *tr, int rc) {
     outputs_release(&tr->claim);
     step_report_free(&tr->rep);
     strategy_free(&c->strat);
+    remat_op_profile_free(tr->ops);
     if (tr->traced) trace_free(&tr->tr);
     free(tr->losses);
     free(tr->times);
