@@ -472,3 +472,99 @@ Test(opplan, executed_plans_fit_the_step_budget_with_bitwise_gradients) {
     tchain_free(&c);
     cr_assert_eq(remat_live_tensors(), 0);
 }
+
+/* ---- a stage with an in-place op ----------------------------------------------------------- */
+typedef struct ip_stage {
+    remat_tensor *w1, *w2;
+} ip_stage;
+
+/* y = w2 · (gelu(w1 · x) += x) : the add modifies gelu's output in place */
+static int ip_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    ip_stage *s = ud;
+    remat_tensor *h = NULL, *g = NULL;
+    int rc = remat_linear(&h, in[0], s->w1, NULL);
+    if (!rc) rc = remat_gelu(&g, h, REMAT_GELU_TANH);
+    if (!rc) rc = remat_add_(g, in[0], 1.0);
+    if (!rc) rc = remat_linear(&out[0], g, s->w2, NULL);
+    remat_release(h);
+    remat_release(g);
+    return rc;
+}
+
+Test(opplan, nothing_before_an_in_place_op_is_kept) {
+    enum { N = 3, W = 24, R = 64 };
+    ip_stage st[N];
+    remat_stage stages[N];
+    remat_tensor *params[2 * N];
+    for (int k = 0; k < N; k++) {
+        int64_t ws[2] = {W, W};
+        st[k].w1 = rt_rand(2, ws, REMAT_F32, -0.3, 0.3, 40u + (unsigned)k);
+        st[k].w2 = rt_rand(2, ws, REMAT_F32, -0.3, 0.3, 50u + (unsigned)k);
+        RT_OK(remat_set_requires_grad(st[k].w1, true));
+        RT_OK(remat_set_requires_grad(st[k].w2, true));
+        params[2 * k] = st[k].w1, params[2 * k + 1] = st[k].w2;
+        stages[k] = (remat_stage){ip_fn, &st[k]};
+    }
+    int64_t xs[2] = {R, W};
+    remat_tensor *x = rt_rand(2, xs, REMAT_F32, -1, 1, 9);
+    RT_OK(remat_set_requires_grad(x, true));
+    remat_op_profile *ops = NULL;
+    remat_profile *prof = NULL;
+    remat_profile_options po = {.runs = 1};
+    RT_OK(remat_profile_ops(&ops, N, stages, x, &po));
+    RT_OK(remat_profile_stages(&prof, N, stages, x, &po));
+    const remat_stage_ops *s0 = &ops->stages[0];
+    cr_assert_eq(s0->n_ops, 4);
+    cr_assert_str_eq(s0->ops[2].name, "remat_add_");
+    cr_assert(!s0->ops[0].cacheable && !s0->ops[1].cacheable && !s0->ops[2].cacheable);
+    cr_assert(s0->ops[3].cacheable, "the linear after it may be kept");
+    /* every plan runs and gives the gradients of no checkpointing */
+    remat_tensor *ref[2 * N + 1], *got[2 * N + 1];
+    for (int pass = 0; pass < 2; pass++) {
+        remat_plan *sa = NULL;
+        RT_OK(remat_plan_create_ops(&sa, prof, ops, NULL, SIZE_MAX, NULL));
+        size_t lo = sa->min_budget_bytes, hi = sa->peak_store_all;
+        remat_plan_free(sa);
+        for (int b = 0; b <= (pass ? 4 : 0); b++) {
+            remat_plan *plan = NULL;
+            if (pass)
+                RT_OK(remat_plan_create_ops(&plan, prof, ops, NULL, lo + (hi - lo) * (size_t)b / 4,
+                                            NULL));
+            rt_zero_grads(2 * N, params);
+            RT_OK(remat_set_grad(x, NULL));
+            remat_tensor *y = NULL, *loss = NULL;
+            if (plan) RT_OK(remat_plan_run(plan, stages, x, &y));
+            else {
+                remat_tensor *cur = remat_retain(x);
+                for (int k = 0; k < N; k++) {
+                    remat_tensor *nx = NULL;
+                    RT_OK(ip_fn(&st[k], &cur, 1, &nx, 1));
+                    remat_release(cur);
+                    cur = nx;
+                }
+                y = cur;
+            }
+            RT_OK(loss_fn(NULL, &y, 1, &loss, 1));
+            RT_OK(remat_backward_scalar(loss));
+            remat_release(loss);
+            remat_release(y);
+            remat_tensor **dst = pass ? got : ref;
+            dst[0] = remat_retain(remat_tensor_grad(x));
+            for (int i = 0; i < 2 * N; i++) dst[1 + i] = remat_retain(remat_tensor_grad(params[i]));
+            if (pass) {
+                for (int i = 0; i <= 2 * N; i++) {
+                    cr_assert(rt_bitwise_equal(got[i], ref[i]), "budget %d: gradient %d", b, i);
+                    remat_release(got[i]);
+                }
+            }
+            remat_plan_free(plan);
+        }
+    }
+    for (int i = 0; i <= 2 * N; i++) remat_release(ref[i]);
+    for (int i = 0; i < 2 * N; i++) remat_release(params[i]);
+    remat_release(x);
+    remat_profile_free(prof);
+    remat_op_profile_free(ops);
+    cr_assert_eq(remat_live_tensors(), 0);
+}

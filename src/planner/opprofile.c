@@ -199,6 +199,16 @@ static remat_status profile_stage_ops(remat_op_profile *p, const remat_stage *st
         goto out;
     }
     memcpy(so->ops, first.ops, (size_t)first.n * sizeof *so->ops);
+    /* An in-place op may modify what an earlier op returned; a kept output
+     * that was modified fails the recomputation (REMAT_EVERSION). Which
+     * earlier output it modifies is not known here: conservatively, nothing
+     * before the stage's last in-place op is kept. */
+    int last_inplace = -1;
+    for (int i = 0; i < first.n; i++) {
+        size_t len = strlen(so->ops[i].name);
+        if (len > 0 && so->ops[i].name[len - 1] == '_') last_inplace = i;
+    }
+    for (int i = 0; i < last_inplace; i++) so->ops[i].cacheable = false;
     for (int j = 0; j < k; j++) {
         const remat_stage_ops *sj = &p->stages[j];
         if (sj->same_as == j && same_ops(sj, &first)) {

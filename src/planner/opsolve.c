@@ -406,6 +406,16 @@ remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profil
     if (unit == 0) unit = 1;
     int64_t M = (int64_t)(chain_budget / unit);
     if (M > (int64_t)n_slots) M = n_slots; /* at or above store-all: nothing more to gain */
+    /* rotor's DP costs L^3/6 steps per slot: its own grid, coarser for long
+     * chains (at most ~1.2e7 steps), fixed by the profile too */
+    double per_slot = (double)m.L * m.L * m.L / 6.0;
+    int r_slots = slots > 0 ? slots : (int)(1.2e7 / per_slot);
+    if (r_slots > n_slots) r_slots = n_slots;
+    if (r_slots < 200) r_slots = 200;
+    uint64_t unit_r = (sa + (uint64_t)r_slots - 1) / (uint64_t)r_slots;
+    if (unit_r == 0) unit_r = 1;
+    int64_t M_r = (int64_t)(chain_budget / unit_r);
+    if (M_r > (int64_t)r_slots) M_r = r_slots;
 
     /* candidate: store everything (the fastest plan of all) */
     {
@@ -445,7 +455,9 @@ remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profil
     if (!best || best->n_recomputed > 0) {
         pl_builder b = {0};
         bool feasible = false;
-        int rr = pl_rotor_on_grid(&m, (uint64_t)M * unit, unit, &b, &feasible, call);
+        int rr = pl_rotor_on_grid(
+            &m, chain_budget < (uint64_t)M_r * unit_r ? chain_budget : (uint64_t)M_r * unit_r,
+            unit_r, &b, &feasible, call);
         if (!rr && feasible) {
             remat_plan *p = NULL;
             rc = pl_finish(&p, &b, m.n_chain, REMAT_PLAN_OPTIMAL, &m, call);

@@ -112,6 +112,8 @@ static const opt_row rows[] = {
              "budget=SIZE: the planner's fastest schedule whose memory\n"
              "fits SIZE (200MiB, 64M, 1.5GiB, 500000 bytes, or 40% of\n"
              "what the blocks add without checkpointing);\n"
+             "it keeps or recomputes each op of each block;\n"
+             "budget=SIZE:blocks-only: whole blocks only;\n"
              "selective=POLICY: every block checkpointed, but the\n"
              "policy's op outputs are kept from the forward:\n"
              "  dots          matmul/linear outputs (the default)\n"
