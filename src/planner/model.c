@@ -473,6 +473,21 @@ void remat_plan_print(const remat_plan *p, FILE *f) {
         fprintf(f, "  predicted cost %.0f stage-steps (store-all %.0f)\n", p->time,
                 p->time_store_all);
     }
+    if (p->kind == REMAT_PLAN_OPS) {
+        /* what the checkpointed stages keep, in one line (remat_plan_explain has the details) */
+        int kept = 0, ops = 0, n_st = 0;
+        size_t bytes = 0;
+        for (int k = 0; k < p->n_stages; k++) {
+            const remat_plan_stage *st = &p->stages[k];
+            if (st->action != REMAT_STAGE_CHECKPOINT) continue;
+            n_st++;
+            ops += st->n_ops;
+            bytes += st->keep_bytes;
+            for (int i = 0; st->keep && i < st->n_ops; i++) kept += st->keep[i] != 0;
+        }
+        fprintf(f, "  op level: the %d checkpointed stages keep %d of their %d ops (%.2f MiB)\n",
+                n_st, kept, ops, PL_MIB(bytes));
+    }
     int *next = subtree_ends(p->nodes, p->n_nodes);
     if (next) {
         fprintf(f, "  structure: ");
@@ -484,14 +499,7 @@ void remat_plan_print(const remat_plan *p, FILE *f) {
         fprintf(f, "  %5s  %-10s %8s\n", "stage", "action", "fwd runs");
         for (int k = 0; k < p->n_stages; k++) {
             const remat_plan_stage *st = &p->stages[k];
-            fprintf(f, "  %5d  %-10s %8d", k, action_name(st->action), st->n_forward);
-            if (st->keep) {
-                int kept = 0;
-                for (int i = 0; i < st->n_ops; i++) kept += st->keep[i] != 0;
-                fprintf(f, "  keeps %d of %d ops (%.2f MiB)", kept, st->n_ops,
-                        PL_MIB(st->keep_bytes));
-            }
-            fputc('\n', f);
+            fprintf(f, "  %5d  %-10s %8d\n", k, action_name(st->action), st->n_forward);
         }
         return;
     }
