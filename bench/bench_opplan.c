@@ -53,8 +53,7 @@ static void block_init(block *b, int64_t D, int64_t H, int64_t T) {
             CHECK(remat_full(&t, sp[i].ndim, sp[i].shape, sp[i].kind == GPT_W_GAIN ? 1.0 : 0.0,
                              REMAT_F32, REMAT_DEVICE_CPU));
         else
-            CHECK(remat_rand_uniform(&t, sp[i].ndim, sp[i].shape,
-                                     -1.0 / sqrt((double)sp[i].fan_in),
+            CHECK(remat_rand_uniform(&t, sp[i].ndim, sp[i].shape, -1.0 / sqrt((double)sp[i].fan_in),
                                      1.0 / sqrt((double)sp[i].fan_in), REMAT_F32,
                                      REMAT_DEVICE_CPU));
         CHECK(remat_set_requires_grad(t, true));
@@ -136,8 +135,8 @@ int main(int argc, char **argv) {
     printf("budgets from %.2f MiB (the minimum) to %.2f MiB (store-all); predicted step time "
            "relative to store-all\n",
            MIB(lo), MIB(hi));
-    printf("%10s | %10s %8s %6s %9s | %10s %8s %9s\n", "budget MiB", "op: peak", "time",
-           "kind", "solve ms", "block: peak", "time", "solve ms");
+    printf("%10s | %10s %8s %6s %9s | %10s %8s %9s\n", "budget MiB", "op: peak", "time", "kind",
+           "solve ms", "block: peak", "time", "solve ms");
     double prev = INFINITY;
     bool monotone = true;
     for (int i = 0; i < N; i++) {
