@@ -438,6 +438,23 @@ static const char *action_name(remat_stage_action a) {
     return "?";
 }
 
+/* Op-level plans: what the checkpointed stages keep, in one line
+ * (remat_plan_explain has the details). */
+static void print_op_summary(const remat_plan *p, FILE *f) {
+    int kept = 0, ops = 0, n_st = 0;
+    size_t bytes = 0;
+    for (int k = 0; k < p->n_stages; k++) {
+        const remat_plan_stage *st = &p->stages[k];
+        if (st->action != REMAT_STAGE_CHECKPOINT) continue;
+        n_st++;
+        ops += st->n_ops;
+        bytes += st->keep_bytes;
+        for (int i = 0; st->keep && i < st->n_ops; i++) kept += st->keep[i] != 0;
+    }
+    fprintf(f, "  op level: the %d checkpointed stages keep %d of their %d ops (%.2f MiB)\n", n_st,
+            kept, ops, PL_MIB(bytes));
+}
+
 void remat_plan_print(const remat_plan *p, FILE *f) {
     if (!p || !f || !p->nodes || !p->stages) return;
     int n_ckpt = 0, maxd = 0;
@@ -473,21 +490,7 @@ void remat_plan_print(const remat_plan *p, FILE *f) {
         fprintf(f, "  predicted cost %.0f stage-steps (store-all %.0f)\n", p->time,
                 p->time_store_all);
     }
-    if (p->kind == REMAT_PLAN_OPS) {
-        /* what the checkpointed stages keep, in one line (remat_plan_explain has the details) */
-        int kept = 0, ops = 0, n_st = 0;
-        size_t bytes = 0;
-        for (int k = 0; k < p->n_stages; k++) {
-            const remat_plan_stage *st = &p->stages[k];
-            if (st->action != REMAT_STAGE_CHECKPOINT) continue;
-            n_st++;
-            ops += st->n_ops;
-            bytes += st->keep_bytes;
-            for (int i = 0; st->keep && i < st->n_ops; i++) kept += st->keep[i] != 0;
-        }
-        fprintf(f, "  op level: the %d checkpointed stages keep %d of their %d ops (%.2f MiB)\n",
-                n_st, kept, ops, PL_MIB(bytes));
-    }
+    if (p->kind == REMAT_PLAN_OPS) print_op_summary(p, f);
     int *next = subtree_ends(p->nodes, p->n_nodes);
     if (next) {
         fprintf(f, "  structure: ");

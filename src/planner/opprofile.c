@@ -175,7 +175,7 @@ static bool same_ops(const remat_stage_ops *a, const op_run *r) {
     if (a->n_ops != r->n) return false;
     for (int i = 0; i < r->n; i++) {
         const remat_op_profile_entry *x = &a->ops[i], *y = &r->ops[i];
-        if (strcmp(x->name, y->name) || x->cache_bytes != y->cache_bytes ||
+        if (strcmp(x->name, y->name) != 0 || x->cache_bytes != y->cache_bytes ||
             x->saved_bytes != y->saved_bytes || x->n_saved != y->n_saved)
             return false;
     }

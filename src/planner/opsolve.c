@@ -335,6 +335,109 @@ static void take_better(remat_plan **best, remat_plan *cand) {
     }
 }
 
+/* The Pareto set of each distinct stage (op times scaled to the stage's profiled forward). */
+static remat_status build_fronts(const pl_model *m, const remat_op_profile *ops, stage_front *dist,
+                                 const stage_front **fronts, const char *call) {
+    for (int s = 0; s < m->n_chain; s++) {
+        const remat_stage_ops *so = &ops->stages[s];
+        int src = so->same_as;
+        if (src < s && ops->stages[src].n_ops == so->n_ops && m->uf[src] == m->uf[s]) {
+            fronts[s] = fronts[src];
+            continue;
+        }
+        double sum = 0;
+        for (int i = 0; i < so->n_ops; i++) sum += so->ops[i].time;
+        double scale = sum > 0 ? m->uf[s] / sum : 0;
+        if (build_front(&dist[s], so, scale))
+            return rm_err(REMAT_ENOMEM, "%s: out of memory for the Pareto sets", call);
+        fronts[s] = &dist[s];
+    }
+    return REMAT_OK;
+}
+
+/* The smallest feasible budget (rotor's exact minimal peak, whose plan goes
+ * to mb); REMAT_EINVAL naming it when budget is below. */
+static remat_status check_minimum(const pl_model *m, size_t budget, pl_builder *mb,
+                                  uint64_t *min_total, const char *call) {
+    uint64_t minpk = 0;
+    int rc = pl_min_peak(m, &minpk, mb, call);
+    if (rc) return rc;
+    *min_total = pl_total(m, minpk);
+    if ((uint64_t)budget >= *min_total) return REMAT_OK;
+    if (m->step)
+        return rm_err(REMAT_EINVAL,
+                      "%s: budget %zu bytes (%.2f MiB) is below the smallest whole-step peak "
+                      "any plan of this chain of %d stages reaches: %" PRIu64
+                      " bytes (%.2f MiB), of which %.2f MiB lie outside the chain (parameters, "
+                      "optimizer state, batch)",
+                      call, budget, PL_MIB(budget), m->n_chain, *min_total, PL_MIB(*min_total),
+                      PL_MIB(m->fixed));
+    return rm_err(REMAT_EINVAL,
+                  "%s: budget %zu bytes (%.2f MiB) is below the minimum this chain of %d "
+                  "stages needs: %" PRIu64 " bytes (%.2f MiB)",
+                  call, budget, PL_MIB(budget), m->n_chain, *min_total, PL_MIB(*min_total));
+}
+
+/* The grids, fixed by the profile (the store-all peak), never by the budget:
+ * the op-level DP's (the automatic slot count) and rotor's (its DP costs
+ * L^3/6 steps per slot: coarser for long chains, ~1.2e7 steps at most). */
+typedef struct op_grid {
+    uint64_t unit, unit_r; /* bytes per slot */
+    int64_t M, M_r;        /* slots the chain's share of the budget holds */
+} op_grid;
+
+static op_grid make_grid(const pl_model *m, uint64_t chain_budget, int slots) {
+    op_grid g;
+    uint64_t sa = pl_store_all_peak(m);
+    int n_slots = slots > 0 ? slots : pl_auto_slots(m);
+    g.unit = (sa + (uint64_t)n_slots - 1) / (uint64_t)n_slots;
+    if (g.unit == 0) g.unit = 1;
+    g.M = (int64_t)(chain_budget / g.unit);
+    if (g.M > (int64_t)n_slots) g.M = n_slots; /* at or above store-all: nothing more to gain */
+    double per_slot = (double)m->L * m->L * m->L / 6.0;
+    int r_slots = slots > 0 ? slots : (int)(1.2e7 / per_slot);
+    if (r_slots > n_slots) r_slots = n_slots;
+    if (r_slots < 200) r_slots = 200;
+    g.unit_r = (sa + (uint64_t)r_slots - 1) / (uint64_t)r_slots;
+    if (g.unit_r == 0) g.unit_r = 1;
+    g.M_r = (int64_t)(chain_budget / g.unit_r);
+    if (g.M_r > (int64_t)r_slots) g.M_r = r_slots;
+    return g;
+}
+
+/* A fixed plan (store-all, the minimal-peak plan from b) is a candidate when it fits. */
+static remat_status fixed_candidate(remat_plan **best, pl_builder *b, const pl_model *m,
+                                    remat_plan_kind kind, size_t budget, const char *call) {
+    remat_plan *p = NULL;
+    int rc = pl_finish(&p, b, m->n_chain, kind, m, call);
+    if (rc) return rc;
+    if (p->peak_bytes <= budget) take_better(best, p);
+    else remat_plan_free(p);
+    return REMAT_OK;
+}
+
+/* The op-level DP's plan (a) and rotor's (b), each when one fits its grid. */
+static remat_status grid_candidates(remat_plan **best, const pl_model *m,
+                                    const remat_op_profile *ops, const stage_front **fronts,
+                                    op_choice *ch, const op_grid *g, size_t budget,
+                                    const char *call) {
+    bool found = false;
+    int rc = op_dp(m, fronts, g->unit, g->M, ch, &found);
+    if (rc) return rm_err(REMAT_ENOMEM, "%s: out of memory for %" PRId64 " slots", call, g->M + 1);
+    if (found) {
+        remat_plan *p = NULL;
+        rc = build_ops_plan(&p, m, ops, fronts, ch, call);
+        if (rc) return rc;
+        take_better(best, p);
+    }
+    pl_builder b = {0};
+    bool feasible = false;
+    int rr = pl_rotor_on_grid(m, (uint64_t)g->M_r * g->unit_r, g->unit_r, &b, &feasible, call);
+    if (!rr && feasible) return fixed_candidate(best, &b, m, REMAT_PLAN_OPTIMAL, budget, call);
+    free(b.nodes); /* too big a table: the op-level candidates stand */
+    return REMAT_OK;
+}
+
 remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profile,
                                    const remat_op_profile *ops, const remat_step_profile *step,
                                    size_t budget_bytes, const remat_plan_options *opts) {
@@ -353,135 +456,37 @@ remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profil
     const stage_front **fronts = calloc((size_t)m.L, sizeof *fronts);
     op_choice *ch = calloc((size_t)m.L, sizeof *ch);
     remat_plan *best = NULL;
-    pl_builder mb = {0};
-    if (!dist || !fronts || !ch) {
-        rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
-        goto done;
-    }
-    /* the Pareto set of each distinct stage (times scaled to the stage's profiled forward) */
-    for (int s = 0; s < m.n_chain; s++) {
-        const remat_stage_ops *so = &ops->stages[s];
-        int src = so->same_as;
-        if (src < s && ops->stages[src].n_ops == so->n_ops && m.uf[src] == m.uf[s]) {
-            fronts[s] = fronts[src];
-            continue;
-        }
-        double sum = 0;
-        for (int i = 0; i < so->n_ops; i++) sum += so->ops[i].time;
-        double scale = sum > 0 ? m.uf[s] / sum : 0;
-        if (build_front(&dist[s], so, scale)) {
-            rc = rm_err(REMAT_ENOMEM, "%s: out of memory for the Pareto sets", call);
-            goto done;
-        }
-        fronts[s] = &dist[s];
-    }
-
-    /* the smallest feasible budget (rotor's exact minimal peak) */
-    uint64_t minpk = 0;
-    rc = pl_min_peak(&m, &minpk, &mb, call);
-    if (rc) goto done;
-    uint64_t min_total = pl_total(&m, minpk);
-    if ((uint64_t)budget_bytes < min_total) {
-        if (m.step)
-            rc = rm_err(REMAT_EINVAL,
-                        "%s: budget %zu bytes (%.2f MiB) is below the smallest whole-step peak "
-                        "any plan of this chain of %d stages reaches: %" PRIu64
-                        " bytes (%.2f MiB), of which %.2f MiB lie outside the chain (parameters, "
-                        "optimizer state, batch)",
-                        call, budget_bytes, PL_MIB(budget_bytes), m.n_chain, min_total,
-                        PL_MIB(min_total), PL_MIB(m.fixed));
-        else
-            rc = rm_err(REMAT_EINVAL,
-                        "%s: budget %zu bytes (%.2f MiB) is below the minimum this chain of %d "
-                        "stages needs: %" PRIu64 " bytes (%.2f MiB)",
-                        call, budget_bytes, PL_MIB(budget_bytes), m.n_chain, min_total,
-                        PL_MIB(min_total));
-        goto done;
-    }
-    uint64_t chain_budget = (uint64_t)budget_bytes - m.fixed;
-    /* the grid: fixed by the profile, not by the budget */
-    uint64_t sa = pl_store_all_peak(&m);
-    int n_slots = slots > 0 ? slots : pl_auto_slots(&m);
-    uint64_t unit = (sa + (uint64_t)n_slots - 1) / (uint64_t)n_slots;
-    if (unit == 0) unit = 1;
-    int64_t M = (int64_t)(chain_budget / unit);
-    if (M > (int64_t)n_slots) M = n_slots; /* at or above store-all: nothing more to gain */
-    /* rotor's DP costs L^3/6 steps per slot: its own grid, coarser for long
-     * chains (at most ~1.2e7 steps), fixed by the profile too */
-    double per_slot = (double)m.L * m.L * m.L / 6.0;
-    int r_slots = slots > 0 ? slots : (int)(1.2e7 / per_slot);
-    if (r_slots > n_slots) r_slots = n_slots;
-    if (r_slots < 200) r_slots = 200;
-    uint64_t unit_r = (sa + (uint64_t)r_slots - 1) / (uint64_t)r_slots;
-    if (unit_r == 0) unit_r = 1;
-    int64_t M_r = (int64_t)(chain_budget / unit_r);
-    if (M_r > (int64_t)r_slots) M_r = r_slots;
-
-    /* candidate: store everything (the fastest plan of all) */
-    {
-        pl_builder b = {0};
-        remat_plan *p = NULL;
-        rc = pl_build_store_all(&b, m.n_chain);
-        if (!rc) rc = pl_finish(&p, &b, m.n_chain, REMAT_PLAN_OPS, &m, call);
-        if (rc) goto done;
-        if (p->peak_bytes <= budget_bytes) take_better(&best, p);
-        else remat_plan_free(p);
-    }
-    /* candidate: the minimal-peak plan */
-    if (!best) {
+    pl_builder mb = {0}, sb = {0};
+    uint64_t min_total = 0;
+    rc = !dist || !fronts || !ch ? rm_err(REMAT_ENOMEM, "%s: out of memory", call) : REMAT_OK;
+    if (!rc) rc = build_fronts(&m, ops, dist, fronts, call);
+    if (!rc) rc = check_minimum(&m, budget_bytes, &mb, &min_total, call);
+    op_grid g = {0};
+    if (!rc) g = make_grid(&m, (uint64_t)budget_bytes - m.fixed, slots);
+    /* store everything, the fastest plan of all, when it fits; else the
+     * minimal-peak plan, the op-level DP's and rotor's */
+    if (!rc) rc = pl_build_store_all(&sb, m.n_chain);
+    if (!rc) rc = fixed_candidate(&best, &sb, &m, REMAT_PLAN_OPS, budget_bytes, call);
+    if (!rc && !best) {
         if (m.n_chain < m.L && mb.n > 0) mb.n--; /* the head's node */
-        remat_plan *p = NULL;
-        rc = pl_finish(&p, &mb, m.n_chain, REMAT_PLAN_MIN_MEMORY, &m, call);
-        if (rc) goto done;
-        if (p->peak_bytes <= budget_bytes) take_better(&best, p);
-        else remat_plan_free(p);
+        rc = fixed_candidate(&best, &mb, &m, REMAT_PLAN_MIN_MEMORY, budget_bytes, call);
+        if (!rc) rc = grid_candidates(&best, &m, ops, fronts, ch, &g, budget_bytes, call);
     }
-    /* candidate: op-level plans (a) */
-    if (!best || best->kind != REMAT_PLAN_OPS || best->n_recomputed > 0) {
-        bool found = false;
-        rc = op_dp(&m, fronts, unit, M, ch, &found);
-        if (rc) {
-            rc = rm_err(REMAT_ENOMEM, "%s: out of memory for %" PRId64 " slots", call, M + 1);
-            goto done;
-        }
-        if (found) {
-            remat_plan *p = NULL;
-            rc = build_ops_plan(&p, &m, ops, fronts, ch, call);
-            if (rc) goto done;
-            take_better(&best, p);
-        }
-    }
-    /* candidate: rotor's nested block schedules (b), same grid */
-    if (!best || best->n_recomputed > 0) {
-        pl_builder b = {0};
-        bool feasible = false;
-        int rr = pl_rotor_on_grid(
-            &m, chain_budget < (uint64_t)M_r * unit_r ? chain_budget : (uint64_t)M_r * unit_r,
-            unit_r, &b, &feasible, call);
-        if (!rr && feasible) {
-            remat_plan *p = NULL;
-            rc = pl_finish(&p, &b, m.n_chain, REMAT_PLAN_OPTIMAL, &m, call);
-            if (rc) goto done;
-            take_better(&best, p);
-        } else {
-            free(b.nodes); /* too big a table: the op-level candidates stand */
-        }
-    }
-    if (!best) {
+    if (!rc && !best)
         rc = rm_err(REMAT_EINVAL,
                     "%s: budget %zu bytes (%.2f MiB) fits no plan on the planner's grid of %" PRIu64
                     " bytes per slot (the smallest peak is %.2f MiB)",
-                    call, budget_bytes, PL_MIB(budget_bytes), unit, PL_MIB(min_total));
-        goto done;
+                    call, budget_bytes, PL_MIB(budget_bytes), g.unit, PL_MIB(min_total));
+    if (!rc) {
+        best->budget_bytes = budget_bytes;
+        best->min_budget_bytes = (size_t)min_total;
+        best->slot_bytes = (size_t)g.unit;
+        *out = best;
+        best = NULL;
     }
-    best->budget_bytes = budget_bytes;
-    best->min_budget_bytes = (size_t)min_total;
-    best->slot_bytes = (size_t)unit;
-    *out = best;
-    best = NULL;
-done:
     remat_plan_free(best);
     free(mb.nodes);
+    free(sb.nodes);
     if (dist)
         for (int s = 0; s < m.n_chain; s++) front_free(&dist[s]);
     free(dist);
