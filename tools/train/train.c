@@ -408,6 +408,11 @@ static int train_plan(train_run *tr) {
         /* the step around the blocks too (budget= bounds the whole step);
          * with --accum > 1 every .grad exists during most micro-batches */
         rc = model_profile_step(&tr->m, &pb, c->accum > 1, &prof, &sp);
+        /* budget= (op level): every op of the blocks, on the same batch */
+        if (!rc && strategy_wants_ops(&c->strat)) {
+            if (!c->quiet) term_printf(stderr, "  profiling their ops...\n");
+            rc = model_profile_ops(&tr->m, &pb, &tr->ops);
+        }
         batch_free(&pb);
     }
     if (!rc) rc = remat_rng_set_state(REMAT_DEVICE_CPU, rng);
@@ -418,16 +423,7 @@ static int train_plan(train_run *tr) {
         term_buf tb;
         remat_profile_print(prof, term_buf_open(&tb, stderr));
         term_buf_close(&tb, stderr);
-    }
-    if (!rc && strategy_wants_ops(&c->strat)) {
-        if (!c->quiet) term_printf(stderr, "  profiling their ops...\n");
-        rc = task_batch(&tr->tk, tr->start, &pb);
-        if (!rc) {
-            rc = model_profile_ops(&tr->m, &pb, &tr->ops);
-            batch_free(&pb);
-        }
-        if (!rc && c->verbose && !c->quiet) {
-            term_buf tb;
+        if (tr->ops) {
             remat_op_profile_print(tr->ops, term_buf_open(&tb, stderr));
             term_buf_close(&tb, stderr);
         }
