@@ -286,26 +286,40 @@ static void meter_add(remat_device device, int64_t delta) {
     if (m->current > m->peak) m->peak = m->current;
 }
 
-void *rm_device_alloc(remat_device device, size_t nbytes) {
-    rm_devtype *t = get_type(device.type);
-    if (!t || device.index < 0 || device.index >= REMAT_MAX_DEVICES_PER_TYPE) return NULL;
-    void *p = t->def.alloc(t->def.user_data, device.index, nbytes);
-    if (!p) return NULL;
+/* Counts the allocation (alloc) or free of nbytes at p on device in its
+ * stats and this thread's meter, then tells the observers (outside the
+ * lock). */
+static void account(rm_devtype *t, remat_device device, void *p, size_t nbytes, bool alloc) {
+    const int64_t delta = alloc ? (int64_t)nbytes : -(int64_t)nbytes;
     pthread_mutex_lock(&g_lock);
     remat_alloc_stats *s = &t->stats[device.index];
-    s->current_bytes += nbytes;
-    if (s->current_bytes > s->peak_bytes) s->peak_bytes = s->current_bytes;
-    s->n_allocs++;
-    s->n_live++;
+    if (alloc) {
+        s->current_bytes += nbytes;
+        if (s->current_bytes > s->peak_bytes) s->peak_bytes = s->current_bytes;
+        s->n_allocs++;
+        s->n_live++;
+    } else {
+        s->current_bytes -= nbytes;
+        s->n_frees++;
+        s->n_live--;
+    }
     size_t cur = s->current_bytes;
     remat_alloc_observer_fn obs = g_observer;
     void *obs_ud = g_observer_ud;
     remat_alloc_event_fn evo = g_event_observer;
     void *evo_ud = g_event_observer_ud;
     pthread_mutex_unlock(&g_lock);
-    meter_add(device, (int64_t)nbytes);
-    if (obs) obs(obs_ud, device, (int64_t)nbytes, cur);
-    if (evo) evo(evo_ud, device, p, (int64_t)nbytes, cur);
+    meter_add(device, delta);
+    if (obs) obs(obs_ud, device, delta, cur);
+    if (evo) evo(evo_ud, device, p, delta, cur);
+}
+
+void *rm_device_alloc(remat_device device, size_t nbytes) {
+    rm_devtype *t = get_type(device.type);
+    if (!t || device.index < 0 || device.index >= REMAT_MAX_DEVICES_PER_TYPE) return NULL;
+    void *p = t->def.alloc(t->def.user_data, device.index, nbytes);
+    if (!p) return NULL;
+    account(t, device, p, nbytes, true);
     return p;
 }
 
@@ -313,20 +327,7 @@ void rm_device_free(remat_device device, void *ptr, size_t nbytes) {
     if (!ptr) return;
     rm_devtype *t = get_type(device.type);
     if (!t) return;
-    pthread_mutex_lock(&g_lock);
-    remat_alloc_stats *s = &t->stats[device.index];
-    s->current_bytes -= nbytes;
-    s->n_frees++;
-    s->n_live--;
-    size_t cur = s->current_bytes;
-    remat_alloc_observer_fn obs = g_observer;
-    void *obs_ud = g_observer_ud;
-    remat_alloc_event_fn evo = g_event_observer;
-    void *evo_ud = g_event_observer_ud;
-    pthread_mutex_unlock(&g_lock);
-    meter_add(device, -(int64_t)nbytes);
-    if (obs) obs(obs_ud, device, -(int64_t)nbytes, cur);
-    if (evo) evo(evo_ud, device, ptr, -(int64_t)nbytes, cur);
+    account(t, device, ptr, nbytes, false);
     t->def.free(t->def.user_data, device.index, ptr, nbytes);
 }
 
