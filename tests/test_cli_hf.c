@@ -263,10 +263,29 @@ Test(cli_hf, resume_continues_bitwise_and_selects_llama_tags) {
         0, "%s", o);
     free(o);
     /* no --init-from: the file keeps the model's config.json and its directory */
-    cr_assert_eq(run(&o, "train --resume %s %s --steps 4 --export %s", path("run.bin"), common,
-                     path("resumed")),
+    cr_assert_eq(run(&o, "train --resume %s %s --steps 4 --save %s --export %s", path("run.bin"),
+                     common, path("run4.bin"), path("resumed")),
                  0, "%s", o);
     free(o);
+    /* sample reads the save file as the model it holds: the export's tokens */
+    char *a_out, *b_out;
+    cr_assert_eq(run(&a_out, "sample --resume %s --prompt Once --tokens 8 --temperature 0 --json",
+                     path("run4.bin")),
+                 0, "%s", a_out);
+    cr_assert_eq(run(&b_out,
+                     "sample --init-from %s --prompt Once --tokens 8 --temperature 0 --json",
+                     path("resumed")),
+                 0, "%s", b_out);
+    cJSON *ja = last_json(a_out), *jb = last_json(b_out);
+    char *ia = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(ja, "ids"));
+    char *ib = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(jb, "ids"));
+    cr_assert_str_eq(ia, ib);
+    free(ia);
+    free(ib);
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+    free(a_out);
+    free(b_out);
     char a[600], b[600];
     snprintf(a, sizeof a, "%s/model.safetensors", path("full"));
     snprintf(b, sizeof b, "%s/model.safetensors", path("resumed"));

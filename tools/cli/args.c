@@ -451,10 +451,11 @@ int args_check_model(config *c, bool bench, char *err, size_t n) {
         }
         /* a misspelt tag would silently save nothing */
         if (!strategy_check_tags(&all[i], n_tags, tags,
-                                 c->model == MODEL_GPT   ? "GPT"
-                                 : c->model == MODEL_MLP ? "MLP"
-                                 : c->hf                 ? hf_family_name(c->hf->cfg.family)
-                                                         : "model",
+                                 c->model == MODEL_GPT                            ? "GPT"
+                                 : c->model == MODEL_MLP                          ? "MLP"
+                                 : c->hf && c->hf->cfg.family == REMAT_MODEL_GPT2 ? "GPT-2 model"
+                                 : c->hf                                          ? "Llama model"
+                                                                                  : "model",
                                  why, sizeof why)) {
             snprintf(err, n, "bad strategy '%s': %s", all[i].name, why);
             return 1;
