@@ -143,6 +143,8 @@ static const opt_row rows[] = {
              "budget=SIZE: the planner's fastest schedule whose memory\n"
              "fits SIZE (200MiB, 64M, 1.5GiB, 500000 bytes, or 40% of\n"
              "what the blocks add without checkpointing);\n"
+             "it keeps or recomputes each op of each block;\n"
+             "budget=SIZE:blocks-only: whole blocks only;\n"
              "selective=POLICY: every block checkpointed, but the\n"
              "policy's op outputs are kept from the forward:\n"
              "  dots          matmul/linear outputs (the default)\n"
@@ -158,6 +160,9 @@ static const opt_row rows[] = {
              "not for budget= and selective=, which are non-reentrant)"},
     {"--verbose", NULL, OPT_FLAG, TB, SEC_CKPT, T(verbose),
      .help = "print the planner's profile of the blocks and its plans"},
+    {"--explain", NULL, OPT_FLAG, CMD_TRAIN, SEC_CKPT, T(explain),
+     .help = "budget=: per block, the ops the plan keeps and\n"
+             "recomputes, predicted and measured peak and time"},
     /* data parallelism */
     {"--dist-timeout", "S", OPT_POSNUM, TB, SEC_DIST, T(dist_timeout), .lo = 0, .hi = BIG,
      .help = "a rank that fails or stops answering ends the job\nwithin S seconds, naming it",
@@ -446,10 +451,11 @@ int args_check_model(config *c, bool bench, char *err, size_t n) {
         }
         /* a misspelt tag would silently save nothing */
         if (!strategy_check_tags(&all[i], n_tags, tags,
-                                 c->model == MODEL_GPT   ? "GPT"
-                                 : c->model == MODEL_MLP ? "MLP"
-                                 : c->hf                 ? hf_family_name(c->hf->cfg.family)
-                                                         : "model",
+                                 c->model == MODEL_GPT                            ? "GPT"
+                                 : c->model == MODEL_MLP                          ? "MLP"
+                                 : c->hf && c->hf->cfg.family == REMAT_MODEL_GPT2 ? "GPT-2 model"
+                                 : c->hf                                          ? "Llama model"
+                                                                                  : "model",
                                  why, sizeof why)) {
             snprintf(err, n, "bad strategy '%s': %s", all[i].name, why);
             return 1;

@@ -31,11 +31,13 @@ void strategy_name(strategy *s) {
     case STRAT_BUDGET:
         /* the size as the user wrote it reads better than a byte count */
         if (s->budget_text[0])
-            snprintf(s->name, sizeof s->name, "%s=%s", s->blocks_only ? "blocks-budget" : "budget",
-                     s->budget_text);
+            snprintf(s->name, sizeof s->name, "%s=%s%s",
+                     s->blocks_only ? "blocks-budget" : "budget", s->budget_text,
+                     s->block_level ? ":blocks-only" : "");
         else
-            snprintf(s->name, sizeof s->name, "%s=%llu",
-                     s->blocks_only ? "blocks-budget" : "budget", (unsigned long long)s->budget);
+            snprintf(s->name, sizeof s->name, "%s=%llu%s",
+                     s->blocks_only ? "blocks-budget" : "budget", (unsigned long long)s->budget,
+                     s->block_level ? ":blocks-only" : "");
         return; /* plans always run non-reentrant checkpoints */
     }
     if (s->reentrant) {
@@ -177,6 +179,19 @@ bool strategy_parse(const char *text, bool reentrant, strategy *s, char *err, si
                                         "budget=40%)");
         if (strlen(val) >= sizeof r.budget_text)
             return perr(err, n_err, "bad size in budget=SIZE (too long)");
+        /* budget=SIZE:blocks-only: whole blocks (rotor's schedules), no per-op choices */
+        char vbuf[sizeof r.budget_text];
+        const char *colon = strchr(val, ':');
+        if (colon) {
+            if (r.blocks_only || strcmp(colon + 1, "blocks-only") != 0)
+                return perr(err, n_err,
+                            r.blocks_only ? "blocks-budget=SIZE takes no ':' option"
+                                          : "budget=SIZE takes one option, ':blocks-only' "
+                                            "(e.g. budget=64MiB:blocks-only)");
+            snprintf(vbuf, sizeof vbuf, "%.*s", (int)(colon - val), val);
+            val = vbuf;
+            r.block_level = true;
+        }
         if (strchr(val, '%')) {
             if (!parse_percent(val, &r.budget_pct))
                 return perr(
@@ -289,7 +304,12 @@ static void size_at_least(char *buf, size_t n, double bytes) {
     else snprintf(buf, n, "%.2fMiB", ceil(bytes / MIB * 100.0) / 100.0);
 }
 
-int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profile *step) {
+bool strategy_wants_ops(const strategy *s) {
+    return s->kind == STRAT_BUDGET && !s->blocks_only && !s->block_level;
+}
+
+int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profile *step,
+                  const remat_op_profile *ops) {
     if (s->kind != STRAT_BUDGET) return REMAT_OK;
     remat_plan_free(s->plan);
     s->plan = NULL;
@@ -305,8 +325,11 @@ int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profi
     }
     if (rc) return rc;
     if (s->budget_pct > 0) s->budget = (uint64_t)(s->budget_pct / 100.0 * (double)store_all);
-    rc = whole ? remat_plan_create_step(&s->plan, prof, step, (size_t)s->budget, NULL)
-               : remat_plan_create(&s->plan, prof, (size_t)s->budget);
+    if (whole && ops && strategy_wants_ops(s))
+        rc = remat_plan_create_ops(&s->plan, prof, ops, step, (size_t)s->budget, NULL);
+    else
+        rc = whole ? remat_plan_create_step(&s->plan, prof, step, (size_t)s->budget, NULL)
+                   : remat_plan_create(&s->plan, prof, (size_t)s->budget);
     if (rc == REMAT_EINVAL && s->budget < min) {
         /* the planner's message states the minimum in bytes; add what to type */
         char msg[512];
@@ -365,6 +388,13 @@ static void structure_level(const remat_plan *p, const int *next, int i, int end
         } else {
             util_str_printf(o, "[ckpt %d-%d: ", nd->first, nd->last);
             structure_level(p, next, i + 1, next[i], o);
+            /* op-level plans: how many of the stage's ops it keeps */
+            const remat_plan_stage *st = &p->stages[nd->first];
+            if (nd->first == nd->last && st->keep) {
+                int kept = 0;
+                for (int k = 0; k < st->n_ops; k++) kept += st->keep[k] != 0;
+                util_str_printf(o, " keeps %d/%d ops", kept, st->n_ops);
+            }
             util_str_printf(o, "]");
             i = next[i];
         }
