@@ -81,19 +81,40 @@ static inline int64_t att_row_keys(const att_dims *d, int64_t i) { return att_ke
 #define ATT_THREAD_NUM() 0
 #endif
 
-/* Runs body(i) for i in [0, n) on OpenMP's team when there is enough work
- * and more than one item, else on the calling thread. Two separate loops on
- * purpose: an `omp parallel if(false)` region still counts as a nesting
- * level, and the GEMMs called in it would then start nested teams. */
-#define ATT_FOR(n, work, body)                                                                     \
-    do {                                                                                           \
-        if ((n) > 1 && (work) > RM_OMP_MIN && !ATT_IN_PARALLEL()) {                                \
-            _Pragma("omp parallel for schedule(dynamic, 1)") for (int64_t it_ = 0; it_ < (n);      \
-                                                                  it_++) body(it_);                \
-        } else {                                                                                   \
-            for (int64_t it_ = 0; it_ < (n); it_++) body(it_);                                     \
-        }                                                                                          \
-    } while (0)
+/* What an item of the attention loops (att_for) reads: the dims, the operands' matrices
+ * (q, k, v, y and, backward, gy; mats points at them), lse, the gradients wanted (dq, dk,
+ * dv: NULL when not) and the bf16 GEMMs' per-thread scratch. */
+typedef struct att_run {
+    const att_dims *d;
+    const att_mat *m;
+    const att_mat *const *mats;
+    void *lse;
+    const att_mat *dq, *dk, *dv;
+    struct att_scratch *scr;
+} att_run;
+/* Item `it` of a loop; nonzero when it failed (out of memory). */
+typedef int (*att_item_fn)(const att_run *r, int64_t it);
+
+/* Runs fn(r, i) for i in [0, n) on OpenMP's team when there is enough work
+ * and more than one item, else on the calling thread; 1 if an item failed.
+ * Two separate loops on purpose: an `omp parallel if(false)` region still
+ * counts as a nesting level, and the GEMMs called in it would then start
+ * nested teams. */
+static int att_for(int64_t n, double work, att_item_fn fn, const att_run *r) {
+    int fail = 0;
+    if (n > 1 && work > RM_OMP_MIN && !ATT_IN_PARALLEL()) {
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int64_t it = 0; it < n; it++)
+            if (fn(r, it)) {
+#pragma omp atomic write
+                fail = 1;
+            }
+    } else {
+        for (int64_t it = 0; it < n; it++)
+            if (fn(r, it)) fail = 1;
+    }
+    return fail;
+}
 
 #define ATT_LANES 16
 
@@ -230,7 +251,7 @@ static remat_status att_scratch_init(att_scratch *s, size_t per) {
     return s->base ? REMAT_OK : REMAT_ENOMEM;
 }
 
-/* The calling thread's part (ATT_FOR's team numbers its threads from 0). */
+/* The calling thread's part (att_for's team numbers its threads from 0). */
 static void *att_scratch_mine(const att_scratch *s) {
     return s->base + s->per * (size_t)(s->n > 1 ? ATT_THREAD_NUM() : 0);
 }
@@ -613,10 +634,23 @@ static remat_status att_bwd_entry_widened(const att_dims *d, const att_mat *cons
     return rc;
 }
 
-/* Cognitive complexity (IgnoreMacros off) counts ATT_FOR's expansion for the four item
- * kinds (bf16 native, bf16 widened, f32, f64); ATT_FOR as a function over an item
- * callback is issue 29's remaining step. */
-/* NOLINTNEXTLINE(readability-function-cognitive-complexity) */
+/* The items of the four kinds: bf16 through the native bf16 GEMMs or widened to f32 (a
+ * batch entry at a time), f32 and f64 (attention_body.h). */
+static int att_fwd_run_bgemm(const att_run *r, int64_t it) {
+    att_fwd_item_bgemm(r->d, &r->m[0], &r->m[1], &r->m[2], &r->m[3], r->lse, r->scr, it);
+    return 0;
+}
+static int att_fwd_run_widened(const att_run *r, int64_t b) {
+    return att_fwd_entry_widened(r->d, &r->m[0], &r->m[1], &r->m[2], &r->m[3], r->lse, b) != 0;
+}
+static int att_bwd_run_bgemm(const att_run *r, int64_t b) {
+    att_bwd_entry_bgemm(r->d, r->mats, r->lse, r->dq, r->dk, r->dv, r->scr, b);
+    return 0;
+}
+static int att_bwd_run_widened(const att_run *r, int64_t b) {
+    return att_bwd_entry_widened(r->d, r->mats, r->lse, r->dq, r->dk, r->dv, b) != 0;
+}
+
 remat_status rm_cpu_attention(const rm_kargs *k) {
     remat_tensor *in[3] = {NULL, NULL, NULL}, *y = k->out[0], *lse = k->out[1];
     att_views w = {0};
@@ -633,36 +667,17 @@ remat_status rm_cpu_attention(const rm_kargs *k) {
         }
         int fail = 0;
         double work = (double)d.Tq * (double)d.Tk * (double)(d.D + d.Dv) * (double)d.nb;
-#define ATT_FWD(T, it)                                                                             \
-    do {                                                                                           \
-        if (att_fwd_item_##T(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], (T *)rm_ptr(lse), (it)))      \
-            _Pragma("omp atomic write") fail = 1;                                                  \
-    } while (0)
-#define ATT_FWD_F32(it) ATT_FWD(f32, it)
-#define ATT_FWD_F64(it) ATT_FWD(f64, it)
-#define ATT_FWD_BF16(it)                                                                           \
-    att_fwd_item_bgemm(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], (f32 *)rm_ptr(lse), &scr, (it))
-#define ATT_FWD_WIDENED(b)                                                                         \
-    do {                                                                                           \
-        if (att_fwd_entry_widened(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], (f32 *)rm_ptr(lse),      \
-                                  (b)))                                                            \
-            _Pragma("omp atomic write") fail = 1;                                                  \
-    } while (0)
         att_scratch scr = {0};
+        att_run r = {.d = &d, .m = w.m, .lse = rm_ptr(lse), .scr = &scr};
         if (y->dtype == REMAT_BF16 && rm_bgemm_native()) {
             if (!(fail = att_scratch_init(&scr, att_fwd_scratch(&d)))) {
                 att_fwd_scratch_clear(&scr);
-                ATT_FOR(d.nb * nqb, work, ATT_FWD_BF16);
+                fail = att_for(d.nb * nqb, work, att_fwd_run_bgemm, &r);
             }
             free(scr.base);
-        } else if (y->dtype == REMAT_BF16) ATT_FOR(d.nb, work, ATT_FWD_WIDENED);
-        else if (y->dtype == REMAT_F32) ATT_FOR(d.nb * nqb, work, ATT_FWD_F32);
-        else ATT_FOR(d.nb * nqb, work, ATT_FWD_F64);
-#undef ATT_FWD_BF16
-#undef ATT_FWD_WIDENED
-#undef ATT_FWD_F32
-#undef ATT_FWD_F64
-#undef ATT_FWD
+        } else if (y->dtype == REMAT_BF16) fail = att_for(d.nb, work, att_fwd_run_widened, &r);
+        else if (y->dtype == REMAT_F32) fail = att_for(d.nb * nqb, work, att_fwd_run_f32, &r);
+        else fail = att_for(d.nb * nqb, work, att_fwd_run_f64, &r);
         if (fail) rc = rm_err(REMAT_ENOMEM, "out of memory");
     }
 out:
@@ -671,8 +686,6 @@ out:
     return rc;
 }
 
-/* As rm_cpu_attention: ATT_FOR expanded for four item kinds */
-/* NOLINTNEXTLINE(readability-function-cognitive-complexity) */
 remat_status rm_cpu_attention_bwd(const rm_kargs *k) {
     /* q, k, v, y and gy as the GEMMs read them; lse is the op's own, contiguous */
     remat_tensor *in[5] = {NULL}, *lse = k->in[5], *const *g = k->out;
@@ -696,39 +709,23 @@ remat_status rm_cpu_attention_bwd(const rm_kargs *k) {
         /* one item per kv entry bk: its query entries bk·group + j add to its dK and dV in
          * turn, on one thread */
         const int64_t nkv = d.nb / d.group;
-#define ATT_BWD(T, bk)                                                                             \
-    do {                                                                                           \
-        for (int64_t j_ = 0; j_ < d.group; j_++)                                                   \
-            if (att_bwd_item_##T(&d, &w.m[0], &w.m[1], &w.m[2], &w.m[3], &w.m[4],                  \
-                                 (const T *)rm_ptr(lse), dq, dk, dv, (bk)*d.group + j_,            \
-                                 j_ == 0)) {                                                       \
-                _Pragma("omp atomic write") fail = 1;                                              \
-                break;                                                                             \
-            }                                                                                      \
-    } while (0)
-#define ATT_BWD_F32(b) ATT_BWD(f32, b)
-#define ATT_BWD_F64(b) ATT_BWD(f64, b)
         const att_mat *mats[5] = {&w.m[0], &w.m[1], &w.m[2], &w.m[3], &w.m[4]};
-#define ATT_BWD_BF16(b)                                                                            \
-    att_bwd_entry_bgemm(&d, mats, (const f32 *)rm_ptr(lse), dq, dk, dv, &scr, (b))
-#define ATT_BWD_WIDENED(b)                                                                         \
-    do {                                                                                           \
-        if (att_bwd_entry_widened(&d, mats, (const f32 *)rm_ptr(lse), dq, dk, dv, (b)))            \
-            _Pragma("omp atomic write") fail = 1;                                                  \
-    } while (0)
         att_scratch scr = {0};
+        att_run r = {.d = &d,
+                     .m = w.m,
+                     .mats = mats,
+                     .lse = rm_ptr(lse),
+                     .dq = dq,
+                     .dk = dk,
+                     .dv = dv,
+                     .scr = &scr};
         if (in[0]->dtype == REMAT_BF16 && rm_bgemm_native()) {
             if (!(fail = att_scratch_init(&scr, att_bwd_scratch(&d))))
-                ATT_FOR(nkv, work, ATT_BWD_BF16);
+                fail = att_for(nkv, work, att_bwd_run_bgemm, &r);
             free(scr.base);
-        } else if (in[0]->dtype == REMAT_BF16) ATT_FOR(nkv, work, ATT_BWD_WIDENED);
-        else if (lse->dtype == REMAT_F32) ATT_FOR(nkv, work, ATT_BWD_F32);
-        else ATT_FOR(nkv, work, ATT_BWD_F64);
-#undef ATT_BWD_BF16
-#undef ATT_BWD_WIDENED
-#undef ATT_BWD_F32
-#undef ATT_BWD_F64
-#undef ATT_BWD
+        } else if (in[0]->dtype == REMAT_BF16) fail = att_for(nkv, work, att_bwd_run_widened, &r);
+        else if (lse->dtype == REMAT_F32) fail = att_for(nkv, work, att_bwd_run_f32, &r);
+        else fail = att_for(nkv, work, att_bwd_run_f64, &r);
         if (fail) rc = rm_err(REMAT_ENOMEM, "out of memory");
     } else { /* nothing to multiply (no keys or no batch): zeros */
         for (int i = 0; i < 3; i++)

@@ -140,6 +140,20 @@ static int TFN(att_bwd_item)(const att_dims *d, const att_mat *q, const att_mat 
     return REMAT_OK;
 }
 
+/* The forward's item and the backward's kv entry bk (its query entries bk·group + j add
+ * to its dK and dV in turn, on one thread), for att_for. */
+static int TFN(att_fwd_run)(const att_run *r, int64_t it) {
+    return TFN(att_fwd_item)(r->d, &r->m[0], &r->m[1], &r->m[2], &r->m[3], r->lse, it);
+}
+static int TFN(att_bwd_run)(const att_run *r, int64_t bk) {
+    const att_dims *d = r->d;
+    for (int64_t j = 0; j < d->group; j++)
+        if (TFN(att_bwd_item)(d, &r->m[0], &r->m[1], &r->m[2], &r->m[3], &r->m[4], r->lse, r->dq,
+                              r->dk, r->dv, bk * d->group + j, j == 0))
+            return 1;
+    return 0;
+}
+
 #undef T
 #undef ATT_GEMM
 #undef ATT_EXPF
