@@ -1231,20 +1231,29 @@ static uint32_t crc32_of(const unsigned char *p, size_t n) {
     return c ^ 0xFFFFFFFFu;
 }
 
-/* Copies `from` to `to` with the u32 at header offset `field` (after the
- * 24-byte preamble) set to v and a valid CRC. */
-static void patch_u32(const char *from, const char *to, int field, uint32_t v) {
+/* Copies `from` to `to` with the `len` bytes at header offset `field` (after
+ * the 24-byte preamble) set to the little-endian `v` and a valid CRC. */
+static void patch_le(const char *from, const char *to, int field, uint64_t v, int len) {
     struct stat st;
     cr_assert_eq(stat(from, &st), 0);
     unsigned char *s = (unsigned char *)slurp(from);
     size_t n = (size_t)st.st_size;
-    for (int k = 0; k < 4; k++) s[24 + field + k] = (unsigned char)(v >> (8 * k));
+    for (int k = 0; k < len; k++) s[24 + field + k] = (unsigned char)(v >> (8 * k));
     uint32_t c = crc32_of(s, n - 4);
     for (int k = 0; k < 4; k++) s[n - 4 + k] = (unsigned char)(c >> (8 * k));
     FILE *f = fopen(to, "wb");
     fwrite(s, 1, n, f);
     fclose(f);
     free(s);
+}
+
+static void patch_u32(const char *from, const char *to, int field, uint32_t v) {
+    patch_le(from, to, field, v, 4);
+}
+static void patch_f64(const char *from, const char *to, int field, double d) {
+    uint64_t v;
+    memcpy(&v, &d, 8);
+    patch_le(from, to, field, v, 8);
 }
 
 /* Rewrites a version-2 save file as version 1 (the format before the
@@ -1315,6 +1324,76 @@ Test(cli, save_file_header_values_are_bounded_before_use) {
         cr_assert(strstr(o, cases[i].msg) && strstr(o, path("p.bin")), "case %zu: %s", i, o);
         free(o);
     }
+}
+
+/* Issue 32 part 7: a hyperparameter read from a --resume file that no flag
+ * would take is a corrupt file, and the error names the file and the saved
+ * setting, never a flag the user did not type (a saved --lr of -1 had been
+ * "impossible model settings", a saved inf blamed remat_optim_create). */
+Test(cli, resume_errors_name_the_file_for_its_saved_hyperparameters) {
+    char *o;
+    cr_assert_eq(run(&o, false,
+                     "train " TINY " --steps 2 --lr-schedule cosine --warmup 1 --clip 1 --save %s",
+                     path("h.bin")),
+                 0, "%s", o);
+    free(o);
+    /* header offsets after the preamble (docs/file-format.md, minus 24) */
+    struct {
+        int field, len; /* len 8: an f64; 4 or 8 with is_int: an integer */
+        bool is_int;
+        double v;
+        const char *msg;
+    } cases[] = {
+        {40, 8, false, -1, "the saved --lr is -1 (expected a number >= 0)"},
+        {40, 8, false, INFINITY, "the saved --lr is inf"},
+        {40, 8, false, NAN, "the saved --lr is nan"},
+        {48, 8, false, -0.5, "the saved --weight-decay is -0.5"},
+        {56, 8, false, -2, "the saved --momentum is -2"},
+        {176, 8, false, -1, "the saved --min-lr is -1"},
+        {184, 8, false, NAN, "the saved --clip is nan"},
+        {164, 4, true, 9999999, "the saved --accum is 9999999 (expected an integer in [1, 1048576])"},
+        {168, 8, true, 1e14, "the saved --warmup is 100000000000000"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (cases[i].is_int)
+            patch_le(path("h.bin"), path("p.bin"), cases[i].field, (uint64_t)cases[i].v,
+                     cases[i].len);
+        else
+            patch_f64(path("h.bin"), path("p.bin"), cases[i].field, cases[i].v);
+        int rc = run(&o, true, "train " TINY " --steps 4 --resume %s", path("p.bin"));
+        cr_assert_eq(rc, 1, "case %zu accepted (rc %d): %s", i, rc, o);
+        cr_assert(strstr(o, cases[i].msg) && strstr(o, path("p.bin")) && strstr(o, "corrupt"),
+                  "case %zu: %s", i, o);
+        free(o);
+    }
+    /* a saved warm-up the new --steps does not pass: the message says it is
+     * the saved one, and giving --warmup (or more --steps) is the way out */
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 1 --resume %s", path("h.bin")), 1);
+    cr_assert(strstr(o, path("h.bin")) && strstr(o, "--steps 1 must be above the saved run's "
+                                                    "--warmup 1 (its --lr-schedule cosine)"),
+              "%s", o);
+    free(o);
+    /* the untouched file still resumes */
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 4 --resume %s", path("h.bin")), 0, "%s", o);
+    free(o);
+}
+
+/* A text run resumed without --data says so, before any check of the saved
+ * model blames a flag (its --context 4 is too short for the addition task). */
+Test(cli, a_text_run_resumed_without_data_asks_for_it) {
+    char *o;
+    FILE *f = fopen(path("t.txt"), "w");
+    for (int i = 0; i < 200; i++) fputs("the quick brown fox\n", f);
+    fclose(f);
+    cr_assert_eq(run(&o, false, "train " TINY " --context 4 --steps 1 --data %s --save %s",
+                     path("t.txt"), path("t.bin")),
+                 0, "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "train --steps 2 --quiet --resume %s", path("t.bin")), 1);
+    cr_assert(strstr(o, "was trained on a text file") && strstr(o, "--data FILE") &&
+                  !strstr(o, "--context"),
+              "%s", o);
+    free(o);
 }
 
 Test(cli, data_and_resume_refuse_what_is_not_a_regular_file) {

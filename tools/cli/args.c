@@ -353,10 +353,16 @@ int args_check_model(config *c, bool bench, char *err, size_t n) {
                        "ignores them");
     }
     if (!bench && c->cosine && c->steps > 0 && c->warmup >= c->steps) {
-        snprintf(err, n,
-                 "--warmup must be below --steps with --lr-schedule cosine (--warmup %ld, "
-                 "--steps %ld)",
-                 c->warmup, c->steps);
+        if (c->resume && !c->set_warmup) /* the saved run's warm-up, not a flag given */
+            snprintf(err, n,
+                     "--steps %ld must be above the saved run's --warmup %ld (%s--lr-schedule "
+                     "cosine): give more --steps, or --warmup",
+                     c->steps, c->warmup, c->set_schedule ? "" : "its ");
+        else
+            snprintf(err, n,
+                     "--warmup must be below --steps with --lr-schedule cosine (--warmup %ld, "
+                     "--steps %ld)",
+                     c->warmup, c->steps);
         return 1;
     }
     if (c->set_momentum && c->optim == OPTIM_ADAMW && c->momentum != 0)
@@ -526,6 +532,10 @@ static int parse_device(config *c, command cmd) {
     if (remat_device_check(c->device) != REMAT_OK)
         return fail(cmd, "cannot use", "--device", remat_last_error());
     return 0;
+}
+
+int args_check_value(command cmd, const char *flag, double v, char *err, size_t n) {
+    return opt_check_value(&table, cmd, flag, v, err, n);
 }
 
 int args_parse(config *c, command cmd, int argc, char **argv, int first) {
