@@ -844,6 +844,92 @@ Test(cli, budget_trains_and_matches_none_bitwise) {
     free(b);
 }
 
+/* Issue 32 part 7: --help, docs/cli.md and the parser agree on the strategies.
+ * Every form the parser's own error message lists is in `train --help` and in
+ * docs/cli.md's strategy table (--help had no blocks-budget=); every size the
+ * help and docs give as an example parses for budget= and blocks-budget=, and
+ * the forms the docs call usage errors are usage errors (exit 2). */
+Test(cli, checkpoint_help_docs_and_parser_agree) {
+    char *help, *o;
+    cr_assert_eq(run(&help, false, "train --help"), 0);
+    char *doc = slurp(REMAT_FIXTURE_DIR "/../../docs/cli.md");
+    cr_assert(doc);
+    cr_assert_eq(run(&o, true, "train --checkpoint bogus --steps 0"), 2);
+    const char *list = strstr(o, "expected none, block,");
+    cr_assert(list, "%s", o);
+    const char *forms[] = {"none",          "block",       "sequential=N", "selective[=POLICY]",
+                           "budget=SIZE", "blocks-budget=SIZE"};
+    for (size_t i = 0; i < sizeof forms / sizeof *forms; i++) {
+        cr_assert(strstr(list, forms[i]), "the parser does not list %s: %s", forms[i], o);
+        cr_assert(strstr(help, forms[i]), "train --help lacks %s:\n%s", forms[i], help);
+        char row[64];
+        snprintf(row, sizeof row, "| `%s", strcmp(forms[i], "selective[=POLICY]") ? forms[i]
+                                                                                   : "selective");
+        cr_assert(strstr(doc, row), "docs/cli.md's strategy table lacks %s", row);
+    }
+    free(o);
+    const char *sizes[] = {"500000", "64K", "200MiB", "1.5GiB", "2GB", "40%"};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        cr_assert(strstr(help, sizes[i]), "train --help lacks the example %s", sizes[i]);
+        char in_doc[32];
+        snprintf(in_doc, sizeof in_doc, "`%s`", sizes[i]);
+        cr_assert(strstr(doc, in_doc) || !strcmp(sizes[i], "40%"), "docs/cli.md lacks %s",
+                  in_doc);
+        for (int blocks = 0; blocks < 2; blocks++) {
+            /* a parsed size runs (or fails to plan: exit 1), never a usage error */
+            int rc = run(&o, true,
+                         "train --model mlp --layers 2 --width 16 --steps 0 --quiet "
+                         "--checkpoint %sbudget=%s",
+                         blocks ? "blocks-" : "", sizes[i]);
+            cr_assert(rc != 2 && !strstr(o, "bad value"), "%sbudget=%s: %s", blocks ? "blocks-" : "",
+                      sizes[i], o);
+            free(o);
+        }
+    }
+    const char *bad[] = {"12Q", "0", "150%"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char in_doc[32];
+        snprintf(in_doc, sizeof in_doc, "`budget=%s`", bad[i]);
+        cr_assert(strstr(doc, in_doc), "docs/cli.md lacks %s", in_doc);
+        for (int blocks = 0; blocks < 2; blocks++) {
+            const char *key = blocks ? "blocks-budget" : "budget";
+            int rc = run(&o, true, "train --steps 0 --checkpoint %s=%s", key, bad[i]);
+            char want[64];
+            snprintf(want, sizeof want, "bad size in %s=", key);
+            cr_assert(rc == 2 && strstr(o, want), "%s=%s: %s", key, bad[i], o);
+            free(o);
+        }
+    }
+    free(doc);
+    free(help);
+}
+
+/* Issue 32 part 7: what `remat bench` prints fits 100 columns (the table was
+ * 129 wide, its header line 121, a plan's line 150 and more) while the
+ * strategy names are up to 22 characters; a plan's structure is cut visibly. */
+Test(cli, bench_output_fits_100_columns) {
+    char *o;
+    int rc = run(&o, false,
+                 "bench --layers 12 --width 32 --heads 2 --context 16 --batch 2 --threads 1 "
+                 "--reps 1 --quiet --strategies none,block,sequential=2,budget=99%%,"
+                 "blocks-budget=25%%,selective=names:qkv");
+    cr_assert_eq(rc, 0, "%s", o);
+    int rows = 0;
+    for (const char *l = o; *l;) {
+        size_t len = strcspn(l, "\n");
+        cr_assert_leq(len, 100, "a line of %zu columns: %.*s", len, (int)len, l);
+        rows += !strncmp(l, "blocks-budget=25% ", 18) || !strncmp(l, "selective=names:qkv ", 20);
+        l += len + (l[len] == '\n');
+    }
+    /* the table, the plans (one cut structure) and the legend are there */
+    cr_assert_eq(rows, 2, "%s", o);
+    cr_assert(strstr(o, "step ms") && strstr(o, "IQR ms") && strstr(o, "\nplans (") &&
+                  strstr(o, "    structure: [ckpt ") && strstr(o, "...\n") &&
+                  strstr(o, "  peak      MiB: remat allocator peak"),
+              "%s", o);
+    free(o);
+}
+
 Test(cli, bench_budget_gradients_equal_none) {
     char *o;
     int rc =
@@ -854,7 +940,7 @@ Test(cli, bench_budget_gradients_equal_none) {
     cr_assert(row_ends_with(o, "blocks-budget=70%", "bitwise equal"), "%s", o);
     cr_assert(row_ends_with(o, "budget=64MiB", "bitwise equal"), "%s", o);
     cr_assert(row_ends_with(o, "none", "reference"), "%s", o);
-    cr_assert(strstr(o, "plans (budget= bounds the whole step") &&
+    cr_assert(strstr(o, "\nplans (") && strstr(o, "\n  budget= bounds the whole step") &&
                   strstr(o, "blocks-budget= bounds what the 3 blocks add"),
               "%s", o);
     /* --verbose: the profile and the planner's own print-out */

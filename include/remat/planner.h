@@ -285,10 +285,22 @@ remat_status remat_revolve_cost(int64_t steps, int64_t checkpoints, int64_t *rec
 /* NULL-safe. */
 void remat_plan_free(remat_plan *plan);
 
-/* Summary, per-stage table and the nested structure, e.g.
- *   [ckpt 0-5: [ckpt 0-2: 0 1 2] 3 4 5] 6 7
+/* Summary, per-stage table and the nested structure (remat_plan_structure's
+ * text, e.g. "structure: [ckpt 0-5: [ckpt 0-2: 0-2] 3-5] 6-7").
  * NULL plan/f → nothing. */
 void remat_plan_print(const remat_plan *plan, FILE *f);
+
+/* The plan's nesting as one line of text, as remat_plan_print shows it:
+ * runs of stored stages as "a-b" (one stage as "a"), each checkpointed
+ * segment as "[ckpt FIRST-LAST: what it holds]", e.g.
+ *   [ckpt 0-5: [ckpt 0-2: 0-2] 3-5] 6-7
+ * Writes it into buf (n bytes; terminated whenever n > 0): a text of n bytes
+ * or more is cut and ends in "..." (when n > 4). *len (OUT, may be NULL) gets
+ * the whole text's length without the terminator, so a buf of *len + 1 bytes
+ * holds it all (buf may be NULL with n 0 to ask only the length). A plan
+ * without nodes gives "". Errors: REMAT_EINVAL for a NULL plan, or a NULL buf
+ * with n > 0; REMAT_ENOMEM. On error buf holds "" (when n > 0), *len 0. */
+remat_status remat_plan_structure(const remat_plan *plan, char *buf, size_t n, size_t *len);
 
 /* Runs the plan's forward on input: stages[0..plan->n_stages) in order,
  * checkpointed segments through non-reentrant remat_checkpoint (nested as
