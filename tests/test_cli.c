@@ -904,6 +904,37 @@ Test(cli, checkpoint_help_docs_and_parser_agree) {
     free(help);
 }
 
+/* Issue 32 part 7: --zero outside mpirun says how to start it, with
+ * --allow-run-as-root for root (Open MPI refuses root without it) and what to
+ * install where mpirun is missing; it no longer blames an --optim sgd that
+ * was never given. */
+Test(cli, zero_outside_mpirun_says_how_to_start_it) {
+    char *o;
+    int rc = run(&o, true, "train " TINY " --steps 1 --zero");
+    cr_assert_eq(rc, 1, "%s", o);
+    cr_assert(strstr(o, "start it with `mpirun") && strstr(o, "remat train --zero ...`") &&
+                  !strstr(o, "--optim sgd"),
+              "%s", o);
+    cr_assert_eq(strstr(o, "--allow-run-as-root") != NULL, geteuid() == 0, "%s", o);
+    free(o);
+    /* no mpirun on PATH (remat itself is run by its full path) */
+    snprintf(g_env, sizeof g_env, "PATH=/nonexistent ");
+    rc = run(&o, true, "train " TINY " --steps 1 --zero");
+    g_env[0] = '\0';
+    cr_assert_eq(rc, 1, "%s", o);
+    cr_assert(strstr(o, "mpirun is not installed: apt-get install openmpi-bin") ||
+                  strstr(o, "built without MPI"),
+              "%s", o);
+    free(o);
+    rc = run(&o, true, "train " TINY " --steps 1 --zero --optim sgd");
+    cr_assert(rc == 1 && strstr(o, "it does not take --optim sgd"), "%s", o);
+    free(o);
+    /* and --help says it where it introduces mpirun */
+    cr_assert_eq(run(&o, false, "train --help"), 0);
+    cr_assert(strstr(o, "as root, Open MPI wants\n  mpirun --allow-run-as-root"), "%s", o);
+    free(o);
+}
+
 /* Issue 32 part 7: what `remat bench` prints fits 100 columns (the table was
  * 129 wide, its header line 121, a plan's line 150 and more) while the
  * strategy names are up to 22 characters; a plan's structure is cut visibly. */

@@ -55,7 +55,8 @@ static const opt_section sections[N_SECTIONS] = {
     [SEC_CKPT] = {"checkpointing:", NULL},
     [SEC_DIST] = {"data parallelism (mpirun -np N remat ...; docs/dist.md):",
                   "  --batch is per rank; rank r takes rows [r*batch, (r+1)*batch) of each step's\n"
-                  "  global batch; rank 0 prints and writes files\n"},
+                  "  global batch; rank 0 prints and writes files; as root, Open MPI wants\n"
+                  "  mpirun --allow-run-as-root\n"},
     [SEC_TRAIN] = {"training:", NULL},
     [SEC_OUTPUT] = {"output:", NULL},
     [SEC_BENCH] = {"bench:", NULL},

@@ -865,7 +865,9 @@ int cmd_bench(config *c, bool is_default) {
     br.c = c;
     br.log = !c->quiet;
     br.threads = step_setup_process(c->threads);
-    int rc = prog_dist_init(&br.pd, c);        /* under mpirun: rank 0 prints */
+    int rc = prog_dist_init(&br.pd, c); /* under mpirun: rank 0 prints */
+    /* under mpirun: the same configuration on every rank, before anything collective */
+    if (!rc) rc = prog_dist_agree(&br.pd, c, true);
     if (!rc) rc = outputs_check(c, CMD_BENCH); /* before the measuring (rank 0's files) */
     if (!rc) rc = bench_setup(&br, is_default);
     if (!rc) rc = bench_plan(&br);
@@ -875,7 +877,8 @@ int cmd_bench(config *c, bool is_default) {
     if (!rc) bench_report(&br);
     if (!rc) rc = bench_write_plots(&br, is_default);
     if (rc) {
-        term_printf(stderr, "\nremat bench: %s\n", remat_last_error());
+        if (!br.pd.shared_error || br.pd.rank == 0) /* every rank's: rank 0 says it once */
+            term_printf(stderr, "\nremat bench: %s\n", remat_last_error());
     } else {
         for (int i = 0; i < br.n; i++)
             if (!br.r[i].grads_equal) {

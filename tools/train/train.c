@@ -221,16 +221,19 @@ static int train_setup(train_run *tr) {
         if (rc) return rc;
     }
     /* under mpirun: the same configuration on every rank, before anything else is collective */
-    if ((rc = prog_dist_agree(&tr->pd, c))) return rc;
+    if ((rc = prog_dist_agree(&tr->pd, c, false))) return rc;
     if ((rc = task_init(&tr->tk, c))) return rc;
     tr->tk.row0 = (int64_t)tr->pd.rank * c->batch; /* this rank's rows of each global batch */
     if (c->resume && (rc = savefile_check_task(&tr->saved, c->resume, &tr->tk))) return rc;
     if ((rc = model_init(&tr->m, c, c->seed))) return rc;
-    if (c->zero && (!tr->pd.pg || c->optim != OPTIM_ADAMW))
+    if (c->zero && c->optim != OPTIM_ADAMW)
         return remat_set_error(REMAT_EINVAL,
                                "--zero shards AdamW across the ranks of an mpirun "
-                               "job; it does not take --optim sgd%s",
-                               tr->pd.pg ? "" : " (run under mpirun)");
+                               "job; it does not take --optim sgd");
+    char how[256];
+    if (c->zero && !tr->pd.pg)
+        return remat_set_error(REMAT_EINVAL, "--zero shards AdamW across the ranks of an mpirun job: %s",
+                               prog_dist_how_to_launch("train --zero", how, sizeof how));
     /* --zero: the sharded AdamW (tools/train/dist.c) replaces the optimizer; a
      * whole one exists only to take a --resume file's state */
     if ((!c->zero || c->resume) && (rc = make_optimizer(c, &tr->m, &tr->o))) return rc;
