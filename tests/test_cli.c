@@ -857,14 +857,14 @@ Test(cli, checkpoint_help_docs_and_parser_agree) {
     cr_assert_eq(run(&o, true, "train --checkpoint bogus --steps 0"), 2);
     const char *list = strstr(o, "expected none, block,");
     cr_assert(list, "%s", o);
-    const char *forms[] = {"none",          "block",       "sequential=N", "selective[=POLICY]",
-                           "budget=SIZE", "blocks-budget=SIZE"};
+    const char *forms[] = {
+        "none", "block", "sequential=N", "selective[=POLICY]", "budget=SIZE", "blocks-budget=SIZE"};
     for (size_t i = 0; i < sizeof forms / sizeof *forms; i++) {
         cr_assert(strstr(list, forms[i]), "the parser does not list %s: %s", forms[i], o);
         cr_assert(strstr(help, forms[i]), "train --help lacks %s:\n%s", forms[i], help);
         char row[64];
-        snprintf(row, sizeof row, "| `%s", strcmp(forms[i], "selective[=POLICY]") ? forms[i]
-                                                                                   : "selective");
+        snprintf(row, sizeof row, "| `%s",
+                 strcmp(forms[i], "selective[=POLICY]") ? forms[i] : "selective");
         cr_assert(strstr(doc, row), "docs/cli.md's strategy table lacks %s", row);
     }
     free(o);
@@ -873,16 +873,15 @@ Test(cli, checkpoint_help_docs_and_parser_agree) {
         cr_assert(strstr(help, sizes[i]), "train --help lacks the example %s", sizes[i]);
         char in_doc[32];
         snprintf(in_doc, sizeof in_doc, "`%s`", sizes[i]);
-        cr_assert(strstr(doc, in_doc) || !strcmp(sizes[i], "40%"), "docs/cli.md lacks %s",
-                  in_doc);
+        cr_assert(strstr(doc, in_doc) || !strcmp(sizes[i], "40%"), "docs/cli.md lacks %s", in_doc);
         for (int blocks = 0; blocks < 2; blocks++) {
             /* a parsed size runs (or fails to plan: exit 1), never a usage error */
             int rc = run(&o, true,
                          "train --model mlp --layers 2 --width 16 --steps 0 --quiet "
                          "--checkpoint %sbudget=%s",
                          blocks ? "blocks-" : "", sizes[i]);
-            cr_assert(rc != 2 && !strstr(o, "bad value"), "%sbudget=%s: %s", blocks ? "blocks-" : "",
-                      sizes[i], o);
+            cr_assert(rc != 2 && !strstr(o, "bad value"), "%sbudget=%s: %s",
+                      blocks ? "blocks-" : "", sizes[i], o);
             free(o);
         }
     }
@@ -937,7 +936,7 @@ Test(cli, zero_outside_mpirun_says_how_to_start_it) {
 
 /* Issue 32 part 7: what `remat bench` prints fits 100 columns (the table was
  * 129 wide, its header line 121, a plan's line 150 and more) while the
- * strategy names are up to 22 characters; a plan's structure is cut visibly. */
+ * strategy names are up to 21 characters; a plan's structure is cut visibly. */
 Test(cli, bench_output_fits_100_columns) {
     char *o;
     int rc = run(&o, false,
@@ -1468,15 +1467,15 @@ Test(cli, resume_errors_name_the_file_for_its_saved_hyperparameters) {
         {56, 8, false, -2, "the saved --momentum is -2"},
         {176, 8, false, -1, "the saved --min-lr is -1"},
         {184, 8, false, NAN, "the saved --clip is nan"},
-        {164, 4, true, 9999999, "the saved --accum is 9999999 (expected an integer in [1, 1048576])"},
+        {164, 4, true, 9999999,
+         "the saved --accum is 9999999 (expected an integer in [1, 1048576])"},
         {168, 8, true, 1e14, "the saved --warmup is 100000000000000"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         if (cases[i].is_int)
             patch_le(path("h.bin"), path("p.bin"), cases[i].field, (uint64_t)cases[i].v,
                      cases[i].len);
-        else
-            patch_f64(path("h.bin"), path("p.bin"), cases[i].field, cases[i].v);
+        else patch_f64(path("h.bin"), path("p.bin"), cases[i].field, cases[i].v);
         int rc = run(&o, true, "train " TINY " --steps 4 --resume %s", path("p.bin"));
         cr_assert_eq(rc, 1, "case %zu accepted (rc %d): %s", i, rc, o);
         cr_assert(strstr(o, cases[i].msg) && strstr(o, path("p.bin")) && strstr(o, "corrupt"),

@@ -40,10 +40,8 @@ static void store_int(void *field, size_t size, long v) {
 static const char *expected(const opt_row *r, bool over_hi, char *buf, size_t n) {
     if (r->kind == OPT_NUM || r->kind == OPT_POSNUM)
         snprintf(buf, n, "a number %s %g", r->kind == OPT_NUM ? ">=" : ">", r->lo);
-    else if (r->hi >= 1e9 && !over_hi)
-        snprintf(buf, n, "an integer >= %ld", (long)r->lo);
-    else
-        snprintf(buf, n, "an integer in [%ld, %ld]", (long)r->lo, (long)r->hi);
+    else if (r->hi >= 1e9 && !over_hi) snprintf(buf, n, "an integer >= %ld", (long)r->lo);
+    else snprintf(buf, n, "an integer in [%ld, %ld]", (long)r->lo, (long)r->hi);
     return buf;
 }
 
@@ -107,7 +105,8 @@ static int store(const opt_row *r, void *target, const char *val, char *err, siz
     case OPT_U64:
     case OPT_OPTINT:
         if (!util_parse_long(val, (long)r->lo, (long)r->hi, &lv)) {
-            snprintf(err, n, "bad value for '%s': expected %s", r->name, expected(r, false, what, sizeof what));
+            snprintf(err, n, "bad value for '%s': expected %s", r->name,
+                     expected(r, false, what, sizeof what));
             return 2;
         }
         if (r->kind == OPT_LONG) *(long *)field = lv;
@@ -119,7 +118,8 @@ static int store(const opt_row *r, void *target, const char *val, char *err, siz
         bool ok = util_parse_double(val, &dv) && (r->kind == OPT_NUM ? dv >= r->lo : dv > r->lo) &&
                   dv <= r->hi;
         if (!ok) {
-            snprintf(err, n, "bad value for '%s': expected %s", r->name, expected(r, false, what, sizeof what));
+            snprintf(err, n, "bad value for '%s': expected %s", r->name,
+                     expected(r, false, what, sizeof what));
             return 2;
         }
         *(double *)field = dv;

@@ -238,14 +238,14 @@ static void print_table(const config *c, const model *m, int threads, result *r,
     print_header(stdout, c, m, threads);
     printf("one step = forward + backward; medians of %d interleaved repetitions\n\n", c->reps);
     /* the name column: 14 wide, wider for long names (selective=names:...):
-     * 100 columns in all up to 22 (LD_PRELOAD's heap+ column adds 7) */
+     * 100 columns in all up to 21 (LD_PRELOAD's heap+ column adds 7) */
     int w = 14;
     for (int i = 0; i < c->n_strategies; i++) {
         int l = (int)strlen(c->strategies[i].name);
         if (l > w) w = l;
     }
     bool heap = c->n_strategies > 0 && r[0].has_heap;
-    printf("%-*s %7s %11s %6s %6s %6s %7s %6s %6s%s  %s\n", w, "strategy", "step ms", "IQR ms",
+    printf("%-*s %7s %12s %6s %6s %6s %7s %6s %6s%s  %s\n", w, "strategy", "step ms", "IQR ms",
            "time", "peak", "step", "memory", "act", "RSS+", heap ? "  heap+" : "", "gradients");
     bool any_noise = false;
     for (int i = 0; i < c->n_strategies; i++) {
@@ -271,7 +271,7 @@ static void print_table(const config *c, const model *m, int threads, result *r,
         if (i == ref && c->strategies[i].kind == STRAT_NONE) snprintf(gr, sizeof gr, "reference");
         else if (r[i].grads_equal) snprintf(gr, sizeof gr, "bitwise equal");
         else snprintf(gr, sizeof gr, "DIFFER (max |diff| %.3g)", r[i].max_diff);
-        printf("%-*s %7.1f %11s %6s %6s %6s %7s %6s %6s%s  %s\n", w, c->strategies[i].name,
+        printf("%-*s %7.1f %12s %6s %6s %6s %7s %6s %6s%s  %s\n", w, c->strategies[i].name,
                r[i].step_ms, range, tm, pk, st, mem, act, rss, hp, gr);
     }
     print_plans(c, r, pl);

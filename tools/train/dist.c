@@ -242,12 +242,12 @@ static bool on_path(const char *name) {
 
 const char *prog_dist_how_to_launch(const char *cmd, char *buf, size_t n) {
     const bool root = geteuid() == 0;
-    const char *why = !remat_dist_available()
-                          ? " (this remat was built without MPI: apt-get install "
-                            "libopenmpi-dev openmpi-bin, then rebuild it)"
-                      : !on_path("mpirun") ? " (mpirun is not installed: apt-get install openmpi-bin)"
-                      : root ? " (as root, Open MPI refuses to start without --allow-run-as-root)"
-                             : "";
+    const char *why =
+        !remat_dist_available() ? " (this remat was built without MPI: apt-get install "
+                                  "libopenmpi-dev openmpi-bin, then rebuild it)"
+        : !on_path("mpirun")    ? " (mpirun is not installed: apt-get install openmpi-bin)"
+        : root ? " (as root, Open MPI refuses to start without --allow-run-as-root)"
+               : "";
     snprintf(buf, n, "start it with `mpirun%s -np 2 remat %s ...`%s",
              root ? " --allow-run-as-root" : "", cmd, why);
     return buf;
@@ -256,7 +256,8 @@ const char *prog_dist_how_to_launch(const char *cmd, char *buf, size_t n) {
 int prog_dist_attach_zero(prog_dist *d, model *m, double bucket_mib, const remat_optim_options *o) {
     char how[256];
     if (!d->pg)
-        return remat_set_error(REMAT_EINVAL, "--zero shards AdamW across the ranks of an mpirun job: %s",
+        return remat_set_error(REMAT_EINVAL,
+                               "--zero shards AdamW across the ranks of an mpirun job: %s",
                                prog_dist_how_to_launch("train --zero", how, sizeof how));
     remat_tensor **p = malloc(sizeof *p * (size_t)m->n_params);
     double *wd = malloc(sizeof *wd * (size_t)m->n_params);

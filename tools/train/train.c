@@ -227,12 +227,12 @@ static int train_setup(train_run *tr) {
     if (c->resume && (rc = savefile_check_task(&tr->saved, c->resume, &tr->tk))) return rc;
     if ((rc = model_init(&tr->m, c, c->seed))) return rc;
     if (c->zero && c->optim != OPTIM_ADAMW)
-        return remat_set_error(REMAT_EINVAL,
-                               "--zero shards AdamW across the ranks of an mpirun "
-                               "job; it does not take --optim sgd");
+        return remat_set_error(REMAT_EINVAL, "--zero shards AdamW across the ranks of an mpirun "
+                                             "job; it does not take --optim sgd");
     char how[256];
     if (c->zero && !tr->pd.pg)
-        return remat_set_error(REMAT_EINVAL, "--zero shards AdamW across the ranks of an mpirun job: %s",
+        return remat_set_error(REMAT_EINVAL,
+                               "--zero shards AdamW across the ranks of an mpirun job: %s",
                                prog_dist_how_to_launch("train --zero", how, sizeof how));
     /* --zero: the sharded AdamW (tools/train/dist.c) replaces the optimizer; a
      * whole one exists only to take a --resume file's state */
