@@ -1430,6 +1430,88 @@ Test(checkpoint, context_fn_pair_entered_around_forward_and_recompute) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
+/* A context that follows the recomputation it is handed (recompute_attach):
+ * at the start of every op it notes how many saves are still to come and
+ * whether early stop has ended the recomputation. */
+typedef struct recomp_log {
+    const remat_recomputation *rec;
+    int attached, detached, entered_attached; /* attach(ptr) / attach(NULL) / rec set at enter */
+    int n;
+    int remaining[8];
+    bool stopped[8];
+    bool stopped_at_exit;
+} recomp_log;
+
+static void recomp_observer(void *ud, const char *op) {
+    recomp_log *l = ud;
+    (void)op;
+    if (l->n < 8) {
+        l->remaining[l->n] = remat_recomputation_remaining(l->rec);
+        l->stopped[l->n] = remat_recomputation_stopped(l->rec);
+    }
+    l->n++;
+}
+static void recomp_attach(void *st, const remat_recomputation *rec) {
+    recomp_log *l = st;
+    if (rec) l->attached++;
+    else l->detached++;
+    l->rec = rec;
+}
+static int recomp_enter(void *st) {
+    recomp_log *l = st;
+    l->entered_attached += l->rec != NULL;
+    rm_set_op_observer(recomp_observer, l, NULL, NULL);
+    return REMAT_OK;
+}
+static int recomp_exit(void *st, int status) {
+    recomp_log *l = st;
+    l->stopped_at_exit = remat_recomputation_stopped(l->rec);
+    rm_set_op_observer(NULL, NULL, NULL, NULL);
+    return status;
+}
+static int make_recomp_ctx(void *ud, remat_checkpoint_contexts *pair) {
+    pair->recompute_enter = recomp_enter;
+    pair->recompute_exit = recomp_exit;
+    pair->recompute_attach = recomp_attach;
+    pair->state = ud;
+    return REMAT_OK;
+}
+
+Test(checkpoint, context_is_handed_the_recomputation) {
+    int64_t sh[] = {3};
+    remat_tensor *x = leaf(1, sh, 1);
+    cr_assert_eq(remat_recomputation_remaining(NULL), -1);
+    cr_assert(!remat_recomputation_stopped(NULL));
+    for (int early = 1; early >= 0; early--) {
+        chain c = {0, 3, NULL}; /* exp, tanh, exp: each saves its output */
+        recomp_log log = {0};
+        remat_checkpoint_options o = nonre();
+        o.context_fn = make_recomp_ctx;
+        o.context_fn_data = &log;
+        o.early_stop = early ? REMAT_OPT_TRUE : REMAT_OPT_FALSE;
+        remat_tensor *y, *l;
+        RT_OK(remat_checkpoint(chain_fn, &c, 1, &x, 1, &y, &o));
+        cr_assert_eq(log.attached, 0, "no recomputation in the forward");
+        l = sum_all(y);
+        RT_OK(remat_backward_scalar(l));
+        cr_assert_eq(log.attached, 1);
+        cr_assert_eq(log.entered_attached, 1, "attached before recompute_enter");
+        cr_assert_eq(log.detached, 1, "detached once the recomputation is over");
+        cr_assert_null(log.rec);
+        cr_assert_eq(log.n, 3);
+        for (int i = 0; i < 3; i++) {
+            cr_assert_eq(log.remaining[i], early ? 3 - i : -1, "op %d: %d", i, log.remaining[i]);
+            cr_assert(!log.stopped[i]);
+        }
+        cr_assert_eq(log.stopped_at_exit, early == 1, "the last save ended it");
+        remat_release(l);
+        remat_release(y);
+        rt_zero_grads(1, &x);
+    }
+    remat_release(x);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 static int failing_ctx(void *ud, remat_checkpoint_contexts *pair) {
     (void)ud;
     (void)pair;

@@ -282,7 +282,7 @@ Test(cli, help_prints_usage) {
  * so the parser must name it as a bad value, never as an unknown option),
  * and the usage fits 80 columns. */
 Test(cli, every_flag_in_the_usage_is_parsed) {
-    const char *cmds[] = {"train", "bench", "sample"};
+    const char *cmds[] = {"train", "bench", "sample", "eval"};
     for (size_t c = 0; c < sizeof cmds / sizeof *cmds; c++) {
         char *help;
         cr_assert_eq(run(&help, true, "%s --help", cmds[c]), 0);
@@ -303,7 +303,8 @@ Test(cli, every_flag_in_the_usage_is_parsed) {
                 strcmp(name, "resume") && strcmp(name, "trace") && strcmp(name, "timeline") &&
                 strcmp(name, "log") && strcmp(name, "svg") && strcmp(name, "svg-pareto") &&
                 strcmp(name, "out") && strcmp(name, "checkpoint") && strcmp(name, "strategies") &&
-                strcmp(name, "prompt") && strcmp(name, "device"))
+                strcmp(name, "prompt") && strcmp(name, "device") && strcmp(name, "init-from") &&
+                strcmp(name, "export"))
                 cr_assert(rc == 2 && strstr(o, "bad value"), "`%s --%s=@bad`: %d %s", cmds[c], name,
                           rc, o);
             else cr_assert_eq(rc, 0, "`%s --%s --help`: %d %s", cmds[c], name, rc, o);

@@ -233,6 +233,61 @@ Test(selective, stateful_policy_calls_and_counts) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
+/* ---- early stop inside a served op ------------------------------------------------------ */
+/* x*x (saves x twice), exp (saves its output), add (saves nothing): with exp
+ * served, the save of exp's cached output fills the checkpoint's last
+ * placeholder; the recomputation must stop there, so the add after it runs
+ * in skip mode (no data) and its policy is never asked. */
+typedef struct stop_fn_state {
+    int calls;
+    bool had_data[2];
+} stop_fn_state;
+
+static int stop_in_served_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
+                             int n_out) {
+    (void)n_in, (void)n_out;
+    stop_fn_state *st = ud;
+    remat_tensor *a = NULL, *b = NULL;
+    int rc = remat_mul(&a, in[0], in[0]);
+    if (!rc) rc = remat_exp(&b, a);
+    if (!rc) rc = remat_add(&out[0], b, b);
+    if (!rc && st->calls < 2) st->had_data[st->calls] = remat_data(out[0]) != NULL;
+    st->calls++;
+    remat_release(a);
+    remat_release(b);
+    return rc;
+}
+
+Test(selective, early_stop_inside_a_served_op_ends_the_recomputation) {
+    int64_t sh[] = {4, 8};
+    remat_tensor *x = rt_rand(2, sh, REMAT_F32, -1, 1, 11), *y = NULL, *l = NULL;
+    RT_OK(remat_set_requires_grad(x, true));
+    const char *save[] = {"remat_exp"};
+    remat_policy *pol;
+    RT_OK(remat_policy_from_ops(&pol, 1, save));
+    remat_sac_stats st = {0};
+    remat_sac_config cfg = {.policy = pol, .stats = &st};
+    remat_checkpoint_options o = sac_opts(&cfg);
+    stop_fn_state fs = {0};
+    RT_OK(remat_checkpoint(stop_in_served_fn, &fs, 1, &x, 1, &y, &o));
+    RT_OK(remat_sum_all(&l, y));
+    RT_OK(remat_backward_scalar(l));
+    cr_assert_eq(fs.calls, 2);
+    cr_assert(fs.had_data[0], "the forward computes");
+    cr_assert(!fs.had_data[1], "after the stop inside the served exp, add runs data-less");
+    cr_assert_eq(st.policy_calls_forward, 3);
+    cr_assert_eq(st.policy_calls_recompute, 2, "add is not asked: %lld",
+                 (long long)st.policy_calls_recompute);
+    cr_assert_eq(st.ops_from_cache, 1);
+    cr_assert_eq(rm_op_depth(), 0);
+    cr_assert(!rm_skip_mode(), "skip mode is off once the recomputation is over");
+    remat_release(l);
+    remat_release(y);
+    remat_release(x);
+    remat_policy_release(pol);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 /* ---- SAVE vs RECOMPUTE: what runs in backward, and memory ----------------------------------- */
 typedef struct mem_run {
     size_t after_forward; /* test-device bytes held after the forward (inputs and params

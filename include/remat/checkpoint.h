@@ -124,6 +124,7 @@ typedef remat_status (*remat_checkpoint_fn)(void *user_data, remat_tensor *const
  * triggered the recompute) with that status; exit receives the status of
  * the body it closes and returns the status to continue with (return
  * `status` to keep it; an exit cannot turn a failure into success). */
+typedef struct remat_recomputation remat_recomputation;
 typedef struct remat_checkpoint_contexts {
     remat_status (*forward_enter)(void *state);
     remat_status (*forward_exit)(void *state, remat_status status);
@@ -131,7 +132,27 @@ typedef struct remat_checkpoint_contexts {
     remat_status (*recompute_exit)(void *state, remat_status status);
     void (*destroy)(void *state);
     void *state;
+    /* May be NULL. Called with the running recomputation right before
+     * recompute_enter, and with NULL once it is over (after recompute_exit,
+     * or after a recompute_enter that failed): a context that wants to
+     * know where the recomputation stands (remat_recomputation_remaining,
+     * remat_recomputation_stopped) keeps the pointer in its state until
+     * then. Selective checkpointing uses it; the recomputation is never
+     * found any other way. */
+    void (*recompute_attach)(void *state, const remat_recomputation *rec);
 } remat_checkpoint_contexts;
+
+/* How many more tensors the recomputation must see saved, directly under
+ * its own saved-tensor hooks, before early stop ends it; -1 when rec is
+ * NULL, early stop is off, the recomputation has stopped, or other hooks
+ * (a nested checkpoint's) are in force. A context uses it to know which
+ * op's saves will end the recomputation (PyTorch saves an op's inputs
+ * before the op reaches a dispatch mode, so the stop comes first). */
+int remat_recomputation_remaining(const remat_recomputation *rec);
+/* Whether early stop has ended the recomputation (every saved tensor was
+ * recomputed): the rest of the function runs in skip mode, data-less, and
+ * nothing it does is kept. false when rec is NULL. */
+bool remat_recomputation_stopped(const remat_recomputation *rec);
 
 typedef remat_status (*remat_checkpoint_context_fn)(void *user_data,
                                                     remat_checkpoint_contexts *pair);

@@ -1,6 +1,7 @@
 /* src/checkpoint/ck.h — private declarations shared by the checkpoint
- * sources: RNG juggling (rng.c), debug traces (trace.c), the non-reentrant
- * frame (frame.c) and the reentrant function (reentrant.c). */
+ * sources: RNG juggling (rng.c), debug traces (debug_trace.c), the
+ * non-reentrant frame (frame.c), the reentrant function (reentrant.c) and
+ * the call of the checkpointed function both make (call.c). */
 #ifndef REMAT_CK_H
 #define REMAT_CK_H
 
@@ -51,7 +52,7 @@ remat_status ck_rng_exit(const ck_rng *r, const remat_rng_fork *fork);
 /* Error if the device type got initialised during the forward. */
 remat_status ck_rng_check_initialized(const ck_rng *r);
 
-/* ---- debug traces (trace.c) ------------------------------------------------------- */
+/* ---- debug traces (debug_trace.c) ------------------------------------------------------- */
 #define CK_TRACE_DEPTH 10
 typedef struct ck_trace_ent {
     char op[40];
@@ -97,8 +98,8 @@ remat_status ck_run_reentrant(remat_checkpoint_fn fn, void *user_data, int n_inp
                               remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs,
                               const ck_opts *o, void (*user_data_destroy)(void *));
 
-/* Runs fn with scopes suspended and checks the result: on failure every
- * output is released and NULL, and the error message is set. */
+/* Runs fn with scopes suspended and checks the result (call.c): on failure
+ * every output is released and NULL, and the error message is set. */
 remat_status ck_call_fn(remat_checkpoint_fn fn, void *user_data, int n_inputs,
                         remat_tensor *const *inputs, int n_outputs, remat_tensor **outputs);
 

@@ -29,7 +29,6 @@
 
 #include "autograd/graph.h"
 #include "ck.h"
-#include "recompute.h"
 
 /* One tensor saved during the original forward (PyTorch: _Holder + x_metadata). */
 typedef struct ck_slot {
@@ -188,23 +187,22 @@ static void fwd_free(void *ud, void *handle) {
 }
 
 /* ---- the recomputation hooks ------------------------------------------------------ */
-typedef struct ck_rctx {
+/* The recomputation running for one frame and pass, as its hooks and its
+ * contexts see it (handed to a context through recompute_attach). */
+struct remat_recomputation {
     ck_frame *f;
     ck_rec *rec;
-} ck_rctx;
+    int hooks_depth; /* saved-hooks depth its own hooks sit at */
+};
 
-/* The recomputation running on this thread and the hook depth its hooks
- * sit at (rm_recompute_remaining). */
-static RM_TLS const ck_rctx *tls_rctx;
-static RM_TLS int tls_rctx_depth;
-
-int rm_recompute_remaining(void) {
-    const ck_rctx *c = tls_rctx;
+int remat_recomputation_remaining(const remat_recomputation *c) {
     if (!c || !c->f->early_stop || c->rec->stopped || !c->f->forward_completed ||
-        remat_saved_hooks_depth() != tls_rctx_depth)
+        remat_saved_hooks_depth() != c->hooks_depth)
         return -1;
     return c->f->n_slots - c->rec->counter;
 }
+
+bool remat_recomputation_stopped(const remat_recomputation *c) { return c && c->rec->stopped; }
 
 /* The handle of a tensor saved by the recomputed graph is the tensor
  * itself: the recomputed graph may be backwarded too (grad() inside the
@@ -221,7 +219,7 @@ static void rec_free_handle(void *ud, void *handle) {
 }
 
 static void *rec_pack(void *ud, remat_tensor *t) {
-    ck_rctx *c = ud;
+    remat_recomputation *c = ud;
     ck_frame *f = c->f;
     ck_rec *rec = c->rec;
     /* After early stop PyTorch has left the function; remat runs the rest in
@@ -291,15 +289,24 @@ static remat_status ctx_enter(remat_status (*enter)(void *), void *state, const 
     return rc;
 }
 
+/* Hands the running recomputation (NULL: none any more) to the contexts. */
+static void ctx_attach(ck_frame *f, const remat_recomputation *rc) {
+    if (f->has_ctx && f->ctx.recompute_attach) f->ctx.recompute_attach(f->ctx.state, rc);
+}
+
 /* Runs the function once more inside the context_fn's recompute context
  * (if any), tracing its ops when debug is on. Skip mode is back to
  * prev_skip on return. */
-static remat_status run_in_recompute_context(const ck_rctx *rctx, remat_tensor **args,
+static remat_status run_in_recompute_context(remat_recomputation *rctx, remat_tensor **args,
                                              remat_tensor **outs, bool prev_skip) {
     ck_frame *f = rctx->f;
     ck_rec *rec = rctx->rec;
+    ctx_attach(f, rctx);
     int rc = f->has_ctx ? ctx_enter(f->ctx.recompute_enter, f->ctx.state, "recompute") : 0;
-    if (rc) return rc;
+    if (rc) {
+        ctx_attach(f, NULL);
+        return rc;
+    }
     ck_observe obs;
     bool prev_recomputing = f->recomputing;
     f->recomputing = true;
@@ -307,13 +314,10 @@ static remat_status run_in_recompute_context(const ck_rctx *rctx, remat_tensor *
         ck_trace_reset(&f->rec_trace);
         ck_observe_begin(&obs, &f->rec_trace, &rec->stopped);
     }
-    const ck_rctx *prev_rctx = tls_rctx;
-    int prev_depth = tls_rctx_depth;
-    tls_rctx = rctx;
-    tls_rctx_depth = remat_saved_hooks_depth();
+    /* the depth of the hooks in force from here: remat_recomputation_remaining
+     * counts only saves made directly under them */
+    rctx->hooks_depth = remat_saved_hooks_depth();
     rc = ck_call_fn(f->fn, f->user_data, f->n_inputs, args, f->n_outputs, outs);
-    tls_rctx = prev_rctx;
-    tls_rctx_depth = prev_depth;
     /* Whatever the function did after early stop, PyTorch never ran it. */
     if (rec->stopped && !rec->err) rc = REMAT_OK;
     for (int i = 0; i < f->n_outputs; i++) rm_release_p(&outs[i]);
@@ -324,6 +328,7 @@ static remat_status run_in_recompute_context(const ck_rctx *rctx, remat_tensor *
         int xrc = f->ctx.recompute_exit(f->ctx.state, rc);
         if (rc == REMAT_OK) rc = xrc;
     }
+    ctx_attach(f, NULL);
     return rc;
 }
 
@@ -339,7 +344,7 @@ static remat_status recompute(ck_frame *f, ck_rec *rec) {
     int rc = unpack_inputs(f, args);
     if (rc) goto out_args;
 
-    ck_rctx rctx = {f, rec};
+    remat_recomputation rctx = {f, rec, -1};
     remat_saved_hooks hooks = {rec_pack, rec_unpack, rec_free_handle, &rctx};
     rc = remat_saved_hooks_push(&hooks);
     if (rc) goto out_args;

@@ -156,24 +156,21 @@ remat_status ck_run_reentrant(remat_checkpoint_fn fn, void *user_data, int n_inp
 
     int n_apply = n_outputs ? n_outputs : 1;
     reent *r = calloc(1, sizeof *r);
+    bool *req = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof *req);
     bool *placeholder = calloc((size_t)n_apply, sizeof *placeholder);
     remat_tensor **outs = calloc((size_t)n_apply, sizeof *outs);
-    if (r) r->requires_grad = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof(bool));
-    if (!r || !placeholder || !outs || !r->requires_grad) {
-        if (r) free(r->requires_grad);
+    if (!r || !req || !placeholder || !outs) {
         free(r);
+        free(req);
         free(placeholder);
         free(outs);
         if (user_data_destroy) user_data_destroy(user_data);
         return rm_err(REMAT_ENOMEM, "remat_checkpoint: out of memory");
     }
-    r->fn = fn;
-    r->user_data = user_data;
-    r->user_data_destroy = user_data_destroy;
-    r->n_inputs = n_inputs;
-    r->n_outputs = n_outputs;
-    r->placeholder = placeholder;
-    for (int i = 0; i < n_inputs; i++) r->requires_grad[i] = inputs[i] && inputs[i]->requires_grad;
+    for (int i = 0; i < n_inputs; i++) req[i] = inputs[i] && inputs[i]->requires_grad;
+    r->fn = fn, r->user_data = user_data, r->user_data_destroy = user_data_destroy;
+    r->n_inputs = n_inputs, r->n_outputs = n_outputs;
+    r->requires_grad = req, r->placeholder = placeholder;
     int rc = ck_rng_stash(&r->rng, o->preserve_rng, n_inputs, inputs);
     if (rc) {
         reent_destroy(r);

@@ -59,7 +59,9 @@ remat_status rm_op_begin(rm_op_frame *f, const char *op, int n_in, remat_tensor 
         tls_site = site;
     }
     rm_icpt_ref r = tls_icpt;
-    bool intercept = r.vt && r.vt->wants(r.self, tls_depth);
+    /* An op running in skip mode (after an early stop) makes no data: there
+     * is nothing to record or serve, and PyTorch never runs it at all. */
+    bool intercept = r.vt && !rm_skip_mode() && r.vt->wants(r.self, tls_depth);
     /* Counted before the interceptor runs: anything it calls itself
      * (copies for offloading) is nested and never intercepted. */
     tls_depth++;

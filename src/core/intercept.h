@@ -21,8 +21,9 @@ void rm_op_enter(const char *op);
  * and saves its tensors with rm_op_save instead of rm_node_save. The
  * bracket keeps, per thread, the op nesting depth and the name and call
  * site of the running top-level op (the residual report reads them), and
- * hands ops to the thread's interceptor, if one is installed: selective
- * checkpointing installs its region there (src/sac/selective.c). The
+ * hands ops to the thread's interceptor, if one is installed and skip
+ * mode is off: selective checkpointing installs its region there
+ * (src/sac/selective.c). The
  * interceptor may run the op in skip mode and substitute its saved
  * tensors (through the saver it installs for the op) and its outputs. */
 typedef struct rm_interceptor rm_interceptor;
@@ -31,8 +32,8 @@ typedef struct rm_op_frame {
     const rm_interceptor *vt; /* its functions */
     bool counted;             /* depth was incremented (begin succeeded) */
     bool top;                 /* a top-level op */
-    bool prev_skip;           /* skip mode before this op (restored by rm_op_end) */
-    bool set_skip;            /* this frame turned skip mode on */
+    bool prev_skip;           /* skip mode before this op (the interceptor restores it) */
+    bool set_skip;            /* the interceptor turned skip mode on for this op */
     const char *prev_op;
     void *prev_site;
 } rm_op_frame;

@@ -645,6 +645,18 @@ static remat_status fill_any(remat_tensor *t, double v,
     return rc;
 }
 
+/* The end of a factory: t, filled with status rc, is handed out (made by
+ * `call`), or released when rc is an error. */
+static remat_status hand_out_filled(const char *call, remat_tensor **out, remat_tensor *t,
+                                    remat_status rc) {
+    if (rc) {
+        rm_release(t);
+        return rm_err_prefix(rc, call);
+    }
+    t->origin = call;
+    return rm_hand_out(out, t);
+}
+
 static remat_status full_impl(const char *call, remat_tensor **out, int ndim, const int64_t *shape,
                               double value, remat_dtype dtype, remat_device device) {
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
@@ -654,13 +666,7 @@ static remat_status full_impl(const char *call, remat_tensor **out, int ndim, co
     remat_tensor *t = NULL;
     rc = make_tensor(&t, ndim, shape, dtype, device, false);
     if (rc) return rm_err_prefix(rc, call);
-    rc = fill_any(t, value, NULL, NULL);
-    if (rc) {
-        rm_release(t);
-        return rm_err_prefix(rc, call);
-    }
-    t->origin = call;
-    return rm_hand_out(out, t);
+    return hand_out_filled(call, out, t, fill_any(t, value, NULL, NULL));
 }
 
 remat_status remat_full(remat_tensor **out, int ndim, const int64_t *shape, double value,
@@ -770,12 +776,7 @@ static remat_status make_rand(const char *call, remat_tensor **out, int ndim, co
     int64_t n = rm_shape_numel(ndim, shape);
     rc = rm_rng_reserve(device, (uint64_t)((n + 1) / 2), ra.key, &ra.counter);
     if (!rc) rc = fill_any(t, 0, fill_rand, &ra);
-    if (rc) {
-        rm_release(t);
-        return rm_err_prefix(rc, call);
-    }
-    t->origin = call;
-    return rm_hand_out(out, t);
+    return hand_out_filled(call, out, t, rc);
 }
 
 remat_status remat_rand_uniform(remat_tensor **out, int ndim, const int64_t *shape, double lo,

@@ -1,4 +1,6 @@
 /* src/models/blocks.c — helpers the model blocks share (blocks.h). */
+#include <stdlib.h>
+
 #include "blocks.h"
 
 #include "remat/ops.h"
@@ -27,6 +29,32 @@ int mb_dropout(double p, remat_tensor **t) {
     mb_drop(t);
     *t = d;
     return REMAT_OK;
+}
+
+int mb_merge_heads(bool tags, remat_tensor **att, int64_t B, int64_t T, int64_t C,
+                   remat_tensor **y) {
+    remat_tensor *t = NULL;
+    int rc = mb_maybe_tag(tags, att, "attn");
+    if (!rc) rc = remat_transpose(&t, *att, 1, 2); /* (B, T, H, D) */
+    mb_drop(att);
+    if (!rc) rc = remat_reshape(y, t, 3, (int64_t[]){B, T, C}); /* a view when fused */
+    mb_drop(&t);
+    return rc;
+}
+
+int mb_i64_tensor(remat_tensor **out, int ndim, const int64_t *shape, int64_t *host,
+                  remat_device device) {
+    remat_tensor *t = NULL;
+    int rc = remat_from_data(&t, ndim, shape, REMAT_I64, host);
+    free(host);
+    if (!rc && device.type != REMAT_CPU) {
+        remat_tensor *d = NULL;
+        rc = remat_to_device(&d, t, device);
+        remat_release(t);
+        t = d;
+    }
+    *out = t;
+    return rc;
 }
 
 int mb_cached_attention(const mb_kv *kv, remat_tensor *q, remat_tensor *k, remat_tensor *v,

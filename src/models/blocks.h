@@ -26,6 +26,17 @@ int mb_maybe_tag(bool on, remat_tensor **t, const char *name);
 /* When p > 0: replaces the scope-owned *t by dropout(*t, p) (train mode). */
 int mb_dropout(double p, remat_tensor **t);
 
+/* Attention's heads back together: *y (B, T, C) from the scope-owned *att
+ * (B, H, T, D), H * D = C, which is tagged "attn" first when tags is on and
+ * dropped. */
+int mb_merge_heads(bool tags, remat_tensor **att, int64_t B, int64_t T, int64_t C,
+                   remat_tensor **y);
+
+/* *out = an i64 tensor of `shape` holding host[] (malloc'd; freed here,
+ * whatever happens), on device. *out NULL on failure. */
+int mb_i64_tensor(remat_tensor **out, int ndim, const int64_t *shape, int64_t *host,
+                  remat_device device);
+
 /* ---- inference with a KV cache ----
  * One layer's cache: k, v (B, Hkv, capacity, D), the first `len`
  * positions filled. */

@@ -162,11 +162,7 @@ int mb_gpt2_block(remat_tensor **out, const remat_gpt2_block_weights *w,
         mb_drop(&k);
     }
     mb_drop(&v);
-    MB_TRY(mb_maybe_tag(o->tags, &att, "attn"));
-    MB_TRY(remat_transpose(&t, att, 1, 2)); /* (B, T, H, D) */
-    mb_drop(&att);
-    MB_TRY(remat_reshape(&y, t, 3, (int64_t[]){B, T, C})); /* a view when fused */
-    mb_drop(&t);
+    MB_TRY(mb_merge_heads(o->tags, &att, B, T, C, &y));
     MB_TRY(project(lin, &t, y, w->attn_proj_weight, w->attn_proj_bias));
     mb_drop(&y);
     MB_TRY(mb_maybe_tag(o->tags, &t, "attn_out"));
@@ -202,15 +198,5 @@ remat_status remat_causal_mask(remat_tensor **out, int64_t T, remat_device devic
     if (!m) return mb_err(REMAT_ENOMEM, "remat_causal_mask: out of memory");
     for (int64_t i = 0; i < T; i++)
         for (int64_t j = 0; j < T; j++) m[i * T + j] = j > i;
-    remat_tensor *t = NULL;
-    int rc = remat_from_data(&t, 2, (int64_t[]){T, T}, REMAT_I64, m);
-    free(m);
-    if (!rc && device.type != REMAT_CPU) {
-        remat_tensor *d = NULL;
-        rc = remat_to_device(&d, t, device);
-        remat_release(t);
-        t = d;
-    }
-    if (!rc) *out = t;
-    return rc;
+    return mb_i64_tensor(out, 2, (int64_t[]){T, T}, m, device);
 }

@@ -63,11 +63,7 @@ int mb_llama_block(remat_tensor **out, const mb_llama_weights *w, const mb_llama
     mb_drop(&q);
     mb_drop(&k);
     mb_drop(&v);
-    MB_TRY(mb_maybe_tag(o->tags, &att, "attn"));
-    MB_TRY(remat_transpose(&t, att, 1, 2)); /* (B, T, H, D) */
-    mb_drop(&att);
-    MB_TRY(remat_reshape(&y, t, 3, (int64_t[]){B, T, H * D}));
-    mb_drop(&t);
+    MB_TRY(mb_merge_heads(o->tags, &att, B, T, H * D, &y));
     MB_TRY(remat_linear(&t, y, w->o_w, w->o_b)); /* (B, T, C) */
     mb_drop(&y);
     MB_TRY(mb_maybe_tag(o->tags, &t, "attn_out"));

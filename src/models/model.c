@@ -322,6 +322,21 @@ static remat_status block_fn(void *ud, remat_tensor *const *in, int n_in, remat_
 }
 
 /* ---- create / free --------------------------------------------------------------------------- */
+void remat_model_free(remat_model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_params; i++) remat_release(m->params[i].t);
+    free(m->params);
+    if (m->masks) {
+        for (int64_t t = 0; t < m->cfg.max_positions; t++) remat_release(m->masks[t]);
+        free(m->masks);
+    }
+    free(m->gpt2);
+    free(m->llama);
+    free(m->ctx);
+    free(m->stages);
+    free(m);
+}
+
 remat_status remat_model_create(remat_model **out, const remat_model_config *cfg,
                                 remat_device device) {
     if (!out) return mb_err(REMAT_EINVAL, "remat_model_create: out is NULL");
@@ -352,26 +367,9 @@ remat_status remat_model_create(remat_model **out, const remat_model_config *cfg
     void *scope = rm_scope_suspend();
     rc = is_gpt2(cfg) ? init_gpt2(m) : init_llama(m);
     rm_scope_resume(scope);
-    if (rc) {
-        remat_model_free(m);
-        return rc;
-    }
-    *out = m;
-    return REMAT_OK;
-}
-
-void remat_model_free(remat_model *m) {
-    if (!m) return;
-    for (int i = 0; i < m->n_params; i++) remat_release(m->params[i].t);
-    if (m->masks)
-        for (int64_t t = 0; t < m->cfg.max_positions; t++) remat_release(m->masks[t]);
-    free(m->masks);
-    free(m->params);
-    free(m->gpt2);
-    free(m->llama);
-    free(m->ctx);
-    free(m->stages);
-    free(m);
+    if (rc == REMAT_OK) *out = m;
+    else remat_model_free(m);
+    return rc;
 }
 
 const remat_model_config *remat_model_get_config(const remat_model *m) {
@@ -567,6 +565,16 @@ struct remat_model_cache {
     mb_kv *layers; /* n_layers: k, v (batch, kv heads, capacity, head_dim) */
 };
 
+void remat_model_cache_free(remat_model_cache *c) {
+    if (!c) return;
+    for (int l = 0; c->layers && l < c->m->cfg.n_layers; l++) {
+        remat_release(c->layers[l].k);
+        remat_release(c->layers[l].v);
+    }
+    free(c->layers);
+    free(c);
+}
+
 remat_status remat_model_cache_create(remat_model_cache **out, const remat_model *m, int64_t batch,
                                       int64_t capacity) {
     const char *call = "remat_model_cache_create";
@@ -593,22 +601,9 @@ remat_status remat_model_cache_create(remat_model_cache **out, const remat_model
         if (!rc) rc = remat_zeros(&c->layers[l].v, 4, shape, REMAT_F32, m->device);
     }
     rm_scope_resume(scope);
-    if (rc) {
-        remat_model_cache_free(c);
-        return rc;
-    }
-    *out = c;
-    return REMAT_OK;
-}
-
-void remat_model_cache_free(remat_model_cache *c) {
-    if (!c) return;
-    for (int l = 0; c->layers && l < c->m->cfg.n_layers; l++) {
-        remat_release(c->layers[l].k);
-        remat_release(c->layers[l].v);
-    }
-    free(c->layers);
-    free(c);
+    if (rc == REMAT_OK) *out = c;
+    else remat_model_cache_free(c);
+    return rc;
 }
 
 int64_t remat_model_cache_length(const remat_model_cache *c) { return c ? c->len : 0; }
@@ -622,17 +617,7 @@ static int positions(remat_tensor **out, int64_t start, int64_t T, remat_device 
     int64_t *p = malloc(sizeof(int64_t) * (size_t)T);
     if (!p) return mb_err(REMAT_ENOMEM, "remat_model: out of memory");
     for (int64_t i = 0; i < T; i++) p[i] = start + i;
-    remat_tensor *t = NULL;
-    int rc = remat_from_data(&t, 1, &T, REMAT_I64, p);
-    free(p);
-    if (!rc && device.type != REMAT_CPU) {
-        remat_tensor *d = NULL;
-        rc = remat_to_device(&d, t, device);
-        remat_release(t);
-        t = d;
-    }
-    *out = t;
-    return rc;
+    return mb_i64_tensor(out, 1, &T, p, device);
 }
 
 /* The cached forward: no grad, no dropout; *logits plain. */

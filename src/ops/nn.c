@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "op.h"
+#include "ops_internal.h"
 
 /* ---- softmax / log_softmax ---------------------------------------------------------------- */
 typedef struct softmax_params {
@@ -126,16 +127,9 @@ static remat_status layer_norm_check(const rm_op_call *c) {
     const ln_params *p = c->params;
     remat_tensor *x = c->in[0], *weight = c->in[1], *bias = c->in[2];
     const int n_norm = p->k.n_norm;
-    const double eps = p->k.eps;
     int rc = rm_check_float_dtype(call, "x", x);
+    if (!rc) rc = rm_check_norm_params(call, x, n_norm, p->k.eps);
     if (rc) return rc;
-    if (n_norm < 1 || n_norm > x->ndim) {
-        char b[200];
-        return rm_err(REMAT_EINVAL, "%s: n_norm %d out of range for x %s (expected 1 to %d)", call,
-                      n_norm, rm_tensor_str(x, b, sizeof b), x->ndim);
-    }
-    if (!(eps >= 0) || isinf(eps))
-        return rm_err(REMAT_EINVAL, "%s: eps must be finite and >= 0, got %g", call, eps);
     if (weight && (rc = check_param(call, "weight", weight, x, n_norm))) return rc;
     if (bias && (rc = check_param(call, "bias", bias, x, n_norm))) return rc;
     return REMAT_OK;
@@ -193,36 +187,21 @@ out:
 }
 
 /* create_graph: layer_norm rebuilt from public ops (xs: x, weight, bias):
- * xc = x - mean(x), y = xc (mean(xc^2) + eps)^-1/2 * w + b over the last
- * n_norm dims. The bias is not saved: its gradient is a sum of g, which
- * needs no input. */
+ * xc = x - mean(x), y = xc (mean(xc^2) + eps)^-1/2 * w over the last n_norm
+ * dims (rm_rms_scale). The bias is not saved: its gradient is a sum of g,
+ * which needs no input. */
 static remat_status layer_norm_recompose(remat_node *node, remat_tensor *const *xs,
                                          remat_tensor **y) {
     const ln_params *p = node->ctx;
-    remat_tensor *x = xs[0], *mu = NULL, *xc = NULL, *v = NULL, *r = NULL, *cur = NULL, *nx = NULL;
+    remat_tensor *x = xs[0], *mu = NULL, *xc = NULL;
     int dims[REMAT_MAX_DIMS];
     for (int i = 0; i < p->k.n_norm; i++) dims[i] = x->ndim - p->k.n_norm + i;
     int rc = remat_mean(&mu, x, p->k.n_norm, dims, true);
     if (!rc) rc = remat_sub(&xc, x, mu);
-    if (!rc) rc = remat_mul(&cur, xc, xc);
-    if (!rc) rc = remat_mean(&v, cur, p->k.n_norm, dims, true);
-    rm_release_p(&cur);
-    if (!rc) rc = remat_add_scalar(&cur, v, p->k.eps);
-    if (!rc) rc = remat_pow_scalar(&r, cur, -0.5);
-    rm_release_p(&cur);
-    if (!rc) rc = remat_mul(&cur, xc, r);
-    if (!rc && xs[1]) {
-        rc = remat_mul(&nx, cur, xs[1]);
-        rm_release(cur);
-        cur = nx, nx = NULL;
-    }
-    rm_release(mu), rm_release(xc), rm_release(v), rm_release(r);
-    if (rc) {
-        rm_release(cur);
-        return rc;
-    }
-    *y = cur;
-    return REMAT_OK;
+    *y = NULL;
+    if (!rc) rc = rm_rms_scale(y, xc, p->k.n_norm, p->k.eps, xs[1]);
+    rm_release(mu), rm_release(xc);
+    return rc;
 }
 
 static remat_status layer_norm_backward_diff(remat_node *node, remat_tensor *const *gout,

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "op.h"
+#include "ops_internal.h"
 
 typedef struct rms_params {
     rm_layer_norm_params k;             /* first: the kernels read it (n_norm, eps) */
@@ -20,13 +21,7 @@ typedef struct rms_params {
 
 static const char *const k_rms_args[] = {"x", "weight"};
 
-static remat_status rms_check(const rm_op_call *c) {
-    const char *call = c->op->name;
-    const rms_params *p = c->params;
-    remat_tensor *x = c->in[0], *w = c->in[1];
-    const int n_norm = p->k.n_norm;
-    const double eps = p->k.eps;
-    int rc;
+remat_status rm_check_norm_params(const char *call, const remat_tensor *x, int n_norm, double eps) {
     if (n_norm < 1 || n_norm > x->ndim) {
         char b[200];
         return rm_err(REMAT_EINVAL, "%s: n_norm %d out of range for x %s (expected 1 to %d)", call,
@@ -34,7 +29,16 @@ static remat_status rms_check(const rm_op_call *c) {
     }
     if (!(eps >= 0) || isinf(eps))
         return rm_err(REMAT_EINVAL, "%s: eps must be finite and >= 0, got %g", call, eps);
-    if (!w) return REMAT_OK;
+    return REMAT_OK;
+}
+
+static remat_status rms_check(const rm_op_call *c) {
+    const char *call = c->op->name;
+    const rms_params *p = c->params;
+    remat_tensor *x = c->in[0], *w = c->in[1];
+    const int n_norm = p->k.n_norm;
+    int rc = rm_check_norm_params(call, x, n_norm, p->k.eps);
+    if (rc || !w) return rc;
     if ((rc = rm_check_same_dtype(call, x, w)) || (rc = rm_check_same_device(call, x, w)))
         return rc;
     bool ok = w->ndim == n_norm;
@@ -97,30 +101,34 @@ out:
     return rc;
 }
 
-/* create_graph: rms_norm rebuilt from public ops, x (mean(x²) + eps)^-1/2 · w */
-static remat_status rms_recompose(remat_node *node, remat_tensor *const *xs, remat_tensor **y) {
-    const rms_params *p = node->ctx;
-    remat_tensor *x = xs[0], *sq = NULL, *ms = NULL, *t = NULL, *r = NULL, *cur = NULL;
+/* create_graph: x (mean(x²) + eps)^-1/2 · w over the last n_norm dims,
+ * from public ops (ops_internal.h). */
+remat_status rm_rms_scale(remat_tensor **y, remat_tensor *x, int n_norm, double eps,
+                          remat_tensor *w) {
+    remat_tensor *sq = NULL, *ms = NULL, *t = NULL, *r = NULL, *cur = NULL;
     int dims[REMAT_MAX_DIMS];
-    for (int i = 0; i < p->k.n_norm; i++) dims[i] = x->ndim - p->k.n_norm + i;
+    for (int i = 0; i < n_norm; i++) dims[i] = x->ndim - n_norm + i;
     int rc = remat_mul(&sq, x, x);
-    if (!rc) rc = remat_mean(&ms, sq, p->k.n_norm, dims, true);
-    if (!rc) rc = remat_add_scalar(&t, ms, p->k.eps);
+    if (!rc) rc = remat_mean(&ms, sq, n_norm, dims, true);
+    if (!rc) rc = remat_add_scalar(&t, ms, eps);
     if (!rc) rc = remat_pow_scalar(&r, t, -0.5);
     if (!rc) rc = remat_mul(&cur, x, r);
-    if (!rc && xs[1]) {
+    if (!rc && w) {
         remat_tensor *nx = NULL;
-        rc = remat_mul(&nx, cur, xs[1]);
+        rc = remat_mul(&nx, cur, w);
         rm_release(cur);
         cur = nx;
     }
     rm_release(sq), rm_release(ms), rm_release(t), rm_release(r);
-    if (rc) {
-        rm_release(cur);
-        return rc;
-    }
+    if (rc) rm_release_p(&cur);
     *y = cur;
-    return REMAT_OK;
+    return rc;
+}
+
+/* create_graph: rms_norm rebuilt from public ops */
+static remat_status rms_recompose(remat_node *node, remat_tensor *const *xs, remat_tensor **y) {
+    const rms_params *p = node->ctx;
+    return rm_rms_scale(y, xs[0], p->k.n_norm, p->k.eps, xs[1]);
 }
 
 static remat_status rms_backward_diff(remat_node *node, remat_tensor *const *gout,

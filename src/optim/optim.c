@@ -173,12 +173,9 @@ remat_status remat_optim_create(remat_optimizer **out, const remat_optim_options
     if (!o) return rm_err(REMAT_ENOMEM, "remat_optim_create: out of memory");
     o->opts = *opts;
     rc = add_group(o, params, n, opts->weight_decay, "remat_optim_create");
-    if (rc) {
-        remat_optim_free(o);
-        return rc;
-    }
-    *out = o;
-    return REMAT_OK;
+    if (rc == REMAT_OK) *out = o;
+    else remat_optim_free(o);
+    return rc;
 }
 
 void remat_optim_zero_grad(remat_optimizer *o) {

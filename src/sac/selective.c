@@ -22,6 +22,12 @@
  * values. The cache entry is then dropped: a second recomputation is the
  * "backward an extra time" error, as in PyTorch.
  *
+ * What the region knows of the checkpoint's recomputation comes through
+ * the remat_recomputation the checkpoint hands it (recompute_attach): how
+ * many saves remain before early stop, and whether it has stopped. Once it
+ * has, skip mode is on and the op bracket consults no interceptor, so the
+ * region sees nothing more of that run.
+ *
  * Named residuals: remat_tag is an identity op. When the policy saves a
  * tag, the op that produced the tagged tensor is cached instead (looked up
  * by storage among the recorded ops), so that it is not recomputed — JAX
@@ -35,7 +41,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint/recompute.h"
 #include "offload.h"
 #include "sac.h"
 
@@ -89,7 +94,8 @@ enum { MODE_IDLE = 0, MODE_FORWARD, MODE_RECOMPUTE };
 struct sac_region {
     remat_policy *policy;
     bool allow_mutation;
-    remat_sac_stats *stats;
+    remat_sac_stats *stats; /* the caller's, or own_stats when none was asked for */
+    remat_sac_stats own_stats;
     sac_rec *recs;
     int n_recs, cap_recs;
     int *pending; /* indices of PENDING records holding references */
@@ -99,7 +105,10 @@ struct sac_region {
     int next_index; /* recomputation: index of the next top-level op */
     int base_depth;
     uint64_t bid;
-    bool stopped;      /* skip mode was on at a top-level op: early stop */
+    /* the recomputation running the region (recompute_attach; NULL in the
+     * forward): where its early stop stands */
+    const remat_recomputation *recomp;
+    bool stopped;      /* the next op's saves end the recomputation: ask nothing more */
     bool consumed_any; /* this recomputation served an op from the cache */
     /* this recomputation runs in a create_graph backward: the region will
      * be recomputed again by the backward of the graph it records (grad of
@@ -119,9 +128,6 @@ struct sac_region {
     int err;
     char errmsg[1024];
 };
-
-static RM_TLS remat_sac_stats g_dummy_stats; /* written when no stats were asked for */
-#define STATS(r) ((r)->stats ? (r)->stats : &g_dummy_stats)
 
 static void defer(sac_region *r, remat_status status, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -219,7 +225,7 @@ static int64_t rec_bytes(const sac_rec *rec) {
 
 /* A record became CACHED (by its policy or a tag): count it, offload it. */
 static void rec_cache(sac_region *r, sac_rec *rec) {
-    remat_sac_stats *st = STATS(r);
+    remat_sac_stats *st = r->stats;
     st->ops_cached++;
     rec->bytes = rec_bytes(rec);
     st->bytes_cached += rec->bytes;
@@ -253,7 +259,7 @@ static void rec_cache(sac_region *r, sac_rec *rec) {
 }
 
 static void rec_uncache(sac_region *r, sac_rec *rec) {
-    remat_sac_stats *st = STATS(r);
+    remat_sac_stats *st = r->stats;
     st->ops_cached--;
     st->bytes_cached -= rec->bytes;
     bool off = false;
@@ -343,8 +349,8 @@ static remat_status ask_policy(sac_region *r, const char *op, int index, int n_i
     remat_sac_context ctx = {r->mode == MODE_RECOMPUTE, index, tag};
     remat_clear_error();
     int p = remat_policy_eval(r->policy, &ctx, op, n_in, inputs);
-    if (r->mode == MODE_RECOMPUTE) STATS(r)->policy_calls_recompute++;
-    else STATS(r)->policy_calls_forward++;
+    if (r->mode == MODE_RECOMPUTE) r->stats->policy_calls_recompute++;
+    else r->stats->policy_calls_forward++;
     if (!sac_valid_policy(p)) {
         if (remat_last_error()[0])
             return rm_err(REMAT_ECALLBACK,
@@ -394,7 +400,7 @@ static remat_status begin_forward(sac_region *r, rm_op_frame *f, const char *op,
     if (np) r->pending = np;
     if (!nr || !np)
         return rm_err(REMAT_ENOMEM, "%s: out of memory recording a selective-checkpoint op", op);
-    STATS(r)->ops_forward++;
+    r->stats->ops_forward++;
     if (tag && n_in > 0) tag_override(r, p, inputs[0]);
     sac_rec *rec = &r->recs[r->n_recs++];
     memset(rec, 0, sizeof *rec);
@@ -415,10 +421,30 @@ static int input_saves(const sac_rec *rec) {
     return k;
 }
 
+/* PyTorch: _VersionWrapper.get_val: an output of op `idx` mutated since it
+ * was cached fails the recomputation, unless mutation is allowed. */
+static remat_status check_unmutated(const sac_region *r, const sac_rec *rec, const char *op,
+                                    int idx) {
+    for (int j = 0; j < rec->n_out && !r->allow_mutation; j++) {
+        const sac_out_rec *o = &rec->outs[j];
+        /* offloaded (no alias): a host copy nobody can mutate */
+        if (!o->t || remat_version(o->t) == o->version) continue;
+        char b[200];
+        return rm_err(REMAT_EVERSION,
+                      "%s: Tensor cached during selective activation checkpoint has been "
+                      "mutated: output %d of op %d of the region, %s, is at version %llu, "
+                      "cached at version %llu. Pass allow_cache_entry_mutation = true if the "
+                      "mutation is intended.",
+                      op, j, idx, rm_tensor_str(o->t, b, sizeof b),
+                      (unsigned long long)remat_version(o->t), (unsigned long long)o->version);
+    }
+    return REMAT_OK;
+}
+
 static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *op, int n_in,
                                     remat_tensor *const *inputs, const char *tag) {
     int idx = r->next_index;
-    int remaining = rm_recompute_remaining();
+    int remaining = remat_recomputation_remaining(r->recomp);
     if (remaining > 0 && idx < r->n_recs && strcmp(r->recs[idx].op, op) == 0 &&
         input_saves(&r->recs[idx]) >= remaining) {
         /* PyTorch saves an op's inputs before its policy sees the op; these saves
@@ -440,7 +466,7 @@ static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *o
     else if (same && rec->demoted) serve = false;
     else serve = servable && sac_is_save(p);
     if (!serve) {
-        STATS(r)->ops_recomputed++;
+        r->stats->ops_recomputed++;
         return REMAT_OK;
     }
     if (!same || (rec->state != REC_CACHED && rec->state != REC_CONSUMED)) {
@@ -461,22 +487,8 @@ static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *o
                       "of the region was already served from the cache by an earlier "
                       "recomputation).",
                       op, idx);
-    /* PyTorch: _VersionWrapper.get_val */
-    for (int j = 0; j < rec->n_out && !r->allow_mutation; j++) {
-        sac_out_rec *o = &rec->outs[j];
-        if (!o->t) continue; /* offloaded: a copy nobody can mutate */
-        uint64_t v = remat_version(o->t);
-        if (v != o->version) {
-            char b[200];
-            return rm_err(REMAT_EVERSION,
-                          "%s: Tensor cached during selective activation checkpoint has been "
-                          "mutated: output %d of op %d of the region, %s, is at version %llu, "
-                          "cached at version %llu. Pass allow_cache_entry_mutation = true if the "
-                          "mutation is intended.",
-                          op, j, idx, rm_tensor_str(o->t, b, sizeof b), (unsigned long long)v,
-                          (unsigned long long)o->version);
-        }
-    }
+    rc = check_unmutated(r, rec, op, idx);
+    if (rc) return rc;
     /* bring offloaded tensors back before the op needs them */
     for (int j = 0; j < rec->n_out && rc == REMAT_OK; j++)
         if (rec->outs[j].off) rc = restore(&rec->outs[j].t, &rec->outs[j].off);
@@ -485,7 +497,7 @@ static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *o
     if (rc) return rm_err_prefix(rc, op);
     if (!r->keep) rec->state = REC_CONSUMED;
     r->consumed_any = !r->keep;
-    STATS(r)->ops_from_cache++;
+    r->stats->ops_from_cache++;
     make_current(r, f, idx, n_in, inputs, true);
     f->prev_skip = rm_set_skip_mode(true);
     f->set_skip = true;
@@ -495,22 +507,17 @@ static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *o
 static remat_status sac_begin(void *self, rm_op_frame *f, const char *op, int n_in,
                               remat_tensor *const *inputs, const char *tag) {
     sac_region *r = self;
-    if (rm_skip_mode()) {
-        /* The checkpoint stopped the recomputation early (PyTorch leaves the
-         * function there): nothing after this point is asked or served. */
-        r->stopped = true;
-        return REMAT_OK;
-    }
     if (r->mode == MODE_FORWARD) return begin_forward(r, f, op, n_in, inputs, tag);
     return begin_recompute(r, f, op, n_in, inputs, tag);
 }
 
-/* rm_node_save with skip mode off, as the hooks expect in a real run; notes
- * when the checkpoint's recompute hook stops early inside it. */
-static remat_status save_through(sac_region *r, remat_node *n, int slot, remat_tensor *t) {
+/* rm_node_save with skip mode off, as the hooks expect in a real run (a
+ * pack hook may run ops); the served op goes on in skip mode after it. If
+ * the save ends the recomputation, the checkpoint's recompute hook turns
+ * skip mode on for the rest of the function: end_recompute keeps it on. */
+static remat_status save_through(remat_node *n, int slot, remat_tensor *t) {
     bool was = rm_set_skip_mode(false);
     int rc = rm_node_save(n, slot, t);
-    if (rm_skip_mode()) r->stopped = true;
     rm_set_skip_mode(was);
     return rc;
 }
@@ -559,7 +566,7 @@ static remat_status saver(void *self, remat_node *n, int slot, remat_tensor *t) 
               "remat_checkpoint (selective): %s (op %d of the region) "
               "saved more tensors during recomputation than during the forward (%d)",
               rec->op, r->cur, rec->n_saves);
-        return save_through(r, n, slot, t);
+        return save_through(n, slot, t);
     }
     sac_save_rec *s = &rec->saves[pos];
     switch (s->kind) {
@@ -571,8 +578,8 @@ static remat_status saver(void *self, remat_node *n, int slot, remat_tensor *t) 
                   "saved a tensor at position %d that was one of its inputs in the forward but "
                   "is not during recomputation",
                   rec->op, r->cur, pos);
-        return save_through(r, n, slot, t);
-    case SAVE_OWN: return save_through(r, n, slot, s->t);
+        return save_through(n, slot, t);
+    case SAVE_OWN: return save_through(n, slot, s->t);
     case SAVE_OUT_VIEW: {
         remat_tensor *o = s->out_idx < rec->n_out ? rec->outs[s->out_idx].t : NULL;
         if (!o) {
@@ -580,18 +587,18 @@ static remat_status saver(void *self, remat_node *n, int slot, remat_tensor *t) 
                   "remat_checkpoint (selective): the cached output %d of %s "
                   "(op %d of the region) is missing",
                   s->out_idx, rec->op, r->cur);
-            return save_through(r, n, slot, t);
+            return save_through(n, slot, t);
         }
         remat_tensor *v =
             rm_tensor_alloc(o->storage, s->offset, s->ndim, s->shape, s->strides, s->dtype);
         if (!v) return rm_err(REMAT_ENOMEM, "%s: out of memory", rec->op);
         v->is_view = true;
-        int rc = save_through(r, n, slot, v);
+        int rc = save_through(n, slot, v);
         rm_release(v);
         return rc;
     }
     }
-    return save_through(r, n, slot, t);
+    return save_through(n, slot, t);
 }
 
 static void end_forward(sac_region *r, remat_status status, int n_out, remat_tensor *const *outs) {
@@ -679,7 +686,7 @@ static bool adopt(remat_tensor *y, const remat_tensor *c) {
 static void end_recompute(sac_region *r, rm_op_frame *f, remat_status status, int n_out,
                           remat_tensor *const *outs) {
     sac_rec *rec = &r->recs[r->cur];
-    if (f->set_skip) rm_set_skip_mode(f->prev_skip || r->stopped);
+    if (f->set_skip) rm_set_skip_mode(f->prev_skip || remat_recomputation_stopped(r->recomp));
     if (status == REMAT_OK) {
         for (int j = 0; j < n_out; j++) {
             remat_tensor *y = outs[j];
@@ -760,6 +767,10 @@ static remat_status ctx_recompute_enter(void *state) {
     return REMAT_OK;
 }
 
+static void ctx_recompute_attach(void *state, const remat_recomputation *recomp) {
+    ((sac_region *)state)->recomp = recomp;
+}
+
 static remat_status ctx_recompute_exit(void *state, remat_status status) {
     sac_region *r = state;
     /* Entries this recomputation did not reach (it stopped early) can never
@@ -800,14 +811,15 @@ remat_status remat_create_selective_checkpoint_contexts(remat_checkpoint_context
     if (!r) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     r->policy = remat_policy_retain(policy);
     r->allow_mutation = allow_cache_entry_mutation;
-    r->stats = stats;
+    r->stats = stats ? stats : &r->own_stats;
     r->cur = -1;
     *pair = (remat_checkpoint_contexts){.forward_enter = ctx_forward_enter,
                                         .forward_exit = ctx_forward_exit,
                                         .recompute_enter = ctx_recompute_enter,
                                         .recompute_exit = ctx_recompute_exit,
                                         .destroy = ctx_destroy,
-                                        .state = r};
+                                        .state = r,
+                                        .recompute_attach = ctx_recompute_attach};
     return REMAT_OK;
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/hf_dir.h"
 #include "options.h"
 #include "train/models.h"
 #include "train/strategy.h"
@@ -23,7 +24,9 @@ void args_usage_main(FILE *f) {
             "          step time, allocator peak, peak RSS, recompute overhead, gradient check,\n"
             "          SVG plots (memory vs time, memory timelines)\n"
             "  train   train a small GPT or a deep MLP on a built-in task or a text file\n"
-            "  sample  generate text from a GPT saved by `remat train --save FILE`\n"
+            "  sample  generate text from a GPT saved by `remat train --save FILE`, or\n"
+            "          from a Hugging Face model (--init-from DIR)\n"
+            "  eval    the loss of a Hugging Face model on a text (--init-from DIR)\n"
             "  tokenize  encode a text file with a Hugging Face tokenizer.json into an\n"
             "          llm.c token file (remat tokenize --help)\n"
             "\n"
@@ -37,6 +40,9 @@ void args_usage_main(FILE *f) {
             "  remat train --data README.md --steps 300 --save run.bin\n"
             "  remat train --data README.md --resume run.bin --steps 600\n"
             "  remat sample --resume run.bin --prompt \"## \" --tokens 200 --top-k 8\n"
+            "  remat train --init-from gpt2 --data notes.txt --context 256 --export ft\n"
+            "  remat eval --init-from ft --data notes.txt --context 256\n"
+            "  remat sample --init-from ft --prompt \"Once\" --tokens 50 --temperature 0\n"
             "  remat bench --model mlp --strategies none,block,sequential=4 --svg mlp.svg\n"
             "  remat train --checkpoint budget=200MiB --layers 8 --width 128 --context 128\n"
             "  remat train --checkpoint selective=names:qkv+attn_out --report --steps 20\n"
@@ -44,13 +50,25 @@ void args_usage_main(FILE *f) {
             "  remat bench --sweep-budgets            planner vs uniform segments, out/pareto.svg\n"
             "\n"
             "  remat --help | remat train --help | remat bench --help | remat sample --help\n"
+            "  remat eval --help\n"
             "  docs/cli.md has the details (what is measured and how).\n");
 }
 
 /* ---- the flags ------------------------------------------------------------------- */
-enum { SEC_MODEL, SEC_CKPT, SEC_DIST, SEC_TRAIN, SEC_OUTPUT, SEC_BENCH, SEC_SAMPLE, N_SECTIONS };
+enum {
+    SEC_HF,
+    SEC_MODEL,
+    SEC_CKPT,
+    SEC_DIST,
+    SEC_TRAIN,
+    SEC_OUTPUT,
+    SEC_BENCH,
+    SEC_SAMPLE,
+    N_SECTIONS
+};
 
 static const opt_section sections[N_SECTIONS] = {
+    [SEC_HF] = {"Hugging Face models (docs/cli.md):", NULL},
     [SEC_MODEL] = {"model:", NULL},
     [SEC_CKPT] = {"checkpointing:", NULL},
     [SEC_DIST] = {"data parallelism (mpirun -np N remat ...; docs/dist.md):",
@@ -66,9 +84,19 @@ static const opt_section sections[N_SECTIONS] = {
 #define T(field) OPT_TARGET(config, field)
 #define SETS(field) OPT_SETS(config, field)
 #define TB (CMD_TRAIN | CMD_BENCH)
+#define TE (CMD_TRAIN | CMD_EVAL)
 #define BIG 1000000000.0
 
 static const opt_row rows[] = {
+    /* Hugging Face models */
+    {"--init-from", "DIR", OPT_STR, CMD_TRAIN | CMD_SAMPLE | CMD_EVAL, SEC_HF, T(init_from),
+     .help = "a Hugging Face GPT-2 or Llama directory (config.json,\n"
+             "model.safetensors, tokenizer.json): train fine-tunes it,\n"
+             "sample and eval run it"},
+    {"--export", "DIR", OPT_STR, CMD_TRAIN, SEC_HF, T(export_dir),
+     .help = "train --init-from: write the trained model as a Hugging\n"
+             "Face directory (config.json, model.safetensors and the\n"
+             "tokenizer files) at the end"},
     /* model */
     {"--model", "gpt|mlp", OPT_CHOICE, TB, SEC_MODEL, T(model), SETS(set_model),
      .choices = "gpt|mlp", .help = "GPT (byte-level, causal attention) or deep MLP",
@@ -79,10 +107,13 @@ static const opt_row rows[] = {
      .help = "model width (GPT: embedding size, MLP: hidden size)"},
     {"--heads", "N", OPT_INT, TB, SEC_MODEL, T(heads), SETS(set_heads), 1, ARGS_MAX_HEADS,
      .help = "GPT attention heads (must divide --width)"},
-    {"--context", "N", OPT_INT, TB, SEC_MODEL, T(context), SETS(set_context), 1, ARGS_MAX_CONTEXT,
-     .help = "GPT context length in bytes"},
-    {"--batch", "N", OPT_INT, TB, SEC_MODEL, T(batch), SETS(set_batch), 1, ARGS_MAX_BATCH,
-     .help = "sequences (GPT) or samples (MLP) per step"},
+    {"--context", "N", OPT_INT, TB | CMD_EVAL, SEC_MODEL, T(context), SETS(set_context), 1,
+     ARGS_MAX_CONTEXT,
+     .help = "GPT context length in bytes (--init-from: in tokens,\n"
+             "[128] for train, eval: the model's positions)"},
+    {"--batch", "N", OPT_INT, TB | CMD_EVAL, SEC_MODEL, T(batch), SETS(set_batch), 1,
+     ARGS_MAX_BATCH,
+     .help = "sequences (GPT) or samples (MLP) per step (eval: [8]\nwindows per forward)"},
     {"--untied", NULL, OPT_FLAG, TB, SEC_MODEL, T(untied), SETS(set_untied),
      .help = "GPT: separate output head (default: tied to the\nembedding)"},
     {"--attention", "K", OPT_CHOICE, TB, SEC_MODEL, T(attn_ops), SETS(set_attention),
@@ -91,8 +122,8 @@ static const opt_row rows[] = {
              "skipped, no (T, T) matrix kept) or ops (matmul, scale,\n"
              "masked_fill, softmax, matmul, as in PyTorch 1.13)",
      .dflt = "[fused]"},
-    {"--autocast", "off|bf16", OPT_CHOICE, TB, SEC_MODEL, T(autocast), SETS(set_autocast),
-     .choices = "off|bf16",
+    {"--autocast", "off|bf16", OPT_CHOICE, TB | CMD_EVAL, SEC_MODEL, T(autocast),
+     SETS(set_autocast), .choices = "off|bf16",
      .help = "bf16 mixed precision (as torch.autocast('cpu',\n"
              "bfloat16)): matmul, linear and attention in bf16 with\n"
              "f32 accumulation, norms, softmax and the loss in f32;\n"
@@ -100,9 +131,9 @@ static const opt_row rows[] = {
      .dflt = "[off]"},
     {"--seed", "N", OPT_U64, TB, SEC_MODEL, T(seed), SETS(set_seed), 0, 9e18,
      .help = "seed of the initialisation and of the data", .dflt = "[1]"},
-    {"--threads", "N", OPT_INT, TB, SEC_MODEL, T(threads), .lo = 1, .hi = 1024,
+    {"--threads", "N", OPT_INT, TB | CMD_EVAL, SEC_MODEL, T(threads), .lo = 1, .hi = 1024,
      .help = "OpenMP/BLAS threads (default: all cores)"},
-    {"--device", "D", OPT_STR, TB, SEC_MODEL, T(device_text),
+    {"--device", "D", OPT_STR, TB | CMD_EVAL, SEC_MODEL, T(device_text),
      .help = "where the model trains: cpu, or cuda[:N] (GPU N;\ndocs/cuda.md)", .dflt = "[cpu]"},
     /* checkpointing */
     {"--checkpoint", "S", OPT_STR, TB, SEC_CKPT, T(checkpoint_text),
@@ -169,8 +200,10 @@ static const opt_row rows[] = {
     {"--accum", "N", OPT_INT, CMD_TRAIN, SEC_TRAIN, T(accum), SETS(set_accum), 1, 1 << 20,
      .help = "accumulate the gradients of N micro-batches (each\n--batch big) per optimizer step",
      .dflt = "[1]"},
-    {"--data", "FILE", OPT_STR, CMD_TRAIN, SEC_TRAIN, T(data),
-     .help = "train a byte-level GPT on any text file"},
+    {"--data", "FILE", OPT_STR, TE, SEC_TRAIN, T(data),
+     .help = "train a byte-level GPT on any text file (--init-from:\n"
+             "a text, tokenized with the model's tokenizer, or a\n"
+             "token file of remat tokenize)"},
     {"--eval-every", "N", OPT_LONG, CMD_TRAIN, SEC_TRAIN, T(eval_every), .lo = 0, .hi = BIG,
      .help = "evaluate on held-out data every N steps\n(0: only at the end)",
      .dflt = "[--steps / 10]"},
@@ -187,6 +220,8 @@ static const opt_row rows[] = {
     {"--json", NULL, OPT_FLAG, CMD_TRAIN, SEC_OUTPUT, T(json),
      .help = "print one JSON object at the end (step_ms, tokens_per_s,\n"
              "peak_alloc_bytes, peak_rss_bytes, loss, strategy, ...)"},
+    {"--json", NULL, OPT_FLAG, CMD_EVAL, SEC_OUTPUT, T(json),
+     .help = "print one JSON object (loss, tokens, perplexity, ...)"},
     {"--trace", "FILE", OPT_STR, CMD_TRAIN, SEC_OUTPUT, T(trace),
      .help = "Chrome-trace JSON of the allocator during the last step\n"
              "(open in chrome://tracing or ui.perfetto.dev)"},
@@ -238,19 +273,23 @@ static const opt_row rows[] = {
      .help = "no progress output on stderr"},
     /* sample */
     {"--resume", "FILE", OPT_STR, CMD_SAMPLE, SEC_SAMPLE, T(resume),
-     .help = "the GPT to sample from: a file written by train --save"},
+     .help = "the GPT to sample from: a file written by train --save\n(or --init-from DIR)"},
     {"--prompt", "TEXT", OPT_STR, CMD_SAMPLE, SEC_SAMPLE, T(prompt),
      .help = "the text the generation continues (empty: a newline)"},
     {"--tokens", "N", OPT_LONG, CMD_SAMPLE, SEC_SAMPLE, T(tokens), .lo = 0, .hi = 1000000,
-     .help = "bytes to generate", .dflt = "[200]"},
+     .help = "bytes (--init-from: tokens) to generate; a Hugging Face\n"
+             "model also stops at its end-of-sequence token",
+     .dflt = "[200]"},
     {"--temperature", "T", OPT_NUM, CMD_SAMPLE, SEC_SAMPLE, T(temperature), .lo = 0, .hi = 100,
-     .help = "divides the logits; 0: always the likeliest byte", .dflt = "[1]"},
-    {"--top-k", "K", OPT_INT, CMD_SAMPLE, SEC_SAMPLE, T(top_k), .lo = 0, .hi = GPT_VOCAB,
-     .help = "sample among the K likeliest bytes (0: all 256)", .dflt = "[0]"},
+     .help = "divides the logits; 0: always the likeliest token\n(greedy)", .dflt = "[1]"},
+    {"--top-k", "K", OPT_INT, CMD_SAMPLE, SEC_SAMPLE, T(top_k), .lo = 0, .hi = 1 << 30,
+     .help = "sample among the K likeliest tokens (0: all)", .dflt = "[0]"},
     {"--seed", "N", OPT_U64, CMD_SAMPLE, SEC_SAMPLE, T(seed), SETS(set_seed), 0, 9e18,
      .help = "seed of the sampling (same seed, same text)", .dflt = "[1]"},
     {"--threads", "N", OPT_INT, CMD_SAMPLE, SEC_SAMPLE, T(threads), .lo = 1, .hi = 1024,
      .help = "OpenMP/BLAS threads (default: all cores)"},
+    {"--device", "D", OPT_STR, CMD_SAMPLE, SEC_SAMPLE, T(device_text),
+     .help = "--init-from: cpu, or cuda[:N]", .dflt = "[cpu]"},
     {"--json", NULL, OPT_FLAG, CMD_SAMPLE, SEC_SAMPLE, T(json),
      .help = "print one JSON object (prompt, text, tokens, seed, ...);\n"
              "bytes outside ASCII are \\u00XX, one per byte"},
@@ -261,7 +300,7 @@ static const opt_row rows[] = {
 static const opt_table table = {rows, (int)(sizeof rows / sizeof *rows), sections, N_SECTIONS};
 
 /* ---- usage ------------------------------------------------------------------------- */
-static const char *const cmd_names[] = {"train", "bench", "sample"};
+static const char *const cmd_names[] = {"train", "bench", "sample", "eval"};
 
 /* What each command does, above its flags. */
 static const char *const cmd_intro[] = {
@@ -278,10 +317,20 @@ static const char *const cmd_intro[] = {
     "its logits (divided by --temperature, limited to the --top-k likeliest), and\n"
     "so on for --tokens bytes. Prints the prompt and what follows it. The draws\n"
     "come from remat's random generator: the same file, flags and --seed give the\n"
-    "same text.\n",
+    "same text.\n"
+    "With --init-from DIR (a Hugging Face GPT-2 or Llama), the prompt is encoded with\n"
+    "DIR's tokenizer and --tokens tokens follow, run with a KV cache; --json ends\n"
+    "with one JSON object: ids (the generated ids), text, tokens_per_s, ...\n",
+    "Evaluates a Hugging Face GPT-2 or Llama (--init-from DIR) on --data FILE (a\n"
+    "text, tokenized with DIR's tokenizer, or a token file of remat tokenize): the\n"
+    "mean next-token cross-entropy over the windows of T + 1 tokens (T: --context)\n"
+    "at token 0, T, 2T, ... while one fits (the first T in, the last T predicted).\n"
+    "--json ends with one JSON object: loss, tokens (predicted), perplexity, ...\n",
 };
 
-static int cmd_index(command cmd) { return cmd == CMD_TRAIN ? 0 : cmd == CMD_BENCH ? 1 : 2; }
+static int cmd_index(command cmd) {
+    return cmd == CMD_TRAIN ? 0 : cmd == CMD_BENCH ? 1 : cmd == CMD_SAMPLE ? 2 : 3;
+}
 
 void args_usage(command cmd, FILE *f) {
     int i = cmd_index(cmd);
@@ -303,7 +352,10 @@ static void defaults_common(config *c) {
 
 /* Model sizes for a model kind (applied after parsing for flags not given). */
 static void model_defaults(config *c, bool bench) {
-    if (c->model == MODEL_GPT) {
+    if (c->model == MODEL_HF) {                /* the rest comes from the directory's config.json */
+        if (!c->set_context) c->context = 128; /* or the model's positions, if fewer */
+        if (!c->batch) c->batch = 8;
+    } else if (c->model == MODEL_GPT) {
         if (!c->set_layers) c->layers = bench ? 8 : 2;
         if (!c->set_width) c->width = bench ? 128 : 64;
         if (!c->set_heads) c->heads = 4;
@@ -339,7 +391,14 @@ void args_defaults_bench(config *c) {
 #define ADDITION_MIN_CONTEXT 6
 
 int args_check_model(config *c, bool bench, char *err, size_t n) {
-    if (c->model == MODEL_GPT) {
+    if (c->model == MODEL_HF) {
+        if (!c->data) {
+            snprintf(err, n,
+                     "--init-from needs --data FILE (a text, tokenized with the model's "
+                     "tokenizer, or a token file of remat tokenize)");
+            return 1;
+        }
+    } else if (c->model == MODEL_GPT) {
         if (c->width % c->heads != 0) {
             snprintf(err, n, "--heads (%d) must divide --width (%d)", c->heads, c->width);
             return 1;
@@ -387,6 +446,10 @@ int args_check_model(config *c, bool bench, char *err, size_t n) {
     const strategy *all = bench ? c->strategies : &c->strat;
     int n_tags = 0;
     const char *const *tags = model_tags(c->model, &n_tags);
+    /* a Hugging Face model's blocks are known once its directory is read
+     * (the command checks again then) */
+    if (c->model == MODEL_HF && !c->hf_tags) return 0;
+    if (c->model == MODEL_HF) tags = c->hf_tags, n_tags = c->n_hf_tags;
     char why[400];
     for (int i = 0; i < (bench ? c->n_strategies : 1); i++) {
         /* sequential=N needs at least N blocks (as checkpoint_sequential's chunks) */
@@ -396,8 +459,12 @@ int args_check_model(config *c, bool bench, char *err, size_t n) {
             return 1;
         }
         /* a misspelt tag would silently save nothing */
-        if (!strategy_check_tags(&all[i], n_tags, tags, c->model == MODEL_GPT ? "GPT" : "MLP", why,
-                                 sizeof why)) {
+        if (!strategy_check_tags(&all[i], n_tags, tags,
+                                 c->model == MODEL_GPT   ? "GPT"
+                                 : c->model == MODEL_MLP ? "MLP"
+                                 : c->hf                 ? hf_family_name(c->hf->cfg.family)
+                                                         : "model",
+                                 why, sizeof why)) {
             snprintf(err, n, "bad strategy '%s': %s", all[i].name, why);
             return 1;
         }
@@ -410,6 +477,12 @@ void args_defaults_sample(config *c) {
     c->prompt = "";
     c->tokens = 200;
     c->temperature = 1.0;
+}
+
+void args_defaults_eval(config *c) {
+    defaults_common(c);
+    c->model = MODEL_HF;
+    c->batch = 8;
 }
 
 /* ---- parsing ---------------------------------------------------------------------- */
@@ -555,11 +628,39 @@ int args_parse(config *c, command cmd, int argc, char **argv, int first) {
     }
     if (rc) return fail(cmd, err, NULL, NULL);
     if ((rc = check_threads(c, cmd))) return rc;
-    if (cmd == CMD_SAMPLE)
-        return c->resume ? 0
-                         : fail(cmd, "give --resume FILE (a GPT saved by remat train --save)", NULL,
-                                NULL);
+    if (cmd == CMD_SAMPLE) {
+        if (c->resume && c->init_from)
+            return fail(cmd, "give --resume FILE or --init-from DIR, not both", NULL, NULL);
+        if (!c->resume && !c->init_from)
+            return fail(cmd,
+                        "give --resume FILE (a GPT saved by remat train --save) or --init-from "
+                        "DIR (a Hugging Face model)",
+                        NULL, NULL);
+        return c->init_from ? parse_device(c, cmd) : 0;
+    }
+    if (cmd == CMD_EVAL) {
+        if (!c->init_from || !c->data)
+            return fail(cmd,
+                        !c->init_from ? "give --init-from DIR (a Hugging Face model directory)"
+                                      : "give --data FILE (a text, or a token file of remat "
+                                        "tokenize)",
+                        NULL, NULL);
+        return parse_device(c, cmd);
+    }
     if ((rc = parse_device(c, cmd))) return rc;
+    if (c->init_from) { /* train: the model is the directory's */
+        if (c->set_model || c->set_layers || c->set_width || c->set_heads || c->set_untied ||
+            c->set_attention)
+            return fail(cmd,
+                        "--model, --layers, --width, --heads, --untied and --attention do not "
+                        "combine with --init-from: the model is the directory's config.json",
+                        NULL, NULL);
+        c->model = MODEL_HF;
+        if (!c->set_lr) c->lr = c->optim == OPTIM_SGD ? 1e-3 : 5e-5; /* fine-tuning rates */
+    }
+    if (c->export_dir && !c->init_from && !c->resume)
+        return fail(cmd, "--export needs --init-from DIR (a Hugging Face model to fine-tune)", NULL,
+                    NULL);
     bool bench = cmd == CMD_BENCH;
     if (!c->set_batch) c->batch = 0;
     model_defaults(c, bench);
@@ -575,7 +676,7 @@ int args_parse(config *c, command cmd, int argc, char **argv, int first) {
      * the header (savefile_merge_config) */
     if (!c->resume && args_check_model(c, bench, err, sizeof err))
         return fail(cmd, err, NULL, NULL);
-    if (c->optim == OPTIM_SGD && !c->set_lr) c->lr = 0.1;
+    if (c->optim == OPTIM_SGD && !c->set_lr && c->model != MODEL_HF) c->lr = 0.1;
     if (!bench && c->save_every > 0 && !c->save)
         return fail(cmd, "--save-every needs --save FILE", NULL, NULL);
     return 0;

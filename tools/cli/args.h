@@ -11,10 +11,12 @@
 
 #include "train/strategy.h"
 
-typedef enum model_kind { MODEL_GPT = 0, MODEL_MLP = 1 } model_kind;
+/* MODEL_HF: a Hugging Face GPT-2 or Llama (--init-from DIR), the library's
+ * model object (remat/models.h) */
+typedef enum model_kind { MODEL_GPT = 0, MODEL_MLP = 1, MODEL_HF = 2 } model_kind;
 typedef enum optim_kind { OPTIM_ADAMW = 0, OPTIM_SGD = 1 } optim_kind;
 /* The program's commands, as bits: a flag's row says which accept it. */
-typedef enum command { CMD_TRAIN = 1, CMD_BENCH = 2, CMD_SAMPLE = 4 } command;
+typedef enum command { CMD_TRAIN = 1, CMD_BENCH = 2, CMD_SAMPLE = 4, CMD_EVAL = 8 } command;
 
 #define ARGS_MAX_STRATEGIES 64 /* --strategies takes up to 16; the sweep adds more */
 #define ARGS_MAX_LISTED 16
@@ -59,6 +61,12 @@ typedef struct config {
     double dist_timeout; /* --dist-timeout seconds (0: 60) */
     double bucket_mib;   /* --bucket-size MiB (0: 25) */
     bool zero;           /* --zero: AdamW state sharded across ranks (ZeRO-1) */
+    /* Hugging Face models (train, sample, eval) */
+    const char *init_from;      /* --init-from DIR */
+    const char *export_dir;     /* train --export DIR */
+    const struct hf_dir *hf;    /* the model's directory, read by the command */
+    const char *const *hf_tags; /* its blocks' tags (strategy checks), once it exists */
+    int n_hf_tags;
     /* sample */
     const char *prompt; /* --prompt TEXT */
     long tokens;        /* --tokens N to generate */
@@ -89,6 +97,7 @@ typedef struct config {
 void args_defaults_train(config *c);
 void args_defaults_bench(config *c);
 void args_defaults_sample(config *c);
+void args_defaults_eval(config *c);
 
 /* Parses argv[first..argc) of command cmd into c (the flags and their
  * usage lines are one table in args.c). On error prints "remat CMD: what"

@@ -4,7 +4,8 @@
  *   remat                 bench on a small default GPT, plots in ./out (make run)
  *   remat train [FLAGS]   train a GPT or MLP with a checkpointing strategy
  *   remat bench [FLAGS]   compare strategies side by side
- *   remat sample [FLAGS]  generate text from a saved GPT
+ *   remat sample [FLAGS]  generate text from a saved GPT or a Hugging Face model
+ *   remat eval [FLAGS]    a Hugging Face model's loss on a text (tools/train/hf_run.c)
  *   remat tokenize ...    a text file to an llm.c token file (tools/io/tokenize.c)
  */
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include "args.h"
 #include "io/tokenize.h"
 #include "train/bench.h"
+#include "train/hf_run.h"
 #include "train/sample.h"
 #include "train/train.h"
 #include "util.h"
@@ -68,7 +70,14 @@ int main(int argc, char **argv) {
         int rc = args_parse(&c, CMD_SAMPLE, argc, argv, 2);
         if (rc) return rc < 0 ? 0 : rc;
         stop_signals_default();
-        return cmd_sample(&c);
+        return c.init_from ? cmd_sample_hf(&c) : cmd_sample(&c);
+    }
+    if (!strcmp(cmd, "eval")) {
+        args_defaults_eval(&c);
+        int rc = args_parse(&c, CMD_EVAL, argc, argv, 2);
+        if (rc) return rc < 0 ? 0 : rc;
+        stop_signals_default();
+        return cmd_eval(&c);
     }
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     fprintf(stderr, "remat: unknown command '%s'\n\n", cmd);

@@ -9,8 +9,28 @@
 #include <unistd.h>
 
 #include "cli/util.h"
+#include "hf_dir.h"
 
 #define EVAL_TAG 0xE7A1u /* separates held-out streams from training ones */
+
+/* The held-out tail: the last 10% if that leaves a window of T + 1 on both sides. */
+static size_t held_out_split(size_t len, int T) {
+    size_t split = len - len / 10;
+    if (split < (size_t)T + 2 || len - split < (size_t)T + 2) split = len;
+    return split;
+}
+
+static int init_tokens(task *t, const config *c) {
+    t->kind = TASK_TOKENS;
+    int rc = hf_read_tokens(c->hf, c->data, "--data", &t->tokens, &t->n_tokens);
+    if (rc) return rc;
+    if (t->n_tokens < (size_t)c->context + 2)
+        return remat_set_error(REMAT_EINVAL,
+                               "--data %s: %zu tokens; training needs at least --context + 2 = %d",
+                               c->data, t->n_tokens, c->context + 2);
+    t->split = held_out_split(t->n_tokens, c->context);
+    return REMAT_OK;
+}
 
 int task_init(task *t, const config *c) {
     memset(t, 0, sizeof *t);
@@ -18,6 +38,8 @@ int task_init(task *t, const config *c) {
     t->context = c->context;
     t->width = c->width;
     t->seed = c->seed;
+    t->world = 1;
+    if (c->model == MODEL_HF) return init_tokens(t, c);
     if (c->model == MODEL_MLP) {
         t->kind = TASK_FUNCTION;
         return REMAT_OK;
@@ -65,15 +87,13 @@ int task_init(task *t, const config *c) {
     }
     t->text = buf;
     t->text_len = len;
-    /* hold out the last 10% if that leaves a window on both sides */
-    size_t split = len - len / 10;
-    if (split < (size_t)c->context + 2 || len - split < (size_t)c->context + 2) split = len;
-    t->split = split;
+    t->split = held_out_split(len, c->context); /* the last 10% */
     return REMAT_OK;
 }
 
 void task_free(task *t) {
     free(t->text);
+    free(t->tokens);
     memset(t, 0, sizeof *t);
 }
 
@@ -82,6 +102,7 @@ const char *task_name(const task *t) {
     case TASK_ADDITION: return "addition";
     case TASK_TEXT: return "text";
     case TASK_FUNCTION: return "function";
+    case TASK_TOKENS: return "tokens";
     }
     return "?";
 }
@@ -129,6 +150,21 @@ static int make_tokens(const task *t, bool eval, int64_t key, batch *b) {
     for (int r = 0; r < B; r++) {
         uint64_t rng = util_mix(t->seed ^ (eval ? EVAL_TAG : 0), (uint64_t)key,
                                 (uint64_t)(eval ? r : t->row0 + r));
+        if (t->kind == TASK_TOKENS) {
+            /* windows at kT of the training part, or of the held-out tail */
+            size_t lo = eval && t->split < t->n_tokens ? t->split : 0;
+            size_t hi = eval ? t->n_tokens : t->split;
+            uint64_t count = (hi - lo - 1) / (size_t)T; /* windows [lo + kT, lo + kT + T + 1) */
+            uint64_t g =
+                eval ? (uint64_t)key * (uint64_t)B + (uint64_t)r
+                     : (uint64_t)key * (uint64_t)B * (uint64_t)t->world + (uint64_t)(t->row0 + r);
+            const uint32_t *w = t->tokens + lo + (size_t)(g % count) * (size_t)T;
+            for (int j = 0; j < T; j++) {
+                idx[r * T + j] = w[j];
+                tgt[r * T + j] = w[j + 1];
+            }
+            continue;
+        }
         if (t->kind == TASK_ADDITION) {
             addition_row(rng, eval, T + 1, s, ans, prob);
         } else {
@@ -210,7 +246,7 @@ int task_score(const task *t, int eval_index, const batch *b, remat_tensor *outp
         free(y);
         return rc;
     }
-    const int B = t->batch, T = t->context, V = GPT_VOCAB;
+    const int B = t->batch, T = t->context, V = t->kind == TASK_TOKENS ? t->vocab : GPT_VOCAB;
     float *logits = malloc(sizeof(float) * (size_t)B * (size_t)T * V);
     int64_t *tgt = malloc(sizeof(int64_t) * (size_t)B * (size_t)T);
     unsigned char *s = malloc((size_t)T + 1), *ans = malloc((size_t)T + 1);

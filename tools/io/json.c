@@ -62,6 +62,43 @@ void json_bytes(json *j, const char *key, const void *p, size_t n) {
     util_str_printf(j->out, "\"");
 }
 
+/* Whether p[0..n) is well-formed UTF-8 (no overlong forms, surrogates or
+ * code points above U+10FFFF). */
+static bool valid_utf8(const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned char c = p[i];
+        size_t k = c < 0x80                 ? 1
+                   : c >= 0xC2 && c <= 0xDF ? 2
+                   : c >= 0xE0 && c <= 0xEF ? 3
+                   : c >= 0xF0 && c <= 0xF4 ? 4
+                                            : 0;
+        if (!k || i + k > n) return false;
+        for (size_t m = 1; m < k; m++)
+            if ((p[i + m] & 0xC0) != 0x80) return false;
+        if ((c == 0xE0 && p[i + 1] < 0xA0) || (c == 0xED && p[i + 1] > 0x9F) ||
+            (c == 0xF0 && p[i + 1] < 0x90) || (c == 0xF4 && p[i + 1] > 0x8F))
+            return false;
+        i += k;
+    }
+    return true;
+}
+
+void json_text(json *j, const char *key, const char *v) {
+    if (!v) {
+        json_null(j, key);
+        return;
+    }
+    size_t n = strlen(v);
+    if (!valid_utf8((const unsigned char *)v, n)) {
+        json_bytes(j, key, v, n);
+        return;
+    }
+    item(j, key);
+    util_str_printf(j->out, "\"");
+    escaped(j->out, (const unsigned char *)v, n, false);
+    util_str_printf(j->out, "\"");
+}
+
 void json_int(json *j, const char *key, int64_t v) {
     item(j, key);
     util_str_printf(j->out, "%" PRId64, v);

@@ -47,6 +47,9 @@ void json_end(json *j);                     /* } or ], whichever is open */
 
 void json_str(json *j, const char *key, const char *v); /* NULL: null */
 void json_bytes(json *j, const char *key, const void *p, size_t n);
+/* Text: valid UTF-8 is written as it is (a JSON reader gets the same
+ * characters back); anything else as json_bytes writes it. */
+void json_text(json *j, const char *key, const char *v);
 void json_int(json *j, const char *key, int64_t v);
 void json_uint(json *j, const char *key, uint64_t v);
 void json_num(json *j, const char *key, double v);                 /* %.9g */

@@ -94,9 +94,10 @@ static bool same_file(const char *a, const char *b) {
 }
 
 int outputs_check(const config *c, command cmd) {
-    out_path o[4];
+    out_path o[5];
     int n = 0;
     if (cmd == CMD_TRAIN) {
+        if (c->export_dir) o[n++] = (out_path){"--export", c->export_dir, true, false};
         if (c->save) o[n++] = (out_path){"--save", c->save, false, true};
         if (c->log) o[n++] = (out_path){"--log", c->log, false, false};
         if (c->trace) o[n++] = (out_path){"--trace", c->trace, false, false};
@@ -118,6 +119,11 @@ int outputs_check(const config *c, command cmd) {
             return remat_set_error(REMAT_EINVAL,
                                    "%s %s is the --data file: it would be overwritten", o[i].flag,
                                    o[i].path);
+        if (c->init_from && cmd == CMD_TRAIN && same_file(o[i].path, c->init_from))
+            return remat_set_error(REMAT_EINVAL,
+                                   "%s %s is the --init-from directory: the model would be "
+                                   "overwritten",
+                                   o[i].flag, o[i].path);
         if (c->resume && cmd == CMD_TRAIN && o[i].path != c->save &&
             same_file(o[i].path, c->resume))
             return remat_set_error(REMAT_EINVAL,

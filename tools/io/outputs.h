@@ -15,12 +15,13 @@
 
 #include "cli/args.h"
 
-/* Every output path of the command (train: --save, --log, --trace,
+/* Every output path of the command (train: --export, --save, --log, --trace,
  * --timeline; bench: --out, --svg, --svg-pareto, --trace) can be written:
- * an existing one is not a directory (--save: a regular file) and is
- * writable, a new one's directory exists and is writable (--out: the
- * nearest existing ancestor), no two name one file, and none is an input
- * (--data, or --resume unless it is --save's own path). 0, or an error
+ * an existing one is not a directory (--save: a regular file; --export and
+ * --out: a directory) and is writable, a new one's directory exists and is
+ * writable (--export, --out: the nearest existing ancestor), no two name one
+ * file, and none is an input (--data, --init-from, or --resume unless it is
+ * --save's own path). 0, or an error
  * naming the flag and the path. Paths other ranks dropped are not checked. */
 int outputs_check(const config *c, command cmd);
 

@@ -3,6 +3,7 @@
 
 #include "cli/term.h"
 #include "cli/util.h"
+#include "hf_dir.h"
 #include "remat/savefile.h"
 
 #include <dirent.h>
@@ -65,7 +66,7 @@ static bool host_little_endian(void) {
 }
 
 static void put_tensor(buf *b, const char *prefix, const char *name, remat_tensor *t) {
-    char full[96];
+    char full[16 + MODEL_MAX_NAME];
     snprintf(full, sizeof full, "%s%s", prefix, name);
     uint32_t n = (uint32_t)strlen(full);
     put_u32(b, n);
@@ -89,9 +90,8 @@ static void run_flags_text(const config *c, char *buf, size_t n) {
              c->reentrant ? "on" : "off", c->autocast ? "bf16" : "off", c->save_every);
 }
 
-static void put_text_record(buf *b, const char *name, const char *text) {
+static void put_bytes_record(buf *b, const char *name, const char *text, uint64_t len) {
     uint32_t n = (uint32_t)strlen(name);
-    uint64_t len = strlen(text);
     put_u32(b, n);
     put(b, name, n);
     put_u32(b, (uint32_t)REMAT_U8);
@@ -99,6 +99,24 @@ static void put_text_record(buf *b, const char *name, const char *text) {
     put_u64(b, len);
     put_u64(b, len);
     put(b, text, (size_t)len);
+}
+
+static void put_text_record(buf *b, const char *name, const char *text) {
+    put_bytes_record(b, name, text, strlen(text));
+}
+
+/* A Hugging Face model's run (MODEL_HF) also keeps the model's config.json
+ * (HF_CONFIG) and where its directory was (HF_DIR: the tokenizer for
+ * --resume without --init-from). */
+#define HF_CONFIG "hf.config"
+#define HF_DIR "hf.dir"
+
+/* What the run's data was (CRC-32 and bytes): the text, or the tokens. */
+static void task_identity(const task *t, uint32_t *crc, uint64_t *bytes) {
+    const void *p = t->kind == TASK_TOKENS ? (const void *)t->tokens : (const void *)t->text;
+    size_t n = t->kind == TASK_TOKENS ? t->n_tokens * sizeof *t->tokens : t->text_len;
+    *crc = p ? savefile_crc32(p, n) : 0u;
+    *bytes = p ? (uint64_t)n : 0u;
 }
 
 static int write_all(int fd, const unsigned char *p, size_t n) {
@@ -163,7 +181,11 @@ int savefile_write(const char *path, const config *c, const task *t, const model
     uint8_t rng[REMAT_RNG_STATE_BYTES];
     int rc = remat_rng_get_state(REMAT_DEVICE_CPU, rng);
     if (rc) return rc;
-    uint32_t n_tensors = (uint32_t)m->n_params + 1; /* + RUN_FLAGS */
+    const bool hf = m->kind == MODEL_HF;
+    char hf_dir_path[4096] = "";
+    if (hf && c->hf->path && !realpath(c->hf->path, hf_dir_path))
+        snprintf(hf_dir_path, sizeof hf_dir_path, "%s", c->hf->path);
+    uint32_t n_tensors = (uint32_t)m->n_params + 1 + (hf ? 2u : 0u); /* + RUN_FLAGS, HF_* */
     for (int i = 0; i < m->n_params; i++)
         n_tensors += (optim_slot(o, m, i, REMAT_OPTIM_EXP_AVG) != NULL) +
                      (optim_slot(o, m, i, REMAT_OPTIM_EXP_AVG_SQ) != NULL);
@@ -195,9 +217,12 @@ int savefile_write(const char *path, const config *c, const task *t, const model
     put_u64(&b, (uint64_t)step);
     put_u64(&b, (uint64_t)remat_optim_updates(o));
     put(&b, rng, sizeof rng);
+    uint32_t data_crc;
+    uint64_t data_bytes;
+    task_identity(t, &data_crc, &data_bytes);
     put_u32(&b, (uint32_t)t->kind);
-    put_u32(&b, t->text ? savefile_crc32(t->text, t->text_len) : 0u);
-    put_u64(&b, t->text ? (uint64_t)t->text_len : 0u);
+    put_u32(&b, data_crc);
+    put_u64(&b, data_bytes);
     put_u32(&b, c->cosine ? 1u : 0u); /* version 2: the schedule */
     put_u32(&b, (uint32_t)c->accum);
     put_u64(&b, (uint64_t)c->warmup);
@@ -217,6 +242,10 @@ int savefile_write(const char *path, const config *c, const task *t, const model
     char flags[512];
     run_flags_text(c, flags, sizeof flags);
     put_text_record(&b, RUN_FLAGS, flags);
+    if (hf) {
+        put_bytes_record(&b, HF_CONFIG, c->hf->config_text, c->hf->config_len);
+        put_text_record(&b, HF_DIR, hf_dir_path);
+    }
     put_u32(&b, 0); /* CRC placeholder */
     if (b.oom) {
         free(b.p);
@@ -383,11 +412,12 @@ static int check_header(const saved_state *s, const char *path, uint64_t size) {
                                "--resume %s: corrupt header: %s %llu is outside "
                                "1..%llu (the --%s limit)",
                                path, bad, (unsigned long long)v, (unsigned long long)lim, bad);
-    const char *what = s->model > 1     ? "model"
-                       : s->optim > 1   ? "optimizer"
-                       : s->untied > 1  ? "untied head"
-                       : s->task > 2    ? "task"
-                       : s->step < 0    ? "step"
+    const char *what = s->model > 2                                         ? "model"
+                       : s->optim > 1                                       ? "optimizer"
+                       : s->untied > 1                                      ? "untied head"
+                       : s->task > 3                                        ? "task"
+                       : (s->model == MODEL_HF) != (s->task == TASK_TOKENS) ? "task for the model"
+                       : s->step < 0                                        ? "step"
                        : s->optim_t < 0 ? "optimizer update count"
                                         : NULL;
     if (what)
@@ -395,7 +425,8 @@ static int check_header(const saved_state *s, const char *path, uint64_t size) {
                                what);
     int rc = check_hyperparameters(s, path);
     if (rc) return rc;
-    uint64_t min_bytes = (uint64_t)s->layers * s->width * s->width * 4u;
+    uint64_t min_bytes =
+        (uint64_t)s->layers * s->width * (s->model == MODEL_HF ? 1u : s->width) * 4u;
     if (s->model == MODEL_GPT) min_bytes += (uint64_t)s->context * s->width * 4u;
     if (min_bytes > size || (uint64_t)s->n_tensors * 21u > size)
         return remat_set_error(REMAT_EFORMAT,
@@ -425,6 +456,15 @@ int savefile_read(const char *path, saved_state *s) {
                                "--resume %s: big-endian hosts are not "
                                "supported",
                                path);
+    /* a model directory given where a --save file belongs */
+    struct stat dst;
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", path);
+    if (stat(path, &dst) == 0 && S_ISDIR(dst.st_mode) && stat(cfg, &dst) == 0)
+        return remat_set_error(REMAT_EINVAL,
+                               "--resume %s is a Hugging Face model directory: start from it with "
+                               "--init-from %s (--resume takes a file written by --save)",
+                               path, path);
     /* only a regular file (a FIFO must not block the open) */
     int fd = util_open_regular(path, "--resume");
     if (fd < 0) return REMAT_EIO;
@@ -578,10 +618,20 @@ static int merge_run_flags(const saved_state *s, const char *path, config *c) {
 }
 
 int savefile_merge_config(const saved_state *s, const char *path, config *c) {
+    static const char *const kinds[] = {"gpt", "mlp", "Hugging Face"};
     if (c->set_model && (uint32_t)c->model != s->model)
         return remat_set_error(REMAT_EINVAL, "--resume %s: --model %s does not match the saved %s",
-                               path, c->model == MODEL_GPT ? "gpt" : "mlp",
-                               s->model == MODEL_GPT ? "gpt" : "mlp");
+                               path, kinds[c->model], kinds[s->model]);
+    if (c->init_from && s->model != MODEL_HF)
+        return remat_set_error(REMAT_EINVAL,
+                               "--resume %s: the saved run trained the program's %s, not a Hugging "
+                               "Face model: leave out --init-from",
+                               path, kinds[s->model]);
+    if (c->export_dir && s->model != MODEL_HF)
+        return remat_set_error(REMAT_EINVAL,
+                               "--resume %s: --export writes a Hugging Face model; the saved run "
+                               "trained the program's %s",
+                               path, kinds[s->model]);
     if (c->set_layers && (uint32_t)c->layers != s->layers)
         return MISMATCH("--layers", c->layers, s->layers);
     if (c->set_width && (uint32_t)c->width != s->width)
@@ -636,17 +686,27 @@ static int needs_data(const saved_state *s, const char *path) {
 
 int savefile_check_task(const saved_state *s, const char *path, const task *t) {
     static const char *names[] = {"the built-in addition task", "a text file",
-                                  "the built-in MLP task"};
+                                  "the built-in MLP task", "a Hugging Face model's tokens"};
     if (s->task == (uint32_t)TASK_TEXT && t->kind != TASK_TEXT) return needs_data(s, path);
     if (s->task != (uint32_t)t->kind)
         return remat_set_error(REMAT_EINVAL, "--resume %s: the run was trained on %s, not on %s",
                                path, names[s->task], names[t->kind]);
-    if (t->kind == TASK_TEXT &&
-        (s->data_bytes != t->text_len || s->data_crc != savefile_crc32(t->text, t->text_len)))
+    uint32_t crc;
+    uint64_t bytes;
+    task_identity(t, &crc, &bytes);
+    if ((t->kind == TASK_TEXT || t->kind == TASK_TOKENS) &&
+        (s->data_bytes != bytes || s->data_crc != crc))
         remat_warn("--resume %s: --data has other contents than the file the run was trained on "
                    "(%llu bytes, CRC-32 %08x); continuing on the new data",
                    path, (unsigned long long)s->data_bytes, s->data_crc);
     return REMAT_OK;
+}
+
+const char *savefile_record(const saved_state *s, const char *name, size_t *n) {
+    const saved_tensor *r = find(s, "", name);
+    if (!r || r->dtype != (uint32_t)REMAT_U8) return NULL;
+    *n = (size_t)r->nbytes;
+    return (const char *)r->data;
 }
 
 static const saved_tensor *find(const saved_state *s, const char *prefix, const char *name) {

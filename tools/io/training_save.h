@@ -81,6 +81,11 @@ int savefile_check_task(const saved_state *s, const char *path, const task *t);
 int savefile_restore(const saved_state *s, const char *path, model *m, remat_optimizer *o,
                      int64_t *step);
 
+/* The bytes (*n of them, not NUL-terminated; in the file's image) of the
+ * file's text record `name`, or NULL when it has none: "hf.config" (a
+ * Hugging Face model's config.json) and "hf.dir" (its directory's path). */
+const char *savefile_record(const saved_state *s, const char *name, size_t *n);
+
 /* CRC-32 (IEEE 802.3, as zlib's crc32) of n bytes. */
 uint32_t savefile_crc32(const void *data, size_t n);
 

@@ -202,7 +202,7 @@ static void train_report_text(const train_run *tr, const train_totals *t) {
     term_printf(stdout, "%s\n", tr->evbuf);
     term_printf(stdout, "step time     %.1f ms (median of %" PRId64 ")\n", t->step_ms, tr->n_steps);
     term_printf(stdout, "throughput    %.0f %s/s\n", t->tok_s,
-                tr->m.kind == MODEL_GPT ? "tokens" : "samples");
+                tr->m.kind == MODEL_MLP ? "samples" : "tokens");
     term_printf(stdout, "peak memory   %s allocated by remat, %s RSS\n",
                 util_fmt_bytes((double)t->peak_alloc, a, sizeof a),
                 util_fmt_bytes((double)t->peak_rss, r, sizeof r));

@@ -83,7 +83,17 @@ static void agree_text_bench(const config *c, util_str *s) {
 /* One "--flag value" line per option that must be the same on every rank, in a
  * fixed order. Output paths are rank 0's alone; whether --save is given is not. */
 static void agree_text(const prog_dist *d, const config *c, bool bench, util_str *s) {
-    util_str_printf(s, "--model %s\n", c->model == MODEL_GPT ? "gpt" : "mlp");
+    util_str_printf(s, "--model %s\n",
+                    c->model == MODEL_GPT   ? "gpt"
+                    : c->model == MODEL_MLP ? "mlp"
+                                            : "hf");
+    if (c->init_from) { /* the model the ranks start from: its config.json, by content */
+        char cfg[4096];
+        snprintf(cfg, sizeof cfg, "%s/config.json", c->init_from);
+        util_str_printf(s, "--init-from ");
+        file_identity(s, cfg);
+        util_str_printf(s, "\n");
+    }
     util_str_printf(s, "--layers %d\n--width %d\n--heads %d\n--context %d\n", c->layers, c->width,
                     c->heads, c->context);
     util_str_printf(s, "--untied %s\n--attention %s\n", c->untied ? "on" : "off",

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/hf_dir.h"
 #include "remat/autocast.h"
 
 #define TRY(expr)                                                                                  \
@@ -109,8 +110,55 @@ done:
     return rc;
 }
 
+/* The library's model of the directory c->hf, its parameters as the program's. */
+static int init_hf(model *m, const config *c, uint64_t seed) {
+    if (!c->hf) return remat_set_error(REMAT_EINVAL, "remat: no Hugging Face model directory");
+    remat_manual_seed(seed);
+    int rc = hf_model_create(&m->lib, c->hf, c->device, !c->resume);
+    if (rc) return rc;
+    const remat_model_config *cfg = remat_model_get_config(m->lib);
+    m->layers = cfg->n_layers;
+    m->width = (int)cfg->hidden;
+    m->heads = cfg->n_heads;
+    m->vocab = (int)cfg->vocab;
+    m->untied = !cfg->tie_word_embeddings;
+    remat_model_stages(m->lib, &m->stages);
+    const int n = remat_model_n_params(m->lib);
+    m->params = calloc((size_t)n, sizeof *m->params);
+    m->ctx = calloc((size_t)m->layers, sizeof *m->ctx);
+    m->ud = calloc((size_t)m->layers, sizeof *m->ud);
+    if (!m->params || !m->ctx || !m->ud)
+        return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    for (int l = 0; l < m->layers; l++) {
+        m->ctx[l].m = m;
+        m->ctx[l].layer = l;
+        m->ud[l] = &m->ctx[l];
+    }
+    for (int i = 0; i < n; i++) {
+        const char *name = NULL;
+        remat_tensor *t = remat_model_param(m->lib, i, &name);
+        param *p = &m->params[m->n_params++];
+        snprintf(p->name, sizeof p->name, "%s", name);
+        if (strlen(name) >= sizeof p->name)
+            return remat_set_error(REMAT_EUNSUPPORTED, "parameter name too long: %s", name);
+        p->t = remat_retain(t);
+        p->decay = remat_ndim(t) >= 2; /* matrices and embeddings; not biases and norms */
+        m->n_weights += remat_numel(t);
+    }
+    return REMAT_OK;
+}
+
 int model_init(model *m, const config *c, uint64_t seed) {
     memset(m, 0, sizeof *m);
+    if (c->model == MODEL_HF) {
+        m->kind = MODEL_HF;
+        m->device = c->device;
+        m->context = c->context;
+        m->autocast = c->autocast;
+        int rc = init_hf(m, c, seed);
+        if (rc) model_free(m);
+        return rc;
+    }
     m->kind = c->model;
     m->device = c->device;
     m->layers = c->layers;
@@ -144,6 +192,7 @@ void model_free(model *m) {
     if (!m) return;
     for (int i = 0; i < m->n_params; i++) remat_release(m->params[i].t);
     remat_release(m->mask);
+    remat_model_free(m->lib);
     free(m->params);
     free(m->gblocks);
     free(m->mblocks);
@@ -153,7 +202,11 @@ void model_free(model *m) {
 }
 
 void model_json(json *j, const model *m, int batch) {
-    json_str(j, "model", m->kind == MODEL_GPT ? "gpt" : "mlp");
+    json_str(j, "model",
+             m->kind == MODEL_GPT                                         ? "gpt"
+             : m->kind == MODEL_MLP                                       ? "mlp"
+             : remat_model_get_config(m->lib)->family == REMAT_MODEL_GPT2 ? "gpt2"
+                                                                          : "llama");
     json_int(j, "layers", m->layers);
     json_int(j, "width", m->width);
     json_int(j, "heads", m->heads);
@@ -166,11 +219,19 @@ void model_zero_grad(model *m) {
     for (int i = 0; i < m->n_params; i++) remat_set_grad(m->params[i].t, NULL);
 }
 
+void model_set_training(model *m, bool training) {
+    if (m->lib) remat_model_set_training(m->lib, training);
+}
+
 /* ---- blocks ------------------------------------------------------------------------ */
 static const char *const MLP_TAGS[] = {"linear", "gelu"};
 
 const char *const *model_tags(model_kind kind, int *n) {
     if (kind == MODEL_GPT) return gpt_block_tags(n);
+    if (kind == MODEL_HF) { /* per model: remat_model_tags */
+        *n = 0;
+        return NULL;
+    }
     *n = (int)(sizeof MLP_TAGS / sizeof *MLP_TAGS);
     return MLP_TAGS;
 }
@@ -229,8 +290,11 @@ static int traced_block(void *user_data, remat_tensor *const *inputs, int n_inpu
     block_ctx *bc = user_data;
     bool recompute = remat_in_backward();
     if (g_hook) g_hook(g_hook_ud, bc->layer, true, recompute);
-    int rc = bc->m->kind == MODEL_GPT
-                 ? gpt_block_fn(user_data, inputs, n_inputs, outputs, n_outputs)
+    const model *m = bc->m;
+    int rc = m->kind == MODEL_GPT ? gpt_block_fn(user_data, inputs, n_inputs, outputs, n_outputs)
+             : m->kind == MODEL_HF
+                 ? m->stages[bc->layer].fn(m->stages[bc->layer].user_data, inputs, n_inputs,
+                                           outputs, n_outputs)
                  : mlp_block_forward(user_data, inputs, n_inputs, outputs, n_outputs);
     if (g_hook) g_hook(g_hook_ud, bc->layer, false, recompute);
     return rc;
@@ -254,7 +318,11 @@ static int embed(model *m, const batch *b, remat_tensor **out) {
     remat_scope *s = NULL;
     int rc = remat_scope_begin(&s);
     if (rc) return rc;
-    if (m->kind == MODEL_GPT) {
+    if (m->kind == MODEL_HF) {
+        remat_tensor *x;
+        TRY(remat_model_embed(&x, m->lib, b->idx)); /* copies the ids to the model's device */
+        *out = remat_scope_keep(x);
+    } else if (m->kind == MODEL_GPT) {
         remat_tensor *tok, *pos = m->wpe, *x, *idx;
         int64_t T = remat_size(b->idx, 1);
         TRY(on_device(m, b->idx, &idx));
@@ -279,6 +347,11 @@ static int head(model *m, remat_tensor *x, const batch *b, bool want_loss, remat
     int rc = remat_scope_begin(&s);
     if (rc) return rc;
     remat_tensor *h, *o, *r, *t, *bt;
+    if (m->kind == MODEL_HF) { /* final norm, lm_head, and the loss */
+        TRY(remat_model_head(&o, m->lib, x, want_loss ? b->targets : NULL));
+        *out = remat_scope_keep(o);
+        goto done;
+    }
     TRY(remat_layer_norm(&h, x, 1, m->lnf_w, m->lnf_b, LN_EPS));
     if (m->kind == MODEL_GPT) {
         TRY(remat_linear(&o, h, m->head, NULL)); /* (B, T, V) */

@@ -16,6 +16,12 @@
  *   (the input layer makes the first block's input require grad, as the GPT's
  *   embedding does, so reentrant checkpointing gets gradients there too)
  *
+ * HF (remat train --init-from DIR): a Hugging Face GPT-2 or Llama, the
+ * library's model object (remat/models.h) read from DIR (tools/io/hf_dir.h):
+ * its parameters under transformers' names, its blocks the library's stages,
+ * its tags the library's (remat_model_tags); dropout as its config says, off
+ * in evaluation (model_set_training).
+ *
  * Every block is a block_fn (strategy.h) taking one tensor and returning one,
  * so the strategies can wrap it in remat_checkpoint.
  *
@@ -45,7 +51,7 @@
 #include "strategy.h"
 
 #define GPT_VOCAB 256
-#define MODEL_MAX_NAME 48
+#define MODEL_MAX_NAME 96 /* transformers' names: model.layers.N.post_attention_layernorm.weight */
 
 typedef struct param {
     char name[MODEL_MAX_NAME];
@@ -79,6 +85,9 @@ struct model {
     remat_tensor *wte, *wpe, *lnf_w, *lnf_b, *head; /* head == wte when tied */
     gpt_block_weights *gblocks;                     /* borrowed from params */
     remat_tensor *mask;                             /* (T, T) i64, 1 above the diagonal */
+    /* HF */
+    remat_model *lib;          /* the library's model (owns the parameters too) */
+    const remat_stage *stages; /* its blocks (borrowed from lib) */
     /* MLP */
     mlp_block *mblocks;
     remat_tensor *min_w, *min_b, *mhead_w, *mhead_b;
@@ -95,7 +104,8 @@ typedef struct batch {
 void batch_free(batch *b);
 
 /* Creates the model of config c with a deterministic init from `seed`
- * (remat_manual_seed then remat_rand_normal in a fixed order). */
+ * (remat_manual_seed then remat_rand_normal in a fixed order). HF: the model
+ * of c->hf, its weights from the directory unless c->resume (the file's then). */
 int model_init(model *m, const config *c, uint64_t seed);
 void model_free(model *m);
 /* The model's description as JSON members ("model", "layers", "width",
@@ -125,6 +135,8 @@ int model_profile_step(model *m, const batch *b, bool grads_kept, remat_profile 
                        remat_step_profile *step);
 /* Drops every parameter's .grad. */
 void model_zero_grad(model *m);
+/* Dropout on (training) or off (evaluation); the program's GPT and MLP have none. */
+void model_set_training(model *m, bool training);
 
 /* The tag names of a model kind's blocks (see above), n of them. */
 const char *const *model_tags(model_kind kind, int *n);

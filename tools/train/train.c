@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/progress.h"
 #include "cli/term.h"
@@ -28,6 +29,7 @@ static int evaluate(model *m, const task *t, eval_summary *out) {
     eval_result r;
     memset(&r, 0, sizeof r);
     bool prev = remat_no_grad_begin();
+    model_set_training(m, false); /* no dropout */
     int rc = REMAT_OK;
     for (int i = 0; !rc && i < N_EVAL_BATCHES; i++) {
         batch b;
@@ -39,6 +41,7 @@ static int evaluate(model *m, const task *t, eval_summary *out) {
         remat_release(o);
         batch_free(&b);
     }
+    model_set_training(m, true);
     remat_grad_mode_restore(prev);
     memset(out, 0, sizeof *out);
     out->loss = r.loss_n ? r.loss_sum / (double)r.loss_n : NAN;
@@ -55,6 +58,8 @@ static void eval_text(const eval_summary *e, const task *t, char *buf, size_t n)
                  100 * e->accuracy, 100 * e->exact);
     else if (t->kind == TASK_TEXT)
         snprintf(buf, n, "held-out: loss %.4f, next byte %.1f%%", e->loss, 100 * e->accuracy);
+    else if (t->kind == TASK_TOKENS)
+        snprintf(buf, n, "held-out: loss %.4f, next token %.1f%%", e->loss, 100 * e->accuracy);
     else snprintf(buf, n, "held-out: mse %.5f", e->loss);
 }
 
@@ -62,7 +67,8 @@ static void eval_text(const eval_summary *e, const task *t, char *buf, size_t n)
 static void eval_short(const eval_summary *e, const task *t, char *buf, size_t n) {
     if (t->kind == TASK_ADDITION)
         snprintf(buf, n, "acc %.1f%% exact %.1f%%", 100 * e->accuracy, 100 * e->exact);
-    else if (t->kind == TASK_TEXT) snprintf(buf, n, "acc %.1f%%", 100 * e->accuracy);
+    else if (t->kind == TASK_TEXT || t->kind == TASK_TOKENS)
+        snprintf(buf, n, "acc %.1f%%", 100 * e->accuracy);
     else snprintf(buf, n, "mse %.4f", e->loss);
 }
 
@@ -210,6 +216,79 @@ static int save_state(const config *c, const task *tk, const model *m, remat_opt
     return rc;
 }
 
+/* Whether two configs describe the same model (shape and vocabulary). */
+static bool same_model(const remat_model_config *a, const remat_model_config *b) {
+    return a->family == b->family && a->n_layers == b->n_layers && a->n_heads == b->n_heads &&
+           a->n_kv_heads == b->n_kv_heads && a->hidden == b->hidden &&
+           a->intermediate == b->intermediate && a->head_dim == b->head_dim &&
+           a->vocab == b->vocab && a->tie_word_embeddings == b->tie_word_embeddings;
+}
+
+/* A Hugging Face model's directory (--init-from), or the config a --resume
+ * file kept (its tokenizer from --init-from or the directory the run
+ * started from); the model's shape into c. */
+static int open_hf(train_run *tr) {
+    config *c = tr->c;
+    int rc;
+    if (c->resume) {
+        size_t n = 0, dn = 0;
+        const char *text = savefile_record(&tr->saved, "hf.config", &n);
+        const char *dir = savefile_record(&tr->saved, "hf.dir", &dn);
+        char saved_dir[4096] = "";
+        if (!text)
+            return remat_set_error(REMAT_EFORMAT, "--resume %s: the file has no hf.config record",
+                                   c->resume);
+        if (dir && dn < sizeof saved_dir)
+            snprintf(saved_dir, sizeof saved_dir, "%.*s", (int)dn, dir);
+        const char *tok_dir = c->init_from ? c->init_from : saved_dir[0] ? saved_dir : NULL;
+        struct stat st;
+        if (!c->init_from && tok_dir && (stat(tok_dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+            tok_dir = NULL; /* gone: a token file still works */
+        char name[4200];
+        snprintf(name, sizeof name, "%s (its config.json)", c->resume);
+        rc = hf_dir_from_config(&tr->hf, text, n, name, tok_dir, "--init-from");
+        remat_model_config given;
+        if (!rc && c->init_from && !remat_hf_config_read(&given, NULL, c->init_from) &&
+            !same_model(&given, &tr->hf.cfg))
+            rc = remat_set_error(REMAT_EINVAL,
+                                 "--init-from %s is another model than the one --resume %s "
+                                 "trained (its config.json differs): give the directory the run "
+                                 "started from, or leave --init-from out",
+                                 c->init_from, c->resume);
+    } else {
+        rc = hf_dir_open(&tr->hf, c->init_from, "--init-from");
+    }
+    if (rc) return rc;
+    const remat_model_config *cfg = &tr->hf.cfg;
+    c->hf = &tr->hf;
+    c->layers = cfg->n_layers;
+    c->width = (int)cfg->hidden;
+    c->heads = cfg->n_heads;
+    c->untied = !cfg->tie_word_embeddings;
+    if (c->context > cfg->max_positions) {
+        if (c->set_context || c->resume)
+            return remat_set_error(REMAT_EINVAL,
+                                   "--context %d is longer than the model's %lld positions "
+                                   "(config.json: %s)",
+                                   c->context, (long long)cfg->max_positions,
+                                   cfg->family == REMAT_MODEL_GPT2 ? "n_positions"
+                                                                   : "max_position_embeddings");
+        c->context = (int)cfg->max_positions; /* the default, shortened to fit */
+    }
+    return REMAT_OK;
+}
+
+/* The checks of the flags against a Hugging Face model, once it exists
+ * (its blocks' tags, sequential=N against its layers). */
+static int check_hf_model(train_run *tr) {
+    config *c = tr->c;
+    char err[512];
+    c->hf_tags = remat_model_tags(tr->m.lib, &c->n_hf_tags);
+    if (args_check_model(c, false, err, sizeof err))
+        return remat_set_error(REMAT_EINVAL, "%s", err);
+    return REMAT_OK;
+}
+
 /* --resume's file, task, model, optimizer and the process group's parts
  * (DDP or the ZeRO-sharded AdamW), each rank's random stream. */
 static int train_setup(train_run *tr) {
@@ -220,12 +299,16 @@ static int train_setup(train_run *tr) {
         if (!rc) rc = savefile_merge_config(&tr->saved, c->resume, c);
         if (rc) return rc;
     }
+    if (c->model == MODEL_HF && (rc = open_hf(tr))) return rc;
     /* under mpirun: the same configuration on every rank, before anything else is collective */
     if ((rc = prog_dist_agree(&tr->pd, c, false))) return rc;
     if ((rc = task_init(&tr->tk, c))) return rc;
     tr->tk.row0 = (int64_t)tr->pd.rank * c->batch; /* this rank's rows of each global batch */
+    tr->tk.world = tr->pd.world > 0 ? tr->pd.world : 1;
     if (c->resume && (rc = savefile_check_task(&tr->saved, c->resume, &tr->tk))) return rc;
     if ((rc = model_init(&tr->m, c, c->seed))) return rc;
+    tr->tk.vocab = tr->m.vocab;
+    if (c->model == MODEL_HF && (rc = check_hf_model(tr))) return rc;
     if (c->zero && c->optim != OPTIM_ADAMW)
         return remat_set_error(REMAT_EINVAL, "--zero shards AdamW across the ranks of an mpirun "
                                              "job; it does not take --optim sgd");
@@ -276,7 +359,14 @@ static void train_print_header(const train_run *tr) {
     const model *m = &tr->m;
     if (c->quiet) return;
     char pb[32];
-    if (m->kind == MODEL_GPT)
+    if (m->kind == MODEL_HF)
+        term_printf(stderr,
+                    "remat train: %s from %s, %d layers, width %d, %d heads, context %d, batch "
+                    "%d, %.2fM parameters (%s)\n",
+                    hf_family_name(tr->hf.cfg.family), tr->hf.path ? tr->hf.path : c->resume,
+                    m->layers, m->width, m->heads, m->context, c->batch, (double)m->n_weights / 1e6,
+                    util_fmt_bytes(4.0 * (double)m->n_weights, pb, sizeof pb));
+    else if (m->kind == MODEL_GPT)
         term_printf(stderr,
                     "remat train: GPT, %d layers, width %d, %d heads, context %d, batch %d, "
                     "%.2fM parameters (%s)\n",
@@ -309,13 +399,22 @@ static int train_plan(train_run *tr) {
     batch pb;
     remat_profile *prof = NULL;
     remat_step_profile sp;
-    int rc = task_batch(&tr->tk, tr->start, &pb);
+    /* the profile's forwards draw dropout masks (a Hugging Face GPT-2's
+     * embd_pdrop runs outside the profiled stages): training starts from the
+     * random state it would have had without the planner */
+    uint8_t rng[REMAT_RNG_STATE_BYTES], dev_rng[REMAT_RNG_STATE_BYTES];
+    const bool on_dev = c->device.type != REMAT_DEVICE_CPU.type;
+    int rc = remat_rng_get_state(REMAT_DEVICE_CPU, rng);
+    if (!rc && on_dev) rc = remat_rng_get_state(c->device, dev_rng);
+    if (!rc) rc = task_batch(&tr->tk, tr->start, &pb);
     if (!rc) {
         /* the step around the blocks too (budget= bounds the whole step);
          * with --accum > 1 every .grad exists during most micro-batches */
         rc = model_profile_step(&tr->m, &pb, c->accum > 1, &prof, &sp);
         batch_free(&pb);
     }
+    if (!rc) rc = remat_rng_set_state(REMAT_DEVICE_CPU, rng);
+    if (!rc && on_dev) rc = remat_rng_set_state(c->device, dev_rng);
     if (!rc && c->verbose && !c->quiet) {
         term_printf(stderr, "profile of the %d block%s (%.2f s):\n", layers, layers == 1 ? "" : "s",
                     util_now() - t0);
@@ -400,7 +499,7 @@ static int train_loop(train_run *tr) {
     config *c = tr->c;
     const int64_t n_steps = tr->n_steps;
     const int64_t tick = n_steps >= 20 ? n_steps / 20 : 1; /* plain-line progress */
-    const char *unit = tr->m.kind == MODEL_GPT ? "tok" : "samples";
+    const char *unit = tr->m.kind == MODEL_MLP ? "samples" : "tok";
     int rc;
     /* a resumed run goes on with its log (its first step is the next line) */
     if (c->log && !(tr->logf = fopen(c->log, c->resume ? "a" : "w")))
@@ -456,6 +555,12 @@ static int train_finish(train_run *tr) {
     int rc;
     if ((rc = train_evaluate(tr, c->steps))) return rc;
     if ((rc = save_state(c, &tr->tk, &tr->m, tr->o, &tr->pd, c->steps, &tr->run_peak))) return rc;
+    if (c->export_dir && tr->pd.rank == 0) {
+        if ((rc = hf_export(c->export_dir, &tr->hf, tr->m.lib))) return rc;
+        if (!c->quiet)
+            term_printf(stderr, "remat train: wrote %s (a Hugging Face model directory)\n",
+                        c->export_dir);
+    }
     const trace *ts[1] = {&tr->tr};
     const char *labels[1] = {c->strat.name};
     if (tr->traced && c->trace && !trace_write_chrome(c->trace, 1, ts, labels))
@@ -485,6 +590,8 @@ static int train_free(train_run *tr, int rc) {
     model_free(&tr->m);
     task_free(&tr->tk);
     savefile_free(&tr->saved);
+    hf_dir_free(&tr->hf);
+    c->hf = NULL;
     return rc;
 }
 

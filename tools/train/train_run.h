@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "dist.h"
 #include "io/data.h"
+#include "io/hf_dir.h"
 #include "io/outputs.h"
 #include "io/training_save.h"
 #include "models.h"
@@ -32,6 +33,7 @@ typedef struct train_run {
     remat_optimizer *o; /* NULL under --zero (pd.zero holds the state) */
     prog_dist pd;
     saved_state saved; /* --resume's file, until its state is restored */
+    hf_dir hf;         /* --init-from's directory (or a --resume file's Hugging Face model) */
     int threads;
     int64_t start;      /* the first step of this invocation (--resume) */
     int64_t n_steps;    /* steps this invocation runs */

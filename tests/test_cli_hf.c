@@ -1,0 +1,434 @@
+/*
+ * tests/test_cli_hf.c — the remat program on Hugging Face model directories:
+ * `remat eval`, `remat sample --init-from` and `remat train --init-from ...
+ * --export`, against what transformers computes on the same directories.
+ *
+ * tests/fixtures/hf_cli/ (scripts/gen_cli_fixtures.py, transformers 5.24 and
+ * torch 2.15, offline): a GPT-2 (tied) and a Llama (grouped-query heads,
+ * untied, rope_theta 500000), each with its tokenizer.json, data.txt, and
+ * expected.json: transformers' eval loss, greedy generate() ids and text,
+ * and the eval loss after the same SGD fine-tuning replayed in PyTorch.
+ */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "remat/remat.h"
+
+#define FIX REMAT_FIXTURE_DIR "/hf_cli"
+
+static char g_bin[4096];
+static char g_dir[256];
+static cJSON *g_expected;
+
+static void setup(void) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    cr_assert(n > 0, "readlink /proc/self/exe: %s", strerror(errno));
+    self[n] = '\0';
+    snprintf(g_bin, sizeof g_bin, "%s/remat", dirname(self));
+    cr_assert(access(g_bin, X_OK) == 0, "the remat program is not at %s", g_bin);
+    snprintf(g_dir, sizeof g_dir, "/tmp/remat_cli_hf_XXXXXX");
+    cr_assert(mkdtemp(g_dir) != NULL);
+    FILE *f = fopen(FIX "/expected.json", "rb");
+    cr_assert(f, "cannot open " FIX "/expected.json");
+    char buf[16384];
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    g_expected = cJSON_Parse(buf);
+    cr_assert(g_expected, "expected.json is not JSON");
+}
+
+static void teardown(void) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    cJSON_Delete(g_expected);
+}
+
+TestSuite(cli_hf, .init = setup, .fini = teardown, .timeout = 300);
+
+/* Runs `remat ARGS` with stderr merged into the output; returns the exit
+ * status and the output (caller frees). */
+static int run(char **out, const char *fmt, ...) {
+    char args[4096], cmd[8300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", g_bin, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen %s", cmd);
+    size_t cap = 4096, len = 0, k;
+    char *buf = malloc(cap);
+    while ((k = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += k;
+        if (len + 1 == cap) buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = '\0';
+    int st = pclose(p);
+    *out = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+static const char *path(const char *name) {
+    static char bufs[4][512];
+    static int i;
+    char *b = bufs[i++ % 4];
+    snprintf(b, 512, "%s/%s", g_dir, name);
+    return b;
+}
+
+/* The JSON object on the output's last line (the caller deletes it). */
+static cJSON *last_json(const char *out) {
+    const char *end = out + strlen(out);
+    while (end > out && end[-1] == '\n') end--;
+    const char *line = end;
+    while (line > out && line[-1] != '\n') line--;
+    cJSON *j = cJSON_ParseWithLength(line, (size_t)(end - line));
+    cr_assert(j && cJSON_IsObject(j), "the last line is not a JSON object:\n%s", out);
+    return j;
+}
+
+static double num(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    cr_assert(cJSON_IsNumber(v), "no number '%s'", key);
+    return v->valuedouble;
+}
+
+static const cJSON *expected(const char *model, const char *key) {
+    const cJSON *v =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(g_expected, model), key);
+    cr_assert(v, "expected.json has no %s.%s", model, key);
+    return v;
+}
+
+static void assert_close(double got, double want, double rel, const char *what) {
+    cr_assert(fabs(got - want) <= rel * fabs(want), "%s: %.9g, transformers %.9g (rel %.2e)", what,
+              got, want, fabs(got - want) / fabs(want));
+}
+
+/* `remat eval` on dir (a fixture's or an export) and data: the JSON line. */
+static cJSON *eval_json(const char *dir, const char *data) {
+    char *o;
+    cr_assert_eq(run(&o, "eval --init-from %s --data %s --context 16 --json", dir, data), 0, "%s",
+                 o);
+    cJSON *j = last_json(o);
+    free(o);
+    return j;
+}
+
+static void eval_equals_transformers(const char *model) {
+    char dir[512];
+    snprintf(dir, sizeof dir, FIX "/%s", model);
+    cJSON *j = eval_json(dir, FIX "/data.txt");
+    assert_close(num(j, "loss"), expected(model, "eval_loss")->valuedouble, 1e-5, model);
+    cr_assert_eq(num(j, "tokens"), expected(model, "eval_tokens")->valuedouble);
+    cJSON_Delete(j);
+    /* the same tokens as an llm.c token file (remat tokenize) */
+    char *o;
+    cr_assert_eq(run(&o, "tokenize --tokenizer %s/tokenizer.json --data %s --out %s", dir,
+                     FIX "/data.txt", path("data.bin")),
+                 0, "%s", o);
+    free(o);
+    j = eval_json(dir, path("data.bin"));
+    assert_close(num(j, "loss"), expected(model, "eval_loss")->valuedouble, 1e-5, model);
+    cJSON_Delete(j);
+}
+
+Test(cli_hf, eval_loss_equals_transformers_gpt2) { eval_equals_transformers("gpt2"); }
+Test(cli_hf, eval_loss_equals_transformers_llama) { eval_equals_transformers("llama"); }
+
+static void greedy_equals_transformers(const char *model) {
+    char *o;
+    const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(g_expected, "prompt");
+    cr_assert_eq(run(&o,
+                     "sample --init-from " FIX "/%s --prompt '%s' --tokens %d --temperature 0 "
+                     "--json",
+                     model, prompt->valuestring,
+                     cJSON_GetObjectItemCaseSensitive(g_expected, "sample_tokens")->valueint),
+                 0, "%s", o);
+    cr_assert(strstr(o, "tokens/s"), "%s", o);
+    cJSON *j = last_json(o);
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(j, "ids");
+    const cJSON *want = expected(model, "sample_ids");
+    cr_assert_eq(cJSON_GetArraySize(ids), cJSON_GetArraySize(want), "%s", o);
+    for (int i = 0; i < cJSON_GetArraySize(want); i++)
+        cr_assert_eq(cJSON_GetArrayItem(ids, i)->valueint, cJSON_GetArrayItem(want, i)->valueint,
+                     "%s: token %d: %s", model, i, o);
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(j, "text")->valuestring,
+                     expected(model, "sample_text")->valuestring);
+    cr_assert(num(j, "tokens_per_s") > 0);
+    cJSON_Delete(j);
+    free(o);
+}
+
+Test(cli_hf, greedy_sample_equals_transformers_gpt2) { greedy_equals_transformers("gpt2"); }
+Test(cli_hf, greedy_sample_equals_transformers_llama) { greedy_equals_transformers("llama"); }
+
+Test(cli_hf, sampling_is_reproducible_by_seed) {
+    char *a, *b;
+    const char *args = "sample --init-from " FIX "/llama --prompt 'Once' --tokens 20 --top-k 50 "
+                       "--temperature 0.8 --json";
+    cr_assert_eq(run(&a, "%s --seed 7", args), 0, "%s", a);
+    cr_assert_eq(run(&b, "%s --seed 7", args), 0, "%s", b);
+    cJSON *ja = last_json(a), *jb = last_json(b);
+    char *ia = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(ja, "ids"));
+    char *ib = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(jb, "ids"));
+    cr_assert_str_eq(ia, ib);
+    cr_assert_eq(num(ja, "tokens"), 20);
+    free(ia);
+    free(ib);
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+    free(a);
+    free(b);
+}
+
+/* train --init-from ... --export name (extra flags), exit status 0. */
+static void train_export(const char *model, const char *name, const char *extra) {
+    char *o;
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(g_expected, "train");
+    cr_assert_eq(run(&o,
+                     "train --init-from " FIX "/%s --data " FIX "/data.txt --context 16 --batch "
+                     "%d --optim sgd --lr %g --steps %d --quiet --export %s %s",
+                     model, cJSON_GetObjectItemCaseSensitive(tr, "batch")->valueint,
+                     cJSON_GetObjectItemCaseSensitive(tr, "lr")->valuedouble,
+                     cJSON_GetObjectItemCaseSensitive(tr, "steps")->valueint, path(name), extra),
+                 0, "%s", o);
+    free(o);
+}
+
+/* Whether two files hold the same bytes. */
+static bool same_bytes(const char *a, const char *b) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
+    return system(cmd) == 0;
+}
+
+static void export_reloads_the_trained_model(const char *model) {
+    train_export(model, "out", "");
+    char f[600];
+    static const char *const files[] = {"config.json", "model.safetensors", "tokenizer.json"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(f, sizeof f, "%s/%s", path("out"), files[i]);
+        cr_assert(access(f, R_OK) == 0, "no %s", f);
+    }
+    /* the exported model's loss: PyTorch's after the same SGD steps */
+    cJSON *j = eval_json(path("out"), FIX "/data.txt");
+    assert_close(num(j, "loss"), expected(model, "trained_eval_loss")->valuedouble, 1e-5, model);
+    cJSON_Delete(j);
+    /* every strategy trains the same model, bitwise */
+    static const char *const strategies[] = {"block", "sequential=2", "selective=dots",
+                                             "block --reentrant", "budget=97%"};
+    char other[600], out_w[600];
+    snprintf(out_w, sizeof out_w, "%s/model.safetensors", path("out"));
+    for (int i = 0; i < 5; i++) {
+        char flag[64];
+        snprintf(flag, sizeof flag, "--checkpoint %s", strategies[i]);
+        train_export(model, "other", flag);
+        snprintf(other, sizeof other, "%s/model.safetensors", path("other"));
+        cr_assert(same_bytes(out_w, other), "%s: --checkpoint %s trained other weights", model,
+                  strategies[i]);
+    }
+}
+
+Test(cli_hf, train_export_reloads_the_trained_model_gpt2) {
+    export_reloads_the_trained_model("gpt2");
+}
+Test(cli_hf, train_export_reloads_the_trained_model_llama) {
+    export_reloads_the_trained_model("llama");
+}
+
+Test(cli_hf, resume_continues_bitwise_and_selects_llama_tags) {
+    char *o;
+    const char *common = "--data " FIX "/data.txt --context 16 --batch 2 --quiet "
+                         "--checkpoint selective=names:q+k+mlp_act";
+    cr_assert_eq(
+        run(&o, "train --init-from " FIX "/llama %s --steps 4 --export %s", common, path("full")),
+        0, "%s", o);
+    free(o);
+    cr_assert_eq(
+        run(&o, "train --init-from " FIX "/llama %s --steps 2 --save %s", common, path("run.bin")),
+        0, "%s", o);
+    free(o);
+    /* no --init-from: the file keeps the model's config.json and its directory */
+    cr_assert_eq(run(&o, "train --resume %s %s --steps 4 --export %s", path("run.bin"), common,
+                     path("resumed")),
+                 0, "%s", o);
+    free(o);
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/model.safetensors", path("full"));
+    snprintf(b, sizeof b, "%s/model.safetensors", path("resumed"));
+    cr_assert(same_bytes(a, b), "the resumed run's weights differ");
+    /* another model's directory is refused */
+    cr_assert_eq(
+        run(&o, "train --resume %s --init-from " FIX "/gpt2 %s --steps 4", path("run.bin"), common),
+        1, "%s", o);
+    cr_assert(strstr(o, "is another model than the one --resume"), "%s", o);
+    free(o);
+    /* GPT-2 has no tag 'q': the message lists its tags */
+    cr_assert_eq(run(&o, "train --init-from " FIX "/gpt2 %s --steps 1", common), 1, "%s", o);
+    cr_assert(strstr(o, "GPT-2") && strstr(o, "'q'") && strstr(o, "qkv"), "%s", o);
+    free(o);
+}
+
+/* The layout of OpenAI's GPT-2 checkpoints: names without "transformer.", and
+ * the attention's causal-mask buffers saved beside the weights. */
+Test(cli_hf, openai_style_gpt2_checkpoint_loads) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cp -r " FIX "/gpt2 '%s'", path("openai"));
+    cr_assert_eq(system(cmd), 0);
+    remat_params *file = NULL, *renamed = NULL;
+    remat_tensor *mask = NULL;
+    cr_assert_eq(remat_safetensors_read(&file, FIX "/gpt2/model.safetensors", REMAT_F32), 0, "%s",
+                 remat_last_error());
+    cr_assert_eq(remat_params_new(&renamed), 0);
+    for (int64_t i = 0; i < remat_params_count(file); i++) {
+        const char *name = remat_params_name(file, i);
+        cr_assert(!strncmp(name, "transformer.", 12) || !strncmp(name, "lm_head", 7), "%s", name);
+        if (!strncmp(name, "transformer.", 12))
+            cr_assert_eq(remat_params_add(renamed, name + 12, remat_params_tensor(file, i)), 0);
+    }
+    cr_assert_eq(remat_full(&mask, 4, (int64_t[]){1, 1, 64, 64}, 1.0, REMAT_F32, REMAT_DEVICE_CPU),
+                 0);
+    cr_assert_eq(remat_params_add(renamed, "h.0.attn.bias", mask), 0);
+    cr_assert_eq(remat_params_add(renamed, "h.1.attn.bias", mask), 0);
+    char st[600];
+    snprintf(st, sizeof st, "%s/model.safetensors", path("openai"));
+    static const char *const meta[] = {"format", "pt"};
+    cr_assert_eq(remat_safetensors_save(st, renamed, 1, meta), 0, "%s", remat_last_error());
+    remat_release(mask);
+    remat_params_free(renamed);
+    remat_params_free(file);
+    cJSON *j = eval_json(path("openai"), FIX "/data.txt");
+    assert_close(num(j, "loss"), expected("gpt2", "eval_loss")->valuedouble, 1e-5, "openai");
+    cJSON_Delete(j);
+}
+
+/* dir/config.json with `from` replaced by `to`. */
+static void edit_config(const char *dir, const char *from, const char *to) {
+    char cfg[600], text[8192];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    FILE *f = fopen(cfg, "rb");
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char *at = strstr(text, from);
+    cr_assert(at, "no '%s' in %s", from, cfg);
+    f = fopen(cfg, "wb");
+    fwrite(text, 1, (size_t)(at - text), f);
+    fputs(to, f);
+    fputs(at + strlen(from), f);
+    fclose(f);
+}
+
+/* A copy of a fixture directory, its config.json's `from` replaced by `to`. */
+static const char *edited_copy(const char *model, const char *name, const char *from,
+                               const char *to) {
+    const char *dir = path(name);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cp -r " FIX "/%s '%s'", model, dir);
+    cr_assert_eq(system(cmd), 0);
+    edit_config(dir, from, to);
+    return dir;
+}
+
+/* GPT-2 with its dropouts on (attention composed of ops, dropout on the
+ * probabilities): every strategy trains the same weights, bitwise, and
+ * they differ from those trained without dropout. */
+Test(cli_hf, dropout_fine_tuning_is_bitwise_under_every_strategy) {
+    char d[512]; /* path()'s buffers are reused */
+    snprintf(d, sizeof d, "%s",
+             edited_copy("gpt2", "drop", "\"attn_pdrop\": 0.0", "\"attn_pdrop\": 0.1"));
+    edit_config(d, "\"resid_pdrop\": 0.0", "\"resid_pdrop\": 0.1");
+    edit_config(d, "\"embd_pdrop\": 0.0", "\"embd_pdrop\": 0.1");
+    static const char *const strategies[] = {"none", "block", "sequential=2", "selective=dots",
+                                             "budget=97%"};
+    char ref[600], got[600], *o;
+    for (int i = 0; i < 5; i++) {
+        cr_assert_eq(run(&o,
+                         "train --init-from %s --data " FIX "/data.txt --context 16 --batch 2 "
+                         "--steps 3 --quiet --checkpoint %s --export %s",
+                         d, strategies[i], path(i ? "s" : "ref")),
+                     0, "%s", o);
+        free(o);
+        snprintf(ref, sizeof ref, "%s/model.safetensors", path("ref"));
+        snprintf(got, sizeof got, "%s/model.safetensors", path("s"));
+        if (i) cr_assert(same_bytes(ref, got), "--checkpoint %s: other weights", strategies[i]);
+    }
+    cr_assert_eq(run(&o,
+                     "train --init-from " FIX "/gpt2 --data " FIX
+                     "/data.txt --context 16 --batch 2 "
+                     "--steps 3 --quiet --export %s",
+                     path("s")),
+                 0, "%s", o);
+    free(o);
+    cr_assert(!same_bytes(ref, got), "dropout changed nothing");
+}
+
+static void assert_fails(const char *needle, const char *fmt, const char *a, const char *b) {
+    char *o, args[2048];
+    snprintf(args, sizeof args, fmt, a, b);
+    int rc = run(&o, "%s", args);
+    cr_assert_eq(rc, 1, "remat %s: exit %d:\n%s", args, rc, o);
+    cr_assert(strstr(o, needle), "remat %s: no '%s' in:\n%s", args, needle, o);
+    free(o);
+}
+
+Test(cli_hf, bad_directories_get_clear_errors) {
+    const char *data = FIX "/data.txt";
+    assert_fails("No such file or directory", "eval --init-from %s --data %s", path("none"), data);
+    mkdir(path("empty"), 0777);
+    assert_fails("has no config.json", "eval --init-from %s --data %s", path("empty"), data);
+    /* a tensor the file lacks: named, with the file */
+    const char *g3 = edited_copy("gpt2", "g3", "\"n_layer\": 2", "\"n_layer\": 3");
+    assert_fails("model.safetensors has no tensor 'transformer.h.2.ln_1.weight'",
+                 "eval --init-from %s --data %s", g3, data);
+    assert_fails("has no tensor 'transformer.h.2.ln_1.weight'",
+                 "train --init-from %s --data %s --steps 1", g3, data);
+    /* what remat does not implement: the key */
+    const char *rs = edited_copy("llama", "rs", "\"rms_norm_eps\"",
+                                 "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}, "
+                                 "\"rms_norm_eps\"");
+    assert_fails("config.json: \"rope_scaling\" is not supported", "sample --init-from %s%s", rs,
+                 " --prompt hi");
+    const char *mt =
+        edited_copy("gpt2", "mt", "\"model_type\": \"gpt2\"", "\"model_type\": \"bert\"");
+    assert_fails("model_type", "eval --init-from %s --data %s", mt, data);
+    /* no tokenizer.json: a text cannot be read, a token file can */
+    const char *nt = edited_copy("llama", "nt", "\"llama\"", "\"llama\"");
+    char f[600];
+    snprintf(f, sizeof f, "%s/tokenizer.json", nt);
+    cr_assert_eq(unlink(f), 0);
+    assert_fails("needs the model's tokenizer.json", "eval --init-from %s --data %s", nt, data);
+    assert_fails("has no tokenizer.json", "sample --init-from %s%s", nt, " --prompt hi");
+    /* lengths beyond the model's positions name the key */
+    assert_fails("config.json: n_positions", "eval --init-from " FIX "/gpt2 --data %s%s", data,
+                 " --context 65");
+    assert_fails("config.json: max_position_embeddings", "sample --init-from %s%s", FIX "/llama",
+                 " --tokens 100");
+    /* outputs are checked before the first step */
+    assert_fails("is the --init-from directory",
+                 "train --init-from %s --data %s --export " FIX "/gpt2", FIX "/gpt2", data);
+    char *o;
+    cr_assert_eq(run(&o, "train --init-from " FIX "/gpt2 --layers 3 --data %s", data), 2);
+    cr_assert(strstr(o, "do not combine with --init-from"), "%s", o);
+    free(o);
+    assert_fails("is a Hugging Face model directory: start from it with --init-from",
+                 "train --resume %s --data %s", FIX "/gpt2", data);
+    assert_fails("is a Hugging Face model directory", "sample --resume %s%s", FIX "/gpt2", "");
+    cr_assert_eq(run(&o, "train --data %s --export %s", data, path("x")), 2);
+    cr_assert(strstr(o, "--export needs --init-from"), "%s", o);
+    free(o);
+}
