@@ -110,21 +110,22 @@ format-check:
 	@sh scripts/deps.sh format
 	@sh scripts/format.sh --check
 
-# libFuzzer on the parsers of untrusted files, the save file's and safetensors'
-# (clang, -fsanitize=fuzzer,address,undefined), FUZZ_SECONDS split between them,
-# each from its committed seeds (copied: libFuzzer adds what it finds to its first
-# corpus directory, which stays in the build tree).
+# libFuzzer on the parsers of untrusted files, the save file's, safetensors' and
+# tokenizer.json's with encoding and decoding (clang, -fsanitize=fuzzer,address,undefined),
+# FUZZ_SECONDS split evenly between them, each from its committed seeds (copied: libFuzzer
+# adds what it finds to its first corpus directory, which stays in the build tree).
 BUILD_FUZZ   ?= build-fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := savefile safetensors
+FUZZ_TARGETS := savefile safetensors tokenizer
+FUZZ_EACH     = $$(( $(FUZZ_SECONDS) / $(words $(FUZZ_TARGETS)) ))
 fuzz: deps
 	@cmake -S . -B $(BUILD_FUZZ) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DREMAT_FUZZ=ON \
 	  -DREMAT_BUILD_TESTS=OFF -DREMAT_BUILD_PROGRAMS=OFF $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(BUILD_FUZZ) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(BUILD_FUZZ)/corpus/$$t && cp tests/fuzz/corpus/$$t/* $(BUILD_FUZZ)/corpus/$$t/ && \
-	  echo "== fuzz_$$t, $$(( $(FUZZ_SECONDS) / 2 )) s ==" && \
-	  ./$(BUILD_FUZZ)/fuzz_$$t -max_total_time=$$(( $(FUZZ_SECONDS) / 2 )) -timeout=10 \
+	  echo "== fuzz_$$t, $(FUZZ_EACH) s ==" && \
+	  ./$(BUILD_FUZZ)/fuzz_$$t -max_total_time=$(FUZZ_EACH) -timeout=10 \
 	    -rss_limit_mb=2048 -print_final_stats=1 $(BUILD_FUZZ)/corpus/$$t || exit 1; \
 	done
 

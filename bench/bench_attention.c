@@ -13,6 +13,7 @@
  *   bench_attention [reps]   (default 15; threads 1 and 2, or $BENCH_THREADS) */
 #include <stdint.h>
 
+#include "backends/cpu/cpu.h"
 #include "bench_util.h"
 #include "core/core.h"
 #include "core/kernels.h"

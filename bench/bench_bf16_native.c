@@ -14,6 +14,7 @@
  *   bench_bf16_native [reps]   (default 15; threads 1 and 2, or $BENCH_THREADS) */
 #include <stdint.h>
 
+#include "backends/cpu/cpu.h"
 #include "bench_util.h"
 #include "core/core.h"
 #include "core/kernels.h"

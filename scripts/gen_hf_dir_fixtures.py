@@ -7,13 +7,19 @@ run by CI or `make test`.
 
 Writes gpt2-tiny/ (tied embeddings), llama-tiny/ (grouped-query heads, untied,
 rope_theta 500000, two eos ids) and llama-sharded/ (the same Llama saved in
-shards with an index), each config.json + safetensors weights. EXPECTED
-below is what tests/test_hf.c checks remat_hf_config_read reads.
+shards with an index), each config.json + safetensors weights, and gpt2-hub/:
+gpt2-tiny's weights laid out as the hub's openai-community/gpt2
+model.safetensors lays them out (the base model's names, "wte.weight",
+"h.0.attn.c_attn.weight", no lm_head, and the causal-mask buffers
+"h.N.attn.bias", "h.N.attn.masked_bias" beside them), checked to load in
+transformers with gpt2-tiny's logits. EXPECTED below is what tests/test_hf.c
+checks remat_hf_config_read reads.
 
 With --remat-copy, remat's example program reads each directory (config and
-weights, remat/hf.h) and exports it again; this script then loads remat's
-directory with transformers.AutoModelForCausalLM.from_pretrained and checks
-that its logits equal the original model's exactly.
+weights into remat's model, remat/hf.h) and exports it again, whole and in
+shards of 4 KB; this script then loads remat's directories with
+transformers.AutoModelForCausalLM.from_pretrained and checks that their logits
+equal the original model's exactly.
 """
 import argparse
 import json
@@ -23,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 
+import safetensors.torch
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
@@ -69,16 +76,39 @@ def logits(model, vocab):
         return model(ids).logits
 
 
+def hub_style(model, d):
+    """model's weights as the hub's GPT-2 file has them: the base model's
+    names, no lm_head (tied), the causal masks (float, as the original
+    checkpoint's registered buffers were) and masked_bias beside them."""
+    os.makedirs(d, exist_ok=True)
+    model.config.save_pretrained(d)
+    sd = {k[len("transformer."):]: v.contiguous() for k, v in model.state_dict().items()
+          if k.startswith("transformer.")}
+    n = model.config.n_positions
+    for i in range(model.config.n_layer):
+        sd[f"h.{i}.attn.bias"] = torch.tril(torch.ones(n, n)).view(1, 1, n, n)
+        sd[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
+    safetensors.torch.save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    m = AutoModelForCausalLM.from_pretrained(d).eval()
+    a, b = logits(model, model.config.vocab_size), logits(m, model.config.vocab_size)
+    assert torch.equal(a, b), ("gpt2-hub", (a - b).abs().max())
+
+
 def check_copy(exe, src, name, ref_model):
     with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "export")
-        subprocess.run([exe, src, out], check=True)
-        m = AutoModelForCausalLM.from_pretrained(out).eval()
-        vocab = m.config.vocab_size
-        a, b = logits(ref_model, vocab), logits(m, vocab)
-        assert torch.equal(a, b), (name, (a - b).abs().max())
-        print(f"checked: transformers {transformers.__version__} loads remat's export of {name} "
-              f"({type(m).__name__}, logits equal, max |logit| {a.abs().max():.2f})")
+        for shard in (None, 4096):
+            out = os.path.join(tmp, f"export-{shard}")
+            subprocess.run([exe, src, out] + ([str(shard)] if shard else []), check=True)
+            sharded = os.path.exists(os.path.join(out, "model.safetensors.index.json"))
+            assert sharded == bool(shard) and sharded != os.path.exists(os.path.join(out, "model.safetensors"))
+            m = AutoModelForCausalLM.from_pretrained(out).eval()
+            vocab = m.config.vocab_size
+            a, b = logits(ref_model, vocab), logits(m, vocab)
+            assert torch.equal(a, b), (name, shard, (a - b).abs().max())
+            files = sorted(f for f in os.listdir(out) if f.endswith(".safetensors"))
+            print(f"checked: transformers {transformers.__version__} loads remat's export of {name} "
+                  f"({type(m).__name__}, {len(files)} weights file(s), logits equal, "
+                  f"max |logit| {a.abs().max():.2f})")
 
 
 def main():
@@ -96,7 +126,10 @@ def main():
     shutil.rmtree(sh, ignore_errors=True)
     ms["llama-tiny"].save_pretrained(sh, max_shard_size="8KB")
     assert os.path.exists(os.path.join(sh, "model.safetensors.index.json"))
-    for d in ("gpt2-tiny", "llama-tiny", "llama-sharded"):
+    hub = os.path.join(a.out, "gpt2-hub")
+    shutil.rmtree(hub, ignore_errors=True)
+    hub_style(ms["gpt2-tiny"], hub)
+    for d in ("gpt2-tiny", "llama-tiny", "llama-sharded", "gpt2-hub"):
         p = os.path.join(a.out, d, "generation_config.json")
         if os.path.exists(p):
             os.remove(p)  # not read by remat
@@ -108,6 +141,7 @@ def main():
         check_copy(a.remat_copy, os.path.join(a.out, "gpt2-tiny"), "gpt2-tiny", ms["gpt2-tiny"])
         check_copy(a.remat_copy, os.path.join(a.out, "llama-tiny"), "llama-tiny", ms["llama-tiny"])
         check_copy(a.remat_copy, sh, "llama-sharded", ms["llama-tiny"])
+        check_copy(a.remat_copy, hub, "gpt2-hub", ms["gpt2-tiny"])
     print("wrote", a.out, "with transformers", transformers.__version__, file=sys.stderr)
 
 

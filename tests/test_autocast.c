@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backends/cpu/bf16.h"
+#include "backends/cpu/cpu.h"
 #include "backends/cpu/gemm.h"
 #include "core/core.h"
 #include "core/kernels.h"

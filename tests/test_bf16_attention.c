@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/vmath.h"
 #include "core/core.h"

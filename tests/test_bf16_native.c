@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backends/cpu/bf16.h"
+#include "backends/cpu/cpu.h"
 #include "core/core.h"
 #include "core/kernels.h"
 #include "support/rt.h"

@@ -316,6 +316,29 @@ Test(cli_hf, openai_style_gpt2_checkpoint_loads) {
     cJSON_Delete(j);
 }
 
+/* remat bench on a Hugging Face model: every strategy's gradients bitwise
+ * those of none, selective names from the model's tags. */
+Test(cli_hf, bench_measures_a_hugging_face_model) {
+    char *o;
+    cr_assert_eq(run(&o, "bench --init-from " FIX "/llama --data " FIX "/data.txt --context 32 "
+                         "--batch 2 --reps 1 --quiet --json --strategies "
+                         "none,block,sequential=2,selective=names:q+k+mlp_act,budget=99%%"),
+                 0, "%s", o);
+    cJSON *j = last_json(o);
+    cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(j, "model")->valuestring, "llama", "%s", o);
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(j, "strategies");
+    cr_assert_eq(cJSON_GetArraySize(rows), 5, "%s", o);
+    for (int i = 0; i < cJSON_GetArraySize(rows); i++)
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(rows, i),
+                                                                "grads_bitwise_equal")),
+                  "%s", o);
+    cJSON_Delete(j);
+    free(o);
+    cr_assert_eq(run(&o, "bench --init-from " FIX "/llama"), 2);
+    cr_assert(strstr(o, "--init-from needs --data"), "%s", o);
+    free(o);
+}
+
 /* dir/config.json with `from` replaced by `to`. */
 static void edit_config(const char *dir, const char *from, const char *to) {
     char cfg[600], text[8192];

@@ -10,6 +10,7 @@
 
 #include "core/core.h"
 
+#include "backends/cpu/cpu.h"
 #include "core/kernels.h"
 #include "core/philox.h"
 #include "support/rt.h"

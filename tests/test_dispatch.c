@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu.h"
 #include "core/kernels.h"
 #include "ops/registry.h"
 #include "support/models.h"

@@ -8,31 +8,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "remat/hf.h"
 #include "support/rt.h"
+#include "support/tmpdir.h"
 
 #define FIX REMAT_FIXTURE_DIR "/hf_dirs"
 
-static char g_dir[64];
-static char g_path[256];
+static void setup(void) { rt_tmpdir_make("remat_hf_test"); }
 
-static void make_dir(void) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/remat_hf_test_XXXXXX");
-    cr_assert(mkdtemp(g_dir) != NULL);
-}
-static void remove_dir(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    cr_assert_eq(system(cmd), 0);
-}
-static const char *path(const char *name) {
-    snprintf(g_path, sizeof g_path, "%s/%s", g_dir, name);
-    return g_path;
-}
-
-TestSuite(hf, .init = make_dir, .fini = remove_dir);
+TestSuite(hf, .init = setup, .fini = rt_tmpdir_remove);
 
 /* What scripts/gen_hf_dir_fixtures.py's EXPECTED says each fixture's config holds. */
 Test(hf, reads_transformers_configs) {
@@ -168,7 +155,8 @@ Test(hf, refuses_what_remat_does_not_implement_naming_the_key) {
                   remat_last_error());
         cr_assert(memcmp(&c, &before, sizeof c) == 0, "%s: *out changed", bad[i].json);
     }
-    RT_FAILS(remat_hf_config_read(&(remat_model_config){0}, NULL, path("none")), REMAT_EIO, "none");
+    RT_FAILS(remat_hf_config_read(&(remat_model_config){0}, NULL, rt_tmpdir_path("none")),
+             REMAT_EIO, "none");
 }
 
 /* Each fixture's config written by remat reads back the same. */
@@ -186,16 +174,17 @@ Test(hf, config_written_reads_back_the_same) {
         else a.gelu = REMAT_GELU_ERF;
         a.initializer_range = 0.1;
         ax.dtype = REMAT_BF16;
-        RT_OK(remat_hf_config_write(&a, &ax, path("config.json")));
-        RT_OK(remat_hf_config_read(&b, &bx, path("config.json")));
+        RT_OK(remat_hf_config_write(&a, &ax, rt_tmpdir_path("config.json")));
+        RT_OK(remat_hf_config_read(&b, &bx, rt_tmpdir_path("config.json")));
         cr_assert(memcmp(&a, &b, sizeof a) == 0, "%s: the config changed on the way", dirs[i]);
         cr_assert(memcmp(&ax, &bx, sizeof ax) == 0, "%s: the extras changed on the way", dirs[i]);
     }
     remat_model_config bad;
     RT_OK(remat_hf_config_read(&bad, NULL, dirs[1]));
     bad.n_kv_heads = 3;
-    RT_FAILS(remat_hf_config_write(&bad, NULL, path("bad.json")), REMAT_EINVAL, "n_kv_heads");
-    cr_assert_neq(access(path("bad.json"), F_OK), 0);
+    RT_FAILS(remat_hf_config_write(&bad, NULL, rt_tmpdir_path("bad.json")), REMAT_EINVAL,
+             "n_kv_heads");
+    cr_assert_neq(access(rt_tmpdir_path("bad.json"), F_OK), 0);
 }
 
 /* Zeroed parameters named and shaped as the tensors of `file`. */
@@ -256,12 +245,13 @@ Test(hf, loads_weights_single_and_sharded_by_name) {
 Test(hf, directories_without_weights_are_named) {
     remat_params *p = NULL;
     RT_OK(remat_params_new(&p));
-    RT_FAILS(remat_hf_load_weights(p, path("nowhere"), NULL), REMAT_EIO, "is not a directory");
-    RT_FAILS(remat_hf_load_weights(p, g_dir, NULL), REMAT_EIO,
+    RT_FAILS(remat_hf_load_weights(p, rt_tmpdir_path("nowhere"), NULL), REMAT_EIO,
+             "is not a directory");
+    RT_FAILS(remat_hf_load_weights(p, rt_tmpdir(), NULL), REMAT_EIO,
              "has neither model.safetensors nor model.safetensors.index.json");
-    FILE *fp = fopen(path("pytorch_model.bin"), "w");
+    FILE *fp = fopen(rt_tmpdir_path("pytorch_model.bin"), "w");
     fclose(fp);
-    RT_FAILS(remat_hf_load_weights(p, g_dir, NULL), REMAT_EIO, "pytorch_model.bin");
+    RT_FAILS(remat_hf_load_weights(p, rt_tmpdir(), NULL), REMAT_EIO, "pytorch_model.bin");
     remat_params_free(p);
 }
 
@@ -271,22 +261,116 @@ Test(hf, export_reads_back) {
     RT_OK(remat_hf_config_read(&c, &x, FIX "/llama-tiny"));
     remat_params *p = zeros_like(FIX "/llama-tiny/model.safetensors");
     RT_OK(remat_hf_load_weights(p, FIX "/llama-sharded", NULL));
-    RT_OK(remat_hf_export(path("out"), &c, &x, p));
-    RT_OK(remat_hf_export(path("out"), &c, &x, p)); /* over an existing export */
-    RT_OK(remat_hf_config_read(&back, &xback, path("out")));
+    RT_OK(remat_hf_export(rt_tmpdir_path("out"), &c, &x, p));
+    RT_OK(remat_hf_export(rt_tmpdir_path("out"), &c, &x, p)); /* over an existing export */
+    RT_OK(remat_hf_config_read(&back, &xback, rt_tmpdir_path("out")));
     cr_assert(memcmp(&c, &back, sizeof c) == 0);
     cr_assert(memcmp(&x, &xback, sizeof x) == 0);
     remat_params *q = zeros_like(FIX "/llama-tiny/model.safetensors");
-    RT_OK(remat_hf_load_weights(q, path("out"), NULL));
+    RT_OK(remat_hf_load_weights(q, rt_tmpdir_path("out"), NULL));
     assert_same_params(p, q);
     remat_safetensors *f = NULL;
-    RT_OK(remat_safetensors_open(&f, path("out/model.safetensors")));
+    RT_OK(remat_safetensors_open(&f, rt_tmpdir_path("out/model.safetensors")));
     cr_assert_str_eq(remat_safetensors_metadata(f, "format"), "pt");
     remat_safetensors_close(f);
-    RT_FAILS(remat_hf_export(path("a/b"), &c, &x, p), REMAT_EIO, "cannot create the directory");
-    FILE *fp = fopen(path("file"), "w");
+    RT_FAILS(remat_hf_export(rt_tmpdir_path("a/b"), &c, &x, p), REMAT_EIO,
+             "cannot create the directory");
+    FILE *fp = fopen(rt_tmpdir_path("file"), "w");
     fclose(fp);
-    RT_FAILS(remat_hf_export(path("file"), &c, &x, p), REMAT_EIO, "Not a directory");
+    RT_FAILS(remat_hf_export(rt_tmpdir_path("file"), &c, &x, p), REMAT_EIO, "Not a directory");
+    remat_params_free(p);
+    remat_params_free(q);
+}
+
+/* The collection p with each name's prefix `pre` removed (names without it
+ * kept), on new zeroed tensors. */
+static remat_params *zeros_without_prefix(const remat_params *p, const char *pre) {
+    remat_params *q = NULL;
+    RT_OK(remat_params_new(&q));
+    for (int64_t i = 0; i < remat_params_count(p); i++) {
+        const char *name = remat_params_name(p, i);
+        remat_tensor *t = remat_params_tensor(p, i), *z = NULL;
+        if (!strncmp(name, pre, strlen(pre))) name += strlen(pre);
+        RT_OK(remat_zeros(&z, remat_ndim(t), remat_shape(t), REMAT_F32, REMAT_DEVICE_CPU));
+        RT_OK(remat_params_add(q, name, z));
+        remat_release(z);
+    }
+    return q;
+}
+
+/* As transformers' from_pretrained: the hub's GPT-2 files name the base
+ * model's tensors ("wte.weight", "h.0.attn.c_attn.weight") and carry the
+ * causal masks "h.N.attn.bias" and "h.N.attn.masked_bias" (gpt2-hub:
+ * gpt2-tiny's weights laid out so, which transformers loads with
+ * gpt2-tiny's logits); they load into the model's "transformer." names, and
+ * a base model's names load from a file with the prefix. A tensor that is
+ * no parameter's, and no known buffer, is still refused. */
+Test(hf, loads_base_model_names_as_transformers_does) {
+    remat_params *want = NULL;
+    RT_OK(remat_safetensors_read(&want, FIX "/gpt2-tiny/model.safetensors", REMAT_F32));
+    cr_assert_geq(remat_params_find(want, "transformer.h.1.attn.c_attn.weight"), 0);
+    remat_params *g = zeros_like(FIX "/gpt2-tiny/model.safetensors");
+    RT_OK(remat_hf_load_weights(g, FIX "/gpt2-hub", NULL));
+    assert_same_params(g, want);
+    /* exact names only: the same file does not load */
+    remat_params *exact = zeros_like(FIX "/gpt2-tiny/model.safetensors");
+    RT_FAILS(remat_safetensors_load(exact, FIX "/gpt2-hub/model.safetensors", NULL), REMAT_EINVAL,
+             "for its parameter");
+    /* the other way: a base model's names from the prefixed file */
+    remat_params *base = zeros_without_prefix(want, "transformer.");
+    cr_assert_geq(remat_params_find(base, "h.1.attn.c_attn.weight"), 0);
+    RT_OK(remat_hf_load_weights(base, FIX "/gpt2-tiny", NULL));
+    for (int64_t i = 0; i < remat_params_count(want); i++) {
+        remat_tensor *a = remat_params_tensor(want, i), *b = remat_params_tensor(base, i);
+        cr_assert(rt_bitwise_equal(a, b), "%s", remat_params_name(base, i));
+    }
+    /* an unknown tensor beside the base names */
+    remat_params *extra = zeros_without_prefix(want, "transformer.");
+    remat_tensor *z = NULL;
+    int64_t one = 1;
+    RT_OK(remat_zeros(&z, 1, &one, REMAT_F32, REMAT_DEVICE_CPU));
+    RT_OK(remat_params_add(extra, "h.0.attn.c_attn.scale", z));
+    cr_assert_eq(mkdir(rt_tmpdir_path("extra"), 0777), 0);
+    RT_OK(remat_safetensors_save(rt_tmpdir_path("extra/model.safetensors"), extra, 0, NULL));
+    RT_FAILS(remat_hf_load_weights(g, rt_tmpdir_path("extra"), NULL), REMAT_EINVAL,
+             "tensor 'h.0.attn.c_attn.scale' is no parameter's");
+    remat_release(z);
+    remat_params_free(extra);
+    remat_params_free(base);
+    remat_params_free(exact);
+    remat_params_free(g);
+    remat_params_free(want);
+}
+
+/* remat_hf_export_sharded writes save_pretrained's shards and index; a
+ * later export in one file replaces them (and the other way), leaving the
+ * directory's other files. */
+Test(hf, export_in_shards_and_back) {
+    remat_model_config c;
+    remat_hf_extra x;
+    RT_OK(remat_hf_config_read(&c, &x, FIX "/llama-tiny"));
+    remat_params *p = zeros_like(FIX "/llama-tiny/model.safetensors");
+    RT_OK(remat_hf_load_weights(p, FIX "/llama-tiny", NULL));
+    char out[512];
+    snprintf(out, sizeof out, "%s", rt_tmpdir_path("out"));
+    cr_assert_eq(mkdir(out, 0777), 0);
+    fclose(fopen(rt_tmpdir_path("out/tokenizer.json"), "w"));
+    RT_OK(remat_hf_export_sharded(out, &c, &x, p, 4096));
+    char want[1024] = "config.json";
+    for (int k = 1; k <= 7; k++)
+        snprintf(want + strlen(want), sizeof want - strlen(want),
+                 " model-%05d-of-00007.safetensors", k);
+    strcat(want, " model.safetensors.index.json tokenizer.json");
+    cr_assert_str_eq(rt_tmpdir_list("out"), want);
+    remat_params *q = zeros_like(FIX "/llama-tiny/model.safetensors");
+    RT_OK(remat_hf_load_weights(q, out, NULL));
+    assert_same_params(p, q);
+    RT_OK(remat_hf_export(out, &c, &x, p));
+    cr_assert_str_eq(rt_tmpdir_list("out"), "config.json model.safetensors tokenizer.json");
+    RT_OK(remat_hf_export_sharded(out, &c, &x, p, 4096));
+    cr_assert_str_eq(rt_tmpdir_list("out"), want);
+    RT_FAILS(remat_hf_export_sharded(out, &c, &x, p, 0), REMAT_EINVAL,
+             "max_shard_bytes must be positive");
     remat_params_free(p);
     remat_params_free(q);
 }

@@ -477,14 +477,14 @@ Test(models_api, outputs_belong_to_the_open_scope) {
 
 /* The parameters as a collection: saved with remat_safetensors_save and
  * loaded by name into another model, which then gives bitwise the same
- * logits. On cpu (the collection's glue is what is tested here; loading
- * onto other devices is remat_safetensors_load's, test_safetensors). */
+ * logits. On the test device (make test-fenced: parameters the host
+ * cannot address, loaded through the device's copies). */
 static void params_round_trip(const remat_model_config *c) {
     remat_model *a = NULL, *b = NULL;
     remat_manual_seed(1);
-    RT_OK(remat_model_create(&a, c, REMAT_DEVICE_CPU));
+    RT_OK(remat_model_create(&a, c, rt_tensor_device()));
     remat_manual_seed(2);
-    RT_OK(remat_model_create(&b, c, REMAT_DEVICE_CPU));
+    RT_OK(remat_model_create(&b, c, rt_tensor_device()));
     remat_model_set_training(a, false);
     remat_model_set_training(b, false);
     remat_params *pa = NULL, *pb = NULL, *sd = NULL;

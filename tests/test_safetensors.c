@@ -14,28 +14,15 @@
 
 #include "remat/params.h"
 #include "remat/safetensors.h"
+#include "support/fenced.h"
 #include "support/rt.h"
+#include "support/tmpdir.h"
 
 #define FIX REMAT_FIXTURE_DIR "/safetensors"
 
-static char g_dir[64];
-static char g_path[256];
+static void setup(void) { rt_tmpdir_make("remat_st_test"); }
 
-static void make_dir(void) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/remat_st_test_XXXXXX");
-    cr_assert(mkdtemp(g_dir) != NULL);
-}
-static void remove_dir(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    cr_assert_eq(system(cmd), 0);
-}
-static const char *path(const char *name) {
-    snprintf(g_path, sizeof g_path, "%s/%s", g_dir, name);
-    return g_path;
-}
-
-TestSuite(safetensors, .init = make_dir, .fini = remove_dir);
+TestSuite(safetensors, .init = setup, .fini = rt_tmpdir_remove);
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 
@@ -217,14 +204,14 @@ Test(safetensors, round_trip_every_dtype_with_metadata) {
     RT_OK(remat_params_add(q, "scalar", z));
     remat_release(z);
     const char *meta[] = {"format", "pt", "quote\"d", "line\nbreak \xe2\x9c\x93"};
-    RT_OK(remat_safetensors_save(path("m.safetensors"), p, 2, meta));
-    RT_OK(remat_safetensors_load(q, path("m.safetensors"), NULL));
+    RT_OK(remat_safetensors_save(rt_tmpdir_path("m.safetensors"), p, 2, meta));
+    RT_OK(remat_safetensors_load(q, rt_tmpdir_path("m.safetensors"), NULL));
     for (int i = 0; i < 6; i++)
         assert_same_values(remat_params_tensor(q, i), orig[i], remat_params_name(q, i));
     /* the header: the collection's order, the dtypes' names, the metadata;
      * the data aligned to each element size */
     remat_safetensors *f = NULL;
-    RT_OK(remat_safetensors_open(&f, path("m.safetensors")));
+    RT_OK(remat_safetensors_open(&f, rt_tmpdir_path("m.safetensors")));
     cr_assert_eq(remat_safetensors_count(f), 6);
     for (int i = 0; i < 5; i++) {
         const remat_safetensors_tensor *t = remat_safetensors_at(f, i);
@@ -253,7 +240,7 @@ Test(safetensors, loads_convert_to_the_parameters_dtype) {
     remat_params *p = NULL;
     RT_OK(remat_params_new(&p));
     RT_OK(remat_params_add(p, "w", w));
-    RT_OK(remat_safetensors_save(path("w.safetensors"), p, 0, NULL));
+    RT_OK(remat_safetensors_save(rt_tmpdir_path("w.safetensors"), p, 0, NULL));
     remat_params_free(p);
     RT_OK(remat_zeros(&w64, 1, s, REMAT_F64, REMAT_DEVICE_CPU));
     RT_OK(remat_zeros(&w16, 1, s, REMAT_BF16, REMAT_DEVICE_CPU));
@@ -265,7 +252,7 @@ Test(safetensors, loads_convert_to_the_parameters_dtype) {
         RT_OK(remat_params_new(&p));
         RT_OK(remat_params_add(p, "w", targets[i]));
         uint64_t v0 = remat_version(targets[i]);
-        RT_OK(remat_safetensors_load(p, path("w.safetensors"), NULL));
+        RT_OK(remat_safetensors_load(p, rt_tmpdir_path("w.safetensors"), NULL));
         cr_assert_gt(remat_version(targets[i]), v0, "loading is an in-place write");
         assert_same_values(targets[i], wants[i], i ? "bf16" : "f64");
         remat_params_free(p);
@@ -275,7 +262,7 @@ Test(safetensors, loads_convert_to_the_parameters_dtype) {
     RT_OK(remat_zeros(&ids, 1, s, REMAT_I64, REMAT_DEVICE_CPU));
     RT_OK(remat_params_new(&p));
     RT_OK(remat_params_add(p, "w", ids));
-    RT_FAILS(remat_safetensors_load(p, path("w.safetensors"), NULL), REMAT_EDTYPE,
+    RT_FAILS(remat_safetensors_load(p, rt_tmpdir_path("w.safetensors"), NULL), REMAT_EDTYPE,
              "tensor 'w' is F32, which does not load into its i64 parameter");
     remat_params_free(p);
     remat_release(ids);
@@ -295,7 +282,7 @@ Test(safetensors, loads_into_strided_parameters_and_leaves) {
     RT_OK(remat_params_new(&p));
     RT_OK(remat_params_add(p, "w", src));
     RT_OK(remat_params_add(p, "leaf", src));
-    RT_OK(remat_safetensors_save(path("w.safetensors"), p, 0, NULL));
+    RT_OK(remat_safetensors_save(rt_tmpdir_path("w.safetensors"), p, 0, NULL));
     remat_params_free(p);
     RT_OK(remat_zeros(&base, 2, st, REMAT_F64, REMAT_DEVICE_CPU));
     RT_OK(remat_transpose(&view, base, 0, 1));
@@ -304,7 +291,7 @@ Test(safetensors, loads_into_strided_parameters_and_leaves) {
     RT_OK(remat_params_new(&p));
     RT_OK(remat_params_add(p, "w", view));
     RT_OK(remat_params_add(p, "leaf", leaf));
-    RT_OK(remat_safetensors_load(p, path("w.safetensors"), NULL));
+    RT_OK(remat_safetensors_load(p, rt_tmpdir_path("w.safetensors"), NULL));
     assert_same_values(view, src, "strided");
     assert_same_values(leaf, src, "leaf");
     cr_assert(remat_requires_grad(leaf) && remat_is_leaf(leaf));
@@ -329,9 +316,9 @@ Test(safetensors, save_strided_and_tied) {
     RT_OK(remat_params_new(&p));
     RT_OK(remat_params_add(p, "t", t));
     RT_OK(remat_params_add(p, "tied", t));
-    RT_OK(remat_safetensors_save(path("t.safetensors"), p, 0, NULL));
+    RT_OK(remat_safetensors_save(rt_tmpdir_path("t.safetensors"), p, 0, NULL));
     remat_safetensors *f = NULL;
-    RT_OK(remat_safetensors_open(&f, path("t.safetensors")));
+    RT_OK(remat_safetensors_open(&f, rt_tmpdir_path("t.safetensors")));
     RT_OK(remat_safetensors_get(&back, f, "tied", REMAT_F64));
     cr_assert_eq(remat_size(back, 0), 2);
     assert_same_values(back, t, "transposed");
@@ -345,22 +332,22 @@ Test(safetensors, save_strided_and_tied) {
 
 Test(safetensors, save_failures_leave_no_file) {
     two t = two_params();
-    RT_FAILS(remat_safetensors_save(path("no/such/dir/x.safetensors"), t.p, 0, NULL), REMAT_EIO,
-             "no/such/dir/x.safetensors");
+    RT_FAILS(remat_safetensors_save(rt_tmpdir_path("no/such/dir/x.safetensors"), t.p, 0, NULL),
+             REMAT_EIO, "no/such/dir/x.safetensors");
     remat_tensor *m = NULL;
     int64_t s[1] = {1};
     RT_OK(remat_zeros(&m, 1, s, REMAT_F32, REMAT_DEVICE_CPU));
     RT_OK(remat_params_add(t.p, "__metadata__", m));
-    RT_FAILS(remat_safetensors_save(path("x.safetensors"), t.p, 0, NULL), REMAT_EINVAL,
+    RT_FAILS(remat_safetensors_save(rt_tmpdir_path("x.safetensors"), t.p, 0, NULL), REMAT_EINVAL,
              "\"__metadata__\" is reserved");
     const char *meta[] = {"k", "v", "k", "w"};
     remat_params *q = NULL;
     RT_OK(remat_params_new(&q));
-    RT_FAILS(remat_safetensors_save(path("x.safetensors"), q, 2, meta), REMAT_EINVAL,
+    RT_FAILS(remat_safetensors_save(rt_tmpdir_path("x.safetensors"), q, 2, meta), REMAT_EINVAL,
              "'k' given twice");
-    cr_assert_neq(access(path("x.safetensors"), F_OK), 0);
+    cr_assert_neq(access(rt_tmpdir_path("x.safetensors"), F_OK), 0);
     char cmd[160];
-    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", g_dir);
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", rt_tmpdir());
     cr_assert_eq(system(cmd), 0, "a temporary file was left behind");
     remat_params_free(q);
     remat_release(m);
@@ -370,10 +357,10 @@ Test(safetensors, save_failures_leave_no_file) {
 /* ---- the malformed files: each refused, naming the file and the tensor ------------------- */
 
 Test(safetensors, good_file_loads) {
-    raw(path("good.safetensors"), "{" GOOD_A "," GOOD_B "}", 40);
+    raw(rt_tmpdir_path("good.safetensors"), "{" GOOD_A "," GOOD_B "}", 40);
     two t = two_params();
     uint64_t va = remat_version(t.a);
-    RT_OK(remat_safetensors_load(t.p, path("good.safetensors"), NULL));
+    RT_OK(remat_safetensors_load(t.p, rt_tmpdir_path("good.safetensors"), NULL));
     double *a = values(t.a), *b = values(t.b);
     for (int i = 0; i < 6; i++) cr_assert_eq(a[i], i);
     for (int i = 0; i < 4; i++) cr_assert_eq(b[i], 6 + i);
@@ -384,133 +371,141 @@ Test(safetensors, good_file_loads) {
 }
 
 Test(safetensors, refuses_short_and_truncated_files) {
-    raw_file(path("short.safetensors"), 3, "", 0);
-    FILE *fp = fopen(path("tiny.safetensors"), "wb");
+    raw_file(rt_tmpdir_path("short.safetensors"), 3, "", 0);
+    FILE *fp = fopen(rt_tmpdir_path("tiny.safetensors"), "wb");
     fwrite("\x05\0\0", 1, 3, fp);
     fclose(fp);
-    refused(path("tiny.safetensors"), REMAT_EFORMAT, "truncated", NULL);
-    raw_file(path("long.safetensors"), 1000, "{" GOOD_A "}", 24);
-    refused(path("long.safetensors"), REMAT_EFORMAT, "runs past the end of the file", NULL);
-    raw(path("cut.safetensors"), "{" GOOD_A "," GOOD_B "}", 30); /* cut in b's data */
-    refused(path("cut.safetensors"), REMAT_EFORMAT, "tensor 'b'", "run past the data section");
-    FILE *e = fopen(path("empty.safetensors"), "wb");
+    refused(rt_tmpdir_path("tiny.safetensors"), REMAT_EFORMAT, "truncated", NULL);
+    raw_file(rt_tmpdir_path("long.safetensors"), 1000, "{" GOOD_A "}", 24);
+    refused(rt_tmpdir_path("long.safetensors"), REMAT_EFORMAT, "runs past the end of the file",
+            NULL);
+    raw(rt_tmpdir_path("cut.safetensors"), "{" GOOD_A "," GOOD_B "}", 30); /* cut in b's data */
+    refused(rt_tmpdir_path("cut.safetensors"), REMAT_EFORMAT, "tensor 'b'",
+            "run past the data section");
+    FILE *e = fopen(rt_tmpdir_path("empty.safetensors"), "wb");
     fclose(e);
-    refused(path("empty.safetensors"), REMAT_EFORMAT, "truncated", NULL);
-    refused(path("absent.safetensors"), REMAT_EIO, "cannot open", NULL);
+    refused(rt_tmpdir_path("empty.safetensors"), REMAT_EFORMAT, "truncated", NULL);
+    refused(rt_tmpdir_path("absent.safetensors"), REMAT_EIO, "cannot open", NULL);
 }
 
 Test(safetensors, refuses_bad_json_and_utf8) {
-    raw(path("json.safetensors"), "{" GOOD_A ",\"b\":{\"dtype\":\"F32\",", 40);
-    refused(path("json.safetensors"), REMAT_EFORMAT, "not valid JSON", NULL);
-    raw(path("utf8.safetensors"),
+    raw(rt_tmpdir_path("json.safetensors"), "{" GOOD_A ",\"b\":{\"dtype\":\"F32\",", 40);
+    refused(rt_tmpdir_path("json.safetensors"), REMAT_EFORMAT, "not valid JSON", NULL);
+    raw(rt_tmpdir_path("utf8.safetensors"),
         "{" GOOD_A ",\"b\xc0\xaf\":{\"dtype\":\"F32\",\"shape\":[4],"
         "\"data_offsets\":[24,40]}}",
         40);
-    refused(path("utf8.safetensors"), REMAT_EFORMAT, "not valid UTF-8", NULL);
-    raw(path("nul.safetensors"),
+    refused(rt_tmpdir_path("utf8.safetensors"), REMAT_EFORMAT, "not valid UTF-8", NULL);
+    raw(rt_tmpdir_path("nul.safetensors"),
         "{" GOOD_A ",\"b\\u0000x\":{\"dtype\":\"F32\",\"shape\":[4],"
         "\"data_offsets\":[24,40]}}",
         40);
-    refused(path("nul.safetensors"), REMAT_EFORMAT, "\\u0000", NULL);
-    raw(path("ctl.safetensors"),
+    refused(rt_tmpdir_path("nul.safetensors"), REMAT_EFORMAT, "\\u0000", NULL);
+    raw(rt_tmpdir_path("ctl.safetensors"),
         "{" GOOD_A ",\"b\x01\":{\"dtype\":\"F32\",\"shape\":[4],"
         "\"data_offsets\":[24,40]}}",
         40);
-    refused(path("ctl.safetensors"), REMAT_EFORMAT, "control character", NULL);
-    raw(path("trail.safetensors"), "{" GOOD_A "," GOOD_B "}  x", 40);
-    refused(path("trail.safetensors"), REMAT_EFORMAT, "bytes after its JSON value", NULL);
-    raw(path("list.safetensors"), "[1, 2]", 40);
-    refused(path("list.safetensors"), REMAT_EFORMAT, "does not start with '{'", NULL);
-    raw(path("meta.safetensors"), "{\"__metadata__\":{\"k\":1}," GOOD_A "," GOOD_B "}", 40);
-    refused(path("meta.safetensors"), REMAT_EFORMAT, "\"__metadata__\" entry 'k' is not a string",
-            NULL);
+    refused(rt_tmpdir_path("ctl.safetensors"), REMAT_EFORMAT, "control character", NULL);
+    raw(rt_tmpdir_path("trail.safetensors"), "{" GOOD_A "," GOOD_B "}  x", 40);
+    refused(rt_tmpdir_path("trail.safetensors"), REMAT_EFORMAT, "bytes after its JSON value", NULL);
+    raw(rt_tmpdir_path("list.safetensors"), "[1, 2]", 40);
+    refused(rt_tmpdir_path("list.safetensors"), REMAT_EFORMAT, "does not start with '{'", NULL);
+    raw(rt_tmpdir_path("meta.safetensors"), "{\"__metadata__\":{\"k\":1}," GOOD_A "," GOOD_B "}",
+        40);
+    refused(rt_tmpdir_path("meta.safetensors"), REMAT_EFORMAT,
+            "\"__metadata__\" entry 'k' is not a string", NULL);
     /* padding with spaces (as the safetensors package pads) is fine */
-    raw(path("pad.safetensors"), "{" GOOD_A "," GOOD_B "}     ", 40);
+    raw(rt_tmpdir_path("pad.safetensors"), "{" GOOD_A "," GOOD_B "}     ", 40);
     two t = two_params();
-    RT_OK(remat_safetensors_load(t.p, path("pad.safetensors"), NULL));
+    RT_OK(remat_safetensors_load(t.p, rt_tmpdir_path("pad.safetensors"), NULL));
     free_two(&t);
 }
 
 Test(safetensors, refuses_lying_offsets_and_shapes) {
-    raw(path("overlap.safetensors"),
+    raw(rt_tmpdir_path("overlap.safetensors"),
         "{" GOOD_A ",\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[20,36]}}", 40);
-    refused(path("overlap.safetensors"), REMAT_EFORMAT, "tensor 'b': data_offsets [20, 36] overlap",
-            "tensor 'a' [0, 24]");
-    raw(path("range.safetensors"),
+    refused(rt_tmpdir_path("overlap.safetensors"), REMAT_EFORMAT,
+            "tensor 'b': data_offsets [20, 36] overlap", "tensor 'a' [0, 24]");
+    raw(rt_tmpdir_path("range.safetensors"),
         "{" GOOD_A ",\"b\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[24,56]}}", 40);
-    refused(path("range.safetensors"), REMAT_EFORMAT, "tensor 'b'", "run past the data section");
-    raw(path("bytes.safetensors"),
+    refused(rt_tmpdir_path("range.safetensors"), REMAT_EFORMAT, "tensor 'b'",
+            "run past the data section");
+    raw(rt_tmpdir_path("bytes.safetensors"),
         "{" GOOD_A ",\"b\":{\"dtype\":\"F32\",\"shape\":[5],\"data_offsets\":[24,40]}}", 40);
-    refused(path("bytes.safetensors"), REMAT_EFORMAT, "tensor 'b': shape [5] of F32 is 20 bytes",
-            "hold 16");
-    raw(path("huge.safetensors"),
+    refused(rt_tmpdir_path("bytes.safetensors"), REMAT_EFORMAT,
+            "tensor 'b': shape [5] of F32 is 20 bytes", "hold 16");
+    raw(rt_tmpdir_path("huge.safetensors"),
         "{" GOOD_A ",\"b\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],"
         "\"data_offsets\":[24,40]}}",
         40);
-    refused(path("huge.safetensors"), REMAT_EFORMAT, "tensor 'b'", "is more than");
-    raw(path("hole.safetensors"),
+    refused(rt_tmpdir_path("huge.safetensors"), REMAT_EFORMAT, "tensor 'b'", "is more than");
+    raw(rt_tmpdir_path("hole.safetensors"),
         "{" GOOD_A ",\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[28,44]}}", 44);
-    refused(path("hole.safetensors"), REMAT_EFORMAT, "bytes [24, 28)", "before tensor 'b'");
-    raw(path("tail.safetensors"), "{" GOOD_A "," GOOD_B "}", 44);
-    refused(path("tail.safetensors"), REMAT_EFORMAT, "44 bytes", "end at byte 40");
-    raw(path("rev.safetensors"),
+    refused(rt_tmpdir_path("hole.safetensors"), REMAT_EFORMAT, "bytes [24, 28)",
+            "before tensor 'b'");
+    raw(rt_tmpdir_path("tail.safetensors"), "{" GOOD_A "," GOOD_B "}", 44);
+    refused(rt_tmpdir_path("tail.safetensors"), REMAT_EFORMAT, "44 bytes", "end at byte 40");
+    raw(rt_tmpdir_path("rev.safetensors"),
         "{" GOOD_A ",\"b\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[40,24]}}", 40);
-    refused(path("rev.safetensors"), REMAT_EFORMAT, "tensor 'b'", "begin <= end");
-    raw(path("neg.safetensors"),
+    refused(rt_tmpdir_path("rev.safetensors"), REMAT_EFORMAT, "tensor 'b'", "begin <= end");
+    raw(rt_tmpdir_path("neg.safetensors"),
         "{" GOOD_A ",\"b\":{\"dtype\":\"F32\",\"shape\":[-4],\"data_offsets\":[24,40]}}", 40);
-    refused(path("neg.safetensors"), REMAT_EFORMAT, "tensor 'b'", "is not a size");
-    raw(path("dims.safetensors"),
+    refused(rt_tmpdir_path("neg.safetensors"), REMAT_EFORMAT, "tensor 'b'", "is not a size");
+    raw(rt_tmpdir_path("dims.safetensors"),
         "{" GOOD_A ",\"b\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,4],"
         "\"data_offsets\":[24,40]}}",
         40);
-    refused(path("dims.safetensors"), REMAT_EUNSUPPORTED, "tensor 'b' has 9 dims", NULL);
-    raw(path("dtype.safetensors"),
+    refused(rt_tmpdir_path("dims.safetensors"), REMAT_EUNSUPPORTED, "tensor 'b' has 9 dims", NULL);
+    raw(rt_tmpdir_path("dtype.safetensors"),
         "{" GOOD_A ",\"b\":{\"dtype\":\"F12\",\"shape\":[4],\"data_offsets\":[24,40]}}", 40);
-    refused(path("dtype.safetensors"), REMAT_EFORMAT, "tensor 'b': unknown dtype \"F12\"", NULL);
-    raw(path("nodtype.safetensors"), "{" GOOD_A ",\"b\":{\"shape\":[4],\"data_offsets\":[24,40]}}",
-        40);
-    refused(path("nodtype.safetensors"), REMAT_EFORMAT, "tensor 'b': no \"dtype\"", NULL);
-    raw(path("twice.safetensors"),
+    refused(rt_tmpdir_path("dtype.safetensors"), REMAT_EFORMAT, "tensor 'b': unknown dtype \"F12\"",
+            NULL);
+    raw(rt_tmpdir_path("nodtype.safetensors"),
+        "{" GOOD_A ",\"b\":{\"shape\":[4],\"data_offsets\":[24,40]}}", 40);
+    refused(rt_tmpdir_path("nodtype.safetensors"), REMAT_EFORMAT, "tensor 'b': no \"dtype\"", NULL);
+    raw(rt_tmpdir_path("twice.safetensors"),
         "{" GOOD_A ",\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"shape\":[2,2],"
         "\"data_offsets\":[24,40]}}",
         40);
-    refused(path("twice.safetensors"), REMAT_EFORMAT, "tensor 'b': \"shape\" given twice", NULL);
+    refused(rt_tmpdir_path("twice.safetensors"), REMAT_EFORMAT, "tensor 'b': \"shape\" given twice",
+            NULL);
 }
 
 Test(safetensors, refuses_duplicate_missing_extra_and_misshaped_tensors) {
-    raw(path("dup.safetensors"), "{" GOOD_A "," GOOD_B "," GOOD_B "}", 40);
-    refused(path("dup.safetensors"), REMAT_EFORMAT, "tensor 'b' appears twice", NULL);
-    raw(path("missing.safetensors"), "{" GOOD_A "}", 24);
-    refused(path("missing.safetensors"), REMAT_EINVAL, "has no tensor 'b' for its parameter",
-            "1 missing");
-    raw(path("extra.safetensors"),
+    raw(rt_tmpdir_path("dup.safetensors"), "{" GOOD_A "," GOOD_B "," GOOD_B "}", 40);
+    refused(rt_tmpdir_path("dup.safetensors"), REMAT_EFORMAT, "tensor 'b' appears twice", NULL);
+    raw(rt_tmpdir_path("missing.safetensors"), "{" GOOD_A "}", 24);
+    refused(rt_tmpdir_path("missing.safetensors"), REMAT_EINVAL,
+            "has no tensor 'b' for its parameter", "1 missing");
+    raw(rt_tmpdir_path("extra.safetensors"),
         "{" GOOD_A "," GOOD_B ",\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[40,44]}}",
         44);
-    refused(path("extra.safetensors"), REMAT_EINVAL, "tensor 'c' is no parameter's",
+    refused(rt_tmpdir_path("extra.safetensors"), REMAT_EINVAL, "tensor 'c' is no parameter's",
             "1 unexpected");
-    raw(path("shape.safetensors"),
+    raw(rt_tmpdir_path("shape.safetensors"),
         "{" GOOD_A ",\"b\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[24,40]}}", 40);
-    refused(path("shape.safetensors"), REMAT_ESHAPE, "tensor 'b' has shape [2, 2]",
+    refused(rt_tmpdir_path("shape.safetensors"), REMAT_ESHAPE, "tensor 'b' has shape [2, 2]",
             "its parameter [4]");
-    raw(path("int.safetensors"),
+    raw(rt_tmpdir_path("int.safetensors"),
         "{" GOOD_A ",\"b\":{\"dtype\":\"I32\",\"shape\":[4],\"data_offsets\":[24,40]}}", 40);
-    refused(path("int.safetensors"), REMAT_EDTYPE, "tensor 'b' is I32", "f32 parameter");
+    refused(rt_tmpdir_path("int.safetensors"), REMAT_EDTYPE, "tensor 'b' is I32", "f32 parameter");
     /* what the options allow */
     two t = two_params();
     remat_load_options o = {.allow_missing = true};
-    RT_OK(remat_safetensors_load(t.p, path("missing.safetensors"), &o));
+    RT_OK(remat_safetensors_load(t.p, rt_tmpdir_path("missing.safetensors"), &o));
     double *b = values(t.b);
     cr_assert_eq(b[0], 200, "a missing parameter keeps its values");
     free(b);
-    RT_FAILS(remat_safetensors_load(t.p, path("extra.safetensors"), &o), REMAT_EINVAL, "'c'");
+    RT_FAILS(remat_safetensors_load(t.p, rt_tmpdir_path("extra.safetensors"), &o), REMAT_EINVAL,
+             "'c'");
     o = (remat_load_options){.allow_unexpected = true};
-    RT_OK(remat_safetensors_load(t.p, path("extra.safetensors"), &o));
+    RT_OK(remat_safetensors_load(t.p, rt_tmpdir_path("extra.safetensors"), &o));
     free_two(&t);
 }
 
 Test(safetensors, parse_from_memory) {
-    raw(path("good.safetensors"), "{" GOOD_A "," GOOD_B "}", 40);
-    FILE *fp = fopen(path("good.safetensors"), "rb");
+    raw(rt_tmpdir_path("good.safetensors"), "{" GOOD_A "," GOOD_B "}", 40);
+    FILE *fp = fopen(rt_tmpdir_path("good.safetensors"), "rb");
     unsigned char buf[512];
     size_t n = fread(buf, 1, sizeof buf, fp);
     fclose(fp);
@@ -655,9 +650,9 @@ Test(safetensors, python_written_sharded_checkpoint) {
 
 /* Indexes that lie about their shards. */
 Test(safetensors, refuses_bad_indexes) {
-    raw(path("s1.safetensors"), "{" GOOD_A "}", 24);
-    raw(path("s2.safetensors"), "{\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
-        16);
+    raw(rt_tmpdir_path("s1.safetensors"), "{" GOOD_A "}", 24);
+    raw(rt_tmpdir_path("s2.safetensors"),
+        "{\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 16);
     struct {
         const char *file, *json, *n1, *n2;
         int status;
@@ -680,25 +675,217 @@ Test(safetensors, refuses_bad_indexes) {
         {"json.index.json", "{\"weight_map\":{\"a\":", "not valid JSON", NULL, REMAT_EFORMAT},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        FILE *fp = fopen(path(cases[i].file), "w");
+        FILE *fp = fopen(rt_tmpdir_path(cases[i].file), "w");
         fputs(cases[i].json, fp);
         fclose(fp);
         if (cases[i].status == REMAT_OK) {
             two t = two_params();
-            RT_OK(remat_safetensors_load(t.p, path(cases[i].file), NULL));
+            RT_OK(remat_safetensors_load(t.p, rt_tmpdir_path(cases[i].file), NULL));
             cr_assert_eq(rt_item_at(t.b, 3), 3);
             free_two(&t);
         } else {
-            refused(path(cases[i].file), cases[i].status, cases[i].n1, cases[i].n2);
+            refused(rt_tmpdir_path(cases[i].file), cases[i].status, cases[i].n1, cases[i].n2);
         }
     }
     /* a shard tensor the index does not list: the index lies */
-    raw(path("s4.safetensors"),
+    raw(rt_tmpdir_path("s4.safetensors"),
         "{\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"b\":{\"dtype\":\"F32\","
         "\"shape\":[4],\"data_offsets\":[4,20]}}",
         20);
-    FILE *fp = fopen(path("more.index.json"), "w");
+    FILE *fp = fopen(rt_tmpdir_path("more.index.json"), "w");
     fputs("{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s4.safetensors\"}}", fp);
     fclose(fp);
-    refused(path("more.index.json"), REMAT_EFORMAT, "tensor 'c' is not in the weight_map", NULL);
+    refused(rt_tmpdir_path("more.index.json"), REMAT_EFORMAT, "tensor 'c' is not in the weight_map",
+            NULL);
+}
+
+/* ---- sharded checkpoints written (remat_safetensors_save_sharded) ------------------------- */
+
+/* f32 tensors a, b, c, big, d, e, f, z of 6, 6, 2, 12, 6, 2, 2, 0 elements
+ * (values 0, 0.25, ... from 10 * their rank) in a new collection, which
+ * holds the only references. */
+#define N_EIGHT 8
+static remat_params *eight(void) {
+    static const char *names[N_EIGHT] = {"a", "b", "c", "big", "d", "e", "f", "z"};
+    static const int64_t sizes[N_EIGHT] = {6, 6, 2, 12, 6, 2, 2, 0};
+    remat_params *p = NULL;
+    RT_OK(remat_params_new(&p));
+    for (int i = 0; i < N_EIGHT; i++) {
+        remat_tensor *t = tensor(REMAT_F32, 1, &sizes[i], 10.0 * i);
+        RT_OK(remat_params_add(p, names[i], t));
+        remat_release(t);
+    }
+    return p;
+}
+
+/* Zeroed parameters of the same names and shapes, loaded from `path`, equal p's. */
+static void loads_back(const remat_params *p, const char *path) {
+    remat_params *q = NULL;
+    RT_OK(remat_params_new(&q));
+    for (int64_t i = 0; i < remat_params_count(p); i++) {
+        remat_tensor *t = remat_params_tensor(p, i), *z = NULL;
+        RT_OK(remat_zeros(&z, remat_ndim(t), remat_shape(t), remat_tensor_dtype(t),
+                          REMAT_DEVICE_CPU));
+        RT_OK(remat_params_add(q, remat_params_name(p, i), z));
+        remat_release(z);
+    }
+    RT_OK(remat_safetensors_load(q, path, NULL));
+    for (int64_t i = 0; i < remat_params_count(p); i++)
+        assert_same_values(remat_params_tensor(q, i), remat_params_tensor(p, i),
+                           remat_params_name(p, i));
+    remat_params_free(q);
+}
+
+static char *slurp(const char *path) {
+    FILE *fp = fopen(path, "rb");
+    cr_assert(fp, "cannot open %s", path);
+    static char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, fp);
+    fclose(fp);
+    buf[n] = '\0';
+    return buf;
+}
+
+#define SHARD(k, n) "model-0000" #k "-of-0000" #n ".safetensors"
+
+/* Under a 40-byte limit the tensors are cut as huggingface_hub 2.4's
+ * split_torch_state_dict_into_shards cuts them ([a], [big], [b, c],
+ * [d, e, f, z]: the tensor larger than the limit gets its shard where it
+ * comes, before the one being filled), and the index is what
+ * json.dumps(index, indent=2, sort_keys=True) writes (both from Python). */
+Test(safetensors, sharded_save_cuts_as_huggingface_hub) {
+    remat_params *p = eight();
+    const char *meta[] = {"format", "pt"};
+    RT_OK(remat_safetensors_save_sharded(rt_tmpdir(), NULL, p, 40, 1, meta));
+    cr_assert_str_eq(rt_tmpdir_list(""), SHARD(1, 4) " " SHARD(2, 4) " " SHARD(3, 4) " " SHARD(
+                                             4, 4) " model.safetensors.index.json");
+    cr_assert_str_eq(slurp(rt_tmpdir_path("model.safetensors.index.json")),
+                     "{\n  \"metadata\": {\n    \"total_parameters\": 36,\n    \"total_size\": "
+                     "144\n  },\n  \"weight_map\": {\n"
+                     "    \"a\": \"model-00001-of-00004.safetensors\",\n"
+                     "    \"b\": \"model-00003-of-00004.safetensors\",\n"
+                     "    \"big\": \"model-00002-of-00004.safetensors\",\n"
+                     "    \"c\": \"model-00003-of-00004.safetensors\",\n"
+                     "    \"d\": \"model-00004-of-00004.safetensors\",\n"
+                     "    \"e\": \"model-00004-of-00004.safetensors\",\n"
+                     "    \"f\": \"model-00004-of-00004.safetensors\",\n"
+                     "    \"z\": \"model-00004-of-00004.safetensors\"\n  }\n}\n");
+    remat_safetensors *f = NULL;
+    RT_OK(remat_safetensors_open(&f, rt_tmpdir_path(SHARD(3, 4))));
+    cr_assert_eq(remat_safetensors_count(f), 2);
+    cr_assert_str_eq(remat_safetensors_at(f, 0)->name, "b");
+    cr_assert_str_eq(remat_safetensors_at(f, 1)->name, "c");
+    cr_assert_str_eq(remat_safetensors_metadata(f, "format"), "pt");
+    remat_safetensors_close(f);
+    loads_back(p, rt_tmpdir_path("model.safetensors.index.json"));
+    remat_params_free(p);
+}
+
+/* A new save replaces what an earlier one of the same stem left: shards of
+ * another count, the single file beside shards, the index and shards beside
+ * a single file; other files stay. */
+Test(safetensors, sharded_save_replaces_an_earlier_checkpoint) {
+    remat_params *p = eight();
+    cr_assert_eq(mkdir(rt_tmpdir_path("ck"), 0777), 0);
+    fclose(fopen(rt_tmpdir_path("ck/tokenizer.json"), "w"));
+    fclose(fopen(rt_tmpdir_path("ck/other-00001-of-00002.safetensors"), "w"));
+    char ck[512];
+    snprintf(ck, sizeof ck, "%s", rt_tmpdir_path("ck"));
+    RT_OK(remat_safetensors_save_sharded(ck, "model", p, 40, 0, NULL));
+    RT_OK(
+        remat_safetensors_save_sharded(ck, "model", p, 64, 0, NULL)); /* [a b c] [big] [d e f z] */
+    cr_assert_str_eq(rt_tmpdir_list("ck"),
+                     SHARD(1, 3) " " SHARD(2, 3) " " SHARD(3, 3) " model.safetensors.index.json "
+                                                                 "other-00001-of-00002.safetensors "
+                                                                 "tokenizer.json");
+    loads_back(p, rt_tmpdir_path("ck/model.safetensors.index.json"));
+    RT_OK(remat_safetensors_save_sharded(ck, NULL, p, 1000, 0, NULL)); /* one file */
+    cr_assert_str_eq(rt_tmpdir_list("ck"),
+                     "model.safetensors other-00001-of-00002.safetensors tokenizer.json");
+    loads_back(p, rt_tmpdir_path("ck/model.safetensors"));
+    RT_OK(remat_safetensors_save_sharded(ck, NULL, p, 40, 0, NULL));
+    cr_assert_str_eq(rt_tmpdir_list("ck"), SHARD(1, 4) " " SHARD(2, 4) " " SHARD(3, 4) " " SHARD(
+                                               4, 4) " model.safetensors.index.json "
+                                                     "other-00001-of-00002.safetensors "
+                                                     "tokenizer.json");
+    loads_back(p, rt_tmpdir_path("ck/model.safetensors.index.json"));
+    remat_params_free(p);
+}
+
+/* A save that fails leaves the directory as it was (no shard renamed, no
+ * temporary file); bad arguments are refused before anything is written. */
+Test(safetensors, sharded_save_failures_leave_the_directory_as_it_was) {
+    remat_params *p = eight();
+    RT_OK(remat_safetensors_save_sharded(rt_tmpdir(), NULL, p, 40, 0, NULL));
+    char before[4096];
+    snprintf(before, sizeof before, "%s", rt_tmpdir_list(""));
+    remat_params *q = eight(); /* the same names, other values, plus a bad one last */
+    for (int64_t i = 0; i < remat_params_count(q); i++)
+        RT_OK(remat_mul_scalar_(remat_params_tensor(q, i), 2));
+    remat_tensor *m = NULL;
+    int64_t one = 1;
+    RT_OK(remat_zeros(&m, 1, &one, REMAT_F32, REMAT_DEVICE_CPU));
+    RT_OK(remat_params_add(q, "__metadata__", m));
+    RT_FAILS(remat_safetensors_save_sharded(rt_tmpdir(), NULL, q, 40, 0, NULL), REMAT_EINVAL,
+             "\"__metadata__\" is reserved");
+    cr_assert_str_eq(rt_tmpdir_list(""), before);
+    RT_FAILS(remat_safetensors_save_sharded(rt_tmpdir(), NULL, q, 0, 0, NULL), REMAT_EINVAL,
+             "max_shard_bytes must be positive");
+    RT_FAILS(remat_safetensors_save_sharded(rt_tmpdir(), "a/b", q, 40, 0, NULL), REMAT_EINVAL,
+             "plain file name");
+    RT_FAILS(remat_safetensors_save_sharded(rt_tmpdir_path("none"), NULL, q, 40, 0, NULL),
+             REMAT_EIO, "is not a directory");
+    cr_assert_str_eq(rt_tmpdir_list(""), before);
+    remat_params_free(q);
+    remat_release(m);
+    loads_back(p, rt_tmpdir_path("model.safetensors.index.json")); /* the first save's values */
+    remat_params_free(p);
+}
+
+/* ---- parameters on a device the host cannot address ------------------------------------- */
+
+/* Loading writes parameters on "fenced" (tests/support/fenced.h: memory
+ * that faults on any host access outside kernels and copies, as a GPU's):
+ * contiguous ones by a copy to the device, a strided view through a staging
+ * tensor on the device, converted from the file's dtype; saving reads them
+ * back. The values are the cpu load's. */
+Test(safetensors, loads_and_saves_on_a_device_the_host_cannot_address) {
+    remat_device fd = {rt_fenced_type(), 0};
+    cr_assert_geq(fd.type, 0);
+    int64_t s23[2] = {2, 3}, s32[2] = {3, 2}, s4[1] = {4};
+    remat_tensor *w = tensor(REMAT_F32, 2, s23, 1), *t = tensor(REMAT_F32, 2, s32, 5),
+                 *b = tensor(REMAT_F64, 1, s4, -2);
+    remat_params *src = NULL;
+    RT_OK(remat_params_new(&src));
+    RT_OK(remat_params_add(src, "w", w));
+    RT_OK(remat_params_add(src, "t", t));
+    RT_OK(remat_params_add(src, "b", b));
+    RT_OK(remat_safetensors_save(rt_tmpdir_path("s.safetensors"), src, 0, NULL));
+    remat_tensor *dw = NULL, *base = NULL, *view = NULL, *db = NULL;
+    RT_OK(remat_zeros(&dw, 2, s23, REMAT_F32, fd));
+    RT_OK(remat_zeros(&base, 2, s23, REMAT_F32, fd));
+    RT_OK(remat_transpose(&view, base, 0, 1)); /* [3, 2], strided */
+    RT_OK(remat_zeros(&db, 1, s4, REMAT_BF16, fd));
+    remat_params *p = NULL;
+    RT_OK(remat_params_new(&p));
+    RT_OK(remat_params_add(p, "w", dw));
+    RT_OK(remat_params_add(p, "t", view));
+    RT_OK(remat_params_add(p, "b", db));
+    uint64_t v0 = remat_version(dw);
+    RT_OK(remat_safetensors_load(p, rt_tmpdir_path("s.safetensors"), NULL));
+    cr_assert_gt(remat_version(dw), v0);
+    assert_same_values(dw, w, "contiguous f32 on the device");
+    assert_same_values(view, t, "strided f32 on the device");
+    assert_same_values(db, b, "F64 -> bf16 on the device (exact values)");
+    RT_OK(remat_safetensors_save(rt_tmpdir_path("back.safetensors"), p, 0, NULL));
+    loads_back(src, rt_tmpdir_path("back.safetensors"));
+    remat_params_free(p);
+    remat_params_free(src);
+    remat_release(w);
+    remat_release(t);
+    remat_release(b);
+    remat_release(dw);
+    remat_release(base);
+    remat_release(view);
+    remat_release(db);
 }

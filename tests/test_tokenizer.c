@@ -106,7 +106,7 @@ Test(tokenizer, matches_the_tokenizers_package) {
         if (!strcmp(rhs, "=")) { /* the encoded input, invalid UTF-8 replaced */
             size_t cap = 0;
             wn = 0;
-            cr_assert(tok_utf8_lossy(in, in_n, &fixed, &wn, &cap));
+            cr_assert(rm_utf8_lossy(in, in_n, &fixed, &wn, &cap));
         } else {
             wn = unhex(rhs, strlen(rhs), want);
         }
@@ -320,8 +320,8 @@ Test(tokenizer, utf8_replacement_is_maximal_subparts) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *out = NULL;
         size_t len = 0, cap = 0;
-        cr_assert(tok_utf8_lossy((const unsigned char *)cases[i].in, strlen(cases[i].in), &out,
-                                 &len, &cap));
+        cr_assert(rm_utf8_lossy((const unsigned char *)cases[i].in, strlen(cases[i].in), &out, &len,
+                                &cap));
         cr_assert(len == strlen(cases[i].out) && !memcmp(out, cases[i].out, len), "case %zu", i);
         free(out);
     }

@@ -9,27 +9,10 @@
 
 #include "remat/tokens.h"
 #include "support/rt.h"
+#include "support/tmpdir.h"
 
-static char g_dir[64];
-
-static void setup(void) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/remat_tokens_XXXXXX");
-    cr_assert(mkdtemp(g_dir));
-}
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-}
-TestSuite(tokens, .init = setup, .fini = teardown);
-
-static const char *path(const char *name) {
-    static char bufs[4][128];
-    static int i;
-    char *b = bufs[i++ % 4];
-    snprintf(b, 128, "%s/%s", g_dir, name);
-    return b;
-}
+static void setup(void) { rt_tmpdir_make("remat_tokens"); }
+TestSuite(tokens, .init = setup, .fini = rt_tmpdir_remove);
 
 /* a file of raw bytes: header ints, then count tokens of width bytes */
 static void write_raw(const char *p, int32_t magic, int32_t version, int32_t count, int width,
@@ -49,22 +32,22 @@ Test(tokens, write_and_read_both_versions) {
     uint32_t small[1000], big[300];
     for (int i = 0; i < 1000; i++) small[i] = (uint32_t)(i * 65) & 0xFFFF;
     for (int i = 0; i < 300; i++) big[i] = 65536u + (uint32_t)i * 1000u;
-    RT_OK(remat_token_shard_write(path("a.bin"), small, 1000));
-    RT_OK(remat_token_shard_write(path("b.bin"), big, 300));
-    FILE *f = fopen(path("a.bin"), "rb");
+    RT_OK(remat_token_shard_write(rt_tmpdir_path("a.bin"), small, 1000));
+    RT_OK(remat_token_shard_write(rt_tmpdir_path("b.bin"), big, 300));
+    FILE *f = fopen(rt_tmpdir_path("a.bin"), "rb");
     int32_t h[256];
     cr_assert(fread(h, 4, 256, f) == 256);
     fseek(f, 0, SEEK_END);
     cr_assert_eq(ftell(f), 1024 + 2 * 1000, "version 1: uint16 tokens");
     fclose(f);
     cr_assert(h[0] == 20240520 && h[1] == 1 && h[2] == 1000 && h[3] == 0 && h[255] == 0);
-    f = fopen(path("b.bin"), "rb");
+    f = fopen(rt_tmpdir_path("b.bin"), "rb");
     cr_assert(fread(h, 4, 256, f) == 256);
     fseek(f, 0, SEEK_END);
     cr_assert_eq(ftell(f), 1024 + 4 * 300, "version 2: uint32 tokens");
     fclose(f);
     cr_assert(h[1] == 2 && h[2] == 300);
-    const char *both[] = {path("a.bin"), path("b.bin")};
+    const char *both[] = {rt_tmpdir_path("a.bin"), rt_tmpdir_path("b.bin")};
     remat_token_data *d;
     RT_OK(remat_token_data_open(both, 2, &d));
     cr_assert_eq(remat_token_data_count(d), 1300);
@@ -83,8 +66,8 @@ Test(tokens, write_and_read_both_versions) {
 
 /* llm.c's own layout (its write_datafile: an int32 header, then uint16 tokens) reads as it is. */
 Test(tokens, reads_llm_c_files) {
-    write_raw(path("llmc.bin"), 20240520, 1, 500, 2, 500);
-    const char *p[] = {path("llmc.bin")};
+    write_raw(rt_tmpdir_path("llmc.bin"), 20240520, 1, 500, 2, 500);
+    const char *p[] = {rt_tmpdir_path("llmc.bin")};
     remat_token_data *d;
     RT_OK(remat_token_data_open(p, 1, &d));
     uint32_t out[500];
@@ -96,31 +79,32 @@ Test(tokens, reads_llm_c_files) {
 Test(tokens, malformed_files_name_the_file) {
     remat_token_data *d = (remat_token_data *)1;
     const char *p[1];
-    p[0] = path("missing.bin");
+    p[0] = rt_tmpdir_path("missing.bin");
     RT_FAILS(remat_token_data_open(p, 1, &d), REMAT_EIO, p[0]);
     cr_assert_null(d);
-    FILE *f = fopen(path("short.bin"), "wb");
+    FILE *f = fopen(rt_tmpdir_path("short.bin"), "wb");
     fputs("tiny", f);
     fclose(f);
-    p[0] = path("short.bin");
+    p[0] = rt_tmpdir_path("short.bin");
     RT_FAILS(remat_token_data_open(p, 1, &d), REMAT_EFORMAT,
              "short.bin: 4 bytes, shorter than the 1024-byte header");
-    write_raw(path("magic.bin"), 12345, 1, 10, 2, 10);
-    p[0] = path("magic.bin");
+    write_raw(rt_tmpdir_path("magic.bin"), 12345, 1, 10, 2, 10);
+    p[0] = rt_tmpdir_path("magic.bin");
     RT_FAILS(remat_token_data_open(p, 1, &d), REMAT_EFORMAT, "magic.bin: magic 12345");
-    write_raw(path("version.bin"), 20240520, 3, 10, 2, 10);
-    p[0] = path("version.bin");
+    write_raw(rt_tmpdir_path("version.bin"), 20240520, 3, 10, 2, 10);
+    p[0] = rt_tmpdir_path("version.bin");
     RT_FAILS(remat_token_data_open(p, 1, &d), REMAT_EFORMAT, "version.bin: version 3");
-    write_raw(path("count.bin"), 20240520, 1, 100, 2, 90); /* cut short */
-    p[0] = path("count.bin");
+    write_raw(rt_tmpdir_path("count.bin"), 20240520, 1, 100, 2, 90); /* cut short */
+    p[0] = rt_tmpdir_path("count.bin");
     RT_FAILS(remat_token_data_open(p, 1, &d), REMAT_EFORMAT,
              "count.bin: the header says 100 tokens");
-    write_raw(path("width.bin"), 20240520, 2, 10, 2, 10); /* uint32 promised, uint16 written */
-    p[0] = path("width.bin");
+    write_raw(rt_tmpdir_path("width.bin"), 20240520, 2, 10, 2,
+              10); /* uint32 promised, uint16 written */
+    p[0] = rt_tmpdir_path("width.bin");
     RT_FAILS(remat_token_data_open(p, 1, &d), REMAT_EFORMAT, "width.bin");
     /* a bad file among good ones: nothing stays open */
-    write_raw(path("good.bin"), 20240520, 1, 10, 2, 10);
-    const char *two[] = {path("good.bin"), path("count.bin")};
+    write_raw(rt_tmpdir_path("good.bin"), 20240520, 1, 10, 2, 10);
+    const char *two[] = {rt_tmpdir_path("good.bin"), rt_tmpdir_path("count.bin")};
     RT_FAILS(remat_token_data_open(two, 2, &d), REMAT_EFORMAT, "count.bin");
     cr_assert_null(d);
 }
@@ -129,9 +113,9 @@ Test(tokens, malformed_files_name_the_file) {
 static remat_token_data *numbered(void) {
     uint32_t v[1455];
     for (uint32_t i = 0; i < 1455; i++) v[i] = i;
-    RT_OK(remat_token_shard_write(path("s0.bin"), v, 1000));
-    RT_OK(remat_token_shard_write(path("s1.bin"), v + 1000, 455));
-    const char *p[] = {path("s0.bin"), path("s1.bin")};
+    RT_OK(remat_token_shard_write(rt_tmpdir_path("s0.bin"), v, 1000));
+    RT_OK(remat_token_shard_write(rt_tmpdir_path("s1.bin"), v + 1000, 455));
+    const char *p[] = {rt_tmpdir_path("s0.bin"), rt_tmpdir_path("s1.bin")};
     remat_token_data *d;
     RT_OK(remat_token_data_open(p, 2, &d));
     return d;

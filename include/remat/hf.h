@@ -45,6 +45,9 @@ extern "C" {
 REMAT_BEGIN_PUBLIC
 
 #define REMAT_HF_MAX_EOS 8
+/* The largest shard remat_hf_export writes: transformers' save_pretrained
+ * default (max_shard_size="50GB"). */
+#define REMAT_HF_MAX_SHARD_BYTES INT64_C(50000000000)
 
 /* What config.json says besides the model's shape. */
 typedef struct remat_hf_extra {
@@ -81,19 +84,37 @@ remat_status remat_hf_config_write(const remat_model_config *cfg, const remat_hf
 /* Loads directory `dir`'s weights into `params` by name: its
  * model.safetensors, else its model.safetensors.index.json and shards
  * (remat_safetensors_load: all or nothing; `opts` may be NULL).
+ * Names are matched as transformers' from_pretrained matches them: a
+ * parameter no tensor names exactly takes the tensor named as it is
+ * without, or with, the base-model prefix ("transformer." for GPT-2,
+ * "model." for Llama), so that a base model's checkpoint, such as the GPT-2
+ * files of the Hugging Face hub ("wte.weight", "h.0.attn.c_attn.weight"),
+ * loads into remat's GPT-2; and the buffers such files carry beside the
+ * parameters (GPT-2's causal masks "h.N.attn.bias", "h.N.attn.masked_bias";
+ * Llama's "rotary_emb.inv_freq") are skipped, not unexpected.
  * REMAT_EIO naming the directory when it has neither (one with only
  * pytorch_model.bin: the message says how to convert it). */
 remat_status remat_hf_load_weights(remat_params *params, const char *dir,
                                    const remat_load_options *opts);
 
 /* Writes a Hugging Face model directory: creates `dir` if needed (not its
- * parents), then config.json (remat_hf_config_write) and model.safetensors
- * from `params` (metadata {"format": "pt"}, which transformers asks for),
- * each complete or not at all. Other files in `dir` (a tokenizer) are left
- * as they are. REMAT_EIO, REMAT_EINVAL (as remat_hf_config_write and
+ * parents), then config.json (remat_hf_config_write) and the weights from
+ * `params` (metadata {"format": "pt"}, which transformers asks for) as
+ * save_pretrained writes them: model.safetensors, or, above
+ * REMAT_HF_MAX_SHARD_BYTES, shards and model.safetensors.index.json
+ * (remat_safetensors_save_sharded, which also removes the weights files of
+ * an earlier export that the new ones do not replace); each file complete
+ * or not at all. Other files in `dir` (a tokenizer) are left as they are.
+ * REMAT_EIO, REMAT_EINVAL (as remat_hf_config_write and
  * remat_safetensors_save). */
 remat_status remat_hf_export(const char *dir, const remat_model_config *cfg,
                              const remat_hf_extra *extra, const remat_params *params);
+
+/* remat_hf_export with shards of at most max_shard_bytes (> 0; as
+ * save_pretrained's max_shard_size). */
+remat_status remat_hf_export_sharded(const char *dir, const remat_model_config *cfg,
+                                     const remat_hf_extra *extra, const remat_params *params,
+                                     int64_t max_shard_bytes);
 
 REMAT_END_PUBLIC
 #ifdef __cplusplus

@@ -165,6 +165,30 @@ remat_status remat_safetensors_read(remat_params **out, const char *path, remat_
 remat_status remat_safetensors_save(const char *path, const remat_params *params, int n_metadata,
                                     const char *const *metadata);
 
+/* Writes `params` into the directory `dir` (which must exist) as
+ * huggingface_hub's save_torch_state_dict and transformers' save_pretrained
+ * write a checkpoint: the tensors, in the collection's order, cut into
+ * shards of at most `max_shard_bytes` of data (a new shard when the next
+ * tensor would carry the current one past it; a tensor larger than that in
+ * a shard of its own, numbered where it comes), written as
+ * "<stem>-00001-of-0000N.safetensors", ... (each as remat_safetensors_save
+ * writes a file, with the metadata) plus "<stem>.safetensors.index.json"
+ * (metadata total_parameters and total_size; weight_map, sorted, naming
+ * every tensor's shard). When everything fits in one shard: the single
+ * file "<stem>.safetensors" and no index. `stem` NULL is "model".
+ *
+ * The shards are all written under temporary names before any is renamed,
+ * then the index is written; a failure up to there leaves `dir` as it was.
+ * Then what an earlier save of the same stem left that the new files do not
+ * replace is removed: shards of another count, the single file beside new
+ * shards (readers take it before an index), the index beside a new single
+ * file. Errors: those of remat_safetensors_save; REMAT_EINVAL for
+ * max_shard_bytes <= 0 or a stem that is not a plain file name, REMAT_EIO
+ * when `dir` is not a directory. remat_safetensors_load reads the index. */
+remat_status remat_safetensors_save_sharded(const char *dir, const char *stem,
+                                            const remat_params *params, int64_t max_shard_bytes,
+                                            int n_metadata, const char *const *metadata);
+
 REMAT_END_PUBLIC
 #ifdef __cplusplus
 }

@@ -54,15 +54,42 @@ bool remat_in_backward(void) { return tls_task != NULL; }
 bool rm_backward_retains_graph(void) { return !tls_task || tls_task->retain_graph; }
 bool rm_backward_creates_graph(void) { return tls_task && tls_task->create_graph; }
 
-bool rm_grad_dying(remat_tensor *const *gout, int i) {
+/* Whether t is the sole holder of a contiguous storage with data that it spans exactly. */
+static bool sole_whole(const remat_tensor *t) {
+    const rm_storage *st = t->storage;
+    return atomic_load(&t->refcount) == 1 && atomic_load(&st->refcount) == 1 && st->data &&
+           t->offset == 0 && remat_is_contiguous(t) &&
+           (size_t)remat_numel(t) * remat_dtype_size(t->dtype) == st->nbytes;
+}
+
+remat_tensor *rm_donation_take(remat_node *n, remat_tensor *const *gout, rm_buf buf, int i,
+                               rm_kernel_id kernel) {
     const task *t = tls_task;
-    if (!t || t->create_graph || !gout || gout != t->running_gout || !gout[i]) return false;
-    const remat_tensor *g = gout[i];
-    const rm_storage *st = g->storage;
-    return atomic_load(&g->refcount) == 1 && atomic_load(&st->refcount) == 1 && st->data &&
-           st->device.type == REMAT_CPU && !g->requires_grad && g->offset == 0 &&
-           remat_is_contiguous(g) &&
-           (size_t)remat_numel(g) * remat_dtype_size(g->dtype) == st->nbytes;
+    if (!t || !n) return NULL;
+    if (buf == RM_BUF_GRAD) { /* the engine's buffer dies as the backward returns */
+        if (t->create_graph || !gout || gout != t->running_gout || i < 0 || i >= n->n_outputs)
+            return NULL;
+        remat_tensor *g = gout[i];
+        if (!g || g->requires_grad || !sole_whole(g) ||
+            !rm_kernel_allows(kernel, g->storage->device.type, RM_KF_IN_PLACE))
+            return NULL;
+        return rm_retain(g); /* the engine's reference goes as the backward returns */
+    }
+    if (t->retain_graph || i < 0 || i >= n->n_saved) return NULL; /* the slot dies with n */
+    rm_saved *s = &n->saved[i];
+    remat_tensor *x = s->data;
+    if (!s->defined || s->freed || s->has_hooks || !x || !sole_whole(x) ||
+        !rm_kernel_allows(kernel, x->storage->device.type, RM_KF_IN_PLACE))
+        return NULL;
+    remat_tensor *fresh = rm_tensor_alloc(x->storage, 0, x->ndim, x->shape, x->strides, x->dtype);
+    if (!fresh) return NULL;
+    rm_node_free_saved(n, i);
+    return fresh;
+}
+
+void rm_donation_drop(remat_node *n, rm_buf buf, int i) {
+    const task *t = tls_task;
+    if (t && !t->retain_graph && buf == RM_BUF_SAVED) rm_node_free_saved(n, i);
 }
 
 remat_status rm_no_double_backward(const remat_node *n, const char *what) {

@@ -135,27 +135,8 @@ void rm_node_release_saved(remat_node *n) {
     for (int i = 0; i < n->n_saved; i++) free_saved(&n->saved[i]);
 }
 
-void rm_node_done_with_saved(remat_node *n, int slot) {
-    if (n && slot >= 0 && slot < n->n_saved && !rm_backward_retains_graph())
-        free_saved(&n->saved[slot]);
-}
-
-bool rm_node_take_saved(remat_node *n, int slot, remat_tensor **out) {
-    *out = NULL;
-    if (!n || slot < 0 || slot >= n->n_saved || rm_backward_retains_graph()) return false;
-    rm_saved *s = &n->saved[slot];
-    remat_tensor *t = s->data;
-    if (!s->defined || s->freed || s->has_hooks || !t) return false;
-    rm_storage *st = t->storage;
-    if (atomic_load(&t->refcount) != 1 || atomic_load(&st->refcount) != 1 || !st->data ||
-        t->offset != 0 || !remat_is_contiguous(t) ||
-        (size_t)remat_numel(t) * remat_dtype_size(t->dtype) != st->nbytes)
-        return false;
-    remat_tensor *fresh = rm_tensor_alloc(st, 0, t->ndim, t->shape, t->strides, t->dtype);
-    if (!fresh) return false;
-    free_saved(s);
-    *out = fresh;
-    return true;
+void rm_node_free_saved(remat_node *n, int slot) {
+    if (n && slot >= 0 && slot < n->n_saved) free_saved(&n->saved[slot]);
 }
 
 /* Frees a dead node (its children are released by the caller): its saved

@@ -5,6 +5,7 @@
 #define REMAT_AUTOGRAD_GRAPH_H
 
 #include "core/core.h"
+#include "core/kernels.h"
 
 /* ---- autograd graph --------------------------------------------------------- */
 typedef struct rm_saved {
@@ -86,12 +87,10 @@ struct remat_node {
     remat_tensor *leaf; /* AccumulateGrad: the leaf (owned) */
     rm_node_hook *hooks;
     bool released; /* saved tensors freed by a backward pass */
-    /* The backward takes an f32 gradient for a bf16 output as it is (linear
-     * under autocast rounds it panel by panel as its GEMMs read it): the
-     * engine then hands over an f32 gradient that something else holds
-     * anyway (the residual stream's) instead of a rounded copy, while the
-     * output has one contribution, no hook, no capture and no create_graph
-     * (engine.c, keep_wide). */
+    /* Buffer donation, the gradient side (below): the node takes an f32 gradient for a
+     * bf16 output as the engine holds it, where that buffer outlives it anyway, instead of
+     * a rounded copy: its backward hands it on (tag) or has its device's GEMM round it
+     * (linear; RM_KF_WIDE_GRAD). */
     bool takes_wide_grad;
 };
 
@@ -124,29 +123,35 @@ remat_status rm_gradient_edge(remat_tensor *t, rm_edge *edge);
 remat_status rm_check_inplace(const char *call, remat_tensor *t);
 /* Frees saved tensors of a node (graph release). */
 void rm_node_release_saved(remat_node *n);
-/* Called by a backward function once it has read saved slot `slot` for the
- * last time: frees it now, as the graph release after the node would, if
- * the running backward pass does not retain the graph (otherwise nothing).
- * Lets a backward free a large saved input before it allocates the next
- * gradient (linear: x after dW, before dx), lowering the pass's peak. */
-void rm_node_done_with_saved(remat_node *n, int slot);
-/* For a backward that can compute a gradient in place over a saved input
- * (elementwise, same shape and dtype): when the pass does not retain the
- * graph and saved slot `slot` (saved without hooks) is the only holder of a
- * contiguous storage it spans exactly, moves it out as a plain new tensor
- * in *out (the slot counts as freed) and returns true. Otherwise *out is
- * NULL, nothing changes, and the backward allocates as usual. */
-bool rm_node_take_saved(remat_node *n, int slot, remat_tensor **out);
-/* For a backward that can compute an input gradient in place over an
- * output gradient (elementwise, same shape and dtype): whether gout[i], as
- * the engine handed it to the running backward, dies when that backward
- * returns: the pass creates no graph, and the engine's buffer holds the
- * only reference to gout[i] and to the contiguous cpu storage it spans
- * exactly (no hook, capture or other consumer kept it). The backward may
- * then write the input gradient into gout[i] and return it retained,
- * instead of allocating one more gradient-sized buffer (gelu's backward at
- * a checkpointed MLP's peak). False outside the engine's own call. */
-bool rm_grad_dying(remat_tensor *const *gout, int i);
+
+/* ---- buffer donation (src/autograd/engine.c) ----------------------------------------------
+ * "This buffer dies after you; you may reuse it." A node's backward is handed buffers: its
+ * output gradients gout[i] (the engine's) and its node's saved tensors (slot i). When nothing
+ * else holds one it dies as the backward returns: an output gradient unless the pass creates
+ * a graph (create_graph), a saved tensor unless the pass retains the graph (retain_graph). The backward may then take it over as the buffer of a result
+ * (rm_donation_take: gelu's dx over its dying g, mse's da over its saved prediction) or let
+ * it die early (rm_donation_drop: linear lets x go after dW, before dx is allocated), and a
+ * node may be handed a buffer that outlives it as it is rather than a converted copy
+ * (remat_node.takes_wide_grad). Whether a kernel may write over its input, or read a wide
+ * gradient, is its device's call: the backend's kernel flags (RM_KF_*, src/core/kernels.h). */
+typedef enum rm_buf { RM_BUF_GRAD, RM_BUF_SAVED } rm_buf;
+/* Buffer i of kind buf of n's running backward (RM_BUF_GRAD: gout[i], gout as the engine
+ * handed it; RM_BUF_SAVED: saved slot i, saved without hooks), for kernel `kernel` to write
+ * its out[0] over element for element: a new reference when the buffer dies after this
+ * backward, is the sole holder of a contiguous storage it spans exactly (no hook, capture
+ * or other consumer kept it) and its device's kernel allows it (RM_KF_IN_PLACE);
+ * a saved slot then counts as freed, an output gradient's engine reference goes as the
+ * backward returns. NULL otherwise (outside the engine's own call too): nothing changes,
+ * the backward allocates as usual. */
+remat_tensor *rm_donation_take(remat_node *n, remat_tensor *const *gout, rm_buf buf, int i,
+                               rm_kernel_id kernel);
+/* n's running backward has read buffer i of kind buf for the last time: if it dies after
+ * this backward, it dies now, before the backward allocates its next result (a saved slot
+ * is freed as the graph release after the node would; an output gradient dies as the
+ * backward returns anyway: nothing). */
+void rm_donation_drop(remat_node *n, rm_buf buf, int i);
+/* Frees saved slot `slot` of n now (rm_node_release_saved's, for one slot). */
+void rm_node_free_saved(remat_node *n, int slot);
 /* Whether the backward pass running on this thread retains the graph (true
  * outside backward). */
 bool rm_backward_retains_graph(void);

@@ -190,10 +190,6 @@ static inline float rm_bf16_to_f32(uint16_t h) {
     } v = {(uint32_t)h << 16};
     return v.f;
 }
-/* (src/backends/cpu/bf16.c) n contiguous elements f32 -> bf16 (rounded as
- * rm_f32_to_bf16) and back, vectorised and split over OpenMP. */
-void rm_cpu_f32_to_bf16(const float *restrict x, uint16_t *restrict y, int64_t n);
-void rm_cpu_bf16_to_f32(const uint16_t *restrict x, float *restrict y, int64_t n);
 /* double -> i64 as remat converts floats to integers (copies, fills):
  * truncation toward zero; NaN gives 0 and values beyond the i64 range
  * saturate (a plain cast is undefined behaviour there). */
@@ -212,14 +208,6 @@ const char *rm_tensor_str(const remat_tensor *t, char *buf, size_t n);
  * passes, so that references made there are plain references. */
 void *rm_scope_suspend(void);
 void rm_scope_resume(void *prev);
-
-/* ---- the default cpu allocator's buffer cache (src/core/cpu_cache.c) ------------------
- * take: a cached buffer of exactly `size` (64-byte rounded) bytes, or NULL.
- * put: keeps p if it may (size large enough, cache on, and in_use + cached +
- * size <= peak, the device's counters after this free); false: free it. */
-#define RM_CPU_CACHE_MIN (64 * 1024) /* smaller buffers go straight to malloc */
-void *rm_cpu_cache_take(size_t size);
-bool rm_cpu_cache_put(void *p, size_t size, size_t in_use, size_t peak);
 
 /* ---- skip mode (src/core/skip.c) ----------------------------------------------
  * While skip mode is on, ops create outputs with meta storage (no data, no
@@ -272,17 +260,6 @@ void *rm_device_alloc(remat_device device, size_t nbytes);
 void rm_device_free(remat_device device, void *ptr, size_t nbytes);
 remat_status rm_device_copy(remat_device dst_dev, void *dst, remat_device src_dev, const void *src,
                             size_t nbytes);
-
-/* ---- device types built in besides cpu ---------------------------------------------
- * src/backends/cuda/device.c when the library is built with CUDA (the "cuda"
- * type), else src/backends/cuda/unavailable.c (none: false). The registry
- * (src/core/device.c) registers the definition once, before its first use, then
- * tells the backend its type id (which registers its kernels). */
-bool rm_builtin_device_def(remat_device_type_def *def);
-void rm_builtin_device_registered(int type_id);
-/* Why the built-in type has no device (e.g. "no CUDA driver (...)"), or
- * NULL when it has some: device checks fail with REMAT_EUNSUPPORTED and it. */
-const char *rm_builtin_device_unavailable_reason(void);
 
 /* ---- RNG ------------------------------------------------------------------------ */
 /* Reserves n_blocks Philox blocks (4 u32 each) from the device generator:
@@ -370,16 +347,8 @@ remat_status rm_copy_into(remat_tensor *dst, const remat_tensor *src);
  * be made. */
 remat_status rm_copy_to_window(remat_tensor *z, int64_t offset, const int64_t *strides,
                                const remat_tensor *src, const char *what);
-/* (src/backends/cpu/copy.c) rm_copy_into's fast kernel for dst and src of the same
- * dtype: bit-for-bit, row memcpy / tiled transpose / strided rows, OpenMP
- * split. Returns false, doing nothing, when the dtypes differ (meta
- * tensors: true, nothing to do). Cannot fail. */
-bool rm_copy_same_dtype(remat_tensor *dst, const remat_tensor *src);
-/* (src/backends/cpu/copy.c) t contiguous: zeroes t[..., lo:hi, ...] along dim d
- * (no-op for a meta tensor). */
-void rm_zero_dim_range(remat_tensor *t, int d, int64_t lo, int64_t hi);
-/* t contiguous: zeroes t[..., lo:hi, ...] along dim d on any device (rm_zero_dim_range on
- * host memory, else the device's ZERO kernel on that window). Nothing for a meta t. */
+/* t contiguous: zeroes t[..., lo:hi, ...] along dim d on any device (backend 0's zero_dim_range
+ * on host memory, else the device's ZERO kernel on that window). Nothing for a meta t. */
 remat_status rm_zero_window(remat_tensor *t, int d, int64_t lo, int64_t hi);
 
 /* Views a contiguous shape as (O, R, I) around `dim`: O = product of the dims

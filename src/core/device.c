@@ -1,10 +1,10 @@
-/* src/core/device.c — device-type registry, the accounting allocator, RNG state. */
+/* src/core/device.c — the registry of backends (src/core/backend.h) and their device
+ * types, the accounting allocator, RNG state. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
-#include "kernels.h"
+#include "backend.h"
 #include "philox.h"
 
 typedef struct rm_gen {
@@ -14,7 +14,7 @@ typedef struct rm_gen {
 
 typedef struct rm_devtype {
     bool used;
-    remat_device_type_def def;
+    rm_backend b; /* its record; b.device.name points to name */
     char name[32];
     remat_alloc_stats stats[REMAT_MAX_DEVICES_PER_TYPE];
     rm_gen gen[REMAT_MAX_DEVICES_PER_TYPE];
@@ -22,112 +22,55 @@ typedef struct rm_devtype {
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static rm_devtype g_types[REMAT_MAX_DEVICE_TYPES];
-static remat_allocator g_cpu_alloc;
 static remat_alloc_observer_fn g_observer;
 static void *g_observer_ud;
 static remat_alloc_event_fn g_event_observer; /* the same events with their addresses */
 static void *g_event_observer_ud;
 static const uint64_t k_default_seed = 67280421310721ULL; /* PyTorch's default seed */
 
-/* ---- built-in cpu type ------------------------------------------------------- */
-/* Bytes the default allocator really takes for nbytes (aligned_alloc wants a
- * multiple of the alignment); also the cache's size key. */
-static size_t cpu_rounded(size_t nbytes) {
-    return nbytes > SIZE_MAX - 63 ? SIZE_MAX : (nbytes + 63) & ~(size_t)63; /* SIZE_MAX: fails */
-}
+const rm_host_ops *rm_host_;
 
-static void *cpu_alloc(void *ud, int index, size_t nbytes) {
-    RM_UNUSED(ud);
-    RM_UNUSED(index);
-    if (g_cpu_alloc.alloc) return g_cpu_alloc.alloc(g_cpu_alloc.user_data, nbytes);
-    size_t rounded = cpu_rounded(nbytes);
-    void *p = rm_cpu_cache_take(rounded);
-    if (p) return p;
-    p = aligned_alloc(64, rounded);
-    if (!p && remat_cpu_cache_bytes() > 0) { /* what the cache holds may make room */
-        remat_cpu_cache_empty();
-        p = aligned_alloc(64, rounded);
-    }
-    return p;
-}
-static void cpu_free(void *ud, int index, void *ptr, size_t nbytes) {
-    RM_UNUSED(ud);
-    RM_UNUSED(index);
-    if (g_cpu_alloc.free) {
-        g_cpu_alloc.free(g_cpu_alloc.user_data, ptr, nbytes);
-        return;
-    }
-    size_t rounded = cpu_rounded(nbytes);
-    if (rounded < (size_t)RM_CPU_CACHE_MIN) { /* never cached: no need for the counters */
-        free(ptr);
-        return;
-    }
-    /* called after the accounting: in_use no longer counts this buffer */
-    pthread_mutex_lock(&g_lock);
-    size_t in_use = g_types[0].stats[0].current_bytes, peak = g_types[0].stats[0].peak_bytes;
-    pthread_mutex_unlock(&g_lock);
-    if (!rm_cpu_cache_put(ptr, rounded, in_use, peak)) free(ptr);
-}
-static remat_status cpu_copy(void *ud, int index, void *dst, const void *src, size_t n,
-                             remat_copy_kind k) {
-    RM_UNUSED(ud);
-    RM_UNUSED(index);
-    RM_UNUSED(k);
-    memmove(dst, src, n);
-    return REMAT_OK;
-}
-static int cpu_count(void *ud) {
-    RM_UNUSED(ud);
-    return 1;
-}
+/* ---- the registry ------------------------------------------------------------------ */
+static remat_status register_backend(const rm_backend *b, int *type_id);
 
-static void ensure_cpu(void) {
-    /* Called with g_lock held. */
-    if (g_types[0].used) return;
-    rm_devtype *t = &g_types[0];
-    t->used = true;
-    strcpy(t->name, "cpu");
-    t->def.name = t->name;
-    t->def.host_addressable = true;
-    t->def.alloc = cpu_alloc;
-    t->def.free = cpu_free;
-    t->def.copy = cpu_copy;
-    t->def.device_count = cpu_count;
-    t->gen[0].seed = k_default_seed;
-}
-
-static remat_status register_type(const remat_device_type_def *def, int *type_id);
-
-/* The built-in types besides cpu (cuda when built with it) take their ids
- * before any other type is registered or looked up. */
+/* The built-in backends (cpu first: type 0) take their ids before any other type is
+ * registered or looked up. */
 static pthread_once_t g_builtin_once = PTHREAD_ONCE_INIT;
-static int g_builtin_id = -1;
-static void register_builtin(void) {
-    remat_device_type_def def;
-    int id = -1;
-    if (rm_builtin_device_def(&def) && register_type(&def, &id) == REMAT_OK) {
-        g_builtin_id = id;
-        rm_builtin_device_registered(id);
+static void register_builtins(void) {
+    for (const rm_backend *const *b = rm_backends_builtin; *b; b++) {
+        int id = -1;
+        if (register_backend(*b, &id) != REMAT_OK)
+            rm_warn("device type '%s' could not be registered: %s", (*b)->device.name,
+                    remat_last_error());
     }
 }
-static void ensure_builtin(void) { pthread_once(&g_builtin_once, register_builtin); }
+static void ensure_builtin(void) { pthread_once(&g_builtin_once, register_builtins); }
 
 static rm_devtype *get_type(int id) {
     if (id < 0 || id >= REMAT_MAX_DEVICE_TYPES) return NULL;
     ensure_builtin();
     pthread_mutex_lock(&g_lock);
-    ensure_cpu();
     rm_devtype *t = g_types[id].used ? &g_types[id] : NULL;
     pthread_mutex_unlock(&g_lock);
     return t;
 }
 
-remat_status remat_register_device_type(const remat_device_type_def *def, int *type_id) {
+remat_status rm_backend_register(const rm_backend *b, int *type_id) {
     ensure_builtin();
-    return register_type(def, type_id);
+    return register_backend(b, type_id);
 }
 
-static remat_status register_type(const remat_device_type_def *def, int *type_id) {
+remat_status remat_register_device_type(const remat_device_type_def *def, int *type_id) {
+    if (!def)
+        return rm_err(REMAT_EINVAL, "remat_register_device_type: def and type_id must not be NULL");
+    /* a user's device type: its vtable alone (a host-addressable one runs backend 0's
+     * kernels; another registers its own) */
+    const rm_backend b = {.device = *def};
+    return rm_backend_register(&b, type_id);
+}
+
+static remat_status register_backend(const rm_backend *b, int *type_id) {
+    const remat_device_type_def *def = b ? &b->device : NULL;
     if (!def || !type_id)
         return rm_err(REMAT_EINVAL, "remat_register_device_type: def and type_id must not be NULL");
     if (!def->name || !def->name[0] || strlen(def->name) >= 32)
@@ -138,7 +81,6 @@ static remat_status register_type(const remat_device_type_def *def, int *type_id
                       "copy and device_count",
                       def->name);
     pthread_mutex_lock(&g_lock);
-    ensure_cpu();
     int free_slot = -1;
     for (int i = 0; i < REMAT_MAX_DEVICE_TYPES; i++) {
         if (g_types[i].used && strcmp(g_types[i].name, def->name) == 0) {
@@ -158,15 +100,21 @@ static remat_status register_type(const remat_device_type_def *def, int *type_id
     rm_devtype *t = &g_types[free_slot];
     memset(t, 0, sizeof *t);
     t->used = true;
-    t->def = *def;
+    t->b = *b;
     strcpy(t->name, def->name);
-    t->def.name = t->name;
+    t->b.device.name = t->name;
     for (int i = 0; i < REMAT_MAX_DEVICES_PER_TYPE; i++) t->gen[i].seed = k_default_seed;
-    /* a host-addressable type runs the cpu kernels on its memory; another
-     * registers its own (rm_kernel_register) */
-    rm_kernels_adopt_cpu(free_slot, def->host_addressable);
+    /* its kernel rows; a host-addressable type without rows of its own runs backend 0's */
+    if (b->kernels) rm_kernels_set_rows(free_slot, b->kernels, b->bf16_fallback, b->kernel_flags);
+    else if (def->host_addressable && free_slot > 0 && g_types[0].used)
+        rm_kernels_set_rows(free_slot, g_types[0].b.kernels, g_types[0].b.bf16_fallback,
+                            g_types[0].b.kernel_flags);
+    else rm_kernels_set_rows(free_slot, NULL, NULL, b->kernel_flags);
+    if (free_slot == 0) rm_host_ = b->host;
     *type_id = free_slot;
     pthread_mutex_unlock(&g_lock);
+    if (free_slot > 0) rm_transfer_register(free_slot, b->transfer);
+    if (b->registered) b->registered(free_slot);
     return REMAT_OK;
 }
 
@@ -189,8 +137,8 @@ remat_status remat_unregister_device_type(int type_id) {
         }
     }
     memset(t, 0, sizeof *t);
-    rm_kernels_adopt_cpu(type_id, false);
-    if (type_id == g_builtin_id) g_builtin_id = -1;
+    rm_kernels_set_rows(type_id, NULL, NULL, NULL);
+    rm_transfer_register(type_id, NULL);
     pthread_mutex_unlock(&g_lock);
     return REMAT_OK;
 }
@@ -199,7 +147,6 @@ int remat_device_type_id(const char *name) {
     if (!name) return -1;
     ensure_builtin();
     pthread_mutex_lock(&g_lock);
-    ensure_cpu();
     int id = -1;
     for (int i = 0; i < REMAT_MAX_DEVICE_TYPES; i++)
         if (g_types[i].used && strcmp(g_types[i].name, name) == 0) id = i;
@@ -215,14 +162,14 @@ const char *remat_device_type_name(int type_id) {
 int remat_device_count(int type_id) {
     rm_devtype *t = get_type(type_id);
     if (!t) return 0;
-    int n = t->def.device_count(t->def.user_data);
+    int n = t->b.device.device_count(t->b.device.user_data);
     return n > REMAT_MAX_DEVICES_PER_TYPE ? REMAT_MAX_DEVICES_PER_TYPE : n;
 }
 
 int remat_current_device(int type_id) {
     rm_devtype *t = get_type(type_id);
-    if (!t || !t->def.current_device) return 0;
-    return t->def.current_device(t->def.user_data);
+    if (!t || !t->b.device.current_device) return 0;
+    return t->b.device.current_device(t->b.device.user_data);
 }
 
 remat_status remat_set_current_device(int type_id, int index) {
@@ -232,32 +179,31 @@ remat_status remat_set_current_device(int type_id, int index) {
     if (index < 0 || index >= remat_device_count(type_id))
         return rm_err(REMAT_EDEVICE, "remat_set_current_device: '%s' has no device %d (count %d)",
                       t->name, index, remat_device_count(type_id));
-    if (!t->def.set_current_device) {
+    if (!t->b.device.set_current_device) {
         if (index == 0) return REMAT_OK;
         return rm_err(REMAT_EUNSUPPORTED,
                       "remat_set_current_device: '%s' cannot change its current device", t->name);
     }
-    return t->def.set_current_device(t->def.user_data, index);
+    return t->b.device.set_current_device(t->b.device.user_data, index);
 }
 
 bool remat_device_is_initialized(int type_id) {
     rm_devtype *t = get_type(type_id);
     if (!t) return false;
-    if (!t->def.is_initialized) return true;
-    return t->def.is_initialized(t->def.user_data);
+    if (!t->b.device.is_initialized) return true;
+    return t->b.device.is_initialized(t->b.device.user_data);
 }
 
 bool remat_device_host_addressable(int type_id) {
     rm_devtype *t = get_type(type_id);
-    return t && t->def.host_addressable;
+    return t && t->b.device.host_addressable;
 }
 
 remat_status remat_device_check(remat_device device) {
     rm_devtype *t = get_type(device.type);
     if (!t) return rm_err(REMAT_EDEVICE, "unknown device type %d", device.type);
     int n = remat_device_count(device.type);
-    const char *why =
-        n == 0 && device.type == g_builtin_id ? rm_builtin_device_unavailable_reason() : NULL;
+    const char *why = n == 0 && t->b.unavailable_reason ? t->b.unavailable_reason() : NULL;
     if (why)
         return rm_err(REMAT_EUNSUPPORTED, "device %s:%d cannot be used: %s", t->name, device.index,
                       why);
@@ -286,26 +232,40 @@ static void meter_add(remat_device device, int64_t delta) {
     if (m->current > m->peak) m->peak = m->current;
 }
 
-void *rm_device_alloc(remat_device device, size_t nbytes) {
-    rm_devtype *t = get_type(device.type);
-    if (!t || device.index < 0 || device.index >= REMAT_MAX_DEVICES_PER_TYPE) return NULL;
-    void *p = t->def.alloc(t->def.user_data, device.index, nbytes);
-    if (!p) return NULL;
+/* Counts the allocation (alloc) or free of nbytes at p on device in its
+ * stats and this thread's meter, then tells the observers (outside the
+ * lock). */
+static void account(rm_devtype *t, remat_device device, void *p, size_t nbytes, bool alloc) {
+    const int64_t delta = alloc ? (int64_t)nbytes : -(int64_t)nbytes;
     pthread_mutex_lock(&g_lock);
     remat_alloc_stats *s = &t->stats[device.index];
-    s->current_bytes += nbytes;
-    if (s->current_bytes > s->peak_bytes) s->peak_bytes = s->current_bytes;
-    s->n_allocs++;
-    s->n_live++;
+    if (alloc) {
+        s->current_bytes += nbytes;
+        if (s->current_bytes > s->peak_bytes) s->peak_bytes = s->current_bytes;
+        s->n_allocs++;
+        s->n_live++;
+    } else {
+        s->current_bytes -= nbytes;
+        s->n_frees++;
+        s->n_live--;
+    }
     size_t cur = s->current_bytes;
     remat_alloc_observer_fn obs = g_observer;
     void *obs_ud = g_observer_ud;
     remat_alloc_event_fn evo = g_event_observer;
     void *evo_ud = g_event_observer_ud;
     pthread_mutex_unlock(&g_lock);
-    meter_add(device, (int64_t)nbytes);
-    if (obs) obs(obs_ud, device, (int64_t)nbytes, cur);
-    if (evo) evo(evo_ud, device, p, (int64_t)nbytes, cur);
+    meter_add(device, delta);
+    if (obs) obs(obs_ud, device, delta, cur);
+    if (evo) evo(evo_ud, device, p, delta, cur);
+}
+
+void *rm_device_alloc(remat_device device, size_t nbytes) {
+    rm_devtype *t = get_type(device.type);
+    if (!t || device.index < 0 || device.index >= REMAT_MAX_DEVICES_PER_TYPE) return NULL;
+    void *p = t->b.device.alloc(t->b.device.user_data, device.index, nbytes);
+    if (!p) return NULL;
+    account(t, device, p, nbytes, true);
     return p;
 }
 
@@ -313,42 +273,28 @@ void rm_device_free(remat_device device, void *ptr, size_t nbytes) {
     if (!ptr) return;
     rm_devtype *t = get_type(device.type);
     if (!t) return;
-    pthread_mutex_lock(&g_lock);
-    remat_alloc_stats *s = &t->stats[device.index];
-    s->current_bytes -= nbytes;
-    s->n_frees++;
-    s->n_live--;
-    size_t cur = s->current_bytes;
-    remat_alloc_observer_fn obs = g_observer;
-    void *obs_ud = g_observer_ud;
-    remat_alloc_event_fn evo = g_event_observer;
-    void *evo_ud = g_event_observer_ud;
-    pthread_mutex_unlock(&g_lock);
-    meter_add(device, -(int64_t)nbytes);
-    if (obs) obs(obs_ud, device, -(int64_t)nbytes, cur);
-    if (evo) evo(evo_ud, device, ptr, -(int64_t)nbytes, cur);
-    t->def.free(t->def.user_data, device.index, ptr, nbytes);
+    account(t, device, ptr, nbytes, false);
+    t->b.device.free(t->b.device.user_data, device.index, ptr, nbytes);
 }
 
 remat_status rm_device_copy(remat_device dst_dev, void *dst, remat_device src_dev, const void *src,
                             size_t nbytes) {
     if (nbytes == 0) return REMAT_OK;
-    if (dst_dev.type == REMAT_CPU && src_dev.type == REMAT_CPU) {
-        memmove(dst, src, nbytes);
-        return REMAT_OK;
-    }
+    if (dst_dev.type == REMAT_CPU && src_dev.type == REMAT_CPU) /* backend 0's copy */
+        return g_types[0].b.device.copy(g_types[0].b.device.user_data, 0, dst, src, nbytes,
+                                        REMAT_COPY_DEVICE_TO_DEVICE);
     rm_devtype *td = get_type(dst_dev.type), *ts = get_type(src_dev.type);
     if (!td || !ts) return rm_err(REMAT_EDEVICE, "copy between unknown device types");
     int rc;
     if (src_dev.type == REMAT_CPU)
-        rc = td->def.copy(td->def.user_data, dst_dev.index, dst, src, nbytes,
-                          REMAT_COPY_HOST_TO_DEVICE);
+        rc = td->b.device.copy(td->b.device.user_data, dst_dev.index, dst, src, nbytes,
+                               REMAT_COPY_HOST_TO_DEVICE);
     else if (dst_dev.type == REMAT_CPU)
-        rc = ts->def.copy(ts->def.user_data, src_dev.index, dst, src, nbytes,
-                          REMAT_COPY_DEVICE_TO_HOST);
+        rc = ts->b.device.copy(ts->b.device.user_data, src_dev.index, dst, src, nbytes,
+                               REMAT_COPY_DEVICE_TO_HOST);
     else if (dst_dev.type == src_dev.type)
-        rc = td->def.copy(td->def.user_data, dst_dev.index, dst, src, nbytes,
-                          REMAT_COPY_DEVICE_TO_DEVICE);
+        rc = td->b.device.copy(td->b.device.user_data, dst_dev.index, dst, src, nbytes,
+                               REMAT_COPY_DEVICE_TO_DEVICE);
     else
         return rm_err(REMAT_EUNSUPPORTED,
                       "direct copy from %s to %s is not supported; go "
@@ -391,14 +337,6 @@ size_t remat_cpu_peak_bytes(void) {
     remat_alloc_stats s;
     remat_alloc_stats_get(REMAT_DEVICE_CPU, &s);
     return s.peak_bytes;
-}
-
-void remat_set_cpu_allocator(const remat_allocator *allocator) {
-    remat_cpu_cache_empty(); /* its buffers came from the allocator being replaced */
-    pthread_mutex_lock(&g_lock);
-    if (allocator && allocator->alloc && allocator->free) g_cpu_alloc = *allocator;
-    else memset(&g_cpu_alloc, 0, sizeof g_cpu_alloc);
-    pthread_mutex_unlock(&g_lock);
 }
 
 void remat_set_alloc_observer(remat_alloc_observer_fn fn, void *user_data) {
@@ -462,7 +400,8 @@ remat_status remat_rng_get_state(remat_device device, uint8_t state[REMAT_RNG_ST
     int rc = check_rng_device("remat_rng_get_state", device, &t);
     if (rc) return rc;
     if (!state) return rm_err(REMAT_EINVAL, "remat_rng_get_state: state must not be NULL");
-    if (t->def.rng_get_state) return t->def.rng_get_state(t->def.user_data, device.index, state);
+    if (t->b.device.rng_get_state)
+        return t->b.device.rng_get_state(t->b.device.user_data, device.index, state);
     pthread_mutex_lock(&g_lock);
     gen_to_blob(&t->gen[device.index], state);
     pthread_mutex_unlock(&g_lock);
@@ -474,7 +413,8 @@ remat_status remat_rng_set_state(remat_device device, const uint8_t state[REMAT_
     int rc = check_rng_device("remat_rng_set_state", device, &t);
     if (rc) return rc;
     if (!state) return rm_err(REMAT_EINVAL, "remat_rng_set_state: state must not be NULL");
-    if (t->def.rng_set_state) return t->def.rng_set_state(t->def.user_data, device.index, state);
+    if (t->b.device.rng_set_state)
+        return t->b.device.rng_set_state(t->b.device.user_data, device.index, state);
     rm_gen g = {0, 0};
     rc = gen_from_blob(&g, state);
     if (rc) return rc;
@@ -489,10 +429,10 @@ remat_status remat_device_manual_seed(remat_device device, uint64_t seed) {
     int rc = check_rng_device("remat_device_manual_seed", device, &t);
     if (rc) return rc;
     rm_gen g = {seed, 0};
-    if (t->def.rng_set_state) {
+    if (t->b.device.rng_set_state) {
         uint8_t b[REMAT_RNG_STATE_BYTES];
         gen_to_blob(&g, b);
-        return t->def.rng_set_state(t->def.user_data, device.index, b);
+        return t->b.device.rng_set_state(t->b.device.user_data, device.index, b);
     }
     pthread_mutex_lock(&g_lock);
     t->gen[device.index] = g;
@@ -514,16 +454,16 @@ remat_status rm_rng_reserve(remat_device device, uint64_t n_blocks, uint32_t key
     int rc = check_rng_device("rng", device, &t);
     if (rc) return rc;
     rm_gen g = {0, 0};
-    if (t->def.rng_get_state) {
+    if (t->b.device.rng_get_state) {
         /* The type keeps the state; it must be in remat's blob format. */
         uint8_t b[REMAT_RNG_STATE_BYTES];
-        rc = t->def.rng_get_state(t->def.user_data, device.index, b);
+        rc = t->b.device.rng_get_state(t->b.device.user_data, device.index, b);
         if (rc) return rc;
         rc = gen_from_blob(&g, b);
         if (rc) return rc;
         rm_gen next = {g.seed, g.offset + n_blocks};
         gen_to_blob(&next, b);
-        rc = t->def.rng_set_state(t->def.user_data, device.index, b);
+        rc = t->b.device.rng_set_state(t->b.device.user_data, device.index, b);
         if (rc) return rc;
     } else {
         pthread_mutex_lock(&g_lock);

@@ -1,9 +1,9 @@
-/* src/core/kernels.c — the (kernel, device type, dtype) table. The cpu
- * row is the backend's static table; other device types fill theirs at
- * registration. */
+/* src/core/kernels.c — the (kernel, device type, dtype) table: every backend's rows,
+ * filled from its record when it registers (src/core/device.c). */
 #include "kernels.h"
 
 rm_kernel_fn rm_kernel_table_[RM_K_COUNT][REMAT_MAX_DEVICE_TYPES][RM_N_DTYPES];
+unsigned char rm_kernel_flags_[RM_K_COUNT][REMAT_MAX_DEVICE_TYPES];
 
 static const char *const k_kernel_text[RM_K_COUNT] = {
 #define RM_KERNEL_TEXT_(id, text) text,
@@ -23,19 +23,27 @@ remat_status rm_kernel_register(rm_kernel_id id, int device_type, remat_dtype dt
     return REMAT_OK;
 }
 
-void rm_kernels_adopt_cpu(int type, bool adopt) {
-    if (type <= 0 || type >= REMAT_MAX_DEVICE_TYPES) return;
-    for (int id = 0; id < RM_K_COUNT; id++)
-        for (int dt = 0; dt < RM_N_DTYPES; dt++)
-            rm_kernel_table_[id][type][dt] =
-                adopt ? rm_kernel_lookup((rm_kernel_id)id, 0, (remat_dtype)dt) : NULL;
+void rm_kernels_set_rows(int type, const rm_kernel_fn (*rows)[RM_N_DTYPES],
+                         const rm_kernel_fn *bf16_fallback, const unsigned char *flags) {
+    if (type < 0 || type >= REMAT_MAX_DEVICE_TYPES) return;
+    for (int id = 0; id < RM_K_COUNT; id++) {
+        rm_kernel_flags_[id][type] = flags ? flags[id] : 0;
+        for (int dt = 0; dt < RM_N_DTYPES; dt++) {
+            rm_kernel_fn f = rows ? rows[id][dt] : NULL;
+            if (!f && rows && bf16_fallback && dt == REMAT_BF16) f = bf16_fallback[id];
+            rm_kernel_table_[id][type][dt] = f;
+        }
+    }
 }
 
 remat_status rm_kernel_find(rm_kernel_id id, remat_device device, remat_dtype dtype,
                             const char *call, rm_kernel_fn *out) {
     *out = rm_kernel_lookup(id, device.type, dtype);
     if (*out) return REMAT_OK;
+    /* naming the type registers the built-in backends if nothing has yet */
     const char *dev = remat_device_type_name(device.type);
+    *out = rm_kernel_lookup(id, device.type, dtype);
+    if (*out) return REMAT_OK;
     return rm_err(REMAT_EUNSUPPORTED, "%s: no %s kernel for device '%s' and dtype %s", call,
                   k_kernel_text[id], dev ? dev : "?", remat_dtype_name(dtype));
 }

@@ -5,10 +5,10 @@
  * Kernels are the device half of an op: they read and write tensor data
  * and nothing else (no graph, no errors about the user's call, no skip
  * mode). The op half (src/ops) decides shapes, saves and backward; the
- * driver (src/ops/op.h) looks the kernel up and calls it. The cpu kernels
- * live under src/backends/cpu and are registered statically; another
- * device type registers its own with rm_kernel_register, and a
- * host-addressable type adopts the cpu ones when it is registered. */
+ * driver (src/ops/op.h) looks the kernel up and calls it. Each backend
+ * brings its rows in its record (src/core/backend.h): the cpu's live under
+ * src/backends/cpu; a host-addressable type without rows of its own adopts
+ * backend 0's. */
 #ifndef REMAT_DISPATCH_KERNELS_H
 #define REMAT_DISPATCH_KERNELS_H
 
@@ -87,24 +87,22 @@ typedef remat_status (*rm_kernel_fn)(const rm_kargs *k);
     { rm_cpu_##name, rm_cpu_##name, rm_cpu_##name, rm_cpu_##name, rm_cpu_##name }
 
 /* ---- the table -------------------------------------------------------------------------- */
-/* The cpu backend's kernels (src/backends/cpu/table.c), indexed [kernel][dtype]. */
-extern const rm_kernel_fn rm_cpu_kernels[RM_K_COUNT][RM_N_DTYPES];
-/* (src/backends/cpu/bf16.c) For every kernel, its f32 kernel run on f32
- * copies of the bf16 operands, the bf16 outputs rounded back (to nearest
- * even): the cpu's bf16 kernel where it has no native one. */
-extern const rm_kernel_fn rm_cpu_bf16_via_f32[RM_K_COUNT];
-/* (src/backends/cpu/unary.c) Whether the bf16 unary kernel's lookup table of op is built:
- * its forward results, or (backward) its f'(s) factors (the GELUs only). For tests. */
-bool rm_cpu_unary_bf16_table_ready(rm_unary_op op, bool backward);
-
-/* Registers fn for (kernel, device type, dtype); fn NULL removes it. The
- * cpu type's kernels are fixed. Not thread-safe: register at start-up, as
- * device types are. REMAT_EINVAL for an id, type or dtype out of range. */
+/* Registers fn for (kernel, device type, dtype); fn NULL removes it: for a backend's rows
+ * that cannot be static (its record's `registered`, src/core/backend.h). Backend 0's
+ * kernels are fixed. Not thread-safe: register at start-up, as device types are.
+ * REMAT_EINVAL for an id, type or dtype out of range. */
 remat_status rm_kernel_register(rm_kernel_id id, int device_type, remat_dtype dtype,
                                 rm_kernel_fn fn);
-/* Gives device type `type` the cpu kernels (host-addressable types), or
- * clears every kernel of it (adopt false: the type is unregistered). */
-void rm_kernels_adopt_cpu(int type, bool adopt);
+/* What a backend's kernel allows beyond the ABI, by kernel id (its record's kernel_flags,
+ * src/core/backend.h): the device conditions of buffer donation (src/autograd/graph.h). */
+#define RM_KF_IN_PLACE 1u /* its out[0] may be one of its inputs, element for element */
+#define RM_KF_WIDE_GRAD                                                                            \
+    2u /* (MATMUL) an f32 operand of a bf16 product flagged RM_MM_PANEL is
+                            * rounded by the kernel, panel by panel */
+/* (src/core/device.c) Fills the row of device type `type` from rows (NULL: clears it),
+ * a NULL bf16 entry from bf16_fallback (when not NULL), and its flags (NULL: none). */
+void rm_kernels_set_rows(int type, const rm_kernel_fn (*rows)[RM_N_DTYPES],
+                         const rm_kernel_fn *bf16_fallback, const unsigned char *flags);
 /* The kernel for (id, device type, dtype), or NULL. */
 static inline rm_kernel_fn rm_kernel_lookup(rm_kernel_id id, int type, remat_dtype dtype);
 /* Looks the kernel up for `device` and `dtype`; REMAT_EUNSUPPORTED naming
@@ -124,13 +122,17 @@ remat_status rm_kernel_run(rm_kernel_id id, const char *call, rm_kargs *k);
  * name `call` (REMAT_EUNSUPPORTED when the device has no such kernel for t's dtype). */
 remat_status rm_kernel_fill(remat_tensor *t, double v, const char *call);
 
+/* [kernel][device type][dtype]: every backend's rows, filled at its registration. */
 extern rm_kernel_fn rm_kernel_table_[RM_K_COUNT][REMAT_MAX_DEVICE_TYPES][RM_N_DTYPES];
 static inline rm_kernel_fn rm_kernel_lookup(rm_kernel_id id, int type, remat_dtype dtype) {
     if ((unsigned)dtype >= RM_N_DTYPES || (unsigned)type >= REMAT_MAX_DEVICE_TYPES) return NULL;
-    if (type != 0) return rm_kernel_table_[id][type][dtype];
-    /* cpu bf16 without a kernel of its own: the f32 one through conversions */
-    rm_kernel_fn f = rm_cpu_kernels[id][dtype];
-    return f || dtype != REMAT_BF16 ? f : rm_cpu_bf16_via_f32[id];
+    return rm_kernel_table_[id][type][dtype];
+}
+/* [kernel][device type]: RM_KF_* flags, filled with the rows. */
+extern unsigned char rm_kernel_flags_[RM_K_COUNT][REMAT_MAX_DEVICE_TYPES];
+/* Whether device type `type`'s kernel id allows `flag` (RM_KF_*). */
+static inline bool rm_kernel_allows(rm_kernel_id id, int type, unsigned flag) {
+    return (unsigned)type < REMAT_MAX_DEVICE_TYPES && (rm_kernel_flags_[id][type] & flag);
 }
 
 #endif /* REMAT_DISPATCH_KERNELS_H */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "core.h"
 #include "kernels.h"
 
@@ -1063,7 +1064,7 @@ static remat_status copy_into_device(remat_tensor *dst, const remat_tensor *src)
 remat_status rm_zero_window(remat_tensor *t, int d, int64_t lo, int64_t hi) {
     if (!t->storage->data || lo >= hi) return REMAT_OK;
     if (remat_device_host_addressable(t->storage->device.type)) {
-        rm_zero_dim_range(t, d, lo, hi);
+        rm_host()->zero_dim_range(t, d, lo, hi);
         return REMAT_OK;
     }
     int64_t sh[REMAT_MAX_DIMS];
@@ -1085,7 +1086,8 @@ remat_status rm_copy_into(remat_tensor *dst, const remat_tensor *src) {
         !remat_device_host_addressable(src->storage->device.type))
         return copy_into_device(dst, src);
     /* same dtype: the bit-for-bit strided kernel (row memcpy, tiled transpose) */
-    if (rm_copy_same_dtype(dst, src)) return REMAT_OK;
+    const rm_host_ops *host = rm_host(); /* backend 0's */
+    if (host->copy_same_dtype(dst, src)) return REMAT_OK;
     rm_iter base;
     rm_iter_init(&base, dst->ndim, dst->shape, 2);
     memcpy(base.strides[0], dst->strides, sizeof(int64_t) * (size_t)dst->ndim);
@@ -1094,8 +1096,8 @@ remat_status rm_copy_into(remat_tensor *dst, const remat_tensor *src) {
     bool bf16_f32 = dst->dtype == REMAT_F32 && src->dtype == REMAT_BF16;
     if ((f32_bf16 || bf16_f32) && remat_is_contiguous(dst) && remat_is_contiguous(src) &&
         remat_numel(src) == n) { /* the casts autocast makes: vectorised */
-        if (f32_bf16) rm_cpu_f32_to_bf16(rm_ptr(src), rm_ptr(dst), n);
-        else rm_cpu_bf16_to_f32(rm_ptr(src), rm_ptr(dst), n);
+        if (f32_bf16) host->f32_to_bf16(rm_ptr(src), rm_ptr(dst), n);
+        else host->bf16_to_f32(rm_ptr(src), rm_ptr(dst), n);
         return REMAT_OK;
     }
     if (dst->dtype > REMAT_I64 || src->dtype > REMAT_I64) {

@@ -4,9 +4,8 @@
  * gradient of a copy is the copy's gradient brought back to the source's
  * dtype and device (for clone: passed through unchanged).
  *
- * The strided copy kernel behind the internal copies (rm_copy_same_dtype)
- * and the zero fill of gradient scatters (rm_zero_dim_range) are cpu
- * kernels: src/backends/cpu/copy.c.
+ * Copies within host memory go through rm_copy_into (src/core/tensor.c), whose
+ * strided kernel is backend 0's (src/core/backend.h).
  *
  * Device moves must work for device types whose memory the CPU cannot
  * read: such memory is only ever touched through rm_device_copy, with a
@@ -58,7 +57,7 @@ static remat_status copy_fill(remat_tensor *y, remat_tensor *t) {
         if (same_device(sd, device) && !src_host) return rm_copy_into(y, t);
         if (!src_host || !remat_device_host_addressable(device.type))
             return rm_check_host("copy", src_host ? y : t);
-        return rm_copy_same_dtype(y, t) ? REMAT_OK : rm_copy_into(y, t);
+        return rm_copy_into(y, t);
     }
     /* a move between devices (or a copy within a device the CPU cannot
      * read): one contiguous block through the device copy functions */

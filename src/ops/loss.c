@@ -230,7 +230,8 @@ static remat_status mse_backward(remat_node *node, remat_tensor *const *gout, re
     /* The usual loss (a prediction against a target that needs no gradient)
      * writes da over the saved prediction when nothing else holds it: the
      * pass then never holds both (the kernel is elementwise). */
-    if (node->next[0].node && !node->next[1].node && rm_node_take_saved(node, 0, &da))
+    if (node->next[0].node && !node->next[1].node &&
+        (da = rm_donation_take(node, NULL, RM_BUF_SAVED, 0, RM_K_MSE_BWD)))
         sv[0] = rm_retain(da);
     for (int i = 0; i < 2 && rc == REMAT_OK; i++) {
         if (!sv[i]) rc = rm_node_unpack(node, i, &sv[i]);

@@ -264,12 +264,13 @@ static remat_status lin_infer(const rm_op_call *c, rm_out_spec *out) {
 
 /* g as linear's backward reads it: gout[0] contiguous, in y's dtype dt;
  * *panel: RM_MM_PANEL when it is an f32 gradient for a bf16 y (kept wide
- * by the engine: remat_node.takes_wide_grad) that the cpu GEMMs round panel
- * by panel; on another device it is rounded here first. */
+ * by the engine: remat_node.takes_wide_grad) that the device's GEMMs round panel
+ * by panel (RM_KF_WIDE_GRAD: the cpu's); on another device it is rounded here first. */
 static remat_status lin_grad(remat_tensor **g, remat_tensor *g0, remat_dtype dt, unsigned *panel) {
     *panel = 0;
     if (g0->dtype == dt) return rm_contig(g, g0);
-    if (g0->storage->device.type == REMAT_CPU && g0->dtype == REMAT_F32 && dt == REMAT_BF16) {
+    if (g0->dtype == REMAT_F32 && dt == REMAT_BF16 &&
+        rm_kernel_allows(RM_K_MATMUL, g0->storage->device.type, RM_KF_WIDE_GRAD)) {
         *panel = RM_MM_PANEL;
         return rm_contig(g, g0);
     }
@@ -310,7 +311,7 @@ static remat_status linear_backward(remat_node *node, remat_tensor *const *gout,
             rc = mm_run(nm, gin[1], RM_MM_ROW | RM_MM_COL, g, row | RM_MM_COL | RM_MM_T | pg, x,
                         row | RM_MM_COL);
         rm_release_p(&x);
-        if (!rc) rm_node_done_with_saved(node, 0);
+        if (!rc) rm_donation_drop(node, RM_BUF_SAVED, 0);
     }
     if (!rc && gx) {
         rc = rm_node_unpack(node, 1, &w);

@@ -18,12 +18,14 @@ static remat_status unary_backward(remat_node *node, remat_tensor *const *gout,
                                    remat_tensor **gin) {
     const rm_unary_params *p = node->ctx;
     const bool relu = p->op == RM_U_RELU;
-    remat_tensor *s = NULL, *g = NULL;
-    /* asked before rm_contig takes a reference of its own */
-    const bool in_place = !relu && rm_grad_dying(gout, 0);
+    remat_tensor *s = NULL;
+    /* g dying after this backward (buffer donation): dx is written over it. Asked before
+     * anything takes a reference of its own. */
+    remat_tensor *g = relu ? NULL : rm_donation_take(node, gout, RM_BUF_GRAD, 0, RM_K_UNARY_BWD);
+    const bool in_place = g != NULL;
     int rc = REMAT_OK;
     if (node->n_saved && (rc = rm_saved_contig(node, 0, NULL, &s))) goto out;
-    rc = rm_contig(&g, gout[0]);
+    if (!in_place) rc = rm_contig(&g, gout[0]);
     if (rc) goto out;
     if (relu && (!s || s->dtype != REMAT_U8 || remat_numel(s) != (remat_numel(g) + 7) / 8)) {
         rc =

@@ -69,7 +69,7 @@ static bool place(const tok_ctx *c, const tok_added *a, const char *s, size_t n,
         *start = ns > start_offset ? ns : start_offset;
     }
     while (a->rstrip && *stop < n) {
-        size_t k = tok_utf8_char((const unsigned char *)s + *stop, n - *stop);
+        size_t k = rm_utf8_char((const unsigned char *)s + *stop, n - *stop);
         if (!k || !char_is(c, t->re_space, s + *stop, n - *stop)) break;
         *stop += k;
     }

@@ -59,7 +59,7 @@ static remat_status word_symbols(tok_ctx *c, const char *w, size_t n, size_t *m_
     size_t key_cap = 0;
     remat_status st = REMAT_OK;
     for (size_t i = 0; i < n;) {
-        size_t k = tok_utf8_char((const unsigned char *)w + i, n - i);
+        size_t k = rm_utf8_char((const unsigned char *)w + i, n - i);
         if (!k) k = 1;
         bool first = i == 0, last = i + k == n;
         size_t kl = k + (first ? 0 : t->prefix_len) + (last ? t->suffix_len : 0);

@@ -130,7 +130,7 @@ static int find_next(tok_ctx *c, const tok_step *st, const char *s, size_t n, fi
         if (rc <= 0) return rc;
         if (*ms == *me && f->have_last && f->last_match_end == *me) {
             if (f->last_end >= n) return 0;
-            size_t k = tok_utf8_char((const unsigned char *)s + f->last_end, n - f->last_end);
+            size_t k = rm_utf8_char((const unsigned char *)s + f->last_end, n - f->last_end);
             f->last_end += k ? k : 1;
             continue;
         }

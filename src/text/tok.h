@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "io/utf8.h"
 #include "remat/tokenizer.h"
 
 #define TOK_NONE UINT32_MAX
@@ -159,16 +160,6 @@ struct remat_tokenizer {
 #define TOK_ID_SPECIAL 1u
 #define TOK_ID_ADDED 2u
 
-/* ---- UTF-8 ---- */
-/* Bytes of the valid UTF-8 character at s (1-4), or 0 when s[0..n) does
- * not start with one. */
-size_t tok_utf8_char(const unsigned char *s, size_t n);
-/* Appends s[0..n) to the buffer with every maximal invalid subsequence
- * replaced by U+FFFD (Python's errors="replace", Rust's from_utf8_lossy).
- * *out is realloc'd as needed. false: out of memory. */
-bool tok_utf8_lossy(const unsigned char *s, size_t n, char **out, size_t *len, size_t *cap);
-/* Length of the longest valid UTF-8 prefix of s[0..n). */
-size_t tok_utf8_valid_prefix(const unsigned char *s, size_t n);
 /* GPT-2's byte-level alphabet: the byte a code point stands for, + 1 (0:
  * not in the alphabet). */
 int tok_char_byte(uint32_t cp);

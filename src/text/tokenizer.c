@@ -87,10 +87,10 @@ remat_status remat_tokenizer_encode(const remat_tokenizer *t, const void *text, 
     /* invalid UTF-8 as Python's errors="replace" reads it */
     const char *s = text;
     char *fixed = NULL;
-    size_t valid = n ? tok_utf8_valid_prefix(text, n) : 0;
+    size_t valid = n ? rm_utf8_valid_prefix(text, n) : 0;
     if (valid < n) {
         size_t len = 0, cap = 0;
-        if (!tok_utf8_lossy(text, n, &fixed, &len, &cap))
+        if (!rm_utf8_lossy(text, n, &fixed, &len, &cap))
             return rm_err(REMAT_ENOMEM, "remat_tokenizer_encode: out of memory");
         s = fixed;
         n = len;
@@ -162,7 +162,7 @@ remat_status remat_tokenizer_decode(const remat_tokenizer *t, const uint32_t *id
     }
     char *out = NULL;
     size_t olen = 0, cap = 0;
-    bool ok = tok_utf8_lossy((const unsigned char *)raw, k, &out, &olen, &cap);
+    bool ok = rm_utf8_lossy((const unsigned char *)raw, k, &out, &olen, &cap);
     free(raw);
     if (!ok) {
         free(out);

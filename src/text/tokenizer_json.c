@@ -481,7 +481,7 @@ static remat_status build_ids(loader *L) {
         size_t len = strlen(s), k = 0, j = 0;
         bool all = true;
         while (j < len && all) {
-            size_t cl = tok_utf8_char((const unsigned char *)s + j, len - j);
+            size_t cl = rm_utf8_char((const unsigned char *)s + j, len - j);
             uint32_t cp = 0;
             if (cl == 1) cp = (unsigned char)s[j];
             else if (cl == 2)

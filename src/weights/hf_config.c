@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,23 +155,65 @@ static remat_status count_of(const reader *r, const char *key, int dflt, int *ou
     return rc;
 }
 
+/* The keys that map onto one field of remat_model_config, read in order,
+ * each defaulting to the field's value before it is read (the family's
+ * defaults, remat_model_config_default). */
+typedef enum key_type {
+    KEY_COUNT,    /* an int >= 1 (layers, heads) */
+    KEY_SIZE,     /* an int64 >= 1 */
+    KEY_RATE,     /* a finite double >= 0 */
+    KEY_POSITIVE, /* a finite double > 0 */
+    KEY_BOOL,
+} key_type;
+
+typedef struct key_field {
+    const char *key;
+    key_type type;
+    size_t offset; /* of the field in remat_model_config */
+} key_field;
+
+#define FIELD(key, type, field)                                                                    \
+    { key, type, offsetof(remat_model_config, field) }
+
+static remat_status read_keys(const reader *r, const key_field *keys, size_t n,
+                              remat_model_config *c) {
+    remat_status rc = REMAT_OK;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const key_field *k = &keys[i];
+        void *f = (char *)c + k->offset;
+        switch (k->type) {
+        case KEY_COUNT: rc = count_of(r, k->key, *(int *)f, f); break;
+        case KEY_SIZE: rc = size_of(r, k->key, *(int64_t *)f, 1, f); break;
+        case KEY_RATE:
+        case KEY_POSITIVE:
+            rc = number_of(r, k->key, *(double *)f, k->type == KEY_POSITIVE, f);
+            break;
+        case KEY_BOOL: rc = bool_of(r, k->key, *(bool *)f, f); break;
+        }
+    }
+    return rc;
+}
+
+static const key_field k_gpt2_keys[] = {
+    FIELD("n_layer", KEY_COUNT, n_layers),
+    FIELD("n_head", KEY_COUNT, n_heads),
+    FIELD("n_embd", KEY_SIZE, hidden),
+    FIELD("n_inner", KEY_SIZE, intermediate), /* default 0: 4 x n_embd */
+    FIELD("vocab_size", KEY_SIZE, vocab),
+    FIELD("n_positions", KEY_SIZE, max_positions),
+    FIELD("layer_norm_epsilon", KEY_POSITIVE, norm_eps),
+    FIELD("tie_word_embeddings", KEY_BOOL, tie_word_embeddings), /* default true */
+    FIELD("attn_pdrop", KEY_RATE, attn_pdrop),
+    FIELD("resid_pdrop", KEY_RATE, resid_pdrop),
+    FIELD("embd_pdrop", KEY_RATE, embd_pdrop),
+    FIELD("initializer_range", KEY_RATE, initializer_range),
+};
+
 static remat_status gpt2(const reader *r, remat_model_config *c, remat_hf_extra *x) {
     remat_status rc = remat_model_config_default(c, REMAT_MODEL_GPT2);
     const char *act = NULL;
-    if (!rc) rc = count_of(r, "n_layer", c->n_layers, &c->n_layers);
-    if (!rc) rc = count_of(r, "n_head", c->n_heads, &c->n_heads);
+    if (!rc) rc = read_keys(r, k_gpt2_keys, sizeof k_gpt2_keys / sizeof *k_gpt2_keys, c);
     c->n_kv_heads = c->n_heads;
-    if (!rc) rc = size_of(r, "n_embd", c->hidden, 1, &c->hidden);
-    if (!rc) rc = size_of(r, "n_inner", 0, 1, &c->intermediate); /* 0: 4 x n_embd */
-    if (!rc) rc = size_of(r, "vocab_size", c->vocab, 1, &c->vocab);
-    if (!rc) rc = size_of(r, "n_positions", c->max_positions, 1, &c->max_positions);
-    if (!rc) rc = number_of(r, "layer_norm_epsilon", c->norm_eps, true, &c->norm_eps);
-    if (!rc) rc = bool_of(r, "tie_word_embeddings", true, &c->tie_word_embeddings);
-    if (!rc) rc = number_of(r, "attn_pdrop", c->attn_pdrop, false, &c->attn_pdrop);
-    if (!rc) rc = number_of(r, "resid_pdrop", c->resid_pdrop, false, &c->resid_pdrop);
-    if (!rc) rc = number_of(r, "embd_pdrop", c->embd_pdrop, false, &c->embd_pdrop);
-    if (!rc)
-        rc = number_of(r, "initializer_range", c->initializer_range, false, &c->initializer_range);
     if (!rc) rc = string_of(r, "activation_function", "gelu_new", &act);
     if (!rc) {
         if (!strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh"))
@@ -213,24 +256,32 @@ static remat_status rope(const reader *r, remat_model_config *c) {
     return rc;
 }
 
+/* (num_key_value_heads defaults to num_attention_heads: read after it) */
+static const key_field k_llama_heads[] = {
+    FIELD("num_hidden_layers", KEY_COUNT, n_layers),
+    FIELD("num_attention_heads", KEY_COUNT, n_heads),
+};
+static const key_field k_llama_keys[] = {
+    FIELD("num_key_value_heads", KEY_COUNT, n_kv_heads),
+    FIELD("hidden_size", KEY_SIZE, hidden),
+    FIELD("intermediate_size", KEY_SIZE, intermediate),
+    FIELD("head_dim", KEY_SIZE, head_dim), /* default 0: hidden / heads */
+    FIELD("vocab_size", KEY_SIZE, vocab),
+    FIELD("max_position_embeddings", KEY_SIZE, max_positions),
+    FIELD("rms_norm_eps", KEY_POSITIVE, norm_eps),
+    FIELD("tie_word_embeddings", KEY_BOOL, tie_word_embeddings), /* default false */
+    FIELD("attention_bias", KEY_BOOL, attention_bias),
+    FIELD("mlp_bias", KEY_BOOL, mlp_bias),
+    FIELD("attention_dropout", KEY_RATE, attn_pdrop), /* default 0 */
+    FIELD("initializer_range", KEY_RATE, initializer_range),
+};
+
 static remat_status llama(const reader *r, remat_model_config *c, remat_hf_extra *x) {
     remat_status rc = remat_model_config_default(c, REMAT_MODEL_LLAMA);
     const char *act = NULL;
-    if (!rc) rc = count_of(r, "num_hidden_layers", c->n_layers, &c->n_layers);
-    if (!rc) rc = count_of(r, "num_attention_heads", c->n_heads, &c->n_heads);
-    if (!rc) rc = count_of(r, "num_key_value_heads", c->n_heads, &c->n_kv_heads);
-    if (!rc) rc = size_of(r, "hidden_size", c->hidden, 1, &c->hidden);
-    if (!rc) rc = size_of(r, "intermediate_size", c->intermediate, 1, &c->intermediate);
-    if (!rc) rc = size_of(r, "head_dim", 0, 1, &c->head_dim); /* 0: hidden / heads */
-    if (!rc) rc = size_of(r, "vocab_size", c->vocab, 1, &c->vocab);
-    if (!rc) rc = size_of(r, "max_position_embeddings", c->max_positions, 1, &c->max_positions);
-    if (!rc) rc = number_of(r, "rms_norm_eps", c->norm_eps, true, &c->norm_eps);
-    if (!rc) rc = bool_of(r, "tie_word_embeddings", false, &c->tie_word_embeddings);
-    if (!rc) rc = bool_of(r, "attention_bias", false, &c->attention_bias);
-    if (!rc) rc = bool_of(r, "mlp_bias", false, &c->mlp_bias);
-    if (!rc) rc = number_of(r, "attention_dropout", 0, false, &c->attn_pdrop);
-    if (!rc)
-        rc = number_of(r, "initializer_range", c->initializer_range, false, &c->initializer_range);
+    if (!rc) rc = read_keys(r, k_llama_heads, sizeof k_llama_heads / sizeof *k_llama_heads, c);
+    c->n_kv_heads = c->n_heads;
+    if (!rc) rc = read_keys(r, k_llama_keys, sizeof k_llama_keys / sizeof *k_llama_keys, c);
     if (!rc) rc = string_of(r, "hidden_act", "silu", &act);
     if (!rc && strcmp(act, "silu") != 0)
         rc = rm_err(REMAT_EUNSUPPORTED, "%s: \"hidden_act\": \"%.64s\" is not supported (silu)",

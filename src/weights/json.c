@@ -13,6 +13,7 @@
 
 #include "core/core.h"
 #include "io/text.h"
+#include "io/utf8.h"
 #include "weights/st.h"
 
 /* Bytes of the text that JSON does not allow raw (control characters
@@ -37,7 +38,7 @@ static size_t bad_json_byte(const unsigned char *h, size_t n, const char **why) 
 
 remat_status rm_json_parse(const char *what, const char *text, size_t n, cJSON **out) {
     *out = NULL;
-    size_t bad = rm_utf8_check(text, n);
+    size_t bad = rm_utf8_valid_prefix(text, n);
     if (bad < n) return rm_err(REMAT_EFORMAT, "%s is not valid UTF-8 (byte %zu)", what, bad);
     const char *why = NULL;
     bad = bad_json_byte((const unsigned char *)text, n, &why);
@@ -131,16 +132,23 @@ remat_status rm_temp_create(const char *call, const char *path, char **tmp, FILE
     return rc;
 }
 
-remat_status rm_temp_finish(const char *call, remat_status rc, FILE *fp, char *tmp,
-                            const char *path) {
+remat_status rm_temp_close(const char *call, remat_status rc, FILE *fp, const char *tmp) {
     if (!rc && (fflush(fp) != 0 || fsync(fileno(fp)) != 0))
         rc = rm_err(REMAT_EIO, "%s: cannot write '%s': %s", call, tmp, strerror(errno));
     if (fclose(fp) != 0 && !rc)
         rc = rm_err(REMAT_EIO, "%s: cannot write '%s': %s", call, tmp, strerror(errno));
-    if (!rc && rename(tmp, path) != 0)
+    if (rc) unlink(tmp);
+    return rc;
+}
+
+remat_status rm_temp_finish(const char *call, remat_status rc, FILE *fp, char *tmp,
+                            const char *path) {
+    rc = rm_temp_close(call, rc, fp, tmp);
+    if (!rc && rename(tmp, path) != 0) {
         rc = rm_err(REMAT_EIO, "%s: cannot rename '%s' to '%s': %s", call, tmp, path,
                     strerror(errno));
-    if (rc) unlink(tmp);
+        unlink(tmp);
+    }
     free(tmp);
     return rc;
 }

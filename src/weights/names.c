@@ -1,4 +1,4 @@
-/* src/weights/names.c — the name table and the UTF-8 check (names.h). */
+/* src/weights/names.c — the name table (names.h). */
 #include "names.h"
 
 #include <stdlib.h>
@@ -53,32 +53,4 @@ int rm_name_table_insert(rm_name_table *t, int64_t i, const char *name, size_t l
 void rm_name_table_free(rm_name_table *t) {
     free(t->slots);
     memset(t, 0, sizeof *t);
-}
-
-size_t rm_utf8_check(const char *str, size_t n) {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        unsigned lo = 0x80, hi = 0xBF; /* range of the second byte */
-        if (c >= 0xC2 && c <= 0xDF) len = 2;
-        else if (c == 0xE0) len = 3, lo = 0xA0;
-        else if (c == 0xED) len = 3, hi = 0x9F; /* no surrogates */
-        else if (c >= 0xE1 && c <= 0xEF) len = 3;
-        else if (c == 0xF0) len = 4, lo = 0x90;
-        else if (c >= 0xF1 && c <= 0xF3) len = 4;
-        else if (c == 0xF4) len = 4, hi = 0x8F; /* up to U+10FFFF */
-        else return i;
-        if (n - i < len) return i;
-        if (s[i + 1] < lo || s[i + 1] > hi) return i;
-        for (size_t k = 2; k < len; k++)
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-        i += len;
-    }
-    return n;
 }

@@ -1,6 +1,7 @@
 /* src/weights/names.h — what the weights files share: a table of entry
  * indices by name (the entries keep the names; the table calls back for
- * them), and the UTF-8 check every name and JSON header passes. */
+ * them). The UTF-8 check every name and JSON header passes is
+ * io/utf8.h's. */
 #ifndef REMAT_WEIGHTS_NAMES_H
 #define REMAT_WEIGHTS_NAMES_H
 
@@ -26,10 +27,5 @@ int64_t rm_name_table_find(const rm_name_table *t, const char *name, size_t len,
 int rm_name_table_insert(rm_name_table *t, int64_t i, const char *name, size_t len, rm_name_of of,
                          const void *ctx);
 void rm_name_table_free(rm_name_table *t);
-
-/* The offset of the first byte of s[0..n) that is not part of well-formed
- * UTF-8 (overlong forms, surrogates and code points past U+10FFFF are not),
- * or n when all of it is. */
-size_t rm_utf8_check(const char *s, size_t n);
 
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "io/utf8.h"
 #include "remat/params.h"
 #include "weights/names.h"
 
@@ -51,7 +52,7 @@ remat_status remat_params_add(remat_params *p, const char *name, remat_tensor *t
     if (len == 0 || len > REMAT_PARAMS_MAX_NAME)
         return rm_err(REMAT_EINVAL, "remat_params_add: a name must have 1 to %d bytes (got %s)",
                       REMAT_PARAMS_MAX_NAME, len ? "more" : "an empty name");
-    size_t bad = rm_utf8_check(name, len);
+    size_t bad = rm_utf8_valid_prefix(name, len);
     if (bad < len)
         return rm_err(REMAT_EINVAL, "remat_params_add: name '%.64s' is not valid UTF-8 (byte %zu)",
                       name, bad);

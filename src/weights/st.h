@@ -68,6 +68,14 @@ void rm_st_release_pages(const remat_safetensors *f, const void *p, size_t n);
  * after the one being converted: the disk works while the CPU converts). */
 void rm_st_prefetch(const remat_safetensors *f, const void *p, size_t n);
 
+/* remat_safetensors_save's work (messages start with `call`; arguments
+ * checked). keep_tmp NULL: the file is renamed over `path` once complete.
+ * Else it is left complete under a temporary name beside `path`, *keep_tmp
+ * (malloc'd), for the caller to rename or remove (the shards of a sharded
+ * save are all written before any is renamed). */
+remat_status rm_st_save_file(const char *call, const char *path, const remat_params *params,
+                             int n_metadata, const char *const *metadata, char **keep_tmp);
+
 /* remat_safetensors_open without the call's name in its messages. */
 remat_status rm_st_open(remat_safetensors **out, const char *path);
 
@@ -76,12 +84,26 @@ typedef struct rm_st_source {
     const remat_safetensors *f;
     int64_t i;
 } rm_st_source;
+/* How tensor names meet parameter names beyond equality, as transformers'
+ * from_pretrained matches them (remat_hf_load_weights): a parameter that no
+ * tensor names exactly takes the tensor named as it is without, else with,
+ * one of `prefixes` (the base-model prefixes, "transformer." and "model."),
+ * so that a base model's checkpoint (GPT-2's hub files: "h.0.attn.c_attn.weight")
+ * loads into a model with a head, and back; and a tensor no parameter takes
+ * whose name `ignored` accepts (a buffer such as GPT-2's causal mask
+ * "h.0.attn.bias") is not unexpected. */
+typedef struct rm_st_names {
+    const char *const *prefixes;
+    int n_prefixes;
+    bool (*ignored)(const char *name); /* may be NULL */
+} rm_st_names;
 /* Loads n_src tensors of unique names (a file's, or a sharded checkpoint's)
  * into `params`, all or nothing (remat_safetensors_load); messages start
- * with `call` and call the whole `what` (a path). */
+ * with `call` and call the whole `what` (a path). `names` NULL: exact names
+ * only. */
 remat_status rm_st_load_sources(const char *call, const char *what, remat_params *params,
                                 const rm_st_source *src, int64_t n_src,
-                                const remat_load_options *opts);
+                                const remat_load_options *opts, const rm_st_names *names);
 /* A checkpoint (st_checkpoint.c): a .safetensors file, or a sharded
  * checkpoint's index (a path ending in ".json") and its shards, opened and
  * checked; its tensors in src (the file's header order, the index's map
@@ -113,6 +135,9 @@ void rm_json_string(struct rm_text *t, const char *s);
  * returned) is REMAT_OK, else removes it; frees tmp; returns the status.
  * Messages start with `call` and name the file and the system's reason. */
 remat_status rm_temp_create(const char *call, const char *path, char **tmp, FILE **fp);
+/* The first half of rm_temp_finish: flushes, syncs and closes; removes the
+ * file when rc (or this) fails; tmp stays the caller's. */
+remat_status rm_temp_close(const char *call, remat_status rc, FILE *fp, const char *tmp);
 remat_status rm_temp_finish(const char *call, remat_status rc, FILE *fp, char *tmp,
                             const char *path);
 remat_status rm_write_file_atomic(const char *call, const char *path, const void *data, size_t n);

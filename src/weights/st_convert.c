@@ -46,63 +46,56 @@ static float f16_to_f32(uint16_t h) {
     return f;
 }
 
+/* Element i of an array of 2-, 4- or 8-byte elements at s, which may be
+ * unaligned, as its bits; and bits as the float or double they spell. */
+static inline uint16_t bits16(const unsigned char *s, int64_t i) {
+    uint16_t v;
+    memcpy(&v, s + 2 * i, 2);
+    return v;
+}
+static inline uint32_t bits32(const unsigned char *s, int64_t i) {
+    uint32_t v;
+    memcpy(&v, s + 4 * i, 4);
+    return v;
+}
+static inline uint64_t bits64(const unsigned char *s, int64_t i) {
+    uint64_t v;
+    memcpy(&v, s + 8 * i, 8);
+    return v;
+}
+static inline float as_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline double as_f64(uint64_t u) {
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
+}
+
 /* Element i of a float source as float / double. */
 static inline float load_f32(rm_st_dtype sd, const unsigned char *s, int64_t i) {
     switch (sd) {
-    case RM_ST_F16: {
-        uint16_t h;
-        memcpy(&h, s + 2 * i, 2);
-        return f16_to_f32(h);
-    }
-    case RM_ST_BF16: {
-        uint16_t h;
-        memcpy(&h, s + 2 * i, 2);
-        return rm_bf16_to_f32(h);
-    }
-    case RM_ST_F64: {
-        double d;
-        memcpy(&d, s + 8 * i, 8);
-        return (float)d;
-    }
-    default: {
-        float f;
-        memcpy(&f, s + 4 * i, 4);
-        return f;
-    }
+    case RM_ST_F16: return f16_to_f32(bits16(s, i));
+    case RM_ST_BF16: return rm_bf16_to_f32(bits16(s, i));
+    case RM_ST_F64: return (float)as_f64(bits64(s, i));
+    default: return as_f32(bits32(s, i));
     }
 }
 
 static inline double load_f64(rm_st_dtype sd, const unsigned char *s, int64_t i) {
-    if (sd == RM_ST_F64) {
-        double d;
-        memcpy(&d, s + 8 * i, 8);
-        return d;
-    }
-    return (double)load_f32(sd, s, i);
+    return sd == RM_ST_F64 ? as_f64(bits64(s, i)) : (double)load_f32(sd, s, i);
 }
 
+/* Element i of an integer source (two's complement: the signed ones' bits
+ * read through their own type). */
 static inline int64_t load_i64(rm_st_dtype sd, const unsigned char *s, int64_t i) {
     switch (sd) {
-    case RM_ST_I64: {
-        int64_t v;
-        memcpy(&v, s + 8 * i, 8);
-        return v;
-    }
-    case RM_ST_I32: {
-        int32_t v;
-        memcpy(&v, s + 4 * i, 4);
-        return v;
-    }
-    case RM_ST_U32: {
-        uint32_t v;
-        memcpy(&v, s + 4 * i, 4);
-        return v;
-    }
-    case RM_ST_I16: {
-        int16_t v;
-        memcpy(&v, s + 2 * i, 2);
-        return v;
-    }
+    case RM_ST_I64: return (int64_t)bits64(s, i);
+    case RM_ST_I32: return (int32_t)bits32(s, i);
+    case RM_ST_U32: return bits32(s, i);
+    case RM_ST_I16: return (int16_t)bits16(s, i);
     case RM_ST_I8: return (int8_t)s[i];
     case RM_ST_BOOL: return s[i] != 0;
     default: return s[i];

@@ -11,6 +11,7 @@
 
 #include "core/core.h"
 #include "io/text.h"
+#include "io/utf8.h"
 #include "weights/st.h"
 
 typedef struct item {
@@ -25,7 +26,7 @@ static remat_status check(const char *call, const remat_params *params, int n_me
     for (int k = 0; k < 2 * n_meta; k++) {
         if (!meta[k]) return rm_err(REMAT_EINVAL, "%s: metadata string %d is NULL", call, k);
         size_t len = strlen(meta[k]);
-        if (rm_utf8_check(meta[k], len) < len)
+        if (rm_utf8_valid_prefix(meta[k], len) < len)
             return rm_err(REMAT_EINVAL, "%s: metadata string %d is not valid UTF-8", call, k);
         if (k % 2 == 0)
             for (int j = 0; j < k; j += 2)
@@ -116,14 +117,8 @@ static remat_status write_tensor(const char *call, FILE *fp, const item *it, con
     return REMAT_OK;
 }
 
-remat_status remat_safetensors_save(const char *path, const remat_params *params, int n_metadata,
-                                    const char *const *metadata) {
-    static const char *call = "remat_safetensors_save";
-    if (!path || !params || n_metadata < 0 || (n_metadata && !metadata))
-        return rm_err(REMAT_EINVAL, "%s: %s", call,
-                      !path     ? "path is NULL"
-                      : !params ? "params is NULL"
-                                : "n_metadata must be >= 0, with metadata when > 0");
+remat_status rm_st_save_file(const char *call, const char *path, const remat_params *params,
+                             int n_metadata, const char *const *metadata, char **keep_tmp) {
     int64_t n = remat_params_count(params);
     item *items = calloc((size_t)n + 1, sizeof *items);
     item **order = calloc((size_t)n + 1, sizeof *order);
@@ -151,9 +146,26 @@ remat_status remat_safetensors_save(const char *path, const remat_params *params
             rc = rm_err(REMAT_EIO, "%s: cannot write '%s': %s", call, tmp, strerror(errno));
     }
     for (int64_t i = 0; i < n && !rc; i++) rc = write_tensor(call, fp, order[i], tmp);
-    if (fp) rc = rm_temp_finish(call, rc, fp, tmp, path);
+    if (fp && keep_tmp) {
+        rc = rm_temp_close(call, rc, fp, tmp);
+        if (!rc) *keep_tmp = tmp;
+        else free(tmp);
+    } else if (fp) {
+        rc = rm_temp_finish(call, rc, fp, tmp, path);
+    }
     free(h.s);
     free(items);
     free(order);
     return rc;
+}
+
+remat_status remat_safetensors_save(const char *path, const remat_params *params, int n_metadata,
+                                    const char *const *metadata) {
+    static const char *call = "remat_safetensors_save";
+    if (!path || !params || n_metadata < 0 || (n_metadata && !metadata))
+        return rm_err(REMAT_EINVAL, "%s: %s", call,
+                      !path     ? "path is NULL"
+                      : !params ? "params is NULL"
+                                : "n_metadata must be >= 0, with metadata when > 0");
+    return rm_st_save_file(call, path, params, n_metadata, metadata, NULL);
 }

@@ -15,7 +15,10 @@
 #     job with a message, non-zero, within the time bound;
 #  5. ranks given different flags (mpirun's MPMD form) stop before the first
 #     step with one message naming the option and both values; `remat bench`
-#     too.
+#     too;
+#  6. a Hugging Face Llama (--init-from tests/fixtures/hf_cli/llama): 2 ranks
+#     x batch 1 vs 1 process x batch 2 within 1e-5, under block checkpointing;
+#     rank 0 alone writes --export, which `remat eval` reads.
 set -u
 remat=$1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -142,6 +145,22 @@ differ_bench "--strategies is none,block on rank 0 but none,sequential=2 on rank
 differ_bench "--reps is 1 on rank 0 but 2 on rank 1" -- --reps 2
 differ_bench "--width is 32 on rank 0 but 16 on rank 1" -- --width 16
 echo "remat bench: ranks given different flags stop the same way"
+hf=$(dirname "$0")/../fixtures/hf_cli
+H="--init-from $hf/llama --data $hf/data.txt --context 16 --threads 1 --quiet --json --steps 6"
+mpirun --oversubscribe -np 2 "$remat" train $H --batch 1 --checkpoint block --export "$tmp/hf2" \
+  > "$tmp/h2.json" || fail "2-rank --init-from run"
+"$remat" train $H --batch 2 > "$tmp/h1.json" || fail "1-process --init-from run"
+"$remat" eval --init-from "$tmp/hf2" --data "$hf/data.txt" --context 16 --json 2>/dev/null \
+  | tail -1 > "$tmp/he.json" || fail "eval of the export"
+python3 - "$tmp/h2.json" "$tmp/h1.json" "$tmp/he.json" <<'PY' || fail "--init-from under mpirun"
+import json, sys
+a, b, e = (json.load(open(f)) for f in sys.argv[1:4])
+assert a["world_size"] == 2 and a["model"] == "llama", a
+worst = max(abs(x - y) / abs(y) for x, y in zip(a["losses"], b["losses"]))
+assert len(a["losses"]) == 6 and worst <= 1e-5, worst
+assert e["tokens"] > 0 and e["loss"] > 0, e
+print("--init-from Llama, 2 ranks x batch 1 vs 1 x batch 2: worst relative loss difference %.2e" % worst)
+PY
 start=$(date +%s)
 out=$(timeout 60 mpirun --oversubscribe -np 2 "$remat" train $M --resume "$tmp/none.bin" 2>&1); rc=$?
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "a failing start did not end the job (rc $rc)"

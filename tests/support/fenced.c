@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/backend.h"
 #include "core/core.h"
 
 #include "core/kernels.h"
@@ -188,26 +189,42 @@ static void on_fault(int sig, siginfo_t *si, void *uc) {
     raise(sig);
 }
 
+/* Its kernel rows: a wrapper wherever the cpu has a kernel. */
+static void fenced_registered(int type) {
+    for (int k = 0; k < RM_K_COUNT; k++)
+        for (int dt = 0; dt < RM_N_DTYPES; dt++)
+            if (rm_kernel_lookup((rm_kernel_id)k, REMAT_CPU, (remat_dtype)dt))
+                rm_kernel_register((rm_kernel_id)k, type, (remat_dtype)dt, k_wrappers[k][dt]);
+}
+
+/* mse's backward may write over its saved prediction (buffer donation, src/autograd/graph.h),
+ * as on cuda. */
+static const unsigned char k_fenced_flags[RM_K_COUNT] = {[RM_K_MSE_BWD] = RM_KF_IN_PLACE};
+
+/* The fenced backend's record (src/core/backend.h), registered as every backend is. */
+static const rm_backend k_fenced_backend = {
+    .device =
+        {
+            .name = "fenced",
+            .alloc = fenced_alloc,
+            .free = fenced_free,
+            .copy = fenced_copy,
+            .device_count = fenced_count,
+        },
+    .kernel_flags = k_fenced_flags,
+    .registered = fenced_registered,
+};
+
 int rt_fenced_type(void) {
     if (g_type >= 0) return g_type;
     int id = remat_device_type_id("fenced");
     if (id < 0) {
-        remat_device_type_def def = {0};
-        def.name = "fenced";
-        def.alloc = fenced_alloc;
-        def.free = fenced_free;
-        def.copy = fenced_copy;
-        def.device_count = fenced_count;
-        if (remat_register_device_type(&def, &id)) return -1;
+        if (rm_backend_register(&k_fenced_backend, &id)) return -1;
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_sigaction = on_fault;
         sa.sa_flags = SA_SIGINFO;
         sigaction(SIGSEGV, &sa, NULL);
-        for (int k = 0; k < RM_K_COUNT; k++)
-            for (int dt = 0; dt < RM_N_DTYPES; dt++)
-                if (rm_kernel_lookup((rm_kernel_id)k, REMAT_CPU, (remat_dtype)dt))
-                    rm_kernel_register((rm_kernel_id)k, id, (remat_dtype)dt, k_wrappers[k][dt]);
     }
     g_type = id;
     return id;

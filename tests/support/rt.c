@@ -17,6 +17,7 @@
 #define RT_ASAN 1
 #endif
 
+#include "core/backend.h"
 #include "core/core.h"
 #include "fenced.h"
 
@@ -428,16 +429,21 @@ int rt_testdev_register(void) {
     if (g_testdev_id >= 0) return g_testdev_id;
     g_testdev_id = remat_device_type_id("testdev");
     if (g_testdev_id >= 0) return g_testdev_id;
-    remat_device_type_def def = {0};
-    def.name = "testdev";
-    def.host_addressable = true;
-    def.alloc = td_alloc;
-    def.free = td_free;
-    def.copy = td_copy;
-    def.device_count = td_count;
-    def.is_initialized = td_is_init;
+    /* its record: a host-addressable type with no rows of its own runs the cpu's */
+    static const rm_backend k_testdev = {
+        .device =
+            {
+                .name = "testdev",
+                .host_addressable = true,
+                .alloc = td_alloc,
+                .free = td_free,
+                .copy = td_copy,
+                .device_count = td_count,
+                .is_initialized = td_is_init,
+            },
+    };
     int id = -1;
-    int rc = remat_register_device_type(&def, &id);
+    int rc = rm_backend_register(&k_testdev, &id);
     cr_assert_eq(rc, REMAT_OK, "register testdev: %s", remat_last_error());
     g_testdev_id = id;
     return id;

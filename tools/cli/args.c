@@ -89,10 +89,10 @@ static const opt_section sections[N_SECTIONS] = {
 
 static const opt_row rows[] = {
     /* Hugging Face models */
-    {"--init-from", "DIR", OPT_STR, CMD_TRAIN | CMD_SAMPLE | CMD_EVAL, SEC_HF, T(init_from),
+    {"--init-from", "DIR", OPT_STR, TB | CMD_SAMPLE | CMD_EVAL, SEC_HF, T(init_from),
      .help = "a Hugging Face GPT-2 or Llama directory (config.json,\n"
              "model.safetensors, tokenizer.json): train fine-tunes it,\n"
-             "sample and eval run it"},
+             "bench measures it (on --data), sample and eval run it"},
     {"--export", "DIR", OPT_STR, CMD_TRAIN, SEC_HF, T(export_dir),
      .help = "train --init-from: write the trained model as a Hugging\n"
              "Face directory (config.json, model.safetensors and the\n"
@@ -200,7 +200,7 @@ static const opt_row rows[] = {
     {"--accum", "N", OPT_INT, CMD_TRAIN, SEC_TRAIN, T(accum), SETS(set_accum), 1, 1 << 20,
      .help = "accumulate the gradients of N micro-batches (each\n--batch big) per optimizer step",
      .dflt = "[1]"},
-    {"--data", "FILE", OPT_STR, TE, SEC_TRAIN, T(data),
+    {"--data", "FILE", OPT_STR, TE | CMD_BENCH, SEC_TRAIN, T(data),
      .help = "train a byte-level GPT on any text file (--init-from:\n"
              "a text, tokenized with the model's tokenizer, or a\n"
              "token file of remat tokenize)"},
@@ -655,6 +655,11 @@ int args_parse(config *c, command cmd, int argc, char **argv, int first) {
                         "--model, --layers, --width, --heads, --untied and --attention do not "
                         "combine with --init-from: the model is the directory's config.json",
                         NULL, NULL);
+        if (!c->data)
+            return fail(cmd,
+                        "--init-from needs --data FILE (a text, tokenized with the model's "
+                        "tokenizer, or a token file of remat tokenize)",
+                        NULL, NULL);
         c->model = MODEL_HF;
         if (!c->set_lr) c->lr = c->optim == OPTIM_SGD ? 1e-3 : 5e-5; /* fine-tuning rates */
     }
@@ -674,7 +679,8 @@ int args_parse(config *c, command cmd, int argc, char **argv, int first) {
     }
     /* on --resume the model comes from the file: train checks it after reading
      * the header (savefile_merge_config) */
-    if (!c->resume && args_check_model(c, bench, err, sizeof err))
+    /* a Hugging Face model's are checked once its directory is read (hf_check_flags) */
+    if (!c->resume && !c->init_from && args_check_model(c, bench, err, sizeof err))
         return fail(cmd, err, NULL, NULL);
     if (c->optim == OPTIM_SGD && !c->set_lr && c->model != MODEL_HF) c->lr = 0.1;
     if (!bench && c->save_every > 0 && !c->save)

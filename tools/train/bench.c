@@ -37,7 +37,9 @@
 #include "cli/util.h"
 #include "dist.h"
 #include "grad_meter.h"
+#include "hf_run.h"
 #include "io/data.h"
+#include "io/hf_dir.h"
 #include "io/json.h"
 #include "io/outputs.h"
 #include "models.h"
@@ -147,10 +149,24 @@ static void spread(const double *t, int n, result *r) {
     free(v);
 }
 
+/* "GPT", "MLP", or a Hugging Face model's family. */
+static const char *model_name(const model *m) {
+    return m->kind == MODEL_GPT   ? "GPT"
+           : m->kind == MODEL_MLP ? "MLP"
+                                  : hf_family_name(remat_model_get_config(m->lib)->family);
+}
+
 /* Everything bench prints to stdout fits 100 columns (a long strategy name
  * widens its table), so that the header is two lines. */
 static void print_header(FILE *f, const config *c, const model *m, int threads) {
-    if (m->kind == MODEL_GPT)
+    if (m->kind == MODEL_HF)
+        term_printf(
+            f,
+            "remat bench: %s from %s,\n  %d layers, width %d, %d heads, context %d, batch %d "
+            "(%.2fM parameters), no dropout,\n  %d threads, %d reps\n",
+            model_name(m), c->init_from, m->layers, m->width, m->heads, m->context, c->batch,
+            (double)m->n_weights / 1e6, threads, c->reps);
+    else if (m->kind == MODEL_GPT)
         term_printf(f,
                     "remat bench: GPT, %d layers, width %d, %d heads, context %d, batch %d "
                     "(%.2fM parameters),\n  %s attention, %d threads, %d reps\n",
@@ -542,7 +558,7 @@ static bool write_pareto(const char *file, const config *c, const model *m, cons
     }
     char title[256], sub[512];
     snprintf(title, sizeof title, "remat: %s, %d layers, width %d: step time vs memory",
-             m->kind == MODEL_GPT ? "GPT" : "MLP", m->layers, m->width);
+             model_name(m), m->layers, m->width);
     if (pl->prof)
         snprintf(sub, sizeof sub,
                  "planner budgets bound the whole step's peak: feasible from %.2f MiB, %.2f MiB "
@@ -571,6 +587,7 @@ typedef struct bench_run {
     double ref_loss;
     result *r; /* one per strategy */
     int n;     /* strategies */
+    hf_dir hf; /* --init-from's directory */
     int refi;  /* the reference strategy (none) */
     int threads;
     prog_dist pd;
@@ -581,10 +598,19 @@ typedef struct bench_run {
 static int bench_setup(bench_run *br, bool is_default) {
     config *c = br->c;
     int rc;
+    if (c->init_from) { /* a Hugging Face model: its shape, then the sweep over its layers */
+        if ((rc = hf_dir_open(&br->hf, c->init_from, "--init-from"))) return rc;
+        if ((rc = hf_apply_config(c, &br->hf))) return rc;
+    }
     if (c->sweep) sweep_uniform(c);
     if ((rc = task_init(&br->tk, c))) return rc;
     br->tk.row0 = (int64_t)br->pd.rank * c->batch;
     if ((rc = model_init(&br->m, c, c->seed))) return rc;
+    if (c->init_from) {
+        /* dropout off: every strategy's step draws no masks, so the gradients compare */
+        model_set_training(&br->m, false);
+        if ((rc = hf_check_flags(c, br->m.lib, true))) return rc;
+    }
     if ((rc = prog_dist_attach(&br->pd, &br->m, c->bucket_mib, 1))) return rc;
     if ((rc = task_batch(&br->tk, 0, &br->b))) return rc;
     if (is_default && br->log)
@@ -773,7 +799,7 @@ static int bench_write_plots(bench_run *br, bool is_default) {
     /* the dtype the activations are kept in is part of what the bytes mean */
     const char *ac = c->autocast ? ", bf16 autocast" : "";
     snprintf(title, sizeof title, "remat: %s, %d layers, width %d%s: memory vs time per strategy",
-             mm->kind == MODEL_GPT ? "GPT" : "MLP", mm->layers, mm->width, ac);
+             model_name(mm), mm->layers, mm->width, ac);
     char path[4096];
     FILE *msg = (c->json || c->csv) ? stderr : stdout;
     bool wrote_header = false;
@@ -796,8 +822,8 @@ static int bench_write_plots(bench_run *br, bool is_default) {
             }
             if (!rc && join(path, sizeof path, c->out_dir, "timeline.svg")) {
                 snprintf(title, sizeof title,
-                         "remat: memory during one training step, %s, %d layers%s",
-                         mm->kind == MODEL_GPT ? "GPT" : "MLP", mm->layers, ac);
+                         "remat: memory during one training step, %s, %d layers%s", model_name(mm),
+                         mm->layers, ac);
                 if (svg_timeline(path, title, n, ts, labels)) WROTE(path);
                 else FAILW(path);
             }
@@ -856,6 +882,8 @@ static void bench_free(bench_run *br) {
     batch_free(&br->b);
     model_free(&br->m);
     task_free(&br->tk);
+    hf_dir_free(&br->hf);
+    br->c->hf = NULL;
 }
 
 int cmd_bench(config *c, bool is_default) {

@@ -24,6 +24,32 @@ static int print_json_line(util_str *out) {
     return REMAT_OK;
 }
 
+int hf_apply_config(config *c, const hf_dir *d) {
+    const remat_model_config *cfg = &d->cfg;
+    c->hf = d;
+    c->layers = cfg->n_layers;
+    c->width = (int)cfg->hidden;
+    c->heads = cfg->n_heads;
+    c->untied = !cfg->tie_word_embeddings;
+    if (c->context > cfg->max_positions) {
+        if (c->set_context || c->resume)
+            return remat_set_error(REMAT_EINVAL,
+                                   "--context %d is longer than the model's %lld positions "
+                                   "(config.json: %s)",
+                                   c->context, (long long)cfg->max_positions, positions_key(cfg));
+        c->context = (int)cfg->max_positions; /* the default, shortened to fit */
+    }
+    return REMAT_OK;
+}
+
+int hf_check_flags(config *c, const remat_model *m, bool bench) {
+    char err[512];
+    c->hf_tags = remat_model_tags(m, &c->n_hf_tags);
+    if (args_check_model(c, bench, err, sizeof err))
+        return remat_set_error(REMAT_EINVAL, "%s", err);
+    return REMAT_OK;
+}
+
 /* ---- eval ------------------------------------------------------------------------------ */
 
 /* The loss summed over windows [w0, w0 + nb) (window k: tokens kT .. kT + T). */
@@ -193,7 +219,14 @@ static int sample_run(config *c, hf_dir *d, remat_model **m, sampled *s) {
                                "--prompt is empty and %s/config.json has no bos_token_id to "
                                "start from",
                                c->init_from);
-    const int64_t P = s->n_prompt ? (int64_t)s->n_prompt : 1, N = c->tokens;
+    if (s->n_prompt == 0) { /* start from the beginning-of-sequence token */
+        free(s->prompt);
+        if (!(s->prompt = malloc(sizeof *s->prompt)))
+            return remat_set_error(REMAT_ENOMEM, "remat sample: out of memory");
+        s->prompt[0] = (uint32_t)d->extra.bos_token_id;
+        s->n_prompt = 1;
+    }
+    const int64_t P = (int64_t)s->n_prompt, N = c->tokens;
     if (P + N > cfg->max_positions)
         return remat_set_error(REMAT_EINVAL,
                                "a prompt of %lld tokens and --tokens %lld need %lld positions; the "
@@ -207,8 +240,7 @@ static int sample_run(config *c, hf_dir *d, remat_model **m, sampled *s) {
     remat_model_cache *cache = NULL;
     if (!prompt || !buf || !s->ids)
         rc = remat_set_error(REMAT_ENOMEM, "remat sample: out of memory");
-    for (int64_t i = 0; !rc && i < P; i++)
-        prompt[i] = s->n_prompt ? (int64_t)s->prompt[i] : d->extra.bos_token_id;
+    for (int64_t i = 0; !rc && i < P; i++) prompt[i] = (int64_t)s->prompt[i];
     if (!rc && N > 0) rc = remat_model_cache_create(&cache, *m, 1, P + N);
     remat_manual_seed(c->seed);
     bool prev = remat_no_grad_begin();

@@ -20,4 +20,13 @@
 int cmd_eval(config *c);
 int cmd_sample_hf(config *c);
 
+struct hf_dir;
+/* train and bench: d's model shape into c (layers, width, heads, untied;
+ * c->hf = d); --context beyond the model's positions is an error when
+ * given (or resumed), else shortened to them. */
+int hf_apply_config(config *c, const struct hf_dir *d);
+/* Once the model m exists: its tags into c, and the flag checks that need
+ * them (args_check_model: selective names, sequential=N, bench's list). */
+int hf_check_flags(config *c, const remat_model *m, bool bench);
+
 #endif

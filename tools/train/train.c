@@ -15,6 +15,7 @@
 #include "cli/term.h"
 #include "cli/util.h"
 #include "dist.h"
+#include "hf_run.h"
 #include "io/data.h"
 #include "io/json.h"
 #include "io/training_save.h"
@@ -258,35 +259,7 @@ static int open_hf(train_run *tr) {
     } else {
         rc = hf_dir_open(&tr->hf, c->init_from, "--init-from");
     }
-    if (rc) return rc;
-    const remat_model_config *cfg = &tr->hf.cfg;
-    c->hf = &tr->hf;
-    c->layers = cfg->n_layers;
-    c->width = (int)cfg->hidden;
-    c->heads = cfg->n_heads;
-    c->untied = !cfg->tie_word_embeddings;
-    if (c->context > cfg->max_positions) {
-        if (c->set_context || c->resume)
-            return remat_set_error(REMAT_EINVAL,
-                                   "--context %d is longer than the model's %lld positions "
-                                   "(config.json: %s)",
-                                   c->context, (long long)cfg->max_positions,
-                                   cfg->family == REMAT_MODEL_GPT2 ? "n_positions"
-                                                                   : "max_position_embeddings");
-        c->context = (int)cfg->max_positions; /* the default, shortened to fit */
-    }
-    return REMAT_OK;
-}
-
-/* The checks of the flags against a Hugging Face model, once it exists
- * (its blocks' tags, sequential=N against its layers). */
-static int check_hf_model(train_run *tr) {
-    config *c = tr->c;
-    char err[512];
-    c->hf_tags = remat_model_tags(tr->m.lib, &c->n_hf_tags);
-    if (args_check_model(c, false, err, sizeof err))
-        return remat_set_error(REMAT_EINVAL, "%s", err);
-    return REMAT_OK;
+    return rc ? rc : hf_apply_config(c, &tr->hf);
 }
 
 /* --resume's file, task, model, optimizer and the process group's parts
@@ -308,7 +281,7 @@ static int train_setup(train_run *tr) {
     if (c->resume && (rc = savefile_check_task(&tr->saved, c->resume, &tr->tk))) return rc;
     if ((rc = model_init(&tr->m, c, c->seed))) return rc;
     tr->tk.vocab = tr->m.vocab;
-    if (c->model == MODEL_HF && (rc = check_hf_model(tr))) return rc;
+    if (c->model == MODEL_HF && (rc = hf_check_flags(c, tr->m.lib, false))) return rc;
     if (c->zero && c->optim != OPTIM_ADAMW)
         return remat_set_error(REMAT_EINVAL, "--zero shards AdamW across the ranks of an mpirun "
                                              "job; it does not take --optim sgd");

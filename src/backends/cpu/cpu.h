@@ -53,6 +53,35 @@
     X(COPY_INTO, copy_into, ALL)
 RM_CPU_KERNELS(RM_CPU_DECL)
 
+/* ---- what the cpu backend's record (device.c) lends the core ------------------------- */
+/* The cpu row of the kernel table (table.c), indexed [kernel][dtype]. */
+extern const rm_kernel_fn rm_cpu_kernels[RM_K_COUNT][RM_N_DTYPES];
+/* (bf16.c) For every kernel, its f32 kernel run on f32 copies of the bf16 operands, the
+ * bf16 outputs rounded back (to nearest even): the cpu's bf16 kernel where it has no
+ * native one (the record's bf16_fallback). */
+extern const rm_kernel_fn rm_cpu_bf16_via_f32[RM_K_COUNT];
+/* (unary.c) Whether the bf16 unary kernel's lookup table of op is built: its forward
+ * results, or (backward) its f'(s) factors (the GELUs only). For tests. */
+bool rm_cpu_unary_bf16_table_ready(rm_unary_op op, bool backward);
+/* (bf16.c) n contiguous elements f32 -> bf16 (rounded as rm_f32_to_bf16) and back,
+ * vectorised and split over OpenMP. */
+void rm_cpu_f32_to_bf16(const float *restrict x, uint16_t *restrict y, int64_t n);
+void rm_cpu_bf16_to_f32(const uint16_t *restrict x, float *restrict y, int64_t n);
+/* (copy.c) rm_copy_into's fast kernel for dst and src of the same dtype: bit-for-bit, row
+ * memcpy / tiled transpose / strided rows, OpenMP split. Returns false, doing nothing,
+ * when the dtypes differ (meta tensors: true, nothing to do). Cannot fail. */
+bool rm_copy_same_dtype(remat_tensor *dst, const remat_tensor *src);
+/* (copy.c) t contiguous: zeroes t[..., lo:hi, ...] along dim d (no-op for a meta t). */
+void rm_zero_dim_range(remat_tensor *t, int d, int64_t lo, int64_t hi);
+
+/* ---- the cpu allocator's buffer cache (cache.c) ----------------------------------------
+ * take: a cached buffer of exactly `size` (64-byte rounded) bytes, or NULL.
+ * put: keeps p if it may (size large enough, cache on, and in_use + cached +
+ * size <= peak, the device's counters after this free); false: free it. */
+#define RM_CPU_CACHE_MIN (64 * 1024) /* smaller buffers go straight to malloc */
+void *rm_cpu_cache_take(size_t size);
+bool rm_cpu_cache_put(void *p, size_t size, size_t in_use, size_t peak);
+
 /* t's contiguous shape as (O, R, I) around `dim` (rm_outer_reduce_inner):
  * softmax and max work on this 3-D view. */
 typedef struct rm_cpu_ori {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "cpu.h"
 #include "gemm.h"
 #include "remat/autocast.h"
 

@@ -44,6 +44,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "core/backend.h"
 #include "core/core.h"
 #include "core/kernels.h"
 #include "remat/cuda.h"
@@ -129,8 +130,9 @@ void rm_cuda_register_nn(int device_type);
 void rm_cuda_register_loss(int device_type);
 void rm_cuda_register_attention(int device_type);
 void rm_cuda_register_shape(int device_type);
-void rm_cuda_register_matmul(int device_type);   /* gemm.c */
-void rm_cuda_register_random(int device_type);   /* rng.c: dropout */
-void rm_cuda_register_transfer(int device_type); /* transfer.c: offload's rm_transfer_ops */
+void rm_cuda_register_matmul(int device_type); /* gemm.c */
+void rm_cuda_register_random(int device_type); /* rng.c: dropout */
+/* transfer.c: offload's pinned memory, side stream and events (the record's transfer ops) */
+extern const rm_transfer_ops rm_cuda_transfer_ops;
 
 #endif /* REMAT_CUDA_BACKEND_H */

@@ -1,6 +1,7 @@
-/* src/backends/cuda/device.c — the "cuda" device type: its definition for
- * the registry (src/core/device.c registers it at start-up), device count,
- * current device, copies, and the registration of every kernel family.
+/* src/backends/cuda/device.c — the cuda backend's record (rm_backend_cuda: the "cuda"
+ * device type, its kernel rows, its transfer ops; src/core/device.c registers it at
+ * start-up): device count, current device, copies, and the registration of every
+ * kernel family.
  *
  * Copies between host and GPU go through pinned staging buffers (two per
  * device, RM_STAGE_BYTES each, allocated at the first copy that needs them):
@@ -153,26 +154,9 @@ static bool cu_initialized(void *ud) {
     return rm_cuda_is_initialized();
 }
 
-bool rm_builtin_device_def(remat_device_type_def *def) {
-    memset(def, 0, sizeof *def);
-    def->name = "cuda";
-    def->host_addressable = false;
-    def->alloc = cu_alloc;
-    def->free = cu_free;
-    def->copy = cu_copy;
-    def->device_count = cu_count;
-    def->current_device = cu_current;
-    def->set_current_device = cu_set_current;
-    def->is_initialized = cu_initialized;
-    /* RNG: remat's own Philox state per index (src/core/device.c), which the
-     * kernels read through rm_rng_reserve like the cpu ones */
-    return true;
-}
-
-void rm_builtin_device_registered(int type_id) {
+static void cu_registered(int type_id) {
     g_type = type_id;
     rm_cuda_register_kernels(type_id);
-    rm_cuda_register_transfer(type_id); /* offload's pinned memory, side stream, events */
 }
 
 void rm_cuda_register_kernels(int device_type) {
@@ -186,4 +170,30 @@ void rm_cuda_register_kernels(int device_type) {
     rm_cuda_register_random(device_type);
 }
 
-const char *rm_builtin_device_unavailable_reason(void) { return rm_cuda_unavailable_reason(); }
+/* Buffer donation's device side (src/autograd/graph.h): mse's backward kernel may write
+ * over its saved prediction (elementwise). */
+static const unsigned char k_flags[RM_K_COUNT] = {[RM_K_MSE_BWD] = RM_KF_IN_PLACE};
+
+/* The cuda backend's record (src/core/backend.h), registered with the built-in ones
+ * (src/backends/backends.c). */
+const rm_backend rm_backend_cuda = {
+    .device =
+        {
+            .name = "cuda",
+            .host_addressable = false,
+            .alloc = cu_alloc,
+            .free = cu_free,
+            .copy = cu_copy,
+            .device_count = cu_count,
+            .current_device = cu_current,
+            .set_current_device = cu_set_current,
+            .is_initialized = cu_initialized,
+            /* RNG: remat's own Philox state per index (src/core/device.c), which the
+             * kernels read through rm_rng_reserve like the cpu ones */
+        },
+    /* kernel rows: rm_cuda_register_kernels, once the type id is known */
+    .kernel_flags = k_flags,
+    .transfer = &rm_cuda_transfer_ops,
+    .registered = cu_registered,
+    .unavailable_reason = rm_cuda_unavailable_reason,
+};

@@ -85,7 +85,7 @@ static remat_status host_wait(void *event) {
 
 static void event_free(void *event) { cudaEventDestroy((cudaEvent_t)event); }
 
-static const rm_transfer_ops k_ops = {
+const rm_transfer_ops rm_cuda_transfer_ops = {
     .host_alloc = host_alloc,
     .host_free = host_free,
     .copy_async = copy_async,
@@ -94,5 +94,3 @@ static const rm_transfer_ops k_ops = {
     .host_wait = host_wait,
     .event_free = event_free,
 };
-
-void rm_cuda_register_transfer(int device_type) { rm_transfer_register(device_type, &k_ops); }

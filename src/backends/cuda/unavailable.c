@@ -1,6 +1,6 @@
 /* src/backends/cuda/unavailable.c — remat/cuda.h in a build without the
- * CUDA toolkit (CMake: REMAT_CUDA=off, or auto without nvcc): no "cuda"
- * device type is registered and every call that needs a GPU fails with
+ * CUDA toolkit (CMake: REMAT_CUDA=off, or auto without nvcc): no cuda
+ * backend is registered (src/backends/backends.c) and every call that needs a GPU fails with
  * REMAT_EUNSUPPORTED. */
 #include <string.h>
 
@@ -10,12 +10,6 @@
 #define RM_NO_CUDA                                                                                 \
     "remat was built without CUDA (configure with the CUDA toolkit installed: "                    \
     "docs/cuda.md)"
-
-bool rm_builtin_device_def(remat_device_type_def *def) {
-    memset(def, 0, sizeof *def);
-    return false;
-}
-void rm_builtin_device_registered(int type_id) { RM_UNUSED(type_id); }
 
 bool remat_cuda_available(const char **reason) {
     if (reason) *reason = RM_NO_CUDA;
@@ -48,4 +42,3 @@ remat_status remat_cuda_set_allocator(const remat_allocator *allocator) {
 static bool g_allow_tf32;
 void remat_cuda_set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool remat_cuda_get_allow_tf32(void) { return g_allow_tf32; }
-const char *rm_builtin_device_unavailable_reason(void) { return NULL; }

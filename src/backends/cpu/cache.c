@@ -1,4 +1,4 @@
-/* src/core/cpu_cache.c — the default cpu allocator's cache of freed tensor buffers
+/* src/backends/cpu/cache.c — the cpu allocator (device.c)'s cache of freed tensor buffers
  * (remat_cpu_cache_* in remat/device.h).
  *
  * Why: a training step frees almost everything it allocated, and the next
@@ -18,7 +18,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "core.h"
+#include "cpu.h"
 
 #define RM_CACHE_SIZES 256 /* distinct sizes cached at once (open addressing) */
 
