@@ -1079,6 +1079,54 @@ Test(cli, budget_bounds_the_measured_step_peak) {
     }
 }
 
+/* budget= plans per op (blocks keep some ops and recompute others, --explain
+ * shows which, with the measured peak beside the predicted one);
+ * budget=SIZE:blocks-only keeps today's whole-block plans. Both fit the
+ * budget and train bitwise as none does. */
+Test(cli, budget_plans_ops_and_explains) {
+    const char *flags = "--layers 3 --width 64 --heads 2 --context 32 --batch 4 --threads 1";
+    double min, all;
+    chain_range(flags, &min, &all);
+    long b = (long)(min + 0.3 * (all - min));
+    char *o, *blk, *none, lb[32], lo[32], ln[32];
+    int rc = run(&o, true, "train %s --steps 2 --json --explain --checkpoint budget=%ld", flags, b);
+    cr_assert_eq(rc, 0, "%s", o);
+    rc = run(&blk, true, "train %s --steps 2 --json --checkpoint budget=%ld:blocks-only", flags, b);
+    cr_assert_eq(rc, 0, "%s", blk);
+    rc = run(&none, false, "train %s --steps 2 --json", flags);
+    cr_assert_eq(rc, 0, "%s", none);
+    const char *jo = strchr(o, '{'), *jb = strchr(blk, '{');
+    cr_assert(jo && jb, "%s\n%s", o, blk);
+    char got[64], want[64];
+    snprintf(want, sizeof want, "budget=%ld:blocks-only", b);
+    cr_assert_str_eq(json_str(jb, "strategy", got, sizeof got), want);
+    for (int i = 0; i < 2; i++) {
+        const char *j = i ? jb : jo;
+        double step = json_num(j, "step_peak_bytes");
+        cr_assert(step > 0 && step <= (double)b, "step peak %.0f, budget %ld: %s", step, b, j);
+        cr_assert(json_num(j, "plan_peak_bytes") <= (double)b, "%s", j);
+    }
+    cr_assert_str_eq(json_str(jo, "loss_bits", lo, sizeof lo),
+                     json_str(none, "loss_bits", ln, sizeof ln));
+    cr_assert_str_eq(json_str(jb, "loss_bits", lb, sizeof lb), ln);
+    /* the plans: op level (stderr), and what --explain says per block */
+    cr_assert(strstr(o, "remat plan: op-level"), "%s", o);
+    cr_assert(strstr(blk, "remat plan: optimal") || strstr(blk, "remat plan: minimal"), "%s", blk);
+    free(o);
+    free(blk);
+    free(none);
+    rc = run(&o, true, "train %s --steps 2 --explain --checkpoint budget=%ld", flags, b);
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert(strstr(o, "plan explained (3 stages)") && strstr(o, "predicted: step peak") &&
+                  strstr(o, "measured:  step peak") && strstr(o, "kept:"),
+              "%s", o);
+    free(o);
+    rc = run(&o, true, "train %s --steps 1 --checkpoint budget=50%%:blocks", flags);
+    cr_assert_eq(rc, 2, "%s", o);
+    cr_assert(strstr(o, ":blocks-only"), "%s", o);
+    free(o);
+}
+
 /* A budget at or above what the step needs without checkpointing (as the
  * README's budget=200MiB once was) says so; one below does not. */
 Test(cli, budget_above_store_all_warns) {

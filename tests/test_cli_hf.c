@@ -263,10 +263,29 @@ Test(cli_hf, resume_continues_bitwise_and_selects_llama_tags) {
         0, "%s", o);
     free(o);
     /* no --init-from: the file keeps the model's config.json and its directory */
-    cr_assert_eq(run(&o, "train --resume %s %s --steps 4 --export %s", path("run.bin"), common,
-                     path("resumed")),
+    cr_assert_eq(run(&o, "train --resume %s %s --steps 4 --save %s --export %s", path("run.bin"),
+                     common, path("run4.bin"), path("resumed")),
                  0, "%s", o);
     free(o);
+    /* sample reads the save file as the model it holds: the export's tokens */
+    char *a_out, *b_out;
+    cr_assert_eq(run(&a_out, "sample --resume %s --prompt Once --tokens 8 --temperature 0 --json",
+                     path("run4.bin")),
+                 0, "%s", a_out);
+    cr_assert_eq(run(&b_out,
+                     "sample --init-from %s --prompt Once --tokens 8 --temperature 0 --json",
+                     path("resumed")),
+                 0, "%s", b_out);
+    cJSON *ja = last_json(a_out), *jb = last_json(b_out);
+    char *ia = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(ja, "ids"));
+    char *ib = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(jb, "ids"));
+    cr_assert_str_eq(ia, ib);
+    free(ia);
+    free(ib);
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+    free(a_out);
+    free(b_out);
     char a[600], b[600];
     snprintf(a, sizeof a, "%s/model.safetensors", path("full"));
     snprintf(b, sizeof b, "%s/model.safetensors", path("resumed"));
@@ -314,6 +333,21 @@ Test(cli_hf, openai_style_gpt2_checkpoint_loads) {
     cJSON *j = eval_json(path("openai"), FIX "/data.txt");
     assert_close(num(j, "loss"), expected("gpt2", "eval_loss")->valuedouble, 1e-5, "openai");
     cJSON_Delete(j);
+}
+
+/* A sharded checkpoint (model.safetensors.index.json) evaluates as the same
+ * model saved whole; --data a token file (these directories have no
+ * tokenizer). */
+Test(cli_hf, a_sharded_checkpoint_evaluates_as_the_whole_one) {
+    uint32_t ids[200];
+    for (int i = 0; i < 200; i++) ids[i] = (uint32_t)((i * 37 + i / 7) % 64); /* vocab 64 */
+    cr_assert_eq(remat_token_shard_write(path("t.bin"), ids, 200), 0, "%s", remat_last_error());
+    cJSON *whole = eval_json(REMAT_FIXTURE_DIR "/hf_dirs/llama-tiny", path("t.bin"));
+    cJSON *shards = eval_json(REMAT_FIXTURE_DIR "/hf_dirs/llama-sharded", path("t.bin"));
+    cr_assert_eq(num(whole, "tokens"), 192); /* 12 windows of 16 + 1 in 200 tokens */
+    cr_assert_eq(num(whole, "loss"), num(shards, "loss"));
+    cJSON_Delete(whole);
+    cJSON_Delete(shards);
 }
 
 /* remat bench on a Hugging Face model: every strategy's gradients bitwise

@@ -164,6 +164,15 @@ typedef enum remat_stage_action {
 typedef struct remat_plan_stage {
     remat_stage_action action;
     int n_forward; /* forward runs per step: 1 + number of enclosing checkpoints */
+    /* Op-level plans (REMAT_PLAN_OPS) only, for a CHECKPOINT stage: keep[i]
+     * (n_ops entries, owned by the plan) set means the stage's i-th op
+     * (remat_stage_ops order) is kept from the forward by a selective
+     * checkpoint (MUST_SAVE) instead of being recomputed. keep NULL: the
+     * whole stage is recomputed (a plain checkpoint). */
+    int n_ops;
+    uint8_t *keep;
+    size_t keep_bytes;     /* storage the kept ops hold from forward to recomputation */
+    double recompute_time; /* predicted seconds of the stage's recomputation */
 } remat_plan_stage;
 
 typedef enum remat_plan_kind {
@@ -171,7 +180,8 @@ typedef enum remat_plan_kind {
     REMAT_PLAN_MIN_MEMORY = 1, /* remat_plan_create fell back to the minimal-peak plan (the
                                   budget is feasible but too tight for the slot grid) */
     REMAT_PLAN_SEQUENTIAL = 2, /* remat_plan_sequential: PyTorch's checkpoint_sequential */
-    REMAT_PLAN_REVOLVE = 3     /* remat_plan_revolve: binomial schedule */
+    REMAT_PLAN_REVOLVE = 3,    /* remat_plan_revolve: binomial schedule */
+    REMAT_PLAN_OPS = 4         /* remat_plan_create_ops: per-op keep/recompute inside blocks */
 } remat_plan_kind;
 
 typedef struct remat_plan {
@@ -285,6 +295,89 @@ remat_status remat_revolve_cost(int64_t steps, int64_t checkpoints, int64_t *rec
 /* NULL-safe. */
 void remat_plan_free(remat_plan *plan);
 
+/* ---- op-level planning -------------------------------------------------------------
+ * Inside a checkpointed stage every op is recomputed; a selective checkpoint
+ * (remat/selective.h) can keep some ops' outputs instead. The op-level
+ * planner decides, for each saved tensor of each stage, keep or recompute,
+ * together with which stages to checkpoint, from a profile of every op:
+ *
+ *   remat_op_profile *ops;  remat_profile *prof;  remat_plan *plan;
+ *   remat_profile_stages(&prof, n, stages, x, NULL);
+ *   remat_profile_ops(&ops, n, stages, x, NULL);
+ *   remat_plan_create_ops(&plan, prof, ops, &step, budget, NULL);
+ *   remat_plan_run(plan, stages, x, &y);   // every step, as any plan
+ *
+ * See docs/planner.md ("Op-level plans") for the model and its guarantees. */
+typedef struct remat_op_profile_entry {
+    char name[40];      /* the public op ("remat_linear"), as policies see it */
+    double time;        /* forward seconds, median over the runs */
+    size_t cache_bytes; /* storage a selective checkpoint holds when it keeps this op: its
+                            fresh outputs and the tensors it saves that are neither inputs nor
+                            views of its outputs (0 for an op whose output is a view) */
+    bool cacheable;     /* a policy can keep it (in-place ops and remat_tag cannot) */
+    int n_saved;        /* tensors the op saves for its own backward */
+    int n_saved_views;  /* of which views of an input or of a larger storage (no new bytes) */
+    size_t saved_bytes; /* bytes of the tensors it saves (view bytes) */
+    size_t lean_bytes;  /* of those, stored lean exactly: 1-bit masks (u8), indices (i64) */
+    size_t lossy_bytes; /* of those, f32 activations bf16 storage would halve (lossy: only
+                            when the user allows it; not used by the planner yet) */
+    bool offloadable;   /* its saves live on a device with real offload (cuda); never on cpu */
+} remat_op_profile_entry;
+
+typedef struct remat_stage_ops {
+    int n_ops;
+    remat_op_profile_entry *ops; /* in the order the stage calls them (a policy's op_index) */
+    int same_as; /* the stage whose runs gave the times: this one, or an earlier stage calling
+                    the same ops with the same bytes (measured once per distinct block) */
+} remat_stage_ops;
+
+typedef struct remat_op_profile {
+    int n_stages;
+    remat_stage_ops *stages;
+    int runs; /* timed runs per distinct stage */
+} remat_op_profile;
+
+/* Runs every stage (on the previous stage's output, as remat_profile_stages)
+ * inside a selective checkpoint that keeps every op, and records per op its
+ * name, its time (between the policy calls that open it and the next op),
+ * the bytes keeping it costs (the region's remat_sac_stats.bytes_cached as it
+ * grows) and what it saves for backward (through the save observer, chained
+ * to one already installed). A stage whose first run calls the same ops with
+ * the same bytes as an earlier measured one reuses that stage's times
+ * (same_as). Grad mode, the RNG state and the input are left as they were.
+ * Errors as remat_profile_stages. */
+remat_status remat_profile_ops(remat_op_profile **out, int n_stages, const remat_stage *stages,
+                               remat_tensor *input, const remat_profile_options *opts);
+/* NULL-safe. */
+void remat_op_profile_free(remat_op_profile *ops);
+/* One block per distinct stage: each op, its time, cache bytes and saves. */
+void remat_op_profile_print(const remat_op_profile *ops, FILE *f);
+
+/* The op-level plan with the least predicted step time whose predicted
+ * peak fits budget_bytes. step non-NULL: a whole-step budget (as
+ * remat_plan_create_step; plan->whole_step); NULL: the chain's share (as
+ * remat_plan_create). The plans considered are (a) every stage stored or
+ * checkpointed on its own, a checkpointed stage keeping any subset of its
+ * cacheable ops (solved exactly: the Pareto set of each stage's subsets,
+ * then a dynamic program over the stages on a memory grid fixed by the
+ * profile), and (b) rotor's nested block schedules (remat_plan_create on the
+ * same grid); the faster wins. On the grid, a larger budget can only admit
+ * more plans: the predicted time never grows with the budget, and the
+ * predicted peak never exceeds it. kind is REMAT_PLAN_OPS for (a),
+ * REMAT_PLAN_OPTIMAL for (b). Errors as remat_plan_create_step, and
+ * REMAT_EINVAL when ops does not match the profile's stages. */
+remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profile,
+                                   const remat_op_profile *ops, const remat_step_profile *step,
+                                   size_t budget_bytes, const remat_plan_options *opts);
+
+/* Per stage: stored / checkpointed, the ops kept and recomputed (by name,
+ * with counts for repeats), kept bytes and predicted recompute time. With
+ * measured_peak/measured_time > 0, a last line sets them beside the
+ * prediction. Nothing for NULL plan/f; ops may be NULL (indices instead of
+ * names). */
+void remat_plan_explain(const remat_plan *plan, const remat_op_profile *ops, size_t measured_peak,
+                        double measured_time, FILE *f);
+
 /* Summary, per-stage table and the nested structure (remat_plan_structure's
  * text, e.g. "structure: [ckpt 0-5: [ckpt 0-2: 0-2] 3-5] 6-7").
  * NULL plan/f → nothing. */
@@ -292,7 +385,8 @@ void remat_plan_print(const remat_plan *plan, FILE *f);
 
 /* The plan's nesting as one line of text, as remat_plan_print shows it:
  * runs of stored stages as "a-b" (one stage as "a"), each checkpointed
- * segment as "[ckpt FIRST-LAST: what it holds]", e.g.
+ * segment as "[ckpt FIRST-LAST: what it holds]", a checkpointed stage of an
+ * op-level plan with the ops it keeps ("[ckpt 3-3: 3 keeps 5/25 ops]"), e.g.
  *   [ckpt 0-5: [ckpt 0-2: 0-2] 3-5] 6-7
  * Writes it into buf (n bytes; terminated whenever n > 0): a text of n bytes
  * or more is cut and ends in "..." (when n > 4). *len (OUT, may be NULL) gets

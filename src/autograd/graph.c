@@ -108,6 +108,10 @@ void remat_set_save_observer(remat_save_observer_fn fn, void *user_data) {
 void rm_notify_save(const char *op, remat_tensor *t) {
     if (g_save_obs) g_save_obs(g_save_obs_ud, op, t);
 }
+void rm_save_observer_get(remat_save_observer_fn *fn, void **user_data) {
+    *fn = g_save_obs;
+    *user_data = g_save_obs_ud;
+}
 
 /* ---- nodes ------------------------------------------------------------------------------ */
 static atomic_uint_fast64_t g_seq;

@@ -200,5 +200,8 @@ remat_status rm_grad_add_into(remat_tensor *acc, remat_tensor *g);
 
 /* Calls the save observer (residual reports) for a tensor being saved. */
 void rm_notify_save(const char *op, remat_tensor *t);
+/* The save observer installed now (fn NULL: none), so that a temporary
+ * one can chain to it and put it back (the op-level profile). */
+void rm_save_observer_get(remat_save_observer_fn *fn, void **user_data);
 
 #endif /* REMAT_AUTOGRAD_GRAPH_H */

@@ -695,7 +695,13 @@ remat_status remat_from_data(remat_tensor **out, int ndim, const int64_t *shape,
     remat_tensor *t = NULL;
     rc = make_tensor(&t, ndim, shape, dtype, REMAT_DEVICE_CPU, false);
     if (rc) return rm_err_prefix(rc, "remat_from_data");
-    if (n) memcpy(rm_ptr(t), data, (size_t)n * remat_dtype_size(dtype));
+    if (n) /* through backend 0's copy, as every host copy of the core */
+        rc = rm_device_copy(REMAT_DEVICE_CPU, rm_ptr(t), REMAT_DEVICE_CPU, data,
+                            (size_t)n * remat_dtype_size(dtype));
+    if (rc) {
+        rm_release(t);
+        return rm_err_prefix(rc, "remat_from_data");
+    }
     t->origin = "remat_from_data";
     return rm_hand_out(out, t);
 }

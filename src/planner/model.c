@@ -320,6 +320,8 @@ remat_status pl_finish(remat_plan **out, pl_builder *b, int n_stages, remat_plan
 
 void remat_plan_free(remat_plan *plan) {
     if (!plan) return;
+    if (plan->stages)
+        for (int k = 0; k < plan->n_stages; k++) free(plan->stages[k].keep);
     free(plan->nodes);
     free(plan->stages);
     free(plan);
@@ -428,6 +430,13 @@ static void structure_level(text_out *o, const remat_plan *p, const int *next, i
         } else {
             text_add(o, "[ckpt %d-%d: ", nd->first, nd->last);
             structure_level(o, p, next, i + 1, next[i]);
+            /* op-level plans: how many of the stage's ops it keeps */
+            const remat_plan_stage *st = &p->stages[nd->first];
+            if (nd->first == nd->last && st->keep) {
+                int kept = 0;
+                for (int k = 0; k < st->n_ops; k++) kept += st->keep[k] != 0;
+                text_add(o, " keeps %d/%d ops", kept, st->n_ops);
+            }
             text_add(o, "]");
             i = next[i];
         }
@@ -456,6 +465,7 @@ static const char *kind_name(remat_plan_kind k) {
     case REMAT_PLAN_MIN_MEMORY: return "minimal memory (budget too tight for the slot grid)";
     case REMAT_PLAN_SEQUENTIAL: return "uniform segments (checkpoint_sequential)";
     case REMAT_PLAN_REVOLVE: return "Revolve binomial schedule";
+    case REMAT_PLAN_OPS: return "op-level (per-op keep/recompute, remat_plan_create_ops)";
     }
     return "?";
 }
@@ -467,6 +477,23 @@ static const char *action_name(remat_stage_action a) {
     case REMAT_STAGE_RECOMPUTE: return "recompute";
     }
     return "?";
+}
+
+/* Op-level plans: what the checkpointed stages keep, in one line
+ * (remat_plan_explain has the details). */
+static void print_op_summary(const remat_plan *p, FILE *f) {
+    int kept = 0, ops = 0, n_st = 0;
+    size_t bytes = 0;
+    for (int k = 0; k < p->n_stages; k++) {
+        const remat_plan_stage *st = &p->stages[k];
+        if (st->action != REMAT_STAGE_CHECKPOINT) continue;
+        n_st++;
+        ops += st->n_ops;
+        bytes += st->keep_bytes;
+        for (int i = 0; st->keep && i < st->n_ops; i++) kept += st->keep[i] != 0;
+    }
+    fprintf(f, "  op level: the %d checkpointed stages keep %d of their %d ops (%.2f MiB)\n", n_st,
+            kept, ops, PL_MIB(bytes));
 }
 
 void remat_plan_print(const remat_plan *p, FILE *f) {
@@ -486,7 +513,8 @@ void remat_plan_print(const remat_plan *p, FILE *f) {
     if (p->kind == REMAT_PLAN_REVOLVE) fprintf(f, "  checkpoints (c): %d\n", p->checkpoints);
     if (p->kind == REMAT_PLAN_SEQUENTIAL) fprintf(f, "  segments: %d\n", p->checkpoints);
     if (p->has_profile) {
-        if (p->kind == REMAT_PLAN_OPTIMAL || p->kind == REMAT_PLAN_MIN_MEMORY) {
+        if (p->kind == REMAT_PLAN_OPTIMAL || p->kind == REMAT_PLAN_MIN_MEMORY ||
+            p->kind == REMAT_PLAN_OPS) {
             fprintf(f, "  budget %.2f MiB%s (%zu bytes", PL_MIB(p->budget_bytes),
                     p->whole_step ? " for the whole step" : "", p->budget_bytes);
             if (p->slot_bytes) fprintf(f, ", slots of %zu bytes", p->slot_bytes);
@@ -503,6 +531,7 @@ void remat_plan_print(const remat_plan *p, FILE *f) {
         fprintf(f, "  predicted cost %.0f stage-steps (store-all %.0f)\n", p->time,
                 p->time_store_all);
     }
+    if (p->kind == REMAT_PLAN_OPS) print_op_summary(p, f);
     size_t len = 0;
     if (remat_plan_structure(p, NULL, 0, &len) == REMAT_OK) {
         char *text = malloc(len + 1);
@@ -512,9 +541,10 @@ void remat_plan_print(const remat_plan *p, FILE *f) {
     }
     if (p->n_stages <= 32) {
         fprintf(f, "  %5s  %-10s %8s\n", "stage", "action", "fwd runs");
-        for (int k = 0; k < p->n_stages; k++)
-            fprintf(f, "  %5d  %-10s %8d\n", k, action_name(p->stages[k].action),
-                    p->stages[k].n_forward);
+        for (int k = 0; k < p->n_stages; k++) {
+            const remat_plan_stage *st = &p->stages[k];
+            fprintf(f, "  %5d  %-10s %8d\n", k, action_name(st->action), st->n_forward);
+        }
         return;
     }
     /* long chains: one character per stage, 64 per line */

@@ -83,6 +83,15 @@ remat_status pl_validate(const remat_plan *plan, const char *call);
  * reaches it (with the least time among those the recursion sees). */
 remat_status pl_min_peak(const pl_model *m, uint64_t *peak, pl_builder *b, const char *call);
 
+/* Rotor's DP for a chain share of chain_budget bytes on a grid of `unit`
+ * bytes per slot (fixed by the caller, so that a larger budget only adds
+ * slots: the op-level planner's monotonicity). *feasible: a plan was found
+ * and appended to b (the head of a whole-step model stripped). */
+remat_status pl_rotor_on_grid(const pl_model *m, uint64_t chain_budget, uint64_t unit,
+                              pl_builder *b, bool *feasible, const char *call);
+/* The automatic slot count of remat_plan_create for this model. */
+int pl_auto_slots(const pl_model *m);
+
 /* Store-everything plan. */
 remat_status pl_build_store_all(pl_builder *b, int n_stages);
 

@@ -26,6 +26,7 @@
 
 #include "core/core.h"
 #include "planner_internal.h"
+#include "remat/selective.h"
 
 /* Everything a segment needs to run its children, shared by the segments
  * of one remat_plan_run call and kept alive by them (refcounted): the
@@ -38,6 +39,9 @@ typedef struct pl_runctx {
     int *next;              /* subtree ends */
     remat_stage *stages;    /* copy of the caller's list */
     remat_checkpoint_options opts;
+    remat_policy **keep; /* op-level plans: per stage, the policy of its selective
+                               checkpoint (NULL: a plain one); NULL for block plans */
+    int n_stages;
 } pl_runctx;
 
 /* user_data of one checkpoint call (owned by it: user_data_destroy). */
@@ -51,7 +55,50 @@ static void runctx_unref(pl_runctx *c) {
     free(c->nodes);
     free(c->next);
     free(c->stages);
+    if (c->keep)
+        for (int k = 0; k < c->n_stages; k++) remat_policy_release(c->keep[k]);
+    free(c->keep);
     free(c);
+}
+
+/* ---- op-level plans: a stage's kept ops as a policy ------------------------------------- */
+typedef struct keep_state {
+    int n;
+    uint8_t keep[]; /* n entries */
+} keep_state;
+
+/* Keeps the ops the plan marks (by their index in the stage, as profiled), recomputes the rest. */
+static remat_checkpoint_policy keep_policy(const remat_sac_context *ctx, const char *op,
+                                           int n_inputs, remat_tensor *const *inputs,
+                                           void *user_state) {
+    (void)op;
+    (void)n_inputs;
+    (void)inputs;
+    const keep_state *ks = user_state;
+    int i = ctx->op_index;
+    return i >= 0 && i < ks->n && ks->keep[i] ? REMAT_MUST_SAVE : REMAT_PREFER_RECOMPUTE;
+}
+
+static remat_status keep_policies(pl_runctx *c, const remat_plan *plan, const char *call) {
+    bool any = false;
+    for (int k = 0; k < plan->n_stages; k++) any = any || plan->stages[k].keep;
+    if (!any) return REMAT_OK;
+    c->keep = calloc((size_t)plan->n_stages, sizeof *c->keep);
+    if (!c->keep) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    for (int k = 0; k < plan->n_stages; k++) {
+        const remat_plan_stage *st = &plan->stages[k];
+        if (!st->keep || st->n_ops <= 0) continue;
+        keep_state *ks = malloc(sizeof *ks + (size_t)st->n_ops);
+        if (!ks) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+        ks->n = st->n_ops;
+        memcpy(ks->keep, st->keep, (size_t)st->n_ops);
+        int rc = remat_policy_from_fn(&c->keep[k], keep_policy, ks, free);
+        if (rc) {
+            free(ks);
+            return rc;
+        }
+    }
+    return REMAT_OK;
 }
 
 static void seg_destroy(void *user_data) {
@@ -84,6 +131,7 @@ static remat_status runctx_new(const remat_plan *plan, const remat_stage *stages
     }
     atomic_init(&c->ref, 1);
     c->n_nodes = plan->n_nodes;
+    c->n_stages = plan->n_stages;
     memcpy(c->nodes, plan->nodes, nn * sizeof *c->nodes);
     memcpy(c->stages, stages, n * sizeof *c->stages);
     c->opts = *opts;
@@ -92,6 +140,11 @@ static remat_status runctx_new(const remat_plan *plan, const remat_stage *stages
         if (c->nodes[i].op == REMAT_PLAN_CHECKPOINT)
             while (j < plan->n_nodes && c->nodes[j].parent == i) j = c->next[j];
         c->next[i] = j;
+    }
+    rc = keep_policies(c, plan, call);
+    if (rc) {
+        runctx_unref(c);
+        return rc;
     }
     *out = c;
     return REMAT_OK;
@@ -134,8 +187,17 @@ static remat_status run_level(pl_runctx *c, int i, int end, remat_tensor *in, re
             } else {
                 atomic_fetch_add(&c->ref, 1);
                 *sg = (pl_seg){c, i};
+                /* an op-level plan's stage: a selective checkpoint keeping its planned ops
+                 * (the config is read by this call only; regions hold the policy) */
+                remat_checkpoint_options o = c->opts;
+                remat_sac_config cfg = {0};
+                if (c->keep && nd->first == nd->last && c->keep[nd->first]) {
+                    cfg.policy = c->keep[nd->first];
+                    o.context_fn = remat_sac_context_fn;
+                    o.context_fn_data = &cfg;
+                }
                 /* the checkpoint owns sg from here on, failure included */
-                rc = remat_checkpoint(segment_fn, sg, 1, &cur, 1, &y, &c->opts);
+                rc = remat_checkpoint(segment_fn, sg, 1, &cur, 1, &y, &o);
             }
         }
         if (own) rm_release(cur);

@@ -240,14 +240,22 @@ static void dp_free(dp_tab *d) {
 
 /* Runs the slot DP with `slots` slots; *feasible tells whether a plan was
  * found (then appended to b). */
+static remat_status dp_solve_unit(const pl_model *md, uint64_t budget, uint64_t unit, pl_builder *b,
+                                  bool *feasible, const char *call);
 static remat_status dp_solve(const pl_model *md, uint64_t budget, int64_t slots, pl_builder *b,
                              bool *feasible, uint64_t *unit_out, const char *call) {
-    *feasible = false;
-    int L = md->L;
     uint64_t unit = (budget + (uint64_t)slots - 1) / (uint64_t)slots;
     if (unit == 0) unit = 1;
-    dp_tab d = {.L = L, .M = (int64_t)(budget / unit), .gp = md->gp, .unit = unit};
     *unit_out = unit;
+    return dp_solve_unit(md, budget, unit, b, feasible, call);
+}
+
+/* The slot DP on a grid of `unit` bytes per slot (budget / unit slots). */
+static remat_status dp_solve_unit(const pl_model *md, uint64_t budget, uint64_t unit, pl_builder *b,
+                                  bool *feasible, const char *call) {
+    *feasible = false;
+    int L = md->L;
+    dp_tab d = {.L = L, .M = (int64_t)(budget / unit), .gp = md->gp, .unit = unit};
     size_t n_tri = tri(0, L);
     size_t cells = n_tri * (size_t)(d.M + 1);
     if (cells / (size_t)(d.M + 1) != n_tri || cells > PL_MAX_TABLE_BYTES / 12)
@@ -296,6 +304,16 @@ static remat_status dp_solve(const pl_model *md, uint64_t budget, int64_t slots,
 static void strip_head(pl_builder *b, const pl_model *m) {
     if (m->n_chain < m->L && b->n > 0 && !b->failed) b->n--;
 }
+
+remat_status pl_rotor_on_grid(const pl_model *m, uint64_t chain_budget, uint64_t unit,
+                              pl_builder *b, bool *feasible, const char *call) {
+    int rc = dp_solve_unit(m, chain_budget, unit, b, feasible, call);
+    if (!rc && *feasible) strip_head(b, m);
+    return rc;
+}
+
+static int auto_slots(const pl_model *m);
+int pl_auto_slots(const pl_model *m) { return auto_slots(m); }
 
 static int auto_slots(const pl_model *m) {
     /* A finer grid wastes less of the budget to rounding; keep the tables

@@ -138,7 +138,7 @@ static const opt_row rows[] = {
     /* checkpointing */
     {"--checkpoint", "S", OPT_STR, TB, SEC_CKPT, T(checkpoint_text),
      .help = "none | block | sequential=N | selective[=POLICY] |\n"
-             "budget=SIZE | blocks-budget=SIZE.\n"
+             "budget=SIZE[:blocks-only] | blocks-budget=SIZE.\n"
              "block: every block checkpointed;\n"
              "sequential=N: the blocks split into N segments\n"
              "(checkpoint_sequential);\n"
@@ -147,9 +147,11 @@ static const opt_row rows[] = {
              "optimizer state, activations) fits SIZE: 500000\n"
              "(bytes), 64K, 200MiB, 1.5GiB, 2GB (powers of 1024), or\n"
              "P% with 0 < P <= 100: that share of the step's peak\n"
-             "without checkpointing (budget=40%);\n"
-             "blocks-budget=SIZE: the same with SIZE bounding only\n"
-             "what the blocks add (P%: of what they add without\n"
+             "without checkpointing (budget=40%); it keeps or\n"
+             "recomputes each op of each block;\n"
+             "budget=SIZE:blocks-only: whole blocks only;\n"
+             "blocks-budget=SIZE: whole blocks, SIZE bounding only\n"
+             "what they add (P%: of what they add without\n"
              "checkpointing);\n"
              "selective=POLICY: every block checkpointed, but the\n"
              "policy's op outputs are kept from the forward:\n"
@@ -166,6 +168,9 @@ static const opt_row rows[] = {
              "not for budget= and selective=, which are non-reentrant)"},
     {"--verbose", NULL, OPT_FLAG, TB, SEC_CKPT, T(verbose),
      .help = "print the planner's profile of the blocks and its plans"},
+    {"--explain", NULL, OPT_FLAG, CMD_TRAIN, SEC_CKPT, T(explain),
+     .help = "budget=: per block, the ops the plan keeps and\n"
+             "recomputes, predicted and measured peak and time"},
     /* data parallelism */
     {"--dist-timeout", "S", OPT_POSNUM, TB, SEC_DIST, T(dist_timeout), .lo = 0, .hi = BIG,
      .help = "a rank that fails or stops answering ends the job\nwithin S seconds, naming it",
@@ -460,10 +465,11 @@ int args_check_model(config *c, bool bench, char *err, size_t n) {
         }
         /* a misspelt tag would silently save nothing */
         if (!strategy_check_tags(&all[i], n_tags, tags,
-                                 c->model == MODEL_GPT   ? "GPT"
-                                 : c->model == MODEL_MLP ? "MLP"
-                                 : c->hf                 ? hf_family_name(c->hf->cfg.family)
-                                                         : "model",
+                                 c->model == MODEL_GPT                            ? "GPT"
+                                 : c->model == MODEL_MLP                          ? "MLP"
+                                 : c->hf && c->hf->cfg.family == REMAT_MODEL_GPT2 ? "GPT-2 model"
+                                 : c->hf                                          ? "Llama model"
+                                                                                  : "model",
                                  why, sizeof why)) {
             snprintf(err, n, "bad strategy '%s': %s", all[i].name, why);
             return 1;

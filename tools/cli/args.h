@@ -55,6 +55,7 @@ typedef struct config {
     bool json, csv, quiet;
     bool progress; /* train --progress: the bar even when stderr is no terminal */
     bool verbose;  /* print the planner's profile and plans */
+    bool explain;  /* train --explain: what the plan keeps and recomputes per block */
     bool report;   /* train --report: residual report of the run's first step */
     long eval_every;
     /* under mpirun (tools/train/dist.h) */

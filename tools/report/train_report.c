@@ -240,6 +240,11 @@ static void train_report_text(const train_run *tr, const train_totals *t) {
                         util_fmt_bytes((double)p->peak_bytes, pk, sizeof pk),
                         util_fmt_bytes((double)tr->step_peak, ms, sizeof ms), p->n_recomputed);
     }
+    if (p && c->explain) {
+        term_buf tb;
+        remat_plan_explain(p, tr->ops, tr->step_peak, t->step_ms / 1e3, term_buf_open(&tb, stdout));
+        term_buf_close(&tb, stdout);
+    }
     if (tr->have_sac) {
         char cb[32];
         term_printf(stdout,

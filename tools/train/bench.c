@@ -114,6 +114,7 @@ static bool compare_grads(const model *m, float **ref, double *max_diff) {
 /* The planner's numbers for the chain, shared by every budget strategy. */
 typedef struct planner_info {
     remat_profile *prof;                        /* NULL: no strategy needed the planner */
+    remat_op_profile *ops;                      /* budget= (op level): the blocks' ops */
     remat_step_profile step;                    /* the step around the chain (model_profile_step) */
     size_t min_budget, store_all;               /* budget=: the whole step's allocator peak */
     size_t blocks_min_budget, blocks_store_all; /* blocks-budget=: what the blocks add */
@@ -219,7 +220,7 @@ static void print_plans(const config *c, const result *r, const planner_info *pl
         /* budget=: the step's peak; blocks-budget=: what the step adds
          * (the blocks' share plus the head's, measured as one) */
         double measured = s->blocks_only ? (double)(r[i].peak - r[i].baseline) : (double)r[i].peak;
-        printf("  %-18s budget %7.2f MiB, %s %7.2f predicted, %7.2f measured; %" PRId64
+        printf("  %-18s budget %7.2f MiB, %s %6.2f predicted, %6.2f measured; %" PRId64
                " recomputed\n    structure: %s\n",
                s->name, (double)p->budget_bytes / M, s->blocks_only ? "blocks" : "peak  ",
                (double)p->peak_bytes / M, measured / M, p->n_recomputed, st);
@@ -494,10 +495,24 @@ static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, b
         term_buf_close(&tb, stderr);
     }
     if (c->sweep) sweep_budgets(c, pl);
+    bool want_ops = false;
+    for (int i = 0; i < c->n_strategies; i++)
+        want_ops = want_ops || strategy_wants_ops(&c->strategies[i]);
+    if (want_ops) {
+        step_malloc_mode(false);
+        rc = model_profile_ops(m, b, &pl->ops);
+        step_malloc_mode(true);
+        if (rc) return rc;
+        if (c->verbose) {
+            term_buf tb;
+            remat_op_profile_print(pl->ops, term_buf_open(&tb, stderr));
+            term_buf_close(&tb, stderr);
+        }
+    }
     for (int i = 0; i < c->n_strategies; i++) {
         strategy *s = &c->strategies[i];
         if (s->kind != STRAT_BUDGET) continue;
-        rc = strategy_plan(s, pl->prof, &pl->step);
+        rc = strategy_plan(s, pl->prof, &pl->step, pl->ops);
         if (rc && c->default_strategies && s->budget < pl->min_budget) {
             /* the default list's budget=50% does not fit every model: leave it out */
             if (log)
@@ -879,6 +894,7 @@ static void bench_free(bench_run *br) {
     free(br->r);
     for (int i = 0; i < br->c->n_strategies; i++) strategy_free(&br->c->strategies[i]);
     remat_profile_free(br->pl.prof);
+    remat_op_profile_free(br->pl.ops);
     batch_free(&br->b);
     model_free(&br->m);
     task_free(&br->tk);

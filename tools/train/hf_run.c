@@ -10,6 +10,8 @@
 #include "cli/util.h"
 #include "io/hf_dir.h"
 #include "io/json.h"
+#include "io/training_save.h"
+#include "models.h"
 #include "remat/autocast.h"
 #include "step.h"
 
@@ -200,14 +202,43 @@ static int step_cached(remat_model *m, remat_model_cache *cache, const int64_t *
     return rc;
 }
 
-static int sample_run(config *c, hf_dir *d, remat_model **m, sampled *s) {
-    int rc = hf_dir_open(d, c->init_from, "--init-from");
+/* A --resume file of a Hugging Face run: its config.json, the tokenizer of the
+ * directory it started from, the weights of the file (pm owns the model). */
+static int resumed_model(config *c, hf_dir *d, model *pm, remat_model **m) {
+    saved_state s;
+    int rc = savefile_read(c->resume, &s);
+    size_t n = 0, dn = 0;
+    const char *text = rc ? NULL : savefile_record(&s, "hf.config", &n);
+    const char *dir = rc ? NULL : savefile_record(&s, "hf.dir", &dn);
+    char dir_path[4096] = "", name[4200];
+    if (dir && dn < sizeof dir_path) snprintf(dir_path, sizeof dir_path, "%.*s", (int)dn, dir);
+    snprintf(name, sizeof name, "%s (its config.json)", c->resume);
+    if (!rc && !text)
+        rc = remat_set_error(REMAT_EFORMAT, "--resume %s: the file has no hf.config record",
+                             c->resume);
+    if (!rc) rc = hf_dir_from_config(d, text, n, name, dir_path[0] ? dir_path : NULL, "--resume");
+    config mc = *c;
+    mc.model = MODEL_HF;
+    mc.hf = d;
+    mc.context = (int)d->cfg.max_positions;
+    if (!rc) rc = model_init(pm, &mc, s.seed); /* resume: the weights come from the file */
+    if (!rc) rc = savefile_load_params(&s, c->resume, pm);
+    savefile_free(&s);
+    if (!rc) *m = pm->lib;
+    return rc;
+}
+
+static int sample_run(config *c, hf_dir *d, model *pm, remat_model **m, sampled *s) {
+    const char *src = c->init_from ? c->init_from : c->resume;
+    int rc =
+        c->init_from ? hf_dir_open(d, c->init_from, "--init-from") : resumed_model(c, d, pm, m);
     if (!rc && !d->tok)
         rc = remat_set_error(REMAT_EINVAL,
-                             "--init-from %s: the directory has no tokenizer.json (remat sample "
-                             "encodes the prompt and decodes the tokens with it)",
-                             c->init_from);
-    if (!rc) rc = hf_model_create(m, d, c->device, true);
+                             "%s %s: %s has no tokenizer.json (remat sample encodes the prompt "
+                             "and decodes the tokens with it)",
+                             c->init_from ? "--init-from" : "--resume", src,
+                             c->init_from ? "the directory" : "the directory the run started from");
+    if (!rc && c->init_from) rc = hf_model_create(m, d, c->device, true);
     if (!rc)
         rc = remat_tokenizer_encode(d->tok, c->prompt, strlen(c->prompt), true, &s->prompt,
                                     &s->n_prompt);
@@ -216,9 +247,9 @@ static int sample_run(config *c, hf_dir *d, remat_model **m, sampled *s) {
     const remat_model_config *cfg = &d->cfg;
     if (s->n_prompt == 0 && d->extra.bos_token_id < 0)
         return remat_set_error(REMAT_EINVAL,
-                               "--prompt is empty and %s/config.json has no bos_token_id to "
+                               "--prompt is empty and %s's config.json has no bos_token_id to "
                                "start from",
-                               c->init_from);
+                               src);
     if (s->n_prompt == 0) { /* start from the beginning-of-sequence token */
         free(s->prompt);
         if (!(s->prompt = malloc(sizeof *s->prompt)))
@@ -230,9 +261,9 @@ static int sample_run(config *c, hf_dir *d, remat_model **m, sampled *s) {
     if (P + N > cfg->max_positions)
         return remat_set_error(REMAT_EINVAL,
                                "a prompt of %lld tokens and --tokens %lld need %lld positions; the "
-                               "model has %lld (%s/config.json: %s)",
+                               "model has %lld (%s: config.json: %s)",
                                (long long)P, (long long)N, (long long)(P + N),
-                               (long long)cfg->max_positions, c->init_from, positions_key(cfg));
+                               (long long)cfg->max_positions, src, positions_key(cfg));
     const int64_t V = cfg->vocab;
     int64_t *prompt = malloc(sizeof *prompt * (size_t)P);
     float *buf = malloc(sizeof *buf * (size_t)(P * V));
@@ -285,7 +316,7 @@ static int sample_print(const config *c, const hf_dir *d, const sampled *s) {
         json_start(&j, &out);
         json_object(&j, NULL);
         json_str(&j, "command", "sample");
-        json_str(&j, "init_from", c->init_from);
+        json_str(&j, c->init_from ? "init_from" : "file", c->init_from ? c->init_from : c->resume);
         json_text(&j, "prompt", c->prompt);
         json_array(&j, "prompt_ids");
         for (size_t i = 0; i < s->n_prompt; i++) json_int(&j, NULL, s->prompt[i]);
@@ -316,13 +347,16 @@ int cmd_sample_hf(config *c) {
     hf_dir d;
     memset(&d, 0, sizeof d);
     remat_model *m = NULL;
+    model pm; /* a --resume file's model (owns m then) */
+    memset(&pm, 0, sizeof pm);
     sampled s;
     memset(&s, 0, sizeof s);
-    int rc = sample_run(c, &d, &m, &s);
+    int rc = sample_run(c, &d, &pm, &m, &s);
     if (!rc) rc = sample_print(c, &d, &s);
     free(s.prompt);
     free(s.ids);
-    remat_model_free(m);
+    if (pm.lib) model_free(&pm);
+    else remat_model_free(m);
     hf_dir_free(&d);
     if (rc) {
         fprintf(stderr, "remat sample: %s\n", remat_last_error());

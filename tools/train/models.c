@@ -412,6 +412,29 @@ static int model_profile_chain_run(model *m, const batch *b, const remat_profile
     return rc;
 }
 
+static int model_profile_ops_run(model *m, const batch *b, remat_op_profile **out) {
+    *out = NULL;
+    remat_tensor *x = NULL;
+    remat_stage *st = malloc(sizeof *st * (size_t)m->layers);
+    if (!st) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    for (int i = 0; i < m->layers; i++) st[i] = (remat_stage){traced_block, m->ud[i]};
+    bool prev = remat_enable_grad_begin();
+    int rc = embed(m, b, &x);
+    if (!rc) rc = remat_profile_ops(out, m->layers, st, x, NULL);
+    remat_grad_mode_restore(prev);
+    remat_release(x);
+    free(st);
+    return rc;
+}
+
+int model_profile_ops(model *m, const batch *b, remat_op_profile **out) {
+    remat_autocast_state prev;
+    int rc = remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, m->autocast);
+    if (!rc) rc = model_profile_ops_run(m, b, out);
+    remat_autocast_end(&prev);
+    return rc;
+}
+
 int model_profile_chain(model *m, const batch *b, const remat_profile_options *opts,
                         remat_profile **out) {
     remat_autocast_state prev;

@@ -133,6 +133,10 @@ int model_profile_chain(model *m, const batch *b, const remat_profile_options *o
  * set unless grads_kept. */
 int model_profile_step(model *m, const batch *b, bool grads_kept, remat_profile **chain,
                        remat_step_profile *step);
+/* The op-level planner's view of the chain: every op of every distinct
+ * block (remat_profile_ops) on the embedding of batch b. No .grad is
+ * touched and the RNG state is put back. */
+int model_profile_ops(model *m, const batch *b, remat_op_profile **out);
 /* Drops every parameter's .grad. */
 void model_zero_grad(model *m);
 /* Dropout on (training) or off (evaluation); the program's GPT and MLP have none. */

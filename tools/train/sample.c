@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/util.h"
+#include "hf_run.h"
 #include "io/json.h"
 #include "io/training_save.h"
 #include "models.h"
@@ -89,6 +90,12 @@ static int print_json(const config *c, const unsigned char *text, size_t prompt_
 }
 
 int cmd_sample(config *c) {
+    saved_state peek; /* a Hugging Face run's file samples as its model */
+    if (savefile_read(c->resume, &peek) == REMAT_OK && peek.model == MODEL_HF) {
+        savefile_free(&peek);
+        return cmd_sample_hf(c);
+    }
+    savefile_free(&peek);
     step_setup_process(c->threads);
     const uint64_t seed = c->seed; /* the sampling's; the file's own seed made the model */
     model m;

@@ -31,11 +31,13 @@ void strategy_name(strategy *s) {
     case STRAT_BUDGET:
         /* the size as the user wrote it reads better than a byte count */
         if (s->budget_text[0])
-            snprintf(s->name, sizeof s->name, "%s=%s", s->blocks_only ? "blocks-budget" : "budget",
-                     s->budget_text);
+            snprintf(s->name, sizeof s->name, "%s=%s%s",
+                     s->blocks_only ? "blocks-budget" : "budget", s->budget_text,
+                     s->block_level ? ":blocks-only" : "");
         else
-            snprintf(s->name, sizeof s->name, "%s=%llu",
-                     s->blocks_only ? "blocks-budget" : "budget", (unsigned long long)s->budget);
+            snprintf(s->name, sizeof s->name, "%s=%llu%s",
+                     s->blocks_only ? "blocks-budget" : "budget", (unsigned long long)s->budget,
+                     s->block_level ? ":blocks-only" : "");
         return; /* plans always run non-reentrant checkpoints */
     }
     if (s->reentrant) {
@@ -181,6 +183,19 @@ bool strategy_parse(const char *text, bool reentrant, strategy *s, char *err, si
             snprintf(msg, sizeof msg, "bad size in %s=SIZE (too long)", key);
             return perr(err, n_err, msg);
         }
+        /* budget=SIZE:blocks-only: whole blocks (rotor's schedules), no per-op choices */
+        char vbuf[sizeof r.budget_text];
+        const char *colon = strchr(val, ':');
+        if (colon) {
+            if (r.blocks_only || strcmp(colon + 1, "blocks-only") != 0)
+                return perr(err, n_err,
+                            r.blocks_only ? "blocks-budget=SIZE takes no ':' option"
+                                          : "budget=SIZE takes one option, ':blocks-only' "
+                                            "(e.g. budget=64MiB:blocks-only)");
+            snprintf(vbuf, sizeof vbuf, "%.*s", (int)(colon - val), val);
+            val = vbuf;
+            r.block_level = true;
+        }
         if (strchr(val, '%')) {
             if (!parse_percent(val, &r.budget_pct)) {
                 snprintf(msg, sizeof msg,
@@ -205,8 +220,8 @@ bool strategy_parse(const char *text, bool reentrant, strategy *s, char *err, si
         r.reentrant = false;
     } else {
         return perr(err, n_err,
-                    "expected none, block, sequential=N, selective[=POLICY], budget=SIZE or "
-                    "blocks-budget=SIZE");
+                    "expected none, block, sequential=N, selective[=POLICY], "
+                    "budget=SIZE[:blocks-only] or blocks-budget=SIZE");
     }
     strategy_name(&r);
     *s = r;
@@ -298,7 +313,12 @@ static void size_at_least(char *buf, size_t n, double bytes) {
     else snprintf(buf, n, "%.2fMiB", ceil(bytes / MIB * 100.0) / 100.0);
 }
 
-int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profile *step) {
+bool strategy_wants_ops(const strategy *s) {
+    return s->kind == STRAT_BUDGET && !s->blocks_only && !s->block_level;
+}
+
+int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profile *step,
+                  const remat_op_profile *ops) {
     if (s->kind != STRAT_BUDGET) return REMAT_OK;
     remat_plan_free(s->plan);
     s->plan = NULL;
@@ -314,8 +334,11 @@ int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profi
     }
     if (rc) return rc;
     if (s->budget_pct > 0) s->budget = (uint64_t)(s->budget_pct / 100.0 * (double)store_all);
-    rc = whole ? remat_plan_create_step(&s->plan, prof, step, (size_t)s->budget, NULL)
-               : remat_plan_create(&s->plan, prof, (size_t)s->budget);
+    if (whole && ops && strategy_wants_ops(s))
+        rc = remat_plan_create_ops(&s->plan, prof, ops, step, (size_t)s->budget, NULL);
+    else
+        rc = whole ? remat_plan_create_step(&s->plan, prof, step, (size_t)s->budget, NULL)
+                   : remat_plan_create(&s->plan, prof, (size_t)s->budget);
     if (rc == REMAT_EINVAL && s->budget < min) {
         /* the planner's message states the minimum in bytes; add what to type */
         char msg[512];

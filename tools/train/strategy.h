@@ -13,11 +13,15 @@
  *                   PyTorch: dots (default) | names:A+B | all-but:A+B | except:A+B
  *                      | nothing | everything  (A, B: the model's tags)
  *   budget=SIZE     the budget planner (remat/planner.h) for the whole step:
- *                   the blocks, the head and the embedding are profiled once,
- *                   remat_plan_create_step picks the fastest schedule whose
- *                   predicted step peak (parameters, optimizer state,
- *                   gradients, activations) fits SIZE bytes (or P% of the
- *                   step's un-checkpointed peak), remat_plan_run runs it
+ *                   the blocks (op by op), the head and the embedding are
+ *                   profiled once, remat_plan_create_ops picks the fastest
+ *                   plan — per block store, or checkpoint keeping the ops it
+ *                   chooses — whose predicted step peak (parameters,
+ *                   optimizer state, gradients, activations) fits SIZE bytes
+ *                   (or P% of the step's un-checkpointed peak),
+ *                   remat_plan_run runs it
+ *   budget=SIZE:blocks-only  the same with whole blocks only
+ *                   (remat_plan_create_step: rotor's block schedules)
  *   blocks-budget=SIZE  the same with SIZE bounding only what the blocks add
  *                   (remat_plan_create; P%: of the blocks' store-all peak)
  */
@@ -58,6 +62,7 @@ typedef struct strategy {
     double budget_pct; /* budget=P%: P, a share of the chain's un-checkpointed peak; 0 else */
     bool reentrant;    /* --reentrant (never for budget: plans run non-reentrant) */
     bool blocks_only;  /* blocks-budget=SIZE: the budget bounds the blocks' share only */
+    bool block_level;  /* budget=SIZE:blocks-only: whole blocks, no per-op choices */
     bool covers_all;   /* budget: set by strategy_plan when SIZE is at or above what the
                            step (blocks) needs without checkpointing: nothing is checkpointed */
     char policy[192];  /* selective: canonical POLICY, e.g. "dots", "names:qkv+attn_out" */
@@ -117,7 +122,10 @@ int strategy_step_range(const remat_profile *prof, const remat_step_profile *ste
  * the planner's message, which states that minimum, followed by what to type
  * (budget=SIZE and budget=P%). Sets s->covers_all when nothing needs
  * checkpointing (see strategy_budget_warning). Other kinds: nothing to do. */
-int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profile *step);
+int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profile *step,
+                  const remat_op_profile *ops);
+/* budget=SIZE (whole step, op level): whether strategy_plan needs an op profile. */
+bool strategy_wants_ops(const strategy *s);
 /* After strategy_plan: a one-line warning when the budget is at or above
  * what no checkpointing needs (then false with buf empty otherwise). */
 bool strategy_budget_warning(const strategy *s, char *buf, size_t n);

@@ -384,6 +384,11 @@ static int train_plan(train_run *tr) {
         /* the step around the blocks too (budget= bounds the whole step);
          * with --accum > 1 every .grad exists during most micro-batches */
         rc = model_profile_step(&tr->m, &pb, c->accum > 1, &prof, &sp);
+        /* budget= (op level): every op of the blocks, on the same batch */
+        if (!rc && strategy_wants_ops(&c->strat)) {
+            if (!c->quiet) term_printf(stderr, "  profiling their ops...\n");
+            rc = model_profile_ops(&tr->m, &pb, &tr->ops);
+        }
         batch_free(&pb);
     }
     if (!rc) rc = remat_rng_set_state(REMAT_DEVICE_CPU, rng);
@@ -394,8 +399,12 @@ static int train_plan(train_run *tr) {
         term_buf tb;
         remat_profile_print(prof, term_buf_open(&tb, stderr));
         term_buf_close(&tb, stderr);
+        if (tr->ops) {
+            remat_op_profile_print(tr->ops, term_buf_open(&tb, stderr));
+            term_buf_close(&tb, stderr);
+        }
     }
-    if (!rc) rc = strategy_plan(&c->strat, prof, &sp);
+    if (!rc) rc = strategy_plan(&c->strat, prof, &sp, tr->ops);
     remat_profile_free(prof);
     if (rc) {
         char msg[768]; /* remat_set_error must not read the buffer it writes */
@@ -556,6 +565,7 @@ static int train_free(train_run *tr, int rc) {
     outputs_release(&tr->claim);
     step_report_free(&tr->rep);
     strategy_free(&c->strat);
+    remat_op_profile_free(tr->ops);
     if (tr->traced) trace_free(&tr->tr);
     free(tr->losses);
     free(tr->times);

@@ -56,6 +56,7 @@ typedef struct train_run {
     step_report rep;     /* --report: the first step's */
     remat_sac_stats sac; /* selective: the first step's counters */
     bool have_sac;
+    remat_op_profile *ops; /* budget=: the blocks' op profile (--explain names the ops) */
 } train_run;
 
 /* --report's residual reports, then the JSON object (--json) or the

@@ -1,0 +1,354 @@
+/*
+ * src/planner/opprofile.c — the op-level profile: every op of every stage,
+ * measured through the same selective-checkpoint machinery that will run
+ * the plan, so that op indices are those a policy sees (ctx->op_index).
+ *
+ * Each stage runs inside a non-reentrant checkpoint whose selective
+ * context keeps every op (MUST_SAVE). The policy is called when an op
+ * starts: at that moment the clock and the region's bytes_cached counter
+ * close the previous op (an op is cached when it ends, so the counter's
+ * growth between two policy calls is exactly what keeping the earlier op
+ * costs). A save observer, active on this thread only, attributes every
+ * tensor saved for backward to the running op. The forward is then dropped
+ * (no backward runs): nothing about the user's tensors changes.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "autograd/graph.h"
+#include "core/core.h"
+#include "planner_internal.h"
+#include "remat/selective.h"
+
+#define OP_DEFAULT_RUNS 3
+#define OP_MAX_INPUTS 8
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One run of one stage: per op, where it started and what it saved. */
+typedef struct op_run {
+    int n, cap;
+    remat_op_profile_entry *ops; /* name, save figures (times and bytes filled at the end) */
+    double *t0;                  /* clock when the op's policy call came */
+    int64_t *c0;                 /* bytes_cached then */
+    remat_sac_stats stats;
+    int n_in;
+    remat_tensor *in[OP_MAX_INPUTS]; /* the running op's inputs (borrowed during the op) */
+    bool oom;
+} op_run;
+
+static RM_TLS op_run *tls_run; /* the run whose saves this thread's observer records */
+static remat_save_observer_fn g_prev_obs;
+static void *g_prev_obs_ud;
+
+static bool shares_input(const op_run *r, const remat_tensor *t) {
+    for (int i = 0; i < r->n_in; i++)
+        if (r->in[i] && remat_shares_storage(r->in[i], t)) return true;
+    return false;
+}
+
+static void save_observer(void *ud, const char *op, remat_tensor *t) {
+    (void)ud;
+    op_run *r = tls_run;
+    if (r && r->n > 0 && t) {
+        remat_op_profile_entry *e = &r->ops[r->n - 1];
+        remat_dtype dt = remat_tensor_dtype(t);
+        size_t bytes = (size_t)remat_numel(t) * remat_dtype_size(dt);
+        size_t sto = remat_storage_nbytes(t);
+        e->n_saved++;
+        e->saved_bytes += bytes;
+        if (shares_input(r, t) || sto > bytes) e->n_saved_views++;
+        if (dt == REMAT_U8 || dt == REMAT_I64) e->lean_bytes += bytes;
+        else if (dt == REMAT_F32) e->lossy_bytes += bytes;
+        if (remat_tensor_device(t).type != REMAT_CPU) e->offloadable = true;
+    }
+    if (g_prev_obs) g_prev_obs(g_prev_obs_ud, op, t);
+}
+
+static remat_checkpoint_policy record_policy(const remat_sac_context *ctx, const char *op,
+                                             int n_inputs, remat_tensor *const *inputs,
+                                             void *user_state) {
+    op_run *r = user_state;
+    if (ctx->is_recompute) return REMAT_MUST_SAVE; /* no backward runs: never reached */
+    if (r->n == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 32;
+        remat_op_profile_entry *o = realloc(r->ops, (size_t)cap * sizeof *o);
+        if (o) r->ops = o;
+        double *t = o ? realloc(r->t0, (size_t)cap * sizeof *t) : NULL;
+        if (t) r->t0 = t;
+        int64_t *c = t ? realloc(r->c0, (size_t)cap * sizeof *c) : NULL;
+        if (c) r->c0 = c;
+        if (!c) {
+            r->oom = true;
+            return REMAT_MUST_SAVE;
+        }
+        r->cap = cap;
+    }
+    remat_op_profile_entry *e = &r->ops[r->n];
+    memset(e, 0, sizeof *e);
+    snprintf(e->name, sizeof e->name, "%s", op ? op : "?");
+    size_t len = strlen(e->name);
+    e->cacheable = !(len > 0 && e->name[len - 1] == '_') && strcmp(e->name, "remat_tag") != 0;
+    r->n_in = n_inputs < OP_MAX_INPUTS ? n_inputs : OP_MAX_INPUTS;
+    for (int i = 0; i < r->n_in; i++) r->in[i] = inputs[i];
+    r->c0[r->n] = r->stats.bytes_cached;
+    r->t0[r->n] = now_s();
+    r->n++;
+    return REMAT_MUST_SAVE;
+}
+
+/* The checkpointed function: the stage, then the clock that closes its last op. */
+typedef struct wrap {
+    const remat_stage *st;
+    double t_end;
+} wrap;
+
+static remat_status wrapped_stage(void *ud, remat_tensor *const *inputs, int n_inputs,
+                                  remat_tensor **outputs, int n_outputs) {
+    wrap *w = ud;
+    int rc = w->st->fn(w->st->user_data, inputs, n_inputs, outputs, n_outputs);
+    w->t_end = now_s();
+    return rc;
+}
+
+static void run_free(op_run *r) {
+    free(r->ops);
+    free(r->t0);
+    free(r->c0);
+    memset(r, 0, sizeof *r);
+}
+
+/* One run of stage st on a: fills r (times into t[i] = duration of op i).
+ * *next (if non-NULL) receives a detached copy of the output. */
+static remat_status run_once(const remat_stage *st, remat_tensor *a, op_run *r, double **dur,
+                             remat_tensor **next) {
+    remat_policy *pol = NULL;
+    int rc = remat_policy_from_fn(&pol, record_policy, r, NULL);
+    if (rc) return rc;
+    remat_sac_config cfg = {.policy = pol, .stats = &r->stats};
+    remat_checkpoint_options o = {.use_reentrant = REMAT_OPT_FALSE,
+                                  .context_fn = remat_sac_context_fn,
+                                  .context_fn_data = &cfg};
+    wrap w = {st, 0};
+    remat_tensor *y = NULL;
+    tls_run = r;
+    rc = remat_checkpoint(wrapped_stage, &w, 1, &a, 1, &y, &o);
+    tls_run = NULL;
+    int64_t c_end = r->stats.bytes_cached;
+    if (!rc && r->oom) rc = rm_err(REMAT_ENOMEM, "out of memory recording the ops");
+    if (!rc && !y) rc = rm_err(REMAT_EINVAL, "the stage returned no tensor");
+    if (!rc && r->n > 0) {
+        *dur = malloc((size_t)r->n * sizeof **dur);
+        if (!*dur) rc = rm_err(REMAT_ENOMEM, "out of memory");
+    }
+    if (!rc) {
+        for (int i = 0; i < r->n; i++) {
+            double te = i + 1 < r->n ? r->t0[i + 1] : w.t_end;
+            int64_t ce = i + 1 < r->n ? r->c0[i + 1] : c_end;
+            (*dur)[i] = te > r->t0[i] ? te - r->t0[i] : 0;
+            r->ops[i].cache_bytes = ce > r->c0[i] ? (size_t)(ce - r->c0[i]) : 0;
+        }
+    }
+    if (!rc && next) {
+        rc = remat_detach(next, y);
+        if (!rc && remat_tensor_dtype(*next) != REMAT_I64)
+            rc = remat_set_requires_grad(*next, true);
+        if (rc) rm_release_p(next);
+    }
+    rm_release(y);
+    remat_policy_release(pol);
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Same ops, same bytes: the stage is a repeat of an earlier measured one. */
+static bool same_ops(const remat_stage_ops *a, const op_run *r) {
+    if (a->n_ops != r->n) return false;
+    for (int i = 0; i < r->n; i++) {
+        const remat_op_profile_entry *x = &a->ops[i], *y = &r->ops[i];
+        if (strcmp(x->name, y->name) != 0 || x->cache_bytes != y->cache_bytes ||
+            x->saved_bytes != y->saved_bytes || x->n_saved != y->n_saved)
+            return false;
+    }
+    return true;
+}
+
+/* Measures stage k: the first run finds its ops; if an earlier stage
+ * matches, its times are copied, else warm + runs more runs give medians. */
+static remat_status profile_stage_ops(remat_op_profile *p, const remat_stage *st, int k,
+                                      remat_tensor *a, int warm, int runs, remat_tensor **next) {
+    op_run first = {0};
+    double *dur = NULL;
+    int rc = run_once(st, a, &first, &dur, next);
+    remat_stage_ops *so = &p->stages[k];
+    if (rc) goto out;
+    so->n_ops = first.n;
+    so->same_as = k;
+    so->ops = calloc((size_t)(first.n > 0 ? first.n : 1), sizeof *so->ops);
+    if (!so->ops) {
+        rc = rm_err(REMAT_ENOMEM, "out of memory");
+        goto out;
+    }
+    memcpy(so->ops, first.ops, (size_t)first.n * sizeof *so->ops);
+    /* An in-place op may modify what an earlier op returned; a kept output
+     * that was modified fails the recomputation (REMAT_EVERSION). Which
+     * earlier output it modifies is not known here: conservatively, nothing
+     * before the stage's last in-place op is kept. */
+    int last_inplace = -1;
+    for (int i = 0; i < first.n; i++) {
+        size_t len = strlen(so->ops[i].name);
+        if (len > 0 && so->ops[i].name[len - 1] == '_') last_inplace = i;
+    }
+    for (int i = 0; i < last_inplace; i++) so->ops[i].cacheable = false;
+    for (int j = 0; j < k; j++) {
+        const remat_stage_ops *sj = &p->stages[j];
+        if (sj->same_as == j && same_ops(sj, &first)) {
+            for (int i = 0; i < first.n; i++) so->ops[i].time = sj->ops[i].time;
+            so->same_as = j;
+            goto out;
+        }
+    }
+    /* a distinct stage: the first run was a warm-up when one is asked for */
+    double *samples = calloc((size_t)(first.n > 0 ? first.n : 1) * (size_t)runs, sizeof *samples);
+    if (!samples) {
+        rc = rm_err(REMAT_ENOMEM, "out of memory");
+        goto out;
+    }
+    int taken = 0;
+    if (!warm) {
+        for (int i = 0; i < first.n; i++) samples[(size_t)i * (size_t)runs] = dur[i];
+        taken = 1;
+    }
+    for (; !rc && taken < runs; taken++) {
+        op_run r = {0};
+        double *d = NULL;
+        rc = run_once(st, a, &r, &d, NULL);
+        if (!rc && r.n != first.n)
+            rc = rm_err(REMAT_EDETERMINISM,
+                        "the stage called %d ops in one run and %d in another: op-level "
+                        "planning needs a stage that calls the same ops every time",
+                        first.n, r.n);
+        for (int i = 0; !rc && i < first.n; i++) samples[(size_t)i * (size_t)runs + taken] = d[i];
+        free(d);
+        run_free(&r);
+    }
+    for (int i = 0; !rc && i < first.n; i++) {
+        double *v = &samples[(size_t)i * (size_t)runs];
+        qsort(v, (size_t)runs, sizeof *v, cmp_double);
+        so->ops[i].time = runs % 2 ? v[runs / 2] : 0.5 * (v[runs / 2 - 1] + v[runs / 2]);
+    }
+    free(samples);
+out:
+    free(dur);
+    run_free(&first);
+    return rc;
+}
+
+remat_status remat_profile_ops(remat_op_profile **out, int n_stages, const remat_stage *stages,
+                               remat_tensor *input, const remat_profile_options *opts) {
+    static const char *call = "remat_profile_ops";
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
+    *out = NULL;
+    if (!stages) return rm_err(REMAT_EINVAL, "%s: stages is NULL", call);
+    if (!input) return rm_err(REMAT_EINVAL, "%s: input is NULL", call);
+    if (n_stages < 1)
+        return rm_err(REMAT_EINVAL, "%s: n_stages must be >= 1, got %d", call, n_stages);
+    for (int k = 0; k < n_stages; k++)
+        if (!stages[k].fn) return rm_err(REMAT_EINVAL, "%s: stages[%d].fn is NULL", call, k);
+    if (opts && opts->runs < 0)
+        return rm_err(REMAT_EINVAL, "%s: runs must be >= 0, got %d", call, opts->runs);
+    int runs = opts && opts->runs > 0 ? opts->runs : OP_DEFAULT_RUNS;
+    int warm = opts && opts->no_warmup ? 0 : 1;
+
+    remat_op_profile *p = calloc(1, sizeof *p);
+    if (p) p->stages = calloc((size_t)n_stages, sizeof *p->stages);
+    if (!p || !p->stages) {
+        free(p);
+        return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    }
+    p->n_stages = n_stages;
+    p->runs = runs;
+
+    remat_device dev = remat_tensor_device(input);
+    remat_rng_fork fork;
+    int rc = remat_rng_fork_begin(&fork, dev.type == REMAT_CPU ? 0 : 1, &dev);
+    if (rc) {
+        remat_op_profile_free(p);
+        return rm_err_prefix(rc, call);
+    }
+    void *scope = rm_scope_suspend();
+    bool prev_grad = remat_enable_grad_begin();
+    rm_save_observer_get(&g_prev_obs, &g_prev_obs_ud);
+    remat_set_save_observer(save_observer, NULL);
+
+    remat_tensor *a = NULL;
+    rc = remat_detach(&a, input);
+    if (!rc && remat_tensor_dtype(a) != REMAT_I64) rc = remat_set_requires_grad(a, true);
+    for (int k = 0; !rc && k < n_stages; k++) {
+        remat_tensor *next = NULL;
+        rc = profile_stage_ops(p, &stages[k], k, a, warm, runs, &next);
+        if (rc) {
+            char where[64];
+            snprintf(where, sizeof where, "%s: stage %d", call, k);
+            rm_err_prefix(rc, where);
+            rm_release(next);
+            break;
+        }
+        rm_release(a);
+        a = next;
+    }
+    rm_release(a);
+
+    remat_set_save_observer(g_prev_obs, g_prev_obs_ud);
+    remat_grad_mode_restore(prev_grad);
+    rm_scope_resume(scope);
+    int rc2 = remat_rng_fork_end(&fork);
+    if (!rc && rc2) rc = rm_err_prefix(rc2, call);
+    if (rc) {
+        remat_op_profile_free(p);
+        return rc;
+    }
+    *out = p;
+    return REMAT_OK;
+}
+
+void remat_op_profile_free(remat_op_profile *p) {
+    if (!p) return;
+    if (p->stages)
+        for (int k = 0; k < p->n_stages; k++) free(p->stages[k].ops);
+    free(p->stages);
+    free(p);
+}
+
+void remat_op_profile_print(const remat_op_profile *p, FILE *f) {
+    if (!p || !f || !p->stages) return;
+    fprintf(f, "op profile: %d stages (median of %d runs per distinct stage)\n", p->n_stages,
+            p->runs);
+    for (int k = 0; k < p->n_stages; k++) {
+        const remat_stage_ops *s = &p->stages[k];
+        if (s->same_as != k) continue;
+        int first = k, last = k, count = 0;
+        for (int j = k; j < p->n_stages; j++)
+            if (p->stages[j].same_as == k) last = j, count++;
+        fprintf(f, "  stage %d (%d stage%s like it, %d-%d): %d ops\n", first, count,
+                count == 1 ? "" : "s", first, last, s->n_ops);
+        fprintf(f, "    %3s %-24s %8s %10s %5s %10s %10s %s\n", "op", "name", "ms", "keep KiB",
+                "saves", "saved KiB", "lean KiB", "notes");
+        for (int i = 0; i < s->n_ops; i++) {
+            const remat_op_profile_entry *e = &s->ops[i];
+            fprintf(f, "    %3d %-24s %8.3f %10.1f %2d/%-2d %10.1f %10.1f %s%s\n", i, e->name,
+                    e->time * 1e3, (double)e->cache_bytes / 1024.0, e->n_saved, e->n_saved_views,
+                    (double)e->saved_bytes / 1024.0, (double)e->lean_bytes / 1024.0,
+                    e->cacheable ? "" : "always recomputed", e->offloadable ? " offloadable" : "");
+        }
+    }
+}

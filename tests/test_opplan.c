@@ -1,0 +1,570 @@
+/* tests/test_opplan.c — the op-level planner (remat_profile_ops,
+ * remat_plan_create_ops, remat_plan_run of op-level plans): the profile of
+ * a transformer chain, the solver against an exhaustive search, monotonicity
+ * in the budget, and executed plans: whole-step measured peak <= budget and
+ * gradients bitwise those of no checkpointing. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "remat/planner.h"
+#include "support/models.h"
+#include "support/rt.h"
+
+/* ---- hand-made profiles ------------------------------------------------------------------ */
+static uint64_t g_rng;
+static uint64_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+static int rnd_in(int lo, int hi) { return lo + (int)(rnd() % (uint64_t)(hi - lo + 1)); }
+
+/* A chain of L stages with n_ops ops each (sizes in KiB steps), plus a head. */
+static void random_profiles(int L, int n_ops, remat_profile **prof, remat_op_profile **ops,
+                            remat_step_profile *step) {
+    RT_OK(remat_profile_create(prof, L));
+    remat_op_profile *o = calloc(1, sizeof *o);
+    o->n_stages = L;
+    o->stages = calloc((size_t)L, sizeof *o->stages);
+    size_t x = (size_t)rnd_in(1, 8) * 1024;
+    for (int k = 0; k < L; k++) {
+        remat_stage_profile *s = &(*prof)->stages[k];
+        s->input_bytes = x;
+        s->output_bytes = (size_t)rnd_in(1, 8) * 1024;
+        x = s->output_bytes;
+        s->saved_bytes = (size_t)rnd_in(0, 16) * 1024;
+        s->fwd_peak = s->output_bytes + s->saved_bytes + (size_t)rnd_in(0, 4) * 1024;
+        s->fwd_peak_nosave = s->output_bytes + (size_t)rnd_in(0, 4) * 1024;
+        s->bwd_peak = (size_t)rnd_in(0, 8) * 1024;
+        s->grad_bytes = (size_t)rnd_in(0, 4) * 1024;
+        s->fwd_time = rnd_in(1, 10) * 1e-3;
+        s->bwd_time = rnd_in(1, 20) * 1e-3;
+        remat_stage_ops *so = &o->stages[k];
+        so->n_ops = n_ops;
+        so->same_as = k;
+        so->ops = calloc((size_t)n_ops, sizeof *so->ops);
+        for (int i = 0; i < n_ops; i++) {
+            remat_op_profile_entry *e = &so->ops[i];
+            snprintf(e->name, sizeof e->name, "remat_op%d", i);
+            e->time = rnd_in(0, 10) * 1e-4;
+            e->cache_bytes = (size_t)rnd_in(0, 6) * 1024;
+            e->cacheable = rnd_in(0, 5) != 0;
+        }
+    }
+    o->runs = 1;
+    *ops = o;
+    if (step) {
+        memset(step, 0, sizeof *step);
+        step->fixed_bytes = (size_t)rnd_in(0, 32) * 1024;
+        step->head.input_bytes = x;
+        step->head.output_bytes = 8;
+        step->head.saved_bytes = x;
+        step->head.fwd_peak = x + 8;
+        step->head.fwd_peak_nosave = 8;
+        step->head.bwd_peak = x;
+        step->head.fwd_time = 1e-3;
+        step->head.bwd_time = 1e-3;
+        step->tail_peak = 1024;
+    }
+}
+
+/* ---- brute force over plan space (a): each stage stored or checkpointed keeping a subset --- */
+typedef struct bf_best {
+    double time;
+    uint64_t peak;
+} bf_best;
+
+static uint64_t umax(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* The model of docs/planner.md, op-level section, in bytes. */
+static void bf_eval(const remat_profile *p, const remat_op_profile *o, const remat_step_profile *st,
+                    const int *choice, uint64_t *peak, double *time) {
+    int L = p->n_stages, LL = L + (st ? 1 : 0);
+    uint64_t off = 0, pk = 0, gsum = 0;
+    double tm = 0;
+    uint64_t g[64] = {0};
+    for (int k = 0; k < LL; k++) {
+        const remat_stage_profile *s = k < L ? &p->stages[k] : &st->head;
+        g[k] = st ? s->grad_bytes : 0;
+        gsum += g[k];
+    }
+    for (int k = 0; k < LL; k++) {
+        const remat_stage_profile *s = k < L ? &p->stages[k] : &st->head;
+        uint64_t later = 0;
+        for (int j = k + 1; j < LL; j++) later += g[j];
+        uint64_t abar = s->output_bytes + s->saved_bytes;
+        uint64_t fpa = umax(s->fwd_peak, abar), fpn = umax(s->fwd_peak_nosave, s->output_bytes);
+        if (k >= L || choice[k] < 0) {
+            pk = umax(pk, off + fpa);
+            pk = umax(pk, off + s->output_bytes + abar + s->bwd_peak + later);
+            off += abar;
+            tm += s->fwd_time + s->bwd_time;
+        } else {
+            const remat_stage_ops *so = &o->stages[k];
+            double sum = 0, saved = 0;
+            uint64_t c = 0;
+            for (int i = 0; i < so->n_ops; i++) sum += so->ops[i].time;
+            for (int i = 0; i < so->n_ops; i++)
+                if ((choice[k] >> i) & 1) {
+                    c += so->ops[i].cache_bytes;
+                    saved += so->ops[i].time;
+                }
+            double rt = sum > 0 ? s->fwd_time - saved * (s->fwd_time / sum) : s->fwd_time;
+            pk = umax(pk, off + fpn + c);
+            pk =
+                umax(pk, off + later +
+                             umax(s->output_bytes + fpa + c, s->output_bytes + abar + s->bwd_peak));
+            off += s->output_bytes + c;
+            tm += s->fwd_time + (rt > 0 ? rt : 0) + s->bwd_time;
+        }
+    }
+    if (st) pk = st->fixed_bytes + umax(pk, gsum + p->stages[0].input_bytes + st->tail_peak);
+    *peak = pk;
+    *time = tm;
+}
+
+/* Least time over plan space (a) with peak <= budget (INFINITY if none). */
+static double bf_min_time(const remat_profile *p, const remat_op_profile *o,
+                          const remat_step_profile *st, uint64_t budget) {
+    int L = p->n_stages, n_ops = o->stages[0].n_ops;
+    int per = 1 + (1 << n_ops); /* store, or a subset of cacheable ops */
+    int total = 1;
+    for (int k = 0; k < L; k++) total *= per;
+    double best = INFINITY;
+    int choice[8];
+    for (int code = 0; code < total; code++) {
+        int c = code;
+        bool valid = true;
+        for (int k = 0; k < L; k++) {
+            int v = c % per;
+            c /= per;
+            choice[k] = v - 1;
+            if (v > 0)
+                for (int i = 0; i < n_ops; i++)
+                    if (((choice[k] >> i) & 1) && !o->stages[k].ops[i].cacheable) valid = false;
+        }
+        if (!valid) continue;
+        uint64_t pk;
+        double tm;
+        bf_eval(p, o, st, choice, &pk, &tm);
+        if (pk <= budget && tm < best) best = tm;
+    }
+    return best;
+}
+
+Test(opplan, solver_matches_exhaustive_search) {
+    g_rng = 0x9e3779b97f4a7c15ull;
+    int n_checked = 0, n_ops_plans = 0;
+    for (int trial = 0; trial < 30; trial++) {
+        remat_profile *prof = NULL;
+        remat_op_profile *ops = NULL;
+        remat_step_profile step;
+        bool whole = trial % 2;
+        random_profiles(3, 4, &prof, &ops, &step);
+        remat_plan *sa = NULL;
+        RT_OK(remat_plan_create_ops(&sa, prof, ops, whole ? &step : NULL, SIZE_MAX, NULL));
+        size_t top = sa->peak_store_all, lo = sa->min_budget_bytes;
+        remat_plan_free(sa);
+        for (int b = 0; b <= 6; b++) {
+            size_t budget = lo + (top - lo) * (size_t)b / 6;
+            remat_plan *plan = NULL;
+            RT_OK(remat_plan_create_ops(&plan, prof, ops, whole ? &step : NULL, budget, NULL));
+            cr_assert_leq(plan->peak_bytes, budget, "trial %d: predicted peak above the budget",
+                          trial);
+            /* exact on the grid: no plan of space (a) that fits with a margin of the
+             * rounding (a slot per stage and per term) is faster */
+            uint64_t margin = (uint64_t)plan->slot_bytes * 12;
+            double slack_best = budget > margin
+                                    ? bf_min_time(prof, ops, whole ? &step : NULL, budget - margin)
+                                    : INFINITY;
+            cr_assert_leq(plan->time, slack_best + 1e-12,
+                          "trial %d budget %zu: %g s, but a plan of %g s fits", trial, budget,
+                          plan->time, slack_best);
+            if (plan->kind == REMAT_PLAN_OPS) {
+                /* and no plan of space (a) beats it in bytes */
+                double exact_best = bf_min_time(prof, ops, whole ? &step : NULL, budget);
+                cr_assert_geq(plan->time, exact_best - 1e-12, "trial %d: below the optimum", trial);
+                /* the plan's own prediction is the brute-force model's */
+                int choice[8];
+                for (int k = 0; k < 3; k++) {
+                    choice[k] = -1;
+                    if (plan->stages[k].action == REMAT_STAGE_CHECKPOINT) {
+                        choice[k] = 0;
+                        for (int i = 0; plan->stages[k].keep && i < 4; i++)
+                            if (plan->stages[k].keep[i]) choice[k] |= 1 << i;
+                    }
+                }
+                uint64_t pk;
+                double tm;
+                bf_eval(prof, ops, whole ? &step : NULL, choice, &pk, &tm);
+                cr_assert_eq(pk, plan->peak_bytes, "trial %d: peak %" PRIu64 " vs %zu", trial, pk,
+                             plan->peak_bytes);
+                cr_assert_float_eq(tm, plan->time, 1e-12);
+                n_ops_plans++;
+            }
+            n_checked++;
+            remat_plan_free(plan);
+        }
+        remat_plan_free(NULL);
+        remat_profile_free(prof);
+        remat_op_profile_free(ops);
+    }
+    cr_assert_geq(n_ops_plans, n_checked / 3, "op-level plans should win often (%d of %d)",
+                  n_ops_plans, n_checked);
+}
+
+Test(opplan, monotone_in_the_budget) {
+    g_rng = 12345;
+    /* a coarse grid keeps the test fast; the grid is what the property is about */
+    remat_plan_options po = {.mem_slots = 300};
+    for (int trial = 0; trial < 4; trial++) {
+        remat_profile *prof = NULL;
+        remat_op_profile *ops = NULL;
+        remat_step_profile step;
+        random_profiles(12, 12, &prof, &ops, &step);
+        const remat_step_profile *sp = trial % 2 ? &step : NULL;
+        remat_plan *sa = NULL;
+        RT_OK(remat_plan_create_ops(&sa, prof, ops, sp, SIZE_MAX, &po));
+        size_t top = sa->peak_store_all + 4096, lo = sa->min_budget_bytes;
+        remat_plan_free(sa);
+        double prev_time = INFINITY;
+        int n = 80;
+        for (int b = 0; b <= n; b++) {
+            size_t budget = lo + (top - lo) * (size_t)b / (size_t)n;
+            remat_plan *plan = NULL;
+            RT_OK(remat_plan_create_ops(&plan, prof, ops, sp, budget, &po));
+            cr_assert_leq(plan->peak_bytes, budget);
+            cr_assert_leq(plan->time, prev_time, "trial %d: budget %zu gives %g s > %g s", trial,
+                          budget, plan->time, prev_time);
+            prev_time = plan->time;
+            remat_plan_free(plan);
+        }
+        /* below the minimum: a clear error naming it */
+        remat_plan *plan = NULL;
+        cr_assert_eq(remat_plan_create_ops(&plan, prof, ops, sp, lo - 1, &po), REMAT_EINVAL);
+        cr_assert_null(plan);
+        cr_assert(strstr(remat_last_error(), sp ? "below the smallest" : "below the minimum"), "%s",
+                  remat_last_error());
+        remat_profile_free(prof);
+        remat_op_profile_free(ops);
+    }
+}
+
+Test(opplan, bad_arguments) {
+    g_rng = 7;
+    remat_profile *prof = NULL;
+    remat_op_profile *ops = NULL;
+    random_profiles(3, 2, &prof, &ops, NULL);
+    remat_plan *plan = NULL;
+    cr_assert_eq(remat_plan_create_ops(NULL, prof, ops, NULL, 1 << 20, NULL), REMAT_EINVAL);
+    cr_assert_eq(remat_plan_create_ops(&plan, prof, NULL, NULL, 1 << 20, NULL), REMAT_EINVAL);
+    ops->n_stages = 2;
+    cr_assert_eq(remat_plan_create_ops(&plan, prof, ops, NULL, 1 << 20, NULL), REMAT_EINVAL);
+    cr_assert(strstr(remat_last_error(), "stages"), "%s", remat_last_error());
+    ops->n_stages = 3;
+    cr_assert_null(plan);
+    remat_op_profile *op2 = NULL;
+    cr_assert_eq(remat_profile_ops(&op2, 0, NULL, NULL, NULL), REMAT_EINVAL);
+    remat_op_profile_free(NULL);
+    remat_op_profile_print(NULL, stderr);
+    remat_plan_explain(NULL, NULL, 0, 0, stderr);
+    remat_profile_free(prof);
+    remat_op_profile_free(ops);
+}
+
+/* ---- a transformer chain, run ---------------------------------------------------------------- */
+#define TB_N 4
+#define TB_DIM 32
+#define TB_HEADS 2
+#define TB_SEQ 16
+#define TB_BATCH 4
+
+typedef struct tchain {
+    rt_tblock blk[TB_N];
+    remat_stage stages[TB_N];
+    remat_tensor *params[TB_N * RT_MAX_PARAMS];
+    int n_params;
+    remat_tensor *x;
+} tchain;
+
+static void tchain_init(tchain *c, double p_drop) {
+    c->n_params = 0;
+    for (int k = 0; k < TB_N; k++) {
+        rt_tblock_init(&c->blk[k], TB_DIM, TB_HEADS, TB_SEQ, p_drop, REMAT_F32, 10u + (unsigned)k);
+        c->stages[k] = (remat_stage){rt_tblock_fn, &c->blk[k]};
+        c->n_params += rt_tblock_params(&c->blk[k], c->params + c->n_params);
+    }
+    int64_t xs[3] = {TB_BATCH, TB_SEQ, TB_DIM};
+    c->x = rt_rand(3, xs, REMAT_F32, -1, 1, 3);
+    RT_OK(remat_set_requires_grad(c->x, true));
+}
+
+static void tchain_free(tchain *c) {
+    for (int k = 0; k < TB_N; k++) rt_tblock_free(&c->blk[k]);
+    remat_release(c->x);
+}
+
+/* The head: loss = sum(y * y) / 2, every output element its own gradient. */
+static int loss_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
+    (void)ud, (void)n_in, (void)n_out;
+    remat_tensor *sq = NULL;
+    int rc = remat_mul(&sq, in[0], in[0]);
+    if (!rc) rc = remat_sum_all(&out[0], sq);
+    remat_release(sq);
+    return rc;
+}
+
+/* One step under plan (NULL: no checkpointing); .grad cleared first (the
+ * step makes them, as the whole-step model counts). Returns the step's
+ * allocator peak (absolute bytes); grads (if non-NULL) receive x's and the
+ * parameters' .grad. */
+static size_t run_step(tchain *c, const remat_plan *plan, remat_tensor **grads) {
+    rt_zero_grads(c->n_params, c->params);
+    RT_OK(remat_set_grad(c->x, NULL));
+    remat_manual_seed(77);
+    rt_device_reset_peak();
+    remat_tensor *y = NULL, *loss = NULL;
+    if (plan) {
+        RT_OK(remat_plan_run(plan, c->stages, c->x, &y));
+    } else {
+        remat_tensor *cur = remat_retain(c->x);
+        for (int k = 0; k < TB_N; k++) {
+            remat_tensor *nx = NULL;
+            RT_OK(rt_tblock_fn(&c->blk[k], &cur, 1, &nx, 1));
+            remat_release(cur);
+            cur = nx;
+        }
+        y = cur;
+    }
+    RT_OK(loss_fn(NULL, &y, 1, &loss, 1));
+    remat_release(y);
+    RT_OK(remat_backward_scalar(loss));
+    remat_release(loss);
+    size_t peak = rt_device_stats().peak_bytes;
+    if (grads) {
+        grads[0] = remat_retain(remat_tensor_grad(c->x));
+        for (int i = 0; i < c->n_params; i++)
+            grads[1 + i] = remat_retain(remat_tensor_grad(c->params[i]));
+    }
+    return peak;
+}
+
+static bool some_op(const remat_stage_ops *so, const char *name) {
+    for (int i = 0; i < so->n_ops; i++)
+        if (!strcmp(so->ops[i].name, name)) return true;
+    return false;
+}
+
+Test(opplan, profile_of_a_transformer_chain) {
+    tchain c;
+    tchain_init(&c, 0.1);
+    remat_op_profile *ops = NULL;
+    remat_profile_options po = {.runs = 1};
+    RT_OK(remat_profile_ops(&ops, TB_N, c.stages, c.x, &po));
+    cr_assert_eq(ops->n_stages, TB_N);
+    const remat_stage_ops *s0 = &ops->stages[0];
+    cr_assert_geq(s0->n_ops, 10);
+    cr_assert(some_op(s0, "remat_linear") && some_op(s0, "remat_layer_norm") &&
+              some_op(s0, "remat_dropout"));
+    for (int k = 1; k < TB_N; k++)
+        cr_assert_eq(ops->stages[k].same_as, 0, "stage %d is a repeat of stage 0", k);
+    size_t lean = 0, cached = 0;
+    int views = 0, zero_cost = 0;
+    for (int i = 0; i < s0->n_ops; i++) {
+        const remat_op_profile_entry *e = &s0->ops[i];
+        lean += e->lean_bytes;
+        cached += e->cache_bytes;
+        views += e->n_saved_views;
+        zero_cost += e->cacheable && e->cache_bytes == 0;
+        cr_assert_geq(e->time, 0);
+        if (remat_tensor_device(c.x).type == REMAT_CPU) cr_assert(!e->offloadable);
+        if (!strcmp(e->name, "remat_linear")) cr_assert_gt(e->cache_bytes, 0);
+        if (!strcmp(e->name, "remat_dropout")) cr_assert_gt(e->lean_bytes, 0, "a 1-bit mask");
+    }
+    cr_assert_gt(lean, 0);
+    cr_assert_gt(views, 0, "linear saves its input: a view of nothing new");
+    cr_assert_gt(zero_cost, 0, "reshape/transpose outputs are views: keeping them costs nothing");
+    cr_assert_gt(cached, 0);
+    /* the profile left gradients alone */
+    for (int i = 0; i < c.n_params; i++) cr_assert_null(remat_tensor_grad(c.params[i]));
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    remat_op_profile_print(ops, f);
+    fclose(f);
+    cr_assert(strstr(buf, "4 stages like it"), "%s", buf);
+    free(buf);
+    remat_op_profile_free(ops);
+    tchain_free(&c);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+Test(opplan, executed_plans_fit_the_step_budget_with_bitwise_gradients) {
+    tchain c;
+    tchain_init(&c, 0.1);
+    int ng = 1 + c.n_params;
+    remat_tensor **ref = calloc((size_t)ng, sizeof *ref), **got = calloc((size_t)ng, sizeof *got);
+    run_step(&c, NULL, NULL); /* warm-up: caches, first-touch */
+    size_t peak_none = run_step(&c, NULL, ref);
+
+    /* the whole-step profile: fixed = what is live when the chain starts */
+    rt_zero_grads(c.n_params, c.params);
+    RT_OK(remat_set_grad(c.x, NULL));
+    remat_step_profile step = {0};
+    step.fixed_bytes = rt_device_current_bytes();
+    remat_profile *prof = NULL, *hp = NULL;
+    remat_op_profile *ops = NULL;
+    remat_profile_options po = {.runs = 1};
+    RT_OK(remat_profile_stages(&prof, TB_N, c.stages, c.x, &po));
+    RT_OK(remat_profile_ops(&ops, TB_N, c.stages, c.x, &po));
+    remat_stage hs = {loss_fn, NULL};
+    RT_OK(remat_profile_stages(&hp, 1, &hs, c.x, &po));
+    step.head = hp->stages[0];
+    remat_profile_free(hp);
+
+    remat_plan *sa = NULL;
+    RT_OK(remat_plan_create_ops(&sa, prof, ops, &step, SIZE_MAX, NULL));
+    size_t top = sa->peak_store_all, lo = sa->min_budget_bytes;
+    cr_assert_geq(top, peak_none, "the store-all prediction bounds the plain step (%zu < %zu)", top,
+                  peak_none);
+    remat_plan_free(sa);
+    int partial = 0, n = 8;
+    double prev_time = INFINITY;
+    for (int b = 0; b <= n; b++) {
+        size_t budget = lo + (top - lo) * (size_t)b / (size_t)n;
+        remat_plan *plan = NULL;
+        RT_OK(remat_plan_create_ops(&plan, prof, ops, &step, budget, NULL));
+        cr_assert_leq(plan->time, prev_time);
+        prev_time = plan->time;
+        for (int k = 0; k < TB_N; k++) {
+            const remat_plan_stage *st = &plan->stages[k];
+            if (!st->keep) continue;
+            int kept = 0;
+            for (int i = 0; i < st->n_ops; i++) kept += st->keep[i];
+            partial += kept > 0 && kept < st->n_ops;
+        }
+        size_t peak = run_step(&c, plan, got);
+        if (getenv("OPPLAN_VERBOSE")) {
+            fprintf(stderr, "budget %zu predicted %zu measured %zu kind %d time %.3f ms\n", budget,
+                    plan->peak_bytes, peak, (int)plan->kind, plan->time * 1e3);
+            remat_plan_explain(plan, ops, peak, 0, stderr);
+        }
+        cr_assert_leq(peak, budget,
+                      "budget %zu: measured step peak %zu above it (predicted %zu, kind %d)",
+                      budget, peak, plan->peak_bytes, (int)plan->kind);
+        for (int i = 0; i < ng; i++) {
+            cr_assert(rt_bitwise_equal(got[i], ref[i]), "budget %zu: gradient %d differs", budget,
+                      i);
+            remat_release(got[i]);
+        }
+        remat_plan_free(plan);
+    }
+    cr_assert_gt(partial, 0, "some plan keeps part of a block");
+    for (int i = 0; i < ng; i++) remat_release(ref[i]);
+    free(ref);
+    free(got);
+    remat_profile_free(prof);
+    remat_op_profile_free(ops);
+    tchain_free(&c);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* ---- a stage with an in-place op ----------------------------------------------------------- */
+typedef struct ip_stage {
+    remat_tensor *w1, *w2;
+} ip_stage;
+
+/* y = w2 · (gelu(w1 · x) += x) : the add modifies gelu's output in place */
+static int ip_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
+    (void)n_in, (void)n_out;
+    ip_stage *s = ud;
+    remat_tensor *h = NULL, *g = NULL;
+    int rc = remat_linear(&h, in[0], s->w1, NULL);
+    if (!rc) rc = remat_gelu(&g, h, REMAT_GELU_TANH);
+    if (!rc) rc = remat_add_(g, in[0], 1.0);
+    if (!rc) rc = remat_linear(&out[0], g, s->w2, NULL);
+    remat_release(h);
+    remat_release(g);
+    return rc;
+}
+
+Test(opplan, nothing_before_an_in_place_op_is_kept) {
+    enum { N = 3, W = 24, R = 64 };
+    ip_stage st[N];
+    remat_stage stages[N];
+    remat_tensor *params[2 * N];
+    for (int k = 0; k < N; k++) {
+        int64_t ws[2] = {W, W};
+        st[k].w1 = rt_rand(2, ws, REMAT_F32, -0.3, 0.3, 40u + (unsigned)k);
+        st[k].w2 = rt_rand(2, ws, REMAT_F32, -0.3, 0.3, 50u + (unsigned)k);
+        RT_OK(remat_set_requires_grad(st[k].w1, true));
+        RT_OK(remat_set_requires_grad(st[k].w2, true));
+        params[2 * k] = st[k].w1, params[2 * k + 1] = st[k].w2;
+        stages[k] = (remat_stage){ip_fn, &st[k]};
+    }
+    int64_t xs[2] = {R, W};
+    remat_tensor *x = rt_rand(2, xs, REMAT_F32, -1, 1, 9);
+    RT_OK(remat_set_requires_grad(x, true));
+    remat_op_profile *ops = NULL;
+    remat_profile *prof = NULL;
+    remat_profile_options po = {.runs = 1};
+    RT_OK(remat_profile_ops(&ops, N, stages, x, &po));
+    RT_OK(remat_profile_stages(&prof, N, stages, x, &po));
+    const remat_stage_ops *s0 = &ops->stages[0];
+    cr_assert_eq(s0->n_ops, 4);
+    cr_assert_str_eq(s0->ops[2].name, "remat_add_");
+    cr_assert(!s0->ops[0].cacheable && !s0->ops[1].cacheable && !s0->ops[2].cacheable);
+    cr_assert(s0->ops[3].cacheable, "the linear after it may be kept");
+    /* every plan runs and gives the gradients of no checkpointing */
+    remat_tensor *ref[2 * N + 1], *got[2 * N + 1];
+    for (int pass = 0; pass < 2; pass++) {
+        remat_plan *sa = NULL;
+        RT_OK(remat_plan_create_ops(&sa, prof, ops, NULL, SIZE_MAX, NULL));
+        size_t lo = sa->min_budget_bytes, hi = sa->peak_store_all;
+        remat_plan_free(sa);
+        for (int b = 0; b <= (pass ? 4 : 0); b++) {
+            remat_plan *plan = NULL;
+            if (pass)
+                RT_OK(remat_plan_create_ops(&plan, prof, ops, NULL, lo + (hi - lo) * (size_t)b / 4,
+                                            NULL));
+            rt_zero_grads(2 * N, params);
+            RT_OK(remat_set_grad(x, NULL));
+            remat_tensor *y = NULL, *loss = NULL;
+            if (plan) RT_OK(remat_plan_run(plan, stages, x, &y));
+            else {
+                remat_tensor *cur = remat_retain(x);
+                for (int k = 0; k < N; k++) {
+                    remat_tensor *nx = NULL;
+                    RT_OK(ip_fn(&st[k], &cur, 1, &nx, 1));
+                    remat_release(cur);
+                    cur = nx;
+                }
+                y = cur;
+            }
+            RT_OK(loss_fn(NULL, &y, 1, &loss, 1));
+            RT_OK(remat_backward_scalar(loss));
+            remat_release(loss);
+            remat_release(y);
+            remat_tensor **dst = pass ? got : ref;
+            dst[0] = remat_retain(remat_tensor_grad(x));
+            for (int i = 0; i < 2 * N; i++) dst[1 + i] = remat_retain(remat_tensor_grad(params[i]));
+            if (pass) {
+                for (int i = 0; i <= 2 * N; i++) {
+                    cr_assert(rt_bitwise_equal(got[i], ref[i]), "budget %d: gradient %d", b, i);
+                    remat_release(got[i]);
+                }
+            }
+            remat_plan_free(plan);
+        }
+    }
+    for (int i = 0; i <= 2 * N; i++) remat_release(ref[i]);
+    for (int i = 0; i < 2 * N; i++) remat_release(params[i]);
+    remat_release(x);
+    remat_profile_free(prof);
+    remat_op_profile_free(ops);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
