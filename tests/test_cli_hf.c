@@ -335,6 +335,21 @@ Test(cli_hf, openai_style_gpt2_checkpoint_loads) {
     cJSON_Delete(j);
 }
 
+/* A sharded checkpoint (model.safetensors.index.json) evaluates as the same
+ * model saved whole; --data a token file (these directories have no
+ * tokenizer). */
+Test(cli_hf, a_sharded_checkpoint_evaluates_as_the_whole_one) {
+    uint32_t ids[200];
+    for (int i = 0; i < 200; i++) ids[i] = (uint32_t)((i * 37 + i / 7) % 64); /* vocab 64 */
+    cr_assert_eq(remat_token_shard_write(path("t.bin"), ids, 200), 0, "%s", remat_last_error());
+    cJSON *whole = eval_json(REMAT_FIXTURE_DIR "/hf_dirs/llama-tiny", path("t.bin"));
+    cJSON *shards = eval_json(REMAT_FIXTURE_DIR "/hf_dirs/llama-sharded", path("t.bin"));
+    cr_assert_eq(num(whole, "tokens"), 192); /* 12 windows of 16 + 1 in 200 tokens */
+    cr_assert_eq(num(whole, "loss"), num(shards, "loss"));
+    cJSON_Delete(whole);
+    cJSON_Delete(shards);
+}
+
 /* remat bench on a Hugging Face model: every strategy's gradients bitwise
  * those of none, selective names from the model's tags. */
 Test(cli_hf, bench_measures_a_hugging_face_model) {
