@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "tmpl.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -88,77 +89,40 @@ static void cp_seek(int nd, const int64_t *shape, const int64_t *ds, const int64
     *os = b;
 }
 
-/* Row and strided loops: the last dim is the row; threads take equal slices
- * of the flat range [0, n). */
-#define CP_ROWS(T)                                                                                 \
-    do {                                                                                           \
-        T *pd = (T *)(void *)p->d;                                                                 \
-        const T *ps = (const T *)(const void *)p->s;                                               \
-        _Pragma("omp parallel if (n > 32768)") {                                                   \
-            int nt, id;                                                                            \
-            cp_omp_ids(&nt, &id);                                                                  \
-            int64_t lo = n * id / nt, hi = n * (id + 1) / nt;                                      \
-            if (lo < hi) {                                                                         \
-                rm_iter it;                                                                        \
-                rm_iter_init(&it, L, p->shape, 2);                                                 \
-                memcpy(it.strides[0], p->ds, sizeof(int64_t) * (size_t)L);                         \
-                memcpy(it.strides[1], p->ss, sizeof(int64_t) * (size_t)L);                         \
-                rm_iter_seek(&it, lo / inner);                                                     \
-                int64_t col = lo % inner, pos = lo;                                                \
-                while (pos < hi) {                                                                 \
-                    int64_t len = inner - col < hi - pos ? inner - col : hi - pos;                 \
-                    T *dd = pd + it.off[0] + col * sd;                                             \
-                    const T *sp = ps + it.off[1] + col * sl;                                       \
-                    if (unit) memcpy(dd, sp, (size_t)len * sizeof(T));                             \
-                    else                                                                           \
-                        for (int64_t i = 0; i < len; i++) dd[i * sd] = sp[i * sl];                 \
-                    pos += len;                                                                    \
-                    col = 0;                                                                       \
-                    rm_iter_next(&it);                                                             \
-                }                                                                                  \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
-
 /* Tile of CP_TILE_R rows (src-contiguous dim) x CP_TILE_C columns
  * (dst-contiguous dim): a tile reads CP_TILE_C source lines at once; more
  * than 16 thrash L1 when the source stride is a power of two (a 2048 x 1024
  * transpose ran 2x slower with 32 x 32 tiles, the GPT shapes no faster). */
-/* COPY(T) with T the unsigned integer of the element size `es` (bytes are
- * copied as they are, whatever the dtype). */
-#define CP_BY_ELEMENT_SIZE(es, COPY)                                                               \
-    switch (es) {                                                                                  \
-    case 4: COPY(uint32_t); break;                                                                 \
-    case 8: COPY(uint64_t); break;                                                                 \
-    case 2: COPY(uint16_t); break;                                                                 \
-    default: COPY(uint8_t); break;                                                                 \
-    }
-
 #define CP_TILE_R 32
 #define CP_TILE_C 16
 
-/* dst (outer..., R, C) with dst stride 1 along C; src stride 1 along R and
- * sc along C. Work item = (outer index, block of CP_TILE_R rows of R). */
-#define CP_TRANSPOSE(T)                                                                            \
-    do {                                                                                           \
-        T *pd = (T *)(void *)p->d;                                                                 \
-        const T *ps = (const T *)(const void *)p->s;                                               \
-        _Pragma("omp parallel for schedule(static) if (n > 32768)") for (int64_t w = 0;            \
-                                                                         w < n_work; w++) {        \
-            int64_t od, os;                                                                        \
-            cp_seek(no, p->shape, p->ds, p->ss, w / n_rb, &od, &os);                               \
-            int64_t r0 = (w % n_rb) * CP_TILE_R;                                                   \
-            int64_t r1 = r0 + CP_TILE_R < R ? r0 + CP_TILE_R : R;                                  \
-            for (int64_t c0 = 0; c0 < C; c0 += CP_TILE_C) {                                        \
-                int64_t c1 = c0 + CP_TILE_C < C ? c0 + CP_TILE_C : C;                              \
-                for (int64_t r = r0; r < r1; r++) {                                                \
-                    T *dd = pd + od + r * dr;                                                      \
-                    const T *sp = ps + os + r;                                                     \
-                    for (int64_t c = c0; c < c1; c++) dd[c] = sp[c * sc];                          \
-                }                                                                                  \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
+/* A transpose's tiles (cp_transpose): outer dims no, n_rb blocks of rows, n_work items; R
+ * rows of dst stride dr, C columns of src stride sc. */
+typedef struct cp_tiles {
+    int no;
+    int64_t n_rb, n_work, R, dr, C, sc;
+} cp_tiles;
+
+/* ---- the loops, once per element size: copy_body.h ------------------------------------ */
+typedef uint8_t u8;
+typedef uint16_t u16;
+typedef uint32_t u32;
+typedef uint64_t u64;
+#define T u8
+#include "copy_body.h"
+#define T u16
+#include "copy_body.h"
+#define T u32
+#include "copy_body.h"
+#define T u64
+#include "copy_body.h"
+
+/* The loops by element size (bytes): 2, 4, 8, and 1 (or any other) */
+static int cp_size_index(size_t es) { return es == 2 ? 1 : es == 4 ? 2 : es == 8 ? 3 : 0; }
+static void (*const cp_rows_by_size[4])(const cp_plan *, int64_t) = {cp_rows_u8, cp_rows_u16,
+                                                                     cp_rows_u32, cp_rows_u64};
+static void (*const cp_tiles_by_size[4])(const cp_plan *, int64_t, const cp_tiles *) = {
+    cp_transpose_tiles_u8, cp_transpose_tiles_u16, cp_transpose_tiles_u32, cp_transpose_tiles_u64};
 
 /* Tries the tiled transpose; false when the layout is not a transpose. */
 static bool cp_transpose(cp_plan *p, int64_t n) {
@@ -180,8 +144,10 @@ static bool cp_transpose(cp_plan *p, int64_t n) {
     }
     int no = L - 1; /* outer dims */
     int64_t n_outer = rm_shape_numel(no, p->shape);
-    int64_t n_rb = (R + CP_TILE_R - 1) / CP_TILE_R, n_work = n_outer * n_rb;
-    CP_BY_ELEMENT_SIZE(p->es, CP_TRANSPOSE);
+    int64_t n_rb = (R + CP_TILE_R - 1) / CP_TILE_R;
+    cp_tiles t = {
+        .no = no, .n_rb = n_rb, .n_work = n_outer * n_rb, .R = R, .dr = dr, .C = C, .sc = sc};
+    cp_tiles_by_size[cp_size_index(p->es)](p, n, &t);
     return true;
 }
 
@@ -209,10 +175,7 @@ bool rm_copy_same_dtype(remat_tensor *dst, const remat_tensor *src) {
     p->s = (const char *)src->storage->data + (size_t)src->offset * p->es;
     cp_coalesce(p);
     if (cp_transpose(p, n)) return true;
-    int L = p->nd - 1;
-    int64_t inner = p->shape[L], sd = p->ds[L], sl = p->ss[L];
-    bool unit = sd == 1 && sl == 1;
-    CP_BY_ELEMENT_SIZE(p->es, CP_ROWS);
+    cp_rows_by_size[cp_size_index(p->es)](p, n);
     return true;
 }
 

@@ -12,6 +12,7 @@
 
 #include "clones.h"
 #include "cpu.h"
+#include "tmpl.h"
 #include "vmath.h"
 
 #define K_SQRT_2_OVER_PI 0.7978845608028654
@@ -52,10 +53,10 @@ static inline double silu_grad_d(double x) {
     return s * (1.0 + x * (1.0 - s));
 }
 
-/* One case of the switches below: OUT[i] = EXPR for every i < n, split
- * across threads past 32768 elements; the _SIMD one, for cheap EXPRs, also
- * vectorised and split past 65536. Each is one parallel region over fixed
- * ranges: an element's value never depends on the thread count. */
+/* One case of the kernels' switches (a row of the op table): OUT[i] = EXPR for every
+ * i < n, split across threads past 32768 elements; the _SIMD one, for cheap EXPRs, also
+ * vectorised and split past 65536. Each is one parallel region over fixed ranges: an
+ * element's value never depends on the thread count. */
 #define UN_EACH(OUT, EXPR)                                                                         \
     _Pragma("omp parallel for if (n > 32768)") for (int64_t i = 0; i < n; i++) OUT[i] = EXPR
 #define UN_EACH_SIMD(OUT, EXPR)                                                                    \
@@ -63,163 +64,45 @@ static inline double silu_grad_d(double x) {
 
 /* Element access of the kernels below: T is the stored type, C the one the
  * math runs in, LD(v) reads a stored element as C and ST(v) stores a C.
- * f32 and f64 store what they compute (LD_SAME, ST_SAME); bf16 widens each
- * element and rounds each result to nearest even (LD_BF16, ST_BF16: the
- * conversions of src/core/core.h) inside the one loop, in registers, running the
- * f32 kernel's own expressions — so its results are bitwise the f32 kernel's
- * on the widened values, rounded, as the chunked path of bf16.c gives, with
- * no f32 buffers and no passes of their own. */
-#define LD_SAME(v) (v)
-#define ST_SAME(v) (v)
-#define LD_BF16(v) rm_bf16_to_f32(v)
-#define ST_BF16(v) rm_f32_to_bf16(v)
+ * f32 and f64 store what they compute; bf16 widens each element and rounds
+ * each result to nearest even (rm_bf16_to_f32, rm_f32_to_bf16: the
+ * conversions of src/core/core.h) inside the one loop, in registers, running
+ * the f32 kernel's own expressions — so its results are bitwise the f32
+ * kernel's on the widened values, rounded, as the chunked path of bf16.c
+ * gives, with no f32 buffers and no passes of their own. */
+/* The math, by the type it runs in (float for f32 and bf16, double for f64); the GELUs
+ * are the erf and tanh forms, with their derivatives. */
+#define UN_MATH(v, F, D) _Generic((v), float : F, double : D)(v)
+#define UN_EXP(v) UN_MATH(v, rm_expf_v, exp)
+#define UN_LOG(v) UN_MATH(v, logf, log)
+#define UN_SQRT(v) UN_MATH(v, sqrtf, sqrt)
+#define UN_TANH(v) UN_MATH(v, rm_tanhf_v, tanh)
+#define UN_GELU(v) UN_MATH(v, rm_gelu_erff_v, gelu_erf_d)
+#define UN_GELU_T(v) UN_MATH(v, rm_gelu_tanhf_v, gelu_tanh_d)
+#define UN_GELU_GRAD(v) UN_MATH(v, rm_gelu_erff_grad_v, gelu_erf_grad_d)
+#define UN_GELU_T_GRAD(v) UN_MATH(v, rm_gelu_tanhf_grad_v, gelu_tanh_grad_d)
+#define UN_SILU_GRAD(v) UN_MATH(v, silu_grad_f, silu_grad_d)
+#define UN_POW(v, e) _Generic((v), float : powf, double : pow)(v, e)
 
-/* y = f(x); p = scalar parameter. GELU / GELU_T are the erf- and tanh-form GELUs. */
-#define UNARY_FWD(NAME, T, C, LD, ST, EXPF, LOGF, SQRTF, TANHF, GELU, GELU_T, POWF)                \
-    RM_CPU_CLONES static void fwd_##NAME(rm_unary_op op, const T *restrict x, T *restrict y,       \
-                                         int64_t n, C p) {                                         \
-        switch (op) {                                                                              \
-        case RM_U_NEG: UN_EACH_SIMD(y, ST(-LD(x[i]))); break;                                      \
-        case RM_U_EXP: UN_EACH(y, ST(EXPF(LD(x[i])))); break;                                      \
-        case RM_U_LOG: UN_EACH(y, ST(LOGF(LD(x[i])))); break;                                      \
-        case RM_U_SQRT: UN_EACH_SIMD(y, ST(SQRTF(LD(x[i])))); break;                               \
-        case RM_U_TANH: UN_EACH(y, ST(TANHF(LD(x[i])))); break;                                    \
-        case RM_U_SIGMOID: UN_EACH(y, ST((C)1 / ((C)1 + EXPF(-LD(x[i]))))); break;                 \
-        case RM_U_RELU: UN_EACH_SIMD(y, ST(!(LD(x[i]) <= 0) ? LD(x[i]) : (C)0)); break;            \
-        case RM_U_GELU_ERF: UN_EACH(y, ST(GELU(LD(x[i])))); break;                                 \
-        case RM_U_GELU_TANH: UN_EACH(y, ST(GELU_T(LD(x[i])))); break;                              \
-        case RM_U_SILU: UN_EACH(y, ST(LD(x[i]) / ((C)1 + EXPF(-LD(x[i]))))); break;                \
-        case RM_U_POW: UN_EACH(y, ST(POWF(LD(x[i]), p))); break;                                   \
-        case RM_U_ADD: UN_EACH_SIMD(y, ST(LD(x[i]) + p)); break;                                   \
-        case RM_U_MUL: UN_EACH_SIMD(y, ST(LD(x[i]) * p)); break;                                   \
-        case RM_U_RSUB: UN_EACH_SIMD(y, ST(p - LD(x[i]))); break;                                  \
-        }                                                                                          \
-    }
+#define T float
+#define UN_IT uint32_t
+#define UN_SFX f32
+#include "unary_body.h"
 
-/* dx = g * f'(s) where s is the saved x or y (see k_uinfo); GELU_GRAD and
- * GELU_T_GRAD are the erf- and tanh-form GELUs' derivatives. add's dx = g is a copy for f32 and f64 and
- * ST(LD(g)) for bf16 (a signalling NaN comes out quiet, as through f32). */
-#define UNARY_BWD_SWITCH(T, C, LD, ST, GELU_GRAD, GELU_T_GRAD, SILU_GRAD, POWF, COPY_G)            \
-    switch (op) {                                                                                  \
-    case RM_U_NEG:                                                                                 \
-        for (int64_t i = 0; i < n; i++) dx[i] = ST(-LD(g[i]));                                     \
-        break;                                                                                     \
-    case RM_U_EXP: UN_EACH_SIMD(dx, ST(LD(g[i]) * LD(s[i]))); break;                               \
-    case RM_U_LOG: UN_EACH_SIMD(dx, ST(LD(g[i]) / LD(s[i]))); break;                               \
-    case RM_U_SQRT: UN_EACH_SIMD(dx, ST(LD(g[i]) / ((C)2 * LD(s[i])))); break;                     \
-    case RM_U_TANH: UN_EACH_SIMD(dx, ST(LD(g[i]) * ((C)1 - LD(s[i]) * LD(s[i])))); break;          \
-    case RM_U_SIGMOID: UN_EACH_SIMD(dx, ST(LD(g[i]) * LD(s[i]) * ((C)1 - LD(s[i])))); break;       \
-    case RM_U_RELU: UN_EACH_SIMD(dx, ST(LD(s[i]) > 0 ? LD(g[i]) : (C)0)); break;                   \
-    case RM_U_GELU_ERF: UN_EACH(dx, ST(LD(g[i]) * GELU_GRAD(LD(s[i])))); break;                    \
-    case RM_U_GELU_TANH: UN_EACH(dx, ST(LD(g[i]) * GELU_T_GRAD(LD(s[i])))); break;                 \
-    case RM_U_SILU: UN_EACH(dx, ST(LD(g[i]) * SILU_GRAD(LD(s[i])))); break;                        \
-    case RM_U_POW:                                                                                 \
-        UN_EACH(dx, ST(p == (C)0 ? (C)0 : LD(g[i]) * p * POWF(LD(s[i]), p - (C)1)));               \
-        break;                                                                                     \
-    case RM_U_ADD: COPY_G; break;                                                                  \
-    case RM_U_MUL: UN_EACH_SIMD(dx, ST(LD(g[i]) * p)); break;                                      \
-    case RM_U_RSUB:                                                                                \
-        for (int64_t i = 0; i < n; i++) dx[i] = ST(-LD(g[i]));                                     \
-        break;                                                                                     \
-    }
-#define COPY_G_MEM                                                                                 \
-    if ((const void *)dx != (const void *)g) memcpy(dx, g, (size_t)n * sizeof *dx)
-#define COPY_G_BF16 UN_EACH_SIMD(dx, ST_BF16(LD_BF16(g[i])))
+#define T double
+#define UN_IT uint64_t
+#define UN_SFX f64
+#include "unary_body.h"
 
-/* bwd_inplace writes dx over g (the backward's dying gradient, src/ops/unary.c):
- * g is dx there (a pointer based on the restrict one, so restrict holds), each
- * element read before it is written, by the same expressions as bwd's. */
-#define UNARY_BWD(NAME, T, C, LD, ST, GELU_GRAD, GELU_T_GRAD, SILU_GRAD, POWF, COPY_G)             \
-    RM_CPU_CLONES static void bwd_##NAME(rm_unary_op op, const T *restrict g, const T *restrict s, \
-                                         T *restrict dx, int64_t n, C p) {                         \
-        UNARY_BWD_SWITCH(T, C, LD, ST, GELU_GRAD, GELU_T_GRAD, SILU_GRAD, POWF, COPY_G);           \
-    }                                                                                              \
-    RM_CPU_CLONES static void bwd_inplace_##NAME(rm_unary_op op, T *restrict dx,                   \
-                                                 const T *restrict s, int64_t n, C p) {            \
-        const T *g = dx;                                                                           \
-        UNARY_BWD_SWITCH(T, C, LD, ST, GELU_GRAD, GELU_T_GRAD, SILU_GRAD, POWF, COPY_G);           \
-    }
-
-UNARY_FWD(float, float, float, LD_SAME, ST_SAME, rm_expf_v, logf, sqrtf, rm_tanhf_v, rm_gelu_erff_v,
-          rm_gelu_tanhf_v, powf)
-UNARY_FWD(double, double, double, LD_SAME, ST_SAME, exp, log, sqrt, tanh, gelu_erf_d, gelu_tanh_d,
-          pow)
-UNARY_FWD(bf16, uint16_t, float, LD_BF16, ST_BF16, rm_expf_v, logf, sqrtf, rm_tanhf_v,
-          rm_gelu_erff_v, rm_gelu_tanhf_v, powf)
-UNARY_BWD(float, float, float, LD_SAME, ST_SAME, rm_gelu_erff_grad_v, rm_gelu_tanhf_grad_v,
-          silu_grad_f, powf, COPY_G_MEM)
-UNARY_BWD(double, double, double, LD_SAME, ST_SAME, gelu_erf_grad_d, gelu_tanh_grad_d, silu_grad_d,
-          pow, COPY_G_MEM)
-UNARY_BWD(bf16, uint16_t, float, LD_BF16, ST_BF16, rm_gelu_erff_grad_v, rm_gelu_tanhf_grad_v,
-          silu_grad_f, powf, COPY_G_BF16)
-
-/* Bit-packed relu mask: bit i of m (byte i / 8, bit i % 8) is y[i] > 0.
- * NAME, T, LD and ST as in UNARY_FWD; IT is an unsigned integer of T's size. */
-#define RELU_MASK(NAME, T, IT, LD, ST)                                                             \
-    RM_CPU_CLONES static void relu_mask_##NAME(const T *restrict y, uint8_t *restrict m,           \
-                                               int64_t n) {                                        \
-        int64_t nb = n / 8;                                                                        \
-        _Pragma("omp parallel for if (n > 65536)") for (int64_t b = 0; b < nb; b++) {              \
-            const T *p = y + 8 * b;                                                                \
-            unsigned v = 0;                                                                        \
-            for (int k = 0; k < 8; k++) v |= (unsigned)(LD(p[k]) > 0) << k;                        \
-            m[b] = (uint8_t)v;                                                                     \
-        }                                                                                          \
-        if (nb * 8 < n) {                                                                          \
-            unsigned v = 0;                                                                        \
-            for (int64_t i = nb * 8; i < n; i++) v |= (unsigned)(LD(y[i]) > 0) << (i - nb * 8);    \
-            m[nb] = (uint8_t)v;                                                                    \
-        }                                                                                          \
-    }                                                                                              \
-    /* dx = bit i ? g : 0 — the same values as (y > 0 ? g : 0) */                                \
-    RM_CPU_CLONES static void relu_mask_bwd_##NAME(const T *restrict g, const uint8_t *restrict m, \
-                                                   T *restrict dx, int64_t n) {                    \
-        /* whole bytes with constant shifts (vectorises), then the tail */                         \
-        int64_t nb = n / 8;                                                                        \
-        _Pragma("omp parallel for if (n > 65536)") for (int64_t b = 0; b < nb; b++) {              \
-            /* select through bit masks: exact (+0.0 where dropped), and it vectorises */          \
-            unsigned v = m[b];                                                                     \
-            IT gb[8], keep[8];                                                                     \
-            memcpy(gb, g + 8 * b, sizeof gb);                                                      \
-            for (int k = 0; k < 8; k++) keep[k] = (IT)0 - (IT)((v >> k) & 1u);                     \
-            for (int k = 0; k < 8; k++) gb[k] = ST(LD(gb[k] & keep[k]));                           \
-            memcpy(dx + 8 * b, gb, sizeof gb);                                                     \
-        }                                                                                          \
-        for (int64_t i = nb * 8; i < n; i++)                                                       \
-            dx[i] = (m[i >> 3] >> (i & 7)) & 1u ? ST(LD(g[i])) : (T)0;                             \
-    }
-RELU_MASK(float, float, uint32_t, LD_SAME, ST_SAME)
-RELU_MASK(double, double, uint64_t, LD_SAME, ST_SAME)
-/* bf16: T and IT are both uint16_t; ST(LD(g)) quiets a signalling NaN, as through f32 */
-RELU_MASK(bf16, uint16_t, uint16_t, LD_BF16, ST_BF16)
-
-/* ---- the kernels (rm_kernel_fn) ------------------------------------------------------ */
-#define UNARY_KERNELS(T, SUFFIX)                                                                   \
-    remat_status rm_cpu_unary_##SUFFIX(const rm_kargs *k) {                                        \
-        const rm_unary_params *p = k->params;                                                      \
-        fwd_##T(p->op, rm_ptr(k->in[0]), rm_ptr(k->out[0]), remat_numel(k->out[0]), (T)p->p);      \
-        return REMAT_OK;                                                                           \
-    }                                                                                              \
-    remat_status rm_cpu_unary_bwd_##SUFFIX(const rm_kargs *k) {                                    \
-        const rm_unary_params *p = k->params;                                                      \
-        const T *g = rm_ptr(k->in[0]), *s = k->in[1] ? rm_ptr(k->in[1]) : NULL;                    \
-        T *dx = rm_ptr(k->out[0]);                                                                 \
-        int64_t n = remat_numel(k->out[0]);                                                        \
-        if ((const T *)dx == g) bwd_inplace_##T(p->op, dx, s, n, (T)p->p);                         \
-        else bwd_##T(p->op, g, s, dx, n, (T)p->p);                                                 \
-        return REMAT_OK;                                                                           \
-    }                                                                                              \
-    remat_status rm_cpu_relu_mask_##SUFFIX(const rm_kargs *k) {                                    \
-        relu_mask_##T(rm_ptr(k->in[0]), rm_ptr(k->out[0]), remat_numel(k->in[0]));                 \
-        return REMAT_OK;                                                                           \
-    }                                                                                              \
-    remat_status rm_cpu_relu_mask_bwd_##SUFFIX(const rm_kargs *k) {                                \
-        relu_mask_bwd_##T(rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(k->out[0]),                   \
-                          remat_numel(k->out[0]));                                                 \
-        return REMAT_OK;                                                                           \
-    }
-UNARY_KERNELS(float, f32)
-UNARY_KERNELS(double, f64)
+/* bf16: T and UN_IT are both uint16_t; ST(LD(g)) quiets a signalling NaN, as through f32 */
+#define UN_NAME bf16
+#define T uint16_t
+#define C float
+#define LD(v) rm_bf16_to_f32(v)
+#define ST(v) rm_f32_to_bf16(v)
+#define UN_IT uint16_t
+#define UN_COPY_IS_MEMCPY 0
+#include "unary_body.h"
 
 /* ---- bf16 lookup tables ---------------------------------------------------------------
  * A bf16 operand has 65536 values. The ops whose f32 math is costly (exp, log, tanh,
@@ -258,9 +141,9 @@ static bool fwd_tabled(rm_unary_op op) {
 RM_CPU_CLONES static void grad_factors_bf16(rm_unary_op op, const uint16_t *restrict s,
                                             float *restrict d, int64_t n) {
     if (op == RM_U_GELU_ERF)
-        for (int64_t i = 0; i < n; i++) d[i] = rm_gelu_erff_grad_v(LD_BF16(s[i]));
+        for (int64_t i = 0; i < n; i++) d[i] = rm_gelu_erff_grad_v(rm_bf16_to_f32(s[i]));
     else
-        for (int64_t i = 0; i < n; i++) d[i] = rm_gelu_tanhf_grad_v(LD_BF16(s[i]));
+        for (int64_t i = 0; i < n; i++) d[i] = rm_gelu_tanhf_grad_v(rm_bf16_to_f32(s[i]));
 }
 
 /* Claims the table's build (true: the caller fills it, then publishes); false when it is
@@ -301,19 +184,22 @@ static const float *grad_table(rm_unary_op op) {
 
 RM_CPU_CLONES static void lut_fwd_bf16(const uint16_t *restrict tab, const uint16_t *restrict x,
                                        uint16_t *restrict y, int64_t n) {
-    UN_EACH(y, tab[x[i]]);
+#pragma omp parallel for if (n > 32768)
+    for (int64_t i = 0; i < n; i++) y[i] = tab[x[i]];
 }
 /* dx = g * f'(s), rounded; lut_bwd_inplace_bf16 over the dying gradient (dx == g), as
  * bwd_inplace_bf16 */
 RM_CPU_CLONES static void lut_bwd_bf16(const float *restrict tab, const uint16_t *restrict g,
                                        const uint16_t *restrict s, uint16_t *restrict dx,
                                        int64_t n) {
-    UN_EACH(dx, ST_BF16(LD_BF16(g[i]) * tab[s[i]]));
+#pragma omp parallel for if (n > 32768)
+    for (int64_t i = 0; i < n; i++) dx[i] = rm_f32_to_bf16(rm_bf16_to_f32(g[i]) * tab[s[i]]);
 }
 RM_CPU_CLONES static void lut_bwd_inplace_bf16(const float *restrict tab, uint16_t *restrict dx,
                                                const uint16_t *restrict s, int64_t n) {
     const uint16_t *g = dx;
-    UN_EACH(dx, ST_BF16(LD_BF16(g[i]) * tab[s[i]]));
+#pragma omp parallel for if (n > 32768)
+    for (int64_t i = 0; i < n; i++) dx[i] = rm_f32_to_bf16(rm_bf16_to_f32(g[i]) * tab[s[i]]);
 }
 
 bool rm_cpu_unary_bf16_table_ready(rm_unary_op op, bool backward) {
