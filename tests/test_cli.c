@@ -845,6 +845,122 @@ Test(cli, budget_trains_and_matches_none_bitwise) {
     free(b);
 }
 
+/* Issue 32 part 7: --help, docs/cli.md and the parser agree on the strategies.
+ * Every form the parser's own error message lists is in `train --help` and in
+ * docs/cli.md's strategy table (--help had no blocks-budget=); every size the
+ * help and docs give as an example parses for budget= and blocks-budget=, and
+ * the forms the docs call usage errors are usage errors (exit 2). */
+Test(cli, checkpoint_help_docs_and_parser_agree) {
+    char *help, *o;
+    cr_assert_eq(run(&help, false, "train --help"), 0);
+    char *doc = slurp(REMAT_FIXTURE_DIR "/../../docs/cli.md");
+    cr_assert(doc);
+    cr_assert_eq(run(&o, true, "train --checkpoint bogus --steps 0"), 2);
+    const char *list = strstr(o, "expected none, block,");
+    cr_assert(list, "%s", o);
+    const char *forms[] = {
+        "none", "block", "sequential=N", "selective[=POLICY]", "budget=SIZE", "blocks-budget=SIZE"};
+    for (size_t i = 0; i < sizeof forms / sizeof *forms; i++) {
+        cr_assert(strstr(list, forms[i]), "the parser does not list %s: %s", forms[i], o);
+        cr_assert(strstr(help, forms[i]), "train --help lacks %s:\n%s", forms[i], help);
+        char row[64];
+        snprintf(row, sizeof row, "| `%s",
+                 strcmp(forms[i], "selective[=POLICY]") ? forms[i] : "selective");
+        cr_assert(strstr(doc, row), "docs/cli.md's strategy table lacks %s", row);
+    }
+    free(o);
+    const char *sizes[] = {"500000", "64K", "200MiB", "1.5GiB", "2GB", "40%"};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        cr_assert(strstr(help, sizes[i]), "train --help lacks the example %s", sizes[i]);
+        char in_doc[32];
+        snprintf(in_doc, sizeof in_doc, "`%s`", sizes[i]);
+        cr_assert(strstr(doc, in_doc) || !strcmp(sizes[i], "40%"), "docs/cli.md lacks %s", in_doc);
+        for (int blocks = 0; blocks < 2; blocks++) {
+            /* a parsed size runs (or fails to plan: exit 1), never a usage error */
+            int rc = run(&o, true,
+                         "train --model mlp --layers 2 --width 16 --steps 0 --quiet "
+                         "--checkpoint %sbudget=%s",
+                         blocks ? "blocks-" : "", sizes[i]);
+            cr_assert(rc != 2 && !strstr(o, "bad value"), "%sbudget=%s: %s",
+                      blocks ? "blocks-" : "", sizes[i], o);
+            free(o);
+        }
+    }
+    const char *bad[] = {"12Q", "0", "150%"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char in_doc[32];
+        snprintf(in_doc, sizeof in_doc, "`budget=%s`", bad[i]);
+        cr_assert(strstr(doc, in_doc), "docs/cli.md lacks %s", in_doc);
+        for (int blocks = 0; blocks < 2; blocks++) {
+            const char *key = blocks ? "blocks-budget" : "budget";
+            int rc = run(&o, true, "train --steps 0 --checkpoint %s=%s", key, bad[i]);
+            char want[64];
+            snprintf(want, sizeof want, "bad size in %s=", key);
+            cr_assert(rc == 2 && strstr(o, want), "%s=%s: %s", key, bad[i], o);
+            free(o);
+        }
+    }
+    free(doc);
+    free(help);
+}
+
+/* Issue 32 part 7: --zero outside mpirun says how to start it, with
+ * --allow-run-as-root for root (Open MPI refuses root without it) and what to
+ * install where mpirun is missing; it no longer blames an --optim sgd that
+ * was never given. */
+Test(cli, zero_outside_mpirun_says_how_to_start_it) {
+    char *o;
+    int rc = run(&o, true, "train " TINY " --steps 1 --zero");
+    cr_assert_eq(rc, 1, "%s", o);
+    cr_assert(strstr(o, "start it with `mpirun") && strstr(o, "remat train --zero ...`") &&
+                  !strstr(o, "--optim sgd"),
+              "%s", o);
+    cr_assert_eq(strstr(o, "--allow-run-as-root") != NULL, geteuid() == 0, "%s", o);
+    free(o);
+    /* no mpirun on PATH (remat itself is run by its full path) */
+    snprintf(g_env, sizeof g_env, "PATH=/nonexistent ");
+    rc = run(&o, true, "train " TINY " --steps 1 --zero");
+    g_env[0] = '\0';
+    cr_assert_eq(rc, 1, "%s", o);
+    cr_assert(strstr(o, "mpirun is not installed: apt-get install openmpi-bin") ||
+                  strstr(o, "built without MPI"),
+              "%s", o);
+    free(o);
+    rc = run(&o, true, "train " TINY " --steps 1 --zero --optim sgd");
+    cr_assert(rc == 1 && strstr(o, "it does not take --optim sgd"), "%s", o);
+    free(o);
+    /* and --help says it where it introduces mpirun */
+    cr_assert_eq(run(&o, false, "train --help"), 0);
+    cr_assert(strstr(o, "as root, Open MPI wants\n  mpirun --allow-run-as-root"), "%s", o);
+    free(o);
+}
+
+/* Issue 32 part 7: what `remat bench` prints fits 100 columns (the table was
+ * 129 wide, its header line 121, a plan's line 150 and more) while the
+ * strategy names are up to 21 characters; a plan's structure is cut visibly. */
+Test(cli, bench_output_fits_100_columns) {
+    char *o;
+    int rc = run(&o, false,
+                 "bench --layers 12 --width 32 --heads 2 --context 16 --batch 2 --threads 1 "
+                 "--reps 1 --quiet --strategies none,block,sequential=2,budget=99%%,"
+                 "blocks-budget=25%%,selective=names:qkv");
+    cr_assert_eq(rc, 0, "%s", o);
+    int rows = 0;
+    for (const char *l = o; *l;) {
+        size_t len = strcspn(l, "\n");
+        cr_assert_leq(len, 100, "a line of %zu columns: %.*s", len, (int)len, l);
+        rows += !strncmp(l, "blocks-budget=25% ", 18) || !strncmp(l, "selective=names:qkv ", 20);
+        l += len + (l[len] == '\n');
+    }
+    /* the table, the plans (one cut structure) and the legend are there */
+    cr_assert_eq(rows, 2, "%s", o);
+    cr_assert(strstr(o, "step ms") && strstr(o, "IQR ms") && strstr(o, "\nplans (") &&
+                  strstr(o, "    structure: [ckpt ") && strstr(o, "...\n") &&
+                  strstr(o, "  peak      MiB: remat allocator peak"),
+              "%s", o);
+    free(o);
+}
+
 Test(cli, bench_budget_gradients_equal_none) {
     char *o;
     int rc =
@@ -855,7 +971,7 @@ Test(cli, bench_budget_gradients_equal_none) {
     cr_assert(row_ends_with(o, "blocks-budget=70%", "bitwise equal"), "%s", o);
     cr_assert(row_ends_with(o, "budget=64MiB", "bitwise equal"), "%s", o);
     cr_assert(row_ends_with(o, "none", "reference"), "%s", o);
-    cr_assert(strstr(o, "plans (budget= bounds the whole step") &&
+    cr_assert(strstr(o, "\nplans (") && strstr(o, "\n  budget= bounds the whole step") &&
                   strstr(o, "blocks-budget= bounds what the 3 blocks add"),
               "%s", o);
     /* --verbose: the profile and the planner's own print-out */
@@ -1284,20 +1400,29 @@ static uint32_t crc32_of(const unsigned char *p, size_t n) {
     return c ^ 0xFFFFFFFFu;
 }
 
-/* Copies `from` to `to` with the u32 at header offset `field` (after the
- * 24-byte preamble) set to v and a valid CRC. */
-static void patch_u32(const char *from, const char *to, int field, uint32_t v) {
+/* Copies `from` to `to` with the `len` bytes at header offset `field` (after
+ * the 24-byte preamble) set to the little-endian `v` and a valid CRC. */
+static void patch_le(const char *from, const char *to, int field, uint64_t v, int len) {
     struct stat st;
     cr_assert_eq(stat(from, &st), 0);
     unsigned char *s = (unsigned char *)slurp(from);
     size_t n = (size_t)st.st_size;
-    for (int k = 0; k < 4; k++) s[24 + field + k] = (unsigned char)(v >> (8 * k));
+    for (int k = 0; k < len; k++) s[24 + field + k] = (unsigned char)(v >> (8 * k));
     uint32_t c = crc32_of(s, n - 4);
     for (int k = 0; k < 4; k++) s[n - 4 + k] = (unsigned char)(c >> (8 * k));
     FILE *f = fopen(to, "wb");
     fwrite(s, 1, n, f);
     fclose(f);
     free(s);
+}
+
+static void patch_u32(const char *from, const char *to, int field, uint32_t v) {
+    patch_le(from, to, field, v, 4);
+}
+static void patch_f64(const char *from, const char *to, int field, double d) {
+    uint64_t v;
+    memcpy(&v, &d, 8);
+    patch_le(from, to, field, v, 8);
 }
 
 /* Rewrites a version-2 save file as version 1 (the format before the
@@ -1368,6 +1493,76 @@ Test(cli, save_file_header_values_are_bounded_before_use) {
         cr_assert(strstr(o, cases[i].msg) && strstr(o, path("p.bin")), "case %zu: %s", i, o);
         free(o);
     }
+}
+
+/* Issue 32 part 7: a hyperparameter read from a --resume file that no flag
+ * would take is a corrupt file, and the error names the file and the saved
+ * setting, never a flag the user did not type (a saved --lr of -1 had been
+ * "impossible model settings", a saved inf blamed remat_optim_create). */
+Test(cli, resume_errors_name_the_file_for_its_saved_hyperparameters) {
+    char *o;
+    cr_assert_eq(run(&o, false,
+                     "train " TINY " --steps 2 --lr-schedule cosine --warmup 1 --clip 1 --save %s",
+                     path("h.bin")),
+                 0, "%s", o);
+    free(o);
+    /* header offsets after the preamble (docs/file-format.md, minus 24) */
+    struct {
+        int field, len; /* len 8: an f64; 4 or 8 with is_int: an integer */
+        bool is_int;
+        double v;
+        const char *msg;
+    } cases[] = {
+        {40, 8, false, -1, "the saved --lr is -1 (expected a number >= 0)"},
+        {40, 8, false, INFINITY, "the saved --lr is inf"},
+        {40, 8, false, NAN, "the saved --lr is nan"},
+        {48, 8, false, -0.5, "the saved --weight-decay is -0.5"},
+        {56, 8, false, -2, "the saved --momentum is -2"},
+        {176, 8, false, -1, "the saved --min-lr is -1"},
+        {184, 8, false, NAN, "the saved --clip is nan"},
+        {164, 4, true, 9999999,
+         "the saved --accum is 9999999 (expected an integer in [1, 1048576])"},
+        {168, 8, true, 1e14, "the saved --warmup is 100000000000000"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (cases[i].is_int)
+            patch_le(path("h.bin"), path("p.bin"), cases[i].field, (uint64_t)cases[i].v,
+                     cases[i].len);
+        else patch_f64(path("h.bin"), path("p.bin"), cases[i].field, cases[i].v);
+        int rc = run(&o, true, "train " TINY " --steps 4 --resume %s", path("p.bin"));
+        cr_assert_eq(rc, 1, "case %zu accepted (rc %d): %s", i, rc, o);
+        cr_assert(strstr(o, cases[i].msg) && strstr(o, path("p.bin")) && strstr(o, "corrupt"),
+                  "case %zu: %s", i, o);
+        free(o);
+    }
+    /* a saved warm-up the new --steps does not pass: the message says it is
+     * the saved one, and giving --warmup (or more --steps) is the way out */
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 1 --resume %s", path("h.bin")), 1);
+    cr_assert(strstr(o, path("h.bin")) && strstr(o, "--steps 1 must be above the saved run's "
+                                                    "--warmup 1 (its --lr-schedule cosine)"),
+              "%s", o);
+    free(o);
+    /* the untouched file still resumes */
+    cr_assert_eq(run(&o, true, "train " TINY " --steps 4 --resume %s", path("h.bin")), 0, "%s", o);
+    free(o);
+}
+
+/* A text run resumed without --data says so, before any check of the saved
+ * model blames a flag (its --context 4 is too short for the addition task). */
+Test(cli, a_text_run_resumed_without_data_asks_for_it) {
+    char *o;
+    FILE *f = fopen(path("t.txt"), "w");
+    for (int i = 0; i < 200; i++) fputs("the quick brown fox\n", f);
+    fclose(f);
+    cr_assert_eq(run(&o, false, "train " TINY " --context 4 --steps 1 --data %s --save %s",
+                     path("t.txt"), path("t.bin")),
+                 0, "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "train --steps 2 --quiet --resume %s", path("t.bin")), 1);
+    cr_assert(strstr(o, "was trained on a text file") && strstr(o, "--data FILE") &&
+                  !strstr(o, "--context"),
+              "%s", o);
+    free(o);
 }
 
 Test(cli, data_and_resume_refuse_what_is_not_a_regular_file) {

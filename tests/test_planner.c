@@ -609,6 +609,74 @@ Test(planner, sequential_plan_and_printer) {
     remat_profile_free(p);
 }
 
+/* remat_plan_structure: the line remat_plan_print shows, into a caller's
+ * buffer, with the whole length and a visible cut (the remat program's bench
+ * table and JSON take it from here). */
+Test(planner, structure_text_fits_its_buffer_and_says_its_length) {
+    remat_plan *plan = NULL;
+    RT_OK(remat_plan_sequential(&plan, NULL, 10, 4));
+    const char *want = "[ckpt 0-1: 0-1] [ckpt 2-3: 2-3] [ckpt 4-5: 4-5] 6-9"; /* chunks of 10/4 */
+    char buf[128];
+    size_t len = 0;
+    RT_OK(remat_plan_structure(plan, buf, sizeof buf, &len));
+    cr_assert_str_eq(buf, want);
+    cr_assert_eq(len, strlen(want));
+    /* the length alone */
+    len = 0;
+    RT_OK(remat_plan_structure(plan, NULL, 0, &len));
+    cr_assert_eq(len, strlen(want));
+    /* exactly len + 1 bytes hold it all; one fewer cuts it with "..." */
+    char *exact = malloc(len + 1);
+    RT_OK(remat_plan_structure(plan, exact, len + 1, NULL));
+    cr_assert_str_eq(exact, want);
+    RT_OK(remat_plan_structure(plan, exact, len, &len));
+    cr_assert_eq(strlen(exact), len - 1);
+    cr_assert(!strncmp(exact, want, len - 4) && !strcmp(exact + len - 4, "..."), "%s", exact);
+    free(exact);
+    char tiny[3] = "xx";
+    RT_OK(remat_plan_structure(plan, tiny, sizeof tiny, NULL));
+    cr_assert_str_eq(tiny, "[c");
+    /* remat_plan_print shows the same text */
+    char *out = NULL;
+    size_t olen = 0;
+    FILE *f = open_memstream(&out, &olen);
+    remat_plan_print(plan, f);
+    fclose(f);
+    char line[160];
+    snprintf(line, sizeof line, "  structure: %s\n", want);
+    cr_assert(strstr(out, line), "%s", out);
+    free(out);
+    /* errors: a status and an empty buffer */
+    cr_assert_eq(remat_plan_structure(NULL, buf, sizeof buf, &len), REMAT_EINVAL);
+    cr_assert_str_eq(buf, "");
+    cr_assert_eq(len, 0);
+    cr_assert(strstr(remat_last_error(), "remat_plan_structure"), "%s", remat_last_error());
+    cr_assert_eq(remat_plan_structure(plan, NULL, 8, NULL), REMAT_EINVAL);
+    remat_plan_free(plan);
+
+    /* a nested plan: brackets inside brackets, as remat_plan_print nests them */
+    remat_profile *p = NULL;
+    RT_OK(remat_profile_create(&p, 6));
+    for (int k = 0; k < 6; k++)
+        p->stages[k] = (remat_stage_profile){.fwd_time = 1,
+                                             .bwd_time = 2,
+                                             .input_bytes = 10,
+                                             .output_bytes = 10,
+                                             .saved_bytes = 20,
+                                             .fwd_peak = 30,
+                                             .fwd_peak_nosave = 10};
+    size_t mb;
+    RT_OK(remat_plan_min_budget(p, &mb));
+    RT_OK(remat_plan_create(&plan, p, mb));
+    RT_OK(remat_plan_structure(plan, buf, sizeof buf, &len));
+    cr_assert(!strncmp(buf, "[ckpt 0-", 8) && strstr(buf + 1, "[ckpt "), "%s", buf);
+    int open = 0, close = 0;
+    for (const char *c = buf; *c; c++) open += *c == '[', close += *c == ']';
+    cr_assert(open >= 2 && open == close, "%s", buf);
+    remat_plan_free(plan);
+    remat_profile_free(p);
+}
+
 /* ---- executing plans ------------------------------------------------------------------------
  * A chain of linear + gelu stages in f64; gradients of every parameter and
  * of the input through each plan must be bitwise those of running the

@@ -378,10 +378,23 @@ remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profil
 void remat_plan_explain(const remat_plan *plan, const remat_op_profile *ops, size_t measured_peak,
                         double measured_time, FILE *f);
 
-/* Summary, per-stage table and the nested structure, e.g.
- *   [ckpt 0-5: [ckpt 0-2: 0 1 2] 3 4 5] 6 7
+/* Summary, per-stage table and the nested structure (remat_plan_structure's
+ * text, e.g. "structure: [ckpt 0-5: [ckpt 0-2: 0-2] 3-5] 6-7").
  * NULL plan/f → nothing. */
 void remat_plan_print(const remat_plan *plan, FILE *f);
+
+/* The plan's nesting as one line of text, as remat_plan_print shows it:
+ * runs of stored stages as "a-b" (one stage as "a"), each checkpointed
+ * segment as "[ckpt FIRST-LAST: what it holds]", a checkpointed stage of an
+ * op-level plan with the ops it keeps ("[ckpt 3-3: 3 keeps 5/25 ops]"), e.g.
+ *   [ckpt 0-5: [ckpt 0-2: 0-2] 3-5] 6-7
+ * Writes it into buf (n bytes; terminated whenever n > 0): a text of n bytes
+ * or more is cut and ends in "..." (when n > 4). *len (OUT, may be NULL) gets
+ * the whole text's length without the terminator, so a buf of *len + 1 bytes
+ * holds it all (buf may be NULL with n 0 to ask only the length). A plan
+ * without nodes gives "". Errors: REMAT_EINVAL for a NULL plan, or a NULL buf
+ * with n > 0; REMAT_ENOMEM. On error buf holds "" (when n > 0), *len 0. */
+remat_status remat_plan_structure(const remat_plan *plan, char *buf, size_t n, size_t *len);
 
 /* Runs the plan's forward on input: stages[0..plan->n_stages) in order,
  * checkpointed segments through non-reentrant remat_checkpoint (nested as

@@ -55,11 +55,13 @@
  * and the target remat::remat (README.md, "Using remat in your project").
  *
  * Threads: the kernels run on OpenMP's team (omp_set_num_threads sets its
- * size). OpenMP's default wait policy lets idle threads spin between
- * parallel regions; where other work shares the cores, a training step
- * then measured up to 2x slower. Run programs with OMP_WAIT_POLICY=passive
- * (the remat program sets it for itself): OpenMP reads the variable once at
- * start-up, before any library code runs, so remat cannot set it for you.
+ * size). OpenMP's default wait policy lets an idle thread spin after every
+ * parallel region before it sleeps (libgomp: 300,000 turns, GOMP_SPINCOUNT);
+ * where other work shares the cores, a training step then measured up to
+ * 2.4x slower. Run programs with OMP_WAIT_POLICY=passive on shared machines
+ * (the remat program sets it for itself) and OMP_WAIT_POLICY=active on
+ * dedicated cores: OpenMP reads the variable once at start-up, before any
+ * library code runs, so remat cannot set it for you.
  *
  * Thread safety: remat may be used from several threads at once. What is
  * shared:

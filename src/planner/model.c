@@ -13,6 +13,8 @@
  */
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -393,11 +395,27 @@ void remat_profile_print(const remat_profile *p, FILE *f) {
     fprintf(f, "  total %9.3f %9.3f\n", tf * 1e3, tb * 1e3);
 }
 
-static void print_level(FILE *f, const remat_plan *p, const int *next, int i, int end) {
+/* A bounded text buffer: what does not fit is counted, not written. */
+typedef struct text_out {
+    char *buf;
+    size_t n, len; /* capacity; the whole text's length so far */
+} text_out;
+
+static void text_add(text_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_add(text_out *o, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *dst = o->len < o->n ? o->buf + o->len : NULL;
+    int k = vsnprintf(dst, dst ? o->n - o->len : 0, fmt, ap);
+    va_end(ap);
+    if (k > 0) o->len += (size_t)k;
+}
+
+static void structure_level(text_out *o, const remat_plan *p, const int *next, int i, int end) {
     bool first = true;
     while (i < end) {
         const remat_plan_node *nd = &p->nodes[i];
-        if (!first) fputc(' ', f);
+        if (!first) text_add(o, " ");
         first = false;
         if (nd->op == REMAT_PLAN_STORE) {
             /* compress a run of consecutive stored stages into "a-b" */
@@ -406,16 +424,39 @@ static void print_level(FILE *f, const remat_plan *p, const int *next, int i, in
                 j = next[j];
                 lastk = p->nodes[j].first;
             }
-            if (lastk > nd->first) fprintf(f, "%d-%d", nd->first, lastk);
-            else fprintf(f, "%d", nd->first);
+            if (lastk > nd->first) text_add(o, "%d-%d", nd->first, lastk);
+            else text_add(o, "%d", nd->first);
             i = next[j];
         } else {
-            fprintf(f, "[ckpt %d-%d: ", nd->first, nd->last);
-            print_level(f, p, next, i + 1, next[i]);
-            fputc(']', f);
+            text_add(o, "[ckpt %d-%d: ", nd->first, nd->last);
+            structure_level(o, p, next, i + 1, next[i]);
+            /* op-level plans: how many of the stage's ops it keeps */
+            const remat_plan_stage *st = &p->stages[nd->first];
+            if (nd->first == nd->last && st->keep) {
+                int kept = 0;
+                for (int k = 0; k < st->n_ops; k++) kept += st->keep[k] != 0;
+                text_add(o, " keeps %d/%d ops", kept, st->n_ops);
+            }
+            text_add(o, "]");
             i = next[i];
         }
     }
+}
+
+remat_status remat_plan_structure(const remat_plan *plan, char *buf, size_t n, size_t *len) {
+    if (len) *len = 0;
+    if (n && buf) buf[0] = '\0';
+    if (!plan || (n && !buf))
+        return rm_err(REMAT_EINVAL, "remat_plan_structure: %s is NULL", plan ? "buf" : "plan");
+    if (plan->n_nodes < 1 || !plan->nodes) return REMAT_OK;
+    int *next = subtree_ends(plan->nodes, plan->n_nodes);
+    if (!next) return rm_err(REMAT_ENOMEM, "remat_plan_structure: out of memory");
+    text_out o = {buf, n, 0};
+    structure_level(&o, plan, next, 0, plan->n_nodes);
+    free(next);
+    if (o.len >= n && n > 4) memcpy(buf + n - 4, "...", 4); /* cut, visibly */
+    if (len) *len = o.len;
+    return REMAT_OK;
 }
 
 static const char *kind_name(remat_plan_kind k) {
@@ -491,12 +532,12 @@ void remat_plan_print(const remat_plan *p, FILE *f) {
                 p->time_store_all);
     }
     if (p->kind == REMAT_PLAN_OPS) print_op_summary(p, f);
-    int *next = subtree_ends(p->nodes, p->n_nodes);
-    if (next) {
-        fprintf(f, "  structure: ");
-        print_level(f, p, next, 0, p->n_nodes);
-        fputc('\n', f);
-        free(next);
+    size_t len = 0;
+    if (remat_plan_structure(p, NULL, 0, &len) == REMAT_OK) {
+        char *text = malloc(len + 1);
+        if (text && remat_plan_structure(p, text, len + 1, NULL) == REMAT_OK)
+            fprintf(f, "  structure: %s\n", text);
+        free(text);
     }
     if (p->n_stages <= 32) {
         fprintf(f, "  %5s  %-10s %8s\n", "stage", "action", "fwd runs");

@@ -14,7 +14,8 @@
 #  4. a rank that cannot start (a missing --resume file) fails the whole
 #     job with a message, non-zero, within the time bound;
 #  5. ranks given different flags (mpirun's MPMD form) stop before the first
-#     step with one message naming the option and both values;
+#     step with one message naming the option and both values; `remat bench`
+#     too;
 #  6. a Hugging Face Llama (--init-from tests/fixtures/hf_cli/llama): 2 ranks
 #     x batch 1 vs 1 process x batch 2 within 1e-5, under block checkpointing;
 #     rank 0 alone writes --export, which `remat eval` reads.
@@ -128,6 +129,22 @@ differ "--zero is on on rank 0 but off on rank 1" --zero -- --lr 3e-3
 differ "--resume is a file of" --checkpoint block --resume "$tmp/s.bin" -- \
   --checkpoint block --resume "$tmp/z3.bin"
 echo "ranks given different flags: one message naming the option and both values, no step"
+# 5b. the same for `remat bench` (its strategy list and repetitions decide its
+#     collectives: a rank with another list ran mismatched steps)
+differ_bench() { # differ_bench WANT RANK0-FLAGS -- RANK1-FLAGS
+  want=$1; shift; a=""; while [ "$1" != "--" ]; do a="$a $1"; shift; done; shift
+  out=$(timeout 60 mpirun --oversubscribe -np 1 "$remat" bench $M --batch 2 --reps 1 $a : \
+        -np 1 "$remat" bench $M --batch 2 --reps 1 "$@" 2>&1); rc=$?
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "bench ranks with$a vs $* ran (rc $rc): $out"
+  echo "$out" | grep -qF -- "$want" || fail "no message naming $want: $out"
+  [ "$(echo "$out" | grep -c 'different configurations')" -eq 1 ] || fail "not one message: $out"
+  ! echo "$out" | grep -q '"strategies"' || fail "bench ran: $out"
+}
+differ_bench "--strategies is none,block on rank 0 but none,sequential=2 on rank 1" \
+  --strategies none,block -- --strategies none,sequential=2
+differ_bench "--reps is 1 on rank 0 but 2 on rank 1" -- --reps 2
+differ_bench "--width is 32 on rank 0 but 16 on rank 1" -- --width 16
+echo "remat bench: ranks given different flags stop the same way"
 hf=$(dirname "$0")/../fixtures/hf_cli
 H="--init-from $hf/llama --data $hf/data.txt --context 16 --threads 1 --quiet --json --steps 6"
 mpirun --oversubscribe -np 2 "$remat" train $H --batch 1 --checkpoint block --export "$tmp/hf2" \

@@ -73,7 +73,8 @@ static const opt_section sections[N_SECTIONS] = {
     [SEC_CKPT] = {"checkpointing:", NULL},
     [SEC_DIST] = {"data parallelism (mpirun -np N remat ...; docs/dist.md):",
                   "  --batch is per rank; rank r takes rows [r*batch, (r+1)*batch) of each step's\n"
-                  "  global batch; rank 0 prints and writes files\n"},
+                  "  global batch; rank 0 prints and writes files; as root, Open MPI wants\n"
+                  "  mpirun --allow-run-as-root\n"},
     [SEC_TRAIN] = {"training:", NULL},
     [SEC_OUTPUT] = {"output:", NULL},
     [SEC_BENCH] = {"bench:", NULL},
@@ -137,14 +138,21 @@ static const opt_row rows[] = {
     /* checkpointing */
     {"--checkpoint", "S", OPT_STR, TB, SEC_CKPT, T(checkpoint_text),
      .help = "none | block | sequential=N | selective[=POLICY] |\n"
-             "budget=SIZE. block: every block checkpointed;\n"
+             "budget=SIZE[:blocks-only] | blocks-budget=SIZE.\n"
+             "block: every block checkpointed;\n"
              "sequential=N: the blocks split into N segments\n"
              "(checkpoint_sequential);\n"
-             "budget=SIZE: the planner's fastest schedule whose memory\n"
-             "fits SIZE (200MiB, 64M, 1.5GiB, 500000 bytes, or 40% of\n"
-             "what the blocks add without checkpointing);\n"
-             "it keeps or recomputes each op of each block;\n"
+             "budget=SIZE: the planner's fastest schedule whose\n"
+             "predicted peak of the whole step (parameters, grads,\n"
+             "optimizer state, activations) fits SIZE: 500000\n"
+             "(bytes), 64K, 200MiB, 1.5GiB, 2GB (powers of 1024), or\n"
+             "P% with 0 < P <= 100: that share of the step's peak\n"
+             "without checkpointing (budget=40%); it keeps or\n"
+             "recomputes each op of each block;\n"
              "budget=SIZE:blocks-only: whole blocks only;\n"
+             "blocks-budget=SIZE: whole blocks, SIZE bounding only\n"
+             "what they add (P%: of what they add without\n"
+             "checkpointing);\n"
              "selective=POLICY: every block checkpointed, but the\n"
              "policy's op outputs are kept from the forward:\n"
              "  dots          matmul/linear outputs (the default)\n"
@@ -418,10 +426,16 @@ int args_check_model(config *c, bool bench, char *err, size_t n) {
                        "ignores them");
     }
     if (!bench && c->cosine && c->steps > 0 && c->warmup >= c->steps) {
-        snprintf(err, n,
-                 "--warmup must be below --steps with --lr-schedule cosine (--warmup %ld, "
-                 "--steps %ld)",
-                 c->warmup, c->steps);
+        if (c->resume && !c->set_warmup) /* the saved run's warm-up, not a flag given */
+            snprintf(err, n,
+                     "--steps %ld must be above the saved run's --warmup %ld (%s--lr-schedule "
+                     "cosine): give more --steps, or --warmup",
+                     c->steps, c->warmup, c->set_schedule ? "" : "its ");
+        else
+            snprintf(err, n,
+                     "--warmup must be below --steps with --lr-schedule cosine (--warmup %ld, "
+                     "--steps %ld)",
+                     c->warmup, c->steps);
         return 1;
     }
     if (c->set_momentum && c->optim == OPTIM_ADAMW && c->momentum != 0)
@@ -606,6 +620,10 @@ static int parse_device(config *c, command cmd) {
     if (remat_device_check(c->device) != REMAT_OK)
         return fail(cmd, "cannot use", "--device", remat_last_error());
     return 0;
+}
+
+int args_check_value(command cmd, const char *flag, double v, char *err, size_t n) {
+    return opt_check_value(&table, cmd, flag, v, err, n);
 }
 
 int args_parse(config *c, command cmd, int argc, char **argv, int first) {

@@ -112,6 +112,11 @@ int args_parse(config *c, command cmd, int argc, char **argv, int first);
  * is known (savefile_merge_config). 0, or 1 with a message in err. */
 int args_check_model(config *c, bool bench, char *err, size_t n);
 
+/* Whether command cmd's flag (e.g. "--lr") would take the value v: for
+ * settings read from elsewhere than argv (a --resume file). 0, or 2 with
+ * "expected ..." in err. */
+int args_check_value(command cmd, const char *flag, double v, char *err, size_t n);
+
 /* Usage texts: the program's, and a command's (generated from its flags). */
 void args_usage_main(FILE *f);
 void args_usage(command cmd, FILE *f);

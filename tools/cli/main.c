@@ -21,8 +21,8 @@
 #include "train/train.h"
 #include "util.h"
 
-/* libgomp's workers spin after every parallel region by default
- * (OMP_WAIT_POLICY=active). On a 2-core machine that also runs anything else
+/* libgomp's workers spin after every parallel region by default (300,000
+ * turns, GOMP_SPINCOUNT, before they sleep). On a 2-core machine that also runs anything else
  * the spinning threads take the cores the next kernel needs: steps measured
  * 2-5x slower. The policy is read once, when libgomp loads, so remat sets it
  * and re-executes itself once; an OMP_WAIT_POLICY of the user's is kept. */

@@ -1,6 +1,7 @@
 /* tools/cli/options.c — the table-driven flag parser and usage printer (options.h). */
 #include "options.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -33,11 +34,60 @@ static void store_int(void *field, size_t size, long v) {
     else *(int *)field = (int)v;
 }
 
+/* What a numeric row accepts, for messages: "an integer in [1, 4096]",
+ * "an integer >= 0" (a limit of 1e9 or more left unsaid unless over_hi),
+ * "a number >= 0", "a number > 0"; into buf. */
+static const char *expected(const opt_row *r, bool over_hi, char *buf, size_t n) {
+    if (r->kind == OPT_NUM || r->kind == OPT_POSNUM)
+        snprintf(buf, n, "a number %s %g", r->kind == OPT_NUM ? ">=" : ">", r->lo);
+    else if (r->hi >= 1e9 && !over_hi) snprintf(buf, n, "an integer >= %ld", (long)r->lo);
+    else snprintf(buf, n, "an integer in [%ld, %ld]", (long)r->lo, (long)r->hi);
+    return buf;
+}
+
+/* The number of choices in "a|b|c". */
+static int n_choices(const char *choices) {
+    int k = 1;
+    for (const char *p = choices; (p = strchr(p, '|')); p++) k++;
+    return k;
+}
+
+int opt_check_value(const opt_table *t, unsigned cmd_bit, const char *name, double v, char *err,
+                    size_t n) {
+    const opt_row *r = find_row(t, cmd_bit, name);
+    char what[96];
+    bool ok = true;
+    if (!r) {
+        snprintf(err, n, "%s is no flag", name);
+        return 2;
+    }
+    switch (r->kind) {
+    case OPT_FLAG: ok = v == 0 || v == 1; break;
+    case OPT_STR: ok = false; break;
+    case OPT_CHOICE: ok = v >= 0 && v < n_choices(r->choices) && v == (double)(long)v; break;
+    case OPT_INT:
+    case OPT_LONG:
+    case OPT_U64:
+    case OPT_OPTINT: ok = v >= r->lo && v <= r->hi && v == (double)(long)v; break;
+    case OPT_NUM:
+    case OPT_POSNUM:
+        ok = isfinite(v) && (r->kind == OPT_NUM ? v >= r->lo : v > r->lo) && v <= r->hi;
+        break;
+    }
+    if (ok) return 0;
+    if (r->kind == OPT_CHOICE) snprintf(err, n, "expected one of %s", r->choices);
+    else if (r->kind == OPT_FLAG) snprintf(err, n, "expected 0 or 1");
+    else if (r->kind == OPT_STR) snprintf(err, n, "%s takes text, not a number", name);
+    else snprintf(err, n, "expected %s", expected(r, v > r->hi, what, sizeof what));
+    return 2;
+}
+
 /* Converts and stores one value; 0, or 2 with the message in err. */
 static int store(const opt_row *r, void *target, const char *val, char *err, size_t n) {
     void *field = (char *)target + r->off;
     long lv = 0;
     double dv = 0;
+    char what[96];
     switch (r->kind) {
     case OPT_FLAG: *(bool *)field = true; return 0;
     case OPT_STR: *(const char **)field = val; return 0;
@@ -55,12 +105,8 @@ static int store(const opt_row *r, void *target, const char *val, char *err, siz
     case OPT_U64:
     case OPT_OPTINT:
         if (!util_parse_long(val, (long)r->lo, (long)r->hi, &lv)) {
-            if (r->hi >= 1e9)
-                snprintf(err, n, "bad value for '%s': expected an integer >= %ld", r->name,
-                         (long)r->lo);
-            else
-                snprintf(err, n, "bad value for '%s': expected an integer in [%ld, %ld]", r->name,
-                         (long)r->lo, (long)r->hi);
+            snprintf(err, n, "bad value for '%s': expected %s", r->name,
+                     expected(r, false, what, sizeof what));
             return 2;
         }
         if (r->kind == OPT_LONG) *(long *)field = lv;
@@ -72,8 +118,8 @@ static int store(const opt_row *r, void *target, const char *val, char *err, siz
         bool ok = util_parse_double(val, &dv) && (r->kind == OPT_NUM ? dv >= r->lo : dv > r->lo) &&
                   dv <= r->hi;
         if (!ok) {
-            snprintf(err, n, "bad value for '%s': expected a number %s %g", r->name,
-                     r->kind == OPT_NUM ? ">=" : ">", r->lo);
+            snprintf(err, n, "bad value for '%s': expected %s", r->name,
+                     expected(r, false, what, sizeof what));
             return 2;
         }
         *(double *)field = dv;

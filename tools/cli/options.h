@@ -67,6 +67,13 @@ typedef struct opt_table {
 int opt_parse(const opt_table *t, unsigned cmd_bit, void *target, int argc, char **argv, int first,
               char *err, size_t n);
 
+/* Checks a value that did not come from argv (a saved run's setting) against
+ * the bounds of flag `name` of command `cmd_bit`, as opt_parse would: a
+ * number finite and in range, an integer in range, a choice's index.
+ * Returns 0 if the flag would take it; 2 with "expected ..." in err[n]. */
+int opt_check_value(const opt_table *t, unsigned cmd_bit, const char *name, double v, char *err,
+                    size_t n);
+
 /* Prints the flags of command `cmd_bit`, section by section (in the table's
  * order; sections without such a flag are left out), 80 columns wide. */
 void opt_usage(const opt_table *t, unsigned cmd_bit, FILE *f);

@@ -359,6 +359,35 @@ static void take_header(saved_state *s, const remat_savefile_header *h) {
     s->clip = h->clip;
 }
 
+/* The saved hyperparameters against their flags' bounds (args_check_value:
+ * the numbers `remat train` would take on its command line). A value out of
+ * range is a corrupt file, and the message names the file and the saved
+ * flag, never a flag the user did not type. */
+static int check_hyperparameters(const saved_state *s, const char *path) {
+    const struct {
+        const char *flag;
+        double v;
+        bool v2; /* stored since version 2 (has_schedule) */
+    } hp[] = {
+        {"--lr", s->lr, false},
+        {"--weight-decay", s->weight_decay, false},
+        {"--momentum", s->momentum, false},
+        {"--lr-schedule", (double)s->schedule, true},
+        {"--warmup", (double)s->warmup, true},
+        {"--min-lr", s->min_lr, true},
+        {"--clip", s->clip, true},
+        {"--accum", (double)s->accum, true},
+    };
+    char err[160];
+    for (size_t i = 0; i < sizeof hp / sizeof *hp; i++)
+        if ((!hp[i].v2 || s->has_schedule) &&
+            args_check_value(CMD_TRAIN, hp[i].flag, hp[i].v, err, sizeof err))
+            return remat_set_error(REMAT_EFORMAT,
+                                   "--resume %s: corrupt header: the saved %s is %.15g (%s)", path,
+                                   hp[i].flag, hp[i].v, err);
+    return REMAT_OK;
+}
+
 /* The header's values against the flags' limits and the file's size (each
  * block has at least a width x width f32 matrix, a GPT a context x width
  * position table; a tensor record takes at least 21 bytes): a corrupt
@@ -383,14 +412,19 @@ static int check_header(const saved_state *s, const char *path, uint64_t size) {
                                "--resume %s: corrupt header: %s %llu is outside "
                                "1..%llu (the --%s limit)",
                                path, bad, (unsigned long long)v, (unsigned long long)lim, bad);
-    if (s->model > 2 || s->optim > 1 || s->untied > 1 || s->step < 0 || s->optim_t < 0 ||
-        s->task > 3 || (s->model == MODEL_HF) != (s->task == TASK_TOKENS) ||
-        s->accum > (1u << 20) || s->warmup > 1000000000u || !(s->min_lr >= 0) || !(s->clip >= 0) ||
-        !(s->lr >= 0))
-        return remat_set_error(REMAT_EFORMAT,
-                               "--resume %s: corrupt header (impossible model "
-                               "settings)",
-                               path);
+    const char *what = s->model > 2                                         ? "model"
+                       : s->optim > 1                                       ? "optimizer"
+                       : s->untied > 1                                      ? "untied head"
+                       : s->task > 3                                        ? "task"
+                       : (s->model == MODEL_HF) != (s->task == TASK_TOKENS) ? "task for the model"
+                       : s->step < 0                                        ? "step"
+                       : s->optim_t < 0 ? "optimizer update count"
+                                        : NULL;
+    if (what)
+        return remat_set_error(REMAT_EFORMAT, "--resume %s: corrupt header (impossible %s)", path,
+                               what);
+    int rc = check_hyperparameters(s, path);
+    if (rc) return rc;
     uint64_t min_bytes =
         (uint64_t)s->layers * s->width * (s->model == MODEL_HF ? 1u : s->width) * 4u;
     if (s->model == MODEL_GPT) min_bytes += (uint64_t)s->context * s->width * 4u;
@@ -521,6 +555,7 @@ void savefile_model_config(const saved_state *s, config *c) {
 }
 
 static const saved_tensor *find(const saved_state *s, const char *prefix, const char *name);
+static int needs_data(const saved_state *s, const char *path);
 
 /* The value of "--flag value" in the RUN_FLAGS text t (len bytes) into v, or false. */
 static bool run_flag(const char *t, size_t len, const char *flag, char *v, size_t n) {
@@ -632,6 +667,8 @@ int savefile_merge_config(const saved_state *s, const char *path, config *c) {
         return remat_set_error(REMAT_EFORMAT, "--resume %s: corrupt header (model shape)", path);
     int rc = merge_run_flags(s, path, c);
     if (rc) return rc;
+    /* before the model checks, which would blame the saved --context */
+    if (s->task == (uint32_t)TASK_TEXT && !c->data) return needs_data(s, path);
     /* the strategy and flag checks args_parse left for the file's model */
     char err[512];
     if (args_check_model(c, false, err, sizeof err))
@@ -639,14 +676,18 @@ int savefile_merge_config(const saved_state *s, const char *path, config *c) {
     return REMAT_OK;
 }
 
+/* A run trained on a text file resumes only with --data. */
+static int needs_data(const saved_state *s, const char *path) {
+    return remat_set_error(REMAT_EINVAL,
+                           "--resume %s: the run was trained on a text file (%llu bytes): "
+                           "pass it again with --data FILE",
+                           path, (unsigned long long)s->data_bytes);
+}
+
 int savefile_check_task(const saved_state *s, const char *path, const task *t) {
     static const char *names[] = {"the built-in addition task", "a text file",
                                   "the built-in MLP task", "a Hugging Face model's tokens"};
-    if (s->task == (uint32_t)TASK_TEXT && t->kind != TASK_TEXT)
-        return remat_set_error(REMAT_EINVAL,
-                               "--resume %s: the run was trained on a text file (%llu bytes): "
-                               "pass it again with --data FILE",
-                               path, (unsigned long long)s->data_bytes);
+    if (s->task == (uint32_t)TASK_TEXT && t->kind != TASK_TEXT) return needs_data(s, path);
     if (s->task != (uint32_t)t->kind)
         return remat_set_error(REMAT_EINVAL, "--resume %s: the run was trained on %s, not on %s",
                                path, names[s->task], names[t->kind]);

@@ -157,17 +157,20 @@ static const char *model_name(const model *m) {
                                   : hf_family_name(remat_model_get_config(m->lib)->family);
 }
 
+/* Everything bench prints to stdout fits 100 columns (a long strategy name
+ * widens its table), so that the header is two lines. */
 static void print_header(FILE *f, const config *c, const model *m, int threads) {
     if (m->kind == MODEL_HF)
-        term_printf(f,
-                    "remat bench: %s from %s, %d layers, width %d, %d heads, context %d, batch %d "
-                    "(%.2fM parameters), no dropout, %d threads, %d reps\n",
-                    model_name(m), c->init_from, m->layers, m->width, m->heads, m->context,
-                    c->batch, (double)m->n_weights / 1e6, threads, c->reps);
+        term_printf(
+            f,
+            "remat bench: %s from %s,\n  %d layers, width %d, %d heads, context %d, batch %d "
+            "(%.2fM parameters), no dropout,\n  %d threads, %d reps\n",
+            model_name(m), c->init_from, m->layers, m->width, m->heads, m->context, c->batch,
+            (double)m->n_weights / 1e6, threads, c->reps);
     else if (m->kind == MODEL_GPT)
         term_printf(f,
                     "remat bench: GPT, %d layers, width %d, %d heads, context %d, batch %d "
-                    "(%.2fM parameters), %s attention, %d threads, %d reps\n",
+                    "(%.2fM parameters),\n  %s attention, %d threads, %d reps\n",
                     m->layers, m->width, m->heads, m->context, c->batch, (double)m->n_weights / 1e6,
                     m->attn_ops ? "composed" : "fused", threads, c->reps);
     else
@@ -196,28 +199,29 @@ static void print_plans(const config *c, const result *r, const planner_info *pl
     }
     if (!step && !blocks) return;
     const double M = 1048576.0;
-    printf("\nplans (");
+    printf("\nplans (recomputed: block forwards run again in the backward):\n");
     if (step)
-        printf("budget= bounds the whole step's allocator peak, parameters and gradients "
-               "included: feasible from %.2f MiB, %.2f MiB without checkpointing",
+        printf("  budget= bounds the whole step's allocator peak, parameters and gradients\n"
+               "  included: feasible from %.2f MiB, %.2f MiB without checkpointing\n",
                (double)pl->min_budget / M, (double)pl->store_all / M);
     if (blocks)
-        printf("%sblocks-budget= bounds what the %d blocks add: feasible from %.2f MiB, %.2f MiB "
-               "without checkpointing",
-               step ? ";\n       " : "", pl->prof ? pl->prof->n_stages : 0,
-               (double)pl->blocks_min_budget / M, (double)pl->blocks_store_all / M);
-    printf("):\n");
+        printf("  blocks-budget= bounds what the %d blocks add: feasible from %.2f MiB,\n"
+               "  %.2f MiB without checkpointing\n",
+               pl->prof ? pl->prof->n_stages : 0, (double)pl->blocks_min_budget / M,
+               (double)pl->blocks_store_all / M);
     for (int i = 0; i < c->n_strategies; i++) {
         const strategy *s = &c->strategies[i];
         if (s->kind != STRAT_BUDGET || !s->plan) continue;
         const remat_plan *p = s->plan;
-        char st[256];
-        strategy_plan_structure(p, st, sizeof st);
+        /* the structure on a line of its own, cut at 100 columns ("..."; the
+         * JSON has it whole) */
+        char st[100 - (int)sizeof "    structure: " + 2];
+        remat_plan_structure(p, st, sizeof st, NULL); /* "" on failure */
         /* budget=: the step's peak; blocks-budget=: what the step adds
          * (the blocks' share plus the head's, measured as one) */
         double measured = s->blocks_only ? (double)(r[i].peak - r[i].baseline) : (double)r[i].peak;
-        printf("  %-22s budget %8.2f MiB, %s predicted %8.2f measured %8.2f MiB, %3" PRId64
-               " block forwards recomputed: %s\n",
+        printf("  %-18s budget %7.2f MiB, %s %6.2f predicted, %6.2f measured; %" PRId64
+               " recomputed\n    structure: %s\n",
                s->name, (double)p->budget_bytes / M, s->blocks_only ? "blocks" : "peak  ",
                (double)p->peak_bytes / M, measured / M, p->n_recomputed, st);
     }
@@ -235,7 +239,7 @@ static void print_selective(const config *c, const result *r) {
         const strategy *s = &c->strategies[i];
         if (s->kind != STRAT_SELECTIVE) continue;
         if (!any)
-            printf("\nselective policies (one step, all blocks; cached = kept from the forward "
+            printf("\nselective policies (one step, all blocks; cached = kept from the forward\n"
                    "instead of recomputed):\n");
         any = true;
         const remat_sac_stats *st = &r[i].sac;
@@ -250,15 +254,16 @@ static void print_table(const config *c, const model *m, int threads, result *r,
                         const planner_info *pl) {
     print_header(stdout, c, m, threads);
     printf("one step = forward + backward; medians of %d interleaved repetitions\n\n", c->reps);
-    int w = 24; /* the name column, wider for long names (selective=names:...) */
+    /* the name column: 14 wide, wider for long names (selective=names:...):
+     * 100 columns in all up to 21 (LD_PRELOAD's heap+ column adds 7) */
+    int w = 14;
     for (int i = 0; i < c->n_strategies; i++) {
         int l = (int)strlen(c->strategies[i].name);
         if (l > w) w = l;
     }
     bool heap = c->n_strategies > 0 && r[0].has_heap;
-    printf("%-*s %9s %15s %9s %11s %11s %9s %11s %11s%s  %s\n", w, "strategy", "step ms", "IQR ms",
-           "time", "peak MiB", "step MiB", "memory", "act MiB", "RSS+ MiB",
-           heap ? "   heap+ MiB" : "", "gradients");
+    printf("%-*s %7s %12s %6s %6s %6s %7s %6s %6s%s  %s\n", w, "strategy", "step ms", "IQR ms",
+           "time", "peak", "step", "memory", "act", "RSS+", heap ? "  heap+" : "", "gradients");
     bool any_noise = false;
     for (int i = 0; i < c->n_strategies; i++) {
         char pk[32], st[32], act[32] = "?", rss[32], tm[32], mem[32], hp[48] = "";
@@ -269,7 +274,7 @@ static void print_table(const config *c, const model *m, int threads, result *r,
         if (heap) {
             char v[32];
             mib(v, sizeof v, (double)r[i].heap_growth);
-            snprintf(hp, sizeof hp, " %11s", v);
+            snprintf(hp, sizeof hp, " %6s", v);
         }
         /* "~": the interquartile ranges overlap, the ratio is within the noise */
         snprintf(tm, sizeof tm, "%s%.2fx", i != ref && r[i].noise ? "~" : "", r[i].overhead);
@@ -283,7 +288,7 @@ static void print_table(const config *c, const model *m, int threads, result *r,
         if (i == ref && c->strategies[i].kind == STRAT_NONE) snprintf(gr, sizeof gr, "reference");
         else if (r[i].grads_equal) snprintf(gr, sizeof gr, "bitwise equal");
         else snprintf(gr, sizeof gr, "DIFFER (max |diff| %.3g)", r[i].max_diff);
-        printf("%-*s %9.1f %15s %9s %11s %11s %9s %11s %11s%s  %s\n", w, c->strategies[i].name,
+        printf("%-*s %7.1f %12s %6s %6s %6s %7s %6s %6s%s  %s\n", w, c->strategies[i].name,
                r[i].step_ms, range, tm, pk, st, mem, act, rss, hp, gr);
     }
     print_plans(c, r, pl);
@@ -291,20 +296,20 @@ static void print_table(const config *c, const model *m, int threads, result *r,
     printf("\n"
            "  step ms   median of the timed repetitions; IQR: their middle half (quartiles)\n"
            "  time      step time / step time of %s (the recompute overhead)%s\n"
-           "  peak      remat allocator peak during the step (parameters included)\n"
-           "  step      what the step adds over the memory held before it (activations, grads)\n"
-           "  memory    step MiB / step MiB of %s\n"
-           "  act       activation bytes: step MiB minus the parameter gradients live at the\n"
-           "            step's peak (f32 master weights' gradients are results, not activations)\n"
-           "  RSS+      growth of the process's resident memory during the step\n",
+           "  peak      MiB: remat allocator peak during the step (parameters included)\n"
+           "  step      MiB the step adds over the memory held before it (activations, grads)\n"
+           "  memory    step / step of %s\n"
+           "  act       activation MiB: step minus the parameter gradients live at the step's\n"
+           "            peak (f32 master weights' gradients are results, not activations)\n"
+           "  RSS+      MiB the process's resident memory grew by during the step\n",
            c->strategies[ref].name,
            any_noise ? ";\n            ~ within noise: the two IQRs overlap (more --reps may "
                        "separate them)"
                      : "",
            c->strategies[ref].name);
     if (heap)
-        printf("  heap+     peak of the C heap (every malloc: remat, oneDNN, libc) over the step\n"
-               "            minus its bytes at the start (bench/preload/heap_peak.c)\n");
+        printf("  heap+     MiB: peak of the C heap (every malloc: remat, oneDNN, libc) over the\n"
+               "            step minus its bytes at the start (bench/preload/heap_peak.c)\n");
 }
 
 static void print_csv(const config *c, result *r) {
@@ -373,7 +378,7 @@ static void json_result(json *j, const config *c, int i, const result *r, bool i
     const remat_plan *p = s->plan;
     if (p) {
         char st[1024];
-        strategy_plan_structure(p, st, sizeof st);
+        remat_plan_structure(p, st, sizeof st, NULL); /* "" on failure */
         json_uint(j, "budget_bytes", p->budget_bytes);
         json_uint(j, "plan_peak_bytes", p->peak_bytes);
         json_fixed(j, "plan_step_ms", p->time * 1e3, 4);
@@ -909,7 +914,9 @@ int cmd_bench(config *c, bool is_default) {
     br.c = c;
     br.log = !c->quiet;
     br.threads = step_setup_process(c->threads);
-    int rc = prog_dist_init(&br.pd, c);        /* under mpirun: rank 0 prints */
+    int rc = prog_dist_init(&br.pd, c); /* under mpirun: rank 0 prints */
+    /* under mpirun: the same configuration on every rank, before anything collective */
+    if (!rc) rc = prog_dist_agree(&br.pd, c, true);
     if (!rc) rc = outputs_check(c, CMD_BENCH); /* before the measuring (rank 0's files) */
     if (!rc) rc = bench_setup(&br, is_default);
     if (!rc) rc = bench_plan(&br);
@@ -919,7 +926,8 @@ int cmd_bench(config *c, bool is_default) {
     if (!rc) bench_report(&br);
     if (!rc) rc = bench_write_plots(&br, is_default);
     if (rc) {
-        term_printf(stderr, "\nremat bench: %s\n", remat_last_error());
+        if (!br.pd.shared_error || br.pd.rank == 0) /* every rank's: rank 0 says it once */
+            term_printf(stderr, "\nremat bench: %s\n", remat_last_error());
     } else {
         for (int i = 0; i < br.n; i++)
             if (!br.r[i].grads_equal) {

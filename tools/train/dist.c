@@ -65,9 +65,24 @@ static void num_line(util_str *s, const char *flag, double x) {
     util_str_printf(s, "%s %s\n", flag, b);
 }
 
+/* `remat bench`'s lines: the model, the strategies in order (each one's
+ * steps and plans are collective), batch, autocast, seed, repetitions, the
+ * sweep, and what the process group runs with. */
+static void agree_text_bench(const config *c, util_str *s) {
+    util_str_printf(s, "--strategies ");
+    for (int i = 0; i < c->n_strategies; i++)
+        util_str_printf(s, "%s%s", i ? "," : "", c->strategies[i].name);
+    util_str_printf(s, "\n--reentrant %s\n--batch %d\n--autocast %s\n--seed %" PRIu64 "\n",
+                    c->reentrant ? "on" : "off", c->batch, c->autocast ? "bf16" : "off", c->seed);
+    util_str_printf(s, "--reps %d\n--sweep-budgets %d\n", c->reps, c->sweep);
+    num_line(s, "--bucket-size", c->bucket_mib);
+    num_line(s, "--dist-timeout", c->dist_timeout);
+    util_str_printf(s, "--device %s\n", c->device_text ? c->device_text : "cpu");
+}
+
 /* One "--flag value" line per option that must be the same on every rank, in a
  * fixed order. Output paths are rank 0's alone; whether --save is given is not. */
-static void agree_text(const prog_dist *d, const config *c, util_str *s) {
+static void agree_text(const prog_dist *d, const config *c, bool bench, util_str *s) {
     util_str_printf(s, "--model %s\n",
                     c->model == MODEL_GPT   ? "gpt"
                     : c->model == MODEL_MLP ? "mlp"
@@ -83,6 +98,10 @@ static void agree_text(const prog_dist *d, const config *c, util_str *s) {
                     c->heads, c->context);
     util_str_printf(s, "--untied %s\n--attention %s\n", c->untied ? "on" : "off",
                     c->attn_ops ? "ops" : "fused");
+    if (bench) {
+        agree_text_bench(c, s);
+        return;
+    }
     util_str_printf(s, "--checkpoint %s\n--reentrant %s\n", c->strat.name,
                     c->reentrant ? "on" : "off");
     util_str_printf(s, "--optim %s\n", c->optim == OPTIM_SGD ? "sgd" : "adamw");
@@ -146,10 +165,10 @@ static int share_text(prog_dist *d, const char *mine, int64_t n8, int root, char
     return rc;
 }
 
-int prog_dist_agree(prog_dist *d, const config *c) {
+int prog_dist_agree(prog_dist *d, const config *c, bool bench) {
     if (!d->pg) return REMAT_OK;
     util_str mine = {0};
-    agree_text(d, c, &mine);
+    agree_text(d, c, bench, &mine);
     if (mine.oom || !mine.s) {
         util_str_free(&mine);
         return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
@@ -216,8 +235,40 @@ int prog_dist_attach(prog_dist *d, model *m, double bucket_mib, int accum) {
 
 static int zero_backward(void *ud, remat_tensor *loss) { return remat_zero_backward(ud, loss); }
 
+/* Whether an executable `name` is on $PATH. */
+static bool on_path(const char *name) {
+    const char *path = getenv("PATH");
+    char buf[4096];
+    for (const char *p = path ? path : ""; *p;) {
+        size_t len = strcspn(p, ":");
+        if (len && len + strlen(name) + 2 <= sizeof buf) {
+            snprintf(buf, sizeof buf, "%.*s/%s", (int)len, p, name);
+            if (access(buf, X_OK) == 0) return true;
+        }
+        p += len + (p[len] == ':');
+    }
+    return false;
+}
+
+const char *prog_dist_how_to_launch(const char *cmd, char *buf, size_t n) {
+    const bool root = geteuid() == 0;
+    const char *why =
+        !remat_dist_available() ? " (this remat was built without MPI: apt-get install "
+                                  "libopenmpi-dev openmpi-bin, then rebuild it)"
+        : !on_path("mpirun")    ? " (mpirun is not installed: apt-get install openmpi-bin)"
+        : root ? " (as root, Open MPI refuses to start without --allow-run-as-root)"
+               : "";
+    snprintf(buf, n, "start it with `mpirun%s -np 2 remat %s ...`%s",
+             root ? " --allow-run-as-root" : "", cmd, why);
+    return buf;
+}
+
 int prog_dist_attach_zero(prog_dist *d, model *m, double bucket_mib, const remat_optim_options *o) {
-    if (!d->pg) return remat_set_error(REMAT_EINVAL, "--zero: run under mpirun");
+    char how[256];
+    if (!d->pg)
+        return remat_set_error(REMAT_EINVAL,
+                               "--zero shards AdamW across the ranks of an mpirun job: %s",
+                               prog_dist_how_to_launch("train --zero", how, sizeof how));
     remat_tensor **p = malloc(sizeof *p * (size_t)m->n_params);
     double *wd = malloc(sizeof *wd * (size_t)m->n_params);
     int rc = REMAT_OK;

@@ -50,8 +50,15 @@ int prog_dist_init(prog_dist *d, config *c);
  * ZeRO, bucket size, ...) against rank 0's. A difference fails on every rank
  * alike with one message naming the option and both values (d->shared_error);
  * ranks that went on apart would run mismatched collectives or train apart.
- * Call after --resume's file is merged into c. No-op alone. */
-int prog_dist_agree(prog_dist *d, const config *c);
+ * Call after --resume's file is merged into c. bench: `remat bench`'s
+ * settings (its strategy list, repetitions, sweep) instead of train's. No-op
+ * alone. */
+int prog_dist_agree(prog_dist *d, const config *c, bool bench);
+/* How to start `remat CMD` under mpirun, for messages: "start it with
+ * `mpirun -np 2 remat CMD ...`", with --allow-run-as-root for root (Open MPI
+ * refuses root otherwise) and what to install where mpirun or remat's MPI is
+ * missing. Into buf (n bytes); returns buf. */
+const char *prog_dist_how_to_launch(const char *cmd, char *buf, size_t n);
 /* Registers the model's parameters (copies rank 0's values everywhere) and
  * routes step_run's backward through DDP; with accum > 1 micro-batches per
  * step only the last one's backward communicates (no_sync before it). No-op

@@ -177,8 +177,12 @@ bool strategy_parse(const char *text, bool reentrant, strategy *s, char *err, si
                                         "blocks-budget=32MiB, blocks-budget=40%)"
                                       : "budget needs a size: budget=SIZE (e.g. budget=64MiB, "
                                         "budget=40%)");
-        if (strlen(val) >= sizeof r.budget_text)
-            return perr(err, n_err, "bad size in budget=SIZE (too long)");
+        const char *key = r.blocks_only ? "blocks-budget" : "budget";
+        char msg[160];
+        if (strlen(val) >= sizeof r.budget_text) {
+            snprintf(msg, sizeof msg, "bad size in %s=SIZE (too long)", key);
+            return perr(err, n_err, msg);
+        }
         /* budget=SIZE:blocks-only: whole blocks (rotor's schedules), no per-op choices */
         char vbuf[sizeof r.budget_text];
         const char *colon = strchr(val, ':');
@@ -193,17 +197,22 @@ bool strategy_parse(const char *text, bool reentrant, strategy *s, char *err, si
             r.block_level = true;
         }
         if (strchr(val, '%')) {
-            if (!parse_percent(val, &r.budget_pct))
-                return perr(
-                    err, n_err,
-                    "bad size in budget=P%: P must be a number in (0, 100], e.g. budget=40%");
+            if (!parse_percent(val, &r.budget_pct)) {
+                snprintf(msg, sizeof msg,
+                         "bad size in %s=P%%: P must be a number in (0, 100], e.g. %s=40%%", key,
+                         key);
+                return perr(err, n_err, msg);
+            }
         } else {
             /* strict: digits first, no spaces (remat_parse_bytes would allow them) */
             size_t bytes = 0;
             if (!(isdigit((unsigned char)val[0]) || val[0] == '.') || strpbrk(val, " \t") ||
-                remat_parse_bytes(val, &bytes) != REMAT_OK || bytes == 0)
-                return perr(err, n_err,
-                            "bad size in budget=SIZE (examples: 200MiB, 64M, 1.5GiB, 500000, 40%)");
+                remat_parse_bytes(val, &bytes) != REMAT_OK || bytes == 0) {
+                snprintf(msg, sizeof msg,
+                         "bad size in %s=SIZE (examples: 500000, 64K, 200MiB, 1.5GiB, 2GB, 40%%)",
+                         key);
+                return perr(err, n_err, msg);
+            }
             r.budget = bytes;
         }
         snprintf(r.budget_text, sizeof r.budget_text, "%s", val);
@@ -211,8 +220,8 @@ bool strategy_parse(const char *text, bool reentrant, strategy *s, char *err, si
         r.reentrant = false;
     } else {
         return perr(err, n_err,
-                    "expected none, block, sequential=N, selective[=POLICY], budget=SIZE or "
-                    "blocks-budget=SIZE");
+                    "expected none, block, sequential=N, selective[=POLICY], "
+                    "budget=SIZE[:blocks-only] or blocks-budget=SIZE");
     }
     strategy_name(&r);
     *s = r;
@@ -366,61 +375,6 @@ void strategy_free(strategy *s) {
     if (!s) return;
     remat_plan_free(s->plan);
     s->plan = NULL;
-}
-
-/* Pre-order nodes: next[i] is the index after node i's subtree. */
-static void structure_level(const remat_plan *p, const int *next, int i, int end, util_str *o) {
-    bool first = true;
-    while (i < end) {
-        const remat_plan_node *nd = &p->nodes[i];
-        if (!first) util_str_printf(o, " ");
-        first = false;
-        if (nd->op == REMAT_PLAN_STORE) {
-            /* a run of stored stages as "a-b" */
-            int j = i, lastk = nd->first;
-            while (next[j] < end && p->nodes[next[j]].op == REMAT_PLAN_STORE) {
-                j = next[j];
-                lastk = p->nodes[j].first;
-            }
-            if (lastk > nd->first) util_str_printf(o, "%d-%d", nd->first, lastk);
-            else util_str_printf(o, "%d", nd->first);
-            i = next[j];
-        } else {
-            util_str_printf(o, "[ckpt %d-%d: ", nd->first, nd->last);
-            structure_level(p, next, i + 1, next[i], o);
-            /* op-level plans: how many of the stage's ops it keeps */
-            const remat_plan_stage *st = &p->stages[nd->first];
-            if (nd->first == nd->last && st->keep) {
-                int kept = 0;
-                for (int k = 0; k < st->n_ops; k++) kept += st->keep[k] != 0;
-                util_str_printf(o, " keeps %d/%d ops", kept, st->n_ops);
-            }
-            util_str_printf(o, "]");
-            i = next[i];
-        }
-    }
-}
-
-void strategy_plan_structure(const remat_plan *plan, char *buf, size_t n) {
-    if (!n) return;
-    buf[0] = '\0';
-    if (!plan || plan->n_nodes < 1) return;
-    int *next = malloc(sizeof *next * (size_t)plan->n_nodes);
-    if (!next) return;
-    for (int i = plan->n_nodes - 1; i >= 0; i--) {
-        int j = i + 1;
-        if (plan->nodes[i].op == REMAT_PLAN_CHECKPOINT)
-            while (j < plan->n_nodes && plan->nodes[j].parent == i) j = next[j];
-        next[i] = j;
-    }
-    util_str o = {0};
-    structure_level(plan, next, 0, plan->n_nodes, &o);
-    if (!o.oom && o.s) {
-        snprintf(buf, n, "%s", o.s);
-        if (o.len >= n && n > 4) memcpy(buf + n - 4, "...", 4); /* cut, visibly */
-    }
-    util_str_free(&o);
-    free(next);
 }
 
 /* ---- running a chain --------------------------------------------------------------------- */

@@ -135,9 +135,6 @@ void strategy_free(strategy *s);
  * count (the bench sweep), named "budget=12.34MiB" (the MiB figure rounded;
  * s->budget is exact). */
 void strategy_budget_bytes(strategy *s, uint64_t bytes, bool blocks_only);
-/* The plan's nested structure as text, e.g. "[ckpt 0-3: [ckpt 0-1: 0-1] 2-3] 4-7"
- * (checkpointed segments in brackets, stored stages as ranges). */
-void strategy_plan_structure(const remat_plan *plan, char *buf, size_t n);
 
 /* Runs x through blocks fn(user_data[0]) ... fn(user_data[n-1]) under s
  * with the library's remat_run_chain (remat/strategy.h); *out receives a

@@ -274,7 +274,7 @@ static int train_setup(train_run *tr) {
     }
     if (c->model == MODEL_HF && (rc = open_hf(tr))) return rc;
     /* under mpirun: the same configuration on every rank, before anything else is collective */
-    if ((rc = prog_dist_agree(&tr->pd, c))) return rc;
+    if ((rc = prog_dist_agree(&tr->pd, c, false))) return rc;
     if ((rc = task_init(&tr->tk, c))) return rc;
     tr->tk.row0 = (int64_t)tr->pd.rank * c->batch; /* this rank's rows of each global batch */
     tr->tk.world = tr->pd.world > 0 ? tr->pd.world : 1;
@@ -282,11 +282,14 @@ static int train_setup(train_run *tr) {
     if ((rc = model_init(&tr->m, c, c->seed))) return rc;
     tr->tk.vocab = tr->m.vocab;
     if (c->model == MODEL_HF && (rc = hf_check_flags(c, tr->m.lib, false))) return rc;
-    if (c->zero && (!tr->pd.pg || c->optim != OPTIM_ADAMW))
+    if (c->zero && c->optim != OPTIM_ADAMW)
+        return remat_set_error(REMAT_EINVAL, "--zero shards AdamW across the ranks of an mpirun "
+                                             "job; it does not take --optim sgd");
+    char how[256];
+    if (c->zero && !tr->pd.pg)
         return remat_set_error(REMAT_EINVAL,
-                               "--zero shards AdamW across the ranks of an mpirun "
-                               "job; it does not take --optim sgd%s",
-                               tr->pd.pg ? "" : " (run under mpirun)");
+                               "--zero shards AdamW across the ranks of an mpirun job: %s",
+                               prog_dist_how_to_launch("train --zero", how, sizeof how));
     /* --zero: the sharded AdamW (tools/train/dist.c) replaces the optimizer; a
      * whole one exists only to take a --resume file's state */
     if ((!c->zero || c->resume) && (rc = make_optimizer(c, &tr->m, &tr->o))) return rc;
