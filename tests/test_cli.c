@@ -1153,14 +1153,17 @@ Test(cli, sweep_draws_a_pareto_svg) {
                  path("p.svg"), path("sweep"));
     cr_assert_eq(rc, 0, "%s", o);
     cr_assert(json_valid(o), "%s", o);
-    /* none, block, sequential=2..3 and 3 budgets, every one bitwise equal */
-    int n_strat = 0, n_equal = 0, n_budget = 0;
+    /* none, block, sequential=2..3 and 3 budgets, each per op and by whole blocks, every one
+     * bitwise equal */
+    int n_strat = 0, n_equal = 0, n_budget = 0, n_blocks = 0;
     for (const char *p = o; (p = strstr(p, "\"strategy\":\"")) != NULL; p++) n_strat++;
     for (const char *p = o; (p = strstr(p, "\"grads_bitwise_equal\":true")) != NULL; p++) n_equal++;
     for (const char *p = o; (p = strstr(p, "\"strategy\":\"budget=")) != NULL; p++) n_budget++;
-    cr_assert_eq(n_strat, 7, "%s", o);
+    for (const char *p = o; (p = strstr(p, ":blocks-only\"")) != NULL; p++) n_blocks++;
+    cr_assert_eq(n_strat, 10, "%s", o);
     cr_assert_eq(n_equal, n_strat, "%s", o);
-    cr_assert_eq(n_budget, 3, "%s", o);
+    cr_assert_eq(n_budget, 6, "%s", o);
+    cr_assert_eq(n_blocks, 3, "%s", o);
     cr_assert(strstr(o, "\"strategy\":\"none\"") && strstr(o, "\"strategy\":\"block\"") &&
                   strstr(o, "\"strategy\":\"sequential=2\"") &&
                   strstr(o, "\"strategy\":\"sequential=3\""),
@@ -1174,7 +1177,8 @@ Test(cli, sweep_draws_a_pareto_svg) {
     assert_svg(path("sweep/pareto.svg"));
     char *svg = slurp(path("p.svg"));
     cr_assert(strstr(svg, "uniform: sequential=N") && strstr(svg, "planner: budget=SIZE") &&
-                  strstr(svg, "sequential=2") && strstr(svg, "Pareto front"),
+                  strstr(svg, "planner: budget=SIZE:blocks-only") && strstr(svg, "sequential=2") &&
+                  strstr(svg, "Pareto front"),
               "%s", svg);
     free(svg);
 }

@@ -260,7 +260,8 @@ static const opt_row rows[] = {
      .bare = 8,
      .help = "(or --pareto) sweep the planner: none, sequential=2..L\n"
              "and N budgets from the planner's minimum to the\n"
-             "un-checkpointed peak [N=8; --reps defaults to 3];\n"
+             "un-checkpointed peak, each per op (budget=) and by\n"
+             "whole blocks (:blocks-only) [N=8; --reps defaults to 3];\n"
              "draws the Pareto curve, time vs peak, to\n"
              "DIR/pareto.svg or ./out/pareto.svg"},
     {"--pareto", "N", OPT_OPTINT, CMD_BENCH, SEC_BENCH, T(sweep), .lo = 2, .hi = 32, .bare = 8},

@@ -18,7 +18,7 @@ typedef enum optim_kind { OPTIM_ADAMW = 0, OPTIM_SGD = 1 } optim_kind;
 /* The program's commands, as bits: a flag's row says which accept it. */
 typedef enum command { CMD_TRAIN = 1, CMD_BENCH = 2, CMD_SAMPLE = 4, CMD_EVAL = 8 } command;
 
-#define ARGS_MAX_STRATEGIES 64 /* --strategies takes up to 16; the sweep adds more */
+#define ARGS_MAX_STRATEGIES 112 /* --strategies takes up to 16; the sweep adds more */
 #define ARGS_MAX_LISTED 16
 /* Model and batch limits of the flags; --resume bounds a file's header by them too. */
 #define ARGS_MAX_LAYERS 4096

@@ -318,12 +318,13 @@ bool svg_tradeoff(const char *path, const char *title, int n, const tradeoff_poi
 }
 
 /* ---- Pareto plot ------------------------------------------------------------------------ */
-static const char *const PARETO_COLOR[] = {"#111827", "#ea580c", "#1d4ed8", "#059669"};
+static const char *const PARETO_COLOR[] = {"#111827", "#ea580c", "#1d4ed8", "#059669", "#7c3aed"};
 
 static void pareto_marker(util_str *o, pareto_kind k, double x, double y, double r) {
     const char *c = PARETO_COLOR[k];
     switch (k) {
     case PARETO_PLANNED:
+    case PARETO_BLOCKS:
         util_str_printf(o,
                         "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"%.1f\" fill=\"%s\" "
                         "stroke=\"white\" stroke-width=\"1\"/>\n",
@@ -458,24 +459,29 @@ bool svg_pareto(const char *path, const char *title, const char *subtitle, int n
     }
     util_str_printf(&o, "\"/>\n");
 
-    /* planned points joined in order of budget: the planner's curve */
+    /* planned points joined in order of budget: the planners' curves (op level, whole blocks) */
     const pareto_point **pl = malloc(sizeof *pl * (size_t)(n > 0 ? n : 1));
-    int npl = 0;
-    for (int i = 0; pl && i < n; i++)
-        if (pts[i].kind == PARETO_PLANNED) pl[npl++] = &pts[i];
-    if (pl) qsort(pl, (size_t)npl, sizeof *pl, cmp_budget);
-    util_str_printf(&o,
-                    "<path fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
-                    "stroke-opacity=\"0.6\" d=\"",
-                    PARETO_COLOR[PARETO_PLANNED]);
-    for (int i = 0; i < npl; i++) {
-        util_str_printf(&o, "%s%.2f,%.2f", i ? " L" : "M", PX(pl[i]->peak_bytes / MIB),
-                        PY(pl[i]->step_ms));
-        if (i)
-            svg_obstacles_add_seg(&obst, PX(pl[i - 1]->peak_bytes / MIB), PY(pl[i - 1]->step_ms),
-                                  PX(pl[i]->peak_bytes / MIB), PY(pl[i]->step_ms));
+    for (int kind = PARETO_PLANNED; pl && kind <= PARETO_BLOCKS;
+         kind += PARETO_BLOCKS - PARETO_PLANNED) {
+        int npl = 0;
+        for (int i = 0; i < n; i++)
+            if (pts[i].kind == (pareto_kind)kind) pl[npl++] = &pts[i];
+        if (!npl) continue;
+        qsort(pl, (size_t)npl, sizeof *pl, cmp_budget);
+        util_str_printf(&o,
+                        "<path fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
+                        "stroke-opacity=\"0.6\" d=\"",
+                        PARETO_COLOR[kind]);
+        for (int i = 0; i < npl; i++) {
+            util_str_printf(&o, "%s%.2f,%.2f", i ? " L" : "M", PX(pl[i]->peak_bytes / MIB),
+                            PY(pl[i]->step_ms));
+            if (i)
+                svg_obstacles_add_seg(&obst, PX(pl[i - 1]->peak_bytes / MIB),
+                                      PY(pl[i - 1]->step_ms), PX(pl[i]->peak_bytes / MIB),
+                                      PY(pl[i]->step_ms));
+        }
+        util_str_printf(&o, "\"/>\n");
     }
-    util_str_printf(&o, "\"/>\n");
     free(pl);
 
     /* markers, then labels */
@@ -498,12 +504,14 @@ bool svg_pareto(const char *path, const char *title, const char *subtitle, int n
         char anchor;
     } spot[8] = {{7, 17, 's'}, {-7, -8, 'e'}, {9, 4, 's'},   {-9, 4, 'e'},
                  {7, -8, 's'}, {-7, 17, 'e'}, {0, -10, 'm'}, {0, 20, 'm'}};
-    static const int prefer[4][8] = {/* none */ {2, 4, 0, 3, 1, 5, 6, 7},
+    static const int prefer[5][8] = {/* none */ {2, 4, 0, 3, 1, 5, 6, 7},
                                      /* uniform */ {0, 5, 7, 2, 3, 4, 1, 6},
                                      /* planned */ {1, 4, 6, 3, 2, 0, 5, 7},
-                                     /* other */ {2, 4, 0, 3, 1, 5, 6, 7}};
-    const pareto_kind label_order[] = {PARETO_NONE, PARETO_PLANNED, PARETO_OTHER, PARETO_UNIFORM};
-    for (int pass = 0; pass < 4; pass++)
+                                     /* other */ {2, 4, 0, 3, 1, 5, 6, 7},
+                                     /* blocks */ {0, 5, 7, 2, 3, 4, 1, 6}};
+    const pareto_kind label_order[] = {PARETO_NONE, PARETO_PLANNED, PARETO_BLOCKS, PARETO_OTHER,
+                                       PARETO_UNIFORM};
+    for (int pass = 0; pass < 5; pass++)
         for (int i = 0; i < n; i++) {
             const pareto_point *p = ord[i];
             if (p->kind != label_order[pass]) continue;
@@ -512,6 +520,7 @@ bool svg_pareto(const char *path, const char *title, const char *subtitle, int n
             switch (p->kind) {
             case PARETO_UNIFORM: snprintf(lab, sizeof lab, "N=%d", p->segments); break;
             case PARETO_PLANNED:
+            case PARETO_BLOCKS:
                 snprintf(lab, sizeof lab, p->budget_bytes < 10 * MIB ? "%.2f" : "%.1f",
                          p->budget_bytes / MIB);
                 break;
@@ -545,12 +554,15 @@ bool svg_pareto(const char *path, const char *title, const char *subtitle, int n
     const double lx = ML + pw + 22;
     double ly = MT + 10;
     static const char *const what[] = {"none (no checkpointing)", "uniform: sequential=N",
-                                       "planner: budget=SIZE", "other strategies"};
-    static const char *const note[] = {"", "label: N segments", "label: budget in MiB", ""};
-    int count[4] = {0, 0, 0, 0};
+                                       "planner: budget=SIZE (per op)", "other strategies",
+                                       "planner: budget=SIZE:blocks-only"};
+    static const char *const note[] = {"", "label: N segments", "label: budget in MiB", "",
+                                       "label: budget in MiB"};
+    int count[5] = {0, 0, 0, 0, 0};
     for (int i = 0; i < n; i++) count[pts[i].kind]++;
-    const pareto_kind order[] = {PARETO_PLANNED, PARETO_UNIFORM, PARETO_NONE, PARETO_OTHER};
-    for (int k = 0; k < 4; k++) {
+    const pareto_kind order[] = {PARETO_PLANNED, PARETO_BLOCKS, PARETO_UNIFORM, PARETO_NONE,
+                                 PARETO_OTHER};
+    for (int k = 0; k < 5; k++) {
         pareto_kind kd = order[k];
         if (!count[kd]) continue;
         pareto_marker(&o, kd, lx + 6, ly, 5);

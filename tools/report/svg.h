@@ -32,13 +32,14 @@ typedef enum pareto_kind {
     PARETO_NONE = 0,    /* no checkpointing */
     PARETO_UNIFORM = 1, /* sequential=N */
     PARETO_PLANNED = 2, /* budget=SIZE */
-    PARETO_OTHER = 3    /* block, ... */
+    PARETO_OTHER = 3,   /* block, ... */
+    PARETO_BLOCKS = 4   /* budget=SIZE:blocks-only (whole blocks) */
 } pareto_kind;
 typedef struct pareto_point {
     const char *label;
     pareto_kind kind;
     int segments;        /* PARETO_UNIFORM: N */
-    double budget_bytes; /* PARETO_PLANNED: the budget */
+    double budget_bytes; /* PARETO_PLANNED, PARETO_BLOCKS: the budget */
     double step_ms;
     double peak_bytes;     /* allocator peak during the step */
     double baseline_bytes; /* allocator bytes before the step */

@@ -456,14 +456,19 @@ static void sweep_uniform(config *c) {
 }
 
 /* --sweep-budgets, after the profile: N whole-step budgets evenly from the
- * planner's minimum to the step's store-all peak. */
+ * planner's minimum to the step's store-all peak, each planned per op
+ * (budget=) and by whole blocks (budget=...:blocks-only). */
 static void sweep_budgets(config *c, const planner_info *pl) {
     for (int k = 0; k < c->sweep; k++) {
         double f = (double)k / (double)(c->sweep - 1);
         strategy s;
-        strategy_budget_bytes(
-            &s, (uint64_t)((double)pl->min_budget + f * (double)(pl->store_all - pl->min_budget)),
-            false);
+        uint64_t bytes =
+            (uint64_t)((double)pl->min_budget + f * (double)(pl->store_all - pl->min_budget));
+        strategy_budget_bytes(&s, bytes, false);
+        add_strategy(c, &s);
+        /* the block-level planner at the same budget: its curve beside the op-level one */
+        s.block_level = true;
+        strategy_name(&s);
         add_strategy(c, &s);
     }
 }
@@ -549,7 +554,7 @@ static pareto_kind kind_of(const strategy *s) {
     switch (s->kind) {
     case STRAT_NONE: return PARETO_NONE;
     case STRAT_SEQUENTIAL: return PARETO_UNIFORM;
-    case STRAT_BUDGET: return PARETO_PLANNED;
+    case STRAT_BUDGET: return s->block_level ? PARETO_BLOCKS : PARETO_PLANNED;
     default: return PARETO_OTHER;
     }
 }
