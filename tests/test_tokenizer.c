@@ -285,6 +285,9 @@ Test(tokenizer, unsupported_files_name_the_key) {
              REMAT_EUNSUPPORTED, "post_processor 'BertProcessing'");
     RT_FAILS(load_edited("\"vocab\": {", "\"vocab\": {\"bad\": -1, ", &tok), REMAT_EFORMAT,
              "model.vocab");
+    /* a huge id would size the dense id tables in gigabytes (found by fuzz_tokenizer) */
+    RT_FAILS(load_edited("\"vocab\": {", "\"vocab\": {\"huge\": 400000000, ", &tok), REMAT_EFORMAT,
+             "token id 400000000 is far beyond");
     cr_assert_null(tok);
     /* a Split regex: one that does not compile, one Oniguruma reads differently */
     remat_tokenizer *t2;
