@@ -432,9 +432,13 @@ static remat_status read_post(loader *L, const cJSON *p, const char *path, int d
 #define MAX_TOKEN_ID_GAP 65536u
 
 /* ---- ids -> tokens, the decoder's bytes ------------------------------------------------- */
-static remat_status build_ids(loader *L) {
-    remat_tokenizer *t = L->t;
-    uint64_t top = 0; /* the largest id + 1, counted wide so UINT32_MAX cannot wrap */
+/* The number of ids (the largest + 1) into *n; an id far past the tokens the
+ * file defines is an error: the id tables are dense (17 bytes an id), so one
+ * huge id would make us allocate gigabytes for a few tokens, and real
+ * tokenizers number their tokens densely (added tokens follow the vocabulary). */
+static remat_status id_count(const loader *L, uint32_t *n /* OUT */) {
+    const remat_tokenizer *t = L->t;
+    uint64_t top = 0; /* counted wide so an id of UINT32_MAX cannot wrap to 0 */
     for (size_t i = 0; i < t->vocab.n; i++)
         if ((uint64_t)t->vocab.ents[i].val + 1 > top) top = (uint64_t)t->vocab.ents[i].val + 1;
     for (uint32_t i = 0; i < t->n_added; i++)
@@ -443,17 +447,21 @@ static remat_status build_ids(loader *L) {
         if ((uint64_t)t->pre_ids[i] + 1 > top) top = (uint64_t)t->pre_ids[i] + 1;
     for (uint32_t i = 0; i < t->n_post; i++)
         if ((uint64_t)t->post_ids[i] + 1 > top) top = (uint64_t)t->post_ids[i] + 1;
-    /* The id tables are dense (17 bytes an id), so a file that names one huge
-     * id would make us allocate gigabytes for a few tokens. Real tokenizers
-     * number their tokens densely (added tokens follow the vocabulary), so an
-     * id far past the number of tokens the file defines is a broken file. */
     uint64_t defined = (uint64_t)t->vocab.n + t->n_added + t->n_pre + t->n_post;
     if (top > MAX_TOKEN_ID_SLACK * defined + MAX_TOKEN_ID_GAP)
         return rm_err(REMAT_EFORMAT,
                       "%s: token id %llu is far beyond the %llu tokens the file defines "
                       "(ids must be numbered densely from 0)",
                       L->file, (unsigned long long)(top - 1), (unsigned long long)defined);
-    uint32_t n = (uint32_t)top;
+    *n = (uint32_t)top;
+    return REMAT_OK;
+}
+
+static remat_status build_ids(loader *L) {
+    remat_tokenizer *t = L->t;
+    uint32_t n = 0;
+    remat_status st = id_count(L, &n);
+    if (st) return st;
     t->n_ids = n;
     t->id_token = calloc((size_t)n + 1, sizeof *t->id_token);
     t->id_flags = calloc((size_t)n + 1, 1);
