@@ -16,7 +16,9 @@ Method: a warm-up step per strategy, then --reps timed steps, interleaved across
 strategies; a step is timed with CUDA events and torch.cuda.synchronize; peak memory is
 torch.cuda.max_memory_allocated over one step after reset_peak_memory_stats, minus the
 bytes allocated before it (the parameters, their gradients and the batch), as remat's
-peak counts the step. TF32 follows --tf32 (off by default, as remat's default).
+peak counts the step. TF32 follows --tf32 (off by default, as remat's default);
+--autocast bf16 runs the forward under torch.autocast('cuda', torch.bfloat16), as remat's
+--autocast bf16 does.
 
 Writes one JSON object (bench/results/<date>-h100-torch.json by default) with the exact
 command, the GPU, torch and CUDA versions, and per strategy the median and spread of the
@@ -94,6 +96,8 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tf32", action="store_true", help="allow TF32 matmuls")
+    ap.add_argument("--autocast", choices=("off", "bf16"), default="off",
+                    help="bf16: torch.autocast('cuda', torch.bfloat16) around the forward")
     ap.add_argument("--strategies", default="none,block,selective=dots,budget=50%")
     ap.add_argument("--out", default=None, help="JSON file (default bench/results/DATE-GPU-torch.json)")
     a = ap.parse_args()
@@ -124,7 +128,8 @@ def main():
         torch.cuda.reset_peak_memory_stats()
         t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         t0.record()
-        loss = fns[s](idx, targets)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+            loss = fns[s](idx, targets)
         loss.backward()
         t1.record()
         torch.cuda.synchronize()
@@ -145,6 +150,7 @@ def main():
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gpu": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "tf32": a.tf32,
+        "autocast": a.autocast,
         "model": {"layers": a.layers, "width": a.width, "heads": a.heads,
                   "context": a.context, "batch": a.batch},
         "strategies": [{

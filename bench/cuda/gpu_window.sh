@@ -1,0 +1,153 @@
+#!/bin/bash
+# bench/cuda/gpu_window.sh — issue 30's whole GPU window in ONE device call, every step
+# time-boxed against a deadline so that a hang cannot eat the window. Run on the GPU machine
+# (one H100/H200, CUDA 13, python3 with PyTorch; no -dev packages, no network), from the
+# repository root, with carry [".gpu"]:
+#
+#   here:   sh bench/cuda/gpu_prepare.sh && sh bench/cuda/gpu_carry.sh    # ~2 min + the build
+#   there:  bash bench/cuda/gpu_window.sh                                  # <= WINDOW s
+#
+# gpu_carry.sh packs a CUDA build made HERE (build-gpu: Release, sm_90, naive cpu GEMM, no
+# MPI) into .gpu/build-gpu.tar.xz, saving the build's minutes of GPU time. Its paths are
+# absolute (/work/main/build-gpu: ctest's files, rpaths), so this script links /work/main to
+# the copy it runs in. If the carried programs do not start there (other system libraries),
+# it builds there instead (bench/cuda/gpu_session.sh build, 3-5 min on 16 cores).
+#
+# Steps, in order: the environment and a smoke run; the device suites with
+# REMAT_TEST_DEVICE=cuda (ctest); the GEMM bench (linears vs cuBLAS); `remat train --device
+# cuda` (loss curve, --trace); `remat bench --device cuda` on GPT L=12 D=768 H=12 T=1024 B=8
+# in f32 and bf16 autocast against bench/cuda/torch_gpt.py; compute-sanitizer on the
+# attention kernels and the offload test; the strategy table on a small GPT.
+# What comes back ($OUT, at most 8 files): summary.txt (one line per step: rc, seconds),
+# test.log, gemm.log, train.log, bench.log, sanitizer.log, files.tgz (JSON results, the
+# per-step training log, the allocator trace).
+# Environment: WINDOW (s, default 450), REPS (default 5), OUT (default ./gpu-out).
+set -u
+ROOT=$(pwd)
+OUT=${OUT:-$ROOT/gpu-out}
+mkdir -p "$OUT"
+FILES=$(mktemp -d)
+START=$(date +%s)
+DEADLINE=$((START + ${WINDOW:-450}))
+REPS=${REPS:-5}
+SUMMARY=$OUT/summary.txt
+: > "$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+# the carried build expects /work/main
+if [ "$ROOT" != /work/main ]; then
+  if [ -e /work/main ] && [ "$(readlink -f /work/main)" != "$ROOT" ]; then
+    note "gpu_window: /work/main exists and is not this copy; the carried build cannot run"
+  else
+    mkdir -p /work && ln -sfn "$ROOT" /work/main
+  fi
+fi
+cd /work/main 2>/dev/null || cd "$ROOT" || exit 2
+BUILD=build-gpu
+CARRY=$(pwd)/.gpu
+
+# our programs get .gpu/lib (Criterion, cJSON, PCRE2, zlib, libgomp) and cuBLAS's folder;
+# python3 (PyTorch) gets neither
+CUBLAS_DIR=$(dirname "$(find /usr/local/cuda/lib64/ /usr/local/cuda*/ /opt /usr/lib -name 'libcublas.so.1[0-9]*' 2>/dev/null | head -1)" 2>/dev/null)
+LDP="$CARRY/lib:${CUBLAS_DIR:-/usr/local/cuda/lib64}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+with_carry() { env LD_LIBRARY_PATH="$LDP" "$@"; }  # `timeout` runs programs, not functions
+
+# step NAME SECONDS LOG CMD...: runs CMD with the lesser of SECONDS and what is left of the
+# window, appending to LOG; one summary line per step
+step() {
+  name=$1 want=$2 log=$3; shift 3
+  left=$((DEADLINE - $(date +%s)))
+  if [ "$left" -lt 8 ]; then note "SKIP $name (window spent)"; return 124; fi
+  t=$want; [ "$t" -gt "$left" ] && t=$left
+  echo "== $(date -u +%T) $name (<= ${t}s): $*" >> "$log"
+  s0=$(date +%s)
+  timeout -k 5 "$t" "$@" >> "$log" 2>&1
+  rc=$?
+  note "$(printf '%-28s rc %3d  %4d s  (limit %d s)' "$name" "$rc" $(( $(date +%s) - s0 )) "$t")"
+  return $rc
+}
+pack() { tar czf "$OUT/files.tgz" -C "$FILES" . 2>/dev/null; }
+
+{
+  echo "== $(date -u +%FT%TZ) $(hostname) in $ROOT (as /work/main)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  nvcc --version 2>&1 | tail -2
+  python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+  echo "cuBLAS folder: ${CUBLAS_DIR:-none found}"
+  which compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer
+  nproc; free -g | head -2
+} >> "$SUMMARY" 2>&1
+
+if [ -f "$CARRY/build-gpu.tar.xz" ]; then
+  tar xJf "$CARRY/build-gpu.tar.xz" && note "unpacked the carried build ($(du -sh $BUILD | cut -f1))"
+fi
+if ! env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" --version >> "$SUMMARY" 2>&1; then
+  note "the carried build does not start here: building on this machine"
+  env LD_LIBRARY_PATH="$LDP" ldd "$BUILD/remat" >> "$SUMMARY" 2>&1
+  BUILD=build-gpu-here
+  export BUILD OUT
+  step build 300 "$OUT/test.log" sh bench/cuda/gpu_session.sh build
+fi
+
+# 0. does anything run on the GPU at all (small, with every cuda error in the log)
+step smoke 30 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" train --device cuda --layers 2 \
+  --width 64 --heads 2 --context 32 --batch 4 --steps 3 --eval-every 3
+
+# 1. the device suites with cuda as the test device (ctest: CTestTestfile names /work/main);
+# test_fixtures (~100 s on 2 cpu cores) beside them with its own workers
+SUITES='checkpoint|checkpoint_models|selective|planner|autograd|attention|ck_semantics|dispatch_nn|double_backward_checkpoint|nesting|ops_matmul|ops_reduce|split_backward|models|checkpoint_rng|cuda_.*'
+(
+  cd "$BUILD" && export REMAT_TEST_DEVICE=cuda OMP_NUM_THREADS=1 &&
+  step fixtures 150 "$FILES/fixtures.log" env LD_LIBRARY_PATH="$LDP" ./test_fixtures --jobs 10
+) &
+(
+  cd "$BUILD" && export REMAT_TEST_DEVICE=cuda &&
+  step device-suites 150 "$OUT/test.log" env LD_LIBRARY_PATH="$LDP" ctest --output-on-failure -j 6 --timeout 140 \
+    -R "^test_($SUITES)\$"
+)
+wait
+cat "$FILES/fixtures.log" >> "$OUT/test.log"
+grep -E '^\[FAIL\]|tests passed|tests failed|\(Failed\)|\(Timeout\)|\(SEGFAULT\)|Subprocess aborted|Synthesis' \
+  "$OUT/test.log" | sort | uniq -c | head -150 >> "$SUMMARY"
+
+# 2. the GEMM microbenchmark: remat's linears against cuBLAS alone
+step gemm 25 "$OUT/gemm.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/bench_cuda_gemm" --tokens 8192 --width 768 \
+  --reps 20 --trials 5
+step gemm-tf32 20 "$OUT/gemm.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/bench_cuda_gemm" --tokens 8192 --width 768 \
+  --reps 20 --trials 5 --tf32
+
+# 3. training learns on the GPU: the addition task, loss per step, allocator trace
+step train 45 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" train --device cuda --layers 4 \
+  --width 256 --heads 4 --context 32 --batch 64 --steps 400 --lr 1e-3 --eval-every 100 \
+  --log "$FILES/train-steps.jsonl" --trace "$FILES/train-trace.json"
+pack
+
+# 4. GPT-2 124M's blocks (byte vocabulary) against PyTorch on the same GPU
+MODEL="--layers 12 --width 768 --heads 12 --context 1024 --batch 8"
+step remat-f32 80 "$OUT/bench.log" sh -c "LD_LIBRARY_PATH=$LDP $BUILD/remat bench --device cuda $MODEL --strategies none,block,selective=dots,budget=50% --reps $REPS --json > $FILES/remat-f32.json; rc=\$?; cat $FILES/remat-f32.json; exit \$rc"
+step torch-f32 100 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --reps "$REPS" \
+  --out "$FILES/torch-f32.json"
+pack
+step remat-bf16 60 "$OUT/bench.log" sh -c "LD_LIBRARY_PATH=$LDP $BUILD/remat bench --device cuda $MODEL --autocast bf16 --strategies none,block,selective=dots,budget=50% --reps $REPS --json > $FILES/remat-bf16.json; rc=\$?; cat $FILES/remat-bf16.json; exit \$rc"
+step torch-bf16 60 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --reps "$REPS" \
+  --autocast bf16 --strategies none,block,selective=dots --out "$FILES/torch-bf16.json"
+pack
+
+# 5. compute-sanitizer (memcheck) on the fused attention kernels and the offload path
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+(
+  export REMAT_TEST_DEVICE=cuda
+  step memcheck-attention 40 "$OUT/sanitizer.log" env LD_LIBRARY_PATH="$LDP" "$CS" --tool memcheck \
+    --target-processes all --error-exitcode 9 "$BUILD/test_cuda_kernels" -j1 \
+    --filter='cuda_kernels/fused_attention*'
+  step memcheck-offload 40 "$OUT/sanitizer.log" env LD_LIBRARY_PATH="$LDP" "$CS" --tool memcheck \
+    --target-processes all --error-exitcode 9 "$BUILD/test_selective" -j1 \
+    --filter='selective/offload*'
+)
+
+# 6. the strategy table as a user sees it
+step bench-table 25 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" bench --device cuda --layers 6 \
+  --width 384 --heads 6 --context 256 --batch 8 --reps 3
+pack
+note "total $(( $(date +%s) - START )) s"
+exit 0
