@@ -95,7 +95,7 @@ step smoke 30 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" train -
 
 # 1. the device suites with cuda as the test device (ctest: CTestTestfile names /work/main);
 # test_fixtures (~100 s on 2 cpu cores) beside them with its own workers
-SUITES='checkpoint|checkpoint_models|selective|planner|autograd|attention|ck_semantics|dispatch_nn|double_backward_checkpoint|nesting|ops_matmul|ops_reduce|split_backward|models|checkpoint_rng|cuda_.*'
+SUITES='checkpoint|checkpoint_models|selective|planner|autograd|attention|ck_semantics|dispatch_nn|double_backward_checkpoint|nesting|ops_matmul|ops_reduce|split_backward|models|checkpoint_rng|optim_device|cuda_.*'
 (
   cd "$BUILD" && export REMAT_TEST_DEVICE=cuda OMP_NUM_THREADS=1 &&
   step fixtures 150 "$FILES/fixtures.log" env LD_LIBRARY_PATH="$LDP" ./test_fixtures --jobs 10
@@ -120,6 +120,9 @@ step gemm-tf32 20 "$OUT/gemm.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/bench_cuda_
 step train 45 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" train --device cuda --layers 4 \
   --width 256 --heads 4 --context 32 --batch 64 --steps 400 --lr 1e-3 --eval-every 100 \
   --log "$FILES/train-steps.jsonl" --trace "$FILES/train-trace.json"
+# every strategy, cpu beside cuda, save/resume, --init-from (bench/cuda/train_checks.sh)
+step train-checks 60 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" bash bench/cuda/train_checks.sh \
+  "$BUILD" "$FILES/train-checks"
 pack
 
 # 4. GPT-2 124M's blocks (byte vocabulary) against PyTorch on the same GPU
