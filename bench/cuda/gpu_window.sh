@@ -129,6 +129,19 @@ done
 step train-bf16 15 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" train --device cuda \
   --layers 4 --width 256 --heads 4 --context 32 --batch 64 --steps 30 --lr 1e-3 \
   --eval-every 30 --autocast bf16 --checkpoint block
+# Hugging Face directories on cuda: eval loss, greedy sampling, fine-tuning with export
+# (tests/fixtures/hf_cli: transformers' expected figures in expected.json)
+HF=tests/fixtures/hf_cli
+for m in gpt2 llama; do
+  step "eval-$m" 15 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" eval --device cuda \
+    --init-from "$HF/$m" --data "$HF/data.txt" --context 16 --json
+  step "sample-$m" 15 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" sample \
+    --device cuda --init-from "$HF/$m" --prompt 'Once' --tokens 20 --temperature 0 --json
+  step "finetune-$m" 20 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" train \
+    --device cuda --init-from "$HF/$m" --data "$HF/data.txt" --context 16 --batch 2 --steps 3 \
+    --optim sgd --lr 0.1 --checkpoint block --export "$FILES/export-$m"
+done
+grep -o '"[a-z_]*loss[a-z_]*": *[0-9.e-]*' "$HF/expected.json" >> "$OUT/train.log"
 pack
 
 # 4. GPT-2 124M's blocks (byte vocabulary) against PyTorch on the same GPU
