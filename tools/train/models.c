@@ -476,7 +476,9 @@ static int model_profile_step_run(model *m, const batch *b, bool grads_kept, rem
     /* fixed: what is live when the chain starts (parameters, optimizer
      * state, the batch, the embedding's output and what it keeps) */
     int rc = embed(m, b, &x);
-    if (!rc) step->fixed_bytes = remat_cpu_current_bytes();
+    remat_alloc_stats live; /* on the model's device: the budget bounds its allocator */
+    if (!rc) rc = remat_alloc_stats_get(m->device, &live);
+    if (!rc) step->fixed_bytes = live.current_bytes;
     if (!rc) rc = model_profile_chain(m, b, NULL, chain);
     /* the blocks keep the shape, so the embedding's output stands in for
      * the chain's output: the head's bytes do not depend on the values */
