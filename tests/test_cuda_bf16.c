@@ -238,6 +238,7 @@ Test(cuda_bf16, fused_attention_forward_and_backward) {
         {{2, 3, 17, 32}, {2, 3, 17, 32}, true},
         {{1, 2, 9, 64}, {1, 2, 23, 64}, false},
         {{2, 2, 33, 16}, {2, 2, 33, 16}, true},
+        {{1, 4, 9, 32}, {1, 2, 9, 32}, true}, /* grouped-query: two q heads per kv head */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         remat_tensor *in[3] = {rand_dt(4, cases[i].q, REMAT_BF16, -1, 1, 1 + (unsigned)i),
