@@ -11,10 +11,11 @@
  * The kernels autocast hands bf16 tensors most have bf16 rows of their own,
  * registered before this file fills the rest: the GEMMs (gemm.c: cuBLAS),
  * column sums (gemm.cu), the elementwise family (gelu, silu, the engine:
- * elementwise.cu) and the fused attention (attention.cu), each computing
- * in f32 on loaded bf16 and rounding once as it stores. What comes here:
- * rope, dropout, rms_norm, the selects, the reductions and losses called
- * on bf16 directly (autocast casts their inputs to f32).
+ * elementwise.cu), the fused attention (attention.cu) and rope (rope.cu),
+ * each computing in f32 on loaded bf16 and rounding once as it stores.
+ * What comes here: dropout, rms_norm, layer_norm, softmax, the selects,
+ * the reductions and losses called on bf16 directly (autocast casts the
+ * inputs of the f32-category ops to f32).
  *
  * A twin covers the elements the tensor can reach in its storage (offset to
  * the last element its strides address), holds their widened values (an
