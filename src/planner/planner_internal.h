@@ -12,6 +12,7 @@
 #define REMAT_PLANNER_INTERNAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "remat/planner.h"
@@ -53,6 +54,9 @@ static inline uint64_t pl_dout(const pl_model *m, int t) { return t < m->L - 1 ?
 static inline uint64_t pl_grads(const pl_model *m, int a, int b) {
     return a <= b ? m->gp[b + 1] - m->gp[a] : 0;
 }
+/* Index of sub-chain [s..t] (s <= t) in a triangular table of the L stages' sub-chains
+ * (pl_tri(0, L) entries). */
+static inline size_t pl_tri(int s, int t) { return (size_t)t * (size_t)(t + 1) / 2 + (size_t)s; }
 /* Predicted peak of the store-all plan over the model's L stages (chain share). */
 uint64_t pl_store_all_peak(const pl_model *m);
 /* A chain-share peak as the budget counts it: for a whole-step model,
