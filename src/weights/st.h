@@ -13,7 +13,8 @@
 #include "remat/safetensors.h"
 #include "weights/names.h"
 
-/* The dtypes of the format (their spelling in headers: rm_st_dtype_name). */
+/* The dtypes of the format (their spelling in headers: rm_st_dtype_name;
+ * the table and the conversions are st_convert.c's). */
 typedef enum rm_st_dtype {
     RM_ST_BOOL,
     RM_ST_U8,
