@@ -407,9 +407,9 @@ void remat_plan_free(remat_plan *plan) {
     free(plan);
 }
 
-/* ---- PyTorch's checkpoint_sequential --------------------------------------------------- */
+/* ---- the plans of a fixed shape (PyTorch's checkpoint_sequential, revolve.c) ------------ */
 remat_status pl_plan_begin(remat_plan **out, const remat_profile *profile, int n_stages,
-                           const char *call, int *L) {
+                           const pl_count *count, const char *call, int *L) {
     if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
     *out = NULL;
     if (profile) {
@@ -419,40 +419,49 @@ remat_status pl_plan_begin(remat_plan **out, const remat_profile *profile, int n
             return rm_err(REMAT_EINVAL, "%s: n_stages %d does not match the profile's %d stages",
                           call, n_stages, profile->n_stages);
         *L = profile->n_stages;
-        return REMAT_OK;
-    }
-    if (n_stages < 1)
+    } else if (n_stages < 1) {
         return rm_err(REMAT_EINVAL, "%s: n_stages must be >= 1, got %d", call, n_stages);
-    *L = n_stages;
+    } else {
+        *L = n_stages;
+    }
+    if (count->value < 1)
+        return rm_err(REMAT_EINVAL, "%s: %s must be >= 1%s, got %d", call, count->name, count->note,
+                      count->value);
     return REMAT_OK;
+}
+
+remat_status pl_finish_shaped(remat_plan **out, pl_builder *b, int L, remat_plan_kind kind,
+                              const remat_profile *profile, int checkpoints, const char *call) {
+    pl_model m, *mp = NULL;
+    if (profile) {
+        int rc = pl_model_init(&m, profile, call);
+        if (rc) {
+            free(b->nodes);
+            return rc;
+        }
+        mp = &m;
+    }
+    int rc = pl_finish(out, b, L, kind, mp, call);
+    if (!rc) (*out)->checkpoints = checkpoints;
+    if (mp) pl_model_free(mp);
+    return rc;
 }
 
 remat_status remat_plan_sequential(remat_plan **out, const remat_profile *profile, int n_stages,
                                    int segments) {
     static const char *call = "remat_plan_sequential";
-    int L = 0;
-    int rc = pl_plan_begin(out, profile, n_stages, call, &L);
-    if (rc) return rc;
-    if (segments < 1)
-        return rm_err(REMAT_EINVAL, "%s: segments must be >= 1, got %d", call, segments);
-    if (segments > L) segments = L; /* chunks of zero stages mean nothing */
-    pl_model model, *mp = NULL;
-    if (profile) {
-        rc = pl_model_init(&model, profile, call);
-        if (rc) return rc;
-        mp = &model;
-    }
     pl_builder b = {0};
+    int L = 0;
+    int rc = pl_plan_begin(out, profile, n_stages, &(pl_count){"segments", "", segments}, call, &L);
+    if (rc) return rc;
+    if (segments > L) segments = L; /* chunks of zero stages mean nothing */
     int size = L / segments, k = 0;
     for (int c = 0; c < segments - 1; c++) {
         int p = pl_push(&b, REMAT_PLAN_CHECKPOINT, k, k + size - 1, 0, -1);
         for (int j = 0; j < size; j++, k++) pl_push(&b, REMAT_PLAN_STORE, k, k, 1, p);
     }
     for (; k < L; k++) pl_push(&b, REMAT_PLAN_STORE, k, k, 0, -1);
-    rc = pl_finish(out, &b, L, REMAT_PLAN_SEQUENTIAL, mp, call);
-    if (!rc) (*out)->checkpoints = segments;
-    if (mp) pl_model_free(mp);
-    return rc;
+    return pl_finish_shaped(out, &b, L, REMAT_PLAN_SEQUENTIAL, profile, segments, call);
 }
 
 /* ---- printers ------------------------------------------------------------------- */

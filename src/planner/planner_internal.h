@@ -36,12 +36,18 @@ typedef struct pl_model {
     uint64_t fixed, tail;
 } pl_model;
 
-/* The checks every plan maker starts with: out not NULL (*out = NULL), and
- * *L = the stages of a plan for `call` over profile (when not NULL: n_stages
- * must be 0 or its stage count) or n_stages (>= 1). REMAT_EINVAL naming
- * call otherwise. */
+/* The count a plan of a fixed shape is asked for ("segments", ...), its
+ * note in the message when it is below 1 (" (the input is one)" or ""). */
+typedef struct pl_count {
+    const char *name, *note;
+    int value;
+} pl_count;
+/* The checks every plan of a fixed shape starts with: out not NULL (*out =
+ * NULL), *L = the stages of a plan for `call` over profile (when not NULL:
+ * n_stages must be 0 or its stage count) or n_stages (>= 1), and count at
+ * least 1. REMAT_EINVAL naming call otherwise. */
 remat_status pl_plan_begin(remat_plan **out, const remat_profile *profile, int n_stages,
-                           const char *call, int *L);
+                           const pl_count *count, const char *call, int *L);
 remat_status pl_model_init(pl_model *m, const remat_profile *p, const char *call);
 /* The chain of p followed by the step's head, with gradients, fixed bytes and tail. */
 remat_status pl_model_init_step(pl_model *m, const remat_profile *p, const remat_step_profile *st,
@@ -77,6 +83,12 @@ int pl_push(pl_builder *b, remat_plan_op op, int first, int last, int depth, int
 remat_status pl_finish(remat_plan **out, pl_builder *b, int n_stages, remat_plan_kind kind,
                        const pl_model *model, const char *call);
 
+/* pl_finish for a plan of a fixed shape over L stages: evaluated with
+ * profile's model when profile is not NULL, its checkpoints set. The
+ * builder's nodes are the plan's, or freed on failure. */
+remat_status pl_finish_shaped(remat_plan **out, pl_builder *b, int L, remat_plan_kind kind,
+                              const remat_profile *profile, int checkpoints, const char *call);
+
 /* Predicted peak (bytes above the step's start) and time of a plan tree.
  * Returns -1 if the tree is malformed. */
 int pl_eval(const remat_plan *plan, const pl_model *m, uint64_t *peak, double *time);
@@ -98,6 +110,28 @@ int pl_auto_slots(const pl_model *m);
 
 /* Store-everything plan. */
 remat_status pl_build_store_all(pl_builder *b, int n_stages);
+
+/* ---- the walk both profilers make (profile.c) ------------------------------------------ */
+/* The argument checks of remat_profile_stages and remat_profile_ops
+ * (REMAT_EINVAL naming call); then *runs (opts' or default_runs) and *warm
+ * (the warm-up runs) as opts ask. */
+remat_status pl_check_profile_args(const char *call, int n_stages, const remat_stage *stages,
+                                   const remat_tensor *input, const remat_profile_options *opts,
+                                   int default_runs, int *runs, int *warm);
+/* What a profiler does with each stage of the chain. */
+typedef struct pl_stage_walk {
+    /* Measures stage k on a (a leaf requiring grad unless i64) and sets
+     * *next to its output, detached, for the next stage (NULL on failure). */
+    remat_status (*stage)(void *ud, int k, remat_tensor *a, remat_tensor **next);
+    void (*begin)(void *ud, remat_device dev); /* once grad is on (may be NULL) */
+    void (*end)(void *ud);                     /* before grad mode is restored (may be NULL) */
+    void *ud;
+} pl_stage_walk;
+/* Runs input through the n_stages stages with w (the random stream forked
+ * on input's device and restored after, grad on, the caller's scope set
+ * aside): a failure names `call` and the stage. */
+remat_status pl_walk_stages(const char *call, remat_tensor *input, int n_stages,
+                            const pl_stage_walk *w);
 
 #define PL_MIB(b) ((double)(b) / (1024.0 * 1024.0))
 

@@ -149,11 +149,7 @@ static void dp_recon(const dp_tab *d, int s, int t, int64_t m, int depth, int pa
 static void dp_free(dp_tab *d) {
     free(d->cost);
     free(d->choice);
-    free(d->X);
-    free(d->A);
-    free(d->FA);
-    free(d->FN);
-    free(d->BP);
+    free(d->X); /* and A, FA, FN, BP: one block */
 }
 
 /* Runs the slot DP with `slots` slots; *feasible tells whether a plan was
@@ -183,12 +179,14 @@ static remat_status dp_solve_unit(const pl_model *md, uint64_t budget, uint64_t 
                       call, L, d.M + 1, PL_MIB((double)n_tri * (double)(d.M + 1) * 12.0));
     d.cost = calloc(cells, sizeof *d.cost);
     d.choice = calloc(cells, sizeof *d.choice);
-    d.X = malloc(((size_t)L + 1) * sizeof(int64_t));
-    d.A = malloc((size_t)L * sizeof(int64_t));
-    d.FA = malloc((size_t)L * sizeof(int64_t));
-    d.FN = malloc((size_t)L * sizeof(int64_t));
-    d.BP = malloc((size_t)L * sizeof(int64_t));
-    if (!d.cost || !d.choice || !d.X || !d.A || !d.FA || !d.FN || !d.BP) {
+    d.X = malloc((5 * (size_t)L + 1) * sizeof(int64_t)); /* X[L + 1], then A, FA, FN, BP [L] */
+    if (d.X) {
+        d.A = d.X + L + 1;
+        d.FA = d.A + L;
+        d.FN = d.FA + L;
+        d.BP = d.FN + L;
+    }
+    if (!d.cost || !d.choice || !d.X) {
         dp_free(&d);
         return rm_err(REMAT_ENOMEM, "%s: out of memory for the planning tables (%.0f MiB)", call,
                       PL_MIB((double)cells * 12.0));
