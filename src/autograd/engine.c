@@ -146,14 +146,12 @@ static remat_status discover(task *t, remat_node **roots, int n_roots) {
 #define PUSH(x)                                                                                    \
     do {                                                                                           \
         if (sp == cap) {                                                                           \
-            int nc = cap ? cap * 2 : 256;                                                          \
-            remat_node **ns = realloc(stack, (size_t)nc * sizeof *ns);                             \
+            remat_node **ns = rm_grow(stack, &cap, sp, 256, sizeof *ns);                           \
             if (!ns) {                                                                             \
                 rc = rm_err(REMAT_ENOMEM, "backward: out of memory");                              \
                 goto done;                                                                         \
             }                                                                                      \
             stack = ns;                                                                            \
-            cap = nc;                                                                              \
         }                                                                                          \
         stack[sp++] = (x);                                                                         \
     } while (0)
@@ -196,11 +194,9 @@ typedef struct dfs_stack {
 
 static remat_status dfs_push(dfs_stack *s, remat_node *n) {
     if (s->n == s->cap) {
-        int nc = s->cap ? s->cap * 2 : 256;
-        dfs_frame *ns = realloc(s->a, (size_t)nc * sizeof *ns);
+        dfs_frame *ns = rm_grow(s->a, &s->cap, s->n, 256, sizeof *ns);
         if (!ns) return rm_err(REMAT_ENOMEM, "backward: out of memory");
         s->a = ns;
-        s->cap = nc;
     }
     s->a[s->n++] = (dfs_frame){n, 0};
     return REMAT_OK;
@@ -260,11 +256,9 @@ typedef struct heap {
 
 static remat_status heap_push(heap *h, remat_node *n) {
     if (h->n == h->cap) {
-        int nc = h->cap ? h->cap * 2 : 64;
-        remat_node **na = realloc(h->a, (size_t)nc * sizeof *na);
+        remat_node **na = rm_grow(h->a, &h->cap, h->n, 64, sizeof *na);
         if (!na) return rm_err(REMAT_ENOMEM, "backward: out of memory");
         h->a = na;
-        h->cap = nc;
     }
     int i = h->n++;
     h->a[i] = n;
