@@ -59,7 +59,10 @@ cudaError_t rm_cuda_fill_rows(void *y, const void *bias, int64_t rows, int64_t n
                               cudaStream_t s) {
     int64_t total = rows * n;
     if (total > 0) {
-        if (es == 4)
+        if (es == 2) /* bf16: the bits copied */
+            fill_rows<unsigned short><<<rm_cuda_blocks(total, 256), 256, 0, s>>>(
+                (unsigned short *)y, (const unsigned short *)bias, total, n);
+        else if (es == 4)
             fill_rows<float><<<rm_cuda_blocks(total, 256), 256, 0, s>>>(
                 (float *)y, (const float *)bias, total, n);
         else

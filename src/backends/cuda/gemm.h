@@ -7,7 +7,7 @@
 
 RM_CUDA_BEGIN_DECLS
 /* y (rows, n) = bias (n) in every row (before a GEMM adds to it). es: the
- * element size (4 or 8): a plain copy. */
+ * element size (2, 4 or 8): a plain copy. */
 cudaError_t rm_cuda_fill_rows(void *y, const void *bias, int64_t rows, int64_t n, int es,
                               cudaStream_t s);
 /* db (n) = column sums of g (rows, n), contiguous, in the order fixed by
