@@ -258,7 +258,7 @@ static int sumsq_vector(sumsq_vectors *v, remat_device d, int64_t len, const cha
         if (v->dev[k].type == d.type && v->dev[k].index == d.index) return k;
     if (v->n == SUMSQ_MAX_DEVICES) {
         (void)rm_err(REMAT_EUNSUPPORTED, "%s: gradients on more than %d devices", call,
-               SUMSQ_MAX_DEVICES);
+                     SUMSQ_MAX_DEVICES);
         return -1;
     }
     if (remat_zeros(&v->vec[v->n], 1, &len, REMAT_F64, d)) return -1; /* an empty gradient: 0 */
