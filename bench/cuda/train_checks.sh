@@ -9,7 +9,7 @@
 #   - AdamW with clipping, accumulation and the cosine schedule, and SGD with momentum;
 #   - --save at step 10 then --resume to 20 against an uninterrupted run to 20 (the files
 #     byte for byte: the cuda kernels are deterministic run to run);
-#   - a cpu run's file resumed on cuda.
+#   - a cpu run's file resumed on cuda; greedy `remat sample --device cuda` from the file.
 # Prints one line per check: OK / DIFF / FAIL with the numbers; the exit status is the
 # number of FAILs. Usage: bash bench/cuda/train_checks.sh BUILD_DIR [WORK_DIR]
 set -u
@@ -58,5 +58,17 @@ if run cpu-half cpu --steps 10 --save "$WORK/cpu-half.bin" &&
   say "OK cpu file resumed on cuda: last loss $(last_loss "$WORK/cpu-resumed-cuda.jsonl") (cpu to 20: $(last_loss "$WORK/whole-cuda.jsonl") on cuda)"
 else
   say "FAIL cpu file resumed on cuda: $(tail -2 "$WORK/cpu-resumed-cuda.out")"; fails=$((fails + 1))
+fi
+# greedy sampling from the cuda run's file, on cuda and on cpu: the same text
+if [ -f "$WORK/whole.bin" ]; then
+  for dev in cuda cpu; do
+    timeout -k 2 30 "$R" sample --device $dev --resume "$WORK/whole.bin" --prompt '12+34=' \
+      --tokens 12 --temperature 0 --json > "$WORK/sample-$dev.json" 2>&1
+  done
+  a=$(sed -n 's/.*"text":\("[^"]*"\).*/\1/p' "$WORK/sample-cuda.json")
+  b=$(sed -n 's/.*"text":\("[^"]*"\).*/\1/p' "$WORK/sample-cpu.json")
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then say "OK sample --device cuda: $a, as on cpu"
+  elif [ -n "$a" ]; then say "DIFF sample --device cuda: $a, cpu $b"
+  else say "FAIL sample --device cuda: $(tail -2 "$WORK/sample-cuda.json")"; fails=$((fails + 1)); fi
 fi
 exit $fails
