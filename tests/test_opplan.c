@@ -217,6 +217,227 @@ Test(opplan, solver_matches_exhaustive_search) {
                   n_ops_plans, n_checked);
 }
 
+/* ---- offload (a device with transfer ops): keep, offload or recompute each op --------------- */
+/* The model with offload (docs/planner.md, "Offload"): code[k] -1 stores stage k, else
+ * per op in base 3 (0 recompute, 1 keep, 2 offload). */
+static void bf_eval_off(const remat_profile *p, const remat_op_profile *o,
+                        const remat_step_profile *st, const int *code, uint64_t reserve, double bw,
+                        uint64_t *peak, double *time) {
+    int L = p->n_stages, LL = L + (st ? 1 : 0);
+    bool any = false;
+    for (int k = 0; k < L; k++)
+        for (int i = 0, v = code[k]; code[k] >= 0 && i < o->stages[k].n_ops; i++, v /= 3)
+            any = any || v % 3 == 2;
+    uint64_t R = any ? reserve : 0, off = 0, pk = 0, gsum = 0, g[64] = {0};
+    double tm = 0;
+    for (int k = 0; k < LL; k++) {
+        g[k] = st ? (k < L ? p->stages[k].grad_bytes : st->head.grad_bytes) : 0;
+        gsum += g[k];
+    }
+    for (int k = 0; k < LL; k++) {
+        const remat_stage_profile *s = k < L ? &p->stages[k] : &st->head;
+        uint64_t later = 0;
+        for (int j = k + 1; j < LL; j++) later += g[j];
+        uint64_t abar = s->output_bytes + s->saved_bytes, x = s->output_bytes;
+        uint64_t fpa = umax(s->fwd_peak, abar), fpn = umax(s->fwd_peak_nosave, x);
+        if (k >= L || code[k] < 0) {
+            pk = umax(pk, off + fpa);
+            pk = umax(pk, off + x + abar + s->bwd_peak + later + R);
+            off += abar;
+            tm += s->fwd_time + s->bwd_time;
+            continue;
+        }
+        const remat_stage_ops *so = &o->stages[k];
+        double sum = 0, saved = 0;
+        uint64_t c = 0, ob = 0;
+        for (int i = 0; i < so->n_ops; i++) sum += so->ops[i].time;
+        for (int i = 0, v = code[k]; i < so->n_ops; i++, v /= 3) {
+            if (v % 3 == 1) c += so->ops[i].cache_bytes;
+            if (v % 3 == 2) ob += so->ops[i].cache_bytes;
+            if (v % 3) saved += so->ops[i].time;
+        }
+        double rt = sum > 0 ? s->fwd_time - saved * (s->fwd_time / sum) : s->fwd_time;
+        double one = (double)ob / bw, d2h = one - s->fwd_time;
+        pk = umax(pk, off + fpn + c + ob);
+        pk = umax(pk, off + later + R + umax(x + fpa + c + ob, x + abar + s->bwd_peak));
+        off += x + c;
+        tm += s->fwd_time + (rt > 0 ? rt : 0) + s->bwd_time + (ob ? (d2h > 0 ? d2h : 0) + one : 0);
+    }
+    if (st) pk = st->fixed_bytes + umax(pk, gsum + p->stages[0].input_bytes + st->tail_peak);
+    *peak = pk;
+    *time = tm;
+}
+
+/* Least time over every plan of space (a) with offload that fits the budget. */
+static double bf_min_time_off(const remat_profile *p, const remat_op_profile *o,
+                              const remat_step_profile *st, uint64_t reserve, double bw,
+                              uint64_t budget) {
+    int L = p->n_stages, n_ops = o->stages[0].n_ops, per3 = 1;
+    for (int i = 0; i < n_ops; i++) per3 *= 3;
+    int per = 1 + per3, total = 1;
+    for (int k = 0; k < L; k++) total *= per;
+    double best = INFINITY;
+    int code[8];
+    for (int cd = 0; cd < total; cd++) {
+        bool valid = true;
+        for (int k = 0, c = cd; k < L; k++, c /= per) {
+            code[k] = c % per - 1;
+            for (int i = 0, v = code[k]; code[k] >= 0 && i < n_ops; i++, v /= 3) {
+                const remat_op_profile_entry *e = &o->stages[k].ops[i];
+                if ((v % 3 && !e->cacheable) || (v % 3 == 2 && !e->offloadable)) valid = false;
+            }
+        }
+        if (!valid) continue;
+        uint64_t pk;
+        double tm;
+        bf_eval_off(p, o, st, code, reserve, bw, &pk, &tm);
+        if (pk <= budget && tm < best) best = tm;
+    }
+    return best;
+}
+
+enum { OFF_L = 4, OFF_OPS = 2 };
+
+Test(opplan, offload_matches_exhaustive_search) {
+    g_rng = 0x5851f42d4c957f2dull;
+    int n_off_plans = 0, n_checked = 0;
+    for (int trial = 0; trial < 48; trial++) {
+        remat_profile *prof = NULL;
+        remat_op_profile *ops = NULL;
+        remat_step_profile step;
+        bool whole = trial % 2;
+        random_profiles(OFF_L, OFF_OPS, &prof, &ops, &step);
+        if (trial % 4 != 3) /* small temporaries: the bytes kept across stages bind */
+            for (int k = 0; k < OFF_L; k++) {
+                remat_stage_profile *sp = &prof->stages[k];
+                sp->fwd_peak_nosave = sp->output_bytes;
+                sp->bwd_peak = 0;
+                sp->saved_bytes += 16 * 1024;
+                sp->fwd_peak = sp->output_bytes + sp->saved_bytes;
+                for (int i = 0; i < OFF_OPS; i++) /* ops of similar size: a small reserve */
+                    ops->stages[k].ops[i].cache_bytes = (size_t)rnd_in(2, 3) * 1024;
+            }
+        uint64_t a = 0, b2 = 0;
+        for (int k = 0; k < OFF_L; k++)
+            for (int i = 0; i < OFF_OPS; i++) {
+                remat_op_profile_entry *e = &ops->stages[k].ops[i];
+                e->offloadable = rnd_in(0, 2) != 0;
+                if (!e->offloadable || !e->cacheable) continue;
+                if (e->cache_bytes > a) b2 = a, a = e->cache_bytes;
+                else if (e->cache_bytes > b2) b2 = e->cache_bytes;
+            }
+        /* from copies hidden behind compute to copies that cost more than recomputing */
+        ops->host_bytes_per_s = trial % 3 == 0 ? 1e9 : trial % 3 == 1 ? 2e7 : 2e6;
+        remat_plan *sa = NULL;
+        RT_OK(remat_plan_create_ops(&sa, prof, ops, whole ? &step : NULL, SIZE_MAX, NULL));
+        size_t top = sa->peak_store_all, lo = sa->min_budget_bytes;
+        remat_plan_free(sa);
+        for (int bi = 0; bi <= 6; bi++) {
+            size_t budget = lo + (top - lo) * (size_t)bi / 6;
+            remat_plan *plan = NULL;
+            RT_OK(remat_plan_create_ops(&plan, prof, ops, whole ? &step : NULL, budget, NULL));
+            cr_assert_leq(plan->peak_bytes, budget);
+            uint64_t margin = (uint64_t)plan->slot_bytes * 12;
+            double slack = budget > margin
+                               ? bf_min_time_off(prof, ops, whole ? &step : NULL, a + b2,
+                                                 ops->host_bytes_per_s, budget - margin)
+                               : INFINITY;
+            cr_assert_leq(plan->time, slack + 1e-12, "trial %d budget %zu: %g s, but %g s fits",
+                          trial, budget, plan->time, slack);
+            if (plan->kind == REMAT_PLAN_OPS) {
+                double exact = bf_min_time_off(prof, ops, whole ? &step : NULL, a + b2,
+                                               ops->host_bytes_per_s, budget);
+                cr_assert_geq(plan->time, exact - 1e-12, "trial %d: below the optimum", trial);
+                int code[OFF_L];
+                bool offl = false;
+                for (int k = 0; k < OFF_L; k++) {
+                    const remat_plan_stage *ps = &plan->stages[k];
+                    code[k] = -1;
+                    if (ps->action != REMAT_STAGE_CHECKPOINT) continue;
+                    code[k] = 0;
+                    for (int i = OFF_OPS - 1; i >= 0; i--) {
+                        int v = ps->keep ? ps->keep[i] : 0;
+                        code[k] = code[k] * 3 + v;
+                        offl = offl || v == REMAT_OP_OFFLOAD;
+                    }
+                }
+                uint64_t pk;
+                double tm;
+                bf_eval_off(prof, ops, whole ? &step : NULL, code, a + b2, ops->host_bytes_per_s,
+                            &pk, &tm);
+                cr_assert_eq(pk, plan->peak_bytes, "trial %d: peak %" PRIu64 " vs %zu", trial, pk,
+                             plan->peak_bytes);
+                cr_assert_float_eq(tm, plan->time, 1e-12);
+                n_off_plans += offl;
+            }
+            n_checked++;
+            remat_plan_free(plan);
+        }
+        remat_profile_free(prof);
+        remat_op_profile_free(ops);
+    }
+    /* offload pays where the bytes kept across stages bind and the prefetch reserve is
+     * small (11 of the 336 plans); offload_beats_recompute_under_a_tight_budget has a
+     * chain where it must */
+    cr_assert_geq(n_off_plans, 8, "offloading plans: %d of %d", n_off_plans, n_checked);
+}
+
+/* Four stages of 1 KiB inputs that save 16 KiB, each with four 2 KiB ops making its
+ * whole forward. At 36 KiB no plan without offload keeps enough to avoid recomputing about
+ * a stage's forward; offloading the ops costs a 4 KiB prefetch reserve (the two largest
+ * offloadable ops) and fits. Cheap copies: the plan offloads and is faster than the best
+ * plan without offload; dear copies: it recomputes instead. */
+Test(opplan, offload_beats_recompute_under_a_tight_budget) {
+    enum { L = 4, N = 4 };
+    const size_t K = 1024;
+    remat_profile *prof = NULL;
+    RT_OK(remat_profile_create(&prof, L));
+    remat_op_profile o = {.n_stages = L, .runs = 1};
+    remat_stage_ops so[L];
+    remat_op_profile_entry op[N];
+    for (int i = 0; i < N; i++)
+        op[i] = (remat_op_profile_entry){.name = "remat_op",
+                                         .time = 2.5e-3,
+                                         .cache_bytes = 2 * K,
+                                         .cacheable = true,
+                                         .offloadable = true};
+    o.stages = so;
+    for (int k = 0; k < L; k++) {
+        remat_stage_profile *sp = &prof->stages[k];
+        sp->input_bytes = sp->output_bytes = K;
+        sp->saved_bytes = 16 * K;
+        sp->fwd_peak = 17 * K;
+        sp->fwd_peak_nosave = K;
+        sp->fwd_time = sp->bwd_time = 10e-3;
+        so[k] = (remat_stage_ops){N, op, 0};
+    }
+    size_t budget = 36 * K;
+    o.host_bytes_per_s = 1e12;
+    remat_plan *cheap = NULL, *dear = NULL;
+    RT_OK(remat_plan_create_ops(&cheap, prof, &o, NULL, budget, NULL));
+    o.host_bytes_per_s = 1e3;
+    RT_OK(remat_plan_create_ops(&dear, prof, &o, NULL, budget, NULL));
+    if (getenv("OPPLAN_VERBOSE")) remat_plan_print(cheap, stderr), remat_plan_print(dear, stderr);
+    int off = 0, off_dear = 0;
+    for (int k = 0; k < L; k++)
+        for (int i = 0; i < N; i++) {
+            off += cheap->stages[k].keep && cheap->stages[k].keep[i] == REMAT_OP_OFFLOAD;
+            off_dear += dear->stages[k].keep && dear->stages[k].keep[i] == REMAT_OP_OFFLOAD;
+        }
+    cr_assert_gt(off, 0, "cheap copies: nothing offloaded");
+    cr_assert_eq(off_dear, 0, "dear copies: %d ops offloaded", off_dear);
+    cr_assert_leq(cheap->peak_bytes, budget);
+    cr_assert_leq(dear->peak_bytes, budget);
+    cr_assert_lt(cheap->time, dear->time - 5e-3, "offload %g s, recompute %g s", cheap->time,
+                 dear->time);
+    char st[256];
+    RT_OK(remat_plan_structure(cheap, st, sizeof st, NULL));
+    cr_assert(strstr(st, ", offloads "), "%s", st);
+    remat_plan_free(cheap);
+    remat_plan_free(dear);
+    remat_profile_free(prof);
+}
+
 Test(opplan, monotone_in_the_budget) {
     g_rng = 12345;
     /* a coarse grid keeps the test fast; the grid is what the property is about */
@@ -226,6 +447,11 @@ Test(opplan, monotone_in_the_budget) {
         remat_op_profile *ops = NULL;
         remat_step_profile step;
         random_profiles(12, 12, &prof, &ops, &step);
+        if (trial >= 2) { /* a device with transfer ops: offload is a choice too */
+            for (int k = 0; k < 12; k++)
+                for (int i = 0; i < 12; i++) ops->stages[k].ops[i].offloadable = rnd_in(0, 1);
+            ops->host_bytes_per_s = 5e7;
+        }
         const remat_step_profile *sp = trial % 2 ? &step : NULL;
         remat_plan *sa = NULL;
         RT_OK(remat_plan_create_ops(&sa, prof, ops, sp, SIZE_MAX, &po));

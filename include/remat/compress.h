@@ -55,6 +55,12 @@ REMAT_BEGIN_PUBLIC
 void remat_bf16_saved_hooks(remat_saved_hooks *out, int64_t min_numel);
 /* Fills *out with the host-offload hook pair. */
 void remat_offload_saved_hooks(remat_saved_hooks *out);
+/* Waits until every copy to host memory that the offload hooks or an
+ * OFFLOAD policy started is done, and gives those tensors' device memory
+ * back (it otherwise goes back at the next offload or restore). Nothing
+ * to do without offloaded tensors. remat_plan_run calls it after a stage
+ * whose op-level plan offloads, so the next stage runs without them. */
+void remat_offload_wait(void);
 
 /* The conversions the bf16 hooks use, on host-addressable tensors (no
  * autograd): f32 (any strides) → a new contiguous bf16 tensor, and back.

@@ -161,18 +161,26 @@ typedef enum remat_stage_action {
     REMAT_STAGE_RECOMPUTE = 2   /* inside a segment: keep nothing, recompute in backward */
 } remat_stage_action;
 
+/* What an op-level plan does with one op of a checkpointed stage (remat_plan_stage.keep). */
+enum { REMAT_OP_RECOMPUTE = 0, REMAT_OP_KEEP = 1, REMAT_OP_OFFLOAD = 2 };
+
 typedef struct remat_plan_stage {
     remat_stage_action action;
     int n_forward; /* forward runs per step: 1 + number of enclosing checkpoints */
     /* Op-level plans (REMAT_PLAN_OPS) only, for a CHECKPOINT stage: keep[i]
-     * (n_ops entries, owned by the plan) set means the stage's i-th op
-     * (remat_stage_ops order) is kept from the forward by a selective
-     * checkpoint (MUST_SAVE) instead of being recomputed. keep NULL: the
-     * whole stage is recomputed (a plain checkpoint). */
+     * (n_ops entries, owned by the plan) says what the selective checkpoint
+     * does with the stage's i-th op (remat_stage_ops order):
+     * REMAT_OP_RECOMPUTE, REMAT_OP_KEEP (MUST_SAVE: its outputs stay on the
+     * device from the forward to the recomputation) or REMAT_OP_OFFLOAD
+     * (MUST_CPU_OFFLOAD: they go to host memory and come back for the
+     * recomputation; only ops the profile marks offloadable). keep NULL:
+     * the whole stage is recomputed (a plain checkpoint). */
     int n_ops;
     uint8_t *keep;
-    size_t keep_bytes;     /* storage the kept ops hold from forward to recomputation */
+    size_t keep_bytes;     /* device storage the kept ops hold from forward to recomputation */
     double recompute_time; /* predicted seconds of the stage's recomputation */
+    size_t offload_bytes;  /* storage the offloaded ops move to host memory and back */
+    double offload_time;   /* predicted seconds of those copies not hidden behind compute */
 } remat_plan_stage;
 
 typedef enum remat_plan_kind {
@@ -298,8 +306,9 @@ void remat_plan_free(remat_plan *plan);
 /* ---- op-level planning -------------------------------------------------------------
  * Inside a checkpointed stage every op is recomputed; a selective checkpoint
  * (remat/selective.h) can keep some ops' outputs instead. The op-level
- * planner decides, for each saved tensor of each stage, keep or recompute,
- * together with which stages to checkpoint, from a profile of every op:
+ * planner decides, for each saved tensor of each stage, keep or recompute
+ * (or offload to host memory, on a device with transfer ops), together with
+ * which stages to checkpoint, from a profile of every op:
  *
  *   remat_op_profile *ops;  remat_profile *prof;  remat_plan *plan;
  *   remat_profile_stages(&prof, n, stages, x, NULL);
@@ -321,7 +330,8 @@ typedef struct remat_op_profile_entry {
     size_t lean_bytes;  /* of those, stored lean exactly: 1-bit masks (u8), indices (i64) */
     size_t lossy_bytes; /* of those, f32 activations bf16 storage would halve (lossy: only
                             when the user allows it; not used by the planner yet) */
-    bool offloadable;   /* its saves live on a device with real offload (cuda); never on cpu */
+    bool offloadable;   /* its saves live on a device with real offload (cuda; never on cpu):
+                           the planner may move them to host memory (REMAT_OP_OFFLOAD) */
 } remat_op_profile_entry;
 
 typedef struct remat_stage_ops {
@@ -335,7 +345,17 @@ typedef struct remat_op_profile {
     int n_stages;
     remat_stage_ops *stages;
     int runs; /* timed runs per distinct stage */
+    /* Bytes per second the host link moves one way (device to host or back)
+     * while compute runs, for the cost of offloaded ops; 0: the default,
+     * REMAT_HOST_LINK_BYTES_PER_S. remat_profile_ops leaves it 0: set it to
+     * what your machine measures (e.g. cudaMemcpyAsync of pinned memory). */
+    double host_bytes_per_s;
 } remat_op_profile;
+
+/* 12 GB/s: what pinned copies reach one way over PCIe 4.0 x16 in practice
+ * (about half of the link's 32 GB/s peak is conservative for a copy that
+ * shares the link with the other direction's prefetch). */
+#define REMAT_HOST_LINK_BYTES_PER_S 12e9
 
 /* Runs every stage (on the previous stage's output, as remat_profile_stages)
  * inside a selective checkpoint that keeps every op, and records per op its
@@ -360,8 +380,9 @@ void remat_op_profile_print(const remat_op_profile *ops, FILE *f);
  * checkpointed on its own, a checkpointed stage keeping any subset of its
  * cacheable ops (solved exactly: the Pareto set of each stage's subsets,
  * then a dynamic program over the stages on a memory grid fixed by the
- * profile), and (b) rotor's nested block schedules (remat_plan_create on the
- * same grid); the faster wins. On the grid, a larger budget can only admit
+ * profile; where ops are offloadable, once more with offload as a third
+ * choice, see docs/planner.md "Offload"), and (b) rotor's nested block
+ * schedules (remat_plan_create on the same grid); the fastest wins. On the grid, a larger budget can only admit
  * more plans: the predicted time never grows with the budget, and the
  * predicted peak never exceeds it. kind is REMAT_PLAN_OPS for (a),
  * REMAT_PLAN_OPTIMAL for (b). Errors as remat_plan_create_step, and

@@ -10,26 +10,27 @@
 #include "core/core.h"
 #include "planner_internal.h"
 
-/* "remat_linear x2, remat_gelu" — the ops of stage s whose keep flag equals
+/* What the plan does with op i of a stage (REMAT_OP_*). */
+static int op_action(const remat_plan_stage *st, int i) {
+    return st->keep ? st->keep[i] : REMAT_OP_RECOMPUTE;
+}
+
+/* "remat_linear x2, remat_gelu" — the ops of stage s the plan gives action
  * `want`, names grouped in order of first appearance. */
-static void list_ops(FILE *f, const remat_plan_stage *st, const remat_stage_ops *so, bool want) {
+static void list_ops(FILE *f, const remat_plan_stage *st, const remat_stage_ops *so, int want) {
     bool any = false;
     for (int i = 0; i < st->n_ops; i++) {
-        bool kept = st->keep && st->keep[i];
-        if (kept != want) continue;
+        if (op_action(st, i) != want) continue;
         const char *name = so && i < so->n_ops ? so->ops[i].name : NULL;
         /* counted at its first occurrence */
         bool seen = false;
-        for (int j = 0; j < i && name && !seen; j++) {
-            bool kj = st->keep && st->keep[j];
-            seen = kj == want && !strcmp(so->ops[j].name, name);
-        }
+        for (int j = 0; j < i && name && !seen; j++)
+            seen = op_action(st, j) == want && !strcmp(so->ops[j].name, name);
         if (seen) continue;
         int count = 0;
-        for (int j = i; j < st->n_ops; j++) {
-            bool kj = st->keep && st->keep[j];
-            if (kj == want && (name ? !strcmp(so->ops[j].name, name) : j == i)) count++;
-        }
+        for (int j = i; j < st->n_ops; j++)
+            if (op_action(st, j) == want && (name ? !strcmp(so->ops[j].name, name) : j == i))
+                count++;
         const char *shown = name ? (strncmp(name, "remat_", 6) ? name : name + 6) : NULL;
         if (shown) fprintf(f, "%s%s", any ? ", " : "", shown);
         else fprintf(f, "%sop %d", any ? ", " : "", i);
@@ -70,16 +71,25 @@ void remat_plan_explain(const remat_plan *p, const remat_op_profile *ops, size_t
             fprintf(f, "checkpointed: keeps its input, recomputes every op (%d forward runs)\n",
                     st->n_forward);
         } else {
-            int kept = 0;
-            for (int i = 0; i < st->n_ops; i++) kept += st->keep[i] != 0;
-            fprintf(f,
-                    "checkpointed, keeps %d of %d ops (%.2f MiB), recomputes %.3f ms of its "
-                    "forward\n",
-                    kept, st->n_ops, PL_MIB(st->keep_bytes), st->recompute_time * 1e3);
+            int kept = 0, offl = 0;
+            for (int i = 0; i < st->n_ops; i++) {
+                kept += st->keep[i] == REMAT_OP_KEEP;
+                offl += st->keep[i] == REMAT_OP_OFFLOAD;
+            }
+            fprintf(f, "checkpointed, keeps %d of %d ops (%.2f MiB)", kept, st->n_ops,
+                    PL_MIB(st->keep_bytes));
+            if (offl)
+                fprintf(f, ", offloads %d (%.2f MiB to host memory, %.3f ms of copies not hidden)",
+                        offl, PL_MIB(st->offload_bytes), st->offload_time * 1e3);
+            fprintf(f, ", recomputes %.3f ms of its forward\n", st->recompute_time * 1e3);
             fprintf(f, "      kept:       ");
-            list_ops(f, st, so, true);
+            list_ops(f, st, so, REMAT_OP_KEEP);
+            if (offl) {
+                fprintf(f, "\n      offloaded:  ");
+                list_ops(f, st, so, REMAT_OP_OFFLOAD);
+            }
             fprintf(f, "\n      recomputed: ");
-            list_ops(f, st, so, false);
+            list_ops(f, st, so, REMAT_OP_RECOMPUTE);
             fputc('\n', f);
         }
         k = e;

@@ -522,9 +522,13 @@ static void structure_level(text_out *o, const remat_plan *p, const int *next, i
             /* op-level plans: how many of the stage's ops it keeps */
             const remat_plan_stage *st = &p->stages[nd->first];
             if (nd->first == nd->last && st->keep) {
-                int kept = 0;
-                for (int k = 0; k < st->n_ops; k++) kept += st->keep[k] != 0;
+                int kept = 0, offl = 0;
+                for (int k = 0; k < st->n_ops; k++) {
+                    kept += st->keep[k] == REMAT_OP_KEEP;
+                    offl += st->keep[k] == REMAT_OP_OFFLOAD;
+                }
                 text_add(o, " keeps %d/%d ops", kept, st->n_ops);
+                if (offl) text_add(o, ", offloads %d", offl);
             }
             text_add(o, "]");
             i = next[i];
@@ -571,18 +575,24 @@ static const char *action_name(remat_stage_action a) {
 /* Op-level plans: what the checkpointed stages keep, in one line
  * (remat_plan_explain has the details). */
 static void print_op_summary(const remat_plan *p, FILE *f) {
-    int kept = 0, ops = 0, n_st = 0;
-    size_t bytes = 0;
+    int kept = 0, offl = 0, ops = 0, n_st = 0;
+    size_t bytes = 0, obytes = 0;
     for (int k = 0; k < p->n_stages; k++) {
         const remat_plan_stage *st = &p->stages[k];
         if (st->action != REMAT_STAGE_CHECKPOINT) continue;
         n_st++;
         ops += st->n_ops;
         bytes += st->keep_bytes;
-        for (int i = 0; st->keep && i < st->n_ops; i++) kept += st->keep[i] != 0;
+        obytes += st->offload_bytes;
+        for (int i = 0; st->keep && i < st->n_ops; i++) {
+            kept += st->keep[i] == REMAT_OP_KEEP;
+            offl += st->keep[i] == REMAT_OP_OFFLOAD;
+        }
     }
-    fprintf(f, "  op level: the %d checkpointed stages keep %d of their %d ops (%.2f MiB)\n", n_st,
+    fprintf(f, "  op level: the %d checkpointed stages keep %d of their %d ops (%.2f MiB)", n_st,
             kept, ops, PL_MIB(bytes));
+    if (offl) fprintf(f, " and offload %d (%.2f MiB)", offl, PL_MIB(obytes));
+    fputc('\n', f);
 }
 
 void remat_plan_print(const remat_plan *p, FILE *f) {

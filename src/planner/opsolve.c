@@ -1,6 +1,6 @@
 /*
  * src/planner/opsolve.c — the op-level planner: for each saved tensor of
- * each stage keep or recompute, jointly with which stages are checkpointed,
+ * each stage keep, recompute or offload, jointly with which stages are checkpointed,
  * for a (whole-step) peak budget.
  *
  * Plan space (a): every stage of the chain is stored, or checkpointed on its
@@ -24,6 +24,15 @@
  * finds the fastest plan: exact on the grid (sizes rounded up, so a plan
  * that fits in slots fits in bytes).
  *
+ * Offload (ops the profile marks offloadable: a device with transfer ops):
+ * an op may also go to host memory, O bytes beside C. The stage's forward
+ * peaks at off + fpn + C + O (remat_plan_run waits for the copies when the
+ * stage ends), it keeps x[s+1] + C, its recomputation holds C + O as a
+ * keeping stage would, the copies cost max(0, O/bw - uf) + O/bw, and every
+ * backward peak of a plan that offloads gets the prefetch reserve (the two
+ * largest offloadable ops). The Pareto sets are then of (C, O, time saved);
+ * a second DP over them is one more candidate.
+ *
  * Plan space (b): rotor's nested block schedules (solve.c) and the
  * minimal-peak plan. The answer is the fastest candidate that fits.
  *
@@ -43,16 +52,18 @@
 #define OP_MAX_FRONTIER 4096 /* Pareto points per stage before thinning (then not exact) */
 
 typedef struct front_pt {
-    uint64_t c; /* cache bytes */
-    double t;   /* forward time it saves */
-    int set;    /* index of its op set in the stage's set table */
+    uint64_t c; /* cache bytes kept on the device */
+    uint64_t o; /* cache bytes offloaded to host memory */
+    double t;   /* forward time it saves (kept and offloaded ops) */
+    int set;    /* index of its op sets (kept, offloaded) in the stage's set table */
 } front_pt;
 
 /* Pareto set of one distinct stage. */
 typedef struct stage_front {
     int n;
     front_pt *pts; /* c ascending, t strictly ascending */
-    int words;     /* uint64 words per op set */
+    int words;     /* uint64 words per op set; a point's sets are 2 * words: kept, then
+                      offloaded */
     uint64_t *sets;
     int n_sets, cap_sets;
     bool exact;
@@ -67,59 +78,86 @@ static void front_free(stage_front *f) {
 static int cmp_pt(const void *a, const void *b) {
     const front_pt *x = a, *y = b;
     if (x->c != y->c) return x->c < y->c ? -1 : 1;
-    return (x->t < y->t) - (x->t > y->t); /* larger t first */
+    if (x->t != y->t) return (x->t < y->t) - (x->t > y->t); /* larger t first */
+    return (x->o > y->o) - (x->o < y->o);                   /* then fewer offloaded bytes */
 }
 
-static int new_set(stage_front *f, int from, int add_op) {
+/* A new pair of op sets: a copy of `from`'s (or empty) with add_op kept (offload false)
+ * or offloaded. */
+static int new_set(stage_front *f, int from, int add_op, bool offload) {
+    size_t w = 2 * (size_t)f->words;
     if (f->n_sets == f->cap_sets) {
         int cap = f->cap_sets ? 2 * f->cap_sets : 64;
-        uint64_t *s = realloc(f->sets, (size_t)cap * (size_t)f->words * sizeof *s);
+        uint64_t *s = realloc(f->sets, (size_t)cap * w * sizeof *s);
         if (!s) return -1;
         f->sets = s;
         f->cap_sets = cap;
     }
-    uint64_t *dst = f->sets + (size_t)f->n_sets * (size_t)f->words;
-    if (from >= 0) memcpy(dst, f->sets + (size_t)from * (size_t)f->words, (size_t)f->words * 8);
-    else memset(dst, 0, (size_t)f->words * 8);
-    if (add_op >= 0) dst[add_op / 64] |= (uint64_t)1 << (add_op % 64);
+    uint64_t *dst = f->sets + (size_t)f->n_sets * w;
+    if (from >= 0) memcpy(dst, f->sets + (size_t)from * w, w * 8);
+    else memset(dst, 0, w * 8);
+    if (add_op >= 0) dst[(offload ? f->words : 0) + add_op / 64] |= (uint64_t)1 << (add_op % 64);
     return f->n_sets++;
 }
 
-/* Exact Pareto set of (bytes kept, time saved) over the subsets of the
- * stage's cacheable ops; times scaled by `scale`. */
-static remat_status build_front(stage_front *f, const remat_stage_ops *so, double scale) {
+/* Keeps the points of tmp[0..m) (sorted by cmp_pt) that no other dominates: one with no
+ * more bytes kept, no more offloaded and no less time saved. Returns their count. */
+static int prune(front_pt *tmp, int m, bool offload) {
+    int n = 0;
+    double best = -1;
+    for (int j = 0; j < m; j++) {
+        if (!offload) { /* o is 0 everywhere: a sweep over c */
+            if (!(tmp[j].t > best)) continue;
+            best = tmp[j].t;
+            tmp[n++] = tmp[j];
+            continue;
+        }
+        bool dominated = false;
+        for (int q = 0; q < n && !dominated; q++)
+            dominated = tmp[q].t >= tmp[j].t && tmp[q].o <= tmp[j].o;
+        if (!dominated) tmp[n++] = tmp[j];
+    }
+    return n;
+}
+
+/* Exact Pareto set of (bytes kept, bytes offloaded, time saved) over the
+ * ways to keep, offload (ops marked offloadable, when `offload`) or
+ * recompute the stage's cacheable ops; times scaled by `scale`. */
+static remat_status build_front(stage_front *f, const remat_stage_ops *so, double scale,
+                                bool offload) {
     memset(f, 0, sizeof *f);
     f->exact = true;
     f->words = (so->n_ops + 63) / 64;
     if (f->words == 0) f->words = 1;
     int cap = 16;
     f->pts = malloc((size_t)cap * sizeof *f->pts);
-    int s0 = f->pts ? new_set(f, -1, -1) : -1;
+    int s0 = f->pts ? new_set(f, -1, -1, false) : -1;
     if (s0 < 0) return REMAT_ENOMEM;
-    f->pts[0] = (front_pt){0, 0, s0};
+    f->pts[0] = (front_pt){0, 0, 0, s0};
     f->n = 1;
     front_pt *tmp = NULL;
     for (int i = 0; i < so->n_ops; i++) {
         const remat_op_profile_entry *e = &so->ops[i];
         double ti = e->time * scale;
         if (!e->cacheable || !(ti > 0)) continue;
-        /* merge pts with pts + op i, then keep the non-dominated points */
-        front_pt *nt = realloc(tmp, (size_t)(2 * f->n) * sizeof *nt);
+        bool off = offload && e->offloadable;
+        /* merge pts with pts + op i kept (and pts + op i offloaded), then keep the
+         * non-dominated points; set -1 - j: point j kept, -1 - (n + j): offloaded */
+        int ways = off ? 3 : 2;
+        front_pt *nt = realloc(tmp, (size_t)(ways * f->n) * sizeof *nt);
         if (!nt) goto oom;
         tmp = nt;
         for (int j = 0; j < f->n; j++) {
-            tmp[j] = f->pts[j];
-            tmp[f->n + j] = (front_pt){f->pts[j].c + e->cache_bytes, f->pts[j].t + ti, -1 - j};
+            const front_pt *q = &f->pts[j];
+            tmp[j] = *q;
+            tmp[f->n + j] = (front_pt){q->c + e->cache_bytes, q->o, q->t + ti, -1 - j};
+            if (off)
+                tmp[2 * f->n + j] =
+                    (front_pt){q->c, q->o + e->cache_bytes, q->t + ti, -1 - (f->n + j)};
         }
-        int m = 2 * f->n;
+        int m = ways * f->n;
         qsort(tmp, (size_t)m, sizeof *tmp, cmp_pt);
-        int n = 0;
-        double best = -1;
-        for (int j = 0; j < m; j++) {
-            if (!(tmp[j].t > best)) continue; /* dominated: no less bytes, no more time */
-            best = tmp[j].t;
-            tmp[n++] = tmp[j];
-        }
+        int n = prune(tmp, m, offload);
         if (n > OP_MAX_FRONTIER) {
             /* thin to every other point (keeping both ends): near-optimal only */
             int w = 0;
@@ -140,7 +178,8 @@ static remat_status build_front(stage_front *f, const remat_stage_ops *so, doubl
         memcpy(old, f->pts, (size_t)f->n * sizeof *old);
         for (int j = 0; j < n; j++) {
             if (tmp[j].set < 0) {
-                int s = new_set(f, old[-1 - tmp[j].set].set, i);
+                int src = -1 - tmp[j].set, n_old = f->n;
+                int s = new_set(f, old[src % n_old].set, i, src >= n_old);
                 if (s < 0) {
                     free(old);
                     goto oom;
@@ -170,18 +209,42 @@ typedef struct opt_t {
     int pt; /* -1: store; else the Pareto point */
 } opt_t;
 
-static opt_t opt_store(const pl_model *m, int s) {
+/* Offload in the model: `reserve` is added to every backward peak of a plan
+ * that offloads (the offload code prefetches up to REMAT_OFFLOAD_PREFETCH
+ * entries packed earlier while it brings a stage's back: at most the two
+ * largest offloadable ops' bytes), bw the host link's bytes per second. */
+typedef struct off_cfg {
+    uint64_t reserve;
+    double bw;
+} off_cfg;
+
+/* Seconds the copies of o offloaded bytes add to a step: the copy to the
+ * host runs beside the rest of the stage's forward (remat_plan_run waits
+ * for it when the stage ends), the copy back is counted in full (the
+ * prefetch often hides it; the model does not count on that). */
+static double xfer_time(const pl_model *m, int s, uint64_t o, const off_cfg *oc) {
+    if (!o) return 0;
+    double one_way = (double)o / oc->bw, d2h = one_way - m->uf[s];
+    return (d2h > 0 ? d2h : 0) + one_way;
+}
+
+static opt_t opt_store(const pl_model *m, int s, const off_cfg *oc) {
     return (opt_t){m->abar[s], m->fpa[s],
-                   m->x[s + 1] + m->abar[s] + m->bp[s] + pl_grads(m, s + 1, m->L - 1),
+                   m->x[s + 1] + m->abar[s] + m->bp[s] + pl_grads(m, s + 1, m->L - 1) + oc->reserve,
                    m->uf[s] + m->ub[s], -1};
 }
 
-static opt_t opt_ckpt(const pl_model *m, int s, const front_pt *p, int pt) {
-    uint64_t bwd = u64max(m->x[s + 1] + m->fpa[s] + p->c, m->x[s + 1] + m->abar[s] + m->bp[s]);
+/* Checkpointed keeping p->c bytes and offloading p->o: the offloaded ones are
+ * on the device until the stage's forward ends, and back for its
+ * recomputation (which holds them as kept ones). */
+static opt_t opt_ckpt(const pl_model *m, int s, const front_pt *p, int pt, const off_cfg *oc) {
+    uint64_t bwd =
+        u64max(m->x[s + 1] + m->fpa[s] + p->c + p->o, m->x[s + 1] + m->abar[s] + m->bp[s]);
     double rt = m->uf[s] - p->t;
     if (rt < 0) rt = 0;
-    return (opt_t){m->x[s + 1] + p->c, m->fpn[s] + p->c, pl_grads(m, s + 1, m->L - 1) + bwd,
-                   m->uf[s] + rt + m->ub[s], pt};
+    return (opt_t){m->x[s + 1] + p->c, m->fpn[s] + p->c + p->o,
+                   pl_grads(m, s + 1, m->L - 1) + bwd + oc->reserve,
+                   m->uf[s] + rt + m->ub[s] + xfer_time(m, s, p->o, oc), pt};
 }
 
 static int64_t slots_up(uint64_t v, uint64_t unit) { return (int64_t)(v / unit + (v % unit != 0)); }
@@ -193,13 +256,13 @@ typedef struct op_choice {
 
 /* Exact peak (chain share) and time of a choice vector. */
 static void eval_choice(const pl_model *m, const stage_front *const *fronts, const op_choice *ch,
-                        uint64_t *peak, double *time) {
+                        const off_cfg *oc, uint64_t *peak, double *time) {
     uint64_t off = 0, pk = 0;
     double tm = 0;
     for (int s = 0; s < m->L; s++) {
         opt_t o = s < m->n_chain && ch[s].pt >= 0
-                      ? opt_ckpt(m, s, &fronts[s]->pts[ch[s].pt], ch[s].pt)
-                      : opt_store(m, s);
+                      ? opt_ckpt(m, s, &fronts[s]->pts[ch[s].pt], ch[s].pt, oc)
+                      : opt_store(m, s, oc);
         pk = u64max(pk, off + u64max(o.fwd, o.bwd));
         off += o.keep;
         tm += o.time;
@@ -210,8 +273,8 @@ static void eval_choice(const pl_model *m, const stage_front *const *fronts, con
 
 /* DP over stages on a grid of `unit` bytes, M slots. *found false when no
  * plan fits. */
-static remat_status op_dp(const pl_model *m, const stage_front *const *fronts, uint64_t unit,
-                          int64_t M, op_choice *ch, bool *found) {
+static remat_status op_dp(const pl_model *m, const stage_front *const *fronts, const off_cfg *oc,
+                          uint64_t unit, int64_t M, op_choice *ch, bool *found) {
     *found = false;
     int L = m->L;
     size_t W = (size_t)M + 1;
@@ -230,7 +293,8 @@ static remat_status op_dp(const pl_model *m, const stage_front *const *fronts, u
         int32_t *chs = choice + (size_t)s * W;
         int n_opt = 1 + (s < m->n_chain ? fronts[s]->n : 0);
         for (int k = 0; k < n_opt; k++) {
-            opt_t o = k == 0 ? opt_store(m, s) : opt_ckpt(m, s, &fronts[s]->pts[k - 1], k - 1);
+            opt_t o =
+                k == 0 ? opt_store(m, s, oc) : opt_ckpt(m, s, &fronts[s]->pts[k - 1], k - 1, oc);
             int64_t keep = slots_up(o.keep, unit), loc = slots_up(u64max(o.fwd, o.bwd), unit);
             int64_t lim = M - (keep > loc ? keep : loc);
             for (int64_t off = 0; off <= lim; off++) {
@@ -254,7 +318,8 @@ static remat_status op_dp(const pl_model *m, const stage_front *const *fronts, u
         int64_t off = best;
         for (int s = L - 1; s >= 0; s--) {
             int k = choice[(size_t)s * W + (size_t)off];
-            opt_t o = k == 0 ? opt_store(m, s) : opt_ckpt(m, s, &fronts[s]->pts[k - 1], k - 1);
+            opt_t o =
+                k == 0 ? opt_store(m, s, oc) : opt_ckpt(m, s, &fronts[s]->pts[k - 1], k - 1, oc);
             if (s < m->n_chain) ch[s].pt = k - 1;
             off -= slots_up(o.keep, unit);
         }
@@ -267,7 +332,7 @@ static remat_status op_dp(const pl_model *m, const stage_front *const *fronts, u
 /* The plan of a choice vector: STORE, or CHECKPOINT(s..s) over STORE s with keep sets. */
 static remat_status build_ops_plan(remat_plan **out, const pl_model *m, const remat_op_profile *ops,
                                    const stage_front *const *fronts, const op_choice *ch,
-                                   const char *call) {
+                                   const off_cfg *oc, const char *call) {
     pl_builder b = {0};
     for (int s = 0; s < m->n_chain; s++) {
         if (ch[s].pt < 0) {
@@ -288,6 +353,8 @@ static remat_status build_ops_plan(remat_plan **out, const pl_model *m, const re
         remat_plan_stage *st = &p->stages[s];
         st->n_ops = so->n_ops;
         st->keep_bytes = (size_t)pt->c;
+        st->offload_bytes = (size_t)pt->o;
+        st->offload_time = xfer_time(m, s, pt->o, oc);
         double rt = m->uf[s] - pt->t;
         st->recompute_time = rt > 0 ? rt : 0;
         if (so->n_ops == 0) continue;
@@ -297,12 +364,20 @@ static remat_status build_ops_plan(remat_plan **out, const pl_model *m, const re
             *out = NULL;
             return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
         }
-        const uint64_t *set = f->sets + (size_t)pt->set * (size_t)f->words;
-        for (int i = 0; i < so->n_ops; i++) st->keep[i] = (uint8_t)((set[i / 64] >> (i % 64)) & 1);
+        const uint64_t *set = f->sets + (size_t)pt->set * 2 * (size_t)f->words;
+        const uint64_t *off = set + f->words;
+        for (int i = 0; i < so->n_ops; i++)
+            st->keep[i] = (off[i / 64] >> (i % 64)) & 1   ? REMAT_OP_OFFLOAD
+                          : (set[i / 64] >> (i % 64)) & 1 ? REMAT_OP_KEEP
+                                                          : REMAT_OP_RECOMPUTE;
     }
+    /* the prefetch reserve belongs to plans that offload something */
+    const off_cfg none = {0, 1};
+    bool offloads = false;
+    for (int s = 0; s < m->n_chain; s++) offloads |= ch[s].pt >= 0 && fronts[s]->pts[ch[s].pt].o;
     uint64_t pk;
     double tm;
-    eval_choice(m, fronts, ch, &pk, &tm);
+    eval_choice(m, fronts, ch, offloads ? oc : &none, &pk, &tm);
     p->peak_bytes = (size_t)pl_total(m, pk);
     p->time = tm;
     return REMAT_OK;
@@ -337,7 +412,7 @@ static void take_better(remat_plan **best, remat_plan *cand) {
 
 /* The Pareto set of each distinct stage (op times scaled to the stage's profiled forward). */
 static remat_status build_fronts(const pl_model *m, const remat_op_profile *ops, stage_front *dist,
-                                 const stage_front **fronts, const char *call) {
+                                 const stage_front **fronts, bool offload, const char *call) {
     for (int s = 0; s < m->n_chain; s++) {
         const remat_stage_ops *so = &ops->stages[s];
         int src = so->same_as;
@@ -348,7 +423,7 @@ static remat_status build_fronts(const pl_model *m, const remat_op_profile *ops,
         double sum = 0;
         for (int i = 0; i < so->n_ops; i++) sum += so->ops[i].time;
         double scale = sum > 0 ? m->uf[s] / sum : 0;
-        if (build_front(&dist[s], so, scale))
+        if (build_front(&dist[s], so, scale, offload))
             return rm_err(REMAT_ENOMEM, "%s: out of memory for the Pareto sets", call);
         fronts[s] = &dist[s];
     }
@@ -422,11 +497,12 @@ static remat_status grid_candidates(remat_plan **best, const pl_model *m,
                                     op_choice *ch, const op_grid *g, size_t budget,
                                     const char *call) {
     bool found = false;
-    int rc = op_dp(m, fronts, g->unit, g->M, ch, &found);
+    const off_cfg none = {0, 1};
+    int rc = op_dp(m, fronts, &none, g->unit, g->M, ch, &found);
     if (rc) return rm_err(REMAT_ENOMEM, "%s: out of memory for %" PRId64 " slots", call, g->M + 1);
     if (found) {
         remat_plan *p = NULL;
-        rc = build_ops_plan(&p, m, ops, fronts, ch, call);
+        rc = build_ops_plan(&p, m, ops, fronts, ch, &none, call);
         if (rc) return rc;
         take_better(best, p);
     }
@@ -436,6 +512,58 @@ static remat_status grid_candidates(remat_plan **best, const pl_model *m,
     if (!rr && feasible) return fixed_candidate(best, &b, m, REMAT_PLAN_OPTIMAL, budget, call);
     free(b.nodes); /* too big a table: the op-level candidates stand */
     return REMAT_OK;
+}
+
+/* The prefetch reserve: the REMAT_OFFLOAD_PREFETCH (2) largest offloadable
+ * ops' bytes; 0 when no op may be offloaded. */
+static uint64_t offload_reserve(const pl_model *m, const remat_op_profile *ops) {
+    uint64_t a = 0, b = 0; /* a >= b */
+    for (int s = 0; s < m->n_chain; s++)
+        for (int i = 0; i < ops->stages[s].n_ops; i++) {
+            const remat_op_profile_entry *e = &ops->stages[s].ops[i];
+            if (!e->offloadable || !e->cacheable) continue;
+            uint64_t v = e->cache_bytes;
+            if (v > a) {
+                b = a;
+                a = v;
+            } else if (v > b) {
+                b = v;
+            }
+        }
+    return a + b;
+}
+
+/* Plan space (a) with offload: every op the profile marks offloadable may
+ * also go to host memory. Its own fronts and DP, with the prefetch reserve
+ * in every backward peak; a candidate like the others. */
+static remat_status offload_candidate(remat_plan **best, const pl_model *m,
+                                      const remat_op_profile *ops, op_choice *ch, const op_grid *g,
+                                      const char *call) {
+    off_cfg oc = {offload_reserve(m, ops),
+                  ops->host_bytes_per_s > 0 ? ops->host_bytes_per_s : REMAT_HOST_LINK_BYTES_PER_S};
+    bool any = false;
+    for (int s = 0; s < m->n_chain && !any; s++)
+        for (int i = 0; i < ops->stages[s].n_ops && !any; i++)
+            any = ops->stages[s].ops[i].offloadable && ops->stages[s].ops[i].cacheable &&
+                  ops->stages[s].ops[i].cache_bytes > 0;
+    if (!any) return REMAT_OK;
+    stage_front *dist = calloc((size_t)m->n_chain, sizeof *dist);
+    const stage_front **fronts = calloc((size_t)m->L, sizeof *fronts);
+    int rc = !dist || !fronts ? rm_err(REMAT_ENOMEM, "%s: out of memory", call) : REMAT_OK;
+    if (!rc) rc = build_fronts(m, ops, dist, fronts, true, call);
+    bool found = false;
+    if (!rc && op_dp(m, fronts, &oc, g->unit, g->M, ch, &found))
+        rc = rm_err(REMAT_ENOMEM, "%s: out of memory for %" PRId64 " slots", call, g->M + 1);
+    if (!rc && found) {
+        remat_plan *p = NULL;
+        rc = build_ops_plan(&p, m, ops, fronts, ch, &oc, call);
+        if (!rc) take_better(best, p);
+    }
+    if (dist)
+        for (int s = 0; s < m->n_chain; s++) front_free(&dist[s]);
+    free(dist);
+    free(fronts);
+    return rc;
 }
 
 remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profile,
@@ -459,7 +587,7 @@ remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profil
     pl_builder mb = {0}, sb = {0};
     uint64_t min_total = 0;
     rc = !dist || !fronts || !ch ? rm_err(REMAT_ENOMEM, "%s: out of memory", call) : REMAT_OK;
-    if (!rc) rc = build_fronts(&m, ops, dist, fronts, call);
+    if (!rc) rc = build_fronts(&m, ops, dist, fronts, false, call);
     if (!rc) rc = check_minimum(&m, budget_bytes, &mb, &min_total, call);
     op_grid g = {0};
     if (!rc) g = make_grid(&m, (uint64_t)budget_bytes - m.fixed, slots);
@@ -471,6 +599,7 @@ remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profil
         if (m.n_chain < m.L && mb.n > 0) mb.n--; /* the head's node */
         rc = fixed_candidate(&best, &mb, &m, REMAT_PLAN_MIN_MEMORY, budget_bytes, call);
         if (!rc) rc = grid_candidates(&best, &m, ops, fronts, ch, &g, budget_bytes, call);
+        if (!rc) rc = offload_candidate(&best, &m, ops, ch, &g, call);
     }
     if (!rc && !best)
         rc = rm_err(REMAT_EINVAL,

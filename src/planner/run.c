@@ -26,6 +26,7 @@
 
 #include "core/core.h"
 #include "planner_internal.h"
+#include "remat/compress.h"
 #include "remat/selective.h"
 
 /* Everything a segment needs to run its children, shared by the segments
@@ -41,6 +42,7 @@ typedef struct pl_runctx {
     remat_checkpoint_options opts;
     remat_policy **keep; /* op-level plans: per stage, the policy of its selective
                                checkpoint (NULL: a plain one); NULL for block plans */
+    uint8_t *offloads;   /* with keep: per stage, whether it offloads some op */
     int n_stages;
 } pl_runctx;
 
@@ -58,6 +60,7 @@ static void runctx_unref(pl_runctx *c) {
     if (c->keep)
         for (int k = 0; k < c->n_stages; k++) remat_policy_release(c->keep[k]);
     free(c->keep);
+    free(c->offloads);
     free(c);
 }
 
@@ -76,7 +79,10 @@ static remat_checkpoint_policy keep_policy(const remat_sac_context *ctx, const c
     (void)inputs;
     const keep_state *ks = user_state;
     int i = ctx->op_index;
-    return i >= 0 && i < ks->n && ks->keep[i] ? REMAT_MUST_SAVE : REMAT_PREFER_RECOMPUTE;
+    if (i < 0 || i >= ks->n) return REMAT_PREFER_RECOMPUTE;
+    return ks->keep[i] == REMAT_OP_KEEP      ? REMAT_MUST_SAVE
+           : ks->keep[i] == REMAT_OP_OFFLOAD ? REMAT_MUST_CPU_OFFLOAD
+                                             : REMAT_PREFER_RECOMPUTE;
 }
 
 static remat_status keep_policies(pl_runctx *c, const remat_plan *plan, const char *call) {
@@ -84,7 +90,8 @@ static remat_status keep_policies(pl_runctx *c, const remat_plan *plan, const ch
     for (int k = 0; k < plan->n_stages; k++) any = any || plan->stages[k].keep;
     if (!any) return REMAT_OK;
     c->keep = calloc((size_t)plan->n_stages, sizeof *c->keep);
-    if (!c->keep) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    c->offloads = calloc((size_t)plan->n_stages, 1);
+    if (!c->keep || !c->offloads) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     for (int k = 0; k < plan->n_stages; k++) {
         const remat_plan_stage *st = &plan->stages[k];
         if (!st->keep || st->n_ops <= 0) continue;
@@ -92,6 +99,7 @@ static remat_status keep_policies(pl_runctx *c, const remat_plan *plan, const ch
         if (!ks) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
         ks->n = st->n_ops;
         memcpy(ks->keep, st->keep, (size_t)st->n_ops);
+        for (int i = 0; i < st->n_ops; i++) c->offloads[k] |= st->keep[i] == REMAT_OP_OFFLOAD;
         int rc = remat_policy_from_fn(&c->keep[k], keep_policy, ks, free);
         if (rc) {
             free(ks);
@@ -198,6 +206,9 @@ static remat_status run_level(pl_runctx *c, int i, int end, remat_tensor *in, re
                 }
                 /* the checkpoint owns sg from here on, failure included */
                 rc = remat_checkpoint(segment_fn, sg, 1, &cur, 1, &y, &o);
+                /* offloaded ops: their device memory goes back before the next stage
+                 * (the planner's model counts it in this stage's forward only) */
+                if (!rc && cfg.policy && c->offloads[nd->first]) remat_offload_wait();
             }
         }
         if (own) rm_release(cur);

@@ -267,6 +267,8 @@ static void offload_free(void *ud, void *handle) {
     rm_offload_free(handle);
 }
 
+void remat_offload_wait(void) { rm_offload_settle(); }
+
 void remat_offload_saved_hooks(remat_saved_hooks *out) {
     if (!out) return;
     out->pack = offload_pack;
