@@ -134,5 +134,7 @@ void rm_cuda_register_matmul(int device_type); /* gemm.c */
 void rm_cuda_register_random(int device_type); /* rng.c: dropout */
 /* transfer.c: offload's pinned memory, side stream and events (the record's transfer ops) */
 extern const rm_transfer_ops rm_cuda_transfer_ops;
+/* timer.c: events for the kernel timer (the record's timer ops) */
+extern const rm_timer_ops rm_cuda_timer_ops;
 
 #endif /* REMAT_CUDA_BACKEND_H */

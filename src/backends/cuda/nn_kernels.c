@@ -103,9 +103,12 @@ static remat_status cuda_rope(const rm_kargs *k) {
 
 void rm_cuda_register_nn(int type) {
     static const rmk_row rows[] = {
-        {RM_K_SOFTMAX, cuda_softmax},       {RM_K_SOFTMAX_BWD, cuda_softmax_bwd},
-        {RM_K_LAYER_NORM, cuda_layer_norm}, {RM_K_LAYER_NORM_BWD, cuda_layer_norm_bwd},
-        {RM_K_RMS_NORM, cuda_rms_norm},     {RM_K_RMS_NORM_BWD, cuda_rms_norm_bwd},
+        {RM_K_SOFTMAX, cuda_softmax},
+        {RM_K_SOFTMAX_BWD, cuda_softmax_bwd},
+        {RM_K_LAYER_NORM, cuda_layer_norm},
+        {RM_K_LAYER_NORM_BWD, cuda_layer_norm_bwd},
+        {RM_K_RMS_NORM, cuda_rms_norm},
+        {RM_K_RMS_NORM_BWD, cuda_rms_norm_bwd},
         {RM_K_ROPE, cuda_rope},
     };
     RMK_REGISTER_ROWS(type, rows);
