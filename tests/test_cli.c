@@ -5,9 +5,7 @@
  * directory): its path is dirname(/proc/self/exe) + "/remat".
  */
 #include <criterion/criterion.h>
-#include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -21,30 +19,19 @@
 #include <unistd.h>
 
 #include "remat/cuda.h"
+#include "support/program.h"
+#include "support/tmpdir.h"
 
 /* ---- running the program ------------------------------------------------------------- */
 static char g_bin[4096];
-static char g_dir[256];
 static char g_env[1024]; /* "VAR=value " put before the program by run() */
 
 static void setup(void) {
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    cr_assert(n > 0, "readlink /proc/self/exe: %s", strerror(errno));
-    self[n] = '\0';
-    snprintf(g_bin, sizeof g_bin, "%s/remat", dirname(self));
-    cr_assert(access(g_bin, X_OK) == 0, "the remat program is not at %s", g_bin);
-    snprintf(g_dir, sizeof g_dir, "/tmp/remat_cli_test_XXXXXX");
-    cr_assert(mkdtemp(g_dir) != NULL);
+    snprintf(g_bin, sizeof g_bin, "%s", rt_program_path("remat"));
+    rt_tmpdir_make("remat_cli_test");
 }
 
-static void teardown(void) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-}
-
-TestSuite(cli, .init = setup, .fini = teardown, .timeout = 300);
+TestSuite(cli, .init = setup, .fini = rt_tmpdir_remove, .timeout = 300);
 
 /* Runs `remat ARGS` (stderr merged into the output when merge, else
  * dropped); returns the exit status and the output (caller frees). */
@@ -55,28 +42,10 @@ static int run(char **out, bool merge, const char *fmt, ...) {
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
     snprintf(cmd, sizeof cmd, "%s'%s' %s %s", g_env, g_bin, args, merge ? "2>&1" : "2>/dev/null");
-    FILE *p = popen(cmd, "r");
-    cr_assert(p, "popen %s", cmd);
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    size_t k;
-    while ((k = fread(buf + len, 1, cap - len - 1, p)) > 0) {
-        len += k;
-        if (len + 1 == cap) buf = realloc(buf, cap *= 2);
-    }
-    buf[len] = '\0';
-    int st = pclose(p);
-    *out = buf;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    return rt_program_run(out, cmd);
 }
 
-static const char *path(const char *name) {
-    static char bufs[4][512];
-    static int i;
-    char *b = bufs[i++ % 4];
-    snprintf(b, 512, "%s/%s", g_dir, name);
-    return b;
-}
+static const char *path(const char *name) { return rt_tmpdir_path(name); }
 
 /* ---- a tiny JSON validator (RFC 8259 grammar, no semantic checks) ------------------- */
 static const char *ws(const char *s) {
@@ -556,8 +525,8 @@ Test(cli, resume_continues_bitwise) {
     free(o);
     /* no temporary files left next to the target */
     char cmd[600];
-    snprintf(cmd, sizeof cmd, "ls '%s' | grep -q tmp", g_dir);
-    cr_assert_neq(system(cmd), 0, "a temporary file was left in %s", g_dir);
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -q tmp", rt_tmpdir());
+    cr_assert_neq(system(cmd), 0, "a temporary file was left in %s", rt_tmpdir());
 }
 
 static void copy_file(const char *from, const char *to, long truncate_to, long flip_at) {
@@ -1577,7 +1546,7 @@ Test(cli, data_and_resume_refuse_what_is_not_a_regular_file) {
     cr_assert_eq(rc, 1, "rc %d: %s", rc, o);
     cr_assert(strstr(o, "is a FIFO"), "%s", o);
     free(o);
-    rc = run(&o, true, "train " TINY " --steps 1 --data %s", g_dir);
+    rc = run(&o, true, "train " TINY " --steps 1 --data %s", rt_tmpdir());
     cr_assert_eq(rc, 1, "%s", o);
     cr_assert(strstr(o, "is a directory"), "%s", o);
     free(o);
@@ -1615,7 +1584,7 @@ Test(cli, save_refuses_non_regular_targets_honours_umask_and_cleans_temporaries)
     /* run() puts the program first: through the shell for the umask */
     char cmd[8800];
     snprintf(cmd, sizeof cmd, "cd '%s' && umask 022 && '%s' train " TINY " --steps 1 --save s.bin",
-             g_dir, g_bin);
+             rt_tmpdir(), g_bin);
     cr_assert_eq(system(cmd), 0);
     cr_assert_eq(stat(path("s.bin"), &st), 0);
     cr_assert_eq(st.st_mode & 0777, 0644, "mode %o with umask 022", st.st_mode & 0777);
@@ -1645,7 +1614,7 @@ Test(cli, output_paths_are_checked_before_the_first_step) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char flags[1024], *o;
-        snprintf(flags, sizeof flags, cases[i].flags, g_dir, g_dir);
+        snprintf(flags, sizeof flags, cases[i].flags, rt_tmpdir(), rt_tmpdir());
         int rc = run(&o, true, "train " TINY " --steps 1000 --json %s", flags);
         cr_assert(rc == 1 && strstr(o, cases[i].want) && !strstr(o, "\"losses\""),
                   "`train %s`: %d %s", flags, rc, o);
@@ -1656,11 +1625,11 @@ Test(cli, output_paths_are_checked_before_the_first_step) {
         free(o);
     }
     char *o;
-    int rc = run(&o, true, "bench " TINY " --strategies none --svg %s/no/such/p.svg", g_dir);
+    int rc = run(&o, true, "bench " TINY " --strategies none --svg %s/no/such/p.svg", rt_tmpdir());
     cr_assert(rc == 1 && strstr(o, "--svg") && strstr(o, "does not exist") && !strstr(o, "step ms"),
               "%d %s", rc, o);
     free(o);
-    rc = run(&o, true, "bench " TINY " --strategies none --out %s/in.txt", g_dir);
+    rc = run(&o, true, "bench " TINY " --strategies none --out %s/in.txt", rt_tmpdir());
     cr_assert(rc == 1 && strstr(o, "--out") && strstr(o, "not a directory"), "%d %s", rc, o);
     free(o);
 }

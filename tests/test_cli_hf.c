@@ -11,34 +11,26 @@
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
-#include <errno.h>
-#include <libgen.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "remat/remat.h"
+#include "support/program.h"
+#include "support/tmpdir.h"
 
 #define FIX REMAT_FIXTURE_DIR "/hf_cli"
 
 static char g_bin[4096];
-static char g_dir[256];
 static cJSON *g_expected;
 
 static void setup(void) {
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    cr_assert(n > 0, "readlink /proc/self/exe: %s", strerror(errno));
-    self[n] = '\0';
-    snprintf(g_bin, sizeof g_bin, "%s/remat", dirname(self));
-    cr_assert(access(g_bin, X_OK) == 0, "the remat program is not at %s", g_bin);
-    snprintf(g_dir, sizeof g_dir, "/tmp/remat_cli_hf_XXXXXX");
-    cr_assert(mkdtemp(g_dir) != NULL);
+    snprintf(g_bin, sizeof g_bin, "%s", rt_program_path("remat"));
+    rt_tmpdir_make("remat_cli_hf");
     FILE *f = fopen(FIX "/expected.json", "rb");
     cr_assert(f, "cannot open " FIX "/expected.json");
     char buf[16384];
@@ -50,9 +42,7 @@ static void setup(void) {
 }
 
 static void teardown(void) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    rt_tmpdir_remove();
     cJSON_Delete(g_expected);
 }
 
@@ -67,27 +57,10 @@ static int run(char **out, const char *fmt, ...) {
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
     snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", g_bin, args);
-    FILE *p = popen(cmd, "r");
-    cr_assert(p, "popen %s", cmd);
-    size_t cap = 4096, len = 0, k;
-    char *buf = malloc(cap);
-    while ((k = fread(buf + len, 1, cap - len - 1, p)) > 0) {
-        len += k;
-        if (len + 1 == cap) buf = realloc(buf, cap *= 2);
-    }
-    buf[len] = '\0';
-    int st = pclose(p);
-    *out = buf;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    return rt_program_run(out, cmd);
 }
 
-static const char *path(const char *name) {
-    static char bufs[4][512];
-    static int i;
-    char *b = bufs[i++ % 4];
-    snprintf(b, 512, "%s/%s", g_dir, name);
-    return b;
-}
+static const char *path(const char *name) { return rt_tmpdir_path(name); }
 
 /* The JSON object on the output's last line (the caller deletes it). */
 static cJSON *last_json(const char *out) {

@@ -99,7 +99,7 @@ step smoke 30 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" train -
 SUITES='checkpoint|checkpoint_models|selective|planner|autograd|attention|ck_semantics|dispatch_nn|double_backward_checkpoint|nesting|ops_matmul|ops_reduce|split_backward|models|checkpoint_rng|timing|cuda_.*'
 (
   cd "$BUILD" && export REMAT_TEST_DEVICE=cuda OMP_NUM_THREADS=1 &&
-  step fixtures 150 "$FILES/fixtures.log" env LD_LIBRARY_PATH="$LDP" ./test_fixtures --jobs 10
+  step fixtures 150 "$FILES/fixtures.log" env LD_LIBRARY_PATH="$LDP" ./test_fixtures --jobs 16
 ) &
 (
   cd "$BUILD" && export REMAT_TEST_DEVICE=cuda &&
@@ -117,17 +117,40 @@ step gemm 25 "$OUT/gemm.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/bench_cuda_gemm"
 step gemm-tf32 20 "$OUT/gemm.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/bench_cuda_gemm" --tokens 8192 --width 768 \
   --reps 20 --trials 5 --tf32
 
-# 3. training learns on the GPU: the addition task, loss per step, allocator trace
+# 3. training learns on the GPU: the addition task, loss per step, allocator trace; then
+# one short run per strategy and bf16 autocast (each must run and report its peak)
 step train 45 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" train --device cuda --layers 4 \
   --width 256 --heads 4 --context 32 --batch 64 --steps 400 --lr 1e-3 --eval-every 100 \
   --log "$FILES/train-steps.jsonl" --trace "$FILES/train-trace.json"
+for s in block selective=dots budget=50% sequential=2; do
+  step "train-$s" 15 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" train \
+    --device cuda --layers 4 --width 256 --heads 4 --context 32 --batch 64 --steps 30 \
+    --lr 1e-3 --eval-every 30 --checkpoint "$s"
+done
+step train-bf16 15 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" train --device cuda \
+  --layers 4 --width 256 --heads 4 --context 32 --batch 64 --steps 30 --lr 1e-3 \
+  --eval-every 30 --autocast bf16 --checkpoint block
+# Hugging Face directories on cuda: eval loss, greedy sampling, fine-tuning with export
+# (tests/fixtures/hf_cli: transformers' expected figures in expected.json)
+HF=tests/fixtures/hf_cli
+for m in gpt2 llama; do
+  step "eval-$m" 15 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" eval --device cuda \
+    --init-from "$HF/$m" --data "$HF/data.txt" --context 16 --json
+  step "sample-$m" 15 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" sample \
+    --device cuda --init-from "$HF/$m" --prompt 'Once' --tokens 20 --temperature 0 --json
+  step "finetune-$m" 20 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" train \
+    --device cuda --init-from "$HF/$m" --data "$HF/data.txt" --context 16 --batch 2 --steps 3 \
+    --optim sgd --lr 0.1 --checkpoint block --export "$FILES/export-$m"
+done
+grep -o '"[a-z_]*loss[a-z_]*": *[0-9.e-]*' "$HF/expected.json" >> "$OUT/train.log"
 pack
 
 # 4. GPT-2 124M's blocks (byte vocabulary) against PyTorch on the same GPU
 MODEL="--layers 12 --width 768 --heads 12 --context 1024 --batch 8"
 step remat-f32 80 "$OUT/bench.log" sh -c "LD_LIBRARY_PATH=$LDP $BUILD/remat bench --device cuda $MODEL --strategies none,block,selective=dots,budget=50% --reps $REPS --json > $FILES/remat-f32.json; rc=\$?; cat $FILES/remat-f32.json; exit \$rc"
-step torch-f32 100 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --reps "$REPS" \
-  --out "$FILES/torch-f32.json"
+# (PyTorch eager only: window 1 timed torch.compile's activation_memory_budget=0.5)
+step torch-f32 60 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --reps "$REPS" \
+  --strategies none,block,selective=dots --out "$FILES/torch-f32.json"
 pack
 # 4b. where remat's step goes: every kernel timed by its CUDA events, by op, kernel and phase,
 # set against the measured copy bandwidth and GEMM rate (remat bench --profile; the JSON has

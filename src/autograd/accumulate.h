@@ -27,6 +27,9 @@ typedef void (*rm_accumulate_observer_fn)(void *user_data, remat_tensor *leaf);
 void rm_set_accumulate_observer(rm_accumulate_observer_fn fn, void *user_data,
                                 rm_accumulate_observer_fn *prev_fn, void **prev_ud);
 
+/* Calls the observer with leaf (the engine, after adding into its .grad),
+ * if one is installed on this thread. */
+void rm_accumulate_notify(remat_tensor *leaf);
 /* Calls the observer with leaf NULL, if one is installed on this thread. */
 void rm_progress_point(void);
 

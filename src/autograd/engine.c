@@ -53,7 +53,6 @@ static atomic_uint_fast64_t g_task_id;
 
 bool remat_in_backward(void) { return tls_task != NULL; }
 bool rm_backward_retains_graph(void) { return !tls_task || tls_task->retain_graph; }
-bool rm_backward_creates_graph(void) { return tls_task && tls_task->create_graph; }
 
 /* Whether t is the sole holder of a contiguous storage with data that it spans exactly. */
 static bool sole_whole(const remat_tensor *t) {
@@ -148,14 +147,12 @@ static remat_status discover(task *t, remat_node **roots, int n_roots) {
 #define PUSH(x)                                                                                    \
     do {                                                                                           \
         if (sp == cap) {                                                                           \
-            int nc = cap ? cap * 2 : 256;                                                          \
-            remat_node **ns = realloc(stack, (size_t)nc * sizeof *ns);                             \
+            remat_node **ns = rm_grow(stack, &cap, sp, 256, sizeof *ns);                           \
             if (!ns) {                                                                             \
                 rc = rm_err(REMAT_ENOMEM, "backward: out of memory");                              \
                 goto done;                                                                         \
             }                                                                                      \
             stack = ns;                                                                            \
-            cap = nc;                                                                              \
         }                                                                                          \
         stack[sp++] = (x);                                                                         \
     } while (0)
@@ -198,11 +195,9 @@ typedef struct dfs_stack {
 
 static remat_status dfs_push(dfs_stack *s, remat_node *n) {
     if (s->n == s->cap) {
-        int nc = s->cap ? s->cap * 2 : 256;
-        dfs_frame *ns = realloc(s->a, (size_t)nc * sizeof *ns);
+        dfs_frame *ns = rm_grow(s->a, &s->cap, s->n, 256, sizeof *ns);
         if (!ns) return rm_err(REMAT_ENOMEM, "backward: out of memory");
         s->a = ns;
-        s->cap = nc;
     }
     s->a[s->n++] = (dfs_frame){n, 0};
     return REMAT_OK;
@@ -262,11 +257,9 @@ typedef struct heap {
 
 static remat_status heap_push(heap *h, remat_node *n) {
     if (h->n == h->cap) {
-        int nc = h->cap ? h->cap * 2 : 64;
-        remat_node **na = realloc(h->a, (size_t)nc * sizeof *na);
+        remat_node **na = rm_grow(h->a, &h->cap, h->n, 64, sizeof *na);
         if (!na) return rm_err(REMAT_ENOMEM, "backward: out of memory");
         h->a = na;
-        h->cap = nc;
     }
     int i = h->n++;
     h->a[i] = n;
@@ -463,17 +456,6 @@ static remat_status run_hook_chain(remat_grad_hook_fn fn, void *ud, remat_tensor
     return REMAT_OK;
 }
 
-static RM_TLS rm_accumulate_observer_fn tls_acc_fn;
-static RM_TLS void *tls_acc_ud;
-
-void rm_set_accumulate_observer(rm_accumulate_observer_fn fn, void *user_data,
-                                rm_accumulate_observer_fn *prev_fn, void **prev_ud) {
-    if (prev_fn) *prev_fn = tls_acc_fn;
-    if (prev_ud) *prev_ud = tls_acc_ud;
-    tls_acc_fn = fn;
-    tls_acc_ud = user_data;
-}
-
 /* Leaf gradient accumulation under create_graph (PyTorch: AccumulateGrad with
  * grad mode on): .grad keeps g's graph, a later gradient is added out of
  * place (a differentiable add), so .grad can itself be differentiated. */
@@ -491,10 +473,6 @@ static remat_status accumulate_leaf_in_graph(remat_tensor *leaf, remat_tensor *g
 }
 
 /* Leaf gradient accumulation (PyTorch: AccumulateGrad). */
-void rm_progress_point(void) {
-    if (tls_acc_fn) tls_acc_fn(tls_acc_ud, NULL);
-}
-
 static remat_status accumulate_leaf(remat_tensor *leaf, remat_tensor *g) {
     if (tls_task && tls_task->create_graph) return accumulate_leaf_in_graph(leaf, g);
     if (!leaf->grad) {
@@ -617,7 +595,7 @@ static remat_status run_node(task *t, ninfo *ni) {
         if (!buf || !buf[0]) return REMAT_OK;
         bool skip = captured_leaf || (t->partial && (!t->keep_grad || !ni->needed));
         if (!skip) rc = accumulate_leaf(n->leaf, buf[0]);
-        if (!skip && rc == REMAT_OK && tls_acc_fn) tls_acc_fn(tls_acc_ud, n->leaf);
+        if (!skip && rc == REMAT_OK) rm_accumulate_notify(n->leaf);
         /* The buffer is dead now: freeing it here keeps the pass from
          * holding one gradient per parameter until it ends. */
         rm_release_p(&buf[0]);
@@ -817,6 +795,7 @@ static remat_status run_backward(const char *call, int n, remat_tensor *const *r
     t.parent = tls_task;
     tls_task = &t;
     const remat_phase prev_phase = rm_phase_set(REMAT_PHASE_BACKWARD);
+    bool prev_creates = rm_set_backward_creates_graph(create_graph);
 
     for (int i = 0; i < n && rc == REMAT_OK; i++) {
         rc = rm_gradient_edge(roots[i], &root_edges[i]);
@@ -833,6 +812,7 @@ static remat_status run_backward(const char *call, int n, remat_tensor *const *r
     if (rc == REMAT_OK && grads_out)
         rc = take_grads(&t, call, n_inputs, inputs, allow_unused, grads_out);
 
+    rm_set_backward_creates_graph(prev_creates);
     rm_phase_set(prev_phase);
     tls_task = t.parent;
     remat_set_grad_enabled(prev_grad);

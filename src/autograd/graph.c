@@ -12,6 +12,14 @@
 
 /* ---- grad mode ------------------------------------------------------------------- */
 static RM_TLS bool tls_grad_disabled; /* zero-initialised: grad enabled */
+static RM_TLS bool tls_creates_graph; /* the running backward's create_graph */
+
+bool rm_backward_creates_graph(void) { return tls_creates_graph; }
+bool rm_set_backward_creates_graph(bool on) {
+    bool prev = tls_creates_graph;
+    tls_creates_graph = on;
+    return prev;
+}
 
 bool remat_is_grad_enabled(void) { return !tls_grad_disabled; }
 bool remat_set_grad_enabled(bool enabled) {

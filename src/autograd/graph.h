@@ -159,6 +159,10 @@ bool rm_backward_retains_graph(void);
  * graph (create_graph; false outside backward). Saved tensors then unpack
  * with their place in the graph (requires_grad, grad_fn). */
 bool rm_backward_creates_graph(void);
+/* The engine, as a backward pass starts (its create_graph) and ends (the
+ * value returned, the enclosing pass's): kept here beside grad mode, which
+ * the unpacking of saved tensors reads too. */
+bool rm_set_backward_creates_graph(bool on);
 /* For a backward_diff: REMAT_EUNSUPPORTED naming the node's op and `what`
  * (a case of the op whose second derivative remat does not have). */
 remat_status rm_no_double_backward(const remat_node *n, const char *what);

@@ -400,11 +400,18 @@ static remat_status check_rng_device(const char *call, remat_device d, rm_devtyp
     return REMAT_OK;
 }
 
+/* check_rng_device, and a state blob to read or write. */
+static remat_status check_rng_state(const char *call, remat_device d, const uint8_t *state,
+                                    rm_devtype **out) {
+    int rc = check_rng_device(call, d, out);
+    if (!rc && !state) rc = rm_err(REMAT_EINVAL, "%s: state must not be NULL", call);
+    return rc;
+}
+
 remat_status remat_rng_get_state(remat_device device, uint8_t state[REMAT_RNG_STATE_BYTES]) {
     rm_devtype *t = NULL;
-    int rc = check_rng_device("remat_rng_get_state", device, &t);
+    int rc = check_rng_state("remat_rng_get_state", device, state, &t);
     if (rc) return rc;
-    if (!state) return rm_err(REMAT_EINVAL, "remat_rng_get_state: state must not be NULL");
     if (t->b.device.rng_get_state)
         return t->b.device.rng_get_state(t->b.device.user_data, device.index, state);
     pthread_mutex_lock(&g_lock);
@@ -415,9 +422,8 @@ remat_status remat_rng_get_state(remat_device device, uint8_t state[REMAT_RNG_ST
 
 remat_status remat_rng_set_state(remat_device device, const uint8_t state[REMAT_RNG_STATE_BYTES]) {
     rm_devtype *t = NULL;
-    int rc = check_rng_device("remat_rng_set_state", device, &t);
+    int rc = check_rng_state("remat_rng_set_state", device, state, &t);
     if (rc) return rc;
-    if (!state) return rm_err(REMAT_EINVAL, "remat_rng_set_state: state must not be NULL");
     if (t->b.device.rng_set_state)
         return t->b.device.rng_set_state(t->b.device.user_data, device.index, state);
     rm_gen g = {0, 0};

@@ -51,8 +51,7 @@ void remat_zero_free(remat_zero *z) {
         rm_release(z->v[k]);
     }
     remat_ddp_free(z->ddp);
-    free(z->m);
-    free(z->v);
+    free(z->m); /* and v */
     free(z->wd);
     free(z->steps);
     free(z);
@@ -89,9 +88,9 @@ remat_status remat_zero_create(remat_zero **out, remat_dist *pg, int n, remat_te
     const int nb = z->ddp->nb;
     z->wd = calloc((size_t)n, sizeof *z->wd);
     z->steps = calloc((size_t)n, sizeof *z->steps);
-    z->m = calloc((size_t)nb, sizeof *z->m);
-    z->v = calloc((size_t)nb, sizeof *z->v);
-    if (!z->wd || !z->steps || !z->m || !z->v) {
+    z->m = calloc(2 * (size_t)nb, sizeof *z->m); /* m[nb], then v[nb] */
+    if (z->m) z->v = z->m + nb;
+    if (!z->wd || !z->steps || !z->m) {
         remat_zero_free(z);
         return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     }

@@ -197,15 +197,13 @@ static remat_status inplace_grads(const ipctx *cx, remat_tensor *g, remat_tensor
  * result; the others none. */
 static remat_status inplace_backward(remat_node *node, remat_tensor *const *gout,
                                      remat_tensor **gin) {
-    remat_tensor *s0 = NULL, *s1 = NULL;
+    remat_tensor *s[2] = {NULL, NULL};
     bool need_a = node->next[0].node != NULL;
     bool need_b = node->n_next > 1 && node->next[1].node != NULL;
     int rc = REMAT_OK;
-    if (node->n_saved > 0) rc = rm_node_unpack(node, 0, &s0);
-    if (!rc && node->n_saved > 1) rc = rm_node_unpack(node, 1, &s1);
-    if (!rc) rc = inplace_grads(node->ctx, gout[0], s0, s1, need_a, need_b, gin);
-    rm_release(s0);
-    rm_release(s1);
+    for (int i = 0; !rc && i < node->n_saved && i < 2; i++) rc = rm_node_unpack(node, i, &s[i]);
+    if (!rc) rc = inplace_grads(node->ctx, gout[0], s[0], s[1], need_a, need_b, gin);
+    for (int i = 0; i < 2; i++) rm_release(s[i]);
     return rc;
 }
 

@@ -291,21 +291,28 @@ static remat_status infer_reshape(const rm_op_call *c, rm_out_spec *o) {
 static void fill_input_shape(const rm_op_call *c, void *ctx) { record_input(c, ctx); }
 
 /* ---- transpose / permute ------------------------------------------------------------------------ */
+/* The view of a whose dim d is a's dim perm[d] (a permutation of 0..ndim-1). */
+static void permuted_view(rm_out_spec *o, const remat_tensor *a, const int *perm, int ndim) {
+    view_spec(o, a, ndim);
+    for (int d = 0; d < ndim; d++) {
+        o->shape[d] = a->shape[perm[d]];
+        o->strides[d] = a->strides[perm[d]];
+    }
+}
+
 static remat_status infer_transpose(const rm_op_call *c, rm_out_spec *o) {
     const shape_args *p = ARGS(c);
     remat_tensor *a = c->in[0];
     int d0, d1, rc;
     if ((rc = rm_norm_dim(c->op->name, p->dim0, a->ndim, &d0))) return rc;
     if ((rc = rm_norm_dim(c->op->name, p->dim1, a->ndim, &d1))) return rc;
-    view_spec(o, a, a->ndim);
-    memcpy(o->shape, a->shape, sizeof o->shape);
-    memcpy(o->strides, a->strides, sizeof o->strides);
+    int perm[REMAT_MAX_DIMS];
+    for (int d = 0; d < a->ndim; d++) perm[d] = d;
     if (a->ndim > 0) {
-        o->shape[d0] = a->shape[d1];
-        o->shape[d1] = a->shape[d0];
-        o->strides[d0] = a->strides[d1];
-        o->strides[d1] = a->strides[d0];
+        perm[d0] = d1;
+        perm[d1] = d0;
     }
+    permuted_view(o, a, perm, a->ndim);
     return REMAT_OK;
 }
 
@@ -328,20 +335,18 @@ static remat_status infer_permute(const rm_op_call *c, rm_out_spec *o) {
                       rm_tensor_str(a, b, sizeof b), a->ndim);
     if (ndim > 0 && !p->given) return rm_err(REMAT_EINVAL, "%s: perm is NULL", call);
     bool seen[REMAT_MAX_DIMS] = {false};
-    view_spec(o, a, ndim);
+    int perm[REMAT_MAX_DIMS];
     for (int d = 0; d < ndim; d++) {
-        int q;
-        int rc = rm_norm_dim(call, p->perm[d], ndim, &q);
+        int rc = rm_norm_dim(call, p->perm[d], ndim, &perm[d]);
         if (rc) return rc;
-        if (seen[q])
+        if (seen[perm[d]])
             return rm_err(REMAT_EINVAL,
                           "%s: perm is not a permutation: dim %d appears twice "
                           "(input %s)",
-                          call, q, rm_tensor_str(a, b, sizeof b));
-        seen[q] = true;
-        o->shape[d] = a->shape[q];
-        o->strides[d] = a->strides[q];
+                          call, perm[d], rm_tensor_str(a, b, sizeof b));
+        seen[perm[d]] = true;
     }
+    permuted_view(o, a, perm, ndim);
     return REMAT_OK;
 }
 

@@ -1,7 +1,8 @@
 /*
  * src/planner/model.c — the planner's cost/memory model, plan trees
- * (construction, validation, evaluation), the printers and the simple
- * plans (store-all, PyTorch's checkpoint_sequential).
+ * (construction, validation, evaluation), the least peak the model allows
+ * (which every finished plan reports), the printers and the simple plans
+ * (store-all, PyTorch's checkpoint_sequential).
  *
  * Model (bytes; see include/remat/planner.h): processing a sub-chain
  * [s..t] whose input is kept outside, with the output gradient D(t) live:
@@ -249,6 +250,85 @@ int pl_eval(const remat_plan *plan, const pl_model *m, uint64_t *peak, double *t
     return 0;
 }
 
+/* ---- minimal peak (exact bytes) --------------------------------------------------- */
+typedef struct mp_tab {
+    uint64_t *peak;
+    double *time;
+    int *choice; /* 0: store s; j > s: checkpoint s..j-1 */
+} mp_tab;
+
+static bool better(uint64_t p, double t, uint64_t bp, double bt) {
+    return p < bp || (p == bp && t < bt);
+}
+
+static void mp_recon(const mp_tab *tb, int s, int t, int depth, int parent, pl_builder *b) {
+    while (s <= t && !b->failed) {
+        int ch = tb->choice[pl_tri(s, t)];
+        if (ch == 0) {
+            pl_push(b, REMAT_PLAN_STORE, s, s, depth, parent);
+            s++;
+        } else {
+            int p = pl_push(b, REMAT_PLAN_CHECKPOINT, s, ch - 1, depth, parent);
+            mp_recon(tb, s, ch - 1, depth + 1, p, b);
+            s = ch;
+        }
+    }
+}
+
+remat_status pl_min_peak(const pl_model *m, uint64_t *peak, pl_builder *b, const char *call) {
+    int L = m->L;
+    size_t n = pl_tri(0, L);
+    mp_tab tb = {calloc(n, sizeof(uint64_t)), calloc(n, sizeof(double)), calloc(n, sizeof(int))};
+    if (!tb.peak || !tb.time || !tb.choice) {
+        free(tb.peak);
+        free(tb.time);
+        free(tb.choice);
+        return rm_err(REMAT_ENOMEM, "%s: out of memory (%d stages)", call, L);
+    }
+    for (int len = 1; len <= L; len++) {
+        for (int s = 0; s + len - 1 < L; s++) {
+            int t = s + len - 1;
+            uint64_t D = pl_dout(m, t);
+            /* store s */
+            uint64_t bpk =
+                u64max(D + m->fpa[s], m->x[s + 1] + m->abar[s] + m->bp[s] + pl_grads(m, s + 1, t));
+            double btm = m->uf[s] + m->ub[s];
+            if (s < t) {
+                size_t r = pl_tri(s + 1, t);
+                bpk = u64max(bpk, m->abar[s] + tb.peak[r]);
+                btm += tb.time[r];
+            }
+            int bch = 0;
+            /* checkpoint s..j-1 */
+            uint64_t f = D + m->fpn[s];
+            double fsum = m->uf[s];
+            for (int j = s + 1; j <= t; j++) {
+                size_t r = pl_tri(j, t), l = pl_tri(s, j - 1);
+                uint64_t pk =
+                    u64max(f, u64max(m->x[j] + tb.peak[r], pl_grads(m, j, t) + tb.peak[l]));
+                double tm = fsum + tb.time[r] + tb.time[l];
+                if (better(pk, tm, bpk, btm)) {
+                    bpk = pk;
+                    btm = tm;
+                    bch = j;
+                }
+                f = u64max(f, D + m->x[j] + m->fpn[j]);
+                fsum += m->uf[j];
+            }
+            size_t c = pl_tri(s, t);
+            tb.peak[c] = bpk;
+            tb.time[c] = btm;
+            tb.choice[c] = bch;
+        }
+    }
+    *peak = tb.peak[pl_tri(0, L - 1)];
+    if (b) mp_recon(&tb, 0, L - 1, 0, -1, b);
+    free(tb.peak);
+    free(tb.time);
+    free(tb.choice);
+    return REMAT_OK;
+}
+
 remat_status pl_finish(remat_plan **out, pl_builder *b, int n_stages, remat_plan_kind kind,
                        const pl_model *model, const char *call) {
     *out = NULL;
@@ -327,9 +407,9 @@ void remat_plan_free(remat_plan *plan) {
     free(plan);
 }
 
-/* ---- PyTorch's checkpoint_sequential --------------------------------------------------- */
+/* ---- the plans of a fixed shape (PyTorch's checkpoint_sequential, revolve.c) ------------ */
 remat_status pl_plan_begin(remat_plan **out, const remat_profile *profile, int n_stages,
-                           const char *call, int *L) {
+                           const pl_count *count, const char *call, int *L) {
     if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
     *out = NULL;
     if (profile) {
@@ -339,40 +419,49 @@ remat_status pl_plan_begin(remat_plan **out, const remat_profile *profile, int n
             return rm_err(REMAT_EINVAL, "%s: n_stages %d does not match the profile's %d stages",
                           call, n_stages, profile->n_stages);
         *L = profile->n_stages;
-        return REMAT_OK;
-    }
-    if (n_stages < 1)
+    } else if (n_stages < 1) {
         return rm_err(REMAT_EINVAL, "%s: n_stages must be >= 1, got %d", call, n_stages);
-    *L = n_stages;
+    } else {
+        *L = n_stages;
+    }
+    if (count->value < 1)
+        return rm_err(REMAT_EINVAL, "%s: %s must be >= 1%s, got %d", call, count->name, count->note,
+                      count->value);
     return REMAT_OK;
+}
+
+remat_status pl_finish_shaped(remat_plan **out, pl_builder *b, int L, remat_plan_kind kind,
+                              const remat_profile *profile, int checkpoints, const char *call) {
+    pl_model m, *mp = NULL;
+    if (profile) {
+        int rc = pl_model_init(&m, profile, call);
+        if (rc) {
+            free(b->nodes);
+            return rc;
+        }
+        mp = &m;
+    }
+    int rc = pl_finish(out, b, L, kind, mp, call);
+    if (!rc) (*out)->checkpoints = checkpoints;
+    if (mp) pl_model_free(mp);
+    return rc;
 }
 
 remat_status remat_plan_sequential(remat_plan **out, const remat_profile *profile, int n_stages,
                                    int segments) {
     static const char *call = "remat_plan_sequential";
-    int L = 0;
-    int rc = pl_plan_begin(out, profile, n_stages, call, &L);
-    if (rc) return rc;
-    if (segments < 1)
-        return rm_err(REMAT_EINVAL, "%s: segments must be >= 1, got %d", call, segments);
-    if (segments > L) segments = L; /* chunks of zero stages mean nothing */
-    pl_model model, *mp = NULL;
-    if (profile) {
-        rc = pl_model_init(&model, profile, call);
-        if (rc) return rc;
-        mp = &model;
-    }
     pl_builder b = {0};
+    int L = 0;
+    int rc = pl_plan_begin(out, profile, n_stages, &(pl_count){"segments", "", segments}, call, &L);
+    if (rc) return rc;
+    if (segments > L) segments = L; /* chunks of zero stages mean nothing */
     int size = L / segments, k = 0;
     for (int c = 0; c < segments - 1; c++) {
         int p = pl_push(&b, REMAT_PLAN_CHECKPOINT, k, k + size - 1, 0, -1);
         for (int j = 0; j < size; j++, k++) pl_push(&b, REMAT_PLAN_STORE, k, k, 1, p);
     }
     for (; k < L; k++) pl_push(&b, REMAT_PLAN_STORE, k, k, 0, -1);
-    rc = pl_finish(out, &b, L, REMAT_PLAN_SEQUENTIAL, mp, call);
-    if (!rc) (*out)->checkpoints = segments;
-    if (mp) pl_model_free(mp);
-    return rc;
+    return pl_finish_shaped(out, &b, L, REMAT_PLAN_SEQUENTIAL, profile, segments, call);
 }
 
 /* ---- printers ------------------------------------------------------------------- */

@@ -253,66 +253,50 @@ out:
     return rc;
 }
 
+/* remat_profile_ops' walk: each stage's ops measured into p, the save
+ * observer installed throughout. */
+typedef struct ops_walk {
+    const remat_stage *stages;
+    remat_op_profile *p;
+    int warm, runs;
+} ops_walk;
+
+static remat_status walk_stage(void *ud, int k, remat_tensor *a, remat_tensor **next) {
+    ops_walk *w = ud;
+    return profile_stage_ops(w->p, &w->stages[k], k, a, w->warm, w->runs, next);
+}
+static void walk_begin(void *ud, remat_device dev) {
+    (void)ud;
+    (void)dev;
+    rm_save_observer_get(&g_prev_obs, &g_prev_obs_ud);
+    remat_set_save_observer(save_observer, NULL);
+}
+static void walk_end(void *ud) {
+    (void)ud;
+    remat_set_save_observer(g_prev_obs, g_prev_obs_ud);
+}
+
 remat_status remat_profile_ops(remat_op_profile **out, int n_stages, const remat_stage *stages,
                                remat_tensor *input, const remat_profile_options *opts) {
     static const char *call = "remat_profile_ops";
     if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
     *out = NULL;
-    if (!stages) return rm_err(REMAT_EINVAL, "%s: stages is NULL", call);
-    if (!input) return rm_err(REMAT_EINVAL, "%s: input is NULL", call);
-    if (n_stages < 1)
-        return rm_err(REMAT_EINVAL, "%s: n_stages must be >= 1, got %d", call, n_stages);
-    for (int k = 0; k < n_stages; k++)
-        if (!stages[k].fn) return rm_err(REMAT_EINVAL, "%s: stages[%d].fn is NULL", call, k);
-    if (opts && opts->runs < 0)
-        return rm_err(REMAT_EINVAL, "%s: runs must be >= 0, got %d", call, opts->runs);
-    int runs = opts && opts->runs > 0 ? opts->runs : OP_DEFAULT_RUNS;
-    int warm = opts && opts->no_warmup ? 0 : 1;
+    ops_walk ow = {.stages = stages};
+    int rc = pl_check_profile_args(call, n_stages, stages, input, opts, OP_DEFAULT_RUNS, &ow.runs,
+                                   &ow.warm);
+    if (rc) return rc;
 
-    remat_op_profile *p = calloc(1, sizeof *p);
-    if (p) p->stages = calloc((size_t)n_stages, sizeof *p->stages);
-    if (!p || !p->stages) {
+    remat_op_profile *p = malloc(sizeof *p);
+    remat_stage_ops *so = calloc((size_t)n_stages, sizeof *so);
+    if (!p || !so) {
         free(p);
+        free(so);
         return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     }
-    p->n_stages = n_stages;
-    p->runs = runs;
-
-    remat_device dev = remat_tensor_device(input);
-    remat_rng_fork fork;
-    int rc = remat_rng_fork_begin(&fork, dev.type == REMAT_CPU ? 0 : 1, &dev);
-    if (rc) {
-        remat_op_profile_free(p);
-        return rm_err_prefix(rc, call);
-    }
-    void *scope = rm_scope_suspend();
-    bool prev_grad = remat_enable_grad_begin();
-    rm_save_observer_get(&g_prev_obs, &g_prev_obs_ud);
-    remat_set_save_observer(save_observer, NULL);
-
-    remat_tensor *a = NULL;
-    rc = remat_detach(&a, input);
-    if (!rc && remat_tensor_dtype(a) != REMAT_I64) rc = remat_set_requires_grad(a, true);
-    for (int k = 0; !rc && k < n_stages; k++) {
-        remat_tensor *next = NULL;
-        rc = profile_stage_ops(p, &stages[k], k, a, warm, runs, &next);
-        if (rc) {
-            char where[64];
-            snprintf(where, sizeof where, "%s: stage %d", call, k);
-            rm_err_prefix(rc, where);
-            rm_release(next);
-            break;
-        }
-        rm_release(a);
-        a = next;
-    }
-    rm_release(a);
-
-    remat_set_save_observer(g_prev_obs, g_prev_obs_ud);
-    remat_grad_mode_restore(prev_grad);
-    rm_scope_resume(scope);
-    int rc2 = remat_rng_fork_end(&fork);
-    if (!rc && rc2) rc = rm_err_prefix(rc2, call);
+    *p = (remat_op_profile){.n_stages = n_stages, .stages = so, .runs = ow.runs};
+    ow.p = p;
+    pl_stage_walk w = {walk_stage, walk_begin, walk_end, &ow};
+    rc = pl_walk_stages(call, input, n_stages, &w);
     if (rc) {
         remat_op_profile_free(p);
         return rc;
@@ -323,8 +307,7 @@ remat_status remat_profile_ops(remat_op_profile **out, int n_stages, const remat
 
 void remat_op_profile_free(remat_op_profile *p) {
     if (!p) return;
-    if (p->stages)
-        for (int k = 0; k < p->n_stages; k++) free(p->stages[k].ops);
+    for (int k = 0; p->stages && k < p->n_stages; k++) free(p->stages[k].ops);
     free(p->stages);
     free(p);
 }

@@ -12,6 +12,7 @@
 #define REMAT_PLANNER_INTERNAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "remat/planner.h"
@@ -35,12 +36,18 @@ typedef struct pl_model {
     uint64_t fixed, tail;
 } pl_model;
 
-/* The checks every plan maker starts with: out not NULL (*out = NULL), and
- * *L = the stages of a plan for `call` over profile (when not NULL: n_stages
- * must be 0 or its stage count) or n_stages (>= 1). REMAT_EINVAL naming
- * call otherwise. */
+/* The count a plan of a fixed shape is asked for ("segments", ...), its
+ * note in the message when it is below 1 (" (the input is one)" or ""). */
+typedef struct pl_count {
+    const char *name, *note;
+    int value;
+} pl_count;
+/* The checks every plan of a fixed shape starts with: out not NULL (*out =
+ * NULL), *L = the stages of a plan for `call` over profile (when not NULL:
+ * n_stages must be 0 or its stage count) or n_stages (>= 1), and count at
+ * least 1. REMAT_EINVAL naming call otherwise. */
 remat_status pl_plan_begin(remat_plan **out, const remat_profile *profile, int n_stages,
-                           const char *call, int *L);
+                           const pl_count *count, const char *call, int *L);
 remat_status pl_model_init(pl_model *m, const remat_profile *p, const char *call);
 /* The chain of p followed by the step's head, with gradients, fixed bytes and tail. */
 remat_status pl_model_init_step(pl_model *m, const remat_profile *p, const remat_step_profile *st,
@@ -53,6 +60,9 @@ static inline uint64_t pl_dout(const pl_model *m, int t) { return t < m->L - 1 ?
 static inline uint64_t pl_grads(const pl_model *m, int a, int b) {
     return a <= b ? m->gp[b + 1] - m->gp[a] : 0;
 }
+/* Index of sub-chain [s..t] (s <= t) in a triangular table of the L stages' sub-chains
+ * (pl_tri(0, L) entries). */
+static inline size_t pl_tri(int s, int t) { return (size_t)t * (size_t)(t + 1) / 2 + (size_t)s; }
 /* Predicted peak of the store-all plan over the model's L stages (chain share). */
 uint64_t pl_store_all_peak(const pl_model *m);
 /* A chain-share peak as the budget counts it: for a whole-step model,
@@ -72,6 +82,12 @@ int pl_push(pl_builder *b, remat_plan_op op, int first, int last, int depth, int
  * builder's nodes belong to the plan. Evaluates it with `model` if given. */
 remat_status pl_finish(remat_plan **out, pl_builder *b, int n_stages, remat_plan_kind kind,
                        const pl_model *model, const char *call);
+
+/* pl_finish for a plan of a fixed shape over L stages: evaluated with
+ * profile's model when profile is not NULL, its checkpoints set. The
+ * builder's nodes are the plan's, or freed on failure. */
+remat_status pl_finish_shaped(remat_plan **out, pl_builder *b, int L, remat_plan_kind kind,
+                              const remat_profile *profile, int checkpoints, const char *call);
 
 /* Predicted peak (bytes above the step's start) and time of a plan tree.
  * Returns -1 if the tree is malformed. */
@@ -94,6 +110,28 @@ int pl_auto_slots(const pl_model *m);
 
 /* Store-everything plan. */
 remat_status pl_build_store_all(pl_builder *b, int n_stages);
+
+/* ---- the walk both profilers make (profile.c) ------------------------------------------ */
+/* The argument checks of remat_profile_stages and remat_profile_ops
+ * (REMAT_EINVAL naming call); then *runs (opts' or default_runs) and *warm
+ * (the warm-up runs) as opts ask. */
+remat_status pl_check_profile_args(const char *call, int n_stages, const remat_stage *stages,
+                                   const remat_tensor *input, const remat_profile_options *opts,
+                                   int default_runs, int *runs, int *warm);
+/* What a profiler does with each stage of the chain. */
+typedef struct pl_stage_walk {
+    /* Measures stage k on a (a leaf requiring grad unless i64) and sets
+     * *next to its output, detached, for the next stage (NULL on failure). */
+    remat_status (*stage)(void *ud, int k, remat_tensor *a, remat_tensor **next);
+    void (*begin)(void *ud, remat_device dev); /* once grad is on (may be NULL) */
+    void (*end)(void *ud);                     /* before grad mode is restored (may be NULL) */
+    void *ud;
+} pl_stage_walk;
+/* Runs input through the n_stages stages with w (the random stream forked
+ * on input's device and restored after, grad on, the caller's scope set
+ * aside): a failure names `call` and the stage. */
+remat_status pl_walk_stages(const char *call, remat_tensor *input, int n_stages,
+                            const pl_stage_walk *w);
 
 #define PL_MIB(b) ((double)(b) / (1024.0 * 1024.0))
 

@@ -271,9 +271,9 @@ static remat_status profile_stage(const remat_stage *st, int k, remat_tensor *a,
     return REMAT_OK;
 }
 
-static remat_status check_profile_args(const char *call, int n_stages, const remat_stage *stages,
-                                       const remat_tensor *input,
-                                       const remat_profile_options *opts) {
+remat_status pl_check_profile_args(const char *call, int n_stages, const remat_stage *stages,
+                                   const remat_tensor *input, const remat_profile_options *opts,
+                                   int default_runs, int *runs, int *warm) {
     if (!stages) return rm_err(REMAT_EINVAL, "%s: stages is NULL", call);
     if (!input) return rm_err(REMAT_EINVAL, "%s: input is NULL", call);
     if (n_stages < 1)
@@ -282,18 +282,76 @@ static remat_status check_profile_args(const char *call, int n_stages, const rem
         if (!stages[k].fn) return rm_err(REMAT_EINVAL, "%s: stages[%d].fn is NULL", call, k);
     if (opts && opts->runs < 0)
         return rm_err(REMAT_EINVAL, "%s: runs must be >= 0, got %d", call, opts->runs);
+    *runs = opts && opts->runs > 0 ? opts->runs : default_runs;
+    *warm = opts && opts->no_warmup ? 0 : 1;
     return REMAT_OK;
 }
+
+remat_status pl_walk_stages(const char *call, remat_tensor *input, int n_stages,
+                            const pl_stage_walk *w) {
+    remat_device dev = remat_tensor_device(input);
+    remat_rng_fork fork;
+    int rc = remat_rng_fork_begin(&fork, dev.type == REMAT_CPU ? 0 : 1, &dev);
+    if (rc) return rm_err_prefix(rc, call);
+    void *scope = rm_scope_suspend();
+    bool prev_grad = remat_enable_grad_begin();
+    if (w->begin) w->begin(w->ud, dev);
+
+    remat_tensor *a = NULL;
+    rc = remat_detach(&a, input);
+    if (!rc && remat_tensor_dtype(a) != REMAT_I64) rc = remat_set_requires_grad(a, true);
+    for (int k = 0; !rc && k < n_stages; k++) {
+        remat_tensor *next = NULL;
+        rc = w->stage(w->ud, k, a, &next);
+        if (rc) {
+            char where[64];
+            snprintf(where, sizeof where, "%s: stage %d", call, k);
+            rm_err_prefix(rc, where);
+            rm_release(next);
+            break;
+        }
+        rm_release(a);
+        a = next;
+    }
+    rm_release(a);
+
+    if (w->end) w->end(w->ud);
+    remat_grad_mode_restore(prev_grad);
+    rm_scope_resume(scope);
+    int rc2 = remat_rng_fork_end(&fork);
+    if (!rc && rc2) rc = rm_err_prefix(rc2, call);
+    return rc;
+}
+
+/* remat_profile_stages' walk: each stage measured into p, the allocation
+ * meter of the input's device running throughout. */
+typedef struct stages_walk {
+    const remat_stage *stages;
+    remat_profile *p;
+    int warm, runs;
+    double *tf, *tb; /* runs timings each */
+    rm_meter prev_meter;
+} stages_walk;
+
+static remat_status walk_stage(void *ud, int k, remat_tensor *a, remat_tensor **next) {
+    stages_walk *w = ud;
+    return profile_stage(&w->stages[k], k, a, w->warm, w->runs, w->tf, w->tb, &w->p->stages[k],
+                         next);
+}
+static void walk_begin(void *ud, remat_device dev) {
+    rm_meter_start(dev, &((stages_walk *)ud)->prev_meter);
+}
+static void walk_end(void *ud) { rm_meter_stop(&((stages_walk *)ud)->prev_meter); }
 
 remat_status remat_profile_stages(remat_profile **out, int n_stages, const remat_stage *stages,
                                   remat_tensor *input, const remat_profile_options *opts) {
     static const char *call = "remat_profile_stages";
     if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
     *out = NULL;
-    int rc = check_profile_args(call, n_stages, stages, input, opts);
+    int runs = 0, warm = 0;
+    int rc =
+        pl_check_profile_args(call, n_stages, stages, input, opts, PL_DEFAULT_RUNS, &runs, &warm);
     if (rc) return rc;
-    int runs = opts && opts->runs > 0 ? opts->runs : PL_DEFAULT_RUNS;
-    int warm = opts && opts->no_warmup ? 0 : 1;
 
     remat_profile *p = NULL;
     rc = remat_profile_create(&p, n_stages);
@@ -307,43 +365,9 @@ remat_status remat_profile_stages(remat_profile **out, int n_stages, const remat
         return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     }
 
-    remat_device dev = remat_tensor_device(input);
-    remat_rng_fork fork;
-    rc = remat_rng_fork_begin(&fork, dev.type == REMAT_CPU ? 0 : 1, &dev);
-    if (rc) {
-        free(tf);
-        free(tb);
-        remat_profile_free(p);
-        return rm_err_prefix(rc, call);
-    }
-    void *scope = rm_scope_suspend();
-    bool prev_grad = remat_enable_grad_begin();
-    rm_meter prev_meter;
-    rm_meter_start(dev, &prev_meter);
-
-    remat_tensor *a = NULL;
-    rc = remat_detach(&a, input);
-    if (!rc && remat_tensor_dtype(a) != REMAT_I64) rc = remat_set_requires_grad(a, true);
-    for (int k = 0; !rc && k < n_stages; k++) {
-        remat_tensor *next = NULL;
-        rc = profile_stage(&stages[k], k, a, warm, runs, tf, tb, &p->stages[k], &next);
-        if (rc) {
-            char where[64];
-            snprintf(where, sizeof where, "%s: stage %d", call, k);
-            rm_err_prefix(rc, where);
-            rm_release(next);
-            break;
-        }
-        rm_release(a);
-        a = next;
-    }
-    rm_release(a);
-
-    rm_meter_stop(&prev_meter);
-    remat_grad_mode_restore(prev_grad);
-    rm_scope_resume(scope);
-    int rc2 = remat_rng_fork_end(&fork);
-    if (!rc && rc2) rc = rm_err_prefix(rc2, call);
+    stages_walk sw = {.stages = stages, .p = p, .warm = warm, .runs = runs, .tf = tf, .tb = tb};
+    pl_stage_walk w = {walk_stage, walk_begin, walk_end, &sw};
+    rc = pl_walk_stages(call, input, n_stages, &w);
     free(tf);
     free(tb);
     if (rc) {

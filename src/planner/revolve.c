@@ -110,11 +110,9 @@ remat_status remat_plan_revolve(remat_plan **out, const remat_profile *profile, 
                                 int checkpoints) {
     static const char *call = "remat_plan_revolve";
     int L = 0;
-    int rc = pl_plan_begin(out, profile, n_stages, call, &L);
+    pl_count count = {"checkpoints", " (the input is one)", checkpoints};
+    int rc = pl_plan_begin(out, profile, n_stages, &count, call, &L);
     if (rc) return rc;
-    if (checkpoints < 1)
-        return rm_err(REMAT_EINVAL, "%s: checkpoints must be >= 1 (the input is one), got %d", call,
-                      checkpoints);
     int C = checkpoints > L ? L : checkpoints;
     rv_tab tb = {L, C, NULL};
     size_t n = ((size_t)L + 1) * ((size_t)C + 1);
@@ -128,17 +126,5 @@ remat_status remat_plan_revolve(remat_plan **out, const remat_profile *profile, 
     pl_builder b = {0};
     rv_build(&tb, 0, L - 1, C, 0, -1, &b);
     free(tb.t);
-    pl_model m, *mp = NULL;
-    if (profile) {
-        rc = pl_model_init(&m, profile, call);
-        if (rc) {
-            free(b.nodes);
-            return rc;
-        }
-        mp = &m;
-    }
-    rc = pl_finish(out, &b, L, REMAT_PLAN_REVOLVE, mp, call);
-    if (!rc) (*out)->checkpoints = checkpoints;
-    if (mp) pl_model_free(mp);
-    return rc;
+    return pl_finish_shaped(out, &b, L, REMAT_PLAN_REVOLVE, profile, checkpoints, call);
 }

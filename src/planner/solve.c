@@ -29,88 +29,6 @@
 /* Largest DP table we are willing to allocate. */
 #define PL_MAX_TABLE_BYTES ((size_t)256 << 20)
 
-static inline size_t tri(int s, int t) { return (size_t)t * (size_t)(t + 1) / 2 + (size_t)s; }
-static uint64_t u64max(uint64_t a, uint64_t b) { return a > b ? a : b; }
-
-/* ---- minimal peak (exact bytes) --------------------------------------------------- */
-typedef struct mp_tab {
-    uint64_t *peak;
-    double *time;
-    int *choice; /* 0: store s; j > s: checkpoint s..j-1 */
-} mp_tab;
-
-static bool better(uint64_t p, double t, uint64_t bp, double bt) {
-    return p < bp || (p == bp && t < bt);
-}
-
-static void mp_recon(const mp_tab *tb, int s, int t, int depth, int parent, pl_builder *b) {
-    while (s <= t && !b->failed) {
-        int ch = tb->choice[tri(s, t)];
-        if (ch == 0) {
-            pl_push(b, REMAT_PLAN_STORE, s, s, depth, parent);
-            s++;
-        } else {
-            int p = pl_push(b, REMAT_PLAN_CHECKPOINT, s, ch - 1, depth, parent);
-            mp_recon(tb, s, ch - 1, depth + 1, p, b);
-            s = ch;
-        }
-    }
-}
-
-remat_status pl_min_peak(const pl_model *m, uint64_t *peak, pl_builder *b, const char *call) {
-    int L = m->L;
-    size_t n = tri(0, L);
-    mp_tab tb = {calloc(n, sizeof(uint64_t)), calloc(n, sizeof(double)), calloc(n, sizeof(int))};
-    if (!tb.peak || !tb.time || !tb.choice) {
-        free(tb.peak);
-        free(tb.time);
-        free(tb.choice);
-        return rm_err(REMAT_ENOMEM, "%s: out of memory (%d stages)", call, L);
-    }
-    for (int len = 1; len <= L; len++) {
-        for (int s = 0; s + len - 1 < L; s++) {
-            int t = s + len - 1;
-            uint64_t D = pl_dout(m, t);
-            /* store s */
-            uint64_t bpk =
-                u64max(D + m->fpa[s], m->x[s + 1] + m->abar[s] + m->bp[s] + pl_grads(m, s + 1, t));
-            double btm = m->uf[s] + m->ub[s];
-            if (s < t) {
-                size_t r = tri(s + 1, t);
-                bpk = u64max(bpk, m->abar[s] + tb.peak[r]);
-                btm += tb.time[r];
-            }
-            int bch = 0;
-            /* checkpoint s..j-1 */
-            uint64_t f = D + m->fpn[s];
-            double fsum = m->uf[s];
-            for (int j = s + 1; j <= t; j++) {
-                size_t r = tri(j, t), l = tri(s, j - 1);
-                uint64_t pk =
-                    u64max(f, u64max(m->x[j] + tb.peak[r], pl_grads(m, j, t) + tb.peak[l]));
-                double tm = fsum + tb.time[r] + tb.time[l];
-                if (better(pk, tm, bpk, btm)) {
-                    bpk = pk;
-                    btm = tm;
-                    bch = j;
-                }
-                f = u64max(f, D + m->x[j] + m->fpn[j]);
-                fsum += m->uf[j];
-            }
-            size_t c = tri(s, t);
-            tb.peak[c] = bpk;
-            tb.time[c] = btm;
-            tb.choice[c] = bch;
-        }
-    }
-    *peak = tb.peak[tri(0, L - 1)];
-    if (b) mp_recon(&tb, 0, L - 1, 0, -1, b);
-    free(tb.peak);
-    free(tb.time);
-    free(tb.choice);
-    return REMAT_OK;
-}
-
 remat_status remat_plan_min_budget(const remat_profile *profile, size_t *bytes) {
     static const char *call = "remat_plan_min_budget";
     if (!bytes) return rm_err(REMAT_EINVAL, "%s: bytes is NULL", call);
@@ -129,7 +47,7 @@ remat_status remat_plan_min_budget(const remat_profile *profile, size_t *bytes) 
 typedef struct dp_tab {
     int L;
     int64_t M;                     /* memory slots 0..M */
-    double *cost;                  /* [tri(s,t) * (M+1) + m] */
+    double *cost;                  /* [pl_tri(s,t) * (M+1) + m] */
     int32_t *choice;               /* -1 infeasible, 0 store, j > s checkpoint s..j-1 */
     int64_t *X, *A, *FA, *FN, *BP; /* model in slots */
     const uint64_t *gp;            /* parameter-gradient prefix sums, bytes */
@@ -144,7 +62,7 @@ static inline int64_t dp_grads(const dp_tab *d, int a, int b) {
 }
 
 static inline size_t cell(const dp_tab *d, int s, int t, int64_t m) {
-    return tri(s, t) * (size_t)(d->M + 1) + (size_t)m;
+    return pl_tri(s, t) * (size_t)(d->M + 1) + (size_t)m;
 }
 
 /* Segment s..t in m slots with stage s stored (its residuals kept until
@@ -231,11 +149,7 @@ static void dp_recon(const dp_tab *d, int s, int t, int64_t m, int depth, int pa
 static void dp_free(dp_tab *d) {
     free(d->cost);
     free(d->choice);
-    free(d->X);
-    free(d->A);
-    free(d->FA);
-    free(d->FN);
-    free(d->BP);
+    free(d->X); /* and A, FA, FN, BP: one block */
 }
 
 /* Runs the slot DP with `slots` slots; *feasible tells whether a plan was
@@ -256,7 +170,7 @@ static remat_status dp_solve_unit(const pl_model *md, uint64_t budget, uint64_t 
     *feasible = false;
     int L = md->L;
     dp_tab d = {.L = L, .M = (int64_t)(budget / unit), .gp = md->gp, .unit = unit};
-    size_t n_tri = tri(0, L);
+    size_t n_tri = pl_tri(0, L);
     size_t cells = n_tri * (size_t)(d.M + 1);
     if (cells / (size_t)(d.M + 1) != n_tri || cells > PL_MAX_TABLE_BYTES / 12)
         return rm_err(REMAT_ENOMEM,
@@ -265,12 +179,14 @@ static remat_status dp_solve_unit(const pl_model *md, uint64_t budget, uint64_t 
                       call, L, d.M + 1, PL_MIB((double)n_tri * (double)(d.M + 1) * 12.0));
     d.cost = calloc(cells, sizeof *d.cost);
     d.choice = calloc(cells, sizeof *d.choice);
-    d.X = malloc(((size_t)L + 1) * sizeof(int64_t));
-    d.A = malloc((size_t)L * sizeof(int64_t));
-    d.FA = malloc((size_t)L * sizeof(int64_t));
-    d.FN = malloc((size_t)L * sizeof(int64_t));
-    d.BP = malloc((size_t)L * sizeof(int64_t));
-    if (!d.cost || !d.choice || !d.X || !d.A || !d.FA || !d.FN || !d.BP) {
+    d.X = malloc((5 * (size_t)L + 1) * sizeof(int64_t)); /* X[L + 1], then A, FA, FN, BP [L] */
+    if (d.X) {
+        d.A = d.X + L + 1;
+        d.FA = d.A + L;
+        d.FN = d.FA + L;
+        d.BP = d.FN + L;
+    }
+    if (!d.cost || !d.choice || !d.X) {
         dp_free(&d);
         return rm_err(REMAT_ENOMEM, "%s: out of memory for the planning tables (%.0f MiB)", call,
                       PL_MIB((double)cells * 12.0));

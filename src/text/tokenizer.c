@@ -10,25 +10,36 @@
 #include "core/core.h"
 #include "tok.h"
 
-void remat_tokenizer_free(remat_tokenizer *t) {
-    if (!t) return;
+/* remat_tokenizer_free by the parts of the struct (tok.h). */
+static void model_free(remat_tokenizer *t) {
     tok_strmap_free(&t->vocab);
     tok_mergemap_free(&t->merges);
     free(t->unk_token);
     free(t->prefix);
     free(t->suffix);
+}
+static void ids_free(remat_tokenizer *t) {
     free(t->id_token);
     free(t->id_flags);
     free(t->dec_off);
     free(t->dec);
-    for (int i = 0; i < t->n_steps; i++) pcre2_code_free(t->steps[i].re);
-    free(t->steps);
+}
+static void added_free(remat_tokenizer *t) {
     for (uint32_t i = 0; i < t->n_added; i++) free(t->added[i].content);
     free(t->added);
     tok_trie_free(&t->trie_raw);
     tok_trie_free(&t->trie_norm);
     pcre2_code_free(t->re_word);
     pcre2_code_free(t->re_space);
+}
+
+void remat_tokenizer_free(remat_tokenizer *t) {
+    if (!t) return;
+    model_free(t);
+    ids_free(t);
+    for (int i = 0; i < t->n_steps; i++) pcre2_code_free(t->steps[i].re);
+    free(t->steps);
+    added_free(t);
     free(t->pre_ids);
     free(t->post_ids);
     free(t->name);

@@ -34,19 +34,19 @@ static const cJSON *get(const reader *r, const char *key) {
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
+static remat_status must_be(const reader *r, const char *key, const char *what) {
+    return rm_err(REMAT_EFORMAT, "%s: \"%s%s\" must be %s", r->name, r->prefix, key, what);
+}
+
 /* A size: an integer in [lo, MAX_SIZE], or the default when absent. */
 static remat_status size_of(const reader *r, const char *key, int64_t dflt, int64_t lo,
                             int64_t *out) {
     const cJSON *v = get(r, key);
-    if (!v) {
-        *out = dflt;
-        return REMAT_OK;
-    }
-    double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
-    if (!(d >= (double)lo && d <= (double)MAX_SIZE) || d != floor(d))
+    double d = v && cJSON_IsNumber(v) ? v->valuedouble : -1;
+    if (v && (!(d >= (double)lo && d <= (double)MAX_SIZE) || d != floor(d)))
         return rm_err(REMAT_EFORMAT, "%s: \"%s%s\" must be an integer >= %lld", r->name, r->prefix,
                       key, (long long)lo);
-    *out = (int64_t)d;
+    *out = v ? (int64_t)d : dflt;
     return REMAT_OK;
 }
 
@@ -54,27 +54,17 @@ static remat_status size_of(const reader *r, const char *key, int64_t dflt, int6
 static remat_status number_of(const reader *r, const char *key, double dflt, bool positive,
                               double *out) {
     const cJSON *v = get(r, key);
-    if (!v) {
-        *out = dflt;
-        return REMAT_OK;
-    }
-    double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
-    if (!isfinite(d) || d < 0 || (positive && d == 0))
-        return rm_err(REMAT_EFORMAT, "%s: \"%s%s\" must be a %s number", r->name, r->prefix, key,
-                      positive ? "positive" : "non-negative");
-    *out = d;
+    double d = v && cJSON_IsNumber(v) ? v->valuedouble : -1;
+    if (v && (!isfinite(d) || d < 0 || (positive && d == 0)))
+        return must_be(r, key, positive ? "a positive number" : "a non-negative number");
+    *out = v ? d : dflt;
     return REMAT_OK;
 }
 
 static remat_status bool_of(const reader *r, const char *key, bool dflt, bool *out) {
     const cJSON *v = get(r, key);
-    if (!v) {
-        *out = dflt;
-        return REMAT_OK;
-    }
-    if (!cJSON_IsBool(v))
-        return rm_err(REMAT_EFORMAT, "%s: \"%s%s\" must be true or false", r->name, r->prefix, key);
-    *out = cJSON_IsTrue(v);
+    if (v && !cJSON_IsBool(v)) return must_be(r, key, "true or false");
+    *out = v ? cJSON_IsTrue(v) : dflt;
     return REMAT_OK;
 }
 
@@ -82,13 +72,8 @@ static remat_status bool_of(const reader *r, const char *key, bool dflt, bool *o
 static remat_status string_of(const reader *r, const char *key, const char *dflt,
                               const char **out) {
     const cJSON *v = get(r, key);
-    if (!v) {
-        *out = dflt;
-        return REMAT_OK;
-    }
-    if (!cJSON_IsString(v))
-        return rm_err(REMAT_EFORMAT, "%s: \"%s%s\" must be a string", r->name, r->prefix, key);
-    *out = v->valuestring;
+    if (v && !cJSON_IsString(v)) return must_be(r, key, "a string");
+    *out = v ? v->valuestring : dflt;
     return REMAT_OK;
 }
 

@@ -13,7 +13,8 @@
 #include "remat/safetensors.h"
 #include "weights/names.h"
 
-/* The dtypes of the format (their spelling in headers: rm_st_dtype_name). */
+/* The dtypes of the format (their spelling in headers: rm_st_dtype_name;
+ * the table and the conversions are st_convert.c's). */
 typedef enum rm_st_dtype {
     RM_ST_BOOL,
     RM_ST_U8,
@@ -68,6 +69,12 @@ void rm_st_release_pages(const remat_safetensors *f, const void *p, size_t n);
  * after the one being converted: the disk works while the CPU converts). */
 void rm_st_prefetch(const remat_safetensors *f, const void *p, size_t n);
 
+/* The arguments of a save: dest (the path or directory, called dest_name
+ * in the message) and params not NULL, n_metadata >= 0 with metadata when
+ * > 0; REMAT_EINVAL naming call otherwise. */
+remat_status rm_st_check_save_args(const char *call, const char *dest, const char *dest_name,
+                                   const remat_params *params, int n_metadata,
+                                   const char *const *metadata);
 /* remat_safetensors_save's work (messages start with `call`; arguments
  * checked). keep_tmp NULL: the file is renamed over `path` once complete.
  * Else it is left complete under a temporary name beside `path`, *keep_tmp

@@ -1,4 +1,5 @@
-/* src/weights/st_convert.c — a file's elements into a remat dtype: floats
+/* src/weights/st_convert.c — the format's dtypes (names, sizes, the remat
+ * dtype each stands for) and a file's elements into a remat dtype: floats
  * (F64, F32, F16, BF16) into f64 / f32 / bf16, integers into i64 (U8 and
  * BOOL also into u8), as PyTorch's Tensor.to converts (floats to bf16
  * rounded to nearest even, through f32 from F64 as PyTorch does). The
@@ -8,6 +9,36 @@
 
 #include "core/core.h"
 #include "weights/st.h"
+
+static const struct {
+    const char *name;
+    size_t size;
+} DTYPES[RM_ST_NDTYPES] = {
+    [RM_ST_BOOL] = {"BOOL", 1},       [RM_ST_U8] = {"U8", 1},           [RM_ST_I8] = {"I8", 1},
+    [RM_ST_F8_E4M3] = {"F8_E4M3", 1}, [RM_ST_F8_E5M2] = {"F8_E5M2", 1}, [RM_ST_I16] = {"I16", 2},
+    [RM_ST_U16] = {"U16", 2},         [RM_ST_F16] = {"F16", 2},         [RM_ST_BF16] = {"BF16", 2},
+    [RM_ST_I32] = {"I32", 4},         [RM_ST_U32] = {"U32", 4},         [RM_ST_F32] = {"F32", 4},
+    [RM_ST_I64] = {"I64", 8},         [RM_ST_U64] = {"U64", 8},         [RM_ST_F64] = {"F64", 8},
+};
+
+int rm_st_dtype_of(const char *name) {
+    for (int d = 0; d < RM_ST_NDTYPES; d++)
+        if (strcmp(name, DTYPES[d].name) == 0) return d;
+    return -1;
+}
+const char *rm_st_dtype_name(rm_st_dtype d) { return DTYPES[d].name; }
+size_t rm_st_dtype_size(rm_st_dtype d) { return DTYPES[d].size; }
+
+int rm_st_dtype_from_remat(remat_dtype d) {
+    switch (d) {
+    case REMAT_F32: return RM_ST_F32;
+    case REMAT_F64: return RM_ST_F64;
+    case REMAT_BF16: return RM_ST_BF16;
+    case REMAT_I64: return RM_ST_I64;
+    case REMAT_U8: return RM_ST_U8;
+    }
+    return -1;
+}
 
 static bool is_float(rm_st_dtype d) {
     return d == RM_ST_F64 || d == RM_ST_F32 || d == RM_ST_F16 || d == RM_ST_BF16;

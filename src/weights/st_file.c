@@ -20,36 +20,6 @@
 #error "remat reads and writes safetensors data as the host's bytes: a little-endian host only"
 #endif
 
-static const struct {
-    const char *name;
-    size_t size;
-} DTYPES[RM_ST_NDTYPES] = {
-    [RM_ST_BOOL] = {"BOOL", 1},       [RM_ST_U8] = {"U8", 1},           [RM_ST_I8] = {"I8", 1},
-    [RM_ST_F8_E4M3] = {"F8_E4M3", 1}, [RM_ST_F8_E5M2] = {"F8_E5M2", 1}, [RM_ST_I16] = {"I16", 2},
-    [RM_ST_U16] = {"U16", 2},         [RM_ST_F16] = {"F16", 2},         [RM_ST_BF16] = {"BF16", 2},
-    [RM_ST_I32] = {"I32", 4},         [RM_ST_U32] = {"U32", 4},         [RM_ST_F32] = {"F32", 4},
-    [RM_ST_I64] = {"I64", 8},         [RM_ST_U64] = {"U64", 8},         [RM_ST_F64] = {"F64", 8},
-};
-
-int rm_st_dtype_of(const char *name) {
-    for (int d = 0; d < RM_ST_NDTYPES; d++)
-        if (strcmp(name, DTYPES[d].name) == 0) return d;
-    return -1;
-}
-const char *rm_st_dtype_name(rm_st_dtype d) { return DTYPES[d].name; }
-size_t rm_st_dtype_size(rm_st_dtype d) { return DTYPES[d].size; }
-
-int rm_st_dtype_from_remat(remat_dtype d) {
-    switch (d) {
-    case REMAT_F32: return RM_ST_F32;
-    case REMAT_F64: return RM_ST_F64;
-    case REMAT_BF16: return RM_ST_BF16;
-    case REMAT_I64: return RM_ST_I64;
-    case REMAT_U8: return RM_ST_U8;
-    }
-    return -1;
-}
-
 void remat_safetensors_close(remat_safetensors *f) {
     if (!f) return;
     for (int64_t i = 0; i < f->n; i++) free((char *)f->t[i].name);
@@ -140,7 +110,7 @@ static remat_status parse_tensor(remat_safetensors *f, const cJSON *e, const cha
                       cJSON_IsString(dt) ? "\"" : "(not a string)",
                       cJSON_IsString(dt) ? dt->valuestring : "", cJSON_IsString(dt) ? "\"" : "");
     f->dtype[f->n] = (rm_st_dtype)d;
-    t->dtype = DTYPES[d].name;
+    t->dtype = rm_st_dtype_name((rm_st_dtype)d);
     if (!cJSON_IsArray(sh))
         return rm_err(REMAT_EFORMAT, "%s: tensor '%s': \"shape\" is not a list", f->name, name);
     int nd = cJSON_GetArraySize(sh);
@@ -161,7 +131,8 @@ static remat_status parse_tensor(remat_safetensors *f, const cJSON *e, const cha
         if (!overflow && __builtin_mul_overflow(numel, v, &numel)) overflow = true;
     }
     uint64_t nbytes = 0;
-    if (!overflow && __builtin_mul_overflow(numel, (uint64_t)DTYPES[d].size, &nbytes))
+    if (!overflow &&
+        __builtin_mul_overflow(numel, (uint64_t)rm_st_dtype_size((rm_st_dtype)d), &nbytes))
         overflow = true;
     char sbuf[160];
     rm_shape_str(t->ndim, t->shape, sbuf, sizeof sbuf);

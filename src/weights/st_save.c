@@ -159,13 +159,20 @@ remat_status rm_st_save_file(const char *call, const char *path, const remat_par
     return rc;
 }
 
+remat_status rm_st_check_save_args(const char *call, const char *dest, const char *dest_name,
+                                   const remat_params *params, int n_metadata,
+                                   const char *const *metadata) {
+    if (!dest) return rm_err(REMAT_EINVAL, "%s: %s is NULL", call, dest_name);
+    if (!params) return rm_err(REMAT_EINVAL, "%s: params is NULL", call);
+    if (n_metadata < 0 || (n_metadata && !metadata))
+        return rm_err(REMAT_EINVAL, "%s: n_metadata must be >= 0, with metadata when > 0", call);
+    return REMAT_OK;
+}
+
 remat_status remat_safetensors_save(const char *path, const remat_params *params, int n_metadata,
                                     const char *const *metadata) {
     static const char *call = "remat_safetensors_save";
-    if (!path || !params || n_metadata < 0 || (n_metadata && !metadata))
-        return rm_err(REMAT_EINVAL, "%s: %s", call,
-                      !path     ? "path is NULL"
-                      : !params ? "params is NULL"
-                                : "n_metadata must be >= 0, with metadata when > 0");
+    remat_status rc = rm_st_check_save_args(call, path, "path", params, n_metadata, metadata);
+    if (rc) return rc;
     return rm_st_save_file(call, path, params, n_metadata, metadata, NULL);
 }

@@ -189,11 +189,8 @@ remat_status remat_safetensors_save_sharded(const char *dir, const char *stem,
                                             const remat_params *params, int64_t max_shard_bytes,
                                             int n_metadata, const char *const *metadata) {
     static const char *call = "remat_safetensors_save_sharded";
-    if (!dir || !params || n_metadata < 0 || (n_metadata && !metadata))
-        return rm_err(REMAT_EINVAL, "%s: %s", call,
-                      !dir      ? "dir is NULL"
-                      : !params ? "params is NULL"
-                                : "n_metadata must be >= 0, with metadata when > 0");
+    remat_status rc = rm_st_check_save_args(call, dir, "dir", params, n_metadata, metadata);
+    if (rc) return rc;
     if (!stem) stem = "model";
     if (!plain_stem(stem))
         return rm_err(REMAT_EINVAL, "%s: the stem '%s' must be a plain file name", call, stem);
@@ -210,7 +207,7 @@ remat_status remat_safetensors_save_sharded(const char *dir, const char *stem,
     if (!s.shard_of) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     cut(params, (uint64_t)max_shard_bytes, &s);
     char path[MAX_PATH];
-    remat_status rc = REMAT_OK;
+    rc = REMAT_OK;
     if (s.n <= 1) { /* one file, no index, as huggingface_hub writes it */
         snprintf(path, sizeof path, "%s/%s.safetensors", dir, stem);
         rc = rm_st_save_file(call, path, params, n_metadata, metadata, NULL);

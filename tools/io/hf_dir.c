@@ -121,74 +121,25 @@ const char *hf_family_name(remat_model_family f) {
     return f == REMAT_MODEL_GPT2 ? "GPT-2" : f == REMAT_MODEL_LLAMA ? "Llama" : "?";
 }
 
-/* The model's parameters under the names of a checkpoint: transformers' own
- * (state_dict: a tied lm_head listed too), or without GPT-2's
- * "transformer." prefix. */
-static int named(const remat_model *m, bool state_dict, bool strip, remat_params **out) {
-    int rc = remat_model_params(m, state_dict, out);
-    if (rc || !strip) return rc;
-    remat_params *p = NULL;
-    rc = remat_params_new(&p);
-    for (int64_t i = 0; !rc && i < remat_params_count(*out); i++) {
-        const char *name = remat_params_name(*out, i);
-        if (!strncmp(name, "transformer.", 12)) name += 12;
-        rc = remat_params_add(p, name, remat_params_tensor(*out, i));
-    }
-    remat_params_free(*out);
-    *out = rc ? NULL : p;
-    if (rc) remat_params_free(p);
-    return rc;
-}
-
-static bool ends_with(const char *s, const char *tail) {
-    size_t n = strlen(s), k = strlen(tail);
-    return n >= k && !strcmp(s + n - k, tail);
-}
-
-/* Whether the tensors of DIR/model.safetensors that p has no parameter for
- * are all GPT-2's attention buffers (".attn.bias", ".attn.masked_bias": the
- * causal mask older checkpoints saved, which the model does not read). */
-static bool only_buffers_extra(const remat_params *p, const char *dir) {
-    char path[4096];
-    remat_safetensors *f = NULL;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (!is_file(path) || remat_safetensors_open(&f, path)) return false;
-    bool only = true, any = false;
-    for (int64_t i = 0; only && i < remat_safetensors_count(f); i++) {
-        const char *name = remat_safetensors_at(f, i)->name;
-        if (remat_params_find(p, name) >= 0) continue;
-        any = true;
-        only = ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias");
-    }
-    remat_safetensors_close(f);
-    return only && any;
-}
-
-/* Loads the directory's weights: transformers' names first; when that
- * fails, the other spellings a checkpoint may use, and the first error if
- * none fits (loading is all or nothing: a failed try changed nothing). */
+/* Loads the directory's weights by transformers' names (the library also
+ * takes them without the base-model prefix and skips the hub files'
+ * buffers: remat_hf_load_weights); a tied model whose file also lists
+ * lm_head.weight (state_dict's names) gets a second try with those. The
+ * first error is the one reported (loading is all or nothing: a failed try
+ * changed nothing). */
 static int load_weights(remat_model *m, const hf_dir *d) {
-    const bool gpt2 = d->cfg.family == REMAT_MODEL_GPT2, tied = d->cfg.tie_word_embeddings;
-    const struct {
-        bool state_dict, strip;
-    } tries[] = {{false, false}, {true, false}, {false, true}, {true, true}};
     char first[1024] = "";
     int first_rc = REMAT_OK;
-    for (size_t i = 0; i < sizeof tries / sizeof *tries; i++) {
-        if ((tries[i].state_dict && !tied) || (tries[i].strip && !gpt2)) continue;
+    for (int state_dict = 0; state_dict <= (d->cfg.tie_word_embeddings ? 1 : 0); state_dict++) {
         remat_params *p = NULL;
-        int rc = named(m, tries[i].state_dict, tries[i].strip, &p);
+        int rc = remat_model_params(m, state_dict, &p);
         if (!rc) rc = remat_hf_load_weights(p, d->path, NULL);
-        if (rc == REMAT_EINVAL && gpt2 && only_buffers_extra(p, d->path)) {
-            const remat_load_options skip_buffers = {.allow_unexpected = true};
-            rc = remat_hf_load_weights(p, d->path, &skip_buffers);
-        }
         remat_params_free(p);
         if (!rc) return REMAT_OK;
-        /* a file that is not there or not safetensors: no other names help */
-        if (i == 0) {
+        if (!state_dict) {
             snprintf(first, sizeof first, "%s", remat_last_error());
             first_rc = rc;
+            /* a file that is not there or not safetensors: no other names help */
             if (rc != REMAT_EINVAL) break;
         }
     }

@@ -388,7 +388,7 @@ static int model_loss_run(model *m, const strategy *s, const batch *b, remat_ten
 
 int model_loss(model *m, const strategy *s, const batch *b, remat_tensor **loss) {
     remat_autocast_state prev;
-    int rc = remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, m->autocast);
+    int rc = remat_autocast_begin(&prev, m->device.type, REMAT_BF16, m->autocast);
     if (!rc) rc = model_loss_run(m, s, b, loss);
     remat_autocast_end(&prev);
     return rc;
@@ -429,7 +429,7 @@ static int model_profile_ops_run(model *m, const batch *b, remat_op_profile **ou
 
 int model_profile_ops(model *m, const batch *b, remat_op_profile **out) {
     remat_autocast_state prev;
-    int rc = remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, m->autocast);
+    int rc = remat_autocast_begin(&prev, m->device.type, REMAT_BF16, m->autocast);
     if (!rc) rc = model_profile_ops_run(m, b, out);
     remat_autocast_end(&prev);
     return rc;
@@ -438,7 +438,7 @@ int model_profile_ops(model *m, const batch *b, remat_op_profile **out) {
 int model_profile_chain(model *m, const batch *b, const remat_profile_options *opts,
                         remat_profile **out) {
     remat_autocast_state prev;
-    int rc = remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, m->autocast);
+    int rc = remat_autocast_begin(&prev, m->device.type, REMAT_BF16, m->autocast);
     if (!rc) rc = model_profile_chain_run(m, b, opts, out);
     remat_autocast_end(&prev);
     return rc;
@@ -476,7 +476,9 @@ static int model_profile_step_run(model *m, const batch *b, bool grads_kept, rem
     /* fixed: what is live when the chain starts (parameters, optimizer
      * state, the batch, the embedding's output and what it keeps) */
     int rc = embed(m, b, &x);
-    if (!rc) step->fixed_bytes = remat_cpu_current_bytes();
+    remat_alloc_stats live; /* on the model's device: the budget bounds its allocator */
+    if (!rc) rc = remat_alloc_stats_get(m->device, &live);
+    if (!rc) step->fixed_bytes = live.current_bytes;
     if (!rc) rc = model_profile_chain(m, b, NULL, chain);
     /* the blocks keep the shape, so the embedding's output stands in for
      * the chain's output: the head's bytes do not depend on the values */
@@ -505,7 +507,7 @@ static int model_profile_step_run(model *m, const batch *b, bool grads_kept, rem
 int model_profile_step(model *m, const batch *b, bool grads_kept, remat_profile **chain,
                        remat_step_profile *step) {
     remat_autocast_state prev;
-    int rc = remat_autocast_begin(&prev, REMAT_CPU, REMAT_BF16, m->autocast);
+    int rc = remat_autocast_begin(&prev, m->device.type, REMAT_BF16, m->autocast);
     if (!rc) rc = model_profile_step_run(m, b, grads_kept, chain, step);
     remat_autocast_end(&prev);
     return rc;

@@ -69,6 +69,11 @@ static inline int64_t att_keys(const att_dims *d, int64_t i1) {
 }
 /* Keys visible to query row i. */
 static inline int64_t att_row_keys(const att_dims *d, int64_t i) { return att_keys(d, i + 1); }
+/* The same, at most kn (a block's rows see the keys [0, kn) it holds). */
+static inline int64_t att_row_lim(const att_dims *d, int64_t i, int64_t kn) {
+    int64_t lim = att_row_keys(d, i);
+    return lim > kn ? kn : lim;
+}
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -351,8 +356,7 @@ RM_CPU_CLONES static void att_probs_bgemm(const att_dims *d, const bf16 *qd, con
     for (int64_t r = 0; r < m; r++) {
         f32 *sr = s + r * kn;
         bf16 *pr = pb + r * kn;
-        int64_t lim = att_row_keys(d, i0 + r);
-        if (lim > kn) lim = kn;
+        int64_t lim = att_row_lim(d, i0 + r, kn);
         f32 mx = lim > 0 ? att_scaled_max(sr, sc, lim) : -INFINITY;
         f32 sub = mx == -INFINITY ? 0.0f : mx; /* all -inf: avoid inf - inf */
         f32 sum = att_exp_scaled(sr, sc, sub, lim);
@@ -474,8 +478,7 @@ RM_CPU_CLONES static void att_bwd_probs(const att_dims *d, int64_t i0, int64_t m
     for (int64_t r = 0; r < m; r++) {
         f32 *sr = s + r * kn;
         bf16 *pr = pb + r * kn;
-        int64_t lim = att_row_keys(d, i0 + r);
-        if (lim > kn) lim = kn;
+        int64_t lim = att_row_lim(d, i0 + r, kn);
         f32 l = lse[i0 + r];
         if (l == -INFINITY) l = 0; /* no keys: every p is 0 anyway */
         if (!dp) {

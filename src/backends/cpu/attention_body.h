@@ -37,8 +37,7 @@ RM_CPU_CLONES static void TFN(att_probs)(const att_dims *d, const att_mat *q, co
     ATT_GEMM(false, true, m, kn, d->D, (T)d->scale, qb, q->ld, kb, k->ld, (T)0, s, kn);
     for (int64_t r = 0; r < m; r++) {
         T *sr = s + r * kn;
-        int64_t lim = att_row_keys(d, i0 + r);
-        if (lim > kn) lim = kn;
+        int64_t lim = att_row_lim(d, i0 + r, kn);
         if (lse) {
             T l = lse[i0 + r];
             if (l == (T)-INFINITY) l = 0; /* no keys: every p is 0 anyway */

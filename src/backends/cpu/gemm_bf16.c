@@ -93,6 +93,11 @@ static void bgemm_via_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, con
 }
 
 /* ---- oneDNN --------------------------------------------------------------------------- */
+/* oneDNN's bf16 GEMMs run so far (rm_bgemm_native_runs) and those with a
+ * fused bias (rm_bgemm_bias_runs): zero in a build without oneDNN. */
+static atomic_ullong g_native_runs;
+static atomic_ullong g_bias_runs;
+
 #if defined(REMAT_GEMM_ONEDNN)
 typedef struct bkey {
     int64_t M, N, K, lda, ldb, ldc;
@@ -130,8 +135,6 @@ static _Thread_local dnnl_stream_t tls_stream;
  * matmul.c spreads a batch of GEMMs over threads. Kept per thread. */
 static _Thread_local void *tls_scratch;
 static _Thread_local size_t tls_scratch_size;
-static atomic_ullong g_native_runs; /* rm_bgemm_native_runs */
-static atomic_ullong g_bias_runs;   /* rm_bgemm_bias_runs */
 
 static bool make_entry(bentry *e, const bkey *k) {
     dnnl_dims_t ad = {k->M, k->K}, bd = {k->K, k->N}, cd = {k->M, k->N};
@@ -285,19 +288,10 @@ bool rm_bgemm_native(void) {
 }
 
 uint64_t rm_bgemm_native_runs(void) {
-#if defined(REMAT_GEMM_ONEDNN)
     return atomic_load_explicit(&g_native_runs, memory_order_relaxed);
-#else
-    return 0;
-#endif
 }
-
 uint64_t rm_bgemm_bias_runs(void) {
-#if defined(REMAT_GEMM_ONEDNN)
     return atomic_load_explicit(&g_bias_runs, memory_order_relaxed);
-#else
-    return 0;
-#endif
 }
 
 /* bias: only with bf16 C and beta 0 (rm_bgemm_bias). */

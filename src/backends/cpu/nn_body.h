@@ -70,9 +70,8 @@ RM_CPU_CLONES static void TFN(softmax_fwd_rows)(const T *restrict x, T *restrict
 /* The same for I > 1, on blocks of NN_COL_BLOCK columns so the inner loops stay contiguous. */
 RM_CPU_CLONES static void TFN(softmax_fwd_cols)(const T *restrict x, T *restrict y, int64_t O,
                                                 int64_t R, int64_t I, bool log_out) {
-    int64_t total = O * R * I;
     int64_t nb = (I + NN_COL_BLOCK - 1) / NN_COL_BLOCK;
-#pragma omp parallel for if (total > RM_OMP_MIN / 4)
+#pragma omp parallel for if (O * R * I > RM_OMP_MIN / 4)
     for (int64_t t = 0; t < O * nb; t++) {
         int64_t o = t / nb, j0 = (t % nb) * NN_COL_BLOCK;
         int w = nn_block_width(I, j0);
@@ -140,9 +139,8 @@ RM_CPU_CLONES static void TFN(softmax_bwd_rows)(const T *restrict g, const T *re
 RM_CPU_CLONES static void TFN(softmax_bwd_cols)(const T *restrict g, const T *restrict y,
                                                 T *restrict dx, int64_t O, int64_t R, int64_t I,
                                                 bool log_out) {
-    int64_t total = O * R * I;
     int64_t nb = (I + NN_COL_BLOCK - 1) / NN_COL_BLOCK;
-#pragma omp parallel for if (total > RM_OMP_MIN / 4)
+#pragma omp parallel for if (O * R * I > RM_OMP_MIN / 4)
     for (int64_t t = 0; t < O * nb; t++) {
         int64_t o = t / nb, j0 = (t % nb) * NN_COL_BLOCK;
         int w = nn_block_width(I, j0);

@@ -49,6 +49,8 @@ static void load(void) {
         {(void **)&g_api.dgemm, "cublasDgemm_v2_64"},
         {(void **)&g_api.sgemm_strided, "cublasSgemmStridedBatched_64"},
         {(void **)&g_api.dgemm_strided, "cublasDgemmStridedBatched_64"},
+        {(void **)&g_api.gemm_ex, "cublasGemmEx_64"},
+        {(void **)&g_api.gemm_strided_ex, "cublasGemmStridedBatchedEx_64"},
     };
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
         *fns[i].slot = dlsym(h, fns[i].name);

@@ -24,6 +24,9 @@ typedef struct rm_cublas_api {
     __typeof__(cublasDgemm_v2_64) *dgemm;
     __typeof__(cublasSgemmStridedBatched_64) *sgemm_strided;
     __typeof__(cublasDgemmStridedBatched_64) *dgemm_strided;
+    /* mixed precision (bf16 operands, f32 compute): gemm.c's bf16 GEMMs */
+    __typeof__(cublasGemmEx_64) *gemm_ex;
+    __typeof__(cublasGemmStridedBatchedEx_64) *gemm_strided_ex;
 } rm_cublas_api;
 
 /* The table, libcublas opened on the first call (thread-safe; later calls

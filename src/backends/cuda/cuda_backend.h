@@ -132,6 +132,9 @@ void rm_cuda_register_attention(int device_type);
 void rm_cuda_register_shape(int device_type);
 void rm_cuda_register_matmul(int device_type); /* gemm.c */
 void rm_cuda_register_random(int device_type); /* rng.c: dropout */
+/* bf16.c: a bf16 row for every kernel with an f32 row and no bf16 one (the f32
+ * kernel on widened operands, outputs rounded); registered after the families */
+void rm_cuda_register_bf16_via_f32(int device_type);
 /* transfer.c: offload's pinned memory, side stream and events (the record's transfer ops) */
 extern const rm_transfer_ops rm_cuda_transfer_ops;
 /* timer.c: events for the kernel timer (the record's timer ops) */

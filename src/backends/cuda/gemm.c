@@ -15,7 +15,10 @@
  *   - otherwise one GEMM per batch entry on the device's stream, where C is
  *     broadcast accumulating into it (beta = 1) after zeroing it.
  * f32 GEMMs use TF32 tensor cores only when remat_cuda_set_allow_tf32 says
- * so (the handle's math mode, runtime.c). The 64-bit cuBLAS API takes every
+ * so (the handle's math mode, runtime.c). bf16 GEMMs (autocast: every
+ * operand bf16 on cuda, the driver casts linear's weight and bias) run
+ * cublasGemmEx on bf16 A, B, C with f32 compute, one rounding of the
+ * result, split-K sums kept in f32 (the math mode). The 64-bit cuBLAS API takes every
  * size without narrowing. */
 #include "gemm.h"
 #include "backends/mm_view.h"
@@ -53,6 +56,18 @@ static remat_status gemm_run(const gemm_call *g, const void *A, const void *B, v
     if (g->dt == REMAT_F32) {
         const float one = 1.0f, beta = (float)g->beta;
         st = RM_CUBLAS_GEMM(s, one, beta);
+    } else if (g->dt == REMAT_BF16) {
+        /* bf16 A, B, C; f32 scalars, products summed in f32 and the result
+         * (with beta·C, the bias or the accumulated batch entries, read as
+         * f32) rounded once to bf16, as the cpu's bf16 GEMM */
+        const float one = 1.0f, beta = (float)g->beta;
+        const cudaDataType bf = CUDA_R_16BF;
+        st = g->batch == 1
+                 ? api->gemm_ex(g->h, ob, oa, g->n, g->m, g->k, &one, B, bf, g->ldb, A, bf, g->lda,
+                                &beta, C, bf, g->ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
+                 : api->gemm_strided_ex(g->h, ob, oa, g->n, g->m, g->k, &one, B, bf, g->ldb, g->sb,
+                                        A, bf, g->lda, g->sa, &beta, C, bf, g->ldc, g->sc, g->batch,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     } else {
         const double one = 1.0, beta = g->beta;
         st = RM_CUBLAS_GEMM(d, one, beta);
@@ -149,6 +164,12 @@ static remat_status cuda_matmul(const rm_kargs *k) {
     remat_tensor *ops[3] = {k->in[0], k->in[1], y};
     const unsigned char flags[3] = {p->a, p->b, p->c};
     batch_shape(ops, flags, &nb, bshape);
+    for (int i = 0; i < 3; i++) /* the op checks dtypes; a bf16 GEMM takes bf16 only */
+        if (k->in[i] && k->in[i]->dtype != y->dtype)
+            return rm_err(REMAT_EDTYPE,
+                          "cuda matmul: operand %d is %s, the product %s (the cuda GEMMs take "
+                          "one dtype)",
+                          i, remat_dtype_name(k->in[i]->dtype), remat_dtype_name(y->dtype));
     rm_cuda_ctx c;
     int rc = rm_cuda_begin(&c, "matmul", y);
     if (!rc) rc = prep_operand(&ac, k->in[0], p->a & RM_MM_ROW, p->a & RM_MM_COL);
@@ -186,11 +207,17 @@ static remat_status cuda_colsum(const rm_kargs *k) {
         part = rm_cuda_scratch(c.index, (size_t)(nch * n) * sizeof(double));
         if (!part) rc = rm_last_status() ? rm_last_status() : REMAT_ENOMEM;
     }
-    if (!rc)
-        rc = rm_cuda_check(g->dtype == REMAT_F32
-                               ? rm_cuda_colsum_f32(rm_ptr(g), rm_ptr(db), rows, n, part, c.stream)
-                               : rm_cuda_colsum_f64(rm_ptr(g), rm_ptr(db), rows, n, part, c.stream),
-                           "column sum");
+    if (!rc && db->dtype != g->dtype)
+        rc = rm_err(REMAT_EDTYPE, "cuda column sum: a %s sum of %s rows",
+                    remat_dtype_name(db->dtype), remat_dtype_name(g->dtype));
+    if (!rc) {
+        cudaError_t e = g->dtype == REMAT_F32
+                            ? rm_cuda_colsum_f32(rm_ptr(g), rm_ptr(db), rows, n, part, c.stream)
+                        : g->dtype == REMAT_BF16
+                            ? rm_cuda_colsum_bf16(rm_ptr(g), rm_ptr(db), rows, n, part, c.stream)
+                            : rm_cuda_colsum_f64(rm_ptr(g), rm_ptr(db), rows, n, part, c.stream);
+        rc = rm_cuda_check(e, "column sum");
+    }
     rm_cuda_scratch_free(c.index, part); /* stream-ordered: reusable by later work */
     rm_cuda_end(&c);
     return rc;
@@ -199,6 +226,8 @@ static remat_status cuda_colsum(const rm_kargs *k) {
 void rm_cuda_register_matmul(int device_type) {
     rm_kernel_register(RM_K_MATMUL, device_type, REMAT_F32, cuda_matmul);
     rm_kernel_register(RM_K_MATMUL, device_type, REMAT_F64, cuda_matmul);
+    rm_kernel_register(RM_K_MATMUL, device_type, REMAT_BF16, cuda_matmul);
     rm_kernel_register(RM_K_COLSUM, device_type, REMAT_F32, cuda_colsum);
     rm_kernel_register(RM_K_COLSUM, device_type, REMAT_F64, cuda_colsum);
+    rm_kernel_register(RM_K_COLSUM, device_type, REMAT_BF16, cuda_colsum);
 }

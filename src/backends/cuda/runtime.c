@@ -175,10 +175,13 @@ cublasHandle_t rm_cuda_cublas(int index) {
     int want = atomic_load(&g_allow_tf32) ? 1 : 0;
     if (!rc && d->blas_tf32 != want) {
         /* CUBLAS_DEFAULT_MATH computes f32 GEMMs in f32 (no tensor-core
-         * down-conversion); TF32 only when allowed, as PyTorch */
-        rc = rm_cublas_check(
-            api->set_math_mode(d->blas, want ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
-            "cublasSetMathMode");
+         * down-conversion); TF32 only when allowed, as PyTorch. bf16 GEMMs
+         * sum in f32 and round once (docs/autocast.md): split-K partial
+         * sums must not be rounded to bf16 (PyTorch's
+         * allow_bf16_reduced_precision_reduction = False). */
+        cublasMath_t mode = want ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+        mode = (cublasMath_t)(mode | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+        rc = rm_cublas_check(api->set_math_mode(d->blas, mode), "cublasSetMathMode");
         if (!rc) d->blas_tf32 = want;
     }
     cublasHandle_t h = rc ? NULL : d->blas;
