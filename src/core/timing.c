@@ -60,7 +60,8 @@ static double now_ms(void) {
 
 static uint64_t key_hash(const char *op, rm_kernel_id id, int phase, int type, int dtype) {
     uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)op; *p; p++) h = (h ^ *p) * 1099511628211ULL;
+    for (const unsigned char *p = (const unsigned char *)op; *p; p++)
+        h = (h ^ *p) * 1099511628211ULL;
     h = (h ^ (uint64_t)id) * 1099511628211ULL;
     h = (h ^ (uint64_t)(phase * 64 + type)) * 1099511628211ULL;
     return (h ^ (uint64_t)dtype) * 1099511628211ULL;
@@ -204,8 +205,9 @@ static double kernel_flops(rm_kernel_id id, const rm_kargs *k) {
         const remat_tensor *q = k->in[0];
         rm_attention_dims d =
             rm_attention_dims_of(k->params, q->ndim, q->shape, k->in[1]->shape, k->in[2]->shape);
-        double per = id == RM_K_ATTENTION ? 2.0 * (double)(d.D + d.Dv)      /* S, P·V */
-                                          : 2.0 * (double)(3 * d.D + 2 * d.Dv); /* S, dP, dV, dQ, dK */
+        double per = id == RM_K_ATTENTION
+                         ? 2.0 * (double)(d.D + d.Dv)          /* S, P·V */
+                         : 2.0 * (double)(3 * d.D + 2 * d.Dv); /* S, dP, dV, dQ, dK */
         return (double)d.nb * attention_pairs(&d) * per;
     }
     return 0;

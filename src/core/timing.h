@@ -32,10 +32,10 @@ static inline bool rm_timing_on(void) {
 
 /* One timed call, begun and ended on one thread. */
 typedef struct rm_timing_span {
-    int row;          /* the row it adds to */
-    int type, index;  /* the device it ran on */
-    double t0;        /* host clock at the start (no device timer) */
-    void *mark;       /* the device's start mark (a device timer) */
+    int row;         /* the row it adds to */
+    int type, index; /* the device it ran on */
+    double t0;       /* host clock at the start (no device timer) */
+    void *mark;      /* the device's start mark (a device timer) */
 } rm_timing_span;
 
 /* Starts timing kernel id called by `op` on k's operands (the device of in[0], else

@@ -116,16 +116,16 @@ static double floor_ms(const prof_floors *fl, double bytes, double flops) {
     return a > b ? a : b;
 }
 
-static void print_line(FILE *f, const char *op, const char *kernel, const char *phase,
-                       double calls, double ms, double bytes, double flops, double wall_ms,
+static void print_line(FILE *f, const char *op, const char *kernel, const char *phase, double calls,
+                       double ms, double bytes, double flops, double wall_ms,
                        const prof_floors *fl) {
     double fm = floor_ms(fl, bytes, flops);
     char gbs[16] = "", tf[16] = "", xf[16] = "";
     if (ms > 0 && bytes > 0) snprintf(gbs, sizeof gbs, "%.1f", bytes / ms / 1e6);
     if (ms > 0 && flops > 0) snprintf(tf, sizeof tf, "%.2f", flops / ms / 1e9);
     if (fm > 0) snprintf(xf, sizeof xf, "%.2f", ms / fm);
-    fprintf(f, "%-22.22s %-22.22s %-9s %5.0f %8.3f %5.1f%% %6s %7s %6s\n", op, kernel, phase,
-            calls, ms, wall_ms > 0 ? 100 * ms / wall_ms : 0, gbs, tf, xf);
+    fprintf(f, "%-22.22s %-22.22s %-9s %5.0f %8.3f %5.1f%% %6s %7s %6s\n", op, kernel, phase, calls,
+            ms, wall_ms > 0 ? 100 * ms / wall_ms : 0, gbs, tf, xf);
 }
 
 void prof_print(FILE *f, const char *name, const prof_result *p, double step_ms,
@@ -133,8 +133,7 @@ void prof_print(FILE *f, const char *name, const prof_result *p, double step_ms,
     const double per = p->steps > 0 ? 1.0 / p->steps : 0;
     double k_ms = 0, ph[REMAT_N_PHASES] = {0};
     remat_timing_totals(p->t, -1, NULL, &k_ms, NULL, NULL);
-    for (int i = 0; i < REMAT_N_PHASES; i++)
-        remat_timing_totals(p->t, i, NULL, &ph[i], NULL, NULL);
+    for (int i = 0; i < REMAT_N_PHASES; i++) remat_timing_totals(p->t, i, NULL, &ph[i], NULL, NULL);
     k_ms *= per;
     const double wall = p->wall_ms; /* the % column's denominator: the same steps */
     fprintf(f, "\nprofile of %s: %d step%s, %.3f ms a step with the timer on (%.3f ms off)\n", name,
@@ -144,8 +143,9 @@ void prof_print(FILE *f, const char *name, const prof_result *p, double step_ms,
             "them %.3f\n",
             k_ms, wall > 0 ? 100 * k_ms / wall : 0, ph[0] * per, ph[1] * per, ph[2] * per,
             wall - k_ms);
-    fprintf(f, "floors: copy %.1f GB/s, %s GEMM (n=%d) %.2f TFLOP/s (xfloor: ms / the larger of\n"
-               "bytes / copy rate and FLOPs / GEMM rate)\n",
+    fprintf(f,
+            "floors: copy %.1f GB/s, %s GEMM (n=%d) %.2f TFLOP/s (xfloor: ms / the larger of\n"
+            "bytes / copy rate and FLOPs / GEMM rate)\n",
             fl->copy_gbs, fl->gemm_dtype ? fl->gemm_dtype : "f32", fl->gemm_n, fl->gemm_tflops);
     fprintf(f, "%-22s %-22s %-9s %5s %8s %6s %6s %7s %6s\n", "op", "kernel", "phase", "calls",
             "ms/step", "%step", "GB/s", "TFLOP/s", "xfloor");
