@@ -5,7 +5,7 @@
  * broadcast operand, one GEMM per entry accumulating into a broadcast
  * result), forward and backward, linear's bias and its column sums; the
  * fused attention; the unary ops of the MLPs (gelu, silu) and the
- * elementwise products and sums; rope and rms_norm; and a linear → gelu →
+ * elementwise products and sums; rope, rms_norm and dropout; and a linear → gelu →
  * linear → residual chain under autocast, f32 in, as the models run it.
  *
  * Each case makes its inputs once on the cpu (bf16 values rounded there),
@@ -238,6 +238,7 @@ Test(cuda_bf16, fused_attention_forward_and_backward) {
         {{2, 3, 17, 32}, {2, 3, 17, 32}, true},
         {{1, 2, 9, 64}, {1, 2, 23, 64}, false},
         {{2, 2, 33, 16}, {2, 2, 33, 16}, true},
+        {{1, 4, 9, 32}, {1, 2, 9, 32}, true}, /* grouped-query: two q heads per kv head */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         remat_tensor *in[3] = {rand_dt(4, cases[i].q, REMAT_BF16, -1, 1, 1 + (unsigned)i),
@@ -300,6 +301,24 @@ Test(cuda_bf16, rope_forward_and_backward) {
     remat_tensor *x = rand_dt(4, xs, REMAT_BF16, -2, 2, 3);
     bool g = true;
     run_case("rope bf16", build_rope, NULL, 1, &x, &g, false, k_tol);
+    remat_release(x);
+}
+
+/* dropout on bf16 (a GPT's dropouts after its bf16 projections): seeded before each run, the
+ * cpu and cuda generators draw the same mask (docs/cuda.md) */
+static int build_dropout(remat_tensor *const *in, int n, remat_tensor **out, const void *user) {
+    (void)n;
+    (void)user;
+    remat_manual_seed(1234);
+    return remat_dropout(out, in[0], 0.25, true);
+}
+
+Test(cuda_bf16, dropout_forward_and_backward) {
+    NEED_CUDA();
+    const int64_t xs[2] = {7, 129}; /* a partial mask byte */
+    remat_tensor *x = rand_dt(2, xs, REMAT_BF16, -2, 2, 5);
+    bool g = true;
+    run_case("dropout bf16", build_dropout, NULL, 1, &x, &g, false, k_tol);
     remat_release(x);
 }
 

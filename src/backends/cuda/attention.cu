@@ -49,16 +49,17 @@ template <typename T, int HD> struct att_cfg {
     static constexpr int PER = HD / TPR;                               /* columns per thread */
 };
 
-/* rows [r0, r0 + rows) x cols of an operand into a zero-padded (rows, HD)
- * tile with row stride HD + 1 */
-template <typename T, int HD, int NT>
-__device__ __forceinline__ void load_tile(T *sm, int rows, const T *base, int64_t boff,
+/* rows [r0, r0 + rows) x cols of an operand (storage S) into a zero-padded (rows, HD)
+ * tile of T with row stride HD + 1 */
+template <typename T, int HD, int NT, typename S>
+__device__ __forceinline__ void load_tile(T *sm, int rows, const S *base, int64_t boff,
                                           const rmk_att_operand &op, int64_t r0, int64_t rmax,
                                           int64_t cols) {
     for (int e = threadIdx.x; e < rows * HD; e += NT) {
         int rr = e / HD, c = e % HD;
         int64_t r = r0 + rr;
-        sm[rr * (HD + 1) + c] = (r < rmax && c < cols) ? base[boff + r * op.rs + c * op.cs] : (T)0;
+        sm[rr * (HD + 1) + c] =
+            (r < rmax && c < cols) ? (T)rmk_ld(base[boff + r * op.rs + c * op.cs]) : (T)0;
     }
 }
 
@@ -93,9 +94,9 @@ __device__ __forceinline__ T att_row_lse(const rmk_att_dims &d, const T *lse, in
 
 /* The next key tile (rows j0.. of k and v) into Ks and Vs, between barriers: the previous
  * tile's readers are done before, every thread sees the new one after. */
-template <typename T, int HD, int NT>
-__device__ __forceinline__ void load_kv(T *Ks, T *Vs, int rows, const rmk_att_dims &d, const T *k,
-                                        int64_t bk, const rmk_att_operand &ok, const T *v,
+template <typename T, int HD, int NT, typename S>
+__device__ __forceinline__ void load_kv(T *Ks, T *Vs, int rows, const rmk_att_dims &d, const S *k,
+                                        int64_t bk, const rmk_att_operand &ok, const S *v,
                                         int64_t bv, const rmk_att_operand &ov, int64_t j0) {
     __syncthreads();
     load_tile<T, HD, NT>(Ks, rows, k, bk, ok, j0, d.Tk, d.D);
@@ -103,27 +104,34 @@ __device__ __forceinline__ void load_kv(T *Ks, T *Vs, int rows, const rmk_att_di
     __syncthreads();
 }
 
-/* A row's columns c = t + TPR * m (< cols) of batch entry b, row i, from acc[m]. */
-template <typename T, int TPR, int PER>
-__device__ __forceinline__ void store_row(T *out, const rmk_att_lead &lead,
+/* A row's columns c = t + TPR * m (< cols) of batch entry b, row i, from acc[m] (rounded
+ * once to a bf16 S). */
+template <typename T, int TPR, int PER, typename S>
+__device__ __forceinline__ void store_row(S *out, const rmk_att_lead &lead,
                                           const rmk_att_operand &o, int64_t b, int64_t i, int t,
                                           int64_t cols, const T *acc) {
     const int64_t bo = rmk_att_boff(&lead, &o, b);
 #pragma unroll
     for (int m = 0; m < PER; m++) {
         const int c = t + TPR * m;
-        if (c < cols) out[bo + i * o.rs + c * o.cs] = acc[m];
+        if (c < cols) rmk_put(out + bo + i * o.rs + c * o.cs, acc[m]);
     }
 }
 
+/* The kernels are templated on the operands' storage S (float, double, rmk_bf16) and
+ * compute in T = rmk_compute<S> (bf16: f32 tiles, scores, softmax, accumulators, the lse and
+ * delta in f32; q, k, v, dO widened as they are loaded, y, dq, dk, dv rounded once as they
+ * are stored — the cpu's bf16 attention without bf16 GEMMs, docs/autocast.md). */
+#define RMK_ATT_T typename rmk_compute<S>::type
+
 /* ---- forward ------------------------------------------------------------------------------- */
-template <typename T, int HD>
-__global__ void __launch_bounds__(att_cfg<T, HD>::NT)
+template <typename S, int HD, typename T = RMK_ATT_T>
+__global__ void __launch_bounds__(att_cfg<RMK_ATT_T, HD>::NT)
     att_fwd(const __grid_constant__ rmk_att_dims d, const __grid_constant__ rmk_att_lead lead,
-            const __grid_constant__ rmk_att_operand oq, const T *q,
-            const __grid_constant__ rmk_att_operand ok, const T *k,
-            const __grid_constant__ rmk_att_operand ov, const T *v,
-            const __grid_constant__ rmk_att_operand oy, T *y, T *lse) {
+            const __grid_constant__ rmk_att_operand oq, const S *q,
+            const __grid_constant__ rmk_att_operand ok, const S *k,
+            const __grid_constant__ rmk_att_operand ov, const S *v,
+            const __grid_constant__ rmk_att_operand oy, S *y, T *lse) {
     typedef att_cfg<T, HD> C;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *Qs = (T *)smem_raw;      /* BQ x LD */
@@ -190,15 +198,15 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
 }
 
 /* ---- backward: delta and dQ, by query tiles ------------------------------------------------ */
-template <typename T, int HD>
-__global__ void __launch_bounds__(att_cfg<T, HD>::NT)
+template <typename S, int HD, typename T = RMK_ATT_T>
+__global__ void __launch_bounds__(att_cfg<RMK_ATT_T, HD>::NT)
     att_bwd_dq(const __grid_constant__ rmk_att_dims d, const __grid_constant__ rmk_att_lead lead,
-               const __grid_constant__ rmk_att_operand oq, const T *q,
-               const __grid_constant__ rmk_att_operand ok, const T *k,
-               const __grid_constant__ rmk_att_operand ov, const T *v,
-               const __grid_constant__ rmk_att_operand oy, const T *y,
-               const __grid_constant__ rmk_att_operand og, const T *gy,
-               const __grid_constant__ rmk_att_operand odq, T *dq, const T *lse, T *delta) {
+               const __grid_constant__ rmk_att_operand oq, const S *q,
+               const __grid_constant__ rmk_att_operand ok, const S *k,
+               const __grid_constant__ rmk_att_operand ov, const S *v,
+               const __grid_constant__ rmk_att_operand oy, const S *y,
+               const __grid_constant__ rmk_att_operand og, const S *gy,
+               const __grid_constant__ rmk_att_operand odq, S *dq, const T *lse, T *delta) {
     typedef att_cfg<T, HD> C;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *Qs = (T *)smem_raw;      /* BQ x LD */
@@ -223,7 +231,7 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
         T dl = 0;
         if (i < d.Tq)
             for (int c = t; c < d.Dv; c += C::TPR)
-                dl += Gs[r * C::LD + c] * y[by + i * oy.rs + c * oy.cs];
+                dl += Gs[r * C::LD + c] * (T)rmk_ld(y[by + i * oy.rs + c * oy.cs]);
         dl = rmk_group_sum(dl, C::TPR);
         if (i < d.Tq && t == 0) delta[b * d.Tq + i] = dl;
         if (!dq) continue; /* uniform: every thread of the block skips */
@@ -258,15 +266,15 @@ __global__ void __launch_bounds__(att_cfg<T, HD>::NT)
 }
 
 /* ---- backward: dK and dV, by key tiles ----------------------------------------------------- */
-template <typename T, int HD>
-__global__ void __launch_bounds__(att_cfg<T, HD>::NT)
+template <typename S, int HD, typename T = RMK_ATT_T>
+__global__ void __launch_bounds__(att_cfg<RMK_ATT_T, HD>::NT)
     att_bwd_dkdv(const __grid_constant__ rmk_att_dims d, const __grid_constant__ rmk_att_lead lead,
-                 const __grid_constant__ rmk_att_operand oq, const T *q,
-                 const __grid_constant__ rmk_att_operand ok, const T *k,
-                 const __grid_constant__ rmk_att_operand ov, const T *v,
-                 const __grid_constant__ rmk_att_operand og, const T *gy,
-                 const __grid_constant__ rmk_att_operand odk, T *dk,
-                 const __grid_constant__ rmk_att_operand odv, T *dv, const T *lse, const T *delta) {
+                 const __grid_constant__ rmk_att_operand oq, const S *q,
+                 const __grid_constant__ rmk_att_operand ok, const S *k,
+                 const __grid_constant__ rmk_att_operand ov, const S *v,
+                 const __grid_constant__ rmk_att_operand og, const S *gy,
+                 const __grid_constant__ rmk_att_operand odk, S *dk,
+                 const __grid_constant__ rmk_att_operand odv, S *dv, const T *lse, const T *delta) {
     typedef att_cfg<T, HD> C;
     constexpr int BKV = C::BQ, BQ2 = C::BK; /* keys per block, queries per tile */
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -364,46 +372,48 @@ static unsigned att_grid(int64_t n) {
     return (unsigned)(n < 1048576 ? n : 1048576);
 }
 
-template <typename T, int HD>
+template <typename S, int HD>
 static cudaError_t fwd_t(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_att_operand *oq,
                          const void *q, const rmk_att_operand *ok, const void *k,
                          const rmk_att_operand *ov, const void *v, const rmk_att_operand *oy,
                          void *y, void *lse, cudaStream_t s) {
+    typedef typename rmk_compute<S>::type T;
     typedef att_cfg<T, HD> C;
     unsigned grid = att_grid(d->nb * ((d->Tq + C::BQ - 1) / C::BQ));
     if (grid == 0) return cudaSuccess;
     size_t sm = fwd_smem<T, HD>();
-    cudaError_t e = att_smem(att_fwd<T, HD>, sm);
+    cudaError_t e = att_smem(att_fwd<S, HD>, sm);
     if (e != cudaSuccess) return e;
-    att_fwd<T, HD><<<grid, C::NT, sm, s>>>(*d, *lead, *oq, (const T *)q, *ok, (const T *)k, *ov,
-                                           (const T *)v, *oy, (T *)y, (T *)lse);
+    att_fwd<S, HD><<<grid, C::NT, sm, s>>>(*d, *lead, *oq, (const S *)q, *ok, (const S *)k, *ov,
+                                           (const S *)v, *oy, (S *)y, (T *)lse);
     return cudaGetLastError();
 }
 
-template <typename T, int HD>
+template <typename S, int HD>
 static cudaError_t bwd_t(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_att_operand *o,
                          const void *const *p, const void *lse, void *ws, cudaStream_t s) {
+    typedef typename rmk_compute<S>::type T;
     typedef att_cfg<T, HD> C;
     T *delta = (T *)ws;
     unsigned g1 = att_grid(d->nb * ((d->Tq + C::BQ - 1) / C::BQ));
     if (g1 > 0) { /* delta always (dK needs it), dQ when wanted */
         size_t sm = dq_smem<T, HD>();
-        cudaError_t e = att_smem(att_bwd_dq<T, HD>, sm);
+        cudaError_t e = att_smem(att_bwd_dq<S, HD>, sm);
         if (e != cudaSuccess) return e;
-        att_bwd_dq<T, HD><<<g1, C::NT, sm, s>>>(
-            *d, *lead, o[0], (const T *)p[0], o[1], (const T *)p[1], o[2], (const T *)p[2], o[3],
-            (const T *)p[3], o[4], (const T *)p[4], o[5], (T *)p[5], (const T *)lse, delta);
+        att_bwd_dq<S, HD><<<g1, C::NT, sm, s>>>(
+            *d, *lead, o[0], (const S *)p[0], o[1], (const S *)p[1], o[2], (const S *)p[2], o[3],
+            (const S *)p[3], o[4], (const S *)p[4], o[5], (S *)p[5], (const T *)lse, delta);
         e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
     unsigned g2 = att_grid(d->nb / d->group * ((d->Tk + C::BQ - 1) / C::BQ));
     if (g2 > 0 && (p[6] || p[7])) {
         size_t sm = dkdv_smem<T, HD>();
-        cudaError_t e = att_smem(att_bwd_dkdv<T, HD>, sm);
+        cudaError_t e = att_smem(att_bwd_dkdv<S, HD>, sm);
         if (e != cudaSuccess) return e;
-        att_bwd_dkdv<T, HD><<<g2, C::NT, sm, s>>>(
-            *d, *lead, o[0], (const T *)p[0], o[1], (const T *)p[1], o[2], (const T *)p[2], o[4],
-            (const T *)p[4], o[6], (T *)p[6], o[7], (T *)p[7], (const T *)lse, delta);
+        att_bwd_dkdv<S, HD><<<g2, C::NT, sm, s>>>(
+            *d, *lead, o[0], (const S *)p[0], o[1], (const S *)p[1], o[2], (const S *)p[2], o[4],
+            (const S *)p[4], o[6], (S *)p[6], o[7], (S *)p[7], (const T *)lse, delta);
     }
     return cudaGetLastError();
 }
@@ -424,6 +434,13 @@ static cudaError_t bwd_t(const rmk_att_dims *d, const rmk_att_lead *lead, const 
             case 128: return CALL(double, 128);                                                    \
             case 256: return CALL(double, 256);                                                    \
             }                                                                                      \
+        } else if ((dt) == 4) {                                                                    \
+            switch (hd) {                                                                          \
+            case 32: return CALL(rmk_bf16, 32);                                                    \
+            case 64: return CALL(rmk_bf16, 64);                                                    \
+            case 128: return CALL(rmk_bf16, 128);                                                  \
+            case 256: return CALL(rmk_bf16, 256);                                                  \
+            }                                                                                      \
         }                                                                                          \
         return cudaErrorInvalidValue;                                                              \
     } while (0)
@@ -433,13 +450,13 @@ rmk_attention(int dt, const rmk_att_dims *d, const rmk_att_lead *lead, const rmk
               const void *q, const rmk_att_operand *ok, const void *k, const rmk_att_operand *ov,
               const void *v, const rmk_att_operand *oy, void *y, void *lse, cudaStream_t s) {
     int hd = rmk_att_head_class(d->D, d->Dv);
-#define FWD_CALL(T, HD) fwd_t<T, HD>(d, lead, oq, q, ok, k, ov, v, oy, y, lse, s)
+#define FWD_CALL(S, HD) fwd_t<S, HD>(d, lead, oq, q, ok, k, ov, v, oy, y, lse, s)
     RMK_ATT_DISPATCH(dt, hd, FWD_CALL);
 #undef FWD_CALL
 }
 
 extern "C" size_t rmk_attention_bwd_ws(int dt, const rmk_att_dims *d) {
-    size_t es = dt == 0 ? sizeof(float) : sizeof(double);
+    size_t es = dt == 1 ? sizeof(double) : sizeof(float); /* delta: f32 for f32 and bf16 */
     int64_t n = d->nb * d->Tq;
     return (size_t)(n > 0 ? n : 1) * es;
 }
@@ -448,7 +465,7 @@ extern "C" cudaError_t rmk_attention_bwd(int dt, const rmk_att_dims *d, const rm
                                          const rmk_att_operand *ops, const void *const *ptrs,
                                          const void *lse, void *ws, cudaStream_t s) {
     int hd = rmk_att_head_class(d->D, d->Dv);
-#define BWD_CALL(T, HD) bwd_t<T, HD>(d, lead, ops, ptrs, lse, ws, s)
+#define BWD_CALL(S, HD) bwd_t<S, HD>(d, lead, ops, ptrs, lse, ws, s)
     RMK_ATT_DISPATCH(dt, hd, BWD_CALL);
 #undef BWD_CALL
 }

@@ -30,6 +30,19 @@ static rmk_att_dims att_dims(const rm_attention_params *p, const remat_tensor *q
     return rm_attention_dims_of(p, q->ndim, q->shape, k->shape, v->shape);
 }
 
+/* q, k, v, y, dO and the gradients of q's dtype; the lse f64 for f64, else f32. */
+static remat_status dtype_check(const rm_kargs *k, int n_in, int lse_in, const char *what) {
+    remat_dtype dt = k->in[0]->dtype, ldt = dt == REMAT_F64 ? REMAT_F64 : REMAT_F32;
+    for (int i = 0; i < n_in + RM_KERNEL_MAX_OUT; i++) {
+        const remat_tensor *t = i < n_in ? k->in[i] : k->out[i - n_in];
+        bool lse = i == lse_in || (lse_in < 0 && i == n_in + 1);
+        if (t && t->dtype != (lse ? ldt : dt))
+            return rm_err(REMAT_EDTYPE, "%s: operand of dtype %s next to %s q", what,
+                          remat_dtype_name(t->dtype), remat_dtype_name(dt));
+    }
+    return REMAT_OK;
+}
+
 static remat_status head_check(const rmk_att_dims *d) {
     if (rmk_att_head_class(d->D, d->Dv) == 0)
         return rm_err(REMAT_EUNSUPPORTED,
@@ -41,7 +54,8 @@ static remat_status head_check(const rmk_att_dims *d) {
 static remat_status cuda_attention(const rm_kargs *k) {
     remat_tensor *const *in = k->in, *y = k->out[0];
     const rmk_att_dims d = att_dims(k->params, in[0], in[1], in[2]);
-    int rc = head_check(&d);
+    int rc = dtype_check(k, 3, -1, "cuda attention kernel"); /* out[1]: the lse */
+    if (!rc) rc = head_check(&d);
     if (rc) return rc;
     const rmk_att_lead lead = att_lead(in[0]);
     const rmk_att_operand oq = att_operand(in[0], 1), ok = att_operand(in[1], d.group),
@@ -55,6 +69,8 @@ static remat_status cuda_attention(const rm_kargs *k) {
 static remat_status cuda_attention_bwd(const rm_kargs *k) {
     remat_tensor *const *in = k->in, *const *g = k->out;
     const rmk_att_dims d = att_dims(k->params, in[0], in[1], in[2]);
+    int rc = dtype_check(k, 6, 5, "cuda attention backward kernel"); /* in[5]: the lse */
+    if (rc) return rc;
     RMK_ENTER(c, in[0], "cuda attention backward kernel");
     if (d.nb == 0 || d.Tk == 0) { /* nothing to multiply: zeros, as the cpu */
         cudaError_t e = cudaSuccess;
@@ -62,7 +78,7 @@ static remat_status cuda_attention_bwd(const rm_kargs *k) {
             if (g[i]) e = cudaMemsetAsync(g[i]->storage->data, 0, g[i]->storage->nbytes, c.s);
         return rmk_leave(&c, e);
     }
-    int rc = head_check(&d);
+    rc = head_check(&d);
     if (rc) return rmk_leave_rc(&c, rc);
     const rmk_att_lead lead = att_lead(in[0]);
     rmk_att_operand ops[8] = {{{0}, 0, 0, 1}};
@@ -91,4 +107,7 @@ void rm_cuda_register_attention(int type) {
         {RM_K_ATTENTION_BWD, cuda_attention_bwd},
     };
     RMK_REGISTER_ROWS(type, rows);
+    /* bf16 (autocast): bf16 storage, f32 arithmetic (attention.cu) */
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        rm_kernel_register(rows[i].id, type, REMAT_BF16, rows[i].fn);
 }

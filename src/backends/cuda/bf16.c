@@ -8,10 +8,14 @@
  * native bf16 kernels (unary, column sums, attention), the same numbers up
  * to f32 summation order.
  *
- * Autocast hands these kernels bf16 tensors on cuda (docs/autocast.md's
- * "none" category: gelu, silu, rope, dropout, the products of a SwiGLU, the
- * views' copies; the bias gradient's column sums; the fused attention).
- * Native kernels replace rows here as they come (the GEMMs: gemm.c).
+ * The kernels autocast hands bf16 tensors most have bf16 rows of their own,
+ * registered before this file fills the rest: the GEMMs (gemm.c: cuBLAS),
+ * column sums (gemm.cu), the elementwise family (gelu, silu, the engine:
+ * elementwise.cu), the fused attention (attention.cu) and rope (rope.cu),
+ * each computing in f32 on loaded bf16 and rounding once as it stores.
+ * What comes here: dropout, rms_norm, layer_norm, softmax, the selects,
+ * the reductions and losses called on bf16 directly (autocast casts the
+ * inputs of the f32-category ops to f32).
  *
  * A twin covers the elements the tensor can reach in its storage (offset to
  * the last element its strides address), holds their widened values (an

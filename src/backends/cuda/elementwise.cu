@@ -77,14 +77,16 @@ template <typename T, int OP> __device__ __forceinline__ T unary_df(T g, T s, T 
     }
 }
 
-template <typename T, int OP>
-__global__ void unary_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t n, T p) {
-    RMK_GRID_LOOP(i, n) y[i] = unary_f<T, OP>(x[i], p);
+/* S: the storage type (float, double, rmk_bf16); T: what it computes in (bf16: f32, each
+ * result rounded once, as the cpu's bf16 unary kernels) */
+template <typename S, int OP, typename T = typename rmk_compute<S>::type>
+__global__ void unary_kernel(const S *__restrict__ x, S *__restrict__ y, int64_t n, T p) {
+    RMK_GRID_LOOP(i, n) rmk_put(y + i, unary_f<T, OP>(rmk_ld(x[i]), p));
 }
-template <typename T, int OP>
-__global__ void unary_bwd_kernel(const T *__restrict__ g, const T *__restrict__ s,
-                                 T *__restrict__ dx, int64_t n, T p) {
-    RMK_GRID_LOOP(i, n) dx[i] = unary_df<T, OP>(g[i], s ? s[i] : (T)0, p);
+template <typename S, int OP, typename T = typename rmk_compute<S>::type>
+__global__ void unary_bwd_kernel(const S *__restrict__ g, const S *__restrict__ s,
+                                 S *__restrict__ dx, int64_t n, T p) {
+    RMK_GRID_LOOP(i, n) rmk_put(dx + i, unary_df<T, OP>(rmk_ld(g[i]), s ? rmk_ld(s[i]) : (T)0, p));
 }
 
 /* clang-format cannot settle on one layout for an X-macro list: */
@@ -96,13 +98,14 @@ __global__ void unary_bwd_kernel(const T *__restrict__ g, const T *__restrict__ 
         X(RM_U_GELU_ERF) X(RM_U_GELU_TANH) X(RM_U_SILU) X(RM_U_POW) X(RM_U_ADD) X(RM_U_MUL) X(RM_U_RSUB)
 /* clang-format on */
 
-template <typename T>
+template <typename S>
 static cudaError_t unary_t(int op, double p, const void *x, void *y, int64_t n, cudaStream_t s) {
+    typedef typename rmk_compute<S>::type T;
     unsigned nb = rmk_blocks(n, RMK_THREADS);
     if (nb == 0) return cudaSuccess;
     switch (op) {
 #define X(OP)                                                                                      \
-    case OP: unary_kernel<T, OP><<<nb, RMK_THREADS, 0, s>>>((const T *)x, (T *)y, n, (T)p); break;
+    case OP: unary_kernel<S, OP><<<nb, RMK_THREADS, 0, s>>>((const S *)x, (S *)y, n, (T)p); break;
         RMK_UNARY_CASES(X)
 #undef X
     default: return cudaErrorInvalidValue;
@@ -110,16 +113,17 @@ static cudaError_t unary_t(int op, double p, const void *x, void *y, int64_t n, 
     return cudaGetLastError();
 }
 
-template <typename T>
+template <typename S>
 static cudaError_t unary_bwd_t(int op, double p, const void *g, const void *sv, void *dx, int64_t n,
                                cudaStream_t s) {
+    typedef typename rmk_compute<S>::type T;
     unsigned nb = rmk_blocks(n, RMK_THREADS);
     if (nb == 0) return cudaSuccess;
     switch (op) {
 #define X(OP)                                                                                      \
     case OP:                                                                                       \
-        unary_bwd_kernel<T, OP>                                                                    \
-            <<<nb, RMK_THREADS, 0, s>>>((const T *)g, (const T *)sv, (T *)dx, n, (T)p);            \
+        unary_bwd_kernel<S, OP>                                                                    \
+            <<<nb, RMK_THREADS, 0, s>>>((const S *)g, (const S *)sv, (S *)dx, n, (T)p);            \
         break;
         RMK_UNARY_CASES(X)
 #undef X
@@ -130,20 +134,21 @@ static cudaError_t unary_bwd_t(int op, double p, const void *g, const void *sv, 
 
 /* ---- bit masks ----------------------------------------------------------------------------- */
 /* One thread per mask byte: 8 elements (fewer in the last byte). */
-template <typename T>
-__global__ void relu_mask_kernel(const T *__restrict__ y, uint8_t *__restrict__ m, int64_t n) {
+template <typename S>
+__global__ void relu_mask_kernel(const S *__restrict__ y, uint8_t *__restrict__ m, int64_t n) {
     int64_t nbytes = (n + 7) / 8;
     RMK_GRID_LOOP(b, nbytes) {
         unsigned v = 0;
-        for (int k = 0; k < 8 && 8 * b + k < n; k++) v |= (unsigned)(y[8 * b + k] > 0) << k;
+        for (int k = 0; k < 8 && 8 * b + k < n; k++) v |= (unsigned)(rmk_ld(y[8 * b + k]) > 0) << k;
         m[b] = (uint8_t)v;
     }
 }
 /* dx = bit ? g : 0 (a select, as cpu: +0.0 where dropped) */
-template <typename T>
-__global__ void relu_mask_bwd_kernel(const T *__restrict__ g, const uint8_t *__restrict__ m,
-                                     T *__restrict__ dx, int64_t n) {
-    RMK_GRID_LOOP(i, n) dx[i] = (m[i >> 3] >> (i & 7)) & 1u ? g[i] : (T)0;
+template <typename S>
+__global__ void relu_mask_bwd_kernel(const S *__restrict__ g, const uint8_t *__restrict__ m,
+                                     S *__restrict__ dx, int64_t n) {
+    typedef typename rmk_compute<S>::type T;
+    RMK_GRID_LOOP(i, n) rmk_put(dx + i, (m[i >> 3] >> (i & 7)) & 1u ? rmk_ld(g[i]) : (T)0);
 }
 /* ---- the elementwise engine ---------------------------------------------------------------- */
 template <typename T, int OP> __device__ __forceinline__ T ew_f(T a, T b, T c, T p) {
@@ -174,9 +179,9 @@ __host__ __device__ constexpr int ew_arity(int op) {
 }
 
 /* FLAT: the plan is one dim (offsets i * stride); else decompose i. */
-template <typename T, int OP, bool FLAT>
-__global__ void ew_kernel(const __grid_constant__ rmk_plan pl, T *y, const T *a, const T *b,
-                          const T *c, int64_t n, T p) {
+template <typename S, int OP, bool FLAT, typename T = typename rmk_compute<S>::type>
+__global__ void ew_kernel(const __grid_constant__ rmk_plan pl, S *y, const S *a, const S *b,
+                          const S *c, int64_t n, T p) {
     constexpr int ar = ew_arity(OP);
     RMK_GRID_LOOP(i, n) {
         int64_t off[RMK_MAX_OPS];
@@ -185,10 +190,10 @@ __global__ void ew_kernel(const __grid_constant__ rmk_plan pl, T *y, const T *a,
         } else {
             rmk_plan_offsets(&pl, i, off);
         }
-        T av = ar > 0 ? a[off[1]] : (T)0;
-        T bv = ar > 1 ? b[off[2]] : (T)0;
-        T cv = ar > 2 ? c[off[3]] : (T)0;
-        y[off[0]] = ew_f<T, OP>(av, bv, cv, p);
+        T av = ar > 0 ? rmk_ld(a[off[1]]) : (T)0;
+        T bv = ar > 1 ? rmk_ld(b[off[2]]) : (T)0;
+        T cv = ar > 2 ? rmk_ld(c[off[3]]) : (T)0;
+        rmk_put(y + off[0], ew_f<T, OP>(av, bv, cv, p));
     }
 }
 
@@ -200,9 +205,10 @@ __global__ void ew_kernel(const __grid_constant__ rmk_plan pl, T *y, const T *a,
         X(RM_EW_AXPY) X(RM_EW_RELU_BWD) X(RM_EW_DIV_GB) X(RM_EW_POW_GA) X(RM_EW_POW_GB)
 /* clang-format on */
 
-template <typename T>
+template <typename S>
 static cudaError_t ew_t(int op, double p, const rmk_plan *pl, void *y, const void *a, const void *b,
                         const void *c, cudaStream_t s) {
+    typedef typename rmk_compute<S>::type T;
     int64_t n = 1;
     for (int d = 0; d < pl->nd; d++) n *= pl->shape[d];
     unsigned nb = rmk_blocks(n, RMK_THREADS);
@@ -212,11 +218,11 @@ static cudaError_t ew_t(int op, double p, const rmk_plan *pl, void *y, const voi
 #define X(OP)                                                                                      \
     case OP:                                                                                       \
         if (flat)                                                                                  \
-            ew_kernel<T, OP, true><<<nb, RMK_THREADS, 0, s>>>(                                     \
-                *pl, (T *)y, (const T *)a, (const T *)b, (const T *)c, n, (T)p);                   \
+            ew_kernel<S, OP, true><<<nb, RMK_THREADS, 0, s>>>(                                     \
+                *pl, (S *)y, (const S *)a, (const S *)b, (const S *)c, n, (T)p);                   \
         else                                                                                       \
-            ew_kernel<T, OP, false><<<nb, RMK_THREADS, 0, s>>>(                                    \
-                *pl, (T *)y, (const T *)a, (const T *)b, (const T *)c, n, (T)p);                   \
+            ew_kernel<S, OP, false><<<nb, RMK_THREADS, 0, s>>>(                                    \
+                *pl, (S *)y, (const S *)a, (const S *)b, (const S *)c, n, (T)p);                   \
         break;
         RMK_EW_CASES(X)
 #undef X
@@ -254,47 +260,60 @@ static cudaError_t copy_t(const rmk_plan *pl, void *dst, const void *src, cudaSt
 }
 
 /* ---- launchers ----------------------------------------------------------------------------- */
-#define RMK_BY_DTYPE(dt, call_f32, call_f64)                                                       \
-    ((dt) == 0 ? (call_f32) : (dt) == 1 ? (call_f64) : cudaErrorInvalidValue)
+/* dt: 0 f32, 1 f64, 4 bf16 (remat's codes) */
+#define RMK_BY_DTYPE(dt, F)                                                                        \
+    ((dt) == 0 ? F(float) : (dt) == 1 ? F(double) : (dt) == 4 ? F(rmk_bf16) : cudaErrorInvalidValue)
 
 extern "C" cudaError_t rmk_unary(int dt, int op, double p, const void *x, void *y, int64_t n,
                                  cudaStream_t s) {
-    return RMK_BY_DTYPE(dt, unary_t<float>(op, p, x, y, n, s), unary_t<double>(op, p, x, y, n, s));
+#define F(S) unary_t<S>(op, p, x, y, n, s)
+    return RMK_BY_DTYPE(dt, F);
+#undef F
 }
 
 extern "C" cudaError_t rmk_unary_bwd(int dt, int op, double p, const void *g, const void *sv,
                                      void *dx, int64_t n, cudaStream_t s) {
-    return RMK_BY_DTYPE(dt, unary_bwd_t<float>(op, p, g, sv, dx, n, s),
-                        unary_bwd_t<double>(op, p, g, sv, dx, n, s));
+#define F(S) unary_bwd_t<S>(op, p, g, sv, dx, n, s)
+    return RMK_BY_DTYPE(dt, F);
+#undef F
+}
+
+template <typename S>
+static cudaError_t relu_mask_t(const void *y, uint8_t *m, int64_t n, cudaStream_t s) {
+    unsigned nb = rmk_blocks((n + 7) / 8, RMK_THREADS);
+    if (nb == 0) return cudaSuccess;
+    relu_mask_kernel<S><<<nb, RMK_THREADS, 0, s>>>((const S *)y, m, n);
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t rmk_relu_mask(int dt, const void *y, uint8_t *m, int64_t n, cudaStream_t s) {
-    unsigned nb = rmk_blocks((n + 7) / 8, RMK_THREADS);
+#define F(S) relu_mask_t<S>(y, m, n, s)
+    return RMK_BY_DTYPE(dt, F);
+#undef F
+}
+
+template <typename S>
+static cudaError_t relu_mask_bwd_t(const void *g, const uint8_t *m, void *dx, int64_t n,
+                                   cudaStream_t s) {
+    unsigned nb = rmk_blocks(n, RMK_THREADS);
     if (nb == 0) return cudaSuccess;
-    if (dt == 0) relu_mask_kernel<float><<<nb, RMK_THREADS, 0, s>>>((const float *)y, m, n);
-    else if (dt == 1) relu_mask_kernel<double><<<nb, RMK_THREADS, 0, s>>>((const double *)y, m, n);
-    else return cudaErrorInvalidValue;
+    relu_mask_bwd_kernel<S><<<nb, RMK_THREADS, 0, s>>>((const S *)g, m, (S *)dx, n);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t rmk_relu_mask_bwd(int dt, const void *g, const uint8_t *m, void *dx,
                                          int64_t n, cudaStream_t s) {
-    unsigned nb = rmk_blocks(n, RMK_THREADS);
-    if (nb == 0) return cudaSuccess;
-    if (dt == 0)
-        relu_mask_bwd_kernel<float><<<nb, RMK_THREADS, 0, s>>>((const float *)g, m, (float *)dx, n);
-    else if (dt == 1)
-        relu_mask_bwd_kernel<double>
-            <<<nb, RMK_THREADS, 0, s>>>((const double *)g, m, (double *)dx, n);
-    else return cudaErrorInvalidValue;
-    return cudaGetLastError();
+#define F(S) relu_mask_bwd_t<S>(g, m, dx, n, s)
+    return RMK_BY_DTYPE(dt, F);
+#undef F
 }
 
 extern "C" cudaError_t rmk_elementwise(int dt, int op, double p, const rmk_plan *plan, void *y,
                                        const void *a, const void *b, const void *c,
                                        cudaStream_t s) {
-    return RMK_BY_DTYPE(dt, ew_t<float>(op, p, plan, y, a, b, c, s),
-                        ew_t<double>(op, p, plan, y, a, b, c, s));
+#define F(S) ew_t<S>(op, p, plan, y, a, b, c, s)
+    return RMK_BY_DTYPE(dt, F);
+#undef F
 }
 
 extern "C" cudaError_t rmk_copy_strided(size_t es, const rmk_plan *plan, void *dst, const void *src,

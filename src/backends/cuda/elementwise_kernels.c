@@ -7,6 +7,8 @@
 
 static remat_status cuda_unary(const rm_kargs *k) {
     const rm_unary_params *p = k->params;
+    int rc = rmk_one_dtype(k, k->out[0]->dtype, "cuda unary kernel");
+    if (rc) return rc;
     RMK_ENTER(c, k->out[0], "cuda unary kernel");
     return rmk_leave(&c, rmk_unary(rmk_dt(k->out[0]), (int)p->op, p->p, rm_ptr(k->in[0]),
                                    rm_ptr(k->out[0]), remat_numel(k->out[0]), c.s));
@@ -14,6 +16,8 @@ static remat_status cuda_unary(const rm_kargs *k) {
 
 static remat_status cuda_unary_bwd(const rm_kargs *k) {
     const rm_unary_params *p = k->params;
+    int rc = rmk_one_dtype(k, k->out[0]->dtype, "cuda unary backward kernel");
+    if (rc) return rc;
     RMK_ENTER(c, k->out[0], "cuda unary backward kernel");
     return rmk_leave(&c, rmk_unary_bwd(rmk_dt(k->out[0]), (int)p->op, p->p, rm_ptr(k->in[0]),
                                        k->in[1] ? rm_ptr(k->in[1]) : NULL, rm_ptr(k->out[0]),
@@ -51,6 +55,12 @@ static remat_status cuda_elementwise(const rm_kargs *k) {
     remat_tensor *y = k->out[0];
     int n_in = ew_arity(p->op);
     if (remat_numel(y) == 0) return REMAT_OK;
+    for (int i = 0; i < n_in; i++) /* one dtype (the engine's ABI) */
+        if (k->in[i]->dtype != y->dtype)
+            return rm_err(REMAT_EDTYPE,
+                          "cuda elementwise kernel: operands of dtypes %s and %s (it takes one "
+                          "dtype)",
+                          remat_dtype_name(y->dtype), remat_dtype_name(k->in[i]->dtype));
     rmk_plan pl;
     rmk_plan_ew(&pl, y, k->in, n_in);
     RMK_ENTER(c, y, "cuda elementwise kernel");
@@ -69,4 +79,8 @@ void rm_cuda_register_elementwise(int type) {
         {RM_K_ELEMENTWISE, cuda_elementwise},
     };
     RMK_REGISTER_ROWS(type, rows);
+    /* bf16 too (autocast's gelu, silu, SwiGLU products, gradient sums): loaded to f32,
+     * computed as f32, each result rounded once (elementwise.cu's rmk_bf16 kernels) */
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        rm_kernel_register(rows[i].id, type, REMAT_BF16, rows[i].fn);
 }

@@ -207,11 +207,17 @@ static remat_status cuda_colsum(const rm_kargs *k) {
         part = rm_cuda_scratch(c.index, (size_t)(nch * n) * sizeof(double));
         if (!part) rc = rm_last_status() ? rm_last_status() : REMAT_ENOMEM;
     }
-    if (!rc)
-        rc = rm_cuda_check(g->dtype == REMAT_F32
-                               ? rm_cuda_colsum_f32(rm_ptr(g), rm_ptr(db), rows, n, part, c.stream)
-                               : rm_cuda_colsum_f64(rm_ptr(g), rm_ptr(db), rows, n, part, c.stream),
-                           "column sum");
+    if (!rc && db->dtype != g->dtype)
+        rc = rm_err(REMAT_EDTYPE, "cuda column sum: a %s sum of %s rows",
+                    remat_dtype_name(db->dtype), remat_dtype_name(g->dtype));
+    if (!rc) {
+        cudaError_t e = g->dtype == REMAT_F32
+                            ? rm_cuda_colsum_f32(rm_ptr(g), rm_ptr(db), rows, n, part, c.stream)
+                        : g->dtype == REMAT_BF16
+                            ? rm_cuda_colsum_bf16(rm_ptr(g), rm_ptr(db), rows, n, part, c.stream)
+                            : rm_cuda_colsum_f64(rm_ptr(g), rm_ptr(db), rows, n, part, c.stream);
+        rc = rm_cuda_check(e, "column sum");
+    }
     rm_cuda_scratch_free(c.index, part); /* stream-ordered: reusable by later work */
     rm_cuda_end(&c);
     return rc;
@@ -223,4 +229,5 @@ void rm_cuda_register_matmul(int device_type) {
     rm_kernel_register(RM_K_MATMUL, device_type, REMAT_BF16, cuda_matmul);
     rm_kernel_register(RM_K_COLSUM, device_type, REMAT_F32, cuda_colsum);
     rm_kernel_register(RM_K_COLSUM, device_type, REMAT_F64, cuda_colsum);
+    rm_kernel_register(RM_K_COLSUM, device_type, REMAT_BF16, cuda_colsum);
 }

@@ -4,6 +4,8 @@
  * only, never on the launch). */
 #include "gemm.h"
 
+#include "kcommon.cuh"
+
 template <typename T>
 __global__ void fill_rows(T *__restrict__ y, const T *__restrict__ bias, int64_t total, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
@@ -20,7 +22,7 @@ __global__ void colsum_chunks(const T *__restrict__ g, double *__restrict__ part
     if (j >= n) return;
     int64_t r0 = c * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
     double acc = 0;
-    for (int64_t r = r0; r < r1; r++) acc += (double)g[r * n + j];
+    for (int64_t r = r0; r < r1; r++) acc += (double)rmk_ld(g[r * n + j]);
     part[c * n + j] = acc;
 }
 
@@ -31,7 +33,7 @@ __global__ void colsum_final(const double *__restrict__ part, T *__restrict__ db
          j += (int64_t)gridDim.x * blockDim.x) {
         double acc = 0;
         for (int64_t c = 0; c < nch; c++) acc += part[c * n + j];
-        db[j] = (T)acc;
+        rmk_put(db + j, (typename rmk_compute<T>::type)acc); /* bf16: via f32, as the cpu */
     }
 }
 
@@ -79,5 +81,9 @@ cudaError_t rm_cuda_colsum_f32(const float *g, float *db, int64_t rows, int64_t 
 cudaError_t rm_cuda_colsum_f64(const double *g, double *db, int64_t rows, int64_t n, double *part,
                                cudaStream_t s) {
     return colsum(g, db, rows, n, part, s);
+}
+cudaError_t rm_cuda_colsum_bf16(const void *g, void *db, int64_t rows, int64_t n, double *part,
+                                cudaStream_t s) {
+    return colsum((const rmk_bf16 *)g, (rmk_bf16 *)db, rows, n, part, s);
 }
 }

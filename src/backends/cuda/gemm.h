@@ -19,6 +19,10 @@ cudaError_t rm_cuda_colsum_f32(const float *g, float *db, int64_t rows, int64_t 
                                cudaStream_t s);
 cudaError_t rm_cuda_colsum_f64(const double *g, double *db, int64_t rows, int64_t n, double *part,
                                cudaStream_t s);
+/* bf16 g and db (autocast's bias gradient): the same double sums, db rounded to f32 and
+ * then to bf16 (the cpu's bf16 db: f32 sums rounded once) */
+cudaError_t rm_cuda_colsum_bf16(const void *g, void *db, int64_t rows, int64_t n, double *part,
+                                cudaStream_t s);
 RM_CUDA_END_DECLS
 
 #endif /* REMAT_CUDA_GEMM_H */

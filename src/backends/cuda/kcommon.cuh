@@ -36,6 +36,34 @@ __device__ __forceinline__ double rmk_pow(double a, double b) { return pow(a, b)
 __device__ __forceinline__ float rmk_fma(float a, float b, float c) { return fmaf(a, b, c); }
 __device__ __forceinline__ double rmk_fma(double a, double b, double c) { return fma(a, b, c); }
 
+/* ---- storage types ---------------------------------------------------------------------- */
+/* A bf16 element as stored (remat's REMAT_BF16: the upper half of an f32). Kernels that
+ * take bf16 storage compute in f32: rmk_ld widens an element, rmk_put rounds a result
+ * to nearest, ties to even, a NaN staying a quiet NaN — the cpu's rm_f32_to_bf16 and
+ * select.cu's converting copy, bit for bit. For f32 and f64 both are plain accesses. */
+struct rmk_bf16 {
+    unsigned short bits;
+};
+__device__ __forceinline__ float rmk_bf16_to_f32(unsigned short h) {
+    return __uint_as_float((unsigned int)h << 16);
+}
+__device__ __forceinline__ unsigned short rmk_f32_to_bf16(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu))
+        return (unsigned short)((u >> 16) | 0x0040u); /* NaN: keep it a (quiet) NaN */
+    unsigned int lsb = (u >> 16) & 1u;
+    return (unsigned short)((u + 0x7FFFu + lsb) >> 16);
+}
+__device__ __forceinline__ float rmk_ld(float x) { return x; }
+__device__ __forceinline__ double rmk_ld(double x) { return x; }
+__device__ __forceinline__ float rmk_ld(rmk_bf16 x) { return rmk_bf16_to_f32(x.bits); }
+__device__ __forceinline__ void rmk_put(float *p, float v) { *p = v; }
+__device__ __forceinline__ void rmk_put(double *p, double v) { *p = v; }
+__device__ __forceinline__ void rmk_put(rmk_bf16 *p, float v) { p->bits = rmk_f32_to_bf16(v); }
+/* The type a storage type computes in (f32 for bf16). */
+template <typename S> struct rmk_compute { typedef S type; };
+template <> struct rmk_compute<rmk_bf16> { typedef float type; };
+
 /* max where a NaN wins (the row max of softmax / cross_entropy: a NaN
  * anywhere makes the row NaN, as on cpu and in PyTorch) */
 template <typename T> __device__ __forceinline__ T rmk_nanmax(T a, T b) {

@@ -70,8 +70,23 @@ static inline cudaError_t rmk_read_back(rmk_call *c, void *host, const void *dev
     return e != cudaSuccess ? e : cudaStreamSynchronize(c->s);
 }
 
-/* The launchers' dtype code: 0 f32, 1 f64. */
-static inline int rmk_dt(const remat_tensor *t) { return t->dtype == REMAT_F64 ? 1 : 0; }
+/* The launchers' dtype code: 0 f32, 1 f64, 4 bf16 (remat's codes; only the families that
+ * register bf16 rows of their own take 4, the others get f32 twins: bf16.c). */
+static inline int rmk_dt(const remat_tensor *t) {
+    return t->dtype == REMAT_F64 ? 1 : t->dtype == REMAT_BF16 ? 4 : 0;
+}
+
+/* REMAT_OK when every operand of k has dtype dt, else REMAT_EDTYPE naming `what` (kernels
+ * whose launchers take one dtype for all operands). */
+static inline remat_status rmk_one_dtype(const rm_kargs *k, remat_dtype dt, const char *what) {
+    for (int i = 0; i < RM_KERNEL_MAX_IN + RM_KERNEL_MAX_OUT; i++) {
+        const remat_tensor *t = i < RM_KERNEL_MAX_IN ? k->in[i] : k->out[i - RM_KERNEL_MAX_IN];
+        if (t && t->dtype != dt)
+            return rm_err(REMAT_EDTYPE, "%s: operands of dtypes %s and %s (it takes one dtype)",
+                          what, remat_dtype_name(dt), remat_dtype_name(t->dtype));
+    }
+    return REMAT_OK;
+}
 
 /* The plan of y = f(x[0..n_in)) with the inputs broadcast to y's shape and
  * y written through its strides (plan operand 0 is y, k + 1 is x[k]). */

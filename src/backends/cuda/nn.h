@@ -52,7 +52,9 @@ typedef rm_attention_dims rmk_att_dims;
 /* y = softmax(scale q kᵀ, causal) v and lse (nb, Tq contiguous) = the rows'
  * log-sum-exp, tiled (flash-attention): scores never leave the chip.
  * Operands: q, k, v, y as rmk_att_operand views (any strides) over `lead`.
- * cudaErrorInvalidValue when max(D, Dv) > 256 (rmk_att_head_class). */
+ * dt 0 f32, 1 f64, 4 bf16 (q, k, v, y and the gradients bf16; lse and the
+ * backward's delta f32; computed in f32). cudaErrorInvalidValue when
+ * max(D, Dv) > 256 (rmk_att_head_class). */
 cudaError_t rmk_attention(int dt, const rmk_att_dims *d, const rmk_att_lead *lead,
                           const rmk_att_operand *oq, const void *q, const rmk_att_operand *ok,
                           const void *k, const rmk_att_operand *ov, const void *v,

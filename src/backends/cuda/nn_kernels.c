@@ -96,6 +96,9 @@ static remat_status cuda_rope(const rm_kargs *k) {
     const int n = x->ndim;
     const int64_t Tn = x->shape[n - 2], D = x->shape[n - 1];
     const int64_t R = Tn * D > 0 ? remat_numel(x) / (Tn * D) : 0;
+    if (k->out[0]->dtype != x->dtype)
+        return rm_err(REMAT_EDTYPE, "cuda rope kernel: a %s result of %s x",
+                      remat_dtype_name(k->out[0]->dtype), remat_dtype_name(x->dtype));
     RMK_ENTER(c, x, "cuda rope kernel");
     return rmk_leave(&c, rmk_rope(rmk_dt(x), rm_ptr(x), k->in[1] ? rm_ptr(k->in[1]) : NULL,
                                   rm_ptr(k->out[0]), R, Tn, D / 2, p->theta, p->inverse, c.s));
@@ -112,4 +115,5 @@ void rm_cuda_register_nn(int type) {
         {RM_K_ROPE, cuda_rope},
     };
     RMK_REGISTER_ROWS(type, rows);
+    rm_kernel_register(RM_K_ROPE, type, REMAT_BF16, cuda_rope); /* f32 arithmetic (rope.cu) */
 }

@@ -19,6 +19,12 @@ cudaError_t rm_cuda_dropout_bwd_f32(const float *g, const uint8_t *bits, float s
                                     int64_t n, cudaStream_t s);
 cudaError_t rm_cuda_dropout_bwd_f64(const double *g, const uint8_t *bits, double scale, double *dx,
                                     int64_t n, cudaStream_t s);
+/* bf16 x, y, g, dx (autocast's dropouts on bf16 outputs): the f32 products, rounded once */
+cudaError_t rm_cuda_dropout_bf16(const void *x, void *y, uint8_t *bits, int64_t n, uint32_t thr,
+                                 float scale, uint32_t k0, uint32_t k1, uint64_t counter,
+                                 cudaStream_t s);
+cudaError_t rm_cuda_dropout_bwd_bf16(const void *g, const uint8_t *bits, float scale, void *dx,
+                                     int64_t n, cudaStream_t s);
 RM_CUDA_END_DECLS
 
 #endif /* REMAT_CUDA_RANDOM_H */

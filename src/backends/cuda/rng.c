@@ -17,7 +17,8 @@ static uint32_t keep_threshold(double p) {
 
 static void *data_or_null(const remat_tensor *t) { return t ? rm_ptr(t) : NULL; }
 
-#define DROPOUT_FNS(T, SFX)                                                                        \
+/* ST: the storage type (memset sizes), T: the scale's (what the kernel computes in) */
+#define DROPOUT_FNS(ST, T, SFX)                                                                    \
     static remat_status cuda_dropout_##SFX(const rm_kargs *k) {                                    \
         const rm_dropout_params *p = k->params;                                                    \
         int64_t n = remat_numel(k->in[0]);                                                         \
@@ -26,7 +27,7 @@ static void *data_or_null(const remat_tensor *t) { return t ? rm_ptr(t) : NULL; 
         int rc = rm_cuda_begin(&c, "dropout", k->in[0]);                                           \
         if (!rc && p->p >= 1.0) { /* everything dropped, nothing drawn (as the cpu kernel) */      \
             rc = rm_cuda_check(                                                                    \
-                cudaMemsetAsync(rm_ptr(k->out[0]), 0, (size_t)n * sizeof(T), c.stream),            \
+                cudaMemsetAsync(rm_ptr(k->out[0]), 0, (size_t)n * sizeof(ST), c.stream),           \
                 "dropout");                                                                        \
             if (!rc && bits)                                                                       \
                 rc = rm_cuda_check(cudaMemsetAsync(bits, 0, (size_t)(n + 7) / 8, c.stream),        \
@@ -53,12 +54,15 @@ static void *data_or_null(const remat_tensor *t) { return t ? rm_ptr(t) : NULL; 
         rm_cuda_end(&c);                                                                           \
         return rc;                                                                                 \
     }
-DROPOUT_FNS(float, f32)
-DROPOUT_FNS(double, f64)
+DROPOUT_FNS(float, float, f32)
+DROPOUT_FNS(double, double, f64)
+DROPOUT_FNS(uint16_t, float, bf16)
 
 void rm_cuda_register_random(int device_type) {
     rm_kernel_register(RM_K_DROPOUT, device_type, REMAT_F32, cuda_dropout_f32);
     rm_kernel_register(RM_K_DROPOUT, device_type, REMAT_F64, cuda_dropout_f64);
     rm_kernel_register(RM_K_DROPOUT_BWD, device_type, REMAT_F32, cuda_dropout_bwd_f32);
     rm_kernel_register(RM_K_DROPOUT_BWD, device_type, REMAT_F64, cuda_dropout_bwd_f64);
+    rm_kernel_register(RM_K_DROPOUT, device_type, REMAT_BF16, cuda_dropout_bf16);
+    rm_kernel_register(RM_K_DROPOUT_BWD, device_type, REMAT_BF16, cuda_dropout_bwd_bf16);
 }

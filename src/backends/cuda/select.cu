@@ -100,16 +100,9 @@ __device__ __forceinline__ long long f64_to_i64(double v) {
     if (v < -9223372036854775808.0) return INT64_MIN;
     return (long long)v;
 }
-__device__ __forceinline__ unsigned short f32_to_bf16(float f) {
-    unsigned int u = __float_as_uint(f);
-    if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu))
-        return (unsigned short)((u >> 16) | 0x0040u); /* NaN: keep it a (quiet) NaN */
-    unsigned int lsb = (u >> 16) & 1u;
-    return (unsigned short)((u + 0x7FFFu + lsb) >> 16);
-}
-__device__ __forceinline__ float bf16_to_f32(unsigned short h) {
-    return __uint_as_float((unsigned int)h << 16);
-}
+/* kcommon.cuh's conversions (the bf16 kernels' rmk_ld / rmk_put use the same) */
+__device__ __forceinline__ unsigned short f32_to_bf16(float f) { return rmk_f32_to_bf16(f); }
+__device__ __forceinline__ float bf16_to_f32(unsigned short h) { return rmk_bf16_to_f32(h); }
 
 /* The storage types of the dtype codes. */
 template <int DT> struct st_of;
