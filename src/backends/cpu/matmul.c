@@ -305,12 +305,7 @@ static void mm_exec(const mm_kind *kd, int nb, const int64_t *bshape, const mvie
         beta = 1.0;
     }
     rm_iter base;
-    rm_iter_init(&base, nb, bshape, 3);
-    for (int d = 0; d < nb; d++) {
-        base.strides[0][d] = A->bstr[d];
-        base.strides[1][d] = B->bstr[d];
-        base.strides[2][d] = C->bstr[d];
-    }
+    mv_batch_iter(&base, nb, bshape, A, B, C);
     /* Whole GEMMs per thread (each single-threaded) rather than every GEMM
      * split over the threads: for small matrices (attention heads), where a
      * split does not pay, and whenever the batch divides evenly among the
