@@ -193,16 +193,24 @@ Test(cuda_kernels, binary_ops_with_broadcasting_and_strides) {
         }
 }
 
-/* a clone of in[0] with in[1] added in place through a transposed view */
+/* A clone of in[0] changed in place. user NULL: in[1] added through a transposed view
+ * of the clone (a target view: only without grad, as on cpu, where in-place on a view of
+ * a tensor that requires grad is refused); else the clone itself the target and in[1]
+ * read through a transposed view (strided source), with gradients. */
 static int build_inplace(remat_tensor *const *in, int n, remat_tensor **out, const void *user) {
     (void)n;
-    (void)user;
-    remat_tensor *c, *ct;
+    remat_tensor *c, *ct = NULL;
     int rc = remat_clone(&c, in[0]);
     if (rc) return rc;
-    rc = remat_transpose(&ct, c, 0, 1);
-    if (!rc) rc = remat_add_(ct, in[1], -0.5);
-    if (!rc) rc = remat_mul_scalar_(ct, 3);
+    if (!user) {
+        rc = remat_transpose(&ct, c, 0, 1);
+        if (!rc) rc = remat_add_(ct, in[1], -0.5);
+        if (!rc) rc = remat_mul_scalar_(ct, 3);
+    } else {
+        rc = remat_transpose(&ct, in[1], 0, 1);
+        if (!rc) rc = remat_add_(c, ct, -0.5);
+        if (!rc) rc = remat_mul_scalar_(c, 3);
+    }
     if (ct) remat_release(ct);
     if (rc) {
         remat_release(c);
@@ -217,9 +225,13 @@ Test(cuda_kernels, in_place_ops_through_views) {
     const int64_t sa[2] = {9, 5}, sb[2] = {5, 9};
     for (int dt = REMAT_F32; dt <= REMAT_F64; dt++) {
         remat_tensor *in[2] = {rt_rand(2, sa, dt, -1, 1, 5), rt_rand(2, sb, dt, -1, 1, 6)};
-        bool g[2] = {true, true};
-        run_case(dt == REMAT_F32 ? "in place f32" : "in place f64", build_inplace, NULL, 2, in, g,
-                 tol_of(dt));
+        const bool f32 = dt == REMAT_F32;
+        bool no_grad[2] = {false, false}, grad[2] = {true, true};
+        run_case(f32 ? "in place through a view f32" : "in place through a view f64", build_inplace,
+                 NULL, 2, in, no_grad, tol_of(dt));
+        static const int strided_source = 1;
+        run_case(f32 ? "in place, strided source f32" : "in place, strided source f64",
+                 build_inplace, &strided_source, 2, in, grad, tol_of(dt));
         remat_release(in[0]);
         remat_release(in[1]);
     }

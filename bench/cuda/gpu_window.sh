@@ -95,7 +95,7 @@ step smoke 30 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" train -
 
 # 1. the device suites with cuda as the test device (ctest: CTestTestfile names /work/main);
 # test_fixtures (~100 s on 2 cpu cores) beside them with its own workers
-SUITES='checkpoint|checkpoint_models|selective|planner|autograd|attention|ck_semantics|dispatch_nn|double_backward_checkpoint|nesting|ops_matmul|ops_reduce|split_backward|models|checkpoint_rng|cuda_.*'
+SUITES='checkpoint|checkpoint_models|selective|planner|autograd|attention|ck_semantics|dispatch_nn|double_backward_checkpoint|nesting|ops_matmul|ops_reduce|split_backward|models|checkpoint_rng|optim_device|cuda_.*'
 (
   cd "$BUILD" && export REMAT_TEST_DEVICE=cuda OMP_NUM_THREADS=1 &&
   step fixtures 150 "$FILES/fixtures.log" env LD_LIBRARY_PATH="$LDP" ./test_fixtures --jobs 16
@@ -142,6 +142,9 @@ for m in gpt2 llama; do
     --optim sgd --lr 0.1 --checkpoint block --export "$FILES/export-$m"
 done
 grep -o '"[a-z_]*loss[a-z_]*": *[0-9.e-]*' "$HF/expected.json" >> "$OUT/train.log"
+# cpu beside cuda per strategy and optimizer, save/resume (bench/cuda/train_checks.sh)
+step train-checks 45 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" bash bench/cuda/train_checks.sh \
+  "$BUILD" "$FILES/train-checks"
 pack
 
 # 4. GPT-2 124M's blocks (byte vocabulary) against PyTorch on the same GPU

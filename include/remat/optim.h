@@ -26,8 +26,12 @@
  * update slices of flat buffers: remat_adamw_update_f32 and friends) are
  * below the optimizer object.
  *
- * Parameters: leaf tensors on the cpu device, contiguous, f32 or f64; the
- * optimizer retains them. Their .grad (remat_tensor_grad) is what a step
+ * Parameters: leaf tensors, contiguous, f32 or f64, on a device type with the
+ * optimizer's kernels (cpu, cuda: the update, the global norm's sums of
+ * squares and the gradient scaling run there, the state lives there; on cuda
+ * an update gives the cpu's bits, a clipped one agrees to rounding since the
+ * norm is summed in another order); the optimizer retains them. A gradient
+ * must be on its parameter's device. Their .grad (remat_tensor_grad) is what a step
  * reads; a parameter without a gradient is skipped, its state untouched (as
  * PyTorch does). Updates write the parameters' data in place and bump their
  * version counters (a saved tensor that is a parameter is then stale, as in
@@ -119,8 +123,8 @@ typedef struct remat_optimizer remat_optimizer;
  * opts->weight_decay). params are retained; the state is allocated and
  * zeroed here. On failure *out is NULL and nothing is retained:
  * REMAT_EINVAL (bad option, NULL or duplicate parameter, not a leaf, not
- * contiguous), REMAT_EDTYPE (not f32/f64), REMAT_EDEVICE (not cpu),
- * REMAT_ENOMEM. */
+ * contiguous), REMAT_EDTYPE (not f32/f64), REMAT_EUNSUPPORTED (a device type
+ * without the optimizer's kernels), REMAT_ENOMEM. */
 remat_status remat_optim_create(remat_optimizer **out /* OUT */, const remat_optim_options *opts,
                                 remat_tensor *const *params, int n);
 /* Releases the parameters and the state. NULL is a no-op. */

@@ -258,6 +258,10 @@ int64_t rm_meter_current(void);
 int64_t rm_meter_peak(void);
 void *rm_device_alloc(remat_device device, size_t nbytes);
 void rm_device_free(remat_device device, void *ptr, size_t nbytes);
+/* Counts nbytes at p that a backend allocated by its own means (the pinned host buffers of
+ * a device type's transfer ops) in device's counters, as an allocation (alloc) or its free,
+ * so that they show where rm_device_alloc's would: offloaded bytes in the host's. */
+void rm_device_count(remat_device device, void *p, size_t nbytes, bool alloc);
 remat_status rm_device_copy(remat_device dst_dev, void *dst, remat_device src_dev, const void *src,
                             size_t nbytes);
 

@@ -277,6 +277,12 @@ void rm_device_free(remat_device device, void *ptr, size_t nbytes) {
     t->b.device.free(t->b.device.user_data, device.index, ptr, nbytes);
 }
 
+void rm_device_count(remat_device device, void *p, size_t nbytes, bool alloc) {
+    rm_devtype *t = get_type(device.type);
+    if (!t || device.index < 0 || device.index >= REMAT_MAX_DEVICES_PER_TYPE) return;
+    account(t, device, p, nbytes, alloc);
+}
+
 remat_status rm_device_copy(remat_device dst_dev, void *dst, remat_device src_dev, const void *src,
                             size_t nbytes) {
     if (nbytes == 0) return REMAT_OK;

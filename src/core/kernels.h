@@ -21,6 +21,7 @@
 #include "core/kernels/elementwise.h"
 #include "core/kernels/matmul.h"
 #include "core/kernels/nn.h"
+#include "core/kernels/optim.h"
 #include "core/kernels/reduce.h"
 #include "core/kernels/shape.h"
 
@@ -29,7 +30,8 @@
     RM_KERNELS_REDUCE(X)                                                                           \
     RM_KERNELS_NN(X)                                                                               \
     RM_KERNELS_MATMUL(X)                                                                           \
-    RM_KERNELS_SHAPE(X)
+    RM_KERNELS_SHAPE(X)                                                                            \
+    RM_KERNELS_OPTIM(X)
 
 typedef enum rm_kernel_id {
 #define RM_KERNEL_ENUM_(id, text) RM_K_##id,

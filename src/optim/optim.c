@@ -1,7 +1,11 @@
 /*
  * src/optim/optim.c — the optimizer object (remat/optim.h): parameters,
  * groups, state tensors, and the step that runs accumulation, clipping,
- * the schedule and the update (the loops themselves are in update.c).
+ * the schedule and the update. The per-element work runs through the kernel
+ * table on the parameters' device (src/core/kernels/optim.h: the update, the
+ * sums of squares of global norms; gradients are scaled by the elementwise
+ * engine), so parameters may live on any device type with those kernels
+ * (cpu, cuda); their state lives there too.
  */
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +13,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/kernels.h"
 #include "remat/optim.h"
 
 typedef struct opt_param {
@@ -103,8 +108,18 @@ static remat_status check_param(const remat_optimizer *o, remat_tensor *const *p
     if (dt != REMAT_F32 && dt != REMAT_F64)
         return rm_err(REMAT_EDTYPE, "%s: params[%d] is %s (f32 or f64 parameters only)", call, i,
                       remat_dtype_name(dt));
-    if (remat_tensor_device(p).type != REMAT_DEVICE_CPU.type)
-        return rm_err(REMAT_EDEVICE, "%s: params[%d] is not on the cpu device", call, i);
+    const remat_device dev = remat_tensor_device(p);
+    rm_kernel_fn fn = NULL;
+    const rm_kernel_id id = o->opts.kind == REMAT_OPTIM_ADAMW ? RM_K_ADAMW : RM_K_SGD;
+    if (rm_kernel_find(id, dev, dt, call, &fn) ||
+        rm_kernel_find(RM_K_SUM_SQUARES, dev, dt, call, &fn)) {
+        const char *name = remat_device_type_name(dev.type);
+        return rm_err(REMAT_EUNSUPPORTED,
+                      "%s: params[%d] is on device '%s', which has no %s "
+                      "optimizer kernels for %s",
+                      call, i, name ? name : "?",
+                      o->opts.kind == REMAT_OPTIM_ADAMW ? "AdamW" : "SGD", remat_dtype_name(dt));
+    }
     if (!remat_is_leaf(p))
         return rm_err(REMAT_EINVAL, "%s: params[%d] is not a leaf (it has a grad_fn)", call, i);
     if (!remat_is_contiguous(p))
@@ -146,7 +161,7 @@ static remat_status add_group(remat_optimizer *o, remat_tensor *const *params, i
         q->weight_decay = weight_decay;
         for (int s = 0; s < slots; s++) {
             int rc = remat_zeros(&q->s[s], remat_ndim(p), remat_shape(p), remat_tensor_dtype(p),
-                                 REMAT_DEVICE_CPU);
+                                 remat_tensor_device(p));
             if (rc) {
                 for (int j = 0; j <= i; j++) param_clear(&o->ps[o->n + j]);
                 return rm_err_prefix(rc, call);
@@ -204,9 +219,14 @@ static remat_status prepare_grads(remat_optimizer *o, const char *call) {
             return rm_err(REMAT_ESHAPE, "%s: parameter %d is %s but its gradient is %s", call, i,
                           remat_describe(p, a, sizeof a), remat_describe(g, b, sizeof b));
         }
-        if (remat_tensor_device(g).type != REMAT_DEVICE_CPU.type)
-            return rm_err(REMAT_EDEVICE, "%s: the gradient of parameter %d is not on the cpu", call,
-                          i);
+        const remat_device dp = remat_tensor_device(p), dg = remat_tensor_device(g);
+        if (dg.type != dp.type || dg.index != dp.index) {
+            const char *np = remat_device_type_name(dp.type), *ng = remat_device_type_name(dg.type);
+            return rm_err(REMAT_EDEVICE,
+                          "%s: the gradient of parameter %d is on %s:%d, the "
+                          "parameter on %s:%d",
+                          call, i, ng ? ng : "?", dg.index, np ? np : "?", dp.index);
+        }
     }
     for (int i = 0; i < o->n; i++) {
         remat_tensor *p = o->ps[i].p, *g = remat_tensor_grad(p), *dense = NULL;
@@ -221,38 +241,99 @@ static remat_status prepare_grads(remat_optimizer *o, const char *call) {
     return REMAT_OK;
 }
 
-static double grad_sumsq(const remat_optimizer *o) {
-    double s = 0;
+/* The sum of the squares of every gradient, in double, the gradients' sums added in
+ * parameter order. In host memory a gradient's sum is made at once; on another device one
+ * SUM_SQUARES kernel per gradient writes it into element i of a vector on that device, and
+ * each device's vector comes back to the host once. */
+#define SUMSQ_MAX_DEVICES 8
+typedef struct sumsq_vectors {
+    int n;
+    remat_device dev[SUMSQ_MAX_DEVICES];
+    remat_tensor *vec[SUMSQ_MAX_DEVICES]; /* len f64 elements each, on dev[k] */
+} sumsq_vectors;
+
+/* The index of d's vector in v (made on first use), or -1 with the error set. */
+static int sumsq_vector(sumsq_vectors *v, remat_device d, int64_t len, const char *call) {
+    for (int k = 0; k < v->n; k++)
+        if (v->dev[k].type == d.type && v->dev[k].index == d.index) return k;
+    if (v->n == SUMSQ_MAX_DEVICES) {
+        (void)rm_err(REMAT_EUNSUPPORTED, "%s: gradients on more than %d devices", call,
+                     SUMSQ_MAX_DEVICES);
+        return -1;
+    }
+    if (remat_zeros(&v->vec[v->n], 1, &len, REMAT_F64, d)) return -1; /* an empty gradient: 0 */
+    v->dev[v->n] = d;
+    return v->n++;
+}
+
+/* host[i] = the sum of squares of gradient i (0 without one); which[i] = 1 + the vector
+ * that holds it when it is made on a device the host cannot address (0: made here). */
+static remat_status sumsq_each(const remat_optimizer *o, sumsq_vectors *v, double *host,
+                               unsigned char *which, int64_t len, const char *call) {
     for (int i = 0; i < o->n; i++) {
         remat_tensor *g = remat_tensor_grad(o->ps[i].p);
         if (!g) continue;
-        if (remat_tensor_dtype(g) == REMAT_F64)
-            s += remat_sum_squares_f64(remat_data(g), remat_numel(g));
-        else s += remat_sum_squares_f32(remat_data(g), remat_numel(g));
+        const remat_device d = remat_tensor_device(g);
+        if (remat_device_host_addressable(d.type)) { /* no vector to allocate (and count) */
+            host[i] = remat_tensor_dtype(g) == REMAT_F64
+                          ? remat_sum_squares_f64(remat_data(g), remat_numel(g))
+                          : remat_sum_squares_f32(remat_data(g), remat_numel(g));
+            continue;
+        }
+        const int k = sumsq_vector(v, d, len, call);
+        if (k < 0) return rm_last_status();
+        which[i] = (unsigned char)(k + 1);
+        const rm_sumsq_kparams sp = {i};
+        rm_kargs ka = {.in = {g}, .out = {v->vec[k]}, .params = &sp};
+        int rc = rm_kernel_run(RM_K_SUM_SQUARES, call, &ka);
+        if (rc) return rc;
     }
-    return s;
+    return REMAT_OK;
 }
 
-static void scale_dense(remat_tensor *g, double f) {
-    int64_t n = remat_numel(g);
-    if (remat_tensor_dtype(g) == REMAT_F64) {
-        double *x = remat_data(g);
-#pragma omp parallel for if (n > 65536)
-        for (int64_t i = 0; i < n; i++) x[i] *= f;
-    } else {
-        float *x = remat_data(g);
-        const float ff = (float)f;
-#pragma omp parallel for if (n > 65536)
-        for (int64_t i = 0; i < n; i++) x[i] *= ff;
+/* The sum of the squares of every gradient, in double, the gradients' sums added in
+ * parameter order. In host memory a gradient's sum is made at once; on another device one
+ * SUM_SQUARES kernel per gradient writes it into element i of a vector on that device, and
+ * each device's vector comes back to the host once. */
+static remat_status grad_sumsq(const remat_optimizer *o, const char *call, double *out) {
+    *out = 0;
+    sumsq_vectors v = {0};
+    const int64_t len = o->n > 0 ? o->n : 1;
+    unsigned char *which = calloc((size_t)len, 1);
+    double *host = calloc((size_t)len, sizeof *host), *part = calloc((size_t)len, sizeof *part);
+    int rc = which && host && part ? sumsq_each(o, &v, host, which, len, call)
+                                   : rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    for (int k = 0; !rc && k < v.n; k++) {
+        rc = remat_copy_to_buffer(v.vec[k], REMAT_F64, part, len);
+        for (int i = 0; !rc && i < o->n; i++)
+            if (which[i] == k + 1) host[i] = part[i];
     }
-    rm_bump_version(g);
+    double s = 0;
+    for (int i = 0; !rc && i < o->n; i++) s += host[i];
+    for (int k = 0; k < v.n; k++) rm_release(v.vec[k]);
+    free(which);
+    free(host);
+    free(part);
+    if (!rc) *out = s;
+    return rc;
+}
+
+/* g *= f on g's device (the elementwise engine's SCALE: in T, as the update's scalars). */
+static remat_status scale_dense(remat_tensor *g, double f, const char *call) {
+    const rm_ew_params sp = {RM_EW_SCALE, f};
+    rm_kargs ka = {.in = {g}, .out = {g}, .params = &sp};
+    int rc = rm_kernel_run(RM_K_ELEMENTWISE, call, &ka);
+    if (!rc) rm_bump_version(g);
+    return rc;
 }
 
 remat_status remat_optim_grad_norm(const remat_optimizer *o, double *norm) {
     if (!o || !norm) return rm_err(REMAT_EINVAL, "remat_optim_grad_norm: NULL argument");
     int rc = prepare_grads((remat_optimizer *)o, "remat_optim_grad_norm");
+    double ss = 0;
+    if (!rc) rc = grad_sumsq(o, "remat_optim_grad_norm", &ss);
     if (rc) return rc;
-    *norm = sqrt(grad_sumsq(o));
+    *norm = sqrt(ss);
     return REMAT_OK;
 }
 
@@ -262,27 +343,25 @@ remat_status remat_optim_scale_grads(remat_optimizer *o, double f) {
     if (rc) return rc;
     for (int i = 0; i < o->n; i++) {
         remat_tensor *g = remat_tensor_grad(o->ps[i].p);
-        if (g) scale_dense(g, f);
+        if (g && (rc = scale_dense(g, f, "remat_optim_scale_grads"))) return rc;
     }
     return REMAT_OK;
 }
 
-static remat_status update_param(remat_optimizer *o, opt_param *q, double lr) {
+static remat_status update_param(remat_optimizer *o, opt_param *q, double lr, const char *call) {
     remat_tensor *g = remat_tensor_grad(q->p);
     const remat_optim_options *op = &o->opts;
-    const int64_t n = remat_numel(q->p);
-    const bool f64 = remat_tensor_dtype(q->p) == REMAT_F64;
-    void *p = remat_data(q->p), *gd = remat_data(g);
-    void *s0 = q->s[0] ? remat_data(q->s[0]) : NULL, *s1 = q->s[1] ? remat_data(q->s[1]) : NULL;
     int rc;
     if (op->kind == REMAT_OPTIM_ADAMW) {
-        remat_adamw_hparams h = {lr, op->beta1, op->beta2, op->eps, q->weight_decay, q->steps + 1};
-        rc = f64 ? remat_adamw_update_f64(p, gd, s0, s1, n, &h)
-                 : remat_adamw_update_f32(p, gd, s0, s1, n, &h);
+        const rm_adamw_kparams h = {lr,      op->beta1,       op->beta2,
+                                    op->eps, q->weight_decay, q->steps + 1};
+        rm_kargs ka = {.in = {g}, .out = {q->p, q->s[0], q->s[1]}, .params = &h};
+        rc = rm_kernel_run(RM_K_ADAMW, call, &ka);
     } else {
-        remat_sgd_hparams h = {lr,           op->momentum, op->dampening, q->weight_decay,
-                               op->nesterov, q->steps == 0};
-        rc = f64 ? remat_sgd_update_f64(p, gd, s0, n, &h) : remat_sgd_update_f32(p, gd, s0, n, &h);
+        const rm_sgd_kparams h = {lr,           op->momentum, op->dampening, q->weight_decay,
+                                  op->nesterov, q->steps == 0};
+        rm_kargs ka = {.in = {g}, .out = {q->p, q->s[0]}, .params = &h};
+        rc = rm_kernel_run(RM_K_SGD, call, &ka);
     }
     if (rc) return rc;
     q->steps++;
@@ -305,18 +384,19 @@ remat_status remat_optim_step(remat_optimizer *o, bool *updated) {
     double scale = 1.0 / (double)accum;
     o->last_norm = 0;
     if (o->opts.clip_norm > 0) {
-        o->last_norm = sqrt(grad_sumsq(o)) * scale;
+        double ss = 0;
+        if ((rc = grad_sumsq(o, call, &ss))) return rc;
+        o->last_norm = sqrt(ss) * scale;
         scale *= remat_clip_factor(o->last_norm, o->opts.clip_norm);
     }
     if (accum > 1 || o->opts.clip_norm > 0)
         for (int i = 0; i < o->n; i++) {
             remat_tensor *g = remat_tensor_grad(o->ps[i].p);
-            if (g && scale != 1.0) scale_dense(g, scale);
+            if (g && scale != 1.0 && (rc = scale_dense(g, scale, call))) return rc;
         }
     const double lr = remat_optim_lr(o);
     for (int i = 0; i < o->n; i++)
-        if (remat_tensor_grad(o->ps[i].p) && (rc = update_param(o, &o->ps[i], lr)))
-            return rm_err_prefix(rc, call);
+        if (remat_tensor_grad(o->ps[i].p) && (rc = update_param(o, &o->ps[i], lr, call))) return rc;
     o->updates++;
     remat_optim_zero_grad(o);
     if (updated) *updated = true;
@@ -409,12 +489,14 @@ remat_status remat_clip_grad_norm(remat_tensor *const *params, int n, double max
     o.ps = ps;
     o.n = n;
     int rc = prepare_grads(&o, call);
+    double ss = 0;
+    if (!rc) rc = grad_sumsq(&o, call, &ss);
     if (!rc) {
-        double norm = sqrt(grad_sumsq(&o)), f = remat_clip_factor(norm, max_norm);
+        double norm = sqrt(ss), f = remat_clip_factor(norm, max_norm);
         if (total_norm) *total_norm = norm;
-        for (int i = 0; f != 1.0 && i < n; i++) {
+        for (int i = 0; !rc && f != 1.0 && i < n; i++) {
             remat_tensor *g = remat_tensor_grad(params[i]);
-            if (g) scale_dense(g, f);
+            if (g) rc = scale_dense(g, f, call);
         }
     }
     free(ps);

@@ -17,8 +17,11 @@
  *            this block's backward runs; the device copy is handed to the caller and the
  *            entry keeps only its host copy (a second backward fetches again).
  * Without ops (cpu-side tests, a device type that offers none) the same steps run with
- * synchronous copies through rm_device_copy into ordinary host memory, counted by the
- * cpu allocator. */
+ * synchronous copies through rm_device_copy into ordinary host memory. Either way the host
+ * copies count in the cpu's allocator counters (pinned buffers through rm_device_count).
+ * With asynchronous copies a device tensor's memory goes back when its copy is done, seen
+ * at the next pack or unpack: right after a forward the last ones may still hold theirs
+ * (rm_offload_settle waits for them). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,8 +113,13 @@ void rm_offload_free(rm_offload_entry *e) {
     drop_event(e);
     rm_release(e->t);
     if (e->host) {
-        if (e->ops) e->ops->host_free(e->host, e->nbytes);
-        else rm_device_free(REMAT_DEVICE_CPU, e->host, e->nbytes ? e->nbytes : 1);
+        const size_t hb = e->nbytes ? e->nbytes : 1;
+        if (e->ops) {
+            rm_device_count(REMAT_DEVICE_CPU, e->host, hb, false);
+            e->ops->host_free(e->host, hb);
+        } else {
+            rm_device_free(REMAT_DEVICE_CPU, e->host, hb);
+        }
     }
     free(e);
 }
@@ -136,8 +144,10 @@ remat_status rm_offload_pack(remat_tensor *t, const void *group, rm_offload_entr
         memcpy(e->shape, t->shape, sizeof e->shape);
         memcpy(e->strides, t->strides, sizeof e->strides);
         e->dtype = t->dtype;
-        e->host = e->ops ? e->ops->host_alloc(e->nbytes ? e->nbytes : 1)
-                         : rm_device_alloc(REMAT_DEVICE_CPU, e->nbytes ? e->nbytes : 1);
+        const size_t hb = e->nbytes ? e->nbytes : 1;
+        e->host = e->ops ? e->ops->host_alloc(hb) : rm_device_alloc(REMAT_DEVICE_CPU, hb);
+        /* pinned memory counts as host memory too, as rm_device_alloc's does */
+        if (e->host && e->ops) rm_device_count(REMAT_DEVICE_CPU, e->host, hb, true);
         if (!e->host) {
             rc = rm_err(REMAT_ENOMEM,
                         "offload saved-tensor hooks: out of host memory for "
@@ -168,6 +178,14 @@ remat_status rm_offload_pack(remat_tensor *t, const void *group, rm_offload_entr
     }
     *out = e;
     return REMAT_OK;
+}
+
+void rm_offload_settle(void) {
+    pthread_mutex_lock(&g_lock);
+    for (off_entry *e = g_head; e; e = e->next)
+        if (e->state == OE_TO_HOST) (void)e->ops->host_wait(e->event);
+    reap();
+    pthread_mutex_unlock(&g_lock);
 }
 
 /* The first entry of e's group. */

@@ -23,5 +23,10 @@ remat_status rm_offload_pack(remat_tensor *t, const void *group, rm_offload_entr
 remat_status rm_offload_unpack(rm_offload_entry *e, remat_tensor **out);
 /* Frees the entry: waits for a copy in flight, frees the host copy. NULL: no-op. */
 void rm_offload_free(rm_offload_entry *e);
+/* Waits for every copy to host memory in flight and gives their device tensors' memory back
+ * now. Without it that happens at the first pack or unpack after each copy is done: an
+ * asynchronous device (cuda) still holds the memory of the last tensors packed when a
+ * forward returns. For exact device-memory figures at a point (tests, measurements). */
+void rm_offload_settle(void);
 
 #endif /* REMAT_SAC_OFFLOAD_H */

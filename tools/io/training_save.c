@@ -26,23 +26,31 @@ typedef struct buf {
     unsigned char *p;
     size_t len, cap;
     bool oom;
+    int rc; /* a failed copy of device data (the message set), else REMAT_OK */
 } buf;
 
-static void put(buf *b, const void *src, size_t n) {
-    if (b->oom) return;
+/* Room for n more bytes at the end of b (b->len advanced), or NULL (b->oom). */
+static unsigned char *grow(buf *b, size_t n) {
+    if (b->oom) return NULL;
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + n) cap *= 2;
         unsigned char *p = realloc(b->p, cap);
         if (!p) {
             b->oom = true;
-            return;
+            return NULL;
         }
         b->p = p;
         b->cap = cap;
     }
-    memcpy(b->p + b->len, src, n);
+    unsigned char *at = b->p + b->len;
     b->len += n;
+    return at;
+}
+
+static void put(buf *b, const void *src, size_t n) {
+    unsigned char *at = grow(b, n);
+    if (at && n) memcpy(at, src, n);
 }
 static void put_u32(buf *b, uint32_t v) {
     unsigned char x[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
@@ -76,8 +84,13 @@ static void put_tensor(buf *b, const char *prefix, const char *name, remat_tenso
     for (int d = 0; d < remat_ndim(t); d++) put_u64(b, (uint64_t)remat_size(t, d));
     uint64_t nbytes = (uint64_t)remat_numel(t) * remat_dtype_size(remat_tensor_dtype(t));
     put_u64(b, nbytes);
-    /* parameters and optimizer state are dense f32 (made so by model/optim init) */
-    put(b, remat_data(t), (size_t)nbytes);
+    /* parameters and optimizer state are dense (made so by model/optim init); on a device
+     * the host cannot address (cuda) they are copied out */
+    unsigned char *at = grow(b, (size_t)nbytes);
+    if (!at || !nbytes) return;
+    if (remat_device_host_addressable(remat_tensor_device(t).type))
+        memcpy(at, remat_data(t), nbytes);
+    else if (!b->rc) b->rc = remat_copy_to_buffer(t, remat_tensor_dtype(t), at, remat_numel(t));
 }
 
 /* The run's flags that --resume keeps unless they are given again: record
@@ -110,6 +123,9 @@ static void put_text_record(buf *b, const char *name, const char *text) {
  * --resume without --init-from). */
 #define HF_CONFIG "hf.config"
 #define HF_DIR "hf.dir"
+/* A run on another device than cpu also keeps that device's RNG state (RNG_DEVICE, the
+ * remat_rng_get_state blob): its dropout masks continue where they were. */
+#define RNG_DEVICE "rng.device"
 
 /* What the run's data was (CRC-32 and bytes): the text, or the tokens. */
 static void task_identity(const task *t, uint32_t *crc, uint64_t *bytes) {
@@ -185,7 +201,11 @@ int savefile_write(const char *path, const config *c, const task *t, const model
     char hf_dir_path[4096] = "";
     if (hf && c->hf->path && !realpath(c->hf->path, hf_dir_path))
         snprintf(hf_dir_path, sizeof hf_dir_path, "%s", c->hf->path);
-    uint32_t n_tensors = (uint32_t)m->n_params + 1 + (hf ? 2u : 0u); /* + RUN_FLAGS, HF_* */
+    const bool on_dev = m->device.type != REMAT_DEVICE_CPU.type;
+    uint8_t dev_rng[REMAT_RNG_STATE_BYTES];
+    if (on_dev && (rc = remat_rng_get_state(m->device, dev_rng))) return rc;
+    /* + RUN_FLAGS, HF_*, RNG_DEVICE */
+    uint32_t n_tensors = (uint32_t)m->n_params + 1 + (hf ? 2u : 0u) + (on_dev ? 1u : 0u);
     for (int i = 0; i < m->n_params; i++)
         n_tensors += (optim_slot(o, m, i, REMAT_OPTIM_EXP_AVG) != NULL) +
                      (optim_slot(o, m, i, REMAT_OPTIM_EXP_AVG_SQ) != NULL);
@@ -246,7 +266,14 @@ int savefile_write(const char *path, const config *c, const task *t, const model
         put_bytes_record(&b, HF_CONFIG, c->hf->config_text, c->hf->config_len);
         put_text_record(&b, HF_DIR, hf_dir_path);
     }
+    if (on_dev) put_bytes_record(&b, RNG_DEVICE, (const char *)dev_rng, sizeof dev_rng);
     put_u32(&b, 0); /* CRC placeholder */
+    if (b.rc) {
+        free(b.p);
+        char msg[512]; /* remat_set_error must not read the buffer it writes */
+        snprintf(msg, sizeof msg, "%s", remat_last_error());
+        return remat_set_error(b.rc, "--save %s: %s", path, msg);
+    }
     if (b.oom) {
         free(b.p);
         return remat_set_error(REMAT_ENOMEM, "--save %s: out of memory", path);
@@ -735,7 +762,26 @@ static int load_into(const saved_state *s, const char *path, const char *prefix,
                                "expects %s)",
                                path, prefix, name, remat_describe(dst, want, sizeof want));
     }
-    memcpy(remat_data(dst), t->data, (size_t)t->nbytes);
+    if (remat_device_host_addressable(remat_tensor_device(dst).type)) {
+        memcpy(remat_data(dst), t->data, (size_t)t->nbytes);
+        return REMAT_OK;
+    }
+    /* a device the host cannot address (cuda): through a host tensor and a device copy */
+    remat_tensor *h = NULL, *d = NULL;
+    int rc = remat_from_data(&h, (int)t->ndim, t->shape, remat_tensor_dtype(dst), t->data);
+    if (!rc) rc = remat_to_device(&d, h, remat_tensor_device(dst));
+    if (!rc) {
+        bool prev = remat_no_grad_begin();
+        rc = remat_copy_(dst, d);
+        remat_grad_mode_restore(prev);
+    }
+    remat_release(d);
+    remat_release(h);
+    if (rc) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", remat_last_error());
+        return remat_set_error(rc, "--resume %s: tensor %s%s: %s", path, prefix, name, msg);
+    }
     return REMAT_OK;
 }
 
@@ -766,9 +812,16 @@ int savefile_restore(const saved_state *s, const char *path, model *m, remat_opt
     rc = remat_optim_set_updates(o, s->optim_t);
     if (rc) return remat_set_error(rc, "--resume %s: %s", path, remat_last_error());
     rc = remat_rng_set_state(REMAT_DEVICE_CPU, s->rng);
-    if (rc)
-        return remat_set_error(rc, "--resume %s: the saved RNG state: %s", path,
-                               remat_last_error());
+    size_t dn = 0;
+    const char *dev_rng = savefile_record(s, RNG_DEVICE, &dn);
+    /* a file of a cpu run resumed on a device leaves the device's generator as seeded */
+    if (!rc && dev_rng && dn == REMAT_RNG_STATE_BYTES && m->device.type != REMAT_DEVICE_CPU.type)
+        rc = remat_rng_set_state(m->device, (const uint8_t *)dev_rng);
+    if (rc) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", remat_last_error());
+        return remat_set_error(rc, "--resume %s: the saved RNG state: %s", path, msg);
+    }
     *step = s->step;
     return REMAT_OK;
 }

@@ -50,14 +50,16 @@ static int next_byte(model *m, const config *c, const unsigned char *text, size_
     for (int64_t t = 0; t < T; t++) idx[t] = text[n - (size_t)T + (size_t)t];
     batch b;
     memset(&b, 0, sizeof b);
-    remat_tensor *logits = NULL, *dense = NULL;
-    int rc = remat_from_data(&b.idx, 2, (int64_t[]){1, T}, REMAT_I64, idx);
+    remat_tensor *logits = NULL;
+    /* the logits read back (the model may be on a device the host cannot address) */
+    float *host = malloc(sizeof(float) * (size_t)T * GPT_VOCAB);
+    int rc = host ? remat_from_data(&b.idx, 2, (int64_t[]){1, T}, REMAT_I64, idx)
+                  : remat_set_error(REMAT_ENOMEM, "remat sample: out of memory");
     if (!rc) rc = model_outputs(m, &b, &logits); /* (1, T, 256) */
-    if (!rc) rc = remat_contiguous(&dense, logits);
+    if (!rc) rc = remat_copy_to_buffer(logits, REMAT_F32, host, T * GPT_VOCAB);
     if (!rc)
-        rc = sample_pick((const float *)remat_data(dense) + (T - 1) * GPT_VOCAB, GPT_VOCAB,
-                         c->temperature, c->top_k, next);
-    remat_release(dense);
+        rc = sample_pick(host + (T - 1) * GPT_VOCAB, GPT_VOCAB, c->temperature, c->top_k, next);
+    free(host);
     remat_release(logits);
     batch_free(&b);
     return rc;

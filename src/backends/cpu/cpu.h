@@ -50,7 +50,11 @@
     X(COPY, copy, ALL)                                                                             \
     X(SELECT, select, FLOAT)                                                                       \
     X(ZERO, zero, ALL)                                                                             \
-    X(COPY_INTO, copy_into, ALL)
+    X(COPY_INTO, copy_into, ALL)                                                                   \
+    /* optim: optim.c (the loops of src/core/optim_loops.h; they switch on the dtype) */           \
+    X(ADAMW, adamw, FLOAT)                                                                         \
+    X(SGD, sgd, FLOAT)                                                                             \
+    X(SUM_SQUARES, sum_squares, FLOAT)
 RM_CPU_KERNELS(RM_CPU_DECL)
 
 /* ---- what the cpu backend's record (device.c) lends the core ------------------------- */

@@ -30,7 +30,8 @@
  * shape in <family>_kernels.c over <family>.cu (their shared pieces: kwrap.h
  * for the wrappers, kplan.h for the host-side index plans, kcommon.cuh for
  * the device helpers); matmul (cuBLAS GEMM, column sums) and random
- * (Philox, dropout) in gemm.c and rng.c.
+ * (Philox, dropout) in gemm.c and rng.c; the optimizers' updates in optim_kernels.c over
+ * optim.cu.
  *
  * Streams: every device has one stream of its own (created at first use,
  * non-blocking with respect to the legacy default stream); every kernel,
@@ -132,6 +133,7 @@ void rm_cuda_register_attention(int device_type);
 void rm_cuda_register_shape(int device_type);
 void rm_cuda_register_matmul(int device_type); /* gemm.c */
 void rm_cuda_register_random(int device_type); /* rng.c: dropout */
+void rm_cuda_register_optim(int device_type);  /* optim_kernels.c: AdamW, SGD, norms */
 /* bf16.c: a bf16 row for every kernel with an f32 row and no bf16 one (the f32
  * kernel on widened operands, outputs rounded); registered after the families */
 void rm_cuda_register_bf16_via_f32(int device_type);

@@ -168,6 +168,7 @@ void rm_cuda_register_kernels(int device_type) {
     rm_cuda_register_shape(device_type);
     rm_cuda_register_matmul(device_type);
     rm_cuda_register_random(device_type);
+    rm_cuda_register_optim(device_type);
     rm_cuda_register_bf16_via_f32(device_type); /* last: fills the bf16 rows left empty */
 }
 

@@ -1,0 +1,70 @@
+/* src/core/kernels/optim.h — kernels of the optimizer family (src/optim/optim.c): the
+ * per-element updates of AdamW and SGD on a parameter, its gradient and its state, and the
+ * sum of squares of a gradient for global norms. Operands are contiguous, of one dtype (f32
+ * or f64) and one device, with the same number of elements; the updated ones are changed in
+ * place. Also the scalar factors every device's AdamW kernel forms on the host from the
+ * hyperparameters, one copy (rm_adamw_factors_make), so that the cpu and the cuda kernels
+ * start from the same bits. Plain C and CUDA C clean. */
+#ifndef REMAT_KERNELS_OPTIM_H
+#define REMAT_KERNELS_OPTIM_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define RM_KERNELS_OPTIM(X)                                                                        \
+    /* AdamW (decoupled decay): m, v := the moments of g; p := p · decay - step_size · m /    \
+     * (sqrt(v) / sqrt(bc2) + eps). in: g; out: p, m, v (updated in place).                  \
+     * rm_adamw_kparams */  \
+    X(ADAMW, "adamw update")                                                                       \
+    /* SGD as torch.optim.SGD: d = g (+ wd · p); with momentum buf := d (first) or mom · buf \
+     * + (1 - dampening) · d, d = buf (nesterov: d + mom · buf); p := p - lr · d. in: g;     \
+     * out: p, buf (NULL without momentum; updated in place). rm_sgd_kparams */   \
+    X(SGD, "sgd update")                                                                           \
+    /* s[at] = sum over i of x[i]^2 in double. in: x; out: s (f64, contiguous, on x's        \
+     * device, more than `at` elements). rm_sumsq_kparams */     \
+    X(SUM_SQUARES, "sum of squares")
+
+/* ADAMW: remat_adamw_hparams' fields (remat/optim.h). */
+typedef struct rm_adamw_kparams {
+    double lr, beta1, beta2, eps, weight_decay;
+    int64_t step; /* >= 1 */
+} rm_adamw_kparams;
+/* SGD: remat_sgd_hparams' fields. */
+typedef struct rm_sgd_kparams {
+    double lr, momentum, dampening, weight_decay;
+    bool nesterov, first; /* first: the momentum buffer is initialised with d */
+} rm_sgd_kparams;
+/* SUM_SQUARES: which element of s gets the sum. */
+typedef struct rm_sumsq_kparams {
+    int64_t at;
+} rm_sumsq_kparams;
+
+/* The scalars of an AdamW update, formed in double from the hyperparameters and rounded
+ * once: f64 kernels use the double ones, f32 kernels the float ones. */
+typedef struct rm_adamw_factors {
+    double b1, b2, eps, decay, step_size, sqrt_bc2;     /* f64 */
+    float b1f, b2f, epsf, decayf, stepf, inv_sqrt_bc2f; /* f32 */
+    float one_m_b1f, one_m_b2f;                         /* 1.0f - b1f, 1.0f - b2f */
+} rm_adamw_factors;
+
+static inline void rm_adamw_factors_make(const rm_adamw_kparams *h, rm_adamw_factors *f) {
+    const double bc1 = 1.0 - pow(h->beta1, (double)h->step);
+    const double bc2 = 1.0 - pow(h->beta2, (double)h->step);
+    f->b1 = h->beta1;
+    f->b2 = h->beta2;
+    f->eps = h->eps;
+    f->decay = 1.0 - h->lr * h->weight_decay;
+    f->step_size = h->lr / bc1;
+    f->sqrt_bc2 = sqrt(bc2);
+    f->b1f = (float)h->beta1;
+    f->b2f = (float)h->beta2;
+    f->epsf = (float)h->eps;
+    f->decayf = (float)f->decay;
+    f->stepf = (float)f->step_size;
+    f->inv_sqrt_bc2f = (float)(1.0 / sqrt(bc2));
+    f->one_m_b1f = 1.0f - f->b1f;
+    f->one_m_b2f = 1.0f - f->b2f;
+}
+
+#endif /* REMAT_KERNELS_OPTIM_H */
