@@ -271,6 +271,13 @@ static const opt_row rows[] = {
      .help = "SVG of peak memory vs step time per strategy"},
     {"--trace", "FILE", OPT_STR, CMD_BENCH, SEC_BENCH, T(trace),
      .help = "Chrome-trace JSON of every strategy's measured step"},
+    {"--profile", "N", OPT_OPTINT, CMD_BENCH, SEC_BENCH, T(profile), .lo = 1, .hi = 1000, .bare = 3,
+     .help = "after the timings, N more steps per strategy [N=3] with\n"
+             "every kernel timed (a GPU's by its events): a table per\n"
+             "strategy by op, kernel and phase (forward, backward,\n"
+             "recompute), with GB/s, TFLOP/s and the ratio to the\n"
+             "floor (bytes at the measured copy rate, FLOPs at the\n"
+             "measured GEMM rate); --json carries every row"},
     {"--csv", NULL, OPT_FLAG, CMD_BENCH, SEC_BENCH, T(csv),
      .help = "print CSV instead of the table"},
     {"--json", NULL, OPT_FLAG, CMD_BENCH, SEC_BENCH, T(json),
