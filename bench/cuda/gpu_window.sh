@@ -16,7 +16,8 @@
 # Steps, in order: the environment and a smoke run; the device suites with
 # REMAT_TEST_DEVICE=cuda (ctest); the GEMM bench (linears vs cuBLAS); `remat train --device
 # cuda` (loss curve, --trace); `remat bench --device cuda` on GPT L=12 D=768 H=12 T=1024 B=8
-# in f32 and bf16 autocast against bench/cuda/torch_gpt.py; compute-sanitizer on the
+# in f32 and bf16 autocast against bench/cuda/torch_gpt.py, and its per-kernel profile
+# (--profile, f32, none and block); compute-sanitizer on the
 # attention kernels and the offload test; the strategy table on a small GPT.
 # What comes back ($OUT, at most 8 files): summary.txt (one line per step: rc, seconds),
 # test.log, gemm.log, train.log, bench.log, sanitizer.log, files.tgz (JSON results, the
@@ -95,7 +96,7 @@ step smoke 30 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" train -
 
 # 1. the device suites with cuda as the test device (ctest: CTestTestfile names /work/main);
 # test_fixtures (~100 s on 2 cpu cores) beside them with its own workers
-SUITES='checkpoint|checkpoint_models|selective|planner|autograd|attention|ck_semantics|dispatch_nn|double_backward_checkpoint|nesting|ops_matmul|ops_reduce|split_backward|models|checkpoint_rng|optim_device|cuda_.*'
+SUITES='checkpoint|checkpoint_models|selective|planner|autograd|attention|ck_semantics|dispatch_nn|double_backward_checkpoint|nesting|ops_matmul|ops_reduce|split_backward|models|checkpoint_rng|optim_device|timing|cuda_.*'
 (
   cd "$BUILD" && export REMAT_TEST_DEVICE=cuda OMP_NUM_THREADS=1 &&
   step fixtures 150 "$FILES/fixtures.log" env LD_LIBRARY_PATH="$LDP" ./test_fixtures --jobs 16
@@ -113,8 +114,6 @@ grep -E '^\[FAIL\]|tests passed|tests failed|\(Failed\)|\(Timeout\)|\(SEGFAULT\)
 # 2. the GEMM microbenchmark: remat's linears against cuBLAS alone
 step gemm 25 "$OUT/gemm.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/bench_cuda_gemm" --tokens 8192 --width 768 \
   --reps 20 --trials 5
-step gemm-tf32 20 "$OUT/gemm.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/bench_cuda_gemm" --tokens 8192 --width 768 \
-  --reps 20 --trials 5 --tf32
 
 # 3. training learns on the GPU: the addition task, loss per step, allocator trace; then
 # one short run per strategy and bf16 autocast (each must run and report its peak)
@@ -154,9 +153,17 @@ step remat-f32 80 "$OUT/bench.log" sh -c "LD_LIBRARY_PATH=$LDP $BUILD/remat benc
 step torch-f32 60 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --reps "$REPS" \
   --strategies none,block,selective=dots --out "$FILES/torch-f32.json"
 pack
+# 4b. where remat's step goes: every kernel timed by its CUDA events, by op, kernel and phase,
+# set against the measured copy bandwidth and GEMM rate (remat bench --profile; the JSON has
+# every row)
+step profile-f32 60 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" bench --device cuda \
+  $MODEL --strategies none,block --reps 2 --profile=3
+pack
 step remat-bf16 60 "$OUT/bench.log" sh -c "LD_LIBRARY_PATH=$LDP $BUILD/remat bench --device cuda $MODEL --autocast bf16 --strategies none,block,selective=dots,budget=50% --reps $REPS --json > $FILES/remat-bf16.json; rc=\$?; cat $FILES/remat-bf16.json; exit \$rc"
 step torch-bf16 60 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --reps "$REPS" \
   --autocast bf16 --strategies none,block,selective=dots --out "$FILES/torch-bf16.json"
+step profile-bf16 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" bench --device cuda \
+  $MODEL --autocast bf16 --strategies none --reps 2 --profile=3
 pack
 
 # 5. compute-sanitizer (memcheck) on the fused attention kernels and the offload path
@@ -169,6 +176,8 @@ CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   step memcheck-offload 40 "$OUT/sanitizer.log" env LD_LIBRARY_PATH="$LDP" "$CS" --tool memcheck \
     --target-processes all --error-exitcode 9 "$BUILD/test_selective" -j1 \
     --filter='selective/offload*'
+  step memcheck-bf16 40 "$OUT/sanitizer.log" env LD_LIBRARY_PATH="$LDP" "$CS" --tool memcheck \
+    --target-processes all --error-exitcode 9 "$BUILD/test_cuda_bf16" -j1
 )
 
 # 6. the strategy table as a user sees it

@@ -13,6 +13,7 @@
  *   remat/autograd.h    backward, grad, hooks, saved-tensor hooks, custom functions
  *   remat/selective.h   selective checkpointing policies, named residuals (remat_tag)
  *   remat/report.h      residual reports: what is saved for backward, and where
+ *   remat/timing.h      kernel timings: where a step's time goes, op by op
  *   remat/compress.h    bf16 and host-offload saved-tensor hooks
  *   remat/optim.h       SGD, AdamW, clipping, lr schedules, gradient accumulation
  *   remat/dist.h        data parallelism over MPI: process groups, DDP, ZeRO-1
@@ -111,6 +112,7 @@
 #include "remat/selective.h"
 #include "remat/strategy.h"
 #include "remat/tensor.h"
+#include "remat/timing.h"
 #include "remat/tokenizer.h"
 #include "remat/tokens.h"
 #include "remat/version.h"

@@ -13,6 +13,7 @@
 #include "accumulate.h"
 #include "core/kernels.h"
 #include "core/ptrtab.h"
+#include "core/timing.h"
 #include "graph.h"
 
 /* ---- per-pass bookkeeping --------------------------------------------------------- */
@@ -793,6 +794,7 @@ static remat_status run_backward(const char *call, int n, remat_tensor *const *r
     bool prev_grad = remat_set_grad_enabled(create_graph);
     t.parent = tls_task;
     tls_task = &t;
+    const remat_phase prev_phase = rm_phase_set(REMAT_PHASE_BACKWARD);
     bool prev_creates = rm_set_backward_creates_graph(create_graph);
 
     for (int i = 0; i < n && rc == REMAT_OK; i++) {
@@ -811,6 +813,7 @@ static remat_status run_backward(const char *call, int n, remat_tensor *const *r
         rc = take_grads(&t, call, n_inputs, inputs, allow_unused, grads_out);
 
     rm_set_backward_creates_graph(prev_creates);
+    rm_phase_set(prev_phase);
     tls_task = t.parent;
     remat_set_grad_enabled(prev_grad);
     rm_scope_resume(scope);

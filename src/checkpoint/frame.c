@@ -29,6 +29,7 @@
 
 #include "autograd/graph.h"
 #include "ck.h"
+#include "core/timing.h"
 
 /* One tensor saved during the original forward (PyTorch: _Holder + x_metadata). */
 typedef struct ck_slot {
@@ -357,7 +358,9 @@ static remat_status recompute(ck_frame *f, ck_rec *rec) {
     remat_autocast_set_state(&f->rng.autocast);
     rc = ck_rng_enter(&f->rng, &fork);
     if (rc == REMAT_OK) {
+        const remat_phase prev_phase = rm_phase_set(REMAT_PHASE_RECOMPUTE);
         rc = run_in_recompute_context(&rctx, args, outs, prev_skip);
+        rm_phase_set(prev_phase);
         int frc = ck_rng_exit(&f->rng, &fork);
         if (rc == REMAT_OK) rc = frc;
     }

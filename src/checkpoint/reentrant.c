@@ -13,6 +13,7 @@
 #include "autograd/accumulate.h"
 #include "autograd/graph.h"
 #include "ck.h"
+#include "core/timing.h"
 
 typedef struct reent {
     remat_checkpoint_fn fn;
@@ -101,7 +102,9 @@ static remat_status reent_backward(remat_function_ctx *ctx, void *ud,
     remat_autocast_state prev_ac;
     remat_autocast_get_state(&prev_ac);
     remat_autocast_set_state(&r->rng.autocast);
+    const remat_phase prev_phase = rm_phase_set(REMAT_PHASE_RECOMPUTE);
     rc = ck_call_fn(r->fn, r->user_data, n_inputs, det, r->n_outputs, outs);
+    rm_phase_set(prev_phase);
     remat_autocast_set_state(&prev_ac);
     remat_set_grad_enabled(prev);
     int frc = ck_rng_exit(&r->rng, &fork);

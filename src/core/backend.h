@@ -26,6 +26,19 @@ typedef struct rm_host_ops {
     void (*bf16_to_f32)(const uint16_t *restrict x, float *restrict y, int64_t n);
 } rm_host_ops;
 
+/* Device-side timing for the kernel timer (src/core/timing.c, remat/timing.h): a device
+ * that runs behind the host marks points in its stream order, and the timer reads the
+ * time between two marks once the device has reached them. */
+typedef struct rm_timer_ops {
+    /* A mark recorded now in device `index`'s stream order; NULL on failure. */
+    void *(*mark)(int index);
+    /* The ms between two marks of one device, waiting until `end` is reached; negative
+     * on failure. */
+    double (*elapsed_ms)(void *start, void *end);
+    /* Gives a mark back; NULL: nothing. */
+    void (*release)(void *mark);
+} rm_timer_ops;
+
 typedef struct rm_backend {
     /* The device type: name, memory, copies, device count, RNG hooks (remat/device.h). */
     remat_device_type_def device;
@@ -50,6 +63,9 @@ typedef struct rm_backend {
      * device checks fail with REMAT_EUNSUPPORTED and it. NULL (or returning NULL): the
      * plain "does not exist". */
     const char *(*unavailable_reason)(void);
+    /* Device-side timing (kernels that run behind the host); NULL: the kernel timer
+     * reads the host's clock around each call (a synchronous device). */
+    const rm_timer_ops *timer;
 } rm_backend;
 
 /* Registers backend b: its device type (b->device, copied), its kernel rows, transfer
@@ -58,6 +74,9 @@ typedef struct rm_backend {
  * cpu, registered first of the built-in list), then the first free one. Errors as
  * remat_register_device_type's. Not thread-safe: register at start-up. */
 remat_status rm_backend_register(const rm_backend *b, int *type_id);
+
+/* The timer ops device type `type` registered (NULL: none, or no such type). */
+const rm_timer_ops *rm_backend_timer(int type);
 
 /* (src/backends/backends.c) The built-in backends, NULL-terminated, backend 0 first:
  * registered once, before any device type is used or another one registered. */

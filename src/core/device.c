@@ -55,6 +55,11 @@ static rm_devtype *get_type(int id) {
     return t;
 }
 
+const rm_timer_ops *rm_backend_timer(int type) {
+    const rm_devtype *t = get_type(type);
+    return t ? t->b.timer : NULL;
+}
+
 remat_status rm_backend_register(const rm_backend *b, int *type_id) {
     ensure_builtin();
     return register_backend(b, type_id);

@@ -2,6 +2,8 @@
  * filled from its record when it registers (src/core/device.c). */
 #include "kernels.h"
 
+#include "timing.h"
+
 rm_kernel_fn rm_kernel_table_[RM_K_COUNT][REMAT_MAX_DEVICE_TYPES][RM_N_DTYPES];
 unsigned char rm_kernel_flags_[RM_K_COUNT][REMAT_MAX_DEVICE_TYPES];
 
@@ -10,6 +12,10 @@ static const char *const k_kernel_text[RM_K_COUNT] = {
     RM_KERNEL_LIST(RM_KERNEL_TEXT_)
 #undef RM_KERNEL_TEXT_
 };
+
+const char *rm_kernel_name(rm_kernel_id id) {
+    return (unsigned)id < RM_K_COUNT ? k_kernel_text[id] : "?";
+}
 
 remat_status rm_kernel_register(rm_kernel_id id, int device_type, remat_dtype dtype,
                                 rm_kernel_fn fn) {
@@ -64,7 +70,13 @@ remat_status rm_kernel_run(rm_kernel_id id, const char *call, rm_kargs *k) {
     if (!rm_kargs_have_data(k)) return REMAT_OK; /* skip mode */
     /* a kernel's own failure (out of memory for scratch, an index out of
      * range) is named after the call, as rm_dispatch names it */
-    rc = fn(k);
+    rm_timing_span sp;
+    if (rm_timing_on() && rm_timing_begin(&sp, id, call, k)) {
+        rc = fn(k);
+        rm_timing_end(&sp);
+    } else {
+        rc = fn(k);
+    }
     return rc ? rm_err_prefix(rc, call) : REMAT_OK;
 }
 

@@ -88,6 +88,10 @@ typedef remat_status (*rm_kernel_fn)(const rm_kargs *k);
 #define RM_CPU_ROW_ALL(name)                                                                       \
     { rm_cpu_##name, rm_cpu_##name, rm_cpu_##name, rm_cpu_##name, rm_cpu_##name }
 
+/* The kernel's name as messages say it ("matmul", "layer norm backward"); "?" out of
+ * range. */
+const char *rm_kernel_name(rm_kernel_id id);
+
 /* ---- the table -------------------------------------------------------------------------- */
 /* Registers fn for (kernel, device type, dtype); fn NULL removes it: for a backend's rows
  * that cannot be static (its record's `registered`, src/core/backend.h). Backend 0's

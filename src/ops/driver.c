@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "autograd/accumulate.h"
+#include "core/timing.h"
 #include "op.h"
 
 /* Autograd's recorded sums (create_graph) are ops: handed down when the
@@ -277,8 +278,13 @@ static remat_status run_kernel(run_state *r) {
     rm_op_call *c = &r->c;
     c->k.params = c->params;
     int rc = REMAT_OK;
-    if (r->any_new && rm_kargs_have_data(&c->k))
+    if (r->any_new && rm_kargs_have_data(&c->k)) {
+        rm_timing_span sp;
+        const bool timed =
+            rm_timing_on() && rm_timing_begin(&sp, c->op->kernel, c->op->name, &c->k);
         rc = c->op->run ? c->op->run(c, r->kernel) : r->kernel(&c->k);
+        if (timed) rm_timing_end(&sp);
+    }
     /* the target's version moves in skip mode too */
     if (!rc && (c->op->flags & RM_OPF_INPLACE)) rm_bump_version(c->in[0]);
     return rc;

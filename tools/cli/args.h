@@ -82,6 +82,7 @@ typedef struct config {
     bool set_reps;
     bool default_strategies; /* no --strategies/--checkpoint: the list may adapt to the model */
     int sweep;               /* --sweep-budgets[=N]: N planner budgets (0: no sweep) */
+    int profile;             /* bench --profile[=N]: N steps per strategy timed per kernel */
     const char *svg_pareto;  /* --svg-pareto FILE */
     /* which model-shape flags were given explicitly (a resumed file must agree) */
     bool set_layers, set_width, set_heads, set_context, set_model, set_untied, set_lr;

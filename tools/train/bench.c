@@ -43,6 +43,7 @@
 #include "io/json.h"
 #include "io/outputs.h"
 #include "models.h"
+#include "profile.h"
 #include "report/alloc_trace.h"
 #include "report/svg.h"
 #include "step.h"
@@ -65,6 +66,7 @@ typedef struct result {
     trace tr;
     double comm_s, exposed_s; /* under mpirun: sums over the timed repetitions */
     int comm_n;
+    prof_result prof; /* --profile */
 } result;
 
 /* Copies of every parameter's gradient (the reference). */
@@ -333,7 +335,8 @@ static void print_csv(const config *c, result *r) {
 }
 
 /* One strategy's object in bench --json's "strategies". */
-static void json_result(json *j, const config *c, int i, const result *r, bool is_ref) {
+static void json_result(json *j, const config *c, int i, const result *r, bool is_ref,
+                        const prof_floors *fl) {
     const strategy *s = &c->strategies[i];
     json_object(j, NULL);
     json_str(j, "strategy", s->name);
@@ -385,11 +388,12 @@ static void json_result(json *j, const config *c, int i, const result *r, bool i
         json_int(j, "plan_recomputed_blocks", p->n_recomputed);
         json_str(j, "plan_structure", st);
     }
+    if (r->prof.t) prof_json(j, "profile", &r->prof, r->step_ms, fl);
     json_end(j);
 }
 
 static void print_json(const config *c, const model *m, int threads, result *r,
-                       const planner_info *pl, int world, int refi) {
+                       const prof_floors *fl, const planner_info *pl, int world, int refi) {
     util_str out = {0};
     json j;
     json_start(&j, &out);
@@ -401,7 +405,7 @@ static void print_json(const config *c, const model *m, int threads, result *r,
     json_int(&j, "reps", c->reps);
     json_int(&j, "world_size", world);
     json_array(&j, "strategies");
-    for (int i = 0; i < c->n_strategies; i++) json_result(&j, c, i, &r[i], i == refi);
+    for (int i = 0; i < c->n_strategies; i++) json_result(&j, c, i, &r[i], i == refi, fl);
     json_end(&j);
     if (pl->prof) {
         json_object(&j, "planner");
@@ -413,6 +417,7 @@ static void print_json(const config *c, const model *m, int threads, result *r,
         json_fixed(&j, "profile_s", pl->profile_s, 3);
         json_end(&j);
     }
+    if (c->profile) prof_json_floors(&j, "profile_floors", fl);
     json_uint(&j, "peak_rss_bytes", util_peak_rss_bytes());
     json_end(&j);
     if (!out.oom) puts(out.s);
@@ -611,7 +616,8 @@ typedef struct bench_run {
     int refi;  /* the reference strategy (none) */
     int threads;
     prog_dist pd;
-    bool log; /* progress on stderr */
+    bool log;       /* progress on stderr */
+    prof_floors fl; /* --profile: the device's measured rates */
 } bench_run;
 
 /* Model, task, batch and data parallelism. */
@@ -702,6 +708,9 @@ static int bench_measure_memory(bench_run *br) {
         r->has_heap = r->tr.heap;
         r->heap_growth = r->tr.heap_growth;
         r->recomputed = r->tr.n_recomputed_blocks;
+        /* bitwise (a NaN equals its own bits; -0 differs from +0): the runs promise the
+         * same bytes, not only equal values */
+        /* NOLINTNEXTLINE(bugprone-suspicious-memory-comparison) */
         r->loss_equal = memcmp(&r->loss, &br->ref_loss, sizeof br->ref_loss) == 0;
         r->grads_equal = compare_grads(&br->m, br->ref, &r->max_diff) && r->loss_equal;
     }
@@ -769,15 +778,35 @@ static int bench_summarize(bench_run *br) {
     return REMAT_OK;
 }
 
+/* --profile: the device's floors, then N steps per strategy with every kernel timed
+ * (after the timed repetitions: the timer's events never touch them). */
+static int bench_profile(bench_run *br) {
+    config *c = br->c;
+    if (!c->profile) return REMAT_OK;
+    if (br->log) fprintf(stderr, "  profiling: floors (copy, GEMM)\n");
+    step_malloc_mode(false);
+    int rc = prof_measure_floors(c->device, c->autocast, &br->fl);
+    for (int i = 0; !rc && i < br->n; i++) {
+        if (br->log)
+            fprintf(stderr, "  profiling: %s, %d step%s\n", c->strategies[i].name, c->profile,
+                    c->profile == 1 ? "" : "s");
+        rc = prof_run(&br->m, &c->strategies[i], &br->b, c->profile, &br->r[i].prof);
+    }
+    return rc;
+}
+
 /* The table, CSV or JSON (rank 0 reports for the job), and the ranks'
  * all-reduce figures under mpirun. */
 static void bench_report(const bench_run *br) {
     const config *c = br->c;
     const result *r = br->r;
     if (br->pd.rank > 0) return;
-    if (c->json) print_json(c, &br->m, br->threads, br->r, &br->pl, br->pd.world, br->refi);
+    if (c->json)
+        print_json(c, &br->m, br->threads, br->r, &br->fl, &br->pl, br->pd.world, br->refi);
     else if (c->csv) print_csv(c, br->r);
     else print_table(c, &br->m, br->threads, br->r, br->refi, &br->pl);
+    for (int i = 0; c->profile && !c->json && !c->csv && i < br->n; i++)
+        prof_print(stdout, c->strategies[i].name, &r[i].prof, r[i].step_ms, &br->fl, 40);
     if (br->pd.pg && !c->json && !c->csv) {
         printf("\n%d ranks (mpirun), batch %d per rank; memory: the max over ranks\n", br->pd.world,
                c->batch);
@@ -794,6 +823,41 @@ static void bench_report(const bench_run *br) {
 /* The SVG plots and traces asked for (--out DIR, --svg, --svg-pareto,
  * --trace; pareto.svg into DIR or ./out when the planner ran), and the
  * default run's closing hint. */
+/* Where bench_write_plots says what it wrote (a blank line before the first). */
+typedef struct wrote_log {
+    FILE *msg;
+    bool header;
+} wrote_log;
+
+/* "wrote PATH" when ok, else REMAT_EIO "cannot write PATH". */
+static int wrote(wrote_log *w, bool ok, const char *path) {
+    if (!ok) return remat_set_error(REMAT_EIO, "cannot write %s", path);
+    if (!w->header) fprintf(w->msg, "\n");
+    w->header = true;
+    fprintf(w->msg, "wrote %s\n", path);
+    return REMAT_OK;
+}
+
+/* --out DIR's files: tradeoff.svg (title: the plot's), timeline.svg, trace.json. */
+static int write_out_dir(wrote_log *w, const bench_run *br, char *title, size_t n_title,
+                         const char *ac, const trace **ts, const char **labels,
+                         const tradeoff_point *pts) {
+    const config *c = br->c;
+    const model *mm = &br->m;
+    char path[4096];
+    int rc = REMAT_OK;
+    if (join(path, sizeof path, c->out_dir, "tradeoff.svg"))
+        rc = wrote(w, svg_tradeoff(path, title, br->n, pts), path);
+    if (!rc && join(path, sizeof path, c->out_dir, "timeline.svg")) {
+        snprintf(title, n_title, "remat: memory during one training step, %s, %d layers%s",
+                 model_name(mm), mm->layers, ac);
+        rc = wrote(w, svg_timeline(path, title, br->n, ts, labels), path);
+    }
+    if (!rc && join(path, sizeof path, c->out_dir, "trace.json"))
+        rc = wrote(w, trace_write_chrome(path, br->n, ts, labels), path);
+    return rc;
+}
+
 static int bench_write_plots(bench_run *br, bool is_default) {
     config *c = br->c;
     const model *mm = &br->m;
@@ -821,60 +885,20 @@ static int bench_write_plots(bench_run *br, bool is_default) {
     snprintf(title, sizeof title, "remat: %s, %d layers, width %d%s: memory vs time per strategy",
              model_name(mm), mm->layers, mm->width, ac);
     char path[4096];
-    FILE *msg = (c->json || c->csv) ? stderr : stdout;
-    bool wrote_header = false;
+    wrote_log w = {(c->json || c->csv) ? stderr : stdout, false};
     const char *pareto_dir = c->out_dir ? c->out_dir : (c->sweep ? "out" : NULL);
     if (!br->pl.prof) pareto_dir = NULL;
-#define WROTE(p)                                                                                   \
-    do {                                                                                           \
-        if (!wrote_header) fprintf(msg, "\n");                                                     \
-        wrote_header = true;                                                                       \
-        fprintf(msg, "wrote %s\n", p);                                                             \
-    } while (0)
-#define FAILW(p) rc = remat_set_error(REMAT_EIO, "cannot write %s", p)
-    if (c->out_dir) {
-        if (!util_mkdir_p(c->out_dir)) {
-            rc = remat_set_error(REMAT_EIO, "--out %s: cannot create the directory", c->out_dir);
-        } else {
-            if (!rc && join(path, sizeof path, c->out_dir, "tradeoff.svg")) {
-                if (svg_tradeoff(path, title, n, pts)) WROTE(path);
-                else FAILW(path);
-            }
-            if (!rc && join(path, sizeof path, c->out_dir, "timeline.svg")) {
-                snprintf(title, sizeof title,
-                         "remat: memory during one training step, %s, %d layers%s", model_name(mm),
-                         mm->layers, ac);
-                if (svg_timeline(path, title, n, ts, labels)) WROTE(path);
-                else FAILW(path);
-            }
-            if (!rc && join(path, sizeof path, c->out_dir, "trace.json")) {
-                if (trace_write_chrome(path, n, ts, labels)) WROTE(path);
-                else FAILW(path);
-            }
-        }
-    }
-    if (!rc && pareto_dir) {
-        if (!util_mkdir_p(pareto_dir))
-            rc = remat_set_error(REMAT_EIO, "cannot create the directory %s", pareto_dir);
-        else if (join(path, sizeof path, pareto_dir, "pareto.svg")) {
-            if (write_pareto(path, c, mm, r, &br->pl)) WROTE(path);
-            else FAILW(path);
-        }
-    }
-    if (!rc && c->svg_pareto) {
-        if (write_pareto(c->svg_pareto, c, mm, r, &br->pl)) WROTE(c->svg_pareto);
-        else FAILW(c->svg_pareto);
-    }
-    if (!rc && c->svg) {
-        if (svg_tradeoff(c->svg, title, n, pts)) WROTE(c->svg);
-        else FAILW(c->svg);
-    }
-    if (!rc && c->trace) {
-        if (trace_write_chrome(c->trace, n, ts, labels)) WROTE(c->trace);
-        else FAILW(c->trace);
-    }
-#undef WROTE
-#undef FAILW
+    if (c->out_dir && !util_mkdir_p(c->out_dir))
+        rc = remat_set_error(REMAT_EIO, "--out %s: cannot create the directory", c->out_dir);
+    else if (c->out_dir) rc = write_out_dir(&w, br, title, sizeof title, ac, ts, labels, pts);
+    if (!rc && pareto_dir && !util_mkdir_p(pareto_dir))
+        rc = remat_set_error(REMAT_EIO, "cannot create the directory %s", pareto_dir);
+    else if (!rc && pareto_dir && join(path, sizeof path, pareto_dir, "pareto.svg"))
+        rc = wrote(&w, write_pareto(path, c, mm, r, &br->pl), path);
+    if (!rc && c->svg_pareto)
+        rc = wrote(&w, write_pareto(c->svg_pareto, c, mm, r, &br->pl), c->svg_pareto);
+    if (!rc && c->svg) rc = wrote(&w, svg_tradeoff(c->svg, title, n, pts), c->svg);
+    if (!rc && c->trace) rc = wrote(&w, trace_write_chrome(c->trace, n, ts, labels), c->trace);
     if (!rc && is_default && !c->json && !c->csv && br->pd.rank == 0)
         printf("\nOpen %s/timeline.svg to see memory over the step (forward, backward,\n"
                "recompute shaded), %s/tradeoff.svg for memory against time%s%s%s.\n"
@@ -895,6 +919,7 @@ static void bench_free(bench_run *br) {
     for (int i = 0; br->r && i < br->n; i++) {
         free(br->r[i].times);
         trace_free(&br->r[i].tr);
+        prof_result_free(&br->r[i].prof);
     }
     free(br->r);
     for (int i = 0; i < br->c->n_strategies; i++) strategy_free(&br->c->strategies[i]);
@@ -923,6 +948,7 @@ int cmd_bench(config *c, bool is_default) {
     if (!rc) rc = bench_measure_memory(&br);
     if (!rc) rc = bench_time_steps(&br);
     if (!rc) rc = bench_summarize(&br);
+    if (!rc) rc = bench_profile(&br);
     if (!rc) bench_report(&br);
     if (!rc) rc = bench_write_plots(&br, is_default);
     if (rc) {

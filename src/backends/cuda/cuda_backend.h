@@ -139,5 +139,7 @@ void rm_cuda_register_optim(int device_type);  /* optim_kernels.c: AdamW, SGD, n
 void rm_cuda_register_bf16_via_f32(int device_type);
 /* transfer.c: offload's pinned memory, side stream and events (the record's transfer ops) */
 extern const rm_transfer_ops rm_cuda_transfer_ops;
+/* timer.c: events for the kernel timer (the record's timer ops) */
+extern const rm_timer_ops rm_cuda_timer_ops;
 
 #endif /* REMAT_CUDA_BACKEND_H */

@@ -198,4 +198,5 @@ const rm_backend rm_backend_cuda = {
     .transfer = &rm_cuda_transfer_ops,
     .registered = cu_registered,
     .unavailable_reason = rm_cuda_unavailable_reason,
+    .timer = &rm_cuda_timer_ops,
 };
