@@ -162,8 +162,7 @@ static void check(int polls) {
             FILE *f = open_memstream(&buf, &len);
             remat_plan_explain(plan, ops, 0, 0, f);
             fclose(f);
-            cr_assert(strstr(buf, "offloaded:  ") && strstr(buf, "MiB to host memory"), "%s",
-                      buf);
+            cr_assert(strstr(buf, "offloaded:  ") && strstr(buf, "MiB to host memory"), "%s", buf);
             free(buf);
         }
         rt_transfer_log_register(true, polls);
