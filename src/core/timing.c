@@ -37,7 +37,7 @@ typedef struct pending {
     void *start, *end;
 } pending;
 
-enum { k_max_pending = 4096 };
+enum { k_max_pending = 1 << 16 }; /* a few steps of a large model; when full: a device sync */
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool g_active;
