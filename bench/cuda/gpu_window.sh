@@ -114,8 +114,6 @@ grep -E '^\[FAIL\]|tests passed|tests failed|\(Failed\)|\(Timeout\)|\(SEGFAULT\)
 # 2. the GEMM microbenchmark: remat's linears against cuBLAS alone
 step gemm 25 "$OUT/gemm.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/bench_cuda_gemm" --tokens 8192 --width 768 \
   --reps 20 --trials 5
-step gemm-tf32 20 "$OUT/gemm.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/bench_cuda_gemm" --tokens 8192 --width 768 \
-  --reps 20 --trials 5 --tf32
 
 # 3. training learns on the GPU: the addition task, loss per step, allocator trace; then
 # one short run per strategy and bf16 autocast (each must run and report its peak)
@@ -160,11 +158,12 @@ pack
 # every row)
 step profile-f32 60 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" bench --device cuda \
   $MODEL --strategies none,block --reps 2 --profile=3
-step profile-f32-json 60 "$OUT/bench.log" sh -c "LD_LIBRARY_PATH=$LDP $BUILD/remat bench --device cuda $MODEL --strategies none,block --reps 2 --profile=3 --json > $FILES/profile-f32.json"
 pack
 step remat-bf16 60 "$OUT/bench.log" sh -c "LD_LIBRARY_PATH=$LDP $BUILD/remat bench --device cuda $MODEL --autocast bf16 --strategies none,block,selective=dots,budget=50% --reps $REPS --json > $FILES/remat-bf16.json; rc=\$?; cat $FILES/remat-bf16.json; exit \$rc"
 step torch-bf16 60 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --reps "$REPS" \
   --autocast bf16 --strategies none,block,selective=dots --out "$FILES/torch-bf16.json"
+step profile-bf16 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" bench --device cuda \
+  $MODEL --autocast bf16 --strategies none --reps 2 --profile=3
 pack
 
 # 5. compute-sanitizer (memcheck) on the fused attention kernels and the offload path
@@ -177,6 +176,8 @@ CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   step memcheck-offload 40 "$OUT/sanitizer.log" env LD_LIBRARY_PATH="$LDP" "$CS" --tool memcheck \
     --target-processes all --error-exitcode 9 "$BUILD/test_selective" -j1 \
     --filter='selective/offload*'
+  step memcheck-bf16 40 "$OUT/sanitizer.log" env LD_LIBRARY_PATH="$LDP" "$CS" --tool memcheck \
+    --target-processes all --error-exitcode 9 "$BUILD/test_cuda_bf16" -j1
 )
 
 # 6. the strategy table as a user sees it
