@@ -95,7 +95,7 @@ werror: deps
 	  cmake --build build-werror-$$cc -j $(JOBS) || exit 1; \
 	done
 
-# The layout check (.clang-format, every tracked C/CUDA file), then clang-tidy over src/
+# The layout check (.clang-format, every tracked C/CUDA file), then clang-tidy over src/, tools/ and bench/
 # (checks in .clang-tidy) with the flags CMake exports for a clang build.
 lint:
 	@sh scripts/deps.sh lint

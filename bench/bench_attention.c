@@ -45,7 +45,7 @@ static remat_tensor *heads_of(remat_tensor *base, int64_t slot) {
 
 static remat_tensor *zeros_heads(remat_dtype dt) {
     remat_tensor *z = NULL;
-    CHECK(remat_zeros(&z, 1, (const int64_t[]){B * T * H * D}, dt, REMAT_DEVICE_CPU));
+    CHECK(remat_zeros(&z, 1, (const int64_t[]){(int64_t)B * T * H * D}, dt, REMAT_DEVICE_CPU));
     remat_tensor *t = heads_of(z, -1);
     remat_release(z);
     return t;
@@ -100,9 +100,9 @@ int main(int argc, char **argv) {
     const char *env = getenv("BENCH_THREADS");
     if (env) threads[0] = atoi(env), nthreads = 1;
     remat_tensor *qkv = NULL, *g = NULL;
-    CHECK(remat_rand_normal(&qkv, 1, (const int64_t[]){B * T * 3 * H * D}, 0, 1, REMAT_F32,
+    CHECK(remat_rand_normal(&qkv, 1, (const int64_t[]){(int64_t)B * T * 3 * H * D}, 0, 1, REMAT_F32,
                             REMAT_DEVICE_CPU));
-    CHECK(remat_rand_normal(&g, 1, (const int64_t[]){B * T * H * D}, 0, 0.01, REMAT_F32,
+    CHECK(remat_rand_normal(&g, 1, (const int64_t[]){(int64_t)B * T * H * D}, 0, 0.01, REMAT_F32,
                             REMAT_DEVICE_CPU));
     att_set s32 = make_set(qkv, g, REMAT_F32), s16 = make_set(qkv, g, REMAT_BF16);
     printf("fused causal attention, B %d H %d T %d D %d (per-head views of a packed qkv), "

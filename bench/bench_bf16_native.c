@@ -80,10 +80,10 @@ int main(int argc, char **argv) {
     int threads[2] = {1, 2}, nthreads = 2;
     const char *env = getenv("BENCH_THREADS");
     if (env) threads[0] = atoi(env), nthreads = 1;
-    const int64_t n = 2048 * 1536;
+    const int64_t n = (int64_t)2048 * 1536;
     remat_tensor *x = bf16_rand(n, 1), *g = bf16_rand(n, 2), *y = bf16_rand(n, 3);
     /* the add's operands: bf16 xs, f32 fs and the f32 output ys, (2048, 384) */
-    const int64_t nr = 2048 * 384;
+    const int64_t nr = (int64_t)2048 * 384;
     remat_tensor *xs = bf16_rand(nr, 4), *fs = NULL, *ys = NULL;
     CHECK(remat_to_dtype(&fs, xs, REMAT_F32));
     CHECK(remat_empty(&ys, 1, &nr, REMAT_F32, REMAT_DEVICE_CPU));

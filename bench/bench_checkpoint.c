@@ -213,7 +213,7 @@ static int block_fn(void *user_data, remat_tensor *const *in, int n_in, remat_te
         g_optime[k][ph][OP_LN] += t3.t[k] - t2.t[k];
     }
     if (!rc && g_profile_hooks && ph == PH_FWD) {
-        stamp *a = g_arrive + 3 * bk->index;
+        stamp *a = g_arrive + (ptrdiff_t)3 * bk->index;
         rc = remat_register_hook(out[0], arrive_hook, &a[0]);
         if (!rc) rc = remat_register_hook(g, arrive_hook, &a[1]);
         if (!rc) rc = remat_register_hook(h, arrive_hook, &a[2]);
@@ -571,7 +571,8 @@ static void compare_gradients(bench *b, int s, sample *sm) {
             continue;
         }
         if (s == S_NONE) memcpy(b->ref[i], remat_data(g), (size_t)b->lv.bytes[i]);
-        else if (memcmp(b->ref[i], remat_data(g), (size_t)b->lv.bytes[i])) sm->grads_equal = false;
+        else if (memcmp(b->ref[i], remat_data(g), (size_t)b->lv.bytes[i]) != 0)
+            sm->grads_equal = false;
     }
     if (s == S_NONE) b->ref_loss = sm->loss;
     sm->loss_equal = sm->loss == b->ref_loss;
@@ -594,10 +595,10 @@ static void sgd_step(bench *b) {
 static void profile_backward_by_op(bench *b, stamp t1, stamp t2) {
     const int L = b->c->layers;
     for (int k = 0; k < N_CLK; k++) {
-        b->bwd_loss[k] = g_arrive[3 * (L - 1)].t[k] - t1.t[k];
+        b->bwd_loss[k] = g_arrive[(ptrdiff_t)3 * (L - 1)].t[k] - t1.t[k];
         for (int l = 0; l < L; l++) {
-            const stamp *a = g_arrive + 3 * l;
-            double end = l > 0 ? g_arrive[3 * (l - 1)].t[k] : t2.t[k];
+            const stamp *a = g_arrive + (ptrdiff_t)3 * l;
+            double end = l > 0 ? g_arrive[(ptrdiff_t)3 * (l - 1)].t[k] : t2.t[k];
             b->bwd_profile[k][OP_LN] += a[1].t[k] - a[0].t[k];
             b->bwd_profile[k][OP_GELU] += a[2].t[k] - a[1].t[k];
             b->bwd_profile[k][OP_LINEAR] += end - a[2].t[k];
@@ -627,7 +628,7 @@ static sample run_step(bench *b, int r, int s) {
     g_base = (int64_t)remat_cpu_current_bytes();
     if (g_base != b->param_bytes + b->input_bytes && !b->base_warned) {
         fprintf(stderr, "note: allocator holds %lld bytes at step start, expected %lld\n",
-                (long long)g_base, (long long)(b->param_bytes + b->input_bytes));
+                (long long)g_base, (long long)b->param_bytes + (long long)b->input_bytes);
         b->base_warned = true;
     }
     g_grads_live = 0;

@@ -295,7 +295,7 @@ static void bench_bf16_shape(const lin_shape *ls, int pass, int threads, int rep
     int64_t M = pass == P_DW ? out : T, K = pass == P_FWD ? in : pass == P_DX ? out : T;
     int64_t N = pass == P_FWD ? out : in;
     bool ta = pass == P_DW, tb = pass == P_FWD, cf32 = pass == P_DW;
-    int64_t lda = pass == P_FWD ? in : out, ldb = pass == P_FWD ? in : in, ldc = N;
+    int64_t lda = pass == P_FWD ? in : out, ldb = in, ldc = N;
     /* operands: x (T, in), W (out, in), dy (T, out), bias (out) */
     remat_tensor *x, *w, *dy, *bias, *xb, *wb, *dyb, *biasb, *ab, *bb;
     CHECK(remat_rand_uniform(&x, 2, (int64_t[]){T, in}, -1, 1, REMAT_F32, REMAT_DEVICE_CPU));

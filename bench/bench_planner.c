@@ -142,7 +142,7 @@ static double one_step(const runner *r, size_t *peak) {
 /* Runs n strategies `reps` times each, interleaved (A B C A B C ...) so
  * that load changes on a shared machine hit all of them alike. */
 static void measure_many(const runner *r, int n, int reps, result *res) {
-    double *t = calloc((size_t)(n * reps), sizeof *t);
+    double *t = calloc((size_t)n * (size_t)reps, sizeof *t);
     for (int i = 0; i < n; i++) res[i] = (result){0, 0, 0};
     for (int k = 0; k < reps; k++)
         for (int i = 0; i < n; i++) {
@@ -151,7 +151,7 @@ static void measure_many(const runner *r, int n, int reps, result *res) {
             if (pk > res[i].peak) res[i].peak = pk;
         }
     for (int i = 0; i < n; i++) {
-        double *v = t + i * reps;
+        double *v = t + (ptrdiff_t)i * reps;
         qsort(v, (size_t)reps, sizeof *v, cmp_d);
         res[i].time = reps % 2 ? v[reps / 2] : 0.5 * (v[reps / 2 - 1] + v[reps / 2]);
         res[i].best = v[0];
@@ -183,6 +183,117 @@ static void versus(const char *name, result a, result u) {
     printf("  %s vs uniform: %+.1f%% median step time (%+.1f%% fastest step) at %+.1f%% peak\n",
            name, (a.time / u.time - 1) * 100, (a.best / u.best - 1) * 100,
            ((double)a.peak / (double)u.peak - 1) * 100);
+}
+
+/* What main measured and built, for the comparisons below. */
+typedef struct setup {
+    int L, segs, reps;
+    bool print_plans;
+    remat_profile *pb, *po; /* block and op profiles */
+    const remat_stage *sb, *so;
+} setup;
+
+/* The headline comparison at the uniform schedule's peak: variant 0 takes its measured
+ * peak as the budget, variant 1 its peak as the planner's model predicts it. */
+static void headline(const setup *s, int variant, runner none, runner uni, result r_uni0,
+                     const remat_plan *p_none, const remat_plan *p_uni) {
+    char name[64];
+    /* (a) budget = the uniform schedule's measured peak;
+     * (b) budget = its peak as the planner's model predicts it */
+    size_t budget = variant == 0 ? r_uni0.peak : p_uni->peak_bytes;
+    double t0 = now();
+    remat_plan *plan_b = NULL, *plan_o = NULL;
+    CHECK(remat_plan_create(&plan_b, s->pb, budget));
+    double t_plan_b = now() - t0;
+    t0 = now();
+    CHECK(remat_plan_create(&plan_o, s->po, budget));
+    double t_plan_o = now() - t0;
+    runner rs[4] = {none, uni, {1, 0, plan_b, s->sb, s->L}, {1, 0, plan_o, s->so, 3 * s->L}};
+    result r[4];
+    measure_many(rs, 4, s->reps, r);
+    printf("\n(%c) budget = %s peak of uniform %d segments = %.2f MiB "
+           "(planning: %.3f s block, %.3f s op)\n",
+           'a' + variant, variant == 0 ? "measured" : "model-predicted", s->segs, MIB(budget),
+           t_plan_b, t_plan_o);
+    header();
+    row("none", r[0], p_none, r[0]);
+    snprintf(name, sizeof name, "uniform %d segments", s->segs);
+    row(name, r[1], p_uni, r[0]);
+    row("plan/block", r[2], plan_b, r[0]);
+    row("plan/op", r[3], plan_o, r[0]);
+    versus("plan/block", r[2], r[1]);
+    versus("plan/op", r[3], r[1]);
+    if (variant == 0) {
+        /* the uniform schedule priced with the op profile, for an
+         * apples-to-apples prediction next to plan/op */
+        double tu = 0;
+        int size = s->L / s->segs;
+        for (int k = 0; k < 3 * s->L; k++) {
+            const remat_stage_profile *sp = &s->po->stages[k];
+            tu += sp->fwd_time + sp->bwd_time;
+            if (k / 3 < size * (s->segs - 1)) tu += sp->fwd_time;
+        }
+        printf("  predicted with the op profile: uniform %.1f ms, plan/op %.1f ms (%+.1f%%)\n",
+               tu * 1e3, plan_o->time * 1e3, (plan_o->time / tu - 1) * 100);
+    }
+    if (s->print_plans) {
+        remat_plan_print(plan_b, stdout);
+        remat_plan_print(plan_o, stdout);
+    }
+    remat_plan_free(plan_b);
+    remat_plan_free(plan_o);
+}
+
+/* The Pareto sweep: plans at sweep + 1 budgets from the least either profile allows to the
+ * store-all peak, and the uniform segmentations, all measured interleaved. */
+static void pareto_sweep(const setup *s, int sweep) {
+    size_t mb_b, mb_o;
+    CHECK(remat_plan_min_budget(s->pb, &mb_b));
+    CHECK(remat_plan_min_budget(s->po, &mb_o));
+    remat_plan *sa_o = NULL;
+    CHECK(remat_plan_sequential(&sa_o, s->po, 0, 1));
+    size_t lo = mb_o < mb_b ? mb_o : mb_b, hi = sa_o->peak_bytes;
+    enum { MAXP = 64 };
+    runner rs[MAXP];
+    remat_plan *pl[MAXP];
+    char label[MAXP][32];
+    size_t bud[MAXP];
+    int n = 0;
+    for (int i = 0; i <= sweep && n + 2 <= MAXP; i++) {
+        size_t b = lo + (size_t)((double)(hi - lo) * i / sweep);
+        for (int g = 0; g < 2; g++) {
+            if (b < (g ? mb_o : mb_b)) continue;
+            CHECK(remat_plan_create(&pl[n], g ? s->po : s->pb, b));
+            rs[n] = (runner){1, 0, pl[n], g ? s->so : s->sb, g ? 3 * s->L : s->L};
+            snprintf(label[n], sizeof label[n], "%s", g ? "plan/op" : "plan/block");
+            bud[n++] = b;
+        }
+    }
+    int seglist[] = {1, 2, 3, 4, 5, 6, 8, 11, 16, 32};
+    for (size_t i = 0; i < sizeof seglist / sizeof *seglist && n < MAXP; i++) {
+        int sg = seglist[i];
+        if (sg > s->L) break;
+        CHECK(remat_plan_sequential(&pl[n], s->pb, 0, sg));
+        rs[n] = (runner){0, sg, NULL, s->sb, s->L};
+        snprintf(label[n], sizeof label[n], "uniform %d", sg);
+        bud[n++] = 0;
+    }
+    result *r = calloc((size_t)n, sizeof *r);
+    measure_many(rs, n, s->reps > 3 ? 3 : s->reps, r);
+    printf("\nPareto sweep (time vs peak), budgets from %.2f to %.2f MiB, measured "
+           "interleaved\n",
+           MIB(lo), MIB(hi));
+    printf("  %-10s %10s %9s %9s %10s %10s %9s\n", "strategy", "budget", "med ms", "min ms",
+           "peak MiB", "pred MiB", "pred ms");
+    for (int i = 0; i < n; i++) {
+        char bs[16] = "-";
+        if (bud[i]) snprintf(bs, sizeof bs, "%.2f", MIB(bud[i]));
+        printf("  %-10s %10s %9.1f %9.1f %10.2f %10.2f %9.1f\n", label[i], bs, r[i].time * 1e3,
+               r[i].best * 1e3, MIB(r[i].peak), MIB(pl[i]->peak_bytes), pl[i]->time * 1e3);
+        remat_plan_free(pl[i]);
+    }
+    free(r);
+    remat_plan_free(sa_o);
 }
 
 int main(int argc, char **argv) {
@@ -232,7 +343,7 @@ int main(int argc, char **argv) {
         blk[k].g = param(1, vs, 0.9, 1.1, hook);
         blk[k].beta = param(1, vs, -0.1, 0.1, hook);
         sb[k] = (remat_stage){block_fn, &blk[k]};
-        so[3 * k] = (remat_stage){linear_fn, &blk[k]};
+        so[(ptrdiff_t)3 * k] = (remat_stage){linear_fn, &blk[k]};
         so[3 * k + 1] = (remat_stage){gelu_fn, NULL};
         so[3 * k + 2] = (remat_stage){ln_fn, &blk[k]};
     }
@@ -273,104 +384,11 @@ int main(int argc, char **argv) {
     CHECK(remat_plan_sequential(&p_uni, pb, 0, segs));
     runner uni = {0, segs, NULL, sb, L};
     result r_uni0 = measure(&uni, 1); /* its measured peak is the budget */
-    char name[64];
-    for (int variant = 0; variant < 2; variant++) {
-        /* (a) budget = the uniform schedule's measured peak;
-         * (b) budget = its peak as the planner's model predicts it */
-        size_t budget = variant == 0 ? r_uni0.peak : p_uni->peak_bytes;
-        t0 = now();
-        remat_plan *plan_b = NULL, *plan_o = NULL;
-        CHECK(remat_plan_create(&plan_b, pb, budget));
-        double t_plan_b = now() - t0;
-        t0 = now();
-        CHECK(remat_plan_create(&plan_o, po, budget));
-        double t_plan_o = now() - t0;
-        runner rs[4] = {none, uni, {1, 0, plan_b, sb, L}, {1, 0, plan_o, so, 3 * L}};
-        result r[4];
-        measure_many(rs, 4, reps, r);
-        printf("\n(%c) budget = %s peak of uniform %d segments = %.2f MiB "
-               "(planning: %.3f s block, %.3f s op)\n",
-               'a' + variant, variant == 0 ? "measured" : "model-predicted", segs, MIB(budget),
-               t_plan_b, t_plan_o);
-        header();
-        row("none", r[0], p_none, r[0]);
-        snprintf(name, sizeof name, "uniform %d segments", segs);
-        row(name, r[1], p_uni, r[0]);
-        row("plan/block", r[2], plan_b, r[0]);
-        row("plan/op", r[3], plan_o, r[0]);
-        versus("plan/block", r[2], r[1]);
-        versus("plan/op", r[3], r[1]);
-        if (variant == 0) {
-            /* the uniform schedule priced with the op profile, for an
-             * apples-to-apples prediction next to plan/op */
-            double tu = 0;
-            int size = L / segs;
-            for (int k = 0; k < 3 * L; k++) {
-                const remat_stage_profile *sp = &po->stages[k];
-                tu += sp->fwd_time + sp->bwd_time;
-                if (k / 3 < size * (segs - 1)) tu += sp->fwd_time;
-            }
-            printf("  predicted with the op profile: uniform %.1f ms, plan/op %.1f ms (%+.1f%%)\n",
-                   tu * 1e3, plan_o->time * 1e3, (plan_o->time / tu - 1) * 100);
-        }
-        if (print_plans) {
-            remat_plan_print(plan_b, stdout);
-            remat_plan_print(plan_o, stdout);
-        }
-        remat_plan_free(plan_b);
-        remat_plan_free(plan_o);
-    }
+    setup st = {L, segs, reps, print_plans, pb, po, sb, so};
+    for (int variant = 0; variant < 2; variant++)
+        headline(&st, variant, none, uni, r_uni0, p_none, p_uni);
 
-    /* ---- Pareto sweep (all points measured interleaved) ---- */
-    if (sweep > 0) {
-        size_t mb_b, mb_o;
-        CHECK(remat_plan_min_budget(pb, &mb_b));
-        CHECK(remat_plan_min_budget(po, &mb_o));
-        remat_plan *sa_o = NULL;
-        CHECK(remat_plan_sequential(&sa_o, po, 0, 1));
-        size_t lo = mb_o < mb_b ? mb_o : mb_b, hi = sa_o->peak_bytes;
-        enum { MAXP = 64 };
-        runner rs[MAXP];
-        remat_plan *pl[MAXP];
-        char label[MAXP][32];
-        size_t bud[MAXP];
-        int n = 0;
-        for (int i = 0; i <= sweep && n + 2 <= MAXP; i++) {
-            size_t b = lo + (size_t)((double)(hi - lo) * i / sweep);
-            for (int g = 0; g < 2; g++) {
-                if (b < (g ? mb_o : mb_b)) continue;
-                CHECK(remat_plan_create(&pl[n], g ? po : pb, b));
-                rs[n] = (runner){1, 0, pl[n], g ? so : sb, g ? 3 * L : L};
-                snprintf(label[n], sizeof label[n], "%s", g ? "plan/op" : "plan/block");
-                bud[n++] = b;
-            }
-        }
-        int seglist[] = {1, 2, 3, 4, 5, 6, 8, 11, 16, 32};
-        for (size_t i = 0; i < sizeof seglist / sizeof *seglist && n < MAXP; i++) {
-            int sg = seglist[i];
-            if (sg > L) break;
-            CHECK(remat_plan_sequential(&pl[n], pb, 0, sg));
-            rs[n] = (runner){0, sg, NULL, sb, L};
-            snprintf(label[n], sizeof label[n], "uniform %d", sg);
-            bud[n++] = 0;
-        }
-        result *r = calloc((size_t)n, sizeof *r);
-        measure_many(rs, n, reps > 3 ? 3 : reps, r);
-        printf("\nPareto sweep (time vs peak), budgets from %.2f to %.2f MiB, measured "
-               "interleaved\n",
-               MIB(lo), MIB(hi));
-        printf("  %-10s %10s %9s %9s %10s %10s %9s\n", "strategy", "budget", "med ms", "min ms",
-               "peak MiB", "pred MiB", "pred ms");
-        for (int i = 0; i < n; i++) {
-            char bs[16] = "-";
-            if (bud[i]) snprintf(bs, sizeof bs, "%.2f", MIB(bud[i]));
-            printf("  %-10s %10s %9.1f %9.1f %10.2f %10.2f %9.1f\n", label[i], bs, r[i].time * 1e3,
-                   r[i].best * 1e3, MIB(r[i].peak), MIB(pl[i]->peak_bytes), pl[i]->time * 1e3);
-            remat_plan_free(pl[i]);
-        }
-        free(r);
-        remat_plan_free(sa_o);
-    }
+    if (sweep > 0) pareto_sweep(&st, sweep);
 
     remat_plan_free(p_none);
     remat_plan_free(p_uni);

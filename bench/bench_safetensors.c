@@ -47,7 +47,7 @@ static void reset_hwm(void) {
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static void die(int rc) {
@@ -94,12 +94,12 @@ int main(int argc, char **argv) {
         double t0 = now();
         int rc = remat_safetensors_save(file, src, 0, NULL);
         if (rc) die(rc);
-        printf("wrote %s: %.0f MiB in %.2f s\n", file, remat_params_numel(src) * 4.0 / 1048576,
-               now() - t0);
+        printf("wrote %s: %.0f MiB in %.2f s\n", file,
+               (double)remat_params_numel(src) * 4.0 / 1048576, now() - t0);
         remat_params_free(src);
     }
     remat_params *p = model(mib << 20, false);
-    double model_mib = remat_params_numel(p) * 4.0 / 1048576;
+    double model_mib = (double)remat_params_numel(p) * 4.0 / 1048576;
     double *cold = calloc((size_t)rounds, sizeof *cold),
            *warm = calloc((size_t)rounds, sizeof *warm);
     long worst_growth = 0, rss0 = 0;
@@ -124,19 +124,20 @@ int main(int argc, char **argv) {
         rss0 = before;
         (is_cold ? cold : warm)[r / 2] = dt;
         printf("round %d %s: %.3f s (%.0f MB/s), RSS before %.0f MiB, peak %.0f MiB (+%.1f MiB)\n",
-               r / 2, is_cold ? "cold" : "warm", dt, model_mib * 1.048576 / dt, before / 1024.0,
-               hwm / 1024.0, growth / 1024.0);
+               r / 2, is_cold ? "cold" : "warm", dt, model_mib * 1.048576 / dt,
+               (double)before / 1024.0, (double)hwm / 1024.0, (double)growth / 1024.0);
     }
     qsort(cold, (size_t)rounds, sizeof *cold, cmp);
     qsort(warm, (size_t)rounds, sizeof *warm, cmp);
     /* the bound: peak <= the model's bytes + 64 MiB over what the process held
      * besides the model (its RSS before the load less the parameters) */
-    double overhead_mib = worst_growth / 1024.0;
+    double overhead_mib = (double)worst_growth / 1024.0;
     printf("{\"model_mib\": %.1f, \"cold_s_median\": %.4f, \"cold_s_min\": %.4f, \"cold_s_max\": "
            "%.4f, \"warm_s_median\": %.4f, \"warm_s_min\": %.4f, \"warm_s_max\": %.4f, "
            "\"rss_before_mib\": %.1f, \"peak_growth_mib\": %.1f, \"within_64mib\": %s}\n",
            model_mib, cold[rounds / 2], cold[0], cold[rounds - 1], warm[rounds / 2], warm[0],
-           warm[rounds - 1], rss0 / 1024.0, overhead_mib, overhead_mib <= 64 ? "true" : "false");
+           warm[rounds - 1], (double)rss0 / 1024.0, overhead_mib,
+           overhead_mib <= 64 ? "true" : "false");
     remat_params_free(p);
     if (!(argc > 4 && strcmp(argv[4], "--keep") == 0)) unlink(file);
     free(cold);

@@ -88,7 +88,7 @@ typedef struct result {
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 /* One training step (forward + backward, grads dropped); returns ms. */
@@ -184,7 +184,7 @@ int main(int argc, char **argv) {
      * other processes spreads evenly over them; the median of the rounds
      * is reported. */
     enum { NM = 6 };
-    double *t = calloc((size_t)(iters * NM), sizeof *t);
+    double *t = calloc((size_t)iters * NM, sizeof *t);
     result res[NM];
     memset(res, 0, sizeof res);
     for (int k = 0; k < NM; k++) { /* warm-up */
@@ -201,7 +201,7 @@ int main(int argc, char **argv) {
         }
     for (int k = 0; k < NM; k++) {
         result *r = &res[k];
-        qsort(t + k * iters, (size_t)iters, sizeof *t, cmp_d);
+        qsort(t + (ptrdiff_t)k * iters, (size_t)iters, sizeof *t, cmp_d);
         r->ms = t[k * iters + iters / 2];
         char cached[24] = "-", recomputed[24] = "-";
         if (modes[k].policy) {
@@ -213,7 +213,7 @@ int main(int argc, char **argv) {
                    recomputed);
         else
             printf("%-11s %10.2f %12.2f %14.2f %10s %12s\n", modes[k].name, r->ms,
-                   r->peak / 1048576.0, r->held / 1048576.0, cached, recomputed);
+                   (double)r->peak / 1048576.0, (double)r->held / 1048576.0, cached, recomputed);
     }
     free(t);
     for (int k = 0; k < 6; k++) remat_policy_release(modes[k].policy);

@@ -393,6 +393,39 @@ Test(attention, lower_right_rows_see_every_key_when_there_are_more_queries) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
+/* Tq - Tk >= a whole query block (64 rows): that block sees no key at all (the kernels' keyless
+ * path, f32/f64 and bf16): its output and dq rows are 0, the rows after see keys. */
+static void keyless_block(remat_dtype dt) {
+    const int64_t Tq = 70, Tk = 3, D = 4, none = Tq - Tk;
+    remat_tensor *q0 = rt_rand(3, (int64_t[]){1, Tq, D}, REMAT_F32, -1, 1, 41);
+    remat_tensor *k0 = rt_rand(3, (int64_t[]){1, Tk, D}, REMAT_F32, -1, 1, 42);
+    remat_tensor *v0 = rt_rand(3, (int64_t[]){1, Tk, D}, REMAT_F32, -1, 1, 43);
+    remat_tensor *in[3] = {NULL}, *y = NULL, *s = NULL, *g[3] = {NULL};
+    RT_OK(remat_to_dtype(&in[0], q0, dt));
+    RT_OK(remat_to_dtype(&in[1], k0, dt));
+    RT_OK(remat_to_dtype(&in[2], v0, dt));
+    for (int i = 0; i < 3; i++) RT_OK(remat_set_requires_grad(in[i], true));
+    RT_OK(remat_attention_causal(&y, in[0], in[1], in[2], REMAT_CAUSAL_LOWER_RIGHT, 0));
+    double *yv = rt_values(y);
+    for (int64_t i = 0; i < none * D; i++) cr_assert_eq(yv[i], 0.0, "row %ld sees no key", i / D);
+    for (int64_t i = none * D; i < Tq * D; i++) cr_assert(yv[i] != 0.0);
+    free(yv);
+    RT_OK(remat_sum_all(&s, y));
+    RT_OK(remat_grad(1, &s, NULL, 3, in, false, false, g));
+    double *gq = rt_values(g[0]);
+    for (int64_t i = 0; i < none * D; i++) cr_assert_eq(gq[i], 0.0, "dq row %ld", i / D);
+    free(gq);
+    for (int i = 0; i < 3; i++) remat_release(g[i]), remat_release(in[i]);
+    remat_release(s), remat_release(y), remat_release(q0), remat_release(k0), remat_release(v0);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+Test(attention, a_query_block_that_sees_no_key) {
+    keyless_block(REMAT_F64);
+    keyless_block(REMAT_F32);
+    keyless_block(REMAT_BF16);
+}
+
 Test(attention, gqa_gradcheck_f64) {
     gqa_case upper = {false, 0}, lower = {true, 0.6};
     remat_tensor *in[3] = {rt_leaf(rt_rand(4, (int64_t[]){1, 4, 67, 3}, REMAT_F64, -1, 1, 31)),

@@ -24,7 +24,8 @@ suites="fixtures checkpoint checkpoint_models selective planner autograd attenti
 files="$BUILD/remat $BUILD/bench_cuda_gemm $(ls $BUILD/libremat.so*) $BUILD/CTestTestfile.cmake"
 for s in $suites; do files="$files $BUILD/test_$s"; done
 # shellcheck disable=SC2086
-tar cJf .gpu/build-gpu.tar.xz $files
+# xz -9: a 64 MiB dictionary, so the test programs' shared library code compresses once
+XZ_OPT=-9 tar cJf .gpu/build-gpu.tar.xz $files
 for lib in libgomp.so.1; do cp -L "$(ldconfig -p | awk -v l=$lib '$1 == l {print $NF; exit}')" .gpu/lib/; done
 cp -L "$CUDA/lib/libcudart.so.13" .gpu/lib/ 2>/dev/null || cp -L "$CUDA/lib64/libcudart.so.13" .gpu/lib/
 du -sh .gpu .gpu/build-gpu.tar.xz

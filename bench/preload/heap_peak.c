@@ -33,6 +33,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* glibc's own allocator entry points, which an LD_PRELOAD interposer must call: the
+ * reserved names are the point here. */
+/* NOLINTBEGIN(bugprone-reserved-identifier) */
 extern void *__libc_malloc(size_t n);
 extern void __libc_free(void *p);
 extern void *__libc_calloc(size_t n, size_t size);
@@ -40,6 +43,7 @@ extern void *__libc_realloc(void *p, size_t n);
 extern void *__libc_memalign(size_t align, size_t n);
 extern void *__libc_valloc(size_t n);
 extern void *__libc_pvalloc(size_t n);
+/* NOLINTEND(bugprone-reserved-identifier) */
 
 /* live may dip below zero: a block the dynamic loader made before this
  * library was in place can be freed through it */

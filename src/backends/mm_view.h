@@ -9,6 +9,8 @@
 #ifndef REMAT_BACKENDS_MM_VIEW_H
 #define REMAT_BACKENDS_MM_VIEW_H
 
+#include <string.h>
+
 #include "core/core.h"
 #include "core/kernels.h"
 
@@ -37,6 +39,15 @@ static inline void view_of(mview *v, const remat_tensor *t, bool has_row, bool h
         int j = d - (nb - tb);
         v->bstr[d] = (j >= 0 && t->shape[j] != 1) ? t->strides[j] : 0;
     }
+}
+
+/* it = an iterator over the nb batch dims of shape bshape whose three
+ * offsets walk A, B and C's matrices (rm_iter operands 0, 1, 2). */
+static inline void mv_batch_iter(rm_iter *it, int nb, const int64_t *bshape, const mview *A,
+                                 const mview *B, const mview *C) {
+    const mview *v[3] = {A, B, C};
+    rm_iter_init(it, nb, bshape, 3);
+    for (int k = 0; k < 3; k++) memcpy(it->strides[k], v[k]->bstr, sizeof(int64_t) * (size_t)nb);
 }
 
 static inline mview view_t(const mview *v) {

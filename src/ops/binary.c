@@ -138,9 +138,7 @@ static remat_status binary_grads_diff(const char *nm, rm_ew_op op, remat_tensor 
                                       remat_tensor **tb) {
     int rc = REMAT_OK;
     switch (op) {
-    case RM_EW_SUB:
-        if (need_b) rc = remat_neg(tb, g);
-        break;
+    case RM_EW_SUB: rc = need_b ? remat_neg(tb, g) : REMAT_OK; break;
     case RM_EW_MUL:
         if (need_a) rc = remat_mul(ta, g, b);
         if (!rc && need_b) rc = remat_mul(tb, g, a);

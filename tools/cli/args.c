@@ -403,7 +403,35 @@ void args_defaults_bench(config *c) {
  * must leave answer tokens to learn, or the loss is a mean over nothing. */
 #define ADDITION_MIN_CONTEXT 6
 
-int args_check_model(config *c, bool bench, char *err, size_t n) {
+/* Every strategy of all (n_all) fits the model: enough blocks for sequential=N, tags the
+ * model has (a misspelt one would silently save nothing). */
+static int check_strategies(const config *c, const strategy *all, int n_all, int n_tags,
+                            const char *const *tags, char *err, size_t n) {
+    char why[400];
+    for (int i = 0; i < n_all; i++) {
+        /* sequential=N needs at least N blocks (as checkpoint_sequential's chunks) */
+        if (all[i].kind == STRAT_SEQUENTIAL && all[i].segments > c->layers) {
+            snprintf(err, n, "bad strategy '%s': %d segments but only %d blocks (--layers)",
+                     all[i].name, all[i].segments, c->layers);
+            return 1;
+        }
+        /* a misspelt tag would silently save nothing */
+        if (!strategy_check_tags(&all[i], n_tags, tags,
+                                 c->model == MODEL_GPT                            ? "GPT"
+                                 : c->model == MODEL_MLP                          ? "MLP"
+                                 : c->hf && c->hf->cfg.family == REMAT_MODEL_GPT2 ? "GPT-2 model"
+                                 : c->hf                                          ? "Llama model"
+                                                                                  : "model",
+                                 why, sizeof why)) {
+            snprintf(err, n, "bad strategy '%s': %s", all[i].name, why);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* args_check_model's per-family checks (the model's own flags). */
+static int check_family(const config *c, char *err, size_t n) {
     if (c->model == MODEL_HF) {
         if (!c->data) {
             snprintf(err, n,
@@ -432,6 +460,11 @@ int args_check_model(config *c, bool bench, char *err, size_t n) {
             remat_warn("--heads, --context, --attention and --untied are GPT settings: the MLP "
                        "ignores them");
     }
+    return 0;
+}
+
+int args_check_model(config *c, bool bench, char *err, size_t n) {
+    if (check_family(c, err, n)) return 1;
     if (!bench && c->cosine && c->steps > 0 && c->warmup >= c->steps) {
         if (c->resume && !c->set_warmup) /* the saved run's warm-up, not a flag given */
             snprintf(err, n,
@@ -456,34 +489,14 @@ int args_check_model(config *c, bool bench, char *err, size_t n) {
                 c->strategies[w++] = c->strategies[i];
         c->n_strategies = w;
     }
-    const strategy *all = bench ? c->strategies : &c->strat;
     int n_tags = 0;
     const char *const *tags = model_tags(c->model, &n_tags);
     /* a Hugging Face model's blocks are known once its directory is read
      * (the command checks again then) */
     if (c->model == MODEL_HF && !c->hf_tags) return 0;
     if (c->model == MODEL_HF) tags = c->hf_tags, n_tags = c->n_hf_tags;
-    char why[400];
-    for (int i = 0; i < (bench ? c->n_strategies : 1); i++) {
-        /* sequential=N needs at least N blocks (as checkpoint_sequential's chunks) */
-        if (all[i].kind == STRAT_SEQUENTIAL && all[i].segments > c->layers) {
-            snprintf(err, n, "bad strategy '%s': %d segments but only %d blocks (--layers)",
-                     all[i].name, all[i].segments, c->layers);
-            return 1;
-        }
-        /* a misspelt tag would silently save nothing */
-        if (!strategy_check_tags(&all[i], n_tags, tags,
-                                 c->model == MODEL_GPT                            ? "GPT"
-                                 : c->model == MODEL_MLP                          ? "MLP"
-                                 : c->hf && c->hf->cfg.family == REMAT_MODEL_GPT2 ? "GPT-2 model"
-                                 : c->hf                                          ? "Llama model"
-                                                                                  : "model",
-                                 why, sizeof why)) {
-            snprintf(err, n, "bad strategy '%s': %s", all[i].name, why);
-            return 1;
-        }
-    }
-    return 0;
+    return check_strategies(c, bench ? c->strategies : &c->strat, bench ? c->n_strategies : 1,
+                            n_tags, tags, err, n);
 }
 
 void args_defaults_sample(config *c) {

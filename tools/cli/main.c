@@ -37,8 +37,8 @@ int main(int argc, char **argv) {
     config c;
     passive_openmp(argv);
     stop_signals_block(); /* before any thread exists: see util.h */
-    if (argc < 2 || (argv[1][0] == '-' && strcmp(argv[1], "--help") && strcmp(argv[1], "-h") &&
-                     strcmp(argv[1], "--version"))) {
+    if (argc < 2 || (argv[1][0] == '-' && strcmp(argv[1], "--help") != 0 &&
+                     strcmp(argv[1], "-h") != 0 && strcmp(argv[1], "--version") != 0)) {
         /* `remat` or `remat --flags`: the default bench */
         args_defaults_bench(&c);
         int rc = args_parse(&c, CMD_BENCH, argc, argv, 1);

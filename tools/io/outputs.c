@@ -77,7 +77,8 @@ static int check_one(const out_path *o) {
         return remat_set_error(REMAT_EIO, "%s %s: %s", o->flag, o->path, strerror(errno));
     parent_of(o->path, dir, sizeof dir);
     if (o->dir) /* made with its parents: the nearest existing ancestor must take them */
-        while (stat(dir, &st) != 0 && errno == ENOENT && strcmp(dir, ".") && strcmp(dir, "/")) {
+        while (stat(dir, &st) != 0 && errno == ENOENT && strcmp(dir, ".") != 0 &&
+               strcmp(dir, "/") != 0) {
             char up[4096];
             parent_of(dir, up, sizeof up);
             memcpy(dir, up, strlen(up) + 1);

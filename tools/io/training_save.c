@@ -190,6 +190,69 @@ static void remove_stale_temporaries(const char *path) {
     free(bcopy);
 }
 
+/* Writes the len bytes at p to path through a temporary file in its directory, renamed over
+ * it once complete and synced (a re-save keeps the file's mode). */
+static int write_atomic(const char *path, const unsigned char *p, size_t len) {
+    /* rename() would replace whatever path is: only a regular file (or
+     * nothing) may be there — not a symlink, FIFO, device or directory */
+    struct stat tst;
+    bool existed = lstat(path, &tst) == 0;
+    if (existed && !S_ISREG(tst.st_mode)) {
+        return remat_set_error(
+            REMAT_EIO, "--save %s: is %s; --save writes regular files only", path,
+            S_ISLNK(tst.st_mode)                           ? "a symbolic link"
+            : S_ISDIR(tst.st_mode)                         ? "a directory"
+            : S_ISFIFO(tst.st_mode)                        ? "a FIFO"
+            : S_ISCHR(tst.st_mode) || S_ISBLK(tst.st_mode) ? "a device"
+                                                           : "not a regular file");
+    }
+    remove_stale_temporaries(path);
+    /* temp file in the target's directory, so rename() is atomic */
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 16);
+    char *dir = strdup(path);
+    if (!tmp || !dir) {
+        free(tmp);
+        free(dir);
+        return remat_set_error(REMAT_ENOMEM, "--save %s: out of memory", path);
+    }
+    snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    int rc = REMAT_OK;
+    if (fd >= 0) { /* mkstemp makes 0600: a re-save keeps the file's mode, a new file gets
+                    * the one the umask gives */
+        mode_t mask = umask(0);
+        umask(mask);
+        if (fchmod(fd, existed ? tst.st_mode & 07777 : 0666 & ~mask) != 0)
+            rc = remat_set_error(REMAT_EIO, "--save %s: chmod failed: %s", path, strerror(errno));
+    }
+    if (fd < 0) {
+        rc = remat_set_error(REMAT_EIO, "--save %s: cannot create a temporary file: %s", path,
+                             strerror(errno));
+    } else {
+        if (!rc && (write_all(fd, p, len) != 0 || fsync(fd) != 0)) {
+            rc = remat_set_error(REMAT_EIO, "--save %s: write failed: %s", path, strerror(errno));
+        }
+        if (close(fd) != 0 && !rc)
+            rc = remat_set_error(REMAT_EIO, "--save %s: close failed: %s", path, strerror(errno));
+        if (!rc && rename(tmp, path) != 0)
+            rc = remat_set_error(REMAT_EIO, "--save %s: rename failed: %s", path, strerror(errno));
+        if (rc) {
+            unlink(tmp);
+        } else {
+            /* make the rename itself durable */
+            int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
+            if (dfd >= 0) {
+                fsync(dfd);
+                close(dfd);
+            }
+        }
+    }
+    free(tmp);
+    free(dir);
+    return rc;
+}
+
 int savefile_write(const char *path, const config *c, const task *t, const model *m,
                    const remat_optimizer *o, int64_t step) {
     if (!host_little_endian())
@@ -283,65 +346,7 @@ int savefile_write(const char *path, const config *c, const task *t, const model
     uint32_t crc = savefile_crc32(b.p, b.len - 4);
     for (int k = 0; k < 4; k++) b.p[b.len - 4 + k] = (unsigned char)(crc >> (8 * k));
 
-    /* rename() would replace whatever path is: only a regular file (or
-     * nothing) may be there — not a symlink, FIFO, device or directory */
-    struct stat tst;
-    bool existed = lstat(path, &tst) == 0;
-    if (existed && !S_ISREG(tst.st_mode)) {
-        free(b.p);
-        return remat_set_error(
-            REMAT_EIO, "--save %s: is %s; --save writes regular files only", path,
-            S_ISLNK(tst.st_mode)                           ? "a symbolic link"
-            : S_ISDIR(tst.st_mode)                         ? "a directory"
-            : S_ISFIFO(tst.st_mode)                        ? "a FIFO"
-            : S_ISCHR(tst.st_mode) || S_ISBLK(tst.st_mode) ? "a device"
-                                                           : "not a regular file");
-    }
-    remove_stale_temporaries(path);
-    /* temp file in the target's directory, so rename() is atomic */
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    char *dir = strdup(path);
-    if (!tmp || !dir) {
-        free(tmp);
-        free(dir);
-        free(b.p);
-        return remat_set_error(REMAT_ENOMEM, "--save %s: out of memory", path);
-    }
-    snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    rc = REMAT_OK;
-    if (fd >= 0) { /* mkstemp makes 0600: a re-save keeps the file's mode, a new file gets
-                    * the one the umask gives */
-        mode_t mask = umask(0);
-        umask(mask);
-        if (fchmod(fd, existed ? tst.st_mode & 07777 : 0666 & ~mask) != 0)
-            rc = remat_set_error(REMAT_EIO, "--save %s: chmod failed: %s", path, strerror(errno));
-    }
-    if (fd < 0) {
-        rc = remat_set_error(REMAT_EIO, "--save %s: cannot create a temporary file: %s", path,
-                             strerror(errno));
-    } else {
-        if (!rc && (write_all(fd, b.p, b.len) != 0 || fsync(fd) != 0)) {
-            rc = remat_set_error(REMAT_EIO, "--save %s: write failed: %s", path, strerror(errno));
-        }
-        if (close(fd) != 0 && !rc)
-            rc = remat_set_error(REMAT_EIO, "--save %s: close failed: %s", path, strerror(errno));
-        if (!rc && rename(tmp, path) != 0)
-            rc = remat_set_error(REMAT_EIO, "--save %s: rename failed: %s", path, strerror(errno));
-        if (rc) {
-            unlink(tmp);
-        } else {
-            /* make the rename itself durable */
-            int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
-            if (dfd >= 0) {
-                fsync(dfd);
-                close(dfd);
-            }
-        }
-    }
-    free(tmp);
-    free(dir);
+    rc = write_atomic(path, b.p, b.len);
     free(b.p);
     return rc;
 }

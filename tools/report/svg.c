@@ -370,6 +370,120 @@ static void axis_range(double vmin, double vmax, int ticks, double *lo, double *
     if (*hi <= *lo) *hi = *lo + *step;
 }
 
+/* The plot's frame: where the axes' ranges [x0, x1] and [y0, y1] land. */
+typedef struct svg_frame {
+    double ml, mt, pw, ph, x0, x1, y0, y1;
+} svg_frame;
+static double fx(const svg_frame *f, double v) {
+    return f->ml + f->pw * (v - f->x0) / (f->x1 - f->x0);
+}
+static double fy(const svg_frame *f, double v) {
+    return f->mt + f->ph - f->ph * (v - f->y0) / (f->y1 - f->y0);
+}
+
+static void pareto_front(util_str *o, svg_obstacles *obst, const svg_frame *f, int n,
+                         const pareto_point **ord) {
+    /* the Pareto front of every point: the fastest step at each memory level,
+     * as a staircase (a point is on it if nothing uses less memory and less time) */
+    util_str_printf(o, "<path fill=\"none\" stroke=\"#6b7280\" stroke-width=\"1.5\" "
+                       "stroke-dasharray=\"6,4\" d=\"");
+    double best = INFINITY, lastx = 0;
+    bool started = false;
+    for (int i = 0; i < n; i++) {
+        if (!(ord[i]->step_ms < best)) continue;
+        double x = fx(f, ord[i]->peak_bytes / MIB), y = fy(f, ord[i]->step_ms);
+        if (!started) {
+            util_str_printf(o, "M%.2f,%.2f", x, y);
+        } else {
+            util_str_printf(o, " L%.2f,%.2f L%.2f,%.2f", x, fy(f, best), x, y);
+            svg_obstacles_add_seg(obst, lastx, fy(f, best), x, fy(f, best));
+            svg_obstacles_add_seg(obst, x, fy(f, best), x, y);
+        }
+        started = true;
+        best = ord[i]->step_ms;
+        lastx = x;
+    }
+    if (started) {
+        util_str_printf(o, " L%.2f,%.2f", fmax(lastx, f->ml + f->pw), fy(f, best));
+        svg_obstacles_add_seg(obst, lastx, fy(f, best), fmax(lastx, f->ml + f->pw), fy(f, best));
+    }
+    util_str_printf(o, "\"/>\n");
+}
+
+/* The planners' curves: planned points joined in order of budget (op level, whole blocks). */
+static void pareto_planned(util_str *o, svg_obstacles *obst, const svg_frame *f, int n,
+                           const pareto_point *pts) {
+    const pareto_point **pl = malloc(sizeof *pl * (size_t)(n > 0 ? n : 1));
+    for (int kind = PARETO_PLANNED; pl && kind <= PARETO_BLOCKS;
+         kind += PARETO_BLOCKS - PARETO_PLANNED) {
+        int npl = 0;
+        for (int i = 0; i < n; i++)
+            if (pts[i].kind == (pareto_kind)kind) pl[npl++] = &pts[i];
+        if (!npl) continue;
+        qsort(pl, (size_t)npl, sizeof *pl, cmp_budget);
+        util_str_printf(o,
+                        "<path fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
+                        "stroke-opacity=\"0.6\" d=\"",
+                        PARETO_COLOR[kind]);
+        for (int i = 0; i < npl; i++) {
+            util_str_printf(o, "%s%.2f,%.2f", i ? " L" : "M", fx(f, pl[i]->peak_bytes / MIB),
+                            fy(f, pl[i]->step_ms));
+            if (i)
+                svg_obstacles_add_seg(obst, fx(f, pl[i - 1]->peak_bytes / MIB),
+                                      fy(f, pl[i - 1]->step_ms), fx(f, pl[i]->peak_bytes / MIB),
+                                      fy(f, pl[i]->step_ms));
+        }
+        util_str_printf(o, "\"/>\n");
+    }
+    free(pl);
+}
+
+/* The label of point p (its marker at x, y) at the first of eight places around the marker,
+ * in the order its kind prefers, where it meets no obstacle inside area; none fits: no label. */
+static void pareto_label(util_str *o, svg_obstacles *obst, svg_box area, const pareto_point *p,
+                         double x, double y) {
+    /* offsets of the label's anchor point; text-anchor start (s), end (e) or middle (m) */
+    static const struct {
+        double dx, dy;
+        char anchor;
+    } spot[8] = {{7, 17, 's'}, {-7, -8, 'e'}, {9, 4, 's'},   {-9, 4, 'e'},
+                 {7, -8, 's'}, {-7, 17, 'e'}, {0, -10, 'm'}, {0, 20, 'm'}};
+    static const int prefer[5][8] = {/* none */ {2, 4, 0, 3, 1, 5, 6, 7},
+                                     /* uniform */ {0, 5, 7, 2, 3, 4, 1, 6},
+                                     /* planned */ {1, 4, 6, 3, 2, 0, 5, 7},
+                                     /* other */ {2, 4, 0, 3, 1, 5, 6, 7},
+                                     /* blocks */ {0, 5, 7, 2, 3, 4, 1, 6}};
+    char lab[96];
+    switch (p->kind) {
+    case PARETO_UNIFORM: snprintf(lab, sizeof lab, "N=%d", p->segments); break;
+    case PARETO_PLANNED:
+    case PARETO_BLOCKS:
+        snprintf(lab, sizeof lab, p->budget_bytes < 10 * MIB ? "%.2f" : "%.1f",
+                 p->budget_bytes / MIB);
+        break;
+    default: snprintf(lab, sizeof lab, "%s", p->label ? p->label : "?");
+    }
+    double w = 5.8 * (double)strlen(lab);
+    for (int c = 0; c < 8; c++) {
+        int sp = prefer[p->kind][c];
+        double ax = x + spot[sp].dx, ay = y + spot[sp].dy;
+        double bx = spot[sp].anchor == 's' ? ax : spot[sp].anchor == 'e' ? ax - w : ax - w / 2;
+        svg_box box = {bx, ay - 9, bx + w, ay + 2};
+        if (!svg_place_free(obst, box, area)) continue;
+        svg_obstacles_add_box(obst, box);
+        util_str_printf(o,
+                        "<text x=\"%.2f\" y=\"%.2f\" font-size=\"10\" fill=\"%s\" "
+                        "text-anchor=\"%s\">",
+                        ax, ay, PARETO_COLOR[p->kind],
+                        spot[sp].anchor == 's'   ? "start"
+                        : spot[sp].anchor == 'e' ? "end"
+                                                 : "middle");
+        esc(o, lab);
+        util_str_printf(o, "</text>\n");
+        break;
+    }
+}
+
 bool svg_pareto(const char *path, const char *title, const char *subtitle, int n,
                 const pareto_point *pts) {
     const double W = 900, ML = 78, MR = 230, MT = 70, PH = 430, MB = 58;
@@ -432,57 +546,10 @@ bool svg_pareto(const char *path, const char *title, const char *subtitle, int n
                         "fill=\"#6b7280\">before the step</text>\n",
                         PX(base), MT, PX(base), MT + PH, PX(base) + 3, MT + 12);
 
-    /* the Pareto front of every point: the fastest step at each memory level,
-     * as a staircase (a point is on it if nothing uses less memory and less time) */
     svg_obstacles obst = {0}; /* lines, markers and labels a label must not meet */
-    util_str_printf(&o, "<path fill=\"none\" stroke=\"#6b7280\" stroke-width=\"1.5\" "
-                        "stroke-dasharray=\"6,4\" d=\"");
-    double best = INFINITY, lastx = 0;
-    bool started = false;
-    for (int i = 0; i < n; i++) {
-        if (!(ord[i]->step_ms < best)) continue;
-        double x = PX(ord[i]->peak_bytes / MIB), y = PY(ord[i]->step_ms);
-        if (!started) {
-            util_str_printf(&o, "M%.2f,%.2f", x, y);
-        } else {
-            util_str_printf(&o, " L%.2f,%.2f L%.2f,%.2f", x, PY(best), x, y);
-            svg_obstacles_add_seg(&obst, lastx, PY(best), x, PY(best));
-            svg_obstacles_add_seg(&obst, x, PY(best), x, y);
-        }
-        started = true;
-        best = ord[i]->step_ms;
-        lastx = x;
-    }
-    if (started) {
-        util_str_printf(&o, " L%.2f,%.2f", fmax(lastx, ML + pw), PY(best));
-        svg_obstacles_add_seg(&obst, lastx, PY(best), fmax(lastx, ML + pw), PY(best));
-    }
-    util_str_printf(&o, "\"/>\n");
-
-    /* planned points joined in order of budget: the planners' curves (op level, whole blocks) */
-    const pareto_point **pl = malloc(sizeof *pl * (size_t)(n > 0 ? n : 1));
-    for (int kind = PARETO_PLANNED; pl && kind <= PARETO_BLOCKS;
-         kind += PARETO_BLOCKS - PARETO_PLANNED) {
-        int npl = 0;
-        for (int i = 0; i < n; i++)
-            if (pts[i].kind == (pareto_kind)kind) pl[npl++] = &pts[i];
-        if (!npl) continue;
-        qsort(pl, (size_t)npl, sizeof *pl, cmp_budget);
-        util_str_printf(&o,
-                        "<path fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
-                        "stroke-opacity=\"0.6\" d=\"",
-                        PARETO_COLOR[kind]);
-        for (int i = 0; i < npl; i++) {
-            util_str_printf(&o, "%s%.2f,%.2f", i ? " L" : "M", PX(pl[i]->peak_bytes / MIB),
-                            PY(pl[i]->step_ms));
-            if (i)
-                svg_obstacles_add_seg(&obst, PX(pl[i - 1]->peak_bytes / MIB),
-                                      PY(pl[i - 1]->step_ms), PX(pl[i]->peak_bytes / MIB),
-                                      PY(pl[i]->step_ms));
-        }
-        util_str_printf(&o, "\"/>\n");
-    }
-    free(pl);
+    const svg_frame fr = {ML, MT, pw, PH, x0, x1, y0, y1};
+    pareto_front(&o, &obst, &fr, n, ord);
+    pareto_planned(&o, &obst, &fr, n, pts);
 
     /* markers, then labels */
     for (int i = 0; i < n; i++)
@@ -498,55 +565,13 @@ bool svg_pareto(const char *path, const char *title, const char *subtitle, int n
         svg_obstacles_add_box(&obst, (svg_box){x - 6, y - 6, x + 6, y + 6});
     }
     const svg_box area = {ML + 2, MT + 2, ML + pw - 2, MT + PH - 2};
-    /* offsets of the label's anchor point; text-anchor start (s), end (e) or middle (m) */
-    static const struct {
-        double dx, dy;
-        char anchor;
-    } spot[8] = {{7, 17, 's'}, {-7, -8, 'e'}, {9, 4, 's'},   {-9, 4, 'e'},
-                 {7, -8, 's'}, {-7, 17, 'e'}, {0, -10, 'm'}, {0, 20, 'm'}};
-    static const int prefer[5][8] = {/* none */ {2, 4, 0, 3, 1, 5, 6, 7},
-                                     /* uniform */ {0, 5, 7, 2, 3, 4, 1, 6},
-                                     /* planned */ {1, 4, 6, 3, 2, 0, 5, 7},
-                                     /* other */ {2, 4, 0, 3, 1, 5, 6, 7},
-                                     /* blocks */ {0, 5, 7, 2, 3, 4, 1, 6}};
     const pareto_kind label_order[] = {PARETO_NONE, PARETO_PLANNED, PARETO_BLOCKS, PARETO_OTHER,
                                        PARETO_UNIFORM};
     for (int pass = 0; pass < 5; pass++)
         for (int i = 0; i < n; i++) {
             const pareto_point *p = ord[i];
             if (p->kind != label_order[pass]) continue;
-            double x = PX(p->peak_bytes / MIB), y = PY(p->step_ms);
-            char lab[96];
-            switch (p->kind) {
-            case PARETO_UNIFORM: snprintf(lab, sizeof lab, "N=%d", p->segments); break;
-            case PARETO_PLANNED:
-            case PARETO_BLOCKS:
-                snprintf(lab, sizeof lab, p->budget_bytes < 10 * MIB ? "%.2f" : "%.1f",
-                         p->budget_bytes / MIB);
-                break;
-            default: snprintf(lab, sizeof lab, "%s", p->label ? p->label : "?");
-            }
-            double w = 5.8 * (double)strlen(lab);
-            for (int c = 0; c < 8; c++) {
-                int sp = prefer[p->kind][c];
-                double ax = x + spot[sp].dx, ay = y + spot[sp].dy;
-                double bx = spot[sp].anchor == 's'   ? ax
-                            : spot[sp].anchor == 'e' ? ax - w
-                                                     : ax - w / 2;
-                svg_box box = {bx, ay - 9, bx + w, ay + 2};
-                if (!svg_place_free(&obst, box, area)) continue;
-                svg_obstacles_add_box(&obst, box);
-                util_str_printf(&o,
-                                "<text x=\"%.2f\" y=\"%.2f\" font-size=\"10\" fill=\"%s\" "
-                                "text-anchor=\"%s\">",
-                                ax, ay, PARETO_COLOR[p->kind],
-                                spot[sp].anchor == 's'   ? "start"
-                                : spot[sp].anchor == 'e' ? "end"
-                                                         : "middle");
-                esc(&o, lab);
-                util_str_printf(&o, "</text>\n");
-                break;
-            }
+            pareto_label(&o, &obst, area, p, PX(p->peak_bytes / MIB), PY(p->step_ms));
         }
     svg_obstacles_free(&obst);
 

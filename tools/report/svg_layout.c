@@ -67,7 +67,8 @@ bool svg_place_free(const svg_obstacles *o, svg_box b, svg_box area) {
 double svg_dodge_x(const double (*placed)[2], int n, double x, double y, double gap) {
     for (int k = 0; k <= 2 * n; k++) {
         /* x, x + gap, x - gap, x + 2 gap, x - 2 gap, ... */
-        double cand = x + gap * (double)((k + 1) / 2) * (k % 2 ? 1 : -1);
+        int step = (k + 1) / 2;
+        double cand = x + gap * step * (k % 2 ? 1 : -1);
         bool free_here = true;
         for (int j = 0; j < n && free_here; j++)
             free_here = hypot(cand - placed[j][0], y - placed[j][1]) >= gap;

@@ -708,6 +708,9 @@ static int bench_measure_memory(bench_run *br) {
         r->has_heap = r->tr.heap;
         r->heap_growth = r->tr.heap_growth;
         r->recomputed = r->tr.n_recomputed_blocks;
+        /* bitwise (a NaN equals its own bits; -0 differs from +0): the runs promise the
+         * same bytes, not only equal values */
+        /* NOLINTNEXTLINE(bugprone-suspicious-memory-comparison) */
         r->loss_equal = memcmp(&r->loss, &br->ref_loss, sizeof br->ref_loss) == 0;
         r->grads_equal = compare_grads(&br->m, br->ref, &r->max_diff) && r->loss_equal;
     }
@@ -820,6 +823,41 @@ static void bench_report(const bench_run *br) {
 /* The SVG plots and traces asked for (--out DIR, --svg, --svg-pareto,
  * --trace; pareto.svg into DIR or ./out when the planner ran), and the
  * default run's closing hint. */
+/* Where bench_write_plots says what it wrote (a blank line before the first). */
+typedef struct wrote_log {
+    FILE *msg;
+    bool header;
+} wrote_log;
+
+/* "wrote PATH" when ok, else REMAT_EIO "cannot write PATH". */
+static int wrote(wrote_log *w, bool ok, const char *path) {
+    if (!ok) return remat_set_error(REMAT_EIO, "cannot write %s", path);
+    if (!w->header) fprintf(w->msg, "\n");
+    w->header = true;
+    fprintf(w->msg, "wrote %s\n", path);
+    return REMAT_OK;
+}
+
+/* --out DIR's files: tradeoff.svg (title: the plot's), timeline.svg, trace.json. */
+static int write_out_dir(wrote_log *w, const bench_run *br, char *title, size_t n_title,
+                         const char *ac, const trace **ts, const char **labels,
+                         const tradeoff_point *pts) {
+    const config *c = br->c;
+    const model *mm = &br->m;
+    char path[4096];
+    int rc = REMAT_OK;
+    if (join(path, sizeof path, c->out_dir, "tradeoff.svg"))
+        rc = wrote(w, svg_tradeoff(path, title, br->n, pts), path);
+    if (!rc && join(path, sizeof path, c->out_dir, "timeline.svg")) {
+        snprintf(title, n_title, "remat: memory during one training step, %s, %d layers%s",
+                 model_name(mm), mm->layers, ac);
+        rc = wrote(w, svg_timeline(path, title, br->n, ts, labels), path);
+    }
+    if (!rc && join(path, sizeof path, c->out_dir, "trace.json"))
+        rc = wrote(w, trace_write_chrome(path, br->n, ts, labels), path);
+    return rc;
+}
+
 static int bench_write_plots(bench_run *br, bool is_default) {
     config *c = br->c;
     const model *mm = &br->m;
@@ -847,60 +885,20 @@ static int bench_write_plots(bench_run *br, bool is_default) {
     snprintf(title, sizeof title, "remat: %s, %d layers, width %d%s: memory vs time per strategy",
              model_name(mm), mm->layers, mm->width, ac);
     char path[4096];
-    FILE *msg = (c->json || c->csv) ? stderr : stdout;
-    bool wrote_header = false;
+    wrote_log w = {(c->json || c->csv) ? stderr : stdout, false};
     const char *pareto_dir = c->out_dir ? c->out_dir : (c->sweep ? "out" : NULL);
     if (!br->pl.prof) pareto_dir = NULL;
-#define WROTE(p)                                                                                   \
-    do {                                                                                           \
-        if (!wrote_header) fprintf(msg, "\n");                                                     \
-        wrote_header = true;                                                                       \
-        fprintf(msg, "wrote %s\n", p);                                                             \
-    } while (0)
-#define FAILW(p) rc = remat_set_error(REMAT_EIO, "cannot write %s", p)
-    if (c->out_dir) {
-        if (!util_mkdir_p(c->out_dir)) {
-            rc = remat_set_error(REMAT_EIO, "--out %s: cannot create the directory", c->out_dir);
-        } else {
-            if (!rc && join(path, sizeof path, c->out_dir, "tradeoff.svg")) {
-                if (svg_tradeoff(path, title, n, pts)) WROTE(path);
-                else FAILW(path);
-            }
-            if (!rc && join(path, sizeof path, c->out_dir, "timeline.svg")) {
-                snprintf(title, sizeof title,
-                         "remat: memory during one training step, %s, %d layers%s", model_name(mm),
-                         mm->layers, ac);
-                if (svg_timeline(path, title, n, ts, labels)) WROTE(path);
-                else FAILW(path);
-            }
-            if (!rc && join(path, sizeof path, c->out_dir, "trace.json")) {
-                if (trace_write_chrome(path, n, ts, labels)) WROTE(path);
-                else FAILW(path);
-            }
-        }
-    }
-    if (!rc && pareto_dir) {
-        if (!util_mkdir_p(pareto_dir))
-            rc = remat_set_error(REMAT_EIO, "cannot create the directory %s", pareto_dir);
-        else if (join(path, sizeof path, pareto_dir, "pareto.svg")) {
-            if (write_pareto(path, c, mm, r, &br->pl)) WROTE(path);
-            else FAILW(path);
-        }
-    }
-    if (!rc && c->svg_pareto) {
-        if (write_pareto(c->svg_pareto, c, mm, r, &br->pl)) WROTE(c->svg_pareto);
-        else FAILW(c->svg_pareto);
-    }
-    if (!rc && c->svg) {
-        if (svg_tradeoff(c->svg, title, n, pts)) WROTE(c->svg);
-        else FAILW(c->svg);
-    }
-    if (!rc && c->trace) {
-        if (trace_write_chrome(c->trace, n, ts, labels)) WROTE(c->trace);
-        else FAILW(c->trace);
-    }
-#undef WROTE
-#undef FAILW
+    if (c->out_dir && !util_mkdir_p(c->out_dir))
+        rc = remat_set_error(REMAT_EIO, "--out %s: cannot create the directory", c->out_dir);
+    else if (c->out_dir) rc = write_out_dir(&w, br, title, sizeof title, ac, ts, labels, pts);
+    if (!rc && pareto_dir && !util_mkdir_p(pareto_dir))
+        rc = remat_set_error(REMAT_EIO, "cannot create the directory %s", pareto_dir);
+    else if (!rc && pareto_dir && join(path, sizeof path, pareto_dir, "pareto.svg"))
+        rc = wrote(&w, write_pareto(path, c, mm, r, &br->pl), path);
+    if (!rc && c->svg_pareto)
+        rc = wrote(&w, write_pareto(c->svg_pareto, c, mm, r, &br->pl), c->svg_pareto);
+    if (!rc && c->svg) rc = wrote(&w, svg_tradeoff(c->svg, title, n, pts), c->svg);
+    if (!rc && c->trace) rc = wrote(&w, trace_write_chrome(c->trace, n, ts, labels), c->trace);
     if (!rc && is_default && !c->json && !c->csv && br->pd.rank == 0)
         printf("\nOpen %s/timeline.svg to see memory over the step (forward, backward,\n"
                "recompute shaded), %s/tradeoff.svg for memory against time%s%s%s.\n"

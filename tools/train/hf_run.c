@@ -262,7 +262,7 @@ static int sample_run(config *c, hf_dir *d, model *pm, remat_model **m, sampled 
         return remat_set_error(REMAT_EINVAL,
                                "a prompt of %lld tokens and --tokens %lld need %lld positions; the "
                                "model has %lld (%s: config.json: %s)",
-                               (long long)P, (long long)N, (long long)(P + N),
+                               (long long)P, (long long)N, (long long)P + (long long)N,
                                (long long)cfg->max_positions, src, positions_key(cfg));
     const int64_t V = cfg->vocab;
     int64_t *prompt = malloc(sizeof *prompt * (size_t)P);

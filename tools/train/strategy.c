@@ -145,6 +145,57 @@ static bool parse_policy(const char *val, strategy *s, char *err, size_t n) {
     return ok;
 }
 
+/* budget=SIZE[:blocks-only] or blocks-budget=SIZE (r->blocks_only says which): val is
+ * what follows the '='. */
+static bool parse_budget(const char *val, strategy *r, char *err, size_t n_err) {
+    if (!val || !*val)
+        return perr(err, n_err,
+                    r->blocks_only ? "blocks-budget needs a size: blocks-budget=SIZE (e.g. "
+                                     "blocks-budget=32MiB, blocks-budget=40%)"
+                                   : "budget needs a size: budget=SIZE (e.g. budget=64MiB, "
+                                     "budget=40%)");
+    const char *key = r->blocks_only ? "blocks-budget" : "budget";
+    char msg[160];
+    if (strlen(val) >= sizeof r->budget_text) {
+        snprintf(msg, sizeof msg, "bad size in %s=SIZE (too long)", key);
+        return perr(err, n_err, msg);
+    }
+    /* budget=SIZE:blocks-only: whole blocks (rotor's schedules), no per-op choices */
+    char vbuf[sizeof r->budget_text];
+    const char *colon = strchr(val, ':');
+    if (colon) {
+        if (r->blocks_only || strcmp(colon + 1, "blocks-only") != 0)
+            return perr(err, n_err,
+                        r->blocks_only ? "blocks-budget=SIZE takes no ':' option"
+                                       : "budget=SIZE takes one option, ':blocks-only' "
+                                         "(e.g. budget=64MiB:blocks-only)");
+        snprintf(vbuf, sizeof vbuf, "%.*s", (int)(colon - val), val);
+        val = vbuf;
+        r->block_level = true;
+    }
+    if (strchr(val, '%')) {
+        if (!parse_percent(val, &r->budget_pct)) {
+            snprintf(msg, sizeof msg,
+                     "bad size in %s=P%%: P must be a number in (0, 100], e.g. %s=40%%", key, key);
+            return perr(err, n_err, msg);
+        }
+    } else {
+        /* strict: digits first, no spaces (remat_parse_bytes would allow them) */
+        size_t bytes = 0;
+        if (!(isdigit((unsigned char)val[0]) || val[0] == '.') || strpbrk(val, " \t") ||
+            remat_parse_bytes(val, &bytes) != REMAT_OK || bytes == 0) {
+            snprintf(msg, sizeof msg,
+                     "bad size in %s=SIZE (examples: 500000, 64K, 200MiB, 1.5GiB, 2GB, 40%%)", key);
+            return perr(err, n_err, msg);
+        }
+        r->budget = bytes;
+    }
+    snprintf(r->budget_text, sizeof r->budget_text, "%s", val);
+    r->kind = STRAT_BUDGET;
+    r->reentrant = false;
+    return true;
+}
+
 bool strategy_parse(const char *text, bool reentrant, strategy *s, char *err, size_t n_err) {
     strategy r;
     memset(&r, 0, sizeof r);
@@ -171,53 +222,7 @@ bool strategy_parse(const char *text, bool reentrant, strategy *s, char *err, si
     } else if ((klen == 6 && !strncmp(text, "budget", 6)) ||
                (klen == 13 && !strncmp(text, "blocks-budget", 13))) {
         r.blocks_only = klen == 13;
-        if (!val || !*val)
-            return perr(err, n_err,
-                        r.blocks_only ? "blocks-budget needs a size: blocks-budget=SIZE (e.g. "
-                                        "blocks-budget=32MiB, blocks-budget=40%)"
-                                      : "budget needs a size: budget=SIZE (e.g. budget=64MiB, "
-                                        "budget=40%)");
-        const char *key = r.blocks_only ? "blocks-budget" : "budget";
-        char msg[160];
-        if (strlen(val) >= sizeof r.budget_text) {
-            snprintf(msg, sizeof msg, "bad size in %s=SIZE (too long)", key);
-            return perr(err, n_err, msg);
-        }
-        /* budget=SIZE:blocks-only: whole blocks (rotor's schedules), no per-op choices */
-        char vbuf[sizeof r.budget_text];
-        const char *colon = strchr(val, ':');
-        if (colon) {
-            if (r.blocks_only || strcmp(colon + 1, "blocks-only") != 0)
-                return perr(err, n_err,
-                            r.blocks_only ? "blocks-budget=SIZE takes no ':' option"
-                                          : "budget=SIZE takes one option, ':blocks-only' "
-                                            "(e.g. budget=64MiB:blocks-only)");
-            snprintf(vbuf, sizeof vbuf, "%.*s", (int)(colon - val), val);
-            val = vbuf;
-            r.block_level = true;
-        }
-        if (strchr(val, '%')) {
-            if (!parse_percent(val, &r.budget_pct)) {
-                snprintf(msg, sizeof msg,
-                         "bad size in %s=P%%: P must be a number in (0, 100], e.g. %s=40%%", key,
-                         key);
-                return perr(err, n_err, msg);
-            }
-        } else {
-            /* strict: digits first, no spaces (remat_parse_bytes would allow them) */
-            size_t bytes = 0;
-            if (!(isdigit((unsigned char)val[0]) || val[0] == '.') || strpbrk(val, " \t") ||
-                remat_parse_bytes(val, &bytes) != REMAT_OK || bytes == 0) {
-                snprintf(msg, sizeof msg,
-                         "bad size in %s=SIZE (examples: 500000, 64K, 200MiB, 1.5GiB, 2GB, 40%%)",
-                         key);
-                return perr(err, n_err, msg);
-            }
-            r.budget = bytes;
-        }
-        snprintf(r.budget_text, sizeof r.budget_text, "%s", val);
-        r.kind = STRAT_BUDGET;
-        r.reentrant = false;
+        if (!parse_budget(val, &r, err, n_err)) return false;
     } else {
         return perr(err, n_err,
                     "expected none, block, sequential=N, selective[=POLICY], "

@@ -75,6 +75,16 @@ static inline int64_t att_row_lim(const att_dims *d, int64_t i, int64_t kn) {
     return lim > kn ? kn : lim;
 }
 
+/* A backward query block whose rows see no keys (a lower-right causal mask with Tq > Tk):
+ * its dQ rows (m of D elements of es bytes, row stride ld; dqi NULL: dQ not wanted) are 0
+ * and the block has nothing else to do. True for such a block. */
+static inline bool att_keyless(int64_t kn, void *dqi, int64_t ld, int64_t m, int64_t D, size_t es) {
+    if (kn != 0) return false;
+    for (int64_t r = 0; dqi && r < m; r++)
+        memset((char *)dqi + (size_t)(r * ld) * es, 0, es * (size_t)D);
+    return true;
+}
+
 #ifdef _OPENMP
 #include <omp.h>
 #define ATT_IN_PARALLEL() omp_in_parallel()
@@ -534,11 +544,7 @@ static void att_bwd_entry_bgemm(const att_dims *d, const att_mat *const *mt, con
             const bf16 *goi = (const bf16 *)go->base + go->off[b] + i0 * go->ld;
             const bf16 *oi = (const bf16 *)o->base + o->off[b] + i0 * o->ld;
             bf16 *dqi = dq ? (bf16 *)dq->base + dq->off[b] + i0 * dq->ld : NULL;
-            if (kn == 0) {
-                for (int64_t r = 0; dqi && r < m; r++)
-                    memset(dqi + r * dq->ld, 0, sizeof(bf16) * (size_t)d->D);
-                continue;
-            }
+            if (att_keyless(kn, dqi, dq ? dq->ld : 0, m, d->D, sizeof(bf16))) continue;
             const bf16 *qd =
                 att_dense((const bf16 *)q->base + q->off[b] + i0 * q->ld, q->ld, m, d->D, qbuf);
             const bf16 *god = att_dense(goi, go->ld, m, d->Dv, gbuf);

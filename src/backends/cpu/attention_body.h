@@ -106,11 +106,7 @@ static int TFN(att_bwd_item)(const att_dims *d, const att_mat *q, const att_mat 
         const T *goi = (const T *)go->base + go->off[b] + i0 * go->ld;
         const T *oi = (const T *)o->base + o->off[b] + i0 * o->ld;
         T *dqi = dq ? (T *)dq->base + dq->off[b] + i0 * dq->ld : NULL;
-        if (kn == 0) {
-            for (int64_t r = 0; dqi && r < m; r++)
-                memset(dqi + r * dq->ld, 0, sizeof(T) * (size_t)d->D);
-            continue;
-        }
+        if (att_keyless(kn, dqi, dq ? dq->ld : 0, m, d->D, sizeof(T))) continue;
         TFN(att_probs)(d, q, k, b, i0, m, kn, p, lse + b * d->Tq, NULL);
         if (dvb) /* dV[0:kn] += Pᵀ · dO */
             ATT_GEMM(true, false, kn, d->Dv, m, (T)1, p, kn, goi, go->ld, (T)1, dvb, dv->ld);

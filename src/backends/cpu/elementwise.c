@@ -18,6 +18,7 @@
 
 #include "clones.h"
 #include "cpu.h"
+#include "tmpl.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -32,84 +33,6 @@ static const int k_arity[RM_EW_N_OPS] = {
     [RM_EW_AXPY] = 2,   [RM_EW_RELU_BWD] = 2, [RM_EW_DIV_GB] = 3, [RM_EW_POW_GA] = 3,
     [RM_EW_POW_GB] = 3,
 };
-
-/* Elementwise expressions. Macro arguments a function does not use are
- * never evaluated, so unused (NULL) operands are never read. */
-#define F_FILL(A, B, C, P, POWF, LOGF) (P)
-#define F_SCALE(A, B, C, P, POWF, LOGF) ((A) * (P))
-#define F_RELU(A, B, C, P, POWF, LOGF) (!((A) <= 0) ? (A) : 0) /* NaN stays NaN (P) */
-#define F_ADD(A, B, C, P, POWF, LOGF) ((A) + (B))
-#define F_SUB(A, B, C, P, POWF, LOGF) ((A) - (B))
-#define F_MUL(A, B, C, P, POWF, LOGF) ((A) * (B))
-#define F_DIV(A, B, C, P, POWF, LOGF) ((A) / (B))
-#define F_POW(A, B, C, P, POWF, LOGF) POWF((A), (B))
-#define F_AXPY(A, B, C, P, POWF, LOGF) ((A) + (P) * (B))
-#define F_RELU_BWD(A, B, C, P, POWF, LOGF) ((B) > 0 ? (A) : 0)
-#define F_DIV_GB(A, B, C, P, POWF, LOGF) (-(A) * (B) / ((C) * (C)))
-/* d(x^e)/dx = e * x^(e-1); defined as 0 where e == 0 (as PyTorch does), so that
- * x = 0, e = 0 gives 0 rather than 0 * inf = nan. */
-#define F_POW_GA(A, B, C, P, POWF, LOGF) ((C) == 0 ? 0 : (A) * (C)*POWF((B), (C)-1))
-/* d(x^e)/de = x^e * log(x); 0 where x == 0 and e >= 0 (the limit), as PyTorch. */
-#define F_POW_GB(A, B, C, P, POWF, LOGF) (((B) == 0 && (C) >= 0) ? 0 : (A)*POWF((B), (C)) * LOGF(B))
-
-/* Inner loop over n elements with element strides sy, sa, sb, sc.
- * Variants: everything unit-stride (the common contiguous case), b scalar,
- * a scalar, and fully general strides. `omp simd` (SIMD = 1) is valid
- * because y never partially overlaps an input: out-of-place outputs are
- * fresh and inplace.c copies a partially overlapping operand first. The
- * pow/log expressions use SIMD = 0: no SIMD variant of them may exist, and
- * clang reports a forced but failed vectorisation as a warning. */
-#define RM_EW_SIMD_1 _Pragma("omp simd")
-#define RM_EW_SIMD_0
-#define RM_EW_INNER(T, F, SIMD, POWF, LOGF)                                                        \
-    do {                                                                                           \
-        if (sy == 1 && sa == 1 && sb == 1 && sc == 1) {                                            \
-            RM_EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++) y[i] =                               \
-                (T)F(a[i], b[i], c[i], p, POWF, LOGF);                                             \
-        } else if (sy == 1 && sa == 1 && sb == 0 && sc == 1) {                                     \
-            const T bv = b[0];                                                                     \
-            (void)bv;                                                                              \
-            RM_EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++) y[i] =                               \
-                (T)F(a[i], bv, c[i], p, POWF, LOGF);                                               \
-        } else if (sy == 1 && sa == 0 && sb == 1 && sc == 1) {                                     \
-            const T av = a[0];                                                                     \
-            (void)av;                                                                              \
-            RM_EW_SIMD_##SIMD for (int64_t i = 0; i < n; i++) y[i] =                               \
-                (T)F(av, b[i], c[i], p, POWF, LOGF);                                               \
-        } else {                                                                                   \
-            for (int64_t i = 0; i < n; i++)                                                        \
-                y[i * sy] = (T)F(a[i * sa], b[i * sb], c[i * sc], p, POWF, LOGF);                  \
-        }                                                                                          \
-    } while (0)
-
-#define RM_EW_KERNEL(T, POWF, LOGF)                                                                \
-    static void ew_inner_##T(ewop op, T *y, int64_t sy, const T *a, int64_t sa, const T *b,        \
-                             int64_t sb, const T *c, int64_t sc, int64_t n, T p) {                 \
-        switch (op) {                                                                              \
-        case RM_EW_FILL: RM_EW_INNER(T, F_FILL, 1, POWF, LOGF); break;                             \
-        case RM_EW_SCALE: RM_EW_INNER(T, F_SCALE, 1, POWF, LOGF); break;                           \
-        case RM_EW_RELU: RM_EW_INNER(T, F_RELU, 1, POWF, LOGF); break;                             \
-        case RM_EW_ADD: RM_EW_INNER(T, F_ADD, 1, POWF, LOGF); break;                               \
-        case RM_EW_SUB: RM_EW_INNER(T, F_SUB, 1, POWF, LOGF); break;                               \
-        case RM_EW_MUL: RM_EW_INNER(T, F_MUL, 1, POWF, LOGF); break;                               \
-        case RM_EW_DIV: RM_EW_INNER(T, F_DIV, 1, POWF, LOGF); break;                               \
-        case RM_EW_POW: RM_EW_INNER(T, F_POW, 0, POWF, LOGF); break;                               \
-        case RM_EW_AXPY: RM_EW_INNER(T, F_AXPY, 1, POWF, LOGF); break;                             \
-        case RM_EW_RELU_BWD: RM_EW_INNER(T, F_RELU_BWD, 1, POWF, LOGF); break;                     \
-        case RM_EW_DIV_GB: RM_EW_INNER(T, F_DIV_GB, 1, POWF, LOGF); break;                         \
-        case RM_EW_POW_GA: RM_EW_INNER(T, F_POW_GA, 0, POWF, LOGF); break;                         \
-        case RM_EW_POW_GB: RM_EW_INNER(T, F_POW_GB, 0, POWF, LOGF); break;                         \
-        case RM_EW_N_OPS: break;                                                                   \
-        }                                                                                          \
-    }
-
-/* Cognitive complexity (IgnoreMacros off) counts the 13 ops x 4 stride cases of
- * RM_EW_INNER as nested code; a function per op is issue 29's remaining step (the engine
- * is on every training step's path). */
-/* NOLINTNEXTLINE(readability-function-cognitive-complexity) */
-RM_EW_KERNEL(float, powf, logf)
-/* NOLINTNEXTLINE(readability-function-cognitive-complexity) */
-RM_EW_KERNEL(double, pow, log)
 
 /* A coalesced iteration plan: operand 0 is y, 1..3 are a, b, c. */
 typedef struct ew_plan {
@@ -152,37 +75,16 @@ static void plan_build(ew_plan *p, const remat_tensor *y, remat_tensor *const *x
     p->nd = nd;
 }
 
-/* Runs flat elements [lo, hi) of the plan. */
-#define RM_EW_RANGE(T)                                                                             \
-    static void ew_range_##T(ewop op, const ew_plan *pl, T *y, const T *a, const T *b, const T *c, \
-                             T p, int64_t lo, int64_t hi) {                                        \
-        int nd = pl->nd;                                                                           \
-        int64_t inner = pl->shape[nd - 1];                                                         \
-        rm_iter it;                                                                                \
-        rm_iter_init(&it, nd - 1, pl->shape, 4);                                                   \
-        for (int k = 0; k < 4; k++)                                                                \
-            memcpy(it.strides[k], pl->st[k], sizeof(int64_t) * (size_t)(nd - 1));                  \
-        rm_iter_seek(&it, lo / inner);                                                             \
-        int64_t col = lo % inner, pos = lo;                                                        \
-        int64_t s0 = pl->st[0][nd - 1], s1 = pl->st[1][nd - 1], s2 = pl->st[2][nd - 1],            \
-                s3 = pl->st[3][nd - 1];                                                            \
-        /* unused operands: unit stride so they never block the fast paths */                      \
-        if (!a) s1 = 1;                                                                            \
-        if (!b) s2 = 1;                                                                            \
-        if (!c) s3 = 1;                                                                            \
-        while (pos < hi) {                                                                         \
-            int64_t len = inner - col < hi - pos ? inner - col : hi - pos;                         \
-            ew_inner_##T(op, y + it.off[0] + col * s0, s0, a ? a + it.off[1] + col * s1 : NULL,    \
-                         s1, b ? b + it.off[2] + col * s2 : NULL, s2,                              \
-                         c ? c + it.off[3] + col * s3 : NULL, s3, len, p);                         \
-            pos += len;                                                                            \
-            col = 0;                                                                               \
-            rm_iter_next(&it);                                                                     \
-        }                                                                                          \
-    }
+/* ---- the loops, once per dtype: elementwise_body.h ------------------------------------- */
+#define T f32
+#define EW_POW powf
+#define EW_LOG logf
+#include "elementwise_body.h"
 
-RM_EW_RANGE(float)
-RM_EW_RANGE(double)
+#define T f64
+#define EW_POW pow
+#define EW_LOG log
+#include "elementwise_body.h"
 
 /* Work per element above which threads pay off; pow/log are ~20x dearer. */
 static int64_t ew_threshold(ewop op) {
@@ -258,8 +160,8 @@ remat_status rm_cpu_elementwise(const rm_kargs *k) {
 #endif
         int64_t lo = n * id / nt, hi = n * (id + 1) / nt;
         if (lo < hi) {
-            if (f32) ew_range_float(op, &pl, py, pa, pb, pc, (float)p, lo, hi);
-            else ew_range_double(op, &pl, py, pa, pb, pc, p, lo, hi);
+            if (f32) ew_range_f32(op, &pl, py, pa, pb, pc, (float)p, lo, hi);
+            else ew_range_f64(op, &pl, py, pa, pb, pc, p, lo, hi);
         }
     }
     return REMAT_OK;

@@ -143,93 +143,29 @@ static int64_t panel_edge(int64_t D, int t, int n) {
  * what the other cores bring. */
 #define RM_GEMM_SPLIT_MIN (1 << 20)
 
-#define BLAS_CALL(T, FN)                                                                           \
-    /* true if OpenBLAS took the call */                                                           \
-    static bool FN##_try(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A,   \
-                         int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {        \
-        if (!blas_int_ok(M, N, K, lda, ldb, ldc)) return false;                                    \
-        enum CBLAS_TRANSPOSE Ta = ta ? CblasTrans : CblasNoTrans;                                  \
-        enum CBLAS_TRANSPOSE Tb = tb ? CblasTrans : CblasNoTrans;                                  \
-        bool nested = in_parallel();                                                               \
-        if (atomic_load_explicit(&g_threading, memory_order_relaxed) == RM_GEMM_THREADS_NATIVE) {  \
-            if (nested) return false;                                                              \
-            blas_set_threads(max_threads());                                                       \
-            FN(CblasRowMajor, Ta, Tb, (blasint)M, (blasint)N, (blasint)K, alpha, A, (blasint)lda,  \
-               B, (blasint)ldb, beta, C, (blasint)ldc);                                            \
-            return true;                                                                           \
-        }                                                                                          \
-        blas_set_threads(1);                                                                       \
-        int nt = nested ? 1 : max_threads();                                                       \
-        bool by_rows = M >= N;                                                                     \
-        int64_t D = by_rows ? M : N;                                                               \
-        if (nt > D) nt = (int)D;                                                                   \
-        if (nt <= 1 || (double)M * (double)N * (double)K < RM_GEMM_SPLIT_MIN) {                    \
-            FN(CblasRowMajor, Ta, Tb, (blasint)M, (blasint)N, (blasint)K, alpha, A, (blasint)lda,  \
-               B, (blasint)ldb, beta, C, (blasint)ldc);                                            \
-            return true;                                                                           \
-        }                                                                                          \
-        _Pragma("omp parallel num_threads(nt)") {                                                  \
-            int n = 1, t = 0;                                                                      \
-            OMP_IDS(n, t);                                                                         \
-            int64_t lo = panel_edge(D, t, n), hi = panel_edge(D, t + 1, n);                        \
-            if (hi > lo && by_rows)                                                                \
-                FN(CblasRowMajor, Ta, Tb, (blasint)(hi - lo), (blasint)N, (blasint)K, alpha,       \
-                   ta ? A + lo : A + lo * lda, (blasint)lda, B, (blasint)ldb, beta, C + lo * ldc,  \
-                   (blasint)ldc);                                                                  \
-            else if (hi > lo)                                                                      \
-                FN(CblasRowMajor, Ta, Tb, (blasint)M, (blasint)(hi - lo), (blasint)K, alpha, A,    \
-                   (blasint)lda, tb ? B + lo *ldb : B + lo, (blasint)ldb, beta, C + lo,            \
-                   (blasint)ldc);                                                                  \
-        }                                                                                          \
-        return true;                                                                               \
-    }
-
+static void omp_ids(int *n, int *t) {
 #ifdef _OPENMP
-#define OMP_IDS(n, t)                                                                              \
-    do {                                                                                           \
-        n = omp_get_num_threads();                                                                 \
-        t = omp_get_thread_num();                                                                  \
-    } while (0)
+    *n = omp_get_num_threads();
+    *t = omp_get_thread_num();
 #else
-#define OMP_IDS(n, t) ((void)0)
+    (void)n;
+    (void)t;
+#endif
+}
 #endif
 
-BLAS_CALL(float, cblas_sgemm)
-BLAS_CALL(double, cblas_dgemm)
-#endif
-
-#define GEMM_DISPATCH(T, NAME, REF, CBLAS, DNNL)                                                   \
-    void NAME(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t lda, \
-              const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {                                \
-        if (M <= 0 || N <= 0) return;                                                              \
-        if (K <= 0 || alpha == (T)0) { /* no product: leave the backends out */                    \
-            REF(ta, tb, M, N, 0, alpha, A, lda, B, ldb, beta, C, ldc);                             \
-            return;                                                                                \
-        }                                                                                          \
-        lda = fix_ld(ta ? K : M, ta ? M : K, lda);                                                 \
-        ldb = fix_ld(tb ? N : K, tb ? K : N, ldb);                                                 \
-        ldc = fix_ld(M, N, ldc);                                                                   \
-        CBLAS                                                                                      \
-        DNNL REF(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);                            \
-    }
-
-#if defined(REMAT_GEMM_OPENBLAS)
-#define CBLAS_CALL(FN)                                                                             \
-    if (FN##_try(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
-#else
-#define CBLAS_CALL(FN)
-#endif
-
+/* ---- the entry points, once per dtype: gemm_dispatch_body.h ---------------------------- */
+#define T float
+#define GEMM_NAME rm_sgemm
+#define GEMM_REF rm_sgemm_ref
+#define GEMM_CBLAS cblas_sgemm
 #if defined(REMAT_GEMM_ONEDNN)
-/* dnnl_sgemm runs on OpenMP (the same pool as remat's kernels); it only
- * fails on bad arguments or out of memory — then use the built-in kernel. */
-#define DNNL_SGEMM_CALL                                                                            \
-    if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C,        \
-                   ldc) == dnnl_success)                                                           \
-        return;
-#else
-#define DNNL_SGEMM_CALL
+#define GEMM_DNNL 1
 #endif
+#include "gemm_dispatch_body.h"
 
-GEMM_DISPATCH(float, rm_sgemm, rm_sgemm_ref, CBLAS_CALL(cblas_sgemm), DNNL_SGEMM_CALL)
-GEMM_DISPATCH(double, rm_dgemm, rm_dgemm_ref, CBLAS_CALL(cblas_dgemm), /* no dgemm in oneDNN */)
+#define T double
+#define GEMM_NAME rm_dgemm
+#define GEMM_REF rm_dgemm_ref
+#define GEMM_CBLAS cblas_dgemm /* (no dgemm in oneDNN) */
+#include "gemm_dispatch_body.h"

@@ -305,12 +305,7 @@ static void mm_exec(const mm_kind *kd, int nb, const int64_t *bshape, const mvie
         beta = 1.0;
     }
     rm_iter base;
-    rm_iter_init(&base, nb, bshape, 3);
-    for (int d = 0; d < nb; d++) {
-        base.strides[0][d] = A->bstr[d];
-        base.strides[1][d] = B->bstr[d];
-        base.strides[2][d] = C->bstr[d];
-    }
+    mv_batch_iter(&base, nb, bshape, A, B, C);
     /* Whole GEMMs per thread (each single-threaded) rather than every GEMM
      * split over the threads: for small matrices (attention heads), where a
      * split does not pay, and whenever the batch divides evenly among the
@@ -371,42 +366,12 @@ static int64_t colsum_scratch(int64_t rows, int64_t n) {
     int64_t rb = rm_cpu_chunk_rows(rows, n);
     return (rows + rb - 1) / rb * n;
 }
-#define COLSUM(T)                                                                                  \
-    /* db = the column sums of src (rows, n) in double, by blocks of 64 columns */                 \
-    static void colsum_blocks_##T(const T *restrict src, int64_t rows, int64_t n,                  \
-                                  T *restrict db) {                                                \
-        int64_t nblk = (n + 63) / 64;                                                              \
-        _Pragma("omp parallel for if (rows * n > RM_OMP_MIN)") for (int64_t bi = 0; bi < nblk;     \
-                                                                    bi++) {                        \
-            int64_t j0 = bi * 64, nc = n - j0 < 64 ? n - j0 : 64;                                  \
-            double acc[64] = {0};                                                                  \
-            for (int64_t r = 0; r < rows; r++) {                                                   \
-                const T *restrict sr = src + r * n + j0;                                           \
-                for (int64_t j = 0; j < nc; j++) acc[j] += sr[j];                                  \
-            }                                                                                      \
-            for (int64_t j = 0; j < nc; j++) db[j0 + j] = (T)acc[j];                               \
-        }                                                                                          \
-    }                                                                                              \
-    static void colsum_##T(const T *restrict g, T *restrict db, int64_t rows, int64_t n,           \
-                           T *restrict part) {                                                     \
-        if (!part) { /* narrow: column blocks down the rows */                                     \
-            colsum_blocks_##T(g, rows, n, db);                                                     \
-            return;                                                                                \
-        }                                                                                          \
-        int64_t rb = rm_cpu_chunk_rows(rows, n), nch = (rows + rb - 1) / rb;                       \
-        _Pragma("omp parallel for if (rows * n > RM_OMP_MIN)") for (int64_t k = 0; k < nch; k++) { \
-            T *restrict p = part + k * n;                                                          \
-            int64_t r1 = (k + 1) * rb < rows ? (k + 1) * rb : rows;                                \
-            memcpy(p, g + k * rb * n, sizeof(T) * (size_t)n);                                      \
-            for (int64_t r = k * rb + 1; r < r1; r++) {                                            \
-                const T *restrict gr = g + r * n;                                                  \
-                for (int64_t j = 0; j < n; j++) p[j] += gr[j];                                     \
-            }                                                                                      \
-        }                                                                                          \
-        colsum_blocks_##T(part, nch, n, db);                                                       \
-    }
-COLSUM(float)
-COLSUM(double)
+/* colsum_blocks and colsum, once per dtype: colsum_body.h */
+#define T float
+#include "colsum_body.h"
+
+#define T double
+#include "colsum_body.h"
 
 /* A bf16 db (autocast's bias gradient) from bf16 g, or from an f32 g kept
  * wide (`wide`: linear's output gradient, src/ops/matmul.c) whose rows are

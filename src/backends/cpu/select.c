@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "tmpl.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -19,49 +20,29 @@
  * the compiler vectorises: y = c ? A : b (masked_fill and its backward),
  * y = c ? a : B (where's backward), y = c ? a : b; anything else runs the
  * strided loop. */
-#define SEL_LOOP(T, CT)                                                                            \
-    do {                                                                                           \
-        T *py = rm_ptr(y);                                                                         \
-        const CT *pc = (const CT *)cbase;                                                          \
-        T sa = (T)va, sb = (T)vb;                                                                  \
-        const T *pa = a ? (const T *)rm_ptr(a) : &sa;                                              \
-        const T *pb = b ? (const T *)rm_ptr(b) : &sb;                                              \
-        _Pragma("omp parallel if (n > 32768)") {                                                   \
-            int nt = 1, id = 0;                                                                    \
-            sel_omp_ids(&nt, &id);                                                                 \
-            int64_t lo = n * id / nt, hi = n * (id + 1) / nt;                                      \
-            rm_iter it;                                                                            \
-            rm_iter_init(&it, nd - 1, base.shape, 4);                                              \
-            for (int k = 0; k < 4; k++)                                                            \
-                memcpy(it.strides[k], base.strides[k], sizeof(int64_t) * (size_t)(nd - 1));        \
-            rm_iter_seek(&it, lo / inner);                                                         \
-            int64_t col = lo % inner, pos = lo;                                                    \
-            while (pos < hi) {                                                                     \
-                int64_t len = inner - col < hi - pos ? inner - col : hi - pos;                     \
-                T *restrict yy = py + it.off[0] + col * s0;                                        \
-                const CT *restrict cc = pc + it.off[1] + col * s1;                                 \
-                const T *restrict aa = pa + it.off[2] + col * s2;                                  \
-                const T *restrict bb = pb + it.off[3] + col * s3;                                  \
-                if (kind == SEL_SCALAR_A) {                                                        \
-                    const T av = aa[0];                                                            \
-                    for (int64_t i = 0; i < len; i++) yy[i] = cc[i] != 0 ? av : bb[i];             \
-                } else if (kind == SEL_SCALAR_B) {                                                 \
-                    const T bv = bb[0];                                                            \
-                    for (int64_t i = 0; i < len; i++) yy[i] = cc[i] != 0 ? aa[i] : bv;             \
-                } else if (kind == SEL_UNIT) {                                                     \
-                    for (int64_t i = 0; i < len; i++) yy[i] = cc[i] != 0 ? aa[i] : bb[i];          \
-                } else {                                                                           \
-                    for (int64_t i = 0; i < len; i++)                                              \
-                        yy[i * s0] = cc[i * s1] != 0 ? aa[i * s2] : bb[i * s3];                    \
-                }                                                                                  \
-                pos += len;                                                                        \
-                col = 0;                                                                           \
-                rm_iter_next(&it);                                                                 \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
-
 enum { SEL_STRIDED, SEL_SCALAR_A, SEL_SCALAR_B, SEL_UNIT };
+
+/* A selection's coalesced iteration (operands as above), the inner loop's
+ * case and the cond it reads (ct REMAT_U8: the packed mask). */
+typedef struct sel_plan {
+    rm_iter base;
+    int64_t s[4]; /* the last dim's strides */
+    int kind;
+    const void *cbase;
+    remat_dtype ct;
+} sel_plan;
+
+/* Whether element i of a cond of dtype ct at c is true (non-zero). */
+static inline __attribute__((always_inline)) bool sel_true(remat_dtype ct, const void *restrict c,
+                                                           int64_t i) {
+    switch (ct) {
+    case REMAT_U8: return ((const uint8_t *)c)[i] != 0;
+    case REMAT_I64: return ((const int64_t *)c)[i] != 0;
+    case REMAT_F32: return ((const float *)c)[i] != 0;
+    case REMAT_F64: return ((const double *)c)[i] != 0;
+    default: return false;
+    }
+}
 
 static void sel_omp_ids(int *nt, int *id) {
 #ifdef _OPENMP
@@ -131,58 +112,58 @@ static uint8_t *pack_cond(const remat_tensor *cond, int64_t n) {
     return m;
 }
 
+/* ---- the loops, once per dtype of y: select_body.h ------------------------------------ */
+#define T f32
+#include "select_body.h"
+
+#define T f64
+#include "select_body.h"
+
 /* y = cond ? (a or va) : (b or vb), everything broadcast to y's
  * shape (y contiguous, float). */
-/* Cognitive complexity (IgnoreMacros off) counts the SEL_* macros' expansion per dtype
- * and operand kind; per-dtype functions are issue 29's remaining step. */
-/* NOLINTNEXTLINE(readability-function-cognitive-complexity) */
 static void sel_run(remat_tensor *y, const remat_tensor *cond, const remat_tensor *a, double va,
                     const remat_tensor *b, double vb) {
     int64_t n = rm_shape_numel(y->ndim, y->shape);
     if (n == 0) return;
     uint8_t *packed = pack_cond(cond, n);
-    rm_iter base;
-    rm_iter_init(&base, y->ndim, y->shape, 4);
-    memcpy(base.strides[0], y->strides, sizeof(int64_t) * (size_t)y->ndim);
+    sel_plan pl;
+    rm_iter *base = &pl.base;
+    rm_iter_init(base, y->ndim, y->shape, 4);
+    memcpy(base->strides[0], y->strides, sizeof(int64_t) * (size_t)y->ndim);
     if (packed) { /* the packed mask is cond made contiguous */
         int64_t cs[REMAT_MAX_DIMS];
         rm_contiguous_strides(cond->ndim, cond->shape, cs);
         for (int i = 0; i < y->ndim; i++) {
             int j = cond->ndim - y->ndim + i;
-            base.strides[1][i] =
+            base->strides[1][i] =
                 j >= 0 && cond->shape[j] == y->shape[i] && cond->shape[j] != 1 ? cs[j] : 0;
         }
     } else {
-        rm_broadcast_strides(cond, y->ndim, y->shape, base.strides[1]);
+        rm_broadcast_strides(cond, y->ndim, y->shape, base->strides[1]);
     }
-    if (a) rm_broadcast_strides(a, y->ndim, y->shape, base.strides[2]);
-    if (b) rm_broadcast_strides(b, y->ndim, y->shape, base.strides[3]);
-    iter_coalesce(&base);
-    int nd = base.ndim;
-    int64_t inner = base.shape[nd - 1];
-    int64_t s0 = base.strides[0][nd - 1], s1 = base.strides[1][nd - 1],
-            s2 = base.strides[2][nd - 1], s3 = base.strides[3][nd - 1];
-    int kind = SEL_STRIDED;
-    if (s0 == 1 && s1 == 1) {
-        if (s2 == 0 && s3 == 1) kind = SEL_SCALAR_A;
-        else if (s2 == 1 && s3 == 0) kind = SEL_SCALAR_B;
-        else if (s2 == 1 && s3 == 1) kind = SEL_UNIT;
+    if (a) rm_broadcast_strides(a, y->ndim, y->shape, base->strides[2]);
+    if (b) rm_broadcast_strides(b, y->ndim, y->shape, base->strides[3]);
+    iter_coalesce(base);
+    int nd = base->ndim;
+    for (int k = 0; k < 4; k++) pl.s[k] = base->strides[k][nd - 1];
+    const int64_t *s = pl.s;
+    pl.kind = SEL_STRIDED;
+    if (s[0] == 1 && s[1] == 1) {
+        if (s[2] == 0 && s[3] == 1) pl.kind = SEL_SCALAR_A;
+        else if (s[2] == 1 && s[3] == 0) pl.kind = SEL_SCALAR_B;
+        else if (s[2] == 1 && s[3] == 1) pl.kind = SEL_UNIT;
     }
-    const void *cbase = packed ? (const void *)packed : rm_ptr(cond);
+    pl.cbase = packed ? (const void *)packed : rm_ptr(cond);
+    pl.ct = packed ? REMAT_U8 : cond->dtype;
     bool f32 = y->dtype == REMAT_F32;
-#define SEL_Y(CT)                                                                                  \
-    do {                                                                                           \
-        if (f32) SEL_LOOP(float, CT);                                                              \
-        else SEL_LOOP(double, CT);                                                                 \
-    } while (0)
-    switch (packed ? REMAT_U8 : cond->dtype) {
-    case REMAT_U8: SEL_Y(uint8_t); break;
-    case REMAT_I64: SEL_Y(int64_t); break;
-    case REMAT_F32: SEL_Y(float); break;
-    case REMAT_F64: SEL_Y(double); break;
-    default: /* storage-only dtypes never get here (rejected by the checks) */ break;
+#pragma omp parallel if (n > 32768)
+    {
+        int nt = 1, id = 0;
+        sel_omp_ids(&nt, &id);
+        int64_t lo = n * id / nt, hi = n * (id + 1) / nt;
+        if (f32) sel_range_f32(&pl, y, a, va, b, vb, lo, hi);
+        else sel_range_f64(&pl, y, a, va, b, vb, lo, hi);
     }
-#undef SEL_Y
     free(packed);
 }
 
