@@ -871,7 +871,9 @@ Test(selective, offload_moves_cached_outputs_to_host) {
     cr_assert_eq(sc.ops_cached, 2);
     cr_assert_eq(sc.ops_offloaded, 0);
     cr_assert_eq(sc.ops_from_cache, 1);
-    cr_assert_lt(rt_max_abs_diff(remat_tensor_grad(w1c), g1), 1e-6);
+    /* the same gradient as on the test device, up to its GEMMs' summation order (cuBLAS
+     * on cuda) */
+    rt_assert_close(remat_tensor_grad(w1c), g1, 1e-5, 1e-5, "dW1 on cpu");
     remat_release(l);
     remat_release(y);
     remat_policy_release(pol);

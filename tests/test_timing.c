@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/timing.h"
 #include "support/rt.h"
 
 RT_ON_TEST_DEVICE
@@ -202,6 +203,28 @@ Test(timing, nothing_is_recorded_while_off) {
     expect_rows(t, k_plain, N_PLAIN, 1);
     remat_timing_free(t);
     free_net(&n);
+}
+
+/* A kernel that runs another inside (a device's matmul copying an operand no GEMM can read
+ * through rm_kernel_run) is timed once, as the outer call, and the calls after it are timed
+ * too: the driver's bracket, as src/ops/driver.c and rm_kernel_run open it. */
+Test(timing, a_kernel_inside_a_kernel_counts_once) {
+    int64_t sx[] = {4, 8};
+    remat_tensor *x = rt_rand(2, sx, REMAT_F32, -1, 1, 6);
+    rm_kargs k = {.in = {x}, .out = {x}};
+    remat_timing *t = NULL;
+    RT_OK(remat_timing_begin());
+    rm_timing_span outer, inner, next;
+    cr_assert(rm_timing_begin(&outer, RM_K_MATMUL, "remat_matmul", &k));
+    cr_assert(!rm_timing_begin(&inner, RM_K_COPY, "copy", &k)); /* inside: not timed */
+    rm_timing_end(&outer);
+    cr_assert(rm_timing_begin(&next, RM_K_UNARY, "remat_gelu", &k));
+    rm_timing_end(&next);
+    RT_OK(remat_timing_end(&t));
+    const want w[] = {{"remat_matmul", "matmul", F, 1}, {"remat_gelu", "unary", F, 1}};
+    expect_rows(t, w, 2, 1);
+    remat_timing_free(t);
+    remat_release(x);
 }
 
 Test(timing, misuse) {

@@ -22,7 +22,9 @@
 # What comes back ($OUT, at most 8 files): summary.txt (one line per step: rc, seconds),
 # test.log, gemm.log, train.log, bench.log, sanitizer.log, files.tgz (JSON results, the
 # per-step training log, the allocator trace).
-# Environment: WINDOW (s, default 450), REPS (default 5), OUT (default ./gpu-out).
+# Environment: WINDOW (s, default 450), REPS (default 5), OUT (default ./gpu-out), SUITE_BOX
+# (s for the device suites, default 150), SKIP (step names or globs to leave out, e.g.
+# SKIP='train* torch-*' for a window that reruns only the suites and remat's benches).
 set -u
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/gpu-out}
@@ -57,6 +59,12 @@ with_carry() { env LD_LIBRARY_PATH="$LDP" "$@"; }  # `timeout` runs programs, no
 # window, appending to LOG; one summary line per step
 step() {
   name=$1 want=$2 log=$3; shift 3
+  set -f  # SKIP's globs match step names, not files
+  for pat in ${SKIP:-}; do
+    # shellcheck disable=SC2254
+    case $name in $pat) set +f; note "SKIP $name"; return 0 ;; esac
+  done
+  set +f
   left=$((DEADLINE - $(date +%s)))
   if [ "$left" -lt 8 ]; then note "SKIP $name (window spent)"; return 124; fi
   t=$want; [ "$t" -gt "$left" ] && t=$left
@@ -99,11 +107,11 @@ step smoke 30 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" train -
 SUITES='checkpoint|checkpoint_models|selective|planner|autograd|attention|ck_semantics|dispatch_nn|double_backward_checkpoint|nesting|ops_matmul|ops_reduce|split_backward|models|checkpoint_rng|optim_device|timing|cuda_.*'
 (
   cd "$BUILD" && export REMAT_TEST_DEVICE=cuda OMP_NUM_THREADS=1 &&
-  step fixtures 150 "$FILES/fixtures.log" env LD_LIBRARY_PATH="$LDP" ./test_fixtures --jobs 16
+  step fixtures "${SUITE_BOX:-150}" "$FILES/fixtures.log" env LD_LIBRARY_PATH="$LDP" ./test_fixtures --jobs 16
 ) &
 (
   cd "$BUILD" && export REMAT_TEST_DEVICE=cuda &&
-  step device-suites 150 "$OUT/test.log" env LD_LIBRARY_PATH="$LDP" ctest --output-on-failure -j 6 --timeout 140 \
+  step device-suites "${SUITE_BOX:-150}" "$OUT/test.log" env LD_LIBRARY_PATH="$LDP" ctest --output-on-failure -j 6 --timeout 190 \
     -R "^test_($SUITES)\$"
 )
 wait

@@ -34,7 +34,7 @@
  *
  * Off (no recording), the kernels run with one test of a flag each: no cost.
  * Recording covers every thread; one recording at a time. Timing a device kernel waits for
- * the device only at remat_timing_end (and every few thousand calls), not per call.
+ * the device only at remat_timing_end (and every 65,536 calls), not per call.
  */
 #ifndef REMAT_TIMING_H
 #define REMAT_TIMING_H

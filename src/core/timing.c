@@ -37,7 +37,7 @@ typedef struct pending {
     void *start, *end;
 } pending;
 
-enum { k_max_pending = 4096 };
+enum { k_max_pending = 1 << 16 }; /* a few steps of a large model; when full: a device sync */
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool g_active;
@@ -215,7 +215,8 @@ static double kernel_flops(rm_kernel_id id, const rm_kargs *k) {
 
 /* ---- spans -------------------------------------------------------------------------- */
 bool rm_timing_begin(rm_timing_span *s, rm_kernel_id id, const char *op, const rm_kargs *k) {
-    if (tls_depth++ > 0) return false; /* the outer call counts: tls_depth undone below */
+    if (tls_depth > 0) return false; /* inside a timed call (a kernel's own copy): it counts */
+    tls_depth++;                     /* undone at `no` or by rm_timing_end */
     const remat_tensor *first = k->in[0] ? k->in[0] : k->out[0];
     if (!first) goto no;
     s->type = first->storage->device.type;

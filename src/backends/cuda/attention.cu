@@ -15,7 +15,8 @@
  * Threads: TPR = HD / 16 threads per row (HD = the head-size class, the
  * smallest of 32, 64, 128, 256 holding D and Dv; tiles are zero-padded to
  * HD). In a row's group, thread t computes the scores of keys jj ≡ t
- * (mod TPR) as whole dot products from shared memory, and owns the output
+ * (mod TPR) as whole dot products from shared memory, all of a tile's at
+ * once (the row's element read once for them: dot_rows), and owns the output
  * columns c ≡ t (mod TPR) (16 of them, in registers). Row groups are
  * aligned inside a warp, so the group's max and sum are shuffles and its
  * shared-memory hand-offs need only __syncwarp. Rows are padded by one
@@ -47,6 +48,8 @@ template <typename T, int HD> struct att_cfg {
     static constexpr int NT = BQ * TPR;                                /* threads */
     static constexpr int LD = HD + 1;                                  /* smem row stride */
     static constexpr int PER = HD / TPR;                               /* columns per thread */
+    static constexpr int NKT = BK / TPR; /* a thread's keys (queries in dK/dV) of a tile */
+    static_assert(BK % TPR == 0, "a tile's keys split evenly over a row's threads");
 };
 
 /* rows [r0, r0 + rows) x cols of an operand (storage S) into a zero-padded (rows, HD)
@@ -63,11 +66,21 @@ __device__ __forceinline__ void load_tile(T *sm, int rows, const S *base, int64_
     }
 }
 
-template <typename T, int HD> __device__ __forceinline__ T dot_row(const T *a, const T *b) {
-    T acc = 0;
-#pragma unroll 16
-    for (int c = 0; c < HD; c++) acc = rmk_fma(a[c], b[c], acc);
-    return acc;
+/* s[u] = the dot product of row a with row (t + TPR·u) of b (row stride LD), u < N, each
+ * summed over c = 0, 1, ... with fma (acc = fma(a[c], b[c], acc)), all N together: a[c] is
+ * read from shared memory once for the N of them (N + 1 loads for N FMAs, where one dot at
+ * a time read 2N), and the N independent sums keep the FMA pipe busy. */
+template <typename T, int HD, int LD, int TPR, int N>
+__device__ __forceinline__ void dot_rows(T (&s)[N], const T *a, const T *b, int t) {
+#pragma unroll
+    for (int u = 0; u < N; u++) s[u] = 0;
+    const T *bt = b + t * LD;
+#pragma unroll 8
+    for (int c = 0; c < HD; c++) {
+        const T av = a[c];
+#pragma unroll
+        for (int u = 0; u < N; u++) s[u] = rmk_fma(av, bt[TPR * u * LD + c], s[u]);
+    }
 }
 
 /* Whether query i sees key j (both in range; causal: j <= i + off, off 0 top-left aligned,
@@ -156,10 +169,13 @@ __global__ void __launch_bounds__(att_cfg<RMK_ATT_T, HD>::NT)
         for (int64_t j0 = 0; j0 < kn; j0 += C::BK) {
             load_kv<T, HD, C::NT>(Ks, Vs, C::BK, d, k, bk, ok, v, bv, ov, j0);
             T *sr = Ss + r * (C::BK + 1);
+            T qk[C::NKT]; /* this thread's keys jj = t + TPR·u */
+            dot_rows<T, HD, C::LD, C::TPR, C::NKT>(qk, Qs + r * C::LD, Ks, t);
             T mloc = (T)-INFINITY;
-            for (int jj = t; jj < C::BK; jj += C::TPR) {
-                const bool ok_ = att_visible(d, i, j0 + jj);
-                T sv = ok_ ? scale * dot_row<T, HD>(Qs + r * C::LD, Ks + jj * C::LD) : (T)-INFINITY;
+#pragma unroll
+            for (int u = 0; u < C::NKT; u++) {
+                const int jj = t + C::TPR * u;
+                const T sv = att_visible(d, i, j0 + jj) ? scale * qk[u] : (T)-INFINITY;
                 sr[jj] = sv;
                 mloc = rmk_nanmax(mloc, sv);
             }
@@ -242,13 +258,16 @@ __global__ void __launch_bounds__(att_cfg<RMK_ATT_T, HD>::NT)
         for (int64_t j0 = 0; j0 < kn; j0 += C::BK) {
             load_kv<T, HD, C::NT>(Ks, Vs, C::BK, d, k, bk, ok, v, bv, ov, j0);
             T *sr = Ss + r * (C::BK + 1);
-            for (int jj = t; jj < C::BK; jj += C::TPR) {
-                const bool ok_ = att_visible(d, i, j0 + jj);
+            T qk[C::NKT], dp[C::NKT]; /* this thread's keys jj = t + TPR·u */
+            dot_rows<T, HD, C::LD, C::TPR, C::NKT>(qk, Qs + r * C::LD, Ks, t);
+            dot_rows<T, HD, C::LD, C::TPR, C::NKT>(dp, Gs + r * C::LD, Vs, t);
+#pragma unroll
+            for (int u = 0; u < C::NKT; u++) {
+                const int jj = t + C::TPR * u;
                 T ds = 0;
-                if (ok_) {
-                    T p = rmk_exp(scale * dot_row<T, HD>(Qs + r * C::LD, Ks + jj * C::LD) - li);
-                    T dp = dot_row<T, HD>(Gs + r * C::LD, Vs + jj * C::LD);
-                    ds = p * (dp - dl) * scale;
+                if (att_visible(d, i, j0 + jj)) {
+                    const T p = rmk_exp(scale * qk[u] - li);
+                    ds = p * (dp[u] - dl) * scale;
                 }
                 sr[jj] = ds;
             }
@@ -316,14 +335,16 @@ __global__ void __launch_bounds__(att_cfg<RMK_ATT_T, HD>::NT)
                 }
                 __syncthreads();
                 T *pr = Ps + r * (BQ2 + 1), *dr = Ds + r * (BQ2 + 1);
-                for (int ii = t; ii < BQ2; ii += C::TPR) {
-                    const bool ok_ = att_visible(d, i0 + ii, j);
+                T qk[C::NKT], dp[C::NKT]; /* this thread's queries ii = t + TPR·u */
+                dot_rows<T, HD, C::LD, C::TPR, C::NKT>(qk, Ks + r * C::LD, Qs, t);
+                dot_rows<T, HD, C::LD, C::TPR, C::NKT>(dp, Vs + r * C::LD, Gs, t);
+#pragma unroll
+                for (int u = 0; u < C::NKT; u++) {
+                    const int ii = t + C::TPR * u;
                     T p = 0, ds = 0;
-                    if (ok_) {
-                        p = rmk_exp(scale * dot_row<T, HD>(Qs + ii * C::LD, Ks + r * C::LD) -
-                                    Ls[ii]);
-                        T dp = dot_row<T, HD>(Gs + ii * C::LD, Vs + r * C::LD);
-                        ds = p * (dp - Dl[ii]) * scale;
+                    if (att_visible(d, i0 + ii, j)) {
+                        p = rmk_exp(scale * qk[u] - Ls[ii]);
+                        ds = p * (dp[u] - Dl[ii]) * scale;
                     }
                     pr[ii] = p;
                     dr[ii] = ds;

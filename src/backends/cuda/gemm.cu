@@ -6,11 +6,14 @@
 
 #include "kcommon.cuh"
 
+/* y (rows, n) = bias broadcast down the rows: blocks over (column chunk, row), so no thread
+ * divides a flat index (a 64-bit % per element cost more than its store) */
 template <typename T>
-__global__ void fill_rows(T *__restrict__ y, const T *__restrict__ bias, int64_t total, int64_t n) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = bias[i % n];
+__global__ void fill_rows(T *__restrict__ y, const T *__restrict__ bias, int64_t rows, int64_t n) {
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+        for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < n;
+             j += (int64_t)gridDim.x * blockDim.x)
+            y[r * n + j] = bias[j];
 }
 
 /* part[c, j] = sum of g[r, j] over the rows r of chunk c, in double. */
@@ -59,17 +62,15 @@ int64_t rm_cuda_colsum_chunk(int64_t rows) {
 
 cudaError_t rm_cuda_fill_rows(void *y, const void *bias, int64_t rows, int64_t n, int es,
                               cudaStream_t s) {
-    int64_t total = rows * n;
-    if (total > 0) {
+    if (rows > 0 && n > 0) {
+        const unsigned bx = rm_cuda_blocks(n, 256);
+        const dim3 grid(bx < 65535 ? bx : 65535, (unsigned)(rows < 65535 ? rows : 65535));
         if (es == 2) /* bf16: the bits copied */
-            fill_rows<unsigned short><<<rm_cuda_blocks(total, 256), 256, 0, s>>>(
-                (unsigned short *)y, (const unsigned short *)bias, total, n);
+            fill_rows<unsigned short>
+                <<<grid, 256, 0, s>>>((unsigned short *)y, (const unsigned short *)bias, rows, n);
         else if (es == 4)
-            fill_rows<float><<<rm_cuda_blocks(total, 256), 256, 0, s>>>(
-                (float *)y, (const float *)bias, total, n);
-        else
-            fill_rows<double><<<rm_cuda_blocks(total, 256), 256, 0, s>>>(
-                (double *)y, (const double *)bias, total, n);
+            fill_rows<float><<<grid, 256, 0, s>>>((float *)y, (const float *)bias, rows, n);
+        else fill_rows<double><<<grid, 256, 0, s>>>((double *)y, (const double *)bias, rows, n);
     }
     return cudaGetLastError();
 }
