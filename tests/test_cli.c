@@ -921,10 +921,13 @@ Test(cli, bench_output_fits_100_columns) {
         rows += !strncmp(l, "blocks-budget=25% ", 18) || !strncmp(l, "selective=names:qkv ", 20);
         l += len + (l[len] == '\n');
     }
-    /* the table, the plans (one cut structure) and the legend are there */
+    /* the table, the plans and the legend are there. Which structures are long enough to
+     * be cut ("...") depends on the plans, and the plans on the step times measured (a
+     * loaded machine gave a budget=99% plan short enough to fit): the 100 columns above
+     * are what this test holds the printer to */
     cr_assert_eq(rows, 2, "%s", o);
     cr_assert(strstr(o, "step ms") && strstr(o, "IQR ms") && strstr(o, "\nplans (") &&
-                  strstr(o, "    structure: ") && strstr(o, "[ckpt ") && strstr(o, "...\n") &&
+                  strstr(o, "    structure: ") &&
                   strstr(o, "  peak      MiB: remat allocator peak"),
               "%s", o);
     free(o);
