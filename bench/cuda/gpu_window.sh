@@ -53,7 +53,6 @@ CARRY=$(pwd)/.gpu
 # python3 (PyTorch) gets neither
 CUBLAS_DIR=$(dirname "$(find /usr/local/cuda/lib64/ /usr/local/cuda*/ /opt /usr/lib -name 'libcublas.so.1[0-9]*' 2>/dev/null | head -1)" 2>/dev/null)
 LDP="$CARRY/lib:${CUBLAS_DIR:-/usr/local/cuda/lib64}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-with_carry() { env LD_LIBRARY_PATH="$LDP" "$@"; }  # `timeout` runs programs, not functions
 
 # step NAME SECONDS LOG CMD...: runs CMD with the lesser of SECONDS and what is left of the
 # window, appending to LOG; one summary line per step
