@@ -26,6 +26,9 @@
 # (s for the device suites, default 150), SKIP (step names or globs to leave out, e.g.
 # SKIP='train* torch-*' for a window that reruns only the suites and remat's benches).
 set -u
+# bf16 attention on the tensor cores (src/backends/cuda/attention_mma.cu) everywhere in the
+# window: the suites test it, the benches time it (profile-bf16-simt times the other path)
+export REMAT_CUDA_ATTENTION=${REMAT_CUDA_ATTENTION:-tc}
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/gpu-out}
 mkdir -p "$OUT"
@@ -171,6 +174,19 @@ step torch-bf16 60 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --rep
   --autocast bf16 --strategies none,block,selective=dots --out "$FILES/torch-bf16.json"
 step profile-bf16 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" bench --device cuda \
   $MODEL --autocast bf16 --strategies none --reps 2 --profile=3
+# 4c. the bf16 attention's two paths on this GPU: the CUDA-core kernels (the default until
+# a window has run the suites on the tensor-core path) against the tensor cores
+# (REMAT_CUDA_ATTENTION=tc), each op's time in the profile
+step profile-bf16-simt 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_CUDA_ATTENTION=simt \
+  "$BUILD/remat" bench --device cuda $MODEL --autocast bf16 --strategies none --reps 2 --profile=3
+# 4d. torch.compile: the default partitioner (the stretch yardstick) and activation budgets
+step torch-compile-bf16 150 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --reps "$REPS" \
+  --autocast bf16 --strategies none,compile,budget=50% --out "$FILES/torch-compile-bf16.json"
+# 4e. the planner's offload choice on a real GPU (pinned host memory, a side stream)
+step plan-offload 80 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_PLAN_OFFLOAD=1 "$BUILD/remat" \
+  bench --device cuda $MODEL --strategies none,budget=60%,budget=45%,budget=30% --reps 3
+step plan-explain 30 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_PLAN_OFFLOAD=1 "$BUILD/remat" \
+  train --device cuda $MODEL --steps 2 --eval-every 2 --checkpoint budget=45% --explain
 pack
 
 # 5. compute-sanitizer (memcheck) on the fused attention kernels and the offload path
