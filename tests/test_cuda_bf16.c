@@ -255,8 +255,8 @@ Test(cuda_bf16, fused_attention_forward_and_backward) {
          * queries a step for dK/dV at head size 128): the online softmax across tiles, the
          * diagonal tile, ragged last tiles */
         {{1, 2, 130, 64}, {1, 2, 130, 64}, true, false},
-        {{1, 2, 40, 128}, {1, 2, 150, 128}, true, true},   /* lower-right, Tq < Tk */
-        {{1, 2, 150, 20}, {1, 2, 70, 20}, true, true},     /* Tq > Tk: rows without keys;
+        {{1, 2, 40, 128}, {1, 2, 150, 128}, true, true},  /* lower-right, Tq < Tk */
+        {{1, 2, 150, 20}, {1, 2, 70, 20}, true, true},    /* Tq > Tk: rows without keys;
                                                             * 20 columns: element loads */
         {{1, 4, 100, 48}, {1, 2, 100, 48}, false, false}, /* grouped-query, padded head */
     };

@@ -470,15 +470,16 @@ static cudaError_t bwd_t(const rmk_att_dims *d, const rmk_att_lead *lead, const 
     } while (0)
 
 /* Whether bf16 attention runs on the tensor cores (attention_mma.cu: sm_80 and later, head
- * sizes up to 128) — unless REMAT_CUDA_ATTENTION=simt asks for these kernels (a diagnostic:
- * the two side by side in `remat bench --profile`). */
+ * sizes up to 128): only with REMAT_CUDA_ATTENTION=tc until a GPU session has run the device
+ * suites on that path (written 2026-11-27 with no GPU lent; docs/cuda.md); these CUDA-core
+ * kernels otherwise. */
 static bool use_tc(int dt, int hd) {
-    static int simt = -1;
-    if (simt < 0) {
+    static int tc = -1;
+    if (tc < 0) {
         const char *e = getenv("REMAT_CUDA_ATTENTION");
-        simt = e && strcmp(e, "simt") == 0;
+        tc = e && strcmp(e, "tc") == 0;
     }
-    return !simt && rmk_attention_tc_ok(dt, hd);
+    return tc && rmk_attention_tc_ok(dt, hd);
 }
 
 extern "C" cudaError_t

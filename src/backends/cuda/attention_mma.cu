@@ -45,11 +45,11 @@ namespace {
  * registers. */
 template <int HD> struct tc_cfg {
     static constexpr int NW = 4, NT = 32 * NW, BR = 16 * NW;
-    static constexpr int BC = 64;                    /* keys per step (forward, dQ) */
-    static constexpr int BCQ = HD >= 128 ? 32 : 64;  /* queries per step (dK, dV) */
-    static constexpr int LD = HD + 8;                /* smem row stride, elements */
-    static constexpr int KS = HD / 16;               /* k-steps over the head dims */
-    static constexpr int NDT = HD / 8;               /* n-tiles over the head dims */
+    static constexpr int BC = 64;                   /* keys per step (forward, dQ) */
+    static constexpr int BCQ = HD >= 128 ? 32 : 64; /* queries per step (dK, dV) */
+    static constexpr int LD = HD + 8;               /* smem row stride, elements */
+    static constexpr int KS = HD / 16;              /* k-steps over the head dims */
+    static constexpr int NDT = HD / 8;              /* n-tiles over the head dims */
     static_assert(HD % 16 == 0 && HD <= 128, "head class 32, 64 or 128");
 };
 
@@ -133,7 +133,8 @@ __device__ __forceinline__ void mma_frag_rows(float (&o)[NDT][4], const float (&
         a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
         /* lane's row of the four 8×8 matrices: rows kk·16 + (lane & 15), columns
          * 8·(lane >> 4) of each pair of n-tiles */
-        const bf16_t *row = m + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8;
+        const bf16_t *row =
+            m + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8;
 #pragma unroll
         for (int nd = 0; nd < NDT; nd += 2) {
             uint32_t b[4];
@@ -222,7 +223,7 @@ __global__ void __launch_bounds__(tc_cfg<HD>::NT)
                const __grid_constant__ rmk_att_operand oy, bf16_t *y, float *lse, tc_ops f) {
     typedef tc_cfg<HD> C;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16_t *Qs = (bf16_t *)smem_raw;  /* BR × LD */
+    bf16_t *Qs = (bf16_t *)smem_raw; /* BR × LD */
     bf16_t *Ks = Qs + C::BR * C::LD; /* BC × LD */
     bf16_t *Vs = Ks + C::BC * C::LD; /* BC × LD */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -321,7 +322,7 @@ __global__ void __launch_bounds__(tc_cfg<HD>::NT)
                   float *delta, tc_ops f) {
     typedef tc_cfg<HD> C;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16_t *Qs = (bf16_t *)smem_raw;  /* BR × LD */
+    bf16_t *Qs = (bf16_t *)smem_raw; /* BR × LD */
     bf16_t *Gs = Qs + C::BR * C::LD; /* BR × LD: dO */
     bf16_t *Ks = Gs + C::BR * C::LD; /* BC × LD */
     bf16_t *Vs = Ks + C::BC * C::LD; /* BC × LD */
@@ -356,8 +357,8 @@ __global__ void __launch_bounds__(tc_cfg<HD>::NT)
             dl += __shfl_xor_sync(0xffffffffu, dl, 1);
             if (i < d.Tq && half == 0) delta[b * d.Tq + i] = dl;
         }
-        if (!dq) continue; /* uniform: every thread of the block skips */
-        __syncthreads();   /* delta written by the block's threads is read below */
+        if (!dq) continue;  /* uniform: every thread of the block skips */
+        __syncthreads();    /* delta written by the block's threads is read below */
         float lr[2], dr[2]; /* the rows' lse (log2 units) and delta */
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -416,10 +417,10 @@ __global__ void __launch_bounds__(tc_cfg<HD>::NT)
     typedef tc_cfg<HD> C;
     constexpr int BQ = C::BCQ; /* queries per step */
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16_t *Ks = (bf16_t *)smem_raw; /* BR × LD: the block's keys */
-    bf16_t *Vs = Ks + C::BR * C::LD; /* BR × LD */
-    bf16_t *Qs = Vs + C::BR * C::LD; /* BQ × LD */
-    bf16_t *Gs = Qs + BQ * C::LD;    /* BQ × LD: dO */
+    bf16_t *Ks = (bf16_t *)smem_raw;        /* BR × LD: the block's keys */
+    bf16_t *Vs = Ks + C::BR * C::LD;        /* BR × LD */
+    bf16_t *Qs = Vs + C::BR * C::LD;        /* BQ × LD */
+    bf16_t *Gs = Qs + BQ * C::LD;           /* BQ × LD: dO */
     float *Ls = (float *)(Gs + BQ * C::LD); /* BQ: lse, log2 units */
     float *Dl = Ls + BQ;                    /* BQ: delta */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -548,8 +549,8 @@ cudaError_t tc_bwd(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_at
     }
     const unsigned g2 = tc_grid(d->nb / d->group * ((d->Tk + C::BR - 1) / C::BR));
     if (g2 > 0 && (p[6] || p[7])) {
-        const size_t sm = sizeof(bf16_t) * (size_t)(2 * C::BR + 2 * C::BCQ) * C::LD +
-                          sizeof(float) * 2 * C::BCQ;
+        const size_t sm =
+            sizeof(bf16_t) * (size_t)(2 * C::BR + 2 * C::BCQ) * C::LD + sizeof(float) * 2 * C::BCQ;
         cudaError_t e = tc_smem(tc_att_bwd_dkdv<HD>, sm);
         if (e != cudaSuccess) return e;
         tc_att_bwd_dkdv<HD><<<g2, C::NT, sm, s>>>(
@@ -575,12 +576,10 @@ extern "C" bool rmk_attention_tc_ok(int dt, int hd) {
     return major >= 8;
 }
 
-extern "C" cudaError_t rmk_attention_tc(int hd, const rmk_att_dims *d, const rmk_att_lead *lead,
-                                        const rmk_att_operand *oq, const void *q,
-                                        const rmk_att_operand *ok, const void *k,
-                                        const rmk_att_operand *ov, const void *v,
-                                        const rmk_att_operand *oy, void *y, void *lse,
-                                        cudaStream_t s) {
+extern "C" cudaError_t
+rmk_attention_tc(int hd, const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_att_operand *oq,
+                 const void *q, const rmk_att_operand *ok, const void *k, const rmk_att_operand *ov,
+                 const void *v, const rmk_att_operand *oy, void *y, void *lse, cudaStream_t s) {
     switch (hd) {
     case 32: return tc_fwd<32>(d, lead, oq, q, ok, k, ov, v, oy, y, lse, s);
     case 64: return tc_fwd<64>(d, lead, oq, q, ok, k, ov, v, oy, y, lse, s);
@@ -589,10 +588,9 @@ extern "C" cudaError_t rmk_attention_tc(int hd, const rmk_att_dims *d, const rmk
     return cudaErrorInvalidValue;
 }
 
-extern "C" cudaError_t rmk_attention_tc_bwd(int hd, const rmk_att_dims *d,
-                                            const rmk_att_lead *lead, const rmk_att_operand *ops,
-                                            const void *const *ptrs, const void *lse, void *ws,
-                                            cudaStream_t s) {
+extern "C" cudaError_t rmk_attention_tc_bwd(int hd, const rmk_att_dims *d, const rmk_att_lead *lead,
+                                            const rmk_att_operand *ops, const void *const *ptrs,
+                                            const void *lse, void *ws, cudaStream_t s) {
     switch (hd) {
     case 32: return tc_bwd<32>(d, lead, ops, ptrs, lse, ws, s);
     case 64: return tc_bwd<64>(d, lead, ops, ptrs, lse, ws, s);

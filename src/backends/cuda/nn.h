@@ -71,7 +71,7 @@ cudaError_t rmk_attention_bwd(int dt, const rmk_att_dims *d, const rmk_att_lead 
 /* ---- attention_mma.cu: the bf16 path on the tensor cores ------------------------------------ */
 /* Whether rmk_attention(_bwd) of dtype dt and head class hd can run on the tensor cores of
  * the current device (bf16, hd <= 128, compute capability 8.0 or later). rmk_attention
- * takes that path unless REMAT_CUDA_ATTENTION=simt. */
+ * takes that path when REMAT_CUDA_ATTENTION=tc (attention.cu: use_tc). */
 bool rmk_attention_tc_ok(int dt, int hd);
 /* rmk_attention / rmk_attention_bwd for bf16 operands of head class hd (32, 64, 128), on the
  * tensor cores: P and dS rounded to bf16 as the products' operands, the rest in f32. */
