@@ -451,6 +451,31 @@ def make_layer_norm(shape, n_norm, affine, eps=1e-5, views=None):
     return build
 
 
+# add_layer_norm: (x + r, layer_norm(x + r)), the residual add fused with the norm after it
+def make_add_layer_norm(shape, n_norm, affine, eps=1e-5, views=None):
+    def build(r, dt):
+        ns = tuple(shape[len(shape) - n_norm:])
+        if views:  # x transposed inside: the viewed x has r's shape
+            xs = (shape[1], shape[0]) + tuple(shape[2:])
+        else:
+            xs = shape
+        inputs = [("x", T(r.uniform(xs, -2.0, 2.0), dt)), ("r", T(r.uniform(shape, -2.0, 2.0), dt))]
+        if affine:
+            inputs += [("weight", T(r.uniform(ns, 0.5, 1.5), dt)), ("bias", T(r.uniform(ns, -0.5, 0.5), dt))]
+
+        def fn(v):
+            s = v["x"] + v["r"]
+            return s, F.layer_norm(s, ns, v.get("weight"), v.get("bias"), eps)
+
+        return Case("add_layer_norm", fn, inputs, params=[("n_norm", [n_norm]), ("eps", [eps])], views=views)
+
+    return build
+
+
+case("add_layer_norm_affine")(make_add_layer_norm((2, 3, 5), 1, True))
+case("add_layer_norm_plain")(make_add_layer_norm((3, 4), 1, False))
+case("add_layer_norm_2d")(make_add_layer_norm((2, 3, 4), 2, True))
+case("add_layer_norm_transposed")(make_add_layer_norm((6, 3), 1, True, views={"x": [("transpose", [0, 1])]}))
 case("layer_norm_affine")(make_layer_norm((2, 3, 5), 1, True))
 case("layer_norm_plain")(make_layer_norm((2, 3, 5), 1, False))
 case("layer_norm_2d_affine")(make_layer_norm((2, 3, 4), 2, True))
@@ -926,6 +951,11 @@ case("log_softmax_large")(large("log_softmax", lambda x: torch.log_softmax(x["a"
 case("layer_norm_large")(large("layer_norm", lambda x: F.layer_norm(x["x"], (288,), x["weight"], x["bias"], 1e-5),
                                [("x", (128, 288), -2.0, 2.0), ("weight", (288,), 0.5, 1.5),
                                 ("bias", (288,), -0.5, 0.5)], params=[("n_norm", [1]), ("eps", [1e-5])]))
+case("add_layer_norm_large")(large("add_layer_norm",
+                                   lambda x: (x["x"] + x["r"], F.layer_norm(x["x"] + x["r"], (288,), x["weight"], x["bias"], 1e-5)),
+                                   [("x", (128, 288), -2.0, 2.0), ("r", (128, 288), -2.0, 2.0),
+                                    ("weight", (288,), 0.5, 1.5), ("bias", (288,), -0.5, 0.5)],
+                                   params=[("n_norm", [1]), ("eps", [1e-5])]))
 case("cross_entropy_large")(large("cross_entropy", lambda x: F.cross_entropy(x["logits"], x["targets"], ignore_index=3),
                                   [("logits", (256, 40), -4.0, 4.0), ("targets", (256,), "int", 0, 40)],
                                   params=[("ignore_index", [3])]))

@@ -132,6 +132,15 @@ U1(mean, remat_mean(out, in[0], 1, (const int[]){0}, true))
 U1(softmax, remat_softmax(out, in[0], 1))
 U1(log_softmax, remat_log_softmax(out, in[0], 0))
 U1(layer_norm, remat_layer_norm(out, in[0], 1, in[1], in[2], 1e-5))
+/* both outputs: sum * 0.75 + y */
+static int f_add_layer_norm(remat_tensor *const *in, remat_tensor **out) {
+    remat_tensor *s = NULL, *y = NULL, *u = NULL;
+    int rc = remat_add_layer_norm(&s, &y, in[0], in[1], 1, in[2], in[3], 1e-5);
+    if (!rc) rc = remat_mul_scalar(&u, s, 0.75);
+    if (!rc) rc = remat_add(out, u, y);
+    remat_release(s), remat_release(y), remat_release(u);
+    return rc;
+}
 U1(rms_norm, remat_rms_norm(out, in[0], 1, in[1], 1e-5))
 U1(rms_norm_plain, remat_rms_norm(out, in[0], 2, NULL, 1e-3))
 static remat_tensor *g_pos;
@@ -284,6 +293,9 @@ static remat_tensor *mk_sum(int i) { return R(3, S223, -1, 1, 400 + (unsigned)i)
 static remat_tensor *mk_ln(int i) {
     return i == 0 ? mk_23(0) : R(1, S3, 0.5, 1.5, 50 + (unsigned)i);
 }
+static remat_tensor *mk_aln(int i) { /* x, r (2, 3); weight, bias (3) */
+    return i == 0 ? mk_23(0) : i == 1 ? R(2, S23, -1, 1, 70) : R(1, S3, 0.5, 1.5, 50 + (unsigned)i);
+}
 static remat_tensor *mk_mm(int i) { return i == 0 ? mk_23(0) : R(2, S34, -1, 1, 60); }
 static remat_tensor *mk_mmb(int i) { /* (2, 2, 3) @ (4, 3)^T */
     return i == 0 ? R(3, S223, -1, 1, 61) : R(2, (const int64_t[]){4, 3}, -1, 1, 62);
@@ -353,6 +365,7 @@ static const gg_case k_cases[] = {
     {"remat_softmax", "", f_softmax, 1, mk_23},
     {"remat_log_softmax", "", f_log_softmax, 1, mk_23},
     {"remat_layer_norm", "affine", f_layer_norm, 3, mk_ln},
+    {"remat_add_layer_norm", "affine", f_add_layer_norm, 4, mk_aln},
     {"remat_rms_norm", "weight", f_rms_norm, 2, mk_ln},
     {"remat_rms_norm", "plain 2d", f_rms_norm_plain, 1, mk_23},
     {"remat_rope", "positions", f_rope, 1, mk_rope},

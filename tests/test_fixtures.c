@@ -210,6 +210,17 @@ static int op_log_softmax(run *r, remat_tensor **o, int *n) {
     return remat_log_softmax(&o[0], a, (int)dim);
 }
 
+static int op_add_layer_norm(run *r, remat_tensor **o, int *n) {
+    NEED("x", x);
+    NEED("r", res);
+    PINT("n_norm", n_norm);
+    PDBL("eps", eps);
+    int rc = remat_add_layer_norm(&o[0], &o[1], x, res, (int)n_norm, input_or_null(r, "weight"),
+                                  input_or_null(r, "bias"), eps);
+    *n = rc == REMAT_OK ? 2 : 0;
+    return rc;
+}
+
 static int op_layer_norm(run *r, remat_tensor **o, int *n) {
     NEED("x", x);
     PINT("n_norm", n_norm);
@@ -500,6 +511,7 @@ static const op_entry k_ops[] = {
     {"softmax", "softmax", op_softmax},
     {"log_softmax", "softmax", op_log_softmax},
     {"layer_norm", "layer_norm", op_layer_norm},
+    {"add_layer_norm", "layer_norm", op_add_layer_norm},
     {"rms_norm", "rms_norm", op_rms_norm},
     {"rope", "rope", op_rope},
     {"attention", "attention", op_attention},

@@ -90,6 +90,19 @@ remat_status remat_log_softmax(remat_tensor **out, remat_tensor *a, int dim);
  * that shape or NULL. */
 remat_status remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
                               remat_tensor *bias, double eps);
+/* *sum = x + r and *out = remat_layer_norm(*sum, n_norm, weight, bias, eps) as one op: a
+ * pre-norm transformer block's residual add and the norm after it (the GPT-2 block's
+ * x1 = x + attn, ln_2(x1)). The values of remat_add then remat_layer_norm, and x's and r's
+ * gradients the sum's two gradients added, bitwise; the sum is normalised while it is in
+ * cache and the norm's backward adds the sum's own gradient as it writes dx, a pass each
+ * fewer. Saves sum (the norm's input), weight and the rows' mean and rstd. r has x's shape
+ * (no broadcasting) and dtype, or is bf16 with an f32 x (autocast's residual branch, read
+ * uncast; its gradient is rounded where it is consumed, as remat_add's). Autocast: the
+ * norm's category (f32). Both outputs are new references; on failure both are NULL.
+ * Errors: REMAT_EINVAL (sum or out NULL, n_norm, eps), REMAT_EDTYPE, REMAT_ESHAPE. */
+remat_status remat_add_layer_norm(remat_tensor **sum, remat_tensor **out, remat_tensor *x,
+                                  remat_tensor *r, int n_norm, remat_tensor *weight,
+                                  remat_tensor *bias, double eps);
 /* Root-mean-square normalisation over the last n_norm dims, as
  * torch.nn.functional.rms_norm and Llama's RMSNorm:
  *   out = x · rsqrt(mean(x²) + eps) · weight

@@ -42,7 +42,7 @@ typedef enum rm_kernel_id {
 
 #define RM_N_DTYPES 5 /* REMAT_F32 .. REMAT_BF16 */
 #define RM_KERNEL_MAX_IN 6
-#define RM_KERNEL_MAX_OUT 3
+#define RM_KERNEL_MAX_OUT 4
 
 /* What a kernel is handed: operands (unused ones NULL) and its parameters. */
 typedef struct rm_kargs {

@@ -171,10 +171,11 @@ int mb_gpt2_block(remat_tensor **out, const remat_gpt2_block_weights *w,
     mb_drop(&y);
     MB_TRY(mb_maybe_tag(o->tags, &t, "attn_out"));
     MB_TRY(mb_dropout(o->resid_pdrop, &t));
-    MB_TRY(remat_add(&x1, x, t));
+    /* x1 = x + t and ln_2(x1) in one op (remat_add_layer_norm): x1 normalised while in cache,
+     * its two gradients added as the norm's backward writes them */
+    MB_TRY(remat_add_layer_norm(&x1, &h, x, t, 1, w->ln_2_weight, w->ln_2_bias, o->eps));
     mb_drop(&t);
     /* MLP */
-    MB_TRY(remat_layer_norm(&h, x1, 1, w->ln_2_weight, w->ln_2_bias, o->eps));
     /* the up projection's bias goes into the GELU (remat_bias_gelu): no pass of its own over
      * the (B, T, I) activation, forward or backward */
     MB_TRY(project(lin, &f, h, w->fc_weight, NULL)); /* (B, T, I), without the bias */

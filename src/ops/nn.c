@@ -22,6 +22,7 @@
 
 #include "op.h"
 #include "ops_internal.h"
+#include "remat/autograd.h"
 
 /* ---- softmax / log_softmax ---------------------------------------------------------------- */
 typedef struct softmax_params {
@@ -235,6 +236,167 @@ remat_status remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, r
     const ln_params params = {.k = {n_norm, eps}};
     remat_tensor *in[3] = {x, weight, bias};
     return rm_dispatch(&rm_op_layer_norm, out, in, &params, RM_OP_SITE());
+}
+
+/* ---- add + layer_norm -------------------------------------------------------------------
+ * sum = x + r and y = layer_norm(sum), one op (RM_K_ADD_LAYER_NORM): a pre-norm block's
+ * residual add and the norm after it. The sum is written and normalised while its row is
+ * in cache, and the backward adds the sum's own gradient into the norm's dx as it writes
+ * it (RM_K_LAYER_NORM_BWD's gres), where the engine would accumulate the two in a pass
+ * of its own. Values: remat_add's sum and remat_layer_norm's y, mean, rstd; x's and r's
+ * gradient the accumulated sum, bitwise. Saves sum (what layer_norm would save as its
+ * input), weight, mean and rstd. */
+typedef struct aln_params {
+    ln_params ln;    /* first: the kernels read its rm_layer_norm_params */
+    remat_dtype rdt; /* r's dtype (fill_ctx): bf16 next to an f32 x gets its gradient rounded */
+} aln_params;
+
+static const char *const k_aln_args[] = {"x", "r", "weight", "bias"};
+
+static remat_status add_layer_norm_check(const rm_op_call *c) {
+    const char *call = c->op->name;
+    const aln_params *p = c->params;
+    remat_tensor *x = c->in[0], *r = c->in[1], *weight = c->in[2], *bias = c->in[3];
+    const int n_norm = p->ln.k.n_norm;
+    int rc = rm_check_float_dtype(call, "x", x);
+    if (!rc) rc = rm_check_float_dtype(call, "r", r);
+    if (!rc && r->dtype != x->dtype && !(x->dtype == REMAT_F32 && r->dtype == REMAT_BF16))
+        rc = rm_err(REMAT_EDTYPE, "%s: r must have x's dtype %s (or bf16 for an f32 x), got %s",
+                    call, remat_dtype_name(x->dtype), remat_dtype_name(r->dtype));
+    if (!rc) rc = rm_check_same_device(call, x, r);
+    if (rc) return rc;
+    if (r->ndim != x->ndim || memcmp(r->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) != 0) {
+        char bx[200], br[200];
+        return rm_err(REMAT_ESHAPE, "%s: r %s must have x's shape %s (no broadcasting)", call,
+                      rm_tensor_str(r, br, sizeof br), rm_tensor_str(x, bx, sizeof bx));
+    }
+    rc = rm_check_norm_params(call, x, n_norm, p->ln.k.eps);
+    if (rc) return rc;
+    if (weight && (rc = check_param(call, "weight", weight, x, n_norm))) return rc;
+    if (bias && (rc = check_param(call, "bias", bias, x, n_norm))) return rc;
+    return REMAT_OK;
+}
+
+/* sum and y like x; the rows' mean and rstd */
+static remat_status add_layer_norm_infer(const rm_op_call *c, rm_out_spec *out) {
+    int rc = layer_norm_infer(c, out + 1);
+    out[0] = out[1];
+    return rc;
+}
+
+static void add_layer_norm_fill_ctx(const rm_op_call *c, void *ctx) {
+    aln_params *p = ctx;
+    layer_norm_fill_ctx(c, &p->ln);
+    p->rdt = c->in[1]->dtype;
+}
+
+/* saved: 0 = sum, 1 = weight (or NULL), 2 = mean, 3 = rstd. gout: sum's, y's. x and r get
+ * the one gradient of the sum (r's, for a bf16 r, rounded by the engine or its consumer, as
+ * add's kept operand's). */
+static remat_status add_layer_norm_backward(remat_node *node, remat_tensor *const *gout,
+                                            remat_tensor **gin) {
+    const aln_params *p = node->ctx;
+    const int n_norm = p->ln.k.n_norm;
+    const bool gx = node->next[0].node || node->next[1].node;
+    remat_tensor *sv[4] = {NULL, NULL, NULL, NULL}, *g = NULL, *gs = NULL, *dsum = NULL;
+    int rc = REMAT_OK;
+    for (int i = 0; i < 4 && rc == REMAT_OK; i++) /* the weight (1) may be absent */
+        rc = rm_saved_contig(node, i, i == 1 ? NULL : "saved tensors are missing", &sv[i]);
+    if (!rc) rc = rm_contig(&g, gout[1]);
+    if (!rc && gx) rc = rm_contig(&gs, gout[0]);
+    if (rc) goto out;
+    remat_tensor *x = sv[0], *w = sv[1];
+    remat_device dev = x->storage->device;
+    if (gx) rc = rm_new_output(&dsum, x->ndim, x->shape, x->dtype, dev);
+    if (!rc && node->next[2].node && w)
+        rc = rm_new_output(&gin[2], n_norm, p->ln.norm_shape, x->dtype, dev);
+    if (!rc && node->next[3].node)
+        rc = rm_new_output(&gin[3], n_norm, p->ln.norm_shape, x->dtype, dev);
+    if (!rc) {
+        rm_kargs k = {
+            .in = {g, x, w, sv[2], sv[3], gs}, .out = {dsum, gin[2], gin[3]}, .params = &p->ln.k};
+        rc = rm_kernel_run(RM_K_LAYER_NORM_BWD, node->name, &k);
+    }
+    if (!rc && node->next[0].node) gin[0] = rm_retain(dsum);
+    if (!rc && node->next[1].node) gin[1] = rm_retain(dsum);
+out:
+    for (int i = 0; i < 4; i++) rm_release(sv[i]);
+    rm_release(g), rm_release(gs), rm_release(dsum);
+    return rc;
+}
+
+/* create_graph: y = layer_norm(sum) rebuilt from public ops on a leaf view of the saved sum
+ * (and of the weight), its nested create_graph gradient plus the sum's own gradient for x
+ * and r (r's cast to its dtype), db the sum of y's gradient over the leading dims. */
+static remat_status add_layer_norm_backward_diff(remat_node *node, remat_tensor *const *gout,
+                                                 remat_tensor **gin) {
+    const aln_params *p = node->ctx;
+    const bool gx = node->next[0].node || node->next[1].node;
+    const bool gw = node->next[2].node != NULL;
+    remat_tensor *s = NULL, *w = NULL, *leaves[2] = {NULL, NULL}, *xs[3] = {NULL, NULL, NULL};
+    remat_tensor *y = NULL, *grads[2] = {NULL, NULL}, *total = NULL;
+    int k = 0, is = -1, iw = -1;
+    int rc = rm_node_unpack(node, 0, &s);
+    if (!rc) rc = rm_node_unpack(node, 1, &w);
+    if (!rc && gx) rc = remat_view(&leaves[is = k++], s, s->ndim, s->shape);
+    if (!rc && gw && w && w->requires_grad)
+        rc = remat_view(&leaves[iw = k++], w, w->ndim, w->shape);
+    xs[0] = is >= 0 ? leaves[is] : s;
+    xs[1] = iw >= 0 ? leaves[iw] : w;
+    if (!rc) rc = layer_norm_recompose(node, xs, &y); /* reads the ln_params at ctx's start */
+    if (!rc && k > 0 && y->requires_grad) {
+        const remat_backward_options o = {.create_graph = true, .allow_unused = true};
+        remat_tensor *gy = gout[1];
+        rc = remat_grad_ex(1, &y, &gy, k, leaves, &o, grads);
+    }
+    if (!rc && gx)
+        rc = is >= 0 && grads[is] ? remat_add(&total, grads[is], gout[0])
+                                  : remat_contiguous(&total, gout[0]);
+    if (!rc && node->next[0].node) gin[0] = rm_retain(total);
+    if (!rc && node->next[1].node)
+        rc = p->rdt != total->dtype ? remat_to_dtype(&gin[1], total, p->rdt)
+                                    : (gin[1] = rm_retain(total), REMAT_OK);
+    if (!rc && iw >= 0) gin[2] = grads[iw], grads[iw] = NULL;
+    if (!rc && node->next[3].node) { /* db = y's gradient summed over the leading dims */
+        remat_tensor *g = gout[1];
+        int dims[REMAT_MAX_DIMS], lead = g->ndim - p->ln.k.n_norm;
+        for (int i = 0; i < lead; i++) dims[i] = i;
+        rc = lead ? remat_sum(&gin[3], g, lead, dims, false) : remat_contiguous(&gin[3], g);
+    }
+    rm_release(s), rm_release(w), rm_release(y), rm_release(total);
+    for (int i = 0; i < 2; i++) rm_release(leaves[i]), rm_release(grads[i]);
+    return rc;
+}
+
+/* Outputs: sum and y (handed out), mean and rstd (saved); weight and bias optional. Under
+ * autocast the norm's f32 category, a bf16 r next to an f32 x read uncast (autocast_keep:
+ * the residual stream's f32 x plus a bf16 block output, as remat_add keeps it). */
+const rm_op_desc rm_op_add_layer_norm = RM_OP_DESC(
+    "remat_add_layer_norm", "AddLayerNormBackward", .n_in = 4, .n_out = 4, .n_ret = 2, .n_saved = 4,
+    .optional_in = 4u | 8u, .flags = RM_OPF_CONTIGUOUS, .autocast = RM_AC_F32,
+    .autocast_keep = 1u << 1, .arg_names = k_aln_args, .kernel = RM_K_ADD_LAYER_NORM,
+    .params_size = sizeof(aln_params), .fill_ctx = add_layer_norm_fill_ctx,
+    .check = add_layer_norm_check, .infer = add_layer_norm_infer,
+    .saves = {{RM_SAVE_OUTPUT, 0, 0},
+              {RM_SAVE_INPUT, 2, 0},
+              {RM_SAVE_OUTPUT, 2, 0},
+              {RM_SAVE_OUTPUT, 3, 0}},
+    .backward = add_layer_norm_backward, .backward_diff = add_layer_norm_backward_diff);
+
+remat_status remat_add_layer_norm(remat_tensor **sum, remat_tensor **out, remat_tensor *x,
+                                  remat_tensor *r, int n_norm, remat_tensor *weight,
+                                  remat_tensor *bias, double eps) {
+    if (!sum || !out) {
+        if (sum) *sum = NULL;
+        if (out) *out = NULL;
+        return rm_err(REMAT_EINVAL, "remat_add_layer_norm: sum and out must not be NULL");
+    }
+    const aln_params params = {.ln = {.k = {n_norm, eps}}};
+    remat_tensor *in[4] = {x, r, weight, bias}, *outs[2] = {NULL, NULL};
+    int rc = rm_dispatch(&rm_op_add_layer_norm, outs, in, &params, RM_OP_SITE());
+    *sum = outs[0];
+    *out = outs[1];
+    return rc;
 }
 
 /* ---- dropout ---------------------------------------------------------------------------- */

@@ -13,8 +13,8 @@ extern const rm_op_desc rm_op_add, rm_op_sub, rm_op_mul, rm_op_div, rm_op_pow;
 extern const rm_op_desc rm_op_matmul, rm_op_linear, rm_op_attention;
 extern const rm_op_desc rm_op_sum, rm_op_sum_all, rm_op_mean, rm_op_max, rm_op_mse_loss,
     rm_op_cross_entropy, rm_op_embedding;
-extern const rm_op_desc rm_op_softmax, rm_op_log_softmax, rm_op_layer_norm, rm_op_rms_norm,
-    rm_op_rope, rm_op_dropout;
+extern const rm_op_desc rm_op_softmax, rm_op_log_softmax, rm_op_layer_norm, rm_op_add_layer_norm,
+    rm_op_rms_norm, rm_op_rope, rm_op_dropout;
 extern const rm_op_desc rm_op_reshape, rm_op_view, rm_op_transpose, rm_op_permute, rm_op_slice,
     rm_op_expand, rm_op_unsqueeze, rm_op_squeeze, rm_op_contiguous;
 extern const rm_op_desc rm_op_add_, rm_op_mul_, rm_op_mul_scalar_, rm_op_relu_, rm_op_zero_,
@@ -65,6 +65,7 @@ static const rm_op_desc *const k_ops[] = {
     D(softmax),
     D(log_softmax),
     D(layer_norm),
+    D(add_layer_norm),
     D(rms_norm),
     D(rope),
     D(dropout),

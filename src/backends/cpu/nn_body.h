@@ -212,26 +212,50 @@ RM_CPU_CLONES static void TFN(ln_stats)(const T *restrict xn, int64_t C, double 
     *rstd = (T)(1.0 / sqrt((double)(a[0] / (T)C) + eps));
 }
 
+/* One row of layer_norm: xn (C) -> yn, *mean, *rstd. w, b (C) or NULL. */
+static inline __attribute__((always_inline)) void
+TFN(ln_row)(const T *restrict xn, const T *restrict w, const T *restrict b, T *restrict yn,
+            int64_t C, double eps, T *mean, T *rstd) {
+    T m, s;
+    TFN(ln_stats)(xn, C, eps, &m, &s);
+    if (w && b)
+        for (int64_t c = 0; c < C; c++) yn[c] = NN_FMA((xn[c] - m) * s, w[c], b[c]);
+    else if (w)
+        for (int64_t c = 0; c < C; c++) yn[c] = (xn[c] - m) * s * w[c];
+    else if (b)
+        for (int64_t c = 0; c < C; c++) yn[c] = NN_FMA(xn[c] - m, s, b[c]);
+    else
+        for (int64_t c = 0; c < C; c++) yn[c] = (xn[c] - m) * s;
+    *mean = m;
+    *rstd = s;
+}
+
 /* x (N, C) -> y (N, C); mean, rstd (N). w, b (C) or NULL. */
 RM_CPU_CLONES static void TFN(layernorm_fwd)(const T *restrict x, const T *restrict w,
                                              const T *restrict b, T *restrict y, T *restrict mean,
                                              T *restrict rstd, int64_t N, int64_t C, double eps) {
 #pragma omp parallel for if (N * C > RM_OMP_MIN / 4)
+    for (int64_t n = 0; n < N; n++)
+        TFN(ln_row)(x + n * C, w, b, y + n * C, C, eps, &mean[n], &rstd[n]);
+}
+
+/* The residual add fused in front: sum = x + r row by row (r in T, or rh: bf16 widened, for
+ * an f32 x), then the row's layer_norm read back from L1. Each sum is the add kernel's
+ * x + r, each normalised row layernorm_fwd's. */
+RM_CPU_CLONES static void TFN(add_layernorm_fwd)(const T *restrict x, const T *restrict r,
+                                                 const uint16_t *restrict rh, const T *restrict w,
+                                                 const T *restrict b, T *restrict sum,
+                                                 T *restrict y, T *restrict mean, T *restrict rstd,
+                                                 int64_t N, int64_t C, double eps) {
+#pragma omp parallel for if (N * C > RM_OMP_MIN / 4)
     for (int64_t n = 0; n < N; n++) {
         const T *restrict xn = x + n * C;
-        T *restrict yn = y + n * C;
-        T m, s;
-        TFN(ln_stats)(xn, C, eps, &m, &s);
-        if (w && b)
-            for (int64_t c = 0; c < C; c++) yn[c] = NN_FMA((xn[c] - m) * s, w[c], b[c]);
-        else if (w)
-            for (int64_t c = 0; c < C; c++) yn[c] = (xn[c] - m) * s * w[c];
-        else if (b)
-            for (int64_t c = 0; c < C; c++) yn[c] = NN_FMA(xn[c] - m, s, b[c]);
+        T *restrict sn = sum + n * C;
+        if (rh)
+            for (int64_t c = 0; c < C; c++) sn[c] = xn[c] + (T)rm_bf16_to_f32(rh[n * C + c]);
         else
-            for (int64_t c = 0; c < C; c++) yn[c] = (xn[c] - m) * s;
-        mean[n] = m;
-        rstd[n] = s;
+            for (int64_t c = 0; c < C; c++) sn[c] = xn[c] + r[n * C + c];
+        TFN(ln_row)(sn, w, b, y + n * C, C, eps, &mean[n], &rstd[n]);
     }
 }
 
@@ -240,8 +264,9 @@ RM_CPU_CLONES static void TFN(layernorm_fwd)(const T *restrict x, const T *restr
  * s1 = sum_c w*g and s2 = sum_c w*g*norm are lane sums over the row held in L1. */
 RM_CPU_CLONES static void TFN(ln_bwd_rows)(const T *restrict g, const T *restrict x,
                                            const T *restrict w, const T *restrict mean,
-                                           const T *restrict rstd, T *restrict dx, T *restrict pw,
-                                           T *restrict pb, int64_t r0, int64_t r1, int64_t C) {
+                                           const T *restrict rstd, const T *restrict gres,
+                                           T *restrict dx, T *restrict pw, T *restrict pb,
+                                           int64_t r0, int64_t r1, int64_t C) {
     if (pw)
         for (int64_t c = 0; c < C; c++) pw[c] = pb[c] = 0;
     for (int64_t n = r0; n < r1; n++) {
@@ -280,19 +305,22 @@ RM_CPU_CLONES static void TFN(ln_bwd_rows)(const T *restrict g, const T *restric
             for (c = 0; c < C; c++) d[c] = NN_FMA(-(xn[c] - mn) * rs, m2, w[c] * gn[c] - m1) * rs;
         else
             for (c = 0; c < C; c++) d[c] = NN_FMA(-(xn[c] - mn) * rs, m2, gn[c] - m1) * rs;
+        if (gres) /* a loop of its own: dx is rounded to T before the add, as accumulation */
+            for (c = 0; c < C; c++) d[c] += gres[n * C + c];
     }
 }
 
-/* dx (N, C) from g (N, C); dw, db (C) (each may be NULL; part, scratch of 2 * C *
+/* dx (N, C) from g (N, C), plus gres (N, C) when not NULL (the fused residual add's sum
+ * gradient); dw, db (C) (each may be NULL; part, scratch of 2 * C *
  * ceil(N / rm_cpu_chunk_rows(N, C)) elements, is needed when either is not). As llm.c:
  *   norm = (x - mean) * rstd
  *   dx = (w*g - mean_c(w*g) - norm * mean_c(w*g*norm)) * rstd
  *   dw = sum_n norm * g,  db = sum_n g (chunk partials in T, summed in double) */
 RM_CPU_CLONES static void TFN(layernorm_bwd)(const T *restrict g, const T *restrict x,
                                              const T *restrict w, const T *restrict mean,
-                                             const T *restrict rstd, T *restrict dx, T *restrict dw,
-                                             T *restrict db, T *restrict part, int64_t N,
-                                             int64_t C) {
+                                             const T *restrict rstd, const T *restrict gres,
+                                             T *restrict dx, T *restrict dw, T *restrict db,
+                                             T *restrict part, int64_t N, int64_t C) {
     bool cols = dw || db;
     if (!dx && !cols) return;
     int64_t rb = rm_cpu_chunk_rows(N, C), nch = (N + rb - 1) / rb;
@@ -300,7 +328,7 @@ RM_CPU_CLONES static void TFN(layernorm_bwd)(const T *restrict g, const T *restr
     for (int64_t k = 0; k < nch; k++) {
         int64_t r0 = k * rb, r1 = r0 + rb < N ? r0 + rb : N;
         T *pw = cols ? part + k * 2 * C : NULL;
-        TFN(ln_bwd_rows)(g, x, w, mean, rstd, dx, pw, pw ? pw + C : NULL, r0, r1, C);
+        TFN(ln_bwd_rows)(g, x, w, mean, rstd, gres, dx, pw, pw ? pw + C : NULL, r0, r1, C);
     }
     if (!cols) return;
     int64_t nb = (C + NN_COL_BLOCK - 1) / NN_COL_BLOCK;
@@ -410,6 +438,22 @@ remat_status TFN(rm_cpu_layer_norm)(const rm_kargs *k) {
      rm_ptr(k->out[1]), rm_ptr(k->out[2]), N, C, p->eps);
     return REMAT_OK;
 }
+/* in: x, r (x's dtype, or bf16 for an f32 x), w, b; out: sum, y, mean, rstd */
+remat_status TFN(rm_cpu_add_layer_norm)(const rm_kargs *k) {
+    const rm_layer_norm_params *p = k->params;
+    int64_t N, C;
+    ln_rows(k->in[0], p->n_norm, &N, &C);
+    const remat_tensor *r = k->in[1];
+    const bool half = r->dtype == REMAT_BF16 && k->in[0]->dtype == REMAT_F32;
+    if (!half && r->dtype != k->in[0]->dtype)
+        return rm_err(REMAT_EDTYPE, "add_layer_norm kernel: x %s with r %s",
+                      remat_dtype_name(k->in[0]->dtype), remat_dtype_name(r->dtype));
+    TFN(add_layernorm_fwd)
+    (rm_ptr(k->in[0]), half ? NULL : rm_ptr(r), half ? rm_ptr(r) : NULL, ptr_or_null(k->in[2]),
+     ptr_or_null(k->in[3]), rm_ptr(k->out[0]), rm_ptr(k->out[1]), rm_ptr(k->out[2]),
+     rm_ptr(k->out[3]), N, C, p->eps);
+    return REMAT_OK;
+}
 remat_status TFN(rm_cpu_layer_norm_bwd)(const rm_kargs *k) {
     const rm_layer_norm_params *p = k->params;
     int64_t N, C;
@@ -423,7 +467,7 @@ remat_status TFN(rm_cpu_layer_norm_bwd)(const rm_kargs *k) {
     }
     TFN(layernorm_bwd)
     (rm_ptr(k->in[0]), rm_ptr(k->in[1]), ptr_or_null(k->in[2]), rm_ptr(k->in[3]), rm_ptr(k->in[4]),
-     ptr_or_null(dx), ptr_or_null(dw), ptr_or_null(db), part, N, C);
+     ptr_or_null(k->in[5]), ptr_or_null(dx), ptr_or_null(dw), ptr_or_null(db), part, N, C);
     free(part);
     return REMAT_OK;
 }

@@ -1,6 +1,7 @@
 /* src/backends/cuda/nn_kernels.c — the cuda kernels (rm_kernel_fn) of
  * softmax, log_softmax, layer_norm, rms_norm and rope (src/core/kernels/nn.h),
  * launching nn.cu's, rms_norm.cu's and rope.cu's kernels. dropout (Philox) is rng.c's. */
+#include "elementwise.h"
 #include "kwrap.h"
 #include "nn.h"
 
@@ -59,6 +60,35 @@ static remat_status cuda_layer_norm_bwd(const rm_kargs *k) {
         rmk_dt(x), rm_ptr(k->in[0]), rm_ptr(x), ptr_or_null(k->in[2]), rm_ptr(k->in[3]),
         rm_ptr(k->in[4]), ptr_or_null(dx), ptr_or_null(dw), ptr_or_null(db), N, C, ws, c.s);
     rmk_scratch_free(&c, ws);
+    if (e == cudaSuccess && dx && k->in[5]) { /* dx += gres (add_layer_norm's sum gradient) */
+        rmk_plan pl;
+        rmk_plan_flat(&pl, N * C, 3);
+        e = rmk_elementwise(rmk_dt(x), RM_EW_ADD, 0.0, &pl, rm_ptr(dx), rm_ptr(dx),
+                            rm_ptr(k->in[5]), NULL, c.s);
+    }
+    return rmk_leave(&c, e);
+}
+
+/* remat_add_layer_norm: sum = x + r (the elementwise engine's add), then layer_norm of sum.
+ * in: x, r (x's dtype: autocast casts a bf16 r on this device), w, b; out: sum, y, mean,
+ * rstd. */
+static remat_status cuda_add_layer_norm(const rm_kargs *k) {
+    const rm_layer_norm_params *p = k->params;
+    remat_tensor *x = k->in[0], *r = k->in[1], *sum = k->out[0];
+    if (r->dtype != x->dtype)
+        return rm_err(REMAT_EDTYPE, "cuda add_layer_norm kernel: x %s with r %s (one dtype)",
+                      remat_dtype_name(x->dtype), remat_dtype_name(r->dtype));
+    int64_t N, C;
+    ln_rows(x, p->n_norm, &N, &C);
+    RMK_ENTER(c, x, "cuda add_layer_norm kernel");
+    rmk_plan pl;
+    rmk_plan_flat(&pl, N * C, 3);
+    cudaError_t e = rmk_elementwise(rmk_dt(x), RM_EW_ADD, 0.0, &pl, rm_ptr(sum), rm_ptr(x),
+                                    rm_ptr(r), NULL, c.s);
+    if (e == cudaSuccess)
+        e = rmk_layer_norm(rmk_dt(x), rm_ptr(sum), ptr_or_null(k->in[2]), ptr_or_null(k->in[3]),
+                           rm_ptr(k->out[1]), rm_ptr(k->out[2]), rm_ptr(k->out[3]), N, C, p->eps,
+                           c.s);
     return rmk_leave(&c, e);
 }
 
@@ -110,6 +140,7 @@ void rm_cuda_register_nn(int type) {
         {RM_K_SOFTMAX_BWD, cuda_softmax_bwd},
         {RM_K_LAYER_NORM, cuda_layer_norm},
         {RM_K_LAYER_NORM_BWD, cuda_layer_norm_bwd},
+        {RM_K_ADD_LAYER_NORM, cuda_add_layer_norm},
         {RM_K_RMS_NORM, cuda_rms_norm},
         {RM_K_RMS_NORM_BWD, cuda_rms_norm_bwd},
         {RM_K_ROPE, cuda_rope},

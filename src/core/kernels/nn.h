@@ -11,9 +11,14 @@
     /* y = (x - mean) * rstd * w + b over the last n_norm dims. in: x, w, b (w, b NULL if    \
      * absent); out: y, mean, rstd (one per row). rm_layer_norm_params */     \
     X(LAYER_NORM, "layer_norm")                                                                    \
-    /* in: g, x, w (or NULL), mean, rstd; out: dx, dw, db (each NULL if not wanted).         \
+    /* in: g, x, w (or NULL), mean, rstd, gres (or NULL: added to dx, the fused residual     \
+     * add's sum gradient, after dx is rounded); out: dx, dw, db (each NULL if not wanted).    \
      * rm_layer_norm_params */     \
     X(LAYER_NORM_BWD, "layer_norm backward")                                                       \
+    /* sum = x + r, y = layer_norm(sum) as LAYER_NORM (the residual add before a norm). in: x,  \
+     * r (x's dtype, or bf16 with an f32 x: widened), w, b (or NULL); out: sum, y, mean, rstd.  \
+     * rm_layer_norm_params */  \
+    X(ADD_LAYER_NORM, "add + layer_norm")                                                          \
     /* y = x * (kept ? 1 / (1 - p) : 0), kept from Philox (key, counter); bits: bit i of     \
      * byte i / 8 = element i kept. in: x; out: y, bits (u8, ceil(n / 8); NULL: not          \
      * written). rm_dropout_params */     \
