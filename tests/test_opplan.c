@@ -642,22 +642,14 @@ Test(opplan, executed_plans_fit_the_step_budget_with_bitwise_gradients) {
     RT_OK(remat_set_grad(c.x, NULL));
     remat_step_profile step = {0};
     step.fixed_bytes = rt_device_current_bytes();
-    remat_profile *prof = NULL, *hp = NULL;
+    remat_profile *prof = NULL;
     remat_op_profile *ops = NULL;
-    remat_profile_options po = {.runs = 1};
-    RT_OK(remat_profile_stages(&prof, TB_N, c.stages, c.x, &po));
-    RT_OK(remat_profile_ops(&ops, TB_N, c.stages, c.x, &po));
-    remat_stage hs = {loss_fn, NULL};
-    RT_OK(remat_profile_stages(&hp, 1, &hs, c.x, &po));
-    step.head = hp->stages[0];
-    remat_profile_free(hp);
+    rt_profile_chain(&prof, &ops, &step, TB_N, c.stages, c.x, loss_fn);
 
-    remat_plan *sa = NULL;
-    RT_OK(remat_plan_create_ops(&sa, prof, ops, &step, SIZE_MAX, NULL));
-    size_t top = sa->peak_store_all, lo = sa->min_budget_bytes;
+    size_t lo, top;
+    rt_plan_budget_range(prof, ops, &step, &lo, &top);
     cr_assert_geq(top, peak_none, "the store-all prediction bounds the plain step (%zu < %zu)", top,
                   peak_none);
-    remat_plan_free(sa);
     int partial = 0, n = 8;
     double prev_time = INFINITY;
     for (int b = 0; b <= n; b++) {
