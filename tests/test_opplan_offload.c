@@ -138,15 +138,16 @@ static void check(int polls) {
 
     /* copies nearly free: wherever keeping does not fit, offloading beats recomputing */
     ops->host_bytes_per_s = 1e18;
+    const remat_plan_options popt = {.offload = true}; /* offload is opt-in */
     size_t lo, top;
-    rt_plan_budget_range(prof, ops, &step, &lo, &top);
+    rt_plan_budget_range(prof, ops, &step, &popt, &lo, &top);
     int n = 8, offloading = 0;
     double prev = INFINITY;
     for (int b = 0; b <= n; b++) {
         size_t budget = lo + (top - lo) * (size_t)b / (size_t)n;
         remat_plan *plan = NULL;
         ops->host_bytes_per_s = 1e18;
-        RT_OK(remat_plan_create_ops(&plan, prof, ops, &step, budget, NULL));
+        RT_OK(remat_plan_create_ops(&plan, prof, ops, &step, budget, &popt));
         cr_assert_leq(plan->peak_bytes, budget);
         cr_assert_leq(plan->time, prev, "budget %zu: slower than a smaller budget", budget);
         prev = plan->time;
@@ -156,7 +157,7 @@ static void check(int polls) {
             /* dear copies (1 MB/s): the same budget recomputes, and is predicted slower */
             remat_plan *dear = NULL;
             ops->host_bytes_per_s = 1e6;
-            RT_OK(remat_plan_create_ops(&dear, prof, ops, &step, budget, NULL));
+            RT_OK(remat_plan_create_ops(&dear, prof, ops, &step, budget, &popt));
             cr_assert_eq(offloaded_ops(dear), 0, "budget %zu", budget);
             cr_assert_gt(dear->time, plan->time, "budget %zu", budget);
             remat_plan_free(dear);

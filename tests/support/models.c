@@ -202,9 +202,10 @@ void rt_profile_chain(remat_profile **prof, remat_op_profile **ops, remat_step_p
 }
 
 void rt_plan_budget_range(const remat_profile *prof, const remat_op_profile *ops,
-                          const remat_step_profile *step, size_t *lo, size_t *top) {
+                          const remat_step_profile *step, const remat_plan_options *opts,
+                          size_t *lo, size_t *top) {
     remat_plan *sa = NULL;
-    RT_OK(remat_plan_create_ops(&sa, prof, ops, step, SIZE_MAX, NULL));
+    RT_OK(remat_plan_create_ops(&sa, prof, ops, step, SIZE_MAX, opts));
     *top = sa->peak_store_all;
     *lo = sa->min_budget_bytes;
     remat_plan_free(sa);

@@ -85,10 +85,11 @@ void rt_assert_same_grads(const rt_grads *a, const rt_grads *b, const char *what
 void rt_profile_chain(remat_profile **prof, remat_op_profile **ops, remat_step_profile *step, int n,
                       const remat_stage *stages, remat_tensor *x, remat_checkpoint_fn head);
 
-/* The budgets remat_plan_create_ops plans these profiles for: from *lo, the least it
- * accepts, to *top, the store-all plan's predicted peak. Asserts success. */
+/* The budgets remat_plan_create_ops plans these profiles for (with opts, may be NULL): from
+ * *lo, the least it accepts, to *top, the store-all plan's predicted peak. Asserts success. */
 void rt_plan_budget_range(const remat_profile *prof, const remat_op_profile *ops,
-                          const remat_step_profile *step, size_t *lo, size_t *top);
+                          const remat_step_profile *step, const remat_plan_options *opts,
+                          size_t *lo, size_t *top);
 
 /* Sets .grad of each parameter to NULL. */
 void rt_zero_grads(int n, remat_tensor *const *params);

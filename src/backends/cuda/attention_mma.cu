@@ -1,0 +1,746 @@
+/* src/backends/cuda/attention_mma.cu — f32 and bf16 fused attention on the tensor
+ * cores (mma.sync; sm_80 and later), forward and backward, for head sizes up to
+ * 128. attention.cu's tiled CUDA-core kernels stay for f64, head sizes up to 256
+ * and GPUs before sm_80; the math and the tiling are theirs (FlashAttention-2:
+ * online softmax forward keeping the rows' lse; backward without atomics: dQ by
+ * query tiles, dK and dV by key tiles), only the products run on the tensor cores:
+ *
+ *   forward   S = Q·Kᵀ, P = exp(scale·S − m) in f32; O += P·V; l sums P; y = O / l.
+ *   backward  P = exp(scale·S − lse), dP = dO·Vᵀ, dS = P ∘ (dP − delta) · scale in
+ *             f32; dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K; delta = rowsum(dO ∘ y).
+ * bf16 operands: mma.m16n8k16 (bf16 × bf16, f32 accumulation), P and dS rounded
+ * to bf16 as operands (l sums the unrounded P), outputs rounded once — what cpu's
+ * bf16 attention does with oneDNN's bf16 GEMMs (src/backends/cpu/attention.c) and
+ * what FlashAttention does. f32 operands: 3xTF32 on mma.m16n8k8 (each operand
+ * split into two tf32 parts, three products: f32 accuracy, as CUTLASS's
+ * OpMultiplyAddFastF32 that PyTorch's f32 memory-efficient attention uses on
+ * sm_80 and later). Results are deterministic (fixed order, no atomics).
+ *
+ * A block has 4 warps; a warp owns 16 rows of its tile (query rows forward and
+ * for dQ, key rows for dK/dV), so the row statistics of the online softmax are
+ * reductions over the 4 threads of an mma quad. Tiles are in shared memory in the
+ * operands' type, rows padded (tr_bf16, tr_f32: so that fragment loads hit 32
+ * different banks), zero-filled past the operands' ends. A-operands (rows of the
+ * warp's tile) and B-operands read along a row of the stored tile (Kᵀ, Vᵀ, Qᵀ,
+ * dOᵀ) are plain loads; B-operands read down the stored tile's columns (V in P·V,
+ * K in dS·K, dO in Pᵀ·dO, Q in dSᵀ·Q) come from ldmatrix.trans (bf16) or from
+ * loads in a permuted k order (f32, tr_f32). Accumulator fragments of S, P and dS
+ * become the next product's A-operand in registers.
+ *
+ * Fragment layouts (PTX ISA), lane = 4·g + t; C (16×8, f32) for both:
+ *   c[0], c[1] = (g, 2t), (g, 2t+1); c[2], c[3] = (g+8, 2t), (g+8, 2t+1)
+ *   m16n8k16 .bf16  A (16×16): a[0] = (g, 2t..2t+1), a[1] = (g+8, 2t..),
+ *                   a[2] = (g, 2t+8..), a[3] = (g+8, 2t+8..);
+ *                   B (16×8): b[0] = (k 2t..2t+1, n g), b[1] = (k 2t+8.., n g)
+ *   m16n8k8 .tf32   A (16×8): a[0] = (g, t), a[1] = (g+8, t), a[2] = (g, t+4),
+ *                   a[3] = (g+8, t+4); B (8×8): b[0] = (k t, n g), b[1] = (k t+4, n g)
+ * tests/cuda_emu runs these kernels on the CPU with the instructions carried out as
+ * written here. */
+#include <cuda_bf16.h>
+#include <string.h>
+
+#include "kcommon.cuh"
+#include "nn.h"
+
+namespace {
+
+typedef unsigned short bf16_t;
+
+/* ---- the tensor-core instructions ------------------------------------------------------ */
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+#if defined(RMK_EMU) /* tests/cuda_emu: the instruction carried out on the CPU */
+    RMK_EMU_MMA(c, a, b0, b1);
+#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap(); /* the host launches these kernels on sm_80 and later only */
+#endif
+}
+
+/* mma.m16n8k8 with tf32 operands (f32 registers whose low 13 mantissa bits are 0):
+ * A (16×8): a[r] = (g + 8·(r % 2), t + 4·(r / 2)); B (8×8): b0 = (t, g), b1 = (t + 4, g). */
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+#if defined(RMK_EMU)
+    RMK_EMU_MMA_TF32(c, a, b0, b1);
+#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap();
+#endif
+}
+
+/* x rounded to tf32 (nearest, ties away from zero: cvt.rna), as f32 bits. */
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+#if defined(RMK_EMU)
+    return RMK_EMU_TF32(x);
+#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+#else
+    __trap();
+    return 0;
+#endif
+}
+
+/* 3xTF32: x = big + small, both tf32; a product of two split operands is summed from the
+ * three terms that matter (small·small, 2⁻²² relative, is left out), small terms first. The
+ * error is that of f32 arithmetic: what CUTLASS's OpMultiplyAddFastF32 does, and what
+ * PyTorch's f32 memory-efficient attention runs on sm_80 and later. */
+__device__ __forceinline__ void split_tf32(float x, uint32_t &big, uint32_t &small) {
+    big = to_tf32(x);
+    small = to_tf32(x - __uint_as_float(big));
+}
+__device__ __forceinline__ void mma_3xtf32(float (&c)[4], const uint32_t (&ab)[4],
+                                           const uint32_t (&as)[4], const uint32_t (&bb)[2],
+                                           const uint32_t (&bs)[2]) {
+    mma_tf32(c, as, bb[0], bb[1]);
+    mma_tf32(c, ab, bs[0], bs[1]);
+    mma_tf32(c, ab, bb[0], bb[1]);
+}
+
+/* Four 8×8 bf16 matrices, transposed as they load: lane l gives the address of row l % 8
+ * of matrix l / 8; register i gets matrix i's elements (2t, g) and (2t + 1, g). */
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16_t *row) {
+#if defined(RMK_EMU)
+    RMK_EMU_LDSM_X4_T(r, row);
+#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#else
+    (void)row;
+    r[0] = r[1] = r[2] = r[3] = 0;
+    __trap();
+#endif
+}
+
+/* Two consecutive bf16 of a shared tile as one register (the lower column in the low half). */
+__device__ __forceinline__ uint32_t ld_pair(const bf16_t *p) { return *(const uint32_t *)p; }
+
+/* Two f32 rounded to bf16 (nearest, ties to even) and packed, lo in the low half. */
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &h, sizeof u); /* a register move on the GPU */
+    return u;
+}
+
+/* ---- the two element types ------------------------------------------------------------- *
+ * The kernels below are written once over a traits type: its element (storage and shared
+ * tiles), the rows' padding in shared memory, and the two products they are made of:
+ *   rows_rowsT<HD, NN>(c, A, B):  c[n] += A · Bᵀ over HD columns, A the warp's 16 rows and
+ *                                 B 8·NN rows of another tile (S = Q·Kᵀ, dP = dO·Vᵀ, ...);
+ *   frag_rows<NS, NDT>(o, s, M):  o[nd] += s · M, s (16 × 8·NS) in accumulator fragments
+ *                                 (P, dS) and M (8·NS rows × HD) a tile read down its
+ *                                 columns (P·V, dS·K, Pᵀ·dO, dSᵀ·Q). */
+
+/* bf16: mma.m16n8k16; s rounded to bf16; M through ldmatrix.trans. Row padding 8 (16 bytes:
+ * the 32-bit fragment loads and ldmatrix's 8 rows hit 32 different banks). */
+struct tr_bf16 {
+    typedef bf16_t elem;
+    static constexpr int PAD = 8;
+    __device__ static __forceinline__ float widen(elem x) { return rmk_bf16_to_f32(x); }
+    __device__ static __forceinline__ elem narrow(float x) { return rmk_f32_to_bf16(x); }
+
+    template <int HD, int NN>
+    __device__ static __forceinline__ void rows_rowsT(float (&c)[NN][4], const elem *arows,
+                                                      const elem *brows, int ld, int g, int t) {
+#pragma unroll
+        for (int ks = 0; ks < HD / 16; ks++) {
+            const elem *pa = arows + g * ld + ks * 16 + 2 * t;
+            const uint32_t a[4] = {ld_pair(pa), ld_pair(pa + 8 * ld), ld_pair(pa + 8),
+                                   ld_pair(pa + 8 * ld + 8)};
+#pragma unroll
+            for (int n = 0; n < NN; n++) {
+                const elem *pb = brows + (n * 8 + g) * ld + ks * 16 + 2 * t;
+                mma_bf16(c[n], a, ld_pair(pb), ld_pair(pb + 8));
+            }
+        }
+    }
+
+    template <int NS, int NDT>
+    __device__ static __forceinline__ void frag_rows(float (&o)[NDT][4], const float (&s)[NS][4],
+                                                     const elem *m, int ld, int lane) {
+#pragma unroll
+        for (int kk = 0; kk < NS / 2; kk++) { /* 16 columns of s: two n-tiles */
+            const uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
+                                   pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                   pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                   pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            /* lane's row of the four 8×8 matrices: rows kk·16 + (lane & 15), columns
+             * 8·(lane >> 4) of each pair of n-tiles */
+            const elem *row =
+                m + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8;
+#pragma unroll
+            for (int nd = 0; nd < NDT; nd += 2) {
+                uint32_t b[4];
+                ldsm_x4_t(b, row + nd * 8);
+                mma_bf16(o[nd], a, b[0], b[1]);
+                mma_bf16(o[nd + 1], a, b[2], b[3]);
+            }
+        }
+    }
+};
+
+/* f32: 3xTF32 on mma.m16n8k8. In frag_rows an n-tile of s is one k-step, its columns taken
+ * in the order 0, 2, 4, 6, 1, 3, 5, 7 (k = t holds column 2t, k = t + 4 column 2t + 1), so
+ * the accumulator registers are the A-operand as they are, and M's rows are read in the
+ * same order. Row padding 4 (rows 4 banks apart: the fragment loads, 8 rows × 4 columns or
+ * 4 rows × 8, hit 32 different banks). */
+struct tr_f32 {
+    typedef float elem;
+    static constexpr int PAD = 4;
+    __device__ static __forceinline__ float widen(elem x) { return x; }
+    __device__ static __forceinline__ elem narrow(float x) { return x; }
+
+    template <int HD, int NN>
+    __device__ static __forceinline__ void rows_rowsT(float (&c)[NN][4], const elem *arows,
+                                                      const elem *brows, int ld, int g, int t) {
+#pragma unroll
+        for (int ks = 0; ks < HD / 8; ks++) {
+            const elem *pa = arows + g * ld + ks * 8 + t;
+            const float av[4] = {pa[0], pa[8 * ld], pa[4], pa[8 * ld + 4]};
+            uint32_t ab[4], as[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) split_tf32(av[r], ab[r], as[r]);
+#pragma unroll
+            for (int n = 0; n < NN; n++) {
+                const elem *pb = brows + (n * 8 + g) * ld + ks * 8 + t;
+                uint32_t bb[2], bs[2];
+                split_tf32(pb[0], bb[0], bs[0]);
+                split_tf32(pb[4], bb[1], bs[1]);
+                mma_3xtf32(c[n], ab, as, bb, bs);
+            }
+        }
+    }
+
+    template <int NS, int NDT>
+    __device__ static __forceinline__ void frag_rows(float (&o)[NDT][4], const float (&s)[NS][4],
+                                                     const elem *m, int ld, int lane) {
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int ns = 0; ns < NS; ns++) {
+            const float av[4] = {s[ns][0], s[ns][2], s[ns][1], s[ns][3]};
+            uint32_t ab[4], as[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) split_tf32(av[r], ab[r], as[r]);
+            const elem *row = m + (ns * 8 + 2 * t) * ld + g;
+#pragma unroll
+            for (int nd = 0; nd < NDT; nd++) {
+                uint32_t bb[2], bs[2];
+                split_tf32(row[nd * 8], bb[0], bs[0]);
+                split_tf32(row[ld + nd * 8], bb[1], bs[1]);
+                mma_3xtf32(o[nd], ab, as, bb, bs);
+            }
+        }
+    }
+};
+
+/* Tiles of an element type and head-size class: BR rows per block (4 warps × 16), BC
+ * columns of the other operand per step (keys forward and for dQ, queries for dK/dV). dK/dV
+ * at 128 takes 32 queries a step, so that its two 16×128 accumulators and the step's scores
+ * stay in registers. */
+template <typename TR, int HD> struct tc_cfg {
+    static constexpr int NW = 4, NT = 32 * NW, BR = 16 * NW;
+    static constexpr int BC = 64;                   /* keys per step (forward, dQ) */
+    static constexpr int BCQ = HD >= 128 ? 32 : 64; /* queries per step (dK, dV) */
+    static constexpr int LD = HD + TR::PAD;         /* smem row stride, elements */
+    static constexpr int NDT = HD / 8;              /* n-tiles over the head dims */
+    static_assert(HD % 16 == 0 && HD <= 128, "head class 32, 64 or 128");
+    /* dynamic shared memory of each kernel, bytes */
+    static constexpr size_t ES = sizeof(typename TR::elem);
+    static constexpr size_t SM_FWD = ES * (size_t)(BR + 2 * BC) * LD;
+    static constexpr size_t SM_DQ = ES * (size_t)(2 * BR + 2 * BC) * LD;
+    static constexpr size_t SM_DKDV = ES * (size_t)(2 * BR + 2 * BCQ) * LD + 4 * 2 * BCQ;
+};
+
+/* rows [r0, r0 + rows) × HD of an operand into a shared tile (row stride LD), zero past rmax
+ * rows and `cols` columns. vec: the operand's columns are contiguous and every row starts
+ * 16-byte aligned, with cols a multiple of a 16-byte load's elements. */
+template <typename TR, int HD, int NT>
+__device__ __forceinline__ void
+tc_load(typename TR::elem *sm, int rows, const typename TR::elem *base, int64_t boff,
+        const rmk_att_operand &op, int64_t r0, int64_t rmax, int64_t cols, bool vec) {
+    typedef typename TR::elem E;
+    constexpr int LD = HD + TR::PAD, VE = 16 / (int)sizeof(E);
+    if (vec) {
+        constexpr int CPR = HD / VE;
+        for (int e = threadIdx.x; e < rows * CPR; e += NT) {
+            const int rr = e / CPR, c = (e % CPR) * VE;
+            const int64_t r = r0 + rr;
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (r < rmax && c < cols) v = *(const uint4 *)(base + boff + r * op.rs + c);
+            *(uint4 *)(sm + rr * LD + c) = v;
+        }
+        return;
+    }
+    for (int e = threadIdx.x; e < rows * HD; e += NT) {
+        const int rr = e / HD, c = e % HD;
+        const int64_t r = r0 + rr;
+        sm[rr * LD + c] = (r < rmax && c < cols) ? base[boff + r * op.rs + c * op.cs] : (E)0;
+    }
+}
+
+/* Rows ra (the fragment's g rows) and ra + 8 of a warp's 16 × HD accumulators, scaled by
+ * sc[0] / sc[1], stored (bf16: rounded once) into the operand (columns < cols, rows <
+ * rmax). */
+template <typename TR, int NDT>
+__device__ __forceinline__ void
+tc_store(typename TR::elem *out, int64_t bo, const rmk_att_operand &o, int64_t ra, int64_t rmax,
+         int64_t cols, const float (&acc)[NDT][4], const float (&sc)[2], int t) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int64_t r = ra + 8 * h;
+        if (r >= rmax) continue;
+#pragma unroll
+        for (int nd = 0; nd < NDT; nd++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int c = nd * 8 + 2 * t + e;
+                if (c < cols)
+                    out[bo + r * o.rs + c * o.cs] = TR::narrow(acc[nd][2 * h + e] * sc[h]);
+            }
+    }
+}
+
+__device__ __forceinline__ bool tc_visible(const rmk_att_dims &d, int64_t i, int64_t j) {
+    return i < d.Tq && j < d.Tk && (!d.causal || j <= i + d.off);
+}
+
+/* Max / sum over the 4 lanes of an mma quad (the lanes holding one accumulator row). */
+__device__ __forceinline__ float quad_max(float v) {
+    v = rmk_nanmax(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return rmk_nanmax(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+/* Operand flags: bit i set when operand i may be loaded 16 bytes at a time. */
+struct tc_ops {
+    unsigned vec;
+};
+
+/* Whether operand o of pointer p (cols wide, over `lead`; ve elements in 16 bytes) may be
+ * loaded 16 bytes at a time: contiguous columns, 16-byte aligned rows in every batch entry. */
+bool tc_vec(const void *p, const rmk_att_operand &o, const rmk_att_lead &lead, int64_t cols,
+            int ve) {
+    if (!p || ((uintptr_t)p & 15) || cols % ve || (o.cs != 1 && cols > 1) || o.rs % ve)
+        return false;
+    for (int i = 0; i < lead.nlead; i++)
+        if (o.bst[i] % ve) return false;
+    return true;
+}
+
+} // namespace
+
+/* ---- forward --------------------------------------------------------------------------- */
+template <typename TR, int HD>
+__global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
+    tc_att_fwd(const __grid_constant__ rmk_att_dims d, const __grid_constant__ rmk_att_lead lead,
+               const __grid_constant__ rmk_att_operand oq, const typename TR::elem *q,
+               const __grid_constant__ rmk_att_operand ok, const typename TR::elem *k,
+               const __grid_constant__ rmk_att_operand ov, const typename TR::elem *v,
+               const __grid_constant__ rmk_att_operand oy, typename TR::elem *y, float *lse,
+               tc_ops f) {
+    typedef tc_cfg<TR, HD> C;
+    typedef typename TR::elem E;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    E *Qs = (E *)smem_raw;      /* BR × LD */
+    E *Ks = Qs + C::BR * C::LD; /* BC × LD */
+    E *Vs = Ks + C::BC * C::LD; /* BC × LD */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t nqb = (d.Tq + C::BR - 1) / C::BR;
+    const float sl2 = (float)d.scale * 1.4426950408889634f; /* scale · log2(e) */
+    for (int64_t item = blockIdx.x; item < d.nb * nqb; item += gridDim.x) {
+        /* heaviest (last, under the causal mask) query tiles first */
+        const int64_t b = item / nqb, i0 = (nqb - 1 - item % nqb) * C::BR;
+        const int64_t ra = i0 + w * 16 + g; /* this thread's rows: ra, ra + 8 */
+        const int64_t bq = rmk_att_boff(&lead, &oq, b), bk = rmk_att_boff(&lead, &ok, b),
+                      bv = rmk_att_boff(&lead, &ov, b);
+        int64_t kn = d.Tk; /* the keys the tile's last row sees */
+        if (d.causal) {
+            const int64_t n = i0 + C::BR + d.off;
+            kn = n < 0 ? 0 : n < d.Tk ? n : d.Tk;
+        }
+        __syncthreads(); /* the previous item is done with the tiles */
+        tc_load<TR, HD, C::NT>(Qs, C::BR, q, bq, oq, i0, d.Tq, d.D, f.vec & 1);
+        float o[C::NDT][4];
+#pragma unroll
+        for (int n = 0; n < C::NDT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+        float m2[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}; /* m2: max in log2 units */
+        for (int64_t j0 = 0; j0 < kn; j0 += C::BC) {
+            __syncthreads();
+            tc_load<TR, HD, C::NT>(Ks, C::BC, k, bk, ok, j0, d.Tk, d.D, f.vec & 2);
+            tc_load<TR, HD, C::NT>(Vs, C::BC, v, bv, ov, j0, d.Tk, d.Dv, f.vec & 4);
+            __syncthreads();
+            float s[C::BC / 8][4];
+#pragma unroll
+            for (int n = 0; n < C::BC / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+            TR::template rows_rowsT<HD, C::BC / 8>(s, Qs + w * 16 * C::LD, Ks, C::LD, g, t);
+            /* scaled to log2 units, masked; the rows' maxima */
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int n = 0; n < C::BC / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int64_t i = ra + (e >> 1) * 8, j = j0 + n * 8 + 2 * t + (e & 1);
+                    const float sv = tc_visible(d, i, j) ? s[n][e] * sl2 : -INFINITY;
+                    s[n][e] = sv;
+                    mx[e >> 1] = rmk_nanmax(mx[e >> 1], sv);
+                }
+            float sub[2], corr[2], ls[2] = {0.f, 0.f};
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float mnew = rmk_nanmax(m2[h], quad_max(mx[h]));
+                sub[h] = mnew == -INFINITY ? 0.f : mnew; /* nothing seen yet: no inf - inf */
+                corr[h] = exp2f(m2[h] - sub[h]);
+                m2[h] = mnew;
+            }
+#pragma unroll
+            for (int n = 0; n < C::BC / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float p = exp2f(s[n][e] - sub[e >> 1]);
+                    s[n][e] = p;
+                    ls[e >> 1] += p;
+                }
+#pragma unroll
+            for (int h = 0; h < 2; h++) l[h] = l[h] * corr[h] + quad_sum(ls[h]);
+#pragma unroll
+            for (int n = 0; n < C::NDT; n++) {
+                o[n][0] *= corr[0];
+                o[n][1] *= corr[0];
+                o[n][2] *= corr[1];
+                o[n][3] *= corr[1];
+            }
+            TR::template frag_rows<C::BC / 8, C::NDT>(o, s, Vs, C::LD, lane);
+        }
+        float inv[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) inv[h] = l[h] > 0.f ? 1.f / l[h] : 0.f; /* no keys: y = 0 */
+        tc_store<TR, C::NDT>(y, rmk_att_boff(&lead, &oy, b), oy, ra, d.Tq, d.Dv, o, inv, t);
+        if (t == 0)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t i = ra + 8 * h;
+                const float m = m2[h] == -INFINITY ? 0.f : m2[h];
+                if (i < d.Tq)
+                    lse[b * d.Tq + i] =
+                        l[h] > 0.f ? (m + log2f(l[h])) * 0.6931471805599453f : -INFINITY;
+            }
+    }
+}
+
+/* ---- backward: delta and dQ, by query tiles -------------------------------------------- */
+template <typename TR, int HD>
+__global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
+    tc_att_bwd_dq(const __grid_constant__ rmk_att_dims d, const __grid_constant__ rmk_att_lead lead,
+                  const __grid_constant__ rmk_att_operand oq, const typename TR::elem *q,
+                  const __grid_constant__ rmk_att_operand ok, const typename TR::elem *k,
+                  const __grid_constant__ rmk_att_operand ov, const typename TR::elem *v,
+                  const __grid_constant__ rmk_att_operand oy, const typename TR::elem *y,
+                  const __grid_constant__ rmk_att_operand og, const typename TR::elem *gy,
+                  const __grid_constant__ rmk_att_operand odq, typename TR::elem *dq,
+                  const float *lse, float *delta, tc_ops f) {
+    typedef tc_cfg<TR, HD> C;
+    typedef typename TR::elem E;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    E *Qs = (E *)smem_raw;      /* BR × LD */
+    E *Gs = Qs + C::BR * C::LD; /* BR × LD: dO */
+    E *Ks = Gs + C::BR * C::LD; /* BC × LD */
+    E *Vs = Ks + C::BC * C::LD; /* BC × LD */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t nqb = (d.Tq + C::BR - 1) / C::BR;
+    const float sl2 = (float)d.scale * 1.4426950408889634f, scale = (float)d.scale;
+    for (int64_t item = blockIdx.x; item < d.nb * nqb; item += gridDim.x) {
+        const int64_t b = item / nqb, i0 = (nqb - 1 - item % nqb) * C::BR;
+        const int64_t ra = i0 + w * 16 + g;
+        const int64_t bq = rmk_att_boff(&lead, &oq, b), bk = rmk_att_boff(&lead, &ok, b),
+                      bv = rmk_att_boff(&lead, &ov, b), bg = rmk_att_boff(&lead, &og, b),
+                      by = rmk_att_boff(&lead, &oy, b);
+        int64_t kn = d.Tk;
+        if (d.causal) {
+            const int64_t n = i0 + C::BR + d.off;
+            kn = n < 0 ? 0 : n < d.Tk ? n : d.Tk;
+        }
+        __syncthreads();
+        tc_load<TR, HD, C::NT>(Qs, C::BR, q, bq, oq, i0, d.Tq, d.D, f.vec & 1);
+        tc_load<TR, HD, C::NT>(Gs, C::BR, gy, bg, og, i0, d.Tq, d.Dv, f.vec & 8);
+        __syncthreads();
+        /* delta_i = sum_c dO[i, c] · y[i, c] in f32: two threads a row, columns by parity
+         * of 8-element chunks, then one shuffle */
+        {
+            const int rr = threadIdx.x >> 1, half = threadIdx.x & 1;
+            const int64_t i = i0 + rr;
+            float dl = 0.f;
+            if (i < d.Tq)
+                for (int64_t c = half; c < d.Dv; c += 2)
+                    dl += TR::widen(Gs[rr * C::LD + c]) * TR::widen(y[by + i * oy.rs + c * oy.cs]);
+            dl += __shfl_xor_sync(0xffffffffu, dl, 1);
+            if (i < d.Tq && half == 0) delta[b * d.Tq + i] = dl;
+        }
+        if (!dq) continue;  /* uniform: every thread of the block skips */
+        __syncthreads();    /* delta written by the block's threads is read below */
+        float lr[2], dr[2]; /* the rows' lse (log2 units) and delta */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t i = ra + 8 * h;
+            const float li = i < d.Tq ? lse[b * d.Tq + i] : 0.f;
+            lr[h] = li == -INFINITY ? 0.f : li * 1.4426950408889634f;
+            dr[h] = i < d.Tq ? delta[b * d.Tq + i] : 0.f;
+        }
+        float acc[C::NDT][4];
+#pragma unroll
+        for (int n = 0; n < C::NDT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+        for (int64_t j0 = 0; j0 < kn; j0 += C::BC) {
+            __syncthreads();
+            tc_load<TR, HD, C::NT>(Ks, C::BC, k, bk, ok, j0, d.Tk, d.D, f.vec & 2);
+            tc_load<TR, HD, C::NT>(Vs, C::BC, v, bv, ov, j0, d.Tk, d.Dv, f.vec & 4);
+            __syncthreads();
+            float s[C::BC / 8][4], dp[C::BC / 8][4];
+#pragma unroll
+            for (int n = 0; n < C::BC / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.f;
+            TR::template rows_rowsT<HD, C::BC / 8>(s, Qs + w * 16 * C::LD, Ks, C::LD, g, t);
+            TR::template rows_rowsT<HD, C::BC / 8>(dp, Gs + w * 16 * C::LD, Vs, C::LD, g, t);
+#pragma unroll
+            for (int n = 0; n < C::BC / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int h = e >> 1;
+                    const int64_t i = ra + h * 8, j = j0 + n * 8 + 2 * t + (e & 1);
+                    float ds = 0.f;
+                    if (tc_visible(d, i, j)) {
+                        const float p = exp2f(s[n][e] * sl2 - lr[h]);
+                        ds = p * (dp[n][e] - dr[h]) * scale;
+                    }
+                    s[n][e] = ds;
+                }
+            TR::template frag_rows<C::BC / 8, C::NDT>(acc, s, Ks, C::LD, lane);
+        }
+        const float one[2] = {1.f, 1.f};
+        tc_store<TR, C::NDT>(dq, rmk_att_boff(&lead, &odq, b), odq, ra, d.Tq, d.D, acc, one, t);
+    }
+}
+
+/* ---- backward: dK and dV, by key tiles ------------------------------------------------- */
+template <typename TR, int HD>
+__global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
+    tc_att_bwd_dkdv(const __grid_constant__ rmk_att_dims d,
+                    const __grid_constant__ rmk_att_lead lead,
+                    const __grid_constant__ rmk_att_operand oq, const typename TR::elem *q,
+                    const __grid_constant__ rmk_att_operand ok, const typename TR::elem *k,
+                    const __grid_constant__ rmk_att_operand ov, const typename TR::elem *v,
+                    const __grid_constant__ rmk_att_operand og, const typename TR::elem *gy,
+                    const __grid_constant__ rmk_att_operand odk, typename TR::elem *dk,
+                    const __grid_constant__ rmk_att_operand odv, typename TR::elem *dv,
+                    const float *lse, const float *delta, tc_ops f) {
+    typedef tc_cfg<TR, HD> C;
+    typedef typename TR::elem E;
+    constexpr int BQ = C::BCQ; /* queries per step */
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    E *Ks = (E *)smem_raw;                  /* BR × LD: the block's keys */
+    E *Vs = Ks + C::BR * C::LD;             /* BR × LD */
+    E *Qs = Vs + C::BR * C::LD;             /* BQ × LD */
+    E *Gs = Qs + BQ * C::LD;                /* BQ × LD: dO */
+    float *Ls = (float *)(Gs + BQ * C::LD); /* BQ: lse, log2 units */
+    float *Dl = Ls + BQ;                    /* BQ: delta */
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t nkb = (d.Tk + C::BR - 1) / C::BR, nkv = d.nb / d.group;
+    const float sl2 = (float)d.scale * 1.4426950408889634f, scale = (float)d.scale;
+    for (int64_t item = blockIdx.x; item < nkv * nkb; item += gridDim.x) {
+        /* causal: the first key tiles see the most queries: heaviest first. The item is a
+         * kv entry's key tile; its query heads b0 .. b0 + group - 1 add to it in turn. */
+        const int64_t b0 = (item / nkb) * d.group, j0 = (item % nkb) * C::BR;
+        const int64_t ja = j0 + w * 16 + g; /* this thread's keys: ja, ja + 8 */
+        const int64_t bk = rmk_att_boff(&lead, &ok, b0), bv = rmk_att_boff(&lead, &ov, b0);
+        __syncthreads();
+        tc_load<TR, HD, C::NT>(Ks, C::BR, k, bk, ok, j0, d.Tk, d.D, f.vec & 2);
+        tc_load<TR, HD, C::NT>(Vs, C::BR, v, bv, ov, j0, d.Tk, d.Dv, f.vec & 4);
+        float ak[C::NDT][4], av[C::NDT][4];
+#pragma unroll
+        for (int n = 0; n < C::NDT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) ak[n][e] = av[n][e] = 0.f;
+        /* the first query that sees key j0 is j0 - off */
+        const int64_t qfirst = d.causal ? j0 - d.off : 0;
+        const int64_t qstart = qfirst > 0 ? (qfirst / BQ) * BQ : 0;
+        for (int64_t b = b0; b < b0 + d.group; b++) {
+            const int64_t bq = rmk_att_boff(&lead, &oq, b), bg = rmk_att_boff(&lead, &og, b);
+            for (int64_t i0 = qstart; i0 < d.Tq; i0 += BQ) {
+                __syncthreads();
+                tc_load<TR, HD, C::NT>(Qs, BQ, q, bq, oq, i0, d.Tq, d.D, f.vec & 1);
+                tc_load<TR, HD, C::NT>(Gs, BQ, gy, bg, og, i0, d.Tq, d.Dv, f.vec & 8);
+                for (int e = threadIdx.x; e < BQ; e += C::NT) {
+                    const int64_t i = i0 + e;
+                    const float li = i < d.Tq ? lse[b * d.Tq + i] : 0.f;
+                    Ls[e] = li == -INFINITY ? 0.f : li * 1.4426950408889634f;
+                    Dl[e] = i < d.Tq ? delta[b * d.Tq + i] : 0.f;
+                }
+                __syncthreads();
+                float s[BQ / 8][4], dp[BQ / 8][4]; /* Sᵀ and dPᵀ: the warp's keys × queries */
+#pragma unroll
+                for (int n = 0; n < BQ / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.f;
+                TR::template rows_rowsT<HD, BQ / 8>(s, Ks + w * 16 * C::LD, Qs, C::LD, g, t);
+                TR::template rows_rowsT<HD, BQ / 8>(dp, Vs + w * 16 * C::LD, Gs, C::LD, g, t);
+#pragma unroll
+                for (int n = 0; n < BQ / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int ii = n * 8 + 2 * t + (e & 1);
+                        const int64_t j = ja + (e >> 1) * 8, i = i0 + ii;
+                        float p = 0.f, ds = 0.f;
+                        if (tc_visible(d, i, j)) {
+                            p = exp2f(s[n][e] * sl2 - Ls[ii]);
+                            ds = p * (dp[n][e] - Dl[ii]) * scale;
+                        }
+                        s[n][e] = p;
+                        dp[n][e] = ds;
+                    }
+                TR::template frag_rows<BQ / 8, C::NDT>(av, s, Gs, C::LD, lane);
+                TR::template frag_rows<BQ / 8, C::NDT>(ak, dp, Qs, C::LD, lane);
+            }
+        }
+        const float one[2] = {1.f, 1.f};
+        if (dk)
+            tc_store<TR, C::NDT>(dk, rmk_att_boff(&lead, &odk, b0), odk, ja, d.Tk, d.D, ak, one, t);
+        if (dv)
+            tc_store<TR, C::NDT>(dv, rmk_att_boff(&lead, &odv, b0), odv, ja, d.Tk, d.Dv, av, one,
+                                 t);
+    }
+}
+
+/* ---- launchers ------------------------------------------------------------------------- */
+#ifndef RMK_EMU /* tests/cuda_emu launches the kernels its own way */
+namespace {
+
+unsigned tc_grid(int64_t n) { return n <= 0 ? 0u : (unsigned)(n < 1048576 ? n : 1048576); }
+
+template <typename F> cudaError_t tc_smem(F *f, size_t sm) {
+    return cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+}
+
+template <typename TR>
+unsigned tc_vec_of(const void *p, const rmk_att_operand &o, const rmk_att_lead &lead, int64_t cols,
+                   unsigned bit) {
+    return tc_vec(p, o, lead, cols, 16 / (int)sizeof(typename TR::elem)) ? bit : 0u;
+}
+
+template <typename TR, int HD>
+cudaError_t tc_fwd(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_att_operand *oq,
+                   const void *q, const rmk_att_operand *ok, const void *k,
+                   const rmk_att_operand *ov, const void *v, const rmk_att_operand *oy, void *y,
+                   void *lse, cudaStream_t s) {
+    typedef tc_cfg<TR, HD> C;
+    typedef typename TR::elem E;
+    const unsigned grid = tc_grid(d->nb * ((d->Tq + C::BR - 1) / C::BR));
+    if (grid == 0) return cudaSuccess;
+    const tc_ops f = {tc_vec_of<TR>(q, *oq, *lead, d->D, 1) |
+                      tc_vec_of<TR>(k, *ok, *lead, d->D, 2) |
+                      tc_vec_of<TR>(v, *ov, *lead, d->Dv, 4)};
+    cudaError_t e = tc_smem(tc_att_fwd<TR, HD>, C::SM_FWD);
+    if (e != cudaSuccess) return e;
+    tc_att_fwd<TR, HD><<<grid, C::NT, C::SM_FWD, s>>>(*d, *lead, *oq, (const E *)q, *ok,
+                                                      (const E *)k, *ov, (const E *)v, *oy, (E *)y,
+                                                      (float *)lse, f);
+    return cudaGetLastError();
+}
+
+template <typename TR, int HD>
+cudaError_t tc_bwd(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_att_operand *o,
+                   const void *const *p, const void *lse, void *ws, cudaStream_t s) {
+    typedef tc_cfg<TR, HD> C;
+    typedef typename TR::elem E;
+    float *delta = (float *)ws;
+    const tc_ops f = {
+        tc_vec_of<TR>(p[0], o[0], *lead, d->D, 1) | tc_vec_of<TR>(p[1], o[1], *lead, d->D, 2) |
+        tc_vec_of<TR>(p[2], o[2], *lead, d->Dv, 4) | tc_vec_of<TR>(p[4], o[4], *lead, d->Dv, 8)};
+    const unsigned g1 = tc_grid(d->nb * ((d->Tq + C::BR - 1) / C::BR));
+    if (g1 > 0) { /* delta always (dK needs it), dQ when wanted */
+        cudaError_t e = tc_smem(tc_att_bwd_dq<TR, HD>, C::SM_DQ);
+        if (e != cudaSuccess) return e;
+        tc_att_bwd_dq<TR, HD><<<g1, C::NT, C::SM_DQ, s>>>(
+            *d, *lead, o[0], (const E *)p[0], o[1], (const E *)p[1], o[2], (const E *)p[2], o[3],
+            (const E *)p[3], o[4], (const E *)p[4], o[5], (E *)p[5], (const float *)lse, delta, f);
+        e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    const unsigned g2 = tc_grid(d->nb / d->group * ((d->Tk + C::BR - 1) / C::BR));
+    if (g2 > 0 && (p[6] || p[7])) {
+        cudaError_t e = tc_smem(tc_att_bwd_dkdv<TR, HD>, C::SM_DKDV);
+        if (e != cudaSuccess) return e;
+        tc_att_bwd_dkdv<TR, HD><<<g2, C::NT, C::SM_DKDV, s>>>(
+            *d, *lead, o[0], (const E *)p[0], o[1], (const E *)p[1], o[2], (const E *)p[2], o[4],
+            (const E *)p[4], o[6], (E *)p[6], o[7], (E *)p[7], (const float *)lse, delta, f);
+    }
+    return cudaGetLastError();
+}
+
+} // namespace
+
+extern "C" bool rmk_attention_tc_ok(int dt, int hd) {
+    if ((dt != 0 && dt != 4) || hd > 128) return false;
+    static int major = -1; /* the current device's; one GPU kind per process */
+    if (major < 0) {
+        int dev = 0, m = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+            m = 0;
+        major = m;
+    }
+    return major >= 8;
+}
+
+#define RMK_TC_DISPATCH(dt, hd, CALL)                                                              \
+    do {                                                                                           \
+        if ((dt) == 4) {                                                                           \
+            switch (hd) {                                                                          \
+            case 32: return CALL(tr_bf16, 32);                                                     \
+            case 64: return CALL(tr_bf16, 64);                                                     \
+            case 128: return CALL(tr_bf16, 128);                                                   \
+            }                                                                                      \
+        } else if ((dt) == 0) {                                                                    \
+            switch (hd) {                                                                          \
+            case 32: return CALL(tr_f32, 32);                                                      \
+            case 64: return CALL(tr_f32, 64);                                                      \
+            case 128: return CALL(tr_f32, 128);                                                    \
+            }                                                                                      \
+        }                                                                                          \
+        return cudaErrorInvalidValue;                                                              \
+    } while (0)
+
+extern "C" cudaError_t rmk_attention_tc(int dt, int hd, const rmk_att_dims *d,
+                                        const rmk_att_lead *lead, const rmk_att_operand *oq,
+                                        const void *q, const rmk_att_operand *ok, const void *k,
+                                        const rmk_att_operand *ov, const void *v,
+                                        const rmk_att_operand *oy, void *y, void *lse,
+                                        cudaStream_t s) {
+#define TC_FWD(TR, HD) tc_fwd<TR, HD>(d, lead, oq, q, ok, k, ov, v, oy, y, lse, s)
+    RMK_TC_DISPATCH(dt, hd, TC_FWD);
+#undef TC_FWD
+}
+
+extern "C" cudaError_t rmk_attention_tc_bwd(int dt, int hd, const rmk_att_dims *d,
+                                            const rmk_att_lead *lead, const rmk_att_operand *ops,
+                                            const void *const *ptrs, const void *lse, void *ws,
+                                            cudaStream_t s) {
+#define TC_BWD(TR, HD) tc_bwd<TR, HD>(d, lead, ops, ptrs, lse, ws, s)
+    RMK_TC_DISPATCH(dt, hd, TC_BWD);
+#undef TC_BWD
+}
+#endif /* RMK_EMU */
