@@ -150,13 +150,55 @@ typedef struct front_cfg {
  * from the forward to the recomputation, adds h back there, costs two conversions of
  * bf16_bytes, and the first bf16 keep of a point adds the stage's conversion reserve
  * (its largest h: the one tensor that is both f32 and bf16 while it converts). */
+/* The stage's conversion reserve: its largest cacheable op's bf16 half. */
+static uint64_t bf16_reserve(const remat_stage_ops *so) {
+    uint64_t r = 0;
+    for (int i = 0; i < so->n_ops; i++)
+        if (so->ops[i].cacheable && so->ops[i].bf16_bytes / 2 > r) r = so->ops[i].bf16_bytes / 2;
+    return r;
+}
+
+/* One op joining point q (the j-th of n) each way it may: appended to tmp at *m. */
+typedef struct op_way {
+    uint64_t bytes; /* cache_bytes */
+    double t;       /* its scaled forward time */
+    bool off;       /* may be offloaded */
+    uint64_t zb;    /* its bf16_bytes (f32) */
+    uint64_t h;     /* bf16 keep: zb / 2 (0: not a way) */
+    double cast;    /* bf16 keep: the conversions' seconds */
+    uint64_t reserve;
+} op_way;
+
+static void add_ways(front_pt *tmp, int *m, const front_pt *q, int j, int n, const op_way *w) {
+    tmp[(*m)++] = *q;
+    front_pt k = *q;
+    k.c += w->bytes;
+    k.t += w->t;
+    k.set = -1 - (WAY_KEEP * n + j);
+    tmp[(*m)++] = k;
+    if (w->off) {
+        front_pt p = *q;
+        p.o += w->bytes;
+        p.t += w->t;
+        p.set = -1 - (WAY_OFFLOAD * n + j);
+        tmp[(*m)++] = p;
+    }
+    if (w->h) {
+        front_pt z = *q;
+        z.c += w->bytes - w->h;
+        z.u += w->h + (q->z ? 0 : w->reserve);
+        z.t += w->t - w->cast;
+        z.cast += w->cast;
+        z.z += w->zb;
+        z.set = -1 - (WAY_BF16 * n + j);
+        tmp[(*m)++] = z;
+    }
+}
+
 static remat_status build_front(stage_front *f, const remat_stage_ops *so, double scale,
                                 const front_cfg *fc) {
     bool offload = fc->offload, lossy = fc->lossy;
-    uint64_t reserve = 0;
-    for (int i = 0; lossy && i < so->n_ops; i++)
-        if (so->ops[i].cacheable && so->ops[i].bf16_bytes / 2 > reserve)
-            reserve = so->ops[i].bf16_bytes / 2;
+    uint64_t reserve = lossy ? bf16_reserve(so) : 0;
     memset(f, 0, sizeof *f);
     f->exact = true;
     f->words = (so->n_ops + 63) / 64;
@@ -172,41 +214,21 @@ static remat_status build_front(stage_front *f, const remat_stage_ops *so, doubl
         const remat_op_profile_entry *e = &so->ops[i];
         double ti = e->time * scale;
         if (!e->cacheable || !(ti > 0)) continue;
-        bool off = offload && e->offloadable;
-        uint64_t h = lossy ? e->bf16_bytes / 2 : 0;
-        double cast = h ? 2.0 * (double)e->bf16_bytes / fc->cast_bw : 0;
+        op_way w = {e->cache_bytes,
+                    ti,
+                    offload && e->offloadable,
+                    e->bf16_bytes,
+                    lossy ? e->bf16_bytes / 2 : 0,
+                    0,
+                    reserve};
+        if (w.h) w.cast = 2.0 * (double)w.zb / fc->cast_bw; /* there and back */
         /* merge pts with pts + op i each way it may go, then keep the non-dominated
          * points; set -1 - (way * n + j): point j with op i joining way's set */
         front_pt *nt = realloc(tmp, (size_t)(4 * f->n) * sizeof *nt);
         if (!nt) goto oom;
         tmp = nt;
         int m = 0;
-        for (int j = 0; j < f->n; j++) {
-            const front_pt *q = &f->pts[j];
-            tmp[m++] = *q;
-            front_pt k = *q;
-            k.c += e->cache_bytes;
-            k.t += ti;
-            k.set = -1 - (WAY_KEEP * f->n + j);
-            tmp[m++] = k;
-            if (off) {
-                front_pt p = *q;
-                p.o += e->cache_bytes;
-                p.t += ti;
-                p.set = -1 - (WAY_OFFLOAD * f->n + j);
-                tmp[m++] = p;
-            }
-            if (h) {
-                front_pt z = *q;
-                z.c += e->cache_bytes - h;
-                z.u += h + (q->z ? 0 : reserve);
-                z.t += ti - cast;
-                z.cast += cast;
-                z.z += e->bf16_bytes;
-                z.set = -1 - (WAY_BF16 * f->n + j);
-                tmp[m++] = z;
-            }
-        }
+        for (int j = 0; j < f->n; j++) add_ways(tmp, &m, &f->pts[j], j, f->n, &w);
         qsort(tmp, (size_t)m, sizeof *tmp, cmp_pt);
         int n = prune(tmp, m, offload || lossy);
         if (n > OP_MAX_FRONTIER) {
@@ -419,7 +441,8 @@ static remat_status build_ops_plan(remat_plan **out, const pl_model *m, const re
             return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
         }
         const uint64_t *set = f->sets + (size_t)pt->set * N_WAYS * (size_t)f->words;
-        const uint64_t *off = set + WAY_OFFLOAD * f->words, *z = set + WAY_BF16 * f->words;
+        const uint64_t *off = set + (size_t)WAY_OFFLOAD * (size_t)f->words;
+        const uint64_t *z = set + (size_t)WAY_BF16 * (size_t)f->words;
         for (int i = 0; i < so->n_ops; i++)
             st->keep[i] = (off[i / 64] >> (i % 64)) & 1   ? REMAT_OP_OFFLOAD
                           : (z[i / 64] >> (i % 64)) & 1   ? REMAT_OP_KEEP_BF16
