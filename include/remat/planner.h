@@ -335,7 +335,8 @@ void remat_plan_free(remat_plan *plan);
  * Inside a checkpointed stage every op is recomputed; a selective checkpoint
  * (remat/selective.h) can keep some ops' outputs instead. The op-level
  * planner decides, for each saved tensor of each stage, keep or recompute
- * (or offload to host memory, on a device with transfer ops), together with
+ * (or offload to host memory, on a device with transfer ops, and keep as
+ * bf16, lossy, when remat_plan_options allow them), together with
  * which stages to checkpoint, from a profile of every op:
  *
  *   remat_op_profile *ops;  remat_profile *prof;  remat_plan *plan;
