@@ -711,16 +711,21 @@ Test(opplan, lossy_chosen_where_it_helps) {
 Test(opplan, monotone_in_the_budget) {
     g_rng = 12345;
     /* a coarse grid keeps the test fast; the grid is what the property is about */
-    remat_plan_options po = {.mem_slots = 300, .offload = true};
+    remat_plan_options po = {.mem_slots = 300, .offload = true, .lossy = true};
     for (int trial = 0; trial < 4; trial++) {
         remat_profile *prof = NULL;
         remat_op_profile *ops = NULL;
         remat_step_profile step;
         random_profiles(12, 12, &prof, &ops, &step);
-        if (trial >= 2) { /* a device with transfer ops: offload is a choice too */
+        if (trial >= 2) { /* a device with transfer ops: offload is a choice too, and bf16 */
             for (int k = 0; k < 12; k++)
-                for (int i = 0; i < 12; i++) ops->stages[k].ops[i].offloadable = rnd_in(0, 1);
+                for (int i = 0; i < 12; i++) {
+                    remat_op_profile_entry *e = &ops->stages[k].ops[i];
+                    e->offloadable = rnd_in(0, 1);
+                    e->bf16_bytes = (size_t)rnd_in(0, (int)(e->cache_bytes / 1024)) * 1024;
+                }
             ops->host_bytes_per_s = 5e7;
+            ops->cast_bytes_per_s = 1e8;
         }
         const remat_step_profile *sp = trial % 2 ? &step : NULL;
         remat_plan *sa = NULL;
