@@ -18,10 +18,11 @@
  * their math libraries' last bits (gelu's erf, exp), so an element may round
  * to the neighbouring bf16 value: rtol 1e-2 (one bf16 ulp is at most 2⁻⁷
  * relative), atol for results near 0 that are sums of larger terms; the
- * attention, whose cpu kernel rounds its probabilities to bf16 as GEMM
- * operands (docs/autocast.md) while cuda's runs f32 on the widened values,
- * against the largest value (2e-2 of it: both are within 7e-3 of the f64
- * attention). Needs a GPU: every test reports itself skipped, with the
+ * attention, whose kernels round the probabilities P and dS to bf16 as
+ * GEMM / tensor-core operands where they have bf16 products (cpu with
+ * oneDNN's bf16 GEMMs, docs/autocast.md; cuda on sm_80 and later) and run
+ * f32 on the widened values where not, against the largest value (2e-2 of
+ * it: each is within 7e-3 of the f64 attention). Needs a GPU: every test reports itself skipped, with the
  * reason, on a machine without one (or a build without CUDA). */
 #include <math.h>
 #include <stdio.h>
@@ -228,11 +229,14 @@ Test(cuda_bf16, linear_with_bias_forward_and_backward) {
 /* ---- attention ------------------------------------------------------------------------- */
 typedef struct attn_case {
     bool causal;
+    bool lower_right; /* the causal mask anchored lower-right (remat_attention_causal) */
 } attn_case;
 
 static int build_attention(remat_tensor *const *in, int n, remat_tensor **out, const void *user) {
     (void)n;
     const attn_case *c = user;
+    if (c->lower_right)
+        return remat_attention_causal(out, in[0], in[1], in[2], REMAT_CAUSAL_LOWER_RIGHT, 0.0);
     return remat_attention(out, in[0], in[1], in[2], c->causal, 0.0);
 }
 
@@ -241,19 +245,27 @@ Test(cuda_bf16, fused_attention_forward_and_backward) {
     const tol t = {1e-4, 0, 2e-2};
     const struct {
         int64_t q[4], k[4];
-        bool causal;
+        bool causal, lower_right;
     } cases[] = {
-        {{2, 3, 17, 32}, {2, 3, 17, 32}, true},
-        {{1, 2, 9, 64}, {1, 2, 23, 64}, false},
-        {{2, 2, 33, 16}, {2, 2, 33, 16}, true},
-        {{1, 4, 9, 32}, {1, 2, 9, 32}, true}, /* grouped-query: two q heads per kv head */
+        {{2, 3, 17, 32}, {2, 3, 17, 32}, true, false},
+        {{1, 2, 9, 64}, {1, 2, 23, 64}, false, false},
+        {{2, 2, 33, 16}, {2, 2, 33, 16}, true, false},
+        {{1, 4, 9, 32}, {1, 2, 9, 32}, true, false}, /* grouped-query: two q heads per kv head */
+        /* several query and key tiles of the tensor-core kernels (64 rows, 64 keys; 32
+         * queries a step for dK/dV at head size 128): the online softmax across tiles, the
+         * diagonal tile, ragged last tiles */
+        {{1, 2, 130, 64}, {1, 2, 130, 64}, true, false},
+        {{1, 2, 40, 128}, {1, 2, 150, 128}, true, true},  /* lower-right, Tq < Tk */
+        {{1, 2, 150, 20}, {1, 2, 70, 20}, true, true},    /* Tq > Tk: rows without keys;
+                                                            * 20 columns: element loads */
+        {{1, 4, 100, 48}, {1, 2, 100, 48}, false, false}, /* grouped-query, padded head */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         remat_tensor *in[3] = {rand_dt(4, cases[i].q, REMAT_BF16, -1, 1, 1 + (unsigned)i),
                                rand_dt(4, cases[i].k, REMAT_BF16, -1, 1, 5 + (unsigned)i),
                                rand_dt(4, cases[i].k, REMAT_BF16, -1, 1, 9 + (unsigned)i)};
         bool g[3] = {true, true, true};
-        attn_case c = {cases[i].causal};
+        attn_case c = {cases[i].causal, cases[i].lower_right};
         char name[80];
         snprintf(name, sizeof name, "attention bf16 case %zu", i);
         run_case(name, build_attention, &c, 3, in, g, false, t);

@@ -60,19 +60,20 @@ Test(grad_meter, checkpointed_mlp_gradients_at_the_peak_to_the_byte) {
  * the peak, and .grad. Everything the backward adds at its peak is w's
  * gradient: activation bytes 0 (12 D^2 if the gradients were not subtracted,
  * 4 D^2 if only w's hooks or .grad were seen). */
-Test(grad_meter, gradients_waiting_for_a_shared_weight_are_gradients) {
+static void shared_weight_case(remat_device dev) {
     const int R = 64, D = 48;
     int64_t sx[] = {R, D}, sw[] = {D, D};
-    remat_tensor *x = rt_rand(2, sx, REMAT_F32, -1, 1, 1), *w = rt_rand(2, sw, REMAT_F32, -1, 1, 2);
+    remat_tensor *x = rt_to_device(rt_rand(2, sx, REMAT_F32, -1, 1, 1), dev),
+                 *w = rt_to_device(rt_rand(2, sw, REMAT_F32, -1, 1, 2), dev);
     RT_OK(remat_set_requires_grad(w, true));
     remat_tensor *y[2] = {NULL, NULL}, *gy[2];
     for (int i = 0; i < 2; i++) {
         RT_OK(remat_matmul(&y[i], x, w));
-        gy[i] = rt_rand(2, sx, REMAT_F32, -1, 1, 3 + (unsigned)i);
+        gy[i] = rt_to_device(rt_rand(2, sx, REMAT_F32, -1, 1, 3 + (unsigned)i), dev);
     }
-    RT_OK(remat_alloc_reset_peak(REMAT_DEVICE_CPU));
+    RT_OK(remat_alloc_reset_peak(dev));
     grad_meter m;
-    grad_meter_begin(&m, REMAT_DEVICE_CPU, &w, 1);
+    grad_meter_begin(&m, dev, &w, 1);
     RT_OK(remat_backward(2, y, gy, false, 0, NULL));
     grad_meter_end(&m);
     const size_t dw = (size_t)4 * D * D;
@@ -88,4 +89,16 @@ Test(grad_meter, gradients_waiting_for_a_shared_weight_are_gradients) {
     remat_release(x);
     remat_release(w);
     cr_assert_eq(remat_live_tensors(), 0);
+}
+
+Test(grad_meter, gradients_waiting_for_a_shared_weight_are_gradients) {
+    shared_weight_case(REMAT_DEVICE_CPU);
+}
+
+/* The same on the device REMAT_TEST_DEVICE names (make test-fenced: a device the host cannot
+ * read, as a GPU; cpu without it): the gradients are found by their device addresses
+ * (remat_data_ptr), where remat_data is NULL, so `remat bench --device cuda` can report
+ * activation bytes. */
+Test(grad_meter, gradients_are_found_on_a_device_the_host_cannot_read) {
+    shared_weight_case(rt_test_device());
 }

@@ -1,6 +1,6 @@
 /* tests/test_wide_grad.c — an f32 gradient handed unrounded to linear's bf16
- * output under cpu autocast (remat_node.takes_wide_grad, src/autograd/
- * engine.c keep_wide; linear rounds it panel by panel as its GEMMs read it):
+ * output under cpu autocast (buffer donation, rm_donation_read_wide,
+ * src/autograd/engine.c keep_wide; linear rounds it panel by panel as its GEMMs read it):
  * gradients bitwise what they were when the engine rounded it first (a hook
  * on the output keeps the old path), at 1, 2 and 3 threads and odd sizes; hooks
  * and captures see bf16; a second contribution is summed in bf16 as before;
@@ -23,6 +23,7 @@
 #include "backends/cpu/gemm.h"
 #include "core/core.h"
 #include "remat/autocast.h"
+#include "support/fenced.h"
 #include "support/rt.h"
 
 /* A hook that records the dtype it saw and changes nothing. */
@@ -232,4 +233,47 @@ Test(wide_grad, through_a_tag) {
     release4(wide), release4(old);
     net_free(&n);
     cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* The device decides (buffer donation: RM_KF_WIDE_GRAD in the backend's record): a node made
+ * by hand on device d whose backward names `reader` (rm_donation_read_wide; < 0: none) sees
+ * the dtype of the gradient the engine hands it for its bf16 output y, given an f32 gradient
+ * for y that something else holds too (so the buffer outlives the node anyway). */
+static remat_dtype g_handed;
+static remat_status note_dtype(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
+    (void)node, (void)gin;
+    g_handed = gout[0]->dtype;
+    return REMAT_OK;
+}
+
+static remat_dtype handed(remat_device d, int reader) {
+    int64_t sh[] = {8, 16};
+    remat_tensor *y32 = rt_to_device(rt_rand(2, sh, REMAT_F32, -1, 1, 4), d), *y = NULL;
+    RT_OK(remat_to_dtype(&y, y32, REMAT_BF16));
+    remat_release(y32);
+    remat_node *node = NULL;
+    RT_OK(rm_node_new(&node, "Reader", note_dtype, 0, NULL, 1, 0));
+    if (reader >= 0) rm_donation_read_wide(node, reader);
+    rm_node_set_output(node, 0, y);
+    rm_node_release(node); /* y holds it */
+    remat_tensor *gy = rt_to_device(rt_rand(2, sh, REMAT_F32, -1, 1, 5), d);
+    remat_tensor *other = remat_retain(gy); /* the other holder */
+    g_handed = (remat_dtype)-1;
+    RT_OK(remat_backward(1, &y, &gy, false, 0, NULL));
+    remat_release(other), remat_release(gy), remat_release(y);
+    cr_assert_eq(remat_live_tensors(), 0);
+    return g_handed;
+}
+
+Test(wide_grad, the_device_decides) {
+    remat_device cpu = REMAT_DEVICE_CPU;
+    cr_assert_eq(handed(cpu, -1), REMAT_BF16, "a node that reads none: rounded");
+    cr_assert_eq(handed(cpu, RM_K_MATMUL), REMAT_F32, "the cpu's GEMMs read it wide");
+    cr_assert_eq(handed(cpu, RM_K_SUM), REMAT_BF16, "a kernel without RM_KF_WIDE_GRAD: rounded");
+    cr_assert_eq(handed(cpu, RM_DONATION_PASS), REMAT_F32, "an identity hands it on");
+    int fenced = rt_fenced_type();
+    cr_assert_geq(fenced, 0);
+    remat_device fd = {fenced, 0};
+    cr_assert_eq(handed(fd, RM_K_MATMUL), REMAT_BF16, "fenced's record has no RM_KF_WIDE_GRAD");
+    cr_assert_eq(handed(fd, RM_DONATION_PASS), REMAT_F32, "an identity hands it on anywhere");
 }

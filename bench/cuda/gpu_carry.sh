@@ -20,7 +20,7 @@ cc -std=c11 -O2 -Iinclude -I"$CUDA/include" bench/cuda/gemm.c -L"$BUILD" -lremat
   -o "$BUILD/bench_cuda_gemm"
 suites="fixtures checkpoint checkpoint_models selective planner autograd attention ck_semantics
   dispatch_nn double_backward_checkpoint nesting ops_matmul ops_reduce split_backward models
-  checkpoint_rng optim_device timing cuda_bf16 cuda_indexing cuda_kernels cuda_pool cuda_rng"
+  checkpoint_rng optim_device timing grad_meter cuda_bf16 cuda_indexing cuda_kernels cuda_pool cuda_rng"
 files="$BUILD/remat $BUILD/bench_cuda_gemm $(ls $BUILD/libremat.so*) $BUILD/CTestTestfile.cmake"
 for s in $suites; do files="$files $BUILD/test_$s"; done
 # shellcheck disable=SC2086

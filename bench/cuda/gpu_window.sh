@@ -26,6 +26,9 @@
 # (s for the device suites, default 150), SKIP (step names or globs to leave out, e.g.
 # SKIP='train* torch-*' for a window that reruns only the suites and remat's benches).
 set -u
+# bf16 attention on the tensor cores (src/backends/cuda/attention_mma.cu) everywhere in the
+# window: the suites test it, the benches time it (profile-bf16-simt times the other path)
+export REMAT_CUDA_ATTENTION=${REMAT_CUDA_ATTENTION:-tc}
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/gpu-out}
 mkdir -p "$OUT"
@@ -103,7 +106,7 @@ step smoke 30 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" train -
 
 # 1. the device suites with cuda as the test device (ctest: CTestTestfile names /work/main);
 # test_fixtures (~100 s on 2 cpu cores) beside them with its own workers
-SUITES='checkpoint|checkpoint_models|selective|planner|autograd|attention|ck_semantics|dispatch_nn|double_backward_checkpoint|nesting|ops_matmul|ops_reduce|split_backward|models|checkpoint_rng|optim_device|timing|cuda_.*'
+SUITES='checkpoint|checkpoint_models|selective|planner|autograd|attention|ck_semantics|dispatch_nn|double_backward_checkpoint|nesting|ops_matmul|ops_reduce|split_backward|models|checkpoint_rng|optim_device|timing|grad_meter|cuda_.*'
 (
   cd "$BUILD" && export REMAT_TEST_DEVICE=cuda OMP_NUM_THREADS=1 &&
   step fixtures "${SUITE_BOX:-150}" "$FILES/fixtures.log" env LD_LIBRARY_PATH="$LDP" ./test_fixtures --jobs 16
@@ -171,6 +174,21 @@ step torch-bf16 60 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --rep
   --autocast bf16 --strategies none,block,selective=dots --out "$FILES/torch-bf16.json"
 step profile-bf16 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" bench --device cuda \
   $MODEL --autocast bf16 --strategies none --reps 2 --profile=3
+# 4c. the bf16 attention's two paths on this GPU: the CUDA-core kernels (the default until
+# a window has run the suites on the tensor-core path) against the tensor cores
+# (REMAT_CUDA_ATTENTION=tc), each op's time in the profile
+step profile-bf16-simt 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_CUDA_ATTENTION=simt \
+  "$BUILD/remat" bench --device cuda $MODEL --autocast bf16 --strategies none --reps 2 --profile=3
+# 4d. torch.compile: the default partitioner (the stretch yardstick) and activation budgets
+step torch-compile-bf16 150 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --reps "$REPS" \
+  --autocast bf16 --strategies none,compile,budget=50% --out "$FILES/torch-compile-bf16.json"
+# 4e. the planner's offload choice on a real GPU (pinned host memory, a side stream)
+step plan-offload 80 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" \
+  bench --device cuda $MODEL --strategies none,budget=60%,budget=45%,budget=30% --reps 3 \
+  --plan-offload
+step plan-explain 30 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" \
+  train --device cuda $MODEL --steps 2 --eval-every 2 --checkpoint budget=45% --explain \
+  --plan-offload
 pack
 
 # 5. compute-sanitizer (memcheck) on the fused attention kernels and the offload path

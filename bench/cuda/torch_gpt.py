@@ -8,9 +8,11 @@ Strategies as `remat bench --device cuda` names them:
   selective=dots   every block checkpointed with a selective policy that keeps the outputs
                    of the matmuls (aten.mm / addmm / bmm / baddbmm, as remat's `dots`) and
                    of the fused attention (create_selective_checkpoint_contexts)
-  budget=50%       no eager counterpart in PyTorch: torch.compile with
-                   torch._functorch.config.activation_memory_budget = 0.5 (the min-cut
+  budget=N%        no eager counterpart in PyTorch: torch.compile with
+                   torch._functorch.config.activation_memory_budget = N/100 (the min-cut
                    partitioner's budget; reported with "compiled": true)
+  compile          torch.compile of the plain forward, default partitioner (the stretch
+                   yardstick: PyTorch's fused kernels; "compiled": true)
 
 Method: a warm-up step per strategy, then --reps timed steps, interleaved across
 strategies; a step is timed with CUDA events and torch.cuda.synchronize; peak memory is
@@ -61,7 +63,7 @@ def dots_policy():
 
 
 def run_blocks(blocks, x, strategy):
-    if strategy in ("none", "budget=50%"):
+    if strategy == "none":
         for b in blocks:
             x = b(x)
         return x
@@ -111,12 +113,18 @@ def main():
     m = m.to(dev)
     idx, targets = idx.to(dev), targets.to(dev)
     strategies = a.strategies.split(",")
-    fns = {}
+    fns, budgets = {}, {}
     for s in strategies:
-        if s == "budget=50%":
-            import torch._functorch.config as fc
-            fc.activation_memory_budget = 0.5
-            fns[s] = torch.compile(lambda i, t: loss_fn(m, i, t, "none"))
+        if s.startswith("budget=") or s == "compile":
+            # each compiled strategy its own function, compiled at its warm-up step under its
+            # own activation_memory_budget (the partitioner reads the config then)
+            budgets[s] = float(s[len("budget="):].rstrip("%")) / 100 if s != "compile" else 1.0
+            # a code object of its own: dynamo caches compiled graphs per code object, so
+            # strategies sharing one would share the first one's partition
+            ns = {}
+            exec(compile("def f(i, t):\n    return loss_fn(m, i, t, 'none')\n",
+                         f"<torch_gpt {s}>", "exec"), {"loss_fn": loss_fn, "m": m}, ns)
+            fns[s] = torch.compile(ns["f"])
         else:
             fns[s] = (lambda s_: (lambda i, t: loss_fn(m, i, t, s_)))(s)
 
@@ -138,7 +146,12 @@ def main():
     times = {s: [] for s in strategies}
     peaks, losses = {}, {}
     for s in strategies:  # warm-up (and compilation)
-        step(s)
+        if s in budgets:
+            import torch._functorch.config as fc
+            with fc.patch(activation_memory_budget=budgets[s]):
+                step(s)
+        else:
+            step(s)
     for _ in range(a.reps):
         for s in strategies:
             ms, pk, lo = step(s)
@@ -154,7 +167,7 @@ def main():
         "model": {"layers": a.layers, "width": a.width, "heads": a.heads,
                   "context": a.context, "batch": a.batch},
         "strategies": [{
-            "name": s, "compiled": s == "budget=50%",
+            "name": s, "compiled": s in budgets,
             "step_ms_median": statistics.median(times[s]),
             "step_ms_min": min(times[s]), "step_ms_max": max(times[s]),
             "peak_allocated_bytes": peaks[s], "loss": losses[s],

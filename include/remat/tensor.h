@@ -207,6 +207,11 @@ const char *remat_name(const remat_tensor *t); /* NULL if unnamed */
  * host-addressable device; NULL otherwise or when t has no data (a tensor
  * made while recomputation is stopping early). Honour remat_strides. */
 void *remat_data(const remat_tensor *t);
+/* The address of element [0,...,0] of t on its own device, whatever the device: on cuda a
+ * device address, for the device's own APIs (cuBLAS, a kernel of yours, an allocator
+ * trace) and never for the host to read or write; on cpu the same as remat_data. NULL
+ * when t has no data. Valid while t's storage lives; honour remat_strides. */
+void *remat_data_ptr(const remat_tensor *t);
 /* Reads element at flat row-major index i as double. REMAT_EINVAL if out of
  * range. */
 remat_status remat_item_at(const remat_tensor *t, int64_t i, double *value);

@@ -92,6 +92,10 @@ void rm_donation_drop(remat_node *n, rm_buf buf, int i) {
     if (t && !t->retain_graph && buf == RM_BUF_SAVED) rm_node_free_saved(n, i);
 }
 
+void rm_donation_read_wide(remat_node *n, int reader) {
+    if (n && reader >= 0 && reader <= RM_DONATION_PASS) n->wide_grad_reader = reader;
+}
+
 remat_status rm_no_double_backward(const remat_node *n, const char *what) {
     const char *op = n->op_name ? n->op_name : remat_node_name(n);
     return rm_err(REMAT_EUNSUPPORTED,
@@ -381,21 +385,27 @@ static void observe_leaf_grad(const remat_node *n, const remat_tensor *g) {
 }
 
 /* Whether g, the first gradient for output input_nr of n, is kept in n's
- * buffer as it is, f32 for a bf16 output, rather than rounded now: n takes
- * wide gradients (remat_node.takes_wide_grad); g has the output's shape and
- * device and no graph; nothing else sees the buffer before n's backward (no
- * hook on that output, no capture at n, not create_graph); and something
- * besides the producer's return holds g (the residual stream's gradient,
- * which add hands to both its inputs), so keeping it wide costs nothing,
- * where a gradient only n would hold is cheaper rounded. */
+ * buffer as it is, f32 for a bf16 output, rather than rounded now (buffer
+ * donation's gradient side, rm_donation_read_wide): n's backward reads it as
+ * it is, by a kernel that reads one on the output's device (RM_KF_WIDE_GRAD)
+ * or handing it on; g has the output's shape and device and no graph;
+ * nothing else sees the buffer before n's backward (no hook on that output,
+ * no capture at n, not create_graph); and something besides the producer's
+ * return holds g (the residual stream's gradient, which add hands to both
+ * its inputs), so keeping it wide costs nothing, where a gradient only n
+ * would hold is cheaper rounded. */
 static bool keep_wide(const task *t, const ninfo *ni, int input_nr, const remat_tensor *g) {
     const remat_node *n = ni->node;
     const rm_out_meta *m = &n->out_meta[input_nr];
-    if (!n->takes_wide_grad || t->create_graph || ni->captured || (ni->buf && ni->buf[input_nr]))
+    int reader = n->wide_grad_reader;
+    if (reader < 0 || t->create_graph || ni->captured || (ni->buf && ni->buf[input_nr]))
         return false;
     if (g->dtype != REMAT_F32 || m->dtype != REMAT_BF16 || g->requires_grad ||
         g->storage->device.type != m->device.type || g->storage->device.index != m->device.index ||
         g->ndim != m->ndim || memcmp(g->shape, m->shape, sizeof(int64_t) * (size_t)m->ndim) != 0)
+        return false;
+    if (reader != RM_DONATION_PASS &&
+        !rm_kernel_allows((rm_kernel_id)reader, m->device.type, RM_KF_WIDE_GRAD))
         return false;
     for (const rm_node_hook *h = n->hooks; h; h = h->next)
         if (h->output_nr == input_nr) return false;

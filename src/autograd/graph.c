@@ -230,6 +230,7 @@ static remat_node *node_alloc(const char *name, rm_backward_fn backward, int n_n
     n->head.release = rm_node_release;
     n->name = name;
     n->backward = backward;
+    n->wide_grad_reader = -1; /* rounds what arrives (rm_donation_read_wide) */
     n->seq = atomic_fetch_add(&g_seq, 1) + 1;
     n->n_next = n_next;
     n->n_outputs = n_outputs;

@@ -87,11 +87,10 @@ struct remat_node {
     remat_tensor *leaf; /* AccumulateGrad: the leaf (owned) */
     rm_node_hook *hooks;
     bool released; /* saved tensors freed by a backward pass */
-    /* Buffer donation, the gradient side (below): the node takes an f32 gradient for a
-     * bf16 output as the engine holds it, where that buffer outlives it anyway, instead of
-     * a rounded copy: its backward hands it on (tag) or has its device's GEMM round it
-     * (linear; RM_KF_WIDE_GRAD). */
-    bool takes_wide_grad;
+    /* Buffer donation, the gradient side: the kernel its backward reads an f32 gradient for
+     * a bf16 output with, as the engine holds it (rm_donation_read_wide); RM_DONATION_PASS:
+     * it hands that gradient on as it is; -1 (node_alloc's): none, the engine rounds it. */
+    int wide_grad_reader;
 };
 
 /* True if grad mode is on and any of the n inputs (NULL allowed) requires grad. */
@@ -130,10 +129,13 @@ void rm_node_release_saved(remat_node *n);
  * else holds one it dies as the backward returns: an output gradient unless the pass creates
  * a graph (create_graph), a saved tensor unless the pass retains the graph (retain_graph). The backward may then take it over as the buffer of a result
  * (rm_donation_take: gelu's dx over its dying g, mse's da over its saved prediction) or let
- * it die early (rm_donation_drop: linear lets x go after dW, before dx is allocated), and a
- * node may be handed a buffer that outlives it as it is rather than a converted copy
- * (remat_node.takes_wide_grad). Whether a kernel may write over its input, or read a wide
- * gradient, is its device's call: the backend's kernel flags (RM_KF_*, src/core/kernels.h). */
+ * it die early (rm_donation_drop: linear lets x go after dW, before dx is allocated). The
+ * gradient that arrives for an output may itself outlive the node (the residual stream's,
+ * which add hands to both its inputs): a node whose kernel reads it as it is, f32 for a bf16
+ * output, is handed that buffer rather than a rounded copy (rm_donation_read_wide: linear's
+ * GEMMs round it panel by panel; tag hands it on). Whether a kernel may write over its input,
+ * or read a wide gradient, is its device's call: the backend's kernel flags (RM_KF_IN_PLACE,
+ * RM_KF_WIDE_GRAD, src/core/kernels.h); the engine asks them and decides. */
 typedef enum rm_buf { RM_BUF_GRAD, RM_BUF_SAVED } rm_buf;
 /* Buffer i of kind buf of n's running backward (RM_BUF_GRAD: gout[i], gout as the engine
  * handed it; RM_BUF_SAVED: saved slot i, saved without hooks), for kernel `kernel` to write
@@ -150,6 +152,17 @@ remat_tensor *rm_donation_take(remat_node *n, remat_tensor *const *gout, rm_buf 
  * is freed as the graph release after the node would; an output gradient dies as the
  * backward returns anyway: nothing). */
 void rm_donation_drop(remat_node *n, rm_buf buf, int i);
+/* rm_donation_read_wide's kernel for a node that reads no kernel of its own: an identity that
+ * hands the gradient on as it is (the node it reaches decides again). */
+#define RM_DONATION_PASS ((int)RM_K_COUNT)
+/* Said as n is recorded: n's backward reads its output gradients with kernel `reader` (or
+ * hands them on: RM_DONATION_PASS). The engine may then keep an f32 gradient that arrives
+ * for a bf16 output of n as it is, instead of rounding it to the output's dtype, when that
+ * buffer outlives n anyway (something else holds it), it is the output's only contribution,
+ * nothing sees it before n's backward (no hook on the output, no capture at n, not
+ * create_graph), and the output's device's `reader` reads one (RM_KF_WIDE_GRAD). It rounds a
+ * kept gradient before hooks or captures see it, or when a second contribution arrives. */
+void rm_donation_read_wide(remat_node *n, int reader);
 /* Frees saved slot `slot` of n now (rm_node_release_saved's, for one slot). */
 void rm_node_free_saved(remat_node *n, int slot);
 /* Whether the backward pass running on this thread retains the graph (true

@@ -883,6 +883,11 @@ void *remat_data(const remat_tensor *t) {
     return rm_ptr(t);
 }
 
+void *remat_data_ptr(const remat_tensor *t) {
+    t = rm_live("remat_data_ptr", t);
+    return t ? rm_ptr(t) : NULL;
+}
+
 static double read_elem(const remat_tensor *t, int64_t off) {
     const char *p = (const char *)t->storage->data + (size_t)off * remat_dtype_size(t->dtype);
     switch (t->dtype) {

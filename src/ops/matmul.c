@@ -209,8 +209,8 @@ static void lin_fill_ctx(const rm_op_call *c, void *ctx) {
     cx->out_f = c->in[1]->shape[0];
     cx->in_f = c->in[1]->shape[1];
     cx->wdt = c->in[1]->dtype;
-    /* an f32 gradient for a bf16 y is rounded by the GEMMs (linear_backward) */
-    c->node->takes_wide_grad = true;
+    /* an f32 gradient for a bf16 y, where the device's GEMMs round it (linear_backward) */
+    rm_donation_read_wide(c->node, RM_K_MATMUL);
 }
 
 /* Under cpu autocast the f32 weight reaches the op uncast (autocast_keep):
@@ -262,21 +262,13 @@ static remat_status lin_infer(const rm_op_call *c, rm_out_spec *out) {
     return REMAT_OK;
 }
 
-/* g as linear's backward reads it: gout[0] contiguous, in y's dtype dt;
- * *panel: RM_MM_PANEL when it is an f32 gradient for a bf16 y (kept wide
- * by the engine: remat_node.takes_wide_grad) that the device's GEMMs round panel
- * by panel (RM_KF_WIDE_GRAD: the cpu's); on another device it is rounded here first. */
+/* g as linear's backward reads it: gout[0] contiguous; *panel: RM_MM_PANEL
+ * when it is an f32 gradient for a bf16 y, which the engine hands over only
+ * where the device's GEMMs round it panel by panel (buffer donation,
+ * rm_donation_read_wide; RM_KF_WIDE_GRAD: the cpu's), else y's dtype. */
 static remat_status lin_grad(remat_tensor **g, remat_tensor *g0, remat_dtype dt, unsigned *panel) {
-    *panel = 0;
-    if (g0->dtype == dt) return rm_contig(g, g0);
-    if (g0->dtype == REMAT_F32 && dt == REMAT_BF16 &&
-        rm_kernel_allows(RM_K_MATMUL, g0->storage->device.type, RM_KF_WIDE_GRAD)) {
-        *panel = RM_MM_PANEL;
-        return rm_contig(g, g0);
-    }
-    int rc = rm_new_output(g, g0->ndim, g0->shape, dt, g0->storage->device);
-    if (!rc) rc = rm_copy_into(*g, g0);
-    return rc;
+    *panel = g0->dtype == REMAT_F32 && dt == REMAT_BF16 ? RM_MM_PANEL : 0;
+    return rm_contig(g, g0);
 }
 
 /* dx = g · W, dW = g^T · x (flattened over the leading dims: one GEMM with

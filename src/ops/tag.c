@@ -19,11 +19,11 @@ static remat_status tag_backward(remat_node *node, remat_tensor *const *gout, re
 }
 
 /* The backward hands g on as it is: an f32 gradient for a bf16 tagged
- * tensor is rounded by the next node, or taken as it is by one that rounds it
- * itself (linear under autocast: remat_node.takes_wide_grad). */
+ * tensor is rounded by the next node, or taken as it is by one whose kernel
+ * reads it (linear under cpu autocast; buffer donation, rm_donation_read_wide). */
 static void tag_fill_ctx(const rm_op_call *c, void *ctx) {
     (void)ctx;
-    c->node->takes_wide_grad = true;
+    rm_donation_read_wide(c->node, RM_DONATION_PASS);
 }
 
 static remat_status tag_check(const rm_op_call *c) {

@@ -38,9 +38,10 @@ static void on_event(void *ud, remat_device device, const void *ptr, int64_t del
     pthread_mutex_unlock(&m->lock);
 }
 
-/* Marks the live allocation holding t's data as a parameter gradient. */
+/* Marks the live allocation holding t's data as a parameter gradient (by its address on
+ * the device: the allocator's events carry device addresses too). */
 static void mark(grad_meter *m, const remat_tensor *t) {
-    const char *p = t ? remat_data(t) : NULL;
+    const char *p = t ? remat_data_ptr(t) : NULL;
     if (!p) return;
     pthread_mutex_lock(&m->lock);
     for (size_t i = m->n; i-- > 0;) {

@@ -107,29 +107,37 @@ static void pass_range(int64_t n, int nt, int id, int64_t *lo, int64_t *hi) {
     *hi = *lo + per < n ? *lo + per : n;
 }
 
-/* Runs run(x + lo, y + lo, hi - lo) over [0, n): on the calling thread when the pass is
- * small, else one contiguous range per thread (pass_range). Both conversion directions are
- * this one pass with a different run. */
-#define BF16_PASS(run, x, y, n)                                                                    \
-    do {                                                                                           \
-        int nt_ = pass_threads(n);                                                                 \
-        if (nt_ <= 1) {                                                                            \
-            run(x, y, n);                                                                          \
-            break;                                                                                 \
-        }                                                                                          \
-        _Pragma("omp parallel num_threads(nt_)") {                                                 \
-            int64_t lo_, hi_;                                                                      \
-            pass_range(n, BF16_TEAM(), BF16_THREAD(), &lo_, &hi_);                                 \
-            if (lo_ < hi_) run((x) + lo_, (y) + lo_, hi_ - lo_);                                   \
-        }                                                                                          \
-    } while (0)
+/* The two conversion directions: one pass over [0, n) each (convert_pass). */
+typedef enum bf16_dir { TO_BF16, TO_F32 } bf16_dir;
+
+/* Elements [lo, hi) of x converted into y, in direction dir. */
+static void convert_range(bf16_dir dir, const void *x, void *y, int64_t lo, int64_t hi) {
+    if (dir == TO_BF16) rm_bf16_round_run((const float *)x + lo, (uint16_t *)y + lo, hi - lo);
+    else rm_bf16_widen_run((const uint16_t *)x + lo, (float *)y + lo, hi - lo);
+}
+
+/* Converts n elements of x into y: on the calling thread when the pass is small, else one
+ * contiguous range per thread (pass_range). */
+static void convert_pass(bf16_dir dir, const void *x, void *y, int64_t n) {
+    int nt = pass_threads(n);
+    if (nt <= 1) {
+        convert_range(dir, x, y, 0, n);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        int64_t lo, hi;
+        pass_range(n, BF16_TEAM(), BF16_THREAD(), &lo, &hi);
+        if (lo < hi) convert_range(dir, x, y, lo, hi);
+    }
+}
 
 void rm_cpu_f32_to_bf16(const float *restrict x, uint16_t *restrict y, int64_t n) {
-    BF16_PASS(rm_bf16_round_run, x, y, n);
+    convert_pass(TO_BF16, x, y, n);
 }
 
 void rm_cpu_bf16_to_f32(const uint16_t *restrict x, float *restrict y, int64_t n) {
-    BF16_PASS(rm_bf16_widen_run, x, y, n);
+    convert_pass(TO_F32, x, y, n);
 }
 
 /* An f32 twin of bf16 tensor t: the same offset, shape and strides over a

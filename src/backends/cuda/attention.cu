@@ -34,6 +34,9 @@
  * heads than q) are read through their own strides (hdiv); the dK/dV kernel's
  * item is a kv entry's key tile, its query heads added in turn (no atomics).
  * The causal mask may be lower-right aligned (off = Tk - Tq: j <= i + off). */
+#include <stdlib.h>
+#include <string.h>
+
 #include "nn.h"
 
 #include "kcommon.cuh"
@@ -466,11 +469,25 @@ static cudaError_t bwd_t(const rmk_att_dims *d, const rmk_att_lead *lead, const 
         return cudaErrorInvalidValue;                                                              \
     } while (0)
 
+/* Whether bf16 attention runs on the tensor cores (attention_mma.cu: sm_80 and later, head
+ * sizes up to 128): only with REMAT_CUDA_ATTENTION=tc until a GPU session has run the device
+ * suites on that path (written 2026-11-27 with no GPU lent; docs/cuda.md); these CUDA-core
+ * kernels otherwise. */
+static bool use_tc(int dt, int hd) {
+    static int tc = -1;
+    if (tc < 0) {
+        const char *e = getenv("REMAT_CUDA_ATTENTION");
+        tc = e && strcmp(e, "tc") == 0;
+    }
+    return tc && rmk_attention_tc_ok(dt, hd);
+}
+
 extern "C" cudaError_t
 rmk_attention(int dt, const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_att_operand *oq,
               const void *q, const rmk_att_operand *ok, const void *k, const rmk_att_operand *ov,
               const void *v, const rmk_att_operand *oy, void *y, void *lse, cudaStream_t s) {
     int hd = rmk_att_head_class(d->D, d->Dv);
+    if (use_tc(dt, hd)) return rmk_attention_tc(hd, d, lead, oq, q, ok, k, ov, v, oy, y, lse, s);
 #define FWD_CALL(S, HD) fwd_t<S, HD>(d, lead, oq, q, ok, k, ov, v, oy, y, lse, s)
     RMK_ATT_DISPATCH(dt, hd, FWD_CALL);
 #undef FWD_CALL
@@ -486,6 +503,7 @@ extern "C" cudaError_t rmk_attention_bwd(int dt, const rmk_att_dims *d, const rm
                                          const rmk_att_operand *ops, const void *const *ptrs,
                                          const void *lse, void *ws, cudaStream_t s) {
     int hd = rmk_att_head_class(d->D, d->Dv);
+    if (use_tc(dt, hd)) return rmk_attention_tc_bwd(hd, d, lead, ops, ptrs, lse, ws, s);
 #define BWD_CALL(S, HD) bwd_t<S, HD>(d, lead, ops, ptrs, lse, ws, s)
     RMK_ATT_DISPATCH(dt, hd, BWD_CALL);
 #undef BWD_CALL
