@@ -329,13 +329,14 @@ Test(opplan, offload_matches_exhaustive_search) {
         /* from copies hidden behind compute to copies that cost more than recomputing */
         ops->host_bytes_per_s = trial % 3 == 0 ? 1e9 : trial % 3 == 1 ? 2e7 : 2e6;
         remat_plan *sa = NULL;
-        RT_OK(remat_plan_create_ops(&sa, prof, ops, whole ? &step : NULL, SIZE_MAX, NULL));
+        const remat_plan_options po = {.offload = true};
+        RT_OK(remat_plan_create_ops(&sa, prof, ops, whole ? &step : NULL, SIZE_MAX, &po));
         size_t top = sa->peak_store_all, lo = sa->min_budget_bytes;
         remat_plan_free(sa);
         for (int bi = 0; bi <= 6; bi++) {
             size_t budget = lo + (top - lo) * (size_t)bi / 6;
             remat_plan *plan = NULL;
-            RT_OK(remat_plan_create_ops(&plan, prof, ops, whole ? &step : NULL, budget, NULL));
+            RT_OK(remat_plan_create_ops(&plan, prof, ops, whole ? &step : NULL, budget, &po));
             cr_assert_leq(plan->peak_bytes, budget);
             uint64_t margin = (uint64_t)plan->slot_bytes * 12;
             double slack = budget > margin
@@ -413,18 +414,26 @@ Test(opplan, offload_beats_recompute_under_a_tight_budget) {
     }
     size_t budget = 36 * K;
     o.host_bytes_per_s = 1e12;
-    remat_plan *cheap = NULL, *dear = NULL;
-    RT_OK(remat_plan_create_ops(&cheap, prof, &o, NULL, budget, NULL));
+    remat_plan *cheap = NULL, *dear = NULL, *off_not_allowed = NULL;
+    const remat_plan_options po = {.offload = true};
+    RT_OK(remat_plan_create_ops(&cheap, prof, &o, NULL, budget, &po));
+    /* offload is opt-in: without remat_plan_options.offload, keep or recompute only */
+    RT_OK(remat_plan_create_ops(&off_not_allowed, prof, &o, NULL, budget, NULL));
     o.host_bytes_per_s = 1e3;
-    RT_OK(remat_plan_create_ops(&dear, prof, &o, NULL, budget, NULL));
+    RT_OK(remat_plan_create_ops(&dear, prof, &o, NULL, budget, &po));
     if (getenv("OPPLAN_VERBOSE")) remat_plan_print(cheap, stderr), remat_plan_print(dear, stderr);
-    int off = 0, off_dear = 0;
+    int off = 0, off_dear = 0, off_na = 0;
     for (int k = 0; k < L; k++)
         for (int i = 0; i < N; i++) {
             off += cheap->stages[k].keep && cheap->stages[k].keep[i] == REMAT_OP_OFFLOAD;
             off_dear += dear->stages[k].keep && dear->stages[k].keep[i] == REMAT_OP_OFFLOAD;
+            off_na += off_not_allowed->stages[k].keep &&
+                      off_not_allowed->stages[k].keep[i] == REMAT_OP_OFFLOAD;
         }
     cr_assert_gt(off, 0, "cheap copies: nothing offloaded");
+    cr_assert_eq(off_na, 0, "offload not allowed: %d ops offloaded", off_na);
+    cr_assert_float_eq(off_not_allowed->time, dear->time, 1e-12, "the same plan as dear copies");
+    remat_plan_free(off_not_allowed);
     cr_assert_eq(off_dear, 0, "dear copies: %d ops offloaded", off_dear);
     cr_assert_leq(cheap->peak_bytes, budget);
     cr_assert_leq(dear->peak_bytes, budget);
@@ -441,7 +450,7 @@ Test(opplan, offload_beats_recompute_under_a_tight_budget) {
 Test(opplan, monotone_in_the_budget) {
     g_rng = 12345;
     /* a coarse grid keeps the test fast; the grid is what the property is about */
-    remat_plan_options po = {.mem_slots = 300};
+    remat_plan_options po = {.mem_slots = 300, .offload = true};
     for (int trial = 0; trial < 4; trial++) {
         remat_profile *prof = NULL;
         remat_op_profile *ops = NULL;

@@ -144,8 +144,9 @@ static void check(int polls) {
 
     /* copies nearly free: wherever keeping does not fit, offloading beats recomputing */
     ops->host_bytes_per_s = 1e18;
+    const remat_plan_options popt = {.offload = true}; /* offload is opt-in */
     remat_plan *sa = NULL;
-    RT_OK(remat_plan_create_ops(&sa, prof, ops, &step, SIZE_MAX, NULL));
+    RT_OK(remat_plan_create_ops(&sa, prof, ops, &step, SIZE_MAX, &popt));
     size_t top = sa->peak_store_all, lo = sa->min_budget_bytes;
     remat_plan_free(sa);
     int n = 8, offloading = 0;
@@ -154,7 +155,7 @@ static void check(int polls) {
         size_t budget = lo + (top - lo) * (size_t)b / (size_t)n;
         remat_plan *plan = NULL;
         ops->host_bytes_per_s = 1e18;
-        RT_OK(remat_plan_create_ops(&plan, prof, ops, &step, budget, NULL));
+        RT_OK(remat_plan_create_ops(&plan, prof, ops, &step, budget, &popt));
         cr_assert_leq(plan->peak_bytes, budget);
         cr_assert_leq(plan->time, prev, "budget %zu: slower than a smaller budget", budget);
         prev = plan->time;
@@ -164,7 +165,7 @@ static void check(int polls) {
             /* dear copies (1 MB/s): the same budget recomputes, and is predicted slower */
             remat_plan *dear = NULL;
             ops->host_bytes_per_s = 1e6;
-            RT_OK(remat_plan_create_ops(&dear, prof, ops, &step, budget, NULL));
+            RT_OK(remat_plan_create_ops(&dear, prof, ops, &step, budget, &popt));
             cr_assert_eq(offloaded_ops(dear), 0, "budget %zu", budget);
             cr_assert_gt(dear->time, plan->time, "budget %zu", budget);
             remat_plan_free(dear);

@@ -183,10 +183,12 @@ step profile-bf16-simt 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_CUDA
 step torch-compile-bf16 150 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --reps "$REPS" \
   --autocast bf16 --strategies none,compile,budget=50% --out "$FILES/torch-compile-bf16.json"
 # 4e. the planner's offload choice on a real GPU (pinned host memory, a side stream)
-step plan-offload 80 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_PLAN_OFFLOAD=1 "$BUILD/remat" \
-  bench --device cuda $MODEL --strategies none,budget=60%,budget=45%,budget=30% --reps 3
-step plan-explain 30 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_PLAN_OFFLOAD=1 "$BUILD/remat" \
-  train --device cuda $MODEL --steps 2 --eval-every 2 --checkpoint budget=45% --explain
+step plan-offload 80 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" \
+  bench --device cuda $MODEL --strategies none,budget=60%,budget=45%,budget=30% --reps 3 \
+  --plan-offload
+step plan-explain 30 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" \
+  train --device cuda $MODEL --steps 2 --eval-every 2 --checkpoint budget=45% --explain \
+  --plan-offload
 pack
 
 # 5. compute-sanitizer (memcheck) on the fused attention kernels and the offload path

@@ -223,6 +223,15 @@ typedef struct remat_plan_options {
      * 500 to 4000 (tables under 64 MiB, ~2e8 steps at most; 32 stages get
      * 4000, 96 stages ~1300). */
     int mem_slots;
+    /* Offload (remat_plan_create_ops only; the other planners ignore it):
+     * true lets the solver move the outputs of a checkpointed stage's ops to
+     * host memory in the forward and back for the recomputation
+     * (REMAT_OP_OFFLOAD), for the ops the op profile marks offloadable
+     * (saves on a device with real offload: cuda; never on cpu). Exact:
+     * gradients stay bitwise those of no checkpointing. Default false:
+     * keep or recompute only (offload is opt-in: its cost depends on the
+     * host link, ops->host_bytes_per_s, which the profile does not measure). */
+    bool offload;
 } remat_plan_options;
 
 /* The plan with minimal predicted step time whose predicted peak fits
@@ -331,7 +340,8 @@ typedef struct remat_op_profile_entry {
     size_t lossy_bytes; /* of those, f32 activations bf16 storage would halve (lossy: only
                             when the user allows it; not used by the planner yet) */
     bool offloadable;   /* its saves live on a device with real offload (cuda; never on cpu):
-                           the planner may move them to host memory (REMAT_OP_OFFLOAD) */
+                           the planner may move them to host memory (REMAT_OP_OFFLOAD) when
+                           remat_plan_options.offload allows it */
 } remat_op_profile_entry;
 
 typedef struct remat_stage_ops {
@@ -380,8 +390,8 @@ void remat_op_profile_print(const remat_op_profile *ops, FILE *f);
  * checkpointed on its own, a checkpointed stage keeping any subset of its
  * cacheable ops (solved exactly: the Pareto set of each stage's subsets,
  * then a dynamic program over the stages on a memory grid fixed by the
- * profile; where ops are offloadable, once more with offload as a third
- * choice, see docs/planner.md "Offload"), and (b) rotor's nested block
+ * profile; with opts->offload, where ops are offloadable, once more with offload as a
+ * third choice, see docs/planner.md "Offload"), and (b) rotor's nested block
  * schedules (remat_plan_create on the same grid); the fastest wins. On the grid, a larger budget can only admit
  * more plans: the predicted time never grows with the budget, and the
  * predicted peak never exceeds it. kind is REMAT_PLAN_OPS for (a),

@@ -24,7 +24,7 @@
  * finds the fastest plan: exact on the grid (sizes rounded up, so a plan
  * that fits in slots fits in bytes).
  *
- * Offload (ops the profile marks offloadable: a device with transfer ops):
+ * Offload (opts->offload, ops the profile marks offloadable: a device with transfer ops):
  * an op may also go to host memory, O bytes beside C. The stage's forward
  * peaks at off + fpn + C + O (remat_plan_run waits for the copies when the
  * stage ends), it keeps x[s+1] + C, its recomputation holds C + O as a
@@ -599,7 +599,7 @@ remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profil
         if (m.n_chain < m.L && mb.n > 0) mb.n--; /* the head's node */
         rc = fixed_candidate(&best, &mb, &m, REMAT_PLAN_MIN_MEMORY, budget_bytes, call);
         if (!rc) rc = grid_candidates(&best, &m, ops, fronts, ch, &g, budget_bytes, call);
-        if (!rc) rc = offload_candidate(&best, &m, ops, ch, &g, call);
+        if (!rc && opts && opts->offload) rc = offload_candidate(&best, &m, ops, ch, &g, call);
     }
     if (!rc && !best)
         rc = rm_err(REMAT_EINVAL,

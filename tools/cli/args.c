@@ -168,6 +168,10 @@ static const opt_row rows[] = {
              "not for budget= and selective=, which are non-reentrant)"},
     {"--verbose", NULL, OPT_FLAG, TB, SEC_CKPT, T(verbose),
      .help = "print the planner's profile of the blocks and its plans"},
+    {"--plan-offload", NULL, OPT_FLAG, TB, SEC_CKPT, T(plan_offload),
+     .help = "budget=: the planner may also offload ops' outputs\n"
+             "to host memory and back (cuda; nothing is offloadable\n"
+             "on cpu); default: keep or recompute"},
     {"--explain", NULL, OPT_FLAG, CMD_TRAIN, SEC_CKPT, T(explain),
      .help = "budget=: per block, the ops the plan keeps and\n"
              "recomputes, predicted and measured peak and time"},

@@ -53,10 +53,11 @@ typedef struct config {
     long save_every; /* --save-every N: also write --save every N steps (0: at the end only) */
     const char *log; /* --log FILE: one JSON line per step and per evaluation */
     bool json, csv, quiet;
-    bool progress; /* train --progress: the bar even when stderr is no terminal */
-    bool verbose;  /* print the planner's profile and plans */
-    bool explain;  /* train --explain: what the plan keeps and recomputes per block */
-    bool report;   /* train --report: residual report of the run's first step */
+    bool progress;     /* train --progress: the bar even when stderr is no terminal */
+    bool verbose;      /* print the planner's profile and plans */
+    bool explain;      /* train --explain: what the plan keeps and recomputes per block */
+    bool plan_offload; /* --plan-offload: budget= may offload ops (remat_plan_options.offload) */
+    bool report;       /* train --report: residual report of the run's first step */
     long eval_every;
     /* under mpirun (tools/train/dist.h) */
     double dist_timeout; /* --dist-timeout seconds (0: 60) */

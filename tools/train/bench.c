@@ -519,10 +519,11 @@ static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, b
             term_buf_close(&tb, stderr);
         }
     }
+    const remat_plan_options po = {.offload = c->plan_offload};
     for (int i = 0; i < c->n_strategies; i++) {
         strategy *s = &c->strategies[i];
         if (s->kind != STRAT_BUDGET) continue;
-        rc = strategy_plan(s, pl->prof, &pl->step, pl->ops);
+        rc = strategy_plan(s, pl->prof, &pl->step, pl->ops, &po);
         if (rc && c->default_strategies && s->budget < pl->min_budget) {
             /* the default list's budget=50% does not fit every model: leave it out */
             if (log)

@@ -421,14 +421,6 @@ static int model_profile_ops_run(model *m, const batch *b, remat_op_profile **ou
     bool prev = remat_enable_grad_begin();
     int rc = embed(m, b, &x);
     if (!rc) rc = remat_profile_ops(out, m->layers, st, x, NULL);
-    /* Offload as a planner choice (a device with real offload: cuda) has run on the fenced
-     * test device only, never on a GPU: the program's budget= plans use it when asked
-     * (REMAT_PLAN_OFFLOAD=1; docs/planner.md "Offload"), else keep or recompute. */
-    const char *want = getenv("REMAT_PLAN_OFFLOAD");
-    if (!rc && !(want && !strcmp(want, "1")))
-        for (int s = 0; s < (*out)->n_stages; s++)
-            for (int i = 0; i < (*out)->stages[s].n_ops; i++)
-                (*out)->stages[s].ops[i].offloadable = false;
     remat_grad_mode_restore(prev);
     remat_release(x);
     free(st);

@@ -323,7 +323,7 @@ bool strategy_wants_ops(const strategy *s) {
 }
 
 int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profile *step,
-                  const remat_op_profile *ops) {
+                  const remat_op_profile *ops, const remat_plan_options *po) {
     if (s->kind != STRAT_BUDGET) return REMAT_OK;
     remat_plan_free(s->plan);
     s->plan = NULL;
@@ -340,7 +340,7 @@ int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profi
     if (rc) return rc;
     if (s->budget_pct > 0) s->budget = (uint64_t)(s->budget_pct / 100.0 * (double)store_all);
     if (whole && ops && strategy_wants_ops(s))
-        rc = remat_plan_create_ops(&s->plan, prof, ops, step, (size_t)s->budget, NULL);
+        rc = remat_plan_create_ops(&s->plan, prof, ops, step, (size_t)s->budget, po);
     else
         rc = whole ? remat_plan_create_step(&s->plan, prof, step, (size_t)s->budget, NULL)
                    : remat_plan_create(&s->plan, prof, (size_t)s->budget);

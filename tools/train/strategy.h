@@ -120,10 +120,11 @@ int strategy_step_range(const remat_profile *prof, const remat_step_profile *ste
  * chain (the model's blocks) and, for budget=, of the step around it (see
  * model_profile_step). A budget below the smallest feasible one fails with
  * the planner's message, which states that minimum, followed by what to type
- * (budget=SIZE and budget=P%). Sets s->covers_all when nothing needs
+ * (budget=SIZE and budget=P%). po (may be NULL): the planner's options for
+ * budget= (op level): --plan-offload, --plan-lossy. Sets s->covers_all when nothing needs
  * checkpointing (see strategy_budget_warning). Other kinds: nothing to do. */
 int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profile *step,
-                  const remat_op_profile *ops);
+                  const remat_op_profile *ops, const remat_plan_options *po);
 /* budget=SIZE (whole step, op level): whether strategy_plan needs an op profile. */
 bool strategy_wants_ops(const strategy *s);
 /* After strategy_plan: a one-line warning when the budget is at or above

@@ -404,7 +404,8 @@ static int train_plan(train_run *tr) {
             term_buf_close(&tb, stderr);
         }
     }
-    if (!rc) rc = strategy_plan(&c->strat, prof, &sp, tr->ops);
+    const remat_plan_options po = {.offload = c->plan_offload};
+    if (!rc) rc = strategy_plan(&c->strat, prof, &sp, tr->ops, &po);
     remat_profile_free(prof);
     if (rc) {
         char msg[768]; /* remat_set_error must not read the buffer it writes */

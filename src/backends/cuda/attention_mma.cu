@@ -33,6 +33,7 @@
  *   B (16×8, col):   b[0] = (k 2t..2t+1, n g), b[1] = (k 2t+8.., n g)
  *   C (16×8, f32):   c[0], c[1] = (g, 2t), (g, 2t+1); c[2], c[3] = (g+8, 2t), (g+8, 2t+1) */
 #include <cuda_bf16.h>
+#include <string.h>
 
 #include "kcommon.cuh"
 #include "nn.h"
@@ -51,6 +52,10 @@ template <int HD> struct tc_cfg {
     static constexpr int KS = HD / 16;              /* k-steps over the head dims */
     static constexpr int NDT = HD / 8;              /* n-tiles over the head dims */
     static_assert(HD % 16 == 0 && HD <= 128, "head class 32, 64 or 128");
+    /* dynamic shared memory of each kernel, bytes */
+    static constexpr size_t SM_FWD = 2 * (size_t)(BR + 2 * BC) * LD;
+    static constexpr size_t SM_DQ = 2 * (size_t)(2 * BR + 2 * BC) * LD;
+    static constexpr size_t SM_DKDV = 2 * (size_t)(2 * BR + 2 * BCQ) * LD + 4 * 2 * BCQ;
 };
 
 typedef unsigned short bf16_t;
@@ -58,7 +63,9 @@ typedef unsigned short bf16_t;
 /* ---- the tensor-core instructions ------------------------------------------------------ */
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#if defined(RMK_EMU) /* tests/cuda_emu: the instruction carried out on the CPU */
+    RMK_EMU_MMA(c, a, b0, b1);
+#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -71,7 +78,9 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
 /* Four 8×8 bf16 matrices, transposed as they load: lane l gives the address of row l % 8
  * of matrix l / 8; register i gets matrix i's elements (2t, g) and (2t + 1, g). */
 __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16_t *row) {
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#if defined(RMK_EMU)
+    RMK_EMU_LDSM_X4_T(r, row);
+#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     const unsigned a = (unsigned)__cvta_generic_to_shared(row);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -89,7 +98,9 @@ __device__ __forceinline__ uint32_t ld_pair(const bf16_t *p) { return *(const ui
 /* Two f32 rounded to bf16 (nearest, ties to even) and packed, lo in the low half. */
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *(const uint32_t *)&h;
+    uint32_t u;
+    memcpy(&u, &h, sizeof u); /* a register move on the GPU */
+    return u;
 }
 
 /* The A-operand of k-step ks (columns 16ks..16ks+15) of the 16 rows at `rows` (stride ld). */
@@ -210,6 +221,15 @@ __device__ __forceinline__ float quad_sum(float v) {
 struct tc_ops {
     unsigned vec;
 };
+
+/* Whether operand o of pointer p (cols wide, over `lead`) may be loaded 8 elements at a
+ * time: contiguous columns, 16-byte aligned rows in every batch entry. */
+bool tc_vec(const void *p, const rmk_att_operand &o, const rmk_att_lead &lead, int64_t cols) {
+    if (!p || ((uintptr_t)p & 15) || cols % 8 || (o.cs != 1 && cols > 1) || o.rs % 8) return false;
+    for (int i = 0; i < lead.nlead; i++)
+        if (o.bst[i] % 8) return false;
+    return true;
+}
 
 } // namespace
 
@@ -489,16 +509,8 @@ __global__ void __launch_bounds__(tc_cfg<HD>::NT)
 }
 
 /* ---- launchers ------------------------------------------------------------------------- */
+#ifndef RMK_EMU /* tests/cuda_emu launches the kernels its own way */
 namespace {
-
-/* Whether operand o of pointer p (cols wide, over `lead`) may be loaded 8 elements at a
- * time: contiguous columns, 16-byte aligned rows in every batch entry. */
-bool tc_vec(const void *p, const rmk_att_operand &o, const rmk_att_lead &lead, int64_t cols) {
-    if (!p || ((uintptr_t)p & 15) || cols % 8 || (o.cs != 1 && cols > 1) || o.rs % 8) return false;
-    for (int i = 0; i < lead.nlead; i++)
-        if (o.bst[i] % 8) return false;
-    return true;
-}
 
 unsigned tc_grid(int64_t n) { return n <= 0 ? 0u : (unsigned)(n < 1048576 ? n : 1048576); }
 
@@ -517,7 +529,7 @@ cudaError_t tc_fwd(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_at
     const tc_ops f = {(tc_vec(q, *oq, *lead, d->D) ? 1u : 0u) |
                       (tc_vec(k, *ok, *lead, d->D) ? 2u : 0u) |
                       (tc_vec(v, *ov, *lead, d->Dv) ? 4u : 0u)};
-    const size_t sm = sizeof(bf16_t) * (size_t)(C::BR + 2 * C::BC) * C::LD;
+    const size_t sm = C::SM_FWD;
     cudaError_t e = tc_smem(tc_att_fwd<HD>, sm);
     if (e != cudaSuccess) return e;
     tc_att_fwd<HD><<<grid, C::NT, sm, s>>>(*d, *lead, *oq, (const bf16_t *)q, *ok,
@@ -537,7 +549,7 @@ cudaError_t tc_bwd(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_at
                       (tc_vec(p[4], o[4], *lead, d->Dv) ? 8u : 0u)};
     const unsigned g1 = tc_grid(d->nb * ((d->Tq + C::BR - 1) / C::BR));
     if (g1 > 0) { /* delta always (dK needs it), dQ when wanted */
-        const size_t sm = sizeof(bf16_t) * (size_t)(2 * C::BR + 2 * C::BC) * C::LD;
+        const size_t sm = C::SM_DQ;
         cudaError_t e = tc_smem(tc_att_bwd_dq<HD>, sm);
         if (e != cudaSuccess) return e;
         tc_att_bwd_dq<HD><<<g1, C::NT, sm, s>>>(
@@ -549,8 +561,7 @@ cudaError_t tc_bwd(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_at
     }
     const unsigned g2 = tc_grid(d->nb / d->group * ((d->Tk + C::BR - 1) / C::BR));
     if (g2 > 0 && (p[6] || p[7])) {
-        const size_t sm =
-            sizeof(bf16_t) * (size_t)(2 * C::BR + 2 * C::BCQ) * C::LD + sizeof(float) * 2 * C::BCQ;
+        const size_t sm = C::SM_DKDV;
         cudaError_t e = tc_smem(tc_att_bwd_dkdv<HD>, sm);
         if (e != cudaSuccess) return e;
         tc_att_bwd_dkdv<HD><<<g2, C::NT, sm, s>>>(
@@ -598,3 +609,4 @@ extern "C" cudaError_t rmk_attention_tc_bwd(int hd, const rmk_att_dims *d, const
     }
     return cudaErrorInvalidValue;
 }
+#endif /* RMK_EMU */

@@ -1,0 +1,269 @@
+/* tests/cuda_emu/emu.h — runs CUDA kernels of src/backends/cuda on the CPU, one thread
+ * block at a time, for checking a kernel's index arithmetic and fragment layouts where no
+ * GPU is lent (tests/cuda_emu/README.md). Host C++17 (g++ or clang++), with the CUDA
+ * toolkit's headers for the vector and bf16 types.
+ *
+ * Each thread of a block is a fiber (ucontext) with its own threadIdx; a fiber runs until
+ * it reaches a point where threads meet — __syncthreads (the block), a shuffle, an
+ * mma.sync or an ldmatrix (its warp) — and the scheduler resumes it once every thread
+ * that must meet there has arrived, having carried out the warp's collective operation as
+ * the PTX ISA defines it:
+ *   mma.sync.m16n8k16 (bf16 × bf16 → f32), lane = 4g + t:
+ *     A (16×16): a[r] holds row g + 8·(r % 2), columns 2t + 8·(r / 2) and the next
+ *     B (16×8):  b[r] holds rows (k) 2t + 8·r and the next, column g
+ *     C (16×8):  c[r] is row g + 8·(r / 2), column 2t + (r % 2)
+ *   ldmatrix.x4.trans (8×8 b16 matrices): lane l gives row l % 8 of matrix l / 8; register
+ *     j gets matrix j's elements (2t, g) and (2t + 1, g), the first in the low half.
+ * A kernel whose threads would diverge at a meeting point (some at a barrier, some not)
+ * is reported as a deadlock. Shared memory is one static buffer (blocks run one after
+ * another). Not a CUDA implementation: what the attention kernels use, nothing else. */
+#ifndef REMAT_CUDA_EMU_H
+#define REMAT_CUDA_EMU_H
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <functional>
+#include <vector>
+
+/* The kernels' dynamic shared memory (their `extern __shared__ ... smem_raw[]`). */
+alignas(16) inline unsigned char smem_raw[256 * 1024];
+
+namespace rmk_emu {
+
+enum wait_kind { RUN = 0, AT_BLOCK, AT_WARP, DONE };
+enum warp_op { OP_SHFL = 1, OP_MMA, OP_LDSM_T };
+
+struct fiber {
+    ucontext_t ctx;
+    std::vector<char> stack;
+    uint3 tid;
+    int state;
+};
+
+struct warp_slot {
+    int op;
+    float fin[32][4]; /* shuffle value (f32 view) / mma C */
+    double din[32];   /* shuffle value (f64) */
+    int is_double[32];
+    uint32_t uin[32][6]; /* mma A (4), B (2) */
+    int arg[32];         /* shuffle xor offset */
+    const void *ptr[32]; /* ldmatrix row addresses */
+    float fout[32][4];   /* mma D / shuffle result */
+    double dout[32];
+    uint32_t uout[32][4]; /* ldmatrix registers */
+};
+
+inline ucontext_t sched_ctx;
+inline std::vector<fiber> fibers;
+inline std::vector<warp_slot> slots;
+inline fiber *cur = nullptr;
+inline uint3 block_idx, grid_dim, block_dim;
+inline std::function<void()> body;
+
+inline int lane_of(const fiber *f) { return (int)(f->tid.x & 31); }
+inline warp_slot &my_slot() { return slots[cur->tid.x >> 5]; }
+
+inline void yield(int state) {
+    cur->state = state;
+    swapcontext(&cur->ctx, &sched_ctx);
+}
+
+inline void sync_block() { yield(AT_BLOCK); }
+
+template <typename T> inline T shfl_xor(T v, int o) {
+    warp_slot &s = my_slot();
+    const int l = lane_of(cur);
+    s.op = OP_SHFL;
+    s.arg[l] = o;
+    s.is_double[l] = sizeof(T) == 8;
+    if (sizeof(T) == 8) s.din[l] = (double)v;
+    else s.fin[l][0] = (float)v;
+    yield(AT_WARP);
+    return sizeof(T) == 8 ? (T)s.dout[l] : (T)s.fout[l][0];
+}
+
+inline float bf16_lo(uint32_t u) {
+    uint32_t b = u << 16;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+inline float bf16_hi(uint32_t u) {
+    uint32_t b = u & 0xFFFF0000u;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+inline void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    warp_slot &s = my_slot();
+    const int l = lane_of(cur);
+    s.op = OP_MMA;
+    for (int i = 0; i < 4; i++) {
+        s.uin[l][i] = a[i];
+        s.fin[l][i] = c[i];
+    }
+    s.uin[l][4] = b0;
+    s.uin[l][5] = b1;
+    yield(AT_WARP);
+    for (int i = 0; i < 4; i++) c[i] = s.fout[l][i];
+}
+
+inline void ldsm_x4_t(uint32_t (&r)[4], const void *row) {
+    warp_slot &s = my_slot();
+    const int l = lane_of(cur);
+    s.op = OP_LDSM_T;
+    s.ptr[l] = row;
+    yield(AT_WARP);
+    for (int i = 0; i < 4; i++) r[i] = s.uout[l][i];
+}
+
+/* the warp's collective, every lane arrived */
+inline void run_warp_op(warp_slot &s) {
+    if (s.op == OP_SHFL) {
+        for (int l = 0; l < 32; l++) {
+            const int src = l ^ s.arg[l];
+            if (s.is_double[l]) s.dout[l] = s.din[src];
+            else s.fout[l][0] = s.fin[src][0];
+        }
+    } else if (s.op == OP_MMA) {
+        float A[16][16], B[16][8], C[16][8];
+        for (int l = 0; l < 32; l++) {
+            const int g = l >> 2, t = l & 3;
+            for (int r = 0; r < 4; r++) {
+                const int row = g + 8 * (r % 2), col = 2 * t + 8 * (r / 2);
+                A[row][col] = bf16_lo(s.uin[l][r]);
+                A[row][col + 1] = bf16_hi(s.uin[l][r]);
+            }
+            for (int r = 0; r < 2; r++) {
+                const int k = 2 * t + 8 * r;
+                B[k][g] = bf16_lo(s.uin[l][4 + r]);
+                B[k + 1][g] = bf16_hi(s.uin[l][4 + r]);
+            }
+            for (int r = 0; r < 4; r++) C[g + 8 * (r / 2)][2 * t + (r % 2)] = s.fin[l][r];
+        }
+        for (int l = 0; l < 32; l++) {
+            const int g = l >> 2, t = l & 3;
+            for (int r = 0; r < 4; r++) {
+                const int row = g + 8 * (r / 2), col = 2 * t + (r % 2);
+                float acc = C[row][col];
+                for (int k = 0; k < 16; k++) acc += A[row][k] * B[k][col];
+                s.fout[l][r] = acc;
+            }
+        }
+    } else if (s.op == OP_LDSM_T) {
+        for (int l = 0; l < 32; l++) {
+            const int g = l >> 2, t = l & 3;
+            for (int j = 0; j < 4; j++) {
+                const uint16_t *r0 = (const uint16_t *)s.ptr[8 * j + 2 * t],
+                               *r1 = (const uint16_t *)s.ptr[8 * j + 2 * t + 1];
+                if (((uintptr_t)r0 & 15) || ((uintptr_t)r1 & 15)) {
+                    fprintf(stderr, "cuda_emu: ldmatrix row address not 16-byte aligned\n");
+                    abort();
+                }
+                s.uout[l][j] = (uint32_t)r0[g] | ((uint32_t)r1[g] << 16);
+            }
+        }
+    }
+}
+
+inline void fiber_main() {
+    body();
+    cur->state = DONE;
+    swapcontext(&cur->ctx, &sched_ctx);
+}
+
+/* Runs `kernel_body` (the kernel called with its arguments) over grid × nt threads. */
+inline void launch(unsigned grid, unsigned nt, std::function<void()> kernel_body) {
+    body = std::move(kernel_body);
+    grid_dim = make_uint3(grid, 1, 1);
+    block_dim = make_uint3(nt, 1, 1);
+    for (unsigned b = 0; b < grid; b++) {
+        block_idx = make_uint3(b, 1, 1);
+        memset(::smem_raw, 0xA5, sizeof ::smem_raw); /* stale data, as a GPU may leave */
+        fibers.assign(nt, fiber());
+        slots.assign((nt + 31) / 32, warp_slot());
+        for (unsigned i = 0; i < nt; i++) {
+            fiber &f = fibers[i];
+            f.stack.resize(256 * 1024);
+            f.tid = make_uint3(i, 0, 0);
+            f.state = RUN;
+            getcontext(&f.ctx);
+            f.ctx.uc_stack.ss_sp = f.stack.data();
+            f.ctx.uc_stack.ss_size = f.stack.size();
+            f.ctx.uc_link = nullptr;
+            makecontext(&f.ctx, fiber_main, 0);
+        }
+        for (;;) {
+            for (fiber &f : fibers)
+                if (f.state == RUN) {
+                    cur = &f;
+                    swapcontext(&sched_ctx, &f.ctx);
+                }
+            int done = 0, at_block = 0;
+            for (fiber &f : fibers) {
+                done += f.state == DONE;
+                at_block += f.state == AT_BLOCK;
+            }
+            if (done == (int)nt) break;
+            bool progress = false;
+            for (size_t w = 0; w < slots.size(); w++) { /* warps whose lanes all arrived */
+                int n = 0;
+                for (unsigned l = 0; l < 32 && 32 * w + l < nt; l++)
+                    n += fibers[32 * w + l].state == AT_WARP;
+                if (n == 32) {
+                    run_warp_op(slots[w]);
+                    for (unsigned l = 0; l < 32; l++) fibers[32 * w + l].state = RUN;
+                    progress = true;
+                }
+            }
+            if (progress) continue;
+            if (at_block + done == (int)nt && at_block > 0) {
+                if (done) { /* exited threads do not count at a barrier on a GPU either; the
+                             * kernels here never exit early, so say so */
+                    fprintf(stderr, "cuda_emu: a barrier with %d threads exited\n", done);
+                    abort();
+                }
+                for (fiber &f : fibers) f.state = RUN;
+                continue;
+            }
+            fprintf(stderr, "cuda_emu: deadlock in block %u (%d at the barrier, %d done)\n", b,
+                    at_block, done);
+            abort();
+        }
+    }
+}
+
+} // namespace rmk_emu
+
+/* What the kernels see of CUDA. */
+#define threadIdx (rmk_emu::cur->tid)
+#define blockIdx (rmk_emu::block_idx)
+#define gridDim (rmk_emu::grid_dim)
+#define blockDim (rmk_emu::block_dim)
+#define __syncthreads() rmk_emu::sync_block()
+#define __syncwarp(...) ((void)0) /* the kernels' warps never diverge at one */
+#define __shfl_xor_sync(mask, v, o, ...) rmk_emu::shfl_xor((v), (o))
+#define __launch_bounds__(...)
+#define RMK_EMU_MMA(c, a, b0, b1) rmk_emu::mma((c), (a), (b0), (b1))
+#define RMK_EMU_LDSM_X4_T(r, p) rmk_emu::ldsm_x4_t((r), (p))
+
+inline float __uint_as_float(unsigned int u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+inline unsigned int __float_as_uint(float f) {
+    unsigned int u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+#endif /* REMAT_CUDA_EMU_H */
