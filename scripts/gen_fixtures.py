@@ -317,6 +317,26 @@ case("gelu_tanh_expanded")(make_unary("gelu", shape=(1, 4), views={"a": [("expan
                                       params=[("approximate", ["tanh"])], fn=_gelu_tanh))
 
 
+
+# bias_gelu: gelu(x + bias), bias along the last dim (the MLP's first linear's bias, fused)
+def make_bias_gelu(shape, form, views=None):
+    torch_form = "none" if form == "erf" else "tanh"
+
+    def build(r, dt):
+        x = T(r.uniform(shape, -3.0, 3.0), dt)
+        n = shape[0] if views else shape[-1]  # the viewed x's last dim
+        b = T(r.uniform((n,), -1.0, 1.0), dt)
+        return Case("bias_gelu", lambda v: F.gelu(v["x"] + v["bias"], approximate=torch_form),
+                    [("x", x), ("bias", b)], params=[("approximate", [form])], views=views)
+
+    return build
+
+
+case("bias_gelu_erf")(make_bias_gelu((2, 3, 5), "erf"))
+case("bias_gelu_tanh")(make_bias_gelu((4, 6), "tanh"))
+case("bias_gelu_erf_transposed")(make_bias_gelu((5, 3), "erf", views={"x": [("transpose", [0, 1])]}))
+
+
 # ---- matmul / linear -----------------------------------------------------------------
 def make_matmul(sa, sb, views=None):
     def build(r, dt):
@@ -880,6 +900,12 @@ case("exp_large")(large("exp", lambda x: torch.exp(x["a"]), [("a", _R, -2.0, 2.0
 case("tanh_large")(large("tanh", lambda x: torch.tanh(x["a"]), [("a", _R, -2.0, 2.0)]))
 case("gelu_erf_large")(large("gelu", lambda x: F.gelu(x["a"]), [("a", _R, -4.0, 4.0)],
                              params=[("approximate", ["erf"])]))
+case("bias_gelu_erf_large")(large("bias_gelu", lambda x: F.gelu(x["x"] + x["bias"]),
+                                  [("x", (96, 1024), -4.0, 4.0), ("bias", (1024,), -1.0, 1.0)],
+                                  params=[("approximate", ["erf"])]))
+case("bias_gelu_tanh_large")(large("bias_gelu", lambda x: F.gelu(x["x"] + x["bias"], approximate="tanh"),
+                                   [("x", (96, 1024), -4.0, 4.0), ("bias", (1024,), -1.0, 1.0)],
+                                   params=[("approximate", ["tanh"])]))
 case("gelu_tanh_large")(large("gelu", lambda x: F.gelu(x["a"], approximate="tanh"), [("a", _R, -4.0, 4.0)],
                               params=[("approximate", ["tanh"])]))
 case("mul_scalar_large")(large("mul_scalar", lambda x: x["a"] * -1.5, [("a", _R, -2.0, 2.0)],

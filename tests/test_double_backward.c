@@ -113,6 +113,8 @@ U1(relu, remat_relu(out, in[0]))
 U1(gelu_erf, remat_gelu(out, in[0], REMAT_GELU_ERF))
 U1(gelu_tanh, remat_gelu(out, in[0], REMAT_GELU_TANH))
 U1(silu, remat_silu(out, in[0]))
+U1(bias_gelu_erf, remat_bias_gelu(out, in[0], in[1], REMAT_GELU_ERF))
+U1(bias_gelu_tanh, remat_bias_gelu(out, in[0], in[1], REMAT_GELU_TANH))
 U1(pow_scalar, remat_pow_scalar(out, in[0], 2.5))
 U1(add_scalar, remat_add_scalar(out, in[0], 0.5))
 U1(sub_scalar, remat_sub_scalar(out, in[0], 0.5))
@@ -330,6 +332,8 @@ static const gg_case k_cases[] = {
     {"remat_relu", "", f_relu, 1, mk_relu},
     {"remat_gelu", "erf", f_gelu_erf, 1, mk_23},
     {"remat_gelu", "tanh", f_gelu_tanh, 1, mk_23},
+    {"remat_bias_gelu", "erf", f_bias_gelu_erf, 2, mk_bcast},
+    {"remat_bias_gelu", "tanh", f_bias_gelu_tanh, 2, mk_bcast},
     {"remat_silu", "", f_silu, 1, mk_23},
     {"remat_pow_scalar", "", f_pow_scalar, 1, mk_pos},
     {"remat_add_scalar", "", f_add_scalar, 1, mk_23},

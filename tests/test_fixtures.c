@@ -174,6 +174,20 @@ static int op_gelu(run *r, remat_tensor **o, int *n) {
     return remat_gelu(&o[0], a, mode);
 }
 
+static int op_bias_gelu(run *r, remat_tensor **o, int *n) {
+    NEED("x", x);
+    NEED("bias", b);
+    const char *ap = fx_param_str(r->c, "approximate");
+    remat_gelu_approx mode;
+    if (ap && strcmp(ap, "erf") == 0) mode = REMAT_GELU_ERF;
+    else if (ap && strcmp(ap, "tanh") == 0) mode = REMAT_GELU_TANH;
+    else
+        return remat_set_error(REMAT_EFORMAT, "%s: bias_gelu needs 'param approximate erf|tanh'",
+                               r->c->path);
+    *n = 1;
+    return remat_bias_gelu(&o[0], x, b, mode);
+}
+
 /* ---- linear algebra, normalisation ---- */
 static int op_linear(run *r, remat_tensor **o, int *n) {
     NEED("x", x);
@@ -479,6 +493,7 @@ static const op_entry k_ops[] = {
     {"sigmoid", "unary", op_sigmoid},
     {"relu", "unary", op_relu},
     {"gelu", "unary", op_gelu},
+    {"bias_gelu", "unary", op_bias_gelu},
     {"silu", "unary", op_silu},
     {"matmul", "matmul", op_matmul},
     {"linear", "linear", op_linear},

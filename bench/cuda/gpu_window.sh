@@ -26,8 +26,8 @@
 # (s for the device suites, default 150), SKIP (step names or globs to leave out, e.g.
 # SKIP='train* torch-*' for a window that reruns only the suites and remat's benches).
 set -u
-# bf16 attention on the tensor cores (src/backends/cuda/attention_mma.cu) everywhere in the
-# window: the suites test it, the benches time it (profile-bf16-simt times the other path)
+# f32 and bf16 attention on the tensor cores (src/backends/cuda/attention_mma.cu) everywhere
+# in the window: the suites test it, the benches time it (profile-*-simt time the other path)
 export REMAT_CUDA_ATTENTION=${REMAT_CUDA_ATTENTION:-tc}
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/gpu-out}
@@ -179,6 +179,8 @@ step profile-bf16 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" 
 # (REMAT_CUDA_ATTENTION=tc), each op's time in the profile
 step profile-bf16-simt 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_CUDA_ATTENTION=simt \
   "$BUILD/remat" bench --device cuda $MODEL --autocast bf16 --strategies none --reps 2 --profile=3
+step profile-f32-simt 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_CUDA_ATTENTION=simt \
+  "$BUILD/remat" bench --device cuda $MODEL --strategies none --reps 2 --profile=3
 # 4d. torch.compile: the default partitioner (the stretch yardstick) and activation budgets
 step torch-compile-bf16 150 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --reps "$REPS" \
   --autocast bf16 --strategies none,compile,budget=50% --out "$FILES/torch-compile-bf16.json"

@@ -57,6 +57,18 @@ remat_status remat_sigmoid(remat_tensor **out, remat_tensor *a);
 remat_status remat_relu(remat_tensor **out, remat_tensor *a);
 typedef enum remat_gelu_approx { REMAT_GELU_ERF = 0, REMAT_GELU_TANH = 1 } remat_gelu_approx;
 remat_status remat_gelu(remat_tensor **out, remat_tensor *a, remat_gelu_approx approximate);
+/* gelu(x + bias), bias (n) added along x's last dim (..., n): remat_gelu of remat_add(x,
+ * bias) as one op, bitwise the same y and x-gradient; bias's gradient is the column sums of
+ * x's, summed as remat_linear sums its bias gradient. For an MLP's first layer: the linear
+ * without its bias, then this (the GPT-2 block does), so neither the bias nor its gradient
+ * costs a pass over the activation of its own. Saves x and bias (references). x f32, f64
+ * or bf16; bias x's dtype, or f32 with a bf16 x (autocast's f32 master bias: x + bias is
+ * rounded to bf16 before the GELU, as a bf16 add rounds it; the bias's gradient is the
+ * f32 sum of the rounded bf16 gradient rows). No autocast category (as gelu).
+ * Errors: REMAT_EDTYPE, REMAT_ESHAPE (bias not 1-D of x's last size), REMAT_EINVAL
+ * (approximate), REMAT_EUNSUPPORTED (no kernel for the device). */
+remat_status remat_bias_gelu(remat_tensor **out, remat_tensor *x, remat_tensor *bias,
+                             remat_gelu_approx approximate);
 /* SiLU (swish): a · sigmoid(a), as torch.nn.functional.silu; Llama's SwiGLU gate. Saves its
  * input. Runs in its input's dtype (bf16 included; no autocast category, as gelu). */
 remat_status remat_silu(remat_tensor **out, remat_tensor *a);

@@ -4,6 +4,10 @@
  *   x (B, T, C) → x1 = x + drop(proj(attn(ln_1(x))))      causal, `heads` heads
  *                 y  = x1 + drop(mlp_proj(gelu(fc(ln_2(x1)))))
  *
+ * fc runs without its bias and remat_bias_gelu adds it inside the GELU: the
+ * same values as gelu(fc(...)) with the bias in the linear up to where the
+ * f32 GEMM would have added it (docs/models.md), one pass fewer each way.
+ *
  * attn is the fused remat_attention, or with o->mask the composed
  * softmax(mask(q·kᵀ/√D))·v with dropout on the probabilities (HF's eager
  * attention; what the remat program's --attention ops runs).
@@ -171,10 +175,12 @@ int mb_gpt2_block(remat_tensor **out, const remat_gpt2_block_weights *w,
     mb_drop(&t);
     /* MLP */
     MB_TRY(remat_layer_norm(&h, x1, 1, w->ln_2_weight, w->ln_2_bias, o->eps));
-    MB_TRY(project(lin, &f, h, w->fc_weight, w->fc_bias)); /* (B, T, I) */
+    /* the up projection's bias goes into the GELU (remat_bias_gelu): no pass of its own over
+     * the (B, T, I) activation, forward or backward */
+    MB_TRY(project(lin, &f, h, w->fc_weight, NULL)); /* (B, T, I), without the bias */
     mb_drop(&h);
     MB_TRY(mb_maybe_tag(o->tags, &f, "mlp_up"));
-    MB_TRY(remat_gelu(&t, f, o->gelu));
+    MB_TRY(remat_bias_gelu(&t, f, w->fc_bias, o->gelu));
     mb_drop(&f);
     MB_TRY(mb_maybe_tag(o->tags, &t, "mlp_act"));
     MB_TRY(project(lin, &f, t, w->mlp_proj_weight, w->mlp_proj_bias)); /* (B, T, C) */

@@ -7,8 +7,8 @@
 
 /* Descriptors (defined in the op files). */
 extern const rm_op_desc rm_op_neg, rm_op_exp, rm_op_log, rm_op_sqrt, rm_op_tanh, rm_op_sigmoid,
-    rm_op_relu, rm_op_gelu, rm_op_silu, rm_op_pow_scalar, rm_op_add_scalar, rm_op_sub_scalar,
-    rm_op_mul_scalar, rm_op_div_scalar, rm_op_rsub_scalar;
+    rm_op_relu, rm_op_gelu, rm_op_bias_gelu, rm_op_silu, rm_op_pow_scalar, rm_op_add_scalar,
+    rm_op_sub_scalar, rm_op_mul_scalar, rm_op_div_scalar, rm_op_rsub_scalar;
 extern const rm_op_desc rm_op_add, rm_op_sub, rm_op_mul, rm_op_div, rm_op_pow;
 extern const rm_op_desc rm_op_matmul, rm_op_linear, rm_op_attention;
 extern const rm_op_desc rm_op_sum, rm_op_sum_all, rm_op_mean, rm_op_max, rm_op_mse_loss,
@@ -33,6 +33,7 @@ static const rm_op_desc *const k_ops[] = {
     D(sigmoid),
     D(relu),
     D(gelu),
+    D(bias_gelu), /* bias_gelu.c */
     D(silu),
     D(pow_scalar),
     D(add_scalar),

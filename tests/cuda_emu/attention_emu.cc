@@ -7,10 +7,11 @@
  * loads) and odd head sizes (element loads), grids smaller than the work (the kernels'
  * grid-stride loops).
  *
- * Tolerance: the kernels round P and dS to bf16 as the products' operands and every
- * output once to bf16, so each result is compared against the largest magnitude of its
- * f64 counterpart: within 1e-2 of it (a bf16 ulp is 2^-8 relative; the rounding of P and
- * dS averages out over a row's keys), the lse within 1e-4 absolute.
+ * Tolerance, against the largest magnitude of each result's f64 counterpart: bf16 within
+ * 1e-2 (the kernels round P and dS to bf16 as the products' operands and every output once
+ * to bf16; a bf16 ulp is 2^-8 relative), f32 within 2e-5 (3xTF32 products, f32 sums:
+ * f32 arithmetic's error over sums of up to 150 terms); the lse within 1e-4 (bf16) and
+ * 1e-5 (f32) of the largest |lse|.
  *
  *   sh tests/cuda_emu/run.sh        (no GPU needed: g++ or clang++ and the CUDA headers) */
 #define RMK_EMU 1
@@ -22,17 +23,32 @@
 
 namespace {
 
-uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-double from_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+/* The element types' values: encoded from a double, decoded to one; NaN; tolerances. */
+template <typename E> struct elem_of;
+template <> struct elem_of<bf16_t> {
+    static bf16_t enc(double x) {
+        const float f = (float)x;
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        return (bf16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    }
+    static double dec(bf16_t h) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    static constexpr bf16_t nan = 0x7FC0;
+    static constexpr double rtol = 1e-2, lse_rtol = 1e-4;
+    static constexpr const char *name = "bf16";
+};
+template <> struct elem_of<float> {
+    static float enc(double x) { return (float)x; }
+    static double dec(float x) { return x; }
+    static constexpr float nan = NAN;
+    static constexpr double rtol = 2e-5, lse_rtol = 1e-5;
+    static constexpr const char *name = "f32";
+};
 
 uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 double uniform() { /* [-1, 1) */
@@ -43,11 +59,11 @@ double uniform() { /* [-1, 1) */
 }
 
 /* An operand (B, heads, T, cols) at base + b·sb + h·sh + r·rs + c (columns contiguous). */
-struct view {
-    std::vector<uint16_t> *buf;
+template <typename E> struct view {
+    std::vector<E> *buf;
     int64_t off, sb, sh, rs;
     int64_t heads, T, cols;
-    uint16_t *at(int64_t b, int64_t h, int64_t r, int64_t c) const {
+    E *at(int64_t b, int64_t h, int64_t r, int64_t c) const {
         return buf->data() + off + b * sb + h * sh + r * rs + c;
     }
     rmk_att_operand op(int64_t hdiv) const {
@@ -85,12 +101,15 @@ void check(const char *what, const kase &c, const std::vector<double> &ref,
     failures += !ok;
 }
 
-template <int HD> void run(const kase &c) {
-    typedef tc_cfg<HD> C;
+template <typename TR, int HD> void run(const kase &c) {
+    typedef tc_cfg<TR, HD> C;
+    typedef typename TR::elem E;
+    typedef elem_of<E> V;
+    typedef view<E> view;
     const int64_t group = c.H / c.Hkv;
     /* buffers: packed qkv (B, T, 3, H, D) when asked (Tq == Tk, D == Dv, H == Hkv), else one
      * (B, heads, T, cols) buffer per operand */
-    std::vector<uint16_t> bq, bk, bv, bg, by, bdq, bdk, bdv;
+    std::vector<E> bq, bk, bv, bg, by, bdq, bdk, bdv;
     view q, k, v;
     if (c.packed) {
         bq.resize((size_t)(c.B * c.Tq * 3 * c.H * c.D));
@@ -106,18 +125,18 @@ template <int HD> void run(const kase &c) {
         k = {&bk, 0, c.Hkv * c.Tk * c.D, c.Tk * c.D, c.D, c.Hkv, c.Tk, c.D};
         v = {&bv, 0, c.Hkv * c.Tk * c.Dv, c.Tk * c.Dv, c.Dv, c.Hkv, c.Tk, c.Dv};
     }
-    for (auto &x : bq) x = to_bf16((float)uniform());
-    for (auto &x : bk) x = to_bf16((float)uniform());
-    for (auto &x : bv) x = to_bf16((float)uniform());
+    for (auto &x : bq) x = V::enc(uniform());
+    for (auto &x : bk) x = V::enc(uniform());
+    for (auto &x : bv) x = V::enc(uniform());
     /* y and the gradients (B, T, H, cols) as the library stores attention's output */
-    by.assign((size_t)(c.B * c.Tq * c.H * c.Dv), 0);
+    by.assign((size_t)(c.B * c.Tq * c.H * c.Dv), V::nan);
     bg.resize(by.size());
-    for (auto &x : bg) x = to_bf16((float)uniform());
+    for (auto &x : bg) x = V::enc(uniform());
     view y = {&by, 0, c.Tq * c.H * c.Dv, c.Dv, c.H * c.Dv, c.H, c.Tq, c.Dv};
     view gy = {&bg, 0, c.Tq * c.H * c.Dv, c.Dv, c.H * c.Dv, c.H, c.Tq, c.Dv};
-    bdq.assign((size_t)(c.B * c.H * c.Tq * c.D), 0x7FC0); /* NaN: every element written */
-    bdk.assign((size_t)(c.B * c.Hkv * c.Tk * c.D), 0x7FC0);
-    bdv.assign((size_t)(c.B * c.Hkv * c.Tk * c.Dv), 0x7FC0);
+    bdq.assign((size_t)(c.B * c.H * c.Tq * c.D), V::nan); /* NaN: every element written */
+    bdk.assign((size_t)(c.B * c.Hkv * c.Tk * c.D), V::nan);
+    bdv.assign((size_t)(c.B * c.Hkv * c.Tk * c.Dv), V::nan);
     view dq = {&bdq, 0, c.H * c.Tq * c.D, c.Tq * c.D, c.D, c.H, c.Tq, c.D};
     view dk = {&bdk, 0, c.Hkv * c.Tk * c.D, c.Tk * c.D, c.D, c.Hkv, c.Tk, c.D};
     view dv = {&bdv, 0, c.Hkv * c.Tk * c.Dv, c.Tk * c.Dv, c.Dv, c.Hkv, c.Tk, c.Dv};
@@ -141,27 +160,28 @@ template <int HD> void run(const kase &c) {
     const rmk_att_operand oq = q.op(1), ok = k.op(group), ov = v.op(group), oy = y.op(1),
                           og = gy.op(1), odq = dq.op(1), odk = dk.op(group), odv = dv.op(group);
     std::vector<float> lse((size_t)(d.nb * d.Tq)), delta((size_t)(d.nb * d.Tq));
-    const tc_ops fv = {(tc_vec(q.at(0, 0, 0, 0), oq, lead, c.D) ? 1u : 0u) |
-                       (tc_vec(k.at(0, 0, 0, 0), ok, lead, c.D) ? 2u : 0u) |
-                       (tc_vec(v.at(0, 0, 0, 0), ov, lead, c.Dv) ? 4u : 0u) |
-                       (tc_vec(gy.at(0, 0, 0, 0), og, lead, c.Dv) ? 8u : 0u)};
+    const int ve = 16 / (int)sizeof(E);
+    const tc_ops fv = {(tc_vec(q.at(0, 0, 0, 0), oq, lead, c.D, ve) ? 1u : 0u) |
+                       (tc_vec(k.at(0, 0, 0, 0), ok, lead, c.D, ve) ? 2u : 0u) |
+                       (tc_vec(v.at(0, 0, 0, 0), ov, lead, c.Dv, ve) ? 4u : 0u) |
+                       (tc_vec(gy.at(0, 0, 0, 0), og, lead, c.Dv, ve) ? 8u : 0u)};
     if (C::SM_FWD > sizeof smem_raw || C::SM_DQ > sizeof smem_raw || C::SM_DKDV > sizeof smem_raw)
         abort();
     auto cap = [&](int64_t n) { return (unsigned)(n < (int64_t)c.grid_cap ? n : c.grid_cap); };
     const int64_t nqb = (c.Tq + C::BR - 1) / C::BR, nkb = (c.Tk + C::BR - 1) / C::BR;
     rmk_emu::launch(cap(d.nb * nqb), C::NT, [&] {
-        tc_att_fwd<HD>(d, lead, oq, q.at(0, 0, 0, 0), ok, k.at(0, 0, 0, 0), ov, v.at(0, 0, 0, 0),
-                       oy, y.at(0, 0, 0, 0), lse.data(), fv);
+        tc_att_fwd<TR, HD>(d, lead, oq, q.at(0, 0, 0, 0), ok, k.at(0, 0, 0, 0), ov,
+                           v.at(0, 0, 0, 0), oy, y.at(0, 0, 0, 0), lse.data(), fv);
     });
     rmk_emu::launch(cap(d.nb * nqb), C::NT, [&] {
-        tc_att_bwd_dq<HD>(d, lead, oq, q.at(0, 0, 0, 0), ok, k.at(0, 0, 0, 0), ov, v.at(0, 0, 0, 0),
-                          oy, y.at(0, 0, 0, 0), og, gy.at(0, 0, 0, 0), odq, dq.at(0, 0, 0, 0),
-                          lse.data(), delta.data(), fv);
+        tc_att_bwd_dq<TR, HD>(d, lead, oq, q.at(0, 0, 0, 0), ok, k.at(0, 0, 0, 0), ov,
+                              v.at(0, 0, 0, 0), oy, y.at(0, 0, 0, 0), og, gy.at(0, 0, 0, 0), odq,
+                              dq.at(0, 0, 0, 0), lse.data(), delta.data(), fv);
     });
     rmk_emu::launch(cap(d.nb / group * nkb), C::NT, [&] {
-        tc_att_bwd_dkdv<HD>(d, lead, oq, q.at(0, 0, 0, 0), ok, k.at(0, 0, 0, 0), ov,
-                            v.at(0, 0, 0, 0), og, gy.at(0, 0, 0, 0), odk, dk.at(0, 0, 0, 0), odv,
-                            dv.at(0, 0, 0, 0), lse.data(), delta.data(), fv);
+        tc_att_bwd_dkdv<TR, HD>(d, lead, oq, q.at(0, 0, 0, 0), ok, k.at(0, 0, 0, 0), ov,
+                                v.at(0, 0, 0, 0), og, gy.at(0, 0, 0, 0), odk, dk.at(0, 0, 0, 0),
+                                odv, dv.at(0, 0, 0, 0), lse.data(), delta.data(), fv);
     });
 
     /* f64 reference from the same bf16 values */
@@ -178,7 +198,7 @@ template <int HD> void run(const kase &c) {
                     if (!c.causal || j <= i + d.off) {
                         s = 0;
                         for (int64_t e = 0; e < c.D; e++)
-                            s += from_bf16(*q.at(b, h, i, e)) * from_bf16(*k.at(b, hk, j, e));
+                            s += V::dec(*q.at(b, h, i, e)) * V::dec(*k.at(b, hk, j, e));
                         s *= d.scale;
                     }
                     P[i * c.Tk + j] = s;
@@ -198,15 +218,15 @@ template <int HD> void run(const kase &c) {
                 std::vector<double> yi((size_t)c.Dv, 0.0);
                 for (int64_t e = 0; e < c.Dv; e++) {
                     for (int64_t j = 0; j < c.Tk; j++)
-                        yi[(size_t)e] += P[i * c.Tk + j] * from_bf16(*v.at(b, hk, j, e));
+                        yi[(size_t)e] += P[i * c.Tk + j] * V::dec(*v.at(b, hk, j, e));
                     ry.push_back(yi[(size_t)e]);
-                    gyv.push_back(from_bf16(*y.at(b, h, i, e)));
-                    dl += yi[(size_t)e] * from_bf16(*gy.at(b, h, i, e));
+                    gyv.push_back(V::dec(*y.at(b, h, i, e)));
+                    dl += yi[(size_t)e] * V::dec(*gy.at(b, h, i, e));
                 }
                 for (int64_t j = 0; j < c.Tk; j++) {
                     double dp = 0;
                     for (int64_t e = 0; e < c.Dv; e++)
-                        dp += from_bf16(*gy.at(b, h, i, e)) * from_bf16(*v.at(b, hk, j, e));
+                        dp += V::dec(*gy.at(b, h, i, e)) * V::dec(*v.at(b, hk, j, e));
                     dS[i * c.Tk + j] = P[i * c.Tk + j] * (dp - dl) * d.scale;
                 }
             }
@@ -214,43 +234,44 @@ template <int HD> void run(const kase &c) {
                 for (int64_t e = 0; e < c.D; e++) {
                     double s = 0;
                     for (int64_t j = 0; j < c.Tk; j++)
-                        s += dS[i * c.Tk + j] * from_bf16(*k.at(b, hk, j, e));
+                        s += dS[i * c.Tk + j] * V::dec(*k.at(b, hk, j, e));
                     rdq.push_back(s);
-                    gdq.push_back(from_bf16(*dq.at(b, h, i, e)));
+                    gdq.push_back(V::dec(*dq.at(b, h, i, e)));
                 }
             for (int64_t j = 0; j < c.Tk; j++) {
                 for (int64_t e = 0; e < c.D; e++) {
                     double s = 0;
                     for (int64_t i = 0; i < c.Tq; i++)
-                        s += dS[i * c.Tk + j] * from_bf16(*q.at(b, h, i, e));
+                        s += dS[i * c.Tk + j] * V::dec(*q.at(b, h, i, e));
                     rdk[(size_t)(((b * c.Hkv + hk) * c.Tk + j) * c.D + e)] += s;
                 }
                 for (int64_t e = 0; e < c.Dv; e++) {
                     double s = 0;
                     for (int64_t i = 0; i < c.Tq; i++)
-                        s += P[i * c.Tk + j] * from_bf16(*gy.at(b, h, i, e));
+                        s += P[i * c.Tk + j] * V::dec(*gy.at(b, h, i, e));
                     rdv[(size_t)(((b * c.Hkv + hk) * c.Tk + j) * c.Dv + e)] += s;
                 }
             }
         }
-    for (auto x : bdk) gdk.push_back(from_bf16(x));
-    for (auto x : bdv) gdv.push_back(from_bf16(x));
-    printf("%s (head class %d, loads %s)\n", c.name, HD, (fv.vec & 1) ? "16-byte" : "by element");
+    for (auto x : bdk) gdk.push_back(V::dec(x));
+    for (auto x : bdv) gdv.push_back(V::dec(x));
+    printf("%s, %s (head class %d, loads %s)\n", c.name, V::name, HD,
+           (fv.vec & 1) ? "16-byte" : "by element");
     /* rows without keys: lse -inf on both sides (compared as equal) */
     for (size_t i = 0; i < rl.size(); i++)
         if (rl[i] == -INFINITY && gl[i] == -INFINITY) rl[i] = gl[i] = 0;
-    check("y", c, ry, gyv, 1e-2);
-    check("lse", c, rl, gl, 1e-4); /* relative to the largest |lse| */
-    check("dq", c, rdq, gdq, 1e-2);
-    check("dk", c, rdk, gdk, 1e-2);
-    check("dv", c, rdv, gdv, 1e-2);
+    check("y", c, ry, gyv, V::rtol);
+    check("lse", c, rl, gl, V::lse_rtol);
+    check("dq", c, rdq, gdq, V::rtol);
+    check("dk", c, rdk, gdk, V::rtol);
+    check("dv", c, rdv, gdv, V::rtol);
 }
 
-void run_case(const kase &c) {
+template <typename TR> void run_case(const kase &c) {
     const int64_t m = c.D > c.Dv ? c.D : c.Dv;
-    if (m <= 32) run<32>(c);
-    else if (m <= 64) run<64>(c);
-    else run<128>(c);
+    if (m <= 32) run<TR, 32>(c);
+    else if (m <= 64) run<TR, 64>(c);
+    else run<TR, 128>(c);
 }
 
 } // namespace
@@ -265,7 +286,10 @@ int main() {
         {"two batch entries, head 32, causal", 2, 1, 1, 64, 64, 32, 32, true, false, false, 1},
         {"D 64, Dv 40, no mask", 1, 1, 1, 70, 90, 64, 40, false, false, false, 7},
     };
-    for (const kase &c : cases) run_case(c);
+    for (const kase &c : cases) {
+        run_case<tr_bf16>(c);
+        run_case<tr_f32>(c);
+    }
     printf(failures ? "%d FAILED\n" : "all passed\n", failures);
     return failures ? 1 : 0;
 }

@@ -12,6 +12,10 @@
  *     A (16×16): a[r] holds row g + 8·(r % 2), columns 2t + 8·(r / 2) and the next
  *     B (16×8):  b[r] holds rows (k) 2t + 8·r and the next, column g
  *     C (16×8):  c[r] is row g + 8·(r / 2), column 2t + (r % 2)
+ *   mma.sync.m16n8k8 (tf32 × tf32 → f32): A (16×8): a[r] is row g + 8·(r % 2), column
+ *     t + 4·(r / 2); B (8×8): b[r] is row (k) t + 4·r, column g; C as above. Products are
+ *     exact (tf32 × tf32 fits in f32), sums in f32. cvt.rna.tf32.f32 rounds to nearest,
+ *     ties away from zero.
  *   ldmatrix.x4.trans (8×8 b16 matrices): lane l gives row l % 8 of matrix l / 8; register
  *     j gets matrix j's elements (2t, g) and (2t + 1, g), the first in the low half.
  * A kernel whose threads would diverge at a meeting point (some at a barrier, some not)
@@ -38,7 +42,7 @@ alignas(16) inline unsigned char smem_raw[256 * 1024];
 namespace rmk_emu {
 
 enum wait_kind { RUN = 0, AT_BLOCK, AT_WARP, DONE };
-enum warp_op { OP_SHFL = 1, OP_MMA, OP_LDSM_T };
+enum warp_op { OP_SHFL = 1, OP_MMA, OP_MMA_TF32, OP_LDSM_T };
 
 struct fiber {
     ucontext_t ctx;
@@ -102,10 +106,11 @@ inline float bf16_hi(uint32_t u) {
     return f;
 }
 
-inline void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+/* mma.sync (op: OP_MMA bf16 m16n8k16, OP_MMA_TF32 tf32 m16n8k8): c += A·B for the warp */
+inline void mma_op(int op, float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     warp_slot &s = my_slot();
     const int l = lane_of(cur);
-    s.op = OP_MMA;
+    s.op = op;
     for (int i = 0; i < 4; i++) {
         s.uin[l][i] = a[i];
         s.fin[l][i] = c[i];
@@ -114,6 +119,22 @@ inline void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
     s.uin[l][5] = b1;
     yield(AT_WARP);
     for (int i = 0; i < 4; i++) c[i] = s.fout[l][i];
+}
+
+/* cvt.rna.tf32.f32: to 10 mantissa bits, nearest, ties away from zero (NaN and inf kept) */
+inline uint32_t tf32_rna(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7F800000u) == 0x7F800000u) return u;
+    return (u + 0x1000u) & 0xFFFFE000u;
+}
+
+/* a tf32 operand as the tensor core reads it: the register's top 19 bits */
+inline float tf32_val(uint32_t u) {
+    u &= 0xFFFFE000u;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
 }
 
 inline void ldsm_x4_t(uint32_t (&r)[4], const void *row) {
@@ -125,6 +146,20 @@ inline void ldsm_x4_t(uint32_t (&r)[4], const void *row) {
     for (int i = 0; i < 4; i++) r[i] = s.uout[l][i];
 }
 
+/* D = A (16×K) · B (K×8) + C for every lane: C and D in the accumulator layout, row
+ * g + 8·(r / 2), column 2t + (r % 2) of register r; products summed in f32, k in order */
+inline void mma_out(warp_slot &s, const float (&A)[16][16], const float (&B)[16][8], int K) {
+    for (int l = 0; l < 32; l++) {
+        const int g = l >> 2, t = l & 3;
+        for (int r = 0; r < 4; r++) {
+            const int row = g + 8 * (r / 2), col = 2 * t + (r % 2);
+            float acc = s.fin[l][r];
+            for (int k = 0; k < K; k++) acc += A[row][k] * B[k][col];
+            s.fout[l][r] = acc;
+        }
+    }
+}
+
 /* the warp's collective, every lane arrived */
 inline void run_warp_op(warp_slot &s) {
     if (s.op == OP_SHFL) {
@@ -134,7 +169,7 @@ inline void run_warp_op(warp_slot &s) {
             else s.fout[l][0] = s.fin[src][0];
         }
     } else if (s.op == OP_MMA) {
-        float A[16][16], B[16][8], C[16][8];
+        float A[16][16], B[16][8];
         for (int l = 0; l < 32; l++) {
             const int g = l >> 2, t = l & 3;
             for (int r = 0; r < 4; r++) {
@@ -147,17 +182,16 @@ inline void run_warp_op(warp_slot &s) {
                 B[k][g] = bf16_lo(s.uin[l][4 + r]);
                 B[k + 1][g] = bf16_hi(s.uin[l][4 + r]);
             }
-            for (int r = 0; r < 4; r++) C[g + 8 * (r / 2)][2 * t + (r % 2)] = s.fin[l][r];
         }
+        mma_out(s, A, B, 16);
+    } else if (s.op == OP_MMA_TF32) { /* m16n8k8: A (16×8), B (8×8) */
+        float A[16][16], B[16][8];
         for (int l = 0; l < 32; l++) {
             const int g = l >> 2, t = l & 3;
-            for (int r = 0; r < 4; r++) {
-                const int row = g + 8 * (r / 2), col = 2 * t + (r % 2);
-                float acc = C[row][col];
-                for (int k = 0; k < 16; k++) acc += A[row][k] * B[k][col];
-                s.fout[l][r] = acc;
-            }
+            for (int r = 0; r < 4; r++) A[g + 8 * (r % 2)][t + 4 * (r / 2)] = tf32_val(s.uin[l][r]);
+            for (int r = 0; r < 2; r++) B[t + 4 * r][g] = tf32_val(s.uin[l][4 + r]);
         }
+        mma_out(s, A, B, 8);
     } else if (s.op == OP_LDSM_T) {
         for (int l = 0; l < 32; l++) {
             const int g = l >> 2, t = l & 3;
@@ -252,8 +286,10 @@ inline void launch(unsigned grid, unsigned nt, std::function<void()> kernel_body
 #define __syncwarp(...) ((void)0) /* the kernels' warps never diverge at one */
 #define __shfl_xor_sync(mask, v, o, ...) rmk_emu::shfl_xor((v), (o))
 #define __launch_bounds__(...)
-#define RMK_EMU_MMA(c, a, b0, b1) rmk_emu::mma((c), (a), (b0), (b1))
+#define RMK_EMU_MMA(c, a, b0, b1) rmk_emu::mma_op(rmk_emu::OP_MMA, (c), (a), (b0), (b1))
 #define RMK_EMU_LDSM_X4_T(r, p) rmk_emu::ldsm_x4_t((r), (p))
+#define RMK_EMU_MMA_TF32(c, a, b0, b1) rmk_emu::mma_op(rmk_emu::OP_MMA_TF32, (c), (a), (b0), (b1))
+#define RMK_EMU_TF32(x) rmk_emu::tf32_rna(x)
 
 inline float __uint_as_float(unsigned int u) {
     float f;

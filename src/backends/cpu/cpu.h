@@ -16,6 +16,8 @@
     X(UNARY_BWD, unary_bwd, F32_F64_BF16)                                                          \
     X(RELU_MASK, relu_mask, F32_F64_BF16)                                                          \
     X(RELU_MASK_BWD, relu_mask_bwd, F32_F64_BF16)                                                  \
+    X(BIAS_GELU, bias_gelu, F32_F64_BF16)                                                          \
+    X(BIAS_GELU_BWD, bias_gelu_bwd, F32_F64_BF16)                                                  \
     X(ELEMENTWISE, elementwise, FLOAT)                                                             \
     /* reduce: reduce.c (sum, max), loss.c (embedding, cross_entropy, mse) */                      \
     X(SUM, sum, F32_F64)                                                                           \
@@ -67,6 +69,16 @@ extern const rm_kernel_fn rm_cpu_bf16_via_f32[RM_K_COUNT];
 /* (unary.c) Whether the bf16 unary kernel's lookup table of op is built: its forward
  * results, or (backward) its f'(s) factors (the GELUs only). For tests. */
 bool rm_cpu_unary_bf16_table_ready(rm_unary_op op, bool backward);
+/* (unary.c) The GELU op's (RM_U_GELU_ERF, _TANH) bf16 lookup tables for a call of n
+ * elements: its results by bf16 input, and its f32 factors f'(s); NULL where the unary
+ * kernel would not use them (n small) or while another thread builds them. */
+const uint16_t *rm_cpu_gelu_bf16_fwd_table(rm_unary_op op, int64_t n);
+const float *rm_cpu_gelu_bf16_grad_table(rm_unary_op op, int64_t n);
+/* (matmul.c) db (n) = the column sums of src (rows, n) in double, by blocks of 64 columns:
+ * the last step of the column sum kernel (RM_K_COLSUM), for kernels that make its per-chunk
+ * partial sums themselves (rm_cpu_chunk_rows, nn.h) while they write the rows. */
+void rm_cpu_colsum_blocks_f32(const float *src, int64_t rows, int64_t n, float *db);
+void rm_cpu_colsum_blocks_f64(const double *src, int64_t rows, int64_t n, double *db);
 /* (bf16.c) n contiguous elements f32 -> bf16 (rounded as rm_f32_to_bf16) and back,
  * vectorised and split over OpenMP. */
 void rm_cpu_f32_to_bf16(const float *restrict x, uint16_t *restrict y, int64_t n);

@@ -82,6 +82,7 @@ static const rm_host_ops k_host = {
  * elementwise), and the GEMM that rounds an f32 gradient for a bf16 product itself. */
 static const unsigned char k_flags[RM_K_COUNT] = {
     [RM_K_UNARY_BWD] = RM_KF_IN_PLACE,
+    [RM_K_BIAS_GELU_BWD] = RM_KF_IN_PLACE,
     [RM_K_MSE_BWD] = RM_KF_IN_PLACE,
     [RM_K_MATMUL] = RM_KF_WIDE_GRAD,
 };

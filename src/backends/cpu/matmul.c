@@ -373,6 +373,14 @@ static int64_t colsum_scratch(int64_t rows, int64_t n) {
 #define T double
 #include "colsum_body.h"
 
+/* colsum_blocks for the fused kernels that sum their own rows (bias_gelu.c) */
+void rm_cpu_colsum_blocks_f32(const float *src, int64_t rows, int64_t n, float *db) {
+    colsum_blocks_float(src, rows, n, db);
+}
+void rm_cpu_colsum_blocks_f64(const double *src, int64_t rows, int64_t n, double *db) {
+    colsum_blocks_double(src, rows, n, db);
+}
+
 /* A bf16 db (autocast's bias gradient) from bf16 g, or from an f32 g kept
  * wide (`wide`: linear's output gradient, src/ops/matmul.c) whose rows are
  * rounded to bf16 as they stream, a stack segment at a time: colsum_float's

@@ -15,33 +15,6 @@
 #include "tmpl.h"
 #include "vmath.h"
 
-#define K_SQRT_2_OVER_PI 0.7978845608028654
-#define K_INV_SQRT_2 0.7071067811865476
-#define K_INV_SQRT_2PI 0.3989422804014327
-
-/* GELU (erf form) in f64: x * Phi(x) and its derivative Phi(x) + x * pdf(x),
- * with libm's erfc and exp (the f32 ones, rm_gelu_erff_v and
- * rm_gelu_erff_grad_v, are in vmath.h: one shared exp, vectorised).
- * Phi = 0.5 * erfc(-x / sqrt 2) stays accurate in the left tail, where
- * 0.5 * (1 + erf) cancels to 0 below x ~ -8. */
-static inline double phi_d(double x) { return 0.5 * erfc(-x * K_INV_SQRT_2); }
-static inline double gelu_erf_d(double x) { return x * phi_d(x); }
-static inline double gelu_erf_grad_d(double x) {
-    return phi_d(x) + x * (K_INV_SQRT_2PI * exp(-0.5 * x * x));
-}
-/* GELU (tanh form) in f64: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3),
- * and its derivative (the f32 ones, through sigmoid(2u), are in vmath.h). */
-static inline double gelu_tanh_d(double v) {
-    double in = K_SQRT_2_OVER_PI * (v + 0.044715 * v * v * v);
-    return 0.5 * v * (1.0 + tanh(in));
-}
-static inline double gelu_tanh_grad_d(double v) {
-    double in = K_SQRT_2_OVER_PI * (v + 0.044715 * v * v * v);
-    double th = tanh(in);
-    double din = K_SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * v * v);
-    return 0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * din;
-}
-
 /* SiLU's derivative sigmoid(x) (1 + x (1 - sigmoid(x))) (PyTorch's silu_backward formula),
  * f32 through the vectorisable exp. */
 static inline float silu_grad_f(float x) {
@@ -77,10 +50,10 @@ static inline double silu_grad_d(double x) {
 #define UN_LOG(v) UN_MATH(v, logf, log)
 #define UN_SQRT(v) UN_MATH(v, sqrtf, sqrt)
 #define UN_TANH(v) UN_MATH(v, rm_tanhf_v, tanh)
-#define UN_GELU(v) UN_MATH(v, rm_gelu_erff_v, gelu_erf_d)
-#define UN_GELU_T(v) UN_MATH(v, rm_gelu_tanhf_v, gelu_tanh_d)
-#define UN_GELU_GRAD(v) UN_MATH(v, rm_gelu_erff_grad_v, gelu_erf_grad_d)
-#define UN_GELU_T_GRAD(v) UN_MATH(v, rm_gelu_tanhf_grad_v, gelu_tanh_grad_d)
+#define UN_GELU(v) UN_MATH(v, rm_gelu_erff_v, rm_gelu_erf_d)
+#define UN_GELU_T(v) UN_MATH(v, rm_gelu_tanhf_v, rm_gelu_tanh_d)
+#define UN_GELU_GRAD(v) UN_MATH(v, rm_gelu_erff_grad_v, rm_gelu_erf_grad_d)
+#define UN_GELU_T_GRAD(v) UN_MATH(v, rm_gelu_tanhf_grad_v, rm_gelu_tanh_grad_d)
 #define UN_SILU_GRAD(v) UN_MATH(v, silu_grad_f, silu_grad_d)
 #define UN_POW(v, e) _Generic((v), float : powf, double : pow)(v, e)
 
@@ -200,6 +173,16 @@ RM_CPU_CLONES static void lut_bwd_inplace_bf16(const float *restrict tab, uint16
     const uint16_t *g = dx;
 #pragma omp parallel for if (n > 32768)
     for (int64_t i = 0; i < n; i++) dx[i] = rm_f32_to_bf16(rm_bf16_to_f32(g[i]) * tab[s[i]]);
+}
+
+/* The GELU op's bf16 tables for the fused bias + GELU kernels (bias_gelu.c): built by the
+ * first call of at least LUT_MIN elements, as the unary kernels' own; NULL below that or
+ * while another thread builds them (the caller then computes, with the same expressions). */
+const uint16_t *rm_cpu_gelu_bf16_fwd_table(rm_unary_op op, int64_t n) {
+    return n >= LUT_MIN ? fwd_table(op) : NULL;
+}
+const float *rm_cpu_gelu_bf16_grad_table(rm_unary_op op, int64_t n) {
+    return n >= LUT_MIN ? grad_table(op) : NULL;
 }
 
 bool rm_cpu_unary_bf16_table_ready(rm_unary_op op, bool backward) {

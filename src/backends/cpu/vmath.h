@@ -201,4 +201,25 @@ static inline float rm_gelu_tanhf_grad_v(float x) {
     return RM_FMAF(2.0f * x * du, e * s * s, s);
 }
 
+/* ---- GELU in f64 (the f64 kernels: libm's erfc, exp and tanh) ---------------------------
+ * erf form: x * Phi(x) and its derivative Phi(x) + x * pdf(x). Phi = 0.5 *
+ * erfc(-x / sqrt 2) stays accurate in the left tail, where 0.5 * (1 + erf)
+ * cancels to 0 below x ~ -8. tanh form: 0.5 x (1 + tanh(u)), u = sqrt(2/pi)
+ * (x + 0.044715 x^3), and its derivative. */
+static inline double rm_phi_d(double x) { return 0.5 * erfc(-x * 0.7071067811865476); }
+static inline double rm_gelu_erf_d(double x) { return x * rm_phi_d(x); }
+static inline double rm_gelu_erf_grad_d(double x) {
+    return rm_phi_d(x) + x * (0.3989422804014327 * exp(-0.5 * x * x));
+}
+static inline double rm_gelu_tanh_d(double v) {
+    double in = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+    return 0.5 * v * (1.0 + tanh(in));
+}
+static inline double rm_gelu_tanh_grad_d(double v) {
+    double in = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+    double th = tanh(in);
+    double din = 0.7978845608028654 * (1.0 + 3 * 0.044715 * v * v);
+    return 0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * din;
+}
+
 #endif

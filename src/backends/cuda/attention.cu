@@ -469,8 +469,8 @@ static cudaError_t bwd_t(const rmk_att_dims *d, const rmk_att_lead *lead, const 
         return cudaErrorInvalidValue;                                                              \
     } while (0)
 
-/* Whether bf16 attention runs on the tensor cores (attention_mma.cu: sm_80 and later, head
- * sizes up to 128): only with REMAT_CUDA_ATTENTION=tc until a GPU session has run the device
+/* Whether f32 and bf16 attention run on the tensor cores (attention_mma.cu: sm_80 and later,
+ * head sizes up to 128): only with REMAT_CUDA_ATTENTION=tc until a GPU session has run the device
  * suites on that path (written 2026-11-27 with no GPU lent; docs/cuda.md); these CUDA-core
  * kernels otherwise. */
 static bool use_tc(int dt, int hd) {
@@ -487,7 +487,8 @@ rmk_attention(int dt, const rmk_att_dims *d, const rmk_att_lead *lead, const rmk
               const void *q, const rmk_att_operand *ok, const void *k, const rmk_att_operand *ov,
               const void *v, const rmk_att_operand *oy, void *y, void *lse, cudaStream_t s) {
     int hd = rmk_att_head_class(d->D, d->Dv);
-    if (use_tc(dt, hd)) return rmk_attention_tc(hd, d, lead, oq, q, ok, k, ov, v, oy, y, lse, s);
+    if (use_tc(dt, hd))
+        return rmk_attention_tc(dt, hd, d, lead, oq, q, ok, k, ov, v, oy, y, lse, s);
 #define FWD_CALL(S, HD) fwd_t<S, HD>(d, lead, oq, q, ok, k, ov, v, oy, y, lse, s)
     RMK_ATT_DISPATCH(dt, hd, FWD_CALL);
 #undef FWD_CALL
@@ -503,7 +504,7 @@ extern "C" cudaError_t rmk_attention_bwd(int dt, const rmk_att_dims *d, const rm
                                          const rmk_att_operand *ops, const void *const *ptrs,
                                          const void *lse, void *ws, cudaStream_t s) {
     int hd = rmk_att_head_class(d->D, d->Dv);
-    if (use_tc(dt, hd)) return rmk_attention_tc_bwd(hd, d, lead, ops, ptrs, lse, ws, s);
+    if (use_tc(dt, hd)) return rmk_attention_tc_bwd(dt, hd, d, lead, ops, ptrs, lse, ws, s);
 #define BWD_CALL(S, HD) bwd_t<S, HD>(d, lead, ops, ptrs, lse, ws, s)
     RMK_ATT_DISPATCH(dt, hd, BWD_CALL);
 #undef BWD_CALL

@@ -174,7 +174,8 @@ void rm_cuda_register_kernels(int device_type) {
 
 /* Buffer donation's device side (src/autograd/graph.h): mse's backward kernel may write
  * over its saved prediction (elementwise). */
-static const unsigned char k_flags[RM_K_COUNT] = {[RM_K_MSE_BWD] = RM_KF_IN_PLACE};
+static const unsigned char k_flags[RM_K_COUNT] = {
+    [RM_K_MSE_BWD] = RM_KF_IN_PLACE, [RM_K_BIAS_GELU_BWD] = RM_KF_IN_PLACE};
 
 /* The cuda backend's record (src/core/backend.h), registered with the built-in ones
  * (src/backends/backends.c). */

@@ -132,6 +132,75 @@ static cudaError_t unary_bwd_t(int op, double p, const void *g, const void *sv, 
     return cudaGetLastError();
 }
 
+/* ---- bias + GELU (RM_K_BIAS_GELU, _BWD) -------------------------------------------------
+ * s = x + b[j] in the compute type (bf16 x: rounded to bf16, as a bf16 add, whatever b's
+ * storage: bf16 or f32), then the unary kernels' GELU of s and its derivative. One thread
+ * per element over a grid of (column blocks, rows): no 64-bit division per element. */
+template <typename S, typename T> __device__ __forceinline__ T bg_sum(S x, T b) {
+    return rmk_ld(x) + b;
+}
+__device__ __forceinline__ float bg_sum(rmk_bf16 x, float b) {
+    return rmk_bf16_to_f32(rmk_f32_to_bf16(rmk_ld(x) + b));
+}
+
+template <typename S, typename B, int OP, typename T = typename rmk_compute<S>::type>
+__global__ void bias_gelu_kernel(const S *__restrict__ x, const B *__restrict__ b,
+                                 S *__restrict__ y, int64_t rows, int64_t n) {
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+        for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < n;
+             j += (int64_t)gridDim.x * blockDim.x)
+            rmk_put(y + r * n + j, unary_f<T, OP>(bg_sum(x[r * n + j], (T)rmk_ld(b[j])), (T)0));
+}
+
+/* g and dx may be one buffer (each element read before it is written) */
+template <typename S, typename B, int OP, typename T = typename rmk_compute<S>::type>
+__global__ void bias_gelu_bwd_kernel(const S *g, const S *__restrict__ x, const B *__restrict__ b,
+                                     S *dx, int64_t rows, int64_t n) {
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+        for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < n;
+             j += (int64_t)gridDim.x * blockDim.x) {
+            const int64_t i = r * n + j;
+            rmk_put(dx + i, unary_df<T, OP>(rmk_ld(g[i]), bg_sum(x[i], (T)rmk_ld(b[j])), (T)0));
+        }
+}
+
+static dim3 bg_grid(int64_t rows, int64_t n) {
+    unsigned bx = rmk_blocks(n, RMK_THREADS);
+    return dim3(bx < 65535 ? bx : 65535, (unsigned)(rows < 65535 ? rows : 65535));
+}
+
+template <typename S, typename B>
+static cudaError_t bias_gelu_t(int op, bool bwd, const void *g, const void *x, const void *b,
+                               void *y, int64_t rows, int64_t n, cudaStream_t s) {
+    if (rows <= 0 || n <= 0) return cudaSuccess;
+    dim3 grid = bg_grid(rows, n);
+    const S *xs = (const S *)x;
+    const B *bs = (const B *)b;
+    if (op == RM_U_GELU_ERF && !bwd)
+        bias_gelu_kernel<S, B, RM_U_GELU_ERF><<<grid, RMK_THREADS, 0, s>>>(xs, bs, (S *)y, rows, n);
+    else if (op == RM_U_GELU_TANH && !bwd)
+        bias_gelu_kernel<S, B, RM_U_GELU_TANH>
+            <<<grid, RMK_THREADS, 0, s>>>(xs, bs, (S *)y, rows, n);
+    else if (op == RM_U_GELU_ERF)
+        bias_gelu_bwd_kernel<S, B, RM_U_GELU_ERF>
+            <<<grid, RMK_THREADS, 0, s>>>((const S *)g, xs, bs, (S *)y, rows, n);
+    else if (op == RM_U_GELU_TANH)
+        bias_gelu_bwd_kernel<S, B, RM_U_GELU_TANH>
+            <<<grid, RMK_THREADS, 0, s>>>((const S *)g, xs, bs, (S *)y, rows, n);
+    else return cudaErrorInvalidValue;
+    return cudaGetLastError();
+}
+
+static cudaError_t bias_gelu_any(int dt, int bdt, int op, bool bwd, const void *g, const void *x,
+                                 const void *b, void *y, int64_t rows, int64_t n, cudaStream_t s) {
+    if (dt == 0 && bdt == 0) return bias_gelu_t<float, float>(op, bwd, g, x, b, y, rows, n, s);
+    if (dt == 1 && bdt == 1) return bias_gelu_t<double, double>(op, bwd, g, x, b, y, rows, n, s);
+    if (dt == 4 && bdt == 4)
+        return bias_gelu_t<rmk_bf16, rmk_bf16>(op, bwd, g, x, b, y, rows, n, s);
+    if (dt == 4 && bdt == 0) return bias_gelu_t<rmk_bf16, float>(op, bwd, g, x, b, y, rows, n, s);
+    return cudaErrorInvalidValue;
+}
+
 /* ---- bit masks ----------------------------------------------------------------------------- */
 /* One thread per mask byte: 8 elements (fewer in the last byte). */
 template <typename S>
@@ -276,6 +345,17 @@ extern "C" cudaError_t rmk_unary_bwd(int dt, int op, double p, const void *g, co
 #define F(S) unary_bwd_t<S>(op, p, g, sv, dx, n, s)
     return RMK_BY_DTYPE(dt, F);
 #undef F
+}
+
+extern "C" cudaError_t rmk_bias_gelu(int dt, int bdt, int op, const void *x, const void *b, void *y,
+                                     int64_t rows, int64_t n, cudaStream_t s) {
+    return bias_gelu_any(dt, bdt, op, false, NULL, x, b, y, rows, n, s);
+}
+
+extern "C" cudaError_t rmk_bias_gelu_bwd(int dt, int bdt, int op, const void *g, const void *x,
+                                         const void *b, void *dx, int64_t rows, int64_t n,
+                                         cudaStream_t s) {
+    return bias_gelu_any(dt, bdt, op, true, g, x, b, dx, rows, n, s);
 }
 
 template <typename S>

@@ -20,6 +20,13 @@ cudaError_t rmk_unary(int dt, int op, double p, const void *x, void *y, int64_t 
 /* dx[i] = g[i] * f'(sv[i]) (sv: the saved x or y; NULL when f' reads none). */
 cudaError_t rmk_unary_bwd(int dt, int op, double p, const void *g, const void *sv, void *dx,
                           int64_t n, cudaStream_t s);
+/* y = gelu(x + b) (op RM_U_GELU_ERF or _TANH), b (n) added to every row of x (rows, n);
+ * dx = g * gelu'(x + b) (g and dx may be one buffer). dt: x's (and g's, y's, dx's) dtype,
+ * bdt b's: f32, f64, bf16, or an f32 b with bf16 x (x + b then rounded to bf16). */
+cudaError_t rmk_bias_gelu(int dt, int bdt, int op, const void *x, const void *b, void *y,
+                          int64_t rows, int64_t n, cudaStream_t s);
+cudaError_t rmk_bias_gelu_bwd(int dt, int bdt, int op, const void *g, const void *x, const void *b,
+                              void *dx, int64_t rows, int64_t n, cudaStream_t s);
 /* m (ceil(n / 8) bytes): bit i % 8 of byte i / 8 = y[i] > 0. */
 cudaError_t rmk_relu_mask(int dt, const void *y, uint8_t *m, int64_t n, cudaStream_t s);
 /* dx[i] = bit i of m ? g[i] : 0. */

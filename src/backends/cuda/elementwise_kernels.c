@@ -3,6 +3,7 @@
  * kernels on the operands' device. Operand conventions are the ABI's
  * (src/core/kernels/elementwise.h); semantics are the cpu kernels'. */
 #include "elementwise.h"
+#include "gemm.h"
 #include "kwrap.h"
 
 static remat_status cuda_unary(const rm_kargs *k) {
@@ -34,6 +35,39 @@ static remat_status cuda_relu_mask_bwd(const rm_kargs *k) {
     RMK_ENTER(c, k->out[0], "cuda relu mask backward kernel");
     return rmk_leave(&c, rmk_relu_mask_bwd(rmk_dt(k->out[0]), rm_ptr(k->in[0]), rm_ptr(k->in[1]),
                                            rm_ptr(k->out[0]), remat_numel(k->out[0]), c.s));
+}
+
+/* remat_bias_gelu (cpu: src/backends/cpu/bias_gelu.c). in: x, b; out: y. */
+static remat_status cuda_bias_gelu(const rm_kargs *k) {
+    const rm_unary_params *p = k->params;
+    remat_tensor *x = k->in[0], *b = k->in[1];
+    int64_t n = remat_numel(b), rows = n ? remat_numel(x) / n : 0;
+    RMK_ENTER(c, x, "cuda bias gelu kernel");
+    return rmk_leave(&c, rmk_bias_gelu(rmk_dt(x), rmk_dt(b), (int)p->op, rm_ptr(x), rm_ptr(b),
+                                       rm_ptr(k->out[0]), rows, n, c.s));
+}
+
+/* in: g, x, b; out: dx, db (b's dtype; NULL: not wanted): dx, then db = the column sums of
+ * dx as linear's bias gradient (gemm.cu's deterministic sums). */
+static remat_status cuda_bias_gelu_bwd(const rm_kargs *k) {
+    const rm_unary_params *p = k->params;
+    remat_tensor *g = k->in[0], *x = k->in[1], *b = k->in[2], *dx = k->out[0], *db = k->out[1];
+    int64_t n = remat_numel(b), rows = n ? remat_numel(x) / n : 0;
+    RMK_ENTER(c, x, "cuda bias gelu backward kernel");
+    cudaError_t e = rmk_bias_gelu_bwd(rmk_dt(x), rmk_dt(b), (int)p->op, rm_ptr(g), rm_ptr(x),
+                                      rm_ptr(b), rm_ptr(dx), rows, n, c.s);
+    if (e != cudaSuccess || !db || n == 0) return rmk_leave(&c, e);
+    int64_t chunk = rm_cuda_colsum_chunk(rows), nch = (rows + chunk - 1) / chunk;
+    double *part = rmk_scratch(&c, (size_t)(nch * n) * sizeof(double));
+    if (!part) return rmk_leave_rc(&c, rm_last_status() ? rm_last_status() : REMAT_ENOMEM);
+    if (x->dtype == REMAT_F32) e = rm_cuda_colsum_f32(rm_ptr(dx), rm_ptr(db), rows, n, part, c.s);
+    else if (x->dtype == REMAT_F64)
+        e = rm_cuda_colsum_f64(rm_ptr(dx), rm_ptr(db), rows, n, part, c.s);
+    else if (db->dtype == REMAT_BF16)
+        e = rm_cuda_colsum_bf16(rm_ptr(dx), rm_ptr(db), rows, n, part, c.s);
+    else e = rm_cuda_colsum_bf16_f32(rm_ptr(dx), rm_ptr(db), rows, n, part, c.s);
+    rmk_scratch_free(&c, part); /* stream-ordered: reusable by later work */
+    return rmk_leave(&c, e);
 }
 
 /* Operands each engine op reads (cpu elementwise.c's k_arity). */
@@ -77,6 +111,8 @@ void rm_cuda_register_elementwise(int type) {
         {RM_K_RELU_MASK, cuda_relu_mask},
         {RM_K_RELU_MASK_BWD, cuda_relu_mask_bwd},
         {RM_K_ELEMENTWISE, cuda_elementwise},
+        {RM_K_BIAS_GELU, cuda_bias_gelu},
+        {RM_K_BIAS_GELU_BWD, cuda_bias_gelu_bwd},
     };
     RMK_REGISTER_ROWS(type, rows);
     /* bf16 too (autocast's gelu, silu, SwiGLU products, gradient sums): loaded to f32,

@@ -40,8 +40,8 @@ __global__ void colsum_final(const double *__restrict__ part, T *__restrict__ db
     }
 }
 
-template <typename T>
-static cudaError_t colsum(const T *g, T *db, int64_t rows, int64_t n, double *part,
+template <typename T, typename TD = T>
+static cudaError_t colsum(const T *g, TD *db, int64_t rows, int64_t n, double *part,
                           cudaStream_t s) {
     if (n == 0) return cudaGetLastError();
     int64_t chunk = rm_cuda_colsum_chunk(rows), nch = rows ? (rows + chunk - 1) / chunk : 0;
@@ -49,7 +49,7 @@ static cudaError_t colsum(const T *g, T *db, int64_t rows, int64_t n, double *pa
         dim3 grid(rm_cuda_blocks(n, 256), (unsigned)nch);
         colsum_chunks<T><<<grid, 256, 0, s>>>(g, part, rows, n, chunk);
     }
-    colsum_final<T><<<rm_cuda_blocks(n, 256), 256, 0, s>>>(part, db, nch, n);
+    colsum_final<TD><<<rm_cuda_blocks(n, 256), 256, 0, s>>>(part, db, nch, n);
     return cudaGetLastError();
 }
 
@@ -86,5 +86,9 @@ cudaError_t rm_cuda_colsum_f64(const double *g, double *db, int64_t rows, int64_
 cudaError_t rm_cuda_colsum_bf16(const void *g, void *db, int64_t rows, int64_t n, double *part,
                                 cudaStream_t s) {
     return colsum((const rmk_bf16 *)g, (rmk_bf16 *)db, rows, n, part, s);
+}
+cudaError_t rm_cuda_colsum_bf16_f32(const void *g, float *db, int64_t rows, int64_t n, double *part,
+                                    cudaStream_t s) {
+    return colsum((const rmk_bf16 *)g, db, rows, n, part, s);
 }
 }

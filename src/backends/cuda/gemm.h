@@ -23,6 +23,10 @@ cudaError_t rm_cuda_colsum_f64(const double *g, double *db, int64_t rows, int64_
  * then to bf16 (the cpu's bf16 db: f32 sums rounded once) */
 cudaError_t rm_cuda_colsum_bf16(const void *g, void *db, int64_t rows, int64_t n, double *part,
                                 cudaStream_t s);
+/* bf16 g, f32 db (remat_bias_gelu's f32 master bias under autocast): the double sums
+ * rounded to f32 */
+cudaError_t rm_cuda_colsum_bf16_f32(const void *g, float *db, int64_t rows, int64_t n, double *part,
+                                    cudaStream_t s);
 RM_CUDA_END_DECLS
 
 #endif /* REMAT_CUDA_GEMM_H */

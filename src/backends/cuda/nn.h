@@ -68,18 +68,19 @@ cudaError_t rmk_attention_bwd(int dt, const rmk_att_dims *d, const rmk_att_lead 
                               const void *const *ptrs /* the same 8, dq/dk/dv may be NULL */,
                               const void *lse, void *ws, cudaStream_t s);
 
-/* ---- attention_mma.cu: the bf16 path on the tensor cores ------------------------------------ */
+/* ---- attention_mma.cu: f32 and bf16 on the tensor cores -------------------------------------- */
 /* Whether rmk_attention(_bwd) of dtype dt and head class hd can run on the tensor cores of
- * the current device (bf16, hd <= 128, compute capability 8.0 or later). rmk_attention
+ * the current device (f32 or bf16, hd <= 128, compute capability 8.0 or later). rmk_attention
  * takes that path when REMAT_CUDA_ATTENTION=tc (attention.cu: use_tc). */
 bool rmk_attention_tc_ok(int dt, int hd);
-/* rmk_attention / rmk_attention_bwd for bf16 operands of head class hd (32, 64, 128), on the
- * tensor cores: P and dS rounded to bf16 as the products' operands, the rest in f32. */
-cudaError_t rmk_attention_tc(int hd, const rmk_att_dims *d, const rmk_att_lead *lead,
+/* rmk_attention / rmk_attention_bwd of dtype dt (0 f32, 4 bf16) and head class hd (32, 64,
+ * 128) on the tensor cores: bf16 products with P and dS rounded to bf16 as their operands;
+ * f32 products as 3xTF32 (f32 accuracy); the rest in f32. */
+cudaError_t rmk_attention_tc(int dt, int hd, const rmk_att_dims *d, const rmk_att_lead *lead,
                              const rmk_att_operand *oq, const void *q, const rmk_att_operand *ok,
                              const void *k, const rmk_att_operand *ov, const void *v,
                              const rmk_att_operand *oy, void *y, void *lse, cudaStream_t s);
-cudaError_t rmk_attention_tc_bwd(int hd, const rmk_att_dims *d, const rmk_att_lead *lead,
+cudaError_t rmk_attention_tc_bwd(int dt, int hd, const rmk_att_dims *d, const rmk_att_lead *lead,
                                  const rmk_att_operand *ops, const void *const *ptrs,
                                  const void *lse, void *ws, cudaStream_t s);
 

@@ -13,6 +13,13 @@
     X(RELU_MASK, "relu mask")                                                                      \
     /* dx = bit i of m ? g : 0. in: g, m; out: dx */                                               \
     X(RELU_MASK_BWD, "relu mask backward")                                                         \
+    /* y = gelu(x + b), b (n) added to every row of x (rows, n). in: x, b (x's dtype; f32 for  \
+     * bf16 x too: x + b rounded to bf16 before the GELU, as a bf16 add would); out: y.       \
+     * rm_unary_params (op: RM_U_GELU_ERF or RM_U_GELU_TANH) */   \
+    X(BIAS_GELU, "bias gelu")                                                                      \
+    /* dx = g * gelu'(x + b), db = the column sums of dx (as RM_K_COLSUM sums them; in b's     \
+     * dtype). in: g, x, b; out: dx, db (NULL: not wanted). rm_unary_params */   \
+    X(BIAS_GELU_BWD, "bias gelu backward")                                                         \
     /* y = f(a, b, c; p), a/b/c broadcast to y, y any strided view. in: a, b, c (as many as  \
      * the op reads); out: y. rm_ew_params */     \
     X(ELEMENTWISE, "elementwise")
