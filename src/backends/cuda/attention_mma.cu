@@ -317,6 +317,18 @@ __device__ __forceinline__ bool tc_visible(const rmk_att_dims &d, int64_t i, int
     return i < d.Tq && j < d.Tk && (!d.causal || j <= i + d.off);
 }
 
+/* What queries i0 .. i0 + ni - 1 see of keys j0 .. j0 + nj - 1: 0 nothing (a warp skips
+ * the products: its rows' statistics and sums are unchanged), 2 everything (no mask to
+ * apply), 1 a part (mask each element with tc_visible). */
+enum { TC_NONE = 0, TC_PART = 1, TC_ALL = 2 };
+__device__ __forceinline__ int tc_tile_vis(const rmk_att_dims &d, int64_t i0, int64_t ni,
+                                           int64_t j0, int64_t nj) {
+    if (i0 >= d.Tq || j0 >= d.Tk || (d.causal && j0 > i0 + ni - 1 + d.off)) return TC_NONE;
+    if (i0 + ni <= d.Tq && j0 + nj <= d.Tk && (!d.causal || j0 + nj - 1 <= i0 + d.off))
+        return TC_ALL;
+    return TC_PART;
+}
+
 /* Max / sum over the 4 lanes of an mma quad (the lanes holding one accumulator row). */
 __device__ __forceinline__ float quad_max(float v) {
     v = rmk_nanmax(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -385,6 +397,8 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
             tc_load<TR, HD, C::NT>(Ks, C::BC, k, bk, ok, j0, d.Tk, d.D, f.vec & 2);
             tc_load<TR, HD, C::NT>(Vs, C::BC, v, bv, ov, j0, d.Tk, d.Dv, f.vec & 4);
             __syncthreads();
+            const int vis = tc_tile_vis(d, i0 + w * 16, 16, j0, C::BC);
+            if (vis == TC_NONE) continue; /* the barriers above are the block's; none below */
             float s[C::BC / 8][4];
 #pragma unroll
             for (int n = 0; n < C::BC / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
@@ -396,7 +410,8 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int64_t i = ra + (e >> 1) * 8, j = j0 + n * 8 + 2 * t + (e & 1);
-                    const float sv = tc_visible(d, i, j) ? s[n][e] * sl2 : -INFINITY;
+                    const float sv =
+                        (vis == TC_ALL || tc_visible(d, i, j)) ? s[n][e] * sl2 : -INFINITY;
                     s[n][e] = sv;
                     mx[e >> 1] = rmk_nanmax(mx[e >> 1], sv);
                 }
@@ -509,6 +524,8 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
             tc_load<TR, HD, C::NT>(Ks, C::BC, k, bk, ok, j0, d.Tk, d.D, f.vec & 2);
             tc_load<TR, HD, C::NT>(Vs, C::BC, v, bv, ov, j0, d.Tk, d.Dv, f.vec & 4);
             __syncthreads();
+            const int vis = tc_tile_vis(d, i0 + w * 16, 16, j0, C::BC);
+            if (vis == TC_NONE) continue;
             float s[C::BC / 8][4], dp[C::BC / 8][4];
 #pragma unroll
             for (int n = 0; n < C::BC / 8; n++)
@@ -523,7 +540,7 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
                     const int h = e >> 1;
                     const int64_t i = ra + h * 8, j = j0 + n * 8 + 2 * t + (e & 1);
                     float ds = 0.f;
-                    if (tc_visible(d, i, j)) {
+                    if (vis == TC_ALL || tc_visible(d, i, j)) {
                         const float p = exp2f(s[n][e] * sl2 - lr[h]);
                         ds = p * (dp[n][e] - dr[h]) * scale;
                     }
@@ -591,6 +608,8 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
                     Dl[e] = i < d.Tq ? delta[b * d.Tq + i] : 0.f;
                 }
                 __syncthreads();
+                const int vis = tc_tile_vis(d, i0, BQ, j0 + w * 16, 16);
+                if (vis == TC_NONE) continue;
                 float s[BQ / 8][4], dp[BQ / 8][4]; /* Sᵀ and dPᵀ: the warp's keys × queries */
 #pragma unroll
                 for (int n = 0; n < BQ / 8; n++)
@@ -605,7 +624,7 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
                         const int ii = n * 8 + 2 * t + (e & 1);
                         const int64_t j = ja + (e >> 1) * 8, i = i0 + ii;
                         float p = 0.f, ds = 0.f;
-                        if (tc_visible(d, i, j)) {
+                        if (vis == TC_ALL || tc_visible(d, i, j)) {
                             p = exp2f(s[n][e] * sl2 - Ls[ii]);
                             ds = p * (dp[n][e] - Dl[ii]) * scale;
                         }
