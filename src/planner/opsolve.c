@@ -169,28 +169,30 @@ typedef struct op_way {
     uint64_t reserve;
 } op_way;
 
+/* q with op j (of n) taken the way `way`, t seconds more. */
+static front_pt with_way(const front_pt *q, int way, int n, int j, double t) {
+    front_pt p = *q;
+    p.t += t;
+    p.set = -1 - (way * n + j);
+    return p;
+}
+
 static void add_ways(front_pt *tmp, int *m, const front_pt *q, int j, int n, const op_way *w) {
     tmp[(*m)++] = *q;
-    front_pt k = *q;
+    front_pt k = with_way(q, WAY_KEEP, n, j, w->t);
     k.c += w->bytes;
-    k.t += w->t;
-    k.set = -1 - (WAY_KEEP * n + j);
     tmp[(*m)++] = k;
     if (w->off) {
-        front_pt p = *q;
+        front_pt p = with_way(q, WAY_OFFLOAD, n, j, w->t);
         p.o += w->bytes;
-        p.t += w->t;
-        p.set = -1 - (WAY_OFFLOAD * n + j);
         tmp[(*m)++] = p;
     }
     if (w->h) {
-        front_pt z = *q;
+        front_pt z = with_way(q, WAY_BF16, n, j, w->t - w->cast);
         z.c += w->bytes - w->h;
         z.u += w->h + (q->z ? 0 : w->reserve);
-        z.t += w->t - w->cast;
         z.cast += w->cast;
         z.z += w->zb;
-        z.set = -1 - (WAY_BF16 * n + j);
         tmp[(*m)++] = z;
     }
 }

@@ -255,25 +255,15 @@ static int64_t rec_bf16_bytes(const sac_rec *rec) {
     return total;
 }
 
-/* *pt (f32) := its bf16 copy. */
-static remat_status to_bf16(remat_tensor **pt, bool *flag) {
+/* *pt := its bf16 copy (to_bf16; *pt f32) or f32 again for the recomputation (*pt a bf16
+ * copy); *flag says which it now is. */
+static remat_status convert_bf16(remat_tensor **pt, bool *flag, bool to_bf16) {
     remat_tensor *y = NULL;
-    int rc = sac_bf16_convert(&y, *pt, true);
+    int rc = sac_bf16_convert(&y, *pt, to_bf16);
     if (rc) return rc;
     rm_release(*pt);
     *pt = y;
-    *flag = true;
-    return REMAT_OK;
-}
-
-/* *pt (a bf16 copy) := f32 again, for the recomputation. */
-static remat_status from_bf16(remat_tensor **pt, bool *flag) {
-    remat_tensor *y = NULL;
-    int rc = sac_bf16_convert(&y, *pt, false);
-    if (rc) return rc;
-    rm_release(*pt);
-    *pt = y;
-    *flag = false;
+    *flag = to_bf16;
     return REMAT_OK;
 }
 
@@ -558,9 +548,9 @@ static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *o
         if (rec->saves[k].off) rc = restore(&rec->saves[k].t, &rec->saves[k].off);
     /* and bf16 copies to f32 (each copy freed as its f32 is made) */
     for (int j = 0; j < rec->n_out && rc == REMAT_OK; j++)
-        if (rec->outs[j].bf16) rc = from_bf16(&rec->outs[j].t, &rec->outs[j].bf16);
+        if (rec->outs[j].bf16) rc = convert_bf16(&rec->outs[j].t, &rec->outs[j].bf16, false);
     for (int k = 0; k < rec->n_saves && rc == REMAT_OK; k++)
-        if (rec->saves[k].bf16) rc = from_bf16(&rec->saves[k].t, &rec->saves[k].bf16);
+        if (rec->saves[k].bf16) rc = convert_bf16(&rec->saves[k].t, &rec->saves[k].bf16, false);
     if (rc) return rm_err_prefix(rc, op);
     if (!r->keep) rec->state = REC_CONSUMED;
     r->consumed_any = !r->keep;
@@ -849,14 +839,14 @@ static void compress_cached(sac_region *r) {
             sac_out_rec *o = &rec->outs[j];
             if (!o->bf16) continue;
             o->bf16 = false; /* set again once converted */
-            rc = to_bf16(&o->t, &o->bf16);
+            rc = convert_bf16(&o->t, &o->bf16, true);
             o->key = NULL; /* no tag can name it any more (the forward has ended) */
         }
         for (int k = 0; k < rec->n_saves && !rc; k++) {
             sac_save_rec *s = &rec->saves[k];
             if (!s->bf16) continue;
             s->bf16 = false;
-            rc = to_bf16(&s->t, &s->bf16);
+            rc = convert_bf16(&s->t, &s->bf16, true);
         }
         if (rc) {
             /* what was not converted stays f32 (its flag is clear): the cache is intact */

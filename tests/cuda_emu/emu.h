@@ -4,8 +4,8 @@
  * toolkit's headers for the vector and bf16 types.
  *
  * Each thread of a block is a fiber (ucontext) with its own threadIdx; a fiber runs until
- * it reaches a point where threads meet — __syncthreads (the block), a shuffle, an
- * mma.sync or an ldmatrix (its warp) — and the scheduler resumes it once every thread
+ * it reaches a point where threads meet — __syncthreads (the block), __syncwarp, a
+ * shuffle, an mma.sync or an ldmatrix (its warp) — and the scheduler resumes it once every thread
  * that must meet there has arrived, having carried out the warp's collective operation as
  * the PTX ISA defines it:
  *   mma.sync.m16n8k16 (bf16 × bf16 → f32), lane = 4g + t:
@@ -42,7 +42,7 @@ alignas(16) inline unsigned char smem_raw[256 * 1024];
 namespace rmk_emu {
 
 enum wait_kind { RUN = 0, AT_BLOCK, AT_WARP, DONE };
-enum warp_op { OP_SHFL = 1, OP_MMA, OP_MMA_TF32, OP_LDSM_T };
+enum warp_op { OP_SHFL = 1, OP_MMA, OP_MMA_TF32, OP_LDSM_T, OP_SYNCWARP };
 
 struct fiber {
     ucontext_t ctx;
@@ -80,6 +80,12 @@ inline void yield(int state) {
 }
 
 inline void sync_block() { yield(AT_BLOCK); }
+
+/* __syncwarp: the warp's lanes meet (shared-memory hand-offs between them are ordered) */
+inline void sync_warp() {
+    my_slot().op = OP_SYNCWARP;
+    yield(AT_WARP);
+}
 
 template <typename T> inline T shfl_xor(T v, int o) {
     warp_slot &s = my_slot();
@@ -283,7 +289,7 @@ inline void launch(unsigned grid, unsigned nt, std::function<void()> kernel_body
 #define gridDim (rmk_emu::grid_dim)
 #define blockDim (rmk_emu::block_dim)
 #define __syncthreads() rmk_emu::sync_block()
-#define __syncwarp(...) ((void)0) /* the kernels' warps never diverge at one */
+#define __syncwarp(...) rmk_emu::sync_warp()
 #define __shfl_xor_sync(mask, v, o, ...) rmk_emu::shfl_xor((v), (o))
 #define __launch_bounds__(...)
 #define RMK_EMU_MMA(c, a, b0, b1) rmk_emu::mma_op(rmk_emu::OP_MMA, (c), (a), (b0), (b1))
