@@ -88,9 +88,12 @@ test-asan: deps
 	    echo "sanitizers reported errors (full log: $(BUILD_ASAN)/sanitizers.log)"; exit 1; fi; \
 	  if [ $$rc -ne 0 ]; then tail -80 sanitizers.log; exit $$rc; fi
 
-# -Wall -Wextra -Werror under gcc and clang (build only).
+# -Wall -Wextra -Werror under gcc and clang (build only; WERROR_CCS picks the compilers: CI
+# builds its gcc -Werror build as the one `make test` runs, `make build CMAKE_ARGS=-DREMAT_WERROR=ON`,
+# then `make werror WERROR_CCS=clang`).
+WERROR_CCS ?= gcc clang
 werror: deps
-	@for cc in gcc clang; do \
+	@for cc in $(WERROR_CCS); do \
 	  cmake -S . -B build-werror-$$cc -DCMAKE_BUILD_TYPE=Release -DREMAT_WERROR=ON -DCMAKE_C_COMPILER=$$cc >/dev/null && \
 	  cmake --build build-werror-$$cc -j $(JOBS) || exit 1; \
 	done
@@ -114,13 +117,17 @@ format-check:
 # tokenizer.json's with encoding and decoding (clang, -fsanitize=fuzzer,address,undefined),
 # FUZZ_SECONDS split evenly between them, each from its committed seeds (copied: libFuzzer
 # adds what it finds to its first corpus directory, which stays in the build tree).
+# FUZZ_CONFIG is what the fuzzers' own build leaves out. CI fuzzes from the sanitizer build
+# instead (`make test-asan CMAKE_ARGS=-DREMAT_FUZZ=ON`, then `make fuzz BUILD_FUZZ=$(BUILD_ASAN)
+# FUZZ_CONFIG=`): no build of the library for the fuzzers alone.
 BUILD_FUZZ   ?= build-fuzz
+FUZZ_CONFIG  ?= -DREMAT_BUILD_TESTS=OFF -DREMAT_BUILD_PROGRAMS=OFF
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := savefile safetensors tokenizer
 FUZZ_EACH     = $$(( $(FUZZ_SECONDS) / $(words $(FUZZ_TARGETS)) ))
 fuzz: deps
 	@cmake -S . -B $(BUILD_FUZZ) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DREMAT_FUZZ=ON \
-	  -DREMAT_BUILD_TESTS=OFF -DREMAT_BUILD_PROGRAMS=OFF $(CMAKE_ARGS) >/dev/null
+	  $(FUZZ_CONFIG) $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(BUILD_FUZZ) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(BUILD_FUZZ)/corpus/$$t && cp tests/fuzz/corpus/$$t/* $(BUILD_FUZZ)/corpus/$$t/ && \

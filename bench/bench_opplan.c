@@ -15,7 +15,10 @@
  * chain's share (remat_plan_create's memory model): the same for both.
  *
  *   bench_opplan [--layers L] [--dim D] [--heads H] [--seq T] [--batch B]
- *                [--budgets N] [--profile-runs P] [--print-plan]
+ *                [--budgets N] [--profile-runs P] [--print-plan] [--lossy]
+ * --lossy: one more column, the op planner allowed to keep ops as bf16
+ * (remat_plan_options.lossy; the conversion rate the op profile measured) on the same
+ * profile: its predicted peak and time, and the bf16 MiB it stores.
  * Defaults: the issue's GPT (L 48, D 384, H 6, T 256, B 8), 16 budgets, 3 runs.
  * Solve times are CPU time of the process (run it with OMP_NUM_THREADS=1: one
  * thread, so preemption by other jobs does not count). Step times are the
@@ -83,9 +86,12 @@ int main(int argc, char **argv) {
     int N = (int)arg_long(argc, argv, "--budgets", 16);
     int runs = (int)arg_long(argc, argv, "--profile-runs", 3);
     bool print_plan = arg_flag(argc, argv, "--print-plan");
+    const bool lossy = arg_flag(argc, argv, "--lossy");
+    const remat_plan_options popt = {.lossy = true};
     if (L < 1 || N < 2 || D < 1 || H < 1 || D % H || T < 1 || B < 1 || runs < 1) {
         fprintf(stderr, "usage: bench_opplan [--layers L] [--dim D] [--heads H] [--seq T] "
-                        "[--batch B] [--budgets N>=2] [--profile-runs P] [--print-plan]\n");
+                        "[--batch B] [--budgets N>=2] [--profile-runs P] [--print-plan] "
+                        "[--lossy]\n");
         return 2;
     }
     remat_manual_seed(1);
@@ -108,7 +114,8 @@ int main(int argc, char **argv) {
     remat_profile *prof = NULL;
     CHECK(remat_profile_create(&prof, L));
     prof->runs = p1->runs;
-    remat_op_profile ops = {.n_stages = L, .runs = o1->runs};
+    remat_op_profile ops = {
+        .n_stages = L, .runs = o1->runs, .cast_bytes_per_s = o1->cast_bytes_per_s};
     ops.stages = calloc((size_t)L, sizeof *ops.stages);
     if (!ops.stages) return 1;
     for (int k = 0; k < L; k++) {
@@ -135,8 +142,10 @@ int main(int argc, char **argv) {
     printf("budgets from %.2f MiB (the minimum) to %.2f MiB (store-all); predicted step time "
            "relative to store-all\n",
            MIB(lo), MIB(hi));
-    printf("%10s | %10s %8s %6s %9s | %10s %8s %9s\n", "budget MiB", "op: peak", "time", "kind",
+    printf("%10s | %10s %8s %6s %9s | %10s %8s %9s", "budget MiB", "op: peak", "time", "kind",
            "solve ms", "block: peak", "time", "solve ms");
+    if (lossy) printf(" | %10s %8s %9s %9s", "lossy: peak", "time", "bf16 MiB", "solve ms");
+    putchar('\n');
     double prev = INFINITY;
     bool monotone = true;
     for (int i = 0; i < N; i++) {
@@ -152,10 +161,23 @@ int main(int argc, char **argv) {
         ts_bl[i] = (c - b) * 1e3;
         if (po_->time > prev) monotone = false;
         prev = po_->time;
-        printf("%10.2f | %10.2f %7.3fx %6s %9.1f | %10.2f %7.3fx %9.1f\n", MIB(budget),
+        printf("%10.2f | %10.2f %7.3fx %6s %9.1f | %10.2f %7.3fx %9.1f", MIB(budget),
                MIB(po_->peak_bytes), po_->time / po_->time_store_all,
                po_->kind == REMAT_PLAN_OPS ? "ops" : "rotor", ts_op[i], MIB(pb->peak_bytes),
                pb->time / pb->time_store_all, ts_bl[i]);
+        if (lossy) {
+            remat_plan *pz = NULL;
+            double d = cpu_now();
+            CHECK(remat_plan_create_ops(&pz, prof, &ops, NULL, budget, &popt));
+            double e = cpu_now();
+            size_t z = 0;
+            for (int k = 0; k < pz->n_stages; k++) z += pz->stages[k].bf16_bytes;
+            printf(" | %10.2f %7.3fx %9.2f %9.1f", MIB(pz->peak_bytes),
+                   pz->time / pz->time_store_all, MIB(z), (e - d) * 1e3);
+            if (print_plan) remat_plan_explain(pz, &ops, 0, 0, stdout);
+            remat_plan_free(pz);
+        }
+        putchar('\n');
         if (print_plan) remat_plan_explain(po_, &ops, 0, 0, stdout);
         remat_plan_free(po_);
         remat_plan_free(pb);

@@ -1086,6 +1086,26 @@ Test(cli, budget_plans_ops_and_explains) {
     cr_assert(strstr(blk, "remat plan: optimal") || strstr(blk, "remat plan: minimal"), "%s", blk);
     free(o);
     free(blk);
+    /* --plan-lossy and --plan-offload (nothing to offload on cpu): the step still fits; a
+     * plan without bf16 keeps (the plan's structure line says "(N as bf16)") gives none's
+     * losses bitwise */
+    rc = run(&o, true,
+             "train %s --steps 2 --json --explain --plan-lossy --plan-offload --checkpoint "
+             "budget=%ld",
+             flags, b);
+    cr_assert_eq(rc, 0, "%s", o);
+    jo = strchr(o, '{');
+    cr_assert(jo, "%s", o);
+    cr_assert(json_num(jo, "step_peak_bytes") <= (double)b, "%s", o);
+    cr_assert(json_num(jo, "plan_peak_bytes") <= (double)b, "%s", o);
+    cr_assert(!strstr(o, ", offloads "), "%s", o);
+    if (!strstr(o, " as bf16"))
+        cr_assert_str_eq(json_str(jo, "loss_bits", lo, sizeof lo), ln, "%s", o);
+    else /* lossy: two steps on gradients within bf16's rounding */
+        cr_assert(fabs(json_num(jo, "loss") - json_num(none, "loss")) <=
+                      1e-3 * fabs(json_num(none, "loss")),
+                  "%s\n%s", o, none);
+    free(o);
     free(none);
     rc = run(&o, true, "train %s --steps 2 --explain --checkpoint budget=%ld", flags, b);
     cr_assert_eq(rc, 0, "%s", o);

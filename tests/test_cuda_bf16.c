@@ -32,18 +32,6 @@
 #include "remat/autocast.h"
 #include "support/rt.h"
 
-static int cuda_type(void) { return remat_device_type_id("cuda"); }
-
-#define NEED_CUDA()                                                                                \
-    do {                                                                                           \
-        int t_ = cuda_type();                                                                      \
-        if (t_ < 0) cr_skip_test("remat was built without the cuda device");                       \
-        if (remat_device_count(t_) < 1) cr_skip_test("no CUDA device on this machine");            \
-    } while (0)
-
-static remat_device cuda0(void) { return (remat_device){cuda_type(), 0}; }
-static const remat_device cpu0 = {0, 0};
-
 /* Uniform values in [lo, hi) as a cpu tensor of dtype dt (bf16: rounded once on the cpu). */
 static remat_tensor *rand_dt(int nd, const int64_t *shape, remat_dtype dt, double lo, double hi,
                              unsigned seed) {
@@ -54,20 +42,10 @@ static remat_tensor *rand_dt(int nd, const int64_t *shape, remat_dtype dt, doubl
     return t;
 }
 
-/* A leaf on dev with t's values, bit for bit (requires_grad when grad). */
-static remat_tensor *leaf_on(remat_tensor *t, remat_device dev, bool grad) {
-    remat_tensor *m, *d;
-    RT_OK(remat_to_device(&m, t, dev));
-    RT_OK(remat_detach(&d, m));
-    remat_release(m);
-    if (grad) RT_OK(remat_set_requires_grad(d, true));
-    return d;
-}
-
 /* t's values as f32 on the cpu (a new tensor). */
 static remat_tensor *f32_cpu(remat_tensor *t) {
     remat_tensor *c = NULL, *f = NULL;
-    RT_OK(remat_to_device(&c, t, cpu0));
+    RT_OK(remat_to_device(&c, t, REMAT_DEVICE_CPU));
     RT_OK(remat_to_dtype(&f, c, REMAT_F32));
     remat_release(c);
     return f;
@@ -99,7 +77,7 @@ static void assert_agree(remat_tensor *cpu_t, remat_tensor *cuda_t, tol t, const
                  what, remat_dtype_name(remat_tensor_dtype(cuda_t)),
                  remat_dtype_name(remat_tensor_dtype(cpu_t)));
     remat_device d = remat_tensor_device(cuda_t);
-    cr_assert_eq(d.type, cuda_type(), "%s: the cuda result is not on cuda", what);
+    cr_assert_eq(d.type, rt_cuda0().type, "%s: the cuda result is not on cuda", what);
     remat_tensor *a = f32_cpu(cuda_t), *b = f32_cpu(cpu_t);
     rt_assert_close(a, b, t.atol + t.frac * max_abs(b), t.rtol, what);
     remat_release(a);
@@ -118,12 +96,12 @@ static void run_case(const char *name, build_fn build, const void *user, int n,
     RT_OK(remat_scope_begin(&scope));
     remat_tensor *ic[MAX_IN], *ig[MAX_IN], *y[2], *loss[2];
     for (int i = 0; i < n; i++) {
-        ic[i] = leaf_on(in[i], cpu0, grad[i]);
-        ig[i] = leaf_on(in[i], cuda0(), grad[i]);
+        ic[i] = rt_leaf_on(in[i], REMAT_DEVICE_CPU, grad[i]);
+        ig[i] = rt_leaf_on(in[i], rt_cuda0(), grad[i]);
     }
     for (int dev = 0; dev < 2; dev++) {
         remat_autocast_state prev;
-        int type = dev ? cuda_type() : REMAT_CPU;
+        int type = dev ? rt_cuda0().type : REMAT_CPU;
         RT_OK(remat_autocast_begin(&prev, type, REMAT_BF16, autocast));
         int rc = build(dev ? ig : ic, n, &y[dev], user);
         remat_autocast_end(&prev);
@@ -140,7 +118,7 @@ static void run_case(const char *name, build_fn build, const void *user, int n,
         for (int d = 0; d < nd; d++) shape[d] = remat_size(y[0], d);
         remat_tensor *w = rt_rand(nd, shape, REMAT_F32, -1, 1, 77);
         for (int dev = 0; dev < 2; dev++) {
-            remat_tensor *wd = leaf_on(w, dev ? cuda0() : cpu0, false), *yf, *p;
+            remat_tensor *wd = rt_leaf_on(w, dev ? rt_cuda0() : REMAT_DEVICE_CPU, false), *yf, *p;
             RT_OK(remat_to_dtype(&yf, y[dev], REMAT_F32));
             RT_OK(remat_mul(&p, yf, wd));
             RT_OK(remat_sum_all(&loss[dev], p));
@@ -168,7 +146,7 @@ static int build_matmul(remat_tensor *const *in, int n, remat_tensor **out, cons
 }
 
 Test(cuda_bf16, matmul_every_batch_plan_forward_and_backward) {
-    NEED_CUDA();
+    rt_need_cuda();
     /* a broadcast a's gradient sums the batch entries into one bf16 result, rounded after
      * each entry on both devices (as the cpu's GEMMs do): up to two ulps apart */
     const tol mm_tol = {1e-4, 2e-2, 0};
@@ -204,7 +182,7 @@ static int build_linear(remat_tensor *const *in, int n, remat_tensor **out, cons
 }
 
 Test(cuda_bf16, linear_with_bias_forward_and_backward) {
-    NEED_CUDA();
+    rt_need_cuda();
     const int64_t xs[3] = {2, 19, 48}, ws[2] = {40, 48}, bs[1] = {40}, x1[1] = {48};
     remat_tensor *in[3] = {rand_dt(3, xs, REMAT_BF16, -1, 1, 1),
                            rand_dt(2, ws, REMAT_BF16, -0.5, 0.5, 2),
@@ -241,7 +219,7 @@ static int build_attention(remat_tensor *const *in, int n, remat_tensor **out, c
 }
 
 Test(cuda_bf16, fused_attention_forward_and_backward) {
-    NEED_CUDA();
+    rt_need_cuda();
     const tol t = {1e-4, 0, 2e-2};
     const struct {
         int64_t q[4], k[4];
@@ -291,7 +269,7 @@ static int build_ew(remat_tensor *const *in, int n, remat_tensor **out, const vo
 }
 
 Test(cuda_bf16, elementwise_and_norms_forward_and_backward) {
-    NEED_CUDA();
+    rt_need_cuda();
     const char *names[] = {"gelu tanh", "gelu erf", "silu",       "relu", "mul",
                            "add",       "sub",      "mul_scalar", "exp",  "rms_norm"};
     const int64_t xs[3] = {3, 37, 24}, bs[1] = {24};
@@ -316,7 +294,7 @@ static int build_rope(remat_tensor *const *in, int n, remat_tensor **out, const 
 }
 
 Test(cuda_bf16, rope_forward_and_backward) {
-    NEED_CUDA();
+    rt_need_cuda();
     const int64_t xs[4] = {2, 3, 11, 16}; /* (B, H, T, head_dim) */
     remat_tensor *x = rand_dt(4, xs, REMAT_BF16, -2, 2, 3);
     bool g = true;
@@ -334,7 +312,7 @@ static int build_dropout(remat_tensor *const *in, int n, remat_tensor **out, con
 }
 
 Test(cuda_bf16, dropout_forward_and_backward) {
-    NEED_CUDA();
+    rt_need_cuda();
     const int64_t xs[2] = {7, 129}; /* a partial mask byte */
     remat_tensor *x = rand_dt(2, xs, REMAT_BF16, -2, 2, 5);
     bool g = true;
@@ -359,7 +337,7 @@ static int build_mlp(remat_tensor *const *in, int n, remat_tensor **out, const v
 }
 
 Test(cuda_bf16, mlp_block_under_autocast) {
-    NEED_CUDA();
+    rt_need_cuda();
     const int64_t xs[3] = {2, 16, 32}, w1[2] = {64, 32}, b1[1] = {64}, w2[2] = {32, 64},
                   b2[1] = {32};
     remat_tensor *in[5] = {
@@ -398,12 +376,12 @@ static void model_step(remat_model *m, remat_tensor *ids, remat_tensor *targets,
 static void model_agrees(const remat_model_config *cfg, const char *what) {
     remat_model *mc = NULL, *mg = NULL;
     remat_manual_seed(11);
-    RT_OK(remat_model_create(&mc, cfg, cpu0));
-    RT_OK(remat_model_create(&mg, cfg, cuda0()));
+    RT_OK(remat_model_create(&mc, cfg, REMAT_DEVICE_CPU));
+    RT_OK(remat_model_create(&mg, cfg, rt_cuda0()));
     bool gm = remat_no_grad_begin();
     for (int i = 0; i < remat_model_n_params(mc); i++) {
         remat_tensor *t = NULL;
-        RT_OK(remat_to_device(&t, remat_model_param(mc, i, NULL), cuda0()));
+        RT_OK(remat_to_device(&t, remat_model_param(mc, i, NULL), rt_cuda0()));
         RT_OK(remat_copy_(remat_model_param(mg, i, NULL), t));
         remat_release(t);
     }
@@ -415,7 +393,7 @@ static void model_agrees(const remat_model_config *cfg, const char *what) {
     RT_OK(remat_from_data(&ids, 2, shape, REMAT_I64, ii));
     RT_OK(remat_from_data(&targets, 2, shape, REMAT_I64, ti));
     model_step(mc, ids, targets, REMAT_CPU, &lc);
-    model_step(mg, ids, targets, cuda_type(), &lg);
+    model_step(mg, ids, targets, rt_cuda0().type, &lg);
     char name[200];
     snprintf(name, sizeof name, "%s: loss", what);
     assert_agree(lc, lg, (tol){0, 1e-2, 0}, name);
@@ -433,7 +411,7 @@ static void model_agrees(const remat_model_config *cfg, const char *what) {
 }
 
 Test(cuda_bf16, gpt2_and_llama_autocast_steps_agree_with_cpu) {
-    NEED_CUDA();
+    rt_need_cuda();
     remat_model_config c;
     RT_OK(remat_model_config_default(&c, REMAT_MODEL_GPT2));
     c.n_layers = 2, c.n_heads = 2, c.n_kv_heads = 2, c.hidden = 32, c.vocab = 37;

@@ -16,31 +16,9 @@
 
 #include "support/rt.h"
 
-/* ---- device plumbing -------------------------------------------------------------------- */
-static int cuda_type(void) { return remat_device_type_id("cuda"); }
-
-#define NEED_CUDA()                                                                                \
-    do {                                                                                           \
-        int t_ = cuda_type();                                                                      \
-        if (t_ < 0) cr_skip_test("remat was built without the cuda device");                       \
-        if (remat_device_count(t_) < 1) cr_skip_test("no CUDA device on this machine");            \
-    } while (0)
-
-static remat_device cuda0(void) { return (remat_device){cuda_type(), 0}; }
-static const remat_device cpu0 = {0, 0};
-
-/* A leaf on `dev` with t's values (requires_grad when grad). */
-static remat_tensor *leaf_on(remat_tensor *t, remat_device dev, bool grad) {
-    remat_tensor *m, *d;
-    RT_OK(remat_to_device(&m, t, dev));
-    RT_OK(remat_detach(&d, m));
-    if (grad) RT_OK(remat_set_requires_grad(d, true));
-    return d;
-}
-
 static remat_tensor *on_cpu(remat_tensor *t) {
     remat_tensor *c;
-    RT_OK(remat_to_device(&c, t, cpu0));
+    RT_OK(remat_to_device(&c, t, REMAT_DEVICE_CPU));
     return c;
 }
 
@@ -62,8 +40,8 @@ static void run_case(const char *name, build_fn build, const void *user, int n,
     RT_OK(remat_scope_begin(&scope));
     remat_tensor *ic[MAX_IN], *ig[MAX_IN];
     for (int i = 0; i < n; i++) {
-        ic[i] = leaf_on(in[i], cpu0, grad[i]);
-        ig[i] = leaf_on(in[i], cuda0(), grad[i]);
+        ic[i] = rt_leaf_on(in[i], REMAT_DEVICE_CPU, grad[i]);
+        ig[i] = rt_leaf_on(in[i], rt_cuda0(), grad[i]);
     }
     remat_tensor *yc, *yg;
     RT_OK(build(ic, n, &yc, user));
@@ -78,7 +56,7 @@ static void run_case(const char *name, build_fn build, const void *user, int n,
         int nd = remat_ndim(yc);
         for (int d = 0; d < nd; d++) shape[d] = remat_size(yc, d);
         remat_tensor *w = rt_rand(nd, shape, remat_tensor_dtype(yc), -1, 1, 77),
-                     *wg = leaf_on(w, cuda0(), false);
+                     *wg = rt_leaf_on(w, rt_cuda0(), false);
         remat_tensor *pc, *pg, *lc, *lg;
         RT_OK(remat_mul(&pc, yc, w));
         RT_OK(remat_mul(&pg, yg, wg));
@@ -125,7 +103,7 @@ static int build_unary(remat_tensor *const *in, int n, remat_tensor **out, const
 }
 
 Test(cuda_kernels, unary_ops_forward_and_backward) {
-    NEED_CUDA();
+    rt_need_cuda();
     const unary_case cases[] = {{"neg", 0, 0},   {"exp", 1, 0},      {"log", 2, 0},
                                 {"sqrt", 3, 0},  {"tanh", 4, 0},     {"sigmoid", 5, 0},
                                 {"relu", 6, 0},  {"gelu erf", 7, 0}, {"gelu tanh", 8, 0},
@@ -168,7 +146,7 @@ static int build_binary_strided(remat_tensor *const *in, int n, remat_tensor **o
 }
 
 Test(cuda_kernels, binary_ops_with_broadcasting_and_strides) {
-    NEED_CUDA();
+    rt_need_cuda();
     const char *names[] = {"add", "sub", "mul", "div", "pow"};
     const int64_t sa[3] = {4, 1, 33}, sb[2] = {6, 33}, st[3] = {6, 4, 33};
     for (int dt = REMAT_F32; dt <= REMAT_F64; dt++)
@@ -221,7 +199,7 @@ static int build_inplace(remat_tensor *const *in, int n, remat_tensor **out, con
 }
 
 Test(cuda_kernels, in_place_ops_through_views) {
-    NEED_CUDA();
+    rt_need_cuda();
     const int64_t sa[2] = {9, 5}, sb[2] = {5, 9};
     for (int dt = REMAT_F32; dt <= REMAT_F64; dt++) {
         remat_tensor *in[2] = {rt_rand(2, sa, dt, -1, 1, 5), rt_rand(2, sb, dt, -1, 1, 6)};
@@ -262,7 +240,7 @@ static int build_reduce(remat_tensor *const *in, int n, remat_tensor **out, cons
 }
 
 Test(cuda_kernels, sums_means_and_max_over_dims) {
-    NEED_CUDA();
+    rt_need_cuda();
     const red_case cases[] = {{0, 1, {3}, false},   {0, 1, {0}, true},        {0, 2, {0, 2}, false},
                               {0, 2, {1, 3}, true}, {0, 3, {0, 1, 3}, false}, {1, 1, {2}, false},
                               {1, 2, {0, 3}, true}, {2, 0, {0}, false},       {3, 1, {3}, false},
@@ -280,7 +258,7 @@ Test(cuda_kernels, sums_means_and_max_over_dims) {
 }
 
 Test(cuda_kernels, long_sums_split_into_chunks) {
-    NEED_CUDA();
+    rt_need_cuda();
     /* sum_all of 3M elements (row chunks) and a column sum with few columns (row splits) */
     const int64_t big[1] = {3000001}, tall[2] = {200000, 3};
     const red_case all = {2, 0, {0}, false}, cols = {0, 1, {0}, false};
@@ -296,11 +274,11 @@ Test(cuda_kernels, long_sums_split_into_chunks) {
 }
 
 Test(cuda_kernels, max_picks_the_first_maximum_and_nan) {
-    NEED_CUDA();
+    rt_need_cuda();
     const double v[8] = {1, 3, 3, -1, 2, NAN, 5, NAN};
     const int64_t shape[2] = {2, 4};
     remat_tensor *x = rt_tensor(2, shape, REMAT_F64, v);
-    remat_tensor *xg = leaf_on(x, cuda0(), false), *y, *idx;
+    remat_tensor *xg = rt_leaf_on(x, rt_cuda0(), false), *y, *idx;
     RT_OK(remat_max(&y, &idx, xg, 1, false));
     remat_tensor *ic = on_cpu(idx), *yc = on_cpu(y);
     double i0, i1, y0, y1;
@@ -339,7 +317,7 @@ static int build_nn(remat_tensor *const *in, int n, remat_tensor **out, const vo
 }
 
 Test(cuda_kernels, softmax_log_softmax_over_any_dim) {
-    NEED_CUDA();
+    rt_need_cuda();
     const int64_t shape[3] = {4, 50, 300}; /* rows of 300 and of 50, columns of 4 */
     for (int dt = REMAT_F32; dt <= REMAT_F64; dt++)
         for (int kind = 0; kind < 2; kind++)
@@ -356,7 +334,7 @@ Test(cuda_kernels, softmax_log_softmax_over_any_dim) {
 }
 
 Test(cuda_kernels, layer_norm_with_and_without_affine) {
-    NEED_CUDA();
+    rt_need_cuda();
     const int64_t xs[3] = {6, 17, 768}, ws[1] = {768}, xs2[3] = {3, 5, 7}, ws2[2] = {5, 7};
     for (int dt = REMAT_F32; dt <= REMAT_F64; dt++) {
         remat_tensor *in[3] = {rt_rand(3, xs, dt, 2, 5, 50), rt_rand(1, ws, dt, 0.5, 1.5, 51),
@@ -395,7 +373,7 @@ static int build_att(remat_tensor *const *in, int n, remat_tensor **out, const v
 }
 
 Test(cuda_kernels, fused_attention_every_head_class) {
-    NEED_CUDA();
+    rt_need_cuda();
     const att_case cases[] = {
         {2, 3, 70, 70, 16, 16, true, false},   {1, 2, 130, 130, 64, 64, true, true},
         {2, 2, 65, 40, 80, 48, true, false},   {1, 1, 33, 97, 128, 128, false, false},
@@ -423,9 +401,10 @@ Test(cuda_kernels, fused_attention_every_head_class) {
 }
 
 Test(cuda_kernels, attention_head_size_over_256_is_unsupported) {
-    NEED_CUDA();
+    rt_need_cuda();
     const int64_t s[3] = {1, 4, 300};
-    remat_tensor *q = rt_rand(3, s, REMAT_F32, -1, 1, 1), *qg = leaf_on(q, cuda0(), false), *y;
+    remat_tensor *q = rt_rand(3, s, REMAT_F32, -1, 1, 1), *qg = rt_leaf_on(q, rt_cuda0(), false),
+                 *y;
     RT_FAILS(remat_attention(&y, qg, qg, qg, true, 0), REMAT_EUNSUPPORTED, "head sizes up to 256");
     remat_release(q);
     remat_release(qg);
@@ -457,7 +436,7 @@ static remat_tensor *targets(int64_t N, int64_t C, int64_t ignore, unsigned seed
 }
 
 Test(cuda_kernels, cross_entropy_mse_and_embedding) {
-    NEED_CUDA();
+    rt_need_cuda();
     for (int dt = REMAT_F32; dt <= REMAT_F64; dt++) {
         const int64_t xs[2] = {37, 1000}, ignore = -100;
         remat_tensor *ce[2] = {rt_rand(2, xs, dt, -4, 4, 70), targets(37, 1000, ignore, 71)};
@@ -484,15 +463,16 @@ Test(cuda_kernels, cross_entropy_mse_and_embedding) {
 }
 
 Test(cuda_kernels, bad_indices_and_targets_fail_as_on_cpu) {
-    NEED_CUDA();
+    rt_need_cuda();
     const int64_t ws[2] = {10, 4}, n = 3;
     const double iv[3] = {1, 10, 2}, tv[3] = {0, 4, 7};
-    remat_tensor *w = rt_rand(2, ws, REMAT_F32, -1, 1, 1), *wg = leaf_on(w, cuda0(), false);
-    remat_tensor *ix = rt_tensor(1, &n, REMAT_I64, iv), *ixg = leaf_on(ix, cuda0(), false), *y;
+    remat_tensor *w = rt_rand(2, ws, REMAT_F32, -1, 1, 1), *wg = rt_leaf_on(w, rt_cuda0(), false);
+    remat_tensor *ix = rt_tensor(1, &n, REMAT_I64, iv), *ixg = rt_leaf_on(ix, rt_cuda0(), false),
+                 *y;
     RT_FAILS(remat_embedding(&y, wg, ixg), REMAT_EINVAL, "indices[1] (flat) = 10");
     const int64_t xs[2] = {3, 5};
-    remat_tensor *x = rt_rand(2, xs, REMAT_F32, -1, 1, 2), *xg = leaf_on(x, cuda0(), false);
-    remat_tensor *t = rt_tensor(1, &n, REMAT_I64, tv), *tg = leaf_on(t, cuda0(), false);
+    remat_tensor *x = rt_rand(2, xs, REMAT_F32, -1, 1, 2), *xg = rt_leaf_on(x, rt_cuda0(), false);
+    remat_tensor *t = rt_tensor(1, &n, REMAT_I64, tv), *tg = rt_leaf_on(t, rt_cuda0(), false);
     RT_FAILS(remat_cross_entropy(&y, xg, tg, -100), REMAT_EINVAL, "targets[2] = 7");
     remat_tensor *all[] = {w, wg, ix, ixg, x, xg, t, tg};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) remat_release(all[i]);
@@ -511,7 +491,7 @@ static int build_contig(remat_tensor *const *in, int n, remat_tensor **out, cons
 }
 
 Test(cuda_kernels, contiguous_copies_of_permuted_views) {
-    NEED_CUDA();
+    rt_need_cuda();
     const int64_t s[3] = {7, 9, 13};
     for (int dt = REMAT_F32; dt <= REMAT_F64; dt++) {
         remat_tensor *x = rt_rand(3, s, dt, -1, 1, 80);
@@ -545,7 +525,7 @@ static int build_zero_copy(remat_tensor *const *in, int n, remat_tensor **out, c
 }
 
 Test(cuda_kernels, zero_and_converting_copy_through_views) {
-    NEED_CUDA();
+    rt_need_cuda();
     const int64_t sa[2] = {5, 9}, sb[1] = {5};
     for (int dt = REMAT_F32; dt <= REMAT_F64; dt++) {
         /* the source in the other float dtype: a conversion, broadcast over the slice */

@@ -64,14 +64,8 @@ Test(cuda_rng, dropout_keep_bits_match_the_cpu_kernel) {
 }
 
 /* ---- on a GPU ------------------------------------------------------------------------------ */
-static remat_device cuda0(void) {
-    const char *why = NULL;
-    if (!remat_cuda_available(&why)) cr_skip_test("no GPU: %s", why);
-    return (remat_device){remat_device_type_id("cuda"), 0};
-}
-
 Test(cuda_rng, dropout_on_cuda_equals_cpu) {
-    remat_device cu = cuda0();
+    remat_device cu = rt_cuda0();
     const int64_t shape[2] = {37, 129};
     remat_tensor *x = rt_rand(2, shape, REMAT_F32, -1, 1, 3),
                  *g = rt_rand(2, shape, REMAT_F32, -1, 1, 4);

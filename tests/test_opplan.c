@@ -447,19 +447,285 @@ Test(opplan, offload_beats_recompute_under_a_tight_budget) {
     remat_profile_free(prof);
 }
 
+/* ---- lossy keeps (bf16) --------------------------------------------------------------------- */
+/* The model with lossy keeps (docs/planner.md "Lossy compression"): code[k] -1 stores stage
+ * k, else its base-3 digits say per op recompute (0), keep (1), keep as bf16 (2). A bf16 keep
+ * holds cache_bytes - bf16_bytes / 2 from the forward to the recomputation, its f32 half
+ * is back (U) at the forward's end and in the recomputation, with the stage's largest half
+ * as a reserve, and costs two conversions of bf16_bytes at cast bytes per second. */
+static void bf_eval_lossy(const remat_profile *p, const remat_op_profile *o,
+                          const remat_step_profile *st, const int *code, double cast,
+                          uint64_t *peak, double *time) {
+    int L = p->n_stages, LL = L + (st ? 1 : 0);
+    uint64_t off = 0, pk = 0, gsum = 0, g[64] = {0};
+    double tm = 0;
+    for (int k = 0; k < LL; k++) {
+        g[k] = st ? (k < L ? p->stages[k].grad_bytes : st->head.grad_bytes) : 0;
+        gsum += g[k];
+    }
+    for (int k = 0; k < LL; k++) {
+        const remat_stage_profile *s = k < L ? &p->stages[k] : &st->head;
+        uint64_t later = 0;
+        for (int j = k + 1; j < LL; j++) later += g[j];
+        uint64_t abar = s->output_bytes + s->saved_bytes, x = s->output_bytes;
+        uint64_t fpa = umax(s->fwd_peak, abar), fpn = umax(s->fwd_peak_nosave, x);
+        if (k >= L || code[k] < 0) {
+            pk = umax(pk, off + fpa);
+            pk = umax(pk, off + x + abar + s->bwd_peak + later);
+            off += abar;
+            tm += s->fwd_time + s->bwd_time;
+            continue;
+        }
+        const remat_stage_ops *so = &o->stages[k];
+        double sum = 0, saved = 0, ct = 0;
+        uint64_t c = 0, u = 0, reserve = 0;
+        bool any = false;
+        for (int i = 0; i < so->n_ops; i++) {
+            sum += so->ops[i].time;
+            if (so->ops[i].cacheable) reserve = umax(reserve, so->ops[i].bf16_bytes / 2);
+        }
+        for (int i = 0, v = code[k]; i < so->n_ops; i++, v /= 3) {
+            const remat_op_profile_entry *e = &so->ops[i];
+            if (v % 3 == 1) c += e->cache_bytes;
+            if (v % 3 == 2) {
+                c += e->cache_bytes - e->bf16_bytes / 2;
+                u += e->bf16_bytes / 2;
+                ct += 2.0 * (double)e->bf16_bytes / cast;
+                any = true;
+            }
+            if (v % 3) saved += e->time;
+        }
+        if (any) u += reserve;
+        double rt = sum > 0 ? s->fwd_time - saved * (s->fwd_time / sum) : s->fwd_time;
+        pk = umax(pk, off + fpn + c + u);
+        pk = umax(pk, off + later + umax(x + fpa + c + u, x + abar + s->bwd_peak));
+        off += x + c;
+        tm += s->fwd_time + (rt > 0 ? rt : 0) + ct + s->bwd_time;
+    }
+    if (st) pk = st->fixed_bytes + umax(pk, gsum + p->stages[0].input_bytes + st->tail_peak);
+    *peak = pk;
+    *time = tm;
+}
+
+/* Least time over every plan of space (a) with lossy keeps that fits the budget. */
+static double bf_min_time_lossy(const remat_profile *p, const remat_op_profile *o,
+                                const remat_step_profile *st, double cast, uint64_t budget) {
+    int L = p->n_stages, n_ops = o->stages[0].n_ops, per3 = 1;
+    for (int i = 0; i < n_ops; i++) per3 *= 3;
+    int per = 1 + per3, total = 1;
+    for (int k = 0; k < L; k++) total *= per;
+    double best = INFINITY;
+    int code[8];
+    for (int cd = 0; cd < total; cd++) {
+        bool valid = true;
+        for (int k = 0, c = cd; k < L; k++, c /= per) {
+            code[k] = c % per - 1;
+            for (int i = 0, v = code[k]; code[k] >= 0 && i < n_ops; i++, v /= 3)
+                if (v % 3 && !o->stages[k].ops[i].cacheable) valid = false;
+        }
+        if (!valid) continue;
+        uint64_t pk;
+        double tm;
+        bf_eval_lossy(p, o, st, code, cast, &pk, &tm);
+        if (pk <= budget && tm < best) best = tm;
+    }
+    return best;
+}
+
+static int lossy_ops(const remat_plan *plan) {
+    int n = 0;
+    for (int k = 0; k < plan->n_stages; k++)
+        for (int i = 0; plan->stages[k].keep && i < plan->stages[k].n_ops; i++)
+            n += plan->stages[k].keep[i] == REMAT_OP_KEEP_BF16;
+    return n;
+}
+
+/* Plans and times identical, keep sets included. */
+static void assert_same_plan(const remat_plan *a, const remat_plan *b) {
+    cr_assert_eq(a->kind, b->kind);
+    cr_assert_eq(a->peak_bytes, b->peak_bytes);
+    cr_assert(a->time == b->time, "%.17g vs %.17g", a->time, b->time);
+    cr_assert_eq(a->n_nodes, b->n_nodes);
+    for (int k = 0; k < a->n_stages; k++) {
+        cr_assert_eq(a->stages[k].action, b->stages[k].action);
+        cr_assert_eq(!a->stages[k].keep, !b->stages[k].keep);
+        if (a->stages[k].keep)
+            cr_assert(!memcmp(a->stages[k].keep, b->stages[k].keep, (size_t)a->stages[k].n_ops));
+    }
+}
+
+enum { LZ_L = 3, LZ_OPS = 3 };
+
+Test(opplan, lossy_matches_exhaustive_search) {
+    g_rng = 0x2545f4914f6cdd1dull;
+    int n_lossy_plans = 0, n_checked = 0;
+    for (int trial = 0; trial < 24; trial++) {
+        remat_profile *prof = NULL;
+        remat_op_profile *ops = NULL;
+        remat_step_profile step;
+        bool whole = trial % 2;
+        random_profiles(LZ_L, LZ_OPS, &prof, &ops, &step);
+        if (trial % 4 != 3) /* small temporaries: the bytes kept across stages bind */
+            for (int k = 0; k < LZ_L; k++) {
+                remat_stage_profile *sp = &prof->stages[k];
+                sp->fwd_peak_nosave = sp->output_bytes;
+                sp->bwd_peak = 0;
+                sp->saved_bytes += 16 * 1024;
+                sp->fwd_peak = sp->output_bytes + sp->saved_bytes;
+            }
+        for (int k = 0; k < LZ_L; k++)
+            for (int i = 0; i < LZ_OPS; i++) {
+                remat_op_profile_entry *e = &ops->stages[k].ops[i];
+                e->bf16_bytes = (size_t)rnd_in(0, (int)(e->cache_bytes / 1024)) * 1024;
+            }
+        /* from conversions nearly free to conversions dearer than recomputing */
+        ops->cast_bytes_per_s = trial % 3 == 0 ? 1e12 : trial % 3 == 1 ? 2e7 : 2e6;
+        const remat_plan_options exact = {0}, lossy = {.lossy = true};
+        remat_plan *sa = NULL;
+        RT_OK(remat_plan_create_ops(&sa, prof, ops, whole ? &step : NULL, SIZE_MAX, &lossy));
+        size_t top = sa->peak_store_all, lo = sa->min_budget_bytes;
+        cr_assert_eq(lossy_ops(sa), 0, "store-all fits: nothing to compress");
+        remat_plan_free(sa);
+        for (int bi = 0; bi <= 6; bi++) {
+            size_t budget = lo + (top - lo) * (size_t)bi / 6;
+            remat_plan *plan = NULL, *plain = NULL, *none = NULL;
+            RT_OK(remat_plan_create_ops(&plan, prof, ops, whole ? &step : NULL, budget, &lossy));
+            RT_OK(remat_plan_create_ops(&plain, prof, ops, whole ? &step : NULL, budget, &exact));
+            RT_OK(remat_plan_create_ops(&none, prof, ops, whole ? &step : NULL, budget, NULL));
+            /* lossy off: exactly the plan of no options */
+            assert_same_plan(plain, none);
+            cr_assert_eq(lossy_ops(plain), 0);
+            cr_assert_leq(plan->peak_bytes, budget);
+            /* lossy only where it helps: never slower, and strictly faster when it compresses */
+            cr_assert_leq(plan->time, plain->time);
+            if (lossy_ops(plan))
+                cr_assert_lt(plan->time, plain->time, "trial %d: compresses without gain", trial);
+            uint64_t margin = (uint64_t)plan->slot_bytes * 12;
+            double slack = budget > margin
+                               ? bf_min_time_lossy(prof, ops, whole ? &step : NULL,
+                                                   ops->cast_bytes_per_s, budget - margin)
+                               : INFINITY;
+            cr_assert_leq(plan->time, slack + 1e-12, "trial %d budget %zu: %g s, but %g s fits",
+                          trial, budget, plan->time, slack);
+            if (plan->kind == REMAT_PLAN_OPS) {
+                double best = bf_min_time_lossy(prof, ops, whole ? &step : NULL,
+                                                ops->cast_bytes_per_s, budget);
+                cr_assert_geq(plan->time, best - 1e-12, "trial %d: below the optimum", trial);
+                int code[LZ_L];
+                for (int k = 0; k < LZ_L; k++) {
+                    const remat_plan_stage *ps = &plan->stages[k];
+                    code[k] = -1;
+                    if (ps->action != REMAT_STAGE_CHECKPOINT) continue;
+                    code[k] = 0;
+                    for (int i = LZ_OPS - 1; i >= 0; i--) {
+                        int v = ps->keep ? ps->keep[i] : 0;
+                        code[k] = code[k] * 3 + (v == REMAT_OP_KEEP_BF16 ? 2 : v);
+                    }
+                }
+                uint64_t pk;
+                double tm;
+                bf_eval_lossy(prof, ops, whole ? &step : NULL, code, ops->cast_bytes_per_s, &pk,
+                              &tm);
+                cr_assert_eq(pk, plan->peak_bytes, "trial %d: peak %" PRIu64 " vs %zu", trial, pk,
+                             plan->peak_bytes);
+                cr_assert_float_eq(tm, plan->time, 1e-12);
+                n_lossy_plans += lossy_ops(plan) > 0;
+            }
+            n_checked++;
+            remat_plan_free(plan);
+            remat_plan_free(plain);
+            remat_plan_free(none);
+        }
+        remat_profile_free(prof);
+        remat_op_profile_free(ops);
+    }
+    cr_assert_geq(n_lossy_plans, 8, "compressing plans: %d of %d", n_lossy_plans, n_checked);
+}
+
+/* Four stages of 1 KiB inputs that save 16 KiB, each with four 2 KiB f32 ops making its
+ * whole forward (the offload chain above). At 30 KiB keeping ops in f32 leaves most of each
+ * forward to recompute; bf16 keeps (1 KiB each, 1 KiB of reserve) fit more of them. Cheap
+ * conversions: the plan keeps some as bf16 and is faster; dear ones: it does not. */
+Test(opplan, lossy_chosen_where_it_helps) {
+    enum { L = 4, N = 4 };
+    const size_t K = 1024;
+    remat_profile *prof = NULL;
+    RT_OK(remat_profile_create(&prof, L));
+    remat_op_profile o = {.n_stages = L, .runs = 1};
+    remat_stage_ops so[L];
+    remat_op_profile_entry op[N];
+    for (int i = 0; i < N; i++)
+        op[i] = (remat_op_profile_entry){.name = "remat_op",
+                                         .time = 2.5e-3,
+                                         .cache_bytes = 2 * K,
+                                         .bf16_bytes = 2 * K,
+                                         .cacheable = true};
+    o.stages = so;
+    for (int k = 0; k < L; k++) {
+        remat_stage_profile *sp = &prof->stages[k];
+        sp->input_bytes = sp->output_bytes = K;
+        sp->saved_bytes = 16 * K;
+        sp->fwd_peak = 17 * K;
+        sp->fwd_peak_nosave = K;
+        sp->fwd_time = sp->bwd_time = 10e-3;
+        so[k] = (remat_stage_ops){N, op, 0};
+    }
+    const remat_plan_options lossy = {.lossy = true};
+    remat_plan *exact = NULL, *cheap = NULL, *dear = NULL, *roomy = NULL;
+    size_t budget = 30 * K;
+    RT_OK(remat_plan_create_ops(&exact, prof, &o, NULL, budget, NULL));
+    o.cast_bytes_per_s = 1e12;
+    RT_OK(remat_plan_create_ops(&cheap, prof, &o, NULL, budget, &lossy));
+    /* enough room to keep every op in f32: bf16 would only add conversions */
+    RT_OK(remat_plan_create_ops(&roomy, prof, &o, NULL, SIZE_MAX, &lossy));
+    o.cast_bytes_per_s = 1e5;
+    RT_OK(remat_plan_create_ops(&dear, prof, &o, NULL, budget, &lossy));
+    if (getenv("OPPLAN_VERBOSE")) {
+        remat_plan_explain(exact, &o, 0, 0, stderr);
+        remat_plan_explain(cheap, &o, 0, 0, stderr);
+    }
+    cr_assert_gt(lossy_ops(cheap), 0, "cheap conversions: nothing kept as bf16");
+    cr_assert_leq(cheap->peak_bytes, budget);
+    cr_assert_lt(cheap->time, exact->time - 2e-3, "bf16 %g s, exact %g s", cheap->time,
+                 exact->time);
+    cr_assert_eq(lossy_ops(dear), 0, "dear conversions: %d kept as bf16", lossy_ops(dear));
+    cr_assert_float_eq(dear->time, exact->time, 1e-12);
+    cr_assert_eq(lossy_ops(roomy), 0);
+    char st[256];
+    RT_OK(remat_plan_structure(cheap, st, sizeof st, NULL));
+    cr_assert(strstr(st, " as bf16)"), "%s", st);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    remat_plan_explain(cheap, &o, 0, 0, f);
+    fclose(f);
+    cr_assert(strstr(buf, "kept bf16:  op") && strstr(buf, "as bf16 (lossy"), "%s", buf);
+    free(buf);
+    remat_plan_free(exact);
+    remat_plan_free(cheap);
+    remat_plan_free(dear);
+    remat_plan_free(roomy);
+    remat_profile_free(prof);
+}
+
 Test(opplan, monotone_in_the_budget) {
     g_rng = 12345;
     /* a coarse grid keeps the test fast; the grid is what the property is about */
-    remat_plan_options po = {.mem_slots = 300, .offload = true};
+    remat_plan_options po = {.mem_slots = 300, .offload = true, .lossy = true};
     for (int trial = 0; trial < 4; trial++) {
         remat_profile *prof = NULL;
         remat_op_profile *ops = NULL;
         remat_step_profile step;
         random_profiles(12, 12, &prof, &ops, &step);
-        if (trial >= 2) { /* a device with transfer ops: offload is a choice too */
+        if (trial >= 2) { /* a device with transfer ops: offload is a choice too, and bf16 */
             for (int k = 0; k < 12; k++)
-                for (int i = 0; i < 12; i++) ops->stages[k].ops[i].offloadable = rnd_in(0, 1);
+                for (int i = 0; i < 12; i++) {
+                    remat_op_profile_entry *e = &ops->stages[k].ops[i];
+                    e->offloadable = rnd_in(0, 1);
+                    e->bf16_bytes = (size_t)rnd_in(0, (int)(e->cache_bytes / 1024)) * 1024;
+                }
             ops->host_bytes_per_s = 5e7;
+            ops->cast_bytes_per_s = 1e8;
         }
         const remat_step_profile *sp = trial % 2 ? &step : NULL;
         remat_plan *sa = NULL;
@@ -651,22 +917,14 @@ Test(opplan, executed_plans_fit_the_step_budget_with_bitwise_gradients) {
     RT_OK(remat_set_grad(c.x, NULL));
     remat_step_profile step = {0};
     step.fixed_bytes = rt_device_current_bytes();
-    remat_profile *prof = NULL, *hp = NULL;
+    remat_profile *prof = NULL;
     remat_op_profile *ops = NULL;
-    remat_profile_options po = {.runs = 1};
-    RT_OK(remat_profile_stages(&prof, TB_N, c.stages, c.x, &po));
-    RT_OK(remat_profile_ops(&ops, TB_N, c.stages, c.x, &po));
-    remat_stage hs = {loss_fn, NULL};
-    RT_OK(remat_profile_stages(&hp, 1, &hs, c.x, &po));
-    step.head = hp->stages[0];
-    remat_profile_free(hp);
+    rt_profile_chain(&prof, &ops, &step, TB_N, c.stages, c.x, loss_fn);
 
-    remat_plan *sa = NULL;
-    RT_OK(remat_plan_create_ops(&sa, prof, ops, &step, SIZE_MAX, NULL));
-    size_t top = sa->peak_store_all, lo = sa->min_budget_bytes;
+    size_t lo, top;
+    rt_plan_budget_range(prof, ops, &step, NULL, &lo, &top);
     cr_assert_geq(top, peak_none, "the store-all prediction bounds the plain step (%zu < %zu)", top,
                   peak_none);
-    remat_plan_free(sa);
     int partial = 0, n = 8;
     double prev_time = INFINITY;
     for (int b = 0; b <= n; b++) {
@@ -699,6 +957,108 @@ Test(opplan, executed_plans_fit_the_step_budget_with_bitwise_gradients) {
         remat_plan_free(plan);
     }
     cr_assert_gt(partial, 0, "some plan keeps part of a block");
+    for (int i = 0; i < ng; i++) remat_release(ref[i]);
+    free(ref);
+    free(got);
+    remat_profile_free(prof);
+    remat_op_profile_free(ops);
+    tchain_free(&c);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* Lossy plans, run: the transformer chain with every op 1 ms (fixed times, so the choices
+ * do not depend on this machine's) and conversions nearly free, 9 whole-step budgets from
+ * the minimum to store-all. Measured step peak <= predicted <= budget; plans without bf16
+ * keeps give the gradients of no checkpointing bitwise, plans with them within
+ * LOSSY_TOL of the largest value of each gradient (docs/planner.md "Lossy compression"). */
+#define LOSSY_TOL (1.0 / 64)
+
+static double rel_err(const remat_tensor *a, const remat_tensor *ref) {
+    double *x = rt_values(a), *y = rt_values(ref), top = 0, diff = 0;
+    int64_t n = remat_numel(ref);
+    for (int64_t i = 0; i < n; i++) {
+        top = fmax(top, fabs(y[i]));
+        diff = fmax(diff, fabs(x[i] - y[i]));
+    }
+    free(x);
+    free(y);
+    return top > 0 ? diff / top : diff;
+}
+
+Test(opplan, executed_lossy_plans_fit_and_stay_close) {
+    tchain c;
+    tchain_init(&c, 0.1);
+    int ng = 1 + c.n_params;
+    remat_tensor **ref = calloc((size_t)ng, sizeof *ref), **got = calloc((size_t)ng, sizeof *got);
+    run_step(&c, NULL, NULL);
+    run_step(&c, NULL, ref);
+    rt_zero_grads(c.n_params, c.params);
+    RT_OK(remat_set_grad(c.x, NULL));
+    remat_step_profile step = {0};
+    step.fixed_bytes = rt_device_current_bytes();
+    remat_profile *prof = NULL, *hp = NULL;
+    remat_op_profile *ops = NULL;
+    remat_profile_options po = {.runs = 1};
+    RT_OK(remat_profile_stages(&prof, TB_N, c.stages, c.x, &po));
+    RT_OK(remat_profile_ops(&ops, TB_N, c.stages, c.x, &po));
+    remat_stage hs = {loss_fn, NULL};
+    RT_OK(remat_profile_stages(&hp, 1, &hs, c.x, &po));
+    step.head = hp->stages[0];
+    remat_profile_free(hp);
+    const bool host = remat_device_host_addressable(remat_tensor_device(c.x).type);
+    size_t z = 0;
+    for (int i = 0; i < ops->stages[0].n_ops; i++) z += ops->stages[0].ops[i].bf16_bytes;
+    if (host) cr_assert_gt(z, 0, "the linears' f32 outputs may be kept as bf16");
+    else cr_assert_eq(z, 0, "nothing converts on a device the CPU cannot read");
+    if (host) cr_assert_gt(ops->cast_bytes_per_s, 0, "measured");
+    for (int s = 0; s < ops->n_stages; s++) {
+        double t = 0;
+        for (int i = 0; i < ops->stages[s].n_ops; i++) t += ops->stages[s].ops[i].time = 1e-3;
+        prof->stages[s].fwd_time = t;
+        prof->stages[s].bwd_time = 2 * t;
+    }
+    step.head.fwd_time = 1e-3;
+    step.head.bwd_time = 2e-3;
+    ops->cast_bytes_per_s = 1e13;
+    const remat_plan_options lossy = {.lossy = true};
+    remat_plan *sa = NULL;
+    RT_OK(remat_plan_create_ops(&sa, prof, ops, &step, SIZE_MAX, &lossy));
+    size_t top = sa->peak_store_all, lo = sa->min_budget_bytes;
+    remat_plan_free(sa);
+    int n = 8, compressing = 0;
+    double prev = INFINITY, worst = 0;
+    for (int b = 0; b <= n; b++) {
+        size_t budget = lo + (top - lo) * (size_t)b / (size_t)n;
+        remat_plan *plan = NULL;
+        RT_OK(remat_plan_create_ops(&plan, prof, ops, &step, budget, &lossy));
+        cr_assert_leq(plan->peak_bytes, budget);
+        cr_assert_leq(plan->time, prev, "budget %zu: slower than a smaller budget", budget);
+        prev = plan->time;
+        int nz = lossy_ops(plan);
+        compressing += nz > 0;
+        size_t peak = run_step(&c, plan, got);
+        if (getenv("OPPLAN_VERBOSE")) {
+            fprintf(stderr, "budget %zu predicted %zu measured %zu bf16 ops %d\n", budget,
+                    plan->peak_bytes, peak, nz);
+            remat_plan_explain(plan, ops, peak, 0, stderr);
+        }
+        cr_assert_leq(peak, plan->peak_bytes, "budget %zu: measured %zu above the prediction %zu",
+                      budget, peak, plan->peak_bytes);
+        for (int i = 0; i < ng; i++) {
+            if (nz) {
+                double e = rel_err(got[i], ref[i]);
+                worst = fmax(worst, e);
+                cr_assert_leq(e, LOSSY_TOL, "budget %zu: gradient %d off by %g of its largest",
+                              budget, i, e);
+            } else {
+                cr_assert(rt_bitwise_equal(got[i], ref[i]), "budget %zu: gradient %d", budget, i);
+            }
+            remat_release(got[i]);
+        }
+        remat_plan_free(plan);
+    }
+    if (getenv("OPPLAN_VERBOSE")) fprintf(stderr, "worst relative gradient error %g\n", worst);
+    if (host) cr_assert_gt(compressing, 0, "no budget made the plan keep bf16");
     for (int i = 0; i < ng; i++) remat_release(ref[i]);
     free(ref);
     free(got);

@@ -112,15 +112,9 @@ static void check(int polls) {
     remat_alloc_stats s0;
     RT_OK(remat_alloc_stats_get(fenced(), &s0));
     remat_step_profile step = {.fixed_bytes = s0.current_bytes};
-    remat_profile *prof = NULL, *hp = NULL;
+    remat_profile *prof = NULL;
     remat_op_profile *ops = NULL;
-    remat_profile_options po = {.runs = 1};
-    RT_OK(remat_profile_stages(&prof, BLOCKS, c.stages, c.x, &po));
-    RT_OK(remat_profile_ops(&ops, BLOCKS, c.stages, c.x, &po));
-    remat_stage hs = {loss_fn, NULL};
-    RT_OK(remat_profile_stages(&hp, 1, &hs, c.x, &po));
-    step.head = hp->stages[0];
-    remat_profile_free(hp);
+    rt_profile_chain(&prof, &ops, &step, BLOCKS, c.stages, c.x, loss_fn);
     /* Fixed times: the choices below follow from them, and the measured ones (microseconds
      * on this device) let recompute tie with a free copy now and then (CI saw "no budget
      * made the plan offload" one run in four). Every op 1 ms; a stage's forward their sum,
@@ -145,10 +139,8 @@ static void check(int polls) {
     /* copies nearly free: wherever keeping does not fit, offloading beats recomputing */
     ops->host_bytes_per_s = 1e18;
     const remat_plan_options popt = {.offload = true}; /* offload is opt-in */
-    remat_plan *sa = NULL;
-    RT_OK(remat_plan_create_ops(&sa, prof, ops, &step, SIZE_MAX, &popt));
-    size_t top = sa->peak_store_all, lo = sa->min_budget_bytes;
-    remat_plan_free(sa);
+    size_t lo, top;
+    rt_plan_budget_range(prof, ops, &step, &popt, &lo, &top);
     int n = 8, offloading = 0;
     double prev = INFINITY;
     for (int b = 0; b <= n; b++) {

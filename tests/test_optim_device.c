@@ -29,22 +29,6 @@ static remat_device fenced(void) {
     return (remat_device){type, 0};
 }
 
-static remat_device cuda0(void) {
-    const char *why = NULL;
-    if (!remat_cuda_available(&why)) cr_skip_test("no GPU: %s", why);
-    return (remat_device){remat_device_type_id("cuda"), 0};
-}
-
-/* A leaf on d with t's values. */
-static remat_tensor *leaf_on(remat_tensor *t, remat_device d) {
-    remat_tensor *c = NULL, *l = NULL;
-    RT_OK(remat_to_device(&c, t, d));
-    RT_OK(remat_detach(&l, c));
-    remat_release(c);
-    RT_OK(remat_set_requires_grad(l, true));
-    return l;
-}
-
 /* p.grad += g through a backward of sum(p * g) (g copied to p's device). */
 static void add_grad(remat_tensor *p, remat_tensor *g) {
     remat_tensor *gd = NULL, *prod = NULL, *l = NULL;
@@ -80,7 +64,7 @@ static void run(remat_device dev, const remat_optim_options *o, remat_dtype dt, 
     remat_tensor *pc[NP], *pd[NP];
     for (int i = 0; i < NP; i++) {
         pc[i] = rt_leaf(rt_rand(2, shapes[i], dt, -1, 1, 100 + (unsigned)i));
-        pd[i] = leaf_on(pc[i], dev);
+        pd[i] = rt_leaf_on(pc[i], dev, true);
     }
     remat_optimizer *oc = NULL, *od = NULL;
     RT_OK(remat_optim_create(&oc, o, pc, 2));
@@ -184,7 +168,7 @@ static void norms(remat_device dev, bool bitwise) {
     remat_tensor *pc[2], *pd[2];
     for (int i = 0; i < 2; i++) {
         pc[i] = rt_leaf(rt_rand(2, shapes[i], REMAT_F32, -1, 1, 200 + (unsigned)i));
-        pd[i] = leaf_on(pc[i], dev);
+        pd[i] = rt_leaf_on(pc[i], dev, true);
         remat_tensor *g = rt_rand(2, shapes[i], REMAT_F32, -3, 3, 300 + (unsigned)i);
         add_grad(pc[i], g);
         add_grad(pd[i], g);
@@ -234,12 +218,12 @@ Test(optim_device, fenced_norms_and_scaling_are_the_cpu_bits) {
 }
 
 Test(optim_device, cuda_steps_agree_with_cpu) {
-    run_all(cuda0(), false);
+    run_all(rt_cuda0(), false);
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
 Test(optim_device, cuda_norms_and_scaling_agree_with_cpu) {
-    norms(cuda0(), false);
+    norms(rt_cuda0(), false);
     cr_assert_eq(remat_live_tensors(), 0);
 }
 

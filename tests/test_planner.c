@@ -23,6 +23,22 @@ static uint64_t rnd(void) {
 }
 static int rnd_in(int lo, int hi) { return lo + (int)(rnd() % (uint64_t)(hi - lo + 1)); }
 
+/* Six equal stages (forward 1, backward 2, 10 bytes in and out, 20 saved, forward peaks 30
+ * with saving and 10 without): their minimal-memory plan nests checkpoints. */
+static remat_profile *six_equal_stages(void) {
+    remat_profile *p = NULL;
+    RT_OK(remat_profile_create(&p, 6));
+    for (int k = 0; k < 6; k++)
+        p->stages[k] = (remat_stage_profile){.fwd_time = 1,
+                                             .bwd_time = 2,
+                                             .input_bytes = 10,
+                                             .output_bytes = 10,
+                                             .saved_bytes = 20,
+                                             .fwd_peak = 30,
+                                             .fwd_peak_nosave = 10};
+    return p;
+}
+
 /* A random chain with small integer sizes (bytes) and times: every sum is
  * exact in double, so the DP and the search can be compared with ==. */
 static remat_profile *random_chain(int L) {
@@ -578,17 +594,7 @@ Test(planner, sequential_plan_and_printer) {
     remat_plan_free(plan);
 
     /* a nested optimal plan prints its nesting */
-    remat_profile *p = NULL;
-    RT_OK(remat_profile_create(&p, 6));
-    for (int k = 0; k < 6; k++) {
-        p->stages[k] = (remat_stage_profile){.fwd_time = 1,
-                                             .bwd_time = 2,
-                                             .input_bytes = 10,
-                                             .output_bytes = 10,
-                                             .saved_bytes = 20,
-                                             .fwd_peak = 30,
-                                             .fwd_peak_nosave = 10};
-    }
+    remat_profile *p = six_equal_stages();
     size_t mb;
     RT_OK(remat_plan_min_budget(p, &mb));
     RT_OK(remat_plan_create(&plan, p, mb));
@@ -655,16 +661,7 @@ Test(planner, structure_text_fits_its_buffer_and_says_its_length) {
     remat_plan_free(plan);
 
     /* a nested plan: brackets inside brackets, as remat_plan_print nests them */
-    remat_profile *p = NULL;
-    RT_OK(remat_profile_create(&p, 6));
-    for (int k = 0; k < 6; k++)
-        p->stages[k] = (remat_stage_profile){.fwd_time = 1,
-                                             .bwd_time = 2,
-                                             .input_bytes = 10,
-                                             .output_bytes = 10,
-                                             .saved_bytes = 20,
-                                             .fwd_peak = 30,
-                                             .fwd_peak_nosave = 10};
+    remat_profile *p = six_equal_stages();
     size_t mb;
     RT_OK(remat_plan_min_budget(p, &mb));
     RT_OK(remat_plan_create(&plan, p, mb));

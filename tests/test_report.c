@@ -10,26 +10,13 @@
 #include "support/models.h"
 #include "support/rt.h"
 
-typedef struct net {
-    remat_tensor *x, *w1, *b1, *w2, *t;
-} net;
+typedef rt_net2 net; /* x (16, 8), W1, b1, W2, t: tests/support/models.h */
 
+/* x named "input", as the report shows it */
 static net make_net(void) {
-    int64_t sx[] = {16, 8}, sw1[] = {32, 8}, sb1[] = {32}, sw2[] = {4, 32}, st[] = {16, 4};
-    net n = {rt_rand(2, sx, REMAT_F32, -1, 1, 1), rt_rand(2, sw1, REMAT_F32, -0.3, 0.3, 2),
-             rt_rand(1, sb1, REMAT_F32, -0.1, 0.1, 3), rt_rand(2, sw2, REMAT_F32, -0.3, 0.3, 4),
-             rt_rand(2, st, REMAT_F32, -1, 1, 5)};
-    RT_OK(remat_set_requires_grad(n.x, true));
-    RT_OK(remat_set_requires_grad(n.w1, true));
-    RT_OK(remat_set_requires_grad(n.b1, true));
-    RT_OK(remat_set_requires_grad(n.w2, true));
+    net n = rt_net2_make();
     RT_OK(remat_set_name(n.x, "input"));
     return n;
-}
-
-static void free_net(net *n) {
-    remat_tensor *all[] = {n->x, n->w1, n->b1, n->w2, n->t};
-    for (int i = 0; i < 5; i++) remat_release(all[i]);
 }
 
 /* loss = mse(linear(gelu(tag(linear(x)))), t); the call sites of the ops
@@ -130,7 +117,7 @@ Test(report, entries_totals_and_the_allocator_agree) {
     RT_OK(remat_backward_scalar(loss));
     remat_release(loss);
     remat_residual_report_free(rep);
-    free_net(&n);
+    rt_net2_free(&n);
     cr_assert_eq(remat_live_tensors(), 0);
 }
 

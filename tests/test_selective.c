@@ -404,6 +404,90 @@ Test(selective, save_versus_recompute_changes_what_runs_and_memory) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
+/* ---- SAVE_BF16: lossy keeps ------------------------------------------------------------------ */
+static remat_checkpoint_policy dots_as_bf16(const remat_sac_context *ctx, const char *op, int n,
+                                            remat_tensor *const *in, void *st) {
+    (void)ctx, (void)n, (void)in, (void)st;
+    return strcmp(op, "remat_linear") == 0 ? REMAT_MUST_SAVE_BF16 : REMAT_PREFER_RECOMPUTE;
+}
+
+/* x's and the parameters' .grad after a measure() run, then cleared. */
+static void take_grads(remat_tensor *x, int np, remat_tensor **params, remat_tensor **out) {
+    out[0] = remat_retain(remat_tensor_grad(x));
+    for (int i = 0; i < np; i++) out[1 + i] = remat_retain(remat_tensor_grad(params[i]));
+    RT_OK(remat_set_grad(x, NULL));
+    rt_zero_grads(np, params);
+}
+
+Test(selective, save_bf16_halves_the_cached_f32_and_stays_close) {
+    enum { NB = 3 };
+    rt_mlp_block blk[NB];
+    remat_tensor *params[NB * 4], *g_exact[1 + NB * 4], *g_bf16[1 + NB * 4];
+    int np = 0;
+    for (int i = 0; i < NB; i++) {
+        rt_mlp_block_init(&blk[i], 32, 128, 0.0, REMAT_F32, 20 + (unsigned)i);
+        np += rt_mlp_block_params(&blk[i], params + np);
+    }
+    int64_t sh[] = {64, 32};
+    remat_tensor *x = rt_rand(2, sh, REMAT_F32, -1, 1, 4);
+    RT_OK(remat_set_requires_grad(x, true));
+    remat_policy *nothing, *dots, *bf16;
+    RT_OK(remat_policy_nothing_saveable(&nothing));
+    RT_OK(remat_policy_dots_saveable(&dots));
+    RT_OK(remat_policy_from_fn(&bf16, dots_as_bf16, NULL, NULL));
+    cr_assert_str_eq(remat_checkpoint_policy_name(REMAT_MUST_SAVE_BF16), "MUST_SAVE_BF16");
+    mem_run mn, md, mz;
+    measure(nothing, blk, NB, x, &mn);
+    RT_OK(remat_set_grad(x, NULL));
+    rt_zero_grads(np, params);
+    measure(dots, blk, NB, x, &md);
+    take_grads(x, np, params, g_exact);
+    measure(bf16, blk, NB, x, &mz);
+    take_grads(x, np, params, g_bf16);
+    size_t dots_bytes = (size_t)NB * (64 * 128 + 64 * 32) * 4;
+    cr_assert_eq(mz.st.ops_cached, 2 * NB);
+    cr_assert_eq(mz.st.ops_from_cache, NB);
+    /* what SAVE_BF16 would store as bf16 is counted whatever the answer */
+    cr_assert_eq((size_t)md.st.bytes_cached_bf16, dots_bytes);
+    cr_assert_eq(md.st.ops_bf16, 0);
+    if (remat_device_host_addressable(remat_tensor_device(x).type)) {
+        /* half the bytes from the forward to the recomputation */
+        cr_assert_eq(mz.st.ops_bf16, 2 * NB);
+        cr_assert_eq((size_t)mz.st.bytes_cached, dots_bytes / 2);
+        cr_assert_eq(mz.after_forward - mn.after_forward, dots_bytes / 2,
+                     "bf16 keeps %zu above nothing, expected %zu",
+                     mz.after_forward - mn.after_forward, dots_bytes / 2);
+        /* lossy: not bitwise, but within bf16's rounding of the kept values */
+        bool all_equal = true;
+        for (int i = 0; i <= np; i++) {
+            all_equal = all_equal && rt_bitwise_equal(g_bf16[i], g_exact[i]);
+            double top = 0, *v = rt_values(g_exact[i]);
+            for (int64_t j = 0; j < remat_numel(g_exact[i]); j++) top = fmax(top, fabs(v[j]));
+            free(v);
+            double diff = rt_max_abs_diff(g_bf16[i], g_exact[i]);
+            if (getenv("SAC_VERBOSE"))
+                fprintf(stderr, "grad %d: %g of its largest\n", i, diff / top);
+            cr_assert_leq(diff, top / 64, "gradient %d: off by %g, its largest %g", i, diff, top);
+        }
+        cr_assert(!all_equal, "the gradients went through bf16");
+    } else {
+        /* a device the CPU cannot read: nothing converts, SAVE_BF16 is SAVE */
+        cr_assert_eq(mz.st.ops_bf16, 0);
+        cr_assert_eq((size_t)mz.st.bytes_cached, dots_bytes);
+        for (int i = 0; i <= np; i++) cr_assert(rt_bitwise_equal(g_bf16[i], g_exact[i]));
+    }
+    for (int i = 0; i <= np; i++) {
+        remat_release(g_exact[i]);
+        remat_release(g_bf16[i]);
+    }
+    remat_policy_release(nothing);
+    remat_policy_release(dots);
+    remat_policy_release(bf16);
+    remat_release(x);
+    for (int i = 0; i < NB; i++) rt_mlp_block_free(&blk[i]);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 /* ---- every preset gives the un-checkpointed gradients ---------------------------------------- */
 static remat_checkpoint_policy save_gelu_softmax(const remat_sac_context *ctx, const char *op,
                                                  int n, remat_tensor *const *in, void *st) {

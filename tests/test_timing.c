@@ -6,31 +6,14 @@
 #include <string.h>
 
 #include "core/timing.h"
+#include "support/models.h"
 #include "support/rt.h"
 
 RT_ON_TEST_DEVICE
 
-typedef struct net {
-    remat_tensor *x, *w1, *b1, *w2, *t;
-} net;
-
-/* x (16, 8) -> linear (32) + bias -> gelu -> linear (4), no bias -> mse against t */
-static net make_net(void) {
-    int64_t sx[] = {16, 8}, sw1[] = {32, 8}, sb1[] = {32}, sw2[] = {4, 32}, st[] = {16, 4};
-    net n = {rt_rand(2, sx, REMAT_F32, -1, 1, 1), rt_rand(2, sw1, REMAT_F32, -0.3, 0.3, 2),
-             rt_rand(1, sb1, REMAT_F32, -0.1, 0.1, 3), rt_rand(2, sw2, REMAT_F32, -0.3, 0.3, 4),
-             rt_rand(2, st, REMAT_F32, -1, 1, 5)};
-    RT_OK(remat_set_requires_grad(n.x, true));
-    RT_OK(remat_set_requires_grad(n.w1, true));
-    RT_OK(remat_set_requires_grad(n.b1, true));
-    RT_OK(remat_set_requires_grad(n.w2, true));
-    return n;
-}
-
-static void free_net(net *n) {
-    remat_tensor *all[] = {n->x, n->w1, n->b1, n->w2, n->t};
-    for (int i = 0; i < 5; i++) remat_release(all[i]);
-}
+/* x (16, 8) -> linear (32) + bias -> gelu -> linear (4), no bias -> mse against t (the tensors:
+ * rt_net2, tests/support/models.h) */
+typedef rt_net2 net;
 
 /* the first layer: h = gelu(x W1^T + b1) */
 static remat_status layer1(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
@@ -138,7 +121,7 @@ static const want k_plain[] = {
 #define N_PLAIN (int)(sizeof k_plain / sizeof k_plain[0])
 
 Test(timing, rows_of_a_small_models_steps) {
-    net n = make_net();
+    net n = rt_net2_make();
     remat_timing *t = record(&n, 0, 3);
     expect_rows(t, k_plain, N_PLAIN, 3);
     /* bytes: every operand once per call; flops: 2·M·N·K per product */
@@ -168,7 +151,7 @@ Test(timing, rows_of_a_small_models_steps) {
     cr_assert_eq(bytes, b0);
     cr_assert(ms >= 0 && flops > 0);
     remat_timing_free(t);
-    free_net(&n);
+    rt_net2_free(&n);
 }
 
 /* A checkpointed layer 1 runs its linear again in backward as "recompute"; the
@@ -176,7 +159,7 @@ Test(timing, rows_of_a_small_models_steps) {
  * kernel never runs), the reentrant one recomputes all of it and backwards through it as
  * "backward". Everything else is the plain step's. */
 Test(timing, recomputation_is_its_own_phase) {
-    net n = make_net();
+    net n = rt_net2_make();
     want w[N_PLAIN + 2];
     memcpy(w, k_plain, sizeof k_plain);
     w[N_PLAIN] = (want){"remat_linear", "matmul", R, 1};
@@ -188,11 +171,11 @@ Test(timing, recomputation_is_its_own_phase) {
     expect_rows(t, w, N_PLAIN + 2, 2);
     remat_timing_free(t);
     cr_assert_eq(remat_current_phase(), F);
-    free_net(&n);
+    rt_net2_free(&n);
 }
 
 Test(timing, nothing_is_recorded_while_off) {
-    net n = make_net();
+    net n = rt_net2_make();
     step(&n, 1); /* off: nothing kept */
     remat_timing *t = record(&n, 0, 0);
     cr_assert_eq(remat_timing_count(t), 0);
@@ -202,7 +185,7 @@ Test(timing, nothing_is_recorded_while_off) {
     t = record(&n, 0, 1);
     expect_rows(t, k_plain, N_PLAIN, 1);
     remat_timing_free(t);
-    free_net(&n);
+    rt_net2_free(&n);
 }
 
 /* A kernel that runs another inside (a device's matmul copying an operand no GEMM can read

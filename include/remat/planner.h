@@ -162,7 +162,7 @@ typedef enum remat_stage_action {
 } remat_stage_action;
 
 /* What an op-level plan does with one op of a checkpointed stage (remat_plan_stage.keep). */
-enum { REMAT_OP_RECOMPUTE = 0, REMAT_OP_KEEP = 1, REMAT_OP_OFFLOAD = 2 };
+enum { REMAT_OP_RECOMPUTE = 0, REMAT_OP_KEEP = 1, REMAT_OP_OFFLOAD = 2, REMAT_OP_KEEP_BF16 = 3 };
 
 typedef struct remat_plan_stage {
     remat_stage_action action;
@@ -173,14 +173,20 @@ typedef struct remat_plan_stage {
      * REMAT_OP_RECOMPUTE, REMAT_OP_KEEP (MUST_SAVE: its outputs stay on the
      * device from the forward to the recomputation) or REMAT_OP_OFFLOAD
      * (MUST_CPU_OFFLOAD: they go to host memory and come back for the
-     * recomputation; only ops the profile marks offloadable). keep NULL:
-     * the whole stage is recomputed (a plain checkpoint). */
+     * recomputation; only ops the profile marks offloadable) or
+     * REMAT_OP_KEEP_BF16 (MUST_SAVE_BF16, lossy, only when
+     * remat_plan_options.lossy allows it: kept like KEEP, its f32 tensors
+     * stored as bf16 until the recomputation). keep NULL: the whole stage
+     * is recomputed (a plain checkpoint). */
     int n_ops;
     uint8_t *keep;
-    size_t keep_bytes;     /* device storage the kept ops hold from forward to recomputation */
+    size_t keep_bytes;     /* device storage the kept ops hold from forward to recomputation
+                              (KEEP_BF16 ops: as bf16) */
     double recompute_time; /* predicted seconds of the stage's recomputation */
     size_t offload_bytes;  /* storage the offloaded ops move to host memory and back */
     double offload_time;   /* predicted seconds of those copies not hidden behind compute */
+    size_t bf16_bytes;     /* f32 bytes the KEEP_BF16 ops store as bf16 (half of them saved) */
+    double cast_time;      /* predicted seconds of those conversions, to bf16 and back */
 } remat_plan_stage;
 
 typedef enum remat_plan_kind {
@@ -232,6 +238,19 @@ typedef struct remat_plan_options {
      * keep or recompute only (offload is opt-in: its cost depends on the
      * host link, ops->host_bytes_per_s, which the profile does not measure). */
     bool offload;
+    /* Lossy compression (remat_plan_create_ops only; the other planners
+     * ignore it): true lets the solver keep an op's outputs with their f32
+     * tensors stored as bf16 from the forward to the recomputation
+     * (REMAT_OP_KEEP_BF16: half their bytes, for two conversions' time,
+     * ops->cast_bytes_per_s), for the ops whose profile shows such bytes
+     * (bf16_bytes: tensors on cpu). LOSSY: each stored value comes back
+     * rounded to 8 significant bits (relative error <= 2^-8), the
+     * recomputation runs on the rounded values, and gradients differ from
+     * those of no checkpointing (docs/planner.md "Lossy compression" gives
+     * the tolerance the tests hold). The solver picks it only where it
+     * makes the plan faster under the budget. Default false: plans and
+     * gradients are exactly those without the field. */
+    bool lossy;
 } remat_plan_options;
 
 /* The plan with minimal predicted step time whose predicted peak fits
@@ -316,7 +335,8 @@ void remat_plan_free(remat_plan *plan);
  * Inside a checkpointed stage every op is recomputed; a selective checkpoint
  * (remat/selective.h) can keep some ops' outputs instead. The op-level
  * planner decides, for each saved tensor of each stage, keep or recompute
- * (or offload to host memory, on a device with transfer ops), together with
+ * (or offload to host memory, on a device with transfer ops, and keep as
+ * bf16, lossy, when remat_plan_options allow them), together with
  * which stages to checkpoint, from a profile of every op:
  *
  *   remat_op_profile *ops;  remat_profile *prof;  remat_plan *plan;
@@ -337,8 +357,11 @@ typedef struct remat_op_profile_entry {
     int n_saved_views;  /* of which views of an input or of a larger storage (no new bytes) */
     size_t saved_bytes; /* bytes of the tensors it saves (view bytes) */
     size_t lean_bytes;  /* of those, stored lean exactly: 1-bit masks (u8), indices (i64) */
-    size_t lossy_bytes; /* of those, f32 activations bf16 storage would halve (lossy: only
-                            when the user allows it; not used by the planner yet) */
+    size_t lossy_bytes; /* of those, f32 activations bf16 saved-tensor hooks would halve
+                            (remat_bf16_saved_hooks; informational) */
+    size_t bf16_bytes;  /* of cache_bytes, the f32 storage a lossy keep (REMAT_OP_KEEP_BF16,
+                           selective MUST_SAVE_BF16) stores as bf16, saving half of it:
+                           contiguous f32 tensors on a device the CPU can read */
     bool offloadable;   /* its saves live on a device with real offload (cuda; never on cpu):
                            the planner may move them to host memory (REMAT_OP_OFFLOAD) when
                            remat_plan_options.offload allows it */
@@ -360,7 +383,16 @@ typedef struct remat_op_profile {
      * REMAT_HOST_LINK_BYTES_PER_S. remat_profile_ops leaves it 0: set it to
      * what your machine measures (e.g. cudaMemcpyAsync of pinned memory). */
     double host_bytes_per_s;
+    /* f32 bytes per second one conversion to bf16 (or back) processes, for
+     * the cost of lossy keeps; remat_profile_ops measures it where some op
+     * has bf16_bytes (median of `runs` conversions of the largest such
+     * tensor's size, at most 16 MiB); 0: REMAT_CAST_BYTES_PER_S. */
+    double cast_bytes_per_s;
 } remat_op_profile;
+
+/* 2 GB/s of f32 each way: a conservative figure for one core's f32 <-> bf16
+ * conversion (4 bytes read and 2 written per value), for hand-made profiles. */
+#define REMAT_CAST_BYTES_PER_S 2e9
 
 /* 12 GB/s: what pinned copies reach one way over PCIe 4.0 x16 in practice
  * (about half of the link's 32 GB/s peak is conservative for a copy that

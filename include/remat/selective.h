@@ -17,6 +17,15 @@
  *   CPU_OFFLOAD as SAVE, but a cached tensor living on a non-cpu device is
  *             copied to host memory during the forward and back to its
  *             device when the recomputation needs it (on cpu: as SAVE).
+ *   SAVE_BF16 as SAVE, but LOSSY (remat's own, PyTorch has no such answer):
+ *             each cached f32 tensor that is contiguous, owns its whole
+ *             storage and lives where the CPU can read it (cpu) is stored
+ *             as bf16 from the end of the op to the recomputation (half the
+ *             bytes) and converted back to f32 when the recomputation needs
+ *             it (round to nearest even: a relative error of at most 2^-8
+ *             per value, as remat_bf16_saved_hooks). The recomputation then
+ *             runs on the rounded values, so gradients change accordingly.
+ *             Other cached tensors are kept as SAVE keeps them.
  *
  * MUST_ and PREFER_ behave the same in eager mode (as in PyTorch); the
  * distinction is kept for policies that combine others (remat_policy_or).
@@ -76,7 +85,9 @@ typedef enum remat_checkpoint_policy {
     REMAT_MUST_RECOMPUTE = 2,
     REMAT_PREFER_RECOMPUTE = 3,
     REMAT_MUST_CPU_OFFLOAD = 4,
-    REMAT_PREFER_CPU_OFFLOAD = 5
+    REMAT_PREFER_CPU_OFFLOAD = 5,
+    REMAT_MUST_SAVE_BF16 = 6, /* lossy: see SAVE_BF16 above */
+    REMAT_PREFER_SAVE_BF16 = 7
 } remat_checkpoint_policy;
 
 /* "MUST_SAVE", ..., or "?" for a value outside the enum. */
@@ -145,8 +156,9 @@ remat_status remat_policy_save_any_names_but_these(remat_policy **out, int n,
  * (JAX: save_and_offload_only_these_names with no names to save). */
 remat_status remat_policy_offload_these_names(remat_policy **out, int n, const char *const *names);
 /* Saves what either policy saves (JAX: save_from_both_policies): the
- * answer is the first of MUST_SAVE, MUST_CPU_OFFLOAD, PREFER_SAVE,
- * PREFER_CPU_OFFLOAD that either gives; otherwise MUST_RECOMPUTE if either
+ * answer is the first of MUST_SAVE, MUST_CPU_OFFLOAD, MUST_SAVE_BF16,
+ * PREFER_SAVE, PREFER_CPU_OFFLOAD, PREFER_SAVE_BF16 that either gives (an
+ * exact save wins over a lossy one); otherwise MUST_RECOMPUTE if either
  * says so, else PREFER_RECOMPUTE. Both are always called (stateful
  * policies see every op). Takes its own references to a and b. */
 remat_status remat_policy_or(remat_policy **out, remat_policy *a, remat_policy *b);
@@ -164,12 +176,17 @@ int remat_policy_eval(const remat_policy *p, const remat_sac_context *ctx, const
 typedef struct remat_sac_stats {
     int64_t policy_calls_forward;
     int64_t policy_calls_recompute;
-    int64_t ops_forward;    /* ops seen in forward passes */
-    int64_t ops_cached;     /* ops whose outputs were cached in the forward */
-    int64_t ops_offloaded;  /* of those, copied to host memory */
-    int64_t ops_recomputed; /* ops that ran again during recomputations */
-    int64_t ops_from_cache; /* ops served from the cache during recomputations */
-    int64_t bytes_cached;   /* bytes of storage the caches held (new storage, counted once) */
+    int64_t ops_forward;       /* ops seen in forward passes */
+    int64_t ops_cached;        /* ops whose outputs were cached in the forward */
+    int64_t ops_offloaded;     /* of those, copied to host memory */
+    int64_t ops_recomputed;    /* ops that ran again during recomputations */
+    int64_t ops_from_cache;    /* ops served from the cache during recomputations */
+    int64_t bytes_cached;      /* bytes of storage the caches held (new storage, counted once;
+                               bf16 bytes for tensors stored as bf16) */
+    int64_t ops_bf16;          /* of ops_cached, stored as bf16 (SAVE_BF16 answers) */
+    int64_t bytes_cached_bf16; /* f32 bytes of the cached storages a SAVE_BF16 answer stores
+                                  (or would store) as bf16, whatever the answer was: half of
+                                  them is what SAVE_BF16 saves over SAVE */
 } remat_sac_stats;
 
 /* PyTorch: create_selective_checkpoint_contexts(policy_fn_or_list,

@@ -40,6 +40,40 @@ static void list_ops(FILE *f, const remat_plan_stage *st, const remat_stage_ops 
     if (!any) fprintf(f, "-");
 }
 
+/* A checkpointed stage of an op-level plan: what it keeps (as bf16), offloads, recomputes. */
+static void explain_op_stage(FILE *f, const remat_plan_stage *st, const remat_stage_ops *so) {
+    int kept = 0, offl = 0, lossy = 0;
+    for (int i = 0; i < st->n_ops; i++) {
+        kept += st->keep[i] == REMAT_OP_KEEP || st->keep[i] == REMAT_OP_KEEP_BF16;
+        offl += st->keep[i] == REMAT_OP_OFFLOAD;
+        lossy += st->keep[i] == REMAT_OP_KEEP_BF16;
+    }
+    fprintf(f, "checkpointed, keeps %d of %d ops (%.2f MiB)", kept, st->n_ops,
+            PL_MIB(st->keep_bytes));
+    if (lossy)
+        fprintf(f,
+                ", %d of them as bf16 (lossy: %.2f MiB of f32 in half the bytes, %.3f ms of "
+                "conversions)",
+                lossy, PL_MIB(st->bf16_bytes), st->cast_time * 1e3);
+    if (offl)
+        fprintf(f, ", offloads %d (%.2f MiB to host memory, %.3f ms of copies not hidden)", offl,
+                PL_MIB(st->offload_bytes), st->offload_time * 1e3);
+    fprintf(f, ", recomputes %.3f ms of its forward\n", st->recompute_time * 1e3);
+    fprintf(f, "      kept:       ");
+    list_ops(f, st, so, REMAT_OP_KEEP);
+    if (lossy) {
+        fprintf(f, "\n      kept bf16:  ");
+        list_ops(f, st, so, REMAT_OP_KEEP_BF16);
+    }
+    if (offl) {
+        fprintf(f, "\n      offloaded:  ");
+        list_ops(f, st, so, REMAT_OP_OFFLOAD);
+    }
+    fprintf(f, "\n      recomputed: ");
+    list_ops(f, st, so, REMAT_OP_RECOMPUTE);
+    fputc('\n', f);
+}
+
 void remat_plan_explain(const remat_plan *p, const remat_op_profile *ops, size_t measured_peak,
                         double measured_time, FILE *f) {
     if (!p || !f || !p->stages) return;
@@ -71,26 +105,7 @@ void remat_plan_explain(const remat_plan *p, const remat_op_profile *ops, size_t
             fprintf(f, "checkpointed: keeps its input, recomputes every op (%d forward runs)\n",
                     st->n_forward);
         } else {
-            int kept = 0, offl = 0;
-            for (int i = 0; i < st->n_ops; i++) {
-                kept += st->keep[i] == REMAT_OP_KEEP;
-                offl += st->keep[i] == REMAT_OP_OFFLOAD;
-            }
-            fprintf(f, "checkpointed, keeps %d of %d ops (%.2f MiB)", kept, st->n_ops,
-                    PL_MIB(st->keep_bytes));
-            if (offl)
-                fprintf(f, ", offloads %d (%.2f MiB to host memory, %.3f ms of copies not hidden)",
-                        offl, PL_MIB(st->offload_bytes), st->offload_time * 1e3);
-            fprintf(f, ", recomputes %.3f ms of its forward\n", st->recompute_time * 1e3);
-            fprintf(f, "      kept:       ");
-            list_ops(f, st, so, REMAT_OP_KEEP);
-            if (offl) {
-                fprintf(f, "\n      offloaded:  ");
-                list_ops(f, st, so, REMAT_OP_OFFLOAD);
-            }
-            fprintf(f, "\n      recomputed: ");
-            list_ops(f, st, so, REMAT_OP_RECOMPUTE);
-            fputc('\n', f);
+            explain_op_stage(f, st, so);
         }
         k = e;
     }

@@ -522,12 +522,14 @@ static void structure_level(text_out *o, const remat_plan *p, const int *next, i
             /* op-level plans: how many of the stage's ops it keeps */
             const remat_plan_stage *st = &p->stages[nd->first];
             if (nd->first == nd->last && st->keep) {
-                int kept = 0, offl = 0;
+                int kept = 0, offl = 0, lossy = 0;
                 for (int k = 0; k < st->n_ops; k++) {
-                    kept += st->keep[k] == REMAT_OP_KEEP;
+                    kept += st->keep[k] == REMAT_OP_KEEP || st->keep[k] == REMAT_OP_KEEP_BF16;
                     offl += st->keep[k] == REMAT_OP_OFFLOAD;
+                    lossy += st->keep[k] == REMAT_OP_KEEP_BF16;
                 }
                 text_add(o, " keeps %d/%d ops", kept, st->n_ops);
+                if (lossy) text_add(o, " (%d as bf16)", lossy);
                 if (offl) text_add(o, ", offloads %d", offl);
             }
             text_add(o, "]");
@@ -575,8 +577,8 @@ static const char *action_name(remat_stage_action a) {
 /* Op-level plans: what the checkpointed stages keep, in one line
  * (remat_plan_explain has the details). */
 static void print_op_summary(const remat_plan *p, FILE *f) {
-    int kept = 0, offl = 0, ops = 0, n_st = 0;
-    size_t bytes = 0, obytes = 0;
+    int kept = 0, offl = 0, lossy = 0, ops = 0, n_st = 0;
+    size_t bytes = 0, obytes = 0, zbytes = 0;
     for (int k = 0; k < p->n_stages; k++) {
         const remat_plan_stage *st = &p->stages[k];
         if (st->action != REMAT_STAGE_CHECKPOINT) continue;
@@ -584,13 +586,18 @@ static void print_op_summary(const remat_plan *p, FILE *f) {
         ops += st->n_ops;
         bytes += st->keep_bytes;
         obytes += st->offload_bytes;
+        zbytes += st->bf16_bytes;
         for (int i = 0; st->keep && i < st->n_ops; i++) {
-            kept += st->keep[i] == REMAT_OP_KEEP;
+            kept += st->keep[i] == REMAT_OP_KEEP || st->keep[i] == REMAT_OP_KEEP_BF16;
             offl += st->keep[i] == REMAT_OP_OFFLOAD;
+            lossy += st->keep[i] == REMAT_OP_KEEP_BF16;
         }
     }
     fprintf(f, "  op level: the %d checkpointed stages keep %d of their %d ops (%.2f MiB)", n_st,
             kept, ops, PL_MIB(bytes));
+    if (lossy)
+        fprintf(f, ", %d of them as bf16 (lossy: %.2f MiB of f32 in half the bytes)", lossy,
+                PL_MIB(zbytes));
     if (offl) fprintf(f, " and offload %d (%.2f MiB)", offl, PL_MIB(obytes));
     fputc('\n', f);
 }

@@ -19,6 +19,7 @@
 #include "autograd/graph.h"
 #include "core/core.h"
 #include "planner_internal.h"
+#include "remat/compress.h"
 #include "remat/selective.h"
 
 #define OP_DEFAULT_RUNS 3
@@ -36,6 +37,7 @@ typedef struct op_run {
     remat_op_profile_entry *ops; /* name, save figures (times and bytes filled at the end) */
     double *t0;                  /* clock when the op's policy call came */
     int64_t *c0;                 /* bytes_cached then */
+    int64_t *z0;                 /* bytes_cached_bf16 then */
     remat_sac_stats stats;
     int n_in;
     remat_tensor *in[OP_MAX_INPUTS]; /* the running op's inputs (borrowed during the op) */
@@ -83,7 +85,9 @@ static remat_checkpoint_policy record_policy(const remat_sac_context *ctx, const
         if (t) r->t0 = t;
         int64_t *c = t ? realloc(r->c0, (size_t)cap * sizeof *c) : NULL;
         if (c) r->c0 = c;
-        if (!c) {
+        int64_t *z = c ? realloc(r->z0, (size_t)cap * sizeof *z) : NULL;
+        if (z) r->z0 = z;
+        if (!z) {
             r->oom = true;
             return REMAT_MUST_SAVE;
         }
@@ -97,6 +101,7 @@ static remat_checkpoint_policy record_policy(const remat_sac_context *ctx, const
     r->n_in = n_inputs < OP_MAX_INPUTS ? n_inputs : OP_MAX_INPUTS;
     for (int i = 0; i < r->n_in; i++) r->in[i] = inputs[i];
     r->c0[r->n] = r->stats.bytes_cached;
+    r->z0[r->n] = r->stats.bytes_cached_bf16;
     r->t0[r->n] = now_s();
     r->n++;
     return REMAT_MUST_SAVE;
@@ -120,6 +125,7 @@ static void run_free(op_run *r) {
     free(r->ops);
     free(r->t0);
     free(r->c0);
+    free(r->z0);
     memset(r, 0, sizeof *r);
 }
 
@@ -139,7 +145,7 @@ static remat_status run_once(const remat_stage *st, remat_tensor *a, op_run *r, 
     tls_run = r;
     rc = remat_checkpoint(wrapped_stage, &w, 1, &a, 1, &y, &o);
     tls_run = NULL;
-    int64_t c_end = r->stats.bytes_cached;
+    int64_t c_end = r->stats.bytes_cached, z_end = r->stats.bytes_cached_bf16;
     if (!rc && r->oom) rc = rm_err(REMAT_ENOMEM, "out of memory recording the ops");
     if (!rc && !y) rc = rm_err(REMAT_EINVAL, "the stage returned no tensor");
     if (!rc && r->n > 0) {
@@ -152,6 +158,8 @@ static remat_status run_once(const remat_stage *st, remat_tensor *a, op_run *r, 
             int64_t ce = i + 1 < r->n ? r->c0[i + 1] : c_end;
             (*dur)[i] = te > r->t0[i] ? te - r->t0[i] : 0;
             r->ops[i].cache_bytes = ce > r->c0[i] ? (size_t)(ce - r->c0[i]) : 0;
+            int64_t ze = i + 1 < r->n ? r->z0[i + 1] : z_end;
+            r->ops[i].bf16_bytes = ze > r->z0[i] ? (size_t)(ze - r->z0[i]) : 0;
         }
     }
     if (!rc && next) {
@@ -276,6 +284,46 @@ static void walk_end(void *ud) {
     remat_set_save_observer(g_prev_obs, g_prev_obs_ud);
 }
 
+/* ops->cast_bytes_per_s: f32 bytes per second of remat_to_bf16 and remat_bf16_to_f32 (their
+ * mean) on a tensor the size of the largest op's bf16_bytes (at most 16 MiB), median of runs;
+ * left 0 (the default) when no op has such bytes. */
+static remat_status measure_cast(remat_op_profile *p, int runs) {
+    size_t most = 0;
+    for (int k = 0; k < p->n_stages; k++)
+        for (int i = 0; i < p->stages[k].n_ops; i++)
+            if (p->stages[k].ops[i].bf16_bytes > most) most = p->stages[k].ops[i].bf16_bytes;
+    if (most > ((size_t)16 << 20)) most = (size_t)16 << 20;
+    int64_t n = (int64_t)(most / sizeof(float));
+    if (n < 1) return REMAT_OK;
+    void *scope = rm_scope_suspend();
+    remat_tensor *x = NULL;
+    bool skip = rm_set_skip_mode(false);
+    int rc = rm_new_output(&x, 1, &n, REMAT_F32, REMAT_DEVICE_CPU);
+    rm_set_skip_mode(skip);
+    double *v = rc ? NULL : calloc((size_t)runs, sizeof *v);
+    if (!rc && !v) rc = rm_err(REMAT_ENOMEM, "out of memory");
+    if (!rc) memset(rm_ptr(x), 0, (size_t)n * sizeof(float));
+    for (int j = 0; !rc && j <= runs; j++) { /* j == 0: warm-up */
+        remat_tensor *h = NULL, *back = NULL;
+        double t0 = now_s();
+        rc = remat_to_bf16(&h, x);
+        if (!rc) rc = remat_bf16_to_f32(&back, h);
+        double dt = now_s() - t0;
+        rm_release(h);
+        rm_release(back);
+        if (j > 0) v[j - 1] = dt;
+    }
+    if (!rc) {
+        qsort(v, (size_t)runs, sizeof *v, cmp_double);
+        double med = runs % 2 ? v[runs / 2] : 0.5 * (v[runs / 2 - 1] + v[runs / 2]);
+        if (med > 0) p->cast_bytes_per_s = 2.0 * (double)n * sizeof(float) / med;
+    }
+    free(v);
+    rm_release(x);
+    rm_scope_resume(scope);
+    return rc;
+}
+
 remat_status remat_profile_ops(remat_op_profile **out, int n_stages, const remat_stage *stages,
                                remat_tensor *input, const remat_profile_options *opts) {
     static const char *call = "remat_profile_ops";
@@ -297,6 +345,7 @@ remat_status remat_profile_ops(remat_op_profile **out, int n_stages, const remat
     ow.p = p;
     pl_stage_walk w = {walk_stage, walk_begin, walk_end, &ow};
     rc = pl_walk_stages(call, input, n_stages, &w);
+    if (!rc) rc = measure_cast(p, ow.runs);
     if (rc) {
         remat_op_profile_free(p);
         return rc;
@@ -314,8 +363,11 @@ void remat_op_profile_free(remat_op_profile *p) {
 
 void remat_op_profile_print(const remat_op_profile *p, FILE *f) {
     if (!p || !f || !p->stages) return;
-    fprintf(f, "op profile: %d stages (median of %d runs per distinct stage)\n", p->n_stages,
+    fprintf(f, "op profile: %d stages (median of %d runs per distinct stage)", p->n_stages,
             p->runs);
+    if (p->cast_bytes_per_s > 0)
+        fprintf(f, "; f32 <-> bf16 conversions %.2f GB/s of f32", p->cast_bytes_per_s / 1e9);
+    fputc('\n', f);
     for (int k = 0; k < p->n_stages; k++) {
         const remat_stage_ops *s = &p->stages[k];
         if (s->same_as != k) continue;
@@ -324,13 +376,14 @@ void remat_op_profile_print(const remat_op_profile *p, FILE *f) {
             if (p->stages[j].same_as == k) last = j, count++;
         fprintf(f, "  stage %d (%d stage%s like it, %d-%d): %d ops\n", first, count,
                 count == 1 ? "" : "s", first, last, s->n_ops);
-        fprintf(f, "    %3s %-24s %8s %10s %5s %10s %10s %s\n", "op", "name", "ms", "keep KiB",
-                "saves", "saved KiB", "lean KiB", "notes");
+        fprintf(f, "    %3s %-24s %8s %10s %5s %10s %10s %10s %s\n", "op", "name", "ms", "keep KiB",
+                "saves", "saved KiB", "lean KiB", "bf16 KiB", "notes");
         for (int i = 0; i < s->n_ops; i++) {
             const remat_op_profile_entry *e = &s->ops[i];
-            fprintf(f, "    %3d %-24s %8.3f %10.1f %2d/%-2d %10.1f %10.1f %s%s\n", i, e->name,
-                    e->time * 1e3, (double)e->cache_bytes / 1024.0, e->n_saved, e->n_saved_views,
-                    (double)e->saved_bytes / 1024.0, (double)e->lean_bytes / 1024.0,
+            fprintf(f, "    %3d %-24s %8.3f %10.1f %2d/%-2d %10.1f %10.1f %10.1f %s%s\n", i,
+                    e->name, e->time * 1e3, (double)e->cache_bytes / 1024.0, e->n_saved,
+                    e->n_saved_views, (double)e->saved_bytes / 1024.0,
+                    (double)e->lean_bytes / 1024.0, (double)e->bf16_bytes / 1024.0,
                     e->cacheable ? "" : "always recomputed", e->offloadable ? " offloadable" : "");
         }
     }

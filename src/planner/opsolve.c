@@ -33,6 +33,15 @@
  * largest offloadable ops). The Pareto sets are then of (C, O, time saved);
  * a second DP over them is one more candidate.
  *
+ * Lossy keeps (opts->lossy, ops with bf16_bytes: f32 tensors the CPU can read):
+ * an op kept as bf16 holds its cache_bytes less h = bf16_bytes / 2 from the
+ * forward to the recomputation; its f32 is there until the forward ends and
+ * again in the recomputation (U = the sum of h, plus the stage's largest h
+ * for the one tensor converting), so both peaks count C + O + U; its time
+ * saved is the op's less two conversions of bf16_bytes at cast_bytes_per_s.
+ * Pareto sets of (C, O, U, time saved), one more DP and candidate (and one
+ * with offload and lossy keeps together when both are allowed).
+ *
  * Plan space (b): rotor's nested block schedules (solve.c) and the
  * minimal-peak plan. The answer is the fastest candidate that fits.
  *
@@ -52,18 +61,22 @@
 #define OP_MAX_FRONTIER 4096 /* Pareto points per stage before thinning (then not exact) */
 
 typedef struct front_pt {
-    uint64_t c; /* cache bytes kept on the device */
-    uint64_t o; /* cache bytes offloaded to host memory */
-    double t;   /* forward time it saves (kept and offloaded ops) */
-    int set;    /* index of its op sets (kept, offloaded) in the stage's set table */
+    uint64_t c;  /* cache bytes kept on the device (bf16 keeps: their bf16 bytes) */
+    uint64_t o;  /* cache bytes offloaded to host memory */
+    uint64_t u;  /* bf16 keeps: what their f32 adds back in the recomputation (and while the
+                   forward converts them), the stage's conversion reserve included */
+    double t;    /* forward time it saves (kept, offloaded, bf16 ops), less the conversions' */
+    double cast; /* seconds of the bf16 conversions (there and back) */
+    uint64_t z;  /* f32 bytes stored as bf16 */
+    int set;     /* index of its op sets (kept, offloaded, bf16) in the stage's set table */
 } front_pt;
 
 /* Pareto set of one distinct stage. */
 typedef struct stage_front {
     int n;
     front_pt *pts; /* c ascending, t strictly ascending */
-    int words;     /* uint64 words per op set; a point's sets are 2 * words: kept, then
-                      offloaded */
+    int words;     /* uint64 words per op set; a point's sets are 3 * words: kept, offloaded,
+                      kept as bf16 */
     uint64_t *sets;
     int n_sets, cap_sets;
     bool exact;
@@ -79,13 +92,16 @@ static int cmp_pt(const void *a, const void *b) {
     const front_pt *x = a, *y = b;
     if (x->c != y->c) return x->c < y->c ? -1 : 1;
     if (x->t != y->t) return (x->t < y->t) - (x->t > y->t); /* larger t first */
-    return (x->o > y->o) - (x->o < y->o);                   /* then fewer offloaded bytes */
+    if (x->o != y->o) return (x->o > y->o) - (x->o < y->o); /* then fewer offloaded bytes */
+    return (x->u > y->u) - (x->u < y->u);
 }
 
-/* A new pair of op sets: a copy of `from`'s (or empty) with add_op kept (offload false)
- * or offloaded. */
-static int new_set(stage_front *f, int from, int add_op, bool offload) {
-    size_t w = 2 * (size_t)f->words;
+/* How an op joins a point's sets. */
+enum { WAY_KEEP = 0, WAY_OFFLOAD = 1, WAY_BF16 = 2, N_WAYS = 3 };
+
+/* New op sets: a copy of `from`'s (or empty) with add_op joining the way's set. */
+static int new_set(stage_front *f, int from, int add_op, int way) {
+    size_t w = N_WAYS * (size_t)f->words;
     if (f->n_sets == f->cap_sets) {
         int cap = f->cap_sets ? 2 * f->cap_sets : 64;
         uint64_t *s = realloc(f->sets, (size_t)cap * w * sizeof *s);
@@ -96,17 +112,17 @@ static int new_set(stage_front *f, int from, int add_op, bool offload) {
     uint64_t *dst = f->sets + (size_t)f->n_sets * w;
     if (from >= 0) memcpy(dst, f->sets + (size_t)from * w, w * 8);
     else memset(dst, 0, w * 8);
-    if (add_op >= 0) dst[(offload ? f->words : 0) + add_op / 64] |= (uint64_t)1 << (add_op % 64);
+    if (add_op >= 0) dst[way * f->words + add_op / 64] |= (uint64_t)1 << (add_op % 64);
     return f->n_sets++;
 }
 
 /* Keeps the points of tmp[0..m) (sorted by cmp_pt) that no other dominates: one with no
- * more bytes kept, no more offloaded and no less time saved. Returns their count. */
-static int prune(front_pt *tmp, int m, bool offload) {
+ * more bytes kept, offloaded or added back and no less time saved. Returns their count. */
+static int prune(front_pt *tmp, int m, bool multi) {
     int n = 0;
-    double best = -1;
+    double best = -INFINITY;
     for (int j = 0; j < m; j++) {
-        if (!offload) { /* o is 0 everywhere: a sweep over c */
+        if (!multi) { /* o and u are 0 everywhere: a sweep over c */
             if (!(tmp[j].t > best)) continue;
             best = tmp[j].t;
             tmp[n++] = tmp[j];
@@ -114,50 +130,109 @@ static int prune(front_pt *tmp, int m, bool offload) {
         }
         bool dominated = false;
         for (int q = 0; q < n && !dominated; q++)
-            dominated = tmp[q].t >= tmp[j].t && tmp[q].o <= tmp[j].o;
+            dominated = tmp[q].t >= tmp[j].t && tmp[q].o <= tmp[j].o && tmp[q].u <= tmp[j].u;
         if (!dominated) tmp[n++] = tmp[j];
     }
     return n;
 }
 
-/* Exact Pareto set of (bytes kept, bytes offloaded, time saved) over the
- * ways to keep, offload (ops marked offloadable, when `offload`) or
- * recompute the stage's cacheable ops; times scaled by `scale`. */
+/* What build_front may choose besides keep and recompute. */
+typedef struct front_cfg {
+    bool offload;   /* ops marked offloadable */
+    bool lossy;     /* ops with bf16_bytes: kept as bf16 */
+    double cast_bw; /* f32 bytes per second of one conversion */
+} front_cfg;
+
+/* Exact Pareto set of (bytes kept, bytes offloaded, bytes added back, time saved) over
+ * the ways to keep, offload (ops marked offloadable, when fc->offload), keep as bf16
+ * (ops with bf16_bytes, when fc->lossy) or recompute the stage's cacheable ops; times
+ * scaled by `scale`. A bf16 keep of op i holds cache_bytes - h (h = bf16_bytes / 2)
+ * from the forward to the recomputation, adds h back there, costs two conversions of
+ * bf16_bytes, and the first bf16 keep of a point adds the stage's conversion reserve
+ * (its largest h: the one tensor that is both f32 and bf16 while it converts). */
+/* The stage's conversion reserve: its largest cacheable op's bf16 half. */
+static uint64_t bf16_reserve(const remat_stage_ops *so) {
+    uint64_t r = 0;
+    for (int i = 0; i < so->n_ops; i++)
+        if (so->ops[i].cacheable && so->ops[i].bf16_bytes / 2 > r) r = so->ops[i].bf16_bytes / 2;
+    return r;
+}
+
+/* One op joining point q (the j-th of n) each way it may: appended to tmp at *m. */
+typedef struct op_way {
+    uint64_t bytes; /* cache_bytes */
+    double t;       /* its scaled forward time */
+    bool off;       /* may be offloaded */
+    uint64_t zb;    /* its bf16_bytes (f32) */
+    uint64_t h;     /* bf16 keep: zb / 2 (0: not a way) */
+    double cast;    /* bf16 keep: the conversions' seconds */
+    uint64_t reserve;
+} op_way;
+
+/* q with op j (of n) taken the way `way`, t seconds more. */
+static front_pt with_way(const front_pt *q, int way, int n, int j, double t) {
+    front_pt p = *q;
+    p.t += t;
+    p.set = -1 - (way * n + j);
+    return p;
+}
+
+static void add_ways(front_pt *tmp, int *m, const front_pt *q, int j, int n, const op_way *w) {
+    tmp[(*m)++] = *q;
+    front_pt k = with_way(q, WAY_KEEP, n, j, w->t);
+    k.c += w->bytes;
+    tmp[(*m)++] = k;
+    if (w->off) {
+        front_pt p = with_way(q, WAY_OFFLOAD, n, j, w->t);
+        p.o += w->bytes;
+        tmp[(*m)++] = p;
+    }
+    if (w->h) {
+        front_pt z = with_way(q, WAY_BF16, n, j, w->t - w->cast);
+        z.c += w->bytes - w->h;
+        z.u += w->h + (q->z ? 0 : w->reserve);
+        z.cast += w->cast;
+        z.z += w->zb;
+        tmp[(*m)++] = z;
+    }
+}
+
 static remat_status build_front(stage_front *f, const remat_stage_ops *so, double scale,
-                                bool offload) {
+                                const front_cfg *fc) {
+    bool offload = fc->offload, lossy = fc->lossy;
+    uint64_t reserve = lossy ? bf16_reserve(so) : 0;
     memset(f, 0, sizeof *f);
     f->exact = true;
     f->words = (so->n_ops + 63) / 64;
     if (f->words == 0) f->words = 1;
     int cap = 16;
     f->pts = malloc((size_t)cap * sizeof *f->pts);
-    int s0 = f->pts ? new_set(f, -1, -1, false) : -1;
+    int s0 = f->pts ? new_set(f, -1, -1, WAY_KEEP) : -1;
     if (s0 < 0) return REMAT_ENOMEM;
-    f->pts[0] = (front_pt){0, 0, 0, s0};
+    f->pts[0] = (front_pt){.set = s0};
     f->n = 1;
     front_pt *tmp = NULL;
     for (int i = 0; i < so->n_ops; i++) {
         const remat_op_profile_entry *e = &so->ops[i];
         double ti = e->time * scale;
         if (!e->cacheable || !(ti > 0)) continue;
-        bool off = offload && e->offloadable;
-        /* merge pts with pts + op i kept (and pts + op i offloaded), then keep the
-         * non-dominated points; set -1 - j: point j kept, -1 - (n + j): offloaded */
-        int ways = off ? 3 : 2;
-        front_pt *nt = realloc(tmp, (size_t)(ways * f->n) * sizeof *nt);
+        op_way w = {e->cache_bytes,
+                    ti,
+                    offload && e->offloadable,
+                    e->bf16_bytes,
+                    lossy ? e->bf16_bytes / 2 : 0,
+                    0,
+                    reserve};
+        if (w.h) w.cast = 2.0 * (double)w.zb / fc->cast_bw; /* there and back */
+        /* merge pts with pts + op i each way it may go, then keep the non-dominated
+         * points; set -1 - (way * n + j): point j with op i joining way's set */
+        front_pt *nt = realloc(tmp, (size_t)(4 * f->n) * sizeof *nt);
         if (!nt) goto oom;
         tmp = nt;
-        for (int j = 0; j < f->n; j++) {
-            const front_pt *q = &f->pts[j];
-            tmp[j] = *q;
-            tmp[f->n + j] = (front_pt){q->c + e->cache_bytes, q->o, q->t + ti, -1 - j};
-            if (off)
-                tmp[2 * f->n + j] =
-                    (front_pt){q->c, q->o + e->cache_bytes, q->t + ti, -1 - (f->n + j)};
-        }
-        int m = ways * f->n;
+        int m = 0;
+        for (int j = 0; j < f->n; j++) add_ways(tmp, &m, &f->pts[j], j, f->n, &w);
         qsort(tmp, (size_t)m, sizeof *tmp, cmp_pt);
-        int n = prune(tmp, m, offload);
+        int n = prune(tmp, m, offload || lossy);
         if (n > OP_MAX_FRONTIER) {
             /* thin to every other point (keeping both ends): near-optimal only */
             int w = 0;
@@ -179,7 +254,7 @@ static remat_status build_front(stage_front *f, const remat_stage_ops *so, doubl
         for (int j = 0; j < n; j++) {
             if (tmp[j].set < 0) {
                 int src = -1 - tmp[j].set, n_old = f->n;
-                int s = new_set(f, old[src % n_old].set, i, src >= n_old);
+                int s = new_set(f, old[src % n_old].set, i, src / n_old);
                 if (s < 0) {
                     free(old);
                     goto oom;
@@ -236,13 +311,14 @@ static opt_t opt_store(const pl_model *m, int s, const off_cfg *oc) {
 
 /* Checkpointed keeping p->c bytes and offloading p->o: the offloaded ones are
  * on the device until the stage's forward ends, and back for its
- * recomputation (which holds them as kept ones). */
+ * recomputation (which holds them as kept ones). bf16 keeps are f32 until
+ * the forward ends and again in the recomputation: p->u more there. */
 static opt_t opt_ckpt(const pl_model *m, int s, const front_pt *p, int pt, const off_cfg *oc) {
-    uint64_t bwd =
-        u64max(m->x[s + 1] + m->fpa[s] + p->c + p->o, m->x[s + 1] + m->abar[s] + m->bp[s]);
+    uint64_t all = p->c + p->o + p->u;
+    uint64_t bwd = u64max(m->x[s + 1] + m->fpa[s] + all, m->x[s + 1] + m->abar[s] + m->bp[s]);
     double rt = m->uf[s] - p->t;
     if (rt < 0) rt = 0;
-    return (opt_t){m->x[s + 1] + p->c, m->fpn[s] + p->c + p->o,
+    return (opt_t){m->x[s + 1] + p->c, m->fpn[s] + all,
                    pl_grads(m, s + 1, m->L - 1) + bwd + oc->reserve,
                    m->uf[s] + rt + m->ub[s] + xfer_time(m, s, p->o, oc), pt};
 }
@@ -355,7 +431,9 @@ static remat_status build_ops_plan(remat_plan **out, const pl_model *m, const re
         st->keep_bytes = (size_t)pt->c;
         st->offload_bytes = (size_t)pt->o;
         st->offload_time = xfer_time(m, s, pt->o, oc);
-        double rt = m->uf[s] - pt->t;
+        st->bf16_bytes = (size_t)pt->z;
+        st->cast_time = pt->cast;
+        double rt = m->uf[s] - (pt->t + pt->cast);
         st->recompute_time = rt > 0 ? rt : 0;
         if (so->n_ops == 0) continue;
         st->keep = calloc((size_t)so->n_ops, 1);
@@ -364,10 +442,12 @@ static remat_status build_ops_plan(remat_plan **out, const pl_model *m, const re
             *out = NULL;
             return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
         }
-        const uint64_t *set = f->sets + (size_t)pt->set * 2 * (size_t)f->words;
-        const uint64_t *off = set + f->words;
+        const uint64_t *set = f->sets + (size_t)pt->set * N_WAYS * (size_t)f->words;
+        const uint64_t *off = set + (size_t)WAY_OFFLOAD * (size_t)f->words;
+        const uint64_t *z = set + (size_t)WAY_BF16 * (size_t)f->words;
         for (int i = 0; i < so->n_ops; i++)
             st->keep[i] = (off[i / 64] >> (i % 64)) & 1   ? REMAT_OP_OFFLOAD
+                          : (z[i / 64] >> (i % 64)) & 1   ? REMAT_OP_KEEP_BF16
                           : (set[i / 64] >> (i % 64)) & 1 ? REMAT_OP_KEEP
                                                           : REMAT_OP_RECOMPUTE;
     }
@@ -412,7 +492,8 @@ static void take_better(remat_plan **best, remat_plan *cand) {
 
 /* The Pareto set of each distinct stage (op times scaled to the stage's profiled forward). */
 static remat_status build_fronts(const pl_model *m, const remat_op_profile *ops, stage_front *dist,
-                                 const stage_front **fronts, bool offload, const char *call) {
+                                 const stage_front **fronts, const front_cfg *fc,
+                                 const char *call) {
     for (int s = 0; s < m->n_chain; s++) {
         const remat_stage_ops *so = &ops->stages[s];
         int src = so->same_as;
@@ -423,7 +504,7 @@ static remat_status build_fronts(const pl_model *m, const remat_op_profile *ops,
         double sum = 0;
         for (int i = 0; i < so->n_ops; i++) sum += so->ops[i].time;
         double scale = sum > 0 ? m->uf[s] / sum : 0;
-        if (build_front(&dist[s], so, scale, offload))
+        if (build_front(&dist[s], so, scale, fc))
             return rm_err(REMAT_ENOMEM, "%s: out of memory for the Pareto sets", call);
         fronts[s] = &dist[s];
     }
@@ -533,24 +614,35 @@ static uint64_t offload_reserve(const pl_model *m, const remat_op_profile *ops) 
     return a + b;
 }
 
-/* Plan space (a) with offload: every op the profile marks offloadable may
- * also go to host memory. Its own fronts and DP, with the prefetch reserve
- * in every backward peak; a candidate like the others. */
-static remat_status offload_candidate(remat_plan **best, const pl_model *m,
-                                      const remat_op_profile *ops, op_choice *ch, const op_grid *g,
-                                      const char *call) {
-    off_cfg oc = {offload_reserve(m, ops),
+/* Whether some op of the chain may go the way fc allows (offloadable; bf16 bytes). */
+static bool any_op_for(const pl_model *m, const remat_op_profile *ops, bool offload, bool lossy) {
+    for (int s = 0; s < m->n_chain; s++)
+        for (int i = 0; i < ops->stages[s].n_ops; i++) {
+            const remat_op_profile_entry *e = &ops->stages[s].ops[i];
+            if (!e->cacheable) continue;
+            if (offload && e->offloadable && e->cache_bytes > 0) return true;
+            if (lossy && e->bf16_bytes / 2 > 0) return true;
+        }
+    return false;
+}
+
+/* Plan space (a) with offload (every op the profile marks offloadable may also go to
+ * host memory) and/or lossy keeps (ops with bf16 bytes may be kept as bf16). Its own
+ * fronts and DP, with the prefetch reserve in every backward peak when offloading; a
+ * candidate like the others. Nothing when no op may go the new ways. */
+static remat_status extra_candidate(remat_plan **best, const pl_model *m,
+                                    const remat_op_profile *ops, op_choice *ch, const op_grid *g,
+                                    bool offload, bool lossy, const char *call) {
+    if (!any_op_for(m, ops, offload, false) && offload) return REMAT_OK;
+    if (!any_op_for(m, ops, false, lossy) && lossy) return REMAT_OK;
+    off_cfg oc = {offload ? offload_reserve(m, ops) : 0,
                   ops->host_bytes_per_s > 0 ? ops->host_bytes_per_s : REMAT_HOST_LINK_BYTES_PER_S};
-    bool any = false;
-    for (int s = 0; s < m->n_chain && !any; s++)
-        for (int i = 0; i < ops->stages[s].n_ops && !any; i++)
-            any = ops->stages[s].ops[i].offloadable && ops->stages[s].ops[i].cacheable &&
-                  ops->stages[s].ops[i].cache_bytes > 0;
-    if (!any) return REMAT_OK;
+    front_cfg fc = {offload, lossy,
+                    ops->cast_bytes_per_s > 0 ? ops->cast_bytes_per_s : REMAT_CAST_BYTES_PER_S};
     stage_front *dist = calloc((size_t)m->n_chain, sizeof *dist);
     const stage_front **fronts = calloc((size_t)m->L, sizeof *fronts);
     int rc = !dist || !fronts ? rm_err(REMAT_ENOMEM, "%s: out of memory", call) : REMAT_OK;
-    if (!rc) rc = build_fronts(m, ops, dist, fronts, true, call);
+    if (!rc) rc = build_fronts(m, ops, dist, fronts, &fc, call);
     bool found = false;
     if (!rc && op_dp(m, fronts, &oc, g->unit, g->M, ch, &found))
         rc = rm_err(REMAT_ENOMEM, "%s: out of memory for %" PRId64 " slots", call, g->M + 1);
@@ -587,7 +679,8 @@ remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profil
     pl_builder mb = {0}, sb = {0};
     uint64_t min_total = 0;
     rc = !dist || !fronts || !ch ? rm_err(REMAT_ENOMEM, "%s: out of memory", call) : REMAT_OK;
-    if (!rc) rc = build_fronts(&m, ops, dist, fronts, false, call);
+    const front_cfg plain = {false, false, 1};
+    if (!rc) rc = build_fronts(&m, ops, dist, fronts, &plain, call);
     if (!rc) rc = check_minimum(&m, budget_bytes, &mb, &min_total, call);
     op_grid g = {0};
     if (!rc) g = make_grid(&m, (uint64_t)budget_bytes - m.fixed, slots);
@@ -599,7 +692,11 @@ remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profil
         if (m.n_chain < m.L && mb.n > 0) mb.n--; /* the head's node */
         rc = fixed_candidate(&best, &mb, &m, REMAT_PLAN_MIN_MEMORY, budget_bytes, call);
         if (!rc) rc = grid_candidates(&best, &m, ops, fronts, ch, &g, budget_bytes, call);
-        if (!rc && opts && opts->offload) rc = offload_candidate(&best, &m, ops, ch, &g, call);
+        /* the ways the options allow: offload, lossy keeps, both */
+        const bool off = opts && opts->offload, lossy = opts && opts->lossy;
+        if (!rc && off) rc = extra_candidate(&best, &m, ops, ch, &g, true, false, call);
+        if (!rc && lossy) rc = extra_candidate(&best, &m, ops, ch, &g, false, true, call);
+        if (!rc && off && lossy) rc = extra_candidate(&best, &m, ops, ch, &g, true, true, call);
     }
     if (!rc && !best)
         rc = rm_err(REMAT_EINVAL,

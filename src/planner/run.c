@@ -80,9 +80,10 @@ static remat_checkpoint_policy keep_policy(const remat_sac_context *ctx, const c
     const keep_state *ks = user_state;
     int i = ctx->op_index;
     if (i < 0 || i >= ks->n) return REMAT_PREFER_RECOMPUTE;
-    return ks->keep[i] == REMAT_OP_KEEP      ? REMAT_MUST_SAVE
-           : ks->keep[i] == REMAT_OP_OFFLOAD ? REMAT_MUST_CPU_OFFLOAD
-                                             : REMAT_PREFER_RECOMPUTE;
+    return ks->keep[i] == REMAT_OP_KEEP        ? REMAT_MUST_SAVE
+           : ks->keep[i] == REMAT_OP_OFFLOAD   ? REMAT_MUST_CPU_OFFLOAD
+           : ks->keep[i] == REMAT_OP_KEEP_BF16 ? REMAT_MUST_SAVE_BF16
+                                               : REMAT_PREFER_RECOMPUTE;
 }
 
 static remat_status keep_policies(pl_runctx *c, const remat_plan *plan, const char *call) {

@@ -7,6 +7,7 @@
 
 #include "core/core.h"
 #include "remat/compress.h"
+#include "sac.h"
 
 /* ---- conversions ----------------------------------------------------------------------- */
 static void f32_to_bf16_kernel(const float *restrict x, uint16_t *restrict y, int64_t n) {
@@ -73,6 +74,11 @@ remat_status remat_to_bf16(remat_tensor **out, remat_tensor *t) {
 
 remat_status remat_bf16_to_f32(remat_tensor **out, remat_tensor *t) {
     return convert_out(out, t, REMAT_BF16, REMAT_F32, "remat_bf16_to_f32");
+}
+
+remat_status sac_bf16_convert(remat_tensor **out, remat_tensor *t, bool to_bf16) {
+    return to_bf16 ? convert(out, t, REMAT_F32, REMAT_BF16, "selective checkpoint (SAVE_BF16)")
+                   : convert(out, t, REMAT_BF16, REMAT_F32, "selective checkpoint (SAVE_BF16)");
 }
 
 /* ---- the hooks ------------------------------------------------------------------------------ */

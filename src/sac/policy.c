@@ -40,6 +40,8 @@ const char *remat_checkpoint_policy_name(int policy) {
     case REMAT_PREFER_RECOMPUTE: return "PREFER_RECOMPUTE";
     case REMAT_MUST_CPU_OFFLOAD: return "MUST_CPU_OFFLOAD";
     case REMAT_PREFER_CPU_OFFLOAD: return "PREFER_CPU_OFFLOAD";
+    case REMAT_MUST_SAVE_BF16: return "MUST_SAVE_BF16";
+    case REMAT_PREFER_SAVE_BF16: return "PREFER_SAVE_BF16";
     }
     return "?";
 }
@@ -188,15 +190,17 @@ static bool listed(const remat_policy *p, const char *name) {
     return false;
 }
 
-/* Strength order for OR: what either side saves wins. */
+/* Strength order for OR: what either side saves wins, an exact save before a lossy one. */
 static int rank(int p) {
     switch (p) {
     case REMAT_MUST_SAVE: return 0;
     case REMAT_MUST_CPU_OFFLOAD: return 1;
-    case REMAT_PREFER_SAVE: return 2;
-    case REMAT_PREFER_CPU_OFFLOAD: return 3;
-    case REMAT_MUST_RECOMPUTE: return 4;
-    default: return 5; /* PREFER_RECOMPUTE */
+    case REMAT_MUST_SAVE_BF16: return 2;
+    case REMAT_PREFER_SAVE: return 3;
+    case REMAT_PREFER_CPU_OFFLOAD: return 4;
+    case REMAT_PREFER_SAVE_BF16: return 5;
+    case REMAT_MUST_RECOMPUTE: return 6;
+    default: return 7; /* PREFER_RECOMPUTE */
     }
 }
 

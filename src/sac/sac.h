@@ -13,13 +13,21 @@ typedef struct sac_region sac_region;
 /* policy values */
 static inline bool sac_is_save(int p) {
     return p == REMAT_MUST_SAVE || p == REMAT_PREFER_SAVE || p == REMAT_MUST_CPU_OFFLOAD ||
-           p == REMAT_PREFER_CPU_OFFLOAD;
+           p == REMAT_PREFER_CPU_OFFLOAD || p == REMAT_MUST_SAVE_BF16 ||
+           p == REMAT_PREFER_SAVE_BF16;
+}
+static inline bool sac_is_bf16(int p) {
+    return p == REMAT_MUST_SAVE_BF16 || p == REMAT_PREFER_SAVE_BF16;
 }
 static inline bool sac_is_offload(int p) {
     return p == REMAT_MUST_CPU_OFFLOAD || p == REMAT_PREFER_CPU_OFFLOAD;
 }
 static inline bool sac_valid_policy(int p) {
-    return p >= REMAT_MUST_SAVE && p <= REMAT_PREFER_CPU_OFFLOAD;
+    return p >= REMAT_MUST_SAVE && p <= REMAT_PREFER_SAVE_BF16;
 }
+
+/* compress.c: t (f32, or bf16 when !to_bf16; any strides, host-addressable, with data)
+ * into a new contiguous bf16 (f32) tensor, whatever the skip mode. */
+remat_status sac_bf16_convert(remat_tensor **out, remat_tensor *t, bool to_bf16);
 
 #endif

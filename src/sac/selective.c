@@ -54,9 +54,10 @@ typedef struct sac_save_rec {
     int64_t shape[REMAT_MAX_DIMS];
     int64_t strides[REMAT_MAX_DIMS];
     remat_dtype dtype;
-    remat_tensor *t;       /* SAVE_OWN: alias (NULL while offloaded) */
+    remat_tensor *t;       /* SAVE_OWN: alias (NULL while offloaded; the bf16 copy if bf16) */
     remat_device dev;      /* device of the original */
     rm_offload_entry *off; /* offloaded (OFFLOAD policies): the host copy */
+    bool bf16;             /* t is the bf16 copy of an f32 original (SAVE_BF16) */
 } sac_save_rec;
 
 typedef struct sac_out_rec {
@@ -65,6 +66,7 @@ typedef struct sac_out_rec {
     remat_device dev;
     rm_offload_entry *off; /* offloaded (OFFLOAD policies): the host copy */
     uint64_t version;
+    bool bf16; /* t is the bf16 copy of an f32 original (SAVE_BF16) */
 } sac_out_rec;
 
 typedef enum rec_state {
@@ -81,8 +83,11 @@ typedef struct sac_rec {
     bool inplace, is_tag;
     bool promoted, demoted; /* decided by a later tag */
     bool offload;
-    bool held;     /* listed in pending (holds references while PENDING) */
-    int64_t bytes; /* CACHED: what it holds (rec_bytes when cached) */
+    bool bf16;          /* SAVE_BF16: eligible f32 tensors go to bf16 when the forward ends */
+    bool held;          /* listed in pending (holds references while PENDING) */
+    int64_t bytes;      /* CACHED: what it holds (rec_bytes when cached) */
+    int64_t bytes_bf16; /* CACHED: f32 bytes SAVE_BF16 stores as bf16 (bf16_bytes) */
+    bool compressed;    /* some of its tensors are bf16 copies */
     int n_out;
     sac_out_rec *outs;
     int n_saves, cap_saves;
@@ -223,12 +228,53 @@ static int64_t rec_bytes(const sac_rec *rec) {
     return total;
 }
 
+/* SAVE_BF16 stores t as bf16 when t is f32 with data the CPU can read, contiguous, and
+ * alone on its whole storage among the record's tensors (so converting it frees the f32
+ * storage once the forward drops it, and the copy back has the original's layout). */
+static bool bf16_eligible(const sac_rec *rec, const remat_tensor *t) {
+    if (!t || t->dtype != REMAT_F32 || !t->storage->data || t->offset != 0 ||
+        !remat_device_host_addressable(t->storage->device.type) || !remat_is_contiguous(t) ||
+        (size_t)remat_numel(t) * sizeof(float) != t->storage->nbytes)
+        return false;
+    int uses = 0;
+    for (int j = 0; j < rec->n_out; j++)
+        uses += rec->outs[j].t && rec->outs[j].t->storage == t->storage;
+    for (int k = 0; k < rec->n_saves; k++)
+        uses += rec->saves[k].t && rec->saves[k].t->storage == t->storage;
+    return uses == 1;
+}
+
+/* f32 bytes of the record's tensors SAVE_BF16 would store as bf16. */
+static int64_t rec_bf16_bytes(const sac_rec *rec) {
+    int64_t total = 0;
+    for (int j = 0; j < rec->n_out; j++)
+        if (bf16_eligible(rec, rec->outs[j].t)) total += (int64_t)rec->outs[j].t->storage->nbytes;
+    for (int k = 0; k < rec->n_saves; k++)
+        if (rec->saves[k].kind == SAVE_OWN && bf16_eligible(rec, rec->saves[k].t))
+            total += (int64_t)rec->saves[k].t->storage->nbytes;
+    return total;
+}
+
+/* *pt := its bf16 copy (to_bf16; *pt f32) or f32 again for the recomputation (*pt a bf16
+ * copy); *flag says which it now is. */
+static remat_status convert_bf16(remat_tensor **pt, bool *flag, bool to_bf16) {
+    remat_tensor *y = NULL;
+    int rc = sac_bf16_convert(&y, *pt, to_bf16);
+    if (rc) return rc;
+    rm_release(*pt);
+    *pt = y;
+    *flag = to_bf16;
+    return REMAT_OK;
+}
+
 /* A record became CACHED (by its policy or a tag): count it, offload it. */
 static void rec_cache(sac_region *r, sac_rec *rec) {
     remat_sac_stats *st = r->stats;
     st->ops_cached++;
     rec->bytes = rec_bytes(rec);
     st->bytes_cached += rec->bytes;
+    rec->bytes_bf16 = rec_bf16_bytes(rec);
+    st->bytes_cached_bf16 += rec->bytes_bf16;
     if (!rec->offload) return;
     bool moved = false;
     int rc = REMAT_OK;
@@ -262,6 +308,9 @@ static void rec_uncache(sac_region *r, sac_rec *rec) {
     remat_sac_stats *st = r->stats;
     st->ops_cached--;
     st->bytes_cached -= rec->bytes;
+    st->bytes_cached_bf16 -= rec->bytes_bf16;
+    if (rec->compressed) st->ops_bf16--;
+    rec->compressed = false;
     bool off = false;
     for (int j = 0; j < rec->n_out; j++) off = off || rec->outs[j].off;
     for (int k = 0; k < rec->n_saves; k++) off = off || rec->saves[k].off;
@@ -326,6 +375,7 @@ static void tag_override(sac_region *r, int p, remat_tensor *t) {
             prod->state = REC_CACHED;
             prod->policy = p;
             prod->offload = sac_is_offload(p);
+            prod->bf16 = sac_is_bf16(p);
             rec_cache(r, prod);
         }
     } else if (p == REMAT_MUST_RECOMPUTE) {
@@ -361,7 +411,7 @@ static remat_status ask_policy(sac_region *r, const char *op, int index, int n_i
         return rm_err(REMAT_ECALLBACK,
                       "%s: the selective-checkpoint policy returned %d for op %d "
                       "of the region; expected a remat_checkpoint_policy (REMAT_MUST_SAVE .. "
-                      "REMAT_PREFER_CPU_OFFLOAD)",
+                      "REMAT_PREFER_SAVE_BF16)",
                       op, p, index);
     }
     *out = p;
@@ -409,6 +459,7 @@ static remat_status begin_forward(sac_region *r, rm_op_frame *f, const char *op,
     rec->inplace = is_inplace(op);
     rec->is_tag = tag != NULL;
     rec->offload = sac_is_offload(p);
+    rec->bf16 = sac_is_bf16(p);
     rec->state = sac_is_save(p) && !rec->inplace && !rec->is_tag ? REC_CACHED : REC_PENDING;
     make_current(r, f, idx, n_in, inputs, false);
     return REMAT_OK;
@@ -427,8 +478,9 @@ static remat_status check_unmutated(const sac_region *r, const sac_rec *rec, con
                                     int idx) {
     for (int j = 0; j < rec->n_out && !r->allow_mutation; j++) {
         const sac_out_rec *o = &rec->outs[j];
-        /* offloaded (no alias): a host copy nobody can mutate */
-        if (!o->t || remat_version(o->t) == o->version) continue;
+        /* offloaded (no alias): a host copy nobody can mutate; bf16: a private copy,
+         * made when the forward ended (compress_cached checked the original then) */
+        if (!o->t || o->bf16 || remat_version(o->t) == o->version) continue;
         char b[200];
         return rm_err(REMAT_EVERSION,
                       "%s: Tensor cached during selective activation checkpoint has been "
@@ -494,6 +546,11 @@ static remat_status begin_recompute(sac_region *r, rm_op_frame *f, const char *o
         if (rec->outs[j].off) rc = restore(&rec->outs[j].t, &rec->outs[j].off);
     for (int k = 0; k < rec->n_saves && rc == REMAT_OK; k++)
         if (rec->saves[k].off) rc = restore(&rec->saves[k].t, &rec->saves[k].off);
+    /* and bf16 copies to f32 (each copy freed as its f32 is made) */
+    for (int j = 0; j < rec->n_out && rc == REMAT_OK; j++)
+        if (rec->outs[j].bf16) rc = convert_bf16(&rec->outs[j].t, &rec->outs[j].bf16, false);
+    for (int k = 0; k < rec->n_saves && rc == REMAT_OK; k++)
+        if (rec->saves[k].bf16) rc = convert_bf16(&rec->saves[k].t, &rec->saves[k].bf16, false);
     if (rc) return rm_err_prefix(rc, op);
     if (!r->keep) rec->state = REC_CONSUMED;
     r->consumed_any = !r->keep;
@@ -754,9 +811,69 @@ static remat_status ctx_forward_enter(void *state) {
     return REMAT_OK;
 }
 
+/* Whether an output of rec was modified in place since it was cached. */
+static bool rec_mutated(const sac_rec *rec) {
+    for (int j = 0; j < rec->n_out; j++)
+        if (rec->outs[j].t && !rec->outs[j].bf16 &&
+            remat_version(rec->outs[j].t) != rec->outs[j].version)
+            return true;
+    return false;
+}
+
+/* SAVE_BF16 records: when the forward ends (the function has used every output), their
+ * eligible f32 tensors become bf16 copies, one at a time, each f32 storage freed unless
+ * something outside the region holds it. Which tensors convert is decided first, so that
+ * converting one does not make another (that shared its storage) look alone. A record
+ * whose output was modified in place stays f32: the recomputation reports it
+ * (REMAT_EVERSION), as for SAVE. */
+static void compress_cached(sac_region *r) {
+    for (int i = 0; i < r->n_recs && !r->err; i++) {
+        sac_rec *rec = &r->recs[i];
+        if (rec->state != REC_CACHED || !rec->bf16 || rec->offload || rec_mutated(rec)) continue;
+        for (int j = 0; j < rec->n_out; j++) rec->outs[j].bf16 = bf16_eligible(rec, rec->outs[j].t);
+        for (int k = 0; k < rec->n_saves; k++)
+            rec->saves[k].bf16 =
+                rec->saves[k].kind == SAVE_OWN && bf16_eligible(rec, rec->saves[k].t);
+        int rc = REMAT_OK;
+        for (int j = 0; j < rec->n_out && !rc; j++) {
+            sac_out_rec *o = &rec->outs[j];
+            if (!o->bf16) continue;
+            o->bf16 = false; /* set again once converted */
+            rc = convert_bf16(&o->t, &o->bf16, true);
+            o->key = NULL; /* no tag can name it any more (the forward has ended) */
+        }
+        for (int k = 0; k < rec->n_saves && !rc; k++) {
+            sac_save_rec *s = &rec->saves[k];
+            if (!s->bf16) continue;
+            s->bf16 = false;
+            rc = convert_bf16(&s->t, &s->bf16, true);
+        }
+        if (rc) {
+            /* what was not converted stays f32 (its flag is clear): the cache is intact */
+            for (int j = 0; j < rec->n_out; j++)
+                if (rec->outs[j].bf16 && rec->outs[j].t->dtype != REMAT_BF16)
+                    rec->outs[j].bf16 = false;
+            for (int k = 0; k < rec->n_saves; k++)
+                if (rec->saves[k].bf16 && rec->saves[k].t->dtype != REMAT_BF16)
+                    rec->saves[k].bf16 = false;
+            defer(r, rc,
+                  "remat_checkpoint (selective): could not store the output of %s as bf16: %s",
+                  rec->op, remat_last_error());
+        }
+        remat_sac_stats *st = r->stats;
+        st->bytes_cached -= rec->bytes;
+        rec->bytes = rec_bytes(rec);
+        st->bytes_cached += rec->bytes;
+        for (int j = 0; j < rec->n_out; j++) rec->compressed |= rec->outs[j].bf16;
+        for (int k = 0; k < rec->n_saves; k++) rec->compressed |= rec->saves[k].bf16;
+        if (rec->compressed) st->ops_bf16++;
+    }
+}
+
 static remat_status ctx_forward_exit(void *state, remat_status status) {
     sac_region *r = state;
     release_dead_pending(r, true);
+    if (status == REMAT_OK) compress_cached(r);
     r->forward_done = true;
     return leave(r, status);
 }

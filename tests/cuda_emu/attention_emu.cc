@@ -160,29 +160,22 @@ template <typename TR, int HD> void run(const kase &c) {
     const rmk_att_operand oq = q.op(1), ok = k.op(group), ov = v.op(group), oy = y.op(1),
                           og = gy.op(1), odq = dq.op(1), odk = dk.op(group), odv = dv.op(group);
     std::vector<float> lse((size_t)(d.nb * d.Tq)), delta((size_t)(d.nb * d.Tq));
-    const int ve = 16 / (int)sizeof(E);
-    const tc_ops fv = {(tc_vec(q.at(0, 0, 0, 0), oq, lead, c.D, ve) ? 1u : 0u) |
-                       (tc_vec(k.at(0, 0, 0, 0), ok, lead, c.D, ve) ? 2u : 0u) |
-                       (tc_vec(v.at(0, 0, 0, 0), ov, lead, c.Dv, ve) ? 4u : 0u) |
-                       (tc_vec(gy.at(0, 0, 0, 0), og, lead, c.Dv, ve) ? 8u : 0u)};
+    tc_params<E> p = {};
+    p.d = d;
+    p.lead = lead;
+    p.oq = oq, p.ok = ok, p.ov = ov, p.oy = oy, p.og = og, p.odq = odq, p.odk = odk, p.odv = odv;
+    p.q = q.at(0, 0, 0, 0), p.k = k.at(0, 0, 0, 0), p.v = v.at(0, 0, 0, 0);
+    p.gy = gy.at(0, 0, 0, 0), p.y = y.at(0, 0, 0, 0);
+    p.dq = dq.at(0, 0, 0, 0), p.dk = dk.at(0, 0, 0, 0), p.dv = dv.at(0, 0, 0, 0);
+    p.lse = lse.data(), p.delta = delta.data();
+    p.vec = tc_vec_bits(p);
     if (C::SM_FWD > sizeof smem_raw || C::SM_DQ > sizeof smem_raw || C::SM_DKDV > sizeof smem_raw)
         abort();
     auto cap = [&](int64_t n) { return (unsigned)(n < (int64_t)c.grid_cap ? n : c.grid_cap); };
     const int64_t nqb = (c.Tq + C::BR - 1) / C::BR, nkb = (c.Tk + C::BR - 1) / C::BR;
-    rmk_emu::launch(cap(d.nb * nqb), C::NT, [&] {
-        tc_att_fwd<TR, HD>(d, lead, oq, q.at(0, 0, 0, 0), ok, k.at(0, 0, 0, 0), ov,
-                           v.at(0, 0, 0, 0), oy, y.at(0, 0, 0, 0), lse.data(), fv);
-    });
-    rmk_emu::launch(cap(d.nb * nqb), C::NT, [&] {
-        tc_att_bwd_dq<TR, HD>(d, lead, oq, q.at(0, 0, 0, 0), ok, k.at(0, 0, 0, 0), ov,
-                              v.at(0, 0, 0, 0), oy, y.at(0, 0, 0, 0), og, gy.at(0, 0, 0, 0), odq,
-                              dq.at(0, 0, 0, 0), lse.data(), delta.data(), fv);
-    });
-    rmk_emu::launch(cap(d.nb / group * nkb), C::NT, [&] {
-        tc_att_bwd_dkdv<TR, HD>(d, lead, oq, q.at(0, 0, 0, 0), ok, k.at(0, 0, 0, 0), ov,
-                                v.at(0, 0, 0, 0), og, gy.at(0, 0, 0, 0), odk, dk.at(0, 0, 0, 0),
-                                odv, dv.at(0, 0, 0, 0), lse.data(), delta.data(), fv);
-    });
+    rmk_emu::launch(cap(d.nb * nqb), C::NT, [&] { tc_att_fwd<TR, HD>(p); });
+    rmk_emu::launch(cap(d.nb * nqb), C::NT, [&] { tc_att_bwd_dq<TR, HD>(p); });
+    rmk_emu::launch(cap(d.nb / group * nkb), C::NT, [&] { tc_att_bwd_dkdv<TR, HD>(p); });
 
     /* f64 reference from the same bf16 values */
     std::vector<double> ry, rl, rdq, rdk((size_t)(c.B * c.Hkv * c.Tk * c.D), 0.0),
@@ -256,7 +249,7 @@ template <typename TR, int HD> void run(const kase &c) {
     for (auto x : bdk) gdk.push_back(V::dec(x));
     for (auto x : bdv) gdv.push_back(V::dec(x));
     printf("%s, %s (head class %d, loads %s)\n", c.name, V::name, HD,
-           (fv.vec & 1) ? "16-byte" : "by element");
+           (p.vec & 1) ? "16-byte" : "by element");
     /* rows without keys: lse -inf on both sides (compared as equal) */
     for (size_t i = 0; i < rl.size(); i++)
         if (rl[i] == -INFINITY && gl[i] == -INFINITY) rl[i] = gl[i] = 0;

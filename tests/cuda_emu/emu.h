@@ -4,8 +4,8 @@
  * toolkit's headers for the vector and bf16 types.
  *
  * Each thread of a block is a fiber (ucontext) with its own threadIdx; a fiber runs until
- * it reaches a point where threads meet — __syncthreads (the block), a shuffle, an
- * mma.sync or an ldmatrix (its warp) — and the scheduler resumes it once every thread
+ * it reaches a point where threads meet — __syncthreads (the block), __syncwarp, a
+ * shuffle, an mma.sync or an ldmatrix (its warp) — and the scheduler resumes it once every thread
  * that must meet there has arrived, having carried out the warp's collective operation as
  * the PTX ISA defines it:
  *   mma.sync.m16n8k16 (bf16 × bf16 → f32), lane = 4g + t:
@@ -42,7 +42,7 @@ alignas(16) inline unsigned char smem_raw[256 * 1024];
 namespace rmk_emu {
 
 enum wait_kind { RUN = 0, AT_BLOCK, AT_WARP, DONE };
-enum warp_op { OP_SHFL = 1, OP_MMA, OP_MMA_TF32, OP_LDSM_T };
+enum warp_op { OP_SHFL = 1, OP_MMA, OP_MMA_TF32, OP_LDSM_T, OP_SYNCWARP };
 
 struct fiber {
     ucontext_t ctx;
@@ -81,6 +81,12 @@ inline void yield(int state) {
 
 inline void sync_block() { yield(AT_BLOCK); }
 
+/* __syncwarp: the warp's lanes meet (shared-memory hand-offs between them are ordered) */
+inline void sync_warp() {
+    my_slot().op = OP_SYNCWARP;
+    yield(AT_WARP);
+}
+
 template <typename T> inline T shfl_xor(T v, int o) {
     warp_slot &s = my_slot();
     const int l = lane_of(cur);
@@ -106,24 +112,11 @@ inline float bf16_hi(uint32_t u) {
     return f;
 }
 
-inline void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+/* mma.sync (op: OP_MMA bf16 m16n8k16, OP_MMA_TF32 tf32 m16n8k8): c += A·B for the warp */
+inline void mma_op(int op, float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     warp_slot &s = my_slot();
     const int l = lane_of(cur);
-    s.op = OP_MMA;
-    for (int i = 0; i < 4; i++) {
-        s.uin[l][i] = a[i];
-        s.fin[l][i] = c[i];
-    }
-    s.uin[l][4] = b0;
-    s.uin[l][5] = b1;
-    yield(AT_WARP);
-    for (int i = 0; i < 4; i++) c[i] = s.fout[l][i];
-}
-
-inline void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    warp_slot &s = my_slot();
-    const int l = lane_of(cur);
-    s.op = OP_MMA_TF32;
+    s.op = op;
     for (int i = 0; i < 4; i++) {
         s.uin[l][i] = a[i];
         s.fin[l][i] = c[i];
@@ -159,6 +152,20 @@ inline void ldsm_x4_t(uint32_t (&r)[4], const void *row) {
     for (int i = 0; i < 4; i++) r[i] = s.uout[l][i];
 }
 
+/* D = A (16×K) · B (K×8) + C for every lane: C and D in the accumulator layout, row
+ * g + 8·(r / 2), column 2t + (r % 2) of register r; products summed in f32, k in order */
+inline void mma_out(warp_slot &s, const float (&A)[16][16], const float (&B)[16][8], int K) {
+    for (int l = 0; l < 32; l++) {
+        const int g = l >> 2, t = l & 3;
+        for (int r = 0; r < 4; r++) {
+            const int row = g + 8 * (r / 2), col = 2 * t + (r % 2);
+            float acc = s.fin[l][r];
+            for (int k = 0; k < K; k++) acc += A[row][k] * B[k][col];
+            s.fout[l][r] = acc;
+        }
+    }
+}
+
 /* the warp's collective, every lane arrived */
 inline void run_warp_op(warp_slot &s) {
     if (s.op == OP_SHFL) {
@@ -168,7 +175,7 @@ inline void run_warp_op(warp_slot &s) {
             else s.fout[l][0] = s.fin[src][0];
         }
     } else if (s.op == OP_MMA) {
-        float A[16][16], B[16][8], C[16][8];
+        float A[16][16], B[16][8];
         for (int l = 0; l < 32; l++) {
             const int g = l >> 2, t = l & 3;
             for (int r = 0; r < 4; r++) {
@@ -181,34 +188,16 @@ inline void run_warp_op(warp_slot &s) {
                 B[k][g] = bf16_lo(s.uin[l][4 + r]);
                 B[k + 1][g] = bf16_hi(s.uin[l][4 + r]);
             }
-            for (int r = 0; r < 4; r++) C[g + 8 * (r / 2)][2 * t + (r % 2)] = s.fin[l][r];
         }
-        for (int l = 0; l < 32; l++) {
-            const int g = l >> 2, t = l & 3;
-            for (int r = 0; r < 4; r++) {
-                const int row = g + 8 * (r / 2), col = 2 * t + (r % 2);
-                float acc = C[row][col];
-                for (int k = 0; k < 16; k++) acc += A[row][k] * B[k][col];
-                s.fout[l][r] = acc;
-            }
-        }
+        mma_out(s, A, B, 16);
     } else if (s.op == OP_MMA_TF32) { /* m16n8k8: A (16×8), B (8×8) */
-        float A[16][8], B[8][8], C[16][8];
+        float A[16][16], B[16][8];
         for (int l = 0; l < 32; l++) {
             const int g = l >> 2, t = l & 3;
             for (int r = 0; r < 4; r++) A[g + 8 * (r % 2)][t + 4 * (r / 2)] = tf32_val(s.uin[l][r]);
             for (int r = 0; r < 2; r++) B[t + 4 * r][g] = tf32_val(s.uin[l][4 + r]);
-            for (int r = 0; r < 4; r++) C[g + 8 * (r / 2)][2 * t + (r % 2)] = s.fin[l][r];
         }
-        for (int l = 0; l < 32; l++) {
-            const int g = l >> 2, t = l & 3;
-            for (int r = 0; r < 4; r++) {
-                const int row = g + 8 * (r / 2), col = 2 * t + (r % 2);
-                float acc = C[row][col];
-                for (int k = 0; k < 8; k++) acc += A[row][k] * B[k][col];
-                s.fout[l][r] = acc;
-            }
-        }
+        mma_out(s, A, B, 8);
     } else if (s.op == OP_LDSM_T) {
         for (int l = 0; l < 32; l++) {
             const int g = l >> 2, t = l & 3;
@@ -300,12 +289,12 @@ inline void launch(unsigned grid, unsigned nt, std::function<void()> kernel_body
 #define gridDim (rmk_emu::grid_dim)
 #define blockDim (rmk_emu::block_dim)
 #define __syncthreads() rmk_emu::sync_block()
-#define __syncwarp(...) ((void)0) /* the kernels' warps never diverge at one */
+#define __syncwarp(...) rmk_emu::sync_warp()
 #define __shfl_xor_sync(mask, v, o, ...) rmk_emu::shfl_xor((v), (o))
 #define __launch_bounds__(...)
-#define RMK_EMU_MMA(c, a, b0, b1) rmk_emu::mma((c), (a), (b0), (b1))
+#define RMK_EMU_MMA(c, a, b0, b1) rmk_emu::mma_op(rmk_emu::OP_MMA, (c), (a), (b0), (b1))
 #define RMK_EMU_LDSM_X4_T(r, p) rmk_emu::ldsm_x4_t((r), (p))
-#define RMK_EMU_MMA_TF32(c, a, b0, b1) rmk_emu::mma_tf32((c), (a), (b0), (b1))
+#define RMK_EMU_MMA_TF32(c, a, b0, b1) rmk_emu::mma_op(rmk_emu::OP_MMA_TF32, (c), (a), (b0), (b1))
 #define RMK_EMU_TF32(x) rmk_emu::tf32_rna(x)
 
 inline float __uint_as_float(unsigned int u) {

@@ -2,6 +2,7 @@
 #include "models.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,4 +172,41 @@ void rt_assert_same_grads(const rt_grads *a, const rt_grads *b, const char *what
         cr_assert(rt_bitwise_equal(a->g[i], b->g[i]), "%s: gradient %d differs (max |d| %g)", what,
                   i, rt_max_abs_diff(a->g[i], b->g[i]));
     }
+}
+
+rt_net2 rt_net2_make(void) {
+    int64_t sx[] = {16, 8}, sw1[] = {32, 8}, sb1[] = {32}, sw2[] = {4, 32}, st[] = {16, 4};
+    rt_net2 n = {rt_rand(2, sx, REMAT_F32, -1, 1, 1), rt_rand(2, sw1, REMAT_F32, -0.3, 0.3, 2),
+                 rt_rand(1, sb1, REMAT_F32, -0.1, 0.1, 3), rt_rand(2, sw2, REMAT_F32, -0.3, 0.3, 4),
+                 rt_rand(2, st, REMAT_F32, -1, 1, 5)};
+    remat_tensor *leaves[] = {n.x, n.w1, n.b1, n.w2};
+    for (int i = 0; i < 4; i++) RT_OK(remat_set_requires_grad(leaves[i], true));
+    return n;
+}
+
+void rt_net2_free(rt_net2 *n) {
+    remat_tensor *all[] = {n->x, n->w1, n->b1, n->w2, n->t};
+    for (int i = 0; i < 5; i++) remat_release(all[i]);
+}
+
+void rt_profile_chain(remat_profile **prof, remat_op_profile **ops, remat_step_profile *step, int n,
+                      const remat_stage *stages, remat_tensor *x, remat_checkpoint_fn head) {
+    remat_profile_options po = {.runs = 1};
+    RT_OK(remat_profile_stages(prof, n, stages, x, &po));
+    RT_OK(remat_profile_ops(ops, n, stages, x, &po));
+    remat_profile *hp = NULL;
+    remat_stage hs = {head, NULL};
+    RT_OK(remat_profile_stages(&hp, 1, &hs, x, &po));
+    step->head = hp->stages[0];
+    remat_profile_free(hp);
+}
+
+void rt_plan_budget_range(const remat_profile *prof, const remat_op_profile *ops,
+                          const remat_step_profile *step, const remat_plan_options *opts,
+                          size_t *lo, size_t *top) {
+    remat_plan *sa = NULL;
+    RT_OK(remat_plan_create_ops(&sa, prof, ops, step, SIZE_MAX, opts));
+    *top = sa->peak_store_all;
+    *lo = sa->min_budget_bytes;
+    remat_plan_free(sa);
 }

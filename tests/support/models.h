@@ -49,6 +49,16 @@ int rt_tblock_fn(void *user_data, remat_tensor *const *inputs, int n_inputs, rem
                  int n_outputs);
 int rt_tblock_params(rt_tblock *b, remat_tensor **params);
 
+/* ---- a two-layer net's tensors (test_timing, test_report) -----------------------------------
+ * x (16, 8), W1 (32, 8), b1 (32), W2 (4, 32) and a target t (16, 4), uniform from seeds 1-5
+ * (x and t in [-1, 1), the weights in [-0.3, 0.3), b1 in [-0.1, 0.1)); x, W1, b1 and W2
+ * require grad. Each suite writes its own forward on them (x W1^T + b1 -> gelu -> W2 ...). */
+typedef struct rt_net2 {
+    remat_tensor *x, *w1, *b1, *w2, *t;
+} rt_net2;
+rt_net2 rt_net2_make(void);
+void rt_net2_free(rt_net2 *n);
+
 /* ---- running a stack of blocks --------------------------------------------------------------
  * Output and gradients of one run: out, then .grad of x and of every
  * parameter (new references). */
@@ -66,6 +76,20 @@ void rt_run_blocks(uint64_t seed, int n, remat_checkpoint_fn fn, void **uds, rem
                    int n_params, remat_tensor *x, const remat_checkpoint_options *o, rt_grads *out);
 /* Asserts a and b hold bitwise equal outputs and gradients, none missing. */
 void rt_assert_same_grads(const rt_grads *a, const rt_grads *b, const char *what);
+
+/* ---- profiles for the op-level planner (test_opplan, test_opplan_offload) -------------------
+ * What remat_plan_create_ops takes for a chain of n stages run on x, each measured with one run
+ * (.runs = 1): the stages' profile (*prof), their ops' (*ops), and the head (head on the
+ * chain's output, as one stage) into step->head; step's other fields are left as they are.
+ * Asserts success; the caller frees *prof and *ops. */
+void rt_profile_chain(remat_profile **prof, remat_op_profile **ops, remat_step_profile *step, int n,
+                      const remat_stage *stages, remat_tensor *x, remat_checkpoint_fn head);
+
+/* The budgets remat_plan_create_ops plans these profiles for (with opts, may be NULL): from
+ * *lo, the least it accepts, to *top, the store-all plan's predicted peak. Asserts success. */
+void rt_plan_budget_range(const remat_profile *prof, const remat_op_profile *ops,
+                          const remat_step_profile *step, const remat_plan_options *opts,
+                          size_t *lo, size_t *top);
 
 /* Sets .grad of each parameter to NULL. */
 void rt_zero_grads(int n, remat_tensor *const *params);

@@ -45,6 +45,23 @@ remat_device rt_test_device(void) {
     return d;
 }
 
+remat_device rt_cuda0(void) {
+    const char *why = NULL;
+    if (!remat_cuda_available(&why)) cr_skip_test("no GPU: %s", why);
+    return (remat_device){remat_device_type_id("cuda"), 0};
+}
+
+void rt_need_cuda(void) { (void)rt_cuda0(); }
+
+remat_tensor *rt_leaf_on(remat_tensor *t, remat_device d, bool grad) {
+    remat_tensor *m = NULL, *l = NULL;
+    RT_OK(remat_to_device(&m, t, d));
+    RT_OK(remat_detach(&l, m));
+    remat_release(m);
+    if (grad) RT_OK(remat_set_requires_grad(l, true));
+    return l;
+}
+
 remat_tensor *rt_to_device(remat_tensor *t, remat_device d) {
     remat_device at = remat_tensor_device(t);
     if (at.type == d.type && at.index == d.index) return t;

@@ -56,6 +56,15 @@ remat_tensor *rt_to_device(remat_tensor *t, remat_device d);
 /* rt_to_device(t, the test device) in suites that opt in, else t itself. */
 remat_tensor *rt_to_test_device(remat_tensor *t);
 
+/* cuda:0, for the suites that compare it with the cpu (test_cuda_*.c, test_optim_device.c):
+ * skips the calling test, with remat_cuda_available's reason, in a build without the cuda
+ * device or on a machine without a GPU. rt_need_cuda: that check alone. */
+remat_device rt_cuda0(void);
+void rt_need_cuda(void);
+/* A leaf on d with t's values, bit for bit (a detached copy; requires_grad when grad). t stays
+ * the caller's. Asserts success. */
+remat_tensor *rt_leaf_on(remat_tensor *t, remat_device d, bool grad);
+
 /* Where rt_tensor puts tensors: the test device in suites that opt in, else cpu. */
 remat_device rt_tensor_device(void);
 /* That device as text ("cpu:0", "fenced:0"), as remat's messages name it. */

@@ -172,6 +172,11 @@ static const opt_row rows[] = {
      .help = "budget=: the planner may also offload ops' outputs\n"
              "to host memory and back (cuda; nothing is offloadable\n"
              "on cpu); default: keep or recompute"},
+    {"--plan-lossy", NULL, OPT_FLAG, TB, SEC_CKPT, T(plan_lossy),
+     .help = "budget=: the planner may also keep ops' f32 outputs\n"
+             "as bf16 until the recomputation (half the bytes, for\n"
+             "two conversions; cpu). LOSSY: gradients are no longer\n"
+             "bitwise those of none; default: exact plans only"},
     {"--explain", NULL, OPT_FLAG, CMD_TRAIN, SEC_CKPT, T(explain),
      .help = "budget=: per block, the ops the plan keeps and\n"
              "recomputes, predicted and measured peak and time"},

@@ -57,6 +57,7 @@ typedef struct config {
     bool verbose;      /* print the planner's profile and plans */
     bool explain;      /* train --explain: what the plan keeps and recomputes per block */
     bool plan_offload; /* --plan-offload: budget= may offload ops (remat_plan_options.offload) */
+    bool plan_lossy;   /* --plan-lossy: budget= may keep ops as bf16 (remat_plan_options.lossy) */
     bool report;       /* train --report: residual report of the run's first step */
     long eval_every;
     /* under mpirun (tools/train/dist.h) */

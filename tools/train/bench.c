@@ -289,6 +289,8 @@ static void print_table(const config *c, const model *m, int threads, result *r,
         char gr[64];
         if (i == ref && c->strategies[i].kind == STRAT_NONE) snprintf(gr, sizeof gr, "reference");
         else if (r[i].grads_equal) snprintf(gr, sizeof gr, "bitwise equal");
+        else if (strategy_plan_lossy(&c->strategies[i]))
+            snprintf(gr, sizeof gr, "lossy, bf16 keeps (max |diff| %.3g)", r[i].max_diff);
         else snprintf(gr, sizeof gr, "DIFFER (max |diff| %.3g)", r[i].max_diff);
         printf("%-*s %7.1f %12s %6s %6s %6s %7s %6s %6s%s  %s\n", w, c->strategies[i].name,
                r[i].step_ms, range, tm, pk, st, mem, act, rss, hp, gr);
@@ -519,7 +521,7 @@ static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, b
             term_buf_close(&tb, stderr);
         }
     }
-    const remat_plan_options po = {.offload = c->plan_offload};
+    const remat_plan_options po = {.offload = c->plan_offload, .lossy = c->plan_lossy};
     for (int i = 0; i < c->n_strategies; i++) {
         strategy *s = &c->strategies[i];
         if (s->kind != STRAT_BUDGET) continue;
@@ -570,7 +572,7 @@ static bool write_pareto(const char *file, const config *c, const model *m, cons
     const int n = c->n_strategies;
     pareto_point *pts = calloc((size_t)n, sizeof *pts);
     if (!pts) return false;
-    int differ = 0;
+    int differ = 0, lossy = 0;
     for (int i = 0; i < n; i++) {
         const strategy *s = &c->strategies[i];
         pts[i].label = s->name;
@@ -580,8 +582,12 @@ static bool write_pareto(const char *file, const config *c, const model *m, cons
         pts[i].step_ms = r[i].step_ms;
         pts[i].peak_bytes = (double)r[i].peak;
         pts[i].baseline_bytes = (double)r[i].baseline;
-        differ += !r[i].grads_equal;
+        differ += !r[i].grads_equal && !strategy_plan_lossy(s);
+        lossy += strategy_plan_lossy(s);
     }
+    const char *grads = differ  ? "SOME GRADIENTS DIFFER from none"
+                        : lossy ? "gradients bitwise equal to none but for bf16 keeps (lossy)"
+                                : "every gradient bitwise equal to none";
     char title[256], sub[512];
     snprintf(title, sizeof title, "remat: %s, %d layers, width %d: step time vs memory",
              model_name(m), m->layers, m->width);
@@ -589,13 +595,8 @@ static bool write_pareto(const char *file, const config *c, const model *m, cons
         snprintf(sub, sizeof sub,
                  "planner budgets bound the whole step's peak: feasible from %.2f MiB, %.2f MiB "
                  "without checkpointing; %s",
-                 (double)pl->min_budget / 1048576.0, (double)pl->store_all / 1048576.0,
-                 differ ? "SOME GRADIENTS DIFFER from none"
-                        : "every gradient bitwise equal to none");
-    else
-        snprintf(sub, sizeof sub, "%s",
-                 differ ? "SOME GRADIENTS DIFFER from none"
-                        : "every gradient bitwise equal to none");
+                 (double)pl->min_budget / 1048576.0, (double)pl->store_all / 1048576.0, grads);
+    else snprintf(sub, sizeof sub, "%s", grads);
     bool ok = svg_pareto(file, title, sub, n, pts);
     free(pts);
     return ok;
@@ -957,7 +958,7 @@ int cmd_bench(config *c, bool is_default) {
             term_printf(stderr, "\nremat bench: %s\n", remat_last_error());
     } else {
         for (int i = 0; i < br.n; i++)
-            if (!br.r[i].grads_equal) {
+            if (!br.r[i].grads_equal && !strategy_plan_lossy(&c->strategies[i])) {
                 fprintf(stderr,
                         "remat bench: gradients of %s differ from the un-checkpointed "
                         "ones\n",

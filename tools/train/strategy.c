@@ -318,6 +318,14 @@ static void size_at_least(char *buf, size_t n, double bytes) {
     else snprintf(buf, n, "%.2fMiB", ceil(bytes / MIB * 100.0) / 100.0);
 }
 
+bool strategy_plan_lossy(const strategy *s) {
+    if (s->kind != STRAT_BUDGET || !s->plan) return false;
+    for (int k = 0; k < s->plan->n_stages; k++)
+        for (int i = 0; s->plan->stages[k].keep && i < s->plan->stages[k].n_ops; i++)
+            if (s->plan->stages[k].keep[i] == REMAT_OP_KEEP_BF16) return true;
+    return false;
+}
+
 bool strategy_wants_ops(const strategy *s) {
     return s->kind == STRAT_BUDGET && !s->blocks_only && !s->block_level;
 }

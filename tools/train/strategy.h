@@ -125,6 +125,9 @@ int strategy_step_range(const remat_profile *prof, const remat_step_profile *ste
  * checkpointing (see strategy_budget_warning). Other kinds: nothing to do. */
 int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profile *step,
                   const remat_op_profile *ops, const remat_plan_options *po);
+/* budget= planned with --plan-lossy: whether the plan keeps some op as bf16 (its
+ * gradients then differ from none's, as the user allowed). */
+bool strategy_plan_lossy(const strategy *s);
 /* budget=SIZE (whole step, op level): whether strategy_plan needs an op profile. */
 bool strategy_wants_ops(const strategy *s);
 /* After strategy_plan: a one-line warning when the budget is at or above

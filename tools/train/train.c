@@ -404,7 +404,7 @@ static int train_plan(train_run *tr) {
             term_buf_close(&tb, stderr);
         }
     }
-    const remat_plan_options po = {.offload = c->plan_offload};
+    const remat_plan_options po = {.offload = c->plan_offload, .lossy = c->plan_lossy};
     if (!rc) rc = strategy_plan(&c->strat, prof, &sp, tr->ops, &po);
     remat_profile_free(prof);
     if (rc) {

@@ -33,23 +33,18 @@ int64_t rm_cpu_chunk_rows(int64_t rows, int64_t n);
  * (-0 sorts just below +0, which compare equal anyway). NaNs are flagged
  * separately. Returns true if x[0..n) holds a NaN; else *best = the max
  * (n >= 1). */
-#define RM_ROWMAX_KEY_(T, SFX, IT, MINV, SH, ABS, INF)                                             \
-    static inline bool rm_rowmax_key_##SFX(const T *restrict x, int64_t n, T *best) {              \
-        IT m = MINV, nan = 0;                                                                      \
-        for (int64_t i = 0; i < n; i++) {                                                          \
-            IT b;                                                                                  \
-            memcpy(&b, x + i, sizeof b);                                                           \
-            IT k = b ^ ((b >> SH) & ABS);                                                          \
-            m = k > m ? k : m;                                                                     \
-            nan |= (b & ABS) > INF;                                                                \
-        }                                                                                          \
-        IT b = m ^ ((m >> SH) & ABS);                                                              \
-        memcpy(best, &b, sizeof b);                                                                \
-        return nan != 0;                                                                           \
-    }
-RM_ROWMAX_KEY_(float, f32, int32_t, INT32_MIN, 31, INT32_C(0x7FFFFFFF), INT32_C(0x7F800000))
-RM_ROWMAX_KEY_(double, f64, int64_t, INT64_MIN, 63, INT64_C(0x7FFFFFFFFFFFFFFF),
-               INT64_C(0x7FF0000000000000))
-#undef RM_ROWMAX_KEY_
+#include "tmpl.h"
+#define T f32
+#define TI int32_t /* T's bits as a signed integer */
+#define TI_MIN INT32_MIN
+#define TI_ABS INT32_C(0x7FFFFFFF) /* all bits but the sign */
+#define TI_INF INT32_C(0x7F800000) /* +infinity */
+#include "rowmax_body.h"
+#define T f64
+#define TI int64_t
+#define TI_MIN INT64_MIN
+#define TI_ABS INT64_C(0x7FFFFFFFFFFFFFFF)
+#define TI_INF INT64_C(0x7FF0000000000000)
+#include "rowmax_body.h"
 
 #endif /* REMAT_CPU_NN_H */

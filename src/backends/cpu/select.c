@@ -83,6 +83,15 @@ static void iter_coalesce(rm_iter *it) {
     it->ndim = nd;
 }
 
+/* Whether element `off` of cond's data p (i64, f32 or f64) is non-zero. */
+static inline bool cond_at(const void *p, remat_dtype dtype, int64_t off) {
+    switch (dtype) {
+    case REMAT_I64: return ((const int64_t *)p)[off] != 0;
+    case REMAT_F32: return ((const float *)p)[off] != 0;
+    default: return ((const double *)p)[off] != 0;
+    }
+}
+
 /* A broadcast cond (a (T, T) mask under (B, H, T, T) scores) is read many
  * times: it is first packed into a contiguous byte mask (1 = true), 8x
  * smaller than an i64 mask, so that it stays in cache and the selection
@@ -97,18 +106,10 @@ static uint8_t *pack_cond(const remat_tensor *cond, int64_t n) {
     rm_iter_init(&it, cond->ndim, cond->shape, 1);
     memcpy(it.strides[0], cond->strides, sizeof(int64_t) * (size_t)cond->ndim);
     const void *p = rm_ptr(cond);
-#define PACK(CT)                                                                                   \
-    do {                                                                                           \
-        const CT *pc = p;                                                                          \
-        for (int64_t i = 0; i < nc; i++) {                                                         \
-            m[i] = pc[it.off[0]] != 0;                                                             \
-            rm_iter_next(&it);                                                                     \
-        }                                                                                          \
-    } while (0)
-    if (cond->dtype == REMAT_I64) PACK(int64_t);
-    else if (cond->dtype == REMAT_F32) PACK(float);
-    else PACK(double);
-#undef PACK
+    for (int64_t i = 0; i < nc; i++) {
+        m[i] = cond_at(p, cond->dtype, it.off[0]);
+        rm_iter_next(&it);
+    }
     return m;
 }
 

@@ -442,32 +442,32 @@ static cudaError_t bwd_t(const rmk_att_dims *d, const rmk_att_lead *lead, const 
     return cudaGetLastError();
 }
 
-#define RMK_ATT_DISPATCH(dt, hd, CALL)                                                             \
-    do {                                                                                           \
-        if ((dt) == 0) {                                                                           \
-            switch (hd) {                                                                          \
-            case 32: return CALL(float, 32);                                                       \
-            case 64: return CALL(float, 64);                                                       \
-            case 128: return CALL(float, 128);                                                     \
-            case 256: return CALL(float, 256);                                                     \
-            }                                                                                      \
-        } else if ((dt) == 1) {                                                                    \
-            switch (hd) {                                                                          \
-            case 32: return CALL(double, 32);                                                      \
-            case 64: return CALL(double, 64);                                                      \
-            case 128: return CALL(double, 128);                                                    \
-            case 256: return CALL(double, 256);                                                    \
-            }                                                                                      \
-        } else if ((dt) == 4) {                                                                    \
-            switch (hd) {                                                                          \
-            case 32: return CALL(rmk_bf16, 32);                                                    \
-            case 64: return CALL(rmk_bf16, 64);                                                    \
-            case 128: return CALL(rmk_bf16, 128);                                                  \
-            case 256: return CALL(rmk_bf16, 256);                                                  \
-            }                                                                                      \
-        }                                                                                          \
-        return cudaErrorInvalidValue;                                                              \
-    } while (0)
+/* The launcher K<S, HD>::run for storage dtype dt (0 f32, 1 f64, 4 bf16) and head class hd. */
+template <typename S, template <typename, int> class K, typename... A>
+static cudaError_t att_by_class(int hd, A... a) {
+    switch (hd) {
+    case 32: return K<S, 32>::run(a...);
+    case 64: return K<S, 64>::run(a...);
+    case 128: return K<S, 128>::run(a...);
+    case 256: return K<S, 256>::run(a...);
+    }
+    return cudaErrorInvalidValue;
+}
+template <template <typename, int> class K, typename... A>
+static cudaError_t att_dispatch(int dt, int hd, A... a) {
+    switch (dt) {
+    case 0: return att_by_class<float, K>(hd, a...);
+    case 1: return att_by_class<double, K>(hd, a...);
+    case 4: return att_by_class<rmk_bf16, K>(hd, a...);
+    }
+    return cudaErrorInvalidValue;
+}
+template <typename S, int HD> struct att_fwd_k {
+    template <typename... A> static cudaError_t run(A... a) { return fwd_t<S, HD>(a...); }
+};
+template <typename S, int HD> struct att_bwd_k {
+    template <typename... A> static cudaError_t run(A... a) { return bwd_t<S, HD>(a...); }
+};
 
 /* Whether f32 and bf16 attention run on the tensor cores (attention_mma.cu: sm_80 and later,
  * head sizes up to 128): only with REMAT_CUDA_ATTENTION=tc until a GPU session has run the device
@@ -489,9 +489,7 @@ rmk_attention(int dt, const rmk_att_dims *d, const rmk_att_lead *lead, const rmk
     int hd = rmk_att_head_class(d->D, d->Dv);
     if (use_tc(dt, hd))
         return rmk_attention_tc(dt, hd, d, lead, oq, q, ok, k, ov, v, oy, y, lse, s);
-#define FWD_CALL(S, HD) fwd_t<S, HD>(d, lead, oq, q, ok, k, ov, v, oy, y, lse, s)
-    RMK_ATT_DISPATCH(dt, hd, FWD_CALL);
-#undef FWD_CALL
+    return att_dispatch<att_fwd_k>(dt, hd, d, lead, oq, q, ok, k, ov, v, oy, y, lse, s);
 }
 
 extern "C" size_t rmk_attention_bwd_ws(int dt, const rmk_att_dims *d) {
@@ -505,7 +503,5 @@ extern "C" cudaError_t rmk_attention_bwd(int dt, const rmk_att_dims *d, const rm
                                          const void *lse, void *ws, cudaStream_t s) {
     int hd = rmk_att_head_class(d->D, d->Dv);
     if (use_tc(dt, hd)) return rmk_attention_tc_bwd(dt, hd, d, lead, ops, ptrs, lse, ws, s);
-#define BWD_CALL(S, HD) bwd_t<S, HD>(d, lead, ops, ptrs, lse, ws, s)
-    RMK_ATT_DISPATCH(dt, hd, BWD_CALL);
-#undef BWD_CALL
+    return att_dispatch<att_bwd_k>(dt, hd, d, lead, ops, ptrs, lse, ws, s);
 }

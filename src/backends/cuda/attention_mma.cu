@@ -42,38 +42,40 @@
 #include "kcommon.cuh"
 #include "nn.h"
 
+/* The block's dynamic shared memory as tiles of E (at namespace scope: the extern array is
+ * the global one). */
+template <typename E> static __device__ __forceinline__ E *tc_shared() {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    return (E *)smem_raw;
+}
+
 namespace {
 
 typedef unsigned short bf16_t;
 
 /* ---- the tensor-core instructions ------------------------------------------------------ */
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
+/* mma.sync with f32 accumulators: m16n8k16 bf16 × bf16 (TF32 false) or m16n8k8 tf32 × tf32
+ * (TF32 true; f32 registers whose low 13 mantissa bits are 0). tf32 fragments: A (16×8)
+ * a[r] = (g + 8·(r % 2), t + 4·(r / 2)); B (8×8) b0 = (t, g), b1 = (t + 4, g). */
+template <bool TF32>
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
 #if defined(RMK_EMU) /* tests/cuda_emu: the instruction carried out on the CPU */
-    RMK_EMU_MMA(c, a, b0, b1);
+    if constexpr (TF32) RMK_EMU_MMA_TF32(c, a, b0, b1);
+    else RMK_EMU_MMA(c, a, b0, b1);
 #elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    if constexpr (TF32)
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #else
     __trap(); /* the host launches these kernels on sm_80 and later only */
-#endif
-}
-
-/* mma.m16n8k8 with tf32 operands (f32 registers whose low 13 mantissa bits are 0):
- * A (16×8): a[r] = (g + 8·(r % 2), t + 4·(r / 2)); B (8×8): b0 = (t, g), b1 = (t + 4, g). */
-__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-#if defined(RMK_EMU)
-    RMK_EMU_MMA_TF32(c, a, b0, b1);
-#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-    __trap();
 #endif
 }
 
@@ -102,9 +104,9 @@ __device__ __forceinline__ void split_tf32(float x, uint32_t &big, uint32_t &sma
 __device__ __forceinline__ void mma_3xtf32(float (&c)[4], const uint32_t (&ab)[4],
                                            const uint32_t (&as)[4], const uint32_t (&bb)[2],
                                            const uint32_t (&bs)[2]) {
-    mma_tf32(c, as, bb[0], bb[1]);
-    mma_tf32(c, ab, bs[0], bs[1]);
-    mma_tf32(c, ab, bb[0], bb[1]);
+    mma<true>(c, as, bb[0], bb[1]);
+    mma<true>(c, ab, bs[0], bs[1]);
+    mma<true>(c, ab, bb[0], bb[1]);
 }
 
 /* Four 8×8 bf16 matrices, transposed as they load: lane l gives the address of row l % 8
@@ -163,7 +165,7 @@ struct tr_bf16 {
 #pragma unroll
             for (int n = 0; n < NN; n++) {
                 const elem *pb = brows + (n * 8 + g) * ld + ks * 16 + 2 * t;
-                mma_bf16(c[n], a, ld_pair(pb), ld_pair(pb + 8));
+                mma<false>(c[n], a, ld_pair(pb), ld_pair(pb + 8));
             }
         }
     }
@@ -185,8 +187,8 @@ struct tr_bf16 {
             for (int nd = 0; nd < NDT; nd += 2) {
                 uint32_t b[4];
                 ldsm_x4_t(b, row + nd * 8);
-                mma_bf16(o[nd], a, b[0], b[1]);
-                mma_bf16(o[nd + 1], a, b[2], b[3]);
+                mma<false>(o[nd], a, b[0], b[1]);
+                mma<false>(o[nd + 1], a, b[2], b[3]);
             }
         }
     }
@@ -317,6 +319,18 @@ __device__ __forceinline__ bool tc_visible(const rmk_att_dims &d, int64_t i, int
     return i < d.Tq && j < d.Tk && (!d.causal || j <= i + d.off);
 }
 
+/* What queries i0 .. i0 + ni - 1 see of keys j0 .. j0 + nj - 1: 0 nothing (a warp skips
+ * the products: its rows' statistics and sums are unchanged), 2 everything (no mask to
+ * apply), 1 a part (mask each element with tc_visible). */
+enum { TC_NONE = 0, TC_PART = 1, TC_ALL = 2 };
+__device__ __forceinline__ int tc_tile_vis(const rmk_att_dims &d, int64_t i0, int64_t ni,
+                                           int64_t j0, int64_t nj) {
+    if (i0 >= d.Tq || j0 >= d.Tk || (d.causal && j0 > i0 + ni - 1 + d.off)) return TC_NONE;
+    if (i0 + ni <= d.Tq && j0 + nj <= d.Tk && (!d.causal || j0 + nj - 1 <= i0 + d.off))
+        return TC_ALL;
+    return TC_PART;
+}
+
 /* Max / sum over the 4 lanes of an mma quad (the lanes holding one accumulator row). */
 __device__ __forceinline__ float quad_max(float v) {
     v = rmk_nanmax(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -326,11 +340,6 @@ __device__ __forceinline__ float quad_sum(float v) {
     v += __shfl_xor_sync(0xffffffffu, v, 1);
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
-
-/* Operand flags: bit i set when operand i may be loaded 16 bytes at a time. */
-struct tc_ops {
-    unsigned vec;
-};
 
 /* Whether operand o of pointer p (cols wide, over `lead`; ve elements in 16 bytes) may be
  * loaded 16 bytes at a time: contiguous columns, 16-byte aligned rows in every batch entry. */
@@ -343,51 +352,91 @@ bool tc_vec(const void *p, const rmk_att_operand &o, const rmk_att_lead &lead, i
     return true;
 }
 
+/* Where a thread is: lane, warp, and the mma quad's group g and thread t (lane = 4g + t). */
+struct tc_where {
+    int lane, w, g, t;
+    __device__ __forceinline__ tc_where()
+        : lane((int)threadIdx.x & 31), w((int)threadIdx.x >> 5), g(lane >> 2), t(lane & 3) {}
+};
+
+/* The end of the keys the query tile at i0 (br rows) sees: causal, up to its last row's. */
+__device__ __forceinline__ int64_t tc_key_end(const rmk_att_dims &d, int64_t i0, int64_t br) {
+    if (!d.causal) return d.Tk;
+    const int64_t n = i0 + br + d.off;
+    return n < 0 ? 0 : n < d.Tk ? n : d.Tk;
+}
+
+/* One call's operands, as the three kernels take them: q, k, v, y, dO (gy) and the
+ * gradients dq, dk, dv, views of any strides over `lead` (a gradient not wanted is NULL),
+ * and the rows' lse and delta (nb · Tq, f32). vec: tc_vec_bits. */
+template <typename E> struct tc_params {
+    rmk_att_dims d;
+    rmk_att_lead lead;
+    rmk_att_operand oq, ok, ov, oy, og, odq, odk, odv;
+    const E *q, *k, *v, *gy;
+    E *y, *dq, *dk, *dv;
+    float *lse, *delta;
+    unsigned vec;
+};
+
+/* The next key tile (rows j0.. of k and v) into Ks and Vs, between barriers: the previous
+ * tile's readers are done before, every thread sees the new one after. */
+template <typename TR, int HD, int NT, typename E>
+__device__ __forceinline__ void tc_next_kv(E *Ks, E *Vs, int rows, const tc_params<E> &p,
+                                           int64_t bk, int64_t bv, int64_t j0) {
+    __syncthreads();
+    tc_load<TR, HD, NT>(Ks, rows, p.k, bk, p.ok, j0, p.d.Tk, p.d.D, p.vec & 2);
+    tc_load<TR, HD, NT>(Vs, rows, p.v, bv, p.ov, j0, p.d.Tk, p.d.Dv, p.vec & 4);
+    __syncthreads();
+}
+
+/* Accumulator fragments set to 0. */
+template <int N> __device__ __forceinline__ void tc_zero(float (&a)[N][4]) {
+#pragma unroll
+    for (int n = 0; n < N; n++) a[n][0] = a[n][1] = a[n][2] = a[n][3] = 0.f;
+}
+
+/* The operand flags of a call: bit 1 q, 2 k, 4 v, 8 gy (16-byte loads). */
+template <typename E> unsigned tc_vec_bits(const tc_params<E> &p) {
+    const int ve = 16 / (int)sizeof(E);
+    return (tc_vec(p.q, p.oq, p.lead, p.d.D, ve) ? 1u : 0u) |
+           (tc_vec(p.k, p.ok, p.lead, p.d.D, ve) ? 2u : 0u) |
+           (tc_vec(p.v, p.ov, p.lead, p.d.Dv, ve) ? 4u : 0u) |
+           (tc_vec(p.gy, p.og, p.lead, p.d.Dv, ve) ? 8u : 0u);
+}
+
 } // namespace
 
 /* ---- forward --------------------------------------------------------------------------- */
 template <typename TR, int HD>
 __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
-    tc_att_fwd(const __grid_constant__ rmk_att_dims d, const __grid_constant__ rmk_att_lead lead,
-               const __grid_constant__ rmk_att_operand oq, const typename TR::elem *q,
-               const __grid_constant__ rmk_att_operand ok, const typename TR::elem *k,
-               const __grid_constant__ rmk_att_operand ov, const typename TR::elem *v,
-               const __grid_constant__ rmk_att_operand oy, typename TR::elem *y, float *lse,
-               tc_ops f) {
+    tc_att_fwd(const __grid_constant__ tc_params<typename TR::elem> p) {
     typedef tc_cfg<TR, HD> C;
-    typedef typename TR::elem E;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    E *Qs = (E *)smem_raw;      /* BR × LD */
-    E *Ks = Qs + C::BR * C::LD; /* BC × LD */
-    E *Vs = Ks + C::BC * C::LD; /* BC × LD */
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int64_t nqb = (d.Tq + C::BR - 1) / C::BR;
-    const float sl2 = (float)d.scale * 1.4426950408889634f; /* scale · log2(e) */
-    for (int64_t item = blockIdx.x; item < d.nb * nqb; item += gridDim.x) {
+    typename TR::elem *Qs = tc_shared<typename TR::elem>(), /* BR × LD */
+        *Ks = Qs + C::BR * C::LD,                           /* BC × LD */
+            *Vs = Ks + C::BC * C::LD;                       /* BC × LD */
+    const tc_where at;
+    const int lane = at.lane, w = at.w, g = at.g, t = at.t;
+    const int64_t nqb = (p.d.Tq + C::BR - 1) / C::BR;
+    const float sl2 = (float)p.d.scale * 1.4426950408889634f; /* scale · log2(e) */
+    for (int64_t item = blockIdx.x; item < p.d.nb * nqb; item += gridDim.x) {
         /* heaviest (last, under the causal mask) query tiles first */
         const int64_t b = item / nqb, i0 = (nqb - 1 - item % nqb) * C::BR;
         const int64_t ra = i0 + w * 16 + g; /* this thread's rows: ra, ra + 8 */
-        const int64_t bq = rmk_att_boff(&lead, &oq, b), bk = rmk_att_boff(&lead, &ok, b),
-                      bv = rmk_att_boff(&lead, &ov, b);
-        int64_t kn = d.Tk; /* the keys the tile's last row sees */
-        if (d.causal) {
-            const int64_t n = i0 + C::BR + d.off;
-            kn = n < 0 ? 0 : n < d.Tk ? n : d.Tk;
-        }
+        const int64_t bq = rmk_att_boff(&p.lead, &p.oq, b), bk = rmk_att_boff(&p.lead, &p.ok, b),
+                      bv = rmk_att_boff(&p.lead, &p.ov, b);
+        const int64_t kn = tc_key_end(p.d, i0, C::BR);
         __syncthreads(); /* the previous item is done with the tiles */
-        tc_load<TR, HD, C::NT>(Qs, C::BR, q, bq, oq, i0, d.Tq, d.D, f.vec & 1);
+        tc_load<TR, HD, C::NT>(Qs, C::BR, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
         float o[C::NDT][4];
-#pragma unroll
-        for (int n = 0; n < C::NDT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+        tc_zero(o);
         float m2[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}; /* m2: max in log2 units */
         for (int64_t j0 = 0; j0 < kn; j0 += C::BC) {
-            __syncthreads();
-            tc_load<TR, HD, C::NT>(Ks, C::BC, k, bk, ok, j0, d.Tk, d.D, f.vec & 2);
-            tc_load<TR, HD, C::NT>(Vs, C::BC, v, bv, ov, j0, d.Tk, d.Dv, f.vec & 4);
-            __syncthreads();
+            tc_next_kv<TR, HD, C::NT>(Ks, Vs, C::BC, p, bk, bv, j0);
+            const int vis = tc_tile_vis(p.d, i0 + w * 16, 16, j0, C::BC);
+            if (vis == TC_NONE) continue; /* the barriers above are the block's; none below */
             float s[C::BC / 8][4];
-#pragma unroll
-            for (int n = 0; n < C::BC / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+            tc_zero(s);
             TR::template rows_rowsT<HD, C::BC / 8>(s, Qs + w * 16 * C::LD, Ks, C::LD, g, t);
             /* scaled to log2 units, masked; the rows' maxima */
             float mx[2] = {-INFINITY, -INFINITY};
@@ -396,7 +445,8 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int64_t i = ra + (e >> 1) * 8, j = j0 + n * 8 + 2 * t + (e & 1);
-                    const float sv = tc_visible(d, i, j) ? s[n][e] * sl2 : -INFINITY;
+                    const float sv =
+                        (vis == TC_ALL || tc_visible(p.d, i, j)) ? s[n][e] * sl2 : -INFINITY;
                     s[n][e] = sv;
                     mx[e >> 1] = rmk_nanmax(mx[e >> 1], sv);
                 }
@@ -412,9 +462,9 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
             for (int n = 0; n < C::BC / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const float p = exp2f(s[n][e] - sub[e >> 1]);
-                    s[n][e] = p;
-                    ls[e >> 1] += p;
+                    const float pr = exp2f(s[n][e] - sub[e >> 1]);
+                    s[n][e] = pr;
+                    ls[e >> 1] += pr;
                 }
 #pragma unroll
             for (int h = 0; h < 2; h++) l[h] = l[h] * corr[h] + quad_sum(ls[h]);
@@ -429,15 +479,16 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
         }
         float inv[2];
 #pragma unroll
-        for (int h = 0; h < 2; h++) inv[h] = l[h] > 0.f ? 1.f / l[h] : 0.f; /* no keys: y = 0 */
-        tc_store<TR, C::NDT>(y, rmk_att_boff(&lead, &oy, b), oy, ra, d.Tq, d.Dv, o, inv, t);
+        for (int h = 0; h < 2; h++) inv[h] = l[h] > 0.f ? 1.f / l[h] : 0.f; /* no keys: p.y = 0 */
+        tc_store<TR, C::NDT>(p.y, rmk_att_boff(&p.lead, &p.oy, b), p.oy, ra, p.d.Tq, p.d.Dv, o, inv,
+                             t);
         if (t == 0)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int64_t i = ra + 8 * h;
                 const float m = m2[h] == -INFINITY ? 0.f : m2[h];
-                if (i < d.Tq)
-                    lse[b * d.Tq + i] =
+                if (i < p.d.Tq)
+                    p.lse[b * p.d.Tq + i] =
                         l[h] > 0.f ? (m + log2f(l[h])) * 0.6931471805599453f : -INFINITY;
             }
     }
@@ -446,74 +497,60 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
 /* ---- backward: delta and dQ, by query tiles -------------------------------------------- */
 template <typename TR, int HD>
 __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
-    tc_att_bwd_dq(const __grid_constant__ rmk_att_dims d, const __grid_constant__ rmk_att_lead lead,
-                  const __grid_constant__ rmk_att_operand oq, const typename TR::elem *q,
-                  const __grid_constant__ rmk_att_operand ok, const typename TR::elem *k,
-                  const __grid_constant__ rmk_att_operand ov, const typename TR::elem *v,
-                  const __grid_constant__ rmk_att_operand oy, const typename TR::elem *y,
-                  const __grid_constant__ rmk_att_operand og, const typename TR::elem *gy,
-                  const __grid_constant__ rmk_att_operand odq, typename TR::elem *dq,
-                  const float *lse, float *delta, tc_ops f) {
+    tc_att_bwd_dq(const __grid_constant__ tc_params<typename TR::elem> p) {
     typedef tc_cfg<TR, HD> C;
     typedef typename TR::elem E;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    E *Qs = (E *)smem_raw;      /* BR × LD */
+    E *Qs = tc_shared<E>();     /* BR × LD */
     E *Gs = Qs + C::BR * C::LD; /* BR × LD: dO */
     E *Ks = Gs + C::BR * C::LD; /* BC × LD */
     E *Vs = Ks + C::BC * C::LD; /* BC × LD */
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int64_t nqb = (d.Tq + C::BR - 1) / C::BR;
-    const float sl2 = (float)d.scale * 1.4426950408889634f, scale = (float)d.scale;
-    for (int64_t item = blockIdx.x; item < d.nb * nqb; item += gridDim.x) {
+    const tc_where at;
+    const int lane = at.lane, w = at.w, g = at.g, t = at.t;
+    const int64_t nqb = (p.d.Tq + C::BR - 1) / C::BR;
+    const float sl2 = (float)p.d.scale * 1.4426950408889634f, scale = (float)p.d.scale;
+    for (int64_t item = blockIdx.x; item < p.d.nb * nqb; item += gridDim.x) {
         const int64_t b = item / nqb, i0 = (nqb - 1 - item % nqb) * C::BR;
         const int64_t ra = i0 + w * 16 + g;
-        const int64_t bq = rmk_att_boff(&lead, &oq, b), bk = rmk_att_boff(&lead, &ok, b),
-                      bv = rmk_att_boff(&lead, &ov, b), bg = rmk_att_boff(&lead, &og, b),
-                      by = rmk_att_boff(&lead, &oy, b);
-        int64_t kn = d.Tk;
-        if (d.causal) {
-            const int64_t n = i0 + C::BR + d.off;
-            kn = n < 0 ? 0 : n < d.Tk ? n : d.Tk;
-        }
+        const int64_t bq = rmk_att_boff(&p.lead, &p.oq, b), bk = rmk_att_boff(&p.lead, &p.ok, b),
+                      bv = rmk_att_boff(&p.lead, &p.ov, b), bg = rmk_att_boff(&p.lead, &p.og, b),
+                      by = rmk_att_boff(&p.lead, &p.oy, b);
+        const int64_t kn = tc_key_end(p.d, i0, C::BR);
         __syncthreads();
-        tc_load<TR, HD, C::NT>(Qs, C::BR, q, bq, oq, i0, d.Tq, d.D, f.vec & 1);
-        tc_load<TR, HD, C::NT>(Gs, C::BR, gy, bg, og, i0, d.Tq, d.Dv, f.vec & 8);
+        tc_load<TR, HD, C::NT>(Qs, C::BR, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
+        tc_load<TR, HD, C::NT>(Gs, C::BR, p.gy, bg, p.og, i0, p.d.Tq, p.d.Dv, p.vec & 8);
         __syncthreads();
-        /* delta_i = sum_c dO[i, c] · y[i, c] in f32: two threads a row, columns by parity
+        /* delta_i = sum_c dO[i, c] · p.y[i, c] in f32: two threads a row, columns by parity
          * of 8-element chunks, then one shuffle */
         {
             const int rr = threadIdx.x >> 1, half = threadIdx.x & 1;
             const int64_t i = i0 + rr;
             float dl = 0.f;
-            if (i < d.Tq)
-                for (int64_t c = half; c < d.Dv; c += 2)
-                    dl += TR::widen(Gs[rr * C::LD + c]) * TR::widen(y[by + i * oy.rs + c * oy.cs]);
+            if (i < p.d.Tq)
+                for (int64_t c = half; c < p.d.Dv; c += 2)
+                    dl += TR::widen(Gs[rr * C::LD + c]) *
+                          TR::widen(p.y[by + i * p.oy.rs + c * p.oy.cs]);
             dl += __shfl_xor_sync(0xffffffffu, dl, 1);
-            if (i < d.Tq && half == 0) delta[b * d.Tq + i] = dl;
+            if (i < p.d.Tq && half == 0) p.delta[b * p.d.Tq + i] = dl;
         }
-        if (!dq) continue;  /* uniform: every thread of the block skips */
-        __syncthreads();    /* delta written by the block's threads is read below */
-        float lr[2], dr[2]; /* the rows' lse (log2 units) and delta */
+        if (!p.dq) continue; /* uniform: every thread of the block skips */
+        __syncthreads();     /* p.delta written by the block's threads is read below */
+        float lr[2], dr[2];  /* the rows' lse (log2 units) and p.delta */
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int64_t i = ra + 8 * h;
-            const float li = i < d.Tq ? lse[b * d.Tq + i] : 0.f;
+            const float li = i < p.d.Tq ? p.lse[b * p.d.Tq + i] : 0.f;
             lr[h] = li == -INFINITY ? 0.f : li * 1.4426950408889634f;
-            dr[h] = i < d.Tq ? delta[b * d.Tq + i] : 0.f;
+            dr[h] = i < p.d.Tq ? p.delta[b * p.d.Tq + i] : 0.f;
         }
         float acc[C::NDT][4];
-#pragma unroll
-        for (int n = 0; n < C::NDT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+        tc_zero(acc);
         for (int64_t j0 = 0; j0 < kn; j0 += C::BC) {
-            __syncthreads();
-            tc_load<TR, HD, C::NT>(Ks, C::BC, k, bk, ok, j0, d.Tk, d.D, f.vec & 2);
-            tc_load<TR, HD, C::NT>(Vs, C::BC, v, bv, ov, j0, d.Tk, d.Dv, f.vec & 4);
-            __syncthreads();
+            tc_next_kv<TR, HD, C::NT>(Ks, Vs, C::BC, p, bk, bv, j0);
+            const int vis = tc_tile_vis(p.d, i0 + w * 16, 16, j0, C::BC);
+            if (vis == TC_NONE) continue;
             float s[C::BC / 8][4], dp[C::BC / 8][4];
-#pragma unroll
-            for (int n = 0; n < C::BC / 8; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.f;
+            tc_zero(s);
+            tc_zero(dp);
             TR::template rows_rowsT<HD, C::BC / 8>(s, Qs + w * 16 * C::LD, Ks, C::LD, g, t);
             TR::template rows_rowsT<HD, C::BC / 8>(dp, Gs + w * 16 * C::LD, Vs, C::LD, g, t);
 #pragma unroll
@@ -523,79 +560,71 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
                     const int h = e >> 1;
                     const int64_t i = ra + h * 8, j = j0 + n * 8 + 2 * t + (e & 1);
                     float ds = 0.f;
-                    if (tc_visible(d, i, j)) {
-                        const float p = exp2f(s[n][e] * sl2 - lr[h]);
-                        ds = p * (dp[n][e] - dr[h]) * scale;
+                    if (vis == TC_ALL || tc_visible(p.d, i, j)) {
+                        const float pr = exp2f(s[n][e] * sl2 - lr[h]);
+                        ds = pr * (dp[n][e] - dr[h]) * scale;
                     }
                     s[n][e] = ds;
                 }
             TR::template frag_rows<C::BC / 8, C::NDT>(acc, s, Ks, C::LD, lane);
         }
         const float one[2] = {1.f, 1.f};
-        tc_store<TR, C::NDT>(dq, rmk_att_boff(&lead, &odq, b), odq, ra, d.Tq, d.D, acc, one, t);
+        tc_store<TR, C::NDT>(p.dq, rmk_att_boff(&p.lead, &p.odq, b), p.odq, ra, p.d.Tq, p.d.D, acc,
+                             one, t);
     }
 }
 
 /* ---- backward: dK and dV, by key tiles ------------------------------------------------- */
 template <typename TR, int HD>
 __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
-    tc_att_bwd_dkdv(const __grid_constant__ rmk_att_dims d,
-                    const __grid_constant__ rmk_att_lead lead,
-                    const __grid_constant__ rmk_att_operand oq, const typename TR::elem *q,
-                    const __grid_constant__ rmk_att_operand ok, const typename TR::elem *k,
-                    const __grid_constant__ rmk_att_operand ov, const typename TR::elem *v,
-                    const __grid_constant__ rmk_att_operand og, const typename TR::elem *gy,
-                    const __grid_constant__ rmk_att_operand odk, typename TR::elem *dk,
-                    const __grid_constant__ rmk_att_operand odv, typename TR::elem *dv,
-                    const float *lse, const float *delta, tc_ops f) {
+    tc_att_bwd_dkdv(const __grid_constant__ tc_params<typename TR::elem> p) {
     typedef tc_cfg<TR, HD> C;
     typedef typename TR::elem E;
-    constexpr int BQ = C::BCQ; /* queries per step */
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    E *Ks = (E *)smem_raw;                  /* BR × LD: the block's keys */
+    constexpr int BQ = C::BCQ;              /* queries per step */
+    E *Ks = tc_shared<E>();                 /* BR × LD: the block's keys */
     E *Vs = Ks + C::BR * C::LD;             /* BR × LD */
     E *Qs = Vs + C::BR * C::LD;             /* BQ × LD */
     E *Gs = Qs + BQ * C::LD;                /* BQ × LD: dO */
-    float *Ls = (float *)(Gs + BQ * C::LD); /* BQ: lse, log2 units */
-    float *Dl = Ls + BQ;                    /* BQ: delta */
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int64_t nkb = (d.Tk + C::BR - 1) / C::BR, nkv = d.nb / d.group;
-    const float sl2 = (float)d.scale * 1.4426950408889634f, scale = (float)d.scale;
+    float *Ls = (float *)(Gs + BQ * C::LD); /* BQ: p.lse, log2 units */
+    float *Dl = Ls + BQ;                    /* BQ: p.delta */
+    const tc_where at;
+    const int lane = at.lane, w = at.w, g = at.g, t = at.t;
+    const int64_t nkb = (p.d.Tk + C::BR - 1) / C::BR, nkv = p.d.nb / p.d.group;
+    const float sl2 = (float)p.d.scale * 1.4426950408889634f, scale = (float)p.d.scale;
     for (int64_t item = blockIdx.x; item < nkv * nkb; item += gridDim.x) {
         /* causal: the first key tiles see the most queries: heaviest first. The item is a
          * kv entry's key tile; its query heads b0 .. b0 + group - 1 add to it in turn. */
-        const int64_t b0 = (item / nkb) * d.group, j0 = (item % nkb) * C::BR;
+        const int64_t b0 = (item / nkb) * p.d.group, j0 = (item % nkb) * C::BR;
         const int64_t ja = j0 + w * 16 + g; /* this thread's keys: ja, ja + 8 */
-        const int64_t bk = rmk_att_boff(&lead, &ok, b0), bv = rmk_att_boff(&lead, &ov, b0);
+        const int64_t bk = rmk_att_boff(&p.lead, &p.ok, b0), bv = rmk_att_boff(&p.lead, &p.ov, b0);
         __syncthreads();
-        tc_load<TR, HD, C::NT>(Ks, C::BR, k, bk, ok, j0, d.Tk, d.D, f.vec & 2);
-        tc_load<TR, HD, C::NT>(Vs, C::BR, v, bv, ov, j0, d.Tk, d.Dv, f.vec & 4);
+        tc_load<TR, HD, C::NT>(Ks, C::BR, p.k, bk, p.ok, j0, p.d.Tk, p.d.D, p.vec & 2);
+        tc_load<TR, HD, C::NT>(Vs, C::BR, p.v, bv, p.ov, j0, p.d.Tk, p.d.Dv, p.vec & 4);
         float ak[C::NDT][4], av[C::NDT][4];
-#pragma unroll
-        for (int n = 0; n < C::NDT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) ak[n][e] = av[n][e] = 0.f;
+        tc_zero(ak);
+        tc_zero(av);
         /* the first query that sees key j0 is j0 - off */
-        const int64_t qfirst = d.causal ? j0 - d.off : 0;
+        const int64_t qfirst = p.d.causal ? j0 - p.d.off : 0;
         const int64_t qstart = qfirst > 0 ? (qfirst / BQ) * BQ : 0;
-        for (int64_t b = b0; b < b0 + d.group; b++) {
-            const int64_t bq = rmk_att_boff(&lead, &oq, b), bg = rmk_att_boff(&lead, &og, b);
-            for (int64_t i0 = qstart; i0 < d.Tq; i0 += BQ) {
+        for (int64_t b = b0; b < b0 + p.d.group; b++) {
+            const int64_t bq = rmk_att_boff(&p.lead, &p.oq, b),
+                          bg = rmk_att_boff(&p.lead, &p.og, b);
+            for (int64_t i0 = qstart; i0 < p.d.Tq; i0 += BQ) {
                 __syncthreads();
-                tc_load<TR, HD, C::NT>(Qs, BQ, q, bq, oq, i0, d.Tq, d.D, f.vec & 1);
-                tc_load<TR, HD, C::NT>(Gs, BQ, gy, bg, og, i0, d.Tq, d.Dv, f.vec & 8);
+                tc_load<TR, HD, C::NT>(Qs, BQ, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
+                tc_load<TR, HD, C::NT>(Gs, BQ, p.gy, bg, p.og, i0, p.d.Tq, p.d.Dv, p.vec & 8);
                 for (int e = threadIdx.x; e < BQ; e += C::NT) {
                     const int64_t i = i0 + e;
-                    const float li = i < d.Tq ? lse[b * d.Tq + i] : 0.f;
+                    const float li = i < p.d.Tq ? p.lse[b * p.d.Tq + i] : 0.f;
                     Ls[e] = li == -INFINITY ? 0.f : li * 1.4426950408889634f;
-                    Dl[e] = i < d.Tq ? delta[b * d.Tq + i] : 0.f;
+                    Dl[e] = i < p.d.Tq ? p.delta[b * p.d.Tq + i] : 0.f;
                 }
                 __syncthreads();
+                const int vis = tc_tile_vis(p.d, i0, BQ, j0 + w * 16, 16);
+                if (vis == TC_NONE) continue;
                 float s[BQ / 8][4], dp[BQ / 8][4]; /* Sᵀ and dPᵀ: the warp's keys × queries */
-#pragma unroll
-                for (int n = 0; n < BQ / 8; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.f;
+                tc_zero(s);
+                tc_zero(dp);
                 TR::template rows_rowsT<HD, BQ / 8>(s, Ks + w * 16 * C::LD, Qs, C::LD, g, t);
                 TR::template rows_rowsT<HD, BQ / 8>(dp, Vs + w * 16 * C::LD, Gs, C::LD, g, t);
 #pragma unroll
@@ -604,12 +633,12 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
                     for (int e = 0; e < 4; e++) {
                         const int ii = n * 8 + 2 * t + (e & 1);
                         const int64_t j = ja + (e >> 1) * 8, i = i0 + ii;
-                        float p = 0.f, ds = 0.f;
-                        if (tc_visible(d, i, j)) {
-                            p = exp2f(s[n][e] * sl2 - Ls[ii]);
-                            ds = p * (dp[n][e] - Dl[ii]) * scale;
+                        float pr = 0.f, ds = 0.f;
+                        if (vis == TC_ALL || tc_visible(p.d, i, j)) {
+                            pr = exp2f(s[n][e] * sl2 - Ls[ii]);
+                            ds = pr * (dp[n][e] - Dl[ii]) * scale;
                         }
-                        s[n][e] = p;
+                        s[n][e] = pr;
                         dp[n][e] = ds;
                     }
                 TR::template frag_rows<BQ / 8, C::NDT>(av, s, Gs, C::LD, lane);
@@ -617,11 +646,12 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
             }
         }
         const float one[2] = {1.f, 1.f};
-        if (dk)
-            tc_store<TR, C::NDT>(dk, rmk_att_boff(&lead, &odk, b0), odk, ja, d.Tk, d.D, ak, one, t);
-        if (dv)
-            tc_store<TR, C::NDT>(dv, rmk_att_boff(&lead, &odv, b0), odv, ja, d.Tk, d.Dv, av, one,
-                                 t);
+        if (p.dk)
+            tc_store<TR, C::NDT>(p.dk, rmk_att_boff(&p.lead, &p.odk, b0), p.odk, ja, p.d.Tk, p.d.D,
+                                 ak, one, t);
+        if (p.dv)
+            tc_store<TR, C::NDT>(p.dv, rmk_att_boff(&p.lead, &p.odv, b0), p.odv, ja, p.d.Tk, p.d.Dv,
+                                 av, one, t);
     }
 }
 
@@ -635,12 +665,6 @@ template <typename F> cudaError_t tc_smem(F *f, size_t sm) {
     return cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
 }
 
-template <typename TR>
-unsigned tc_vec_of(const void *p, const rmk_att_operand &o, const rmk_att_lead &lead, int64_t cols,
-                   unsigned bit) {
-    return tc_vec(p, o, lead, cols, 16 / (int)sizeof(typename TR::elem)) ? bit : 0u;
-}
-
 template <typename TR, int HD>
 cudaError_t tc_fwd(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_att_operand *oq,
                    const void *q, const rmk_att_operand *ok, const void *k,
@@ -650,43 +674,48 @@ cudaError_t tc_fwd(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_at
     typedef typename TR::elem E;
     const unsigned grid = tc_grid(d->nb * ((d->Tq + C::BR - 1) / C::BR));
     if (grid == 0) return cudaSuccess;
-    const tc_ops f = {tc_vec_of<TR>(q, *oq, *lead, d->D, 1) |
-                      tc_vec_of<TR>(k, *ok, *lead, d->D, 2) |
-                      tc_vec_of<TR>(v, *ov, *lead, d->Dv, 4)};
+    tc_params<E> p = {};
+    p.d = *d;
+    p.lead = *lead;
+    p.oq = *oq, p.ok = *ok, p.ov = *ov, p.oy = *oy;
+    p.q = (const E *)q, p.k = (const E *)k, p.v = (const E *)v, p.y = (E *)y;
+    p.lse = (float *)lse;
+    p.vec = tc_vec_bits(p);
     cudaError_t e = tc_smem(tc_att_fwd<TR, HD>, C::SM_FWD);
     if (e != cudaSuccess) return e;
-    tc_att_fwd<TR, HD><<<grid, C::NT, C::SM_FWD, s>>>(*d, *lead, *oq, (const E *)q, *ok,
-                                                      (const E *)k, *ov, (const E *)v, *oy, (E *)y,
-                                                      (float *)lse, f);
+    tc_att_fwd<TR, HD><<<grid, C::NT, C::SM_FWD, s>>>(p);
     return cudaGetLastError();
 }
 
+/* o, ptrs: q, k, v, y, gy, dq, dk, dv (rmk_attention_bwd's order) */
 template <typename TR, int HD>
 cudaError_t tc_bwd(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_att_operand *o,
-                   const void *const *p, const void *lse, void *ws, cudaStream_t s) {
+                   const void *const *ptrs, const void *lse, void *ws, cudaStream_t s) {
     typedef tc_cfg<TR, HD> C;
     typedef typename TR::elem E;
-    float *delta = (float *)ws;
-    const tc_ops f = {
-        tc_vec_of<TR>(p[0], o[0], *lead, d->D, 1) | tc_vec_of<TR>(p[1], o[1], *lead, d->D, 2) |
-        tc_vec_of<TR>(p[2], o[2], *lead, d->Dv, 4) | tc_vec_of<TR>(p[4], o[4], *lead, d->Dv, 8)};
+    tc_params<E> p = {};
+    p.d = *d;
+    p.lead = *lead;
+    p.oq = o[0], p.ok = o[1], p.ov = o[2], p.oy = o[3], p.og = o[4];
+    p.odq = o[5], p.odk = o[6], p.odv = o[7];
+    p.q = (const E *)ptrs[0], p.k = (const E *)ptrs[1], p.v = (const E *)ptrs[2];
+    p.y = (E *)ptrs[3], p.gy = (const E *)ptrs[4];
+    p.dq = (E *)ptrs[5], p.dk = (E *)ptrs[6], p.dv = (E *)ptrs[7];
+    p.lse = (float *)lse, p.delta = (float *)ws;
+    p.vec = tc_vec_bits(p);
     const unsigned g1 = tc_grid(d->nb * ((d->Tq + C::BR - 1) / C::BR));
     if (g1 > 0) { /* delta always (dK needs it), dQ when wanted */
         cudaError_t e = tc_smem(tc_att_bwd_dq<TR, HD>, C::SM_DQ);
         if (e != cudaSuccess) return e;
-        tc_att_bwd_dq<TR, HD><<<g1, C::NT, C::SM_DQ, s>>>(
-            *d, *lead, o[0], (const E *)p[0], o[1], (const E *)p[1], o[2], (const E *)p[2], o[3],
-            (const E *)p[3], o[4], (const E *)p[4], o[5], (E *)p[5], (const float *)lse, delta, f);
+        tc_att_bwd_dq<TR, HD><<<g1, C::NT, C::SM_DQ, s>>>(p);
         e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
     const unsigned g2 = tc_grid(d->nb / d->group * ((d->Tk + C::BR - 1) / C::BR));
-    if (g2 > 0 && (p[6] || p[7])) {
+    if (g2 > 0 && (p.dk || p.dv)) {
         cudaError_t e = tc_smem(tc_att_bwd_dkdv<TR, HD>, C::SM_DKDV);
         if (e != cudaSuccess) return e;
-        tc_att_bwd_dkdv<TR, HD><<<g2, C::NT, C::SM_DKDV, s>>>(
-            *d, *lead, o[0], (const E *)p[0], o[1], (const E *)p[1], o[2], (const E *)p[2], o[4],
-            (const E *)p[4], o[6], (E *)p[6], o[7], (E *)p[7], (const float *)lse, delta, f);
+        tc_att_bwd_dkdv<TR, HD><<<g2, C::NT, C::SM_DKDV, s>>>(p);
     }
     return cudaGetLastError();
 }
@@ -706,23 +735,24 @@ extern "C" bool rmk_attention_tc_ok(int dt, int hd) {
     return major >= 8;
 }
 
-#define RMK_TC_DISPATCH(dt, hd, CALL)                                                              \
-    do {                                                                                           \
-        if ((dt) == 4) {                                                                           \
-            switch (hd) {                                                                          \
-            case 32: return CALL(tr_bf16, 32);                                                     \
-            case 64: return CALL(tr_bf16, 64);                                                     \
-            case 128: return CALL(tr_bf16, 128);                                                   \
-            }                                                                                      \
-        } else if ((dt) == 0) {                                                                    \
-            switch (hd) {                                                                          \
-            case 32: return CALL(tr_f32, 32);                                                      \
-            case 64: return CALL(tr_f32, 64);                                                      \
-            case 128: return CALL(tr_f32, 128);                                                    \
-            }                                                                                      \
-        }                                                                                          \
-        return cudaErrorInvalidValue;                                                              \
-    } while (0)
+/* The kernels' launcher for dtype dt (0 f32, 4 bf16) and head class hd: K<TR, HD>::run. */
+template <template <typename, int> class K, typename... A>
+cudaError_t tc_dispatch(int dt, int hd, A... a) {
+    if (dt != 0 && dt != 4) return cudaErrorInvalidValue;
+    const bool bf = dt == 4;
+    switch (hd) {
+    case 32: return bf ? K<tr_bf16, 32>::run(a...) : K<tr_f32, 32>::run(a...);
+    case 64: return bf ? K<tr_bf16, 64>::run(a...) : K<tr_f32, 64>::run(a...);
+    case 128: return bf ? K<tr_bf16, 128>::run(a...) : K<tr_f32, 128>::run(a...);
+    }
+    return cudaErrorInvalidValue;
+}
+template <typename TR, int HD> struct tc_fwd_k {
+    template <typename... A> static cudaError_t run(A... a) { return tc_fwd<TR, HD>(a...); }
+};
+template <typename TR, int HD> struct tc_bwd_k {
+    template <typename... A> static cudaError_t run(A... a) { return tc_bwd<TR, HD>(a...); }
+};
 
 extern "C" cudaError_t rmk_attention_tc(int dt, int hd, const rmk_att_dims *d,
                                         const rmk_att_lead *lead, const rmk_att_operand *oq,
@@ -730,17 +760,13 @@ extern "C" cudaError_t rmk_attention_tc(int dt, int hd, const rmk_att_dims *d,
                                         const rmk_att_operand *ov, const void *v,
                                         const rmk_att_operand *oy, void *y, void *lse,
                                         cudaStream_t s) {
-#define TC_FWD(TR, HD) tc_fwd<TR, HD>(d, lead, oq, q, ok, k, ov, v, oy, y, lse, s)
-    RMK_TC_DISPATCH(dt, hd, TC_FWD);
-#undef TC_FWD
+    return tc_dispatch<tc_fwd_k>(dt, hd, d, lead, oq, q, ok, k, ov, v, oy, y, lse, s);
 }
 
 extern "C" cudaError_t rmk_attention_tc_bwd(int dt, int hd, const rmk_att_dims *d,
                                             const rmk_att_lead *lead, const rmk_att_operand *ops,
                                             const void *const *ptrs, const void *lse, void *ws,
                                             cudaStream_t s) {
-#define TC_BWD(TR, HD) tc_bwd<TR, HD>(d, lead, ops, ptrs, lse, ws, s)
-    RMK_TC_DISPATCH(dt, hd, TC_BWD);
-#undef TC_BWD
+    return tc_dispatch<tc_bwd_k>(dt, hd, d, lead, ops, ptrs, lse, ws, s);
 }
 #endif /* RMK_EMU */
