@@ -228,11 +228,11 @@ inline void launch(unsigned grid, unsigned nt, std::function<void()> kernel_body
     for (unsigned b = 0; b < grid; b++) {
         block_idx = make_uint3(b, 1, 1);
         memset(::smem_raw, 0xA5, sizeof ::smem_raw); /* stale data, as a GPU may leave */
-        fibers.assign(nt, fiber());
+        if (fibers.size() != nt) fibers.resize(nt);  /* stacks kept from block to block */
         slots.assign((nt + 31) / 32, warp_slot());
         for (unsigned i = 0; i < nt; i++) {
             fiber &f = fibers[i];
-            f.stack.resize(256 * 1024);
+            if (f.stack.empty()) f.stack.resize(256 * 1024);
             f.tid = make_uint3(i, 0, 0);
             f.state = RUN;
             getcontext(&f.ctx);
