@@ -4,9 +4,11 @@
  *   x (B, T, C) → x1 = x + drop(proj(attn(ln_1(x))))      causal, `heads` heads
  *                 y  = x1 + drop(mlp_proj(gelu(fc(ln_2(x1)))))
  *
- * fc runs without its bias and remat_bias_gelu adds it inside the GELU: the
- * same values as gelu(fc(...)) with the bias in the linear up to where the
- * f32 GEMM would have added it (docs/models.md), one pass fewer each way.
+ * Outside autocast fc runs without its bias and remat_bias_gelu adds it inside
+ * the GELU: the values of gelu(fc(...)) with the bias in the linear wherever
+ * the f32 GEMM's sum plus the bias rounds as the bias-first GEMM did
+ * (docs/models.md), one pass fewer each way. x1 = x + ... and ln_2 are one op
+ * (remat_add_layer_norm).
  *
  * attn is the fused remat_attention, or with o->mask the composed
  * softmax(mask(q·kᵀ/√D))·v with dropout on the probabilities (HF's eager
@@ -20,6 +22,7 @@
 
 #include "blocks.h"
 
+#include "remat/autocast.h"
 #include "remat/models.h"
 #include "remat/selective.h"
 
@@ -176,12 +179,16 @@ int mb_gpt2_block(remat_tensor **out, const remat_gpt2_block_weights *w,
     MB_TRY(remat_add_layer_norm(&x1, &h, x, t, 1, w->ln_2_weight, w->ln_2_bias, o->eps));
     mb_drop(&t);
     /* MLP */
-    /* the up projection's bias goes into the GELU (remat_bias_gelu): no pass of its own over
-     * the (B, T, I) activation, forward or backward */
-    MB_TRY(project(lin, &f, h, w->fc_weight, NULL)); /* (B, T, I), without the bias */
+    /* f32/f64: the up projection's bias goes into the GELU (remat_bias_gelu), no pass of its
+     * own over the (B, T, I) activation, forward or backward. Under autocast the bf16 GEMM
+     * adds the bias for free and the bf16 GELU is a table lookup of its saved input, which
+     * the fused op would have to recompute as x + bias: measured slower (docs/models.md) */
+    const bool fuse_bias = !remat_autocast_enabled(remat_tensor_device(x).type);
+    MB_TRY(project(lin, &f, h, w->fc_weight, fuse_bias ? NULL : w->fc_bias)); /* (B, T, I) */
     mb_drop(&h);
     MB_TRY(mb_maybe_tag(o->tags, &f, "mlp_up"));
-    MB_TRY(remat_bias_gelu(&t, f, w->fc_bias, o->gelu));
+    if (fuse_bias) MB_TRY(remat_bias_gelu(&t, f, w->fc_bias, o->gelu));
+    else MB_TRY(remat_gelu(&t, f, o->gelu));
     mb_drop(&f);
     MB_TRY(mb_maybe_tag(o->tags, &t, "mlp_act"));
     MB_TRY(project(lin, &f, t, w->mlp_proj_weight, w->mlp_proj_bias)); /* (B, T, C) */

@@ -120,9 +120,40 @@ static float *bg_bias_f32(const remat_tensor *b, int64_t n) {
     return w;
 }
 
-/* s = x + b rounded to bf16, as the bf16 add rounds it */
-static inline uint16_t bg_sum_bf16(uint16_t x, float b) {
-    return rm_f32_to_bf16(rm_bf16_to_f32(x) + b);
+/* Columns per step of a bf16 row: the sums x + b go through f32 and bf16 stack buffers so
+ * that the widening, the add and the rounding run as vector loops (rm_bf16_round_run rounds
+ * as rm_f32_to_bf16, with AVX512_BF16's instruction where the CPU has it), and the table
+ * lookups after them are the unary kernel's own gathers. */
+#define BG_STEP 256
+
+/* h[j] = x[j] + b[j] rounded to bf16 (as the bf16 add rounds it), j < m <= BG_STEP */
+static inline void bg_sums_bf16(const uint16_t *restrict x, const float *restrict b,
+                                uint16_t *restrict h, int64_t m) {
+    float s[BG_STEP];
+    rm_bf16_widen_run(x, s, m);
+    for (int64_t j = 0; j < m; j++) s[j] += b[j];
+    rm_bf16_round_run(s, h, m);
+}
+
+/* one row of y = gelu(x + b): the sums, then the forward table (or the f32 expression the
+ * table was filled with) */
+static inline void bg_fwd_row_bf16(bool erf, const uint16_t *restrict tab,
+                                   const uint16_t *restrict x, const float *restrict b,
+                                   uint16_t *restrict y, int64_t n) {
+    for (int64_t j0 = 0; j0 < n; j0 += BG_STEP) {
+        const int64_t m = n - j0 < BG_STEP ? n - j0 : BG_STEP;
+        uint16_t h[BG_STEP];
+        bg_sums_bf16(x + j0, b + j0, h, m);
+        uint16_t *restrict yj = y + j0;
+        if (tab)
+            for (int64_t j = 0; j < m; j++) yj[j] = tab[h[j]];
+        else if (erf)
+            for (int64_t j = 0; j < m; j++)
+                yj[j] = rm_f32_to_bf16(rm_gelu_erff_v(rm_bf16_to_f32(h[j])));
+        else
+            for (int64_t j = 0; j < m; j++)
+                yj[j] = rm_f32_to_bf16(rm_gelu_tanhf_v(rm_bf16_to_f32(h[j])));
+    }
 }
 
 RM_CPU_CLONES static void bg_fwd_bf16(rm_unary_op op, const uint16_t *restrict tab,
@@ -130,34 +161,28 @@ RM_CPU_CLONES static void bg_fwd_bf16(rm_unary_op op, const uint16_t *restrict t
                                       uint16_t *restrict y, int64_t rows, int64_t n) {
     const bool erf = op == RM_U_GELU_ERF;
 #pragma omp parallel for if (rows * n > RM_OMP_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        const uint16_t *restrict xr = x + r * n;
-        uint16_t *restrict yr = y + r * n;
-        if (tab)
-            for (int64_t j = 0; j < n; j++) yr[j] = tab[bg_sum_bf16(xr[j], b[j])];
-        else if (erf)
-            for (int64_t j = 0; j < n; j++)
-                yr[j] = rm_f32_to_bf16(rm_gelu_erff_v(rm_bf16_to_f32(bg_sum_bf16(xr[j], b[j]))));
-        else
-            for (int64_t j = 0; j < n; j++)
-                yr[j] = rm_f32_to_bf16(rm_gelu_tanhf_v(rm_bf16_to_f32(bg_sum_bf16(xr[j], b[j]))));
-    }
+    for (int64_t r = 0; r < rows; r++) bg_fwd_row_bf16(erf, tab, x + r * n, b, y + r * n, n);
 }
 
-/* f'(s) of the GELU op in f32, from the factor table or computed as the table was */
-static inline float bg_factor_bf16(bool erf, const float *restrict tab, uint16_t s) {
-    if (tab) return tab[s];
-    float v = rm_bf16_to_f32(s);
-    return erf ? rm_gelu_erff_grad_v(v) : rm_gelu_tanhf_grad_v(v);
-}
-
-/* one row of dx = g * f'(x + b), rounded (g and dx may be one buffer) */
+/* one row of dx = g * f'(x + b), rounded: g read whole into f32 products before dx's part
+ * of the step is written, so g and dx may be one buffer */
 static inline void bg_bwd_row_bf16(bool erf, const float *restrict tab, const uint16_t *g,
                                    const uint16_t *restrict x, const float *restrict b,
                                    uint16_t *dx, int64_t n) {
-    for (int64_t j = 0; j < n; j++)
-        dx[j] = rm_f32_to_bf16(rm_bf16_to_f32(g[j]) *
-                               bg_factor_bf16(erf, tab, bg_sum_bf16(x[j], b[j])));
+    for (int64_t j0 = 0; j0 < n; j0 += BG_STEP) {
+        const int64_t m = n - j0 < BG_STEP ? n - j0 : BG_STEP;
+        uint16_t h[BG_STEP];
+        float d[BG_STEP];
+        bg_sums_bf16(x + j0, b + j0, h, m);
+        rm_bf16_widen_run(g + j0, d, m);
+        if (tab)
+            for (int64_t j = 0; j < m; j++) d[j] *= tab[h[j]];
+        else if (erf)
+            for (int64_t j = 0; j < m; j++) d[j] *= rm_gelu_erff_grad_v(rm_bf16_to_f32(h[j]));
+        else
+            for (int64_t j = 0; j < m; j++) d[j] *= rm_gelu_tanhf_grad_v(rm_bf16_to_f32(h[j]));
+        rm_bf16_round_run(d, dx + j0, m);
+    }
 }
 
 /* dx, and with part the f32 partial sums of its rounded rows by chunk (the bf16 column
