@@ -26,9 +26,6 @@
 # (s for the device suites, default 150), SKIP (step names or globs to leave out, e.g.
 # SKIP='train* torch-*' for a window that reruns only the suites and remat's benches).
 set -u
-# f32 and bf16 attention on the tensor cores (src/backends/cuda/attention_mma.cu) everywhere
-# in the window: the suites test it, the benches time it (profile-*-simt time the other path)
-export REMAT_CUDA_ATTENTION=${REMAT_CUDA_ATTENTION:-tc}
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/gpu-out}
 mkdir -p "$OUT"
@@ -174,9 +171,8 @@ step torch-bf16 60 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --rep
   --autocast bf16 --strategies none,block,selective=dots --out "$FILES/torch-bf16.json"
 step profile-bf16 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" bench --device cuda \
   $MODEL --autocast bf16 --strategies none --reps 2 --profile=3
-# 4c. the bf16 attention's two paths on this GPU: the CUDA-core kernels (the default until
-# a window has run the suites on the tensor-core path) against the tensor cores
-# (REMAT_CUDA_ATTENTION=tc), each op's time in the profile
+# 4c. the attention's other path on this GPU: the CUDA-core kernels
+# (REMAT_CUDA_ATTENTION=simt) beside the tensor cores (the default), each op's time
 step profile-bf16-simt 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_CUDA_ATTENTION=simt \
   "$BUILD/remat" bench --device cuda $MODEL --autocast bf16 --strategies none --reps 2 --profile=3
 step profile-f32-simt 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_CUDA_ATTENTION=simt \

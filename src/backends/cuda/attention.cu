@@ -470,16 +470,16 @@ template <typename S, int HD> struct att_bwd_k {
 };
 
 /* Whether f32 and bf16 attention run on the tensor cores (attention_mma.cu: sm_80 and later,
- * head sizes up to 128): only with REMAT_CUDA_ATTENTION=tc until a GPU session has run the device
- * suites on that path (written 2026-11-27 with no GPU lent; docs/cuda.md); these CUDA-core
- * kernels otherwise. */
+ * head sizes up to 128): yes unless REMAT_CUDA_ATTENTION=simt asks for these CUDA-core kernels
+ * (a diagnostic: the two side by side in `remat bench --profile`). The tensor-core path passed
+ * every device suite and fixture on an H200 (bench/results/2026-11-27-h200-window4). */
 static bool use_tc(int dt, int hd) {
-    static int tc = -1;
-    if (tc < 0) {
+    static int simt = -1;
+    if (simt < 0) {
         const char *e = getenv("REMAT_CUDA_ATTENTION");
-        tc = e && strcmp(e, "tc") == 0;
+        simt = e && strcmp(e, "simt") == 0;
     }
-    return tc && rmk_attention_tc_ok(dt, hd);
+    return !simt && rmk_attention_tc_ok(dt, hd);
 }
 
 extern "C" cudaError_t
