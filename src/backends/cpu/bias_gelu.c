@@ -50,25 +50,21 @@ static remat_status bg_check_op(const rm_unary_params *p) {
     return rm_err(REMAT_EINVAL, "bias gelu kernel: op %d is not a GELU", (int)p->op);
 }
 
-remat_status rm_cpu_bias_gelu_f32(const rm_kargs *k) {
+/* The forward of f32 (f64 false) or f64 data. */
+static remat_status bg_fwd(const rm_kargs *k, bool f64) {
     int64_t rows, n;
     bg_shape(k, 0, &rows, &n);
     int rc = bg_check_op(k->params);
-    if (!rc)
-        bg_fwd_f32(((const rm_unary_params *)k->params)->op, rm_ptr(k->in[0]), rm_ptr(k->in[1]),
-                   rm_ptr(k->out[0]), rows, n);
-    return rc;
+    if (rc) return rc;
+    const rm_unary_op op = ((const rm_unary_params *)k->params)->op;
+    if (f64) bg_fwd_f64(op, rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(k->out[0]), rows, n);
+    else bg_fwd_f32(op, rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(k->out[0]), rows, n);
+    return REMAT_OK;
 }
 
-remat_status rm_cpu_bias_gelu_f64(const rm_kargs *k) {
-    int64_t rows, n;
-    bg_shape(k, 0, &rows, &n);
-    int rc = bg_check_op(k->params);
-    if (!rc)
-        bg_fwd_f64(((const rm_unary_params *)k->params)->op, rm_ptr(k->in[0]), rm_ptr(k->in[1]),
-                   rm_ptr(k->out[0]), rows, n);
-    return rc;
-}
+remat_status rm_cpu_bias_gelu_f32(const rm_kargs *k) { return bg_fwd(k, false); }
+
+remat_status rm_cpu_bias_gelu_f64(const rm_kargs *k) { return bg_fwd(k, true); }
 
 /* Scratch of the backward's partial sums: nch * n elements of es bytes (NULL and *none
  * when db is not wanted or the rows are narrow: no partials). */
@@ -79,35 +75,30 @@ static void *bg_part(const rm_kargs *k, int64_t rows, int64_t n, size_t es, bool
     return malloc(es * (size_t)((rows + rb - 1) / rb * n));
 }
 
-remat_status rm_cpu_bias_gelu_bwd_f32(const rm_kargs *k) {
+/* The backward of f32 (f64 false) or f64 data: shapes, the op, the partial sums' scratch. */
+static remat_status bg_bwd(const rm_kargs *k, bool f64) {
     const rm_unary_params *p = k->params;
     int64_t rows, n;
     bg_shape(k, 1, &rows, &n);
     bool none;
     int rc = bg_check_op(p);
     if (rc) return rc;
-    float *part = bg_part(k, rows, n, sizeof(float), &none);
+    void *part = bg_part(k, rows, n, f64 ? sizeof(double) : sizeof(float), &none);
     if (!none && !part) return rm_err(REMAT_ENOMEM, "out of memory");
-    bg_bwd_f32(p->op, rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(k->in[2]), rm_ptr(k->out[0]),
-               k->out[1] ? rm_ptr(k->out[1]) : NULL, rows, n, part);
+    void *db = k->out[1] ? rm_ptr(k->out[1]) : NULL;
+    if (f64)
+        bg_bwd_f64(p->op, rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(k->in[2]), rm_ptr(k->out[0]),
+                   db, rows, n, part);
+    else
+        bg_bwd_f32(p->op, rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(k->in[2]), rm_ptr(k->out[0]),
+                   db, rows, n, part);
     free(part);
     return REMAT_OK;
 }
 
-remat_status rm_cpu_bias_gelu_bwd_f64(const rm_kargs *k) {
-    const rm_unary_params *p = k->params;
-    int64_t rows, n;
-    bg_shape(k, 1, &rows, &n);
-    bool none;
-    int rc = bg_check_op(p);
-    if (rc) return rc;
-    double *part = bg_part(k, rows, n, sizeof(double), &none);
-    if (!none && !part) return rm_err(REMAT_ENOMEM, "out of memory");
-    bg_bwd_f64(p->op, rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(k->in[2]), rm_ptr(k->out[0]),
-               k->out[1] ? rm_ptr(k->out[1]) : NULL, rows, n, part);
-    free(part);
-    return REMAT_OK;
-}
+remat_status rm_cpu_bias_gelu_bwd_f32(const rm_kargs *k) { return bg_bwd(k, false); }
+
+remat_status rm_cpu_bias_gelu_bwd_f64(const rm_kargs *k) { return bg_bwd(k, true); }
 
 /* ---- bf16 ------------------------------------------------------------------------------- */
 
