@@ -1011,14 +1011,7 @@ Test(opplan, executed_lossy_plans_fit_and_stay_close) {
     if (host) cr_assert_gt(z, 0, "the linears' f32 outputs may be kept as bf16");
     else cr_assert_eq(z, 0, "nothing converts on a device the CPU cannot read");
     if (host) cr_assert_gt(ops->cast_bytes_per_s, 0, "measured");
-    for (int s = 0; s < ops->n_stages; s++) {
-        double t = 0;
-        for (int i = 0; i < ops->stages[s].n_ops; i++) t += ops->stages[s].ops[i].time = 1e-3;
-        prof->stages[s].fwd_time = t;
-        prof->stages[s].bwd_time = 2 * t;
-    }
-    step.head.fwd_time = 1e-3;
-    step.head.bwd_time = 2e-3;
+    rt_fix_op_times(prof, ops, &step);
     ops->cast_bytes_per_s = 1e13;
     const remat_plan_options lossy = {.lossy = true};
     remat_plan *sa = NULL;

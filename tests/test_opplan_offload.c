@@ -117,16 +117,8 @@ static void check(int polls) {
     rt_profile_chain(&prof, &ops, &step, BLOCKS, c.stages, c.x, loss_fn);
     /* Fixed times: the choices below follow from them, and the measured ones (microseconds
      * on this device) let recompute tie with a free copy now and then (CI saw "no budget
-     * made the plan offload" one run in four). Every op 1 ms; a stage's forward their sum,
-     * its backward twice that. */
-    for (int s = 0; s < ops->n_stages; s++) {
-        double t = 0;
-        for (int i = 0; i < ops->stages[s].n_ops; i++) t += ops->stages[s].ops[i].time = 1e-3;
-        prof->stages[s].fwd_time = t;
-        prof->stages[s].bwd_time = 2 * t;
-    }
-    step.head.fwd_time = 1e-3;
-    step.head.bwd_time = 2e-3;
+     * made the plan offload" one run in four). */
+    rt_fix_op_times(prof, ops, &step);
     /* the profile: on this device the linears' and gelu's saves may be offloaded */
     int n_off = 0;
     for (int i = 0; i < ops->stages[0].n_ops; i++) {

@@ -85,6 +85,11 @@ void rt_assert_same_grads(const rt_grads *a, const rt_grads *b, const char *what
 void rt_profile_chain(remat_profile **prof, remat_op_profile **ops, remat_step_profile *step, int n,
                       const remat_stage *stages, remat_tensor *x, remat_checkpoint_fn head);
 
+/* Replaces the measured times with fixed ones, so that a plan follows from them alone:
+ * every op 1 ms, a stage's forward their sum and its backward twice that, the head's 1 ms
+ * and 2 ms. */
+void rt_fix_op_times(remat_profile *prof, remat_op_profile *ops, remat_step_profile *step);
+
 /* The budgets remat_plan_create_ops plans these profiles for (with opts, may be NULL): from
  * *lo, the least it accepts, to *top, the store-all plan's predicted peak. Asserts success. */
 void rt_plan_budget_range(const remat_profile *prof, const remat_op_profile *ops,
