@@ -1747,6 +1747,48 @@ Test(cli, resume_keeps_the_saved_strategy_autocast_and_save_schedule) {
     free(o);
 }
 
+/* The planner's options are part of a saved budget= run: --resume without flags plans
+ * with the same --plan-offload and --plan-lossy (the saved --checkpoint's options),
+ * says so, and the JSON states them; --checkpoint given again starts over with the
+ * options as given. */
+Test(cli, resume_keeps_the_plan_options_of_a_budget_run) {
+    const char *shape = "--layers 2 --width 32 --heads 2 --context 24 --batch 8 --threads 1";
+    char *o, got[64];
+    cr_assert_eq(run(&o, false,
+                     "train %s --quiet --steps 1 --checkpoint budget=85%% --plan-lossy "
+                     "--plan-offload --save %s",
+                     shape, path("plan.bin")),
+                 0, "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, true, "train %s --steps 2 --json --resume %s", shape, path("plan.bin")), 0,
+                 "%s", o);
+    cr_assert(strstr(o, "continuing with the saved run's --checkpoint budget=85%, --plan-offload, "
+                        "--plan-lossy"),
+              "%s", o);
+    const char *j = strchr(o, '{');
+    cr_assert(j, "%s", o);
+    cr_assert_str_eq(json_str(j, "strategy", got, sizeof got), "budget=85%");
+    cr_assert(strstr(j, "\"plan_offload\":true") && strstr(j, "\"plan_lossy\":true"), "%s", j);
+    free(o);
+    /* one option saved, the other given: both */
+    cr_assert_eq(run(&o, false, "train %s --quiet --steps 1 --checkpoint budget=85%% --save %s",
+                     shape, path("plan1.bin")),
+                 0, "%s", o);
+    free(o);
+    cr_assert_eq(run(&o, false, "train %s --quiet --steps 2 --json --plan-lossy --resume %s", shape,
+                     path("plan1.bin")),
+                 0, "%s", o);
+    cr_assert(strstr(o, "\"plan_offload\":false") && strstr(o, "\"plan_lossy\":true"), "%s", o);
+    free(o);
+    /* --checkpoint given again: the options as given */
+    cr_assert_eq(run(&o, false,
+                     "train %s --quiet --steps 2 --json --checkpoint budget=90%% --resume %s",
+                     shape, path("plan.bin")),
+                 0, "%s", o);
+    cr_assert(strstr(o, "\"plan_offload\":false") && strstr(o, "\"plan_lossy\":false"), "%s", o);
+    free(o);
+}
+
 /* A re-save keeps the file's mode (a new file gets the umask's: the test above). */
 Test(cli, a_resave_keeps_the_files_mode) {
     char *o;

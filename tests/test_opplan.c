@@ -1061,6 +1061,117 @@ Test(opplan, executed_lossy_plans_fit_and_stay_close) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
+/* ---- keep sets only where the model has them --------------------------------------------- */
+/* plan's top level [ckpt 0-0: 0] [ckpt 1-1: 1] ... rewritten as [ckpt 0-1: [ckpt 0-0: 0] 1] ...,
+ * stage 0's keep set left in place */
+static void nest_first_two(remat_plan *p) {
+    remat_plan_node *nd = malloc(sizeof *nd * (size_t)(p->n_stages + 2));
+    cr_assert(nd);
+    int n = 0;
+    nd[n++] = (remat_plan_node){REMAT_PLAN_CHECKPOINT, 0, 1, 0, -1};
+    nd[n++] = (remat_plan_node){REMAT_PLAN_CHECKPOINT, 0, 0, 1, 0};
+    nd[n++] = (remat_plan_node){REMAT_PLAN_STORE, 0, 0, 2, 1};
+    nd[n++] = (remat_plan_node){REMAT_PLAN_STORE, 1, 1, 1, 0};
+    for (int k = 2; k < p->n_stages; k++)
+        nd[n++] = (remat_plan_node){REMAT_PLAN_STORE, k, k, 0, -1};
+    free(p->nodes);
+    p->nodes = nd;
+    p->n_nodes = n;
+    for (int k = 1; k < p->n_stages; k++) {
+        free(p->stages[k].keep);
+        p->stages[k].keep = NULL;
+    }
+}
+
+static void assert_refused(tchain *c, const remat_plan *plan, const char *const *says, int n) {
+    remat_tensor *y = c->x; /* not a reference: NULLed on failure */
+    cr_assert_eq(remat_plan_run(plan, c->stages, c->x, &y), REMAT_EINVAL);
+    cr_assert_null(y);
+    const char *e = remat_last_error();
+    if (getenv("OPPLAN_VERBOSE")) fprintf(stderr, "%s\n", e);
+    for (int i = 0; i < n; i++) cr_assert(strstr(e, says[i]), "\"%s\" not in: %s", says[i], e);
+}
+
+/* Op-level keep sets, exact or lossy, run only on a stage checkpointed alone at the top
+ * level (docs/planner.md): nested inside a checkpointed segment (where the stage's region
+ * would hold its kept tensors from the segment's first forward and cache them again in the
+ * segment's recomputation, outside every budget) or on a stored stage, remat_plan_run
+ * refuses the plan, naming the stage, and runs nothing; a nested stage whose keep set keeps
+ * nothing runs. */
+Test(opplan, keep_sets_nested_or_stored_are_refused) {
+    tchain c;
+    tchain_init(&c, 0.1);
+    run_step(&c, NULL, NULL);
+    rt_zero_grads(c.n_params, c.params);
+    RT_OK(remat_set_grad(c.x, NULL));
+    remat_step_profile step = {0};
+    step.fixed_bytes = rt_device_current_bytes();
+    remat_profile *prof = NULL, *hp = NULL;
+    remat_op_profile *ops = NULL;
+    remat_profile_options po = {.runs = 1};
+    RT_OK(remat_profile_stages(&prof, TB_N, c.stages, c.x, &po));
+    RT_OK(remat_profile_ops(&ops, TB_N, c.stages, c.x, &po));
+    remat_stage hs = {loss_fn, NULL};
+    RT_OK(remat_profile_stages(&hp, 1, &hs, c.x, &po));
+    step.head = hp->stages[0];
+    remat_profile_free(hp);
+    rt_fix_op_times(prof, ops, &step);
+    ops->cast_bytes_per_s = 1e13;
+    const bool host = remat_device_host_addressable(remat_tensor_device(c.x).type);
+    for (int lossy = 0; lossy <= (int)host; lossy++) {
+        const remat_plan_options opt = {.lossy = lossy};
+        remat_plan *plan = NULL;
+        RT_OK(remat_plan_create_ops(&plan, prof, ops, &step, SIZE_MAX, &opt));
+        size_t top = plan->peak_store_all, lo = plan->min_budget_bytes;
+        remat_plan_free(plan);
+        RT_OK(remat_plan_create_ops(&plan, prof, ops, &step, lo + (top - lo) / 3, &opt));
+        const remat_plan_stage *s0 = &plan->stages[0];
+        int kept = 0, z = 0;
+        for (int i = 0; s0->keep && i < s0->n_ops; i++) {
+            kept += s0->keep[i] != REMAT_OP_RECOMPUTE;
+            z += s0->keep[i] == REMAT_OP_KEEP_BF16;
+        }
+        cr_assert(kept > 0 && (z > 0) == (lossy != 0), "stage 0 keeps %d ops, %d as bf16", kept, z);
+        cr_assert_eq(plan->nodes[0].op, REMAT_PLAN_CHECKPOINT);
+        cr_assert_eq(plan->nodes[0].last, 0);
+        run_step(&c, plan, NULL); /* at the top level it runs */
+        nest_first_two(plan);
+        char n0[64], zz[64];
+        snprintf(n0, sizeof n0, "stage 0 keeps %d ops", kept);
+        snprintf(zz, sizeof zz, "(%d of them as bf16)", z);
+        const char *says[] = {"remat_plan_run", n0,
+                              "checkpointed segment of stages 0-0, itself nested", "stages[0].keep",
+                              zz};
+        assert_refused(&c, plan, says, lossy ? 5 : 4);
+        if (!lossy) cr_assert_null(strstr(remat_last_error(), "bf16"));
+        /* a multi-stage segment around a kept stage: refused too (it was ignored) */
+        plan->nodes[1] = (remat_plan_node){REMAT_PLAN_STORE, 0, 0, 1, 0};
+        memmove(&plan->nodes[2], &plan->nodes[3],
+                sizeof *plan->nodes * (size_t)(plan->n_nodes - 3));
+        plan->n_nodes--;
+        const char *seg[] = {n0, "checkpointed segment of stages 0-1:"};
+        assert_refused(&c, plan, seg, 2);
+        /* a stored stage with a keep set */
+        plan->nodes[0] = (remat_plan_node){REMAT_PLAN_STORE, 0, 0, 0, -1};
+        plan->nodes[1] = (remat_plan_node){REMAT_PLAN_STORE, 1, 1, 0, -1};
+        for (int i = 2; i < plan->n_nodes; i++)
+            plan->nodes[i].depth = 0, plan->nodes[i].parent = -1;
+        const char *st[] = {"stage 0 is stored"};
+        assert_refused(&c, plan, st, 1);
+        /* a keep set that keeps nothing is a plain checkpoint wherever it is */
+        memset(plan->stages[0].keep, REMAT_OP_RECOMPUTE, (size_t)plan->stages[0].n_ops);
+        nest_first_two(plan);
+        remat_tensor *g[1 + TB_N * RT_MAX_PARAMS];
+        run_step(&c, plan, g);
+        for (int i = 0; i <= c.n_params; i++) remat_release(g[i]);
+        remat_plan_free(plan);
+    }
+    remat_profile_free(prof);
+    remat_op_profile_free(ops);
+    tchain_free(&c);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 /* ---- a stage with an in-place op ----------------------------------------------------------- */
 typedef struct ip_stage {
     remat_tensor *w1, *w2;

@@ -177,7 +177,10 @@ typedef struct remat_plan_stage {
      * REMAT_OP_KEEP_BF16 (MUST_SAVE_BF16, lossy, only when
      * remat_plan_options.lossy allows it: kept like KEEP, its f32 tensors
      * stored as bf16 until the recomputation). keep NULL: the whole stage
-     * is recomputed (a plain checkpoint). */
+     * is recomputed (a plain checkpoint). A keep set that keeps some op
+     * belongs to a stage checkpointed alone at the top level of the plan:
+     * remat_plan_run refuses it anywhere else (REMAT_EINVAL: nested in a
+     * checkpointed segment, or on a stored stage). */
     int n_ops;
     uint8_t *keep;
     size_t keep_bytes;     /* device storage the kept ops hold from forward to recomputation
@@ -466,8 +469,9 @@ remat_status remat_plan_structure(const remat_plan *plan, char *buf, size_t n, s
  * copies the plan's tree and the stage list for the recomputations, so the
  * plan and the array may go right after it; the stages' user_data must
  * stay valid until the backward has run. Errors: REMAT_EINVAL (NULL
- * arguments, a NULL stage fn, a malformed plan, a stage returning no
- * tensor), anything a stage or remat_checkpoint returns (message prefixed
+ * arguments, a NULL stage fn, a malformed plan, an op-level keep set on a
+ * stage that is not checkpointed alone at the top level, a stage returning
+ * no tensor; nothing has run then), anything a stage or remat_checkpoint returns (message prefixed
  * with "stage k"). */
 remat_status remat_plan_run(const remat_plan *plan, const remat_stage *stages, remat_tensor *input,
                             remat_tensor **output);

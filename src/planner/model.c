@@ -156,6 +156,41 @@ static int *subtree_ends(const remat_plan_node *nodes, int n) {
     return next;
 }
 
+/* An op-level keep set (plan->stages[k].keep) runs as the selective checkpoint of a stage
+ * checkpointed alone at the top level. Anywhere else it is refused rather than ignored or
+ * run unmodelled: nested in a checkpointed segment, the stage's selective region caches its
+ * kept ops (exact or bf16) in the segment's first forward and holds them through the whole
+ * segment until its own backward, and the segment's recomputation runs the stage's
+ * checkpoint again with a region of its own; the planner's model counts none of it. */
+static remat_status validate_keep(const remat_plan *p, const remat_plan_node *nd,
+                                  const char *call) {
+    const remat_plan_stage *st = &p->stages[nd->first];
+    int kept = 0, lossy = 0;
+    for (int i = 0; st->keep && i < st->n_ops; i++) {
+        kept += st->keep[i] != REMAT_OP_RECOMPUTE;
+        lossy += st->keep[i] == REMAT_OP_KEEP_BF16;
+    }
+    const remat_plan_node *up = nd->parent >= 0 ? &p->nodes[nd->parent] : NULL;
+    if (!kept || (up && up->depth == 0 && up->first == up->last)) return REMAT_OK;
+    char what[48] = "";
+    if (lossy) snprintf(what, sizeof what, " (%d of them as bf16)", lossy);
+    if (!up)
+        return rm_err(REMAT_EINVAL,
+                      "%s: stage %d is stored (it keeps everything) but its keep set names %d "
+                      "ops%s: op-level keep sets apply only to a stage checkpointed alone at the "
+                      "top level of the plan",
+                      call, nd->first, kept, what);
+    return rm_err(REMAT_EINVAL,
+                  "%s: stage %d keeps %d ops%s inside the checkpointed segment of stages %d-%d%s: "
+                  "op-level keep sets, exact or lossy, apply only to a stage "
+                  "checkpointed alone at the top level of the plan (nested, the kept tensors "
+                  "would stay from the segment's first forward to the stage's backward, which no "
+                  "budget counts); clear "
+                  "stages[%d].keep or make the stage a top-level checkpoint",
+                  call, nd->first, kept, what, up->first, up->last,
+                  up->depth ? ", itself nested in another" : "", nd->first);
+}
+
 static remat_status validate_level(const remat_plan *p, const int *next, int i, int end, int s,
                                    int t, int depth, int parent, const char *call) {
     int cur = s;
@@ -176,6 +211,9 @@ static remat_status validate_level(const remat_plan *p, const int *next, int i, 
         if (nd->op == REMAT_PLAN_CHECKPOINT) {
             int rc =
                 validate_level(p, next, i + 1, next[i], nd->first, nd->last, depth + 1, i, call);
+            if (rc) return rc;
+        } else {
+            int rc = validate_keep(p, nd, call);
             if (rc) return rc;
         }
         cur = nd->last + 1;

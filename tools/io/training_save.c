@@ -98,9 +98,12 @@ static void put_tensor(buf *b, const char *prefix, const char *name, remat_tenso
  * know the record skips it; a file without it resumes with the flags as given). */
 #define RUN_FLAGS "run.flags"
 static void run_flags_text(const config *c, char *buf, size_t n) {
-    snprintf(buf, n, "--checkpoint %s\n--reentrant %s\n--autocast %s\n--save-every %ld\n",
+    snprintf(buf, n,
+             "--checkpoint %s\n--reentrant %s\n--autocast %s\n--save-every %ld\n"
+             "--plan-offload %s\n--plan-lossy %s\n",
              c->strat.kind == STRAT_NONE || !c->checkpoint_text ? "none" : c->checkpoint_text,
-             c->reentrant ? "on" : "off", c->autocast ? "bf16" : "off", c->save_every);
+             c->reentrant ? "on" : "off", c->autocast ? "bf16" : "off", c->save_every,
+             c->plan_offload ? "on" : "off", c->plan_lossy ? "on" : "off");
 }
 
 static void put_bytes_record(buf *b, const char *name, const char *text, uint64_t len) {
@@ -605,7 +608,10 @@ static bool run_flag(const char *t, size_t len, const char *flag, char *v, size_
 }
 
 /* --checkpoint, --reentrant, --autocast and --save-every from the file where
- * the command line leaves them out; says what it kept (unless --quiet). */
+ * the command line leaves them out; says what it kept (unless --quiet). The
+ * planner's options --plan-offload and --plan-lossy belong to the saved
+ * --checkpoint: kept with it (a flag given on the command line can only add
+ * one), and not when --checkpoint is given again (then they are as given). */
 static int merge_run_flags(const saved_state *s, const char *path, config *c) {
     static char kept_checkpoint[224]; /* outlives the file's image */
     const saved_tensor *r = find(s, "", RUN_FLAGS);
@@ -629,6 +635,15 @@ static int merge_run_flags(const saved_state *s, const char *path, config *c) {
         c->strat = st;
         c->checkpoint_text = kept_checkpoint;
         nn += (size_t)snprintf(note + nn, sizeof note - nn, ", --checkpoint %s", v);
+        static const char *const plan_flags[] = {"--plan-offload", "--plan-lossy"};
+        bool *plan_opts[] = {&c->plan_offload, &c->plan_lossy};
+        for (int i = 0; i < 2; i++)
+            if (!*plan_opts[i] && run_flag(t, len, plan_flags[i], v, sizeof v) &&
+                strcmp(v, "on") == 0) {
+                *plan_opts[i] = true;
+                if (nn < sizeof note)
+                    nn += (size_t)snprintf(note + nn, sizeof note - nn, ", %s", plan_flags[i]);
+            }
     }
     if (!c->set_autocast && run_flag(t, len, "--autocast", v, sizeof v)) {
         c->autocast = strcmp(v, "bf16") == 0;

@@ -159,6 +159,10 @@ static int train_report_json(const train_run *tr, const train_totals *t) {
         json_uint(&j, "plan_store_all_bytes", p->peak_store_all);
         json_int(&j, "plan_recomputed_blocks", p->n_recomputed);
         json_bool(&j, "plan_whole_step", p->whole_step);
+        /* the options the plan was made with (kept by --resume) and what it chose */
+        json_bool(&j, "plan_offload", c->plan_offload);
+        json_bool(&j, "plan_lossy", c->plan_lossy);
+        json_bool(&j, "plan_keeps_bf16", strategy_plan_lossy(&c->strat));
         json_uint(&j, "step_peak_bytes", tr->step_peak);
     }
     json_int(&j, "world_size", pd->world);

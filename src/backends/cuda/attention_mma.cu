@@ -126,8 +126,23 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16_t *row) {
 #endif
 }
 
-/* Two consecutive bf16 of a shared tile as one register (the lower column in the low half). */
-__device__ __forceinline__ uint32_t ld_pair(const bf16_t *p) { return *(const uint32_t *)p; }
+/* Four 8×8 bf16 matrices as stored: lane l gives the address of row l % 8 of matrix l / 8;
+ * register i gets matrix i's elements (g, 2t) and (g, 2t + 1): A and B fragments of
+ * mma.m16n8k16 with one instruction where 32-bit loads take four. */
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16_t *row) {
+#if defined(RMK_EMU)
+    RMK_EMU_LDSM_X4(r, row);
+#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#else
+    (void)row;
+    r[0] = r[1] = r[2] = r[3] = 0;
+    __trap();
+#endif
+}
 
 /* Two f32 rounded to bf16 (nearest, ties to even) and packed, lo in the low half. */
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -154,18 +169,24 @@ struct tr_bf16 {
     __device__ static __forceinline__ float widen(elem x) { return rmk_bf16_to_f32(x); }
     __device__ static __forceinline__ elem narrow(float x) { return rmk_f32_to_bf16(x); }
 
+    /* A's fragment is one ldmatrix.x4 a k-step (its matrices: rows 0-7 / 8-15 × columns
+     * 0-7 / 8-15, in a[] order), B's one per two n-tiles (tile n columns 0-7, 8-15, tile
+     * n + 1 the same). NN is even. */
     template <int HD, int NN>
     __device__ static __forceinline__ void rows_rowsT(float (&c)[NN][4], const elem *arows,
                                                       const elem *brows, int ld, int g, int t) {
+        static_assert(NN % 2 == 0, "n-tiles in pairs");
+        const int lane = 4 * g + t, lr = lane & 7, m1 = (lane >> 3) & 1, m2 = lane >> 4;
 #pragma unroll
         for (int ks = 0; ks < HD / 16; ks++) {
-            const elem *pa = arows + g * ld + ks * 16 + 2 * t;
-            const uint32_t a[4] = {ld_pair(pa), ld_pair(pa + 8 * ld), ld_pair(pa + 8),
-                                   ld_pair(pa + 8 * ld + 8)};
+            uint32_t a[4];
+            ldsm_x4(a, arows + (lr + 8 * m1) * ld + ks * 16 + 8 * m2);
 #pragma unroll
-            for (int n = 0; n < NN; n++) {
-                const elem *pb = brows + (n * 8 + g) * ld + ks * 16 + 2 * t;
-                mma<false>(c[n], a, ld_pair(pb), ld_pair(pb + 8));
+            for (int n = 0; n < NN; n += 2) {
+                uint32_t b[4];
+                ldsm_x4(b, brows + (n * 8 + lr + 8 * m2) * ld + ks * 16 + 8 * m1);
+                mma<false>(c[n], a, b[0], b[1]);
+                mma<false>(c[n + 1], a, b[2], b[3]);
             }
         }
     }
@@ -252,12 +273,30 @@ struct tr_f32 {
  * columns of the other operand per step (keys forward and for dQ, queries for dK/dV). dK/dV
  * at 128 takes 32 queries a step, so that its two 16×128 accumulators and the step's scores
  * stay in registers. */
+/* Build-time tuning knobs for head sizes <= 64 (bench/cuda/gpu_variants.sh builds variants
+ * with other values): the blocks per SM each kernel's __launch_bounds__ asks the register
+ * allocator for (1: as many registers as it likes), and the queries dK/dV takes a step. */
+#ifndef RMK_TC_MINB_FWD
+#define RMK_TC_MINB_FWD 1
+#endif
+#ifndef RMK_TC_MINB_DQ
+#define RMK_TC_MINB_DQ 1
+#endif
+#ifndef RMK_TC_MINB_DKDV
+#define RMK_TC_MINB_DKDV 1
+#endif
+#ifndef RMK_TC_BCQ64
+#define RMK_TC_BCQ64 64
+#endif
 template <typename TR, int HD> struct tc_cfg {
     static constexpr int NW = 4, NT = 32 * NW, BR = 16 * NW;
-    static constexpr int BC = 64;                   /* keys per step (forward, dQ) */
-    static constexpr int BCQ = HD >= 128 ? 32 : 64; /* queries per step (dK, dV) */
-    static constexpr int LD = HD + TR::PAD;         /* smem row stride, elements */
-    static constexpr int NDT = HD / 8;              /* n-tiles over the head dims */
+    static constexpr int BC = 64;                             /* keys per step (forward, dQ) */
+    static constexpr int BCQ = HD >= 128 ? 32 : RMK_TC_BCQ64; /* queries per step (dK, dV) */
+    static constexpr int MINB_FWD = HD <= 64 ? RMK_TC_MINB_FWD : 1;
+    static constexpr int MINB_DQ = HD <= 64 ? RMK_TC_MINB_DQ : 1;
+    static constexpr int MINB_DKDV = HD <= 64 ? RMK_TC_MINB_DKDV : 1;
+    static constexpr int LD = HD + TR::PAD; /* smem row stride, elements */
+    static constexpr int NDT = HD / 8;      /* n-tiles over the head dims */
     static_assert(HD % 16 == 0 && HD <= 128, "head class 32, 64 or 128");
     /* dynamic shared memory of each kernel, bytes */
     static constexpr size_t ES = sizeof(typename TR::elem);
@@ -409,7 +448,7 @@ template <typename E> unsigned tc_vec_bits(const tc_params<E> &p) {
 
 /* ---- forward --------------------------------------------------------------------------- */
 template <typename TR, int HD>
-__global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
+__global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_FWD)
     tc_att_fwd(const __grid_constant__ tc_params<typename TR::elem> p) {
     typedef tc_cfg<TR, HD> C;
     typename TR::elem *Qs = tc_shared<typename TR::elem>(), /* BR × LD */
@@ -496,7 +535,7 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
 
 /* ---- backward: delta and dQ, by query tiles -------------------------------------------- */
 template <typename TR, int HD>
-__global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
+__global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DQ)
     tc_att_bwd_dq(const __grid_constant__ tc_params<typename TR::elem> p) {
     typedef tc_cfg<TR, HD> C;
     typedef typename TR::elem E;
@@ -576,7 +615,7 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
 
 /* ---- backward: dK and dV, by key tiles ------------------------------------------------- */
 template <typename TR, int HD>
-__global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
+__global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
     tc_att_bwd_dkdv(const __grid_constant__ tc_params<typename TR::elem> p) {
     typedef tc_cfg<TR, HD> C;
     typedef typename TR::elem E;
