@@ -171,6 +171,10 @@ step torch-bf16 60 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --rep
   --autocast bf16 --strategies none,block,selective=dots --out "$FILES/torch-bf16.json"
 step profile-bf16 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" bench --device cuda \
   $MODEL --autocast bf16 --strategies none --reps 2 --profile=3
+# 4b. the same without cuBLASLt's bias epilogue (REMAT_CUDA_LT=0: bias broadcast, then
+# cublasGemmEx with beta = 1), the A/B of the bf16 forward linears
+step profile-bf16-nolt 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_CUDA_LT=0 \
+  "$BUILD/remat" bench --device cuda $MODEL --autocast bf16 --strategies none --reps 3 --profile=2
 # 4b'. PyTorch's own kernels in its bf16 step (torch.profiler), beside remat's profile above
 step torch-profile-bf16 60 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --reps 2 \
   --autocast bf16 --strategies none --profile 3 --out "$FILES/torch-profile-bf16.json"

@@ -273,25 +273,33 @@ struct tr_f32 {
  * columns of the other operand per step (keys forward and for dQ, queries for dK/dV). dK/dV
  * at 128 takes 32 queries a step, so that its two 16×128 accumulators and the step's scores
  * stay in registers. */
-/* Build-time tuning knobs for head sizes <= 64 (bench/cuda/gpu_variants.sh builds variants
- * with other values): the blocks per SM each kernel's __launch_bounds__ asks the register
- * allocator for (1: as many registers as it likes), and the queries dK/dV takes a step. */
+/* Tuning for head sizes <= 64, measured on an H200 (window 6, GPT-2 shapes: head 64, T 1024,
+ * bench/results/2026-11-27-h200-window6): the blocks per SM each kernel's __launch_bounds__
+ * asks the register allocator for (1 left bf16 dK/dV at 243 registers, 2 blocks an SM;
+ * 4 / 3 / 3 took the bf16 backward from 8.5 to 7.3 ms, f32's from 29.9 to 23.2), and the
+ * queries dK/dV takes a step (f32: 32, bf16: 64). Build-time knobs so that
+ * bench/cuda/gpu_variants.sh can build variants with other values. */
 #ifndef RMK_TC_MINB_FWD
-#define RMK_TC_MINB_FWD 1
+#define RMK_TC_MINB_FWD 4
 #endif
 #ifndef RMK_TC_MINB_DQ
-#define RMK_TC_MINB_DQ 1
+#define RMK_TC_MINB_DQ 3
 #endif
 #ifndef RMK_TC_MINB_DKDV
-#define RMK_TC_MINB_DKDV 1
+#define RMK_TC_MINB_DKDV 3
 #endif
 #ifndef RMK_TC_BCQ64
 #define RMK_TC_BCQ64 64
 #endif
+#ifndef RMK_TC_BCQ64_F32
+#define RMK_TC_BCQ64_F32 32
+#endif
 template <typename TR, int HD> struct tc_cfg {
     static constexpr int NW = 4, NT = 32 * NW, BR = 16 * NW;
-    static constexpr int BC = 64;                             /* keys per step (forward, dQ) */
-    static constexpr int BCQ = HD >= 128 ? 32 : RMK_TC_BCQ64; /* queries per step (dK, dV) */
+    static constexpr int BC = 64; /* keys per step (forward, dQ) */
+    static constexpr int BCQ = HD >= 128                                    ? 32
+                               : sizeof(typename TR::elem) == sizeof(float) ? RMK_TC_BCQ64_F32
+                                                                            : RMK_TC_BCQ64;
     static constexpr int MINB_FWD = HD <= 64 ? RMK_TC_MINB_FWD : 1;
     static constexpr int MINB_DQ = HD <= 64 ? RMK_TC_MINB_DQ : 1;
     static constexpr int MINB_DKDV = HD <= 64 ? RMK_TC_MINB_DKDV : 1;

@@ -29,27 +29,6 @@ __global__ void colsum_chunks(const T *__restrict__ g, double *__restrict__ part
     part[c * n + j] = acc;
 }
 
-/* The same for 8 adjacent columns a thread, loaded as packs (kcommon.cuh; n % 8 == 0, g
- * 16-byte aligned): each column's sum is in the same row order, so bitwise the same. */
-template <typename T>
-__global__ void colsum_chunks_pack(const T *__restrict__ g, double *__restrict__ part, int64_t rows,
-                                   int64_t n, int64_t chunk) {
-    const int64_t j8 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, np = n / RMK_PACK;
-    const int64_t c = blockIdx.y;
-    if (j8 >= np) return;
-    const int64_t r0 = c * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
-    double acc[RMK_PACK] = {0};
-#pragma unroll 4 /* four rows' loads in flight */
-    for (int64_t r = r0; r < r1; r++) {
-        rmk_pack<T> v;
-        v.load(g, r * np + j8);
-#pragma unroll
-        for (int e = 0; e < RMK_PACK; e++) acc[e] += (double)rmk_ld(v.e[e]);
-    }
-#pragma unroll
-    for (int e = 0; e < RMK_PACK; e++) part[c * n + j8 * RMK_PACK + e] = acc[e];
-}
-
 template <typename T>
 __global__ void colsum_final(const double *__restrict__ part, T *__restrict__ db, int64_t nch,
                              int64_t n) {
@@ -67,13 +46,8 @@ static cudaError_t colsum(const T *g, TD *db, int64_t rows, int64_t n, double *p
     if (n == 0) return cudaGetLastError();
     int64_t chunk = rm_cuda_colsum_chunk(rows), nch = rows ? (rows + chunk - 1) / chunk : 0;
     if (nch > 0) {
-        if (n % RMK_PACK == 0 && rmk_aligned16(g)) {
-            dim3 grid(rm_cuda_blocks(n / RMK_PACK, 128), (unsigned)nch);
-            colsum_chunks_pack<T><<<grid, 128, 0, s>>>(g, part, rows, n, chunk);
-        } else {
-            dim3 grid(rm_cuda_blocks(n, 256), (unsigned)nch);
-            colsum_chunks<T><<<grid, 256, 0, s>>>(g, part, rows, n, chunk);
-        }
+        dim3 grid(rm_cuda_blocks(n, 256), (unsigned)nch);
+        colsum_chunks<T><<<grid, 256, 0, s>>>(g, part, rows, n, chunk);
     }
     colsum_final<TD><<<rm_cuda_blocks(n, 256), 256, 0, s>>>(part, db, nch, n);
     return cudaGetLastError();
