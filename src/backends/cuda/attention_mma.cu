@@ -152,36 +152,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return u;
 }
 
-/* cp.async: 16 bytes from global to shared memory without passing through registers,
- * zero-filled when !valid (src_size 0: nothing read; src must still be a global address),
- * in commit groups a thread waits for (wait: until at most N of its groups are pending). */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
-#if defined(RMK_EMU)
-    RMK_EMU_CP_ASYNC16(dst, src, valid ? 16 : 0);
-#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src),
-                 "r"(valid ? 16 : 0));
-#else
-    (void)dst, (void)src, (void)valid;
-    __trap();
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(RMK_EMU)
-    RMK_EMU_CP_COMMIT();
-#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-#if defined(RMK_EMU)
-    RMK_EMU_CP_WAIT(N);
-#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
-
 /* ---- the two element types ------------------------------------------------------------- *
  * The kernels below are written once over a traits type: its element (storage and shared
  * tiles), the rows' padding in shared memory, and the two products they are made of:
@@ -340,14 +310,13 @@ template <typename TR, int HD> struct tc_cfg {
     static constexpr size_t ES = sizeof(typename TR::elem);
     static constexpr size_t SM_FWD = ES * (size_t)(BR + 2 * BC) * LD;
     static constexpr size_t SM_DQ = ES * (size_t)(2 * BR + 2 * BC) * LD;
-    static constexpr size_t SM_DKDV = ES * (size_t)(2 * BR + 4 * BCQ) * LD + 4 * 4 * BCQ;
+    static constexpr size_t SM_DKDV = ES * (size_t)(2 * BR + 2 * BCQ) * LD + 4 * 2 * BCQ;
 };
 
 /* rows [r0, r0 + rows) × HD of an operand into a shared tile (row stride LD), zero past rmax
  * rows and `cols` columns. vec: the operand's columns are contiguous and every row starts
- * 16-byte aligned, with cols a multiple of a 16-byte load's elements. ASYNC: vec loads by
- * cp.async, in the caller's open commit group (element loads are plain stores either way). */
-template <typename TR, int HD, int NT, bool ASYNC = false>
+ * 16-byte aligned, with cols a multiple of a 16-byte load's elements. */
+template <typename TR, int HD, int NT>
 __device__ __forceinline__ void
 tc_load(typename TR::elem *sm, int rows, const typename TR::elem *base, int64_t boff,
         const rmk_att_operand &op, int64_t r0, int64_t rmax, int64_t cols, bool vec) {
@@ -358,13 +327,8 @@ tc_load(typename TR::elem *sm, int rows, const typename TR::elem *base, int64_t 
         for (int e = threadIdx.x; e < rows * CPR; e += NT) {
             const int rr = e / CPR, c = (e % CPR) * VE;
             const int64_t r = r0 + rr;
-            const bool in = r < rmax && c < cols;
-            if (ASYNC) {
-                cp_async16(sm + rr * LD + c, in ? base + boff + r * op.rs + c : base, in);
-                continue;
-            }
             uint4 v = make_uint4(0, 0, 0, 0);
-            if (in) v = *(const uint4 *)(base + boff + r * op.rs + c);
+            if (r < rmax && c < cols) v = *(const uint4 *)(base + boff + r * op.rs + c);
             *(uint4 *)(sm + rr * LD + c) = v;
         }
         return;
@@ -657,20 +621,19 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DQ)
     }
 }
 
-/* ---- backward: dK and dV, by key tiles ------------------------------------------------- *
- * The query tiles stream past the block's keys in a two-stage pipeline: tile it + 1's Q and
- * dO are on their way (cp.async) while tile it is multiplied, each stage its own buffers. */
+/* ---- backward: dK and dV, by key tiles ------------------------------------------------- */
 template <typename TR, int HD>
 __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
     tc_att_bwd_dkdv(const __grid_constant__ tc_params<typename TR::elem> p) {
     typedef tc_cfg<TR, HD> C;
     typedef typename TR::elem E;
-    constexpr int BQ = C::BCQ;             /* queries per step */
-    constexpr int STAGE = 2 * BQ * C::LD;  /* a stage's Q and dO, elements */
-    E *Ks = tc_shared<E>();                /* BR × LD: the block's keys */
-    E *Vs = Ks + C::BR * C::LD;            /* BR × LD */
-    E *Q2 = Vs + C::BR * C::LD;            /* 2 stages × (Q, dO): BQ × LD each */
-    float *L2 = (float *)(Q2 + 2 * STAGE); /* 2 stages × (lse, delta): BQ each */
+    constexpr int BQ = C::BCQ;              /* queries per step */
+    E *Ks = tc_shared<E>();                 /* BR × LD: the block's keys */
+    E *Vs = Ks + C::BR * C::LD;             /* BR × LD */
+    E *Qs = Vs + C::BR * C::LD;             /* BQ × LD */
+    E *Gs = Qs + BQ * C::LD;                /* BQ × LD: dO */
+    float *Ls = (float *)(Gs + BQ * C::LD); /* BQ: p.lse, log2 units */
+    float *Dl = Ls + BQ;                    /* BQ: p.delta */
     const tc_where at;
     const int lane = at.lane, w = at.w, g = at.g, t = at.t;
     const int64_t nkb = (p.d.Tk + C::BR - 1) / C::BR, nkv = p.d.nb / p.d.group;
@@ -681,49 +644,31 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
         const int64_t b0 = (item / nkb) * p.d.group, j0 = (item % nkb) * C::BR;
         const int64_t ja = j0 + w * 16 + g; /* this thread's keys: ja, ja + 8 */
         const int64_t bk = rmk_att_boff(&p.lead, &p.ok, b0), bv = rmk_att_boff(&p.lead, &p.ov, b0);
-        /* the first query that sees key j0 is j0 - off; tiles: (query head, query tile) */
-        const int64_t qfirst = p.d.causal ? j0 - p.d.off : 0;
-        const int64_t qstart = qfirst > 0 ? (qfirst / BQ) * BQ : 0;
-        const int64_t ntq = qstart < p.d.Tq ? (p.d.Tq - qstart + BQ - 1) / BQ : 0;
-        const int64_t nt = ntq * p.d.group;
-        /* stage it % 2 <- tile it: Q and dO by cp.async (in the open group), lse and delta */
-        auto issue = [&](int64_t it) {
-            const int64_t b = b0 + it / ntq, i0 = qstart + (it % ntq) * BQ;
-            E *Qs = Q2 + (it & 1) * STAGE, *Gs = Qs + BQ * C::LD;
-            float *Ls = L2 + (it & 1) * 2 * BQ, *Dl = Ls + BQ;
-            tc_load<TR, HD, C::NT, true>(Qs, BQ, p.q, rmk_att_boff(&p.lead, &p.oq, b), p.oq, i0,
-                                         p.d.Tq, p.d.D, p.vec & 1);
-            tc_load<TR, HD, C::NT, true>(Gs, BQ, p.gy, rmk_att_boff(&p.lead, &p.og, b), p.og, i0,
-                                         p.d.Tq, p.d.Dv, p.vec & 8);
-            for (int e = threadIdx.x; e < BQ; e += C::NT) {
-                const int64_t i = i0 + e;
-                const float li = i < p.d.Tq ? p.lse[b * p.d.Tq + i] : 0.f;
-                Ls[e] = li == -INFINITY ? 0.f : li * 1.4426950408889634f;
-                Dl[e] = i < p.d.Tq ? p.delta[b * p.d.Tq + i] : 0.f;
-            }
-        };
-        __syncthreads(); /* the previous item is done with every tile */
-        tc_load<TR, HD, C::NT, true>(Ks, C::BR, p.k, bk, p.ok, j0, p.d.Tk, p.d.D, p.vec & 2);
-        tc_load<TR, HD, C::NT, true>(Vs, C::BR, p.v, bv, p.ov, j0, p.d.Tk, p.d.Dv, p.vec & 4);
-        if (nt > 0) issue(0);
-        cp_async_commit(); /* group: the keys, values and tile 0 */
+        __syncthreads();
+        tc_load<TR, HD, C::NT>(Ks, C::BR, p.k, bk, p.ok, j0, p.d.Tk, p.d.D, p.vec & 2);
+        tc_load<TR, HD, C::NT>(Vs, C::BR, p.v, bv, p.ov, j0, p.d.Tk, p.d.Dv, p.vec & 4);
         float ak[C::NDT][4], av[C::NDT][4];
         tc_zero(ak);
         tc_zero(av);
-        for (int64_t it = 0; it < nt; it++) {
-            if (it + 1 < nt) { /* stage (it + 1) % 2 was last read in it - 1: the barrier below */
-                issue(it + 1);
-                cp_async_commit();
-                cp_async_wait<1>(); /* all but tile it + 1's group */
-            } else {
-                cp_async_wait<0>();
-            }
-            __syncthreads(); /* every thread's copies and lse/delta of tile it are in */
-            const int64_t i0 = qstart + (it % ntq) * BQ;
-            const E *Qs = Q2 + (it & 1) * STAGE, *Gs = Qs + BQ * C::LD;
-            const float *Ls = L2 + (it & 1) * 2 * BQ, *Dl = Ls + BQ;
-            const int vis = tc_tile_vis(p.d, i0, BQ, j0 + w * 16, 16);
-            if (vis != TC_NONE) {
+        /* the first query that sees key j0 is j0 - off */
+        const int64_t qfirst = p.d.causal ? j0 - p.d.off : 0;
+        const int64_t qstart = qfirst > 0 ? (qfirst / BQ) * BQ : 0;
+        for (int64_t b = b0; b < b0 + p.d.group; b++) {
+            const int64_t bq = rmk_att_boff(&p.lead, &p.oq, b),
+                          bg = rmk_att_boff(&p.lead, &p.og, b);
+            for (int64_t i0 = qstart; i0 < p.d.Tq; i0 += BQ) {
+                __syncthreads();
+                tc_load<TR, HD, C::NT>(Qs, BQ, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
+                tc_load<TR, HD, C::NT>(Gs, BQ, p.gy, bg, p.og, i0, p.d.Tq, p.d.Dv, p.vec & 8);
+                for (int e = threadIdx.x; e < BQ; e += C::NT) {
+                    const int64_t i = i0 + e;
+                    const float li = i < p.d.Tq ? p.lse[b * p.d.Tq + i] : 0.f;
+                    Ls[e] = li == -INFINITY ? 0.f : li * 1.4426950408889634f;
+                    Dl[e] = i < p.d.Tq ? p.delta[b * p.d.Tq + i] : 0.f;
+                }
+                __syncthreads();
+                const int vis = tc_tile_vis(p.d, i0, BQ, j0 + w * 16, 16);
+                if (vis == TC_NONE) continue;
                 float s[BQ / 8][4], dp[BQ / 8][4]; /* Sᵀ and dPᵀ: the warp's keys × queries */
                 tc_zero(s);
                 tc_zero(dp);
@@ -746,9 +691,7 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
                 TR::template frag_rows<BQ / 8, C::NDT>(av, s, Gs, C::LD, lane);
                 TR::template frag_rows<BQ / 8, C::NDT>(ak, dp, Qs, C::LD, lane);
             }
-            __syncthreads(); /* stage it % 2 is read: tile it + 2 may come in */
         }
-        cp_async_wait<0>(); /* no tiles (nt = 0): the keys' group */
         const float one[2] = {1.f, 1.f};
         if (p.dk)
             tc_store<TR, C::NDT>(p.dk, rmk_att_boff(&p.lead, &p.odk, b0), p.odk, ja, p.d.Tk, p.d.D,
