@@ -109,39 +109,36 @@ __device__ __forceinline__ void mma_3xtf32(float (&c)[4], const uint32_t (&ab)[4
     mma<true>(c, ab, bb[0], bb[1]);
 }
 
-/* Four 8×8 bf16 matrices, transposed as they load: lane l gives the address of row l % 8
- * of matrix l / 8; register i gets matrix i's elements (2t, g) and (2t + 1, g). */
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16_t *row) {
+/* Four 8×8 bf16 matrices (ldmatrix.x4): lane l gives the address of row l % 8 of matrix
+ * l / 8; register i gets matrix i's elements (g, 2t) and (g, 2t + 1) as stored — A and B
+ * fragments of mma.m16n8k16, one instruction where 32-bit loads take four — or, TRANS,
+ * (2t, g) and (2t + 1, g): B fragments of a tile read down its columns. */
+template <bool TRANS>
+__device__ __forceinline__ void ldsm_x4_any(uint32_t (&r)[4], const bf16_t *row) {
 #if defined(RMK_EMU)
-    RMK_EMU_LDSM_X4_T(r, row);
+    if (TRANS) RMK_EMU_LDSM_X4_T(r, row);
+    else RMK_EMU_LDSM_X4(r, row);
 #elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     const unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
 #else
     (void)row;
     r[0] = r[1] = r[2] = r[3] = 0;
     __trap();
 #endif
 }
-
-/* Four 8×8 bf16 matrices as stored: lane l gives the address of row l % 8 of matrix l / 8;
- * register i gets matrix i's elements (g, 2t) and (g, 2t + 1): A and B fragments of
- * mma.m16n8k16 with one instruction where 32-bit loads take four. */
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16_t *row) {
-#if defined(RMK_EMU)
-    RMK_EMU_LDSM_X4(r, row);
-#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-#else
-    (void)row;
-    r[0] = r[1] = r[2] = r[3] = 0;
-    __trap();
-#endif
+    ldsm_x4_any<false>(r, row);
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16_t *row) {
+    ldsm_x4_any<true>(r, row);
 }
 
 /* Two f32 rounded to bf16 (nearest, ties to even) and packed, lo in the low half. */
