@@ -1005,12 +1005,10 @@ Test(opplan, executed_lossy_plans_fit_and_stay_close) {
     RT_OK(remat_profile_stages(&hp, 1, &hs, c.x, &po));
     step.head = hp->stages[0];
     remat_profile_free(hp);
-    const bool host = remat_device_host_addressable(remat_tensor_device(c.x).type);
-    size_t z = 0;
+    size_t z = 0; /* on every device: the fenced test device converts as the cpu does */
     for (int i = 0; i < ops->stages[0].n_ops; i++) z += ops->stages[0].ops[i].bf16_bytes;
-    if (host) cr_assert_gt(z, 0, "the linears' f32 outputs may be kept as bf16");
-    else cr_assert_eq(z, 0, "nothing converts on a device the CPU cannot read");
-    if (host) cr_assert_gt(ops->cast_bytes_per_s, 0, "measured");
+    cr_assert_gt(z, 0, "the linears' f32 outputs may be kept as bf16");
+    cr_assert_gt(ops->cast_bytes_per_s, 0, "measured");
     rt_fix_op_times(prof, ops, &step);
     ops->cast_bytes_per_s = 1e13;
     const remat_plan_options lossy = {.lossy = true};
@@ -1051,7 +1049,7 @@ Test(opplan, executed_lossy_plans_fit_and_stay_close) {
         remat_plan_free(plan);
     }
     if (getenv("OPPLAN_VERBOSE")) fprintf(stderr, "worst relative gradient error %g\n", worst);
-    if (host) cr_assert_gt(compressing, 0, "no budget made the plan keep bf16");
+    cr_assert_gt(compressing, 0, "no budget made the plan keep bf16");
     for (int i = 0; i < ng; i++) remat_release(ref[i]);
     free(ref);
     free(got);
@@ -1117,8 +1115,7 @@ Test(opplan, keep_sets_nested_or_stored_are_refused) {
     remat_profile_free(hp);
     rt_fix_op_times(prof, ops, &step);
     ops->cast_bytes_per_s = 1e13;
-    const bool host = remat_device_host_addressable(remat_tensor_device(c.x).type);
-    for (int lossy = 0; lossy <= (int)host; lossy++) {
+    for (int lossy = 0; lossy <= 1; lossy++) {
         const remat_plan_options opt = {.lossy = lossy};
         remat_plan *plan = NULL;
         RT_OK(remat_plan_create_ops(&plan, prof, ops, &step, SIZE_MAX, &opt));

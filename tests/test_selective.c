@@ -447,38 +447,28 @@ Test(selective, save_bf16_halves_the_cached_f32_and_stays_close) {
     size_t dots_bytes = (size_t)NB * (64 * 128 + 64 * 32) * 4;
     cr_assert_eq(mz.st.ops_cached, 2 * NB);
     cr_assert_eq(mz.st.ops_from_cache, NB);
-    /* what SAVE_BF16 would store as bf16 is counted whatever the answer — where bf16 keeps
-     * run: on the host (the conversion is a host loop; on another device nothing is
-     * eligible, and nothing counted) */
-    const bool host = remat_device_host_addressable(remat_tensor_device(x).type);
-    cr_assert_eq((size_t)md.st.bytes_cached_bf16, host ? dots_bytes : 0);
+    /* what SAVE_BF16 would store as bf16 is counted whatever the answer; bf16 keeps run on
+     * every device (the fenced one and cuda as test devices: the device's converting copy) */
+    cr_assert_eq((size_t)md.st.bytes_cached_bf16, dots_bytes);
     cr_assert_eq(md.st.ops_bf16, 0);
-    if (host) {
-        /* half the bytes from the forward to the recomputation */
-        cr_assert_eq(mz.st.ops_bf16, 2 * NB);
-        cr_assert_eq((size_t)mz.st.bytes_cached, dots_bytes / 2);
-        cr_assert_eq(mz.after_forward - mn.after_forward, dots_bytes / 2,
-                     "bf16 keeps %zu above nothing, expected %zu",
-                     mz.after_forward - mn.after_forward, dots_bytes / 2);
-        /* lossy: not bitwise, but within bf16's rounding of the kept values */
-        bool all_equal = true;
-        for (int i = 0; i <= np; i++) {
-            all_equal = all_equal && rt_bitwise_equal(g_bf16[i], g_exact[i]);
-            double top = 0, *v = rt_values(g_exact[i]);
-            for (int64_t j = 0; j < remat_numel(g_exact[i]); j++) top = fmax(top, fabs(v[j]));
-            free(v);
-            double diff = rt_max_abs_diff(g_bf16[i], g_exact[i]);
-            if (getenv("SAC_VERBOSE"))
-                fprintf(stderr, "grad %d: %g of its largest\n", i, diff / top);
-            cr_assert_leq(diff, top / 64, "gradient %d: off by %g, its largest %g", i, diff, top);
-        }
-        cr_assert(!all_equal, "the gradients went through bf16");
-    } else {
-        /* a device the CPU cannot read: nothing converts, SAVE_BF16 is SAVE */
-        cr_assert_eq(mz.st.ops_bf16, 0);
-        cr_assert_eq((size_t)mz.st.bytes_cached, dots_bytes);
-        for (int i = 0; i <= np; i++) cr_assert(rt_bitwise_equal(g_bf16[i], g_exact[i]));
+    /* half the bytes from the forward to the recomputation */
+    cr_assert_eq(mz.st.ops_bf16, 2 * NB);
+    cr_assert_eq((size_t)mz.st.bytes_cached, dots_bytes / 2);
+    cr_assert_eq(mz.after_forward - mn.after_forward, dots_bytes / 2,
+                 "bf16 keeps %zu above nothing, expected %zu", mz.after_forward - mn.after_forward,
+                 dots_bytes / 2);
+    /* lossy: not bitwise, but within bf16's rounding of the kept values */
+    bool all_equal = true;
+    for (int i = 0; i <= np; i++) {
+        all_equal = all_equal && rt_bitwise_equal(g_bf16[i], g_exact[i]);
+        double top = 0, *v = rt_values(g_exact[i]);
+        for (int64_t j = 0; j < remat_numel(g_exact[i]); j++) top = fmax(top, fabs(v[j]));
+        free(v);
+        double diff = rt_max_abs_diff(g_bf16[i], g_exact[i]);
+        if (getenv("SAC_VERBOSE")) fprintf(stderr, "grad %d: %g of its largest\n", i, diff / top);
+        cr_assert_leq(diff, top / 64, "gradient %d: off by %g, its largest %g", i, diff, top);
     }
+    cr_assert(!all_equal, "the gradients went through bf16");
     for (int i = 0; i <= np; i++) {
         remat_release(g_exact[i]);
         remat_release(g_bf16[i]);

@@ -7,9 +7,9 @@
  *    LOSSY: the conversion rounds to nearest (ties to even) to 8
  *    significant bits, so each value comes back with a relative error of
  *    at most 2^-8 (normal numbers; subnormals below 2^-126 lose more,
- *    NaN and infinities are kept). Gradients change accordingly. Other
- *    dtypes are saved unchanged, as are tensors without data (skip mode)
- *    and tensors on devices the CPU cannot read.
+ *    NaN and infinities are kept). Gradients change accordingly. The
+ *    conversion runs on the tensor's device (cuda: a kernel). Other dtypes
+ *    are saved unchanged, as are tensors without data (skip mode).
  *  - offload: every saved tensor living on a non-cpu device is copied to
  *    host memory and copied back to its device when unpacked (cpu
  *    tensors are saved unchanged). Exact. On cuda (PyTorch: save_on_cpu with
@@ -62,10 +62,9 @@ void remat_offload_saved_hooks(remat_saved_hooks *out);
  * whose op-level plan offloads, so the next stage runs without them. */
 void remat_offload_wait(void);
 
-/* The conversions the bf16 hooks use, on host-addressable tensors (no
- * autograd): f32 (any strides) → a new contiguous bf16 tensor, and back.
- * REMAT_EDTYPE for another input dtype, REMAT_EDEVICE for memory the CPU
- * cannot read. */
+/* The conversions the bf16 hooks use (no autograd): f32 (any strides) → a
+ * new contiguous bf16 tensor on the same device, and back. REMAT_EDTYPE for
+ * another input dtype, REMAT_ESTATE for a tensor without data (skip mode). */
 remat_status remat_to_bf16(remat_tensor **out, remat_tensor *t);
 remat_status remat_bf16_to_f32(remat_tensor **out, remat_tensor *t);
 

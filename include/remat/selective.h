@@ -18,9 +18,9 @@
  *             copied to host memory during the forward and back to its
  *             device when the recomputation needs it (on cpu: as SAVE).
  *   SAVE_BF16 as SAVE, but LOSSY (remat's own, PyTorch has no such answer):
- *             each cached f32 tensor that is contiguous, owns its whole
- *             storage and lives where the CPU can read it (cpu) is stored
- *             as bf16 from the end of the op to the recomputation (half the
+ *             each cached f32 tensor that is contiguous and owns its whole
+ *             storage is stored (on its device) as bf16 from the end of the
+ *             op to the recomputation (half the
  *             bytes) and converted back to f32 when the recomputation needs
  *             it (round to nearest even: a relative error of at most 2^-8
  *             per value, as remat_bf16_saved_hooks). The recomputation then

@@ -33,7 +33,7 @@
  * largest offloadable ops). The Pareto sets are then of (C, O, time saved);
  * a second DP over them is one more candidate.
  *
- * Lossy keeps (opts->lossy, ops with bf16_bytes: f32 tensors the CPU can read):
+ * Lossy keeps (opts->lossy, ops with bf16_bytes: their contiguous f32 tensors):
  * an op kept as bf16 holds its cache_bytes less h = bf16_bytes / 2 from the
  * forward to the recomputation; its f32 is there until the forward ends and
  * again in the recomputation (U = the sum of h, plus the stage's largest h

@@ -10,19 +10,10 @@
 #include "sac.h"
 
 /* ---- conversions ----------------------------------------------------------------------- */
-static void f32_to_bf16_kernel(const float *restrict x, uint16_t *restrict y, int64_t n) {
-#pragma omp parallel for if (n > RM_OMP_MIN)
-    for (int64_t i = 0; i < n; i++) y[i] = rm_f32_to_bf16(x[i]);
-}
-
-static void bf16_to_f32_kernel(const uint16_t *restrict x, float *restrict y, int64_t n) {
-#pragma omp parallel for if (n > RM_OMP_MIN)
-    for (int64_t i = 0; i < n; i++) y[i] = rm_bf16_to_f32(x[i]);
-}
-
-/* Converts t (dtype `from`, any strides, with data) into a new contiguous
- * tensor of dtype `to`. Not skip-mode aware on purpose: saved values must
- * be real even while a recomputation runs in skip mode. */
+/* Converts t (dtype `from`, any strides, with data) into a new contiguous tensor of dtype
+ * `to` on t's device: the device's converting copy (rm_copy_into: the cpu's vectorised
+ * f32 <-> bf16, cuda's packed kernel; to nearest, ties to even, both). Not skip-mode aware
+ * on purpose: saved values must be real even while a recomputation runs in skip mode. */
 static remat_status convert(remat_tensor **out, remat_tensor *t, remat_dtype from, remat_dtype to,
                             const char *call) {
     *out = NULL;
@@ -32,24 +23,18 @@ static remat_status convert(remat_tensor **out, remat_tensor *t, remat_dtype fro
     if (t->dtype != from)
         return rm_err(REMAT_EDTYPE, "%s: t must be %s, got %s", call, remat_dtype_name(from),
                       rm_tensor_str(t, b, sizeof b));
-    rc = rm_check_host(call, t);
-    if (rc) return rc;
     if (!t->storage->data)
         return rm_err(REMAT_ESTATE, "%s: t %s has no data (made in skip mode)", call,
                       rm_tensor_str(t, b, sizeof b));
     bool prev = rm_set_skip_mode(false);
-    remat_tensor *c = NULL, *y = NULL;
-    rc = rm_contig(&c, t);
-    if (!rc) rc = rm_new_output(&y, t->ndim, t->shape, to, t->storage->device);
+    remat_tensor *y = NULL;
+    rc = rm_new_output(&y, t->ndim, t->shape, to, t->storage->device);
+    if (!rc) rc = rm_copy_into(y, t);
     rm_set_skip_mode(prev);
     if (rc) {
-        rm_release(c);
+        rm_release(y);
         return rm_err_prefix(rc, call);
     }
-    int64_t n = remat_numel(t);
-    if (to == REMAT_BF16) f32_to_bf16_kernel(rm_ptr(c), rm_ptr(y), n);
-    else bf16_to_f32_kernel(rm_ptr(c), rm_ptr(y), n);
-    rm_release(c);
     *out = y;
     return REMAT_OK;
 }
@@ -104,8 +89,7 @@ static void *bf16_pack(void *ud, remat_tensor *t) {
         rm_err(REMAT_ENOMEM, "bf16 saved-tensor hooks: out of memory");
         return NULL;
     }
-    if (t->dtype == REMAT_F32 && t->storage->data &&
-        remat_device_host_addressable(t->storage->device.type) && remat_numel(t) >= min_numel) {
+    if (t->dtype == REMAT_F32 && t->storage->data && remat_numel(t) >= min_numel) {
         if (convert(&p->t, t, REMAT_F32, REMAT_BF16, "bf16 saved-tensor hooks")) {
             free(p);
             return NULL;

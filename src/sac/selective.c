@@ -228,13 +228,12 @@ static int64_t rec_bytes(const sac_rec *rec) {
     return total;
 }
 
-/* SAVE_BF16 stores t as bf16 when t is f32 with data the CPU can read, contiguous, and
+/* SAVE_BF16 stores t as bf16 (on t's device) when t is f32 with data, contiguous, and
  * alone on its whole storage among the record's tensors (so converting it frees the f32
  * storage once the forward drops it, and the copy back has the original's layout). */
 static bool bf16_eligible(const sac_rec *rec, const remat_tensor *t) {
     if (!t || t->dtype != REMAT_F32 || !t->storage->data || t->offset != 0 ||
-        !remat_device_host_addressable(t->storage->device.type) || !remat_is_contiguous(t) ||
-        (size_t)remat_numel(t) * sizeof(float) != t->storage->nbytes)
+        !remat_is_contiguous(t) || (size_t)remat_numel(t) * sizeof(float) != t->storage->nbytes)
         return false;
     int uses = 0;
     for (int j = 0; j < rec->n_out; j++)
