@@ -1,6 +1,7 @@
 /* bench/bench_ops.c — memory bandwidth of the non-GEMM kernels: elementwise
  * (add, bias add, mul, gelu, relu), reductions (sum over the last / the
- * leading dim), layer_norm and softmax, forward and backward, next to a
+ * leading dim), layer_norm (f32; then cast to bf16; written in bf16 by
+ * remat_layer_norm_to) and softmax, forward and backward, next to a
  * copy-bandwidth ceiling measured in the same run (memcpy on one thread and
  * an OpenMP-split memcpy).
  *
@@ -51,6 +52,17 @@ static int op_sum_lead(remat_tensor **o, remat_tensor *const *in) {
 static int op_layer_norm(remat_tensor **o, remat_tensor *const *in) {
     return remat_layer_norm(o, in[0], 1, in[1], in[2], 1e-5);
 }
+/* the norm before a bf16 linear: then a cast, or rounded by the norm (remat_layer_norm_to) */
+static int op_layer_norm_cast(remat_tensor **o, remat_tensor *const *in) {
+    remat_tensor *y = NULL;
+    int rc = remat_layer_norm(&y, in[0], 1, in[1], in[2], 1e-5);
+    if (!rc) rc = remat_to_dtype(o, y, REMAT_BF16);
+    remat_release(y);
+    return rc;
+}
+static int op_layer_norm_to(remat_tensor **o, remat_tensor *const *in) {
+    return remat_layer_norm_to(o, in[0], 1, in[1], in[2], 1e-5, REMAT_BF16);
+}
 static int op_softmax(remat_tensor **o, remat_tensor *const *in) {
     return remat_softmax(o, in[0], -1);
 }
@@ -73,6 +85,11 @@ static const opdef k_ops[] = {
     {"sum (last dim)", op_sum_last, 1, {FULL}, 1, 1},
     {"sum (leading dim)", op_sum_lead, 1, {FULL}, 1, 1},
     {"layer_norm", op_layer_norm, 3, {FULL, ROW, ROW}, 2, 3},
+    /* both: the fused op's minimum, x read and a bf16 y written (1.5), a bf16 g and x read
+     * and dx written (2.5); the cast moves 2 more forward (y32 written, read back) and 2
+     * backward (g32 written, read back) */
+    {"layer_norm, cast bf16", op_layer_norm_cast, 3, {FULL, ROW, ROW}, 1.5, 2.5},
+    {"layer_norm_to bf16", op_layer_norm_to, 3, {FULL, ROW, ROW}, 1.5, 2.5},
     {"softmax (last dim)", op_softmax, 1, {FULL}, 2, 3},
 };
 #define N_OPS ((int)(sizeof k_ops / sizeof k_ops[0]))
@@ -153,6 +170,12 @@ static void bench_op(const opdef *op, int64_t R, int64_t C, int reps, int thread
     CHECK(op->f(&y, in));
     CHECK(
         remat_rand_uniform(&g, remat_ndim(y), remat_shape(y), -1, 1, REMAT_F32, REMAT_DEVICE_CPU));
+    if (remat_tensor_dtype(y) != REMAT_F32) { /* g in y's dtype (a bf16 y's) */
+        remat_tensor *gy = NULL;
+        CHECK(remat_to_dtype(&gy, g, remat_tensor_dtype(y)));
+        remat_release(g);
+        g = gy;
+    }
     bool alias = false;
     for (int r = -1; r < reps; r++) {
         remat_tensor *grads[3] = {NULL, NULL, NULL};
@@ -193,7 +216,7 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int64_t R, C;
-    } sizes[] = {{"2048x1024", 2048, 1024}, {"8192x2048", 8192, 2048}};
+    } sizes[] = {{"2048x384", 2048, 384}, {"2048x1024", 2048, 1024}, {"8192x2048", 8192, 2048}};
     remat_manual_seed(1);
     printf("f32, median of %d runs; GB/s = minimum traffic / time; %% = of the copy ceiling\n\n",
            reps);

@@ -13,6 +13,7 @@ groups = {
   'gelu bwd + fc bias colsum': [('GeluBackward','backward'),('BiasGeluBackward','backward'),('LinearBackward/column sum','backward')],
   'layer_norm + residual add fwd': [('remat_layer_norm','forward'),('remat_add','forward'),('remat_add_layer_norm','forward')],
   'layer_norm bwd + grad accumulation': [('LayerNormBackward','backward'),('AddLayerNormBackward','backward'),('remat_add','backward')],
+  'casts fwd (remat_to_dtype)': [('remat_to_dtype','forward')],
   'linear fwd (matmul)': [('remat_linear','forward')],
   'LinearBackward (all)': [('LinearBackward/*','backward')],
 }
@@ -42,6 +43,7 @@ for r in range(rounds):
                         if row['op'] == o and (k == '*' or row['kernel'] == k): tot += row['ms']
                     elif row['op'] == op: tot += row['ms']
             g[gname] = tot
+        g['outside kernels (timer on)'] = s['profile']['step_ms_timer_on'] - s['profile']['kernel_ms']
         g['step ms (timer off)'] = s['step_ms']
         g['step ms (timer on)'] = s['profile']['step_ms_timer_on']
         res[name].append(g)

@@ -85,6 +85,14 @@ case("attention_gqa_causal", "attention", 3e-2, 3e-2,
      gqa_causal_attention)
 
 
+# remat_layer_norm_to / remat_add_layer_norm_to (bf16): the norm in f32, its output cast to bf16
+case("layer_norm_to_bf16", "layer_norm_to", 1e-2, 1e-2, [("f32", (3, 16), 23), ("f32", (16,), 24), ("f32", (16,), 25)],
+     lambda x, w, b: torch.nn.functional.layer_norm(x.float(), (16,), w, b, 1e-5).to(torch.bfloat16))
+case("add_layer_norm_to_bf16", "add_layer_norm_to", 1e-2, 1e-2,
+     [("f32", (3, 16), 26), ("bf16", (3, 16), 27), ("f32", (16,), 28), ("f32", (16,), 29)],
+     lambda x, r, w, b: torch.nn.functional.layer_norm(x + r.float(), (16,), w, b, 1e-5).to(torch.bfloat16))
+
+
 def read_cases(path):
     """The header lines and each case's lines, by name, of an existing file."""
     head, cases, cur = [], {}, None

@@ -50,7 +50,8 @@ static remat_tensor *gen(int ndim, const int64_t *shape, int seed) {
 }
 
 static int run_op(const char *op, remat_tensor **x, remat_tensor **y, bool *lower) {
-    *lower = !strcmp(op, "linear") || !strcmp(op, "matmul") || !strcmp(op, "attention");
+    *lower = !strcmp(op, "linear") || !strcmp(op, "matmul") || !strcmp(op, "attention") ||
+             !strcmp(op, "layer_norm_to") || !strcmp(op, "add_layer_norm_to");
     if (!strcmp(op, "linear")) return remat_linear(y, x[0], x[1], x[2]);
     if (!strcmp(op, "matmul")) return remat_matmul(y, x[0], x[1]);
     if (!strcmp(op, "attention")) return remat_attention(y, x[0], x[1], x[2], true, 0);
@@ -58,6 +59,14 @@ static int run_op(const char *op, remat_tensor **x, remat_tensor **y, bool *lowe
     if (!strcmp(op, "log_softmax")) return remat_log_softmax(y, x[0], -1);
     if (!strcmp(op, "layer_norm")) return remat_layer_norm(y, x[0], 1, x[1], x[2], 1e-5);
     if (!strcmp(op, "rms_norm")) return remat_rms_norm(y, x[0], 1, x[1], 1e-6);
+    if (!strcmp(op, "layer_norm_to"))
+        return remat_layer_norm_to(y, x[0], 1, x[1], x[2], 1e-5, REMAT_BF16);
+    if (!strcmp(op, "add_layer_norm_to")) { /* y alone: x and r get its gradient */
+        remat_tensor *s = NULL;
+        int rc = remat_add_layer_norm_to(&s, y, x[0], x[1], 1, x[2], x[3], 1e-5, REMAT_BF16);
+        remat_release(s);
+        return rc;
+    }
     if (!strcmp(op, "mse_loss")) return remat_mse_loss(y, x[0], x[1]);
     if (!strcmp(op, "sum_all")) return remat_sum_all(y, x[0]);
     if (!strcmp(op, "cross_entropy")) {
@@ -147,6 +156,6 @@ Test(autocast_fixtures, every_autocast_op_matches_pytorch_1_13) {
         }
     }
     fclose(f);
-    cr_assert_eq(ncases, 11, "expected 11 cases, read %d", ncases);
+    cr_assert_eq(ncases, 13, "expected 13 cases, read %d", ncases);
     cr_assert_eq(remat_live_tensors(), 0);
 }

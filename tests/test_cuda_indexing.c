@@ -289,3 +289,80 @@ Test(cuda_indexing, grid_sizes) {
     cr_assert_eq(rmk_blocks(257, 256), 2);
     cr_assert_eq(rmk_blocks((int64_t)1 << 40, 256), RMK_MAX_BLOCKS);
 }
+
+/* The plans of fewer than 2^31 elements divide by multiplying (kplan.h's
+ * rmk_fastdiv_magic): every divisor class (small, powers of two and their
+ * neighbours, large, random) at the indices where rounding would show. */
+static void check_fastdiv(uint32_t d, uint32_t i) {
+    uint32_t mul, shr;
+    rmk_fastdiv_magic(d, &mul, &shr);
+    uint32_t q = rmk_umulhi(i, mul) >> shr;
+    cr_assert_eq(q, i / d, "%u / %u: %u by multiplying, %u by dividing", i, d, q, i / d);
+}
+
+Test(cuda_indexing, division_by_multiplying_is_exact_below_2_to_31) {
+    const uint32_t top = 0x7fffffffu;
+    srand(99);
+    for (uint32_t d = 2; d < 5000; d++) {
+        uint32_t k = top / d;
+        check_fastdiv(d, 0);
+        check_fastdiv(d, d - 1);
+        check_fastdiv(d, d);
+        check_fastdiv(d, top);
+        check_fastdiv(d, k * d);
+        check_fastdiv(d, k * d - 1);
+    }
+    for (int l = 1; l < 31; l++)
+        for (int e = -1; e <= 1; e++) {
+            uint32_t d = (1u << l) + (uint32_t)e;
+            if (d < 2) continue;
+            for (uint32_t i = 0; i < 300; i++) check_fastdiv(d, i);
+            check_fastdiv(d, top);
+            check_fastdiv(d, (top / d) * d - 1);
+        }
+    for (int t = 0; t < 200000; t++) {
+        uint32_t d = ((uint32_t)rand() ^ ((uint32_t)rand() << 16)) & top;
+        uint32_t i = ((uint32_t)rand() ^ ((uint32_t)rand() << 16)) & top;
+        if (d < 2) continue;
+        check_fastdiv(d, i);
+        check_fastdiv(d, (i / d) * d);
+        if (i >= d) check_fastdiv(d, (i / d) * d - 1);
+    }
+}
+
+/* Plans at the 2^31 boundary: below it the 32-bit divisions, at and above it the 64-bit
+ * ones; the offsets of sampled indices (the first, the last, around every dim's wrap)
+ * against the naive walk. */
+Test(cuda_indexing, plans_on_both_sides_of_2_to_31_elements) {
+    const int64_t shapes[3][3] = {{1024, 2047, 1023}, {1024, 2048, 1024}, {3, 65537, 16411}};
+    for (int c = 0; c < 3; c++) {
+        const int64_t *shape = shapes[c];
+        int64_t st[RMK_MAX_OPS][RMK_MAX_DIMS];
+        st[0][0] = 1, st[0][1] = shape[0], st[0][2] = shape[0] * shape[1]; /* transposed */
+        rmk_contig_strides(3, shape, st[1]);
+        rmk_plan p;
+        rmk_plan_build(&p, 3, shape, 2, (const int64_t(*)[RMK_MAX_DIMS])st);
+        int64_t n = numel(3, shape);
+        cr_assert_eq(p.small, n < ((int64_t)1 << 31), "case %d: small flag", c);
+        int64_t probe[] = {0,
+                           1,
+                           shape[2] - 1,
+                           shape[2],
+                           shape[1] * shape[2] - 1,
+                           shape[1] * shape[2],
+                           n / 2,
+                           n - shape[2],
+                           n - 2,
+                           n - 1};
+        srand(5 + c);
+        for (int t = 0; t < 2000 + 10; t++) {
+            int64_t i = t < 10 ? probe[t] : (((int64_t)rand() << 31) ^ rand()) % n;
+            int64_t want[RMK_MAX_OPS], got[RMK_MAX_OPS];
+            naive_offsets(3, shape, 2, (const int64_t(*)[RMK_MAX_DIMS])st, i, want);
+            rmk_plan_offsets(&p, i, got);
+            cr_assert(got[0] == want[0] && got[1] == want[1],
+                      "case %d index %lld: offsets %lld %lld, expected %lld %lld", c, (long long)i,
+                      (long long)got[0], (long long)got[1], (long long)want[0], (long long)want[1]);
+        }
+    }
+}

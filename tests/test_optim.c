@@ -380,6 +380,62 @@ Test(optim, strided_gradients_update_like_dense_ones) {
     remat_release(b);
 }
 
+/* The mean over micro-batches and the clip are one factor the update's kernel reads the
+ * gradient with: the bits of scaling the gradients first (remat_optim_scale_grads) and
+ * updating them unclipped, over three updates, for AdamW and SGD (momentum, nesterov,
+ * weight decay), f32 and f64. */
+Test(optim, clip_and_accumulation_give_the_bits_of_scaled_gradients) {
+    for (int kind = 0; kind < 2; kind++)
+        for (int d = 0; d < 2; d++) {
+            const remat_dtype dt = d ? REMAT_F64 : REMAT_F32;
+            remat_tensor *a[2] = {leaf(70, 1000, dt, 61), leaf(33, 0, dt, 62)};
+            remat_tensor *b[2] = {leaf(70, 1000, dt, 61), leaf(33, 0, dt, 62)};
+            remat_optim_options o;
+            RT_OK(remat_optim_options_init(&o, kind ? REMAT_OPTIM_SGD : REMAT_OPTIM_ADAMW));
+            if (kind) o.momentum = 0.9, o.nesterov = true, o.weight_decay = 0.01;
+            remat_optim_options oc = o;
+            oc.clip_norm = 3.0;
+            oc.accum_steps = 2;
+            remat_optimizer *oa = NULL, *ob = NULL;
+            RT_OK(remat_optim_create(&oa, &oc, a, 2));
+            RT_OK(remat_optim_create(&ob, &o, b, 2));
+            for (int step = 0; step < 3; step++) {
+                for (int i = 0; i < 2; i++) { /* two micro-batches' gradients, summed */
+                    remat_tensor *g0 = rt_rand(remat_ndim(a[i]), remat_shape(a[i]), dt, -1, 1,
+                                               (unsigned)(100 + 10 * step + i)),
+                                 *g1 = rt_rand(remat_ndim(a[i]), remat_shape(a[i]), dt, -1, 1,
+                                               (unsigned)(200 + 10 * step + i)),
+                                 *gs = NULL;
+                    RT_OK(remat_add(&gs, g0, g1));
+                    RT_OK(remat_set_grad(b[i], gs));
+                    RT_OK(remat_set_grad(a[i], g0));
+                    remat_release(g0), remat_release(gs);
+                    g0 = remat_tensor_grad(a[i]); /* accumulate as backward would: g0 + g1 */
+                    RT_OK(remat_add(&gs, g0, g1));
+                    RT_OK(remat_set_grad(a[i], gs));
+                    remat_release(g1), remat_release(gs);
+                }
+                bool up = true;
+                RT_OK(remat_optim_step(oa, &up)); /* the first micro-batch: counted */
+                cr_assert(!up);
+                RT_OK(remat_optim_step(oa, &up));
+                cr_assert(up);
+                double norm = 0;
+                RT_OK(remat_optim_grad_norm(ob, &norm));
+                const double mean = norm * 0.5;
+                RT_OK(remat_optim_scale_grads(ob, 0.5 * remat_clip_factor(mean, 3.0)));
+                RT_OK(remat_optim_step(ob, NULL));
+                cr_assert(fabs(remat_optim_last_grad_norm(oa) - mean) <= 1e-12 * mean);
+                for (int i = 0; i < 2; i++)
+                    cr_assert(rt_bitwise_equal(a[i], b[i]), "%s %s step %d: parameter %d differs",
+                              kind ? "sgd" : "adamw", remat_dtype_name(dt), step, i);
+            }
+            remat_optim_free(oa), remat_optim_free(ob);
+            for (int i = 0; i < 2; i++) remat_release(a[i]), remat_release(b[i]);
+        }
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 /* An update is an in-place write: a graph that saved the parameter is stale
  * afterwards, as in PyTorch. */
 Test(optim, an_update_bumps_the_parameter_version) {

@@ -171,6 +171,25 @@ step torch-bf16 60 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --rep
   --autocast bf16 --strategies none,block,selective=dots --out "$FILES/torch-bf16.json"
 step profile-bf16 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" bench --device cuda \
   $MODEL --autocast bf16 --strategies none --reps 2 --profile=3
+# 4b. the same without cuBLASLt's bias epilogue (REMAT_CUDA_LT=0: bias broadcast, then
+# cublasGemmEx with beta = 1), the A/B of the bf16 forward linears
+step profile-bf16-nolt 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_CUDA_LT=0 \
+  "$BUILD/remat" bench --device cuda $MODEL --autocast bf16 --strategies none --reps 3 --profile=2
+# 4b'. PyTorch's own kernels in its bf16 step (torch.profiler), beside remat's profile above
+step torch-profile-bf16 60 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --reps 2 \
+  --autocast bf16 --strategies none --profile 3 --out "$FILES/torch-profile-bf16.json"
+# 4b''. tuning variants of the tensor-core attention (bench/cuda/gpu_variants.sh), each
+# program's profile beside the default's: the attention rows and the step
+if [ -f "$CARRY/variants.tar.xz" ]; then
+  tar xJf "$CARRY/variants.tar.xz" -C "$FILES" && cp "$FILES/variants/list.txt" "$FILES/variants.txt"
+  for prog in "$BUILD/remat" "$FILES"/variants/remat-*; do
+    for ac in bf16 off; do
+      step "att-$(basename "$prog")-$ac" 25 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$prog" \
+        bench --device cuda $MODEL --autocast $ac --strategies none --reps 3 --profile=2
+    done
+  done
+  rm -rf "$FILES/variants"
+fi
 # 4c. the attention's other path on this GPU: the CUDA-core kernels
 # (REMAT_CUDA_ATTENTION=simt) beside the tensor cores (the default), each op's time
 step profile-bf16-simt 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_CUDA_ATTENTION=simt \

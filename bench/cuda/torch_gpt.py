@@ -102,6 +102,10 @@ def main():
                     help="bf16: torch.autocast('cuda', torch.bfloat16) around the forward")
     ap.add_argument("--strategies", default="none,block,selective=dots,budget=50%")
     ap.add_argument("--out", default=None, help="JSON file (default bench/results/DATE-GPU-torch.json)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after timing, N steps of the first strategy under torch.profiler: "
+                         "its GPU kernels by total time (what remat bench --profile sets "
+                         "against remat's)")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("torch_gpt.py: no CUDA device")
@@ -158,6 +162,22 @@ def main():
             times[s].append(ms)
             peaks[s] = max(peaks.get(s, 0), pk)
             losses[s] = lo
+    if a.profile > 0:
+        try:
+            from torch.profiler import ProfilerActivity, profile
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(a.profile):
+                    step(strategies[0])
+            print(f"torch.profiler: {strategies[0]}, {a.profile} steps; GPU kernels, ms per step")
+            rows = [(e.key, e.device_time_total / 1000 / a.profile, e.count // a.profile)
+                    for e in prof.key_averages() if e.device_time_total > 0]
+            rows.sort(key=lambda r: -r[1])
+            total = sum(r[1] for r in rows)
+            print(f"{'ms/step':>8s} {'%':>6s} {'calls':>6s}  kernel (total {total:.3f} ms)")
+            for k, ms, n in rows[:40]:
+                print(f"{ms:8.3f} {100 * ms / total:5.1f}% {n:6d}  {k[:110]}")
+        except Exception as e:  # a profiler that fails must not lose the timings
+            print("torch.profiler failed:", repr(e))
     gpu = torch.cuda.get_device_name(0)
     res = {
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),

@@ -61,6 +61,11 @@ void remat_autocast_end(const remat_autocast_state *prev);
 bool remat_autocast_enabled(int device_type);
 /* The lower-precision dtype of device_type (REMAT_BF16). */
 remat_dtype remat_autocast_dtype(int device_type);
+/* The dtype a lower-precision op (matmul, linear, attention) would run x in on this thread:
+ * the autocast dtype where autocast is on for x's device and x is f32 or bf16, else x's
+ * own. A norm whose only consumer is such an op can write it so (remat_layer_norm_to): the
+ * GPT block's norms do. x must not be NULL. */
+remat_dtype remat_autocast_lower_dtype(const remat_tensor *x);
 /* The whole thread-local state, and setting it back (checkpointing). */
 void remat_autocast_get_state(remat_autocast_state *out);
 void remat_autocast_set_state(const remat_autocast_state *s);

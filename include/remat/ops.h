@@ -90,6 +90,19 @@ remat_status remat_log_softmax(remat_tensor **out, remat_tensor *a, int dim);
  * that shape or NULL. */
 remat_status remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
                               remat_tensor *bias, double eps);
+/* remat_layer_norm with its output in `dtype`: the values and gradients of
+ * remat_to_dtype(remat_layer_norm(...), dtype), bitwise. For a bf16 dtype and an f32 x on
+ * the cpu the norm's kernel rounds each row as it writes it (the cast's rounding), and its
+ * backward reads the bf16 gradient, widening each row as it goes: no f32 output is written
+ * and read back, no f32 gradient of it is made (the pre-norm block's norm whose only
+ * consumer is a linear that autocast would cast to bf16). dtype f32 or f64, or another
+ * device: the two ops. The op is still remat_layer_norm (policies, profiles), one node
+ * fewer. Autocast: the norm's category (f32), then dtype. *out is a new reference, NULL on
+ * failure. Errors: remat_layer_norm's; REMAT_EDTYPE (a bf16 dtype with a non-f32 x after
+ * autocast, or a dtype that is not f32, f64 or bf16). */
+remat_status remat_layer_norm_to(remat_tensor **out, remat_tensor *x, int n_norm,
+                                 remat_tensor *weight, remat_tensor *bias, double eps,
+                                 remat_dtype dtype);
 /* *sum = x + r and *out = remat_layer_norm(*sum, n_norm, weight, bias, eps) as one op: a
  * pre-norm transformer block's residual add and the norm after it (the GPT-2 block's
  * x1 = x + attn, ln_2(x1)). The values of remat_add then remat_layer_norm, and x's and r's
@@ -103,6 +116,14 @@ remat_status remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, r
 remat_status remat_add_layer_norm(remat_tensor **sum, remat_tensor **out, remat_tensor *x,
                                   remat_tensor *r, int n_norm, remat_tensor *weight,
                                   remat_tensor *bias, double eps);
+/* remat_add_layer_norm with *out in `dtype`, as remat_layer_norm_to: *sum as
+ * remat_add_layer_norm's (x's dtype), *out bitwise remat_to_dtype(out, dtype), gradients
+ * bitwise too; rounded in the kernel for a bf16 dtype and an f32 x on the cpu. Both outputs
+ * are new references; on failure both are NULL. Errors: remat_add_layer_norm's,
+ * REMAT_EDTYPE as remat_layer_norm_to's. */
+remat_status remat_add_layer_norm_to(remat_tensor **sum, remat_tensor **out, remat_tensor *x,
+                                     remat_tensor *r, int n_norm, remat_tensor *weight,
+                                     remat_tensor *bias, double eps, remat_dtype dtype);
 /* Root-mean-square normalisation over the last n_norm dims, as
  * torch.nn.functional.rms_norm and Llama's RMSNorm:
  *   out = x · rsqrt(mean(x²) + eps) · weight

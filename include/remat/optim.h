@@ -142,8 +142,12 @@ remat_status remat_optim_add_group(remat_optimizer *o, remat_tensor *const *para
  * (clip_norm), applies the update at the schedule's rate for this update,
  * and drops the gradients (remat_optim_zero_grad), so the next backward
  * starts from none; *updated (may be NULL) says whether it did. Other calls
- * only count. Gradients are scaled in place (as PyTorch's clip_grad_norm_
- * does); a strided gradient is first replaced by a dense copy. On failure
+ * only count. The update reads each gradient times the scale (1/A and the
+ * clip's factor, one factor rounded to the gradient's dtype, then each element
+ * multiplied by it: the values PyTorch's in-place clip_grad_norm_ leaves); on
+ * the cpu the update's kernel does so as it reads g, without writing g back,
+ * elsewhere the gradients are scaled in place first. A strided gradient is
+ * first replaced by a dense copy. On failure
  * (REMAT_ENOMEM making a gradient dense) no parameter or state has changed. */
 remat_status remat_optim_step(remat_optimizer *o, bool *updated /* OUT */);
 

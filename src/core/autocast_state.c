@@ -39,6 +39,14 @@ remat_dtype remat_autocast_dtype(int device_type) {
     return REMAT_BF16;
 }
 
+remat_dtype remat_autocast_lower_dtype(const remat_tensor *x) {
+    const remat_dtype dt = remat_tensor_dtype(x);
+    const int type = remat_tensor_device(x).type;
+    if ((dt == REMAT_F32 || dt == REMAT_BF16) && remat_autocast_enabled(type))
+        return remat_autocast_dtype(type);
+    return dt;
+}
+
 void remat_autocast_get_state(remat_autocast_state *out) {
     if (out) *out = tls_state;
 }

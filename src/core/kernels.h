@@ -105,6 +105,8 @@ remat_status rm_kernel_register(rm_kernel_id id, int device_type, remat_dtype dt
 #define RM_KF_WIDE_GRAD                                                                            \
     2u /* (MATMUL) an f32 operand of a bf16 product flagged RM_MM_PANEL is
                             * rounded by the kernel, panel by panel */
+#define RM_KF_GRAD_SCALE                                                                           \
+    4u /* (ADAMW, SGD) reads the gradient times the params' grad_scale (optim.h) */
 /* (src/core/device.c) Fills the row of device type `type` from rows (NULL: clears it),
  * a NULL bf16 entry from bf16_fallback (when not NULL), and its flags (NULL: none). */
 void rm_kernels_set_rows(int type, const rm_kernel_fn (*rows)[RM_N_DTYPES],

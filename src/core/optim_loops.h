@@ -8,7 +8,9 @@
  * f32: the recurrences run in float as PyTorch's f32 kernels do, with the scalar factors
  * formed in double and rounded once (rm_adamw_factors_make). Every element's result depends
  * only on its own inputs, so a buffer may be split anywhere (threads, ZeRO shards) without
- * changing a bit. Arguments are not checked here: the callers have. */
+ * changing a bit. The gradient is read as g · gscale, rounded (the scale of the mean over
+ * micro-batches and of the clip, folded in: the bits of a SCALE pass over g before the
+ * update; times 1 it is g exactly). Arguments are not checked here: the callers have. */
 #ifndef REMAT_CORE_OPTIM_LOOPS_H
 #define REMAT_CORE_OPTIM_LOOPS_H
 
@@ -22,10 +24,10 @@ static inline void rm_adamw_loop_f32(float *p, const float *g, float *m, float *
                                      const rm_adamw_factors *f) {
     const float b1 = f->b1f, b2 = f->b2f, eps = f->epsf, decay = f->decayf;
     const float step_size = f->stepf, inv_sqrt_bc2 = f->inv_sqrt_bc2f;
-    const float one_m_b1 = f->one_m_b1f, one_m_b2 = f->one_m_b2f;
+    const float one_m_b1 = f->one_m_b1f, one_m_b2 = f->one_m_b2f, gs = f->gscalef;
 #pragma omp parallel for if (n > RM_OPTIM_OMP_MIN)
     for (int64_t i = 0; i < n; i++) {
-        float gi = g[i];
+        float gi = g[i] * gs;
         float mi = b1 * m[i] + one_m_b1 * gi;
         float vi = b2 * v[i] + one_m_b2 * gi * gi;
         m[i] = mi;
@@ -38,10 +40,10 @@ static inline void rm_adamw_loop_f32(float *p, const float *g, float *m, float *
 static inline void rm_adamw_loop_f64(double *p, const double *g, double *m, double *v, int64_t n,
                                      const rm_adamw_factors *f) {
     const double b1 = f->b1, b2 = f->b2, eps = f->eps, decay = f->decay;
-    const double step_size = f->step_size, sqrt_bc2 = f->sqrt_bc2;
+    const double step_size = f->step_size, sqrt_bc2 = f->sqrt_bc2, gs = f->gscale;
 #pragma omp parallel for if (n > RM_OPTIM_OMP_MIN)
     for (int64_t i = 0; i < n; i++) {
-        double gi = g[i];
+        double gi = g[i] * gs;
         double mi = b1 * m[i] + (1.0 - b1) * gi;
         double vi = b2 * v[i] + (1.0 - b2) * gi * gi;
         m[i] = mi;
@@ -58,10 +60,11 @@ static inline void rm_adamw_loop_f64(double *p, const double *g, double *m, doub
                                          const rm_sgd_kparams *h) {                                \
         const T lr = (T)h->lr, mom = (T)h->momentum, wd = (T)h->weight_decay;                      \
         const T damp = (T)(1.0 - h->dampening);                                                    \
+        const T gs = (T)(h->grad_scale != 0 ? h->grad_scale : 1.0);                                \
         const bool use_buf = h->momentum != 0, first = h->first, nesterov = h->nesterov;           \
         const bool decay = h->weight_decay != 0;                                                   \
         _Pragma("omp parallel for if (n > RM_OPTIM_OMP_MIN)") for (int64_t i = 0; i < n; i++) {    \
-            T d = g[i];                                                                            \
+            T d = g[i] * gs;                                                                       \
             if (decay) d = d + wd * p[i];                                                          \
             if (use_buf) {                                                                         \
                 T b = first ? d : mom * buf[i] + damp * d;                                         \

@@ -147,7 +147,10 @@ int mb_gpt2_block(remat_tensor **out, const remat_gpt2_block_weights *w,
                  *v = NULL, *att = NULL, *t = NULL, *y = NULL, *x1 = NULL, *f = NULL;
     int n_parts = 0;
     /* attention */
-    MB_TRY(remat_layer_norm(&h, x, 1, w->ln_1_weight, w->ln_1_bias, o->eps));
+    /* under autocast the norms write bf16, what the linears after them would cast to
+     * (remat_layer_norm_to: the cast folded into the norm, the same bits) */
+    const remat_dtype hdt = remat_autocast_lower_dtype(x);
+    MB_TRY(remat_layer_norm_to(&h, x, 1, w->ln_1_weight, w->ln_1_bias, o->eps, hdt));
     MB_TRY(project(lin, &qkv, h, w->attn_weight, w->attn_bias)); /* (B, T, 3C) */
     mb_drop(&h);
     MB_TRY(mb_maybe_tag(o->tags, &qkv, "qkv"));
@@ -176,7 +179,7 @@ int mb_gpt2_block(remat_tensor **out, const remat_gpt2_block_weights *w,
     MB_TRY(mb_dropout(o->resid_pdrop, &t));
     /* x1 = x + t and ln_2(x1) in one op (remat_add_layer_norm): x1 normalised while in cache,
      * its two gradients added as the norm's backward writes them */
-    MB_TRY(remat_add_layer_norm(&x1, &h, x, t, 1, w->ln_2_weight, w->ln_2_bias, o->eps));
+    MB_TRY(remat_add_layer_norm_to(&x1, &h, x, t, 1, w->ln_2_weight, w->ln_2_bias, o->eps, hdt));
     mb_drop(&t);
     /* MLP */
     /* f32/f64: the up projection's bias goes into the GELU (remat_bias_gelu), no pass of its

@@ -96,6 +96,8 @@ remat_status remat_log_softmax(remat_tensor **out, remat_tensor *a, int dim) {
 typedef struct ln_params {
     rm_layer_norm_params k;             /* first: the kernels read it (n_norm, eps) */
     int64_t norm_shape[REMAT_MAX_DIMS]; /* shape of weight, bias and their grads (fill_ctx) */
+    bool to_bf16;    /* y rounded to bf16 as it is written (remat_layer_norm_to; an f32 x) */
+    remat_dtype xdt; /* x's (fill_ctx) */
 } ln_params;
 
 static const char *const k_ln_args[] = {"x", "weight", "bias"};
@@ -131,6 +133,9 @@ static remat_status layer_norm_check(const rm_op_call *c) {
     int rc = rm_check_float_dtype(call, "x", x);
     if (!rc) rc = rm_check_norm_params(call, x, n_norm, p->k.eps);
     if (rc) return rc;
+    if (p->to_bf16 && x->dtype != REMAT_F32)
+        return rm_err(REMAT_EDTYPE, "%s: a bf16 output needs an f32 x, got %s", call,
+                      remat_dtype_name(x->dtype));
     if (weight && (rc = check_param(call, "weight", weight, x, n_norm))) return rc;
     if (bias && (rc = check_param(call, "bias", bias, x, n_norm))) return rc;
     return REMAT_OK;
@@ -143,7 +148,7 @@ static remat_status layer_norm_infer(const rm_op_call *c, rm_out_spec *out) {
     const int lead = x->ndim - p->k.n_norm;
     out[0].ndim = x->ndim;
     memcpy(out[0].shape, x->shape, sizeof out[0].shape);
-    out[0].dtype = x->dtype;
+    out[0].dtype = p->to_bf16 ? REMAT_BF16 : x->dtype;
     out[1].ndim = lead;
     memcpy(out[1].shape, x->shape, sizeof(int64_t) * (size_t)lead);
     out[1].dtype = x->dtype;
@@ -151,10 +156,29 @@ static remat_status layer_norm_infer(const rm_op_call *c, rm_out_spec *out) {
     return REMAT_OK;
 }
 
+/* The gradient of y in x's dtype: a bf16 y's gradient widened (what the backward of
+ * remat_to_dtype does, the same ops on the graph under create_graph), else g itself. */
+static remat_status grad_as_x(remat_tensor **out, remat_tensor *g, remat_dtype xdt) {
+    if (g->dtype == xdt) {
+        *out = rm_retain(g);
+        return REMAT_OK;
+    }
+    return remat_to_dtype(out, g, xdt);
+}
+
+/* create_graph: a bias's gradient, y's gradient g summed over the leading dims (all but
+ * the last n_norm). */
+static remat_status bias_grad(remat_tensor **out, remat_tensor *g, int n_norm) {
+    int dims[REMAT_MAX_DIMS], lead = g->ndim - n_norm;
+    for (int i = 0; i < lead; i++) dims[i] = i;
+    return lead ? remat_sum(out, g, lead, dims, false) : remat_contiguous(out, g);
+}
+
 static void layer_norm_fill_ctx(const rm_op_call *c, void *ctx) {
     ln_params *p = ctx;
     const remat_tensor *x = c->in[0];
     memcpy(p->norm_shape, x->shape + x->ndim - p->k.n_norm, sizeof(int64_t) * (size_t)p->k.n_norm);
+    p->xdt = x->dtype;
 }
 
 /* saved: 0 = x, 1 = weight (or NULL), 2 = mean (N), 3 = rstd (N) */
@@ -205,17 +229,18 @@ static remat_status layer_norm_recompose(remat_node *node, remat_tensor *const *
     return rc;
 }
 
+/* create_graph: the norm's y in x's dtype rebuilt (layer_norm_recompose) and its gradient
+ * g widened first when y is bf16, once for both uses, as the cast's node would. */
 static remat_status layer_norm_backward_diff(remat_node *node, remat_tensor *const *gout,
                                              remat_tensor **gin) {
     const ln_params *p = node->ctx;
     static const int slots[3] = {0, 1, -1};
-    int rc = rm_backward_recompose(node, slots, layer_norm_recompose, gout, gin);
-    if (!rc && node->next[2].node) { /* db = g summed over the leading dims */
-        remat_tensor *g = gout[0];
-        int dims[REMAT_MAX_DIMS], lead = g->ndim - p->k.n_norm;
-        for (int i = 0; i < lead; i++) dims[i] = i;
-        rc = lead ? remat_sum(&gin[2], g, lead, dims, false) : remat_contiguous(&gin[2], g);
-    }
+    remat_tensor *g = NULL;
+    int rc = grad_as_x(&g, gout[0], p->xdt);
+    if (!rc) rc = rm_backward_recompose(node, slots, layer_norm_recompose, &g, gin);
+    if (!rc && node->next[2].node) /* db = g summed over the leading dims */
+        rc = bias_grad(&gin[2], g, p->k.n_norm);
+    rm_release(g);
     return rc;
 }
 
@@ -234,6 +259,45 @@ const rm_op_desc rm_op_layer_norm = RM_OP_DESC(
 remat_status remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
                               remat_tensor *bias, double eps) {
     const ln_params params = {.k = {n_norm, eps}};
+    remat_tensor *in[3] = {x, weight, bias};
+    return rm_dispatch(&rm_op_layer_norm, out, in, &params, RM_OP_SITE());
+}
+
+/* Whether a remat_*_to call rounds in the norm's kernel (dtype bf16, x on the cpu, whose
+ * kernels write a bf16 y), or is the norm then remat_to_dtype (other devices); -1: dtype is
+ * neither bf16 nor the norm's own (an error). */
+static int fused_to(const char *call, const remat_tensor *x, remat_dtype dtype) {
+    if (dtype == REMAT_BF16) return x && x->storage->device.type == REMAT_CPU;
+    if (dtype == REMAT_F32 || dtype == REMAT_F64) return 0;
+    rm_err(REMAT_EDTYPE, "%s: dtype must be f32, f64 or bf16, got %s", call,
+           remat_dtype_name(dtype));
+    return -1;
+}
+
+/* *y = remat_to_dtype(*y, dtype) for the composed path (a no-op when y has it already);
+ * on failure *y is released and NULL. */
+static remat_status round_output(remat_tensor **y, remat_dtype dtype) {
+    if ((*y)->dtype == dtype) return REMAT_OK;
+    remat_tensor *t = NULL;
+    int rc = remat_to_dtype(&t, *y, dtype);
+    remat_release(*y);
+    *y = t;
+    return rc;
+}
+
+remat_status remat_layer_norm_to(remat_tensor **out, remat_tensor *x, int n_norm,
+                                 remat_tensor *weight, remat_tensor *bias, double eps,
+                                 remat_dtype dtype) {
+    const char *call = "remat_layer_norm_to";
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
+    *out = NULL;
+    int fused = fused_to(call, x, dtype);
+    if (fused < 0) return REMAT_EDTYPE;
+    if (!fused) {
+        int rc = remat_layer_norm(out, x, n_norm, weight, bias, eps);
+        return rc ? rc : round_output(out, dtype);
+    }
+    const ln_params params = {.k = {n_norm, eps}, .to_bf16 = true};
     remat_tensor *in[3] = {x, weight, bias};
     return rm_dispatch(&rm_op_layer_norm, out, in, &params, RM_OP_SITE());
 }
@@ -272,15 +336,19 @@ static remat_status add_layer_norm_check(const rm_op_call *c) {
     }
     rc = rm_check_norm_params(call, x, n_norm, p->ln.k.eps);
     if (rc) return rc;
+    if (p->ln.to_bf16 && x->dtype != REMAT_F32)
+        return rm_err(REMAT_EDTYPE, "%s: a bf16 output needs an f32 x, got %s", call,
+                      remat_dtype_name(x->dtype));
     if (weight && (rc = check_param(call, "weight", weight, x, n_norm))) return rc;
     if (bias && (rc = check_param(call, "bias", bias, x, n_norm))) return rc;
     return REMAT_OK;
 }
 
-/* sum and y like x; the rows' mean and rstd */
+/* sum like x, y as layer_norm's; the rows' mean and rstd */
 static remat_status add_layer_norm_infer(const rm_op_call *c, rm_out_spec *out) {
     int rc = layer_norm_infer(c, out + 1);
     out[0] = out[1];
+    out[0].dtype = c->in[0]->dtype;
     return rc;
 }
 
@@ -334,10 +402,11 @@ static remat_status add_layer_norm_backward_diff(remat_node *node, remat_tensor 
     const bool gx = node->next[0].node || node->next[1].node;
     const bool gw = node->next[2].node != NULL;
     remat_tensor *s = NULL, *w = NULL, *leaves[2] = {NULL, NULL}, *xs[3] = {NULL, NULL, NULL};
-    remat_tensor *y = NULL, *grads[2] = {NULL, NULL}, *total = NULL;
+    remat_tensor *y = NULL, *grads[2] = {NULL, NULL}, *total = NULL, *gy = NULL;
     int k = 0, is = -1, iw = -1;
     int rc = rm_node_unpack(node, 0, &s);
     if (!rc) rc = rm_node_unpack(node, 1, &w);
+    if (!rc) rc = grad_as_x(&gy, gout[1], s->dtype); /* a bf16 y's: widened once */
     if (!rc && gx) rc = remat_view(&leaves[is = k++], s, s->ndim, s->shape);
     if (!rc && gw && w && w->requires_grad)
         rc = remat_view(&leaves[iw = k++], w, w->ndim, w->shape);
@@ -346,7 +415,6 @@ static remat_status add_layer_norm_backward_diff(remat_node *node, remat_tensor 
     if (!rc) rc = layer_norm_recompose(node, xs, &y); /* reads the ln_params at ctx's start */
     if (!rc && k > 0 && y->requires_grad) {
         const remat_backward_options o = {.create_graph = true, .allow_unused = true};
-        remat_tensor *gy = gout[1];
         rc = remat_grad_ex(1, &y, &gy, k, leaves, &o, grads);
     }
     if (!rc && gx)
@@ -357,13 +425,9 @@ static remat_status add_layer_norm_backward_diff(remat_node *node, remat_tensor 
         rc = p->rdt != total->dtype ? remat_to_dtype(&gin[1], total, p->rdt)
                                     : (gin[1] = rm_retain(total), REMAT_OK);
     if (!rc && iw >= 0) gin[2] = grads[iw], grads[iw] = NULL;
-    if (!rc && node->next[3].node) { /* db = y's gradient summed over the leading dims */
-        remat_tensor *g = gout[1];
-        int dims[REMAT_MAX_DIMS], lead = g->ndim - p->ln.k.n_norm;
-        for (int i = 0; i < lead; i++) dims[i] = i;
-        rc = lead ? remat_sum(&gin[3], g, lead, dims, false) : remat_contiguous(&gin[3], g);
-    }
-    rm_release(s), rm_release(w), rm_release(y), rm_release(total);
+    if (!rc && node->next[3].node) /* db = y's gradient summed over the leading dims */
+        rc = bias_grad(&gin[3], gy, p->ln.k.n_norm);
+    rm_release(s), rm_release(w), rm_release(y), rm_release(total), rm_release(gy);
     for (int i = 0; i < 2; i++) rm_release(leaves[i]), rm_release(grads[i]);
     return rc;
 }
@@ -383,19 +447,44 @@ const rm_op_desc rm_op_add_layer_norm = RM_OP_DESC(
               {RM_SAVE_OUTPUT, 3, 0}},
     .backward = add_layer_norm_backward, .backward_diff = add_layer_norm_backward_diff);
 
-remat_status remat_add_layer_norm(remat_tensor **sum, remat_tensor **out, remat_tensor *x,
-                                  remat_tensor *r, int n_norm, remat_tensor *weight,
-                                  remat_tensor *bias, double eps) {
+/* remat_add_layer_norm with y rounded to bf16 in the kernel (to_bf16) or not. */
+static remat_status add_layer_norm(const char *call, remat_tensor **sum, remat_tensor **out,
+                                   remat_tensor *x, remat_tensor *r, int n_norm,
+                                   remat_tensor *weight, remat_tensor *bias, double eps,
+                                   bool to_bf16) {
     if (!sum || !out) {
         if (sum) *sum = NULL;
         if (out) *out = NULL;
-        return rm_err(REMAT_EINVAL, "remat_add_layer_norm: sum and out must not be NULL");
+        return rm_err(REMAT_EINVAL, "%s: sum and out must not be NULL", call);
     }
-    const aln_params params = {.ln = {.k = {n_norm, eps}}};
+    const aln_params params = {.ln = {.k = {n_norm, eps}, .to_bf16 = to_bf16}};
     remat_tensor *in[4] = {x, r, weight, bias}, *outs[2] = {NULL, NULL};
     int rc = rm_dispatch(&rm_op_add_layer_norm, outs, in, &params, RM_OP_SITE());
     *sum = outs[0];
     *out = outs[1];
+    return rc;
+}
+
+remat_status remat_add_layer_norm(remat_tensor **sum, remat_tensor **out, remat_tensor *x,
+                                  remat_tensor *r, int n_norm, remat_tensor *weight,
+                                  remat_tensor *bias, double eps) {
+    return add_layer_norm("remat_add_layer_norm", sum, out, x, r, n_norm, weight, bias, eps, false);
+}
+
+remat_status remat_add_layer_norm_to(remat_tensor **sum, remat_tensor **out, remat_tensor *x,
+                                     remat_tensor *r, int n_norm, remat_tensor *weight,
+                                     remat_tensor *bias, double eps, remat_dtype dtype) {
+    const char *call = "remat_add_layer_norm_to";
+    int fused = fused_to(call, x, dtype);
+    if (fused < 0) {
+        if (sum) *sum = NULL;
+        if (out) *out = NULL;
+        return REMAT_EDTYPE;
+    }
+    int rc = add_layer_norm(call, sum, out, x, r, n_norm, weight, bias, eps, fused);
+    if (rc || fused) return rc;
+    rc = round_output(out, dtype);
+    if (rc) remat_release_p(sum); /* both NULL on failure */
     return rc;
 }
 

@@ -348,18 +348,26 @@ remat_status remat_optim_scale_grads(remat_optimizer *o, double f) {
     return REMAT_OK;
 }
 
-static remat_status update_param(remat_optimizer *o, opt_param *q, double lr, const char *call) {
+/* q's update; its gradient read times gscale (1: as it is): by the kernel where it allows
+ * it (RM_KF_GRAD_SCALE: the cpu's), else by a SCALE pass over g first, the same bits. */
+static remat_status update_param(remat_optimizer *o, opt_param *q, double lr, double gscale,
+                                 const char *call) {
     remat_tensor *g = remat_tensor_grad(q->p);
     const remat_optim_options *op = &o->opts;
+    const rm_kernel_id kid = op->kind == REMAT_OPTIM_ADAMW ? RM_K_ADAMW : RM_K_SGD;
     int rc;
+    if (gscale != 1.0 && !rm_kernel_allows(kid, remat_tensor_device(g).type, RM_KF_GRAD_SCALE)) {
+        if ((rc = scale_dense(g, gscale, call))) return rc;
+        gscale = 1.0;
+    }
     if (op->kind == REMAT_OPTIM_ADAMW) {
-        const rm_adamw_kparams h = {lr,      op->beta1,       op->beta2,
-                                    op->eps, q->weight_decay, q->steps + 1};
+        const rm_adamw_kparams h = {lr,           op->beta1, op->beta2, op->eps, q->weight_decay,
+                                    q->steps + 1, gscale};
         rm_kargs ka = {.in = {g}, .out = {q->p, q->s[0], q->s[1]}, .params = &h};
         rc = rm_kernel_run(RM_K_ADAMW, call, &ka);
     } else {
-        const rm_sgd_kparams h = {lr,           op->momentum, op->dampening, q->weight_decay,
-                                  op->nesterov, q->steps == 0};
+        const rm_sgd_kparams h = {lr,           op->momentum,  op->dampening, q->weight_decay,
+                                  op->nesterov, q->steps == 0, gscale};
         rm_kargs ka = {.in = {g}, .out = {q->p, q->s[0]}, .params = &h};
         rc = rm_kernel_run(RM_K_SGD, call, &ka);
     }
@@ -380,7 +388,8 @@ remat_status remat_optim_step(remat_optimizer *o, bool *updated) {
     }
     int rc = prepare_grads(o, call);
     if (rc) return rc;
-    /* the mean over the micro-batches, then the clip: one pass when both apply */
+    /* the mean over the micro-batches, then the clip: one factor, read with the gradient by
+     * the update (update_param) */
     double scale = 1.0 / (double)accum;
     o->last_norm = 0;
     if (o->opts.clip_norm > 0) {
@@ -389,14 +398,10 @@ remat_status remat_optim_step(remat_optimizer *o, bool *updated) {
         o->last_norm = sqrt(ss) * scale;
         scale *= remat_clip_factor(o->last_norm, o->opts.clip_norm);
     }
-    if (accum > 1 || o->opts.clip_norm > 0)
-        for (int i = 0; i < o->n; i++) {
-            remat_tensor *g = remat_tensor_grad(o->ps[i].p);
-            if (g && scale != 1.0 && (rc = scale_dense(g, scale, call))) return rc;
-        }
     const double lr = remat_optim_lr(o);
     for (int i = 0; i < o->n; i++)
-        if (remat_tensor_grad(o->ps[i].p) && (rc = update_param(o, &o->ps[i], lr, call))) return rc;
+        if (remat_tensor_grad(o->ps[i].p) && (rc = update_param(o, &o->ps[i], lr, scale, call)))
+            return rc;
     o->updates++;
     remat_optim_zero_grad(o);
     if (updated) *updated = true;

@@ -32,7 +32,7 @@ static remat_status adamw_begin(const char *call, const void *p, const void *g, 
 }
 
 static rm_adamw_kparams adamw_kparams(const remat_adamw_hparams *h) {
-    rm_adamw_kparams k = {h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->step};
+    rm_adamw_kparams k = {h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->step, 0};
     return k;
 }
 
@@ -73,8 +73,8 @@ static remat_status check_sgd(const char *call, const void *p, const void *g, co
                                         const remat_sgd_hparams *h) {                              \
         int rc = check_sgd("remat_sgd_update_" #sfx, p, g, buf, n, h);                             \
         if (rc) return rc;                                                                         \
-        const rm_sgd_kparams k = {h->lr,           h->momentum, h->dampening,                      \
-                                  h->weight_decay, h->nesterov, h->first};                         \
+        const rm_sgd_kparams k = {                                                                 \
+            h->lr, h->momentum, h->dampening, h->weight_decay, h->nesterov, h->first, 0};          \
         rm_sgd_loop_##sfx(p, g, buf, n, &k);                                                       \
         return REMAT_OK;                                                                           \
     }

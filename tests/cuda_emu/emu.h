@@ -16,8 +16,11 @@
  *     t + 4·(r / 2); B (8×8): b[r] is row (k) t + 4·r, column g; C as above. Products are
  *     exact (tf32 × tf32 fits in f32), sums in f32. cvt.rna.tf32.f32 rounds to nearest,
  *     ties away from zero.
- *   ldmatrix.x4.trans (8×8 b16 matrices): lane l gives row l % 8 of matrix l / 8; register
- *     j gets matrix j's elements (2t, g) and (2t + 1, g), the first in the low half.
+ *   cp.async.cg (16 bytes, zero-filled past src_size), commit_group, wait_group N: a copy
+ *     lands when its thread waits for it (so reading before the wait sees stale data);
+ *   ldmatrix.x4 (8×8 b16 matrices): lane l gives row l % 8 of matrix l / 8; register j
+ *     gets matrix j's elements (g, 2t) and (g, 2t + 1), the first in the low half; .trans
+ *     gets (2t, g) and (2t + 1, g).
  * A kernel whose threads would diverge at a meeting point (some at a barrier, some not)
  * is reported as a deadlock. Shared memory is one static buffer (blocks run one after
  * another). Not a CUDA implementation: what the attention kernels use, nothing else. */
@@ -42,13 +45,22 @@ alignas(16) inline unsigned char smem_raw[256 * 1024];
 namespace rmk_emu {
 
 enum wait_kind { RUN = 0, AT_BLOCK, AT_WARP, DONE };
-enum warp_op { OP_SHFL = 1, OP_MMA, OP_MMA_TF32, OP_LDSM_T, OP_SYNCWARP };
+enum warp_op { OP_SHFL = 1, OP_MMA, OP_MMA_TF32, OP_LDSM_T, OP_LDSM, OP_SYNCWARP };
+
+/* One cp.async of a thread: 16 bytes to shared memory, the first `n` from global. */
+struct async_copy {
+    void *dst;
+    const void *src;
+    int n;
+};
 
 struct fiber {
     ucontext_t ctx;
     std::vector<char> stack;
     uint3 tid;
     int state;
+    std::vector<async_copy> open;                /* issued, not yet committed */
+    std::vector<std::vector<async_copy>> groups; /* committed, not yet waited for */
 };
 
 struct warp_slot {
@@ -85,6 +97,25 @@ inline void sync_block() { yield(AT_BLOCK); }
 inline void sync_warp() {
     my_slot().op = OP_SYNCWARP;
     yield(AT_WARP);
+}
+
+/* cp.async.cg 16 bytes (src_size n: the rest zero-filled), commit_group, wait_group N.
+ * A copy lands in shared memory only when its thread waits for its group (the latest a GPU
+ * may complete it): a kernel that reads a tile before waiting, or overwrites one still being
+ * read, sees stale data here. */
+inline void cp_async16(void *dst, const void *src, int n) { cur->open.push_back({dst, src, n}); }
+inline void cp_async_commit() {
+    cur->groups.push_back(cur->open);
+    cur->open.clear();
+}
+inline void cp_async_wait(int n) {
+    while ((int)cur->groups.size() > n) {
+        for (const async_copy &c : cur->groups.front()) {
+            memset(c.dst, 0, 16);
+            if (c.n) memcpy(c.dst, c.src, (size_t)c.n);
+        }
+        cur->groups.erase(cur->groups.begin());
+    }
 }
 
 template <typename T> inline T shfl_xor(T v, int o) {
@@ -143,14 +174,16 @@ inline float tf32_val(uint32_t u) {
     return f;
 }
 
-inline void ldsm_x4_t(uint32_t (&r)[4], const void *row) {
+inline void ldsm_x4_op(int op, uint32_t (&r)[4], const void *row) {
     warp_slot &s = my_slot();
     const int l = lane_of(cur);
-    s.op = OP_LDSM_T;
+    s.op = op;
     s.ptr[l] = row;
     yield(AT_WARP);
     for (int i = 0; i < 4; i++) r[i] = s.uout[l][i];
 }
+inline void ldsm_x4_t(uint32_t (&r)[4], const void *row) { ldsm_x4_op(OP_LDSM_T, r, row); }
+inline void ldsm_x4(uint32_t (&r)[4], const void *row) { ldsm_x4_op(OP_LDSM, r, row); }
 
 /* D = A (16×K) · B (K×8) + C for every lane: C and D in the accumulator layout, row
  * g + 8·(r / 2), column 2t + (r % 2) of register r; products summed in f32, k in order */
@@ -198,17 +231,23 @@ inline void run_warp_op(warp_slot &s) {
             for (int r = 0; r < 2; r++) B[t + 4 * r][g] = tf32_val(s.uin[l][4 + r]);
         }
         mma_out(s, A, B, 8);
-    } else if (s.op == OP_LDSM_T) {
+    } else if (s.op == OP_LDSM_T || s.op == OP_LDSM) {
+        for (int l = 0; l < 32; l++)
+            if ((uintptr_t)s.ptr[l] & 15) {
+                fprintf(stderr, "cuda_emu: ldmatrix row address not 16-byte aligned\n");
+                abort();
+            }
         for (int l = 0; l < 32; l++) {
             const int g = l >> 2, t = l & 3;
             for (int j = 0; j < 4; j++) {
-                const uint16_t *r0 = (const uint16_t *)s.ptr[8 * j + 2 * t],
-                               *r1 = (const uint16_t *)s.ptr[8 * j + 2 * t + 1];
-                if (((uintptr_t)r0 & 15) || ((uintptr_t)r1 & 15)) {
-                    fprintf(stderr, "cuda_emu: ldmatrix row address not 16-byte aligned\n");
-                    abort();
+                if (s.op == OP_LDSM_T) { /* elements (2t, g), (2t + 1, g) */
+                    const uint16_t *r0 = (const uint16_t *)s.ptr[8 * j + 2 * t],
+                                   *r1 = (const uint16_t *)s.ptr[8 * j + 2 * t + 1];
+                    s.uout[l][j] = (uint32_t)r0[g] | ((uint32_t)r1[g] << 16);
+                } else { /* elements (g, 2t), (g, 2t + 1) */
+                    const uint16_t *r = (const uint16_t *)s.ptr[8 * j + g];
+                    s.uout[l][j] = (uint32_t)r[2 * t] | ((uint32_t)r[2 * t + 1] << 16);
                 }
-                s.uout[l][j] = (uint32_t)r0[g] | ((uint32_t)r1[g] << 16);
             }
         }
     }
@@ -216,6 +255,11 @@ inline void run_warp_op(warp_slot &s) {
 
 inline void fiber_main() {
     body();
+    if (!cur->open.empty() || !cur->groups.empty()) {
+        fprintf(stderr, "cuda_emu: thread %u exited with cp.async copies not waited for\n",
+                cur->tid.x);
+        abort();
+    }
     cur->state = DONE;
     swapcontext(&cur->ctx, &sched_ctx);
 }
@@ -235,6 +279,8 @@ inline void launch(unsigned grid, unsigned nt, std::function<void()> kernel_body
             if (f.stack.empty()) f.stack.resize(256 * 1024);
             f.tid = make_uint3(i, 0, 0);
             f.state = RUN;
+            f.open.clear();
+            f.groups.clear();
             getcontext(&f.ctx);
             f.ctx.uc_stack.ss_sp = f.stack.data();
             f.ctx.uc_stack.ss_size = f.stack.size();
@@ -294,8 +340,12 @@ inline void launch(unsigned grid, unsigned nt, std::function<void()> kernel_body
 #define __launch_bounds__(...)
 #define RMK_EMU_MMA(c, a, b0, b1) rmk_emu::mma_op(rmk_emu::OP_MMA, (c), (a), (b0), (b1))
 #define RMK_EMU_LDSM_X4_T(r, p) rmk_emu::ldsm_x4_t((r), (p))
+#define RMK_EMU_LDSM_X4(r, p) rmk_emu::ldsm_x4((r), (p))
 #define RMK_EMU_MMA_TF32(c, a, b0, b1) rmk_emu::mma_op(rmk_emu::OP_MMA_TF32, (c), (a), (b0), (b1))
 #define RMK_EMU_TF32(x) rmk_emu::tf32_rna(x)
+#define RMK_EMU_CP_ASYNC16(d, s, n) rmk_emu::cp_async16((d), (s), (n))
+#define RMK_EMU_CP_COMMIT() rmk_emu::cp_async_commit()
+#define RMK_EMU_CP_WAIT(n) rmk_emu::cp_async_wait(n)
 
 inline float __uint_as_float(unsigned int u) {
     float f;

@@ -262,7 +262,8 @@ static int mlp_block_forward(void *user_data, remat_tensor *const *inputs, int n
     int rc = remat_scope_begin(&s);
     if (rc) return rc;
     remat_tensor *h = NULL, *t = NULL, *y = NULL;
-    TRY(remat_layer_norm(&h, inputs[0], 1, b->ln_w, b->ln_b, LN_EPS));
+    TRY(remat_layer_norm_to(&h, inputs[0], 1, b->ln_w, b->ln_b, LN_EPS,
+                            remat_autocast_lower_dtype(inputs[0])));
     TRY(remat_linear(&t, h, b->w, b->b));
     block_drop(&h);
     TRY(block_tag(&t, "linear"));
@@ -352,7 +353,8 @@ static int head(model *m, remat_tensor *x, const batch *b, bool want_loss, remat
         *out = remat_scope_keep(o);
         goto done;
     }
-    TRY(remat_layer_norm(&h, x, 1, m->lnf_w, m->lnf_b, LN_EPS));
+    /* in the dtype the head's linear runs in (remat_layer_norm_to: the cast folded in) */
+    TRY(remat_layer_norm_to(&h, x, 1, m->lnf_w, m->lnf_b, LN_EPS, remat_autocast_lower_dtype(x)));
     if (m->kind == MODEL_GPT) {
         TRY(remat_linear(&o, h, m->head, NULL)); /* (B, T, V) */
         if (want_loss) {

@@ -34,7 +34,7 @@
     X(SOFTMAX, softmax, F32_F64)                                                                   \
     X(SOFTMAX_BWD, softmax_bwd, F32_F64)                                                           \
     X(LAYER_NORM, layer_norm, F32_F64)                                                             \
-    X(LAYER_NORM_BWD, layer_norm_bwd, F32_F64)                                                     \
+    X(LAYER_NORM_BWD, layer_norm_bwd, F32_F64_BF16)                                                \
     X(ADD_LAYER_NORM, add_layer_norm, F32_F64)                                                     \
     X(DROPOUT, dropout, F32_F64)                                                                   \
     X(DROPOUT_BWD, dropout_bwd, F32_F64)                                                           \

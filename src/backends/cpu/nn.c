@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "clones.h"
 #include "core/philox.h"
 #include "cpu.h"
@@ -68,6 +69,9 @@ int64_t rm_cpu_chunk_rows(int64_t rows, int64_t n) {
  * summed per fixed chunk of rows, then over the chunks in order: results
  * never depend on the thread count. */
 #define LN_LANES 16
+/* A bf16 y (layer_norm's output rounded as it is written: remat_layer_norm_to) is computed
+ * this many columns at a time into a block on the stack, then rounded. */
+#define LN_BF16_BLOCK 256
 
 /* ---- dropout ---------------------------------------------------------------------------- */
 /* keep iff rm_u32_to_unit(word) >= p, i.e. (word >> 8) >= thr with
@@ -94,15 +98,39 @@ static void ln_rows(const remat_tensor *x, int n_norm, int64_t *N, int64_t *C) {
 
 static void *ptr_or_null(const remat_tensor *t) { return t ? rm_ptr(t) : NULL; }
 
+/* *half: y (layer_norm's output, or its gradient) is bf16 next to an f32 x; else y must
+ * have x's dtype. */
+static remat_status ln_y_bf16(const remat_tensor *x, const remat_tensor *y, bool *half) {
+    *half = y->dtype == REMAT_BF16 && x->dtype == REMAT_F32;
+    if (*half || y->dtype == x->dtype) return REMAT_OK;
+    return rm_err(REMAT_EDTYPE, "layer_norm kernel: a %s y (or gradient) with a %s x",
+                  remat_dtype_name(y->dtype), remat_dtype_name(x->dtype));
+}
+
+/* NN_ROUND_BF16 of the f64 copy: a bf16 y always has an f32 x (ln_y_bf16), so only for
+ * completeness, through f32. */
+static void round_f64_bf16(const double *restrict x, uint16_t *restrict y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = rm_f32_to_bf16((float)x[i]);
+}
+
 /* ---- the kernels, once per dtype: nn_body.h ------------------------------------------ */
 #define T f32
 #define NN_EXP rm_expf_v /* vectorisable Cephes expf, ~1 ulp (vmath.h) */
 #define NN_LOG logf
 #define NN_FMA RM_FMAF
+#define NN_ROUND_BF16 rm_bf16_round_run /* the cast kernel's rounding, bitwise */
 #include "nn_body.h"
 
 #define T f64
 #define NN_EXP exp
 #define NN_LOG log
 #define NN_FMA RM_FMA
+#define NN_ROUND_BF16 round_f64_bf16 /* never reached: a bf16 y has an f32 x */
 #include "nn_body.h"
+
+/* layer_norm's backward for a bf16 g: an f32 x's (remat_layer_norm_to's bf16 y) read as
+ * bf16 by the f32 kernel; a bf16 x's through f32 as every bf16 op without a kernel. */
+remat_status rm_cpu_layer_norm_bwd_bf16(const rm_kargs *k) {
+    if (k->in[1]->dtype == REMAT_F32) return rm_cpu_layer_norm_bwd_f32(k);
+    return rm_cpu_bf16_via_f32[RM_K_LAYER_NORM_BWD](k);
+}

@@ -212,41 +212,71 @@ RM_CPU_CLONES static void TFN(ln_stats)(const T *restrict xn, int64_t C, double 
     *rstd = (T)(1.0 / sqrt((double)(a[0] / (T)C) + eps));
 }
 
+/* yn[c] = (xn[c] - m) * s scaled by w[c] and shifted by b[c] (each NULL if absent), c < len:
+ * the one expression both of ln_row's outputs (T, or bf16 through ln_row_bf16) are computed
+ * with, so a bf16 y is bitwise the T y rounded. */
+static inline __attribute__((always_inline)) void TFN(ln_out)(const T *restrict xn,
+                                                              const T *restrict w,
+                                                              const T *restrict b, T *restrict yn,
+                                                              int64_t len, T m, T s) {
+    if (w && b)
+        for (int64_t c = 0; c < len; c++) yn[c] = NN_FMA((xn[c] - m) * s, w[c], b[c]);
+    else if (w)
+        for (int64_t c = 0; c < len; c++) yn[c] = (xn[c] - m) * s * w[c];
+    else if (b)
+        for (int64_t c = 0; c < len; c++) yn[c] = NN_FMA(xn[c] - m, s, b[c]);
+    else
+        for (int64_t c = 0; c < len; c++) yn[c] = (xn[c] - m) * s;
+}
+
 /* One row of layer_norm: xn (C) -> yn, *mean, *rstd. w, b (C) or NULL. */
 static inline __attribute__((always_inline)) void
 TFN(ln_row)(const T *restrict xn, const T *restrict w, const T *restrict b, T *restrict yn,
             int64_t C, double eps, T *mean, T *rstd) {
     T m, s;
     TFN(ln_stats)(xn, C, eps, &m, &s);
-    if (w && b)
-        for (int64_t c = 0; c < C; c++) yn[c] = NN_FMA((xn[c] - m) * s, w[c], b[c]);
-    else if (w)
-        for (int64_t c = 0; c < C; c++) yn[c] = (xn[c] - m) * s * w[c];
-    else if (b)
-        for (int64_t c = 0; c < C; c++) yn[c] = NN_FMA(xn[c] - m, s, b[c]);
-    else
-        for (int64_t c = 0; c < C; c++) yn[c] = (xn[c] - m) * s;
+    TFN(ln_out)(xn, w, b, yn, C, m, s);
     *mean = m;
     *rstd = s;
 }
 
-/* x (N, C) -> y (N, C); mean, rstd (N). w, b (C) or NULL. */
+/* ln_row with y rounded to bf16 as it is written (yh): LN_BF16_BLOCK columns at a time
+ * computed into a stack block in T, then rounded as the cast kernel rounds (NN_ROUND_BF16):
+ * no row of y in T is written to memory and read back. */
+static inline __attribute__((always_inline)) void
+TFN(ln_row_bf16)(const T *restrict xn, const T *restrict w, const T *restrict b,
+                 uint16_t *restrict yh, int64_t C, double eps, T *mean, T *rstd) {
+    T m, s, blk[LN_BF16_BLOCK];
+    TFN(ln_stats)(xn, C, eps, &m, &s);
+    for (int64_t c0 = 0; c0 < C; c0 += LN_BF16_BLOCK) {
+        const int64_t len = C - c0 < LN_BF16_BLOCK ? C - c0 : LN_BF16_BLOCK;
+        TFN(ln_out)(xn + c0, w ? w + c0 : NULL, b ? b + c0 : NULL, blk, len, m, s);
+        NN_ROUND_BF16(blk, yh + c0, len);
+    }
+    *mean = m;
+    *rstd = s;
+}
+
+/* x (N, C) -> y (N, C), or yh (bf16) when y is NULL; mean, rstd (N). w, b (C) or NULL. */
 RM_CPU_CLONES static void TFN(layernorm_fwd)(const T *restrict x, const T *restrict w,
-                                             const T *restrict b, T *restrict y, T *restrict mean,
+                                             const T *restrict b, T *restrict y,
+                                             uint16_t *restrict yh, T *restrict mean,
                                              T *restrict rstd, int64_t N, int64_t C, double eps) {
 #pragma omp parallel for if (N * C > RM_OMP_MIN / 4)
     for (int64_t n = 0; n < N; n++)
-        TFN(ln_row)(x + n * C, w, b, y + n * C, C, eps, &mean[n], &rstd[n]);
+        if (yh) TFN(ln_row_bf16)(x + n * C, w, b, yh + n * C, C, eps, &mean[n], &rstd[n]);
+        else TFN(ln_row)(x + n * C, w, b, y + n * C, C, eps, &mean[n], &rstd[n]);
 }
 
 /* The residual add fused in front: sum = x + r row by row (r in T, or rh: bf16 widened, for
- * an f32 x), then the row's layer_norm read back from L1. Each sum is the add kernel's
- * x + r, each normalised row layernorm_fwd's. */
+ * an f32 x), then the row's layer_norm read back from L1 (into y, or yh as layernorm_fwd).
+ * Each sum is the add kernel's x + r, each normalised row layernorm_fwd's. */
 RM_CPU_CLONES static void TFN(add_layernorm_fwd)(const T *restrict x, const T *restrict r,
                                                  const uint16_t *restrict rh, const T *restrict w,
                                                  const T *restrict b, T *restrict sum,
-                                                 T *restrict y, T *restrict mean, T *restrict rstd,
-                                                 int64_t N, int64_t C, double eps) {
+                                                 T *restrict y, uint16_t *restrict yh,
+                                                 T *restrict mean, T *restrict rstd, int64_t N,
+                                                 int64_t C, double eps) {
 #pragma omp parallel for if (N * C > RM_OMP_MIN / 4)
     for (int64_t n = 0; n < N; n++) {
         const T *restrict xn = x + n * C;
@@ -255,14 +285,18 @@ RM_CPU_CLONES static void TFN(add_layernorm_fwd)(const T *restrict x, const T *r
             for (int64_t c = 0; c < C; c++) sn[c] = xn[c] + (T)rm_bf16_to_f32(rh[n * C + c]);
         else
             for (int64_t c = 0; c < C; c++) sn[c] = xn[c] + r[n * C + c];
-        TFN(ln_row)(sn, w, b, y + n * C, C, eps, &mean[n], &rstd[n]);
+        if (yh) TFN(ln_row_bf16)(sn, w, b, yh + n * C, C, eps, &mean[n], &rstd[n]);
+        else TFN(ln_row)(sn, w, b, y + n * C, C, eps, &mean[n], &rstd[n]);
     }
 }
 
 /* Rows [r0, r1) of the backward (see layernorm_bwd): dx rows (dx may be NULL) and, if
  * pw is not NULL, this chunk's column sums pw[c] = sum_n norm * g, pb[c] = sum_n g.
- * s1 = sum_c w*g and s2 = sum_c w*g*norm are lane sums over the row held in L1. */
-RM_CPU_CLONES static void TFN(ln_bwd_rows)(const T *restrict g, const T *restrict x,
+ * s1 = sum_c w*g and s2 = sum_c w*g*norm are lane sums over the row held in L1. With gh
+ * (bf16, g NULL) each row of g is widened into grow (C) first: exact, the values the cast's
+ * backward would have written. */
+RM_CPU_CLONES static void TFN(ln_bwd_rows)(const T *restrict g, const uint16_t *restrict gh,
+                                           T *restrict grow, const T *restrict x,
                                            const T *restrict w, const T *restrict mean,
                                            const T *restrict rstd, const T *restrict gres,
                                            T *restrict dx, T *restrict pw, T *restrict pb,
@@ -270,7 +304,9 @@ RM_CPU_CLONES static void TFN(ln_bwd_rows)(const T *restrict g, const T *restric
     if (pw)
         for (int64_t c = 0; c < C; c++) pw[c] = pb[c] = 0;
     for (int64_t n = r0; n < r1; n++) {
-        const T *restrict gn = g + n * C, *restrict xn = x + n * C;
+        if (gh)
+            for (int64_t c = 0; c < C; c++) grow[c] = (T)rm_bf16_to_f32(gh[n * C + c]);
+        const T *restrict gn = gh ? grow : g + n * C, *restrict xn = x + n * C;
         const T mn = mean[n], rs = rstd[n];
         if (!dx) { /* column sums only */
             for (int64_t c = 0; c < C; c++) {
@@ -310,13 +346,15 @@ RM_CPU_CLONES static void TFN(ln_bwd_rows)(const T *restrict g, const T *restric
     }
 }
 
-/* dx (N, C) from g (N, C), plus gres (N, C) when not NULL (the fused residual add's sum
+/* dx (N, C) from g (N, C) (or gh, bf16, with g NULL: gwide is then scratch of C elements
+ * per chunk of rows), plus gres (N, C) when not NULL (the fused residual add's sum
  * gradient); dw, db (C) (each may be NULL; part, scratch of 2 * C *
  * ceil(N / rm_cpu_chunk_rows(N, C)) elements, is needed when either is not). As llm.c:
  *   norm = (x - mean) * rstd
  *   dx = (w*g - mean_c(w*g) - norm * mean_c(w*g*norm)) * rstd
  *   dw = sum_n norm * g,  db = sum_n g (chunk partials in T, summed in double) */
-RM_CPU_CLONES static void TFN(layernorm_bwd)(const T *restrict g, const T *restrict x,
+RM_CPU_CLONES static void TFN(layernorm_bwd)(const T *restrict g, const uint16_t *restrict gh,
+                                             T *restrict gwide, const T *restrict x,
                                              const T *restrict w, const T *restrict mean,
                                              const T *restrict rstd, const T *restrict gres,
                                              T *restrict dx, T *restrict dw, T *restrict db,
@@ -328,7 +366,9 @@ RM_CPU_CLONES static void TFN(layernorm_bwd)(const T *restrict g, const T *restr
     for (int64_t k = 0; k < nch; k++) {
         int64_t r0 = k * rb, r1 = r0 + rb < N ? r0 + rb : N;
         T *pw = cols ? part + k * 2 * C : NULL;
-        TFN(ln_bwd_rows)(g, x, w, mean, rstd, gres, dx, pw, pw ? pw + C : NULL, r0, r1, C);
+        TFN(ln_bwd_rows)
+        (g, gh, gh ? gwide + k * C : NULL, x, w, mean, rstd, gres, dx, pw, pw ? pw + C : NULL, r0,
+         r1, C);
     }
     if (!cols) return;
     int64_t nb = (C + NN_COL_BLOCK - 1) / NN_COL_BLOCK;
@@ -429,16 +469,22 @@ remat_status TFN(rm_cpu_softmax_bwd)(const rm_kargs *k) {
                                p->log);
     return REMAT_OK;
 }
+/* y in x's dtype, or bf16 for an f32 x (ln_y_bf16) */
 remat_status TFN(rm_cpu_layer_norm)(const rm_kargs *k) {
     const rm_layer_norm_params *p = k->params;
     int64_t N, C;
     ln_rows(k->in[0], p->n_norm, &N, &C);
+    bool half;
+    int rc = ln_y_bf16(k->in[0], k->out[0], &half);
+    if (rc) return rc;
     TFN(layernorm_fwd)
-    (rm_ptr(k->in[0]), ptr_or_null(k->in[1]), ptr_or_null(k->in[2]), rm_ptr(k->out[0]),
-     rm_ptr(k->out[1]), rm_ptr(k->out[2]), N, C, p->eps);
+    (rm_ptr(k->in[0]), ptr_or_null(k->in[1]), ptr_or_null(k->in[2]),
+     half ? NULL : rm_ptr(k->out[0]), half ? rm_ptr(k->out[0]) : NULL, rm_ptr(k->out[1]),
+     rm_ptr(k->out[2]), N, C, p->eps);
     return REMAT_OK;
 }
-/* in: x, r (x's dtype, or bf16 for an f32 x), w, b; out: sum, y, mean, rstd */
+/* in: x, r (x's dtype, or bf16 for an f32 x), w, b; out: sum, y (as layer_norm's), mean,
+ * rstd */
 remat_status TFN(rm_cpu_add_layer_norm)(const rm_kargs *k) {
     const rm_layer_norm_params *p = k->params;
     int64_t N, C;
@@ -448,25 +494,36 @@ remat_status TFN(rm_cpu_add_layer_norm)(const rm_kargs *k) {
     if (!half && r->dtype != k->in[0]->dtype)
         return rm_err(REMAT_EDTYPE, "add_layer_norm kernel: x %s with r %s",
                       remat_dtype_name(k->in[0]->dtype), remat_dtype_name(r->dtype));
+    bool yhalf;
+    int rc = ln_y_bf16(k->in[0], k->out[1], &yhalf);
+    if (rc) return rc;
     TFN(add_layernorm_fwd)
     (rm_ptr(k->in[0]), half ? NULL : rm_ptr(r), half ? rm_ptr(r) : NULL, ptr_or_null(k->in[2]),
-     ptr_or_null(k->in[3]), rm_ptr(k->out[0]), rm_ptr(k->out[1]), rm_ptr(k->out[2]),
-     rm_ptr(k->out[3]), N, C, p->eps);
+     ptr_or_null(k->in[3]), rm_ptr(k->out[0]), yhalf ? NULL : rm_ptr(k->out[1]),
+     yhalf ? rm_ptr(k->out[1]) : NULL, rm_ptr(k->out[2]), rm_ptr(k->out[3]), N, C, p->eps);
     return REMAT_OK;
 }
+/* g in x's dtype, or bf16 (widened row by row) for an f32 x: the kernel of both the f32 and
+ * the bf16 row (rm_cpu_layer_norm_bwd_bf16, nn.c) */
 remat_status TFN(rm_cpu_layer_norm_bwd)(const rm_kargs *k) {
     const rm_layer_norm_params *p = k->params;
     int64_t N, C;
     ln_rows(k->in[1], p->n_norm, &N, &C);
     remat_tensor *dx = k->out[0], *dw = k->out[1], *db = k->out[2];
-    void *part = NULL; /* per-chunk column sums for dw / db */
-    if ((dw || db) && N > 0) {
-        int64_t rb = rm_cpu_chunk_rows(N, C), nch = (N + rb - 1) / rb;
-        part = malloc((size_t)(2 * nch * C) * sizeof(T) + 1);
+    bool gh;
+    int rc = ln_y_bf16(k->in[1], k->in[0], &gh);
+    if (rc) return rc;
+    int64_t rb = N > 0 ? rm_cpu_chunk_rows(N, C) : 1, nch = (N + rb - 1) / rb;
+    /* per-chunk column sums for dw / db, then a widened row of g per chunk */
+    const int64_t n_part = (dw || db) ? 2 * nch * C : 0, n_wide = gh ? nch * C : 0;
+    T *part = NULL;
+    if (n_part + n_wide > 0) {
+        part = malloc((size_t)(n_part + n_wide) * sizeof(T));
         if (!part) return rm_err(REMAT_ENOMEM, "out of memory");
     }
     TFN(layernorm_bwd)
-    (rm_ptr(k->in[0]), rm_ptr(k->in[1]), ptr_or_null(k->in[2]), rm_ptr(k->in[3]), rm_ptr(k->in[4]),
+    (gh ? NULL : rm_ptr(k->in[0]), gh ? rm_ptr(k->in[0]) : NULL, gh ? part + n_part : NULL,
+     rm_ptr(k->in[1]), ptr_or_null(k->in[2]), rm_ptr(k->in[3]), rm_ptr(k->in[4]),
      ptr_or_null(k->in[5]), ptr_or_null(dx), ptr_or_null(dw), ptr_or_null(db), part, N, C);
     free(part);
     return REMAT_OK;
@@ -499,3 +556,4 @@ remat_status TFN(rm_cpu_dropout_bwd)(const rm_kargs *k) {
 #undef NN_EXP
 #undef NN_LOG
 #undef NN_FMA
+#undef NN_ROUND_BF16

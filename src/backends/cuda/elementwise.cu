@@ -89,6 +89,33 @@ __global__ void unary_bwd_kernel(const S *__restrict__ g, const S *__restrict__ 
     RMK_GRID_LOOP(i, n) rmk_put(dx + i, unary_df<T, OP>(rmk_ld(g[i]), s ? rmk_ld(s[i]) : (T)0, p));
 }
 
+/* The same over packs (kcommon.cuh): x, y, g, s 16-byte aligned (s may be NULL). */
+template <typename S, int OP, typename T = typename rmk_compute<S>::type>
+__global__ void unary_pack_kernel(const S *__restrict__ x, S *__restrict__ y, int64_t n, T p) {
+    RMK_PACK_LOOP(v, n) {
+        rmk_pack<S> a, b;
+        a.load(x, v);
+#pragma unroll
+        for (int e = 0; e < RMK_PACK; e++) rmk_put(&b.e[e], unary_f<T, OP>(rmk_ld(a.e[e]), p));
+        b.store(y, v);
+    }
+    RMK_PACK_TAIL(i, n) rmk_put(y + i, unary_f<T, OP>(rmk_ld(x[i]), p));
+}
+template <typename S, int OP, typename T = typename rmk_compute<S>::type>
+__global__ void unary_bwd_pack_kernel(const S *__restrict__ g, const S *__restrict__ s,
+                                      S *__restrict__ dx, int64_t n, T p) {
+    RMK_PACK_LOOP(v, n) {
+        rmk_pack<S> a, b, d;
+        a.load(g, v);
+        if (s) b.load(s, v);
+#pragma unroll
+        for (int e = 0; e < RMK_PACK; e++)
+            rmk_put(&d.e[e], unary_df<T, OP>(rmk_ld(a.e[e]), s ? rmk_ld(b.e[e]) : (T)0, p));
+        d.store(dx, v);
+    }
+    RMK_PACK_TAIL(i, n) rmk_put(dx + i, unary_df<T, OP>(rmk_ld(g[i]), s ? rmk_ld(s[i]) : (T)0, p));
+}
+
 /* clang-format cannot settle on one layout for an X-macro list: */
 /* clang-format off */
 /* Calls X(op) for every rm_unary_op (inside a switch). */
@@ -101,11 +128,16 @@ __global__ void unary_bwd_kernel(const S *__restrict__ g, const S *__restrict__ 
 template <typename S>
 static cudaError_t unary_t(int op, double p, const void *x, void *y, int64_t n, cudaStream_t s) {
     typedef typename rmk_compute<S>::type T;
-    unsigned nb = rmk_blocks(n, RMK_THREADS);
-    if (nb == 0) return cudaSuccess;
+    if (n <= 0) return cudaSuccess;
+    const bool pack = rmk_aligned16(x) && rmk_aligned16(y);
+    const unsigned nb = pack ? rmk_pack_blocks(n, RMK_THREADS) : rmk_blocks(n, RMK_THREADS);
     switch (op) {
 #define X(OP)                                                                                      \
-    case OP: unary_kernel<S, OP><<<nb, RMK_THREADS, 0, s>>>((const S *)x, (S *)y, n, (T)p); break;
+    case OP:                                                                                       \
+        if (pack)                                                                                  \
+            unary_pack_kernel<S, OP><<<nb, RMK_THREADS, 0, s>>>((const S *)x, (S *)y, n, (T)p);    \
+        else unary_kernel<S, OP><<<nb, RMK_THREADS, 0, s>>>((const S *)x, (S *)y, n, (T)p);        \
+        break;
         RMK_UNARY_CASES(X)
 #undef X
     default: return cudaErrorInvalidValue;
@@ -117,13 +149,18 @@ template <typename S>
 static cudaError_t unary_bwd_t(int op, double p, const void *g, const void *sv, void *dx, int64_t n,
                                cudaStream_t s) {
     typedef typename rmk_compute<S>::type T;
-    unsigned nb = rmk_blocks(n, RMK_THREADS);
-    if (nb == 0) return cudaSuccess;
+    if (n <= 0) return cudaSuccess;
+    const bool pack = rmk_aligned16(g) && rmk_aligned16(sv) && rmk_aligned16(dx);
+    const unsigned nb = pack ? rmk_pack_blocks(n, RMK_THREADS) : rmk_blocks(n, RMK_THREADS);
     switch (op) {
 #define X(OP)                                                                                      \
     case OP:                                                                                       \
-        unary_bwd_kernel<S, OP>                                                                    \
-            <<<nb, RMK_THREADS, 0, s>>>((const S *)g, (const S *)sv, (S *)dx, n, (T)p);            \
+        if (pack)                                                                                  \
+            unary_bwd_pack_kernel<S, OP>                                                           \
+                <<<nb, RMK_THREADS, 0, s>>>((const S *)g, (const S *)sv, (S *)dx, n, (T)p);        \
+        else                                                                                       \
+            unary_bwd_kernel<S, OP>                                                                \
+                <<<nb, RMK_THREADS, 0, s>>>((const S *)g, (const S *)sv, (S *)dx, n, (T)p);        \
         break;
         RMK_UNARY_CASES(X)
 #undef X
@@ -266,6 +303,50 @@ __global__ void ew_kernel(const __grid_constant__ rmk_plan pl, S *y, const S *a,
     }
 }
 
+/* The flat plan over packs: y and every operand read contiguous (stride 1, 16-byte
+ * aligned) or one broadcast value (stride 0). */
+template <typename S, int OP, typename T = typename rmk_compute<S>::type>
+__global__ void ew_pack_kernel(const __grid_constant__ rmk_plan pl, S *y, const S *a, const S *b,
+                               const S *c, int64_t n, T p) {
+    constexpr int ar = ew_arity(OP);
+    const bool sa = pl.st[1][0] == 0, sb = pl.st[2][0] == 0, sc = pl.st[3][0] == 0;
+    const T a0 = ar > 0 && sa ? rmk_ld(a[0]) : (T)0, b0 = ar > 1 && sb ? rmk_ld(b[0]) : (T)0,
+            c0 = ar > 2 && sc ? rmk_ld(c[0]) : (T)0;
+    RMK_PACK_LOOP(v, n) {
+        rmk_pack<S> pa, pb, pc, py;
+        if (ar > 0 && !sa) pa.load(a, v);
+        if (ar > 1 && !sb) pb.load(b, v);
+        if (ar > 2 && !sc) pc.load(c, v);
+#pragma unroll
+        for (int e = 0; e < RMK_PACK; e++) {
+            const T av = ar > 0 ? (sa ? a0 : rmk_ld(pa.e[e])) : (T)0;
+            const T bv = ar > 1 ? (sb ? b0 : rmk_ld(pb.e[e])) : (T)0;
+            const T cv = ar > 2 ? (sc ? c0 : rmk_ld(pc.e[e])) : (T)0;
+            rmk_put(&py.e[e], ew_f<T, OP>(av, bv, cv, p));
+        }
+        py.store(y, v);
+    }
+    RMK_PACK_TAIL(i, n) {
+        const T av = ar > 0 ? (sa ? a0 : rmk_ld(a[i])) : (T)0;
+        const T bv = ar > 1 ? (sb ? b0 : rmk_ld(b[i])) : (T)0;
+        const T cv = ar > 2 ? (sc ? c0 : rmk_ld(c[i])) : (T)0;
+        rmk_put(y + i, ew_f<T, OP>(av, bv, cv, p));
+    }
+}
+
+/* Whether a one-dim plan can run packed: y contiguous, each operand the op reads
+ * contiguous or broadcast, the contiguous ones 16-byte aligned. */
+static bool ew_packable(const rmk_plan *pl, int ar, const void *y, const void *a, const void *b,
+                        const void *c) {
+    if (pl->nd != 1 || pl->st[0][0] != 1 || !rmk_aligned16(y)) return false;
+    const void *in[3] = {a, b, c};
+    for (int k = 0; k < ar; k++) {
+        const int64_t st = pl->st[k + 1][0];
+        if (!(st == 0 || (st == 1 && rmk_aligned16(in[k])))) return false;
+    }
+    return true;
+}
+
 /* clang-format cannot settle on one layout for an X-macro list: */
 /* clang-format off */
 #define RMK_EW_CASES(X)                                                                            \
@@ -286,7 +367,10 @@ static cudaError_t ew_t(int op, double p, const rmk_plan *pl, void *y, const voi
     switch (op) {
 #define X(OP)                                                                                      \
     case OP:                                                                                       \
-        if (flat)                                                                                  \
+        if (ew_packable(pl, ew_arity(OP), y, a, b, c))                                             \
+            ew_pack_kernel<S, OP><<<rmk_pack_blocks(n, RMK_THREADS), RMK_THREADS, 0, s>>>(         \
+                *pl, (S *)y, (const S *)a, (const S *)b, (const S *)c, n, (T)p);                   \
+        else if (flat)                                                                             \
             ew_kernel<S, OP, true><<<nb, RMK_THREADS, 0, s>>>(                                     \
                 *pl, (S *)y, (const S *)a, (const S *)b, (const S *)c, n, (T)p);                   \
         else                                                                                       \

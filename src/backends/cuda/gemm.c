@@ -18,11 +18,14 @@
  * so (the handle's math mode, runtime.c). bf16 GEMMs (autocast: every
  * operand bf16 on cuda, the driver casts linear's weight and bias) run
  * cublasGemmEx on bf16 A, B, C with f32 compute, one rounding of the
- * result, split-K sums kept in f32 (the math mode). The 64-bit cuBLAS API takes every
- * size without narrowing. */
+ * result, split-K sums kept in f32 (the math mode); a bf16 linear's bias goes into
+ * cuBLASLt's epilogue where the product is one GEMM (cublaslt.h), else it is broadcast into
+ * C first and the GEMM adds to it (beta = 1). The 64-bit cuBLAS API takes every size
+ * without narrowing. */
 #include "gemm.h"
 #include "backends/mm_view.h"
 #include "cublas_api.h"
+#include "cublaslt.h"
 #include "cuda_backend.h"
 
 typedef struct gemm_call {
@@ -95,10 +98,19 @@ static bool uniform_stride(int nb, const int64_t *bshape, const int64_t *bstr, i
 
 static size_t es_of(remat_dtype dt) { return remat_dtype_size(dt); }
 
-/* C[b] = A[b]·B[b] for the batch (mm_exec of the cpu kernel, on cuBLAS). */
+/* The bias of a linear: bias[j] added to every row of C (contiguous, n columns). */
+typedef struct mm_bias {
+    const void *p; /* NULL: none */
+    int64_t n;
+    int index; /* the device (current) */
+    bool in_c; /* already broadcast into C (the GEMM adds to it) */
+} mm_bias;
+
+/* C[b] = A[b]·B[b] (+ the bias) for the batch (mm_exec of the cpu kernel, on cuBLAS). */
 static remat_status mm_exec(cublasHandle_t h, cudaStream_t s, remat_dtype dt, int nb,
                             const int64_t *bshape, const mview *A, const mview *B, const mview *C,
-                            int64_t c_numel, bool add_to_c) {
+                            int64_t c_numel, const mm_bias *bias) {
+    bool add_to_c = bias->p && bias->in_c;
     gemm_call g = {.h = h, .dt = dt, .batch = 1, .beta = add_to_c ? 1.0 : 0.0};
     bool tc;
     mv_layout(A, &g.ta, &g.lda);
@@ -110,6 +122,23 @@ static remat_status mm_exec(cublasHandle_t h, cudaStream_t s, remat_dtype dt, in
     int64_t nbatch = rm_shape_numel(nb, bshape);
     size_t es = es_of(dt);
     if (g.m == 0 || g.n == 0) return REMAT_OK;
+    const bool fold_m = !g.ta && !tc && batch_broadcast_all(nb, bshape, B->bstr) &&
+                        batch_chains(nb, bshape, A->bstr, g.m * g.lda) &&
+                        batch_chains(nb, bshape, C->bstr, g.m * g.ldc);
+    if (bias->p && !bias->in_c) {
+        /* bf16: the bias in cuBLASLt's epilogue (cublaslt.h) when the product is one GEMM;
+         * else (or where cuBLASLt declines) broadcast into C first, the GEMM adding to it */
+        if (fold_m && g.k > 0 && g.ldc == g.n &&
+            rm_cublaslt_bias_gemm(bias->index, s, g.tb, g.ta, g.n, g.m * nbatch, g.k, B->p, g.ldb,
+                                  A->p, g.lda, C->p, g.ldc, bias->p))
+            return REMAT_OK;
+        int rc = rm_cuda_check(
+            rm_cuda_fill_rows(C->p, bias->p, bias->n ? c_numel / bias->n : 0, bias->n, (int)es, s),
+            "linear (bias)");
+        if (rc) return rc;
+        add_to_c = true;
+        g.beta = 1.0;
+    }
     bool acc = false;
     for (int d = 0; d < nb; d++) acc |= bshape[d] != 1 && C->bstr[d] == 0;
     if ((g.k == 0 || acc) && !add_to_c) { /* the sum starts from zero */
@@ -119,9 +148,7 @@ static remat_status mm_exec(cublasHandle_t h, cudaStream_t s, remat_dtype dt, in
     }
     if (g.k == 0) return REMAT_OK;
     /* fold-M: one GEMM over batch·m rows */
-    if (!g.ta && !tc && batch_broadcast_all(nb, bshape, B->bstr) &&
-        batch_chains(nb, bshape, A->bstr, g.m * g.lda) &&
-        batch_chains(nb, bshape, C->bstr, g.m * g.ldc)) {
+    if (fold_m) {
         g.m *= nbatch;
         return gemm_run(&g, A->p, B->p, C->p);
     }
@@ -177,16 +204,19 @@ static remat_status cuda_matmul(const rm_kargs *k) {
     if (!rc && bias) rc = rm_contig(&biasc, bias);
     cublasHandle_t h = rc ? NULL : rm_cuda_cublas(c.index);
     if (!rc && !h) rc = rm_last_status() ? rm_last_status() : REMAT_EDEVICE;
-    if (!rc && biasc) {
-        int64_t n = biasc->shape[0];
-        rc = rm_cuda_check(rm_cuda_fill_rows(rm_ptr(y), rm_ptr(biasc), n ? remat_numel(y) / n : 0,
-                                             n, (int)es_of(y->dtype), c.stream),
+    /* f32 / f64: the bias broadcast into y here, the GEMM adds to it; bf16: mm_exec decides */
+    mm_bias mb = {.p = biasc ? rm_ptr(biasc) : NULL,
+                  .n = biasc ? biasc->shape[0] : 0,
+                  .index = c.index,
+                  .in_c = y->dtype != REMAT_BF16};
+    if (!rc && mb.p && mb.in_c)
+        rc = rm_cuda_check(rm_cuda_fill_rows(rm_ptr(y), mb.p, mb.n ? remat_numel(y) / mb.n : 0,
+                                             mb.n, (int)es_of(y->dtype), c.stream),
                            "linear (bias)");
-    }
     if (!rc) {
         mview A = operand_view(ac, p->a, nb), B = operand_view(bc, p->b, nb);
         mview C = operand_view(y, p->c, nb);
-        rc = mm_exec(h, c.stream, y->dtype, nb, bshape, &A, &B, &C, remat_numel(y), biasc != NULL);
+        rc = mm_exec(h, c.stream, y->dtype, nb, bshape, &A, &B, &C, remat_numel(y), &mb);
     }
     rm_cuda_end(&c);
     rm_release(ac);

@@ -19,13 +19,31 @@
 /* A strided iteration space: `nd` dims of `shape` (row-major order of the
  * flat index), operand k at element offset sum_d idx[d] * st[k][d].
  * Size-1 dims are dropped and dims contiguous with their inner neighbour in
- * every operand merged, so a contiguous operand set is one dim. */
+ * every operand merged, so a contiguous operand set is one dim.
+ *
+ * Decomposing a flat index costs a division per dim but the outermost; a
+ * 64-bit division is a long subroutine on a GPU, slower than the memory
+ * traffic of the copy it indexes. Plans of fewer than 2^31 elements (`small`)
+ * divide by multiplying: q = umulhi(i, mul[d]) >> shr[d] (Granlund and
+ * Montgomery's round-up method; exact for every i < 2^31 and divisor in
+ * [1, 2^31)), computed once on the host. */
 typedef struct rmk_plan {
-    int nd;   /* >= 1 */
-    int nops; /* operands tracked */
+    int nd;    /* >= 1 */
+    int nops;  /* operands tracked */
+    int small; /* numel < 2^31: the 32-bit divisions below apply */
     int64_t shape[RMK_MAX_DIMS];
     int64_t st[RMK_MAX_OPS][RMK_MAX_DIMS];
+    uint32_t mul[RMK_MAX_DIMS], shr[RMK_MAX_DIMS]; /* shape[d] == 1 (never asked): 0, 0 */
 } rmk_plan;
+
+/* The multiplier and shift of a divisor d in [2, 2^31) for i / d, i < 2^31:
+ * l = ceil(log2 d), mul = ceil(2^(31 + l) / d) (< 2^32), shr = l - 1. */
+static inline void rmk_fastdiv_magic(uint32_t d, uint32_t *mul, uint32_t *shr) {
+    uint32_t l = 0;
+    while (((uint64_t)1 << l) < d) l++;
+    *mul = (uint32_t)((((uint64_t)1 << (31 + l)) + d - 1) / d);
+    *shr = l - 1;
+}
 
 /* Builds the plan of nops operands over (ndim, shape): st[k] are operand
  * k's element strides over those dims (0 along broadcast dims). */
@@ -56,6 +74,13 @@ static inline void rmk_plan_build(rmk_plan *p, int ndim, const int64_t *shape, i
     for (int k = nops; k < RMK_MAX_OPS; k++)
         for (int d = 0; d < nd; d++) p->st[k][d] = 0;
     p->nd = nd;
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++) n *= p->shape[d];
+    p->small = n < ((int64_t)1 << 31);
+    for (int d = 0; d < RMK_MAX_DIMS; d++) p->mul[d] = p->shr[d] = 0;
+    if (p->small)
+        for (int d = 1; d < nd; d++) /* dim 0 takes what is left: no division */
+            if (p->shape[d] > 1) rmk_fastdiv_magic((uint32_t)p->shape[d], &p->mul[d], &p->shr[d]);
 }
 
 /* Element offsets of flat index i in each operand (what the kernels do on
@@ -65,13 +90,32 @@ static inline void rmk_plan_build(rmk_plan *p, int ndim, const int64_t *shape, i
 #else
 #define RMK_HD
 #endif
+static inline RMK_HD uint32_t rmk_umulhi(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+    return __umulhi(a, b);
+#else
+    return (uint32_t)(((uint64_t)a * b) >> 32);
+#endif
+}
 static inline RMK_HD void rmk_plan_offsets(const rmk_plan *p, int64_t i, int64_t off[RMK_MAX_OPS]) {
     for (int k = 0; k < RMK_MAX_OPS; k++) off[k] = 0;
-    for (int d = p->nd - 1; d >= 0; d--) {
+    if (p->small) {
+        uint32_t r = (uint32_t)i;
+        for (int d = p->nd - 1; d > 0; d--) {
+            uint32_t q = rmk_umulhi(r, p->mul[d]) >> p->shr[d];
+            int64_t j = (int64_t)(r - q * (uint32_t)p->shape[d]);
+            r = q;
+            for (int k = 0; k < RMK_MAX_OPS; k++) off[k] += j * p->st[k][d];
+        }
+        for (int k = 0; k < RMK_MAX_OPS; k++) off[k] += (int64_t)r * p->st[k][0];
+        return;
+    }
+    for (int d = p->nd - 1; d > 0; d--) {
         int64_t n = p->shape[d], j = i % n;
         i /= n;
         for (int k = 0; k < RMK_MAX_OPS; k++) off[k] += j * p->st[k][d];
     }
+    for (int k = 0; k < RMK_MAX_OPS; k++) off[k] += i * p->st[k][0];
 }
 
 /* Row-major contiguous strides of (ndim, shape). */

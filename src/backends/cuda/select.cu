@@ -144,11 +144,38 @@ __global__ void convert_kernel(const __grid_constant__ rmk_plan pl, typename st_
     }
 }
 
+/* Contiguous y and x, over packs (kcommon.cuh): the casts autocast inserts. */
+template <int YD, int XD>
+__global__ void convert_pack_kernel(typename st_of<YD>::type *__restrict__ y,
+                                    const typename st_of<XD>::type *__restrict__ x, int64_t n) {
+    typedef typename st_of<YD>::type Y;
+    typedef typename st_of<XD>::type X;
+    RMK_PACK_LOOP(v, n) {
+        rmk_pack<X> a;
+        rmk_pack<Y> b;
+        a.load(x, v);
+#pragma unroll
+        for (int e = 0; e < RMK_PACK; e++) b.e[e] = convert<YD, XD>(a.e[e]);
+        b.store(y, v);
+    }
+    RMK_PACK_TAIL(i, n) y[i] = convert<YD, XD>(x[i]);
+}
+
 template <int YD, int XD>
 static cudaError_t convert_t(const rmk_plan *pl, void *y, const void *x, int64_t n,
                              cudaStream_t s) {
-    convert_kernel<YD, XD><<<rmk_blocks(n, RMK_THREADS), RMK_THREADS, 0, s>>>(
-        *pl, (typename st_of<YD>::type *)y, (const typename st_of<XD>::type *)x, n);
+    typedef typename st_of<YD>::type Y;
+    typedef typename st_of<XD>::type X;
+    if constexpr (YD != DT_U8 && XD != DT_U8) { /* packs of 2-, 4-, 8-byte elements */
+        if (pl->nd == 1 && pl->st[0][0] == 1 && pl->st[1][0] == 1 && rmk_aligned16(y) &&
+            rmk_aligned16(x)) {
+            convert_pack_kernel<YD, XD>
+                <<<rmk_pack_blocks(n, RMK_THREADS), RMK_THREADS, 0, s>>>((Y *)y, (const X *)x, n);
+            return cudaGetLastError();
+        }
+    }
+    convert_kernel<YD, XD>
+        <<<rmk_blocks(n, RMK_THREADS), RMK_THREADS, 0, s>>>(*pl, (Y *)y, (const X *)x, n);
     return cudaGetLastError();
 }
 

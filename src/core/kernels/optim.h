@@ -25,15 +25,20 @@
      * device, more than `at` elements). rm_sumsq_kparams */     \
     X(SUM_SQUARES, "sum of squares")
 
-/* ADAMW: remat_adamw_hparams' fields (remat/optim.h). */
+/* ADAMW: remat_adamw_hparams' fields (remat/optim.h). grad_scale (0: none) is a factor the
+ * gradient is read with, g rounded times it (the optimizer's mean over micro-batches and
+ * its clip), only for a kernel that allows it (RM_KF_GRAD_SCALE): the bits of a SCALE pass
+ * over g first, without the pass. */
 typedef struct rm_adamw_kparams {
     double lr, beta1, beta2, eps, weight_decay;
-    int64_t step; /* >= 1 */
+    int64_t step;      /* >= 1 */
+    double grad_scale; /* 0: none */
 } rm_adamw_kparams;
-/* SGD: remat_sgd_hparams' fields. */
+/* SGD: remat_sgd_hparams' fields; grad_scale as ADAMW's. */
 typedef struct rm_sgd_kparams {
     double lr, momentum, dampening, weight_decay;
     bool nesterov, first; /* first: the momentum buffer is initialised with d */
+    double grad_scale;    /* 0: none */
 } rm_sgd_kparams;
 /* SUM_SQUARES: which element of s gets the sum. */
 typedef struct rm_sumsq_kparams {
@@ -46,6 +51,8 @@ typedef struct rm_adamw_factors {
     double b1, b2, eps, decay, step_size, sqrt_bc2;     /* f64 */
     float b1f, b2f, epsf, decayf, stepf, inv_sqrt_bc2f; /* f32 */
     float one_m_b1f, one_m_b2f;                         /* 1.0f - b1f, 1.0f - b2f */
+    double gscale;                                      /* grad_scale, or 1 */
+    float gscalef;                                      /* (float)gscale */
 } rm_adamw_factors;
 
 static inline void rm_adamw_factors_make(const rm_adamw_kparams *h, rm_adamw_factors *f) {
@@ -65,6 +72,8 @@ static inline void rm_adamw_factors_make(const rm_adamw_kparams *h, rm_adamw_fac
     f->inv_sqrt_bc2f = (float)(1.0 / sqrt(bc2));
     f->one_m_b1f = 1.0f - f->b1f;
     f->one_m_b2f = 1.0f - f->b2f;
+    f->gscale = h->grad_scale != 0 ? h->grad_scale : 1.0;
+    f->gscalef = (float)f->gscale;
 }
 
 #endif /* REMAT_KERNELS_OPTIM_H */
