@@ -10,7 +10,7 @@
 set -eu
 cd "$(git rev-parse --show-toplevel)"
 [ "$(pwd)" = /work/main ] || { echo "gpu_variants: run in /work/main" >&2; exit 1; }
-VARIANTS=${VARIANTS:-"stages1:RMK_TC_STAGES=1 dkdv-minb2:RMK_TC_MINB_DKDV=2"}
+VARIANTS=${VARIANTS:-"occ-4-3-3-q32:RMK_TC_MINB_FWD=4;RMK_TC_MINB_DQ=3;RMK_TC_MINB_DKDV=3;RMK_TC_BCQ64=32 occ-3-3-3:RMK_TC_MINB_FWD=3;RMK_TC_MINB_DQ=3;RMK_TC_MINB_DKDV=3 occ-4-3-2:RMK_TC_MINB_FWD=4;RMK_TC_MINB_DQ=3;RMK_TC_MINB_DKDV=2"}
 mkdir -p .gpu/variants
 rm -f .gpu/variants/remat-* .gpu/variants/list.txt.new
 for v in $VARIANTS; do

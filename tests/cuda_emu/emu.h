@@ -16,8 +16,6 @@
  *     t + 4·(r / 2); B (8×8): b[r] is row (k) t + 4·r, column g; C as above. Products are
  *     exact (tf32 × tf32 fits in f32), sums in f32. cvt.rna.tf32.f32 rounds to nearest,
  *     ties away from zero.
- *   cp.async.cg (16 bytes, zero-filled past src_size), commit_group, wait_group N: a copy
- *     lands when its thread waits for it (so reading before the wait sees stale data);
  *   ldmatrix.x4 (8×8 b16 matrices): lane l gives row l % 8 of matrix l / 8; register j
  *     gets matrix j's elements (g, 2t) and (g, 2t + 1), the first in the low half; .trans
  *     gets (2t, g) and (2t + 1, g).
@@ -47,20 +45,11 @@ namespace rmk_emu {
 enum wait_kind { RUN = 0, AT_BLOCK, AT_WARP, DONE };
 enum warp_op { OP_SHFL = 1, OP_MMA, OP_MMA_TF32, OP_LDSM_T, OP_LDSM, OP_SYNCWARP };
 
-/* One cp.async of a thread: 16 bytes to shared memory, the first `n` from global. */
-struct async_copy {
-    void *dst;
-    const void *src;
-    int n;
-};
-
 struct fiber {
     ucontext_t ctx;
     std::vector<char> stack;
     uint3 tid;
     int state;
-    std::vector<async_copy> open;                /* issued, not yet committed */
-    std::vector<std::vector<async_copy>> groups; /* committed, not yet waited for */
 };
 
 struct warp_slot {
@@ -97,25 +86,6 @@ inline void sync_block() { yield(AT_BLOCK); }
 inline void sync_warp() {
     my_slot().op = OP_SYNCWARP;
     yield(AT_WARP);
-}
-
-/* cp.async.cg 16 bytes (src_size n: the rest zero-filled), commit_group, wait_group N.
- * A copy lands in shared memory only when its thread waits for its group (the latest a GPU
- * may complete it): a kernel that reads a tile before waiting, or overwrites one still being
- * read, sees stale data here. */
-inline void cp_async16(void *dst, const void *src, int n) { cur->open.push_back({dst, src, n}); }
-inline void cp_async_commit() {
-    cur->groups.push_back(cur->open);
-    cur->open.clear();
-}
-inline void cp_async_wait(int n) {
-    while ((int)cur->groups.size() > n) {
-        for (const async_copy &c : cur->groups.front()) {
-            memset(c.dst, 0, 16);
-            if (c.n) memcpy(c.dst, c.src, (size_t)c.n);
-        }
-        cur->groups.erase(cur->groups.begin());
-    }
 }
 
 template <typename T> inline T shfl_xor(T v, int o) {
@@ -255,11 +225,6 @@ inline void run_warp_op(warp_slot &s) {
 
 inline void fiber_main() {
     body();
-    if (!cur->open.empty() || !cur->groups.empty()) {
-        fprintf(stderr, "cuda_emu: thread %u exited with cp.async copies not waited for\n",
-                cur->tid.x);
-        abort();
-    }
     cur->state = DONE;
     swapcontext(&cur->ctx, &sched_ctx);
 }
@@ -279,8 +244,6 @@ inline void launch(unsigned grid, unsigned nt, std::function<void()> kernel_body
             if (f.stack.empty()) f.stack.resize(256 * 1024);
             f.tid = make_uint3(i, 0, 0);
             f.state = RUN;
-            f.open.clear();
-            f.groups.clear();
             getcontext(&f.ctx);
             f.ctx.uc_stack.ss_sp = f.stack.data();
             f.ctx.uc_stack.ss_size = f.stack.size();
@@ -343,9 +306,6 @@ inline void launch(unsigned grid, unsigned nt, std::function<void()> kernel_body
 #define RMK_EMU_LDSM_X4(r, p) rmk_emu::ldsm_x4((r), (p))
 #define RMK_EMU_MMA_TF32(c, a, b0, b1) rmk_emu::mma_op(rmk_emu::OP_MMA_TF32, (c), (a), (b0), (b1))
 #define RMK_EMU_TF32(x) rmk_emu::tf32_rna(x)
-#define RMK_EMU_CP_ASYNC16(d, s, n) rmk_emu::cp_async16((d), (s), (n))
-#define RMK_EMU_CP_COMMIT() rmk_emu::cp_async_commit()
-#define RMK_EMU_CP_WAIT(n) rmk_emu::cp_async_wait(n)
 
 inline float __uint_as_float(unsigned int u) {
     float f;

@@ -109,39 +109,36 @@ __device__ __forceinline__ void mma_3xtf32(float (&c)[4], const uint32_t (&ab)[4
     mma<true>(c, ab, bb[0], bb[1]);
 }
 
-/* Four 8×8 bf16 matrices, transposed as they load: lane l gives the address of row l % 8
- * of matrix l / 8; register i gets matrix i's elements (2t, g) and (2t + 1, g). */
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16_t *row) {
+/* Four 8×8 bf16 matrices (ldmatrix.x4): lane l gives the address of row l % 8 of matrix
+ * l / 8; register i gets matrix i's elements (g, 2t) and (g, 2t + 1) as stored — A and B
+ * fragments of mma.m16n8k16, one instruction where 32-bit loads take four — or, TRANS,
+ * (2t, g) and (2t + 1, g): B fragments of a tile read down its columns. */
+template <bool TRANS>
+__device__ __forceinline__ void ldsm_x4_any(uint32_t (&r)[4], const bf16_t *row) {
 #if defined(RMK_EMU)
-    RMK_EMU_LDSM_X4_T(r, row);
+    if (TRANS) RMK_EMU_LDSM_X4_T(r, row);
+    else RMK_EMU_LDSM_X4(r, row);
 #elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     const unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
 #else
     (void)row;
     r[0] = r[1] = r[2] = r[3] = 0;
     __trap();
 #endif
 }
-
-/* Four 8×8 bf16 matrices as stored: lane l gives the address of row l % 8 of matrix l / 8;
- * register i gets matrix i's elements (g, 2t) and (g, 2t + 1): A and B fragments of
- * mma.m16n8k16 with one instruction where 32-bit loads take four. */
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16_t *row) {
-#if defined(RMK_EMU)
-    RMK_EMU_LDSM_X4(r, row);
-#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-#else
-    (void)row;
-    r[0] = r[1] = r[2] = r[3] = 0;
-    __trap();
-#endif
+    ldsm_x4_any<false>(r, row);
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16_t *row) {
+    ldsm_x4_any<true>(r, row);
 }
 
 /* Two f32 rounded to bf16 (nearest, ties to even) and packed, lo in the low half. */
@@ -150,36 +147,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     uint32_t u;
     memcpy(&u, &h, sizeof u); /* a register move on the GPU */
     return u;
-}
-
-/* cp.async: 16 bytes from global to shared memory without passing through registers,
- * zero-filled when !valid (src_size 0: nothing read; src must still be a global address),
- * in commit groups a thread waits for (wait: until at most N of its groups are pending). */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
-#if defined(RMK_EMU)
-    RMK_EMU_CP_ASYNC16(dst, src, valid ? 16 : 0);
-#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src),
-                 "r"(valid ? 16 : 0));
-#else
-    (void)dst, (void)src, (void)valid;
-    __trap();
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(RMK_EMU)
-    RMK_EMU_CP_COMMIT();
-#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-#if defined(RMK_EMU)
-    RMK_EMU_CP_WAIT(N);
-#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
 }
 
 /* ---- the two element types ------------------------------------------------------------- *
@@ -324,9 +291,6 @@ struct tr_f32 {
 #ifndef RMK_TC_BCQ64_F32
 #define RMK_TC_BCQ64_F32 32
 #endif
-#ifndef RMK_TC_STAGES /* 1: no tile on its way while another is multiplied */
-#define RMK_TC_STAGES 2
-#endif
 template <typename TR, int HD> struct tc_cfg {
     static constexpr int NW = 4, NT = 32 * NW, BR = 16 * NW;
     static constexpr int BC = 64; /* keys per step (forward, dQ) */
@@ -339,31 +303,17 @@ template <typename TR, int HD> struct tc_cfg {
     static constexpr int LD = HD + TR::PAD; /* smem row stride, elements */
     static constexpr int NDT = HD / 8;      /* n-tiles over the head dims */
     static_assert(HD % 16 == 0 && HD <= 128, "head class 32, 64 or 128");
-    /* Shared memory of each kernel (bytes) with st stages of the streamed tiles (keys and
-     * values forward and for dQ, queries and dO for dK/dV). Two stages (the next tile on
-     * its way while one is multiplied) where a block's memory stays launchable on every
-     * sm_80+ GPU (99 KiB) and MINB blocks fit an H100/H200's 227 KiB; else one. */
+    /* dynamic shared memory of each kernel, bytes */
     static constexpr size_t ES = sizeof(typename TR::elem);
-    static constexpr size_t sm_fwd(int st) { return ES * (size_t)(BR + st * 2 * BC) * LD; }
-    static constexpr size_t sm_dq(int st) { return ES * (size_t)(2 * BR + st * 2 * BC) * LD; }
-    static constexpr size_t sm_dkdv(int st) {
-        return ES * (size_t)(2 * BR + st * 2 * BCQ) * LD + 4 * (size_t)st * 2 * BCQ;
-    }
-    static constexpr int stages(size_t sm2, int minb) {
-        return RMK_TC_STAGES >= 2 && sm2 <= 99 * 1024 && sm2 * (size_t)minb <= 227 * 1024 ? 2 : 1;
-    }
-    static constexpr int ST_FWD = stages(sm_fwd(2), MINB_FWD);
-    static constexpr int ST_DQ = stages(sm_dq(2), MINB_DQ);
-    static constexpr int ST_DKDV = stages(sm_dkdv(2), MINB_DKDV);
-    static constexpr size_t SM_FWD = sm_fwd(ST_FWD), SM_DQ = sm_dq(ST_DQ),
-                            SM_DKDV = sm_dkdv(ST_DKDV);
+    static constexpr size_t SM_FWD = ES * (size_t)(BR + 2 * BC) * LD;
+    static constexpr size_t SM_DQ = ES * (size_t)(2 * BR + 2 * BC) * LD;
+    static constexpr size_t SM_DKDV = ES * (size_t)(2 * BR + 2 * BCQ) * LD + 4 * 2 * BCQ;
 };
 
 /* rows [r0, r0 + rows) × HD of an operand into a shared tile (row stride LD), zero past rmax
  * rows and `cols` columns. vec: the operand's columns are contiguous and every row starts
- * 16-byte aligned, with cols a multiple of a 16-byte load's elements. ASYNC: vec loads by
- * cp.async, in the caller's open commit group (element loads are plain stores either way). */
-template <typename TR, int HD, int NT, bool ASYNC = false>
+ * 16-byte aligned, with cols a multiple of a 16-byte load's elements. */
+template <typename TR, int HD, int NT>
 __device__ __forceinline__ void
 tc_load(typename TR::elem *sm, int rows, const typename TR::elem *base, int64_t boff,
         const rmk_att_operand &op, int64_t r0, int64_t rmax, int64_t cols, bool vec) {
@@ -374,13 +324,8 @@ tc_load(typename TR::elem *sm, int rows, const typename TR::elem *base, int64_t 
         for (int e = threadIdx.x; e < rows * CPR; e += NT) {
             const int rr = e / CPR, c = (e % CPR) * VE;
             const int64_t r = r0 + rr;
-            const bool in = r < rmax && c < cols;
-            if (ASYNC) {
-                cp_async16(sm + rr * LD + c, in ? base + boff + r * op.rs + c : base, in);
-                continue;
-            }
             uint4 v = make_uint4(0, 0, 0, 0);
-            if (in) v = *(const uint4 *)(base + boff + r * op.rs + c);
+            if (r < rmax && c < cols) v = *(const uint4 *)(base + boff + r * op.rs + c);
             *(uint4 *)(sm + rr * LD + c) = v;
         }
         return;
@@ -478,43 +423,15 @@ template <typename E> struct tc_params {
     unsigned vec;
 };
 
-/* Key tile j0 (rows j0 .. j0 + rows - 1 of k and v) on its way into stage `stage` of KV
- * (each stage: K then V, rows × LD each), by cp.async where the operands allow, in the
- * caller's open commit group. */
+/* The next key tile (rows j0.. of k and v) into Ks and Vs, between barriers: the previous
+ * tile's readers are done before, every thread sees the new one after. */
 template <typename TR, int HD, int NT, typename E>
-__device__ __forceinline__ void tc_issue_kv(E *KV, int stage, int rows, const tc_params<E> &p,
-                                            int64_t bk, int64_t bv, int64_t j0) {
-    constexpr int LD = HD + TR::PAD;
-    E *Ks = KV + (size_t)stage * 2 * rows * LD, *Vs = Ks + (size_t)rows * LD;
-    tc_load<TR, HD, NT, true>(Ks, rows, p.k, bk, p.ok, j0, p.d.Tk, p.d.D, p.vec & 2);
-    tc_load<TR, HD, NT, true>(Vs, rows, p.v, bv, p.ov, j0, p.d.Tk, p.d.Dv, p.vec & 4);
-}
-
-/* The streamed-tile loop's steps, ST stages (1 or 2), tiles 0 .. n - 1, tile 0 issued and
- * committed before the loop:
- *   tc_pipe_ready<ST>(it, n, issue): with 2 stages puts tile it + 1 on its way (its stage
- *     was last read in it - 1, before that step's closing barrier); waits for tile it's
- *     copies; a barrier: every thread's share of tile it is in.
- *   tc_pipe_close<ST>(it, n, issue): a barrier (tile it's stage is read); with 1 stage, tile
- *     it + 1 then goes on its way. */
-template <int ST, typename F>
-__device__ __forceinline__ void tc_pipe_ready(int64_t it, int64_t n, F &&issue) {
-    if (ST == 2 && it + 1 < n) {
-        issue(it + 1);
-        cp_async_commit();
-        cp_async_wait<1>();
-    } else {
-        cp_async_wait<0>();
-    }
+__device__ __forceinline__ void tc_next_kv(E *Ks, E *Vs, int rows, const tc_params<E> &p,
+                                           int64_t bk, int64_t bv, int64_t j0) {
     __syncthreads();
-}
-template <int ST, typename F>
-__device__ __forceinline__ void tc_pipe_close(int64_t it, int64_t n, F &&issue) {
+    tc_load<TR, HD, NT>(Ks, rows, p.k, bk, p.ok, j0, p.d.Tk, p.d.D, p.vec & 2);
+    tc_load<TR, HD, NT>(Vs, rows, p.v, bv, p.ov, j0, p.d.Tk, p.d.Dv, p.vec & 4);
     __syncthreads();
-    if (ST == 1 && it + 1 < n) {
-        issue(it + 1);
-        cp_async_commit();
-    }
 }
 
 /* Accumulator fragments set to 0. */
@@ -539,10 +456,9 @@ template <typename TR, int HD>
 __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_FWD)
     tc_att_fwd(const __grid_constant__ tc_params<typename TR::elem> p) {
     typedef tc_cfg<TR, HD> C;
-    typedef typename TR::elem E;
-    constexpr int ST = C::ST_FWD;
-    E *Qs = tc_shared<E>();     /* BR × LD */
-    E *KV = Qs + C::BR * C::LD; /* ST stages × (K, V): BC × LD each */
+    typename TR::elem *Qs = tc_shared<typename TR::elem>(), /* BR × LD */
+        *Ks = Qs + C::BR * C::LD,                           /* BC × LD */
+            *Vs = Ks + C::BC * C::LD;                       /* BC × LD */
     const tc_where at;
     const int lane = at.lane, w = at.w, g = at.g, t = at.t;
     const int64_t nqb = (p.d.Tq + C::BR - 1) / C::BR;
@@ -554,70 +470,57 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_FWD)
         const int64_t bq = rmk_att_boff(&p.lead, &p.oq, b), bk = rmk_att_boff(&p.lead, &p.ok, b),
                       bv = rmk_att_boff(&p.lead, &p.ov, b);
         const int64_t kn = tc_key_end(p.d, i0, C::BR);
-        const int64_t ntk = (kn + C::BC - 1) / C::BC;
-        auto issue = [&](int64_t it) {
-            tc_issue_kv<TR, HD, C::NT>(KV, ST == 2 ? (int)(it & 1) : 0, C::BC, p, bk, bv,
-                                       it * C::BC);
-        };
         __syncthreads(); /* the previous item is done with the tiles */
-        tc_load<TR, HD, C::NT, true>(Qs, C::BR, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
-        if (ntk > 0) issue(0);
-        cp_async_commit(); /* group: Q and key tile 0 */
+        tc_load<TR, HD, C::NT>(Qs, C::BR, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
         float o[C::NDT][4];
         tc_zero(o);
         float m2[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}; /* m2: max in log2 units */
-        for (int64_t it = 0; it < ntk; it++) {
-            tc_pipe_ready<ST>(it, ntk, issue);
-            const int64_t j0 = it * C::BC;
-            const E *Ks = KV + (ST == 2 ? (it & 1) : 0) * 2 * C::BC * C::LD,
-                    *Vs = Ks + C::BC * C::LD;
+        for (int64_t j0 = 0; j0 < kn; j0 += C::BC) {
+            tc_next_kv<TR, HD, C::NT>(Ks, Vs, C::BC, p, bk, bv, j0);
             const int vis = tc_tile_vis(p.d, i0 + w * 16, 16, j0, C::BC);
-            if (vis != TC_NONE) {
-                float s[C::BC / 8][4];
-                tc_zero(s);
-                TR::template rows_rowsT<HD, C::BC / 8>(s, Qs + w * 16 * C::LD, Ks, C::LD, g, t);
-                /* scaled to log2 units, masked; the rows' maxima */
-                float mx[2] = {-INFINITY, -INFINITY};
+            if (vis == TC_NONE) continue; /* the barriers above are the block's; none below */
+            float s[C::BC / 8][4];
+            tc_zero(s);
+            TR::template rows_rowsT<HD, C::BC / 8>(s, Qs + w * 16 * C::LD, Ks, C::LD, g, t);
+            /* scaled to log2 units, masked; the rows' maxima */
+            float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-                for (int n = 0; n < C::BC / 8; n++)
+            for (int n = 0; n < C::BC / 8; n++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int64_t i = ra + (e >> 1) * 8, j = j0 + n * 8 + 2 * t + (e & 1);
-                        const float sv =
-                            (vis == TC_ALL || tc_visible(p.d, i, j)) ? s[n][e] * sl2 : -INFINITY;
-                        s[n][e] = sv;
-                        mx[e >> 1] = rmk_nanmax(mx[e >> 1], sv);
-                    }
-                float sub[2], corr[2], ls[2] = {0.f, 0.f};
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const float mnew = rmk_nanmax(m2[h], quad_max(mx[h]));
-                    sub[h] = mnew == -INFINITY ? 0.f : mnew; /* nothing seen yet: no inf - inf */
-                    corr[h] = exp2f(m2[h] - sub[h]);
-                    m2[h] = mnew;
+                for (int e = 0; e < 4; e++) {
+                    const int64_t i = ra + (e >> 1) * 8, j = j0 + n * 8 + 2 * t + (e & 1);
+                    const float sv =
+                        (vis == TC_ALL || tc_visible(p.d, i, j)) ? s[n][e] * sl2 : -INFINITY;
+                    s[n][e] = sv;
+                    mx[e >> 1] = rmk_nanmax(mx[e >> 1], sv);
                 }
+            float sub[2], corr[2], ls[2] = {0.f, 0.f};
 #pragma unroll
-                for (int n = 0; n < C::BC / 8; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const float pr = exp2f(s[n][e] - sub[e >> 1]);
-                        s[n][e] = pr;
-                        ls[e >> 1] += pr;
-                    }
-#pragma unroll
-                for (int h = 0; h < 2; h++) l[h] = l[h] * corr[h] + quad_sum(ls[h]);
-#pragma unroll
-                for (int n = 0; n < C::NDT; n++) {
-                    o[n][0] *= corr[0];
-                    o[n][1] *= corr[0];
-                    o[n][2] *= corr[1];
-                    o[n][3] *= corr[1];
-                }
-                TR::template frag_rows<C::BC / 8, C::NDT>(o, s, Vs, C::LD, lane);
+            for (int h = 0; h < 2; h++) {
+                const float mnew = rmk_nanmax(m2[h], quad_max(mx[h]));
+                sub[h] = mnew == -INFINITY ? 0.f : mnew; /* nothing seen yet: no inf - inf */
+                corr[h] = exp2f(m2[h] - sub[h]);
+                m2[h] = mnew;
             }
-            tc_pipe_close<ST>(it, ntk, issue);
+#pragma unroll
+            for (int n = 0; n < C::BC / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float pr = exp2f(s[n][e] - sub[e >> 1]);
+                    s[n][e] = pr;
+                    ls[e >> 1] += pr;
+                }
+#pragma unroll
+            for (int h = 0; h < 2; h++) l[h] = l[h] * corr[h] + quad_sum(ls[h]);
+#pragma unroll
+            for (int n = 0; n < C::NDT; n++) {
+                o[n][0] *= corr[0];
+                o[n][1] *= corr[0];
+                o[n][2] *= corr[1];
+                o[n][3] *= corr[1];
+            }
+            TR::template frag_rows<C::BC / 8, C::NDT>(o, s, Vs, C::LD, lane);
         }
-        cp_async_wait<0>(); /* no key tiles: Q's group */
         float inv[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) inv[h] = l[h] > 0.f ? 1.f / l[h] : 0.f; /* no keys: p.y = 0 */
@@ -641,10 +544,10 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DQ)
     tc_att_bwd_dq(const __grid_constant__ tc_params<typename TR::elem> p) {
     typedef tc_cfg<TR, HD> C;
     typedef typename TR::elem E;
-    constexpr int ST = C::ST_DQ;
     E *Qs = tc_shared<E>();     /* BR × LD */
     E *Gs = Qs + C::BR * C::LD; /* BR × LD: dO */
-    E *KV = Gs + C::BR * C::LD; /* ST stages × (K, V): BC × LD each */
+    E *Ks = Gs + C::BR * C::LD; /* BC × LD */
+    E *Vs = Ks + C::BC * C::LD; /* BC × LD */
     const tc_where at;
     const int lane = at.lane, w = at.w, g = at.g, t = at.t;
     const int64_t nqb = (p.d.Tq + C::BR - 1) / C::BR;
@@ -674,15 +577,8 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DQ)
             if (i < p.d.Tq && half == 0) p.delta[b * p.d.Tq + i] = dl;
         }
         if (!p.dq) continue; /* uniform: every thread of the block skips */
-        const int64_t ntk = (kn + C::BC - 1) / C::BC;
-        auto issue = [&](int64_t it) {
-            tc_issue_kv<TR, HD, C::NT>(KV, ST == 2 ? (int)(it & 1) : 0, C::BC, p, bk, bv,
-                                       it * C::BC);
-        };
-        if (ntk > 0) issue(0); /* the previous item read KV before the barrier above */
-        cp_async_commit();
-        __syncthreads();    /* p.delta written by the block's threads is read below */
-        float lr[2], dr[2]; /* the rows' lse (log2 units) and p.delta */
+        __syncthreads();     /* p.delta written by the block's threads is read below */
+        float lr[2], dr[2];  /* the rows' lse (log2 units) and p.delta */
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int64_t i = ra + 8 * h;
@@ -692,57 +588,49 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DQ)
         }
         float acc[C::NDT][4];
         tc_zero(acc);
-        for (int64_t it = 0; it < ntk; it++) {
-            tc_pipe_ready<ST>(it, ntk, issue);
-            const int64_t j0 = it * C::BC;
-            const E *Ks = KV + (ST == 2 ? (it & 1) : 0) * 2 * C::BC * C::LD,
-                    *Vs = Ks + C::BC * C::LD;
+        for (int64_t j0 = 0; j0 < kn; j0 += C::BC) {
+            tc_next_kv<TR, HD, C::NT>(Ks, Vs, C::BC, p, bk, bv, j0);
             const int vis = tc_tile_vis(p.d, i0 + w * 16, 16, j0, C::BC);
-            if (vis != TC_NONE) {
-                float s[C::BC / 8][4], dp[C::BC / 8][4];
-                tc_zero(s);
-                tc_zero(dp);
-                TR::template rows_rowsT<HD, C::BC / 8>(s, Qs + w * 16 * C::LD, Ks, C::LD, g, t);
-                TR::template rows_rowsT<HD, C::BC / 8>(dp, Gs + w * 16 * C::LD, Vs, C::LD, g, t);
+            if (vis == TC_NONE) continue;
+            float s[C::BC / 8][4], dp[C::BC / 8][4];
+            tc_zero(s);
+            tc_zero(dp);
+            TR::template rows_rowsT<HD, C::BC / 8>(s, Qs + w * 16 * C::LD, Ks, C::LD, g, t);
+            TR::template rows_rowsT<HD, C::BC / 8>(dp, Gs + w * 16 * C::LD, Vs, C::LD, g, t);
 #pragma unroll
-                for (int n = 0; n < C::BC / 8; n++)
+            for (int n = 0; n < C::BC / 8; n++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int h = e >> 1;
-                        const int64_t i = ra + h * 8, j = j0 + n * 8 + 2 * t + (e & 1);
-                        float ds = 0.f;
-                        if (vis == TC_ALL || tc_visible(p.d, i, j)) {
-                            const float pr = exp2f(s[n][e] * sl2 - lr[h]);
-                            ds = pr * (dp[n][e] - dr[h]) * scale;
-                        }
-                        s[n][e] = ds;
+                for (int e = 0; e < 4; e++) {
+                    const int h = e >> 1;
+                    const int64_t i = ra + h * 8, j = j0 + n * 8 + 2 * t + (e & 1);
+                    float ds = 0.f;
+                    if (vis == TC_ALL || tc_visible(p.d, i, j)) {
+                        const float pr = exp2f(s[n][e] * sl2 - lr[h]);
+                        ds = pr * (dp[n][e] - dr[h]) * scale;
                     }
-                TR::template frag_rows<C::BC / 8, C::NDT>(acc, s, Ks, C::LD, lane);
-            }
-            tc_pipe_close<ST>(it, ntk, issue);
+                    s[n][e] = ds;
+                }
+            TR::template frag_rows<C::BC / 8, C::NDT>(acc, s, Ks, C::LD, lane);
         }
-        cp_async_wait<0>(); /* no key tiles: tile 0's empty group */
         const float one[2] = {1.f, 1.f};
         tc_store<TR, C::NDT>(p.dq, rmk_att_boff(&p.lead, &p.odq, b), p.odq, ra, p.d.Tq, p.d.D, acc,
                              one, t);
     }
 }
 
-/* ---- backward: dK and dV, by key tiles ------------------------------------------------- *
- * The query tiles stream past the block's keys through ST stages (tc_pipe_ready): with two,
- * tile it + 1's Q and dO are on their way (cp.async) while tile it is multiplied. */
+/* ---- backward: dK and dV, by key tiles ------------------------------------------------- */
 template <typename TR, int HD>
 __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
     tc_att_bwd_dkdv(const __grid_constant__ tc_params<typename TR::elem> p) {
     typedef tc_cfg<TR, HD> C;
     typedef typename TR::elem E;
-    constexpr int BQ = C::BCQ; /* queries per step */
-    constexpr int ST = C::ST_DKDV;
-    constexpr int STAGE = 2 * BQ * C::LD;   /* a stage's Q and dO, elements */
+    constexpr int BQ = C::BCQ;              /* queries per step */
     E *Ks = tc_shared<E>();                 /* BR × LD: the block's keys */
     E *Vs = Ks + C::BR * C::LD;             /* BR × LD */
-    E *Q2 = Vs + C::BR * C::LD;             /* ST stages × (Q, dO): BQ × LD each */
-    float *L2 = (float *)(Q2 + ST * STAGE); /* ST stages × (lse, delta): BQ each */
+    E *Qs = Vs + C::BR * C::LD;             /* BQ × LD */
+    E *Gs = Qs + BQ * C::LD;                /* BQ × LD: dO */
+    float *Ls = (float *)(Gs + BQ * C::LD); /* BQ: p.lse, log2 units */
+    float *Dl = Ls + BQ;                    /* BQ: p.delta */
     const tc_where at;
     const int lane = at.lane, w = at.w, g = at.g, t = at.t;
     const int64_t nkb = (p.d.Tk + C::BR - 1) / C::BR, nkv = p.d.nb / p.d.group;
@@ -753,44 +641,31 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
         const int64_t b0 = (item / nkb) * p.d.group, j0 = (item % nkb) * C::BR;
         const int64_t ja = j0 + w * 16 + g; /* this thread's keys: ja, ja + 8 */
         const int64_t bk = rmk_att_boff(&p.lead, &p.ok, b0), bv = rmk_att_boff(&p.lead, &p.ov, b0);
-        /* the first query that sees key j0 is j0 - off; tiles: (query head, query tile) */
-        const int64_t qfirst = p.d.causal ? j0 - p.d.off : 0;
-        const int64_t qstart = qfirst > 0 ? (qfirst / BQ) * BQ : 0;
-        const int64_t ntq = qstart < p.d.Tq ? (p.d.Tq - qstart + BQ - 1) / BQ : 0;
-        const int64_t nt = ntq * p.d.group;
-        /* tile it into its stage: Q and dO by cp.async (in the open group), lse and delta */
-        auto issue = [&](int64_t it) {
-            const int64_t b = b0 + it / ntq, i0 = qstart + (it % ntq) * BQ;
-            const int st = ST == 2 ? (int)(it & 1) : 0;
-            E *Qs = Q2 + st * STAGE, *Gs = Qs + BQ * C::LD;
-            float *Ls = L2 + st * 2 * BQ, *Dl = Ls + BQ;
-            tc_load<TR, HD, C::NT, true>(Qs, BQ, p.q, rmk_att_boff(&p.lead, &p.oq, b), p.oq, i0,
-                                         p.d.Tq, p.d.D, p.vec & 1);
-            tc_load<TR, HD, C::NT, true>(Gs, BQ, p.gy, rmk_att_boff(&p.lead, &p.og, b), p.og, i0,
-                                         p.d.Tq, p.d.Dv, p.vec & 8);
-            for (int e = threadIdx.x; e < BQ; e += C::NT) {
-                const int64_t i = i0 + e;
-                const float li = i < p.d.Tq ? p.lse[b * p.d.Tq + i] : 0.f;
-                Ls[e] = li == -INFINITY ? 0.f : li * 1.4426950408889634f;
-                Dl[e] = i < p.d.Tq ? p.delta[b * p.d.Tq + i] : 0.f;
-            }
-        };
-        __syncthreads(); /* the previous item is done with every tile */
-        tc_load<TR, HD, C::NT, true>(Ks, C::BR, p.k, bk, p.ok, j0, p.d.Tk, p.d.D, p.vec & 2);
-        tc_load<TR, HD, C::NT, true>(Vs, C::BR, p.v, bv, p.ov, j0, p.d.Tk, p.d.Dv, p.vec & 4);
-        if (nt > 0) issue(0);
-        cp_async_commit(); /* group: the keys, values and tile 0 */
+        __syncthreads();
+        tc_load<TR, HD, C::NT>(Ks, C::BR, p.k, bk, p.ok, j0, p.d.Tk, p.d.D, p.vec & 2);
+        tc_load<TR, HD, C::NT>(Vs, C::BR, p.v, bv, p.ov, j0, p.d.Tk, p.d.Dv, p.vec & 4);
         float ak[C::NDT][4], av[C::NDT][4];
         tc_zero(ak);
         tc_zero(av);
-        for (int64_t it = 0; it < nt; it++) {
-            tc_pipe_ready<ST>(it, nt, issue);
-            const int64_t i0 = qstart + (it % ntq) * BQ;
-            const int st = ST == 2 ? (int)(it & 1) : 0;
-            const E *Qs = Q2 + st * STAGE, *Gs = Qs + BQ * C::LD;
-            const float *Ls = L2 + st * 2 * BQ, *Dl = Ls + BQ;
-            const int vis = tc_tile_vis(p.d, i0, BQ, j0 + w * 16, 16);
-            if (vis != TC_NONE) {
+        /* the first query that sees key j0 is j0 - off */
+        const int64_t qfirst = p.d.causal ? j0 - p.d.off : 0;
+        const int64_t qstart = qfirst > 0 ? (qfirst / BQ) * BQ : 0;
+        for (int64_t b = b0; b < b0 + p.d.group; b++) {
+            const int64_t bq = rmk_att_boff(&p.lead, &p.oq, b),
+                          bg = rmk_att_boff(&p.lead, &p.og, b);
+            for (int64_t i0 = qstart; i0 < p.d.Tq; i0 += BQ) {
+                __syncthreads();
+                tc_load<TR, HD, C::NT>(Qs, BQ, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
+                tc_load<TR, HD, C::NT>(Gs, BQ, p.gy, bg, p.og, i0, p.d.Tq, p.d.Dv, p.vec & 8);
+                for (int e = threadIdx.x; e < BQ; e += C::NT) {
+                    const int64_t i = i0 + e;
+                    const float li = i < p.d.Tq ? p.lse[b * p.d.Tq + i] : 0.f;
+                    Ls[e] = li == -INFINITY ? 0.f : li * 1.4426950408889634f;
+                    Dl[e] = i < p.d.Tq ? p.delta[b * p.d.Tq + i] : 0.f;
+                }
+                __syncthreads();
+                const int vis = tc_tile_vis(p.d, i0, BQ, j0 + w * 16, 16);
+                if (vis == TC_NONE) continue;
                 float s[BQ / 8][4], dp[BQ / 8][4]; /* Sᵀ and dPᵀ: the warp's keys × queries */
                 tc_zero(s);
                 tc_zero(dp);
@@ -813,9 +688,7 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
                 TR::template frag_rows<BQ / 8, C::NDT>(av, s, Gs, C::LD, lane);
                 TR::template frag_rows<BQ / 8, C::NDT>(ak, dp, Qs, C::LD, lane);
             }
-            tc_pipe_close<ST>(it, nt, issue);
         }
-        cp_async_wait<0>(); /* no tiles (nt = 0): the keys' group */
         const float one[2] = {1.f, 1.f};
         if (p.dk)
             tc_store<TR, C::NDT>(p.dk, rmk_att_boff(&p.lead, &p.odk, b0), p.odk, ja, p.d.Tk, p.d.D,
