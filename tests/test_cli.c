@@ -657,6 +657,25 @@ Test(cli, bench_reports_the_spread_and_marks_noise) {
             all = end + 1;
         }
         cr_assert(fabs(lo - mn) < 1e-3 && fabs(hi - mx) < 1e-3, "%g %g vs %g %g", lo, hi, mn, mx);
+        /* the process's CPU time over the same steps: every repetition, and its median */
+        const char *cpu = strstr(p, "\"step_cpu_ms_all\":[");
+        cr_assert(cpu, "%s", p);
+        cpu += strlen("\"step_cpu_ms_all\":[");
+        double cv[5];
+        for (int k = 0; k < 5; k++) {
+            char *end;
+            cv[k] = strtod(cpu, &end);
+            cr_assert(cv[k] > 0, "%s", p);
+            cpu = end + 1;
+        }
+        for (int a = 0; a < 5; a++) /* sort: the median is the third */
+            for (int b = a + 1; b < 5; b++)
+                if (cv[b] < cv[a]) {
+                    double t = cv[a];
+                    cv[a] = cv[b];
+                    cv[b] = t;
+                }
+        cr_assert(fabs(json_num(p, "step_cpu_ms") - cv[2]) < 1e-3, "%s", p);
         const char *nz = strstr(p, "\"time_within_noise\":");
         cr_assert(nz, "%s", p);
         bool noise = !strncmp(nz + strlen("\"time_within_noise\":"), "true", 4);

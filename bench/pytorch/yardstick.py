@@ -9,7 +9,9 @@ several budgets) with bench_torch.py, then gives remat's planner, for every
 PyTorch point, a whole-step budget equal to that point's memory (remat's
 bytes before the step + PyTorch's heap growth over the step), and prints both
 side by side: step time and heap growth, each counted by the same preloaded
-heap counters (build/libremat_heap_peak.so).
+heap counters (build/libremat_heap_peak.so). Each side's step time comes twice:
+wall (median) and the process's CPU time over the same steps, every thread
+(median; on a shared machine, other load stretches wall times far more).
 
 Needs a PyTorch 2.x interpreter (bench/pytorch/setup_venv.sh) and `make build`:
 
@@ -103,10 +105,12 @@ def main():
                      f"{r['heap_growth_bytes'] / MIB:.1f}" if r else "-",
                      f"{r['peak_alloc_bytes'] / MIB:.1f}" if r else "-",
                      f"{r['step_ms'] / s['step_ms']:.2f}" if r else "-",
+                     f"{s['step_cpu_ms']:.1f}", f"{r['step_cpu_ms']:.1f}" if r else "-",
+                     f"{r['step_cpu_ms'] / s['step_cpu_ms']:.2f}" if r else "-",
                      str(r["plan_recomputed_blocks"]) if r else "-"])
     hdr = ["PyTorch side", "strategy", "PyTorch ms", "PyTorch heap+ MiB", "remat at equal memory",
            "remat ms", "remat heap+ MiB", "remat alloc peak MiB", "remat / PyTorch time",
-           "blocks recomputed"]
+           "PyTorch CPU ms", "remat CPU ms", "remat / PyTorch CPU", "blocks recomputed"]
     print(head)
     print(f"remat alone: none {by_name['none']['step_ms']:.1f} ms, "
           f"{by_name['none']['heap_growth_bytes'] / MIB:.1f} MiB heap+; block "

@@ -15,6 +15,9 @@
 
 /* Monotonic clock in seconds. */
 double util_now(void);
+/* CPU seconds of the whole process, every thread (CLOCK_PROCESS_CPUTIME_ID): unlike
+ * util_now, other processes' load hardly changes it. */
+double util_cpu_now(void);
 
 /* Peak resident set size of the process (getrusage ru_maxrss) in bytes. */
 size_t util_peak_rss_bytes(void);
