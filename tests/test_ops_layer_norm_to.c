@@ -4,12 +4,16 @@
  * wider than the rounding block, subnormal and non-finite values, an f32 and a bf16 r),
  * second derivatives (create_graph) bitwise too, thread-count independence, the graph one
  * node shorter, the f64 gradcheck of the dtype-keeping form, argument errors. The PyTorch
- * fixtures are in test_autocast_fixtures (layer_norm_to_bf16, add_layer_norm_to_bf16). */
+ * fixtures are in test_autocast_fixtures (layer_norm_to_bf16, add_layer_norm_to_bf16). On a
+ * test device (make test-fenced, make test-cuda) the ops are the norm then the cast: the same
+ * checks, the node the cast's. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 
 #include "support/rt.h"
+
+RT_ON_TEST_DEVICE
 
 /* weight / bias present: bit 0 weight, bit 1 bias */
 static void norm_pair(remat_tensor *x, remat_tensor *r, remat_tensor *w, remat_tensor *b,
@@ -112,16 +116,20 @@ Test(layer_norm_to, equals_norm_then_cast) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
-/* The cast is gone from the graph: y's grad_fn is the norm's own node. */
+/* The cast is gone from the graph: y's grad_fn is the norm's own node (on the cpu; elsewhere
+ * the cast's). */
 Test(layer_norm_to, one_node) {
+    const bool cpu = rt_tensor_device().type == REMAT_CPU;
     int64_t sh[2] = {4, 8}, c = 8;
     remat_tensor *x = rt_leaf(rt_rand(2, sh, REMAT_F32, -1, 1, 1)), *y = NULL, *s = NULL;
     remat_tensor *w = rt_leaf(rt_rand(1, &c, REMAT_F32, -1, 1, 2));
     RT_OK(remat_layer_norm_to(&y, x, 1, w, NULL, 1e-5, REMAT_BF16));
-    cr_assert_str_eq(remat_node_name(remat_grad_fn(y)), "LayerNormBackward");
+    cr_assert_str_eq(remat_node_name(remat_grad_fn(y)),
+                     cpu ? "LayerNormBackward" : "ToCopyBackward");
     remat_release(y);
     RT_OK(remat_add_layer_norm_to(&s, &y, x, x, 1, w, NULL, 1e-5, REMAT_BF16));
-    cr_assert_str_eq(remat_node_name(remat_grad_fn(y)), "AddLayerNormBackward");
+    cr_assert_str_eq(remat_node_name(remat_grad_fn(y)),
+                     cpu ? "AddLayerNormBackward" : "ToCopyBackward");
     cr_assert_eq(remat_tensor_dtype(s), REMAT_F32);
     remat_release(y), remat_release(s), remat_release(x), remat_release(w);
     cr_assert_eq(remat_live_tensors(), 0);
@@ -231,21 +239,28 @@ Test(layer_norm_to, errors) {
     int64_t s[2] = {2, 3};
     remat_tensor *x64 = rt_rand(2, s, REMAT_F64, -1, 1, 1), *x = rt_rand(2, s, REMAT_F32, -1, 1, 2);
     remat_tensor *y = NULL, *sum = NULL;
-    RT_FAILS(remat_layer_norm_to(&y, x64, 1, NULL, NULL, 1e-5, REMAT_BF16), REMAT_EDTYPE,
-             "a bf16 output needs an f32 x");
     RT_FAILS(remat_layer_norm_to(&y, x, 1, NULL, NULL, 1e-5, REMAT_I64), REMAT_EDTYPE,
              "dtype must be f32, f64 or bf16");
     RT_FAILS(remat_layer_norm_to(&y, x, 3, NULL, NULL, 1e-5, REMAT_BF16), REMAT_EINVAL, "n_norm");
     RT_FAILS(remat_layer_norm_to(NULL, x, 1, NULL, NULL, 1e-5, REMAT_BF16), REMAT_EINVAL,
              "must not be NULL");
-    RT_FAILS(remat_add_layer_norm_to(&sum, &y, x64, x64, 1, NULL, NULL, 1e-5, REMAT_BF16),
-             REMAT_EDTYPE, "a bf16 output needs an f32 x");
     RT_FAILS(remat_add_layer_norm_to(&sum, &y, x, x, 1, NULL, NULL, 1e-5, REMAT_U8), REMAT_EDTYPE,
              "remat_add_layer_norm_to");
     RT_FAILS(remat_add_layer_norm_to(&sum, NULL, x, x, 1, NULL, NULL, 1e-5, REMAT_BF16),
              REMAT_EINVAL, "must not be NULL");
     cr_assert_null(y);
     cr_assert_null(sum);
+    /* an f64 x: the norm in f64, then rounded (the two ops), sum in f64 */
+    remat_tensor *t = NULL, *want = NULL;
+    RT_OK(remat_add_layer_norm_to(&sum, &y, x64, x64, 1, NULL, NULL, 1e-5, REMAT_BF16));
+    cr_assert_eq(remat_tensor_dtype(sum), REMAT_F64);
+    RT_OK(remat_layer_norm(&t, sum, 1, NULL, NULL, 1e-5));
+    RT_OK(remat_to_dtype(&want, t, REMAT_BF16));
+    cr_assert(rt_bitwise_equal(y, want));
+    remat_release(y), remat_release(sum), remat_release(want), remat_release(t);
+    RT_OK(remat_layer_norm_to(&y, x64, 1, NULL, NULL, 1e-5, REMAT_BF16));
+    cr_assert_eq(remat_tensor_dtype(y), REMAT_BF16);
+    remat_release(y);
     remat_release(x64), remat_release(x);
     cr_assert_eq(remat_live_tensors(), 0);
 }

@@ -95,11 +95,11 @@ remat_status remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, r
  * the cpu the norm's kernel rounds each row as it writes it (the cast's rounding), and its
  * backward reads the bf16 gradient, widening each row as it goes: no f32 output is written
  * and read back, no f32 gradient of it is made (the pre-norm block's norm whose only
- * consumer is a linear that autocast would cast to bf16). dtype f32 or f64, or another
- * device: the two ops. The op is still remat_layer_norm (policies, profiles), one node
- * fewer. Autocast: the norm's category (f32), then dtype. *out is a new reference, NULL on
- * failure. Errors: remat_layer_norm's; REMAT_EDTYPE (a bf16 dtype with a non-f32 x after
- * autocast, or a dtype that is not f32, f64 or bf16). */
+ * consumer is a linear that autocast would cast to bf16). Another dtype, an x of another
+ * dtype, another device: the two ops. The op is still remat_layer_norm (policies,
+ * profiles), one node fewer. Autocast: the norm's category (f32), then dtype. *out is a new
+ * reference, NULL on failure. Errors: remat_layer_norm's; REMAT_EDTYPE (a dtype that is not
+ * f32, f64 or bf16). */
 remat_status remat_layer_norm_to(remat_tensor **out, remat_tensor *x, int n_norm,
                                  remat_tensor *weight, remat_tensor *bias, double eps,
                                  remat_dtype dtype);

@@ -263,11 +263,12 @@ remat_status remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, r
     return rm_dispatch(&rm_op_layer_norm, out, in, &params, RM_OP_SITE());
 }
 
-/* Whether a remat_*_to call rounds in the norm's kernel (dtype bf16, x on the cpu, whose
- * kernels write a bf16 y), or is the norm then remat_to_dtype (other devices); -1: dtype is
- * neither bf16 nor the norm's own (an error). */
+/* Whether a remat_*_to call rounds in the norm's kernel (dtype bf16, an f32 x on the cpu,
+ * whose kernels write a bf16 y), or is the norm then remat_to_dtype (other dtypes, devices);
+ * -1: dtype is not f32, f64 or bf16 (an error). */
 static int fused_to(const char *call, const remat_tensor *x, remat_dtype dtype) {
-    if (dtype == REMAT_BF16) return x && x->storage->device.type == REMAT_CPU;
+    if (dtype == REMAT_BF16)
+        return x && x->dtype == REMAT_F32 && x->storage->device.type == REMAT_CPU;
     if (dtype == REMAT_F32 || dtype == REMAT_F64) return 0;
     rm_err(REMAT_EDTYPE, "%s: dtype must be f32, f64 or bf16, got %s", call,
            remat_dtype_name(dtype));
