@@ -994,17 +994,10 @@ Test(opplan, executed_lossy_plans_fit_and_stay_close) {
     run_step(&c, NULL, ref);
     rt_zero_grads(c.n_params, c.params);
     RT_OK(remat_set_grad(c.x, NULL));
-    remat_step_profile step = {0};
-    step.fixed_bytes = rt_device_current_bytes();
-    remat_profile *prof = NULL, *hp = NULL;
+    remat_step_profile step = {.fixed_bytes = rt_device_current_bytes()};
+    remat_profile *prof = NULL;
     remat_op_profile *ops = NULL;
-    remat_profile_options po = {.runs = 1};
-    RT_OK(remat_profile_stages(&prof, TB_N, c.stages, c.x, &po));
-    RT_OK(remat_profile_ops(&ops, TB_N, c.stages, c.x, &po));
-    remat_stage hs = {loss_fn, NULL};
-    RT_OK(remat_profile_stages(&hp, 1, &hs, c.x, &po));
-    step.head = hp->stages[0];
-    remat_profile_free(hp);
+    rt_profile_chain(&prof, &ops, &step, TB_N, c.stages, c.x, loss_fn);
     size_t z = 0; /* on every device: the fenced test device converts as the cpu does */
     for (int i = 0; i < ops->stages[0].n_ops; i++) z += ops->stages[0].ops[i].bf16_bytes;
     cr_assert_gt(z, 0, "the linears' f32 outputs may be kept as bf16");
@@ -1102,17 +1095,10 @@ Test(opplan, keep_sets_nested_or_stored_are_refused) {
     run_step(&c, NULL, NULL);
     rt_zero_grads(c.n_params, c.params);
     RT_OK(remat_set_grad(c.x, NULL));
-    remat_step_profile step = {0};
-    step.fixed_bytes = rt_device_current_bytes();
-    remat_profile *prof = NULL, *hp = NULL;
+    remat_step_profile step = {.fixed_bytes = rt_device_current_bytes()};
+    remat_profile *prof = NULL;
     remat_op_profile *ops = NULL;
-    remat_profile_options po = {.runs = 1};
-    RT_OK(remat_profile_stages(&prof, TB_N, c.stages, c.x, &po));
-    RT_OK(remat_profile_ops(&ops, TB_N, c.stages, c.x, &po));
-    remat_stage hs = {loss_fn, NULL};
-    RT_OK(remat_profile_stages(&hp, 1, &hs, c.x, &po));
-    step.head = hp->stages[0];
-    remat_profile_free(hp);
+    rt_profile_chain(&prof, &ops, &step, TB_N, c.stages, c.x, loss_fn);
     rt_fix_op_times(prof, ops, &step);
     ops->cast_bytes_per_s = 1e13;
     for (int lossy = 0; lossy <= 1; lossy++) {
