@@ -119,7 +119,7 @@ grep -E '^\[FAIL\]|tests passed|tests failed|\(Failed\)|\(Timeout\)|\(SEGFAULT\)
   "$OUT/test.log" | sort | uniq -c | head -150 >> "$SUMMARY"
 
 # 2. the GEMM microbenchmark: remat's linears against cuBLAS alone
-step gemm 25 "$OUT/gemm.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/bench_cuda_gemm" --tokens 8192 --width 768 \
+step gemm 40 "$OUT/gemm.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/bench_cuda_gemm" --tokens 8192 --width 768 \
   --reps 20 --trials 5
 
 # 3. training learns on the GPU: the addition task, loss per step, allocator trace; then
