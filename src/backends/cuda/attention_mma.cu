@@ -766,17 +766,39 @@ cudaError_t tc_bwd(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_at
 
 } // namespace
 
+/* The most dynamic shared memory any of the three kernels of (TR, HD) asks a block for. */
+template <typename TR, int HD> constexpr size_t tc_smem_need() {
+    typedef tc_cfg<TR, HD> C;
+    return C::SM_FWD > C::SM_DQ ? (C::SM_FWD > C::SM_DKDV ? C::SM_FWD : C::SM_DKDV)
+                                : (C::SM_DQ > C::SM_DKDV ? C::SM_DQ : C::SM_DKDV);
+}
+
 extern "C" bool rmk_attention_tc_ok(int dt, int hd) {
     if ((dt != 0 && dt != 4) || hd > 128) return false;
-    static int major = -1; /* the current device's; one GPU kind per process */
+    /* the current device's (one GPU kind per process): compute capability and the shared
+     * memory a block may opt in to (227 KiB on sm_90, 163 on sm_80, 99 on sm_86 / sm_89) */
+    static int major = -1;
+    static size_t smem = 0;
     if (major < 0) {
-        int dev = 0, m = 0;
+        int dev = 0, m = 0, opt = 0;
         if (cudaGetDevice(&dev) != cudaSuccess ||
             cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
             m = 0;
+        if (cudaDeviceGetAttribute(&opt, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+            cudaSuccess)
+            opt = 0;
+        (void)cudaGetLastError(); /* a failed query is not the caller's error */
+        smem = (size_t)opt;
         major = m;
     }
-    return major >= 8;
+    if (major < 8) return false;
+    /* f32 at head size 128 asks up to 135 KiB: more than sm_86 / sm_89 give a block, where
+     * the CUDA-core kernels run it instead of a launch that would fail */
+    const size_t need =
+        hd <= 32   ? (dt == 4 ? tc_smem_need<tr_bf16, 32>() : tc_smem_need<tr_f32, 32>())
+        : hd <= 64 ? (dt == 4 ? tc_smem_need<tr_bf16, 64>() : tc_smem_need<tr_f32, 64>())
+                   : (dt == 4 ? tc_smem_need<tr_bf16, 128>() : tc_smem_need<tr_f32, 128>());
+    return smem == 0 || need <= smem; /* 0: the attribute could not be read; try the launch */
 }
 
 /* The kernels' launcher for dtype dt (0 f32, 4 bf16) and head class hd: K<TR, HD>::run. */

@@ -70,8 +70,10 @@ cudaError_t rmk_attention_bwd(int dt, const rmk_att_dims *d, const rmk_att_lead 
 
 /* ---- attention_mma.cu: f32 and bf16 on the tensor cores -------------------------------------- */
 /* Whether rmk_attention(_bwd) of dtype dt and head class hd can run on the tensor cores of
- * the current device (f32 or bf16, hd <= 128, compute capability 8.0 or later). rmk_attention
- * takes that path unless REMAT_CUDA_ATTENTION=simt (attention.cu: use_tc). */
+ * the current device (f32 or bf16, hd <= 128, compute capability 8.0 or later, the kernels'
+ * shared memory within what a block may opt in to: not f32 at head size 128 on sm_86 /
+ * sm_89). rmk_attention takes that path unless REMAT_CUDA_ATTENTION=simt (attention.cu:
+ * use_tc). */
 bool rmk_attention_tc_ok(int dt, int hd);
 /* rmk_attention / rmk_attention_bwd of dtype dt (0 f32, 4 bf16) and head class hd (32, 64,
  * 128) on the tensor cores: bf16 products with P and dS rounded to bf16 as their operands;
