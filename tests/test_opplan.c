@@ -217,18 +217,29 @@ Test(opplan, solver_matches_exhaustive_search) {
                   n_ops_plans, n_checked);
 }
 
-/* ---- offload (a device with transfer ops): keep, offload or recompute each op --------------- */
-/* The model with offload (docs/planner.md, "Offload"): code[k] -1 stores stage k, else
- * per op in base 3 (0 recompute, 1 keep, 2 offload). */
-static void bf_eval_off(const remat_profile *p, const remat_op_profile *o,
-                        const remat_step_profile *st, const int *code, uint64_t reserve, double bw,
-                        uint64_t *peak, double *time) {
+/* ---- the extended spaces: offload (a device with transfer ops) or lossy keeps ---------------- */
+/* What a code's digit 2 means: an op offloaded to host memory (docs/planner.md, "Offload")
+ * or kept as bf16 ("Lossy compression"). */
+typedef enum { BF_OFFLOAD, BF_LOSSY } bf_mode;
+
+/* The model of space (a) extended by digit 2: code[k] -1 stores stage k, else its base-3
+ * digits say per op recompute (0), keep (1), offload or keep as bf16 (2).
+ *   Offload: the offloaded bytes leave the device with the forward, cost one copy each way
+ *   at `rate` bytes a second (the way out hidden behind the stage's forward), and every
+ *   peak from the first stage that offloads holds `reserve` for the prefetch.
+ *   Lossy: a bf16 keep holds cache_bytes - bf16_bytes / 2 from the forward to the
+ *   recomputation, its f32 half is back at the forward's end and in the recomputation,
+ *   with the stage's largest half as a reserve, and costs two conversions of bf16_bytes at
+ *   `rate` bytes a second. */
+static void bf_eval_ext(bf_mode mode, const remat_profile *p, const remat_op_profile *o,
+                        const remat_step_profile *st, const int *code, uint64_t reserve,
+                        double rate, uint64_t *peak, double *time) {
     int L = p->n_stages, LL = L + (st ? 1 : 0);
-    bool any = false;
-    for (int k = 0; k < L; k++)
+    bool any_off = false;
+    for (int k = 0; mode == BF_OFFLOAD && k < L; k++)
         for (int i = 0, v = code[k]; code[k] >= 0 && i < o->stages[k].n_ops; i++, v /= 3)
-            any = any || v % 3 == 2;
-    uint64_t R = any ? reserve : 0, off = 0, pk = 0, gsum = 0, g[64] = {0};
+            any_off = any_off || v % 3 == 2;
+    uint64_t R = any_off ? reserve : 0, off = 0, pk = 0, gsum = 0, g[64] = {0};
     double tm = 0;
     for (int k = 0; k < LL; k++) {
         g[k] = st ? (k < L ? p->stages[k].grad_bytes : st->head.grad_bytes) : 0;
@@ -248,29 +259,45 @@ static void bf_eval_off(const remat_profile *p, const remat_op_profile *o,
             continue;
         }
         const remat_stage_ops *so = &o->stages[k];
-        double sum = 0, saved = 0;
-        uint64_t c = 0, ob = 0;
-        for (int i = 0; i < so->n_ops; i++) sum += so->ops[i].time;
+        double sum = 0, saved = 0, extra_time = 0;
+        uint64_t c = 0, extra = 0, half = 0; /* extra: offloaded bytes, or bf16 keeps' f32 */
+        bool any = false;
+        for (int i = 0; i < so->n_ops; i++) {
+            sum += so->ops[i].time;
+            if (so->ops[i].cacheable) half = umax(half, so->ops[i].bf16_bytes / 2);
+        }
         for (int i = 0, v = code[k]; i < so->n_ops; i++, v /= 3) {
-            if (v % 3 == 1) c += so->ops[i].cache_bytes;
-            if (v % 3 == 2) ob += so->ops[i].cache_bytes;
-            if (v % 3) saved += so->ops[i].time;
+            const remat_op_profile_entry *e = &so->ops[i];
+            if (v % 3 == 1) c += e->cache_bytes;
+            if (v % 3 == 2 && mode == BF_OFFLOAD) extra += e->cache_bytes;
+            if (v % 3 == 2 && mode == BF_LOSSY) {
+                c += e->cache_bytes - e->bf16_bytes / 2;
+                extra += e->bf16_bytes / 2;
+                extra_time += 2.0 * (double)e->bf16_bytes / rate;
+            }
+            any = any || v % 3 == 2;
+            if (v % 3) saved += e->time;
+        }
+        if (mode == BF_LOSSY && any) extra += half;
+        if (mode == BF_OFFLOAD && extra) {
+            double one = (double)extra / rate, d2h = one - s->fwd_time;
+            extra_time = (d2h > 0 ? d2h : 0) + one;
         }
         double rt = sum > 0 ? s->fwd_time - saved * (s->fwd_time / sum) : s->fwd_time;
-        double one = (double)ob / bw, d2h = one - s->fwd_time;
-        pk = umax(pk, off + fpn + c + ob);
-        pk = umax(pk, off + later + R + umax(x + fpa + c + ob, x + abar + s->bwd_peak));
+        pk = umax(pk, off + fpn + c + extra);
+        pk = umax(pk, off + later + R + umax(x + fpa + c + extra, x + abar + s->bwd_peak));
         off += x + c;
-        tm += s->fwd_time + (rt > 0 ? rt : 0) + s->bwd_time + (ob ? (d2h > 0 ? d2h : 0) + one : 0);
+        tm += s->fwd_time + (rt > 0 ? rt : 0) + extra_time + s->bwd_time;
     }
     if (st) pk = st->fixed_bytes + umax(pk, gsum + p->stages[0].input_bytes + st->tail_peak);
     *peak = pk;
     *time = tm;
 }
 
-/* Least time over every plan of space (a) with offload that fits the budget. */
-static double bf_min_time_off(const remat_profile *p, const remat_op_profile *o,
-                              const remat_step_profile *st, uint64_t reserve, double bw,
+/* Least time over every plan of the extended space that fits the budget (digit 2 only
+ * on ops that allow it: offloadable ones, or any cacheable one for bf16). */
+static double bf_min_time_ext(bf_mode mode, const remat_profile *p, const remat_op_profile *o,
+                              const remat_step_profile *st, uint64_t reserve, double rate,
                               uint64_t budget) {
     int L = p->n_stages, n_ops = o->stages[0].n_ops, per3 = 1;
     for (int i = 0; i < n_ops; i++) per3 *= 3;
@@ -284,16 +311,49 @@ static double bf_min_time_off(const remat_profile *p, const remat_op_profile *o,
             code[k] = c % per - 1;
             for (int i = 0, v = code[k]; code[k] >= 0 && i < n_ops; i++, v /= 3) {
                 const remat_op_profile_entry *e = &o->stages[k].ops[i];
-                if ((v % 3 && !e->cacheable) || (v % 3 == 2 && !e->offloadable)) valid = false;
+                if ((v % 3 && !e->cacheable) ||
+                    (v % 3 == 2 && mode == BF_OFFLOAD && !e->offloadable))
+                    valid = false;
             }
         }
         if (!valid) continue;
         uint64_t pk;
         double tm;
-        bf_eval_off(p, o, st, code, reserve, bw, &pk, &tm);
+        bf_eval_ext(mode, p, o, st, code, reserve, rate, &pk, &tm);
         if (pk <= budget && tm < best) best = tm;
     }
     return best;
+}
+
+/* A plan's codes in the extended space (keep sets of its checkpointed stages; offload and
+ * bf16 keeps are digit 2); the number of ops with digit 2. */
+static int plan_codes(const remat_plan *plan, int L, int n_ops, int *code) {
+    int n2 = 0;
+    for (int k = 0; k < L; k++) {
+        const remat_plan_stage *ps = &plan->stages[k];
+        code[k] = -1;
+        if (ps->action != REMAT_STAGE_CHECKPOINT) continue;
+        code[k] = 0;
+        for (int i = n_ops - 1; i >= 0; i--) {
+            int v = ps->keep ? ps->keep[i] : 0;
+            int d = v == REMAT_OP_OFFLOAD || v == REMAT_OP_KEEP_BF16 ? 2 : v;
+            code[k] = code[k] * 3 + d;
+            n2 += d == 2;
+        }
+    }
+    return n2;
+}
+
+/* Small temporaries: forward peaks at the stage's bytes kept, no backward scratch, 16 KiB
+ * more saved; the bytes kept across stages then bind. */
+static void small_temporaries(remat_profile *prof) {
+    for (int k = 0; k < prof->n_stages; k++) {
+        remat_stage_profile *sp = &prof->stages[k];
+        sp->fwd_peak_nosave = sp->output_bytes;
+        sp->bwd_peak = 0;
+        sp->saved_bytes += 16 * 1024;
+        sp->fwd_peak = sp->output_bytes + sp->saved_bytes;
+    }
 }
 
 enum { OFF_L = 4, OFF_OPS = 2 };
@@ -307,16 +367,12 @@ Test(opplan, offload_matches_exhaustive_search) {
         remat_step_profile step;
         bool whole = trial % 2;
         random_profiles(OFF_L, OFF_OPS, &prof, &ops, &step);
-        if (trial % 4 != 3) /* small temporaries: the bytes kept across stages bind */
-            for (int k = 0; k < OFF_L; k++) {
-                remat_stage_profile *sp = &prof->stages[k];
-                sp->fwd_peak_nosave = sp->output_bytes;
-                sp->bwd_peak = 0;
-                sp->saved_bytes += 16 * 1024;
-                sp->fwd_peak = sp->output_bytes + sp->saved_bytes;
+        if (trial % 4 != 3) {
+            small_temporaries(prof);
+            for (int k = 0; k < OFF_L; k++)
                 for (int i = 0; i < OFF_OPS; i++) /* ops of similar size: a small reserve */
                     ops->stages[k].ops[i].cache_bytes = (size_t)rnd_in(2, 3) * 1024;
-            }
+        }
         uint64_t a = 0, b2 = 0;
         for (int k = 0; k < OFF_L; k++)
             for (int i = 0; i < OFF_OPS; i++) {
@@ -340,32 +396,21 @@ Test(opplan, offload_matches_exhaustive_search) {
             cr_assert_leq(plan->peak_bytes, budget);
             uint64_t margin = (uint64_t)plan->slot_bytes * 12;
             double slack = budget > margin
-                               ? bf_min_time_off(prof, ops, whole ? &step : NULL, a + b2,
-                                                 ops->host_bytes_per_s, budget - margin)
+                               ? bf_min_time_ext(BF_OFFLOAD, prof, ops, whole ? &step : NULL,
+                                                 a + b2, ops->host_bytes_per_s, budget - margin)
                                : INFINITY;
             cr_assert_leq(plan->time, slack + 1e-12, "trial %d budget %zu: %g s, but %g s fits",
                           trial, budget, plan->time, slack);
             if (plan->kind == REMAT_PLAN_OPS) {
-                double exact = bf_min_time_off(prof, ops, whole ? &step : NULL, a + b2,
+                double exact = bf_min_time_ext(BF_OFFLOAD, prof, ops, whole ? &step : NULL, a + b2,
                                                ops->host_bytes_per_s, budget);
                 cr_assert_geq(plan->time, exact - 1e-12, "trial %d: below the optimum", trial);
                 int code[OFF_L];
-                bool offl = false;
-                for (int k = 0; k < OFF_L; k++) {
-                    const remat_plan_stage *ps = &plan->stages[k];
-                    code[k] = -1;
-                    if (ps->action != REMAT_STAGE_CHECKPOINT) continue;
-                    code[k] = 0;
-                    for (int i = OFF_OPS - 1; i >= 0; i--) {
-                        int v = ps->keep ? ps->keep[i] : 0;
-                        code[k] = code[k] * 3 + v;
-                        offl = offl || v == REMAT_OP_OFFLOAD;
-                    }
-                }
+                const bool offl = plan_codes(plan, OFF_L, OFF_OPS, code) > 0;
                 uint64_t pk;
                 double tm;
-                bf_eval_off(prof, ops, whole ? &step : NULL, code, a + b2, ops->host_bytes_per_s,
-                            &pk, &tm);
+                bf_eval_ext(BF_OFFLOAD, prof, ops, whole ? &step : NULL, code, a + b2,
+                            ops->host_bytes_per_s, &pk, &tm);
                 cr_assert_eq(pk, plan->peak_bytes, "trial %d: peak %" PRIu64 " vs %zu", trial, pk,
                              plan->peak_bytes);
                 cr_assert_float_eq(tm, plan->time, 1e-12);
@@ -448,90 +493,6 @@ Test(opplan, offload_beats_recompute_under_a_tight_budget) {
 }
 
 /* ---- lossy keeps (bf16) --------------------------------------------------------------------- */
-/* The model with lossy keeps (docs/planner.md "Lossy compression"): code[k] -1 stores stage
- * k, else its base-3 digits say per op recompute (0), keep (1), keep as bf16 (2). A bf16 keep
- * holds cache_bytes - bf16_bytes / 2 from the forward to the recomputation, its f32 half
- * is back (U) at the forward's end and in the recomputation, with the stage's largest half
- * as a reserve, and costs two conversions of bf16_bytes at cast bytes per second. */
-static void bf_eval_lossy(const remat_profile *p, const remat_op_profile *o,
-                          const remat_step_profile *st, const int *code, double cast,
-                          uint64_t *peak, double *time) {
-    int L = p->n_stages, LL = L + (st ? 1 : 0);
-    uint64_t off = 0, pk = 0, gsum = 0, g[64] = {0};
-    double tm = 0;
-    for (int k = 0; k < LL; k++) {
-        g[k] = st ? (k < L ? p->stages[k].grad_bytes : st->head.grad_bytes) : 0;
-        gsum += g[k];
-    }
-    for (int k = 0; k < LL; k++) {
-        const remat_stage_profile *s = k < L ? &p->stages[k] : &st->head;
-        uint64_t later = 0;
-        for (int j = k + 1; j < LL; j++) later += g[j];
-        uint64_t abar = s->output_bytes + s->saved_bytes, x = s->output_bytes;
-        uint64_t fpa = umax(s->fwd_peak, abar), fpn = umax(s->fwd_peak_nosave, x);
-        if (k >= L || code[k] < 0) {
-            pk = umax(pk, off + fpa);
-            pk = umax(pk, off + x + abar + s->bwd_peak + later);
-            off += abar;
-            tm += s->fwd_time + s->bwd_time;
-            continue;
-        }
-        const remat_stage_ops *so = &o->stages[k];
-        double sum = 0, saved = 0, ct = 0;
-        uint64_t c = 0, u = 0, reserve = 0;
-        bool any = false;
-        for (int i = 0; i < so->n_ops; i++) {
-            sum += so->ops[i].time;
-            if (so->ops[i].cacheable) reserve = umax(reserve, so->ops[i].bf16_bytes / 2);
-        }
-        for (int i = 0, v = code[k]; i < so->n_ops; i++, v /= 3) {
-            const remat_op_profile_entry *e = &so->ops[i];
-            if (v % 3 == 1) c += e->cache_bytes;
-            if (v % 3 == 2) {
-                c += e->cache_bytes - e->bf16_bytes / 2;
-                u += e->bf16_bytes / 2;
-                ct += 2.0 * (double)e->bf16_bytes / cast;
-                any = true;
-            }
-            if (v % 3) saved += e->time;
-        }
-        if (any) u += reserve;
-        double rt = sum > 0 ? s->fwd_time - saved * (s->fwd_time / sum) : s->fwd_time;
-        pk = umax(pk, off + fpn + c + u);
-        pk = umax(pk, off + later + umax(x + fpa + c + u, x + abar + s->bwd_peak));
-        off += x + c;
-        tm += s->fwd_time + (rt > 0 ? rt : 0) + ct + s->bwd_time;
-    }
-    if (st) pk = st->fixed_bytes + umax(pk, gsum + p->stages[0].input_bytes + st->tail_peak);
-    *peak = pk;
-    *time = tm;
-}
-
-/* Least time over every plan of space (a) with lossy keeps that fits the budget. */
-static double bf_min_time_lossy(const remat_profile *p, const remat_op_profile *o,
-                                const remat_step_profile *st, double cast, uint64_t budget) {
-    int L = p->n_stages, n_ops = o->stages[0].n_ops, per3 = 1;
-    for (int i = 0; i < n_ops; i++) per3 *= 3;
-    int per = 1 + per3, total = 1;
-    for (int k = 0; k < L; k++) total *= per;
-    double best = INFINITY;
-    int code[8];
-    for (int cd = 0; cd < total; cd++) {
-        bool valid = true;
-        for (int k = 0, c = cd; k < L; k++, c /= per) {
-            code[k] = c % per - 1;
-            for (int i = 0, v = code[k]; code[k] >= 0 && i < n_ops; i++, v /= 3)
-                if (v % 3 && !o->stages[k].ops[i].cacheable) valid = false;
-        }
-        if (!valid) continue;
-        uint64_t pk;
-        double tm;
-        bf_eval_lossy(p, o, st, code, cast, &pk, &tm);
-        if (pk <= budget && tm < best) best = tm;
-    }
-    return best;
-}
-
 static int lossy_ops(const remat_plan *plan) {
     int n = 0;
     for (int k = 0; k < plan->n_stages; k++)
@@ -565,14 +526,7 @@ Test(opplan, lossy_matches_exhaustive_search) {
         remat_step_profile step;
         bool whole = trial % 2;
         random_profiles(LZ_L, LZ_OPS, &prof, &ops, &step);
-        if (trial % 4 != 3) /* small temporaries: the bytes kept across stages bind */
-            for (int k = 0; k < LZ_L; k++) {
-                remat_stage_profile *sp = &prof->stages[k];
-                sp->fwd_peak_nosave = sp->output_bytes;
-                sp->bwd_peak = 0;
-                sp->saved_bytes += 16 * 1024;
-                sp->fwd_peak = sp->output_bytes + sp->saved_bytes;
-            }
+        if (trial % 4 != 3) small_temporaries(prof);
         for (int k = 0; k < LZ_L; k++)
             for (int i = 0; i < LZ_OPS; i++) {
                 remat_op_profile_entry *e = &ops->stages[k].ops[i];
@@ -602,30 +556,21 @@ Test(opplan, lossy_matches_exhaustive_search) {
                 cr_assert_lt(plan->time, plain->time, "trial %d: compresses without gain", trial);
             uint64_t margin = (uint64_t)plan->slot_bytes * 12;
             double slack = budget > margin
-                               ? bf_min_time_lossy(prof, ops, whole ? &step : NULL,
-                                                   ops->cast_bytes_per_s, budget - margin)
+                               ? bf_min_time_ext(BF_LOSSY, prof, ops, whole ? &step : NULL, 0,
+                                                 ops->cast_bytes_per_s, budget - margin)
                                : INFINITY;
             cr_assert_leq(plan->time, slack + 1e-12, "trial %d budget %zu: %g s, but %g s fits",
                           trial, budget, plan->time, slack);
             if (plan->kind == REMAT_PLAN_OPS) {
-                double best = bf_min_time_lossy(prof, ops, whole ? &step : NULL,
-                                                ops->cast_bytes_per_s, budget);
+                double best = bf_min_time_ext(BF_LOSSY, prof, ops, whole ? &step : NULL, 0,
+                                              ops->cast_bytes_per_s, budget);
                 cr_assert_geq(plan->time, best - 1e-12, "trial %d: below the optimum", trial);
                 int code[LZ_L];
-                for (int k = 0; k < LZ_L; k++) {
-                    const remat_plan_stage *ps = &plan->stages[k];
-                    code[k] = -1;
-                    if (ps->action != REMAT_STAGE_CHECKPOINT) continue;
-                    code[k] = 0;
-                    for (int i = LZ_OPS - 1; i >= 0; i--) {
-                        int v = ps->keep ? ps->keep[i] : 0;
-                        code[k] = code[k] * 3 + (v == REMAT_OP_KEEP_BF16 ? 2 : v);
-                    }
-                }
+                plan_codes(plan, LZ_L, LZ_OPS, code);
                 uint64_t pk;
                 double tm;
-                bf_eval_lossy(prof, ops, whole ? &step : NULL, code, ops->cast_bytes_per_s, &pk,
-                              &tm);
+                bf_eval_ext(BF_LOSSY, prof, ops, whole ? &step : NULL, code, 0,
+                            ops->cast_bytes_per_s, &pk, &tm);
                 cr_assert_eq(pk, plan->peak_bytes, "trial %d: peak %" PRIu64 " vs %zu", trial, pk,
                              plan->peak_bytes);
                 cr_assert_float_eq(tm, plan->time, 1e-12);
