@@ -339,18 +339,25 @@ static void measure(remat_policy *pol, rt_mlp_block *blk, int n_blocks, remat_te
     remat_release(l);
 }
 
+/* nb MLP blocks (32 -> 128 -> 32, no dropout) with their parameters in params (*np of
+ * them), and a (64, 32) input that requires grad: the measure() tests' chain. */
+static remat_tensor *mlp_chain_init(rt_mlp_block *blk, int nb, remat_tensor **params, int *np) {
+    for (int i = 0; i < nb; i++) {
+        rt_mlp_block_init(&blk[i], 32, 128, 0.0, REMAT_F32, 20 + (unsigned)i);
+        *np += rt_mlp_block_params(&blk[i], params + *np);
+    }
+    int64_t sh[] = {64, 32};
+    remat_tensor *x = rt_rand(2, sh, REMAT_F32, -1, 1, 4);
+    RT_OK(remat_set_requires_grad(x, true));
+    return x;
+}
+
 Test(selective, save_versus_recompute_changes_what_runs_and_memory) {
     enum { NB = 3 };
     rt_mlp_block blk[NB];
     remat_tensor *params[NB * 4];
     int np = 0;
-    for (int i = 0; i < NB; i++) {
-        rt_mlp_block_init(&blk[i], 32, 128, 0.0, REMAT_F32, 20 + (unsigned)i);
-        np += rt_mlp_block_params(&blk[i], params + np);
-    }
-    int64_t sh[] = {64, 32};
-    remat_tensor *x = rt_rand(2, sh, REMAT_F32, -1, 1, 4);
-    RT_OK(remat_set_requires_grad(x, true));
+    remat_tensor *x = mlp_chain_init(blk, NB, params, &np);
     remat_policy *nothing, *dots, *every;
     RT_OK(remat_policy_nothing_saveable(&nothing));
     RT_OK(remat_policy_dots_saveable(&dots));
@@ -424,13 +431,7 @@ Test(selective, save_bf16_halves_the_cached_f32_and_stays_close) {
     rt_mlp_block blk[NB];
     remat_tensor *params[NB * 4], *g_exact[1 + NB * 4], *g_bf16[1 + NB * 4];
     int np = 0;
-    for (int i = 0; i < NB; i++) {
-        rt_mlp_block_init(&blk[i], 32, 128, 0.0, REMAT_F32, 20 + (unsigned)i);
-        np += rt_mlp_block_params(&blk[i], params + np);
-    }
-    int64_t sh[] = {64, 32};
-    remat_tensor *x = rt_rand(2, sh, REMAT_F32, -1, 1, 4);
-    RT_OK(remat_set_requires_grad(x, true));
+    remat_tensor *x = mlp_chain_init(blk, NB, params, &np);
     remat_policy *nothing, *dots, *bf16;
     RT_OK(remat_policy_nothing_saveable(&nothing));
     RT_OK(remat_policy_dots_saveable(&dots));
