@@ -103,15 +103,14 @@ typedef struct mm_bias {
     const void *p; /* NULL: none */
     int64_t n;
     int index; /* the device (current) */
-    bool in_c; /* already broadcast into C (the GEMM adds to it) */
 } mm_bias;
 
 /* C[b] = A[b]·B[b] (+ the bias) for the batch (mm_exec of the cpu kernel, on cuBLAS). */
 static remat_status mm_exec(cublasHandle_t h, cudaStream_t s, remat_dtype dt, int nb,
                             const int64_t *bshape, const mview *A, const mview *B, const mview *C,
                             int64_t c_numel, const mm_bias *bias) {
-    bool add_to_c = bias->p && bias->in_c;
-    gemm_call g = {.h = h, .dt = dt, .batch = 1, .beta = add_to_c ? 1.0 : 0.0};
+    bool add_to_c = false;
+    gemm_call g = {.h = h, .dt = dt, .batch = 1, .beta = 0.0};
     bool tc;
     mv_layout(A, &g.ta, &g.lda);
     mv_layout(B, &g.tb, &g.ldb);
@@ -125,10 +124,11 @@ static remat_status mm_exec(cublasHandle_t h, cudaStream_t s, remat_dtype dt, in
     const bool fold_m = !g.ta && !tc && batch_broadcast_all(nb, bshape, B->bstr) &&
                         batch_chains(nb, bshape, A->bstr, g.m * g.lda) &&
                         batch_chains(nb, bshape, C->bstr, g.m * g.ldc);
-    if (bias->p && !bias->in_c) {
+    if (bias->p) {
         /* bf16: the bias in cuBLASLt's epilogue (cublaslt.h) when the product is one GEMM;
-         * else (or where cuBLASLt declines) broadcast into C first, the GEMM adding to it */
-        if (fold_m && g.k > 0 && g.ldc == g.n &&
+         * else (f32, f64, or where cuBLASLt declines) broadcast into C first, the GEMM adding
+         * to it */
+        if (dt == REMAT_BF16 && fold_m && g.k > 0 && g.ldc == g.n &&
             rm_cublaslt_bias_gemm(bias->index, s, g.tb, g.ta, g.n, g.m * nbatch, g.k, B->p, g.ldb,
                                   A->p, g.lda, C->p, g.ldc, bias->p))
             return REMAT_OK;
@@ -204,15 +204,8 @@ static remat_status cuda_matmul(const rm_kargs *k) {
     if (!rc && bias) rc = rm_contig(&biasc, bias);
     cublasHandle_t h = rc ? NULL : rm_cuda_cublas(c.index);
     if (!rc && !h) rc = rm_last_status() ? rm_last_status() : REMAT_EDEVICE;
-    /* f32 / f64: the bias broadcast into y here, the GEMM adds to it; bf16: mm_exec decides */
-    mm_bias mb = {.p = biasc ? rm_ptr(biasc) : NULL,
-                  .n = biasc ? biasc->shape[0] : 0,
-                  .index = c.index,
-                  .in_c = y->dtype != REMAT_BF16};
-    if (!rc && mb.p && mb.in_c)
-        rc = rm_cuda_check(rm_cuda_fill_rows(rm_ptr(y), mb.p, mb.n ? remat_numel(y) / mb.n : 0,
-                                             mb.n, (int)es_of(y->dtype), c.stream),
-                           "linear (bias)");
+    mm_bias mb = {
+        .p = biasc ? rm_ptr(biasc) : NULL, .n = biasc ? biasc->shape[0] : 0, .index = c.index};
     if (!rc) {
         mview A = operand_view(ac, p->a, nb), B = operand_view(bc, p->b, nb);
         mview C = operand_view(y, p->c, nb);
