@@ -42,6 +42,29 @@ Test(autocast, scope_nests_and_restores) {
     remat_autocast_end(NULL);
 }
 
+/* remat_autocast_lower_dtype: the autocast dtype for f32 and bf16 tensors on a device with
+ * autocast on, the tensor's own dtype otherwise (f64, i64, autocast off or disabled). */
+Test(autocast, lower_dtype_follows_the_scope_and_the_dtype) {
+    int64_t n = 4;
+    remat_tensor *f = NULL, *h = NULL, *d = NULL, *i = NULL;
+    RT_OK(remat_zeros(&f, 1, &n, REMAT_F32, REMAT_DEVICE_CPU));
+    RT_OK(remat_zeros(&h, 1, &n, REMAT_BF16, REMAT_DEVICE_CPU));
+    RT_OK(remat_zeros(&d, 1, &n, REMAT_F64, REMAT_DEVICE_CPU));
+    RT_OK(remat_zeros(&i, 1, &n, REMAT_I64, REMAT_DEVICE_CPU));
+    cr_assert_eq(remat_autocast_lower_dtype(f), REMAT_F32, "autocast off: x's own dtype");
+    cr_assert_eq(remat_autocast_lower_dtype(h), REMAT_BF16);
+    remat_autocast_state outer = ac_on(), inner;
+    cr_assert_eq(remat_autocast_lower_dtype(f), REMAT_BF16);
+    cr_assert_eq(remat_autocast_lower_dtype(h), REMAT_BF16);
+    cr_assert_eq(remat_autocast_lower_dtype(d), REMAT_F64, "f64 is never lowered");
+    cr_assert_eq(remat_autocast_lower_dtype(i), REMAT_I64);
+    RT_OK(remat_autocast_begin(&inner, REMAT_CPU, REMAT_BF16, false));
+    cr_assert_eq(remat_autocast_lower_dtype(f), REMAT_F32, "a disabled inner scope");
+    remat_autocast_end(&inner);
+    remat_autocast_end(&outer);
+    remat_release(f), remat_release(h), remat_release(d), remat_release(i);
+}
+
 /* Each category: lower precision (linear), f32 (softmax, layer_norm, the
  * losses, sum), none (gelu keeps bf16), promote (bf16 + f32 → f32), f64 untouched. */
 Test(autocast, ops_run_in_their_category_dtype) {
