@@ -11,30 +11,29 @@
 #   variants/<name>/ptxas.txt              registers, spills, shared memory of its kernels
 #   VARIANTS="name:DEF=V;DEF=V ..."  (default below); each builds in build-gpu-var/<name>
 # The C objects come from ccache when CMAKE_C_COMPILER_LAUNCHER=ccache is exported; only
-# attention_mma.cu is compiled anew per variant (~1-2 min) plus the links.
+# attention_mma.cu is compiled anew per variant (~3 min on 2 busy cores) plus the links.
 set -eu
 cd "$(git rev-parse --show-toplevel)"
 [ "$(pwd)" = /work/main ] || { echo "gpu_variants: run in /work/main" >&2; exit 1; }
 VARIANTS=${VARIANTS:-"fused:RMK_TC_BWD_FUSED=1 fused-2:RMK_TC_BWD_FUSED=1;RMK_TC_MINB_DKDV=2 fwd8:RMK_TC_FWD_WARPS=8;RMK_TC_MINB_FWD=2 fwd8-fused:RMK_TC_FWD_WARPS=8;RMK_TC_MINB_FWD=2;RMK_TC_BWD_FUSED=1"}
 TESTS="test_cuda_kernels test_cuda_bf16 test_checkpoint_models"
-CUDA=${CUDA_HOME:-/usr/local/cuda}
 mkdir -p .gpu/variants
 rm -rf .gpu/variants/* .gpu/list.txt.new
 for v in $VARIANTS; do
   name=${v%%:*} defs=${v#*:}
   b=build-gpu-var/$name
+  # attention_mma.cu with ptxas's account of each kernel (registers, spills) in the build log
   cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DREMAT_CUDA=on -DREMAT_GEMM=naive \
-    -DREMAT_MPI=OFF -DREMAT_CUDA_ATT_DEFS="$defs" -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache >/dev/null
+    -DREMAT_MPI=OFF -DREMAT_CUDA_ATT_DEFS="$defs" -DREMAT_CUDA_ATT_OPTS="-Xptxas=-v" \
+    -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache >/dev/null
+  rm -f "$b/CMakeFiles/remat_objects.dir/src/backends/cuda/attention_mma.cu.o" # the log again
   # shellcheck disable=SC2086
-  cmake --build "$b" -j "${JOBS:-2}" --target remat_cli $TESTS
+  cmake --build "$b" -j "${JOBS:-2}" --target remat_cli $TESTS > "$b/build.log" 2>&1 ||
+    { tail -30 "$b/build.log" >&2; exit 1; }
   mkdir -p ".gpu/variants/$name"
   cp "$b/remat" ".gpu/variants/$name/remat"
   for t in $TESTS; do cp "$b/$t" ".gpu/variants/$name/"; done
-  # ptxas's account of each kernel (sm_90a, as the build's sm_90 code)
-  ddefs=$(echo "$defs" | tr ';' '\n' | sed 's/^/-D/' | tr '\n' ' ')
-  # shellcheck disable=SC2086
-  "$CUDA/bin/nvcc" -std=c++17 -O3 -arch=sm_90a -Xptxas -v -c -o /dev/null $ddefs -Isrc -Iinclude \
-    src/backends/cuda/attention_mma.cu 2>&1 | sh bench/cuda/ptxas_table.sh > ".gpu/variants/$name/ptxas.txt"
+  sh bench/cuda/ptxas_table.sh < "$b/build.log" > ".gpu/variants/$name/ptxas.txt"
   echo "$name: $defs" >> .gpu/list.txt.new
 done
 mv .gpu/list.txt.new .gpu/variants/list.txt
