@@ -21,7 +21,10 @@
  *     gets (2t, g) and (2t + 1, g).
  * A kernel whose threads would diverge at a meeting point (some at a barrier, some not)
  * is reported as a deadlock. Shared memory is one static buffer (blocks run one after
- * another). Not a CUDA implementation: what the attention kernels use, nothing else. */
+ * another; a kernel's static __shared__ arrays are the kernel's function-local statics when
+ * the test defines __shared__ as `static`, as layer_norm_emu.cc does). Not a CUDA
+ * implementation: what the emulated kernels use (attention, layer norm, the optimizer
+ * updates), nothing else. */
 #ifndef REMAT_CUDA_EMU_H
 #define REMAT_CUDA_EMU_H
 
@@ -317,5 +320,19 @@ inline unsigned int __float_as_uint(float f) {
     memcpy(&u, &f, 4);
     return u;
 }
+
+/* The round-to-nearest intrinsics (never contracted into fused multiply-adds on a GPU): the
+ * host's IEEE operations, which are the same when the emulated code is compiled without
+ * contraction (-ffp-contract=off, as CMake builds the emulator tests). */
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return sqrtf(a); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __dsqrt_rn(double a) { return sqrt(a); }
 
 #endif /* REMAT_CUDA_EMU_H */
