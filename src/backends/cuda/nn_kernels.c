@@ -2,7 +2,8 @@
  * softmax, log_softmax, layer_norm, rms_norm and rope (src/core/kernels/nn.h),
  * launching nn.cu's, layer_norm.cu's, rms_norm.cu's and rope.cu's kernels. layer_norm
  * and add_layer_norm write a bf16 y for an f32 x, and layer_norm's backward reads a bf16
- * g for one (RM_KF_BF16_Y, device.c: remat_layer_norm_to's cast folded in). dropout (Philox) is rng.c's. */
+ * g for one (RM_KF_BF16_Y, device.c: remat_layer_norm_to's cast folded in). dropout
+ * (Philox) is rng.c's. */
 #include "elementwise.h"
 #include "kwrap.h"
 #include "nn.h"
