@@ -105,8 +105,10 @@ static bool shares(int n, remat_tensor *const *like, int64_t delta) {
         cr_assert_not_null(g[i]);
         cr_assert_eq(g[i]->storage, g[0]->storage);
         cr_assert_eq(g[i]->offset, i * delta, "piece %d at %lld", i, (long long)g[i]->offset);
-        cr_assert_eq(memcmp(g[i]->strides, like[i]->strides, sizeof(int64_t) * (size_t)like[i]->ndim), 0);
-        cr_assert_eq(memcmp(g[i]->shape, like[i]->shape, sizeof(int64_t) * (size_t)like[i]->ndim), 0);
+        cr_assert_eq(
+            memcmp(g[i]->strides, like[i]->strides, sizeof(int64_t) * (size_t)like[i]->ndim), 0);
+        cr_assert_eq(memcmp(g[i]->shape, like[i]->shape, sizeof(int64_t) * (size_t)like[i]->ndim),
+                     0);
     }
     for (int i = 0; i < n; i++) {
         if (!shared) cr_assert_null(g[i], "untouched when not shared");

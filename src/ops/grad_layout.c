@@ -64,7 +64,7 @@ static bool split_pieces(int n, remat_tensor *const *like, int64_t *delta) {
     for (int d = 0; d < a->ndim; d++) {
         if (a->strides[d] < 0) return false;
         if (a->shape[d] <= 1) continue;
-        if (a->strides[d] % period == 0) continue; /* outer */
+        if (a->strides[d] % period == 0) continue;  /* outer */
         inner += (a->shape[d] - 1) * a->strides[d]; /* inner: must stay below delta */
     }
     if (inner >= d0) return false;
@@ -83,8 +83,8 @@ remat_status rm_new_grads_like_pieces(remat_tensor **outs, int n, remat_tensor *
     int rc = rm_new_output(&buf, 1, &span, dtype, device);
     if (rc) return rc;
     for (int i = 0; i < n && !rc; i++) {
-        outs[i] = rm_tensor_alloc(buf->storage, (int64_t)i * delta, a->ndim, a->shape, a->strides,
-                                  dtype);
+        outs[i] =
+            rm_tensor_alloc(buf->storage, (int64_t)i * delta, a->ndim, a->shape, a->strides, dtype);
         if (!outs[i]) rc = rm_err(REMAT_ENOMEM, "out of host memory for a tensor header");
         else outs[i]->is_view = true;
     }
@@ -107,7 +107,8 @@ remat_status rm_pieces_whole(remat_tensor **out, int n, remat_tensor *const *pie
     const int64_t base = a->offset;
     for (int k = 0; k < n; k++) {
         const remat_tensor *p = pieces[k];
-        if (!p || p->storage != a->storage || p->dtype != a->dtype || p->ndim != ndim) return REMAT_OK;
+        if (!p || p->storage != a->storage || p->dtype != a->dtype || p->ndim != ndim)
+            return REMAT_OK;
         int64_t lo = (int64_t)k * split_size;
         int64_t len = shape[dim] - lo < split_size ? shape[dim] - lo : split_size;
         for (int d = 0; d < ndim; d++) {
