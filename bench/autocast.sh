@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench/autocast.sh — bf16 autocast against f32, side by side in one run: remat bench
-# (--autocast off / bf16, strategies none and block) and PyTorch 1.13's torch.autocast('cpu',
+# (--autocast off / bf16, strategies none and block) and PyTorch's torch.autocast('cpu',
 # bfloat16) on the same model (bench/pytorch/bench_torch.py), at 1 and 2 threads, ROUNDS
 # interleaved rounds of REPS timed repetitions each. GPT L=6 D=384 H=6 T=256 B=8
 # (AUTOCAST_MODEL="--model gpt --layers 2 ..." overrides the model flags).
@@ -16,17 +16,21 @@
 # is given twice: of the medians over all rounds, and as the median (min-max) of per-round
 # ratios, whose two sides ran back to back in one round (drift in load over the run cancels).
 # Timings mean something only on an otherwise idle machine; the bytes are exact anyway.
-# Usage: bench/autocast.sh [ROUNDS] [REPS]   (from the repository root, after make build)
+# Usage: [PY=venv/bin/python] bench/autocast.sh [ROUNDS] [REPS]   (repository root, after make build;
+# PY picks the PyTorch, /usr/bin/python3 by default)
 set -eu
 ROUNDS=${1:-3}
 REPS=${2:-5}
 M=${AUTOCAST_MODEL:-"--model gpt --layers 6 --width 384 --heads 6 --context 256 --batch 8"}
-PY=/usr/bin/python3
+PY=${PY:-/usr/bin/python3}   # PY=/path/to/venv/bin/python: a PyTorch 2.x
 OUT=${TMPDIR:-/tmp}/remat_autocast_bench.$$
 trap 'rm -f "$OUT"' EXIT
 : >"$OUT"
 grep -m1 "model name" /proc/cpuinfo
 grep -qw avx512_bf16 /proc/cpuinfo && echo "cpu flags: avx512_bf16" || echo "cpu flags: no avx512_bf16"
+TORCH_VERSION=$($PY -c 'import torch; print(torch.__version__)')
+export TORCH_VERSION
+echo "PyTorch $TORCH_VERSION ($PY)"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); rounds $ROUNDS, reps $REPS; $M"
 for r in $(seq 1 "$ROUNDS"); do
   for t in 1 2; do
@@ -49,7 +53,7 @@ for line in sys.stdin:
   done
 done
 $PY - "$OUT" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
     who, t, ac, rnd, doc = line.split(" ", 4)
@@ -97,8 +101,9 @@ for t in (1, 2):
                   max(runs[rb]["act"]) / max(runs[rf]["act"]),
                   max(runs[rb]["step"]) / max(runs[rf]["step"])))
         if rb in runs and tb in runs:
-            print("  remat bf16 / PyTorch 1.13 bf16: step time %.3fx (target <= 0.6), per round %s;"
-                  " remat step bytes %.1f MiB vs PyTorch RSS+ %.1f MiB" % (med(rb) / med(tb), paired(rb, tb),
+            print("  remat bf16 / PyTorch %s bf16: step time %.3fx (target <= 0.6), per round %s;"
+                  " remat step bytes %.1f MiB vs PyTorch RSS+ %.1f MiB" % (os.environ["TORCH_VERSION"],
+                  med(rb) / med(tb), paired(rb, tb),
                   max(runs[rb]["step"]) / MiB,
                   statistics.median(runs[tb]["rss"]) / MiB))
 PY

@@ -23,7 +23,9 @@ suites="fixtures checkpoint checkpoint_models selective planner autograd attenti
   checkpoint_rng optim_device timing grad_meter cuda_bf16 cuda_indexing cuda_kernels cuda_pool cuda_rng"
 files="$BUILD/remat $BUILD/bench_cuda_gemm $(ls $BUILD/libremat.so*) $BUILD/CTestTestfile.cmake"
 # the CPU emulator's test is a cuda_* ctest entry too (tests/cuda_emu)
-[ -f "$BUILD/cuda_emu_attention" ] && files="$files $BUILD/cuda_emu_attention"
+for emu in cuda_emu_attention cuda_emu_attention_variants; do
+  [ -f "$BUILD/$emu" ] && files="$files $BUILD/$emu"
+done
 for s in $suites; do files="$files $BUILD/test_$s"; done
 # shellcheck disable=SC2086
 # xz -9: a 64 MiB dictionary, so the test programs' shared library code compresses once

@@ -1,28 +1,45 @@
 #!/bin/sh
-# bench/cuda/gpu_variants.sh — run HERE after gpu_carry.sh: builds `remat` again with other
-# tuning values of the tensor-core attention (attention_mma.cu's RMK_TC_* knobs: blocks per
-# SM asked of the register allocator, queries per dK/dV step) and packs the programs into
-# .gpu/variants.tar.xz, so that one GPU window times every variant side by side
-# (gpu_window.sh's step att-variants: `remat bench --profile` per variant).
+# bench/cuda/gpu_variants.sh — run HERE after gpu_carry.sh: builds remat again with other
+# values of the tensor-core attention's build-time knobs (attention_mma.cu's RMK_TC_*: blocks
+# per SM asked of the register allocator, queries per dK/dV step, warps of a forward block,
+# the fused backward) and packs each variant into .gpu/variants.tar.xz, so that one GPU
+# window checks and times every variant beside the default (gpu_window.sh's att-* steps):
+#   variants/<name>/remat                  `remat bench --profile` of the GPT step
+#   variants/<name>/test_cuda_kernels      f32 attention against the cpu's (every head class)
+#   variants/<name>/test_cuda_bf16         bf16 attention against the cpu's
+#   variants/<name>/test_checkpoint_models checkpointed gradients bitwise equal on the GPU
+#   variants/<name>/ptxas.txt              registers, spills, shared memory of its kernels
 #   VARIANTS="name:DEF=V;DEF=V ..."  (default below); each builds in build-gpu-var/<name>
 # The C objects come from ccache when CMAKE_C_COMPILER_LAUNCHER=ccache is exported; only
-# attention_mma.cu is compiled anew per variant (~1 min) plus the link.
+# attention_mma.cu is compiled anew per variant (~3 min on 2 busy cores) plus the links.
 set -eu
 cd "$(git rev-parse --show-toplevel)"
 [ "$(pwd)" = /work/main ] || { echo "gpu_variants: run in /work/main" >&2; exit 1; }
-VARIANTS=${VARIANTS:-"occ-4-3-3-q32:RMK_TC_MINB_FWD=4;RMK_TC_MINB_DQ=3;RMK_TC_MINB_DKDV=3;RMK_TC_BCQ64=32 occ-3-3-3:RMK_TC_MINB_FWD=3;RMK_TC_MINB_DQ=3;RMK_TC_MINB_DKDV=3 occ-4-3-2:RMK_TC_MINB_FWD=4;RMK_TC_MINB_DQ=3;RMK_TC_MINB_DKDV=2"}
+# fused: the fused backward at 3 blocks an SM (168 registers: spills), fused-2 at 2 (255:
+# none expected, fewer warps), fused-q32 with 32 queries a step (half the score registers);
+# fwd8: forward blocks of 8 warps, 2 blocks an SM
+VARIANTS=${VARIANTS:-"fused:RMK_TC_BWD_FUSED=1 fused-2:RMK_TC_BWD_FUSED=1;RMK_TC_MINB_DKDV=2 fused-q32:RMK_TC_BWD_FUSED=1;RMK_TC_BCQ64=32 fwd8:RMK_TC_FWD_WARPS=8;RMK_TC_MINB_FWD=2"}
+TESTS="test_cuda_kernels test_cuda_bf16 test_checkpoint_models"
 mkdir -p .gpu/variants
-rm -f .gpu/variants/remat-* .gpu/variants/list.txt.new
+rm -rf .gpu/variants/* .gpu/list.txt.new
 for v in $VARIANTS; do
   name=${v%%:*} defs=${v#*:}
   b=build-gpu-var/$name
+  # attention_mma.cu with ptxas's account of each kernel (registers, spills) in the build log
   cmake -S . -B "$b" -DCMAKE_BUILD_TYPE=Release -DREMAT_CUDA=on -DREMAT_GEMM=naive \
-    -DREMAT_MPI=OFF -DREMAT_CUDA_ATT_DEFS="$defs" -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache >/dev/null
-  cmake --build "$b" -j "${JOBS:-2}" --target remat_cli
-  cp "$b/remat" ".gpu/variants/remat-$name"
-  echo "$name: $defs" >> .gpu/variants/list.txt.new
+    -DREMAT_MPI=OFF -DREMAT_CUDA_ATT_DEFS="$defs" -DREMAT_CUDA_ATT_OPTS="-Xptxas=-v" \
+    -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache >/dev/null
+  rm -f "$b/CMakeFiles/remat_objects.dir/src/backends/cuda/attention_mma.cu.o" # the log again
+  # shellcheck disable=SC2086
+  cmake --build "$b" -j "${JOBS:-2}" --target remat_cli $TESTS > "$b/build.log" 2>&1 ||
+    { tail -30 "$b/build.log" >&2; exit 1; }
+  mkdir -p ".gpu/variants/$name"
+  cp "$b/remat" ".gpu/variants/$name/remat"
+  for t in $TESTS; do cp "$b/$t" ".gpu/variants/$name/"; done
+  sh bench/cuda/ptxas_table.sh < "$b/build.log" > ".gpu/variants/$name/ptxas.txt"
+  echo "$name: $defs" >> .gpu/list.txt.new
 done
-mv .gpu/variants/list.txt.new .gpu/variants/list.txt
+mv .gpu/list.txt.new .gpu/variants/list.txt
 XZ_OPT=-9 tar cJf .gpu/variants.tar.xz -C .gpu variants
 rm -rf .gpu/variants
 du -sh .gpu/variants.tar.xz .gpu

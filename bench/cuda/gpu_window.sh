@@ -103,7 +103,7 @@ step smoke 30 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" train -
 
 # 1. the device suites with cuda as the test device (ctest: CTestTestfile names /work/main);
 # test_fixtures (~100 s on 2 cpu cores) beside them with its own workers
-SUITES='checkpoint|checkpoint_models|selective|planner|autograd|attention|ck_semantics|dispatch_nn|double_backward_checkpoint|nesting|ops_matmul|ops_reduce|split_backward|models|checkpoint_rng|optim_device|timing|grad_meter|cuda_.*'
+SUITES='checkpoint|checkpoint_models|selective|planner|autograd|attention|ck_semantics|dispatch_nn|double_backward_checkpoint|nesting|ops_matmul|ops_reduce|split_backward|models|checkpoint_rng|optim_device|timing|grad_meter|ops_layer_norm_to|grad_layout|cuda_.*'
 (
   cd "$BUILD" && export REMAT_TEST_DEVICE=cuda OMP_NUM_THREADS=1 &&
   step fixtures "${SUITE_BOX:-150}" "$FILES/fixtures.log" env LD_LIBRARY_PATH="$LDP" ./test_fixtures --jobs 16
@@ -178,13 +178,31 @@ step profile-bf16-nolt 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_CUDA
 # 4b'. PyTorch's own kernels in its bf16 step (torch.profiler), beside remat's profile above
 step torch-profile-bf16 60 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --reps 2 \
   --autocast bf16 --strategies none --profile 3 --out "$FILES/torch-profile-bf16.json"
-# 4b''. tuning variants of the tensor-core attention (bench/cuda/gpu_variants.sh), each
-# program's profile beside the default's: the attention rows and the step
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+# 4b''. variants of the tensor-core attention (bench/cuda/gpu_variants.sh): each variant's
+# own builds of the attention tests first (f32 and bf16 against the cpu, checkpointed
+# gradients bitwise equal on the GPU: a variant that fails them is not timed), then its
+# profile beside the default's: the attention rows and the step
 if [ -f "$CARRY/variants.tar.xz" ]; then
   tar xJf "$CARRY/variants.tar.xz" -C "$FILES" && cp "$FILES/variants/list.txt" "$FILES/variants.txt"
-  for prog in "$BUILD/remat" "$FILES"/variants/remat-*; do
+  for d in "$FILES"/variants/*/; do
+    name=$(basename "$d")
+    cat "$d/ptxas.txt" >> "$FILES/variants.txt" 2>/dev/null
+    (
+      export REMAT_TEST_DEVICE=cuda
+      step "attchk-$name" 40 "$OUT/test.log" env LD_LIBRARY_PATH="$LDP" sh -c "
+        '$d/test_cuda_kernels' -j1 --filter='cuda_kernels/*attention*' &&
+        '$d/test_cuda_bf16' -j1 --filter='cuda_bf16/*attention*' &&
+        '$d/test_checkpoint_models' -j1"
+    ) || continue
+    step "attmem-$name" 40 "$OUT/sanitizer.log" env LD_LIBRARY_PATH="$LDP" REMAT_TEST_DEVICE=cuda \
+      "$CS" --tool memcheck --error-exitcode 9 "$d/test_cuda_bf16" -j1 \
+      --filter='cuda_bf16/fused_attention*'
+  done
+  for prog in "$BUILD/remat" "$FILES"/variants/*/remat; do
+    name=$(basename "$(dirname "$prog")"); [ "$prog" = "$BUILD/remat" ] && name=default
     for ac in bf16 off; do
-      step "att-$(basename "$prog")-$ac" 25 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$prog" \
+      step "att-$name-$ac" 25 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$prog" \
         bench --device cuda $MODEL --autocast $ac --strategies none --reps 3 --profile=2
     done
   done

@@ -71,7 +71,12 @@ static remat_status attention_backward(remat_node *node, remat_tensor *const *go
     /* the gradient arrives from outside the op: the kernel runs on q's device */
     if (!rc) rc = rm_check_same_device(node->name, sv[SAVED_Q], gout[0]);
     const remat_tensor *q = sv[SAVED_Q];
-    for (int i = 0; i < 3 && !rc; i++)
+    /* q, k and v cut from one projection (a GPT's qkv): their gradients the same pieces of one
+     * buffer, which the split's backward then takes whole (grad_layout.c) */
+    bool shared = false;
+    if (!rc && want[0] && want[1] && want[2])
+        rc = rm_new_grads_like_pieces(g, 3, sv, q->dtype, q->storage->device, &shared);
+    for (int i = 0; i < 3 && !rc && !shared; i++)
         if (want[i])
             rc = new_attn_tensor(&g[i], sv[i]->ndim, sv[i]->shape, q->dtype, q->storage->device);
     if (rc) goto out;

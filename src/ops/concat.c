@@ -162,6 +162,13 @@ static remat_status split_backward(remat_node *node, remat_tensor *const *gout,
         }
     }
     remat_tensor *z = NULL;
+    /* pieces of one buffer already (an attention's q, k, v gradients): that buffer, no copies */
+    rc = rm_pieces_whole(&z, node->n_outputs, gout, c->ndim, c->shape, c->dim, c->split_size);
+    if (rc) return rc;
+    if (z) {
+        gin[0] = z;
+        return REMAT_OK;
+    }
     rc = rm_new_output(&z, c->ndim, c->shape, dt, dev);
     if (rc) return rc;
     if (rm_ptr(z)) { /* a meta z (skip mode): nothing to compute */

@@ -27,4 +27,19 @@ remat_status rm_check_norm_params(const char *call, const remat_tensor *x, int n
 remat_status rm_rms_scale(remat_tensor **y, remat_tensor *x, int n_norm, double eps,
                           remat_tensor *w);
 
+/* ---- gradients laid out as split pieces (src/ops/grad_layout.c) -------------------
+ * When like[0..n) are the disjoint pieces of one split (one storage, equal shapes, dtypes and
+ * strides, offsets o + i·delta, each dim inside a piece's window or stepping over all n of
+ * them), outs[i] become views with like[i]'s strides of ONE new buffer (of dtype on device),
+ * at offsets i·delta, and *shared is true; otherwise outs is untouched and *shared false (the
+ * caller allocates as usual). REMAT_ENOMEM (outs NULL) when the buffer cannot be made. */
+remat_status rm_new_grads_like_pieces(remat_tensor **outs, int n, remat_tensor *const *like,
+                                      remat_dtype dtype, remat_device device, bool *shared);
+/* *out = the tensor of (ndim, shape), contiguous, whose pieces of split_size along dim are
+ * pieces[0..n) — a view of their storage — when they are exactly those pieces of one storage
+ * (rm_new_grads_like_pieces made them so); else *out NULL (copy them together). REMAT_ENOMEM
+ * only when the view's header cannot be made. */
+remat_status rm_pieces_whole(remat_tensor **out, int n, remat_tensor *const *pieces, int ndim,
+                             const int64_t *shape, int dim, int64_t split_size);
+
 #endif /* REMAT_OPS_INTERNAL_H */

@@ -5,7 +5,9 @@
  * top-left and lower-right with Tq < Tk and Tq > Tk, grouped-query heads, D != Dv, head
  * classes 32, 64 and 128, padded heads, per-head views of a packed qkv buffer (16-byte
  * loads) and odd head sizes (element loads), grids smaller than the work (the kernels'
- * grid-stride loops).
+ * grid-stride loops). Built with RMK_TC_BWD_FUSED=1 (test_cuda_emu_attention_variants) it
+ * runs the fused backward three ways — blocks one after another, then several at once in
+ * drawn orders and speeds — and checks the bits are the same each time.
  *
  * Tolerance, against the largest magnitude of each result's f64 counterpart: bf16 within
  * 1e-2 (the kernels round P and dS to bf16 as the products' operands and every output once
@@ -169,13 +171,47 @@ template <typename TR, int HD> void run(const kase &c) {
     p.dq = dq.at(0, 0, 0, 0), p.dk = dk.at(0, 0, 0, 0), p.dv = dv.at(0, 0, 0, 0);
     p.lse = lse.data(), p.delta = delta.data();
     p.vec = tc_vec_bits(p);
-    if (C::SM_FWD > sizeof smem_raw || C::SM_DQ > sizeof smem_raw || C::SM_DKDV > sizeof smem_raw)
-        abort();
+    const size_t smax = rmk_emu::SMEM_BYTES;
+    if (C::SM_FWD > smax || C::SM_DQ > smax || C::SM_DKDV > smax || C::SM_FUSED > smax) abort();
     auto cap = [&](int64_t n) { return (unsigned)(n < (int64_t)c.grid_cap ? n : c.grid_cap); };
-    const int64_t nqb = (c.Tq + C::BR - 1) / C::BR, nkb = (c.Tk + C::BR - 1) / C::BR;
-    rmk_emu::launch(cap(d.nb * nqb), C::NT, [&] { tc_att_fwd<TR, HD>(p); });
+    const int64_t nkb = (c.Tk + C::BR - 1) / C::BR;
+    const int64_t nqf = (c.Tq + C::BRF - 1) / C::BRF;
+    rmk_emu::launch(cap(d.nb * nqf), C::NTF, [&] { tc_att_fwd<TR, HD>(p); });
+#if RMK_TC_BWD_FUSED
+    /* the fused backward: scratch as rmk_attention_tc_bwd lays it out, its counters left
+     * non-zero (the first kernel sets them); the kernels run three times, blocks one after
+     * another and then several at once in two drawn orders (and a grid smaller than the
+     * work): the same bits every time, the adds to dq's sums being ordered */
+    const tc_ws_layout wl = tc_fused_ws(d, C::BCQ, HD);
+    std::vector<unsigned char> ws(wl.bytes + 256, 0xFF);
+    unsigned char *w0 = ws.data() + (256 - (uintptr_t)ws.data() % 256) % 256;
+    p.delta = (float *)w0;
+    p.dqa = (float *)(w0 + wl.dqa);
+    p.cnt = (unsigned *)(w0 + wl.cnt);
+    const int64_t nqq = (c.Tq + C::BCQ - 1) / C::BCQ, items = d.nb / group * nkb;
+    auto backward = [&](unsigned resident, uint64_t seed, unsigned grid) {
+        for (auto *bb : {&bdq, &bdk, &bdv})
+            for (auto &x : *bb) x = V::nan;
+        rmk_emu::launch(cap(nqq > 0 ? d.nb * nqq : 1), C::NT, [&] { tc_att_bwd_pre<TR, HD>(p); });
+        rmk_emu::launch_resident(grid, C::NT, resident, seed,
+                                 [&] { tc_att_bwd_fused<TR, HD>(p); });
+    };
+    std::vector<std::vector<E>> runs;
+    const unsigned ways[3][3] = {{1, 0, (unsigned)items},
+                                 {4, 7, (unsigned)items + 2},
+                                 {3, 11, items > 3 ? (unsigned)items / 2 : 1u}};
+    for (const auto &wy : ways) {
+        backward(wy[0], wy[1], wy[2]);
+        std::vector<E> all(bdq);
+        all.insert(all.end(), bdk.begin(), bdk.end());
+        all.insert(all.end(), bdv.begin(), bdv.end());
+        runs.push_back(all);
+    }
+#else
+    const int64_t nqb = (c.Tq + C::BR - 1) / C::BR;
     rmk_emu::launch(cap(d.nb * nqb), C::NT, [&] { tc_att_bwd_dq<TR, HD>(p); });
     rmk_emu::launch(cap(d.nb / group * nkb), C::NT, [&] { tc_att_bwd_dkdv<TR, HD>(p); });
+#endif
 
     /* f64 reference from the same bf16 values */
     std::vector<double> ry, rl, rdq, rdk((size_t)(c.B * c.Hkv * c.Tk * c.D), 0.0),
@@ -258,6 +294,14 @@ template <typename TR, int HD> void run(const kase &c) {
     check("dq", c, rdq, gdq, V::rtol);
     check("dk", c, rdk, gdk, V::rtol);
     check("dv", c, rdv, gdv, V::rtol);
+#if RMK_TC_BWD_FUSED
+    for (size_t r = 1; r < runs.size(); r++) {
+        const bool same = memcmp(runs[r].data(), runs[0].data(), runs[0].size() * sizeof(E)) == 0;
+        printf("  bits %-40s run %zu (%u blocks at once, order %u) %s\n", c.name, r, ways[r][0],
+               ways[r][1], same ? "the same as run 0" : "DIFFER   FAIL");
+        failures += !same;
+    }
+#endif
 }
 
 template <typename TR> void run_case(const kase &c) {
@@ -270,6 +314,8 @@ template <typename TR> void run_case(const kase &c) {
 } // namespace
 
 int main() {
+    printf("variant: RMK_TC_FWD_WARPS %d, RMK_TC_BWD_FUSED %d\n", RMK_TC_FWD_WARPS,
+           RMK_TC_BWD_FUSED);
     const kase cases[] = {
         {"GPT-2 heads from a packed qkv, causal", 1, 2, 2, 130, 130, 64, 64, true, false, true, 3},
         {"lower-right causal, Tq < Tk", 1, 2, 2, 40, 150, 128, 128, true, true, false, 2},
@@ -278,6 +324,9 @@ int main() {
         {"grouped-query, padded head, no mask", 1, 4, 2, 100, 100, 48, 48, false, false, false, 5},
         {"two batch entries, head 32, causal", 2, 1, 1, 64, 64, 32, 32, true, false, false, 1},
         {"D 64, Dv 40, no mask", 1, 1, 1, 70, 90, 64, 40, false, false, false, 7},
+        {"head 128, no mask, T not a tile multiple", 1, 2, 2, 90, 100, 128, 128, false, false,
+         false, 3},
+        {"five key tiles, head 32, causal", 1, 1, 1, 260, 260, 32, 32, true, false, false, 6},
     };
     for (const kase &c : cases) {
         run_case<tr_bf16>(c);

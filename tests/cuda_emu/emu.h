@@ -20,8 +20,20 @@
  *     gets matrix j's elements (g, 2t) and (g, 2t + 1), the first in the low half; .trans
  *     gets (2t, g) and (2t + 1, g).
  * A kernel whose threads would diverge at a meeting point (some at a barrier, some not)
- * is reported as a deadlock. Shared memory is one static buffer (blocks run one after
- * another). Not a CUDA implementation: what the attention kernels use, nothing else. */
+ * is reported as a deadlock.
+ *
+ * Blocks run one after another (launch), or several at once (launch_resident: `resident`
+ * blocks at a time, each with its own shared memory, the next block in blockIdx order
+ * started as one ends, as a GPU's block scheduler does; the threads of all running blocks
+ * resumed in an order drawn from `seed`, each block at a speed drawn too, so that blocks
+ * drift apart), for kernels whose blocks wait for each other:
+ * an atomic increment (RMK_EMU_ATOMIC_INC), a spin until a word holds a value
+ * (RMK_EMU_WAIT_EQ: the thread yields until it does) and a release store. Memory is
+ * sequentially consistent here (one host thread); a thread runs undisturbed from one
+ * meeting point or spin to the next. When every running thread waits and none can go on,
+ * the emulator reports a deadlock: a block waiting for one that has not started, with all
+ * the GPU's places taken, is one on a GPU too. Not a CUDA implementation: what the
+ * attention kernels use, nothing else. */
 #ifndef REMAT_CUDA_EMU_H
 #define REMAT_CUDA_EMU_H
 
@@ -37,18 +49,19 @@
 #include <functional>
 #include <vector>
 
-/* The kernels' dynamic shared memory (their `extern __shared__ ... smem_raw[]`). */
-alignas(16) inline unsigned char smem_raw[256 * 1024];
-
 namespace rmk_emu {
 
-enum wait_kind { RUN = 0, AT_BLOCK, AT_WARP, DONE };
+/* A block's dynamic shared memory, bytes (each running block has its own). */
+constexpr size_t SMEM_BYTES = 256 * 1024;
+
+enum wait_kind { RUN = 0, AT_BLOCK, AT_WARP, DONE, SPIN };
 enum warp_op { OP_SHFL = 1, OP_MMA, OP_MMA_TF32, OP_LDSM_T, OP_LDSM, OP_SYNCWARP };
 
 struct fiber {
     ucontext_t ctx;
     std::vector<char> stack;
-    uint3 tid;
+    uint3 tid, bid;
+    int place; /* the running block's place (shared memory, warp slots) */
     int state;
 };
 
@@ -69,11 +82,17 @@ inline ucontext_t sched_ctx;
 inline std::vector<fiber> fibers;
 inline std::vector<warp_slot> slots;
 inline fiber *cur = nullptr;
-inline uint3 block_idx, grid_dim, block_dim;
+inline uint3 grid_dim, block_dim;
 inline std::function<void()> body;
+inline std::vector<std::vector<unsigned char>> smem; /* per place, SMEM_BYTES + 16 */
+inline int warps_per_block = 1;
 
 inline int lane_of(const fiber *f) { return (int)(f->tid.x & 31); }
-inline warp_slot &my_slot() { return slots[cur->tid.x >> 5]; }
+inline warp_slot &my_slot() { return slots[cur->place * warps_per_block + (cur->tid.x >> 5)]; }
+inline unsigned char *my_smem() {
+    unsigned char *p = smem[(size_t)cur->place].data();
+    return p + ((16 - (uintptr_t)p % 16) % 16);
+}
 
 inline void yield(int state) {
     cur->state = state;
@@ -81,6 +100,14 @@ inline void yield(int state) {
 }
 
 inline void sync_block() { yield(AT_BLOCK); }
+
+/* atomicAdd(p, 1) (threads switch only where they yield: this is atomic) */
+inline unsigned atomic_inc(unsigned *p) { return (*p)++; }
+/* spin until *p == v: the thread yields while it does not */
+inline void wait_eq(const unsigned *p, unsigned v) {
+    while (*(const volatile unsigned *)p != v) yield(SPIN);
+}
+inline void store_release(unsigned *p, unsigned v) { *(volatile unsigned *)p = v; }
 
 /* __syncwarp: the warp's lanes meet (shared-memory hand-offs between them are ordered) */
 inline void sync_warp() {
@@ -229,72 +256,142 @@ inline void fiber_main() {
     swapcontext(&cur->ctx, &sched_ctx);
 }
 
-/* Runs `kernel_body` (the kernel called with its arguments) over grid × nt threads. */
-inline void launch(unsigned grid, unsigned nt, std::function<void()> kernel_body) {
+/* A fiber set to run the kernel as thread `thread` of block `block` in place `place`
+ * (getcontext out of launch_resident, whose variables it would leave undefined). */
+__attribute__((noinline)) inline void start_fiber(fiber &f, unsigned thread, unsigned block,
+                                                  unsigned place) {
+    if (f.stack.empty()) f.stack.resize(256 * 1024);
+    f.tid = make_uint3(thread, 0, 0);
+    f.bid = make_uint3(block, 0, 0);
+    f.place = (int)place;
+    f.state = RUN;
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.data();
+    f.ctx.uc_stack.ss_size = f.stack.size();
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, fiber_main, 0);
+}
+
+/* Runs `kernel_body` (the kernel called with its arguments) over grid × nt threads,
+ * `resident` blocks at a time, threads resumed in an order drawn from `seed` (0: in order). */
+inline void launch_resident(unsigned grid, unsigned nt, unsigned places, uint64_t seed,
+                            std::function<void()> kernel_body) {
+    const unsigned resident = places < 1 ? 1 : places;
     body = std::move(kernel_body);
     grid_dim = make_uint3(grid, 1, 1);
     block_dim = make_uint3(nt, 1, 1);
-    for (unsigned b = 0; b < grid; b++) {
-        block_idx = make_uint3(b, 1, 1);
-        memset(::smem_raw, 0xA5, sizeof ::smem_raw); /* stale data, as a GPU may leave */
-        if (fibers.size() != nt) fibers.resize(nt);  /* stacks kept from block to block */
-        slots.assign((nt + 31) / 32, warp_slot());
-        for (unsigned i = 0; i < nt; i++) {
-            fiber &f = fibers[i];
-            if (f.stack.empty()) f.stack.resize(256 * 1024);
-            f.tid = make_uint3(i, 0, 0);
-            f.state = RUN;
-            getcontext(&f.ctx);
-            f.ctx.uc_stack.ss_sp = f.stack.data();
-            f.ctx.uc_stack.ss_size = f.stack.size();
-            f.ctx.uc_link = nullptr;
-            makecontext(&f.ctx, fiber_main, 0);
+    warps_per_block = (int)((nt + 31) / 32);
+    if (fibers.size() != (size_t)resident * nt) fibers.resize((size_t)resident * nt);
+    slots.assign((size_t)resident * (size_t)warps_per_block, warp_slot());
+    if (smem.size() < resident) smem.resize(resident);
+    for (auto &m : smem) m.resize(SMEM_BYTES + 16);
+    std::vector<long> block_of(resident, -1); /* each place's block, -1 free */
+    std::vector<int> speed(resident, 8);
+    std::vector<size_t> order;
+    unsigned next = 0;
+    uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (;;) {
+        bool moved = false;
+        for (unsigned pl = 0; pl < resident; pl++) { /* start blocks in free places */
+            if (block_of[pl] >= 0 || next >= grid) continue;
+            block_of[pl] = next;
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            speed[pl] = 1 << (rng >> 62);                   /* of 8 rounds: 1, 2, 4 or 8 */
+            memset(smem[pl].data(), 0xA5, smem[pl].size()); /* stale data, as a GPU leaves */
+            for (unsigned i = 0; i < nt; i++) start_fiber(fibers[(size_t)pl * nt + i], i, next, pl);
+            next++;
+            moved = true;
         }
-        for (;;) {
-            for (fiber &f : fibers)
-                if (f.state == RUN) {
-                    cur = &f;
-                    swapcontext(&sched_ctx, &f.ctx);
-                }
-            int done = 0, at_block = 0;
-            for (fiber &f : fibers) {
-                done += f.state == DONE;
-                at_block += f.state == AT_BLOCK;
+        order.clear();
+        for (unsigned pl = 0; pl < resident; pl++)
+            if (block_of[pl] >= 0)
+                for (unsigned i = 0; i < nt; i++) order.push_back((size_t)pl * nt + i);
+        if (order.empty()) break; /* every block done */
+        if (seed)
+            for (size_t i = order.size() - 1; i > 0; i--) { /* Fisher-Yates, xorshift */
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                const size_t k = (size_t)(rng % (i + 1));
+                const size_t x = order[i];
+                order[i] = order[k];
+                order[k] = x;
             }
-            if (done == (int)nt) break;
-            bool progress = false;
-            for (size_t w = 0; w < slots.size(); w++) { /* warps whose lanes all arrived */
+        /* drawn orders also give each block a speed (it runs in 1, 2, 4 or 8 rounds of 8),
+         * so that blocks drift apart as SMs do: one may run many steps ahead of another */
+        std::vector<char> held(resident, 0);
+        bool any_held = false;
+        if (seed)
+            for (unsigned pl = 0; pl < resident; pl++) {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                held[pl] = (char)((rng >> 61) >= (uint64_t)speed[pl]);
+                any_held |= held[pl] != 0;
+            }
+        for (size_t i : order) {
+            fiber &f = fibers[i];
+            if (held[(size_t)f.place] || (f.state != RUN && f.state != SPIN)) continue;
+            const int was = f.state;
+            cur = &f;
+            swapcontext(&sched_ctx, &f.ctx);
+            if (!(was == SPIN && f.state == SPIN)) moved = true;
+        }
+        for (unsigned pl = 0; pl < resident; pl++) {
+            if (block_of[pl] < 0) continue;
+            fiber *fb = &fibers[(size_t)pl * nt];
+            int done = 0, at_block = 0;
+            for (unsigned i = 0; i < nt; i++) {
+                done += fb[i].state == DONE;
+                at_block += fb[i].state == AT_BLOCK;
+            }
+            if (done == (int)nt) { /* the block ended: its place is free */
+                block_of[pl] = -1;
+                moved = true;
+                continue;
+            }
+            for (int w = 0; w < warps_per_block; w++) { /* warps whose lanes all arrived */
                 int n = 0;
                 for (unsigned l = 0; l < 32 && 32 * w + l < nt; l++)
-                    n += fibers[32 * w + l].state == AT_WARP;
+                    n += fb[32 * w + l].state == AT_WARP;
                 if (n == 32) {
-                    run_warp_op(slots[w]);
-                    for (unsigned l = 0; l < 32; l++) fibers[32 * w + l].state = RUN;
-                    progress = true;
+                    run_warp_op(slots[(size_t)pl * warps_per_block + w]);
+                    for (unsigned l = 0; l < 32; l++) fb[32 * w + l].state = RUN;
+                    moved = true;
                 }
             }
-            if (progress) continue;
             if (at_block + done == (int)nt && at_block > 0) {
                 if (done) { /* exited threads do not count at a barrier on a GPU either; the
                              * kernels here never exit early, so say so */
                     fprintf(stderr, "cuda_emu: a barrier with %d threads exited\n", done);
                     abort();
                 }
-                for (fiber &f : fibers) f.state = RUN;
-                continue;
+                for (unsigned i = 0; i < nt; i++) fb[i].state = RUN;
+                moved = true;
             }
-            fprintf(stderr, "cuda_emu: deadlock in block %u (%d at the barrier, %d done)\n", b,
-                    at_block, done);
+        }
+        if (!moved && !any_held) {
+            fprintf(stderr, "cuda_emu: deadlock: no running thread can go on (blocks");
+            for (unsigned pl = 0; pl < resident; pl++)
+                if (block_of[pl] >= 0) fprintf(stderr, " %ld", block_of[pl]);
+            fprintf(stderr, " running, %u of %u started)\n", next, grid);
             abort();
         }
     }
+}
+
+/* Blocks one after another. */
+inline void launch(unsigned grid, unsigned nt, std::function<void()> kernel_body) {
+    launch_resident(grid, nt, 1, 0, std::move(kernel_body));
 }
 
 } // namespace rmk_emu
 
 /* What the kernels see of CUDA. */
 #define threadIdx (rmk_emu::cur->tid)
-#define blockIdx (rmk_emu::block_idx)
+#define blockIdx (rmk_emu::cur->bid)
 #define gridDim (rmk_emu::grid_dim)
 #define blockDim (rmk_emu::block_dim)
 #define __syncthreads() rmk_emu::sync_block()
@@ -306,6 +403,10 @@ inline void launch(unsigned grid, unsigned nt, std::function<void()> kernel_body
 #define RMK_EMU_LDSM_X4(r, p) rmk_emu::ldsm_x4((r), (p))
 #define RMK_EMU_MMA_TF32(c, a, b0, b1) rmk_emu::mma_op(rmk_emu::OP_MMA_TF32, (c), (a), (b0), (b1))
 #define RMK_EMU_TF32(x) rmk_emu::tf32_rna(x)
+#define RMK_EMU_SMEM() rmk_emu::my_smem()
+#define RMK_EMU_ATOMIC_INC(p) rmk_emu::atomic_inc(p)
+#define RMK_EMU_WAIT_EQ(p, v) rmk_emu::wait_eq((p), (v))
+#define RMK_EMU_STORE_REL(p, v) rmk_emu::store_release((p), (v))
 
 inline float __uint_as_float(unsigned int u) {
     float f;

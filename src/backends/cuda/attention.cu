@@ -495,7 +495,11 @@ rmk_attention(int dt, const rmk_att_dims *d, const rmk_att_lead *lead, const rmk
 extern "C" size_t rmk_attention_bwd_ws(int dt, const rmk_att_dims *d) {
     size_t es = dt == 1 ? sizeof(double) : sizeof(float); /* delta: f32 for f32 and bf16 */
     int64_t n = d->nb * d->Tq;
-    return (size_t)(n > 0 ? n : 1) * es;
+    const size_t delta = (size_t)(n > 0 ? n : 1) * es;
+    const int hd = rmk_att_head_class(d->D, d->Dv);
+    if (!use_tc(dt, hd)) return delta;
+    const size_t tc = rmk_attention_tc_bwd_ws(dt, hd, d); /* the fused variant's sums */
+    return tc > delta ? tc : delta;
 }
 
 extern "C" cudaError_t rmk_attention_bwd(int dt, const rmk_att_dims *d, const rmk_att_lead *lead,

@@ -45,8 +45,12 @@
 /* The block's dynamic shared memory as tiles of E (at namespace scope: the extern array is
  * the global one). */
 template <typename E> static __device__ __forceinline__ E *tc_shared() {
+#if defined(RMK_EMU) /* tests/cuda_emu: the running block's own buffer */
+    return (E *)RMK_EMU_SMEM();
+#else
     extern __shared__ __align__(16) unsigned char smem_raw[];
     return (E *)smem_raw;
+#endif
 }
 
 namespace {
@@ -149,6 +153,75 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return u;
 }
 
+/* ---- ordering between blocks (the fused backward's dQ, RMK_TC_BWD_FUSED) ----------------- *
+ * A ticket: the next work item, in the order blocks ask for it (atomicAdd on a counter), so
+ * that an item is only ever made to wait for items taken earlier, by blocks already running
+ * (CUB's single-pass scan takes its tile ids so; blockIdx order is not a promise). A block
+ * waits for a counter to reach a value (one thread spins with an acquire load, then the
+ * block's barrier) and releases it (the block's barrier, then one thread's release store):
+ * CUTLASS's Semaphore. Partial sums other blocks wrote are read past L1 (ld.global.cg). */
+/* (a template: the default build, which does not use them, is not warned) */
+template <int = 0> struct tc_order_t {
+    __device__ static __forceinline__ unsigned ticket(unsigned *c) {
+#if defined(RMK_EMU)
+        return RMK_EMU_ATOMIC_INC(c);
+#else
+        return atomicAdd(c, 1u);
+#endif
+    }
+    __device__ static __forceinline__ void wait_eq(const unsigned *c, unsigned v) {
+#if defined(RMK_EMU)
+        RMK_EMU_WAIT_EQ(c, v);
+#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 700
+        for (;;) {
+            unsigned x;
+            asm volatile("ld.global.acquire.gpu.b32 %0, [%1];\n" : "=r"(x) : "l"(c) : "memory");
+            if (x == v) break;
+            __nanosleep(40);
+        }
+#else
+        (void)c, (void)v;
+        __trap();
+#endif
+    }
+    __device__ static __forceinline__ void release(unsigned *c, unsigned v) {
+#if defined(RMK_EMU)
+        RMK_EMU_STORE_REL(c, v);
+#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 700
+        asm volatile("st.global.release.gpu.b32 [%0], %1;\n" ::"l"(c), "r"(v) : "memory");
+#else
+        (void)c, (void)v;
+        __trap();
+#endif
+    }
+    __device__ static __forceinline__ float2 ldcg(const float2 *p) {
+#if defined(RMK_EMU)
+        return *p;
+#else
+        return __ldcg(p);
+#endif
+    }
+    __device__ static __forceinline__ void stcg(float2 *p, float2 v) {
+#if defined(RMK_EMU)
+        *p = v;
+#else
+        __stcg(p, v);
+#endif
+    }
+    /* The last key tile that query tile i0 (bq rows) sees, as tc_tile_vis decides at the block's
+     * tile sizes (its key tiles 0 .. that one all see some of it), or -1 for none. */
+    __device__ static __forceinline__ int64_t last_kv(const rmk_att_dims &d, int64_t i0, int64_t bq,
+                                                      int64_t br) {
+        if (i0 >= d.Tq || d.Tk <= 0) return -1;
+        const int64_t nkb = (d.Tk + br - 1) / br;
+        if (!d.causal) return nkb - 1;
+        const int64_t last = i0 + bq - 1 + d.off; /* the tile's last row's last key */
+        if (last < 0) return -1;
+        return last / br < nkb ? last / br : nkb - 1;
+    }
+};
+typedef tc_order_t<> tc_order;
+
 /* ---- the two element types ------------------------------------------------------------- *
  * The kernels below are written once over a traits type: its element (storage and shared
  * tiles), the rows' padding in shared memory, and the two products they are made of:
@@ -156,7 +229,10 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
  *                                 B 8·NN rows of another tile (S = Q·Kᵀ, dP = dO·Vᵀ, ...);
  *   frag_rows<NS, NDT>(o, s, M):  o[nd] += s · M, s (16 × 8·NS) in accumulator fragments
  *                                 (P, dS) and M (8·NS rows × HD) a tile read down its
- *                                 columns (P·V, dS·K, Pᵀ·dO, dSᵀ·Q). */
+ *                                 columns (P·V, dS·K, Pᵀ·dO, dSᵀ·Q);
+ *   rows_cols<K, ND>(o, A, M):    o[nd] += A · M, A the warp's 16 rows of a shared tile (K
+ *                                 columns) and M (K rows) read down its columns (the fused
+ *                                 backward's dQ = dS·K, dS from shared memory). */
 
 /* bf16: mma.m16n8k16; s rounded to bf16; M through ldmatrix.trans. Row padding 8 (16 bytes:
  * the 32-bit fragment loads and ldmatrix's 8 rows hit 32 different banks). */
@@ -203,6 +279,27 @@ struct tr_bf16 {
                 m + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8;
 #pragma unroll
             for (int nd = 0; nd < NDT; nd += 2) {
+                uint32_t b[4];
+                ldsm_x4_t(b, row + nd * 8);
+                mma<false>(o[nd], a, b[0], b[1]);
+                mma<false>(o[nd + 1], a, b[2], b[3]);
+            }
+        }
+    }
+
+    /* A's fragment as in rows_rowsT, M's as in frag_rows: one ldmatrix.x4 each. */
+    template <int K, int ND>
+    __device__ static __forceinline__ void rows_cols(float (&o)[ND][4], const elem *arows, int lda,
+                                                     const elem *m, int ldm, int lane) {
+        static_assert(ND % 2 == 0 && K % 16 == 0, "n-tiles in pairs, k-steps of 16");
+        const int lr = lane & 7, m1 = (lane >> 3) & 1, m2 = lane >> 4;
+#pragma unroll
+        for (int ks = 0; ks < K / 16; ks++) {
+            uint32_t a[4];
+            ldsm_x4(a, arows + (lr + 8 * m1) * lda + ks * 16 + 8 * m2);
+            const elem *row = m + (ks * 16 + lr + 8 * m1) * ldm + 8 * m2;
+#pragma unroll
+            for (int nd = 0; nd < ND; nd += 2) {
                 uint32_t b[4];
                 ldsm_x4_t(b, row + nd * 8);
                 mma<false>(o[nd], a, b[0], b[1]);
@@ -264,6 +361,30 @@ struct tr_f32 {
             }
         }
     }
+
+    /* frag_rows with s read from the shared rows (A's columns in frag_rows' permuted order:
+     * k = t is column 2t, k = t + 4 column 2t + 1 of each 8). */
+    template <int K, int ND>
+    __device__ static __forceinline__ void rows_cols(float (&o)[ND][4], const elem *arows, int lda,
+                                                     const elem *m, int ldm, int lane) {
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int ns = 0; ns < K / 8; ns++) {
+            const elem *pa = arows + g * lda + ns * 8 + 2 * t;
+            const float av[4] = {pa[0], pa[8 * lda], pa[1], pa[8 * lda + 1]};
+            uint32_t ab[4], as[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) split_tf32(av[r], ab[r], as[r]);
+            const elem *row = m + (ns * 8 + 2 * t) * ldm + g;
+#pragma unroll
+            for (int nd = 0; nd < ND; nd++) {
+                uint32_t bb[2], bs[2];
+                split_tf32(row[nd * 8], bb[0], bs[0]);
+                split_tf32(row[ldm + nd * 8], bb[1], bs[1]);
+                mma_3xtf32(o[nd], ab, as, bb, bs);
+            }
+        }
+    }
 };
 
 /* Tiles of an element type and head-size class: BR rows per block (4 warps × 16), BC
@@ -291,6 +412,23 @@ struct tr_f32 {
 #ifndef RMK_TC_BCQ64_F32
 #define RMK_TC_BCQ64_F32 32
 #endif
+/* Restructured kernels, variants until a GPU window times them beside the default
+ * (bench/cuda/gpu_variants.sh, docs/cuda.md "Attention variants"):
+ *   RMK_TC_FWD_WARPS  warps of a forward block (4: 64 query rows a block; 8: 128, each K/V
+ *                     tile loaded once for twice the rows);
+ *   RMK_TC_BWD_FUSED  1: one backward pass by key tiles that also adds dQ = dS·K (dS through
+ *                     shared memory) instead of a dQ pass recomputing S and dP: 5 products a
+ *                     tile instead of 7. The adds to a query tile's f32 partial sum go in a
+ *                     fixed order (key tiles from the last visible down to 0, each waiting
+ *                     for the one before it: tc_order), so results are the same bit for
+ *                     bit from run to run; the last writes dq. Scratch: an f32 sum per dq
+ *                     element and a counter per query tile (tc_fused_ws). */
+#ifndef RMK_TC_FWD_WARPS
+#define RMK_TC_FWD_WARPS 4
+#endif
+#ifndef RMK_TC_BWD_FUSED
+#define RMK_TC_BWD_FUSED 0
+#endif
 template <typename TR, int HD> struct tc_cfg {
     static constexpr int NW = 4, NT = 32 * NW, BR = 16 * NW;
     static constexpr int BC = 64; /* keys per step (forward, dQ) */
@@ -300,14 +438,20 @@ template <typename TR, int HD> struct tc_cfg {
     static constexpr int MINB_FWD = HD <= 64 ? RMK_TC_MINB_FWD : 1;
     static constexpr int MINB_DQ = HD <= 64 ? RMK_TC_MINB_DQ : 1;
     static constexpr int MINB_DKDV = HD <= 64 ? RMK_TC_MINB_DKDV : 1;
+    static constexpr int NWF = RMK_TC_FWD_WARPS, NTF = 32 * NWF, BRF = 16 * NWF; /* forward */
+    static_assert(NWF == 4 || NWF == 8, "RMK_TC_FWD_WARPS: 4 or 8");
     static constexpr int LD = HD + TR::PAD; /* smem row stride, elements */
     static constexpr int NDT = HD / 8;      /* n-tiles over the head dims */
     static_assert(HD % 16 == 0 && HD <= 128, "head class 32, 64 or 128");
     /* dynamic shared memory of each kernel, bytes */
     static constexpr size_t ES = sizeof(typename TR::elem);
-    static constexpr size_t SM_FWD = ES * (size_t)(BR + 2 * BC) * LD;
+    static constexpr size_t SM_FWD = ES * (size_t)(BRF + 2 * BC) * LD;
     static constexpr size_t SM_DQ = ES * (size_t)(2 * BR + 2 * BC) * LD;
     static constexpr size_t SM_DKDV = ES * (size_t)(2 * BR + 2 * BCQ) * LD + 4 * 2 * BCQ;
+    /* fused backward: dK/dV's tiles, then dS (BCQ queries × BR keys, rows padded as the
+     * others) and the block's work item */
+    static constexpr int LDS = BR + TR::PAD;
+    static constexpr size_t SM_FUSED = SM_DKDV + ES * (size_t)BCQ * LDS + 16;
 };
 
 /* rows [r0, r0 + rows) × HD of an operand into a shared tile (row stride LD), zero past rmax
@@ -420,8 +564,26 @@ template <typename E> struct tc_params {
     const E *q, *k, *v, *gy;
     E *y, *dq, *dk, *dv;
     float *lse, *delta;
+    float *dqa;    /* fused backward: dq's f32 partial sums (nb · Tq rows of HD) */
+    unsigned *cnt; /* fused backward: a counter per query tile, then the ticket counter */
     unsigned vec;
 };
+
+/* The fused backward's scratch (rmk_attention_bwd's ws), byte offsets: delta (nb · Tq f32)
+ * at 0, then dq's f32 partial sums (nb · Tq · HD), then nb · ⌈Tq / bq⌉ + 1 counters.
+ * GPT-2 124M's shape (nb 96, Tq 1024, HD 64): 24.4 MiB, one caching-allocator segment. */
+struct tc_ws_layout {
+    size_t dqa, cnt, bytes;
+};
+inline tc_ws_layout tc_fused_ws(const rmk_att_dims &d, int bq, int hd) {
+    const size_t nb = (size_t)(d.nb > 0 ? d.nb : 0), tq = (size_t)(d.Tq > 0 ? d.Tq : 0);
+    const size_t nqb = (tq + (size_t)bq - 1) / (size_t)bq;
+    tc_ws_layout w;
+    w.dqa = (nb * tq * 4 + 255) & ~(size_t)255;
+    w.cnt = w.dqa + ((nb * tq * (size_t)hd * 4 + 255) & ~(size_t)255);
+    w.bytes = w.cnt + (nb * nqb + 1) * 4;
+    return w;
+}
 
 /* The next key tile (rows j0.. of k and v) into Ks and Vs, between barriers: the previous
  * tile's readers are done before, every thread sees the new one after. */
@@ -453,30 +615,30 @@ template <typename E> unsigned tc_vec_bits(const tc_params<E> &p) {
 
 /* ---- forward --------------------------------------------------------------------------- */
 template <typename TR, int HD>
-__global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_FWD)
+__global__ void __launch_bounds__(tc_cfg<TR, HD>::NTF, tc_cfg<TR, HD>::MINB_FWD)
     tc_att_fwd(const __grid_constant__ tc_params<typename TR::elem> p) {
     typedef tc_cfg<TR, HD> C;
-    typename TR::elem *Qs = tc_shared<typename TR::elem>(), /* BR × LD */
-        *Ks = Qs + C::BR * C::LD,                           /* BC × LD */
+    typename TR::elem *Qs = tc_shared<typename TR::elem>(), /* BRF × LD */
+        *Ks = Qs + C::BRF * C::LD,                          /* BC × LD */
             *Vs = Ks + C::BC * C::LD;                       /* BC × LD */
     const tc_where at;
     const int lane = at.lane, w = at.w, g = at.g, t = at.t;
-    const int64_t nqb = (p.d.Tq + C::BR - 1) / C::BR;
+    const int64_t nqb = (p.d.Tq + C::BRF - 1) / C::BRF;
     const float sl2 = (float)p.d.scale * 1.4426950408889634f; /* scale · log2(e) */
     for (int64_t item = blockIdx.x; item < p.d.nb * nqb; item += gridDim.x) {
         /* heaviest (last, under the causal mask) query tiles first */
-        const int64_t b = item / nqb, i0 = (nqb - 1 - item % nqb) * C::BR;
+        const int64_t b = item / nqb, i0 = (nqb - 1 - item % nqb) * C::BRF;
         const int64_t ra = i0 + w * 16 + g; /* this thread's rows: ra, ra + 8 */
         const int64_t bq = rmk_att_boff(&p.lead, &p.oq, b), bk = rmk_att_boff(&p.lead, &p.ok, b),
                       bv = rmk_att_boff(&p.lead, &p.ov, b);
-        const int64_t kn = tc_key_end(p.d, i0, C::BR);
+        const int64_t kn = tc_key_end(p.d, i0, C::BRF);
         __syncthreads(); /* the previous item is done with the tiles */
-        tc_load<TR, HD, C::NT>(Qs, C::BR, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
+        tc_load<TR, HD, C::NTF>(Qs, C::BRF, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
         float o[C::NDT][4];
         tc_zero(o);
         float m2[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}; /* m2: max in log2 units */
         for (int64_t j0 = 0; j0 < kn; j0 += C::BC) {
-            tc_next_kv<TR, HD, C::NT>(Ks, Vs, C::BC, p, bk, bv, j0);
+            tc_next_kv<TR, HD, C::NTF>(Ks, Vs, C::BC, p, bk, bv, j0);
             const int vis = tc_tile_vis(p.d, i0 + w * 16, 16, j0, C::BC);
             if (vis == TC_NONE) continue; /* the barriers above are the block's; none below */
             float s[C::BC / 8][4];
@@ -699,6 +861,183 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
     }
 }
 
+/* ---- backward, fused (RMK_TC_BWD_FUSED): delta first, then dK, dV and dQ by key tiles -- */
+/* delta = rowsum(dO ∘ y) of a query tile, its counter set to 0 (and the ticket counter by
+ * block 0), and dq's rows 0 where the tile sees no key (no key tile adds to them). */
+template <typename TR, int HD>
+__global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
+    tc_att_bwd_pre(const __grid_constant__ tc_params<typename TR::elem> p) {
+    typedef tc_cfg<TR, HD> C;
+    constexpr int BQ = C::BCQ, TPR = C::NT / BQ; /* threads a row: 2 or 4 */
+    static_assert(TPR == 2 || TPR == 4, "2 or 4 threads a row");
+    const int64_t nqb = (p.d.Tq + BQ - 1) / BQ;
+    if (blockIdx.x == 0 && threadIdx.x == 0) p.cnt[p.d.nb * nqb] = 0u;
+    for (int64_t item = blockIdx.x; item < p.d.nb * nqb; item += gridDim.x) {
+        const int64_t b = item / nqb, qi = item % nqb, i0 = qi * BQ;
+        const int rr = (int)threadIdx.x / TPR, part = (int)threadIdx.x % TPR;
+        const int64_t i = i0 + rr;
+        const int64_t by = rmk_att_boff(&p.lead, &p.oy, b), bg = rmk_att_boff(&p.lead, &p.og, b);
+        float dl = 0.f;
+        if (i < p.d.Tq)
+            for (int64_t c = part; c < p.d.Dv; c += TPR)
+                dl += TR::widen(p.gy[bg + i * p.og.rs + c * p.og.cs]) *
+                      TR::widen(p.y[by + i * p.oy.rs + c * p.oy.cs]);
+        dl += __shfl_xor_sync(0xffffffffu, dl, 1);
+        if (TPR == 4) dl += __shfl_xor_sync(0xffffffffu, dl, 2);
+        if (i < p.d.Tq && part == 0) p.delta[b * p.d.Tq + i] = dl;
+        if (threadIdx.x == 0) p.cnt[b * nqb + qi] = 0u;
+        if (p.dq && tc_order::last_kv(p.d, i0, BQ, C::BR) < 0) {
+            const int64_t bo = rmk_att_boff(&p.lead, &p.odq, b);
+            for (int64_t e = threadIdx.x; e < (int64_t)BQ * p.d.D; e += C::NT) {
+                const int64_t r = i0 + e / p.d.D, c = e % p.d.D;
+                if (r < p.d.Tq) p.dq[bo + r * p.odq.rs + c * p.odq.cs] = TR::narrow(0.f);
+            }
+        }
+    }
+}
+
+/* A block takes key tiles by ticket, kv heads in order and each head's key tiles from the
+ * last to the first, and works as tc_att_bwd_dkdv (dK, dV in registers over the query tiles
+ * that see its keys), also writing each step's dS (queries × its keys) to shared memory for
+ * the step's dQ part, dS·K over its keys: warp w takes query rows 16·(w % RG) and a CG-th
+ * of the columns. That part goes into the query tile's f32 sum when the tile's counter says
+ * that every later key tile has added its own (key tile j of query tile i is add number
+ * last(i) − j; the first stores, the last, j = 0, writes dq): one fixed order of adds,
+ * whatever the blocks' timing. A key tile only waits for key tiles of its head with a
+ * higher index, which took earlier tickets: no block waits for one that has not started.
+ * With the causal mask, key tile j's first query tile is the one on the diagonal, where it
+ * adds first: at every step it adds where tile j + 1 added one step before. */
+template <typename TR, int HD>
+__global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
+    tc_att_bwd_fused(const __grid_constant__ tc_params<typename TR::elem> p) {
+    typedef tc_cfg<TR, HD> C;
+    typedef typename TR::elem E;
+    constexpr int BQ = C::BCQ, RG = BQ / 16, CG = C::NW / RG, NDQ = C::NDT / CG;
+    static_assert(RG <= C::NW && C::NW % RG == 0 && C::NDT % CG == 0, "dQ's warp tiling");
+    E *Ks = tc_shared<E>();                        /* BR × LD: the block's keys */
+    E *Vs = Ks + C::BR * C::LD;                    /* BR × LD */
+    E *Qs = Vs + C::BR * C::LD;                    /* BQ × LD */
+    E *Gs = Qs + BQ * C::LD;                       /* BQ × LD: dO */
+    float *Ls = (float *)(Gs + BQ * C::LD);        /* BQ: p.lse, log2 units */
+    float *Dl = Ls + BQ;                           /* BQ: p.delta */
+    E *Ss = (E *)(Dl + BQ);                        /* BQ × LDS: dS, the step's queries × keys */
+    unsigned *Is = (unsigned *)(Ss + BQ * C::LDS); /* the block's work item */
+    const tc_where at;
+    const int lane = at.lane, w = at.w, g = at.g, t = at.t;
+    const int rg = w % RG, cg = w / RG;
+    const int64_t nkb = (p.d.Tk + C::BR - 1) / C::BR, nkv = p.d.nb / p.d.group;
+    const int64_t nqb = (p.d.Tq + BQ - 1) / BQ;
+    const float sl2 = (float)p.d.scale * 1.4426950408889634f, scale = (float)p.d.scale;
+    for (;;) {
+        __syncthreads(); /* the previous item is done with the tiles and Is */
+        if (threadIdx.x == 0) *Is = tc_order::ticket(p.cnt + p.d.nb * nqb);
+        __syncthreads();
+        const int64_t item = *Is;
+        if (item >= nkv * nkb) break; /* uniform */
+        const int64_t jt = nkb - 1 - item % nkb, b0 = (item / nkb) * p.d.group, j0 = jt * C::BR;
+        const int64_t ja = j0 + w * 16 + g; /* this thread's keys: ja, ja + 8 */
+        const int64_t bk = rmk_att_boff(&p.lead, &p.ok, b0), bv = rmk_att_boff(&p.lead, &p.ov, b0);
+        tc_load<TR, HD, C::NT>(Ks, C::BR, p.k, bk, p.ok, j0, p.d.Tk, p.d.D, p.vec & 2);
+        tc_load<TR, HD, C::NT>(Vs, C::BR, p.v, bv, p.ov, j0, p.d.Tk, p.d.Dv, p.vec & 4);
+        float ak[C::NDT][4], av[C::NDT][4];
+        tc_zero(ak);
+        tc_zero(av);
+        const int64_t qfirst = p.d.causal ? j0 - p.d.off : 0;
+        const int64_t qstart = qfirst > 0 ? (qfirst / BQ) * BQ : 0;
+        for (int64_t b = b0; b < b0 + p.d.group; b++) {
+            const int64_t bq = rmk_att_boff(&p.lead, &p.oq, b),
+                          bg = rmk_att_boff(&p.lead, &p.og, b);
+            for (int64_t i0 = qstart; i0 < p.d.Tq; i0 += BQ) {
+                __syncthreads(); /* the step before is done with Qs, Gs, Ss */
+                tc_load<TR, HD, C::NT>(Qs, BQ, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
+                tc_load<TR, HD, C::NT>(Gs, BQ, p.gy, bg, p.og, i0, p.d.Tq, p.d.Dv, p.vec & 8);
+                for (int e = threadIdx.x; e < BQ; e += C::NT) {
+                    const int64_t i = i0 + e;
+                    const float li = i < p.d.Tq ? p.lse[b * p.d.Tq + i] : 0.f;
+                    Ls[e] = li == -INFINITY ? 0.f : li * 1.4426950408889634f;
+                    Dl[e] = i < p.d.Tq ? p.delta[b * p.d.Tq + i] : 0.f;
+                }
+                __syncthreads();
+                if (tc_tile_vis(p.d, i0, BQ, j0, C::BR) == TC_NONE) continue; /* uniform */
+                const int vis = tc_tile_vis(p.d, i0, BQ, j0 + w * 16, 16);
+                float s[BQ / 8][4], dp[BQ / 8][4]; /* Sᵀ and dPᵀ: the warp's keys × queries */
+                tc_zero(s);
+                tc_zero(dp);
+                if (vis != TC_NONE) {
+                    TR::template rows_rowsT<HD, BQ / 8>(s, Ks + w * 16 * C::LD, Qs, C::LD, g, t);
+                    TR::template rows_rowsT<HD, BQ / 8>(dp, Vs + w * 16 * C::LD, Gs, C::LD, g, t);
+#pragma unroll
+                    for (int n = 0; n < BQ / 8; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int ii = n * 8 + 2 * t + (e & 1);
+                            const int64_t j = ja + (e >> 1) * 8, i = i0 + ii;
+                            float pr = 0.f, ds = 0.f;
+                            if (vis == TC_ALL || tc_visible(p.d, i, j)) {
+                                pr = exp2f(s[n][e] * sl2 - Ls[ii]);
+                                ds = pr * (dp[n][e] - Dl[ii]) * scale;
+                            }
+                            s[n][e] = pr;
+                            dp[n][e] = ds;
+                        }
+                    TR::template frag_rows<BQ / 8, C::NDT>(av, s, Gs, C::LD, lane);
+                    TR::template frag_rows<BQ / 8, C::NDT>(ak, dp, Qs, C::LD, lane);
+                }
+                if (!p.dq) continue; /* uniform */
+                    /* dS (rounded as dK's product rounds it) into Ss, queries × keys */
+#pragma unroll
+                for (int n = 0; n < BQ / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        Ss[(n * 8 + 2 * t + (e & 1)) * C::LDS + w * 16 + g + (e >> 1) * 8] =
+                            TR::narrow(dp[n][e]);
+                __syncthreads();
+                float o[NDQ][4];
+                tc_zero(o);
+                TR::template rows_cols<C::BR, NDQ>(o, Ss + rg * 16 * C::LDS, C::LDS,
+                                                   Ks + cg * NDQ * 8, C::LD, lane);
+                const int64_t qi = i0 / BQ, last = tc_order::last_kv(p.d, i0, BQ, C::BR);
+                const unsigned pos = (unsigned)(last - jt); /* this tile's add number */
+                unsigned *cnt = p.cnt + b * nqb + qi;
+                if (threadIdx.x == 0) tc_order::wait_eq(cnt, pos);
+                __syncthreads(); /* every add before this one is seen */
+                const int64_t bo = rmk_att_boff(&p.lead, &p.odq, b);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int64_t r = i0 + rg * 16 + g + 8 * h;
+                    if (r >= p.d.Tq) continue;
+                    float2 *row = (float2 *)(p.dqa + (b * p.d.Tq + r) * HD);
+#pragma unroll
+                    for (int nd = 0; nd < NDQ; nd++) {
+                        const int c = (cg * NDQ + nd) * 8 + 2 * t;
+                        float2 v = make_float2(o[nd][2 * h], o[nd][2 * h + 1]);
+                        if (pos > 0) {
+                            const float2 a = tc_order::ldcg(row + c / 2);
+                            v.x = a.x + v.x;
+                            v.y = a.y + v.y;
+                        }
+                        if (jt > 0) tc_order::stcg(row + c / 2, v);
+                        else
+                            for (int e = 0; e < 2; e++)
+                                if (c + e < p.d.D)
+                                    p.dq[bo + r * p.odq.rs + (c + e) * p.odq.cs] =
+                                        TR::narrow(e ? v.y : v.x);
+                    }
+                }
+                __syncthreads(); /* every thread's add is done */
+                if (threadIdx.x == 0) tc_order::release(cnt, pos + 1);
+            }
+        }
+        const float one[2] = {1.f, 1.f};
+        if (p.dk)
+            tc_store<TR, C::NDT>(p.dk, rmk_att_boff(&p.lead, &p.odk, b0), p.odk, ja, p.d.Tk, p.d.D,
+                                 ak, one, t);
+        if (p.dv)
+            tc_store<TR, C::NDT>(p.dv, rmk_att_boff(&p.lead, &p.odv, b0), p.odv, ja, p.d.Tk, p.d.Dv,
+                                 av, one, t);
+    }
+}
+
 /* ---- launchers ------------------------------------------------------------------------- */
 #ifndef RMK_EMU /* tests/cuda_emu launches the kernels its own way */
 namespace {
@@ -716,7 +1055,7 @@ cudaError_t tc_fwd(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_at
                    void *lse, cudaStream_t s) {
     typedef tc_cfg<TR, HD> C;
     typedef typename TR::elem E;
-    const unsigned grid = tc_grid(d->nb * ((d->Tq + C::BR - 1) / C::BR));
+    const unsigned grid = tc_grid(d->nb * ((d->Tq + C::BRF - 1) / C::BRF));
     if (grid == 0) return cudaSuccess;
     tc_params<E> p = {};
     p.d = *d;
@@ -727,7 +1066,7 @@ cudaError_t tc_fwd(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_at
     p.vec = tc_vec_bits(p);
     cudaError_t e = tc_smem(tc_att_fwd<TR, HD>, C::SM_FWD);
     if (e != cudaSuccess) return e;
-    tc_att_fwd<TR, HD><<<grid, C::NT, C::SM_FWD, s>>>(p);
+    tc_att_fwd<TR, HD><<<grid, C::NTF, C::SM_FWD, s>>>(p);
     return cudaGetLastError();
 }
 
@@ -747,6 +1086,24 @@ cudaError_t tc_bwd(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_at
     p.dq = (E *)ptrs[5], p.dk = (E *)ptrs[6], p.dv = (E *)ptrs[7];
     p.lse = (float *)lse, p.delta = (float *)ws;
     p.vec = tc_vec_bits(p);
+    static_assert(C::MINB_DQ > 0 && C::MINB_DKDV > 0, "blocks an SM"); /* both builds use both */
+#if RMK_TC_BWD_FUSED
+    const tc_ws_layout wl = tc_fused_ws(*d, C::BCQ, HD);
+    p.dqa = (float *)((char *)ws + wl.dqa);
+    p.cnt = (unsigned *)((char *)ws + wl.cnt);
+    /* one block at least: the ticket counter is set to 0 there */
+    const int64_t nqt = d->nb * ((d->Tq + C::BCQ - 1) / C::BCQ);
+    tc_att_bwd_pre<TR, HD><<<tc_grid(nqt > 0 ? nqt : 1), C::NT, 0, s>>>(p);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    /* blocks past the work take a ticket and end */
+    const unsigned gf = tc_grid(d->nb / d->group * ((d->Tk + C::BR - 1) / C::BR));
+    if (gf > 0) {
+        e = tc_smem(tc_att_bwd_fused<TR, HD>, C::SM_FUSED);
+        if (e != cudaSuccess) return e;
+        tc_att_bwd_fused<TR, HD><<<gf, C::NT, C::SM_FUSED, s>>>(p);
+    }
+#else
     const unsigned g1 = tc_grid(d->nb * ((d->Tq + C::BR - 1) / C::BR));
     if (g1 > 0) { /* delta always (dK needs it), dQ when wanted */
         cudaError_t e = tc_smem(tc_att_bwd_dq<TR, HD>, C::SM_DQ);
@@ -761,6 +1118,7 @@ cudaError_t tc_bwd(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_at
         if (e != cudaSuccess) return e;
         tc_att_bwd_dkdv<TR, HD><<<g2, C::NT, C::SM_DKDV, s>>>(p);
     }
+#endif
     return cudaGetLastError();
 }
 
@@ -769,8 +1127,9 @@ cudaError_t tc_bwd(const rmk_att_dims *d, const rmk_att_lead *lead, const rmk_at
 /* The most dynamic shared memory any of the three kernels of (TR, HD) asks a block for. */
 template <typename TR, int HD> constexpr size_t tc_smem_need() {
     typedef tc_cfg<TR, HD> C;
-    return C::SM_FWD > C::SM_DQ ? (C::SM_FWD > C::SM_DKDV ? C::SM_FWD : C::SM_DKDV)
-                                : (C::SM_DQ > C::SM_DKDV ? C::SM_DQ : C::SM_DKDV);
+    const size_t bwd =
+        RMK_TC_BWD_FUSED ? C::SM_FUSED : (C::SM_DQ > C::SM_DKDV ? C::SM_DQ : C::SM_DKDV);
+    return C::SM_FWD > bwd ? C::SM_FWD : bwd;
 }
 
 extern "C" bool rmk_attention_tc_ok(int dt, int hd) {
@@ -799,6 +1158,23 @@ extern "C" bool rmk_attention_tc_ok(int dt, int hd) {
         : hd <= 64 ? (dt == 4 ? tc_smem_need<tr_bf16, 64>() : tc_smem_need<tr_f32, 64>())
                    : (dt == 4 ? tc_smem_need<tr_bf16, 128>() : tc_smem_need<tr_f32, 128>());
     return smem == 0 || need <= smem; /* 0: the attribute could not be read; try the launch */
+}
+
+/* The backward's scratch: delta, and with RMK_TC_BWD_FUSED dq's partial sums and the
+ * counters (tc_fused_ws). */
+template <typename TR, int HD> size_t tc_bwd_ws(const rmk_att_dims *d) {
+    const size_t delta = (size_t)(d->nb * d->Tq > 0 ? d->nb * d->Tq : 1) * sizeof(float);
+    if (!RMK_TC_BWD_FUSED) return delta;
+    const size_t f = tc_fused_ws(*d, tc_cfg<TR, HD>::BCQ, HD).bytes;
+    return f > delta ? f : delta;
+}
+extern "C" size_t rmk_attention_tc_bwd_ws(int dt, int hd, const rmk_att_dims *d) {
+    const bool bf = dt == 4;
+    switch (hd) {
+    case 32: return bf ? tc_bwd_ws<tr_bf16, 32>(d) : tc_bwd_ws<tr_f32, 32>(d);
+    case 64: return bf ? tc_bwd_ws<tr_bf16, 64>(d) : tc_bwd_ws<tr_f32, 64>(d);
+    default: return bf ? tc_bwd_ws<tr_bf16, 128>(d) : tc_bwd_ws<tr_f32, 128>(d);
+    }
 }
 
 /* The kernels' launcher for dtype dt (0 f32, 4 bf16) and head class hd: K<TR, HD>::run. */

@@ -82,6 +82,10 @@ cudaError_t rmk_attention_tc(int dt, int hd, const rmk_att_dims *d, const rmk_at
                              const rmk_att_operand *oq, const void *q, const rmk_att_operand *ok,
                              const void *k, const rmk_att_operand *ov, const void *v,
                              const rmk_att_operand *oy, void *y, void *lse, cudaStream_t s);
+/* The scratch bytes rmk_attention_tc_bwd takes as ws: delta (nb · Tq f32), and where the
+ * build selects the fused backward (RMK_TC_BWD_FUSED) dq's f32 partial sums (nb · Tq · hd)
+ * and a counter per query tile. */
+size_t rmk_attention_tc_bwd_ws(int dt, int hd, const rmk_att_dims *d);
 cudaError_t rmk_attention_tc_bwd(int dt, int hd, const rmk_att_dims *d, const rmk_att_lead *lead,
                                  const rmk_att_operand *ops, const void *const *ptrs,
                                  const void *lse, void *ws, cudaStream_t s);
