@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/kernels.h"
 #include "support/rt.h"
 
 static remat_tensor *on_cpu(remat_tensor *t) {
@@ -350,6 +351,32 @@ Test(cuda_kernels, layer_norm_with_and_without_affine) {
         run_case("layer_norm over 2 dims", build_nn, &c2, 3, in2, g, tol_of(dt) * 100);
         for (int i = 0; i < 3; i++) remat_release(in2[i]);
     }
+}
+
+/* layer_norm's kernels take a bf16 y (and its backward a bf16 g) next to an f32 x only
+ * (remat_layer_norm_to); next to an f64 x: REMAT_EDTYPE, nothing launched. The fused
+ * values themselves: test_ops_layer_norm_to on cuda (make test-cuda), and the emulator. */
+Test(cuda_kernels, layer_norm_bf16_y_only_next_to_an_f32_x) {
+    rt_need_cuda();
+    const int64_t sh[2] = {3, 8}, n1 = 3;
+    const remat_device d = rt_cuda0();
+    remat_tensor *x = rt_leaf_on(rt_rand(2, sh, REMAT_F64, -1, 1, 1), d, false);
+    remat_tensor *y = NULL, *m = NULL, *s = NULL, *dx = NULL, *g = NULL;
+    RT_OK(remat_zeros(&y, 2, sh, REMAT_BF16, d));
+    RT_OK(remat_zeros(&g, 2, sh, REMAT_BF16, d));
+    RT_OK(remat_zeros(&dx, 2, sh, REMAT_F64, d));
+    RT_OK(remat_zeros(&m, 1, &n1, REMAT_F64, d));
+    RT_OK(remat_zeros(&s, 1, &n1, REMAT_F64, d));
+    const rm_layer_norm_params p = {1, 1e-5};
+    rm_kargs k = {.in = {x}, .out = {y, m, s}, .params = &p};
+    RT_FAILS(rm_kernel_run(RM_K_LAYER_NORM, "layer_norm", &k), REMAT_EDTYPE, "a bf16 y");
+    rm_kargs a = {.in = {x, x}, .out = {dx, y, m, s}, .params = &p};
+    RT_FAILS(rm_kernel_run(RM_K_ADD_LAYER_NORM, "add_layer_norm", &a), REMAT_EDTYPE, "a bf16 y");
+    rm_kargs b = {.in = {g, x, NULL, m, s}, .out = {dx}, .params = &p};
+    RT_FAILS(rm_kernel_run(RM_K_LAYER_NORM_BWD, "layer_norm backward", &b), REMAT_EDTYPE,
+             "(or gradient) with a f64 x");
+    remat_release(x), remat_release(y), remat_release(g), remat_release(dx);
+    remat_release(m), remat_release(s);
 }
 
 /* ---- attention ----------------------------------------------------------------------------- */

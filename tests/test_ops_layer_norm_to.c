@@ -5,12 +5,14 @@
  * second derivatives (create_graph) bitwise too, thread-count independence, the graph one
  * node shorter, the f64 gradcheck of the dtype-keeping form, argument errors. The PyTorch
  * fixtures are in test_autocast_fixtures (layer_norm_to_bf16, add_layer_norm_to_bf16). On a
- * test device (make test-fenced, make test-cuda) the ops are the norm then the cast: the same
- * checks, the node the cast's. */
+ * test device (make test-fenced, make test-cuda) the same checks run on its kernels: fused
+ * where they write a bf16 y (RM_KF_BF16_Y: fenced's, which are the cpu's, and cuda's), else
+ * the norm then the cast, the node the cast's. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 
+#include "core/kernels.h"
 #include "support/rt.h"
 
 RT_ON_TEST_DEVICE
@@ -116,12 +118,14 @@ Test(layer_norm_to, equals_norm_then_cast) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
-/* The cast is gone from the graph: y's grad_fn is the norm's own node (on the cpu; elsewhere
- * the cast's). */
+/* The cast is gone from the graph: y's grad_fn is the norm's own node (where the kernels
+ * write a bf16 y; elsewhere the cast's). */
 Test(layer_norm_to, one_node) {
-    const bool cpu = rt_tensor_device().type == REMAT_CPU;
     int64_t sh[2] = {4, 8}, c = 8;
     remat_tensor *x = rt_leaf(rt_rand(2, sh, REMAT_F32, -1, 1, 1)), *y = NULL, *s = NULL;
+    /* (the device types registered by now) */
+    const bool cpu = rm_kernel_allows(RM_K_LAYER_NORM, rt_tensor_device().type, RM_KF_BF16_Y);
+    cr_assert(rm_kernel_allows(RM_K_LAYER_NORM, REMAT_CPU, RM_KF_BF16_Y));
     remat_tensor *w = rt_leaf(rt_rand(1, &c, REMAT_F32, -1, 1, 2));
     RT_OK(remat_layer_norm_to(&y, x, 1, w, NULL, 1e-5, REMAT_BF16));
     cr_assert_str_eq(remat_node_name(remat_grad_fn(y)),

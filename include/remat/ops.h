@@ -92,7 +92,8 @@ remat_status remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, r
                               remat_tensor *bias, double eps);
 /* remat_layer_norm with its output in `dtype`: the values and gradients of
  * remat_to_dtype(remat_layer_norm(...), dtype), bitwise. For a bf16 dtype and an f32 x on
- * the cpu the norm's kernel rounds each row as it writes it (the cast's rounding), and its
+ * the cpu or cuda the norm's kernel rounds each element as it writes it (the cast's
+ * rounding), and its
  * backward reads the bf16 gradient, widening each row as it goes: no f32 output is written
  * and read back, no f32 gradient of it is made (the pre-norm block's norm whose only
  * consumer is a linear that autocast would cast to bf16). Another dtype, an x of another
@@ -118,7 +119,7 @@ remat_status remat_add_layer_norm(remat_tensor **sum, remat_tensor **out, remat_
                                   remat_tensor *bias, double eps);
 /* remat_add_layer_norm with *out in `dtype`, as remat_layer_norm_to: *sum as
  * remat_add_layer_norm's (x's dtype), *out bitwise remat_to_dtype(out, dtype), gradients
- * bitwise too; rounded in the kernel for a bf16 dtype and an f32 x on the cpu. Both outputs
+ * bitwise too; rounded in the kernel for a bf16 dtype and an f32 x on the cpu or cuda. Both outputs
  * are new references; on failure both are NULL. Errors: remat_add_layer_norm's,
  * REMAT_EDTYPE as remat_layer_norm_to's. */
 remat_status remat_add_layer_norm_to(remat_tensor **sum, remat_tensor **out, remat_tensor *x,
@@ -187,7 +188,10 @@ remat_status remat_dropout(remat_tensor **out, remat_tensor *x, double p, bool t
 /* weight (num, dim), indices i64 of any shape → (*indices.shape, dim). */
 remat_status remat_embedding(remat_tensor **out, remat_tensor *weight, remat_tensor *indices);
 /* logits (N, C), targets i64 (N) → mean negative log-likelihood (0-dim).
- * Targets equal to ignore_index are skipped (use -100 as PyTorch does). */
+ * Targets equal to ignore_index are skipped (use -100 as PyTorch does). The loss has the
+ * logits' dtype; under autocast (the f32 category) bf16 logits give an f32 loss, the values
+ * and gradients of the logits cast to f32 first, bitwise (on the cpu they are read uncast,
+ * one row at a time, and the node keeps them in bf16). */
 remat_status remat_cross_entropy(remat_tensor **out, remat_tensor *logits, remat_tensor *targets,
                                  int64_t ignore_index);
 /* mean((a - b)^2) over all elements (0-dim). Shapes must match. */

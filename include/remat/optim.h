@@ -145,8 +145,9 @@ remat_status remat_optim_add_group(remat_optimizer *o, remat_tensor *const *para
  * only count. The update reads each gradient times the scale (1/A and the
  * clip's factor, one factor rounded to the gradient's dtype, then each element
  * multiplied by it: the values PyTorch's in-place clip_grad_norm_ leaves); on
- * the cpu the update's kernel does so as it reads g, without writing g back,
- * elsewhere the gradients are scaled in place first. A strided gradient is
+ * the cpu and cuda the update's kernel does so as it reads g, without writing
+ * g back; on a device whose kernels do not, the gradients are scaled in place
+ * first. A strided gradient is
  * first replaced by a dense copy. On failure
  * (REMAT_ENOMEM making a gradient dense) no parameter or state has changed. */
 remat_status remat_optim_step(remat_optimizer *o, bool *updated /* OUT */);

@@ -107,6 +107,14 @@ remat_status rm_kernel_register(rm_kernel_id id, int device_type, remat_dtype dt
                             * rounded by the kernel, panel by panel */
 #define RM_KF_GRAD_SCALE                                                                           \
     4u /* (ADAMW, SGD) reads the gradient times the params' grad_scale (optim.h) */
+/* (LAYER_NORM, ADD_LAYER_NORM) writes a bf16 y for an f32 x, rounded as the converting copy
+ * rounds, and the type's bf16 LAYER_NORM_BWD reads a bf16 g for an f32 x, widened as the
+ * cast's backward widens it: remat_layer_norm_to's cast folded into the norm (else the
+ * norm then a cast) */
+#define RM_KF_BF16_Y 8u
+/* (any) converts the inputs its op's autocast_keep names itself (src/ops/autocast.c), on a
+ * device other than the cpu (whose kernels all do) */
+#define RM_KF_AUTOCAST_KEEP 16u
 /* (src/core/device.c) Fills the row of device type `type` from rows (NULL: clears it),
  * a NULL bf16 entry from bf16_fallback (when not NULL), and its flags (NULL: none). */
 void rm_kernels_set_rows(int type, const rm_kernel_fn (*rows)[RM_N_DTYPES],

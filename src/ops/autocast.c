@@ -11,11 +11,14 @@ static bool castable(const remat_tensor *t) {
     return t && (t->dtype == REMAT_F32 || t->dtype == REMAT_BF16);
 }
 
-/* An input the op's cpu kernel converts itself (rm_op_desc.autocast_keep): an f32
- * one under the lower-precision category, a bf16 one promoted or cast to f32
- * (remat_add_layer_norm's residual branch). */
+/* An input the op's kernel converts itself (rm_op_desc.autocast_keep; the cpu's kernels,
+ * another device's that say so: RM_KF_AUTOCAST_KEEP): an f32 one under the
+ * lower-precision category, a bf16 one promoted or cast to f32 (remat_add_layer_norm's
+ * residual branch). */
 static bool kept(const rm_op_desc *op, int i, const remat_tensor *t, int to) {
-    if (!(op->autocast_keep >> i & 1u) || t->storage->device.type != REMAT_CPU) return false;
+    const int type = t->storage->device.type;
+    if (!(op->autocast_keep >> i & 1u)) return false;
+    if (type != REMAT_CPU && !rm_kernel_allows(op->kernel, type, RM_KF_AUTOCAST_KEEP)) return false;
     if (op->autocast == RM_AC_LOWER) return t->dtype == REMAT_F32;
     return (op->autocast == RM_AC_PROMOTE || op->autocast == RM_AC_F32) && t->dtype == REMAT_BF16 &&
            to == REMAT_F32;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "op.h"
+#include "remat/autocast.h"
 
 /* ---- embedding ------------------------------------------------------------------------- */
 static const char *const k_emb_args[] = {"weight", "indices"};
@@ -103,13 +104,22 @@ static remat_status cross_entropy_check(const rm_op_call *c) {
     return REMAT_OK;
 }
 
+/* The dtype of the loss and the logsumexp: the logits', f32 for bf16 logits under autocast
+ * (its f32 category: the logits reach the kernel uncast, autocast_keep, where the cpu's bf16
+ * kernel reads them; another device casts them first). */
+static remat_dtype ce_out_dtype(const remat_tensor *logits) {
+    if (logits->dtype == REMAT_BF16 && remat_autocast_enabled(logits->storage->device.type))
+        return REMAT_F32;
+    return logits->dtype;
+}
+
 /* the loss (0-dim) and the rows' logsumexp (N), a by-product for the backward */
 static remat_status cross_entropy_infer(const rm_op_call *c, rm_out_spec *out) {
     out[0].ndim = 0;
-    out[0].dtype = c->in[0]->dtype;
+    out[0].dtype = ce_out_dtype(c->in[0]);
     out[1].ndim = 1;
     out[1].shape[0] = c->in[0]->shape[0];
-    out[1].dtype = c->in[0]->dtype;
+    out[1].dtype = out[0].dtype;
     return REMAT_OK;
 }
 
@@ -165,9 +175,16 @@ static remat_status target_weights(remat_tensor *t, const remat_tensor *x, int64
 static remat_status cross_entropy_recompose(remat_node *node, remat_tensor *const *xs,
                                             remat_tensor **y) {
     const rm_ce_params *p = node->ctx;
-    remat_tensor *x = xs[0], *t = NULL, *w = NULL, *count = NULL, *ls = NULL, *prod = NULL,
-                 *sum = NULL, *mean = NULL;
-    int rc = rm_saved_contig(node, 1, "targets were not saved", &t);
+    remat_tensor *x = NULL, *t = NULL, *w = NULL, *count = NULL, *ls = NULL, *prod = NULL,
+                 *sum = NULL, *mean = NULL, *lse = NULL;
+    /* bf16 logits with an f32 loss (autocast's, read uncast): widened first, the graph the
+     * cast then the f32 loss would have made */
+    int rc = rm_saved_contig(node, 2, "the logsumexp was not saved", &lse);
+    if (!rc)
+        rc = lse->dtype != xs[0]->dtype ? remat_to_dtype(&x, xs[0], lse->dtype)
+                                        : (x = rm_retain(xs[0]), REMAT_OK);
+    rm_release(lse);
+    if (!rc) rc = rm_saved_contig(node, 1, "targets were not saved", &t);
     if (!rc) rc = target_weights(t, x, p->ignore_index, &w);
     if (!rc) rc = remat_sum_all(&count, w);
     if (!rc) rc = remat_log_softmax(&ls, x, 1);
@@ -175,7 +192,7 @@ static remat_status cross_entropy_recompose(remat_node *node, remat_tensor *cons
     if (!rc) rc = remat_sum_all(&sum, prod);
     if (!rc) rc = remat_div(&mean, sum, count);
     if (!rc) rc = remat_neg(y, mean);
-    rm_release(t), rm_release(w), rm_release(count), rm_release(ls);
+    rm_release(x), rm_release(t), rm_release(w), rm_release(count), rm_release(ls);
     rm_release(prod), rm_release(sum), rm_release(mean);
     return rc;
 }
@@ -189,8 +206,9 @@ static remat_status cross_entropy_backward_diff(remat_node *node, remat_tensor *
 const rm_op_desc rm_op_cross_entropy = RM_OP_DESC(
     "remat_cross_entropy", "CrossEntropyBackward", .n_in = 2, .no_grad_in = 2u, .n_out = 2,
     .n_ret = 1, .n_saved = 3, .flags = RM_OPF_FLOAT_IN0 | RM_OPF_INDEX_IN1 | RM_OPF_CONTIGUOUS,
-    .arg_names = k_ce_args, .autocast = RM_AC_F32, .kernel = RM_K_CROSS_ENTROPY,
-    .params_size = sizeof(rm_ce_params), .check = cross_entropy_check, .infer = cross_entropy_infer,
+    .arg_names = k_ce_args, .autocast = RM_AC_F32, .autocast_keep = 1u,
+    .kernel = RM_K_CROSS_ENTROPY, .params_size = sizeof(rm_ce_params), .check = cross_entropy_check,
+    .infer = cross_entropy_infer,
     .saves = {{RM_SAVE_INPUT, 0, 0}, {RM_SAVE_INPUT, 1, 0}, {RM_SAVE_OUTPUT, 1, 0}},
     .backward = cross_entropy_backward, .backward_diff = cross_entropy_backward_diff);
 

@@ -263,12 +263,14 @@ remat_status remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, r
     return rm_dispatch(&rm_op_layer_norm, out, in, &params, RM_OP_SITE());
 }
 
-/* Whether a remat_*_to call rounds in the norm's kernel (dtype bf16, an f32 x on the cpu,
- * whose kernels write a bf16 y), or is the norm then remat_to_dtype (other dtypes, devices);
- * -1: dtype is not f32, f64 or bf16 (an error). */
-static int fused_to(const char *call, const remat_tensor *x, remat_dtype dtype) {
+/* Whether a remat_*_to call rounds in the norm's kernel `kid` (dtype bf16, an f32 x on a
+ * device whose kernel writes a bf16 y: RM_KF_BF16_Y, the cpu's and cuda's), or is the norm
+ * then remat_to_dtype (other dtypes, devices); -1: dtype is not f32, f64 or bf16 (an
+ * error). */
+static int fused_to(const char *call, rm_kernel_id kid, const remat_tensor *x, remat_dtype dtype) {
     if (dtype == REMAT_BF16)
-        return x && x->dtype == REMAT_F32 && x->storage->device.type == REMAT_CPU;
+        return x && x->dtype == REMAT_F32 &&
+               rm_kernel_allows(kid, x->storage->device.type, RM_KF_BF16_Y);
     if (dtype == REMAT_F32 || dtype == REMAT_F64) return 0;
     rm_err(REMAT_EDTYPE, "%s: dtype must be f32, f64 or bf16, got %s", call,
            remat_dtype_name(dtype));
@@ -292,7 +294,7 @@ remat_status remat_layer_norm_to(remat_tensor **out, remat_tensor *x, int n_norm
     const char *call = "remat_layer_norm_to";
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
     *out = NULL;
-    int fused = fused_to(call, x, dtype);
+    int fused = fused_to(call, RM_K_LAYER_NORM, x, dtype);
     if (fused < 0) return REMAT_EDTYPE;
     if (!fused) {
         int rc = remat_layer_norm(out, x, n_norm, weight, bias, eps);
@@ -476,7 +478,7 @@ remat_status remat_add_layer_norm_to(remat_tensor **sum, remat_tensor **out, rem
                                      remat_tensor *r, int n_norm, remat_tensor *weight,
                                      remat_tensor *bias, double eps, remat_dtype dtype) {
     const char *call = "remat_add_layer_norm_to";
-    int fused = fused_to(call, x, dtype);
+    int fused = fused_to(call, RM_K_ADD_LAYER_NORM, x, dtype);
     if (fused < 0) {
         if (sum) *sum = NULL;
         if (out) *out = NULL;

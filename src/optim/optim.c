@@ -349,7 +349,7 @@ remat_status remat_optim_scale_grads(remat_optimizer *o, double f) {
 }
 
 /* q's update; its gradient read times gscale (1: as it is): by the kernel where it allows
- * it (RM_KF_GRAD_SCALE: the cpu's), else by a SCALE pass over g first, the same bits. */
+ * it (RM_KF_GRAD_SCALE: the cpu's, cuda's), else by a SCALE pass over g first, the same bits. */
 static remat_status update_param(remat_optimizer *o, opt_param *q, double lr, double gscale,
                                  const char *call) {
     remat_tensor *g = remat_tensor_grad(q->p);

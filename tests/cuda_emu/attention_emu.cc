@@ -15,7 +15,8 @@
  * f32 arithmetic's error over sums of up to 150 terms); the lse within 1e-4 (bf16) and
  * 1e-5 (f32) of the largest |lse|.
  *
- *   sh tests/cuda_emu/run.sh        (no GPU needed: g++ or clang++ and the CUDA headers) */
+ *   CMake builds it as test_cuda_emu_attention (no GPU needed: g++ or clang++ and the CUDA
+ *   headers; tests/cuda_emu/README.md). */
 #define RMK_EMU 1
 #include "emu.h"
 

@@ -32,8 +32,11 @@
  * sequentially consistent here (one host thread); a thread runs undisturbed from one
  * meeting point or spin to the next. When every running thread waits and none can go on,
  * the emulator reports a deadlock: a block waiting for one that has not started, with all
- * the GPU's places taken, is one on a GPU too. Not a CUDA implementation: what the
- * attention kernels use, nothing else. */
+ * the GPU's places taken, is one on a GPU too. A kernel's static __shared__ arrays are
+ * the kernel's function-local statics where a test defines __shared__ as `static` (as
+ * layer_norm_emu.cc does; with launch, one block at a time). Not a CUDA implementation:
+ * what the emulated kernels use (attention, layer norm, the optimizer updates), nothing
+ * else. */
 #ifndef REMAT_CUDA_EMU_H
 #define REMAT_CUDA_EMU_H
 
@@ -418,5 +421,19 @@ inline unsigned int __float_as_uint(float f) {
     memcpy(&u, &f, 4);
     return u;
 }
+
+/* The round-to-nearest intrinsics (never contracted into fused multiply-adds on a GPU): the
+ * host's IEEE operations, which are the same when the emulated code is compiled without
+ * contraction (-ffp-contract=off, as CMake builds the emulator tests). */
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return sqrtf(a); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __dsqrt_rn(double a) { return sqrt(a); }
 
 #endif /* REMAT_CUDA_EMU_H */

@@ -26,8 +26,8 @@
     X(MAX_BWD, max_bwd, F32_F64)                                                                   \
     X(EMBEDDING, embedding, F32_F64)                                                               \
     X(EMBEDDING_BWD, embedding_bwd, F32_F64)                                                       \
-    X(CROSS_ENTROPY, cross_entropy, F32_F64)                                                       \
-    X(CROSS_ENTROPY_BWD, cross_entropy_bwd, F32_F64)                                               \
+    X(CROSS_ENTROPY, cross_entropy, F32_F64_BF16)                                                  \
+    X(CROSS_ENTROPY_BWD, cross_entropy_bwd, F32_F64_BF16)                                          \
     X(MSE, mse, F32_F64)                                                                           \
     X(MSE_BWD, mse_bwd, F32_F64)                                                                   \
     /* nn: nn.c */                                                                                 \

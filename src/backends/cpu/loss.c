@@ -16,6 +16,14 @@
  * The scalar losses sum their per-row / per-element terms in double over
  * fixed chunks, so the value does not depend on the thread count.
  *
+ * Under autocast, bf16 logits reach cross_entropy uncast (its f32 category keeps them:
+ * autocast_keep) and its outputs are f32: the bf16 kernels below widen one row at a time
+ * into a per-thread f32 buffer (exact: the values the cast would have written) and run the
+ * f32 row code on it, the backward rounding each row of dx as the cast's backward would.
+ * The bits of the cast then the f32 kernels, without the (N, C) f32 copy of the logits
+ * (forward), the f32 gradient and its cast (backward), or the f32 logits kept for the
+ * backward.
+ *
  * The index and target range checks read the data, so they are the
  * kernels' (skipped, with the kernels, in skip mode); their messages are
  * named after the call by the driver. */
@@ -23,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "cpu.h"
 #include "tmpl.h"
 
@@ -98,3 +107,86 @@ static remat_status count_targets(const remat_tensor *x, const int64_t *tp, int6
 #define T f64
 #define LOSS_LOGF log
 #include "loss_body.h"
+
+/* ---- cross_entropy of bf16 logits ----------------------------------------------------- */
+/* in: x (bf16 N, C), t; out: loss, lse (f32: autocast's; bf16 ones, a bf16 call outside
+ * autocast, go through f32 as every bf16 kernel without its own) */
+remat_status rm_cpu_cross_entropy_bf16(const rm_kargs *k) {
+    if (k->out[0]->dtype != REMAT_F32 || k->out[1]->dtype != REMAT_F32)
+        return rm_cpu_bf16_via_f32[RM_K_CROSS_ENTROPY](k);
+    const rm_ce_params *p = k->params;
+    const remat_tensor *x = k->in[0];
+    const int64_t *tp = rm_ptr(k->in[1]);
+    const uint16_t *xh = rm_ptr(x);
+    float *lse = rm_ptr(k->out[1]);
+    const int64_t N = x->shape[0], C = x->shape[1], ignore = p->ignore_index;
+    int64_t count = 0;
+    int rc = count_targets(x, tp, ignore, true, &count);
+    if (rc) return rc;
+    double *loss = malloc(sizeof(double) * (size_t)(N ? N : 1));
+    if (!loss) return rm_err(REMAT_ENOMEM, "out of memory");
+    int fail = 0;
+#pragma omp parallel if (N * C > RM_OMP_MIN / 4)
+    {
+        float *row = malloc(sizeof(float) * (size_t)C + 1);
+        if (!row) {
+#pragma omp atomic write
+            fail = 1;
+        }
+#pragma omp for
+        for (int64_t n = 0; n < N; n++) {
+            if (!row) continue;
+            rm_bf16_widen_run(xh + n * C, row, C);
+            ce_row_fwd_f32(row, tp[n], ignore, C, &lse[n], &loss[n]);
+        }
+        free(row);
+    }
+    if (fail) {
+        free(loss);
+        return rm_err(REMAT_ENOMEM, "out of memory for a row of logits");
+    }
+    double mean = count ? sum_fixed_chunks(loss, N) / (double)count : NAN; /* no targets: NaN */
+    *(float *)rm_ptr(k->out[0]) = (float)mean;
+    free(loss);
+    return REMAT_OK;
+}
+
+/* in: x (bf16), t, lse (f32), g (f32 0-dim); out: dx (bf16): each row computed in f32 and
+ * rounded (rm_bf16_round_run: the cast's rounding). A bf16 lse (the plain bf16 op) goes
+ * through f32. */
+remat_status rm_cpu_cross_entropy_bwd_bf16(const rm_kargs *k) {
+    if (k->in[2]->dtype != REMAT_F32 || k->out[0]->dtype != REMAT_BF16)
+        return rm_cpu_bf16_via_f32[RM_K_CROSS_ENTROPY_BWD](k);
+    const rm_ce_params *p = k->params;
+    const remat_tensor *x = k->in[0];
+    const int64_t *tp = rm_ptr(k->in[1]);
+    const uint16_t *xh = rm_ptr(x);
+    const float *lse = rm_ptr(k->in[2]);
+    uint16_t *dx = rm_ptr(k->out[0]);
+    const int64_t N = x->shape[0], C = x->shape[1], ignore = p->ignore_index;
+    int64_t count = 0;
+    count_targets(x, tp, ignore, false, &count);
+    const float scale = (float)(scalar_of(k->in[3]) / (double)count); /* count 0: NaN */
+    int fail = 0;
+#pragma omp parallel if (N * C > RM_OMP_MIN / 4)
+    {
+        float *row = malloc(sizeof(float) * (size_t)(2 * C) + 1);
+        if (!row) {
+#pragma omp atomic write
+            fail = 1;
+        }
+#pragma omp for
+        for (int64_t n = 0; n < N; n++) {
+            if (!row) continue;
+            if (tp[n] == ignore) {
+                memset(dx + n * C, 0, (size_t)C * sizeof(uint16_t)); /* +0 rounds to +0 */
+                continue;
+            }
+            rm_bf16_widen_run(xh + n * C, row, C);
+            ce_row_bwd_f32(row, tp[n], lse[n], scale, row + C, C);
+            rm_bf16_round_run(row + C, dx + n * C, C);
+        }
+        free(row);
+    }
+    return fail ? rm_err(REMAT_ENOMEM, "out of memory for a row of logits") : REMAT_OK;
+}

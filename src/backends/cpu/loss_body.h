@@ -30,18 +30,26 @@ static void TFN(embedding_bwd)(const T *restrict g, const int64_t *restrict idx,
 }
 
 /* ---- cross_entropy --------------------------------------------------------------------- */
+/* One row: xn (C), target tn -> *lse, *loss (0 for an ignored row). */
+static inline void TFN(ce_row_fwd)(const T *restrict xn, int64_t tn, int64_t ignore, int64_t C,
+                                   T *lse, double *loss) {
+    T mx = TFN(rm_row_max)(xn, C);
+    if (mx == -INFINITY) mx = 0;
+    T l = mx + LOSS_LOGF(TFN(rm_row_expsum)(xn, mx, NULL, C));
+    *lse = l;
+    *loss = tn == ignore ? 0.0 : (double)(l - xn[tn]);
+}
 /* x (N, C), t (N) -> loss[n] (0 for ignored rows), lse (N) */
 static void TFN(ce_fwd)(const T *restrict x, const int64_t *restrict t, int64_t ignore,
                         T *restrict lse, double *restrict loss, int64_t N, int64_t C) {
 #pragma omp parallel for if (N * C > RM_OMP_MIN / 4)
-    for (int64_t n = 0; n < N; n++) {
-        const T *xn = x + n * C;
-        T mx = TFN(rm_row_max)(xn, C);
-        if (mx == -INFINITY) mx = 0;
-        T l = mx + LOSS_LOGF(TFN(rm_row_expsum)(xn, mx, NULL, C));
-        lse[n] = l;
-        loss[n] = t[n] == ignore ? 0.0 : (double)(l - xn[t[n]]);
-    }
+    for (int64_t n = 0; n < N; n++) TFN(ce_row_fwd)(x + n * C, t[n], ignore, C, &lse[n], &loss[n]);
+}
+/* One row of the backward, not ignored: d (C) = scale * (softmax(xn) - onehot(tn)). */
+static inline void TFN(ce_row_bwd)(const T *restrict xn, int64_t tn, T lse, T scale, T *restrict d,
+                                   int64_t C) {
+    TFN(rm_row_exp_scale)(xn, lse, scale, d, C);
+    d[tn] -= scale;
 }
 /* dx (N, C) = scale * (softmax - onehot), 0 on ignored rows; scale = g / count */
 static void TFN(ce_bwd)(const T *restrict x, const int64_t *restrict t, int64_t ignore,
@@ -53,8 +61,7 @@ static void TFN(ce_bwd)(const T *restrict x, const int64_t *restrict t, int64_t 
             memset(d, 0, (size_t)C * sizeof(T));
             continue;
         }
-        TFN(rm_row_exp_scale)(x + n * C, lse[n], scale, d, C);
-        d[t[n]] -= scale;
+        TFN(ce_row_bwd)(x + n * C, t[n], lse[n], scale, d, C);
     }
 }
 

@@ -68,7 +68,7 @@ static remat_status f32_twin(rmk_call *c, remat_tensor **out, const remat_tensor
 }
 
 /* Runs device type `type`'s f32 kernel of `id` for the bf16 operands of k. */
-static remat_status via_f32(rm_kernel_id id, const rm_kargs *k) {
+remat_status rm_cuda_bf16_via_f32(rm_kernel_id id, const rm_kargs *k) {
     const remat_tensor *first = k->in[0] ? k->in[0] : k->out[0];
     rm_kernel_fn f32 = rm_kernel_lookup(id, first->storage->device.type, REMAT_F32);
     if (!f32) return rm_err(REMAT_EUNSUPPORTED, "no bf16 or f32 cuda kernel");
@@ -99,7 +99,9 @@ static remat_status via_f32(rm_kernel_id id, const rm_kargs *k) {
 }
 
 #define RM_CUDA_BF16_VIA_F32_(id, text)                                                            \
-    static remat_status cuda_bf16_via_f32_##id(const rm_kargs *k) { return via_f32(RM_K_##id, k); }
+    static remat_status cuda_bf16_via_f32_##id(const rm_kargs *k) {                                \
+        return rm_cuda_bf16_via_f32(RM_K_##id, k);                                                 \
+    }
 RM_KERNEL_LIST(RM_CUDA_BF16_VIA_F32_)
 #undef RM_CUDA_BF16_VIA_F32_
 

@@ -137,6 +137,9 @@ void rm_cuda_register_optim(int device_type);  /* optim_kernels.c: AdamW, SGD, n
 /* bf16.c: a bf16 row for every kernel with an f32 row and no bf16 one (the f32
  * kernel on widened operands, outputs rounded); registered after the families */
 void rm_cuda_register_bf16_via_f32(int device_type);
+/* bf16.c: kernel id's bf16 call k run that way (for a bf16 row that takes some calls
+ * itself and hands the others on: layer_norm's backward). */
+remat_status rm_cuda_bf16_via_f32(rm_kernel_id id, const rm_kargs *k);
 /* transfer.c: offload's pinned memory, side stream and events (the record's transfer ops) */
 extern const rm_transfer_ops rm_cuda_transfer_ops;
 /* timer.c: events for the kernel timer (the record's timer ops) */

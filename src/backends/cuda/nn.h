@@ -1,5 +1,6 @@
 /* src/backends/cuda/nn.h — launchers of the nn family's CUDA kernels
- * (nn.cu: softmax / log_softmax and layer_norm, forward and backward) and
+ * (nn.cu: softmax / log_softmax; layer_norm.cu, rms_norm.cu: the norms, forward and
+ * backward; rope.cu) and
  * of fused causal attention (attention.cu). The ABI:
  * src/core/kernels/nn.h and matmul.h. C and C++ clean; conventions as
  * elementwise.h and reduce.h (dt 0 f32, 1 f64; scratch through _ws). */
@@ -19,14 +20,23 @@ cudaError_t rmk_softmax(int dt, const void *x, void *y, int64_t O, int64_t R, in
 /* softmax: dx = y * (g - sum_r g * y); log_softmax: dx = g - exp(y) * sum_r g. */
 cudaError_t rmk_softmax_bwd(int dt, const void *g, const void *y, void *dx, int64_t O, int64_t R,
                             int64_t I, bool log, cudaStream_t s);
+/* ---- layer_norm.cu ------------------------------------------------------------------------------ */
 /* x (N, C) -> y (N, C) = (x - mean) * rstd * w + b; mean, rstd (N). w, b (C)
- * or NULL. */
-cudaError_t rmk_layer_norm(int dt, const void *x, const void *w, const void *b, void *y, void *mean,
-                           void *rstd, int64_t N, int64_t C, double eps, cudaStream_t s);
+ * or NULL. y's dtype ydt is dt, or 4 (bf16) for an f32 x (dt 0): computed in f32
+ * and rounded as it is stored, the bits of the f32 y then the converting copy. */
+cudaError_t rmk_layer_norm(int dt, int ydt, const void *x, const void *w, const void *b, void *y,
+                           void *mean, void *rstd, int64_t N, int64_t C, double eps,
+                           cudaStream_t s);
+/* sum (N, C) = x + r, then rmk_layer_norm of sum, in one kernel (the sum normalised from
+ * registers). r's dtype rdt is dt, or 4 (bf16, widened) for an f32 x. */
+cudaError_t rmk_add_layer_norm(int dt, int rdt, int ydt, const void *x, const void *r, void *sum,
+                               const void *w, const void *b, void *y, void *mean, void *rstd,
+                               int64_t N, int64_t C, double eps, cudaStream_t s);
 /* dx (N, C), dw, db (C) from g (N, C) (each output may be NULL; w may be
- * NULL). Scratch for the column sums of dw / db. */
+ * NULL). g's dtype gdt is dt, or 4 (bf16, widened as it is read) for an f32 x.
+ * Scratch for the column sums of dw / db. */
 size_t rmk_layer_norm_bwd_ws(int dt, int64_t N, int64_t C);
-cudaError_t rmk_layer_norm_bwd(int dt, const void *g, const void *x, const void *w,
+cudaError_t rmk_layer_norm_bwd(int dt, int gdt, const void *g, const void *x, const void *w,
                                const void *mean, const void *rstd, void *dx, void *dw, void *db,
                                int64_t N, int64_t C, void *ws, cudaStream_t s);
 

@@ -7,7 +7,14 @@
  * fused multiply-adds (the cpu code has none either): a step on cuda gives the cpu's bits.
  * The sum of squares adds in another order than the cpu's chunks (a grid of partial sums,
  * then one block), so a global norm agrees with the cpu's to rounding; for a given size
- * the order is fixed, so it is the same run to run. */
+ * the order is fixed, so it is the same run to run.
+ *
+ * The gradient is read times the update's grad_scale (RM_KF_GRAD_SCALE: the mean over
+ * micro-batches and the clip), g · scale rounded in g's type: the bits of the elementwise
+ * SCALE pass over g the optimizer ran first without the flag, one read and write of g
+ * fewer. Without a scale g is read as it is (not times 1: under -ftz that would flush a
+ * subnormal g the unscaled update keeps). tests/cuda_emu/optim_emu.cc runs these kernels
+ * on the CPU (RMK_EMU: without the launchers). */
 #include "optim.h"
 
 #include "kcommon.cuh"
@@ -17,8 +24,9 @@
 
 __global__ void adamw_f32(float *__restrict__ p, const float *__restrict__ g, float *__restrict__ m,
                           float *__restrict__ v, int64_t n, rm_adamw_factors f) {
+    const bool scaled = f.gscale != 1.0;
     RMK_GRID_LOOP(i, n) {
-        float gi = g[i];
+        float gi = scaled ? __fmul_rn(g[i], f.gscalef) : g[i];
         float mi = __fadd_rn(__fmul_rn(f.b1f, m[i]), __fmul_rn(f.one_m_b1f, gi));
         float vi = __fadd_rn(__fmul_rn(f.b2f, v[i]), __fmul_rn(__fmul_rn(f.one_m_b2f, gi), gi));
         m[i] = mi;
@@ -32,8 +40,9 @@ __global__ void adamw_f64(double *__restrict__ p, const double *__restrict__ g,
                           double *__restrict__ m, double *__restrict__ v, int64_t n,
                           rm_adamw_factors f) {
     const double one_m_b1 = 1.0 - f.b1, one_m_b2 = 1.0 - f.b2;
+    const bool scaled = f.gscale != 1.0;
     RMK_GRID_LOOP(i, n) {
-        double gi = g[i];
+        double gi = scaled ? __dmul_rn(g[i], f.gscale) : g[i];
         double mi = __dadd_rn(__dmul_rn(f.b1, m[i]), __dmul_rn(one_m_b1, gi));
         double vi = __dadd_rn(__dmul_rn(f.b2, v[i]), __dmul_rn(__dmul_rn(one_m_b2, gi), gi));
         m[i] = mi;
@@ -51,12 +60,13 @@ __device__ __forceinline__ double rn_sub(double a, double b) { return __dsub_rn(
 __device__ __forceinline__ float rn_mul(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ double rn_mul(double a, double b) { return __dmul_rn(a, b); }
 
+/* gs: the gradient's scale in T; scaled: whether there is one */
 template <typename T>
 __global__ void sgd_kernel(T *__restrict__ p, const T *__restrict__ g, T *__restrict__ buf,
-                           int64_t n, T lr, T mom, T wd, T damp, bool decay, bool use_buf,
-                           bool first, bool nesterov) {
+                           int64_t n, T lr, T mom, T wd, T damp, T gs, bool scaled, bool decay,
+                           bool use_buf, bool first, bool nesterov) {
     RMK_GRID_LOOP(i, n) {
-        T d = g[i];
+        T d = scaled ? rn_mul(g[i], gs) : g[i];
         if (decay) d = rn_add(d, rn_mul(wd, p[i]));
         if (use_buf) {
             T b = first ? d : rn_add(rn_mul(mom, buf[i]), rn_mul(damp, d));
@@ -89,6 +99,7 @@ __global__ void sumsq_total(const double *__restrict__ part, int64_t nparts, dou
     if (threadIdx.x == 0) *out = s;
 }
 
+#ifndef RMK_EMU /* tests/cuda_emu launches the kernels its own way */
 static unsigned blocks_for(int64_t n) {
     int64_t b = (n + RMK_THREADS - 1) / RMK_THREADS;
     if (b < 1) b = 1;
@@ -114,15 +125,16 @@ cudaError_t rmk_sgd(int dt, void *p, const void *g, void *buf, int64_t n, const 
                     cudaStream_t s) {
     if (n <= 0) return cudaSuccess;
     const bool decay = h->weight_decay != 0, use_buf = h->momentum != 0;
+    const double gs = h->grad_scale != 0 ? h->grad_scale : 1.0;
     if (dt == 1)
         sgd_kernel<double><<<blocks_for(n), RMK_THREADS, 0, s>>>(
             (double *)p, (const double *)g, (double *)buf, n, h->lr, h->momentum, h->weight_decay,
-            1.0 - h->dampening, decay, use_buf, h->first, h->nesterov);
+            1.0 - h->dampening, gs, gs != 1.0, decay, use_buf, h->first, h->nesterov);
     else if (dt == 0)
         sgd_kernel<float><<<blocks_for(n), RMK_THREADS, 0, s>>>(
             (float *)p, (const float *)g, (float *)buf, n, (float)h->lr, (float)h->momentum,
-            (float)h->weight_decay, (float)(1.0 - h->dampening), decay, use_buf, h->first,
-            h->nesterov);
+            (float)h->weight_decay, (float)(1.0 - h->dampening), (float)gs, gs != 1.0, decay,
+            use_buf, h->first, h->nesterov);
     else return cudaErrorInvalidValue;
     return cudaGetLastError();
 }
@@ -145,3 +157,4 @@ cudaError_t rmk_sum_squares(int dt, const void *x, int64_t n, double *part, doub
     return cudaGetLastError();
 }
 }
+#endif /* RMK_EMU */

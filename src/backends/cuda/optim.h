@@ -12,11 +12,13 @@
 
 RM_CUDA_BEGIN_DECLS
 
-/* AdamW on p, m, v with gradient g: the cpu loop's operations in its order per element
- * (src/core/optim_loops.h), each rounded to nearest (no contraction into FMAs). */
+/* AdamW on p, m, v with gradient g read times f->gscale (when not 1): the cpu loop's
+ * operations in its order per element (src/core/optim_loops.h), each rounded to nearest
+ * (no contraction into FMAs). */
 cudaError_t rmk_adamw(int dt, void *p, const void *g, void *m, void *v, int64_t n,
                       const rm_adamw_factors *f, cudaStream_t s);
-/* SGD on p (and buf, NULL without momentum) with gradient g, as the cpu loop. */
+/* SGD on p (and buf, NULL without momentum) with gradient g read times h->grad_scale (when
+ * neither 0 nor 1), as the cpu loop. */
 cudaError_t rmk_sgd(int dt, void *p, const void *g, void *buf, int64_t n, const rm_sgd_kparams *h,
                     cudaStream_t s);
 /* The number of partial sums rmk_sum_squares needs scratch for (doubles). */
