@@ -1194,6 +1194,89 @@ Test(cli, sweep_draws_a_pareto_svg) {
     free(svg);
 }
 
+/* The op-level planner on the program's Llama (--model llama) and under bf16
+ * autocast (the GPT's and the Llama's): --sweep-budgets plans budgets from
+ * the planner's minimum to store-all per op and by whole blocks; every plan's
+ * measured step peak <= predicted <= budget, every gradient bitwise that of
+ * none under the same autocast, a larger budget never predicted slower, and
+ * some plan keeps part of a block. */
+static void sweep_holds(const char *flags) {
+    char *o;
+    int rc = run(&o, false,
+                 "bench %s --threads 1 --quiet --reps 1 --json --sweep-budgets=5 --strategies none",
+                 flags);
+    cr_assert_eq(rc, 0, "%s: %s", flags, o);
+    cr_assert(json_valid(o), "%s", o);
+    int n = 0, n_ops = 0, partial = 0;
+    double prev_ms = INFINITY;
+    for (const char *p = o; (p = strstr(p, "{\"strategy\":\"")) != NULL; p++, n++) {
+        char name[96];
+        json_str(p, "strategy", name, sizeof name);
+        const char *next = strstr(p + 1, "{\"strategy\":\"");
+        const char *bw = strstr(p, "\"grads_bitwise_equal\":true");
+        cr_assert(bw && (!next || bw < next), "%s %s: gradients differ from none's: %s", flags,
+                  name, p);
+        if (strncmp(name, "budget=", 7)) continue;
+        double peak = json_num(p, "peak_alloc_bytes"), budget = json_num(p, "budget_bytes");
+        double pred = json_num(p, "plan_peak_bytes");
+        cr_assert(peak <= pred && pred <= budget,
+                  "%s %s: measured step peak %.0f, predicted %.0f, budget %.0f", flags, name, peak,
+                  pred, budget);
+        if (strstr(name, ":blocks-only")) continue;
+        double ms = json_num(p, "plan_step_ms");
+        cr_assert(ms <= prev_ms, "%s %s: predicted %.4f ms, above the smaller budget's %.4f", flags,
+                  name, ms, prev_ms);
+        prev_ms = ms;
+        n_ops++;
+        char st[2048];
+        partial += strstr(json_str(p, "plan_structure", st, sizeof st), " keeps ") != NULL;
+    }
+    cr_assert_eq(n_ops, 5, "%s: %s", flags, o);
+    cr_assert(n > 2 * n_ops && partial > 0, "%s: no plan keeps part of a block: %s", flags, o);
+    free(o);
+}
+
+Test(cli, planner_on_llama_and_under_bf16_autocast) {
+    const char *gpt = "--layers 3 --width 64 --heads 2 --context 32 --batch 4";
+    const char *llama = "--model llama --layers 3 --width 64 --heads 2 --context 32 --batch 4";
+    char f[256];
+    sweep_holds(llama);
+    snprintf(f, sizeof f, "%s --autocast bf16", llama);
+    sweep_holds(f);
+    snprintf(f, sizeof f, "%s --autocast bf16", gpt);
+    sweep_holds(f);
+    /* train: the step's peak with the optimizer's state, the losses bitwise those of none,
+     * --explain; and a Llama run saved and resumed continues bitwise */
+    char *a, *b, *c, la[32], lb[32];
+    snprintf(f, sizeof f, "%s --threads 1 --quiet --json --steps 4", llama);
+    cr_assert_eq(run(&a, false, "train %s --checkpoint budget=90%%", f), 0, "%s", a);
+    cr_assert_eq(run(&b, false, "train %s", f), 0, "%s", b);
+    cr_assert(json_num(a, "step_peak_bytes") <= json_num(a, "budget_bytes"), "%s", a);
+    cr_assert_str_eq(json_str(a, "loss_bits", la, sizeof la),
+                     json_str(b, "loss_bits", lb, sizeof lb));
+    cr_assert(strstr(b, "\"model\":\"llama\""), "%s", b);
+    free(a);
+    cr_assert_eq(
+        run(&a, true, "train %s --threads 1 --steps 2 --explain --checkpoint budget=90%%", llama),
+        0, "%s", a);
+    cr_assert(strstr(a, "remat train: Llama, 3 layers") && strstr(a, "plan explained (3 stages)") &&
+                  strstr(a, "measured:  step peak") && strstr(a, "kept:"),
+              "%s", a);
+    free(a);
+    snprintf(f, sizeof f, "%s --threads 1 --quiet --json", llama);
+    cr_assert_eq(run(&a, false, "train %s --steps 2 --save %s", f, path("llama.bin")), 0, "%s", a);
+    cr_assert_eq(run(&c, false, "train %s --steps 4 --resume %s", f, path("llama.bin")), 0, "%s",
+                 c);
+    cr_assert_str_eq(json_str(c, "loss_bits", la, sizeof la), lb, "resumed %s\nfull %s", c, b);
+    free(a);
+    free(b);
+    free(c);
+    /* a shape the Llama refuses, before anything runs */
+    cr_assert_eq(run(&a, true, "train --model llama --width 24 --heads 8 --steps 1"), 2, "%s", a);
+    cr_assert(strstr(a, "must be even"), "%s", a);
+    free(a);
+}
+
 /* ---- selective activation checkpointing (--checkpoint selective[=POLICY]) ---------------- */
 /* The "losses" array of a train --json output, as text. */
 static const char *losses_of(const char *j, char *buf, size_t n) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "remat/planner.h"
+#include "remat/timing.h"
 #include "support/models.h"
 #include "support/rt.h"
 
@@ -653,6 +654,64 @@ Test(opplan, lossy_chosen_where_it_helps) {
     remat_profile_free(prof);
 }
 
+/* recompute_free ops (after early stop) are never kept and their time is
+ * never paid: at every budget no plan keeps the free op, no plan is slower
+ * than with the op marked a recomputed one, and every checkpointed stage
+ * recomputes at most its forward less the free op's share. */
+Test(opplan, recompute_free_ops_are_never_kept_nor_paid) {
+    enum { L = 4, N = 3 };
+    const size_t K = 1024;
+    remat_profile *prof = NULL;
+    RT_OK(remat_profile_create(&prof, L));
+    remat_op_profile o = {.n_stages = L, .runs = 1};
+    remat_stage_ops so[L];
+    /* two ops that save, then one a recomputation never runs (dear and small: kept, it
+     * would look like the best buy) */
+    remat_op_profile_entry op[N] = {
+        {.name = "remat_a", .time = 2e-3, .cache_bytes = 4 * K, .cacheable = true, .n_saved = 1},
+        {.name = "remat_b", .time = 2e-3, .cache_bytes = 4 * K, .cacheable = true, .n_saved = 1},
+        {.name = "remat_c", .time = 5e-3, .cache_bytes = K, .cacheable = true}};
+    o.stages = so;
+    for (int k = 0; k < L; k++) {
+        remat_stage_profile *sp = &prof->stages[k];
+        sp->input_bytes = sp->output_bytes = K;
+        sp->saved_bytes = 8 * K;
+        sp->fwd_peak = 10 * K;
+        sp->fwd_peak_nosave = 2 * K;
+        sp->fwd_time = 9e-3; /* the ops' sum: scale 1 */
+        sp->bwd_time = 10e-3;
+        so[k] = (remat_stage_ops){N, op, 0};
+    }
+    size_t min = 0;
+    RT_OK(remat_plan_min_budget(prof, &min));
+    const size_t top = 4 * 11 * K;
+    int keeps = 0;
+    for (int b = 0; b <= 24; b++) {
+        size_t budget = min + (top - min) * (size_t)b / 24;
+        remat_plan *with = NULL, *without = NULL;
+        op[2].recompute_free = false;
+        RT_OK(remat_plan_create_ops(&without, prof, &o, NULL, budget, NULL));
+        op[2].recompute_free = true;
+        RT_OK(remat_plan_create_ops(&with, prof, &o, NULL, budget, NULL));
+        cr_assert_leq(with->peak_bytes, budget);
+        cr_assert_leq(with->time, without->time + 1e-12, "budget %zu: %g s free, %g s not", budget,
+                      with->time, without->time);
+        for (int k = 0; k < L; k++) {
+            const remat_plan_stage *st = &with->stages[k];
+            if (!st->keep) continue;
+            cr_assert_neq(st->keep[2], REMAT_OP_KEEP, "budget %zu: stage %d keeps the free op",
+                          budget, k);
+            keeps += st->keep[0] == REMAT_OP_KEEP || st->keep[1] == REMAT_OP_KEEP;
+            cr_assert_leq(st->recompute_time, 4e-3 + 1e-12, "stage %d recomputes %g s", k,
+                          st->recompute_time);
+        }
+        remat_plan_free(with);
+        remat_plan_free(without);
+    }
+    cr_assert_gt(keeps, 0, "some plan keeps part of a stage");
+    remat_profile_free(prof);
+}
+
 Test(opplan, monotone_in_the_budget) {
     g_rng = 12345;
     /* a coarse grid keeps the test fast; the grid is what the property is about */
@@ -847,6 +906,61 @@ Test(opplan, profile_of_a_transformer_chain) {
     remat_op_profile_free(ops);
     tchain_free(&c);
     cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* The profile's recompute_free against what a recomputation runs: early
+ * stop ends it at a block's last save. Without dropout the block's last
+ * saving op is the MLP's down projection, which saves its input and weight
+ * before its kernel: neither it nor the residual add after it runs again.
+ * With dropout after it, the dropout's mask (saved after its kernel) is the
+ * last save, so the projection runs again. Checked against the recompute
+ * phase's matmul calls of a step with every block checkpointed. */
+static void free_ops_match_the_recomputation(double p_drop, int want_free_linears) {
+    tchain c;
+    tchain_init(&c, p_drop);
+    remat_op_profile *ops = NULL;
+    remat_profile_options po = {.runs = 1};
+    RT_OK(remat_profile_ops(&ops, TB_N, c.stages, c.x, &po));
+    const remat_stage_ops *s0 = &ops->stages[0];
+    int last_save = -1, linears = 0, free_linears = 0;
+    for (int i = 0; i < s0->n_ops; i++)
+        if (s0->ops[i].n_saved > 0) last_save = i;
+    for (int i = 0; i < s0->n_ops; i++) {
+        const remat_op_profile_entry *e = &s0->ops[i];
+        if (!strcmp(e->name, "remat_linear")) linears++, free_linears += e->recompute_free;
+        if (i < last_save)
+            cr_assert(!e->recompute_free, "op %d %s before the last save", i, e->name);
+        if (i > last_save) cr_assert(e->recompute_free, "op %d %s after the last save", i, e->name);
+    }
+    cr_assert_eq(free_linears, want_free_linears, "p_drop %g", p_drop);
+    cr_assert_lt(last_save, s0->n_ops - 1, "the residual add saves nothing");
+    void *uds[TB_N];
+    for (int k = 0; k < TB_N; k++) uds[k] = &c.blk[k];
+    remat_checkpoint_options o = {.use_reentrant = REMAT_OPT_FALSE};
+    rt_grads g = {0};
+    RT_OK(remat_timing_begin());
+    rt_run_blocks(5, TB_N, rt_tblock_fn, uds, c.params, c.n_params, c.x, &o, &g);
+    remat_timing *t = NULL;
+    RT_OK(remat_timing_end(&t));
+    int64_t rec = 0;
+    for (int i = 0; i < remat_timing_count(t); i++) {
+        const remat_timing_row *r = remat_timing_row_at(t, i);
+        if (r->phase == REMAT_PHASE_RECOMPUTE && !strcmp(r->op, "remat_linear") &&
+            !strcmp(r->kernel, "matmul"))
+            rec += r->calls;
+    }
+    cr_assert_eq(rec, (int64_t)TB_N * (linears - free_linears),
+                 "p_drop %g: %" PRId64 " linears recomputed, the profile says %d a block", p_drop,
+                 rec, linears - free_linears);
+    remat_timing_free(t);
+    rt_grads_free(&g);
+    remat_op_profile_free(ops);
+    tchain_free(&c);
+}
+
+Test(opplan, recompute_free_is_what_early_stop_skips) {
+    free_ops_match_the_recomputation(0.0, 1);
+    free_ops_match_the_recomputation(0.1, 0);
 }
 
 Test(opplan, executed_plans_fit_the_step_budget_with_bitwise_gradients) {

@@ -152,7 +152,11 @@ def make_compiled(model, batch, strategy):
     import torch._functorch.config as fconfig
     ns = {}
     name = f"loss_{len(COMPILED)}"
-    exec(f"def {name}(model, *batch):\n    return model.loss(*batch, strategy='none')\n", ns)
+    # the autocast region inside the compiled function (--autocast bf16), so that the graph
+    # torch.compile partitions is the bf16 one, as eager's forward under autocast
+    exec(f"def {name}(model, *batch):\n"
+         f"    with torch.autocast('cpu', dtype=torch.bfloat16, enabled={AUTOCAST}):\n"
+         f"        return model.loss(*batch, strategy='none')\n", {"torch": torch}, ns)
     fn = torch.compile(ns[name])
     t0 = time.perf_counter()
     with fconfig.patch(activation_memory_budget=budget):

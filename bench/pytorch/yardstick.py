@@ -51,6 +51,9 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    ap.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                    help="both sides' forward under bf16 autocast (torch.autocast('cpu', "
+                         "bfloat16) / remat --autocast bf16)")
     for f in ("layers", "width", "heads", "context", "batch"):
         ap.add_argument(f"--{f}", type=int)
     a = ap.parse_args()
@@ -61,7 +64,7 @@ def main():
     if not os.path.exists(heap_lib):
         sys.exit(f"{heap_lib} not found: `make build` makes it (equal memory is measured with it)")
     env["LD_PRELOAD"] = heap_lib
-    common = ["--model", a.model, "--reps", str(a.reps)]
+    common = ["--model", a.model, "--reps", str(a.reps), "--autocast", a.autocast]
     for f in ("layers", "width", "heads", "context", "batch", "threads"):
         if getattr(a, f):
             common += [f"--{f}", str(getattr(a, f))]
@@ -89,7 +92,7 @@ def main():
     by_name = {s["strategy"]: s for s in rj["strategies"]}
 
     head = (f"{a.model.upper()} {rj['layers']} layers, width {rj['width']}, batch {rj['batch']}, "
-            f"{rj['threads']} threads, {a.reps} reps; PyTorch {tj['torch']} against this build of remat")
+            f"{rj['threads']} threads, {a.reps} reps, autocast {a.autocast}; PyTorch {tj['torch']} against this build of remat")
     rows = []
     for s in tj["strategies"]:
         name = s["strategy"]

@@ -350,24 +350,31 @@ void remat_plan_free(remat_plan *plan);
  *
  * See docs/planner.md ("Op-level plans") for the model and its guarantees. */
 typedef struct remat_op_profile_entry {
-    char name[40];      /* the public op ("remat_linear"), as policies see it */
-    double time;        /* forward seconds, median over the runs */
-    size_t cache_bytes; /* storage a selective checkpoint holds when it keeps this op: its
+    char name[40];       /* the public op ("remat_linear"), as policies see it */
+    double time;         /* forward seconds, median over the runs */
+    size_t cache_bytes;  /* storage a selective checkpoint holds when it keeps this op: its
                             fresh outputs and the tensors it saves that are neither inputs nor
                             views of its outputs (0 for an op whose output is a view) */
-    bool cacheable;     /* a policy can keep it (in-place ops and remat_tag cannot) */
-    int n_saved;        /* tensors the op saves for its own backward */
-    int n_saved_views;  /* of which views of an input or of a larger storage (no new bytes) */
-    size_t saved_bytes; /* bytes of the tensors it saves (view bytes) */
-    size_t lean_bytes;  /* of those, stored lean exactly: 1-bit masks (u8), indices (i64) */
-    size_t lossy_bytes; /* of those, f32 activations bf16 saved-tensor hooks would halve
+    bool cacheable;      /* a policy can keep it (in-place ops and remat_tag cannot) */
+    int n_saved;         /* tensors the op saves for its own backward */
+    int n_saved_views;   /* of which views of an input or of a larger storage (no new bytes) */
+    size_t saved_bytes;  /* bytes of the tensors it saves (view bytes) */
+    size_t lean_bytes;   /* of those, stored lean exactly: 1-bit masks (u8), indices (i64) */
+    size_t lossy_bytes;  /* of those, f32 activations bf16 saved-tensor hooks would halve
                             (remat_bf16_saved_hooks; informational) */
-    size_t bf16_bytes;  /* of cache_bytes, the f32 storage a lossy keep (REMAT_OP_KEEP_BF16,
+    size_t bf16_bytes;   /* of cache_bytes, the f32 storage a lossy keep (REMAT_OP_KEEP_BF16,
                            selective MUST_SAVE_BF16) stores as bf16, saving half of it:
                            contiguous f32 tensors on a device the CPU can read */
-    bool offloadable;   /* its saves live on a device with real offload (cuda; never on cpu):
+    bool offloadable;    /* its saves live on a device with real offload (cuda; never on cpu):
                            the planner may move them to host memory (REMAT_OP_OFFLOAD) when
                            remat_plan_options.offload allows it */
+    bool recompute_free; /* a recomputation never runs it: the checkpoint's early stop
+                            (remat_checkpoint_options.early_stop, on by default) ends the
+                            recomputation at the stage's last save, so the ops after the
+                            last op that saves anything, and that op too when it saves only
+                            before its kernel runs (a linear saving its input and weight),
+                            cost nothing to recompute and gain nothing kept (e.g. a
+                            transformer block's MLP down projection and residual add) */
 } remat_op_profile_entry;
 
 typedef struct remat_stage_ops {

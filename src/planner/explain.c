@@ -10,9 +10,15 @@
 #include "core/core.h"
 #include "planner_internal.h"
 
-/* What the plan does with op i of a stage (REMAT_OP_*). */
-static int op_action(const remat_plan_stage *st, int i) {
-    return st->keep ? st->keep[i] : REMAT_OP_RECOMPUTE;
+/* An op the recomputation never runs (recompute_free, early stop), listed apart. */
+#define OP_NOT_RERUN (-1)
+
+/* What the plan does with op i of a stage (REMAT_OP_*, or OP_NOT_RERUN). */
+static int op_action(const remat_plan_stage *st, const remat_stage_ops *so, int i) {
+    int a = st->keep ? st->keep[i] : REMAT_OP_RECOMPUTE;
+    if (a == REMAT_OP_RECOMPUTE && so && i < so->n_ops && so->ops[i].recompute_free)
+        return OP_NOT_RERUN;
+    return a;
 }
 
 /* "remat_linear x2, remat_gelu" — the ops of stage s the plan gives action
@@ -20,16 +26,16 @@ static int op_action(const remat_plan_stage *st, int i) {
 static void list_ops(FILE *f, const remat_plan_stage *st, const remat_stage_ops *so, int want) {
     bool any = false;
     for (int i = 0; i < st->n_ops; i++) {
-        if (op_action(st, i) != want) continue;
+        if (op_action(st, so, i) != want) continue;
         const char *name = so && i < so->n_ops ? so->ops[i].name : NULL;
         /* counted at its first occurrence */
         bool seen = false;
         for (int j = 0; j < i && name && !seen; j++)
-            seen = op_action(st, j) == want && !strcmp(so->ops[j].name, name);
+            seen = op_action(st, so, j) == want && !strcmp(so->ops[j].name, name);
         if (seen) continue;
         int count = 0;
         for (int j = i; j < st->n_ops; j++)
-            if (op_action(st, j) == want && (name ? !strcmp(so->ops[j].name, name) : j == i))
+            if (op_action(st, so, j) == want && (name ? !strcmp(so->ops[j].name, name) : j == i))
                 count++;
         const char *shown = name ? (strncmp(name, "remat_", 6) ? name : name + 6) : NULL;
         if (shown) fprintf(f, "%s%s", any ? ", " : "", shown);
@@ -71,6 +77,14 @@ static void explain_op_stage(FILE *f, const remat_plan_stage *st, const remat_st
     }
     fprintf(f, "\n      recomputed: ");
     list_ops(f, st, so, REMAT_OP_RECOMPUTE);
+    bool not_rerun = false;
+    for (int i = 0; so && i < st->n_ops && i < so->n_ops; i++)
+        not_rerun |= op_action(st, so, i) == OP_NOT_RERUN;
+    if (not_rerun) {
+        fprintf(f, "\n      not rerun:  ");
+        list_ops(f, st, so, OP_NOT_RERUN);
+        fprintf(f, " (after the last save: early stop)");
+    }
     fputc('\n', f);
 }
 

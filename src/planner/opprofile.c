@@ -18,7 +18,9 @@
 
 #include "autograd/graph.h"
 #include "core/core.h"
+#include "ops/registry.h"
 #include "planner_internal.h"
+#include "remat/checkpoint.h"
 #include "remat/compress.h"
 #include "remat/selective.h"
 
@@ -190,6 +192,31 @@ static bool same_ops(const remat_stage_ops *a, const op_run *r) {
     return true;
 }
 
+/* Whether op `name` saves only before its kernel runs (RM_OPF_SAVE_EARLY and
+ * no output among its saves): when its saves are a recomputation's last,
+ * early stop comes before its kernel. Unknown ops: no. */
+static bool saves_only_early(const char *name) {
+    const rm_op_desc *d = rm_op_desc_at(rm_op_find(name));
+    if (!d || !(d->flags & RM_OPF_SAVE_EARLY)) return false;
+    for (int s = 0; s < d->n_saved; s++)
+        if (d->saves[s].kind == RM_SAVE_OUTPUT) return false;
+    return true;
+}
+
+/* recompute_free: with early stop on (remat_checkpoint's default, which
+ * remat_plan_run's checkpoints keep), the recomputation stops at the
+ * stage's last save; the ops after the last op that saves anything run in
+ * skip mode (no kernel), and so does that op when its saves all come
+ * before its kernel. */
+static void mark_recompute_free(remat_stage_ops *so) {
+    if (remat_get_checkpoint_early_stop() == REMAT_OPT_FALSE) return;
+    int last = -1;
+    for (int i = 0; i < so->n_ops; i++)
+        if (so->ops[i].n_saved > 0) last = i;
+    for (int i = last + 1; i < so->n_ops; i++) so->ops[i].recompute_free = true;
+    if (last >= 0) so->ops[last].recompute_free = saves_only_early(so->ops[last].name);
+}
+
 /* Measures stage k: the first run finds its ops; if an earlier stage
  * matches, its times are copied, else warm + runs more runs give medians. */
 static remat_status profile_stage_ops(remat_op_profile *p, const remat_stage *st, int k,
@@ -217,6 +244,7 @@ static remat_status profile_stage_ops(remat_op_profile *p, const remat_stage *st
         if (len > 0 && so->ops[i].name[len - 1] == '_') last_inplace = i;
     }
     for (int i = 0; i < last_inplace; i++) so->ops[i].cacheable = false;
+    mark_recompute_free(so);
     for (int j = 0; j < k; j++) {
         const remat_stage_ops *sj = &p->stages[j];
         if (sj->same_as == j && same_ops(sj, &first)) {
@@ -384,7 +412,10 @@ void remat_op_profile_print(const remat_op_profile *p, FILE *f) {
                     e->name, e->time * 1e3, (double)e->cache_bytes / 1024.0, e->n_saved,
                     e->n_saved_views, (double)e->saved_bytes / 1024.0,
                     (double)e->lean_bytes / 1024.0, (double)e->bf16_bytes / 1024.0,
-                    e->cacheable ? "" : "always recomputed", e->offloadable ? " offloadable" : "");
+                    e->recompute_free ? "not rerun (early stop)"
+                    : e->cacheable    ? ""
+                                      : "always recomputed",
+                    e->offloadable ? " offloadable" : "");
         }
     }
 }

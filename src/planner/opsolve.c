@@ -6,7 +6,8 @@
  * Plan space (a): every stage of the chain is stored, or checkpointed on its
  * own with a selective checkpoint keeping a subset S of its cacheable ops
  * (S empty: a plain checkpoint). With C(S) the bytes the kept ops hold and
- * T(S) the forward time they account for, a checkpointed stage s
+ * T(S) the forward time they account for (with the time of the ops a
+ * recomputation never runs, recompute_free: early stop), a checkpointed stage s
  *   - peaks at off + fpn[s] + C in its forward (the kept ops' storage
  *     is at most C above what a forward keeping nothing holds);
  *   - keeps x[s+1] + C until its recomputation;
@@ -150,11 +151,17 @@ typedef struct front_cfg {
  * from the forward to the recomputation, adds h back there, costs two conversions of
  * bf16_bytes, and the first bf16 keep of a point adds the stage's conversion reserve
  * (its largest h: the one tensor that is both f32 and bf16 while it converts). */
-/* The stage's conversion reserve: its largest cacheable op's bf16 half. */
+/* An op the plan may keep, offload or keep as bf16: cacheable, and run by a
+ * recomputation (a recompute_free op, after early stop, gains nothing kept). */
+static bool choosable(const remat_op_profile_entry *e) {
+    return e->cacheable && !e->recompute_free;
+}
+
+/* The stage's conversion reserve: its largest choosable op's bf16 half. */
 static uint64_t bf16_reserve(const remat_stage_ops *so) {
     uint64_t r = 0;
     for (int i = 0; i < so->n_ops; i++)
-        if (so->ops[i].cacheable && so->ops[i].bf16_bytes / 2 > r) r = so->ops[i].bf16_bytes / 2;
+        if (choosable(&so->ops[i]) && so->ops[i].bf16_bytes / 2 > r) r = so->ops[i].bf16_bytes / 2;
     return r;
 }
 
@@ -209,13 +216,17 @@ static remat_status build_front(stage_front *f, const remat_stage_ops *so, doubl
     f->pts = malloc((size_t)cap * sizeof *f->pts);
     int s0 = f->pts ? new_set(f, -1, -1, WAY_KEEP) : -1;
     if (s0 < 0) return REMAT_ENOMEM;
-    f->pts[0] = (front_pt){.set = s0};
+    /* the ops a recomputation never runs: every point saves their time */
+    double t_free = 0;
+    for (int i = 0; i < so->n_ops; i++)
+        if (so->ops[i].recompute_free && so->ops[i].time > 0) t_free += so->ops[i].time * scale;
+    f->pts[0] = (front_pt){.t = t_free, .set = s0};
     f->n = 1;
     front_pt *tmp = NULL;
     for (int i = 0; i < so->n_ops; i++) {
         const remat_op_profile_entry *e = &so->ops[i];
         double ti = e->time * scale;
-        if (!e->cacheable || !(ti > 0)) continue;
+        if (!choosable(e) || !(ti > 0)) continue;
         op_way w = {e->cache_bytes,
                     ti,
                     offload && e->offloadable,
@@ -602,7 +613,7 @@ static uint64_t offload_reserve(const pl_model *m, const remat_op_profile *ops) 
     for (int s = 0; s < m->n_chain; s++)
         for (int i = 0; i < ops->stages[s].n_ops; i++) {
             const remat_op_profile_entry *e = &ops->stages[s].ops[i];
-            if (!e->offloadable || !e->cacheable) continue;
+            if (!e->offloadable || !choosable(e)) continue;
             uint64_t v = e->cache_bytes;
             if (v > a) {
                 b = a;
@@ -619,7 +630,7 @@ static bool any_op_for(const pl_model *m, const remat_op_profile *ops, bool offl
     for (int s = 0; s < m->n_chain; s++)
         for (int i = 0; i < ops->stages[s].n_ops; i++) {
             const remat_op_profile_entry *e = &ops->stages[s].ops[i];
-            if (!e->cacheable) continue;
+            if (!choosable(e)) continue;
             if (offload && e->offloadable && e->cache_bytes > 0) return true;
             if (lossy && e->bf16_bytes / 2 > 0) return true;
         }

@@ -98,15 +98,18 @@ static const opt_row rows[] = {
              "Face directory (config.json, model.safetensors and the\n"
              "tokenizer files) at the end"},
     /* model */
-    {"--model", "gpt|mlp", OPT_CHOICE, TB, SEC_MODEL, T(model), SETS(set_model),
-     .choices = "gpt|mlp", .help = "GPT (byte-level, causal attention) or deep MLP",
+    {"--model", "gpt|mlp|llama", OPT_CHOICE, TB, SEC_MODEL, T(model), SETS(set_model),
+     .choices = "gpt|mlp|llama",
+     .help = "GPT (byte-level, causal attention), deep MLP, or\n"
+             "Llama (byte-level: RMSNorm, RoPE, SwiGLU MLP of\n"
+             "width 8/3 x --width rounded up to 64, untied head)",
      .dflt = "[gpt]"},
     {"--layers", "N", OPT_INT, TB, SEC_MODEL, T(layers), SETS(set_layers), 1, ARGS_MAX_LAYERS,
      .help = "number of blocks"},
     {"--width", "N", OPT_INT, TB, SEC_MODEL, T(width), SETS(set_width), 1, ARGS_MAX_WIDTH,
-     .help = "model width (GPT: embedding size, MLP: hidden size)"},
+     .help = "model width (GPT, Llama: embedding size, MLP: hidden\nsize)"},
     {"--heads", "N", OPT_INT, TB, SEC_MODEL, T(heads), SETS(set_heads), 1, ARGS_MAX_HEADS,
-     .help = "GPT attention heads (must divide --width)"},
+     .help = "GPT and Llama attention heads (must divide --width)"},
     {"--context", "N", OPT_INT, TB | CMD_EVAL, SEC_MODEL, T(context), SETS(set_context), 1,
      ARGS_MAX_CONTEXT,
      .help = "GPT context length in bytes (--init-from: in tokens,\n"
@@ -377,7 +380,7 @@ static void model_defaults(config *c, bool bench) {
     if (c->model == MODEL_HF) {                /* the rest comes from the directory's config.json */
         if (!c->set_context) c->context = 128; /* or the model's positions, if fewer */
         if (!c->batch) c->batch = 8;
-    } else if (c->model == MODEL_GPT) {
+    } else if (c->model == MODEL_GPT || c->model == MODEL_LLAMA) {
         if (!c->set_layers) c->layers = bench ? 8 : 2;
         if (!c->set_width) c->width = bench ? 128 : 64;
         if (!c->set_heads) c->heads = 4;
@@ -428,6 +431,7 @@ static int check_strategies(const config *c, const strategy *all, int n_all, int
         if (!strategy_check_tags(&all[i], n_tags, tags,
                                  c->model == MODEL_GPT                            ? "GPT"
                                  : c->model == MODEL_MLP                          ? "MLP"
+                                 : c->model == MODEL_LLAMA                        ? "Llama"
                                  : c->hf && c->hf->cfg.family == REMAT_MODEL_GPT2 ? "GPT-2 model"
                                  : c->hf                                          ? "Llama model"
                                                                                   : "model",
@@ -448,11 +452,19 @@ static int check_family(const config *c, char *err, size_t n) {
                      "tokenizer, or a token file of remat tokenize)");
             return 1;
         }
-    } else if (c->model == MODEL_GPT) {
+    } else if (c->model == MODEL_GPT || c->model == MODEL_LLAMA) {
         if (c->width % c->heads != 0) {
             snprintf(err, n, "--heads (%d) must divide --width (%d)", c->heads, c->width);
             return 1;
         }
+        if (c->model == MODEL_LLAMA && (c->width / c->heads) % 2 != 0) {
+            snprintf(err, n, "--width / --heads (%d / %d) must be even for the Llama (RoPE)",
+                     c->width, c->heads);
+            return 1;
+        }
+        if (c->model == MODEL_LLAMA && (c->set_attention || c->set_untied))
+            remat_warn("--attention and --untied are GPT settings: the Llama's attention is "
+                       "fused and its head untied");
         if (!c->data && c->context < ADDITION_MIN_CONTEXT) {
             snprintf(err, n,
                      "--context %d is too short for the built-in addition task (at least "
@@ -462,7 +474,7 @@ static int check_family(const config *c, char *err, size_t n) {
         }
     } else {
         if (c->data) {
-            snprintf(err, n, "--data needs --model gpt");
+            snprintf(err, n, "--data needs --model gpt or llama");
             return 1;
         }
         if (c->set_heads || c->set_context || c->set_attention || c->set_untied)
@@ -663,6 +675,8 @@ int args_parse(config *c, command cmd, int argc, char **argv, int first) {
         return -1;
     }
     if (rc) return fail(cmd, err, NULL, NULL);
+    /* --model's choices are listed gpt|mlp|llama; Llama's kind is 3 (MODEL_HF is 2) */
+    if (c->set_model && (int)c->model == 2) c->model = MODEL_LLAMA;
     if ((rc = check_threads(c, cmd))) return rc;
     if (cmd == CMD_SAMPLE) {
         if (c->resume && c->init_from)

@@ -12,8 +12,10 @@
 #include "train/strategy.h"
 
 /* MODEL_HF: a Hugging Face GPT-2 or Llama (--init-from DIR), the library's
- * model object (remat/models.h) */
-typedef enum model_kind { MODEL_GPT = 0, MODEL_MLP = 1, MODEL_HF = 2 } model_kind;
+ * model object (remat/models.h); MODEL_LLAMA: the library's Llama built from
+ * the flags (--model llama: byte-level like the GPT, seeded init). The values
+ * are those --save files record. */
+typedef enum model_kind { MODEL_GPT = 0, MODEL_MLP = 1, MODEL_HF = 2, MODEL_LLAMA = 3 } model_kind;
 typedef enum optim_kind { OPTIM_ADAMW = 0, OPTIM_SGD = 1 } optim_kind;
 /* The program's commands, as bits: a flag's row says which accept it. */
 typedef enum command { CMD_TRAIN = 1, CMD_BENCH = 2, CMD_SAMPLE = 4, CMD_EVAL = 8 } command;

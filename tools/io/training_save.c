@@ -447,7 +447,7 @@ static int check_header(const saved_state *s, const char *path, uint64_t size) {
                                "--resume %s: corrupt header: %s %llu is outside "
                                "1..%llu (the --%s limit)",
                                path, bad, (unsigned long long)v, (unsigned long long)lim, bad);
-    const char *what = s->model > 2                                         ? "model"
+    const char *what = s->model > 3                                         ? "model"
                        : s->optim > 1                                       ? "optimizer"
                        : s->untied > 1                                      ? "untied head"
                        : s->task > 3                                        ? "task"
@@ -665,7 +665,7 @@ static int merge_run_flags(const saved_state *s, const char *path, config *c) {
 }
 
 int savefile_merge_config(const saved_state *s, const char *path, config *c) {
-    static const char *const kinds[] = {"gpt", "mlp", "Hugging Face"};
+    static const char *const kinds[] = {"gpt", "mlp", "Hugging Face", "llama"};
     if (c->set_model && (uint32_t)c->model != s->model)
         return remat_set_error(REMAT_EINVAL, "--resume %s: --model %s does not match the saved %s",
                                path, kinds[c->model], kinds[s->model]);
@@ -710,7 +710,8 @@ int savefile_merge_config(const saved_state *s, const char *path, config *c) {
         if (!c->set_clip) c->clip = s->clip;
         if (!c->set_accum) c->accum = (int)s->accum;
     }
-    if (c->model == MODEL_GPT && (c->width % c->heads != 0 || s->vocab != GPT_VOCAB))
+    if ((c->model == MODEL_GPT || c->model == MODEL_LLAMA) &&
+        (c->width % c->heads != 0 || s->vocab != GPT_VOCAB))
         return remat_set_error(REMAT_EFORMAT, "--resume %s: corrupt header (model shape)", path);
     int rc = merge_run_flags(s, path, c);
     if (rc) return rc;

@@ -155,9 +155,10 @@ static void spread(const double *t, int n, result *r) {
 
 /* "GPT", "MLP", or a Hugging Face model's family. */
 static const char *model_name(const model *m) {
-    return m->kind == MODEL_GPT   ? "GPT"
-           : m->kind == MODEL_MLP ? "MLP"
-                                  : hf_family_name(remat_model_get_config(m->lib)->family);
+    return m->kind == MODEL_GPT     ? "GPT"
+           : m->kind == MODEL_MLP   ? "MLP"
+           : m->kind == MODEL_LLAMA ? "Llama"
+                                    : hf_family_name(remat_model_get_config(m->lib)->family);
 }
 
 /* Everything bench prints to stdout fits 100 columns (a long strategy name
@@ -170,12 +171,13 @@ static void print_header(FILE *f, const config *c, const model *m, int threads) 
             "(%.2fM parameters), no dropout,\n  %d threads, %d reps\n",
             model_name(m), c->init_from, m->layers, m->width, m->heads, m->context, c->batch,
             (double)m->n_weights / 1e6, threads, c->reps);
-    else if (m->kind == MODEL_GPT)
+    else if (m->kind == MODEL_GPT || m->kind == MODEL_LLAMA)
         term_printf(f,
-                    "remat bench: GPT, %d layers, width %d, %d heads, context %d, batch %d "
+                    "remat bench: %s, %d layers, width %d, %d heads, context %d, batch %d "
                     "(%.2fM parameters),\n  %s attention, %d threads, %d reps\n",
-                    m->layers, m->width, m->heads, m->context, c->batch, (double)m->n_weights / 1e6,
-                    m->attn_ops ? "composed" : "fused", threads, c->reps);
+                    model_name(m), m->layers, m->width, m->heads, m->context, c->batch,
+                    (double)m->n_weights / 1e6, m->attn_ops ? "composed" : "fused", threads,
+                    c->reps);
     else
         term_printf(
             f,

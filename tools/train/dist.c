@@ -84,9 +84,10 @@ static void agree_text_bench(const config *c, util_str *s) {
  * fixed order. Output paths are rank 0's alone; whether --save is given is not. */
 static void agree_text(const prog_dist *d, const config *c, bool bench, util_str *s) {
     util_str_printf(s, "--model %s\n",
-                    c->model == MODEL_GPT   ? "gpt"
-                    : c->model == MODEL_MLP ? "mlp"
-                                            : "hf");
+                    c->model == MODEL_GPT     ? "gpt"
+                    : c->model == MODEL_MLP   ? "mlp"
+                    : c->model == MODEL_LLAMA ? "llama"
+                                              : "hf");
     if (c->init_from) { /* the model the ranks start from: its config.json, by content */
         char cfg[4096];
         snprintf(cfg, sizeof cfg, "%s/config.json", c->init_from);

@@ -110,12 +110,9 @@ done:
     return rc;
 }
 
-/* The library's model of the directory c->hf, its parameters as the program's. */
-static int init_hf(model *m, const config *c, uint64_t seed) {
-    if (!c->hf) return remat_set_error(REMAT_EINVAL, "remat: no Hugging Face model directory");
-    remat_manual_seed(seed);
-    int rc = hf_model_create(&m->lib, c->hf, c->device, !c->resume);
-    if (rc) return rc;
+/* The program's view of the library's model m->lib: its shape, blocks and
+ * parameters. */
+static int adopt_lib(model *m) {
     const remat_model_config *cfg = remat_model_get_config(m->lib);
     m->layers = cfg->n_layers;
     m->width = (int)cfg->hidden;
@@ -148,14 +145,47 @@ static int init_hf(model *m, const config *c, uint64_t seed) {
     return REMAT_OK;
 }
 
+/* The library's model of the directory c->hf, its parameters as the program's. */
+static int init_hf(model *m, const config *c, uint64_t seed) {
+    if (!c->hf) return remat_set_error(REMAT_EINVAL, "remat: no Hugging Face model directory");
+    remat_manual_seed(seed);
+    int rc = hf_model_create(&m->lib, c->hf, c->device, !c->resume);
+    return rc ? rc : adopt_lib(m);
+}
+
+int model_llama_config(const config *c, remat_model_config *cfg) {
+    int rc = remat_model_config_default(cfg, REMAT_MODEL_LLAMA);
+    if (rc) return rc;
+    cfg->n_layers = c->layers;
+    cfg->n_heads = cfg->n_kv_heads = c->heads;
+    cfg->hidden = c->width;
+    cfg->head_dim = 0; /* width / heads */
+    /* LLaMA's SwiGLU width: 2/3 of a 4x MLP, rounded up (to 64 here: 1024 for 384) */
+    cfg->intermediate = (8 * (int64_t)c->width / 3 + 63) / 64 * 64;
+    cfg->vocab = GPT_VOCAB;
+    cfg->max_positions = c->context;
+    cfg->tie_word_embeddings = false;
+    return remat_model_config_check(cfg);
+}
+
+/* --model llama: the library's Llama of the flags' shape, seeded init. */
+static int init_llama(model *m, const config *c, uint64_t seed) {
+    remat_model_config cfg;
+    int rc = model_llama_config(c, &cfg);
+    if (rc) return rc;
+    remat_manual_seed(seed);
+    rc = remat_model_create(&m->lib, &cfg, c->device);
+    return rc ? rc : adopt_lib(m);
+}
+
 int model_init(model *m, const config *c, uint64_t seed) {
     memset(m, 0, sizeof *m);
-    if (c->model == MODEL_HF) {
-        m->kind = MODEL_HF;
+    if (c->model == MODEL_HF || c->model == MODEL_LLAMA) {
+        m->kind = c->model;
         m->device = c->device;
         m->context = c->context;
         m->autocast = c->autocast;
-        int rc = init_hf(m, c, seed);
+        int rc = c->model == MODEL_HF ? init_hf(m, c, seed) : init_llama(m, c, seed);
         if (rc) model_free(m);
         return rc;
     }
@@ -225,9 +255,15 @@ void model_set_training(model *m, bool training) {
 
 /* ---- blocks ------------------------------------------------------------------------ */
 static const char *const MLP_TAGS[] = {"linear", "gelu"};
+static const char *const LLAMA_TAGS[] = {"q",        "k",      "v",       "attn",   "attn_out",
+                                         "mlp_gate", "mlp_up", "mlp_act", "mlp_out"};
 
 const char *const *model_tags(model_kind kind, int *n) {
     if (kind == MODEL_GPT) return gpt_block_tags(n);
+    if (kind == MODEL_LLAMA) { /* remat_model_tags of a Llama (remat/models.h) */
+        *n = (int)(sizeof LLAMA_TAGS / sizeof *LLAMA_TAGS);
+        return LLAMA_TAGS;
+    }
     if (kind == MODEL_HF) { /* per model: remat_model_tags */
         *n = 0;
         return NULL;
@@ -293,10 +329,9 @@ static int traced_block(void *user_data, remat_tensor *const *inputs, int n_inpu
     if (g_hook) g_hook(g_hook_ud, bc->layer, true, recompute);
     const model *m = bc->m;
     int rc = m->kind == MODEL_GPT ? gpt_block_fn(user_data, inputs, n_inputs, outputs, n_outputs)
-             : m->kind == MODEL_HF
-                 ? m->stages[bc->layer].fn(m->stages[bc->layer].user_data, inputs, n_inputs,
-                                           outputs, n_outputs)
-                 : mlp_block_forward(user_data, inputs, n_inputs, outputs, n_outputs);
+             : m->lib ? m->stages[bc->layer].fn(m->stages[bc->layer].user_data, inputs, n_inputs,
+                                                outputs, n_outputs)
+                      : mlp_block_forward(user_data, inputs, n_inputs, outputs, n_outputs);
     if (g_hook) g_hook(g_hook_ud, bc->layer, false, recompute);
     return rc;
 }
@@ -319,7 +354,7 @@ static int embed(model *m, const batch *b, remat_tensor **out) {
     remat_scope *s = NULL;
     int rc = remat_scope_begin(&s);
     if (rc) return rc;
-    if (m->kind == MODEL_HF) {
+    if (m->lib) {
         remat_tensor *x;
         TRY(remat_model_embed(&x, m->lib, b->idx)); /* copies the ids to the model's device */
         *out = remat_scope_keep(x);
@@ -348,7 +383,7 @@ static int head(model *m, remat_tensor *x, const batch *b, bool want_loss, remat
     int rc = remat_scope_begin(&s);
     if (rc) return rc;
     remat_tensor *h, *o, *r, *t, *bt;
-    if (m->kind == MODEL_HF) { /* final norm, lm_head, and the loss */
+    if (m->lib) { /* final norm, lm_head, and the loss */
         TRY(remat_model_head(&o, m->lib, x, want_loss ? b->targets : NULL));
         *out = remat_scope_keep(o);
         goto done;
@@ -476,6 +511,7 @@ static int embed_stage(void *ud, remat_tensor *const *in, int n_in, remat_tensor
 static size_t tied_weight_bytes(const model *m) {
     if (m->untied || m->kind == MODEL_MLP) return 0;
     if (m->kind == MODEL_GPT) return remat_storage_nbytes(m->wte);
+    if (!m->lib) return 0;
     for (int i = 0; i < m->n_params; i++) { /* the library's model: the (V, D) embedding */
         const remat_tensor *t = m->params[i].t;
         if (remat_ndim(t) == 2 && remat_shape(t)[0] == m->vocab && remat_shape(t)[1] == m->width)

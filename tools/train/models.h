@@ -16,6 +16,10 @@
  *   (the input layer makes the first block's input require grad, as the GPT's
  *   embedding does, so reentrant checkpointing gets gradients there too)
  *
+ * Llama (--model llama): the library's Llama (remat/models.h) built from the
+ * flags, byte-level like the GPT and on the same tasks; its tags the
+ * library's (q, k, v, attn, attn_out, mlp_gate, mlp_up, mlp_act, mlp_out).
+ *
  * HF (remat train --init-from DIR): a Hugging Face GPT-2 or Llama, the
  * library's model object (remat/models.h) read from DIR (tools/io/hf_dir.h):
  * its parameters under transformers' names, its blocks the library's stages,
@@ -137,6 +141,11 @@ int model_profile_step(model *m, const batch *b, bool grads_kept, remat_profile 
  * block (remat_profile_ops) on the embedding of batch b. No .grad is
  * touched and the RNG state is put back. */
 int model_profile_ops(model *m, const batch *b, remat_op_profile **out);
+/* --model llama's configuration (the library's Llama; see --help): the
+ * flags' layers, width, heads (as many kv heads), context as positions,
+ * vocab 256, SwiGLU width 8/3 x width rounded up to 64, untied head.
+ * REMAT_EINVAL (remat_model_config_check's message) for a shape it refuses. */
+int model_llama_config(const config *c, remat_model_config *cfg);
 /* Drops every parameter's .grad. */
 void model_zero_grad(model *m);
 /* Dropout on (training) or off (evaluation); the program's GPT and MLP have none. */

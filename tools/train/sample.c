@@ -27,9 +27,9 @@ static int load_gpt(config *c, model *m) {
     int rc = savefile_read(c->resume, &s);
     if (!rc && s.model != MODEL_GPT)
         rc = remat_set_error(REMAT_EINVAL,
-                             "--resume %s: the file holds an MLP; remat sample "
+                             "--resume %s: the file holds %s; remat sample "
                              "needs a GPT (remat train --model gpt)",
-                             c->resume);
+                             c->resume, s.model == MODEL_LLAMA ? "a Llama" : "an MLP");
     if (!rc) {
         savefile_model_config(&s, c);
         if (c->width % c->heads != 0 || s.vocab != GPT_VOCAB)

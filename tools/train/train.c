@@ -339,11 +339,12 @@ static void train_print_header(const train_run *tr) {
                     hf_family_name(tr->hf.cfg.family), tr->hf.path ? tr->hf.path : c->resume,
                     m->layers, m->width, m->heads, m->context, c->batch, (double)m->n_weights / 1e6,
                     util_fmt_bytes(4.0 * (double)m->n_weights, pb, sizeof pb));
-    else if (m->kind == MODEL_GPT)
+    else if (m->kind == MODEL_GPT || m->kind == MODEL_LLAMA)
         term_printf(stderr,
-                    "remat train: GPT, %d layers, width %d, %d heads, context %d, batch %d, "
+                    "remat train: %s, %d layers, width %d, %d heads, context %d, batch %d, "
                     "%.2fM parameters (%s)\n",
-                    m->layers, m->width, m->heads, m->context, c->batch, (double)m->n_weights / 1e6,
+                    m->kind == MODEL_GPT ? "GPT" : "Llama", m->layers, m->width, m->heads,
+                    m->context, c->batch, (double)m->n_weights / 1e6,
                     util_fmt_bytes(4.0 * (double)m->n_weights, pb, sizeof pb));
     else
         term_printf(stderr, "remat train: MLP, %d layers, width %d, batch %d, %.2fM parameters\n",
