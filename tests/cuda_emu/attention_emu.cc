@@ -137,12 +137,21 @@ template <typename TR, int HD> void run(const kase &c) {
     for (auto &x : bg) x = V::enc(uniform());
     view y = {&by, 0, c.Tq * c.H * c.Dv, c.Dv, c.H * c.Dv, c.H, c.Tq, c.Dv};
     view gy = {&bg, 0, c.Tq * c.H * c.Dv, c.Dv, c.H * c.Dv, c.H, c.Tq, c.Dv};
-    bdq.assign((size_t)(c.B * c.H * c.Tq * c.D), V::nan); /* NaN: every element written */
-    bdk.assign((size_t)(c.B * c.Hkv * c.Tk * c.D), V::nan);
-    bdv.assign((size_t)(c.B * c.Hkv * c.Tk * c.Dv), V::nan);
-    view dq = {&bdq, 0, c.H * c.Tq * c.D, c.Tq * c.D, c.D, c.H, c.Tq, c.D};
-    view dk = {&bdk, 0, c.Hkv * c.Tk * c.D, c.Tk * c.D, c.D, c.Hkv, c.Tk, c.D};
-    view dv = {&bdv, 0, c.Hkv * c.Tk * c.Dv, c.Tk * c.Dv, c.Dv, c.Hkv, c.Tk, c.Dv};
+    /* NaN: every element written. Packed q, k, v get their gradients as the same pieces of
+     * one buffer, as the library makes them (src/ops/grad_layout.c): row stride 3·H·D */
+    view dq, dk, dv;
+    if (c.packed) {
+        bdq.assign(bq.size(), V::nan);
+        dq = q, dk = k, dv = v;
+        dq.buf = dk.buf = dv.buf = &bdq;
+    } else {
+        bdq.assign((size_t)(c.B * c.H * c.Tq * c.D), V::nan);
+        bdk.assign((size_t)(c.B * c.Hkv * c.Tk * c.D), V::nan);
+        bdv.assign((size_t)(c.B * c.Hkv * c.Tk * c.Dv), V::nan);
+        dq = {&bdq, 0, c.H * c.Tq * c.D, c.Tq * c.D, c.D, c.H, c.Tq, c.D};
+        dk = {&bdk, 0, c.Hkv * c.Tk * c.D, c.Tk * c.D, c.D, c.Hkv, c.Tk, c.D};
+        dv = {&bdv, 0, c.Hkv * c.Tk * c.Dv, c.Tk * c.Dv, c.Dv, c.Hkv, c.Tk, c.Dv};
+    }
 
     rmk_att_dims d;
     memset(&d, 0, sizeof d);
@@ -283,8 +292,12 @@ template <typename TR, int HD> void run(const kase &c) {
                 }
             }
         }
-    for (auto x : bdk) gdk.push_back(V::dec(x));
-    for (auto x : bdv) gdv.push_back(V::dec(x));
+    for (int64_t b = 0; b < c.B; b++) /* in rdk's and rdv's order, through the views */
+        for (int64_t h = 0; h < c.Hkv; h++)
+            for (int64_t j = 0; j < c.Tk; j++) {
+                for (int64_t e = 0; e < c.D; e++) gdk.push_back(V::dec(*dk.at(b, h, j, e)));
+                for (int64_t e = 0; e < c.Dv; e++) gdv.push_back(V::dec(*dv.at(b, h, j, e)));
+            }
     printf("%s, %s (head class %d, loads %s)\n", c.name, V::name, HD,
            (p.vec & 1) ? "16-byte" : "by element");
     /* rows without keys: lse -inf on both sides (compared as equal) */
