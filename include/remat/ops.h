@@ -190,8 +190,8 @@ remat_status remat_embedding(remat_tensor **out, remat_tensor *weight, remat_ten
 /* logits (N, C), targets i64 (N) → mean negative log-likelihood (0-dim).
  * Targets equal to ignore_index are skipped (use -100 as PyTorch does). The loss has the
  * logits' dtype; under autocast (the f32 category) bf16 logits give an f32 loss, the values
- * and gradients of the logits cast to f32 first, bitwise (on the cpu they are read uncast,
- * one row at a time, and the node keeps them in bf16). */
+ * and gradients of the logits cast to f32 first, bitwise (on the cpu and cuda they are read
+ * uncast and the node keeps them in bf16). */
 remat_status remat_cross_entropy(remat_tensor **out, remat_tensor *logits, remat_tensor *targets,
                                  int64_t ignore_index);
 /* mean((a - b)^2) over all elements (0-dim). Shapes must match. */

@@ -284,7 +284,8 @@ inline void launch_resident(unsigned grid, unsigned nt, unsigned places, uint64_
     grid_dim = make_uint3(grid, 1, 1);
     block_dim = make_uint3(nt, 1, 1);
     warps_per_block = (int)((nt + 31) / 32);
-    if (fibers.size() != (size_t)resident * nt) fibers.resize((size_t)resident * nt);
+    /* fibers (and their stacks) kept from launch to launch: the first resident × nt used */
+    if (fibers.size() < (size_t)resident * nt) fibers.resize((size_t)resident * nt);
     slots.assign((size_t)resident * (size_t)warps_per_block, warp_slot());
     if (smem.size() < resident) smem.resize(resident);
     for (auto &m : smem) m.resize(SMEM_BYTES + 16);
@@ -435,5 +436,12 @@ inline double __dsub_rn(double a, double b) { return a - b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 inline double __ddiv_rn(double a, double b) { return a / b; }
 inline double __dsqrt_rn(double a) { return sqrt(a); }
+/* atomicMin (cross_entropy's first bad target): the fibers run one at a time, so a plain
+ * read-modify-write */
+inline unsigned long long atomicMin(unsigned long long *p, unsigned long long v) {
+    const unsigned long long old = *p;
+    if (v < old) *p = v;
+    return old;
+}
 
 #endif /* REMAT_CUDA_EMU_H */

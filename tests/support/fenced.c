@@ -198,13 +198,14 @@ static void fenced_registered(int type) {
 }
 
 /* mse's backward may write over its saved prediction (buffer donation, src/autograd/graph.h),
- * as on cuda; the norms write a bf16 y and the add + norm reads a bf16 r uncast (the cpu
- * kernels do: remat_layer_norm_to and autocast's residual branch on a device that is not
- * the cpu, as on cuda). */
+ * as on cuda; the norms write a bf16 y, the add + norm reads a bf16 r uncast and the loss
+ * autocast's bf16 logits (the cpu kernels do: remat_layer_norm_to, autocast's residual
+ * branch and logits on a device that is not the cpu, as on cuda). */
 static const unsigned char k_fenced_flags[RM_K_COUNT] = {
     [RM_K_MSE_BWD] = RM_KF_IN_PLACE,
     [RM_K_LAYER_NORM] = RM_KF_BF16_Y,
     [RM_K_ADD_LAYER_NORM] = RM_KF_BF16_Y | RM_KF_AUTOCAST_KEEP,
+    [RM_K_CROSS_ENTROPY] = RM_KF_AUTOCAST_KEEP,
 };
 
 /* The fenced backend's record (src/core/backend.h), registered as every backend is. */

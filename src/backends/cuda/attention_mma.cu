@@ -194,14 +194,14 @@ template <int = 0> struct tc_order_t {
         __trap();
 #endif
     }
-    __device__ static __forceinline__ float2 ldcg(const float2 *p) {
+    __device__ static __forceinline__ float4 ldcg(const float4 *p) {
 #if defined(RMK_EMU)
         return *p;
 #else
         return __ldcg(p);
 #endif
     }
-    __device__ static __forceinline__ void stcg(float2 *p, float2 v) {
+    __device__ static __forceinline__ void stcg(float4 *p, float4 v) {
 #if defined(RMK_EMU)
         *p = v;
 #else
@@ -900,7 +900,8 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT)
  * last to the first, and works as tc_att_bwd_dkdv (dK, dV in registers over the query tiles
  * that see its keys), also writing each step's dS (queries × its keys) to shared memory for
  * the step's dQ part, dS·K over its keys: warp w takes query rows 16·(w % RG) and a CG-th
- * of the columns. That part goes into the query tile's f32 sum when the tile's counter says
+ * of the columns, then puts it in shared memory over Qs and Gs, from where each thread adds
+ * 16-byte pieces. That part goes into the query tile's f32 sum when the tile's counter says
  * that every later key tile has added its own (key tile j of query tile i is add number
  * last(i) − j; the first stores, the last, j = 0, writes dq): one fixed order of adds,
  * whatever the blocks' timing. A key tile only waits for key tiles of its head with a
@@ -914,6 +915,7 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
     typedef typename TR::elem E;
     constexpr int BQ = C::BCQ, RG = BQ / 16, CG = C::NW / RG, NDQ = C::NDT / CG;
     static_assert(RG <= C::NW && C::NW % RG == 0 && C::NDT % CG == 0, "dQ's warp tiling");
+    static_assert((size_t)BQ * HD * 4 <= 2 * C::ES * BQ * C::LD, "dQ's share fits Qs and Gs");
     E *Ks = tc_shared<E>();                        /* BR × LD: the block's keys */
     E *Vs = Ks + C::BR * C::LD;                    /* BR × LD */
     E *Qs = Vs + C::BR * C::LD;                    /* BQ × LD */
@@ -996,32 +998,41 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
                 tc_zero(o);
                 TR::template rows_cols<C::BR, NDQ>(o, Ss + rg * 16 * C::LDS, C::LDS,
                                                    Ks + cg * NDQ * 8, C::LD, lane);
+                /* the share through shared memory (Qs and Gs are done with for this step),
+                 * so that the adds after the wait are rows of 16 bytes a thread */
+                float *Os = (float *)Qs; /* BQ × HD */
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int nd = 0; nd < NDQ; nd++)
+                        *(float2 *)(Os + (rg * 16 + g + 8 * h) * HD + (cg * NDQ + nd) * 8 + 2 * t) =
+                            make_float2(o[nd][2 * h], o[nd][2 * h + 1]);
                 const int64_t qi = i0 / BQ, last = tc_order::last_kv(p.d, i0, BQ, C::BR);
                 const unsigned pos = (unsigned)(last - jt); /* this tile's add number */
                 unsigned *cnt = p.cnt + b * nqb + qi;
                 if (threadIdx.x == 0) tc_order::wait_eq(cnt, pos);
-                __syncthreads(); /* every add before this one is seen */
+                __syncthreads(); /* every add before this one is seen, Os written */
                 const int64_t bo = rmk_att_boff(&p.lead, &p.odq, b);
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int64_t r = i0 + rg * 16 + g + 8 * h;
+#pragma unroll 2
+                for (int e4 = threadIdx.x; e4 < BQ * HD / 4; e4 += C::NT) {
+                    const int rr = e4 / (HD / 4), c = (e4 % (HD / 4)) * 4;
+                    const int64_t r = i0 + rr;
                     if (r >= p.d.Tq) continue;
-                    float2 *row = (float2 *)(p.dqa + (b * p.d.Tq + r) * HD);
-#pragma unroll
-                    for (int nd = 0; nd < NDQ; nd++) {
-                        const int c = (cg * NDQ + nd) * 8 + 2 * t;
-                        float2 v = make_float2(o[nd][2 * h], o[nd][2 * h + 1]);
-                        if (pos > 0) {
-                            const float2 a = tc_order::ldcg(row + c / 2);
-                            v.x = a.x + v.x;
-                            v.y = a.y + v.y;
-                        }
-                        if (jt > 0) tc_order::stcg(row + c / 2, v);
-                        else
-                            for (int e = 0; e < 2; e++)
-                                if (c + e < p.d.D)
-                                    p.dq[bo + r * p.odq.rs + (c + e) * p.odq.cs] =
-                                        TR::narrow(e ? v.y : v.x);
+                    float4 v = *(const float4 *)(Os + rr * HD + c);
+                    float4 *at = (float4 *)(p.dqa + (b * p.d.Tq + r) * HD + c);
+                    if (pos > 0) {
+                        const float4 a = tc_order::ldcg(at);
+                        v.x = a.x + v.x;
+                        v.y = a.y + v.y;
+                        v.z = a.z + v.z;
+                        v.w = a.w + v.w;
+                    }
+                    if (jt > 0) tc_order::stcg(at, v);
+                    else {
+                        const float vv[4] = {v.x, v.y, v.z, v.w};
+                        for (int e = 0; e < 4; e++)
+                            if (c + e < p.d.D)
+                                p.dq[bo + r * p.odq.rs + (c + e) * p.odq.cs] = TR::narrow(vv[e]);
                     }
                 }
                 __syncthreads(); /* every thread's add is done */

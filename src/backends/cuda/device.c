@@ -175,11 +175,16 @@ void rm_cuda_register_kernels(int device_type) {
 /* Buffer donation's device side (src/autograd/graph.h): mse's backward kernel may write
  * over its saved prediction (elementwise). The optimizer updates read the gradient scaled
  * (optim.cu); the norms write a bf16 y (layer_norm.cu: remat_layer_norm_to), and the add
- * + norm reads a bf16 r next to an f32 x uncast (autocast's residual branch). */
+ * + norm reads a bf16 r next to an f32 x uncast (autocast's residual branch), the loss
+ * autocast's bf16 logits (cross_entropy.cu). */
 static const unsigned char k_flags[RM_K_COUNT] = {
-    [RM_K_MSE_BWD] = RM_KF_IN_PLACE,  [RM_K_BIAS_GELU_BWD] = RM_KF_IN_PLACE,
-    [RM_K_ADAMW] = RM_KF_GRAD_SCALE,  [RM_K_SGD] = RM_KF_GRAD_SCALE,
-    [RM_K_LAYER_NORM] = RM_KF_BF16_Y, [RM_K_ADD_LAYER_NORM] = RM_KF_BF16_Y | RM_KF_AUTOCAST_KEEP,
+    [RM_K_MSE_BWD] = RM_KF_IN_PLACE,
+    [RM_K_BIAS_GELU_BWD] = RM_KF_IN_PLACE,
+    [RM_K_ADAMW] = RM_KF_GRAD_SCALE,
+    [RM_K_SGD] = RM_KF_GRAD_SCALE,
+    [RM_K_LAYER_NORM] = RM_KF_BF16_Y,
+    [RM_K_ADD_LAYER_NORM] = RM_KF_BF16_Y | RM_KF_AUTOCAST_KEEP,
+    [RM_K_CROSS_ENTROPY] = RM_KF_AUTOCAST_KEEP,
 };
 
 /* The cuda backend's record (src/core/backend.h), registered with the built-in ones

@@ -1,5 +1,5 @@
-/* src/backends/cuda/loss.cu — CUDA kernels of embedding, cross_entropy and
- * mse_loss (src/core/kernels/reduce.h; cpu: src/backends/cpu/loss.c).
+/* src/backends/cuda/loss.cu — CUDA kernels of embedding and mse_loss
+ * (src/core/kernels/reduce.h; cpu: src/backends/cpu/loss.c).
  *
  * embedding's backward is deterministic without floating-point atomics:
  * the (index, position) pairs are radix-sorted by index (stable, so
@@ -8,12 +8,7 @@
  * block per run, threads across the columns. dw rows no index names are
  * zero.
  *
- * cross_entropy: one block per row computes the row's log-sum-exp (the
- * max subtracted first; a NaN anywhere makes it NaN), then one block sums
- * the kept rows' losses in double in a fixed tree and finds the first bad
- * target, which the wrapper reads back. Its backward counts the kept rows
- * on the device (no read-back) and writes each row as the cpu does:
- * exp(x - lse) * scale, minus scale at the target.
+ * cross_entropy's kernels are cross_entropy.cu's.
  *
  * mse: fixed chunks of RMK_LOSS_CHUNK elements each summed by a block in
  * double, then the chunks in order by one block. */
@@ -136,127 +131,6 @@ extern "C" cudaError_t rmk_embedding_bwd(int dt, const void *g, const int64_t *i
     else
         embedding_bwd_runs<double>
             <<<nb, RMK_THREADS, 0, s>>>((const double *)g, keys, pos, (double *)dw, P, D);
-    return cudaGetLastError();
-}
-
-/* ---- cross_entropy ------------------------------------------------------------------------- */
-/* lse[n] = logsumexp(x[n, :]), one block per row */
-template <typename T>
-__global__ void row_lse(const T *__restrict__ x, int64_t N, int64_t C, T *__restrict__ lse) {
-    __shared__ T sh[32];
-    for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
-        const T *xn = x + n * C;
-        T mx = (T)-INFINITY;
-        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) mx = rmk_nanmax(mx, xn[c]);
-        mx = rmk_block_max(mx, sh);
-        if (mx == (T)-INFINITY) mx = 0; /* all -inf: avoid inf - inf */
-        T acc = 0;
-        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) acc += rmk_exp(xn[c] - mx);
-        acc = rmk_block_sum(acc, sh);
-        if (threadIdx.x == 0) lse[n] = mx + rmk_log(acc);
-    }
-}
-
-/* One block: loss = mean over kept rows of lse - x[n, t]; *bad = the first
- * row with a target out of range (N if none). */
-template <typename T>
-__global__ void ce_loss(const T *__restrict__ x, const int64_t *__restrict__ t, int64_t ignore,
-                        const T *__restrict__ lse, int64_t N, int64_t C, T *__restrict__ loss,
-                        int64_t *__restrict__ bad) {
-    __shared__ double shd[32];
-    __shared__ double shc[32];
-    __shared__ unsigned long long first;
-    if (threadIdx.x == 0) first = (unsigned long long)N;
-    __syncthreads();
-    double acc = 0, cnt = 0;
-    for (int64_t n = threadIdx.x; n < N; n += blockDim.x) {
-        int64_t tn = t[n];
-        if (tn == ignore) continue;
-        if (tn < 0 || tn >= C) {
-            atomicMin(&first, (unsigned long long)n);
-            continue;
-        }
-        acc += (double)(lse[n] - x[n * C + tn]);
-        cnt += 1;
-    }
-    acc = rmk_block_sum(acc, shd);
-    cnt = rmk_block_sum(cnt, shc);
-    if (threadIdx.x == 0) {
-        *loss = cnt > 0 ? (T)(acc / cnt) : (T)NAN;
-        *bad = (int64_t)first;
-    }
-}
-
-extern "C" cudaError_t rmk_cross_entropy(int dt, const void *x, const int64_t *t, int64_t ignore,
-                                         void *lse, void *loss, int64_t *bad, int64_t N, int64_t C,
-                                         cudaStream_t s) {
-    unsigned nb = rmk_blocks(N, 1);
-    if (dt == 0) {
-        if (nb) row_lse<float><<<nb, RMK_THREADS, 0, s>>>((const float *)x, N, C, (float *)lse);
-        ce_loss<float><<<1, 1024, 0, s>>>((const float *)x, t, ignore, (const float *)lse, N, C,
-                                          (float *)loss, bad);
-    } else if (dt == 1) {
-        if (nb) row_lse<double><<<nb, RMK_THREADS, 0, s>>>((const double *)x, N, C, (double *)lse);
-        ce_loss<double><<<1, 1024, 0, s>>>((const double *)x, t, ignore, (const double *)lse, N, C,
-                                           (double *)loss, bad);
-    } else {
-        return cudaErrorInvalidValue;
-    }
-    return cudaGetLastError();
-}
-
-/* *count = rows whose target is not ignore (one block) */
-__global__ void ce_count(const int64_t *__restrict__ t, int64_t N, int64_t ignore, int64_t *count) {
-    __shared__ double sh[32];
-    double cnt = 0;
-    for (int64_t n = threadIdx.x; n < N; n += blockDim.x) cnt += t[n] != ignore;
-    cnt = rmk_block_sum(cnt, sh);
-    if (threadIdx.x == 0) *count = (int64_t)cnt;
-}
-
-/* dx rows, one block per row: scale = g / count as the cpu rounds it */
-template <typename T>
-__global__ void ce_bwd_rows(const T *__restrict__ x, const int64_t *__restrict__ t, int64_t ignore,
-                            const T *__restrict__ lse, const T *__restrict__ g,
-                            const int64_t *__restrict__ count, T *__restrict__ dx, int64_t N,
-                            int64_t C) {
-    const T scale = (T)((double)*g / (double)*count);
-    for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
-        T *d = dx + n * C;
-        const int64_t tn = t[n];
-        if (tn == ignore) {
-            for (int64_t c = threadIdx.x; c < C; c += blockDim.x) d[c] = 0;
-            continue;
-        }
-        const T *xn = x + n * C;
-        const T l = lse[n];
-        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-            T v = rmk_exp(xn[c] - l) * scale;
-            if (c == tn) v -= scale;
-            d[c] = v;
-        }
-    }
-}
-
-extern "C" size_t rmk_cross_entropy_bwd_ws(void) { return sizeof(int64_t); }
-
-extern "C" cudaError_t rmk_cross_entropy_bwd(int dt, const void *x, const int64_t *t,
-                                             int64_t ignore, const void *lse, const void *g,
-                                             void *dx, int64_t N, int64_t C, void *ws,
-                                             cudaStream_t s) {
-    if (dt != 0 && dt != 1) return cudaErrorInvalidValue;
-    unsigned nb = rmk_blocks(N, 1);
-    if (nb == 0 || C == 0) return cudaSuccess;
-    int64_t *count = (int64_t *)ws;
-    ce_count<<<1, 1024, 0, s>>>(t, N, ignore, count);
-    if (dt == 0)
-        ce_bwd_rows<float><<<nb, RMK_THREADS, 0, s>>>((const float *)x, t, ignore,
-                                                      (const float *)lse, (const float *)g, count,
-                                                      (float *)dx, N, C);
-    else
-        ce_bwd_rows<double><<<nb, RMK_THREADS, 0, s>>>((const double *)x, t, ignore,
-                                                       (const double *)lse, (const double *)g,
-                                                       count, (double *)dx, N, C);
     return cudaGetLastError();
 }
 

@@ -1,6 +1,7 @@
 /* src/backends/cuda/loss_kernels.c — the cuda kernels (rm_kernel_fn) of
  * embedding, cross_entropy and mse_loss (src/core/kernels/reduce.h),
- * launching loss.cu's kernels.
+ * launching loss.cu's and cross_entropy.cu's kernels. cross_entropy takes autocast's bf16
+ * logits uncast (RM_KF_AUTOCAST_KEEP, device.c) next to an f32 loss and logsumexp.
  *
  * The index and target range checks read the data, so they are the
  * kernels' as on the cpu: the first bad position is found on the device
@@ -63,6 +64,7 @@ static remat_status cuda_embedding_bwd(const rm_kargs *k) {
     return rmk_leave(&c, e);
 }
 
+/* in: x (N, C), t; out: loss, lse (x's dtype, or f32 for bf16 x: autocast's) */
 static remat_status cuda_cross_entropy(const rm_kargs *k) {
     const rm_ce_params *p = k->params;
     const remat_tensor *x = k->in[0];
@@ -73,8 +75,8 @@ static remat_status cuda_cross_entropy(const rm_kargs *k) {
     if (!badp) return rmk_leave_rc(&c, rm_last_status());
     int64_t bad, val;
     int rc = find_bad(&c,
-                      rmk_cross_entropy(rmk_dt(x), rm_ptr(x), t, p->ignore_index, rm_ptr(k->out[1]),
-                                        rm_ptr(k->out[0]), badp, N, C, c.s),
+                      rmk_cross_entropy(rmk_dt(k->out[0]), rmk_dt(x), rm_ptr(x), t, p->ignore_index,
+                                        rm_ptr(k->out[1]), rm_ptr(k->out[0]), badp, N, C, c.s),
                       badp, t, N, &bad, &val);
     if (!rc && bad < N) {
         char bl[200];
@@ -88,17 +90,33 @@ static remat_status cuda_cross_entropy(const rm_kargs *k) {
     return rmk_leave_rc(&c, rc);
 }
 
+/* in: x, t, lse, g (lse's dtype); out: dx (x's) */
 static remat_status cuda_cross_entropy_bwd(const rm_kargs *k) {
     const rm_ce_params *p = k->params;
     const remat_tensor *x = k->in[0];
     RMK_ENTER(c, x, "cuda cross_entropy backward kernel");
     void *ws = rmk_scratch(&c, rmk_cross_entropy_bwd_ws());
     if (!ws) return rmk_leave_rc(&c, rm_last_status());
-    cudaError_t e = rmk_cross_entropy_bwd(rmk_dt(x), rm_ptr(x), rm_ptr(k->in[1]), p->ignore_index,
-                                          rm_ptr(k->in[2]), rm_ptr(k->in[3]), rm_ptr(k->out[0]),
-                                          x->shape[0], x->shape[1], ws, c.s);
+    cudaError_t e = rmk_cross_entropy_bwd(rmk_dt(k->in[2]), rmk_dt(x), rm_ptr(x), rm_ptr(k->in[1]),
+                                          p->ignore_index, rm_ptr(k->in[2]), rm_ptr(k->in[3]),
+                                          rm_ptr(k->out[0]), x->shape[0], x->shape[1], ws, c.s);
     rmk_scratch_free(&c, ws);
     return rmk_leave(&c, e);
+}
+
+/* The bf16 rows: bf16 logits next to an f32 loss and logsumexp (autocast's, read uncast)
+ * by the kernels above; a bf16 loss (a bf16 call outside autocast) through f32, as every
+ * bf16 kernel without one of its own. */
+static remat_status cuda_cross_entropy_bf16(const rm_kargs *k) {
+    if (k->out[0]->dtype == REMAT_F32 && k->out[1]->dtype == REMAT_F32)
+        return cuda_cross_entropy(k);
+    return rm_cuda_bf16_via_f32(RM_K_CROSS_ENTROPY, k);
+}
+static remat_status cuda_cross_entropy_bwd_bf16(const rm_kargs *k) {
+    if (k->in[2]->dtype == REMAT_F32 && k->in[3]->dtype == REMAT_F32 &&
+        k->out[0]->dtype == REMAT_BF16)
+        return cuda_cross_entropy_bwd(k);
+    return rm_cuda_bf16_via_f32(RM_K_CROSS_ENTROPY_BWD, k);
 }
 
 static remat_status cuda_mse(const rm_kargs *k) {
@@ -130,4 +148,6 @@ void rm_cuda_register_loss(int type) {
         {RM_K_MSE_BWD, cuda_mse_bwd},
     };
     RMK_REGISTER_ROWS(type, rows);
+    rm_kernel_register(RM_K_CROSS_ENTROPY, type, REMAT_BF16, cuda_cross_entropy_bf16);
+    rm_kernel_register(RM_K_CROSS_ENTROPY_BWD, type, REMAT_BF16, cuda_cross_entropy_bwd_bf16);
 }

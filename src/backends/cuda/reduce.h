@@ -43,16 +43,20 @@ cudaError_t rmk_embedding(int dt, const void *w, const int64_t *idx, void *y, in
 size_t rmk_embedding_bwd_ws(int64_t P, int64_t num);
 cudaError_t rmk_embedding_bwd(int dt, const void *g, const int64_t *idx, void *dw, int64_t num,
                               int64_t P, int64_t D, void *ws, size_t ws_bytes, cudaStream_t s);
-/* x (N, C), t (N): lse[n] = logsumexp(x[n, :]); loss (0-dim) = mean over
+/* cross_entropy.cu. x (N, C), t (N): lse[n] = logsumexp(x[n, :]); loss (0-dim) = mean over
  * rows with t[n] != ignore of lse[n] - x[n, t[n]] (NaN when there are none);
  * *bad (device, one int64) = the first row whose target is neither ignore
- * nor in [0, C) (N if none: the caller reads it back and fails the call). */
-cudaError_t rmk_cross_entropy(int dt, const void *x, const int64_t *t, int64_t ignore, void *lse,
-                              void *loss, int64_t *bad, int64_t N, int64_t C, cudaStream_t s);
+ * nor in [0, C) (N if none: the caller reads it back and fails the call). dt is the
+ * dtype of lse and the loss, xdt that of x: dt, or 4 (bf16, widened as it is read) with an
+ * f32 dt (autocast's bf16 logits read uncast). */
+cudaError_t rmk_cross_entropy(int dt, int xdt, const void *x, const int64_t *t, int64_t ignore,
+                              void *lse, void *loss, int64_t *bad, int64_t N, int64_t C,
+                              cudaStream_t s);
 /* dx (N, C) = g / count * (softmax(x) - onehot(t)), 0 on ignored rows; g a
- * 0-dim device tensor; count (the rows not ignored) is counted into ws. */
+ * 0-dim device tensor; count (the rows not ignored) is counted into ws. dx has x's dtype
+ * xdt (bf16: computed in f32 and rounded as it is stored). */
 size_t rmk_cross_entropy_bwd_ws(void);
-cudaError_t rmk_cross_entropy_bwd(int dt, const void *x, const int64_t *t, int64_t ignore,
+cudaError_t rmk_cross_entropy_bwd(int dt, int xdt, const void *x, const int64_t *t, int64_t ignore,
                                   const void *lse, const void *g, void *dx, int64_t N, int64_t C,
                                   void *ws, cudaStream_t s);
 /* y (0-dim) = mean((a - b)^2) over n elements, differences and sums in
