@@ -19,6 +19,7 @@
  *   headers; tests/cuda_emu/README.md). */
 #define RMK_EMU 1
 #include "emu.h"
+#include "emu_check.h"
 
 #include "backends/cuda/attention_mma.cu"
 
@@ -53,13 +54,8 @@ template <> struct elem_of<float> {
     static constexpr const char *name = "f32";
 };
 
-uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-double uniform() { /* [-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) / (double)(1ull << 53) * 2.0 - 1.0;
-}
+emu_check::rng gen = {0x9E3779B97F4A7C15ull};
+double uniform() { return gen.uniform(-1, 1); } /* [-1, 1) */
 
 /* An operand (B, heads, T, cols) at base + b·sb + h·sh + r·rs + c (columns contiguous). */
 template <typename E> struct view {

@@ -13,6 +13,7 @@
  * smaller than the rows. */
 #define RMK_EMU 1
 #include "emu.h"
+#include "emu_check.h"
 /* a kernel's static __shared__ arrays: one for the block (blocks run one after another) */
 #undef __shared__
 #define __shared__ static
@@ -25,31 +26,12 @@ namespace {
 
 int failures = 0;
 
-uint64_t rng_state = 0xD1B54A32D192ED03ull;
-double uniform(double lo, double hi) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return lo + (hi - lo) * ((double)(rng_state >> 11) / (double)(1ull << 53));
-}
+emu_check::rng gen = {0xD1B54A32D192ED03ull};
+double uniform(double lo, double hi) { return gen.uniform(lo, hi); }
 
-/* f32 -> bf16 to nearest, ties to even; a NaN stays a NaN, quiet */
-uint16_t bf16_rne(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x7FFFFFu)) return (uint16_t)((u >> 16) | 0x40u);
-    const uint32_t rest = u & 0xFFFFu, half = 0x8000u;
-    uint32_t hi = u >> 16;
-    if (rest > half || (rest == half && (hi & 1u))) hi++;
-    return (uint16_t)hi;
-}
-float bf16_val(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-bool same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0; }
+using emu_check::bf16_rne; /* the rounding written from the format (emu_check.h) */
+using emu_check::bf16_val;
+using emu_check::same_bits;
 
 void expect(bool ok, const char *what, const char *name) {
     if (!ok) {

@@ -13,6 +13,7 @@
  * Grids smaller than the work (the grid-stride loop). */
 #define RMK_EMU 1
 #include "emu.h"
+#include "emu_check.h"
 
 #include "backends/cuda/optim.cu"
 
@@ -22,13 +23,8 @@ namespace {
 
 int failures = 0;
 
-uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-double uniform(double lo, double hi) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return lo + (hi - lo) * ((double)(rng_state >> 11) / (double)(1ull << 53));
-}
+emu_check::rng gen = {0x9E3779B97F4A7C15ull};
+double uniform(double lo, double hi) { return gen.uniform(lo, hi); }
 
 template <typename T> bool same(const std::vector<T> &a, const std::vector<T> &b) {
     return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
