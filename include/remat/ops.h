@@ -93,10 +93,9 @@ remat_status remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, r
 /* remat_layer_norm with its output in `dtype`: the values and gradients of
  * remat_to_dtype(remat_layer_norm(...), dtype), bitwise. For a bf16 dtype and an f32 x on
  * the cpu or cuda the norm's kernel rounds each element as it writes it (the cast's
- * rounding), and its
- * backward reads the bf16 gradient, widening each row as it goes: no f32 output is written
- * and read back, no f32 gradient of it is made (the pre-norm block's norm whose only
- * consumer is a linear that autocast would cast to bf16). Another dtype, an x of another
+ * rounding), and its backward reads the bf16 gradient, widening each row as it goes: no
+ * f32 output is written and read back, no f32 gradient of it is made (the pre-norm block's
+ * norm whose only consumer is a linear that autocast would cast to bf16). Another dtype, an x of another
  * dtype, another device: the two ops. The op is still remat_layer_norm (policies,
  * profiles), one node fewer. Autocast: the norm's category (f32), then dtype. *out is a new
  * reference, NULL on failure. Errors: remat_layer_norm's; REMAT_EDTYPE (a dtype that is not
@@ -119,8 +118,8 @@ remat_status remat_add_layer_norm(remat_tensor **sum, remat_tensor **out, remat_
                                   remat_tensor *bias, double eps);
 /* remat_add_layer_norm with *out in `dtype`, as remat_layer_norm_to: *sum as
  * remat_add_layer_norm's (x's dtype), *out bitwise remat_to_dtype(out, dtype), gradients
- * bitwise too; rounded in the kernel for a bf16 dtype and an f32 x on the cpu or cuda. Both outputs
- * are new references; on failure both are NULL. Errors: remat_add_layer_norm's,
+ * bitwise too; rounded in the kernel for a bf16 dtype and an f32 x on the cpu or cuda.
+ * Both outputs are new references; on failure both are NULL. Errors: remat_add_layer_norm's,
  * REMAT_EDTYPE as remat_layer_norm_to's. */
 remat_status remat_add_layer_norm_to(remat_tensor **sum, remat_tensor **out, remat_tensor *x,
                                      remat_tensor *r, int n_norm, remat_tensor *weight,

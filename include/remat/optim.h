@@ -147,8 +147,7 @@ remat_status remat_optim_add_group(remat_optimizer *o, remat_tensor *const *para
  * multiplied by it: the values PyTorch's in-place clip_grad_norm_ leaves); on
  * the cpu and cuda the update's kernel does so as it reads g, without writing
  * g back; on a device whose kernels do not, the gradients are scaled in place
- * first. A strided gradient is
- * first replaced by a dense copy. On failure
+ * first. A strided gradient is first replaced by a dense copy. On failure
  * (REMAT_ENOMEM making a gradient dense) no parameter or state has changed. */
 remat_status remat_optim_step(remat_optimizer *o, bool *updated /* OUT */);
 
