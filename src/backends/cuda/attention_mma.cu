@@ -602,6 +602,43 @@ template <int N> __device__ __forceinline__ void tc_zero(float (&a)[N][4]) {
     for (int n = 0; n < N; n++) a[n][0] = a[n][1] = a[n][2] = a[n][3] = 0.f;
 }
 
+/* A dK/dV step's per-query values in shared memory (the default and the fused backward):
+ * Ls = the lse of queries i0 .. i0 + BQ - 1 of batch entry b in log2 units (0 for a row
+ * without keys and past Tq), Dl = their delta = rowsum(dO ∘ O). */
+template <int BQ, int NT, typename E>
+__device__ __forceinline__ void tc_stage_rows(float *Ls, float *Dl, const tc_params<E> &p,
+                                              int64_t b, int64_t i0) {
+    for (int e = threadIdx.x; e < BQ; e += NT) {
+        const int64_t i = i0 + e;
+        const float li = i < p.d.Tq ? p.lse[b * p.d.Tq + i] : 0.f;
+        Ls[e] = li == -INFINITY ? 0.f : li * 1.4426950408889634f;
+        Dl[e] = i < p.d.Tq ? p.delta[b * p.d.Tq + i] : 0.f;
+    }
+}
+
+/* Sᵀ and dPᵀ of the warp's keys (ja, ja + 8) × BQ queries from i0, in place into P and
+ * dS = P ∘ (dP − delta) · scale; 0 where the mask hides the pair (vis: the warp's keys'
+ * tc_tile_vis). Ls, Dl as tc_stage_rows leaves them. */
+template <int BQ>
+__device__ __forceinline__ void tc_p_ds(float (&s)[BQ / 8][4], float (&dp)[BQ / 8][4], int vis,
+                                        const rmk_att_dims &d, int64_t i0, int64_t ja, int t,
+                                        float sl2, float scale, const float *Ls, const float *Dl) {
+#pragma unroll
+    for (int n = 0; n < BQ / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int ii = n * 8 + 2 * t + (e & 1);
+            const int64_t j = ja + (e >> 1) * 8, i = i0 + ii;
+            float pr = 0.f, ds = 0.f;
+            if (vis == TC_ALL || tc_visible(d, i, j)) {
+                pr = exp2f(s[n][e] * sl2 - Ls[ii]);
+                ds = pr * (dp[n][e] - Dl[ii]) * scale;
+            }
+            s[n][e] = pr;
+            dp[n][e] = ds;
+        }
+}
+
 /* The operand flags of a call: bit 1 q, 2 k, 4 v, 8 gy (16-byte loads). */
 template <typename E> unsigned tc_vec_bits(const tc_params<E> &p) {
     const int ve = 16 / (int)sizeof(E);
@@ -819,12 +856,7 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
                 __syncthreads();
                 tc_load<TR, HD, C::NT>(Qs, BQ, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
                 tc_load<TR, HD, C::NT>(Gs, BQ, p.gy, bg, p.og, i0, p.d.Tq, p.d.Dv, p.vec & 8);
-                for (int e = threadIdx.x; e < BQ; e += C::NT) {
-                    const int64_t i = i0 + e;
-                    const float li = i < p.d.Tq ? p.lse[b * p.d.Tq + i] : 0.f;
-                    Ls[e] = li == -INFINITY ? 0.f : li * 1.4426950408889634f;
-                    Dl[e] = i < p.d.Tq ? p.delta[b * p.d.Tq + i] : 0.f;
-                }
+                tc_stage_rows<BQ, C::NT>(Ls, Dl, p, b, i0);
                 __syncthreads();
                 const int vis = tc_tile_vis(p.d, i0, BQ, j0 + w * 16, 16);
                 if (vis == TC_NONE) continue;
@@ -833,20 +865,7 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
                 tc_zero(dp);
                 TR::template rows_rowsT<HD, BQ / 8>(s, Ks + w * 16 * C::LD, Qs, C::LD, g, t);
                 TR::template rows_rowsT<HD, BQ / 8>(dp, Vs + w * 16 * C::LD, Gs, C::LD, g, t);
-#pragma unroll
-                for (int n = 0; n < BQ / 8; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int ii = n * 8 + 2 * t + (e & 1);
-                        const int64_t j = ja + (e >> 1) * 8, i = i0 + ii;
-                        float pr = 0.f, ds = 0.f;
-                        if (vis == TC_ALL || tc_visible(p.d, i, j)) {
-                            pr = exp2f(s[n][e] * sl2 - Ls[ii]);
-                            ds = pr * (dp[n][e] - Dl[ii]) * scale;
-                        }
-                        s[n][e] = pr;
-                        dp[n][e] = ds;
-                    }
+                tc_p_ds<BQ>(s, dp, vis, p.d, i0, ja, t, sl2, scale, Ls, Dl);
                 TR::template frag_rows<BQ / 8, C::NDT>(av, s, Gs, C::LD, lane);
                 TR::template frag_rows<BQ / 8, C::NDT>(ak, dp, Qs, C::LD, lane);
             }
@@ -953,12 +972,7 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
                 __syncthreads(); /* the step before is done with Qs, Gs, Ss */
                 tc_load<TR, HD, C::NT>(Qs, BQ, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
                 tc_load<TR, HD, C::NT>(Gs, BQ, p.gy, bg, p.og, i0, p.d.Tq, p.d.Dv, p.vec & 8);
-                for (int e = threadIdx.x; e < BQ; e += C::NT) {
-                    const int64_t i = i0 + e;
-                    const float li = i < p.d.Tq ? p.lse[b * p.d.Tq + i] : 0.f;
-                    Ls[e] = li == -INFINITY ? 0.f : li * 1.4426950408889634f;
-                    Dl[e] = i < p.d.Tq ? p.delta[b * p.d.Tq + i] : 0.f;
-                }
+                tc_stage_rows<BQ, C::NT>(Ls, Dl, p, b, i0);
                 __syncthreads();
                 if (tc_tile_vis(p.d, i0, BQ, j0, C::BR) == TC_NONE) continue; /* uniform */
                 const int vis = tc_tile_vis(p.d, i0, BQ, j0 + w * 16, 16);
@@ -968,20 +982,7 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
                 if (vis != TC_NONE) {
                     TR::template rows_rowsT<HD, BQ / 8>(s, Ks + w * 16 * C::LD, Qs, C::LD, g, t);
                     TR::template rows_rowsT<HD, BQ / 8>(dp, Vs + w * 16 * C::LD, Gs, C::LD, g, t);
-#pragma unroll
-                    for (int n = 0; n < BQ / 8; n++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            const int ii = n * 8 + 2 * t + (e & 1);
-                            const int64_t j = ja + (e >> 1) * 8, i = i0 + ii;
-                            float pr = 0.f, ds = 0.f;
-                            if (vis == TC_ALL || tc_visible(p.d, i, j)) {
-                                pr = exp2f(s[n][e] * sl2 - Ls[ii]);
-                                ds = pr * (dp[n][e] - Dl[ii]) * scale;
-                            }
-                            s[n][e] = pr;
-                            dp[n][e] = ds;
-                        }
+                    tc_p_ds<BQ>(s, dp, vis, p.d, i0, ja, t, sl2, scale, Ls, Dl);
                     TR::template frag_rows<BQ / 8, C::NDT>(av, s, Gs, C::LD, lane);
                     TR::template frag_rows<BQ / 8, C::NDT>(ak, dp, Qs, C::LD, lane);
                 }
