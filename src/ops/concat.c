@@ -149,7 +149,14 @@ static remat_status split_backward(remat_node *node, remat_tensor *const *gout,
                                    remat_tensor **gin) {
     split_ctx *c = node->ctx;
     if (!node->next[0].node) return REMAT_OK;
-    int rc = REMAT_OK;
+    remat_tensor *z = NULL;
+    /* pieces of one buffer already (an attention's q, k, v gradients): that buffer, no copies */
+    int rc = rm_pieces_whole(&z, node->n_outputs, gout, c->ndim, c->shape, c->dim, c->split_size);
+    if (rc) return rc;
+    if (z) {
+        gin[0] = z;
+        return REMAT_OK;
+    }
     remat_dtype dt = c->dtype;
     remat_device dev = c->device;
     bool found = false;
@@ -160,14 +167,6 @@ static remat_status split_backward(remat_node *node, remat_tensor *const *gout,
             dev = gout[k]->storage->device;
             found = true;
         }
-    }
-    remat_tensor *z = NULL;
-    /* pieces of one buffer already (an attention's q, k, v gradients): that buffer, no copies */
-    rc = rm_pieces_whole(&z, node->n_outputs, gout, c->ndim, c->shape, c->dim, c->split_size);
-    if (rc) return rc;
-    if (z) {
-        gin[0] = z;
-        return REMAT_OK;
     }
     rc = rm_new_output(&z, c->ndim, c->shape, dt, dev);
     if (rc) return rc;

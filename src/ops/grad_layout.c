@@ -4,7 +4,6 @@
  * copying the pieces together (concat.c). A GPT block's attention gradients then reach the qkv
  * linear without a copy: 3 copies of (B, T, C) a layer a step fewer (on a GPU 36 kernel launches
  * and ~1.2 ms a step of the 124M model, window 7's profile). */
-#include <stdlib.h>
 #include <string.h>
 
 #include "ops_internal.h"
