@@ -382,6 +382,30 @@ remat_status remat_profile_ops(remat_op_profile **out, int n_stages, const remat
     return REMAT_OK;
 }
 
+double pl_stage_free_time(const remat_stage_ops *so, double fwd_time) {
+    double sum = 0, fr = 0;
+    for (int i = 0; i < so->n_ops; i++) {
+        double t = so->ops[i].time > 0 ? so->ops[i].time : 0;
+        sum += t;
+        if (so->ops[i].recompute_free) fr += t;
+    }
+    return sum > 0 ? fr * (fwd_time / sum) : 0;
+}
+
+remat_status remat_profile_apply_ops(remat_profile *profile, const remat_op_profile *ops) {
+    static const char *call = "remat_profile_apply_ops";
+    if (!profile || !profile->stages || !ops || !ops->stages)
+        return rm_err(REMAT_EINVAL, "%s: profile or ops is NULL", call);
+    if (ops->n_stages != profile->n_stages)
+        return rm_err(REMAT_EINVAL, "%s: the op profile has %d stages, the profile %d", call,
+                      ops->n_stages, profile->n_stages);
+    for (int k = 0; k < profile->n_stages; k++) {
+        remat_stage_profile *s = &profile->stages[k];
+        s->recompute_free_time = pl_stage_free_time(&ops->stages[k], s->fwd_time);
+    }
+    return REMAT_OK;
+}
+
 void remat_op_profile_free(remat_op_profile *p) {
     if (!p) return;
     for (int k = 0; p->stages && k < p->n_stages; k++) free(p->stages[k].ops);
