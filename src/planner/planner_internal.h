@@ -138,6 +138,13 @@ remat_status pl_walk_stages(const char *call, remat_tensor *input, int n_stages,
 /* The forward seconds of so's recompute_free ops, op times scaled to add up to fwd_time
  * (0 when the ops have no time). */
 double pl_stage_free_time(const remat_stage_ops *so, double fwd_time);
+/* Stages ops finds repeating an earlier one (same_as, same op count) and that
+ * stage: each group's forward times fwd[] and backward times bwd[] (n
+ * stages) become the group's medians. The same computation, measured once
+ * per stage under whatever else the machine ran: pooled, a loaded machine's
+ * noise does not make identical blocks look cheaper or dearer to recompute
+ * than each other. REMAT_ENOMEM (no message) or REMAT_OK. */
+remat_status pl_pool_repeats(const remat_op_profile *ops, int n, double *fwd, double *bwd);
 
 #define PL_MIB(b) ((double)(b) / (1024.0 * 1024.0))
 
