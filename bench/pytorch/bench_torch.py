@@ -229,10 +229,8 @@ def main():
         # as remat bench: free heap pages an earlier step left resident would be
         # reused without a page fault and hide part of this step from RSS+
         _libc.malloc_trim(0)
-        # and collect the garbage cycles first: torch.compile leaves cycles that hold
-        # tensors, and a collection the measured step triggers would free them inside
-        # the window, hiding as many bytes of the step's own growth (block measured
-        # 87.8 MiB instead of 166 MiB at L=12 after four compiles)
+        # and collect garbage cycles first, so that a collection the step triggers cannot
+        # free older tensors inside the window and hide as many bytes of its growth
         gc.collect()
         with RssSampler() as r:
             loss = step(model, batch, s, a.reentrant)
