@@ -57,7 +57,9 @@
     /* optim: optim.c (the loops of src/core/optim_loops.h; they switch on the dtype) */           \
     X(ADAMW, adamw, FLOAT)                                                                         \
     X(SGD, sgd, FLOAT)                                                                             \
-    X(SUM_SQUARES, sum_squares, FLOAT)
+    X(SUM_SQUARES, sum_squares, FLOAT)                                                             \
+    X(ADAMW_LIST, adamw_list, FLOAT)                                                               \
+    X(SGD_LIST, sgd_list, FLOAT)
 RM_CPU_KERNELS(RM_CPU_DECL)
 
 /* ---- what the cpu backend's record (device.c) lends the core ------------------------- */
