@@ -65,8 +65,9 @@ static void run(const remat_optim_options *o, int threads, const char *name) {
         for (int j = 0; j < micro; j++) {
             for (int i = 0; i < NP; i++) {
                 if (s == 1 && i == 3) continue; /* no gradient: skipped, its state kept */
-                remat_tensor *g = rt_rand(1, &k_sizes[i], dtype_of(i), -2, 2,
-                                          500u + 31u * (unsigned)s + 7u * (unsigned)j + (unsigned)i);
+                remat_tensor *g =
+                    rt_rand(1, &k_sizes[i], dtype_of(i), -2, 2,
+                            500u + 31u * (unsigned)s + 7u * (unsigned)j + (unsigned)i);
                 remat_tensor *gd = rt_leaf_on(g, dev, false);
                 RT_OK(remat_set_grad(pc[i], g));
                 RT_OK(remat_set_grad(pd[i], gd));
@@ -95,8 +96,8 @@ static void run(const remat_optim_options *o, int threads, const char *name) {
             remat_timing_free(t);
         }
         cr_assert(remat_optim_last_grad_norm(oc) == remat_optim_last_grad_norm(od),
-                  "%s (%d threads): update %d: global norm %.17g, per tensor %.17g", name,
-                  threads, s, remat_optim_last_grad_norm(oc), remat_optim_last_grad_norm(od));
+                  "%s (%d threads): update %d: global norm %.17g, per tensor %.17g", name, threads,
+                  s, remat_optim_last_grad_norm(oc), remat_optim_last_grad_norm(od));
         for (int i = 0; i < NP; i++) {
             cr_assert(rt_bitwise_equal(pc[i], pd[i]),
                       "%s (%d threads): update %d: parameter %d (%lld elements) differs", name,

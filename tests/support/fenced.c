@@ -207,6 +207,7 @@ static void fenced_registered(int type) {
 static const unsigned char k_fenced_flags[RM_K_COUNT] = {
     [RM_K_MSE_BWD] = RM_KF_IN_PLACE,
     [RM_K_LAYER_NORM] = RM_KF_BF16_Y,
+    [RM_K_RMS_NORM] = RM_KF_BF16_Y,
     [RM_K_ADD_LAYER_NORM] = RM_KF_BF16_Y | RM_KF_AUTOCAST_KEEP,
     [RM_K_CROSS_ENTROPY] = RM_KF_AUTOCAST_KEEP,
 };
