@@ -70,7 +70,8 @@ int main(int argc, char **argv) {
     remat_model *m = NULL;
     CHECK(remat_model_create(&m, &c, REMAT_DEVICE_CPU));
     const int n = remat_model_n_params(m);
-    remat_tensor **decay = malloc(sizeof *decay * (size_t)n), **plain = malloc(sizeof *plain * (size_t)n);
+    remat_tensor **decay = malloc(sizeof *decay * (size_t)n),
+                 **plain = malloc(sizeof *plain * (size_t)n);
     remat_tensor **grads = calloc((size_t)n, sizeof *grads);
     if (!decay || !plain || !grads) return 1;
     int nd = 0, np = 0;
