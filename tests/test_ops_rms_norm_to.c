@@ -65,13 +65,13 @@ Test(rms_norm_to, equals_norm_then_cast) {
                     RT_OK(remat_grad(1, &y[f], &gy, w ? 2 : 1, ins, false, false, gr[f]));
                 }
                 cr_assert(rt_bitwise_equal(y[0], y[1]),
-                          "C=%lld w=%d odd=%d: y differs from the norm then the cast",
-                          (long long)c, affine, odd);
+                          "C=%lld w=%d odd=%d: y differs from the norm then the cast", (long long)c,
+                          affine, odd);
                 for (int i = 0; i < (w ? 2 : 1); i++) {
                     cr_assert_eq(remat_tensor_dtype(gr[0][i]), REMAT_F32);
                     cr_assert(rt_bitwise_equal(gr[0][i], gr[1][i]),
-                              "C=%lld w=%d odd=%d: gradient %d differs", (long long)c, affine,
-                              odd, i);
+                              "C=%lld w=%d odd=%d: gradient %d differs", (long long)c, affine, odd,
+                              i);
                 }
                 for (int f = 0; f < 2; f++) {
                     remat_release(y[f]);
@@ -95,8 +95,7 @@ Test(rms_norm_to, one_gradient_at_a_time) {
             norm_y(x, w, &y[f], f == 0);
             RT_OK(remat_grad(1, &y[f], &gy, 1, &in, false, false, &g[f]));
         }
-        cr_assert(rt_bitwise_equal(g[0], g[1]), "gradient of %s alone differs",
-                  which ? "w" : "x");
+        cr_assert(rt_bitwise_equal(g[0], g[1]), "gradient of %s alone differs", which ? "w" : "x");
         for (int f = 0; f < 2; f++) remat_release(y[f]), remat_release(g[f]);
     }
     remat_release(x), remat_release(w), remat_release(g32), remat_release(gy);
@@ -112,7 +111,8 @@ Test(rms_norm_to, one_node) {
     cr_assert(rm_kernel_allows(RM_K_RMS_NORM, REMAT_CPU, RM_KF_BF16_Y));
     remat_tensor *w = rt_leaf(rt_rand(1, &c, REMAT_F32, -1, 1, 2));
     RT_OK(remat_rms_norm_to(&y, x, 1, w, 1e-6, REMAT_BF16));
-    cr_assert_str_eq(remat_node_name(remat_grad_fn(y)), fused ? "RmsNormBackward" : "ToCopyBackward");
+    cr_assert_str_eq(remat_node_name(remat_grad_fn(y)),
+                     fused ? "RmsNormBackward" : "ToCopyBackward");
     remat_release(y), remat_release(x), remat_release(w);
     cr_assert_eq(remat_live_tensors(), 0);
 }
@@ -123,7 +123,8 @@ Test(rms_norm_to, double_backward_equals_norm_then_cast) {
     int64_t sh[2] = {6, 20}, c = 20;
     remat_tensor *x = rt_leaf(rt_rand(2, sh, REMAT_F32, -2, 2, 1));
     remat_tensor *w = rt_leaf(rt_rand(1, &c, REMAT_F32, 0.5, 1.5, 3));
-    remat_tensor *v = rt_rand(2, sh, REMAT_F32, -1, 1, 5), *g32 = rt_rand(2, sh, REMAT_F32, -1, 1, 6);
+    remat_tensor *v = rt_rand(2, sh, REMAT_F32, -1, 1, 5),
+                 *g32 = rt_rand(2, sh, REMAT_F32, -1, 1, 6);
     remat_tensor *gy = NULL;
     RT_OK(remat_to_dtype(&gy, g32, REMAT_BF16));
     RT_OK(remat_set_requires_grad(gy, true));
