@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (reps < 1 || accum < 1 || (strcmp(optim, "adamw") && strcmp(optim, "sgd"))) {
+    if (reps < 1 || accum < 1 || (strcmp(optim, "adamw") != 0 && strcmp(optim, "sgd") != 0)) {
         fprintf(stderr, "bench_optim: --reps >= 1, --accum >= 1, --optim adamw|sgd\n");
         return 2;
     }
@@ -84,7 +84,8 @@ int main(int argc, char **argv) {
                                 REMAT_DEVICE_CPU));
     }
     remat_optim_options o;
-    CHECK(remat_optim_options_init(&o, strcmp(optim, "sgd") ? REMAT_OPTIM_ADAMW : REMAT_OPTIM_SGD));
+    CHECK(remat_optim_options_init(&o, strcmp(optim, "sgd") != 0 ? REMAT_OPTIM_ADAMW
+                                                                 : REMAT_OPTIM_SGD));
     o.lr = 1e-4;
     o.clip_norm = clip;
     o.accum_steps = accum;
