@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """`remat bench`, in PyTorch: the same model, the same strategies, the same method.
 
-Runs one forward+backward step of the GPT or MLP of models.py under each
+Runs one forward+backward step of the GPT, Llama or MLP of models.py under each
 strategy (none, block, sequential=N; torch.utils.checkpoint with an explicit
 use_reentrant), interleaved repetitions, medians; prints a table or (--json)
 one JSON object with the keys of `remat bench --json`. With PyTorch 2.x
@@ -185,7 +185,7 @@ def grads(model):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", choices=["gpt", "mlp"], default="gpt")
+    ap.add_argument("--model", choices=["gpt", "mlp", "llama"], default="gpt")
     ap.add_argument("--layers", type=int)
     ap.add_argument("--width", type=int)
     ap.add_argument("--heads", type=int, default=4)
@@ -202,7 +202,7 @@ def main():
     global AUTOCAST
     AUTOCAST = a.autocast == "bf16"
     # the defaults of `remat bench`
-    gpt = a.model == "gpt"
+    gpt = a.model in ("gpt", "llama")  # the sequence models share the defaults
     a.layers = a.layers or (8 if gpt else 32)
     a.width = a.width or (128 if gpt else 512)
     a.context = a.context or (128 if gpt else 1)
