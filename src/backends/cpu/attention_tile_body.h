@@ -10,10 +10,15 @@
  * TFN(name): name_bf16 or name_f32 (tmpl.h). No include guard: included once per type. */
 #include "tmpl.h"
 
-/* rows × cols from src (row stride sld) to dst (row stride dld): an inline
- * loop, rows are short (a head's 64 elements) for a memcpy call each. */
+/* rows × cols from src (row stride sld) to dst (row stride dld). Rows are short (a head's
+ * 64 elements): the compilers turn the plain loop into a memcpy call per row, so a head's
+ * width gets a copy of a constant size, which they inline (two or four vector moves). */
 RM_CPU_CLONES static void TFN(att_copy_rows)(T *restrict dst, int64_t dld, const T *restrict src,
                                              int64_t sld, int64_t rows, int64_t cols) {
+    if (cols == 64) {
+        for (int64_t r = 0; r < rows; r++) memcpy(dst + r * dld, src + r * sld, sizeof(T) * 64);
+        return;
+    }
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) dst[r * dld + c] = src[r * sld + c];
 }
