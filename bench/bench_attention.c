@@ -120,8 +120,8 @@ int main(int argc, char **argv) {
     CHECK(remat_rand_normal(&g, 1, (const int64_t[]){(int64_t)B * T * H * D}, 0, 0.01, REMAT_F32,
                             REMAT_DEVICE_CPU));
     att_set s32 = make_set(qkv, g, REMAT_F32), s16 = make_set(qkv, g, REMAT_BF16);
-    enum { GN = 1024 };
-    float *ga = calloc((size_t)GN * GN, sizeof(float) * 3); /* the yardstick's operands */
+    const int64_t GN = 1024, GN2 = GN * GN;
+    float *ga = calloc((size_t)GN2, sizeof(float) * 3); /* the yardstick's operands */
     if (!ga) return 1;
     /* visible pairs of a causal head, and the FLOPs of a forward and a backward */
     const double pairs = (double)T * (T + 1) / 2, nb = (double)B * H;
@@ -140,21 +140,22 @@ int main(int argc, char **argv) {
         run(&s32, REMAT_F32, &w, &w); /* warm-up: pages, primitives, thread team */
         run(&s16, REMAT_BF16, &w, &w);
         for (int i = 0; i < reps; i++) {
-            if (only && strcmp(only, "f32")) t[0][0][i] = t[0][1][i] = 0;
+            if (only && strcmp(only, "f32") != 0) t[0][0][i] = t[0][1][i] = 0;
             else run(&s32, REMAT_F32, &t[0][0][i], &t[0][1][i]);
-            if (only && strcmp(only, "bf16")) t[1][0][i] = t[1][1][i] = 0;
+            if (only && strcmp(only, "bf16") != 0) t[1][0][i] = t[1][1][i] = 0;
             else run(&s16, REMAT_BF16, &t[1][0][i], &t[1][1][i]);
             if (only) {
                 gt[0][i] = gt[1][i] = 1;
                 continue;
             }
-            gt[0][i] = gemm_seconds(REMAT_F32, GN, ga, ga + GN * GN, ga + 2 * GN * GN);
-            gt[1][i] = gemm_seconds(REMAT_BF16, GN, ga, ga + GN * GN, ga + 2 * GN * GN);
+            gt[0][i] = gemm_seconds(REMAT_F32, GN, ga, ga + GN2, ga + 2 * GN2);
+            gt[1][i] = gemm_seconds(REMAT_BF16, GN, ga, ga + GN2, ga + 2 * GN2);
         }
         double rate[2]; /* FLOP/s */
-        for (int dt = 0; dt < 2; dt++) rate[dt] = 2.0 * GN * GN * GN / median(gt[dt], reps);
-        printf("%-7d GEMM n=%d: f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s (median)\n", threads[ti], GN,
-               rate[0] * 1e-9, rate[1] * 1e-9);
+        for (int dt = 0; dt < 2; dt++)
+            rate[dt] = 2.0 * (double)GN2 * (double)GN / median(gt[dt], reps);
+        printf("%-7d GEMM n=%lld: f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s (median)\n", threads[ti],
+               (long long)GN, rate[0] * 1e-9, rate[1] * 1e-9);
         for (int p = 0; p < 2; p++) {
             char a[64], b[64];
             printf("%-7d %-8s %-26s %-9.2f %-26s %-9.2f %.3f\n", threads[ti],

@@ -504,6 +504,26 @@ out:
     return rc;
 }
 
+/* The backward's nkv items of operand type dt (lse of type lt) with the scratch they need
+ * (r->scr set here); 1 if out of memory. */
+static int att_bwd_items(remat_dtype dt, remat_dtype lt, int64_t nkv, double work, att_run *r) {
+    bool bf16 = dt == REMAT_BF16, native = bf16 && rm_bgemm_native();
+    if (!bf16 && lt != REMAT_F32) return att_for(nkv, work, att_bwd_run_f64, r);
+    att_scratch scr = {0};
+    int fail =
+        att_scratch_init(&scr, native ? att_bwd_scratch_bf16(r->d) : att_bwd_scratch_f32(r->d));
+    r->scr = &scr;
+    if (!fail)
+        fail = att_for(nkv, work,
+                       native ? att_bwd_run_tile_bf16
+                       : bf16 ? att_bwd_run_widened
+                              : att_bwd_run_tile_f32,
+                       r);
+    free(scr.base);
+    r->scr = NULL;
+    return fail;
+}
+
 remat_status rm_cpu_attention_bwd(const rm_kargs *k) {
     /* q, k, v, y and gy as the GEMMs read them; lse is the op's own, contiguous */
     remat_tensor *in[5] = {NULL}, *lse = k->in[5], *const *g = k->out;
@@ -520,7 +540,6 @@ remat_status rm_cpu_attention_bwd(const rm_kargs *k) {
             rc = rm_err(REMAT_ENOMEM, "out of memory");
             goto out;
         }
-        int fail = 0;
         const att_mat *dq = g[0] ? &w.m[5] : NULL, *dk = g[1] ? &w.m[6] : NULL,
                       *dv = g[2] ? &w.m[7] : NULL;
         double work = (double)d.Tq * (double)d.Tk * (double)(d.D + d.Dv) * (double)d.nb;
@@ -528,26 +547,10 @@ remat_status rm_cpu_attention_bwd(const rm_kargs *k) {
          * turn, on one thread */
         const int64_t nkv = d.nb / d.group;
         const att_mat *mats[5] = {&w.m[0], &w.m[1], &w.m[2], &w.m[3], &w.m[4]};
-        att_scratch scr = {0};
-        att_run r = {.d = &d,
-                     .m = w.m,
-                     .mats = mats,
-                     .lse = rm_ptr(lse),
-                     .dq = dq,
-                     .dk = dk,
-                     .dv = dv,
-                     .scr = &scr};
-        bool bf16 = in[0]->dtype == REMAT_BF16;
-        if (!bf16 && lse->dtype != REMAT_F32) fail = att_for(nkv, work, att_bwd_run_f64, &r);
-        else if (!(fail = att_scratch_init(&scr, bf16 && rm_bgemm_native()
-                                                     ? att_bwd_scratch_bf16(&d)
-                                                     : att_bwd_scratch_f32(&d)))) {
-            if (!bf16) fail = att_for(nkv, work, att_bwd_run_tile_f32, &r);
-            else if (rm_bgemm_native()) fail = att_for(nkv, work, att_bwd_run_tile_bf16, &r);
-            else fail = att_for(nkv, work, att_bwd_run_widened, &r);
-        }
-        free(scr.base);
-        if (fail) rc = rm_err(REMAT_ENOMEM, "out of memory");
+        att_run r = {
+            .d = &d, .m = w.m, .mats = mats, .lse = rm_ptr(lse), .dq = dq, .dk = dk, .dv = dv};
+        if (att_bwd_items(in[0]->dtype, lse->dtype, nkv, work, &r))
+            rc = rm_err(REMAT_ENOMEM, "out of memory");
     } else { /* nothing to multiply (no keys or no batch): zeros */
         for (int i = 0; i < 3; i++)
             if (g[i]) memset(rm_ptr(g[i]), 0, g[i]->storage->nbytes);

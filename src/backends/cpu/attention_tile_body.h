@@ -185,6 +185,33 @@ RM_CPU_CLONES static void TFN(att_bwd_probs)(const att_dims *d, int64_t i0, int6
     }
 }
 
+/* δ = rowsum(dO ∘ O) of m rows (dO and O: row strides ldg, ldo; n columns) into delta. */
+static void TFN(att_deltas)(const T *go, int64_t ldg, const T *o, int64_t ldo, int64_t m, int64_t n,
+                            f32 *delta) {
+    for (int64_t r = 0; r < m; r++) {
+        if (r + ATT_AHEAD < m) att_prefetch_row(o + (r + ATT_AHEAD) * ldo, sizeof(T) * (size_t)n);
+        delta[r] = TFN(att_dot)(go + r * ldg, o + r * ldo, n);
+    }
+}
+
+/* Where the backward sums a kv entry's dK (or dV: g, rows × cols at entry b0) in f32,
+ * zeroed: g's own rows when T is f32 (added to in place; *ld becomes g's row stride), else
+ * the dense scratch sums (stored once at the end). NULL when g is not wanted. */
+static f32 *TFN(att_sum_rows)(const att_mat *g, int64_t b0, int64_t rows, int64_t cols, f32 *sums,
+                              int64_t *ld) {
+    if (!g) return NULL;
+    if (!ATT_DENSE) sums = (f32 *)(void *)((T *)g->base + g->off[b0]), *ld = g->ld;
+    for (int64_t j = 0; j < rows; j++) memset(sums + j * *ld, 0, sizeof(f32) * (size_t)cols);
+    return sums;
+}
+
+/* The scratch sums dks, dvs stored as T into dk and dv at entry b0 (each may be NULL). */
+static void TFN(att_store_sums)(const att_dims *d, const att_mat *dk, const att_mat *dv, int64_t b0,
+                                const f32 *dks, const f32 *dvs) {
+    if (dk) TFN(att_store_rows)(dks, d->Tk, d->D, (T *)dk->base + dk->off[b0], dk->ld);
+    if (dv) TFN(att_store_rows)(dvs, d->Tk, d->Dv, (T *)dv->base + dv->off[b0], dv->ld);
+}
+
 /* Backward scratch per thread: the scores and dP (f32, a block), δ, the dK
  * and dV sums (f32) of a batch entry, P and dS (T, a block), dense copies
  * of the keys and values, and of a block's q, dO and dQ rows. */
@@ -211,13 +238,8 @@ static void TFN(att_bwd_entry_tile)(const att_dims *d, const att_mat *const *mt,
     T *dqbuf = gbuf + mb * d->Dv;
     const int64_t b0 = bk * d->group;  /* the kv operands' entries are read at any of the group's */
     int64_t lddk = d->D, lddv = d->Dv; /* the sums' row strides */
-    if (!ATT_DENSE) { /* f32: the sums are dK and dV themselves, added to in place */
-        if (dk) dks = (f32 *)(void *)((T *)dk->base + dk->off[b0]), lddk = dk->ld;
-        if (dv) dvs = (f32 *)(void *)((T *)dv->base + dv->off[b0]), lddv = dv->ld;
-    }
-    for (int64_t j = 0; dk && j < d->Tk; j++) memset(dks + j * lddk, 0, sizeof(f32) * (size_t)d->D);
-    for (int64_t j = 0; dv && j < d->Tk; j++)
-        memset(dvs + j * lddv, 0, sizeof(f32) * (size_t)d->Dv);
+    dks = TFN(att_sum_rows)(dk, b0, d->Tk, d->D, dks, &lddk);
+    dvs = TFN(att_sum_rows)(dv, b0, d->Tk, d->Dv, dvs, &lddv);
     int64_t ldk, ldv, ldq, ldg;
     const T *kd = TFN(att_dense)((const T *)k->base + k->off[b0], k->ld, kmax, d->D, kbuf, &ldk);
     const T *vd = TFN(att_dense)((const T *)v->base + v->off[b0], v->ld, kmax, d->Dv, vbuf, &ldv);
@@ -236,11 +258,7 @@ static void TFN(att_bwd_entry_tile)(const att_dims *d, const att_mat *const *mt,
             ATT_GEMM_F32(false, true, m, kn, d->D, qd, ldq, kd, ldk, 0.0f, s, kn); /* S */
             if (grads) {
                 ATT_GEMM_F32(false, true, m, kn, d->Dv, god, ldg, vd, ldv, 0.0f, dp, kn);
-                for (int64_t r = 0; r < m; r++) { /* δ = rowsum(dO ∘ O) */
-                    if (r + ATT_AHEAD < m)
-                        att_prefetch_row(oi + (r + ATT_AHEAD) * o->ld, sizeof(T) * (size_t)d->Dv);
-                    delta[r] = TFN(att_dot)(god + r * ldg, oi + r * o->ld, d->Dv);
-                }
+                TFN(att_deltas)(god, ldg, oi, o->ld, m, d->Dv, delta); /* δ = rowsum(dO ∘ O) */
             }
             TFN(att_bwd_probs)(d, i0, m, kn, s, lse + b * d->Tq, grads ? dp : NULL, delta, pb, dsb);
             if (dv) /* dV[0:kn] += Pᵀ · dO */
@@ -250,9 +268,7 @@ static void TFN(att_bwd_entry_tile)(const att_dims *d, const att_mat *const *mt,
             if (dk) /* dK[0:kn] += dSᵀ · Q */
                 ATT_GEMM_F32(true, false, kn, d->D, m, dsb, kn, qd, ldq, 1.0f, dks, lddk);
         }
-    if (dk && ATT_DENSE) TFN(att_store_rows)(dks, d->Tk, d->D, (T *)dk->base + dk->off[b0], dk->ld);
-    if (dv && ATT_DENSE)
-        TFN(att_store_rows)(dvs, d->Tk, d->Dv, (T *)dv->base + dv->off[b0], dv->ld);
+    if (ATT_DENSE) TFN(att_store_sums)(d, dk, dv, b0, dks, dvs);
 }
 
 /* The forward's item and the backward's kv entry, for att_for. */
