@@ -1,9 +1,15 @@
-"""The remat program's two models in PyTorch, layer for layer (tools/train/models.c).
+"""The remat program's models in PyTorch, layer for layer (tools/train/models.c).
 
 GPT (byte-level, vocab 256):
     x = wte[idx] + wpe
     block: x = x + proj(causal_attention(ln1(x)));  x = x + fc2(gelu_tanh(fc(ln2(x))))
     logits = ln_f(x) @ wte.T (tied) ; loss = cross_entropy(logits, targets, ignore_index=-100)
+Llama (`remat --model llama`: the library's Llama of the flags, model_llama_config):
+    x = embed[idx]
+    block: x = x + o(causal_attention(rope(q(n1(x))), rope(k(n1(x))), v(n1(x))))
+           x = x + down(silu(gate(n2(x))) * up(n2(x)))      (n: RMSNorm, eps 1e-6)
+    logits = lm_head(norm(x)) (untied); loss as the GPT's. No biases; heads = kv heads;
+    SwiGLU width 8/3 x width rounded up to 64; RoPE theta 10000, rotate_half convention.
 MLP (width W):
     x = linear_in(input); block: x = x + gelu(linear(layer_norm(x))); out = head(ln_f(x)); mse
 """
@@ -46,6 +52,46 @@ class GPTBlock(nn.Module):
         y = y.transpose(1, 2).reshape(B, T, C)
         x = x + self.proj(y)
         return x + self.fc2(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+def rms_norm(x, weight, eps):
+    if hasattr(F, "rms_norm"):
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, width, heads, intermediate, eps=1e-6):
+        super().__init__()
+        self.heads, self.eps = heads, eps
+        self.n1 = nn.Parameter(torch.ones(width))
+        self.q = nn.Linear(width, width, bias=False)
+        self.k = nn.Linear(width, width, bias=False)
+        self.v = nn.Linear(width, width, bias=False)
+        self.o = nn.Linear(width, width, bias=False)
+        self.n2 = nn.Parameter(torch.ones(width))
+        self.gate = nn.Linear(width, intermediate, bias=False)
+        self.up = nn.Linear(width, intermediate, bias=False)
+        self.down = nn.Linear(intermediate, width, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, C = x.shape
+        H, D = self.heads, C // self.heads
+        h = rms_norm(x, self.n1, self.eps)
+        q = self.q(h).reshape(B, T, H, D).transpose(1, 2)
+        k = self.k(h).reshape(B, T, H, D).transpose(1, 2)
+        v = self.v(h).reshape(B, T, H, D).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(y.transpose(1, 2).reshape(B, T, C))
+        h = rms_norm(x, self.n2, self.eps)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
 class MLPBlock(nn.Module):
@@ -116,6 +162,34 @@ class GPT(nn.Module):
                                ignore_index=-100)
 
 
+class Llama(nn.Module):
+    def __init__(self, layers, width, heads, context, vocab=256, theta=10000.0):
+        super().__init__()
+        intermediate = (8 * width // 3 + 63) // 64 * 64
+        self.embed = nn.Embedding(vocab, width)
+        self.blocks = nn.ModuleList(LlamaBlock(width, heads, intermediate) for _ in range(layers))
+        self.norm = nn.Parameter(torch.ones(width))
+        self.lm_head = nn.Linear(width, vocab, bias=False)
+        D = width // heads
+        inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+        ang = torch.outer(torch.arange(context, dtype=torch.float32), inv)
+        ang = torch.cat((ang, ang), dim=-1)
+        self.register_buffer("cos", ang.cos())
+        self.register_buffer("sin", ang.sin())
+        for n, p in self.named_parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, std=0.02)
+
+    def loss(self, idx, targets, strategy="none", reentrant=False):
+        T = idx.shape[1]
+        cos, sin = self.cos[:T], self.sin[:T]
+        blocks = [lambda y, b=b: b(y, cos, sin) for b in self.blocks]
+        x = run_blocks(blocks, self.embed(idx), strategy, reentrant)
+        logits = self.lm_head(rms_norm(x, self.norm, 1e-6))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                               ignore_index=-100)
+
+
 class MLP(nn.Module):
     def __init__(self, layers, width):
         super().__init__()
@@ -132,8 +206,8 @@ class MLP(nn.Module):
 def make(model, layers, width, heads, context, batch, seed=1):
     """Model and one batch (the addition task's shape; values do not matter for timing)."""
     torch.manual_seed(seed)
-    if model == "gpt":
-        m = GPT(layers, width, heads, context)
+    if model in ("gpt", "llama"):
+        m = (GPT if model == "gpt" else Llama)(layers, width, heads, context)
         idx = torch.randint(0, 128, (batch, context))
         targets = torch.randint(0, 128, (batch, context))
         targets[:, ::3] = -100

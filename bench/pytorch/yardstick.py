@@ -45,7 +45,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--python", default=sys.executable, help="a PyTorch 2.x interpreter")
     ap.add_argument("--remat", default=os.path.join(ROOT, "build", "remat"))
-    ap.add_argument("--model", default="gpt", choices=["gpt", "mlp"])
+    ap.add_argument("--model", default="gpt", choices=["gpt", "mlp", "llama"])
     ap.add_argument("--budgets", default="1.0,0.5,0.2,0.0",
                     help="activation_memory_budget values for torch.compile (1.0 = 'compile')")
     ap.add_argument("--threads", type=int, default=0)
