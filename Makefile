@@ -41,7 +41,7 @@ CUDA_DEVICE ?= cuda
 DEVICE_SUITES := fixtures|checkpoint|checkpoint_models|selective|planner|autograd|attention
 DEVICE_SUITES := $(DEVICE_SUITES)|ck_semantics|dispatch_nn|double_backward_checkpoint|nesting
 DEVICE_SUITES := $(DEVICE_SUITES)|ops_matmul|ops_reduce|split_backward|models|timing|grad_meter
-DEVICE_SUITES := $(DEVICE_SUITES)|ops_layer_norm_to|grad_layout|ops_ce_bf16
+DEVICE_SUITES := $(DEVICE_SUITES)|ops_layer_norm_to|grad_layout|ops_ce_bf16|ops_rms_norm_to
 test-cuda: build
 	cd $(BUILD) && REMAT_TEST_DEVICE=$(CUDA_DEVICE) ctest --output-on-failure -j 1 \
 	  -R '^test_($(DEVICE_SUITES)|checkpoint_rng|cuda_.*)$$'

@@ -103,7 +103,7 @@ step smoke 30 "$OUT/train.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" train -
 
 # 1. the device suites with cuda as the test device (ctest: CTestTestfile names /work/main);
 # test_fixtures (~100 s on 2 cpu cores) beside them with its own workers
-SUITES='checkpoint|checkpoint_models|selective|planner|autograd|attention|ck_semantics|dispatch_nn|double_backward_checkpoint|nesting|ops_matmul|ops_reduce|split_backward|models|checkpoint_rng|optim_device|timing|grad_meter|ops_layer_norm_to|grad_layout|ops_ce_bf16|cuda_.*'
+SUITES='checkpoint|checkpoint_models|selective|planner|autograd|attention|ck_semantics|dispatch_nn|double_backward_checkpoint|nesting|ops_matmul|ops_reduce|split_backward|models|checkpoint_rng|optim_device|timing|grad_meter|ops_layer_norm_to|grad_layout|ops_ce_bf16|ops_rms_norm_to|cuda_.*'
 (
   cd "$BUILD" && export REMAT_TEST_DEVICE=cuda OMP_NUM_THREADS=1 &&
   step fixtures "${SUITE_BOX:-150}" "$FILES/fixtures.log" env LD_LIBRARY_PATH="$LDP" ./test_fixtures --jobs 16

@@ -135,6 +135,15 @@ remat_status remat_add_layer_norm_to(remat_tensor **sum, remat_tensor **out, rem
  * REMAT_EDTYPE / REMAT_EDEVICE: weight's dtype or device differs from x's. */
 remat_status remat_rms_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
                             double eps);
+/* remat_rms_norm with out in `dtype` (f32, f64 or bf16): bitwise remat_to_dtype of
+ * remat_rms_norm's out, and x's and weight's gradients bitwise those of the norm then the
+ * cast. For a bf16 dtype and an f32 x on the cpu the norm rounds y as it writes it and its
+ * backward widens the bf16 gradient as it reads it (no f32 y, no cast pass either way): a
+ * norm whose output feeds one bf16 GEMM under autocast (Llama's final norm before lm_head).
+ * Elsewhere it is the norm then the cast. A new reference, NULL on failure. Errors:
+ * remat_rms_norm's; REMAT_EDTYPE (a dtype that is not f32, f64 or bf16). */
+remat_status remat_rms_norm_to(remat_tensor **out, remat_tensor *x, int n_norm,
+                               remat_tensor *weight, double eps, remat_dtype dtype);
 /* Scaled dot-product attention, as torch's F.scaled_dot_product_attention
  * without dropout: out = softmax(scale · q·kᵀ) · v over the last two dims.
  * q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) → out (..., Tq, Dv); the

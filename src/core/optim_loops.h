@@ -19,13 +19,16 @@
 #include "core/kernels/optim.h"
 
 #define RM_OPTIM_OMP_MIN 65536 /* below this, a parallel region costs more than it saves */
+#define RM_OPTIM_BLOCK 16384   /* the flat loops' unit of work per thread */
 
-static inline void rm_adamw_loop_f32(float *p, const float *g, float *m, float *v, int64_t n,
+/* The per-element work, on elements [0, n) of the buffers and the calling thread: the one
+ * copy that the flat loops (below: blocks of one buffer over the threads) and the cpu's
+ * list kernels (src/backends/cpu/optim.c: pieces of many buffers) run. */
+static inline void rm_adamw_span_f32(float *p, const float *g, float *m, float *v, int64_t n,
                                      const rm_adamw_factors *f) {
     const float b1 = f->b1f, b2 = f->b2f, eps = f->epsf, decay = f->decayf;
     const float step_size = f->stepf, inv_sqrt_bc2 = f->inv_sqrt_bc2f;
     const float one_m_b1 = f->one_m_b1f, one_m_b2 = f->one_m_b2f, gs = f->gscalef;
-#pragma omp parallel for if (n > RM_OPTIM_OMP_MIN)
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i] * gs;
         float mi = b1 * m[i] + one_m_b1 * gi;
@@ -37,11 +40,10 @@ static inline void rm_adamw_loop_f32(float *p, const float *g, float *m, float *
     }
 }
 
-static inline void rm_adamw_loop_f64(double *p, const double *g, double *m, double *v, int64_t n,
+static inline void rm_adamw_span_f64(double *p, const double *g, double *m, double *v, int64_t n,
                                      const rm_adamw_factors *f) {
     const double b1 = f->b1, b2 = f->b2, eps = f->eps, decay = f->decay;
     const double step_size = f->step_size, sqrt_bc2 = f->sqrt_bc2, gs = f->gscale;
-#pragma omp parallel for if (n > RM_OPTIM_OMP_MIN)
     for (int64_t i = 0; i < n; i++) {
         double gi = g[i] * gs;
         double mi = b1 * m[i] + (1.0 - b1) * gi;
@@ -55,15 +57,15 @@ static inline void rm_adamw_loop_f64(double *p, const double *g, double *m, doub
 /* As torch.optim.SGD's single-tensor loop, in T (float: f32, double: f64). It keeps
  * PyTorch's order of operations; every scalar is rounded to T once. buf may be NULL
  * without momentum. */
-#define RM_SGD_LOOP(T, sfx)                                                                        \
-    static inline void rm_sgd_loop_##sfx(T *p, const T *g, T *buf, int64_t n,                      \
+#define RM_SGD_SPAN(T, sfx)                                                                        \
+    static inline void rm_sgd_span_##sfx(T *p, const T *g, T *buf, int64_t n,                      \
                                          const rm_sgd_kparams *h) {                                \
         const T lr = (T)h->lr, mom = (T)h->momentum, wd = (T)h->weight_decay;                      \
         const T damp = (T)(1.0 - h->dampening);                                                    \
         const T gs = (T)(h->grad_scale != 0 ? h->grad_scale : 1.0);                                \
         const bool use_buf = h->momentum != 0, first = h->first, nesterov = h->nesterov;           \
         const bool decay = h->weight_decay != 0;                                                   \
-        _Pragma("omp parallel for if (n > RM_OPTIM_OMP_MIN)") for (int64_t i = 0; i < n; i++) {    \
+        for (int64_t i = 0; i < n; i++) {                                                          \
             T d = g[i] * gs;                                                                       \
             if (decay) d = d + wd * p[i];                                                          \
             if (use_buf) {                                                                         \
@@ -72,6 +74,43 @@ static inline void rm_adamw_loop_f64(double *p, const double *g, double *m, doub
                 d = nesterov ? d + mom * b : b;                                                    \
             }                                                                                      \
             p[i] -= lr * d;                                                                        \
+        }                                                                                          \
+    }
+RM_SGD_SPAN(float, f32)
+RM_SGD_SPAN(double, f64)
+#undef RM_SGD_SPAN
+
+/* The flat loops (remat_adamw_update_f32 and friends): one buffer's blocks spread over
+ * the threads above RM_OPTIM_OMP_MIN elements. */
+static inline int64_t rm_optim_block_len(int64_t n, int64_t b) {
+    const int64_t lo = b * RM_OPTIM_BLOCK;
+    return n - lo < RM_OPTIM_BLOCK ? n - lo : RM_OPTIM_BLOCK;
+}
+static inline void rm_adamw_loop_f32(float *p, const float *g, float *m, float *v, int64_t n,
+                                     const rm_adamw_factors *f) {
+    const int64_t nb = (n + RM_OPTIM_BLOCK - 1) / RM_OPTIM_BLOCK;
+#pragma omp parallel for if (n > RM_OPTIM_OMP_MIN)
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t o = b * RM_OPTIM_BLOCK;
+        rm_adamw_span_f32(p + o, g + o, m + o, v + o, rm_optim_block_len(n, b), f);
+    }
+}
+static inline void rm_adamw_loop_f64(double *p, const double *g, double *m, double *v, int64_t n,
+                                     const rm_adamw_factors *f) {
+    const int64_t nb = (n + RM_OPTIM_BLOCK - 1) / RM_OPTIM_BLOCK;
+#pragma omp parallel for if (n > RM_OPTIM_OMP_MIN)
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t o = b * RM_OPTIM_BLOCK;
+        rm_adamw_span_f64(p + o, g + o, m + o, v + o, rm_optim_block_len(n, b), f);
+    }
+}
+#define RM_SGD_LOOP(T, sfx)                                                                        \
+    static inline void rm_sgd_loop_##sfx(T *p, const T *g, T *buf, int64_t n,                      \
+                                         const rm_sgd_kparams *h) {                                \
+        const int64_t nb = (n + RM_OPTIM_BLOCK - 1) / RM_OPTIM_BLOCK;                              \
+        _Pragma("omp parallel for if (n > RM_OPTIM_OMP_MIN)") for (int64_t b = 0; b < nb; b++) {   \
+            const int64_t o = b * RM_OPTIM_BLOCK;                                                  \
+            rm_sgd_span_##sfx(p + o, g + o, buf ? buf + o : NULL, rm_optim_block_len(n, b), h);    \
         }                                                                                          \
     }
 RM_SGD_LOOP(float, f32)
@@ -111,6 +150,42 @@ static inline double rm_sum_squares_loop(const void *x, bool f64, int64_t n) {
     for (int64_t c = 0; c < nc; c++) s += part[c];
     if (part != small) free(part);
     return s;
+}
+
+/* sums[i] = rm_sum_squares_loop(x[i], f64[i], n[i]) for every i < count, bit for bit (the
+ * same chunks from each buffer's start, each buffer's partial sums added in order), with
+ * every buffer's chunks in one parallel region: the global norm of many small gradients
+ * without a region (or a serial pass) each. false, nothing written, when there is no
+ * memory for the chunk list. */
+static inline bool rm_sum_squares_list(int count, const void *const *x, const bool *f64,
+                                       const int64_t *n, double *sums) {
+    int64_t nc = 0, total = 0;
+    for (int i = 0; i < count; i++)
+        if (x[i] && n[i] > 0) nc += (n[i] + RM_SUMSQ_CHUNK - 1) / RM_SUMSQ_CHUNK, total += n[i];
+    int *who = malloc(sizeof *who * (size_t)(nc ? nc : 1));
+    int64_t *lo = malloc(sizeof *lo * (size_t)(nc ? nc : 1));
+    double *part = malloc(sizeof *part * (size_t)(nc ? nc : 1));
+    if (!who || !lo || !part) {
+        free(who), free(lo), free(part);
+        return false;
+    }
+    int64_t k = 0;
+    for (int i = 0; i < count; i++)
+        for (int64_t a = 0; x[i] && a < n[i]; a += RM_SUMSQ_CHUNK) who[k] = i, lo[k++] = a;
+#pragma omp parallel for schedule(dynamic, 4) if (total > RM_OPTIM_OMP_MIN)
+    for (int64_t c = 0; c < nc; c++) {
+        const int i = who[c];
+        const int64_t hi = n[i] - lo[c] < RM_SUMSQ_CHUNK ? n[i] : lo[c] + RM_SUMSQ_CHUNK;
+        part[c] = rm_sumsq_chunk(x[i], f64[i], lo[c], hi);
+    }
+    k = 0;
+    for (int i = 0; i < count; i++) {
+        double s = 0;
+        for (int64_t a = 0; x[i] && a < n[i]; a += RM_SUMSQ_CHUNK) s += part[k++];
+        sums[i] = s;
+    }
+    free(who), free(lo), free(part);
+    return true;
 }
 
 #endif /* REMAT_CORE_OPTIM_LOOPS_H */

@@ -150,6 +150,13 @@ static double tensor_bytes(const remat_tensor *t) {
 
 static double operand_bytes(rm_kernel_id id, const rm_kargs *k) {
     double b = 0;
+    if (id == RM_K_ADAMW_LIST || id == RM_K_SGD_LIST) { /* the tensors of its list */
+        const rm_optim_list *l = k->params;
+        for (int i = 0; i < l->n; i++)
+            b += tensor_bytes(l->p[i]) + tensor_bytes(l->g[i]) +
+                 (l->s0 ? tensor_bytes(l->s0[i]) : 0) + (l->s1 ? tensor_bytes(l->s1[i]) : 0);
+        return b;
+    }
     for (int i = 0; i < RM_KERNEL_MAX_OUT; i++) b += tensor_bytes(k->out[i]);
     if (id == RM_K_ZERO) return b; /* its in[0] is its out[0]: written only */
     for (int i = 0; i < RM_KERNEL_MAX_IN; i++) b += tensor_bytes(k->in[i]);

@@ -514,10 +514,14 @@ remat_status remat_model_head(remat_tensor **out, remat_model *m, remat_tensor *
     int rc = remat_scope_begin(&s);
     if (rc) return rc;
     remat_tensor *h = NULL, *o = NULL, *r = NULL, *t = NULL, *dt = NULL;
-    if (is_gpt2(&m->cfg)) /* written in the dtype lm_head runs in (remat_layer_norm_to) */
+    /* written in the dtype lm_head runs in (remat_*_norm_to: bf16 under autocast, the cast
+     * folded into the norm, the same bits) */
+    if (is_gpt2(&m->cfg))
         MB_TRY(remat_layer_norm_to(&h, x, 1, m->norm_w, m->norm_b, m->cfg.norm_eps,
                                    remat_autocast_lower_dtype(x)));
-    else MB_TRY(remat_rms_norm(&h, x, 1, m->norm_w, m->cfg.norm_eps));
+    else
+        MB_TRY(
+            remat_rms_norm_to(&h, x, 1, m->norm_w, m->cfg.norm_eps, remat_autocast_lower_dtype(x)));
     MB_TRY(remat_linear(&o, h, m->lm_head, NULL)); /* (B, T, V) */
     if (targets) {
         MB_TRY(remat_reshape(&r, o, 2, (int64_t[]){B * T, V}));

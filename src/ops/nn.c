@@ -158,7 +158,7 @@ static remat_status layer_norm_infer(const rm_op_call *c, rm_out_spec *out) {
 
 /* The gradient of y in x's dtype: a bf16 y's gradient widened (what the backward of
  * remat_to_dtype does, the same ops on the graph under create_graph), else g itself. */
-static remat_status grad_as_x(remat_tensor **out, remat_tensor *g, remat_dtype xdt) {
+remat_status rm_norm_grad_as_x(remat_tensor **out, remat_tensor *g, remat_dtype xdt) {
     if (g->dtype == xdt) {
         *out = rm_retain(g);
         return REMAT_OK;
@@ -236,7 +236,7 @@ static remat_status layer_norm_backward_diff(remat_node *node, remat_tensor *con
     const ln_params *p = node->ctx;
     static const int slots[3] = {0, 1, -1};
     remat_tensor *g = NULL;
-    int rc = grad_as_x(&g, gout[0], p->xdt);
+    int rc = rm_norm_grad_as_x(&g, gout[0], p->xdt);
     if (!rc) rc = rm_backward_recompose(node, slots, layer_norm_recompose, &g, gin);
     if (!rc && node->next[2].node) /* db = g summed over the leading dims */
         rc = bias_grad(&gin[2], g, p->k.n_norm);
@@ -267,7 +267,7 @@ remat_status remat_layer_norm(remat_tensor **out, remat_tensor *x, int n_norm, r
  * device whose kernel writes a bf16 y: RM_KF_BF16_Y, the cpu's and cuda's), or is the norm
  * then remat_to_dtype (other dtypes, devices); -1: dtype is not f32, f64 or bf16 (an
  * error). */
-static int fused_to(const char *call, rm_kernel_id kid, const remat_tensor *x, remat_dtype dtype) {
+int rm_norm_fused_to(const char *call, rm_kernel_id kid, const remat_tensor *x, remat_dtype dtype) {
     if (dtype == REMAT_BF16)
         return x && x->dtype == REMAT_F32 &&
                rm_kernel_allows(kid, x->storage->device.type, RM_KF_BF16_Y);
@@ -279,7 +279,7 @@ static int fused_to(const char *call, rm_kernel_id kid, const remat_tensor *x, r
 
 /* *y = remat_to_dtype(*y, dtype) for the composed path (a no-op when y has it already);
  * on failure *y is released and NULL. */
-static remat_status round_output(remat_tensor **y, remat_dtype dtype) {
+remat_status rm_norm_round_output(remat_tensor **y, remat_dtype dtype) {
     if ((*y)->dtype == dtype) return REMAT_OK;
     remat_tensor *t = NULL;
     int rc = remat_to_dtype(&t, *y, dtype);
@@ -294,11 +294,11 @@ remat_status remat_layer_norm_to(remat_tensor **out, remat_tensor *x, int n_norm
     const char *call = "remat_layer_norm_to";
     if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
     *out = NULL;
-    int fused = fused_to(call, RM_K_LAYER_NORM, x, dtype);
+    int fused = rm_norm_fused_to(call, RM_K_LAYER_NORM, x, dtype);
     if (fused < 0) return REMAT_EDTYPE;
     if (!fused) {
         int rc = remat_layer_norm(out, x, n_norm, weight, bias, eps);
-        return rc ? rc : round_output(out, dtype);
+        return rc ? rc : rm_norm_round_output(out, dtype);
     }
     const ln_params params = {.k = {n_norm, eps}, .to_bf16 = true};
     remat_tensor *in[3] = {x, weight, bias};
@@ -409,7 +409,7 @@ static remat_status add_layer_norm_backward_diff(remat_node *node, remat_tensor 
     int k = 0, is = -1, iw = -1;
     int rc = rm_node_unpack(node, 0, &s);
     if (!rc) rc = rm_node_unpack(node, 1, &w);
-    if (!rc) rc = grad_as_x(&gy, gout[1], s->dtype); /* a bf16 y's: widened once */
+    if (!rc) rc = rm_norm_grad_as_x(&gy, gout[1], s->dtype); /* a bf16 y's: widened once */
     if (!rc && gx) rc = remat_view(&leaves[is = k++], s, s->ndim, s->shape);
     if (!rc && gw && w && w->requires_grad)
         rc = remat_view(&leaves[iw = k++], w, w->ndim, w->shape);
@@ -478,7 +478,7 @@ remat_status remat_add_layer_norm_to(remat_tensor **sum, remat_tensor **out, rem
                                      remat_tensor *r, int n_norm, remat_tensor *weight,
                                      remat_tensor *bias, double eps, remat_dtype dtype) {
     const char *call = "remat_add_layer_norm_to";
-    int fused = fused_to(call, RM_K_ADD_LAYER_NORM, x, dtype);
+    int fused = rm_norm_fused_to(call, RM_K_ADD_LAYER_NORM, x, dtype);
     if (fused < 0) {
         if (sum) *sum = NULL;
         if (out) *out = NULL;
@@ -486,7 +486,7 @@ remat_status remat_add_layer_norm_to(remat_tensor **sum, remat_tensor **out, rem
     }
     int rc = add_layer_norm(call, sum, out, x, r, n_norm, weight, bias, eps, fused);
     if (rc || fused) return rc;
-    rc = round_output(out, dtype);
+    rc = rm_norm_round_output(out, dtype);
     if (rc) remat_release_p(sum); /* both NULL on failure */
     return rc;
 }

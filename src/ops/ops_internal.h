@@ -26,6 +26,17 @@ remat_status rm_check_norm_params(const char *call, const remat_tensor *x, int n
  * applied to x - mean(x) (src/ops/rms_norm.c). *y NULL on failure. */
 remat_status rm_rms_scale(remat_tensor **y, remat_tensor *x, int n_norm, double eps,
                           remat_tensor *w);
+/* The remat_*_norm_to calls (src/ops/nn.c): whether the norm's kernel `kid` writes the
+ * dtype itself (1: bf16 for an f32 x on a device whose kernel has RM_KF_BF16_Y) or the
+ * call is the norm then remat_to_dtype (0: other dtypes, devices); -1 with REMAT_EDTYPE
+ * set when dtype is not f32, f64 or bf16. */
+int rm_norm_fused_to(const char *call, rm_kernel_id kid, const remat_tensor *x, remat_dtype dtype);
+/* *y = remat_to_dtype(*y, dtype), the composed path's cast (a no-op when y has it); on
+ * failure *y is released and NULL. */
+remat_status rm_norm_round_output(remat_tensor **y, remat_dtype dtype);
+/* A norm's gradient g in x's dtype xdt: a bf16 y's widened (what remat_to_dtype's backward
+ * does, on the graph under create_graph), else g itself (a new reference either way). */
+remat_status rm_norm_grad_as_x(remat_tensor **out, remat_tensor *g, remat_dtype xdt);
 
 /* ---- gradients laid out as split pieces (src/ops/grad_layout.c) -------------------
  * When like[0..n) are the disjoint pieces of one split (one storage, equal shapes, dtypes and

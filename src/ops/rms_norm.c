@@ -17,6 +17,8 @@
 typedef struct rms_params {
     rm_layer_norm_params k;             /* first: the kernels read it (n_norm, eps) */
     int64_t norm_shape[REMAT_MAX_DIMS]; /* the weight's shape and its gradient's (fill_ctx) */
+    bool to_bf16;    /* y rounded to bf16 as it is written (remat_rms_norm_to; an f32 x) */
+    remat_dtype xdt; /* x's (fill_ctx) */
 } rms_params;
 
 static const char *const k_rms_args[] = {"x", "weight"};
@@ -38,6 +40,9 @@ static remat_status rms_check(const rm_op_call *c) {
     remat_tensor *x = c->in[0], *w = c->in[1];
     const int n_norm = p->k.n_norm;
     int rc = rm_check_norm_params(call, x, n_norm, p->k.eps);
+    if (!rc && p->to_bf16 && x->dtype != REMAT_F32)
+        rc = rm_err(REMAT_EDTYPE, "%s: a bf16 output needs an f32 x, got %s", call,
+                    remat_dtype_name(x->dtype));
     if (rc || !w) return rc;
     if ((rc = rm_check_same_dtype(call, x, w)) || (rc = rm_check_same_device(call, x, w)))
         return rc;
@@ -60,7 +65,7 @@ static remat_status rms_infer(const rm_op_call *c, rm_out_spec *out) {
     const remat_tensor *x = c->in[0];
     out[0].ndim = x->ndim;
     memcpy(out[0].shape, x->shape, sizeof out[0].shape);
-    out[0].dtype = x->dtype;
+    out[0].dtype = p->to_bf16 ? REMAT_BF16 : x->dtype;
     out[1].ndim = x->ndim - p->k.n_norm;
     memcpy(out[1].shape, x->shape, sizeof(int64_t) * (size_t)out[1].ndim);
     out[1].dtype = x->dtype == REMAT_BF16 ? REMAT_F32 : x->dtype;
@@ -71,11 +76,13 @@ static void rms_fill_ctx(const rm_op_call *c, void *ctx) {
     rms_params *p = ctx;
     const remat_tensor *x = c->in[0];
     memcpy(p->norm_shape, x->shape + x->ndim - p->k.n_norm, sizeof(int64_t) * (size_t)p->k.n_norm);
+    p->xdt = x->dtype;
 }
 
 enum { SAVED_X, SAVED_W, SAVED_RSTD, N_SAVED };
 
-/* one kernel: dx and dw (each only when wanted) from g, x, w, rstd */
+/* one kernel: dx and dw (each only when wanted) from g, x, w, rstd; g is bf16 for
+ * remat_rms_norm_to's bf16 y (the kernel widens it as the cast's backward would) */
 static remat_status rms_backward(remat_node *node, remat_tensor *const *gout, remat_tensor **gin) {
     const rms_params *p = node->ctx;
     bool want_x = node->next[0].node != NULL, want_w = node->next[1].node != NULL;
@@ -131,10 +138,17 @@ static remat_status rms_recompose(remat_node *node, remat_tensor *const *xs, rem
     return rm_rms_scale(y, xs[0], p->k.n_norm, p->k.eps, xs[1]);
 }
 
+/* create_graph: y in x's dtype rebuilt, its gradient widened first when y is bf16 (as the
+ * cast's node would) */
 static remat_status rms_backward_diff(remat_node *node, remat_tensor *const *gout,
                                       remat_tensor **gin) {
     static const int slots[2] = {SAVED_X, SAVED_W};
-    return rm_backward_recompose(node, slots, rms_recompose, gout, gin);
+    const rms_params *p = node->ctx;
+    remat_tensor *g = NULL;
+    int rc = rm_norm_grad_as_x(&g, gout[0], p->xdt);
+    if (!rc) rc = rm_backward_recompose(node, slots, rms_recompose, &g, gin);
+    rm_release(g);
+    return rc;
 }
 
 /* Outputs: y (handed out) and rstd (saved). */
@@ -149,6 +163,22 @@ const rm_op_desc rm_op_rms_norm = RM_OP_DESC(
 remat_status remat_rms_norm(remat_tensor **out, remat_tensor *x, int n_norm, remat_tensor *weight,
                             double eps) {
     const rms_params params = {.k = {n_norm, eps}};
+    remat_tensor *in[2] = {x, weight};
+    return rm_dispatch(&rm_op_rms_norm, out, in, &params, RM_OP_SITE());
+}
+
+remat_status remat_rms_norm_to(remat_tensor **out, remat_tensor *x, int n_norm,
+                               remat_tensor *weight, double eps, remat_dtype dtype) {
+    const char *call = "remat_rms_norm_to";
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out must not be NULL", call);
+    *out = NULL;
+    const int fused = rm_norm_fused_to(call, RM_K_RMS_NORM, x, dtype);
+    if (fused < 0) return REMAT_EDTYPE;
+    if (!fused) {
+        int rc = remat_rms_norm(out, x, n_norm, weight, eps);
+        return rc ? rc : rm_norm_round_output(out, dtype);
+    }
+    const rms_params params = {.k = {n_norm, eps}, .to_bf16 = true};
     remat_tensor *in[2] = {x, weight};
     return rm_dispatch(&rm_op_rms_norm, out, in, &params, RM_OP_SITE());
 }

@@ -6,6 +6,16 @@
  * sums of squares of global norms; gradients are scaled by the elementwise
  * engine), so parameters may live on any device type with those kernels
  * (cpu, cuda); their state lives there too.
+ *
+ * A step is two passes over the parameters at most, each one parallel region on the cpu:
+ * with clipping, the sums of squares of all host gradients together (rm_sum_squares_list),
+ * then the update of all parameters of a device and dtype by one list kernel
+ * (ADAMW_LIST / SGD_LIST: the elements of every parameter end to end, one contiguous
+ * share per thread). Not one flat buffer of parameters: the model owns its tensors (and
+ * their views, savefiles, device copies), so the optimizer takes them as a list; what a
+ * flat buffer would save beyond this is the walk over ~100 descriptors a step. Per
+ * parameter kernels (update_param) remain for device types without list kernels (cuda:
+ * one launch per parameter). Every element's result is the same bits on either path.
  */
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +24,7 @@
 
 #include "core/core.h"
 #include "core/kernels.h"
+#include "core/optim_loops.h"
 #include "remat/optim.h"
 
 typedef struct opt_param {
@@ -267,28 +278,39 @@ static int sumsq_vector(sumsq_vectors *v, remat_device d, int64_t len, const cha
 }
 
 /* host[i] = the sum of squares of gradient i (0 without one); which[i] = 1 + the vector
- * that holds it when it is made on a device the host cannot address (0: made here). */
+ * that holds it when it is made on a device the host cannot address (0: made here). The
+ * gradients in host memory are summed together (rm_sum_squares_list: one parallel region
+ * over all their chunks, each one's sum the bits of remat_sum_squares_f32/_f64 on it). */
 static remat_status sumsq_each(const remat_optimizer *o, sumsq_vectors *v, double *host,
                                unsigned char *which, int64_t len, const char *call) {
-    for (int i = 0; i < o->n; i++) {
+    const void **x = calloc((size_t)len, sizeof *x);
+    bool *f64 = calloc((size_t)len, sizeof *f64);
+    int64_t *n = calloc((size_t)len, sizeof *n);
+    int rc = x && f64 && n ? REMAT_OK : rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    for (int i = 0; !rc && i < o->n; i++) {
         remat_tensor *g = remat_tensor_grad(o->ps[i].p);
         if (!g) continue;
         const remat_device d = remat_tensor_device(g);
         if (remat_device_host_addressable(d.type)) { /* no vector to allocate (and count) */
-            host[i] = remat_tensor_dtype(g) == REMAT_F64
-                          ? remat_sum_squares_f64(remat_data(g), remat_numel(g))
-                          : remat_sum_squares_f32(remat_data(g), remat_numel(g));
+            x[i] = remat_data(g);
+            f64[i] = remat_tensor_dtype(g) == REMAT_F64;
+            n[i] = remat_numel(g);
             continue;
         }
         const int k = sumsq_vector(v, d, len, call);
-        if (k < 0) return rm_last_status();
+        if (k < 0) {
+            rc = rm_last_status();
+            break;
+        }
         which[i] = (unsigned char)(k + 1);
         const rm_sumsq_kparams sp = {i};
         rm_kargs ka = {.in = {g}, .out = {v->vec[k]}, .params = &sp};
-        int rc = rm_kernel_run(RM_K_SUM_SQUARES, call, &ka);
-        if (rc) return rc;
+        rc = rm_kernel_run(RM_K_SUM_SQUARES, call, &ka);
     }
-    return REMAT_OK;
+    if (!rc && !rm_sum_squares_list(o->n, x, f64, n, host))
+        rc = rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    free(x), free(f64), free(n);
+    return rc;
 }
 
 /* The sum of the squares of every gradient, in double, the gradients' sums added in
@@ -348,33 +370,119 @@ remat_status remat_optim_scale_grads(remat_optimizer *o, double f) {
     return REMAT_OK;
 }
 
+/* q's kernel parameters for an update at rate lr, its gradient read times gscale. */
+static rm_adamw_kparams adamw_kparams(const remat_optimizer *o, const opt_param *q, double lr,
+                                      double gscale) {
+    const remat_optim_options *op = &o->opts;
+    const rm_adamw_kparams h = {lr,           op->beta1, op->beta2, op->eps, q->weight_decay,
+                                q->steps + 1, gscale};
+    return h;
+}
+static rm_sgd_kparams sgd_kparams(const remat_optimizer *o, const opt_param *q, double lr,
+                                  double gscale) {
+    const remat_optim_options *op = &o->opts;
+    const rm_sgd_kparams h = {lr,           op->momentum,  op->dampening, q->weight_decay,
+                              op->nesterov, q->steps == 0, gscale};
+    return h;
+}
+
+static void updated(opt_param *q) {
+    q->steps++;
+    rm_bump_version(q->p);
+}
+
 /* q's update; its gradient read times gscale (1: as it is): by the kernel where it allows
  * it (RM_KF_GRAD_SCALE: the cpu's, cuda's), else by a SCALE pass over g first, the same bits. */
 static remat_status update_param(remat_optimizer *o, opt_param *q, double lr, double gscale,
                                  const char *call) {
     remat_tensor *g = remat_tensor_grad(q->p);
-    const remat_optim_options *op = &o->opts;
-    const rm_kernel_id kid = op->kind == REMAT_OPTIM_ADAMW ? RM_K_ADAMW : RM_K_SGD;
+    const bool adamw = o->opts.kind == REMAT_OPTIM_ADAMW;
+    const rm_kernel_id kid = adamw ? RM_K_ADAMW : RM_K_SGD;
     int rc;
     if (gscale != 1.0 && !rm_kernel_allows(kid, remat_tensor_device(g).type, RM_KF_GRAD_SCALE)) {
         if ((rc = scale_dense(g, gscale, call))) return rc;
         gscale = 1.0;
     }
-    if (op->kind == REMAT_OPTIM_ADAMW) {
-        const rm_adamw_kparams h = {lr,           op->beta1, op->beta2, op->eps, q->weight_decay,
-                                    q->steps + 1, gscale};
+    if (adamw) {
+        const rm_adamw_kparams h = adamw_kparams(o, q, lr, gscale);
         rm_kargs ka = {.in = {g}, .out = {q->p, q->s[0], q->s[1]}, .params = &h};
         rc = rm_kernel_run(RM_K_ADAMW, call, &ka);
     } else {
-        const rm_sgd_kparams h = {lr,           op->momentum,  op->dampening, q->weight_decay,
-                                  op->nesterov, q->steps == 0, gscale};
+        const rm_sgd_kparams h = sgd_kparams(o, q, lr, gscale);
         rm_kargs ka = {.in = {g}, .out = {q->p, q->s[0]}, .params = &h};
         rc = rm_kernel_run(RM_K_SGD, call, &ka);
     }
     if (rc) return rc;
-    q->steps++;
-    rm_bump_version(q->p);
+    updated(q);
     return REMAT_OK;
+}
+
+/* The update of the parameters at[0..m), all on one device and of one dtype, by one list
+ * kernel (ADAMW_LIST / SGD_LIST); w: room for 4m tensors and m kernel parameters. */
+typedef struct list_room {
+    remat_tensor **t;
+    rm_adamw_kparams *ha;
+    rm_sgd_kparams *hs;
+} list_room;
+
+static remat_status update_list(remat_optimizer *o, const int *at, int m, double lr, double gscale,
+                                list_room *w, const char *call) {
+    const bool adamw = o->opts.kind == REMAT_OPTIM_ADAMW;
+    remat_tensor **p = w->t, **g = p + m, **s0 = g + m, **s1 = s0 + m;
+    for (int j = 0; j < m; j++) {
+        const opt_param *q = &o->ps[at[j]];
+        p[j] = q->p, g[j] = remat_tensor_grad(q->p), s0[j] = q->s[0], s1[j] = q->s[1];
+        if (adamw) w->ha[j] = adamw_kparams(o, q, lr, gscale);
+        else w->hs[j] = sgd_kparams(o, q, lr, gscale);
+    }
+    /* the lookup's operands: a parameter with elements (an empty one may have no data, which
+     * rm_kernel_run takes for skip mode); none: nothing to update */
+    int first = 0;
+    while (first < m && remat_numel(p[first]) == 0) first++;
+    const rm_optim_list l = {m, p, g, s0, s1, adamw ? w->ha : NULL, adamw ? NULL : w->hs};
+    rm_kargs ka = {
+        .in = {first < m ? g[first] : NULL}, .out = {first < m ? p[first] : NULL}, .params = &l};
+    int rc = first < m ? rm_kernel_run(adamw ? RM_K_ADAMW_LIST : RM_K_SGD_LIST, call, &ka) : 0;
+    if (rc) return rc;
+    for (int j = 0; j < m; j++) updated(&o->ps[at[j]]);
+    return REMAT_OK;
+}
+
+/* The update of every parameter with a gradient, at rate lr, the gradients read times
+ * gscale. The parameters are taken in groups of one device and dtype (in the order of
+ * their first member); a group whose device type has the list kernel (the cpu) is updated
+ * by one call of it, every element of every parameter in one pass and one parallel region;
+ * another (cuda) by one kernel per parameter (update_param). The same bits either way. */
+static remat_status update_all(remat_optimizer *o, double lr, double gscale, const char *call) {
+    const int n = o->n;
+    const size_t cnt = n > 0 ? (size_t)n : 1;
+    const bool adamw = o->opts.kind == REMAT_OPTIM_ADAMW;
+    list_room w = {malloc(sizeof *w.t * 4 * cnt), adamw ? malloc(sizeof *w.ha * cnt) : NULL,
+                   adamw ? NULL : malloc(sizeof *w.hs * cnt)};
+    int *at = malloc(sizeof *at * cnt);
+    unsigned char *done = malloc(cnt);
+    int rc = w.t && (w.ha || w.hs) && at && done ? REMAT_OK
+                                                 : rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    for (int i = 0; !rc && i < n; i++) done[i] = remat_tensor_grad(o->ps[i].p) == NULL;
+    const rm_kernel_id lid = adamw ? RM_K_ADAMW_LIST : RM_K_SGD_LIST;
+    for (int i = 0; !rc && i < n; i++) {
+        if (done[i]) continue;
+        const remat_device d = remat_tensor_device(o->ps[i].p);
+        const remat_dtype dt = remat_tensor_dtype(o->ps[i].p);
+        int m = 0;
+        for (int j = i; j < n; j++) {
+            const remat_device dj = remat_tensor_device(o->ps[j].p);
+            if (!done[j] && dj.type == d.type && dj.index == d.index &&
+                remat_tensor_dtype(o->ps[j].p) == dt)
+                at[m++] = j, done[j] = 1;
+        }
+        if (rm_kernel_lookup(lid, d.type, dt)) rc = update_list(o, at, m, lr, gscale, &w, call);
+        else
+            for (int j = 0; !rc && j < m; j++)
+                rc = update_param(o, &o->ps[at[j]], lr, gscale, call);
+    }
+    free(w.t), free(w.ha), free(w.hs), free(at), free(done);
+    return rc;
 }
 
 remat_status remat_optim_step(remat_optimizer *o, bool *updated) {
@@ -398,10 +506,7 @@ remat_status remat_optim_step(remat_optimizer *o, bool *updated) {
         o->last_norm = sqrt(ss) * scale;
         scale *= remat_clip_factor(o->last_norm, o->opts.clip_norm);
     }
-    const double lr = remat_optim_lr(o);
-    for (int i = 0; i < o->n; i++)
-        if (remat_tensor_grad(o->ps[i].p) && (rc = update_param(o, &o->ps[i], lr, scale, call)))
-            return rc;
+    if ((rc = update_all(o, remat_optim_lr(o), scale, call))) return rc;
     o->updates++;
     remat_optim_zero_grad(o);
     if (updated) *updated = true;

@@ -189,11 +189,14 @@ static void on_fault(int sig, siginfo_t *si, void *uc) {
     raise(sig);
 }
 
-/* Its kernel rows: a wrapper wherever the cpu has a kernel. */
+/* Its kernel rows: a wrapper wherever the cpu has a kernel, but the optimizer's list
+ * kernels, whose tensors are in their parameters where the wrapper cannot open them: the
+ * optimizer updates one parameter at a time here, as on cuda. */
 static void fenced_registered(int type) {
     for (int k = 0; k < RM_K_COUNT; k++)
         for (int dt = 0; dt < RM_N_DTYPES; dt++)
-            if (rm_kernel_lookup((rm_kernel_id)k, REMAT_CPU, (remat_dtype)dt))
+            if (k != RM_K_ADAMW_LIST && k != RM_K_SGD_LIST &&
+                rm_kernel_lookup((rm_kernel_id)k, REMAT_CPU, (remat_dtype)dt))
                 rm_kernel_register((rm_kernel_id)k, type, (remat_dtype)dt, k_wrappers[k][dt]);
 }
 
@@ -204,6 +207,7 @@ static void fenced_registered(int type) {
 static const unsigned char k_fenced_flags[RM_K_COUNT] = {
     [RM_K_MSE_BWD] = RM_KF_IN_PLACE,
     [RM_K_LAYER_NORM] = RM_KF_BF16_Y,
+    [RM_K_RMS_NORM] = RM_KF_BF16_Y,
     [RM_K_ADD_LAYER_NORM] = RM_KF_BF16_Y | RM_KF_AUTOCAST_KEEP,
     [RM_K_CROSS_ENTROPY] = RM_KF_AUTOCAST_KEEP,
 };

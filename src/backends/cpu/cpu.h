@@ -38,9 +38,10 @@
     X(ADD_LAYER_NORM, add_layer_norm, F32_F64)                                                     \
     X(DROPOUT, dropout, F32_F64)                                                                   \
     X(DROPOUT_BWD, dropout_bwd, F32_F64)                                                           \
-    /* rms_norm.c (bf16 through f32: rm_cpu_bf16_via_f32) */                                       \
+    /* rms_norm.c (bf16 through f32: rm_cpu_bf16_via_f32; the backward's bf16 g of an f32 x \
+     * read by the f32 kernel) */      \
     X(RMS_NORM, rms_norm, F32_F64)                                                                 \
-    X(RMS_NORM_BWD, rms_norm_bwd, F32_F64)                                                         \
+    X(RMS_NORM_BWD, rms_norm_bwd, F32_F64_BF16)                                                    \
     /* rope.c (bf16 through f32) */                                                                \
     X(ROPE, rope, F32_F64)                                                                         \
     /* matmul: matmul.c (bf16 too: oneDNN's bf16 GEMM), attention.c (they switch on the   \
@@ -57,7 +58,9 @@
     /* optim: optim.c (the loops of src/core/optim_loops.h; they switch on the dtype) */           \
     X(ADAMW, adamw, FLOAT)                                                                         \
     X(SGD, sgd, FLOAT)                                                                             \
-    X(SUM_SQUARES, sum_squares, FLOAT)
+    X(SUM_SQUARES, sum_squares, FLOAT)                                                             \
+    X(ADAMW_LIST, adamw_list, FLOAT)                                                               \
+    X(SGD_LIST, sgd_list, FLOAT)
 RM_CPU_KERNELS(RM_CPU_DECL)
 
 /* ---- what the cpu backend's record (device.c) lends the core ------------------------- */

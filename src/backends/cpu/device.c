@@ -81,12 +81,13 @@ static const rm_host_ops k_host = {
  * a dying input (the unary backward's in-place twin runs the same expressions; mse's is
  * elementwise), and the GEMM that rounds an f32 gradient for a bf16 product itself. The
  * optimizer updates that read the gradient scaled (src/core/optim_loops.h). The norms
- * that write a bf16 y (nn_body.h: remat_layer_norm_to). */
+ * that write a bf16 y (nn_body.h: remat_layer_norm_to; rms_norm_body.h: remat_rms_norm_to). */
 static const unsigned char k_flags[RM_K_COUNT] = {
     [RM_K_UNARY_BWD] = RM_KF_IN_PLACE, [RM_K_BIAS_GELU_BWD] = RM_KF_IN_PLACE,
     [RM_K_MSE_BWD] = RM_KF_IN_PLACE,   [RM_K_MATMUL] = RM_KF_WIDE_GRAD,
     [RM_K_ADAMW] = RM_KF_GRAD_SCALE,   [RM_K_SGD] = RM_KF_GRAD_SCALE,
     [RM_K_LAYER_NORM] = RM_KF_BF16_Y,  [RM_K_ADD_LAYER_NORM] = RM_KF_BF16_Y,
+    [RM_K_RMS_NORM] = RM_KF_BF16_Y,
 };
 
 const rm_backend rm_backend_cpu = {

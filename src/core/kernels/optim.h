@@ -23,7 +23,12 @@
     X(SGD, "sgd update")                                                                           \
     /* s[at] = sum over i of x[i]^2 in double. in: x; out: s (f64, contiguous, on x's        \
      * device, more than `at` elements). rm_sumsq_kparams */     \
-    X(SUM_SQUARES, "sum of squares")
+    X(SUM_SQUARES, "sum of squares")                                                               \
+    /* The updates of many tensors in one kernel (the optimizer's step over its parameters):  \
+     * tensor i updated as ADAMW / SGD would update it with its own params[i]. rm_optim_list; \
+     * in[0], out[0]: the first gradient and parameter (the lookup's operands) */    \
+    X(ADAMW_LIST, "adamw update, many tensors")                                                    \
+    X(SGD_LIST, "sgd update, many tensors")
 
 /* ADAMW: remat_adamw_hparams' fields (remat/optim.h). grad_scale (0: none) is a factor the
  * gradient is read with, g rounded times it (the optimizer's mean over micro-batches and
@@ -44,6 +49,21 @@ typedef struct rm_sgd_kparams {
 typedef struct rm_sumsq_kparams {
     int64_t at;
 } rm_sumsq_kparams;
+
+/* ADAMW_LIST, SGD_LIST: n tensors of one dtype on one device, each contiguous; p[i],
+ * g[i] and the state s0[i] (AdamW's m, SGD's momentum buffer; NULL entries without
+ * momentum), s1[i] (AdamW's v) have the same number of elements; adamw[i] (ADAMW_LIST) or
+ * sgd[i] (SGD_LIST) are tensor i's parameters, grad_scale included: a list kernel always
+ * reads it (no RM_KF_GRAD_SCALE needed). The kernel reads its tensors from here, not from
+ * in[]/out[], so a wrapper that opens only a kernel's operands (tests' fenced device) must
+ * not offer it. A device type without these kernels gets one ADAMW / SGD per tensor:
+ * every element's result is the same bits either way. */
+typedef struct rm_optim_list {
+    int n;
+    struct remat_tensor *const *p, *const *g, *const *s0, *const *s1;
+    const rm_adamw_kparams *adamw;
+    const rm_sgd_kparams *sgd;
+} rm_optim_list;
 
 /* The scalars of an AdamW update, formed in double from the hyperparameters and rounded
  * once: f64 kernels use the double ones, f32 kernels the float ones. */
