@@ -9,11 +9,18 @@
  * Times are CPU time of the process (CLOCK_PROCESS_CPUTIME_ID, robust to other load
  * on a shared machine; with 2 threads it also counts OpenMP threads spinning: run with
  * OMP_WAIT_POLICY=passive to count only work), ms per call, median [min-max].
+ * Each rep also times an n = 1024 square GEMM of each dtype (rm_sgemm, rm_bgemm), the
+ * yardstick of `remat bench --profile`: a pass's floor is its FLOPs (the causal mask's
+ * visible query-key pairs; forward S and P·V, backward S, dP, dV, dQ and dK) at the
+ * median rate, and "x floor" is its median time over that.
  *
- *   bench_attention [reps]   (default 15; threads 1 and 2, or $BENCH_THREADS) */
+ *   bench_attention [reps]   (default 15; threads 1 and 2, or $BENCH_THREADS)
+ *
+ * For profilers: BENCH_ONLY=f32 (or bf16) runs that dtype's kernels alone and no yardstick. */
 #include <stdint.h>
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/gemm.h"
 #include "bench_util.h"
 #include "core/core.h"
 #include "core/kernels.h"
@@ -85,6 +92,14 @@ static void run(att_set *s, remat_dtype dt, double *fwd, double *bwd) {
     *fwd = c1 - c0, *bwd = cpu_now() - c1;
 }
 
+/* CPU seconds of one n x n x n GEMM of dtype dt (f32: rm_sgemm, bf16: rm_bgemm) on a, b, c. */
+static double gemm_seconds(remat_dtype dt, int64_t n, void *a, void *b, void *c) {
+    double c0 = cpu_now();
+    if (dt == REMAT_F32) rm_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    else rm_bgemm(false, false, n, n, n, a, n, b, n, 0.0f, c, n);
+    return cpu_now() - c0;
+}
+
 /* "median [min-max]" of v[0..n) in ms */
 static const char *stat_str(char *buf, size_t size, const double *v, int n) {
     double lo = v[0], hi = v[0];
@@ -97,7 +112,7 @@ int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 15;
     if (reps < 1 || reps > MAX_REPS) reps = 15;
     int threads[2] = {1, 2}, nthreads = 2;
-    const char *env = getenv("BENCH_THREADS");
+    const char *env = getenv("BENCH_THREADS"), *only = getenv("BENCH_ONLY");
     if (env) threads[0] = atoi(env), nthreads = 1;
     remat_tensor *qkv = NULL, *g = NULL;
     CHECK(remat_rand_normal(&qkv, 1, (const int64_t[]){(int64_t)B * T * 3 * H * D}, 0, 1, REMAT_F32,
@@ -105,28 +120,52 @@ int main(int argc, char **argv) {
     CHECK(remat_rand_normal(&g, 1, (const int64_t[]){(int64_t)B * T * H * D}, 0, 0.01, REMAT_F32,
                             REMAT_DEVICE_CPU));
     att_set s32 = make_set(qkv, g, REMAT_F32), s16 = make_set(qkv, g, REMAT_BF16);
+    const int64_t GN = 1024, GN2 = GN * GN;
+    float *ga = calloc((size_t)GN2, sizeof(float) * 3); /* the yardstick's operands */
+    if (!ga) return 1;
+    /* visible pairs of a causal head, and the FLOPs of a forward and a backward */
+    const double pairs = (double)T * (T + 1) / 2, nb = (double)B * H;
+    const double flops[2] = {nb * pairs * 2.0 * (2 * D), nb * pairs * 2.0 * (5 * D)};
     printf("fused causal attention, B %d H %d T %d D %d (per-head views of a packed qkv), "
            "%d reps interleaved; CPU ms per call, median [min-max]\n",
            B, H, T, D, reps);
-    printf("%-7s %-8s %-26s %-26s %s\n", "threads", "pass", "f32", "bf16", "bf16/f32");
+    printf("%-7s %-8s %-26s %-9s %-26s %-9s %s\n", "threads", "pass", "f32", "x floor", "bf16",
+           "x floor", "bf16/f32");
     for (int ti = 0; ti < nthreads; ti++) {
 #ifdef _OPENMP
         omp_set_num_threads(threads[ti]);
 #endif
         double t[2][2][MAX_REPS], w;  /* [f32, bf16][fwd, bwd] */
+        double gt[2][MAX_REPS];       /* [f32, bf16] the yardstick GEMM */
         run(&s32, REMAT_F32, &w, &w); /* warm-up: pages, primitives, thread team */
         run(&s16, REMAT_BF16, &w, &w);
         for (int i = 0; i < reps; i++) {
-            run(&s32, REMAT_F32, &t[0][0][i], &t[0][1][i]);
-            run(&s16, REMAT_BF16, &t[1][0][i], &t[1][1][i]);
+            if (only && strcmp(only, "f32") != 0) t[0][0][i] = t[0][1][i] = 0;
+            else run(&s32, REMAT_F32, &t[0][0][i], &t[0][1][i]);
+            if (only && strcmp(only, "bf16") != 0) t[1][0][i] = t[1][1][i] = 0;
+            else run(&s16, REMAT_BF16, &t[1][0][i], &t[1][1][i]);
+            if (only) {
+                gt[0][i] = gt[1][i] = 1;
+                continue;
+            }
+            gt[0][i] = gemm_seconds(REMAT_F32, GN, ga, ga + GN2, ga + 2 * GN2);
+            gt[1][i] = gemm_seconds(REMAT_BF16, GN, ga, ga + GN2, ga + 2 * GN2);
         }
+        double rate[2]; /* FLOP/s */
+        for (int dt = 0; dt < 2; dt++)
+            rate[dt] = 2.0 * (double)GN2 * (double)GN / median(gt[dt], reps);
+        printf("%-7d GEMM n=%lld: f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s (median)\n", threads[ti],
+               (long long)GN, rate[0] * 1e-9, rate[1] * 1e-9);
         for (int p = 0; p < 2; p++) {
             char a[64], b[64];
-            printf("%-7d %-8s %-26s %-26s %.3f\n", threads[ti], p ? "backward" : "forward",
-                   stat_str(a, sizeof a, t[0][p], reps), stat_str(b, sizeof b, t[1][p], reps),
+            printf("%-7d %-8s %-26s %-9.2f %-26s %-9.2f %.3f\n", threads[ti],
+                   p ? "backward" : "forward", stat_str(a, sizeof a, t[0][p], reps),
+                   median(t[0][p], reps) * rate[0] / flops[p], stat_str(b, sizeof b, t[1][p], reps),
+                   median(t[1][p], reps) * rate[1] / flops[p],
                    median(t[1][p], reps) / median(t[0][p], reps));
         }
     }
+    free(ga);
     free_set(&s32), free_set(&s16);
     remat_release(qkv), remat_release(g);
     return 0;

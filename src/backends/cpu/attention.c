@@ -133,13 +133,7 @@ static int att_for(int64_t n, double work, att_item_fn fn, const att_run *r) {
 
 #define ATT_LANES 16
 
-/* ---- f32 and f64: attention_body.h, once per dtype ------------------------------------- */
-#define T f32
-#define ATT_GEMM rm_sgemm
-#define ATT_EXPF rm_expf_v
-#define ATT_LOGF logf
-#include "attention_body.h"
-
+/* ---- f64: attention_body.h (written for any float type; f32 takes the tiles below) ---- */
 #define T f64
 #define ATT_GEMM rm_dgemm
 #define ATT_EXPF exp
@@ -271,36 +265,6 @@ static void *att_scratch_mine(const att_scratch *s) {
     return s->base + s->per * (size_t)(s->n > 1 ? ATT_THREAD_NUM() : 0);
 }
 
-/* rows × cols from src (row stride sld) to dst (row stride dld): an inline
- * loop, rows are short (a head's 64 elements) for a memcpy call each. */
-RM_CPU_CLONES static void att_copy_rows(bf16 *restrict dst, int64_t dld, const bf16 *restrict src,
-                                        int64_t sld, int64_t rows, int64_t cols) {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) dst[r * dld + c] = src[r * sld + c];
-}
-
-/* rows × cols of bf16 matrix src (row stride ld) as a dense matrix: src
- * itself when its rows are contiguous, else copied into buf. oneDNN 2.6
- * runs a bf16 matmul on strided operands (the GPT's per-head views) through
- * its gemm-based implementation, which packs both operands and allocates
- * at every call; on dense ones it takes brgemm, 15-25% faster per call at
- * these sizes even counting the copy. */
-static const bf16 *att_dense(const bf16 *src, int64_t ld, int64_t rows, int64_t cols, bf16 *buf) {
-    if (ld == cols || rows <= 1) return src;
-    att_copy_rows(buf, cols, src, ld, rows, cols);
-    return buf;
-}
-
-/* dst (m, n; row stride ld) = A (m, kn) · B (kn, n), dense bf16 operands, rounded
- * once: written straight into dst when its rows are contiguous, else made dense
- * in buf and copied out (att_dense's reverse). */
-static void att_bgemm_rows(int64_t m, int64_t n, int64_t kn, const bf16 *a, const bf16 *b,
-                           bf16 *dst, int64_t ld, bf16 *buf) {
-    bool direct = ld == n || m == 1;
-    rm_bgemm(false, false, m, n, kn, a, kn, b, n, 0.0f, direct ? dst : buf, n);
-    if (!direct) att_copy_rows(dst, ld, buf, n, m, n);
-}
-
 /* x · sc as its own f32 product: never fused with what follows into one FMA
  * (the scores are scaled, then the max subtracted, each rounded). */
 static inline f32 att_scaled(f32 x, f32 sc) { return x * sc; }
@@ -325,6 +289,13 @@ RM_CPU_CLONES static f32 att_scaled_max(const f32 *restrict x, f32 sc, int64_t n
     return best;
 }
 
+/* The tiles' exp: its argument is never above 0 (a scaled score less the row's max, or
+ * less the row's lse, which is at least the max), so rm_expf_neg_v serves: the Cephes
+ * polynomial with FMAs and no overflow or subnormal cases (results below exp(-87) flush
+ * to 0), about half the instructions of rm_expf_v, which took ~10% of the f32 kernels'
+ * time at the GPT's shape. */
+#define ATT_EXP rm_expf_neg_v
+
 /* x[j] = exp(x[j] · sc − sub) for j < n, returns their sum: att_exp_inplace_f32
  * on the scaled scores (the same ATT_LANES partial sums), scaling in the same pass. */
 RM_CPU_CLONES static f32 att_exp_scaled(f32 *restrict x, f32 sc, f32 sub, int64_t n) {
@@ -332,7 +303,7 @@ RM_CPU_CLONES static f32 att_exp_scaled(f32 *restrict x, f32 sc, f32 sub, int64_
     int64_t i = 0;
     for (; i + ATT_LANES <= n; i += ATT_LANES)
         for (int j = 0; j < ATT_LANES; j++) {
-            f32 e = rm_expf_v(att_scaled(x[i + j], sc) - sub);
+            f32 e = ATT_EXP(att_scaled(x[i + j], sc) - sub);
             x[i + j] = e;
             acc[j] += e;
         }
@@ -340,7 +311,7 @@ RM_CPU_CLONES static f32 att_exp_scaled(f32 *restrict x, f32 sc, f32 sub, int64_
         f32 t[ATT_LANES];
         int64_t rem = n - i;
         for (int j = 0; j < ATT_LANES; j++)
-            t[j] = rm_expf_v(att_scaled(j < rem ? x[i + j] : 0.0f, sc) - sub);
+            t[j] = ATT_EXP(att_scaled(j < rem ? x[i + j] : 0.0f, sc) - sub);
         for (int64_t j = 0; j < rem; j++) { /* summed into acc[0] in order, as one by one */
             x[i + j] = t[j];
             acc[0] += t[j];
@@ -349,32 +320,6 @@ RM_CPU_CLONES static f32 att_exp_scaled(f32 *restrict x, f32 sc, f32 sub, int64_
     for (int w = ATT_LANES / 2; w > 0; w /= 2)
         for (int j = 0; j < w; j++) acc[j] += acc[j + w];
     return acc[0];
-}
-
-/* Forward probabilities of query rows [i0, i0 + m) against keys [0, kn)
- * from dense bf16 q rows qd (m, D) and keys kd (kn, D): s (m, kn) gets the
- * unscaled f32 scores, then per row the max of the scaled scores, their
- * exps (unnormalised, in s) and P = exp · (1 / sum) rounded to bf16 into
- * pb (m, kn; masked entries 0); the row lse goes to lse_out. Three passes
- * over a row: the scaling is done where the scores are read (bitwise
- * scaling them in place first). */
-RM_CPU_CLONES static void att_probs_bgemm(const att_dims *d, const bf16 *qd, const bf16 *kd,
-                                          int64_t i0, int64_t m, int64_t kn, f32 *restrict s,
-                                          bf16 *restrict pb, f32 *lse_out) {
-    rm_bgemm_f32(false, true, m, kn, d->D, qd, d->D, kd, d->D, 0.0f, s, kn);
-    const f32 sc = (f32)d->scale;
-    for (int64_t r = 0; r < m; r++) {
-        f32 *sr = s + r * kn;
-        bf16 *pr = pb + r * kn;
-        int64_t lim = att_row_lim(d, i0 + r, kn);
-        f32 mx = lim > 0 ? att_scaled_max(sr, sc, lim) : -INFINITY;
-        f32 sub = mx == -INFINITY ? 0.0f : mx; /* all -inf: avoid inf - inf */
-        f32 sum = att_exp_scaled(sr, sc, sub, lim);
-        f32 inv = 1.0f / sum;
-        for (int64_t j = 0; j < lim; j++) pr[j] = rm_f32_to_bf16(sr[j] * inv);
-        memset(pr + lim, 0, sizeof(bf16) * (size_t)(kn - lim));
-        lse_out[i0 + r] = lim > 0 ? sub + logf(sum) : -INFINITY;
-    }
 }
 
 /* The forward's per-thread scratch starts with which batch entry's keys and
@@ -387,63 +332,10 @@ typedef struct att_kv_cache {
 } att_kv_cache;
 #define ATT_HEADER 64 /* bytes before the buffers: the cache, and f32 alignment */
 
-/* Rows [0, kn) of src (batch entry b, cols wide, row stride ld) dense: src
- * itself when it is, else buf after copying the rows past *have. */
-static const bf16 *att_dense_cached(const bf16 *src, int64_t ld, int64_t kn, int64_t cols,
-                                    bf16 *buf, int64_t *have) {
-    if (ld == cols || kn <= 1) return src;
-    if (kn > *have) {
-        att_copy_rows(buf + *have * cols, cols, src + *have * ld, ld, kn - *have, cols);
-        *have = kn;
-    }
-    return buf;
-}
-
-/* Forward scratch per thread: the header, a block's scores (f32) and P
- * (bf16), the dense keys and values of one entry, a block's q and output
- * rows. */
-static size_t att_fwd_scratch(const att_dims *d) {
-    int64_t kmax = att_keys(d, d->Tq);
-    return ATT_HEADER + (sizeof(f32) + sizeof(bf16)) * (size_t)(ATT_QB * kmax) +
-           sizeof(bf16) * (size_t)(ATT_QB * (d->D + d->Dv) + kmax * (d->D + d->Dv));
-}
-
 /* Marks every thread's key/value cache empty. */
 static void att_fwd_scratch_clear(const att_scratch *scr) {
     for (int t = 0; t < scr->n; t++)
         *(att_kv_cache *)(void *)(scr->base + scr->per * (size_t)t) = (att_kv_cache){-1, 0, 0};
-}
-
-/* Forward of one (batch entry, query block) item. */
-static void att_fwd_item_bgemm(const att_dims *d, const att_mat *q, const att_mat *k,
-                               const att_mat *v, const att_mat *o, f32 *lse, const att_scratch *scr,
-                               int64_t item) {
-    int64_t nqb = (d->Tq + ATT_QB - 1) / ATT_QB;
-    int64_t b = item / nqb, i0 = (item % nqb) * ATT_QB;
-    int64_t m = d->Tq - i0 < ATT_QB ? d->Tq - i0 : ATT_QB;
-    int64_t kn = att_keys(d, i0 + m), kmax = att_keys(d, d->Tq);
-    bf16 *ob = (bf16 *)o->base + o->off[b] + i0 * o->ld;
-    if (kn == 0) { /* no keys: an empty sum, as matmul with an empty inner dim */
-        for (int64_t r = 0; r < m; r++) {
-            memset(ob + r * o->ld, 0, sizeof(bf16) * (size_t)d->Dv);
-            lse[b * d->Tq + i0 + r] = -INFINITY;
-        }
-        return;
-    }
-    char *mine = att_scratch_mine(scr);
-    att_kv_cache *kv = (att_kv_cache *)(void *)mine;
-    f32 *s = (f32 *)(void *)(mine + ATT_HEADER);
-    bf16 *pb = (bf16 *)(s + ATT_QB * kmax), *kbuf = pb + ATT_QB * kmax;
-    bf16 *vbuf = kbuf + kmax * d->D, *qbuf = vbuf + kmax * d->Dv, *obuf = qbuf + ATT_QB * d->D;
-    if (kv->b != b) *kv = (att_kv_cache){b, 0, 0};
-    const bf16 *qd =
-        att_dense((const bf16 *)q->base + q->off[b] + i0 * q->ld, q->ld, m, d->D, qbuf);
-    const bf16 *kd =
-        att_dense_cached((const bf16 *)k->base + k->off[b], k->ld, kn, d->D, kbuf, &kv->krows);
-    const bf16 *vd =
-        att_dense_cached((const bf16 *)v->base + v->off[b], v->ld, kn, d->Dv, vbuf, &kv->vrows);
-    att_probs_bgemm(d, qd, kd, i0, m, kn, s, pb, lse + b * d->Tq);
-    att_bgemm_rows(m, d->Dv, kn, pb, vd, ob, o->ld, obuf); /* O = P·V */
 }
 
 /* The output rows O that δ reads were last written in the forward: one
@@ -454,119 +346,38 @@ static void att_fwd_item_bgemm(const att_dims *d, const att_mat *q, const att_ma
  * same for the rows att_copy_rows reads or writes, and for att_round's
  * rows, measured no gain or a loss. */
 #define ATT_AHEAD 8
-static inline void att_prefetch_row(const bf16 *row, int64_t cols) {
-    for (int64_t c = 0; c < cols; c += 32) __builtin_prefetch(row + c); /* 64-byte lines */
+static inline void att_prefetch_row(const void *row, size_t bytes) {
+    for (size_t c = 0; c < bytes; c += 64) __builtin_prefetch((const char *)row + c);
 }
 
-/* f32 sum of x[i]·y[i] over bf16 rows (δ = rowsum(dO ∘ O)), in ATT_LANES
- * partial sums as att_exp_inplace. */
-RM_CPU_CLONES static f32 att_dot_bf16(const bf16 *x, const bf16 *y, int64_t n) {
-    f32 acc[ATT_LANES] = {0};
-    int64_t i = 0;
-    for (; i + ATT_LANES <= n; i += ATT_LANES)
-        for (int j = 0; j < ATT_LANES; j++)
-            acc[j] += rm_bf16_to_f32(x[i + j]) * rm_bf16_to_f32(y[i + j]);
-    for (; i < n; i++) acc[0] += rm_bf16_to_f32(x[i]) * rm_bf16_to_f32(y[i]);
-    for (int w = ATT_LANES / 2; w > 0; w /= 2)
-        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
-    return acc[0];
+/* f32 rows stored as f32 (the f32 tiles' dK and dV sums). */
+static inline void att_copy_f32_row(const f32 *src, f32 *dst, int64_t n) {
+    memcpy(dst, src, sizeof(f32) * (size_t)n);
+}
+static inline void att_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const f32 *A,
+                             int64_t lda, const f32 *B, int64_t ldb, float beta, f32 *C,
+                             int64_t ldc) {
+    rm_sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
-/* Backward probabilities of an (m, kn) block from its f32 scores s (as the
- * forward's GEMM gives them) and the saved lse: P = exp(s · sc − lse),
- * rounded into pb (masked entries 0); with dp (dP = dO · Vᵀ, computed
- * before) also dS = P ∘ (dP − δ) · sc from the f32 P, rounded into dsb,
- * row by row while the row is in L1 (PyTorch is kept in s only for that): one
- * pass over the block where P and dS took two, between which the whole
- * f32 P went through memory. (P and dS in a single loop measured slower
- * than these three short loops per row.) */
-RM_CPU_CLONES static void att_bwd_probs(const att_dims *d, int64_t i0, int64_t m, int64_t kn,
-                                        f32 *restrict s, const f32 *lse, const f32 *restrict dp,
-                                        const f32 *restrict delta, bf16 *restrict pb,
-                                        bf16 *restrict dsb) {
-    const f32 sc = (f32)d->scale;
-    for (int64_t r = 0; r < m; r++) {
-        f32 *sr = s + r * kn;
-        bf16 *pr = pb + r * kn;
-        int64_t lim = att_row_lim(d, i0 + r, kn);
-        f32 l = lse[i0 + r];
-        if (l == -INFINITY) l = 0; /* no keys: every p is 0 anyway */
-        if (!dp) {
-            for (int64_t j = 0; j < lim; j++) pr[j] = rm_f32_to_bf16(rm_expf_v(sr[j] * sc - l));
-            memset(pr + lim, 0, sizeof(bf16) * (size_t)(kn - lim));
-            continue;
-        }
-        const f32 *dpr = dp + r * kn, dl = delta[r];
-        bf16 *dsr = dsb + r * kn;
-        for (int64_t j = 0; j < lim; j++) {
-            f32 e = rm_expf_v(sr[j] * sc - l);
-            sr[j] = e;
-            pr[j] = rm_f32_to_bf16(e);
-        }
-        for (int64_t j = lim; j < kn; j++) sr[j] = 0;
-        memset(pr + lim, 0, sizeof(bf16) * (size_t)(kn - lim));
-        for (int64_t j = 0; j < kn; j++) dsr[j] = rm_f32_to_bf16(sr[j] * (dpr[j] - dl) * sc);
-    }
-}
+/* ---- the tiles, once per operand type: attention_tile_body.h --------------------------- */
+#define T bf16
+#define ATT_TO_F32 rm_bf16_to_f32
+#define ATT_OF_F32 rm_f32_to_bf16
+#define ATT_GEMM_F32 rm_bgemm_f32
+#define ATT_GEMM_T rm_bgemm
+#define ATT_STORE_ROW rm_bf16_round_run
+#define ATT_DENSE 1
+#include "attention_tile_body.h"
 
-/* Backward scratch per thread: the scores and dP (f32, a block), δ, the dK
- * and dV sums (f32) of a batch entry, P and dS rounded (bf16, a block),
- * dense copies of the keys and values, and of a block's q, dO and dQ rows. */
-static size_t att_bwd_scratch(const att_dims *d) {
-    int64_t kmax = att_keys(d, d->Tq), mb = d->Tq < ATT_QB ? d->Tq : ATT_QB;
-    return sizeof(f32) * (size_t)(2 * mb * kmax + mb + d->Tk * (d->D + d->Dv)) +
-           sizeof(bf16) * (size_t)(2 * mb * kmax + kmax * (d->D + d->Dv) + mb * (2 * d->D + d->Dv));
-}
-
-/* Backward of kv entry bk: its query entries b = bk·group + j in turn (dq, dk, dv may be
- * NULL); mt = q, k, v, o, go. Query entries and their query blocks in order, so dK and dV
- * sum in a fixed order (in f32, rounded once). Per block: S = Q·Kᵀ and dP = dO·Vᵀ, then
- * one pass makes P and dS from them (att_bwd_probs), then dV += Pᵀ·dO, dQ = dS·K,
- * dK += dSᵀ·Q. */
-static void att_bwd_entry_bgemm(const att_dims *d, const att_mat *const *mt, const f32 *lse,
-                                const att_mat *dq, const att_mat *dk, const att_mat *dv,
-                                const att_scratch *scr, int64_t bk) {
-    const att_mat *q = mt[0], *k = mt[1], *v = mt[2], *o = mt[3], *go = mt[4];
-    int64_t kmax = att_keys(d, d->Tq), mb = d->Tq < ATT_QB ? d->Tq : ATT_QB;
-    f32 *s = att_scratch_mine(scr), *dp = s + mb * kmax, *delta = dp + mb * kmax;
-    f32 *dks = delta + mb, *dvs = dks + d->Tk * d->D;
-    bf16 *pb = (bf16 *)(dvs + d->Tk * d->Dv), *dsb = pb + mb * kmax, *kbuf = dsb + mb * kmax;
-    bf16 *vbuf = kbuf + kmax * d->D, *qbuf = vbuf + kmax * d->Dv, *gbuf = qbuf + mb * d->D;
-    bf16 *dqbuf = gbuf + mb * d->Dv;
-    const int64_t b0 = bk * d->group; /* the kv operands' entries are read at any of the group's */
-    memset(dks, 0, sizeof(f32) * (size_t)(d->Tk * (d->D + d->Dv)));
-    const bf16 *kd = att_dense((const bf16 *)k->base + k->off[b0], k->ld, kmax, d->D, kbuf);
-    const bf16 *vd = att_dense((const bf16 *)v->base + v->off[b0], v->ld, kmax, d->Dv, vbuf);
-    for (int64_t b = b0; b < b0 + d->group; b++)
-        for (int64_t i0 = 0; i0 < d->Tq; i0 += ATT_QB) {
-            int64_t m = d->Tq - i0 < ATT_QB ? d->Tq - i0 : ATT_QB;
-            int64_t kn = att_keys(d, i0 + m);
-            const bf16 *goi = (const bf16 *)go->base + go->off[b] + i0 * go->ld;
-            const bf16 *oi = (const bf16 *)o->base + o->off[b] + i0 * o->ld;
-            bf16 *dqi = dq ? (bf16 *)dq->base + dq->off[b] + i0 * dq->ld : NULL;
-            if (att_keyless(kn, dqi, dq ? dq->ld : 0, m, d->D, sizeof(bf16))) continue;
-            const bf16 *qd =
-                att_dense((const bf16 *)q->base + q->off[b] + i0 * q->ld, q->ld, m, d->D, qbuf);
-            const bf16 *god = att_dense(goi, go->ld, m, d->Dv, gbuf);
-            bool grads = dqi || dk;                                                  /* dS wanted */
-            rm_bgemm_f32(false, true, m, kn, d->D, qd, d->D, kd, d->D, 0.0f, s, kn); /* S */
-            if (grads) {
-                rm_bgemm_f32(false, true, m, kn, d->Dv, god, d->Dv, vd, d->Dv, 0.0f, dp, kn);
-                for (int64_t r = 0; r < m; r++) { /* δ = rowsum(dO ∘ O) */
-                    if (r + ATT_AHEAD < m) att_prefetch_row(oi + (r + ATT_AHEAD) * o->ld, d->Dv);
-                    delta[r] = att_dot_bf16(god + r * d->Dv, oi + r * o->ld, d->Dv);
-                }
-            }
-            att_bwd_probs(d, i0, m, kn, s, lse + b * d->Tq, grads ? dp : NULL, delta, pb, dsb);
-            if (dv) /* dV[0:kn] += Pᵀ · dO */
-                rm_bgemm_f32(true, false, kn, d->Dv, m, pb, kn, god, d->Dv, 1.0f, dvs, d->Dv);
-            if (dqi) att_bgemm_rows(m, d->D, kn, dsb, kd, dqi, dq->ld, dqbuf); /* dQ = dS · K */
-            if (dk) /* dK[0:kn] += dSᵀ · Q */
-                rm_bgemm_f32(true, false, kn, d->D, m, dsb, kn, qd, d->D, 1.0f, dks, d->D);
-        }
-    if (dk) att_round(dks, d->Tk, d->D, (bf16 *)dk->base + dk->off[b0], dk->ld);
-    if (dv) att_round(dvs, d->Tk, d->Dv, (bf16 *)dv->base + dv->off[b0], dv->ld);
-}
+#define T f32
+#define ATT_TO_F32(x) (x)
+#define ATT_OF_F32(x) (x)
+#define ATT_GEMM_F32 att_sgemm
+#define ATT_GEMM_T att_sgemm
+#define ATT_STORE_ROW att_copy_f32_row
+#define ATT_DENSE 0
+#include "attention_tile_body.h"
 
 /* ---- bf16 without native bf16 GEMMs: widened per batch entry --------------------------- */
 
@@ -577,9 +388,10 @@ static att_mat att_widened(const att_mat *m, int64_t b, int64_t rows, int64_t co
     return (att_mat){buf, zero, cols};
 }
 
-/* Forward of batch entry b: every query block of it, in order. */
+/* Forward of batch entry b: every query block of it, in order, through the f32 tiles. */
 static remat_status att_fwd_entry_widened(const att_dims *d, const att_mat *q, const att_mat *k,
-                                          const att_mat *v, const att_mat *o, f32 *lse, int64_t b) {
+                                          const att_mat *v, const att_mat *o, f32 *lse,
+                                          const att_scratch *scr, int64_t b) {
     static const int64_t zero = 0;
     att_dims d1 = *d;
     d1.nb = 1;
@@ -591,73 +403,67 @@ static remat_status att_fwd_entry_widened(const att_dims *d, const att_mat *q, c
     att_mat mk = att_widened(k, b, d->Tk, d->D, kf, &zero);
     att_mat mv = att_widened(v, b, d->Tk, d->Dv, vf, &zero);
     att_mat mo = {of, &zero, d->Dv};
-    int rc = REMAT_OK;
+    *(att_kv_cache *)att_scratch_mine(scr) = (att_kv_cache){-1, 0, 0}; /* new buffers */
     int64_t nqb = (d->Tq + ATT_QB - 1) / ATT_QB;
-    for (int64_t it = 0; it < nqb && !rc; it++)
-        rc = att_fwd_item_f32(&d1, &mq, &mk, &mv, &mo, lse + b * d->Tq, it);
-    if (!rc) att_round(of, d->Tq, d->Dv, (uint16_t *)o->base + o->off[b], o->ld);
+    for (int64_t it = 0; it < nqb; it++)
+        att_fwd_item_tile_f32(&d1, &mq, &mk, &mv, &mo, lse + b * d->Tq, scr, it);
+    att_round(of, d->Tq, d->Dv, (uint16_t *)o->base + o->off[b], o->ld);
     free(buf);
-    return rc;
+    return REMAT_OK;
 }
 
-/* Backward of kv entry bk (dq, dk, dv may be NULL): its keys and values widened once, then
- * each of its query entries b = bk·group + j widened in turn and run through the f32 item,
- * which adds to the f32 dK and dV (rounded once at the end) and writes b's dQ. */
+/* Backward of kv entry bk (dq, dk, dv may be NULL): its keys and values and its query
+ * entries b = bk·group + j widened (one group's worth, never whole operands), then the
+ * f32 tiles' entry on them, and the gradients rounded once. */
 static remat_status att_bwd_entry_widened(const att_dims *d, const att_mat *const *m,
                                           const f32 *lse, const att_mat *dq, const att_mat *dk,
-                                          const att_mat *dv, int64_t bk) {
-    static const int64_t zero = 0;
+                                          const att_mat *dv, const att_scratch *scr, int64_t bk) {
+    static const int64_t zero[1] = {0};
+    const int64_t g = d->group, b0 = bk * g;
     att_dims d1 = *d;
-    d1.nb = 1;
-    d1.group = 1;
-    const int64_t b0 = bk * d->group;
-    /* q, k, v, o, go, dq, dk, dv */
+    d1.nb = g;
+    /* q, k, v, o, go, dq, dk, dv: rows per entry, columns, entries */
     const int64_t rows[8] = {d->Tq, d->Tk, d->Tk, d->Tq, d->Tq, d->Tq, d->Tk, d->Tk};
     const int64_t cols[8] = {d->D, d->D, d->Dv, d->Dv, d->Dv, d->D, d->D, d->Dv};
+    const int64_t ents[8] = {g, 1, 1, g, g, g, 1, 1};
     size_t n = 0;
-    for (int i = 0; i < 8; i++) n += (size_t)(rows[i] * cols[i]);
+    for (int i = 0; i < 8; i++) n += (size_t)(ents[i] * rows[i] * cols[i]);
     f32 *buf = malloc(sizeof(f32) * n + 1);
-    if (!buf) return REMAT_ENOMEM;
+    int64_t *off = malloc(sizeof(int64_t) * (size_t)(2 * g)); /* entry offsets: D, Dv wide */
+    if (!buf || !off) {
+        free(buf), free(off);
+        return REMAT_ENOMEM;
+    }
+    for (int64_t j = 0; j < g; j++) off[j] = j * d->Tq * d->D, off[g + j] = j * d->Tq * d->Dv;
     att_mat f[8];
     f32 *p = buf;
     for (int i = 0; i < 8; i++) {
-        f[i] = i == 1 || i == 2 ? att_widened(m[i], b0, rows[i], cols[i], p, &zero)
-                                : (att_mat){p, &zero, cols[i]};
-        p += rows[i] * cols[i];
+        const int64_t *o = ents[i] == 1 ? zero : cols[i] == d->D ? off : off + g;
+        f[i] = (att_mat){p, o, cols[i]};
+        for (int64_t j = 0; j < ents[i] && i < 5; j++)
+            att_widen((const uint16_t *)m[i]->base + m[i]->off[b0 + j], m[i]->ld, rows[i], cols[i],
+                      p + j * rows[i] * cols[i]);
+        p += ents[i] * rows[i] * cols[i];
     }
-    int rc = REMAT_OK;
-    for (int64_t b = b0; b < b0 + d->group && !rc; b++) {
-        for (int i = 0; i < 5; i++)
-            if (i != 1 && i != 2) f[i] = att_widened(m[i], b, rows[i], cols[i], f[i].base, &zero);
-        rc = att_bwd_item_f32(&d1, &f[0], &f[1], &f[2], &f[3], &f[4], lse + b * d->Tq,
-                              dq ? &f[5] : NULL, dk ? &f[6] : NULL, dv ? &f[7] : NULL, 0, b == b0);
-        if (!rc && dq)
-            att_round(f[5].base, rows[5], cols[5], (uint16_t *)dq->base + dq->off[b], dq->ld);
-    }
-    const att_mat *g[3] = {dq, dk, dv};
-    for (int i = 1; i < 3 && !rc; i++)
-        if (g[i])
-            att_round(f[5 + i].base, rows[5 + i], cols[5 + i],
-                      (uint16_t *)g[i]->base + g[i]->off[b0], g[i]->ld);
-    free(buf);
-    return rc;
+    const att_mat *mats[5] = {&f[0], &f[1], &f[2], &f[3], &f[4]};
+    att_bwd_entry_tile_f32(&d1, mats, lse + b0 * d->Tq, dq ? &f[5] : NULL, dk ? &f[6] : NULL,
+                           dv ? &f[7] : NULL, scr, 0);
+    const att_mat *gr[3] = {dq, dk, dv};
+    for (int i = 0; i < 3; i++)
+        for (int64_t j = 0; gr[i] && j < ents[5 + i]; j++)
+            att_round((f32 *)f[5 + i].base + j * rows[5 + i] * cols[5 + i], rows[5 + i],
+                      cols[5 + i], (uint16_t *)gr[i]->base + gr[i]->off[b0 + j], gr[i]->ld);
+    free(buf), free(off);
+    return REMAT_OK;
 }
 
-/* The items of the four kinds: bf16 through the native bf16 GEMMs or widened to f32 (a
- * batch entry at a time), f32 and f64 (attention_body.h). */
-static int att_fwd_run_bgemm(const att_run *r, int64_t it) {
-    att_fwd_item_bgemm(r->d, &r->m[0], &r->m[1], &r->m[2], &r->m[3], r->lse, r->scr, it);
-    return 0;
-}
+/* The widened items, for att_for (the tiles' own and f64's are in the bodies). */
 static int att_fwd_run_widened(const att_run *r, int64_t b) {
-    return att_fwd_entry_widened(r->d, &r->m[0], &r->m[1], &r->m[2], &r->m[3], r->lse, b) != 0;
-}
-static int att_bwd_run_bgemm(const att_run *r, int64_t b) {
-    att_bwd_entry_bgemm(r->d, r->mats, r->lse, r->dq, r->dk, r->dv, r->scr, b);
-    return 0;
+    return att_fwd_entry_widened(r->d, &r->m[0], &r->m[1], &r->m[2], &r->m[3], r->lse, r->scr, b) !=
+           0;
 }
 static int att_bwd_run_widened(const att_run *r, int64_t b) {
-    return att_bwd_entry_widened(r->d, r->mats, r->lse, r->dq, r->dk, r->dv, b) != 0;
+    return att_bwd_entry_widened(r->d, r->mats, r->lse, r->dq, r->dk, r->dv, r->scr, b) != 0;
 }
 
 remat_status rm_cpu_attention(const rm_kargs *k) {
@@ -678,21 +484,44 @@ remat_status rm_cpu_attention(const rm_kargs *k) {
         double work = (double)d.Tq * (double)d.Tk * (double)(d.D + d.Dv) * (double)d.nb;
         att_scratch scr = {0};
         att_run r = {.d = &d, .m = w.m, .lse = rm_ptr(lse), .scr = &scr};
-        if (y->dtype == REMAT_BF16 && rm_bgemm_native()) {
-            if (!(fail = att_scratch_init(&scr, att_fwd_scratch(&d)))) {
-                att_fwd_scratch_clear(&scr);
-                fail = att_for(d.nb * nqb, work, att_fwd_run_bgemm, &r);
-            }
-            free(scr.base);
-        } else if (y->dtype == REMAT_BF16) fail = att_for(d.nb, work, att_fwd_run_widened, &r);
-        else if (y->dtype == REMAT_F32) fail = att_for(d.nb * nqb, work, att_fwd_run_f32, &r);
-        else fail = att_for(d.nb * nqb, work, att_fwd_run_f64, &r);
+        bool tiles = y->dtype == REMAT_F32 || (y->dtype == REMAT_BF16 && rm_bgemm_native());
+        if (y->dtype == REMAT_F64) fail = att_for(d.nb * nqb, work, att_fwd_run_f64, &r);
+        else if (!(fail = att_scratch_init(&scr, tiles && y->dtype == REMAT_BF16
+                                                     ? att_fwd_scratch_bf16(&d)
+                                                     : att_fwd_scratch_f32(&d)))) {
+            att_fwd_scratch_clear(&scr);
+            if (!tiles) fail = att_for(d.nb, work, att_fwd_run_widened, &r);
+            else if (y->dtype == REMAT_F32)
+                fail = att_for(d.nb * nqb, work, att_fwd_run_tile_f32, &r);
+            else fail = att_for(d.nb * nqb, work, att_fwd_run_tile_bf16, &r);
+        }
+        free(scr.base);
         if (fail) rc = rm_err(REMAT_ENOMEM, "out of memory");
     }
 out:
     att_views_free(&w);
     for (int i = 0; i < 3; i++) rm_release(in[i]);
     return rc;
+}
+
+/* The backward's nkv items of operand type dt (lse of type lt) with the scratch they need
+ * (r->scr set here); 1 if out of memory. */
+static int att_bwd_items(remat_dtype dt, remat_dtype lt, int64_t nkv, double work, att_run *r) {
+    bool bf16 = dt == REMAT_BF16, native = bf16 && rm_bgemm_native();
+    if (!bf16 && lt != REMAT_F32) return att_for(nkv, work, att_bwd_run_f64, r);
+    att_scratch scr = {0};
+    int fail =
+        att_scratch_init(&scr, native ? att_bwd_scratch_bf16(r->d) : att_bwd_scratch_f32(r->d));
+    r->scr = &scr;
+    if (!fail)
+        fail = att_for(nkv, work,
+                       native ? att_bwd_run_tile_bf16
+                       : bf16 ? att_bwd_run_widened
+                              : att_bwd_run_tile_f32,
+                       r);
+    free(scr.base);
+    r->scr = NULL;
+    return fail;
 }
 
 remat_status rm_cpu_attention_bwd(const rm_kargs *k) {
@@ -711,7 +540,6 @@ remat_status rm_cpu_attention_bwd(const rm_kargs *k) {
             rc = rm_err(REMAT_ENOMEM, "out of memory");
             goto out;
         }
-        int fail = 0;
         const att_mat *dq = g[0] ? &w.m[5] : NULL, *dk = g[1] ? &w.m[6] : NULL,
                       *dv = g[2] ? &w.m[7] : NULL;
         double work = (double)d.Tq * (double)d.Tk * (double)(d.D + d.Dv) * (double)d.nb;
@@ -719,23 +547,10 @@ remat_status rm_cpu_attention_bwd(const rm_kargs *k) {
          * turn, on one thread */
         const int64_t nkv = d.nb / d.group;
         const att_mat *mats[5] = {&w.m[0], &w.m[1], &w.m[2], &w.m[3], &w.m[4]};
-        att_scratch scr = {0};
-        att_run r = {.d = &d,
-                     .m = w.m,
-                     .mats = mats,
-                     .lse = rm_ptr(lse),
-                     .dq = dq,
-                     .dk = dk,
-                     .dv = dv,
-                     .scr = &scr};
-        if (in[0]->dtype == REMAT_BF16 && rm_bgemm_native()) {
-            if (!(fail = att_scratch_init(&scr, att_bwd_scratch(&d))))
-                fail = att_for(nkv, work, att_bwd_run_bgemm, &r);
-            free(scr.base);
-        } else if (in[0]->dtype == REMAT_BF16) fail = att_for(nkv, work, att_bwd_run_widened, &r);
-        else if (lse->dtype == REMAT_F32) fail = att_for(nkv, work, att_bwd_run_f32, &r);
-        else fail = att_for(nkv, work, att_bwd_run_f64, &r);
-        if (fail) rc = rm_err(REMAT_ENOMEM, "out of memory");
+        att_run r = {
+            .d = &d, .m = w.m, .mats = mats, .lse = rm_ptr(lse), .dq = dq, .dk = dk, .dv = dv};
+        if (att_bwd_items(in[0]->dtype, lse->dtype, nkv, work, &r))
+            rc = rm_err(REMAT_ENOMEM, "out of memory");
     } else { /* nothing to multiply (no keys or no batch): zeros */
         for (int i = 0; i < 3; i++)
             if (g[i]) memset(rm_ptr(g[i]), 0, g[i]->storage->nbytes);

@@ -1,6 +1,6 @@
-/* src/backends/cpu/attention_body.h — the f32 and f64 attention items (see attention.c),
- * written once and compiled once per dtype: attention.c includes this file with T defined
- * as f32 or f64 and ATT_GEMM, ATT_EXPF, ATT_LOGF as that dtype's GEMM, exp and log. Each
+/* src/backends/cpu/attention_body.h — the f64 attention items (see attention.c; f32 and
+ * bf16 take the dense tiles of attention_tile_body.h), written for any float type:
+ * attention.c includes this file with T defined as f64 and ATT_GEMM, ATT_EXPF, ATT_LOGF as that dtype's GEMM, exp and log. Each
  * function is named TFN(name): name_f32 or name_f64 (tmpl.h). No include guard: included
  * once per dtype. */
 #include "tmpl.h"
