@@ -123,6 +123,8 @@ int main(int argc, char **argv) {
         ops.stages[k] = o1->stages[0]; /* shares the op array (freed once, below) */
         ops.stages[k].same_as = 0;
     }
+    /* the block-level column charges a recomputation what early stop runs, as the op level */
+    CHECK(remat_profile_apply_ops(prof, &ops));
     printf("bench_opplan: GPT block D=%lld H=%lld T=%lld B=%lld (f32), %d blocks; one block: "
            "%d ops, fwd %.2f ms, bwd %.2f ms, out %.2f MiB, saved %.2f MiB (profiled in %.1f s)\n",
            (long long)D, (long long)H, (long long)T, (long long)B, L, o1->stages[0].n_ops,

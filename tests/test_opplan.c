@@ -712,6 +712,172 @@ Test(opplan, recompute_free_ops_are_never_kept_nor_paid) {
     remat_profile_free(prof);
 }
 
+/* A plan's time as the model charges it: every stage's forward once per run, its backward
+ * once, less what each checkpoint's recomputation skips after its last save (the
+ * recompute_free time of the last stage it recomputes). */
+static double tree_time(const remat_plan *p, const remat_profile *prof, const double *ufree) {
+    double t = 0;
+    for (int k = 0; k < p->n_stages; k++)
+        t += p->stages[k].n_forward * prof->stages[k].fwd_time + prof->stages[k].bwd_time;
+    for (int i = 0; i < p->n_nodes; i++)
+        if (p->nodes[i].op == REMAT_PLAN_CHECKPOINT) t -= ufree[p->nodes[i].last];
+    return t;
+}
+
+/* The block-level plans (rotor's, alone or as candidates of the op-level planner) charge a
+ * checkpoint's recomputation its forward less the recompute_free ops of the last stage it
+ * recomputes, once remat_profile_apply_ops has told the profile (or the op-level planner
+ * has the op profile); nested plans included. */
+Test(opplan, block_level_plans_charge_what_early_stop_runs) {
+    enum { L = 6, N = 3 };
+    const size_t K = 1024;
+    remat_profile *prof = NULL;
+    RT_OK(remat_profile_create(&prof, L));
+    remat_op_profile o = {.n_stages = L, .runs = 1};
+    remat_stage_ops so[L];
+    remat_op_profile_entry op[N] = {
+        {.name = "remat_a", .time = 2e-3, .cache_bytes = 4 * K, .cacheable = true, .n_saved = 1},
+        {.name = "remat_b", .time = 2e-3, .cache_bytes = 4 * K, .cacheable = true, .n_saved = 1},
+        {.name = "remat_c",
+         .time = 4e-3,
+         .cache_bytes = K,
+         .cacheable = true,
+         .recompute_free = true}};
+    o.stages = so;
+    for (int k = 0; k < L; k++) {
+        remat_stage_profile *sp = &prof->stages[k];
+        sp->input_bytes = sp->output_bytes = K;
+        sp->saved_bytes = 8 * K;
+        sp->fwd_peak = 10 * K;
+        sp->fwd_peak_nosave = 2 * K;
+        sp->fwd_time = 16e-3; /* twice the ops' sum: the free op's share is 8 ms */
+        sp->bwd_time = 20e-3;
+        so[k] = (remat_stage_ops){N, op, 0};
+    }
+    const double zero[L] = {0}, free8[L] = {8e-3, 8e-3, 8e-3, 8e-3, 8e-3, 8e-3};
+    RT_FAILS(remat_profile_apply_ops(NULL, &o), REMAT_EINVAL, "NULL");
+    o.n_stages = L - 1;
+    RT_FAILS(remat_profile_apply_ops(prof, &o), REMAT_EINVAL, "stages");
+    o.n_stages = L;
+    size_t min = 0;
+    RT_OK(remat_plan_min_budget(prof, &min));
+    const size_t top = L * 11 * K;
+    int nested = 0, rotor_in_ops = 0;
+    for (int b = 0; b <= 20; b++) {
+        size_t budget = min + (top - min) * (size_t)b / 20;
+        remat_plan *before = NULL, *after = NULL, *joint = NULL;
+        for (int k = 0; k < L; k++) prof->stages[k].recompute_free_time = 0;
+        RT_OK(remat_plan_create(&before, prof, budget));
+        cr_assert_float_eq(before->time, tree_time(before, prof, zero), 1e-12);
+        RT_OK(remat_profile_apply_ops(prof, &o));
+        for (int k = 0; k < L; k++)
+            cr_assert_float_eq(prof->stages[k].recompute_free_time, 8e-3, 1e-15);
+        RT_OK(remat_plan_create(&after, prof, budget));
+        cr_assert_float_eq(after->time, tree_time(after, prof, free8), 1e-12, "budget %zu: %g",
+                           budget, after->time);
+        cr_assert_leq(after->time, before->time + 1e-12);
+        if (after->n_recomputed > 0) cr_assert_lt(after->time, tree_time(after, prof, zero));
+        for (int i = 0; i < after->n_nodes; i++) nested += after->nodes[i].depth > 1;
+        /* the op-level planner's rotor candidates, from the op profile alone */
+        for (int k = 0; k < L; k++) prof->stages[k].recompute_free_time = 0;
+        RT_OK(remat_plan_create_ops(&joint, prof, &o, NULL, budget, NULL));
+        if (joint->kind != REMAT_PLAN_OPS) {
+            rotor_in_ops++;
+            cr_assert_float_eq(joint->time, tree_time(joint, prof, free8), 1e-12);
+        }
+        remat_plan_free(before);
+        remat_plan_free(after);
+        remat_plan_free(joint);
+    }
+    cr_assert_gt(nested, 0, "some plan nests checkpoints");
+    cr_assert_gt(rotor_in_ops, 0, "some op-level answer is a block-level plan");
+    remat_profile_free(prof);
+}
+
+/* Stages the op profile finds repeating one another are one computation: their times are
+ * pooled (medians), so a loaded machine's noise in the block profile does not make the
+ * planners treat identical blocks differently. A chain of six identical blocks profiled
+ * with noisy times plans exactly as the same chain with every block at the medians. */
+Test(opplan, repeated_stages_share_their_times) {
+    enum { L = 6, N = 4 };
+    const size_t K = 1024;
+    /* medians 11 and 21 ms, each the mean of two equal middle values: exact in binary */
+    const double fwd[L] = {9e-3, 14e-3, 7e-3, 11e-3, 11e-3, 13e-3},
+                 bwd[L] = {21e-3, 31e-3, 16e-3, 21e-3, 27e-3, 18e-3};
+    remat_profile *noisy = NULL, *flat = NULL;
+    RT_OK(remat_profile_create(&noisy, L));
+    RT_OK(remat_profile_create(&flat, L));
+    remat_op_profile o = {.n_stages = L, .runs = 1};
+    remat_stage_ops so[L];
+    remat_op_profile_entry op[N] = {
+        {.name = "remat_a", .time = 3e-3, .cache_bytes = 4 * K, .cacheable = true, .n_saved = 1},
+        {.name = "remat_b", .time = 1e-3, .cache_bytes = 4 * K, .cacheable = true, .n_saved = 1},
+        {.name = "remat_c", .time = 4e-3, .cache_bytes = 2 * K, .cacheable = true, .n_saved = 1},
+        {.name = "remat_d",
+         .time = 2e-3,
+         .cache_bytes = K,
+         .cacheable = true,
+         .recompute_free = true}};
+    o.stages = so;
+    for (int k = 0; k < L; k++) {
+        remat_stage_profile sp = {.input_bytes = K,
+                                  .output_bytes = K,
+                                  .saved_bytes = 10 * K,
+                                  .fwd_peak = 12 * K,
+                                  .fwd_peak_nosave = 2 * K};
+        noisy->stages[k] = flat->stages[k] = sp;
+        noisy->stages[k].fwd_time = fwd[k];
+        noisy->stages[k].bwd_time = bwd[k];
+        flat->stages[k].fwd_time = 11e-3;
+        flat->stages[k].bwd_time = 21e-3;
+        so[k] = (remat_stage_ops){N, op, 0};
+    }
+    size_t min = 0;
+    RT_OK(remat_plan_min_budget(flat, &min));
+    const size_t top = L * 13 * K;
+    int differs = 0;
+    for (int b = 0; b <= 16; b++) {
+        size_t budget = min + (top - min) * (size_t)b / 16;
+        remat_plan *pn = NULL, *pf = NULL, *raw = NULL;
+        RT_OK(remat_plan_create_ops(&pn, noisy, &o, NULL, budget, NULL));
+        RT_OK(remat_plan_create_ops(&pf, flat, &o, NULL, budget, NULL));
+        cr_assert_float_eq(pn->time, pf->time, 1e-12, "budget %zu: %g vs %g s", budget, pn->time,
+                           pf->time);
+        cr_assert_eq(pn->peak_bytes, pf->peak_bytes);
+        for (int k = 0; k < L; k++) {
+            cr_assert_eq(pn->stages[k].action, pf->stages[k].action, "budget %zu stage %d", budget,
+                         k);
+            for (int i = 0; pf->stages[k].keep && i < N; i++)
+                cr_assert_eq(pn->stages[k].keep[i], pf->stages[k].keep[i]);
+        }
+        /* unpooled, the noise changes the block-level plans somewhere */
+        RT_OK(remat_plan_create(&raw, noisy, budget));
+        remat_plan *rf = NULL;
+        RT_OK(remat_plan_create(&rf, flat, budget));
+        for (int k = 0; k < L; k++) differs += raw->stages[k].action != rf->stages[k].action;
+        remat_plan_free(pn);
+        remat_plan_free(pf);
+        remat_plan_free(raw);
+        remat_plan_free(rf);
+    }
+    cr_assert_gt(differs, 0, "the noise must matter to an unpooled plan");
+    /* remat_profile_apply_ops writes the medians (and the free time) into the profile */
+    RT_OK(remat_profile_apply_ops(noisy, &o));
+    for (int k = 0; k < L; k++) {
+        cr_assert_float_eq(noisy->stages[k].fwd_time, 11e-3, 1e-15);
+        cr_assert_float_eq(noisy->stages[k].bwd_time, 21e-3, 1e-15);
+        cr_assert_float_eq(noisy->stages[k].recompute_free_time, 2.2e-3, 1e-15, "%g",
+                           noisy->stages[k].recompute_free_time);
+    }
+    /* a stage that is no repeat keeps its own times */
+    so[3].same_as = 3;
+    noisy->stages[3].fwd_time = 99e-3;
+    RT_OK(remat_profile_apply_ops(noisy, &o));
+    cr_assert_float_eq(noisy->stages[3].fwd_time, 99e-3, 1e-15);
+    remat_profile_free(noisy);
+    remat_profile_free(flat);
+}
+
 Test(opplan, monotone_in_the_budget) {
     g_rng = 12345;
     /* a coarse grid keeps the test fast; the grid is what the property is about */

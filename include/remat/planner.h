@@ -101,6 +101,13 @@ typedef struct remat_stage_profile {
     size_t bwd_peak;        /* peak of the backward above output grad + kept bytes */
     size_t grad_bytes;      /* parameter gradients its backward makes (they become .grad and
                                stay until the optimizer drops them; whole-step budgets only) */
+    /* Of fwd_time, the seconds a recomputation never runs: the ops after the
+     * stage's last save, which a checkpoint's early stop skips (a GPT block's
+     * MLP down projection and residual add). remat_profile_stages leaves it 0
+     * (every op counted as recomputed); remat_profile_apply_ops fills it from
+     * an op profile. The planners charge a checkpoint's recomputation its
+     * forward less this, for the last stage it recomputes. */
+    double recompute_free_time;
 } remat_stage_profile;
 
 typedef struct remat_profile {
@@ -422,6 +429,20 @@ remat_status remat_profile_ops(remat_op_profile **out, int n_stages, const remat
                                remat_tensor *input, const remat_profile_options *opts);
 /* NULL-safe. */
 void remat_op_profile_free(remat_op_profile *ops);
+/* What an op profile tells the block-level planners (remat_plan_create,
+ * remat_plan_create_step), written into profile (same stage count):
+ *   - stages that repeat an earlier one (ops->stages[k].same_as: the same
+ *     ops with the same bytes) and that stage get the median of their
+ *     fwd_time and of their bwd_time: one computation measured once per
+ *     stage, which a loaded machine makes look up to 2x cheaper or dearer
+ *     from one block to the next (GPT L=12, load ~5: 82-114 ms forwards);
+ *   - each stage's recompute_free_time: the forward time of its
+ *     recompute_free ops, the op times scaled to add up to fwd_time, so that
+ *     a checkpoint's recomputation is charged what it runs.
+ * remat_plan_create_ops does the same on its own model (the profile it is
+ * given is left as it is). REMAT_EINVAL on NULL or a stage count that
+ * differs, REMAT_ENOMEM. */
+remat_status remat_profile_apply_ops(remat_profile *profile, const remat_op_profile *ops);
 /* One block per distinct stage: each op, its time, cache bytes and saves. */
 void remat_op_profile_print(const remat_op_profile *ops, FILE *f);
 

@@ -42,6 +42,10 @@ static remat_status model_stage(pl_model *m, int k, const remat_stage_profile *s
     m->gp[k + 1] = m->gp[k] + (with_grads ? s->grad_bytes : 0);
     m->uf[k] = s->fwd_time;
     m->ub[k] = s->bwd_time;
+    /* a value outside [0, fwd_time] (a hand-made profile) is clamped: the recomputation
+     * never runs less than nothing nor more than the forward */
+    double fr = s->recompute_free_time;
+    m->ufree[k] = fr > 0 && !isinf(fr) ? (fr < s->fwd_time ? fr : s->fwd_time) : 0;
     return REMAT_OK;
 }
 
@@ -55,15 +59,15 @@ static remat_status model_alloc(pl_model *m, const remat_profile *p, int n_extra
     int L = p->n_stages + n_extra;
     m->L = L;
     m->n_chain = p->n_stages;
-    /* One zeroed block holds the eight per-stage arrays, n eight-byte slots each (only x
+    /* One zeroed block holds the nine per-stage arrays, n eight-byte slots each (only x
      * and gp use the last), in the struct's order; pl_model_free frees it through m->x. */
     size_t n = (size_t)L + 1;
-    uint64_t *u = calloc(8 * n, sizeof *u);
+    uint64_t *u = calloc(9 * n, sizeof *u);
     if (!u) return rm_err(REMAT_ENOMEM, "%s: out of memory for %d stages", call, L);
     m->x = u, m->abar = u + n, m->fpa = u + 2 * n, m->fpn = u + 3 * n;
     m->bp = u + 4 * n, m->gp = u + 5 * n;
     double *d = (double *)(u + 6 * n);
-    m->uf = d, m->ub = d + n;
+    m->uf = d, m->ub = d + n, m->ufree = d + 2 * n;
     m->x[0] = p->stages[0].input_bytes;
     return REMAT_OK;
 }
@@ -121,7 +125,7 @@ uint64_t pl_total(const pl_model *m, uint64_t chain_peak) {
 
 void pl_model_free(pl_model *m) {
     if (!m) return;
-    free(m->x); /* the block of all eight arrays (model_alloc) */
+    free(m->x); /* the block of all nine arrays (model_alloc) */
     memset(m, 0, sizeof *m);
 }
 
@@ -284,6 +288,11 @@ int pl_eval(const remat_plan *plan, const pl_model *m, uint64_t *peak, double *t
     double tm = 0;
     for (int k = 0; k < m->L; k++)
         tm += (k < m->n_chain ? plan->stages[k].n_forward : 1) * m->uf[k] + m->ub[k];
+    /* each checkpoint's recomputation stops at its last save: the last stage it
+     * recomputes (stored there: rotor's segments end with a stored stage) skips its
+     * recompute_free ops */
+    for (int i = 0; i < plan->n_nodes; i++)
+        if (plan->nodes[i].op == REMAT_PLAN_CHECKPOINT) tm -= m->ufree[plan->nodes[i].last];
     *time = tm;
     return 0;
 }
@@ -344,7 +353,7 @@ remat_status pl_min_peak(const pl_model *m, uint64_t *peak, pl_builder *b, const
                 size_t r = pl_tri(j, t), l = pl_tri(s, j - 1);
                 uint64_t pk =
                     u64max(f, u64max(m->x[j] + tb.peak[r], pl_grads(m, j, t) + tb.peak[l]));
-                double tm = fsum + tb.time[r] + tb.time[l];
+                double tm = fsum + tb.time[r] + tb.time[l] - m->ufree[j - 1];
                 if (better(pk, tm, bpk, btm)) {
                     bpk = pk;
                     btm = tm;

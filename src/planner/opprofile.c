@@ -382,6 +382,77 @@ remat_status remat_profile_ops(remat_op_profile **out, int n_stages, const remat
     return REMAT_OK;
 }
 
+double pl_stage_free_time(const remat_stage_ops *so, double fwd_time) {
+    double sum = 0, fr = 0;
+    for (int i = 0; i < so->n_ops; i++) {
+        double t = so->ops[i].time > 0 ? so->ops[i].time : 0;
+        sum += t;
+        if (so->ops[i].recompute_free) fr += t;
+    }
+    return sum > 0 ? fr * (fwd_time / sum) : 0;
+}
+
+/* The median of v[0..n) (sorts v). */
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+remat_status pl_pool_repeats(const remat_op_profile *ops, int n, double *fwd, double *bwd) {
+    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    int *member = malloc((size_t)(n > 0 ? n : 1) * sizeof *member);
+    if (!v || !member) {
+        free(v);
+        free(member);
+        return REMAT_ENOMEM;
+    }
+    for (int j = 0; j < n; j++) {
+        if (ops->stages[j].same_as != j) continue;
+        int m = 0; /* stage j and the stages that repeat it */
+        for (int k = j; k < n; k++)
+            if (ops->stages[k].same_as == j && ops->stages[k].n_ops == ops->stages[j].n_ops)
+                member[m++] = k;
+        if (m < 2) continue;
+        for (int t = 0; t < 2; t++) {
+            double *x = t ? bwd : fwd;
+            for (int i = 0; i < m; i++) v[i] = x[member[i]];
+            double med = median(v, m);
+            for (int i = 0; i < m; i++) x[member[i]] = med;
+        }
+    }
+    free(v);
+    free(member);
+    return REMAT_OK;
+}
+
+remat_status remat_profile_apply_ops(remat_profile *profile, const remat_op_profile *ops) {
+    static const char *call = "remat_profile_apply_ops";
+    if (!profile || !profile->stages || !ops || !ops->stages)
+        return rm_err(REMAT_EINVAL, "%s: profile or ops is NULL", call);
+    int n = profile->n_stages;
+    if (ops->n_stages != n)
+        return rm_err(REMAT_EINVAL, "%s: the op profile has %d stages, the profile %d", call,
+                      ops->n_stages, n);
+    double *t = malloc(2 * (size_t)n * sizeof *t);
+    if (!t) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    for (int k = 0; k < n; k++) {
+        t[k] = profile->stages[k].fwd_time;
+        t[n + k] = profile->stages[k].bwd_time;
+    }
+    if (pl_pool_repeats(ops, n, t, t + n)) {
+        free(t);
+        return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    }
+    for (int k = 0; k < n; k++) {
+        remat_stage_profile *s = &profile->stages[k];
+        s->fwd_time = t[k];
+        s->bwd_time = t[n + k];
+        s->recompute_free_time = pl_stage_free_time(&ops->stages[k], s->fwd_time);
+    }
+    free(t);
+    return REMAT_OK;
+}
+
 void remat_op_profile_free(remat_op_profile *p) {
     if (!p) return;
     for (int k = 0; p->stages && k < p->n_stages; k++) free(p->stages[k].ops);

@@ -27,6 +27,8 @@ typedef struct pl_model {
     uint64_t *bp;   /* backward peak above grad + kept bytes */
     uint64_t *gp;   /* L + 1 prefix sums of the parameter-gradient bytes: gp[k] = g[0..k) */
     double *uf, *ub;
+    double *ufree; /* of uf, what a recomputation never runs when the stage is the last one it
+                      recomputes (recompute_free: early stop); 0 when unknown */
     /* Whole-step model (pl_model_init_step): stage L-1 is the head, always
      * stored; n_chain = L - 1 stages are the user's chain. Otherwise
      * n_chain = L, gp all zero (parameter gradients outside the budget),
@@ -132,6 +134,17 @@ typedef struct pl_stage_walk {
  * aside): a failure names `call` and the stage. */
 remat_status pl_walk_stages(const char *call, remat_tensor *input, int n_stages,
                             const pl_stage_walk *w);
+
+/* The forward seconds of so's recompute_free ops, op times scaled to add up to fwd_time
+ * (0 when the ops have no time). */
+double pl_stage_free_time(const remat_stage_ops *so, double fwd_time);
+/* Stages ops finds repeating an earlier one (same_as, same op count) and that
+ * stage: each group's forward times fwd[] and backward times bwd[] (n
+ * stages) become the group's medians. The same computation, measured once
+ * per stage under whatever else the machine ran: pooled, a loaded machine's
+ * noise does not make identical blocks look cheaper or dearer to recompute
+ * than each other. REMAT_ENOMEM (no message) or REMAT_OK. */
+remat_status pl_pool_repeats(const remat_op_profile *ops, int n, double *fwd, double *bwd);
 
 #define PL_MIB(b) ((double)(b) / (1024.0 * 1024.0))
 

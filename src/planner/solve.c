@@ -93,7 +93,8 @@ static inline void dp_try_checkpoint(const dp_tab *d, const pl_model *md, int s,
         if (m >= d->X[j] && m >= g) {
             size_t r = cell(d, j, t, m - d->X[j]), l = cell(d, s, j - 1, m - g);
             if (d->choice[r] >= 0 && d->choice[l] >= 0) {
-                double c = fsum + d->cost[r] + d->cost[l];
+                /* the recomputation of s..j-1 stops at stage j-1's last save */
+                double c = fsum + d->cost[r] + d->cost[l] - md->ufree[j - 1];
                 if (*ch < 0 || c < *best) {
                     *best = c;
                     *ch = j;

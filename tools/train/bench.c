@@ -523,6 +523,7 @@ static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, b
         step_malloc_mode(false);
         rc = model_profile_ops(m, b, &pl->ops);
         step_malloc_mode(true);
+        if (!rc) rc = remat_profile_apply_ops(pl->prof, pl->ops);
         if (rc) return rc;
         if (c->verbose) {
             term_buf tb;

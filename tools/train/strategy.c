@@ -326,9 +326,12 @@ bool strategy_plan_lossy(const strategy *s) {
     return false;
 }
 
-bool strategy_wants_ops(const strategy *s) {
+/* budget=SIZE: per-op choices (remat_plan_create_ops). */
+static bool plans_ops(const strategy *s) {
     return s->kind == STRAT_BUDGET && !s->blocks_only && !s->block_level;
 }
+
+bool strategy_wants_ops(const strategy *s) { return s->kind == STRAT_BUDGET; }
 
 int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profile *step,
                   const remat_op_profile *ops, const remat_plan_options *po) {
@@ -347,7 +350,7 @@ int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profi
     }
     if (rc) return rc;
     if (s->budget_pct > 0) s->budget = (uint64_t)(s->budget_pct / 100.0 * (double)store_all);
-    if (whole && ops && strategy_wants_ops(s))
+    if (whole && ops && plans_ops(s))
         rc = remat_plan_create_ops(&s->plan, prof, ops, step, (size_t)s->budget, po);
     else
         rc = whole ? remat_plan_create_step(&s->plan, prof, step, (size_t)s->budget, NULL)

@@ -128,7 +128,9 @@ int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profi
 /* budget= planned with --plan-lossy: whether the plan keeps some op as bf16 (its
  * gradients then differ from none's, as the user allowed). */
 bool strategy_plan_lossy(const strategy *s);
-/* budget=SIZE (whole step, op level): whether strategy_plan needs an op profile. */
+/* Whether strategy_plan wants an op profile: budget=SIZE plans per op with it; the
+ * block-level budgets learn from it what a recomputation skips (early stop), once the
+ * caller has put it into the profile with remat_profile_apply_ops. */
 bool strategy_wants_ops(const strategy *s);
 /* After strategy_plan: a one-line warning when the budget is at or above
  * what no checkpointing needs (then false with buf empty otherwise). */

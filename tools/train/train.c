@@ -389,6 +389,7 @@ static int train_plan(train_run *tr) {
         if (!rc && strategy_wants_ops(&c->strat)) {
             if (!c->quiet) term_printf(stderr, "  profiling their ops...\n");
             rc = model_profile_ops(&tr->m, &pb, &tr->ops);
+            if (!rc) rc = remat_profile_apply_ops(prof, tr->ops);
         }
         batch_free(&pb);
     }
