@@ -23,7 +23,7 @@ def attention(d):
     for line in out.splitlines():
         m = row.match(line)
         if m:
-            p = m.group(1)[:3]
+            p = 'fwd' if m.group(1) == 'forward' else 'bwd'
             r[f'attention {p} f32 ms'] = float(m.group(2))
             r[f'attention {p} f32 x floor'] = float(m.group(3))
             r[f'attention {p} bf16 ms'] = float(m.group(4))
