@@ -86,24 +86,18 @@ static inline int64_t rm_optim_block_len(int64_t n, int64_t b) {
     const int64_t lo = b * RM_OPTIM_BLOCK;
     return n - lo < RM_OPTIM_BLOCK ? n - lo : RM_OPTIM_BLOCK;
 }
-static inline void rm_adamw_loop_f32(float *p, const float *g, float *m, float *v, int64_t n,
-                                     const rm_adamw_factors *f) {
-    const int64_t nb = (n + RM_OPTIM_BLOCK - 1) / RM_OPTIM_BLOCK;
-#pragma omp parallel for if (n > RM_OPTIM_OMP_MIN)
-    for (int64_t b = 0; b < nb; b++) {
-        const int64_t o = b * RM_OPTIM_BLOCK;
-        rm_adamw_span_f32(p + o, g + o, m + o, v + o, rm_optim_block_len(n, b), f);
+#define RM_ADAMW_LOOP(T, sfx)                                                                      \
+    static inline void rm_adamw_loop_##sfx(T *p, const T *g, T *m, T *v, int64_t n,                \
+                                           const rm_adamw_factors *f) {                            \
+        const int64_t nb = (n + RM_OPTIM_BLOCK - 1) / RM_OPTIM_BLOCK;                              \
+        _Pragma("omp parallel for if (n > RM_OPTIM_OMP_MIN)") for (int64_t b = 0; b < nb; b++) {   \
+            const int64_t o = b * RM_OPTIM_BLOCK;                                                  \
+            rm_adamw_span_##sfx(p + o, g + o, m + o, v + o, rm_optim_block_len(n, b), f);          \
+        }                                                                                          \
     }
-}
-static inline void rm_adamw_loop_f64(double *p, const double *g, double *m, double *v, int64_t n,
-                                     const rm_adamw_factors *f) {
-    const int64_t nb = (n + RM_OPTIM_BLOCK - 1) / RM_OPTIM_BLOCK;
-#pragma omp parallel for if (n > RM_OPTIM_OMP_MIN)
-    for (int64_t b = 0; b < nb; b++) {
-        const int64_t o = b * RM_OPTIM_BLOCK;
-        rm_adamw_span_f64(p + o, g + o, m + o, v + o, rm_optim_block_len(n, b), f);
-    }
-}
+RM_ADAMW_LOOP(float, f32)
+RM_ADAMW_LOOP(double, f64)
+#undef RM_ADAMW_LOOP
 #define RM_SGD_LOOP(T, sfx)                                                                        \
     static inline void rm_sgd_loop_##sfx(T *p, const T *g, T *buf, int64_t n,                      \
                                          const rm_sgd_kparams *h) {                                \
