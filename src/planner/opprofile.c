@@ -175,11 +175,6 @@ static remat_status run_once(const remat_stage *st, remat_tensor *a, op_run *r, 
     return rc;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Same ops, same bytes: the stage is a repeat of an earlier measured one. */
 static bool same_ops(const remat_stage_ops *a, const op_run *r) {
     if (a->n_ops != r->n) return false;
@@ -278,9 +273,7 @@ static remat_status profile_stage_ops(remat_op_profile *p, const remat_stage *st
         run_free(&r);
     }
     for (int i = 0; !rc && i < first.n; i++) {
-        double *v = &samples[(size_t)i * (size_t)runs];
-        qsort(v, (size_t)runs, sizeof *v, cmp_double);
-        so->ops[i].time = runs % 2 ? v[runs / 2] : 0.5 * (v[runs / 2 - 1] + v[runs / 2]);
+        so->ops[i].time = pl_median(&samples[(size_t)i * (size_t)runs], runs);
     }
     free(samples);
 out:
@@ -342,8 +335,7 @@ static remat_status measure_cast(remat_op_profile *p, int runs) {
         if (j > 0) v[j - 1] = dt;
     }
     if (!rc) {
-        qsort(v, (size_t)runs, sizeof *v, cmp_double);
-        double med = runs % 2 ? v[runs / 2] : 0.5 * (v[runs / 2 - 1] + v[runs / 2]);
+        double med = pl_median(v, runs);
         if (med > 0) p->cast_bytes_per_s = 2.0 * (double)n * sizeof(float) / med;
     }
     free(v);
@@ -392,12 +384,6 @@ double pl_stage_free_time(const remat_stage_ops *so, double fwd_time) {
     return sum > 0 ? fr * (fwd_time / sum) : 0;
 }
 
-/* The median of v[0..n) (sorts v). */
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 remat_status pl_pool_repeats(const remat_op_profile *ops, int n, double *fwd, double *bwd) {
     double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
     int *member = malloc((size_t)(n > 0 ? n : 1) * sizeof *member);
@@ -416,7 +402,7 @@ remat_status pl_pool_repeats(const remat_op_profile *ops, int n, double *fwd, do
         for (int t = 0; t < 2; t++) {
             double *x = t ? bwd : fwd;
             for (int i = 0; i < m; i++) v[i] = x[member[i]];
-            double med = median(v, m);
+            double med = pl_median(v, m);
             for (int i = 0; i < m; i++) x[member[i]] = med;
         }
     }

@@ -135,6 +135,8 @@ typedef struct pl_stage_walk {
 remat_status pl_walk_stages(const char *call, remat_tensor *input, int n_stages,
                             const pl_stage_walk *w);
 
+/* The median of v[0..n), n >= 1 (sorts v; the mean of the middle two for an even n). */
+double pl_median(double *v, int n);
 /* The forward seconds of so's recompute_free ops, op times scaled to add up to fwd_time
  * (0 when the ops have no time). */
 double pl_stage_free_time(const remat_stage_ops *so, double fwd_time);

@@ -37,7 +37,7 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n) {
+double pl_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
@@ -266,8 +266,8 @@ static remat_status profile_stage(const remat_stage *st, int k, remat_tensor *a,
         if (m.bp > sp->bwd_peak) sp->bwd_peak = m.bp;
         if (m.grads > sp->grad_bytes) sp->grad_bytes = m.grads;
     }
-    sp->fwd_time = median(tf, runs);
-    sp->bwd_time = median(tb, runs);
+    sp->fwd_time = pl_median(tf, runs);
+    sp->bwd_time = pl_median(tb, runs);
     return REMAT_OK;
 }
 
