@@ -127,7 +127,10 @@ static inline float rm_expf_neg_v(float a) {
  * the x86-64-v3 and -v4 clones, and in the default clone (run only on CPUs without AVX2)
  * a call to libm's fmaf, which rounds once as the instruction does, so every clone gives
  * the same bits. Without clones (clang, sanitizers, other architectures) it is RM_FMAF.
- * The GELUs use it; the other vmath users (attention's exp, nn.c) still use RM_FMAF. */
+ * In a GCC build, a caller that is not itself a clone (or inlined into one) would call
+ * libm's fmaf per step: the GELUs' callers are cloned (unary.c, bias_gelu.c, whose bf16
+ * row kernels GCC keeps out of line). The GELUs use it; the other vmath users (attention's
+ * exp, nn.c) still use RM_FMAF. */
 #if defined(RM_CPU_CLONED) && !defined(__FMA__)
 #define RM_FMAF_CL(a, b, c) __builtin_fmaf((a), (b), (c))
 #else
