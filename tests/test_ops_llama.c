@@ -234,6 +234,35 @@ Test(llama_ops, rope_positions_are_a_slice_of_the_sequence) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
+/* The default positions' tables are cached process-wide (src/backends/cpu/rope.c): 16 keys
+ * (theta, T, D, dtype), more than the cache has slots and each differing from another in one
+ * field, twice, give bitwise what explicit positions 0..T-1 (never cached) give, forward
+ * and backward. */
+Test(llama_ops, rope_table_cache_matches_explicit_positions) {
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < 16; k++) {
+            const int64_t T = k & 2 ? 6 : 5, D = k & 4 ? 8 : 4;
+            const double theta = k & 1 ? 137.0 : 100.0;
+            remat_dtype dt = k & 8 ? REMAT_F64 : REMAT_F32;
+            remat_tensor *x = rt_leaf(rt_rand(3, (int64_t[]){2, T, D}, dt, -2, 2, 70 + k));
+            double *pv = malloc(sizeof(double) * (size_t)T);
+            for (int64_t t = 0; t < T; t++) pv[t] = (double)t;
+            remat_tensor *pos = rt_tensor(1, (int64_t[]){T}, REMAT_I64, pv);
+            remat_tensor *y[2], *g[2];
+            for (int w = 0; w < 2; w++) {
+                RT_OK(remat_rope(&y[w], x, w ? pos : NULL, theta));
+                RT_OK(remat_grad(1, &y[w], &x, 1, &x, false, false, &g[w]));
+            }
+            cr_assert(rt_bitwise_equal(y[0], y[1]), "pass %d key %d: cached table differs", pass,
+                      k);
+            cr_assert(rt_bitwise_equal(g[0], g[1]), "pass %d key %d: cached backward differs", pass,
+                      k);
+            for (int w = 0; w < 2; w++) remat_release(y[w]), remat_release(g[w]);
+            remat_release(x), remat_release(pos), free(pv);
+        }
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 /* The rotation keeps every pair's norm, and its gradient is the inverse rotation: rope's
  * backward of rope(x) gives x back. */
 Test(llama_ops, rope_is_a_rotation) {

@@ -89,9 +89,10 @@ static void TFN(ew_inner)(ewop op, T *y, int64_t sy, const T *a, int64_t sa, con
     }
 }
 
-/* Runs flat elements [lo, hi) of the plan. */
-static void TFN(ew_range)(ewop op, const ew_plan *pl, T *y, const T *a, const T *b, const T *c, T p,
-                          int64_t lo, int64_t hi) {
+/* Runs flat elements [lo, hi) of the plan; cloned per ISA level (clones.h: AVX-512 for the
+ * vectorised loops of ew_fast, the same operations in every clone, no reductions). */
+RM_CPU_CLONES static void TFN(ew_range)(ewop op, const ew_plan *pl, T *y, const T *a, const T *b,
+                                        const T *c, T p, int64_t lo, int64_t hi) {
     int nd = pl->nd;
     int64_t inner = pl->shape[nd - 1];
     rm_iter it;

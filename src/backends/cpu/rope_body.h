@@ -4,9 +4,11 @@
  * No include guard: included once per dtype. */
 #include "tmpl.h"
 
-/* x, y (R, Tn, 2h); cs (Tn, h) cosines, sn (Tn, h) sines (negated for the inverse) */
+/* x, y (R, Tn, 2h); cs (Tn, h) cosines, sn (Tn, h) sines. inverse: the rotation by the
+ * opposite angle, written with the signs flipped (a * c + b * s is bitwise a * c - b * (-s)). */
 RM_CPU_CLONES static void TFN(rope_apply)(const T *restrict x, T *restrict y, const T *restrict cs,
-                                          const T *restrict sn, int64_t R, int64_t Tn, int64_t h) {
+                                          const T *restrict sn, int64_t R, int64_t Tn, int64_t h,
+                                          bool inverse) {
     const int64_t rows = R * Tn;
 #pragma omp parallel for if (rows * h > RM_OMP_MIN / 2)
     for (int64_t rt = 0; rt < rows; rt++) {
@@ -14,10 +16,32 @@ RM_CPU_CLONES static void TFN(rope_apply)(const T *restrict x, T *restrict y, co
         const T *restrict xr = x + rt * 2 * h;
         T *restrict yr = y + rt * 2 * h;
         const T *restrict c = cs + t * h, *restrict s = sn + t * h;
-        for (int64_t i = 0; i < h; i++) {
-            const T a = xr[i], b = xr[i + h];
-            yr[i] = a * c[i] - b * s[i];
-            yr[i + h] = b * c[i] + a * s[i];
+        if (inverse)
+            for (int64_t i = 0; i < h; i++) {
+                const T a = xr[i], b = xr[i + h];
+                yr[i] = a * c[i] + b * s[i];
+                yr[i + h] = b * c[i] - a * s[i];
+            }
+        else
+            for (int64_t i = 0; i < h; i++) {
+                const T a = xr[i], b = xr[i + h];
+                yr[i] = a * c[i] - b * s[i];
+                yr[i + h] = b * c[i] + a * s[i];
+            }
+    }
+}
+
+/* The (Tn, h) table into tab (2 Tn h: the cosines, then the sines): the angles in double,
+ * rounded to T. pos NULL: positions 0 .. Tn-1. */
+static void TFN(rope_fill)(void *tabv, double theta, int64_t Tn, int64_t D, const int64_t *pos) {
+    T *cs = tabv, *sn = cs + Tn * (D / 2);
+    const int64_t h = D / 2;
+    for (int64_t i = 0; i < h; i++) {
+        const double inv = 1.0 / pow(theta, (double)(2 * i) / (double)D);
+        for (int64_t t = 0; t < Tn; t++) {
+            const double a = (double)(pos ? pos[t] : t) * inv;
+            cs[t * h + i] = (T)cos(a);
+            sn[t * h + i] = (T)sin(a);
         }
     }
 }
@@ -30,25 +54,11 @@ remat_status TFN(rm_cpu_rope)(const rm_kargs *k) {
     const int64_t Tn = x->shape[n - 2], D = x->shape[n - 1], h = D / 2;
     const int64_t R = Tn * D > 0 ? remat_numel(x) / (Tn * D) : 0;
     if (R == 0 || h == 0) return REMAT_OK;
-    T *tab = malloc(sizeof(T) * (size_t)(2 * Tn * h));
-    double *inv = malloc(sizeof(double) * (size_t)h);
-    if (!tab || !inv) {
-        free(tab), free(inv);
-        return rm_err(REMAT_ENOMEM, "out of memory");
-    }
-    for (int64_t i = 0; i < h; i++) inv[i] = 1.0 / pow(p->theta, (double)(2 * i) / (double)D);
-    T *cs = tab, *sn = tab + Tn * h;
-    const double sign = p->inverse ? -1.0 : 1.0;
-    for (int64_t t = 0; t < Tn; t++) {
-        const double at = (double)(pos ? pos[t] : t);
-        for (int64_t i = 0; i < h; i++) {
-            const double a = at * inv[i];
-            cs[t * h + i] = (T)cos(a);
-            sn[t * h + i] = (T)(sign * sin(a));
-        }
-    }
-    TFN(rope_apply)(rm_ptr(x), rm_ptr(k->out[0]), cs, sn, R, Tn, h);
-    free(tab), free(inv);
+    void *own = NULL;
+    const T *tab = rope_table(p->theta, Tn, D, pos, sizeof(T), TFN(rope_fill), &own);
+    if (!tab) return rm_err(REMAT_ENOMEM, "out of memory");
+    TFN(rope_apply)(rm_ptr(x), rm_ptr(k->out[0]), tab, tab + Tn * h, R, Tn, h, p->inverse);
+    free(own);
     return REMAT_OK;
 }
 
