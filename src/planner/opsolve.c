@@ -684,11 +684,10 @@ remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profil
     if (rc) return rc;
     /* the op profile says which stages repeat one another (their times pooled) and what a
      * recomputation skips (rotor's candidates too) */
-    if (pl_pool_repeats(ops, m.n_chain, m.uf, m.ub)) {
+    if (pl_apply_op_times(ops, m.n_chain, m.uf, m.ub, m.ufree)) {
         pl_model_free(&m);
         return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     }
-    for (int s = 0; s < m.n_chain; s++) m.ufree[s] = pl_stage_free_time(&ops->stages[s], m.uf[s]);
 
     stage_front *dist = calloc((size_t)m.n_chain, sizeof *dist);
     const stage_front **fronts = calloc((size_t)m.L, sizeof *fronts);

@@ -137,16 +137,17 @@ remat_status pl_walk_stages(const char *call, remat_tensor *input, int n_stages,
 
 /* The median of v[0..n), n >= 1 (sorts v; the mean of the middle two for an even n). */
 double pl_median(double *v, int n);
-/* The forward seconds of so's recompute_free ops, op times scaled to add up to fwd_time
- * (0 when the ops have no time). */
-double pl_stage_free_time(const remat_stage_ops *so, double fwd_time);
-/* Stages ops finds repeating an earlier one (same_as, same op count) and that
- * stage: each group's forward times fwd[] and backward times bwd[] (n
- * stages) become the group's medians. The same computation, measured once
- * per stage under whatever else the machine ran: pooled, a loaded machine's
- * noise does not make identical blocks look cheaper or dearer to recompute
- * than each other. REMAT_ENOMEM (no message) or REMAT_OK. */
-remat_status pl_pool_repeats(const remat_op_profile *ops, int n, double *fwd, double *bwd);
+/* What an op profile tells the block-level model of its n stages (remat_profile_apply_ops
+ * and remat_plan_create_ops both use it, on the profile and on the model): the forward
+ * times fwd[] and backward times bwd[] of each group of stages that repeat one another
+ * (ops->stages[k].same_as, the same op count) become the group's medians (the same
+ * computation, measured once per stage under whatever else the machine ran: pooled, a
+ * loaded machine's noise does not make identical blocks look cheaper or dearer to
+ * recompute than each other); then free_time[k] = the forward seconds of stage k's
+ * recompute_free ops, the op times scaled to add up to fwd[k] (0 when they have no
+ * time). REMAT_ENOMEM (no message; nothing written) or REMAT_OK. */
+remat_status pl_apply_op_times(const remat_op_profile *ops, int n, double *fwd, double *bwd,
+                               double *free_time);
 
 #define PL_MIB(b) ((double)(b) / (1024.0 * 1024.0))
 
