@@ -111,8 +111,7 @@ static void assert_same_grads(chain *c, remat_tensor **got, remat_tensor **ref, 
  * until the end of backward, and a quarter of an activation for the loss and the
  * engine's bookkeeping. */
 static size_t slack(const chain *c) {
-    return rt_bytes(c->n_params, c->params) +
-           (size_t)BATCH * SEQ * DIM * sizeof(float) / 4;
+    return rt_bytes(c->n_params, c->params) + (size_t)BATCH * SEQ * DIM * sizeof(float) / 4;
 }
 
 static int kept_ops(const remat_plan *p) {
@@ -221,8 +220,8 @@ Test(plan_auto, checkpoint_budget_caches_op_level_plans) {
     int profiling_b = first_b - (calls(&c) - before);
     assert_same_grads(&c, got, ref, "remat_checkpoint_budget_ex (blocks_only)", budget);
     if (getenv("PLAN_AUTO_VERBOSE"))
-        fprintf(stderr, "profiling: %d stage runs (stages + ops), %d (stages only)\n",
-                op_profiling, profiling_b);
+        fprintf(stderr, "profiling: %d stage runs (stages + ops), %d (stages only)\n", op_profiling,
+                profiling_b);
     cr_assert_gt(profiling_b, 0);
     cr_assert_gt(op_profiling, profiling_b, "the default profiles the ops too (%d vs %d runs)",
                  op_profiling, profiling_b);
@@ -244,8 +243,7 @@ Test(plan_auto, checkpoint_budget_caches_op_level_plans) {
     RT_FAILS(remat_checkpoint_budget(&y, N, c.stages, 1, c.x), REMAT_EINVAL, "minimum");
     cr_assert_null(y);
     const remat_profile_options bad = {.runs = -1};
-    RT_FAILS(remat_checkpoint_budget_ex(&y, N, c.stages, budget, c.x, &bad), REMAT_EINVAL,
-             "runs");
+    RT_FAILS(remat_checkpoint_budget_ex(&y, N, c.stages, budget, c.x, &bad), REMAT_EINVAL, "runs");
     cr_assert_null(y);
     for (int i = 0; i <= c.n_params; i++) remat_release(ref[i]);
     chain_free(&c);

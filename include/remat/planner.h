@@ -243,7 +243,9 @@ typedef struct remat_plan_options {
      * of the budget lost to rounding, more time (n_stages^3/6 * slots
      * steps) and memory (n_stages^2/2 * slots * 12 bytes). 0 → automatic:
      * 500 to 4000 (tables under 64 MiB, ~2e8 steps at most; 32 stages get
-     * 4000, 96 stages ~1300). */
+     * 4000, 96 stages ~1300). When no plan fits the grid (a budget just
+     * above the minimum), remat_plan_create tries 4 and then 16 times the
+     * slots while the tables stay under 64 MiB and ~2e8 steps. */
     int mem_slots;
     /* Offload (remat_plan_create_ops only; the other planners ignore it):
      * true lets the solver move the outputs of a checkpointed stage's ops to
@@ -461,10 +463,15 @@ void remat_op_profile_print(const remat_op_profile *ops, FILE *f);
  * then a dynamic program over the stages on a memory grid fixed by the
  * profile; with opts->offload, where ops are offloadable, once more with offload as a
  * third choice, see docs/planner.md "Offload"), and (b) rotor's nested block
- * schedules (remat_plan_create on the same grid); the fastest wins. On the grid, a larger budget can only admit
- * more plans: the predicted time never grows with the budget, and the
- * predicted peak never exceeds it. kind is REMAT_PLAN_OPS for (a),
- * REMAT_PLAN_OPTIMAL for (b). Errors as remat_plan_create_step, and
+ * schedules (rotor on that grid and on each of remat_plan_create's own
+ * grids, the minimal-peak plan); the fastest wins. Guarantees: the
+ * predicted peak never exceeds the budget; a larger budget never gives a
+ * slower plan (each grid's feasible plans only grow with the budget); and
+ * the plan is never slower than what remat_plan_create (step NULL) or
+ * remat_plan_create_step gives at the same budget and mem_slots on the
+ * profile remat_profile_apply_ops(profile, ops) makes (the same model).
+ * kind is REMAT_PLAN_OPS for (a), REMAT_PLAN_OPTIMAL or
+ * REMAT_PLAN_MIN_MEMORY for (b). Errors as remat_plan_create_step, and
  * REMAT_EINVAL when ops does not match the profile's stages. */
 remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profile,
                                    const remat_op_profile *ops, const remat_step_profile *step,
@@ -524,7 +531,8 @@ remat_status remat_plan_run_ex(const remat_plan *plan, const remat_stage *stages
  * fastest of the op-level plans (kind REMAT_PLAN_OPS, a checkpointed stage
  * keeping some of its ops) and rotor's block-level ones on the same model,
  * which knows what early stop skips and gives identical stages their
- * median times. remat_plan_run runs either kind. profile_opts (NULL →
+ * median times: never slower than remat_plan_create's plan on that model,
+ * and never slower at a larger budget. remat_plan_run runs either kind. profile_opts (NULL →
  * defaults) sets both profilers' runs and warm-up; its blocks_only gives
  * the block-level plan of remat_profile_stages + remat_plan_create alone.
  * *out (OUT) receives a plan the caller frees with remat_plan_free; NULL

@@ -109,6 +109,24 @@ remat_status pl_rotor_on_grid(const pl_model *m, uint64_t chain_budget, uint64_t
                               pl_builder *b, bool *feasible, const char *call);
 /* The automatic slot count of remat_plan_create for this model. */
 int pl_auto_slots(const pl_model *m);
+/* remat_plan_create's grids: level k (0 <= k < PL_GRID_LEVELS) has slots << 2k
+ * slots (slots: remat_plan_options.mem_slots or pl_auto_slots) over the chain's
+ * share; it tries level k only when the coarser ones fit no plan, and level k > 0
+ * only when pl_level_fits. */
+#define PL_GRID_LEVELS 3
+/* Whether a refined grid of `slots` slots stays within the automatic grid's limits
+ * (tables under 64 MiB, ~2e8 steps): a property of the model, never of the budget. */
+bool pl_level_fits(const pl_model *m, int64_t slots);
+/* Rotor's DP on remat_plan_create's grid of `slots` slots over chain_budget bytes;
+ * *feasible: a plan was found and appended to b (the head stripped). A larger
+ * budget never gives a slower plan on one slot count. */
+remat_status pl_rotor_level(const pl_model *m, uint64_t chain_budget, int64_t slots, pl_builder *b,
+                            bool *feasible, const char *call);
+/* A lower bound on the predicted time of every block-level plan whose peak fits
+ * chain_budget (on any grid): rotor's DP with sizes rounded down to `unit` bytes.
+ * *feasible false: no block-level plan fits at all. */
+remat_status pl_rotor_bound(const pl_model *m, uint64_t chain_budget, uint64_t unit, double *time,
+                            bool *feasible, const char *call);
 
 /* Store-everything plan. */
 remat_status pl_build_store_all(pl_builder *b, int n_stages);
