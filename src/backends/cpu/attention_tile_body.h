@@ -6,7 +6,8 @@
  * a T C (rounded once), both (ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc), and
  * ATT_STORE_ROW(src, dst, n) as an f32 row stored as T, and ATT_DENSE 1 where the
  * GEMMs want dense copies of strided operands (bf16's brgemm), 0 where they read them in
- * place. Each function is named
+ * place. Where T is f32 (ATT_DENSE 0) P and dS are made in place over the f32 scores
+ * and dP they come from (no T copies of a block). Each function is named
  * TFN(name): name_bf16 or name_f32 (tmpl.h). No include guard: included once per type. */
 #include "tmpl.h"
 
@@ -57,8 +58,8 @@ static void TFN(att_store_rows)(const f32 *src, int64_t rows, int64_t cols, T *d
  * from dense q rows qd (m, D) and keys kd (kn, D): s (m, kn) gets the
  * unscaled f32 scores, then per row the max of the scaled scores, their
  * exps (unnormalised, in s) and P = exp · (1 / sum) (rounded to bf16) into
- * pb (m, kn; masked entries 0); the row lse goes to lse_out. Three passes
- * over a row: the scaling is done where the scores are read (bitwise
+ * pb (m, kn; masked entries 0; f32: in s itself, pb unused); the row lse goes to lse_out.
+ * Three passes over a row: the scaling is done where the scores are read (bitwise
  * scaling them in place first). */
 RM_CPU_CLONES static void TFN(att_probs_tile)(const att_dims *d, const T *qd, int64_t ldq,
                                               const T *kd, int64_t ldk, int64_t i0, int64_t m,
@@ -68,14 +69,20 @@ RM_CPU_CLONES static void TFN(att_probs_tile)(const att_dims *d, const T *qd, in
     const f32 sc = (f32)d->scale;
     for (int64_t r = 0; r < m; r++) {
         f32 *sr = s + r * kn;
-        T *pr = pb + r * kn;
-        int64_t lim = att_row_lim(d, i0 + r, kn);
-        f32 mx = lim > 0 ? att_scaled_max(sr, sc, lim) : -INFINITY;
+        int64_t lim = att_row_lim(d, i0 + r, kn), lup = att_lanes_up(lim, kn);
+        f32 mx = lim > 0 ? att_scaled_max(sr, sc, lim, lup) : -INFINITY;
         f32 sub = mx == -INFINITY ? 0.0f : mx; /* all -inf: avoid inf - inf */
         f32 sum = att_exp_scaled(sr, sc, sub, lim);
         f32 inv = 1.0f / sum;
-        for (int64_t j = 0; j < lim; j++) pr[j] = ATT_OF_F32(sr[j] * inv);
-        memset(pr + lim, 0, sizeof(T) * (size_t)(kn - lim));
+#if ATT_DENSE
+        T *pr = pb + r * kn;
+        for (int64_t j = 0; j < lup; j++) pr[j] = ATT_OF_F32(j < lim ? sr[j] * inv : 0.0f);
+        memset(pr + lup, 0, sizeof(T) * (size_t)(kn - lup));
+#else
+        (void)pb;
+        for (int64_t j = 0; j < lup; j++) sr[j] = j < lim ? sr[j] * inv : 0.0f;
+        memset(sr + lup, 0, sizeof(f32) * (size_t)(kn - lup));
+#endif
         lse_out[i0 + r] = lim > 0 ? sub + logf(sum) : -INFINITY;
     }
 }
@@ -93,13 +100,15 @@ static const T *TFN(att_dense_cached)(const T *src, int64_t ld, int64_t kn, int6
     return buf;
 }
 
-/* Forward scratch per thread: the header, a block's scores (f32) and P
- * (T), the dense keys and values of one entry, a block's q and output
- * rows. */
+/* Forward scratch per thread: the header, a block's scores (f32), and with ATT_DENSE its
+ * P (T), the dense keys and values of one entry and a block's q and output rows. */
 static size_t TFN(att_fwd_scratch)(const att_dims *d) {
     int64_t kmax = att_keys(d, d->Tq);
-    return ATT_HEADER + (sizeof(f32) + sizeof(T)) * (size_t)(ATT_QB * kmax) +
-           sizeof(T) * (size_t)(ATT_QB * (d->D + d->Dv) + kmax * (d->D + d->Dv));
+    size_t dense =
+        ATT_DENSE
+            ? sizeof(T) * (size_t)(ATT_QB * kmax + ATT_QB * (d->D + d->Dv) + kmax * (d->D + d->Dv))
+            : 0;
+    return ATT_HEADER + sizeof(f32) * (size_t)(ATT_QB * kmax) + dense;
 }
 
 /* Forward of one (batch entry, query block) item. */
@@ -121,8 +130,10 @@ static void TFN(att_fwd_item_tile)(const att_dims *d, const att_mat *q, const at
     char *mine = att_scratch_mine(scr);
     att_kv_cache *kv = (att_kv_cache *)(void *)mine;
     f32 *s = (f32 *)(void *)(mine + ATT_HEADER);
-    T *pb = (T *)(void *)(s + ATT_QB * kmax), *kbuf = pb + ATT_QB * kmax;
-    T *vbuf = kbuf + kmax * d->D, *qbuf = vbuf + kmax * d->Dv, *obuf = qbuf + ATT_QB * d->D;
+    const int64_t dn = ATT_DENSE; /* the T buffers' sizes are 0 without (f32: P in s) */
+    T *pb = (T *)(void *)(s + dn * ATT_QB * kmax), *kbuf = pb + dn * ATT_QB * kmax;
+    T *vbuf = kbuf + dn * kmax * d->D, *qbuf = vbuf + dn * kmax * d->Dv;
+    T *obuf = qbuf + dn * ATT_QB * d->D;
     if (kv->b != b) *kv = (att_kv_cache){b, 0, 0};
     int64_t ldq, ldk, ldv;
     const T *qd =
@@ -155,33 +166,58 @@ RM_CPU_CLONES static f32 TFN(att_dot)(const T *x, const T *y, int64_t n) {
  * row by row while the row is in L1 (P is kept in s only for that): one
  * pass over the block where P and dS took two, between which the whole
  * f32 P went through memory. (P and dS in a single loop measured slower
- * than these three short loops per row.) */
+ * than these three short loops per row.) f32 makes P in s and dS in dp
+ * (pb and dsb unused). Rows are run to a whole number of vectors
+ * (att_lanes_up), the masked lanes selected to 0, so no row ends in a scalar loop. */
 RM_CPU_CLONES static void TFN(att_bwd_probs)(const att_dims *d, int64_t i0, int64_t m, int64_t kn,
-                                             f32 *restrict s, const f32 *lse,
-                                             const f32 *restrict dp, const f32 *restrict delta,
-                                             T *restrict pb, T *restrict dsb) {
+                                             f32 *restrict s, const f32 *lse, f32 *restrict dp,
+                                             const f32 *restrict delta, T *restrict pb,
+                                             T *restrict dsb) {
     const f32 sc = (f32)d->scale;
+    (void)pb, (void)dsb;
     for (int64_t r = 0; r < m; r++) {
         f32 *sr = s + r * kn;
-        T *pr = pb + r * kn;
-        int64_t lim = att_row_lim(d, i0 + r, kn);
+        int64_t lim = att_row_lim(d, i0 + r, kn), lup = att_lanes_up(lim, kn);
         f32 l = lse[i0 + r];
         if (l == -INFINITY) l = 0; /* no keys: every p is 0 anyway */
+#if ATT_DENSE
+        T *pr = pb + r * kn;
         if (!dp) {
-            for (int64_t j = 0; j < lim; j++) pr[j] = ATT_OF_F32(ATT_EXP(sr[j] * sc - l));
-            memset(pr + lim, 0, sizeof(T) * (size_t)(kn - lim));
+            for (int64_t j = 0; j < lup; j++) {
+                f32 e = ATT_EXP(sr[j] * sc - l);
+                pr[j] = ATT_OF_F32(j < lim ? e : 0.0f);
+            }
+            memset(pr + lup, 0, sizeof(T) * (size_t)(kn - lup));
             continue;
         }
-        const f32 *dpr = dp + r * kn, dl = delta[r];
-        T *dsr = dsb + r * kn;
-        for (int64_t j = 0; j < lim; j++) {
-            f32 e = ATT_EXP(sr[j] * sc - l);
-            sr[j] = e;
-            pr[j] = ATT_OF_F32(e);
+#else
+        if (!dp) {
+            for (int64_t j = 0; j < lup; j++) {
+                f32 e = ATT_EXP(sr[j] * sc - l);
+                sr[j] = j < lim ? e : 0.0f;
+            }
+            memset(sr + lup, 0, sizeof(f32) * (size_t)(kn - lup));
+            continue;
         }
-        for (int64_t j = lim; j < kn; j++) sr[j] = 0;
-        memset(pr + lim, 0, sizeof(T) * (size_t)(kn - lim));
+#endif
+        f32 *dpr = dp + r * kn;
+        const f32 dl = delta[r];
+        for (int64_t j = 0; j < lup; j++) {
+            f32 e = ATT_EXP(sr[j] * sc - l);
+            e = j < lim ? e : 0.0f;
+            sr[j] = e;
+#if ATT_DENSE
+            pr[j] = ATT_OF_F32(e);
+#endif
+        }
+        memset(sr + lup, 0, sizeof(f32) * (size_t)(kn - lup));
+#if ATT_DENSE
+        memset(pr + lup, 0, sizeof(T) * (size_t)(kn - lup));
+        T *dsr = dsb + r * kn;
         for (int64_t j = 0; j < kn; j++) dsr[j] = ATT_OF_F32(sr[j] * (dpr[j] - dl) * sc);
+#else
+        for (int64_t j = 0; j < kn; j++) dpr[j] = sr[j] * (dpr[j] - dl) * sc;
+#endif
     }
 }
 
@@ -212,13 +248,17 @@ static void TFN(att_store_sums)(const att_dims *d, const att_mat *dk, const att_
     if (dv) TFN(att_store_rows)(dvs, d->Tk, d->Dv, (T *)dv->base + dv->off[b0], dv->ld);
 }
 
-/* Backward scratch per thread: the scores and dP (f32, a block), δ, the dK
- * and dV sums (f32) of a batch entry, P and dS (T, a block), dense copies
- * of the keys and values, and of a block's q, dO and dQ rows. */
+/* Backward scratch per thread: the scores and dP (f32, a block) and δ, and with ATT_DENSE
+ * P and dS (T, a block), the f32 dK and dV sums of a batch entry, dense copies of the keys
+ * and values, and of a block's q, dO and dQ rows (f32 makes P and dS in place, sums dK and
+ * dV in its outputs and reads the views as they are). */
 static size_t TFN(att_bwd_scratch)(const att_dims *d) {
     int64_t kmax = att_keys(d, d->Tq), mb = d->Tq < ATT_QB ? d->Tq : ATT_QB;
-    return sizeof(f32) * (size_t)(2 * mb * kmax + mb + d->Tk * (d->D + d->Dv)) +
-           sizeof(T) * (size_t)(2 * mb * kmax + kmax * (d->D + d->Dv) + mb * (2 * d->D + d->Dv));
+    size_t dense = ATT_DENSE ? sizeof(f32) * (size_t)(d->Tk * (d->D + d->Dv)) +
+                                   sizeof(T) * (size_t)(2 * mb * kmax + kmax * (d->D + d->Dv) +
+                                                        mb * (2 * d->D + d->Dv))
+                             : 0;
+    return sizeof(f32) * (size_t)(2 * mb * kmax + mb) + dense;
 }
 
 /* Backward of kv entry bk: its query entries b = bk·group + j in turn (dq, dk, dv may be
@@ -232,10 +272,13 @@ static void TFN(att_bwd_entry_tile)(const att_dims *d, const att_mat *const *mt,
     const att_mat *q = mt[0], *k = mt[1], *v = mt[2], *o = mt[3], *go = mt[4];
     int64_t kmax = att_keys(d, d->Tq), mb = d->Tq < ATT_QB ? d->Tq : ATT_QB;
     f32 *s = att_scratch_mine(scr), *dp = s + mb * kmax, *delta = dp + mb * kmax;
-    f32 *dks = delta + mb, *dvs = dks + d->Tk * d->D;
-    T *pb = (T *)(void *)(dvs + d->Tk * d->Dv), *dsb = pb + mb * kmax, *kbuf = dsb + mb * kmax;
-    T *vbuf = kbuf + kmax * d->D, *qbuf = vbuf + kmax * d->Dv, *gbuf = qbuf + mb * d->D;
-    T *dqbuf = gbuf + mb * d->Dv;
+    const int64_t dn = ATT_DENSE; /* the buffers past δ are 0 long without (f32) */
+    f32 *dks = delta + mb, *dvs = dks + dn * d->Tk * d->D;
+    T *pb = (T *)(void *)(dvs + dn * d->Tk * d->Dv), *dsb = pb + dn * mb * kmax;
+    T *kbuf = dsb + dn * mb * kmax, *vbuf = kbuf + dn * kmax * d->D;
+    T *qbuf = vbuf + dn * kmax * d->Dv, *gbuf = qbuf + dn * mb * d->D,
+      *dqbuf = gbuf + dn * mb * d->Dv;
+    if (!ATT_DENSE) pb = (T *)(void *)s, dsb = (T *)(void *)dp; /* att_bwd_probs: in place */
     const int64_t b0 = bk * d->group;  /* the kv operands' entries are read at any of the group's */
     int64_t lddk = d->D, lddv = d->Dv; /* the sums' row strides */
     dks = TFN(att_sum_rows)(dk, b0, d->Tk, d->D, dks, &lddk);
