@@ -264,15 +264,26 @@ Test(nn, gelu_tanh_f32_accuracy) {
     free(x);
     free(y);
     free(g);
-    int64_t k = 3;
-    double sv[3] = {NAN, INFINITY, 0.0};
-    remat_tensor *sp = rt_tensor(1, &k, REMAT_F32, sv), *ys = NULL;
+    /* special values and the ends of the exp's range (past 88 the result is x * 0, below
+     * -87 the exp is clamped): NaN stays NaN, -inf gives NaN (as PyTorch), the far tails
+     * 0 and x; the derivative 0 and 1 there */
+    int64_t k = 8;
+    double sv[8] = {NAN, INFINITY, 0.0, -INFINITY, -30.0, 30.0, -1e30, 1e30};
+    remat_tensor *sp = rt_leaf(rt_tensor(1, &k, REMAT_F32, sv)), *ys = NULL, *gs = NULL;
+    remat_tensor *ones8 = NULL;
+    RT_OK(remat_full(&ones8, 1, &k, 1.0, REMAT_F32, REMAT_DEVICE_CPU));
     RT_OK(remat_gelu(&ys, sp, REMAT_GELU_TANH));
-    double *yv = rt_values(ys);
-    cr_assert(isnan(yv[0]) && yv[1] == INFINITY && yv[2] == 0.0, "gelu_tanh specials: %g %g %g",
-              yv[0], yv[1], yv[2]);
+    RT_OK(remat_grad(1, &ys, &ones8, 1, &sp, false, false, &gs));
+    double *yv = rt_values(ys), *gv = rt_values(gs);
+    cr_assert(isnan(yv[0]) && yv[1] == INFINITY && yv[2] == 0.0 && isnan(yv[3]) && yv[4] == 0.0 &&
+                  yv[5] == 30.0 && yv[6] == 0.0 && yv[7] == 1e30f,
+              "gelu_tanh specials: %g %g %g %g %g %g %g %g", yv[0], yv[1], yv[2], yv[3], yv[4],
+              yv[5], yv[6], yv[7]);
+    cr_assert(isnan(gv[0]) && gv[2] == 0.5 && gv[4] == 0.0 && gv[5] == 1.0,
+              "gelu_tanh' specials: %g %g %g %g", gv[0], gv[2], gv[4], gv[5]);
     free(yv);
-    remat_tensor *rl[] = {x32, y32, g32, ones, sp, ys};
+    free(gv);
+    remat_tensor *rl[] = {x32, y32, g32, ones, sp, ys, gs, ones8};
     for (size_t i = 0; i < sizeof rl / sizeof rl[0]; i++) remat_release(rl[i]);
     cr_assert_eq(remat_live_tensors(), 0);
 }

@@ -127,10 +127,11 @@ static inline void bg_sums_bf16(const uint16_t *restrict x, const float *restric
 }
 
 /* one row of y = gelu(x + b): the sums, then the forward table (or the f32 expression the
- * table was filled with) */
-static inline void bg_fwd_row_bf16(bool erf, const uint16_t *restrict tab,
-                                   const uint16_t *restrict x, const float *restrict b,
-                                   uint16_t *restrict y, int64_t n) {
+ * table was filled with). Cloned of its own: GCC keeps it out of line, and its GELUs need
+ * the clones' FMA (vmath.h's RM_FMAF_CL) */
+RM_CPU_CLONES static void bg_fwd_row_bf16(bool erf, const uint16_t *restrict tab,
+                                          const uint16_t *restrict x, const float *restrict b,
+                                          uint16_t *restrict y, int64_t n) {
     for (int64_t j0 = 0; j0 < n; j0 += BG_STEP) {
         const int64_t m = n - j0 < BG_STEP ? n - j0 : BG_STEP;
         uint16_t h[BG_STEP];
@@ -156,10 +157,10 @@ RM_CPU_CLONES static void bg_fwd_bf16(rm_unary_op op, const uint16_t *restrict t
 }
 
 /* one row of dx = g * f'(x + b), rounded: g read whole into f32 products before dx's part
- * of the step is written, so g and dx may be one buffer */
-static inline void bg_bwd_row_bf16(bool erf, const float *restrict tab, const uint16_t *g,
-                                   const uint16_t *restrict x, const float *restrict b,
-                                   uint16_t *dx, int64_t n) {
+ * of the step is written, so g and dx may be one buffer (cloned as bg_fwd_row_bf16) */
+RM_CPU_CLONES static void bg_bwd_row_bf16(bool erf, const float *restrict tab, const uint16_t *g,
+                                          const uint16_t *restrict x, const float *restrict b,
+                                          uint16_t *dx, int64_t n) {
     for (int64_t j0 = 0; j0 < n; j0 += BG_STEP) {
         const int64_t m = n - j0 < BG_STEP ? n - j0 : BG_STEP;
         uint16_t h[BG_STEP];

@@ -22,6 +22,7 @@
 #if defined(__x86_64__) && defined(__ELF__) && !defined(REMAT_NATIVE_BUILD) &&                     \
     !defined(__SANITIZE_ADDRESS__) && !defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 12
 #define RM_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define RM_CPU_CLONED 1 /* the kernels are cloned (vmath.h's RM_FMAF_CL) */
 #else
 #define RM_CPU_CLONES
 #endif

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "clones.h"
+
 /* ---- exp for f32 -------------------------------------------------------------------------
  * libm's expf is a function call the compiler cannot vectorise, and it
  * dominates softmax and cross_entropy over wide rows. This is the Cephes
@@ -117,6 +119,49 @@ static inline float rm_expf_neg_v(float a) {
     return a < -87.0f ? 0.0f : e;
 }
 
+/* ---- fused multiply-add in the cloned kernels ----------------------------------------------
+ * RM_FMAF above is decided once per file, at the baseline target the library is built for,
+ * so in the AVX2 and AVX-512 clones of a kernel (clones.h) it is still a multiply and an
+ * add: twice the instructions of the polynomials, which made them the GELUs' bound.
+ * RM_FMAF_CL is a real fused multiply-add wherever GCC builds the clones: inline vfmadd in
+ * the x86-64-v3 and -v4 clones, and in the default clone (run only on CPUs without AVX2)
+ * a call to libm's fmaf, which rounds once as the instruction does, so every clone gives
+ * the same bits. Without clones (clang, sanitizers, other architectures) it is RM_FMAF.
+ * In a GCC build, a caller that is not itself a clone (or inlined into one) would call
+ * libm's fmaf per step: the GELUs' callers are cloned (unary.c, bias_gelu.c, whose bf16
+ * row kernels GCC keeps out of line). The GELUs use it; the other vmath users (attention's
+ * exp, nn.c) still use RM_FMAF. */
+#if defined(RM_CPU_CLONED) && !defined(__FMA__)
+#define RM_FMAF_CL(a, b, c) __builtin_fmaf((a), (b), (c))
+#else
+#define RM_FMAF_CL(a, b, c) RM_FMAF(a, b, c)
+#endif
+
+/* ---- exp for the GELUs -------------------------------------------------------------------
+ * exp(a) for a in [-87, 88]: n = round(a / ln 2) (the 1.5 * 2^23 trick), r = a - n ln 2 in
+ * [-ln 2 / 2, ln 2 / 2] (ln 2 in two parts, Cody and Waite), exp(r) by a degree-6
+ * polynomial fitted to exp on that interval (Remez, relative error 1.9e-9 before its
+ * coefficients were rounded to f32), 2^n one normal power. Max relative error 8.6e-8
+ * (0.7 ulp) over [-87, 88] with FMA steps, measured against libm's exp in double. Two
+ * fewer steps than the Cephes polynomial of rm_expf_range_v (1 + r + r^2 P5(r)), at the
+ * same accuracy. The caller clamps or selects outside the range: there the result is
+ * meaningless (never a trap). */
+static inline float rm_expf_gelu_v(float a) {
+    float t = RM_FMAF_CL(a, 1.44269504088896341f, 12582912.0f);
+    float n = t - 12582912.0f;
+    float r = RM_FMAF_CL(n, -0.693359375f, a);
+    r = RM_FMAF_CL(n, 2.12194440e-4f, r);
+    float p = 1.3836845756e-3f;
+    p = RM_FMAF_CL(p, r, 8.3748158067e-3f);
+    p = RM_FMAF_CL(p, r, 4.1668225080e-2f);
+    p = RM_FMAF_CL(p, r, 1.6666419804e-1f);
+    p = RM_FMAF_CL(p, r, 4.9999991059e-1f);
+    p = RM_FMAF_CL(p, r, 1.0f);
+    p = RM_FMAF_CL(p, r, 1.0f);
+    /* t's low bits hold 0x400000 + n: shifted by 23 they leave n << 23 (mod 2^32) */
+    return p * rm_bits_to_f32((int32_t)(((uint32_t)rm_f32_to_bits(t) << 23) + (127u << 23)));
+}
+
 /* ---- standard normal CDF for f32 (GELU, erf form) --------------------------------------
  * Phi(x) = 0.5 * erfc(-x / sqrt 2), through the scaled complementary error
  * function: for z = |x| / sqrt 2,
@@ -126,24 +171,26 @@ static inline float rm_expf_neg_v(float a) {
  * of erfcx 2.6e-8 with the f32 coefficients. Phi is then 0.5 * erfc(z) for
  * x < 0 and 1 - 0.5 * erfc(z) above: accurate in relative terms in the small
  * left tail, where 0.5 * (1 + erf) would cancel (max relative error of
- * x * Phi(x) over [-16, 16]: 4e-6, at |x| > 10 where x^2 rounds; 4e-7
- * below). exp(-z^2) = exp(-x^2 / 2) is also the normal density's
- * exponential, which GELU's backward needs: *e receives it. One division
- * and one exp, no branches, so the loops vectorise. A NaN propagates. */
+ * x * Phi(x) over [-16, 16]: 4.0e-6, at |x| > 10 where x^2 rounds; 2.2e-6
+ * below; derivative 1.9e-7 absolute). exp(-z^2) = exp(-x^2 / 2) is also the normal density's
+ * exponential, which GELU's backward needs: *e receives it (0 below exp(-87)). One
+ * division and one exp, no branches, so the loops vectorise. A NaN propagates. */
 static inline float rm_phif_e_v(float x, float *e) {
     float z = fabsf(x) * 0.70710678118654752f;
-    float t = 1.0f / RM_FMAF(0.47047f, z, 1.0f);
+    float t = 1.0f / RM_FMAF_CL(0.47047f, z, 1.0f);
     float q = -2.6771442965e-02f; /* the fit's coefficients halved (exactly): q = erfcx / 2 */
-    q = RM_FMAF(q, t, 1.5037190915e-01f);
-    q = RM_FMAF(q, t, -3.1801113486e-01f);
-    q = RM_FMAF(q, t, 2.7758276463e-01f);
-    q = RM_FMAF(q, t, -9.6932150424e-02f);
-    q = RM_FMAF(q, t, 1.4077284932e-01f);
-    q = RM_FMAF(q, t, 1.0592950135e-01f);
-    q = RM_FMAF(q, t, 1.3448174298e-01f);
-    q = RM_FMAF(q, t, 1.3257069886e-01f);
-    q = RM_FMAF(q, t, 5.2610143951e-06f);
-    float ex = rm_expf_neg_v(-0.5f * (x * x));
+    q = RM_FMAF_CL(q, t, 1.5037190915e-01f);
+    q = RM_FMAF_CL(q, t, -3.1801113486e-01f);
+    q = RM_FMAF_CL(q, t, 2.7758276463e-01f);
+    q = RM_FMAF_CL(q, t, -9.6932150424e-02f);
+    q = RM_FMAF_CL(q, t, 1.4077284932e-01f);
+    q = RM_FMAF_CL(q, t, 1.0592950135e-01f);
+    q = RM_FMAF_CL(q, t, 1.3448174298e-01f);
+    q = RM_FMAF_CL(q, t, 1.3257069886e-01f);
+    q = RM_FMAF_CL(q, t, 5.2610143951e-06f);
+    float a = -0.5f * (x * x);
+    float ex = rm_expf_gelu_v(a < -87.0f ? -87.0f : a);
+    ex = a < -87.0f ? 0.0f : ex; /* a NaN fails both compares and stays NaN */
     float half_erfc = q * ex;
     *e = ex;
     return x < 0 ? half_erfc : 1.0f - half_erfc;
@@ -161,44 +208,35 @@ static inline float rm_gelu_erff_v(float x) {
 static inline float rm_gelu_erff_grad_v(float x) {
     float e;
     float ph = rm_phif_e_v(x, &e);
-    return RM_FMAF(x * 0.3989422804014327f, e, ph);
-}
-
-/* ---- exp of a clamped f32 ----------------------------------------------------------------
- * exp(a) with a clamped to [-87, 88] first (so 2^n is one normal power, no
- * special cases): exp(-87) ~ 1.6e-38 below, exp(88) ~ 1.7e38 above; the
- * Cephes polynomial of rm_expf_v in between. For sigmoid-like 1 / (1 + e),
- * where the clamps change nothing visible. A NaN gives NaN. */
-static inline float rm_expf_clamp_v(float a) {
-    float xc = a < -87.0f ? -87.0f : a;
-    xc = xc > 88.0f ? 88.0f : xc;
-    return rm_expf_range_v(xc);
+    return RM_FMAF_CL(x * 0.3989422804014327f, e, ph);
 }
 
 /* ---- GELU, tanh form, for f32 ----------------------------------------------------------
  * 0.5 * x * (1 + tanh(u)), u = sqrt(2/pi) * (x + 0.044715 x^3), computed as
- * x * s with s = sigmoid(2u) = 1 / (1 + e), e = exp(-2u): the same function
- * (0.5 (1 + tanh u) = sigmoid(2u)) with one exp and one division, and no
- * cancellation in the left tail, where 1 + tanh(u) loses every digit
- * (relative error of the result over [-12, 12]: 1e-5, from u's own
- * rounding amplified by exp; 5e-7 absolute). The derivative
- *   s + x * (1 - tanh^2 u) / 2 * du/dx = s + 2 x s (1 - s) du/dx
- * takes 1 - s as e * s, again without cancellation. A NaN propagates through
- * every step. */
+ * x / (1 + e) with e = exp(a), a = -2u: the same function (0.5 (1 + tanh u) =
+ * sigmoid(2u) = 1 / (1 + e)) with one exp and one division, and no cancellation in the
+ * left tail, where 1 + tanh(u) loses every digit (relative error of the result over
+ * [-12, 12]: 1.2e-5, from u's own rounding amplified by exp; 5.2e-7 absolute). Past
+ * a = 88 (x < -9.9) the result is x * 0 (below 1e-36 in magnitude; -inf gives NaN, as
+ * PyTorch); below a = -87 the exp is clamped there (e < 2e-38: the result is x). The
+ * derivative
+ *   s + x * (1 - tanh^2 u) / 2 * du/dx = s + 2 x s (1 - s) du/dx,  s = 1 / (1 + e),
+ * takes 1 - s as e * s, again without cancellation (2.1e-7 absolute). Each compare is one
+ * vector compare and blend; a NaN fails them and propagates through every step. */
 #define RM_GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 static inline float rm_gelu_tanhf_v(float x) {
-    float u = (RM_GELU_K * x) * RM_FMAF(0.044715f, x * x, 1.0f);
-    float s = 1.0f / (1.0f + rm_expf_clamp_v(-2.0f * u));
-    s = u < -44.0f ? 0.0f : s; /* past the clamp: 0, so that -inf gives NaN as PyTorch */
-    return x * s;
+    float a = (-2.0f * RM_GELU_K * x) * RM_FMAF_CL(0.044715f, x * x, 1.0f); /* -2u, exactly */
+    float y = x / (1.0f + rm_expf_gelu_v(a < -87.0f ? -87.0f : a));
+    return a > 88.0f ? x * 0.0f : y;
 }
 static inline float rm_gelu_tanhf_grad_v(float x) {
     float x2 = x * x;
-    float u = (RM_GELU_K * x) * RM_FMAF(0.044715f, x2, 1.0f);
-    float e = rm_expf_clamp_v(-2.0f * u);
+    float a = (-2.0f * RM_GELU_K * x) * RM_FMAF_CL(0.044715f, x2, 1.0f);
+    float e = rm_expf_gelu_v(a < -87.0f ? -87.0f : a);
     float s = 1.0f / (1.0f + e);
-    float du = RM_FMAF(3.0f * 0.044715f * RM_GELU_K, x2, RM_GELU_K);
-    return RM_FMAF(2.0f * x * du, e * s * s, s);
+    float du = RM_FMAF_CL(3.0f * 0.044715f * RM_GELU_K, x2, RM_GELU_K);
+    float d = RM_FMAF_CL(2.0f * x * du, e * s * s, s);
+    return a > 88.0f ? x * 0.0f : d;
 }
 
 /* ---- GELU in f64 (the f64 kernels: libm's erfc, exp and tanh) ---------------------------
