@@ -30,7 +30,7 @@
  *   remat_plan *plan = NULL;
  *   size_t budget;
  *   int rc = remat_parse_bytes("96MiB", &budget);
- *   if (!rc) rc = remat_plan_auto(&plan, n, stages, x, budget, NULL); // once
+ *   if (!rc) rc = remat_plan_auto(&plan, n, stages, x, budget, NULL); // once; per op
  *   remat_plan_print(plan, stderr);
  *   for (step = 0; !rc && step < steps; step++) {
  *       remat_tensor *y = NULL, *loss = NULL;
@@ -119,6 +119,12 @@ typedef struct remat_profile {
 typedef struct remat_profile_options {
     int runs;       /* timed runs per stage; 0 → 3. Times are medians. */
     bool no_warmup; /* skip the untimed warm-up run of every stage */
+    /* remat_plan_auto and remat_checkpoint_budget_ex only (the profilers
+     * ignore it): true plans whole blocks — remat_profile_stages then
+     * remat_plan_create, no op profile — as they did before op-level
+     * planning (the `remat` program's budget=SIZE:blocks-only). Default
+     * false: per op (see remat_plan_auto). */
+    bool blocks_only;
 } remat_profile_options;
 
 /* A zero-filled profile of n_stages stages, to fill by hand (n_stages >= 1). */
@@ -237,7 +243,9 @@ typedef struct remat_plan_options {
      * of the budget lost to rounding, more time (n_stages^3/6 * slots
      * steps) and memory (n_stages^2/2 * slots * 12 bytes). 0 → automatic:
      * 500 to 4000 (tables under 64 MiB, ~2e8 steps at most; 32 stages get
-     * 4000, 96 stages ~1300). */
+     * 4000, 96 stages ~1300). When no plan fits the grid (a budget just
+     * above the minimum), remat_plan_create tries 4 and then 16 times the
+     * slots while the tables stay under 64 MiB and ~2e8 steps. */
     int mem_slots;
     /* Offload (remat_plan_create_ops only; the other planners ignore it):
      * true lets the solver move the outputs of a checkpointed stage's ops to
@@ -455,10 +463,15 @@ void remat_op_profile_print(const remat_op_profile *ops, FILE *f);
  * then a dynamic program over the stages on a memory grid fixed by the
  * profile; with opts->offload, where ops are offloadable, once more with offload as a
  * third choice, see docs/planner.md "Offload"), and (b) rotor's nested block
- * schedules (remat_plan_create on the same grid); the fastest wins. On the grid, a larger budget can only admit
- * more plans: the predicted time never grows with the budget, and the
- * predicted peak never exceeds it. kind is REMAT_PLAN_OPS for (a),
- * REMAT_PLAN_OPTIMAL for (b). Errors as remat_plan_create_step, and
+ * schedules (rotor on that grid and on each of remat_plan_create's own
+ * grids, the minimal-peak plan); the fastest wins. Guarantees: the
+ * predicted peak never exceeds the budget; a larger budget never gives a
+ * slower plan (each grid's feasible plans only grow with the budget); and
+ * the plan is never slower than what remat_plan_create (step NULL) or
+ * remat_plan_create_step gives at the same budget and mem_slots on the
+ * profile remat_profile_apply_ops(profile, ops) makes (the same model).
+ * kind is REMAT_PLAN_OPS for (a), REMAT_PLAN_OPTIMAL or
+ * REMAT_PLAN_MIN_MEMORY for (b). Errors as remat_plan_create_step, and
  * REMAT_EINVAL when ops does not match the profile's stages. */
 remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profile,
                                    const remat_op_profile *ops, const remat_step_profile *step,
@@ -509,19 +522,46 @@ remat_status remat_plan_run_ex(const remat_plan *plan, const remat_stage *stages
                                remat_tensor *input, remat_tensor **output,
                                const remat_checkpoint_options *base);
 
-/* Profile + plan (profile options NULL → defaults). The profile is freed. */
+/* Profile + plan in one call, for a budget of the chain's share (the
+ * memory model above, as remat_plan_create). By default per op:
+ * remat_profile_stages and remat_profile_ops measure the chain on input
+ * (each stage runs about twice as often as for the block profile alone),
+ * then remat_plan_create_ops(out, prof, ops, NULL, budget_bytes, NULL)
+ * plans it: exact keep/recompute choices (no offload, nothing lossy), the
+ * fastest of the op-level plans (kind REMAT_PLAN_OPS, a checkpointed stage
+ * keeping some of its ops) and rotor's block-level ones on the same model,
+ * which knows what early stop skips and gives identical stages their
+ * median times: never slower than remat_plan_create's plan on that model,
+ * and never slower at a larger budget. remat_plan_run runs either kind. profile_opts (NULL →
+ * defaults) sets both profilers' runs and warm-up; its blocks_only gives
+ * the block-level plan of remat_profile_stages + remat_plan_create alone.
+ * *out (OUT) receives a plan the caller frees with remat_plan_free; NULL
+ * on failure. The profiles are freed. Errors: those of remat_profile_stages,
+ * remat_profile_ops (a stage a selective checkpoint cannot run; blocks_only
+ * avoids it) and the planner (REMAT_EINVAL with the minimum for a budget
+ * below it), prefixed "remat_plan_auto: ". */
 remat_status remat_plan_auto(remat_plan **out, int n_stages, const remat_stage *stages,
                              remat_tensor *input, size_t budget_bytes,
                              const remat_profile_options *profile_opts);
 
 /* checkpoint_sequential with a budget instead of a segment count: profiles,
- * plans and runs in one call. The plan is cached (keyed by the stage list,
- * the budget and the input's shape/dtype/device), so calling it every step
- * profiles once; remat_checkpoint_budget_clear() drops the cache (not while
- * another thread is inside remat_checkpoint_budget; pending backward passes
- * are fine). Errors as remat_plan_auto and remat_plan_run. */
+ * plans (remat_plan_auto with default options: per op) and runs in one call.
+ * The plan is cached (keyed by the stage list, the budget, the options and
+ * the input's shape/dtype/device), so calling it every step profiles once
+ * and then runs the same plan, op-level keep sets included;
+ * remat_checkpoint_budget_clear() drops the cache (not while another
+ * thread is inside remat_checkpoint_budget; pending backward passes are
+ * fine). *out (OUT): the chain's output, a new reference (held by the open
+ * scope if one is open); NULL on failure. Errors as remat_plan_auto and
+ * remat_plan_run (prefixed "remat_checkpoint_budget: "); a failed plan is
+ * not cached. */
 remat_status remat_checkpoint_budget(remat_tensor **out, int n_stages, const remat_stage *stages,
                                      size_t budget_bytes, remat_tensor *input);
+/* The same with profile options (NULL → defaults; blocks_only: whole blocks,
+ * as remat_plan_auto). Plans made with different options are cached apart. */
+remat_status remat_checkpoint_budget_ex(remat_tensor **out, int n_stages, const remat_stage *stages,
+                                        size_t budget_bytes, remat_tensor *input,
+                                        const remat_profile_options *opts);
 void remat_checkpoint_budget_clear(void);
 
 /* Parses a byte size: "1048576", "512K", "96MiB", "1.5G", "2GB" (K/M/G/T;

@@ -374,7 +374,9 @@ remat_status remat_profile_ops(remat_op_profile **out, int n_stages, const remat
     return REMAT_OK;
 }
 
-double pl_stage_free_time(const remat_stage_ops *so, double fwd_time) {
+/* The forward seconds of so's recompute_free ops, op times scaled to add up to fwd_time
+ * (0 when the ops have no time). */
+static double stage_free_time(const remat_stage_ops *so, double fwd_time) {
     double sum = 0, fr = 0;
     for (int i = 0; i < so->n_ops; i++) {
         double t = so->ops[i].time > 0 ? so->ops[i].time : 0;
@@ -384,14 +386,10 @@ double pl_stage_free_time(const remat_stage_ops *so, double fwd_time) {
     return sum > 0 ? fr * (fwd_time / sum) : 0;
 }
 
-remat_status pl_pool_repeats(const remat_op_profile *ops, int n, double *fwd, double *bwd) {
-    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
-    int *member = malloc((size_t)(n > 0 ? n : 1) * sizeof *member);
-    if (!v || !member) {
-        free(v);
-        free(member);
-        return REMAT_ENOMEM;
-    }
+/* Each group of stages that repeat one another (same_as, same op count): fwd[] and bwd[]
+ * become the group's medians. v, member: n entries of scratch. */
+static void pool_repeats(const remat_op_profile *ops, int n, double *fwd, double *bwd, double *v,
+                         int *member) {
     for (int j = 0; j < n; j++) {
         if (ops->stages[j].same_as != j) continue;
         int m = 0; /* stage j and the stages that repeat it */
@@ -406,8 +404,18 @@ remat_status pl_pool_repeats(const remat_op_profile *ops, int n, double *fwd, do
             for (int i = 0; i < m; i++) x[member[i]] = med;
         }
     }
+}
+
+remat_status pl_apply_op_times(const remat_op_profile *ops, int n, double *fwd, double *bwd,
+                               double *free_time) {
+    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    int *member = malloc((size_t)(n > 0 ? n : 1) * sizeof *member);
+    if (v && member) pool_repeats(ops, n, fwd, bwd, v, member);
+    bool ok = v && member;
     free(v);
     free(member);
+    if (!ok) return REMAT_ENOMEM;
+    for (int k = 0; k < n; k++) free_time[k] = stage_free_time(&ops->stages[k], fwd[k]);
     return REMAT_OK;
 }
 
@@ -419,13 +427,13 @@ remat_status remat_profile_apply_ops(remat_profile *profile, const remat_op_prof
     if (ops->n_stages != n)
         return rm_err(REMAT_EINVAL, "%s: the op profile has %d stages, the profile %d", call,
                       ops->n_stages, n);
-    double *t = malloc(2 * (size_t)n * sizeof *t);
+    double *t = malloc(3 * (size_t)n * sizeof *t); /* fwd, bwd, free time */
     if (!t) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     for (int k = 0; k < n; k++) {
         t[k] = profile->stages[k].fwd_time;
         t[n + k] = profile->stages[k].bwd_time;
     }
-    if (pl_pool_repeats(ops, n, t, t + n)) {
+    if (pl_apply_op_times(ops, n, t, t + n, t + 2 * (size_t)n)) {
         free(t);
         return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     }
@@ -433,7 +441,7 @@ remat_status remat_profile_apply_ops(remat_profile *profile, const remat_op_prof
         remat_stage_profile *s = &profile->stages[k];
         s->fwd_time = t[k];
         s->bwd_time = t[n + k];
-        s->recompute_free_time = pl_stage_free_time(&ops->stages[k], s->fwd_time);
+        s->recompute_free_time = t[2 * (size_t)n + (size_t)k];
     }
     free(t);
     return REMAT_OK;

@@ -551,12 +551,14 @@ static remat_status check_minimum(const pl_model *m, size_t budget, pl_builder *
 typedef struct op_grid {
     uint64_t unit, unit_r; /* bytes per slot */
     int64_t M, M_r;        /* slots the chain's share of the budget holds */
+    int slots;             /* remat_plan_create's (coarsest) slot count */
 } op_grid;
 
 static op_grid make_grid(const pl_model *m, uint64_t chain_budget, int slots) {
     op_grid g;
     uint64_t sa = pl_store_all_peak(m);
     int n_slots = slots > 0 ? slots : pl_auto_slots(m);
+    g.slots = n_slots;
     g.unit = (sa + (uint64_t)n_slots - 1) / (uint64_t)n_slots;
     if (g.unit == 0) g.unit = 1;
     g.M = (int64_t)(chain_budget / g.unit);
@@ -580,6 +582,47 @@ static remat_status fixed_candidate(remat_plan **best, pl_builder *b, const pl_m
     if (rc) return rc;
     if (p->peak_bytes <= budget) take_better(best, p);
     else remat_plan_free(p);
+    return REMAT_OK;
+}
+
+/* remat_plan_create's own plans as candidates: rotor on each of its grids
+ * (pl_rotor_level), so that no block-level plan it gives at this budget is
+ * faster than the answer. Each grid's plans only get faster with the budget
+ * (and the grids tried depend on the model alone), so the answer stays
+ * monotone. A grid is skipped when the best candidate so far is already
+ * faster than every block-level plan can be (pl_rotor_bound on the coarse
+ * grid): the DP of a fine grid costs ~L^3/6 steps per slot. */
+static remat_status block_level_candidates(remat_plan **best, const pl_model *m, const op_grid *g,
+                                           size_t budget, const char *call) {
+    const uint64_t cb = (uint64_t)budget - m->fixed;
+    double bound = 0;
+    bool any = true;
+    /* the bound's table: the coarse grid's slots, a few more where the tail, not the chain,
+     * keeps store-all out of the budget */
+    if (*best && cb / g->unit_r <= 4 * (uint64_t)g->M_r + 4 &&
+        pl_rotor_bound(m, cb, g->unit_r, &bound, &any, call) != REMAT_OK) {
+        bound = 0; /* no bound: try every grid */
+        any = true;
+    }
+    if (!any) return REMAT_OK; /* no block-level plan fits */
+    for (int k = 0; k < PL_GRID_LEVELS; k++) {
+        int64_t sl = (int64_t)g->slots << (2 * k);
+        if (k > 0 && !pl_level_fits(m, sl)) break;
+        if (*best && (*best)->time < bound * (1 - 1e-9)) break; /* none can be faster */
+        pl_builder b = {0};
+        bool feasible = false;
+        int rr = pl_rotor_level(m, cb, sl, &b, &feasible, call);
+        if (rr) { /* too big a table (remat_plan_create fails there too) */
+            free(b.nodes);
+            break;
+        }
+        if (!feasible) {
+            free(b.nodes);
+            continue;
+        }
+        int rc = fixed_candidate(best, &b, m, REMAT_PLAN_OPTIMAL, budget, call);
+        if (rc) return rc;
+    }
     return REMAT_OK;
 }
 
@@ -684,11 +727,10 @@ remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profil
     if (rc) return rc;
     /* the op profile says which stages repeat one another (their times pooled) and what a
      * recomputation skips (rotor's candidates too) */
-    if (pl_pool_repeats(ops, m.n_chain, m.uf, m.ub)) {
+    if (pl_apply_op_times(ops, m.n_chain, m.uf, m.ub, m.ufree)) {
         pl_model_free(&m);
         return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
     }
-    for (int s = 0; s < m.n_chain; s++) m.ufree[s] = pl_stage_free_time(&ops->stages[s], m.uf[s]);
 
     stage_front *dist = calloc((size_t)m.n_chain, sizeof *dist);
     const stage_front **fronts = calloc((size_t)m.L, sizeof *fronts);
@@ -715,6 +757,8 @@ remat_status remat_plan_create_ops(remat_plan **out, const remat_profile *profil
         if (!rc && off) rc = extra_candidate(&best, &m, ops, ch, &g, true, false, call);
         if (!rc && lossy) rc = extra_candidate(&best, &m, ops, ch, &g, false, true, call);
         if (!rc && off && lossy) rc = extra_candidate(&best, &m, ops, ch, &g, true, true, call);
+        /* last: remat_plan_create's plans, where they can still be faster */
+        if (!rc) rc = block_level_candidates(&best, &m, &g, budget_bytes, call);
     }
     if (!rc && !best)
         rc = rm_err(REMAT_EINVAL,

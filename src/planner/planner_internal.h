@@ -109,6 +109,24 @@ remat_status pl_rotor_on_grid(const pl_model *m, uint64_t chain_budget, uint64_t
                               pl_builder *b, bool *feasible, const char *call);
 /* The automatic slot count of remat_plan_create for this model. */
 int pl_auto_slots(const pl_model *m);
+/* remat_plan_create's grids: level k (0 <= k < PL_GRID_LEVELS) has slots << 2k
+ * slots (slots: remat_plan_options.mem_slots or pl_auto_slots) over the chain's
+ * share; it tries level k only when the coarser ones fit no plan, and level k > 0
+ * only when pl_level_fits. */
+#define PL_GRID_LEVELS 3
+/* Whether a refined grid of `slots` slots stays within the automatic grid's limits
+ * (tables under 64 MiB, ~2e8 steps): a property of the model, never of the budget. */
+bool pl_level_fits(const pl_model *m, int64_t slots);
+/* Rotor's DP on remat_plan_create's grid of `slots` slots over chain_budget bytes;
+ * *feasible: a plan was found and appended to b (the head stripped). A larger
+ * budget never gives a slower plan on one slot count. */
+remat_status pl_rotor_level(const pl_model *m, uint64_t chain_budget, int64_t slots, pl_builder *b,
+                            bool *feasible, const char *call);
+/* A lower bound on the predicted time of every block-level plan whose peak fits
+ * chain_budget (on any grid): rotor's DP with sizes rounded down to `unit` bytes.
+ * *feasible false: no block-level plan fits at all. */
+remat_status pl_rotor_bound(const pl_model *m, uint64_t chain_budget, uint64_t unit, double *time,
+                            bool *feasible, const char *call);
 
 /* Store-everything plan. */
 remat_status pl_build_store_all(pl_builder *b, int n_stages);
@@ -137,16 +155,17 @@ remat_status pl_walk_stages(const char *call, remat_tensor *input, int n_stages,
 
 /* The median of v[0..n), n >= 1 (sorts v; the mean of the middle two for an even n). */
 double pl_median(double *v, int n);
-/* The forward seconds of so's recompute_free ops, op times scaled to add up to fwd_time
- * (0 when the ops have no time). */
-double pl_stage_free_time(const remat_stage_ops *so, double fwd_time);
-/* Stages ops finds repeating an earlier one (same_as, same op count) and that
- * stage: each group's forward times fwd[] and backward times bwd[] (n
- * stages) become the group's medians. The same computation, measured once
- * per stage under whatever else the machine ran: pooled, a loaded machine's
- * noise does not make identical blocks look cheaper or dearer to recompute
- * than each other. REMAT_ENOMEM (no message) or REMAT_OK. */
-remat_status pl_pool_repeats(const remat_op_profile *ops, int n, double *fwd, double *bwd);
+/* What an op profile tells the block-level model of its n stages (remat_profile_apply_ops
+ * and remat_plan_create_ops both use it, on the profile and on the model): the forward
+ * times fwd[] and backward times bwd[] of each group of stages that repeat one another
+ * (ops->stages[k].same_as, the same op count) become the group's medians (the same
+ * computation, measured once per stage under whatever else the machine ran: pooled, a
+ * loaded machine's noise does not make identical blocks look cheaper or dearer to
+ * recompute than each other); then free_time[k] = the forward seconds of stage k's
+ * recompute_free ops, the op times scaled to add up to fwd[k] (0 when they have no
+ * time). REMAT_ENOMEM (no message; nothing written) or REMAT_OK. */
+remat_status pl_apply_op_times(const remat_op_profile *ops, int n, double *fwd, double *bwd,
+                               double *free_time);
 
 #define PL_MIB(b) ((double)(b) / (1024.0 * 1024.0))
 

@@ -265,14 +265,20 @@ remat_status remat_plan_run(const remat_plan *plan, const remat_stage *stages, r
 remat_status remat_plan_auto(remat_plan **out, int n_stages, const remat_stage *stages,
                              remat_tensor *input, size_t budget_bytes,
                              const remat_profile_options *profile_opts) {
-    if (!out) return rm_err(REMAT_EINVAL, "remat_plan_auto: out is NULL");
+    static const char *call = "remat_plan_auto";
+    if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
     *out = NULL;
     remat_profile *prof = NULL;
+    remat_op_profile *ops = NULL;
+    const bool blocks = profile_opts && profile_opts->blocks_only;
     int rc = remat_profile_stages(&prof, n_stages, stages, input, profile_opts);
-    if (rc) return rm_err_prefix(rc, "remat_plan_auto");
-    rc = remat_plan_create(out, prof, budget_bytes);
+    if (!rc && !blocks) rc = remat_profile_ops(&ops, n_stages, stages, input, profile_opts);
+    if (!rc)
+        rc = blocks ? remat_plan_create(out, prof, budget_bytes)
+                    : remat_plan_create_ops(out, prof, ops, NULL, budget_bytes, NULL);
+    remat_op_profile_free(ops);
     remat_profile_free(prof);
-    if (rc) return rm_err_prefix(rc, "remat_plan_auto");
+    if (rc) return rm_err_prefix(rc, call);
     return REMAT_OK;
 }
 
@@ -295,22 +301,26 @@ typedef struct pl_cached {
     int64_t shape[REMAT_MAX_DIMS];
     remat_dtype dtype;
     remat_device device;
+    remat_profile_options opts; /* NULL → the defaults, zeros */
     remat_plan *plan;
 } pl_cached;
 static pl_cached *g_cache;
 static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static bool cache_match(const pl_cached *e, int n, const remat_stage *stages, size_t budget,
-                        const remat_tensor *x) {
-    return e->n == n && e->budget == budget && e->ndim == remat_ndim(x) &&
-           e->dtype == remat_tensor_dtype(x) && e->device.type == remat_tensor_device(x).type &&
+                        const remat_tensor *x, const remat_profile_options *o) {
+    return e->n == n && e->budget == budget && e->opts.runs == o->runs &&
+           e->opts.no_warmup == o->no_warmup && e->opts.blocks_only == o->blocks_only &&
+           e->ndim == remat_ndim(x) && e->dtype == remat_tensor_dtype(x) &&
+           e->device.type == remat_tensor_device(x).type &&
            e->device.index == remat_tensor_device(x).index &&
            !memcmp(e->shape, remat_shape(x), (size_t)e->ndim * sizeof(int64_t)) &&
            same_stages(e->stages, stages, (size_t)n);
 }
 
-remat_status remat_checkpoint_budget(remat_tensor **out, int n_stages, const remat_stage *stages,
-                                     size_t budget_bytes, remat_tensor *input) {
+remat_status remat_checkpoint_budget_ex(remat_tensor **out, int n_stages, const remat_stage *stages,
+                                        size_t budget_bytes, remat_tensor *input,
+                                        const remat_profile_options *opts) {
     static const char *call = "remat_checkpoint_budget";
     if (!out) return rm_err(REMAT_EINVAL, "%s: out is NULL", call);
     *out = NULL;
@@ -318,9 +328,10 @@ remat_status remat_checkpoint_budget(remat_tensor **out, int n_stages, const rem
         return rm_err(REMAT_EINVAL, "%s: %s is NULL", call, !stages ? "stages" : "input");
     if (n_stages < 1)
         return rm_err(REMAT_EINVAL, "%s: n_stages must be >= 1, got %d", call, n_stages);
+    const remat_profile_options o = opts ? *opts : (remat_profile_options){0};
     pthread_mutex_lock(&g_cache_lock);
     pl_cached *e = g_cache;
-    while (e && !cache_match(e, n_stages, stages, budget_bytes, input)) e = e->next;
+    while (e && !cache_match(e, n_stages, stages, budget_bytes, input, &o)) e = e->next;
     int rc = REMAT_OK;
     if (!e) {
         e = calloc(1, sizeof *e);
@@ -331,7 +342,7 @@ remat_status remat_checkpoint_budget(remat_tensor **out, int n_stages, const rem
             pthread_mutex_unlock(&g_cache_lock);
             return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
         }
-        rc = remat_plan_auto(&e->plan, n_stages, stages, input, budget_bytes, NULL);
+        rc = remat_plan_auto(&e->plan, n_stages, stages, input, budget_bytes, &o);
         if (rc) {
             free(e->stages);
             free(e);
@@ -341,6 +352,7 @@ remat_status remat_checkpoint_budget(remat_tensor **out, int n_stages, const rem
         e->n = n_stages;
         memcpy(e->stages, stages, (size_t)n_stages * sizeof *stages);
         e->budget = budget_bytes;
+        e->opts = o;
         e->ndim = remat_ndim(input);
         memcpy(e->shape, remat_shape(input), (size_t)e->ndim * sizeof(int64_t));
         e->dtype = remat_tensor_dtype(input);
@@ -356,6 +368,11 @@ remat_status remat_checkpoint_budget(remat_tensor **out, int n_stages, const rem
     rc = remat_plan_run(plan, stages, input, out);
     if (rc) return rm_err_prefix(rc, call);
     return REMAT_OK;
+}
+
+remat_status remat_checkpoint_budget(remat_tensor **out, int n_stages, const remat_stage *stages,
+                                     size_t budget_bytes, remat_tensor *input) {
+    return remat_checkpoint_budget_ex(out, n_stages, stages, budget_bytes, input, NULL);
 }
 
 void remat_checkpoint_budget_clear(void) {

@@ -28,6 +28,10 @@
 #define PL_MAX_AUTO_SLOTS 4000
 /* Largest DP table we are willing to allocate. */
 #define PL_MAX_TABLE_BYTES ((size_t)256 << 20)
+/* The refined grids (slots << 2, << 4) stay within what the automatic grid
+ * allows itself (auto_slots): tables under 64 MiB, ~2e8 steps. */
+#define PL_MAX_REFINED_TABLE_BYTES ((size_t)64 << 20)
+#define PL_MAX_REFINED_WORK 2e8
 
 remat_status remat_plan_min_budget(const remat_profile *profile, size_t *bytes) {
     static const char *call = "remat_plan_min_budget";
@@ -52,13 +56,20 @@ typedef struct dp_tab {
     int64_t *X, *A, *FA, *FN, *BP; /* model in slots */
     const uint64_t *gp;            /* parameter-gradient prefix sums, bytes */
     uint64_t unit;                 /* bytes per slot */
+    bool down;                     /* sizes rounded down: a lower bound, not a plan */
 } dp_tab;
 
-/* Gradients of stages a..b in slots, rounded up (M + 1 when they never fit). */
-static inline int64_t dp_grads(const dp_tab *d, int a, int b) {
-    if (a > b) return 0;
-    uint64_t v = d->gp[b + 1] - d->gp[a], q = v / d->unit + (v % d->unit != 0);
+/* v bytes in slots: rounded up (a plan that fits in slots fits in bytes) or, for a
+ * lower bound, down (every plan that fits in bytes fits in slots); M + 1 when they
+ * never fit. */
+static inline int64_t dp_slots(const dp_tab *d, uint64_t v) {
+    uint64_t q = v / d->unit + (!d->down && v % d->unit != 0);
     return q > (uint64_t)d->M ? d->M + 1 : (int64_t)q;
+}
+
+/* Gradients of stages a..b in slots. */
+static inline int64_t dp_grads(const dp_tab *d, int a, int b) {
+    return a > b ? 0 : dp_slots(d, d->gp[b + 1] - d->gp[a]);
 }
 
 static inline size_t cell(const dp_tab *d, int s, int t, int64_t m) {
@@ -153,24 +164,14 @@ static void dp_free(dp_tab *d) {
     free(d->X); /* and A, FA, FN, BP: one block */
 }
 
-/* Runs the slot DP with `slots` slots; *feasible tells whether a plan was
- * found (then appended to b). */
-static remat_status dp_solve_unit(const pl_model *md, uint64_t budget, uint64_t unit, pl_builder *b,
-                                  bool *feasible, const char *call);
-static remat_status dp_solve(const pl_model *md, uint64_t budget, int64_t slots, pl_builder *b,
-                             bool *feasible, uint64_t *unit_out, const char *call) {
-    uint64_t unit = (budget + (uint64_t)slots - 1) / (uint64_t)slots;
-    if (unit == 0) unit = 1;
-    *unit_out = unit;
-    return dp_solve_unit(md, budget, unit, b, feasible, call);
-}
-
-/* The slot DP on a grid of `unit` bytes per slot (budget / unit slots). */
-static remat_status dp_solve_unit(const pl_model *md, uint64_t budget, uint64_t unit, pl_builder *b,
-                                  bool *feasible, const char *call) {
+/* The slot DP with M slots of `unit` bytes (M * unit <= the chain's share):
+ * *feasible tells whether a plan fits; then *time (if not NULL) is its
+ * predicted time and, when b is not NULL, the plan is appended to b. */
+static remat_status dp_solve_unit(const pl_model *md, int64_t M, uint64_t unit, bool down,
+                                  pl_builder *b, bool *feasible, double *time, const char *call) {
     *feasible = false;
     int L = md->L;
-    dp_tab d = {.L = L, .M = (int64_t)(budget / unit), .gp = md->gp, .unit = unit};
+    dp_tab d = {.L = L, .M = M, .gp = md->gp, .unit = unit, .down = down};
     size_t n_tri = pl_tri(0, L);
     size_t cells = n_tri * (size_t)(d.M + 1);
     if (cells / (size_t)(d.M + 1) != n_tri || cells > PL_MAX_TABLE_BYTES / 12)
@@ -192,27 +193,36 @@ static remat_status dp_solve_unit(const pl_model *md, uint64_t budget, uint64_t 
         return rm_err(REMAT_ENOMEM, "%s: out of memory for the planning tables (%.0f MiB)", call,
                       PL_MIB((double)cells * 12.0));
     }
-    /* Round sizes up: a plan whose slot sums fit M fits the budget in bytes.
-     * Sizes beyond the budget are clamped to M + 1 (never fit) to avoid
-     * overflow in the sums. */
-#define SLOTS(v)                                                                                   \
-    ((int64_t)((v) / unit + ((v) % unit != 0)) > d.M ? d.M + 1                                     \
-                                                     : (int64_t)((v) / unit + ((v) % unit != 0)))
-    for (int k = 0; k <= L; k++) d.X[k] = SLOTS(md->x[k]);
+    for (int k = 0; k <= L; k++) d.X[k] = dp_slots(&d, md->x[k]);
     for (int k = 0; k < L; k++) {
-        d.A[k] = SLOTS(md->abar[k]);
-        d.FA[k] = SLOTS(md->fpa[k]);
-        d.FN[k] = SLOTS(md->fpn[k]);
-        d.BP[k] = SLOTS(md->bp[k]);
+        d.A[k] = dp_slots(&d, md->abar[k]);
+        d.FA[k] = dp_slots(&d, md->fpa[k]);
+        d.FN[k] = dp_slots(&d, md->fpn[k]);
+        d.BP[k] = dp_slots(&d, md->bp[k]);
     }
-#undef SLOTS
     dp_fill(&d, md);
-    if (d.choice[cell(&d, 0, L - 1, d.M)] >= 0) {
+    size_t top = cell(&d, 0, L - 1, d.M);
+    if (d.choice[top] >= 0) {
         *feasible = true;
-        dp_recon(&d, 0, L - 1, d.M, 0, -1, b);
+        if (time) *time = d.cost[top];
+        if (b) dp_recon(&d, 0, L - 1, d.M, 0, -1, b);
     }
     dp_free(&d);
     return REMAT_OK;
+}
+
+/* remat_plan_create's grid for a chain share of `budget` bytes: `slots` slots
+ * of budget / slots bytes (rounded down, at least 1; fewer slots when the
+ * budget has fewer bytes). A larger budget only widens the slots, so every
+ * size takes no more of them and the plans that fit can only grow: the
+ * predicted time never rises with the budget on one slot count. */
+static remat_status dp_solve(const pl_model *md, uint64_t budget, int64_t slots, pl_builder *b,
+                             bool *feasible, uint64_t *unit_out, const char *call) {
+    uint64_t unit = budget / (uint64_t)slots;
+    if (unit == 0) unit = 1;
+    int64_t M = (int64_t)(budget / unit) < slots ? (int64_t)(budget / unit) : slots;
+    *unit_out = unit;
+    return dp_solve_unit(md, M, unit, false, b, feasible, NULL, call);
 }
 
 /* A whole-step model's plans end with the head's STORE node (the head is
@@ -224,9 +234,29 @@ static void strip_head(pl_builder *b, const pl_model *m) {
 
 remat_status pl_rotor_on_grid(const pl_model *m, uint64_t chain_budget, uint64_t unit,
                               pl_builder *b, bool *feasible, const char *call) {
-    int rc = dp_solve_unit(m, chain_budget, unit, b, feasible, call);
+    int rc = dp_solve_unit(m, (int64_t)(chain_budget / unit), unit, false, b, feasible, NULL, call);
     if (!rc && *feasible) strip_head(b, m);
     return rc;
+}
+
+remat_status pl_rotor_level(const pl_model *m, uint64_t chain_budget, int64_t slots, pl_builder *b,
+                            bool *feasible, const char *call) {
+    uint64_t unit;
+    int rc = dp_solve(m, chain_budget, slots, b, feasible, &unit, call);
+    if (!rc && *feasible) strip_head(b, m);
+    return rc;
+}
+
+remat_status pl_rotor_bound(const pl_model *m, uint64_t chain_budget, uint64_t unit, double *time,
+                            bool *feasible, const char *call) {
+    *time = 0;
+    return dp_solve_unit(m, (int64_t)(chain_budget / unit), unit, true, NULL, feasible, time, call);
+}
+
+bool pl_level_fits(const pl_model *m, int64_t slots) {
+    double n_tri = (double)m->L * (m->L + 1) / 2, work = n_tri * m->L / 3;
+    return n_tri * 12.0 * (double)(slots + 1) <= (double)PL_MAX_REFINED_TABLE_BYTES &&
+           work * (double)slots <= PL_MAX_REFINED_WORK;
 }
 
 static int auto_slots(const pl_model *m);
@@ -290,11 +320,13 @@ static remat_status create_from_model(remat_plan **out, const pl_model *m, size_
         remat_plan_free(tmp);
     }
     /* The slot DP; if rounding makes a feasible budget look infeasible,
-     * refine the grid a few times, then settle for the minimal-peak plan. */
-    for (int attempt = 0; attempt < 3; attempt++) {
+     * refine the grid (4 and 16 times the slots, while pl_level_fits), then
+     * settle for the minimal-peak plan. */
+    for (int attempt = 0; attempt < PL_GRID_LEVELS; attempt++) {
         pl_builder opt = {0};
         bool feasible = false;
         int64_t sl = (int64_t)slots << (2 * attempt);
+        if (attempt > 0 && !pl_level_fits(m, sl)) break;
         rc = dp_solve(m, chain_budget, sl, &opt, &feasible, &unit, call);
         if (rc) {
             free(opt.nodes);
