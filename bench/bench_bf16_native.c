@@ -49,6 +49,8 @@ static const row k_rows[] = {
     {"gelu bwd in place", RM_U_GELU_ERF, 2},
     {"gelu_tanh fwd", RM_U_GELU_TANH, 0},
     {"gelu_tanh bwd", RM_U_GELU_TANH, 1},
+    {"silu fwd", RM_U_SILU, 0},
+    {"silu bwd", RM_U_SILU, 1},
     {"tanh fwd", RM_U_TANH, 0},
     {"tanh bwd", RM_U_TANH, 1},
     {"exp fwd", RM_U_EXP, 0},

@@ -271,7 +271,7 @@ Test(bf16_elementwise, mixed_add_matches_via_f32_bitwise) {
 }
 
 /* The lookup tables of the costly ops (src/backends/cpu/unary.c: the forward's results,
- * the GELUs' backward factors) against the f32 kernel on widened copies, for every bf16
+ * the GELUs' and SiLU's backward factors) against the f32 kernel on widened copies, for every bf16
  * bit pattern: x runs through all 65536 twice (the second time shifted by a lane, past
  * the size that builds a table), the gradient through bf16_values' mix; forward,
  * backward and in-place backward at 1 and 2 threads; the tables must have been built. */
@@ -295,7 +295,7 @@ Test(bf16_unary, lookup_tables_match_via_f32_for_every_bit_pattern) {
             ASSERT_SAME(y, y_ref, "forward (table)");
             cr_assert(rm_cpu_unary_bf16_table_ready(p.op, false), "op %d: no forward table",
                       (int)p.op);
-            if (p.op == RM_U_GELU_ERF || p.op == RM_U_GELU_TANH) {
+            if (p.op == RM_U_GELU_ERF || p.op == RM_U_GELU_TANH || p.op == RM_U_SILU) {
                 remat_tensor *g = bf16_values(n, 11 + o, 2), *gi = bf16_copy(g);
                 remat_tensor *dx = bf16_copy(y), *dx_ref = bf16_copy(y), *gi_ref = bf16_copy(g);
                 rm_kargs b = {.in = {g, x}, .out = {dx}, .params = &p};
