@@ -2,7 +2,7 @@
  * CPU has bf16 GEMMs, src/backends/cpu/attention.c) against a plain
  * reference of their arithmetic kept here: per batch entry and block of 64
  * query rows the same oneDNN bf16 GEMMs on dense operands, the scores scaled
- * in f32, the row max, exp (rm_expf_neg_v) and 16-lane row sums, P and dS rounded to bf16,
+ * in f32, the row max, exp (rm_expf_neg_cl_v) and 16-lane row sums, P and dS rounded to bf16,
  * δ = rowsum(dO ∘ O) in 16 lanes, dK and dV summed in f32 over the query
  * blocks and rounded once. The kernels may fuse passes and cache copies,
  * but every output (y, lse, dq, dk, dv) must stay bitwise this reference,
@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/clones.h" /* vmath.h: the clones' fused steps, as the kernel */
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/vmath.h"
@@ -67,7 +68,7 @@ static void ref_forward(const ref_dims *d, const bf16 *q, const bf16 *k, const b
             float sub = mx == -INFINITY ? 0.0f : mx;
             float acc[LANES] = {0};
             for (int64_t j = 0; j < lim; j++) {
-                x[j] = rm_expf_neg_v(x[j] - sub);
+                x[j] = rm_expf_neg_cl_v(x[j] - sub);
                 acc[j < lim - lim % LANES ? j % LANES : 0] += x[j];
             }
             float sum = lanes_total(acc), inv = 1.0f / sum;
@@ -111,7 +112,7 @@ static void ref_backward(const ref_dims *d, const bf16 *q, const bf16 *k, const 
             float delta = lanes_total(acc);
             for (int64_t j = 0; j < kn; j++) {
                 float x = s[r * kn + j] * d->sc;
-                float e = j < lim ? rm_expf_neg_v(x - l) : 0.0f;
+                float e = j < lim ? rm_expf_neg_cl_v(x - l) : 0.0f;
                 p[r * kn + j] = rm_f32_to_bf16(e);
                 ds[r * kn + j] = rm_f32_to_bf16(e * (dp[r * kn + j] - delta) * d->sc);
             }

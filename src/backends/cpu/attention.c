@@ -269,27 +269,18 @@ static void *att_scratch_mine(const att_scratch *s) {
  * (the scores are scaled, then the max subtracted, each rounded). */
 static inline f32 att_scaled(f32 x, f32 sc) { return x * sc; }
 
-/* The end of a row's loop over its first n of kn entries run in whole vectors of
- * ATT_LANES: n rounded up, at most kn. The lanes past n are computed and selected away
- * (a masked causal row ends anywhere, and its scalar tail cost about as much as the rest). */
-static inline int64_t att_lanes_up(int64_t n, int64_t kn) {
-    int64_t up = (n + ATT_LANES - 1) / ATT_LANES * ATT_LANES;
-    return up < kn ? up : kn;
-}
-
 /* max over j < n of x[j] · sc, as rm_row_max_f32 on the scaled values would
  * give it (NaN if one is NaN; n ≥ 1), without storing them: the integer-key
- * max of nn.h. x is readable up to nup ≥ n (att_lanes_up): the loop runs there. */
-RM_CPU_CLONES static f32 att_scaled_max(const f32 *restrict x, f32 sc, int64_t n, int64_t nup) {
+ * max of nn.h. */
+RM_CPU_CLONES static f32 att_scaled_max(const f32 *restrict x, f32 sc, int64_t n) {
     int32_t m = INT32_MIN, nan = 0;
-    for (int64_t j = 0; j < nup; j++) {
+    for (int64_t j = 0; j < n; j++) {
         f32 y = att_scaled(x[j], sc);
         int32_t b;
         memcpy(&b, &y, sizeof b);
         int32_t key = b ^ ((b >> 31) & INT32_C(0x7FFFFFFF));
-        key = j < n ? key : INT32_MIN;
         m = key > m ? key : m;
-        nan |= j < n && (b & INT32_C(0x7FFFFFFF)) > INT32_C(0x7F800000);
+        nan |= (b & INT32_C(0x7FFFFFFF)) > INT32_C(0x7F800000);
     }
     if (nan) return NAN;
     int32_t b = m ^ ((m >> 31) & INT32_C(0x7FFFFFFF));
@@ -299,11 +290,12 @@ RM_CPU_CLONES static f32 att_scaled_max(const f32 *restrict x, f32 sc, int64_t n
 }
 
 /* The tiles' exp: its argument is never above 0 (a scaled score less the row's max, or
- * less the row's lse, which is at least the max), so rm_expf_neg_v serves: the Cephes
- * polynomial with FMAs and no overflow or subnormal cases (results below exp(-87) flush
- * to 0), about half the instructions of rm_expf_v, which took ~10% of the f32 kernels'
- * time at the GPT's shape. */
-#define ATT_EXP rm_expf_neg_v
+ * less the row's lse, which is at least the max), so the non-positive exp serves: no
+ * overflow or subnormal cases (results below exp(-87) flush to 0), about half the
+ * instructions of rm_expf_v, which took ~10% of the f32 kernels' time at the GPT's shape.
+ * rm_expf_neg_cl_v: fused multiply-adds in the clones (rm_expf_neg_v's Cephes steps were
+ * a multiply and an add each there: RM_FMAF is decided at the library's baseline target). */
+#define ATT_EXP rm_expf_neg_cl_v
 
 /* x[j] = exp(x[j] · sc − sub) for j < n, returns their sum: att_exp_inplace_f32
  * on the scaled scores (the same ATT_LANES partial sums), scaling in the same pass. */

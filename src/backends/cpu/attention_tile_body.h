@@ -69,19 +69,19 @@ RM_CPU_CLONES static void TFN(att_probs_tile)(const att_dims *d, const T *qd, in
     const f32 sc = (f32)d->scale;
     for (int64_t r = 0; r < m; r++) {
         f32 *sr = s + r * kn;
-        int64_t lim = att_row_lim(d, i0 + r, kn), lup = att_lanes_up(lim, kn);
-        f32 mx = lim > 0 ? att_scaled_max(sr, sc, lim, lup) : -INFINITY;
+        int64_t lim = att_row_lim(d, i0 + r, kn);
+        f32 mx = lim > 0 ? att_scaled_max(sr, sc, lim) : -INFINITY;
         f32 sub = mx == -INFINITY ? 0.0f : mx; /* all -inf: avoid inf - inf */
         f32 sum = att_exp_scaled(sr, sc, sub, lim);
         f32 inv = 1.0f / sum;
 #if ATT_DENSE
         T *pr = pb + r * kn;
-        for (int64_t j = 0; j < lup; j++) pr[j] = ATT_OF_F32(j < lim ? sr[j] * inv : 0.0f);
-        memset(pr + lup, 0, sizeof(T) * (size_t)(kn - lup));
+        for (int64_t j = 0; j < lim; j++) pr[j] = ATT_OF_F32(sr[j] * inv);
+        memset(pr + lim, 0, sizeof(T) * (size_t)(kn - lim));
 #else
         (void)pb;
-        for (int64_t j = 0; j < lup; j++) sr[j] = j < lim ? sr[j] * inv : 0.0f;
-        memset(sr + lup, 0, sizeof(f32) * (size_t)(kn - lup));
+        for (int64_t j = 0; j < lim; j++) sr[j] *= inv;
+        memset(sr + lim, 0, sizeof(f32) * (size_t)(kn - lim));
 #endif
         lse_out[i0 + r] = lim > 0 ? sub + logf(sum) : -INFINITY;
     }
@@ -167,8 +167,7 @@ RM_CPU_CLONES static f32 TFN(att_dot)(const T *x, const T *y, int64_t n) {
  * pass over the block where P and dS took two, between which the whole
  * f32 P went through memory. (P and dS in a single loop measured slower
  * than these three short loops per row.) f32 makes P in s and dS in dp
- * (pb and dsb unused). Rows are run to a whole number of vectors
- * (att_lanes_up), the masked lanes selected to 0, so no row ends in a scalar loop. */
+ * (pb and dsb unused). */
 RM_CPU_CLONES static void TFN(att_bwd_probs)(const att_dims *d, int64_t i0, int64_t m, int64_t kn,
                                              f32 *restrict s, const f32 *lse, f32 *restrict dp,
                                              const f32 *restrict delta, T *restrict pb,
@@ -177,42 +176,35 @@ RM_CPU_CLONES static void TFN(att_bwd_probs)(const att_dims *d, int64_t i0, int6
     (void)pb, (void)dsb;
     for (int64_t r = 0; r < m; r++) {
         f32 *sr = s + r * kn;
-        int64_t lim = att_row_lim(d, i0 + r, kn), lup = att_lanes_up(lim, kn);
+        int64_t lim = att_row_lim(d, i0 + r, kn);
         f32 l = lse[i0 + r];
         if (l == -INFINITY) l = 0; /* no keys: every p is 0 anyway */
 #if ATT_DENSE
         T *pr = pb + r * kn;
         if (!dp) {
-            for (int64_t j = 0; j < lup; j++) {
-                f32 e = ATT_EXP(sr[j] * sc - l);
-                pr[j] = ATT_OF_F32(j < lim ? e : 0.0f);
-            }
-            memset(pr + lup, 0, sizeof(T) * (size_t)(kn - lup));
+            for (int64_t j = 0; j < lim; j++) pr[j] = ATT_OF_F32(ATT_EXP(sr[j] * sc - l));
+            memset(pr + lim, 0, sizeof(T) * (size_t)(kn - lim));
             continue;
         }
 #else
         if (!dp) {
-            for (int64_t j = 0; j < lup; j++) {
-                f32 e = ATT_EXP(sr[j] * sc - l);
-                sr[j] = j < lim ? e : 0.0f;
-            }
-            memset(sr + lup, 0, sizeof(f32) * (size_t)(kn - lup));
+            for (int64_t j = 0; j < lim; j++) sr[j] = ATT_EXP(sr[j] * sc - l);
+            memset(sr + lim, 0, sizeof(f32) * (size_t)(kn - lim));
             continue;
         }
 #endif
         f32 *dpr = dp + r * kn;
         const f32 dl = delta[r];
-        for (int64_t j = 0; j < lup; j++) {
+        for (int64_t j = 0; j < lim; j++) {
             f32 e = ATT_EXP(sr[j] * sc - l);
-            e = j < lim ? e : 0.0f;
             sr[j] = e;
 #if ATT_DENSE
             pr[j] = ATT_OF_F32(e);
 #endif
         }
-        memset(sr + lup, 0, sizeof(f32) * (size_t)(kn - lup));
+        memset(sr + lim, 0, sizeof(f32) * (size_t)(kn - lim));
 #if ATT_DENSE
-        memset(pr + lup, 0, sizeof(T) * (size_t)(kn - lup));
+        memset(pr + lim, 0, sizeof(T) * (size_t)(kn - lim));
         T *dsr = dsb + r * kn;
         for (int64_t j = 0; j < kn; j++) dsr[j] = ATT_OF_F32(sr[j] * (dpr[j] - dl) * sc);
 #else

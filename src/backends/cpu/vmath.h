@@ -129,8 +129,8 @@ static inline float rm_expf_neg_v(float a) {
  * the same bits. Without clones (clang, sanitizers, other architectures) it is RM_FMAF.
  * In a GCC build, a caller that is not itself a clone (or inlined into one) would call
  * libm's fmaf per step: the GELUs' callers are cloned (unary.c, bias_gelu.c, whose bf16
- * row kernels GCC keeps out of line). The GELUs use it; the other vmath users (attention's
- * exp, nn.c) still use RM_FMAF. */
+ * row kernels GCC keeps out of line). The GELUs and attention's exp (rm_expf_neg_cl_v,
+ * called only from cloned kernels) use it; nn.c still uses RM_FMAF. */
 #if defined(RM_CPU_CLONED) && !defined(__FMA__)
 #define RM_FMAF_CL(a, b, c) __builtin_fmaf((a), (b), (c))
 #else
@@ -160,6 +160,18 @@ static inline float rm_expf_gelu_v(float a) {
     p = RM_FMAF_CL(p, r, 1.0f);
     /* t's low bits hold 0x400000 + n: shifted by 23 they leave n << 23 (mod 2^32) */
     return p * rm_bits_to_f32((int32_t)(((uint32_t)rm_f32_to_bits(t) << 23) + (127u << 23)));
+}
+
+/* ---- exp of a non-positive f32 in the cloned kernels -------------------------------------
+ * rm_expf_neg_v's contract (a <= 0; below exp(-87) flushed to 0; NaN gives NaN) on
+ * rm_expf_gelu_v's polynomial: in the clones its 9 steps are fused multiply-adds, where
+ * rm_expf_neg_v's are a multiply and an add each. Attention's softmax exps (attention.c
+ * ATT_EXP). Meant for cloned callers, as RM_FMAF_CL (a plain caller in a GCC build calls
+ * libm's fmaf per step, with the same bits). */
+static inline float rm_expf_neg_cl_v(float a) {
+    float xc = a < -87.0f ? -87.0f : a;
+    float e = rm_expf_gelu_v(xc);
+    return a < -87.0f ? 0.0f : e;
 }
 
 /* ---- standard normal CDF for f32 (GELU, erf form) --------------------------------------
