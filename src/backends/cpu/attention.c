@@ -293,8 +293,8 @@ RM_CPU_CLONES static f32 att_scaled_max(const f32 *restrict x, f32 sc, int64_t n
  * less the row's lse, which is at least the max), so the non-positive exp serves: no
  * overflow or subnormal cases (results below exp(-87) flush to 0), about half the
  * instructions of rm_expf_v, which took ~10% of the f32 kernels' time at the GPT's shape.
- * rm_expf_neg_cl_v: fused multiply-adds in the clones (rm_expf_neg_v's Cephes steps were
- * a multiply and an add each there: RM_FMAF is decided at the library's baseline target). */
+ * rm_expf_neg_cl_v: fused multiply-adds in the clones (RM_FMAF, decided at the library's
+ * baseline target, left the clones a multiply and an add a step). */
 #define ATT_EXP rm_expf_neg_cl_v
 
 /* x[j] = exp(x[j] · sc − sub) for j < n, returns their sum: att_exp_inplace_f32

@@ -88,37 +88,6 @@ static inline float rm_tanhf_v(float x) {
 #define RM_FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
-/* ---- exp of an f32 in [-87, 88] ---------------------------------------------------------
- * The Cephes polynomial of rm_expf_v (~1 ulp) without special cases: xc
- * must already be clamped to [-87, 88], so 2^n is a single normal power. */
-static inline float rm_expf_range_v(float xc) {
-    float t = RM_FMAF(xc, 1.44269504088896341f, 12582912.0f);
-    int32_t ni = rm_f32_to_bits(t) - 0x4B400000; /* round(xc / ln 2), in [-126, 127] */
-    float n = t - 12582912.0f;
-    float r = RM_FMAF(n, -0.693359375f, xc);
-    r = RM_FMAF(n, 2.12194440e-4f, r);
-    float p = 1.9875691500e-4f;
-    p = RM_FMAF(p, r, 1.3981999507e-3f);
-    p = RM_FMAF(p, r, 8.3334519073e-3f);
-    p = RM_FMAF(p, r, 4.1665795894e-2f);
-    p = RM_FMAF(p, r, 1.6666665459e-1f);
-    p = RM_FMAF(p, r, 5.0000001201e-1f);
-    p = RM_FMAF(p, r * r, r + 1.0f);
-    return p * rm_bits_to_f32((int32_t)((uint32_t)(ni + 127) << 23));
-}
-
-/* ---- exp of a non-positive f32 ---------------------------------------------------------
- * exp(a) for a <= 0, as rm_expf_v (Cephes polynomial, ~1 ulp) but without
- * the overflow and subnormal cases: results below exp(-87) ~ 1.6e-38 are
- * flushed to 0, so 2^n is a single normal power. A NaN gives NaN (the
- * clamps' compares are false for it). The clamps are plain selects (vmaxps
- * or blends once vectorised). */
-static inline float rm_expf_neg_v(float a) {
-    float xc = a < -87.0f ? -87.0f : a;
-    float e = rm_expf_range_v(xc);
-    return a < -87.0f ? 0.0f : e;
-}
-
 /* ---- fused multiply-add in the cloned kernels ----------------------------------------------
  * RM_FMAF above is decided once per file, at the baseline target the library is built for,
  * so in the AVX2 and AVX-512 clones of a kernel (clones.h) it is still a multiply and an
@@ -143,8 +112,8 @@ static inline float rm_expf_neg_v(float a) {
  * polynomial fitted to exp on that interval (Remez, relative error 1.9e-9 before its
  * coefficients were rounded to f32), 2^n one normal power. Max relative error 8.6e-8
  * (0.7 ulp) over [-87, 88] with FMA steps, measured against libm's exp in double. Two
- * fewer steps than the Cephes polynomial of rm_expf_range_v (1 + r + r^2 P5(r)), at the
- * same accuracy. The caller clamps or selects outside the range: there the result is
+ * fewer steps than the Cephes polynomial of rm_expf_v (1 + r + r^2 P5(r)), at the same
+ * accuracy. The caller clamps or selects outside the range: there the result is
  * meaningless (never a trap). */
 static inline float rm_expf_gelu_v(float a) {
     float t = RM_FMAF_CL(a, 1.44269504088896341f, 12582912.0f);
@@ -163,10 +132,10 @@ static inline float rm_expf_gelu_v(float a) {
 }
 
 /* ---- exp of a non-positive f32 in the cloned kernels -------------------------------------
- * rm_expf_neg_v's contract (a <= 0; below exp(-87) flushed to 0; NaN gives NaN) on
- * rm_expf_gelu_v's polynomial: in the clones its 9 steps are fused multiply-adds, where
- * rm_expf_neg_v's are a multiply and an add each. Attention's softmax exps (attention.c
- * ATT_EXP). Meant for cloned callers, as RM_FMAF_CL (a plain caller in a GCC build calls
+ * exp(a) for a <= 0 without the overflow and subnormal cases (results below exp(-87)
+ * ~ 1.6e-38 flush to 0, so 2^n is one normal power; a NaN gives NaN: the clamps' compares
+ * are false for it) on rm_expf_gelu_v's polynomial, whose 9 steps are fused multiply-adds
+ * in the clones. Attention's softmax exps (attention.c ATT_EXP) and Phi's below. Meant for cloned callers, as RM_FMAF_CL (a plain caller in a GCC build calls
  * libm's fmaf per step, with the same bits). */
 static inline float rm_expf_neg_cl_v(float a) {
     float xc = a < -87.0f ? -87.0f : a;
@@ -200,9 +169,7 @@ static inline float rm_phif_e_v(float x, float *e) {
     q = RM_FMAF_CL(q, t, 1.3448174298e-01f);
     q = RM_FMAF_CL(q, t, 1.3257069886e-01f);
     q = RM_FMAF_CL(q, t, 5.2610143951e-06f);
-    float a = -0.5f * (x * x);
-    float ex = rm_expf_gelu_v(a < -87.0f ? -87.0f : a);
-    ex = a < -87.0f ? 0.0f : ex; /* a NaN fails both compares and stays NaN */
+    float ex = rm_expf_neg_cl_v(-0.5f * (x * x));
     float half_erfc = q * ex;
     *e = ex;
     return x < 0 ? half_erfc : 1.0f - half_erfc;
