@@ -20,7 +20,7 @@
 # (--profile, f32, none and block); compute-sanitizer on the
 # attention kernels and the offload test; the strategy table on a small GPT.
 # What comes back ($OUT, at most 8 files): summary.txt (one line per step: rc, seconds),
-# test.log, gemm.log, train.log, bench.log, sanitizer.log, files.tgz (JSON results, the
+# test.log, gemm.log, train.log, bench.log, sanitizer.log, ncu.log, files.tgz (JSON results, the
 # per-step training log, the allocator trace).
 # Environment: WINDOW (s, default 450), REPS (default 5), OUT (default ./gpu-out), SUITE_BOX
 # (s for the device suites, default 150), SKIP (step names or globs to leave out, e.g.
@@ -178,6 +178,13 @@ step profile-bf16-nolt 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_CUDA
 # 4b'. PyTorch's own kernels in its bf16 step (torch.profiler), beside remat's profile above
 step torch-profile-bf16 60 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --reps 2 \
   --autocast bf16 --strategies none --profile 3 --out "$FILES/torch-profile-bf16.json"
+# 4b'. Nsight Compute on the attention kernels (bench/cuda/ncu_attention.sh): what limits
+# them (tensor pipe, issue, shared-memory conflicts, stall reasons), remat's beside PyTorch's
+step ncu-bf16 60 "$OUT/ncu.log" env LD_LIBRARY_PATH="$LDP" bash bench/cuda/ncu_attention.sh \
+  remat "$BUILD/remat" bf16
+step ncu-f32 60 "$OUT/ncu.log" env LD_LIBRARY_PATH="$LDP" bash bench/cuda/ncu_attention.sh \
+  remat "$BUILD/remat" off
+step ncu-torch-bf16 60 "$OUT/ncu.log" bash bench/cuda/ncu_attention.sh torch bf16
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 # 4b''. variants of the tensor-core attention (bench/cuda/gpu_variants.sh): each variant's
 # own builds of the attention tests first (f32 and bf16 against the cpu, checkpointed
@@ -205,6 +212,10 @@ if [ -f "$CARRY/variants.tar.xz" ]; then
     step "attmem-$name" 40 "$OUT/sanitizer.log" env LD_LIBRARY_PATH="$LDP" REMAT_TEST_DEVICE=cuda \
       "$CS" --tool memcheck --error-exitcode 9 "$d/test_cuda_bf16" -j1 \
       --filter='cuda_bf16/fused_attention*'
+    case " ${NCU_VARIANTS-fused fwd8} " in *" $name "*)
+      step "ncu-$name" 45 "$OUT/ncu.log" env LD_LIBRARY_PATH="$LDP" bash bench/cuda/ncu_attention.sh \
+        remat "$d/remat" bf16 ;;
+    esac
   done
   for prog in "$BUILD/remat" "$FILES"/variants/*/remat; do
     name=$(basename "$(dirname "$prog")"); [ "$prog" = "$BUILD/remat" ] && name=default
