@@ -7,7 +7,10 @@
  * loads) and odd head sizes (element loads), grids smaller than the work (the kernels'
  * grid-stride loops). Built with RMK_TC_BWD_FUSED=1 (test_cuda_emu_attention_variants) it
  * runs the fused backward three ways — blocks one after another, then several at once in
- * drawn orders and speeds — and checks the bits are the same each time.
+ * drawn orders and speeds — and checks the bits are the same each time. Built with
+ * RMK_TC_LEAN=1 (test_cuda_emu_attention_lean, _lean_fused) it runs the lean backward, whose
+ * mask is only applied in the tiles it cuts: the causal cases' diagonal tiles and the ends of
+ * T not a tile multiple are where a wrong bound shows.
  *
  * Tolerance, against the largest magnitude of each result's f64 counterpart: bf16 within
  * 1e-2 (the kernels round P and dS to bf16 as the products' operands and every output once
@@ -199,8 +202,7 @@ template <typename TR, int HD> void run(const kase &c) {
         for (auto *bb : {&bdq, &bdk, &bdv})
             for (auto &x : *bb) x = V::nan;
         rmk_emu::launch(cap(nqq > 0 ? d.nb * nqq : 1), C::NT, [&] { tc_att_bwd_pre<TR, HD>(p); });
-        rmk_emu::launch_resident(grid, C::NT, resident, seed,
-                                 [&] { tc_att_bwd_fused<TR, HD>(p); });
+        rmk_emu::launch_resident(grid, C::NT, resident, seed, [&] { tc_att_bwd_fused<TR, HD>(p); });
     };
     std::vector<std::vector<E>> runs;
     const unsigned ways[3][3] = {{1, 0, (unsigned)items},
@@ -324,8 +326,8 @@ template <typename TR> void run_case(const kase &c) {
 } // namespace
 
 int main() {
-    printf("variant: RMK_TC_FWD_WARPS %d, RMK_TC_BWD_FUSED %d\n", RMK_TC_FWD_WARPS,
-           RMK_TC_BWD_FUSED);
+    printf("variant: RMK_TC_FWD_WARPS %d, RMK_TC_BWD_FUSED %d, RMK_TC_LEAN %d\n", RMK_TC_FWD_WARPS,
+           RMK_TC_BWD_FUSED, RMK_TC_LEAN);
     const kase cases[] = {
         {"GPT-2 heads from a packed qkv, causal", 1, 2, 2, 130, 130, 64, 64, true, false, true, 3},
         {"lower-right causal, Tq < Tk", 1, 2, 2, 40, 150, 128, 128, true, true, false, 2},

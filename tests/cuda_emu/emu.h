@@ -166,6 +166,15 @@ inline uint32_t tf32_rna(float x) {
     return (u + 0x1000u) & 0xFFFFE000u;
 }
 
+/* ex2.approx.ftz.f32: 2^x, a subnormal input read as 0 and a result below 2^-126 flushed to
+ * +0 (the hardware's approximation, 2 ulp at most as CUDA documents exp2f, which is this
+ * instruction plus a fix-up for subnormal results, is the host's exp2f here) */
+inline float ex2_ftz(float x) {
+    if (fabsf(x) < 0x1p-126f) x = 0.f;
+    const float r = exp2f(x);
+    return r < 0x1p-126f ? 0.f : r; /* NaN kept */
+}
+
 /* a tf32 operand as the tensor core reads it: the register's top 19 bits */
 inline float tf32_val(uint32_t u) {
     u &= 0xFFFFE000u;
@@ -407,6 +416,7 @@ inline void launch(unsigned grid, unsigned nt, std::function<void()> kernel_body
 #define RMK_EMU_LDSM_X4(r, p) rmk_emu::ldsm_x4((r), (p))
 #define RMK_EMU_MMA_TF32(c, a, b0, b1) rmk_emu::mma_op(rmk_emu::OP_MMA_TF32, (c), (a), (b0), (b1))
 #define RMK_EMU_TF32(x) rmk_emu::tf32_rna(x)
+#define RMK_EMU_EX2_FTZ(x) rmk_emu::ex2_ftz(x)
 #define RMK_EMU_SMEM() rmk_emu::my_smem()
 #define RMK_EMU_ATOMIC_INC(p) rmk_emu::atomic_inc(p)
 #define RMK_EMU_WAIT_EQ(p, v) rmk_emu::wait_eq((p), (v))

@@ -422,12 +422,24 @@ struct tr_f32 {
  *                     fixed order (key tiles from the last visible down to 0, each waiting
  *                     for the one before it: tc_order), so results are the same bit for
  *                     bit from run to run; the last writes dq. Scratch: an f32 sum per dq
- *                     element and a counter per query tile (tc_fused_ws). */
+ *                     element and a counter per query tile (tc_fused_ws).
+ *   RMK_TC_LEAN       1: the backward's per-score code lean (window 9's Nsight Compute: the
+ *                     kernels issue ~40 instructions a score, cuDNN ~10): the mask only in
+ *                     tiles it cuts, as 32-bit bounds relative to the tile (tc_lean_cols),
+ *                     wholly visible tiles without index arithmetic; 2^x as MUFU.EX2 alone
+ *                     (tc_ex2: a result below 2^-126 is 0, where exp2f keeps a subnormal);
+ *                     P = 2^(S·scale·log2 e − lse) as one FFMA; dS without the scale, which
+ *                     multiplies dQ and dK once where they are written (tc_lean_ds_rows,
+ *                     tc_lean_p_ds); the step's tiles loaded with a pointer that steps a
+ *                     thread's rows, 32-bit bounds (tc_load_lean). The forward is unchanged. */
 #ifndef RMK_TC_FWD_WARPS
 #define RMK_TC_FWD_WARPS 4
 #endif
 #ifndef RMK_TC_BWD_FUSED
 #define RMK_TC_BWD_FUSED 0
+#endif
+#ifndef RMK_TC_LEAN
+#define RMK_TC_LEAN 0
 #endif
 template <typename TR, int HD> struct tc_cfg {
     static constexpr int NW = 4, NT = 32 * NW, BR = 16 * NW;
@@ -481,6 +493,47 @@ tc_load(typename TR::elem *sm, int rows, const typename TR::elem *base, int64_t 
     }
 }
 
+/* tc_load (ROWS rows) for the backward's steps (RMK_TC_LEAN): NT is a multiple of a row's
+ * pieces, so a thread loads the same column of every RS-th row: one pointer that steps RS rows
+ * (a 64-bit add) and a 32-bit row bound, for tc_load's 64-bit row index, bound and product
+ * each piece. */
+template <typename TR, int HD, int NT, int ROWS>
+__device__ __forceinline__ void tc_load_lean(typename TR::elem *sm, const typename TR::elem *base,
+                                             int64_t boff, const rmk_att_operand &op, int64_t r0,
+                                             int64_t rmax, int64_t cols, bool vec) {
+    typedef typename TR::elem E;
+    constexpr int LD = HD + TR::PAD, VE = 16 / (int)sizeof(E);
+    const int64_t left = rmax - r0;
+    const int nr = (int)(left < 0 ? 0 : left > ROWS ? ROWS : left); /* rows there */
+    const E *src = base + boff + r0 * op.rs;
+    if (vec) {
+        constexpr int CPR = HD / VE, RS = NT / CPR;
+        static_assert(NT % CPR == 0 && ROWS % RS == 0, "a thread's pieces: one column");
+        const int c = ((int)threadIdx.x % CPR) * VE;
+        int rr = (int)threadIdx.x / CPR;
+        const bool cin = c < cols;
+        const E *gp = src + rr * op.rs + c;
+        const int64_t step = RS * op.rs;
+#pragma unroll
+        for (int k = 0; k < ROWS / RS; k++, rr += RS, gp += step) {
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (rr < nr && cin) v = *(const uint4 *)gp;
+            *(uint4 *)(sm + rr * LD + c) = v;
+        }
+        return;
+    }
+    constexpr int RS = NT / HD;
+    static_assert(NT % HD == 0 && ROWS % RS == 0, "a thread's elements: one column");
+    const int c = (int)threadIdx.x % HD;
+    int rr = (int)threadIdx.x / HD;
+    const bool cin = c < cols;
+    const E *gp = src + rr * op.rs + c * op.cs;
+    const int64_t step = RS * op.rs;
+#pragma unroll 1 /* strided operands only: not worth the code of 16 to 128 copies */
+    for (int k = 0; k < ROWS / RS; k++, rr += RS, gp += step)
+        sm[rr * LD + c] = rr < nr && cin ? *gp : (E)0;
+}
+
 /* Rows ra (the fragment's g rows) and ra + 8 of a warp's 16 × HD accumulators, scaled by
  * sc[0] / sc[1], stored (bf16: rounded once) into the operand (columns < cols, rows <
  * rmax). */
@@ -527,6 +580,102 @@ __device__ __forceinline__ float quad_max(float v) {
 __device__ __forceinline__ float quad_sum(float v) {
     v += __shfl_xor_sync(0xffffffffu, v, 1);
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+/* ---- lean per-score code (RMK_TC_LEAN) ---------------------------------------------------- */
+/* 2^x as one MUFU.EX2 (ex2.approx.ftz.f32). exp2f is the same instruction (the CUDA Math API
+ * gives exp2f 2 ulp at most) inside a range check and two multiplies that keep results below
+ * 2^-126 as subnormals; here they are 0, and a subnormal x reads as 0 (2^0 either way). The
+ * backward's P = 2^(S·sl2 − lse) is at most 1 and a row's P sum to 1, so the largest is at
+ * least 1 / Tk: a P flushed is under 2^-100 of it (Tk < 2^26), below f32's resolution in the
+ * sums it goes into. */
+__device__ __forceinline__ float tc_ex2(float x) {
+#if defined(RMK_EMU) /* tests/cuda_emu: exp2f, flushed as ftz does */
+    return RMK_EMU_EX2_FTZ(x);
+#else
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+    return r;
+#endif
+}
+
+/* What a thread's accumulator fragments see of a tile, as bounds on the column index less
+ * 2t (c = 8n + (e & 1), a constant once unrolled): visible iff lo[h] <= c < hi[h] for the
+ * fragment's row h (g, g + 8). Each bound is clamped to [0, nc] in 64 bits once a step, so
+ * that the per-score test is two 32-bit compares against constants; tc_visible's meaning:
+ *   dQ (rows: queries i; columns: keys j0 + col):  col < min(Tk − j0, i + off + 1 − j0 if
+ *        causal), none where i >= Tq;
+ *   dK/dV (rows: keys j; columns: queries i0 + col): i0 + col < Tq and, causal,
+ *        i0 + col >= j − off; none where j >= Tk. */
+struct tc_lean_cols {
+    int lo[2], hi[2];
+    __device__ static __forceinline__ int clampc(int64_t x, int nc) {
+        return (int)(x < 0 ? 0 : x > nc ? nc : x);
+    }
+    /* dQ: rows ra, ra + 8 (queries), keys from j0 */
+    __device__ __forceinline__ void keys(const rmk_att_dims &d, int64_t ra, int64_t j0, int nc,
+                                         int t) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t i = ra + 8 * h;
+            int64_t m = d.Tk - j0;
+            if (d.causal && i + d.off + 1 - j0 < m) m = i + d.off + 1 - j0;
+            lo[h] = -2 * t; /* (tc_lean_ds_rows tests hi only) */
+            hi[h] = (i < d.Tq ? clampc(m, nc) : 0) - 2 * t;
+        }
+    }
+    /* dK/dV: rows ja, ja + 8 (keys), queries from i0 */
+    __device__ __forceinline__ void queries(const rmk_att_dims &d, int64_t ja, int64_t i0, int nc,
+                                            int t) {
+        const int q = clampc(d.Tq - i0, nc);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t j = ja + 8 * h;
+            lo[h] = (j >= d.Tk ? nc : d.causal ? clampc(j - d.off - i0, nc) : 0) - 2 * t;
+            hi[h] = q - 2 * t;
+        }
+    }
+    __device__ __forceinline__ bool in(int h, int c) const { return c >= lo[h] && c < hi[h]; }
+};
+
+/* dQ's step, rows = the thread's queries (h: g, g + 8), columns = keys: s ← dS / scale =
+ * P ∘ (dP − delta), P = 2^(S·sl2 − lse), 0 outside m's bounds (MASK). lr: the rows' lse in
+ * log2 units, dr their delta. */
+template <bool MASK, int NN>
+__device__ __forceinline__ void tc_lean_ds_rows(float (&s)[NN][4], const float (&dp)[NN][4],
+                                                const float (&lr)[2], const float (&dr)[2],
+                                                float sl2, const tc_lean_cols &m) {
+#pragma unroll
+    for (int n = 0; n < NN; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int h = e >> 1;
+            const float ds = tc_ex2(fmaf(s[n][e], sl2, -lr[h])) * (dp[n][e] - dr[h]);
+            s[n][e] = !MASK || n * 8 + (e & 1) < m.hi[h] ? ds : 0.f; /* keys from j0: lo <= 0 */
+        }
+}
+
+/* dK/dV's step, rows = the thread's keys, columns = BQ queries (Ls, Dl as tc_stage_rows
+ * leaves them; a thread's two columns 2t, 2t + 1 of an n-tile are one 8-byte load): s ← P,
+ * dp ← dS / scale = P ∘ (dP − delta), 0 outside m's bounds (MASK). */
+template <bool MASK, int BQ>
+__device__ __forceinline__ void tc_lean_p_ds(float (&s)[BQ / 8][4], float (&dp)[BQ / 8][4], int t,
+                                             float sl2, const float *Ls, const float *Dl,
+                                             const tc_lean_cols &m) {
+#pragma unroll
+    for (int n = 0; n < BQ / 8; n++) {
+        const float2 l2 = *(const float2 *)(Ls + n * 8 + 2 * t),
+                     d2 = *(const float2 *)(Dl + n * 8 + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float li = e & 1 ? l2.y : l2.x, di = e & 1 ? d2.y : d2.x;
+            const float pr = tc_ex2(fmaf(s[n][e], sl2, -li));
+            const float ds = pr * (dp[n][e] - di);
+            const bool v = !MASK || m.in(e >> 1, n * 8 + (e & 1));
+            s[n][e] = v ? pr : 0.f;
+            dp[n][e] = v ? ds : 0.f;
+        }
+    }
 }
 
 /* Whether operand o of pointer p (cols wide, over `lead`; ve elements in 16 bytes) may be
@@ -596,6 +745,16 @@ __device__ __forceinline__ void tc_next_kv(E *Ks, E *Vs, int rows, const tc_para
     __syncthreads();
 }
 
+/* tc_next_kv with tc_load_lean (RMK_TC_LEAN; the dQ pass). */
+template <typename TR, int HD, int NT, int ROWS, typename E>
+__device__ __forceinline__ void tc_next_kv_lean(E *Ks, E *Vs, const tc_params<E> &p, int64_t bk,
+                                                int64_t bv, int64_t j0) {
+    __syncthreads();
+    tc_load_lean<TR, HD, NT, ROWS>(Ks, p.k, bk, p.ok, j0, p.d.Tk, p.d.D, p.vec & 2);
+    tc_load_lean<TR, HD, NT, ROWS>(Vs, p.v, bv, p.ov, j0, p.d.Tk, p.d.Dv, p.vec & 4);
+    __syncthreads();
+}
+
 /* Accumulator fragments set to 0. */
 template <int N> __device__ __forceinline__ void tc_zero(float (&a)[N][4]) {
 #pragma unroll
@@ -637,6 +796,21 @@ __device__ __forceinline__ void tc_p_ds(float (&s)[BQ / 8][4], float (&dp)[BQ / 
             s[n][e] = pr;
             dp[n][e] = ds;
         }
+}
+
+/* tc_p_ds lean (RMK_TC_LEAN): dp ← dS without the scale (dK's store applies it); the mask
+ * only where vis says the tile is cut. */
+template <int BQ>
+__device__ __forceinline__ void tc_p_ds_lean(float (&s)[BQ / 8][4], float (&dp)[BQ / 8][4], int vis,
+                                             const rmk_att_dims &d, int64_t i0, int64_t ja, int t,
+                                             float sl2, const float *Ls, const float *Dl) {
+    tc_lean_cols m{};
+    if (vis == TC_ALL) {
+        tc_lean_p_ds<false, BQ>(s, dp, t, sl2, Ls, Dl, m);
+        return;
+    }
+    m.queries(d, ja, i0, BQ, t);
+    tc_lean_p_ds<true, BQ>(s, dp, t, sl2, Ls, Dl, m);
 }
 
 /* The operand flags of a call: bit 1 q, 2 k, 4 v, 8 gy (16-byte loads). */
@@ -788,7 +962,11 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DQ)
         float acc[C::NDT][4];
         tc_zero(acc);
         for (int64_t j0 = 0; j0 < kn; j0 += C::BC) {
+#if RMK_TC_LEAN
+            tc_next_kv_lean<TR, HD, C::NT, C::BC>(Ks, Vs, p, bk, bv, j0);
+#else
             tc_next_kv<TR, HD, C::NT>(Ks, Vs, C::BC, p, bk, bv, j0);
+#endif
             const int vis = tc_tile_vis(p.d, i0 + w * 16, 16, j0, C::BC);
             if (vis == TC_NONE) continue;
             float s[C::BC / 8][4], dp[C::BC / 8][4];
@@ -796,6 +974,14 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DQ)
             tc_zero(dp);
             TR::template rows_rowsT<HD, C::BC / 8>(s, Qs + w * 16 * C::LD, Ks, C::LD, g, t);
             TR::template rows_rowsT<HD, C::BC / 8>(dp, Gs + w * 16 * C::LD, Vs, C::LD, g, t);
+#if RMK_TC_LEAN
+            tc_lean_cols m{};
+            if (vis == TC_ALL) tc_lean_ds_rows<false>(s, dp, lr, dr, sl2, m);
+            else {
+                m.keys(p.d, ra, j0, C::BC, t);
+                tc_lean_ds_rows<true>(s, dp, lr, dr, sl2, m);
+            }
+#else
 #pragma unroll
             for (int n = 0; n < C::BC / 8; n++)
 #pragma unroll
@@ -809,9 +995,14 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DQ)
                     }
                     s[n][e] = ds;
                 }
+#endif
             TR::template frag_rows<C::BC / 8, C::NDT>(acc, s, Ks, C::LD, lane);
         }
+#if RMK_TC_LEAN
+        const float one[2] = {scale, scale}; /* dS came without it */
+#else
         const float one[2] = {1.f, 1.f};
+#endif
         tc_store<TR, C::NDT>(p.dq, rmk_att_boff(&p.lead, &p.odq, b), p.odq, ra, p.d.Tq, p.d.D, acc,
                              one, t);
     }
@@ -854,8 +1045,13 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
                           bg = rmk_att_boff(&p.lead, &p.og, b);
             for (int64_t i0 = qstart; i0 < p.d.Tq; i0 += BQ) {
                 __syncthreads();
+#if RMK_TC_LEAN
+                tc_load_lean<TR, HD, C::NT, BQ>(Qs, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
+                tc_load_lean<TR, HD, C::NT, BQ>(Gs, p.gy, bg, p.og, i0, p.d.Tq, p.d.Dv, p.vec & 8);
+#else
                 tc_load<TR, HD, C::NT>(Qs, BQ, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
                 tc_load<TR, HD, C::NT>(Gs, BQ, p.gy, bg, p.og, i0, p.d.Tq, p.d.Dv, p.vec & 8);
+#endif
                 tc_stage_rows<BQ, C::NT>(Ls, Dl, p, b, i0);
                 __syncthreads();
                 const int vis = tc_tile_vis(p.d, i0, BQ, j0 + w * 16, 16);
@@ -865,15 +1061,26 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
                 tc_zero(dp);
                 TR::template rows_rowsT<HD, BQ / 8>(s, Ks + w * 16 * C::LD, Qs, C::LD, g, t);
                 TR::template rows_rowsT<HD, BQ / 8>(dp, Vs + w * 16 * C::LD, Gs, C::LD, g, t);
+#if RMK_TC_LEAN
+                tc_p_ds_lean<BQ>(s, dp, vis, p.d, i0, ja, t, sl2, Ls, Dl);
+#else
                 tc_p_ds<BQ>(s, dp, vis, p.d, i0, ja, t, sl2, scale, Ls, Dl);
+#endif
                 TR::template frag_rows<BQ / 8, C::NDT>(av, s, Gs, C::LD, lane);
                 TR::template frag_rows<BQ / 8, C::NDT>(ak, dp, Qs, C::LD, lane);
             }
         }
         const float one[2] = {1.f, 1.f};
+#if RMK_TC_LEAN
+        const float sck[2] = {scale, scale}; /* dS came without it */
+        if (p.dk)
+            tc_store<TR, C::NDT>(p.dk, rmk_att_boff(&p.lead, &p.odk, b0), p.odk, ja, p.d.Tk, p.d.D,
+                                 ak, sck, t);
+#else
         if (p.dk)
             tc_store<TR, C::NDT>(p.dk, rmk_att_boff(&p.lead, &p.odk, b0), p.odk, ja, p.d.Tk, p.d.D,
                                  ak, one, t);
+#endif
         if (p.dv)
             tc_store<TR, C::NDT>(p.dv, rmk_att_boff(&p.lead, &p.odv, b0), p.odv, ja, p.d.Tk, p.d.Dv,
                                  av, one, t);
@@ -970,8 +1177,13 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
                           bg = rmk_att_boff(&p.lead, &p.og, b);
             for (int64_t i0 = qstart; i0 < p.d.Tq; i0 += BQ) {
                 __syncthreads(); /* the step before is done with Qs, Gs, Ss */
+#if RMK_TC_LEAN
+                tc_load_lean<TR, HD, C::NT, BQ>(Qs, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
+                tc_load_lean<TR, HD, C::NT, BQ>(Gs, p.gy, bg, p.og, i0, p.d.Tq, p.d.Dv, p.vec & 8);
+#else
                 tc_load<TR, HD, C::NT>(Qs, BQ, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
                 tc_load<TR, HD, C::NT>(Gs, BQ, p.gy, bg, p.og, i0, p.d.Tq, p.d.Dv, p.vec & 8);
+#endif
                 tc_stage_rows<BQ, C::NT>(Ls, Dl, p, b, i0);
                 __syncthreads();
                 if (tc_tile_vis(p.d, i0, BQ, j0, C::BR) == TC_NONE) continue; /* uniform */
@@ -982,7 +1194,11 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
                 if (vis != TC_NONE) {
                     TR::template rows_rowsT<HD, BQ / 8>(s, Ks + w * 16 * C::LD, Qs, C::LD, g, t);
                     TR::template rows_rowsT<HD, BQ / 8>(dp, Vs + w * 16 * C::LD, Gs, C::LD, g, t);
+#if RMK_TC_LEAN
+                    tc_p_ds_lean<BQ>(s, dp, vis, p.d, i0, ja, t, sl2, Ls, Dl);
+#else
                     tc_p_ds<BQ>(s, dp, vis, p.d, i0, ja, t, sl2, scale, Ls, Dl);
+#endif
                     TR::template frag_rows<BQ / 8, C::NDT>(av, s, Gs, C::LD, lane);
                     TR::template frag_rows<BQ / 8, C::NDT>(ak, dp, Qs, C::LD, lane);
                 }
@@ -1013,7 +1229,11 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
                 unsigned *cnt = p.cnt + b * nqb + qi;
                 if (threadIdx.x == 0) tc_order::wait_eq(cnt, pos);
                 __syncthreads(); /* every add before this one is seen, Os written */
+#if RMK_TC_LEAN /* only key tile 0 writes dq: the others skip the divisions (calls) */
+                const int64_t bo = jt > 0 ? 0 : rmk_att_boff(&p.lead, &p.odq, b);
+#else
                 const int64_t bo = rmk_att_boff(&p.lead, &p.odq, b);
+#endif
 #pragma unroll 2
                 for (int e4 = threadIdx.x; e4 < BQ * HD / 4; e4 += C::NT) {
                     const int rr = e4 / (HD / 4), c = (e4 % (HD / 4)) * 4;
@@ -1033,7 +1253,12 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
                         const float vv[4] = {v.x, v.y, v.z, v.w};
                         for (int e = 0; e < 4; e++)
                             if (c + e < p.d.D)
+#if RMK_TC_LEAN /* the sums are of dS without the scale */
+                                p.dq[bo + r * p.odq.rs + (c + e) * p.odq.cs] =
+                                    TR::narrow(vv[e] * scale);
+#else
                                 p.dq[bo + r * p.odq.rs + (c + e) * p.odq.cs] = TR::narrow(vv[e]);
+#endif
                     }
                 }
                 __syncthreads(); /* every thread's add is done */
@@ -1041,9 +1266,16 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DKDV)
             }
         }
         const float one[2] = {1.f, 1.f};
+#if RMK_TC_LEAN
+        const float sck[2] = {scale, scale}; /* dS came without it */
+        if (p.dk)
+            tc_store<TR, C::NDT>(p.dk, rmk_att_boff(&p.lead, &p.odk, b0), p.odk, ja, p.d.Tk, p.d.D,
+                                 ak, sck, t);
+#else
         if (p.dk)
             tc_store<TR, C::NDT>(p.dk, rmk_att_boff(&p.lead, &p.odk, b0), p.odk, ja, p.d.Tk, p.d.D,
                                  ak, one, t);
+#endif
         if (p.dv)
             tc_store<TR, C::NDT>(p.dv, rmk_att_boff(&p.lead, &p.odv, b0), p.odv, ja, p.d.Tk, p.d.Dv,
                                  av, one, t);
