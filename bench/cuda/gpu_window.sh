@@ -57,7 +57,8 @@ LDP="$CARRY/lib:${CUBLAS_DIR:-/usr/local/cuda/lib64}${LD_LIBRARY_PATH:+:$LD_LIBR
 # step NAME SECONDS LOG CMD...: runs CMD with the lesser of SECONDS and what is left of the
 # window, appending to LOG; one summary line per step
 step() {
-  name=$1 want=$2 log=$3; shift 3
+  # local: the callers' loops use $name too (window 9's variant steps were misnamed)
+  local name=$1 want=$2 log=$3 pat left t s0 rc; shift 3
   set -f  # SKIP's globs match step names, not files
   for pat in ${SKIP:-}; do
     # shellcheck disable=SC2254
