@@ -7,10 +7,11 @@
  * loads) and odd head sizes (element loads), grids smaller than the work (the kernels'
  * grid-stride loops). Built with RMK_TC_BWD_FUSED=1 (test_cuda_emu_attention_variants) it
  * runs the fused backward three ways — blocks one after another, then several at once in
- * drawn orders and speeds — and checks the bits are the same each time. Built with
- * RMK_TC_LEAN=1 (test_cuda_emu_attention_lean, _lean_fused) it runs the lean backward, whose
- * mask is only applied in the tiles it cuts: the causal cases' diagonal tiles and the ends of
- * T not a tile multiple are where a wrong bound shows.
+ * drawn orders and speeds — and checks the bits are the same each time; built with
+ * RMK_TC_FWD_MT=2 (test_cuda_emu_attention_fwdmt, _fwdmt8) it runs the forward with 2
+ * m-tiles a warp. Built with RMK_TC_LEAN=1 (test_cuda_emu_attention_lean, _lean_fused) it
+ * runs the lean backward, whose mask is only applied in the tiles it cuts: the causal
+ * cases' diagonal tiles and the ends of T not a tile multiple are where a wrong bound shows.
  *
  * Tolerance, against the largest magnitude of each result's f64 counterpart: bf16 within
  * 1e-2 (the kernels round P and dS to bf16 as the products' operands and every output once
@@ -85,6 +86,7 @@ struct kase {
     int64_t B, H, Hkv, Tq, Tk, D, Dv;
     bool causal, lower_right, packed;
     unsigned grid_cap; /* blocks at most (the rest through the grid-stride loop) */
+    double scale;      /* 0: 1 / sqrt(D) */
 };
 
 int failures = 0;
@@ -162,7 +164,7 @@ template <typename TR, int HD> void run(const kase &c) {
     d.group = group;
     d.causal = c.causal;
     d.off = c.causal && c.lower_right ? c.Tk - c.Tq : 0;
-    d.scale = 1.0 / sqrt((double)c.D);
+    d.scale = c.scale != 0 ? c.scale : 1.0 / sqrt((double)c.D);
     rmk_att_lead lead;
     memset(&lead, 0, sizeof lead);
     lead.nlead = 2;
@@ -326,19 +328,29 @@ template <typename TR> void run_case(const kase &c) {
 } // namespace
 
 int main() {
-    printf("variant: RMK_TC_FWD_WARPS %d, RMK_TC_BWD_FUSED %d, RMK_TC_LEAN %d\n", RMK_TC_FWD_WARPS,
-           RMK_TC_BWD_FUSED, RMK_TC_LEAN);
+    printf("variant: RMK_TC_FWD_WARPS %d, RMK_TC_FWD_MT %d, RMK_TC_FWD_QREG %d, "
+           "RMK_TC_BWD_FUSED %d, RMK_TC_LEAN %d\n",
+           RMK_TC_FWD_WARPS, RMK_TC_FWD_MT, RMK_TC_FWD_QREG, RMK_TC_BWD_FUSED, RMK_TC_LEAN);
     const kase cases[] = {
-        {"GPT-2 heads from a packed qkv, causal", 1, 2, 2, 130, 130, 64, 64, true, false, true, 3},
-        {"lower-right causal, Tq < Tk", 1, 2, 2, 40, 150, 128, 128, true, true, false, 2},
+        {"GPT-2 heads from a packed qkv, causal", 1, 2, 2, 130, 130, 64, 64, true, false, true, 3,
+         0},
+        {"lower-right causal, Tq < Tk", 1, 2, 2, 40, 150, 128, 128, true, true, false, 2, 0},
         {"lower-right causal, Tq > Tk (rows without keys)", 1, 2, 2, 150, 70, 20, 20, true, true,
-         false, 4},
-        {"grouped-query, padded head, no mask", 1, 4, 2, 100, 100, 48, 48, false, false, false, 5},
-        {"two batch entries, head 32, causal", 2, 1, 1, 64, 64, 32, 32, true, false, false, 1},
-        {"D 64, Dv 40, no mask", 1, 1, 1, 70, 90, 64, 40, false, false, false, 7},
+         false, 4, 0},
+        {"grouped-query, padded head, no mask", 1, 4, 2, 100, 100, 48, 48, false, false, false, 5,
+         0},
+        /* off 16: with 2 m-tiles a warp (RMK_TC_FWD_MT), warp 1's first m-tile (rows 32-47)
+         * sees a part of key tile 0 and none of key tile 1, its second (48-63) all of key
+         * tile 0 and a part of key tile 1 */
+        {"lower-right causal, Tq < Tk, head 64", 1, 2, 2, 100, 116, 64, 64, true, true, false, 2,
+         0},
+        {"two batch entries, head 32, causal", 2, 1, 1, 64, 64, 32, 32, true, false, false, 1, 0},
+        /* a negative scale (the lean forward negates Q for it) */
+        {"D 64, Dv 40, no mask, scale -0.15", 1, 1, 1, 70, 90, 64, 40, false, false, false, 7,
+         -0.15},
         {"head 128, no mask, T not a tile multiple", 1, 2, 2, 90, 100, 128, 128, false, false,
-         false, 3},
-        {"five key tiles, head 32, causal", 1, 1, 1, 260, 260, 32, 32, true, false, false, 6},
+         false, 3, 0},
+        {"five key tiles, head 32, causal", 1, 1, 1, 260, 260, 32, 32, true, false, false, 6, 0},
     };
     for (const kase &c : cases) {
         run_case<tr_bf16>(c);

@@ -17,8 +17,9 @@
  * sm_80 and later). Results are deterministic (fixed order, no atomics).
  *
  * A block has 4 warps; a warp owns 16 rows of its tile (query rows forward and
- * for dQ, key rows for dK/dV), so the row statistics of the online softmax are
- * reductions over the 4 threads of an mma quad. Tiles are in shared memory in the
+ * for dQ, key rows for dK/dV; the forward's RMK_TC_FWD_MT=2: 32 query rows, two
+ * m-tiles), so the row statistics of the online softmax are reductions over the 4
+ * threads of an mma quad. Tiles are in shared memory in the
  * operands' type, rows padded (tr_bf16, tr_f32: so that fragment loads hit 32
  * different banks), zero-filled past the operands' ends. A-operands (rows of the
  * warp's tile) and B-operands read along a row of the stored tile (Kᵀ, Vᵀ, Qᵀ,
@@ -232,7 +233,11 @@ typedef tc_order_t<> tc_order;
  *                                 columns (P·V, dS·K, Pᵀ·dO, dSᵀ·Q);
  *   rows_cols<K, ND>(o, A, M):    o[nd] += A · M, A the warp's 16 rows of a shared tile (K
  *                                 columns) and M (K rows) read down its columns (the fused
- *                                 backward's dQ = dS·K, dS from shared memory). */
+ *                                 backward's dQ = dS·K, dS from shared memory);
+ *   rows_rowsT_mt, frag_rows_mt:  rows_rowsT and frag_rows over MT m-tiles of 16 rows, each
+ *                                 B fragment loaded once for all of them (the forward's
+ *                                 RMK_TC_FWD_MT); tr_bf16's frags_rowsT takes A's fragments
+ *                                 from registers (rows_frags). */
 
 /* bf16: mma.m16n8k16; s rounded to bf16; M through ldmatrix.trans. Row padding 8 (16 bytes:
  * the 32-bit fragment loads and ldmatrix's 8 rows hit 32 different banks). */
@@ -304,6 +309,96 @@ struct tr_bf16 {
                 ldsm_x4_t(b, row + nd * 8);
                 mma<false>(o[nd], a, b[0], b[1]);
                 mma<false>(o[nd + 1], a, b[2], b[3]);
+            }
+        }
+    }
+
+    /* The forward's MT m-tiles a warp (RMK_TC_FWD_MT): MT consecutive 16-row tiles of the
+     * warp's rows, and each B fragment (K in S = Q·Kᵀ, V in P·V) loaded from shared memory
+     * once for all MT of them: at MT 2 half the ldmatrix a product. c[mt], o[mt], s[mt]: m-tile
+     * mt's. At MT 1 the instructions and their order are rows_rowsT's and frag_rows'. */
+    /* a[mt][ks]: A fragments of the MT m-tiles from arows, rows_rowsT's k-steps, to be kept
+     * in registers over the key tiles (frags_rowsT) */
+    template <int HD, int MT>
+    __device__ static __forceinline__ void rows_frags(uint32_t (&a)[MT][HD / 16][4],
+                                                      const elem *arows, int ld, int lane) {
+        const int lr = lane & 7, m1 = (lane >> 3) & 1, m2 = lane >> 4;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int ks = 0; ks < HD / 16; ks++)
+                ldsm_x4(a[mt][ks], arows + (mt * 16 + lr + 8 * m1) * ld + ks * 16 + 8 * m2);
+    }
+    /* rows_rowsT with A's fragments from registers (rows_frags) */
+    template <int HD, int NN, int MT>
+    __device__ static __forceinline__ void frags_rowsT(float (&c)[MT][NN][4],
+                                                       const uint32_t (&a)[MT][HD / 16][4],
+                                                       const elem *brows, int ld, int lane) {
+        static_assert(NN % 2 == 0, "n-tiles in pairs");
+        const int lr = lane & 7, m1 = (lane >> 3) & 1, m2 = lane >> 4;
+#pragma unroll
+        for (int ks = 0; ks < HD / 16; ks++)
+#pragma unroll
+            for (int n = 0; n < NN; n += 2) {
+                uint32_t b[4];
+                ldsm_x4(b, brows + (n * 8 + lr + 8 * m2) * ld + ks * 16 + 8 * m1);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma<false>(c[mt][n], a[mt][ks], b[0], b[1]);
+                    mma<false>(c[mt][n + 1], a[mt][ks], b[2], b[3]);
+                }
+            }
+    }
+    /* rows_rowsT over MT m-tiles of arows (A from shared memory at each k-step) */
+    template <int HD, int NN, int MT>
+    __device__ static __forceinline__ void rows_rowsT_mt(float (&c)[MT][NN][4], const elem *arows,
+                                                         const elem *brows, int ld, int lane) {
+        static_assert(NN % 2 == 0, "n-tiles in pairs");
+        const int lr = lane & 7, m1 = (lane >> 3) & 1, m2 = lane >> 4;
+#pragma unroll
+        for (int ks = 0; ks < HD / 16; ks++) {
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                ldsm_x4(a[mt], arows + (mt * 16 + lr + 8 * m1) * ld + ks * 16 + 8 * m2);
+#pragma unroll
+            for (int n = 0; n < NN; n += 2) {
+                uint32_t b[4];
+                ldsm_x4(b, brows + (n * 8 + lr + 8 * m2) * ld + ks * 16 + 8 * m1);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma<false>(c[mt][n], a[mt], b[0], b[1]);
+                    mma<false>(c[mt][n + 1], a[mt], b[2], b[3]);
+                }
+            }
+        }
+    }
+    /* frag_rows over MT m-tiles of s */
+    template <int NS, int NDT, int MT>
+    __device__ static __forceinline__ void frag_rows_mt(float (&o)[MT][NDT][4],
+                                                        const float (&s)[MT][NS][4], const elem *m,
+                                                        int ld, int lane) {
+#pragma unroll
+        for (int kk = 0; kk < NS / 2; kk++) {
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                a[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                a[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                a[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                a[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+            const elem *row =
+                m + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8;
+#pragma unroll
+            for (int nd = 0; nd < NDT; nd += 2) {
+                uint32_t b[4];
+                ldsm_x4_t(b, row + nd * 8);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma<false>(o[mt][nd], a[mt], b[0], b[1]);
+                    mma<false>(o[mt][nd + 1], a[mt], b[2], b[3]);
+                }
             }
         }
     }
@@ -385,6 +480,62 @@ struct tr_f32 {
             }
         }
     }
+
+    /* The forward's MT m-tiles a warp, as tr_bf16's: each K and V element split into its
+     * tf32 parts once for all MT m-tiles (the split, two cvt and a subtraction, costs what a
+     * load does). Q's A fragments come from shared memory at each k-step: in registers they
+     * would take HD registers an m-tile (both parts), 128 at head 64 and MT 2. */
+    template <int HD, int NN, int MT>
+    __device__ static __forceinline__ void rows_rowsT_mt(float (&c)[MT][NN][4], const elem *arows,
+                                                         const elem *brows, int ld, int lane) {
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int ks = 0; ks < HD / 8; ks++) {
+            uint32_t ab[MT][4], as[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                const elem *pa = arows + (mt * 16 + g) * ld + ks * 8 + t;
+                const float av[4] = {pa[0], pa[8 * ld], pa[4], pa[8 * ld + 4]};
+#pragma unroll
+                for (int r = 0; r < 4; r++) split_tf32(av[r], ab[mt][r], as[mt][r]);
+            }
+#pragma unroll
+            for (int n = 0; n < NN; n++) {
+                const elem *pb = brows + (n * 8 + g) * ld + ks * 8 + t;
+                uint32_t bb[2], bs[2];
+                split_tf32(pb[0], bb[0], bs[0]);
+                split_tf32(pb[4], bb[1], bs[1]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) mma_3xtf32(c[mt][n], ab[mt], as[mt], bb, bs);
+            }
+        }
+    }
+
+    template <int NS, int NDT, int MT>
+    __device__ static __forceinline__ void frag_rows_mt(float (&o)[MT][NDT][4],
+                                                        const float (&s)[MT][NS][4], const elem *m,
+                                                        int ld, int lane) {
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int ns = 0; ns < NS; ns++) {
+            uint32_t ab[MT][4], as[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                const float av[4] = {s[mt][ns][0], s[mt][ns][2], s[mt][ns][1], s[mt][ns][3]};
+#pragma unroll
+                for (int r = 0; r < 4; r++) split_tf32(av[r], ab[mt][r], as[mt][r]);
+            }
+            const elem *row = m + (ns * 8 + 2 * t) * ld + g;
+#pragma unroll
+            for (int nd = 0; nd < NDT; nd++) {
+                uint32_t bb[2], bs[2];
+                split_tf32(row[nd * 8], bb[0], bs[0]);
+                split_tf32(row[ld + nd * 8], bb[1], bs[1]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) mma_3xtf32(o[mt][nd], ab[mt], as[mt], bb, bs);
+            }
+        }
+    }
 };
 
 /* Tiles of an element type and head-size class: BR rows per block (4 warps × 16), BC
@@ -397,8 +548,14 @@ struct tr_f32 {
  * 4 / 3 / 3 took the bf16 backward from 8.5 to 7.3 ms, f32's from 29.9 to 23.2), and the
  * queries dK/dV takes a step (f32: 32, bf16: 64). Build-time knobs so that
  * bench/cuda/gpu_variants.sh can build variants with other values. */
-#ifndef RMK_TC_MINB_FWD
-#define RMK_TC_MINB_FWD 4
+#ifndef RMK_TC_FWD_MT /* before RMK_TC_MINB_FWD, whose default follows it (below) */
+#define RMK_TC_FWD_MT 1
+#endif
+#ifndef RMK_TC_FWD_WARPS
+#define RMK_TC_FWD_WARPS 4
+#endif
+#ifndef RMK_TC_MINB_FWD /* 2 m-tiles a warp: at most 8 warps an SM (255 registers a thread) */
+#define RMK_TC_MINB_FWD (RMK_TC_FWD_MT > 1 ? 8 / RMK_TC_FWD_WARPS : 4)
 #endif
 #ifndef RMK_TC_MINB_DQ
 #define RMK_TC_MINB_DQ 3
@@ -416,6 +573,16 @@ struct tr_f32 {
  * (bench/cuda/gpu_variants.sh, docs/cuda.md "Attention variants"):
  *   RMK_TC_FWD_WARPS  warps of a forward block (4: 64 query rows a block; 8: 128, each K/V
  *                     tile loaded once for twice the rows);
+ *   RMK_TC_FWD_MT     m-tiles (16 query rows) a forward warp (1 or 2; head sizes <= 64, 128
+ *                     keeps 1). At 2 a warp owns 32 rows, and each K and V fragment it loads
+ *                     from shared memory feeds 4 mma instead of 2 — at 1 a warp issues ~0.56
+ *                     ldmatrix.x4 an mma, which bounds it near half of mma.sync's rate;
+ *                     FlashAttention-2's sm80 forward gives a warp 32 rows for this. Costs
+ *                     twice the accumulator and score registers (128 at head 64), hence
+ *                     8 warps an SM (RMK_TC_MINB_FWD's default follows it);
+ *   RMK_TC_FWD_QREG   with RMK_TC_FWD_MT 2 (bf16): 1 keeps Q's A fragments in registers over
+ *                     the key tiles (HD / 16 ldmatrix.x4 an m-tile: 16 registers at head 64)
+ *                     instead of loading them again at every key tile; 0 loads them;
  *   RMK_TC_BWD_FUSED  1: one backward pass by key tiles that also adds dQ = dS·K (dS through
  *                     shared memory) instead of a dQ pass recomputing S and dP: 5 products a
  *                     tile instead of 7. The adds to a query tile's f32 partial sum go in a
@@ -432,8 +599,8 @@ struct tr_f32 {
  *                     multiplies dQ and dK once where they are written (tc_lean_ds_rows,
  *                     tc_lean_p_ds); the step's tiles loaded with a pointer that steps a
  *                     thread's rows, 32-bit bounds (tc_load_lean). The forward is unchanged. */
-#ifndef RMK_TC_FWD_WARPS
-#define RMK_TC_FWD_WARPS 4
+#ifndef RMK_TC_FWD_QREG
+#define RMK_TC_FWD_QREG 1
 #endif
 #ifndef RMK_TC_BWD_FUSED
 #define RMK_TC_BWD_FUSED 0
@@ -450,8 +617,15 @@ template <typename TR, int HD> struct tc_cfg {
     static constexpr int MINB_FWD = HD <= 64 ? RMK_TC_MINB_FWD : 1;
     static constexpr int MINB_DQ = HD <= 64 ? RMK_TC_MINB_DQ : 1;
     static constexpr int MINB_DKDV = HD <= 64 ? RMK_TC_MINB_DKDV : 1;
-    static constexpr int NWF = RMK_TC_FWD_WARPS, NTF = 32 * NWF, BRF = 16 * NWF; /* forward */
+    /* forward: NWF warps of MTF m-tiles, BRF query rows a block. Head 128 keeps 1 m-tile:
+     * at 2 a warp's output and scores alone take 128 + 64 registers */
+    static constexpr int MTF = HD <= 64 ? RMK_TC_FWD_MT : 1;
+    static_assert(RMK_TC_FWD_MT == 1 || RMK_TC_FWD_MT == 2, "RMK_TC_FWD_MT: 1 or 2");
+    static constexpr int NWF = RMK_TC_FWD_WARPS, NTF = 32 * NWF, BRF = 16 * MTF * NWF;
     static_assert(NWF == 4 || NWF == 8, "RMK_TC_FWD_WARPS: 4 or 8");
+    /* Q's A fragments in registers over the key tiles (bf16, 2 m-tiles) */
+    static constexpr bool QREG = RMK_TC_FWD_QREG && MTF > 1 &&
+                                 sizeof(typename TR::elem) == sizeof(bf16_t);
     static constexpr int LD = HD + TR::PAD; /* smem row stride, elements */
     static constexpr int NDT = HD / 8;      /* n-tiles over the head dims */
     static_assert(HD % 16 == 0 && HD <= 128, "head class 32, 64 or 128");
@@ -825,10 +999,60 @@ template <typename E> unsigned tc_vec_bits(const tc_params<E> &p) {
 } // namespace
 
 /* ---- forward --------------------------------------------------------------------------- */
+/* One key tile's online-softmax step for one m-tile (16 rows: ra, ra + 8) of a warp: s, its
+ * scores S (16 × BC from key j0), scaled to log2 units, masked (vis: the m-tile's
+ * tc_tile_vis; TC_NONE masks every score, which leaves m2, l and o as they are), turned into
+ * P = exp2(s − max); the rows' max m2 and sum l updated, o rescaled to the new max. */
+template <int BC, int NDT>
+__device__ __forceinline__ void
+tc_softmax_step(float (&s)[BC / 8][4], float (&o)[NDT][4], float (&m2)[2], float (&l)[2], int vis,
+                const rmk_att_dims &d, int64_t ra, int64_t j0, int t, float sl2) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int64_t i = ra + (e >> 1) * 8, j = j0 + n * 8 + 2 * t + (e & 1);
+            const float sv = (vis == TC_ALL || tc_visible(d, i, j)) ? s[n][e] * sl2 : -INFINITY;
+            s[n][e] = sv;
+            mx[e >> 1] = rmk_nanmax(mx[e >> 1], sv);
+        }
+    float sub[2], corr[2], ls[2] = {0.f, 0.f};
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float mnew = rmk_nanmax(m2[h], quad_max(mx[h]));
+        sub[h] = mnew == -INFINITY ? 0.f : mnew; /* nothing seen yet: no inf - inf */
+        corr[h] = exp2f(m2[h] - sub[h]);
+        m2[h] = mnew;
+    }
+#pragma unroll
+    for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float pr = exp2f(s[n][e] - sub[e >> 1]);
+            s[n][e] = pr;
+            ls[e >> 1] += pr;
+        }
+#pragma unroll
+    for (int h = 0; h < 2; h++) l[h] = l[h] * corr[h] + quad_sum(ls[h]);
+#pragma unroll
+    for (int n = 0; n < NDT; n++) {
+        o[n][0] *= corr[0];
+        o[n][1] *= corr[0];
+        o[n][2] *= corr[1];
+        o[n][3] *= corr[1];
+    }
+}
+
+/* A block takes BRF query rows (NWF warps × MTF m-tiles of 16) and walks the key tiles they
+ * see; warp w owns rows 16·MTF·w .. 16·MTF·(w + 1) − 1, m-tile mt the 16 from 16·(MTF·w + mt),
+ * each with its own statistics. */
 template <typename TR, int HD>
 __global__ void __launch_bounds__(tc_cfg<TR, HD>::NTF, tc_cfg<TR, HD>::MINB_FWD)
     tc_att_fwd(const __grid_constant__ tc_params<typename TR::elem> p) {
     typedef tc_cfg<TR, HD> C;
+    /* m-tiles and rows of a warp */
+    constexpr int MT = C::MTF, WR = 16 * MT;
     typename TR::elem *Qs = tc_shared<typename TR::elem>(), /* BRF × LD */
         *Ks = Qs + C::BRF * C::LD,                          /* BC × LD */
             *Vs = Ks + C::BC * C::LD;                       /* BC × LD */
@@ -839,75 +1063,70 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NTF, tc_cfg<TR, HD>::MINB_FWD)
     for (int64_t item = blockIdx.x; item < p.d.nb * nqb; item += gridDim.x) {
         /* heaviest (last, under the causal mask) query tiles first */
         const int64_t b = item / nqb, i0 = (nqb - 1 - item % nqb) * C::BRF;
-        const int64_t ra = i0 + w * 16 + g; /* this thread's rows: ra, ra + 8 */
+        const int64_t ra = i0 + w * WR + g; /* m-tile mt's rows: ra + 16·mt, ra + 16·mt + 8 */
         const int64_t bq = rmk_att_boff(&p.lead, &p.oq, b), bk = rmk_att_boff(&p.lead, &p.ok, b),
                       bv = rmk_att_boff(&p.lead, &p.ov, b);
         const int64_t kn = tc_key_end(p.d, i0, C::BRF);
         __syncthreads(); /* the previous item is done with the tiles */
         tc_load<TR, HD, C::NTF>(Qs, C::BRF, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
-        float o[C::NDT][4];
-        tc_zero(o);
-        float m2[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}; /* m2: max in log2 units */
+        /* C::QREG: the warp's Q fragments, read once (the barrier: every thread's rows in Qs) */
+        uint32_t qa[C::QREG ? MT : 1][C::QREG ? HD / 16 : 1][4];
+        (void)qa;
+        if constexpr (C::QREG) {
+            __syncthreads();
+            TR::template rows_frags<HD, MT>(qa, Qs + w * WR * C::LD, C::LD, lane);
+        }
+        float o[MT][C::NDT][4];
+        float m2[MT][2], l[MT][2]; /* m2: max in log2 units */
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            tc_zero(o[mt]);
+            m2[mt][0] = m2[mt][1] = -INFINITY;
+            l[mt][0] = l[mt][1] = 0.f;
+        }
         for (int64_t j0 = 0; j0 < kn; j0 += C::BC) {
             tc_next_kv<TR, HD, C::NTF>(Ks, Vs, C::BC, p, bk, bv, j0);
-            const int vis = tc_tile_vis(p.d, i0 + w * 16, 16, j0, C::BC);
-            if (vis == TC_NONE) continue; /* the barriers above are the block's; none below */
-            float s[C::BC / 8][4];
-            tc_zero(s);
-            TR::template rows_rowsT<HD, C::BC / 8>(s, Qs + w * 16 * C::LD, Ks, C::LD, g, t);
-            /* scaled to log2 units, masked; the rows' maxima */
-            float mx[2] = {-INFINITY, -INFINITY};
+            int vis[MT];
+            bool any = false;
 #pragma unroll
-            for (int n = 0; n < C::BC / 8; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int64_t i = ra + (e >> 1) * 8, j = j0 + n * 8 + 2 * t + (e & 1);
-                    const float sv =
-                        (vis == TC_ALL || tc_visible(p.d, i, j)) ? s[n][e] * sl2 : -INFINITY;
-                    s[n][e] = sv;
-                    mx[e >> 1] = rmk_nanmax(mx[e >> 1], sv);
-                }
-            float sub[2], corr[2], ls[2] = {0.f, 0.f};
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const float mnew = rmk_nanmax(m2[h], quad_max(mx[h]));
-                sub[h] = mnew == -INFINITY ? 0.f : mnew; /* nothing seen yet: no inf - inf */
-                corr[h] = exp2f(m2[h] - sub[h]);
-                m2[h] = mnew;
+            for (int mt = 0; mt < MT; mt++) {
+                vis[mt] = tc_tile_vis(p.d, i0 + w * WR + mt * 16, 16, j0, C::BC);
+                any = any || vis[mt] != TC_NONE;
             }
+            if (!any) continue; /* the barriers above are the block's; none below */
+            float s[MT][C::BC / 8][4];
 #pragma unroll
-            for (int n = 0; n < C::BC / 8; n++)
+            for (int mt = 0; mt < MT; mt++) tc_zero(s[mt]);
+            if constexpr (C::QREG)
+                TR::template frags_rowsT<HD, C::BC / 8, MT>(s, qa, Ks, C::LD, lane);
+            else
+                TR::template rows_rowsT_mt<HD, C::BC / 8, MT>(s, Qs + w * WR * C::LD, Ks, C::LD,
+                                                              lane);
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float pr = exp2f(s[n][e] - sub[e >> 1]);
-                    s[n][e] = pr;
-                    ls[e >> 1] += pr;
-                }
-#pragma unroll
-            for (int h = 0; h < 2; h++) l[h] = l[h] * corr[h] + quad_sum(ls[h]);
-#pragma unroll
-            for (int n = 0; n < C::NDT; n++) {
-                o[n][0] *= corr[0];
-                o[n][1] *= corr[0];
-                o[n][2] *= corr[1];
-                o[n][3] *= corr[1];
-            }
-            TR::template frag_rows<C::BC / 8, C::NDT>(o, s, Vs, C::LD, lane);
+            for (int mt = 0; mt < MT; mt++)
+                tc_softmax_step<C::BC, C::NDT>(s[mt], o[mt], m2[mt], l[mt], vis[mt], p.d,
+                                               ra + 16 * mt, j0, t, sl2);
+            TR::template frag_rows_mt<C::BC / 8, C::NDT, MT>(o, s, Vs, C::LD, lane);
         }
-        float inv[2];
+        const int64_t by = rmk_att_boff(&p.lead, &p.oy, b);
 #pragma unroll
-        for (int h = 0; h < 2; h++) inv[h] = l[h] > 0.f ? 1.f / l[h] : 0.f; /* no keys: p.y = 0 */
-        tc_store<TR, C::NDT>(p.y, rmk_att_boff(&p.lead, &p.oy, b), p.oy, ra, p.d.Tq, p.d.Dv, o, inv,
-                             t);
-        if (t == 0)
+        for (int mt = 0; mt < MT; mt++) {
+            float inv[2];
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int64_t i = ra + 8 * h;
-                const float m = m2[h] == -INFINITY ? 0.f : m2[h];
-                if (i < p.d.Tq)
-                    p.lse[b * p.d.Tq + i] =
-                        l[h] > 0.f ? (m + log2f(l[h])) * 0.6931471805599453f : -INFINITY;
-            }
+            for (int h = 0; h < 2; h++) /* no keys: p.y = 0 */
+                inv[h] = l[mt][h] > 0.f ? 1.f / l[mt][h] : 0.f;
+            tc_store<TR, C::NDT>(p.y, by, p.oy, ra + 16 * mt, p.d.Tq, p.d.Dv, o[mt], inv, t);
+            if (t == 0)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int64_t i = ra + 16 * mt + 8 * h;
+                    const float m = m2[mt][h] == -INFINITY ? 0.f : m2[mt][h];
+                    if (i < p.d.Tq)
+                        p.lse[b * p.d.Tq + i] = l[mt][h] > 0.f
+                                                    ? (m + log2f(l[mt][h])) * 0.6931471805599453f
+                                                    : -INFINITY;
+                }
+        }
     }
 }
 
