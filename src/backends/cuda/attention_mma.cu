@@ -762,8 +762,9 @@ __device__ __forceinline__ float quad_sum(float v) {
  * 2^-126 as subnormals; here they are 0, and a subnormal x reads as 0 (2^0 either way). The
  * backward's P = 2^(S·sl2 − lse) is at most 1 and a row's P sum to 1, so the largest is at
  * least 1 / Tk: a P flushed is under 2^-100 of it (Tk < 2^26), below f32's resolution in the
- * sums it goes into. */
-__device__ __forceinline__ float tc_ex2(float x) {
+ * sums it goes into. (A template, as those below: the default build, which does not use
+ * them, is not warned.) */
+template <int = 0> __device__ __forceinline__ float tc_ex2(float x) {
 #if defined(RMK_EMU) /* tests/cuda_emu: exp2f, flushed as ftz does */
     return RMK_EMU_EX2_FTZ(x);
 #else
@@ -781,7 +782,7 @@ __device__ __forceinline__ float tc_ex2(float x) {
  *        causal), none where i >= Tq;
  *   dK/dV (rows: keys j; columns: queries i0 + col): i0 + col < Tq and, causal,
  *        i0 + col >= j − off; none where j >= Tk. */
-struct tc_lean_cols {
+template <int = 0> struct tc_lean_cols_t {
     int lo[2], hi[2];
     __device__ static __forceinline__ int clampc(int64_t x, int nc) {
         return (int)(x < 0 ? 0 : x > nc ? nc : x);
@@ -811,6 +812,7 @@ struct tc_lean_cols {
     }
     __device__ __forceinline__ bool in(int h, int c) const { return c >= lo[h] && c < hi[h]; }
 };
+typedef tc_lean_cols_t<> tc_lean_cols;
 
 /* dQ's step, rows = the thread's queries (h: g, g + 8), columns = keys: s ← dS / scale =
  * P ∘ (dP − delta), P = 2^(S·sl2 − lse), 0 outside m's bounds (MASK). lr: the rows' lse in
