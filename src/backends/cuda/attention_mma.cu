@@ -598,7 +598,9 @@ struct tr_f32 {
  *                     P = 2^(S·scale·log2 e − lse) as one FFMA; dS without the scale, which
  *                     multiplies dQ and dK once where they are written (tc_lean_ds_rows,
  *                     tc_lean_p_ds); the step's tiles loaded with a pointer that steps a
- *                     thread's rows, 32-bit bounds (tc_load_lean). The forward is unchanged. */
+ *                     thread's rows, 32-bit bounds (tc_load_lean); the fused kernel's dq
+ *                     offset (64-bit divisions) only in the tile that writes dq. The forward
+ *                     is unchanged. */
 #ifndef RMK_TC_FWD_QREG
 #define RMK_TC_FWD_QREG 1
 #endif
@@ -1220,12 +1222,14 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NT, tc_cfg<TR, HD>::MINB_DQ)
             TR::template frag_rows<C::BC / 8, C::NDT>(acc, s, Ks, C::LD, lane);
         }
 #if RMK_TC_LEAN
-        const float one[2] = {scale, scale}; /* dS came without it */
+        const float sc[2] = {scale, scale}; /* dS came without it */
+        tc_store<TR, C::NDT>(p.dq, rmk_att_boff(&p.lead, &p.odq, b), p.odq, ra, p.d.Tq, p.d.D, acc,
+                             sc, t);
 #else
         const float one[2] = {1.f, 1.f};
-#endif
         tc_store<TR, C::NDT>(p.dq, rmk_att_boff(&p.lead, &p.odq, b), p.odq, ra, p.d.Tq, p.d.D, acc,
                              one, t);
+#endif
     }
 }
 
