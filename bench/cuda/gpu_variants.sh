@@ -21,9 +21,12 @@ cd "$(git rev-parse --show-toplevel)"
 # fwd8: forward blocks of 8 warps, 2 blocks an SM;
 # fwdmt2: 2 m-tiles (32 query rows) a forward warp, bf16 keeping Q's fragments in registers,
 # 2 blocks an SM (head 64: bf16 255 registers, 12 / 12 bytes of spills; f32 248, none),
-# fwdmt2-q0 the same loading Q's fragments from shared memory at each key tile (bf16 246, none)
-# lean, lean-fused: the backward's lean per-score code (RMK_TC_LEAN), two passes and fused
-VARIANTS=${VARIANTS:-"fwdmt2:RMK_TC_FWD_MT=2;RMK_TC_MINB_FWD=2 fwdmt2-q0:RMK_TC_FWD_MT=2;RMK_TC_FWD_QREG=0;RMK_TC_MINB_FWD=2 fused:RMK_TC_BWD_FUSED=1 fused-2:RMK_TC_BWD_FUSED=1;RMK_TC_MINB_DKDV=2 fused-q32:RMK_TC_BWD_FUSED=1;RMK_TC_BCQ64=32 fwd8:RMK_TC_FWD_WARPS=8;RMK_TC_MINB_FWD=2 lean:RMK_TC_LEAN=1 lean-fused:RMK_TC_LEAN=1;RMK_TC_BWD_FUSED=1"}
+# fwdmt2-q0 the same loading Q's fragments from shared memory at each key tile (bf16 246, none);
+# lean: the forward's softmax in fewer instructions a score (bf16 128, 16 / 28; f32 128, none),
+# fwdmt2-lean with 2 m-tiles a warp (bf16 252, f32 233, none)
+# bwdlean, bwdlean-fused: the backward's lean per-score code (RMK_TC_LEAN), two passes
+# and fused (bf16 dK/dV 168 registers, 148 / 304 bytes of spills; fused 168, 356 / 572)
+VARIANTS=${VARIANTS:-"fwdmt2-lean:RMK_TC_FWD_MT=2;RMK_TC_FWD_LEAN=1;RMK_TC_MINB_FWD=2 lean:RMK_TC_FWD_LEAN=1 fwdmt2:RMK_TC_FWD_MT=2;RMK_TC_MINB_FWD=2 fwdmt2-q0:RMK_TC_FWD_MT=2;RMK_TC_FWD_QREG=0;RMK_TC_MINB_FWD=2 fused:RMK_TC_BWD_FUSED=1 fused-2:RMK_TC_BWD_FUSED=1;RMK_TC_MINB_DKDV=2 fused-q32:RMK_TC_BWD_FUSED=1;RMK_TC_BCQ64=32 fwd8:RMK_TC_FWD_WARPS=8;RMK_TC_MINB_FWD=2 bwdlean:RMK_TC_LEAN=1 bwdlean-fused:RMK_TC_LEAN=1;RMK_TC_BWD_FUSED=1"}
 TESTS="test_cuda_kernels test_cuda_bf16 test_checkpoint_models"
 mkdir -p .gpu/variants
 rm -rf .gpu/variants/* .gpu/list.txt.new

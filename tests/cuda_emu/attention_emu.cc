@@ -329,8 +329,9 @@ template <typename TR> void run_case(const kase &c) {
 
 int main() {
     printf("variant: RMK_TC_FWD_WARPS %d, RMK_TC_FWD_MT %d, RMK_TC_FWD_QREG %d, "
-           "RMK_TC_BWD_FUSED %d, RMK_TC_LEAN %d\n",
-           RMK_TC_FWD_WARPS, RMK_TC_FWD_MT, RMK_TC_FWD_QREG, RMK_TC_BWD_FUSED, RMK_TC_LEAN);
+           "RMK_TC_FWD_LEAN %d, RMK_TC_BWD_FUSED %d, RMK_TC_LEAN %d\n",
+           RMK_TC_FWD_WARPS, RMK_TC_FWD_MT, RMK_TC_FWD_QREG, RMK_TC_FWD_LEAN, RMK_TC_BWD_FUSED,
+           RMK_TC_LEAN);
     const kase cases[] = {
         {"GPT-2 heads from a packed qkv, causal", 1, 2, 2, 130, 130, 64, 64, true, false, true, 3,
          0},
@@ -345,9 +346,9 @@ int main() {
         {"lower-right causal, Tq < Tk, head 64", 1, 2, 2, 100, 116, 64, 64, true, true, false, 2,
          0},
         {"two batch entries, head 32, causal", 2, 1, 1, 64, 64, 32, 32, true, false, false, 1, 0},
-        /* a negative scale (the lean forward negates Q for it) */
-        {"D 64, Dv 40, no mask, scale -0.15", 1, 1, 1, 70, 90, 64, 40, false, false, false, 7,
-         -0.15},
+        /* a negative scale, large enough that without Q negated (RMK_TC_FWD_LEAN) the rows'
+         * max would be their min and exp2 overflow */
+        {"D 64, Dv 40, no mask, scale -8", 1, 1, 1, 70, 90, 64, 40, false, false, false, 7, -8},
         {"head 128, no mask, T not a tile multiple", 1, 2, 2, 90, 100, 128, 128, false, false,
          false, 3, 0},
         {"five key tiles, head 32, causal", 1, 1, 1, 260, 260, 32, 32, true, false, false, 6, 0},

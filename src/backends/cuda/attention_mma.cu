@@ -583,6 +583,10 @@ struct tr_f32 {
  *   RMK_TC_FWD_QREG   with RMK_TC_FWD_MT 2 (bf16): 1 keeps Q's A fragments in registers over
  *                     the key tiles (HD / 16 ldmatrix.x4 an m-tile: 16 registers at head 64)
  *                     instead of loading them again at every key tile; 0 loads them;
+ *   RMK_TC_FWD_LEAN   1: the forward's softmax in fewer instructions a score (Nsight Compute,
+ *                     window 9: ~40 a score, cuDNN's ~10): no mask test in wholly visible
+ *                     tiles and 32-bit ones in the others, fmaxf, the scale folded into the
+ *                     subtraction (one FFMA), ex2.approx.ftz (tc_softmax_step_lean);
  *   RMK_TC_BWD_FUSED  1: one backward pass by key tiles that also adds dQ = dS·K (dS through
  *                     shared memory) instead of a dQ pass recomputing S and dP: 5 products a
  *                     tile instead of 7. The adds to a query tile's f32 partial sum go in a
@@ -603,6 +607,9 @@ struct tr_f32 {
  *                     is unchanged. */
 #ifndef RMK_TC_FWD_QREG
 #define RMK_TC_FWD_QREG 1
+#endif
+#ifndef RMK_TC_FWD_LEAN
+#define RMK_TC_FWD_LEAN 0
 #endif
 #ifndef RMK_TC_BWD_FUSED
 #define RMK_TC_BWD_FUSED 0
@@ -628,6 +635,7 @@ template <typename TR, int HD> struct tc_cfg {
     /* Q's A fragments in registers over the key tiles (bf16, 2 m-tiles) */
     static constexpr bool QREG = RMK_TC_FWD_QREG && MTF > 1 &&
                                  sizeof(typename TR::elem) == sizeof(bf16_t);
+    static constexpr bool LEAN = RMK_TC_FWD_LEAN != 0;
     static constexpr int LD = HD + TR::PAD; /* smem row stride, elements */
     static constexpr int NDT = HD / 8;      /* n-tiles over the head dims */
     static_assert(HD % 16 == 0 && HD <= 128, "head class 32, 64 or 128");
@@ -759,12 +767,13 @@ __device__ __forceinline__ float quad_sum(float v) {
 }
 
 /* ---- lean per-score code (RMK_TC_LEAN) ---------------------------------------------------- */
-/* 2^x as one MUFU.EX2 (ex2.approx.ftz.f32). exp2f is the same instruction (the CUDA Math API
- * gives exp2f 2 ulp at most) inside a range check and two multiplies that keep results below
- * 2^-126 as subnormals; here they are 0, and a subnormal x reads as 0 (2^0 either way). The
- * backward's P = 2^(S·sl2 − lse) is at most 1 and a row's P sum to 1, so the largest is at
- * least 1 / Tk: a P flushed is under 2^-100 of it (Tk < 2^26), below f32's resolution in the
- * sums it goes into. (A template, as those below: the default build, which does not use
+/* 2^x as one MUFU.EX2 (ex2.approx.ftz.f32; RMK_TC_LEAN's backward, RMK_TC_FWD_LEAN's
+ * forward). exp2f is the same instruction (the CUDA Math API gives exp2f 2 ulp at most) inside
+ * a range check and two multiplies that keep results below 2^-126 as subnormals; here they
+ * are 0, and a subnormal x reads as 0 (2^0 either way). The forward's P is at most 1 beside
+ * the row's largest, 1; the backward's P = 2^(S·sl2 − lse) is at most 1 and a row's P sum to
+ * 1, so the largest is at least 1 / Tk: a P flushed is under 2^-100 of it (Tk < 2^26), below
+ * f32's resolution in the sums it goes into. (A template, as those below: the default build, which does not use
  * them, is not warned.) */
 template <int = 0> __device__ __forceinline__ float tc_ex2(float x) {
 #if defined(RMK_EMU) /* tests/cuda_emu: exp2f, flushed as ftz does */
@@ -1048,6 +1057,72 @@ tc_softmax_step(float (&s)[BC / 8][4], float (&o)[NDT][4], float (&m2)[2], float
     }
 }
 
+/* (tc_ex2: with quad_max, one for the forward and the backward) */
+__device__ __forceinline__ float quad_fmax(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+/* v clamped to ±2^20: a tile's offsets (< 128) compare with it as with v */
+__device__ __forceinline__ int tc_clamp32(int64_t v) {
+    return (int)(v < -(1 << 20) ? -(1 << 20) : v > (1 << 20) ? (1 << 20) : v);
+}
+
+/* tc_softmax_step (RMK_TC_FWD_LEAN) in fewer instructions a score, the same values but for
+ * rounding: wholly visible tiles (TC_ALL, all but the diagonal's under the causal mask) are
+ * not masked; the others compare each score's offsets in the tile (constants once unrolled)
+ * with three 32-bit bounds of the thread's. The rows' max is taken over the unscaled
+ * scores (sl2 > 0: the kernel negates Q for a negative scale), so that scaling and
+ * subtracting it is one FFMA; fmaxf instead of rmk_nanmax (a NaN score still makes its row's
+ * l, and so y, NaN, and the lse -inf, as in tc_softmax_step: through its P); tc_ex2. */
+template <int BC, int NDT>
+__device__ __forceinline__ void
+tc_softmax_step_lean(float (&s)[BC / 8][4], float (&o)[NDT][4], float (&m2)[2], float (&l)[2],
+                     int vis, const rmk_att_dims &d, int64_t ra, int64_t j0, int t, float sl2) {
+    if (vis != TC_ALL) {
+        /* score (n, e) is row ra + ir, key c0 + jr: ir = 8·(e / 2), jr = 8n + e % 2 */
+        const int64_t c0 = j0 + 2 * t;
+        const int rq = tc_clamp32(d.Tq - ra), ck = tc_clamp32(d.Tk - c0);
+        const int dg = d.causal ? tc_clamp32(ra + d.off - c0) : (1 << 20);
+#pragma unroll
+        for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int ir = 8 * (e >> 1), jr = 8 * n + (e & 1);
+                if (!(ir < rq && jr < ck && jr - ir <= dg)) s[n][e] = -INFINITY;
+            }
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+    float sub[2], corr[2], ls[2] = {0.f, 0.f};
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float mnew = fmaxf(m2[h], quad_fmax(mx[h]) * sl2);
+        sub[h] = mnew == -INFINITY ? 0.f : mnew; /* nothing seen yet: no inf - inf */
+        corr[h] = tc_ex2(m2[h] - sub[h]);
+        m2[h] = mnew;
+    }
+#pragma unroll
+    for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float pr = tc_ex2(fmaf(s[n][e], sl2, -sub[e >> 1]));
+            s[n][e] = pr;
+            ls[e >> 1] += pr;
+        }
+#pragma unroll
+    for (int h = 0; h < 2; h++) l[h] = l[h] * corr[h] + quad_sum(ls[h]);
+#pragma unroll
+    for (int n = 0; n < NDT; n++) {
+        o[n][0] *= corr[0];
+        o[n][1] *= corr[0];
+        o[n][2] *= corr[1];
+        o[n][3] *= corr[1];
+    }
+}
+
 /* A block takes BRF query rows (NWF warps × MTF m-tiles of 16) and walks the key tiles they
  * see; warp w owns rows 16·MTF·w .. 16·MTF·(w + 1) − 1, m-tile mt the 16 from 16·(MTF·w + mt),
  * each with its own statistics. */
@@ -1063,7 +1138,10 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NTF, tc_cfg<TR, HD>::MINB_FWD)
     const tc_where at;
     const int lane = at.lane, w = at.w, g = at.g, t = at.t;
     const int64_t nqb = (p.d.Tq + C::BRF - 1) / C::BRF;
-    const float sl2 = (float)p.d.scale * 1.4426950408889634f; /* scale · log2(e) */
+    /* scale · log2(e); C::LEAN: |scale|, Q negated for a negative one (exactly: the products'
+     * rounding is symmetric), so that the rows' max can be taken before scaling */
+    const bool negq = C::LEAN && p.d.scale < 0;
+    const float sl2 = (float)(negq ? -p.d.scale : p.d.scale) * 1.4426950408889634f;
     for (int64_t item = blockIdx.x; item < p.d.nb * nqb; item += gridDim.x) {
         /* heaviest (last, under the causal mask) query tiles first */
         const int64_t b = item / nqb, i0 = (nqb - 1 - item % nqb) * C::BRF;
@@ -1073,6 +1151,13 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NTF, tc_cfg<TR, HD>::MINB_FWD)
         const int64_t kn = tc_key_end(p.d, i0, C::BRF);
         __syncthreads(); /* the previous item is done with the tiles */
         tc_load<TR, HD, C::NTF>(Qs, C::BRF, p.q, bq, p.oq, i0, p.d.Tq, p.d.D, p.vec & 1);
+        if (negq) { /* uniform; the barrier below or tc_next_kv's makes it seen */
+            __syncthreads();
+            for (int e = threadIdx.x; e < C::BRF * HD; e += C::NTF) {
+                typename TR::elem &x = Qs[(e / HD) * C::LD + e % HD];
+                x = TR::narrow(-TR::widen(x));
+            }
+        }
         /* C::QREG: the warp's Q fragments, read once (the barrier: every thread's rows in Qs) */
         uint32_t qa[C::QREG ? MT : 1][C::QREG ? HD / 16 : 1][4];
         (void)qa;
@@ -1108,8 +1193,12 @@ __global__ void __launch_bounds__(tc_cfg<TR, HD>::NTF, tc_cfg<TR, HD>::MINB_FWD)
                                                               lane);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
-                tc_softmax_step<C::BC, C::NDT>(s[mt], o[mt], m2[mt], l[mt], vis[mt], p.d,
-                                               ra + 16 * mt, j0, t, sl2);
+                if constexpr (C::LEAN)
+                    tc_softmax_step_lean<C::BC, C::NDT>(s[mt], o[mt], m2[mt], l[mt], vis[mt], p.d,
+                                                        ra + 16 * mt, j0, t, sl2);
+                else
+                    tc_softmax_step<C::BC, C::NDT>(s[mt], o[mt], m2[mt], l[mt], vis[mt], p.d,
+                                                   ra + 16 * mt, j0, t, sl2);
             TR::template frag_rows_mt<C::BC / 8, C::NDT, MT>(o, s, Vs, C::LD, lane);
         }
         const int64_t by = rmk_att_boff(&p.lead, &p.oy, b);
