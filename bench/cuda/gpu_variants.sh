@@ -15,18 +15,20 @@
 set -eu
 cd "$(git rev-parse --show-toplevel)"
 [ "$(pwd)" = /work/main ] || { echo "gpu_variants: run in /work/main" >&2; exit 1; }
-# fused: the fused backward at 3 blocks an SM (168 registers, 432 / 580 bytes of spills at
-# bf16 head 64), fused-2 at 2 (254, none; fewer warps), fused-q32 with 32 queries a step
-# (half the score registers: 168, 36 / 92);
-# fwd8: forward blocks of 8 warps, 2 blocks an SM;
-# fwdmt2: 2 m-tiles (32 query rows) a forward warp, bf16 keeping Q's fragments in registers,
-# 2 blocks an SM (head 64: bf16 255 registers, 12 / 12 bytes of spills; f32 248, none),
-# fwdmt2-q0 the same loading Q's fragments from shared memory at each key tile (bf16 246, none);
-# lean: the forward's softmax in fewer instructions a score (bf16 128, 16 / 28; f32 128, none),
-# fwdmt2-lean with 2 m-tiles a warp (bf16 252, f32 233, none)
-# bwdlean, bwdlean-fused: the backward's lean per-score code (RMK_TC_LEAN), two passes
-# and fused (bf16 dK/dV 168 registers, 148 / 304 bytes of spills; fused 168, 356 / 572)
-VARIANTS=${VARIANTS:-"fwdmt2-lean:RMK_TC_FWD_MT=2;RMK_TC_FWD_LEAN=1;RMK_TC_MINB_FWD=2 lean:RMK_TC_FWD_LEAN=1 fwdmt2:RMK_TC_FWD_MT=2;RMK_TC_MINB_FWD=2 fwdmt2-q0:RMK_TC_FWD_MT=2;RMK_TC_FWD_QREG=0;RMK_TC_MINB_FWD=2 fused:RMK_TC_BWD_FUSED=1 fused-2:RMK_TC_BWD_FUSED=1;RMK_TC_MINB_DKDV=2 fused-q32:RMK_TC_BWD_FUSED=1;RMK_TC_BCQ64=32 fwd8:RMK_TC_FWD_WARPS=8;RMK_TC_MINB_FWD=2 bwdlean:RMK_TC_LEAN=1 bwdlean-fused:RMK_TC_LEAN=1;RMK_TC_BWD_FUSED=1"}
+# The default list is the next window's (window 9 timed fused, fused-2, fused-q32 and fwd8:
+# none faster in bf16; docs/cuda.md). The combinations first, then each knob alone so that
+# each gain can be told apart (the forward and backward knobs touch different kernels):
+# all-lean: the forward's lean softmax (RMK_TC_FWD_LEAN: bf16 128 registers, 16 / 28 bytes of
+#   spills at head 64; f32 none) and the backward's lean per-score code (RMK_TC_LEAN: bf16
+#   dK/dV 168, 148 / 304, none left in the step loop);
+# all-lean-mt2: the same with 2 m-tiles a forward warp, 2 blocks an SM (bf16 252, f32 233,
+#   no spills);
+# all-lean-fused: all-lean with the fused backward (fused was the faster in f32 in window 9,
+#   the slower in bf16);
+# fwdlean, bwdlean, fwdmt2: each knob alone; fused: window 9's, beside all-lean-fused.
+# (fwdmt2-q0: RMK_TC_FWD_MT=2;RMK_TC_FWD_QREG=0;RMK_TC_MINB_FWD=2 — Q's fragments loaded at
+# each key tile, bf16 246 registers, no spills — by VARIANTS= when fwdmt2 wins.)
+VARIANTS=${VARIANTS:-"all-lean:RMK_TC_FWD_LEAN=1;RMK_TC_LEAN=1 all-lean-mt2:RMK_TC_FWD_MT=2;RMK_TC_MINB_FWD=2;RMK_TC_FWD_LEAN=1;RMK_TC_LEAN=1 all-lean-fused:RMK_TC_FWD_LEAN=1;RMK_TC_LEAN=1;RMK_TC_BWD_FUSED=1 fwdlean:RMK_TC_FWD_LEAN=1 bwdlean:RMK_TC_LEAN=1 fwdmt2:RMK_TC_FWD_MT=2;RMK_TC_MINB_FWD=2 fused:RMK_TC_BWD_FUSED=1"}
 TESTS="test_cuda_kernels test_cuda_bf16 test_checkpoint_models"
 mkdir -p .gpu/variants
 rm -rf .gpu/variants/* .gpu/list.txt.new

@@ -213,7 +213,7 @@ if [ -f "$CARRY/variants.tar.xz" ]; then
     step "attmem-$name" 40 "$OUT/sanitizer.log" env LD_LIBRARY_PATH="$LDP" REMAT_TEST_DEVICE=cuda \
       "$CS" --tool memcheck --error-exitcode 9 "$d/test_cuda_bf16" -j1 \
       --filter='cuda_bf16/fused_attention*'
-    case " ${NCU_VARIANTS-fused fwd8} " in *" $name "*)
+    case " ${NCU_VARIANTS-all-lean all-lean-mt2} " in *" $name "*)
       step "ncu-$name" 45 "$OUT/ncu.log" env LD_LIBRARY_PATH="$LDP" bash bench/cuda/ncu_attention.sh \
         remat "$d/remat" bf16 ;;
     esac
