@@ -179,7 +179,7 @@ step profile-bf16-nolt 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_CUDA
 # 4b'. PyTorch's own kernels in its bf16 step (torch.profiler), beside remat's profile above
 step torch-profile-bf16 60 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --reps 2 \
   --autocast bf16 --strategies none --profile 3 --out "$FILES/torch-profile-bf16.json"
-# 4b'. Nsight Compute on the attention kernels (bench/cuda/ncu_attention.sh): what limits
+# 4b''. Nsight Compute on the attention kernels (bench/cuda/ncu_attention.sh): what limits
 # them (tensor pipe, issue, shared-memory conflicts, stall reasons), remat's beside PyTorch's
 step ncu-bf16 60 "$OUT/ncu.log" env LD_LIBRARY_PATH="$LDP" bash bench/cuda/ncu_attention.sh \
   remat "$BUILD/remat" bf16
@@ -187,7 +187,7 @@ step ncu-f32 60 "$OUT/ncu.log" env LD_LIBRARY_PATH="$LDP" bash bench/cuda/ncu_at
   remat "$BUILD/remat" off
 step ncu-torch-bf16 60 "$OUT/ncu.log" bash bench/cuda/ncu_attention.sh torch bf16
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-# 4b''. variants of the tensor-core attention (bench/cuda/gpu_variants.sh): each variant's
+# 4b'''. variants of the tensor-core attention (bench/cuda/gpu_variants.sh): each variant's
 # own builds of the attention tests first (f32 and bf16 against the cpu, checkpointed
 # gradients bitwise equal on the GPU: a variant that fails them is not timed), then its
 # profile beside the default's: the attention rows and the step
