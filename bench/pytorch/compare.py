@@ -13,6 +13,12 @@ run preloaded: it counts every malloc'd byte the same way in both processes.
     /usr/bin/python3 bench/pytorch/compare.py --models gpt --threads 2 --rounds 3
     /usr/bin/python3 bench/pytorch/compare.py --models mlp --layers 8 --width 256 --quick
     /usr/bin/python3 bench/pytorch/compare.py --python /work/venv-torch2/bin/python   # PyTorch 2.x
+    /usr/bin/python3 bench/pytorch/compare.py --models gpt --autocast bf16 --quiet-load 0.8
+
+On a shared machine --quiet-load waits before each side of each round for the 1-minute
+load average to fall to that value and prints the loads; a second table gives the CPU time
+a step (every thread) and its per-round ratios, which other jobs stretch far less than
+wall time.
 
 Model flags (--layers, --width, --heads, --context, --batch) are passed to both
 sides; left out, both use the defaults of `remat bench`.
@@ -24,6 +30,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -34,6 +41,15 @@ def run_json(cmd, env):
     if p.returncode != 0:
         sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr}")
     return json.loads(p.stdout)
+
+
+def wait_quiet(limit, longest):
+    """Waits until the 1-minute load average is at most `limit` (0: not at all), at most
+    `longest` seconds; returns the load it starts at."""
+    t0 = time.monotonic()
+    while limit > 0 and os.getloadavg()[0] > limit and time.monotonic() - t0 < longest:
+        time.sleep(5)
+    return os.getloadavg()[0]
 
 
 def main():
@@ -48,6 +64,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--reentrant", action="store_true")
+    ap.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                    help="bf16: both sides' forwards under autocast (remat --autocast bf16, "
+                         "torch.autocast('cpu', bfloat16))")
+    ap.add_argument("--quiet-load", type=float, default=0.0,
+                    help="on a shared machine: before each side of each round wait until the "
+                         "1-minute load average is at most this (0: do not wait); each round's "
+                         "loads are printed")
+    ap.add_argument("--quiet-wait", type=float, default=600.0,
+                    help="the longest wait for --quiet-load, seconds (then it runs anyway)")
     ap.add_argument("--quick", action="store_true", help="1 round of 2 reps (a smoke test)")
     ap.add_argument("--no-heap", dest="heap", action="store_false",
                     help="do not preload the heap counters (libremat_heap_peak.so)")
@@ -79,6 +104,8 @@ def main():
                 common += [f"--{f}", str(v)]
         if a.reentrant:
             common.append("--reentrant")
+        if a.autocast != "off":
+            common += ["--autocast", a.autocast]
         remat_cmd = [a.remat, "bench", "--json", "--quiet"] + common
         torch_cmd = [a.python, os.path.join(HERE, "bench_torch.py"), "--json"] + common
         if a.threads > 0 and shutil.which("taskset"):
@@ -89,12 +116,16 @@ def main():
             remat_cmd = ["taskset", "-c", cores] + remat_cmd
             torch_cmd = ["taskset", "-c", cores] + torch_cmd
         rounds = {"remat": [], "torch": []}
+        loads = []
         for r in range(a.rounds):
             # alternate which side goes first, so neither always gets the cooler machine
             order = [("remat", remat_cmd), ("torch", torch_cmd)]
             for side, cmd in (order if r % 2 == 0 else order[::-1]):
-                print(f"  {model}: round {r + 1}/{a.rounds}: {side}", file=sys.stderr)
+                before = wait_quiet(a.quiet_load, a.quiet_wait)
+                print(f"  {model}: round {r + 1}/{a.rounds}: {side} (load {before:.2f})",
+                      file=sys.stderr)
                 rounds[side].append(run_json(cmd, env))
+                loads.append(f"r{r + 1} {side} {before:.2f}-{os.getloadavg()[0]:.2f}")
         first = rounds["remat"][0]
         print(f"\n{model.upper()}: {first['layers']} layers, width {first['width']}, "
               f"batch {first['batch']}, {first['params'] / 1e6:.2f}M parameters, "
@@ -122,6 +153,21 @@ def main():
         if heap:
             print("heap+: peak of the C heap over the step minus its bytes at the start, both "
                   "sides counted by bench/preload/heap_peak.c")
+        # CPU time a step (every thread; both sides' medians of their reps), per round: on a
+        # shared machine other jobs stretch wall time but hardly the process's own CPU time,
+        # and the two sides of one round ran back to back
+        if all("step_cpu_ms" in x["strategies"][i] for side in rounds.values() for x in side
+               for i in range(len(first["strategies"]))):
+            print(f"{'strategy':<24} {'remat CPU ms':>13} {'torch CPU ms':>13} "
+                  f"{'remat/torch CPU':>16}  per round")
+            for i, s in enumerate(first["strategies"]):
+                rc = [x["strategies"][i]["step_cpu_ms"] for x in rounds["remat"]]
+                tc = [x["strategies"][i]["step_cpu_ms"] for x in rounds["torch"]]
+                per = [r / t for r, t in zip(rc, tc)]
+                print(f"{s['strategy']:<24} {statistics.median(rc):>13.1f} "
+                      f"{statistics.median(tc):>13.1f} {statistics.median(per):>15.3f}x  "
+                      + " ".join(f"{p:.3f}" for p in per))
+        print("1-min load before-after each side: " + ", ".join(loads))
 
 
 if __name__ == "__main__":
