@@ -4,7 +4,11 @@
  * Operands are read and written in place through their strides (no
  * copies); lse is the op's own (nb, Tq) contiguous tensor; grouped-query k and
  * v are read through their own strides (rmk_att_operand's hdiv). Head sizes up
- * to 256 (max of D and Dv); larger ones fail with REMAT_EUNSUPPORTED. */
+ * to 256 (max of D and Dv); larger ones fail with REMAT_EUNSUPPORTED.
+ * REMAT_CUDA_ATTENTION=cudnn: bf16 calls go to cuDNN's SDPA first (attention_cudnn.cu)
+ * wherever they map to it (att_cudnn_map.h), remat's kernels take every other call and
+ * every call cuDNN fails. */
+#include "attention_cudnn.h"
 #include "kwrap.h"
 #include "nn.h"
 
@@ -51,6 +55,37 @@ static remat_status head_check(const rmk_att_dims *d) {
     return REMAT_OK;
 }
 
+/* The call through cuDNN (ops and ptrs in rmk_cudnn_att's order; the backward's NULL
+ * gradients get packed scratch, written and dropped): true when it ran, false when remat's
+ * kernels must take it (not asked for, not mapped, refused or failed: said on stderr by
+ * attention_cudnn.cu). */
+static bool att_cudnn(rmk_call *c, bool bwd, int dt, const rmk_att_dims *d,
+                      const rmk_att_lead *lead, const rmk_att_operand *ops, void **ptrs,
+                      void *lse) {
+    if (!rmk_cudnn_att_wanted()) return false;
+    rmk_cudnn_att a;
+    const char *why =
+        rmk_cudnn_att_map(&a, c->dev, bwd, dt, d, lead, ops, (const void *const *)ptrs, lse);
+    size_t nws = 0;
+    if (why) rmk_cudnn_att_skip(why, d);
+    if (why || rmk_cudnn_att_prepare(&a, &nws)) return false;
+    void *own[RMK_CA_NOPS] = {NULL}, *p[RMK_CA_NOPS] = {NULL};
+    bool ok = true;
+    for (int i = 0; i < (bwd ? RMK_CA_NOPS : RMK_CA_DO); i++) {
+        p[i] = ptrs[i];
+        if (!p[i] && ok) {
+            p[i] = own[i] = rmk_scratch(c, rmk_cudnn_att_grad_bytes(&a, i));
+            ok = p[i] != NULL;
+        }
+    }
+    void *ws = ok ? rmk_scratch(c, nws) : NULL;
+    /* out of scratch: remat's kernels need less (their message, if any, is theirs) */
+    ok = ws && rmk_cudnn_att_run(&a, p, lse, ws, c->s) == 0;
+    rmk_scratch_free(c, ws);
+    for (int i = 0; i < RMK_CA_NOPS; i++) rmk_scratch_free(c, own[i]);
+    return ok;
+}
+
 static remat_status cuda_attention(const rm_kargs *k) {
     remat_tensor *const *in = k->in, *y = k->out[0];
     const rmk_att_dims d = att_dims(k->params, in[0], in[1], in[2]);
@@ -61,6 +96,12 @@ static remat_status cuda_attention(const rm_kargs *k) {
     const rmk_att_operand oq = att_operand(in[0], 1), ok = att_operand(in[1], d.group),
                           ov = att_operand(in[2], d.group), oy = att_operand(y, 1);
     RMK_ENTER(c, in[0], "cuda attention kernel");
+    {
+        const rmk_att_operand ops[4] = {oq, ok, ov, oy};
+        void *ptrs[4] = {rm_ptr(in[0]), rm_ptr(in[1]), rm_ptr(in[2]), rm_ptr(y)};
+        if (att_cudnn(&c, false, rmk_dt(in[0]), &d, &lead, ops, ptrs, rm_ptr(k->out[1])))
+            return rmk_leave(&c, cudaSuccess);
+    }
     return rmk_leave(&c,
                      rmk_attention(rmk_dt(in[0]), &d, &lead, &oq, rm_ptr(in[0]), &ok, rm_ptr(in[1]),
                                    &ov, rm_ptr(in[2]), &oy, rm_ptr(y), rm_ptr(k->out[1]), c.s));
@@ -82,7 +123,7 @@ static remat_status cuda_attention_bwd(const rm_kargs *k) {
     if (rc) return rmk_leave_rc(&c, rc);
     const rmk_att_lead lead = att_lead(in[0]);
     rmk_att_operand ops[8] = {{{0}, 0, 0, 1}};
-    const void *ptrs[8] = {NULL};
+    void *ptrs[8] = {NULL};
     for (int i = 0; i < 5; i++) {
         ops[i] = att_operand(in[i], i == 1 || i == 2 ? d.group : 1);
         ptrs[i] = rm_ptr(in[i]);
@@ -94,9 +135,12 @@ static remat_status cuda_attention_bwd(const rm_kargs *k) {
             ptrs[5 + i] = rm_ptr(g[i]);
         }
     }
+    if (att_cudnn(&c, true, rmk_dt(in[0]), &d, &lead, ops, ptrs, rm_ptr(in[5])))
+        return rmk_leave(&c, cudaSuccess);
     void *ws = rmk_scratch(&c, rmk_attention_bwd_ws(rmk_dt(in[0]), &d));
     if (!ws) return rmk_leave_rc(&c, rm_last_status());
-    cudaError_t e = rmk_attention_bwd(rmk_dt(in[0]), &d, &lead, ops, ptrs, rm_ptr(in[5]), ws, c.s);
+    cudaError_t e = rmk_attention_bwd(rmk_dt(in[0]), &d, &lead, ops, (const void *const *)ptrs,
+                                      rm_ptr(in[5]), ws, c.s);
     rmk_scratch_free(&c, ws);
     return rmk_leave(&c, e);
 }
