@@ -20,8 +20,8 @@ cc -std=c11 -O2 -Iinclude -I"$CUDA/include" bench/cuda/gemm.c -L"$BUILD" -lremat
   -o "$BUILD/bench_cuda_gemm"
 suites="fixtures checkpoint checkpoint_models selective planner autograd attention ck_semantics
   dispatch_nn double_backward_checkpoint nesting ops_matmul ops_reduce split_backward models
-  checkpoint_rng optim_device timing grad_meter cuda_bf16 cuda_indexing cuda_kernels cuda_pool cuda_rng
-  grad_layout ops_ce_bf16 ops_layer_norm_to ops_rms_norm_to"
+  checkpoint_rng optim_device timing grad_meter cuda_bf16 cuda_cudnn_map cuda_indexing cuda_kernels
+  cuda_pool cuda_rng grad_layout ops_ce_bf16 ops_layer_norm_to ops_rms_norm_to"
 # (every suite gpu_window.sh's SUITES names must be here: window 9 found four "Not Run")
 files="$BUILD/remat $BUILD/bench_cuda_gemm $(ls $BUILD/libremat.so*) $BUILD/CTestTestfile.cmake"
 # the CPU emulator's test is a cuda_* ctest entry too (tests/cuda_emu)

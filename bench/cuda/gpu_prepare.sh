@@ -8,7 +8,10 @@
 #   .gpu/lib/libz.so             the link-time name of zlib
 #   .gpu/include/cjson/, pcre2.h cJSON's and PCRE2's headers  (libcjson-dev, libpcre2-dev)
 #   .gpu/lib/libcjson.so*, libpcre2-8.so*  and their libraries
-# About 5 MiB. gpu_session.sh points CMake at it (CMAKE_PREFIX_PATH). The device tool's call then names ".gpu" in `carry` (docs/cuda.md).
+#   .gpu/cudnn_frontend/include/ the cudnn-frontend's headers (PyPI's nvidia-cudnn-frontend,
+#                                scripts/fetch_cudnn_frontend.sh): the carried build's cuDNN
+#                                attention (REMAT_CUDA_ATTENTION=cudnn, docs/cuda.md)
+# About 8 MiB. gpu_session.sh points CMake at it (CMAKE_PREFIX_PATH). The device tool's call then names ".gpu" in `carry` (docs/cuda.md).
 set -eu
 cd "$(git rev-parse --show-toplevel)"
 dst=.gpu
@@ -50,6 +53,9 @@ for name in libcjson.so libpcre2-8.so; do
   cp -L "$real" "$dst/lib/$so"
   ln -sf "$so" "$dst/lib/$name"
 done
+# optional: without it the build says so and the window's cudnn step falls back
+sh scripts/fetch_cudnn_frontend.sh "$dst/cudnn_frontend/include" ||
+  echo "gpu_prepare: no cudnn-frontend headers: the build will have no cuDNN attention" >&2
 ex="$(git rev-parse --git-common-dir)/info/exclude"
 mkdir -p "$(dirname "$ex")"
 grep -qx '/.gpu/' "$ex" 2>/dev/null || echo '/.gpu/' >> "$ex"

@@ -17,7 +17,8 @@
 # REMAT_TEST_DEVICE=cuda (ctest); the GEMM bench (linears vs cuBLAS); `remat train --device
 # cuda` (loss curve, --trace); `remat bench --device cuda` on GPT L=12 D=768 H=12 T=1024 B=8
 # in f32 and bf16 autocast against bench/cuda/torch_gpt.py, and its per-kernel profile
-# (--profile, f32, none and block); compute-sanitizer on the
+# (--profile, f32, none and block); bf16 with cuDNN's attention (REMAT_CUDA_ATTENTION=cudnn:
+# its attention suites, step and profile); compute-sanitizer on the
 # attention kernels and the offload test; the strategy table on a small GPT.
 # What comes back ($OUT, at most 8 files): summary.txt (one line per step: rc, seconds),
 # test.log, gemm.log, train.log, bench.log, sanitizer.log, ncu.log, files.tgz (JSON results, the
@@ -172,6 +173,34 @@ step torch-bf16 60 "$OUT/bench.log" python3 bench/cuda/torch_gpt.py $MODEL --rep
   --autocast bf16 --strategies none,block,selective=dots --out "$FILES/torch-bf16.json"
 step profile-bf16 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" "$BUILD/remat" bench --device cuda \
   $MODEL --autocast bf16 --strategies none --reps 2 --profile=3
+# 4a'. bf16 attention through cuDNN's fused SDPA (REMAT_CUDA_ATTENTION=cudnn:
+# src/backends/cuda/attention_cudnn.cu, docs/cuda.md; never run on a GPU before): the suites
+# that check bf16 attention against the cpu and checkpointed gradients bitwise, then GPT's
+# bf16 step beside remat-bf16's above (the bench's "bitwise equal": block against none) and
+# its profile (the attention rows beside profile-bf16's). libcudnn: the toolkit's, else
+# PyTorch's wheel's. The log has cuDNN's version, every graph's dims and strides
+# (REMAT_CUDNN_VERBOSE), why a call stayed on remat's kernels, and cuDNN's own error log.
+CUDNN_LIB=$(find /usr/local/cuda/lib64/ /usr/local/cuda/lib/ -name 'libcudnn.so.9' 2>/dev/null | head -1)
+# shellcheck disable=SC2046 # site-packages paths, one word each
+[ -n "$CUDNN_LIB" ] || CUDNN_LIB=$(find $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) \
+  -path '*nvidia/cudnn/lib/libcudnn.so.9' 2>/dev/null | head -1)
+{ echo "libcudnn for REMAT_CUDA_ATTENTION=cudnn: ${CUDNN_LIB:-none found}"
+  python3 -c 'import torch; print("torch cudnn", torch.backends.cudnn.version())'; } >> "$SUMMARY" 2>&1
+CUDNN_ENV="REMAT_CUDA_ATTENTION=cudnn REMAT_CUDNN_VERBOSE=1 CUDNN_LOGLEVEL_DBG=1 CUDNN_LOGDEST_DBG=stderr"
+[ -n "$CUDNN_LIB" ] && CUDNN_ENV="$CUDNN_ENV REMAT_CUDNN_LIB=$CUDNN_LIB"
+CUDNN_LDP="$LDP${CUDNN_LIB:+:$(dirname "$CUDNN_LIB")}"
+# shellcheck disable=SC2086
+(
+  cd "$BUILD" && export REMAT_TEST_DEVICE=cuda &&
+  step cudnn-suites 90 "$OUT/test.log" env LD_LIBRARY_PATH="$CUDNN_LDP" $CUDNN_ENV ctest \
+    --output-on-failure -j 6 --timeout 85 -R '^test_(attention|cuda_bf16|checkpoint_models|checkpoint|cuda_kernels)$'
+)
+# shellcheck disable=SC2086
+step cudnn-bf16 40 "$OUT/bench.log" sh -c "LD_LIBRARY_PATH=$CUDNN_LDP $CUDNN_ENV $BUILD/remat bench --device cuda $MODEL --autocast bf16 --strategies none,block --reps $REPS --json > $FILES/remat-bf16-cudnn.json; rc=\$?; cat $FILES/remat-bf16-cudnn.json; exit \$rc"
+# shellcheck disable=SC2086
+step cudnn-profile-bf16 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$CUDNN_LDP" $CUDNN_ENV \
+  "$BUILD/remat" bench --device cuda $MODEL --autocast bf16 --strategies none --reps 2 --profile=3
+pack
 # 4b. the same without cuBLASLt's bias epilogue (REMAT_CUDA_LT=0: bias broadcast, then
 # cublasGemmEx with beta = 1), the A/B of the bf16 forward linears
 step profile-bf16-nolt 40 "$OUT/bench.log" env LD_LIBRARY_PATH="$LDP" REMAT_CUDA_LT=0 \
