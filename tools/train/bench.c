@@ -495,15 +495,13 @@ static void sweep_budgets(config *c, const planner_info *pl) {
     }
 }
 
-/* Whether some strategy plans per op over half blocks too (budget=SIZE, not
- * :whole-blocks or :blocks-only, or the sweep) and the model has them. */
-static bool wants_halves(const config *c, const model *m) {
+/* Whether some strategy plans per op over half blocks too (strategy_wants_halves: a
+ * budget= below the whole blocks' smallest plan, or :halves; or the sweep, whose op-level
+ * curve reaches below it) and the model has them. */
+static bool wants_halves(const config *c, const model *m, const planner_info *pl) {
     bool any = c->sweep > 0;
-    for (int i = 0; i < c->n_strategies; i++) {
-        const strategy *s = &c->strategies[i];
-        any =
-            any || (s->kind == STRAT_BUDGET && !s->blocks_only && !s->block_level && !s->no_halves);
-    }
+    for (int i = 0; i < c->n_strategies; i++)
+        any = any || strategy_wants_halves(&c->strategies[i], pl->prof, &pl->step);
     return any && model_has_halves(m);
 }
 
@@ -542,7 +540,7 @@ static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, b
         rc = model_profile_ops(m, b, &pl->ops);
         step_malloc_mode(true);
         if (!rc) rc = remat_profile_apply_ops(pl->prof, pl->ops);
-        if (!rc && wants_halves(c, m)) {
+        if (!rc && wants_halves(c, m, pl)) {
             step_malloc_mode(false);
             rc = model_profile_halves(m, b, false, &pl->hprof, &pl->hops);
             step_malloc_mode(true);

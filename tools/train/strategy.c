@@ -35,12 +35,14 @@ void strategy_name(strategy *s) {
                      s->blocks_only ? "blocks-budget" : "budget", s->budget_text,
                      s->block_level ? ":blocks-only"
                      : s->no_halves ? ":whole-blocks"
+                     : s->halves    ? ":halves"
                                     : "");
         else
             snprintf(s->name, sizeof s->name, "%s=%llu%s",
                      s->blocks_only ? "blocks-budget" : "budget", (unsigned long long)s->budget,
                      s->block_level ? ":blocks-only"
                      : s->no_halves ? ":whole-blocks"
+                     : s->halves    ? ":halves"
                                     : "");
         return; /* plans always run non-reentrant checkpoints */
     }
@@ -165,20 +167,24 @@ static bool parse_budget(const char *val, strategy *r, char *err, size_t n_err) 
         return perr(err, n_err, msg);
     }
     /* budget=SIZE:blocks-only: whole blocks (rotor's schedules), no per-op choices;
-     * budget=SIZE:whole-blocks: per op over whole blocks, no half-block stages */
+     * budget=SIZE:whole-blocks: per op over whole blocks, no half-block stages;
+     * budget=SIZE:halves: per op, every split into halves tried whatever the budget */
     char vbuf[sizeof r->budget_text];
     const char *colon = strchr(val, ':');
     if (colon) {
-        const bool bo = !strcmp(colon + 1, "blocks-only"), wb = !strcmp(colon + 1, "whole-blocks");
-        if (r->blocks_only || (!bo && !wb))
+        const bool bo = !strcmp(colon + 1, "blocks-only"), wb = !strcmp(colon + 1, "whole-blocks"),
+                   hv = !strcmp(colon + 1, "halves");
+        if (r->blocks_only || (!bo && !wb && !hv))
             return perr(err, n_err,
                         r->blocks_only ? "blocks-budget=SIZE takes no ':' option"
-                                       : "budget=SIZE takes one option, ':blocks-only' or "
-                                         "':whole-blocks' (e.g. budget=64MiB:blocks-only)");
+                                       : "budget=SIZE takes one option, ':blocks-only', "
+                                         "':whole-blocks' or ':halves' (e.g. "
+                                         "budget=64MiB:blocks-only)");
         snprintf(vbuf, sizeof vbuf, "%.*s", (int)(colon - val), val);
         val = vbuf;
         r->block_level = bo;
         r->no_halves = wb;
+        r->halves = hv;
     }
     if (strchr(val, '%')) {
         if (!parse_percent(val, &r->budget_pct)) {
@@ -317,6 +323,17 @@ int strategy_step_range(const remat_profile *prof, const remat_step_profile *ste
     *min_budget = p->min_budget_bytes;
     remat_plan_free(p);
     return REMAT_OK;
+}
+
+bool strategy_wants_halves(const strategy *s, const remat_profile *prof,
+                           const remat_step_profile *step) {
+    if (s->kind != STRAT_BUDGET || s->blocks_only || s->block_level || s->no_halves) return false;
+    if (s->halves) return true;
+    size_t store_all = 0, min = 0;
+    if (!prof || !step || strategy_step_range(prof, step, &store_all, &min)) return false;
+    const double budget =
+        s->budget_pct > 0 ? s->budget_pct / 100.0 * (double)store_all : (double)s->budget;
+    return budget < (double)min;
 }
 
 /* "budget=12.35MiB": rounded up, so that what we suggest is feasible. */

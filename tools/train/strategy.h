@@ -20,9 +20,11 @@
  *                   optimizer state, gradients, activations) fits SIZE bytes
  *                   (or P% of the step's un-checkpointed peak),
  *                   remat_plan_run runs it
- *                   over the blocks, or with the last N blocks run as their two
- *                   halves (attention, MLP: remat_model_half_stages), whichever
- *                   plan is predicted fastest (strategy.split = N)
+ *                   over the blocks; below the smallest plan over whole blocks,
+ *                   with the last N blocks run as their two halves (attention,
+ *                   MLP: remat_model_half_stages), the N predicted fastest
+ *                   (strategy.split = N)
+ *   budget=SIZE:halves  the same with every split into halves tried at any SIZE
  *   budget=SIZE:whole-blocks  per op over whole blocks only (no halves)
  *   budget=SIZE:blocks-only  rotor's block schedules only
  *                   (remat_plan_create_step: rotor's block schedules)
@@ -68,6 +70,8 @@ typedef struct strategy {
     bool blocks_only;  /* blocks-budget=SIZE: the budget bounds the blocks' share only */
     bool block_level;  /* budget=SIZE:blocks-only: whole blocks, no per-op choices */
     bool no_halves;    /* budget=SIZE:whole-blocks: per op, never half-block stages */
+    bool halves;       /* budget=SIZE:halves: per op, every split tried whatever the budget
+                          (default: halves only below the whole blocks' smallest plan) */
     bool covers_all;   /* budget: set by strategy_plan when SIZE is at or above what the
                            step (blocks) needs without checkpointing: nothing is checkpointed */
     char policy[192];  /* selective: canonical POLICY, e.g. "dots", "names:qkv+attn_out" */
@@ -148,6 +152,14 @@ typedef struct strategy_halves {
  * else is left as it is. */
 void strategy_calibrate_halves(remat_profile *hprof, const remat_op_profile *hops,
                                const remat_profile *prof, const remat_op_profile *ops);
+/* Whether budget= (op level) wants the half-block chain profiled (model_profile_halves):
+ * with ':halves', or where SIZE is below the smallest whole-step peak of any plan over whole
+ * blocks (strategy_step_range's min_budget). Why not always: the halves' profile takes as
+ * long as the blocks' and, above that minimum, buys ~0.3-0.4% of predicted step time on the
+ * GPT the issue measures (docs/planner.md "Half-block stages"); below it, they are the only
+ * plans. prof/step: the whole blocks' (model_profile_step). */
+bool strategy_wants_halves(const strategy *s, const remat_profile *prof,
+                           const remat_step_profile *step);
 /* halves (may be NULL: whole blocks only): for budget= (op level), the plans
  * over every mix tried — the first blocks whole, the last `split` in halves,
  * split = 0..blocks (above 16 blocks: 0-4, a quarter, half and all of them)

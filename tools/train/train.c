@@ -391,11 +391,10 @@ static int train_plan(train_run *tr) {
             if (!c->quiet) term_printf(stderr, "  profiling their ops...\n");
             rc = model_profile_ops(&tr->m, &pb, &tr->ops);
             if (!rc) rc = remat_profile_apply_ops(prof, tr->ops);
-            /* per op: the half-block chain too (the planner may run the last blocks in
-             * halves) */
-            const strategy *st = &c->strat;
-            if (!rc && !st->blocks_only && !st->block_level && !st->no_halves &&
-                model_has_halves(&tr->m))
+            /* per op: the half-block chain too where the budget wants it (below the whole
+             * blocks' smallest plan, or :halves): the planner may then run the last blocks
+             * in halves */
+            if (!rc && model_has_halves(&tr->m) && strategy_wants_halves(&c->strat, prof, &sp))
                 rc = model_profile_halves(&tr->m, &pb, c->accum > 1, &hprof, &hops);
             if (hprof) strategy_calibrate_halves(hprof, hops, prof, tr->ops);
         }
