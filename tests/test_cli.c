@@ -1107,6 +1107,31 @@ Test(cli, budget_below_the_whole_blocks_minimum_runs_halves) {
     free(o);
 }
 
+/* Above the whole blocks' minimum budget= plans over whole blocks and profiles no halves
+ * (plan_split 0); budget=SIZE:halves plans every split there too and trains bitwise as
+ * none does; an unknown option's message lists the three. */
+Test(cli, budget_halves_option) {
+    const char *flags = "--layers 3 --width 64 --heads 2 --context 32 --batch 4 --threads 1";
+    char *o, *none, lo[32], ln[32], name[64];
+    int rc = run(&o, false, "train %s --steps 2 --json --checkpoint budget=95%%", flags);
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert_eq(json_num(o, "plan_split"), 0, "%s", o);
+    free(o);
+    rc = run(&o, false, "train %s --steps 2 --json --checkpoint budget=95%%:halves", flags);
+    cr_assert_eq(rc, 0, "%s", o);
+    cr_assert_str_eq(json_str(o, "strategy", name, sizeof name), "budget=95%:halves");
+    rc = run(&none, false, "train %s --steps 2 --json", flags);
+    cr_assert_eq(rc, 0, "%s", none);
+    cr_assert_str_eq(json_str(o, "loss_bits", lo, sizeof lo),
+                     json_str(none, "loss_bits", ln, sizeof ln));
+    free(o);
+    free(none);
+    rc = run(&o, true, "train %s --steps 1 --checkpoint budget=95%%:bogus", flags);
+    cr_assert_neq(rc, 0, "%s", o);
+    cr_assert(strstr(o, "':blocks-only', ':whole-blocks' or ':halves'"), "%s", o);
+    free(o);
+}
+
 /* budget= plans per op (blocks keep some ops and recompute others, --explain
  * shows which, with the measured peak beside the predicted one);
  * budget=SIZE:blocks-only keeps today's whole-block plans. Both fit the
