@@ -30,7 +30,8 @@ int gpt_block_forward(const gpt_block_weights *w, const gpt_block_config *cfg, r
                                         .attn_pdrop = cfg->p_drop,
                                         .resid_pdrop = cfg->p_drop,
                                         .gelu = cfg->gelu,
-                                        .tags = cfg->tags};
+                                        .tags = cfg->tags,
+                                        .part = cfg->part};
     return remat_gpt2_block(out, w, &o, x);
 }
 

@@ -49,7 +49,9 @@ typedef struct gpt_block_config {
     double p_drop;      /* dropout after the probabilities (composed only), the
                              * projection and fc2; 0: no dropout op at all */
     remat_gelu_approx gelu;
-    bool tags; /* name the residuals above */
+    bool tags;             /* name the residuals above */
+    remat_block_part part; /* 0: the whole block; REMAT_BLOCK_ATTN x → x1, REMAT_BLOCK_MLP
+                            * x1 → y: the halves, bitwise the block composed */
 } gpt_block_config;
 
 /* OUT: *out = the block applied to x (B, T, C), a new reference. Runs inside

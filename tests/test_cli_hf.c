@@ -563,8 +563,10 @@ Test(cli_hf, budget_plans_per_op_on_llama_and_under_bf16_autocast) {
     free(a);
     free(b);
     cr_assert_eq(run(&a, "train %s --checkpoint budget=95%% --explain", common), 0, "%s", a);
-    cr_assert(strstr(a, "plan explained (2 stages)") && strstr(a, "measured:  step peak") &&
-                  strstr(a, "to_dtype"),
-              "%s", a);
+    /* 2 blocks, the last ones perhaps in halves (attention, MLP): 2 to 4 stages */
+    const char *ex = strstr(a, "plan explained (");
+    cr_assert(ex && strstr(a, "measured:  step peak") && strstr(a, "to_dtype"), "%s", a);
+    const int n_ex = atoi(ex + strlen("plan explained ("));
+    cr_assert(n_ex == 2 || (n_ex <= 4 && strstr(a, "in halves (stage ")), "%s", a);
     free(a);
 }

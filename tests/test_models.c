@@ -6,7 +6,9 @@
  *    as the full forward's, and greedy tokens as transformers';
  *  - every strategy (none, block in both modes, sequential, selective with
  *    named residuals, a budget plan) gives gradients bitwise equal to none,
- *    dropout included, in f32 and under bf16 autocast;
+ *    dropout included, in f32 and under bf16 autocast; so do the half-block
+ *    stages (remat_model_half_stages), alone, after whole blocks and under an
+ *    op-level plan over them;
  *  - configs and inputs that are refused, with messages naming the field. */
 #include <math.h>
 #include <stdio.h>
@@ -278,6 +280,84 @@ static void expect_same(const run_out *a, const run_out *b, const remat_model *m
     }
 }
 
+/* One step as step() does it, with the chain written out: embed, the n stages under s
+ * (remat_run_chain), head and loss, backward. */
+static void step_chain(remat_model *m, remat_tensor *ids, remat_tensor *targets, int n,
+                       const remat_stage *stages, const remat_strategy *s, bool bf16,
+                       run_out *out) {
+    memset(out, 0, sizeof *out);
+    remat_model_zero_grad(m);
+    remat_manual_seed(4242);
+    remat_autocast_state prev;
+    RT_OK(remat_autocast_begin(&prev, rt_tensor_device().type, REMAT_BF16, bf16));
+    remat_tensor *x = NULL, *y = NULL;
+    int rc = remat_model_embed(&x, m, ids);
+    if (!rc) rc = remat_run_chain(&y, n, stages, x, s);
+    if (!rc) rc = remat_model_head(&out->loss, m, y, targets);
+    remat_autocast_end(&prev);
+    remat_release(x);
+    remat_release(y);
+    RT_OK(rc);
+    RT_OK(remat_backward_scalar(out->loss));
+    out->n = remat_model_n_params(m);
+    for (int i = 0; i < out->n; i++)
+        out->grads[i] = remat_retain(remat_tensor_grad(remat_model_param(m, i, NULL)));
+    remat_model_zero_grad(m);
+}
+
+/* The half-block stages (remat_model_half_stages): alone, after whole blocks, and under an
+ * op-level plan over them; every run bitwise ref. */
+static void half_stages(remat_model *m, remat_tensor *ids, remat_tensor *targets, bool bf16,
+                        const run_out *ref) {
+    const remat_stage *whole = NULL, *halves = NULL;
+    const int L = remat_model_stages(m, &whole);
+    cr_assert_eq(remat_model_half_stages(m, &halves), 2 * L);
+    remat_stage mix[64];
+    cr_assert(2 * L <= 64);
+    run_out got;
+    const int splits[2] = {0, L - 1}; /* whole blocks before the halves: none; all but one */
+    for (int j = 0; j < 2; j++) {
+        const int w = splits[j];
+        int n = 0;
+        for (int k = 0; k < w; k++) mix[n++] = whole[k];
+        for (int i = 2 * w; i < 2 * L; i++) mix[n++] = halves[i];
+        step_chain(m, ids, targets, n, mix, NULL, bf16, &got);
+        expect_same(ref, &got, m, w ? "the last block in halves" : "half stages");
+        run_out_free(&got);
+    }
+    /* an op-level plan over the halves, a third of the way from the minimum to store-all */
+    remat_tensor *x = NULL;
+    remat_profile *prof = NULL;
+    remat_op_profile *ops = NULL;
+    remat_plan *plan = NULL;
+    remat_autocast_state prev;
+    RT_OK(remat_autocast_begin(&prev, rt_tensor_device().type, REMAT_BF16, bf16));
+    bool gm = remat_enable_grad_begin();
+    RT_OK(remat_model_embed(&x, m, ids));
+    const remat_profile_options po = {.runs = 1};
+    RT_OK(remat_profile_stages(&prof, 2 * L, halves, x, &po));
+    RT_OK(remat_profile_ops(&ops, 2 * L, halves, x, &po));
+    remat_grad_mode_restore(gm);
+    remat_autocast_end(&prev);
+    size_t min = 0;
+    RT_OK(remat_plan_min_budget(prof, &min));
+    RT_OK(remat_plan_create(&plan, prof, SIZE_MAX));
+    const size_t top = plan->peak_store_all;
+    remat_plan_free(plan);
+    RT_OK(remat_plan_create_ops(&plan, prof, ops, NULL, min + (top - min) / 3, NULL));
+    bool ckpt = false;
+    for (int k = 0; k < plan->n_stages; k++) ckpt |= plan->stages[k].action != REMAT_STAGE_STORE;
+    cr_assert(ckpt, "the plan checkpoints nothing");
+    const remat_strategy s = {.kind = REMAT_STRATEGY_PLAN, .plan = plan};
+    step_chain(m, ids, targets, 2 * L, halves, &s, bf16, &got);
+    expect_same(ref, &got, m, "an op-level plan over the half stages");
+    run_out_free(&got);
+    remat_plan_free(plan);
+    remat_profile_free(prof);
+    remat_op_profile_free(ops);
+    remat_release(x);
+}
+
 static void every_strategy(const remat_model_config *cfg, bool bf16) {
     remat_model *m = NULL;
     remat_manual_seed(7);
@@ -330,6 +410,7 @@ static void every_strategy(const remat_model_config *cfg, bool bf16) {
         expect_same(&ref, &got, m, cases[i].name);
         run_out_free(&got);
     }
+    half_stages(m, ids, targets, bf16, &ref);
     remat_plan_free(plan);
     remat_profile_free(prof);
     remat_release(x);

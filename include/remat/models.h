@@ -186,6 +186,13 @@ remat_status remat_model_embed(remat_tensor **x, remat_model *m, remat_tensor *i
 /* OUT: *stages = the model's n_layers stages (borrowed, valid while m
  * lives); returns n_layers. */
 int remat_model_stages(const remat_model *m, const remat_stage **stages);
+/* OUT: *stages = the same blocks as 2 · n_layers half-block stages
+ * (remat_block_part): stage 2l is layer l's attention half, 2l + 1 its MLP
+ * half; borrowed, valid while m lives; returns 2 · n_layers. The chain
+ * computes what remat_model_stages' does, bit for bit, gradients and dropout
+ * included, so any mix works too: the whole stages of layers 0..k-1, then
+ * the half stages from 2k on. */
+int remat_model_half_stages(const remat_model *m, const remat_stage **stages);
 remat_status remat_model_head(remat_tensor **out, remat_model *m, remat_tensor *x,
                               remat_tensor *targets);
 
@@ -250,6 +257,21 @@ typedef struct remat_gpt2_block_weights {
     remat_tensor *mlp_proj_weight, *mlp_proj_bias;   /* mlp.c_proj: (I, C) / (C) */
 } remat_gpt2_block_weights;
 
+/* Which part of a transformer block a call or a stage runs. The halves split
+ * the block at its first residual sum, x1:
+ *   REMAT_BLOCK_ATTN  x  → x1 = x + attention branch(norm_1(x))
+ *   REMAT_BLOCK_MLP   x1 → y  = x1 + MLP branch(norm_2(x1))
+ * and their composition gives the whole block's values and gradients bit for
+ * bit, dropout included (the halves draw the block's random numbers in the
+ * block's order). What for: the planner can then store one half of a block and
+ * checkpoint the other, and a recomputation reruns half a block at a time
+ * (remat_model_half_stages, docs/planner.md "Half-block stages"). */
+typedef enum remat_block_part {
+    REMAT_BLOCK_WHOLE = 0, /* x → y, the default */
+    REMAT_BLOCK_ATTN = 1,
+    REMAT_BLOCK_MLP = 2
+} remat_block_part;
+
 typedef struct remat_gpt2_block_options {
     int heads;          /* divides C */
     double eps;         /* the layer norms' */
@@ -261,7 +283,8 @@ typedef struct remat_gpt2_block_options {
     double attn_pdrop;  /* on the probabilities (composed attention only) */
     double resid_pdrop; /* after attn.c_proj and mlp.c_proj; 0: no dropout op */
     remat_gelu_approx gelu;
-    bool tags; /* name the residuals (remat_model_tags' GPT-2 list) */
+    bool tags;             /* name the residuals (remat_model_tags' GPT-2 list) */
+    remat_block_part part; /* 0: the whole block; a half (x is then x1 for the MLP half) */
 } remat_gpt2_block_options;
 
 /* OUT: *out = the block applied to x, a new reference. On failure *out is

@@ -454,6 +454,26 @@ remat_status remat_profile_apply_ops(remat_profile *profile, const remat_op_prof
 /* One block per distinct stage: each op, its time, cache bytes and saves. */
 void remat_op_profile_print(const remat_op_profile *ops, FILE *f);
 
+/* Profiles of a chain made of two others' stages, without running it:
+ * *out's stages are a's [a_first, a_first + a_count) followed by b's
+ * [b_first, b_first + b_count) (either count may be 0, not both). What for:
+ * a model whose blocks also run as half-block stages (remat_model_half_stages)
+ * profiles both chains once, and the planner compares every mix — the first
+ * blocks whole, the last ones in halves — on spliced profiles. A stage's
+ * numbers do not depend on where it sits, so the splice is what profiling the
+ * mixed chain would measure, up to the noise of the times. The op profile's
+ * same_as links are renumbered (a stage repeats the first spliced stage from
+ * the same part that repeats the same measured one); runs is the larger.
+ * *out (OUT) is the caller's to free; NULL on failure. Errors: REMAT_EINVAL
+ * (NULL arguments, a range outside its chain, no stage at all; for the block
+ * profile, a's last output bytes differing from b's first input bytes; a
+ * malformed same_as), REMAT_ENOMEM. */
+remat_status remat_profile_splice(remat_profile **out, const remat_profile *a, int a_first,
+                                  int a_count, const remat_profile *b, int b_first, int b_count);
+remat_status remat_op_profile_splice(remat_op_profile **out, const remat_op_profile *a, int a_first,
+                                     int a_count, const remat_op_profile *b, int b_first,
+                                     int b_count);
+
 /* The op-level plan with the least predicted step time whose predicted
  * peak fits budget_bytes. step non-NULL: a whole-step budget (as
  * remat_plan_create_step; plan->whole_step); NULL: the chain's share (as

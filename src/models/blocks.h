@@ -78,6 +78,7 @@ typedef struct mb_llama_options {
     double eps, rope_theta;
     remat_tensor *positions; /* (T) i64, or NULL: 0..T-1 */
     bool tags;
+    remat_block_part part; /* 0: whole; a half (remat/models.h), without a KV cache */
 } mb_llama_options;
 
 /* The Llama block, with a KV cache when kv is not NULL (then positions

@@ -10,6 +10,10 @@
  * (docs/models.md), one pass fewer each way. x1 = x + ... and ln_2 are one op
  * (remat_add_layer_norm).
  *
+ * o->part runs one half: REMAT_BLOCK_ATTN x → x1, REMAT_BLOCK_MLP x1 → y (the
+ * planner's half-block stages); there the add and ln_2 run apart, the same
+ * bits as the fused op, forward and backward.
+ *
  * attn is the fused remat_attention, or with o->mask the composed
  * softmax(mask(q·kᵀ/√D))·v with dropout on the probabilities (HF's eager
  * attention; what the remat program's --attention ops runs).
@@ -127,29 +131,18 @@ remat_status remat_gpt2_block(remat_tensor **out, const remat_gpt2_block_weights
     return mb_gpt2_block(out, w, o, x, NULL);
 }
 
-int mb_gpt2_block(remat_tensor **out, const remat_gpt2_block_weights *w,
-                  const remat_gpt2_block_options *o, remat_tensor *x, const mb_kv *kv) {
-    *out = NULL;
-    if (!w || !o || !x || remat_ndim(x) != 3 || o->heads <= 0 || remat_size(x, 2) % o->heads)
-        return mb_err(REMAT_EINVAL, "remat_gpt2_block: expected x (B, T, C) with C a multiple "
-                                    "of the heads");
+/* *t = drop(proj(attn(ln_1(x)))) (B, T, C), scope-owned: the attention branch. */
+static int attention_branch(const remat_gpt2_block_weights *w, const remat_gpt2_block_options *o,
+                            remat_tensor *x, const mb_kv *kv, remat_dtype hdt, remat_tensor **t) {
     const int64_t B = remat_size(x, 0), T = remat_size(x, 1), C = remat_size(x, 2), H = o->heads,
                   D = C / H;
     const bool lin = o->linear_layout;
-    const int64_t I = w->fc_bias ? remat_size(w->fc_bias, 0) : 4 * C;
-    int rc = check_weights(w, lin, C, I);
-    if (rc) return rc;
     const double scale = 1.0 / sqrt((double)D);
-    remat_scope *s = NULL;
-    rc = remat_scope_begin(&s);
-    if (rc) return rc;
     remat_tensor *h = NULL, *qkv = NULL, *parts[3] = {NULL, NULL, NULL}, *q = NULL, *k = NULL,
-                 *v = NULL, *att = NULL, *t = NULL, *y = NULL, *x1 = NULL, *f = NULL;
-    int n_parts = 0;
-    /* attention */
+                 *v = NULL, *att = NULL, *y = NULL;
+    int n_parts = 0, rc;
     /* under autocast the norms write bf16, what the linears after them would cast to
      * (remat_layer_norm_to: the cast folded into the norm, the same bits) */
-    const remat_dtype hdt = remat_autocast_lower_dtype(x);
     MB_TRY(remat_layer_norm_to(&h, x, 1, w->ln_1_weight, w->ln_1_bias, o->eps, hdt));
     MB_TRY(project(lin, &qkv, h, w->attn_weight, w->attn_bias)); /* (B, T, 3C) */
     mb_drop(&h);
@@ -173,32 +166,81 @@ int mb_gpt2_block(remat_tensor **out, const remat_gpt2_block_weights *w,
     }
     mb_drop(&v);
     MB_TRY(mb_merge_heads(o->tags, &att, B, T, C, &y));
-    MB_TRY(project(lin, &t, y, w->attn_proj_weight, w->attn_proj_bias));
+    MB_TRY(project(lin, t, y, w->attn_proj_weight, w->attn_proj_bias));
     mb_drop(&y);
-    MB_TRY(mb_maybe_tag(o->tags, &t, "attn_out"));
-    MB_TRY(mb_dropout(o->resid_pdrop, &t));
-    /* x1 = x + t and ln_2(x1) in one op (remat_add_layer_norm): x1 normalised while in cache,
-     * its two gradients added as the norm's backward writes them */
-    MB_TRY(remat_add_layer_norm_to(&x1, &h, x, t, 1, w->ln_2_weight, w->ln_2_bias, o->eps, hdt));
-    mb_drop(&t);
-    /* MLP */
+    MB_TRY(mb_maybe_tag(o->tags, t, "attn_out"));
+    MB_TRY(mb_dropout(o->resid_pdrop, t));
+done:
+    return rc;
+}
+
+/* *f = drop(mlp_proj(gelu(fc(*h)))) (B, T, C), scope-owned: the MLP branch; *h is dropped. */
+static int mlp_branch(const remat_gpt2_block_weights *w, const remat_gpt2_block_options *o,
+                      remat_tensor *x, remat_tensor **h, remat_tensor **f) {
+    const bool lin = o->linear_layout;
+    remat_tensor *u = NULL, *t = NULL;
+    int rc;
     /* f32/f64: the up projection's bias goes into the GELU (remat_bias_gelu), no pass of its
      * own over the (B, T, I) activation, forward or backward. Under autocast the bf16 GEMM
      * adds the bias for free and the bf16 GELU is a table lookup of its saved input, which
      * the fused op would have to recompute as x + bias: measured slower (docs/models.md) */
     const bool fuse_bias = !remat_autocast_enabled(remat_tensor_device(x).type);
-    MB_TRY(project(lin, &f, h, w->fc_weight, fuse_bias ? NULL : w->fc_bias)); /* (B, T, I) */
-    mb_drop(&h);
-    MB_TRY(mb_maybe_tag(o->tags, &f, "mlp_up"));
-    if (fuse_bias) MB_TRY(remat_bias_gelu(&t, f, w->fc_bias, o->gelu));
-    else MB_TRY(remat_gelu(&t, f, o->gelu));
-    mb_drop(&f);
+    MB_TRY(project(lin, &u, *h, w->fc_weight, fuse_bias ? NULL : w->fc_bias)); /* (B, T, I) */
+    mb_drop(h);
+    MB_TRY(mb_maybe_tag(o->tags, &u, "mlp_up"));
+    if (fuse_bias) MB_TRY(remat_bias_gelu(&t, u, w->fc_bias, o->gelu));
+    else MB_TRY(remat_gelu(&t, u, o->gelu));
+    mb_drop(&u);
     MB_TRY(mb_maybe_tag(o->tags, &t, "mlp_act"));
-    MB_TRY(project(lin, &f, t, w->mlp_proj_weight, w->mlp_proj_bias)); /* (B, T, C) */
+    MB_TRY(project(lin, f, t, w->mlp_proj_weight, w->mlp_proj_bias)); /* (B, T, C) */
     mb_drop(&t);
-    MB_TRY(mb_maybe_tag(o->tags, &f, "mlp_out"));
-    MB_TRY(mb_dropout(o->resid_pdrop, &f));
-    MB_TRY(remat_add(&y, x1, f));
+    MB_TRY(mb_maybe_tag(o->tags, f, "mlp_out"));
+    MB_TRY(mb_dropout(o->resid_pdrop, f));
+done:
+    return rc;
+}
+
+int mb_gpt2_block(remat_tensor **out, const remat_gpt2_block_weights *w,
+                  const remat_gpt2_block_options *o, remat_tensor *x, const mb_kv *kv) {
+    *out = NULL;
+    if (!w || !o || !x || remat_ndim(x) != 3 || o->heads <= 0 || remat_size(x, 2) % o->heads)
+        return mb_err(REMAT_EINVAL, "remat_gpt2_block: expected x (B, T, C) with C a multiple "
+                                    "of the heads");
+    if (o->part != REMAT_BLOCK_WHOLE &&
+        (kv || (o->part != REMAT_BLOCK_ATTN && o->part != REMAT_BLOCK_MLP)))
+        return mb_err(REMAT_EINVAL,
+                      "remat_gpt2_block: part %d (expected REMAT_BLOCK_WHOLE, "
+                      "_ATTN or _MLP; whole with a KV cache)",
+                      (int)o->part);
+    const int64_t C = remat_size(x, 2);
+    const int64_t I = w->fc_bias ? remat_size(w->fc_bias, 0) : 4 * C;
+    int rc = check_weights(w, o->linear_layout, C, I);
+    if (rc) return rc;
+    remat_scope *s = NULL;
+    rc = remat_scope_begin(&s);
+    if (rc) return rc;
+    remat_tensor *h = NULL, *t = NULL, *y = NULL, *x1 = NULL, *f = NULL;
+    const remat_dtype hdt = remat_autocast_lower_dtype(x);
+    if (o->part == REMAT_BLOCK_ATTN) { /* x1 = x + t, the residual add alone */
+        MB_TRY(attention_branch(w, o, x, kv, hdt, &t));
+        MB_TRY(remat_add(&y, x, t));
+    } else if (o->part == REMAT_BLOCK_MLP) { /* x is x1: ln_2 alone, then the MLP */
+        MB_TRY(remat_layer_norm_to(&h, x, 1, w->ln_2_weight, w->ln_2_bias, o->eps, hdt));
+        MB_TRY(mlp_branch(w, o, x, &h, &f));
+        MB_TRY(remat_add(&y, x, f));
+    } else {
+        MB_TRY(attention_branch(w, o, x, kv, hdt, &t));
+        /* x1 = x + t and ln_2(x1) in one op (remat_add_layer_norm): x1 normalised while in
+         * cache, its two gradients added as the norm's backward writes them. The halves
+         * above compute the same bits with the add and the norm apart (remat_add_layer_norm
+         * is promised bitwise equal to remat_add then remat_layer_norm, values and
+         * gradients: tests/test_ops_add_layer_norm.c, test_ops_layer_norm_to.c) */
+        MB_TRY(
+            remat_add_layer_norm_to(&x1, &h, x, t, 1, w->ln_2_weight, w->ln_2_bias, o->eps, hdt));
+        mb_drop(&t);
+        MB_TRY(mlp_branch(w, o, x, &h, &f));
+        MB_TRY(remat_add(&y, x1, f));
+    }
     *out = remat_scope_keep(y);
 done:
     remat_scope_end(s);

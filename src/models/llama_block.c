@@ -36,18 +36,14 @@ static int rope(remat_tensor **t, const mb_llama_options *o) {
     return REMAT_OK;
 }
 
-int mb_llama_block(remat_tensor **out, const mb_llama_weights *w, const mb_llama_options *o,
-                   remat_tensor *x, const mb_kv *kv) {
-    *out = NULL;
+/* *t = o_proj(attn(rope(q), rope(k), v)) of x (B, T, C), scope-owned. */
+static int attention_branch(const mb_llama_weights *w, const mb_llama_options *o, remat_tensor *x,
+                            const mb_kv *kv, remat_tensor **t) {
     const int64_t B = remat_size(x, 0), T = remat_size(x, 1), H = o->heads, Hkv = o->kv_heads,
                   D = o->head_dim;
     const double scale = 1.0 / sqrt((double)D);
-    remat_scope *s = NULL;
-    int rc = remat_scope_begin(&s);
-    if (rc) return rc;
-    remat_tensor *h = NULL, *q = NULL, *k = NULL, *v = NULL, *att = NULL, *t = NULL, *y = NULL,
-                 *x1 = NULL, *g = NULL, *u = NULL;
-    /* attention */
+    remat_tensor *h = NULL, *q = NULL, *k = NULL, *v = NULL, *att = NULL, *y = NULL;
+    int rc;
     MB_TRY(remat_rms_norm(&h, x, 1, w->input_norm, o->eps));
     MB_TRY(project_heads(&q, h, w->q_w, w->q_b, B, T, H, D));   /* (B, H, T, D) */
     MB_TRY(project_heads(&k, h, w->k_w, w->k_b, B, T, Hkv, D)); /* (B, Hkv, T, D) */
@@ -64,28 +60,65 @@ int mb_llama_block(remat_tensor **out, const mb_llama_weights *w, const mb_llama
     mb_drop(&k);
     mb_drop(&v);
     MB_TRY(mb_merge_heads(o->tags, &att, B, T, H * D, &y));
-    MB_TRY(remat_linear(&t, y, w->o_w, w->o_b)); /* (B, T, C) */
+    MB_TRY(remat_linear(t, y, w->o_w, w->o_b)); /* (B, T, C) */
     mb_drop(&y);
-    MB_TRY(mb_maybe_tag(o->tags, &t, "attn_out"));
-    MB_TRY(remat_add(&x1, x, t));
-    mb_drop(&t);
-    /* SwiGLU MLP */
+    MB_TRY(mb_maybe_tag(o->tags, t, "attn_out"));
+done:
+    return rc;
+}
+
+/* *t = down_proj(silu(gate_proj(h2)) * up_proj(h2)), h2 = rms_norm(x1), scope-owned. */
+static int mlp_branch(const mb_llama_weights *w, const mb_llama_options *o, remat_tensor *x1,
+                      remat_tensor **t) {
+    remat_tensor *h = NULL, *g = NULL, *u = NULL, *a = NULL, *y = NULL;
+    int rc;
     MB_TRY(remat_rms_norm(&h, x1, 1, w->post_norm, o->eps));
     MB_TRY(remat_linear(&g, h, w->gate_w, w->gate_b)); /* (B, T, I) */
     MB_TRY(mb_maybe_tag(o->tags, &g, "mlp_gate"));
     MB_TRY(remat_linear(&u, h, w->up_w, w->up_b));
     mb_drop(&h);
     MB_TRY(mb_maybe_tag(o->tags, &u, "mlp_up"));
-    MB_TRY(remat_silu(&t, g));
+    MB_TRY(remat_silu(&a, g));
     mb_drop(&g);
-    MB_TRY(remat_mul(&y, t, u));
-    mb_drop(&t);
+    MB_TRY(remat_mul(&y, a, u));
+    mb_drop(&a);
     mb_drop(&u);
     MB_TRY(mb_maybe_tag(o->tags, &y, "mlp_act"));
-    MB_TRY(remat_linear(&t, y, w->down_w, w->down_b)); /* (B, T, C) */
+    MB_TRY(remat_linear(t, y, w->down_w, w->down_b)); /* (B, T, C) */
     mb_drop(&y);
-    MB_TRY(mb_maybe_tag(o->tags, &t, "mlp_out"));
-    MB_TRY(remat_add(&y, x1, t));
+    MB_TRY(mb_maybe_tag(o->tags, t, "mlp_out"));
+done:
+    return rc;
+}
+
+int mb_llama_block(remat_tensor **out, const mb_llama_weights *w, const mb_llama_options *o,
+                   remat_tensor *x, const mb_kv *kv) {
+    *out = NULL;
+    if (o->part != REMAT_BLOCK_WHOLE &&
+        (kv || (o->part != REMAT_BLOCK_ATTN && o->part != REMAT_BLOCK_MLP)))
+        return mb_err(REMAT_EINVAL,
+                      "llama block: part %d (expected REMAT_BLOCK_WHOLE, _ATTN or "
+                      "_MLP; whole with a KV cache)",
+                      (int)o->part);
+    remat_scope *s = NULL;
+    int rc = remat_scope_begin(&s);
+    if (rc) return rc;
+    remat_tensor *t = NULL, *y = NULL, *x1 = NULL;
+    /* the halves meet at x1 = x + attention, a plain add in either form: split there, the
+     * halves run exactly the whole block's ops */
+    if (o->part != REMAT_BLOCK_MLP) {
+        MB_TRY(attention_branch(w, o, x, kv, &t));
+        MB_TRY(remat_add(&x1, x, t));
+        mb_drop(&t);
+    } else {
+        x1 = x; /* borrowed: the MLP half's input */
+    }
+    if (o->part == REMAT_BLOCK_ATTN) {
+        y = x1;
+    } else {
+        MB_TRY(mlp_branch(w, o, x1, &t));
+        MB_TRY(remat_add(&y, x1, t));
+    }
     *out = remat_scope_keep(y);
 done:
     remat_scope_end(s);

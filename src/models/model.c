@@ -18,6 +18,7 @@
 typedef struct layer_ctx {
     remat_model *m;
     int layer;
+    remat_block_part part;
 } layer_ctx;
 
 typedef struct named_param {
@@ -38,8 +39,9 @@ struct remat_model {
     remat_gpt2_block_weights *gpt2;  /* n_layers, borrowed from params */
     mb_llama_weights *llama;         /* n_layers, borrowed from params */
     remat_tensor **masks;            /* GPT-2 composed attention: masks[T-1], made on demand */
-    layer_ctx *ctx;
-    remat_stage *stages;
+    layer_ctx *ctx;                  /* n_layers whole blocks, then 2 · n_layers halves */
+    remat_stage *stages;             /* n_layers */
+    remat_stage *halves;             /* 2 · n_layers: attention, MLP, attention, ... */
 };
 
 /* ---- config ---------------------------------------------------------------------------------- */
@@ -311,14 +313,16 @@ static remat_status block_fn(void *ud, remat_tensor *const *in, int n_in, remat_
                                       .gelu = c->gelu,
                                       .attn_pdrop = m->training ? c->attn_pdrop : 0,
                                       .resid_pdrop = m->training ? c->resid_pdrop : 0,
-                                      .tags = true};
-        if (o.attn_pdrop > 0) {
+                                      .tags = true,
+                                      .part = lc->part};
+        if (o.attn_pdrop > 0 && lc->part != REMAT_BLOCK_MLP) {
             int rc = gpt2_mask(m, remat_size(in[0], 1), &o.mask);
             if (rc) return rc;
         }
         return remat_gpt2_block(&out[0], &m->gpt2[lc->layer], &o, in[0]);
     }
-    const mb_llama_options o = llama_options(c, NULL, true);
+    mb_llama_options o = llama_options(c, NULL, true);
+    o.part = lc->part;
     return mb_llama_block(&out[0], &m->llama[lc->layer], &o, in[0], NULL);
 }
 
@@ -335,6 +339,7 @@ void remat_model_free(remat_model *m) {
     free(m->llama);
     free(m->ctx);
     free(m->stages);
+    free(m->halves);
     free(m);
 }
 
@@ -352,17 +357,23 @@ remat_status remat_model_create(remat_model **out, const remat_model_config *cfg
     const int L = cfg->n_layers;
     m->cap = 5 + L * (is_gpt2(cfg) ? GPT2_PER_LAYER : LLAMA_PER_LAYER);
     m->params = calloc((size_t)m->cap, sizeof *m->params);
-    m->ctx = calloc((size_t)L, sizeof *m->ctx);
+    m->ctx = calloc(3 * (size_t)L, sizeof *m->ctx);
     m->stages = calloc((size_t)L, sizeof *m->stages);
+    m->halves = calloc(2 * (size_t)L, sizeof *m->halves);
     if (is_gpt2(cfg)) m->gpt2 = calloc((size_t)L, sizeof *m->gpt2);
     else m->llama = calloc((size_t)L, sizeof *m->llama);
-    if (!m->params || !m->ctx || !m->stages || (!m->gpt2 && !m->llama)) {
+    if (!m->params || !m->ctx || !m->stages || !m->halves || (!m->gpt2 && !m->llama)) {
         remat_model_free(m);
         return mb_err(REMAT_ENOMEM, "remat_model_create: out of memory");
     }
     for (int l = 0; l < L; l++) {
-        m->ctx[l] = (layer_ctx){m, l};
+        m->ctx[l] = (layer_ctx){m, l, REMAT_BLOCK_WHOLE};
         m->stages[l] = (remat_stage){block_fn, &m->ctx[l]};
+        for (int h = 0; h < 2; h++) {
+            layer_ctx *hc = &m->ctx[L + 2 * l + h];
+            *hc = (layer_ctx){m, l, h ? REMAT_BLOCK_MLP : REMAT_BLOCK_ATTN};
+            m->halves[2 * l + h] = (remat_stage){block_fn, hc};
+        }
     }
     /* the parameters are the model's references, whatever scope is open */
     void *scope = rm_scope_suspend();
@@ -426,6 +437,11 @@ void remat_model_zero_grad(remat_model *m) {
 int remat_model_stages(const remat_model *m, const remat_stage **stages) {
     if (stages) *stages = m ? m->stages : NULL;
     return m ? m->cfg.n_layers : 0;
+}
+
+int remat_model_half_stages(const remat_model *m, const remat_stage **stages) {
+    if (stages) *stages = m ? m->halves : NULL;
+    return m ? 2 * m->cfg.n_layers : 0;
 }
 
 const char *const *remat_model_tags(const remat_model *m, int *n) {

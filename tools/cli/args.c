@@ -141,7 +141,8 @@ static const opt_row rows[] = {
     /* checkpointing */
     {"--checkpoint", "S", OPT_STR, TB, SEC_CKPT, T(checkpoint_text),
      .help = "none | block | sequential=N | selective[=POLICY] |\n"
-             "budget=SIZE[:blocks-only] | blocks-budget=SIZE.\n"
+             "budget=SIZE[:blocks-only|:whole-blocks|:halves] |\n"
+             "blocks-budget=SIZE.\n"
              "block: every block checkpointed;\n"
              "sequential=N: the blocks split into N segments\n"
              "(checkpoint_sequential);\n"
@@ -151,7 +152,11 @@ static const opt_row rows[] = {
              "(bytes), 64K, 200MiB, 1.5GiB, 2GB (powers of 1024), or\n"
              "P% with 0 < P <= 100: that share of the step's peak\n"
              "without checkpointing (budget=40%); it keeps or\n"
-             "recomputes each op of each block;\n"
+             "recomputes each op of each block; below the smallest\n"
+             "such plan it runs the last blocks as two halves\n"
+             "(attention, MLP) each;\n"
+             "budget=SIZE:halves: halves tried at any SIZE;\n"
+             "budget=SIZE:whole-blocks: per op, never in halves;\n"
              "budget=SIZE:blocks-only: whole blocks only;\n"
              "blocks-budget=SIZE: whole blocks, SIZE bounding only\n"
              "what they add (P%: of what they add without\n"

@@ -158,6 +158,7 @@ static int train_report_json(const train_run *tr, const train_totals *t) {
         json_uint(&j, "plan_min_budget_bytes", p->min_budget_bytes);
         json_uint(&j, "plan_store_all_bytes", p->peak_store_all);
         json_int(&j, "plan_recomputed_blocks", p->n_recomputed);
+        json_int(&j, "plan_split", c->strat.split); /* the last blocks run in halves */
         json_bool(&j, "plan_whole_step", p->whole_step);
         /* the options the plan was made with (kept by --resume) and what it chose */
         json_bool(&j, "plan_offload", c->plan_offload);
@@ -246,7 +247,17 @@ static void train_report_text(const train_run *tr, const train_totals *t) {
     }
     if (p && c->explain) {
         term_buf tb;
-        remat_plan_explain(p, tr->ops, tr->step_peak, t->step_ms / 1e3, term_buf_open(&tb, stdout));
+        const int w = p->n_stages - 2 * c->strat.split; /* whole blocks before the halves */
+        if (c->strat.split > 0) { /* the stage numbers of a chain with halves */
+            char head[64] = "";
+            if (w > 0) snprintf(head, sizeof head, "0-%d: blocks 0-%d; ", w - 1, w - 1);
+            term_printf(stdout,
+                        "plan stages   %s%d-%d: blocks %d-%d in halves (stage %d + 2j: block "
+                        "%d + j's attention half, %d + 2j + 1: its MLP half)\n",
+                        head, w, p->n_stages - 1, w, w + c->strat.split - 1, w, w, w);
+        }
+        remat_plan_explain(p, c->strat.ops ? c->strat.ops : tr->ops, tr->step_peak,
+                           t->step_ms / 1e3, term_buf_open(&tb, stdout));
         term_buf_close(&tb, stdout);
     }
     if (tr->have_sac) {

@@ -118,6 +118,8 @@ static bool compare_grads(const model *m, float **ref, double *max_diff) {
 typedef struct planner_info {
     remat_profile *prof;                        /* NULL: no strategy needed the planner */
     remat_op_profile *ops;                      /* budget= (op level): the blocks' ops */
+    remat_profile *hprof;                       /* budget= (op level): the half-block chain */
+    remat_op_profile *hops;                     /* and its ops (model_profile_halves) */
     remat_step_profile step;                    /* the step around the chain (model_profile_step) */
     size_t min_budget, store_all;               /* budget=: the whole step's allocator peak */
     size_t blocks_min_budget, blocks_store_all; /* blocks-budget=: what the blocks add */
@@ -220,15 +222,18 @@ static void print_plans(const config *c, const result *r, const planner_info *pl
         const remat_plan *p = s->plan;
         /* the structure on a line of its own, cut at 100 columns ("..."; the
          * JSON has it whole) */
-        char st[100 - (int)sizeof "    structure: " + 2];
-        remat_plan_structure(p, st, sizeof st, NULL); /* "" on failure */
+        char st[100 - (int)sizeof "    structure: " + 2], pre[48] = "";
+        if (s->split > 0) /* stage numbers: the first blocks whole, then two per block */
+            snprintf(pre, sizeof pre, "(the last %d block%s in halves) ", s->split,
+                     s->split == 1 ? "" : "s");
+        remat_plan_structure(p, st, sizeof st - strlen(pre), NULL); /* "" on failure */
         /* budget=: the step's peak; blocks-budget=: what the step adds
          * (the blocks' share plus the head's, measured as one) */
         double measured = s->blocks_only ? (double)(r[i].peak - r[i].baseline) : (double)r[i].peak;
         printf("  %-18s budget %7.2f MiB, %s %6.2f predicted, %6.2f measured; %" PRId64
-               " recomputed\n    structure: %s\n",
+               " recomputed\n    structure: %s%s\n",
                s->name, (double)p->budget_bytes / M, s->blocks_only ? "blocks" : "peak  ",
-               (double)p->peak_bytes / M, measured / M, p->n_recomputed, st);
+               (double)p->peak_bytes / M, measured / M, p->n_recomputed, pre, st);
     }
 }
 
@@ -397,6 +402,7 @@ static void json_result(json *j, const config *c, int i, const result *r, bool i
         json_uint(j, "plan_peak_bytes", p->peak_bytes);
         json_fixed(j, "plan_step_ms", p->time * 1e3, 4);
         json_int(j, "plan_recomputed_blocks", p->n_recomputed);
+        json_int(j, "plan_split", s->split); /* the last blocks run in halves */
         json_str(j, "plan_structure", st);
     }
     if (r->prof.t) prof_json(j, "profile", &r->prof, r->step_ms, fl);
@@ -489,6 +495,16 @@ static void sweep_budgets(config *c, const planner_info *pl) {
     }
 }
 
+/* Whether some strategy plans per op over half blocks too (strategy_wants_halves: a
+ * budget= below the whole blocks' smallest plan, or :halves; or the sweep, whose op-level
+ * curve reaches below it) and the model has them. */
+static bool wants_halves(const config *c, const model *m, const planner_info *pl) {
+    bool any = c->sweep > 0;
+    for (int i = 0; i < c->n_strategies; i++)
+        any = any || strategy_wants_halves(&c->strategies[i], pl->prof, &pl->step);
+    return any && model_has_halves(m);
+}
+
 /* Profiles the chain once and plans every budget strategy. */
 static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, bool log) {
     bool need = c->sweep > 0;
@@ -524,6 +540,12 @@ static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, b
         rc = model_profile_ops(m, b, &pl->ops);
         step_malloc_mode(true);
         if (!rc) rc = remat_profile_apply_ops(pl->prof, pl->ops);
+        if (!rc && wants_halves(c, m, pl)) {
+            step_malloc_mode(false);
+            rc = model_profile_halves(m, b, false, &pl->hprof, &pl->hops);
+            step_malloc_mode(true);
+            if (!rc) strategy_calibrate_halves(pl->hprof, pl->hops, pl->prof, pl->ops);
+        }
         if (rc) return rc;
         if (c->verbose) {
             term_buf tb;
@@ -535,7 +557,8 @@ static int plan_budgets(config *c, model *m, const batch *b, planner_info *pl, b
     for (int i = 0; i < c->n_strategies; i++) {
         strategy *s = &c->strategies[i];
         if (s->kind != STRAT_BUDGET) continue;
-        rc = strategy_plan(s, pl->prof, &pl->step, pl->ops, &po);
+        const strategy_halves hv = {pl->hprof, pl->hops};
+        rc = strategy_plan(s, pl->prof, &pl->step, pl->ops, &po, &hv);
         if (rc && c->default_strategies && s->budget < pl->min_budget) {
             /* the default list's budget=50% does not fit every model: leave it out */
             if (log)
@@ -941,6 +964,8 @@ static void bench_free(bench_run *br) {
     for (int i = 0; i < br->c->n_strategies; i++) strategy_free(&br->c->strategies[i]);
     remat_profile_free(br->pl.prof);
     remat_op_profile_free(br->pl.ops);
+    remat_profile_free(br->pl.hprof);
+    remat_op_profile_free(br->pl.hops);
     batch_free(&br->b);
     model_free(&br->m);
     task_free(&br->tk);

@@ -110,6 +110,23 @@ done:
     return rc;
 }
 
+/* m->ctx and m->ud for m->layers blocks and their 2 x layers halves; nonzero when out of
+ * memory. */
+static int alloc_blocks(model *m) {
+    const size_t n = 3 * (size_t)m->layers;
+    m->ctx = calloc(n, sizeof *m->ctx);
+    m->ud = calloc(n, sizeof *m->ud);
+    if (!m->ctx || !m->ud) return 1;
+    for (int l = 0; l < m->layers; l++) {
+        m->ctx[l] = (block_ctx){m, l, REMAT_BLOCK_WHOLE};
+        for (int h = 0; h < 2; h++)
+            m->ctx[m->layers + 2 * l + h] =
+                (block_ctx){m, l, h ? REMAT_BLOCK_MLP : REMAT_BLOCK_ATTN};
+    }
+    for (size_t i = 0; i < n; i++) m->ud[i] = &m->ctx[i];
+    return 0;
+}
+
 /* The program's view of the library's model m->lib: its shape, blocks and
  * parameters. */
 static int adopt_lib(model *m) {
@@ -120,17 +137,10 @@ static int adopt_lib(model *m) {
     m->vocab = (int)cfg->vocab;
     m->untied = !cfg->tie_word_embeddings;
     remat_model_stages(m->lib, &m->stages);
+    remat_model_half_stages(m->lib, &m->halves);
     const int n = remat_model_n_params(m->lib);
     m->params = calloc((size_t)n, sizeof *m->params);
-    m->ctx = calloc((size_t)m->layers, sizeof *m->ctx);
-    m->ud = calloc((size_t)m->layers, sizeof *m->ud);
-    if (!m->params || !m->ctx || !m->ud)
-        return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
-    for (int l = 0; l < m->layers; l++) {
-        m->ctx[l].m = m;
-        m->ctx[l].layer = l;
-        m->ud[l] = &m->ctx[l];
-    }
+    if (!m->params || alloc_blocks(m)) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
     for (int i = 0; i < n; i++) {
         const char *name = NULL;
         remat_tensor *t = remat_model_param(m->lib, i, &name);
@@ -201,16 +211,9 @@ int model_init(model *m, const config *c, uint64_t seed) {
     m->autocast = c->autocast;
     int cap = m->kind == MODEL_GPT ? 5 + 12 * m->layers : 6 + 4 * m->layers;
     m->params = calloc((size_t)cap, sizeof *m->params);
-    m->ctx = calloc((size_t)m->layers, sizeof *m->ctx);
-    m->ud = calloc((size_t)m->layers, sizeof *m->ud);
-    if (!m->params || !m->ctx || !m->ud) {
+    if (!m->params || alloc_blocks(m)) {
         model_free(m);
         return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
-    }
-    for (int l = 0; l < m->layers; l++) {
-        m->ctx[l].m = m;
-        m->ctx[l].layer = l;
-        m->ud[l] = &m->ctx[l];
     }
     remat_manual_seed(seed);
     int rc = m->kind == MODEL_GPT ? init_gpt(m) : init_mlp(m);
@@ -283,7 +286,8 @@ static int gpt_block_fn(void *user_data, remat_tensor *const *inputs, int n_inpu
     gpt_block_config cfg = {.heads = m->heads,
                             .mask = m->attn_ops ? m->mask : NULL,
                             .gelu = REMAT_GELU_TANH,
-                            .tags = true};
+                            .tags = true,
+                            .part = bc->part};
     return gpt_block_forward(&m->gblocks[bc->layer], &cfg, inputs[0], &outputs[0]);
 }
 
@@ -328,10 +332,14 @@ static int traced_block(void *user_data, remat_tensor *const *inputs, int n_inpu
     bool recompute = remat_in_backward();
     if (g_hook) g_hook(g_hook_ud, bc->layer, true, recompute);
     const model *m = bc->m;
+    /* the library's stage of this block, or of this half */
+    const remat_stage *ls = !m->lib ? NULL
+                            : bc->part == REMAT_BLOCK_WHOLE
+                                ? &m->stages[bc->layer]
+                                : &m->halves[2 * bc->layer + (bc->part == REMAT_BLOCK_MLP)];
     int rc = m->kind == MODEL_GPT ? gpt_block_fn(user_data, inputs, n_inputs, outputs, n_outputs)
-             : m->lib ? m->stages[bc->layer].fn(m->stages[bc->layer].user_data, inputs, n_inputs,
-                                                outputs, n_outputs)
-                      : mlp_block_forward(user_data, inputs, n_inputs, outputs, n_outputs);
+             : ls                 ? ls->fn(ls->user_data, inputs, n_inputs, outputs, n_outputs)
+                  : mlp_block_forward(user_data, inputs, n_inputs, outputs, n_outputs);
     if (g_hook) g_hook(g_hook_ud, bc->layer, false, recompute);
     return rc;
 }
@@ -412,11 +420,28 @@ done:
     return rc;
 }
 
+/* The user_data of the chain a strategy runs: the whole blocks, or, for a plan over the
+ * last s->split blocks in halves, blocks 0..layers-split-1 whole and then the halves
+ * (*ud malloc'd, *n its stages). */
+static int chain_of(const model *m, const strategy *s, int *n, void ***ud) {
+    const int split = s->kind == STRAT_BUDGET ? s->split : 0, L = m->layers;
+    *n = L + split;
+    *ud = malloc(sizeof **ud * (size_t)(L + split > 0 ? L + split : 1));
+    if (!*ud) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    for (int i = 0; i < L - split; i++) (*ud)[i] = m->ud[i];
+    for (int i = 0; i < 2 * split; i++) (*ud)[L - split + i] = m->ud[L + 2 * (L - split) + i];
+    return REMAT_OK;
+}
+
 static int model_loss_run(model *m, const strategy *s, const batch *b, remat_tensor **loss) {
     remat_tensor *x = NULL, *y = NULL;
+    void **ud = NULL;
+    int n = 0;
     *loss = NULL;
-    int rc = embed(m, b, &x);
-    if (!rc) rc = strategy_run_chain(s, m->layers, traced_block, m->ud, x, &y);
+    int rc = chain_of(m, s, &n, &ud);
+    if (!rc) rc = embed(m, b, &x);
+    if (!rc) rc = strategy_run_chain(s, n, traced_block, ud, x, &y);
+    free(ud);
     if (!rc) rc = head(m, y, b, true, loss);
     remat_release(x);
     remat_release(y);
@@ -461,6 +486,47 @@ static int model_profile_ops_run(model *m, const batch *b, remat_op_profile **ou
     remat_grad_mode_restore(prev);
     remat_release(x);
     free(st);
+    return rc;
+}
+
+bool model_has_halves(const model *m) { return m->kind != MODEL_MLP; }
+
+static int model_profile_halves_run(model *m, const batch *b, bool grads_kept, remat_profile **prof,
+                                    remat_op_profile **ops) {
+    const int n = 2 * m->layers;
+    remat_tensor *x = NULL;
+    remat_stage *st = malloc(sizeof *st * (size_t)n);
+    if (!st) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
+    for (int i = 0; i < n; i++) st[i] = (remat_stage){traced_block, m->ud[m->layers + i]};
+    bool prev = remat_enable_grad_begin();
+    int rc = embed(m, b, &x);
+    if (!rc) rc = remat_profile_stages(prof, n, st, x, NULL);
+    if (!rc) rc = remat_profile_ops(ops, n, st, x, NULL);
+    if (!rc) rc = remat_profile_apply_ops(*prof, *ops);
+    remat_grad_mode_restore(prev);
+    remat_release(x);
+    free(st);
+    if (!rc && grads_kept) /* as model_profile_step: the gradients are fixed bytes */
+        for (int k = 0; k < n; k++) (*prof)->stages[k].grad_bytes = 0;
+    return rc;
+}
+
+int model_profile_halves(model *m, const batch *b, bool grads_kept, remat_profile **prof,
+                         remat_op_profile **ops) {
+    *prof = NULL;
+    *ops = NULL;
+    if (!model_has_halves(m))
+        return remat_set_error(REMAT_EUNSUPPORTED, "remat: the MLP's blocks have no halves");
+    remat_autocast_state prev;
+    int rc = remat_autocast_begin(&prev, m->device.type, REMAT_BF16, m->autocast);
+    if (!rc) rc = model_profile_halves_run(m, b, grads_kept, prof, ops);
+    remat_autocast_end(&prev);
+    if (rc) {
+        remat_profile_free(*prof);
+        remat_op_profile_free(*ops);
+        *prof = NULL;
+        *ops = NULL;
+    }
     return rc;
 }
 

@@ -65,10 +65,11 @@ typedef struct param {
 
 typedef struct model model;
 
-/* user_data of one block */
+/* user_data of one block, or of one of its halves (part: remat/models.h) */
 typedef struct block_ctx {
     model *m;
     int layer;
+    remat_block_part part;
 } block_ctx;
 
 typedef struct mlp_block {
@@ -95,9 +96,12 @@ struct model {
     /* MLP */
     mlp_block *mblocks;
     remat_tensor *min_w, *min_b, *mhead_w, *mhead_b;
-    /* blocks as the strategies see them */
+    /* blocks as the strategies see them: ud[0..layers) the whole blocks; for the models
+     * with halves (model_has_halves), ud[layers + 2l] block l's attention half and
+     * ud[layers + 2l + 1] its MLP half */
     block_ctx *ctx;
     void **ud;
+    const remat_stage *halves; /* HF/Llama: the library's half stages (borrowed from lib) */
 };
 
 /* One batch: GPT uses idx/targets (B, T) i64; MLP uses x/y (B, W) f32. */
@@ -141,6 +145,14 @@ int model_profile_step(model *m, const batch *b, bool grads_kept, remat_profile 
  * block (remat_profile_ops) on the embedding of batch b. No .grad is
  * touched and the RNG state is put back. */
 int model_profile_ops(model *m, const batch *b, remat_op_profile **out);
+/* Whether the blocks also run as half-block stages (GPT, Llama, HF: yes; MLP: no). */
+bool model_has_halves(const model *m);
+/* The chain of 2 x layers half-block stages (attention, MLP, ...) as the
+ * planner sees it: its block profile (*prof) and op profile (*ops), the op
+ * profile applied (remat_profile_apply_ops), on the embedding of batch b;
+ * grads_kept as model_profile_step. No .grad is touched. */
+int model_profile_halves(model *m, const batch *b, bool grads_kept, remat_profile **prof,
+                         remat_op_profile **ops);
 /* --model llama's configuration (the library's Llama; see --help): the
  * flags' layers, width, heads (as many kv heads), context as positions,
  * vocab 256, SwiGLU width 8/3 x width rounded up to 64, untied head.

@@ -33,11 +33,17 @@ void strategy_name(strategy *s) {
         if (s->budget_text[0])
             snprintf(s->name, sizeof s->name, "%s=%s%s",
                      s->blocks_only ? "blocks-budget" : "budget", s->budget_text,
-                     s->block_level ? ":blocks-only" : "");
+                     s->block_level ? ":blocks-only"
+                     : s->no_halves ? ":whole-blocks"
+                     : s->halves    ? ":halves"
+                                    : "");
         else
             snprintf(s->name, sizeof s->name, "%s=%llu%s",
                      s->blocks_only ? "blocks-budget" : "budget", (unsigned long long)s->budget,
-                     s->block_level ? ":blocks-only" : "");
+                     s->block_level ? ":blocks-only"
+                     : s->no_halves ? ":whole-blocks"
+                     : s->halves    ? ":halves"
+                                    : "");
         return; /* plans always run non-reentrant checkpoints */
     }
     if (s->reentrant) {
@@ -160,18 +166,25 @@ static bool parse_budget(const char *val, strategy *r, char *err, size_t n_err) 
         snprintf(msg, sizeof msg, "bad size in %s=SIZE (too long)", key);
         return perr(err, n_err, msg);
     }
-    /* budget=SIZE:blocks-only: whole blocks (rotor's schedules), no per-op choices */
+    /* budget=SIZE:blocks-only: whole blocks (rotor's schedules), no per-op choices;
+     * budget=SIZE:whole-blocks: per op over whole blocks, no half-block stages;
+     * budget=SIZE:halves: per op, every split into halves tried whatever the budget */
     char vbuf[sizeof r->budget_text];
     const char *colon = strchr(val, ':');
     if (colon) {
-        if (r->blocks_only || strcmp(colon + 1, "blocks-only") != 0)
+        const bool bo = !strcmp(colon + 1, "blocks-only"), wb = !strcmp(colon + 1, "whole-blocks"),
+                   hv = !strcmp(colon + 1, "halves");
+        if (r->blocks_only || (!bo && !wb && !hv))
             return perr(err, n_err,
                         r->blocks_only ? "blocks-budget=SIZE takes no ':' option"
-                                       : "budget=SIZE takes one option, ':blocks-only' "
-                                         "(e.g. budget=64MiB:blocks-only)");
+                                       : "budget=SIZE takes one option, ':blocks-only', "
+                                         "':whole-blocks' or ':halves' (e.g. "
+                                         "budget=64MiB:blocks-only)");
         snprintf(vbuf, sizeof vbuf, "%.*s", (int)(colon - val), val);
         val = vbuf;
-        r->block_level = true;
+        r->block_level = bo;
+        r->no_halves = wb;
+        r->halves = hv;
     }
     if (strchr(val, '%')) {
         if (!parse_percent(val, &r->budget_pct)) {
@@ -312,6 +325,17 @@ int strategy_step_range(const remat_profile *prof, const remat_step_profile *ste
     return REMAT_OK;
 }
 
+bool strategy_wants_halves(const strategy *s, const remat_profile *prof,
+                           const remat_step_profile *step) {
+    if (s->kind != STRAT_BUDGET || s->blocks_only || s->block_level || s->no_halves) return false;
+    if (s->halves) return true;
+    size_t store_all = 0, min = 0;
+    if (!prof || !step || strategy_step_range(prof, step, &store_all, &min)) return false;
+    const double budget =
+        s->budget_pct > 0 ? s->budget_pct / 100.0 * (double)store_all : (double)s->budget;
+    return budget < (double)min;
+}
+
 /* "budget=12.35MiB": rounded up, so that what we suggest is feasible. */
 static void size_at_least(char *buf, size_t n, double bytes) {
     if (bytes < MIB) snprintf(buf, n, "%.0fKiB", ceil(bytes / 1024.0));
@@ -333,11 +357,157 @@ static bool plans_ops(const strategy *s) {
 
 bool strategy_wants_ops(const strategy *s) { return s->kind == STRAT_BUDGET; }
 
+/* Of the ops of `a` and `b` together against those of `w`, the forward seconds that differ:
+ * per op name, (count in a and b - count in w) x that name's mean time on the side that has
+ * more. Ops both sides run cancel out, so two profiles' noise on them does not count. */
+static double extra_op_time(const remat_stage_ops *a, const remat_stage_ops *b,
+                            const remat_stage_ops *w) {
+    const remat_stage_ops *all[3] = {a, b, w};
+    double extra = 0;
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < all[s]->n_ops; i++) {
+            const char *name = all[s]->ops[i].name;
+            bool seen = false; /* each name once: at its first appearance */
+            for (int t = 0; t <= s && !seen; t++)
+                for (int j = 0; j < (t < s ? all[t]->n_ops : i) && !seen; j++)
+                    seen = !strcmp(all[t]->ops[j].name, name);
+            if (seen) continue;
+            int nh = 0, nw = 0;
+            double th = 0, tw = 0;
+            for (int t = 0; t < 3; t++)
+                for (int j = 0; j < all[t]->n_ops; j++) {
+                    if (strcmp(all[t]->ops[j].name, name) != 0) continue;
+                    if (t < 2) nh++, th += all[t]->ops[j].time;
+                    else nw++, tw += all[t]->ops[j].time;
+                }
+            if (nh > nw) extra += (nh - nw) * (th / nh);
+            else if (nw > nh) extra -= (nw - nh) * (tw / nw);
+        }
+    return extra;
+}
+
+void strategy_calibrate_halves(remat_profile *hprof, const remat_op_profile *hops,
+                               const remat_profile *prof, const remat_op_profile *ops) {
+    if (!hprof || !hops || !prof || !ops || hprof->n_stages != 2 * prof->n_stages ||
+        hops->n_stages != hprof->n_stages || ops->n_stages != prof->n_stages)
+        return;
+    for (int l = 0; l < prof->n_stages; l++) {
+        const size_t ha = 2 * (size_t)l, hb = ha + 1; /* block l's attention and MLP halves */
+        const remat_stage_profile *w = &prof->stages[l];
+        remat_stage_profile *a = &hprof->stages[ha], *b = &hprof->stages[hb];
+        const double f = a->fwd_time + b->fwd_time, g = a->bwd_time + b->bwd_time;
+        if (!(f > 0 && g > 0 && w->fwd_time > 0)) continue;
+        double extra = extra_op_time(&hops->stages[ha], &hops->stages[hb], &ops->stages[l]);
+        if (extra < 0) extra = 0; /* the halves run at least the block's ops */
+        const double rf = (w->fwd_time + extra) / f,
+                     rb = w->bwd_time * (1 + extra / w->fwd_time) / g;
+        remat_stage_profile *h[2] = {a, b};
+        for (int i = 0; i < 2; i++) {
+            h[i]->fwd_time *= rf;
+            h[i]->recompute_free_time *= rf;
+            h[i]->bwd_time *= rb;
+        }
+    }
+}
+
+/* The splits strategy_plan tries for L blocks: 0..L, or above 16 blocks 0-4, L/4, L/2, L. */
+static int splits_to_try(int L, int *out) {
+    int n = 0;
+    if (L <= 16) {
+        for (int h = 0; h <= L; h++) out[n++] = h;
+        return n;
+    }
+    const int v[] = {0, 1, 2, 3, 4, L / 4, L / 2, L};
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+        if (i < 5 || v[i] > out[n - 1]) out[n++] = v[i];
+    return n;
+}
+
+/* The op-level plan over the first L - h blocks whole and the last h in halves: *plan, and
+ * *ops its chain's op profile when h > 0. */
+static int plan_split(const remat_profile *prof, const remat_op_profile *ops,
+                      const remat_step_profile *step, const strategy_halves *hv, int h,
+                      size_t budget, const remat_plan_options *po, remat_plan **plan,
+                      remat_op_profile **sops) {
+    *plan = NULL;
+    *sops = NULL;
+    if (h == 0) return remat_plan_create_ops(plan, prof, ops, step, budget, po);
+    const int L = prof->n_stages;
+    remat_profile *sp = NULL;
+    int rc = remat_profile_splice(&sp, prof, 0, L - h, hv->prof, 2 * (L - h), 2 * h);
+    if (!rc) rc = remat_op_profile_splice(sops, ops, 0, L - h, hv->ops, 2 * (L - h), 2 * h);
+    if (!rc) rc = remat_plan_create_ops(plan, sp, *sops, step, budget, po);
+    remat_profile_free(sp);
+    if (rc) {
+        remat_op_profile_free(*sops);
+        *sops = NULL;
+    }
+    return rc;
+}
+
+/* budget= per op: the fastest plan over the splits (strategy_plan); the first error when
+ * none fits. *min: the smallest feasible budget over the splits (lowered from the whole
+ * blocks' where halves reach below it). */
+static int plan_ops_best(strategy *s, const remat_profile *prof, const remat_op_profile *ops,
+                         const remat_step_profile *step, const remat_plan_options *po,
+                         const strategy_halves *hv, size_t *min) {
+    const int L = prof->n_stages;
+    const bool halves = !s->no_halves && hv && hv->prof && hv->ops && hv->prof->n_stages == 2 * L &&
+                        hv->ops->n_stages == 2 * L;
+    int splits[24], n = halves ? splits_to_try(L, splits) : 1, first_rc = REMAT_OK;
+    char first_msg[768] = "";
+    splits[0] = 0;
+    for (int i = 0; i < n; i++) {
+        remat_plan *p = NULL;
+        remat_op_profile *so = NULL;
+        int rc = plan_split(prof, ops, step, hv, splits[i], (size_t)s->budget, po, &p, &so);
+        if (rc == REMAT_EINVAL && splits[i] > 0) { /* below this mix's minimum: which is it? */
+            remat_profile *sp = NULL;
+            size_t sa = 0, mn = 0;
+            const int h = splits[i];
+            if (!remat_profile_splice(&sp, prof, 0, L - h, hv->prof, 2 * (L - h), 2 * h) &&
+                !strategy_step_range(sp, step, &sa, &mn) && mn < *min)
+                *min = mn;
+            remat_profile_free(sp);
+        }
+        if (rc) {
+            if (first_rc == REMAT_OK) {
+                first_rc = rc;
+                snprintf(first_msg, sizeof first_msg, "%s", remat_last_error());
+            }
+            if (rc != REMAT_EINVAL) break; /* only a budget below a chain's minimum is expected */
+            continue;
+        }
+        if (!s->plan || p->time < s->plan->time) {
+            remat_plan_free(s->plan);
+            remat_op_profile_free(s->ops);
+            s->plan = p, s->ops = so, s->split = splits[i];
+        } else {
+            remat_plan_free(p);
+            remat_op_profile_free(so);
+        }
+    }
+    if (s->plan) return REMAT_OK;
+    if (first_rc == REMAT_EINVAL && n > 1) {
+        char at_least[32];
+        size_at_least(at_least, sizeof at_least, (double)*min);
+        return remat_set_error(first_rc,
+                               "%s; with the last blocks in halves (attention, MLP) plans reach "
+                               "down to %s",
+                               first_msg, at_least);
+    }
+    return remat_set_error(first_rc, "%s", first_msg);
+}
+
 int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profile *step,
-                  const remat_op_profile *ops, const remat_plan_options *po) {
+                  const remat_op_profile *ops, const remat_plan_options *po,
+                  const strategy_halves *halves) {
     if (s->kind != STRAT_BUDGET) return REMAT_OK;
     remat_plan_free(s->plan);
+    remat_op_profile_free(s->ops);
     s->plan = NULL;
+    s->ops = NULL;
+    s->split = 0;
     s->covers_all = false;
     const bool whole = !s->blocks_only && step;
     size_t store_all = 0, min = 0;
@@ -350,8 +520,7 @@ int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profi
     }
     if (rc) return rc;
     if (s->budget_pct > 0) s->budget = (uint64_t)(s->budget_pct / 100.0 * (double)store_all);
-    if (whole && ops && plans_ops(s))
-        rc = remat_plan_create_ops(&s->plan, prof, ops, step, (size_t)s->budget, po);
+    if (whole && ops && plans_ops(s)) rc = plan_ops_best(s, prof, ops, step, po, halves, &min);
     else
         rc = whole ? remat_plan_create_step(&s->plan, prof, step, (size_t)s->budget, NULL)
                    : remat_plan_create(&s->plan, prof, (size_t)s->budget);
@@ -390,7 +559,10 @@ bool strategy_budget_warning(const strategy *s, char *buf, size_t n) {
 void strategy_free(strategy *s) {
     if (!s) return;
     remat_plan_free(s->plan);
+    remat_op_profile_free(s->ops);
     s->plan = NULL;
+    s->ops = NULL;
+    s->split = 0;
 }
 
 /* ---- running a chain --------------------------------------------------------------------- */

@@ -20,7 +20,13 @@
  *                   optimizer state, gradients, activations) fits SIZE bytes
  *                   (or P% of the step's un-checkpointed peak),
  *                   remat_plan_run runs it
- *   budget=SIZE:blocks-only  the same with whole blocks only
+ *                   over the blocks; below the smallest plan over whole blocks,
+ *                   with the last N blocks run as their two halves (attention,
+ *                   MLP: remat_model_half_stages), the N predicted fastest
+ *                   (strategy.split = N)
+ *   budget=SIZE:halves  the same with every split into halves tried at any SIZE
+ *   budget=SIZE:whole-blocks  per op over whole blocks only (no halves)
+ *   budget=SIZE:blocks-only  rotor's block schedules only
  *                   (remat_plan_create_step: rotor's block schedules)
  *   blocks-budget=SIZE  the same with SIZE bounding only what the blocks add
  *                   (remat_plan_create; P%: of the blocks' store-all peak)
@@ -63,6 +69,9 @@ typedef struct strategy {
     bool reentrant;    /* --reentrant (never for budget: plans run non-reentrant) */
     bool blocks_only;  /* blocks-budget=SIZE: the budget bounds the blocks' share only */
     bool block_level;  /* budget=SIZE:blocks-only: whole blocks, no per-op choices */
+    bool no_halves;    /* budget=SIZE:whole-blocks: per op, never half-block stages */
+    bool halves;       /* budget=SIZE:halves: per op, every split tried whatever the budget
+                          (default: halves only below the whole blocks' smallest plan) */
     bool covers_all;   /* budget: set by strategy_plan when SIZE is at or above what the
                            step (blocks) needs without checkpointing: nothing is checkpointed */
     char policy[192];  /* selective: canonical POLICY, e.g. "dots", "names:qkv+attn_out" */
@@ -73,6 +82,10 @@ typedef struct strategy {
     char name[224];   /* canonical text, e.g. "sequential=2", "block(reentrant)", "budget=64MiB",
                          * "selective=names:qkv+attn_out" */
     remat_plan *plan; /* budget: made by strategy_plan, freed by strategy_free */
+    int split;        /* budget: the plan runs the last `split` blocks as their halves
+                         (plan->n_stages = blocks + split); 0: whole blocks */
+    remat_op_profile *ops; /* budget with split > 0: the op profile of the plan's chain
+                              (spliced; for remat_plan_explain), freed by strategy_free */
     /* selective: counters the regions add to while this is non-NULL (the
      * caller's storage, which must outlive the step's backward) */
     remat_sac_stats *sac_stats;
@@ -123,8 +136,38 @@ int strategy_step_range(const remat_profile *prof, const remat_step_profile *ste
  * (budget=SIZE and budget=P%). po (may be NULL): the planner's options for
  * budget= (op level): --plan-offload, --plan-lossy. Sets s->covers_all when nothing needs
  * checkpointing (see strategy_budget_warning). Other kinds: nothing to do. */
+typedef struct strategy_halves {
+    const remat_profile *prof;   /* the chain of 2 x blocks half stages (model_profile_halves) */
+    const remat_op_profile *ops; /* its op profile */
+} strategy_halves;
+/* Puts the half-block chain's times on the whole blocks' scale, so that plans over either
+ * compare by their schedules and not by when each chain was profiled (the two profiles run
+ * minutes apart, and on a loaded machine a block's time moves by more than what a split
+ * changes): per block, its two halves' forward times are scaled, in their measured
+ * proportion, to add up to the block's forward plus what the halves run on top of it — the
+ * ops that differ, by name, from the op profiles (a GPT-2 block's fused add + layer norm
+ * becomes an add and a layer norm: one op's time; a Llama block's halves run exactly its
+ * ops: nothing) — and their backward times to add up to the block's backward, grown by
+ * the same share. hprof/hops: 2 x the stages of prof/ops (model_profile_halves); anything
+ * else is left as it is. */
+void strategy_calibrate_halves(remat_profile *hprof, const remat_op_profile *hops,
+                               const remat_profile *prof, const remat_op_profile *ops);
+/* Whether budget= (op level) wants the half-block chain profiled (model_profile_halves):
+ * with ':halves', or where SIZE is below the smallest whole-step peak of any plan over whole
+ * blocks (strategy_step_range's min_budget). Why not always: the halves' profile takes as
+ * long as the blocks' and, above that minimum, buys ~0.3-0.4% of predicted step time on the
+ * GPT the issue measures (docs/planner.md "Half-block stages"); below it, they are the only
+ * plans. prof/step: the whole blocks' (model_profile_step). */
+bool strategy_wants_halves(const strategy *s, const remat_profile *prof,
+                           const remat_step_profile *step);
+/* halves (may be NULL: whole blocks only): for budget= (op level), the plans
+ * over every mix tried — the first blocks whole, the last `split` in halves,
+ * split = 0..blocks (above 16 blocks: 0-4, a quarter, half and all of them)
+ * on profiles spliced from prof/ops and halves (remat_profile_splice) — and
+ * the one predicted fastest (then the smaller split) is s->plan. */
 int strategy_plan(strategy *s, const remat_profile *prof, const remat_step_profile *step,
-                  const remat_op_profile *ops, const remat_plan_options *po);
+                  const remat_op_profile *ops, const remat_plan_options *po,
+                  const strategy_halves *halves);
 /* budget= planned with --plan-lossy: whether the plan keeps some op as bf16 (its
  * gradients then differ from none's, as the user allowed). */
 bool strategy_plan_lossy(const strategy *s);

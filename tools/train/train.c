@@ -371,7 +371,8 @@ static int train_plan(train_run *tr) {
                     layers == 1 ? "" : "s");
     double t0 = util_now();
     batch pb;
-    remat_profile *prof = NULL;
+    remat_profile *prof = NULL, *hprof = NULL;
+    remat_op_profile *hops = NULL;
     remat_step_profile sp;
     /* the profile's forwards draw dropout masks (a Hugging Face GPT-2's
      * embd_pdrop runs outside the profiled stages): training starts from the
@@ -390,6 +391,12 @@ static int train_plan(train_run *tr) {
             if (!c->quiet) term_printf(stderr, "  profiling their ops...\n");
             rc = model_profile_ops(&tr->m, &pb, &tr->ops);
             if (!rc) rc = remat_profile_apply_ops(prof, tr->ops);
+            /* per op: the half-block chain too where the budget wants it (below the whole
+             * blocks' smallest plan, or :halves): the planner may then run the last blocks
+             * in halves */
+            if (!rc && model_has_halves(&tr->m) && strategy_wants_halves(&c->strat, prof, &sp))
+                rc = model_profile_halves(&tr->m, &pb, c->accum > 1, &hprof, &hops);
+            if (hprof) strategy_calibrate_halves(hprof, hops, prof, tr->ops);
         }
         batch_free(&pb);
     }
@@ -407,8 +414,11 @@ static int train_plan(train_run *tr) {
         }
     }
     const remat_plan_options po = {.offload = c->plan_offload, .lossy = c->plan_lossy};
-    if (!rc) rc = strategy_plan(&c->strat, prof, &sp, tr->ops, &po);
+    const strategy_halves hv = {hprof, hops};
+    if (!rc) rc = strategy_plan(&c->strat, prof, &sp, tr->ops, &po, &hv);
     remat_profile_free(prof);
+    remat_profile_free(hprof);
+    remat_op_profile_free(hops);
     if (rc) {
         char msg[768]; /* remat_set_error must not read the buffer it writes */
         snprintf(msg, sizeof msg, "%s", remat_last_error());
