@@ -86,6 +86,46 @@ static inline bool rmk_ca_lead(const rmk_att_lead *l, const rmk_att_operand *ops
 }
 
 /* ---- the decision -------------------------------------------------------------------------- */
+/* Operand k's rows (Tq or Tk) and columns (D or Dv). */
+static inline int64_t rmk_ca_rows(const rmk_cudnn_att *a, int k) {
+    return k == RMK_CA_K || k == RMK_CA_V || k == RMK_CA_DK || k == RMK_CA_DV ? a->Tk : a->Tq;
+}
+static inline int64_t rmk_ca_cols(const rmk_cudnn_att *a, int k) {
+    return k == RMK_CA_V || k == RMK_CA_O || k == RMK_CA_DO || k == RMK_CA_DV ? a->Dv : a->D;
+}
+
+/* The call's dtype, sizes and mask into a: NULL, or why cuDNN cannot take them. */
+static inline const char *rmk_ca_dims(rmk_cudnn_att *a, int dt, const rm_attention_dims *d) {
+    if (dt != 4) return "not bf16";
+    if (d->group != 1) return "grouped-query heads";
+    if (d->nb < 1 || d->Tq < 1 || d->Tk < 1) return "an empty operand";
+    if (d->D % 8 || d->Dv % 8 || d->D > RMK_CA_MAX_HEAD || d->Dv > RMK_CA_MAX_HEAD)
+        return "head size not a multiple of 8 up to 128";
+    if (!d->causal) a->mask = RMK_CA_MASK_NONE;
+    else if (d->off == 0) a->mask = RMK_CA_MASK_TOP_LEFT;
+    else if (d->off == d->Tk - d->Tq && d->Tk > d->Tq) a->mask = RMK_CA_MASK_BOTTOM_RIGHT;
+    else return "causal mask offset";
+    a->Tq = d->Tq;
+    a->Tk = d->Tk;
+    a->D = d->D;
+    a->Dv = d->Dv;
+    a->scale = d->scale;
+    return NULL;
+}
+
+/* Operand k's strides into a->st[k] from its (B, H) strides sb, sh and its row and column
+ * strides: NULL, or why cuDNN cannot take them. */
+static inline const char *rmk_ca_strides(rmk_cudnn_att *a, int k, const rmk_att_operand *o,
+                                         int64_t sb, int64_t sh) {
+    /* a single row's stride multiplies nothing: the packed one */
+    const int64_t s[4] = {sb, sh, rmk_ca_rows(a, k) > 1 ? o->rs : rmk_ca_cols(a, k), 1};
+    if (o->cs != 1) return "a column stride other than 1";
+    for (int j = 0; j < 3; j++)
+        if (s[j] % 8 || s[j] <= 0) return "a stride not a positive multiple of 8 elements";
+    memcpy(a->st[k], s, sizeof s);
+    return NULL;
+}
+
 /* Fills a for an attention call of dtype dt (remat's code: 4 bf16) on device dev: the
  * forward (bwd false: ops and ptrs q, k, v, o) or the backward (q, k, v, o, dO, dq, dk, dv;
  * a NULL gradient pointer is written by cuDNN into packed (B, H, T, D) scratch, so its
@@ -97,15 +137,8 @@ static inline const char *rmk_cudnn_att_map(rmk_cudnn_att *a, int dev, bool bwd,
                                             const rmk_att_operand *ops, const void *const *ptrs,
                                             const void *lse) {
     memset(a, 0, sizeof *a);
-    if (dt != 4) return "not bf16";
-    if (d->group != 1) return "grouped-query heads";
-    if (d->nb < 1 || d->Tq < 1 || d->Tk < 1) return "an empty operand";
-    if (d->D % 8 || d->Dv % 8 || d->D > RMK_CA_MAX_HEAD || d->Dv > RMK_CA_MAX_HEAD)
-        return "head size not a multiple of 8 up to 128";
-    if (!d->causal) a->mask = RMK_CA_MASK_NONE;
-    else if (d->off == 0) a->mask = RMK_CA_MASK_TOP_LEFT;
-    else if (d->off == d->Tk - d->Tq && d->Tk > d->Tq) a->mask = RMK_CA_MASK_BOTTOM_RIGHT;
-    else return "causal mask offset";
+    const char *why = rmk_ca_dims(a, dt, d);
+    if (why) return why;
     const int n = bwd ? RMK_CA_NOPS : RMK_CA_DO;
     /* the operands that exist (a NULL gradient gets packed scratch) */
     rmk_att_operand live[RMK_CA_NOPS];
@@ -121,36 +154,17 @@ static inline const char *rmk_cudnn_att_map(rmk_cudnn_att *a, int dev, bool bwd,
         idx[nl++] = k;
     }
     if ((uintptr_t)lse % 16) return "the lse not 16-byte aligned";
-    int64_t B, H, sb[RMK_CA_NOPS], sh[RMK_CA_NOPS];
-    if (!rmk_ca_lead(lead, live, nl, d->Tq > d->Tk ? d->Tq : d->Tk, &B, &H, sb, sh))
+    int64_t sb[RMK_CA_NOPS], sh[RMK_CA_NOPS];
+    if (!rmk_ca_lead(lead, live, nl, d->Tq > d->Tk ? d->Tq : d->Tk, &a->B, &a->H, sb, sh))
         return "leading dims that do not collapse to (batch, heads)";
     a->dev = dev;
     a->bwd = bwd;
-    a->B = B;
-    a->H = H;
-    a->Tq = d->Tq;
-    a->Tk = d->Tk;
-    a->D = d->D;
-    a->Dv = d->Dv;
-    a->scale = d->scale;
-    for (int i = 0; i < nl; i++) {
-        const int k = idx[i];
-        const rmk_att_operand *o = &live[i];
-        const int64_t rows = k == RMK_CA_K || k == RMK_CA_V || k >= RMK_CA_DK ? d->Tk : d->Tq;
-        const int64_t cols =
-            k == RMK_CA_V || k == RMK_CA_O || k == RMK_CA_DO || k == RMK_CA_DV ? d->Dv : d->D;
-        /* a single row's stride multiplies nothing: the packed one */
-        const int64_t s[4] = {sb[i], sh[i], rows > 1 ? o->rs : cols, 1};
-        if (o->cs != 1) return "a column stride other than 1";
-        for (int j = 0; j < 3; j++)
-            if (s[j] % 8 || s[j] <= 0) return "a stride not a positive multiple of 8 elements";
-        memcpy(a->st[k], s, sizeof s);
-    }
+    for (int i = 0; i < nl; i++)
+        if ((why = rmk_ca_strides(a, idx[i], &live[i], sb[i], sh[i]))) return why;
     for (int k = RMK_CA_DQ; k < n; k++) /* scratch gradients: packed */
         if (!ptrs[k]) {
-            const int64_t rows = k == RMK_CA_DQ ? d->Tq : d->Tk,
-                          cols = k == RMK_CA_DV ? d->Dv : d->D;
-            const int64_t s[4] = {H * rows * cols, rows * cols, cols, 1};
+            const int64_t rows = rmk_ca_rows(a, k), cols = rmk_ca_cols(a, k);
+            const int64_t s[4] = {a->H * rows * cols, rows * cols, cols, 1};
             memcpy(a->st[k], s, sizeof s);
         }
     return NULL;
@@ -158,8 +172,7 @@ static inline const char *rmk_cudnn_att_map(rmk_cudnn_att *a, int dev, bool bwd,
 
 /* Bytes of packed scratch for gradient k (RMK_CA_DQ..DV) of a. */
 static inline size_t rmk_cudnn_att_grad_bytes(const rmk_cudnn_att *a, int k) {
-    const int64_t rows = k == RMK_CA_DQ ? a->Tq : a->Tk, cols = k == RMK_CA_DV ? a->Dv : a->D;
-    return (size_t)(a->B * a->H * rows * cols) * 2; /* bf16 */
+    return (size_t)(a->B * a->H * rmk_ca_rows(a, k) * rmk_ca_cols(a, k)) * 2; /* bf16 */
 }
 
 #endif /* REMAT_CUDA_ATT_CUDNN_MAP_H */
