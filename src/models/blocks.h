@@ -19,6 +19,16 @@
 
 #define mb_err remat_set_error
 
+/* REMAT_EINVAL naming `block` unless part is the whole block, or a half (remat_block_part)
+ * without a KV cache; REMAT_OK otherwise. The GPT-2 and Llama blocks' shared check. */
+static inline int mb_check_part(const char *block, remat_block_part part, bool kv) {
+    if (part == REMAT_BLOCK_WHOLE || (!kv && (part == REMAT_BLOCK_ATTN || part == REMAT_BLOCK_MLP)))
+        return REMAT_OK;
+    return mb_err(REMAT_EINVAL,
+                  "%s: part %d (expected REMAT_BLOCK_WHOLE, _ATTN or _MLP; whole with a KV cache)",
+                  block, (int)part);
+}
+
 /* Releases the open scope's reference to *t now; *t = NULL. */
 void mb_drop(remat_tensor **t);
 /* When on: replaces the scope-owned *t by a remat_tag view named `name`. */

@@ -206,12 +206,8 @@ int mb_gpt2_block(remat_tensor **out, const remat_gpt2_block_weights *w,
     if (!w || !o || !x || remat_ndim(x) != 3 || o->heads <= 0 || remat_size(x, 2) % o->heads)
         return mb_err(REMAT_EINVAL, "remat_gpt2_block: expected x (B, T, C) with C a multiple "
                                     "of the heads");
-    if (o->part != REMAT_BLOCK_WHOLE &&
-        (kv || (o->part != REMAT_BLOCK_ATTN && o->part != REMAT_BLOCK_MLP)))
-        return mb_err(REMAT_EINVAL,
-                      "remat_gpt2_block: part %d (expected REMAT_BLOCK_WHOLE, "
-                      "_ATTN or _MLP; whole with a KV cache)",
-                      (int)o->part);
+    int prc = mb_check_part("remat_gpt2_block", o->part, kv != NULL);
+    if (prc) return prc;
     const int64_t C = remat_size(x, 2);
     const int64_t I = w->fc_bias ? remat_size(w->fc_bias, 0) : 4 * C;
     int rc = check_weights(w, o->linear_layout, C, I);

@@ -94,12 +94,8 @@ done:
 int mb_llama_block(remat_tensor **out, const mb_llama_weights *w, const mb_llama_options *o,
                    remat_tensor *x, const mb_kv *kv) {
     *out = NULL;
-    if (o->part != REMAT_BLOCK_WHOLE &&
-        (kv || (o->part != REMAT_BLOCK_ATTN && o->part != REMAT_BLOCK_MLP)))
-        return mb_err(REMAT_EINVAL,
-                      "llama block: part %d (expected REMAT_BLOCK_WHOLE, _ATTN or "
-                      "_MLP; whole with a KV cache)",
-                      (int)o->part);
+    int prc = mb_check_part("llama block", o->part, kv != NULL);
+    if (prc) return prc;
     remat_scope *s = NULL;
     int rc = remat_scope_begin(&s);
     if (rc) return rc;
