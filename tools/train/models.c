@@ -456,9 +456,12 @@ int model_loss(model *m, const strategy *s, const batch *b, remat_tensor **loss)
     return rc;
 }
 
-static int model_profile_chain_run(model *m, const batch *b, const remat_profile_options *opts,
-                                   remat_profile **out) {
-    *out = NULL;
+/* The blocks' profile: whole stages into *prof (with opts) when prof is given, else op by op
+ * into *ops. */
+static int model_profile_blocks_run(model *m, const batch *b, const remat_profile_options *opts,
+                                    remat_profile **prof, remat_op_profile **ops) {
+    if (prof) *prof = NULL;
+    if (ops) *ops = NULL;
     remat_tensor *x = NULL;
     remat_stage *st = malloc(sizeof *st * (size_t)m->layers);
     if (!st) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
@@ -467,22 +470,9 @@ static int model_profile_chain_run(model *m, const batch *b, const remat_profile
      * embedding), so the profile's backward computes what training's does */
     bool prev = remat_enable_grad_begin();
     int rc = embed(m, b, &x);
-    if (!rc) rc = remat_profile_stages(out, m->layers, st, x, opts);
-    remat_grad_mode_restore(prev);
-    remat_release(x);
-    free(st);
-    return rc;
-}
-
-static int model_profile_ops_run(model *m, const batch *b, remat_op_profile **out) {
-    *out = NULL;
-    remat_tensor *x = NULL;
-    remat_stage *st = malloc(sizeof *st * (size_t)m->layers);
-    if (!st) return remat_set_error(REMAT_ENOMEM, "remat: out of memory");
-    for (int i = 0; i < m->layers; i++) st[i] = (remat_stage){traced_block, m->ud[i]};
-    bool prev = remat_enable_grad_begin();
-    int rc = embed(m, b, &x);
-    if (!rc) rc = remat_profile_ops(out, m->layers, st, x, NULL);
+    if (!rc)
+        rc = prof ? remat_profile_stages(prof, m->layers, st, x, opts)
+                  : remat_profile_ops(ops, m->layers, st, x, NULL);
     remat_grad_mode_restore(prev);
     remat_release(x);
     free(st);
@@ -533,7 +523,7 @@ int model_profile_halves(model *m, const batch *b, bool grads_kept, remat_profil
 int model_profile_ops(model *m, const batch *b, remat_op_profile **out) {
     remat_autocast_state prev;
     int rc = remat_autocast_begin(&prev, m->device.type, REMAT_BF16, m->autocast);
-    if (!rc) rc = model_profile_ops_run(m, b, out);
+    if (!rc) rc = model_profile_blocks_run(m, b, NULL, NULL, out);
     remat_autocast_end(&prev);
     return rc;
 }
@@ -542,7 +532,7 @@ int model_profile_chain(model *m, const batch *b, const remat_profile_options *o
                         remat_profile **out) {
     remat_autocast_state prev;
     int rc = remat_autocast_begin(&prev, m->device.type, REMAT_BF16, m->autocast);
-    if (!rc) rc = model_profile_chain_run(m, b, opts, out);
+    if (!rc) rc = model_profile_blocks_run(m, b, opts, out, NULL);
     remat_autocast_end(&prev);
     return rc;
 }
