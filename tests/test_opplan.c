@@ -252,6 +252,15 @@ static void bf_eval_ext(bf_mode mode, const remat_profile *p, const remat_op_pro
         for (int j = k + 1; j < LL; j++) later += g[j];
         uint64_t abar = s->output_bytes + s->saved_bytes, x = s->output_bytes;
         uint64_t fpa = umax(s->fwd_peak, abar), fpn = umax(s->fwd_peak_nosave, x);
+        if (k < L && code[k] == -2) { /* stored as bf16: the measured figures */
+            const remat_stage_ops *so = &o->stages[k];
+            uint64_t keep = x + so->store_bf16_saved;
+            pk = umax(pk, off + umax(so->store_bf16_fwd_peak, keep));
+            pk = umax(pk, off + x + keep + so->store_bf16_bwd_peak + later + R);
+            off += keep;
+            tm += s->fwd_time + s->bwd_time + 2.0 * (double)so->store_bf16_bytes / rate;
+            continue;
+        }
         if (k >= L || code[k] < 0) {
             pk = umax(pk, off + fpa);
             pk = umax(pk, off + x + abar + s->bwd_peak + later + R);
@@ -302,14 +311,17 @@ static double bf_min_time_ext(bf_mode mode, const remat_profile *p, const remat_
                               uint64_t budget) {
     int L = p->n_stages, n_ops = o->stages[0].n_ops, per3 = 1;
     for (int i = 0; i < n_ops; i++) per3 *= 3;
-    int per = 1 + per3, total = 1;
+    /* lossy: code -2 stores the stage as bf16, where the profile measured it */
+    const int low = mode == BF_LOSSY ? 2 : 1;
+    int per = low + per3, total = 1;
     for (int k = 0; k < L; k++) total *= per;
     double best = INFINITY;
     int code[8];
     for (int cd = 0; cd < total; cd++) {
         bool valid = true;
         for (int k = 0, c = cd; k < L; k++, c /= per) {
-            code[k] = c % per - 1;
+            code[k] = c % per - low;
+            if (code[k] == -2 && !o->stages[k].store_bf16_bytes) valid = false;
             for (int i = 0, v = code[k]; code[k] >= 0 && i < n_ops; i++, v /= 3) {
                 const remat_op_profile_entry *e = &o->stages[k].ops[i];
                 if ((v % 3 && !e->cacheable) ||
@@ -332,7 +344,7 @@ static int plan_codes(const remat_plan *plan, int L, int n_ops, int *code) {
     int n2 = 0;
     for (int k = 0; k < L; k++) {
         const remat_plan_stage *ps = &plan->stages[k];
-        code[k] = -1;
+        code[k] = ps->store_bf16 ? -2 : -1;
         if (ps->action != REMAT_STAGE_CHECKPOINT) continue;
         code[k] = 0;
         for (int i = n_ops - 1; i >= 0; i--) {
@@ -456,7 +468,7 @@ Test(opplan, offload_beats_recompute_under_a_tight_budget) {
         sp->fwd_peak = 17 * K;
         sp->fwd_peak_nosave = K;
         sp->fwd_time = sp->bwd_time = 10e-3;
-        so[k] = (remat_stage_ops){N, op, 0};
+        so[k] = (remat_stage_ops){.n_ops = N, .ops = op, .same_as = 0};
     }
     size_t budget = 36 * K;
     o.host_bytes_per_s = 1e12;
@@ -502,6 +514,13 @@ static int lossy_ops(const remat_plan *plan) {
     return n;
 }
 
+/* Stored stages the plan keeps as bf16. */
+static int bf16_stores(const remat_plan *plan) {
+    int n = 0;
+    for (int k = 0; k < plan->n_stages; k++) n += plan->stages[k].store_bf16;
+    return n;
+}
+
 /* Plans and times identical, keep sets included. */
 static void assert_same_plan(const remat_plan *a, const remat_plan *b) {
     cr_assert_eq(a->kind, b->kind);
@@ -510,6 +529,7 @@ static void assert_same_plan(const remat_plan *a, const remat_plan *b) {
     cr_assert_eq(a->n_nodes, b->n_nodes);
     for (int k = 0; k < a->n_stages; k++) {
         cr_assert_eq(a->stages[k].action, b->stages[k].action);
+        cr_assert_eq(a->stages[k].store_bf16, b->stages[k].store_bf16);
         cr_assert_eq(!a->stages[k].keep, !b->stages[k].keep);
         if (a->stages[k].keep)
             cr_assert(!memcmp(a->stages[k].keep, b->stages[k].keep, (size_t)a->stages[k].n_ops));
@@ -518,9 +538,28 @@ static void assert_same_plan(const remat_plan *a, const remat_plan *b) {
 
 enum { LZ_L = 3, LZ_OPS = 3 };
 
-Test(opplan, lossy_matches_exhaustive_search) {
-    g_rng = 0x2545f4914f6cdd1dull;
-    int n_lossy_plans = 0, n_checked = 0;
+/* Stored as bf16, as remat_profile_ops would measure it, on some stages (a quarter left
+ * unmeasured): z f32 bytes of what the stage saves converted, half of them kept, the forward
+ * peak lower by less than that (a transient of up to 2 KiB), the backward's scratch up to
+ * 1 KiB more (the conversions back). */
+static void random_store_bf16(const remat_profile *prof, remat_op_profile *ops) {
+    for (int k = 0; k < prof->n_stages; k++) {
+        const remat_stage_profile *s = &prof->stages[k];
+        remat_stage_ops *so = &ops->stages[k];
+        if (rnd_in(0, 3) == 0 || s->saved_bytes < 1024) continue;
+        size_t z = (size_t)rnd_in(1, (int)(s->saved_bytes / 1024)) * 1024;
+        so->store_bf16_bytes = z;
+        so->store_bf16_saved = s->saved_bytes - z / 2;
+        so->store_bf16_fwd_peak = s->fwd_peak - z / 2 + (size_t)rnd_in(0, 4) * 512;
+        so->store_bf16_bwd_peak = s->bwd_peak + (size_t)rnd_in(0, 2) * 512;
+    }
+}
+
+/* 24 random chains, 7 budgets each, against every plan of space (a) with bf16 keeps (and,
+ * with stores, stages stored as bf16). */
+static void lossy_search(bool stores, int *n_lossy_plans, int *n_store_plans) {
+    int n_checked = 0;
+    *n_lossy_plans = *n_store_plans = 0;
     for (int trial = 0; trial < 24; trial++) {
         remat_profile *prof = NULL;
         remat_op_profile *ops = NULL;
@@ -533,13 +572,14 @@ Test(opplan, lossy_matches_exhaustive_search) {
                 remat_op_profile_entry *e = &ops->stages[k].ops[i];
                 e->bf16_bytes = (size_t)rnd_in(0, (int)(e->cache_bytes / 1024)) * 1024;
             }
+        if (stores) random_store_bf16(prof, ops);
         /* from conversions nearly free to conversions dearer than recomputing */
         ops->cast_bytes_per_s = trial % 3 == 0 ? 1e12 : trial % 3 == 1 ? 2e7 : 2e6;
         const remat_plan_options exact = {0}, lossy = {.lossy = true};
         remat_plan *sa = NULL;
         RT_OK(remat_plan_create_ops(&sa, prof, ops, whole ? &step : NULL, SIZE_MAX, &lossy));
         size_t top = sa->peak_store_all, lo = sa->min_budget_bytes;
-        cr_assert_eq(lossy_ops(sa), 0, "store-all fits: nothing to compress");
+        cr_assert_eq(lossy_ops(sa) + bf16_stores(sa), 0, "store-all fits: nothing to compress");
         remat_plan_free(sa);
         for (int bi = 0; bi <= 6; bi++) {
             size_t budget = lo + (top - lo) * (size_t)bi / 6;
@@ -549,11 +589,11 @@ Test(opplan, lossy_matches_exhaustive_search) {
             RT_OK(remat_plan_create_ops(&none, prof, ops, whole ? &step : NULL, budget, NULL));
             /* lossy off: exactly the plan of no options */
             assert_same_plan(plain, none);
-            cr_assert_eq(lossy_ops(plain), 0);
+            cr_assert_eq(lossy_ops(plain) + bf16_stores(plain), 0);
             cr_assert_leq(plan->peak_bytes, budget);
             /* lossy only where it helps: never slower, and strictly faster when it compresses */
             cr_assert_leq(plan->time, plain->time);
-            if (lossy_ops(plan))
+            if (lossy_ops(plan) || bf16_stores(plan))
                 cr_assert_lt(plan->time, plain->time, "trial %d: compresses without gain", trial);
             uint64_t margin = (uint64_t)plan->slot_bytes * 12;
             double slack = budget > margin
@@ -575,7 +615,8 @@ Test(opplan, lossy_matches_exhaustive_search) {
                 cr_assert_eq(pk, plan->peak_bytes, "trial %d: peak %" PRIu64 " vs %zu", trial, pk,
                              plan->peak_bytes);
                 cr_assert_float_eq(tm, plan->time, 1e-12);
-                n_lossy_plans += lossy_ops(plan) > 0;
+                *n_lossy_plans += lossy_ops(plan) > 0;
+                *n_store_plans += bf16_stores(plan) > 0;
             }
             n_checked++;
             remat_plan_free(plan);
@@ -585,7 +626,27 @@ Test(opplan, lossy_matches_exhaustive_search) {
         remat_profile_free(prof);
         remat_op_profile_free(ops);
     }
-    cr_assert_geq(n_lossy_plans, 8, "compressing plans: %d of %d", n_lossy_plans, n_checked);
+    if (getenv("OPPLAN_VERBOSE"))
+        fprintf(stderr, "%d plans: %d keep ops as bf16, %d store stages as bf16\n", n_checked,
+                *n_lossy_plans, *n_store_plans);
+}
+
+Test(opplan, lossy_matches_exhaustive_search) {
+    g_rng = 0x2545f4914f6cdd1dull;
+    int n_lossy, n_stores;
+    lossy_search(false, &n_lossy, &n_stores);
+    cr_assert_geq(n_lossy, 8, "compressing plans: %d", n_lossy);
+    cr_assert_eq(n_stores, 0, "no stage measured stored as bf16");
+}
+
+/* The same with stages measured stored as bf16 (remat_stage_ops.store_bf16_*): the solver's
+ * plans are the exhaustive optimum of the space with that variant, its model's peak and
+ * time those of the plan, and some plans store a stage as bf16. */
+Test(opplan, stored_bf16_matches_exhaustive_search) {
+    g_rng = 0x9e3779b97f4a7c15ull;
+    int n_lossy, n_stores;
+    lossy_search(true, &n_lossy, &n_stores);
+    cr_assert_geq(n_stores, 4, "plans storing a stage as bf16: %d", n_stores);
 }
 
 /* Four stages of 1 KiB inputs that save 16 KiB, each with four 2 KiB f32 ops making its
@@ -614,7 +675,7 @@ Test(opplan, lossy_chosen_where_it_helps) {
         sp->fwd_peak = 17 * K;
         sp->fwd_peak_nosave = K;
         sp->fwd_time = sp->bwd_time = 10e-3;
-        so[k] = (remat_stage_ops){N, op, 0};
+        so[k] = (remat_stage_ops){.n_ops = N, .ops = op, .same_as = 0};
     }
     const remat_plan_options lossy = {.lossy = true};
     remat_plan *exact = NULL, *cheap = NULL, *dear = NULL, *roomy = NULL;
@@ -680,7 +741,7 @@ Test(opplan, recompute_free_ops_are_never_kept_nor_paid) {
         sp->fwd_peak_nosave = 2 * K;
         sp->fwd_time = 9e-3; /* the ops' sum: scale 1 */
         sp->bwd_time = 10e-3;
-        so[k] = (remat_stage_ops){N, op, 0};
+        so[k] = (remat_stage_ops){.n_ops = N, .ops = op, .same_as = 0};
     }
     size_t min = 0;
     RT_OK(remat_plan_min_budget(prof, &min));
@@ -752,7 +813,7 @@ Test(opplan, block_level_plans_charge_what_early_stop_runs) {
         sp->fwd_peak_nosave = 2 * K;
         sp->fwd_time = 16e-3; /* twice the ops' sum: the free op's share is 8 ms */
         sp->bwd_time = 20e-3;
-        so[k] = (remat_stage_ops){N, op, 0};
+        so[k] = (remat_stage_ops){.n_ops = N, .ops = op, .same_as = 0};
     }
     const double zero[L] = {0}, free8[L] = {8e-3, 8e-3, 8e-3, 8e-3, 8e-3, 8e-3};
     RT_FAILS(remat_profile_apply_ops(NULL, &o), REMAT_EINVAL, "NULL");
@@ -830,7 +891,7 @@ Test(opplan, repeated_stages_share_their_times) {
         noisy->stages[k].bwd_time = bwd[k];
         flat->stages[k].fwd_time = 11e-3;
         flat->stages[k].bwd_time = 21e-3;
-        so[k] = (remat_stage_ops){N, op, 0};
+        so[k] = (remat_stage_ops){.n_ops = N, .ops = op, .same_as = 0};
     }
     size_t min = 0;
     RT_OK(remat_plan_min_budget(flat, &min));
@@ -1244,7 +1305,8 @@ Test(opplan, executed_plans_fit_the_step_budget_with_bitwise_gradients) {
 /* Lossy plans, run: the transformer chain with every op 1 ms (fixed times, so the choices
  * do not depend on this machine's) and conversions nearly free, 9 whole-step budgets from
  * the minimum to store-all. Measured step peak <= predicted <= budget; plans without bf16
- * keeps give the gradients of no checkpointing bitwise, plans with them within
+ * keeps (or stages stored as bf16) give the gradients of no checkpointing bitwise, plans
+ * with them within
  * LOSSY_TOL of the largest value of each gradient (docs/planner.md "Lossy compression"). */
 #define LOSSY_TOL (1.0 / 64)
 
@@ -1293,7 +1355,7 @@ Test(opplan, executed_lossy_plans_fit_and_stay_close) {
         cr_assert_leq(plan->peak_bytes, budget);
         cr_assert_leq(plan->time, prev, "budget %zu: slower than a smaller budget", budget);
         prev = plan->time;
-        int nz = lossy_ops(plan);
+        int nz = lossy_ops(plan) + bf16_stores(plan);
         compressing += nz > 0;
         size_t peak = run_step(&c, plan, got);
         if (getenv("OPPLAN_VERBOSE")) {
@@ -1327,6 +1389,125 @@ Test(opplan, executed_lossy_plans_fit_and_stay_close) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
+/* Stored stages kept as bf16, run: the transformer chain (dropout, fixed op times,
+ * conversions nearly free), the profile measuring each block stored under the bf16 hooks;
+ * 17 whole-step budgets from the minimum to store-all. Some plan stores a stage as bf16
+ * (the last block, stored by every plan near the minimum, holds the step's peak), and
+ * every plan that does is strictly faster than the exact plan at its budget; measured step
+ * peak <= predicted <= budget; gradients within LOSSY_TOL where something is bf16, bitwise
+ * none's otherwise; time monotone; with lossy off no stage is stored as bf16 and the plan
+ * is that of no options. --explain names the stages; a stage marked stored as bf16 inside
+ * a checkpoint is refused. */
+static void assert_refused(tchain *c, const remat_plan *plan, const char *const *says, int n);
+
+Test(opplan, executed_plans_store_stages_as_bf16) {
+    tchain c;
+    tchain_init(&c, 0.1);
+    int ng = 1 + c.n_params;
+    remat_tensor **ref = calloc((size_t)ng, sizeof *ref), **got = calloc((size_t)ng, sizeof *got);
+    run_step(&c, NULL, NULL);
+    run_step(&c, NULL, ref);
+    rt_zero_grads(c.n_params, c.params);
+    RT_OK(remat_set_grad(c.x, NULL));
+    remat_step_profile step = {.fixed_bytes = rt_device_current_bytes()};
+    remat_profile *prof = NULL;
+    remat_op_profile *ops = NULL;
+    rt_profile_chain(&prof, &ops, &step, TB_N, c.stages, c.x, loss_fn);
+    for (int k = 0; k < TB_N; k++) {
+        const remat_stage_ops *so = &ops->stages[k];
+        cr_assert_gt(so->store_bf16_bytes, 0, "stage %d: the linears' inputs are f32 saves", k);
+        cr_assert_lt(so->store_bf16_saved, prof->stages[k].saved_bytes,
+                     "stage %d stored as bf16 keeps less: %zu vs %zu", k, so->store_bf16_saved,
+                     prof->stages[k].saved_bytes);
+    }
+    rt_fix_op_times(prof, ops, &step);
+    ops->cast_bytes_per_s = 1e13;
+    const remat_plan_options lossy = {.lossy = true}, exact = {0};
+    remat_plan *sa = NULL;
+    RT_OK(remat_plan_create_ops(&sa, prof, ops, &step, SIZE_MAX, &lossy));
+    size_t top = sa->peak_store_all, lo = sa->min_budget_bytes;
+    cr_assert_eq(bf16_stores(sa), 0, "everything fits: nothing stored as bf16");
+    remat_plan_free(sa);
+    int n = 16, storing = 0;
+    double prev = INFINITY, worst = 0;
+    remat_plan *kept = NULL; /* a plan storing a stage as bf16 */
+    for (int b = 0; b <= n; b++) {
+        size_t budget = lo + (top - lo) * (size_t)b / (size_t)n;
+        remat_plan *plan = NULL, *plain = NULL, *none = NULL;
+        RT_OK(remat_plan_create_ops(&plan, prof, ops, &step, budget, &lossy));
+        RT_OK(remat_plan_create_ops(&plain, prof, ops, &step, budget, &exact));
+        RT_OK(remat_plan_create_ops(&none, prof, ops, &step, budget, NULL));
+        assert_same_plan(plain, none);
+        cr_assert_eq(bf16_stores(plain), 0);
+        cr_assert_leq(plan->peak_bytes, budget);
+        cr_assert_leq(plan->time, prev, "budget %zu: slower than a smaller budget", budget);
+        prev = plan->time;
+        int nz = lossy_ops(plan), ns = bf16_stores(plan);
+        if (ns)
+            cr_assert_lt(plan->time, plain->time, "budget %zu: stores bf16 for nothing", budget);
+        storing += ns > 0;
+        size_t peak = run_step(&c, plan, got);
+        if (getenv("OPPLAN_VERBOSE")) {
+            fprintf(stderr, "budget %zu predicted %zu measured %zu bf16 ops %d stored bf16 %d\n",
+                    budget, plan->peak_bytes, peak, nz, ns);
+            remat_plan_explain(plan, ops, peak, 0, stderr);
+        }
+        cr_assert_leq(peak, plan->peak_bytes, "budget %zu: measured %zu above the prediction %zu",
+                      budget, peak, plan->peak_bytes);
+        for (int i = 0; i < ng; i++) {
+            if (nz || ns) {
+                double e = rel_err(got[i], ref[i]);
+                worst = fmax(worst, e);
+                cr_assert_leq(e, LOSSY_TOL, "budget %zu: gradient %d off by %g of its largest",
+                              budget, i, e);
+            } else {
+                cr_assert(rt_bitwise_equal(got[i], ref[i]), "budget %zu: gradient %d", budget, i);
+            }
+            remat_release(got[i]);
+        }
+        /* the plain plan runs bitwise */
+        run_step(&c, plain, got);
+        for (int i = 0; i < ng; i++) {
+            cr_assert(rt_bitwise_equal(got[i], ref[i]), "budget %zu: exact gradient %d", budget, i);
+            remat_release(got[i]);
+        }
+        remat_plan_free(plain);
+        remat_plan_free(none);
+        if (ns && !kept) kept = plan;
+        else remat_plan_free(plan);
+    }
+    if (getenv("OPPLAN_VERBOSE")) fprintf(stderr, "worst relative gradient error %g\n", worst);
+    cr_assert_gt(storing, 0, "no budget made the plan store a stage as bf16");
+    /* what --explain and the structure say */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    remat_plan_explain(kept, ops, 0, 0, f);
+    remat_plan_print(kept, f);
+    fclose(f);
+    cr_assert(strstr(buf, "stored as bf16 (lossy:") && strstr(buf, " bf16") &&
+                  strstr(buf, "kept as bf16 (lossy:"),
+              "%s", buf);
+    free(buf);
+    /* marked on a stage inside a checkpoint: refused before anything runs */
+    int k = 0;
+    while (k < TB_N && kept->stages[k].action != REMAT_STAGE_CHECKPOINT) k++;
+    cr_assert_lt(k, TB_N, "a plan storing a stage as bf16 checkpoints another");
+    kept->stages[k].store_bf16 = true;
+    char says[48];
+    snprintf(says, sizeof says, "stage %d is marked stored as bf16", k);
+    const char *msg[] = {"remat_plan_run", says};
+    assert_refused(&c, kept, msg, 2);
+    remat_plan_free(kept);
+    for (int i = 0; i < ng; i++) remat_release(ref[i]);
+    free(ref);
+    free(got);
+    remat_profile_free(prof);
+    remat_op_profile_free(ops);
+    tchain_free(&c);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 /* ---- keep sets only where the model has them --------------------------------------------- */
 /* plan's top level [ckpt 0-0: 0] [ckpt 1-1: 1] ... rewritten as [ckpt 0-1: [ckpt 0-0: 0] 1] ...,
  * stage 0's keep set left in place */
@@ -1346,6 +1527,7 @@ static void nest_first_two(remat_plan *p) {
     for (int k = 1; k < p->n_stages; k++) {
         free(p->stages[k].keep);
         p->stages[k].keep = NULL;
+        p->stages[k].store_bf16 = false;
     }
 }
 

@@ -201,8 +201,15 @@ typedef struct remat_plan_stage {
     double recompute_time; /* predicted seconds of the stage's recomputation */
     size_t offload_bytes;  /* storage the offloaded ops move to host memory and back */
     double offload_time;   /* predicted seconds of those copies not hidden behind compute */
-    size_t bf16_bytes;     /* f32 bytes the KEEP_BF16 ops store as bf16 (half of them saved) */
+    size_t bf16_bytes;     /* f32 bytes the KEEP_BF16 ops store as bf16 (half of them saved);
+                              of a store_bf16 stage, the f32 bytes of its saves stored as bf16 */
     double cast_time;      /* predicted seconds of those conversions, to bf16 and back */
+    /* A STORE stage of an op-level plan kept as bf16 (remat_plan_options.lossy only, LOSSY):
+     * remat_plan_run runs its forward under saved-tensor hooks that store each saved f32
+     * tensor the graph made (contiguous, alone on its storage, not the stage's input) as
+     * bf16 until its backward converts it back (remat_stage_ops.store_bf16_bytes). Only on a
+     * stage stored at the top level of the plan: remat_plan_run refuses it anywhere else. */
+    bool store_bf16;
 } remat_plan_stage;
 
 typedef enum remat_plan_kind {
@@ -265,9 +272,11 @@ typedef struct remat_plan_options {
      * rounded to 8 significant bits (relative error <= 2^-8), the
      * recomputation runs on the rounded values, and gradients differ from
      * those of no checkpointing (docs/planner.md "Lossy compression" gives
-     * the tolerance the tests hold). The solver picks it only where it
-     * makes the plan faster under the budget. Default false: plans and
-     * gradients are exactly those without the field. */
+     * the tolerance the tests hold). It may also keep a stored stage's saved
+     * f32 tensors as bf16 (remat_plan_stage.store_bf16), where the op profile
+     * measured that (remat_stage_ops.store_bf16_*). The solver picks either
+     * only where it makes the plan faster under the budget. Default false:
+     * plans and gradients are exactly those without the field. */
     bool lossy;
 } remat_plan_options;
 
@@ -397,6 +406,21 @@ typedef struct remat_stage_ops {
     remat_op_profile_entry *ops; /* in the order the stage calls them (a policy's op_index) */
     int same_as; /* the stage whose runs gave the times: this one, or an earlier stage calling
                     the same ops with the same bytes (measured once per distinct block) */
+    /* The stage stored as bf16 (remat_plan_options.lossy: remat_plan_stage.store_bf16):
+     * remat_profile_ops runs it once more as a stored stage, under the saved-tensor hooks
+     * remat_plan_run puts around such a stage's forward (each saved f32 tensor the graph
+     * made, contiguous and alone on its storage, not the stage's input, stored as bf16;
+     * docs/planner.md "Lossy compression"), and its backward, and measures, as
+     * remat_profile_stages does for a stored stage: */
+    size_t store_bf16_bytes;    /* f32 bytes of the saves the hooks stored as bf16 (each
+                                   converted to bf16 in the forward and back in the backward);
+                                   0: nothing to convert or not measured (a hand-made profile):
+                                   the planner does not offer the variant */
+    size_t store_bf16_saved;    /* bytes kept for backward besides input and output (the
+                                   stage's saved_bytes, with those tensors in bf16) */
+    size_t store_bf16_fwd_peak; /* peak of that forward (conversions included) */
+    size_t store_bf16_bwd_peak; /* peak of its backward above output grad + kept bytes (the
+                                   conversions back to f32 included) */
 } remat_stage_ops;
 
 typedef struct remat_op_profile {

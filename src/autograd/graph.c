@@ -121,6 +121,9 @@ void rm_save_observer_get(remat_save_observer_fn *fn, void **user_data) {
     *user_data = g_save_obs_ud;
 }
 
+static RM_TLS remat_tensor *tls_saving; /* the tensor a running pack hook saves */
+remat_tensor *rm_node_saving(void) { return tls_saving; }
+
 /* ---- nodes ------------------------------------------------------------------------------ */
 static atomic_uint_fast64_t g_seq;
 
@@ -348,7 +351,10 @@ remat_status rm_node_save(remat_node *n, int slot, remat_tensor *t) {
         remat_saved_hooks h = hook_stack()[tls_n_hooks - 1].hooks;
         remat_clear_error();
         void *prev_scope = rm_scope_suspend();
+        remat_tensor *prev_saving = tls_saving;
+        tls_saving = t;
         void *handle = h.pack(h.user_data, alias);
+        tls_saving = prev_saving;
         rm_scope_resume(prev_scope);
         rm_release(alias);
         if (!handle) {

@@ -220,5 +220,10 @@ void rm_notify_save(const char *op, remat_tensor *t);
 /* The save observer installed now (fn NULL: none), so that a temporary
  * one can chain to it and put it back (the op-level profile). */
 void rm_save_observer_get(remat_save_observer_fn *fn, void **user_data);
+/* While a pack hook runs (rm_node_save), the tensor being saved: the hook itself gets an
+ * alias without its place in the graph, and the planner's bf16 hooks for stored stages
+ * (src/planner/storebf16.c) convert only tensors the graph made (a grad_fn: not parameters,
+ * inputs or constants). NULL outside a pack hook. */
+remat_tensor *rm_node_saving(void);
 
 #endif /* REMAT_AUTOGRAD_GRAPH_H */

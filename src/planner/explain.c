@@ -101,8 +101,8 @@ void remat_plan_explain(const remat_plan *p, const remat_op_profile *ops, size_t
         while (e + 1 < p->n_stages) {
             const remat_plan_stage *nx = &p->stages[e + 1];
             bool same = nx->action == st->action && nx->n_forward == st->n_forward &&
-                        nx->n_ops == st->n_ops && nx->keep_bytes == st->keep_bytes &&
-                        (!st->keep) == (!nx->keep) &&
+                        nx->store_bf16 == st->store_bf16 && nx->n_ops == st->n_ops &&
+                        nx->keep_bytes == st->keep_bytes && (!st->keep) == (!nx->keep) &&
                         (!st->keep || !memcmp(st->keep, nx->keep, (size_t)st->n_ops)) &&
                         (!ops || ops->stages[e + 1].same_as == so->same_as);
             if (!same) break;
@@ -110,7 +110,12 @@ void remat_plan_explain(const remat_plan *p, const remat_op_profile *ops, size_t
         }
         if (e > k) fprintf(f, "  stages %d-%d: ", k, e);
         else fprintf(f, "  stage %d: ", k);
-        if (st->action == REMAT_STAGE_STORE) {
+        if (st->action == REMAT_STAGE_STORE && st->store_bf16) {
+            fprintf(f,
+                    "stored as bf16 (lossy: %.2f MiB of the f32 it saves kept in half the "
+                    "bytes, %.3f ms of conversions; no recomputation)\n",
+                    PL_MIB(st->bf16_bytes), st->cast_time * 1e3);
+        } else if (st->action == REMAT_STAGE_STORE) {
             fprintf(f, "stored (everything it saves is kept; no recomputation)\n");
         } else if (st->action == REMAT_STAGE_RECOMPUTE) {
             fprintf(f, "inside a checkpointed segment (recomputed, %d forward runs)\n",

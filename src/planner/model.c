@@ -218,6 +218,12 @@ static remat_status validate_level(const remat_plan *p, const int *next, int i, 
             if (rc) return rc;
         } else {
             int rc = validate_keep(p, nd, call);
+            if (!rc && p->stages[nd->first].store_bf16 && depth > 0)
+                rc = rm_err(REMAT_EINVAL,
+                            "%s: stage %d is marked stored as bf16 (store_bf16) inside a "
+                            "checkpointed segment (node %d): only a stage stored at the top "
+                            "level of the plan runs under the bf16 hooks",
+                            call, nd->first, parent);
             if (rc) return rc;
         }
         cur = nd->last + 1;
@@ -554,14 +560,18 @@ static void structure_level(text_out *o, const remat_plan *p, const int *next, i
         if (!first) text_add(o, " ");
         first = false;
         if (nd->op == REMAT_PLAN_STORE) {
-            /* compress a run of consecutive stored stages into "a-b" */
+            /* compress a run of consecutive stored stages into "a-b" ("a-b bf16": stored as
+             * bf16, op-level lossy plans) */
             int j = i, lastk = nd->first;
-            while (next[j] < end && p->nodes[next[j]].op == REMAT_PLAN_STORE) {
+            const bool z = p->stages[nd->first].store_bf16;
+            while (next[j] < end && p->nodes[next[j]].op == REMAT_PLAN_STORE &&
+                   p->stages[p->nodes[next[j]].first].store_bf16 == z) {
                 j = next[j];
                 lastk = p->nodes[j].first;
             }
             if (lastk > nd->first) text_add(o, "%d-%d", nd->first, lastk);
             else text_add(o, "%d", nd->first);
+            if (z) text_add(o, " bf16");
             i = next[j];
         } else {
             text_add(o, "[ckpt %d-%d: ", nd->first, nd->last);
@@ -646,6 +656,13 @@ static void print_op_summary(const remat_plan *p, FILE *f) {
         fprintf(f, ", %d of them as bf16 (lossy: %.2f MiB of f32 in half the bytes)", lossy,
                 PL_MIB(zbytes));
     if (offl) fprintf(f, " and offload %d (%.2f MiB)", offl, PL_MIB(obytes));
+    int n_sz = 0;
+    size_t sz = 0;
+    for (int k = 0; k < p->n_stages; k++)
+        if (p->stages[k].store_bf16) n_sz++, sz += p->stages[k].bf16_bytes;
+    if (n_sz)
+        fprintf(f, "; %d stored stage%s kept as bf16 (lossy: %.2f MiB of saved f32 in %s)", n_sz,
+                n_sz == 1 ? "" : "s", PL_MIB(sz), "half the bytes");
     fputc('\n', f);
 }
 

@@ -212,6 +212,27 @@ static void mark_recompute_free(remat_stage_ops *so) {
     if (last >= 0) so->ops[last].recompute_free = saves_only_early(so->ops[last].name);
 }
 
+/* The stage stored as bf16 (remat_stage_ops.store_bf16_*): one stored forward under the
+ * hooks remat_plan_run would put around it, and its backward, measured as
+ * remat_profile_stages measures a stored stage. Only where some op saves f32 tensors (the
+ * hooks have nothing else to convert); the fields stay 0 when nothing was converted. */
+static remat_status measure_store_bf16(remat_stage_ops *so, const remat_stage *st,
+                                       remat_tensor *a) {
+    bool any = false;
+    for (int i = 0; i < so->n_ops; i++) any = any || so->ops[i].lossy_bytes > 0;
+    if (!any) return REMAT_OK;
+    pl_store_bf16 c;
+    remat_saved_hooks h = pl_store_bf16_hooks(&c, a);
+    pl_store_meas m = {0};
+    int rc = pl_measure_store(st, a, &h, &m);
+    if (rc || !c.bytes) return rc;
+    so->store_bf16_bytes = c.bytes;
+    so->store_bf16_saved = m.saved;
+    so->store_bf16_fwd_peak = m.fpa;
+    so->store_bf16_bwd_peak = m.bp;
+    return REMAT_OK;
+}
+
 /* Measures stage k: the first run finds its ops; if an earlier stage
  * matches, its times are copied, else warm + runs more runs give medians. */
 static remat_status profile_stage_ops(remat_op_profile *p, const remat_stage *st, int k,
@@ -245,6 +266,10 @@ static remat_status profile_stage_ops(remat_op_profile *p, const remat_stage *st
         if (sj->same_as == j && same_ops(sj, &first)) {
             for (int i = 0; i < first.n; i++) so->ops[i].time = sj->ops[i].time;
             so->same_as = j;
+            so->store_bf16_bytes = sj->store_bf16_bytes;
+            so->store_bf16_saved = sj->store_bf16_saved;
+            so->store_bf16_fwd_peak = sj->store_bf16_fwd_peak;
+            so->store_bf16_bwd_peak = sj->store_bf16_bwd_peak;
             goto out;
         }
     }
@@ -276,6 +301,7 @@ static remat_status profile_stage_ops(remat_op_profile *p, const remat_stage *st
         so->ops[i].time = pl_median(&samples[(size_t)i * (size_t)runs], runs);
     }
     free(samples);
+    if (!rc) rc = measure_store_bf16(so, st, a);
 out:
     free(dur);
     run_free(&first);
@@ -288,6 +314,7 @@ typedef struct ops_walk {
     const remat_stage *stages;
     remat_op_profile *p;
     int warm, runs;
+    rm_meter prev_meter; /* this thread's allocation meter, for measure_store_bf16 */
 } ops_walk;
 
 static remat_status walk_stage(void *ud, int k, remat_tensor *a, remat_tensor **next) {
@@ -295,14 +322,13 @@ static remat_status walk_stage(void *ud, int k, remat_tensor *a, remat_tensor **
     return profile_stage_ops(w->p, &w->stages[k], k, a, w->warm, w->runs, next);
 }
 static void walk_begin(void *ud, remat_device dev) {
-    (void)ud;
-    (void)dev;
+    rm_meter_start(dev, &((ops_walk *)ud)->prev_meter);
     rm_save_observer_get(&g_prev_obs, &g_prev_obs_ud);
     remat_set_save_observer(save_observer, NULL);
 }
 static void walk_end(void *ud) {
-    (void)ud;
     remat_set_save_observer(g_prev_obs, g_prev_obs_ud);
+    rm_meter_stop(&((ops_walk *)ud)->prev_meter);
 }
 
 /* ops->cast_bytes_per_s: f32 bytes per second of remat_to_bf16 and remat_bf16_to_f32 (their
@@ -469,6 +495,12 @@ void remat_op_profile_print(const remat_op_profile *p, FILE *f) {
             if (p->stages[j].same_as == k) last = j, count++;
         fprintf(f, "  stage %d (%d stage%s like it, %d-%d): %d ops\n", first, count,
                 count == 1 ? "" : "s", first, last, s->n_ops);
+        if (s->store_bf16_bytes)
+            fprintf(f,
+                    "    stored as bf16: %.2f MiB of saved f32 converted; saves %.2f MiB, "
+                    "forward peak %.2f MiB, backward peak %.2f MiB\n",
+                    PL_MIB(s->store_bf16_bytes), PL_MIB(s->store_bf16_saved),
+                    PL_MIB(s->store_bf16_fwd_peak), PL_MIB(s->store_bf16_bwd_peak));
         fprintf(f, "    %3s %-24s %8s %10s %5s %10s %10s %10s %s\n", "op", "name", "ms", "keep KiB",
                 "saves", "saved KiB", "lean KiB", "bf16 KiB", "notes");
         for (int i = 0; i < s->n_ops; i++) {

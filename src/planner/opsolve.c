@@ -41,7 +41,12 @@
  * for the one tensor converting), so both peaks count C + O + U; its time
  * saved is the op's less two conversions of bf16_bytes at cast_bytes_per_s.
  * Pareto sets of (C, O, U, time saved), one more DP and candidate (and one
- * with offload and lossy keeps together when both are allowed).
+ * with offload and lossy keeps together when both are allowed). In those DPs a stage the
+ * op profile measured stored as bf16 (remat_stage_ops.store_bf16_*: a stored forward under
+ * the bf16 saved-tensor hooks remat_plan_run puts around it, and its backward) has a third
+ * option besides stored and checkpointed: stored as bf16, keeping x[s+1] + the measured
+ * saved bytes, peaking at the measured forward and backward peaks (the conversions'
+ * transients in them), for two conversions of its converted bytes at cast_bytes_per_s.
  *
  * Plan space (b): rotor's nested block schedules (solve.c) and the
  * minimal-peak plan. The answer is the fastest candidate that fits.
@@ -288,11 +293,14 @@ oom:
 /* ---- the dynamic program over stages ---------------------------------------------------- */
 static uint64_t u64max(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
+/* How a stage is stored (op_choice.pt, opt_t.pt): in f32, or kept as bf16 (lossy). */
+enum { PT_STORE = -1, PT_STORE_BF16 = -2 };
+
 /* One option of one stage, in bytes. */
 typedef struct opt_t {
     uint64_t keep, fwd, bwd; /* kept bytes, forward and backward peaks above off */
     double time;
-    int pt; /* -1: store; else the Pareto point */
+    int pt; /* PT_STORE, PT_STORE_BF16; else the Pareto point */
 } opt_t;
 
 /* Offload in the model: `reserve` is added to every backward peak of a plan
@@ -317,7 +325,7 @@ static double xfer_time(const pl_model *m, int s, uint64_t o, const off_cfg *oc)
 static opt_t opt_store(const pl_model *m, int s, const off_cfg *oc) {
     return (opt_t){m->abar[s], m->fpa[s],
                    m->x[s + 1] + m->abar[s] + m->bp[s] + pl_grads(m, s + 1, m->L - 1) + oc->reserve,
-                   m->uf[s] + m->ub[s], -1};
+                   m->uf[s] + m->ub[s], PT_STORE};
 }
 
 /* Checkpointed keeping p->c bytes and offloading p->o: the offloaded ones are
@@ -334,22 +342,55 @@ static opt_t opt_ckpt(const pl_model *m, int s, const front_pt *p, int pt, const
                    m->uf[s] + rt + m->ub[s] + xfer_time(m, s, p->o, oc), pt};
 }
 
+/* A stored stage kept as bf16 (lossy; remat_stage_ops.store_bf16_*, measured): it keeps
+ * its output and what it saves with the hooks' f32 tensors in bf16, its forward and
+ * backward peaks are the measured ones (the conversions' transients in them: the tensor
+ * being converted is f32 and bf16 at once), and it costs two conversions of each such
+ * tensor at cast_bytes_per_s (to bf16 in the forward, back in the backward). */
+typedef struct store_b {
+    bool ok;                 /* measured (remat_stage_ops.store_bf16_bytes > 0) */
+    uint64_t keep, fwd, bwd; /* kept bytes (output + saved), forward and backward peaks */
+    uint64_t z;              /* f32 bytes stored as bf16 */
+    double cast;             /* the conversions' seconds */
+} store_b;
+
+static opt_t opt_store_bf16(const pl_model *m, int s, const store_b *b, const off_cfg *oc) {
+    return (opt_t){b->keep, b->fwd,
+                   m->x[s + 1] + b->keep + b->bwd + pl_grads(m, s + 1, m->L - 1) + oc->reserve,
+                   m->uf[s] + m->ub[s] + b->cast, PT_STORE_BF16};
+}
+
+/* Stage s's options: 0 stored, 1..n its Pareto points (checkpointed), n + 1 stored as bf16
+ * (sb non-NULL, where the variant exists); the head has only the first. */
+static int n_options(const pl_model *m, const stage_front *const *fronts, const store_b *sb,
+                     int s) {
+    if (s >= m->n_chain) return 1;
+    return 1 + fronts[s]->n + (sb && sb[s].ok);
+}
+static opt_t option(const pl_model *m, const stage_front *const *fronts, const store_b *sb,
+                    const off_cfg *oc, int s, int k) {
+    if (k == 0) return opt_store(m, s, oc);
+    if (k <= fronts[s]->n) return opt_ckpt(m, s, &fronts[s]->pts[k - 1], k - 1, oc);
+    return opt_store_bf16(m, s, &sb[s], oc);
+}
+
 static int64_t slots_up(uint64_t v, uint64_t unit) { return (int64_t)(v / unit + (v % unit != 0)); }
 
 /* What the solver chose for each stage of the chain. */
 typedef struct op_choice {
-    int pt; /* -1 store, else a Pareto point of the stage's front */
+    int pt; /* PT_STORE, PT_STORE_BF16, else a Pareto point of the stage's front */
 } op_choice;
 
 /* Exact peak (chain share) and time of a choice vector. */
-static void eval_choice(const pl_model *m, const stage_front *const *fronts, const op_choice *ch,
-                        const off_cfg *oc, uint64_t *peak, double *time) {
+static void eval_choice(const pl_model *m, const stage_front *const *fronts, const store_b *sb,
+                        const op_choice *ch, const off_cfg *oc, uint64_t *peak, double *time) {
     uint64_t off = 0, pk = 0;
     double tm = 0;
     for (int s = 0; s < m->L; s++) {
-        opt_t o = s < m->n_chain && ch[s].pt >= 0
-                      ? opt_ckpt(m, s, &fronts[s]->pts[ch[s].pt], ch[s].pt, oc)
-                      : opt_store(m, s, oc);
+        const int pt = s < m->n_chain ? ch[s].pt : PT_STORE;
+        opt_t o = pt >= 0               ? opt_ckpt(m, s, &fronts[s]->pts[pt], pt, oc)
+                  : pt == PT_STORE_BF16 ? opt_store_bf16(m, s, &sb[s], oc)
+                                        : opt_store(m, s, oc);
         pk = u64max(pk, off + u64max(o.fwd, o.bwd));
         off += o.keep;
         tm += o.time;
@@ -360,8 +401,8 @@ static void eval_choice(const pl_model *m, const stage_front *const *fronts, con
 
 /* DP over stages on a grid of `unit` bytes, M slots. *found false when no
  * plan fits. */
-static remat_status op_dp(const pl_model *m, const stage_front *const *fronts, const off_cfg *oc,
-                          uint64_t unit, int64_t M, op_choice *ch, bool *found) {
+static remat_status op_dp(const pl_model *m, const stage_front *const *fronts, const store_b *sb,
+                          const off_cfg *oc, uint64_t unit, int64_t M, op_choice *ch, bool *found) {
     *found = false;
     int L = m->L;
     size_t W = (size_t)M + 1;
@@ -378,10 +419,9 @@ static remat_status op_dp(const pl_model *m, const stage_front *const *fronts, c
     for (int s = 0; s < L; s++) {
         for (size_t i = 0; i < W; i++) nxt[i] = INFINITY;
         int32_t *chs = choice + (size_t)s * W;
-        int n_opt = 1 + (s < m->n_chain ? fronts[s]->n : 0);
+        int n_opt = n_options(m, fronts, sb, s);
         for (int k = 0; k < n_opt; k++) {
-            opt_t o =
-                k == 0 ? opt_store(m, s, oc) : opt_ckpt(m, s, &fronts[s]->pts[k - 1], k - 1, oc);
+            opt_t o = option(m, fronts, sb, oc, s, k);
             int64_t keep = slots_up(o.keep, unit), loc = slots_up(u64max(o.fwd, o.bwd), unit);
             int64_t lim = M - (keep > loc ? keep : loc);
             for (int64_t off = 0; off <= lim; off++) {
@@ -405,9 +445,8 @@ static remat_status op_dp(const pl_model *m, const stage_front *const *fronts, c
         int64_t off = best;
         for (int s = L - 1; s >= 0; s--) {
             int k = choice[(size_t)s * W + (size_t)off];
-            opt_t o =
-                k == 0 ? opt_store(m, s, oc) : opt_ckpt(m, s, &fronts[s]->pts[k - 1], k - 1, oc);
-            if (s < m->n_chain) ch[s].pt = k - 1;
+            opt_t o = option(m, fronts, sb, oc, s, k);
+            if (s < m->n_chain) ch[s].pt = o.pt;
             off -= slots_up(o.keep, unit);
         }
     }
@@ -418,8 +457,8 @@ static remat_status op_dp(const pl_model *m, const stage_front *const *fronts, c
 
 /* The plan of a choice vector: STORE, or CHECKPOINT(s..s) over STORE s with keep sets. */
 static remat_status build_ops_plan(remat_plan **out, const pl_model *m, const remat_op_profile *ops,
-                                   const stage_front *const *fronts, const op_choice *ch,
-                                   const off_cfg *oc, const char *call) {
+                                   const stage_front *const *fronts, const store_b *sb,
+                                   const op_choice *ch, const off_cfg *oc, const char *call) {
     pl_builder b = {0};
     for (int s = 0; s < m->n_chain; s++) {
         if (ch[s].pt < 0) {
@@ -433,6 +472,11 @@ static remat_status build_ops_plan(remat_plan **out, const pl_model *m, const re
     if (rc) return rc;
     remat_plan *p = *out;
     for (int s = 0; s < m->n_chain; s++) {
+        if (ch[s].pt == PT_STORE_BF16) {
+            p->stages[s].store_bf16 = true;
+            p->stages[s].bf16_bytes = (size_t)sb[s].z;
+            p->stages[s].cast_time = sb[s].cast;
+        }
         if (ch[s].pt < 0) continue;
         const stage_front *f = fronts[s];
         const front_pt *pt = &f->pts[ch[s].pt];
@@ -468,7 +512,7 @@ static remat_status build_ops_plan(remat_plan **out, const pl_model *m, const re
     for (int s = 0; s < m->n_chain; s++) offloads |= ch[s].pt >= 0 && fronts[s]->pts[ch[s].pt].o;
     uint64_t pk;
     double tm;
-    eval_choice(m, fronts, ch, offloads ? oc : &none, &pk, &tm);
+    eval_choice(m, fronts, sb, ch, offloads ? oc : &none, &pk, &tm);
     p->peak_bytes = (size_t)pl_total(m, pk);
     p->time = tm;
     return REMAT_OK;
@@ -633,11 +677,11 @@ static remat_status grid_candidates(remat_plan **best, const pl_model *m,
                                     const char *call) {
     bool found = false;
     const off_cfg none = {0, 1};
-    int rc = op_dp(m, fronts, &none, g->unit, g->M, ch, &found);
+    int rc = op_dp(m, fronts, NULL, &none, g->unit, g->M, ch, &found);
     if (rc) return rm_err(REMAT_ENOMEM, "%s: out of memory for %" PRId64 " slots", call, g->M + 1);
     if (found) {
         remat_plan *p = NULL;
-        rc = build_ops_plan(&p, m, ops, fronts, ch, &none, call);
+        rc = build_ops_plan(&p, m, ops, fronts, NULL, ch, &none, call);
         if (rc) return rc;
         take_better(best, p);
     }
@@ -680,6 +724,26 @@ static bool any_op_for(const pl_model *m, const remat_op_profile *ops, bool offl
     return false;
 }
 
+/* sb[s] for each stage of the chain the op profile measured stored as bf16; whether there
+ * is one. */
+static bool store_bf16_options(const pl_model *m, const remat_op_profile *ops, double cast_bw,
+                               store_b *sb) {
+    bool any = false;
+    for (int s = 0; s < m->n_chain; s++) {
+        const remat_stage_ops *so = &ops->stages[s];
+        if (!so->store_bf16_bytes) continue;
+        store_b b = {.keep = m->x[s + 1] + so->store_bf16_saved,
+                     .bwd = so->store_bf16_bwd_peak,
+                     .z = so->store_bf16_bytes,
+                     .cast = 2.0 * (double)so->store_bf16_bytes / cast_bw};
+        b.fwd = u64max(so->store_bf16_fwd_peak, b.keep);
+        b.ok = true; /* the DP takes it only where it makes a plan faster under the budget */
+        sb[s] = b;
+        any = true;
+    }
+    return any;
+}
+
 /* Plan space (a) with offload (every op the profile marks offloadable may also go to
  * host memory) and/or lossy keeps (ops with bf16 bytes may be kept as bf16). Its own
  * fronts and DP, with the prefetch reserve in every backward peak when offloading; a
@@ -687,28 +751,36 @@ static bool any_op_for(const pl_model *m, const remat_op_profile *ops, bool offl
 static remat_status extra_candidate(remat_plan **best, const pl_model *m,
                                     const remat_op_profile *ops, op_choice *ch, const op_grid *g,
                                     bool offload, bool lossy, const char *call) {
-    if (!any_op_for(m, ops, offload, false) && offload) return REMAT_OK;
-    if (!any_op_for(m, ops, false, lossy) && lossy) return REMAT_OK;
+    const double cast_bw =
+        ops->cast_bytes_per_s > 0 ? ops->cast_bytes_per_s : REMAT_CAST_BYTES_PER_S;
+    store_b *sb = lossy ? calloc((size_t)m->L, sizeof *sb) : NULL;
+    if (lossy && !sb) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    const bool stores = lossy && store_bf16_options(m, ops, cast_bw, sb);
+    if ((!any_op_for(m, ops, offload, false) && offload) ||
+        (!any_op_for(m, ops, false, lossy) && !stores && lossy)) {
+        free(sb);
+        return REMAT_OK;
+    }
     off_cfg oc = {offload ? offload_reserve(m, ops) : 0,
                   ops->host_bytes_per_s > 0 ? ops->host_bytes_per_s : REMAT_HOST_LINK_BYTES_PER_S};
-    front_cfg fc = {offload, lossy,
-                    ops->cast_bytes_per_s > 0 ? ops->cast_bytes_per_s : REMAT_CAST_BYTES_PER_S};
+    front_cfg fc = {offload, lossy, cast_bw};
     stage_front *dist = calloc((size_t)m->n_chain, sizeof *dist);
     const stage_front **fronts = calloc((size_t)m->L, sizeof *fronts);
     int rc = !dist || !fronts ? rm_err(REMAT_ENOMEM, "%s: out of memory", call) : REMAT_OK;
     if (!rc) rc = build_fronts(m, ops, dist, fronts, &fc, call);
     bool found = false;
-    if (!rc && op_dp(m, fronts, &oc, g->unit, g->M, ch, &found))
+    if (!rc && op_dp(m, fronts, sb, &oc, g->unit, g->M, ch, &found))
         rc = rm_err(REMAT_ENOMEM, "%s: out of memory for %" PRId64 " slots", call, g->M + 1);
     if (!rc && found) {
         remat_plan *p = NULL;
-        rc = build_ops_plan(&p, m, ops, fronts, ch, &oc, call);
+        rc = build_ops_plan(&p, m, ops, fronts, sb, ch, &oc, call);
         if (!rc) take_better(best, p);
     }
     if (dist)
         for (int s = 0; s < m->n_chain; s++) front_free(&dist[s]);
     free(dist);
     free(fronts);
+    free(sb);
     return rc;
 }
 

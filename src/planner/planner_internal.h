@@ -167,6 +167,28 @@ double pl_median(double *v, int n);
 remat_status pl_apply_op_times(const remat_op_profile *ops, int n, double *fwd, double *bwd,
                                double *free_time);
 
+/* ---- stored stages kept as bf16 (storebf16.c) ------------------------------------------ */
+/* One stored forward's bf16 hooks: the stage input's storage, never converted (skip), and
+ * what the hooks stored as bf16 (f32 bytes; the largest single tensor). */
+typedef struct pl_store_bf16 {
+    const void *skip;
+    size_t bytes, largest;
+} pl_store_bf16;
+/* The hooks remat_plan_run pushes around the forward of a stage it stores as bf16 (c lives
+ * until they are popped; the handles they make do not need it). */
+remat_saved_hooks pl_store_bf16_hooks(pl_store_bf16 *c, const remat_tensor *input);
+
+/* ---- one storing forward and its backward, measured (profile.c) ------------------------ */
+typedef struct pl_store_meas {
+    double tf, tb;                           /* seconds */
+    size_t out_bytes, saved, fpa, bp, grads; /* as remat_stage_profile's fields */
+} pl_store_meas;
+/* Runs stage st on a as a stored stage (hooks, when not NULL, pushed around its forward)
+ * and its backward through remat_grad (no .grad touched), with this thread's allocation
+ * meter running (rm_meter_start). */
+remat_status pl_measure_store(const remat_stage *st, remat_tensor *a,
+                              const remat_saved_hooks *hooks, pl_store_meas *m);
+
 #define PL_MIB(b) ((double)(b) / (1024.0 * 1024.0))
 
 #endif /* REMAT_PLANNER_INTERNAL_H */

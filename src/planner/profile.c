@@ -128,8 +128,8 @@ static remat_status collect_leaves(remat_node *root, const remat_tensor *skip, p
 
 /* ---- one stage --------------------------------------------------------------------------- */
 typedef struct stage_meas {
-    double tf, tb;
-    size_t out_bytes, saved, fpa, fpn, bp, grads;
+    pl_store_meas st; /* 1. and 2. */
+    size_t fpn;
 } stage_meas;
 
 /* Measured with this thread's allocation meter (rm_meter_*), so other
@@ -144,9 +144,8 @@ static size_t peak_above(int64_t base) {
     return p > base ? (size_t)(p - base) : 0;
 }
 
-static remat_status call_stage(const remat_stage *st, int k, remat_tensor *in, remat_tensor **y) {
+static remat_status call_stage(const remat_stage *st, remat_tensor *in, remat_tensor **y) {
     *y = NULL;
-    (void)k;
     int rc = st->fn(st->user_data, &in, 1, y, 1);
     if (rc) {
         rm_release(*y);
@@ -158,10 +157,9 @@ static remat_status call_stage(const remat_stage *st, int k, remat_tensor *in, r
     return REMAT_OK;
 }
 
-/* Runs stage k once on `a` the three ways; *next (if non-NULL) receives a
- * detached copy of the output. */
-static remat_status measure_once(const remat_stage *st, int k, remat_tensor *a, stage_meas *m,
-                                 remat_tensor **next) {
+/* 1. a storing forward (under hooks when given), 2. its backward. */
+remat_status pl_measure_store(const remat_stage *st, remat_tensor *a,
+                              const remat_saved_hooks *hooks, pl_store_meas *m) {
     remat_tensor *y = NULL, *g = NULL, **grads = NULL;
     ptr_set leaves = {0};
     int rc;
@@ -169,7 +167,10 @@ static remat_status measure_once(const remat_stage *st, int k, remat_tensor *a, 
     /* 1. storing forward */
     int64_t before = meter_begin();
     double t0 = now_s();
-    rc = call_stage(st, k, a, &y);
+    rc = hooks ? remat_saved_hooks_push(hooks) : REMAT_OK;
+    if (rc) return rc;
+    rc = call_stage(st, a, &y);
+    if (hooks) remat_saved_hooks_pop();
     double t1 = now_s();
     if (rc) goto out;
     m->tf = t1 - t0;
@@ -182,6 +183,7 @@ static remat_status measure_once(const remat_stage *st, int k, remat_tensor *a, 
     /* 2. backward (parameters included, .grad untouched) */
     m->tb = 0;
     m->bp = 0;
+    m->grads = 0;
     if (remat_requires_grad(y) && remat_grad_fn(y)) {
         if (remat_requires_grad(a)) rc = set_add(&leaves, a);
         if (!rc) rc = collect_leaves(remat_grad_fn(y), a, &leaves);
@@ -211,28 +213,6 @@ static remat_status measure_once(const remat_stage *st, int k, remat_tensor *a, 
                 if (leaves.v[i] != a && grads[i]) m->grads += remat_storage_nbytes(grads[i]);
         }
     }
-    if (grads)
-        for (int i = 0; i < leaves.n; i++) rm_release(grads[i]);
-    free(grads);
-    grads = NULL;
-    rm_release_p(&g);
-    rm_release_p(&y);
-
-    /* 3. forward keeping nothing (as inside a checkpoint) */
-    remat_saved_hooks drop = {drop_pack, drop_unpack, NULL, NULL};
-    rc = remat_saved_hooks_push(&drop);
-    if (rc) goto out;
-    before = meter_begin();
-    rc = call_stage(st, k, a, &y);
-    remat_saved_hooks_pop();
-    if (rc) goto out;
-    m->fpn = peak_above(before);
-    if (next) {
-        rc = remat_detach(next, y);
-        if (!rc && remat_tensor_dtype(*next) != REMAT_I64)
-            rc = remat_set_requires_grad(*next, true);
-        if (rc) rm_release_p(next);
-    }
 out:
     if (grads)
         for (int i = 0; i < leaves.n; i++) rm_release(grads[i]);
@@ -243,28 +223,55 @@ out:
     return rc;
 }
 
+/* Runs stage st once on `a` the three ways; *next (if non-NULL) receives a
+ * detached copy of the output. */
+static remat_status measure_once(const remat_stage *st, remat_tensor *a, stage_meas *m,
+                                 remat_tensor **next) {
+    int rc = pl_measure_store(st, a, NULL, &m->st);
+    if (rc) return rc;
+
+    /* 3. forward keeping nothing (as inside a checkpoint) */
+    remat_tensor *y = NULL;
+    remat_saved_hooks drop = {drop_pack, drop_unpack, NULL, NULL};
+    rc = remat_saved_hooks_push(&drop);
+    if (rc) return rc;
+    int64_t before = meter_begin();
+    rc = call_stage(st, a, &y);
+    remat_saved_hooks_pop();
+    if (rc) return rc;
+    m->fpn = peak_above(before);
+    if (next) {
+        rc = remat_detach(next, y);
+        if (!rc && remat_tensor_dtype(*next) != REMAT_I64)
+            rc = remat_set_requires_grad(*next, true);
+        if (rc) rm_release_p(next);
+    }
+    rm_release(y);
+    return rc;
+}
+
 /* Measures stage k on `a`: warm untimed runs, then `runs` timed ones
  * (times in tf/tb, medians into *sp, peaks the largest seen). *next
  * receives the last run's detached output. */
-static remat_status profile_stage(const remat_stage *st, int k, remat_tensor *a, int warm, int runs,
+static remat_status profile_stage(const remat_stage *st, remat_tensor *a, int warm, int runs,
                                   double *tf, double *tb, remat_stage_profile *sp,
                                   remat_tensor **next) {
     sp->input_bytes = remat_storage_nbytes(a);
     for (int r = 0; r < warm + runs; r++) {
         stage_meas m = {0};
         bool last = r == warm + runs - 1;
-        int rc = measure_once(st, k, a, &m, last ? next : NULL);
+        int rc = measure_once(st, a, &m, last ? next : NULL);
         if (rc) return rc;
         if (r >= warm) {
-            tf[r - warm] = m.tf;
-            tb[r - warm] = m.tb;
+            tf[r - warm] = m.st.tf;
+            tb[r - warm] = m.st.tb;
         }
-        if (m.out_bytes > sp->output_bytes) sp->output_bytes = m.out_bytes;
-        if (m.saved > sp->saved_bytes) sp->saved_bytes = m.saved;
-        if (m.fpa > sp->fwd_peak) sp->fwd_peak = m.fpa;
+        if (m.st.out_bytes > sp->output_bytes) sp->output_bytes = m.st.out_bytes;
+        if (m.st.saved > sp->saved_bytes) sp->saved_bytes = m.st.saved;
+        if (m.st.fpa > sp->fwd_peak) sp->fwd_peak = m.st.fpa;
         if (m.fpn > sp->fwd_peak_nosave) sp->fwd_peak_nosave = m.fpn;
-        if (m.bp > sp->bwd_peak) sp->bwd_peak = m.bp;
-        if (m.grads > sp->grad_bytes) sp->grad_bytes = m.grads;
+        if (m.st.bp > sp->bwd_peak) sp->bwd_peak = m.st.bp;
+        if (m.st.grads > sp->grad_bytes) sp->grad_bytes = m.st.grads;
     }
     sp->fwd_time = pl_median(tf, runs);
     sp->bwd_time = pl_median(tb, runs);
@@ -335,8 +342,7 @@ typedef struct stages_walk {
 
 static remat_status walk_stage(void *ud, int k, remat_tensor *a, remat_tensor **next) {
     stages_walk *w = ud;
-    return profile_stage(&w->stages[k], k, a, w->warm, w->runs, w->tf, w->tb, &w->p->stages[k],
-                         next);
+    return profile_stage(&w->stages[k], a, w->warm, w->runs, w->tf, w->tb, &w->p->stages[k], next);
 }
 static void walk_begin(void *ud, remat_device dev) {
     rm_meter_start(dev, &((stages_walk *)ud)->prev_meter);

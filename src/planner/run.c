@@ -43,6 +43,7 @@ typedef struct pl_runctx {
     remat_policy **keep; /* op-level plans: per stage, the policy of its selective
                                checkpoint (NULL: a plain one); NULL for block plans */
     uint8_t *offloads;   /* with keep: per stage, whether it offloads some op */
+    uint8_t *store_bf16; /* per stage, stored under the bf16 hooks (NULL: none is) */
     int n_stages;
 } pl_runctx;
 
@@ -61,6 +62,7 @@ static void runctx_unref(pl_runctx *c) {
         for (int k = 0; k < c->n_stages; k++) remat_policy_release(c->keep[k]);
     free(c->keep);
     free(c->offloads);
+    free(c->store_bf16);
     free(c);
 }
 
@@ -110,6 +112,34 @@ static remat_status keep_policies(pl_runctx *c, const remat_plan *plan, const ch
     return REMAT_OK;
 }
 
+/* Stored stages kept as bf16 (op-level lossy plans; pl_validate allowed them at the top
+ * level only). */
+static remat_status store_bf16_flags(pl_runctx *c, const remat_plan *plan, const char *call) {
+    bool any = false;
+    for (int k = 0; k < plan->n_stages; k++) any = any || plan->stages[k].store_bf16;
+    if (!any) return REMAT_OK;
+    c->store_bf16 = calloc((size_t)plan->n_stages, 1);
+    if (!c->store_bf16) return rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+    for (int k = 0; k < plan->n_stages; k++) c->store_bf16[k] = plan->stages[k].store_bf16;
+    return REMAT_OK;
+}
+
+/* A stored stage: its forward, under the bf16 hooks when the plan keeps it as bf16. */
+static remat_status run_stored(const pl_runctx *c, int k, remat_tensor *in, remat_tensor **y) {
+    const remat_stage *st = &c->stages[k];
+    const bool z = c->store_bf16 && c->store_bf16[k];
+    pl_store_bf16 ctx;
+    int rc = REMAT_OK;
+    if (z) {
+        remat_saved_hooks h = pl_store_bf16_hooks(&ctx, in);
+        rc = remat_saved_hooks_push(&h);
+        if (rc) return rc;
+    }
+    rc = st->fn(st->user_data, &in, 1, y, 1);
+    if (z) remat_saved_hooks_pop();
+    return rc;
+}
+
 static void seg_destroy(void *user_data) {
     pl_seg *sg = user_data;
     runctx_unref(sg->rc);
@@ -151,6 +181,7 @@ static remat_status runctx_new(const remat_plan *plan, const remat_stage *stages
         c->next[i] = j;
     }
     rc = keep_policies(c, plan, call);
+    if (!rc) rc = store_bf16_flags(c, plan, call);
     if (rc) {
         runctx_unref(c);
         return rc;
@@ -180,8 +211,7 @@ static remat_status run_level(pl_runctx *c, int i, int end, remat_tensor *in, re
         remat_tensor *y = NULL;
         int rc;
         if (nd->op == REMAT_PLAN_STORE) {
-            const remat_stage *st = &c->stages[nd->first];
-            rc = st->fn(st->user_data, &cur, 1, &y, 1);
+            rc = run_stored(c, nd->first, cur, &y);
             if (!rc && !y) rc = rm_err(REMAT_EINVAL, "the stage returned no tensor");
             if (!rc) rm_adopt(y);
             if (rc) {

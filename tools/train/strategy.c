@@ -344,9 +344,11 @@ static void size_at_least(char *buf, size_t n, double bytes) {
 
 bool strategy_plan_lossy(const strategy *s) {
     if (s->kind != STRAT_BUDGET || !s->plan) return false;
-    for (int k = 0; k < s->plan->n_stages; k++)
+    for (int k = 0; k < s->plan->n_stages; k++) {
+        if (s->plan->stages[k].store_bf16) return true; /* a stored stage kept as bf16 */
         for (int i = 0; s->plan->stages[k].keep && i < s->plan->stages[k].n_ops; i++)
             if (s->plan->stages[k].keep[i] == REMAT_OP_KEEP_BF16) return true;
+    }
     return false;
 }
 
