@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""bench/profile_ab.py NAME=REMAT,NAME=REMAT off|bf16 ROUNDS — interleaved A/B of
-`remat bench --profile` (GPT L=6 D=384 H=6 T=256 B=8, 1 thread, strategy none): per round
+"""bench/profile_ab.py NAME=REMAT,NAME=REMAT off|bf16 ROUNDS [THREADS] — interleaved A/B of
+`remat bench --profile` (GPT L=6 D=384 H=6 T=256 B=8, THREADS threads (default 1), strategy
+none): per round
 every binary once, the order alternating; the profile's rows summed per group (the fused
 ops' rows and the unfused ones they replace: docs/cli.md "Fused ops, measured with the
 profile"); prints median [min-max] ms per step per group. Progress on stderr."""
@@ -8,6 +9,7 @@ import json, subprocess, sys, statistics, os
 bins = sys.argv[1].split(',')      # name=path,...
 ac = sys.argv[2]                    # off|bf16
 rounds = int(sys.argv[3])
+threads = sys.argv[4] if len(sys.argv) > 4 else '1' 
 groups = {
   'gelu fwd (+bias fill in fc GEMM)': [('remat_gelu','forward'),('remat_bias_gelu','forward')],
   'gelu bwd + fc bias colsum': [('GeluBackward','backward'),('BiasGeluBackward','backward'),('LinearBackward/column sum','backward')],
@@ -20,7 +22,7 @@ groups = {
 def run(path):
     env = dict(os.environ, OMP_WAIT_POLICY='passive')
     out = subprocess.run([path,'bench','--layers','6','--width','384','--heads','6','--context','256','--batch','8',
-        '--threads','1','--strategies','none','--reps','2','--profile=2','--autocast',ac,'--json','--quiet'],
+        '--threads',threads,'--strategies','none','--reps','2','--profile=2','--autocast',ac,'--json','--quiet'],
         capture_output=True, text=True, env=env, check=True).stdout
     j = json.loads(out)
     s = [x for x in j['strategies'] if x['strategy']=='none'][0] if 'strategies' in j else j['results'][0]
@@ -45,11 +47,12 @@ for r in range(rounds):
             g[gname] = tot
         g['outside kernels (timer on)'] = s['profile']['step_ms_timer_on'] - s['profile']['kernel_ms']
         g['step ms (timer off)'] = s['step_ms']
+        g['step CPU ms (timer off)'] = s['step_cpu_ms']
         g['step ms (timer on)'] = s['profile']['step_ms_timer_on']
         res[name].append(g)
         print(f"round {r} {name}: " + ", ".join(f"{k.split(' ')[0]}={v:.1f}" for k, v in g.items()), file=sys.stderr, flush=True)
 names = list(res)
-print(f"autocast {ac}, {rounds} rounds; median [min-max] ms per step")
+print(f"autocast {ac}, {threads} thread(s), {rounds} rounds; median [min-max] ms per step")
 for k in res[names[0]][0]:
     cells = []
     for n in names:

@@ -82,6 +82,11 @@ void rm_bf16_round_run(const float *restrict x, uint16_t *restrict y, int64_t n)
     round_run_loop(x, y, n);
 }
 
+RM_CPU_CLONES_EXTERN void rm_bf16_round_f32_run(const float *restrict x, float *restrict y,
+                                                int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = rm_bf16_to_f32(rm_f32_to_bf16(x[i]));
+}
+
 RM_CPU_CLONES_EXTERN void rm_bf16_add_run(const uint16_t *restrict x, float *restrict y,
                                           int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += rm_bf16_to_f32(x[i]);

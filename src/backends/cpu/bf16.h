@@ -15,6 +15,10 @@ void rm_bf16_widen_run(const uint16_t *restrict x, float *restrict y, int64_t n)
 /* y[i] = x[i] rounded to nearest even (NaN stays NaN), i < n. */
 void rm_bf16_round_run(const float *restrict x, uint16_t *restrict y, int64_t n);
 
+/* y[i] = x[i] rounded to bf16 and widened back (the value a bf16 GEMM
+ * multiplies), i < n. */
+void rm_bf16_round_f32_run(const float *restrict x, float *restrict y, int64_t n);
+
 /* y[i] += x[i] widened, i < n (f32 sums of bf16 rows). */
 void rm_bf16_add_run(const uint16_t *restrict x, float *restrict y, int64_t n);
 

@@ -47,6 +47,16 @@ void rm_bgemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint
  * parameter's gradient (linear's dW under autocast). */
 void rm_bgemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
                   const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc);
+/* The bf16 GEMM through f32 (the route rm_bgemm takes where !rm_bgemm_native()),
+ * with A and B each bf16 or f32 (a_f32, b_f32: an f32 operand's elements are
+ * rounded to bf16 as they are widened, the product that of rounded copies) and C
+ * bf16 or f32 (c_f32); bias (N values, f32 when bias_f32; NULL: none) only with
+ * beta 0. For callers holding an f32 operand (matmul.c: linear's weight and f32
+ * output gradient under autocast): one widening pass over it instead of a
+ * rounding into a bf16 copy and a widening of that. Never fails. */
+void rm_bgemm_wide(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, bool a_f32,
+                   int64_t lda, const void *B, bool b_f32, int64_t ldb, const void *bias,
+                   bool bias_f32, float beta, void *C, bool c_f32, int64_t ldc);
 /* True when rm_bgemm runs oneDNN's bf16 matmul (built with oneDNN, the CPU
  * has AVX512_BF16/AMX and REMAT_NO_BF16 is not set), false when it goes
  * through f32: kernels with a cheaper f32 route of their own take it then

@@ -2,21 +2,25 @@
  * matmul primitive on bf16 operands with f32 accumulation, where the CPU
  * has bf16 dot-product instructions (AVX512_BF16 or AMX, detected at run
  * time: remat_cpu_has_bf16); otherwise, and with another GEMM backend, the
- * operands are widened to f32, multiplied by rm_sgemm and the result
- * rounded back once (the same numbers up to f32 summation order; slower
- * than f32 itself, hence a warning). */
+ * operands are widened to f32 (an f32 operand of rm_bgemm_wide rounded to
+ * bf16 as it is), multiplied by rm_sgemm and the result rounded back once
+ * (the same numbers up to f32 summation order; slower than f32 itself, by
+ * the widening and rounding passes, hence a warning). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "core/core.h"
 #include "cpu.h"
 #include "gemm.h"
 #include "remat/autocast.h"
 
-#if defined(REMAT_GEMM_ONEDNN)
+#ifdef _OPENMP
 #include <omp.h>
+#endif
+#if defined(REMAT_GEMM_ONEDNN)
 #include <oneapi/dnnl/dnnl.h>
 #endif
 #if defined(__x86_64__) || defined(__i386__)
@@ -31,12 +35,45 @@ static int64_t fix_ld(int64_t rows, int64_t cols, int64_t ld) {
 }
 
 /* ---- the f32 path --------------------------------------------------------------------- */
-/* X (rows×cols as stored, row stride ld) widened into a dense f32 copy. */
-static float *widen(const uint16_t *X, int64_t rows, int64_t cols, int64_t ld) {
-    float *f = malloc(sizeof(float) * (size_t)(rows * cols > 0 ? rows * cols : 1));
-    if (!f) return NULL;
-    for (int64_t r = 0; r < rows; r++) rm_cpu_bf16_to_f32(X + r * ld, f + r * cols, cols);
-    return f;
+/* The widened copies live in one scratch buffer per thread that grows to the
+ * largest GEMM's need and is kept: allocated per call (as it was), buffers of
+ * megabytes came fresh from mmap and went back on free, so every GEMM
+ * page-faulted its copies in again (perf, GPT L=6 D=384 T=256 B=8 on one
+ * thread: a quarter of the bf16 step's samples in the kernel's page-fault and
+ * munmap paths). A need above WIDE_KEEP_BYTES is allocated for the call and
+ * freed. The buffer is freed when its thread exits (the key's destructor);
+ * the main thread's stays reachable from its thread-local pointer. */
+#define WIDE_KEEP_BYTES ((size_t)256 << 20)
+static _Thread_local float *tls_wide;
+static _Thread_local size_t tls_wide_n; /* floats */
+static pthread_key_t g_wide_key;
+static pthread_once_t g_wide_once = PTHREAD_ONCE_INIT;
+static bool g_wide_key_ok;
+
+static void wide_key_make(void) { g_wide_key_ok = pthread_key_create(&g_wide_key, free) == 0; }
+
+/* n floats of scratch: the thread's kept buffer (grown), or one of its own
+ * (*owned: the caller frees it) when n is too large to keep; NULL when out of
+ * memory. */
+static float *wide_get(size_t n, bool *owned) {
+    *owned = false;
+    if (n <= tls_wide_n) return tls_wide;
+    pthread_once(&g_wide_once, wide_key_make);
+    if (n > WIDE_KEEP_BYTES / sizeof(float) || !g_wide_key_ok) {
+        *owned = true;
+        return malloc(sizeof(float) * n);
+    }
+    /* the old buffer goes first: no moment holds both */
+    free(tls_wide);
+    tls_wide_n = 0;
+    tls_wide = malloc(sizeof(float) * n);
+    if (tls_wide && pthread_setspecific(g_wide_key, tls_wide) == 0) tls_wide_n = n;
+    else {
+        free(tls_wide);
+        tls_wide = NULL;
+        pthread_setspecific(g_wide_key, NULL);
+    }
+    return tls_wide;
 }
 
 /* A bias row (N values, bf16 or f32: bgemm's bias argument), its element j as f32. */
@@ -48,11 +85,22 @@ static float bias_at(bias_row b, int64_t j) {
     return b.f32 ? ((const float *)b.p)[j] : rm_bf16_to_f32(((const uint16_t *)b.p)[j]);
 }
 
+/* An operand: bf16, or f32 (rm_bgemm_wide) whose elements the GEMM multiplies
+ * rounded to bf16, as it would a rounded copy. */
+typedef struct opnd {
+    const void *p;
+    bool f32;
+} opnd;
+static float opnd_at(opnd x, int64_t i) {
+    return rm_bf16_to_f32(x.f32 ? rm_f32_to_bf16(((const float *)x.p)[i])
+                                : ((const uint16_t *)x.p)[i]);
+}
+
 /* C = A·B (+ bias, or + beta·C) element by element, for when the widened copies
  * could not be allocated. C is bf16, or f32 when cf32. */
-static void bgemm_naive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
-                        int64_t lda, const uint16_t *B, int64_t ldb, bias_row bias, float beta,
-                        void *Cv, int64_t ldc, bool cf32) {
+static void bgemm_naive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, opnd A, int64_t lda,
+                        opnd B, int64_t ldb, bias_row bias, float beta, void *Cv, int64_t ldc,
+                        bool cf32) {
     float *Cf = Cv;
     uint16_t *Cb = Cv;
     for (int64_t i = 0; i < M; i++)
@@ -60,36 +108,144 @@ static void bgemm_naive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const
             float s = bias.p ? bias_at(bias, j) : 0.0f;
             if (beta != 0) s = cf32 ? Cf[i * ldc + j] : rm_bf16_to_f32(Cb[i * ldc + j]);
             for (int64_t p = 0; p < K; p++)
-                s += rm_bf16_to_f32(ta ? A[p * lda + i] : A[i * lda + p]) *
-                     rm_bf16_to_f32(tb ? B[j * ldb + p] : B[p * ldb + j]);
+                s += opnd_at(A, ta ? p * lda + i : i * lda + p) *
+                     opnd_at(B, tb ? j * ldb + p : p * ldb + j);
             if (cf32) Cf[i * ldc + j] = s;
             else Cb[i * ldc + j] = rm_f32_to_bf16(s);
         }
 }
 
+/* n elements of x from element i widened (an f32 x rounded to bf16 first) into y. */
+static void widen_run(opnd x, int64_t i, float *y, int64_t n) {
+    if (x.f32) rm_bf16_round_f32_run((const float *)x.p + i, y, n);
+    else rm_bf16_widen_run((const uint16_t *)x.p + i, y, n);
+}
+
+/* Rows [r0, r1) of X (stored rows of `cols` elements, row stride ld) widened
+ * into the dense f32 copy f. */
+static void widen_rows(opnd X, int64_t cols, int64_t ld, float *f, int64_t r0, int64_t r1) {
+    if (ld == cols) widen_run(X, r0 * cols, f + r0 * cols, (r1 - r0) * cols);
+    else
+        for (int64_t r = r0; r < r1; r++) widen_run(X, r * ld, f + r * cols, cols);
+}
+
+/* Rows [r0, r1) of the dense f32 C (N wide) set to the bias row. */
+static void bias_rows(bias_row bias, int64_t N, float *c, int64_t r0, int64_t r1) {
+    if (r0 >= r1) return;
+    float *row = c + r0 * N;
+    if (bias.f32) memcpy(row, bias.p, sizeof(float) * (size_t)N);
+    else rm_bf16_widen_run(bias.p, row, N);
+    for (int64_t r = r0 + 1; r < r1; r++) memcpy(c + r * N, row, sizeof(float) * (size_t)N);
+}
+
+/* Rows [r0, r1) of the dense f32 c (N wide) rounded into the bf16 C (row stride ldc). */
+static void narrow_rows(const float *c, int64_t N, uint16_t *C, int64_t ldc, int64_t r0,
+                        int64_t r1) {
+    if (ldc == N) rm_bf16_round_run(c + r0 * N, C + r0 * N, (r1 - r0) * N);
+    else
+        for (int64_t r = r0; r < r1; r++) rm_bf16_round_run(c + r * N, C + r * ldc, N);
+}
+
+/* The share [*r0, *r1) of `rows` rows that thread `id` of `nt` takes. */
+static void share(int64_t rows, int nt, int id, int64_t *r0, int64_t *r1) {
+    int64_t per = (rows + nt - 1) / nt;
+    *r0 = per * id < rows ? per * id : rows;
+    *r1 = *r0 + per < rows ? *r0 + per : rows;
+}
+
+/* Threads for passes over n elements: the team when it pays and the call is
+ * not on one of its threads already (as bf16.c's conversion passes). */
+static int pass_threads(int64_t n) {
+#ifdef _OPENMP
+    if (n > RM_OMP_MIN && !omp_in_parallel()) return omp_get_max_threads();
+#else
+    (void)n;
+#endif
+    return 1;
+}
+
+/* The operands of one GEMM through f32: A (ar × ac as stored, row stride lda)
+ * and B widened into a and b, and the f32 C c (M × N, NULL: C is f32 itself)
+ * holding the bias rows or, with beta, C widened. */
+typedef struct wide_in {
+    opnd A, B;
+    const uint16_t *C;
+    int64_t ar, ac, lda, br, bc, ldb, M, N, ldc;
+    bias_row bias;
+    float beta;
+    float *a, *b, *c;
+} wide_in;
+
+static void wide_fill(const wide_in *w, int nt, int id) {
+    int64_t r0, r1;
+    share(w->ar, nt, id, &r0, &r1);
+    widen_rows(w->A, w->ac, w->lda, w->a, r0, r1);
+    share(w->br, nt, id, &r0, &r1);
+    widen_rows(w->B, w->bc, w->ldb, w->b, r0, r1);
+    if (!w->c) return;
+    share(w->M, nt, id, &r0, &r1);
+    if (w->beta != 0) widen_rows((opnd){w->C, false}, w->N, w->ldc, w->c, r0, r1);
+    else if (w->bias.p) bias_rows(w->bias, w->N, w->c, r0, r1);
+}
+
 /* C is bf16, or f32 when cf32 (then written in place, unrounded). A bias (only
  * with bf16 C and beta 0) is written into the f32 C's rows and the GEMM adds to
- * it (beta 1): what the sgemm gave when the bias was in C before the call. */
-static void bgemm_via_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
-                          int64_t lda, const uint16_t *B, int64_t ldb, bias_row bias, float beta,
-                          void *Cv, int64_t ldc, bool cf32) {
-    float *a = widen(A, ta ? K : M, ta ? M : K, lda), *b = widen(B, tb ? N : K, tb ? K : N, ldb);
-    float *c = NULL;
-    if (!cf32) c = beta != 0 ? widen(Cv, M, N, ldc) : malloc(sizeof(float) * (size_t)(M * N));
-    float cbeta = beta; /* the f32 C's */
-    if (c && bias.p) {
-        for (int64_t j = 0; j < N; j++) c[j] = bias_at(bias, j);
-        for (int64_t r = 1; r < M; r++) memcpy(c + r * N, c, sizeof(float) * (size_t)N);
-        cbeta = 1.0f;
-    }
-    if (!a || !b || (!cf32 && !c))
+ * it (beta 1): what the sgemm gave when the bias was in C before the call.
+ * The copies are the exact f32 values of the bf16 operands, so the result is
+ * rm_sgemm's on them, rounded once; the widening, bias and rounding passes are
+ * elementwise (split over the OpenMP team by rows) and add no dependence on the
+ * thread count. */
+static void bgemm_via_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, opnd A, int64_t lda,
+                          opnd B, int64_t ldb, bias_row bias, float beta, void *Cv, int64_t ldc,
+                          bool cf32) {
+    wide_in w = {.A = A,
+                 .B = B,
+                 .C = Cv,
+                 .ar = ta ? K : M,
+                 .ac = ta ? M : K,
+                 .lda = lda,
+                 .br = tb ? N : K,
+                 .bc = tb ? K : N,
+                 .ldb = ldb,
+                 .M = M,
+                 .N = N,
+                 .ldc = ldc,
+                 .bias = bias,
+                 .beta = beta};
+    size_t na = (size_t)(M * K), nb = (size_t)(K * N), nc = cf32 ? 0 : (size_t)(M * N);
+    bool owned;
+    float *s = wide_get(na + nb + nc, &owned);
+    if (!s) {
         bgemm_naive(ta, tb, M, N, K, A, lda, B, ldb, bias, beta, Cv, ldc, cf32);
-    else if (cf32) rm_sgemm(ta, tb, M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, beta, Cv, ldc);
-    else {
-        rm_sgemm(ta, tb, M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, cbeta, c, N);
-        for (int64_t r = 0; r < M; r++) rm_cpu_f32_to_bf16(c + r * N, (uint16_t *)Cv + r * ldc, N);
+        return;
     }
-    free(a), free(b), free(c);
+    w.a = s, w.b = s + na, w.c = cf32 ? NULL : s + na + nb;
+    int nt = pass_threads((int64_t)(na + nb + nc));
+    if (nt <= 1) wide_fill(&w, 1, 0);
+#ifdef _OPENMP
+    else {
+#pragma omp parallel num_threads(nt)
+        wide_fill(&w, omp_get_num_threads(), omp_get_thread_num());
+    }
+#endif
+    if (cf32) rm_sgemm(ta, tb, M, N, K, 1.0f, w.a, w.ac, w.b, w.bc, beta, Cv, ldc);
+    else {
+        float cbeta = bias.p ? 1.0f : beta; /* the f32 C's */
+        rm_sgemm(ta, tb, M, N, K, 1.0f, w.a, w.ac, w.b, w.bc, cbeta, w.c, N);
+        nt = pass_threads((int64_t)nc);
+        if (nt <= 1) narrow_rows(w.c, N, Cv, ldc, 0, M);
+#ifdef _OPENMP
+        else {
+#pragma omp parallel num_threads(nt)
+            {
+                int64_t r0, r1;
+                share(M, omp_get_num_threads(), omp_get_thread_num(), &r0, &r1);
+                narrow_rows(w.c, N, Cv, ldc, r0, r1);
+            }
+        }
+#endif
+    }
+    if (owned) free(s);
 }
 
 /* ---- oneDNN --------------------------------------------------------------------------- */
@@ -306,10 +462,10 @@ uint64_t rm_bgemm_bias_runs(void) {
     return atomic_load_explicit(&g_bias_runs, memory_order_relaxed);
 }
 
-/* bias: only with bf16 C and beta 0 (rm_bgemm_bias). */
-static void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
-                  const uint16_t *B, int64_t ldb, bias_row bias, float beta, void *C, int64_t ldc,
-                  bool cf32) {
+/* bias: only with bf16 C and beta 0 (rm_bgemm_bias). An f32 operand (rm_bgemm_wide)
+ * goes through f32 whatever the CPU. */
+static void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, opnd A, int64_t lda, opnd B,
+                  int64_t ldb, bias_row bias, float beta, void *C, int64_t ldc, bool cf32) {
     if (M <= 0 || N <= 0) return;
     lda = fix_ld(ta ? K : M, ta ? M : K, lda);
     ldb = fix_ld(tb ? N : K, tb ? K : N, ldb);
@@ -326,7 +482,9 @@ static void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint1
     }
 #if defined(REMAT_GEMM_ONEDNN)
     if (remat_cpu_has_bf16()) {
-        if (bgemm_dnnl(ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc, cf32)) return;
+        if (!A.f32 && !B.f32 &&
+            bgemm_dnnl(ta, tb, M, N, K, A.p, lda, B.p, ldb, bias, beta, C, ldc, cf32))
+            return;
     } else {
         rm_warn("bf16 matmul: this CPU has neither AVX512_BF16 nor AMX-BF16 (or "
                 "ONEDNN_MAX_CPU_ISA is below AVX512_CORE_BF16, or REMAT_NO_BF16 is set); bf16 "
@@ -342,16 +500,26 @@ static void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint1
 
 void rm_bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
               const uint16_t *B, int64_t ldb, float beta, uint16_t *C, int64_t ldc) {
-    bgemm(ta, tb, M, N, K, A, lda, B, ldb, (bias_row){NULL, false}, beta, C, ldc, false);
+    bgemm(ta, tb, M, N, K, (opnd){A, false}, lda, (opnd){B, false}, ldb, (bias_row){NULL, false},
+          beta, C, ldc, false);
 }
 
 void rm_bgemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
                    int64_t lda, const uint16_t *B, int64_t ldb, const void *bias, bool bias_f32,
                    uint16_t *C, int64_t ldc) {
-    bgemm(ta, tb, M, N, K, A, lda, B, ldb, (bias_row){bias, bias_f32}, 0.0f, C, ldc, false);
+    bgemm(ta, tb, M, N, K, (opnd){A, false}, lda, (opnd){B, false}, ldb, (bias_row){bias, bias_f32},
+          0.0f, C, ldc, false);
 }
 
 void rm_bgemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
                   const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    bgemm(ta, tb, M, N, K, A, lda, B, ldb, (bias_row){NULL, false}, beta, C, ldc, true);
+    bgemm(ta, tb, M, N, K, (opnd){A, false}, lda, (opnd){B, false}, ldb, (bias_row){NULL, false},
+          beta, C, ldc, true);
+}
+
+void rm_bgemm_wide(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, bool a_f32,
+                   int64_t lda, const void *B, bool b_f32, int64_t ldb, const void *bias,
+                   bool bias_f32, float beta, void *C, bool c_f32, int64_t ldc) {
+    bgemm(ta, tb, M, N, K, (opnd){A, a_f32}, lda, (opnd){B, b_f32}, ldb, (bias_row){bias, bias_f32},
+          beta, C, ldc, c_f32);
 }

@@ -103,6 +103,8 @@ typedef struct mm_kind {
     uint16_t *scratch;
     int64_t cap_a, cap_b;
     int nt;
+    bool wide; /* a bf16 GEMM through f32 (!rm_bgemm_native()): rm_bgemm_wide takes
+                * A and B in their own dtypes, no rounded copies nor panels */
 } mm_kind;
 
 /* Rows or columns per panel: `all` cut into as few panels as `cap`
@@ -242,10 +244,16 @@ static void gemm_panels_team(const mm_kind *kd, bool ta, bool tb, int64_t m, int
 }
 #endif
 
-/* One GEMM of the call: gemm_dt, or gemm_panels when an operand is rounded here. */
+/* One GEMM of the call: gemm_dt, or gemm_panels when an operand is rounded here,
+ * or rm_bgemm_wide. */
 static void gemm_kind(const mm_kind *kd, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                       const char *A, int64_t lda, const char *B, int64_t ldb, double beta, char *C,
                       int64_t ldc, gemm_bias bias) {
+    if (kd->wide) {
+        rm_bgemm_wide(ta, tb, m, n, k, A, kd->da == REMAT_F32, lda, B, kd->db == REMAT_F32, ldb,
+                      bias.p, bias.f32, (float)beta, C, kd->dc == REMAT_F32, ldc);
+        return;
+    }
 #ifdef _OPENMP
     if ((kd->da != kd->dt || kd->db != kd->dt) && kd->nt > 1)
         gemm_panels_team(kd, ta, tb, m, n, k, A, lda, B, ldb, beta, C, ldc, bias);
@@ -459,7 +467,7 @@ static remat_status mm_kind_of(mm_kind *kd, remat_tensor **ar, remat_tensor **br
                                int64_t kmax) {
     remat_dtype da = a->dtype, db = b->dtype;
     bool low = da == REMAT_BF16 || db == REMAT_BF16 || y->dtype == REMAT_BF16;
-    *kd = (mm_kind){da, da, db, y->dtype, NULL, 0, 0, 1};
+    *kd = (mm_kind){da, da, db, y->dtype, NULL, 0, 0, 1, false};
     if (!low) {
         if (da == db) return REMAT_OK;
         return rm_err(REMAT_EDTYPE, "matmul kernel: operands of dtypes %s and %s",
@@ -469,6 +477,18 @@ static remat_status mm_kind_of(mm_kind *kd, remat_tensor **ar, remat_tensor **br
         return rm_err(REMAT_EDTYPE, "matmul kernel: operands of dtypes %s and %s for a bf16 GEMM",
                       remat_dtype_name(da), remat_dtype_name(db));
     kd->dt = REMAT_BF16;
+    /* Where the bf16 GEMMs run through f32 anyway, an f32 operand is rounded as it
+     * is widened there: rounding it into a bf16 copy (or panels) first was a pass
+     * more over it, and a panel's GEMM widened the other operand again per panel
+     * (linear's backward under autocast: 1401 -> 1175 ms a GPT step, 1 thread,
+     * docs/benchmarks.md). The whole GEMM is one f32 sgemm over the team, as
+     * without autocast: deterministic per shape and thread count, but where the
+     * panels' one-thread GEMMs gave the same bits at any thread count, the sgemm's
+     * K split may not (as f32's does not). */
+    if (!rm_bgemm_native()) {
+        kd->wide = true;
+        return REMAT_OK;
+    }
     bool pa = da == REMAT_F32 && (p->a & RM_MM_PANEL);
     bool pb = db == REMAT_F32 && (p->b & RM_MM_PANEL) && kmax <= RM_PANEL_MAX_K;
     int rc = REMAT_OK;
