@@ -92,9 +92,7 @@ RM_CPU_CLONES_EXTERN void rm_bf16_add_run(const uint16_t *restrict x, float *res
     for (int64_t i = 0; i < n; i++) y[i] += rm_bf16_to_f32(x[i]);
 }
 
-/* Threads for a pass over n elements: the team when it pays and we are not
- * on one of its threads already, else 1. */
-static int pass_threads(int64_t n) {
+int rm_bf16_pass_threads(int64_t n) {
 #ifdef _OPENMP
     if (n > RM_OMP_MIN && !omp_in_parallel()) return omp_get_max_threads();
 #else
@@ -124,7 +122,7 @@ static void convert_range(bf16_dir dir, const void *x, void *y, int64_t lo, int6
 /* Converts n elements of x into y: on the calling thread when the pass is small, else one
  * contiguous range per thread (pass_range). */
 static void convert_pass(bf16_dir dir, const void *x, void *y, int64_t n) {
-    int nt = pass_threads(n);
+    int nt = rm_bf16_pass_threads(n);
     if (nt <= 1) {
         convert_range(dir, x, y, 0, n);
         return;
@@ -249,7 +247,7 @@ static remat_status chunked(rm_kernel_fn f32, const rm_kargs *k, int64_t n) {
     memcpy(ops, k->in, sizeof k->in);
     memcpy(ops + RM_KERNEL_MAX_IN, k->out, sizeof k->out);
     int64_t nch = (n + BF16_CHUNK - 1) / BF16_CHUNK;
-    int nt = pass_threads(n);
+    int nt = rm_bf16_pass_threads(n);
     if (nt > nch) nt = (int)nch;
     if (nt < 1) nt = 1;
     chunk_views *cv = calloc((size_t)nt, sizeof *cv);

@@ -22,4 +22,9 @@ void rm_bf16_round_f32_run(const float *restrict x, float *restrict y, int64_t n
 /* y[i] += x[i] widened, i < n (f32 sums of bf16 rows). */
 void rm_bf16_add_run(const uint16_t *restrict x, float *restrict y, int64_t n);
 
+/* Threads for a conversion pass over n elements: the OpenMP team when the pass
+ * is long enough to pay for waking it (RM_OMP_MIN) and the caller is not on one
+ * of its threads already, else 1. */
+int rm_bf16_pass_threads(int64_t n);
+
 #endif /* REMAT_BACKENDS_CPU_BF16_H */

@@ -153,17 +153,6 @@ static void share(int64_t rows, int nt, int id, int64_t *r0, int64_t *r1) {
     *r1 = *r0 + per < rows ? *r0 + per : rows;
 }
 
-/* Threads for passes over n elements: the team when it pays and the call is
- * not on one of its threads already (as bf16.c's conversion passes). */
-static int pass_threads(int64_t n) {
-#ifdef _OPENMP
-    if (n > RM_OMP_MIN && !omp_in_parallel()) return omp_get_max_threads();
-#else
-    (void)n;
-#endif
-    return 1;
-}
-
 /* The operands of one GEMM through f32: A (ar × ac as stored, row stride lda)
  * and B widened into a and b, and the f32 C c (M × N, NULL: C is f32 itself)
  * holding the bias rows or, with beta, C widened. */
@@ -220,7 +209,7 @@ static void bgemm_via_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, opn
         return;
     }
     w.a = s, w.b = s + na, w.c = cf32 ? NULL : s + na + nb;
-    int nt = pass_threads((int64_t)(na + nb + nc));
+    int nt = rm_bf16_pass_threads((int64_t)(na + nb + nc));
     if (nt <= 1) wide_fill(&w, 1, 0);
 #ifdef _OPENMP
     else {
@@ -232,7 +221,7 @@ static void bgemm_via_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, opn
     else {
         float cbeta = bias.p ? 1.0f : beta; /* the f32 C's */
         rm_sgemm(ta, tb, M, N, K, 1.0f, w.a, w.ac, w.b, w.bc, cbeta, w.c, N);
-        nt = pass_threads((int64_t)nc);
+        nt = rm_bf16_pass_threads((int64_t)nc);
         if (nt <= 1) narrow_rows(w.c, N, Cv, ldc, 0, M);
 #ifdef _OPENMP
         else {
