@@ -268,7 +268,7 @@ typedef struct remat_plan_options {
      * tensors stored as bf16 from the forward to the recomputation
      * (REMAT_OP_KEEP_BF16: half their bytes, for two conversions' time,
      * ops->cast_bytes_per_s), for the ops whose profile shows such bytes
-     * (bf16_bytes: tensors on cpu). LOSSY: each stored value comes back
+     * (bf16_bytes: on any device). LOSSY: each stored value comes back
      * rounded to 8 significant bits (relative error <= 2^-8), the
      * recomputation runs on the rounded values, and gradients differ from
      * those of no checkpointing (docs/planner.md "Lossy compression" gives
@@ -388,7 +388,8 @@ typedef struct remat_op_profile_entry {
                             (remat_bf16_saved_hooks; informational) */
     size_t bf16_bytes;   /* of cache_bytes, the f32 storage a lossy keep (REMAT_OP_KEEP_BF16,
                            selective MUST_SAVE_BF16) stores as bf16, saving half of it:
-                           contiguous f32 tensors on a device the CPU can read */
+                           contiguous f32 tensors alone on their storage, on any device
+                           (the conversion is the device's converting copy) */
     bool offloadable;    /* its saves live on a device with real offload (cuda; never on cpu):
                            the planner may move them to host memory (REMAT_OP_OFFLOAD) when
                            remat_plan_options.offload allows it */
