@@ -1135,6 +1135,24 @@ static size_t run_step(tchain *c, const remat_plan *plan, remat_tensor **grads) 
     return peak;
 }
 
+/* The executed-plan tests' start: the chain made (dropout p), a warm-up step (caches,
+ * first touch), none's gradients into ref (skipped when NULL), .grad cleared, then the
+ * chain's whole-step and op profiles with fixed = what is live when the chain starts.
+ * Returns none's step peak (0 without ref). */
+static size_t profiled_chain(tchain *c, double p, remat_tensor **ref, remat_step_profile *step,
+                             remat_profile **prof, remat_op_profile **ops) {
+    tchain_init(c, p);
+    run_step(c, NULL, NULL);
+    size_t peak_none = ref ? run_step(c, NULL, ref) : 0;
+    rt_zero_grads(c->n_params, c->params);
+    RT_OK(remat_set_grad(c->x, NULL));
+    *step = (remat_step_profile){.fixed_bytes = rt_device_current_bytes()};
+    *prof = NULL;
+    *ops = NULL;
+    rt_profile_chain(prof, ops, step, TB_N, c->stages, c->x, loss_fn);
+    return peak_none;
+}
+
 static bool some_op(const remat_stage_ops *so, const char *name) {
     for (int i = 0; i < so->n_ops; i++)
         if (!strcmp(so->ops[i].name, name)) return true;
@@ -1242,20 +1260,13 @@ Test(opplan, recompute_free_is_what_early_stop_skips) {
 
 Test(opplan, executed_plans_fit_the_step_budget_with_bitwise_gradients) {
     tchain c;
-    tchain_init(&c, 0.1);
+    remat_tensor **ref = calloc(1 + TB_N * RT_MAX_PARAMS, sizeof *ref),
+                 **got = calloc(1 + TB_N * RT_MAX_PARAMS, sizeof *got);
+    remat_step_profile step;
+    remat_profile *prof;
+    remat_op_profile *ops;
+    size_t peak_none = profiled_chain(&c, 0.1, ref, &step, &prof, &ops);
     int ng = 1 + c.n_params;
-    remat_tensor **ref = calloc((size_t)ng, sizeof *ref), **got = calloc((size_t)ng, sizeof *got);
-    run_step(&c, NULL, NULL); /* warm-up: caches, first-touch */
-    size_t peak_none = run_step(&c, NULL, ref);
-
-    /* the whole-step profile: fixed = what is live when the chain starts */
-    rt_zero_grads(c.n_params, c.params);
-    RT_OK(remat_set_grad(c.x, NULL));
-    remat_step_profile step = {0};
-    step.fixed_bytes = rt_device_current_bytes();
-    remat_profile *prof = NULL;
-    remat_op_profile *ops = NULL;
-    rt_profile_chain(&prof, &ops, &step, TB_N, c.stages, c.x, loss_fn);
 
     size_t lo, top;
     rt_plan_budget_range(prof, ops, &step, NULL, &lo, &top);
@@ -1324,17 +1335,13 @@ static double rel_err(const remat_tensor *a, const remat_tensor *ref) {
 
 Test(opplan, executed_lossy_plans_fit_and_stay_close) {
     tchain c;
-    tchain_init(&c, 0.1);
+    remat_tensor **ref = calloc(1 + TB_N * RT_MAX_PARAMS, sizeof *ref),
+                 **got = calloc(1 + TB_N * RT_MAX_PARAMS, sizeof *got);
+    remat_step_profile step;
+    remat_profile *prof;
+    remat_op_profile *ops;
+    profiled_chain(&c, 0.1, ref, &step, &prof, &ops);
     int ng = 1 + c.n_params;
-    remat_tensor **ref = calloc((size_t)ng, sizeof *ref), **got = calloc((size_t)ng, sizeof *got);
-    run_step(&c, NULL, NULL);
-    run_step(&c, NULL, ref);
-    rt_zero_grads(c.n_params, c.params);
-    RT_OK(remat_set_grad(c.x, NULL));
-    remat_step_profile step = {.fixed_bytes = rt_device_current_bytes()};
-    remat_profile *prof = NULL;
-    remat_op_profile *ops = NULL;
-    rt_profile_chain(&prof, &ops, &step, TB_N, c.stages, c.x, loss_fn);
     size_t z = 0; /* on every device: the fenced test device converts as the cpu does */
     for (int i = 0; i < ops->stages[0].n_ops; i++) z += ops->stages[0].ops[i].bf16_bytes;
     cr_assert_gt(z, 0, "the linears' f32 outputs may be kept as bf16");
@@ -1402,17 +1409,13 @@ static void assert_refused(tchain *c, const remat_plan *plan, const char *const 
 
 Test(opplan, executed_plans_store_stages_as_bf16) {
     tchain c;
-    tchain_init(&c, 0.1);
+    remat_tensor **ref = calloc(1 + TB_N * RT_MAX_PARAMS, sizeof *ref),
+                 **got = calloc(1 + TB_N * RT_MAX_PARAMS, sizeof *got);
+    remat_step_profile step;
+    remat_profile *prof;
+    remat_op_profile *ops;
+    profiled_chain(&c, 0.1, ref, &step, &prof, &ops);
     int ng = 1 + c.n_params;
-    remat_tensor **ref = calloc((size_t)ng, sizeof *ref), **got = calloc((size_t)ng, sizeof *got);
-    run_step(&c, NULL, NULL);
-    run_step(&c, NULL, ref);
-    rt_zero_grads(c.n_params, c.params);
-    RT_OK(remat_set_grad(c.x, NULL));
-    remat_step_profile step = {.fixed_bytes = rt_device_current_bytes()};
-    remat_profile *prof = NULL;
-    remat_op_profile *ops = NULL;
-    rt_profile_chain(&prof, &ops, &step, TB_N, c.stages, c.x, loss_fn);
     for (int k = 0; k < TB_N; k++) {
         const remat_stage_ops *so = &ops->stages[k];
         cr_assert_gt(so->store_bf16_bytes, 0, "stage %d: the linears' inputs are f32 saves", k);
@@ -1548,14 +1551,10 @@ static void assert_refused(tchain *c, const remat_plan *plan, const char *const 
  * nothing runs. */
 Test(opplan, keep_sets_nested_or_stored_are_refused) {
     tchain c;
-    tchain_init(&c, 0.1);
-    run_step(&c, NULL, NULL);
-    rt_zero_grads(c.n_params, c.params);
-    RT_OK(remat_set_grad(c.x, NULL));
-    remat_step_profile step = {.fixed_bytes = rt_device_current_bytes()};
-    remat_profile *prof = NULL;
-    remat_op_profile *ops = NULL;
-    rt_profile_chain(&prof, &ops, &step, TB_N, c.stages, c.x, loss_fn);
+    remat_step_profile step;
+    remat_profile *prof;
+    remat_op_profile *ops;
+    profiled_chain(&c, 0.1, NULL, &step, &prof, &ops);
     rt_fix_op_times(prof, ops, &step);
     ops->cast_bytes_per_s = 1e13;
     for (int lossy = 0; lossy <= 1; lossy++) {
