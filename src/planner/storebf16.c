@@ -15,17 +15,10 @@
  * PyTorch's hooks do): the profile measures what the stage then holds, so the planner
  * offers the variant only where it holds less.
  */
-#include <stdlib.h>
-
 #include "autograd/graph.h"
 #include "core/core.h"
 #include "planner_internal.h"
 #include "sac/sac.h"
-
-typedef struct sb_handle {
-    bool bf16;       /* t is the bf16 copy of an f32 save */
-    remat_tensor *t; /* the stored tensor */
-} sb_handle;
 
 static bool convertible(const pl_store_bf16 *c, const remat_tensor *alias) {
     const remat_tensor *orig = rm_node_saving();
@@ -35,48 +28,22 @@ static bool convertible(const pl_store_bf16 *c, const remat_tensor *alias) {
            (size_t)remat_numel(t) * sizeof(float) == t->storage->nbytes;
 }
 
+/* The handle, its unpack and free are the bf16 hooks' (sac_bf16_*); the pack chooses what
+ * is converted and counts it. */
 static void *sb_pack(void *ud, remat_tensor *t) {
     pl_store_bf16 *c = ud;
-    sb_handle *h = calloc(1, sizeof *h);
-    if (!h) {
-        rm_err(REMAT_ENOMEM, "bf16 hooks of a stored stage: out of memory");
-        return NULL;
-    }
-    if (convertible(c, t)) {
-        if (sac_bf16_convert(&h->t, t, true)) {
-            free(h);
-            return NULL;
-        }
-        h->bf16 = true;
+    bool conv = convertible(c, t);
+    void *h = sac_bf16_pack(t, conv, "bf16 hooks of a stored stage");
+    if (h && conv) {
         size_t b = t->storage->nbytes;
         c->bytes += b;
         if (b > c->largest) c->largest = b;
-    } else {
-        h->t = rm_retain(t);
     }
     return h;
-}
-
-/* No use of the hooks' user data here: unpack and free run in the backward, long after the
- * forward's pl_store_bf16 is gone. */
-static remat_status sb_unpack(void *ud, void *handle, remat_tensor **out) {
-    (void)ud;
-    sb_handle *h = handle;
-    if (h->bf16) return sac_bf16_convert(out, h->t, false);
-    *out = rm_retain(h->t);
-    return REMAT_OK;
-}
-
-static void sb_free(void *ud, void *handle) {
-    (void)ud;
-    sb_handle *h = handle;
-    if (!h) return;
-    rm_release(h->t);
-    free(h);
 }
 
 remat_saved_hooks pl_store_bf16_hooks(pl_store_bf16 *c, const remat_tensor *input) {
     *c = (pl_store_bf16){.skip = input && input->storage ? (const void *)input->storage : NULL};
     return (remat_saved_hooks){
-        .pack = sb_pack, .unpack = sb_unpack, .free_handle = sb_free, .user_data = c};
+        .pack = sb_pack, .unpack = sac_bf16_unpack, .free_handle = sac_bf16_free, .user_data = c};
 }

@@ -67,14 +67,42 @@ remat_status sac_bf16_convert(remat_tensor **out, remat_tensor *t, bool to_bf16)
 }
 
 /* ---- the hooks ------------------------------------------------------------------------------ */
-enum { PK_ASIS = 0, PK_BF16 };
-
+/* A handle of the bf16 hooks (these and the planner's stored stages, storebf16.c): the
+ * stored tensor, which is the bf16 copy of an f32 save or the save as it is. */
 typedef struct packed {
-    int kind;
-    remat_tensor *t; /* the stored tensor */
+    bool bf16;
+    const char *call; /* a literal: errors of the conversions name it */
+    remat_tensor *t;
 } packed;
 
-static void packed_free(void *ud, void *handle) {
+void *sac_bf16_pack(remat_tensor *t, bool to_bf16, const char *call) {
+    packed *p = calloc(1, sizeof *p);
+    if (!p) {
+        rm_err(REMAT_ENOMEM, "%s: out of memory", call);
+        return NULL;
+    }
+    p->call = call;
+    if (to_bf16) {
+        if (convert(&p->t, t, REMAT_F32, REMAT_BF16, call)) {
+            free(p);
+            return NULL;
+        }
+        p->bf16 = true;
+    } else {
+        p->t = rm_retain(t);
+    }
+    return p;
+}
+
+remat_status sac_bf16_unpack(void *ud, void *handle, remat_tensor **out) {
+    RM_UNUSED(ud);
+    packed *p = handle;
+    if (p->bf16) return convert(out, p->t, REMAT_BF16, REMAT_F32, p->call);
+    *out = rm_retain(p->t);
+    return REMAT_OK;
+}
+
+void sac_bf16_free(void *ud, void *handle) {
     RM_UNUSED(ud);
     packed *p = handle;
     if (!p) return;
@@ -84,37 +112,15 @@ static void packed_free(void *ud, void *handle) {
 
 static void *bf16_pack(void *ud, remat_tensor *t) {
     int64_t min_numel = (int64_t)(intptr_t)ud;
-    packed *p = calloc(1, sizeof *p);
-    if (!p) {
-        rm_err(REMAT_ENOMEM, "bf16 saved-tensor hooks: out of memory");
-        return NULL;
-    }
-    if (t->dtype == REMAT_F32 && t->storage->data && remat_numel(t) >= min_numel) {
-        if (convert(&p->t, t, REMAT_F32, REMAT_BF16, "bf16 saved-tensor hooks")) {
-            free(p);
-            return NULL;
-        }
-        p->kind = PK_BF16;
-    } else {
-        p->t = rm_retain(t);
-        p->kind = PK_ASIS;
-    }
-    return p;
-}
-
-static remat_status bf16_unpack(void *ud, void *handle, remat_tensor **out) {
-    RM_UNUSED(ud);
-    packed *p = handle;
-    if (p->kind == PK_BF16)
-        return convert(out, p->t, REMAT_BF16, REMAT_F32, "bf16 saved-tensor hooks");
-    *out = rm_retain(p->t);
-    return REMAT_OK;
+    return sac_bf16_pack(t,
+                         t->dtype == REMAT_F32 && t->storage->data && remat_numel(t) >= min_numel,
+                         "bf16 saved-tensor hooks");
 }
 
 void remat_bf16_saved_hooks(remat_saved_hooks *out, int64_t min_numel) {
     if (!out) return;
     out->pack = bf16_pack;
-    out->unpack = bf16_unpack;
-    out->free_handle = packed_free;
+    out->unpack = sac_bf16_unpack;
+    out->free_handle = sac_bf16_free;
     out->user_data = (void *)(intptr_t)(min_numel > 0 ? min_numel : 0);
 }

@@ -29,5 +29,12 @@ static inline bool sac_valid_policy(int p) {
 /* compress.c: t (f32, or bf16 when !to_bf16; any strides, host-addressable, with data)
  * into a new contiguous bf16 (f32) tensor, whatever the skip mode. */
 remat_status sac_bf16_convert(remat_tensor **out, remat_tensor *t, bool to_bf16);
+/* The bf16 saved-tensor hooks' handle (compress.c), for hooks that choose per save:
+ * sac_bf16_pack stores t as a bf16 copy (to_bf16; t f32 with data) or as it is, NULL on
+ * failure (error set, naming call, a literal the handle keeps for its unpack's errors);
+ * sac_bf16_unpack and sac_bf16_free are the hooks' unpack and free_handle. */
+void *sac_bf16_pack(remat_tensor *t, bool to_bf16, const char *call);
+remat_status sac_bf16_unpack(void *ud, void *handle, remat_tensor **out);
+void sac_bf16_free(void *ud, void *handle);
 
 #endif
