@@ -231,3 +231,24 @@ Test(alloc_failure, every_allocation_of_matmul_linear_and_attention) {
     sweep_op("remat_attention", run_attention, 3, att);
     cr_assert_eq(remat_live_tensors(), 0);
 }
+
+/* bf16 through f32 (REMAT_NO_BF16, any CPU): the GEMM's widened operands and the attention
+ * kernels' scratch come from the allocator (src/backends/cpu/workspace.h), sized here above
+ * its 64 KiB floor, and fail in turn too: the GEMM then multiplies element by element
+ * (REMAT_OK), attention reports REMAT_ENOMEM; nothing leaks. */
+static remat_tensor *bf16_leaf(int ndim, const int64_t *shape, unsigned seed) {
+    remat_tensor *f = rt_rand(ndim, shape, REMAT_F32, -1, 1, seed), *b = NULL;
+    cr_assert_eq(remat_to_dtype(&b, f, REMAT_BF16), REMAT_OK);
+    remat_release(f);
+    return rt_leaf(b);
+}
+
+Test(alloc_failure, every_allocation_of_bf16_ops_through_f32) {
+    setenv("REMAT_NO_BF16", "1", 1);
+    int64_t sa[] = {64, 96}, sb[] = {96, 80}, sq[] = {1, 2, 64, 64};
+    remat_tensor *mm[2] = {bf16_leaf(2, sa, 1), bf16_leaf(2, sb, 2)};
+    sweep_op("bf16 remat_matmul", run_matmul, 2, mm);
+    remat_tensor *att[3] = {bf16_leaf(4, sq, 6), bf16_leaf(4, sq, 7), bf16_leaf(4, sq, 8)};
+    sweep_op("bf16 remat_attention", run_attention, 3, att);
+    cr_assert_eq(remat_live_tensors(), 0);
+}

@@ -5,9 +5,9 @@
  * first), the bias in every row of an f32 C that rm_sgemm adds to (beta 1), or
  * bf16 C widened for beta 1, and the result rounded once. Bitwise, at 1 and 2
  * threads, over transposes, padded leading dimensions, M, N or K of 1, bf16
- * and f32 biases and C, in an order that has the kept scratch (it grows and is
- * reused, with stale contents) serve a smaller GEMM after a larger one. C's
- * padding between rows must come back untouched. */
+ * and f32 biases and C, in an order that has the scratch (from the allocator's
+ * cache, with stale contents) serve GEMMs of other shapes. C's padding between
+ * rows must come back untouched. */
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -37,8 +37,8 @@ typedef struct gcase {
     kind k;
 } gcase;
 
-/* Larger GEMMs before smaller ones and back, so the kept scratch is reused
- * with another GEMM's values in it. */
+/* Larger GEMMs before smaller ones and back, so that scratch is reused with
+ * another GEMM's values in it. */
 static const gcase k_cases[] = {
     {false, false, 300, 200, 130, 0, 0, 0, K_BIAS16},
     {false, true, 37, 53, 29, 3, 1, 5, K_PLAIN},
@@ -153,7 +153,7 @@ static void run_case(const gcase *g, int threads, uint64_t seed) {
     default:
         rm_bgemm_wide(g->ta, g->tb, M, N, K, a32 ? (const void *)af : ab, a32, lda,
                       b32 ? (const void *)bf : bb, b32, ldb, bias_p, bias32, beta,
-                      c32 ? (void *)cf : cb, c32, ldc);
+                      c32 ? (void *)cf : cb, c32, ldc, NULL);
     }
 
     for (int64_t i = 0; i < nc; i++) {

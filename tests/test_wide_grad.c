@@ -226,10 +226,22 @@ Test(wide_grad, through_a_tag) {
     }
     cr_assert_eq(g_seen, REMAT_BF16, "the hook sees y's dtype");
     assert_same_grads(&n, wide, old, 1.0, "through a tag, wide vs rounded");
-    /* g's bf16 copy alone is 2 R O (768 KiB); wide, the whole backward stays under it
-     * (panels of g in a scratch of at most 512 KiB, dW, dx) */
-    cr_assert_lt(peak[0], (size_t)(2 * R * O), "backward peak %zu bytes wide", peak[0]);
-    cr_assert_gt(peak[1], (size_t)(2 * R * O), "rounded path %zu bytes", peak[1]);
+    if (rm_bgemm_native()) {
+        /* g's bf16 copy alone is 2 R O (768 KiB); wide, the whole backward stays under it
+         * (panels of g in a scratch of at most 512 KiB, dW, dx; oneDNN's scratchpads of
+         * 64 KiB or more are counted too) */
+        size_t pads = rm_bgemm_scratchpad_most(false);
+        cr_assert_lt(peak[0], (size_t)(2 * R * O) + pads,
+                     "backward peak %zu bytes wide (%zu of "
+                     "oneDNN's scratchpads at most)",
+                     peak[0], pads);
+        cr_assert_gt(peak[1], (size_t)(2 * R * O), "rounded path %zu bytes", peak[1]);
+    } else {
+        /* through f32 the GEMMs widen g whole into their counted scratch either way
+         * (src/backends/cpu/workspace.h); the rounded path holds its bf16 copy too */
+        cr_assert_geq(peak[1], peak[0] + (size_t)(2 * R * O),
+                      "backward peak %zu bytes wide, %zu rounded", peak[0], peak[1]);
+    }
     release4(wide), release4(old);
     net_free(&n);
     cr_assert_eq(remat_live_tensors(), 0);

@@ -44,6 +44,7 @@
 #include "gemm.h"
 #include "tmpl.h"
 #include "vmath.h"
+#include "workspace.h"
 
 /* Query rows per block: small enough that a block's scores (ATT_QB × Tk)
  * stay in L2, large enough for efficient GEMMs. */
@@ -244,20 +245,34 @@ static void att_round(const f32 *src, int64_t rows, int64_t cols, uint16_t *dst,
     for (int64_t r = 0; r < rows; r++) rm_bf16_round_run(src + r * cols, dst + r * ld, cols);
 }
 
-/* Per-thread scratch of the bf16 items: one allocation per kernel call
- * instead of one per item (those were large enough for glibc to map and
- * unmap them, and fault their pages in, item after item). */
+/* Per-thread scratch of the items: one allocation per kernel call instead of
+ * one per item (those were large enough for glibc to map and unmap them, and
+ * fault their pages in, item after item), taken on the calling thread before
+ * the parallel loop from the cpu device's allocator (workspace.h), so that the
+ * allocator's counters and the planner's meter see every thread's part (at
+ * T = 1024, 64-wide heads: 0.25-0.5 MiB a thread for the f32 tiles, ~3 MiB
+ * with the bf16 fallback's widened operands). A thread's part holds its tiles'
+ * scratch, then from wide_at the bf16 fallback's widened q, k, v (and, backward,
+ * o, dO and the f32 gradients) of the entry it works on. */
 typedef struct att_scratch {
     char *base;
-    size_t per; /* bytes per thread */
-    int n;      /* threads */
+    size_t per;     /* bytes per thread */
+    size_t wide_at; /* where a part's widened operands start */
+    size_t bytes;   /* taken */
+    int n;          /* threads */
 } att_scratch;
 
-static remat_status att_scratch_init(att_scratch *s, size_t per) {
+static remat_status att_scratch_init(att_scratch *s, size_t tiles, size_t wide) {
     s->n = ATT_IN_PARALLEL() ? 1 : ATT_MAX_THREADS();
-    s->per = (per + 63) / 64 * 64;
-    s->base = malloc(s->per * (size_t)s->n + 64);
+    s->wide_at = rm_cpu_ws_round(tiles);
+    s->per = s->wide_at + rm_cpu_ws_round(wide);
+    s->bytes = s->per * (size_t)s->n + 64;
+    s->base = rm_cpu_ws_take(s->bytes);
     return s->base ? REMAT_OK : REMAT_ENOMEM;
+}
+static void att_scratch_free(att_scratch *s) {
+    rm_cpu_ws_give(s->base, s->bytes);
+    s->base = NULL;
 }
 
 /* The calling thread's part (att_for's team numbers its threads from 0). */
@@ -389,6 +404,16 @@ static att_mat att_widened(const att_mat *m, int64_t b, int64_t rows, int64_t co
     return (att_mat){buf, zero, cols};
 }
 
+/* Bytes of a forward entry's widened q, k, v and f32 output (in the thread's scratch). */
+static size_t att_fwd_wide_bytes(const att_dims *d) {
+    return sizeof(f32) * (size_t)(d->Tq * (d->D + d->Dv) + d->Tk * (d->D + d->Dv));
+}
+
+/* The widened operands' place in the calling thread's part of scr. */
+static f32 *att_wide_mine(const att_scratch *scr) {
+    return (f32 *)(void *)((char *)att_scratch_mine(scr) + scr->wide_at);
+}
+
 /* Forward of batch entry b: every query block of it, in order, through the f32 tiles. */
 static remat_status att_fwd_entry_widened(const att_dims *d, const att_mat *q, const att_mat *k,
                                           const att_mat *v, const att_mat *o, f32 *lse,
@@ -397,8 +422,7 @@ static remat_status att_fwd_entry_widened(const att_dims *d, const att_mat *q, c
     att_dims d1 = *d;
     d1.nb = 1;
     d1.group = 1;
-    f32 *buf = malloc(sizeof(f32) * (size_t)(d->Tq * (d->D + d->Dv) + d->Tk * (d->D + d->Dv)) + 1);
-    if (!buf) return REMAT_ENOMEM;
+    f32 *buf = att_wide_mine(scr);
     f32 *qf = buf, *kf = qf + d->Tq * d->D, *vf = kf + d->Tk * d->D, *of = vf + d->Tk * d->Dv;
     att_mat mq = att_widened(q, b, d->Tq, d->D, qf, &zero);
     att_mat mk = att_widened(k, b, d->Tk, d->D, kf, &zero);
@@ -409,13 +433,31 @@ static remat_status att_fwd_entry_widened(const att_dims *d, const att_mat *q, c
     for (int64_t it = 0; it < nqb; it++)
         att_fwd_item_tile_f32(&d1, &mq, &mk, &mv, &mo, lse + b * d->Tq, scr, it);
     att_round(of, d->Tq, d->Dv, (uint16_t *)o->base + o->off[b], o->ld);
-    free(buf);
     return REMAT_OK;
 }
 
 /* Backward of kv entry bk (dq, dk, dv may be NULL): its keys and values and its query
  * entries b = bk·group + j widened (one group's worth, never whole operands), then the
  * f32 tiles' entry on them, and the gradients rounded once. */
+/* A backward kv entry's operands and gradients, widened: q, k, v, o, go, dq, dk, dv's
+ * rows per entry, columns, and entries (a kv entry's `group` query entries). */
+typedef struct att_bwd_shapes {
+    int64_t rows[8], cols[8], ents[8];
+} att_bwd_shapes;
+static att_bwd_shapes att_bwd_shapes_of(const att_dims *d) {
+    const int64_t g = d->group;
+    return (att_bwd_shapes){{d->Tq, d->Tk, d->Tk, d->Tq, d->Tq, d->Tq, d->Tk, d->Tk},
+                            {d->D, d->D, d->Dv, d->Dv, d->Dv, d->D, d->D, d->Dv},
+                            {g, 1, 1, g, g, g, 1, 1}};
+}
+/* Bytes of them (in the thread's scratch). */
+static size_t att_bwd_wide_bytes(const att_dims *d) {
+    att_bwd_shapes sh = att_bwd_shapes_of(d);
+    size_t n = 0;
+    for (int i = 0; i < 8; i++) n += (size_t)(sh.ents[i] * sh.rows[i] * sh.cols[i]);
+    return sizeof(f32) * n;
+}
+
 static remat_status att_bwd_entry_widened(const att_dims *d, const att_mat *const *m,
                                           const f32 *lse, const att_mat *dq, const att_mat *dk,
                                           const att_mat *dv, const att_scratch *scr, int64_t bk) {
@@ -423,18 +465,12 @@ static remat_status att_bwd_entry_widened(const att_dims *d, const att_mat *cons
     const int64_t g = d->group, b0 = bk * g;
     att_dims d1 = *d;
     d1.nb = g;
-    /* q, k, v, o, go, dq, dk, dv: rows per entry, columns, entries */
-    const int64_t rows[8] = {d->Tq, d->Tk, d->Tk, d->Tq, d->Tq, d->Tq, d->Tk, d->Tk};
-    const int64_t cols[8] = {d->D, d->D, d->Dv, d->Dv, d->Dv, d->D, d->D, d->Dv};
-    const int64_t ents[8] = {g, 1, 1, g, g, g, 1, 1};
-    size_t n = 0;
-    for (int i = 0; i < 8; i++) n += (size_t)(ents[i] * rows[i] * cols[i]);
-    f32 *buf = malloc(sizeof(f32) * n + 1);
-    int64_t *off = malloc(sizeof(int64_t) * (size_t)(2 * g)); /* entry offsets: D, Dv wide */
-    if (!buf || !off) {
-        free(buf), free(off);
-        return REMAT_ENOMEM;
-    }
+    const att_bwd_shapes sh = att_bwd_shapes_of(d);
+    const int64_t *rows = sh.rows, *cols = sh.cols, *ents = sh.ents;
+    f32 *buf = att_wide_mine(scr);
+    /* entry offsets, D and Dv wide: 16 bytes a query head of the group, malloc's */
+    int64_t *off = malloc(sizeof(int64_t) * (size_t)(2 * g));
+    if (!off) return REMAT_ENOMEM;
     for (int64_t j = 0; j < g; j++) off[j] = j * d->Tq * d->D, off[g + j] = j * d->Tq * d->Dv;
     att_mat f[8];
     f32 *p = buf;
@@ -454,7 +490,7 @@ static remat_status att_bwd_entry_widened(const att_dims *d, const att_mat *cons
         for (int64_t j = 0; gr[i] && j < ents[5 + i]; j++)
             att_round((f32 *)f[5 + i].base + j * rows[5 + i] * cols[5 + i], rows[5 + i],
                       cols[5 + i], (uint16_t *)gr[i]->base + gr[i]->off[b0 + j], gr[i]->ld);
-    free(buf), free(off);
+    free(off);
     return REMAT_OK;
 }
 
@@ -487,16 +523,18 @@ remat_status rm_cpu_attention(const rm_kargs *k) {
         att_run r = {.d = &d, .m = w.m, .lse = rm_ptr(lse), .scr = &scr};
         bool tiles = y->dtype == REMAT_F32 || (y->dtype == REMAT_BF16 && rm_bgemm_native());
         if (y->dtype == REMAT_F64) fail = att_for(d.nb * nqb, work, att_fwd_run_f64, &r);
-        else if (!(fail = att_scratch_init(&scr, tiles && y->dtype == REMAT_BF16
-                                                     ? att_fwd_scratch_bf16(&d)
-                                                     : att_fwd_scratch_f32(&d)))) {
+        else if (!(fail =
+                       att_scratch_init(&scr,
+                                        tiles && y->dtype == REMAT_BF16 ? att_fwd_scratch_bf16(&d)
+                                                                        : att_fwd_scratch_f32(&d),
+                                        tiles ? 0 : att_fwd_wide_bytes(&d)))) {
             att_fwd_scratch_clear(&scr);
             if (!tiles) fail = att_for(d.nb, work, att_fwd_run_widened, &r);
             else if (y->dtype == REMAT_F32)
                 fail = att_for(d.nb * nqb, work, att_fwd_run_tile_f32, &r);
             else fail = att_for(d.nb * nqb, work, att_fwd_run_tile_bf16, &r);
         }
-        free(scr.base);
+        att_scratch_free(&scr);
         if (fail) rc = rm_err(REMAT_ENOMEM, "out of memory");
     }
 out:
@@ -512,7 +550,8 @@ static int att_bwd_items(remat_dtype dt, remat_dtype lt, int64_t nkv, double wor
     if (!bf16 && lt != REMAT_F32) return att_for(nkv, work, att_bwd_run_f64, r);
     att_scratch scr = {0};
     int fail =
-        att_scratch_init(&scr, native ? att_bwd_scratch_bf16(r->d) : att_bwd_scratch_f32(r->d));
+        att_scratch_init(&scr, native ? att_bwd_scratch_bf16(r->d) : att_bwd_scratch_f32(r->d),
+                         bf16 && !native ? att_bwd_wide_bytes(r->d) : 0);
     r->scr = &scr;
     if (!fail)
         fail = att_for(nkv, work,
@@ -520,7 +559,7 @@ static int att_bwd_items(remat_dtype dt, remat_dtype lt, int64_t nkv, double wor
                        : bf16 ? att_bwd_run_widened
                               : att_bwd_run_tile_f32,
                        r);
-    free(scr.base);
+    att_scratch_free(&scr);
     r->scr = NULL;
     return fail;
 }

@@ -26,6 +26,7 @@
 #include "cpu.h"
 #include "tmpl.h"
 #include "vmath.h"
+#include "workspace.h"
 
 #define BG_GELU(v) _Generic((v), float : rm_gelu_erff_v, double : rm_gelu_erf_d)(v)
 #define BG_GELU_T(v) _Generic((v), float : rm_gelu_tanhf_v, double : rm_gelu_tanh_d)(v)
@@ -66,13 +67,17 @@ remat_status rm_cpu_bias_gelu_f32(const rm_kargs *k) { return bg_fwd(k, false); 
 
 remat_status rm_cpu_bias_gelu_f64(const rm_kargs *k) { return bg_fwd(k, true); }
 
-/* Scratch of the backward's partial sums: nch * n elements of es bytes (NULL and *none
- * when db is not wanted or the rows are narrow: no partials). */
-static void *bg_part(const rm_kargs *k, int64_t rows, int64_t n, size_t es, bool *none) {
+/* Scratch of the backward's partial sums: nch * n elements of es bytes, *bytes of them
+ * (a chunk's row each, up to 2^24: counted scratch, workspace.h); NULL and *none when db
+ * is not wanted or the rows are narrow: no partials. */
+static void *bg_part(const rm_kargs *k, int64_t rows, int64_t n, size_t es, bool *none,
+                     size_t *bytes) {
     *none = !k->out[1] || n < 64 || rows == 0;
+    *bytes = 0;
     if (*none) return NULL;
     int64_t rb = rm_cpu_chunk_rows(rows, n);
-    return malloc(es * (size_t)((rows + rb - 1) / rb * n));
+    *bytes = es * (size_t)((rows + rb - 1) / rb * n);
+    return rm_cpu_ws_take(*bytes);
 }
 
 /* The backward of f32 (f64 false) or f64 data: shapes, the op, the partial sums' scratch. */
@@ -83,7 +88,8 @@ static remat_status bg_bwd(const rm_kargs *k, bool f64) {
     bool none;
     int rc = bg_check_op(p);
     if (rc) return rc;
-    void *part = bg_part(k, rows, n, f64 ? sizeof(double) : sizeof(float), &none);
+    size_t bytes;
+    void *part = bg_part(k, rows, n, f64 ? sizeof(double) : sizeof(float), &none, &bytes);
     if (!none && !part) return rm_err(REMAT_ENOMEM, "out of memory");
     void *db = k->out[1] ? rm_ptr(k->out[1]) : NULL;
     if (f64)
@@ -92,7 +98,7 @@ static remat_status bg_bwd(const rm_kargs *k, bool f64) {
     else
         bg_bwd_f32(p->op, rm_ptr(k->in[0]), rm_ptr(k->in[1]), rm_ptr(k->in[2]), rm_ptr(k->out[0]),
                    db, rows, n, part);
-    free(part);
+    rm_cpu_ws_give(part, bytes);
     return REMAT_OK;
 }
 
@@ -237,9 +243,11 @@ remat_status rm_cpu_bias_gelu_bwd_bf16(const rm_kargs *k) {
     const bool narrow = n < 64 || rows == 0;
     int64_t rb = narrow ? 1 : rm_cpu_chunk_rows(rows, n), nch = narrow ? 0 : (rows + rb - 1) / rb;
     int64_t np = !dbt ? 0 : narrow ? rows * n + n : nch * n + n;
-    float *b = bg_bias_f32(k->in[2], n), *part = np ? malloc(sizeof(float) * (size_t)np) : NULL;
+    /* the bias row: n floats, malloc's; the partials, or narrow a whole f32 dx: counted */
+    const size_t bytes = sizeof(float) * (size_t)np;
+    float *b = bg_bias_f32(k->in[2], n), *part = np ? rm_cpu_ws_take(bytes) : NULL;
     if (!b || (np && !part)) {
-        free(b), free(part);
+        free(b), rm_cpu_ws_give(part, bytes);
         return rm_err(REMAT_ENOMEM, "out of memory");
     }
     uint16_t *dx = rm_ptr(k->out[0]);
@@ -252,6 +260,6 @@ remat_status rm_cpu_bias_gelu_bwd_bf16(const rm_kargs *k) {
         rm_cpu_colsum_blocks_f32(part, nr, n, sums);
         if (dbt->dtype == REMAT_BF16) rm_bf16_round_run(sums, rm_ptr(dbt), n);
     }
-    free(b), free(part);
+    free(b), rm_cpu_ws_give(part, bytes);
     return REMAT_OK;
 }

@@ -22,6 +22,7 @@
 #define REMAT_CPU_GEMM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 void rm_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
@@ -53,10 +54,18 @@ void rm_bgemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint1
  * bf16 or f32 (c_f32); bias (N values, f32 when bias_f32; NULL: none) only with
  * beta 0. For callers holding an f32 operand (matmul.c: linear's weight and f32
  * output gradient under autocast): one widening pass over it instead of a
- * rounding into a bf16 copy and a widening of that. Never fails. */
+ * rounding into a bf16 copy and a widening of that. ws: rm_bgemm_wide_bytes of
+ * scratch for the widened copies, or NULL: the call takes its own from the cpu
+ * device's allocator (workspace.h) — a caller running GEMMs on several OpenMP
+ * threads at once passes each its slice of one buffer taken on the calling
+ * thread, whose allocation meter the planner reads. Never fails (out of memory:
+ * element by element). */
 void rm_bgemm_wide(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, bool a_f32,
                    int64_t lda, const void *B, bool b_f32, int64_t ldb, const void *bias,
-                   bool bias_f32, float beta, void *C, bool c_f32, int64_t ldc);
+                   bool bias_f32, float beta, void *C, bool c_f32, int64_t ldc, void *ws);
+/* Bytes of scratch the route through f32 takes for one GEMM (its widened A, B and,
+ * with a bf16 C, C), rounded up to a multiple of 64; 0 when it multiplies nothing. */
+size_t rm_bgemm_wide_bytes(int64_t M, int64_t N, int64_t K, bool c_f32);
 /* True when rm_bgemm runs oneDNN's bf16 matmul (built with oneDNN, the CPU
  * has AVX512_BF16/AMX and REMAT_NO_BF16 is not set), false when it goes
  * through f32: kernels with a cheaper f32 route of their own take it then
@@ -67,6 +76,11 @@ bool rm_bgemm_native(void);
 uint64_t rm_bgemm_native_runs(void);
 /* How many of those had the bias inside the GEMM (rm_bgemm_bias on oneDNN). */
 uint64_t rm_bgemm_bias_runs(void);
+/* The most bytes of oneDNN scratchpads the bf16 GEMMs held at once as counted scratch
+ * (64 KiB or more each: gemm_bf16.c) since the last reset (reset: start again from what
+ * they hold now). Their sizes are oneDNN's; tests of exact peaks on the native route bound
+ * what they add with it. 0 without oneDNN. */
+size_t rm_bgemm_scratchpad_most(bool reset);
 
 /* How the OpenBLAS backend uses threads (see gemm.c): OMP (default) runs
  * OpenBLAS single-threaded and splits large GEMMs over remat's OpenMP

@@ -16,6 +16,7 @@
 #include "cpu.h"
 #include "gemm.h"
 #include "remat/autocast.h"
+#include "workspace.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -35,45 +36,26 @@ static int64_t fix_ld(int64_t rows, int64_t cols, int64_t ld) {
 }
 
 /* ---- the f32 path --------------------------------------------------------------------- */
-/* The widened copies live in one scratch buffer per thread that grows to the
- * largest GEMM's need and is kept: allocated per call (as it was), buffers of
- * megabytes came fresh from mmap and went back on free, so every GEMM
- * page-faulted its copies in again (perf, GPT L=6 D=384 T=256 B=8 on one
- * thread: a quarter of the bf16 step's samples in the kernel's page-fault and
- * munmap paths). A need above WIDE_KEEP_BYTES is allocated for the call and
- * freed. The buffer is freed when its thread exits (the key's destructor);
- * the main thread's stays reachable from its thread-local pointer. */
-#define WIDE_KEEP_BYTES ((size_t)256 << 20)
-static _Thread_local float *tls_wide;
-static _Thread_local size_t tls_wide_n; /* floats */
-static pthread_key_t g_wide_key;
-static pthread_once_t g_wide_once = PTHREAD_ONCE_INIT;
-static bool g_wide_key_ok;
+/* The widened copies (the largest GEMM's: ~16 MB on the GPT L=6 D=384 T=256 B=8, some
+ * 250 MB at GPT-2 124M's T=1024 B=8) come from the cpu device's allocator (workspace.h):
+ * the allocator's counters, the planner's profile and `remat bench`'s bytes count them
+ * while the GEMM holds them, and its buffer cache hands the same size back to the next
+ * GEMM of that shape. Allocated per call from malloc, buffers of megabytes came fresh
+ * from mmap and went back on free, so every GEMM page-faulted its copies in again (perf,
+ * that GPT on one thread: a quarter of the bf16 step's samples in the kernel's page-fault
+ * and munmap paths); a per-thread buffer kept outside the counters avoided that but was
+ * invisible to the budget. A caller that runs GEMMs on several threads at once takes
+ * their scratch itself (rm_bgemm_wide's ws: matmul.c's batch loop), so that it counts in
+ * the calling thread's meter. */
 
-static void wide_key_make(void) { g_wide_key_ok = pthread_key_create(&g_wide_key, free) == 0; }
+/* Floats of scratch for the widened A (M x K), B (K x N) and, unless C is f32, C. */
+static size_t wide_floats(int64_t M, int64_t N, int64_t K, bool cf32) {
+    return (size_t)(M * K) + (size_t)(K * N) + (cf32 ? 0 : (size_t)(M * N));
+}
 
-/* n floats of scratch: the thread's kept buffer (grown), or one of its own
- * (*owned: the caller frees it) when n is too large to keep; NULL when out of
- * memory. */
-static float *wide_get(size_t n, bool *owned) {
-    *owned = false;
-    if (n <= tls_wide_n) return tls_wide;
-    pthread_once(&g_wide_once, wide_key_make);
-    if (n > WIDE_KEEP_BYTES / sizeof(float) || !g_wide_key_ok) {
-        *owned = true;
-        return malloc(sizeof(float) * n);
-    }
-    /* the old buffer goes first: no moment holds both */
-    free(tls_wide);
-    tls_wide_n = 0;
-    tls_wide = malloc(sizeof(float) * n);
-    if (tls_wide && pthread_setspecific(g_wide_key, tls_wide) == 0) tls_wide_n = n;
-    else {
-        free(tls_wide);
-        tls_wide = NULL;
-        pthread_setspecific(g_wide_key, NULL);
-    }
-    return tls_wide;
+size_t rm_bgemm_wide_bytes(int64_t M, int64_t N, int64_t K, bool c_f32) {
+    if (M <= 0 || N <= 0 || K <= 0) return 0;
+    return rm_cpu_ws_round(sizeof(float) * wide_floats(M, N, K, c_f32));
 }
 
 /* A bias row (N values, bf16 or f32: bgemm's bias argument), its element j as f32. */
@@ -186,7 +168,7 @@ static void wide_fill(const wide_in *w, int nt, int id) {
  * thread count. */
 static void bgemm_via_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, opnd A, int64_t lda,
                           opnd B, int64_t ldb, bias_row bias, float beta, void *Cv, int64_t ldc,
-                          bool cf32) {
+                          bool cf32, float *ws) {
     wide_in w = {.A = A,
                  .B = B,
                  .C = Cv,
@@ -202,9 +184,9 @@ static void bgemm_via_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, opn
                  .bias = bias,
                  .beta = beta};
     size_t na = (size_t)(M * K), nb = (size_t)(K * N), nc = cf32 ? 0 : (size_t)(M * N);
-    bool owned;
-    float *s = wide_get(na + nb + nc, &owned);
-    if (!s) {
+    size_t bytes = rm_bgemm_wide_bytes(M, N, K, cf32);
+    float *s = ws ? ws : rm_cpu_ws_take(bytes);
+    if (!s) { /* out of memory: never fails, slowly */
         bgemm_naive(ta, tb, M, N, K, A, lda, B, ldb, bias, beta, Cv, ldc, cf32);
         return;
     }
@@ -234,7 +216,7 @@ static void bgemm_via_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, opn
         }
 #endif
     }
-    if (owned) free(s);
+    if (!ws) rm_cpu_ws_give(s, bytes);
 }
 
 /* ---- oneDNN --------------------------------------------------------------------------- */
@@ -242,6 +224,11 @@ static void bgemm_via_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, opn
  * fused bias (rm_bgemm_bias_runs): zero in a build without oneDNN. */
 static atomic_ullong g_native_runs;
 static atomic_ullong g_bias_runs;
+/* The scratchpad bytes calls hold through workspace.h now, and the most they held at once
+ * since the last reset (rm_bgemm_scratchpad_most): tests of exact peaks on the native route
+ * bound what oneDNN's scratchpads add with it, as their sizes are oneDNN's. */
+static atomic_ullong g_pad_held;
+static atomic_ullong g_pad_most;
 
 #if defined(REMAT_GEMM_ONEDNN)
 typedef struct bkey {
@@ -277,7 +264,16 @@ static dnnl_engine_t g_engine;
 static _Thread_local dnnl_stream_t tls_stream;
 /* Each call brings its own scratchpad (user mode): oneDNN's library-owned
  * one is shared by the calls of a primitive, which run concurrently when
- * matmul.c spreads a batch of GEMMs over threads. Kept per thread. */
+ * matmul.c spreads a batch of GEMMs over threads. One of RM_CPU_WS_MIN bytes
+ * or more (a large GEMM's packing buffers) is taken from the cpu device's
+ * allocator for the call (workspace.h: counted, recycled by its cache); a
+ * smaller one (the attention tiles' and a batch's small GEMMs, thousands a
+ * step) is a buffer kept per thread, under 64 KiB, as a taken one would cost
+ * a lock and an allocator event per 3-4 us tile GEMM. A large one taken on a
+ * worker thread of a parallel region (a one-thread GEMM of matmul's batch
+ * loop or panel team) counts in the allocator but not in the calling
+ * thread's meter, which the planner reads: its size is oneDNN's to know,
+ * per primitive, only once the primitive is made. */
 static _Thread_local void *tls_scratch;
 static _Thread_local size_t tls_scratch_size;
 /* Each thread's memory objects of each cached primitive (A, B, C, scratchpad, bias),
@@ -356,16 +352,21 @@ static bool mm_dnnl(const bkey *key, const void *A, const void *B, const void *b
     if (!tls_stream && dnnl_stream_create(&tls_stream, g_engine, dnnl_stream_default_flags))
         tls_stream = NULL;
     size_t ss = dnnl_memory_desc_get_size(&e->scratch);
-    if (ss > tls_scratch_size) {
+    void *scr = NULL; /* taken for this call, when large */
+    if (ss >= RM_CPU_WS_MIN && (scr = rm_cpu_ws_take(ss))) {
+        unsigned long long held = atomic_fetch_add(&g_pad_held, ss) + ss;
+        unsigned long long most = atomic_load(&g_pad_most);
+        while (held > most && !atomic_compare_exchange_weak(&g_pad_most, &most, held)) {}
+    } else if (ss > tls_scratch_size) {
         free(tls_scratch);
         tls_scratch = malloc(ss);
         tls_scratch_size = tls_scratch ? ss : 0;
     }
+    void *sp = ss >= RM_CPU_WS_MIN ? scr : tls_scratch;
     dnnl_memory_t own[5] = {NULL}, *m = owned ? own : tls_mem[e - g_cache];
-    bool ok = tls_stream && (ss == 0 || tls_scratch) && mem_at(&m[0], &e->a, (void *)A) &&
+    bool ok = tls_stream && (ss == 0 || sp) && mem_at(&m[0], &e->a, (void *)A) &&
               mem_at(&m[1], &e->b, (void *)B) && mem_at(&m[2], &e->c, C) &&
-              mem_at(&m[3], &e->scratch, tls_scratch) &&
-              (!bias || mem_at(&m[4], &e->bias, (void *)bias));
+              mem_at(&m[3], &e->scratch, sp) && (!bias || mem_at(&m[4], &e->bias, (void *)bias));
     if (ok) {
         dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, m[0]},
                                    {DNNL_ARG_WEIGHTS, m[1]},
@@ -374,6 +375,10 @@ static bool mm_dnnl(const bkey *key, const void *A, const void *B, const void *b
                                    {DNNL_ARG_BIAS, m[4]}};
         ok = dnnl_primitive_execute(e->prim, tls_stream, bias ? 5 : 4, args) == dnnl_success &&
              dnnl_stream_wait(tls_stream) == dnnl_success;
+    }
+    if (scr) {
+        atomic_fetch_sub(&g_pad_held, ss);
+        rm_cpu_ws_give(scr, ss);
     }
     for (int i = 0; i < 5; i++)
         if (own[i]) dnnl_memory_destroy(own[i]);
@@ -450,11 +455,17 @@ uint64_t rm_bgemm_native_runs(void) {
 uint64_t rm_bgemm_bias_runs(void) {
     return atomic_load_explicit(&g_bias_runs, memory_order_relaxed);
 }
+size_t rm_bgemm_scratchpad_most(bool reset) {
+    unsigned long long most = atomic_load(&g_pad_most);
+    if (reset) atomic_store(&g_pad_most, atomic_load(&g_pad_held));
+    return (size_t)most;
+}
 
 /* bias: only with bf16 C and beta 0 (rm_bgemm_bias). An f32 operand (rm_bgemm_wide)
  * goes through f32 whatever the CPU. */
 static void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, opnd A, int64_t lda, opnd B,
-                  int64_t ldb, bias_row bias, float beta, void *C, int64_t ldc, bool cf32) {
+                  int64_t ldb, bias_row bias, float beta, void *C, int64_t ldc, bool cf32,
+                  float *ws) {
     if (M <= 0 || N <= 0) return;
     lda = fix_ld(ta ? K : M, ta ? M : K, lda);
     ldb = fix_ld(tb ? N : K, tb ? K : N, ldb);
@@ -484,31 +495,31 @@ static void bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, opnd A, int
             "f32",
             remat_gemm_backend());
 #endif
-    bgemm_via_f32(ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc, cf32);
+    bgemm_via_f32(ta, tb, M, N, K, A, lda, B, ldb, bias, beta, C, ldc, cf32, ws);
 }
 
 void rm_bgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
               const uint16_t *B, int64_t ldb, float beta, uint16_t *C, int64_t ldc) {
     bgemm(ta, tb, M, N, K, (opnd){A, false}, lda, (opnd){B, false}, ldb, (bias_row){NULL, false},
-          beta, C, ldc, false);
+          beta, C, ldc, false, NULL);
 }
 
 void rm_bgemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
                    int64_t lda, const uint16_t *B, int64_t ldb, const void *bias, bool bias_f32,
                    uint16_t *C, int64_t ldc) {
     bgemm(ta, tb, M, N, K, (opnd){A, false}, lda, (opnd){B, false}, ldb, (bias_row){bias, bias_f32},
-          0.0f, C, ldc, false);
+          0.0f, C, ldc, false, NULL);
 }
 
 void rm_bgemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
                   const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     bgemm(ta, tb, M, N, K, (opnd){A, false}, lda, (opnd){B, false}, ldb, (bias_row){NULL, false},
-          beta, C, ldc, true);
+          beta, C, ldc, true, NULL);
 }
 
 void rm_bgemm_wide(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, bool a_f32,
                    int64_t lda, const void *B, bool b_f32, int64_t ldb, const void *bias,
-                   bool bias_f32, float beta, void *C, bool c_f32, int64_t ldc) {
+                   bool bias_f32, float beta, void *C, bool c_f32, int64_t ldc, void *ws) {
     bgemm(ta, tb, M, N, K, (opnd){A, a_f32}, lda, (opnd){B, b_f32}, ldb, (bias_row){bias, bias_f32},
-          beta, C, ldc, c_f32);
+          beta, C, ldc, c_f32, ws);
 }

@@ -128,6 +128,9 @@ remat_status rm_cpu_cross_entropy_bf16(const rm_kargs *k) {
     int fail = 0;
 #pragma omp parallel if (N * C > RM_OMP_MIN / 4)
     {
+        /* one row of logits a thread, malloc's (not the counted workspace.h): a
+         * thousandth of the logits the op reads at GPT-2's batch, and taken inside
+         * the region, where the planner's meter would not see it anyway */
         float *row = malloc(sizeof(float) * (size_t)C + 1);
         if (!row) {
 #pragma omp atomic write
@@ -170,6 +173,7 @@ remat_status rm_cpu_cross_entropy_bwd_bf16(const rm_kargs *k) {
     int fail = 0;
 #pragma omp parallel if (N * C > RM_OMP_MIN / 4)
     {
+        /* two rows a thread, malloc's: as the forward's */
         float *row = malloc(sizeof(float) * (size_t)(2 * C) + 1);
         if (!row) {
 #pragma omp atomic write

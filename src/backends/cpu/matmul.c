@@ -32,6 +32,7 @@
 #include "bf16.h"
 #include "cpu.h"
 #include "gemm.h"
+#include "workspace.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -46,6 +47,13 @@ static int max_threads(void) {
     return omp_get_max_threads();
 #else
     return 1;
+#endif
+}
+static int thread_num(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
 #endif
 }
 
@@ -245,13 +253,13 @@ static void gemm_panels_team(const mm_kind *kd, bool ta, bool tb, int64_t m, int
 #endif
 
 /* One GEMM of the call: gemm_dt, or gemm_panels when an operand is rounded here,
- * or rm_bgemm_wide. */
+ * or rm_bgemm_wide (with ws, its scratch, or NULL: its own). */
 static void gemm_kind(const mm_kind *kd, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                       const char *A, int64_t lda, const char *B, int64_t ldb, double beta, char *C,
-                      int64_t ldc, gemm_bias bias) {
+                      int64_t ldc, gemm_bias bias, void *ws) {
     if (kd->wide) {
         rm_bgemm_wide(ta, tb, m, n, k, A, kd->da == REMAT_F32, lda, B, kd->db == REMAT_F32, ldb,
-                      bias.p, bias.f32, (float)beta, C, kd->dc == REMAT_F32, ldc);
+                      bias.p, bias.f32, (float)beta, C, kd->dc == REMAT_F32, ldc, ws);
         return;
     }
 #ifdef _OPENMP
@@ -297,13 +305,13 @@ static void mm_exec(const mm_kind *kd, int nb, const int64_t *bshape, const mvie
     /* fold-M: one GEMM over batch·m rows */
     if (!ta && !tc && batch_broadcast_all(nb, bshape, B->bstr) &&
         batch_chains(nb, bshape, A->bstr, m * lda) && batch_chains(nb, bshape, C->bstr, m * ldc)) {
-        gemm_kind(kd, ta, tb, nbatch * m, n, k, A->p, lda, B->p, ldb, beta, C->p, ldc, bias);
+        gemm_kind(kd, ta, tb, nbatch * m, n, k, A->p, lda, B->p, ldb, beta, C->p, ldc, bias, NULL);
         return;
     }
     /* fold-K: one GEMM summing over batch·k */
     if (ta && !tb && !tc && batch_broadcast_all(nb, bshape, C->bstr) &&
         batch_chains(nb, bshape, A->bstr, k * lda) && batch_chains(nb, bshape, B->bstr, k * ldb)) {
-        gemm_kind(kd, ta, tb, m, n, nbatch * k, A->p, lda, B->p, ldb, beta, C->p, ldc, bias);
+        gemm_kind(kd, ta, tb, m, n, nbatch * k, A->p, lda, B->p, ldb, beta, C->p, ldc, bias, NULL);
         return;
     }
     /* one GEMM per batch entry; accumulate where C is broadcast */
@@ -328,6 +336,15 @@ static void mm_exec(const mm_kind *kd, int nb, const int64_t *bshape, const mvie
     bool par = !acc && nbatch > 1 && nt > 1 && rm_gemm_threading() == RM_GEMM_THREADS_OMP &&
                !kd->scratch &&
                ((double)m * (double)n * (double)k < RM_BATCH_PAR_MAX || nbatch % nt == 0);
+    /* The GEMMs through f32 (kd->wide) get their scratch here, one slice per thread
+     * of one buffer taken on this thread: taken by each GEMM on the team's threads,
+     * it would count in the allocator but not in this thread's meter, which the
+     * planner's profile reads; and a loop takes it once, not once per GEMM. Out of
+     * memory: the GEMMs one after another, each trying for its own. */
+    size_t per = kd->wide ? rm_bgemm_wide_bytes(m, n, k, kd->dc == REMAT_F32) : 0;
+    size_t ws_bytes = per * (size_t)(par ? nt : 1);
+    char *ws = per ? rm_cpu_ws_take(ws_bytes) : NULL;
+    if (per && !ws && par) par = false;
     if (par) {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < nbatch; i++) {
@@ -335,17 +352,18 @@ static void mm_exec(const mm_kind *kd, int nb, const int64_t *bshape, const mvie
             rm_iter_seek(&it, i);
             gemm_kind(kd, ta, tb, m, n, k, A->p + (size_t)it.off[0] * esa, lda,
                       B->p + (size_t)it.off[1] * esb, ldb, beta, C->p + (size_t)it.off[2] * esc,
-                      ldc, bias);
+                      ldc, bias, ws ? ws + per * (size_t)thread_num() : NULL);
         }
     } else {
         rm_iter it = base;
         for (int64_t i = 0; i < nbatch; i++) {
             gemm_kind(kd, ta, tb, m, n, k, A->p + (size_t)it.off[0] * esa, lda,
                       B->p + (size_t)it.off[1] * esb, ldb, beta, C->p + (size_t)it.off[2] * esc,
-                      ldc, bias);
+                      ldc, bias, ws);
             rm_iter_next(&it);
         }
     }
+    rm_cpu_ws_give(ws, ws_bytes);
 }
 
 /* ---- RM_K_MATMUL ---------------------------------------------------------------------------- */
@@ -424,12 +442,13 @@ static void colsum_to_bf16(const void *restrict g, bool wide, uint16_t *restrict
  * the f32 kernel sums narrow g, db rounded: what the bf16 path gives (through
  * rm_cpu_bf16_via_f32) on a rounded copy of g. */
 static remat_status colsum_rounded_narrow(const float *g, uint16_t *db, int64_t rows, int64_t n) {
-    float *w = malloc(sizeof(float) * (size_t)(rows * n + n > 0 ? rows * n + n : 1));
+    size_t bytes = sizeof(float) * (size_t)(rows * n + n); /* a copy of g: counted scratch */
+    float *w = rm_cpu_ws_take(bytes);
     if (!w) return rm_err(REMAT_ENOMEM, "out of memory");
     for (int64_t i = 0; i < rows * n; i++) w[i] = rm_bf16_to_f32(rm_f32_to_bf16(g[i]));
     colsum_blocks_float(w, rows, n, w + rows * n);
     rm_bf16_round_run(w + rows * n, db, n);
-    free(w);
+    rm_cpu_ws_give(w, bytes);
     return REMAT_OK;
 }
 
@@ -571,13 +590,14 @@ remat_status rm_cpu_colsum(const rm_kargs *k) {
     if (bf16 && !ns) return rm_cpu_bf16_via_f32[RM_K_COLSUM](k);     /* narrow: rare */
     if (rounded && !ns) return colsum_rounded_narrow(rm_ptr(g), rm_ptr(db), rows, n);
     bool fparts = bf16 || rounded; /* f32 partials, then n more for db */
-    void *part = ns ? malloc((size_t)(ns + (fparts ? n : 0)) *
-                             (fparts ? sizeof(float) : remat_dtype_size(g->dtype)))
-                    : NULL;
+    /* the partials: a chunk's row each, up to 2^24 of them (nn.c's rm_cpu_chunk_rows) */
+    size_t bytes =
+        (size_t)(ns + (fparts ? n : 0)) * (fparts ? sizeof(float) : remat_dtype_size(g->dtype));
+    void *part = ns ? rm_cpu_ws_take(bytes) : NULL;
     if (ns && !part) return rm_err(REMAT_ENOMEM, "out of memory");
     if (fparts) colsum_to_bf16(rm_ptr(g), rounded, rm_ptr(db), rows, n, part);
     else if (g->dtype == REMAT_F32) colsum_float(rm_ptr(g), rm_ptr(db), rows, n, part);
     else colsum_double(rm_ptr(g), rm_ptr(db), rows, n, part);
-    free(part);
+    rm_cpu_ws_give(part, bytes);
     return REMAT_OK;
 }

@@ -33,6 +33,7 @@
 #include "cpu.h"
 #include "tmpl.h"
 #include "vmath.h"
+#include "workspace.h"
 
 /* softmax / log_softmax: columns per block when I > 1; independent accumulators of the
  * row reductions (they vectorise without reassociation flags) */

@@ -516,16 +516,18 @@ remat_status TFN(rm_cpu_layer_norm_bwd)(const rm_kargs *k) {
     int64_t rb = N > 0 ? rm_cpu_chunk_rows(N, C) : 1, nch = (N + rb - 1) / rb;
     /* per-chunk column sums for dw / db, then a widened row of g per chunk */
     const int64_t n_part = (dw || db) ? 2 * nch * C : 0, n_wide = gh ? nch * C : 0;
+    /* up to 3 x 2^24 elements (rm_cpu_chunk_rows): counted scratch (workspace.h) */
+    const size_t bytes = (size_t)(n_part + n_wide) * sizeof(T);
     T *part = NULL;
     if (n_part + n_wide > 0) {
-        part = malloc((size_t)(n_part + n_wide) * sizeof(T));
+        part = rm_cpu_ws_take(bytes);
         if (!part) return rm_err(REMAT_ENOMEM, "out of memory");
     }
     TFN(layernorm_bwd)
     (gh ? NULL : rm_ptr(k->in[0]), gh ? rm_ptr(k->in[0]) : NULL, gh ? part + n_part : NULL,
      rm_ptr(k->in[1]), ptr_or_null(k->in[2]), rm_ptr(k->in[3]), rm_ptr(k->in[4]),
      ptr_or_null(k->in[5]), ptr_or_null(dx), ptr_or_null(dw), ptr_or_null(db), part, N, C);
-    free(part);
+    rm_cpu_ws_give(part, bytes);
     return REMAT_OK;
 }
 remat_status TFN(rm_cpu_dropout)(const rm_kargs *k) {

@@ -26,6 +26,7 @@
 #include "core/kernels/groups.h"
 #include "cpu.h"
 #include "tmpl.h"
+#include "workspace.h"
 
 #define RED_COL_BLOCK 64    /* columns per task in a column reduction */
 #define RED_ROW_CHUNK 16384 /* elements per partial sum when a long row is split */
@@ -65,7 +66,10 @@ static remat_status sum_contig_any(remat_dtype dt, const void *x, int ndim, cons
         return REMAT_OK;
     }
     const void *src = x;
+    /* the passes between: up to the input's size over one reduced dim each, counted
+     * scratch (workspace.h) */
     void *scratch[2] = {NULL, NULL};
+    size_t bytes[2] = {0, 0};
     int which = 0;
     int rc = REMAT_OK;
     int64_t O, R, I;
@@ -74,8 +78,9 @@ static remat_status sum_contig_any(remat_dtype dt, const void *x, int ndim, cons
         if (n_red == 1) {
             dst = y;
         } else {
-            free(scratch[which]);
-            scratch[which] = malloc((size_t)(O * I) * es);
+            rm_cpu_ws_give(scratch[which], bytes[which]);
+            bytes[which] = (size_t)(O * I) * es;
+            scratch[which] = rm_cpu_ws_take(bytes[which]);
             if (!scratch[which]) {
                 rc = rm_err(REMAT_ENOMEM, "out of memory for reduction scratch");
                 break;
@@ -91,7 +96,7 @@ static remat_status sum_contig_any(remat_dtype dt, const void *x, int ndim, cons
         which ^= 1;
         n_red--;
     }
-    free(scratch[0]);
-    free(scratch[1]);
+    rm_cpu_ws_give(scratch[0], bytes[0]);
+    rm_cpu_ws_give(scratch[1], bytes[1]);
     return rc;
 }

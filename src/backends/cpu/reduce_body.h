@@ -59,7 +59,8 @@ static bool TFN(sum_ori)(const T *restrict x, int64_t O, int64_t R, int64_t I, T
     if (I == 1) {
         int64_t nch = (R + RED_ROW_CHUNK - 1) / RED_ROW_CHUNK;
         if (O < 16 && nch > 1) {
-            /* few long rows: fixed chunks in parallel, then a pairwise sum of them */
+            /* few long rows: fixed chunks in parallel, then a pairwise sum of them
+             * (one value per 16384 elements: small, malloc's) */
             T *part = malloc((size_t)(O * nch) * sizeof(T));
             if (!part) return false;
 #pragma omp parallel for if (total > RM_OMP_MIN)

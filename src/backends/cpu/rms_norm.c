@@ -29,6 +29,7 @@
 #include "clones.h"
 #include "cpu.h"
 #include "tmpl.h"
+#include "workspace.h"
 
 #define RMS_LANES 16
 #define RMS_COL_BLOCK 64

@@ -100,7 +100,7 @@ static inline bool cond_at(const void *p, remat_dtype dtype, int64_t off) {
 static uint8_t *pack_cond(const remat_tensor *cond, int64_t n) {
     int64_t nc = rm_shape_numel(cond->ndim, cond->shape);
     if (nc == 0 || nc * 2 > n) return NULL;
-    uint8_t *m = malloc((size_t)nc);
+    uint8_t *m = malloc((size_t)nc); /* an eighth of cond's own i64 bytes: malloc's */
     if (!m) return NULL;
     rm_iter it;
     rm_iter_init(&it, cond->ndim, cond->shape, 1);
