@@ -1511,6 +1511,146 @@ Test(opplan, executed_plans_store_stages_as_bf16) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
+/* ---- stored stages as bf16 under the caller's own saved-tensor hooks --------------------- */
+/* A caller's hooks that keep each save as it is and count what they see. */
+typedef struct user_hooks {
+    int packs, bf16, unpacks, frees;
+} user_hooks;
+
+static void *uh_pack(void *ud, remat_tensor *t) {
+    user_hooks *u = ud;
+    u->packs++;
+    u->bf16 += remat_tensor_dtype(t) == REMAT_BF16;
+    return remat_retain(t);
+}
+static remat_status uh_unpack(void *ud, void *handle, remat_tensor **out) {
+    ((user_hooks *)ud)->unpacks++;
+    *out = remat_retain(handle);
+    return REMAT_OK;
+}
+static void uh_free(void *ud, void *handle) {
+    ((user_hooks *)ud)->frees++;
+    remat_release(handle);
+}
+
+/* run_step under the caller's hooks u, pushed around the whole step. */
+static void run_step_hooked(tchain *c, const remat_plan *plan, user_hooks *u, remat_tensor **g) {
+    *u = (user_hooks){0};
+    remat_saved_hooks h = {uh_pack, uh_unpack, uh_free, u};
+    RT_OK(remat_saved_hooks_push(&h));
+    run_step(c, plan, g);
+    RT_OK(remat_saved_hooks_pop());
+    cr_assert_eq(u->frees, u->packs, "every handle of the caller's hooks freed");
+}
+
+/* The plan run inside the caller's own non-reentrant checkpoint. */
+typedef struct plan_in_ckpt {
+    const remat_plan *plan;
+    tchain *c;
+} plan_in_ckpt;
+static int plan_ckpt_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
+                        int n_out) {
+    (void)n_in, (void)n_out;
+    plan_in_ckpt *p = ud;
+    return remat_plan_run(p->plan, p->c->stages, in[0], &out[0]);
+}
+
+/* One step with the plan inside remat_checkpoint; *after_fwd: the bytes live once its
+ * forward has run (before the loss). Gradients into g. */
+static void run_step_in_checkpoint(tchain *c, const remat_plan *plan, size_t *after_fwd,
+                                   remat_tensor **g) {
+    rt_zero_grads(c->n_params, c->params);
+    RT_OK(remat_set_grad(c->x, NULL));
+    remat_manual_seed(77);
+    size_t before = rt_device_current_bytes();
+    plan_in_ckpt pc = {plan, c};
+    remat_checkpoint_options o = {.use_reentrant = REMAT_OPT_FALSE};
+    remat_tensor *y = NULL, *loss = NULL;
+    RT_OK(remat_checkpoint(plan_ckpt_fn, &pc, 1, &c->x, 1, &y, &o));
+    *after_fwd = rt_device_current_bytes() - before;
+    RT_OK(loss_fn(NULL, &y, 1, &loss, 1));
+    remat_release(y);
+    RT_OK(remat_backward_scalar(loss));
+    remat_release(loss);
+    g[0] = remat_retain(remat_tensor_grad(c->x));
+    for (int i = 0; i < c->n_params; i++) g[1 + i] = remat_retain(remat_tensor_grad(c->params[i]));
+}
+
+/* A stage the plan stores as bf16 runs its forward under the planner's bf16 hooks; a
+ * caller who runs the step under saved-tensor hooks of their own (offload, compression, a
+ * checkpoint around the plan) must still see every save of that stage: the planner's hooks
+ * hand what they store (the bf16 copy, or the save as it is) to the caller's, and get it
+ * back from them (docs/planner.md "Lossy compression"). Here: the store-all plan with stages
+ * 1 and 3 marked stored as bf16, run under counting hooks that keep each save as it is —
+ * they see as many saves as under the plan storing everything in f32, some of them bf16
+ * copies, unpack as many, and the gradients are bitwise those of the same plan without the
+ * caller's hooks; inside the caller's non-reentrant checkpoint the stage's saves become the
+ * checkpoint's placeholders (the forward leaves exactly the bytes the f32 plan leaves, none
+ * of the bf16 copies) and the recomputed gradients are again bitwise the same. Before the
+ * hooks composed, the bf16 stages' saves bypassed the caller's hooks (fewer packs) and
+ * their bf16 copies stayed alive inside the caller's checkpoint. */
+Test(opplan, stored_bf16_stages_pass_saves_through_the_callers_hooks) {
+    tchain c;
+    remat_step_profile step;
+    remat_profile *prof;
+    remat_op_profile *ops;
+    profiled_chain(&c, 0.1, NULL, &step, &prof, &ops);
+    int ng = 1 + c.n_params;
+    remat_tensor **ref = calloc((size_t)ng, sizeof *ref), **got = calloc((size_t)ng, sizeof *got);
+    remat_plan *f32 = NULL, *z = NULL;
+    RT_OK(remat_plan_create_ops(&f32, prof, ops, &step, SIZE_MAX, NULL));
+    RT_OK(remat_plan_create_ops(&z, prof, ops, &step, SIZE_MAX, NULL));
+    for (int k = 0; k < TB_N; k++)
+        cr_assert_eq(z->stages[k].action, REMAT_STAGE_STORE, "store-all stores stage %d", k);
+    z->stages[1].store_bf16 = z->stages[3].store_bf16 = true;
+
+    run_step(&c, z, ref); /* no hooks of the caller's */
+    user_hooks u32, uz;
+    run_step_hooked(&c, f32, &u32, got);
+    for (int i = 0; i < ng; i++) remat_release(got[i]);
+    run_step_hooked(&c, z, &uz, got);
+    if (getenv("OPPLAN_VERBOSE"))
+        fprintf(stderr,
+                "caller's hooks: f32 plan %d packs, %d unpacks; bf16 plan %d packs (%d bf16), %d "
+                "unpacks\n",
+                u32.packs, u32.unpacks, uz.packs, uz.bf16, uz.unpacks);
+    cr_assert_gt(u32.packs, 0);
+    cr_assert_eq(u32.bf16, 0);
+    cr_assert_eq(uz.packs, u32.packs, "the caller's hooks saw %d saves, %d under the f32 plan",
+                 uz.packs, u32.packs);
+    cr_assert_gt(uz.bf16, 0, "the stages stored as bf16 hand their bf16 copies on");
+    cr_assert_eq(uz.unpacks, u32.unpacks);
+    for (int i = 0; i < ng; i++) {
+        cr_assert(rt_bitwise_equal(got[i], ref[i]), "gradient %d differs under the caller's hooks",
+                  i);
+        remat_release(got[i]);
+    }
+
+    /* inside the caller's checkpoint */
+    size_t live32 = 0, livez = 0;
+    run_step_in_checkpoint(&c, f32, &live32, got);
+    for (int i = 0; i < ng; i++) remat_release(got[i]);
+    run_step_in_checkpoint(&c, z, &livez, got);
+    if (getenv("OPPLAN_VERBOSE"))
+        fprintf(stderr, "inside a checkpoint: %zu bytes live after the forward (f32 plan %zu)\n",
+                livez, live32);
+    cr_assert_eq(livez, live32, "after the forward: %zu bytes live, the f32 plan %zu", livez,
+                 live32);
+    for (int i = 0; i < ng; i++) {
+        cr_assert(rt_bitwise_equal(got[i], ref[i]), "gradient %d differs inside a checkpoint", i);
+        remat_release(got[i]);
+    }
+    remat_plan_free(f32);
+    remat_plan_free(z);
+    for (int i = 0; i < ng; i++) remat_release(ref[i]);
+    free(ref);
+    free(got);
+    remat_profile_free(prof);
+    remat_op_profile_free(ops);
+    tchain_free(&c);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 /* ---- keep sets only where the model has them --------------------------------------------- */
 /* plan's top level [ckpt 0-0: 0] [ckpt 1-1: 1] ... rewritten as [ckpt 0-1: [ckpt 0-0: 0] 1] ...,
  * stage 0's keep set left in place */
