@@ -24,7 +24,26 @@ static uint64_t rnd(void) {
 }
 static int rnd_in(int lo, int hi) { return lo + (int)(rnd() % (uint64_t)(hi - lo + 1)); }
 
-/* A chain of L stages with n_ops ops each (sizes in KiB steps), plus a head. */
+/* run_peak for about half the stages (the others unmeasured, as a hand-made profile), from
+ * a stream of its own so that the main one draws what it drew before: what the ops kept so
+ * far hold, a little more, and now and then a lot more (a big temporary). */
+static void random_run_peaks(remat_op_profile *o) {
+    uint64_t r = g_rng ^ 0x2545f4914f6cdd1dull;
+    for (int k = 0; k < o->n_stages; k++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        if (r % 2) continue;
+        remat_stage_ops *so = &o->stages[k];
+        size_t cum = 0;
+        for (int i = 0; i < so->n_ops; i++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            cum += so->ops[i].cache_bytes;
+            so->ops[i].run_peak = cum + (size_t)(r % 5) * 512 + (r % 7 == 0 ? 24 * 1024 : 0);
+        }
+    }
+}
+
+/* A chain of L stages with n_ops ops each (sizes in KiB steps), plus a head; half its stages
+ * with run_peak. */
 static void random_profiles(int L, int n_ops, remat_profile **prof, remat_op_profile **ops,
                             remat_step_profile *step) {
     RT_OK(remat_profile_create(prof, L));
@@ -57,6 +76,7 @@ static void random_profiles(int L, int n_ops, remat_profile **prof, remat_op_pro
         }
     }
     o->runs = 1;
+    random_run_peaks(o);
     *ops = o;
     if (step) {
         memset(step, 0, sizeof *step);
@@ -80,6 +100,30 @@ typedef struct bf_best {
 } bf_best;
 
 static uint64_t umax(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* The recomputation bound of a checkpointed stage (docs/planner.md "The model"), from its
+ * definition: the largest, over the ops a recomputation runs, of the op's run_peak (a bf16
+ * keep's: plus its bf16 half, the copy converted back) and the cache of the ops after it
+ * (kept or offloaded: cache_bytes; bf16: cache_bytes - bf16_bytes / 2). way[i]: 0
+ * recomputed, 1 kept, 2 offloaded or (lossy) kept as bf16. UINT64_MAX: no run_peak. */
+static uint64_t bf_rec_bound(const remat_stage_ops *so, const int *way, bool lossy) {
+    bool live = false;
+    for (int i = 0; i < so->n_ops; i++) live = live || so->ops[i].run_peak > 0;
+    if (!live) return UINT64_MAX;
+    uint64_t best = 0;
+    for (int i = 0; i < so->n_ops; i++) {
+        const remat_op_profile_entry *e = &so->ops[i];
+        if (e->recompute_free) continue;
+        uint64_t v = e->run_peak + (lossy && way[i] == 2 ? e->bf16_bytes / 2 : 0);
+        for (int j = i + 1; j < so->n_ops; j++)
+            if (way[j])
+                v +=
+                    so->ops[j].cache_bytes - (lossy && way[j] == 2 ? so->ops[j].bf16_bytes / 2 : 0);
+        best = umax(best, v);
+    }
+    return best;
+}
+static uint64_t umin(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 /* The model of docs/planner.md, op-level section, in bytes. */
 static void bf_eval(const remat_profile *p, const remat_op_profile *o, const remat_step_profile *st,
@@ -108,17 +152,19 @@ static void bf_eval(const remat_profile *p, const remat_op_profile *o, const rem
             const remat_stage_ops *so = &o->stages[k];
             double sum = 0, saved = 0;
             uint64_t c = 0;
+            int way[64] = {0};
             for (int i = 0; i < so->n_ops; i++) sum += so->ops[i].time;
             for (int i = 0; i < so->n_ops; i++)
                 if ((choice[k] >> i) & 1) {
                     c += so->ops[i].cache_bytes;
                     saved += so->ops[i].time;
+                    way[i] = 1;
                 }
             double rt = sum > 0 ? s->fwd_time - saved * (s->fwd_time / sum) : s->fwd_time;
+            uint64_t rec = umin(fpa + c, bf_rec_bound(so, way, false));
             pk = umax(pk, off + fpn + c);
-            pk =
-                umax(pk, off + later +
-                             umax(s->output_bytes + fpa + c, s->output_bytes + abar + s->bwd_peak));
+            pk = umax(pk, off + later +
+                              umax(s->output_bytes + rec, s->output_bytes + abar + s->bwd_peak));
             off += s->output_bytes + c;
             tm += s->fwd_time + (rt > 0 ? rt : 0) + s->bwd_time;
         }
@@ -272,6 +318,7 @@ static void bf_eval_ext(bf_mode mode, const remat_profile *p, const remat_op_pro
         double sum = 0, saved = 0, extra_time = 0;
         uint64_t c = 0, extra = 0, half = 0; /* extra: offloaded bytes, or bf16 keeps' f32 */
         bool any = false;
+        int way[64] = {0};
         for (int i = 0; i < so->n_ops; i++) {
             sum += so->ops[i].time;
             if (so->ops[i].cacheable) half = umax(half, so->ops[i].bf16_bytes / 2);
@@ -286,6 +333,7 @@ static void bf_eval_ext(bf_mode mode, const remat_profile *p, const remat_op_pro
                 extra_time += 2.0 * (double)e->bf16_bytes / rate;
             }
             any = any || v % 3 == 2;
+            way[i] = v % 3;
             if (v % 3) saved += e->time;
         }
         if (mode == BF_LOSSY && any) extra += half;
@@ -295,7 +343,8 @@ static void bf_eval_ext(bf_mode mode, const remat_profile *p, const remat_op_pro
         }
         double rt = sum > 0 ? s->fwd_time - saved * (s->fwd_time / sum) : s->fwd_time;
         pk = umax(pk, off + fpn + c + extra);
-        pk = umax(pk, off + later + R + umax(x + fpa + c + extra, x + abar + s->bwd_peak));
+        uint64_t rec = umin(fpa + c + extra, bf_rec_bound(so, way, mode == BF_LOSSY));
+        pk = umax(pk, off + later + R + umax(x + rec, x + abar + s->bwd_peak));
         off += x + c;
         tm += s->fwd_time + (rt > 0 ? rt : 0) + extra_time + s->bwd_time;
     }
@@ -1702,13 +1751,21 @@ Test(opplan, keep_sets_nested_or_stored_are_refused) {
         remat_plan *plan = NULL;
         RT_OK(remat_plan_create_ops(&plan, prof, ops, &step, SIZE_MAX, &opt));
         size_t top = plan->peak_store_all, lo = plan->min_budget_bytes;
-        remat_plan_free(plan);
-        RT_OK(remat_plan_create_ops(&plan, prof, ops, &step, lo + (top - lo) / 3, &opt));
-        const remat_plan_stage *s0 = &plan->stages[0];
+        /* a budget where stage 0 is checkpointed keeping some ops (some as bf16 when lossy;
+         * which budgets do depends on the profile) */
         int kept = 0, z = 0;
-        for (int i = 0; s0->keep && i < s0->n_ops; i++) {
-            kept += s0->keep[i] != REMAT_OP_RECOMPUTE;
-            z += s0->keep[i] == REMAT_OP_KEEP_BF16;
+        for (int t = 0; t < 23 && !(kept > 0 && (z > 0) == (lossy != 0)); t++) {
+            const int d = 1 + (t + 7) % 23; /* a third of the way first */
+            remat_plan_free(plan);
+            plan = NULL;
+            RT_OK(remat_plan_create_ops(&plan, prof, ops, &step, lo + (top - lo) * (size_t)d / 24,
+                                        &opt));
+            const remat_plan_stage *s0 = &plan->stages[0];
+            kept = z = 0;
+            for (int i = 0; s0->keep && i < s0->n_ops; i++) {
+                kept += s0->keep[i] != REMAT_OP_RECOMPUTE;
+                z += s0->keep[i] == REMAT_OP_KEEP_BF16;
+            }
         }
         cr_assert(kept > 0 && (z > 0) == (lossy != 0), "stage 0 keeps %d ops, %d as bf16", kept, z);
         cr_assert_eq(plan->nodes[0].op, REMAT_PLAN_CHECKPOINT);

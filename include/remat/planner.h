@@ -405,6 +405,13 @@ typedef struct remat_op_profile_entry {
                             before its kernel runs (a linear saving its input and weight),
                             cost nothing to recompute and gain nothing kept (e.g. a
                             transformer block's MLP down projection and residual add) */
+    size_t run_peak;     /* the allocator's peak while the op ran in the profiling forward
+                            (which keeps every op), above the bytes live before the stage:
+                            what a recomputation holds at this op, at most, besides the kept
+                            ops it has not reached yet (the planner's recomputation bound,
+                            docs/planner.md "The model"); 0 in every op of a stage: not
+                            measured (a hand-made profile), the planner then counts the
+                            stage's forward peak plus everything it keeps */
 } remat_op_profile_entry;
 
 typedef struct remat_stage_ops {
