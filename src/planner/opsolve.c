@@ -97,6 +97,7 @@ typedef struct stage_front {
     uint64_t *sets;
     int n_sets, cap_sets;
     bool exact;
+    bool live; /* the profile measured run_peak: the points carry the recomputation bound */
 } stage_front;
 
 static void front_free(stage_front *f) {
@@ -238,6 +239,24 @@ static void add_ways(front_pt *tmp, int *m, const front_pt *q, int j, int n, con
     }
 }
 
+/* The point that keeps nothing: it saves the time of the ops a recomputation never runs,
+ * and its recomputation bound starts at 0 where the profile measured run_peak (UINT64_MAX,
+ * unused, where it did not). */
+static front_pt first_point(const remat_stage_ops *so, double scale, int set) {
+    double t_free = 0;
+    bool live = false;
+    for (int i = 0; i < so->n_ops; i++) {
+        if (so->ops[i].recompute_free && so->ops[i].time > 0) t_free += so->ops[i].time * scale;
+        live = live || so->ops[i].run_peak > 0;
+    }
+    return (front_pt){.t = t_free, .a = live ? 0 : UINT64_MAX, .set = set};
+}
+
+/* An op every recomputation runs and no point keeps: each point's bound sees its peak. */
+static void raise_bounds(stage_front *f, uint64_t peak) {
+    for (int j = 0; j < f->n; j++) f->pts[j].a = bound_after(f->pts[j].a, 0, peak, 0);
+}
+
 static remat_status build_front(stage_front *f, const remat_stage_ops *so, double scale,
                                 const front_cfg *fc) {
     bool offload = fc->offload, lossy = fc->lossy;
@@ -250,14 +269,8 @@ static remat_status build_front(stage_front *f, const remat_stage_ops *so, doubl
     f->pts = malloc((size_t)cap * sizeof *f->pts);
     int s0 = f->pts ? new_set(f, -1, -1, WAY_KEEP) : -1;
     if (s0 < 0) return REMAT_ENOMEM;
-    /* the ops a recomputation never runs: every point saves their time */
-    double t_free = 0;
-    bool live = false; /* the profile measured run_peak: the recomputation bound A */
-    for (int i = 0; i < so->n_ops; i++) {
-        if (so->ops[i].recompute_free && so->ops[i].time > 0) t_free += so->ops[i].time * scale;
-        live = live || so->ops[i].run_peak > 0;
-    }
-    f->pts[0] = (front_pt){.t = t_free, .a = live ? 0 : UINT64_MAX, .set = s0};
+    f->pts[0] = first_point(so, scale, s0);
+    f->live = f->pts[0].a != UINT64_MAX;
     f->n = 1;
     front_pt *tmp = NULL;
     for (int i = 0; i < so->n_ops; i++) {
@@ -265,8 +278,7 @@ static remat_status build_front(stage_front *f, const remat_stage_ops *so, doubl
         double ti = e->time * scale;
         if (e->recompute_free) continue;  /* not run: no bound, nothing to choose */
         if (!choosable(e) || !(ti > 0)) { /* run, never kept */
-            for (int j = 0; j < f->n; j++)
-                f->pts[j].a = bound_after(f->pts[j].a, 0, e->run_peak, 0);
+            raise_bounds(f, e->run_peak);
             continue;
         }
         op_way w = {e->cache_bytes,
@@ -286,7 +298,7 @@ static remat_status build_front(stage_front *f, const remat_stage_ops *so, doubl
         int m = 0;
         for (int j = 0; j < f->n; j++) add_ways(tmp, &m, &f->pts[j], j, f->n, &w);
         qsort(tmp, (size_t)m, sizeof *tmp, cmp_pt);
-        int n = prune(tmp, m, offload || lossy || live);
+        int n = prune(tmp, m, offload || lossy || f->live);
         if (n > OP_MAX_FRONTIER) {
             /* thin to every other point (keeping both ends): near-optimal only */
             int w = 0;
