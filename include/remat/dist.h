@@ -102,8 +102,9 @@ typedef enum remat_reduce_op {
 } remat_reduce_op;
 
 /* Overwrites t on every rank with rank `root`'s values. t must be a
- * contiguous f32/f64/i64 cpu tensor of the same shape and dtype on every
- * rank. Does not bump t's version (use outside of graphs). */
+ * contiguous f32/f64/i64 tensor of the same shape and dtype on every rank,
+ * in host memory or on a device (cuda: sent through a host copy, MPI need
+ * not be CUDA-aware). Does not bump t's version (use outside of graphs). */
 remat_status remat_dist_broadcast(remat_dist *pg, remat_tensor *t, int root);
 /* Replaces t on every rank by the element-wise reduction over ranks
  * (MEAN = SUM / world size). Same requirements as broadcast; the result is
@@ -132,7 +133,8 @@ remat_status remat_dist_check_identical(remat_dist *pg, int n, remat_tensor *con
  * end; .grad is then the mean over ranks, bitwise identical everywhere: a
  * contiguous view into the bucket's buffer (PyTorch: gradient_as_bucket_view),
  * which the bucket leaves to the gradients, taking a fresh one for the
- * next backward (so no later reduction writes into a .grad the user holds).
+ * next backward (so no later reduction writes into a .grad the user holds);
+ * a device parameter's .grad is a tensor on its device holding that mean.
  *
  * How "final" is known: before the backward runs, the graph behind the
  * loss says how many times each parameter will be accumulated into (once
@@ -163,8 +165,11 @@ typedef struct remat_ddp_options {
     bool no_broadcast; /* keep each rank's initial values (tests) */
 } remat_ddp_options;
 
-/* Registers n parameters (f32 or f64 leaf cpu tensors that require grad;
- * retained until remat_ddp_free). Collective: checks that every rank
+/* Registers n parameters (f32 or f64 contiguous leaf tensors that require
+ * grad, on the cpu or a device; retained until remat_ddp_free). A device
+ * parameter's gradient is reduced through the bucket in host memory (copied
+ * out when ready, copied into a .grad on its device after the reduction:
+ * PyTorch's gloo backend does the same with CUDA tensors; no NCCL). Collective: checks that every rank
  * passes the same count, shapes and dtypes (REMAT_EINVAL naming the first
  * difference and the ranks), then copies rank 0's values into every
  * rank's parameters. opts may be NULL. */
@@ -233,7 +238,8 @@ int remat_ddp_bucket_of(const remat_ddp *ddp, int param);
 typedef struct remat_zero remat_zero;
 
 /* Collective. params as for remat_ddp_create (rank 0's values are copied
- * everywhere); ddp_opts may be NULL. */
+ * everywhere), but in host memory (REMAT_EINVAL for a device parameter:
+ * the update runs the host's AdamW on them); ddp_opts may be NULL. */
 remat_status remat_zero_create(remat_zero **out, remat_dist *pg, int n, remat_tensor *const *params,
                                const double *weight_decay, const remat_optim_options *opts,
                                const remat_ddp_options *ddp_opts);

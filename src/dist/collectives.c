@@ -1,10 +1,16 @@
 /* src/dist/collectives.c — blocking collectives of remat/dist.h, each made
- * of MPI's non-blocking one and a bounded wait (rmd_wait). */
+ * of MPI's non-blocking one and a bounded wait (rmd_wait).
+ *
+ * Tensors in device memory (cuda) go through host memory: MPI is given a
+ * host copy, and the result is copied back to the device. That is what a
+ * CUDA-unaware MPI needs, and it keeps every rank's bytes those of the cpu
+ * path (the same MPI reduction over the same values). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "dist_internal.h"
 
-/* A contiguous f32/f64/i64 cpu tensor with data: what MPI can send as is. */
+/* A contiguous f32/f64/i64 tensor with data, in host or device memory. */
 static remat_status check_buffer(const char *call, const remat_tensor *t) {
     int rc = rm_check_tensor(call, "t", t);
     if (rc) return rc;
@@ -23,6 +29,39 @@ static remat_status check_buffer(const char *call, const remat_tensor *t) {
     return REMAT_OK;
 }
 
+remat_status rmd_host_view(const char *call, const remat_tensor *t, bool read, void **out) {
+    *out = NULL;
+    if (remat_device_host_addressable(t->storage->device.type)) {
+        *out = rm_ptr(t);
+        return REMAT_OK;
+    }
+    size_t nbytes = (size_t)remat_numel(t) * remat_dtype_size(t->dtype);
+    void *h = malloc(nbytes ? nbytes : 1);
+    if (!h)
+        return rm_err(REMAT_ENOMEM, "%s: out of host memory for a copy of %zu bytes", call, nbytes);
+    if (read) {
+        int rc = remat_copy_to_buffer(t, t->dtype, h, remat_numel(t));
+        if (rc) {
+            free(h);
+            return rm_err_prefix(rc, call);
+        }
+    }
+    *out = h;
+    return REMAT_OK;
+}
+
+remat_status rmd_host_view_end(const char *call, remat_tensor *t, void *h, bool write) {
+    if (!h || h == rm_ptr(t)) return REMAT_OK;
+    int rc = REMAT_OK;
+    if (write) {
+        rc = rm_device_copy(t->storage->device, rm_ptr(t), REMAT_DEVICE_CPU, h,
+                            (size_t)remat_numel(t) * remat_dtype_size(t->dtype));
+        if (rc) rc = rm_err_prefix(rc, call);
+    }
+    free(h);
+    return rc;
+}
+
 remat_status remat_dist_broadcast(remat_dist *pg, remat_tensor *t, int root) {
     static const char *call = "remat_dist_broadcast";
     int rc = rmd_check_group(call, pg);
@@ -31,11 +70,15 @@ remat_status remat_dist_broadcast(remat_dist *pg, remat_tensor *t, int root) {
     if (root < 0 || root >= pg->size)
         return rm_err(REMAT_EINVAL, "%s: root %d is not a rank of this group (world size %d)", call,
                       root, pg->size);
+    void *h;
+    rc = rmd_host_view(call, t, pg->rank == root, &h); /* only the root's bytes are sent */
+    if (rc) return rc;
     MPI_Request req;
-    int m =
-        MPI_Ibcast(rm_ptr(t), (int)remat_numel(t), rmd_mpi_type(t->dtype), root, pg->comm, &req);
-    if (m != MPI_SUCCESS) return rmd_mpi_err(pg, call, "starting the broadcast", m);
-    return rmd_wait(pg, call, "broadcasting", 1, &req, NULL);
+    int m = MPI_Ibcast(h, (int)remat_numel(t), rmd_mpi_type(t->dtype), root, pg->comm, &req);
+    rc = m != MPI_SUCCESS ? rmd_mpi_err(pg, call, "starting the broadcast", m)
+                          : rmd_wait(pg, call, "broadcasting", 1, &req, NULL);
+    int rc2 = rmd_host_view_end(call, t, h, rc == REMAT_OK && pg->rank != root);
+    return rc ? rc : rc2;
 }
 
 /* Sum or max of n elements of `type` in place on every rank. */
@@ -58,19 +101,22 @@ remat_status remat_dist_all_reduce(remat_dist *pg, remat_tensor *t, remat_reduce
     if (op == REMAT_REDUCE_MEAN && t->dtype == REMAT_I64)
         return rm_err(REMAT_EDTYPE, "%s: the mean of an i64 tensor is not an i64; use SUM", call);
     int64_t n = remat_numel(t);
-    rc = all_reduce_raw(pg, call, rm_ptr(t), (int)n, rmd_mpi_type(t->dtype), op);
+    void *h;
+    rc = rmd_host_view(call, t, true, &h);
     if (rc) return rc;
-    if (op == REMAT_REDUCE_MEAN) {
+    rc = all_reduce_raw(pg, call, h, (int)n, rmd_mpi_type(t->dtype), op);
+    if (rc == REMAT_OK && op == REMAT_REDUCE_MEAN) {
         /* every rank divides the same sums the same way: bitwise identical */
         if (t->dtype == REMAT_F32) {
-            float *x = rm_ptr(t), w = (float)pg->size;
+            float *x = h, w = (float)pg->size;
             for (int64_t i = 0; i < n; i++) x[i] /= w;
         } else {
-            double *x = rm_ptr(t), w = (double)pg->size;
+            double *x = h, w = (double)pg->size;
             for (int64_t i = 0; i < n; i++) x[i] /= w;
         }
     }
-    return REMAT_OK;
+    int rc2 = rmd_host_view_end(call, t, h, rc == REMAT_OK);
+    return rc ? rc : rc2;
 }
 
 remat_status remat_dist_all_reduce_f64(remat_dist *pg, double *values, int n, remat_reduce_op op) {
@@ -113,9 +159,12 @@ remat_status remat_dist_check_identical(remat_dist *pg, int n, remat_tensor *con
     uint64_t h = 1469598103934665603ULL;
     for (int i = 0; i < n; i++) {
         rc = check_buffer(call, tensors[i]);
-        if (rc) return rc;
-        h = fnv1a_bytes(h, rm_ptr(tensors[i]),
+        void *bytes = NULL;
+        if (!rc) rc = rmd_host_view(call, tensors[i], true, &bytes);
+        if (rc) return rc; /* the others time out waiting for this rank, as before */
+        h = fnv1a_bytes(h, bytes,
                         (size_t)remat_numel(tensors[i]) * remat_dtype_size(tensors[i]->dtype));
+        rmd_host_view_end(call, tensors[i], bytes, false);
     }
     /* max and min of the hash over ranks agree iff every rank has the same */
     uint64_t v[2] = {h, ~h};

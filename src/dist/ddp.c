@@ -177,7 +177,7 @@ static bool expected_counts(remat_ddp *d, remat_tensor *loss) {
 }
 
 /* ---- set-up ---------------------------------------------------------------------------- */
-static remat_status check_params(const char *call, int n, remat_tensor *const *params) {
+static remat_status check_params(const char *call, int n, remat_tensor *const *params, bool zero) {
     char b[160];
     if (n <= 0 || !params) return rm_err(REMAT_EINVAL, "%s: no parameters given (n = %d)", call, n);
     for (int i = 0; i < n; i++) {
@@ -189,11 +189,15 @@ static remat_status check_params(const char *call, int n, remat_tensor *const *p
         if (!t->requires_grad || t->grad_fn)
             return rm_err(REMAT_EINVAL, "%s: parameter %d (%s) must be a leaf that requires grad",
                           call, i, rm_tensor_str(t, b, sizeof b));
-        if (!remat_is_contiguous(t) || !rm_ptr(t) ||
-            !remat_device_host_addressable(t->storage->device.type))
+        if (!remat_is_contiguous(t) || !rm_ptr(t))
+            return rm_err(REMAT_EINVAL, "%s: parameter %d (%s) must be contiguous, with data", call,
+                          i, rm_tensor_str(t, b, sizeof b));
+        /* ZeRO updates its slices with the host's AdamW loops, on the parameters' memory */
+        if (zero && !remat_device_host_addressable(t->storage->device.type))
             return rm_err(REMAT_EINVAL,
-                          "%s: parameter %d (%s) must be contiguous and in host "
-                          "memory",
+                          "%s: parameter %d (%s) is in device memory; ZeRO-1 updates "
+                          "parameters in host memory only (remat_ddp_create synchronises "
+                          "gradients of device parameters)",
                           call, i, rm_tensor_str(t, b, sizeof b));
         for (int k = 0; k < i; k++)
             if (params[k] == t)
@@ -307,7 +311,7 @@ remat_status rmd_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor
     *out = NULL;
     int rc = rmd_check_group(call, pg);
     if (rc) return rc;
-    rc = check_params(call, n, params);
+    rc = check_params(call, n, params, zero);
     /* a rank with bad arguments still joins the comparison, so that the
      * others fail with its message instead of waiting for it */
     int rc2 = rmd_exchange_status(pg, call, rc, remat_last_error(), NULL, 0, NULL, 0, NULL);
@@ -411,7 +415,14 @@ static remat_status copy_back(remat_ddp *d, const char *call, int i) {
         g = p->t->grad;
     }
     size_t es = remat_dtype_size(b->dtype);
-    memcpy(rm_ptr(g), (const char *)rm_ptr(b->buf) + (size_t)p->offset * es, (size_t)p->numel * es);
+    const char *src = (const char *)rm_ptr(b->buf) + (size_t)p->offset * es;
+    if (remat_device_host_addressable(g->storage->device.type)) {
+        memcpy(rm_ptr(g), src, (size_t)p->numel * es);
+    } else { /* device memory: the bucket is its host staging buffer */
+        int rc = rm_device_copy(g->storage->device, rm_ptr(g), REMAT_DEVICE_CPU, src,
+                                (size_t)p->numel * es);
+        if (rc) return rm_err_prefix(rc, call);
+    }
     rm_bump_version(g);
     return REMAT_OK;
 }
@@ -422,7 +433,9 @@ static remat_status copy_back(remat_ddp *d, const char *call, int i) {
  * on and the bucket takes a fresh one (from the cpu cache in a training
  * loop, which drops .grad each step), so a later reduction never writes
  * into memory the user holds. Where the fresh buffer cannot be had, the
- * bucket keeps its buffer and the values are copied into .grad. */
+ * bucket keeps its buffer and the values are copied into .grad. A
+ * parameter in device memory gets its values copied into a .grad on its
+ * device: the bucket is then only the host staging of MPI's reduction. */
 static remat_status write_back(remat_ddp *d, const char *call, const unsigned char *used_any) {
     for (int k = 0; k < d->nb; k++) {
         dbucket *b = &d->b[k];
@@ -431,15 +444,19 @@ static remat_status write_back(remat_ddp *d, const char *call, const unsigned ch
         if (!used) continue;
         /* sum → mean where fill_slot did not scale (bitwise as ever) */
         if (!d->prescale) scale_slot(rm_ptr(b->buf), b->dtype, b->numel, 0, d->pg->size);
+        bool views = false; /* a used host parameter in the bucket: its .grad views it */
+        for (int i = 0; i < d->n && !views; i++)
+            views = d->p[i].bucket == k && used_any[i] &&
+                    remat_device_host_addressable(d->p[i].t->storage->device.type);
         remat_tensor *fresh = NULL;
-        if (remat_empty(&fresh, 1, &b->padded, b->dtype, REMAT_DEVICE_CPU) != REMAT_OK) {
+        if (views && remat_empty(&fresh, 1, &b->padded, b->dtype, REMAT_DEVICE_CPU) != REMAT_OK) {
             fresh = NULL;
             remat_clear_error();
         }
         for (int i = 0; i < d->n; i++) {
             dparam *p = &d->p[i];
             if (p->bucket != k || !used_any[i]) continue;
-            if (!fresh) {
+            if (!fresh || !remat_device_host_addressable(p->t->storage->device.type)) {
                 int rc = copy_back(d, call, i);
                 if (rc) return rc;
                 continue;

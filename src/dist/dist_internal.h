@@ -38,6 +38,14 @@ remat_status rmd_mpi_err(remat_dist *pg, const char *call, const char *what, int
 remat_status rmd_wait(remat_dist *pg, const char *call, const char *what, int n, MPI_Request *reqs,
                       const int *peer);
 
+/* Host bytes MPI can use for t's data (contiguous): t's own memory when the host can
+ * address it, else a malloc'd copy, filled from the device when `read` (*out is then
+ * the caller's until rmd_host_view_end). Errors name `call`. */
+remat_status rmd_host_view(const char *call, const remat_tensor *t, bool read, void **out);
+/* Ends rmd_host_view: a copy is written back into t's device memory when `write` (the
+ * version is not bumped), then freed. Nothing to do for t's own memory. */
+remat_status rmd_host_view_end(const char *call, remat_tensor *t, void *h, bool write);
+
 /* MPI datatype of a remat dtype (MPI_DATATYPE_NULL for u8/bf16). */
 MPI_Datatype rmd_mpi_type(remat_dtype dtype);
 

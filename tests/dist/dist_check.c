@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "../support/by_hand.h"
+#include "../support/fenced.h"
 #include "remat/remat.h"
 
 #define D 16
@@ -1159,6 +1160,177 @@ static void check_zero_state(void) {
 }
 
 /* ---- fault modes: rank 1 stops answering / is killed ------------------------------------- */
+/* ---- parameters in device memory ---------------------------------------------------------------
+ * On "fenced" (tests/support/fenced.h: memory the host cannot touch, the cuda device's
+ * stand-in; its kernels are the cpu's, so its arithmetic is the cpu's bit for bit) the
+ * collectives and DDP must stage through host memory: any host read or write of device
+ * memory faults. */
+static remat_device fenced_dev(void) { return (remat_device){rt_fenced_type(), 0}; }
+
+/* A copy of t on device d, a leaf that requires grad when t does. */
+static remat_tensor *on_device(remat_tensor *t, remat_device d) {
+    remat_tensor *c = NULL;
+    bool prev = remat_no_grad_begin();
+    int rc = remat_to_device(&c, t, d);
+    remat_grad_mode_restore(prev);
+    if (!rc && remat_requires_grad(t)) rc = remat_set_requires_grad(c, true);
+    if (rc) {
+        fprintf(stderr, "rank %d: cannot copy to the device: %s\n", rank, remat_last_error());
+        exit(2);
+    }
+    return c;
+}
+
+/* dst := src's parameters on device d (the order model_init makes them in). */
+static void model_on_device(model *dst, const model *src, remat_device d) {
+    memset(dst, 0, sizeof *dst);
+    dst->p_drop = src->p_drop;
+    for (int i = 0; i < src->n; i++) dst->params[dst->n++] = on_device(src->params[i], d);
+    remat_tensor **p = dst->params;
+    dst->w_in = *p++;
+    dst->s = *p++;
+    for (int i = 0; i < L; i++) {
+        dst->ln_w[i] = *p++;
+        dst->ln_b[i] = *p++;
+        dst->w1[i] = *p++;
+        dst->b1[i] = *p++;
+        dst->w2[i] = *p++;
+        dst->b2[i] = *p++;
+    }
+}
+
+/* Whether device tensor a holds bitwise host tensor b's bytes (NULL only as NULL). */
+static bool device_equal(remat_tensor *a, remat_tensor *b) {
+    if (!a || !b) return a == b;
+    int64_t n = remat_numel(b);
+    size_t es = remat_dtype_size(remat_tensor_dtype(b));
+    if (remat_numel(a) != n || remat_tensor_dtype(a) != remat_tensor_dtype(b)) return false;
+    void *h = malloc((size_t)n * es + 1);
+    bool eq = h && remat_copy_to_buffer(a, remat_tensor_dtype(a), h, n) == REMAT_OK &&
+              !memcmp(h, remat_data(b), (size_t)n * es);
+    free(h);
+    return eq;
+}
+
+/* Broadcast, all-reduce and the identity check of fenced tensors: the cpu's results. */
+static void check_device_collectives(void) {
+    remat_device d = fenced_dev();
+    CHECK(d.type > 0, "no fenced device");
+    if (d.type <= 0) return;
+    int64_t n = 5;
+    remat_tensor *h = NULL, *t = NULL;
+    OK(remat_full(&h, 1, &n, rank + 1, REMAT_F32, REMAT_DEVICE_CPU));
+    t = on_device(h, d);
+    OK(remat_dist_all_reduce(pg, t, REMAT_REDUCE_SUM));
+    OK(remat_dist_all_reduce(pg, h, REMAT_REDUCE_SUM));
+    CHECK(device_equal(t, h), "device sum is the cpu's");
+    OK(remat_dist_all_reduce(pg, t, REMAT_REDUCE_MEAN));
+    OK(remat_dist_all_reduce(pg, h, REMAT_REDUCE_MEAN));
+    CHECK(device_equal(t, h), "device mean is the cpu's");
+    remat_release(t);
+    remat_release(h);
+    OK(remat_full(&h, 1, &n, rank == 1 ? 42 : -1, REMAT_F64, REMAT_DEVICE_CPU));
+    t = on_device(h, d);
+    OK(remat_dist_broadcast(pg, t, 1));
+    remat_tensor *one = NULL;
+    OK(remat_full(&one, 1, &n, 42, REMAT_F64, REMAT_DEVICE_CPU));
+    CHECK(device_equal(t, one), "device broadcast from rank 1");
+    remat_release(one);
+    bool same = false;
+    OK(remat_dist_check_identical(pg, 1, &t, &same));
+    CHECK(same, "device tensors identical after broadcast");
+    remat_release(t);
+    t = on_device(h, d); /* each rank's own: 42 on rank 1, -1 elsewhere */
+    OK(remat_dist_check_identical(pg, 1, &t, &same));
+    CHECK(!same, "different device tensors are seen to differ");
+    remat_release(t);
+    remat_release(h);
+}
+
+/* DDP over parameters in device memory follows DDP over the same parameters on the cpu
+ * bit for bit: rank 0's values broadcast at create, every gradient after each backward
+ * (checkpointed, reentrant and not, buckets small enough that several hold both
+ * launched-in-backward and late parameters), the parameters after each SGD step, for 6
+ * steps; .grad stays on the device. ZeRO-1 refuses device parameters by name. */
+static void check_device_ddp(void) {
+    remat_device d = fenced_dev();
+    if (d.type <= 0) return; /* check_device_collectives said so */
+    model m, dm;
+    model_init(&m, 21, 0);
+    if (rank) { /* other ranks start elsewhere: create must copy rank 0's */
+        bool prev = remat_no_grad_begin();
+        for (int i = 0; i < m.n; i++) remat_mul_scalar_(m.params[i], 1.0 + 0.25 * rank);
+        remat_grad_mode_restore(prev);
+    }
+    model_on_device(&dm, &m, d);
+    remat_ddp *ddp = NULL, *dddp = NULL;
+    remat_ddp_options o = {.bucket_bytes = 3000};
+    OK(remat_ddp_create(&ddp, pg, m.n, m.params, &o));
+    OK(remat_ddp_create(&dddp, pg, dm.n, dm.params, &o));
+    if (!ddp || !dddp) {
+        remat_ddp_free(ddp);
+        remat_ddp_free(dddp);
+        model_free(&m);
+        model_free(&dm);
+        return;
+    }
+    int same_params = 0;
+    for (int i = 0; i < m.n; i++) same_params += device_equal(dm.params[i], m.params[i]);
+    CHECK(same_params == m.n, "%d of %d device parameters are rank 0's after create", same_params,
+          m.n);
+    int64_t r0, r1;
+    shard(&r0, &r1);
+    for (int step = 0; step < 6; step++) {
+        remat_tensor *x, *y, *dx, *dy, *loss = NULL, *dloss = NULL;
+        make_data(300 + (uint64_t)step, &x, &y);
+        dx = on_device(x, d);
+        dy = on_device(y, d);
+        zero_grads(&m);
+        zero_grads(&dm);
+        int mode = step % 3 == 0 ? M_NONE : step % 3 == 1 ? M_REENTRANT : M_NONREENTRANT;
+        OK(forward(&m, mode, x, y, r0, r1, &loss));
+        OK(forward(&dm, mode, dx, dy, r0, r1, &dloss));
+        OK(remat_ddp_backward(ddp, loss));
+        OK(remat_ddp_backward(dddp, dloss));
+        int same_grads = 0, on_dev = 0;
+        for (int i = 0; i < m.n; i++) {
+            remat_tensor *g = remat_tensor_grad(dm.params[i]);
+            same_grads += device_equal(g, remat_tensor_grad(m.params[i]));
+            on_dev += g && remat_tensor_device(g).type == d.type;
+        }
+        CHECK(same_grads == m.n && on_dev == m.n,
+              "step %d (%s): %d of %d device gradients are the cpu's, %d on the device", step,
+              mode_name[mode], same_grads, m.n, on_dev);
+        sgd(&m, 0.05);
+        sgd(&dm, 0.05);
+        bool same = false;
+        OK(remat_dist_check_identical(pg, dm.n, dm.params, &same));
+        CHECK(same, "step %d: device parameters differ across ranks", step);
+        remat_release(loss);
+        remat_release(dloss);
+        remat_release(x);
+        remat_release(y);
+        remat_release(dx);
+        remat_release(dy);
+    }
+    same_params = 0;
+    for (int i = 0; i < m.n; i++) same_params += device_equal(dm.params[i], m.params[i]);
+    CHECK(same_params == m.n, "%d of %d device parameters are the cpu's after 6 steps", same_params,
+          m.n);
+    remat_ddp_free(ddp);
+    remat_ddp_free(dddp);
+    remat_zero *z = NULL;
+    remat_optim_options oo;
+    OK(remat_optim_options_init(&oo, REMAT_OPTIM_ADAMW));
+    int rc = remat_zero_create(&z, pg, dm.n, dm.params, NULL, &oo, NULL);
+    CHECK(rc == REMAT_EINVAL && !z && strstr(remat_last_error(), "device memory"),
+          "ZeRO-1 on device parameters: %s", remat_err_name(rc));
+    remat_clear_error();
+    remat_zero_free(z);
+    model_free(&m);
+    model_free(&dm);
+}
+
 static void on_ready_kill(void *ud, int i) {
     (void)ud;
     if (rank == 1 && i == 0) raise(SIGKILL);
@@ -1236,6 +1408,8 @@ int main(int argc, char **argv) {
         {"grads_are_bucket_views", check_grad_views},
         {"accumulation_no_sync_one_collective_per_bucket", check_accum},
         {"zero1_state_gather_load_resume_bitwise", check_zero_state},
+        {"device_collectives_through_host", check_device_collectives},
+        {"device_ddp_bitwise_the_cpus", check_device_ddp},
     };
     int total = 0;
     for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {

@@ -14,9 +14,25 @@ bool prog_dist_launched(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
 }
 
+/* `--device cuda` without an index under mpirun: this rank's index among the ranks of its
+ * node, modulo the node's GPUs — each rank its own GPU, as PyTorch's
+ * torch.cuda.set_device(local_rank). An explicit cuda:N is kept (every rank then uses GPU N:
+ * one rank per node). The launchers' variables: Open MPI, MPICH / Intel MPI, Slurm. */
+static void pick_local_device(config *c) {
+    if (remat_device_host_addressable(c->device.type) || !c->device_text ||
+        strchr(c->device_text, ':'))
+        return;
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!lr) lr = getenv("MPI_LOCALRANKID");
+    if (!lr) lr = getenv("SLURM_LOCALID");
+    int n = remat_device_count(c->device.type);
+    if (lr && n > 0) c->device.index = atoi(lr) % n;
+}
+
 int prog_dist_init(prog_dist *d, config *c) {
     *d = (prog_dist){.rank = 0, .world = 1};
     if (!prog_dist_launched()) return REMAT_OK;
+    pick_local_device(c);
     remat_dist_options o = {.timeout_s = c->dist_timeout};
     int rc = remat_dist_init(&d->pg, &o);
     if (rc) return rc;

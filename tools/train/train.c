@@ -285,6 +285,11 @@ static int train_setup(train_run *tr) {
     if (c->zero && c->optim != OPTIM_ADAMW)
         return remat_set_error(REMAT_EINVAL, "--zero shards AdamW across the ranks of an mpirun "
                                              "job; it does not take --optim sgd");
+    if (c->zero && !remat_device_host_addressable(c->device.type))
+        return remat_set_error(REMAT_EINVAL,
+                               "--zero updates its AdamW shards in host memory; with --device %s "
+                               "leave --zero out (data parallelism alone runs on the device)",
+                               c->device_text ? c->device_text : "cuda");
     char how[256];
     if (c->zero && !tr->pd.pg)
         return remat_set_error(REMAT_EINVAL,
