@@ -24,7 +24,26 @@ static uint64_t rnd(void) {
 }
 static int rnd_in(int lo, int hi) { return lo + (int)(rnd() % (uint64_t)(hi - lo + 1)); }
 
-/* A chain of L stages with n_ops ops each (sizes in KiB steps), plus a head. */
+/* run_peak for about half the stages (the others unmeasured, as a hand-made profile), from
+ * a stream of its own so that the main one draws what it drew before: what the ops kept so
+ * far hold, a little more, and now and then a lot more (a big temporary). */
+static void random_run_peaks(remat_op_profile *o) {
+    uint64_t r = g_rng ^ 0x2545f4914f6cdd1dull;
+    for (int k = 0; k < o->n_stages; k++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        if (r % 2) continue;
+        remat_stage_ops *so = &o->stages[k];
+        size_t cum = 0;
+        for (int i = 0; i < so->n_ops; i++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            cum += so->ops[i].cache_bytes;
+            so->ops[i].run_peak = cum + (size_t)(r % 5) * 512 + (r % 7 == 0 ? 24 * 1024 : 0);
+        }
+    }
+}
+
+/* A chain of L stages with n_ops ops each (sizes in KiB steps), plus a head; half its stages
+ * with run_peak. */
 static void random_profiles(int L, int n_ops, remat_profile **prof, remat_op_profile **ops,
                             remat_step_profile *step) {
     RT_OK(remat_profile_create(prof, L));
@@ -57,6 +76,7 @@ static void random_profiles(int L, int n_ops, remat_profile **prof, remat_op_pro
         }
     }
     o->runs = 1;
+    random_run_peaks(o);
     *ops = o;
     if (step) {
         memset(step, 0, sizeof *step);
@@ -80,6 +100,30 @@ typedef struct bf_best {
 } bf_best;
 
 static uint64_t umax(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* The recomputation bound of a checkpointed stage (docs/planner.md "The model"), from its
+ * definition: the largest, over the ops a recomputation runs, of the op's run_peak (a bf16
+ * keep's: plus its bf16 half, the copy converted back) and the cache of the ops after it
+ * (kept or offloaded: cache_bytes; bf16: cache_bytes - bf16_bytes / 2). way[i]: 0
+ * recomputed, 1 kept, 2 offloaded or (lossy) kept as bf16. UINT64_MAX: no run_peak. */
+static uint64_t bf_rec_bound(const remat_stage_ops *so, const int *way, bool lossy) {
+    bool live = false;
+    for (int i = 0; i < so->n_ops; i++) live = live || so->ops[i].run_peak > 0;
+    if (!live) return UINT64_MAX;
+    uint64_t best = 0;
+    for (int i = 0; i < so->n_ops; i++) {
+        const remat_op_profile_entry *e = &so->ops[i];
+        if (e->recompute_free) continue;
+        uint64_t v = e->run_peak + (lossy && way[i] == 2 ? e->bf16_bytes / 2 : 0);
+        for (int j = i + 1; j < so->n_ops; j++)
+            if (way[j])
+                v +=
+                    so->ops[j].cache_bytes - (lossy && way[j] == 2 ? so->ops[j].bf16_bytes / 2 : 0);
+        best = umax(best, v);
+    }
+    return best;
+}
+static uint64_t umin(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 /* The model of docs/planner.md, op-level section, in bytes. */
 static void bf_eval(const remat_profile *p, const remat_op_profile *o, const remat_step_profile *st,
@@ -108,17 +152,19 @@ static void bf_eval(const remat_profile *p, const remat_op_profile *o, const rem
             const remat_stage_ops *so = &o->stages[k];
             double sum = 0, saved = 0;
             uint64_t c = 0;
+            int way[64] = {0};
             for (int i = 0; i < so->n_ops; i++) sum += so->ops[i].time;
             for (int i = 0; i < so->n_ops; i++)
                 if ((choice[k] >> i) & 1) {
                     c += so->ops[i].cache_bytes;
                     saved += so->ops[i].time;
+                    way[i] = 1;
                 }
             double rt = sum > 0 ? s->fwd_time - saved * (s->fwd_time / sum) : s->fwd_time;
+            uint64_t rec = umin(fpa + c, bf_rec_bound(so, way, false));
             pk = umax(pk, off + fpn + c);
-            pk =
-                umax(pk, off + later +
-                             umax(s->output_bytes + fpa + c, s->output_bytes + abar + s->bwd_peak));
+            pk = umax(pk, off + later +
+                              umax(s->output_bytes + rec, s->output_bytes + abar + s->bwd_peak));
             off += s->output_bytes + c;
             tm += s->fwd_time + (rt > 0 ? rt : 0) + s->bwd_time;
         }
@@ -272,6 +318,7 @@ static void bf_eval_ext(bf_mode mode, const remat_profile *p, const remat_op_pro
         double sum = 0, saved = 0, extra_time = 0;
         uint64_t c = 0, extra = 0, half = 0; /* extra: offloaded bytes, or bf16 keeps' f32 */
         bool any = false;
+        int way[64] = {0};
         for (int i = 0; i < so->n_ops; i++) {
             sum += so->ops[i].time;
             if (so->ops[i].cacheable) half = umax(half, so->ops[i].bf16_bytes / 2);
@@ -286,6 +333,7 @@ static void bf_eval_ext(bf_mode mode, const remat_profile *p, const remat_op_pro
                 extra_time += 2.0 * (double)e->bf16_bytes / rate;
             }
             any = any || v % 3 == 2;
+            way[i] = v % 3;
             if (v % 3) saved += e->time;
         }
         if (mode == BF_LOSSY && any) extra += half;
@@ -295,7 +343,8 @@ static void bf_eval_ext(bf_mode mode, const remat_profile *p, const remat_op_pro
         }
         double rt = sum > 0 ? s->fwd_time - saved * (s->fwd_time / sum) : s->fwd_time;
         pk = umax(pk, off + fpn + c + extra);
-        pk = umax(pk, off + later + R + umax(x + fpa + c + extra, x + abar + s->bwd_peak));
+        uint64_t rec = umin(fpa + c + extra, bf_rec_bound(so, way, mode == BF_LOSSY));
+        pk = umax(pk, off + later + R + umax(x + rec, x + abar + s->bwd_peak));
         off += x + c;
         tm += s->fwd_time + (rt > 0 ? rt : 0) + extra_time + s->bwd_time;
     }
@@ -1511,6 +1560,146 @@ Test(opplan, executed_plans_store_stages_as_bf16) {
     cr_assert_eq(remat_live_tensors(), 0);
 }
 
+/* ---- stored stages as bf16 under the caller's own saved-tensor hooks --------------------- */
+/* A caller's hooks that keep each save as it is and count what they see. */
+typedef struct user_hooks {
+    int packs, bf16, unpacks, frees;
+} user_hooks;
+
+static void *uh_pack(void *ud, remat_tensor *t) {
+    user_hooks *u = ud;
+    u->packs++;
+    u->bf16 += remat_tensor_dtype(t) == REMAT_BF16;
+    return remat_retain(t);
+}
+static remat_status uh_unpack(void *ud, void *handle, remat_tensor **out) {
+    ((user_hooks *)ud)->unpacks++;
+    *out = remat_retain(handle);
+    return REMAT_OK;
+}
+static void uh_free(void *ud, void *handle) {
+    ((user_hooks *)ud)->frees++;
+    remat_release(handle);
+}
+
+/* run_step under the caller's hooks u, pushed around the whole step. */
+static void run_step_hooked(tchain *c, const remat_plan *plan, user_hooks *u, remat_tensor **g) {
+    *u = (user_hooks){0};
+    remat_saved_hooks h = {uh_pack, uh_unpack, uh_free, u};
+    RT_OK(remat_saved_hooks_push(&h));
+    run_step(c, plan, g);
+    RT_OK(remat_saved_hooks_pop());
+    cr_assert_eq(u->frees, u->packs, "every handle of the caller's hooks freed");
+}
+
+/* The plan run inside the caller's own non-reentrant checkpoint. */
+typedef struct plan_in_ckpt {
+    const remat_plan *plan;
+    tchain *c;
+} plan_in_ckpt;
+static int plan_ckpt_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out,
+                        int n_out) {
+    (void)n_in, (void)n_out;
+    plan_in_ckpt *p = ud;
+    return remat_plan_run(p->plan, p->c->stages, in[0], &out[0]);
+}
+
+/* One step with the plan inside remat_checkpoint; *after_fwd: the bytes live once its
+ * forward has run (before the loss). Gradients into g. */
+static void run_step_in_checkpoint(tchain *c, const remat_plan *plan, size_t *after_fwd,
+                                   remat_tensor **g) {
+    rt_zero_grads(c->n_params, c->params);
+    RT_OK(remat_set_grad(c->x, NULL));
+    remat_manual_seed(77);
+    size_t before = rt_device_current_bytes();
+    plan_in_ckpt pc = {plan, c};
+    remat_checkpoint_options o = {.use_reentrant = REMAT_OPT_FALSE};
+    remat_tensor *y = NULL, *loss = NULL;
+    RT_OK(remat_checkpoint(plan_ckpt_fn, &pc, 1, &c->x, 1, &y, &o));
+    *after_fwd = rt_device_current_bytes() - before;
+    RT_OK(loss_fn(NULL, &y, 1, &loss, 1));
+    remat_release(y);
+    RT_OK(remat_backward_scalar(loss));
+    remat_release(loss);
+    g[0] = remat_retain(remat_tensor_grad(c->x));
+    for (int i = 0; i < c->n_params; i++) g[1 + i] = remat_retain(remat_tensor_grad(c->params[i]));
+}
+
+/* A stage the plan stores as bf16 runs its forward under the planner's bf16 hooks; a
+ * caller who runs the step under saved-tensor hooks of their own (offload, compression, a
+ * checkpoint around the plan) must still see every save of that stage: the planner's hooks
+ * hand what they store (the bf16 copy, or the save as it is) to the caller's, and get it
+ * back from them (docs/planner.md "Lossy compression"). Here: the store-all plan with stages
+ * 1 and 3 marked stored as bf16, run under counting hooks that keep each save as it is —
+ * they see as many saves as under the plan storing everything in f32, some of them bf16
+ * copies, unpack as many, and the gradients are bitwise those of the same plan without the
+ * caller's hooks; inside the caller's non-reentrant checkpoint the stage's saves become the
+ * checkpoint's placeholders (the forward leaves exactly the bytes the f32 plan leaves, none
+ * of the bf16 copies) and the recomputed gradients are again bitwise the same. Before the
+ * hooks composed, the bf16 stages' saves bypassed the caller's hooks (fewer packs) and
+ * their bf16 copies stayed alive inside the caller's checkpoint. */
+Test(opplan, stored_bf16_stages_pass_saves_through_the_callers_hooks) {
+    tchain c;
+    remat_step_profile step;
+    remat_profile *prof;
+    remat_op_profile *ops;
+    profiled_chain(&c, 0.1, NULL, &step, &prof, &ops);
+    int ng = 1 + c.n_params;
+    remat_tensor **ref = calloc((size_t)ng, sizeof *ref), **got = calloc((size_t)ng, sizeof *got);
+    remat_plan *f32 = NULL, *z = NULL;
+    RT_OK(remat_plan_create_ops(&f32, prof, ops, &step, SIZE_MAX, NULL));
+    RT_OK(remat_plan_create_ops(&z, prof, ops, &step, SIZE_MAX, NULL));
+    for (int k = 0; k < TB_N; k++)
+        cr_assert_eq(z->stages[k].action, REMAT_STAGE_STORE, "store-all stores stage %d", k);
+    z->stages[1].store_bf16 = z->stages[3].store_bf16 = true;
+
+    run_step(&c, z, ref); /* no hooks of the caller's */
+    user_hooks u32, uz;
+    run_step_hooked(&c, f32, &u32, got);
+    for (int i = 0; i < ng; i++) remat_release(got[i]);
+    run_step_hooked(&c, z, &uz, got);
+    if (getenv("OPPLAN_VERBOSE"))
+        fprintf(stderr,
+                "caller's hooks: f32 plan %d packs, %d unpacks; bf16 plan %d packs (%d bf16), %d "
+                "unpacks\n",
+                u32.packs, u32.unpacks, uz.packs, uz.bf16, uz.unpacks);
+    cr_assert_gt(u32.packs, 0);
+    cr_assert_eq(u32.bf16, 0);
+    cr_assert_eq(uz.packs, u32.packs, "the caller's hooks saw %d saves, %d under the f32 plan",
+                 uz.packs, u32.packs);
+    cr_assert_gt(uz.bf16, 0, "the stages stored as bf16 hand their bf16 copies on");
+    cr_assert_eq(uz.unpacks, u32.unpacks);
+    for (int i = 0; i < ng; i++) {
+        cr_assert(rt_bitwise_equal(got[i], ref[i]), "gradient %d differs under the caller's hooks",
+                  i);
+        remat_release(got[i]);
+    }
+
+    /* inside the caller's checkpoint */
+    size_t live32 = 0, livez = 0;
+    run_step_in_checkpoint(&c, f32, &live32, got);
+    for (int i = 0; i < ng; i++) remat_release(got[i]);
+    run_step_in_checkpoint(&c, z, &livez, got);
+    if (getenv("OPPLAN_VERBOSE"))
+        fprintf(stderr, "inside a checkpoint: %zu bytes live after the forward (f32 plan %zu)\n",
+                livez, live32);
+    cr_assert_eq(livez, live32, "after the forward: %zu bytes live, the f32 plan %zu", livez,
+                 live32);
+    for (int i = 0; i < ng; i++) {
+        cr_assert(rt_bitwise_equal(got[i], ref[i]), "gradient %d differs inside a checkpoint", i);
+        remat_release(got[i]);
+    }
+    remat_plan_free(f32);
+    remat_plan_free(z);
+    for (int i = 0; i < ng; i++) remat_release(ref[i]);
+    free(ref);
+    free(got);
+    remat_profile_free(prof);
+    remat_op_profile_free(ops);
+    tchain_free(&c);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 /* ---- keep sets only where the model has them --------------------------------------------- */
 /* plan's top level [ckpt 0-0: 0] [ckpt 1-1: 1] ... rewritten as [ckpt 0-1: [ckpt 0-0: 0] 1] ...,
  * stage 0's keep set left in place */
@@ -1562,13 +1751,21 @@ Test(opplan, keep_sets_nested_or_stored_are_refused) {
         remat_plan *plan = NULL;
         RT_OK(remat_plan_create_ops(&plan, prof, ops, &step, SIZE_MAX, &opt));
         size_t top = plan->peak_store_all, lo = plan->min_budget_bytes;
-        remat_plan_free(plan);
-        RT_OK(remat_plan_create_ops(&plan, prof, ops, &step, lo + (top - lo) / 3, &opt));
-        const remat_plan_stage *s0 = &plan->stages[0];
+        /* a budget where stage 0 is checkpointed keeping some ops (some as bf16 when lossy;
+         * which budgets do depends on the profile) */
         int kept = 0, z = 0;
-        for (int i = 0; s0->keep && i < s0->n_ops; i++) {
-            kept += s0->keep[i] != REMAT_OP_RECOMPUTE;
-            z += s0->keep[i] == REMAT_OP_KEEP_BF16;
+        for (int t = 0; t < 23 && !(kept > 0 && (z > 0) == (lossy != 0)); t++) {
+            const int d = 1 + (t + 7) % 23; /* a third of the way first */
+            remat_plan_free(plan);
+            plan = NULL;
+            RT_OK(remat_plan_create_ops(&plan, prof, ops, &step, lo + (top - lo) * (size_t)d / 24,
+                                        &opt));
+            const remat_plan_stage *s0 = &plan->stages[0];
+            kept = z = 0;
+            for (int i = 0; s0->keep && i < s0->n_ops; i++) {
+                kept += s0->keep[i] != REMAT_OP_RECOMPUTE;
+                z += s0->keep[i] == REMAT_OP_KEEP_BF16;
+            }
         }
         cr_assert(kept > 0 && (z > 0) == (lossy != 0), "stage 0 keeps %d ops, %d as bf16", kept, z);
         cr_assert_eq(plan->nodes[0].op, REMAT_PLAN_CHECKPOINT);

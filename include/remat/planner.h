@@ -208,7 +208,12 @@ typedef struct remat_plan_stage {
      * remat_plan_run runs its forward under saved-tensor hooks that store each saved f32
      * tensor the graph made (contiguous, alone on its storage, not the stage's input) as
      * bf16 until its backward converts it back (remat_stage_ops.store_bf16_bytes). Only on a
-     * stage stored at the top level of the plan: remat_plan_run refuses it anywhere else. */
+     * stage stored at the top level of the plan: remat_plan_run refuses it anywhere else.
+     * Saved-tensor hooks of the caller's in force around remat_plan_run (offload,
+     * compression, a checkpoint around the step) still see every save of such a stage, as
+     * they see a stage stored in f32: what these hooks store (the bf16 copy, or the save as
+     * it is) goes through the caller's pack, and comes back through its unpack before the
+     * conversion to f32. */
     bool store_bf16;
 } remat_plan_stage;
 
@@ -400,6 +405,13 @@ typedef struct remat_op_profile_entry {
                             before its kernel runs (a linear saving its input and weight),
                             cost nothing to recompute and gain nothing kept (e.g. a
                             transformer block's MLP down projection and residual add) */
+    size_t run_peak;     /* the allocator's peak while the op ran in the profiling forward
+                            (which keeps every op), above the bytes live before the stage:
+                            what a recomputation holds at this op, at most, besides the kept
+                            ops it has not reached yet (the planner's recomputation bound,
+                            docs/planner.md "The model"); 0 in every op of a stage: not
+                            measured (a hand-made profile), the planner then counts the
+                            stage's forward peak plus everything it keeps */
 } remat_op_profile_entry;
 
 typedef struct remat_stage_ops {

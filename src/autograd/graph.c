@@ -107,6 +107,13 @@ remat_status remat_saved_hooks_pop(void) {
 
 int remat_saved_hooks_depth(void) { return tls_n_hooks; }
 
+bool rm_saved_hooks_top(remat_saved_hooks *out) {
+    memset(out, 0, sizeof *out);
+    if (tls_n_hooks == 0 || hook_stack()[tls_n_hooks - 1].disabled) return false;
+    *out = hook_stack()[tls_n_hooks - 1].hooks;
+    return true;
+}
+
 static remat_save_observer_fn g_save_obs;
 static void *g_save_obs_ud;
 void remat_set_save_observer(remat_save_observer_fn fn, void *user_data) {

@@ -225,5 +225,11 @@ void rm_save_observer_get(remat_save_observer_fn *fn, void **user_data);
  * (src/planner/storebf16.c) convert only tensors the graph made (a grad_fn: not parameters,
  * inputs or constants). NULL outside a pack hook. */
 remat_tensor *rm_node_saving(void);
+/* The innermost saved-tensor hook pair on this thread into *out: true when there is one and
+ * it is a pair (not a remat_saved_hooks_push_disabled entry); false otherwise (*out zeroed).
+ * Hooks that store a tensor their own way and then hand it on to the hooks they were pushed
+ * over use it (the planner's stored stages as bf16: the caller's own hooks still see every
+ * save, src/planner/storebf16.c). */
+bool rm_saved_hooks_top(remat_saved_hooks *out);
 
 #endif /* REMAT_AUTOGRAD_GRAPH_H */

@@ -8,7 +8,9 @@
  * starts: at that moment the clock and the region's bytes_cached counter
  * close the previous op (an op is cached when it ends, so the counter's
  * growth between two policy calls is exactly what keeping the earlier op
- * costs). A save observer, active on this thread only, attributes every
+ * costs), and this thread's allocation meter closes its peak (run_peak: the
+ * peak from one policy call to the next, above what was live before the
+ * stage). A save observer, active on this thread only, attributes every
  * tensor saved for backward to the running op. The forward is then dropped
  * (no backward runs): nothing about the user's tensors changes.
  */
@@ -41,6 +43,7 @@ typedef struct op_run {
     int64_t *c0;                 /* bytes_cached then */
     int64_t *z0;                 /* bytes_cached_bf16 then */
     remat_sac_stats stats;
+    int64_t base; /* the meter's bytes before the stage ran */
     int n_in;
     remat_tensor *in[OP_MAX_INPUTS]; /* the running op's inputs (borrowed during the op) */
     bool oom;
@@ -74,6 +77,11 @@ static void save_observer(void *ud, const char *op, remat_tensor *t) {
     if (g_prev_obs) g_prev_obs(g_prev_obs_ud, op, t);
 }
 
+static size_t peak_above(const op_run *r) {
+    int64_t p = rm_meter_peak() - r->base;
+    return p > 0 ? (size_t)p : 0;
+}
+
 static remat_checkpoint_policy record_policy(const remat_sac_context *ctx, const char *op,
                                              int n_inputs, remat_tensor *const *inputs,
                                              void *user_state) {
@@ -104,6 +112,10 @@ static remat_checkpoint_policy record_policy(const remat_sac_context *ctx, const
     for (int i = 0; i < r->n_in; i++) r->in[i] = inputs[i];
     r->c0[r->n] = r->stats.bytes_cached;
     r->z0[r->n] = r->stats.bytes_cached_bf16;
+    /* the previous op's window closes: its peak (outputs, temporaries, and everything the
+     * forward holds by then), and the next window starts at what is live now */
+    if (r->n > 0) r->ops[r->n - 1].run_peak = peak_above(r);
+    rm_meter_mark_peak();
     r->t0[r->n] = now_s();
     r->n++;
     return REMAT_MUST_SAVE;
@@ -112,6 +124,7 @@ static remat_checkpoint_policy record_policy(const remat_sac_context *ctx, const
 /* The checkpointed function: the stage, then the clock that closes its last op. */
 typedef struct wrap {
     const remat_stage *st;
+    op_run *r;
     double t_end;
 } wrap;
 
@@ -120,6 +133,7 @@ static remat_status wrapped_stage(void *ud, remat_tensor *const *inputs, int n_i
     wrap *w = ud;
     int rc = w->st->fn(w->st->user_data, inputs, n_inputs, outputs, n_outputs);
     w->t_end = now_s();
+    if (w->r->n > 0) w->r->ops[w->r->n - 1].run_peak = peak_above(w->r);
     return rc;
 }
 
@@ -142,8 +156,9 @@ static remat_status run_once(const remat_stage *st, remat_tensor *a, op_run *r, 
     remat_checkpoint_options o = {.use_reentrant = REMAT_OPT_FALSE,
                                   .context_fn = remat_sac_context_fn,
                                   .context_fn_data = &cfg};
-    wrap w = {st, 0};
+    wrap w = {st, r, 0};
     remat_tensor *y = NULL;
+    r->base = rm_meter_current();
     tls_run = r;
     rc = remat_checkpoint(wrapped_stage, &w, 1, &a, 1, &y, &o);
     tls_run = NULL;
@@ -293,7 +308,11 @@ static remat_status profile_stage_ops(remat_op_profile *p, const remat_stage *st
                         "the stage called %d ops in one run and %d in another: op-level "
                         "planning needs a stage that calls the same ops every time",
                         first.n, r.n);
-        for (int i = 0; !rc && i < first.n; i++) samples[(size_t)i * (size_t)runs + taken] = d[i];
+        for (int i = 0; !rc && i < first.n; i++) {
+            samples[(size_t)i * (size_t)runs + taken] = d[i];
+            /* the recomputation bound holds for every run: the largest peak seen */
+            if (r.ops[i].run_peak > so->ops[i].run_peak) so->ops[i].run_peak = r.ops[i].run_peak;
+        }
         free(d);
         run_free(&r);
     }
@@ -370,6 +389,22 @@ static remat_status measure_cast(remat_op_profile *p, int runs) {
     return rc;
 }
 
+/* Stages that repeat one another share one Pareto set in the solver, built from the first
+ * one's ops: each op's run_peak becomes the largest any of them measured, so that the
+ * recomputation bound holds for every one. */
+static void share_run_peaks(remat_op_profile *p) {
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < p->n_stages; k++) {
+            remat_stage_ops *so = &p->stages[k], *src = &p->stages[so->same_as];
+            if (so->same_as == k || src->n_ops != so->n_ops) continue;
+            for (int i = 0; i < so->n_ops; i++) {
+                size_t *a = &src->ops[i].run_peak, *b = &so->ops[i].run_peak;
+                if (pass == 0 && *b > *a) *a = *b; /* first the group's largest */
+                if (pass == 1) *b = *a;            /* then every member gets it */
+            }
+        }
+}
+
 remat_status remat_profile_ops(remat_op_profile **out, int n_stages, const remat_stage *stages,
                                remat_tensor *input, const remat_profile_options *opts) {
     static const char *call = "remat_profile_ops";
@@ -391,6 +426,7 @@ remat_status remat_profile_ops(remat_op_profile **out, int n_stages, const remat
     ow.p = p;
     pl_stage_walk w = {walk_stage, walk_begin, walk_end, &ow};
     rc = pl_walk_stages(call, input, n_stages, &w);
+    if (!rc) share_run_peaks(p);
     if (!rc) rc = measure_cast(p, ow.runs);
     if (rc) {
         remat_op_profile_free(p);

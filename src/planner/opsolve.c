@@ -11,16 +11,25 @@
  *   - peaks at off + fpn[s] + C in its forward (the kept ops' storage
  *     is at most C above what a forward keeping nothing holds);
  *   - keeps x[s+1] + C until its recomputation;
- *   - peaks at off + grads(s+1..) + max(x[s+1] + fpa[s] + C,
- *     x[s+1] + abar[s] + bp[s]) in its recomputation and backward (the cache
- *     is adopted by the recomputation; after it the stage holds what a
- *     stored stage holds);
+ *   - peaks at off + grads(s+1..) + max(x[s+1] + R(S),
+ *     x[s+1] + abar[s] + bp[s]) in its recomputation and backward (after it
+ *     the stage holds what a stored stage holds), R(S) the recomputation's
+ *     own bound: min(fpa[s] + C, A(S)), A(S) = the largest, over the ops the
+ *     recomputation runs (recompute_free ones do not), of the op's run_peak
+ *     (what the profiling forward, which keeps every op, held while it ran)
+ *     plus the cache bytes of the kept ops after it (the recomputation adopts
+ *     a kept op's cache when it reaches it: its bytes are in run_peak from
+ *     there on, not twice); without run_peak (a hand-made profile) fpa + C;
  *   - costs uf + (uf - T) + ub.
  * A stored stage is rotor's F_all (src/planner/model.c). off is what the
  * earlier stages keep. Per stage, only the Pareto set of (C, T) over all
  * subsets matters (a point with more bytes and no more time saved is never
- * better in any term above); it is computed exactly (Nemhauser–Ullmann:
- * merge the set with itself shifted by each op, drop dominated points).
+ * better in any term above); with run_peak the points are (C, A, T), A
+ * built op by op in the stage's order (A' = max(A, run_peak) for an op left
+ * out, max(A + c, run_peak) for one kept: every earlier op has it still
+ * ahead), each term growing with C and A, so dropping dominated points stays
+ * exact; it is computed exactly (Nemhauser–Ullmann: merge the set with
+ * itself shifted by each op, drop dominated points).
  * A dynamic program over the stages with the kept bytes in slots then
  * finds the fastest plan: exact on the grid (sizes rounded up, so a plan
  * that fits in slots fits in bytes).
@@ -74,6 +83,8 @@ typedef struct front_pt {
     double t;    /* forward time it saves (kept, offloaded, bf16 ops), less the conversions' */
     double cast; /* seconds of the bf16 conversions (there and back) */
     uint64_t z;  /* f32 bytes stored as bf16 */
+    uint64_t a;  /* the recomputation bound A over the ops so far (UINT64_MAX: the stage has
+                    no run_peak, the bound is fpa + C + O + U) */
     int set;     /* index of its op sets (kept, offloaded, bf16) in the stage's set table */
 } front_pt;
 
@@ -86,6 +97,7 @@ typedef struct stage_front {
     uint64_t *sets;
     int n_sets, cap_sets;
     bool exact;
+    bool live; /* the profile measured run_peak: the points carry the recomputation bound */
 } stage_front;
 
 static void front_free(stage_front *f) {
@@ -99,7 +111,8 @@ static int cmp_pt(const void *a, const void *b) {
     if (x->c != y->c) return x->c < y->c ? -1 : 1;
     if (x->t != y->t) return (x->t < y->t) - (x->t > y->t); /* larger t first */
     if (x->o != y->o) return (x->o > y->o) - (x->o < y->o); /* then fewer offloaded bytes */
-    return (x->u > y->u) - (x->u < y->u);
+    if (x->u != y->u) return (x->u > y->u) - (x->u < y->u);
+    return (x->a > y->a) - (x->a < y->a);
 }
 
 /* How an op joins a point's sets. */
@@ -123,12 +136,13 @@ static int new_set(stage_front *f, int from, int add_op, int way) {
 }
 
 /* Keeps the points of tmp[0..m) (sorted by cmp_pt) that no other dominates: one with no
- * more bytes kept, offloaded or added back and no less time saved. Returns their count. */
+ * more bytes kept, offloaded or added back, no higher recomputation bound and no less time
+ * saved. Returns their count. */
 static int prune(front_pt *tmp, int m, bool multi) {
     int n = 0;
     double best = -INFINITY;
     for (int j = 0; j < m; j++) {
-        if (!multi) { /* o and u are 0 everywhere: a sweep over c */
+        if (!multi) { /* o and u are 0 and a the same everywhere: a sweep over c */
             if (!(tmp[j].t > best)) continue;
             best = tmp[j].t;
             tmp[n++] = tmp[j];
@@ -136,7 +150,8 @@ static int prune(front_pt *tmp, int m, bool multi) {
         }
         bool dominated = false;
         for (int q = 0; q < n && !dominated; q++)
-            dominated = tmp[q].t >= tmp[j].t && tmp[q].o <= tmp[j].o && tmp[q].u <= tmp[j].u;
+            dominated = tmp[q].t >= tmp[j].t && tmp[q].o <= tmp[j].o && tmp[q].u <= tmp[j].u &&
+                        tmp[q].a <= tmp[j].a;
         if (!dominated) tmp[n++] = tmp[j];
     }
     return n;
@@ -179,6 +194,7 @@ typedef struct op_way {
     uint64_t h;     /* bf16 keep: zb / 2 (0: not a way) */
     double cast;    /* bf16 keep: the conversions' seconds */
     uint64_t reserve;
+    uint64_t peak; /* its run_peak */
 } op_way;
 
 /* q with op j (of n) taken the way `way`, t seconds more. */
@@ -189,14 +205,27 @@ static front_pt with_way(const front_pt *q, int way, int n, int j, double t) {
     return p;
 }
 
+/* The recomputation bound after an op whose run_peak is `peak`, with `ahead` bytes of it
+ * in the cache until the recomputation reaches it (0: recomputed) and `conv` more while it
+ * is served (a bf16 keep: the bf16 copy of the tensor being converted back). */
+static uint64_t bound_after(uint64_t a, uint64_t ahead, uint64_t peak, uint64_t conv) {
+    if (a == UINT64_MAX) return a; /* no run_peak: not used */
+    uint64_t x = a + ahead, y = peak + conv;
+    return x > y ? x : y;
+}
+
 static void add_ways(front_pt *tmp, int *m, const front_pt *q, int j, int n, const op_way *w) {
-    tmp[(*m)++] = *q;
+    front_pt r = *q;
+    r.a = bound_after(q->a, 0, w->peak, 0);
+    tmp[(*m)++] = r;
     front_pt k = with_way(q, WAY_KEEP, n, j, w->t);
     k.c += w->bytes;
+    k.a = bound_after(q->a, w->bytes, w->peak, 0);
     tmp[(*m)++] = k;
-    if (w->off) {
+    if (w->off) { /* back on the device before the recomputation: as a kept op */
         front_pt p = with_way(q, WAY_OFFLOAD, n, j, w->t);
         p.o += w->bytes;
+        p.a = bound_after(q->a, w->bytes, w->peak, 0);
         tmp[(*m)++] = p;
     }
     if (w->h) {
@@ -205,8 +234,27 @@ static void add_ways(front_pt *tmp, int *m, const front_pt *q, int j, int n, con
         z.u += w->h + (q->z ? 0 : w->reserve);
         z.cast += w->cast;
         z.z += w->zb;
+        z.a = bound_after(q->a, w->bytes - w->h, w->peak, w->h);
         tmp[(*m)++] = z;
     }
+}
+
+/* The point that keeps nothing: it saves the time of the ops a recomputation never runs,
+ * and its recomputation bound starts at 0 where the profile measured run_peak (UINT64_MAX,
+ * unused, where it did not). */
+static front_pt first_point(const remat_stage_ops *so, double scale, int set) {
+    double t_free = 0;
+    bool live = false;
+    for (int i = 0; i < so->n_ops; i++) {
+        if (so->ops[i].recompute_free && so->ops[i].time > 0) t_free += so->ops[i].time * scale;
+        live = live || so->ops[i].run_peak > 0;
+    }
+    return (front_pt){.t = t_free, .a = live ? 0 : UINT64_MAX, .set = set};
+}
+
+/* An op every recomputation runs and no point keeps: each point's bound sees its peak. */
+static void raise_bounds(stage_front *f, uint64_t peak) {
+    for (int j = 0; j < f->n; j++) f->pts[j].a = bound_after(f->pts[j].a, 0, peak, 0);
 }
 
 static remat_status build_front(stage_front *f, const remat_stage_ops *so, double scale,
@@ -221,24 +269,26 @@ static remat_status build_front(stage_front *f, const remat_stage_ops *so, doubl
     f->pts = malloc((size_t)cap * sizeof *f->pts);
     int s0 = f->pts ? new_set(f, -1, -1, WAY_KEEP) : -1;
     if (s0 < 0) return REMAT_ENOMEM;
-    /* the ops a recomputation never runs: every point saves their time */
-    double t_free = 0;
-    for (int i = 0; i < so->n_ops; i++)
-        if (so->ops[i].recompute_free && so->ops[i].time > 0) t_free += so->ops[i].time * scale;
-    f->pts[0] = (front_pt){.t = t_free, .set = s0};
+    f->pts[0] = first_point(so, scale, s0);
+    f->live = f->pts[0].a != UINT64_MAX;
     f->n = 1;
     front_pt *tmp = NULL;
     for (int i = 0; i < so->n_ops; i++) {
         const remat_op_profile_entry *e = &so->ops[i];
         double ti = e->time * scale;
-        if (!choosable(e) || !(ti > 0)) continue;
+        if (e->recompute_free) continue;  /* not run: no bound, nothing to choose */
+        if (!choosable(e) || !(ti > 0)) { /* run, never kept */
+            raise_bounds(f, e->run_peak);
+            continue;
+        }
         op_way w = {e->cache_bytes,
                     ti,
                     offload && e->offloadable,
                     e->bf16_bytes,
                     lossy ? e->bf16_bytes / 2 : 0,
                     0,
-                    reserve};
+                    reserve,
+                    e->run_peak};
         if (w.h) w.cast = 2.0 * (double)w.zb / fc->cast_bw; /* there and back */
         /* merge pts with pts + op i each way it may go, then keep the non-dominated
          * points; set -1 - (way * n + j): point j with op i joining way's set */
@@ -248,7 +298,7 @@ static remat_status build_front(stage_front *f, const remat_stage_ops *so, doubl
         int m = 0;
         for (int j = 0; j < f->n; j++) add_ways(tmp, &m, &f->pts[j], j, f->n, &w);
         qsort(tmp, (size_t)m, sizeof *tmp, cmp_pt);
-        int n = prune(tmp, m, offload || lossy);
+        int n = prune(tmp, m, offload || lossy || f->live);
         if (n > OP_MAX_FRONTIER) {
             /* thin to every other point (keeping both ends): near-optimal only */
             int w = 0;
@@ -334,7 +384,10 @@ static opt_t opt_store(const pl_model *m, int s, const off_cfg *oc) {
  * the forward ends and again in the recomputation: p->u more there. */
 static opt_t opt_ckpt(const pl_model *m, int s, const front_pt *p, int pt, const off_cfg *oc) {
     uint64_t all = p->c + p->o + p->u;
-    uint64_t bwd = u64max(m->x[s + 1] + m->fpa[s] + all, m->x[s + 1] + m->abar[s] + m->bp[s]);
+    /* the recomputation: the tighter of the two bounds (p->a: UINT64_MAX when unmeasured) */
+    uint64_t rec = m->fpa[s] + all;
+    if (p->a < rec) rec = p->a;
+    uint64_t bwd = u64max(m->x[s + 1] + rec, m->x[s + 1] + m->abar[s] + m->bp[s]);
     double rt = m->uf[s] - p->t;
     if (rt < 0) rt = 0;
     return (opt_t){m->x[s + 1] + p->c, m->fpn[s] + all,

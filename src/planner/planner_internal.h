@@ -168,14 +168,17 @@ remat_status pl_apply_op_times(const remat_op_profile *ops, int n, double *fwd, 
                                double *free_time);
 
 /* ---- stored stages kept as bf16 (storebf16.c) ------------------------------------------ */
-/* One stored forward's bf16 hooks: the stage input's storage, never converted (skip), and
- * what the hooks stored as bf16 (f32 bytes; the largest single tensor). */
+/* One stored forward's bf16 hooks: the stage input's storage, never converted (skip), what
+ * the hooks stored as bf16 (f32 bytes; the largest single tensor), and the caller's hooks in
+ * force when they were made (outer.pack NULL: none), which what they store passes through. */
 typedef struct pl_store_bf16 {
     const void *skip;
     size_t bytes, largest;
+    remat_saved_hooks outer;
 } pl_store_bf16;
-/* The hooks remat_plan_run pushes around the forward of a stage it stores as bf16 (c lives
- * until they are popped; the handles they make do not need it). */
+/* The hooks remat_plan_run pushes around the forward of a stage it stores as bf16, composed
+ * with the pair in force now (push them right away; c lives until they are popped; the
+ * handles they make do not need it). */
 remat_saved_hooks pl_store_bf16_hooks(pl_store_bf16 *c, const remat_tensor *input);
 
 /* ---- one storing forward and its backward, measured (profile.c) ------------------------ */

@@ -62,8 +62,13 @@ remat_status remat_bf16_to_f32(remat_tensor **out, remat_tensor *t) {
 }
 
 remat_status sac_bf16_convert(remat_tensor **out, remat_tensor *t, bool to_bf16) {
-    return to_bf16 ? convert(out, t, REMAT_F32, REMAT_BF16, "selective checkpoint (SAVE_BF16)")
-                   : convert(out, t, REMAT_BF16, REMAT_F32, "selective checkpoint (SAVE_BF16)");
+    return sac_bf16_convert_for(out, t, to_bf16, "selective checkpoint (SAVE_BF16)");
+}
+
+remat_status sac_bf16_convert_for(remat_tensor **out, remat_tensor *t, bool to_bf16,
+                                  const char *call) {
+    return to_bf16 ? convert(out, t, REMAT_F32, REMAT_BF16, call)
+                   : convert(out, t, REMAT_BF16, REMAT_F32, call);
 }
 
 /* ---- the hooks ------------------------------------------------------------------------------ */

@@ -29,6 +29,9 @@ static inline bool sac_valid_policy(int p) {
 /* compress.c: t (f32, or bf16 when !to_bf16; any strides, host-addressable, with data)
  * into a new contiguous bf16 (f32) tensor, whatever the skip mode. */
 remat_status sac_bf16_convert(remat_tensor **out, remat_tensor *t, bool to_bf16);
+/* The same, its errors naming call (a literal). */
+remat_status sac_bf16_convert_for(remat_tensor **out, remat_tensor *t, bool to_bf16,
+                                  const char *call);
 /* The bf16 saved-tensor hooks' handle (compress.c), for hooks that choose per save:
  * sac_bf16_pack stores t as a bf16 copy (to_bf16; t f32 with data) or as it is, NULL on
  * failure (error set, naming call, a literal the handle keeps for its unpack's errors);
