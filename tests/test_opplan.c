@@ -1202,6 +1202,19 @@ static size_t profiled_chain(tchain *c, double p, remat_tensor **ref, remat_step
     return peak_none;
 }
 
+/* Ends what profiled_chain began: the ng reference gradients in ref (malloc'd, as is got,
+ * whose tensors the test released), the profiles, the chain; then nothing may be left. */
+static void profiled_chain_end(tchain *c, remat_tensor **ref, remat_tensor **got, int ng,
+                               remat_profile *prof, remat_op_profile *ops) {
+    for (int i = 0; ref && i < ng; i++) remat_release(ref[i]);
+    free(ref);
+    free(got);
+    remat_profile_free(prof);
+    remat_op_profile_free(ops);
+    tchain_free(c);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
 static bool some_op(const remat_stage_ops *so, const char *name) {
     for (int i = 0; i < so->n_ops; i++)
         if (!strcmp(so->ops[i].name, name)) return true;
@@ -1353,13 +1366,7 @@ Test(opplan, executed_plans_fit_the_step_budget_with_bitwise_gradients) {
         remat_plan_free(plan);
     }
     cr_assert_gt(partial, 0, "some plan keeps part of a block");
-    for (int i = 0; i < ng; i++) remat_release(ref[i]);
-    free(ref);
-    free(got);
-    remat_profile_free(prof);
-    remat_op_profile_free(ops);
-    tchain_free(&c);
-    cr_assert_eq(remat_live_tensors(), 0);
+    profiled_chain_end(&c, ref, got, ng, prof, ops);
 }
 
 /* Lossy plans, run: the transformer chain with every op 1 ms (fixed times, so the choices
@@ -1436,13 +1443,7 @@ Test(opplan, executed_lossy_plans_fit_and_stay_close) {
     }
     if (getenv("OPPLAN_VERBOSE")) fprintf(stderr, "worst relative gradient error %g\n", worst);
     cr_assert_gt(compressing, 0, "no budget made the plan keep bf16");
-    for (int i = 0; i < ng; i++) remat_release(ref[i]);
-    free(ref);
-    free(got);
-    remat_profile_free(prof);
-    remat_op_profile_free(ops);
-    tchain_free(&c);
-    cr_assert_eq(remat_live_tensors(), 0);
+    profiled_chain_end(&c, ref, got, ng, prof, ops);
 }
 
 /* Stored stages kept as bf16, run: the transformer chain (dropout, fixed op times,
@@ -1551,13 +1552,7 @@ Test(opplan, executed_plans_store_stages_as_bf16) {
     const char *msg[] = {"remat_plan_run", says};
     assert_refused(&c, kept, msg, 2);
     remat_plan_free(kept);
-    for (int i = 0; i < ng; i++) remat_release(ref[i]);
-    free(ref);
-    free(got);
-    remat_profile_free(prof);
-    remat_op_profile_free(ops);
-    tchain_free(&c);
-    cr_assert_eq(remat_live_tensors(), 0);
+    profiled_chain_end(&c, ref, got, ng, prof, ops);
 }
 
 /* ---- stored stages as bf16 under the caller's own saved-tensor hooks --------------------- */
@@ -1691,13 +1686,7 @@ Test(opplan, stored_bf16_stages_pass_saves_through_the_callers_hooks) {
     }
     remat_plan_free(f32);
     remat_plan_free(z);
-    for (int i = 0; i < ng; i++) remat_release(ref[i]);
-    free(ref);
-    free(got);
-    remat_profile_free(prof);
-    remat_op_profile_free(ops);
-    tchain_free(&c);
-    cr_assert_eq(remat_live_tensors(), 0);
+    profiled_chain_end(&c, ref, got, ng, prof, ops);
 }
 
 /* ---- keep sets only where the model has them --------------------------------------------- */
