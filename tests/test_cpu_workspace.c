@@ -136,15 +136,6 @@ typedef struct wchain {
     remat_tensor *x;
 } wchain;
 
-static int loss_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
-    (void)ud, (void)n_in, (void)n_out;
-    remat_tensor *sq = NULL;
-    int rc = remat_mul(&sq, in[0], in[0]);
-    if (!rc) rc = remat_sum_all(&out[0], sq);
-    remat_release(sq);
-    return rc;
-}
-
 /* One step under plan (NULL: none), .grad cleared first; the allocator's step peak. */
 static size_t wstep(wchain *c, const remat_plan *plan) {
     rt_zero_grads(c->n_params, c->params);
@@ -154,16 +145,9 @@ static size_t wstep(wchain *c, const remat_plan *plan) {
     remat_tensor *y = NULL, *loss = NULL;
     if (plan) RT_OK(remat_plan_run(plan, c->stages, c->x, &y));
     else {
-        remat_tensor *cur = remat_retain(c->x);
-        for (int k = 0; k < WS_N; k++) {
-            remat_tensor *nx = NULL;
-            RT_OK(rt_tblock_fn(&c->blk[k], &cur, 1, &nx, 1));
-            remat_release(cur);
-            cur = nx;
-        }
-        y = cur;
+        y = rt_stages_run(c->stages, WS_N, c->x);
     }
-    RT_OK(loss_fn(NULL, &y, 1, &loss, 1));
+    RT_OK(rt_sum_sq_loss(NULL, &y, 1, &loss, 1));
     remat_release(y);
     RT_OK(remat_backward_scalar(loss));
     remat_release(loss);
@@ -197,7 +181,7 @@ static void budgets_hold_through_f32(int threads) {
     remat_step_profile step = {.fixed_bytes = rt_device_current_bytes()};
     remat_profile *prof = NULL;
     remat_op_profile *ops = NULL;
-    rt_profile_chain(&prof, &ops, &step, WS_N, c.stages, c.x, loss_fn);
+    rt_profile_chain(&prof, &ops, &step, WS_N, c.stages, c.x, rt_sum_sq_loss);
     size_t lo, top;
     rt_plan_budget_range(prof, ops, &step, NULL, &lo, &top);
     cr_assert_geq(top, peak_none, "%d threads: store-all predicted %zu, none measured %zu", threads,

@@ -1139,16 +1139,6 @@ static void tchain_free(tchain *c) {
     remat_release(c->x);
 }
 
-/* The head: loss = sum(y * y) / 2, every output element its own gradient. */
-static int loss_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
-    (void)ud, (void)n_in, (void)n_out;
-    remat_tensor *sq = NULL;
-    int rc = remat_mul(&sq, in[0], in[0]);
-    if (!rc) rc = remat_sum_all(&out[0], sq);
-    remat_release(sq);
-    return rc;
-}
-
 /* One step under plan (NULL: no checkpointing); .grad cleared first (the
  * step makes them, as the whole-step model counts). Returns the step's
  * allocator peak (absolute bytes); grads (if non-NULL) receive x's and the
@@ -1162,16 +1152,9 @@ static size_t run_step(tchain *c, const remat_plan *plan, remat_tensor **grads) 
     if (plan) {
         RT_OK(remat_plan_run(plan, c->stages, c->x, &y));
     } else {
-        remat_tensor *cur = remat_retain(c->x);
-        for (int k = 0; k < TB_N; k++) {
-            remat_tensor *nx = NULL;
-            RT_OK(rt_tblock_fn(&c->blk[k], &cur, 1, &nx, 1));
-            remat_release(cur);
-            cur = nx;
-        }
-        y = cur;
+        y = rt_stages_run(c->stages, TB_N, c->x);
     }
-    RT_OK(loss_fn(NULL, &y, 1, &loss, 1));
+    RT_OK(rt_sum_sq_loss(NULL, &y, 1, &loss, 1));
     remat_release(y);
     RT_OK(remat_backward_scalar(loss));
     remat_release(loss);
@@ -1198,7 +1181,7 @@ static size_t profiled_chain(tchain *c, double p, remat_tensor **ref, remat_step
     *step = (remat_step_profile){.fixed_bytes = rt_device_current_bytes()};
     *prof = NULL;
     *ops = NULL;
-    rt_profile_chain(prof, ops, step, TB_N, c->stages, c->x, loss_fn);
+    rt_profile_chain(prof, ops, step, TB_N, c->stages, c->x, rt_sum_sq_loss);
     return peak_none;
 }
 
@@ -1612,7 +1595,7 @@ static void run_step_in_checkpoint(tchain *c, const remat_plan *plan, size_t *af
     remat_tensor *y = NULL, *loss = NULL;
     RT_OK(remat_checkpoint(plan_ckpt_fn, &pc, 1, &c->x, 1, &y, &o));
     *after_fwd = rt_device_current_bytes() - before;
-    RT_OK(loss_fn(NULL, &y, 1, &loss, 1));
+    RT_OK(rt_sum_sq_loss(NULL, &y, 1, &loss, 1));
     remat_release(y);
     RT_OK(remat_backward_scalar(loss));
     remat_release(loss);
@@ -1869,7 +1852,7 @@ Test(opplan, nothing_before_an_in_place_op_is_kept) {
                 }
                 y = cur;
             }
-            RT_OK(loss_fn(NULL, &y, 1, &loss, 1));
+            RT_OK(rt_sum_sq_loss(NULL, &y, 1, &loss, 1));
             RT_OK(remat_backward_scalar(loss));
             remat_release(loss);
             remat_release(y);

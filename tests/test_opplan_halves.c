@@ -83,16 +83,6 @@ static int mixed(const hchain *c, int whole, remat_stage *st) {
     return n;
 }
 
-/* The head: loss = sum(y * y) / 2 (every output element its own gradient). */
-static int loss_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
-    (void)ud, (void)n_in, (void)n_out;
-    remat_tensor *sq = NULL;
-    int rc = remat_mul(&sq, in[0], in[0]);
-    if (!rc) rc = remat_sum_all(&out[0], sq);
-    remat_release(sq);
-    return rc;
-}
-
 /* One step over the n stages, under plan (NULL: no checkpointing), .grad cleared first;
  * returns the step's allocator peak; grads (may be NULL) get .grad of x and every
  * parameter, *y (may be NULL) the chain's output. */
@@ -106,16 +96,9 @@ static size_t run_step(hchain *c, int n, const remat_stage *st, const remat_plan
     if (plan) {
         RT_OK(remat_plan_run(plan, st, c->x, &y));
     } else {
-        remat_tensor *cur = remat_retain(c->x);
-        for (int k = 0; k < n; k++) {
-            remat_tensor *nx = NULL;
-            RT_OK(st[k].fn(st[k].user_data, &cur, 1, &nx, 1));
-            remat_release(cur);
-            cur = nx;
-        }
-        y = cur;
+        y = rt_stages_run(st, n, c->x);
     }
-    RT_OK(loss_fn(NULL, &y, 1, &loss, 1));
+    RT_OK(rt_sum_sq_loss(NULL, &y, 1, &loss, 1));
     RT_OK(remat_backward_scalar(loss));
     remat_release(loss);
     size_t peak = rt_device_stats().peak_bytes;
@@ -185,8 +168,8 @@ Test(opplan_halves, half_plans_fit_the_step_budget_with_bitwise_gradients) {
     step.fixed_bytes = rt_device_current_bytes();
     remat_profile *wprof = NULL, *hprof = NULL;
     remat_op_profile *wops = NULL, *hops = NULL;
-    rt_profile_chain(&wprof, &wops, &step, HB_N, c.wst, c.x, loss_fn);
-    rt_profile_chain(&hprof, &hops, &step, 2 * HB_N, c.hst, c.x, loss_fn);
+    rt_profile_chain(&wprof, &wops, &step, HB_N, c.wst, c.x, rt_sum_sq_loss);
+    rt_profile_chain(&hprof, &hops, &step, 2 * HB_N, c.hst, c.x, rt_sum_sq_loss);
     size_t wlo, wtop, lo, top;
     rt_plan_budget_range(wprof, wops, &step, NULL, &wlo, &wtop);
     rt_plan_budget_range(hprof, hops, &step, NULL, &lo, &top);
@@ -239,8 +222,8 @@ Test(opplan_halves, spliced_profiles_plan_the_mixed_chain) {
     step.fixed_bytes = rt_device_current_bytes();
     remat_profile *wprof = NULL, *hprof = NULL, *sp = NULL;
     remat_op_profile *wops = NULL, *hops = NULL, *sops = NULL;
-    rt_profile_chain(&wprof, &wops, &step, HB_N, c.wst, c.x, loss_fn);
-    rt_profile_chain(&hprof, &hops, &step, 2 * HB_N, c.hst, c.x, loss_fn);
+    rt_profile_chain(&wprof, &wops, &step, HB_N, c.wst, c.x, rt_sum_sq_loss);
+    rt_profile_chain(&hprof, &hops, &step, 2 * HB_N, c.hst, c.x, rt_sum_sq_loss);
     const int hn = 2 * (HB_N - whole), n = whole + hn;
     RT_OK(remat_profile_splice(&sp, wprof, 0, whole, hprof, 2 * whole, hn));
     RT_OK(remat_op_profile_splice(&sops, wops, 0, whole, hops, 2 * whole, hn));

@@ -121,6 +121,26 @@ int rt_tblock_fn(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out
     return gpt_block_forward(&b->w, &cfg, in[0], &out[0]);
 }
 
+int rt_sum_sq_loss(void *ud, remat_tensor *const *in, int n_in, remat_tensor **out, int n_out) {
+    (void)ud, (void)n_in, (void)n_out;
+    remat_tensor *sq = NULL;
+    int rc = remat_mul(&sq, in[0], in[0]);
+    if (!rc) rc = remat_sum_all(&out[0], sq);
+    remat_release(sq);
+    return rc;
+}
+
+remat_tensor *rt_stages_run(const remat_stage *st, int n, remat_tensor *x) {
+    remat_tensor *cur = remat_retain(x);
+    for (int k = 0; k < n; k++) {
+        remat_tensor *nx = NULL;
+        RT_OK(st[k].fn(st[k].user_data, &cur, 1, &nx, 1));
+        remat_release(cur);
+        cur = nx;
+    }
+    return cur;
+}
+
 void rt_zero_grads(int n, remat_tensor *const *params) {
     for (int i = 0; i < n; i++) remat_set_grad(params[i], NULL);
 }

@@ -49,6 +49,15 @@ int rt_tblock_fn(void *user_data, remat_tensor *const *inputs, int n_inputs, rem
                  int n_outputs);
 int rt_tblock_params(rt_tblock *b, remat_tensor **params);
 
+/* ---- chains of stages (the planner suites) ----------------------------------------------- */
+/* The chains' head, loss = sum(y * y) of in[0] (every output element its own gradient),
+ * in remat_stage form (rt_profile_chain's loss_fn). */
+int rt_sum_sq_loss(void *user_data, remat_tensor *const *inputs, int n_inputs,
+                   remat_tensor **outputs, int n_outputs);
+/* st[0..n) applied in turn to x without checkpointing: the last output (new reference);
+ * a failing stage fails the test (RT_OK). */
+remat_tensor *rt_stages_run(const remat_stage *st, int n, remat_tensor *x);
+
 /* ---- a two-layer net's tensors (test_timing, test_report) -----------------------------------
  * x (16, 8), W1 (32, 8), b1 (32), W2 (4, 32) and a target t (16, 4), uniform from seeds 1-5
  * (x and t in [-1, 1), the weights in [-0.3, 0.3), b1 in [-0.1, 0.1)); x, W1, b1 and W2
