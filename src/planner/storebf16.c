@@ -45,17 +45,20 @@ static bool convertible(const pl_store_bf16 *c, const remat_tensor *alias) {
            (size_t)remat_numel(t) * sizeof(float) == t->storage->nbytes;
 }
 
+/* Counts f32 save t, stored as bf16, in c (its bytes, the largest). */
+static void count_stored(pl_store_bf16 *c, const remat_tensor *t) {
+    size_t b = t->storage->nbytes;
+    c->bytes += b;
+    if (b > c->largest) c->largest = b;
+}
+
 /* The handle, its unpack and free are the bf16 hooks' (sac_bf16_*); the pack chooses what
  * is converted and counts it. */
 static void *sb_pack(void *ud, remat_tensor *t) {
     pl_store_bf16 *c = ud;
     bool conv = convertible(c, t);
     void *h = sac_bf16_pack(t, conv, k_call);
-    if (h && conv) {
-        size_t b = t->storage->nbytes;
-        c->bytes += b;
-        if (b > c->largest) c->largest = b;
-    }
+    if (h && conv) count_stored(c, t);
     return h;
 }
 
@@ -87,11 +90,7 @@ static void *sb_pack_composed(void *ud, remat_tensor *t) {
         free(h);
         return NULL;
     }
-    if (h->bf16) {
-        size_t n = t->storage->nbytes;
-        c->bytes += n;
-        if (n > c->largest) c->largest = n;
-    }
+    if (h->bf16) count_stored(c, t);
     return h;
 }
 

@@ -436,9 +436,6 @@ static remat_status att_fwd_entry_widened(const att_dims *d, const att_mat *q, c
     return REMAT_OK;
 }
 
-/* Backward of kv entry bk (dq, dk, dv may be NULL): its keys and values and its query
- * entries b = bk·group + j widened (one group's worth, never whole operands), then the
- * f32 tiles' entry on them, and the gradients rounded once. */
 /* A backward kv entry's operands and gradients, widened: q, k, v, o, go, dq, dk, dv's
  * rows per entry, columns, and entries (a kv entry's `group` query entries). */
 typedef struct att_bwd_shapes {
@@ -458,6 +455,9 @@ static size_t att_bwd_wide_bytes(const att_dims *d) {
     return sizeof(f32) * n;
 }
 
+/* Backward of kv entry bk (dq, dk, dv may be NULL): its keys and values and its query
+ * entries b = bk·group + j widened (one group's worth, never whole operands), then the
+ * f32 tiles' entry on them, and the gradients rounded once. */
 static remat_status att_bwd_entry_widened(const att_dims *d, const att_mat *const *m,
                                           const f32 *lse, const att_mat *dq, const att_mat *dk,
                                           const att_mat *dv, const att_scratch *scr, int64_t bk) {
