@@ -10,7 +10,8 @@
  * every parameter, state tensor and norm is the cpu's bit for bit. On cuda (skipped without
  * a GPU) the updates are the cpu loops' operations in their order (src/backends/cuda/optim.cu)
  * and agree to rounding; the global norm is summed in another order, so clipped runs agree
- * to a few ulps.
+ * to a few ulps. Cuda's list kernels (one call a step for all parameters of a dtype) give
+ * the bits of its per-parameter kernels.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -224,6 +225,151 @@ Test(optim_device, cuda_steps_agree_with_cpu) {
 
 Test(optim_device, cuda_norms_and_scaling_agree_with_cpu) {
     norms(rt_cuda0(), false);
+    cr_assert_eq(remat_live_tensors(), 0);
+}
+
+/* ---- cuda: the list launches against one kernel per parameter ----------------------------
+ * The step's list kernels on cuda (ADAMW_LIST, SGD_LIST: launches of up to 96 tensors,
+ * src/backends/cuda/optim.cu) against the same optimizer on cuda with them taken out of the
+ * table (one kernel per parameter): bit for bit, with more parameters than a launch takes,
+ * of sizes around and past a block's chunk (65536), f32 and f64, two weight-decay groups. */
+#define NC 131 /* more than a launch's 96 */
+
+static remat_dtype dtype_of(int i) { return i % 3 == 1 ? REMAT_F64 : REMAT_F32; }
+
+/* Kernel calls of `kernel` ("adamw update") recorded in t. */
+static int64_t calls(const remat_timing *t, const char *kernel) {
+    int64_t c = 0;
+    for (int i = 0; i < remat_timing_count(t); i++)
+        if (!strcmp(remat_timing_row_at(t, i)->kernel, kernel))
+            c += remat_timing_row_at(t, i)->calls;
+    return c;
+}
+
+static int64_t cuda_size(int i) {
+    static const int64_t first[] = {1, 3, 1000, 4097, 0, 65536, 65537, 70001, 2, 131073};
+    return i < 10 ? first[i] : 1 + (i * 37) % 301;
+}
+
+/* The cuda list kernels in the table (on) or taken out (off: the per-parameter path). */
+static void cuda_lists(bool on) {
+    static rm_kernel_fn saved[2][2];
+    static bool have;
+    const int type = remat_device_type_id("cuda");
+    const rm_kernel_id ids[2] = {RM_K_ADAMW_LIST, RM_K_SGD_LIST};
+    const remat_dtype dts[2] = {REMAT_F32, REMAT_F64};
+    for (int k = 0; k < 2; k++)
+        for (int d = 0; d < 2; d++) {
+            if (!have) saved[k][d] = rm_kernel_lookup(ids[k], type, dts[d]);
+            cr_assert_not_null(saved[k][d], "cuda registers %s for %s", rm_kernel_name(ids[k]),
+                               remat_dtype_name(dts[d]));
+            RT_OK(rm_kernel_register(ids[k], type, dts[d], on ? saved[k][d] : NULL));
+        }
+    have = true;
+}
+
+static void run_cuda(const remat_optim_options *o, const char *name) {
+    const remat_device dev = rt_cuda0();
+    remat_tensor *pl[NC], *pk[NC]; /* list kernels, per-parameter kernels */
+    for (int i = 0; i < NC; i++) {
+        const int64_t n = cuda_size(i);
+        remat_tensor *h = rt_rand(1, &n, dtype_of(i), -1, 1, 40 + (unsigned)i);
+        pl[i] = rt_leaf_on(h, dev, true);
+        pk[i] = rt_leaf_on(h, dev, true);
+        remat_release(h);
+    }
+    remat_tensor *el[NC], *ol[NC], *ek[NC], *ok[NC];
+    int ne = 0, no = 0;
+    for (int i = 0; i < NC; i++) {
+        if (i % 2 == 0) el[ne] = pl[i], ek[ne++] = pk[i];
+        else ol[no] = pl[i], ok[no++] = pk[i];
+    }
+    remat_optimizer *ol_ = NULL, *ok_ = NULL;
+    RT_OK(remat_optim_create(&ol_, o, el, ne));
+    RT_OK(remat_optim_add_group(ol_, ol, no, 0.0));
+    RT_OK(remat_optim_create(&ok_, o, ek, ne));
+    RT_OK(remat_optim_add_group(ok_, ok, no, 0.0));
+    const int micro = o->accum_steps > 1 ? o->accum_steps : 1;
+    const bool adamw = o->kind == REMAT_OPTIM_ADAMW;
+    const char *one = adamw ? "adamw update" : "sgd update";
+    const char *list = adamw ? "adamw update, many tensors" : "sgd update, many tensors";
+    for (int s = 0; s < 3; s++)
+        for (int j = 0; j < micro; j++) {
+            for (int i = 0; i < NC; i++) {
+                if (s == 1 && i == 3) continue; /* no gradient: skipped, its state kept */
+                const int64_t n = cuda_size(i);
+                remat_tensor *g =
+                    rt_rand(1, &n, dtype_of(i), -2, 2,
+                            700u + 31u * (unsigned)s + 7u * (unsigned)j + (unsigned)i);
+                remat_tensor *gl = rt_leaf_on(g, dev, false), *gk = rt_leaf_on(g, dev, false);
+                if (j == 0) {
+                    RT_OK(remat_set_grad(pl[i], gl));
+                    RT_OK(remat_set_grad(pk[i], gk));
+                } else { /* a second micro-batch, accumulated as backward would */
+                    remat_tensor *a = NULL, *b = NULL;
+                    RT_OK(remat_add(&a, remat_tensor_grad(pl[i]), gl));
+                    RT_OK(remat_add(&b, remat_tensor_grad(pk[i]), gk));
+                    RT_OK(remat_set_grad(pl[i], a));
+                    RT_OK(remat_set_grad(pk[i], b));
+                    remat_release(a), remat_release(b);
+                }
+                remat_release(g), remat_release(gl), remat_release(gk);
+            }
+            remat_timing *tl = NULL, *tk = NULL;
+            RT_OK(remat_timing_begin());
+            RT_OK(remat_optim_step(ol_, NULL));
+            RT_OK(remat_timing_end(&tl));
+            cuda_lists(false);
+            RT_OK(remat_timing_begin());
+            const int rc = remat_optim_step(ok_, NULL);
+            cuda_lists(true);
+            RT_OK(rc);
+            RT_OK(remat_timing_end(&tk));
+            if (j + 1 == micro) { /* an update: one list call per dtype, no per-tensor one */
+                cr_assert_eq(calls(tl, list), 2, "%s: list kernel calls", name);
+                cr_assert_eq(calls(tl, one), 0, "%s: per-tensor calls beside the lists", name);
+                cr_assert_eq(calls(tk, list), 0, "%s: lists taken out", name);
+                cr_assert_geq(calls(tk, one), NC - 2, "%s: per-tensor calls", name);
+            }
+            remat_timing_free(tl), remat_timing_free(tk);
+            if (j + 1 < micro) continue;
+            cr_assert(remat_optim_last_grad_norm(ol_) == remat_optim_last_grad_norm(ok_),
+                      "%s: update %d: global norm", name, s);
+            for (int i = 0; i < NC; i++) {
+                cr_assert(rt_bitwise_equal(pl[i], pk[i]),
+                          "%s: update %d: parameter %d (%lld elements, %s) differs (max |d| %g)",
+                          name, s, i, (long long)cuda_size(i), remat_dtype_name(dtype_of(i)),
+                          rt_max_abs_diff(pl[i], pk[i]));
+                for (int slot = 0; slot < 2; slot++) {
+                    const remat_tensor *a = remat_optim_state(ol_, i, (remat_optim_slot)slot),
+                                       *b = remat_optim_state(ok_, i, (remat_optim_slot)slot);
+                    cr_assert_eq(a == NULL, b == NULL);
+                    if (a)
+                        cr_assert(rt_bitwise_equal(a, b), "%s: update %d: state %d of parameter %d",
+                                  name, s, slot, i);
+                }
+            }
+        }
+    remat_optim_free(ol_), remat_optim_free(ok_);
+    for (int i = 0; i < NC; i++) remat_release(pl[i]), remat_release(pk[i]);
+}
+
+Test(optim_device, cuda_lists_are_the_per_tensor_bits) {
+    remat_optim_options o;
+    RT_OK(remat_optim_options_init(&o, REMAT_OPTIM_ADAMW));
+    o.weight_decay = 0.1;
+    run_cuda(&o, "cuda AdamW");
+    o.clip_norm = 2.0;
+    o.accum_steps = 2;
+    o.schedule = (remat_lr_schedule){REMAT_LR_WARMUP_COSINE, 1, 3, 1e-4};
+    run_cuda(&o, "cuda AdamW clipped, accumulated, scheduled");
+    RT_OK(remat_optim_options_init(&o, REMAT_OPTIM_SGD));
+    o.lr = 0.05;
+    run_cuda(&o, "cuda SGD");
+    o.momentum = 0.9, o.nesterov = true, o.weight_decay = 0.01;
+    run_cuda(&o, "cuda SGD nesterov");
+    o.nesterov = false, o.dampening = 0.25, o.clip_norm = 1.0;
+    run_cuda(&o, "cuda SGD momentum, clipped");
     cr_assert_eq(remat_live_tensors(), 0);
 }
 

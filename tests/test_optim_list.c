@@ -4,12 +4,13 @@
  * region, src/optim/optim.c) gives the bits of the per-parameter kernels.
  *
  * The reference is the same optimizer on "fenced" (tests/support/fenced.h): the cpu's
- * per-tensor kernels, one call per parameter (the fenced device has no list kernels, as
- * cuda has none), a SCALE pass over the gradients where the step scales them, one SUM_SQUARES
+ * per-tensor kernels, one call per parameter (the fenced device has no list kernels), a
+ * SCALE pass over the gradients where the step scales them, one SUM_SQUARES
  * kernel per gradient for the global norm. Parameters of many sizes (empty, single
  * elements, blocks' edges, larger than a thread's share), f32 and f64 in one optimizer,
  * two weight-decay groups, a parameter without a gradient in one update, AdamW and SGD
- * variants with clipping, accumulation and a schedule, on 1, 2 and 3 threads.
+ * variants with clipping, accumulation and a schedule, on 1, 2 and 3 threads. (Cuda's list
+ * kernels against its per-parameter ones: tests/test_optim_device.c.)
  */
 #include <criterion/criterion.h>
 #include <math.h>

@@ -13,9 +13,10 @@
  * (ADAMW_LIST / SGD_LIST: the elements of every parameter end to end, one contiguous
  * share per thread). Not one flat buffer of parameters: the model owns its tensors (and
  * their views, savefiles, device copies), so the optimizer takes them as a list; what a
- * flat buffer would save beyond this is the walk over ~100 descriptors a step. Per
- * parameter kernels (update_param) remain for device types without list kernels (cuda:
- * one launch per parameter). Every element's result is the same bits on either path.
+ * flat buffer would save beyond this is the walk over ~100 descriptors a step. On cuda the
+ * list kernels are a few launches a step (up to 96 parameters each, src/backends/cuda/
+ * optim.cu). Per parameter kernels (update_param) remain for device types without list
+ * kernels (fenced). Every element's result is the same bits on either path.
  */
 #include <math.h>
 #include <stdio.h>
@@ -450,9 +451,10 @@ static remat_status update_list(remat_optimizer *o, const int *at, int m, double
 
 /* The update of every parameter with a gradient, at rate lr, the gradients read times
  * gscale. The parameters are taken in groups of one device and dtype (in the order of
- * their first member); a group whose device type has the list kernel (the cpu) is updated
- * by one call of it, every element of every parameter in one pass and one parallel region;
- * another (cuda) by one kernel per parameter (update_param). The same bits either way. */
+ * their first member); a group whose device type has the list kernel (the cpu: every element
+ * of every parameter in one pass and one parallel region; cuda: launches of many parameters)
+ * is updated by one call of it; another by one kernel per parameter (update_param). The
+ * same bits either way. */
 static remat_status update_all(remat_optimizer *o, double lr, double gscale, const char *call) {
     const int n = o->n;
     const size_t cnt = n > 0 ? (size_t)n : 1;

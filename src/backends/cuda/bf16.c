@@ -111,9 +111,12 @@ static const rm_kernel_fn k_via_f32[RM_K_COUNT] = {
 #undef RM_CUDA_BF16_ROW_
 };
 
+/* Not the list kernels (ADAMW_LIST, SGD_LIST): they read their tensors from their params,
+ * which twins of in[] and out[] cannot stand in for (and parameters are f32 or f64). */
 void rm_cuda_register_bf16_via_f32(int type) {
     for (int id = 0; id < RM_K_COUNT; id++)
-        if (rm_kernel_lookup((rm_kernel_id)id, type, REMAT_F32) &&
+        if (id != RM_K_ADAMW_LIST && id != RM_K_SGD_LIST &&
+            rm_kernel_lookup((rm_kernel_id)id, type, REMAT_F32) &&
             !rm_kernel_lookup((rm_kernel_id)id, type, REMAT_BF16))
             rm_kernel_register((rm_kernel_id)id, type, REMAT_BF16, k_via_f32[id]);
 }
