@@ -19,7 +19,18 @@
  * failed rank is named to the others, a silent one too (after the timeout).
  * Flags per parameter ride along: used (had a gradient) and late (grew
  * after it was copied); late buckets are reduced again, so .grad is right
- * even when the graph changed. Then .grad = sum / world size. */
+ * even when the graph changed. Then .grad = sum / world size.
+ *
+ * Parameters in device memory: where the device type has transfer ops
+ * (rm_transfer_ops, core.h; cuda's side stream and events) a ready
+ * parameter's .grad is copied into its slot asynchronously, after the work
+ * queued on the compute stream, into pinned host memory; a bucket starts
+ * only when all its parameters are ready and all their copies are done
+ * (polled at every accumulation and progress point, waited for at the end
+ * of the local backward), so backward goes on while the copies run. The
+ * 1/world prescale of such a slot is done on the host once its copy is in.
+ * The means go back the same way, one host wait for all of them at the end.
+ * Without ops each copy is synchronous (rm_device_copy). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +45,9 @@ static int lookup(const remat_ddp *d, const remat_tensor *t) {
 }
 
 /* ---- buckets ------------------------------------------------------------------------- */
+/* The bucket's flat host buffer: pinned memory, or its tensor's. */
+static void *bucket_data(const dbucket *b) { return b->pinned ? b->pinned : rm_ptr(b->buf); }
+
 static void test_pending(remat_ddp *d) {
     for (int k = 0; k < d->next_launch; k++) {
         dbucket *b = &d->b[k];
@@ -53,26 +67,11 @@ static int start_reduce(remat_ddp *d, dbucket *b) {
     MPI_Datatype t = rmd_mpi_type(b->dtype);
     d->n_collectives++;
     if (!d->zero)
-        return MPI_Iallreduce(MPI_IN_PLACE, rm_ptr(b->buf), (int)b->numel, t, MPI_SUM, d->pg->comm,
+        return MPI_Iallreduce(MPI_IN_PLACE, bucket_data(b), (int)b->numel, t, MPI_SUM, d->pg->comm,
                               &b->req);
     /* in place: the sums of this rank's slice land at the start of the bucket */
     return MPI_Ireduce_scatter_block(MPI_IN_PLACE, rm_ptr(b->buf), (int)b->slice, t, MPI_SUM,
                                      d->pg->comm, &b->req);
-}
-
-static void launch_in_order(remat_ddp *d) {
-    while (d->next_launch < d->nb && !d->mpi_failed) {
-        dbucket *b = &d->b[d->next_launch];
-        if (b->n_ready < b->n_params) break;
-        int m = start_reduce(d, b);
-        if (m != MPI_SUCCESS) {
-            d->mpi_failed = m;
-            break;
-        }
-        b->launched = true;
-        b->t_launch = rmd_now();
-        d->next_launch++;
-    }
 }
 
 /* dst[0..n) *= scale, or /= div when div is not 0 (f32 or f64). */
@@ -92,16 +91,82 @@ static void scale_slot(void *dst, remat_dtype dt, int64_t n, double scale, doubl
     }
 }
 
+/* Notes the first failed gradient copy of this backward (the message is the failure's). */
+static void copy_failure(remat_ddp *d, int i, int rc) {
+    if (d->copy_failed) return;
+    d->copy_failed = rc;
+    d->copy_failed_param = i;
+    snprintf(d->copy_failed_msg, sizeof d->copy_failed_msg, "%s", remat_last_error());
+}
+
+/* Ends parameter i's copy in flight, if any: takes it if done, else waits for it (wait)
+ * or leaves it; a D2H copy's slot then gets its prescale, or zeros if the copy failed.
+ * Returns whether no copy of i is in flight any more. */
+static bool finish_copy(remat_ddp *d, int i, bool wait) {
+    dparam *p = &d->p[i];
+    if (!p->event) return true;
+    int rc = REMAT_OK;
+    if (!p->xops->done(p->event)) {
+        if (!wait) return false;
+        rc = p->xops->host_wait(p->event);
+    }
+    p->xops->event_free(p->event);
+    p->event = NULL;
+    if (!p->held) { /* a copy back (write_back): .grad has the mean, or the failure is noted */
+        if (rc) copy_failure(d, i, rc);
+        return true;
+    }
+    rm_release_p(&p->held);
+    dbucket *b = &d->b[p->bucket];
+    b->n_copying--;
+    char *dst = (char *)bucket_data(b) + (size_t)p->offset * remat_dtype_size(b->dtype);
+    if (rc) {
+        copy_failure(d, i, rc);
+        memset(dst, 0, (size_t)p->numel * remat_dtype_size(b->dtype));
+    } else if (d->prescale) { /* copy, then scale: the bits of the synchronous path */
+        scale_slot(dst, b->dtype, p->numel, 1.0 / d->pg->size, 0);
+    }
+    return true;
+}
+
+/* Whether bucket b's slot copies are all in: takes those done (waits for them: wait).
+ * The wait is for the copy queued last first: where copies run in order on one stream
+ * (cuda's side stream) that one wait finds the others done. */
+static bool bucket_copied(remat_ddp *d, dbucket *b, bool wait) {
+    if (wait && b->n_copying) finish_copy(d, b->newest, true);
+    for (int i = b->first; b->n_copying && i <= b->last; i++) finish_copy(d, i, wait);
+    return b->n_copying == 0;
+}
+
+/* Starts the buckets that can start, in index order: all their parameters ready and their
+ * slots' copies done (waited for: wait). */
+static void launch_in_order(remat_ddp *d, bool wait) {
+    while (d->next_launch < d->nb && !d->mpi_failed) {
+        dbucket *b = &d->b[d->next_launch];
+        if (b->n_ready < b->n_params || !bucket_copied(d, b, wait)) break;
+        int m = start_reduce(d, b);
+        if (m != MPI_SUCCESS) {
+            d->mpi_failed = m;
+            break;
+        }
+        b->launched = true;
+        b->t_launch = rmd_now();
+        d->next_launch++;
+    }
+}
+
 /* Copies the parameter's gradient (zeros if none) into its bucket slot.
  * With a world size that is a power of two, DDP scales by 1/world as it
  * copies (PyTorch's reducer does too): exact, so the all-reduce's sum is the mean
  * bitwise as if divided afterwards, and nothing is left to do after the
- * wait. Otherwise (and for ZeRO, which keeps the sums) it copies. */
+ * wait. Otherwise (and for ZeRO, which keeps the sums) it copies. A
+ * gradient in device memory with transfer ops is only queued for copying
+ * here (finish_copy scales it once it is in). */
 static void fill_slot(remat_ddp *d, int i) {
     dparam *p = &d->p[i];
     dbucket *b = &d->b[p->bucket];
     size_t es = remat_dtype_size(b->dtype);
-    char *dst = (char *)rm_ptr(b->buf) + (size_t)p->offset * es;
+    char *dst = (char *)bucket_data(b) + (size_t)p->offset * es;
     remat_tensor *g = p->t->grad;
     const double inv = 1.0 / d->pg->size;
     if (d->prescale && g && g->dtype == b->dtype && remat_is_contiguous(g) && rm_ptr(g) &&
@@ -118,6 +183,25 @@ static void fill_slot(remat_ddp *d, int i) {
         }
         return;
     }
+    const rm_transfer_ops *ops = g && g->dtype == b->dtype && remat_is_contiguous(g) && rm_ptr(g) &&
+                                         !remat_device_host_addressable(g->storage->device.type)
+                                     ? rm_transfer_get(g->storage->device.type)
+                                     : NULL;
+    if (ops) {
+        int rc = ops->copy_async(g->storage->device.index, dst, rm_ptr(g), (size_t)p->numel * es,
+                                 REMAT_COPY_DEVICE_TO_HOST, &p->event);
+        if (rc == REMAT_OK) {
+            p->xops = ops;
+            p->held = rm_retain(g);
+            b->n_copying++;
+            b->newest = i;
+        } else {
+            p->event = NULL;
+            copy_failure(d, i, rc);
+            memset(dst, 0, (size_t)p->numel * es);
+        }
+        return;
+    }
     if (!g || remat_copy_to_buffer(g, b->dtype, dst, p->numel) != REMAT_OK)
         memset(dst, 0, (size_t)p->numel * es);
     else if (d->prescale) scale_slot(dst, b->dtype, p->numel, inv, 0);
@@ -129,12 +213,22 @@ static void mark_ready(remat_ddp *d, int i) {
     fill_slot(d, i);
     d->st.n_ready_events++;
     if (d->o.on_ready) d->o.on_ready(d->o.on_ready_data, i);
-    if (++d->b[p->bucket].n_ready == d->b[p->bucket].n_params) launch_in_order(d);
+    if (++d->b[p->bucket].n_ready == d->b[p->bucket].n_params) launch_in_order(d, false);
+}
+
+/* Waits for every copy still in flight (after a failed launch, or before a return), the
+ * last copy back queued first: on a device whose copies run in order on one stream (cuda's
+ * side stream) that is one host wait, and the others are found done. */
+static void settle_copies(remat_ddp *d) {
+    if (d->newest_back >= 0) finish_copy(d, d->newest_back, true);
+    d->newest_back = -1;
+    for (int i = 0; i < d->n; i++) finish_copy(d, i, true);
 }
 
 static void on_accumulate(void *ud, remat_tensor *leaf) {
     remat_ddp *d = ud;
-    if (!leaf) { /* a progress point (accumulate.h): only let MPI move */
+    if (!leaf) { /* a progress point (accumulate.h): let copies and MPI move */
+        launch_in_order(d, false);
         if (d->next_launch > 0) test_pending(d);
         return;
     }
@@ -145,6 +239,7 @@ static void on_accumulate(void *ud, remat_tensor *leaf) {
     p->count++;
     if (p->ready) p->late = true;
     else if (d->have_counts && p->count == p->expected) mark_ready(d, i);
+    else launch_in_order(d, false); /* a bucket whose copies were in flight */
     test_pending(d);
 }
 
@@ -262,6 +357,17 @@ static remat_status check_same_everywhere(remat_dist *pg, const char *call, int 
     return rc;
 }
 
+/* The transfer ops behind bucket b's parameters when they all live in the memory of one
+ * device type that has them (its flat buffer can then be pinned), else NULL. */
+static const rm_transfer_ops *bucket_transfer_ops(const remat_ddp *d, const dbucket *b) {
+    int type = d->p[b->first].t->storage->device.type;
+    if (remat_device_host_addressable(type)) return NULL;
+    for (int i = b->first; i <= b->last; i++)
+        if (d->p[i].t->storage->device.type != type) return NULL;
+    const rm_transfer_ops *ops = rm_transfer_get(type);
+    return ops && ops->host_alloc && ops->host_free ? ops : NULL;
+}
+
 static remat_status build_buckets(remat_ddp *d, const char *call) {
     size_t cap = d->o.bucket_bytes ? d->o.bucket_bytes : DDP_DEFAULT_BUCKET;
     d->b = calloc((size_t)d->n, sizeof *d->b); /* at most one bucket per parameter */
@@ -274,8 +380,10 @@ static remat_status build_buckets(remat_ddp *d, const char *call) {
         if (cur < 0 || d->b[cur].dtype != p->t->dtype || (bytes + pb > cap && bytes > 0)) {
             cur = d->nb++;
             d->b[cur].dtype = p->t->dtype;
+            d->b[cur].last = i;
             bytes = 0;
         }
+        d->b[cur].first = i;
         p->bucket = cur;
         p->offset = d->b[cur].numel;
         d->b[cur].numel += p->numel;
@@ -288,9 +396,18 @@ static remat_status build_buckets(remat_ddp *d, const char *call) {
         b->padded = d->zero ? (b->numel + W - 1) / W * W : b->numel;
         b->slice = b->padded / W;
         int64_t shape = b->padded;
-        /* zeros: a ZeRO bucket's padding is reduced too and must be finite */
-        int rc = remat_zeros(&b->buf, 1, &shape, b->dtype, REMAT_DEVICE_CPU);
-        if (rc) return rm_err_prefix(rc, call);
+        size_t nbytes = (size_t)shape * remat_dtype_size(b->dtype);
+        const rm_transfer_ops *ops = bucket_transfer_ops(d, b);
+        b->pinned = ops ? ops->host_alloc(nbytes ? nbytes : 1) : NULL;
+        if (b->pinned) { /* counted as host memory, as rm_device_alloc's would be */
+            b->pinned_ops = ops;
+            memset(b->pinned, 0, nbytes);
+            rm_device_count(REMAT_DEVICE_CPU, b->pinned, nbytes ? nbytes : 1, true);
+        } else {
+            /* zeros: a ZeRO bucket's padding is reduced too and must be finite */
+            int rc = remat_zeros(&b->buf, 1, &shape, b->dtype, REMAT_DEVICE_CPU);
+            if (rc) return rm_err_prefix(rc, call);
+        }
         if (shape > INT32_MAX)
             return rm_err(REMAT_EINVAL,
                           "%s: a bucket of %lld elements is too large for MPI; lower "
@@ -325,6 +442,7 @@ remat_status rmd_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor
     d->n = n;
     d->sync = true;
     d->zero = zero;
+    d->newest_back = -1;
     d->prescale = !zero && (pg->size & (pg->size - 1)) == 0;
     if (opts) d->o = *opts;
     d->p = calloc((size_t)n, sizeof *d->p);
@@ -360,8 +478,16 @@ remat_status rmd_ddp_create(remat_ddp **out, remat_dist *pg, int n, remat_tensor
 
 void remat_ddp_free(remat_ddp *d) {
     if (!d) return;
+    if (d->p && d->b) settle_copies(d);
     for (int i = 0; d->p && i < d->n; i++) rm_release(d->p[i].t);
-    for (int k = 0; d->b && k < d->nb; k++) rm_release(d->b[k].buf);
+    for (int k = 0; d->b && k < d->nb; k++) {
+        dbucket *b = &d->b[k];
+        rm_release(b->buf);
+        if (!b->pinned) continue;
+        size_t nbytes = (size_t)b->padded * remat_dtype_size(b->dtype);
+        rm_device_count(REMAT_DEVICE_CPU, b->pinned, nbytes ? nbytes : 1, false);
+        b->pinned_ops->host_free(b->pinned, nbytes ? nbytes : 1);
+    }
     free(d->used_any);
     free(d->p);
     free(d->b);
@@ -391,15 +517,20 @@ int remat_ddp_bucket_of(const remat_ddp *d, int param) {
 /* ---- backward ------------------------------------------------------------------------- */
 /* Reduces bucket k again with the parameters' current local gradients. */
 static remat_status rereduce(remat_ddp *d, const char *call, int k) {
-    for (int i = 0; i < d->n; i++)
-        if (d->p[i].bucket == k) fill_slot(d, i);
     dbucket *b = &d->b[k];
+    for (int i = b->first; i <= b->last; i++) fill_slot(d, i);
+    bucket_copied(d, b, true);
     int m = start_reduce(d, b);
     if (m != MPI_SUCCESS) return rmd_mpi_err(d->pg, call, "reducing a bucket again", m);
-    return rmd_wait(d->pg, call, "reducing a bucket again", 1, &b->req, NULL);
+    int rc = rmd_wait(d->pg, call, "reducing a bucket again", 1, &b->req, NULL);
+    if (rc == REMAT_OK && d->copy_failed) /* the others got zeros from this rank's slot */
+        rc = rm_err(d->copy_failed, "%s: copying the gradient of parameter %d to the host: %s",
+                    call, d->copy_failed_param, d->copy_failed_msg);
+    return rc;
 }
 
-/* .grad of parameter i := its slot of bucket b (the mean), copied. */
+/* .grad of parameter i := its slot of bucket b (the mean), copied. Into device memory
+ * with transfer ops the copy is only queued (p->event): write_back waits for them all. */
 static remat_status copy_back(remat_ddp *d, const char *call, int i) {
     dparam *p = &d->p[i];
     dbucket *b = &d->b[p->bucket];
@@ -415,9 +546,19 @@ static remat_status copy_back(remat_ddp *d, const char *call, int i) {
         g = p->t->grad;
     }
     size_t es = remat_dtype_size(b->dtype);
-    const char *src = (const char *)rm_ptr(b->buf) + (size_t)p->offset * es;
+    const char *src = (const char *)bucket_data(b) + (size_t)p->offset * es;
+    const rm_transfer_ops *ops = rm_transfer_get(g->storage->device.type);
     if (remat_device_host_addressable(g->storage->device.type)) {
         memcpy(rm_ptr(g), src, (size_t)p->numel * es);
+    } else if (ops) { /* the bucket must not change until the copy is in: write_back waits */
+        int rc = ops->copy_async(g->storage->device.index, rm_ptr(g), src, (size_t)p->numel * es,
+                                 REMAT_COPY_HOST_TO_DEVICE, &p->event);
+        if (rc) {
+            p->event = NULL;
+            return rm_err_prefix(rc, call);
+        }
+        p->xops = ops;
+        d->newest_back = i;
     } else { /* device memory: the bucket is its host staging buffer */
         int rc = rm_device_copy(g->storage->device, rm_ptr(g), REMAT_DEVICE_CPU, src,
                                 (size_t)p->numel * es);
@@ -436,14 +577,15 @@ static remat_status copy_back(remat_ddp *d, const char *call, int i) {
  * bucket keeps its buffer and the values are copied into .grad. A
  * parameter in device memory gets its values copied into a .grad on its
  * device: the bucket is then only the host staging of MPI's reduction. */
-static remat_status write_back(remat_ddp *d, const char *call, const unsigned char *used_any) {
+static remat_status write_back_buckets(remat_ddp *d, const char *call,
+                                       const unsigned char *used_any) {
     for (int k = 0; k < d->nb; k++) {
         dbucket *b = &d->b[k];
         bool used = false;
         for (int i = 0; i < d->n && !used; i++) used = d->p[i].bucket == k && used_any[i];
         if (!used) continue;
         /* sum → mean where fill_slot did not scale (bitwise as ever) */
-        if (!d->prescale) scale_slot(rm_ptr(b->buf), b->dtype, b->numel, 0, d->pg->size);
+        if (!d->prescale) scale_slot(bucket_data(b), b->dtype, b->numel, 0, d->pg->size);
         bool views = false; /* a used host parameter in the bucket: its .grad views it */
         for (int i = 0; i < d->n && !views; i++)
             views = d->p[i].bucket == k && used_any[i] &&
@@ -486,6 +628,20 @@ static remat_status write_back(remat_ddp *d, const char *call, const unsigned ch
     return REMAT_OK;
 }
 
+/* write_back_buckets, then one wait for the copies to device memory it queued: when this
+ * returns, .grad holds the mean and the buckets are free for the next step. */
+static remat_status write_back(remat_ddp *d, const char *call, const unsigned char *used_any) {
+    d->copy_failed = 0;
+    d->newest_back = -1;
+    int rc = write_back_buckets(d, call, used_any);
+    settle_copies(d);
+    if (rc == REMAT_OK && d->copy_failed)
+        rc = rm_err(d->copy_failed,
+                    "%s: copying the mean gradient of parameter %d back to its device: %s", call,
+                    d->copy_failed_param, d->copy_failed_msg);
+    return rc;
+}
+
 /* Clears the per-step state of parameters, buckets and statistics, and
  * sets the counts expected in the backward of loss. */
 static void reset_step(remat_ddp *d, remat_tensor *loss) {
@@ -500,6 +656,7 @@ static void reset_step(remat_ddp *d, remat_tensor *loss) {
     }
     d->next_launch = 0;
     d->mpi_failed = 0;
+    d->copy_failed = 0;
     remat_ddp_stats st = {
         .n_buckets = d->nb, .n_params = d->n, .n_sync_backwards = d->st.n_sync_backwards + 1};
     d->st = st;
@@ -526,8 +683,16 @@ static remat_status local_backward(remat_ddp *d, const char *call, remat_tensor 
     if (local) snprintf(msg, msg_size, "%s", remat_last_error());
     for (int i = d->n - 1; i >= 0; i--)
         if (!d->p[i].ready) mark_ready(d, i);
+    /* the buckets still waiting for copies: each waited for and started, in order */
+    launch_in_order(d, true);
+    settle_copies(d); /* none in flight after a failed launch either */
     if (d->mpi_failed && !local) {
         local = rmd_mpi_err(d->pg, call, "starting a bucket's all-reduce", d->mpi_failed);
+        snprintf(msg, msg_size, "%s", remat_last_error());
+    }
+    if (d->copy_failed && !local) { /* its slot went out as zeros; the step fails everywhere */
+        local = rm_err(d->copy_failed, "%s: copying the gradient of parameter %d to the host: %s",
+                       call, d->copy_failed_param, d->copy_failed_msg);
         snprintf(msg, msg_size, "%s", remat_last_error());
     }
     return local;

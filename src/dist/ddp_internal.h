@@ -24,10 +24,24 @@ typedef struct dparam {
     int expected; /* from the graph, else learned from the previous backward */
     bool ready;
     bool late;
+    /* a copy in flight between .grad (device) and the bucket slot (the device type's
+     * transfer ops): its event, the ops that made it, and the .grad it reads (held, so that
+     * its device memory is not reused before the copy has read it; NULL for a copy back) */
+    void *event;
+    const rm_transfer_ops *xops;
+    remat_tensor *held;
 } dparam;
 
 typedef struct dbucket {
-    remat_tensor *buf; /* flat buffer (through remat's allocator: counted) */
+    remat_tensor *buf; /* flat buffer (through remat's allocator: counted); NULL when pinned */
+    /* a bucket of device parameters whose device type has transfer ops: the flat buffer is
+     * the ops' pinned host memory instead (counted as host memory), which the device copies
+     * into and out of asynchronously; bucket_data() is whichever the bucket has */
+    void *pinned;
+    const rm_transfer_ops *pinned_ops;
+    int first, last; /* its parameters: indices first..last (registration order reversed) */
+    int n_copying;   /* its slots' D2H copies still in flight */
+    int newest;      /* the parameter whose copy was queued last (of those in flight) */
     remat_dtype dtype;
     int64_t numel;
     int64_t padded; /* ZeRO: numel rounded up to a multiple of the world size */
@@ -49,6 +63,12 @@ struct remat_ddp {
     bool learned;     /* a synchronised backward completed: its counts are known */
     bool have_counts; /* this backward knows the expected counts (graph or learned) */
     int mpi_failed;   /* MPI error code while launching (reported at the end) */
+    /* the first failed gradient copy of this backward (reported at its end): status,
+     * parameter, and the message of the failure */
+    int copy_failed;
+    int copy_failed_param;
+    int newest_back; /* the parameter whose copy back to its device was queued last, or -1 */
+    char copy_failed_msg[RMD_MSG];
     remat_ddp_options o;
     /* ZeRO-1: each bucket is reduce-scattered in place (this rank gets the
      * sums of its slice of the bucket in the bucket's first elements) and

@@ -9,6 +9,9 @@
  *   dist_check kill    rank 1 is killed mid-backward (mpirun must end the job)
  *   dist_check error   rank 1's backward fails: the others must name it
  *
+ * Parameters in device memory run on "fenced" (tests/support/fenced.h), with and without
+ * its fake transfer ops (tests/support/transfer_log.h).
+ *
  * The model: x -> linear(w_in) -> L residual blocks -> * s -> mse. Each
  * block is h + linear2(gelu(linear1(layer_norm(h) * s))), with dropout
  * optional. The parameter s is shared by every block and used outside
@@ -16,6 +19,7 @@
  * accumulations per backward (one per recomputed block), the case that
  * makes PyTorch's DDP mark a variable ready twice. */
 #include <math.h>
+#include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +28,7 @@
 
 #include "../support/by_hand.h"
 #include "../support/fenced.h"
+#include "../support/transfer_log.h"
 #include "remat/remat.h"
 
 #define D 16
@@ -1247,14 +1252,62 @@ static void check_device_collectives(void) {
     remat_release(h);
 }
 
+/* MPI_Iallreduce as MPI's, through the profiling interface (PMPI), counting the starts
+ * whose buffer a copy to the host still in flight writes into (transfer_log.h's deferred
+ * copies): DDP must start a bucket only once its slots' copies are in. */
+static int g_iallreduce_starts, g_early_starts;
+int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                   MPI_Comm comm, MPI_Request *request) {
+    int size = 0;
+    MPI_Type_size(datatype, &size);
+    g_iallreduce_starts++;
+    g_early_starts += rt_transfer_pending_into(recvbuf, (size_t)count * (size_t)size);
+    return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+}
+
+/* What DDP over device parameters did in its backwards (remat_ddp_backward only). */
+typedef struct ddp_counts {
+    long sync_d2h, sync_h2d;   /* synchronous copies (host waits for the device) not the fake's */
+    long async_d2h, async_h2d; /* copies through the transfer ops */
+    long host_waits;           /* the host waiting for one of those */
+    int early_starts, starts;  /* bucket all-reduces started with copies in flight / at all */
+    int launched_in_backward;  /* buckets started before the local backward ended */
+    int rereduced;             /* buckets reduced again (late gradients) */
+} ddp_counts;
+
+/* remat_ddp_backward(ddp, loss), adding what it did to *c. */
+static int counted_backward(remat_ddp *ddp, remat_tensor *loss, ddp_counts *c) {
+    long d2h = rt_fenced_copies(REMAT_COPY_DEVICE_TO_HOST);
+    long h2d = rt_fenced_copies(REMAT_COPY_HOST_TO_DEVICE);
+    rt_transfer_log x = rt_xfer;
+    int early = g_early_starts, starts = g_iallreduce_starts;
+    int rc = remat_ddp_backward(ddp, loss);
+    long a_d2h = rt_xfer.n_d2h - x.n_d2h, a_h2d = rt_xfer.n_h2d - x.n_h2d;
+    /* each of the fake's copies moved its bytes through the fenced copy once */
+    c->sync_d2h += rt_fenced_copies(REMAT_COPY_DEVICE_TO_HOST) - d2h - a_d2h;
+    c->sync_h2d += rt_fenced_copies(REMAT_COPY_HOST_TO_DEVICE) - h2d - a_h2d;
+    c->async_d2h += a_d2h;
+    c->async_h2d += a_h2d;
+    c->host_waits += rt_xfer.n_host_waits - x.n_host_waits;
+    c->early_starts += g_early_starts - early;
+    c->starts += g_iallreduce_starts - starts;
+    remat_ddp_stats st;
+    remat_ddp_get_stats(ddp, &st);
+    c->launched_in_backward += st.n_launched_in_backward;
+    c->rereduced += st.n_rereduced;
+    return rc;
+}
+
 /* DDP over parameters in device memory follows DDP over the same parameters on the cpu
  * bit for bit: rank 0's values broadcast at create, every gradient after each backward
  * (checkpointed, reentrant and not, buckets small enough that several hold both
- * launched-in-backward and late parameters), the parameters after each SGD step, for 6
- * steps; .grad stays on the device. ZeRO-1 refuses device parameters by name. */
-static void check_device_ddp(void) {
+ * launched-in-backward and late parameters), the parameters after each SGD step, for
+ * DEVICE_STEPS steps; .grad stays on the device. The last step ends with the user's custom
+ * function (by_hand.h) after one without it: s grows after it was sent, its bucket is
+ * reduced again. What the device DDP's backwards did goes to *c. */
+#define DEVICE_STEPS 8
+static void device_ddp_steps(ddp_counts *c) {
     remat_device d = fenced_dev();
-    if (d.type <= 0) return; /* check_device_collectives said so */
     model m, dm;
     model_init(&m, 21, 0);
     if (rank) { /* other ranks start elsewhere: create must copy rank 0's */
@@ -1280,18 +1333,23 @@ static void check_device_ddp(void) {
           m.n);
     int64_t r0, r1;
     shard(&r0, &r1);
-    for (int step = 0; step < 6; step++) {
+    for (int step = 0; step < DEVICE_STEPS; step++) {
         remat_tensor *x, *y, *dx, *dy, *loss = NULL, *dloss = NULL;
         make_data(300 + (uint64_t)step, &x, &y);
         dx = on_device(x, d);
         dy = on_device(y, d);
         zero_grads(&m);
         zero_grads(&dm);
-        int mode = step % 3 == 0 ? M_NONE : step % 3 == 1 ? M_REENTRANT : M_NONREENTRANT;
+        int mode = step >= 6       ? M_NONE
+                   : step % 3 == 0 ? M_NONE
+                   : step % 3 == 1 ? M_REENTRANT
+                                   : M_NONREENTRANT;
+        g_by_hand_tail = step == DEVICE_STEPS - 1;
         OK(forward(&m, mode, x, y, r0, r1, &loss));
         OK(forward(&dm, mode, dx, dy, r0, r1, &dloss));
+        g_by_hand_tail = false;
         OK(remat_ddp_backward(ddp, loss));
-        OK(remat_ddp_backward(dddp, dloss));
+        OK(counted_backward(dddp, dloss, c));
         int same_grads = 0, on_dev = 0;
         for (int i = 0; i < m.n; i++) {
             remat_tensor *g = remat_tensor_grad(dm.params[i]);
@@ -1315,13 +1373,38 @@ static void check_device_ddp(void) {
     }
     same_params = 0;
     for (int i = 0; i < m.n; i++) same_params += device_equal(dm.params[i], m.params[i]);
-    CHECK(same_params == m.n, "%d of %d device parameters are the cpu's after 6 steps", same_params,
-          m.n);
+    CHECK(same_params == m.n, "%d of %d device parameters are the cpu's after %d steps",
+          same_params, m.n, DEVICE_STEPS);
     remat_ddp_free(ddp);
     remat_ddp_free(dddp);
+    model_free(&m);
+    model_free(&dm);
+}
+
+/* Without transfer ops: each gradient copied synchronously, both ways (one host wait per
+ * parameter and direction). ZeRO-1 refuses device parameters by name. */
+static void check_device_ddp(void) {
+    remat_device d = fenced_dev();
+    if (d.type <= 0) return; /* check_device_collectives said so */
+    ddp_counts c = {0};
+    device_ddp_steps(&c);
+    const int n = 2 + 6 * L, steps = DEVICE_STEPS;
+    CHECK(c.async_d2h == 0 && c.async_h2d == 0 && c.early_starts == 0,
+          "no transfer ops, yet %ld + %ld copies through them, %d early starts", c.async_d2h,
+          c.async_h2d, c.early_starts);
+    CHECK(c.sync_d2h >= (long)n * steps && c.sync_h2d >= (long)n * steps,
+          "%ld / %ld synchronous copies to / from the host in %d steps of %d parameters",
+          c.sync_d2h, c.sync_h2d, steps, n);
+    if (rank == 0 && getenv("DIST_CHECK_COUNTS"))
+        printf("device ddp, sync copies: %ld D2H + %ld H2D synchronous in %d steps; %d of %d "
+               "bucket starts in backward\n",
+               c.sync_d2h, c.sync_h2d, steps, c.launched_in_backward, c.starts);
     remat_zero *z = NULL;
     remat_optim_options oo;
     OK(remat_optim_options_init(&oo, REMAT_OPTIM_ADAMW));
+    model dm, m;
+    model_init(&m, 21, 0);
+    model_on_device(&dm, &m, d);
     int rc = remat_zero_create(&z, pg, dm.n, dm.params, NULL, &oo, NULL);
     CHECK(rc == REMAT_EINVAL && !z && strstr(remat_last_error(), "device memory"),
           "ZeRO-1 on device parameters: %s", remat_err_name(rc));
@@ -1329,6 +1412,95 @@ static void check_device_ddp(void) {
     remat_zero_free(z);
     model_free(&m);
     model_free(&dm);
+}
+
+/* With transfer ops whose copies complete late (deferred: a slot holds NaNs until its
+ * copy's event completes, after 3 polls): the same bits as the cpu's (device_ddp_steps); no
+ * bucket starts while a copy into it is in flight; every gradient goes to the host and back
+ * through the ops, none synchronously; every event and pinned buffer is freed. Then a
+ * failed copy on rank 1 fails the step on every rank, naming rank 1, and the next step
+ * works. */
+static void check_device_ddp_async(void) {
+    remat_device d = fenced_dev();
+    if (d.type <= 0) return; /* check_device_collectives said so */
+    int rc = rt_transfer_log_install(true, 3);
+    CHECK(rc == REMAT_OK, "registering the fake transfer ops: %s", remat_err_name(rc));
+    if (rc) return;
+    rt_xfer.deferred = true;
+    ddp_counts c = {0};
+    device_ddp_steps(&c);
+    const int n = 2 + 6 * L, steps = DEVICE_STEPS;
+    CHECK(c.early_starts == 0, "%d of %d bucket all-reduces started with copies in flight",
+          c.early_starts, c.starts);
+    CHECK(c.async_d2h >= (long)n * steps && c.async_h2d >= (long)n * steps,
+          "%ld / %ld copies to / from the host through the ops in %d steps of %d parameters",
+          c.async_d2h, c.async_h2d, steps, n);
+    CHECK(c.sync_d2h == 0 && c.sync_h2d == 0, "%ld / %ld synchronous copies to / from the host",
+          c.sync_d2h, c.sync_h2d);
+    /* the copies complete in order (one side stream): at most one wait for each bucket
+     * started at the end of the local backward or reduced again, and one for the copies
+     * back of each step */
+    CHECK(c.host_waits <= c.starts - c.launched_in_backward + steps,
+          "%ld host waits for %ld copies in %d steps (%d of %d bucket starts in backward)",
+          c.host_waits, c.async_d2h + c.async_h2d, steps, c.launched_in_backward, c.starts);
+    CHECK(c.launched_in_backward > 0, "no bucket started before the end of a local backward");
+    CHECK(c.rereduced > 0, "no bucket reduced again (the last step's late gradient)");
+    CHECK(rt_xfer.n_events_live == 0 && rt_xfer.n_host_live == 0 && rt_xfer.n_freed_early == 0 &&
+              rt_xfer.n_bad_waits == 0,
+          "%d events and %d pinned buffers live, %d events freed before done, %d bad waits",
+          rt_xfer.n_events_live, rt_xfer.n_host_live, rt_xfer.n_freed_early, rt_xfer.n_bad_waits);
+    if (rank == 0 && getenv("DIST_CHECK_COUNTS"))
+        printf("device ddp, async copies: %ld D2H + %ld H2D queued, %ld host waits, %ld D2H + "
+               "%ld H2D synchronous in %d steps; %d of %d bucket starts in backward, %d "
+               "reduced again\n",
+               c.async_d2h, c.async_h2d, c.host_waits, c.sync_d2h, c.sync_h2d, steps,
+               c.launched_in_backward, c.starts, c.rereduced);
+
+    /* rank 1's second copy fails */
+    model m, dm;
+    model_init(&m, 5, 0);
+    model_on_device(&dm, &m, d);
+    remat_ddp *ddp = NULL;
+    remat_ddp_options o = {.bucket_bytes = 3000};
+    OK(remat_ddp_create(&ddp, pg, dm.n, dm.params, &o));
+    remat_tensor *x, *y, *dx, *dy;
+    make_data(77, &x, &y);
+    dx = on_device(x, d);
+    dy = on_device(y, d);
+    int64_t r0, r1;
+    shard(&r0, &r1);
+    for (int step = 0; ddp && step < 2; step++) {
+        remat_tensor *loss = NULL;
+        zero_grads(&dm);
+        OK(forward(&dm, M_REENTRANT, dx, dy, r0, r1, &loss));
+        rt_xfer.fail_at = step == 0 && rank == 1 ? rt_xfer.n_copies + 2 : 0;
+        rc = remat_ddp_backward(ddp, loss);
+        const char *msg = remat_last_error();
+        if (step == 1)
+            CHECK(rc == REMAT_OK, "the step after a failed copy: %s", remat_err_name(rc));
+        else if (rank == 1)
+            CHECK(rc == REMAT_EDEVICE && strstr(msg, "copying the gradient of parameter") &&
+                      strstr(msg, "copy") && strstr(msg, "failed (as asked)"),
+                  "the rank whose copy failed says so: %s", remat_err_name(rc));
+        else
+            CHECK(rc == REMAT_EIO && strstr(msg, "rank 1 failed (REMAT_EDEVICE)") &&
+                      strstr(msg, "copying the gradient of parameter"),
+                  "the others name rank 1 and the copy: %s", remat_err_name(rc));
+        remat_clear_error();
+        remat_release(loss);
+    }
+    rt_xfer.fail_at = 0;
+    CHECK(rt_xfer.n_events_live == 0, "%d events live after the failed copy",
+          rt_xfer.n_events_live);
+    remat_ddp_free(ddp);
+    CHECK(rt_xfer.n_host_live == 0, "%d pinned buffers live", rt_xfer.n_host_live);
+    remat_release(x);
+    remat_release(y);
+    remat_release(dx);
+    remat_release(dy);
+    model_free(&m);
+    model_free(&dm);
+    OK(rt_transfer_log_install(false, 0));
 }
 
 static void on_ready_kill(void *ud, int i) {
@@ -1410,6 +1582,7 @@ int main(int argc, char **argv) {
         {"zero1_state_gather_load_resume_bitwise", check_zero_state},
         {"device_collectives_through_host", check_device_collectives},
         {"device_ddp_bitwise_the_cpus", check_device_ddp},
+        {"device_ddp_async_copies_bitwise_the_cpus", check_device_ddp_async},
     };
     int total = 0;
     for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {

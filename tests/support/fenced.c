@@ -29,6 +29,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static fenced_block *g_blocks;
 static int g_type = -1;
 static long g_kernel_runs[RM_K_COUNT];
+static long g_copies[3]; /* by remat_copy_kind */
 
 static size_t page_round(size_t n) {
     size_t pg = (size_t)sysconf(_SC_PAGESIZE);
@@ -85,6 +86,7 @@ static void fence(const void *p, int delta) {
 static int fenced_copy(void *ud, int index, void *dst, const void *src, size_t n,
                        remat_copy_kind kind) {
     (void)ud, (void)index;
+    if ((unsigned)kind < 3) __atomic_add_fetch(&g_copies[kind], 1, __ATOMIC_RELAXED);
     if (kind != REMAT_COPY_HOST_TO_DEVICE) fence(src, +1);
     if (kind != REMAT_COPY_DEVICE_TO_HOST) fence(dst, +1);
     memmove(dst, src, n);
@@ -244,4 +246,9 @@ int rt_fenced_type(void) {
 long rt_fenced_kernel_runs(int kernel_id) {
     if (kernel_id < 0 || kernel_id >= RM_K_COUNT) return -1;
     return __atomic_load_n(&g_kernel_runs[kernel_id], __ATOMIC_RELAXED);
+}
+
+long rt_fenced_copies(int kind) {
+    if (kind < 0 || kind >= 3) return -1;
+    return __atomic_load_n(&g_copies[kind], __ATOMIC_RELAXED);
 }

@@ -19,5 +19,9 @@ int rt_fenced_type(void);
 /* How many times the fenced kernel of `kernel_id` (an rm_kernel_id) has run in this
  * process: a test can show that a path went through the kernel table. */
 long rt_fenced_kernel_runs(int kernel_id);
+/* How many copies of a remat_copy_kind (host to device, device to host, device to device)
+ * its copy callback has made in this process: each one a synchronous rm_device_copy, the
+ * host waiting for the device, as each is on cuda (a stream synchronisation). */
+long rt_fenced_copies(int kind);
 
 #endif /* REMAT_TEST_FENCED_H */

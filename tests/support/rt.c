@@ -20,6 +20,7 @@
 #include "core/backend.h"
 #include "core/core.h"
 #include "fenced.h"
+#include "transfer_log.h"
 
 bool rt_on_test_device_;
 
@@ -512,3 +513,9 @@ void rt_capture_warnings(void) {
 }
 const char *rt_warnings(void) { return g_warn; }
 int rt_warning_count(void) { return g_warn_n; }
+
+/* transfer_log.h's registration for the Criterion suites (transfer_log.c is Criterion-free). */
+void rt_transfer_log_register(bool on, int polls) {
+    cr_assert_gt(rt_fenced_type(), 0, "fenced device: %s", remat_last_error());
+    RT_OK(rt_transfer_log_install(on, polls));
+}
