@@ -202,9 +202,17 @@ static void fill_slot(remat_ddp *d, int i) {
         }
         return;
     }
-    if (!g || remat_copy_to_buffer(g, b->dtype, dst, p->numel) != REMAT_OK)
+    if (!g) { /* unused here: zeros */
         memset(dst, 0, (size_t)p->numel * es);
-    else if (d->prescale) scale_slot(dst, b->dtype, p->numel, inv, 0);
+        return;
+    }
+    int rc = remat_copy_to_buffer(g, b->dtype, dst, p->numel);
+    if (rc != REMAT_OK) { /* zeros go out; the step fails on every rank (finish) */
+        copy_failure(d, i, rc);
+        memset(dst, 0, (size_t)p->numel * es);
+    } else if (d->prescale) {
+        scale_slot(dst, b->dtype, p->numel, inv, 0);
+    }
 }
 
 static void mark_ready(remat_ddp *d, int i) {

@@ -1381,6 +1381,56 @@ static void device_ddp_steps(ddp_counts *c) {
     model_free(&dm);
 }
 
+/* Rank 1's second gradient copy to the host fails (arm(n): the nth copy from now fails;
+ * arm(0) disarms): the step fails on every rank — rank 1 with the copy's error, naming
+ * the parameter and saying `says`, the others naming rank 1 — instead of reducing the
+ * zeros its slot holds as if they were its gradient; and the next step works. */
+static void check_failed_copy(remat_device d, void (*arm)(long nth), const char *says) {
+    model m, dm;
+    model_init(&m, 5, 0);
+    model_on_device(&dm, &m, d);
+    remat_ddp *ddp = NULL;
+    remat_ddp_options o = {.bucket_bytes = 3000};
+    OK(remat_ddp_create(&ddp, pg, dm.n, dm.params, &o));
+    remat_tensor *x, *y, *dx, *dy;
+    make_data(77, &x, &y);
+    dx = on_device(x, d);
+    dy = on_device(y, d);
+    int64_t r0, r1;
+    shard(&r0, &r1);
+    for (int step = 0; ddp && step < 2; step++) {
+        remat_tensor *loss = NULL;
+        zero_grads(&dm);
+        OK(forward(&dm, M_REENTRANT, dx, dy, r0, r1, &loss));
+        arm(step == 0 && rank == 1 ? 2 : 0);
+        int rc = remat_ddp_backward(ddp, loss);
+        const char *msg = remat_last_error();
+        if (step == 1)
+            CHECK(rc == REMAT_OK, "the step after a failed copy: %s", remat_err_name(rc));
+        else if (rank == 1)
+            CHECK(rc == REMAT_EDEVICE && strstr(msg, "copying the gradient of parameter") &&
+                      strstr(msg, says),
+                  "the rank whose copy failed says so: %s: %s", remat_err_name(rc), msg);
+        else
+            CHECK(rc == REMAT_EIO && strstr(msg, "rank 1 failed (REMAT_EDEVICE)") &&
+                      strstr(msg, "copying the gradient of parameter"),
+                  "the others name rank 1 and the copy: %s: %s", remat_err_name(rc), msg);
+        remat_clear_error();
+        remat_release(loss);
+    }
+    arm(0);
+    remat_ddp_free(ddp);
+    remat_release(x);
+    remat_release(y);
+    remat_release(dx);
+    remat_release(dy);
+    model_free(&m);
+    model_free(&dm);
+}
+
+static void arm_fenced_failure(long nth) { rt_fenced_fail_copy(REMAT_COPY_DEVICE_TO_HOST, nth); }
+static void arm_xfer_failure(long nth) { rt_xfer.fail_at = nth ? rt_xfer.n_copies + nth : 0; }
+
 /* Without transfer ops: each gradient copied synchronously, both ways (one host wait per
  * parameter and direction). ZeRO-1 refuses device parameters by name. */
 static void check_device_ddp(void) {
@@ -1399,6 +1449,7 @@ static void check_device_ddp(void) {
         printf("device ddp, sync copies: %ld D2H + %ld H2D synchronous in %d steps; %d of %d "
                "bucket starts in backward\n",
                c.sync_d2h, c.sync_h2d, steps, c.launched_in_backward, c.starts);
+    check_failed_copy(d, arm_fenced_failure, "device copy failed");
     remat_zero *z = NULL;
     remat_optim_options oo;
     OK(remat_optim_options_init(&oo, REMAT_OPTIM_ADAMW));
@@ -1456,50 +1507,10 @@ static void check_device_ddp_async(void) {
                c.async_d2h, c.async_h2d, c.host_waits, c.sync_d2h, c.sync_h2d, steps,
                c.launched_in_backward, c.starts, c.rereduced);
 
-    /* rank 1's second copy fails */
-    model m, dm;
-    model_init(&m, 5, 0);
-    model_on_device(&dm, &m, d);
-    remat_ddp *ddp = NULL;
-    remat_ddp_options o = {.bucket_bytes = 3000};
-    OK(remat_ddp_create(&ddp, pg, dm.n, dm.params, &o));
-    remat_tensor *x, *y, *dx, *dy;
-    make_data(77, &x, &y);
-    dx = on_device(x, d);
-    dy = on_device(y, d);
-    int64_t r0, r1;
-    shard(&r0, &r1);
-    for (int step = 0; ddp && step < 2; step++) {
-        remat_tensor *loss = NULL;
-        zero_grads(&dm);
-        OK(forward(&dm, M_REENTRANT, dx, dy, r0, r1, &loss));
-        rt_xfer.fail_at = step == 0 && rank == 1 ? rt_xfer.n_copies + 2 : 0;
-        rc = remat_ddp_backward(ddp, loss);
-        const char *msg = remat_last_error();
-        if (step == 1)
-            CHECK(rc == REMAT_OK, "the step after a failed copy: %s", remat_err_name(rc));
-        else if (rank == 1)
-            CHECK(rc == REMAT_EDEVICE && strstr(msg, "copying the gradient of parameter") &&
-                      strstr(msg, "copy") && strstr(msg, "failed (as asked)"),
-                  "the rank whose copy failed says so: %s", remat_err_name(rc));
-        else
-            CHECK(rc == REMAT_EIO && strstr(msg, "rank 1 failed (REMAT_EDEVICE)") &&
-                      strstr(msg, "copying the gradient of parameter"),
-                  "the others name rank 1 and the copy: %s", remat_err_name(rc));
-        remat_clear_error();
-        remat_release(loss);
-    }
-    rt_xfer.fail_at = 0;
-    CHECK(rt_xfer.n_events_live == 0, "%d events live after the failed copy",
-          rt_xfer.n_events_live);
-    remat_ddp_free(ddp);
-    CHECK(rt_xfer.n_host_live == 0, "%d pinned buffers live", rt_xfer.n_host_live);
-    remat_release(x);
-    remat_release(y);
-    remat_release(dx);
-    remat_release(dy);
-    model_free(&m);
-    model_free(&dm);
+    check_failed_copy(d, arm_xfer_failure, "failed (as asked)");
+    CHECK(rt_xfer.n_events_live == 0 && rt_xfer.n_host_live == 0,
+          "%d events and %d pinned buffers live after the failed copy", rt_xfer.n_events_live,
+          rt_xfer.n_host_live);
     OK(rt_transfer_log_install(false, 0));
 }
 

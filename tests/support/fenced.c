@@ -29,7 +29,8 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static fenced_block *g_blocks;
 static int g_type = -1;
 static long g_kernel_runs[RM_K_COUNT];
-static long g_copies[3]; /* by remat_copy_kind */
+static long g_copies[3];  /* by remat_copy_kind */
+static long g_fail_at[3]; /* by kind: the count of g_copies at which the copy fails; 0: none */
 
 static size_t page_round(size_t n) {
     size_t pg = (size_t)sysconf(_SC_PAGESIZE);
@@ -86,7 +87,14 @@ static void fence(const void *p, int delta) {
 static int fenced_copy(void *ud, int index, void *dst, const void *src, size_t n,
                        remat_copy_kind kind) {
     (void)ud, (void)index;
-    if ((unsigned)kind < 3) __atomic_add_fetch(&g_copies[kind], 1, __ATOMIC_RELAXED);
+    if ((unsigned)kind < 3) {
+        long c = __atomic_add_fetch(&g_copies[kind], 1, __ATOMIC_RELAXED);
+        long at = __atomic_load_n(&g_fail_at[kind], __ATOMIC_RELAXED);
+        if (at && c == at) { /* as a test asked: copies nothing, as a failed device copy */
+            __atomic_store_n(&g_fail_at[kind], 0, __ATOMIC_RELAXED);
+            return REMAT_EDEVICE;
+        }
+    }
     if (kind != REMAT_COPY_HOST_TO_DEVICE) fence(src, +1);
     if (kind != REMAT_COPY_DEVICE_TO_HOST) fence(dst, +1);
     memmove(dst, src, n);
@@ -251,4 +259,10 @@ long rt_fenced_kernel_runs(int kernel_id) {
 long rt_fenced_copies(int kind) {
     if (kind < 0 || kind >= 3) return -1;
     return __atomic_load_n(&g_copies[kind], __ATOMIC_RELAXED);
+}
+
+void rt_fenced_fail_copy(int kind, long nth) {
+    if ((unsigned)kind >= 3) return;
+    long at = nth > 0 ? __atomic_load_n(&g_copies[kind], __ATOMIC_RELAXED) + nth : 0;
+    __atomic_store_n(&g_fail_at[kind], at, __ATOMIC_RELAXED);
 }

@@ -23,5 +23,8 @@ long rt_fenced_kernel_runs(int kernel_id);
  * its copy callback has made in this process: each one a synchronous rm_device_copy, the
  * host waiting for the device, as each is on cuda (a stream synchronisation). */
 long rt_fenced_copies(int kind);
+/* Makes the nth copy of `kind` from now (1: the next) fail with REMAT_EDEVICE, copying
+ * nothing, as a failed device copy; nth 0 disarms. One failure per call. */
+void rt_fenced_fail_copy(int kind, long nth);
 
 #endif /* REMAT_TEST_FENCED_H */
