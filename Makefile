@@ -37,7 +37,8 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(TEST_JOBS)
 
 # The device suites (DEVICE_SUITES: op fixtures and gradchecks, checkpoint, selective,
-# planner, autograd, the op suites that opt in) and the cuda tests with cuda as the test device (tests/support/rt.h, docs/cuda.md). Without a GPU
+# planner, autograd, the op suites that opt in), the optimizers on the device (optim_device:
+# cuda's list kernels) and the cuda tests with cuda as the test device (tests/support/rt.h, docs/cuda.md). Without a GPU
 # they report themselves skipped with the reason. CUDA_DEVICE=cuda:1 picks another GPU.
 CUDA_DEVICE ?= cuda
 # The suites that put their tensors on the test device (RT_ON_TEST_DEVICE in tests/support/rt.h).
@@ -47,7 +48,7 @@ DEVICE_SUITES := $(DEVICE_SUITES)|ops_matmul|ops_reduce|split_backward|models|ti
 DEVICE_SUITES := $(DEVICE_SUITES)|ops_layer_norm_to|grad_layout|ops_ce_bf16|ops_rms_norm_to
 test-cuda: build
 	cd $(BUILD) && REMAT_TEST_DEVICE=$(CUDA_DEVICE) ctest --output-on-failure -j 1 \
-	  -R '^test_($(DEVICE_SUITES)|checkpoint_rng|cuda_.*)$$'
+	  -R '^test_($(DEVICE_SUITES)|checkpoint_rng|optim_device|cuda_.*)$$'
 
 # The suites whose numbers come from GEMMs (oneDNN's kernels, their blocking and summation
 # order) or the bf16 paths, again with oneDNN capped as on older CPUs: AVX2 only, and AVX-512
