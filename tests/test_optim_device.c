@@ -237,15 +237,6 @@ Test(optim_device, cuda_norms_and_scaling_agree_with_cpu) {
 
 static remat_dtype dtype_of(int i) { return i % 3 == 1 ? REMAT_F64 : REMAT_F32; }
 
-/* Kernel calls of `kernel` ("adamw update") recorded in t. */
-static int64_t calls(const remat_timing *t, const char *kernel) {
-    int64_t c = 0;
-    for (int i = 0; i < remat_timing_count(t); i++)
-        if (!strcmp(remat_timing_row_at(t, i)->kernel, kernel))
-            c += remat_timing_row_at(t, i)->calls;
-    return c;
-}
-
 static int64_t cuda_size(int i) {
     static const int64_t first[] = {1, 3, 1000, 4097, 0, 65536, 65537, 70001, 2, 131073};
     return i < 10 ? first[i] : 1 + (i * 37) % 301;
@@ -278,17 +269,8 @@ static void run_cuda(const remat_optim_options *o, const char *name) {
         pk[i] = rt_leaf_on(h, dev, true);
         remat_release(h);
     }
-    remat_tensor *el[NC], *ol[NC], *ek[NC], *ok[NC];
-    int ne = 0, no = 0;
-    for (int i = 0; i < NC; i++) {
-        if (i % 2 == 0) el[ne] = pl[i], ek[ne++] = pk[i];
-        else ol[no] = pl[i], ok[no++] = pk[i];
-    }
     remat_optimizer *ol_ = NULL, *ok_ = NULL;
-    RT_OK(remat_optim_create(&ol_, o, el, ne));
-    RT_OK(remat_optim_add_group(ol_, ol, no, 0.0));
-    RT_OK(remat_optim_create(&ok_, o, ek, ne));
-    RT_OK(remat_optim_add_group(ok_, ok, no, 0.0));
+    rt_optim_pair(o, pl, pk, NC, &ol_, &ok_);
     const int micro = o->accum_steps > 1 ? o->accum_steps : 1;
     const bool adamw = o->kind == REMAT_OPTIM_ADAMW;
     const char *one = adamw ? "adamw update" : "sgd update";
@@ -326,10 +308,11 @@ static void run_cuda(const remat_optim_options *o, const char *name) {
             RT_OK(rc);
             RT_OK(remat_timing_end(&tk));
             if (j + 1 == micro) { /* an update: one list call per dtype, no per-tensor one */
-                cr_assert_eq(calls(tl, list), 2, "%s: list kernel calls", name);
-                cr_assert_eq(calls(tl, one), 0, "%s: per-tensor calls beside the lists", name);
-                cr_assert_eq(calls(tk, list), 0, "%s: lists taken out", name);
-                cr_assert_geq(calls(tk, one), NC - 2, "%s: per-tensor calls", name);
+                cr_assert_eq(rt_kernel_calls(tl, list), 2, "%s: list kernel calls", name);
+                cr_assert_eq(rt_kernel_calls(tl, one), 0, "%s: per-tensor calls beside the lists",
+                             name);
+                cr_assert_eq(rt_kernel_calls(tk, list), 0, "%s: lists taken out", name);
+                cr_assert_geq(rt_kernel_calls(tk, one), NC - 2, "%s: per-tensor calls", name);
             }
             remat_timing_free(tl), remat_timing_free(tk);
             if (j + 1 < micro) continue;

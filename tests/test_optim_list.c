@@ -27,15 +27,6 @@ static const int64_t k_sizes[NP] = {1, 383, 0, 16384, 16385, 7, 70001, 200003, 2
 
 static remat_dtype dtype_of(int i) { return i % 3 == 1 ? REMAT_F64 : REMAT_F32; }
 
-/* Kernel calls of `kernel` ("adamw update") recorded in t. */
-static int64_t calls(const remat_timing *t, const char *kernel) {
-    int64_t c = 0;
-    for (int i = 0; i < remat_timing_count(t); i++)
-        if (!strcmp(remat_timing_row_at(t, i)->kernel, kernel))
-            c += remat_timing_row_at(t, i)->calls;
-    return c;
-}
-
 static void run(const remat_optim_options *o, int threads, const char *name) {
     const remat_device dev = {rt_fenced_type(), 0};
     cr_assert(dev.type > 0, "fenced device: %s", remat_last_error());
@@ -45,17 +36,8 @@ static void run(const remat_optim_options *o, int threads, const char *name) {
         pd[i] = rt_leaf_on(pc[i], dev, true);
     }
     /* groups: decay on the even ones, none on the odd ones */
-    remat_tensor *ec[NP], *oc_[NP], *ed[NP], *od_[NP];
-    int ne = 0, no = 0;
-    for (int i = 0; i < NP; i++) {
-        if (i % 2 == 0) ec[ne] = pc[i], ed[ne++] = pd[i];
-        else oc_[no] = pc[i], od_[no++] = pd[i];
-    }
     remat_optimizer *oc = NULL, *od = NULL;
-    RT_OK(remat_optim_create(&oc, o, ec, ne));
-    RT_OK(remat_optim_add_group(oc, oc_, no, 0.0));
-    RT_OK(remat_optim_create(&od, o, ed, ne));
-    RT_OK(remat_optim_add_group(od, od_, no, 0.0));
+    rt_optim_pair(o, pc, pd, NP, &oc, &od);
     const int micro = o->accum_steps > 1 ? o->accum_steps : 1;
     const bool adamw = o->kind == REMAT_OPTIM_ADAMW;
     const char *one = adamw ? "adamw update" : "sgd update";
@@ -91,8 +73,9 @@ static void run(const remat_optim_options *o, int threads, const char *name) {
             RT_OK(remat_optim_step(od, NULL));
             RT_OK(remat_timing_end(&t));
             if (j + 1 == micro) { /* an update: one list kernel per dtype on cpu */
-                cr_assert_eq(calls(t, list), 2, "%s: list kernel calls", name);
-                cr_assert_geq(calls(t, one), NP - 2, "%s: per-tensor calls (fenced's)", name);
+                cr_assert_eq(rt_kernel_calls(t, list), 2, "%s: list kernel calls", name);
+                cr_assert_geq(rt_kernel_calls(t, one), NP - 2, "%s: per-tensor calls (fenced's)",
+                              name);
             }
             remat_timing_free(t);
         }

@@ -519,3 +519,28 @@ void rt_transfer_log_register(bool on, int polls) {
     cr_assert_gt(rt_fenced_type(), 0, "fenced device: %s", remat_last_error());
     RT_OK(rt_transfer_log_install(on, polls));
 }
+
+void rt_optim_pair(const remat_optim_options *o, remat_tensor *const *a, remat_tensor *const *b,
+                   int n, remat_optimizer **oa, remat_optimizer **ob) {
+    remat_tensor **ea = calloc((size_t)(4 * n + 4), sizeof *ea); /* even a, odd a, even b, odd b */
+    cr_assert_not_null(ea);
+    remat_tensor **oa_ = ea + n + 1, **eb = oa_ + n + 1, **ob_ = eb + n + 1;
+    int ne = 0, no = 0;
+    for (int i = 0; i < n; i++) {
+        if (i % 2 == 0) ea[ne] = a[i], eb[ne++] = b[i];
+        else oa_[no] = a[i], ob_[no++] = b[i];
+    }
+    RT_OK(remat_optim_create(oa, o, ea, ne));
+    RT_OK(remat_optim_add_group(*oa, oa_, no, 0.0));
+    RT_OK(remat_optim_create(ob, o, eb, ne));
+    RT_OK(remat_optim_add_group(*ob, ob_, no, 0.0));
+    free(ea);
+}
+
+int64_t rt_kernel_calls(const remat_timing *t, const char *kernel) {
+    int64_t c = 0;
+    for (int i = 0; i < remat_timing_count(t); i++)
+        if (!strcmp(remat_timing_row_at(t, i)->kernel, kernel))
+            c += remat_timing_row_at(t, i)->calls;
+    return c;
+}

@@ -173,4 +173,13 @@ void rt_capture_warnings(void);
 const char *rt_warnings(void);
 int rt_warning_count(void);
 
+/* ---- optimizers and kernel calls ---------------------------------------------------------- */
+/* Two optimizers of options o with the same groups over a[0..n) and b[0..n): the even-indexed
+ * tensors in the first group (o's weight decay), the odd ones in a second without decay —
+ * so that two ways of running one update (two devices, two kernel tables) can be compared. */
+void rt_optim_pair(const remat_optim_options *o, remat_tensor *const *a, remat_tensor *const *b,
+                   int n, remat_optimizer **oa /* OUT */, remat_optimizer **ob /* OUT */);
+/* Calls of `kernel` (a kernel's name in the timing rows: "adamw update") recorded in t. */
+int64_t rt_kernel_calls(const remat_timing *t, const char *kernel);
+
 #endif
