@@ -79,23 +79,9 @@ static void run(const remat_optim_options *o, int threads, const char *name) {
             }
             remat_timing_free(t);
         }
-        cr_assert(remat_optim_last_grad_norm(oc) == remat_optim_last_grad_norm(od),
-                  "%s (%d threads): update %d: global norm %.17g, per tensor %.17g", name, threads,
-                  s, remat_optim_last_grad_norm(oc), remat_optim_last_grad_norm(od));
-        for (int i = 0; i < NP; i++) {
-            cr_assert(rt_bitwise_equal(pc[i], pd[i]),
-                      "%s (%d threads): update %d: parameter %d (%lld elements) differs", name,
-                      threads, s, i, (long long)k_sizes[i]);
-            for (int slot = 0; slot < 2; slot++) {
-                const remat_tensor *a = remat_optim_state(oc, i, (remat_optim_slot)slot),
-                                   *b = remat_optim_state(od, i, (remat_optim_slot)slot);
-                cr_assert_eq(a == NULL, b == NULL);
-                if (a)
-                    cr_assert(rt_bitwise_equal(a, b), "%s: update %d: state %d of parameter %d",
-                              name, s, slot, i);
-            }
-            cr_assert_eq(remat_optim_param_steps(oc, i), remat_optim_param_steps(od, i));
-        }
+        char what[128];
+        snprintf(what, sizeof what, "%s (%d threads): update %d", name, threads, s);
+        rt_assert_optim_pair_same(oc, od, pc, pd, NP, what);
     }
     omp_set_num_threads(saved);
     remat_optim_free(oc), remat_optim_free(od);

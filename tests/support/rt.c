@@ -537,6 +537,30 @@ void rt_optim_pair(const remat_optim_options *o, remat_tensor *const *a, remat_t
     free(ea);
 }
 
+void rt_assert_optim_pair_same(const remat_optimizer *oa, const remat_optimizer *ob,
+                               remat_tensor *const *a, remat_tensor *const *b, int n,
+                               const char *what) {
+    cr_assert(remat_optim_last_grad_norm(oa) == remat_optim_last_grad_norm(ob),
+              "%s: global norm %.17g against %.17g", what, remat_optim_last_grad_norm(oa),
+              remat_optim_last_grad_norm(ob));
+    for (int i = 0; i < n; i++) {
+        cr_assert(rt_bitwise_equal(a[i], b[i]),
+                  "%s: parameter %d (%lld elements, %s) differs (max |d| %g)", what, i,
+                  (long long)remat_numel(a[i]), remat_dtype_name(remat_tensor_dtype(a[i])),
+                  rt_max_abs_diff(a[i], b[i]));
+        for (int slot = 0; slot < 2; slot++) {
+            const remat_tensor *sa = remat_optim_state(oa, i, (remat_optim_slot)slot),
+                               *sb = remat_optim_state(ob, i, (remat_optim_slot)slot);
+            cr_assert_eq(sa == NULL, sb == NULL, "%s: state %d of parameter %d on one side only",
+                         what, slot, i);
+            if (sa)
+                cr_assert(rt_bitwise_equal(sa, sb), "%s: state %d of parameter %d", what, slot, i);
+        }
+        cr_assert_eq(remat_optim_param_steps(oa, i), remat_optim_param_steps(ob, i),
+                     "%s: steps of parameter %d", what, i);
+    }
+}
+
 int64_t rt_kernel_calls(const remat_timing *t, const char *kernel) {
     int64_t c = 0;
     for (int i = 0; i < remat_timing_count(t); i++)

@@ -179,6 +179,12 @@ int rt_warning_count(void);
  * so that two ways of running one update (two devices, two kernel tables) can be compared. */
 void rt_optim_pair(const remat_optim_options *o, remat_tensor *const *a, remat_tensor *const *b,
                    int n, remat_optimizer **oa /* OUT */, remat_optimizer **ob /* OUT */);
+/* Asserts that the two optimizers of rt_optim_pair over a[0..n) and b[0..n) agree bit for
+ * bit after an update: the global norm, every parameter (its size, dtype and the largest
+ * difference in the message), its state slots and its step count. `what` names the update. */
+void rt_assert_optim_pair_same(const remat_optimizer *oa, const remat_optimizer *ob,
+                               remat_tensor *const *a, remat_tensor *const *b, int n,
+                               const char *what);
 /* Calls of `kernel` (a kernel's name in the timing rows: "adamw update") recorded in t. */
 int64_t rt_kernel_calls(const remat_timing *t, const char *kernel);
 
