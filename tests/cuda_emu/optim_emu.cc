@@ -220,6 +220,32 @@ int expected_launches(const std::vector<int64_t> &sizes) {
     return (int)((entries + RMK_LIST_MAX - 1) / RMK_LIST_MAX);
 }
 
+/* The launcher a list case hands adamw_list_run / sgd_list_run: counts each launch in L and
+ * runs `kernel` on the emulator, on at most grid_cap blocks (0: one a chunk). */
+template <typename S, typename K> auto counted_launcher(launches &L, unsigned grid_cap, K kernel) {
+    return [&L, grid_cap, kernel](const rmk_list_args<S> &a, unsigned grid) {
+        count(L, a);
+        rmk_emu::launch(grid_cap && grid > grid_cap ? grid_cap : grid, kListThreads,
+                        [&] { kernel(a); });
+        return cudaSuccess;
+    };
+}
+
+/* After 3 updates of a list of these sizes: every element went in one entry, no launch took
+ * more than RMK_LIST_MAX, and there were as few launches as the table allows (more with
+ * more than RMK_LIST_SETS scalar sets, whose fifth set ends a launch). */
+void expect_launches(const launches &L, const std::vector<int64_t> &sizes, int sets) {
+    int64_t total = 0;
+    for (int64_t n : sizes) total += n;
+    char what[96];
+    snprintf(what, sizeof what, "  every element in one entry, %d launches (%d entries)", L.count,
+             L.entries);
+    expect(L.elems == 3 * total && L.max_entries <= RMK_LIST_MAX &&
+               (sets > RMK_LIST_SETS ? L.count > 3 * expected_launches(sizes)
+                                     : L.count == 3 * expected_launches(sizes)),
+           what);
+}
+
 template <typename T> std::vector<std::vector<T>> filled(const std::vector<int64_t> &sizes,
                                                           double lo, double hi) {
     std::vector<std::vector<T>> x(sizes.size());
@@ -280,20 +306,14 @@ template <typename T> void adamw_list_case(const char *tname, bool scale, int se
         auto t = list_of<T>(pl, g, &ml, &vl);
         cudaError_t e = adamw_list_run<T>(
             t.data(), (int)N, h.data(), f.data(),
-            [&](const rmk_list_args<rm_adamw_factors> &a, unsigned grid) {
-                count(L, a);
-                rmk_emu::launch(grid_cap && grid > grid_cap ? grid_cap : grid, kListThreads,
-                                [&] { adamw_list<T>(a); });
-                return cudaSuccess;
-            });
+            counted_launcher<rm_adamw_factors>(
+                L, grid_cap, [](const rmk_list_args<rm_adamw_factors> &a) { adamw_list<T>(a); }));
         if (e != cudaSuccess) failures++;
         for (size_t i = 0; i < N; i++) {
             adamw_kernel(pk[i], g[i], mk[i], vk[i], f[i]);
             adamw_cpu(pc[i], g[i], mc[i], vc[i], f[i]);
         }
     }
-    int64_t total = 0;
-    for (int64_t n : sizes) total += n;
     char what[160];
     snprintf(what, sizeof what, "adamw list %s%s, %d sets, %s: = the per-tensor kernel",
              tname, scale ? " scaled" : "", sets, blocks_text(grid_cap).c_str());
@@ -301,12 +321,7 @@ template <typename T> void adamw_list_case(const char *tname, bool scale, int se
     snprintf(what, sizeof what, "adamw list %s%s, %d sets, %s: = the cpu loop", tname,
              scale ? " scaled" : "", sets, blocks_text(grid_cap).c_str());
     expect(all_same(pl, pc) && all_same(ml, mc) && all_same(vl, vc), what);
-    snprintf(what, sizeof what, "  every element in one entry, %d launches (%d entries)", L.count,
-             L.entries);
-    expect(L.elems == 3 * total && L.max_entries <= RMK_LIST_MAX &&
-               (sets > RMK_LIST_SETS ? L.count > 3 * expected_launches(sizes)
-                                     : L.count == 3 * expected_launches(sizes)),
-           what);
+    expect_launches(L, sizes, sets);
 }
 
 /* SGD: plain, momentum with dampening, nesterov with decay; sets as adamw_list_case's (6:
@@ -332,20 +347,14 @@ template <typename T> void sgd_list_case(const char *tname, double mom, double d
         auto t = list_of<T>(pl, g, mom != 0 ? &bl : nullptr, nullptr);
         cudaError_t e = sgd_list_run<T>(
             t.data(), (int)N, h.data(),
-            [&](const rmk_list_args<sgd_consts<T>> &a, unsigned grid) {
-                count(L, a);
-                rmk_emu::launch(grid_cap && grid > grid_cap ? grid_cap : grid, kListThreads,
-                                [&] { sgd_list<T>(a); });
-                return cudaSuccess;
-            });
+            counted_launcher<sgd_consts<T>>(
+                L, grid_cap, [](const rmk_list_args<sgd_consts<T>> &a) { sgd_list<T>(a); }));
         if (e != cudaSuccess) failures++;
         for (size_t i = 0; i < N; i++) {
             sgd_kernel_run(pk[i], g[i], bk[i], h[i]);
             sgd_cpu(pc[i], g[i], bc[i], h[i]);
         }
     }
-    int64_t total = 0;
-    for (int64_t n : sizes) total += n;
     char what[160];
     snprintf(what, sizeof what, "sgd list %s mom %g damp %g wd %g%s%s, %d sets, %s: = kernel",
              tname, mom, damp, wd, nesterov ? " nesterov" : "", scale ? " scaled" : "", sets,
@@ -354,12 +363,7 @@ template <typename T> void sgd_list_case(const char *tname, double mom, double d
     snprintf(what, sizeof what, "sgd list %s mom %g damp %g wd %g%s%s, %d sets: = the cpu loop",
              tname, mom, damp, wd, nesterov ? " nesterov" : "", scale ? " scaled" : "", sets);
     expect(all_same(pl, pc) && all_same(bl, bc), what);
-    snprintf(what, sizeof what, "  every element in one entry, %d launches (%d entries)", L.count,
-             L.entries);
-    expect(L.elems == 3 * total && L.max_entries <= RMK_LIST_MAX &&
-               (sets > RMK_LIST_SETS ? L.count > 3 * expected_launches(sizes)
-                                     : L.count == 3 * expected_launches(sizes)),
-           what);
+    expect_launches(L, sizes, sets);
 }
 
 /* no scale: the list reads a subnormal gradient as it is too */
